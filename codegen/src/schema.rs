@@ -1,0 +1,78 @@
+//! Turns OpenAPI 3.0 schema objects into the JSON Schema that typify (schemars 0.8) reads.
+//!
+//! The two dialects differ in a few keywords only: 3.0 says `nullable: true` where JSON Schema says
+//! `type: [T, "null"]`, and 3.0 has `discriminator`, `example` and `x-*` keys JSON Schema does not know.
+//! References keep their `#/components/schemas/Name` form; typify resolves them by their last segment.
+
+use serde_json::{Map, Value};
+
+/// Rewrites one OpenAPI 3.0 schema (and every schema nested in it) into JSON Schema.
+pub(crate) fn to_json_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(object) => Value::Object(object_to_json_schema(object)),
+        Value::Array(items) => Value::Array(items.iter().map(to_json_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+fn object_to_json_schema(object: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (key, value) in object {
+        match key.as_str() {
+            "nullable" | "discriminator" | "example" => {}
+            key if key.starts_with("x-") => {}
+            // Maps of schemas: rewrite each value, keep the keys (they are property names).
+            "properties" => {
+                let properties = match value {
+                    Value::Object(properties) => Value::Object(
+                        properties.iter().map(|(k, v)| (k.clone(), to_json_schema(v))).collect(),
+                    ),
+                    other => other.clone(),
+                };
+                out.insert(key.to_owned(), properties);
+            }
+            _ => {
+                out.insert(key.to_owned(), to_json_schema(value));
+            }
+        }
+    }
+    if object.get("nullable") == Some(&Value::Bool(true))
+        && let Some(Value::String(ty)) = out.get("type").cloned()
+    {
+        out.insert("type".to_owned(), Value::Array(vec![Value::String(ty), "null".into()]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_json_schema;
+    use serde_json::json;
+
+    #[test]
+    fn nullable_typed_schema_becomes_a_type_union() {
+        let got = to_json_schema(&json!({"type": "string", "nullable": true, "description": "d"}));
+        assert_eq!(got, json!({"type": ["string", "null"], "description": "d"}));
+    }
+
+    #[test]
+    fn nullable_untyped_schema_stays_any() {
+        assert_eq!(to_json_schema(&json!({"nullable": true})), json!({}));
+    }
+
+    #[test]
+    fn openapi_only_keywords_are_dropped_at_every_depth() {
+        let got = to_json_schema(&json!({
+            "oneOf": [{"$ref": "#/components/schemas/A"}],
+            "discriminator": {"propertyName": "type"},
+            "properties": {"x-thing": {"type": "integer", "example": 3, "x-internal": true}},
+        }));
+        assert_eq!(
+            got,
+            json!({
+                "oneOf": [{"$ref": "#/components/schemas/A"}],
+                "properties": {"x-thing": {"type": "integer"}},
+            })
+        );
+    }
+}

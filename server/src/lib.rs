@@ -1,0 +1,18 @@
+//! The `kiln` server: a ComfyUI-compatible workflow server on axum.
+//!
+//! `main.rs` reads the command line once into a [`Config`]; [`app`] builds the router from it. Handlers are
+//! thin: they gather data from the engine and the host and answer with the spec's generated wire types
+//! (`kiln_spec::types`), never with hand-written JSON.
+//!
+//! Today the server answers `GET /api/system_stats` (and its bare alias `/system_stats`); the rest of the
+//! ComfyUI surface arrives with the generated router.
+
+#![deny(missing_docs)]
+
+mod app;
+mod config;
+mod system;
+
+pub use app::app;
+pub use config::Config;
+pub use config::Runtime;

@@ -1,0 +1,88 @@
+//! `GET /api/system_stats`: the host's memory, the build's versions and the compute devices.
+//!
+//! RAM figures come from `/proc/meminfo` where it exists (`MemTotal`, `MemAvailable`); elsewhere they are 0,
+//! which ComfyUI's frontend shows as unknown rather than failing.
+
+use kiln_engine::Backend;
+use kiln_spec::types::{DeviceInfo, SystemInfo, SystemStats};
+
+/// The server's version, reported as `comfyui_version`.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Total and available RAM in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Memory {
+    pub(crate) total: i64,
+    pub(crate) available: i64,
+}
+
+impl Memory {
+    /// Reads the host's memory, or zeros where it cannot be read.
+    pub(crate) fn read() -> Memory {
+        std::fs::read_to_string("/proc/meminfo")
+            .map(|text| Memory::parse(&text))
+            .unwrap_or_default()
+    }
+
+    /// Parses the `MemTotal` and `MemAvailable` lines of `/proc/meminfo` (values in KiB).
+    fn parse(meminfo: &str) -> Memory {
+        let field = |name: &str| -> i64 {
+            meminfo
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|rest| rest.split_whitespace().next()?.parse::<i64>().ok())
+                .map_or(0, |kib| kib.saturating_mul(1024))
+        };
+        Memory { total: field("MemTotal"), available: field("MemAvailable") }
+    }
+}
+
+/// Builds the `/api/system_stats` answer.
+pub(crate) fn system_stats(argv: &[String], backend: Backend, memory: Memory) -> SystemStats {
+    let device = match backend {
+        Backend::Cpu => DeviceInfo {
+            index: None,
+            name: "cpu".to_owned(),
+            type_: "cpu".to_owned(),
+            vram_total: memory.total,
+            vram_free: memory.available,
+            torch_vram_total: memory.total,
+            torch_vram_free: memory.available,
+        },
+    };
+    SystemStats {
+        devices: vec![device],
+        system: SystemInfo {
+            argv: argv.to_vec(),
+            comfy_package_versions: Vec::new(),
+            comfyui_version: VERSION.to_owned(),
+            deploy_environment: Some("kiln".to_owned()),
+            embedded_python: false,
+            installed_templates_version: None,
+            os: std::env::consts::OS.to_owned(),
+            python_version: format!("rust (kiln {VERSION})"),
+            pytorch_version: format!("kiln {VERSION} ({} backend)", backend.name()),
+            ram_free: memory.available,
+            ram_total: memory.total,
+            required_frontend_version: None,
+            required_templates_version: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Memory;
+
+    #[test]
+    fn meminfo_is_read_in_bytes() {
+        let text = "MemTotal:       16384 kB\nMemFree:          100 kB\nMemAvailable:    8192 kB\n";
+        assert_eq!(Memory::parse(text), Memory { total: 16384 * 1024, available: 8192 * 1024 });
+    }
+
+    #[test]
+    fn unreadable_meminfo_gives_zeros() {
+        assert_eq!(Memory::parse("garbage"), Memory::default());
+        assert_eq!(Memory::parse("MemTotal: lots kB"), Memory::default());
+    }
+}

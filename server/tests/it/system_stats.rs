@@ -1,0 +1,59 @@
+//! `GET /api/system_stats` through the router, at both the `/api` path and the bare alias.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt as _;
+use kiln_server::{Config, Runtime, app};
+use kiln_spec::types::SystemStats;
+use tower::ServiceExt as _;
+
+fn config() -> Config {
+    Config {
+        listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
+        data_dir: std::env::temp_dir(),
+        runtime: Runtime::Local,
+        argv: vec!["kiln".to_owned(), "--port".to_owned(), "0".to_owned()],
+    }
+}
+
+async fn get(path: &str) -> (StatusCode, Option<String>, Vec<u8>) {
+    let response = app(&config())
+        .oneshot(Request::get(path).body(Body::empty()).expect("request builds"))
+        .await
+        .expect("router answers");
+    let status = response.status();
+    let content_type =
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = response.into_body().collect().await.expect("body reads").to_bytes().to_vec();
+    (status, content_type, body)
+}
+
+#[tokio::test]
+async fn system_stats_describes_the_host_and_the_cpu_device() {
+    for path in ["/api/system_stats", "/system_stats"] {
+        let (status, content_type, body) = get(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(content_type.as_deref(), Some("application/json"), "{path}");
+        let stats: SystemStats = serde_json::from_slice(&body).expect("body is a SystemStats");
+        assert_eq!(stats.system.argv, ["kiln", "--port", "0"]);
+        assert!(!stats.system.embedded_python);
+        assert_eq!(stats.system.comfyui_version, env!("CARGO_PKG_VERSION"));
+        assert!(stats.system.ram_free <= stats.system.ram_total);
+        let [device] = stats.devices.as_slice() else {
+            panic!("one device expected: {:?}", stats.devices)
+        };
+        assert_eq!((device.type_.as_str(), device.index), ("cpu", None));
+        // ComfyUI clients read `index: null`, not a missing key.
+        let raw: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(raw["devices"][0]["index"], serde_json::Value::Null);
+        assert!(raw["devices"][0].as_object().is_some_and(|d| d.contains_key("index")));
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404() {
+    let (status, _, _) = get("/api/no_such_route").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
