@@ -855,14 +855,12 @@ pub struct NodeInfo {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub experimental: ::std::option::Option<bool>,
     ///Whether the node shows output in the UI while not being an output node.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub has_intermediate_output: ::std::option::Option<bool>,
+    pub has_intermediate_output: bool,
     pub input: NodeInputs,
     ///Input names per category (`required`, `optional`, `hidden`) in declaration order.
     pub input_order: ::std::collections::HashMap<::std::string::String, StringList>,
     ///Whether the node receives whole lists instead of being mapped over them.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub is_input_list: ::std::option::Option<bool>,
+    pub is_input_list: bool,
     ///The class name.
     pub name: ::std::string::String,
     ///Output types; an element is a type name or, for combo outputs, a list of choices.
@@ -878,8 +876,7 @@ pub struct NodeInfo {
     pub output_tooltips: ::std::vec::Vec<::std::string::String>,
     ///Where the node comes from (`nodes` for built-in nodes).
     pub python_module: ::std::string::String,
-    ///Extra search terms.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    ///Extra search terms (always present, possibly empty).
     pub search_aliases: ::std::vec::Vec<::std::string::String>,
 }
 ///Input declarations by category.
@@ -1705,15 +1702,15 @@ impl ::std::convert::From<::serde_json::Value> for PromptInputValue {
     }
 }
 /**One node of an API-format workflow. `class_type` is not marked required because a missing one is
-answered with the ComfyUI error `missing_node_type`.
+answered with the ComfyUI error `missing_node_type`. `inputs` is required (ComfyUI fails without it),
+so clients always send it, `{}` when the node has none.
 */
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptNode {
     ///The node class, a key of `/api/object_info`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub class_type: ::std::option::Option<::std::string::String>,
     ///Input values by name. A value is a literal, or a link `[source_node_id, output_index]` (a two-element array of a string and an integer is always a link).
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
     pub inputs: ::std::collections::HashMap<::std::string::String, PromptInputValue>,
     #[serde(rename = "_meta", skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<PromptNodeMeta>,

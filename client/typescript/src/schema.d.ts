@@ -1189,13 +1189,14 @@ export interface components {
         };
         /**
          * @description One node of an API-format workflow. `class_type` is not marked required because a missing one is
-         *     answered with the ComfyUI error `missing_node_type`.
+         *     answered with the ComfyUI error `missing_node_type`. `inputs` is required (ComfyUI fails without it),
+         *     so clients always send it, `{}` when the node has none.
          */
         PromptNode: {
             /** @description The node class, a key of `/api/object_info`. */
             class_type?: string;
             /** @description Input values by name. A value is a literal, or a link `[source_node_id, output_index]` (a two-element array of a string and an integer is always a link). */
-            inputs?: {
+            inputs: {
                 [key: string]: components["schemas"]["PromptInputValue"];
             };
             _meta?: components["schemas"]["PromptNodeMeta"];
@@ -1561,7 +1562,7 @@ export interface components {
                 [key: string]: components["schemas"]["StringList"];
             };
             /** @description Whether the node receives whole lists instead of being mapped over them. */
-            is_input_list?: boolean;
+            is_input_list: boolean;
             /** @description Output types; an element is a type name or, for combo outputs, a list of choices. */
             output: components["schemas"]["NodeType"][];
             /** @description Per output, whether it is a list. */
@@ -1583,7 +1584,7 @@ export interface components {
             /** @description Whether the node is an output (execution starts from outputs). */
             output_node: boolean;
             /** @description Whether the node shows output in the UI while not being an output node. */
-            has_intermediate_output?: boolean;
+            has_intermediate_output: boolean;
             /** @description Present and true for deprecated nodes. */
             deprecated?: boolean;
             /** @description Present and true for experimental nodes. */
@@ -1592,8 +1593,8 @@ export interface components {
             dev_only?: boolean;
             /** @description Present and true for nodes that call a paid remote API. */
             api_node?: boolean;
-            /** @description Extra search terms. */
-            search_aliases?: string[];
+            /** @description Extra search terms (always present, possibly empty). */
+            search_aliases: string[];
             /** @description The section of the essentials panel. */
             essentials_category?: string;
         };
