@@ -9,7 +9,9 @@
 
 #![deny(missing_docs)]
 
+mod model;
 mod schema;
+mod server;
 mod types;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +46,14 @@ pub enum Error {
     /// The generated tokens are not valid Rust.
     #[error("the generated code does not parse as Rust")]
     Parse(#[source] syn::Error),
+    /// The spec uses a construct the generators do not support.
+    #[error("operation `{operation}` uses {what}, which kiln-codegen does not support")]
+    Unsupported {
+        /// The operationId (or path) concerned.
+        operation: String,
+        /// What is not supported.
+        what: String,
+    },
     /// rustfmt could not be run or rejected the generated code.
     #[error("rustfmt failed on the generated code: {0}")]
     Rustfmt(String),
@@ -61,5 +71,26 @@ pub struct GeneratedFile {
 /// Generates every file kiln-codegen owns from the spec's YAML text.
 pub fn generate_all(spec_yaml: &str, repo_root: &Path) -> Result<Vec<GeneratedFile>, Error> {
     let types = generate_types(spec_yaml, repo_root)?;
-    Ok(vec![GeneratedFile { path: PathBuf::from("spec/src/types.rs"), contents: types }])
+    let spec = types::parse_openapi(spec_yaml)?;
+    let operations = model::operations(&spec)?;
+    let server = format_file(
+        server::generate(&operations)?,
+        "The server side of every operation in `spec/openapi.yaml`: response enums, query structs, the `Api` trait, handlers and `router`.",
+        repo_root,
+    )?;
+    Ok(vec![
+        GeneratedFile { path: PathBuf::from("spec/src/types.rs"), contents: types },
+        GeneratedFile { path: PathBuf::from("server/src/api/generated.rs"), contents: server },
+    ])
+}
+
+/// Turns generated tokens into a formatted file with the generated header and a module doc line.
+pub(crate) fn format_file(
+    tokens: proc_macro2::TokenStream,
+    doc: &str,
+    repo_root: &Path,
+) -> Result<String, Error> {
+    let file: syn::File = syn::parse2(tokens).map_err(Error::Parse)?;
+    let body = prettyplease::unparse(&file);
+    types::rustfmt(&format!("{GENERATED_HEADER}\n//! {doc}\n\n{body}"), repo_root)
 }

@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 use typify::{TypeSpace, TypeSpaceSettings};
 
+use crate::Error;
 use crate::schema::to_json_schema;
-use crate::{Error, GENERATED_HEADER};
 
 /// Generates the formatted contents of `spec/src/types.rs` from the spec's YAML text.
 ///
@@ -19,7 +19,7 @@ use crate::{Error, GENERATED_HEADER};
 pub fn generate_types(spec_yaml: &str, repo_root: &Path) -> Result<String, Error> {
     let document: Value = serde_yaml::from_str(spec_yaml).map_err(Error::Yaml)?;
     // Reading the document with openapiv3 proves progenitor will be able to read it too.
-    let _: openapiv3::OpenAPI = serde_json::from_value(document.clone()).map_err(Error::OpenApi)?;
+    parse_openapi(spec_yaml)?;
 
     let empty = serde_json::Map::new();
     let schemas =
@@ -36,16 +36,21 @@ pub fn generate_types(spec_yaml: &str, repo_root: &Path) -> Result<String, Error
     let mut type_space = TypeSpace::new(&settings);
     type_space.add_ref_types(converted).map_err(Error::Typify)?;
 
-    let file: syn::File = syn::parse2(type_space.to_stream()).map_err(Error::Parse)?;
-    let body = prettyplease::unparse(&file);
-    let source = format!(
-        "{GENERATED_HEADER}\n//! The wire types of every component schema in `spec/openapi.yaml`.\n\n{body}"
-    );
-    rustfmt(&source, repo_root)
+    crate::format_file(
+        type_space.to_stream(),
+        "The wire types of every component schema in `spec/openapi.yaml`.",
+        repo_root,
+    )
+}
+
+/// Reads the spec's YAML text as an openapiv3 document.
+pub(crate) fn parse_openapi(spec_yaml: &str) -> Result<openapiv3::OpenAPI, Error> {
+    let document: Value = serde_yaml::from_str(spec_yaml).map_err(Error::Yaml)?;
+    serde_json::from_value(document).map_err(Error::OpenApi)
 }
 
 /// Formats Rust source with the workspace's rustfmt configuration.
-fn rustfmt(source: &str, repo_root: &Path) -> Result<String, Error> {
+pub(crate) fn rustfmt(source: &str, repo_root: &Path) -> Result<String, Error> {
     let mut child = Command::new("rustfmt")
         .args(["--edition", "2024", "--emit", "stdout", "--quiet"])
         .current_dir(repo_root)

@@ -3,14 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Which API surface the server mounts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtime {
-    /// The single-user server, ComfyUI's local API.
-    Local,
-    /// The multi-user server with accounts and OAuth.
-    Cloud,
-}
+use crate::api::Runtime;
 
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]

@@ -9,10 +9,11 @@
 
 #![deny(missing_docs)]
 
+pub mod api;
 mod app;
 mod config;
 mod system;
 
+pub use api::Runtime;
 pub use app::app;
 pub use config::Config;
-pub use config::Runtime;

@@ -820,6 +820,26 @@ pub struct ModelFile {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub size: ::std::option::Option<i64>,
 }
+///Model files with details.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(transparent)]
+pub struct ModelFileList(pub ::std::vec::Vec<ModelFile>);
+impl ::std::ops::Deref for ModelFileList {
+    type Target = ::std::vec::Vec<ModelFile>;
+    fn deref(&self) -> &::std::vec::Vec<ModelFile> {
+        &self.0
+    }
+}
+impl ::std::convert::From<ModelFileList> for ::std::vec::Vec<ModelFile> {
+    fn from(value: ModelFileList) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::std::vec::Vec<ModelFile>> for ModelFileList {
+    fn from(value: ::std::vec::Vec<ModelFile>) -> Self {
+        Self(value)
+    }
+}
 ///A model folder kind with its directories.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ModelFolder {
@@ -829,6 +849,26 @@ pub struct ModelFolder {
     pub folders: ::std::vec::Vec<::std::string::String>,
     ///The folder kind.
     pub name: ::std::string::String,
+}
+///Model folder kinds with their directories.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(transparent)]
+pub struct ModelFolderList(pub ::std::vec::Vec<ModelFolder>);
+impl ::std::ops::Deref for ModelFolderList {
+    type Target = ::std::vec::Vec<ModelFolder>;
+    fn deref(&self) -> &::std::vec::Vec<ModelFolder> {
+        &self.0
+    }
+}
+impl ::std::convert::From<ModelFolderList> for ::std::vec::Vec<ModelFolder> {
+    fn from(value: ModelFolderList) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::std::vec::Vec<ModelFolder>> for ModelFolderList {
+    fn from(value: ::std::vec::Vec<ModelFolder>) -> Self {
+        Self(value)
+    }
 }
 ///A node class as the frontend sees it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2121,6 +2161,26 @@ pub struct UserDataEntry {
     #[serde(rename = "type")]
     pub type_: UserDataEntryType,
 }
+///A structured user data listing.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(transparent)]
+pub struct UserDataEntryList(pub ::std::vec::Vec<UserDataEntry>);
+impl ::std::ops::Deref for UserDataEntryList {
+    type Target = ::std::vec::Vec<UserDataEntry>;
+    fn deref(&self) -> &::std::vec::Vec<UserDataEntry> {
+        &self.0
+    }
+}
+impl ::std::convert::From<UserDataEntryList> for ::std::vec::Vec<UserDataEntry> {
+    fn from(value: UserDataEntryList) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::std::vec::Vec<UserDataEntry>> for UserDataEntryList {
+    fn from(value: ::std::vec::Vec<UserDataEntry>) -> Self {
+        Self(value)
+    }
+}
 ///Whether an entry is a file or a directory.
 #[derive(
     ::serde::Deserialize,
@@ -2218,6 +2278,39 @@ pub enum UserDataWriteResult {
 impl ::std::convert::From<UserDataFileInfo> for UserDataWriteResult {
     fn from(value: UserDataFileInfo) -> Self {
         Self::UserDataFileInfo(value)
+    }
+}
+///A user id, `<sanitized name>_<uuid>`.
+#[derive(
+    ::serde::Deserialize, ::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd,
+)]
+#[serde(transparent)]
+pub struct UserId(pub ::std::string::String);
+impl ::std::ops::Deref for UserId {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<UserId> for ::std::string::String {
+    fn from(value: UserId) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::std::string::String> for UserId {
+    fn from(value: ::std::string::String) -> Self {
+        Self(value)
+    }
+}
+impl ::std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl ::std::str::FromStr for UserId {
+    type Err = ::std::convert::Infallible;
+    fn from_str(value: &str) -> ::std::result::Result<Self, Self::Err> {
+        Ok(Self(value.to_string()))
     }
 }
 ///How user data is stored.

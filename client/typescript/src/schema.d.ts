@@ -1684,6 +1684,10 @@ export interface components {
             /** @description Accepted file extensions; empty means any. */
             extensions: string[];
         };
+        /** @description Model folder kinds with their directories. */
+        ModelFolderList: components["schemas"]["ModelFolder"][];
+        /** @description Model files with details. */
+        ModelFileList: components["schemas"]["ModelFile"][];
         /** @description A model file with details (`pathIndex` is ComfyUI's camelCase key). */
         ModelFile: {
             /** @description The file name relative to its directory. */
@@ -1827,6 +1831,8 @@ export interface components {
                 [key: string]: string;
             };
         };
+        /** @description A user id, `<sanitized name>_<uuid>`. */
+        UserId: string;
         /** @description A new user. */
         CreateUserRequest: {
             /** @description The display name. */
@@ -1871,6 +1877,8 @@ export interface components {
             /** @description Modification time, ms since the epoch, for files. */
             modified?: number;
         };
+        /** @description A structured user data listing. */
+        UserDataEntryList: components["schemas"]["UserDataEntry"][];
         /**
          * @description Whether an entry is a file or a directory.
          * @enum {string}
@@ -3385,7 +3393,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelFolder"][];
+                    "application/json": components["schemas"]["ModelFolderList"];
                 };
             };
         };
@@ -3408,7 +3416,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ModelFile"][];
+                    "application/json": components["schemas"]["ModelFileList"];
                 };
             };
             /** @description Unknown folder kind (empty body). */
@@ -3507,7 +3515,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": string;
+                    "application/json": components["schemas"]["UserId"];
                 };
             };
             /** @description Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`. */
@@ -3595,7 +3603,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UserDataEntry"][];
+                    "application/json": components["schemas"]["UserDataEntryList"];
                 };
             };
             /** @description Invalid path. */
@@ -4290,9 +4298,9 @@ export interface operations {
     deleteSession: {
         parameters: {
             query?: never;
-            header: {
-                /** @description The session's CSRF token. */
-                "X-CSRF-Token": string;
+            header?: {
+                /** @description The session's CSRF token; missing or wrong answers 403. */
+                "X-CSRF-Token"?: string;
             };
             path?: never;
             cookie?: never;

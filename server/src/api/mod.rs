@@ -1,0 +1,11 @@
+//! The HTTP surface generated from `spec/openapi.yaml`: the `Api` trait, its response enums, and `router`.
+//!
+//! `generated.rs` is written by `kiln-codegen` and never edited by hand; `support.rs` is its hand-written
+//! runtime. Implementations of [`Api`] live elsewhere in the server (and in tests).
+
+#[allow(clippy::all, missing_docs, unused_imports, unreachable_pub)]
+mod generated;
+mod support;
+
+pub use generated::*;
+pub use support::{Binary, OperationInfo, Problem, RejectionBody, Runtime};
