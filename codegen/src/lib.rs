@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod client;
 mod model;
 mod schema;
 mod server;
@@ -16,6 +17,7 @@ mod types;
 
 use std::path::{Path, PathBuf};
 
+pub use client::{HAND_WRITTEN, lower_for_progenitor};
 pub use types::generate_types;
 
 /// The first line of every generated file.
@@ -46,6 +48,9 @@ pub enum Error {
     /// The generated tokens are not valid Rust.
     #[error("the generated code does not parse as Rust")]
     Parse(#[source] syn::Error),
+    /// progenitor could not generate the client.
+    #[error("progenitor could not generate the client: {0}")]
+    Progenitor(String),
     /// The spec uses a construct the generators do not support.
     #[error("operation `{operation}` uses {what}, which kiln-codegen does not support")]
     Unsupported {
@@ -78,9 +83,15 @@ pub fn generate_all(spec_yaml: &str, repo_root: &Path) -> Result<Vec<GeneratedFi
         "The server side of every operation in `spec/openapi.yaml`: response enums, query structs, the `Api` trait, handlers and `router`.",
         repo_root,
     )?;
+    let client = format_file(
+        client::generate(&spec)?,
+        "The progenitor client for every operation of `spec/openapi.yaml` except those in `kiln_codegen::HAND_WRITTEN`.",
+        repo_root,
+    )?;
     Ok(vec![
         GeneratedFile { path: PathBuf::from("spec/src/types.rs"), contents: types },
         GeneratedFile { path: PathBuf::from("server/src/api/generated.rs"), contents: server },
+        GeneratedFile { path: PathBuf::from("client/src/generated.rs"), contents: client },
     ])
 }
 

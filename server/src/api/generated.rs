@@ -20,19 +20,19 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["cloud"],
     },
     OperationInfo {
-        id: "getOAuthAuthorizationServerMetadata",
+        id: "getOauthAuthorizationServerMetadata",
         method: "GET",
         path: "/.well-known/oauth-authorization-server",
         runtimes: &["cloud"],
     },
     OperationInfo {
-        id: "getOAuthProtectedResourceMetadata",
+        id: "getOauthProtectedResourceMetadata",
         method: "GET",
         path: "/.well-known/oauth-protected-resource",
         runtimes: &["cloud"],
     },
     OperationInfo {
-        id: "getOAuthProtectedResourceMetadataForMcp",
+        id: "getOauthProtectedResourceMetadataForMcp",
         method: "GET",
         path: "/.well-known/oauth-protected-resource/mcp",
         runtimes: &["cloud"],
@@ -394,13 +394,13 @@ impl IntoResponse for GetJwksResponse {
         }
     }
 }
-///The responses of `getOAuthAuthorizationServerMetadata` (`GET /.well-known/oauth-authorization-server`).
+///The responses of `getOauthAuthorizationServerMetadata` (`GET /.well-known/oauth-authorization-server`).
 #[derive(Debug)]
-pub enum GetOAuthAuthorizationServerMetadataResponse {
+pub enum GetOauthAuthorizationServerMetadataResponse {
     ///200: The metadata.
     Ok(types::OAuthAuthorizationServerMetadata),
 }
-impl IntoResponse for GetOAuthAuthorizationServerMetadataResponse {
+impl IntoResponse for GetOauthAuthorizationServerMetadataResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -410,13 +410,13 @@ impl IntoResponse for GetOAuthAuthorizationServerMetadataResponse {
         }
     }
 }
-///The responses of `getOAuthProtectedResourceMetadata` (`GET /.well-known/oauth-protected-resource`).
+///The responses of `getOauthProtectedResourceMetadata` (`GET /.well-known/oauth-protected-resource`).
 #[derive(Debug)]
-pub enum GetOAuthProtectedResourceMetadataResponse {
+pub enum GetOauthProtectedResourceMetadataResponse {
     ///200: The metadata.
     Ok(types::OAuthProtectedResourceMetadata),
 }
-impl IntoResponse for GetOAuthProtectedResourceMetadataResponse {
+impl IntoResponse for GetOauthProtectedResourceMetadataResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -426,13 +426,13 @@ impl IntoResponse for GetOAuthProtectedResourceMetadataResponse {
         }
     }
 }
-///The responses of `getOAuthProtectedResourceMetadataForMcp` (`GET /.well-known/oauth-protected-resource/mcp`).
+///The responses of `getOauthProtectedResourceMetadataForMcp` (`GET /.well-known/oauth-protected-resource/mcp`).
 #[derive(Debug)]
-pub enum GetOAuthProtectedResourceMetadataForMcpResponse {
+pub enum GetOauthProtectedResourceMetadataForMcpResponse {
     ///200: The metadata.
     Ok(types::OAuthProtectedResourceMetadata),
 }
-impl IntoResponse for GetOAuthProtectedResourceMetadataForMcpResponse {
+impl IntoResponse for GetOauthProtectedResourceMetadataForMcpResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -2012,29 +2012,29 @@ pub trait Api: Send + Sync + 'static {
 
     [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
 
-    `GET /.well-known/oauth-authorization-server` (operationId `getOAuthAuthorizationServerMetadata`), x-runtime: [cloud].*/
-    fn get_o_auth_authorization_server_metadata(
+    `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), x-runtime: [cloud].*/
+    fn get_oauth_authorization_server_metadata(
         &self,
         parts: Parts,
-    ) -> impl Future<Output = GetOAuthAuthorizationServerMetadataResponse> + Send;
+    ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
     /**Protected resource metadata (RFC 9728).
 
     [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
 
-    `GET /.well-known/oauth-protected-resource` (operationId `getOAuthProtectedResourceMetadata`), x-runtime: [cloud].*/
-    fn get_o_auth_protected_resource_metadata(
+    `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), x-runtime: [cloud].*/
+    fn get_oauth_protected_resource_metadata(
         &self,
         parts: Parts,
-    ) -> impl Future<Output = GetOAuthProtectedResourceMetadataResponse> + Send;
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
     /**Protected resource metadata, path form (RFC 9728).
 
     [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
 
-    `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOAuthProtectedResourceMetadataForMcp`), x-runtime: [cloud].*/
-    fn get_o_auth_protected_resource_metadata_for_mcp(
+    `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), x-runtime: [cloud].*/
+    fn get_oauth_protected_resource_metadata_for_mcp(
         &self,
         parts: Parts,
-    ) -> impl Future<Output = GetOAuthProtectedResourceMetadataForMcpResponse> + Send;
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
     /**The current web session.
 
     [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
@@ -2615,23 +2615,23 @@ pub trait Api: Send + Sync + 'static {
 async fn handle_get_jwks<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_jwks(parts).await.into_response()
 }
-async fn handle_get_o_auth_authorization_server_metadata<A: Api>(
+async fn handle_get_oauth_authorization_server_metadata<A: Api>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
-    api.get_o_auth_authorization_server_metadata(parts).await.into_response()
+    api.get_oauth_authorization_server_metadata(parts).await.into_response()
 }
-async fn handle_get_o_auth_protected_resource_metadata<A: Api>(
+async fn handle_get_oauth_protected_resource_metadata<A: Api>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
-    api.get_o_auth_protected_resource_metadata(parts).await.into_response()
+    api.get_oauth_protected_resource_metadata(parts).await.into_response()
 }
-async fn handle_get_o_auth_protected_resource_metadata_for_mcp<A: Api>(
+async fn handle_get_oauth_protected_resource_metadata_for_mcp<A: Api>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
-    api.get_o_auth_protected_resource_metadata_for_mcp(parts).await.into_response()
+    api.get_oauth_protected_resource_metadata_for_mcp(parts).await.into_response()
 }
 async fn handle_get_session<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_session(parts).await.into_response()
@@ -3242,7 +3242,7 @@ pub fn router<A: Api>(runtime: Runtime, api: Arc<A>) -> Router {
         let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
         let mut mounted = false;
         if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_o_auth_authorization_server_metadata::<A>);
+            route = route.get(handle_get_oauth_authorization_server_metadata::<A>);
             mounted = true;
         }
         if mounted {
@@ -3253,7 +3253,7 @@ pub fn router<A: Api>(runtime: Runtime, api: Arc<A>) -> Router {
         let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
         let mut mounted = false;
         if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_o_auth_protected_resource_metadata::<A>);
+            route = route.get(handle_get_oauth_protected_resource_metadata::<A>);
             mounted = true;
         }
         if mounted {
@@ -3264,7 +3264,7 @@ pub fn router<A: Api>(runtime: Runtime, api: Arc<A>) -> Router {
         let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
         let mut mounted = false;
         if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_o_auth_protected_resource_metadata_for_mcp::<A>);
+            route = route.get(handle_get_oauth_protected_resource_metadata_for_mcp::<A>);
             mounted = true;
         }
         if mounted {

@@ -1,0 +1,66 @@
+//! Generates the progenitor client (`client/src/generated.rs`) over the shared wire types.
+//!
+//! progenitor 0.15 cannot take every construct the wire truth needs, so [`lower_for_progenitor`] removes those
+//! operations from the copy of the spec it sees; the client crate supplies them by hand. Spectral's
+//! `kiln-progenitor-*` rules keep everything else within what progenitor accepts.
+
+use openapiv3::{OpenAPI, ReferenceOr};
+use quote::quote;
+
+use crate::Error;
+
+/// Operations the generated client leaves out, with the reason, and the hand-written method in `kiln-client`
+/// that takes their place.
+pub const HAND_WRITTEN: &[(&str, &str)] = &[
+    ("uploadImage", "multipart/form-data body: `Client::upload_image`"),
+    ("uploadMask", "multipart/form-data body: `Client::upload_mask`"),
+    ("webSocketConnect", "websocket upgrade (101): `Client::events`"),
+];
+
+/// The one place the spec is changed for progenitor: drops the operations in [`HAND_WRITTEN`] (multipart
+/// bodies and the websocket upgrade, which progenitor rejects or cannot call).
+pub fn lower_for_progenitor(spec: &mut OpenAPI) {
+    for item in spec.paths.paths.values_mut() {
+        let ReferenceOr::Item(item) = item else { continue };
+        for op in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ] {
+            let hand_written = op
+                .as_ref()
+                .and_then(|op| op.operation_id.as_deref())
+                .is_some_and(|id| HAND_WRITTEN.iter().any(|(name, _)| *name == id));
+            if hand_written {
+                *op = None;
+            }
+        }
+    }
+    spec.paths.paths.retain(|_, item| match item {
+        ReferenceOr::Item(item) => item.iter().next().is_some(),
+        ReferenceOr::Reference { .. } => true,
+    });
+}
+
+/// Generates the unformatted tokens of the client module.
+pub(crate) fn generate(spec: &OpenAPI) -> Result<proc_macro2::TokenStream, Error> {
+    let mut lowered = spec.clone();
+    lower_for_progenitor(&mut lowered);
+    let mut settings = progenitor::GenerationSettings::default();
+    settings.with_interface(progenitor::InterfaceStyle::Positional).with_tag(progenitor::TagStyle::Merged);
+    let mut generator = progenitor::Generator::new(&settings);
+    let tokens = generator.generate_tokens(&lowered).map_err(|e| Error::Progenitor(e.to_string()))?;
+    let mut file: syn::File = syn::parse2(tokens).map_err(Error::Parse)?;
+    // Share the wire types: drop progenitor's own copy and use kiln-spec's (same typify settings).
+    file.items.retain(|item| !matches!(item, syn::Item::Mod(m) if m.ident == "types"));
+    let items = file.items;
+    Ok(quote! {
+        pub use kiln_spec::types;
+        #(#items)*
+    })
+}
