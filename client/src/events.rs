@@ -13,7 +13,7 @@ use crate::{Client, types};
 #[derive(Debug, Clone)]
 pub enum Event {
     /// A known text frame.
-    Message(types::WsMessage),
+    Message(Box<types::WsMessage>),
     /// A text frame of a type the spec does not describe, as JSON.
     Other(serde_json::Value),
     /// A binary frame: `[u32 big-endian event type][payload]` (1: preview image).
@@ -45,13 +45,15 @@ impl Client {
     pub async fn events(
         &self,
         client_id: &str,
-    ) -> Result<impl Stream<Item = Result<Event, EventsError>> + Send + Unpin + 'static, EventsError> {
+    ) -> Result<impl Stream<Item = Result<Event, EventsError>> + Send + Unpin + 'static, EventsError>
+    {
         let rest = self
             .baseurl
             .strip_prefix("http://")
             .ok_or_else(|| EventsError::UnsupportedUrl(self.baseurl.clone()))?;
         let url = format!("ws://{rest}/ws?clientId={}", encode_query(client_id));
-        let (socket, _) = tokio_tungstenite::connect_async(url).await.map_err(EventsError::WebSocket)?;
+        let (socket, _) =
+            tokio_tungstenite::connect_async(url).await.map_err(EventsError::WebSocket)?;
         Ok(Box::pin(socket.filter_map(|frame| async move {
             match frame {
                 Ok(Message::Text(text)) => Some(parse_text(text.as_str())),
@@ -66,7 +68,7 @@ impl Client {
 fn parse_text(text: &str) -> Result<Event, EventsError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(EventsError::NotJson)?;
     Ok(match serde_json::from_value::<types::WsMessage>(value.clone()) {
-        Ok(message) => Event::Message(message),
+        Ok(message) => Event::Message(Box::new(message)),
         Err(_) => Event::Other(value),
     })
 }
@@ -80,7 +82,9 @@ fn encode_query(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             other => format!("%{other:02X}"),
         })
         .collect()
@@ -101,7 +105,9 @@ mod tests {
 
     #[test]
     fn binary_frames_split_their_event_type() {
-        let Some(Event::Binary { event_type, payload }) = parse_binary(vec![0, 0, 0, 1, 9, 9].into()) else {
+        let Some(Event::Binary { event_type, payload }) =
+            parse_binary(vec![0, 0, 0, 1, 9, 9].into())
+        else {
             panic!("a binary event");
         };
         assert_eq!((event_type, payload.as_ref()), (1, &[9u8, 9][..]));

@@ -45,26 +45,36 @@ pub enum RunError {
 impl Client {
     /// Submits `request` (its `client_id` is set to a fresh id), follows its events until it finishes, and
     /// returns its history entry. A node failure or an interruption is an error.
-    pub async fn run_prompt(&self, mut request: types::PromptRequest) -> Result<PromptRun, RunError> {
+    pub async fn run_prompt(
+        &self,
+        mut request: types::PromptRequest,
+    ) -> Result<PromptRun, RunError> {
         let client_id = uuid::Uuid::new_v4().simple().to_string();
         let mut events = self.events(&client_id).await?;
         // The server greets every socket with `status`; once it arrives, the socket is registered.
         loop {
             match events.next().await.ok_or(RunError::StreamEnded)?? {
-                Event::Message(types::WsMessage::StatusMessage(_)) => break,
+                Event::Message(message)
+                    if matches!(*message, types::WsMessage::StatusMessage(_)) =>
+                {
+                    break;
+                }
                 _ => continue,
             }
         }
         request.client_id = Some(client_id);
-        let accepted = self.execute_prompt(None, &request).await.map_err(RunError::Submit)?.into_inner();
+        let accepted =
+            self.execute_prompt(None, &request).await.map_err(RunError::Submit)?.into_inner();
         let prompt_id = accepted.prompt_id;
         while let Some(event) = events.next().await {
             let Event::Message(message) = event? else { continue };
-            match message {
+            match *message {
                 types::WsMessage::ExecutionErrorMessage(m) if m.data.prompt_id == prompt_id => {
                     return Err(RunError::Execution(Box::new(m.data)));
                 }
-                types::WsMessage::ExecutionInterruptedMessage(m) if m.data.prompt_id == prompt_id => {
+                types::WsMessage::ExecutionInterruptedMessage(m)
+                    if m.data.prompt_id == prompt_id =>
+                {
                     return Err(RunError::Interrupted(Box::new(m.data)));
                 }
                 types::WsMessage::ExecutingMessage(m)

@@ -52,9 +52,12 @@ pub(crate) fn generate(spec: &OpenAPI) -> Result<proc_macro2::TokenStream, Error
     let mut lowered = spec.clone();
     lower_for_progenitor(&mut lowered);
     let mut settings = progenitor::GenerationSettings::default();
-    settings.with_interface(progenitor::InterfaceStyle::Positional).with_tag(progenitor::TagStyle::Merged);
+    settings
+        .with_interface(progenitor::InterfaceStyle::Positional)
+        .with_tag(progenitor::TagStyle::Merged);
     let mut generator = progenitor::Generator::new(&settings);
-    let tokens = generator.generate_tokens(&lowered).map_err(|e| Error::Progenitor(e.to_string()))?;
+    let tokens =
+        generator.generate_tokens(&lowered).map_err(|e| Error::Progenitor(e.to_string()))?;
     let mut file: syn::File = syn::parse2(tokens).map_err(Error::Parse)?;
     // Share the wire types: drop progenitor's own copy and use kiln-spec's (same typify settings).
     file.items.retain(|item| !matches!(item, syn::Item::Mod(m) if m.ident == "types"));

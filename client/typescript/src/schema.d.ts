@@ -1018,7 +1018,7 @@ export interface paths {
          * Authorization server metadata (RFC 8414)
          * @description [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
          */
-        get: operations["getOAuthAuthorizationServerMetadata"];
+        get: operations["getOauthAuthorizationServerMetadata"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1038,7 +1038,7 @@ export interface paths {
          * Protected resource metadata (RFC 9728)
          * @description [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
          */
-        get: operations["getOAuthProtectedResourceMetadata"];
+        get: operations["getOauthProtectedResourceMetadata"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1058,7 +1058,7 @@ export interface paths {
          * Protected resource metadata, path form (RFC 9728)
          * @description [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
          */
-        get: operations["getOAuthProtectedResourceMetadataForMcp"];
+        get: operations["getOauthProtectedResourceMetadataForMcp"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4407,7 +4407,7 @@ export interface operations {
             };
         };
     };
-    getOAuthAuthorizationServerMetadata: {
+    getOauthAuthorizationServerMetadata: {
         parameters: {
             query?: never;
             header?: never;
@@ -4427,7 +4427,7 @@ export interface operations {
             };
         };
     };
-    getOAuthProtectedResourceMetadata: {
+    getOauthProtectedResourceMetadata: {
         parameters: {
             query?: never;
             header?: never;
@@ -4447,7 +4447,7 @@ export interface operations {
             };
         };
     };
-    getOAuthProtectedResourceMetadataForMcp: {
+    getOauthProtectedResourceMetadataForMcp: {
         parameters: {
             query?: never;
             header?: never;

@@ -235,19 +235,22 @@ pub(super) fn header(parts: &Parts, name: &str) -> Option<String> {
 /// `query.get` does for ComfyUI).
 pub(super) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, Problem> {
     let raw = parts.uri.query().unwrap_or("");
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for (key, value) in form_urlencoded_pairs(raw) {
-        if !pairs.iter().any(|(k, _)| *k == key) {
-            pairs.push((key, value));
+    let mut first: Vec<(String, String)> = Vec::new();
+    for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
+        if !first.iter().any(|(k, _)| *k == key) {
+            first.push((key.into_owned(), value.into_owned()));
         }
     }
-    let canonical =
-        serde_urlencoded::to_string(&pairs).map_err(|e| Problem::new("invalid query string", e))?;
-    serde_urlencoded::from_str(&canonical).map_err(|e| Problem::new("invalid query parameter", e))
-}
-
-fn form_urlencoded_pairs(raw: &str) -> Vec<(String, String)> {
-    serde_urlencoded::from_str::<Vec<(String, String)>>(raw).unwrap_or_default()
+    let canonical = form_urlencoded::Serializer::new(String::new()).extend_pairs(&first).finish();
+    let deserializer =
+        serde_urlencoded::Deserializer::new(form_urlencoded::parse(canonical.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let message = match e.path().to_string().as_str() {
+            "." => "invalid query string".to_owned(),
+            field => format!("invalid query parameter `{field}`"),
+        };
+        Problem::new(message, e.inner())
+    })
 }
 
 /// Parses a required JSON body, whatever the `Content-Type` says.
@@ -255,14 +258,19 @@ pub(super) fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Problem>
     if body.is_empty() {
         return Err(Problem::new("the request body is empty; a JSON body is required", ""));
     }
-    serde_json::from_slice(body).map_err(|e| {
-        let message = if e.is_syntax() || e.is_eof() {
-            "the request body is not valid JSON"
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let inner = e.inner();
+        if inner.is_syntax() || inner.is_eof() {
+            Problem::new("the request body is not valid JSON", inner)
         } else {
-            "the request body does not have the expected shape"
-        };
-        Problem::new(message, e)
-    })
+            Problem::new(format!("the request body has a bad value at `{}`", e.path()), inner)
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| Problem::new("the request body has data after the JSON value", e))?;
+    Ok(value)
 }
 
 /// Parses an optional JSON body: empty or unparseable counts as absent (ComfyUI treats any non-JSON body of
