@@ -1778,9 +1778,9 @@ pub struct PromptRequest {
     ///Queue priority, used verbatim (lower runs first); the server counter when absent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub number: ::std::option::Option<f64>,
-    ///Run only these output nodes; an empty list is `prompt_no_outputs`.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub partial_execution_targets: ::std::vec::Vec<::std::string::String>,
+    ///Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output).
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub partial_execution_targets: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<Prompt>,
     ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent.

@@ -1179,8 +1179,8 @@ export interface components {
             number?: number;
             /** @description Without `number`, queue ahead of every pending prompt. */
             front?: boolean;
-            /** @description Run only these output nodes; an empty list is `prompt_no_outputs`. */
-            partial_execution_targets?: string[];
+            /** @description Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output). */
+            partial_execution_targets?: string[] | null;
             extra_data?: components["schemas"]["ExtraData"];
         };
         /** @description An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`). */
