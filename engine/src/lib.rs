@@ -1,12 +1,24 @@
-//! Kiln's workflow engine.
+//! Kiln's workflow engine: it accepts ComfyUI API-format prompts, validates them with ComfyUI's error types,
+//! and executes them with ComfyUI's caching semantics.
 //!
-//! It will accept ComfyUI API-format prompts, validate them with ComfyUI's error types, execute them with
-//! ComfyUI's caching semantics, and run models through the pinned-memory executor (see ARCHITECTURE.md).
-//! The engine knows nothing of HTTP: the server converts its errors and events into wire types.
+//! - [`graph`]: the prompt model and validation.
+//! - [`nodes`]: the node API, the registry and the built-in nodes.
+//! - [`exec`]: the executor and its events.
+//! - [`cache`]: cache keys and the classic, LRU, RAM-pressure and none caches.
+//! - [`queue`]: the prompt queue with a persistence trait.
 //!
-//! For now it holds the one thing the server already needs: a description of the compute backend.
+//! The engine knows nothing of HTTP or of the wire types: the server converts prompts in and events out.
+//! Models, the memory manager and the GPU backend come later (see ARCHITECTURE.md).
 
 #![deny(missing_docs)]
+
+pub mod cache;
+pub mod exec;
+pub mod graph;
+pub mod nodes;
+pub mod queue;
+pub mod tensor;
+pub mod value;
 
 /// The compute backend the engine runs nodes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +38,5 @@ impl Backend {
         match self {
             Backend::Cpu => "cpu",
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Backend;
-
-    #[test]
-    fn cpu_backend_is_named_cpu() {
-        assert_eq!(Backend::detect().name(), "cpu");
     }
 }

@@ -1,0 +1,451 @@
+//! The executor: runs a validated prompt from its outputs backwards, only what the outputs need.
+//!
+//! Nodes are visited with an explicit stack (no recursion, so long chains are fine). A node runs once its
+//! non-lazy linked inputs are available; a node with lazy inputs is then asked which of them it needs, and only
+//! those are evaluated, so an unused branch never runs. Results come from the cache when the node's key hits.
+//! Inputs that are lists are mapped like upstream: a node that is not `is_input_list` runs once per element
+//! (shorter lists repeat their last element) and its outputs are collected into lists. The interrupt flag is
+//! checked before each node and by long nodes through their [`Context`].
+
+mod events;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use events::{Event, EventSink, NodeFailure};
+
+use crate::cache::{Cache, CachedOutput, compute_keys};
+use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
+use crate::nodes::{
+    Context, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+};
+use crate::value::Value;
+
+/// Where nodes read and write files.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// The input directory.
+    pub input: PathBuf,
+    /// The output directory.
+    pub output: PathBuf,
+    /// The temp directory.
+    pub temp: PathBuf,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every output ran.
+    Success,
+    /// A node failed.
+    Failed(Box<NodeFailure>),
+    /// The prompt was interrupted.
+    Interrupted {
+        /// The node that was about to run or running.
+        node: NodeId,
+        /// Its class.
+        class_type: String,
+        /// Nodes that ran before.
+        executed: Vec<NodeId>,
+    },
+}
+
+/// The result of a run: how it ended and what the output nodes showed (also those served from the cache).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// UI outputs by node id.
+    pub outputs: BTreeMap<NodeId, UiOutput>,
+    /// Nodes that ran (not served from the cache), in order.
+    pub executed: Vec<NodeId>,
+    /// Nodes whose results were in the cache when the run started.
+    pub cached: Vec<NodeId>,
+}
+
+/// One prompt to run.
+pub struct Run<'a> {
+    /// The prompt id events carry.
+    pub prompt_id: &'a str,
+    /// The prompt.
+    pub prompt: &'a ValidatedPrompt,
+    /// `extra_data.extra_pnginfo`, or null.
+    pub extra_pnginfo: Arc<serde_json::Value>,
+}
+
+/// Runs prompts one at a time, keeping the cache between them.
+pub struct Executor {
+    registry: Arc<Registry>,
+    cache: Cache,
+    roots: Roots,
+    interrupt: Arc<AtomicBool>,
+}
+
+impl Executor {
+    /// An executor over a registry, a cache and the file roots.
+    pub fn new(registry: Arc<Registry>, cache: Cache, roots: Roots) -> Executor {
+        Executor { registry, cache, roots, interrupt: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The flag that interrupts the running prompt when set (it is cleared when the next prompt starts).
+    pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
+    }
+
+    /// The cache (to inspect or clear it).
+    pub fn cache_mut(&mut self) -> &mut Cache {
+        &mut self.cache
+    }
+
+    /// Runs one prompt, sending its events to `sink`.
+    pub fn run(&mut self, run: &Run<'_>, sink: Arc<dyn EventSink>) -> RunSummary {
+        self.interrupt.store(false, Ordering::SeqCst);
+        let prompt = &run.prompt.prompt;
+        let keys = compute_keys(prompt, &self.registry);
+        self.cache.begin_prompt(keys.values());
+        sink.emit(run.prompt_id, Event::ExecutionStart);
+
+        let mut cached: Vec<NodeId> = Vec::new();
+        let mut hits: HashMap<NodeId, Arc<CachedOutput>> = HashMap::new();
+        for (id, key) in &keys {
+            if let Some(hit) = self.cache.get(key) {
+                cached.push(id.clone());
+                hits.insert(id.clone(), hit);
+            }
+        }
+        cached.sort();
+        sink.emit(run.prompt_id, Event::ExecutionCached { nodes: cached.clone() });
+
+        let mut state = RunState {
+            results: HashMap::new(),
+            requested_lazy: HashMap::new(),
+            ui: BTreeMap::new(),
+            executed: Vec::new(),
+        };
+        let progress: Arc<dyn ProgressSink> =
+            Arc::new(events::Progress { prompt_id: run.prompt_id.to_owned(), sink: sink.clone() });
+        let prompt_json = Arc::new(prompt.to_json());
+
+        let mut stack: Vec<NodeId> = run.prompt.outputs.iter().rev().cloned().collect();
+        while let Some(id) = stack.last().cloned() {
+            if state.results.contains_key(&id) {
+                stack.pop();
+                continue;
+            }
+            let node = &prompt.nodes[&id];
+            let class_type = node.class_type.clone().unwrap_or_default();
+            // A node whose key hits (at the start of the run, or because an identical node just ran) is served
+            // from the cache.
+            let hit =
+                hits.get(&id).cloned().or_else(|| keys.get(&id).and_then(|k| self.cache.get(k)));
+            if let Some(hit) = hit {
+                if let Some(ui) = &hit.ui {
+                    sink.emit(run.prompt_id, Event::Executed { node: id.clone(), ui: ui.clone() });
+                    state.ui.insert(id.clone(), ui.clone());
+                }
+                state.results.insert(id.clone(), hit);
+                stack.pop();
+                continue;
+            }
+            let Some(class) = self.registry.get(&class_type).cloned() else {
+                return self.fail(
+                    run,
+                    &sink,
+                    state,
+                    cached,
+                    &id,
+                    &class_type,
+                    NodeError::new(format!("node class {class_type} is not registered")),
+                    BTreeMap::new(),
+                );
+            };
+            let spec = class.spec();
+
+            // Dependencies: non-lazy links, plus the lazy ones the node asked for.
+            let requested = state.requested_lazy.entry(id.clone()).or_default().clone();
+            let mut missing = Vec::new();
+            for (name, input) in &node.inputs {
+                // Only declared inputs take part; validation checked exactly those.
+                let Some((def, _)) = spec.input_def(name) else { continue };
+                if let Input::Link { node: source, .. } = input
+                    && (!def.is_lazy() || requested.contains(name))
+                    && !state.results.contains_key(source)
+                {
+                    if !prompt.nodes.contains_key(source) {
+                        let error = NodeError::of_kind(
+                            "KeyError",
+                            format!("node {id} links to missing node {source}"),
+                        );
+                        return self.fail(
+                            run,
+                            &sink,
+                            state,
+                            cached,
+                            &id,
+                            &class_type,
+                            error,
+                            BTreeMap::new(),
+                        );
+                    }
+                    missing.push(source.clone());
+                }
+            }
+            if !missing.is_empty() {
+                if let Some(cycle) = missing.iter().find(|m| stack.contains(m)) {
+                    let error = NodeError::of_kind(
+                        "DependencyCycle",
+                        format!("node {id} depends on {cycle}, which depends on it"),
+                    );
+                    return self.fail(
+                        run,
+                        &sink,
+                        state,
+                        cached,
+                        &id,
+                        &class_type,
+                        error,
+                        BTreeMap::new(),
+                    );
+                }
+                stack.extend(missing.into_iter().rev());
+                continue;
+            }
+            if spec.inputs().any(|d| d.is_lazy()) {
+                let available = single_inputs(node, &spec, &state.results, &requested);
+                let wanted: BTreeSet<String> = class
+                    .check_lazy(&available, &spec)
+                    .into_iter()
+                    .filter(|name| {
+                        matches!(node.inputs.get(name), Some(Input::Link { .. }))
+                            && !requested.contains(name)
+                    })
+                    .collect();
+                if !wanted.is_empty() {
+                    state.requested_lazy.entry(id.clone()).or_default().extend(wanted);
+                    continue;
+                }
+            }
+
+            if self.interrupt.load(Ordering::SeqCst) {
+                return self.interrupted(run, &sink, state, cached, &id, &class_type);
+            }
+            sink.emit(run.prompt_id, Event::Executing { node: id.clone() });
+            let lists = input_lists(node, &spec, &state.results, &requested);
+            let ctx = Context {
+                node: id.clone(),
+                prompt: prompt_json.clone(),
+                extra_pnginfo: run.extra_pnginfo.clone(),
+                input_dir: self.roots.input.clone(),
+                output_dir: self.roots.output.clone(),
+                temp_dir: self.roots.temp.clone(),
+                interrupt: self.interrupt.clone(),
+                progress: progress.clone(),
+            };
+            match execute_mapped(class.as_ref(), &spec, &lists, &ctx) {
+                Ok(output) => {
+                    let output = Arc::new(output);
+                    if let Some(key) = keys.get(&id) {
+                        self.cache.set(key, output.clone());
+                    }
+                    self.cache.after_node();
+                    if let Some(ui) = &output.ui {
+                        sink.emit(
+                            run.prompt_id,
+                            Event::Executed { node: id.clone(), ui: ui.clone() },
+                        );
+                        state.ui.insert(id.clone(), ui.clone());
+                    }
+                    sink.emit(run.prompt_id, Event::NodeFinished { node: id.clone() });
+                    state.results.insert(id.clone(), output);
+                    state.executed.push(id.clone());
+                    stack.pop();
+                }
+                Err(error)
+                    if error.kind == "Interrupted" || self.interrupt.load(Ordering::SeqCst) =>
+                {
+                    return self.interrupted(run, &sink, state, cached, &id, &class_type);
+                }
+                Err(error) => {
+                    let current: BTreeMap<String, Vec<String>> = lists
+                        .iter()
+                        .map(|(name, values)| {
+                            (name.clone(), values.iter().map(Value::repr).collect())
+                        })
+                        .collect();
+                    return self.fail(run, &sink, state, cached, &id, &class_type, error, current);
+                }
+            }
+        }
+        sink.emit(run.prompt_id, Event::ExecutionSuccess);
+        RunSummary {
+            outcome: Outcome::Success,
+            outputs: state.ui,
+            executed: state.executed,
+            cached,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fail(
+        &mut self,
+        run: &Run<'_>,
+        sink: &Arc<dyn EventSink>,
+        state: RunState,
+        cached: Vec<NodeId>,
+        node: &NodeId,
+        class_type: &str,
+        error: NodeError,
+        current_inputs: BTreeMap<String, Vec<String>>,
+    ) -> RunSummary {
+        let mut current_outputs: Vec<NodeId> = state.results.keys().cloned().collect();
+        current_outputs.sort();
+        let failure = NodeFailure {
+            node: node.clone(),
+            class_type: class_type.to_owned(),
+            executed: state.executed.clone(),
+            message: error.message,
+            kind: error.kind,
+            current_inputs,
+            current_outputs,
+        };
+        sink.emit(run.prompt_id, Event::ExecutionError(Box::new(failure.clone())));
+        RunSummary {
+            outcome: Outcome::Failed(Box::new(failure)),
+            outputs: state.ui,
+            executed: state.executed,
+            cached,
+        }
+    }
+
+    fn interrupted(
+        &mut self,
+        run: &Run<'_>,
+        sink: &Arc<dyn EventSink>,
+        state: RunState,
+        cached: Vec<NodeId>,
+        node: &NodeId,
+        class_type: &str,
+    ) -> RunSummary {
+        sink.emit(
+            run.prompt_id,
+            Event::ExecutionInterrupted {
+                node: node.clone(),
+                class_type: class_type.to_owned(),
+                executed: state.executed.clone(),
+            },
+        );
+        RunSummary {
+            outcome: Outcome::Interrupted {
+                node: node.clone(),
+                class_type: class_type.to_owned(),
+                executed: state.executed.clone(),
+            },
+            outputs: state.ui,
+            executed: state.executed,
+            cached,
+        }
+    }
+}
+
+struct RunState {
+    results: HashMap<NodeId, Arc<CachedOutput>>,
+    requested_lazy: HashMap<NodeId, BTreeSet<String>>,
+    ui: BTreeMap<NodeId, UiOutput>,
+    executed: Vec<NodeId>,
+}
+
+/// The inputs available now, as lists: literals, and links whose source has run (lazy links only if
+/// requested).
+fn input_lists(
+    node: &crate::graph::PromptNode,
+    spec: &NodeSpec,
+    results: &HashMap<NodeId, Arc<CachedOutput>>,
+    requested: &BTreeSet<String>,
+) -> BTreeMap<String, Vec<Value>> {
+    let mut lists = BTreeMap::new();
+    for (name, input) in &node.inputs {
+        let Some((def, _)) = spec.input_def(name) else { continue };
+        let def = Some(def);
+        match input {
+            Input::Literal(json) => {
+                lists.insert(name.clone(), vec![literal_value(def, json)]);
+            }
+            Input::Link { node: source, slot } => {
+                let lazy = def.is_some_and(|d| d.is_lazy());
+                if lazy && !requested.contains(name) {
+                    continue;
+                }
+                if let Some(values) = results.get(source).and_then(|r| r.outputs.get(*slot)) {
+                    lists.insert(name.clone(), values.clone());
+                }
+            }
+        }
+    }
+    lists
+}
+
+/// The available inputs with one value each (the first of a list), for `check_lazy`.
+fn single_inputs(
+    node: &crate::graph::PromptNode,
+    spec: &NodeSpec,
+    results: &HashMap<NodeId, Arc<CachedOutput>>,
+    requested: &BTreeSet<String>,
+) -> Inputs {
+    let lists = input_lists(node, spec, results, requested);
+    Inputs::from_values(
+        lists.into_iter().filter_map(|(k, mut v)| (!v.is_empty()).then(|| (k, v.swap_remove(0)))),
+    )
+}
+
+/// Runs a node over its input lists like upstream's `map_node_over_list`.
+fn execute_mapped(
+    class: &dyn crate::nodes::Node,
+    spec: &NodeSpec,
+    lists: &BTreeMap<String, Vec<Value>>,
+    ctx: &Context,
+) -> Result<CachedOutput, NodeError> {
+    let slots = spec.outputs.len();
+    let mut outputs: Vec<Vec<Value>> = vec![Vec::new(); slots];
+    let mut ui: Option<UiOutput> = None;
+    let mut collect = |result: crate::nodes::NodeResult| -> Result<(), NodeError> {
+        if result.outputs.len() != slots {
+            return Err(NodeError::new(format!(
+                "node {} returned {} outputs, declares {slots}",
+                spec.name,
+                result.outputs.len()
+            )));
+        }
+        for (slot, output) in result.outputs.into_iter().enumerate() {
+            match output {
+                Output::One(value) => outputs[slot].push(value),
+                Output::List(values) => outputs[slot].extend(values),
+            }
+        }
+        if let Some(more) = result.ui {
+            ui.get_or_insert_with(UiOutput::default).extend(more);
+        }
+        Ok(())
+    };
+    if spec.is_input_list {
+        collect(class.execute(&Inputs::from_lists(lists.clone()), ctx)?)?;
+    } else {
+        let runs = if lists.values().any(Vec::is_empty) {
+            0
+        } else {
+            lists.values().map(Vec::len).max().unwrap_or(1)
+        };
+        for index in 0..runs {
+            if index > 0 {
+                ctx.check_interrupt()?;
+            }
+            let inputs =
+                Inputs::from_values(lists.iter().map(|(name, values)| {
+                    (name.clone(), values[index.min(values.len() - 1)].clone())
+                }));
+            collect(class.execute(&inputs, ctx)?)?;
+        }
+    }
+    Ok(CachedOutput { outputs, ui })
+}

@@ -1,0 +1,370 @@
+//! File nodes: `LoadImage` (input directory → IMAGE + MASK), `SaveImage` (PNG with the prompt and workflow in
+//! tEXt chunks, `prefix_00001_.png` counters, subfolders) and `PreviewImage` (the same into the temp directory).
+//!
+//! Invariant: no file is read or written outside its root; names with `..`, absolute paths, and symlinks
+//! leading out of the root are refused.
+
+use std::collections::hash_map::RandomState;
+use std::fs;
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::io::BufWriter;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::nodes::{
+    Context, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node, NodeError,
+    NodeResult, NodeSpec, Output, OutputDef, UiOutput,
+};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+const IMAGE_EXTENSIONS: [&str; 8] = ["png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"];
+
+/// Joins `relative` onto `root` if it stays inside: no absolute path, no `..`, and (for what exists) no
+/// symlink out of the root.
+pub(crate) fn inside(root: &Path, relative: &str) -> Option<PathBuf> {
+    let rel = Path::new(relative);
+    if rel.is_absolute()
+        || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return None;
+    }
+    let joined = root.join(rel);
+    if let (Ok(real_root), Ok(real)) = (root.canonicalize(), joined.canonicalize())
+        && !real.starts_with(&real_root)
+    {
+        return None;
+    }
+    Some(joined)
+}
+
+/// `LoadImage`: reads an image from the input directory.
+pub(super) struct LoadImage {
+    input_dir: PathBuf,
+}
+
+impl LoadImage {
+    pub(super) fn new(input_dir: PathBuf) -> LoadImage {
+        LoadImage { input_dir }
+    }
+
+    fn files(&self) -> Vec<String> {
+        let mut files: Vec<String> = fs::read_dir(&self.input_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| {
+                Path::new(name)
+                    .extension()
+                    .and_then(|x| x.to_str())
+                    .is_some_and(|x| IMAGE_EXTENSIONS.contains(&x.to_ascii_lowercase().as_str()))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        let name = name.strip_suffix(" [input]").unwrap_or(name);
+        inside(&self.input_dir, name).filter(|p| p.is_file())
+    }
+}
+
+impl Node for LoadImage {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let mut image = InputDef::typed("image", "COMBO").option("image_upload", true);
+        image.ty = InputType::Choices(self.files());
+        Arc::new(
+            NodeSpec::new("LoadImage", "Load Image", "image")
+                .input(image)
+                .output(OutputDef::new("IMAGE"))
+                .output(OutputDef::new("MASK"))
+                .validates(&["image"])
+                .aliases(&[
+                    "load image",
+                    "open image",
+                    "import image",
+                    "image input",
+                    "upload image",
+                    "read image",
+                    "image loader",
+                ])
+                .essentials("Basics"),
+        )
+    }
+
+    fn validate(&self, inputs: &Inputs) -> Result<(), String> {
+        let name = inputs.string("image").map_err(|e| e.message)?;
+        self.path(name).map(|_| ()).ok_or_else(|| format!("Invalid image file: {name}"))
+    }
+
+    fn fingerprint(&self, inputs: &Inputs) -> Fingerprint {
+        let Some(bytes) =
+            inputs.string("image").ok().and_then(|n| self.path(n)).and_then(|p| fs::read(p).ok())
+        else {
+            return Fingerprint::Always;
+        };
+        let mut hasher = DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        Fingerprint::Value(format!("{:016x}{}", hasher.finish(), bytes.len()))
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let name = inputs.string("image")?;
+        let path = self.path(name).ok_or_else(|| {
+            NodeError::of_kind("FileNotFoundError", format!("Invalid image file: {name}"))
+        })?;
+        let decoded = image::ImageReader::open(&path)
+            .and_then(|r| r.with_guessed_format())
+            .map_err(|e| NodeError::of_kind("OSError", format!("cannot open {name}: {e}")))?
+            .decode()
+            .map_err(|e| {
+                NodeError::of_kind(
+                    "UnidentifiedImageError",
+                    format!("cannot identify image file '{name}': {e}"),
+                )
+            })?;
+        let has_alpha = decoded.color().has_alpha();
+        let rgba = decoded.to_rgba32f();
+        let (w, h) = (rgba.width() as usize, rgba.height() as usize);
+        let mut rgb = Vec::with_capacity(w * h * 3);
+        let mut mask = Vec::with_capacity(w * h);
+        for pixel in rgba.pixels() {
+            rgb.extend_from_slice(&pixel.0[..3]);
+            mask.push(1.0 - pixel.0[3]);
+        }
+        let image =
+            Tensor::new(vec![1, h, w, 3], rgb).map_err(|e| NodeError::new(e.to_string()))?;
+        let mask = if has_alpha {
+            Tensor::new(vec![1, h, w], mask).map_err(|e| NodeError::new(e.to_string()))?
+        } else {
+            Tensor::full(vec![1, 64, 64], 0.0)
+        };
+        Ok(NodeResult::values([Value::Image(image), Value::Mask(mask)]))
+    }
+}
+
+/// `SaveImage`: writes PNGs into the output directory.
+pub(super) struct SaveImage(Arc<NodeSpec>);
+
+impl SaveImage {
+    pub(super) fn new() -> SaveImage {
+        SaveImage(Arc::new(
+            NodeSpec::new("SaveImage", "Save Image", "image")
+                .description("Saves the input images to your ComfyUI output directory.")
+                .input(InputDef::typed("images", "IMAGE").tooltip("The images to save."))
+                .input(InputDef::string("filename_prefix", "ComfyUI").tooltip(
+                    "The prefix for the file to save. This may include formatting information such as %date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes.",
+                ))
+                .hidden("prompt", Hidden::Prompt)
+                .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+                .output(OutputDef::new("IMAGE").named("images"))
+                .output_node()
+                .aliases(&["save", "save image", "export image", "output image", "write image", "download"])
+                .essentials("Basics"),
+        ))
+    }
+}
+
+impl Node for SaveImage {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let images = inputs.image("images")?;
+        let ui = save_pngs(
+            images,
+            inputs.string("filename_prefix")?,
+            &ctx.output_dir,
+            FileKind::Output,
+            ctx,
+        )?;
+        Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
+    }
+}
+
+/// `PreviewImage`: writes PNGs into the temp directory.
+pub(super) struct PreviewImage(Arc<NodeSpec>);
+
+impl PreviewImage {
+    pub(super) fn new() -> PreviewImage {
+        PreviewImage(Arc::new(
+            NodeSpec::new("PreviewImage", "Preview Image", "image")
+                .description(
+                    "Preview the images without saving them to the ComfyUI output directory.",
+                )
+                .input(InputDef::typed("images", "IMAGE"))
+                .hidden("prompt", Hidden::Prompt)
+                .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+                .output(OutputDef::new("IMAGE").named("images"))
+                .output_node()
+                .aliases(&[
+                    "preview",
+                    "preview image",
+                    "show image",
+                    "view image",
+                    "display image",
+                    "image viewer",
+                ])
+                .essentials("Basics"),
+        ))
+    }
+}
+
+impl Node for PreviewImage {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let images = inputs.image("images")?;
+        let mut bits = RandomState::new().hash_one(&ctx.node);
+        let suffix: String = (0..5)
+            .map(|_| {
+                let c = (b'a' + (bits % 26) as u8) as char;
+                bits /= 26;
+                c
+            })
+            .collect();
+        let prefix = format!("ComfyUI_temp_{suffix}");
+        let ui = save_pngs(images, &prefix, &ctx.temp_dir, FileKind::Temp, ctx)?;
+        Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
+    }
+}
+
+/// Writes each image of a batch as `<prefix>_<counter:05>_.png` under `root`, continuing after the highest
+/// counter already there, with the prompt and `extra_pnginfo` as PNG text chunks.
+fn save_pngs(
+    images: &Tensor,
+    prefix: &str,
+    root: &Path,
+    kind: FileKind,
+    ctx: &Context,
+) -> Result<UiOutput, NodeError> {
+    let outside = || NodeError::new("Saving image outside the output folder is not allowed.");
+    let normalized: Vec<&str> =
+        prefix.split(['/', '\\']).filter(|p| !p.is_empty() && *p != ".").collect();
+    if prefix.starts_with(['/', '\\']) || normalized.contains(&"..") {
+        return Err(outside());
+    }
+    let (name, folders) =
+        normalized.split_last().ok_or_else(|| NodeError::new("filename_prefix is empty"))?;
+    let subfolder = folders.join("/");
+    let folder = if subfolder.is_empty() {
+        root.to_path_buf()
+    } else {
+        inside(root, &subfolder).ok_or_else(outside)?
+    };
+    fs::create_dir_all(&folder).map_err(|e| {
+        NodeError::of_kind("OSError", format!("cannot create {}: {e}", folder.display()))
+    })?;
+    if inside(root, &subfolder).is_none() && !subfolder.is_empty() {
+        return Err(outside());
+    }
+    let first = next_counter(&folder, name);
+
+    let [batch, h, w, c] = images.shape() else {
+        return Err(NodeError::new(format!(
+            "expected an IMAGE [B, H, W, C], got {:?}",
+            images.shape()
+        )));
+    };
+    let (batch, h, w, c) = (*batch, *h, *w, *c);
+    let mut text_chunks: Vec<(String, String)> =
+        vec![("prompt".to_owned(), ctx.prompt.to_string())];
+    if let Some(extra) = ctx.extra_pnginfo.as_object() {
+        text_chunks.extend(extra.iter().map(|(k, v)| (k.clone(), v.to_string())));
+    }
+    let mut ui = UiOutput::default();
+    for (b, counter) in (0..batch).zip(first..) {
+        ctx.check_interrupt()?;
+        let pixels = &images.data()[b * h * w * c..(b + 1) * h * w * c];
+        let filename = format!("{name}_{counter:05}_.png");
+        write_png(&folder.join(&filename), pixels, w, h, c, &text_chunks)?;
+        ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
+        ctx.progress((b + 1) as f64, batch as f64);
+    }
+    Ok(ui)
+}
+
+/// One more than the highest counter of `<name>_<digits>_...` files in `folder` (1 when there is none).
+fn next_counter(folder: &Path, name: &str) -> u64 {
+    fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|file| {
+            let rest = file.strip_prefix(name)?.strip_prefix('_')?;
+            rest.split('_').next()?.parse::<u64>().ok()
+        })
+        .max()
+        .map_or(1, |n| n + 1)
+}
+
+fn write_png(
+    path: &Path,
+    pixels: &[f32],
+    w: usize,
+    h: usize,
+    c: usize,
+    text: &[(String, String)],
+) -> Result<(), NodeError> {
+    let io = |e: std::io::Error| {
+        NodeError::of_kind("OSError", format!("cannot write {}: {e}", path.display()))
+    };
+    let encoding = |e: png::EncodingError| {
+        NodeError::of_kind("OSError", format!("cannot encode {}: {e}", path.display()))
+    };
+    let color = match c {
+        1 => png::ColorType::Grayscale,
+        3 => png::ColorType::Rgb,
+        4 => png::ColorType::Rgba,
+        other => return Err(NodeError::new(format!("cannot save an image with {other} channels"))),
+    };
+    let file = fs::File::create(path).map_err(io)?;
+    let mut encoder = png::Encoder::new(BufWriter::new(file), w as u32, h as u32);
+    encoder.set_color(color);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Fast);
+    for (keyword, value) in text {
+        if value.chars().all(|ch| (ch as u32) < 0x100) {
+            encoder.add_text_chunk(keyword.clone(), value.clone()).map_err(encoding)?;
+        } else {
+            encoder.add_itxt_chunk(keyword.clone(), value.clone()).map_err(encoding)?;
+        }
+    }
+    let mut writer = encoder.write_header().map_err(encoding)?;
+    // As upstream: clip to 0..255 and truncate.
+    let bytes: Vec<u8> = pixels.iter().map(|v| (v * 255.0).clamp(0.0, 255.0) as u8).collect();
+    writer.write_image_data(&bytes).map_err(encoding)?;
+    writer.finish().map_err(encoding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{inside, next_counter};
+
+    #[test]
+    fn paths_stay_inside_their_root() {
+        let root = std::env::temp_dir();
+        assert!(inside(&root, "a.png").is_some());
+        assert!(inside(&root, "sub/a.png").is_some());
+        assert!(inside(&root, "../a.png").is_none());
+        assert!(inside(&root, "/etc/passwd").is_none());
+        assert!(inside(&root, "sub/../../a.png").is_none());
+    }
+
+    #[test]
+    fn counters_continue_after_the_highest() {
+        let dir = std::env::temp_dir().join(format!("kiln-counter-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for f in ["img_00001_.png", "img_00007_.png", "other_00009_.png", "img_x_.png"] {
+            std::fs::write(dir.join(f), b"").expect("file");
+        }
+        assert_eq!(next_counter(&dir, "img"), 8);
+        assert_eq!(next_counter(&dir, "new"), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

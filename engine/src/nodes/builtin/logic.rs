@@ -1,0 +1,43 @@
+//! `ComfySwitchNode`: passes `on_true` or `on_false` through; both are lazy, so the branch not taken never runs.
+
+use std::sync::Arc;
+
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+
+/// The lazy switch.
+pub(super) struct ComfySwitchNode(Arc<NodeSpec>);
+
+impl ComfySwitchNode {
+    pub(super) fn new() -> ComfySwitchNode {
+        ComfySwitchNode(Arc::new(
+            NodeSpec::new("ComfySwitchNode", "Switch", "logic")
+                .description(
+                    "Passes on_true when switch is on, on_false otherwise; only that branch runs.",
+                )
+                .input(InputDef::boolean("switch", false))
+                .input(InputDef::typed("on_false", "*").lazy())
+                .input(InputDef::typed("on_true", "*").lazy())
+                .output(OutputDef::new("*").named("output")),
+        ))
+    }
+}
+
+impl Node for ComfySwitchNode {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+
+    fn check_lazy(&self, inputs: &Inputs, _: &NodeSpec) -> Vec<String> {
+        let branch = if inputs.bool("switch").unwrap_or(false) { "on_true" } else { "on_false" };
+        if inputs.has(branch) { Vec::new() } else { vec![branch.to_owned()] }
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let branch = if inputs.bool("switch")? { "on_true" } else { "on_false" };
+        let value = inputs
+            .get(branch)
+            .cloned()
+            .ok_or_else(|| NodeError::new(format!("input `{branch}` is missing")))?;
+        Ok(NodeResult::values([value]))
+    }
+}

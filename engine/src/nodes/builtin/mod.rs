@@ -1,0 +1,35 @@
+//! The built-in node classes (no models): images, latents, primitives, previews and the lazy switch.
+
+mod files;
+mod image;
+mod latent;
+mod logic;
+mod primitives;
+mod resize;
+
+use std::path::PathBuf;
+
+use super::Registry;
+
+/// A registry with every built-in node; `LoadImage` lists and reads `input_dir`.
+pub fn builtin_registry(input_dir: PathBuf) -> Registry {
+    let mut registry = Registry::new();
+    registry.register(files::LoadImage::new(input_dir));
+    registry.register(files::SaveImage::new());
+    registry.register(files::PreviewImage::new());
+    registry.register(image::ImageScale::new());
+    registry.register(image::ImageScaleBy::new());
+    registry.register(image::ImageInvert::new());
+    registry.register(image::ImageBlend::new());
+    registry.register(image::ImageBatch::new());
+    registry.register(image::EmptyImage::new());
+    registry.register(image::GetImageSize::new());
+    registry.register(latent::EmptyLatentImage::new());
+    registry.register(latent::LatentUpscale::new());
+    for node in primitives::primitives() {
+        registry.register(node);
+    }
+    registry.register(primitives::PreviewAny::new());
+    registry.register(logic::ComfySwitchNode::new());
+    registry
+}

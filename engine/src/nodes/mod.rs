@@ -1,0 +1,296 @@
+//! The node API: the [`Node`] trait every node class implements, the values it receives and returns, and the
+//! [`Registry`] of node classes that validation, execution and `object_info` read.
+
+mod builtin;
+mod context;
+mod spec;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use builtin::builtin_registry;
+pub use context::{Context, Interrupted, ProgressSink};
+pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
+
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// A node class.
+pub trait Node: Send + Sync + 'static {
+    /// The declaration (cheap to call: static nodes hand out a shared copy).
+    fn spec(&self) -> Arc<NodeSpec>;
+
+    /// The node's own validation of its literal inputs (ComfyUI's `VALIDATE_INPUTS`); an `Err` message becomes a
+    /// `custom_validation_failed` error. Called only when the node declares `validates_inputs`.
+    fn validate(&self, _inputs: &Inputs) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What, besides its inputs, decides the node's output (ComfyUI's `IS_CHANGED`), from its literal inputs.
+    fn fingerprint(&self, _inputs: &Inputs) -> Fingerprint {
+        Fingerprint::Unchanged
+    }
+
+    /// Which lazy inputs the node needs, given the inputs available so far (unevaluated lazy inputs are
+    /// absent). The default needs every lazy input.
+    fn check_lazy(&self, _inputs: &Inputs, spec: &NodeSpec) -> Vec<String> {
+        spec.inputs().filter(|i| i.is_lazy()).map(|i| i.name.clone()).collect()
+    }
+
+    /// Runs the node.
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError>;
+}
+
+/// A fingerprint of what a node's output depends on besides its inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Fingerprint {
+    /// Nothing else (ComfyUI's `IS_CHANGED` returning `False` or absent).
+    Unchanged,
+    /// This value (e.g. a file's hash); a change forces a re-run.
+    Value(String),
+    /// Different every time: the node never comes from the cache (ComfyUI's NaN).
+    Always,
+}
+
+/// The inputs a node runs with, by name. A node that is not `is_input_list` sees exactly one value per input.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    values: BTreeMap<String, Vec<Value>>,
+}
+
+impl Inputs {
+    /// Inputs from single values.
+    pub fn from_values(values: impl IntoIterator<Item = (String, Value)>) -> Inputs {
+        Inputs { values: values.into_iter().map(|(k, v)| (k, vec![v])).collect() }
+    }
+
+    /// Inputs from lists.
+    pub fn from_lists(values: BTreeMap<String, Vec<Value>>) -> Inputs {
+        Inputs { values }
+    }
+
+    /// Whether an input is present.
+    pub fn has(&self, name: &str) -> bool {
+        self.values.contains_key(name)
+    }
+
+    /// An input's value.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.values.get(name).and_then(|v| v.first())
+    }
+
+    /// An input's whole list (for `is_input_list` nodes).
+    pub fn list(&self, name: &str) -> &[Value] {
+        self.values.get(name).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The names present.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.values.keys().map(String::as_str)
+    }
+
+    fn required(&self, name: &str) -> Result<&Value, NodeError> {
+        self.get(name).ok_or_else(|| NodeError::new(format!("input `{name}` is missing")))
+    }
+
+    fn wrong(&self, name: &str, expected: &str, got: &Value) -> NodeError {
+        NodeError::new(format!("input `{name}` should be {expected}, got {}", got.type_name()))
+    }
+
+    /// An `INT` input.
+    pub fn int(&self, name: &str) -> Result<i64, NodeError> {
+        match self.required(name)? {
+            Value::Int(v) => Ok(*v),
+            other => Err(self.wrong(name, "INT", other)),
+        }
+    }
+
+    /// A `FLOAT` input (an `INT` is widened).
+    pub fn float(&self, name: &str) -> Result<f64, NodeError> {
+        match self.required(name)? {
+            Value::Float(v) => Ok(*v),
+            Value::Int(v) => Ok(*v as f64),
+            other => Err(self.wrong(name, "FLOAT", other)),
+        }
+    }
+
+    /// A `STRING` or combo input.
+    pub fn string(&self, name: &str) -> Result<&str, NodeError> {
+        match self.required(name)? {
+            Value::String(v) => Ok(v),
+            other => Err(self.wrong(name, "STRING", other)),
+        }
+    }
+
+    /// A `BOOLEAN` input.
+    pub fn bool(&self, name: &str) -> Result<bool, NodeError> {
+        match self.required(name)? {
+            Value::Bool(v) => Ok(*v),
+            other => Err(self.wrong(name, "BOOLEAN", other)),
+        }
+    }
+
+    /// An `IMAGE` input.
+    pub fn image(&self, name: &str) -> Result<&Tensor, NodeError> {
+        match self.required(name)? {
+            Value::Image(t) => Ok(t),
+            other => Err(self.wrong(name, "IMAGE", other)),
+        }
+    }
+
+    /// A `LATENT` input.
+    pub fn latent(&self, name: &str) -> Result<&Tensor, NodeError> {
+        match self.required(name)? {
+            Value::Latent(t) => Ok(t),
+            other => Err(self.wrong(name, "LATENT", other)),
+        }
+    }
+}
+
+/// One output slot's value: a single value, or a list for `output_is_list` outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// One value.
+    One(Value),
+    /// A list of values.
+    List(Vec<Value>),
+}
+
+/// A file shown in the UI (`{filename, subfolder, type}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// The file name.
+    pub filename: String,
+    /// The folder under the root, or empty.
+    pub subfolder: String,
+    /// The root: `input`, `output` or `temp`.
+    pub kind: FileKind,
+}
+
+/// The three file roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// The input directory.
+    Input,
+    /// The output directory.
+    Output,
+    /// The temp directory.
+    Temp,
+}
+
+impl FileKind {
+    /// The name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Input => "input",
+            FileKind::Output => "output",
+            FileKind::Temp => "temp",
+        }
+    }
+}
+
+/// What a node shows in the UI (the `output` of `executed`, the history's outputs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UiOutput {
+    /// Saved or previewed images.
+    pub images: Vec<FileRef>,
+    /// Text.
+    pub text: Vec<String>,
+}
+
+impl UiOutput {
+    /// Whether there is nothing to show.
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty() && self.text.is_empty()
+    }
+
+    /// Appends another node call's UI output (list mapping calls a node several times).
+    pub fn extend(&mut self, other: UiOutput) {
+        self.images.extend(other.images);
+        self.text.extend(other.text);
+    }
+}
+
+/// What a node returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeResult {
+    /// One entry per declared output.
+    pub outputs: Vec<Output>,
+    /// What to show in the UI, if anything.
+    pub ui: Option<UiOutput>,
+}
+
+impl NodeResult {
+    /// A result of single values, one per output.
+    pub fn values(values: impl IntoIterator<Item = Value>) -> NodeResult {
+        NodeResult { outputs: values.into_iter().map(Output::One).collect(), ui: None }
+    }
+
+    /// A result that only shows something in the UI.
+    pub fn ui(ui: UiOutput) -> NodeResult {
+        NodeResult { outputs: Vec::new(), ui: Some(ui) }
+    }
+}
+
+/// A node failed while running.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NodeError {
+    /// What went wrong.
+    pub message: String,
+    /// The error's kind, as reported in `execution_error.exception_type`.
+    pub kind: String,
+}
+
+impl NodeError {
+    /// An error with the generic kind `NodeError`.
+    pub fn new(message: impl Into<String>) -> NodeError {
+        NodeError { message: message.into(), kind: "NodeError".to_owned() }
+    }
+
+    /// An error of a given kind (e.g. `FileNotFoundError`).
+    pub fn of_kind(kind: &str, message: impl Into<String>) -> NodeError {
+        NodeError { message: message.into(), kind: kind.to_owned() }
+    }
+}
+
+impl From<Interrupted> for NodeError {
+    fn from(_: Interrupted) -> NodeError {
+        NodeError::of_kind("Interrupted", "interrupted")
+    }
+}
+
+/// The node classes known to the engine, by class name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    nodes: BTreeMap<String, Arc<dyn Node>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.nodes.keys()).finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Registers a node class under its spec's name (replacing one of the same name).
+    pub fn register(&mut self, node: impl Node) {
+        let name = node.spec().name.clone();
+        self.nodes.insert(name, Arc::new(node));
+    }
+
+    /// A node class by name.
+    pub fn get(&self, class: &str) -> Option<&Arc<dyn Node>> {
+        self.nodes.get(class)
+    }
+
+    /// Every node class, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Node>)> {
+        self.nodes.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}

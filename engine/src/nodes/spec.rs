@@ -1,0 +1,314 @@
+//! Node declarations: inputs, outputs and flags, in the terms of ComfyUI's `object_info`.
+//!
+//! Input options are kept as the JSON object `object_info` shows (`default`, `min`, `max`, `step`, `multiline`,
+//! `tooltip`, `options`, `lazy`, ...), so what a node declares is exactly what the frontend sees and what
+//! validation checks.
+
+use serde_json::{Map, Value as Json};
+
+/// The type of an input as `object_info` writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputType {
+    /// A type name: `INT`, `FLOAT`, `STRING`, `BOOLEAN`, `COMBO` (choices in `options.options`), `IMAGE`, `*`, ...
+    Named(String),
+    /// A legacy combo: the list of choices in place of the type name.
+    Choices(Vec<String>),
+}
+
+impl InputType {
+    /// The type as JSON (a string or a list of choices).
+    pub fn to_json(&self) -> Json {
+        match self {
+            InputType::Named(name) => Json::String(name.clone()),
+            InputType::Choices(choices) => Json::from(choices.clone()),
+        }
+    }
+}
+
+/// One declared input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputDef {
+    /// The input name.
+    pub name: String,
+    /// Its type.
+    pub ty: InputType,
+    /// Its options, as `object_info` shows them.
+    pub options: Map<String, Json>,
+}
+
+impl InputDef {
+    fn new(name: &str, ty: InputType) -> InputDef {
+        InputDef { name: name.to_owned(), ty, options: Map::new() }
+    }
+
+    /// An `INT` input.
+    pub fn int(name: &str, default: i64, min: i64, max: i64) -> InputDef {
+        InputDef::new(name, InputType::Named("INT".to_owned()))
+            .option("default", default)
+            .option("min", min)
+            .option("max", max)
+    }
+
+    /// A `FLOAT` input.
+    pub fn float(name: &str, default: f64, min: f64, max: f64) -> InputDef {
+        InputDef::new(name, InputType::Named("FLOAT".to_owned()))
+            .option("default", default)
+            .option("min", min)
+            .option("max", max)
+    }
+
+    /// A `STRING` input.
+    pub fn string(name: &str, default: &str) -> InputDef {
+        InputDef::new(name, InputType::Named("STRING".to_owned())).option("default", default)
+    }
+
+    /// A `BOOLEAN` input.
+    pub fn boolean(name: &str, default: bool) -> InputDef {
+        InputDef::new(name, InputType::Named("BOOLEAN".to_owned())).option("default", default)
+    }
+
+    /// A legacy combo (`[[choices], {...}]`).
+    pub fn choices(name: &str, choices: &[&str]) -> InputDef {
+        InputDef::new(name, InputType::Choices(choices.iter().map(|c| (*c).to_owned()).collect()))
+    }
+
+    /// A `COMBO` input (`["COMBO", {"options": [...]}]`).
+    pub fn combo(name: &str, choices: Vec<String>) -> InputDef {
+        InputDef::new(name, InputType::Named("COMBO".to_owned())).option("options", choices)
+    }
+
+    /// An input of a link type (`IMAGE`, `LATENT`, `*`, ...).
+    pub fn typed(name: &str, ty: &str) -> InputDef {
+        InputDef::new(name, InputType::Named(ty.to_owned()))
+    }
+
+    /// Adds an option.
+    pub fn option(mut self, key: &str, value: impl Into<Json>) -> InputDef {
+        self.options.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Adds a tooltip.
+    pub fn tooltip(self, text: &str) -> InputDef {
+        self.option("tooltip", text)
+    }
+
+    /// Marks the input lazy: the node asks for it only when it needs it.
+    pub fn lazy(self) -> InputDef {
+        self.option("lazy", true)
+    }
+
+    /// Whether the input is lazy.
+    pub fn is_lazy(&self) -> bool {
+        self.options.get("lazy") == Some(&Json::Bool(true))
+    }
+
+    /// The combo choices, for a legacy or `COMBO` input.
+    pub fn choices_list(&self) -> Option<Vec<&str>> {
+        match &self.ty {
+            InputType::Choices(choices) => Some(choices.iter().map(String::as_str).collect()),
+            InputType::Named(name) if name == "COMBO" => Some(
+                self.options
+                    .get("options")
+                    .and_then(Json::as_array)
+                    .map(|items| items.iter().filter_map(Json::as_str).collect())
+                    .unwrap_or_default(),
+            ),
+            InputType::Named(_) => None,
+        }
+    }
+
+    /// `[TYPE, options]`, the `input_config` of validation errors and the `object_info` input spec.
+    pub fn config_json(&self) -> Json {
+        Json::Array(vec![self.ty.to_json(), Json::Object(self.options.clone())])
+    }
+}
+
+/// Hidden inputs the executor fills in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hidden {
+    /// The whole prompt (`PROMPT`).
+    Prompt,
+    /// `extra_data.extra_pnginfo` (`EXTRA_PNGINFO`).
+    ExtraPngInfo,
+    /// The node's own id (`UNIQUE_ID`).
+    UniqueId,
+}
+
+impl Hidden {
+    /// The kind as `object_info` writes it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Hidden::Prompt => "PROMPT",
+            Hidden::ExtraPngInfo => "EXTRA_PNGINFO",
+            Hidden::UniqueId => "UNIQUE_ID",
+        }
+    }
+}
+
+/// One declared output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputDef {
+    /// The type name (`IMAGE`, `INT`, `*`, ...).
+    pub ty: String,
+    /// The name shown in the UI (defaults to the type).
+    pub name: String,
+    /// Whether the output is a list.
+    pub is_list: bool,
+    /// A tooltip.
+    pub tooltip: Option<String>,
+}
+
+impl OutputDef {
+    /// An output named after its type.
+    pub fn new(ty: &str) -> OutputDef {
+        OutputDef { ty: ty.to_owned(), name: ty.to_owned(), is_list: false, tooltip: None }
+    }
+
+    /// Renames the output.
+    pub fn named(mut self, name: &str) -> OutputDef {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Marks the output as a list.
+    pub fn list(mut self) -> OutputDef {
+        self.is_list = true;
+        self
+    }
+}
+
+/// Everything a node class declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
+    /// The class name (`ImageInvert`).
+    pub name: String,
+    /// The name shown in the UI.
+    pub display_name: String,
+    /// What the node does.
+    pub description: String,
+    /// The menu path.
+    pub category: String,
+    /// Required inputs in declaration order.
+    pub required: Vec<InputDef>,
+    /// Optional inputs in declaration order.
+    pub optional: Vec<InputDef>,
+    /// Hidden inputs.
+    pub hidden: Vec<(String, Hidden)>,
+    /// Outputs in order.
+    pub outputs: Vec<OutputDef>,
+    /// Whether the node is an output (execution starts from outputs).
+    pub output_node: bool,
+    /// Whether the node receives whole lists instead of being mapped over them.
+    pub is_input_list: bool,
+    /// Whether the node must run every time (its id enters its cache key).
+    pub not_idempotent: bool,
+    /// Inputs whose built-in checks (range, combo) the node's own validation replaces.
+    pub validates_inputs: Vec<String>,
+    /// Extra search terms.
+    pub search_aliases: Vec<String>,
+    /// The essentials panel section.
+    pub essentials_category: Option<String>,
+}
+
+impl NodeSpec {
+    /// A spec with a name, display name and category, and nothing else yet.
+    pub fn new(name: &str, display_name: &str, category: &str) -> NodeSpec {
+        NodeSpec {
+            name: name.to_owned(),
+            display_name: display_name.to_owned(),
+            description: String::new(),
+            category: category.to_owned(),
+            required: Vec::new(),
+            optional: Vec::new(),
+            hidden: Vec::new(),
+            outputs: Vec::new(),
+            output_node: false,
+            is_input_list: false,
+            not_idempotent: false,
+            validates_inputs: Vec::new(),
+            search_aliases: Vec::new(),
+            essentials_category: None,
+        }
+    }
+
+    /// Sets the description.
+    pub fn description(mut self, text: &str) -> NodeSpec {
+        self.description = text.to_owned();
+        self
+    }
+
+    /// Adds a required input.
+    pub fn input(mut self, input: InputDef) -> NodeSpec {
+        self.required.push(input);
+        self
+    }
+
+    /// Adds an optional input.
+    pub fn optional(mut self, input: InputDef) -> NodeSpec {
+        self.optional.push(input);
+        self
+    }
+
+    /// Adds a hidden input.
+    pub fn hidden(mut self, name: &str, kind: Hidden) -> NodeSpec {
+        self.hidden.push((name.to_owned(), kind));
+        self
+    }
+
+    /// Adds an output.
+    pub fn output(mut self, output: OutputDef) -> NodeSpec {
+        self.outputs.push(output);
+        self
+    }
+
+    /// Marks the node as an output node.
+    pub fn output_node(mut self) -> NodeSpec {
+        self.output_node = true;
+        self
+    }
+
+    /// Marks the node as not idempotent.
+    pub fn not_idempotent(mut self) -> NodeSpec {
+        self.not_idempotent = true;
+        self
+    }
+
+    /// Marks the node as receiving whole input lists.
+    pub fn input_list(mut self) -> NodeSpec {
+        self.is_input_list = true;
+        self
+    }
+
+    /// Replaces the built-in checks of these inputs by the node's own validation.
+    pub fn validates(mut self, inputs: &[&str]) -> NodeSpec {
+        self.validates_inputs = inputs.iter().map(|i| (*i).to_owned()).collect();
+        self
+    }
+
+    /// Sets the search aliases.
+    pub fn aliases(mut self, aliases: &[&str]) -> NodeSpec {
+        self.search_aliases = aliases.iter().map(|a| (*a).to_owned()).collect();
+        self
+    }
+
+    /// Sets the essentials panel section.
+    pub fn essentials(mut self, section: &str) -> NodeSpec {
+        self.essentials_category = Some(section.to_owned());
+        self
+    }
+
+    /// A declared (required or optional) input by name, and whether it is required.
+    pub fn input_def(&self, name: &str) -> Option<(&InputDef, bool)> {
+        self.required
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| (i, true))
+            .or_else(|| self.optional.iter().find(|i| i.name == name).map(|i| (i, false)))
+    }
+
+    /// Every declared input, required first.
+    pub fn inputs(&self) -> impl Iterator<Item = &InputDef> {
+        self.required.iter().chain(&self.optional)
+    }
+}

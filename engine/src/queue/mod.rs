@@ -1,0 +1,217 @@
+//! The prompt queue: priority by `number` (lower first, ties in arrival order), `front` ahead of everything
+//! pending, deletion and clearing of pending prompts, the running prompt visible, and a [`QueueStore`] that
+//! makes every change durable before it is acknowledged (the server implements it with SQLite).
+//!
+//! Invariant: a prompt is in exactly one of pending, running, or gone, in memory and in the store alike.
+
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A stored queue entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueEntry<P> {
+    /// The prompt id.
+    pub id: String,
+    /// The priority (lower runs first).
+    pub number: f64,
+    /// Arrival order, which breaks ties.
+    pub seq: u64,
+    /// What the server keeps with the prompt.
+    pub payload: P,
+}
+
+/// A queue change could not be made durable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the queue store failed: {0}")]
+pub struct StoreError(pub String);
+
+/// Durable storage of the queue.
+pub trait QueueStore<P>: Send + Sync {
+    /// Stores a new pending entry.
+    fn insert(&self, entry: &QueueEntry<P>) -> Result<(), StoreError>;
+    /// Marks an entry running.
+    fn mark_running(&self, id: &str) -> Result<(), StoreError>;
+    /// Removes entries (finished, deleted or cleared).
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Every stored entry, and whether it was running.
+    fn load(&self) -> Result<Vec<(QueueEntry<P>, bool)>, StoreError>;
+}
+
+/// A store that keeps nothing across restarts (for tests and ephemeral use).
+#[derive(Debug, Default)]
+pub struct MemoryStore<P> {
+    entries: Mutex<BTreeMap<String, (QueueEntry<P>, bool)>>,
+}
+
+impl<P: Clone + Send> QueueStore<P> for MemoryStore<P> {
+    fn insert(&self, entry: &QueueEntry<P>) -> Result<(), StoreError> {
+        lock(&self.entries).insert(entry.id.clone(), (entry.clone(), false));
+        Ok(())
+    }
+    fn mark_running(&self, id: &str) -> Result<(), StoreError> {
+        if let Some(e) = lock(&self.entries).get_mut(id) {
+            e.1 = true;
+        }
+        Ok(())
+    }
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+        let mut entries = lock(&self.entries);
+        for id in ids {
+            entries.remove(id);
+        }
+        Ok(())
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<P>, bool)>, StoreError> {
+        Ok(lock(&self.entries).values().cloned().collect())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves consistent data (every update is one insert or remove).
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+struct State<P> {
+    pending: Vec<QueueEntry<P>>,
+    running: Option<QueueEntry<P>>,
+    counter: u64,
+    seq: u64,
+}
+
+/// The prompt queue.
+pub struct PromptQueue<P> {
+    state: Mutex<State<P>>,
+    ready: Condvar,
+    store: Box<dyn QueueStore<P>>,
+}
+
+/// Where a new prompt goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Placement {
+    /// After everything (the server's counter).
+    Back,
+    /// Ahead of everything pending.
+    Front,
+    /// At this priority, as the client asked.
+    Number(f64),
+}
+
+impl<P: Clone + Send> PromptQueue<P> {
+    /// A queue over a store, restored from it. Returns the queue and the entries that were running when the
+    /// previous process stopped (they did not finish; the caller records them as interrupted).
+    pub fn restore(
+        store: Box<dyn QueueStore<P>>,
+    ) -> Result<(PromptQueue<P>, Vec<QueueEntry<P>>), StoreError> {
+        let mut pending = Vec::new();
+        let mut was_running = Vec::new();
+        let mut counter = 0u64;
+        let mut seq = 0u64;
+        for (entry, running) in store.load()? {
+            if entry.number.is_finite() && entry.number >= 0.0 {
+                counter = counter.max(entry.number.floor() as u64 + 1);
+            }
+            seq = seq.max(entry.seq + 1);
+            if running { was_running.push(entry) } else { pending.push(entry) }
+        }
+        if !was_running.is_empty() {
+            store.remove(&was_running.iter().map(|e| e.id.clone()).collect::<Vec<_>>())?;
+        }
+        let state = State { pending, running: None, counter, seq };
+        Ok((PromptQueue { state: Mutex::new(state), ready: Condvar::new(), store }, was_running))
+    }
+
+    /// Queues a prompt durably and returns its number.
+    pub fn push(&self, id: String, placement: Placement, payload: P) -> Result<f64, StoreError> {
+        let mut state = lock(&self.state);
+        let number = match placement {
+            Placement::Number(n) => n,
+            Placement::Back => {
+                state.counter += 1;
+                (state.counter - 1) as f64
+            }
+            Placement::Front => {
+                state.counter += 1;
+                -((state.counter - 1) as f64)
+            }
+        };
+        let entry = QueueEntry { id, number, seq: state.seq, payload };
+        self.store.insert(&entry)?;
+        state.seq += 1;
+        state.pending.push(entry);
+        drop(state);
+        self.ready.notify_one();
+        Ok(number)
+    }
+
+    /// Takes the next prompt (lowest number, then oldest), waiting up to `timeout` for one; it becomes running.
+    pub fn pop(&self, timeout: Duration) -> Result<Option<QueueEntry<P>>, StoreError> {
+        let mut state = lock(&self.state);
+        if state.pending.is_empty() {
+            state = self
+                .ready
+                .wait_timeout(state, timeout)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        let Some(index) = (0..state.pending.len()).min_by(|&a, &b| {
+            let (x, y) = (&state.pending[a], &state.pending[b]);
+            x.number.total_cmp(&y.number).then(x.seq.cmp(&y.seq))
+        }) else {
+            return Ok(None);
+        };
+        let entry = state.pending.remove(index);
+        self.store.mark_running(&entry.id)?;
+        state.running = Some(entry.clone());
+        Ok(Some(entry))
+    }
+
+    /// The running prompt has finished (whatever the outcome).
+    pub fn finish(&self, id: &str) -> Result<(), StoreError> {
+        let mut state = lock(&self.state);
+        if state.running.as_ref().is_some_and(|r| r.id == id) {
+            state.running = None;
+        }
+        self.store.remove(&[id.to_owned()])
+    }
+
+    /// Removes pending prompts by id (unknown ids are ignored); returns how many were removed.
+    pub fn delete(&self, ids: &[String]) -> Result<usize, StoreError> {
+        let mut state = lock(&self.state);
+        let found: Vec<String> =
+            state.pending.iter().filter(|e| ids.contains(&e.id)).map(|e| e.id.clone()).collect();
+        self.store.remove(&found)?;
+        state.pending.retain(|e| !found.contains(&e.id));
+        Ok(found.len())
+    }
+
+    /// Removes every pending prompt.
+    pub fn clear(&self) -> Result<usize, StoreError> {
+        let mut state = lock(&self.state);
+        let ids: Vec<String> = state.pending.iter().map(|e| e.id.clone()).collect();
+        self.store.remove(&ids)?;
+        state.pending.clear();
+        Ok(ids.len())
+    }
+
+    /// The pending prompts in run order.
+    pub fn pending(&self) -> Vec<QueueEntry<P>> {
+        let mut pending = lock(&self.state).pending.clone();
+        pending.sort_by(|x, y| x.number.total_cmp(&y.number).then(x.seq.cmp(&y.seq)));
+        pending
+    }
+
+    /// The running prompt.
+    pub fn running(&self) -> Option<QueueEntry<P>> {
+        lock(&self.state).running.clone()
+    }
+
+    /// Pending plus running.
+    pub fn remaining(&self) -> usize {
+        let state = lock(&self.state);
+        state.pending.len() + usize::from(state.running.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests;

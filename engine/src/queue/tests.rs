@@ -1,0 +1,108 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{MemoryStore, Placement, PromptQueue, QueueEntry, QueueStore, StoreError};
+
+/// A store shared between two queue "processes", to test restore.
+#[derive(Default, Clone)]
+struct Shared(Arc<MemoryStore<&'static str>>);
+
+impl QueueStore<&'static str> for Shared {
+    fn insert(&self, entry: &QueueEntry<&'static str>) -> Result<(), StoreError> {
+        self.0.insert(entry)
+    }
+    fn mark_running(&self, id: &str) -> Result<(), StoreError> {
+        self.0.mark_running(id)
+    }
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+        self.0.remove(ids)
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
+        self.0.load()
+    }
+}
+
+fn queue() -> PromptQueue<&'static str> {
+    PromptQueue::restore(Box::new(MemoryStore::default())).expect("empty store").0
+}
+
+fn next(q: &PromptQueue<&'static str>) -> String {
+    let entry = q.pop(Duration::ZERO).expect("store ok").expect("an entry");
+    q.finish(&entry.id).expect("store ok");
+    entry.id
+}
+
+#[test]
+fn lower_numbers_run_first_and_ties_keep_arrival_order() {
+    let q = queue();
+    assert_eq!(q.push("a".into(), Placement::Back, "").expect("ok"), 0.0);
+    assert_eq!(q.push("b".into(), Placement::Number(42.5), "").expect("ok"), 42.5);
+    assert_eq!(
+        q.push("c".into(), Placement::Back, "").expect("ok"),
+        1.0,
+        "a client number does not move the counter"
+    );
+    q.push("d".into(), Placement::Number(1.0), "").expect("ok");
+    assert_eq!([next(&q), next(&q), next(&q), next(&q)], ["a", "c", "d", "b"]);
+    assert!(q.pop(Duration::ZERO).expect("ok").is_none());
+}
+
+#[test]
+fn front_goes_ahead_of_everything_pending() {
+    let q = queue();
+    q.push("a".into(), Placement::Back, "").expect("ok");
+    q.push("b".into(), Placement::Back, "").expect("ok");
+    let number = q.push("urgent".into(), Placement::Front, "").expect("ok");
+    assert!(number < 0.0);
+    assert_eq!(next(&q), "urgent");
+}
+
+#[test]
+fn delete_and_clear_touch_only_pending_prompts() {
+    let q = queue();
+    for id in ["a", "b", "c"] {
+        q.push(id.into(), Placement::Back, "").expect("ok");
+    }
+    let running = q.pop(Duration::ZERO).expect("ok").expect("a");
+    assert_eq!(
+        q.delete(&["b".into(), "a".into(), "zzz".into()]).expect("ok"),
+        1,
+        "a runs; zzz is unknown"
+    );
+    assert_eq!(q.running().map(|e| e.id), Some(running.id.clone()));
+    assert_eq!(q.remaining(), 2);
+    assert_eq!(q.clear().expect("ok"), 1);
+    assert_eq!(q.remaining(), 1, "the running prompt is not cleared");
+}
+
+#[test]
+fn restore_requeues_pending_and_reports_running() {
+    let store = Shared::default();
+    let (q, _) = PromptQueue::restore(Box::new(store.clone())).expect("ok");
+    for id in ["a", "b", "c"] {
+        q.push(id.into(), Placement::Back, "payload").expect("ok");
+    }
+    let _running = q.pop(Duration::ZERO).expect("ok");
+    drop(q); // the process dies without finishing `a`
+    let (q, interrupted) = PromptQueue::restore(Box::new(store)).expect("ok");
+    assert_eq!(interrupted.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(q.pending().iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+    assert_eq!(
+        q.push("d".into(), Placement::Back, "").expect("ok"),
+        3.0,
+        "the counter continues after restore"
+    );
+}
+
+#[test]
+fn pop_waits_for_a_push_from_another_thread() {
+    let q = Arc::new(queue());
+    let pusher = q.clone();
+    let handle = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        pusher.push("late".into(), Placement::Back, "").expect("ok");
+    });
+    let entry = q.pop(Duration::from_secs(5)).expect("ok").expect("woken by the push");
+    assert_eq!(entry.id, "late");
+    handle.join().expect("pusher");
+}

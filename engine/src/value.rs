@@ -1,0 +1,82 @@
+//! Values that flow along links between nodes, and the literal values a prompt can hold.
+
+use std::sync::Arc;
+
+use crate::tensor::Tensor;
+
+/// A value on a link or a node input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `INT`.
+    Int(i64),
+    /// `FLOAT`.
+    Float(f64),
+    /// `STRING` (and combo choices).
+    String(String),
+    /// `BOOLEAN`.
+    Bool(bool),
+    /// `IMAGE`: `[B, H, W, C]` in `0..=1`.
+    Image(Tensor),
+    /// `MASK`: `[B, H, W]` in `0..=1`.
+    Mask(Tensor),
+    /// `LATENT`: `samples` `[B, C, H, W]`.
+    Latent(Tensor),
+    /// Any other JSON value a widget accepts.
+    Json(Arc<serde_json::Value>),
+}
+
+impl Value {
+    /// The type name as object_info spells it (`INT`, `IMAGE`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "INT",
+            Value::Float(_) => "FLOAT",
+            Value::String(_) => "STRING",
+            Value::Bool(_) => "BOOLEAN",
+            Value::Image(_) => "IMAGE",
+            Value::Mask(_) => "MASK",
+            Value::Latent(_) => "LATENT",
+            Value::Json(_) => "*",
+        }
+    }
+
+    /// Bytes held by tensors (what RAM-pressure eviction counts).
+    pub fn byte_size(&self) -> usize {
+        match self {
+            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => t.byte_size(),
+            Value::Int(_)
+            | Value::Float(_)
+            | Value::Bool(_)
+            | Value::String(_)
+            | Value::Json(_) => 0,
+        }
+    }
+
+    /// A short representation for error reports (`current_inputs` of `execution_error`).
+    pub fn repr(&self) -> String {
+        match self {
+            Value::Int(v) => v.to_string(),
+            Value::Float(v) => v.to_string(),
+            Value::String(v) => v.clone(),
+            Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
+            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => format!("tensor{:?}", t.shape()),
+            Value::Json(v) => v.to_string(),
+        }
+    }
+
+    /// The value as JSON, for values that have a JSON form (used by `PreviewAny` and cache keys).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Int(v) => (*v).into(),
+            Value::Float(v) => {
+                serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into)
+            }
+            Value::String(v) => v.clone().into(),
+            Value::Bool(v) => (*v).into(),
+            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => {
+                serde_json::json!({"tensor": t.shape()})
+            }
+            Value::Json(v) => (**v).clone(),
+        }
+    }
+}

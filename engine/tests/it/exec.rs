@@ -1,0 +1,326 @@
+//! Execution semantics, after upstream's `test_execution.py` (memory-manager.md §9.5), under every cache mode.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kiln_engine::cache::{CachePolicy, RamPressure, RamProbe};
+use kiln_engine::exec::{Event, Outcome};
+use kiln_engine::graph::{NodeId, Prompt, validate};
+use serde_json::json;
+
+use crate::harness::{Harness, ids};
+
+struct Plenty;
+
+impl RamProbe for Plenty {
+    fn available_bytes(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// The cached modes: classic, LRU(100) and RAM pressure (the default).
+fn cached_modes() -> Vec<CachePolicy> {
+    vec![
+        CachePolicy::Classic,
+        CachePolicy::Lru(100),
+        CachePolicy::RamPressure(RamPressure::defaults(16 << 30, Arc::new(Plenty))),
+    ]
+}
+
+fn const_graph(a: f64, b: f64) -> serde_json::Value {
+    json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": a}},
+        "2": {"class_type": "TestConst", "inputs": {"value": b}},
+        "3": {"class_type": "TestMix", "inputs": {"a": ["1", 0], "b": ["2", 0], "t": 0.5}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["3", 0]}},
+    })
+}
+
+#[test]
+fn lazy_inputs_the_node_does_not_need_never_run() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let mut graph = const_graph(1.0, 2.0);
+    graph["3"]["inputs"]["t"] = json!(0.0);
+    let ran = h.run(graph);
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+    assert_eq!(ran.executed(), ids(&["1", "3", "4"]), "node 2 feeds only the unused lazy input b");
+    assert_eq!(ran.text("4"), ["1"]);
+}
+
+#[test]
+fn the_lazy_switch_runs_only_the_branch_taken() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let graph = json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestConst", "inputs": {"value": 2.0}},
+        "3": {"class_type": "ComfySwitchNode", "inputs": {"switch": true, "on_false": ["1", 0], "on_true": ["2", 0]}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["3", 0]}},
+    });
+    let ran = h.run(graph);
+    assert_eq!(ran.executed(), ids(&["2", "3", "4"]));
+    assert_eq!(ran.text("4"), ["2"]);
+}
+
+#[test]
+fn an_identical_second_run_executes_nothing_in_cached_modes_and_everything_in_none() {
+    for policy in cached_modes() {
+        let mut h = Harness::new(policy.clone());
+        h.run(const_graph(1.0, 2.0));
+        let again = h.run(const_graph(1.0, 2.0));
+        assert!(again.executed().is_empty(), "{policy:?}: {:?}", again.executed());
+        assert_eq!(
+            again.text("4"),
+            ["1.5"],
+            "{policy:?}: cached output nodes still show their output"
+        );
+        assert!(
+            again.events.iter().any(|e| matches!(e, Event::Executed { node, .. } if node.0 == "4")),
+            "{policy:?}"
+        );
+        assert_eq!(again.summary.cached.len(), 4, "{policy:?}");
+    }
+    let mut h = Harness::new(CachePolicy::None);
+    h.run(const_graph(1.0, 2.0));
+    assert_eq!(h.run(const_graph(1.0, 2.0)).executed(), ids(&["1", "2", "3", "4"]));
+}
+
+#[test]
+fn changing_one_input_reruns_only_its_dependants() {
+    for policy in cached_modes() {
+        let mut h = Harness::new(policy.clone());
+        h.run(const_graph(1.0, 2.0));
+        let ran = h.run(const_graph(1.0, 3.0));
+        assert_eq!(ran.executed(), ids(&["2", "3", "4"]), "{policy:?}");
+        assert_eq!(ran.text("4"), ["2"], "{policy:?}");
+    }
+}
+
+#[test]
+fn fingerprints_decide_reruns() {
+    let graph = |fingerprint: &str| {
+        json!({
+            "1": {"class_type": "TestConst", "inputs": {"value": 0.25}},
+            "2": {"class_type": "TestFingerprint", "inputs": {"value": ["1", 0], "fingerprint": fingerprint}},
+            "3": {"class_type": "TestOutput", "inputs": {"value": ["2", 0]}},
+        })
+    };
+    for policy in cached_modes() {
+        let mut h = Harness::new(policy.clone());
+        h.run(graph("false"));
+        assert!(
+            h.run(graph("false")).executed().is_empty(),
+            "{policy:?}: false is cached on the 2nd run"
+        );
+        let changed = h.run(graph("v2"));
+        assert_eq!(
+            changed.executed(),
+            ids(&["2", "3"]),
+            "{policy:?}: a new fingerprint forces a re-run"
+        );
+        for _ in 0..2 {
+            let ran = h.run(graph("nan"));
+            assert_eq!(
+                ran.executed(),
+                ids(&["2", "3"]),
+                "{policy:?}: NaN runs every time, with its dependants"
+            );
+            assert_eq!(ran.text("3"), ["0.25"], "{policy:?}: the output stays correct");
+        }
+    }
+}
+
+#[test]
+fn identical_nodes_share_a_result_unless_not_idempotent() {
+    // Upstream's NOT_IDEMPOTENT puts the node id in the cache key: identical nodes are not deduplicated.
+    let mut h = Harness::new(CachePolicy::Classic);
+    h.run(json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "3": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["2", 0]}},
+    }));
+    assert_eq!(h.const_runs.load(Ordering::SeqCst), 1, "two identical idempotent nodes run once");
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestVolatile", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestVolatile", "inputs": {"value": 1.0}},
+        "3": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["2", 0]}},
+    }));
+    assert_eq!(
+        h.const_runs.load(Ordering::SeqCst),
+        2,
+        "two identical not-idempotent nodes each run"
+    );
+    assert_eq!((ran.text("3"), ran.text("4")), (vec!["1".to_owned()], vec!["1".to_owned()]));
+}
+
+#[test]
+fn lru_keeps_the_most_recent_prompts() {
+    let mut h = Harness::new(CachePolicy::Lru(2));
+    let graph = |v: f64| json!({"1": {"class_type": "TestConst", "inputs": {"value": v}}, "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}}});
+    for v in [1.0, 2.0, 3.0] {
+        h.run(graph(v));
+    }
+    assert!(h.run(graph(3.0)).executed().is_empty(), "the latest prompt is cached");
+    assert_eq!(h.run(graph(1.0)).executed(), ids(&["1", "2"]), "the oldest fell out");
+}
+
+#[test]
+fn two_outputs_sharing_an_input_each_get_it() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 7.0}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+    }));
+    assert_eq!((ran.text("2"), ran.text("3")), (vec!["7".to_owned()], vec!["7".to_owned()]));
+    assert_eq!(h.const_runs.load(Ordering::SeqCst), 1, "the shared input ran once");
+}
+
+#[test]
+fn partial_execution_runs_only_the_targets() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let prompt = Prompt::from_json(&json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "TestConst", "inputs": {"value": 2.0}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["3", 0]}},
+    }))
+    .expect("object");
+    let targets = [NodeId::from("4")];
+    let validated = validate(&prompt, &h.registry, Some(&targets)).expect("valid");
+    let ran = h.run_validated(&validated, json!(null));
+    assert_eq!(ran.executed(), ids(&["3", "4"]));
+    let rejection = validate(&prompt, &h.registry, Some(&[])).expect_err("an empty target list");
+    assert_eq!(rejection.error.kind, "prompt_no_outputs");
+}
+
+#[test]
+fn list_outputs_map_nodes_over_their_elements() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestRange", "inputs": {"count": 3}},
+        "2": {"class_type": "TestFingerprint", "inputs": {"value": ["1", 0], "fingerprint": "false"}},
+        "3": {"class_type": "TestOutput", "inputs": {"value": ["2", 0]}},
+        "4": {"class_type": "TestSum", "inputs": {"value": ["1", 0]}},
+        "5": {"class_type": "TestOutput", "inputs": {"value": ["4", 0]}},
+    }));
+    assert_eq!(
+        ran.text("3"),
+        ["0", "1", "2"],
+        "node 2 ran once per element, its outputs collected into a list"
+    );
+    assert_eq!(ran.text("5"), ["3"], "an is_input_list node sees the whole list");
+}
+
+#[test]
+fn events_come_in_comfyuis_order() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestSlow", "inputs": {"steps": 2, "fail": false}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+    }));
+    let names: Vec<&str> = ran
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::ExecutionStart => "start",
+            Event::ExecutionCached { .. } => "cached",
+            Event::Executing { .. } => "executing",
+            Event::Progress { .. } => "progress",
+            Event::Executed { .. } => "executed",
+            Event::NodeFinished { .. } => "finished",
+            Event::ExecutionSuccess => "success",
+            Event::ExecutionError(_) => "error",
+            Event::ExecutionInterrupted { .. } => "interrupted",
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "start",
+            "cached",
+            "executing",
+            "progress",
+            "progress",
+            "finished",
+            "executing",
+            "executed",
+            "finished",
+            "success"
+        ]
+    );
+}
+
+#[test]
+fn a_failing_node_reports_its_inputs_and_what_ran() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestSlow", "inputs": {"steps": 1, "fail": true}},
+        "3": {"class_type": "TestMix", "inputs": {"a": ["1", 0], "b": ["2", 0], "t": 0.5}},
+        "4": {"class_type": "TestOutput", "inputs": {"value": ["3", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("expected a failure: {:?}", ran.summary.outcome)
+    };
+    assert_eq!(
+        (failure.node.0.as_str(), failure.class_type.as_str(), failure.kind.as_str()),
+        ("2", "TestSlow", "ValueError")
+    );
+    assert_eq!(failure.message, "asked to fail");
+    assert_eq!(failure.current_inputs["fail"], ["True"]);
+    assert!(failure.executed.contains(&NodeId::from("1")));
+    assert!(matches!(ran.events.last(), Some(Event::ExecutionError(_))));
+}
+
+#[test]
+fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
+    struct InterruptOnProgress(Arc<std::sync::atomic::AtomicBool>, std::sync::Mutex<Vec<Event>>);
+    impl kiln_engine::exec::EventSink for InterruptOnProgress {
+        fn emit(&self, _: &str, event: Event) {
+            if matches!(event, Event::Progress { .. }) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+            self.1.lock().expect("events").push(event);
+        }
+    }
+    let mut h = Harness::new(CachePolicy::Classic);
+    let prompt = h.validate(json!({
+        "1": {"class_type": "TestSlow", "inputs": {"steps": 100000, "fail": false}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+    }));
+    let sink = Arc::new(InterruptOnProgress(h.executor.interrupt_flag(), Default::default()));
+    let run = kiln_engine::exec::Run {
+        prompt_id: "p",
+        prompt: &prompt,
+        extra_pnginfo: Arc::new(json!(null)),
+    };
+    let summary = h.executor.run(&run, sink.clone());
+    assert!(
+        matches!(&summary.outcome, Outcome::Interrupted { node, .. } if node.0 == "1"),
+        "{:?}",
+        summary.outcome
+    );
+    assert!(matches!(
+        sink.1.lock().expect("events").last(),
+        Some(Event::ExecutionInterrupted { .. })
+    ));
+    // The flag is cleared for the next prompt.
+    let ran = h.run(const_graph(1.0, 2.0));
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+}
+
+#[test]
+fn cache_keys_survive_renumbering_the_graph() {
+    let mut h = Harness::new(CachePolicy::Lru(10));
+    h.run(const_graph(1.0, 2.0));
+    let renumbered = json!({
+        "10": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "20": {"class_type": "TestConst", "inputs": {"value": 2.0}},
+        "30": {"class_type": "TestMix", "inputs": {"a": ["10", 0], "b": ["20", 0], "t": 0.5}},
+        "40": {"class_type": "TestOutput", "inputs": {"value": ["30", 0]}},
+    });
+    assert!(h.run(renumbered).executed().is_empty());
+}

@@ -1,0 +1,130 @@
+//! SaveImage → LoadImage round trip, PNG metadata, counters, subfolders and path escapes.
+
+use kiln_engine::cache::CachePolicy;
+use kiln_engine::exec::Outcome;
+use kiln_engine::nodes::FileKind;
+use serde_json::json;
+
+use crate::harness::Harness;
+
+fn text_chunks(path: &std::path::Path) -> Vec<(String, String)> {
+    let decoder =
+        png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).expect("png exists")));
+    let reader = decoder.read_info().expect("a PNG");
+    let info = reader.info();
+    let mut chunks: Vec<(String, String)> =
+        info.uncompressed_latin1_text.iter().map(|t| (t.keyword.clone(), t.text.clone())).collect();
+    chunks.extend(
+        info.utf8_text.iter().map(|t| (t.keyword.clone(), t.get_text().unwrap_or_default())),
+    );
+    chunks
+}
+
+#[test]
+fn save_then_load_round_trips_pixels_and_keeps_metadata() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let workflow = json!({"workflow": {"id": "wf-1", "nodes": []}});
+    let prompt = h.validate(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 2, "color": 0x336699}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "sub/kiln"}},
+    }));
+    let ran = h.run_validated(&prompt, workflow);
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+    let images = &ran.summary.outputs[&"2".into()].images;
+    assert_eq!(
+        images.iter().map(|i| i.filename.as_str()).collect::<Vec<_>>(),
+        ["kiln_00001_.png", "kiln_00002_.png"]
+    );
+    assert!(images.iter().all(|i| i.subfolder == "sub" && i.kind == FileKind::Output));
+
+    let saved = h.roots.output.join("sub/kiln_00001_.png");
+    let decoded = image::open(&saved).expect("the image crate reads it").to_rgb8();
+    assert_eq!((decoded.width(), decoded.height()), (8, 4));
+    assert_eq!(decoded.get_pixel(0, 0).0, [0x33, 0x66, 0x99]);
+    let chunks = text_chunks(&saved);
+    let prompt_chunk = chunks.iter().find(|c| c.0 == "prompt").expect("a prompt chunk");
+    let prompt_json: serde_json::Value = serde_json::from_str(&prompt_chunk.1).expect("JSON");
+    assert_eq!(prompt_json["2"]["class_type"], "SaveImage");
+    let workflow_chunk = chunks.iter().find(|c| c.0 == "workflow").expect("a workflow chunk");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&workflow_chunk.1).expect("JSON")["id"],
+        "wf-1"
+    );
+
+    // A second save continues the counter.
+    let again = h.run_validated(&h.validate(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "sub/kiln"}},
+    })), json!(null));
+    assert_eq!(again.summary.outputs[&"2".into()].images[0].filename, "kiln_00003_.png");
+
+    // Load it back through the input directory and invert it.
+    std::fs::copy(&saved, h.roots.input.join("in.png")).expect("copy");
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadImage", "inputs": {"image": "in.png"}},
+        "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+    let preview = &ran.summary.outputs[&"3".into()].images[0];
+    assert_eq!(preview.kind, FileKind::Temp);
+    assert!(preview.filename.starts_with("ComfyUI_temp_"));
+    let inverted = image::open(h.roots.temp.join(&preview.filename)).expect("readable").to_rgb8();
+    // float32 arithmetic and truncation to u8, as upstream (so 255 - 153 comes out as 101, not 102).
+    let expect = |v: u8| ((1.0f32 - f32::from(v) / 255.0) * 255.0) as u8;
+    assert_eq!(inverted.get_pixel(3, 2).0, [expect(0x33), expect(0x66), expect(0x99)]);
+}
+
+#[test]
+fn load_image_gives_a_mask_from_alpha() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let mut rgba = image::RgbaImage::new(2, 1);
+    rgba.put_pixel(0, 0, image::Rgba([10, 20, 30, 255]));
+    rgba.put_pixel(1, 0, image::Rgba([10, 20, 30, 0]));
+    rgba.save(h.roots.input.join("alpha.png")).expect("save");
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadImage", "inputs": {"image": "alpha.png"}},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}},
+    }));
+    assert_eq!(ran.text("2"), ["tensor[1, 1, 2]"]);
+}
+
+#[test]
+fn saving_outside_the_output_folder_fails_the_node() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 2, "height": 2, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "../escape"}},
+    }));
+    let Outcome::Failed(failure) = ran.summary.outcome else { panic!("expected a failure") };
+    assert!(failure.message.contains("outside the output folder"), "{}", failure.message);
+    assert!(!h.roots.output.parent().expect("parent").join("escape_00001_.png").exists());
+}
+
+#[test]
+fn image_nodes_compute_what_they_say() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0xFFFFFF}},
+        "2": {"class_type": "ImageScale", "inputs": {"image": ["1", 0], "upscale_method": "bilinear", "width": 16, "height": 0, "crop": "disabled"}},
+        "3": {"class_type": "ImageBatch", "inputs": {"image1": ["2", 0], "image2": ["1", 0]}},
+        "4": {"class_type": "GetImageSize", "inputs": {"image": ["3", 0]}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+        "6": {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}},
+        "7": {"class_type": "PreviewAny", "inputs": {"source": ["4", 2]}},
+        "8": {"class_type": "ImageBlend", "inputs": {"image1": ["1", 0], "image2": ["1", 0], "blend_factor": 1.0, "blend_mode": "difference"}},
+        "9": {"class_type": "ImageScaleBy", "inputs": {"image": ["8", 0], "upscale_method": "area", "scale_by": 0.5}},
+        "10": {"class_type": "SaveImage", "inputs": {"images": ["9", 0], "filename_prefix": "blend"}},
+        "11": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 32, "batch_size": 2}},
+        "12": {"class_type": "LatentUpscale", "inputs": {"samples": ["11", 0], "upscale_method": "nearest-exact", "width": 128, "height": 0, "crop": "disabled"}},
+        "13": {"class_type": "PreviewAny", "inputs": {"source": ["12", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+    assert_eq!(
+        (ran.text("5"), ran.text("6"), ran.text("7")),
+        (vec!["16".to_owned()], vec!["8".to_owned()], vec!["2".to_owned()])
+    );
+    assert_eq!(ran.text("13"), ["tensor[2, 4, 8, 16]"]);
+    let blend = image::open(h.roots.output.join("blend_00001_.png")).expect("saved").to_rgb8();
+    assert_eq!((blend.width(), blend.height(), blend.get_pixel(0, 0).0), (4, 2, [0, 0, 0]));
+}

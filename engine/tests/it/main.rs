@@ -1,0 +1,7 @@
+//! The engine's integration tests: validation, execution semantics, caches, files, and malformed input.
+
+mod exec;
+mod files;
+mod fuzz;
+mod harness;
+mod validation;
