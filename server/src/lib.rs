@@ -12,6 +12,9 @@
 pub mod api;
 mod app;
 mod config;
+#[allow(dead_code)]
+// Used by the server's implementation of the generated trait (the server issue).
+mod convert;
 mod system;
 
 pub use api::Runtime;
