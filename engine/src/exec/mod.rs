@@ -8,6 +8,7 @@
 //! checked before each node and by long nodes through their [`Context`].
 
 mod events;
+mod history;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use events::{Event, EventSink, NodeFailure};
+pub use history::{HistoryRecorder, StatusMessage};
 
 use crate::cache::{Cache, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};

@@ -324,3 +324,34 @@ fn cache_keys_survive_renumbering_the_graph() {
     });
     assert!(h.run(renumbered).executed().is_empty());
 }
+
+#[test]
+fn the_history_recorder_keeps_the_status_messages_with_timestamps() {
+    use kiln_engine::exec::{HistoryRecorder, Run};
+    let mut h = Harness::new(CachePolicy::Classic);
+    let prompt = h.validate(const_graph(1.0, 2.0));
+    let forwarded = Arc::new(crate::harness::Recorder::default());
+    let recorder = Arc::new(HistoryRecorder::new(forwarded.clone()));
+    let run = Run { prompt_id: "p", prompt: &prompt, extra_pnginfo: Arc::new(json!(null)) };
+    let summary = h.executor.run(&run, recorder.clone());
+    assert_eq!(summary.outcome, Outcome::Success);
+    let messages = recorder.take();
+    let kinds: Vec<_> = messages.iter().map(|m| std::mem::discriminant(&m.event)).collect();
+    assert_eq!(
+        kinds,
+        [
+            std::mem::discriminant(&Event::ExecutionStart),
+            std::mem::discriminant(&Event::ExecutionCached { nodes: vec![] }),
+            std::mem::discriminant(&Event::ExecutionSuccess),
+        ]
+    );
+    assert!(
+        messages.windows(2).all(|w| w[0].timestamp_ms <= w[1].timestamp_ms)
+            && messages[0].timestamp_ms > 1_700_000_000_000
+    );
+    assert!(
+        forwarded.events.lock().expect("events").len() > messages.len(),
+        "every event is forwarded"
+    );
+    assert!(recorder.take().is_empty(), "take leaves nothing behind");
+}

@@ -121,3 +121,19 @@ fn validation_answers_match_comfyui_for_every_recorded_prompt() {
         assert_eq!(got, expected, "{case}");
     }
 }
+
+#[test]
+fn both_combo_forms_convert() {
+    use kiln_engine::nodes::{InputDef, NodeSpec};
+    let spec = NodeSpec::new("Combos", "Combos", "testing")
+        .input(InputDef::choices("legacy", &["a", "b"]))
+        .input(
+            InputDef::combo("modern", vec!["x".to_owned(), "y".to_owned()]).option("default", "y"),
+        );
+    let info = serde_json::to_value(node_info(&spec)).expect("serializes");
+    assert_eq!(info["input"]["required"]["legacy"], serde_json::json!([["a", "b"]]));
+    assert_eq!(
+        info["input"]["required"]["modern"],
+        serde_json::json!(["COMBO", {"options": ["x", "y"], "default": "y"}])
+    );
+}
