@@ -121,6 +121,9 @@ impl Executor {
         sink.emit(run.prompt_id, Event::ExecutionCached { nodes: cached.clone() });
 
         let mut state = RunState {
+            prompt_id: run.prompt_id,
+            sink: sink.clone(),
+            cached,
             results: HashMap::new(),
             requested_lazy: HashMap::new(),
             ui: BTreeMap::new(),
@@ -144,7 +147,7 @@ impl Executor {
                 hits.get(&id).cloned().or_else(|| keys.get(&id).and_then(|k| self.cache.get(k)));
             if let Some(hit) = hit {
                 if let Some(ui) = &hit.ui {
-                    sink.emit(run.prompt_id, Event::Executed { node: id.clone(), ui: ui.clone() });
+                    state.emit(Event::Executed { node: id.clone(), ui: ui.clone() });
                     state.ui.insert(id.clone(), ui.clone());
                 }
                 state.results.insert(id.clone(), hit);
@@ -152,11 +155,7 @@ impl Executor {
                 continue;
             }
             let Some(class) = self.registry.get(&class_type).cloned() else {
-                return self.fail(
-                    run,
-                    &sink,
-                    state,
-                    cached,
+                return state.fail(
                     &id,
                     &class_type,
                     NodeError::new(format!("node class {class_type} is not registered")),
@@ -180,16 +179,7 @@ impl Executor {
                             "KeyError",
                             format!("node {id} links to missing node {source}"),
                         );
-                        return self.fail(
-                            run,
-                            &sink,
-                            state,
-                            cached,
-                            &id,
-                            &class_type,
-                            error,
-                            BTreeMap::new(),
-                        );
+                        return state.fail(&id, &class_type, error, BTreeMap::new());
                     }
                     missing.push(source.clone());
                 }
@@ -200,16 +190,7 @@ impl Executor {
                         "DependencyCycle",
                         format!("node {id} depends on {cycle}, which depends on it"),
                     );
-                    return self.fail(
-                        run,
-                        &sink,
-                        state,
-                        cached,
-                        &id,
-                        &class_type,
-                        error,
-                        BTreeMap::new(),
-                    );
+                    return state.fail(&id, &class_type, error, BTreeMap::new());
                 }
                 stack.extend(missing.into_iter().rev());
                 continue;
@@ -231,9 +212,9 @@ impl Executor {
             }
 
             if self.interrupt.load(Ordering::SeqCst) {
-                return self.interrupted(run, &sink, state, cached, &id, &class_type);
+                return state.interrupted(&id, &class_type);
             }
-            sink.emit(run.prompt_id, Event::Executing { node: id.clone() });
+            state.emit(Event::Executing { node: id.clone() });
             let lists = input_lists(node, &spec, &state.results, &requested);
             let ctx = Context {
                 node: id.clone(),
@@ -259,7 +240,7 @@ impl Executor {
                         );
                         state.ui.insert(id.clone(), ui.clone());
                     }
-                    sink.emit(run.prompt_id, Event::NodeFinished { node: id.clone() });
+                    state.emit(Event::NodeFinished { node: id.clone() });
                     state.results.insert(id.clone(), output);
                     state.executed.push(id.clone());
                     stack.pop();
@@ -267,7 +248,7 @@ impl Executor {
                 Err(error)
                     if error.kind == "Interrupted" || self.interrupt.load(Ordering::SeqCst) =>
                 {
-                    return self.interrupted(run, &sink, state, cached, &id, &class_type);
+                    return state.interrupted(&id, &class_type);
                 }
                 Err(error) => {
                     let current: BTreeMap<String, Vec<String>> = lists
@@ -276,86 +257,82 @@ impl Executor {
                             (name.clone(), values.iter().map(Value::repr).collect())
                         })
                         .collect();
-                    return self.fail(run, &sink, state, cached, &id, &class_type, error, current);
+                    return state.fail(&id, &class_type, error, current);
                 }
             }
         }
-        sink.emit(run.prompt_id, Event::ExecutionSuccess);
+        state.emit(Event::ExecutionSuccess);
         RunSummary {
             outcome: Outcome::Success,
             outputs: state.ui,
             executed: state.executed,
-            cached,
+            cached: state.cached,
         }
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
+/// Everything one run accumulates; it ends in a [`RunSummary`].
+struct RunState<'a> {
+    prompt_id: &'a str,
+    sink: Arc<dyn EventSink>,
+    cached: Vec<NodeId>,
+    results: HashMap<NodeId, Arc<CachedOutput>>,
+    requested_lazy: HashMap<NodeId, BTreeSet<String>>,
+    ui: BTreeMap<NodeId, UiOutput>,
+    executed: Vec<NodeId>,
+}
+
+impl RunState<'_> {
+    fn emit(&self, event: Event) {
+        self.sink.emit(self.prompt_id, event);
+    }
+
+    /// Ends the run with a node failure.
     fn fail(
-        &mut self,
-        run: &Run<'_>,
-        sink: &Arc<dyn EventSink>,
-        state: RunState,
-        cached: Vec<NodeId>,
+        self,
         node: &NodeId,
         class_type: &str,
         error: NodeError,
         current_inputs: BTreeMap<String, Vec<String>>,
     ) -> RunSummary {
-        let mut current_outputs: Vec<NodeId> = state.results.keys().cloned().collect();
+        let mut current_outputs: Vec<NodeId> = self.results.keys().cloned().collect();
         current_outputs.sort();
         let failure = NodeFailure {
             node: node.clone(),
             class_type: class_type.to_owned(),
-            executed: state.executed.clone(),
+            executed: self.executed.clone(),
             message: error.message,
             kind: error.kind,
             current_inputs,
             current_outputs,
         };
-        sink.emit(run.prompt_id, Event::ExecutionError(Box::new(failure.clone())));
+        self.emit(Event::ExecutionError(Box::new(failure.clone())));
         RunSummary {
             outcome: Outcome::Failed(Box::new(failure)),
-            outputs: state.ui,
-            executed: state.executed,
-            cached,
+            outputs: self.ui,
+            executed: self.executed,
+            cached: self.cached,
         }
     }
 
-    fn interrupted(
-        &mut self,
-        run: &Run<'_>,
-        sink: &Arc<dyn EventSink>,
-        state: RunState,
-        cached: Vec<NodeId>,
-        node: &NodeId,
-        class_type: &str,
-    ) -> RunSummary {
-        sink.emit(
-            run.prompt_id,
-            Event::ExecutionInterrupted {
-                node: node.clone(),
-                class_type: class_type.to_owned(),
-                executed: state.executed.clone(),
-            },
-        );
+    /// Ends the run as interrupted.
+    fn interrupted(self, node: &NodeId, class_type: &str) -> RunSummary {
+        self.emit(Event::ExecutionInterrupted {
+            node: node.clone(),
+            class_type: class_type.to_owned(),
+            executed: self.executed.clone(),
+        });
         RunSummary {
             outcome: Outcome::Interrupted {
                 node: node.clone(),
                 class_type: class_type.to_owned(),
-                executed: state.executed.clone(),
+                executed: self.executed.clone(),
             },
-            outputs: state.ui,
-            executed: state.executed,
-            cached,
+            outputs: self.ui,
+            executed: self.executed,
+            cached: self.cached,
         }
     }
-}
-
-struct RunState {
-    results: HashMap<NodeId, Arc<CachedOutput>>,
-    requested_lazy: HashMap<NodeId, BTreeSet<String>>,
-    ui: BTreeMap<NodeId, UiOutput>,
-    executed: Vec<NodeId>,
 }
 
 /// The inputs available now, as lists: literals, and links whose source has run (lazy links only if
