@@ -36,6 +36,13 @@ fn object_to_json_schema(object: &Map<String, Value>) -> Map<String, Value> {
             }
         }
     }
+    // An open object with declared properties keeps its other keys: typify drops them for
+    // `additionalProperties: true`, but flattens them into a map for an (empty) schema.
+    if object.contains_key("properties")
+        && object.get("additionalProperties") == Some(&Value::Bool(true))
+    {
+        out.insert("additionalProperties".to_owned(), Value::Object(Map::new()));
+    }
     if object.get("nullable") == Some(&Value::Bool(true))
         && let Some(Value::String(ty)) = out.get("type").cloned()
     {
@@ -58,6 +65,16 @@ mod tests {
     #[test]
     fn nullable_untyped_schema_stays_any() {
         assert_eq!(to_json_schema(&json!({"nullable": true})), json!({}));
+    }
+
+    #[test]
+    fn open_objects_with_properties_keep_their_other_keys() {
+        let got = to_json_schema(
+            &json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true}),
+        );
+        assert_eq!(got["additionalProperties"], json!({}));
+        let closed = to_json_schema(&json!({"type": "object", "additionalProperties": true}));
+        assert_eq!(closed["additionalProperties"], json!(true), "a plain map stays a map");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub struct ExecInfo {
     pub queue_remaining: i64,
 }
 ///Free-form data kept with a prompt. Secret credential keys are never echoed by queue, history or job views.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ExtraData {
     ///The websocket client id that receives the prompt's events.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -80,9 +80,11 @@ pub struct ExtraData {
     ///The preview method the client asked for.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub preview_method: ::std::option::Option<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///Server feature flags. Open: more keys may appear.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct FeatureFlags {
     ///Whether the asset routes are enabled.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -101,6 +103,8 @@ pub struct FeatureFlags {
     ///Whether preview frames with metadata (binary type 4) can be sent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub supports_preview_metadata: ::std::option::Option<bool>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///A file under one of the three roots, as `/api/view` takes it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -933,7 +937,7 @@ pub struct NodeInputs {
     pub required: ::std::collections::HashMap<::std::string::String, InputSpec>,
 }
 ///What a node shows in the UI. Nodes define it; the media form lists files.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeOutput {
     ///Per image, whether it is animated.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
@@ -944,6 +948,8 @@ pub struct NodeOutput {
     ///Text values.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub text: ::std::vec::Vec<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///How to replace a node class with another, mapping its inputs and outputs.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -961,6 +967,8 @@ pub struct NodeReplacement {
     ///How old outputs map to new ones.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub output_mapping: ::std::option::Option<::std::vec::Vec<JsonObject>>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///Replacements keyed by old class name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1289,6 +1297,8 @@ pub struct OAuthRegisterRequest {
     ///The client's terms of service.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub tos_uri: ::std::option::Option<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///A registered client (RFC 7591 §3.2.1), with every value as stored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]

@@ -279,3 +279,15 @@ fn every_golden_websocket_frame_is_a_ws_message() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn open_objects_keep_keys_the_spec_does_not_name() {
+    // Custom nodes put `video`, `audio`, `3d` in their UI output; clients put their own keys in extra_data.
+    let output =
+        serde_json::json!({"video": [{"filename": "a.mp4", "subfolder": "", "type": "output"}]});
+    round_trip::<types::NodeOutput>(&output).expect("NodeOutput keeps `video`");
+    let extra = serde_json::json!({"client_id": "c", "my_extension": {"x": 1}});
+    round_trip::<types::ExtraData>(&extra).expect("ExtraData keeps unknown keys");
+    let flags = serde_json::json!({"supports_preview_metadata": true, "my_flag": "on"});
+    round_trip::<types::FeatureFlags>(&flags).expect("FeatureFlags keeps unknown keys");
+}
