@@ -16,6 +16,9 @@ mod config;
 // Used by the server's implementation of the generated trait (the server issue).
 mod convert;
 mod system;
+#[allow(dead_code)]
+// Wired into the server by its implementation of the generated trait (the server issue).
+mod ws;
 
 pub use api::Runtime;
 pub use app::app;

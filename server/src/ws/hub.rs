@@ -1,0 +1,190 @@
+//! The websocket hub: which sockets exist, under which client id, and who receives each message.
+//!
+//! Sockets are plain channels here (the axum handler pumps a channel into the real socket), so the routing rules
+//! are tested without sockets. Rules (comfy-api.md §8.1): a socket is registered under its `clientId` (a random
+//! 32-hex id when none is given); re-using an id replaces the earlier socket, and cleanup goes by connection
+//! identity, so a late close of a replaced socket does not unregister its successor. Only the first text
+//! message from a client is read, as a `feature_flags` announcement.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use kiln_spec::types;
+use tokio::sync::mpsc;
+
+use super::messages::{Audience, executing, status};
+
+/// A frame for a socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A JSON text frame.
+    Text(String),
+    /// A binary frame (previews).
+    Binary(bytes::Bytes),
+}
+
+/// A connected socket's handle: its connection id, the client id it is registered under, and its frames.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) id: u64,
+    pub(crate) sid: String,
+    pub(crate) frames: mpsc::UnboundedReceiver<Frame>,
+}
+
+struct Socket {
+    sid: String,
+    tx: mpsc::UnboundedSender<Frame>,
+    read_first_message: bool,
+    flags: Option<serde_json::Value>,
+}
+
+struct Running {
+    client_id: Option<String>,
+    last_node: Option<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    sockets: HashMap<u64, Socket>,
+    by_sid: HashMap<String, u64>,
+    running: Option<Running>,
+}
+
+/// The registry of sockets and the routing of messages.
+#[derive(Default)]
+pub(crate) struct Hub {
+    inner: Mutex<Inner>,
+}
+
+fn json(message: &types::WsMessage) -> Option<String> {
+    serde_json::to_string(message)
+        .map_err(|e| tracing::error!(error = %e, "a websocket message did not serialize"))
+        .ok()
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a socket and sends it `status` with its `sid`; if this client owns the running prompt, also
+    /// `executing` with the node it is on, so a reconnecting tab resumes.
+    pub(crate) fn connect(&self, client_id: Option<&str>, queue_remaining: i64) -> Connection {
+        let sid = client_id
+            .filter(|c| !c.is_empty())
+            .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned);
+        let (tx, frames) = mpsc::unbounded_channel();
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        if let Some(text) = json(&status(queue_remaining, Some(&sid))) {
+            let _ = tx.send(Frame::Text(text));
+        }
+        if let Some(Running { client_id: Some(owner), last_node: Some(node) }) = &inner.running
+            && *owner == sid
+            && let Some(text) = json(&executing(Some(node), None))
+        {
+            let _ = tx.send(Frame::Text(text));
+        }
+        inner
+            .sockets
+            .insert(id, Socket { sid: sid.clone(), tx, read_first_message: false, flags: None });
+        inner.by_sid.insert(sid.clone(), id);
+        Connection { id, sid, frames }
+    }
+
+    /// Forgets a socket; its client id stays registered if a newer socket took it over.
+    pub(crate) fn disconnect(&self, id: u64) {
+        let mut inner = self.lock();
+        if let Some(socket) = inner.sockets.remove(&id)
+            && inner.by_sid.get(&socket.sid) == Some(&id)
+        {
+            inner.by_sid.remove(&socket.sid);
+        }
+    }
+
+    /// A text message from a client: only the first is read; `feature_flags` is stored and answered with the
+    /// server's flags. Anything else is ignored.
+    pub(crate) fn client_text(&self, id: u64, text: &str, server_flags: &types::FeatureFlags) {
+        let mut inner = self.lock();
+        let Some(socket) = inner.sockets.get_mut(&id) else { return };
+        if std::mem::replace(&mut socket.read_first_message, true) {
+            return;
+        }
+        let Ok(message) = serde_json::from_str::<types::WsClientMessage>(text) else { return };
+        socket.flags = serde_json::to_value(&message.data).ok();
+        let reply = types::WsMessage::FeatureFlagsMessage(types::WsFeatureFlagsMessage {
+            data: server_flags.clone(),
+            type_: types::WsFeatureFlagsMessageType::FeatureFlags,
+        });
+        if let Some(text) = json(&reply) {
+            let _ = socket.tx.send(Frame::Text(text));
+        }
+    }
+
+    /// Whether a client announced `supports_preview_metadata`.
+    pub(crate) fn wants_preview_metadata(&self, sid: &str) -> bool {
+        let inner = self.lock();
+        inner
+            .by_sid
+            .get(sid)
+            .and_then(|id| inner.sockets.get(id))
+            .and_then(|s| s.flags.as_ref())
+            .and_then(|f| f.get("supports_preview_metadata"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// Sends a message of a prompt owned by `client_id` to its audience.
+    pub(crate) fn publish(
+        &self,
+        client_id: Option<&str>,
+        message: &types::WsMessage,
+        audience: Audience,
+    ) {
+        let Some(text) = json(message) else { return };
+        self.send(client_id, Frame::Text(text), audience);
+    }
+
+    /// Sends a frame to an audience.
+    pub(crate) fn send(&self, client_id: Option<&str>, frame: Frame, audience: Audience) {
+        let mut inner = self.lock();
+        let owner = client_id.and_then(|c| inner.by_sid.get(c).copied());
+        let everyone = match audience {
+            Audience::All => true,
+            Audience::OwnerOrAll => client_id.is_none(),
+            Audience::Owner => false,
+        };
+        if everyone {
+            inner.sockets.retain(|_, s| s.tx.send(frame.clone()).is_ok());
+        } else if let Some(id) = owner
+            && let Some(socket) = inner.sockets.get(&id)
+            && socket.tx.send(frame).is_err()
+        {
+            inner.sockets.remove(&id);
+        }
+    }
+
+    /// Broadcasts `status` with the queue counter (on every queue change).
+    pub(crate) fn broadcast_status(&self, queue_remaining: i64) {
+        self.publish(None, &status(queue_remaining, None), Audience::All);
+    }
+
+    /// Records which prompt runs, for whom, and on which node (for reconnecting owners); `None` when idle.
+    pub(crate) fn set_running(&self, client_id: Option<&str>, node: Option<&str>, running: bool) {
+        let mut inner = self.lock();
+        inner.running = running.then(|| Running {
+            client_id: client_id.map(str::to_owned),
+            last_node: node.map(str::to_owned),
+        });
+    }
+
+    /// Number of registered sockets.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().sockets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! The hub's routing rules, driven through channels.
+
+use kiln_engine::exec::Event;
+use kiln_engine::graph::NodeId;
+use kiln_spec::types;
+
+use super::{Connection, Frame, Hub};
+use crate::ws::messages::{Audience, ProgressState, executing, message};
+
+const PROMPT: &str = "11111111-2222-4333-8444-555555555555";
+
+fn prompt_id() -> uuid::Uuid {
+    PROMPT.parse().expect("a UUID")
+}
+
+/// Every text frame waiting on a connection, parsed.
+fn drain(connection: &mut Connection) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    while let Ok(frame) = connection.frames.try_recv() {
+        if let Frame::Text(text) = frame {
+            out.push(serde_json::from_str(&text).expect("JSON"));
+        }
+    }
+    out
+}
+
+fn types_of(frames: &[serde_json::Value]) -> Vec<&str> {
+    frames.iter().map(|f| f["type"].as_str().unwrap_or("")).collect()
+}
+
+fn flags() -> types::FeatureFlags {
+    serde_json::from_value(
+        serde_json::json!({"supports_preview_metadata": true, "max_upload_size": 104857600}),
+    )
+    .expect("flags")
+}
+
+#[test]
+fn a_socket_is_greeted_with_status_and_its_sid() {
+    let hub = Hub::default();
+    let mut named = hub.connect(Some("abc"), 2);
+    let frames = drain(&mut named);
+    assert_eq!(
+        frames,
+        [
+            serde_json::json!({"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 2}}, "sid": "abc"}})
+        ]
+    );
+    let mut anonymous = hub.connect(None, 0);
+    assert_eq!(anonymous.sid.len(), 32, "a random 32-hex id");
+    assert_eq!(drain(&mut anonymous)[0]["data"]["sid"], anonymous.sid.as_str());
+}
+
+#[test]
+fn owner_events_go_only_to_the_owner_and_are_dropped_without_one() {
+    let hub = Hub::default();
+    let mut owner = hub.connect(Some("owner"), 0);
+    let mut other = hub.connect(Some("other"), 0);
+    drain(&mut owner);
+    drain(&mut other);
+    let (start, audience) = message(prompt_id(), &Event::ExecutionStart, 1).expect("a message");
+    assert_eq!(audience, Audience::Owner);
+    hub.publish(Some("owner"), &start, audience);
+    hub.publish(None, &start, audience);
+    assert_eq!(types_of(&drain(&mut owner)), ["execution_start"]);
+    assert!(drain(&mut other).is_empty());
+
+    // progress goes to everyone when the prompt has no client id; status always does.
+    let (progress, audience) =
+        message(prompt_id(), &Event::Progress { node: NodeId::from("3"), value: 1.0, max: 4.0 }, 1)
+            .expect("a message");
+    hub.publish(None, &progress, audience);
+    hub.broadcast_status(0);
+    assert_eq!(types_of(&drain(&mut owner)), ["progress", "status"]);
+    assert_eq!(types_of(&drain(&mut other)), ["progress", "status"]);
+}
+
+#[test]
+fn reusing_a_client_id_replaces_the_socket_and_a_late_close_does_not_unregister_the_new_one() {
+    let hub = Hub::default();
+    let mut first = hub.connect(Some("tab"), 0);
+    let mut second = hub.connect(Some("tab"), 0);
+    drain(&mut first);
+    drain(&mut second);
+    hub.disconnect(first.id);
+    hub.publish(Some("tab"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
+    assert!(drain(&mut first).is_empty(), "the replaced socket stops receiving");
+    assert_eq!(types_of(&drain(&mut second)), ["executing"]);
+    assert_eq!(hub.len(), 1);
+}
+
+#[test]
+fn only_the_first_client_message_is_read_as_feature_flags() {
+    let hub = Hub::default();
+    let mut socket = hub.connect(Some("c"), 0);
+    drain(&mut socket);
+    let announce = r#"{"type": "feature_flags", "data": {"supports_preview_metadata": true}}"#;
+    hub.client_text(socket.id, announce, &flags());
+    hub.client_text(socket.id, announce, &flags());
+    let frames = drain(&mut socket);
+    assert_eq!(types_of(&frames), ["feature_flags"], "answered once");
+    assert_eq!(frames[0]["data"]["max_upload_size"], 104857600);
+    assert!(hub.wants_preview_metadata("c"));
+
+    let mut late = hub.connect(Some("d"), 0);
+    hub.client_text(late.id, "hello", &flags());
+    hub.client_text(late.id, announce, &flags());
+    assert_eq!(
+        types_of(&drain(&mut late)),
+        ["status"],
+        "a first message that is not feature_flags uses up the one read"
+    );
+    assert!(!hub.wants_preview_metadata("d"));
+}
+
+#[test]
+fn a_reconnecting_owner_resumes_on_the_running_node() {
+    let hub = Hub::default();
+    hub.set_running(Some("tab"), Some("7"), true);
+    let mut socket = hub.connect(Some("tab"), 1);
+    let frames = drain(&mut socket);
+    assert_eq!(types_of(&frames), ["status", "executing"]);
+    assert_eq!(
+        frames[1]["data"],
+        serde_json::json!({"node": "7", "display_node": "7"}),
+        "no prompt_id on the resume frame"
+    );
+    let mut stranger = hub.connect(Some("x"), 1);
+    assert_eq!(types_of(&drain(&mut stranger)), ["status"]);
+}
+
+#[test]
+fn the_final_executing_frame_has_a_null_node_and_the_prompt_id() {
+    let frame = serde_json::to_value(executing(None, Some(prompt_id()))).expect("JSON");
+    assert_eq!(
+        frame,
+        serde_json::json!({"type": "executing", "data": {"node": null, "prompt_id": PROMPT}})
+    );
+}
+
+#[test]
+fn progress_state_tracks_running_and_finished_nodes() {
+    let mut state = ProgressState::default();
+    state.update(prompt_id(), &Event::Executing { node: NodeId::from("1") });
+    let message = state
+        .update(prompt_id(), &Event::NodeFinished { node: NodeId::from("1") })
+        .expect("a change");
+    let value = serde_json::to_value(message).expect("JSON");
+    assert_eq!(value["type"], "progress_state");
+    assert_eq!(value["data"]["nodes"]["1"]["state"], "finished");
+    assert!(state.update(prompt_id(), &Event::ExecutionSuccess).is_none());
+}
