@@ -15,6 +15,9 @@ mod config;
 #[allow(dead_code)]
 // Used by the server's implementation of the generated trait (the server issue).
 mod convert;
+#[allow(dead_code)]
+// Used by the server's implementation of the generated trait (the server issue).
+mod files;
 mod system;
 #[allow(dead_code)]
 // Wired into the server by its implementation of the generated trait (the server issue).

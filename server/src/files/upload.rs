@@ -1,0 +1,87 @@
+//! `POST /upload/image`: stores an uploaded file under a root, as ComfyUI does: without `overwrite`, a name that
+//! exists with the same content is reused without writing and one with other content becomes `name (1).ext`,
+//! `name (2).ext`, ...; the subfolder is created; the content is not checked.
+
+use std::path::Path;
+
+use super::{Kind, Roots, within};
+
+/// An upload.
+#[derive(Debug, Clone)]
+pub(crate) struct Upload<'a> {
+    pub(crate) filename: &'a str,
+    pub(crate) bytes: &'a [u8],
+    pub(crate) kind: Kind,
+    pub(crate) subfolder: &'a str,
+    pub(crate) overwrite: bool,
+}
+
+/// Where an upload was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub(crate) name: String,
+    pub(crate) subfolder: String,
+    pub(crate) kind: Kind,
+}
+
+/// Why an upload was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UploadError {
+    #[error("the file name is empty")]
+    EmptyName,
+    #[error("`{0}` would be stored outside the {1} directory")]
+    OutsideRoot(String, &'static str),
+    #[error("cannot store the file: {0}")]
+    Io(String),
+}
+
+/// Stores an upload.
+pub(crate) fn store_upload(roots: &Roots, upload: &Upload<'_>) -> Result<Stored, UploadError> {
+    if upload.filename.is_empty() {
+        return Err(UploadError::EmptyName);
+    }
+    let root = roots.get(upload.kind);
+    // An absolute subfolder would replace the root when joined (as in ComfyUI): refused below by `within`.
+    let subfolder = upload.subfolder.trim_end_matches('/');
+    let folder_rel = if subfolder.is_empty() { ".".to_owned() } else { subfolder.to_owned() };
+    let outside =
+        || UploadError::OutsideRoot(format!("{subfolder}/{}", upload.filename), upload.kind.name());
+    let folder = within(root, &folder_rel).ok_or_else(outside)?;
+    let relative = |name: &str| {
+        if subfolder.is_empty() { name.to_owned() } else { format!("{subfolder}/{name}") }
+    };
+    within(root, &relative(upload.filename)).ok_or_else(outside)?;
+    std::fs::create_dir_all(&folder).map_err(|e| UploadError::Io(e.to_string()))?;
+    // Creating the folder must not have followed a symlink out of the root.
+    within(root, &folder_rel).ok_or_else(outside)?;
+
+    let (stem, ext) = match upload.filename.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), format!(".{ext}")),
+        _ => (upload.filename.to_owned(), String::new()),
+    };
+    let mut name = upload.filename.to_owned();
+    let mut duplicate = false;
+    if !upload.overwrite {
+        let mut n = 1;
+        while folder.join(&name).exists() {
+            if same_content(&folder.join(&name), upload.bytes) {
+                duplicate = true;
+                break;
+            }
+            name = format!("{stem} ({n}){ext}");
+            n += 1;
+        }
+    }
+    if !duplicate {
+        let path = folder.join(&name);
+        let temporary = folder.join(format!(".{name}.kiln-upload"));
+        std::fs::write(&temporary, upload.bytes).map_err(|e| UploadError::Io(e.to_string()))?;
+        std::fs::rename(&temporary, &path).map_err(|e| UploadError::Io(e.to_string()))?;
+    }
+    Ok(Stored { name, subfolder: upload.subfolder.to_owned(), kind: upload.kind })
+}
+
+fn same_content(path: &Path, bytes: &[u8]) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64)
+        && std::fs::read(path).is_ok_and(|existing| existing == bytes)
+}
