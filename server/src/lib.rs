@@ -18,6 +18,9 @@ mod convert;
 #[allow(dead_code)]
 // Used by the server's implementation of the generated trait (the server issue).
 mod files;
+#[allow(dead_code)]
+// Used by the server's implementation of the generated trait (the server issue).
+mod local;
 mod system;
 #[allow(dead_code)]
 // Wired into the server by its implementation of the generated trait (the server issue).

@@ -189,9 +189,31 @@ pub(super) fn reject_empty(problem: Problem) -> Response {
     StatusCode::BAD_REQUEST.into_response()
 }
 
+/// Writes whole floats as integers (`28.0` → `28`), as Python's JSON does for ComfyUI's integer queue
+/// numbers; the spec's `number` fields are floats in Rust, and JSON clients cannot tell the two apart anyway.
+pub(crate) fn integral_floats_as_ints(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(integral_floats_as_ints).collect())
+        }
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, integral_floats_as_ints(v))).collect())
+        }
+        other => other,
+    }
+}
+
 /// A JSON response, with the content type ComfyUI sends.
 pub(super) fn json<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
-    match serde_json::to_vec(body) {
+    match serde_json::to_value(body)
+        .map(integral_floats_as_ints)
+        .and_then(|v| serde_json::to_vec(&v))
+    {
         Ok(bytes) => (
             status,
             [(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"))],

@@ -1,0 +1,209 @@
+//! Finished prompts, oldest first, as `/history` and `/api/jobs` show them.
+//!
+//! Pagination follows ComfyUI's `get_history`: without `offset`, `max_items` returns the newest entries;
+//! `offset` counts from the oldest. At most [`CAPACITY`] entries are kept; the oldest go first.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use kiln_spec::types;
+use serde_json::{Map, Value};
+
+/// How many finished prompts are kept.
+pub(crate) const CAPACITY: usize = 10_000;
+
+/// One finished prompt.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) prompt_id: String,
+    pub(crate) number: f64,
+    /// The prompt as queued (API format JSON).
+    pub(crate) prompt: Value,
+    pub(crate) extra_data: Map<String, Value>,
+    pub(crate) outputs_to_execute: Vec<String>,
+    /// UI outputs by node id.
+    pub(crate) outputs: BTreeMap<String, types::NodeOutput>,
+    pub(crate) success: bool,
+    /// The `execution_*` status messages as `[name, data]`.
+    pub(crate) messages: Vec<(String, Value)>,
+}
+
+impl Record {
+    /// The `/history` entry.
+    pub(crate) fn entry(&self) -> types::HistoryEntry {
+        let prompt = queue_item(
+            self.number,
+            &self.prompt_id,
+            &self.prompt,
+            &self.extra_data,
+            &self.outputs_to_execute,
+        );
+        let meta = self
+            .outputs
+            .keys()
+            .map(|id| {
+                let meta = types::HistoryNodeMeta {
+                    display_node: id.clone(),
+                    node_id: id.clone(),
+                    parent_node: None,
+                    real_node_id: id.clone(),
+                };
+                (id.clone(), meta)
+            })
+            .collect();
+        types::HistoryEntry {
+            meta,
+            outputs: self.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            prompt,
+            status: types::HistoryStatus {
+                completed: self.success,
+                messages: self
+                    .messages
+                    .iter()
+                    .map(|(name, data)| {
+                        types::StatusMessage([
+                            types::StatusMessageElement(Value::String(name.clone())),
+                            types::StatusMessageElement(data.clone()),
+                        ])
+                    })
+                    .collect(),
+                status_str: if self.success {
+                    types::HistoryStatusStr::Success
+                } else {
+                    types::HistoryStatusStr::Error
+                },
+            },
+        }
+    }
+
+    /// The data of a status message, if the record has it.
+    pub(crate) fn message(&self, name: &str) -> Option<&Value> {
+        self.messages.iter().find(|(n, _)| n == name).map(|(_, d)| d)
+    }
+}
+
+/// `[number, prompt_id, prompt, extra_data, outputs_to_execute]`.
+pub(crate) fn queue_item(
+    number: f64,
+    id: &str,
+    prompt: &Value,
+    extra: &Map<String, Value>,
+    outputs: &[String],
+) -> types::QueueItem {
+    let number = if number.fract() == 0.0 && number.abs() < 9e15 {
+        Value::from(number as i64)
+    } else {
+        Value::from(number)
+    };
+    types::QueueItem(
+        [
+            number,
+            Value::from(id),
+            prompt.clone(),
+            Value::Object(extra.clone()),
+            Value::from(outputs.to_vec()),
+        ]
+        .map(types::QueueItemElement),
+    )
+}
+
+/// The history, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    order: VecDeque<String>,
+    records: HashMap<String, Record>,
+}
+
+impl History {
+    /// Adds a finished prompt, dropping the oldest beyond [`CAPACITY`].
+    pub(crate) fn insert(&mut self, record: Record) {
+        if self.records.insert(record.prompt_id.clone(), record.clone()).is_none() {
+            self.order.push_back(record.prompt_id);
+        }
+        while self.order.len() > CAPACITY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.records.remove(&oldest);
+            }
+        }
+    }
+
+    /// One entry.
+    pub(crate) fn get(&self, id: &str) -> Option<&Record> {
+        self.records.get(id)
+    }
+
+    /// Every entry, oldest first.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Record> {
+        self.order.iter().filter_map(|id| self.records.get(id))
+    }
+
+    /// ComfyUI's pagination: `offset` from the oldest; without it, `max_items` gives the newest.
+    pub(crate) fn page(&self, max_items: Option<i64>, offset: Option<i64>) -> Vec<&Record> {
+        let len = self.order.len() as i64;
+        let mut offset = offset.unwrap_or(-1);
+        if offset < 0
+            && let Some(max) = max_items
+        {
+            offset = len - max;
+        }
+        let take = max_items.map_or(usize::MAX, |m| m.max(0) as usize);
+        self.all().skip(offset.max(0) as usize).take(take).collect()
+    }
+
+    /// Removes entries (unknown ids are ignored).
+    pub(crate) fn delete(&mut self, ids: &[String]) {
+        for id in ids {
+            if self.records.remove(id).is_some() {
+                self.order.retain(|o| o != id);
+            }
+        }
+    }
+
+    /// Removes every entry.
+    pub(crate) fn clear(&mut self) {
+        self.order.clear();
+        self.records.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{History, Record};
+
+    fn record(id: &str) -> Record {
+        Record {
+            prompt_id: id.to_owned(),
+            number: 1.0,
+            prompt: serde_json::json!({}),
+            extra_data: serde_json::Map::new(),
+            outputs_to_execute: vec![],
+            outputs: Default::default(),
+            success: true,
+            messages: vec![],
+        }
+    }
+
+    fn ids(records: Vec<&Record>) -> Vec<&str> {
+        records.into_iter().map(|r| r.prompt_id.as_str()).collect()
+    }
+
+    #[test]
+    fn pagination_follows_comfyui() {
+        let mut history = History::default();
+        for id in ["a", "b", "c", "d"] {
+            history.insert(record(id));
+        }
+        assert_eq!(ids(history.page(None, None)), ["a", "b", "c", "d"]);
+        assert_eq!(ids(history.page(Some(2), None)), ["c", "d"], "max_items alone: the newest");
+        assert_eq!(
+            ids(history.page(Some(2), Some(0))),
+            ["a", "b"],
+            "offset counts from the oldest"
+        );
+        assert_eq!(ids(history.page(None, Some(3))), ["d"]);
+        assert!(history.page(None, Some(9)).is_empty());
+        history.delete(&["b".to_owned(), "zzz".to_owned()]);
+        assert_eq!(ids(history.page(None, None)), ["a", "c", "d"]);
+        history.clear();
+        assert!(history.page(None, None).is_empty());
+    }
+}
