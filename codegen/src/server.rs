@@ -15,7 +15,9 @@ use crate::model::{Body, Content, Operation, ParamType, Response};
 pub(crate) fn generate(ops: &[Operation]) -> Result<TokenStream, Error> {
     let infos = ops.iter().map(operation_info);
     let mut items = Vec::new();
-    let mut methods = Vec::new();
+    let mut shared = Vec::new();
+    let mut local = Vec::new();
+    let mut cloud = Vec::new();
     let mut handlers = Vec::new();
     for op in ops {
         if let Some(query) = query_struct(op) {
@@ -24,7 +26,11 @@ pub(crate) fn generate(ops: &[Operation]) -> Result<TokenStream, Error> {
         if !op.is_websocket() {
             items.push(response_enum(op));
         }
-        methods.push(trait_method(op));
+        match trait_of(op)?.to_string().as_str() {
+            "SharedApi" => shared.push(trait_method(op)),
+            "LocalApi" => local.push(trait_method(op)),
+            _ => cloud.push(trait_method(op)),
+        }
         handlers.push(handler(op)?);
     }
     let router = router(ops);
@@ -47,18 +53,44 @@ pub(crate) fn generate(ops: &[Operation]) -> Result<TokenStream, Error> {
 
         #(#items)*
 
-        /// The server side of every operation in `spec/openapi.yaml`: one method per operation.
+        /// The operations both runtimes serve (`x-runtime: [local, cloud]`), one method each.
         ///
         /// Each method receives the request's `Parts` (headers, extensions), its typed parameters and body, and
         /// answers with the operation's response enum, whose variants are exactly the statuses the spec declares.
-        pub trait Api: Send + Sync + 'static {
-            #(#methods)*
+        pub trait SharedApi: Send + Sync + 'static {
+            #(#shared)*
+        }
+
+        /// The operations only the local runtime serves (`x-runtime: [local]`).
+        pub trait LocalApi: Send + Sync + 'static {
+            #(#local)*
+        }
+
+        /// The operations only the cloud runtime serves (`x-runtime: [cloud]`).
+        pub trait CloudApi: Send + Sync + 'static {
+            #(#cloud)*
         }
 
         #(#handlers)*
 
         #router
     })
+}
+
+/// The trait an operation's method belongs to, by its runtimes.
+fn trait_of(op: &Operation) -> Result<proc_macro2::Ident, Error> {
+    let name = match (op.mounts("local"), op.mounts("cloud")) {
+        (true, true) => "SharedApi",
+        (true, false) => "LocalApi",
+        (false, true) => "CloudApi",
+        (false, false) => {
+            return Err(Error::Unsupported {
+                operation: op.id.clone(),
+                what: "an x-runtime with neither local nor cloud".to_owned(),
+            });
+        }
+    };
+    Ok(format_ident!("{}", name))
 }
 
 fn operation_info(op: &Operation) -> TokenStream {
@@ -315,6 +347,7 @@ fn rejection(op: &Operation) -> Result<TokenStream, Error> {
 fn handler(op: &Operation) -> Result<TokenStream, Error> {
     let handler = format_ident!("handle_{}", op.snake());
     let method = format_ident!("{}", op.snake());
+    let bound = trait_of(op)?;
     let mut extractors = vec![quote! { State(api): State<Arc<A>> }];
     let mut steps = Vec::new();
     // `fallible`: input that can fail to parse, which needs a declared 400. `may_reject`: any rejection at all,
@@ -430,7 +463,7 @@ fn handler(op: &Operation) -> Result<TokenStream, Error> {
         quote! { api.#method(parts, #(#args),*).await.into_response() }
     };
     Ok(quote! {
-        async fn #handler<A: Api>(#(#extractors),*) -> Response {
+        async fn #handler<A: #bound>(#(#extractors),*) -> Response {
             #reject
             #(#steps)*
             #call
@@ -450,50 +483,60 @@ fn alias(op: &Operation) -> Option<String> {
 }
 
 fn router(ops: &[Operation]) -> TokenStream {
+    let local = runtime_router(ops, "local");
+    let cloud = runtime_router(ops, "cloud");
+    quote! {
+        /// The routes of the local runtime: every operation whose `x-runtime` contains `local`.
+        ///
+        /// Local routes documented as `/api/X` are also served at `/X` (and `/ws` at `/api/ws`), as ComfyUI does.
+        /// JSON bodies are parsed whatever the `Content-Type` says.
+        pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
+            #local
+        }
+
+        /// The routes of the cloud runtime: every operation whose `x-runtime` contains `cloud`.
+        pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
+            #cloud
+        }
+
+        /// The routes of `runtime`, for an implementation of every operation.
+        pub fn router<A: SharedApi + LocalApi + CloudApi>(runtime: Runtime, api: Arc<A>) -> Router {
+            match runtime {
+                Runtime::Local => local_router(api),
+                Runtime::Cloud => cloud_router(api),
+            }
+        }
+    }
+}
+
+/// The body of a runtime's router function: its operations grouped by path, with the bare aliases.
+fn runtime_router(ops: &[Operation], runtime: &str) -> TokenStream {
+    let mounted: Vec<&Operation> = ops.iter().filter(|op| op.mounts(runtime)).collect();
     let mut paths: Vec<&str> = Vec::new();
-    for op in ops {
+    for op in &mounted {
         if !paths.contains(&op.path.as_str()) {
             paths.push(&op.path);
         }
     }
     let blocks = paths.iter().map(|path| {
-        let on_path: Vec<&Operation> = ops.iter().filter(|op| op.path == *path).collect();
-        let mounts = on_path.iter().map(|op| {
+        let on_path: Vec<&&Operation> = mounted.iter().filter(|op| op.path == *path).collect();
+        let methods = on_path.iter().map(|op| {
             let method = format_ident!("{}", op.method);
             let handler = format_ident!("handle_{}", op.snake());
-            let runtimes = &op.runtimes;
-            quote! {
-                if runtime.is_in(&[#(#runtimes),*]) {
-                    route = route.#method(#handler::<A>);
-                    mounted = true;
-                }
-            }
+            quote! { .#method(#handler::<A>) }
         });
-        let aliases: Vec<String> = on_path.iter().filter_map(|op| alias(op)).collect();
-        let alias =
-            aliases.first().map(|alias| quote! { router = router.route(#alias, route.clone()); });
+        let alias = on_path
+            .iter()
+            .find_map(|op| alias(op))
+            .map(|alias| quote! { .route(#alias, route.clone()) });
         quote! {
-            {
-                let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-                let mut mounted = false;
-                #(#mounts)*
-                if mounted {
-                    #alias
-                    router = router.route(#path, route);
-                }
-            }
+            let route: MethodRouter<Arc<A>> = MethodRouter::new() #(#methods)*;
+            let router = router #alias .route(#path, route);
         }
     });
     quote! {
-        /// The routes of every operation whose `x-runtime` contains `runtime`, served by `api`.
-        ///
-        /// Local routes documented as `/api/X` are also served at `/X` (and `/ws` at `/api/ws`), as ComfyUI does.
-        /// JSON bodies are parsed whatever the `Content-Type` says.
-        #[allow(unused_mut, unused_variables)]
-        pub fn router<A: Api>(runtime: Runtime, api: Arc<A>) -> Router {
-            let mut router: Router<Arc<A>> = Router::new();
-            #(#blocks)*
-            router.with_state(api)
-        }
+        let router: Router<Arc<A>> = Router::new();
+        #(#blocks)*
+        router.with_state(api)
     }
 }

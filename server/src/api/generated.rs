@@ -1997,77 +1997,11 @@ pub struct WebSocketConnectQuery {
     #[serde(rename = "clientId", default)]
     pub client_id: Option<String>,
 }
-/// The server side of every operation in `spec/openapi.yaml`: one method per operation.
+/// The operations both runtimes serve (`x-runtime: [local, cloud]`), one method each.
 ///
 /// Each method receives the request's `Parts` (headers, extensions), its typed parameters and body, and
 /// answers with the operation's response enum, whose variants are exactly the statuses the spec declares.
-pub trait Api: Send + Sync + 'static {
-    /**Token signing keys.
-
-    [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
-
-    `GET /.well-known/jwks.json` (operationId `getJwks`), x-runtime: [cloud].*/
-    fn get_jwks(&self, parts: Parts) -> impl Future<Output = GetJwksResponse> + Send;
-    /**Authorization server metadata (RFC 8414).
-
-    [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
-
-    `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), x-runtime: [cloud].*/
-    fn get_oauth_authorization_server_metadata(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
-    /**Protected resource metadata (RFC 9728).
-
-    [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
-
-    `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), x-runtime: [cloud].*/
-    fn get_oauth_protected_resource_metadata(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
-    /**Protected resource metadata, path form (RFC 9728).
-
-    [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
-
-    `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), x-runtime: [cloud].*/
-    fn get_oauth_protected_resource_metadata_for_mcp(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
-    /**The current web session.
-
-    [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
-
-    `GET /api/auth/session` (operationId `getSession`), x-runtime: [cloud].*/
-    fn get_session(&self, parts: Parts) -> impl Future<Output = GetSessionResponse> + Send;
-    /**Start a web session.
-
-    [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
-
-    `POST /api/auth/session` (operationId `createSession`), x-runtime: [cloud].*/
-    fn create_session(&self, parts: Parts) -> impl Future<Output = CreateSessionResponse> + Send;
-    /**End the web session.
-
-    [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
-
-    `DELETE /api/auth/session` (operationId `deleteSession`), x-runtime: [cloud].*/
-    fn delete_session(
-        &self,
-        parts: Parts,
-        x_csrf_token: Option<String>,
-    ) -> impl Future<Output = DeleteSessionResponse> + Send;
-    /**Mint a first-party API token.
-
-    [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
-
-    `POST /api/auth/token` (operationId `exchangeToken`), x-runtime: [cloud].*/
-    fn exchange_token(
-        &self,
-        parts: Parts,
-        body: Option<types::ExchangeTokenRequest>,
-    ) -> impl Future<Output = ExchangeTokenResponse> + Send;
+pub trait SharedApi: Send + Sync + 'static {
     /**Embedding names.
 
     Returns the names of the files in the embeddings folder, without extension.
@@ -2083,18 +2017,6 @@ pub trait Api: Send + Sync + 'static {
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetModelFolderPathsResponse> + Send;
-    /**Preview image of a model file.
-
-    Returns the preview image stored beside a model file, as WebP.
-
-    `GET /api/experiment/models/preview/{folder}/{path_index}/{filename}` (operationId `getModelPreview`), x-runtime: [local].*/
-    fn get_model_preview(
-        &self,
-        parts: Parts,
-        folder: String,
-        path_index: i64,
-        filename: String,
-    ) -> impl Future<Output = GetModelPreviewResponse> + Send;
     /**Files of one model folder kind, with details.
 
     Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
@@ -2117,16 +2039,6 @@ pub trait Api: Send + Sync + 'static {
 
     `GET /api/features` (operationId `getFeatures`), x-runtime: [local, cloud].*/
     fn get_features(&self, parts: Parts) -> impl Future<Output = GetFeaturesResponse> + Send;
-    /**Unload models and free memory.
-
-    Asks the executor to unload models and/or free cached memory once the current prompt has finished.
-
-    `POST /api/free` (operationId `freeMemory`), x-runtime: [local].*/
-    fn free_memory(
-        &self,
-        parts: Parts,
-        body: types::FreeRequest,
-    ) -> impl Future<Output = FreeMemoryResponse> + Send;
     /**Subgraph blueprints.
 
     Returns the subgraph blueprints shipped by node packs, keyed by id.
@@ -2442,26 +2354,6 @@ pub trait Api: Send + Sync + 'static {
 
     `GET /api/users` (operationId `getUsers`), x-runtime: [local, cloud].*/
     fn get_users(&self, parts: Parts) -> impl Future<Output = GetUsersResponse> + Send;
-    /**Create a user.
-
-    Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
-
-    `POST /api/users` (operationId `createUser`), x-runtime: [local].*/
-    fn create_user(
-        &self,
-        parts: Parts,
-        body: types::CreateUserRequest,
-    ) -> impl Future<Output = CreateUserResponse> + Send;
-    /**Structured listing of user data.
-
-    Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
-
-    `GET /api/v2/userdata` (operationId `listUserDataV2`), x-runtime: [local].*/
-    fn list_user_data_v2(
-        &self,
-        parts: Parts,
-        query: ListUserDataV2Query,
-    ) -> impl Future<Output = ListUserDataV2Response> + Send;
     /**Fetch a file or a preview of it.
 
     Serves a file from the input, output or temp directory. `filename` may carry a type annotation
@@ -2475,17 +2367,6 @@ pub trait Api: Send + Sync + 'static {
         parts: Parts,
         query: ViewFileQuery,
     ) -> impl Future<Output = ViewFileResponse> + Send;
-    /**Metadata of a safetensors file.
-
-    Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
-
-    `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), x-runtime: [local].*/
-    fn get_view_metadata(
-        &self,
-        parts: Parts,
-        folder_name: String,
-        query: GetViewMetadataQuery,
-    ) -> impl Future<Output = GetViewMetadataResponse> + Send;
     /**Example workflows of node packs.
 
     Returns the example workflow names of each node pack that ships some.
@@ -2506,6 +2387,79 @@ pub trait Api: Send + Sync + 'static {
         module_name: String,
         filename: String,
     ) -> impl Future<Output = GetWorkflowTemplateResponse> + Send;
+    /**Open the event websocket.
+
+    Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
+    `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
+    be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
+    messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
+    `status` and `progress_state` go to every socket. Binary frames carry previews
+    (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
+    `WsClientMessage`.
+
+    `GET /ws` (operationId `webSocketConnect`), x-runtime: [local, cloud].*/
+    fn web_socket_connect(
+        &self,
+        parts: Parts,
+        query: WebSocketConnectQuery,
+        upgrade: axum::extract::ws::WebSocketUpgrade,
+    ) -> impl Future<Output = Response> + Send;
+}
+/// The operations only the local runtime serves (`x-runtime: [local]`).
+pub trait LocalApi: Send + Sync + 'static {
+    /**Preview image of a model file.
+
+    Returns the preview image stored beside a model file, as WebP.
+
+    `GET /api/experiment/models/preview/{folder}/{path_index}/{filename}` (operationId `getModelPreview`), x-runtime: [local].*/
+    fn get_model_preview(
+        &self,
+        parts: Parts,
+        folder: String,
+        path_index: i64,
+        filename: String,
+    ) -> impl Future<Output = GetModelPreviewResponse> + Send;
+    /**Unload models and free memory.
+
+    Asks the executor to unload models and/or free cached memory once the current prompt has finished.
+
+    `POST /api/free` (operationId `freeMemory`), x-runtime: [local].*/
+    fn free_memory(
+        &self,
+        parts: Parts,
+        body: types::FreeRequest,
+    ) -> impl Future<Output = FreeMemoryResponse> + Send;
+    /**Create a user.
+
+    Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
+
+    `POST /api/users` (operationId `createUser`), x-runtime: [local].*/
+    fn create_user(
+        &self,
+        parts: Parts,
+        body: types::CreateUserRequest,
+    ) -> impl Future<Output = CreateUserResponse> + Send;
+    /**Structured listing of user data.
+
+    Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
+
+    `GET /api/v2/userdata` (operationId `listUserDataV2`), x-runtime: [local].*/
+    fn list_user_data_v2(
+        &self,
+        parts: Parts,
+        query: ListUserDataV2Query,
+    ) -> impl Future<Output = ListUserDataV2Response> + Send;
+    /**Metadata of a safetensors file.
+
+    Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
+
+    `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), x-runtime: [local].*/
+    fn get_view_metadata(
+        &self,
+        parts: Parts,
+        folder_name: String,
+        query: GetViewMetadataQuery,
+    ) -> impl Future<Output = GetViewMetadataResponse> + Send;
     /**Files of the input, output or temp directory.
 
     Lists the files of one of the three file roots, newest first.
@@ -2545,6 +2499,75 @@ pub trait Api: Send + Sync + 'static {
         parts: Parts,
         body: types::LogsSubscribeRequest,
     ) -> impl Future<Output = SubscribeLogsResponse> + Send;
+}
+/// The operations only the cloud runtime serves (`x-runtime: [cloud]`).
+pub trait CloudApi: Send + Sync + 'static {
+    /**Token signing keys.
+
+    [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+
+    `GET /.well-known/jwks.json` (operationId `getJwks`), x-runtime: [cloud].*/
+    fn get_jwks(&self, parts: Parts) -> impl Future<Output = GetJwksResponse> + Send;
+    /**Authorization server metadata (RFC 8414).
+
+    [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+
+    `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), x-runtime: [cloud].*/
+    fn get_oauth_authorization_server_metadata(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
+    /**Protected resource metadata (RFC 9728).
+
+    [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
+
+    `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), x-runtime: [cloud].*/
+    fn get_oauth_protected_resource_metadata(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
+    /**Protected resource metadata, path form (RFC 9728).
+
+    [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
+
+    `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), x-runtime: [cloud].*/
+    fn get_oauth_protected_resource_metadata_for_mcp(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
+    /**The current web session.
+
+    [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
+
+    `GET /api/auth/session` (operationId `getSession`), x-runtime: [cloud].*/
+    fn get_session(&self, parts: Parts) -> impl Future<Output = GetSessionResponse> + Send;
+    /**Start a web session.
+
+    [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
+    the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+
+    `POST /api/auth/session` (operationId `createSession`), x-runtime: [cloud].*/
+    fn create_session(&self, parts: Parts) -> impl Future<Output = CreateSessionResponse> + Send;
+    /**End the web session.
+
+    [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
+
+    `DELETE /api/auth/session` (operationId `deleteSession`), x-runtime: [cloud].*/
+    fn delete_session(
+        &self,
+        parts: Parts,
+        x_csrf_token: Option<String>,
+    ) -> impl Future<Output = DeleteSessionResponse> + Send;
+    /**Mint a first-party API token.
+
+    [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+
+    `POST /api/auth/token` (operationId `exchangeToken`), x-runtime: [cloud].*/
+    fn exchange_token(
+        &self,
+        parts: Parts,
+        body: Option<types::ExchangeTokenRequest>,
+    ) -> impl Future<Output = ExchangeTokenResponse> + Send;
     /**Authorization endpoint and consent challenge.
 
     [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
@@ -2594,56 +2617,39 @@ pub trait Api: Send + Sync + 'static {
         parts: Parts,
         body: types::OAuthTokenRequest,
     ) -> impl Future<Output = OauthTokenResponse> + Send;
-    /**Open the event websocket.
-
-    Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
-    `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
-    be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
-    messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
-    `status` and `progress_state` go to every socket. Binary frames carry previews
-    (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
-    `WsClientMessage`.
-
-    `GET /ws` (operationId `webSocketConnect`), x-runtime: [local, cloud].*/
-    fn web_socket_connect(
-        &self,
-        parts: Parts,
-        query: WebSocketConnectQuery,
-        upgrade: axum::extract::ws::WebSocketUpgrade,
-    ) -> impl Future<Output = Response> + Send;
 }
-async fn handle_get_jwks<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_jwks<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_jwks(parts).await.into_response()
 }
-async fn handle_get_oauth_authorization_server_metadata<A: Api>(
+async fn handle_get_oauth_authorization_server_metadata<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
     api.get_oauth_authorization_server_metadata(parts).await.into_response()
 }
-async fn handle_get_oauth_protected_resource_metadata<A: Api>(
+async fn handle_get_oauth_protected_resource_metadata<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
     api.get_oauth_protected_resource_metadata(parts).await.into_response()
 }
-async fn handle_get_oauth_protected_resource_metadata_for_mcp<A: Api>(
+async fn handle_get_oauth_protected_resource_metadata_for_mcp<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
     api.get_oauth_protected_resource_metadata_for_mcp(parts).await.into_response()
 }
-async fn handle_get_session<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_session(parts).await.into_response()
 }
-async fn handle_create_session<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_create_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.create_session(parts).await.into_response()
 }
-async fn handle_delete_session<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_delete_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let x_csrf_token = support::header(&parts, "X-CSRF-Token");
     api.delete_session(parts, x_csrf_token).await.into_response()
 }
-async fn handle_exchange_token<A: Api>(
+async fn handle_exchange_token<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2651,16 +2657,16 @@ async fn handle_exchange_token<A: Api>(
     let body: Option<types::ExchangeTokenRequest> = support::optional_json_body(&body);
     api.exchange_token(parts, body).await.into_response()
 }
-async fn handle_get_embeddings<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_embeddings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_embeddings(parts).await.into_response()
 }
-async fn handle_get_model_folder_paths<A: Api>(
+async fn handle_get_model_folder_paths<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
     api.get_model_folder_paths(parts).await.into_response()
 }
-async fn handle_get_model_preview<A: Api>(
+async fn handle_get_model_preview<A: LocalApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<(String, i64, String)>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2674,7 +2680,7 @@ async fn handle_get_model_preview<A: Api>(
     };
     api.get_model_preview(parts, folder, path_index, filename).await.into_response()
 }
-async fn handle_get_model_file_details<A: Api>(
+async fn handle_get_model_file_details<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2688,13 +2694,13 @@ async fn handle_get_model_file_details<A: Api>(
     };
     api.get_model_file_details(parts, folder).await.into_response()
 }
-async fn handle_get_extensions<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_extensions<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_extensions(parts).await.into_response()
 }
-async fn handle_get_features<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_features<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_features(parts).await.into_response()
 }
-async fn handle_free_memory<A: Api>(
+async fn handle_free_memory<A: LocalApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2708,10 +2714,13 @@ async fn handle_free_memory<A: Api>(
     };
     api.free_memory(parts, body).await.into_response()
 }
-async fn handle_get_global_subgraphs<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_global_subgraphs<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
     api.get_global_subgraphs(parts).await.into_response()
 }
-async fn handle_get_global_subgraph<A: Api>(
+async fn handle_get_global_subgraph<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2725,7 +2734,7 @@ async fn handle_get_global_subgraph<A: Api>(
     };
     api.get_global_subgraph(parts, id).await.into_response()
 }
-async fn handle_get_history<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_history<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response {
         support::reject_json::<types::ErrorResponse>(problem)
     };
@@ -2735,7 +2744,7 @@ async fn handle_get_history<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> 
     };
     api.get_history(parts, query).await.into_response()
 }
-async fn handle_manage_history<A: Api>(
+async fn handle_manage_history<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2749,7 +2758,7 @@ async fn handle_manage_history<A: Api>(
     };
     api.manage_history(parts, body).await.into_response()
 }
-async fn handle_get_history_for_prompt<A: Api>(
+async fn handle_get_history_for_prompt<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2763,10 +2772,10 @@ async fn handle_get_history_for_prompt<A: Api>(
     };
     api.get_history_for_prompt(parts, prompt_id).await.into_response()
 }
-async fn handle_get_i18n<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_i18n<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_i18n(parts).await.into_response()
 }
-async fn handle_interrupt<A: Api>(
+async fn handle_interrupt<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2774,7 +2783,7 @@ async fn handle_interrupt<A: Api>(
     let body: Option<types::InterruptRequest> = support::optional_json_body(&body);
     api.interrupt(parts, body).await.into_response()
 }
-async fn handle_list_jobs<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_list_jobs<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response {
         support::reject_json::<types::SimpleError>(problem)
     };
@@ -2784,7 +2793,7 @@ async fn handle_list_jobs<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Re
     };
     api.list_jobs(parts, query).await.into_response()
 }
-async fn handle_cancel_jobs<A: Api>(
+async fn handle_cancel_jobs<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2798,7 +2807,7 @@ async fn handle_cancel_jobs<A: Api>(
     };
     api.cancel_jobs(parts, body).await.into_response()
 }
-async fn handle_get_job<A: Api>(
+async fn handle_get_job<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2814,7 +2823,7 @@ async fn handle_get_job<A: Api>(
     };
     api.get_job(parts, job_id).await.into_response()
 }
-async fn handle_cancel_job<A: Api>(
+async fn handle_cancel_job<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2830,10 +2839,13 @@ async fn handle_cancel_job<A: Api>(
     };
     api.cancel_job(parts, job_id).await.into_response()
 }
-async fn handle_get_model_folders<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_model_folders<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
     api.get_model_folders(parts).await.into_response()
 }
-async fn handle_get_model_files<A: Api>(
+async fn handle_get_model_files<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2847,13 +2859,16 @@ async fn handle_get_model_files<A: Api>(
     };
     api.get_model_files(parts, folder).await.into_response()
 }
-async fn handle_get_node_replacements<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_node_replacements<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
     api.get_node_replacements(parts).await.into_response()
 }
-async fn handle_get_object_info<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_object_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_object_info(parts).await.into_response()
 }
-async fn handle_get_node_info<A: Api>(
+async fn handle_get_node_info<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2867,10 +2882,10 @@ async fn handle_get_node_info<A: Api>(
     };
     api.get_node_info(parts, node_class).await.into_response()
 }
-async fn handle_get_prompt_info<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_prompt_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_prompt_info(parts).await.into_response()
 }
-async fn handle_execute_prompt<A: Api>(
+async fn handle_execute_prompt<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2885,10 +2900,10 @@ async fn handle_execute_prompt<A: Api>(
     };
     api.execute_prompt(parts, comfy_usage_source, body).await.into_response()
 }
-async fn handle_get_queue<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_queue<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_queue(parts).await.into_response()
 }
-async fn handle_manage_queue<A: Api>(
+async fn handle_manage_queue<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2902,10 +2917,10 @@ async fn handle_manage_queue<A: Api>(
     };
     api.manage_queue(parts, body).await.into_response()
 }
-async fn handle_get_settings<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_settings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_settings(parts).await.into_response()
 }
-async fn handle_post_settings<A: Api>(
+async fn handle_post_settings<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -2919,7 +2934,7 @@ async fn handle_post_settings<A: Api>(
     };
     api.post_settings(parts, body).await.into_response()
 }
-async fn handle_get_setting<A: Api>(
+async fn handle_get_setting<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2933,7 +2948,7 @@ async fn handle_get_setting<A: Api>(
     };
     api.get_setting(parts, id).await.into_response()
 }
-async fn handle_post_setting<A: Api>(
+async fn handle_post_setting<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -2954,10 +2969,13 @@ async fn handle_post_setting<A: Api>(
     };
     api.post_setting(parts, id, body).await.into_response()
 }
-async fn handle_get_system_stats<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_system_stats<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
     api.get_system_stats(parts).await.into_response()
 }
-async fn handle_upload_image<A: Api>(
+async fn handle_upload_image<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
@@ -2973,7 +2991,7 @@ async fn handle_upload_image<A: Api>(
     };
     api.upload_image(parts, body).await.into_response()
 }
-async fn handle_upload_mask<A: Api>(
+async fn handle_upload_mask<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
@@ -2989,7 +3007,7 @@ async fn handle_upload_mask<A: Api>(
     };
     api.upload_mask(parts, body).await.into_response()
 }
-async fn handle_list_user_data<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_list_user_data<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response { support::reject_text(problem) };
     let query: ListUserDataQuery = match support::query(&parts) {
         Ok(query) => query,
@@ -2997,7 +3015,7 @@ async fn handle_list_user_data<A: Api>(State(api): State<Arc<A>>, parts: Parts) 
     };
     api.list_user_data(parts, query).await.into_response()
 }
-async fn handle_get_user_data<A: Api>(
+async fn handle_get_user_data<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3011,7 +3029,7 @@ async fn handle_get_user_data<A: Api>(
     };
     api.get_user_data(parts, file).await.into_response()
 }
-async fn handle_post_user_data<A: Api>(
+async fn handle_post_user_data<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3027,7 +3045,7 @@ async fn handle_post_user_data<A: Api>(
     let query: PostUserDataQuery = support::query(&parts).unwrap_or_default();
     api.post_user_data(parts, file, query, body).await.into_response()
 }
-async fn handle_delete_user_data<A: Api>(
+async fn handle_delete_user_data<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3041,7 +3059,7 @@ async fn handle_delete_user_data<A: Api>(
     };
     api.delete_user_data(parts, file).await.into_response()
 }
-async fn handle_move_user_data<A: Api>(
+async fn handle_move_user_data<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3056,10 +3074,10 @@ async fn handle_move_user_data<A: Api>(
     let query: MoveUserDataQuery = support::query(&parts).unwrap_or_default();
     api.move_user_data(parts, file, dest, query).await.into_response()
 }
-async fn handle_get_users<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_users<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_users(parts).await.into_response()
 }
-async fn handle_create_user<A: Api>(
+async fn handle_create_user<A: LocalApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -3073,11 +3091,14 @@ async fn handle_create_user<A: Api>(
     };
     api.create_user(parts, body).await.into_response()
 }
-async fn handle_list_user_data_v2<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_list_user_data_v2<A: LocalApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
     let query: ListUserDataV2Query = support::query(&parts).unwrap_or_default();
     api.list_user_data_v2(parts, query).await.into_response()
 }
-async fn handle_view_file<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_view_file<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
     let query: ViewFileQuery = match support::query(&parts) {
         Ok(query) => query,
@@ -3085,7 +3106,7 @@ async fn handle_view_file<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Re
     };
     api.view_file(parts, query).await.into_response()
 }
-async fn handle_get_view_metadata<A: Api>(
+async fn handle_get_view_metadata<A: LocalApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3100,13 +3121,13 @@ async fn handle_get_view_metadata<A: Api>(
     let query: GetViewMetadataQuery = support::query(&parts).unwrap_or_default();
     api.get_view_metadata(parts, folder_name, query).await.into_response()
 }
-async fn handle_get_workflow_templates<A: Api>(
+async fn handle_get_workflow_templates<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
 ) -> Response {
     api.get_workflow_templates(parts).await.into_response()
 }
-async fn handle_get_workflow_template<A: Api>(
+async fn handle_get_workflow_template<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3120,7 +3141,7 @@ async fn handle_get_workflow_template<A: Api>(
     };
     api.get_workflow_template(parts, module_name, filename).await.into_response()
 }
-async fn handle_get_directory_files<A: Api>(
+async fn handle_get_directory_files<A: LocalApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<types::FileType>, axum::extract::rejection::PathRejection>,
     parts: Parts,
@@ -3136,16 +3157,16 @@ async fn handle_get_directory_files<A: Api>(
     };
     api.get_directory_files(parts, directory_type).await.into_response()
 }
-async fn handle_get_folder_paths<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_folder_paths<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_folder_paths(parts).await.into_response()
 }
-async fn handle_get_logs<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_logs<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_logs(parts).await.into_response()
 }
-async fn handle_get_raw_logs<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_get_raw_logs<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_raw_logs(parts).await.into_response()
 }
-async fn handle_subscribe_logs<A: Api>(
+async fn handle_subscribe_logs<A: LocalApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -3159,11 +3180,11 @@ async fn handle_subscribe_logs<A: Api>(
     };
     api.subscribe_logs(parts, body).await.into_response()
 }
-async fn handle_oauth_authorize<A: Api>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+async fn handle_oauth_authorize<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let query: OauthAuthorizeQuery = support::query(&parts).unwrap_or_default();
     api.oauth_authorize(parts, query).await.into_response()
 }
-async fn handle_oauth_authorize_decision<A: Api>(
+async fn handle_oauth_authorize_decision<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -3177,7 +3198,7 @@ async fn handle_oauth_authorize_decision<A: Api>(
     };
     api.oauth_authorize_decision(parts, body).await.into_response()
 }
-async fn handle_oauth_register<A: Api>(
+async fn handle_oauth_register<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -3191,7 +3212,7 @@ async fn handle_oauth_register<A: Api>(
     };
     api.oauth_register(parts, body).await.into_response()
 }
-async fn handle_oauth_token<A: Api>(
+async fn handle_oauth_token<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
@@ -3205,7 +3226,7 @@ async fn handle_oauth_token<A: Api>(
     };
     api.oauth_token(parts, body).await.into_response()
 }
-async fn handle_web_socket_connect<A: Api>(
+async fn handle_web_socket_connect<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     upgrade: Result<
@@ -3220,682 +3241,268 @@ async fn handle_web_socket_connect<A: Api>(
     };
     api.web_socket_connect(parts, query, upgrade).await
 }
-/// The routes of every operation whose `x-runtime` contains `runtime`, served by `api`.
+/// The routes of the local runtime: every operation whose `x-runtime` contains `local`.
 ///
 /// Local routes documented as `/api/X` are also served at `/X` (and `/ws` at `/api/ws`), as ComfyUI does.
 /// JSON bodies are parsed whatever the `Content-Type` says.
-#[allow(unused_mut, unused_variables)]
-pub fn router<A: Api>(runtime: Runtime, api: Arc<A>) -> Router {
-    let mut router: Router<Arc<A>> = Router::new();
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_jwks::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/.well-known/jwks.json", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_oauth_authorization_server_metadata::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/.well-known/oauth-authorization-server", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_oauth_protected_resource_metadata::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/.well-known/oauth-protected-resource", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_oauth_protected_resource_metadata_for_mcp::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/.well-known/oauth-protected-resource/mcp", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_get_session::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["cloud"]) {
-            route = route.post(handle_create_session::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["cloud"]) {
-            route = route.delete(handle_delete_session::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/api/auth/session", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.post(handle_exchange_token::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/api/auth/token", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_embeddings::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/embeddings", route.clone());
-            router = router.route("/api/embeddings", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_model_folder_paths::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/experiment/models", route.clone());
-            router = router.route("/api/experiment/models", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_model_preview::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route(
-                "/experiment/models/preview/{folder}/{path_index}/{filename}",
-                route.clone(),
-            );
-            router = router
-                .route("/api/experiment/models/preview/{folder}/{path_index}/{filename}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_model_file_details::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/experiment/models/{folder}", route.clone());
-            router = router.route("/api/experiment/models/{folder}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_extensions::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/extensions", route.clone());
-            router = router.route("/api/extensions", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_features::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/features", route.clone());
-            router = router.route("/api/features", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.post(handle_free_memory::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/free", route.clone());
-            router = router.route("/api/free", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_global_subgraphs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/global_subgraphs", route.clone());
-            router = router.route("/api/global_subgraphs", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_global_subgraph::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/global_subgraphs/{id}", route.clone());
-            router = router.route("/api/global_subgraphs/{id}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_history::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_manage_history::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/history", route.clone());
-            router = router.route("/api/history", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_history_for_prompt::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/history/{prompt_id}", route.clone());
-            router = router.route("/api/history/{prompt_id}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_i18n::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/i18n", route.clone());
-            router = router.route("/api/i18n", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_interrupt::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/interrupt", route.clone());
-            router = router.route("/api/interrupt", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_list_jobs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/jobs", route.clone());
-            router = router.route("/api/jobs", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_cancel_jobs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/jobs/cancel", route.clone());
-            router = router.route("/api/jobs/cancel", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_job::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/jobs/{job_id}", route.clone());
-            router = router.route("/api/jobs/{job_id}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_cancel_job::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/jobs/{job_id}/cancel", route.clone());
-            router = router.route("/api/jobs/{job_id}/cancel", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_model_folders::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/models", route.clone());
-            router = router.route("/api/models", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_model_files::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/models/{folder}", route.clone());
-            router = router.route("/api/models/{folder}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_node_replacements::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/node_replacements", route.clone());
-            router = router.route("/api/node_replacements", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_object_info::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/object_info", route.clone());
-            router = router.route("/api/object_info", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_node_info::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/object_info/{node_class}", route.clone());
-            router = router.route("/api/object_info/{node_class}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_prompt_info::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_execute_prompt::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/prompt", route.clone());
-            router = router.route("/api/prompt", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_queue::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_manage_queue::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/queue", route.clone());
-            router = router.route("/api/queue", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_settings::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_post_settings::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/settings", route.clone());
-            router = router.route("/api/settings", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_setting::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_post_setting::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/settings/{id}", route.clone());
-            router = router.route("/api/settings/{id}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_system_stats::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/system_stats", route.clone());
-            router = router.route("/api/system_stats", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_upload_image::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/upload/image", route.clone());
-            router = router.route("/api/upload/image", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_upload_mask::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/upload/mask", route.clone());
-            router = router.route("/api/upload/mask", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_list_user_data::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/userdata", route.clone());
-            router = router.route("/api/userdata", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_user_data::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_post_user_data::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.delete(handle_delete_user_data::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/userdata/{file}", route.clone());
-            router = router.route("/api/userdata/{file}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.post(handle_move_user_data::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/userdata/{file}/move/{dest}", route.clone());
-            router = router.route("/api/userdata/{file}/move/{dest}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_users::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["local"]) {
-            route = route.post(handle_create_user::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/users", route.clone());
-            router = router.route("/api/users", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_list_user_data_v2::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/v2/userdata", route.clone());
-            router = router.route("/api/v2/userdata", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_view_file::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/view", route.clone());
-            router = router.route("/api/view", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_view_metadata::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/view_metadata/{folder_name}", route.clone());
-            router = router.route("/api/view_metadata/{folder_name}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_workflow_templates::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/workflow_templates", route.clone());
-            router = router.route("/api/workflow_templates", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_get_workflow_template::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/workflow_templates/{module_name}/{filename}", route.clone());
-            router = router.route("/api/workflow_templates/{module_name}/{filename}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_directory_files::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/internal/files/{directory_type}", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_folder_paths::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/internal/folder_paths", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_logs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/internal/logs", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.get(handle_get_raw_logs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/internal/logs/raw", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local"]) {
-            route = route.patch(handle_subscribe_logs::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/internal/logs/subscribe", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.get(handle_oauth_authorize::<A>);
-            mounted = true;
-        }
-        if runtime.is_in(&["cloud"]) {
-            route = route.post(handle_oauth_authorize_decision::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/oauth/authorize", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.post(handle_oauth_register::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/oauth/register", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["cloud"]) {
-            route = route.post(handle_oauth_token::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/oauth/token", route);
-        }
-    }
-    {
-        let mut route: MethodRouter<Arc<A>> = MethodRouter::new();
-        let mut mounted = false;
-        if runtime.is_in(&["local", "cloud"]) {
-            route = route.get(handle_web_socket_connect::<A>);
-            mounted = true;
-        }
-        if mounted {
-            router = router.route("/api/ws", route.clone());
-            router = router.route("/ws", route);
-        }
-    }
+pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
+    let router: Router<Arc<A>> = Router::new();
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
+    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
+    let router =
+        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_preview::<A>);
+    let router = router
+        .route("/experiment/models/preview/{folder}/{path_index}/{filename}", route.clone())
+        .route("/api/experiment/models/preview/{folder}/{path_index}/{filename}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
+    let router = router
+        .route("/experiment/models/{folder}", route.clone())
+        .route("/api/experiment/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
+    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
+    let router = router.route("/features", route.clone()).route("/api/features", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_free_memory::<A>);
+    let router = router.route("/free", route.clone()).route("/api/free", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
+    let router =
+        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
+    let router = router
+        .route("/global_subgraphs/{id}", route.clone())
+        .route("/api/global_subgraphs/{id}", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_history::<A>).post(handle_manage_history::<A>);
+    let router = router.route("/history", route.clone()).route("/api/history", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_history_for_prompt::<A>);
+    let router = router
+        .route("/history/{prompt_id}", route.clone())
+        .route("/api/history/{prompt_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
+    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
+    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_jobs::<A>);
+    let router = router.route("/jobs", route.clone()).route("/api/jobs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_jobs::<A>);
+    let router = router.route("/jobs/cancel", route.clone()).route("/api/jobs/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_job::<A>);
+    let router = router.route("/jobs/{job_id}", route.clone()).route("/api/jobs/{job_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_job::<A>);
+    let router = router
+        .route("/jobs/{job_id}/cancel", route.clone())
+        .route("/api/jobs/{job_id}/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
+    let router = router.route("/models", route.clone()).route("/api/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
+    let router =
+        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
+    let router =
+        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_object_info::<A>);
+    let router = router.route("/object_info", route.clone()).route("/api/object_info", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_info::<A>);
+    let router = router
+        .route("/object_info/{node_class}", route.clone())
+        .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
+    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
+    let router = router.route("/queue", route.clone()).route("/api/queue", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_settings::<A>).post(handle_post_settings::<A>);
+    let router = router.route("/settings", route.clone()).route("/api/settings", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_setting::<A>).post(handle_post_setting::<A>);
+    let router = router.route("/settings/{id}", route.clone()).route("/api/settings/{id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
+    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_image::<A>);
+    let router = router.route("/upload/image", route.clone()).route("/api/upload/image", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_mask::<A>);
+    let router = router.route("/upload/mask", route.clone()).route("/api/upload/mask", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data::<A>);
+    let router = router.route("/userdata", route.clone()).route("/api/userdata", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_get_user_data::<A>)
+        .post(handle_post_user_data::<A>)
+        .delete(handle_delete_user_data::<A>);
+    let router =
+        router.route("/userdata/{file}", route.clone()).route("/api/userdata/{file}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_move_user_data::<A>);
+    let router = router
+        .route("/userdata/{file}/move/{dest}", route.clone())
+        .route("/api/userdata/{file}/move/{dest}", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_users::<A>).post(handle_create_user::<A>);
+    let router = router.route("/users", route.clone()).route("/api/users", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data_v2::<A>);
+    let router = router.route("/v2/userdata", route.clone()).route("/api/v2/userdata", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
+    let router = router.route("/view", route.clone()).route("/api/view", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_view_metadata::<A>);
+    let router = router
+        .route("/view_metadata/{folder_name}", route.clone())
+        .route("/api/view_metadata/{folder_name}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_templates::<A>);
+    let router =
+        router.route("/workflow_templates", route.clone()).route("/api/workflow_templates", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_template::<A>);
+    let router = router
+        .route("/workflow_templates/{module_name}/{filename}", route.clone())
+        .route("/api/workflow_templates/{module_name}/{filename}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_directory_files::<A>);
+    let router = router.route("/internal/files/{directory_type}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_folder_paths::<A>);
+    let router = router.route("/internal/folder_paths", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_logs::<A>);
+    let router = router.route("/internal/logs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_raw_logs::<A>);
+    let router = router.route("/internal/logs/raw", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().patch(handle_subscribe_logs::<A>);
+    let router = router.route("/internal/logs/subscribe", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
+    let router = router.route("/api/ws", route.clone()).route("/ws", route);
     router.with_state(api)
+}
+/// The routes of the cloud runtime: every operation whose `x-runtime` contains `cloud`.
+pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
+    let router: Router<Arc<A>> = Router::new();
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_jwks::<A>);
+    let router = router.route("/.well-known/jwks.json", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_oauth_authorization_server_metadata::<A>);
+    let router = router.route("/.well-known/oauth-authorization-server", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_oauth_protected_resource_metadata::<A>);
+    let router = router.route("/.well-known/oauth-protected-resource", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_oauth_protected_resource_metadata_for_mcp::<A>);
+    let router = router.route("/.well-known/oauth-protected-resource/mcp", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_get_session::<A>)
+        .post(handle_create_session::<A>)
+        .delete(handle_delete_session::<A>);
+    let router = router.route("/api/auth/session", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_exchange_token::<A>);
+    let router = router.route("/api/auth/token", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
+    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
+    let router =
+        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
+    let router = router
+        .route("/experiment/models/{folder}", route.clone())
+        .route("/api/experiment/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
+    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
+    let router = router.route("/features", route.clone()).route("/api/features", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
+    let router =
+        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
+    let router = router
+        .route("/global_subgraphs/{id}", route.clone())
+        .route("/api/global_subgraphs/{id}", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_history::<A>).post(handle_manage_history::<A>);
+    let router = router.route("/history", route.clone()).route("/api/history", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_history_for_prompt::<A>);
+    let router = router
+        .route("/history/{prompt_id}", route.clone())
+        .route("/api/history/{prompt_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
+    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
+    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_jobs::<A>);
+    let router = router.route("/jobs", route.clone()).route("/api/jobs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_jobs::<A>);
+    let router = router.route("/jobs/cancel", route.clone()).route("/api/jobs/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_job::<A>);
+    let router = router.route("/jobs/{job_id}", route.clone()).route("/api/jobs/{job_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_job::<A>);
+    let router = router
+        .route("/jobs/{job_id}/cancel", route.clone())
+        .route("/api/jobs/{job_id}/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
+    let router = router.route("/models", route.clone()).route("/api/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
+    let router =
+        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
+    let router =
+        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_object_info::<A>);
+    let router = router.route("/object_info", route.clone()).route("/api/object_info", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_info::<A>);
+    let router = router
+        .route("/object_info/{node_class}", route.clone())
+        .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
+    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
+    let router = router.route("/queue", route.clone()).route("/api/queue", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_settings::<A>).post(handle_post_settings::<A>);
+    let router = router.route("/settings", route.clone()).route("/api/settings", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_setting::<A>).post(handle_post_setting::<A>);
+    let router = router.route("/settings/{id}", route.clone()).route("/api/settings/{id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
+    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_image::<A>);
+    let router = router.route("/upload/image", route.clone()).route("/api/upload/image", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_mask::<A>);
+    let router = router.route("/upload/mask", route.clone()).route("/api/upload/mask", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data::<A>);
+    let router = router.route("/userdata", route.clone()).route("/api/userdata", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_get_user_data::<A>)
+        .post(handle_post_user_data::<A>)
+        .delete(handle_delete_user_data::<A>);
+    let router =
+        router.route("/userdata/{file}", route.clone()).route("/api/userdata/{file}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_move_user_data::<A>);
+    let router = router
+        .route("/userdata/{file}/move/{dest}", route.clone())
+        .route("/api/userdata/{file}/move/{dest}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_users::<A>);
+    let router = router.route("/users", route.clone()).route("/api/users", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
+    let router = router.route("/view", route.clone()).route("/api/view", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_templates::<A>);
+    let router =
+        router.route("/workflow_templates", route.clone()).route("/api/workflow_templates", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_template::<A>);
+    let router = router
+        .route("/workflow_templates/{module_name}/{filename}", route.clone())
+        .route("/api/workflow_templates/{module_name}/{filename}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_oauth_authorize::<A>)
+        .post(handle_oauth_authorize_decision::<A>);
+    let router = router.route("/oauth/authorize", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_register::<A>);
+    let router = router.route("/oauth/register", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_token::<A>);
+    let router = router.route("/oauth/token", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
+    let router = router.route("/api/ws", route.clone()).route("/ws", route);
+    router.with_state(api)
+}
+/// The routes of `runtime`, for an implementation of every operation.
+pub fn router<A: SharedApi + LocalApi + CloudApi>(runtime: Runtime, api: Arc<A>) -> Router {
+    match runtime {
+        Runtime::Local => local_router(api),
+        Runtime::Cloud => cloud_router(api),
+    }
 }

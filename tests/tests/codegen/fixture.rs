@@ -112,80 +112,7 @@ fn history_entry() -> types::HistoryEntry {
     }))
 }
 
-impl Api for Fixture {
-    async fn get_jwks(&self, _: Parts) -> GetJwksResponse {
-        self.record("getJwks");
-        GetJwksResponse::Ok(j(
-            json!({"keys": [{"kty": "EC", "crv": "P-256", "x": "x", "y": "y", "kid": "k1"}]}),
-        ))
-    }
-    async fn get_oauth_authorization_server_metadata(
-        &self,
-        _: Parts,
-    ) -> GetOauthAuthorizationServerMetadataResponse {
-        self.record("getOauthAuthorizationServerMetadata");
-        GetOauthAuthorizationServerMetadataResponse::Ok(j(json!({
-            "issuer": "https://kiln.test", "authorization_endpoint": "https://kiln.test/oauth/authorize",
-            "token_endpoint": "https://kiln.test/oauth/token", "jwks_uri": "https://kiln.test/.well-known/jwks.json",
-            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code", "refresh_token"],
-            "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"]
-        })))
-    }
-    async fn get_oauth_protected_resource_metadata(
-        &self,
-        _: Parts,
-    ) -> GetOauthProtectedResourceMetadataResponse {
-        self.record("getOauthProtectedResourceMetadata");
-        GetOauthProtectedResourceMetadataResponse::Ok(protected_resource())
-    }
-    async fn get_oauth_protected_resource_metadata_for_mcp(
-        &self,
-        _: Parts,
-    ) -> GetOauthProtectedResourceMetadataForMcpResponse {
-        self.record("getOauthProtectedResourceMetadataForMcp");
-        GetOauthProtectedResourceMetadataForMcpResponse::Ok(protected_resource())
-    }
-    async fn get_session(&self, _: Parts) -> GetSessionResponse {
-        self.record("getSession");
-        GetSessionResponse::Unauthorized(j(json!({"code": "no_session", "message": "no session"})))
-    }
-    async fn create_session(&self, parts: Parts) -> CreateSessionResponse {
-        self.record("createSession");
-        let bearer = parts.headers.get("authorization").is_some();
-        CreateSessionResponse::Ok {
-            body: j(
-                json!({"user_id": if bearer { "u1" } else { "anonymous" }, "csrf_token": "c", "expires_at": "2026-12-01T00:00:00Z"}),
-            ),
-            set_cookie: Some(
-                "__Host-comfy_session=s; Secure; HttpOnly; SameSite=Lax; Path=/".to_owned(),
-            ),
-            cache_control: Some("no-store".to_owned()),
-        }
-    }
-    async fn delete_session(
-        &self,
-        _: Parts,
-        x_csrf_token: Option<String>,
-    ) -> DeleteSessionResponse {
-        self.record("deleteSession");
-        match x_csrf_token.as_deref() {
-            Some("c") => DeleteSessionResponse::Ok(j(json!({"success": true}))),
-            _ => DeleteSessionResponse::Forbidden(j(
-                json!({"code": "csrf_invalid", "message": "bad CSRF token"}),
-            )),
-        }
-    }
-    async fn exchange_token(
-        &self,
-        _: Parts,
-        body: Option<types::ExchangeTokenRequest>,
-    ) -> ExchangeTokenResponse {
-        self.record("exchangeToken");
-        let workspace = body.and_then(|b| b.workspace_id).unwrap_or_else(|| "personal".to_owned());
-        ExchangeTokenResponse::Ok(j(
-            json!({"token": "jwt", "token_type": "Bearer", "expires_in": 900, "workspace_id": workspace}),
-        ))
-    }
+impl SharedApi for Fixture {
     async fn get_embeddings(&self, _: Parts) -> GetEmbeddingsResponse {
         self.record("getEmbeddings");
         GetEmbeddingsResponse::Ok(j(json!(["easynegative"])))
@@ -195,19 +122,6 @@ impl Api for Fixture {
         GetModelFolderPathsResponse::Ok(j(
             json!([{"name": "loras", "folders": ["/m/loras"], "extensions": [".safetensors"]}]),
         ))
-    }
-    async fn get_model_preview(
-        &self,
-        _: Parts,
-        folder: String,
-        path_index: i64,
-        filename: String,
-    ) -> GetModelPreviewResponse {
-        self.record("getModelPreview");
-        GetModelPreviewResponse::Ok(Binary {
-            content_type: "image/webp".to_owned(),
-            bytes: Bytes::from(format!("{folder}/{path_index}/{filename}")),
-        })
     }
     async fn get_model_file_details(
         &self,
@@ -228,15 +142,6 @@ impl Api for Fixture {
         GetFeaturesResponse::Ok(j(
             json!({"supports_preview_metadata": true, "max_upload_size": 104857600}),
         ))
-    }
-    async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
-        self.record("freeMemory");
-        match body.unload_models {
-            Some(true) => FreeMemoryResponse::Ok,
-            _ => FreeMemoryResponse::BadRequest(j(
-                json!({"code": "test", "message": "unload_models expected"}),
-            )),
-        }
     }
     async fn get_global_subgraphs(&self, _: Parts) -> GetGlobalSubgraphsResponse {
         self.record("getGlobalSubgraphs");
@@ -527,6 +432,70 @@ impl Api for Fixture {
         self.record("getUsers");
         GetUsersResponse::Ok(j(json!({"storage": "server", "migrated": true})))
     }
+    async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
+        self.record("viewFile");
+        match query.filename.as_deref() {
+            None => ViewFileResponse::NotFound,
+            Some(name) if name.contains("..") => ViewFileResponse::BadRequest,
+            Some(name) => ViewFileResponse::Ok {
+                body: Binary {
+                    content_type: "image/png".to_owned(),
+                    bytes: Bytes::from(format!("{name}:{:?}", query.type_)),
+                },
+                content_disposition: Some(format!("filename=\"{name}\"")),
+                x_content_type_options: Some("nosniff".to_owned()),
+            },
+        }
+    }
+    async fn get_workflow_templates(&self, _: Parts) -> GetWorkflowTemplatesResponse {
+        self.record("getWorkflowTemplates");
+        GetWorkflowTemplatesResponse::Ok(j(json!({"pack": ["example"]})))
+    }
+    async fn get_workflow_template(
+        &self,
+        _: Parts,
+        module_name: String,
+        filename: String,
+    ) -> GetWorkflowTemplateResponse {
+        self.record("getWorkflowTemplate");
+        GetWorkflowTemplateResponse::Ok(j(json!({"module": module_name, "file": filename})))
+    }
+    async fn web_socket_connect(
+        &self,
+        _: Parts,
+        query: WebSocketConnectQuery,
+        upgrade: axum::extract::ws::WebSocketUpgrade,
+    ) -> Response {
+        self.record("webSocketConnect");
+        let sid = query.client_id.unwrap_or_else(|| "generated".to_owned());
+        let events = self.events.subscribe();
+        upgrade.on_upgrade(move |socket| socket_session(socket, sid, events))
+    }
+}
+
+impl LocalApi for Fixture {
+    async fn get_model_preview(
+        &self,
+        _: Parts,
+        folder: String,
+        path_index: i64,
+        filename: String,
+    ) -> GetModelPreviewResponse {
+        self.record("getModelPreview");
+        GetModelPreviewResponse::Ok(Binary {
+            content_type: "image/webp".to_owned(),
+            bytes: Bytes::from(format!("{folder}/{path_index}/{filename}")),
+        })
+    }
+    async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
+        self.record("freeMemory");
+        match body.unload_models {
+            Some(true) => FreeMemoryResponse::Ok,
+            _ => FreeMemoryResponse::BadRequest(j(
+                json!({"code": "test", "message": "unload_models expected"}),
+            )),
+        }
+    }
     async fn create_user(&self, _: Parts, body: types::CreateUserRequest) -> CreateUserResponse {
         self.record("createUser");
         if body.username == "taken" {
@@ -545,21 +514,6 @@ impl Api for Fixture {
             json!([{"name": "a.json", "path": query.path.unwrap_or_default(), "type": "file"}]),
         ))
     }
-    async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
-        self.record("viewFile");
-        match query.filename.as_deref() {
-            None => ViewFileResponse::NotFound,
-            Some(name) if name.contains("..") => ViewFileResponse::BadRequest,
-            Some(name) => ViewFileResponse::Ok {
-                body: Binary {
-                    content_type: "image/png".to_owned(),
-                    bytes: Bytes::from(format!("{name}:{:?}", query.type_)),
-                },
-                content_disposition: Some(format!("filename=\"{name}\"")),
-                x_content_type_options: Some("nosniff".to_owned()),
-            },
-        }
-    }
     async fn get_view_metadata(
         &self,
         _: Parts,
@@ -573,19 +527,6 @@ impl Api for Fixture {
             }
             None => GetViewMetadataResponse::NotFound,
         }
-    }
-    async fn get_workflow_templates(&self, _: Parts) -> GetWorkflowTemplatesResponse {
-        self.record("getWorkflowTemplates");
-        GetWorkflowTemplatesResponse::Ok(j(json!({"pack": ["example"]})))
-    }
-    async fn get_workflow_template(
-        &self,
-        _: Parts,
-        module_name: String,
-        filename: String,
-    ) -> GetWorkflowTemplateResponse {
-        self.record("getWorkflowTemplate");
-        GetWorkflowTemplateResponse::Ok(j(json!({"module": module_name, "file": filename})))
     }
     async fn get_directory_files(
         &self,
@@ -622,6 +563,82 @@ impl Api for Fixture {
                 json!({"code": "test", "message": "enabled expected"}),
             ))
         }
+    }
+}
+
+impl CloudApi for Fixture {
+    async fn get_jwks(&self, _: Parts) -> GetJwksResponse {
+        self.record("getJwks");
+        GetJwksResponse::Ok(j(
+            json!({"keys": [{"kty": "EC", "crv": "P-256", "x": "x", "y": "y", "kid": "k1"}]}),
+        ))
+    }
+    async fn get_oauth_authorization_server_metadata(
+        &self,
+        _: Parts,
+    ) -> GetOauthAuthorizationServerMetadataResponse {
+        self.record("getOauthAuthorizationServerMetadata");
+        GetOauthAuthorizationServerMetadataResponse::Ok(j(json!({
+            "issuer": "https://kiln.test", "authorization_endpoint": "https://kiln.test/oauth/authorize",
+            "token_endpoint": "https://kiln.test/oauth/token", "jwks_uri": "https://kiln.test/.well-known/jwks.json",
+            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"]
+        })))
+    }
+    async fn get_oauth_protected_resource_metadata(
+        &self,
+        _: Parts,
+    ) -> GetOauthProtectedResourceMetadataResponse {
+        self.record("getOauthProtectedResourceMetadata");
+        GetOauthProtectedResourceMetadataResponse::Ok(protected_resource())
+    }
+    async fn get_oauth_protected_resource_metadata_for_mcp(
+        &self,
+        _: Parts,
+    ) -> GetOauthProtectedResourceMetadataForMcpResponse {
+        self.record("getOauthProtectedResourceMetadataForMcp");
+        GetOauthProtectedResourceMetadataForMcpResponse::Ok(protected_resource())
+    }
+    async fn get_session(&self, _: Parts) -> GetSessionResponse {
+        self.record("getSession");
+        GetSessionResponse::Unauthorized(j(json!({"code": "no_session", "message": "no session"})))
+    }
+    async fn create_session(&self, parts: Parts) -> CreateSessionResponse {
+        self.record("createSession");
+        let bearer = parts.headers.get("authorization").is_some();
+        CreateSessionResponse::Ok {
+            body: j(
+                json!({"user_id": if bearer { "u1" } else { "anonymous" }, "csrf_token": "c", "expires_at": "2026-12-01T00:00:00Z"}),
+            ),
+            set_cookie: Some(
+                "__Host-comfy_session=s; Secure; HttpOnly; SameSite=Lax; Path=/".to_owned(),
+            ),
+            cache_control: Some("no-store".to_owned()),
+        }
+    }
+    async fn delete_session(
+        &self,
+        _: Parts,
+        x_csrf_token: Option<String>,
+    ) -> DeleteSessionResponse {
+        self.record("deleteSession");
+        match x_csrf_token.as_deref() {
+            Some("c") => DeleteSessionResponse::Ok(j(json!({"success": true}))),
+            _ => DeleteSessionResponse::Forbidden(j(
+                json!({"code": "csrf_invalid", "message": "bad CSRF token"}),
+            )),
+        }
+    }
+    async fn exchange_token(
+        &self,
+        _: Parts,
+        body: Option<types::ExchangeTokenRequest>,
+    ) -> ExchangeTokenResponse {
+        self.record("exchangeToken");
+        let workspace = body.and_then(|b| b.workspace_id).unwrap_or_else(|| "personal".to_owned());
+        ExchangeTokenResponse::Ok(j(
+            json!({"token": "jwt", "token_type": "Bearer", "expires_in": 900, "workspace_id": workspace}),
+        ))
     }
     async fn oauth_authorize(
         &self,
@@ -682,17 +699,6 @@ impl Api for Fixture {
             })),
             cache_control: Some("no-store".to_owned()),
         }
-    }
-    async fn web_socket_connect(
-        &self,
-        _: Parts,
-        query: WebSocketConnectQuery,
-        upgrade: axum::extract::ws::WebSocketUpgrade,
-    ) -> Response {
-        self.record("webSocketConnect");
-        let sid = query.client_id.unwrap_or_else(|| "generated".to_owned());
-        let events = self.events.subscribe();
-        upgrade.on_upgrade(move |socket| socket_session(socket, sid, events))
     }
 }
 
