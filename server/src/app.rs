@@ -1,34 +1,196 @@
-//! The axum application: routes and shared state.
-//!
-//! Every local route answers at `/api/X` and at the bare `/X`, as ComfyUI does.
+//! The running server: the local runtime's state and worker, behind the generated router, with ComfyUI's
+//! request rules (body size limit, the loopback origin check).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
-use kiln_engine::Backend;
-use kiln_spec::types::SystemStats;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use kiln_engine::exec::Executor;
+use kiln_engine::nodes::builtin_registry;
+use kiln_engine::queue::{MemoryStore, PromptQueue};
+use kiln_spec::types;
 
+use crate::api::local_router;
 use crate::config::Config;
-use crate::system::{self, Memory};
+use crate::files::Roots;
+use crate::local::api::LocalServer;
+use crate::local::history::History;
+use crate::local::runtime::{Runtime, default_cache, engine_roots, start_worker};
+use crate::logs::LogRing;
+use crate::ws::{Audience, Hub};
 
-/// State shared by every handler.
-#[derive(Debug)]
-struct AppState {
-    argv: Vec<String>,
-    backend: Backend,
+/// A started server: its routes, and the worker that runs prompts.
+pub struct Server {
+    router: Router,
+    runtime: Arc<Runtime>,
+    worker: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Builds the router for a configuration.
-pub fn app(config: &Config) -> Router {
-    let state = Arc::new(AppState { argv: config.argv.clone(), backend: Backend::detect() });
-    Router::new()
-        .route("/api/system_stats", get(get_system_stats))
-        .route("/system_stats", get(get_system_stats))
-        .with_state(state)
+impl Server {
+    /// Creates the directories, starts the worker thread and builds the routes for a configuration.
+    pub fn start(config: &Config, logs: LogRing) -> std::io::Result<Server> {
+        for dir in [
+            &config.input_dir,
+            &config.output_dir,
+            &config.temp_dir,
+            &config.user_dir,
+            &config.models_dir,
+        ] {
+            std::fs::create_dir_all(dir)?;
+        }
+        let roots = Roots {
+            input: config.input_dir.clone(),
+            output: config.output_dir.clone(),
+            temp: config.temp_dir.clone(),
+        };
+        let registry = Arc::new(builtin_registry(roots.input.clone()));
+        let executor = Executor::new(registry.clone(), default_cache(), engine_roots(&roots));
+        let (queue, _interrupted) = PromptQueue::restore(Box::new(MemoryStore::default()))
+            .map_err(std::io::Error::other)?;
+        let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({
+            "supports_preview_metadata": false,
+            "supports_model_type_tags": false,
+            "max_upload_size": config.max_upload_size,
+            "node_replacements": false,
+            "assets": false,
+        }))
+        .map_err(std::io::Error::other)?;
+        let runtime = Arc::new(Runtime {
+            registry,
+            queue,
+            history: Mutex::new(History::default()),
+            hub: Hub::default(),
+            roots,
+            user_dir: config.user_dir.clone(),
+            models_dir: config.models_dir.clone(),
+            features,
+            argv: config.argv.clone(),
+            interrupt: executor.interrupt_flag(),
+            free_requested: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            logs,
+            log_subscribers: Mutex::new(Default::default()),
+        });
+        let worker = start_worker(runtime.clone(), executor);
+        let router = local_router(Arc::new(LocalServer(runtime.clone())))
+            .layer(DefaultBodyLimit::max(config.max_upload_size as usize))
+            .layer(middleware::from_fn(origin_check));
+        Ok(Server { router, runtime, worker: Some(worker) })
+    }
+
+    /// The routes.
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// Sends new log entries to the sockets subscribed through `/internal/logs/subscribe`, until the server stops.
+    pub async fn forward_logs(&self) {
+        let runtime = self.runtime.clone();
+        let mut last = runtime.logs.since(0).last().map_or(0, |e| e.seq);
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+        while !runtime.stop.load(Ordering::SeqCst) {
+            tick.tick().await;
+            let subscribers: Vec<String> = runtime
+                .log_subscribers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned()
+                .collect();
+            let entries = runtime.logs.since(last);
+            let Some(newest) = entries.last() else { continue };
+            last = newest.seq;
+            if subscribers.is_empty() {
+                continue;
+            }
+            let message = types::WsMessage::LogsMessage(types::WsLogsMessage {
+                data: types::LogsRaw {
+                    entries: entries
+                        .into_iter()
+                        .map(|e| types::LogEntry { m: e.message, t: e.time })
+                        .collect(),
+                    size: types::TerminalSize { cols: 80, rows: 24 },
+                },
+                type_: types::WsLogsMessageType::Logs,
+            });
+            for client in &subscribers {
+                runtime.hub.publish(Some(client), &message, Audience::Owner);
+            }
+        }
+    }
+
+    /// Stops the worker after the running prompt and waits for it.
+    pub fn shutdown(mut self) {
+        self.runtime.stop.store(true, Ordering::SeqCst);
+        self.runtime.interrupt.store(true, Ordering::SeqCst);
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
 }
 
-async fn get_system_stats(State(state): State<Arc<AppState>>) -> Json<SystemStats> {
-    Json(system::system_stats(&state.argv, state.backend, Memory::read()))
+fn host_part(value: &str) -> &str {
+    value
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap_or("")
+}
+
+fn is_loopback(host: &str) -> bool {
+    let name = host.rsplit_once(':').map_or(host, |(name, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) { name } else { host }
+    });
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// ComfyUI's anti-CSRF rule for a local server: a request to a loopback host whose `Origin` names another
+/// host is refused with 403.
+pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(host), Some(origin)) = (header("host"), header("origin")) else { return true };
+    !is_loopback(host) || host_part(origin) == host
+}
+
+async fn origin_check(request: Request, next: Next) -> Response {
+    if origin_allowed(request.headers()) {
+        next.run(request).await
+    } else {
+        tracing::warn!(origin = ?request.headers().get("origin"), "refused a cross-origin request to a loopback host");
+        StatusCode::FORBIDDEN.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderMap;
+
+    use super::origin_allowed;
+
+    fn headers(host: &str, origin: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("host", host.parse().expect("header"));
+        if let Some(origin) = origin {
+            h.insert("origin", origin.parse().expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn cross_origin_requests_to_loopback_are_refused() {
+        assert!(origin_allowed(&headers("127.0.0.1:8188", None)));
+        assert!(origin_allowed(&headers("127.0.0.1:8188", Some("http://127.0.0.1:8188"))));
+        assert!(!origin_allowed(&headers("127.0.0.1:8188", Some("http://evil.example"))));
+        assert!(!origin_allowed(&headers("localhost:8188", Some("http://localhost:9999"))));
+        assert!(
+            origin_allowed(&headers("kiln.example:8188", Some("http://other.example"))),
+            "only loopback hosts are guarded"
+        );
+    }
 }

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
-use kiln_server::{Config, Runtime};
+use kiln_server::{Config, LogRing, Runtime, Server};
 use tracing::info;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// A ComfyUI-compatible workflow server.
 #[derive(Debug, Parser)]
@@ -19,9 +21,24 @@ struct Args {
     /// The port to listen on (0 picks a free one; the log says which).
     #[arg(long, default_value_t = 8188)]
     port: u16,
-    /// Where Kiln keeps its state (created if missing).
+    /// Where Kiln keeps its state; the other directories default to folders inside it.
     #[arg(long, default_value = "kiln-data")]
     data_dir: PathBuf,
+    /// The input directory (uploads, LoadImage). Default: <data-dir>/input.
+    #[arg(long)]
+    input_directory: Option<PathBuf>,
+    /// The output directory (SaveImage). Default: <data-dir>/output.
+    #[arg(long)]
+    output_directory: Option<PathBuf>,
+    /// The temp directory (PreviewImage). Default: <data-dir>/temp.
+    #[arg(long)]
+    temp_directory: Option<PathBuf>,
+    /// The user directory (settings, user data). Default: <data-dir>/user.
+    #[arg(long)]
+    user_directory: Option<PathBuf>,
+    /// The largest request body in MB.
+    #[arg(long, default_value_t = 100.0)]
+    max_upload_size: f64,
     /// Which API surface to serve.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Local)]
     runtime: RuntimeArg,
@@ -46,22 +63,36 @@ impl Args {
         if listen.is_empty() {
             bail!("--listen: no address given");
         }
-        let runtime = match self.runtime {
+        if !(self.max_upload_size.is_finite() && self.max_upload_size > 0.0) {
+            bail!("--max-upload-size: must be a positive number of MB");
+        }
+        let mut config = Config::under(self.data_dir, listen, std::env::args().collect());
+        config.runtime = match self.runtime {
             RuntimeArg::Local => Runtime::Local,
             RuntimeArg::Cloud => Runtime::Cloud,
         };
-        Ok(Config { listen, data_dir: self.data_dir, runtime, argv: std::env::args().collect() })
+        config.input_dir = self.input_directory.unwrap_or(config.input_dir);
+        config.output_dir = self.output_directory.unwrap_or(config.output_dir);
+        config.temp_dir = self.temp_directory.unwrap_or(config.temp_dir);
+        config.user_dir = self.user_directory.unwrap_or(config.user_dir);
+        config.max_upload_size = (self.max_upload_size * 1024.0 * 1024.0) as u64;
+        Ok(config)
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    let logs = LogRing::new();
+    tracing_subscriber::registry()
+        .with(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .with(logs.layer())
         .init();
     let config = Args::parse().into_config()?;
     if config.runtime == Runtime::Cloud {
@@ -72,22 +103,29 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!("cannot create the data directory {}", config.data_dir.display())
     })?;
+    let server = Server::start(&config, logs).context("cannot start the server")?;
 
-    let app = kiln_server::app(&config);
-    let mut servers = tokio::task::JoinSet::new();
+    let mut listeners = tokio::task::JoinSet::new();
     for addr in &config.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         info!("listening on http://{}", listener.local_addr()?);
-        let app = app.clone();
-        servers.spawn(async move {
+        let app = server.router();
+        listeners.spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
         });
     }
-    while let Some(result) = servers.join_next().await {
-        result.context("a listener task panicked")?.context("serving failed")?;
+    tokio::select! {
+        () = server.forward_logs() => {}
+        result = async {
+            while let Some(result) = listeners.join_next().await {
+                result.context("a listener task panicked")?.context("serving failed")?;
+            }
+            anyhow::Ok(())
+        } => result?,
     }
+    server.shutdown();
     info!("stopped");
     Ok(())
 }

@@ -39,9 +39,15 @@ pub trait QueueStore<P>: Send + Sync {
 }
 
 /// A store that keeps nothing across restarts (for tests and ephemeral use).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore<P> {
     entries: Mutex<BTreeMap<String, (QueueEntry<P>, bool)>>,
+}
+
+impl<P> Default for MemoryStore<P> {
+    fn default() -> MemoryStore<P> {
+        MemoryStore { entries: Mutex::new(BTreeMap::new()) }
+    }
 }
 
 impl<P: Clone + Send> QueueStore<P> for MemoryStore<P> {

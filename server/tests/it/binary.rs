@@ -8,7 +8,7 @@ use std::time::Duration;
 use kiln_spec::types::SystemStats;
 
 /// Kills the server when the test ends, whatever happens.
-struct Server(Child);
+pub(crate) struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -17,14 +17,14 @@ impl Drop for Server {
     }
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
+pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
 /// Starts kiln with `--port 0` and returns it with the address it logged.
-fn start(data_dir: &std::path::Path) -> (Server, String) {
+pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["--port", "0", "--data-dir"])
         .arg(data_dir)

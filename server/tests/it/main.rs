@@ -1,4 +1,5 @@
 //! The server's integration tests: the router in memory, and the real `kiln` binary over TCP.
 
 mod binary;
+mod end_to_end;
 mod system_stats;

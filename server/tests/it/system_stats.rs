@@ -5,21 +5,23 @@ use std::net::{Ipv4Addr, SocketAddr};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
-use kiln_server::{Config, Runtime, app};
+use kiln_server::{Config, LogRing, Server};
 use kiln_spec::types::SystemStats;
 use tower::ServiceExt as _;
 
 fn config() -> Config {
-    Config {
-        listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
-        data_dir: std::env::temp_dir(),
-        runtime: Runtime::Local,
-        argv: vec!["kiln".to_owned(), "--port".to_owned(), "0".to_owned()],
-    }
+    let data_dir = std::env::temp_dir().join(format!("kiln-router-test-{}", std::process::id()));
+    Config::under(
+        data_dir,
+        vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
+        vec!["kiln".to_owned(), "--port".to_owned(), "0".to_owned()],
+    )
 }
 
 async fn get(path: &str) -> (StatusCode, Option<String>, Vec<u8>) {
-    let response = app(&config())
+    let server = Server::start(&config(), LogRing::new()).expect("server starts");
+    let response = server
+        .router()
         .oneshot(Request::get(path).body(Body::empty()).expect("request builds"))
         .await
         .expect("router answers");
@@ -35,7 +37,7 @@ async fn system_stats_describes_the_host_and_the_cpu_device() {
     for path in ["/api/system_stats", "/system_stats"] {
         let (status, content_type, body) = get(path).await;
         assert_eq!(status, StatusCode::OK, "{path}");
-        assert_eq!(content_type.as_deref(), Some("application/json"), "{path}");
+        assert_eq!(content_type.as_deref(), Some("application/json; charset=utf-8"), "{path}");
         let stats: SystemStats = serde_json::from_slice(&body).expect("body is a SystemStats");
         assert_eq!(stats.system.argv, ["kiln", "--port", "0"]);
         assert!(!stats.system.embedded_python);

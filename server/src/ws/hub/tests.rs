@@ -16,10 +16,8 @@ fn prompt_id() -> uuid::Uuid {
 /// Every text frame waiting on a connection, parsed.
 fn drain(connection: &mut Connection) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
-    while let Ok(frame) = connection.frames.try_recv() {
-        if let Frame::Text(text) = frame {
-            out.push(serde_json::from_str(&text).expect("JSON"));
-        }
+    while let Ok(Frame::Text(text)) = connection.frames.try_recv() {
+        out.push(serde_json::from_str(&text).expect("JSON"));
     }
     out
 }

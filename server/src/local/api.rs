@@ -1,0 +1,838 @@
+//! The local runtime's implementation of the generated `SharedApi` and `LocalApi` traits. Each method parses
+//! its input, asks the engine, the queue, the history or the file layer, and maps the answer to the
+//! operation's response; it makes no other decisions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::http::request::Parts;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::{SinkExt as _, StreamExt as _};
+use kiln_engine::graph::{NodeId, Prompt, validate};
+use kiln_engine::queue::Placement;
+use kiln_spec::types;
+use serde_json::{Map, Value};
+
+use super::history::queue_item;
+use super::jobs::{self, Filter, Queued as QueuedJob, Source};
+use super::models;
+use super::runtime::{Queued, Runtime, now_ms};
+use super::userdata::{self, UserDataError};
+use crate::api::*;
+use crate::convert;
+use crate::files::{self, Kind, Upload, UploadError, ViewError, ViewRequest};
+use crate::ws::Frame;
+
+/// The local runtime behind the generated router.
+#[derive(Clone)]
+pub(crate) struct LocalServer(pub(crate) Arc<Runtime>);
+
+fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
+    types::ErrorResponse { code: code.to_owned(), details: None, message: message.into() }
+}
+
+fn simple(message: impl Into<String>) -> types::SimpleError {
+    types::SimpleError { error: message.into(), invalid_ids: Vec::new() }
+}
+
+fn prompt_error(kind: &str, message: &str, details: &str) -> types::PromptErrorResponse {
+    types::PromptErrorResponse {
+        error: types::PromptError {
+            details: details.to_owned(),
+            extra_info: Map::new(),
+            message: message.to_owned(),
+            type_: kind.to_owned(),
+        },
+        node_errors: HashMap::new(),
+    }
+}
+
+/// A canonical lowercase hyphenated UUID (what ComfyUI accepts as a prompt or job id).
+fn canonical_uuid(id: &str) -> bool {
+    id.parse::<uuid::Uuid>().is_ok_and(|u| u.hyphenated().to_string() == id)
+}
+
+fn kind(file_type: Option<types::FileType>) -> Option<Kind> {
+    file_type.map(|t| match t {
+        types::FileType::Input => Kind::Input,
+        types::FileType::Output => Kind::Output,
+        types::FileType::Temp => Kind::Temp,
+    })
+}
+
+fn file_type(kind: Kind) -> types::FileType {
+    match kind {
+        Kind::Input => types::FileType::Input,
+        Kind::Output => types::FileType::Output,
+        Kind::Temp => types::FileType::Temp,
+    }
+}
+
+fn is_true(flag: Option<&str>) -> bool {
+    matches!(flag, Some("true") | Some("1"))
+}
+
+/// The fields of an upload form.
+#[derive(Default)]
+struct UploadForm {
+    filename: Option<String>,
+    bytes: Bytes,
+    kind: Option<String>,
+    subfolder: String,
+    overwrite: bool,
+    original_ref: Option<String>,
+}
+
+async fn read_upload(
+    mut form: axum::extract::Multipart,
+) -> Result<UploadForm, types::ErrorResponse> {
+    let mut upload = UploadForm::default();
+    let bad =
+        |e: axum::extract::multipart::MultipartError| error("invalid_multipart", e.body_text());
+    while let Some(field) = form.next_field().await.map_err(bad)? {
+        match field.name().unwrap_or_default() {
+            "image" => {
+                upload.filename = Some(field.file_name().unwrap_or_default().to_owned());
+                upload.bytes = field.bytes().await.map_err(bad)?;
+            }
+            "type" => upload.kind = Some(field.text().await.map_err(bad)?),
+            "subfolder" => upload.subfolder = field.text().await.map_err(bad)?,
+            "overwrite" => {
+                upload.overwrite = is_true(Some(field.text().await.map_err(bad)?.as_str()))
+            }
+            "original_ref" => upload.original_ref = Some(field.text().await.map_err(bad)?),
+            _ => {}
+        }
+    }
+    Ok(upload)
+}
+
+impl LocalServer {
+    fn jobs_sources<'a>(
+        &self,
+        history: &'a super::history::History,
+        queued: &'a [(kiln_engine::queue::QueueEntry<Queued>, bool)],
+    ) -> Vec<Source<'a>> {
+        let mut sources: Vec<Source<'a>> = queued
+            .iter()
+            .map(|(e, running)| {
+                Source::Queue(QueuedJob {
+                    prompt_id: &e.id,
+                    number: e.number,
+                    prompt: &e.payload.prompt_json,
+                    extra_data: &e.payload.extra_data,
+                    running: *running,
+                })
+            })
+            .collect();
+        sources.extend(history.all().map(Source::Done));
+        sources
+    }
+
+    fn queued(&self) -> Vec<(kiln_engine::queue::QueueEntry<Queued>, bool)> {
+        let runtime = &self.0;
+        runtime
+            .queue
+            .running()
+            .into_iter()
+            .map(|e| (e, true))
+            .chain(runtime.queue.pending().into_iter().map(|e| (e, false)))
+            .collect()
+    }
+
+    /// Cancels one job: interrupts it if it runs, dequeues it if pending; `false` otherwise.
+    fn cancel(&self, id: &str) -> bool {
+        let runtime = &self.0;
+        if runtime.queue.running().is_some_and(|r| r.id == id) {
+            runtime.interrupt.store(true, Ordering::SeqCst);
+            return true;
+        }
+        let removed = runtime.queue.delete(&[id.to_owned()]).unwrap_or(0) > 0;
+        if removed {
+            runtime.hub.broadcast_status(runtime.remaining());
+        }
+        removed
+    }
+
+    async fn store_upload(
+        &self,
+        body: axum::extract::Multipart,
+        mask: bool,
+    ) -> Result<types::UploadImageResponse, types::ErrorResponse> {
+        let form = read_upload(body).await?;
+        let filename =
+            form.filename.ok_or_else(|| error("no_file", "the form has no `image` file part"))?;
+        let kind = match form.kind.as_deref() {
+            None | Some("") | Some("input") => Kind::Input,
+            Some("output") => Kind::Output,
+            Some("temp") => Kind::Temp,
+            Some(other) => {
+                return Err(error(
+                    "invalid_type",
+                    format!("unknown type `{other}`; use input, output or temp"),
+                ));
+            }
+        };
+        let roots = self.0.roots.clone();
+        let bytes = if mask {
+            let reference = form
+                .original_ref
+                .ok_or_else(|| error("no_original_ref", "the form has no `original_ref`"))?;
+            apply_mask(&roots, &reference, &form.bytes)?
+        } else {
+            form.bytes.to_vec()
+        };
+        let subfolder = form.subfolder;
+        let overwrite = form.overwrite;
+        let stored = tokio::task::spawn_blocking(move || {
+            files::store_upload(
+                &roots,
+                &Upload {
+                    filename: &filename,
+                    bytes: &bytes,
+                    kind,
+                    subfolder: &subfolder,
+                    overwrite,
+                },
+            )
+        })
+        .await
+        .map_err(|e| error("internal", e.to_string()))?
+        .map_err(|e| match e {
+            UploadError::EmptyName => error("empty_filename", e.to_string()),
+            UploadError::OutsideRoot(..) => error("path_escape", e.to_string()),
+            UploadError::Io(_) => error("io", e.to_string()),
+        })?;
+        Ok(types::UploadImageResponse {
+            name: stored.name,
+            subfolder: stored.subfolder,
+            type_: file_type(stored.kind),
+        })
+    }
+}
+
+/// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
+fn apply_mask(
+    roots: &files::Roots,
+    reference: &str,
+    mask: &[u8],
+) -> Result<Vec<u8>, types::ErrorResponse> {
+    let original: Value = serde_json::from_str(reference)
+        .map_err(|e| error("invalid_original_ref", e.to_string()))?;
+    let filename = original
+        .get("filename")
+        .and_then(Value::as_str)
+        .ok_or_else(|| error("invalid_original_ref", "original_ref has no filename"))?;
+    let kind = match original.get("type").and_then(Value::as_str) {
+        Some("input") => Kind::Input,
+        Some("temp") => Kind::Temp,
+        _ => Kind::Output,
+    };
+    let request = ViewRequest {
+        filename: Some(filename.to_owned()),
+        kind: Some(kind),
+        subfolder: original.get("subfolder").and_then(Value::as_str).map(str::to_owned),
+        ..Default::default()
+    };
+    let source = files::view(roots, &request)
+        .map_err(|e| error("invalid_original_ref", format!("cannot read the original: {e:?}")))?;
+    let mut image = image::load_from_memory(&source.bytes)
+        .map_err(|e| error("invalid_image", e.to_string()))?
+        .to_rgba8();
+    let alpha = image::load_from_memory(mask)
+        .map_err(|e| error("invalid_image", e.to_string()))?
+        .to_rgba8();
+    let alpha = image::imageops::resize(
+        &alpha,
+        image.width(),
+        image.height(),
+        image::imageops::FilterType::Triangle,
+    );
+    for (pixel, mask) in image.pixels_mut().zip(alpha.pixels()) {
+        pixel.0[3] = mask.0[3];
+    }
+    let mut out = std::io::Cursor::new(Vec::new());
+    image
+        .write_to(&mut out, image::ImageFormat::Png)
+        .map_err(|e| error("invalid_image", e.to_string()))?;
+    Ok(out.into_inner())
+}
+
+fn user_data_error<T>(
+    e: UserDataError,
+    bad: fn(String) -> T,
+    forbidden: fn(String) -> T,
+    not_found: fn(String) -> T,
+) -> T {
+    match e {
+        UserDataError::BadRequest(m) => bad(m),
+        UserDataError::Forbidden(m) => forbidden(m),
+        UserDataError::NotFound(m) | UserDataError::Conflict(m) => not_found(m),
+    }
+}
+
+async fn pump(socket: WebSocket, runtime: Arc<Runtime>, mut connection: crate::ws::Connection) {
+    let (mut sender, mut receiver) = socket.split();
+    let id = connection.id;
+    tracing::debug!(sid = %connection.sid, "websocket connected");
+    let outgoing = tokio::spawn(async move {
+        while let Some(frame) = connection.frames.recv().await {
+            let message = match frame {
+                Frame::Text(text) => Message::Text(text.into()),
+            };
+            if sender.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(Ok(message)) = receiver.next().await {
+        match message {
+            Message::Text(text) => runtime.hub.client_text(id, text.as_str(), &runtime.features),
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    runtime.hub.disconnect(id);
+    outgoing.abort();
+}
+
+impl SharedApi for LocalServer {
+    async fn get_embeddings(&self, _: Parts) -> GetEmbeddingsResponse {
+        let names = models::files(&self.0.models_dir, "embeddings")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| f.rsplit_once('.').map_or(f.clone(), |(stem, _)| stem.to_owned()))
+            .collect();
+        GetEmbeddingsResponse::Ok(types::StringList(names))
+    }
+
+    async fn get_model_folder_paths(&self, _: Parts) -> GetModelFolderPathsResponse {
+        GetModelFolderPathsResponse::Ok(types::ModelFolderList(models::folders(&self.0.models_dir)))
+    }
+
+    async fn get_model_file_details(
+        &self,
+        _: Parts,
+        folder: String,
+    ) -> GetModelFileDetailsResponse {
+        match models::details(&self.0.models_dir, &folder) {
+            Some(files) => GetModelFileDetailsResponse::Ok(types::ModelFileList(files)),
+            None => GetModelFileDetailsResponse::NotFound,
+        }
+    }
+
+    async fn get_extensions(&self, _: Parts) -> GetExtensionsResponse {
+        // Kiln ships no frontend extensions.
+        GetExtensionsResponse::Ok(types::StringList(Vec::new()))
+    }
+
+    async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
+        GetFeaturesResponse::Ok(self.0.features.clone())
+    }
+
+    async fn get_global_subgraphs(&self, _: Parts) -> GetGlobalSubgraphsResponse {
+        // No node packs ship subgraph blueprints in Kiln yet.
+        GetGlobalSubgraphsResponse::Ok(types::GlobalSubgraphs(HashMap::new()))
+    }
+
+    async fn get_global_subgraph(&self, _: Parts, _id: String) -> GetGlobalSubgraphResponse {
+        GetGlobalSubgraphResponse::Ok(types::GlobalSubgraphData(None))
+    }
+
+    async fn get_history(&self, _: Parts, query: GetHistoryQuery) -> GetHistoryResponse {
+        let history = self.0.history();
+        let page = history.page(query.max_items, query.offset);
+        GetHistoryResponse::Ok(types::HistoryResponse(
+            page.into_iter().map(|r| (r.prompt_id.clone(), r.entry())).collect(),
+        ))
+    }
+
+    async fn manage_history(
+        &self,
+        _: Parts,
+        body: types::HistoryManageRequest,
+    ) -> ManageHistoryResponse {
+        let mut history = self.0.history();
+        if body.clear == Some(true) {
+            history.clear();
+        }
+        history.delete(&body.delete);
+        ManageHistoryResponse::Ok
+    }
+
+    async fn get_history_for_prompt(
+        &self,
+        _: Parts,
+        prompt_id: String,
+    ) -> GetHistoryForPromptResponse {
+        let history = self.0.history();
+        let entries =
+            history.get(&prompt_id).map(|r| (prompt_id.clone(), r.entry())).into_iter().collect();
+        GetHistoryForPromptResponse::Ok(types::HistoryResponse(entries))
+    }
+
+    async fn get_i18n(&self, _: Parts) -> GetI18nResponse {
+        // Translations come from node packs; Kiln's built-in nodes have none beyond their English names.
+        GetI18nResponse::Ok(types::I18nResponse(HashMap::new()))
+    }
+
+    async fn interrupt(
+        &self,
+        _: Parts,
+        body: Option<types::InterruptRequest>,
+    ) -> InterruptResponse {
+        let runtime = &self.0;
+        let target = body.and_then(|b| b.prompt_id);
+        let running = runtime.queue.running().map(|r| r.id);
+        match (target, running) {
+            (Some(target), Some(running)) if target != running => {
+                tracing::info!(%target, "interrupt ignored: that prompt is not running");
+            }
+            (_, _) => runtime.interrupt.store(true, Ordering::SeqCst),
+        }
+        InterruptResponse::Ok
+    }
+
+    async fn list_jobs(&self, _: Parts, query: ListJobsQuery) -> ListJobsResponse {
+        let filter = Filter {
+            statuses: query.status.map(|s| {
+                s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+            }),
+            workflow_id: query.workflow_id,
+            by_duration: query.sort_by == Some(types::JobSortBy::ExecutionDuration),
+            ascending: query.sort_order == Some(types::SortOrder::Asc),
+            limit: query.limit,
+            offset: query.offset.unwrap_or(0),
+        };
+        let queued = self.queued();
+        let history = self.0.history();
+        ListJobsResponse::Ok(jobs::list(&self.jobs_sources(&history, &queued), &filter))
+    }
+
+    async fn cancel_jobs(&self, _: Parts, body: types::JobsCancelRequest) -> CancelJobsResponse {
+        let invalid: Vec<String> =
+            body.job_ids.iter().filter(|id| !canonical_uuid(id)).cloned().collect();
+        if !invalid.is_empty() {
+            return CancelJobsResponse::BadRequest(types::SimpleError {
+                error: "Invalid job ids".to_owned(),
+                invalid_ids: invalid,
+            });
+        }
+        // Every id is cancelled (no short circuit); the answer says whether any of them was.
+        let results: Vec<bool> = body.job_ids.iter().map(|id| self.cancel(id)).collect();
+        let cancelled = results.contains(&true);
+        CancelJobsResponse::Ok(types::JobCancelResponse { cancelled })
+    }
+
+    async fn get_job(&self, _: Parts, job_id: String) -> GetJobResponse {
+        if !canonical_uuid(&job_id) {
+            return GetJobResponse::BadRequest(simple("Invalid job id"));
+        }
+        let queued = self.queued();
+        let history = self.0.history();
+        let sources = self.jobs_sources(&history, &queued);
+        let found = sources.iter().find(|s| {
+            matches!(s, Source::Queue(q) if q.prompt_id == job_id)
+                || matches!(s, Source::Done(r) if r.prompt_id == job_id)
+        });
+        match found.and_then(jobs::detail) {
+            Some(detail) => GetJobResponse::Ok(detail),
+            None => GetJobResponse::NotFound(simple("Job not found")),
+        }
+    }
+
+    async fn cancel_job(&self, _: Parts, job_id: String) -> CancelJobResponse {
+        if !canonical_uuid(&job_id) {
+            return CancelJobResponse::BadRequest(simple("Invalid job id"));
+        }
+        CancelJobResponse::Ok(types::JobCancelResponse { cancelled: self.cancel(&job_id) })
+    }
+
+    async fn get_model_folders(&self, _: Parts) -> GetModelFoldersResponse {
+        GetModelFoldersResponse::Ok(types::StringList(
+            models::KINDS.iter().map(|k| (*k).to_owned()).collect(),
+        ))
+    }
+
+    async fn get_model_files(&self, _: Parts, folder: String) -> GetModelFilesResponse {
+        match models::files(&self.0.models_dir, &folder) {
+            Some(files) => GetModelFilesResponse::Ok(types::StringList(files)),
+            None => GetModelFilesResponse::NotFound,
+        }
+    }
+
+    async fn get_node_replacements(&self, _: Parts) -> GetNodeReplacementsResponse {
+        GetNodeReplacementsResponse::Ok(types::NodeReplacements(HashMap::new()))
+    }
+
+    async fn get_object_info(&self, _: Parts) -> GetObjectInfoResponse {
+        let all = self
+            .0
+            .registry
+            .iter()
+            .map(|(name, node)| (name.to_owned(), convert::node_info(&node.spec())))
+            .collect();
+        GetObjectInfoResponse::Ok(types::ObjectInfoResponse(all))
+    }
+
+    async fn get_node_info(&self, _: Parts, node_class: String) -> GetNodeInfoResponse {
+        let one = self
+            .0
+            .registry
+            .get(&node_class)
+            .map(|node| (node_class.clone(), convert::node_info(&node.spec())))
+            .into_iter()
+            .collect();
+        GetNodeInfoResponse::Ok(types::ObjectInfoResponse(one))
+    }
+
+    async fn get_prompt_info(&self, _: Parts) -> GetPromptInfoResponse {
+        GetPromptInfoResponse::Ok(types::PromptInfo {
+            exec_info: types::ExecInfo { queue_remaining: self.0.remaining() },
+        })
+    }
+
+    async fn execute_prompt(
+        &self,
+        _: Parts,
+        comfy_usage_source: Option<String>,
+        body: types::PromptRequest,
+    ) -> ExecutePromptResponse {
+        let runtime = &self.0;
+        let Some(prompt) = body.prompt else {
+            return ExecutePromptResponse::BadRequest(prompt_error(
+                "no_prompt",
+                "No prompt provided",
+                "No prompt provided",
+            ));
+        };
+        let prompt_id = match body.prompt_id {
+            Some(id) if !canonical_uuid(&id) => {
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "invalid_prompt_id",
+                    "prompt_id must be a valid UUID",
+                    "prompt_id must be a UUID string in canonical lowercase hyphenated form; omit it to let the server generate one",
+                ));
+            }
+            Some(id) => id,
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let prompt_json = serde_json::to_value(&prompt).unwrap_or(Value::Null);
+        let Ok(parsed) = Prompt::from_json(&prompt_json) else {
+            return ExecutePromptResponse::BadRequest(prompt_error(
+                "invalid_prompt",
+                "the prompt must be an object",
+                "",
+            ));
+        };
+        let targets: Option<Vec<NodeId>> =
+            body.partial_execution_targets.map(|t| t.into_iter().map(NodeId).collect());
+        let registry = runtime.registry.clone();
+        let validated = match tokio::task::spawn_blocking(move || {
+            validate(&parsed, &registry, targets.as_deref())
+        })
+        .await
+        {
+            Ok(Ok(validated)) => validated,
+            Ok(Err(rejection)) => {
+                return ExecutePromptResponse::BadRequest(convert::rejection(&rejection));
+            }
+            Err(e) => {
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "exception_during_validation",
+                    "validation failed",
+                    &e.to_string(),
+                ));
+            }
+        };
+
+        let mut extra_data: Map<String, Value> = body
+            .extra_data
+            .and_then(|e| serde_json::to_value(e).ok())
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default();
+        if let Some(client_id) = &body.client_id {
+            extra_data.insert("client_id".to_owned(), Value::from(client_id.clone()));
+        }
+        if let Some(source) = comfy_usage_source {
+            extra_data.entry("comfy_usage_source").or_insert(Value::from(source));
+        }
+        extra_data.insert("create_time".to_owned(), Value::from(now_ms()));
+        let client_id = extra_data.get("client_id").and_then(Value::as_str).map(str::to_owned);
+        let placement = match (body.number, body.front) {
+            (Some(number), _) => Placement::Number(number),
+            (None, Some(true)) => Placement::Front,
+            (None, _) => Placement::Back,
+        };
+        let node_errors = convert::node_errors(&validated.node_errors);
+        let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
+        let queued = Queued {
+            prompt_json: validated.prompt.to_json(),
+            prompt: Arc::new(validated),
+            extra_data,
+            client_id,
+            outputs,
+        };
+        let number = match runtime.queue.push(prompt_id.clone(), placement, queued) {
+            Ok(number) => number,
+            Err(e) => {
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "queue_unavailable",
+                    "the prompt could not be queued",
+                    &e.to_string(),
+                ));
+            }
+        };
+        runtime.hub.broadcast_status(runtime.remaining());
+        ExecutePromptResponse::Ok(types::PromptResponse {
+            node_errors,
+            number,
+            prompt_id: prompt_id.parse().unwrap_or_default(),
+        })
+    }
+
+    async fn get_queue(&self, _: Parts) -> GetQueueResponse {
+        let item = |e: &kiln_engine::queue::QueueEntry<Queued>| {
+            queue_item(
+                e.number,
+                &e.id,
+                &e.payload.prompt_json,
+                &e.payload.extra_data,
+                &e.payload.outputs,
+            )
+        };
+        let runtime = &self.0;
+        GetQueueResponse::Ok(types::QueueResponse {
+            queue_pending: runtime.queue.pending().iter().map(item).collect(),
+            queue_running: runtime.queue.running().iter().map(item).collect(),
+        })
+    }
+
+    async fn manage_queue(&self, _: Parts, body: types::QueueManageRequest) -> ManageQueueResponse {
+        let runtime = &self.0;
+        let result = if body.clear == Some(true) { runtime.queue.clear() } else { Ok(0) }
+            .and_then(|_| runtime.queue.delete(&body.delete));
+        match result {
+            Ok(_) => {
+                runtime.hub.broadcast_status(runtime.remaining());
+                ManageQueueResponse::Ok
+            }
+            Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e.to_string())),
+        }
+    }
+
+    async fn get_settings(&self, _: Parts) -> GetSettingsResponse {
+        GetSettingsResponse::Ok(types::Settings(userdata::settings(&self.0.user_dir)))
+    }
+
+    async fn post_settings(&self, _: Parts, body: types::Settings) -> PostSettingsResponse {
+        let mut settings = userdata::settings(&self.0.user_dir);
+        settings.extend(body.0);
+        match userdata::save_settings(&self.0.user_dir, &settings) {
+            Ok(()) => PostSettingsResponse::Ok,
+            Err(e) => PostSettingsResponse::BadRequest(error("settings_unwritable", e)),
+        }
+    }
+
+    async fn get_setting(&self, _: Parts, id: String) -> GetSettingResponse {
+        GetSettingResponse::Ok(types::SettingValue(
+            userdata::settings(&self.0.user_dir).remove(&id).unwrap_or(Value::Null),
+        ))
+    }
+
+    async fn post_setting(
+        &self,
+        _: Parts,
+        id: String,
+        body: types::SettingValue,
+    ) -> PostSettingResponse {
+        let mut settings = userdata::settings(&self.0.user_dir);
+        settings.insert(id, body.0);
+        match userdata::save_settings(&self.0.user_dir, &settings) {
+            Ok(()) => PostSettingResponse::Ok,
+            Err(e) => PostSettingResponse::BadRequest(error("settings_unwritable", e)),
+        }
+    }
+
+    async fn get_system_stats(&self, _: Parts) -> GetSystemStatsResponse {
+        let stats = crate::system::system_stats(
+            &self.0.argv,
+            kiln_engine::Backend::detect(),
+            crate::system::Memory::read(),
+        );
+        GetSystemStatsResponse::Ok(stats)
+    }
+
+    async fn upload_image(&self, _: Parts, body: axum::extract::Multipart) -> UploadImageResponse {
+        match self.store_upload(body, false).await {
+            Ok(stored) => UploadImageResponse::Ok(stored),
+            Err(e) => UploadImageResponse::BadRequest(e),
+        }
+    }
+
+    async fn upload_mask(&self, _: Parts, body: axum::extract::Multipart) -> UploadMaskResponse {
+        match self.store_upload(body, true).await {
+            Ok(stored) => UploadMaskResponse::Ok(stored),
+            Err(e) => UploadMaskResponse::BadRequest(e),
+        }
+    }
+
+    async fn list_user_data(&self, _: Parts, query: ListUserDataQuery) -> ListUserDataResponse {
+        let listing = userdata::list(
+            &self.0.user_dir,
+            &query.dir,
+            is_true(query.recurse.as_deref()),
+            is_true(query.full_info.as_deref()),
+            is_true(query.split.as_deref()),
+        );
+        match listing {
+            Ok(listing) => ListUserDataResponse::Ok(listing),
+            Err(e) => user_data_error(
+                e,
+                ListUserDataResponse::BadRequest,
+                ListUserDataResponse::Forbidden,
+                ListUserDataResponse::NotFound,
+            ),
+        }
+    }
+
+    async fn get_user_data(&self, _: Parts, file: String) -> GetUserDataResponse {
+        match userdata::read(&self.0.user_dir, &file) {
+            Ok(bytes) => {
+                let content_type = if file.ends_with("user.css") {
+                    "text/css"
+                } else {
+                    "application/octet-stream"
+                };
+                GetUserDataResponse::Ok(Binary {
+                    content_type: content_type.to_owned(),
+                    bytes: bytes.into(),
+                })
+            }
+            Err(e) => user_data_error(
+                e,
+                GetUserDataResponse::BadRequest,
+                GetUserDataResponse::Forbidden,
+                GetUserDataResponse::NotFound,
+            ),
+        }
+    }
+
+    async fn post_user_data(
+        &self,
+        _: Parts,
+        file: String,
+        query: PostUserDataQuery,
+        body: Bytes,
+    ) -> PostUserDataResponse {
+        let overwrite = query.overwrite.as_deref() != Some("false");
+        match userdata::write(
+            &self.0.user_dir,
+            &file,
+            &body,
+            overwrite,
+            is_true(query.full_info.as_deref()),
+        ) {
+            Ok(result) => PostUserDataResponse::Ok(result),
+            Err(UserDataError::Conflict(m)) => PostUserDataResponse::Conflict(m),
+            Err(UserDataError::BadRequest(m)) | Err(UserDataError::NotFound(m)) => {
+                PostUserDataResponse::BadRequest(m)
+            }
+            Err(UserDataError::Forbidden(m)) => PostUserDataResponse::Forbidden(m),
+        }
+    }
+
+    async fn delete_user_data(&self, _: Parts, file: String) -> DeleteUserDataResponse {
+        match userdata::delete(&self.0.user_dir, &file) {
+            Ok(()) => DeleteUserDataResponse::NoContent,
+            Err(UserDataError::Forbidden(m)) => DeleteUserDataResponse::Forbidden(m),
+            Err(UserDataError::NotFound(m))
+            | Err(UserDataError::BadRequest(m))
+            | Err(UserDataError::Conflict(m)) => DeleteUserDataResponse::NotFound(m),
+        }
+    }
+
+    async fn move_user_data(
+        &self,
+        _: Parts,
+        file: String,
+        dest: String,
+        query: MoveUserDataQuery,
+    ) -> MoveUserDataResponse {
+        let overwrite = query.overwrite.as_deref() != Some("false");
+        match userdata::rename(
+            &self.0.user_dir,
+            &file,
+            &dest,
+            overwrite,
+            is_true(query.full_info.as_deref()),
+        ) {
+            Ok(result) => MoveUserDataResponse::Ok(result),
+            Err(UserDataError::BadRequest(m)) => MoveUserDataResponse::BadRequest(m),
+            Err(UserDataError::Forbidden(m)) => MoveUserDataResponse::Forbidden(m),
+            Err(UserDataError::NotFound(m)) => MoveUserDataResponse::NotFound(m),
+            Err(UserDataError::Conflict(m)) => MoveUserDataResponse::Conflict(m),
+        }
+    }
+
+    async fn get_users(&self, _: Parts) -> GetUsersResponse {
+        GetUsersResponse::Ok(types::UsersResponse {
+            migrated: Some(true),
+            storage: "server".to_owned(),
+            users: HashMap::new(),
+        })
+    }
+
+    async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
+        let request = ViewRequest {
+            filename: query.filename,
+            kind: kind(query.type_),
+            subfolder: query.subfolder,
+            preview: query.preview,
+            channel: query.channel.map(|c| c.to_string()),
+        };
+        let roots = self.0.roots.clone();
+        match tokio::task::spawn_blocking(move || files::view(&roots, &request)).await {
+            Ok(Ok(file)) => ViewFileResponse::Ok {
+                body: Binary { content_type: file.content_type, bytes: file.bytes.into() },
+                content_disposition: Some(file.content_disposition),
+                x_content_type_options: Some("nosniff".to_owned()),
+            },
+            Ok(Err(ViewError::BadName)) | Ok(Err(ViewError::Unreadable(_))) | Err(_) => {
+                ViewFileResponse::BadRequest
+            }
+            Ok(Err(ViewError::OutsideRoot)) => ViewFileResponse::Forbidden,
+            Ok(Err(ViewError::NotFound)) => ViewFileResponse::NotFound,
+        }
+    }
+
+    async fn get_workflow_templates(&self, _: Parts) -> GetWorkflowTemplatesResponse {
+        GetWorkflowTemplatesResponse::Ok(types::WorkflowTemplates(HashMap::new()))
+    }
+
+    async fn get_workflow_template(
+        &self,
+        _: Parts,
+        _module: String,
+        _filename: String,
+    ) -> GetWorkflowTemplateResponse {
+        // Templates come from node packs, and Kiln has none installed.
+        GetWorkflowTemplateResponse::NotFound
+    }
+
+    async fn web_socket_connect(
+        &self,
+        _: Parts,
+        query: WebSocketConnectQuery,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        let runtime = self.0.clone();
+        upgrade.on_upgrade(move |socket| async move {
+            let connection = runtime.hub.connect(query.client_id.as_deref(), runtime.remaining());
+            pump(socket, runtime, connection).await;
+        })
+    }
+}

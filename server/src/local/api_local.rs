@@ -1,0 +1,202 @@
+//! The operations only the local runtime serves (`LocalApi`): memory release, users, the v2 user data
+//! listing, model metadata and previews, and the frontend's internal routes.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use axum::http::request::Parts;
+use kiln_spec::types;
+
+use super::api::LocalServer;
+use super::models;
+use super::userdata::{self, UserDataError};
+use crate::api::*;
+use crate::files::Kind;
+
+fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
+    types::ErrorResponse { code: code.to_owned(), details: None, message: message.into() }
+}
+
+impl LocalApi for LocalServer {
+    async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
+        // The worker drops its cache before the next prompt; there are no models to unload yet.
+        if body.free_memory == Some(true) || body.unload_models == Some(true) {
+            self.0.free_requested.store(true, Ordering::SeqCst);
+        }
+        FreeMemoryResponse::Ok
+    }
+
+    async fn create_user(&self, _: Parts, body: types::CreateUserRequest) -> CreateUserResponse {
+        let name = body.username.trim();
+        if name.is_empty() {
+            return CreateUserResponse::BadRequest(types::SimpleError {
+                error: "Username is required.".to_owned(),
+                invalid_ids: Vec::new(),
+            });
+        }
+        let path = self.0.user_dir.join("users.json");
+        let mut users: HashMap<String, String> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        if users.values().any(|u| u == name) {
+            return CreateUserResponse::BadRequest(types::SimpleError {
+                error: "Duplicate username.".to_owned(),
+                invalid_ids: Vec::new(),
+            });
+        }
+        let sanitized: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let id = format!("{sanitized}_{}", uuid::Uuid::new_v4());
+        users.insert(id.clone(), name.to_owned());
+        let written = std::fs::create_dir_all(&self.0.user_dir).and_then(|()| {
+            std::fs::write(&path, serde_json::to_vec_pretty(&users).unwrap_or_default())
+        });
+        match written {
+            Ok(()) => CreateUserResponse::Ok(types::UserId(id)),
+            Err(e) => CreateUserResponse::BadRequest(types::SimpleError {
+                error: format!("cannot store the user: {e}"),
+                invalid_ids: Vec::new(),
+            }),
+        }
+    }
+
+    async fn list_user_data_v2(
+        &self,
+        _: Parts,
+        query: ListUserDataV2Query,
+    ) -> ListUserDataV2Response {
+        match userdata::list_v2(&self.0.user_dir, query.path.as_deref().unwrap_or("")) {
+            Ok(entries) => ListUserDataV2Response::Ok(types::UserDataEntryList(entries)),
+            Err(UserDataError::Forbidden(m)) => ListUserDataV2Response::Forbidden(m),
+            Err(UserDataError::NotFound(m)) => ListUserDataV2Response::NotFound(m),
+            Err(UserDataError::BadRequest(m)) | Err(UserDataError::Conflict(m)) => {
+                ListUserDataV2Response::BadRequest(m)
+            }
+        }
+    }
+
+    async fn get_view_metadata(
+        &self,
+        _: Parts,
+        folder_name: String,
+        query: GetViewMetadataQuery,
+    ) -> GetViewMetadataResponse {
+        let found = query
+            .filename
+            .filter(|f| f.ends_with(".safetensors"))
+            .filter(|_| models::KINDS.contains(&folder_name.as_str()))
+            .and_then(|f| crate::files::within(&self.0.models_dir.join(&folder_name), &f))
+            .and_then(|path| models::safetensors_metadata(&path));
+        match found {
+            Some(metadata) => GetViewMetadataResponse::Ok(types::SafetensorsMetadata(metadata)),
+            None => GetViewMetadataResponse::NotFound,
+        }
+    }
+
+    async fn get_model_preview(
+        &self,
+        _: Parts,
+        folder: String,
+        path_index: i64,
+        filename: String,
+    ) -> GetModelPreviewResponse {
+        if !models::KINDS.contains(&folder.as_str()) || path_index != 0 {
+            return GetModelPreviewResponse::BadRequest;
+        }
+        let stem = filename.rsplit_once('.').map_or(filename.as_str(), |(s, _)| s);
+        let Some(path) =
+            crate::files::within(&self.0.models_dir.join(&folder), &format!("{stem}.webp"))
+        else {
+            return GetModelPreviewResponse::Forbidden;
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => GetModelPreviewResponse::Ok(Binary {
+                content_type: "image/webp".to_owned(),
+                bytes: bytes.into(),
+            }),
+            Err(_) => GetModelPreviewResponse::NotFound,
+        }
+    }
+
+    async fn get_directory_files(
+        &self,
+        _: Parts,
+        directory_type: types::FileType,
+    ) -> GetDirectoryFilesResponse {
+        let kind = match directory_type {
+            types::FileType::Input => Kind::Input,
+            types::FileType::Output => Kind::Output,
+            types::FileType::Temp => Kind::Temp,
+        };
+        let root = self.0.roots.get(kind).to_path_buf();
+        let mut files: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| {
+                Some((e.metadata().ok()?.modified().ok()?, e.file_name().into_string().ok()?))
+            })
+            .collect();
+        files.sort_by(|a, b| b.cmp(a));
+        if files.is_empty() && !root.exists() {
+            return GetDirectoryFilesResponse::BadRequest(error(
+                "no_directory",
+                format!("{} does not exist", root.display()),
+            ));
+        }
+        GetDirectoryFilesResponse::Ok(types::StringList(
+            files.into_iter().map(|(_, name)| name).collect(),
+        ))
+    }
+
+    async fn get_folder_paths(&self, _: Parts) -> GetFolderPathsResponse {
+        let paths = models::KINDS
+            .iter()
+            .map(|k| {
+                (
+                    (*k).to_owned(),
+                    types::StringList(vec![
+                        self.0.models_dir.join(k).to_string_lossy().into_owned(),
+                    ]),
+                )
+            })
+            .collect();
+        GetFolderPathsResponse::Ok(types::FolderPaths(paths))
+    }
+
+    async fn get_logs(&self, _: Parts) -> GetLogsResponse {
+        let text: String =
+            self.0.logs.since(0).iter().map(|e| format!("{} {}\n", e.time, e.message)).collect();
+        GetLogsResponse::Ok(text)
+    }
+
+    async fn get_raw_logs(&self, _: Parts) -> GetRawLogsResponse {
+        let entries = self
+            .0
+            .logs
+            .since(0)
+            .into_iter()
+            .map(|e| types::LogEntry { m: e.message, t: e.time })
+            .collect();
+        GetRawLogsResponse::Ok(types::LogsRaw {
+            entries,
+            size: types::TerminalSize { cols: 80, rows: 24 },
+        })
+    }
+
+    async fn subscribe_logs(
+        &self,
+        _: Parts,
+        body: types::LogsSubscribeRequest,
+    ) -> SubscribeLogsResponse {
+        let mut subscribers = self.0.log_subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        if body.enabled {
+            subscribers.insert(body.client_id);
+        } else {
+            subscribers.remove(&body.client_id);
+        }
+        SubscribeLogsResponse::Ok
+    }
+}

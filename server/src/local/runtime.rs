@@ -1,0 +1,200 @@
+//! The local runtime's shared state and its worker thread, which runs queued prompts one at a time.
+//!
+//! Order of a run's last frames, as ComfyUI's (comfy-api.md §8.2): `execution_success` (or `execution_error`),
+//! then the history entry is stored, then `status` to everyone, then `executing {node: null}` to the owner, so
+//! a client that fetches `/history/{id}` on that frame finds the entry.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kiln_engine::cache::Cache;
+use kiln_engine::exec::{
+    Event, EventSink, Executor, HistoryRecorder, Outcome, Roots as EngineRoots, Run,
+};
+use kiln_engine::graph::ValidatedPrompt;
+use kiln_engine::nodes::Registry;
+use kiln_engine::queue::{PromptQueue, QueueEntry};
+use kiln_spec::types;
+use serde_json::{Map, Value};
+
+use super::history::{History, Record};
+use crate::files::Roots;
+use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output};
+
+/// A queued prompt, as the worker needs it and the queue and jobs views show it.
+#[derive(Clone)]
+pub(crate) struct Queued {
+    pub(crate) prompt: Arc<ValidatedPrompt>,
+    pub(crate) prompt_json: Value,
+    pub(crate) extra_data: Map<String, Value>,
+    pub(crate) client_id: Option<String>,
+    pub(crate) outputs: Vec<String>,
+}
+
+/// Everything the local runtime's handlers and worker share.
+pub(crate) struct Runtime {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) queue: PromptQueue<Queued>,
+    pub(crate) history: Mutex<History>,
+    pub(crate) hub: Hub,
+    pub(crate) roots: Roots,
+    pub(crate) user_dir: PathBuf,
+    pub(crate) models_dir: PathBuf,
+    pub(crate) features: types::FeatureFlags,
+    pub(crate) argv: Vec<String>,
+    pub(crate) interrupt: Arc<AtomicBool>,
+    pub(crate) free_requested: AtomicBool,
+    pub(crate) stop: AtomicBool,
+    pub(crate) logs: crate::logs::LogRing,
+    pub(crate) log_subscribers: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Runtime {
+    /// The history, locked.
+    pub(crate) fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Pending plus running, as `queue_remaining`.
+    pub(crate) fn remaining(&self) -> i64 {
+        self.queue.remaining() as i64
+    }
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Sends a run's events to the hub: `progress_state` to everyone, the rest by ComfyUI's addressing.
+struct HubSink {
+    runtime: Arc<Runtime>,
+    client_id: Option<String>,
+    prompt_id: uuid::Uuid,
+    progress: Mutex<ProgressState>,
+}
+
+impl EventSink for HubSink {
+    fn emit(&self, _: &str, event: Event) {
+        let hub = &self.runtime.hub;
+        if let Some(state) =
+            self.progress.lock().unwrap_or_else(|p| p.into_inner()).update(self.prompt_id, &event)
+        {
+            hub.publish(None, &state, Audience::All);
+        }
+        if let Event::Executing { node } = &event {
+            hub.set_running(self.client_id.as_deref(), Some(&node.0), true);
+        }
+        if let Some((message, audience)) = message(self.prompt_id, &event, now_ms()) {
+            hub.publish(self.client_id.as_deref(), &message, audience);
+        }
+    }
+}
+
+/// Starts the worker thread; it runs until `runtime.stop` is set.
+pub(crate) fn start_worker(
+    runtime: Arc<Runtime>,
+    executor: Executor,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("kiln-worker".to_owned())
+        .spawn(move || worker(runtime, executor))
+        .unwrap_or_else(|e| panic!("cannot start the worker thread: {e}"))
+}
+
+fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
+    while !runtime.stop.load(Ordering::SeqCst) {
+        if runtime.free_requested.swap(false, Ordering::SeqCst) {
+            executor.cache_mut().clear();
+        }
+        let entry = match runtime.queue.pop(Duration::from_millis(200)) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::error!(%error, "cannot take the next prompt");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        run_one(&runtime, &mut executor, entry);
+    }
+}
+
+fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Queued>) {
+    let queued = entry.payload;
+    let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
+    let client_id = queued.client_id.clone();
+    runtime.hub.set_running(client_id.as_deref(), None, true);
+    let sink = Arc::new(HubSink {
+        runtime: runtime.clone(),
+        client_id: client_id.clone(),
+        prompt_id,
+        progress: Mutex::new(ProgressState::default()),
+    });
+    let recorder = Arc::new(HistoryRecorder::new(sink));
+    let extra_pnginfo =
+        Arc::new(queued.extra_data.get("extra_pnginfo").cloned().unwrap_or(Value::Null));
+    let run = Run { prompt_id: &entry.id, prompt: &queued.prompt, extra_pnginfo };
+    let _span = tracing::info_span!("prompt", id = %entry.id).entered();
+    let summary = executor.run(&run, recorder.clone());
+    match &summary.outcome {
+        Outcome::Success => tracing::info!(
+            executed = summary.executed.len(),
+            cached = summary.cached.len(),
+            "prompt executed"
+        ),
+        Outcome::Failed(f) => {
+            tracing::warn!(node = %f.node, class = %f.class_type, error = %f.message, "prompt failed")
+        }
+        Outcome::Interrupted { node, .. } => tracing::info!(%node, "prompt interrupted"),
+    }
+
+    let messages = recorder
+        .take()
+        .into_iter()
+        .filter_map(|m| {
+            let (wire, _) = message(prompt_id, &m.event, m.timestamp_ms as i64)?;
+            let value = serde_json::to_value(wire).ok()?;
+            Some((value["type"].as_str()?.to_owned(), value["data"].clone()))
+        })
+        .collect();
+    let record = Record {
+        prompt_id: entry.id.clone(),
+        number: entry.number,
+        prompt: queued.prompt_json.clone(),
+        extra_data: queued.extra_data.clone(),
+        outputs_to_execute: queued.outputs.clone(),
+        outputs: summary
+            .outputs
+            .iter()
+            .map(|(node, ui)| (node.0.clone(), node_output(ui)))
+            .collect(),
+        success: summary.outcome == Outcome::Success,
+        messages,
+    };
+    runtime.history().insert(record);
+    if let Err(error) = runtime.queue.finish(&entry.id) {
+        tracing::error!(%error, "cannot mark the prompt finished");
+    }
+    runtime.hub.set_running(None, None, false);
+    runtime.hub.broadcast_status(runtime.remaining());
+    runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
+}
+
+/// The engine's view of the file roots.
+pub(crate) fn engine_roots(roots: &Roots) -> EngineRoots {
+    EngineRoots {
+        input: roots.input.clone(),
+        output: roots.output.clone(),
+        temp: roots.temp.clone(),
+    }
+}
+
+/// A fresh cache for the worker.
+pub(crate) fn default_cache() -> Cache {
+    use kiln_engine::cache::{CachePolicy, ProcMeminfo, RamPressure};
+    let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
+    Cache::new(CachePolicy::RamPressure(RamPressure::defaults(total, Arc::new(ProcMeminfo))))
+}
