@@ -147,7 +147,9 @@ impl Executor {
                 hits.get(&id).cloned().or_else(|| keys.get(&id).and_then(|k| self.cache.get(k)));
             if let Some(hit) = hit {
                 if let Some(ui) = &hit.ui {
+                    // A cached output node still shows its output, and is reported finished, as upstream.
                     state.emit(Event::Executed { node: id.clone(), ui: ui.clone() });
+                    state.emit(Event::NodeFinished { node: id.clone() });
                     state.ui.insert(id.clone(), ui.clone());
                 }
                 state.results.insert(id.clone(), hit);

@@ -127,6 +127,8 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
     let client_id = queued.client_id.clone();
     runtime.hub.set_running(client_id.as_deref(), None, true);
+    // Taking a prompt is a queue change: everyone gets `status`, as from ComfyUI.
+    runtime.hub.broadcast_status(runtime.remaining());
     let sink = Arc::new(HubSink {
         runtime: runtime.clone(),
         client_id: client_id.clone(),

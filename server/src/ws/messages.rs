@@ -197,9 +197,7 @@ impl ProgressState {
                 let max = self.nodes.get(&node.0).map_or(1.0, |n| n.2);
                 self.nodes.insert(node.0.clone(), (types::WsNodeState::Finished, max, max));
             }
-            Event::ExecutionError(failure) => {
-                self.nodes.insert(failure.node.0.clone(), (types::WsNodeState::Error, 0.0, 1.0));
-            }
+            // ComfyUI sends no progress_state for a failing node: execution_error follows `executing`.
             _ => return None,
         }
         let nodes = self

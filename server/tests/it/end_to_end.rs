@@ -117,3 +117,94 @@ async fn a_workflow_runs_end_to_end_against_the_binary() {
     }
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+/// The golden capture's frame sequence: type, plus the node of `executing`/`executed` and the node states of
+/// `progress_state`.
+fn describe(message: &serde_json::Value) -> String {
+    let kind = message["type"].as_str().unwrap_or_default();
+    let data = &message["data"];
+    match kind {
+        "executing" | "executed" => match data["node"].as_str() {
+            Some(node) => format!("{kind}({node})"),
+            None => kind.to_owned(),
+        },
+        "progress_state" => {
+            let mut nodes: Vec<String> = data["nodes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(id, n)| format!("{id}:{}", n["state"].as_str().unwrap_or_default()))
+                .collect();
+            nodes.sort();
+            format!("{kind}({})", nodes.join(","))
+        }
+        other => other.to_owned(),
+    }
+}
+
+fn golden(case: &str) -> serde_json::Value {
+    let dir =
+        std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
+        });
+    serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{case}.json"))).expect("golden readable"),
+    )
+    .expect("JSON")
+}
+
+/// Posts a captured prompt with a client id and returns the frames its socket received, described.
+async fn frames_for(kiln: &Client, case: &serde_json::Value, client_id: &str) -> Vec<String> {
+    use futures::StreamExt as _;
+    let mut events = kiln.events(client_id).await.expect("websocket");
+    let mut body: types::PromptRequest =
+        serde_json::from_value(case["post_body"].clone()).expect("a prompt request");
+    body.client_id = Some(client_id.to_owned());
+    let mut seen = Vec::new();
+    // The greeting arrives before the prompt is posted.
+    let greeting = events.next().await.expect("greeting").expect("event");
+    seen.push(greeting);
+    kiln.execute_prompt(None, &body).await.expect("accepted");
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+            .await
+            .expect("in time")
+            .expect("open")
+            .expect("event");
+        let done = matches!(&event, kiln_client::Event::Message(m) if matches!(&**m, types::WsMessage::ExecutingMessage(e) if e.data.node.is_none()));
+        seen.push(event);
+        if done {
+            break;
+        }
+    }
+    seen.iter()
+        .map(|event| match event {
+            kiln_client::Event::Message(m) => describe(&serde_json::to_value(m).expect("json")),
+            kiln_client::Event::Other(v) => describe(v),
+            kiln_client::Event::Binary { .. } => "binary".to_owned(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_frames_come_in_comfyuis_order() {
+    let data_dir = temp_dir("ws-order");
+    let (_server, addr) = start(&data_dir);
+    let kiln = client(&addr);
+    // ws_execution_error loads a file that is not an image.
+    std::fs::write(data_dir.join("input/bad.png"), b"not an image").expect("bad input");
+    let cases = ["ws_success", "ws_cached_rerun", "ws_execution_error"];
+    for (case, client_id) in cases.map(|c| (c, "0123456789abcdef0123456789abcdef")) {
+        let recorded = golden(case);
+        let expected: Vec<String> = recorded["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["frame"] == "text")
+            .map(|m| describe(&m["message"]))
+            .collect();
+        let ours = frames_for(&kiln, &recorded, client_id).await;
+        assert_eq!(ours, expected, "{case}");
+    }
+    let _ = std::fs::remove_dir_all(&data_dir);
+}

@@ -283,7 +283,6 @@ fn save_pngs(
         let filename = format!("{name}_{counter:05}_.png");
         write_png(&folder.join(&filename), pixels, w, h, c, &text_chunks)?;
         ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
-        ctx.progress((b + 1) as f64, batch as f64);
     }
     Ok(ui)
 }

@@ -147,4 +147,17 @@ fn progress_state_tracks_running_and_finished_nodes() {
     assert_eq!(value["type"], "progress_state");
     assert_eq!(value["data"]["nodes"]["1"]["state"], "finished");
     assert!(state.update(prompt_id(), &Event::ExecutionSuccess).is_none());
+    let failure = kiln_engine::exec::NodeFailure {
+        node: NodeId::from("1"),
+        class_type: "X".to_owned(),
+        executed: vec![],
+        message: "m".to_owned(),
+        kind: "k".to_owned(),
+        current_inputs: Default::default(),
+        current_outputs: vec![],
+    };
+    assert!(
+        state.update(prompt_id(), &Event::ExecutionError(Box::new(failure))).is_none(),
+        "no progress_state on errors"
+    );
 }
