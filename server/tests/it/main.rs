@@ -2,4 +2,5 @@
 
 mod binary;
 mod end_to_end;
+mod golden;
 mod system_stats;
