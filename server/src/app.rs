@@ -76,9 +76,18 @@ impl Server {
             log_subscribers: Mutex::new(Default::default()),
         });
         let worker = start_worker(runtime.clone(), executor);
-        let router = local_router(Arc::new(LocalServer(runtime.clone())))
-            .layer(DefaultBodyLimit::max(config.max_upload_size as usize))
-            .layer(middleware::from_fn(origin_check));
+        let mut router = local_router(Arc::new(LocalServer(runtime.clone())));
+        router = match &config.front_end_root {
+            Some(root) => crate::frontend::serve(router, root),
+            None => router.route("/", axum::routing::get(crate::frontend::no_frontend)),
+        };
+        let router = router.layer(DefaultBodyLimit::max(config.max_upload_size as usize));
+        let router = match config.cors_origin.clone() {
+            Some(origin) => router.layer(middleware::from_fn(move |request, next| {
+                crate::frontend::cors(origin.clone(), request, next)
+            })),
+            None => router.layer(middleware::from_fn(origin_check)),
+        };
         Ok(Server { router, runtime, worker: Some(worker) })
     }
 

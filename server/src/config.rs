@@ -24,6 +24,11 @@ pub struct Config {
     pub models_dir: PathBuf,
     /// The request body limit in bytes.
     pub max_upload_size: u64,
+    /// A built ComfyUI frontend to serve at `/` (the `static` folder of `comfyui-frontend-package`).
+    pub front_end_root: Option<PathBuf>,
+    /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
+    /// cross-origin requests to a loopback host.
+    pub cors_origin: Option<String>,
     /// The API surface to mount.
     pub runtime: Runtime,
     /// The command line, reported by `/api/system_stats`.
@@ -42,6 +47,8 @@ impl Config {
             models_dir: data_dir.join("models"),
             data_dir,
             max_upload_size: 100 * 1024 * 1024,
+            front_end_root: None,
+            cors_origin: None,
             runtime: Runtime::Local,
             argv,
         }

@@ -14,6 +14,7 @@ mod app;
 mod config;
 mod convert;
 mod files;
+mod frontend;
 mod local;
 mod logs;
 mod system;

@@ -36,6 +36,13 @@ struct Args {
     /// The user directory (settings, user data). Default: <data-dir>/user.
     #[arg(long)]
     user_directory: Option<PathBuf>,
+    /// Serve the ComfyUI frontend from this folder (the `static` folder of `comfyui-frontend-package`).
+    #[arg(long)]
+    front_end_root: Option<PathBuf>,
+    /// Allow cross-origin requests from ORIGIN (`*` when given without a value) instead of refusing
+    /// cross-origin requests to a loopback host.
+    #[arg(long, num_args = 0..=1, default_missing_value = "*")]
+    enable_cors_header: Option<String>,
     /// The largest request body in MB.
     #[arg(long, default_value_t = 100.0)]
     max_upload_size: f64,
@@ -76,6 +83,8 @@ impl Args {
         config.temp_dir = self.temp_directory.unwrap_or(config.temp_dir);
         config.user_dir = self.user_directory.unwrap_or(config.user_dir);
         config.max_upload_size = (self.max_upload_size * 1024.0 * 1024.0) as u64;
+        config.front_end_root = self.front_end_root;
+        config.cors_origin = self.enable_cors_header;
         Ok(config)
     }
 }

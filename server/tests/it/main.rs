@@ -2,5 +2,6 @@
 
 mod binary;
 mod end_to_end;
+mod frontend;
 mod golden;
 mod system_stats;
