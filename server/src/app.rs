@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::files::Roots;
 use crate::local::api::LocalServer;
 use crate::local::history::History;
-use crate::local::runtime::{Runtime, default_cache, engine_roots, start_worker};
+use crate::local::runtime::{Runtime, cache, engine_roots, start_worker};
 use crate::logs::LogRing;
 use crate::ws::{Audience, Hub};
 
@@ -48,7 +48,7 @@ impl Server {
             temp: config.temp_dir.clone(),
         };
         let registry = Arc::new(builtin_registry(roots.input.clone()));
-        let executor = Executor::new(registry.clone(), default_cache(), engine_roots(&roots));
+        let executor = Executor::new(registry.clone(), cache(config.cache), engine_roots(&roots));
         let (queue, _interrupted) = PromptQueue::restore(Box::new(MemoryStore::default()))
             .map_err(std::io::Error::other)?;
         let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({

@@ -5,6 +5,19 @@ use std::path::PathBuf;
 
 use crate::api::Runtime;
 
+/// Which cache keeps node results between prompts (ComfyUI's `--cache-*` flags).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CacheMode {
+    /// Only the latest prompt's results (`--cache-classic`).
+    Classic,
+    /// The results of the last prompts while more than N are stored (`--cache-lru N`).
+    Lru(usize),
+    /// Results until available RAM falls under a threshold, in GB (`--cache-ram [GB]`; the default).
+    RamPressure(Option<f64>),
+    /// Nothing (`--cache-none`).
+    None,
+}
+
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -24,6 +37,8 @@ pub struct Config {
     pub models_dir: PathBuf,
     /// The request body limit in bytes.
     pub max_upload_size: u64,
+    /// The node result cache.
+    pub cache: CacheMode,
     /// A built ComfyUI frontend to serve at `/` (the `static` folder of `comfyui-frontend-package`).
     pub front_end_root: Option<PathBuf>,
     /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
@@ -47,6 +62,7 @@ impl Config {
             models_dir: data_dir.join("models"),
             data_dir,
             max_upload_size: 100 * 1024 * 1024,
+            cache: CacheMode::RamPressure(None),
             front_end_root: None,
             cors_origin: None,
             runtime: Runtime::Local,

@@ -22,5 +22,5 @@ mod ws;
 
 pub use api::Runtime;
 pub use app::Server;
-pub use config::Config;
+pub use config::{CacheMode, Config};
 pub use logs::{LogRing, RingLayer};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
-use kiln_server::{Config, LogRing, Runtime, Server};
+use kiln_server::{CacheMode, Config, LogRing, Runtime, Server};
 use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -43,6 +43,18 @@ struct Args {
     /// cross-origin requests to a loopback host.
     #[arg(long, num_args = 0..=1, default_missing_value = "*")]
     enable_cors_header: Option<String>,
+    /// Keep only the latest prompt's node results.
+    #[arg(long, group = "cache_mode")]
+    cache_classic: bool,
+    /// Keep the node results of the last prompts while more than N are stored.
+    #[arg(long, value_name = "N", group = "cache_mode")]
+    cache_lru: Option<usize>,
+    /// Keep node results until available RAM falls under GB (default: 10% of RAM, 2 to 10 GB).
+    #[arg(long, value_name = "GB", num_args = 0..=1, default_missing_value = "0", group = "cache_mode")]
+    cache_ram: Option<f64>,
+    /// Keep no node results: every prompt runs every node.
+    #[arg(long, group = "cache_mode")]
+    cache_none: bool,
     /// The largest request body in MB.
     #[arg(long, default_value_t = 100.0)]
     max_upload_size: f64,
@@ -84,6 +96,13 @@ impl Args {
         config.user_dir = self.user_directory.unwrap_or(config.user_dir);
         config.max_upload_size = (self.max_upload_size * 1024.0 * 1024.0) as u64;
         config.front_end_root = self.front_end_root;
+        config.cache = match (self.cache_classic, self.cache_lru, self.cache_ram, self.cache_none) {
+            (true, ..) => CacheMode::Classic,
+            (_, Some(n), ..) => CacheMode::Lru(n),
+            (_, _, _, true) => CacheMode::None,
+            (_, _, Some(gb), _) if gb > 0.0 => CacheMode::RamPressure(Some(gb)),
+            _ => CacheMode::RamPressure(None),
+        };
         config.cors_origin = self.enable_cors_header;
         Ok(config)
     }

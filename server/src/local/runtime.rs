@@ -194,9 +194,21 @@ pub(crate) fn engine_roots(roots: &Roots) -> EngineRoots {
     }
 }
 
-/// A fresh cache for the worker.
-pub(crate) fn default_cache() -> Cache {
+/// The worker's cache for a mode: RAM pressure uses upstream's thresholds unless a GB figure is given.
+pub(crate) fn cache(mode: crate::config::CacheMode) -> Cache {
     use kiln_engine::cache::{CachePolicy, ProcMeminfo, RamPressure};
-    let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
-    Cache::new(CachePolicy::RamPressure(RamPressure::defaults(total, Arc::new(ProcMeminfo))))
+    let policy = match mode {
+        crate::config::CacheMode::Classic => CachePolicy::Classic,
+        crate::config::CacheMode::Lru(n) => CachePolicy::Lru(n),
+        crate::config::CacheMode::None => CachePolicy::None,
+        crate::config::CacheMode::RamPressure(gb) => {
+            let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
+            let mut pressure = RamPressure::defaults(total, Arc::new(ProcMeminfo));
+            if let Some(gb) = gb {
+                pressure.active_bytes = (gb * 1e9) as u64;
+            }
+            CachePolicy::RamPressure(pressure)
+        }
+    };
+    Cache::new(policy)
 }

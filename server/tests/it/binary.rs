@@ -84,3 +84,15 @@ fn kiln_refuses_a_bad_listen_address_with_a_clear_message() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("`not-an-ip` is not an IP address"), "{stderr}");
 }
+
+#[test]
+fn cache_flags_are_exclusive() {
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["--cache-lru", "3", "--cache-none", "--port", "0", "--data-dir"])
+        .arg(temp_dir("cacheflags"))
+        .output()
+        .expect("kiln runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
