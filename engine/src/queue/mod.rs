@@ -85,11 +85,15 @@ struct State<P> {
     seq: u64,
 }
 
+/// Told the number of remaining prompts (pending plus running) after every change.
+pub type ChangeListener = Box<dyn Fn(usize) + Send + Sync>;
+
 /// The prompt queue.
 pub struct PromptQueue<P> {
     state: Mutex<State<P>>,
     ready: Condvar,
     store: Box<dyn QueueStore<P>>,
+    listener: std::sync::OnceLock<ChangeListener>,
 }
 
 /// Where a new prompt goes.
@@ -124,7 +128,25 @@ impl<P: Clone + Send> PromptQueue<P> {
             store.remove(&was_running.iter().map(|e| e.id.clone()).collect::<Vec<_>>())?;
         }
         let state = State { pending, running: None, counter, seq };
-        Ok((PromptQueue { state: Mutex::new(state), ready: Condvar::new(), store }, was_running))
+        let queue = PromptQueue {
+            state: Mutex::new(state),
+            ready: Condvar::new(),
+            store,
+            listener: std::sync::OnceLock::new(),
+        };
+        Ok((queue, was_running))
+    }
+
+    /// Calls `listener` after every change, while the change is still the latest one (under the queue's lock),
+    /// so announcements of changes come in the order of the changes. Only the first listener set is kept.
+    pub fn on_change(&self, listener: ChangeListener) {
+        let _ = self.listener.set(listener);
+    }
+
+    fn changed(&self, state: &State<P>) {
+        if let Some(listener) = self.listener.get() {
+            listener(state.pending.len() + usize::from(state.running.is_some()));
+        }
     }
 
     /// Queues a prompt durably and returns its number.
@@ -145,6 +167,7 @@ impl<P: Clone + Send> PromptQueue<P> {
         self.store.insert(&entry)?;
         state.seq += 1;
         state.pending.push(entry);
+        self.changed(&state);
         drop(state);
         self.ready.notify_one();
         Ok(number)
@@ -169,6 +192,7 @@ impl<P: Clone + Send> PromptQueue<P> {
         let entry = state.pending.remove(index);
         self.store.mark_running(&entry.id)?;
         state.running = Some(entry.clone());
+        self.changed(&state);
         Ok(Some(entry))
     }
 
@@ -178,7 +202,9 @@ impl<P: Clone + Send> PromptQueue<P> {
         if state.running.as_ref().is_some_and(|r| r.id == id) {
             state.running = None;
         }
-        self.store.remove(&[id.to_owned()])
+        self.store.remove(&[id.to_owned()])?;
+        self.changed(&state);
+        Ok(())
     }
 
     /// Removes pending prompts by id (unknown ids are ignored); returns how many were removed.
@@ -188,6 +214,7 @@ impl<P: Clone + Send> PromptQueue<P> {
             state.pending.iter().filter(|e| ids.contains(&e.id)).map(|e| e.id.clone()).collect();
         self.store.remove(&found)?;
         state.pending.retain(|e| !found.contains(&e.id));
+        self.changed(&state);
         Ok(found.len())
     }
 
@@ -197,6 +224,7 @@ impl<P: Clone + Send> PromptQueue<P> {
         let ids: Vec<String> = state.pending.iter().map(|e| e.id.clone()).collect();
         self.store.remove(&ids)?;
         state.pending.clear();
+        self.changed(&state);
         Ok(ids.len())
     }
 

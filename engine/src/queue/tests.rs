@@ -106,3 +106,17 @@ fn pop_waits_for_a_push_from_another_thread() {
     assert_eq!(entry.id, "late");
     handle.join().expect("pusher");
 }
+
+#[test]
+fn the_listener_hears_every_change_in_order() {
+    let q = queue();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    q.on_change(Box::new(move |remaining| sink.lock().expect("lock").push(remaining)));
+    q.push("a".into(), Placement::Back, "").expect("ok");
+    q.push("b".into(), Placement::Back, "").expect("ok");
+    let a = q.pop(Duration::ZERO).expect("ok").expect("a");
+    q.finish(&a.id).expect("ok");
+    q.clear().expect("ok");
+    assert_eq!(*heard.lock().expect("lock"), [1, 2, 2, 1, 0]);
+}
