@@ -11,16 +11,17 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use kiln_engine::exec::Executor;
 use kiln_engine::nodes::builtin_registry;
-use kiln_engine::queue::{MemoryStore, PromptQueue};
+use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 
 use crate::api::local_router;
 use crate::config::Config;
 use crate::files::Roots;
 use crate::local::api::LocalServer;
-use crate::local::history::History;
-use crate::local::runtime::{Runtime, cache, engine_roots, start_worker};
+use crate::local::history::{History, Record};
+use crate::local::runtime::{Queued, Runtime, cache, engine_roots, now_ms, start_worker};
 use crate::logs::LogRing;
+use crate::storage::Storage;
 use crate::ws::{Audience, Hub};
 
 /// A started server: its routes, and the worker that runs prompts.
@@ -31,17 +32,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// Creates the directories, starts the worker thread and builds the routes for a configuration.
-    pub fn start(config: &Config, logs: LogRing) -> std::io::Result<Server> {
-        for dir in [
+    /// Creates the directories, opens the database, restores the queue and history, starts the worker
+    /// thread and builds the routes for a configuration.
+    pub async fn start(config: &Config, logs: LogRing) -> std::io::Result<Server> {
+        let dirs = [
+            &config.data_dir,
             &config.input_dir,
             &config.output_dir,
             &config.temp_dir,
             &config.user_dir,
             &config.models_dir,
-        ] {
+        ];
+        for dir in dirs {
             std::fs::create_dir_all(dir)?;
         }
+        let storage = Storage::open(&config.data_dir).await.map_err(std::io::Error::other)?;
         let roots = Roots {
             input: config.input_dir.clone(),
             output: config.output_dir.clone(),
@@ -49,8 +54,24 @@ impl Server {
         };
         let registry = Arc::new(builtin_registry(roots.input.clone()));
         let executor = Executor::new(registry.clone(), cache(config.cache), engine_roots(&roots));
-        let (queue, _interrupted) = PromptQueue::restore(Box::new(MemoryStore::default()))
-            .map_err(std::io::Error::other)?;
+        // Restoring reads the store synchronously: off the async threads.
+        let store = storage.queue_store(registry.clone());
+        let (queue, interrupted) =
+            tokio::task::spawn_blocking(move || PromptQueue::restore(Box::new(store)))
+                .await
+                .map_err(std::io::Error::other)?
+                .map_err(std::io::Error::other)?;
+        let mut history = History::default();
+        for record in storage.load_history().await.map_err(std::io::Error::other)? {
+            history.insert(record);
+        }
+        // Prompts that were running when the previous process stopped did not finish: record them as interrupted.
+        for entry in interrupted {
+            let record = interrupted_record(&entry);
+            tracing::warn!(prompt = %entry.id, "a prompt was running when kiln stopped; recorded as interrupted");
+            storage.insert_history(&record).await.map_err(std::io::Error::other)?;
+            history.insert(record);
+        }
         let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({
             "supports_preview_metadata": false,
             "supports_model_type_tags": false,
@@ -62,7 +83,7 @@ impl Server {
         let runtime = Arc::new(Runtime {
             registry,
             queue,
-            history: Mutex::new(History::default()),
+            history: Mutex::new(history),
             hub: Hub::default(),
             roots,
             user_dir: config.user_dir.clone(),
@@ -74,7 +95,15 @@ impl Server {
             stop: AtomicBool::new(false),
             logs,
             log_subscribers: Mutex::new(Default::default()),
+            storage,
         });
+        // Every queue change is announced to every socket, in the order of the changes.
+        let announcer = Arc::downgrade(&runtime);
+        runtime.queue.on_change(Box::new(move |remaining| {
+            if let Some(runtime) = announcer.upgrade() {
+                runtime.hub.broadcast_status(remaining as i64);
+            }
+        }));
         let worker = start_worker(runtime.clone(), executor);
         let mut router = local_router(Arc::new(LocalServer(runtime.clone())));
         router = match &config.front_end_root {
@@ -139,6 +168,24 @@ impl Server {
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+    }
+}
+
+/// The history record of a prompt that was running when the process stopped.
+fn interrupted_record(entry: &QueueEntry<Queued>) -> Record {
+    let now = now_ms();
+    let data = serde_json::json!({
+        "prompt_id": entry.id, "node_id": "", "node_type": "", "executed": [], "timestamp": now,
+    });
+    Record {
+        prompt_id: entry.id.clone(),
+        number: entry.number,
+        prompt: entry.payload.prompt_json.clone(),
+        extra_data: entry.payload.extra_data.clone(),
+        outputs_to_execute: entry.payload.outputs.clone(),
+        outputs: Default::default(),
+        success: false,
+        messages: vec![("execution_interrupted".to_owned(), data)],
     }
 }
 

@@ -17,6 +17,7 @@ mod files;
 mod frontend;
 mod local;
 mod logs;
+mod storage;
 mod system;
 mod ws;
 
@@ -24,3 +25,4 @@ pub use api::Runtime;
 pub use app::Server;
 pub use config::{CacheMode, Config};
 pub use logs::{LogRing, RingLayer};
+pub use storage::StorageError;

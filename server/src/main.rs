@@ -131,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!("cannot create the data directory {}", config.data_dir.display())
     })?;
-    let server = Server::start(&config, logs).context("cannot start the server")?;
+    let server = Server::start(&config, logs).await.context("cannot start the server")?;
 
     let mut listeners = tokio::task::JoinSet::new();
     for addr in &config.listen {

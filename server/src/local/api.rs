@@ -143,6 +143,14 @@ impl LocalServer {
             .collect()
     }
 
+    /// Cancels jobs off the async threads (dequeuing writes the store); whether each was cancelled.
+    async fn cancel_all(&self, ids: Vec<String>) -> Vec<bool> {
+        let server = self.clone();
+        tokio::task::spawn_blocking(move || ids.iter().map(|id| server.cancel(id)).collect())
+            .await
+            .unwrap_or_default()
+    }
+
     /// Cancels one job: interrupts it if it runs, dequeues it if pending; `false` otherwise.
     fn cancel(&self, id: &str) -> bool {
         let runtime = &self.0;
@@ -150,11 +158,7 @@ impl LocalServer {
             runtime.interrupt.store(true, Ordering::SeqCst);
             return true;
         }
-        let removed = runtime.queue.delete(&[id.to_owned()]).unwrap_or(0) > 0;
-        if removed {
-            runtime.hub.broadcast_status(runtime.remaining());
-        }
-        removed
+        runtime.queue.delete(&[id.to_owned()]).unwrap_or(0) > 0
     }
 
     async fn store_upload(
@@ -355,6 +359,11 @@ impl SharedApi for LocalServer {
         _: Parts,
         body: types::HistoryManageRequest,
     ) -> ManageHistoryResponse {
+        let storage = &self.0.storage;
+        let cleared = if body.clear == Some(true) { storage.clear_history().await } else { Ok(()) };
+        if let Err(e) = cleared.and(storage.delete_history(&body.delete).await) {
+            return ManageHistoryResponse::BadRequest(error("storage_failed", e.to_string()));
+        }
         let mut history = self.0.history();
         if body.clear == Some(true) {
             history.clear();
@@ -422,8 +431,7 @@ impl SharedApi for LocalServer {
             });
         }
         // Every id is cancelled (no short circuit); the answer says whether any of them was.
-        let results: Vec<bool> = body.job_ids.iter().map(|id| self.cancel(id)).collect();
-        let cancelled = results.contains(&true);
+        let cancelled = self.cancel_all(body.job_ids).await.contains(&true);
         CancelJobsResponse::Ok(types::JobCancelResponse { cancelled })
     }
 
@@ -448,7 +456,9 @@ impl SharedApi for LocalServer {
         if !canonical_uuid(&job_id) {
             return CancelJobResponse::BadRequest(simple("Invalid job id"));
         }
-        CancelJobResponse::Ok(types::JobCancelResponse { cancelled: self.cancel(&job_id) })
+        CancelJobResponse::Ok(types::JobCancelResponse {
+            cancelled: self.cancel_all(vec![job_id]).await.contains(&true),
+        })
     }
 
     async fn get_model_folders(&self, _: Parts) -> GetModelFoldersResponse {
@@ -576,17 +586,27 @@ impl SharedApi for LocalServer {
             client_id,
             outputs,
         };
-        let number = match runtime.queue.push(prompt_id.clone(), placement, queued) {
+        // Queued means durable: the store is written before the answer, off the async threads.
+        let pushed = {
+            let runtime = runtime.clone();
+            let id = prompt_id.clone();
+            tokio::task::spawn_blocking(move || {
+                runtime.queue.push(id, placement, queued).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+        };
+        let number = match pushed {
             Ok(number) => number,
             Err(e) => {
                 return ExecutePromptResponse::BadRequest(prompt_error(
                     "queue_unavailable",
                     "the prompt could not be queued",
-                    &e.to_string(),
+                    &e,
                 ));
             }
         };
-        runtime.hub.broadcast_status(runtime.remaining());
         ExecutePromptResponse::Ok(types::PromptResponse {
             node_errors,
             number,
@@ -613,14 +633,18 @@ impl SharedApi for LocalServer {
 
     async fn manage_queue(&self, _: Parts, body: types::QueueManageRequest) -> ManageQueueResponse {
         let runtime = &self.0;
-        let result = if body.clear == Some(true) { runtime.queue.clear() } else { Ok(0) }
-            .and_then(|_| runtime.queue.delete(&body.delete));
+        let worker = runtime.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            if body.clear == Some(true) { worker.queue.clear() } else { Ok(0) }
+                .and_then(|_| worker.queue.delete(&body.delete))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
         match result {
-            Ok(_) => {
-                runtime.hub.broadcast_status(runtime.remaining());
-                ManageQueueResponse::Ok
-            }
-            Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e.to_string())),
+            Ok(_) => ManageQueueResponse::Ok,
+            Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e)),
         }
     }
 

@@ -75,6 +75,26 @@ impl Record {
         }
     }
 
+    /// A record back from its `/history` entry (as stored in the database).
+    pub(crate) fn from_entry(id: &str, entry: &types::HistoryEntry) -> Option<Record> {
+        let [number, _, prompt, extra_data, outputs] = &entry.prompt.0;
+        Some(Record {
+            prompt_id: id.to_owned(),
+            number: number.0.as_f64()?,
+            prompt: prompt.0.clone(),
+            extra_data: extra_data.0.as_object().cloned().unwrap_or_default(),
+            outputs_to_execute: serde_json::from_value(outputs.0.clone()).unwrap_or_default(),
+            outputs: entry.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            success: entry.status.status_str == types::HistoryStatusStr::Success,
+            messages: entry
+                .status
+                .messages
+                .iter()
+                .filter_map(|m| Some((m.0[0].0.as_str()?.to_owned(), m.0[1].0.clone())))
+                .collect(),
+        })
+    }
+
     /// The data of a status message, if the record has it.
     pub(crate) fn message(&self, name: &str) -> Option<&Value> {
         self.messages.iter().find(|(n, _)| n == name).map(|(_, d)| d)

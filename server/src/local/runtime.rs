@@ -48,6 +48,7 @@ pub(crate) struct Runtime {
     pub(crate) free_requested: AtomicBool,
     pub(crate) stop: AtomicBool,
     pub(crate) logs: crate::logs::LogRing,
+    pub(crate) storage: crate::storage::Storage,
     pub(crate) log_subscribers: Mutex<std::collections::HashSet<String>>,
 }
 
@@ -127,8 +128,6 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
     let client_id = queued.client_id.clone();
     runtime.hub.set_running(client_id.as_deref(), None, true);
-    // Taking a prompt is a queue change: everyone gets `status`, as from ComfyUI.
-    runtime.hub.broadcast_status(runtime.remaining());
     let sink = Arc::new(HubSink {
         runtime: runtime.clone(),
         client_id: client_id.clone(),
@@ -176,12 +175,14 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         success: summary.outcome == Outcome::Success,
         messages,
     };
+    if let Err(error) = runtime.storage.block_on(runtime.storage.insert_history(&record)) {
+        tracing::error!(error = %error, "cannot store the history entry");
+    }
     runtime.history().insert(record);
     if let Err(error) = runtime.queue.finish(&entry.id) {
         tracing::error!(%error, "cannot mark the prompt finished");
     }
     runtime.hub.set_running(None, None, false);
-    runtime.hub.broadcast_status(runtime.remaining());
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
 }
 

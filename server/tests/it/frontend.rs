@@ -31,7 +31,7 @@ async fn the_frontend_is_served_with_comfyuis_cache_headers() {
     std::fs::write(root.join("index.html"), "<html>comfy</html>").expect("index");
     std::fs::write(root.join("assets/app.js"), "console.log(1)").expect("asset");
     config.front_end_root = Some(root);
-    let server = Server::start(&config, LogRing::new()).expect("starts");
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
 
     let (status, headers, body) =
         send(&server, Request::get("/").body(Body::empty()).expect("request")).await;
@@ -53,7 +53,7 @@ async fn the_frontend_is_served_with_comfyuis_cache_headers() {
 async fn cors_mode_allows_other_origins_and_answers_preflight() {
     let mut config = config("cors");
     config.cors_origin = Some("https://app.example".to_owned());
-    let server = Server::start(&config, LogRing::new()).expect("starts");
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
     let request = Request::get("/api/queue")
         .header("host", "127.0.0.1:8188")
         .header("origin", "https://app.example")
@@ -74,7 +74,7 @@ async fn cors_mode_allows_other_origins_and_answers_preflight() {
 
 #[tokio::test]
 async fn without_cors_mode_a_foreign_origin_is_refused_on_loopback() {
-    let server = Server::start(&config("origin"), LogRing::new()).expect("starts");
+    let server = Server::start(&config("origin"), LogRing::new()).await.expect("starts");
     let request = Request::get("/api/queue")
         .header("host", "127.0.0.1:8188")
         .header("origin", "http://evil.example")

@@ -1,6 +1,7 @@
 //! The server's integration tests: the router in memory, and the real `kiln` binary over TCP.
 
 mod binary;
+mod durability;
 mod end_to_end;
 mod frontend;
 mod golden;

@@ -19,7 +19,7 @@ fn config() -> Config {
 }
 
 async fn get(path: &str) -> (StatusCode, Option<String>, Vec<u8>) {
-    let server = Server::start(&config(), LogRing::new()).expect("server starts");
+    let server = Server::start(&config(), LogRing::new()).await.expect("server starts");
     let response = server
         .router()
         .oneshot(Request::get(path).body(Body::empty()).expect("request builds"))
