@@ -1,8 +1,6 @@
 //! The conversions against ComfyUI's recorded answers (`../shared/golden/comfyui`): object_info of the
 //! built-in nodes, and the validation errors of every recorded `POST /prompt` case, through the engine.
 
-use std::path::PathBuf;
-
 use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::nodes::builtin_registry;
 use serde_json::Value;
@@ -10,14 +8,7 @@ use serde_json::Value;
 use super::{node_errors, node_info, rejection};
 
 fn golden(case: &str) -> Value {
-    let dir = std::env::var_os("KILN_GOLDEN_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
-    });
-    let path = dir.join(format!("{case}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("golden {} unreadable ({e}); set KILN_GOLDEN_DIR", path.display())
-    });
-    serde_json::from_str(&text).expect("golden JSON")
+    crate::golden::case(case)
 }
 
 /// Replaces values that are volatile or Python-specific (tracebacks) so both sides compare.
@@ -37,7 +28,7 @@ fn scrub(value: &mut Value) {
     }
 }
 
-fn empty_input_dir() -> PathBuf {
+fn empty_input_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-convert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     dir

@@ -30,7 +30,8 @@ use crate::ws::Frame;
 #[derive(Clone)]
 pub(crate) struct LocalServer(pub(crate) Arc<Runtime>);
 
-fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
+/// An `ErrorResponse` with a code and a message.
+pub(super) fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
     types::ErrorResponse { code: code.to_owned(), details: None, message: message.into() }
 }
 

@@ -7,15 +7,11 @@ use std::sync::atomic::Ordering;
 use axum::http::request::Parts;
 use kiln_spec::types;
 
-use super::api::LocalServer;
+use super::api::{LocalServer, error};
 use super::models;
 use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::files::Kind;
-
-fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
-    types::ErrorResponse { code: code.to_owned(), details: None, message: message.into() }
-}
 
 impl LocalApi for LocalServer {
     async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {

@@ -1,7 +1,5 @@
 //! The history entry and the job view against ComfyUI's captures.
 
-use std::path::PathBuf;
-
 use kiln_spec::types;
 use serde_json::{Value, json};
 
@@ -9,12 +7,7 @@ use super::history::{History, Record};
 use super::jobs::{Filter, Queued, Source, detail, job, list};
 
 fn golden(case: &str) -> Value {
-    let dir = std::env::var_os("KILN_GOLDEN_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
-    });
-    let text = std::fs::read_to_string(dir.join(format!("{case}.json")))
-        .expect("golden readable; set KILN_GOLDEN_DIR");
-    serde_json::from_str(&text).expect("JSON")
+    crate::golden::case(case)
 }
 
 /// Placeholders → typed values (`<PROMPT_ID_n>` → a UUID, timestamps → a number).

@@ -5,6 +5,7 @@ use kiln_client::{Client, UploadOptions, types};
 use serde_json::json;
 
 use crate::binary::{start, temp_dir};
+use crate::golden::golden;
 
 fn client(addr: &str) -> Client {
     Client::with_timeout(&format!("http://{addr}"), std::time::Duration::from_secs(60))
@@ -140,17 +141,6 @@ fn describe(message: &serde_json::Value) -> String {
         }
         other => other.to_owned(),
     }
-}
-
-fn golden(case: &str) -> serde_json::Value {
-    let dir =
-        std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
-        });
-    serde_json::from_str(
-        &std::fs::read_to_string(dir.join(format!("{case}.json"))).expect("golden readable"),
-    )
-    .expect("JSON")
 }
 
 /// Posts a captured prompt with a client id and returns the frames its socket received, described.

@@ -6,13 +6,15 @@ use serde_json::Value;
 
 use crate::binary::{start, temp_dir};
 
-fn golden_dir() -> std::path::PathBuf {
+/// The golden captures' folder (`KILN_GOLDEN_DIR` overrides it).
+pub(crate) fn golden_dir() -> std::path::PathBuf {
     std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
     })
 }
 
-fn golden(case: &str) -> Value {
+/// One capture, parsed.
+pub(crate) fn golden(case: &str) -> Value {
     let path = golden_dir().join(format!("{case}.json"));
     serde_json::from_str(
         &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
