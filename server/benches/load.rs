@@ -4,6 +4,9 @@
 //!
 //! Figures depend on the machine; compare runs of this command on the same machine.
 
+// A benchmark's report is its output.
+#![allow(clippy::print_stdout)]
+
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
