@@ -407,6 +407,9 @@ impl SharedApi for LocalServer {
     }
 
     async fn list_jobs(&self, _: Parts, query: ListJobsQuery) -> ListJobsResponse {
+        if query.limit.is_some_and(|l| l < 1) {
+            return ListJobsResponse::BadRequest(simple("limit must be a positive integer"));
+        }
         let filter = Filter {
             statuses: query.status.map(|s| {
                 s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
