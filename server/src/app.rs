@@ -9,17 +9,16 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use kiln_engine::exec::Executor;
+use kiln_engine::exec::{Executor, Roots};
 use kiln_engine::nodes::builtin_registry;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 
 use crate::api::local_router;
 use crate::config::Config;
-use crate::files::Roots;
 use crate::local::api::LocalServer;
 use crate::local::history::{History, Record};
-use crate::local::runtime::{Queued, Runtime, cache, engine_roots, now_ms, start_worker};
+use crate::local::runtime::{Queued, Runtime, cache, now_ms, start_worker};
 use crate::logs::LogRing;
 use crate::storage::Storage;
 use crate::ws::{Audience, Hub};
@@ -53,7 +52,7 @@ impl Server {
             temp: config.temp_dir.clone(),
         };
         let registry = Arc::new(builtin_registry(roots.input.clone()));
-        let executor = Executor::new(registry.clone(), cache(config.cache), engine_roots(&roots));
+        let executor = Executor::new(registry.clone(), cache(config.cache), roots.clone());
         // Restoring reads the store synchronously: off the async threads.
         let store = storage.queue_store(registry.clone());
         let (queue, interrupted) =

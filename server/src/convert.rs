@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use kiln_engine::graph::{NodeErrors, PromptRejection, ValidationError};
-use kiln_engine::nodes::{InputDef, NodeSpec};
+use kiln_engine::nodes::{FileKind, InputDef, NodeSpec};
 use kiln_spec::types;
 
 /// `object_info` of one node class, in ComfyUI's NodeInfo shape: `[TYPE]` for inputs without options,
@@ -106,3 +106,21 @@ pub(crate) fn rejection(rejection: &PromptRejection) -> types::PromptErrorRespon
 
 #[cfg(test)]
 mod tests;
+
+/// A wire `type` (`input`, `output`, `temp`) as the engine's root kind.
+pub(crate) fn file_kind(file_type: types::FileType) -> FileKind {
+    match file_type {
+        types::FileType::Input => FileKind::Input,
+        types::FileType::Output => FileKind::Output,
+        types::FileType::Temp => FileKind::Temp,
+    }
+}
+
+/// The engine's root kind as a wire `type`.
+pub(crate) fn file_type(kind: FileKind) -> types::FileType {
+    match kind {
+        FileKind::Input => types::FileType::Input,
+        FileKind::Output => types::FileType::Output,
+        FileKind::Temp => types::FileType::Temp,
+    }
+}

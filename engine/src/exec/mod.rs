@@ -11,7 +11,7 @@ mod events;
 mod history;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,7 +21,7 @@ pub use history::{HistoryRecorder, StatusMessage};
 use crate::cache::{Cache, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
 use crate::nodes::{
-    Context, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+    Context, FileKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
 };
 use crate::value::Value;
 
@@ -34,6 +34,17 @@ pub struct Roots {
     pub output: PathBuf,
     /// The temp directory.
     pub temp: PathBuf,
+}
+
+impl Roots {
+    /// The directory of one kind of file.
+    pub fn get(&self, kind: FileKind) -> &Path {
+        match kind {
+            FileKind::Input => &self.input,
+            FileKind::Output => &self.output,
+            FileKind::Temp => &self.temp,
+        }
+    }
 }
 
 /// How a run ended.

@@ -9,47 +9,8 @@ mod view;
 
 use std::path::{Component, Path, PathBuf};
 
-#[allow(unused_imports)]
-// Used by the server's implementation of the generated trait (the server issue).
-pub(crate) use upload::{Stored, Upload, UploadError, store_upload};
-#[allow(unused_imports)]
-pub(crate) use view::{ViewError, ViewFile, ViewRequest, view};
-
-/// Which root a file lives under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Input,
-    Output,
-    Temp,
-}
-
-impl Kind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Input => "input",
-            Kind::Output => "output",
-            Kind::Temp => "temp",
-        }
-    }
-}
-
-/// The input, output and temp directories.
-#[derive(Debug, Clone)]
-pub(crate) struct Roots {
-    pub(crate) input: PathBuf,
-    pub(crate) output: PathBuf,
-    pub(crate) temp: PathBuf,
-}
-
-impl Roots {
-    pub(crate) fn get(&self, kind: Kind) -> &Path {
-        match kind {
-            Kind::Input => &self.input,
-            Kind::Output => &self.output,
-            Kind::Temp => &self.temp,
-        }
-    }
-}
+pub(crate) use upload::{Upload, UploadError, store_upload};
+pub(crate) use view::{ViewError, ViewRequest, view};
 
 /// `root/relative` if `relative` is a plain relative path (no `..`, not absolute) that, once symlinks are
 /// resolved as far as the path exists, stays inside `root`.

@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
-use super::{Kind, Roots, Stored, Upload, UploadError, ViewError, ViewRequest, store_upload, view};
+use kiln_engine::exec::Roots;
+use kiln_engine::nodes::FileKind;
+
+use super::upload::Stored;
+use super::{Upload, UploadError, ViewError, ViewRequest, store_upload, view};
 
 fn roots(name: &str) -> Roots {
     let base = std::env::temp_dir().join(format!("kiln-files-{name}-{}", std::process::id()));
@@ -22,7 +26,7 @@ fn png(width: u32, alpha: u8) -> Vec<u8> {
     out.into_inner()
 }
 
-fn request(filename: Option<&str>, kind: Option<Kind>, subfolder: Option<&str>) -> ViewRequest {
+fn request(filename: Option<&str>, kind: Option<FileKind>, subfolder: Option<&str>) -> ViewRequest {
     ViewRequest {
         filename: filename.map(str::to_owned),
         kind,
@@ -36,12 +40,13 @@ fn view_serves_a_file_with_comfyuis_headers() {
     let roots = roots("view");
     let bytes = png(2, 255);
     std::fs::write(roots.input.join("tiny.png"), &bytes).expect("write");
-    let file = view(&roots, &request(Some("tiny.png"), Some(Kind::Input), None)).expect("served");
+    let file =
+        view(&roots, &request(Some("tiny.png"), Some(FileKind::Input), None)).expect("served");
     assert_eq!(
         (file.bytes, file.content_type.as_str(), file.content_disposition.as_str()),
         (bytes.clone(), "image/png", "filename=\"tiny.png\"")
     );
-    let annotated = view(&roots, &request(Some("tiny.png [input]"), Some(Kind::Output), None))
+    let annotated = view(&roots, &request(Some("tiny.png [input]"), Some(FileKind::Output), None))
         .expect("the annotation wins");
     assert_eq!(annotated.bytes, bytes);
 }
@@ -63,7 +68,7 @@ fn view_refuses_escapes_and_missing_files_like_comfyui() {
         ViewError::OutsideRoot
     );
     assert_eq!(
-        view(&roots, &request(Some("nope.png"), Some(Kind::Output), None)).unwrap_err(),
+        view(&roots, &request(Some("nope.png"), Some(FileKind::Output), None)).unwrap_err(),
         ViewError::NotFound
     );
 }
@@ -89,7 +94,7 @@ fn symlinks_out_of_a_root_are_refused() {
     let upload = Upload {
         filename: "x.png",
         bytes: b"x",
-        kind: Kind::Output,
+        kind: FileKind::Output,
         subfolder: "link",
         overwrite: false,
     };
@@ -135,13 +140,13 @@ fn uploads_dedup_rename_overwrite_and_create_subfolders() {
     let up = |bytes: &[u8], subfolder: &str, overwrite: bool| {
         store_upload(
             &roots,
-            &Upload { filename: "tiny.png", bytes, kind: Kind::Input, subfolder, overwrite },
+            &Upload { filename: "tiny.png", bytes, kind: FileKind::Input, subfolder, overwrite },
         )
     };
     let stored = |name: &str, subfolder: &str| Stored {
         name: name.to_owned(),
         subfolder: subfolder.to_owned(),
-        kind: Kind::Input,
+        kind: FileKind::Input,
     };
     assert_eq!(up(&first, "", false), Ok(stored("tiny.png", "")));
     assert_eq!(
@@ -167,7 +172,7 @@ fn uploads_outside_the_root_or_without_a_name_are_refused() {
     let up = |filename: &str, subfolder: &str| {
         store_upload(
             &roots,
-            &Upload { filename, bytes: b"x", kind: Kind::Input, subfolder, overwrite: false },
+            &Upload { filename, bytes: b"x", kind: FileKind::Input, subfolder, overwrite: false },
         )
     };
     assert_eq!(up("", ""), Err(UploadError::EmptyName));

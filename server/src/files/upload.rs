@@ -4,14 +4,17 @@
 
 use std::path::Path;
 
-use super::{Kind, Roots, within};
+use kiln_engine::exec::Roots;
+use kiln_engine::nodes::FileKind;
+
+use super::within;
 
 /// An upload.
 #[derive(Debug, Clone)]
 pub(crate) struct Upload<'a> {
     pub(crate) filename: &'a str,
     pub(crate) bytes: &'a [u8],
-    pub(crate) kind: Kind,
+    pub(crate) kind: FileKind,
     pub(crate) subfolder: &'a str,
     pub(crate) overwrite: bool,
 }
@@ -21,7 +24,7 @@ pub(crate) struct Upload<'a> {
 pub(crate) struct Stored {
     pub(crate) name: String,
     pub(crate) subfolder: String,
-    pub(crate) kind: Kind,
+    pub(crate) kind: FileKind,
 }
 
 /// Why an upload was refused.

@@ -4,13 +4,16 @@
 
 use std::io::Cursor;
 
-use super::{Kind, Roots, within};
+use kiln_engine::exec::Roots;
+use kiln_engine::nodes::FileKind;
+
+use super::within;
 
 /// What was asked for.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ViewRequest {
     pub(crate) filename: Option<String>,
-    pub(crate) kind: Option<Kind>,
+    pub(crate) kind: Option<FileKind>,
     pub(crate) subfolder: Option<String>,
     pub(crate) preview: Option<String>,
     pub(crate) channel: Option<String>,
@@ -82,15 +85,15 @@ fn quote(name: &str) -> String {
 pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, ViewError> {
     let raw = request.filename.as_deref().ok_or(ViewError::NotFound)?;
     let (name, annotated) = match raw.rsplit_once(" [") {
-        Some((name, "input]")) => (name, Some(Kind::Input)),
-        Some((name, "output]")) => (name, Some(Kind::Output)),
-        Some((name, "temp]")) => (name, Some(Kind::Temp)),
+        Some((name, "input]")) => (name, Some(FileKind::Input)),
+        Some((name, "output]")) => (name, Some(FileKind::Output)),
+        Some((name, "temp]")) => (name, Some(FileKind::Temp)),
         _ => (raw, None),
     };
     if name.is_empty() || name.starts_with('/') || name.contains("..") {
         return Err(ViewError::BadName);
     }
-    let kind = annotated.or(request.kind).unwrap_or(Kind::Output);
+    let kind = annotated.or(request.kind).unwrap_or(FileKind::Output);
     let root = roots.get(kind);
     let folder = match request.subfolder.as_deref().filter(|s| !s.is_empty()) {
         Some(subfolder) => within(root, subfolder).ok_or(ViewError::OutsideRoot)?,

@@ -11,7 +11,9 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
+use kiln_engine::exec::Roots;
 use kiln_engine::graph::{NodeId, Prompt, validate};
+use kiln_engine::nodes::FileKind;
 use kiln_engine::queue::Placement;
 use kiln_spec::types;
 use serde_json::{Map, Value};
@@ -23,7 +25,7 @@ use super::runtime::{Queued, Runtime, now_ms};
 use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::convert;
-use crate::files::{self, Kind, Upload, UploadError, ViewError, ViewRequest};
+use crate::files::{self, Upload, UploadError, ViewError, ViewRequest};
 use crate::ws::Frame;
 
 /// The local runtime behind the generated router.
@@ -54,22 +56,6 @@ fn prompt_error(kind: &str, message: &str, details: &str) -> types::PromptErrorR
 /// A canonical lowercase hyphenated UUID (what ComfyUI accepts as a prompt or job id).
 fn canonical_uuid(id: &str) -> bool {
     id.parse::<uuid::Uuid>().is_ok_and(|u| u.hyphenated().to_string() == id)
-}
-
-fn kind(file_type: Option<types::FileType>) -> Option<Kind> {
-    file_type.map(|t| match t {
-        types::FileType::Input => Kind::Input,
-        types::FileType::Output => Kind::Output,
-        types::FileType::Temp => Kind::Temp,
-    })
-}
-
-fn file_type(kind: Kind) -> types::FileType {
-    match kind {
-        Kind::Input => types::FileType::Input,
-        Kind::Output => types::FileType::Output,
-        Kind::Temp => types::FileType::Temp,
-    }
 }
 
 fn is_true(flag: Option<&str>) -> bool {
@@ -171,9 +157,9 @@ impl LocalServer {
         let filename =
             form.filename.ok_or_else(|| error("no_file", "the form has no `image` file part"))?;
         let kind = match form.kind.as_deref() {
-            None | Some("") | Some("input") => Kind::Input,
-            Some("output") => Kind::Output,
-            Some("temp") => Kind::Temp,
+            None | Some("") | Some("input") => FileKind::Input,
+            Some("output") => FileKind::Output,
+            Some("temp") => FileKind::Temp,
             Some(other) => {
                 return Err(error(
                     "invalid_type",
@@ -214,14 +200,14 @@ impl LocalServer {
         Ok(types::UploadImageResponse {
             name: stored.name,
             subfolder: stored.subfolder,
-            type_: file_type(stored.kind),
+            type_: convert::file_type(stored.kind),
         })
     }
 }
 
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
 fn apply_mask(
-    roots: &files::Roots,
+    roots: &Roots,
     reference: &str,
     mask: &[u8],
 ) -> Result<Vec<u8>, types::ErrorResponse> {
@@ -232,9 +218,9 @@ fn apply_mask(
         .and_then(Value::as_str)
         .ok_or_else(|| error("invalid_original_ref", "original_ref has no filename"))?;
     let kind = match original.get("type").and_then(Value::as_str) {
-        Some("input") => Kind::Input,
-        Some("temp") => Kind::Temp,
-        _ => Kind::Output,
+        Some("input") => FileKind::Input,
+        Some("temp") => FileKind::Temp,
+        _ => FileKind::Output,
     };
     let request = ViewRequest {
         filename: Some(filename.to_owned()),
@@ -817,7 +803,7 @@ impl SharedApi for LocalServer {
     async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
         let request = ViewRequest {
             filename: query.filename,
-            kind: kind(query.type_),
+            kind: query.type_.map(convert::file_kind),
             subfolder: query.subfolder,
             preview: query.preview,
             channel: query.channel.map(|c| c.to_string()),

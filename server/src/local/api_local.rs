@@ -11,7 +11,7 @@ use super::api::{LocalServer, error};
 use super::models;
 use super::userdata::{self, UserDataError};
 use crate::api::*;
-use crate::files::Kind;
+use crate::convert;
 
 impl LocalApi for LocalServer {
     async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
@@ -120,12 +120,7 @@ impl LocalApi for LocalServer {
         _: Parts,
         directory_type: types::FileType,
     ) -> GetDirectoryFilesResponse {
-        let kind = match directory_type {
-            types::FileType::Input => Kind::Input,
-            types::FileType::Output => Kind::Output,
-            types::FileType::Temp => Kind::Temp,
-        };
-        let root = self.0.roots.get(kind).to_path_buf();
+        let root = self.0.roots.get(convert::file_kind(directory_type)).to_path_buf();
         let mut files: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&root)
             .into_iter()
             .flatten()

@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::cache::Cache;
-use kiln_engine::exec::{
-    Event, EventSink, Executor, HistoryRecorder, Outcome, Roots as EngineRoots, Run,
-};
+use kiln_engine::exec::{Event, EventSink, Executor, HistoryRecorder, Outcome, Roots, Run};
 use kiln_engine::graph::ValidatedPrompt;
 use kiln_engine::nodes::Registry;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
@@ -20,7 +18,6 @@ use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::history::{History, Record};
-use crate::files::Roots;
 use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output};
 
 /// A queued prompt, as the worker needs it and the queue and jobs views show it.
@@ -184,15 +181,6 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     }
     runtime.hub.set_running(None, None, false);
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
-}
-
-/// The engine's view of the file roots.
-pub(crate) fn engine_roots(roots: &Roots) -> EngineRoots {
-    EngineRoots {
-        input: roots.input.clone(),
-        output: roots.output.clone(),
-        temp: roots.temp.clone(),
-    }
 }
 
 /// The worker's cache for a mode: RAM pressure uses upstream's thresholds unless a GB figure is given.

@@ -7,8 +7,10 @@
 use std::collections::HashMap;
 
 use kiln_engine::exec::{Event, NodeFailure};
-use kiln_engine::nodes::{FileKind, UiOutput};
+use kiln_engine::nodes::UiOutput;
 use kiln_spec::types;
+
+use crate::convert;
 
 /// Who receives a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +34,7 @@ pub(crate) fn node_output(ui: &UiOutput) -> types::NodeOutput {
             .map(|f| types::FileRef {
                 filename: f.filename.clone(),
                 subfolder: f.subfolder.clone(),
-                type_: match f.kind {
-                    FileKind::Input => types::FileType::Input,
-                    FileKind::Output => types::FileType::Output,
-                    FileKind::Temp => types::FileType::Temp,
-                },
+                type_: convert::file_type(f.kind),
             })
             .collect(),
         text: ui.text.clone(),
