@@ -9,43 +9,22 @@
 
 mod events;
 mod history;
+mod roots;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use events::{Event, EventSink, NodeFailure};
 pub use history::{HistoryRecorder, StatusMessage};
+pub use roots::{Roots, within};
 
 use crate::cache::{Cache, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
 use crate::nodes::{
-    Context, FileKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+    Context, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
 };
 use crate::value::Value;
-
-/// Where nodes read and write files.
-#[derive(Debug, Clone)]
-pub struct Roots {
-    /// The input directory.
-    pub input: PathBuf,
-    /// The output directory.
-    pub output: PathBuf,
-    /// The temp directory.
-    pub temp: PathBuf,
-}
-
-impl Roots {
-    /// The directory of one kind of file.
-    pub fn get(&self, kind: FileKind) -> &Path {
-        match kind {
-            FileKind::Input => &self.input,
-            FileKind::Output => &self.output,
-            FileKind::Temp => &self.temp,
-        }
-    }
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,10 +4,8 @@
 
 use std::path::Path;
 
-use kiln_engine::exec::Roots;
+use kiln_engine::exec::{Roots, within};
 use kiln_engine::nodes::FileKind;
-
-use super::within;
 
 /// An upload.
 #[derive(Debug, Clone)]

@@ -4,10 +4,8 @@
 
 use std::io::Cursor;
 
-use kiln_engine::exec::Roots;
+use kiln_engine::exec::{Roots, within};
 use kiln_engine::nodes::FileKind;
-
-use super::within;
 
 /// What was asked for.
 #[derive(Debug, Clone, Default)]

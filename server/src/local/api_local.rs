@@ -82,7 +82,7 @@ impl LocalApi for LocalServer {
             .filename
             .filter(|f| f.ends_with(".safetensors"))
             .filter(|_| models::KINDS.contains(&folder_name.as_str()))
-            .and_then(|f| crate::files::within(&self.0.models_dir.join(&folder_name), &f))
+            .and_then(|f| kiln_engine::exec::within(&self.0.models_dir.join(&folder_name), &f))
             .and_then(|path| models::safetensors_metadata(&path));
         match found {
             Some(metadata) => GetViewMetadataResponse::Ok(types::SafetensorsMetadata(metadata)),
@@ -102,7 +102,7 @@ impl LocalApi for LocalServer {
         }
         let stem = filename.rsplit_once('.').map_or(filename.as_str(), |(s, _)| s);
         let Some(path) =
-            crate::files::within(&self.0.models_dir.join(&folder), &format!("{stem}.webp"))
+            kiln_engine::exec::within(&self.0.models_dir.join(&folder), &format!("{stem}.webp"))
         else {
             return GetModelPreviewResponse::Forbidden;
         };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
-use crate::files::within;
+use kiln_engine::exec::within;
 
 /// Why a user data request failed, with ComfyUI's status.
 #[derive(Debug, Clone, PartialEq, Eq)]

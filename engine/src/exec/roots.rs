@@ -1,0 +1,62 @@
+//! The three file roots nodes read and write, and the rule that keeps every path inside its root.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::nodes::FileKind;
+
+/// Where nodes read and write files.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// The input directory.
+    pub input: PathBuf,
+    /// The output directory.
+    pub output: PathBuf,
+    /// The temp directory.
+    pub temp: PathBuf,
+}
+
+impl Roots {
+    /// The directory of one kind of file.
+    pub fn get(&self, kind: FileKind) -> &Path {
+        match kind {
+            FileKind::Input => &self.input,
+            FileKind::Output => &self.output,
+            FileKind::Temp => &self.temp,
+        }
+    }
+}
+
+/// `root/relative` if `relative` is a plain relative path (no `..`, not absolute) that, once symlinks are
+/// resolved as far as the path exists, stays inside `root` (which must exist).
+pub fn within(root: &Path, relative: &str) -> Option<PathBuf> {
+    let rel = Path::new(relative);
+    if rel.is_absolute()
+        || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return None;
+    }
+    let joined = root.join(rel);
+    let real_root = root.canonicalize().ok()?;
+    // Resolve the longest existing prefix: a symlink anywhere along it must not lead out of the root.
+    let mut existing = joined.as_path();
+    while !existing.exists() {
+        existing = existing.parent()?;
+    }
+    let real = existing.canonicalize().ok()?;
+    real.starts_with(&real_root).then_some(joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn paths_stay_inside_their_root() {
+        let root = std::env::temp_dir();
+        assert!(within(&root, "a.png").is_some());
+        assert!(within(&root, "sub/a.png").is_some());
+        assert!(within(&root, "../a.png").is_none());
+        assert!(within(&root, "/etc/passwd").is_none());
+        assert!(within(&root, "sub/../../a.png").is_none());
+    }
+}
