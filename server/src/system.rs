@@ -4,6 +4,7 @@
 //! which ComfyUI's frontend shows as unknown rather than failing.
 
 use kiln_engine::Backend;
+use kiln_engine::cache::meminfo_bytes;
 use kiln_spec::types::{DeviceInfo, SystemInfo, SystemStats};
 
 /// The server's version, reported as `comfyui_version`.
@@ -26,12 +27,8 @@ impl Memory {
 
     /// Parses the `MemTotal` and `MemAvailable` lines of `/proc/meminfo` (values in KiB).
     fn parse(meminfo: &str) -> Memory {
-        let field = |name: &str| -> i64 {
-            meminfo
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|rest| rest.split_whitespace().next()?.parse::<i64>().ok())
-                .map_or(0, |kib| kib.saturating_mul(1024))
+        let field = |name: &str| {
+            meminfo_bytes(meminfo, name).map_or(0, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX))
         };
         Memory { total: field("MemTotal"), available: field("MemAvailable") }
     }

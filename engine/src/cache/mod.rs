@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 pub use keys::{CacheKey, compute_keys};
-pub use ram::{ProcMeminfo, RamProbe};
+pub use ram::{ProcMeminfo, RamProbe, meminfo_bytes};
 
 use crate::nodes::UiOutput;
 use crate::value::Value;

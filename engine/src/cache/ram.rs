@@ -25,8 +25,14 @@ impl RamProbe for ProcMeminfo {
 }
 
 fn read_field(name: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines()
+    meminfo_bytes(&std::fs::read_to_string("/proc/meminfo").ok()?, name)
+}
+
+/// The `name` field (`MemTotal`, `MemAvailable`, ...) of `/proc/meminfo` text, converted from KiB to bytes;
+/// `None` when the field is missing or not a number.
+pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
+    meminfo
+        .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
         .map(|kib| kib.saturating_mul(1024))
