@@ -3,7 +3,9 @@
 //
 // Boots the page with no page errors, opens a LoadImage -> ImageInvert -> SaveImage workflow through the
 // frontend's "open workflow" file input, clicks Run, waits for the run to finish and for the output image to be
-// served by /view, and saves a screenshot for humans under target/browser/.
+// served by /view, and saves a screenshot for humans under target/browser/. Kiln runs behind the contract proxy
+// (target/debug/kiln-contract-proxy, or $KILN_CONTRACT_PROXY): every answer the page gets is checked against
+// the spec.
 //
 // Usage: node tests/browser/frontend.test.mjs <path to kiln> <frontend static folder>
 import assert from 'node:assert/strict';
@@ -23,6 +25,8 @@ if (!kilnBinary || !frontEndRoot) {
 const here = dirname(fileURLToPath(import.meta.url));
 const screenshots = join(here, '..', '..', 'target', 'browser');
 const chromiumPath = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
+const contractProxy =
+  process.env.KILN_CONTRACT_PROXY ?? join(here, '..', '..', 'target', 'debug', 'kiln-contract-proxy');
 
 // What a fresh ComfyUI install also answers with 4xx while the frontend boots: no user.css, no saved workflows or
 // subgraphs yet, no templates package. Any other 4xx, and every 5xx, fails the test.
@@ -41,22 +45,41 @@ const workflow = {
   3: { class_type: 'SaveImage', inputs: { images: ['2', 0], filename_prefix: 'browser' } },
 };
 
-/** Starts kiln on a free port with a fresh data directory holding one input image; resolves to its base URL. */
-async function startKiln(dataDir) {
-  mkdirSync(join(dataDir, 'input'), { recursive: true });
-  copyFileSync(join(here, 'kiln-input.png'), join(dataDir, 'input', 'kiln-input.png'));
-  const kiln = spawn(kilnBinary, ['--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const lines = createInterface({ input: kiln.stderr });
+/** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
+async function spawnListening(command, args) {
+  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const lines = createInterface({ input: child.stderr });
   const url = await new Promise((resolve, reject) => {
-    kiln.on('exit', (code) => reject(new Error(`kiln exited with ${code} before listening`)));
+    child.on('exit', (code) => reject(new Error(`${command} exited with ${code} before listening`)));
     lines.on('line', (line) => {
       const found = line.match(/listening on (http:\/\/\S+)/);
       if (found) resolve(found[1]);
     });
   });
-  return { kiln, url };
+  return { child, url, lines };
+}
+
+/**
+ * Starts kiln on a free port with a fresh data directory holding one input image, behind the contract proxy
+ * (every answer and websocket frame checked against spec/openapi.yaml); resolves to both and the proxy's URL.
+ */
+async function startKiln(dataDir) {
+  mkdirSync(join(dataDir, 'input'), { recursive: true });
+  copyFileSync(join(here, 'kiln-input.png'), join(dataDir, 'input', 'kiln-input.png'));
+  const kiln = await spawnListening(kilnBinary, ['--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot]);
+  const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
+  return { kiln: kiln.child, proxy, url: proxy.url };
+}
+
+/** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
+async function stopProxy({ child, lines }) {
+  const report = [];
+  lines.on('line', (line) => report.push(line));
+  const code = await new Promise((resolve) => {
+    child.on('exit', resolve);
+    child.kill('SIGTERM');
+  });
+  return { code, report: report.join('\n') };
 }
 
 /** Resolves to the first websocket text frame whose JSON `type` is `type` and that satisfies `accept`. */
@@ -73,7 +96,7 @@ function waitForFrame(page, type, accept = () => true) {
 }
 
 const dataDir = mkdtempSync(join(tmpdir(), 'kiln-browser-'));
-const { kiln, url } = await startKiln(dataDir);
+const { kiln, proxy, url } = await startKiln(dataDir);
 const browser = await chromium.launch({
   executablePath: chromiumPath,
   args: [
@@ -87,6 +110,7 @@ const browser = await chromium.launch({
   ],
 });
 const problems = [];
+let ran;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
@@ -146,9 +170,13 @@ try {
   mkdirSync(screenshots, { recursive: true });
   await page.screenshot({ path: join(screenshots, 'frontend-run.png') });
   assert.deepEqual(problems, [], 'no page errors and no unexpected 4xx/5xx');
-  console.log(`ok: ComfyUI frontend ran ${image.filename} on kiln; screenshot in target/browser/frontend-run.png`);
+  ran = image.filename;
 } finally {
   await browser.close();
+  const contract = await stopProxy(proxy);
   kiln.kill('SIGKILL');
   rmSync(dataDir, { recursive: true, force: true });
+  console.log(contract.report.split('\n')[0]);
+  assert.equal(contract.code, 0, `kiln sent answers the spec does not describe:\n${contract.report}`);
 }
+console.log(`ok: ComfyUI frontend ran ${ran} on kiln; screenshot in target/browser/frontend-run.png`);

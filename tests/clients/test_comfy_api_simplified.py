@@ -1,20 +1,20 @@
 """comfy-api-simplified (a third-party ComfyUI client) against the real `kiln` binary, unmodified.
 
 Usage: test_comfy_api_simplified.py <path to kiln>. Starts kiln on a free port with a fresh data directory,
-then uploads an image, queues workflows and waits for their images the way the library's users do.
+behind the contract proxy (every answer checked against the spec), then uploads an image, queues workflows and
+waits for their images the way the library's users do.
 """
 
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import unittest
 import zlib
 from pathlib import Path
 
 from comfy_api_simplified import ComfyApiWrapper, ComfyWorkflowWrapper
+from kiln_under_contract import KilnUnderContract
 
 KILN = sys.argv.pop(1) if len(sys.argv) > 1 else "target/debug/kiln"
 
@@ -34,26 +34,14 @@ class ComfyApiSimplifiedAgainstKiln(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls.data_dir = Path(tempfile.mkdtemp(prefix="kiln-casd-"))
-        cls.kiln = subprocess.Popen(
-            [KILN, "--port", "0", "--data-dir", str(cls.data_dir)],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for line in cls.kiln.stderr:
-            if "listening on http://" in line:
-                cls.url = "http://" + line.split("listening on http://")[1].strip()
-                break
-        else:
-            raise RuntimeError("kiln exited before listening")
-        # Keep draining kiln's log so it never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in cls.kiln.stderr], daemon=True).start()
+        cls.kiln = KilnUnderContract(KILN, cls.data_dir)
+        cls.url = cls.kiln.url
         cls.api = ComfyApiWrapper(cls.url)
 
     @classmethod
     def tearDownClass(cls) -> None:
-        cls.kiln.kill()
-        cls.kiln.wait()
         shutil.rmtree(cls.data_dir, ignore_errors=True)
+        cls.kiln.stop()
 
     def test_queue_and_wait_images(self) -> None:
         workflow = ComfyWorkflowWrapper({

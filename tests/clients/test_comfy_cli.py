@@ -1,6 +1,6 @@
 """comfy-cli (Comfy-Org's command line) against the real `kiln` binary, unmodified:
 `comfy --json run --workflow <api.json> --host 127.0.0.1 --port P --wait` must complete and point at outputs
-that `/view` serves.
+that `/view` serves. Kiln runs behind the contract proxy (every answer checked against the spec).
 
 Usage: test_comfy_cli.py <path to kiln> <path to the comfy executable>.
 """
@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import unittest
 import urllib.request
 from pathlib import Path
+
+from kiln_under_contract import KilnUnderContract
 
 KILN = sys.argv.pop(1) if len(sys.argv) > 1 else "target/debug/kiln"
 COMFY = sys.argv.pop(1) if len(sys.argv) > 1 else "comfy"
@@ -23,20 +24,13 @@ class ComfyCliAgainstKiln(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls.data_dir = Path(tempfile.mkdtemp(prefix="kiln-comfy-cli-"))
-        cls.kiln = subprocess.Popen([KILN, "--port", "0", "--data-dir", str(cls.data_dir)], stderr=subprocess.PIPE, text=True)
-        for line in cls.kiln.stderr:
-            if "listening on http://" in line:
-                cls.host, cls.port = line.split("listening on http://")[1].strip().rsplit(":", 1)
-                break
-        else:
-            raise RuntimeError("kiln exited before listening")
-        threading.Thread(target=lambda: [None for _ in cls.kiln.stderr], daemon=True).start()
+        cls.kiln = KilnUnderContract(KILN, cls.data_dir)
+        cls.host, cls.port = cls.kiln.host, cls.kiln.port
 
     @classmethod
     def tearDownClass(cls) -> None:
-        cls.kiln.kill()
-        cls.kiln.wait()
         shutil.rmtree(cls.data_dir, ignore_errors=True)
+        cls.kiln.stop()
 
     def run_workflow(self, workflow: dict) -> dict:
         path = self.data_dir / "workflow_api.json"

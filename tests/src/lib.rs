@@ -1,7 +1,11 @@
-//! Helpers shared by Kiln's cross-crate tests: where the repository is, how to read the spec, and how to run
-//! the pinned npm tools (`npm ci` installs them; the README's test command does that first).
+//! Helpers shared by Kiln's cross-crate tests: where the repository is, how to read the spec, how to run
+//! the pinned npm tools (`npm ci` installs them; the README's test command does that first), and the response
+//! contract ([`contract`]) with its checking proxy ([`proxy`], also the `kiln-contract-proxy` binary).
 
 #![deny(missing_docs)]
+
+pub mod contract;
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

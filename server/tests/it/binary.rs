@@ -3,17 +3,34 @@
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_spec::types::SystemStats;
 
-/// Kills the server when the test ends, whatever happens.
-pub(crate) struct Server(Child);
+use kiln_tests::contract::Contract;
+use kiln_tests::proxy::{self, Proxy};
+
+/// The running binary behind its checking proxy. When the test ends, whatever happens, the server is killed
+/// (SIGKILL); if the test has not already failed, every answer the proxy saw must have met the spec.
+pub(crate) struct Server {
+    child: Child,
+    proxy: Option<Proxy>,
+    contract: Arc<Contract>,
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        drop(self.proxy.take());
+        eprintln!(
+            "contract: {} answers and frames checked against the spec",
+            self.contract.checked()
+        );
+        if !std::thread::panicking() {
+            self.contract.assert_clean();
+        }
     }
 }
 
@@ -23,7 +40,8 @@ pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// Starts kiln with `--port 0` and returns it with the address it logged.
+/// Starts kiln with `--port 0` and returns it with the address to talk to it at: a [`proxy`] that checks every
+/// answer against the spec ([`Contract`]) and forwards it unchanged.
 pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["--port", "0", "--data-dir"])
@@ -33,7 +51,8 @@ pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
         .spawn()
         .expect("kiln starts");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let server = Server(child);
+    let contract = Arc::new(Contract::from_spec());
+    let mut server = Server { child, proxy: None, contract: contract.clone() };
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
         let line =
@@ -44,6 +63,9 @@ pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
     };
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
+    let proxy = proxy::start(&addr, contract);
+    let addr = proxy.addr.to_string();
+    server.proxy = Some(proxy);
     (server, addr)
 }
 

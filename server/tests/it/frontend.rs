@@ -8,6 +8,8 @@ use http_body_util::BodyExt as _;
 use kiln_server::{Config, LogRing, Server};
 use tower::ServiceExt as _;
 
+use kiln_tests::contract::{Answer, Contract};
+
 fn config(name: &str) -> Config {
     let dir = std::env::temp_dir().join(format!("kiln-frontend-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -18,9 +20,18 @@ async fn send(
     server: &Server,
     request: Request<Body>,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let response = server.router().oneshot(request).await.expect("answers");
     let (parts, body) = response.into_parts();
-    (parts.status, parts.headers, body.collect().await.expect("body").to_bytes().to_vec())
+    let body = body.collect().await.expect("body").to_bytes().to_vec();
+    Contract::assert_conforms(&Answer {
+        method: method.as_str(),
+        path: &path,
+        status: parts.status.as_u16(),
+        content_type: parts.headers.get("content-type").and_then(|v| v.to_str().ok()),
+        body: &body,
+    });
+    (parts.status, parts.headers, body)
 }
 
 #[tokio::test]

@@ -9,6 +9,8 @@ use kiln_server::{Config, LogRing, Server};
 use kiln_spec::types::SystemStats;
 use tower::ServiceExt as _;
 
+use kiln_tests::contract::{Answer, Contract};
+
 fn config() -> Config {
     let data_dir = std::env::temp_dir().join(format!("kiln-router-test-{}", std::process::id()));
     Config::under(
@@ -29,6 +31,13 @@ async fn get(path: &str) -> (StatusCode, Option<String>, Vec<u8>) {
     let content_type =
         response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = response.into_body().collect().await.expect("body reads").to_bytes().to_vec();
+    Contract::assert_conforms(&Answer {
+        method: "GET",
+        path,
+        status: status.as_u16(),
+        content_type: content_type.as_deref(),
+        body: &body,
+    });
     (status, content_type, body)
 }
 

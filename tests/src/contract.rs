@@ -1,0 +1,381 @@
+//! The response contract: every answer the integration tests receive is checked against `spec/openapi.yaml`.
+//!
+//! [`Contract::check`] finds the operation a request was routed to (by method and path template, with the
+//! router's `/api` aliases), then checks that the status is declared, that the media type is one the operation
+//! declares (no body where none is declared), and that a JSON body validates against the declared schema. The
+//! answers of the server's request rules (`x-middleware-responses` in the spec) are accepted on every operation.
+//! Websocket text frames are checked against `WsMessage`. Violations are collected, not panicked on the spot, so
+//! the server's answer still reaches the test; [`Contract::assert_clean`] fails the test with all of them.
+//!
+//! OpenAPI 3.0 schemas are JSON Schema draft 4 plus `nullable`; [`json_schema`] rewrites `nullable` into draft 4
+//! so the `jsonschema` crate can validate against the spec's own components.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jsonschema::{Draft, Validator};
+use serde_json::{Value, json};
+
+/// One answer as the client received it.
+pub struct Answer<'a> {
+    /// The request's method, upper case.
+    pub method: &'a str,
+    /// The request's path, without the query.
+    pub path: &'a str,
+    /// The status answered.
+    pub status: u16,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<&'a str>,
+    /// The whole body.
+    pub body: &'a [u8],
+}
+
+/// One local operation: method (upper case), path template segments, the path as written.
+struct Route {
+    method: String,
+    template: Vec<String>,
+    path: String,
+}
+
+/// The spec's responses, and what the server was seen sending that they do not describe.
+pub struct Contract {
+    spec: Value,
+    routes: Vec<Route>,
+    components: Value,
+    validators: Mutex<HashMap<String, Arc<Validator>>>,
+    violations: Mutex<Vec<String>>,
+    checked: AtomicUsize,
+}
+
+impl Contract {
+    /// Reads the spec compiled into `kiln-spec`.
+    pub fn from_spec() -> Contract {
+        let spec: Value = serde_yaml::from_str(kiln_spec::OPENAPI_YAML).expect("the spec parses");
+        let components = json_schema(spec["components"].clone());
+        Contract {
+            routes: local_routes(&spec),
+            spec,
+            components,
+            validators: Mutex::default(),
+            violations: Mutex::default(),
+            checked: AtomicUsize::new(0),
+        }
+    }
+
+    /// Checks one HTTP answer; a violation is recorded, naming the request and what is wrong.
+    pub fn check(&self, answer: &Answer<'_>) {
+        self.checked.fetch_add(1, Ordering::Relaxed);
+        if let Err(problem) = self.conforms(answer) {
+            let body = String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)]);
+            self.violations.lock().expect("violations").push(format!(
+                "{} {} answered {}: {problem}\n    body: {body}",
+                answer.method, answer.path, answer.status
+            ));
+        }
+    }
+
+    /// Checks one websocket text frame the server sent.
+    pub fn check_ws_frame(&self, text: &str) {
+        self.checked.fetch_add(1, Ordering::Relaxed);
+        let problem = match serde_json::from_str::<Value>(text) {
+            Ok(message) => self.validate("#/components/schemas/WsMessage", &message).err(),
+            Err(error) => Some(format!("not JSON: {error}")),
+        };
+        if let Some(problem) = problem {
+            self.violations
+                .lock()
+                .expect("violations")
+                .push(format!("websocket frame {text}: {problem}"));
+        }
+    }
+
+    /// How many answers and frames were checked.
+    pub fn checked(&self) -> usize {
+        self.checked.load(Ordering::Relaxed)
+    }
+
+    /// Every violation seen so far, each naming the request and what is wrong.
+    pub fn violations(&self) -> Vec<String> {
+        self.violations.lock().expect("violations").clone()
+    }
+
+    /// Fails with every violation seen so far.
+    pub fn assert_clean(&self) {
+        let violations = self.violations();
+        assert!(
+            violations.is_empty(),
+            "the server sent {} answer(s) the spec does not describe:\n{}",
+            violations.len(),
+            violations.join("\n")
+        );
+    }
+
+    /// Checks one answer on its own and fails at once if the spec does not describe it (for tests that drive
+    /// the router in memory rather than through the proxy).
+    pub fn assert_conforms(answer: &Answer<'_>) {
+        let contract = Contract::from_spec();
+        contract.check(answer);
+        contract.assert_clean();
+    }
+
+    fn conforms(&self, answer: &Answer<'_>) -> Result<(), String> {
+        if answer.method == "OPTIONS" {
+            return Ok(()); // a CORS preflight, answered by the CORS layer (`--enable-cors-header`), not an operation
+        }
+        let Some((template, operation)) = self.operation(answer.method, answer.path) else {
+            // Routes outside the spec: the frontend's static files, and the 404/405 of unknown routes.
+            let api_like =
+                ["/api/", "/internal/", "/ws"].iter().any(|p| answer.path.starts_with(p));
+            return match answer.status {
+                404 | 405 => Ok(()),
+                _ if api_like => {
+                    Err("no operation of the spec has this method and path".to_owned())
+                }
+                _ => Ok(()),
+            };
+        };
+        let status = answer.status.to_string();
+        let middleware = self.spec["x-middleware-responses"].get(&status);
+        let response = operation["responses"].get(&status).or(middleware).ok_or_else(|| {
+            let declared: Vec<&String> =
+                operation["responses"].as_object().map(|r| r.keys().collect()).unwrap_or_default();
+            format!("status {status} is not declared for {template} (declared: {declared:?})")
+        })?;
+        let response = self.resolve(response);
+        let Some(content) = response["content"].as_object() else {
+            return if answer.body.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{template} declares no body for {status}"))
+            };
+        };
+        let media = answer
+            .content_type
+            .map(|c| c.split(';').next().unwrap_or(c).trim().to_ascii_lowercase());
+        let Some(media) = media else {
+            return Err(format!(
+                "no Content-Type; {template} declares {:?}",
+                content.keys().collect::<Vec<_>>()
+            ));
+        };
+        let Some(declared) = content.keys().find(|declared| media_matches(declared, &media)) else {
+            return Err(format!(
+                "Content-Type {media} is not declared for {template} {status} (declared: {:?})",
+                content.keys().collect::<Vec<_>>()
+            ));
+        };
+        if declared != "application/json" {
+            return Ok(());
+        }
+        let body: Value = serde_json::from_slice(answer.body)
+            .map_err(|error| format!("the body is not JSON: {error}"))?;
+        let pointer = format!(
+            "#/paths/{}/{}/responses/{status}/content/application~1json/schema",
+            escape_pointer(template),
+            answer.method.to_ascii_lowercase()
+        );
+        self.validate(&pointer, &body)
+    }
+
+    /// The operation for a request: the template with the most literal segments that matches the path, tried
+    /// as written and with the `/api` prefix the router also mounts it without.
+    fn operation(&self, method: &str, path: &str) -> Option<(&str, &Value)> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let with_api: Vec<&str> = ["api"].into_iter().chain(segments.iter().copied()).collect();
+        let without_api: Option<Vec<&str>> =
+            (segments.first() == Some(&"api")).then(|| segments[1..].to_vec());
+        let candidates = [Some(segments.clone()), Some(with_api), without_api];
+        self.routes
+            .iter()
+            .filter(|route| route.method == method)
+            .filter(|route| {
+                candidates.iter().flatten().any(|c| template_matches(&route.template, c))
+            })
+            .max_by_key(|route| route.template.iter().filter(|s| !s.starts_with('{')).count())
+            .map(|route| {
+                let operation =
+                    &self.spec["paths"][route.path.as_str()][method.to_ascii_lowercase().as_str()];
+                (route.path.as_str(), operation)
+            })
+    }
+
+    fn resolve<'s>(&'s self, value: &'s Value) -> &'s Value {
+        match value["$ref"].as_str().and_then(|r| r.strip_prefix('#')) {
+            Some(pointer) => self.spec.pointer(pointer).unwrap_or(value),
+            None => value,
+        }
+    }
+
+    /// Validates `instance` against the schema at `pointer` (a JSON pointer into the spec).
+    fn validate(&self, pointer: &str, instance: &Value) -> Result<(), String> {
+        let validator = self.validator(pointer)?;
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+
+    fn validator(&self, pointer: &str) -> Result<Arc<Validator>, String> {
+        if let Some(found) = self.validators.lock().expect("validators").get(pointer) {
+            return Ok(found.clone());
+        }
+        let schema = self
+            .spec
+            .pointer(pointer.trim_start_matches('#'))
+            .ok_or_else(|| format!("the spec has no schema at {pointer}"))?;
+        let root = json!({"allOf": [json_schema(schema.clone())], "components": self.components});
+        let validator = jsonschema::options()
+            .with_draft(Draft::Draft4)
+            .build(&root)
+            .map_err(|error| format!("the schema at {pointer} does not compile: {error}"))?;
+        let validator = Arc::new(validator);
+        self.validators.lock().expect("validators").insert(pointer.to_owned(), validator.clone());
+        Ok(validator)
+    }
+}
+
+/// The operations the local runtime mounts (`x-runtime` contains `local`).
+fn local_routes(spec: &Value) -> Vec<Route> {
+    let mut routes = Vec::new();
+    for (path, item) in spec["paths"].as_object().into_iter().flatten() {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            let local =
+                operation["x-runtime"].as_array().is_some_and(|r| r.iter().any(|r| r == "local"));
+            if local {
+                routes.push(Route {
+                    method: method.to_ascii_uppercase(),
+                    template: path.trim_start_matches('/').split('/').map(str::to_owned).collect(),
+                    path: path.clone(),
+                });
+            }
+        }
+    }
+    routes
+}
+
+fn template_matches(template: &[String], path: &[&str]) -> bool {
+    template.len() == path.len()
+        && template.iter().zip(path).all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
+}
+
+fn media_matches(declared: &str, actual: &str) -> bool {
+    match declared.strip_suffix("/*") {
+        Some("*") => true,
+        Some(family) => actual.split('/').next() == Some(family),
+        None => declared == actual,
+    }
+}
+
+fn escape_pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// OpenAPI 3.0 schema → JSON Schema draft 4: `nullable: true` becomes a `null` type (or a `null` enum value, or
+/// an `anyOf` with `{type: null}` where there is no `type`).
+fn json_schema(value: Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.into_iter().map(json_schema).collect()),
+        Value::Object(object) => {
+            let mut object: serde_json::Map<String, Value> =
+                object.into_iter().map(|(key, value)| (key, json_schema(value))).collect();
+            if object.get("properties").is_some_and(Value::is_object)
+                && !object.contains_key("additionalProperties")
+            {
+                // Open for clients (they must ignore unknown keys), closed for the server: every key it sends
+                // must be one the spec names. Objects meant to carry more say `additionalProperties`.
+                object.insert("additionalProperties".to_owned(), Value::Bool(false));
+            }
+            if object.get("nullable") != Some(&Value::Bool(true)) {
+                return Value::Object(object);
+            }
+            object.remove("nullable");
+            if let Some(Value::Array(values)) = object.get_mut("enum") {
+                values.push(Value::Null);
+            }
+            match object.remove("type") {
+                Some(Value::String(kind)) => {
+                    object.insert("type".to_owned(), json!([kind, "null"]));
+                    Value::Object(object)
+                }
+                _ => json!({"anyOf": [Value::Object(object), {"type": "null"}]}),
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn the_contract_refuses_what_the_spec_does_not_describe() {
+    let contract = Contract::from_spec();
+    let answer = |method, path, status, content_type, body: &'static str| Answer {
+        method,
+        path,
+        status,
+        content_type,
+        body: body.as_bytes(),
+    };
+    let good = [
+        answer(
+            "GET",
+            "/api/queue",
+            200,
+            Some("application/json"),
+            r#"{"queue_running":[],"queue_pending":[]}"#,
+        ),
+        answer(
+            "GET",
+            "/queue",
+            200,
+            Some("application/json; charset=utf-8"),
+            r#"{"queue_running":[],"queue_pending":[]}"#,
+        ),
+        answer("GET", "/api/history/abc", 200, Some("application/json"), "{}"),
+        answer("GET", "/assets/index.js", 200, Some("text/javascript"), "let x;"),
+        answer("GET", "/api/nothing-here", 404, None, ""),
+        answer("GET", "/api/queue", 403, None, ""),
+        answer(
+            "POST",
+            "/api/prompt",
+            413,
+            Some("text/plain; charset=utf-8"),
+            "length limit exceeded",
+        ),
+    ];
+    for case in &good {
+        contract.check(case);
+    }
+    contract.assert_clean();
+
+    let bad = [
+        answer("GET", "/api/queue", 200, Some("application/json"), r#"{"queue_running":[]}"#),
+        answer(
+            "GET",
+            "/api/queue",
+            200,
+            Some("application/json"),
+            r#"{"queue_running":[],"queue_pending":3}"#,
+        ),
+        answer(
+            "GET",
+            "/api/queue",
+            200,
+            Some("application/json"),
+            r#"{"queue_running":[],"queue_pending":[],"x":1}"#,
+        ),
+        answer("GET", "/api/queue", 418, Some("application/json"), "{}"),
+        answer("GET", "/api/queue", 200, Some("text/plain"), "hi"),
+        answer("GET", "/api/system_stats", 200, Some("application/json"), "not json"),
+        answer("POST", "/api/system_stats", 200, Some("application/json"), "{}"),
+    ];
+    for case in &bad {
+        contract.check(case);
+    }
+    contract.check_ws_frame(
+        r#"{"type":"status","data":{"status":{"exec_info":{"queue_remaining":"many"}}}}"#,
+    );
+    let violations = contract.violations().len();
+    assert_eq!(violations, bad.len() + 1, "each bad answer is one violation");
+}
