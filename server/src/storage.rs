@@ -32,10 +32,18 @@ pub enum StorageError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// The database.
+/// The database, through two pools on the same file (WAL mode).
+///
+/// `pool` commits with `synchronous=FULL`: what a client is told is done (an accepted prompt, a deletion) is on
+/// disk before the answer. `worker` commits with `synchronous=NORMAL`: the worker's own bookkeeping (a prompt
+/// became running, a finished prompt's queue row, its history entry) is in the WAL when the call returns, so it
+/// survives the process being killed, and reaches the disk with the next fsync (the next accepted prompt, or a
+/// checkpoint). A power cut can lose that last bookkeeping, which at worst runs a finished prompt again; it
+/// keeps one fsync per prompt on the accept path instead of four, each taken under the queue's lock.
 #[derive(Clone)]
 pub(crate) struct Storage {
     pool: SqlitePool,
+    worker: SqlitePool,
     handle: tokio::runtime::Handle,
 }
 
@@ -45,11 +53,17 @@ impl Storage {
         let options = SqliteConnectOptions::new()
             .filename(data_dir.join("kiln.sqlite"))
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.clone().synchronous(SqliteSynchronous::Full))
+            .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Storage { pool, handle: tokio::runtime::Handle::current() })
+        let worker = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.synchronous(SqliteSynchronous::Normal))
+            .await?;
+        Ok(Storage { pool, worker, handle: tokio::runtime::Handle::current() })
     }
 
     /// Runs a future to completion from a thread that is not running async tasks.
@@ -57,14 +71,14 @@ impl Storage {
         self.handle.block_on(future)
     }
 
-    /// Stores a finished prompt.
+    /// Stores a finished prompt (worker bookkeeping: not waited for on disk, see [`Storage`]).
     pub(crate) async fn insert_history(&self, record: &Record) -> Result<(), StorageError> {
         let entry = serde_json::to_string(&record.entry()).unwrap_or_default();
         sqlx::query("INSERT OR REPLACE INTO history (id, seq, number, entry) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history), ?, ?)")
             .bind(&record.prompt_id)
             .bind(record.number)
             .bind(entry)
-            .execute(&self.pool)
+            .execute(&self.worker)
             .await?;
         Ok(())
     }
@@ -143,7 +157,7 @@ impl QueueStore<Queued> for SqliteQueueStore {
             .block_on(
                 sqlx::query("UPDATE queue SET running = 1 WHERE id = ?")
                     .bind(id)
-                    .execute(&self.storage.pool),
+                    .execute(&self.storage.worker),
             )
             .map_err(failed)?;
         Ok(())
@@ -161,6 +175,15 @@ impl QueueStore<Queued> for SqliteQueueStore {
                 Ok::<(), sqlx::Error>(())
             })
             .map_err(failed)
+    }
+
+    fn finished(&self, id: &str) -> Result<(), StoreError> {
+        self.storage
+            .block_on(
+                sqlx::query("DELETE FROM queue WHERE id = ?").bind(id).execute(&self.storage.worker),
+            )
+            .map_err(failed)?;
+        Ok(())
     }
 
     fn load(&self) -> Result<Vec<(QueueEntry<Queued>, bool)>, StoreError> {

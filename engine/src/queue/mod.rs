@@ -32,8 +32,13 @@ pub trait QueueStore<P>: Send + Sync {
     fn insert(&self, entry: &QueueEntry<P>) -> Result<(), StoreError>;
     /// Marks an entry running.
     fn mark_running(&self, id: &str) -> Result<(), StoreError>;
-    /// Removes entries (finished, deleted or cleared).
+    /// Removes entries (deleted or cleared by a client, or running when the previous process stopped).
     fn remove(&self, ids: &[String]) -> Result<(), StoreError>;
+    /// Removes the entry of the prompt that just finished running. A store may make this cheaper than a
+    /// client's `remove` (the server does not wait for the disk here: losing it to a power cut reruns the prompt).
+    fn finished(&self, id: &str) -> Result<(), StoreError> {
+        self.remove(&[id.to_owned()])
+    }
     /// Every stored entry, and whether it was running.
     fn load(&self) -> Result<Vec<(QueueEntry<P>, bool)>, StoreError>;
 }
@@ -202,7 +207,7 @@ impl<P: Clone + Send> PromptQueue<P> {
         if state.running.as_ref().is_some_and(|r| r.id == id) {
             state.running = None;
         }
-        self.store.remove(&[id.to_owned()])?;
+        self.store.finished(id)?;
         self.changed(&state);
         Ok(())
     }
