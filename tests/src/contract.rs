@@ -119,6 +119,11 @@ impl Contract {
         contract.assert_clean();
     }
 
+    /// The spec path of the local operation that answers `method path` (`/api` aliases included), if any.
+    pub fn route_of(&self, method: &str, path: &str) -> Option<&str> {
+        self.operation(method, path).map(|(template, _)| template)
+    }
+
     fn conforms(&self, answer: &Answer<'_>) -> Result<(), String> {
         if answer.method == "OPTIONS" {
             return Ok(()); // a CORS preflight, answered by the CORS layer (`--enable-cors-header`), not an operation

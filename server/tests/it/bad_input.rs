@@ -4,6 +4,8 @@
 use kiln_server::api::OPERATIONS;
 use serde_json::Value;
 
+use kiln_tests::contract::Contract;
+
 use crate::binary::{start, temp_dir};
 
 /// The local operations whose body is JSON, read from the spec.
@@ -53,14 +55,9 @@ async fn malformed_json_is_a_clear_400_on_every_json_route() {
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_types_unknown_ids_and_escapes_are_refused() {
-    let data_dir = temp_dir("bad-input");
-    let (_server, addr) = start(&data_dir);
-    let http = reqwest::Client::new();
-    let status = |response: reqwest::Response| response.status().as_u16();
-    let base = format!("http://{addr}");
-    let cases: Vec<(&str, String, Option<&str>, u16)> = vec![
+/// Requests with bad input and the status each must get: (method, path and query, body, status).
+fn cases() -> Vec<(&'static str, String, Option<&'static str>, u16)> {
+    vec![
         ("POST", "/api/prompt".to_owned(), Some(r#"{"prompt": [1, 2]}"#), 400),
         ("POST", "/api/prompt".to_owned(), Some(r#"{"prompt": {}, "number": "first"}"#), 400),
         ("POST", "/api/queue".to_owned(), Some(r#"{"delete": "all"}"#), 400),
@@ -87,7 +84,46 @@ async fn wrong_types_unknown_ids_and_escapes_are_refused() {
         ("GET", "/internal/files/elsewhere".to_owned(), None, 400),
         ("GET", "/api/experiment/models/preview/loras/x/a.safetensors".to_owned(), None, 400),
         ("PATCH", "/internal/logs/subscribe".to_owned(), Some(r#"{"clientId": 5}"#), 400),
-    ];
+        ("GET", "/api/history/no-such-id".to_owned(), None, 200), // ComfyUI: {}
+        ("POST", "/api/jobs/not-a-uuid/cancel".to_owned(), None, 400),
+        ("POST", "/api/jobs/00000000-0000-4000-8000-000000000000/cancel".to_owned(), None, 200),
+        ("GET", "/api/object_info/NoSuchNode".to_owned(), None, 200), // ComfyUI: {}
+        ("GET", "/api/experiment/models/no_such_folder".to_owned(), None, 404),
+        ("GET", "/api/v2/userdata?path=..%2F..".to_owned(), None, 403),
+        ("GET", "/api/v2/userdata?path=nope".to_owned(), None, 404),
+        ("GET", "/api/settings/No.Such.Setting".to_owned(), None, 200), // ComfyUI: null
+        ("GET", "/api/workflow_templates/..%2F../x.json".to_owned(), None, 404),
+        ("GET", "/api/global_subgraphs/..%2F..%2Fkiln.sqlite".to_owned(), None, 200), // null: not a blueprint
+    ]
+}
+
+/// An upload with bad input: the route, its form fields, the file part's name (if one is sent), the status.
+type UploadCase = (&'static str, Vec<(&'static str, &'static str)>, Option<&'static str>, u16);
+
+/// Uploads with bad input.
+fn upload_cases() -> Vec<UploadCase> {
+    vec![
+        ("/api/upload/image", vec![("overwrite", "true")], None, 400),
+        ("/api/upload/image", vec![], Some("../../evil.png"), 400),
+        ("/api/upload/image", vec![("subfolder", "../..")], Some("ok.png"), 400),
+        ("/api/upload/mask", vec![("original_ref", "notjson")], Some("mask.png"), 400),
+        (
+            "/api/upload/mask",
+            vec![("original_ref", r#"{"filename": "../../x.png", "type": "input"}"#)],
+            Some("mask.png"),
+            400,
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_types_unknown_ids_and_escapes_are_refused() {
+    let data_dir = temp_dir("bad-input");
+    let (_server, addr) = start(&data_dir);
+    let http = reqwest::Client::new();
+    let status = |response: reqwest::Response| response.status().as_u16();
+    let base = format!("http://{addr}");
+    let cases = cases();
     for (method, path, body, expected) in cases {
         let url = format!("{base}{path}");
         let mut request = match method {
@@ -102,10 +138,29 @@ async fn wrong_types_unknown_ids_and_escapes_are_refused() {
         let got = status(request.send().await.expect("answers"));
         assert_eq!(got, expected, "{method} {path}");
     }
-    assert!(
-        !data_dir.parent().expect("parent").join("escape.txt").exists(),
-        "nothing written outside the roots"
-    );
+    let png =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/browser/kiln-input.png"))
+            .expect("the test image");
+    for (route, fields, file_name, expected) in upload_cases() {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, value) in &fields {
+            form = form.text(*name, *value);
+        }
+        if let Some(name) = file_name {
+            form = form.part("image", reqwest::multipart::Part::bytes(png.clone()).file_name(name));
+        }
+        let got = status(
+            http.post(format!("{base}{route}")).multipart(form).send().await.expect("answers"),
+        );
+        assert_eq!(got, expected, "POST {route} {fields:?} {file_name:?}");
+    }
+    for escaped in ["escape.txt", "evil.png", "x.png"] {
+        assert!(
+            !data_dir.parent().expect("parent").join(escaped).exists(),
+            "nothing written outside the roots ({escaped})"
+        );
+    }
+    assert!(!data_dir.join("evil.png").exists() && !data_dir.join("ok.png").exists());
     assert!(data_dir.join("kiln.sqlite").exists(), "the database was not deleted");
 
     // An oversized body is refused (the default limit is 100 MB; send just over it).
@@ -115,4 +170,35 @@ async fn wrong_types_unknown_ids_and_escapes_are_refused() {
     );
     assert_eq!(got, 413);
     let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+/// Every local operation that takes input (parameters or a body) has at least one bad-input case above; `/ws`
+/// is the exception: its one input, `clientId`, is any string (the handshake is tested end to end).
+#[test]
+fn bad_input_reaches_every_local_operation_that_takes_input() {
+    let contract = Contract::from_spec();
+    let spec: serde_yaml::Value = serde_yaml::from_str(kiln_spec::OPENAPI_YAML).expect("spec");
+    let mut covered = std::collections::BTreeSet::new();
+    let routes = cases().into_iter().map(|(method, path, _, _)| (method.to_owned(), path));
+    let uploads =
+        upload_cases().into_iter().map(|(route, ..)| ("POST".to_owned(), route.to_owned()));
+    let json =
+        json_body_operations().into_iter().map(|(method, path, _)| (method, concrete(&path)));
+    for (method, path) in routes.chain(uploads).chain(json) {
+        let path = path.split('?').next().unwrap_or_default().to_owned();
+        let route = contract
+            .route_of(&method, &path)
+            .unwrap_or_else(|| panic!("{method} {path} is no route"));
+        covered.insert((method, route.to_owned()));
+    }
+    let mut missing = Vec::new();
+    for op in OPERATIONS.iter().filter(|op| op.runtimes.contains(&"local") && op.path != "/ws") {
+        let operation = &spec["paths"][op.path][op.method.to_lowercase().as_str()];
+        let takes_input = operation["parameters"].as_sequence().is_some_and(|p| !p.is_empty())
+            || operation["requestBody"].is_mapping();
+        if takes_input && !covered.contains(&(op.method.to_owned(), op.path.to_owned())) {
+            missing.push(format!("{} {}", op.method, op.path));
+        }
+    }
+    assert!(missing.is_empty(), "operations with input but no bad-input case: {missing:#?}");
 }
