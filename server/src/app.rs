@@ -72,7 +72,7 @@ impl Server {
             history.insert(record);
         }
         let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({
-            "supports_preview_metadata": false,
+            "supports_preview_metadata": true,
             "supports_model_type_tags": false,
             "max_upload_size": config.max_upload_size,
             "node_replacements": false,

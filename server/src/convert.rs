@@ -64,7 +64,7 @@ pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeInfo {
         } else {
             Vec::new()
         },
-        python_module: "nodes".to_owned(),
+        python_module: spec.python_module.clone(),
         search_aliases: spec.search_aliases.clone(),
     }
 }

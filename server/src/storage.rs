@@ -180,7 +180,9 @@ impl QueueStore<Queued> for SqliteQueueStore {
     fn finished(&self, id: &str) -> Result<(), StoreError> {
         self.storage
             .block_on(
-                sqlx::query("DELETE FROM queue WHERE id = ?").bind(id).execute(&self.storage.worker),
+                sqlx::query("DELETE FROM queue WHERE id = ?")
+                    .bind(id)
+                    .execute(&self.storage.worker),
             )
             .map_err(failed)?;
         Ok(())

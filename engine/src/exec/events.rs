@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::graph::NodeId;
-use crate::nodes::{ProgressSink, UiOutput};
+use crate::nodes::{Preview, ProgressSink, UiOutput};
 
 /// A node that failed while running (`execution_error`).
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,13 @@ pub enum Event {
         /// Steps in all.
         max: f64,
     },
+    /// A node showed an image while running (a websocket preview frame).
+    Preview {
+        /// The node.
+        node: NodeId,
+        /// The encoded image.
+        preview: Arc<Preview>,
+    },
     /// A node showed something in the UI (also for cached output nodes).
     Executed {
         /// The node.
@@ -92,5 +99,10 @@ pub(super) struct Progress {
 impl ProgressSink for Progress {
     fn progress(&self, node: &NodeId, value: f64, max: f64) {
         self.sink.emit(&self.prompt_id, Event::Progress { node: node.clone(), value, max });
+    }
+
+    fn preview(&self, node: &NodeId, preview: Preview) {
+        let event = Event::Preview { node: node.clone(), preview: Arc::new(preview) };
+        self.sink.emit(&self.prompt_id, event);
     }
 }

@@ -1,5 +1,5 @@
 //! What a running node can reach: its id, the prompt and `extra_pnginfo` (for file metadata), the file roots,
-//! progress reporting and the interrupt flag.
+//! progress and preview reporting, and the interrupt flag.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,10 +7,40 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::graph::NodeId;
 
-/// Receives progress from inside nodes.
+/// Receives progress and previews from inside nodes.
 pub trait ProgressSink: Send + Sync {
     /// `value` of `max` steps of node `node` are done.
     fn progress(&self, node: &NodeId, value: f64, max: f64);
+    /// Node `node` shows an image while it runs (a websocket preview frame, not a saved file).
+    fn preview(&self, node: &NodeId, preview: Preview);
+}
+
+/// How a preview image is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreviewFormat {
+    /// `image/jpeg`.
+    Jpeg,
+    /// `image/png`.
+    Png,
+}
+
+impl PreviewFormat {
+    /// The media type.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            PreviewFormat::Jpeg => "image/jpeg",
+            PreviewFormat::Png => "image/png",
+        }
+    }
+}
+
+/// An encoded preview image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// The encoding of `bytes`.
+    pub format: PreviewFormat,
+    /// The encoded image.
+    pub bytes: Vec<u8>,
 }
 
 /// The prompt was interrupted.
@@ -40,6 +70,11 @@ impl Context {
     /// Reports progress; long nodes call it as they go.
     pub fn progress(&self, value: f64, max: f64) {
         self.progress.progress(&self.node, value, max);
+    }
+
+    /// Shows an encoded image while the node runs (ComfyUI's progress-bar preview).
+    pub fn preview(&self, preview: Preview) {
+        self.progress.preview(&self.node, preview);
     }
 
     /// Fails with [`Interrupted`] once the prompt has been interrupted; long nodes call it between steps.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use builtin::builtin_registry;
-pub use context::{Context, Interrupted, ProgressSink};
+pub use context::{Context, Interrupted, Preview, PreviewFormat, ProgressSink};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
 
 use crate::tensor::Tensor;

@@ -209,6 +209,8 @@ pub struct NodeSpec {
     pub search_aliases: Vec<String>,
     /// The essentials panel section.
     pub essentials_category: Option<String>,
+    /// The Python module ComfyUI reports for the node (`nodes`, or a custom node's module).
+    pub python_module: String,
 }
 
 impl NodeSpec {
@@ -229,7 +231,14 @@ impl NodeSpec {
             validates_inputs: Vec::new(),
             search_aliases: Vec::new(),
             essentials_category: None,
+            python_module: "nodes".to_owned(),
         }
+    }
+
+    /// Sets the Python module ComfyUI reports (default `nodes`).
+    pub fn python_module(mut self, module: &str) -> NodeSpec {
+        self.python_module = module.to_owned();
+        self
     }
 
     /// Sets the description.

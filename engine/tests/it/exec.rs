@@ -229,6 +229,7 @@ fn events_come_in_comfyuis_order() {
             Event::ExecutionCached { .. } => "cached",
             Event::Executing { .. } => "executing",
             Event::Progress { .. } => "progress",
+            Event::Preview { .. } => "preview",
             Event::Executed { .. } => "executed",
             Event::NodeFinished { .. } => "finished",
             Event::ExecutionSuccess => "success",

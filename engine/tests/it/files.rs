@@ -1,8 +1,8 @@
 //! SaveImage → LoadImage round trip, PNG metadata, counters, subfolders and path escapes.
 
 use kiln_engine::cache::CachePolicy;
-use kiln_engine::exec::Outcome;
-use kiln_engine::nodes::FileKind;
+use kiln_engine::exec::{Event, Outcome};
+use kiln_engine::nodes::{FileKind, PreviewFormat};
 use serde_json::json;
 
 use crate::harness::Harness;
@@ -127,4 +127,41 @@ fn image_nodes_compute_what_they_say() {
     assert_eq!(ran.text("13"), ["tensor[2, 4, 8, 16]"]);
     let blend = image::open(h.roots.output.join("blend_00001_.png")).expect("saved").to_rgb8();
     assert_eq!((blend.width(), blend.height(), blend.get_pixel(0, 0).0), (4, 2, [0, 0, 0]));
+}
+
+#[test]
+fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let prompt = json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 2, "color": 0x102030}},
+        "2": {"class_type": "SaveImageWebsocket", "inputs": {"images": ["1", 0]}},
+    });
+    let ran = h.run(prompt.clone());
+    assert_eq!(ran.summary.outcome, Outcome::Success);
+    assert!(!ran.summary.outputs.contains_key(&"2".into()), "nothing in the history's outputs");
+    let node_events: Vec<String> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Progress { node, value, max } if node.0 == "2" => {
+                Some(format!("progress {value}/{max}"))
+            }
+            Event::Preview { node, preview } if node.0 == "2" => {
+                assert_eq!(preview.format, PreviewFormat::Png);
+                let decoded = image::load_from_memory(&preview.bytes).expect("a PNG").to_rgb8();
+                assert_eq!((decoded.width(), decoded.height()), (4, 2));
+                assert_eq!(decoded.get_pixel(3, 1).0, [0x10, 0x20, 0x30]);
+                Some("preview".to_owned())
+            }
+            Event::Executed { node, .. } if node.0 == "2" => Some("executed".to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(node_events, ["progress 0/2", "preview", "progress 1/2", "preview"]);
+    let saved = std::fs::read_dir(&h.roots.output).map_or(0, |d| d.count());
+    assert_eq!(saved, 0, "no file is written");
+
+    // Upstream's IS_CHANGED is the time: a second run sends the images again.
+    let again = h.run(prompt);
+    assert_eq!(again.events.iter().filter(|e| matches!(e, Event::Preview { .. })).count(), 2);
 }

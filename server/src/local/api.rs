@@ -273,6 +273,7 @@ async fn pump(socket: WebSocket, runtime: Arc<Runtime>, mut connection: crate::w
         while let Some(frame) = connection.frames.recv().await {
             let message = match frame {
                 Frame::Text(text) => Message::Text(text.into()),
+                Frame::Binary(bytes) => Message::Binary(bytes),
             };
             if sender.send(message).await.is_err() {
                 break;

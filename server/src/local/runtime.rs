@@ -18,7 +18,7 @@ use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::history::{History, Record};
-use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output};
+use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
 
 /// A queued prompt, as the worker needs it and the queue and jobs views show it.
 #[derive(Clone)]
@@ -84,6 +84,10 @@ impl EventSink for HubSink {
         }
         if let Event::Executing { node } = &event {
             hub.set_running(self.client_id.as_deref(), Some(&node.0), true);
+        }
+        if let Event::Preview { node, preview } = &event {
+            let (plain, with_metadata) = preview_frames(self.prompt_id, node, preview);
+            hub.send_preview(self.client_id.as_deref(), &plain, &with_metadata);
         }
         if let Some((message, audience)) = message(self.prompt_id, &event, now_ms()) {
             hub.publish(self.client_id.as_deref(), &message, audience);

@@ -14,11 +14,13 @@ use tokio::sync::mpsc;
 
 use super::messages::{Audience, executing, status};
 
-/// A frame for a socket (binary preview frames join this when previews are encoded).
+/// A frame for a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Frame {
     /// A JSON text frame.
     Text(String),
+    /// A binary frame: `[u32 big-endian event type][payload]` (previews).
+    Binary(bytes::Bytes),
 }
 
 /// A connected socket's handle: its connection id, the client id it is registered under, and its frames.
@@ -34,6 +36,16 @@ struct Socket {
     tx: mpsc::UnboundedSender<Frame>,
     read_first_message: bool,
     flags: Option<serde_json::Value>,
+}
+
+impl Socket {
+    fn wants_preview_metadata(&self) -> bool {
+        self.flags
+            .as_ref()
+            .and_then(|f| f.get("supports_preview_metadata"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 struct Running {
@@ -121,18 +133,28 @@ impl Hub {
         }
     }
 
-    /// Whether a client announced `supports_preview_metadata`.
-    #[allow(dead_code)] // Read when preview frames are sent (type 4 for these clients, type 1 otherwise).
-    pub(crate) fn wants_preview_metadata(&self, sid: &str) -> bool {
-        let inner = self.lock();
-        inner
-            .by_sid
-            .get(sid)
-            .and_then(|id| inner.sockets.get(id))
-            .and_then(|s| s.flags.as_ref())
-            .and_then(|f| f.get("supports_preview_metadata"))
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false)
+    /// Sends a preview of a prompt owned by `client_id` to the owner (every socket when there is none):
+    /// `with_metadata` (type 4) to sockets that announced `supports_preview_metadata`, `plain` (type 1) to the
+    /// others, as ComfyUI.
+    pub(crate) fn send_preview(
+        &self,
+        client_id: Option<&str>,
+        plain: &bytes::Bytes,
+        with_metadata: &bytes::Bytes,
+    ) {
+        let mut inner = self.lock();
+        let targets: Vec<u64> = match client_id {
+            None => inner.sockets.keys().copied().collect(),
+            Some(client) => inner.by_sid.get(client).copied().into_iter().collect(),
+        };
+        for id in targets {
+            let Some(socket) = inner.sockets.get(&id) else { continue };
+            let frame =
+                if socket.wants_preview_metadata() { with_metadata.clone() } else { plain.clone() };
+            if socket.tx.send(Frame::Binary(frame)).is_err() {
+                inner.sockets.remove(&id);
+            }
+        }
     }
 
     /// Sends a message of a prompt owned by `client_id` to its audience.

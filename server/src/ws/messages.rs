@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 
 use kiln_engine::exec::{Event, NodeFailure};
-use kiln_engine::nodes::UiOutput;
+use kiln_engine::graph::NodeId;
+use kiln_engine::nodes::{Preview, PreviewFormat, UiOutput};
 use kiln_spec::types;
 
 use crate::convert;
@@ -117,7 +118,8 @@ pub(crate) fn message(
             }),
             Audience::Owner,
         ),
-        Event::NodeFinished { .. } => return None,
+        // Previews are binary frames, chosen per socket: see `preview_frames`.
+        Event::NodeFinished { .. } | Event::Preview { .. } => return None,
         Event::ExecutionSuccess => (
             M::ExecutionSuccessMessage(types::WsExecutionSuccessMessage {
                 data: types::WsExecutionSuccess { prompt_id, timestamp },
@@ -146,6 +148,39 @@ pub(crate) fn message(
             Audience::OwnerOrAll,
         ),
     })
+}
+
+/// The two binary frames of a preview (comfy-api.md §8.3): type 1 `PREVIEW_IMAGE` (`[u32 format: 1 JPEG,
+/// 2 PNG][image]`) for clients that did not announce `supports_preview_metadata`, and type 4
+/// `PREVIEW_IMAGE_WITH_METADATA` (`[u32 length][metadata JSON][image]`) for those that did.
+pub(crate) fn preview_frames(
+    prompt_id: uuid::Uuid,
+    node: &NodeId,
+    preview: &Preview,
+) -> (bytes::Bytes, bytes::Bytes) {
+    let format: u32 = match preview.format {
+        PreviewFormat::Jpeg => 1,
+        PreviewFormat::Png => 2,
+    };
+    let mut plain = Vec::with_capacity(8 + preview.bytes.len());
+    plain.extend_from_slice(&1u32.to_be_bytes());
+    plain.extend_from_slice(&format.to_be_bytes());
+    plain.extend_from_slice(&preview.bytes);
+    let metadata = serde_json::json!({
+        "node_id": node.0,
+        "prompt_id": prompt_id,
+        "display_node_id": node.0,
+        "parent_node_id": null,
+        "real_node_id": node.0,
+        "image_type": preview.format.media_type(),
+    })
+    .to_string();
+    let mut with_metadata = Vec::with_capacity(8 + metadata.len() + preview.bytes.len());
+    with_metadata.extend_from_slice(&4u32.to_be_bytes());
+    with_metadata.extend_from_slice(&(metadata.len() as u32).to_be_bytes());
+    with_metadata.extend_from_slice(metadata.as_bytes());
+    with_metadata.extend_from_slice(&preview.bytes);
+    (plain.into(), with_metadata.into())
 }
 
 /// `executing`: a node starts (`Some`), or the prompt is over (`None`, the last frame of a run).

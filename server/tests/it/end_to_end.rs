@@ -120,7 +120,7 @@ async fn a_workflow_runs_end_to_end_against_the_binary() {
 }
 
 /// The golden capture's frame sequence: type, plus the node of `executing`/`executed` and the node states of
-/// `progress_state`.
+/// `progress_state` (binary frames are described by the caller: event type and image format).
 fn describe(message: &serde_json::Value) -> String {
     let kind = message["type"].as_str().unwrap_or_default();
     let data = &message["data"];
@@ -171,7 +171,12 @@ async fn frames_for(kiln: &Client, case: &serde_json::Value, client_id: &str) ->
         .map(|event| match event {
             kiln_client::Event::Message(m) => describe(&serde_json::to_value(m).expect("json")),
             kiln_client::Event::Other(v) => describe(v),
-            kiln_client::Event::Binary { .. } => "binary".to_owned(),
+            kiln_client::Event::Binary { event_type, payload } => {
+                // Type 1: `[u32 format][image]`; the image must really be one of that format.
+                let format = u32::from_be_bytes(payload[..4].try_into().expect("a format"));
+                assert!(payload[4..].starts_with(b"\x89PNG"), "a PNG preview");
+                format!("binary({event_type},{format})")
+            }
         })
         .collect()
 }
@@ -183,15 +188,18 @@ async fn websocket_frames_come_in_comfyuis_order() {
     let kiln = client(&addr);
     // ws_execution_error loads a file that is not an image.
     std::fs::write(data_dir.join("input/bad.png"), b"not an image").expect("bad input");
-    let cases = ["ws_success", "ws_cached_rerun", "ws_execution_error"];
+    let cases =
+        ["ws_success", "ws_cached_rerun", "ws_execution_error", "ws_binary_save_image_websocket"];
     for (case, client_id) in cases.map(|c| (c, "0123456789abcdef0123456789abcdef")) {
         let recorded = golden(case);
         let expected: Vec<String> = recorded["messages"]
             .as_array()
             .expect("messages")
             .iter()
-            .filter(|m| m["frame"] == "text")
-            .map(|m| describe(&m["message"]))
+            .map(|m| match m["frame"].as_str() {
+                Some("binary") => format!("binary({},{})", m["event_type"], m["image_type"]),
+                _ => describe(&m["message"]),
+            })
             .collect();
         let ours = frames_for(&kiln, &recorded, client_id).await;
         assert_eq!(ours, expected, "{case}");

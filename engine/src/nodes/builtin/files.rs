@@ -298,35 +298,45 @@ fn write_png(
     c: usize,
     text: &[(String, String)],
 ) -> Result<(), NodeError> {
-    let io = |e: std::io::Error| {
+    let file = fs::File::create(path).map_err(|e| {
         NodeError::of_kind("OSError", format!("cannot write {}: {e}", path.display()))
-    };
-    let encoding = |e: png::EncodingError| {
+    })?;
+    encode_png(BufWriter::new(file), pixels, w, h, c, text).map_err(|e| {
         NodeError::of_kind("OSError", format!("cannot encode {}: {e}", path.display()))
-    };
+    })
+}
+
+/// Encodes one `[H, W, C]` image (values in 0..1) as an 8-bit PNG with text chunks (iTXt where a value is not
+/// Latin-1), clipping to 0..255 and truncating as upstream. The error is a message.
+pub(super) fn encode_png(
+    out: impl std::io::Write,
+    pixels: &[f32],
+    w: usize,
+    h: usize,
+    c: usize,
+    text: &[(String, String)],
+) -> Result<(), String> {
     let color = match c {
         1 => png::ColorType::Grayscale,
         3 => png::ColorType::Rgb,
         4 => png::ColorType::Rgba,
-        other => return Err(NodeError::new(format!("cannot save an image with {other} channels"))),
+        other => return Err(format!("cannot encode an image with {other} channels")),
     };
-    let file = fs::File::create(path).map_err(io)?;
-    let mut encoder = png::Encoder::new(BufWriter::new(file), w as u32, h as u32);
+    let mut encoder = png::Encoder::new(out, w as u32, h as u32);
     encoder.set_color(color);
     encoder.set_depth(png::BitDepth::Eight);
     encoder.set_compression(png::Compression::Fast);
     for (keyword, value) in text {
         if value.chars().all(|ch| (ch as u32) < 0x100) {
-            encoder.add_text_chunk(keyword.clone(), value.clone()).map_err(encoding)?;
+            encoder.add_text_chunk(keyword.clone(), value.clone()).map_err(|e| e.to_string())?;
         } else {
-            encoder.add_itxt_chunk(keyword.clone(), value.clone()).map_err(encoding)?;
+            encoder.add_itxt_chunk(keyword.clone(), value.clone()).map_err(|e| e.to_string())?;
         }
     }
-    let mut writer = encoder.write_header().map_err(encoding)?;
-    // As upstream: clip to 0..255 and truncate.
+    let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
     let bytes: Vec<u8> = pixels.iter().map(|v| (v * 255.0).clamp(0.0, 255.0) as u8).collect();
-    writer.write_image_data(&bytes).map_err(encoding)?;
-    writer.finish().map_err(encoding)
+    writer.write_image_data(&bytes).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The built-in node classes (no models): images, latents, primitives, previews and the lazy switch.
+//! The built-in node classes (no models): images, latents, primitives, previews (files and websocket frames)
+//! and the lazy switch.
 
 mod files;
 mod image;
@@ -6,6 +7,7 @@ mod latent;
 mod logic;
 mod primitives;
 mod resize;
+mod websocket;
 
 use std::path::PathBuf;
 
@@ -17,6 +19,7 @@ pub fn builtin_registry(input_dir: PathBuf) -> Registry {
     registry.register(files::LoadImage::new(input_dir));
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
+    registry.register(websocket::SaveImageWebsocket::new());
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
     registry.register(image::ImageInvert::new());

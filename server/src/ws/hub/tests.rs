@@ -2,10 +2,11 @@
 
 use kiln_engine::exec::Event;
 use kiln_engine::graph::NodeId;
+use kiln_engine::nodes::{Preview, PreviewFormat};
 use kiln_spec::types;
 
 use super::{Connection, Frame, Hub};
-use crate::ws::messages::{Audience, ProgressState, executing, message};
+use crate::ws::messages::{Audience, ProgressState, executing, message, preview_frames};
 
 const PROMPT: &str = "11111111-2222-4333-8444-555555555555";
 
@@ -18,6 +19,24 @@ fn drain(connection: &mut Connection) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     while let Ok(Frame::Text(text)) = connection.frames.try_recv() {
         out.push(serde_json::from_str(&text).expect("JSON"));
+    }
+    out
+}
+
+/// Sends one preview of a prompt owned by `owner` and returns the event types of the binary frames `socket` got.
+fn preview_types(hub: &Hub, socket: &mut Connection, owner: &str) -> Vec<u32> {
+    let preview = Preview { format: PreviewFormat::Png, bytes: b"\x89PNG".to_vec() };
+    let (plain, with_metadata) = preview_frames(prompt_id(), &NodeId::from("9"), &preview);
+    hub.send_preview(Some(owner), &plain, &with_metadata);
+    binary_types(socket)
+}
+
+fn binary_types(connection: &mut Connection) -> Vec<u32> {
+    let mut out = Vec::new();
+    while let Ok(frame) = connection.frames.try_recv() {
+        if let Frame::Binary(bytes) = frame {
+            out.push(u32::from_be_bytes(bytes[..4].try_into().expect("a header")));
+        }
     }
     out
 }
@@ -98,7 +117,7 @@ fn only_the_first_client_message_is_read_as_feature_flags() {
     let frames = drain(&mut socket);
     assert_eq!(types_of(&frames), ["feature_flags"], "answered once");
     assert_eq!(frames[0]["data"]["max_upload_size"], 104857600);
-    assert!(hub.wants_preview_metadata("c"));
+    assert_eq!(preview_types(&hub, &mut socket, "c"), [4], "previews with metadata once announced");
 
     let mut late = hub.connect(Some("d"), 0);
     hub.client_text(late.id, "hello", &flags());
@@ -108,7 +127,7 @@ fn only_the_first_client_message_is_read_as_feature_flags() {
         ["status"],
         "a first message that is not feature_flags uses up the one read"
     );
-    assert!(!hub.wants_preview_metadata("d"));
+    assert_eq!(preview_types(&hub, &mut late, "d"), [1], "a late announcement does not count");
 }
 
 #[test]
@@ -159,5 +178,47 @@ fn progress_state_tracks_running_and_finished_nodes() {
     assert!(
         state.update(prompt_id(), &Event::ExecutionError(Box::new(failure))).is_none(),
         "no progress_state on errors"
+    );
+}
+
+#[test]
+fn previews_go_to_the_owner_as_type_4_when_negotiated_and_type_1_otherwise() {
+    let hub = Hub::default();
+    let mut modern = hub.connect(Some("modern"), 0);
+    let mut legacy = hub.connect(Some("legacy"), 0);
+    hub.client_text(
+        modern.id,
+        r#"{"type": "feature_flags", "data": {"supports_preview_metadata": true}}"#,
+        &flags(),
+    );
+    drain(&mut modern);
+    drain(&mut legacy);
+
+    let preview = Preview { format: PreviewFormat::Jpeg, bytes: vec![0xff, 0xd8, 0xff] };
+    let (plain, with_metadata) = preview_frames(prompt_id(), &NodeId::from("5"), &preview);
+    assert_eq!(&plain[..8], &[0, 0, 0, 1, 0, 0, 0, 1], "type 1, format 1 (JPEG)");
+    assert_eq!(&plain[8..], &[0xff, 0xd8, 0xff]);
+    assert_eq!(&with_metadata[..4], &[0, 0, 0, 4]);
+    let length = u32::from_be_bytes(with_metadata[4..8].try_into().expect("a length")) as usize;
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&with_metadata[8..8 + length]).expect("JSON metadata");
+    assert_eq!(
+        metadata,
+        serde_json::json!({"node_id": "5", "prompt_id": PROMPT, "display_node_id": "5",
+            "parent_node_id": null, "real_node_id": "5", "image_type": "image/jpeg"})
+    );
+    assert_eq!(&with_metadata[8 + length..], &[0xff, 0xd8, 0xff]);
+
+    hub.send_preview(Some("legacy"), &plain, &with_metadata);
+    assert_eq!(
+        (binary_types(&mut modern), binary_types(&mut legacy)),
+        (vec![], vec![1]),
+        "owner only"
+    );
+    hub.send_preview(None, &plain, &with_metadata);
+    assert_eq!(
+        (binary_types(&mut modern), binary_types(&mut legacy)),
+        (vec![4], vec![1]),
+        "every socket when the prompt has no client_id, each in its own format"
     );
 }
