@@ -252,13 +252,7 @@ fn save_pngs(
     }
     let first = next_counter(&folder, name);
 
-    let [batch, h, w, c] = images.shape() else {
-        return Err(NodeError::new(format!(
-            "expected an IMAGE [B, H, W, C], got {:?}",
-            images.shape()
-        )));
-    };
-    let (batch, h, w, c) = (*batch, *h, *w, *c);
+    let (batch, h, w, c) = super::image::dims(images)?;
     let mut text_chunks: Vec<(String, String)> =
         vec![("prompt".to_owned(), ctx.prompt.to_string())];
     if let Some(extra) = ctx.extra_pnginfo.as_object() {

@@ -7,7 +7,8 @@ use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeS
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-fn dims(image: &Tensor) -> Result<(usize, usize, usize, usize), NodeError> {
+/// An IMAGE's `(batch, height, width, channels)`, or an error naming the shape it has instead.
+pub(super) fn dims(image: &Tensor) -> Result<(usize, usize, usize, usize), NodeError> {
     match image.shape() {
         [b, h, w, c] => Ok((*b, *h, *w, *c)),
         other => Err(NodeError::new(format!("expected an IMAGE [B, H, W, C], got {other:?}"))),

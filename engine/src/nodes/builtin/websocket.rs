@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::files::encode_png;
+use super::image::dims;
 use crate::nodes::{
     Context, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, Preview,
     PreviewFormat,
@@ -37,13 +38,7 @@ impl Node for SaveImageWebsocket {
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let images = inputs.image("images")?;
-        let [batch, h, w, c] = images.shape() else {
-            return Err(NodeError::new(format!(
-                "expected an IMAGE [B, H, W, C], got {:?}",
-                images.shape()
-            )));
-        };
-        let (batch, h, w, c) = (*batch, *h, *w, *c);
+        let (batch, h, w, c) = dims(images)?;
         for b in 0..batch {
             ctx.check_interrupt()?;
             // As upstream's progress bar: the step before this image, of the batch size, then the image.
