@@ -14,8 +14,10 @@ use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 use sqlx::Row as _;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 
 use crate::local::history::Record;
@@ -32,19 +34,28 @@ pub enum StorageError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// The database, through two pools on the same file (WAL mode).
+/// The database: one connection (WAL mode), so writers queue in the process instead of meeting SQLite's lock
+/// and its busy-wait sleeps.
 ///
-/// `pool` commits with `synchronous=FULL`: what a client is told is done (an accepted prompt, a deletion) is on
-/// disk before the answer. `worker` commits with `synchronous=NORMAL`: the worker's own bookkeeping (a prompt
-/// became running, a finished prompt's queue row, its history entry) is in the WAL when the call returns, so it
-/// survives the process being killed, and reaches the disk with the next fsync (the next accepted prompt, or a
-/// checkpoint). A power cut can lose that last bookkeeping, which at worst runs a finished prompt again; it
-/// keeps one fsync per prompt on the accept path instead of four, each taken under the queue's lock.
+/// Each write says how durable it must be. [`Durability::Disk`] (`synchronous=FULL`): what a client is told is
+/// done (an accepted prompt, a deletion) is on disk before the answer. [`Durability::Wal`]
+/// (`synchronous=NORMAL`): the worker's own bookkeeping (a prompt became running, a finished prompt's queue row,
+/// its history entry) is in the WAL when the call returns, so it survives the process being killed, and reaches
+/// the disk with the next fsync (the next accepted prompt, or a checkpoint). A power cut can lose that last
+/// bookkeeping, which at worst runs a finished prompt again; it keeps one fsync per prompt instead of four.
 #[derive(Clone)]
 pub(crate) struct Storage {
     pool: SqlitePool,
-    worker: SqlitePool,
     handle: tokio::runtime::Handle,
+}
+
+/// How far a write must have gone when it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// On disk (fsync'd).
+    Disk,
+    /// In the WAL file (survives the process, not a power cut).
+    Wal,
 }
 
 impl Storage {
@@ -53,22 +64,52 @@ impl Storage {
         let options = SqliteConnectOptions::new()
             .filename(data_dir.join("kiln.sqlite"))
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options.clone().synchronous(SqliteSynchronous::Full))
-            .await?;
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        let worker = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.synchronous(SqliteSynchronous::Normal))
-            .await?;
-        Ok(Storage { pool, worker, handle: tokio::runtime::Handle::current() })
+        Ok(Storage { pool, handle: tokio::runtime::Handle::current() })
+    }
+
+    /// The connection, set for writes of this durability.
+    async fn connection(
+        &self,
+        durability: Durability,
+    ) -> Result<PoolConnection<Sqlite>, sqlx::Error> {
+        let mut connection = self.pool.acquire().await?;
+        let pragma = match durability {
+            Durability::Disk => "PRAGMA synchronous = FULL",
+            Durability::Wal => "PRAGMA synchronous = NORMAL",
+        };
+        sqlx::query(pragma).execute(&mut *connection).await?;
+        Ok(connection)
     }
 
     /// Runs a future to completion from a thread that is not running async tasks.
     pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.handle.block_on(future)
+    }
+
+    /// Stores an accepted prompt, on disk when this returns (the queue's `insert`, for the async accept path
+    /// that takes a place with `PromptQueue::reserve` and admits the prompt after this).
+    pub(crate) async fn insert_queued(
+        &self,
+        entry: &QueueEntry<Queued>,
+    ) -> Result<(), sqlx::Error> {
+        let payload = serde_json::json!({
+            "prompt": entry.payload.prompt_json,
+            "extra_data": entry.payload.extra_data,
+            "client_id": entry.payload.client_id,
+            "outputs": entry.payload.outputs,
+        });
+        sqlx::query("INSERT INTO queue (id, number, seq, running, payload) VALUES (?, ?, ?, 0, ?)")
+            .bind(&entry.id)
+            .bind(entry.number)
+            .bind(entry.seq as i64)
+            .bind(payload.to_string())
+            .execute(&mut *self.connection(Durability::Disk).await?)
+            .await?;
+        Ok(())
     }
 
     /// Stores a finished prompt (worker bookkeeping: not waited for on disk, see [`Storage`]).
@@ -78,22 +119,28 @@ impl Storage {
             .bind(&record.prompt_id)
             .bind(record.number)
             .bind(entry)
-            .execute(&self.worker)
+            .execute(&mut *self.connection(Durability::Wal).await?)
             .await?;
         Ok(())
     }
 
     /// Removes history entries.
     pub(crate) async fn delete_history(&self, ids: &[String]) -> Result<(), StorageError> {
+        let mut connection = self.connection(Durability::Disk).await?;
         for id in ids {
-            sqlx::query("DELETE FROM history WHERE id = ?").bind(id).execute(&self.pool).await?;
+            sqlx::query("DELETE FROM history WHERE id = ?")
+                .bind(id)
+                .execute(&mut *connection)
+                .await?;
         }
         Ok(())
     }
 
     /// Removes every history entry.
     pub(crate) async fn clear_history(&self) -> Result<(), StorageError> {
-        sqlx::query("DELETE FROM history").execute(&self.pool).await?;
+        sqlx::query("DELETE FROM history")
+            .execute(&mut *self.connection(Durability::Disk).await?)
+            .await?;
         Ok(())
     }
 
@@ -129,63 +176,42 @@ fn failed(e: sqlx::Error) -> StoreError {
     StoreError(e.to_string())
 }
 
-impl QueueStore<Queued> for SqliteQueueStore {
-    fn insert(&self, entry: &QueueEntry<Queued>) -> Result<(), StoreError> {
-        let payload = serde_json::json!({
-            "prompt": entry.payload.prompt_json,
-            "extra_data": entry.payload.extra_data,
-            "client_id": entry.payload.client_id,
-            "outputs": entry.payload.outputs,
-        });
-        self.storage
-            .block_on(
-                sqlx::query(
-                    "INSERT INTO queue (id, number, seq, running, payload) VALUES (?, ?, ?, 0, ?)",
-                )
-                .bind(&entry.id)
-                .bind(entry.number)
-                .bind(entry.seq as i64)
-                .bind(payload.to_string())
-                .execute(&self.storage.pool),
-            )
-            .map_err(failed)?;
-        Ok(())
-    }
-
-    fn mark_running(&self, id: &str) -> Result<(), StoreError> {
-        self.storage
-            .block_on(
-                sqlx::query("UPDATE queue SET running = 1 WHERE id = ?")
-                    .bind(id)
-                    .execute(&self.storage.worker),
-            )
-            .map_err(failed)?;
-        Ok(())
-    }
-
-    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+impl SqliteQueueStore {
+    /// Runs `statement` once per id (bound as its one parameter) on one connection, from the worker's thread.
+    fn write(
+        &self,
+        durability: Durability,
+        statement: &'static str,
+        ids: &[&str],
+    ) -> Result<(), StoreError> {
         self.storage
             .block_on(async {
+                let mut connection = self.storage.connection(durability).await?;
                 for id in ids {
-                    sqlx::query("DELETE FROM queue WHERE id = ?")
-                        .bind(id)
-                        .execute(&self.storage.pool)
-                        .await?;
+                    sqlx::query(statement).bind(id).execute(&mut *connection).await?;
                 }
                 Ok::<(), sqlx::Error>(())
             })
             .map_err(failed)
     }
+}
+
+impl QueueStore<Queued> for SqliteQueueStore {
+    fn insert(&self, entry: &QueueEntry<Queued>) -> Result<(), StoreError> {
+        self.storage.block_on(self.storage.insert_queued(entry)).map_err(failed)
+    }
+
+    fn mark_running(&self, id: &str) -> Result<(), StoreError> {
+        self.write(Durability::Wal, "UPDATE queue SET running = 1 WHERE id = ?", &[id])
+    }
+
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        self.write(Durability::Disk, "DELETE FROM queue WHERE id = ?", &ids)
+    }
 
     fn finished(&self, id: &str) -> Result<(), StoreError> {
-        self.storage
-            .block_on(
-                sqlx::query("DELETE FROM queue WHERE id = ?")
-                    .bind(id)
-                    .execute(&self.storage.worker),
-            )
-            .map_err(failed)?;
-        Ok(())
+        self.write(Durability::Wal, "DELETE FROM queue WHERE id = ?", &[id])
     }
 
     fn load(&self) -> Result<Vec<(QueueEntry<Queued>, bool)>, StoreError> {

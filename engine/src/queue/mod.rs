@@ -2,7 +2,10 @@
 //! pending, deletion and clearing of pending prompts, the running prompt visible, and a [`QueueStore`] that
 //! makes every change durable before it is acknowledged (the server implements it with SQLite).
 //!
-//! Invariant: a prompt is in exactly one of pending, running, or gone, in memory and in the store alike.
+//! Invariant: a prompt is in exactly one of pending, running, or gone, in memory and in the store alike, once
+//! the call that changed it returns. The queue's lock is never held while the store works: it guards memory
+//! only, so async threads may take it without waiting on the disk (or on whatever the store itself waits for).
+//! A change reaches the store after memory and before the call returns; if the store fails, memory is put back.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -90,6 +93,32 @@ struct State<P> {
     seq: u64,
 }
 
+/// A place in the queue: the prompt's number (priority) and arrival order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ticket {
+    /// The priority the prompt gets.
+    pub number: f64,
+    /// Its arrival order.
+    pub seq: u64,
+}
+
+fn reserve<P>(state: &mut State<P>, placement: Placement) -> Ticket {
+    let number = match placement {
+        Placement::Number(n) => n,
+        Placement::Back => {
+            state.counter += 1;
+            (state.counter - 1) as f64
+        }
+        Placement::Front => {
+            state.counter += 1;
+            -((state.counter - 1) as f64)
+        }
+    };
+    let seq = state.seq;
+    state.seq += 1;
+    Ticket { number, seq }
+}
+
 /// Told the number of remaining prompts (pending plus running) after every change.
 pub type ChangeListener = Box<dyn Fn(usize) + Send + Sync>;
 
@@ -156,26 +185,28 @@ impl<P: Clone + Send> PromptQueue<P> {
 
     /// Queues a prompt durably and returns its number.
     pub fn push(&self, id: String, placement: Placement, payload: P) -> Result<f64, StoreError> {
-        let mut state = lock(&self.state);
-        let number = match placement {
-            Placement::Number(n) => n,
-            Placement::Back => {
-                state.counter += 1;
-                (state.counter - 1) as f64
-            }
-            Placement::Front => {
-                state.counter += 1;
-                -((state.counter - 1) as f64)
-            }
-        };
-        let entry = QueueEntry { id, number, seq: state.seq, payload };
+        let ticket = self.reserve(placement);
+        let entry = QueueEntry { id, number: ticket.number, seq: ticket.seq, payload };
         self.store.insert(&entry)?;
-        state.seq += 1;
+        self.admit(entry);
+        Ok(ticket.number)
+    }
+
+    /// Takes a place (number and arrival order) for a prompt the caller will store itself, without holding
+    /// the queue while it does: [`PromptQueue::admit`] then makes it pending. For a server whose store is
+    /// asynchronous; [`PromptQueue::push`] does all three steps.
+    pub fn reserve(&self, placement: Placement) -> Ticket {
+        reserve(&mut lock(&self.state), placement)
+    }
+
+    /// Makes pending an entry whose number and arrival order come from a [`Ticket`], once the caller has
+    /// stored it durably (as [`QueueStore::insert`] would have).
+    pub fn admit(&self, entry: QueueEntry<P>) {
+        let mut state = lock(&self.state);
         state.pending.push(entry);
         self.changed(&state);
         drop(state);
         self.ready.notify_one();
-        Ok(number)
     }
 
     /// Takes the next prompt (lowest number, then oldest), waiting up to `timeout` for one; it becomes running.
@@ -195,9 +226,16 @@ impl<P: Clone + Send> PromptQueue<P> {
             return Ok(None);
         };
         let entry = state.pending.remove(index);
-        self.store.mark_running(&entry.id)?;
         state.running = Some(entry.clone());
         self.changed(&state);
+        drop(state);
+        if let Err(error) = self.store.mark_running(&entry.id) {
+            let mut state = lock(&self.state);
+            state.running = None;
+            state.pending.push(entry);
+            self.changed(&state);
+            return Err(error);
+        }
         Ok(Some(entry))
     }
 
@@ -207,29 +245,43 @@ impl<P: Clone + Send> PromptQueue<P> {
         if state.running.as_ref().is_some_and(|r| r.id == id) {
             state.running = None;
         }
-        self.store.finished(id)?;
         self.changed(&state);
-        Ok(())
+        drop(state);
+        self.store.finished(id)
     }
 
     /// Removes pending prompts by id (unknown ids are ignored); returns how many were removed.
     pub fn delete(&self, ids: &[String]) -> Result<usize, StoreError> {
         let mut state = lock(&self.state);
-        let found: Vec<String> =
-            state.pending.iter().filter(|e| ids.contains(&e.id)).map(|e| e.id.clone()).collect();
-        self.store.remove(&found)?;
-        state.pending.retain(|e| !found.contains(&e.id));
-        self.changed(&state);
-        Ok(found.len())
+        let (removed, kept) =
+            std::mem::take(&mut state.pending).into_iter().partition(|e| ids.contains(&e.id));
+        state.pending = kept;
+        self.remove_stored(state, removed)
     }
 
     /// Removes every pending prompt.
     pub fn clear(&self) -> Result<usize, StoreError> {
         let mut state = lock(&self.state);
-        let ids: Vec<String> = state.pending.iter().map(|e| e.id.clone()).collect();
-        self.store.remove(&ids)?;
-        state.pending.clear();
+        let removed = std::mem::take(&mut state.pending);
+        self.remove_stored(state, removed)
+    }
+
+    /// Announces the removal of `removed` from pending, then removes them from the store (outside the lock);
+    /// if the store fails they are pending again.
+    fn remove_stored(
+        &self,
+        state: MutexGuard<'_, State<P>>,
+        removed: Vec<QueueEntry<P>>,
+    ) -> Result<usize, StoreError> {
         self.changed(&state);
+        drop(state);
+        let ids: Vec<String> = removed.iter().map(|e| e.id.clone()).collect();
+        if let Err(error) = self.store.remove(&ids) {
+            let mut state = lock(&self.state);
+            state.pending.extend(removed);
+            self.changed(&state);
+            return Err(error);
+        }
         Ok(ids.len())
     }
 

@@ -120,3 +120,95 @@ fn the_listener_hears_every_change_in_order() {
     q.clear().expect("ok");
     assert_eq!(*heard.lock().expect("lock"), [1, 2, 2, 1, 0]);
 }
+
+/// A store whose every write waits until the test has read the queue from another thread.
+struct Gate {
+    inner: MemoryStore<&'static str>,
+    entered: std::sync::mpsc::Sender<&'static str>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Gate {
+    fn wait(&self, what: &'static str) -> Result<(), StoreError> {
+        self.entered.send(what).expect("the test listens");
+        let release = self.release.lock().expect("release");
+        release
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| StoreError(format!("{what}: the reader never got through")))
+    }
+}
+
+impl QueueStore<&'static str> for Gate {
+    fn insert(&self, entry: &QueueEntry<&'static str>) -> Result<(), StoreError> {
+        self.wait("insert")?;
+        self.inner.insert(entry)
+    }
+    fn mark_running(&self, id: &str) -> Result<(), StoreError> {
+        self.wait("mark_running")?;
+        self.inner.mark_running(id)
+    }
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+        self.wait("remove")?;
+        self.inner.remove(ids)
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
+        self.inner.load()
+    }
+}
+
+#[test]
+fn the_queue_can_be_read_while_the_store_works() {
+    // The server's store waits on its async runtime; if the queue's lock were held meanwhile, async threads
+    // reading the queue would block the very runtime the store waits for.
+    let (entered, store_working) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel();
+    let gate =
+        Gate { inner: MemoryStore::default(), entered, release: std::sync::Mutex::new(released) };
+    let q = Arc::new(PromptQueue::restore(Box::new(gate)).expect("empty store").0);
+    let writer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            q.push("a".into(), Placement::Back, "").expect("push");
+            q.push("b".into(), Placement::Back, "").expect("push");
+            let a = q.pop(Duration::ZERO).expect("pop").expect("an entry");
+            q.finish(&a.id).expect("finish");
+            q.delete(&["b".to_owned()]).expect("delete");
+        })
+    };
+    for step in ["insert", "insert", "mark_running", "remove", "remove"] {
+        assert_eq!(
+            store_working.recv_timeout(Duration::from_secs(10)).expect("the store is called"),
+            step
+        );
+        let _ = q.pending();
+        let _ = q.remaining();
+        release.send(()).expect("the store waits");
+    }
+    writer.join().expect("every write went through");
+    assert_eq!(q.remaining(), 0);
+}
+
+#[test]
+fn a_failed_store_write_puts_memory_back() {
+    let q = PromptQueue::restore(Box::new(Failing)).expect("empty store").0;
+    assert!(q.push("a".into(), Placement::Back, "").is_err());
+    assert_eq!(q.remaining(), 0, "a prompt that was not stored is not queued");
+}
+
+/// A store that refuses every write.
+struct Failing;
+
+impl QueueStore<&'static str> for Failing {
+    fn insert(&self, _: &QueueEntry<&'static str>) -> Result<(), StoreError> {
+        Err(StoreError("disk full".to_owned()))
+    }
+    fn mark_running(&self, _: &str) -> Result<(), StoreError> {
+        Err(StoreError("disk full".to_owned()))
+    }
+    fn remove(&self, _: &[String]) -> Result<(), StoreError> {
+        Err(StoreError("disk full".to_owned()))
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
