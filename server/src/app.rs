@@ -64,13 +64,18 @@ impl Server {
         for record in storage.load_history().await.map_err(std::io::Error::other)? {
             history.insert(record);
         }
-        // Prompts that were running when the previous process stopped did not finish: record them as interrupted.
-        for entry in interrupted {
-            let record = interrupted_record(&entry);
+        // Prompts that were running when the previous process stopped did not finish: record them as interrupted,
+        // then let go of their queue rows (a crash before that records them again, under the same id).
+        for entry in &interrupted {
+            let record = interrupted_record(entry);
             tracing::warn!(prompt = %entry.id, "a prompt was running when kiln stopped; recorded as interrupted");
             storage.insert_history(&record).await.map_err(std::io::Error::other)?;
             history.insert(record);
         }
+        let queue = tokio::task::spawn_blocking(move || queue.settle(&interrupted).map(|()| queue))
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)?;
         let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({
             "supports_preview_metadata": true,
             "supports_model_type_tags": false,

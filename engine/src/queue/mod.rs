@@ -6,6 +6,8 @@
 //! the call that changed it returns. The queue's lock is never held while the store works: it guards memory
 //! only, so async threads may take it without waiting on the disk (or on whatever the store itself waits for).
 //! A change reaches the store after memory and before the call returns; if the store fails, memory is put back.
+//! The one exception: entries that were running when the previous process stopped stay in the store after
+//! `restore` until the caller has recorded them and calls `settle`.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -143,7 +145,8 @@ pub enum Placement {
 
 impl<P: Clone + Send> PromptQueue<P> {
     /// A queue over a store, restored from it. Returns the queue and the entries that were running when the
-    /// previous process stopped (they did not finish; the caller records them as interrupted).
+    /// previous process stopped: they did not finish, and stay in the store until the caller has recorded them
+    /// (as interrupted) and calls [`PromptQueue::settle`], so a crash in between loses nothing.
     pub fn restore(
         store: Box<dyn QueueStore<P>>,
     ) -> Result<(PromptQueue<P>, Vec<QueueEntry<P>>), StoreError> {
@@ -158,9 +161,6 @@ impl<P: Clone + Send> PromptQueue<P> {
             seq = seq.max(entry.seq + 1);
             if running { was_running.push(entry) } else { pending.push(entry) }
         }
-        if !was_running.is_empty() {
-            store.remove(&was_running.iter().map(|e| e.id.clone()).collect::<Vec<_>>())?;
-        }
         let state = State { pending, running: None, counter, seq };
         let queue = PromptQueue {
             state: Mutex::new(state),
@@ -169,6 +169,15 @@ impl<P: Clone + Send> PromptQueue<P> {
             listener: std::sync::OnceLock::new(),
         };
         Ok((queue, was_running))
+    }
+
+    /// Removes from the store the entries [`PromptQueue::restore`] reported as running, once the caller has
+    /// recorded what became of them.
+    pub fn settle(&self, was_running: &[QueueEntry<P>]) -> Result<(), StoreError> {
+        if was_running.is_empty() {
+            return Ok(());
+        }
+        self.store.remove(&was_running.iter().map(|e| e.id.clone()).collect::<Vec<_>>())
     }
 
     /// Calls `listener` after every change, while the change is still the latest one (under the queue's lock),

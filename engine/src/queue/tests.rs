@@ -84,9 +84,16 @@ fn restore_requeues_pending_and_reports_running() {
     }
     let _running = q.pop(Duration::ZERO).expect("ok");
     drop(q); // the process dies without finishing `a`
-    let (q, interrupted) = PromptQueue::restore(Box::new(store)).expect("ok");
+    let (q, interrupted) = PromptQueue::restore(Box::new(store.clone())).expect("ok");
     assert_eq!(interrupted.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["a"]);
     assert_eq!(q.pending().iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+    drop(q); // dies again before recording `a`: it is reported again
+    let (q, interrupted) = PromptQueue::restore(Box::new(store.clone())).expect("ok");
+    assert_eq!(interrupted.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["a"]);
+    q.settle(&interrupted).expect("ok");
+    drop(q); // recorded and settled: gone
+    let (q, interrupted) = PromptQueue::restore(Box::new(store)).expect("ok");
+    assert!(interrupted.is_empty());
     assert_eq!(
         q.push("d".into(), Placement::Back, "").expect("ok"),
         3.0,
