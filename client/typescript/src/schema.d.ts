@@ -2631,6 +2631,18 @@ export interface operations {
                 };
                 content?: never;
             };
+            /**
+             * @description Not a websocket handshake (a missing or wrong `Connection`, `Upgrade` or `Sec-WebSocket-*` header),
+             *     answered with a plain-text reason, as ComfyUI's aiohttp does.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
         };
     };
     getPromptInfo: {

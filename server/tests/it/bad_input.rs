@@ -94,6 +94,7 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>, u16)> {
         ("GET", "/api/settings/No.Such.Setting".to_owned(), None, 200), // ComfyUI: null
         ("GET", "/api/workflow_templates/..%2F../x.json".to_owned(), None, 404),
         ("GET", "/api/global_subgraphs/..%2F..%2Fkiln.sqlite".to_owned(), None, 200), // null: not a blueprint
+        ("GET", "/ws?clientId=abc".to_owned(), None, 400), // plain HTTP, not a websocket handshake
     ]
 }
 
@@ -172,8 +173,7 @@ async fn wrong_types_unknown_ids_and_escapes_are_refused() {
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 
-/// Every local operation that takes input (parameters or a body) has at least one bad-input case above; `/ws`
-/// is the exception: its one input, `clientId`, is any string (the handshake is tested end to end).
+/// Every local operation that takes input (parameters or a body) has at least one bad-input case above.
 #[test]
 fn bad_input_reaches_every_local_operation_that_takes_input() {
     let contract = Contract::from_spec();
@@ -192,7 +192,7 @@ fn bad_input_reaches_every_local_operation_that_takes_input() {
         covered.insert((method, route.to_owned()));
     }
     let mut missing = Vec::new();
-    for op in OPERATIONS.iter().filter(|op| op.runtimes.contains(&"local") && op.path != "/ws") {
+    for op in OPERATIONS.iter().filter(|op| op.runtimes.contains(&"local")) {
         let operation = &spec["paths"][op.path][op.method.to_lowercase().as_str()];
         let takes_input = operation["parameters"].as_sequence().is_some_and(|p| !p.is_empty())
             || operation["requestBody"].is_mapping();
