@@ -142,19 +142,10 @@ impl Hub {
         plain: &bytes::Bytes,
         with_metadata: &bytes::Bytes,
     ) {
-        let mut inner = self.lock();
-        let targets: Vec<u64> = match client_id {
-            None => inner.sockets.keys().copied().collect(),
-            Some(client) => inner.by_sid.get(client).copied().into_iter().collect(),
-        };
-        for id in targets {
-            let Some(socket) = inner.sockets.get(&id) else { continue };
-            let frame =
-                if socket.wants_preview_metadata() { with_metadata.clone() } else { plain.clone() };
-            if socket.tx.send(Frame::Binary(frame)).is_err() {
-                inner.sockets.remove(&id);
-            }
-        }
+        self.send(client_id, Audience::OwnerOrAll, |socket| {
+            let chosen = if socket.wants_preview_metadata() { with_metadata } else { plain };
+            Frame::Binary(chosen.clone())
+        });
     }
 
     /// Sends a message of a prompt owned by `client_id` to its audience.
@@ -165,11 +156,16 @@ impl Hub {
         audience: Audience,
     ) {
         let Some(text) = json(message) else { return };
-        self.send(client_id, Frame::Text(text), audience);
+        self.send(client_id, audience, |_| Frame::Text(text.clone()));
     }
 
-    /// Sends a frame to an audience.
-    pub(crate) fn send(&self, client_id: Option<&str>, frame: Frame, audience: Audience) {
+    /// Sends every socket of the audience the frame `frame_for` makes for it; sockets that are gone are dropped.
+    fn send(
+        &self,
+        client_id: Option<&str>,
+        audience: Audience,
+        frame_for: impl Fn(&Socket) -> Frame,
+    ) {
         let mut inner = self.lock();
         let owner = client_id.and_then(|c| inner.by_sid.get(c).copied());
         let everyone = match audience {
@@ -178,10 +174,10 @@ impl Hub {
             Audience::Owner => false,
         };
         if everyone {
-            inner.sockets.retain(|_, s| s.tx.send(frame.clone()).is_ok());
+            inner.sockets.retain(|_, s| s.tx.send(frame_for(s)).is_ok());
         } else if let Some(id) = owner
             && let Some(socket) = inner.sockets.get(&id)
-            && socket.tx.send(frame).is_err()
+            && socket.tx.send(frame_for(socket)).is_err()
         {
             inner.sockets.remove(&id);
         }
