@@ -104,6 +104,13 @@ pub struct Ticket {
     pub seq: u64,
 }
 
+impl Ticket {
+    /// The queue entry of prompt `id` at this place.
+    pub fn entry<P>(self, id: String, payload: P) -> QueueEntry<P> {
+        QueueEntry { id, number: self.number, seq: self.seq, payload }
+    }
+}
+
 fn reserve<P>(state: &mut State<P>, placement: Placement) -> Ticket {
     let number = match placement {
         Placement::Number(n) => n,
@@ -194,11 +201,11 @@ impl<P: Clone + Send> PromptQueue<P> {
 
     /// Queues a prompt durably and returns its number.
     pub fn push(&self, id: String, placement: Placement, payload: P) -> Result<f64, StoreError> {
-        let ticket = self.reserve(placement);
-        let entry = QueueEntry { id, number: ticket.number, seq: ticket.seq, payload };
+        let entry = self.reserve(placement).entry(id, payload);
         self.store.insert(&entry)?;
+        let number = entry.number;
         self.admit(entry);
-        Ok(ticket.number)
+        Ok(number)
     }
 
     /// Takes a place (number and arrival order) for a prompt the caller will store itself, without holding

@@ -14,7 +14,7 @@ use futures::{SinkExt as _, StreamExt as _};
 use kiln_engine::exec::Roots;
 use kiln_engine::graph::{NodeId, Prompt, validate};
 use kiln_engine::nodes::FileKind;
-use kiln_engine::queue::{Placement, QueueEntry};
+use kiln_engine::queue::Placement;
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
@@ -586,13 +586,7 @@ impl SharedApi for LocalServer {
         };
         // Queued means durable: the prompt is stored before it is admitted and answered. Only taking the place
         // holds the queue; the insert is awaited here, with no hop through the blocking pool.
-        let ticket = runtime.queue.reserve(placement);
-        let entry = QueueEntry {
-            id: prompt_id.clone(),
-            number: ticket.number,
-            seq: ticket.seq,
-            payload: queued,
-        };
+        let entry = runtime.queue.reserve(placement).entry(prompt_id.clone(), queued);
         if let Err(e) = runtime.storage.insert_queued(&entry).await {
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "queue_unavailable",
