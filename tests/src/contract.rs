@@ -79,7 +79,10 @@ impl Contract {
     pub fn check_ws_frame(&self, text: &str) {
         self.checked.fetch_add(1, Ordering::Relaxed);
         let problem = match serde_json::from_str::<Value>(text) {
-            Ok(message) => self.validate("#/components/schemas/WsMessage", &message).err(),
+            Ok(message) => {
+                let schema = json!({"$ref": "#/components/schemas/WsMessage"});
+                self.validate("WsMessage", &schema, &message).err()
+            }
             Err(error) => Some(format!("not JSON: {error}")),
         };
         if let Some(problem) = problem {
@@ -164,7 +167,9 @@ impl Contract {
                 content.keys().collect::<Vec<_>>()
             ));
         };
-        let Some(declared) = content.keys().find(|declared| media_matches(declared, &media)) else {
+        let Some((declared, entry)) =
+            content.iter().find(|(declared, _)| media_matches(declared, &media))
+        else {
             return Err(format!(
                 "Content-Type {media} is not declared for {template} {status} (declared: {:?})",
                 content.keys().collect::<Vec<_>>()
@@ -175,12 +180,8 @@ impl Contract {
         }
         let body: Value = serde_json::from_slice(answer.body)
             .map_err(|error| format!("the body is not JSON: {error}"))?;
-        let pointer = format!(
-            "#/paths/{}/{}/responses/{status}/content/application~1json/schema",
-            escape_pointer(template),
-            answer.method.to_ascii_lowercase()
-        );
-        self.validate(&pointer, &body)
+        let key = format!("{} {template} {status}", answer.method);
+        self.validate(&key, &entry["schema"], &body)
     }
 
     /// The operation for a request: the template with the most literal segments that matches the path, tried
@@ -212,9 +213,10 @@ impl Contract {
         }
     }
 
-    /// Validates `instance` against the schema at `pointer` (a JSON pointer into the spec).
-    fn validate(&self, pointer: &str, instance: &Value) -> Result<(), String> {
-        let validator = self.validator(pointer)?;
+    /// Validates `instance` against `schema` (one of the spec's, `$ref`s into its components), compiled once
+    /// per `key`.
+    fn validate(&self, key: &str, schema: &Value, instance: &Value) -> Result<(), String> {
+        let validator = self.validator(key, schema)?;
         let errors: Vec<String> = validator
             .iter_errors(instance)
             .map(|e| format!("{} at {}", e, e.instance_path()))
@@ -222,21 +224,17 @@ impl Contract {
         if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
     }
 
-    fn validator(&self, pointer: &str) -> Result<Arc<Validator>, String> {
-        if let Some(found) = self.validators.lock().expect("validators").get(pointer) {
+    fn validator(&self, key: &str, schema: &Value) -> Result<Arc<Validator>, String> {
+        if let Some(found) = self.validators.lock().expect("validators").get(key) {
             return Ok(found.clone());
         }
-        let schema = self
-            .spec
-            .pointer(pointer.trim_start_matches('#'))
-            .ok_or_else(|| format!("the spec has no schema at {pointer}"))?;
         let root = json!({"allOf": [json_schema(schema.clone())], "components": self.components});
         let validator = jsonschema::options()
             .with_draft(Draft::Draft4)
             .build(&root)
-            .map_err(|error| format!("the schema at {pointer} does not compile: {error}"))?;
+            .map_err(|error| format!("the schema of {key} does not compile: {error}"))?;
         let validator = Arc::new(validator);
-        self.validators.lock().expect("validators").insert(pointer.to_owned(), validator.clone());
+        self.validators.lock().expect("validators").insert(key.to_owned(), validator.clone());
         Ok(validator)
     }
 }
@@ -271,10 +269,6 @@ fn media_matches(declared: &str, actual: &str) -> bool {
         Some(family) => actual.split('/').next() == Some(family),
         None => declared == actual,
     }
-}
-
-fn escape_pointer(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
 }
 
 /// OpenAPI 3.0 schema → JSON Schema draft 4: `nullable: true` becomes a `null` type (or a `null` enum value, or
