@@ -99,23 +99,40 @@ async fn relay(State(forward): State<Arc<Forward>>, request: Request) -> Respons
     let status = answer.status();
     let headers = answer.headers().clone();
     let bytes = answer.bytes().await.unwrap_or_default();
-    forward.contract.check(&Answer {
-        method: parts.method.as_str(),
-        path: parts.uri.path(),
-        status: status.as_u16(),
-        content_type: headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()),
-        body: &bytes,
-    });
-    let mut response = Response::new(axum::body::Body::from(bytes));
-    *response.status_mut() = status;
-    copy_headers(&headers, response.headers_mut());
-    response
+    check(&forward.contract, parts.method.as_str(), parts.uri.path(), status, &headers, &bytes);
+    response(status, &headers, bytes)
 }
 
-fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
-    for (name, value) in from.iter().filter(|(name, _)| !HOP_BY_HOP.contains(name)) {
-        to.append(name, value.clone());
+/// Hands the backend's answer to a request to the contract.
+fn check(
+    contract: &Contract,
+    method: &str,
+    path: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) {
+    contract.check(&Answer {
+        method,
+        path,
+        status: status.as_u16(),
+        content_type: headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+        body,
+    });
+}
+
+/// The backend's answer, passed on to the client without its hop-by-hop headers.
+fn response(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: impl Into<axum::body::Body>,
+) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = status;
+    for (name, value) in headers.iter().filter(|(name, _)| !HOP_BY_HOP.contains(name)) {
+        response.headers_mut().append(name, value.clone());
     }
+    response
 }
 
 /// Opens the same websocket on the backend, then relays messages both ways, checking the server's text frames.
@@ -132,27 +149,16 @@ async fn relay_websocket(forward: Arc<Forward>, request: Request) -> Response {
             backend_request.headers_mut().insert(name, value.clone());
         }
     }
-    let check = |status: u16, headers: &HeaderMap, body: &[u8]| {
-        forward.contract.check(&Answer {
-            method: "GET",
-            path: parts.uri.path(),
-            status,
-            content_type: headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()),
-            body,
-        });
-    };
+    let path = parts.uri.path().to_owned();
     let backend = match tokio_tungstenite::connect_async(backend_request).await {
         Ok((backend, handshake)) => {
-            check(handshake.status().as_u16(), handshake.headers(), b"");
+            check(&forward.contract, "GET", &path, handshake.status(), handshake.headers(), b"");
             backend
         }
         Err(tungstenite::Error::Http(refused)) => {
             let body = refused.body().clone().unwrap_or_default();
-            check(refused.status().as_u16(), refused.headers(), &body);
-            let mut response = Response::new(axum::body::Body::from(body));
-            *response.status_mut() = refused.status();
-            copy_headers(refused.headers(), response.headers_mut());
-            return response;
+            check(&forward.contract, "GET", &path, refused.status(), refused.headers(), &body);
+            return response(refused.status(), refused.headers(), body);
         }
         Err(error) => return (StatusCode::BAD_GATEWAY, format!("proxy: {error}")).into_response(),
     };
