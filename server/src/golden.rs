@@ -1,12 +1,10 @@
-//! Test support: reading ComfyUI's recorded exchanges (`../shared/golden/comfyui`, or `KILN_GOLDEN_DIR`).
+//! Test support: reading ComfyUI's recorded exchanges (`tests/golden/comfyui`, or `KILN_GOLDEN_DIR`).
 
 use std::path::PathBuf;
 
 /// The golden captures' folder.
 pub(crate) fn dir() -> PathBuf {
-    std::env::var_os("KILN_GOLDEN_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
-    })
+    kiln_tests::golden_dir()
 }
 
 /// One capture, parsed.

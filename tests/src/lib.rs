@@ -15,6 +15,14 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
+/// ComfyUI's recorded exchanges, kept in the repository (`tests/golden/comfyui`, see its README for where they
+/// came from); `KILN_GOLDEN_DIR` points the tests at another recording.
+pub fn golden_dir() -> PathBuf {
+    std::env::var_os("KILN_GOLDEN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("tests/golden/comfyui"))
+}
+
 /// The spec parsed as YAML, key order preserved.
 pub fn load_spec() -> serde_yaml::Value {
     let path = repo_root().join("spec/openapi.yaml");

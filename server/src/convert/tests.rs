@@ -1,4 +1,4 @@
-//! The conversions against ComfyUI's recorded answers (`../shared/golden/comfyui`): object_info of the
+//! The conversions against ComfyUI's recorded answers (`tests/golden/comfyui`): object_info of the
 //! built-in nodes, and the validation errors of every recorded `POST /prompt` case, through the engine.
 
 use kiln_engine::graph::{Prompt, validate};

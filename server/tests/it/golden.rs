@@ -1,4 +1,4 @@
-//! The real `kiln` binary replaying ComfyUI's recorded HTTP exchanges (`../shared/golden/comfyui`): the same
+//! The real `kiln` binary replaying ComfyUI's recorded HTTP exchanges (`tests/golden/comfyui`): the same
 //! status for every request, and the same body where the body does not depend on the recording machine's
 //! state (validation errors, unknown ids, empty error bodies, queue and history of an idle server).
 
@@ -6,12 +6,7 @@ use serde_json::Value;
 
 use crate::binary::{start, temp_dir};
 
-/// The golden captures' folder (`KILN_GOLDEN_DIR` overrides it).
-pub(crate) fn golden_dir() -> std::path::PathBuf {
-    std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/comfyui")
-    })
-}
+pub(crate) use kiln_tests::golden_dir;
 
 /// One capture, parsed.
 pub(crate) fn golden(case: &str) -> Value {

@@ -1,5 +1,5 @@
 //! The spec against the wire truth: every recorded exchange with the real ComfyUI server
-//! (`../shared/golden/comfyui`, see its README) must be described by the spec. For each HTTP case the
+//! (`tests/golden/comfyui`, see its README) must be described by the spec. For each HTTP case the
 //! operation and the response status must exist, a response without content in the spec must have had an empty
 //! body, and a JSON body must round-trip through the generated Rust type without losing or renaming anything.
 //! Every websocket frame must round-trip as `WsMessage`. Kiln's deliberate differences are listed in
@@ -41,12 +41,10 @@ const DIFFERENCES: &[(&str, u16, &str)] = &[
 ];
 
 fn golden_dir() -> PathBuf {
-    let dir = std::env::var_os("KILN_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/golden/comfyui"));
+    let dir = kiln_tests::golden_dir();
     assert!(
         dir.is_dir(),
-        "the ComfyUI golden captures are missing at {}; set KILN_GOLDEN_DIR to shared/golden/comfyui",
+        "the ComfyUI golden captures are missing at {}",
         dir.display()
     );
     dir
