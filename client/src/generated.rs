@@ -7,30 +7,30 @@ pub use progenitor_client::{ByteStream, ClientInfo, Error, ResponseValue};
 #[allow(unused_imports)]
 use progenitor_client::{ClientHooks, OperationInfo, RequestBuilderExt, encode_path};
 #[derive(Clone, Debug)]
-/**Client for Kiln API
-
-Kiln is a ComfyUI-compatible workflow server. This document is the single source of truth for its wire
-surface: the server's routes and the Rust and TypeScript clients are generated from it.
-
-Runtimes. Every operation carries `x-runtime`, the list of runtimes that mount it: `local` (the default
-single-user server) and/or `cloud` (the multi-user server started with `--runtime cloud`). Operations that
-exist only in the cloud runtime have `x-runtime: [cloud]` and a description that starts with `[cloud-only]`.
-
-Paths. Local routes are documented in their `/api/...` form. The server also answers every one of them at
-the bare path without `/api` (ComfyUI serves both); those aliases are router aliases, not separate
-operations. `/ws` and `/internal/...` have no `/api` form.
-
-Security. The security requirements describe the cloud runtime. The local runtime accepts anonymous
-requests; it rejects cross-origin requests to a loopback host (an `Origin` naming another host answers 403)
-unless `--enable-cors-header` is given.
-
-Errors. Kiln-native and cloud routes answer errors with `ErrorResponse`; `POST /api/prompt` with
-`PromptErrorResponse`; the jobs routes with `SimpleError`; user data routes with plain text. Where ComfyUI
-answers with an empty body (`/api/view`, unknown model folders), Kiln does the same and the response has no
-content. Where ComfyUI answers bad input with a plain-text 500, Kiln answers 400 with a JSON error body.
-
-
-Version: 0.1.0*/
+/// Client for Kiln API
+///
+/// Kiln is a ComfyUI-compatible workflow server. This document is the single source of truth for its wire
+/// surface: the server's routes and the Rust and TypeScript clients are generated from it.
+///
+/// Runtimes. Every operation carries `x-runtime`, the list of runtimes that mount it: `local` (the default
+/// single-user server) and/or `cloud` (the multi-user server started with `--runtime cloud`). Operations that
+/// exist only in the cloud runtime have `x-runtime: [cloud]` and a description that starts with `[cloud-only]`.
+///
+/// Paths. Local routes are documented in their `/api/...` form. The server also answers every one of them at
+/// the bare path without `/api` (ComfyUI serves both); those aliases are router aliases, not separate
+/// operations. `/ws` and `/internal/...` have no `/api` form.
+///
+/// Security. The security requirements describe the cloud runtime. The local runtime accepts anonymous
+/// requests; it rejects cross-origin requests to a loopback host (an `Origin` naming another host answers 403)
+/// unless `--enable-cors-header` is given.
+///
+/// Errors. Kiln-native and cloud routes answer errors with `ErrorResponse`; `POST /api/prompt` with
+/// `PromptErrorResponse`; the jobs routes with `SimpleError`; user data routes with plain text. Where ComfyUI
+/// answers with an empty body (`/api/view`, unknown model folders), Kiln does the same and the response has no
+/// content. Where ComfyUI answers bad input with a plain-text 500, Kiln answers 400 with a JSON error body.
+///
+///
+/// Version: 0.1.0
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
@@ -78,13 +78,12 @@ impl ClientInfo<()> for Client {
 impl ClientHooks<()> for &Client {}
 #[allow(clippy::all)]
 impl Client {
-    /**Token signing keys
-
-    [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
-
-    Sends a `GET` request to `/.well-known/jwks.json`
-
-    */
+    /// Token signing keys
+    ///
+    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+    ///
+    /// Sends a `GET` request to `/.well-known/jwks.json`
+    ///
     pub async fn get_jwks<'a>(&'a self) -> Result<ResponseValue<types::JwkSet>, Error<()>> {
         let url = format!("{}/.well-known/jwks.json", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -112,13 +111,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Authorization server metadata (RFC 8414)
-
-    [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
-
-    Sends a `GET` request to `/.well-known/oauth-authorization-server`
-
-    */
+    /// Authorization server metadata (RFC 8414)
+    ///
+    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-authorization-server`
+    ///
     pub async fn get_oauth_authorization_server_metadata<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::OAuthAuthorizationServerMetadata>, Error<()>> {
@@ -148,13 +146,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Protected resource metadata (RFC 9728)
-
-    [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
-
-    Sends a `GET` request to `/.well-known/oauth-protected-resource`
-
-    */
+    /// Protected resource metadata (RFC 9728)
+    ///
+    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-protected-resource`
+    ///
     pub async fn get_oauth_protected_resource_metadata<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
@@ -184,13 +181,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Protected resource metadata, path form (RFC 9728)
-
-    [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
-
-    Sends a `GET` request to `/.well-known/oauth-protected-resource/mcp`
-
-    */
+    /// Protected resource metadata, path form (RFC 9728)
+    ///
+    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-protected-resource/mcp`
+    ///
     pub async fn get_oauth_protected_resource_metadata_for_mcp<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
@@ -220,13 +216,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**The current web session
-
-    [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
-
-    Sends a `GET` request to `/api/auth/session`
-
-    */
+    /// The current web session
+    ///
+    /// [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
+    ///
+    /// Sends a `GET` request to `/api/auth/session`
+    ///
     pub async fn get_session<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
@@ -257,15 +252,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Start a web session
-
-    [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
-
-
-    Sends a `POST` request to `/api/auth/session`
-
-    */
+    /// Start a web session
+    ///
+    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
+    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+    ///
+    ///
+    /// Sends a `POST` request to `/api/auth/session`
+    ///
     pub async fn create_session<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
@@ -297,15 +291,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**End the web session
-
-    [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
-
-    Sends a `DELETE` request to `/api/auth/session`
-
-    Arguments:
-    - `x_csrf_token`: The session's CSRF token; missing or wrong answers 403.
-    */
+    /// End the web session
+    ///
+    /// [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
+    ///
+    /// Sends a `DELETE` request to `/api/auth/session`
+    ///
+    /// Arguments:
+    /// - `x_csrf_token`: The session's CSRF token; missing or wrong answers 403.
     pub async fn delete_session<'a>(
         &'a self,
         x_csrf_token: Option<&'a str>,
@@ -341,13 +334,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Mint a first-party API token
-
-    [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
-
-    Sends a `POST` request to `/api/auth/token`
-
-    */
+    /// Mint a first-party API token
+    ///
+    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    ///
+    /// Sends a `POST` request to `/api/auth/token`
+    ///
     pub async fn exchange_token<'a>(
         &'a self,
         body: &'a types::ExchangeTokenRequest,
@@ -382,13 +374,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Embedding names
-
-    Returns the names of the files in the embeddings folder, without extension.
-
-    Sends a `GET` request to `/api/embeddings`
-
-    */
+    /// Embedding names
+    ///
+    /// Returns the names of the files in the embeddings folder, without extension.
+    ///
+    /// Sends a `GET` request to `/api/embeddings`
+    ///
     pub async fn get_embeddings<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::StringList>, Error<()>> {
@@ -418,13 +409,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Model folder kinds with their paths
-
-    Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
-
-    Sends a `GET` request to `/api/experiment/models`
-
-    */
+    /// Model folder kinds with their paths
+    ///
+    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
+    ///
+    /// Sends a `GET` request to `/api/experiment/models`
+    ///
     pub async fn get_model_folder_paths<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::ModelFolderList>, Error<()>> {
@@ -454,17 +444,16 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Preview image of a model file
-
-    Returns the preview image stored beside a model file, as WebP.
-
-    Sends a `GET` request to `/api/experiment/models/preview/{folder}/{path_index}/{filename}`
-
-    Arguments:
-    - `folder`: The folder kind.
-    - `path_index`: Index of the directory within the folder kind (`pathIndex` of the file listing).
-    - `filename`: The model file name, relative to that directory.
-    */
+    /// Preview image of a model file
+    ///
+    /// Returns the preview image stored beside a model file, as WebP.
+    ///
+    /// Sends a `GET` request to `/api/experiment/models/preview/{folder}/{path_index}/{filename}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind.
+    /// - `path_index`: Index of the directory within the folder kind (`pathIndex` of the file listing).
+    /// - `filename`: The model file name, relative to that directory.
     pub async fn get_model_preview<'a>(
         &'a self,
         folder: &'a str,
@@ -498,15 +487,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Files of one model folder kind, with details
-
-    Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
-
-    Sends a `GET` request to `/api/experiment/models/{folder}`
-
-    Arguments:
-    - `folder`: The folder kind, e.g. `loras`.
-    */
+    /// Files of one model folder kind, with details
+    ///
+    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
+    ///
+    /// Sends a `GET` request to `/api/experiment/models/{folder}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind, e.g. `loras`.
     pub async fn get_model_file_details<'a>(
         &'a self,
         folder: &'a str,
@@ -539,13 +527,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Frontend extension scripts
-
-    Returns the URL paths of the JavaScript extensions the frontend should load.
-
-    Sends a `GET` request to `/api/extensions`
-
-    */
+    /// Frontend extension scripts
+    ///
+    /// Returns the URL paths of the JavaScript extensions the frontend should load.
+    ///
+    /// Sends a `GET` request to `/api/extensions`
+    ///
     pub async fn get_extensions<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::StringList>, Error<()>> {
@@ -575,13 +562,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Server feature flags
-
-    Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
-
-    Sends a `GET` request to `/api/features`
-
-    */
+    /// Server feature flags
+    ///
+    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
+    ///
+    /// Sends a `GET` request to `/api/features`
+    ///
     pub async fn get_features<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::FeatureFlags>, Error<()>> {
@@ -611,13 +597,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Unload models and free memory
-
-    Asks the executor to unload models and/or free cached memory once the current prompt has finished.
-
-    Sends a `POST` request to `/api/free`
-
-    */
+    /// Unload models and free memory
+    ///
+    /// Asks the executor to unload models and/or free cached memory once the current prompt has finished.
+    ///
+    /// Sends a `POST` request to `/api/free`
+    ///
     pub async fn free_memory<'a>(
         &'a self,
         body: &'a types::FreeRequest,
@@ -650,13 +635,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Subgraph blueprints
-
-    Returns the subgraph blueprints shipped by node packs, keyed by id.
-
-    Sends a `GET` request to `/api/global_subgraphs`
-
-    */
+    /// Subgraph blueprints
+    ///
+    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
+    ///
+    /// Sends a `GET` request to `/api/global_subgraphs`
+    ///
     pub async fn get_global_subgraphs<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::GlobalSubgraphs>, Error<()>> {
@@ -686,15 +670,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One subgraph blueprint
-
-    Returns one subgraph blueprint with its data, or `null` when the id is unknown.
-
-    Sends a `GET` request to `/api/global_subgraphs/{id}`
-
-    Arguments:
-    - `id`: The blueprint id (a SHA-256 hex digest).
-    */
+    /// One subgraph blueprint
+    ///
+    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
+    ///
+    /// Sends a `GET` request to `/api/global_subgraphs/{id}`
+    ///
+    /// Arguments:
+    /// - `id`: The blueprint id (a SHA-256 hex digest).
     pub async fn get_global_subgraph<'a>(
         &'a self,
         id: &'a str,
@@ -726,18 +709,17 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Finished prompts
-
-    Returns finished prompts keyed by prompt id, oldest first. `max_items` without `offset` returns the
-    newest `max_items`; `offset` counts from the oldest; an `offset` past the end returns `{}`.
-
-
-    Sends a `GET` request to `/api/history`
-
-    Arguments:
-    - `max_items`: Maximum number of entries to return.
-    - `offset`: Number of entries to skip, counted from the oldest.
-    */
+    /// Finished prompts
+    ///
+    /// Returns finished prompts keyed by prompt id, oldest first. `max_items` without `offset` returns the
+    /// newest `max_items`; `offset` counts from the oldest; an `offset` past the end returns `{}`.
+    ///
+    ///
+    /// Sends a `GET` request to `/api/history`
+    ///
+    /// Arguments:
+    /// - `max_items`: Maximum number of entries to return.
+    /// - `offset`: Number of entries to skip, counted from the oldest.
     pub async fn get_history<'a>(
         &'a self,
         max_items: Option<i64>,
@@ -772,13 +754,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Clear or delete history entries
-
-    Removes history entries. Unknown ids are ignored.
-
-    Sends a `POST` request to `/api/history`
-
-    */
+    /// Clear or delete history entries
+    ///
+    /// Removes history entries. Unknown ids are ignored.
+    ///
+    /// Sends a `POST` request to `/api/history`
+    ///
     pub async fn manage_history<'a>(
         &'a self,
         body: &'a types::HistoryManageRequest,
@@ -811,15 +792,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One finished prompt
-
-    Returns the history entry of one prompt keyed by its id, or `{}` when the id is unknown or not finished.
-
-    Sends a `GET` request to `/api/history/{prompt_id}`
-
-    Arguments:
-    - `prompt_id`: The prompt id returned by `POST /api/prompt`.
-    */
+    /// One finished prompt
+    ///
+    /// Returns the history entry of one prompt keyed by its id, or `{}` when the id is unknown or not finished.
+    ///
+    /// Sends a `GET` request to `/api/history/{prompt_id}`
+    ///
+    /// Arguments:
+    /// - `prompt_id`: The prompt id returned by `POST /api/prompt`.
     pub async fn get_history_for_prompt<'a>(
         &'a self,
         prompt_id: &'a str,
@@ -850,13 +830,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Translations from custom nodes
-
-    Returns the merged locale files of installed node packs, keyed by language.
-
-    Sends a `GET` request to `/api/i18n`
-
-    */
+    /// Translations from custom nodes
+    ///
+    /// Returns the merged locale files of installed node packs, keyed by language.
+    ///
+    /// Sends a `GET` request to `/api/i18n`
+    ///
     pub async fn get_i18n<'a>(&'a self) -> Result<ResponseValue<types::I18nResponse>, Error<()>> {
         let url = format!("{}/api/i18n", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -884,15 +863,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Interrupt execution
-
-    Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    no-op). A body that is not JSON counts as `{}`.
-
-
-    Sends a `POST` request to `/api/interrupt`
-
-    */
+    /// Interrupt execution
+    ///
+    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
+    /// no-op). A body that is not JSON counts as `{}`.
+    ///
+    ///
+    /// Sends a `POST` request to `/api/interrupt`
+    ///
     pub async fn interrupt<'a>(
         &'a self,
         body: &'a types::InterruptRequest,
@@ -915,20 +893,19 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**List jobs
-
-    Lists queued, running and finished prompts as jobs, newest first by default.
-
-    Sends a `GET` request to `/api/jobs`
-
-    Arguments:
-    - `limit`: Maximum number of jobs to return; all when absent.
-    - `offset`: Number of jobs to skip; a negative value counts as 0.
-    - `sort_by`: Sort key.
-    - `sort_order`: Sort direction.
-    - `status`: Comma-separated statuses to keep (`pending`, `in_progress`, `completed`, `failed`, `cancelled`).
-    - `workflow_id`: Keep only jobs of this workflow id (from `extra_pnginfo.workflow.id`).
-    */
+    /// List jobs
+    ///
+    /// Lists queued, running and finished prompts as jobs, newest first by default.
+    ///
+    /// Sends a `GET` request to `/api/jobs`
+    ///
+    /// Arguments:
+    /// - `limit`: Maximum number of jobs to return; all when absent.
+    /// - `offset`: Number of jobs to skip; a negative value counts as 0.
+    /// - `sort_by`: Sort key.
+    /// - `sort_order`: Sort direction.
+    /// - `status`: Comma-separated statuses to keep (`pending`, `in_progress`, `completed`, `failed`, `cancelled`).
+    /// - `workflow_id`: Keep only jobs of this workflow id (from `extra_pnginfo.workflow.id`).
     pub async fn list_jobs<'a>(
         &'a self,
         limit: Option<::std::num::NonZeroU64>,
@@ -971,15 +948,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Cancel several jobs
-
-    Cancels each listed job, best effort: a running job is interrupted, a pending one dequeued, a finished or
-    unknown one left alone. `cancelled` is true if any cancel took effect.
-
-
-    Sends a `POST` request to `/api/jobs/cancel`
-
-    */
+    /// Cancel several jobs
+    ///
+    /// Cancels each listed job, best effort: a running job is interrupted, a pending one dequeued, a finished or
+    /// unknown one left alone. `cancelled` is true if any cancel took effect.
+    ///
+    ///
+    /// Sends a `POST` request to `/api/jobs/cancel`
+    ///
     pub async fn cancel_jobs<'a>(
         &'a self,
         body: &'a types::JobsCancelRequest,
@@ -1012,15 +988,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One job
-
-    Returns one job with its outputs, raw execution status and workflow.
-
-    Sends a `GET` request to `/api/jobs/{job_id}`
-
-    Arguments:
-    - `job_id`: The job id (the prompt id).
-    */
+    /// One job
+    ///
+    /// Returns one job with its outputs, raw execution status and workflow.
+    ///
+    /// Sends a `GET` request to `/api/jobs/{job_id}`
+    ///
+    /// Arguments:
+    /// - `job_id`: The job id (the prompt id).
     pub async fn get_job<'a>(
         &'a self,
         job_id: &'a str,
@@ -1053,15 +1028,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Cancel one job
-
-    Cancels one job; idempotent. A finished or unknown job answers `{"cancelled": false}`.
-
-    Sends a `POST` request to `/api/jobs/{job_id}/cancel`
-
-    Arguments:
-    - `job_id`: The job id (the prompt id).
-    */
+    /// Cancel one job
+    ///
+    /// Cancels one job; idempotent. A finished or unknown job answers `{"cancelled": false}`.
+    ///
+    /// Sends a `POST` request to `/api/jobs/{job_id}/cancel`
+    ///
+    /// Arguments:
+    /// - `job_id`: The job id (the prompt id).
     pub async fn cancel_job<'a>(
         &'a self,
         job_id: &'a str,
@@ -1093,13 +1067,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Model folder kinds
-
-    Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
-
-    Sends a `GET` request to `/api/models`
-
-    */
+    /// Model folder kinds
+    ///
+    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
+    ///
+    /// Sends a `GET` request to `/api/models`
+    ///
     pub async fn get_model_folders<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::StringList>, Error<()>> {
@@ -1129,15 +1102,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Files of one model folder kind
-
-    Returns the file names (relative to the folder) of one model folder kind.
-
-    Sends a `GET` request to `/api/models/{folder}`
-
-    Arguments:
-    - `folder`: The folder kind, e.g. `checkpoints`.
-    */
+    /// Files of one model folder kind
+    ///
+    /// Returns the file names (relative to the folder) of one model folder kind.
+    ///
+    /// Sends a `GET` request to `/api/models/{folder}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind, e.g. `checkpoints`.
     pub async fn get_model_files<'a>(
         &'a self,
         folder: &'a str,
@@ -1169,13 +1141,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Registered node class replacements
-
-    Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
-
-    Sends a `GET` request to `/api/node_replacements`
-
-    */
+    /// Registered node class replacements
+    ///
+    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
+    ///
+    /// Sends a `GET` request to `/api/node_replacements`
+    ///
     pub async fn get_node_replacements<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::NodeReplacements>, Error<()>> {
@@ -1205,13 +1176,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**All node definitions
-
-    Returns the definition of every registered node class, keyed by class name.
-
-    Sends a `GET` request to `/api/object_info`
-
-    */
+    /// All node definitions
+    ///
+    /// Returns the definition of every registered node class, keyed by class name.
+    ///
+    /// Sends a `GET` request to `/api/object_info`
+    ///
     pub async fn get_object_info<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::ObjectInfoResponse>, Error<()>> {
@@ -1241,15 +1211,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One node definition
-
-    Returns the definition of one node class keyed by its name, or `{}` when the class is unknown.
-
-    Sends a `GET` request to `/api/object_info/{node_class}`
-
-    Arguments:
-    - `node_class`: The node class name, e.g. `KSampler`.
-    */
+    /// One node definition
+    ///
+    /// Returns the definition of one node class keyed by its name, or `{}` when the class is unknown.
+    ///
+    /// Sends a `GET` request to `/api/object_info/{node_class}`
+    ///
+    /// Arguments:
+    /// - `node_class`: The node class name, e.g. `KSampler`.
     pub async fn get_node_info<'a>(
         &'a self,
         node_class: &'a str,
@@ -1281,13 +1250,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Queue counter
-
-    Returns how many prompts are pending or running.
-
-    Sends a `GET` request to `/api/prompt`
-
-    */
+    /// Queue counter
+    ///
+    /// Returns how many prompts are pending or running.
+    ///
+    /// Sends a `GET` request to `/api/prompt`
+    ///
     pub async fn get_prompt_info<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::PromptInfo>, Error<()>> {
@@ -1317,20 +1285,19 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Submit a workflow
-
-    Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
-    (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
-    error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
-    The request is durable once acknowledged.
-
-
-    Sends a `POST` request to `/api/prompt`
-
-    Arguments:
-    - `comfy_usage_source`: Copied into `extra_data.comfy_usage_source` unless the body already sets it.
-    - `body`
-    */
+    /// Submit a workflow
+    ///
+    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
+    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
+    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
+    /// The request is durable once acknowledged.
+    ///
+    ///
+    /// Sends a `POST` request to `/api/prompt`
+    ///
+    /// Arguments:
+    /// - `comfy_usage_source`: Copied into `extra_data.comfy_usage_source` unless the body already sets it.
+    /// - `body`
     pub async fn execute_prompt<'a>(
         &'a self,
         comfy_usage_source: Option<&'a str>,
@@ -1367,13 +1334,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Running and pending prompts
-
-    Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
-
-    Sends a `GET` request to `/api/queue`
-
-    */
+    /// Running and pending prompts
+    ///
+    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
+    ///
+    /// Sends a `GET` request to `/api/queue`
+    ///
     pub async fn get_queue<'a>(&'a self) -> Result<ResponseValue<types::QueueResponse>, Error<()>> {
         let url = format!("{}/api/queue", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -1401,13 +1367,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Clear or delete pending prompts
-
-    Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
-
-    Sends a `POST` request to `/api/queue`
-
-    */
+    /// Clear or delete pending prompts
+    ///
+    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
+    ///
+    /// Sends a `POST` request to `/api/queue`
+    ///
     pub async fn manage_queue<'a>(
         &'a self,
         body: &'a types::QueueManageRequest,
@@ -1440,13 +1405,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**All settings
-
-    Returns the user's settings object (`{}` when none were saved).
-
-    Sends a `GET` request to `/api/settings`
-
-    */
+    /// All settings
+    ///
+    /// Returns the user's settings object (`{}` when none were saved).
+    ///
+    /// Sends a `GET` request to `/api/settings`
+    ///
     pub async fn get_settings<'a>(&'a self) -> Result<ResponseValue<types::Settings>, Error<()>> {
         let url = format!("{}/api/settings", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -1474,13 +1438,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Merge settings
-
-    Shallow-merges the posted object into the user's settings.
-
-    Sends a `POST` request to `/api/settings`
-
-    */
+    /// Merge settings
+    ///
+    /// Shallow-merges the posted object into the user's settings.
+    ///
+    /// Sends a `POST` request to `/api/settings`
+    ///
     pub async fn post_settings<'a>(
         &'a self,
         body: &'a types::Settings,
@@ -1513,15 +1476,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One setting
-
-    Returns the value of one setting, or `null` when it is not set.
-
-    Sends a `GET` request to `/api/settings/{id}`
-
-    Arguments:
-    - `id`: The setting id, e.g. `Comfy.Locale`.
-    */
+    /// One setting
+    ///
+    /// Returns the value of one setting, or `null` when it is not set.
+    ///
+    /// Sends a `GET` request to `/api/settings/{id}`
+    ///
+    /// Arguments:
+    /// - `id`: The setting id, e.g. `Comfy.Locale`.
     pub async fn get_setting<'a>(
         &'a self,
         id: &'a str,
@@ -1552,16 +1514,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Set one setting
-
-    Sets one setting to the posted JSON value.
-
-    Sends a `POST` request to `/api/settings/{id}`
-
-    Arguments:
-    - `id`: The setting id, e.g. `Comfy.Locale`.
-    - `body`
-    */
+    /// Set one setting
+    ///
+    /// Sets one setting to the posted JSON value.
+    ///
+    /// Sends a `POST` request to `/api/settings/{id}`
+    ///
+    /// Arguments:
+    /// - `id`: The setting id, e.g. `Comfy.Locale`.
+    /// - `body`
     pub async fn post_setting<'a>(
         &'a self,
         id: &'a str,
@@ -1595,16 +1556,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Host and device information
-
-    Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
-    its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
-    still work.
-
-
-    Sends a `GET` request to `/api/system_stats`
-
-    */
+    /// Host and device information
+    ///
+    /// Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
+    /// its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
+    /// still work.
+    ///
+    ///
+    /// Sends a `GET` request to `/api/system_stats`
+    ///
     pub async fn get_system_stats<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::SystemStats>, Error<()>> {
@@ -1634,20 +1594,19 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**List user data files
-
-    Lists the files under a directory of the user's data. Plain names by default; with `full_info=true`
-    objects with size and times; with `split=true` each path split into its parts.
-
-
-    Sends a `GET` request to `/api/userdata`
-
-    Arguments:
-    - `dir`: The directory, relative to the user's data root.
-    - `full_info`: `true` to return `UserDataFileInfo` objects.
-    - `recurse`: `true` to include files in subdirectories.
-    - `split`: `true` to return each path as `[relative, part1, part2, ...]`.
-    */
+    /// List user data files
+    ///
+    /// Lists the files under a directory of the user's data. Plain names by default; with `full_info=true`
+    /// objects with size and times; with `split=true` each path split into its parts.
+    ///
+    ///
+    /// Sends a `GET` request to `/api/userdata`
+    ///
+    /// Arguments:
+    /// - `dir`: The directory, relative to the user's data root.
+    /// - `full_info`: `true` to return `UserDataFileInfo` objects.
+    /// - `recurse`: `true` to include files in subdirectories.
+    /// - `split`: `true` to return each path as `[relative, part1, part2, ...]`.
     pub async fn list_user_data<'a>(
         &'a self,
         dir: &'a str,
@@ -1688,15 +1647,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Read a user data file
-
-    Returns a file of the user's data as an attachment (`user.css` inline as `text/css`).
-
-    Sends a `GET` request to `/api/userdata/{file}`
-
-    Arguments:
-    - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
-    */
+    /// Read a user data file
+    ///
+    /// Returns a file of the user's data as an attachment (`user.css` inline as `text/css`).
+    ///
+    /// Sends a `GET` request to `/api/userdata/{file}`
+    ///
+    /// Arguments:
+    /// - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
     pub async fn get_user_data<'a>(
         &'a self,
         file: &'a str,
@@ -1722,20 +1680,19 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Write a user data file
-
-    Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-    the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
-
-
-    Sends a `POST` request to `/api/userdata/{file}`
-
-    Arguments:
-    - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
-    - `full_info`: `true` to return `UserDataFileInfo` instead of the path.
-    - `overwrite`: `false` to refuse replacing an existing file (409); true when absent.
-    - `body`
-    */
+    /// Write a user data file
+    ///
+    /// Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
+    /// the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+    ///
+    ///
+    /// Sends a `POST` request to `/api/userdata/{file}`
+    ///
+    /// Arguments:
+    /// - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
+    /// - `full_info`: `true` to return `UserDataFileInfo` instead of the path.
+    /// - `overwrite`: `false` to refuse replacing an existing file (409); true when absent.
+    /// - `body`
     pub async fn post_user_data<'a, B: Into<reqwest::Body>>(
         &'a self,
         file: &'a str,
@@ -1780,15 +1737,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Delete a user data file
-
-    Deletes a file of the user's data.
-
-    Sends a `DELETE` request to `/api/userdata/{file}`
-
-    Arguments:
-    - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
-    */
+    /// Delete a user data file
+    ///
+    /// Deletes a file of the user's data.
+    ///
+    /// Sends a `DELETE` request to `/api/userdata/{file}`
+    ///
+    /// Arguments:
+    /// - `file`: The file path relative to the user's data root, URL-encoded (`/` as `%2F`).
     pub async fn delete_user_data<'a>(
         &'a self,
         file: &'a str,
@@ -1813,18 +1769,17 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Move or rename a user data file
-
-    Moves a file of the user's data to another path, with the `overwrite` and `full_info` rules of `postUserData`.
-
-    Sends a `POST` request to `/api/userdata/{file}/move/{dest}`
-
-    Arguments:
-    - `file`: The source path, URL-encoded.
-    - `dest`: The destination path, URL-encoded.
-    - `full_info`: `true` to return `UserDataFileInfo` instead of the path.
-    - `overwrite`: `false` to refuse replacing an existing destination (409); true when absent.
-    */
+    /// Move or rename a user data file
+    ///
+    /// Moves a file of the user's data to another path, with the `overwrite` and `full_info` rules of `postUserData`.
+    ///
+    /// Sends a `POST` request to `/api/userdata/{file}/move/{dest}`
+    ///
+    /// Arguments:
+    /// - `file`: The source path, URL-encoded.
+    /// - `dest`: The destination path, URL-encoded.
+    /// - `full_info`: `true` to return `UserDataFileInfo` instead of the path.
+    /// - `overwrite`: `false` to refuse replacing an existing destination (409); true when absent.
     pub async fn move_user_data<'a>(
         &'a self,
         file: &'a str,
@@ -1869,13 +1824,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**User storage mode
-
-    Returns how user data is stored and, in multi-user mode, the known users.
-
-    Sends a `GET` request to `/api/users`
-
-    */
+    /// User storage mode
+    ///
+    /// Returns how user data is stored and, in multi-user mode, the known users.
+    ///
+    /// Sends a `GET` request to `/api/users`
+    ///
     pub async fn get_users<'a>(&'a self) -> Result<ResponseValue<types::UsersResponse>, Error<()>> {
         let url = format!("{}/api/users", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -1903,13 +1857,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Create a user
-
-    Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
-
-    Sends a `POST` request to `/api/users`
-
-    */
+    /// Create a user
+    ///
+    /// Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
+    ///
+    /// Sends a `POST` request to `/api/users`
+    ///
     pub async fn create_user<'a>(
         &'a self,
         body: &'a types::CreateUserRequest,
@@ -1942,15 +1895,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Structured listing of user data
-
-    Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
-
-    Sends a `GET` request to `/api/v2/userdata`
-
-    Arguments:
-    - `path`: The directory, relative to the user's data root; the root when absent.
-    */
+    /// Structured listing of user data
+    ///
+    /// Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
+    ///
+    /// Sends a `GET` request to `/api/v2/userdata`
+    ///
+    /// Arguments:
+    /// - `path`: The directory, relative to the user's data root; the root when absent.
     pub async fn list_user_data_v2<'a>(
         &'a self,
         path: Option<&'a str>,
@@ -1985,23 +1937,22 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Fetch a file or a preview of it
-
-    Serves a file from the input, output or temp directory. `filename` may carry a type annotation
-    (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
-    `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
-    Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
-
-
-    Sends a `GET` request to `/api/view`
-
-    Arguments:
-    - `channel`: `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
-    - `filename`: The file name (only its base name is used); absent answers 404.
-    - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
-    - `subfolder`: A folder relative to the root.
-    - `type_`: Which root to read from; `output` when absent.
-    */
+    /// Fetch a file or a preview of it
+    ///
+    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
+    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
+    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
+    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    ///
+    ///
+    /// Sends a `GET` request to `/api/view`
+    ///
+    /// Arguments:
+    /// - `channel`: `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
+    /// - `filename`: The file name (only its base name is used); absent answers 404.
+    /// - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
+    /// - `subfolder`: A folder relative to the root.
+    /// - `type_`: Which root to read from; `output` when absent.
     pub async fn view_file<'a>(
         &'a self,
         channel: Option<types::ImageChannel>,
@@ -2040,16 +1991,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Metadata of a safetensors file
-
-    Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
-
-    Sends a `GET` request to `/api/view_metadata/{folder_name}`
-
-    Arguments:
-    - `folder_name`: The model folder kind, e.g. `checkpoints` or `loras`.
-    - `filename`: The file, relative to the folder; must end in `.safetensors`.
-    */
+    /// Metadata of a safetensors file
+    ///
+    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
+    ///
+    /// Sends a `GET` request to `/api/view_metadata/{folder_name}`
+    ///
+    /// Arguments:
+    /// - `folder_name`: The model folder kind, e.g. `checkpoints` or `loras`.
+    /// - `filename`: The file, relative to the folder; must end in `.safetensors`.
     pub async fn get_view_metadata<'a>(
         &'a self,
         folder_name: &'a str,
@@ -2087,13 +2037,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Example workflows of node packs
-
-    Returns the example workflow names of each node pack that ships some.
-
-    Sends a `GET` request to `/api/workflow_templates`
-
-    */
+    /// Example workflows of node packs
+    ///
+    /// Returns the example workflow names of each node pack that ships some.
+    ///
+    /// Sends a `GET` request to `/api/workflow_templates`
+    ///
     pub async fn get_workflow_templates<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::WorkflowTemplates>, Error<()>> {
@@ -2123,16 +2072,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**One example workflow
-
-    Returns one example workflow (UI format JSON) of a node pack.
-
-    Sends a `GET` request to `/api/workflow_templates/{module_name}/{filename}`
-
-    Arguments:
-    - `module_name`: The node pack.
-    - `filename`: The template file name, ending in `.json`.
-    */
+    /// One example workflow
+    ///
+    /// Returns one example workflow (UI format JSON) of a node pack.
+    ///
+    /// Sends a `GET` request to `/api/workflow_templates/{module_name}/{filename}`
+    ///
+    /// Arguments:
+    /// - `module_name`: The node pack.
+    /// - `filename`: The template file name, ending in `.json`.
     pub async fn get_workflow_template<'a>(
         &'a self,
         module_name: &'a str,
@@ -2170,15 +2118,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Files of the input, output or temp directory
-
-    Lists the files of one of the three file roots, newest first.
-
-    Sends a `GET` request to `/internal/files/{directory_type}`
-
-    Arguments:
-    - `directory_type`: Which root to list.
-    */
+    /// Files of the input, output or temp directory
+    ///
+    /// Lists the files of one of the three file roots, newest first.
+    ///
+    /// Sends a `GET` request to `/internal/files/{directory_type}`
+    ///
+    /// Arguments:
+    /// - `directory_type`: Which root to list.
     pub async fn get_directory_files<'a>(
         &'a self,
         directory_type: types::FileType,
@@ -2214,13 +2161,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Configured model folders
-
-    Returns the directories configured for each model folder kind.
-
-    Sends a `GET` request to `/internal/folder_paths`
-
-    */
+    /// Configured model folders
+    ///
+    /// Returns the directories configured for each model folder kind.
+    ///
+    /// Sends a `GET` request to `/internal/folder_paths`
+    ///
     pub async fn get_folder_paths<'a>(
         &'a self,
     ) -> Result<ResponseValue<types::FolderPaths>, Error<()>> {
@@ -2250,13 +2196,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Server log text
-
-    Returns the recent server log as text.
-
-    Sends a `GET` request to `/internal/logs`
-
-    */
+    /// Server log text
+    ///
+    /// Returns the recent server log as text.
+    ///
+    /// Sends a `GET` request to `/internal/logs`
+    ///
     pub async fn get_logs<'a>(&'a self) -> Result<ResponseValue<ByteStream>, Error<()>> {
         let url = format!("{}/internal/logs", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -2276,13 +2221,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Structured server log
-
-    Returns the recent server log entries with the terminal size.
-
-    Sends a `GET` request to `/internal/logs/raw`
-
-    */
+    /// Structured server log
+    ///
+    /// Returns the recent server log entries with the terminal size.
+    ///
+    /// Sends a `GET` request to `/internal/logs/raw`
+    ///
     pub async fn get_raw_logs<'a>(&'a self) -> Result<ResponseValue<types::LogsRaw>, Error<()>> {
         let url = format!("{}/internal/logs/raw", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -2310,13 +2254,12 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Subscribe a websocket to log events
-
-    Turns `logs` websocket events on or off for one client id.
-
-    Sends a `PATCH` request to `/internal/logs/subscribe`
-
-    */
+    /// Subscribe a websocket to log events
+    ///
+    /// Turns `logs` websocket events on or off for one client id.
+    ///
+    /// Sends a `PATCH` request to `/internal/logs/subscribe`
+    ///
     pub async fn subscribe_logs<'a>(
         &'a self,
         body: &'a types::LogsSubscribeRequest,
@@ -2349,28 +2292,27 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Authorization endpoint and consent challenge
-
-    [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
-    and `resource`) is redirected with 303 to the consent page carrying `oauth_request_id` (through login
-    when there is no session); an invalid `client_id` or `redirect_uri` answers 400 without redirecting; any
-    other error redirects (302) to the client with `error`, `state` and `iss`. The consent page then calls
-    this endpoint with `oauth_request_id` and `Accept: application/json` to get the consent challenge.
-
-
-    Sends a `GET` request to `/oauth/authorize`
-
-    Arguments:
-    - `client_id`: The registered client id.
-    - `code_challenge`: BASE64URL(SHA-256(code_verifier)), 43 characters.
-    - `code_challenge_method`: Must be `S256`.
-    - `oauth_request_id`: A pending request handle; asks for its consent challenge as JSON.
-    - `redirect_uri`: One of the client's registered redirect URIs (loopback ports may differ).
-    - `resource`: The resource indicator (RFC 8707), the MCP endpoint URL.
-    - `response_type`: Must be `code`.
-    - `scope`: Space-separated scopes.
-    - `state`: Opaque client state, returned unchanged.
-    */
+    /// Authorization endpoint and consent challenge
+    ///
+    /// [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
+    /// and `resource`) is redirected with 303 to the consent page carrying `oauth_request_id` (through login
+    /// when there is no session); an invalid `client_id` or `redirect_uri` answers 400 without redirecting; any
+    /// other error redirects (302) to the client with `error`, `state` and `iss`. The consent page then calls
+    /// this endpoint with `oauth_request_id` and `Accept: application/json` to get the consent challenge.
+    ///
+    ///
+    /// Sends a `GET` request to `/oauth/authorize`
+    ///
+    /// Arguments:
+    /// - `client_id`: The registered client id.
+    /// - `code_challenge`: BASE64URL(SHA-256(code_verifier)), 43 characters.
+    /// - `code_challenge_method`: Must be `S256`.
+    /// - `oauth_request_id`: A pending request handle; asks for its consent challenge as JSON.
+    /// - `redirect_uri`: One of the client's registered redirect URIs (loopback ports may differ).
+    /// - `resource`: The resource indicator (RFC 8707), the MCP endpoint URL.
+    /// - `response_type`: Must be `code`.
+    /// - `scope`: Space-separated scopes.
+    /// - `state`: Opaque client state, returned unchanged.
     pub async fn oauth_authorize<'a>(
         &'a self,
         client_id: Option<&'a str>,
@@ -2424,16 +2366,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Record the consent decision
-
-    [cloud-only] Records the user's decision on a pending request and answers the URL the browser must go to:
-    the client's redirect URI with `code`, `state` and `iss` on allow, or `error=access_denied` on deny.
-    Never a 307/308 redirect.
-
-
-    Sends a `POST` request to `/oauth/authorize`
-
-    */
+    /// Record the consent decision
+    ///
+    /// [cloud-only] Records the user's decision on a pending request and answers the URL the browser must go to:
+    /// the client's redirect URI with `code`, `state` and `iss` on allow, or `error=access_denied` on deny.
+    /// Never a 307/308 redirect.
+    ///
+    ///
+    /// Sends a `POST` request to `/oauth/authorize`
+    ///
     pub async fn oauth_authorize_decision<'a>(
         &'a self,
         body: &'a types::OAuthConsentDecision,
@@ -2468,15 +2409,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Dynamic client registration (RFC 7591)
-
-    [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    defaults and are returned as stored. Open registration, rate limited per address.
-
-
-    Sends a `POST` request to `/oauth/register`
-
-    */
+    /// Dynamic client registration (RFC 7591)
+    ///
+    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
+    /// defaults and are returned as stored. Open registration, rate limited per address.
+    ///
+    ///
+    /// Sends a `POST` request to `/oauth/register`
+    ///
     pub async fn oauth_register<'a>(
         &'a self,
         body: &'a types::OAuthRegisterRequest,
@@ -2511,16 +2451,15 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /**Token endpoint
-
-    [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
-    The body is form-urlencoded; any other body still gets an OAuth JSON error. Responses carry
-    `Cache-Control: no-store` and `Pragma: no-cache`.
-
-
-    Sends a `POST` request to `/oauth/token`
-
-    */
+    /// Token endpoint
+    ///
+    /// [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
+    /// The body is form-urlencoded; any other body still gets an OAuth JSON error. Responses carry
+    /// `Cache-Control: no-store` and `Pragma: no-cache`.
+    ///
+    ///
+    /// Sends a `POST` request to `/oauth/token`
+    ///
     pub async fn oauth_token<'a>(
         &'a self,
         body: &'a types::OAuthTokenRequest,

@@ -95,13 +95,85 @@ pub fn generate_all(spec_yaml: &str, repo_root: &Path) -> Result<Vec<GeneratedFi
     ])
 }
 
+/// Splits every outer `#[doc = "..."]` of several lines into one attribute per line, at every depth.
+///
+/// prettyplease writes a multi-line doc attribute as a `/** ... */` block whose continuation lines are indented,
+/// and rustdoc reads indented lines as a code block (and fails `cargo doc` when they are not Rust). One
+/// attribute per line is written as `///` lines instead.
+fn one_doc_attribute_per_line(tokens: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    use proc_macro2::{Delimiter, Group, TokenTree};
+
+    let mut out = Vec::new();
+    let mut tokens = tokens.into_iter().peekable();
+    while let Some(token) = tokens.next() {
+        match token {
+            TokenTree::Punct(hash) if hash.as_char() == '#' => {
+                let lines = match tokens.peek() {
+                    Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket => {
+                        doc_lines(g.stream())
+                    }
+                    _ => None,
+                };
+                match lines {
+                    Some(lines) => {
+                        tokens.next();
+                        out.extend(lines.iter().flat_map(|line| {
+                            quote::quote!(#[doc = #line]).into_iter().collect::<Vec<_>>()
+                        }));
+                    }
+                    None => out.push(TokenTree::Punct(hash)),
+                }
+            }
+            TokenTree::Group(group) => {
+                let mut inner =
+                    Group::new(group.delimiter(), one_doc_attribute_per_line(group.stream()));
+                inner.set_span(group.span());
+                out.push(TokenTree::Group(inner));
+            }
+            other => out.push(other),
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The lines of `doc = "..."` when the text has more than one line.
+fn doc_lines(attribute: proc_macro2::TokenStream) -> Option<Vec<String>> {
+    let attribute: syn::MetaNameValue = syn::parse2(attribute).ok()?;
+    if !attribute.path.is_ident("doc") {
+        return None;
+    }
+    let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(text), .. }) = attribute.value else {
+        return None;
+    };
+    let text = text.value();
+    let lines: Vec<&str> = text.lines().collect();
+    (lines.len() > 1).then(|| {
+        // Continuation lines keep their text but lose the indentation of the generator's source.
+        let indent = lines[1..]
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let line =
+                    if i == 0 { line.trim_start() } else { line.get(indent..).unwrap_or("") };
+                if line.is_empty() { String::new() } else { format!(" {line}") }
+            })
+            .collect()
+    })
+}
+
 /// Turns generated tokens into a formatted file with the generated header and a module doc line.
 pub(crate) fn format_file(
     tokens: proc_macro2::TokenStream,
     doc: &str,
     repo_root: &Path,
 ) -> Result<String, Error> {
-    let file: syn::File = syn::parse2(tokens).map_err(Error::Parse)?;
+    let file: syn::File = syn::parse2(one_doc_attribute_per_line(tokens)).map_err(Error::Parse)?;
     let body = prettyplease::unparse(&file);
     types::rustfmt(&format!("{GENERATED_HEADER}\n//! {doc}\n\n{body}"), repo_root)
 }

@@ -314,14 +314,18 @@ fn trait_method(op: &Operation) -> TokenStream {
     }
     doc.push_str(op.description.trim());
     doc.push_str(&format!(
-        "\n\n`{} {}` (operationId `{}`), x-runtime: [{}].",
+        "\n\n`{} {}` (operationId `{}`), `x-runtime: [{}]`.",
         op.method.to_uppercase(),
         op.path,
         op.id,
         op.runtimes.join(", ")
     ));
+    // One attribute per line, so the method's doc is written as `///` lines: a multi-line attribute becomes a
+    // block comment whose indented lines rustdoc would read as a code block.
+    let doc =
+        doc.lines().map(|line| if line.is_empty() { String::new() } else { format!(" {line}") });
     quote! {
-        #[doc = #doc]
+        #(#[doc = #doc])*
         fn #name(&self, parts: Parts, #(#args),*) -> impl Future<Output = #output> + Send;
     }
 }

@@ -24,16 +24,16 @@ struct Args {
     /// Where Kiln keeps its state; the other directories default to folders inside it.
     #[arg(long, default_value = "kiln-data")]
     data_dir: PathBuf,
-    /// The input directory (uploads, LoadImage). Default: <data-dir>/input.
+    /// The input directory (uploads, LoadImage). Default: DATA_DIR/input.
     #[arg(long)]
     input_directory: Option<PathBuf>,
-    /// The output directory (SaveImage). Default: <data-dir>/output.
+    /// The output directory (SaveImage). Default: DATA_DIR/output.
     #[arg(long)]
     output_directory: Option<PathBuf>,
-    /// The temp directory (PreviewImage). Default: <data-dir>/temp.
+    /// The temp directory (PreviewImage). Default: DATA_DIR/temp.
     #[arg(long)]
     temp_directory: Option<PathBuf>,
-    /// The user directory (settings, user data). Default: <data-dir>/user.
+    /// The user directory (settings, user data). Default: DATA_DIR/user.
     #[arg(long)]
     user_directory: Option<PathBuf>,
     /// Serve the ComfyUI frontend from this folder (the `static` folder of `comfyui-frontend-package`).

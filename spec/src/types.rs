@@ -476,10 +476,9 @@ impl ::std::convert::TryFrom<::std::string::String> for ImageChannel {
         value.parse()
     }
 }
-/**An input declaration `[TYPE]` or `[TYPE, options]`. TYPE is a type name (`INT`, `FLOAT`, `STRING`,
-`BOOLEAN`, `IMAGE`, `COMBO`, ...) or, for a legacy combo, the list of choices. Options are the node's
-(`default`, `min`, `max`, `step`, `multiline`, `tooltip`, `options` for `COMBO`, ...).
-*/
+/// An input declaration `[TYPE]` or `[TYPE, options]`. TYPE is a type name (`INT`, `FLOAT`, `STRING`,
+/// `BOOLEAN`, `IMAGE`, `COMBO`, ...) or, for a legacy combo, the list of choices. Options are the node's
+/// (`default`, `min`, `max`, `step`, `multiline`, `tooltip`, `options` for `COMBO`, ...).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
 pub struct InputSpec(pub ::std::vec::Vec<InputSpecElement>);
@@ -1242,10 +1241,9 @@ pub struct OAuthProtectedResourceMetadata {
     ///The scopes the resource understands.
     pub scopes_supported: ::std::vec::Vec<::std::string::String>,
 }
-/**A registration error (RFC 7591 §3.2.2). `error` is `invalid_redirect_uri`, `invalid_client_metadata`,
-`invalid_software_statement` or `unapproved_software_statement`; Kiln adds `request_too_large` (413) and
-`too_many_requests` (429).
-*/
+/// A registration error (RFC 7591 §3.2.2). `error` is `invalid_redirect_uri`, `invalid_client_metadata`,
+/// `invalid_software_statement` or `unapproved_software_statement`; Kiln adds `request_too_large` (413) and
+/// `too_many_requests` (429).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthRegisterError {
     ///The error code.
@@ -1700,13 +1698,12 @@ impl ::std::convert::From<::std::collections::HashMap<::std::string::String, Pro
         Self(value)
     }
 }
-/**One validation error. `type` is one of `no_prompt`, `invalid_prompt_id`, `invalid_prompt` (Kiln: the
-prompt or body is not an object), `prompt_no_outputs`, `prompt_outputs_failed_validation`,
-`missing_node_type`, `required_input_missing`, `bad_linked_input`, `return_type_mismatch`,
-`exception_during_inner_validation`, `invalid_input_type`, `value_smaller_than_min`,
-`value_bigger_than_max`, `value_not_in_list`, `custom_validation_failed`, `exception_during_validation`,
-`dependency_cycle`; node packs may add more.
-*/
+/// One validation error. `type` is one of `no_prompt`, `invalid_prompt_id`, `invalid_prompt` (Kiln: the
+/// prompt or body is not an object), `prompt_no_outputs`, `prompt_outputs_failed_validation`,
+/// `missing_node_type`, `required_input_missing`, `bad_linked_input`, `return_type_mismatch`,
+/// `exception_during_inner_validation`, `invalid_input_type`, `value_smaller_than_min`,
+/// `value_bigger_than_max`, `value_not_in_list`, `custom_validation_failed`, `exception_during_validation`,
+/// `dependency_cycle`; node packs may add more.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptError {
     ///Details, or an empty string.
@@ -1751,10 +1748,9 @@ impl ::std::convert::From<::serde_json::Value> for PromptInputValue {
         Self(value)
     }
 }
-/**One node of an API-format workflow. `class_type` is not marked required because a missing one is
-answered with the ComfyUI error `missing_node_type`. `inputs` is required (ComfyUI fails without it),
-so clients always send it, `{}` when the node has none.
-*/
+/// One node of an API-format workflow. `class_type` is not marked required because a missing one is
+/// answered with the ComfyUI error `missing_node_type`. `inputs` is required (ComfyUI fails without it),
+/// so clients always send it, `{}` when the node has none.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptNode {
     ///The node class, a key of `/api/object_info`.
@@ -1772,9 +1768,8 @@ pub struct PromptNodeMeta {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-/**The body of `POST /api/prompt`. `prompt` is not marked required because its absence is answered with the
-ComfyUI error `no_prompt`, not a generic parse error.
-*/
+/// The body of `POST /api/prompt`. `prompt` is not marked required because its absence is answered with the
+/// ComfyUI error `no_prompt`, not a generic parse error.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct PromptRequest {
     ///The websocket client id that receives this prompt's events; copied to `extra_data.client_id`.
@@ -1807,9 +1802,8 @@ pub struct PromptResponse {
     ///The prompt id (also the job id).
     pub prompt_id: ::uuid::Uuid,
 }
-/**A queued prompt as the tuple `[number, prompt_id, prompt, extra_data, outputs_to_execute]`: the priority
-(number), the prompt id (string), the `Prompt`, the `ExtraData` and the output node ids to run.
-*/
+/// A queued prompt as the tuple `[number, prompt_id, prompt, extra_data, outputs_to_execute]`: the priority
+/// (number), the prompt id (string), the `Prompt`, the `ExtraData` and the output node ids to run.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
 pub struct QueueItem(pub [QueueItemElement; 5usize]);

@@ -7,7 +7,7 @@
 //! Websocket text frames are checked against `WsMessage`. Violations are collected, not panicked on the spot, so
 //! the server's answer still reaches the test; [`Contract::assert_clean`] fails the test with all of them.
 //!
-//! OpenAPI 3.0 schemas are JSON Schema draft 4 plus `nullable`; [`json_schema`] rewrites `nullable` into draft 4
+//! OpenAPI 3.0 schemas are JSON Schema draft 4 plus `nullable`; `json_schema` rewrites `nullable` into draft 4
 //! so the `jsonschema` crate can validate against the spec's own components.
 
 use std::collections::HashMap;

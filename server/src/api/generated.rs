@@ -2002,323 +2002,323 @@ pub struct WebSocketConnectQuery {
 /// Each method receives the request's `Parts` (headers, extensions), its typed parameters and body, and
 /// answers with the operation's response enum, whose variants are exactly the statuses the spec declares.
 pub trait SharedApi: Send + Sync + 'static {
-    /**Embedding names.
-
-    Returns the names of the files in the embeddings folder, without extension.
-
-    `GET /api/embeddings` (operationId `getEmbeddings`), x-runtime: [local, cloud].*/
+    /// Embedding names.
+    ///
+    /// Returns the names of the files in the embeddings folder, without extension.
+    ///
+    /// `GET /api/embeddings` (operationId `getEmbeddings`), `x-runtime: [local, cloud]`.
     fn get_embeddings(&self, parts: Parts) -> impl Future<Output = GetEmbeddingsResponse> + Send;
-    /**Model folder kinds with their paths.
-
-    Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
-
-    `GET /api/experiment/models` (operationId `getModelFolderPaths`), x-runtime: [local, cloud].*/
+    /// Model folder kinds with their paths.
+    ///
+    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
+    ///
+    /// `GET /api/experiment/models` (operationId `getModelFolderPaths`), `x-runtime: [local, cloud]`.
     fn get_model_folder_paths(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetModelFolderPathsResponse> + Send;
-    /**Files of one model folder kind, with details.
-
-    Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
-
-    `GET /api/experiment/models/{folder}` (operationId `getModelFileDetails`), x-runtime: [local, cloud].*/
+    /// Files of one model folder kind, with details.
+    ///
+    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
+    ///
+    /// `GET /api/experiment/models/{folder}` (operationId `getModelFileDetails`), `x-runtime: [local, cloud]`.
     fn get_model_file_details(
         &self,
         parts: Parts,
         folder: String,
     ) -> impl Future<Output = GetModelFileDetailsResponse> + Send;
-    /**Frontend extension scripts.
-
-    Returns the URL paths of the JavaScript extensions the frontend should load.
-
-    `GET /api/extensions` (operationId `getExtensions`), x-runtime: [local, cloud].*/
+    /// Frontend extension scripts.
+    ///
+    /// Returns the URL paths of the JavaScript extensions the frontend should load.
+    ///
+    /// `GET /api/extensions` (operationId `getExtensions`), `x-runtime: [local, cloud]`.
     fn get_extensions(&self, parts: Parts) -> impl Future<Output = GetExtensionsResponse> + Send;
-    /**Server feature flags.
-
-    Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
-
-    `GET /api/features` (operationId `getFeatures`), x-runtime: [local, cloud].*/
+    /// Server feature flags.
+    ///
+    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
+    ///
+    /// `GET /api/features` (operationId `getFeatures`), `x-runtime: [local, cloud]`.
     fn get_features(&self, parts: Parts) -> impl Future<Output = GetFeaturesResponse> + Send;
-    /**Subgraph blueprints.
-
-    Returns the subgraph blueprints shipped by node packs, keyed by id.
-
-    `GET /api/global_subgraphs` (operationId `getGlobalSubgraphs`), x-runtime: [local, cloud].*/
+    /// Subgraph blueprints.
+    ///
+    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
+    ///
+    /// `GET /api/global_subgraphs` (operationId `getGlobalSubgraphs`), `x-runtime: [local, cloud]`.
     fn get_global_subgraphs(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetGlobalSubgraphsResponse> + Send;
-    /**One subgraph blueprint.
-
-    Returns one subgraph blueprint with its data, or `null` when the id is unknown.
-
-    `GET /api/global_subgraphs/{id}` (operationId `getGlobalSubgraph`), x-runtime: [local, cloud].*/
+    /// One subgraph blueprint.
+    ///
+    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
+    ///
+    /// `GET /api/global_subgraphs/{id}` (operationId `getGlobalSubgraph`), `x-runtime: [local, cloud]`.
     fn get_global_subgraph(
         &self,
         parts: Parts,
         id: String,
     ) -> impl Future<Output = GetGlobalSubgraphResponse> + Send;
-    /**Finished prompts.
-
-    Returns finished prompts keyed by prompt id, oldest first. `max_items` without `offset` returns the
-    newest `max_items`; `offset` counts from the oldest; an `offset` past the end returns `{}`.
-
-    `GET /api/history` (operationId `getHistory`), x-runtime: [local, cloud].*/
+    /// Finished prompts.
+    ///
+    /// Returns finished prompts keyed by prompt id, oldest first. `max_items` without `offset` returns the
+    /// newest `max_items`; `offset` counts from the oldest; an `offset` past the end returns `{}`.
+    ///
+    /// `GET /api/history` (operationId `getHistory`), `x-runtime: [local, cloud]`.
     fn get_history(
         &self,
         parts: Parts,
         query: GetHistoryQuery,
     ) -> impl Future<Output = GetHistoryResponse> + Send;
-    /**Clear or delete history entries.
-
-    Removes history entries. Unknown ids are ignored.
-
-    `POST /api/history` (operationId `manageHistory`), x-runtime: [local, cloud].*/
+    /// Clear or delete history entries.
+    ///
+    /// Removes history entries. Unknown ids are ignored.
+    ///
+    /// `POST /api/history` (operationId `manageHistory`), `x-runtime: [local, cloud]`.
     fn manage_history(
         &self,
         parts: Parts,
         body: types::HistoryManageRequest,
     ) -> impl Future<Output = ManageHistoryResponse> + Send;
-    /**One finished prompt.
-
-    Returns the history entry of one prompt keyed by its id, or `{}` when the id is unknown or not finished.
-
-    `GET /api/history/{prompt_id}` (operationId `getHistoryForPrompt`), x-runtime: [local, cloud].*/
+    /// One finished prompt.
+    ///
+    /// Returns the history entry of one prompt keyed by its id, or `{}` when the id is unknown or not finished.
+    ///
+    /// `GET /api/history/{prompt_id}` (operationId `getHistoryForPrompt`), `x-runtime: [local, cloud]`.
     fn get_history_for_prompt(
         &self,
         parts: Parts,
         prompt_id: String,
     ) -> impl Future<Output = GetHistoryForPromptResponse> + Send;
-    /**Translations from custom nodes.
-
-    Returns the merged locale files of installed node packs, keyed by language.
-
-    `GET /api/i18n` (operationId `getI18n`), x-runtime: [local, cloud].*/
+    /// Translations from custom nodes.
+    ///
+    /// Returns the merged locale files of installed node packs, keyed by language.
+    ///
+    /// `GET /api/i18n` (operationId `getI18n`), `x-runtime: [local, cloud]`.
     fn get_i18n(&self, parts: Parts) -> impl Future<Output = GetI18nResponse> + Send;
-    /**Interrupt execution.
-
-    Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    no-op). A body that is not JSON counts as `{}`.
-
-    `POST /api/interrupt` (operationId `interrupt`), x-runtime: [local, cloud].*/
+    /// Interrupt execution.
+    ///
+    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
+    /// no-op). A body that is not JSON counts as `{}`.
+    ///
+    /// `POST /api/interrupt` (operationId `interrupt`), `x-runtime: [local, cloud]`.
     fn interrupt(
         &self,
         parts: Parts,
         body: Option<types::InterruptRequest>,
     ) -> impl Future<Output = InterruptResponse> + Send;
-    /**List jobs.
-
-    Lists queued, running and finished prompts as jobs, newest first by default.
-
-    `GET /api/jobs` (operationId `listJobs`), x-runtime: [local, cloud].*/
+    /// List jobs.
+    ///
+    /// Lists queued, running and finished prompts as jobs, newest first by default.
+    ///
+    /// `GET /api/jobs` (operationId `listJobs`), `x-runtime: [local, cloud]`.
     fn list_jobs(
         &self,
         parts: Parts,
         query: ListJobsQuery,
     ) -> impl Future<Output = ListJobsResponse> + Send;
-    /**Cancel several jobs.
-
-    Cancels each listed job, best effort: a running job is interrupted, a pending one dequeued, a finished or
-    unknown one left alone. `cancelled` is true if any cancel took effect.
-
-    `POST /api/jobs/cancel` (operationId `cancelJobs`), x-runtime: [local, cloud].*/
+    /// Cancel several jobs.
+    ///
+    /// Cancels each listed job, best effort: a running job is interrupted, a pending one dequeued, a finished or
+    /// unknown one left alone. `cancelled` is true if any cancel took effect.
+    ///
+    /// `POST /api/jobs/cancel` (operationId `cancelJobs`), `x-runtime: [local, cloud]`.
     fn cancel_jobs(
         &self,
         parts: Parts,
         body: types::JobsCancelRequest,
     ) -> impl Future<Output = CancelJobsResponse> + Send;
-    /**One job.
-
-    Returns one job with its outputs, raw execution status and workflow.
-
-    `GET /api/jobs/{job_id}` (operationId `getJob`), x-runtime: [local, cloud].*/
+    /// One job.
+    ///
+    /// Returns one job with its outputs, raw execution status and workflow.
+    ///
+    /// `GET /api/jobs/{job_id}` (operationId `getJob`), `x-runtime: [local, cloud]`.
     fn get_job(&self, parts: Parts, job_id: String) -> impl Future<Output = GetJobResponse> + Send;
-    /**Cancel one job.
-
-    Cancels one job; idempotent. A finished or unknown job answers `{"cancelled": false}`.
-
-    `POST /api/jobs/{job_id}/cancel` (operationId `cancelJob`), x-runtime: [local, cloud].*/
+    /// Cancel one job.
+    ///
+    /// Cancels one job; idempotent. A finished or unknown job answers `{"cancelled": false}`.
+    ///
+    /// `POST /api/jobs/{job_id}/cancel` (operationId `cancelJob`), `x-runtime: [local, cloud]`.
     fn cancel_job(
         &self,
         parts: Parts,
         job_id: String,
     ) -> impl Future<Output = CancelJobResponse> + Send;
-    /**Model folder kinds.
-
-    Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
-
-    `GET /api/models` (operationId `getModelFolders`), x-runtime: [local, cloud].*/
+    /// Model folder kinds.
+    ///
+    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
+    ///
+    /// `GET /api/models` (operationId `getModelFolders`), `x-runtime: [local, cloud]`.
     fn get_model_folders(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetModelFoldersResponse> + Send;
-    /**Files of one model folder kind.
-
-    Returns the file names (relative to the folder) of one model folder kind.
-
-    `GET /api/models/{folder}` (operationId `getModelFiles`), x-runtime: [local, cloud].*/
+    /// Files of one model folder kind.
+    ///
+    /// Returns the file names (relative to the folder) of one model folder kind.
+    ///
+    /// `GET /api/models/{folder}` (operationId `getModelFiles`), `x-runtime: [local, cloud]`.
     fn get_model_files(
         &self,
         parts: Parts,
         folder: String,
     ) -> impl Future<Output = GetModelFilesResponse> + Send;
-    /**Registered node class replacements.
-
-    Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
-
-    `GET /api/node_replacements` (operationId `getNodeReplacements`), x-runtime: [local, cloud].*/
+    /// Registered node class replacements.
+    ///
+    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
+    ///
+    /// `GET /api/node_replacements` (operationId `getNodeReplacements`), `x-runtime: [local, cloud]`.
     fn get_node_replacements(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetNodeReplacementsResponse> + Send;
-    /**All node definitions.
-
-    Returns the definition of every registered node class, keyed by class name.
-
-    `GET /api/object_info` (operationId `getObjectInfo`), x-runtime: [local, cloud].*/
+    /// All node definitions.
+    ///
+    /// Returns the definition of every registered node class, keyed by class name.
+    ///
+    /// `GET /api/object_info` (operationId `getObjectInfo`), `x-runtime: [local, cloud]`.
     fn get_object_info(&self, parts: Parts) -> impl Future<Output = GetObjectInfoResponse> + Send;
-    /**One node definition.
-
-    Returns the definition of one node class keyed by its name, or `{}` when the class is unknown.
-
-    `GET /api/object_info/{node_class}` (operationId `getNodeInfo`), x-runtime: [local, cloud].*/
+    /// One node definition.
+    ///
+    /// Returns the definition of one node class keyed by its name, or `{}` when the class is unknown.
+    ///
+    /// `GET /api/object_info/{node_class}` (operationId `getNodeInfo`), `x-runtime: [local, cloud]`.
     fn get_node_info(
         &self,
         parts: Parts,
         node_class: String,
     ) -> impl Future<Output = GetNodeInfoResponse> + Send;
-    /**Queue counter.
-
-    Returns how many prompts are pending or running.
-
-    `GET /api/prompt` (operationId `getPromptInfo`), x-runtime: [local, cloud].*/
+    /// Queue counter.
+    ///
+    /// Returns how many prompts are pending or running.
+    ///
+    /// `GET /api/prompt` (operationId `getPromptInfo`), `x-runtime: [local, cloud]`.
     fn get_prompt_info(&self, parts: Parts) -> impl Future<Output = GetPromptInfoResponse> + Send;
-    /**Submit a workflow.
-
-    Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
-    (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
-    error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
-    The request is durable once acknowledged.
-
-    `POST /api/prompt` (operationId `executePrompt`), x-runtime: [local, cloud].*/
+    /// Submit a workflow.
+    ///
+    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
+    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
+    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
+    /// The request is durable once acknowledged.
+    ///
+    /// `POST /api/prompt` (operationId `executePrompt`), `x-runtime: [local, cloud]`.
     fn execute_prompt(
         &self,
         parts: Parts,
         comfy_usage_source: Option<String>,
         body: types::PromptRequest,
     ) -> impl Future<Output = ExecutePromptResponse> + Send;
-    /**Running and pending prompts.
-
-    Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
-
-    `GET /api/queue` (operationId `getQueue`), x-runtime: [local, cloud].*/
+    /// Running and pending prompts.
+    ///
+    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
+    ///
+    /// `GET /api/queue` (operationId `getQueue`), `x-runtime: [local, cloud]`.
     fn get_queue(&self, parts: Parts) -> impl Future<Output = GetQueueResponse> + Send;
-    /**Clear or delete pending prompts.
-
-    Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
-
-    `POST /api/queue` (operationId `manageQueue`), x-runtime: [local, cloud].*/
+    /// Clear or delete pending prompts.
+    ///
+    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
+    ///
+    /// `POST /api/queue` (operationId `manageQueue`), `x-runtime: [local, cloud]`.
     fn manage_queue(
         &self,
         parts: Parts,
         body: types::QueueManageRequest,
     ) -> impl Future<Output = ManageQueueResponse> + Send;
-    /**All settings.
-
-    Returns the user's settings object (`{}` when none were saved).
-
-    `GET /api/settings` (operationId `getSettings`), x-runtime: [local, cloud].*/
+    /// All settings.
+    ///
+    /// Returns the user's settings object (`{}` when none were saved).
+    ///
+    /// `GET /api/settings` (operationId `getSettings`), `x-runtime: [local, cloud]`.
     fn get_settings(&self, parts: Parts) -> impl Future<Output = GetSettingsResponse> + Send;
-    /**Merge settings.
-
-    Shallow-merges the posted object into the user's settings.
-
-    `POST /api/settings` (operationId `postSettings`), x-runtime: [local, cloud].*/
+    /// Merge settings.
+    ///
+    /// Shallow-merges the posted object into the user's settings.
+    ///
+    /// `POST /api/settings` (operationId `postSettings`), `x-runtime: [local, cloud]`.
     fn post_settings(
         &self,
         parts: Parts,
         body: types::Settings,
     ) -> impl Future<Output = PostSettingsResponse> + Send;
-    /**One setting.
-
-    Returns the value of one setting, or `null` when it is not set.
-
-    `GET /api/settings/{id}` (operationId `getSetting`), x-runtime: [local, cloud].*/
+    /// One setting.
+    ///
+    /// Returns the value of one setting, or `null` when it is not set.
+    ///
+    /// `GET /api/settings/{id}` (operationId `getSetting`), `x-runtime: [local, cloud]`.
     fn get_setting(
         &self,
         parts: Parts,
         id: String,
     ) -> impl Future<Output = GetSettingResponse> + Send;
-    /**Set one setting.
-
-    Sets one setting to the posted JSON value.
-
-    `POST /api/settings/{id}` (operationId `postSetting`), x-runtime: [local, cloud].*/
+    /// Set one setting.
+    ///
+    /// Sets one setting to the posted JSON value.
+    ///
+    /// `POST /api/settings/{id}` (operationId `postSetting`), `x-runtime: [local, cloud]`.
     fn post_setting(
         &self,
         parts: Parts,
         id: String,
         body: types::SettingValue,
     ) -> impl Future<Output = PostSettingResponse> + Send;
-    /**Host and device information.
-
-    Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
-    its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
-    still work.
-
-    `GET /api/system_stats` (operationId `getSystemStats`), x-runtime: [local, cloud].*/
+    /// Host and device information.
+    ///
+    /// Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
+    /// its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
+    /// still work.
+    ///
+    /// `GET /api/system_stats` (operationId `getSystemStats`), `x-runtime: [local, cloud]`.
     fn get_system_stats(&self, parts: Parts)
     -> impl Future<Output = GetSystemStatsResponse> + Send;
-    /**Upload an image.
-
-    Stores an uploaded file in the input (default), output or temp directory. With `overwrite` unset, a
-    name that exists with identical content is reused without writing, and one with different content is
-    renamed `name (1).ext`, `name (2).ext`, and so on. The content is not checked.
-
-    `POST /api/upload/image` (operationId `uploadImage`), x-runtime: [local, cloud].*/
+    /// Upload an image.
+    ///
+    /// Stores an uploaded file in the input (default), output or temp directory. With `overwrite` unset, a
+    /// name that exists with identical content is reused without writing, and one with different content is
+    /// renamed `name (1).ext`, `name (2).ext`, and so on. The content is not checked.
+    ///
+    /// `POST /api/upload/image` (operationId `uploadImage`), `x-runtime: [local, cloud]`.
     fn upload_image(
         &self,
         parts: Parts,
         body: axum::extract::Multipart,
     ) -> impl Future<Output = UploadImageResponse> + Send;
-    /**Upload a mask.
-
-    Copies the alpha channel of the uploaded image onto the image named by `original_ref` (keeping its PNG
-    text chunks) and stores the result under the upload's name, with the rules of `uploadImage`.
-
-    `POST /api/upload/mask` (operationId `uploadMask`), x-runtime: [local, cloud].*/
+    /// Upload a mask.
+    ///
+    /// Copies the alpha channel of the uploaded image onto the image named by `original_ref` (keeping its PNG
+    /// text chunks) and stores the result under the upload's name, with the rules of `uploadImage`.
+    ///
+    /// `POST /api/upload/mask` (operationId `uploadMask`), `x-runtime: [local, cloud]`.
     fn upload_mask(
         &self,
         parts: Parts,
         body: axum::extract::Multipart,
     ) -> impl Future<Output = UploadMaskResponse> + Send;
-    /**List user data files.
-
-    Lists the files under a directory of the user's data. Plain names by default; with `full_info=true`
-    objects with size and times; with `split=true` each path split into its parts.
-
-    `GET /api/userdata` (operationId `listUserData`), x-runtime: [local, cloud].*/
+    /// List user data files.
+    ///
+    /// Lists the files under a directory of the user's data. Plain names by default; with `full_info=true`
+    /// objects with size and times; with `split=true` each path split into its parts.
+    ///
+    /// `GET /api/userdata` (operationId `listUserData`), `x-runtime: [local, cloud]`.
     fn list_user_data(
         &self,
         parts: Parts,
         query: ListUserDataQuery,
     ) -> impl Future<Output = ListUserDataResponse> + Send;
-    /**Read a user data file.
-
-    Returns a file of the user's data as an attachment (`user.css` inline as `text/css`).
-
-    `GET /api/userdata/{file}` (operationId `getUserData`), x-runtime: [local, cloud].*/
+    /// Read a user data file.
+    ///
+    /// Returns a file of the user's data as an attachment (`user.css` inline as `text/css`).
+    ///
+    /// `GET /api/userdata/{file}` (operationId `getUserData`), `x-runtime: [local, cloud]`.
     fn get_user_data(
         &self,
         parts: Parts,
         file: String,
     ) -> impl Future<Output = GetUserDataResponse> + Send;
-    /**Write a user data file.
-
-    Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-    the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
-
-    `POST /api/userdata/{file}` (operationId `postUserData`), x-runtime: [local, cloud].*/
+    /// Write a user data file.
+    ///
+    /// Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
+    /// the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+    ///
+    /// `POST /api/userdata/{file}` (operationId `postUserData`), `x-runtime: [local, cloud]`.
     fn post_user_data(
         &self,
         parts: Parts,
@@ -2326,21 +2326,21 @@ pub trait SharedApi: Send + Sync + 'static {
         query: PostUserDataQuery,
         body: Bytes,
     ) -> impl Future<Output = PostUserDataResponse> + Send;
-    /**Delete a user data file.
-
-    Deletes a file of the user's data.
-
-    `DELETE /api/userdata/{file}` (operationId `deleteUserData`), x-runtime: [local, cloud].*/
+    /// Delete a user data file.
+    ///
+    /// Deletes a file of the user's data.
+    ///
+    /// `DELETE /api/userdata/{file}` (operationId `deleteUserData`), `x-runtime: [local, cloud]`.
     fn delete_user_data(
         &self,
         parts: Parts,
         file: String,
     ) -> impl Future<Output = DeleteUserDataResponse> + Send;
-    /**Move or rename a user data file.
-
-    Moves a file of the user's data to another path, with the `overwrite` and `full_info` rules of `postUserData`.
-
-    `POST /api/userdata/{file}/move/{dest}` (operationId `moveUserData`), x-runtime: [local, cloud].*/
+    /// Move or rename a user data file.
+    ///
+    /// Moves a file of the user's data to another path, with the `overwrite` and `full_info` rules of `postUserData`.
+    ///
+    /// `POST /api/userdata/{file}/move/{dest}` (operationId `moveUserData`), `x-runtime: [local, cloud]`.
     fn move_user_data(
         &self,
         parts: Parts,
@@ -2348,56 +2348,56 @@ pub trait SharedApi: Send + Sync + 'static {
         dest: String,
         query: MoveUserDataQuery,
     ) -> impl Future<Output = MoveUserDataResponse> + Send;
-    /**User storage mode.
-
-    Returns how user data is stored and, in multi-user mode, the known users.
-
-    `GET /api/users` (operationId `getUsers`), x-runtime: [local, cloud].*/
+    /// User storage mode.
+    ///
+    /// Returns how user data is stored and, in multi-user mode, the known users.
+    ///
+    /// `GET /api/users` (operationId `getUsers`), `x-runtime: [local, cloud]`.
     fn get_users(&self, parts: Parts) -> impl Future<Output = GetUsersResponse> + Send;
-    /**Fetch a file or a preview of it.
-
-    Serves a file from the input, output or temp directory. `filename` may carry a type annotation
-    (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
-    `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
-    Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
-
-    `GET /api/view` (operationId `viewFile`), x-runtime: [local, cloud].*/
+    /// Fetch a file or a preview of it.
+    ///
+    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
+    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
+    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
+    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    ///
+    /// `GET /api/view` (operationId `viewFile`), `x-runtime: [local, cloud]`.
     fn view_file(
         &self,
         parts: Parts,
         query: ViewFileQuery,
     ) -> impl Future<Output = ViewFileResponse> + Send;
-    /**Example workflows of node packs.
-
-    Returns the example workflow names of each node pack that ships some.
-
-    `GET /api/workflow_templates` (operationId `getWorkflowTemplates`), x-runtime: [local, cloud].*/
+    /// Example workflows of node packs.
+    ///
+    /// Returns the example workflow names of each node pack that ships some.
+    ///
+    /// `GET /api/workflow_templates` (operationId `getWorkflowTemplates`), `x-runtime: [local, cloud]`.
     fn get_workflow_templates(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetWorkflowTemplatesResponse> + Send;
-    /**One example workflow.
-
-    Returns one example workflow (UI format JSON) of a node pack.
-
-    `GET /api/workflow_templates/{module_name}/{filename}` (operationId `getWorkflowTemplate`), x-runtime: [local, cloud].*/
+    /// One example workflow.
+    ///
+    /// Returns one example workflow (UI format JSON) of a node pack.
+    ///
+    /// `GET /api/workflow_templates/{module_name}/{filename}` (operationId `getWorkflowTemplate`), `x-runtime: [local, cloud]`.
     fn get_workflow_template(
         &self,
         parts: Parts,
         module_name: String,
         filename: String,
     ) -> impl Future<Output = GetWorkflowTemplateResponse> + Send;
-    /**Open the event websocket.
-
-    Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
-    `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
-    be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
-    messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
-    `status` and `progress_state` go to every socket. Binary frames carry previews
-    (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
-    `WsClientMessage`.
-
-    `GET /ws` (operationId `webSocketConnect`), x-runtime: [local, cloud].*/
+    /// Open the event websocket.
+    ///
+    /// Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
+    /// `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
+    /// be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
+    /// messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
+    /// `status` and `progress_state` go to every socket. Binary frames carry previews
+    /// (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
+    /// `WsClientMessage`.
+    ///
+    /// `GET /ws` (operationId `webSocketConnect`), `x-runtime: [local, cloud]`.
     fn web_socket_connect(
         &self,
         parts: Parts,
@@ -2407,11 +2407,11 @@ pub trait SharedApi: Send + Sync + 'static {
 }
 /// The operations only the local runtime serves (`x-runtime: [local]`).
 pub trait LocalApi: Send + Sync + 'static {
-    /**Preview image of a model file.
-
-    Returns the preview image stored beside a model file, as WebP.
-
-    `GET /api/experiment/models/preview/{folder}/{path_index}/{filename}` (operationId `getModelPreview`), x-runtime: [local].*/
+    /// Preview image of a model file.
+    ///
+    /// Returns the preview image stored beside a model file, as WebP.
+    ///
+    /// `GET /api/experiment/models/preview/{folder}/{path_index}/{filename}` (operationId `getModelPreview`), `x-runtime: [local]`.
     fn get_model_preview(
         &self,
         parts: Parts,
@@ -2419,81 +2419,81 @@ pub trait LocalApi: Send + Sync + 'static {
         path_index: i64,
         filename: String,
     ) -> impl Future<Output = GetModelPreviewResponse> + Send;
-    /**Unload models and free memory.
-
-    Asks the executor to unload models and/or free cached memory once the current prompt has finished.
-
-    `POST /api/free` (operationId `freeMemory`), x-runtime: [local].*/
+    /// Unload models and free memory.
+    ///
+    /// Asks the executor to unload models and/or free cached memory once the current prompt has finished.
+    ///
+    /// `POST /api/free` (operationId `freeMemory`), `x-runtime: [local]`.
     fn free_memory(
         &self,
         parts: Parts,
         body: types::FreeRequest,
     ) -> impl Future<Output = FreeMemoryResponse> + Send;
-    /**Create a user.
-
-    Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
-
-    `POST /api/users` (operationId `createUser`), x-runtime: [local].*/
+    /// Create a user.
+    ///
+    /// Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
+    ///
+    /// `POST /api/users` (operationId `createUser`), `x-runtime: [local]`.
     fn create_user(
         &self,
         parts: Parts,
         body: types::CreateUserRequest,
     ) -> impl Future<Output = CreateUserResponse> + Send;
-    /**Structured listing of user data.
-
-    Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
-
-    `GET /api/v2/userdata` (operationId `listUserDataV2`), x-runtime: [local].*/
+    /// Structured listing of user data.
+    ///
+    /// Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
+    ///
+    /// `GET /api/v2/userdata` (operationId `listUserDataV2`), `x-runtime: [local]`.
     fn list_user_data_v2(
         &self,
         parts: Parts,
         query: ListUserDataV2Query,
     ) -> impl Future<Output = ListUserDataV2Response> + Send;
-    /**Metadata of a safetensors file.
-
-    Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
-
-    `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), x-runtime: [local].*/
+    /// Metadata of a safetensors file.
+    ///
+    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
+    ///
+    /// `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), `x-runtime: [local]`.
     fn get_view_metadata(
         &self,
         parts: Parts,
         folder_name: String,
         query: GetViewMetadataQuery,
     ) -> impl Future<Output = GetViewMetadataResponse> + Send;
-    /**Files of the input, output or temp directory.
-
-    Lists the files of one of the three file roots, newest first.
-
-    `GET /internal/files/{directory_type}` (operationId `getDirectoryFiles`), x-runtime: [local].*/
+    /// Files of the input, output or temp directory.
+    ///
+    /// Lists the files of one of the three file roots, newest first.
+    ///
+    /// `GET /internal/files/{directory_type}` (operationId `getDirectoryFiles`), `x-runtime: [local]`.
     fn get_directory_files(
         &self,
         parts: Parts,
         directory_type: types::FileType,
     ) -> impl Future<Output = GetDirectoryFilesResponse> + Send;
-    /**Configured model folders.
-
-    Returns the directories configured for each model folder kind.
-
-    `GET /internal/folder_paths` (operationId `getFolderPaths`), x-runtime: [local].*/
+    /// Configured model folders.
+    ///
+    /// Returns the directories configured for each model folder kind.
+    ///
+    /// `GET /internal/folder_paths` (operationId `getFolderPaths`), `x-runtime: [local]`.
     fn get_folder_paths(&self, parts: Parts)
     -> impl Future<Output = GetFolderPathsResponse> + Send;
-    /**Server log text.
-
-    Returns the recent server log as text.
-
-    `GET /internal/logs` (operationId `getLogs`), x-runtime: [local].*/
+    /// Server log text.
+    ///
+    /// Returns the recent server log as text.
+    ///
+    /// `GET /internal/logs` (operationId `getLogs`), `x-runtime: [local]`.
     fn get_logs(&self, parts: Parts) -> impl Future<Output = GetLogsResponse> + Send;
-    /**Structured server log.
-
-    Returns the recent server log entries with the terminal size.
-
-    `GET /internal/logs/raw` (operationId `getRawLogs`), x-runtime: [local].*/
+    /// Structured server log.
+    ///
+    /// Returns the recent server log entries with the terminal size.
+    ///
+    /// `GET /internal/logs/raw` (operationId `getRawLogs`), `x-runtime: [local]`.
     fn get_raw_logs(&self, parts: Parts) -> impl Future<Output = GetRawLogsResponse> + Send;
-    /**Subscribe a websocket to log events.
-
-    Turns `logs` websocket events on or off for one client id.
-
-    `PATCH /internal/logs/subscribe` (operationId `subscribeLogs`), x-runtime: [local].*/
+    /// Subscribe a websocket to log events.
+    ///
+    /// Turns `logs` websocket events on or off for one client id.
+    ///
+    /// `PATCH /internal/logs/subscribe` (operationId `subscribeLogs`), `x-runtime: [local]`.
     fn subscribe_logs(
         &self,
         parts: Parts,
@@ -2502,116 +2502,116 @@ pub trait LocalApi: Send + Sync + 'static {
 }
 /// The operations only the cloud runtime serves (`x-runtime: [cloud]`).
 pub trait CloudApi: Send + Sync + 'static {
-    /**Token signing keys.
-
-    [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
-
-    `GET /.well-known/jwks.json` (operationId `getJwks`), x-runtime: [cloud].*/
+    /// Token signing keys.
+    ///
+    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+    ///
+    /// `GET /.well-known/jwks.json` (operationId `getJwks`), `x-runtime: [cloud]`.
     fn get_jwks(&self, parts: Parts) -> impl Future<Output = GetJwksResponse> + Send;
-    /**Authorization server metadata (RFC 8414).
-
-    [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
-
-    `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), x-runtime: [cloud].*/
+    /// Authorization server metadata (RFC 8414).
+    ///
+    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+    ///
+    /// `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), `x-runtime: [cloud]`.
     fn get_oauth_authorization_server_metadata(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
-    /**Protected resource metadata (RFC 9728).
-
-    [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
-
-    `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), x-runtime: [cloud].*/
+    /// Protected resource metadata (RFC 9728).
+    ///
+    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
+    ///
+    /// `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), `x-runtime: [cloud]`.
     fn get_oauth_protected_resource_metadata(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
-    /**Protected resource metadata, path form (RFC 9728).
-
-    [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
-
-    `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), x-runtime: [cloud].*/
+    /// Protected resource metadata, path form (RFC 9728).
+    ///
+    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
+    ///
+    /// `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), `x-runtime: [cloud]`.
     fn get_oauth_protected_resource_metadata_for_mcp(
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
-    /**The current web session.
-
-    [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
-
-    `GET /api/auth/session` (operationId `getSession`), x-runtime: [cloud].*/
+    /// The current web session.
+    ///
+    /// [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
+    ///
+    /// `GET /api/auth/session` (operationId `getSession`), `x-runtime: [cloud]`.
     fn get_session(&self, parts: Parts) -> impl Future<Output = GetSessionResponse> + Send;
-    /**Start a web session.
-
-    [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
-
-    `POST /api/auth/session` (operationId `createSession`), x-runtime: [cloud].*/
+    /// Start a web session.
+    ///
+    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
+    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+    ///
+    /// `POST /api/auth/session` (operationId `createSession`), `x-runtime: [cloud]`.
     fn create_session(&self, parts: Parts) -> impl Future<Output = CreateSessionResponse> + Send;
-    /**End the web session.
-
-    [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
-
-    `DELETE /api/auth/session` (operationId `deleteSession`), x-runtime: [cloud].*/
+    /// End the web session.
+    ///
+    /// [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
+    ///
+    /// `DELETE /api/auth/session` (operationId `deleteSession`), `x-runtime: [cloud]`.
     fn delete_session(
         &self,
         parts: Parts,
         x_csrf_token: Option<String>,
     ) -> impl Future<Output = DeleteSessionResponse> + Send;
-    /**Mint a first-party API token.
-
-    [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
-
-    `POST /api/auth/token` (operationId `exchangeToken`), x-runtime: [cloud].*/
+    /// Mint a first-party API token.
+    ///
+    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    ///
+    /// `POST /api/auth/token` (operationId `exchangeToken`), `x-runtime: [cloud]`.
     fn exchange_token(
         &self,
         parts: Parts,
         body: Option<types::ExchangeTokenRequest>,
     ) -> impl Future<Output = ExchangeTokenResponse> + Send;
-    /**Authorization endpoint and consent challenge.
-
-    [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
-    and `resource`) is redirected with 303 to the consent page carrying `oauth_request_id` (through login
-    when there is no session); an invalid `client_id` or `redirect_uri` answers 400 without redirecting; any
-    other error redirects (302) to the client with `error`, `state` and `iss`. The consent page then calls
-    this endpoint with `oauth_request_id` and `Accept: application/json` to get the consent challenge.
-
-    `GET /oauth/authorize` (operationId `oauthAuthorize`), x-runtime: [cloud].*/
+    /// Authorization endpoint and consent challenge.
+    ///
+    /// [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
+    /// and `resource`) is redirected with 303 to the consent page carrying `oauth_request_id` (through login
+    /// when there is no session); an invalid `client_id` or `redirect_uri` answers 400 without redirecting; any
+    /// other error redirects (302) to the client with `error`, `state` and `iss`. The consent page then calls
+    /// this endpoint with `oauth_request_id` and `Accept: application/json` to get the consent challenge.
+    ///
+    /// `GET /oauth/authorize` (operationId `oauthAuthorize`), `x-runtime: [cloud]`.
     fn oauth_authorize(
         &self,
         parts: Parts,
         query: OauthAuthorizeQuery,
     ) -> impl Future<Output = OauthAuthorizeResponse> + Send;
-    /**Record the consent decision.
-
-    [cloud-only] Records the user's decision on a pending request and answers the URL the browser must go to:
-    the client's redirect URI with `code`, `state` and `iss` on allow, or `error=access_denied` on deny.
-    Never a 307/308 redirect.
-
-    `POST /oauth/authorize` (operationId `oauthAuthorizeDecision`), x-runtime: [cloud].*/
+    /// Record the consent decision.
+    ///
+    /// [cloud-only] Records the user's decision on a pending request and answers the URL the browser must go to:
+    /// the client's redirect URI with `code`, `state` and `iss` on allow, or `error=access_denied` on deny.
+    /// Never a 307/308 redirect.
+    ///
+    /// `POST /oauth/authorize` (operationId `oauthAuthorizeDecision`), `x-runtime: [cloud]`.
     fn oauth_authorize_decision(
         &self,
         parts: Parts,
         body: types::OAuthConsentDecision,
     ) -> impl Future<Output = OauthAuthorizeDecisionResponse> + Send;
-    /**Dynamic client registration (RFC 7591).
-
-    [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    defaults and are returned as stored. Open registration, rate limited per address.
-
-    `POST /oauth/register` (operationId `oauthRegister`), x-runtime: [cloud].*/
+    /// Dynamic client registration (RFC 7591).
+    ///
+    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
+    /// defaults and are returned as stored. Open registration, rate limited per address.
+    ///
+    /// `POST /oauth/register` (operationId `oauthRegister`), `x-runtime: [cloud]`.
     fn oauth_register(
         &self,
         parts: Parts,
         body: types::OAuthRegisterRequest,
     ) -> impl Future<Output = OauthRegisterResponse> + Send;
-    /**Token endpoint.
-
-    [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
-    The body is form-urlencoded; any other body still gets an OAuth JSON error. Responses carry
-    `Cache-Control: no-store` and `Pragma: no-cache`.
-
-    `POST /oauth/token` (operationId `oauthToken`), x-runtime: [cloud].*/
+    /// Token endpoint.
+    ///
+    /// [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
+    /// The body is form-urlencoded; any other body still gets an OAuth JSON error. Responses carry
+    /// `Cache-Control: no-store` and `Pragma: no-cache`.
+    ///
+    /// `POST /oauth/token` (operationId `oauthToken`), `x-runtime: [cloud]`.
     fn oauth_token(
         &self,
         parts: Parts,

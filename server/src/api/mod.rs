@@ -1,7 +1,7 @@
 //! The HTTP surface generated from `spec/openapi.yaml`: the `Api` trait, its response enums, and `router`.
 //!
 //! `generated.rs` is written by `kiln-codegen` and never edited by hand; `support.rs` is its hand-written
-//! runtime. Implementations of [`Api`] live elsewhere in the server (and in tests).
+//! runtime. Implementations of the traits (`SharedApi`, `LocalApi`, `CloudApi`) live elsewhere in the server (and in tests).
 
 #[allow(clippy::all, missing_docs, unused_imports, unreachable_pub)]
 mod generated;

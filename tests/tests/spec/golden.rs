@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use kiln_spec::types;
-use kiln_tests::{Operation, load_spec, operations, repo_root};
+use kiln_tests::{Operation, load_spec, operations};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -42,11 +42,7 @@ const DIFFERENCES: &[(&str, u16, &str)] = &[
 
 fn golden_dir() -> PathBuf {
     let dir = kiln_tests::golden_dir();
-    assert!(
-        dir.is_dir(),
-        "the ComfyUI golden captures are missing at {}",
-        dir.display()
-    );
+    assert!(dir.is_dir(), "the ComfyUI golden captures are missing at {}", dir.display());
     dir
 }
 
