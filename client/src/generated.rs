@@ -78,14 +78,16 @@ impl ClientInfo<()> for Client {
 impl ClientHooks<()> for &Client {}
 #[allow(clippy::all)]
 impl Client {
-    /// Token signing keys
+    /// Queue counter
     ///
-    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+    /// Returns how many prompts are pending or running.
     ///
-    /// Sends a `GET` request to `/.well-known/jwks.json`
+    /// Sends a `GET` request to `/api/prompt`
     ///
-    pub async fn get_jwks<'a>(&'a self) -> Result<ResponseValue<types::JwkSet>, Error<()>> {
-        let url = format!("{}/.well-known/jwks.json", self.baseurl,);
+    pub async fn get_prompt_info<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::PromptInfo>, Error<()>> {
+        let url = format!("{}/api/prompt", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -101,7 +103,7 @@ impl Client {
             )
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_jwks" };
+        let info = OperationInfo { operation_id: "get_prompt_info" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
@@ -111,164 +113,33 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Authorization server metadata (RFC 8414)
+    /// Submit a workflow
     ///
-    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
+    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
+    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
+    /// The request is durable once acknowledged.
     ///
-    /// Sends a `GET` request to `/.well-known/oauth-authorization-server`
     ///
-    pub async fn get_oauth_authorization_server_metadata<'a>(
+    /// Sends a `POST` request to `/api/prompt`
+    ///
+    /// Arguments:
+    /// - `comfy_usage_source`: Copied into `extra_data.comfy_usage_source` unless the body already sets it.
+    /// - `body`
+    pub async fn execute_prompt<'a>(
         &'a self,
-    ) -> Result<ResponseValue<types::OAuthAuthorizationServerMetadata>, Error<()>> {
-        let url = format!("{}/.well-known/oauth-authorization-server", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        comfy_usage_source: Option<&'a str>,
+        body: &'a types::PromptRequest,
+    ) -> Result<ResponseValue<types::PromptResponse>, Error<types::PromptErrorResponse>> {
+        let url = format!("{}/api/prompt", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
             ::reqwest::header::HeaderValue::from_static(Self::api_version()),
         );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_oauth_authorization_server_metadata" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
+        if let Some(value) = comfy_usage_source {
+            header_map.append("Comfy-Usage-Source", value.to_string().try_into()?);
         }
-    }
-    /// Protected resource metadata (RFC 9728)
-    ///
-    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
-    ///
-    /// Sends a `GET` request to `/.well-known/oauth-protected-resource`
-    ///
-    pub async fn get_oauth_protected_resource_metadata<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
-        let url = format!("{}/.well-known/oauth-protected-resource", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_oauth_protected_resource_metadata" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Protected resource metadata, path form (RFC 9728)
-    ///
-    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
-    ///
-    /// Sends a `GET` request to `/.well-known/oauth-protected-resource/mcp`
-    ///
-    pub async fn get_oauth_protected_resource_metadata_for_mcp<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
-        let url = format!("{}/.well-known/oauth-protected-resource/mcp", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_oauth_protected_resource_metadata_for_mcp" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// The current web session
-    ///
-    /// [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
-    ///
-    /// Sends a `GET` request to `/api/auth/session`
-    ///
-    pub async fn get_session<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/auth/session", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_session" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Start a web session
-    ///
-    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
-    ///
-    ///
-    /// Sends a `POST` request to `/api/auth/session`
-    ///
-    pub async fn create_session<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/auth/session", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
         #[allow(unused_mut)]
         let mut request = self
             .client
@@ -277,74 +148,64 @@ impl Client {
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
+            .json(&body)
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "create_session" };
+        let info = OperationInfo { operation_id: "execute_prompt" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// End the web session
+    /// Running and pending prompts
     ///
-    /// [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
+    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
     ///
-    /// Sends a `DELETE` request to `/api/auth/session`
+    /// Sends a `GET` request to `/api/queue`
     ///
-    /// Arguments:
-    /// - `x_csrf_token`: The session's CSRF token; missing or wrong answers 403.
-    pub async fn delete_session<'a>(
-        &'a self,
-        x_csrf_token: Option<&'a str>,
-    ) -> Result<ResponseValue<types::SuccessResponse>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/auth/session", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+    pub async fn get_queue<'a>(&'a self) -> Result<ResponseValue<types::QueueResponse>, Error<()>> {
+        let url = format!("{}/api/queue", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
             ::reqwest::header::HeaderValue::from_static(Self::api_version()),
         );
-        if let Some(value) = x_csrf_token {
-            header_map.append("X-CSRF-Token", value.to_string().try_into()?);
-        }
         #[allow(unused_mut)]
         let mut request = self
             .client
-            .delete(url)
+            .get(url)
             .header(
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "delete_session" };
+        let info = OperationInfo { operation_id: "get_queue" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Mint a first-party API token
+    /// Clear or delete pending prompts
     ///
-    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
     ///
-    /// Sends a `POST` request to `/api/auth/token`
+    /// Sends a `POST` request to `/api/queue`
     ///
-    pub async fn exchange_token<'a>(
+    pub async fn manage_queue<'a>(
         &'a self,
-        body: &'a types::ExchangeTokenRequest,
-    ) -> Result<ResponseValue<types::ExchangeTokenResponse>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/auth/token", self.baseurl,);
+        body: &'a types::QueueManageRequest,
+    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/queue", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -361,239 +222,44 @@ impl Client {
             .json(&body)
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "exchange_token" };
+        let info = OperationInfo { operation_id: "manage_queue" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
+            200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Embedding names
+    /// Interrupt execution
     ///
-    /// Returns the names of the files in the embeddings folder, without extension.
+    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
+    /// no-op). A body that is not JSON counts as `{}`.
     ///
-    /// Sends a `GET` request to `/api/embeddings`
     ///
-    pub async fn get_embeddings<'a>(
+    /// Sends a `POST` request to `/api/interrupt`
+    ///
+    pub async fn interrupt<'a>(
         &'a self,
-    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
-        let url = format!("{}/api/embeddings", self.baseurl,);
+        body: &'a types::InterruptRequest,
+    ) -> Result<ResponseValue<()>, Error<()>> {
+        let url = format!("{}/api/interrupt", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
             ::reqwest::header::HeaderValue::from_static(Self::api_version()),
         );
         #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_embeddings" };
+        let mut request = self.client.post(url).json(&body).headers(header_map).build()?;
+        let info = OperationInfo { operation_id: "interrupt" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Model folder kinds with their paths
-    ///
-    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
-    ///
-    /// Sends a `GET` request to `/api/experiment/models`
-    ///
-    pub async fn get_model_folder_paths<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::ModelFolderList>, Error<()>> {
-        let url = format!("{}/api/experiment/models", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_model_folder_paths" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Preview image of a model file
-    ///
-    /// Returns the preview image stored beside a model file, as WebP.
-    ///
-    /// Sends a `GET` request to `/api/experiment/models/preview/{folder}/{path_index}/{filename}`
-    ///
-    /// Arguments:
-    /// - `folder`: The folder kind.
-    /// - `path_index`: Index of the directory within the folder kind (`pathIndex` of the file listing).
-    /// - `filename`: The model file name, relative to that directory.
-    pub async fn get_model_preview<'a>(
-        &'a self,
-        folder: &'a str,
-        path_index: i64,
-        filename: &'a str,
-    ) -> Result<ResponseValue<ByteStream>, Error<()>> {
-        let url = format!(
-            "{}/api/experiment/models/preview/{}/{}/{}",
-            self.baseurl,
-            encode_path(&folder.to_string()),
-            encode_path(&path_index.to_string()),
-            encode_path(&filename.to_string()),
-        );
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self.client.get(url).headers(header_map).build()?;
-        let info = OperationInfo { operation_id: "get_model_preview" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::stream(response)),
-            400u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Files of one model folder kind, with details
-    ///
-    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
-    ///
-    /// Sends a `GET` request to `/api/experiment/models/{folder}`
-    ///
-    /// Arguments:
-    /// - `folder`: The folder kind, e.g. `loras`.
-    pub async fn get_model_file_details<'a>(
-        &'a self,
-        folder: &'a str,
-    ) -> Result<ResponseValue<types::ModelFileList>, Error<()>> {
-        let url =
-            format!("{}/api/experiment/models/{}", self.baseurl, encode_path(&folder.to_string()),);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_model_file_details" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Frontend extension scripts
-    ///
-    /// Returns the URL paths of the JavaScript extensions the frontend should load.
-    ///
-    /// Sends a `GET` request to `/api/extensions`
-    ///
-    pub async fn get_extensions<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
-        let url = format!("{}/api/extensions", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_extensions" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Server feature flags
-    ///
-    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
-    ///
-    /// Sends a `GET` request to `/api/features`
-    ///
-    pub async fn get_features<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::FeatureFlags>, Error<()>> {
-        let url = format!("{}/api/features", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_features" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
+            200u16 => Ok(ResponseValue::empty(response)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -632,80 +298,6 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Subgraph blueprints
-    ///
-    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
-    ///
-    /// Sends a `GET` request to `/api/global_subgraphs`
-    ///
-    pub async fn get_global_subgraphs<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::GlobalSubgraphs>, Error<()>> {
-        let url = format!("{}/api/global_subgraphs", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_global_subgraphs" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// One subgraph blueprint
-    ///
-    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
-    ///
-    /// Sends a `GET` request to `/api/global_subgraphs/{id}`
-    ///
-    /// Arguments:
-    /// - `id`: The blueprint id (a SHA-256 hex digest).
-    pub async fn get_global_subgraph<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> Result<ResponseValue<types::GlobalSubgraphData>, Error<()>> {
-        let url =
-            format!("{}/api/global_subgraphs/{}", self.baseurl, encode_path(&id.to_string()),);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_global_subgraph" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -827,69 +419,6 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Translations from custom nodes
-    ///
-    /// Returns the merged locale files of installed node packs, keyed by language.
-    ///
-    /// Sends a `GET` request to `/api/i18n`
-    ///
-    pub async fn get_i18n<'a>(&'a self) -> Result<ResponseValue<types::I18nResponse>, Error<()>> {
-        let url = format!("{}/api/i18n", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_i18n" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Interrupt execution
-    ///
-    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    /// no-op). A body that is not JSON counts as `{}`.
-    ///
-    ///
-    /// Sends a `POST` request to `/api/interrupt`
-    ///
-    pub async fn interrupt<'a>(
-        &'a self,
-        body: &'a types::InterruptRequest,
-    ) -> Result<ResponseValue<()>, Error<()>> {
-        let url = format!("{}/api/interrupt", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self.client.post(url).json(&body).headers(header_map).build()?;
-        let info = OperationInfo { operation_id: "interrupt" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::empty(response)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -1067,115 +596,6 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Model folder kinds
-    ///
-    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
-    ///
-    /// Sends a `GET` request to `/api/models`
-    ///
-    pub async fn get_model_folders<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
-        let url = format!("{}/api/models", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_model_folders" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Files of one model folder kind
-    ///
-    /// Returns the file names (relative to the folder) of one model folder kind.
-    ///
-    /// Sends a `GET` request to `/api/models/{folder}`
-    ///
-    /// Arguments:
-    /// - `folder`: The folder kind, e.g. `checkpoints`.
-    pub async fn get_model_files<'a>(
-        &'a self,
-        folder: &'a str,
-    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
-        let url = format!("{}/api/models/{}", self.baseurl, encode_path(&folder.to_string()),);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_model_files" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Registered node class replacements
-    ///
-    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
-    ///
-    /// Sends a `GET` request to `/api/node_replacements`
-    ///
-    pub async fn get_node_replacements<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::NodeReplacements>, Error<()>> {
-        let url = format!("{}/api/node_replacements", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_node_replacements" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
     /// All node definitions
     ///
     /// Returns the definition of every registered node class, keyed by class name.
@@ -1250,98 +670,31 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Queue counter
+    /// Fetch a file or a preview of it
     ///
-    /// Returns how many prompts are pending or running.
-    ///
-    /// Sends a `GET` request to `/api/prompt`
-    ///
-    pub async fn get_prompt_info<'a>(
-        &'a self,
-    ) -> Result<ResponseValue<types::PromptInfo>, Error<()>> {
-        let url = format!("{}/api/prompt", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_prompt_info" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Submit a workflow
-    ///
-    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
-    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
-    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
-    /// The request is durable once acknowledged.
+    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
+    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
+    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
+    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
     ///
     ///
-    /// Sends a `POST` request to `/api/prompt`
+    /// Sends a `GET` request to `/api/view`
     ///
     /// Arguments:
-    /// - `comfy_usage_source`: Copied into `extra_data.comfy_usage_source` unless the body already sets it.
-    /// - `body`
-    pub async fn execute_prompt<'a>(
+    /// - `channel`: `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
+    /// - `filename`: The file name (only its base name is used); absent answers 404.
+    /// - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
+    /// - `subfolder`: A folder relative to the root.
+    /// - `type_`: Which root to read from; `output` when absent.
+    pub async fn view_file<'a>(
         &'a self,
-        comfy_usage_source: Option<&'a str>,
-        body: &'a types::PromptRequest,
-    ) -> Result<ResponseValue<types::PromptResponse>, Error<types::PromptErrorResponse>> {
-        let url = format!("{}/api/prompt", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        if let Some(value) = comfy_usage_source {
-            header_map.append("Comfy-Usage-Source", value.to_string().try_into()?);
-        }
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .post(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .json(&body)
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "execute_prompt" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Running and pending prompts
-    ///
-    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
-    ///
-    /// Sends a `GET` request to `/api/queue`
-    ///
-    pub async fn get_queue<'a>(&'a self) -> Result<ResponseValue<types::QueueResponse>, Error<()>> {
-        let url = format!("{}/api/queue", self.baseurl,);
+        channel: Option<types::ImageChannel>,
+        filename: Option<&'a str>,
+        preview: Option<&'a str>,
+        subfolder: Option<&'a str>,
+        type_: Option<types::FileType>,
+    ) -> Result<ResponseValue<ByteStream>, Error<()>> {
+        let url = format!("{}/api/view", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1351,144 +704,45 @@ impl Client {
         let mut request = self
             .client
             .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
+            .query(&progenitor_client::QueryParam::new("channel", &channel))
+            .query(&progenitor_client::QueryParam::new("filename", &filename))
+            .query(&progenitor_client::QueryParam::new("preview", &preview))
+            .query(&progenitor_client::QueryParam::new("subfolder", &subfolder))
+            .query(&progenitor_client::QueryParam::new("type", &type_))
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_queue" };
+        let info = OperationInfo { operation_id: "view_file" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
+            200u16 => Ok(ResponseValue::stream(response)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Clear or delete pending prompts
+    /// Metadata of a safetensors file
     ///
-    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
+    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
     ///
-    /// Sends a `POST` request to `/api/queue`
-    ///
-    pub async fn manage_queue<'a>(
-        &'a self,
-        body: &'a types::QueueManageRequest,
-    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/queue", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .post(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .json(&body)
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "manage_queue" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::empty(response)),
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// All settings
-    ///
-    /// Returns the user's settings object (`{}` when none were saved).
-    ///
-    /// Sends a `GET` request to `/api/settings`
-    ///
-    pub async fn get_settings<'a>(&'a self) -> Result<ResponseValue<types::Settings>, Error<()>> {
-        let url = format!("{}/api/settings", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .get(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "get_settings" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Merge settings
-    ///
-    /// Shallow-merges the posted object into the user's settings.
-    ///
-    /// Sends a `POST` request to `/api/settings`
-    ///
-    pub async fn post_settings<'a>(
-        &'a self,
-        body: &'a types::Settings,
-    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/settings", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .post(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .json(&body)
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "post_settings" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::empty(response)),
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// One setting
-    ///
-    /// Returns the value of one setting, or `null` when it is not set.
-    ///
-    /// Sends a `GET` request to `/api/settings/{id}`
+    /// Sends a `GET` request to `/api/view_metadata/{folder_name}`
     ///
     /// Arguments:
-    /// - `id`: The setting id, e.g. `Comfy.Locale`.
-    pub async fn get_setting<'a>(
+    /// - `folder_name`: The model folder kind, e.g. `checkpoints` or `loras`.
+    /// - `filename`: The file, relative to the folder; must end in `.safetensors`.
+    pub async fn get_view_metadata<'a>(
         &'a self,
-        id: &'a str,
-    ) -> Result<ResponseValue<types::SettingValue>, Error<()>> {
-        let url = format!("{}/api/settings/{}", self.baseurl, encode_path(&id.to_string()),);
+        folder_name: &'a str,
+        filename: Option<&'a str>,
+    ) -> Result<ResponseValue<types::SafetensorsMetadata>, Error<()>> {
+        let url = format!(
+            "{}/api/view_metadata/{}",
+            self.baseurl,
+            encode_path(&folder_name.to_string()),
+        );
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1502,57 +756,17 @@ impl Client {
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
+            .query(&progenitor_client::QueryParam::new("filename", &filename))
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_setting" };
+        let info = OperationInfo { operation_id: "get_view_metadata" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
-    /// Set one setting
-    ///
-    /// Sets one setting to the posted JSON value.
-    ///
-    /// Sends a `POST` request to `/api/settings/{id}`
-    ///
-    /// Arguments:
-    /// - `id`: The setting id, e.g. `Comfy.Locale`.
-    /// - `body`
-    pub async fn post_setting<'a>(
-        &'a self,
-        id: &'a str,
-        body: &'a types::SettingValue,
-    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
-        let url = format!("{}/api/settings/{}", self.baseurl, encode_path(&id.to_string()),);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .post(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .json(&body)
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "post_setting" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::empty(response)),
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -1591,6 +805,374 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Server feature flags
+    ///
+    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
+    ///
+    /// Sends a `GET` request to `/api/features`
+    ///
+    pub async fn get_features<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::FeatureFlags>, Error<()>> {
+        let url = format!("{}/api/features", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_features" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Frontend extension scripts
+    ///
+    /// Returns the URL paths of the JavaScript extensions the frontend should load.
+    ///
+    /// Sends a `GET` request to `/api/extensions`
+    ///
+    pub async fn get_extensions<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
+        let url = format!("{}/api/extensions", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_extensions" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Embedding names
+    ///
+    /// Returns the names of the files in the embeddings folder, without extension.
+    ///
+    /// Sends a `GET` request to `/api/embeddings`
+    ///
+    pub async fn get_embeddings<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
+        let url = format!("{}/api/embeddings", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_embeddings" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Model folder kinds
+    ///
+    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
+    ///
+    /// Sends a `GET` request to `/api/models`
+    ///
+    pub async fn get_model_folders<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
+        let url = format!("{}/api/models", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_model_folders" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Files of one model folder kind
+    ///
+    /// Returns the file names (relative to the folder) of one model folder kind.
+    ///
+    /// Sends a `GET` request to `/api/models/{folder}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind, e.g. `checkpoints`.
+    pub async fn get_model_files<'a>(
+        &'a self,
+        folder: &'a str,
+    ) -> Result<ResponseValue<types::StringList>, Error<()>> {
+        let url = format!("{}/api/models/{}", self.baseurl, encode_path(&folder.to_string()),);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_model_files" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Model folder kinds with their paths
+    ///
+    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
+    ///
+    /// Sends a `GET` request to `/api/experiment/models`
+    ///
+    pub async fn get_model_folder_paths<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::ModelFolderList>, Error<()>> {
+        let url = format!("{}/api/experiment/models", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_model_folder_paths" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Files of one model folder kind, with details
+    ///
+    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
+    ///
+    /// Sends a `GET` request to `/api/experiment/models/{folder}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind, e.g. `loras`.
+    pub async fn get_model_file_details<'a>(
+        &'a self,
+        folder: &'a str,
+    ) -> Result<ResponseValue<types::ModelFileList>, Error<()>> {
+        let url =
+            format!("{}/api/experiment/models/{}", self.baseurl, encode_path(&folder.to_string()),);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_model_file_details" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Preview image of a model file
+    ///
+    /// Returns the preview image stored beside a model file, as WebP.
+    ///
+    /// Sends a `GET` request to `/api/experiment/models/preview/{folder}/{path_index}/{filename}`
+    ///
+    /// Arguments:
+    /// - `folder`: The folder kind.
+    /// - `path_index`: Index of the directory within the folder kind (`pathIndex` of the file listing).
+    /// - `filename`: The model file name, relative to that directory.
+    pub async fn get_model_preview<'a>(
+        &'a self,
+        folder: &'a str,
+        path_index: i64,
+        filename: &'a str,
+    ) -> Result<ResponseValue<ByteStream>, Error<()>> {
+        let url = format!(
+            "{}/api/experiment/models/preview/{}/{}/{}",
+            self.baseurl,
+            encode_path(&folder.to_string()),
+            encode_path(&path_index.to_string()),
+            encode_path(&filename.to_string()),
+        );
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self.client.get(url).headers(header_map).build()?;
+        let info = OperationInfo { operation_id: "get_model_preview" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => Ok(ResponseValue::stream(response)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// User storage mode
+    ///
+    /// Returns how user data is stored and, in multi-user mode, the known users.
+    ///
+    /// Sends a `GET` request to `/api/users`
+    ///
+    pub async fn get_users<'a>(&'a self) -> Result<ResponseValue<types::UsersResponse>, Error<()>> {
+        let url = format!("{}/api/users", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_users" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Create a user
+    ///
+    /// Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
+    ///
+    /// Sends a `POST` request to `/api/users`
+    ///
+    pub async fn create_user<'a>(
+        &'a self,
+        body: &'a types::CreateUserRequest,
+    ) -> Result<ResponseValue<types::UserId>, Error<types::SimpleError>> {
+        let url = format!("{}/api/users", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "create_user" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -1635,6 +1217,48 @@ impl Client {
             .headers(header_map)
             .build()?;
         let info = OperationInfo { operation_id: "list_user_data" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
+            404u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Structured listing of user data
+    ///
+    /// Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
+    ///
+    /// Sends a `GET` request to `/api/v2/userdata`
+    ///
+    /// Arguments:
+    /// - `path`: The directory, relative to the user's data root; the root when absent.
+    pub async fn list_user_data_v2<'a>(
+        &'a self,
+        path: Option<&'a str>,
+    ) -> Result<ResponseValue<types::UserDataEntryList>, Error<ByteStream>> {
+        let url = format!("{}/api/v2/userdata", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .query(&progenitor_client::QueryParam::new("path", &path))
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "list_user_data_v2" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
@@ -1824,14 +1448,14 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// User storage mode
+    /// All settings
     ///
-    /// Returns how user data is stored and, in multi-user mode, the known users.
+    /// Returns the user's settings object (`{}` when none were saved).
     ///
-    /// Sends a `GET` request to `/api/users`
+    /// Sends a `GET` request to `/api/settings`
     ///
-    pub async fn get_users<'a>(&'a self) -> Result<ResponseValue<types::UsersResponse>, Error<()>> {
-        let url = format!("{}/api/users", self.baseurl,);
+    pub async fn get_settings<'a>(&'a self) -> Result<ResponseValue<types::Settings>, Error<()>> {
+        let url = format!("{}/api/settings", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1847,7 +1471,7 @@ impl Client {
             )
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_users" };
+        let info = OperationInfo { operation_id: "get_settings" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
@@ -1857,17 +1481,17 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Create a user
+    /// Merge settings
     ///
-    /// Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
+    /// Shallow-merges the posted object into the user's settings.
     ///
-    /// Sends a `POST` request to `/api/users`
+    /// Sends a `POST` request to `/api/settings`
     ///
-    pub async fn create_user<'a>(
+    pub async fn post_settings<'a>(
         &'a self,
-        body: &'a types::CreateUserRequest,
-    ) -> Result<ResponseValue<types::UserId>, Error<types::SimpleError>> {
-        let url = format!("{}/api/users", self.baseurl,);
+        body: &'a types::Settings,
+    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/settings", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1884,30 +1508,30 @@ impl Client {
             .json(&body)
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "create_user" };
+        let info = OperationInfo { operation_id: "post_settings" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
-            200u16 => ResponseValue::from_response(response).await,
+            200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Structured listing of user data
+    /// One setting
     ///
-    /// Lists one directory of the user's data, directories first, then files, each in case-insensitive name order. A missing root gives `[]`.
+    /// Returns the value of one setting, or `null` when it is not set.
     ///
-    /// Sends a `GET` request to `/api/v2/userdata`
+    /// Sends a `GET` request to `/api/settings/{id}`
     ///
     /// Arguments:
-    /// - `path`: The directory, relative to the user's data root; the root when absent.
-    pub async fn list_user_data_v2<'a>(
+    /// - `id`: The setting id, e.g. `Comfy.Locale`.
+    pub async fn get_setting<'a>(
         &'a self,
-        path: Option<&'a str>,
-    ) -> Result<ResponseValue<types::UserDataEntryList>, Error<ByteStream>> {
-        let url = format!("{}/api/v2/userdata", self.baseurl,);
+        id: &'a str,
+    ) -> Result<ResponseValue<types::SettingValue>, Error<()>> {
+        let url = format!("{}/api/settings/{}", self.baseurl, encode_path(&id.to_string()),);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1921,47 +1545,33 @@ impl Client {
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
-            .query(&progenitor_client::QueryParam::new("path", &path))
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "list_user_data_v2" };
+        let info = OperationInfo { operation_id: "get_setting" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            400u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
-            404u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Fetch a file or a preview of it
+    /// Set one setting
     ///
-    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
-    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
-    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
-    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    /// Sets one setting to the posted JSON value.
     ///
-    ///
-    /// Sends a `GET` request to `/api/view`
+    /// Sends a `POST` request to `/api/settings/{id}`
     ///
     /// Arguments:
-    /// - `channel`: `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
-    /// - `filename`: The file name (only its base name is used); absent answers 404.
-    /// - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
-    /// - `subfolder`: A folder relative to the root.
-    /// - `type_`: Which root to read from; `output` when absent.
-    pub async fn view_file<'a>(
+    /// - `id`: The setting id, e.g. `Comfy.Locale`.
+    /// - `body`
+    pub async fn post_setting<'a>(
         &'a self,
-        channel: Option<types::ImageChannel>,
-        filename: Option<&'a str>,
-        preview: Option<&'a str>,
-        subfolder: Option<&'a str>,
-        type_: Option<types::FileType>,
-    ) -> Result<ResponseValue<ByteStream>, Error<()>> {
-        let url = format!("{}/api/view", self.baseurl,);
+        id: &'a str,
+        body: &'a types::SettingValue,
+    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/settings/{}", self.baseurl, encode_path(&id.to_string()),);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -1970,46 +1580,33 @@ impl Client {
         #[allow(unused_mut)]
         let mut request = self
             .client
-            .get(url)
-            .query(&progenitor_client::QueryParam::new("channel", &channel))
-            .query(&progenitor_client::QueryParam::new("filename", &filename))
-            .query(&progenitor_client::QueryParam::new("preview", &preview))
-            .query(&progenitor_client::QueryParam::new("subfolder", &subfolder))
-            .query(&progenitor_client::QueryParam::new("type", &type_))
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "view_file" };
+        let info = OperationInfo { operation_id: "post_setting" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
-            200u16 => Ok(ResponseValue::stream(response)),
-            400u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            403u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
-            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            200u16 => Ok(ResponseValue::empty(response)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Metadata of a safetensors file
+    /// Translations from custom nodes
     ///
-    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
+    /// Returns the merged locale files of installed node packs, keyed by language.
     ///
-    /// Sends a `GET` request to `/api/view_metadata/{folder_name}`
+    /// Sends a `GET` request to `/api/i18n`
     ///
-    /// Arguments:
-    /// - `folder_name`: The model folder kind, e.g. `checkpoints` or `loras`.
-    /// - `filename`: The file, relative to the folder; must end in `.safetensors`.
-    pub async fn get_view_metadata<'a>(
-        &'a self,
-        folder_name: &'a str,
-        filename: Option<&'a str>,
-    ) -> Result<ResponseValue<types::SafetensorsMetadata>, Error<()>> {
-        let url = format!(
-            "{}/api/view_metadata/{}",
-            self.baseurl,
-            encode_path(&folder_name.to_string()),
-        );
+    pub async fn get_i18n<'a>(&'a self) -> Result<ResponseValue<types::I18nResponse>, Error<()>> {
+        let url = format!("{}/api/i18n", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -2023,17 +1620,15 @@ impl Client {
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
-            .query(&progenitor_client::QueryParam::new("filename", &filename))
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_view_metadata" };
+        let info = OperationInfo { operation_id: "get_i18n" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -2118,23 +1713,16 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Files of the input, output or temp directory
+    /// Subgraph blueprints
     ///
-    /// Lists the files of one of the three file roots, newest first.
+    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
     ///
-    /// Sends a `GET` request to `/internal/files/{directory_type}`
+    /// Sends a `GET` request to `/api/global_subgraphs`
     ///
-    /// Arguments:
-    /// - `directory_type`: Which root to list.
-    pub async fn get_directory_files<'a>(
+    pub async fn get_global_subgraphs<'a>(
         &'a self,
-        directory_type: types::FileType,
-    ) -> Result<ResponseValue<types::StringList>, Error<types::ErrorResponse>> {
-        let url = format!(
-            "{}/internal/files/{}",
-            self.baseurl,
-            encode_path(&directory_type.to_string()),
-        );
+    ) -> Result<ResponseValue<types::GlobalSubgraphs>, Error<()>> {
+        let url = format!("{}/api/global_subgraphs", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -2150,27 +1738,30 @@ impl Client {
             )
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_directory_files" };
+        let info = OperationInfo { operation_id: "get_global_subgraphs" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Configured model folders
+    /// One subgraph blueprint
     ///
-    /// Returns the directories configured for each model folder kind.
+    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
     ///
-    /// Sends a `GET` request to `/internal/folder_paths`
+    /// Sends a `GET` request to `/api/global_subgraphs/{id}`
     ///
-    pub async fn get_folder_paths<'a>(
+    /// Arguments:
+    /// - `id`: The blueprint id (a SHA-256 hex digest).
+    pub async fn get_global_subgraph<'a>(
         &'a self,
-    ) -> Result<ResponseValue<types::FolderPaths>, Error<()>> {
-        let url = format!("{}/internal/folder_paths", self.baseurl,);
+        id: &'a str,
+    ) -> Result<ResponseValue<types::GlobalSubgraphData>, Error<()>> {
+        let url =
+            format!("{}/api/global_subgraphs/{}", self.baseurl, encode_path(&id.to_string()),);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
@@ -2186,7 +1777,42 @@ impl Client {
             )
             .headers(header_map)
             .build()?;
-        let info = OperationInfo { operation_id: "get_folder_paths" };
+        let info = OperationInfo { operation_id: "get_global_subgraph" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Registered node class replacements
+    ///
+    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
+    ///
+    /// Sends a `GET` request to `/api/node_replacements`
+    ///
+    pub async fn get_node_replacements<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::NodeReplacements>, Error<()>> {
+        let url = format!("{}/api/node_replacements", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_node_replacements" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;
@@ -2289,6 +1915,380 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Configured model folders
+    ///
+    /// Returns the directories configured for each model folder kind.
+    ///
+    /// Sends a `GET` request to `/internal/folder_paths`
+    ///
+    pub async fn get_folder_paths<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::FolderPaths>, Error<()>> {
+        let url = format!("{}/internal/folder_paths", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_folder_paths" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Files of the input, output or temp directory
+    ///
+    /// Lists the files of one of the three file roots, newest first.
+    ///
+    /// Sends a `GET` request to `/internal/files/{directory_type}`
+    ///
+    /// Arguments:
+    /// - `directory_type`: Which root to list.
+    pub async fn get_directory_files<'a>(
+        &'a self,
+        directory_type: types::FileType,
+    ) -> Result<ResponseValue<types::StringList>, Error<types::ErrorResponse>> {
+        let url = format!(
+            "{}/internal/files/{}",
+            self.baseurl,
+            encode_path(&directory_type.to_string()),
+        );
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_directory_files" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// The current web session
+    ///
+    /// [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
+    ///
+    /// Sends a `GET` request to `/api/auth/session`
+    ///
+    pub async fn get_session<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/session", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_session" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Start a web session
+    ///
+    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
+    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+    ///
+    ///
+    /// Sends a `POST` request to `/api/auth/session`
+    ///
+    pub async fn create_session<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/session", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "create_session" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// End the web session
+    ///
+    /// [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
+    ///
+    /// Sends a `DELETE` request to `/api/auth/session`
+    ///
+    /// Arguments:
+    /// - `x_csrf_token`: The session's CSRF token; missing or wrong answers 403.
+    pub async fn delete_session<'a>(
+        &'a self,
+        x_csrf_token: Option<&'a str>,
+    ) -> Result<ResponseValue<types::SuccessResponse>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/session", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        if let Some(value) = x_csrf_token {
+            header_map.append("X-CSRF-Token", value.to_string().try_into()?);
+        }
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .delete(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "delete_session" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Mint a first-party API token
+    ///
+    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    ///
+    /// Sends a `POST` request to `/api/auth/token`
+    ///
+    pub async fn exchange_token<'a>(
+        &'a self,
+        body: &'a types::ExchangeTokenRequest,
+    ) -> Result<ResponseValue<types::ExchangeTokenResponse>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/token", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "exchange_token" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Token signing keys
+    ///
+    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+    ///
+    /// Sends a `GET` request to `/.well-known/jwks.json`
+    ///
+    pub async fn get_jwks<'a>(&'a self) -> Result<ResponseValue<types::JwkSet>, Error<()>> {
+        let url = format!("{}/.well-known/jwks.json", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_jwks" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Authorization server metadata (RFC 8414)
+    ///
+    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-authorization-server`
+    ///
+    pub async fn get_oauth_authorization_server_metadata<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::OAuthAuthorizationServerMetadata>, Error<()>> {
+        let url = format!("{}/.well-known/oauth-authorization-server", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_oauth_authorization_server_metadata" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Protected resource metadata (RFC 9728)
+    ///
+    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-protected-resource`
+    ///
+    pub async fn get_oauth_protected_resource_metadata<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
+        let url = format!("{}/.well-known/oauth-protected-resource", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_oauth_protected_resource_metadata" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Protected resource metadata, path form (RFC 9728)
+    ///
+    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
+    ///
+    /// Sends a `GET` request to `/.well-known/oauth-protected-resource/mcp`
+    ///
+    pub async fn get_oauth_protected_resource_metadata_for_mcp<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::OAuthProtectedResourceMetadata>, Error<()>> {
+        let url = format!("{}/.well-known/oauth-protected-resource/mcp", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_oauth_protected_resource_metadata_for_mcp" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -2409,48 +2409,6 @@ impl Client {
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Dynamic client registration (RFC 7591)
-    ///
-    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    /// defaults and are returned as stored. Open registration, rate limited per address.
-    ///
-    ///
-    /// Sends a `POST` request to `/oauth/register`
-    ///
-    pub async fn oauth_register<'a>(
-        &'a self,
-        body: &'a types::OAuthRegisterRequest,
-    ) -> Result<ResponseValue<types::OAuthRegisterResponse>, Error<types::OAuthRegisterError>> {
-        let url = format!("{}/oauth/register", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
-        header_map.append(
-            ::reqwest::header::HeaderName::from_static("api-version"),
-            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
-        );
-        #[allow(unused_mut)]
-        let mut request = self
-            .client
-            .post(url)
-            .header(
-                ::reqwest::header::ACCEPT,
-                ::reqwest::header::HeaderValue::from_static("application/json"),
-            )
-            .json(&body)
-            .headers(header_map)
-            .build()?;
-        let info = OperationInfo { operation_id: "oauth_register" };
-        self.pre(&mut request, &info).await?;
-        let result = self.exec(request, &info).await;
-        self.post(&result, &info).await?;
-        let response = result?;
-        match response.status().as_u16() {
-            201u16 => ResponseValue::from_response(response).await,
-            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            413u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            429u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
-            _ => Err(Error::UnexpectedResponse(response)),
-        }
-    }
     /// Token endpoint
     ///
     /// [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
@@ -2490,6 +2448,48 @@ impl Client {
             200u16 => ResponseValue::from_response(response).await,
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Dynamic client registration (RFC 7591)
+    ///
+    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
+    /// defaults and are returned as stored. Open registration, rate limited per address.
+    ///
+    ///
+    /// Sends a `POST` request to `/oauth/register`
+    ///
+    pub async fn oauth_register<'a>(
+        &'a self,
+        body: &'a types::OAuthRegisterRequest,
+    ) -> Result<ResponseValue<types::OAuthRegisterResponse>, Error<types::OAuthRegisterError>> {
+        let url = format!("{}/oauth/register", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "oauth_register" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            201u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            413u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            429u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

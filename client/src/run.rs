@@ -11,7 +11,7 @@ pub struct PromptRun {
     /// The prompt id.
     pub prompt_id: uuid::Uuid,
     /// Outputs that failed validation and were dropped (the rest ran).
-    pub node_errors: std::collections::HashMap<String, types::NodeValidationError>,
+    pub node_errors: kiln_spec::IndexMap<String, types::NodeValidationError>,
     /// The history entry: outputs by node id, status and its messages.
     pub history: types::HistoryEntry,
 }
@@ -86,7 +86,7 @@ impl Client {
                         .map_err(RunError::History)?
                         .into_inner()
                         .0
-                        .remove(&prompt_id.to_string())
+                        .shift_remove(&prompt_id.to_string())
                         .ok_or(RunError::NoHistory(prompt_id))?;
                     return Ok(PromptRun { prompt_id, node_errors: accepted.node_errors, history });
                 }

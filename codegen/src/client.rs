@@ -54,7 +54,9 @@ pub(crate) fn generate(spec: &OpenAPI) -> Result<proc_macro2::TokenStream, Error
     let mut settings = progenitor::GenerationSettings::default();
     settings
         .with_interface(progenitor::InterfaceStyle::Positional)
-        .with_tag(progenitor::TagStyle::Merged);
+        .with_tag(progenitor::TagStyle::Merged)
+        // The same map type as the shared wire types (`kiln_codegen::generate_types`).
+        .with_map_type("::indexmap::IndexMap");
     let mut generator = progenitor::Generator::new(&settings);
     let tokens =
         generator.generate_tokens(&lowered).map_err(|e| Error::Progenitor(e.to_string()))?;

@@ -7,6 +7,9 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use std::collections::HashMap;
+
+use quote::{ToTokens as _, format_ident, quote};
 use serde_json::Value;
 use typify::{TypeSpace, TypeSpaceSettings};
 
@@ -32,15 +35,110 @@ pub fn generate_types(spec_yaml: &str, repo_root: &Path) -> Result<String, Error
     }
 
     let mut settings = TypeSpaceSettings::default();
-    settings.with_type_mod("types").with_struct_builder(false);
+    // Maps are ordered: a JSON object's key order carries meaning on ComfyUI's wire (object_info inputs in
+    // declaration order, history oldest first), so a wire map must keep the order it was built or read in.
+    settings
+        .with_type_mod("types")
+        .with_struct_builder(false)
+        .with_map_type("::indexmap::IndexMap");
+    for (name, _, raw) in RAW_JSON {
+        settings.with_replacement(name, raw, std::iter::empty());
+    }
     let mut type_space = TypeSpace::new(&settings);
     type_space.add_ref_types(converted).map_err(Error::Typify)?;
 
+    let mut file: syn::File = syn::parse2(type_space.to_stream()).map_err(Error::Parse)?;
+    order_fields_as_the_spec(&mut file, &property_orders(schemas));
+    let mut tokens = file.into_token_stream();
+    for (name, doc, raw) in RAW_JSON {
+        let name = format_ident!("{name}");
+        let raw = syn::parse_str::<syn::Type>(raw).map_err(Error::Parse)?;
+        tokens.extend(quote! {
+            #[doc = #doc]
+            pub type #name = #raw;
+        });
+    }
     crate::format_file(
-        type_space.to_stream(),
+        tokens,
         "The wire types of every component schema in `spec/openapi.yaml`.",
         repo_root,
     )
+}
+
+/// The schemas whose Rust type is JSON kept as sent (name, doc of the generated alias, type): what a client
+/// sends in them is stored and echoed (history, queue, PNG metadata) with its keys in the client's order, as
+/// ComfyUI does, and a generated struct would put them in declaration order.
+const RAW_JSON: [(&str, &str, &str); 2] = [
+    (
+        "Prompt",
+        " An API-format workflow: nodes keyed by id, each node a JSON object (`class_type`, `inputs`, `_meta`;\n \
+         see `PromptNode`), kept as the client sent it.",
+        "::indexmap::IndexMap<::std::string::String, ::serde_json::Map<::std::string::String, ::serde_json::Value>>",
+    ),
+    (
+        "ExtraData",
+        " Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...; see the spec's\n \
+         `ExtraData`), kept as the client sent it.",
+        "::serde_json::Map<::std::string::String, ::serde_json::Value>",
+    ),
+];
+
+/// Each component schema's property names (wire names), in the spec's order.
+fn property_orders(schemas: &serde_json::Map<String, Value>) -> HashMap<String, Vec<String>> {
+    schemas
+        .iter()
+        .filter_map(|(name, schema)| {
+            let properties = schema.get("properties")?.as_object()?;
+            Some((name.clone(), properties.keys().cloned().collect()))
+        })
+        .collect()
+}
+
+/// Puts every generated struct's fields in the order of its schema's properties.
+///
+/// typify sorts fields by name, and serde writes fields in declaration order, so without this every object
+/// would go out with its keys sorted. ComfyUI sends keys in declaration order and clients rely on it (positional
+/// arguments bound by the order of `input.required`, for one); the spec lists properties in ComfyUI's order.
+/// A struct typify made for a nullable schema is called `<Schema>Inner`.
+fn order_fields_as_the_spec(file: &mut syn::File, orders: &HashMap<String, Vec<String>>) {
+    for item in &mut file.items {
+        let syn::Item::Struct(item) = item else { continue };
+        let name = item.ident.to_string();
+        let Some(order) = orders.get(&name).or_else(|| orders.get(name.strip_suffix("Inner")?))
+        else {
+            continue;
+        };
+        let syn::Fields::Named(fields) = &mut item.fields else { continue };
+        let mut sorted: Vec<syn::Field> = std::mem::take(&mut fields.named).into_iter().collect();
+        // Fields that are not properties (a flattened map of other keys) go last, as typify puts them.
+        sorted.sort_by_key(|field| {
+            let wire = wire_name(field);
+            order.iter().position(|p| *p == wire).unwrap_or(usize::MAX)
+        });
+        fields.named = sorted.into_iter().collect();
+    }
+}
+
+/// A field's JSON name: its `#[serde(rename = "...")]`, or its identifier.
+fn wire_name(field: &syn::Field) -> String {
+    let mut renamed = None;
+    for attribute in field.attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let _ = attribute.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename") {
+                renamed = Some(meta.value()?.parse::<syn::LitStr>()?.value());
+            } else if meta.input.peek(syn::Token![=]) {
+                meta.value()?.parse::<proc_macro2::TokenStream>()?;
+            }
+            Ok(())
+        });
+    }
+    renamed.unwrap_or_else(|| {
+        field
+            .ident
+            .as_ref()
+            .map(|i| i.to_string().trim_start_matches("r#").to_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// Reads the spec's YAML text as an openapiv3 document.

@@ -60,6 +60,7 @@ fn bench_chain(c: &mut Criterion) {
     let run = Run {
         prompt_id: "bench",
         prompt: &prompt,
+        prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(serde_json::Value::Null),
     };
 

@@ -2,8 +2,6 @@
 //! validation results to ComfyUI's error shape. The engine knows nothing of the wire; this is where its
 //! values become the spec's types.
 
-use std::collections::HashMap;
-
 use kiln_engine::graph::{NodeErrors, PromptRejection, ValidationError};
 use kiln_engine::nodes::{FileKind, InputDef, NodeSpec};
 use kiln_spec::types;
@@ -20,7 +18,7 @@ pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeInfo {
     };
     let names =
         |defs: &[InputDef]| types::StringList(defs.iter().map(|d| d.name.clone()).collect());
-    let mut input_order = HashMap::new();
+    let mut input_order = kiln_spec::IndexMap::new();
     if !spec.required.is_empty() {
         input_order.insert("required".to_owned(), names(&spec.required));
     }
@@ -73,7 +71,7 @@ pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeInfo {
 pub(crate) fn prompt_error(error: &ValidationError) -> types::PromptError {
     types::PromptError {
         details: error.details.clone(),
-        extra_info: error.extra_info.clone(),
+        extra_info: (*error.extra_info).clone(),
         message: error.message.clone(),
         type_: error.kind.clone(),
     }
@@ -82,7 +80,7 @@ pub(crate) fn prompt_error(error: &ValidationError) -> types::PromptError {
 /// Per-node validation errors keyed by node id.
 pub(crate) fn node_errors<'a>(
     errors: impl IntoIterator<Item = (&'a kiln_engine::graph::NodeId, &'a NodeErrors)>,
-) -> HashMap<String, types::NodeValidationError> {
+) -> kiln_spec::IndexMap<String, types::NodeValidationError> {
     errors
         .into_iter()
         .map(|(id, e)| {

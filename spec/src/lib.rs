@@ -9,6 +9,10 @@
 /// The OpenAPI 3.0.3 document, as committed in `spec/openapi.yaml`.
 pub const OPENAPI_YAML: &str = include_str!("../openapi.yaml");
 
+/// The map type of the wire types: JSON objects keep the order in which their keys were inserted, as ComfyUI's
+/// do (node classes in registration order, inputs in declaration order, history oldest first).
+pub use indexmap::IndexMap;
+
 /// The wire types of every component schema in the spec (generated).
 #[allow(missing_docs, clippy::all, unreachable_pub)]
 pub mod types;

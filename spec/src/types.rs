@@ -10,33 +10,33 @@ pub struct CreateUserRequest {
 ///A compute device.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct DeviceInfo {
-    ///The device index; null for the CPU.
-    #[serde(deserialize_with = "::std::option::Option::deserialize")]
-    pub index: ::std::option::Option<i64>,
     ///The device name, e.g. `cuda:0 NVIDIA H200` or `cpu`.
     pub name: ::std::string::String,
-    ///Memory held by the allocator but unused, in bytes.
-    pub torch_vram_free: i64,
-    ///Memory held by the server's allocator in bytes.
-    pub torch_vram_total: i64,
     ///The device kind, e.g. `cuda` or `cpu`.
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
-    ///Free device memory in bytes.
-    pub vram_free: i64,
+    ///The device index; null for the CPU.
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub index: ::std::option::Option<i64>,
     ///Device memory in bytes (RAM for the CPU).
     pub vram_total: i64,
+    ///Free device memory in bytes.
+    pub vram_free: i64,
+    ///Memory held by the server's allocator in bytes.
+    pub torch_vram_total: i64,
+    ///Memory held by the allocator but unused, in bytes.
+    pub torch_vram_free: i64,
 }
 ///The error body of Kiln-native and cloud routes, and of local routes where ComfyUI would answer a plain-text 500.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ErrorResponse {
     ///A stable, machine-readable code, e.g. `invalid_json` or `csrf_invalid`.
     pub code: ::std::string::String,
+    ///A human-readable message naming the problem.
+    pub message: ::std::string::String,
     ///Extra detail, e.g. the parser's position of a JSON syntax error.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub details: ::std::option::Option<::std::string::String>,
-    ///A human-readable message naming the problem.
-    pub message: ::std::string::String,
 }
 ///Which workspace the token is for.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
@@ -48,12 +48,12 @@ pub struct ExchangeTokenRequest {
 ///A first-party API token.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ExchangeTokenResponse {
-    ///Lifetime in seconds.
-    pub expires_in: i64,
     ///The JWT.
     pub token: ::std::string::String,
     ///Always `Bearer`.
     pub token_type: ::std::string::String,
+    ///Lifetime in seconds.
+    pub expires_in: i64,
     ///The workspace the token is scoped to.
     pub workspace_id: ::std::string::String,
 }
@@ -63,46 +63,26 @@ pub struct ExecInfo {
     ///Pending prompts plus the running one.
     pub queue_remaining: i64,
 }
-///Free-form data kept with a prompt. Secret credential keys are never echoed by queue, history or job views.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-pub struct ExtraData {
-    ///The websocket client id that receives the prompt's events.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub client_id: ::std::option::Option<::std::string::String>,
-    ///From the `Comfy-Usage-Source` header.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub comfy_usage_source: ::std::option::Option<::std::string::String>,
-    ///Set by the server when the prompt is queued, milliseconds since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub create_time: ::std::option::Option<i64>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub extra_pnginfo: ::std::option::Option<JsonObject>,
-    ///The preview method the client asked for.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub preview_method: ::std::option::Option<::std::string::String>,
-    #[serde(flatten)]
-    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
-}
 ///Server feature flags. Open: more keys may appear.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct FeatureFlags {
-    ///Whether the asset routes are enabled.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub assets: ::std::option::Option<bool>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub extension: ::std::option::Option<JsonObject>,
-    ///The request body limit in bytes.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub max_upload_size: ::std::option::Option<i64>,
-    ///Whether node replacements are applied.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub node_replacements: ::std::option::Option<bool>,
-    ///Whether model type tags are supported.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub supports_model_type_tags: ::std::option::Option<bool>,
     ///Whether preview frames with metadata (binary type 4) can be sent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub supports_preview_metadata: ::std::option::Option<bool>,
+    ///Whether model type tags are supported.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub supports_model_type_tags: ::std::option::Option<bool>,
+    ///The request body limit in bytes.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub max_upload_size: ::std::option::Option<i64>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub extension: ::std::option::Option<JsonObject>,
+    ///Whether node replacements are applied.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub node_replacements: ::std::option::Option<bool>,
+    ///Whether the asset routes are enabled.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub assets: ::std::option::Option<bool>,
     #[serde(flatten)]
     pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
@@ -174,36 +154,32 @@ impl ::std::convert::TryFrom<::std::string::String> for FileType {
 ///Directories keyed by model folder kind.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct FolderPaths(pub ::std::collections::HashMap<::std::string::String, StringList>);
+pub struct FolderPaths(pub ::indexmap::IndexMap<::std::string::String, StringList>);
 impl ::std::ops::Deref for FolderPaths {
-    type Target = ::std::collections::HashMap<::std::string::String, StringList>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, StringList> {
+    type Target = ::indexmap::IndexMap<::std::string::String, StringList>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, StringList> {
         &self.0
     }
 }
-impl ::std::convert::From<FolderPaths>
-    for ::std::collections::HashMap<::std::string::String, StringList>
-{
+impl ::std::convert::From<FolderPaths> for ::indexmap::IndexMap<::std::string::String, StringList> {
     fn from(value: FolderPaths) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, StringList>>
-    for FolderPaths
-{
-    fn from(value: ::std::collections::HashMap<::std::string::String, StringList>) -> Self {
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, StringList>> for FolderPaths {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, StringList>) -> Self {
         Self(value)
     }
 }
 ///What to release.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct FreeRequest {
-    ///Drop cached results and release free memory.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub free_memory: ::std::option::Option<bool>,
     ///Unload every model from device and host memory.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub unload_models: ::std::option::Option<bool>,
+    ///Drop cached results and release free memory.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub free_memory: ::std::option::Option<bool>,
 }
 ///A subgraph blueprint with its data, or null when unknown.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -228,25 +204,25 @@ impl ::std::convert::From<::std::option::Option<GlobalSubgraphDataInner>> for Gl
 ///A subgraph blueprint with its data, or null when unknown.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct GlobalSubgraphDataInner {
-    ///The blueprint, a UI-format workflow serialised as JSON text.
-    pub data: ::std::string::String,
-    pub info: GlobalSubgraphSource,
-    ///The blueprint name.
-    pub name: ::std::string::String,
     ///Where it comes from, e.g. `custom_node`.
     pub source: ::std::string::String,
+    ///The blueprint name.
+    pub name: ::std::string::String,
+    pub info: GlobalSubgraphSource,
+    ///The blueprint, a UI-format workflow serialised as JSON text.
+    pub data: ::std::string::String,
 }
 ///A subgraph blueprint shipped by a node pack.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct GlobalSubgraphInfo {
-    pub info: GlobalSubgraphSource,
+    ///Where it comes from, e.g. `custom_node`.
+    pub source: ::std::string::String,
     ///The blueprint name.
     pub name: ::std::string::String,
     ///The file it was read from.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
-    ///Where it comes from, e.g. `custom_node`.
-    pub source: ::std::string::String,
+    pub info: GlobalSubgraphSource,
 }
 ///The node pack of a blueprint.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -257,38 +233,36 @@ pub struct GlobalSubgraphSource {
 ///Subgraph blueprints keyed by id.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct GlobalSubgraphs(
-    pub ::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo>,
-);
+pub struct GlobalSubgraphs(pub ::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo>);
 impl ::std::ops::Deref for GlobalSubgraphs {
-    type Target = ::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo> {
+    type Target = ::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo> {
         &self.0
     }
 }
 impl ::std::convert::From<GlobalSubgraphs>
-    for ::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo>
+    for ::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo>
 {
     fn from(value: GlobalSubgraphs) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo>>
     for GlobalSubgraphs
 {
-    fn from(value: ::std::collections::HashMap<::std::string::String, GlobalSubgraphInfo>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, GlobalSubgraphInfo>) -> Self {
         Self(value)
     }
 }
 ///A finished prompt.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct HistoryEntry {
-    ///Display data of the output nodes, keyed by node id.
-    pub meta: ::std::collections::HashMap<::std::string::String, HistoryNodeMeta>,
-    ///UI outputs keyed by output node id.
-    pub outputs: ::std::collections::HashMap<::std::string::String, NodeOutput>,
     pub prompt: QueueItem,
+    ///UI outputs keyed by output node id.
+    pub outputs: ::indexmap::IndexMap<::std::string::String, NodeOutput>,
     pub status: HistoryStatus,
+    ///Display data of the output nodes, keyed by node id.
+    pub meta: ::indexmap::IndexMap<::std::string::String, HistoryNodeMeta>,
 }
 ///What to remove from the history.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
@@ -303,10 +277,10 @@ pub struct HistoryManageRequest {
 ///Display data of an output node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct HistoryNodeMeta {
-    ///The node the UI shows the output on.
-    pub display_node: ::std::string::String,
     ///The node id.
     pub node_id: ::std::string::String,
+    ///The node the UI shows the output on.
+    pub display_node: ::std::string::String,
     ///The enclosing subgraph node, if any.
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub parent_node: ::std::option::Option<::std::string::String>,
@@ -316,35 +290,35 @@ pub struct HistoryNodeMeta {
 ///History entries keyed by prompt id, oldest first.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct HistoryResponse(pub ::std::collections::HashMap<::std::string::String, HistoryEntry>);
+pub struct HistoryResponse(pub ::indexmap::IndexMap<::std::string::String, HistoryEntry>);
 impl ::std::ops::Deref for HistoryResponse {
-    type Target = ::std::collections::HashMap<::std::string::String, HistoryEntry>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, HistoryEntry> {
+    type Target = ::indexmap::IndexMap<::std::string::String, HistoryEntry>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, HistoryEntry> {
         &self.0
     }
 }
 impl ::std::convert::From<HistoryResponse>
-    for ::std::collections::HashMap<::std::string::String, HistoryEntry>
+    for ::indexmap::IndexMap<::std::string::String, HistoryEntry>
 {
     fn from(value: HistoryResponse) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, HistoryEntry>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, HistoryEntry>>
     for HistoryResponse
 {
-    fn from(value: ::std::collections::HashMap<::std::string::String, HistoryEntry>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, HistoryEntry>) -> Self {
         Self(value)
     }
 }
 ///How a prompt ended.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct HistoryStatus {
+    pub status_str: HistoryStatusStr,
     ///True when the prompt ran to the end.
     pub completed: bool,
     ///The `execution_*` events of the run as `[event_name, data]` pairs, with timestamps in milliseconds.
     pub messages: ::std::vec::Vec<StatusMessage>,
-    pub status_str: HistoryStatusStr,
 }
 ///The outcome.
 #[derive(
@@ -400,24 +374,24 @@ impl ::std::convert::TryFrom<::std::string::String> for HistoryStatusStr {
 ///Translations keyed by language code; each holds sections such as `nodeDefs`, `commands`, `settings`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct I18nResponse(pub ::std::collections::HashMap<::std::string::String, JsonObject>);
+pub struct I18nResponse(pub ::indexmap::IndexMap<::std::string::String, JsonObject>);
 impl ::std::ops::Deref for I18nResponse {
-    type Target = ::std::collections::HashMap<::std::string::String, JsonObject>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, JsonObject> {
+    type Target = ::indexmap::IndexMap<::std::string::String, JsonObject>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, JsonObject> {
         &self.0
     }
 }
 impl ::std::convert::From<I18nResponse>
-    for ::std::collections::HashMap<::std::string::String, JsonObject>
+    for ::indexmap::IndexMap<::std::string::String, JsonObject>
 {
     fn from(value: I18nResponse) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, JsonObject>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, JsonObject>>
     for I18nResponse
 {
-    fn from(value: ::std::collections::HashMap<::std::string::String, JsonObject>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, JsonObject>) -> Self {
         Self(value)
     }
 }
@@ -528,29 +502,29 @@ pub struct InterruptRequest {
 ///A prompt seen as a job. Absent values are omitted, never null.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct Job {
+    ///The job id (the prompt id).
+    pub id: ::uuid::Uuid,
+    pub status: JobStatus,
+    ///The queue `number`.
+    pub priority: f64,
     ///When the prompt was queued, ms since the epoch.
     pub create_time: i64,
+    ///When execution started, ms since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub execution_start_time: ::std::option::Option<i64>,
     ///When execution ended, ms since the epoch.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub execution_end_time: ::std::option::Option<i64>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub execution_error: ::std::option::Option<WsExecutionError>,
-    ///When execution started, ms since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub execution_start_time: ::std::option::Option<i64>,
-    ///The job id (the prompt id).
-    pub id: ::uuid::Uuid,
     ///Number of output items.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub outputs_count: ::std::option::Option<i64>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub preview_output: ::std::option::Option<PreviewOutput>,
     ///Number of output items a UI can preview.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub previewable_outputs_count: ::std::option::Option<i64>,
-    ///The queue `number`.
-    pub priority: f64,
-    pub status: JobStatus,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub preview_output: ::std::option::Option<PreviewOutput>,
     ///The UI workflow id, from `extra_pnginfo.workflow.id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub workflow_id: ::std::option::Option<::std::string::String>,
@@ -564,39 +538,39 @@ pub struct JobCancelResponse {
 ///A job with its outputs, raw status and workflow.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct JobDetail {
+    ///The job id (the prompt id).
+    pub id: ::uuid::Uuid,
+    pub status: JobStatus,
+    ///The queue `number`.
+    pub priority: f64,
     ///When the prompt was queued, ms since the epoch.
     pub create_time: i64,
+    ///When execution started, ms since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub execution_start_time: ::std::option::Option<i64>,
     ///When execution ended, ms since the epoch.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub execution_end_time: ::std::option::Option<i64>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub execution_error: ::std::option::Option<WsExecutionError>,
-    ///When execution started, ms since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub execution_start_time: ::std::option::Option<i64>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub execution_status: ::std::option::Option<HistoryStatus>,
-    ///The job id (the prompt id).
-    pub id: ::uuid::Uuid,
-    ///UI outputs keyed by node id.
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
-    pub outputs: ::std::collections::HashMap<::std::string::String, NodeOutput>,
     ///Number of output items.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub outputs_count: ::std::option::Option<i64>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub preview_output: ::std::option::Option<PreviewOutput>,
     ///Number of output items a UI can preview.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub previewable_outputs_count: ::std::option::Option<i64>,
-    ///The queue `number`.
-    pub priority: f64,
-    pub status: JobStatus,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub workflow: ::std::option::Option<JobWorkflow>,
+    pub preview_output: ::std::option::Option<PreviewOutput>,
     ///The UI workflow id, from `extra_pnginfo.workflow.id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub workflow_id: ::std::option::Option<::std::string::String>,
+    ///UI outputs keyed by node id.
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub outputs: ::indexmap::IndexMap<::std::string::String, NodeOutput>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub execution_status: ::std::option::Option<HistoryStatus>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub workflow: ::std::option::Option<JobWorkflow>,
 }
 ///Sort key of the job list.
 #[derive(
@@ -715,8 +689,11 @@ impl ::std::convert::TryFrom<::std::string::String> for JobStatus {
 ///The submitted workflow of a job.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct JobWorkflow {
-    pub extra_data: ExtraData,
-    pub prompt: Prompt,
+    pub prompt: ::indexmap::IndexMap<
+        ::std::string::String,
+        ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+    >,
+    pub extra_data: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///The jobs to cancel.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -758,22 +735,22 @@ impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json:
 ///A public EC signing key (P-256, ES256).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct JwkKey {
-    ///Always `ES256`.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub alg: ::std::option::Option<::std::string::String>,
-    ///Always `P-256`.
-    pub crv: ::std::string::String,
-    ///The key id, as in token headers.
-    pub kid: ::std::string::String,
     ///Always `EC`.
     pub kty: ::std::string::String,
-    ///Always `sig`.
-    #[serde(rename = "use", skip_serializing_if = "::std::option::Option::is_none")]
-    pub use_: ::std::option::Option<::std::string::String>,
+    ///Always `P-256`.
+    pub crv: ::std::string::String,
     ///The x coordinate, base64url.
     pub x: ::std::string::String,
     ///The y coordinate, base64url.
     pub y: ::std::string::String,
+    ///The key id, as in token headers.
+    pub kid: ::std::string::String,
+    ///Always `sig`.
+    #[serde(rename = "use", skip_serializing_if = "::std::option::Option::is_none")]
+    pub use_: ::std::option::Option<::std::string::String>,
+    ///Always `ES256`.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub alg: ::std::option::Option<::std::string::String>,
 }
 ///A JSON Web Key Set (RFC 7517).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -784,10 +761,10 @@ pub struct JwkSet {
 ///One log entry.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct LogEntry {
-    ///The message.
-    pub m: ::std::string::String,
     ///The time.
     pub t: ::std::string::String,
+    ///The message.
+    pub m: ::std::string::String,
 }
 ///Recent log entries and the terminal size.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -808,17 +785,17 @@ pub struct LogsSubscribeRequest {
 ///A model file with details (`pathIndex` is ComfyUI's camelCase key).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ModelFile {
-    ///Creation time, seconds since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub created: ::std::option::Option<f64>,
-    ///Modification time, seconds since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub modified: ::std::option::Option<f64>,
     ///The file name relative to its directory.
     pub name: ::std::string::String,
     ///Index of the directory in `ModelFolder.folders`.
     #[serde(rename = "pathIndex")]
     pub path_index: i64,
+    ///Modification time, seconds since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub modified: ::std::option::Option<f64>,
+    ///Creation time, seconds since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub created: ::std::option::Option<f64>,
     ///Size in bytes.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub size: ::std::option::Option<i64>,
@@ -846,12 +823,12 @@ impl ::std::convert::From<::std::vec::Vec<ModelFile>> for ModelFileList {
 ///A model folder kind with its directories.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct ModelFolder {
-    ///Accepted file extensions; empty means any.
-    pub extensions: ::std::vec::Vec<::std::string::String>,
-    ///The directories searched, in order.
-    pub folders: ::std::vec::Vec<::std::string::String>,
     ///The folder kind.
     pub name: ::std::string::String,
+    ///The directories searched, in order.
+    pub folders: ::std::vec::Vec<::std::string::String>,
+    ///Accepted file extensions; empty means any.
+    pub extensions: ::std::vec::Vec<::std::string::String>,
 }
 ///Model folder kinds with their directories.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -876,74 +853,74 @@ impl ::std::convert::From<::std::vec::Vec<ModelFolder>> for ModelFolderList {
 ///A node class as the frontend sees it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeInfo {
-    ///Present and true for nodes that call a paid remote API.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub api_node: ::std::option::Option<bool>,
-    ///The menu path, e.g. `image/transform`.
-    pub category: ::std::string::String,
-    ///Present and true for deprecated nodes.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub deprecated: ::std::option::Option<bool>,
-    ///What the node does.
-    pub description: ::std::string::String,
-    ///Present and true for nodes shown only in developer mode.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub dev_only: ::std::option::Option<bool>,
-    ///The name shown in the UI.
-    pub display_name: ::std::string::String,
-    ///The section of the essentials panel.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub essentials_category: ::std::option::Option<::std::string::String>,
-    ///Present and true for experimental nodes.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub experimental: ::std::option::Option<bool>,
-    ///Whether the node shows output in the UI while not being an output node.
-    pub has_intermediate_output: bool,
     pub input: NodeInputs,
     ///Input names per category (`required`, `optional`, `hidden`) in declaration order.
-    pub input_order: ::std::collections::HashMap<::std::string::String, StringList>,
+    pub input_order: ::indexmap::IndexMap<::std::string::String, StringList>,
     ///Whether the node receives whole lists instead of being mapped over them.
     pub is_input_list: bool,
-    ///The class name.
-    pub name: ::std::string::String,
     ///Output types; an element is a type name or, for combo outputs, a list of choices.
     pub output: ::std::vec::Vec<NodeType>,
     ///Per output, whether it is a list.
     pub output_is_list: ::std::vec::Vec<bool>,
     ///Per output, its name.
     pub output_name: ::std::vec::Vec<::std::string::String>,
+    ///The class name.
+    pub name: ::std::string::String,
+    ///The name shown in the UI.
+    pub display_name: ::std::string::String,
+    ///What the node does.
+    pub description: ::std::string::String,
+    ///Where the node comes from (`nodes` for built-in nodes).
+    pub python_module: ::std::string::String,
+    ///The menu path, e.g. `image/transform`.
+    pub category: ::std::string::String,
     ///Whether the node is an output (execution starts from outputs).
     pub output_node: bool,
+    ///Whether the node shows output in the UI while not being an output node.
+    pub has_intermediate_output: bool,
     ///Per output, a tooltip.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub output_tooltips: ::std::vec::Vec<::std::string::String>,
-    ///Where the node comes from (`nodes` for built-in nodes).
-    pub python_module: ::std::string::String,
+    ///Present and true for deprecated nodes.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub deprecated: ::std::option::Option<bool>,
+    ///Present and true for experimental nodes.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub experimental: ::std::option::Option<bool>,
+    ///Present and true for nodes shown only in developer mode.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub dev_only: ::std::option::Option<bool>,
+    ///Present and true for nodes that call a paid remote API.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub api_node: ::std::option::Option<bool>,
     ///Extra search terms (always present, possibly empty).
     pub search_aliases: ::std::vec::Vec<::std::string::String>,
+    ///The section of the essentials panel.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub essentials_category: ::std::option::Option<::std::string::String>,
 }
 ///Input declarations by category.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct NodeInputs {
-    ///Hidden inputs by name, valued with their kind (`PROMPT`, `EXTRA_PNGINFO`, `UNIQUE_ID`, `DYNPROMPT`, ...).
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
-    pub hidden: ::std::collections::HashMap<::std::string::String, ::std::string::String>,
-    ///Optional inputs by name.
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
-    pub optional: ::std::collections::HashMap<::std::string::String, InputSpec>,
     ///Required inputs by name.
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
-    pub required: ::std::collections::HashMap<::std::string::String, InputSpec>,
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub required: ::indexmap::IndexMap<::std::string::String, InputSpec>,
+    ///Optional inputs by name.
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub optional: ::indexmap::IndexMap<::std::string::String, InputSpec>,
+    ///Hidden inputs by name, valued with their kind (`PROMPT`, `EXTRA_PNGINFO`, `UNIQUE_ID`, `DYNPROMPT`, ...).
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub hidden: ::indexmap::IndexMap<::std::string::String, ::std::string::String>,
 }
 ///What a node shows in the UI. Nodes define it; the media form lists files.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeOutput {
-    ///Per image, whether it is animated.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub animated: ::std::vec::Vec<bool>,
     ///Image files.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub images: ::std::vec::Vec<FileRef>,
+    ///Per image, whether it is animated.
+    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    pub animated: ::std::vec::Vec<bool>,
     ///Text values.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub text: ::std::vec::Vec<::std::string::String>,
@@ -953,9 +930,6 @@ pub struct NodeOutput {
 ///How to replace a node class with another, mapping its inputs and outputs.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeReplacement {
-    ///How old inputs map to new ones.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub input_mapping: ::std::option::Option<::std::vec::Vec<JsonObject>>,
     ///The replacement class.
     pub new_node_id: ::std::string::String,
     ///The replaced class.
@@ -963,6 +937,9 @@ pub struct NodeReplacement {
     ///Widget input names of the old class, in order.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub old_widget_ids: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///How old inputs map to new ones.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub input_mapping: ::std::option::Option<::std::vec::Vec<JsonObject>>,
     ///How old outputs map to new ones.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub output_mapping: ::std::option::Option<::std::vec::Vec<JsonObject>>,
@@ -973,19 +950,18 @@ pub struct NodeReplacement {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
 pub struct NodeReplacements(
-    pub ::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
+    pub ::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
 );
 impl ::std::ops::Deref for NodeReplacements {
-    type Target =
-        ::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>;
+    type Target = ::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>;
     fn deref(
         &self,
-    ) -> &::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>> {
+    ) -> &::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>> {
         &self.0
     }
 }
 impl ::std::convert::From<NodeReplacements>
-    for ::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>
+    for ::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>
 {
     fn from(value: NodeReplacements) -> Self {
         value.0
@@ -993,11 +969,11 @@ impl ::std::convert::From<NodeReplacements>
 }
 impl
     ::std::convert::From<
-        ::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
+        ::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
     > for NodeReplacements
 {
     fn from(
-        value: ::std::collections::HashMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
+        value: ::indexmap::IndexMap<::std::string::String, ::std::vec::Vec<NodeReplacement>>,
     ) -> Self {
         Self(value)
     }
@@ -1017,12 +993,12 @@ impl ::std::convert::From<::std::vec::Vec<::std::string::String>> for NodeType {
 ///The validation errors of one node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeValidationError {
-    ///The node's class.
-    pub class_type: ::std::string::String,
-    ///The output nodes that depend on this node.
-    pub dependent_outputs: ::std::vec::Vec<::std::string::String>,
     ///The node's own errors.
     pub errors: ::std::vec::Vec<PromptError>,
+    ///The output nodes that depend on this node.
+    pub dependent_outputs: ::std::vec::Vec<::std::string::String>,
+    ///The node's class.
+    pub class_type: ::std::string::String,
 }
 ///The client's application type.
 #[derive(
@@ -1078,40 +1054,40 @@ impl ::std::convert::TryFrom<::std::string::String> for OAuthApplicationType {
 ///Authorization server metadata (RFC 8414 §2, RFC 9207).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthAuthorizationServerMetadata {
-    ///`<issuer>/oauth/authorize`.
-    pub authorization_endpoint: ::std::string::String,
-    ///Always true (RFC 9207).
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub authorization_response_iss_parameter_supported: ::std::option::Option<bool>,
-    ///`["S256"]`.
-    pub code_challenge_methods_supported: ::std::vec::Vec<::std::string::String>,
-    ///`["authorization_code", "refresh_token"]`.
-    pub grant_types_supported: ::std::vec::Vec<::std::string::String>,
     ///The configured issuer, byte-identical everywhere it appears.
     pub issuer: ::std::string::String,
-    ///`<issuer>/.well-known/jwks.json`.
-    pub jwks_uri: ::std::string::String,
+    ///`<issuer>/oauth/authorize`.
+    pub authorization_endpoint: ::std::string::String,
+    ///`<issuer>/oauth/token`.
+    pub token_endpoint: ::std::string::String,
     ///`<issuer>/oauth/register`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub registration_endpoint: ::std::option::Option<::std::string::String>,
+    ///`<issuer>/.well-known/jwks.json`.
+    pub jwks_uri: ::std::string::String,
+    ///`["code"]`.
+    pub response_types_supported: ::std::vec::Vec<::std::string::String>,
     ///`["query"]`.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub response_modes_supported: ::std::vec::Vec<::std::string::String>,
-    ///`["code"]`.
-    pub response_types_supported: ::std::vec::Vec<::std::string::String>,
-    ///The token revocation endpoint (RFC 7009), when implemented.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub revocation_endpoint: ::std::option::Option<::std::string::String>,
+    ///`["authorization_code", "refresh_token"]`.
+    pub grant_types_supported: ::std::vec::Vec<::std::string::String>,
+    ///`["S256"]`.
+    pub code_challenge_methods_supported: ::std::vec::Vec<::std::string::String>,
+    ///`["none"]` (public clients).
+    pub token_endpoint_auth_methods_supported: ::std::vec::Vec<::std::string::String>,
     ///The scopes clients may ask for.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub scopes_supported: ::std::vec::Vec<::std::string::String>,
+    ///Always true (RFC 9207).
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub authorization_response_iss_parameter_supported: ::std::option::Option<bool>,
+    ///The token revocation endpoint (RFC 7009), when implemented.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub revocation_endpoint: ::std::option::Option<::std::string::String>,
     ///Human documentation.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub service_documentation: ::std::option::Option<::std::string::String>,
-    ///`<issuer>/oauth/token`.
-    pub token_endpoint: ::std::string::String,
-    ///`["none"]` (public clients).
-    pub token_endpoint_auth_methods_supported: ::std::vec::Vec<::std::string::String>,
 }
 ///Where the browser goes after the decision.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1125,20 +1101,17 @@ pub struct OAuthAuthorizeRedirectResponse {
 ///What the consent page shows for a pending authorization request.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthConsentChallenge {
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub client_application_type: ::std::option::Option<OAuthApplicationType>,
+    ///The pending request, single use, valid for 10 minutes, bound to the session.
+    pub oauth_request_id: ::uuid::Uuid,
+    ///Echo in the decision.
+    pub csrf_token: ::std::string::String,
     ///The client's self-declared name (unverified; the page must say so).
     pub client_display_name: ::std::string::String,
     ///The client id.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_id: ::std::option::Option<::std::string::String>,
-    ///Echo in the decision.
-    pub csrf_token: ::std::string::String,
-    ///When the pending request expires.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub expires_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
-    ///The pending request, single use, valid for 10 minutes, bound to the session.
-    pub oauth_request_id: ::uuid::Uuid,
+    pub client_application_type: ::std::option::Option<OAuthApplicationType>,
     ///Where the code will go; the page shows its host.
     pub redirect_uri: ::std::string::String,
     ///The resource the token will be for.
@@ -1150,6 +1123,9 @@ pub struct OAuthConsentChallenge {
     pub scopes: ::std::vec::Vec<::std::string::String>,
     ///The workspaces the user may grant access to.
     pub workspaces: ::std::vec::Vec<OAuthConsentChallengeWorkspace>,
+    ///When the pending request expires.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub expires_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
 }
 ///A workspace offered on the consent page.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1165,11 +1141,11 @@ pub struct OAuthConsentChallengeWorkspace {
 ///The user's decision on a pending request. Nothing else is read; client, redirect and challenge come from server state.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthConsentDecision {
+    ///The pending request.
+    pub oauth_request_id: ::uuid::Uuid,
     ///The challenge's CSRF token.
     pub csrf_token: ::std::string::String,
     pub decision: OAuthDecision,
-    ///The pending request.
-    pub oauth_request_id: ::uuid::Uuid,
     ///The workspace granted; required with `allow`, and one the challenge offered.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub workspace_id: ::std::option::Option<::std::string::String>,
@@ -1228,18 +1204,18 @@ impl ::std::convert::TryFrom<::std::string::String> for OAuthDecision {
 ///Protected resource metadata (RFC 9728 §2).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthProtectedResourceMetadata {
+    ///The MCP endpoint URL (a URL with a path).
+    pub resource: ::std::string::String,
     ///`[issuer]`.
     pub authorization_servers: ::std::vec::Vec<::std::string::String>,
+    ///The scopes the resource understands.
+    pub scopes_supported: ::std::vec::Vec<::std::string::String>,
     ///`["header"]`.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub bearer_methods_supported: ::std::vec::Vec<::std::string::String>,
-    ///The MCP endpoint URL (a URL with a path).
-    pub resource: ::std::string::String,
     ///A human name for the resource.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_name: ::std::option::Option<::std::string::String>,
-    ///The scopes the resource understands.
-    pub scopes_supported: ::std::vec::Vec<::std::string::String>,
 }
 /// A registration error (RFC 7591 §3.2.2). `error` is `invalid_redirect_uri`, `invalid_client_metadata`,
 /// `invalid_software_statement` or `unapproved_software_statement`; Kiln adds `request_too_large` (413) and
@@ -1255,6 +1231,17 @@ pub struct OAuthRegisterError {
 ///Client metadata to register (RFC 7591 §2). Unknown fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthRegisterRequest {
+    ///One to five redirect URIs (loopback, https, or a private-use scheme).
+    pub redirect_uris: ::std::vec::Vec<::std::string::String>,
+    ///`none`; when omitted, `none` is substituted and returned.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub token_endpoint_auth_method: ::std::option::Option<::std::string::String>,
+    ///`authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted.
+    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    pub grant_types: ::std::vec::Vec<::std::string::String>,
+    ///`["code"]`.
+    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    pub response_types: ::std::vec::Vec<::std::string::String>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub application_type: ::std::option::Option<OAuthApplicationType>,
     ///A name for the consent page, at most 100 characters.
@@ -1263,69 +1250,58 @@ pub struct OAuthRegisterRequest {
     ///The client's home page.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_uri: ::std::option::Option<::std::string::String>,
-    ///Contact addresses.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub contacts: ::std::vec::Vec<::std::string::String>,
-    ///`authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub grant_types: ::std::vec::Vec<::std::string::String>,
     ///The client's logo.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub logo_uri: ::std::option::Option<::std::string::String>,
+    ///The client's terms of service.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub tos_uri: ::std::option::Option<::std::string::String>,
     ///The client's privacy policy.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub policy_uri: ::std::option::Option<::std::string::String>,
-    ///One to five redirect URIs (loopback, https, or a private-use scheme).
-    pub redirect_uris: ::std::vec::Vec<::std::string::String>,
-    ///`["code"]`.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub response_types: ::std::vec::Vec<::std::string::String>,
     ///Space-separated scopes the client may ask for.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub scope: ::std::option::Option<::std::string::String>,
+    ///Contact addresses.
+    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    pub contacts: ::std::vec::Vec<::std::string::String>,
     ///An identifier of the client software.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub software_id: ::std::option::Option<::std::string::String>,
     ///The client software's version.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub software_version: ::std::option::Option<::std::string::String>,
-    ///`none`; when omitted, `none` is substituted and returned.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub token_endpoint_auth_method: ::std::option::Option<::std::string::String>,
-    ///The client's terms of service.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub tos_uri: ::std::option::Option<::std::string::String>,
     #[serde(flatten)]
     pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 ///A registered client (RFC 7591 §3.2.1), with every value as stored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthRegisterResponse {
-    pub application_type: OAuthApplicationType,
     ///The new client id.
     pub client_id: ::std::string::String,
     ///Seconds since the epoch.
     pub client_id_issued_at: i64,
+    ///The registered redirect URIs.
+    pub redirect_uris: ::std::vec::Vec<::std::string::String>,
+    ///The registered grant types.
+    pub grant_types: ::std::vec::Vec<::std::string::String>,
+    ///The registered response types.
+    pub response_types: ::std::vec::Vec<::std::string::String>,
+    ///Always `none`.
+    pub token_endpoint_auth_method: OAuthRegisterResponseTokenEndpointAuthMethod,
+    pub application_type: OAuthApplicationType,
     ///The registered name.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_name: ::std::option::Option<::std::string::String>,
     ///The client's home page.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_uri: ::std::option::Option<::std::string::String>,
-    ///The registered grant types.
-    pub grant_types: ::std::vec::Vec<::std::string::String>,
     ///The client's logo.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub logo_uri: ::std::option::Option<::std::string::String>,
-    ///The registered redirect URIs.
-    pub redirect_uris: ::std::vec::Vec<::std::string::String>,
-    ///The registered response types.
-    pub response_types: ::std::vec::Vec<::std::string::String>,
     ///The registered scopes.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub scope: ::std::option::Option<::std::string::String>,
-    ///Always `none`.
-    pub token_endpoint_auth_method: OAuthRegisterResponseTokenEndpointAuthMethod,
 }
 ///Always `none`.
 #[derive(
@@ -1461,44 +1437,44 @@ impl ::std::convert::TryFrom<::std::string::String> for OAuthTokenErrorCode {
 ///A token request (RFC 6749 §4.1.3, §6), form-urlencoded.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthTokenRequest {
-    ///The public client's id.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub client_id: ::std::option::Option<::std::string::String>,
+    ///`authorization_code` or `refresh_token`; anything else is `unsupported_grant_type`.
+    pub grant_type: ::std::string::String,
     ///The authorization code.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
     ///The PKCE verifier, 43 to 128 characters of `[A-Za-z0-9-._~]`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub code_verifier: ::std::option::Option<::std::string::String>,
-    ///`authorization_code` or `refresh_token`; anything else is `unsupported_grant_type`.
-    pub grant_type: ::std::string::String,
     ///The redirect URI of the authorization request.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub redirect_uri: ::std::option::Option<::std::string::String>,
+    ///The public client's id.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_id: ::std::option::Option<::std::string::String>,
     ///The refresh token.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub refresh_token: ::std::option::Option<::std::string::String>,
-    ///The resource indicator (RFC 8707); the canonical resource when absent.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub resource: ::std::option::Option<::std::string::String>,
     ///On refresh, a subset of the granted scopes.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub scope: ::std::option::Option<::std::string::String>,
+    ///The resource indicator (RFC 8707); the canonical resource when absent.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub resource: ::std::option::Option<::std::string::String>,
 }
 ///Issued tokens (RFC 6749 §5.1).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OAuthTokenResponse {
     ///An ES256 JWT (`typ` `at+jwt`).
     pub access_token: ::std::string::String,
+    ///Always `Bearer`.
+    pub token_type: ::std::string::String,
     ///Lifetime of the access token in seconds.
     pub expires_in: i64,
+    ///The granted scopes, space-separated.
+    pub scope: ::std::string::String,
     ///A rotated refresh token; clients keep the old one when absent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub refresh_token: ::std::option::Option<::std::string::String>,
-    ///The granted scopes, space-separated.
-    pub scope: ::std::string::String,
-    ///Always `Bearer`.
-    pub token_type: ::std::string::String,
 }
 ///The user's role in a workspace.
 #[derive(
@@ -1605,34 +1581,34 @@ impl ::std::convert::TryFrom<::std::string::String> for OAuthWorkspaceType {
 ///Node definitions keyed by class name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct ObjectInfoResponse(pub ::std::collections::HashMap<::std::string::String, NodeInfo>);
+pub struct ObjectInfoResponse(pub ::indexmap::IndexMap<::std::string::String, NodeInfo>);
 impl ::std::ops::Deref for ObjectInfoResponse {
-    type Target = ::std::collections::HashMap<::std::string::String, NodeInfo>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, NodeInfo> {
+    type Target = ::indexmap::IndexMap<::std::string::String, NodeInfo>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, NodeInfo> {
         &self.0
     }
 }
 impl ::std::convert::From<ObjectInfoResponse>
-    for ::std::collections::HashMap<::std::string::String, NodeInfo>
+    for ::indexmap::IndexMap<::std::string::String, NodeInfo>
 {
     fn from(value: ObjectInfoResponse) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, NodeInfo>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, NodeInfo>>
     for ObjectInfoResponse
 {
-    fn from(value: ::std::collections::HashMap<::std::string::String, NodeInfo>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, NodeInfo>) -> Self {
         Self(value)
     }
 }
 ///An installed and a required version of a package.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PackageVersion {
-    ///The installed version.
-    pub installed: ::std::string::String,
     ///The package.
     pub name: ::std::string::String,
+    ///The installed version.
+    pub installed: ::std::string::String,
     ///The required version.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub required: ::std::option::Option<::std::string::String>,
@@ -1640,15 +1616,15 @@ pub struct PackageVersion {
 ///Where a page of jobs lies.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct Pagination {
-    ///Whether more jobs follow this page.
-    pub has_more: bool,
+    ///Jobs skipped.
+    pub offset: i64,
     ///The limit asked for, or null when none.
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub limit: ::std::option::Option<i64>,
-    ///Jobs skipped.
-    pub offset: i64,
     ///Jobs matching the filter.
     pub total: i64,
+    ///Whether more jobs follow this page.
+    pub has_more: bool,
 }
 ///The output item chosen to preview a job, with its node and media kind (camelCase keys as ComfyUI sends them).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1656,47 +1632,23 @@ pub struct PreviewOutput {
     ///The file name, for file outputs.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub filename: ::std::option::Option<::std::string::String>,
-    ///The output kind, e.g. `images`, `video`, `audio`, `text`.
-    #[serde(rename = "mediaType")]
-    pub media_type: ::std::string::String,
-    ///The output node id.
-    #[serde(rename = "nodeId")]
-    pub node_id: ::std::string::String,
     ///The folder relative to the root.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
+    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
+    pub type_: ::std::option::Option<FileType>,
+    ///The output node id.
+    #[serde(rename = "nodeId")]
+    pub node_id: ::std::string::String,
+    ///The output kind, e.g. `images`, `video`, `audio`, `text`.
+    #[serde(rename = "mediaType")]
+    pub media_type: ::std::string::String,
     ///For text outputs, the text (at most 1024 characters).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub text: ::std::option::Option<::std::string::String>,
     ///For text outputs, whether `text` was cut.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
-    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
-    pub type_: ::std::option::Option<FileType>,
-}
-///An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`).
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
-#[serde(transparent)]
-pub struct Prompt(pub ::std::collections::HashMap<::std::string::String, PromptNode>);
-impl ::std::ops::Deref for Prompt {
-    type Target = ::std::collections::HashMap<::std::string::String, PromptNode>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, PromptNode> {
-        &self.0
-    }
-}
-impl ::std::convert::From<Prompt>
-    for ::std::collections::HashMap<::std::string::String, PromptNode>
-{
-    fn from(value: Prompt) -> Self {
-        value.0
-    }
-}
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, PromptNode>>
-    for Prompt
-{
-    fn from(value: ::std::collections::HashMap<::std::string::String, PromptNode>) -> Self {
-        Self(value)
-    }
 }
 /// One validation error. `type` is one of `no_prompt`, `invalid_prompt_id`, `invalid_prompt` (Kiln: the
 /// prompt or body is not an object), `prompt_no_outputs`, `prompt_outputs_failed_validation`,
@@ -1706,22 +1658,22 @@ impl ::std::convert::From<::std::collections::HashMap<::std::string::String, Pro
 /// `dependency_cycle`; node packs may add more.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptError {
+    ///The error type.
+    #[serde(rename = "type")]
+    pub type_: ::std::string::String,
+    ///A short message.
+    pub message: ::std::string::String,
     ///Details, or an empty string.
     pub details: ::std::string::String,
     ///Type-specific fields such as `input_name`, `input_config`, `received_value`, `node_id`, `class_type`, `linked_node`.
     pub extra_info: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
-    ///A short message.
-    pub message: ::std::string::String,
-    ///The error type.
-    #[serde(rename = "type")]
-    pub type_: ::std::string::String,
 }
 ///The 400 answer of `POST /api/prompt`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptErrorResponse {
     pub error: PromptError,
     ///Per-node errors keyed by node id (empty for prompt-level errors).
-    pub node_errors: ::std::collections::HashMap<::std::string::String, NodeValidationError>,
+    pub node_errors: ::indexmap::IndexMap<::std::string::String, NodeValidationError>,
 }
 ///The queue counter.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1757,7 +1709,7 @@ pub struct PromptNode {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub class_type: ::std::option::Option<::std::string::String>,
     ///Input values by name. A value is a literal, or a link `[source_node_id, output_index]` (a two-element array of a string and an integer is always a link).
-    pub inputs: ::std::collections::HashMap<::std::string::String, PromptInputValue>,
+    pub inputs: ::indexmap::IndexMap<::std::string::String, PromptInputValue>,
     #[serde(rename = "_meta", skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<PromptNodeMeta>,
 }
@@ -1772,35 +1724,41 @@ pub struct PromptNodeMeta {
 /// ComfyUI error `no_prompt`, not a generic parse error.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct PromptRequest {
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub prompt: ::std::option::Option<
+        ::indexmap::IndexMap<
+            ::std::string::String,
+            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+        >,
+    >,
+    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub prompt_id: ::std::option::Option<::std::string::String>,
     ///The websocket client id that receives this prompt's events; copied to `extra_data.client_id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_id: ::std::option::Option<::std::string::String>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub extra_data: ::std::option::Option<ExtraData>,
-    ///Without `number`, queue ahead of every pending prompt.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub front: ::std::option::Option<bool>,
     ///Queue priority, used verbatim (lower runs first); the server counter when absent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub number: ::std::option::Option<f64>,
+    ///Without `number`, queue ahead of every pending prompt.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub front: ::std::option::Option<bool>,
     ///Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub partial_execution_targets: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub prompt: ::std::option::Option<Prompt>,
-    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub prompt_id: ::std::option::Option<::std::string::String>,
+    pub extra_data:
+        ::std::option::Option<::serde_json::Map<::std::string::String, ::serde_json::Value>>,
 }
 ///The answer to an accepted prompt.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptResponse {
-    ///Errors of the outputs that failed validation and were dropped, keyed by node id; may be non-empty on success.
-    pub node_errors: ::std::collections::HashMap<::std::string::String, NodeValidationError>,
-    ///The queue priority, echoed as sent when the client gave one.
-    pub number: f64,
     ///The prompt id (also the job id).
     pub prompt_id: ::uuid::Uuid,
+    ///The queue priority, echoed as sent when the client gave one.
+    pub number: f64,
+    ///Errors of the outputs that failed validation and were dropped, keyed by node id; may be non-empty on success.
+    pub node_errors: ::indexmap::IndexMap<::std::string::String, NodeValidationError>,
 }
 /// A queued prompt as the tuple `[number, prompt_id, prompt, extra_data, outputs_to_execute]`: the priority
 /// (number), the prompt id (string), the `Prompt`, the `ExtraData` and the output node ids to run.
@@ -1856,36 +1814,34 @@ pub struct QueueManageRequest {
 ///The running and pending prompts.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct QueueResponse {
-    ///Pending prompts, not sorted.
-    pub queue_pending: ::std::vec::Vec<QueueItem>,
     ///The running prompt (zero or one item).
     pub queue_running: ::std::vec::Vec<QueueItem>,
+    ///Pending prompts, not sorted.
+    pub queue_pending: ::std::vec::Vec<QueueItem>,
 }
 ///The `__metadata__` map of a safetensors file.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
 pub struct SafetensorsMetadata(
-    pub ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+    pub ::indexmap::IndexMap<::std::string::String, ::std::string::String>,
 );
 impl ::std::ops::Deref for SafetensorsMetadata {
-    type Target = ::std::collections::HashMap<::std::string::String, ::std::string::String>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, ::std::string::String> {
+    type Target = ::indexmap::IndexMap<::std::string::String, ::std::string::String>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, ::std::string::String> {
         &self.0
     }
 }
 impl ::std::convert::From<SafetensorsMetadata>
-    for ::std::collections::HashMap<::std::string::String, ::std::string::String>
+    for ::indexmap::IndexMap<::std::string::String, ::std::string::String>
 {
     fn from(value: SafetensorsMetadata) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, ::std::string::String>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, ::std::string::String>>
     for SafetensorsMetadata
 {
-    fn from(
-        value: ::std::collections::HashMap<::std::string::String, ::std::string::String>,
-    ) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, ::std::string::String>) -> Self {
         Self(value)
     }
 }
@@ -2062,44 +2018,44 @@ pub struct SuccessResponse {
 ///The host and the server build.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct SystemInfo {
-    ///The server's command line.
-    pub argv: ::std::vec::Vec<::std::string::String>,
-    ///Versions of companion packages.
-    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
-    pub comfy_package_versions: ::std::vec::Vec<PackageVersion>,
+    ///The operating system, e.g. `linux`.
+    pub os: ::std::string::String,
+    ///Total RAM in bytes.
+    pub ram_total: i64,
+    ///Available RAM in bytes.
+    pub ram_free: i64,
     ///The server version (Kiln's version).
     pub comfyui_version: ::std::string::String,
-    ///Where the server runs, e.g. `local-git` or `kiln`.
+    ///The frontend version this server was tested with.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub deploy_environment: ::std::option::Option<::std::string::String>,
-    ///Whether Python is embedded (always false on Kiln).
-    pub embedded_python: bool,
+    pub required_frontend_version: ::std::option::Option<::std::string::String>,
     ///The installed workflow templates version.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub installed_templates_version: ::std::option::Option<::std::string::String>,
-    ///The operating system, e.g. `linux`.
-    pub os: ::std::string::String,
+    ///The workflow templates version this server wants.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub required_templates_version: ::std::option::Option<::std::string::String>,
+    ///Versions of companion packages.
+    #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+    pub comfy_package_versions: ::std::vec::Vec<PackageVersion>,
     ///The Python version on ComfyUI; on Kiln, the Rust compiler version it was built with.
     pub python_version: ::std::string::String,
     ///The PyTorch version on ComfyUI; on Kiln, `kiln <version>` and its compute backend.
     pub pytorch_version: ::std::string::String,
-    ///Available RAM in bytes.
-    pub ram_free: i64,
-    ///Total RAM in bytes.
-    pub ram_total: i64,
-    ///The frontend version this server was tested with.
+    ///Whether Python is embedded (always false on Kiln).
+    pub embedded_python: bool,
+    ///Where the server runs, e.g. `local-git` or `kiln`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub required_frontend_version: ::std::option::Option<::std::string::String>,
-    ///The workflow templates version this server wants.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub required_templates_version: ::std::option::Option<::std::string::String>,
+    pub deploy_environment: ::std::option::Option<::std::string::String>,
+    ///The server's command line.
+    pub argv: ::std::vec::Vec<::std::string::String>,
 }
 ///Host and device information.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct SystemStats {
+    pub system: SystemInfo,
     ///Compute devices, primary first.
     pub devices: ::std::vec::Vec<DeviceInfo>,
-    pub system: SystemInfo,
 }
 ///The server's terminal size.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2114,14 +2070,14 @@ pub struct TerminalSize {
 pub struct UploadImageRequest {
     ///The file; its part's file name is the target name.
     pub image: ::std::string::String,
-    ///`true` or `1` to overwrite an existing file.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub overwrite: ::std::option::Option<::std::string::String>,
+    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
+    pub type_: ::std::option::Option<FileType>,
     ///A folder under the root, created if missing.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
-    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
-    pub type_: ::std::option::Option<FileType>,
+    ///`true` or `1` to overwrite an existing file.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub overwrite: ::std::option::Option<::std::string::String>,
 }
 ///Where an upload was stored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2140,30 +2096,30 @@ pub struct UploadMaskRequest {
     pub image: ::std::string::String,
     ///JSON `{"filename", "subfolder"?, "type"?}` naming the image to apply the mask to (`type` defaults to `output`).
     pub original_ref: ::std::string::String,
-    ///`true` or `1` to overwrite an existing file.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub overwrite: ::std::option::Option<::std::string::String>,
+    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
+    pub type_: ::std::option::Option<FileType>,
     ///A folder under the root, created if missing.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
-    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
-    pub type_: ::std::option::Option<FileType>,
+    ///`true` or `1` to overwrite an existing file.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub overwrite: ::std::option::Option<::std::string::String>,
 }
 ///One entry of a structured user data listing.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct UserDataEntry {
-    ///Modification time, ms since the epoch, for files.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub modified: ::std::option::Option<f64>,
     ///The entry name.
     pub name: ::std::string::String,
     ///The path relative to the user's root.
     pub path: ::std::string::String,
+    #[serde(rename = "type")]
+    pub type_: UserDataEntryType,
     ///Size in bytes, for files.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub size: ::std::option::Option<i64>,
-    #[serde(rename = "type")]
-    pub type_: UserDataEntryType,
+    ///Modification time, ms since the epoch, for files.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub modified: ::std::option::Option<f64>,
 }
 ///A structured user data listing.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2239,15 +2195,15 @@ impl ::std::convert::TryFrom<::std::string::String> for UserDataEntryType {
 ///A user data file with details.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct UserDataFileInfo {
-    ///Creation time, ms since the epoch.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub created: ::std::option::Option<f64>,
-    ///Modification time, ms since the epoch.
-    pub modified: f64,
     ///The path relative to the listed directory (or to the root after a write).
     pub path: ::std::string::String,
     ///Size in bytes.
     pub size: i64,
+    ///Modification time, ms since the epoch.
+    pub modified: f64,
+    ///Creation time, ms since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub created: ::std::option::Option<f64>,
 }
 ///A user data listing; its form depends on `full_info` and `split`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2320,62 +2276,62 @@ impl ::std::str::FromStr for UserId {
 ///How user data is stored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct UsersResponse {
+    ///Always `server`.
+    pub storage: ::std::string::String,
     ///Single-user mode, whether browser-stored settings were migrated.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub migrated: ::std::option::Option<bool>,
-    ///Always `server`.
-    pub storage: ::std::string::String,
     ///Multi-user mode, user names keyed by user id.
-    #[serde(default, skip_serializing_if = ":: std :: collections :: HashMap::is_empty")]
-    pub users: ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub users: ::indexmap::IndexMap<::std::string::String, ::std::string::String>,
 }
 ///A web session.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WebSessionResponse {
-    ///Send as `X-CSRF-Token` on writes.
-    pub csrf_token: ::std::string::String,
+    ///The signed-in user.
+    pub user_id: ::std::string::String,
     ///The user's email address.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub email: ::std::option::Option<::std::string::String>,
-    ///When the session ends.
-    pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
-    ///The signed-in user.
-    pub user_id: ::std::string::String,
     ///The workspace selected for this session.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub workspace_id: ::std::option::Option<::std::string::String>,
+    ///Send as `X-CSRF-Token` on writes.
+    pub csrf_token: ::std::string::String,
+    ///When the session ends.
+    pub expires_at: ::chrono::DateTime<::chrono::offset::Utc>,
 }
 ///Template names keyed by node pack.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct WorkflowTemplates(pub ::std::collections::HashMap<::std::string::String, StringList>);
+pub struct WorkflowTemplates(pub ::indexmap::IndexMap<::std::string::String, StringList>);
 impl ::std::ops::Deref for WorkflowTemplates {
-    type Target = ::std::collections::HashMap<::std::string::String, StringList>;
-    fn deref(&self) -> &::std::collections::HashMap<::std::string::String, StringList> {
+    type Target = ::indexmap::IndexMap<::std::string::String, StringList>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, StringList> {
         &self.0
     }
 }
 impl ::std::convert::From<WorkflowTemplates>
-    for ::std::collections::HashMap<::std::string::String, StringList>
+    for ::indexmap::IndexMap<::std::string::String, StringList>
 {
     fn from(value: WorkflowTemplates) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::std::collections::HashMap<::std::string::String, StringList>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, StringList>>
     for WorkflowTemplates
 {
-    fn from(value: ::std::collections::HashMap<::std::string::String, StringList>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, StringList>) -> Self {
         Self(value)
     }
 }
 ///The one client message the server reads (the first text frame), announcing the client's feature flags.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsClientMessage {
-    pub data: FeatureFlags,
     ///Always `feature_flags`.
     #[serde(rename = "type")]
     pub type_: WsClientMessageType,
+    pub data: FeatureFlags,
 }
 ///Always `feature_flags`.
 #[derive(
@@ -2427,10 +2383,10 @@ impl ::std::convert::TryFrom<::std::string::String> for WsClientMessageType {
 ///A node produced UI output (also sent for cached output nodes).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecuted {
-    ///The node the UI shows the output on.
-    pub display_node: ::std::string::String,
     ///The node id.
     pub node: ::std::string::String,
+    ///The node the UI shows the output on.
+    pub display_node: ::std::string::String,
     pub output: NodeOutput,
     ///The prompt.
     pub prompt_id: ::uuid::Uuid,
@@ -2438,10 +2394,10 @@ pub struct WsExecuted {
 ///The `executed` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutedMessage {
-    pub data: WsExecuted,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutedMessageType,
+    pub data: WsExecuted,
 }
 ///The event name.
 #[derive(
@@ -2493,12 +2449,12 @@ impl ::std::convert::TryFrom<::std::string::String> for WsExecutedMessageType {
 ///A node started; `node` null marks the end of the prompt (the last frame of a run).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecuting {
-    ///The node the UI highlights.
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub display_node: ::std::option::Option<::std::string::String>,
     ///The node id, or null at the end.
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub node: ::std::option::Option<::std::string::String>,
+    ///The node the UI highlights.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub display_node: ::std::option::Option<::std::string::String>,
     ///The prompt (absent in the resume frame sent to a reconnecting socket).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_id: ::std::option::Option<::uuid::Uuid>,
@@ -2506,10 +2462,10 @@ pub struct WsExecuting {
 ///The `executing` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutingMessage {
-    pub data: WsExecuting,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutingMessageType,
+    pub data: WsExecuting,
 }
 ///The event name.
 #[derive(
@@ -2571,10 +2527,10 @@ pub struct WsExecutionCached {
 ///The `execution_cached` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionCachedMessage {
-    pub data: WsExecutionCached,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutionCachedMessageType,
+    pub data: WsExecutionCached,
 }
 ///The event name.
 #[derive(
@@ -2626,35 +2582,35 @@ impl ::std::convert::TryFrom<::std::string::String> for WsExecutionCachedMessage
 ///A node failed while running; the prompt stops.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionError {
-    ///The failing node's inputs, each as a list of value representations.
-    pub current_inputs: ::std::collections::HashMap<::std::string::String, StringList>,
-    ///Node ids whose outputs were computed.
-    pub current_outputs: ::std::vec::Vec<::std::string::String>,
-    ///What went wrong.
-    pub exception_message: ::std::string::String,
-    ///The error's kind.
-    pub exception_type: ::std::string::String,
-    ///Nodes that ran before the failure.
-    pub executed: ::std::vec::Vec<::std::string::String>,
+    ///The prompt.
+    pub prompt_id: ::uuid::Uuid,
     ///The failing node.
     pub node_id: ::std::string::String,
     ///Its class.
     pub node_type: ::std::string::String,
-    ///The prompt.
-    pub prompt_id: ::uuid::Uuid,
+    ///Nodes that ran before the failure.
+    pub executed: ::std::vec::Vec<::std::string::String>,
+    ///What went wrong.
+    pub exception_message: ::std::string::String,
+    ///The error's kind.
+    pub exception_type: ::std::string::String,
+    ///Where it went wrong, one frame per line.
+    pub traceback: ::std::vec::Vec<::std::string::String>,
+    ///The failing node's inputs, each as a list of value representations.
+    pub current_inputs: ::indexmap::IndexMap<::std::string::String, StringList>,
+    ///Node ids whose outputs were computed.
+    pub current_outputs: ::std::vec::Vec<::std::string::String>,
     ///Milliseconds since the epoch (absent in the "execution blocked" variant).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub timestamp: ::std::option::Option<i64>,
-    ///Where it went wrong, one frame per line.
-    pub traceback: ::std::vec::Vec<::std::string::String>,
 }
 ///The `execution_error` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionErrorMessage {
-    pub data: WsExecutionError,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutionErrorMessageType,
+    pub data: WsExecutionError,
 }
 ///The event name.
 #[derive(
@@ -2706,24 +2662,24 @@ impl ::std::convert::TryFrom<::std::string::String> for WsExecutionErrorMessageT
 ///A prompt was interrupted.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionInterrupted {
-    ///Nodes that ran before the interruption.
-    pub executed: ::std::vec::Vec<::std::string::String>,
+    ///The prompt.
+    pub prompt_id: ::uuid::Uuid,
     ///The node that was running.
     pub node_id: ::std::string::String,
     ///Its class.
     pub node_type: ::std::string::String,
-    ///The prompt.
-    pub prompt_id: ::uuid::Uuid,
+    ///Nodes that ran before the interruption.
+    pub executed: ::std::vec::Vec<::std::string::String>,
     ///Milliseconds since the epoch.
     pub timestamp: i64,
 }
 ///The `execution_interrupted` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionInterruptedMessage {
-    pub data: WsExecutionInterrupted,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutionInterruptedMessageType,
+    pub data: WsExecutionInterrupted,
 }
 ///The event name.
 #[derive(
@@ -2783,10 +2739,10 @@ pub struct WsExecutionStart {
 ///The `execution_start` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionStartMessage {
-    pub data: WsExecutionStart,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutionStartMessageType,
+    pub data: WsExecutionStart,
 }
 ///The event name.
 #[derive(
@@ -2846,10 +2802,10 @@ pub struct WsExecutionSuccess {
 ///The `execution_success` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsExecutionSuccessMessage {
-    pub data: WsExecutionSuccess,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsExecutionSuccessMessageType,
+    pub data: WsExecutionSuccess,
 }
 ///The event name.
 #[derive(
@@ -2901,10 +2857,10 @@ impl ::std::convert::TryFrom<::std::string::String> for WsExecutionSuccessMessag
 ///The `feature_flags` frame, the answer to the client's flags.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsFeatureFlagsMessage {
-    pub data: FeatureFlags,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsFeatureFlagsMessageType,
+    pub data: FeatureFlags,
 }
 ///The event name.
 #[derive(
@@ -2956,10 +2912,10 @@ impl ::std::convert::TryFrom<::std::string::String> for WsFeatureFlagsMessageTyp
 ///The `logs` frame, sent to subscribed sockets.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsLogsMessage {
-    pub data: LogsRaw,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsLogsMessageType,
+    pub data: LogsRaw,
 }
 ///The event name.
 #[derive(
@@ -3088,22 +3044,22 @@ impl ::std::convert::From<WsLogsMessage> for WsMessage {
 ///The progress of one node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsNodeProgress {
-    ///The node the UI highlights.
-    pub display_node_id: ::std::string::String,
+    ///Steps done.
+    pub value: f64,
     ///Steps in all.
     pub max: f64,
+    pub state: WsNodeState,
     ///The node id.
     pub node_id: ::std::string::String,
+    ///The prompt.
+    pub prompt_id: ::uuid::Uuid,
+    ///The node the UI highlights.
+    pub display_node_id: ::std::string::String,
     ///The enclosing subgraph node, if any.
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub parent_node_id: ::std::option::Option<::std::string::String>,
-    ///The prompt.
-    pub prompt_id: ::uuid::Uuid,
     ///The id in the submitted prompt.
     pub real_node_id: ::std::string::String,
-    pub state: WsNodeState,
-    ///Steps done.
-    pub value: f64,
 }
 ///A node's state.
 #[derive(
@@ -3163,22 +3119,22 @@ impl ::std::convert::TryFrom<::std::string::String> for WsNodeState {
 ///Progress inside a node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsProgress {
-    ///Steps in all.
-    pub max: f64,
-    ///The node id.
-    pub node: ::std::string::String,
-    ///The prompt.
-    pub prompt_id: ::uuid::Uuid,
     ///Steps done.
     pub value: f64,
+    ///Steps in all.
+    pub max: f64,
+    ///The prompt.
+    pub prompt_id: ::uuid::Uuid,
+    ///The node id.
+    pub node: ::std::string::String,
 }
 ///The `progress` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsProgressMessage {
-    pub data: WsProgress,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsProgressMessageType,
+    pub data: WsProgress,
 }
 ///The event name.
 #[derive(
@@ -3230,18 +3186,18 @@ impl ::std::convert::TryFrom<::std::string::String> for WsProgressMessageType {
 ///The progress of every started node of a prompt.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsProgressState {
-    ///Per node id; pending nodes are omitted.
-    pub nodes: ::std::collections::HashMap<::std::string::String, WsNodeProgress>,
     ///The prompt.
     pub prompt_id: ::uuid::Uuid,
+    ///Per node id; pending nodes are omitted.
+    pub nodes: ::indexmap::IndexMap<::std::string::String, WsNodeProgress>,
 }
 ///The `progress_state` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsProgressStateMessage {
-    pub data: WsProgressState,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsProgressStateMessageType,
+    pub data: WsProgressState,
 }
 ///The event name.
 #[derive(
@@ -3293,18 +3249,18 @@ impl ::std::convert::TryFrom<::std::string::String> for WsProgressStateMessageTy
 ///Queue state; `sid` only in the first frame after connecting.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsStatus {
+    pub status: PromptInfo,
     ///The socket's client id.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub sid: ::std::option::Option<::std::string::String>,
-    pub status: PromptInfo,
 }
 ///The `status` frame.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct WsStatusMessage {
-    pub data: WsStatus,
     ///The event name.
     #[serde(rename = "type")]
     pub type_: WsStatusMessageType,
+    pub data: WsStatus,
 }
 ///The event name.
 #[derive(
@@ -3379,3 +3335,12 @@ pub mod error {
         }
     }
 }
+/// An API-format workflow: nodes keyed by id, each node a JSON object (`class_type`, `inputs`, `_meta`;
+/// see `PromptNode`), kept as the client sent it.
+pub type Prompt = ::indexmap::IndexMap<
+    ::std::string::String,
+    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+>;
+/// Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...; see the spec's
+/// `ExtraData`), kept as the client sent it.
+pub type ExtraData = ::serde_json::Map<::std::string::String, ::serde_json::Value>;

@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod contract;
+pub mod key_order;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

@@ -1569,8 +1569,6 @@ export interface components {
             output_is_list: boolean[];
             /** @description Per output, its name. */
             output_name: string[];
-            /** @description Per output, a tooltip. */
-            output_tooltips?: string[];
             /** @description The class name. */
             name: string;
             /** @description The name shown in the UI. */
@@ -1585,6 +1583,8 @@ export interface components {
             output_node: boolean;
             /** @description Whether the node shows output in the UI while not being an output node. */
             has_intermediate_output: boolean;
+            /** @description Per output, a tooltip. */
+            output_tooltips?: string[];
             /** @description Present and true for deprecated nodes. */
             deprecated?: boolean;
             /** @description Present and true for experimental nodes. */

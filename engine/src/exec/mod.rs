@@ -12,6 +12,8 @@ mod history;
 mod roots;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use indexmap::IndexMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -49,8 +51,8 @@ pub enum Outcome {
 pub struct RunSummary {
     /// How it ended.
     pub outcome: Outcome,
-    /// UI outputs by node id.
-    pub outputs: BTreeMap<NodeId, UiOutput>,
+    /// UI outputs by node id, in the order the nodes produced them (history lists them so, as ComfyUI does).
+    pub outputs: IndexMap<NodeId, UiOutput>,
     /// Nodes that ran (not served from the cache), in order.
     pub executed: Vec<NodeId>,
     /// Nodes whose results were in the cache when the run started.
@@ -63,6 +65,9 @@ pub struct Run<'a> {
     pub prompt_id: &'a str,
     /// The prompt.
     pub prompt: &'a ValidatedPrompt,
+    /// The prompt as the client sent it (nodes and keys in the client's order): the hidden `PROMPT` input,
+    /// which SaveImage writes into PNG metadata.
+    pub prompt_json: Arc<serde_json::Value>,
     /// `extra_data.extra_pnginfo`, or null.
     pub extra_pnginfo: Arc<serde_json::Value>,
 }
@@ -116,12 +121,12 @@ impl Executor {
             cached,
             results: HashMap::new(),
             requested_lazy: HashMap::new(),
-            ui: BTreeMap::new(),
+            ui: IndexMap::new(),
             executed: Vec::new(),
         };
         let progress: Arc<dyn ProgressSink> =
             Arc::new(events::Progress { prompt_id: run.prompt_id.to_owned(), sink: sink.clone() });
-        let prompt_json = Arc::new(prompt.to_json());
+        let prompt_json = run.prompt_json.clone();
 
         let mut stack: Vec<NodeId> = run.prompt.outputs.iter().rev().cloned().collect();
         while let Some(id) = stack.last().cloned() {
@@ -270,7 +275,7 @@ struct RunState<'a> {
     cached: Vec<NodeId>,
     results: HashMap<NodeId, Arc<CachedOutput>>,
     requested_lazy: HashMap<NodeId, BTreeSet<String>>,
-    ui: BTreeMap<NodeId, UiOutput>,
+    ui: IndexMap<NodeId, UiOutput>,
     executed: Vec<NodeId>,
 }
 

@@ -24,8 +24,8 @@ pub struct ValidationError {
     pub message: String,
     /// Details, or an empty string.
     pub details: String,
-    /// Type-specific fields.
-    pub extra_info: Map<String, Json>,
+    /// Type-specific fields (boxed: errors travel in `Result`s, and an ordered map is large).
+    pub extra_info: Box<Map<String, Json>>,
 }
 
 impl ValidationError {
@@ -43,7 +43,7 @@ impl ValidationError {
             kind: kind.to_owned(),
             message: message.into(),
             details: details.into(),
-            extra_info,
+            extra_info: Box::new(extra_info),
         }
     }
 }

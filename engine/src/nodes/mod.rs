@@ -8,6 +8,8 @@ mod spec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use indexmap::IndexMap;
+
 pub use builtin::builtin_registry;
 pub use context::{Context, Interrupted, Preview, PreviewFormat, ProgressSink};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
@@ -260,10 +262,11 @@ impl From<Interrupted> for NodeError {
     }
 }
 
-/// The node classes known to the engine, by class name.
+/// The node classes known to the engine, by class name, in the order they were registered (the order
+/// `/object_info` lists them, as ComfyUI lists its `NODE_CLASS_MAPPINGS`).
 #[derive(Clone, Default)]
 pub struct Registry {
-    nodes: BTreeMap<String, Arc<dyn Node>>,
+    nodes: IndexMap<String, Arc<dyn Node>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -278,7 +281,7 @@ impl Registry {
         Registry::default()
     }
 
-    /// Registers a node class under its spec's name (replacing one of the same name).
+    /// Registers a node class under its spec's name (replacing one of the same name, which keeps its place).
     pub fn register(&mut self, node: impl Node) {
         let name = node.spec().name.clone();
         self.nodes.insert(name, Arc::new(node));
@@ -289,7 +292,7 @@ impl Registry {
         self.nodes.get(class)
     }
 
-    /// Every node class, by name.
+    /// Every node class, in registration order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<dyn Node>)> {
         self.nodes.iter().map(|(k, v)| (k.as_str(), v))
     }

@@ -296,6 +296,7 @@ fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
     let run = kiln_engine::exec::Run {
         prompt_id: "p",
         prompt: &prompt,
+        prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
     };
     let summary = h.executor.run(&run, sink.clone());
@@ -333,7 +334,12 @@ fn the_history_recorder_keeps_the_status_messages_with_timestamps() {
     let prompt = h.validate(const_graph(1.0, 2.0));
     let forwarded = Arc::new(crate::harness::Recorder::default());
     let recorder = Arc::new(HistoryRecorder::new(forwarded.clone()));
-    let run = Run { prompt_id: "p", prompt: &prompt, extra_pnginfo: Arc::new(json!(null)) };
+    let run = Run {
+        prompt_id: "p",
+        prompt: &prompt,
+        prompt_json: Arc::new(prompt.prompt.to_json()),
+        extra_pnginfo: Arc::new(json!(null)),
+    };
     let summary = h.executor.run(&run, recorder.clone());
     assert_eq!(summary.outcome, Outcome::Success);
     let messages = recorder.take();

@@ -2,6 +2,7 @@
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::{Event, Outcome};
+use kiln_engine::graph::NodeId;
 use kiln_engine::nodes::{FileKind, PreviewFormat};
 use serde_json::json;
 
@@ -30,7 +31,7 @@ fn save_then_load_round_trips_pixels_and_keeps_metadata() {
     }));
     let ran = h.run_validated(&prompt, workflow);
     assert_eq!(ran.summary.outcome, Outcome::Success);
-    let images = &ran.summary.outputs[&"2".into()].images;
+    let images = &ran.summary.outputs[&NodeId::from("2")].images;
     assert_eq!(
         images.iter().map(|i| i.filename.as_str()).collect::<Vec<_>>(),
         ["kiln_00001_.png", "kiln_00002_.png"]
@@ -56,7 +57,7 @@ fn save_then_load_round_trips_pixels_and_keeps_metadata() {
         "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0}},
         "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "sub/kiln"}},
     })), json!(null));
-    assert_eq!(again.summary.outputs[&"2".into()].images[0].filename, "kiln_00003_.png");
+    assert_eq!(again.summary.outputs[&NodeId::from("2")].images[0].filename, "kiln_00003_.png");
 
     // Load it back through the input directory and invert it.
     std::fs::copy(&saved, h.roots.input.join("in.png")).expect("copy");
@@ -66,7 +67,7 @@ fn save_then_load_round_trips_pixels_and_keeps_metadata() {
         "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
     }));
     assert_eq!(ran.summary.outcome, Outcome::Success);
-    let preview = &ran.summary.outputs[&"3".into()].images[0];
+    let preview = &ran.summary.outputs[&NodeId::from("3")].images[0];
     assert_eq!(preview.kind, FileKind::Temp);
     assert!(preview.filename.starts_with("ComfyUI_temp_"));
     let inverted = image::open(h.roots.temp.join(&preview.filename)).expect("readable").to_rgb8();
@@ -138,7 +139,10 @@ fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
     });
     let ran = h.run(prompt.clone());
     assert_eq!(ran.summary.outcome, Outcome::Success);
-    assert!(!ran.summary.outputs.contains_key(&"2".into()), "nothing in the history's outputs");
+    assert!(
+        !ran.summary.outputs.contains_key(&NodeId::from("2")),
+        "nothing in the history's outputs"
+    );
     let node_events: Vec<String> = ran
         .events
         .iter()

@@ -281,7 +281,12 @@ impl Harness {
         extra_pnginfo: serde_json::Value,
     ) -> Ran {
         let recorder = Arc::new(Recorder::default());
-        let run = Run { prompt_id: "p", prompt, extra_pnginfo: Arc::new(extra_pnginfo) };
+        let run = Run {
+            prompt_id: "p",
+            prompt,
+            prompt_json: Arc::new(prompt.prompt.to_json()),
+            extra_pnginfo: Arc::new(extra_pnginfo),
+        };
         let summary = self.executor.run(&run, recorder.clone());
         let events = recorder.events.lock().expect("events").clone();
         Ran { summary, events }

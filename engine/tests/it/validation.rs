@@ -30,7 +30,7 @@ fn only_error(
     assert_eq!(r.node_errors.len(), 1, "{:?}", r.node_errors);
     let (node, errors) = r.node_errors.iter().next().expect("one");
     let e = &errors.errors[0];
-    (node.0.clone(), e.kind.clone(), e.message.clone(), e.details.clone(), e.extra_info.clone())
+    (node.0.clone(), e.kind.clone(), e.message.clone(), e.details.clone(), (*e.extra_info).clone())
 }
 
 #[test]

@@ -14,184 +14,9 @@ use std::sync::Arc;
 /// Every operation of the spec, in document order.
 pub const OPERATIONS: &[OperationInfo] = &[
     OperationInfo {
-        id: "getJwks",
+        id: "webSocketConnect",
         method: "GET",
-        path: "/.well-known/jwks.json",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "getOauthAuthorizationServerMetadata",
-        method: "GET",
-        path: "/.well-known/oauth-authorization-server",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "getOauthProtectedResourceMetadata",
-        method: "GET",
-        path: "/.well-known/oauth-protected-resource",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "getOauthProtectedResourceMetadataForMcp",
-        method: "GET",
-        path: "/.well-known/oauth-protected-resource/mcp",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "getSession",
-        method: "GET",
-        path: "/api/auth/session",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "createSession",
-        method: "POST",
-        path: "/api/auth/session",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "deleteSession",
-        method: "DELETE",
-        path: "/api/auth/session",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "exchangeToken",
-        method: "POST",
-        path: "/api/auth/token",
-        runtimes: &["cloud"],
-    },
-    OperationInfo {
-        id: "getEmbeddings",
-        method: "GET",
-        path: "/api/embeddings",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getModelFolderPaths",
-        method: "GET",
-        path: "/api/experiment/models",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getModelPreview",
-        method: "GET",
-        path: "/api/experiment/models/preview/{folder}/{path_index}/{filename}",
-        runtimes: &["local"],
-    },
-    OperationInfo {
-        id: "getModelFileDetails",
-        method: "GET",
-        path: "/api/experiment/models/{folder}",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getExtensions",
-        method: "GET",
-        path: "/api/extensions",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getFeatures",
-        method: "GET",
-        path: "/api/features",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo { id: "freeMemory", method: "POST", path: "/api/free", runtimes: &["local"] },
-    OperationInfo {
-        id: "getGlobalSubgraphs",
-        method: "GET",
-        path: "/api/global_subgraphs",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getGlobalSubgraph",
-        method: "GET",
-        path: "/api/global_subgraphs/{id}",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getHistory",
-        method: "GET",
-        path: "/api/history",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "manageHistory",
-        method: "POST",
-        path: "/api/history",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getHistoryForPrompt",
-        method: "GET",
-        path: "/api/history/{prompt_id}",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getI18n",
-        method: "GET",
-        path: "/api/i18n",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "interrupt",
-        method: "POST",
-        path: "/api/interrupt",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "listJobs",
-        method: "GET",
-        path: "/api/jobs",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "cancelJobs",
-        method: "POST",
-        path: "/api/jobs/cancel",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getJob",
-        method: "GET",
-        path: "/api/jobs/{job_id}",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "cancelJob",
-        method: "POST",
-        path: "/api/jobs/{job_id}/cancel",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getModelFolders",
-        method: "GET",
-        path: "/api/models",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getModelFiles",
-        method: "GET",
-        path: "/api/models/{folder}",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getNodeReplacements",
-        method: "GET",
-        path: "/api/node_replacements",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getObjectInfo",
-        method: "GET",
-        path: "/api/object_info",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "getNodeInfo",
-        method: "GET",
-        path: "/api/object_info/{node_class}",
+        path: "/ws",
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
@@ -219,34 +44,77 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getSettings",
-        method: "GET",
-        path: "/api/settings",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo {
-        id: "postSettings",
+        id: "interrupt",
         method: "POST",
-        path: "/api/settings",
+        path: "/api/interrupt",
         runtimes: &["local", "cloud"],
     },
+    OperationInfo { id: "freeMemory", method: "POST", path: "/api/free", runtimes: &["local"] },
     OperationInfo {
-        id: "getSetting",
+        id: "getHistory",
         method: "GET",
-        path: "/api/settings/{id}",
+        path: "/api/history",
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "postSetting",
+        id: "manageHistory",
         method: "POST",
-        path: "/api/settings/{id}",
+        path: "/api/history",
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getSystemStats",
+        id: "getHistoryForPrompt",
         method: "GET",
-        path: "/api/system_stats",
+        path: "/api/history/{prompt_id}",
         runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "listJobs",
+        method: "GET",
+        path: "/api/jobs",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "cancelJobs",
+        method: "POST",
+        path: "/api/jobs/cancel",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getJob",
+        method: "GET",
+        path: "/api/jobs/{job_id}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "cancelJob",
+        method: "POST",
+        path: "/api/jobs/{job_id}/cancel",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getObjectInfo",
+        method: "GET",
+        path: "/api/object_info",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getNodeInfo",
+        method: "GET",
+        path: "/api/object_info/{node_class}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "viewFile",
+        method: "GET",
+        path: "/api/view",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getViewMetadata",
+        method: "GET",
+        path: "/api/view_metadata/{folder_name}",
+        runtimes: &["local"],
     },
     OperationInfo {
         id: "uploadImage",
@@ -261,10 +129,77 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
+        id: "getSystemStats",
+        method: "GET",
+        path: "/api/system_stats",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getFeatures",
+        method: "GET",
+        path: "/api/features",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getExtensions",
+        method: "GET",
+        path: "/api/extensions",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getEmbeddings",
+        method: "GET",
+        path: "/api/embeddings",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getModelFolders",
+        method: "GET",
+        path: "/api/models",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getModelFiles",
+        method: "GET",
+        path: "/api/models/{folder}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getModelFolderPaths",
+        method: "GET",
+        path: "/api/experiment/models",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getModelFileDetails",
+        method: "GET",
+        path: "/api/experiment/models/{folder}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getModelPreview",
+        method: "GET",
+        path: "/api/experiment/models/preview/{folder}/{path_index}/{filename}",
+        runtimes: &["local"],
+    },
+    OperationInfo {
+        id: "getUsers",
+        method: "GET",
+        path: "/api/users",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo { id: "createUser", method: "POST", path: "/api/users", runtimes: &["local"] },
+    OperationInfo {
         id: "listUserData",
         method: "GET",
         path: "/api/userdata",
         runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "listUserDataV2",
+        method: "GET",
+        path: "/api/v2/userdata",
+        runtimes: &["local"],
     },
     OperationInfo {
         id: "getUserData",
@@ -291,29 +226,34 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getUsers",
+        id: "getSettings",
         method: "GET",
-        path: "/api/users",
-        runtimes: &["local", "cloud"],
-    },
-    OperationInfo { id: "createUser", method: "POST", path: "/api/users", runtimes: &["local"] },
-    OperationInfo {
-        id: "listUserDataV2",
-        method: "GET",
-        path: "/api/v2/userdata",
-        runtimes: &["local"],
-    },
-    OperationInfo {
-        id: "viewFile",
-        method: "GET",
-        path: "/api/view",
+        path: "/api/settings",
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getViewMetadata",
+        id: "postSettings",
+        method: "POST",
+        path: "/api/settings",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getSetting",
         method: "GET",
-        path: "/api/view_metadata/{folder_name}",
-        runtimes: &["local"],
+        path: "/api/settings/{id}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "postSetting",
+        method: "POST",
+        path: "/api/settings/{id}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getI18n",
+        method: "GET",
+        path: "/api/i18n",
+        runtimes: &["local", "cloud"],
     },
     OperationInfo {
         id: "getWorkflowTemplates",
@@ -328,16 +268,22 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getDirectoryFiles",
+        id: "getGlobalSubgraphs",
         method: "GET",
-        path: "/internal/files/{directory_type}",
-        runtimes: &["local"],
+        path: "/api/global_subgraphs",
+        runtimes: &["local", "cloud"],
     },
     OperationInfo {
-        id: "getFolderPaths",
+        id: "getGlobalSubgraph",
         method: "GET",
-        path: "/internal/folder_paths",
-        runtimes: &["local"],
+        path: "/api/global_subgraphs/{id}",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
+        id: "getNodeReplacements",
+        method: "GET",
+        path: "/api/node_replacements",
+        runtimes: &["local", "cloud"],
     },
     OperationInfo { id: "getLogs", method: "GET", path: "/internal/logs", runtimes: &["local"] },
     OperationInfo {
@@ -353,6 +299,66 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local"],
     },
     OperationInfo {
+        id: "getFolderPaths",
+        method: "GET",
+        path: "/internal/folder_paths",
+        runtimes: &["local"],
+    },
+    OperationInfo {
+        id: "getDirectoryFiles",
+        method: "GET",
+        path: "/internal/files/{directory_type}",
+        runtimes: &["local"],
+    },
+    OperationInfo {
+        id: "getSession",
+        method: "GET",
+        path: "/api/auth/session",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "createSession",
+        method: "POST",
+        path: "/api/auth/session",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "deleteSession",
+        method: "DELETE",
+        path: "/api/auth/session",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "exchangeToken",
+        method: "POST",
+        path: "/api/auth/token",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "getJwks",
+        method: "GET",
+        path: "/.well-known/jwks.json",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "getOauthAuthorizationServerMetadata",
+        method: "GET",
+        path: "/.well-known/oauth-authorization-server",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "getOauthProtectedResourceMetadata",
+        method: "GET",
+        path: "/.well-known/oauth-protected-resource",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
+        id: "getOauthProtectedResourceMetadataForMcp",
+        method: "GET",
+        path: "/.well-known/oauth-protected-resource/mcp",
+        runtimes: &["cloud"],
+    },
+    OperationInfo {
         id: "oauthAuthorize",
         method: "GET",
         path: "/oauth/authorize",
@@ -364,27 +370,28 @@ pub const OPERATIONS: &[OperationInfo] = &[
         path: "/oauth/authorize",
         runtimes: &["cloud"],
     },
+    OperationInfo { id: "oauthToken", method: "POST", path: "/oauth/token", runtimes: &["cloud"] },
     OperationInfo {
         id: "oauthRegister",
         method: "POST",
         path: "/oauth/register",
         runtimes: &["cloud"],
     },
-    OperationInfo { id: "oauthToken", method: "POST", path: "/oauth/token", runtimes: &["cloud"] },
-    OperationInfo {
-        id: "webSocketConnect",
-        method: "GET",
-        path: "/ws",
-        runtimes: &["local", "cloud"],
-    },
 ];
-///The responses of `getJwks` (`GET /.well-known/jwks.json`).
-#[derive(Debug)]
-pub enum GetJwksResponse {
-    ///200: The key set.
-    Ok(types::JwkSet),
+///The query parameters of `webSocketConnect`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct WebSocketConnectQuery {
+    ///The client id to register the socket under; events of prompts submitted with this `client_id` are sent here.
+    #[serde(rename = "clientId", default)]
+    pub client_id: Option<String>,
 }
-impl IntoResponse for GetJwksResponse {
+///The responses of `getPromptInfo` (`GET /api/prompt`).
+#[derive(Debug)]
+pub enum GetPromptInfoResponse {
+    ///200: The queue counter.
+    Ok(types::PromptInfo),
+}
+impl IntoResponse for GetPromptInfoResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -394,157 +401,15 @@ impl IntoResponse for GetJwksResponse {
         }
     }
 }
-///The responses of `getOauthAuthorizationServerMetadata` (`GET /.well-known/oauth-authorization-server`).
+///The responses of `executePrompt` (`POST /api/prompt`).
 #[derive(Debug)]
-pub enum GetOauthAuthorizationServerMetadataResponse {
-    ///200: The metadata.
-    Ok(types::OAuthAuthorizationServerMetadata),
+pub enum ExecutePromptResponse {
+    ///200: The prompt was queued.
+    Ok(types::PromptResponse),
+    ///400: The prompt is invalid (see `error.type`), or the body is not a JSON object.
+    BadRequest(types::PromptErrorResponse),
 }
-impl IntoResponse for GetOauthAuthorizationServerMetadataResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getOauthProtectedResourceMetadata` (`GET /.well-known/oauth-protected-resource`).
-#[derive(Debug)]
-pub enum GetOauthProtectedResourceMetadataResponse {
-    ///200: The metadata.
-    Ok(types::OAuthProtectedResourceMetadata),
-}
-impl IntoResponse for GetOauthProtectedResourceMetadataResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getOauthProtectedResourceMetadataForMcp` (`GET /.well-known/oauth-protected-resource/mcp`).
-#[derive(Debug)]
-pub enum GetOauthProtectedResourceMetadataForMcpResponse {
-    ///200: The metadata.
-    Ok(types::OAuthProtectedResourceMetadata),
-}
-impl IntoResponse for GetOauthProtectedResourceMetadataForMcpResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getSession` (`GET /api/auth/session`).
-#[derive(Debug)]
-pub enum GetSessionResponse {
-    ///200: The session.
-    Ok(types::WebSessionResponse),
-    ///401: No valid session.
-    Unauthorized(types::ErrorResponse),
-}
-impl IntoResponse for GetSessionResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `createSession` (`POST /api/auth/session`).
-#[derive(Debug)]
-pub enum CreateSessionResponse {
-    ///200: The session; the cookie is in `Set-Cookie`.
-    Ok {
-        /// The body.
-        body: types::WebSessionResponse,
-        ///`Cache-Control`: Always `no-store`.
-        cache_control: Option<String>,
-        ///`Set-Cookie`: The `__Host-comfy_session` cookie.
-        set_cookie: Option<String>,
-    },
-    ///401: Missing or invalid ID token.
-    Unauthorized(types::ErrorResponse),
-    ///403: The account may not sign in here (`sso_required`, `origin_not_allowed`).
-    Forbidden(types::ErrorResponse),
-}
-impl IntoResponse for CreateSessionResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok { body, cache_control, set_cookie } => {
-                let mut response = support::json(
-                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    &body,
-                );
-                support::set_header(&mut response, "Cache-Control", cache_control);
-                support::set_header(&mut response, "Set-Cookie", set_cookie);
-                response
-            }
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Forbidden(body) => support::json(
-                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `deleteSession` (`DELETE /api/auth/session`).
-#[derive(Debug)]
-pub enum DeleteSessionResponse {
-    ///200: The session is gone.
-    Ok(types::SuccessResponse),
-    ///401: No valid session.
-    Unauthorized(types::ErrorResponse),
-    ///403: Missing or wrong CSRF token (`csrf_invalid`).
-    Forbidden(types::ErrorResponse),
-}
-impl IntoResponse for DeleteSessionResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Forbidden(body) => support::json(
-                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `exchangeToken` (`POST /api/auth/token`).
-#[derive(Debug)]
-pub enum ExchangeTokenResponse {
-    ///200: The token.
-    Ok(types::ExchangeTokenResponse),
-    ///400: Invalid workspace id (`workspace_id_invalid`).
-    BadRequest(types::ErrorResponse),
-    ///401: No valid session.
-    Unauthorized(types::ErrorResponse),
-    ///403: No access to the workspace (`workspace_access_denied`).
-    Forbidden(types::ErrorResponse),
-}
-impl IntoResponse for ExchangeTokenResponse {
+impl IntoResponse for ExecutePromptResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -555,24 +420,16 @@ impl IntoResponse for ExchangeTokenResponse {
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Forbidden(body) => support::json(
-                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
         }
     }
 }
-///The responses of `getEmbeddings` (`GET /api/embeddings`).
+///The responses of `getQueue` (`GET /api/queue`).
 #[derive(Debug)]
-pub enum GetEmbeddingsResponse {
-    ///200: Embedding names.
-    Ok(types::StringList),
+pub enum GetQueueResponse {
+    ///200: The queue.
+    Ok(types::QueueResponse),
 }
-impl IntoResponse for GetEmbeddingsResponse {
+impl IntoResponse for GetQueueResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -582,102 +439,39 @@ impl IntoResponse for GetEmbeddingsResponse {
         }
     }
 }
-///The responses of `getModelFolderPaths` (`GET /api/experiment/models`).
+///The responses of `manageQueue` (`POST /api/queue`).
 #[derive(Debug)]
-pub enum GetModelFolderPathsResponse {
-    ///200: Folder kinds.
-    Ok(types::ModelFolderList),
+pub enum ManageQueueResponse {
+    ///200: Done (empty body).
+    Ok,
+    ///400: The body is not a JSON object of this shape.
+    BadRequest(types::ErrorResponse),
 }
-impl IntoResponse for GetModelFolderPathsResponse {
+impl IntoResponse for ManageQueueResponse {
     fn into_response(self) -> Response {
         match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getModelPreview` (`GET /api/experiment/models/preview/{folder}/{path_index}/{filename}`).
-#[derive(Debug)]
-pub enum GetModelPreviewResponse {
-    ///200: The preview.
-    Ok(Binary),
-    ///400: Bad folder kind or index (empty body).
-    BadRequest,
-    ///403: The file name escapes its directory (empty body).
-    Forbidden,
-    ///404: No such model or no preview (empty body).
-    NotFound,
-}
-impl IntoResponse for GetModelPreviewResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => body.into_response_with(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            ),
-            Self::BadRequest => StatusCode::from_u16(400u16)
+            Self::Ok => StatusCode::from_u16(200u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
-            Self::Forbidden => StatusCode::from_u16(403u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-            Self::NotFound => StatusCode::from_u16(404u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-        }
-    }
-}
-///The responses of `getModelFileDetails` (`GET /api/experiment/models/{folder}`).
-#[derive(Debug)]
-pub enum GetModelFileDetailsResponse {
-    ///200: Files with details.
-    Ok(types::ModelFileList),
-    ///404: Unknown folder kind (empty body).
-    NotFound,
-}
-impl IntoResponse for GetModelFileDetailsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::NotFound => StatusCode::from_u16(404u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-        }
-    }
-}
-///The responses of `getExtensions` (`GET /api/extensions`).
-#[derive(Debug)]
-pub enum GetExtensionsResponse {
-    ///200: URL paths such as `/extensions/<pack>/main.js`.
-    Ok(types::StringList),
-}
-impl IntoResponse for GetExtensionsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
     }
 }
-///The responses of `getFeatures` (`GET /api/features`).
+///The responses of `interrupt` (`POST /api/interrupt`).
 #[derive(Debug)]
-pub enum GetFeaturesResponse {
-    ///200: The feature flags.
-    Ok(types::FeatureFlags),
+pub enum InterruptResponse {
+    ///200: Done (empty body), also when nothing was running.
+    Ok,
 }
-impl IntoResponse for GetFeaturesResponse {
+impl IntoResponse for InterruptResponse {
     fn into_response(self) -> Response {
         match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
+            Self::Ok => StatusCode::from_u16(200u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
         }
     }
 }
@@ -697,38 +491,6 @@ impl IntoResponse for FreeMemoryResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getGlobalSubgraphs` (`GET /api/global_subgraphs`).
-#[derive(Debug)]
-pub enum GetGlobalSubgraphsResponse {
-    ///200: Blueprints keyed by id.
-    Ok(types::GlobalSubgraphs),
-}
-impl IntoResponse for GetGlobalSubgraphsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getGlobalSubgraph` (`GET /api/global_subgraphs/{id}`).
-#[derive(Debug)]
-pub enum GetGlobalSubgraphResponse {
-    ///200: The blueprint, or null.
-    Ok(types::GlobalSubgraphData),
-}
-impl IntoResponse for GetGlobalSubgraphResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -800,37 +562,6 @@ impl IntoResponse for GetHistoryForPromptResponse {
                 StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-        }
-    }
-}
-///The responses of `getI18n` (`GET /api/i18n`).
-#[derive(Debug)]
-pub enum GetI18nResponse {
-    ///200: Translations keyed by language code.
-    Ok(types::I18nResponse),
-}
-impl IntoResponse for GetI18nResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `interrupt` (`POST /api/interrupt`).
-#[derive(Debug)]
-pub enum InterruptResponse {
-    ///200: Done (empty body), also when nothing was running.
-    Ok,
-}
-impl IntoResponse for InterruptResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok => StatusCode::from_u16(200u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
         }
     }
 }
@@ -950,59 +681,6 @@ impl IntoResponse for CancelJobResponse {
         }
     }
 }
-///The responses of `getModelFolders` (`GET /api/models`).
-#[derive(Debug)]
-pub enum GetModelFoldersResponse {
-    ///200: Folder kinds.
-    Ok(types::StringList),
-}
-impl IntoResponse for GetModelFoldersResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getModelFiles` (`GET /api/models/{folder}`).
-#[derive(Debug)]
-pub enum GetModelFilesResponse {
-    ///200: Relative file names.
-    Ok(types::StringList),
-    ///404: Unknown folder kind (empty body).
-    NotFound,
-}
-impl IntoResponse for GetModelFilesResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::NotFound => StatusCode::from_u16(404u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-        }
-    }
-}
-///The responses of `getNodeReplacements` (`GET /api/node_replacements`).
-#[derive(Debug)]
-pub enum GetNodeReplacementsResponse {
-    ///200: Replacements keyed by old class name.
-    Ok(types::NodeReplacements),
-}
-impl IntoResponse for GetNodeReplacementsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
 ///The responses of `getObjectInfo` (`GET /api/object_info`).
 #[derive(Debug)]
 pub enum GetObjectInfoResponse {
@@ -1035,168 +713,96 @@ impl IntoResponse for GetNodeInfoResponse {
         }
     }
 }
-///The responses of `getPromptInfo` (`GET /api/prompt`).
-#[derive(Debug)]
-pub enum GetPromptInfoResponse {
-    ///200: The queue counter.
-    Ok(types::PromptInfo),
+///The query parameters of `viewFile`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ViewFileQuery {
+    ///The file name (only its base name is used); absent answers 404.
+    #[serde(rename = "filename", default)]
+    pub filename: Option<String>,
+    ///Which root to read from; `output` when absent.
+    #[serde(rename = "type", default)]
+    pub type_: Option<types::FileType>,
+    ///A folder relative to the root.
+    #[serde(rename = "subfolder", default)]
+    pub subfolder: Option<String>,
+    ///Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
+    #[serde(rename = "preview", default)]
+    pub preview: Option<String>,
+    ///`rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
+    #[serde(rename = "channel", default)]
+    pub channel: Option<types::ImageChannel>,
 }
-impl IntoResponse for GetPromptInfoResponse {
+///The responses of `viewFile` (`GET /api/view`).
+#[derive(Debug)]
+pub enum ViewFileResponse {
+    ///200: The file bytes.
+    Ok {
+        /// The body.
+        body: Binary,
+        ///`Content-Disposition`: `filename="<name>"`, with `attachment` for types that could run script.
+        content_disposition: Option<String>,
+        ///`X-Content-Type-Options`: Always `nosniff`.
+        x_content_type_options: Option<String>,
+    },
+    ///400: Absolute or `..` file name, or an unknown `type` (empty body).
+    BadRequest,
+    ///403: The subfolder escapes its root (empty body).
+    Forbidden,
+    ///404: No file name, or no such file (empty body).
+    NotFound,
+}
+impl IntoResponse for ViewFileResponse {
     fn into_response(self) -> Response {
         match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `executePrompt` (`POST /api/prompt`).
-#[derive(Debug)]
-pub enum ExecutePromptResponse {
-    ///200: The prompt was queued.
-    Ok(types::PromptResponse),
-    ///400: The prompt is invalid (see `error.type`), or the body is not a JSON object.
-    BadRequest(types::PromptErrorResponse),
-}
-impl IntoResponse for ExecutePromptResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getQueue` (`GET /api/queue`).
-#[derive(Debug)]
-pub enum GetQueueResponse {
-    ///200: The queue.
-    Ok(types::QueueResponse),
-}
-impl IntoResponse for GetQueueResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `manageQueue` (`POST /api/queue`).
-#[derive(Debug)]
-pub enum ManageQueueResponse {
-    ///200: Done (empty body).
-    Ok,
-    ///400: The body is not a JSON object of this shape.
-    BadRequest(types::ErrorResponse),
-}
-impl IntoResponse for ManageQueueResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok => StatusCode::from_u16(200u16)
+            Self::Ok { body, content_disposition, x_content_type_options } => {
+                let mut response = body.into_response_with(
+                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                );
+                support::set_header(&mut response, "Content-Disposition", content_disposition);
+                support::set_header(
+                    &mut response,
+                    "X-Content-Type-Options",
+                    x_content_type_options,
+                );
+                response
+            }
+            Self::BadRequest => StatusCode::from_u16(400u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getSettings` (`GET /api/settings`).
-#[derive(Debug)]
-pub enum GetSettingsResponse {
-    ///200: The settings.
-    Ok(types::Settings),
-}
-impl IntoResponse for GetSettingsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `postSettings` (`POST /api/settings`).
-#[derive(Debug)]
-pub enum PostSettingsResponse {
-    ///200: Saved (empty body).
-    Ok,
-    ///400: The body is not a JSON object.
-    BadRequest(types::ErrorResponse),
-}
-impl IntoResponse for PostSettingsResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok => StatusCode::from_u16(200u16)
+            Self::Forbidden => StatusCode::from_u16(403u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `getSetting` (`GET /api/settings/{id}`).
-#[derive(Debug)]
-pub enum GetSettingResponse {
-    ///200: The value, any JSON value.
-    Ok(types::SettingValue),
-}
-impl IntoResponse for GetSettingResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The responses of `postSetting` (`POST /api/settings/{id}`).
-#[derive(Debug)]
-pub enum PostSettingResponse {
-    ///200: Saved (empty body).
-    Ok,
-    ///400: The body is not JSON.
-    BadRequest(types::ErrorResponse),
-}
-impl IntoResponse for PostSettingResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok => StatusCode::from_u16(200u16)
+            Self::NotFound => StatusCode::from_u16(404u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
         }
     }
 }
-///The responses of `getSystemStats` (`GET /api/system_stats`).
-#[derive(Debug)]
-pub enum GetSystemStatsResponse {
-    ///200: System and device statistics.
-    Ok(types::SystemStats),
+///The query parameters of `getViewMetadata`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct GetViewMetadataQuery {
+    ///The file, relative to the folder; must end in `.safetensors`.
+    #[serde(rename = "filename", default)]
+    pub filename: Option<String>,
 }
-impl IntoResponse for GetSystemStatsResponse {
+///The responses of `getViewMetadata` (`GET /api/view_metadata/{folder_name}`).
+#[derive(Debug)]
+pub enum GetViewMetadataResponse {
+    ///200: The metadata map.
+    Ok(types::SafetensorsMetadata),
+    ///404: No file name, not a safetensors file, no such file, or no metadata (empty body).
+    NotFound,
+}
+impl IntoResponse for GetViewMetadataResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
                 StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
+            Self::NotFound => StatusCode::from_u16(404u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
         }
     }
 }
@@ -1256,6 +862,212 @@ impl IntoResponse for UploadMaskResponse {
         }
     }
 }
+///The responses of `getSystemStats` (`GET /api/system_stats`).
+#[derive(Debug)]
+pub enum GetSystemStatsResponse {
+    ///200: System and device statistics.
+    Ok(types::SystemStats),
+}
+impl IntoResponse for GetSystemStatsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getFeatures` (`GET /api/features`).
+#[derive(Debug)]
+pub enum GetFeaturesResponse {
+    ///200: The feature flags.
+    Ok(types::FeatureFlags),
+}
+impl IntoResponse for GetFeaturesResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getExtensions` (`GET /api/extensions`).
+#[derive(Debug)]
+pub enum GetExtensionsResponse {
+    ///200: URL paths such as `/extensions/<pack>/main.js`.
+    Ok(types::StringList),
+}
+impl IntoResponse for GetExtensionsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getEmbeddings` (`GET /api/embeddings`).
+#[derive(Debug)]
+pub enum GetEmbeddingsResponse {
+    ///200: Embedding names.
+    Ok(types::StringList),
+}
+impl IntoResponse for GetEmbeddingsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getModelFolders` (`GET /api/models`).
+#[derive(Debug)]
+pub enum GetModelFoldersResponse {
+    ///200: Folder kinds.
+    Ok(types::StringList),
+}
+impl IntoResponse for GetModelFoldersResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getModelFiles` (`GET /api/models/{folder}`).
+#[derive(Debug)]
+pub enum GetModelFilesResponse {
+    ///200: Relative file names.
+    Ok(types::StringList),
+    ///404: Unknown folder kind (empty body).
+    NotFound,
+}
+impl IntoResponse for GetModelFilesResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::NotFound => StatusCode::from_u16(404u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+        }
+    }
+}
+///The responses of `getModelFolderPaths` (`GET /api/experiment/models`).
+#[derive(Debug)]
+pub enum GetModelFolderPathsResponse {
+    ///200: Folder kinds.
+    Ok(types::ModelFolderList),
+}
+impl IntoResponse for GetModelFolderPathsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getModelFileDetails` (`GET /api/experiment/models/{folder}`).
+#[derive(Debug)]
+pub enum GetModelFileDetailsResponse {
+    ///200: Files with details.
+    Ok(types::ModelFileList),
+    ///404: Unknown folder kind (empty body).
+    NotFound,
+}
+impl IntoResponse for GetModelFileDetailsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::NotFound => StatusCode::from_u16(404u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+        }
+    }
+}
+///The responses of `getModelPreview` (`GET /api/experiment/models/preview/{folder}/{path_index}/{filename}`).
+#[derive(Debug)]
+pub enum GetModelPreviewResponse {
+    ///200: The preview.
+    Ok(Binary),
+    ///400: Bad folder kind or index (empty body).
+    BadRequest,
+    ///403: The file name escapes its directory (empty body).
+    Forbidden,
+    ///404: No such model or no preview (empty body).
+    NotFound,
+}
+impl IntoResponse for GetModelPreviewResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => body.into_response_with(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            ),
+            Self::BadRequest => StatusCode::from_u16(400u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+            Self::Forbidden => StatusCode::from_u16(403u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+            Self::NotFound => StatusCode::from_u16(404u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+        }
+    }
+}
+///The responses of `getUsers` (`GET /api/users`).
+#[derive(Debug)]
+pub enum GetUsersResponse {
+    ///200: The storage mode.
+    Ok(types::UsersResponse),
+}
+impl IntoResponse for GetUsersResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `createUser` (`POST /api/users`).
+#[derive(Debug)]
+pub enum CreateUserResponse {
+    ///200: The new user id.
+    Ok(types::UserId),
+    ///400: Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`.
+    BadRequest(types::SimpleError),
+}
+impl IntoResponse for CreateUserResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
 ///The query parameters of `listUserData`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ListUserDataQuery {
@@ -1285,6 +1097,47 @@ pub enum ListUserDataResponse {
     NotFound(String),
 }
 impl IntoResponse for ListUserDataResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::BadRequest(body) => support::text(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+            Self::Forbidden(body) => support::text(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+            Self::NotFound(body) => support::text(
+                StatusCode::from_u16(404u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+        }
+    }
+}
+///The query parameters of `listUserDataV2`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ListUserDataV2Query {
+    ///The directory, relative to the user's data root; the root when absent.
+    #[serde(rename = "path", default)]
+    pub path: Option<String>,
+}
+///The responses of `listUserDataV2` (`GET /api/v2/userdata`).
+#[derive(Debug)]
+pub enum ListUserDataV2Response {
+    ///200: The entries.
+    Ok(types::UserDataEntryList),
+    ///400: Invalid path.
+    BadRequest(String),
+    ///403: The path escapes the user's root.
+    Forbidden(String),
+    ///404: The path is not a directory.
+    NotFound(String),
+}
+impl IntoResponse for ListUserDataV2Response {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -1466,13 +1319,13 @@ impl IntoResponse for MoveUserDataResponse {
         }
     }
 }
-///The responses of `getUsers` (`GET /api/users`).
+///The responses of `getSettings` (`GET /api/settings`).
 #[derive(Debug)]
-pub enum GetUsersResponse {
-    ///200: The storage mode.
-    Ok(types::UsersResponse),
+pub enum GetSettingsResponse {
+    ///200: The settings.
+    Ok(types::Settings),
 }
-impl IntoResponse for GetUsersResponse {
+impl IntoResponse for GetSettingsResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -1482,21 +1335,20 @@ impl IntoResponse for GetUsersResponse {
         }
     }
 }
-///The responses of `createUser` (`POST /api/users`).
+///The responses of `postSettings` (`POST /api/settings`).
 #[derive(Debug)]
-pub enum CreateUserResponse {
-    ///200: The new user id.
-    Ok(types::UserId),
-    ///400: Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`.
-    BadRequest(types::SimpleError),
+pub enum PostSettingsResponse {
+    ///200: Saved (empty body).
+    Ok,
+    ///400: The body is not a JSON object.
+    BadRequest(types::ErrorResponse),
 }
-impl IntoResponse for CreateUserResponse {
+impl IntoResponse for PostSettingsResponse {
     fn into_response(self) -> Response {
         match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
+            Self::Ok => StatusCode::from_u16(200u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
@@ -1504,137 +1356,56 @@ impl IntoResponse for CreateUserResponse {
         }
     }
 }
-///The query parameters of `listUserDataV2`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct ListUserDataV2Query {
-    ///The directory, relative to the user's data root; the root when absent.
-    #[serde(rename = "path", default)]
-    pub path: Option<String>,
-}
-///The responses of `listUserDataV2` (`GET /api/v2/userdata`).
+///The responses of `getSetting` (`GET /api/settings/{id}`).
 #[derive(Debug)]
-pub enum ListUserDataV2Response {
-    ///200: The entries.
-    Ok(types::UserDataEntryList),
-    ///400: Invalid path.
-    BadRequest(String),
-    ///403: The path escapes the user's root.
-    Forbidden(String),
-    ///404: The path is not a directory.
-    NotFound(String),
+pub enum GetSettingResponse {
+    ///200: The value, any JSON value.
+    Ok(types::SettingValue),
 }
-impl IntoResponse for ListUserDataV2Response {
+impl IntoResponse for GetSettingResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
                 StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-            Self::BadRequest(body) => support::text(
+        }
+    }
+}
+///The responses of `postSetting` (`POST /api/settings/{id}`).
+#[derive(Debug)]
+pub enum PostSettingResponse {
+    ///200: Saved (empty body).
+    Ok,
+    ///400: The body is not JSON.
+    BadRequest(types::ErrorResponse),
+}
+impl IntoResponse for PostSettingResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok => StatusCode::from_u16(200u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+            Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                body,
-            ),
-            Self::Forbidden(body) => support::text(
-                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                body,
-            ),
-            Self::NotFound(body) => support::text(
-                StatusCode::from_u16(404u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                body,
+                &body,
             ),
         }
     }
 }
-///The query parameters of `viewFile`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct ViewFileQuery {
-    ///The file name (only its base name is used); absent answers 404.
-    #[serde(rename = "filename", default)]
-    pub filename: Option<String>,
-    ///Which root to read from; `output` when absent.
-    #[serde(rename = "type", default)]
-    pub type_: Option<types::FileType>,
-    ///A folder relative to the root.
-    #[serde(rename = "subfolder", default)]
-    pub subfolder: Option<String>,
-    ///Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
-    #[serde(rename = "preview", default)]
-    pub preview: Option<String>,
-    ///`rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
-    #[serde(rename = "channel", default)]
-    pub channel: Option<types::ImageChannel>,
-}
-///The responses of `viewFile` (`GET /api/view`).
+///The responses of `getI18n` (`GET /api/i18n`).
 #[derive(Debug)]
-pub enum ViewFileResponse {
-    ///200: The file bytes.
-    Ok {
-        /// The body.
-        body: Binary,
-        ///`Content-Disposition`: `filename="<name>"`, with `attachment` for types that could run script.
-        content_disposition: Option<String>,
-        ///`X-Content-Type-Options`: Always `nosniff`.
-        x_content_type_options: Option<String>,
-    },
-    ///400: Absolute or `..` file name, or an unknown `type` (empty body).
-    BadRequest,
-    ///403: The subfolder escapes its root (empty body).
-    Forbidden,
-    ///404: No file name, or no such file (empty body).
-    NotFound,
+pub enum GetI18nResponse {
+    ///200: Translations keyed by language code.
+    Ok(types::I18nResponse),
 }
-impl IntoResponse for ViewFileResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok { body, content_disposition, x_content_type_options } => {
-                let mut response = body.into_response_with(
-                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                );
-                support::set_header(&mut response, "Content-Disposition", content_disposition);
-                support::set_header(
-                    &mut response,
-                    "X-Content-Type-Options",
-                    x_content_type_options,
-                );
-                response
-            }
-            Self::BadRequest => StatusCode::from_u16(400u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-            Self::Forbidden => StatusCode::from_u16(403u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-            Self::NotFound => StatusCode::from_u16(404u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
-        }
-    }
-}
-///The query parameters of `getViewMetadata`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct GetViewMetadataQuery {
-    ///The file, relative to the folder; must end in `.safetensors`.
-    #[serde(rename = "filename", default)]
-    pub filename: Option<String>,
-}
-///The responses of `getViewMetadata` (`GET /api/view_metadata/{folder_name}`).
-#[derive(Debug)]
-pub enum GetViewMetadataResponse {
-    ///200: The metadata map.
-    Ok(types::SafetensorsMetadata),
-    ///404: No file name, not a safetensors file, no such file, or no metadata (empty body).
-    NotFound,
-}
-impl IntoResponse for GetViewMetadataResponse {
+impl IntoResponse for GetI18nResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
                 StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-            Self::NotFound => StatusCode::from_u16(404u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response(),
         }
     }
 }
@@ -1675,35 +1446,45 @@ impl IntoResponse for GetWorkflowTemplateResponse {
         }
     }
 }
-///The responses of `getDirectoryFiles` (`GET /internal/files/{directory_type}`).
+///The responses of `getGlobalSubgraphs` (`GET /api/global_subgraphs`).
 #[derive(Debug)]
-pub enum GetDirectoryFilesResponse {
-    ///200: Relative file names.
-    Ok(types::StringList),
-    ///400: Unknown directory type.
-    BadRequest(types::ErrorResponse),
+pub enum GetGlobalSubgraphsResponse {
+    ///200: Blueprints keyed by id.
+    Ok(types::GlobalSubgraphs),
 }
-impl IntoResponse for GetDirectoryFilesResponse {
+impl IntoResponse for GetGlobalSubgraphsResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
                 StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        }
+    }
+}
+///The responses of `getGlobalSubgraph` (`GET /api/global_subgraphs/{id}`).
+#[derive(Debug)]
+pub enum GetGlobalSubgraphResponse {
+    ///200: The blueprint, or null.
+    Ok(types::GlobalSubgraphData),
+}
+impl IntoResponse for GetGlobalSubgraphResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
     }
 }
-///The responses of `getFolderPaths` (`GET /internal/folder_paths`).
+///The responses of `getNodeReplacements` (`GET /api/node_replacements`).
 #[derive(Debug)]
-pub enum GetFolderPathsResponse {
-    ///200: Directories keyed by folder kind.
-    Ok(types::FolderPaths),
+pub enum GetNodeReplacementsResponse {
+    ///200: Replacements keyed by old class name.
+    Ok(types::NodeReplacements),
 }
-impl IntoResponse for GetFolderPathsResponse {
+impl IntoResponse for GetNodeReplacementsResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -1761,6 +1542,232 @@ impl IntoResponse for SubscribeLogsResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getFolderPaths` (`GET /internal/folder_paths`).
+#[derive(Debug)]
+pub enum GetFolderPathsResponse {
+    ///200: Directories keyed by folder kind.
+    Ok(types::FolderPaths),
+}
+impl IntoResponse for GetFolderPathsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getDirectoryFiles` (`GET /internal/files/{directory_type}`).
+#[derive(Debug)]
+pub enum GetDirectoryFilesResponse {
+    ///200: Relative file names.
+    Ok(types::StringList),
+    ///400: Unknown directory type.
+    BadRequest(types::ErrorResponse),
+}
+impl IntoResponse for GetDirectoryFilesResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getSession` (`GET /api/auth/session`).
+#[derive(Debug)]
+pub enum GetSessionResponse {
+    ///200: The session.
+    Ok(types::WebSessionResponse),
+    ///401: No valid session.
+    Unauthorized(types::ErrorResponse),
+}
+impl IntoResponse for GetSessionResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `createSession` (`POST /api/auth/session`).
+#[derive(Debug)]
+pub enum CreateSessionResponse {
+    ///200: The session; the cookie is in `Set-Cookie`.
+    Ok {
+        /// The body.
+        body: types::WebSessionResponse,
+        ///`Set-Cookie`: The `__Host-comfy_session` cookie.
+        set_cookie: Option<String>,
+        ///`Cache-Control`: Always `no-store`.
+        cache_control: Option<String>,
+    },
+    ///401: Missing or invalid ID token.
+    Unauthorized(types::ErrorResponse),
+    ///403: The account may not sign in here (`sso_required`, `origin_not_allowed`).
+    Forbidden(types::ErrorResponse),
+}
+impl IntoResponse for CreateSessionResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok { body, set_cookie, cache_control } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "Set-Cookie", set_cookie);
+                support::set_header(&mut response, "Cache-Control", cache_control);
+                response
+            }
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `deleteSession` (`DELETE /api/auth/session`).
+#[derive(Debug)]
+pub enum DeleteSessionResponse {
+    ///200: The session is gone.
+    Ok(types::SuccessResponse),
+    ///401: No valid session.
+    Unauthorized(types::ErrorResponse),
+    ///403: Missing or wrong CSRF token (`csrf_invalid`).
+    Forbidden(types::ErrorResponse),
+}
+impl IntoResponse for DeleteSessionResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `exchangeToken` (`POST /api/auth/token`).
+#[derive(Debug)]
+pub enum ExchangeTokenResponse {
+    ///200: The token.
+    Ok(types::ExchangeTokenResponse),
+    ///400: Invalid workspace id (`workspace_id_invalid`).
+    BadRequest(types::ErrorResponse),
+    ///401: No valid session.
+    Unauthorized(types::ErrorResponse),
+    ///403: No access to the workspace (`workspace_access_denied`).
+    Forbidden(types::ErrorResponse),
+}
+impl IntoResponse for ExchangeTokenResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getJwks` (`GET /.well-known/jwks.json`).
+#[derive(Debug)]
+pub enum GetJwksResponse {
+    ///200: The key set.
+    Ok(types::JwkSet),
+}
+impl IntoResponse for GetJwksResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getOauthAuthorizationServerMetadata` (`GET /.well-known/oauth-authorization-server`).
+#[derive(Debug)]
+pub enum GetOauthAuthorizationServerMetadataResponse {
+    ///200: The metadata.
+    Ok(types::OAuthAuthorizationServerMetadata),
+}
+impl IntoResponse for GetOauthAuthorizationServerMetadataResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getOauthProtectedResourceMetadata` (`GET /.well-known/oauth-protected-resource`).
+#[derive(Debug)]
+pub enum GetOauthProtectedResourceMetadataResponse {
+    ///200: The metadata.
+    Ok(types::OAuthProtectedResourceMetadata),
+}
+impl IntoResponse for GetOauthProtectedResourceMetadataResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getOauthProtectedResourceMetadataForMcp` (`GET /.well-known/oauth-protected-resource/mcp`).
+#[derive(Debug)]
+pub enum GetOauthProtectedResourceMetadataForMcpResponse {
+    ///200: The metadata.
+    Ok(types::OAuthProtectedResourceMetadata),
+}
+impl IntoResponse for GetOauthProtectedResourceMetadataForMcpResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -1901,6 +1908,43 @@ impl IntoResponse for OauthAuthorizeDecisionResponse {
         }
     }
 }
+///The responses of `oauthToken` (`POST /oauth/token`).
+#[derive(Debug)]
+pub enum OauthTokenResponse {
+    ///200: The tokens.
+    Ok {
+        /// The body.
+        body: types::OAuthTokenResponse,
+        ///`Cache-Control`: Always `no-store`.
+        cache_control: Option<String>,
+    },
+    ///400: An OAuth error (RFC 6749 §5.2, RFC 8707).
+    BadRequest(types::OAuthTokenError),
+    ///401: Client authentication failed (`invalid_client`).
+    Unauthorized(types::OAuthTokenError),
+}
+impl IntoResponse for OauthTokenResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok { body, cache_control } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "Cache-Control", cache_control);
+                response
+            }
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
 ///The responses of `oauthRegister` (`POST /oauth/register`).
 #[derive(Debug)]
 pub enum OauthRegisterResponse {
@@ -1953,111 +1997,75 @@ impl IntoResponse for OauthRegisterResponse {
         }
     }
 }
-///The responses of `oauthToken` (`POST /oauth/token`).
-#[derive(Debug)]
-pub enum OauthTokenResponse {
-    ///200: The tokens.
-    Ok {
-        /// The body.
-        body: types::OAuthTokenResponse,
-        ///`Cache-Control`: Always `no-store`.
-        cache_control: Option<String>,
-    },
-    ///400: An OAuth error (RFC 6749 §5.2, RFC 8707).
-    BadRequest(types::OAuthTokenError),
-    ///401: Client authentication failed (`invalid_client`).
-    Unauthorized(types::OAuthTokenError),
-}
-impl IntoResponse for OauthTokenResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok { body, cache_control } => {
-                let mut response = support::json(
-                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    &body,
-                );
-                support::set_header(&mut response, "Cache-Control", cache_control);
-                response
-            }
-            Self::BadRequest(body) => support::json(
-                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-        }
-    }
-}
-///The query parameters of `webSocketConnect`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct WebSocketConnectQuery {
-    ///The client id to register the socket under; events of prompts submitted with this `client_id` are sent here.
-    #[serde(rename = "clientId", default)]
-    pub client_id: Option<String>,
-}
 /// The operations both runtimes serve (`x-runtime: [local, cloud]`), one method each.
 ///
 /// Each method receives the request's `Parts` (headers, extensions), its typed parameters and body, and
 /// answers with the operation's response enum, whose variants are exactly the statuses the spec declares.
 pub trait SharedApi: Send + Sync + 'static {
-    /// Embedding names.
+    /// Open the event websocket.
     ///
-    /// Returns the names of the files in the embeddings folder, without extension.
+    /// Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
+    /// `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
+    /// be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
+    /// messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
+    /// `status` and `progress_state` go to every socket. Binary frames carry previews
+    /// (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
+    /// `WsClientMessage`.
     ///
-    /// `GET /api/embeddings` (operationId `getEmbeddings`), `x-runtime: [local, cloud]`.
-    fn get_embeddings(&self, parts: Parts) -> impl Future<Output = GetEmbeddingsResponse> + Send;
-    /// Model folder kinds with their paths.
-    ///
-    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
-    ///
-    /// `GET /api/experiment/models` (operationId `getModelFolderPaths`), `x-runtime: [local, cloud]`.
-    fn get_model_folder_paths(
+    /// `GET /ws` (operationId `webSocketConnect`), `x-runtime: [local, cloud]`.
+    fn web_socket_connect(
         &self,
         parts: Parts,
-    ) -> impl Future<Output = GetModelFolderPathsResponse> + Send;
-    /// Files of one model folder kind, with details.
+        query: WebSocketConnectQuery,
+        upgrade: axum::extract::ws::WebSocketUpgrade,
+    ) -> impl Future<Output = Response> + Send;
+    /// Queue counter.
     ///
-    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
+    /// Returns how many prompts are pending or running.
     ///
-    /// `GET /api/experiment/models/{folder}` (operationId `getModelFileDetails`), `x-runtime: [local, cloud]`.
-    fn get_model_file_details(
+    /// `GET /api/prompt` (operationId `getPromptInfo`), `x-runtime: [local, cloud]`.
+    fn get_prompt_info(&self, parts: Parts) -> impl Future<Output = GetPromptInfoResponse> + Send;
+    /// Submit a workflow.
+    ///
+    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
+    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
+    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
+    /// The request is durable once acknowledged.
+    ///
+    /// `POST /api/prompt` (operationId `executePrompt`), `x-runtime: [local, cloud]`.
+    fn execute_prompt(
         &self,
         parts: Parts,
-        folder: String,
-    ) -> impl Future<Output = GetModelFileDetailsResponse> + Send;
-    /// Frontend extension scripts.
+        comfy_usage_source: Option<String>,
+        body: types::PromptRequest,
+    ) -> impl Future<Output = ExecutePromptResponse> + Send;
+    /// Running and pending prompts.
     ///
-    /// Returns the URL paths of the JavaScript extensions the frontend should load.
+    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
     ///
-    /// `GET /api/extensions` (operationId `getExtensions`), `x-runtime: [local, cloud]`.
-    fn get_extensions(&self, parts: Parts) -> impl Future<Output = GetExtensionsResponse> + Send;
-    /// Server feature flags.
+    /// `GET /api/queue` (operationId `getQueue`), `x-runtime: [local, cloud]`.
+    fn get_queue(&self, parts: Parts) -> impl Future<Output = GetQueueResponse> + Send;
+    /// Clear or delete pending prompts.
     ///
-    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
+    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
     ///
-    /// `GET /api/features` (operationId `getFeatures`), `x-runtime: [local, cloud]`.
-    fn get_features(&self, parts: Parts) -> impl Future<Output = GetFeaturesResponse> + Send;
-    /// Subgraph blueprints.
-    ///
-    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
-    ///
-    /// `GET /api/global_subgraphs` (operationId `getGlobalSubgraphs`), `x-runtime: [local, cloud]`.
-    fn get_global_subgraphs(
+    /// `POST /api/queue` (operationId `manageQueue`), `x-runtime: [local, cloud]`.
+    fn manage_queue(
         &self,
         parts: Parts,
-    ) -> impl Future<Output = GetGlobalSubgraphsResponse> + Send;
-    /// One subgraph blueprint.
+        body: types::QueueManageRequest,
+    ) -> impl Future<Output = ManageQueueResponse> + Send;
+    /// Interrupt execution.
     ///
-    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
+    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
+    /// no-op). A body that is not JSON counts as `{}`.
     ///
-    /// `GET /api/global_subgraphs/{id}` (operationId `getGlobalSubgraph`), `x-runtime: [local, cloud]`.
-    fn get_global_subgraph(
+    /// `POST /api/interrupt` (operationId `interrupt`), `x-runtime: [local, cloud]`.
+    fn interrupt(
         &self,
         parts: Parts,
-        id: String,
-    ) -> impl Future<Output = GetGlobalSubgraphResponse> + Send;
+        body: Option<types::InterruptRequest>,
+    ) -> impl Future<Output = InterruptResponse> + Send;
     /// Finished prompts.
     ///
     /// Returns finished prompts keyed by prompt id, oldest first. `max_items` without `offset` returns the
@@ -2089,23 +2097,6 @@ pub trait SharedApi: Send + Sync + 'static {
         parts: Parts,
         prompt_id: String,
     ) -> impl Future<Output = GetHistoryForPromptResponse> + Send;
-    /// Translations from custom nodes.
-    ///
-    /// Returns the merged locale files of installed node packs, keyed by language.
-    ///
-    /// `GET /api/i18n` (operationId `getI18n`), `x-runtime: [local, cloud]`.
-    fn get_i18n(&self, parts: Parts) -> impl Future<Output = GetI18nResponse> + Send;
-    /// Interrupt execution.
-    ///
-    /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    /// no-op). A body that is not JSON counts as `{}`.
-    ///
-    /// `POST /api/interrupt` (operationId `interrupt`), `x-runtime: [local, cloud]`.
-    fn interrupt(
-        &self,
-        parts: Parts,
-        body: Option<types::InterruptRequest>,
-    ) -> impl Future<Output = InterruptResponse> + Send;
     /// List jobs.
     ///
     /// Lists queued, running and finished prompts as jobs, newest first by default.
@@ -2143,34 +2134,6 @@ pub trait SharedApi: Send + Sync + 'static {
         parts: Parts,
         job_id: String,
     ) -> impl Future<Output = CancelJobResponse> + Send;
-    /// Model folder kinds.
-    ///
-    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
-    ///
-    /// `GET /api/models` (operationId `getModelFolders`), `x-runtime: [local, cloud]`.
-    fn get_model_folders(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetModelFoldersResponse> + Send;
-    /// Files of one model folder kind.
-    ///
-    /// Returns the file names (relative to the folder) of one model folder kind.
-    ///
-    /// `GET /api/models/{folder}` (operationId `getModelFiles`), `x-runtime: [local, cloud]`.
-    fn get_model_files(
-        &self,
-        parts: Parts,
-        folder: String,
-    ) -> impl Future<Output = GetModelFilesResponse> + Send;
-    /// Registered node class replacements.
-    ///
-    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
-    ///
-    /// `GET /api/node_replacements` (operationId `getNodeReplacements`), `x-runtime: [local, cloud]`.
-    fn get_node_replacements(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetNodeReplacementsResponse> + Send;
     /// All node definitions.
     ///
     /// Returns the definition of every registered node class, keyed by class name.
@@ -2187,88 +2150,19 @@ pub trait SharedApi: Send + Sync + 'static {
         parts: Parts,
         node_class: String,
     ) -> impl Future<Output = GetNodeInfoResponse> + Send;
-    /// Queue counter.
+    /// Fetch a file or a preview of it.
     ///
-    /// Returns how many prompts are pending or running.
+    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
+    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
+    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
+    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
     ///
-    /// `GET /api/prompt` (operationId `getPromptInfo`), `x-runtime: [local, cloud]`.
-    fn get_prompt_info(&self, parts: Parts) -> impl Future<Output = GetPromptInfoResponse> + Send;
-    /// Submit a workflow.
-    ///
-    /// Validates an API-format workflow and queues it. A prompt where at least one output validates is accepted
-    /// (200) with `node_errors` for the outputs that failed; when none validates the answer is 400 with the
-    /// error of the prompt and `node_errors`. The body is parsed as JSON whatever the `Content-Type` says.
-    /// The request is durable once acknowledged.
-    ///
-    /// `POST /api/prompt` (operationId `executePrompt`), `x-runtime: [local, cloud]`.
-    fn execute_prompt(
+    /// `GET /api/view` (operationId `viewFile`), `x-runtime: [local, cloud]`.
+    fn view_file(
         &self,
         parts: Parts,
-        comfy_usage_source: Option<String>,
-        body: types::PromptRequest,
-    ) -> impl Future<Output = ExecutePromptResponse> + Send;
-    /// Running and pending prompts.
-    ///
-    /// Returns the running prompt and the pending ones as queue items. Pending items are not sorted; clients sort by `number`.
-    ///
-    /// `GET /api/queue` (operationId `getQueue`), `x-runtime: [local, cloud]`.
-    fn get_queue(&self, parts: Parts) -> impl Future<Output = GetQueueResponse> + Send;
-    /// Clear or delete pending prompts.
-    ///
-    /// Removes pending prompts. Unknown ids are ignored. The running prompt is not affected (use interrupt).
-    ///
-    /// `POST /api/queue` (operationId `manageQueue`), `x-runtime: [local, cloud]`.
-    fn manage_queue(
-        &self,
-        parts: Parts,
-        body: types::QueueManageRequest,
-    ) -> impl Future<Output = ManageQueueResponse> + Send;
-    /// All settings.
-    ///
-    /// Returns the user's settings object (`{}` when none were saved).
-    ///
-    /// `GET /api/settings` (operationId `getSettings`), `x-runtime: [local, cloud]`.
-    fn get_settings(&self, parts: Parts) -> impl Future<Output = GetSettingsResponse> + Send;
-    /// Merge settings.
-    ///
-    /// Shallow-merges the posted object into the user's settings.
-    ///
-    /// `POST /api/settings` (operationId `postSettings`), `x-runtime: [local, cloud]`.
-    fn post_settings(
-        &self,
-        parts: Parts,
-        body: types::Settings,
-    ) -> impl Future<Output = PostSettingsResponse> + Send;
-    /// One setting.
-    ///
-    /// Returns the value of one setting, or `null` when it is not set.
-    ///
-    /// `GET /api/settings/{id}` (operationId `getSetting`), `x-runtime: [local, cloud]`.
-    fn get_setting(
-        &self,
-        parts: Parts,
-        id: String,
-    ) -> impl Future<Output = GetSettingResponse> + Send;
-    /// Set one setting.
-    ///
-    /// Sets one setting to the posted JSON value.
-    ///
-    /// `POST /api/settings/{id}` (operationId `postSetting`), `x-runtime: [local, cloud]`.
-    fn post_setting(
-        &self,
-        parts: Parts,
-        id: String,
-        body: types::SettingValue,
-    ) -> impl Future<Output = PostSettingResponse> + Send;
-    /// Host and device information.
-    ///
-    /// Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
-    /// its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
-    /// still work.
-    ///
-    /// `GET /api/system_stats` (operationId `getSystemStats`), `x-runtime: [local, cloud]`.
-    fn get_system_stats(&self, parts: Parts)
-    -> impl Future<Output = GetSystemStatsResponse> + Send;
+        query: ViewFileQuery,
+    ) -> impl Future<Output = ViewFileResponse> + Send;
     /// Upload an image.
     ///
     /// Stores an uploaded file in the input (default), output or temp directory. With `overwrite` unset, a
@@ -2292,6 +2186,77 @@ pub trait SharedApi: Send + Sync + 'static {
         parts: Parts,
         body: axum::extract::Multipart,
     ) -> impl Future<Output = UploadMaskResponse> + Send;
+    /// Host and device information.
+    ///
+    /// Returns the host (OS, RAM, versions, command line) and the compute devices, primary first. Kiln reports
+    /// its own version in `comfyui_version` and `kiln <version>` in `pytorch_version`, so tools that print them
+    /// still work.
+    ///
+    /// `GET /api/system_stats` (operationId `getSystemStats`), `x-runtime: [local, cloud]`.
+    fn get_system_stats(&self, parts: Parts)
+    -> impl Future<Output = GetSystemStatsResponse> + Send;
+    /// Server feature flags.
+    ///
+    /// Returns the server's feature flags, the same object the websocket sends as `feature_flags`.
+    ///
+    /// `GET /api/features` (operationId `getFeatures`), `x-runtime: [local, cloud]`.
+    fn get_features(&self, parts: Parts) -> impl Future<Output = GetFeaturesResponse> + Send;
+    /// Frontend extension scripts.
+    ///
+    /// Returns the URL paths of the JavaScript extensions the frontend should load.
+    ///
+    /// `GET /api/extensions` (operationId `getExtensions`), `x-runtime: [local, cloud]`.
+    fn get_extensions(&self, parts: Parts) -> impl Future<Output = GetExtensionsResponse> + Send;
+    /// Embedding names.
+    ///
+    /// Returns the names of the files in the embeddings folder, without extension.
+    ///
+    /// `GET /api/embeddings` (operationId `getEmbeddings`), `x-runtime: [local, cloud]`.
+    fn get_embeddings(&self, parts: Parts) -> impl Future<Output = GetEmbeddingsResponse> + Send;
+    /// Model folder kinds.
+    ///
+    /// Returns the model folder kinds, e.g. `checkpoints`, `loras`, `vae`.
+    ///
+    /// `GET /api/models` (operationId `getModelFolders`), `x-runtime: [local, cloud]`.
+    fn get_model_folders(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetModelFoldersResponse> + Send;
+    /// Files of one model folder kind.
+    ///
+    /// Returns the file names (relative to the folder) of one model folder kind.
+    ///
+    /// `GET /api/models/{folder}` (operationId `getModelFiles`), `x-runtime: [local, cloud]`.
+    fn get_model_files(
+        &self,
+        parts: Parts,
+        folder: String,
+    ) -> impl Future<Output = GetModelFilesResponse> + Send;
+    /// Model folder kinds with their paths.
+    ///
+    /// Returns each model folder kind with its directories and accepted extensions (without `configs` and `custom_nodes`).
+    ///
+    /// `GET /api/experiment/models` (operationId `getModelFolderPaths`), `x-runtime: [local, cloud]`.
+    fn get_model_folder_paths(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetModelFolderPathsResponse> + Send;
+    /// Files of one model folder kind, with details.
+    ///
+    /// Returns the files of one model folder kind with their size, times and the index of the directory they were found in.
+    ///
+    /// `GET /api/experiment/models/{folder}` (operationId `getModelFileDetails`), `x-runtime: [local, cloud]`.
+    fn get_model_file_details(
+        &self,
+        parts: Parts,
+        folder: String,
+    ) -> impl Future<Output = GetModelFileDetailsResponse> + Send;
+    /// User storage mode.
+    ///
+    /// Returns how user data is stored and, in multi-user mode, the known users.
+    ///
+    /// `GET /api/users` (operationId `getUsers`), `x-runtime: [local, cloud]`.
+    fn get_users(&self, parts: Parts) -> impl Future<Output = GetUsersResponse> + Send;
     /// List user data files.
     ///
     /// Lists the files under a directory of the user's data. Plain names by default; with `full_info=true`
@@ -2348,25 +2313,49 @@ pub trait SharedApi: Send + Sync + 'static {
         dest: String,
         query: MoveUserDataQuery,
     ) -> impl Future<Output = MoveUserDataResponse> + Send;
-    /// User storage mode.
+    /// All settings.
     ///
-    /// Returns how user data is stored and, in multi-user mode, the known users.
+    /// Returns the user's settings object (`{}` when none were saved).
     ///
-    /// `GET /api/users` (operationId `getUsers`), `x-runtime: [local, cloud]`.
-    fn get_users(&self, parts: Parts) -> impl Future<Output = GetUsersResponse> + Send;
-    /// Fetch a file or a preview of it.
+    /// `GET /api/settings` (operationId `getSettings`), `x-runtime: [local, cloud]`.
+    fn get_settings(&self, parts: Parts) -> impl Future<Output = GetSettingsResponse> + Send;
+    /// Merge settings.
     ///
-    /// Serves a file from the input, output or temp directory. `filename` may carry a type annotation
-    /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
-    /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
-    /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    /// Shallow-merges the posted object into the user's settings.
     ///
-    /// `GET /api/view` (operationId `viewFile`), `x-runtime: [local, cloud]`.
-    fn view_file(
+    /// `POST /api/settings` (operationId `postSettings`), `x-runtime: [local, cloud]`.
+    fn post_settings(
         &self,
         parts: Parts,
-        query: ViewFileQuery,
-    ) -> impl Future<Output = ViewFileResponse> + Send;
+        body: types::Settings,
+    ) -> impl Future<Output = PostSettingsResponse> + Send;
+    /// One setting.
+    ///
+    /// Returns the value of one setting, or `null` when it is not set.
+    ///
+    /// `GET /api/settings/{id}` (operationId `getSetting`), `x-runtime: [local, cloud]`.
+    fn get_setting(
+        &self,
+        parts: Parts,
+        id: String,
+    ) -> impl Future<Output = GetSettingResponse> + Send;
+    /// Set one setting.
+    ///
+    /// Sets one setting to the posted JSON value.
+    ///
+    /// `POST /api/settings/{id}` (operationId `postSetting`), `x-runtime: [local, cloud]`.
+    fn post_setting(
+        &self,
+        parts: Parts,
+        id: String,
+        body: types::SettingValue,
+    ) -> impl Future<Output = PostSettingResponse> + Send;
+    /// Translations from custom nodes.
+    ///
+    /// Returns the merged locale files of installed node packs, keyed by language.
+    ///
+    /// `GET /api/i18n` (operationId `getI18n`), `x-runtime: [local, cloud]`.
+    fn get_i18n(&self, parts: Parts) -> impl Future<Output = GetI18nResponse> + Send;
     /// Example workflows of node packs.
     ///
     /// Returns the example workflow names of each node pack that ships some.
@@ -2387,26 +2376,58 @@ pub trait SharedApi: Send + Sync + 'static {
         module_name: String,
         filename: String,
     ) -> impl Future<Output = GetWorkflowTemplateResponse> + Send;
-    /// Open the event websocket.
+    /// Subgraph blueprints.
     ///
-    /// Upgrades to a websocket that carries execution events. The server first sends `status` with `sid` (the
-    /// `clientId` in effect; a random 32-hex id when none was given). The first text message from the client may
-    /// be `{"type": "feature_flags", "data": {...}}`, answered with the server's `feature_flags`; later client
-    /// messages are ignored. Events of a prompt go to the socket whose id was sent as the prompt's `client_id`;
-    /// `status` and `progress_state` go to every socket. Binary frames carry previews
-    /// (`[u32 big-endian event type][payload]`). Text frames are `WsMessage`; client messages are
-    /// `WsClientMessage`.
+    /// Returns the subgraph blueprints shipped by node packs, keyed by id.
     ///
-    /// `GET /ws` (operationId `webSocketConnect`), `x-runtime: [local, cloud]`.
-    fn web_socket_connect(
+    /// `GET /api/global_subgraphs` (operationId `getGlobalSubgraphs`), `x-runtime: [local, cloud]`.
+    fn get_global_subgraphs(
         &self,
         parts: Parts,
-        query: WebSocketConnectQuery,
-        upgrade: axum::extract::ws::WebSocketUpgrade,
-    ) -> impl Future<Output = Response> + Send;
+    ) -> impl Future<Output = GetGlobalSubgraphsResponse> + Send;
+    /// One subgraph blueprint.
+    ///
+    /// Returns one subgraph blueprint with its data, or `null` when the id is unknown.
+    ///
+    /// `GET /api/global_subgraphs/{id}` (operationId `getGlobalSubgraph`), `x-runtime: [local, cloud]`.
+    fn get_global_subgraph(
+        &self,
+        parts: Parts,
+        id: String,
+    ) -> impl Future<Output = GetGlobalSubgraphResponse> + Send;
+    /// Registered node class replacements.
+    ///
+    /// Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
+    ///
+    /// `GET /api/node_replacements` (operationId `getNodeReplacements`), `x-runtime: [local, cloud]`.
+    fn get_node_replacements(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetNodeReplacementsResponse> + Send;
 }
 /// The operations only the local runtime serves (`x-runtime: [local]`).
 pub trait LocalApi: Send + Sync + 'static {
+    /// Unload models and free memory.
+    ///
+    /// Asks the executor to unload models and/or free cached memory once the current prompt has finished.
+    ///
+    /// `POST /api/free` (operationId `freeMemory`), `x-runtime: [local]`.
+    fn free_memory(
+        &self,
+        parts: Parts,
+        body: types::FreeRequest,
+    ) -> impl Future<Output = FreeMemoryResponse> + Send;
+    /// Metadata of a safetensors file.
+    ///
+    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
+    ///
+    /// `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), `x-runtime: [local]`.
+    fn get_view_metadata(
+        &self,
+        parts: Parts,
+        folder_name: String,
+        query: GetViewMetadataQuery,
+    ) -> impl Future<Output = GetViewMetadataResponse> + Send;
     /// Preview image of a model file.
     ///
     /// Returns the preview image stored beside a model file, as WebP.
@@ -2419,16 +2440,6 @@ pub trait LocalApi: Send + Sync + 'static {
         path_index: i64,
         filename: String,
     ) -> impl Future<Output = GetModelPreviewResponse> + Send;
-    /// Unload models and free memory.
-    ///
-    /// Asks the executor to unload models and/or free cached memory once the current prompt has finished.
-    ///
-    /// `POST /api/free` (operationId `freeMemory`), `x-runtime: [local]`.
-    fn free_memory(
-        &self,
-        parts: Parts,
-        body: types::FreeRequest,
-    ) -> impl Future<Output = FreeMemoryResponse> + Send;
     /// Create a user.
     ///
     /// Creates a user in multi-user mode and returns its id (`<sanitized name>_<uuid>`) as a JSON string.
@@ -2449,34 +2460,6 @@ pub trait LocalApi: Send + Sync + 'static {
         parts: Parts,
         query: ListUserDataV2Query,
     ) -> impl Future<Output = ListUserDataV2Response> + Send;
-    /// Metadata of a safetensors file.
-    ///
-    /// Returns the `__metadata__` map of a `.safetensors` file in a model folder. Every failure answers 404 with no body.
-    ///
-    /// `GET /api/view_metadata/{folder_name}` (operationId `getViewMetadata`), `x-runtime: [local]`.
-    fn get_view_metadata(
-        &self,
-        parts: Parts,
-        folder_name: String,
-        query: GetViewMetadataQuery,
-    ) -> impl Future<Output = GetViewMetadataResponse> + Send;
-    /// Files of the input, output or temp directory.
-    ///
-    /// Lists the files of one of the three file roots, newest first.
-    ///
-    /// `GET /internal/files/{directory_type}` (operationId `getDirectoryFiles`), `x-runtime: [local]`.
-    fn get_directory_files(
-        &self,
-        parts: Parts,
-        directory_type: types::FileType,
-    ) -> impl Future<Output = GetDirectoryFilesResponse> + Send;
-    /// Configured model folders.
-    ///
-    /// Returns the directories configured for each model folder kind.
-    ///
-    /// `GET /internal/folder_paths` (operationId `getFolderPaths`), `x-runtime: [local]`.
-    fn get_folder_paths(&self, parts: Parts)
-    -> impl Future<Output = GetFolderPathsResponse> + Send;
     /// Server log text.
     ///
     /// Returns the recent server log as text.
@@ -2499,42 +2482,26 @@ pub trait LocalApi: Send + Sync + 'static {
         parts: Parts,
         body: types::LogsSubscribeRequest,
     ) -> impl Future<Output = SubscribeLogsResponse> + Send;
+    /// Configured model folders.
+    ///
+    /// Returns the directories configured for each model folder kind.
+    ///
+    /// `GET /internal/folder_paths` (operationId `getFolderPaths`), `x-runtime: [local]`.
+    fn get_folder_paths(&self, parts: Parts)
+    -> impl Future<Output = GetFolderPathsResponse> + Send;
+    /// Files of the input, output or temp directory.
+    ///
+    /// Lists the files of one of the three file roots, newest first.
+    ///
+    /// `GET /internal/files/{directory_type}` (operationId `getDirectoryFiles`), `x-runtime: [local]`.
+    fn get_directory_files(
+        &self,
+        parts: Parts,
+        directory_type: types::FileType,
+    ) -> impl Future<Output = GetDirectoryFilesResponse> + Send;
 }
 /// The operations only the cloud runtime serves (`x-runtime: [cloud]`).
 pub trait CloudApi: Send + Sync + 'static {
-    /// Token signing keys.
-    ///
-    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
-    ///
-    /// `GET /.well-known/jwks.json` (operationId `getJwks`), `x-runtime: [cloud]`.
-    fn get_jwks(&self, parts: Parts) -> impl Future<Output = GetJwksResponse> + Send;
-    /// Authorization server metadata (RFC 8414).
-    ///
-    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
-    ///
-    /// `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), `x-runtime: [cloud]`.
-    fn get_oauth_authorization_server_metadata(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
-    /// Protected resource metadata (RFC 9728).
-    ///
-    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
-    ///
-    /// `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), `x-runtime: [cloud]`.
-    fn get_oauth_protected_resource_metadata(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
-    /// Protected resource metadata, path form (RFC 9728).
-    ///
-    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
-    ///
-    /// `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), `x-runtime: [cloud]`.
-    fn get_oauth_protected_resource_metadata_for_mcp(
-        &self,
-        parts: Parts,
-    ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
     /// The current web session.
     ///
     /// [cloud-only] Returns the current web session, including the CSRF token that writes must send as `X-CSRF-Token`.
@@ -2568,6 +2535,39 @@ pub trait CloudApi: Send + Sync + 'static {
         parts: Parts,
         body: Option<types::ExchangeTokenRequest>,
     ) -> impl Future<Output = ExchangeTokenResponse> + Send;
+    /// Token signing keys.
+    ///
+    /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
+    ///
+    /// `GET /.well-known/jwks.json` (operationId `getJwks`), `x-runtime: [cloud]`.
+    fn get_jwks(&self, parts: Parts) -> impl Future<Output = GetJwksResponse> + Send;
+    /// Authorization server metadata (RFC 8414).
+    ///
+    /// [cloud-only] Describes the OAuth 2.1 authorization server: endpoints, PKCE S256, public clients, `iss` in responses.
+    ///
+    /// `GET /.well-known/oauth-authorization-server` (operationId `getOauthAuthorizationServerMetadata`), `x-runtime: [cloud]`.
+    fn get_oauth_authorization_server_metadata(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthAuthorizationServerMetadataResponse> + Send;
+    /// Protected resource metadata (RFC 9728).
+    ///
+    /// [cloud-only] Describes the MCP endpoint as a protected resource and names its authorization server.
+    ///
+    /// `GET /.well-known/oauth-protected-resource` (operationId `getOauthProtectedResourceMetadata`), `x-runtime: [cloud]`.
+    fn get_oauth_protected_resource_metadata(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataResponse> + Send;
+    /// Protected resource metadata, path form (RFC 9728).
+    ///
+    /// [cloud-only] The same document as `/.well-known/oauth-protected-resource`, at the path-specific URL that MCP clients probe first.
+    ///
+    /// `GET /.well-known/oauth-protected-resource/mcp` (operationId `getOauthProtectedResourceMetadataForMcp`), `x-runtime: [cloud]`.
+    fn get_oauth_protected_resource_metadata_for_mcp(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOauthProtectedResourceMetadataForMcpResponse> + Send;
     /// Authorization endpoint and consent challenge.
     ///
     /// [cloud-only] Two uses. A browser sent here with an authorization request (RFC 6749 §4.1.1 with PKCE S256
@@ -2594,17 +2594,6 @@ pub trait CloudApi: Send + Sync + 'static {
         parts: Parts,
         body: types::OAuthConsentDecision,
     ) -> impl Future<Output = OauthAuthorizeDecisionResponse> + Send;
-    /// Dynamic client registration (RFC 7591).
-    ///
-    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    /// defaults and are returned as stored. Open registration, rate limited per address.
-    ///
-    /// `POST /oauth/register` (operationId `oauthRegister`), `x-runtime: [cloud]`.
-    fn oauth_register(
-        &self,
-        parts: Parts,
-        body: types::OAuthRegisterRequest,
-    ) -> impl Future<Output = OauthRegisterResponse> + Send;
     /// Token endpoint.
     ///
     /// [cloud-only] Redeems an authorization code (with its PKCE verifier) or a refresh token (RFC 6749 §3.2).
@@ -2617,88 +2606,75 @@ pub trait CloudApi: Send + Sync + 'static {
         parts: Parts,
         body: types::OAuthTokenRequest,
     ) -> impl Future<Output = OauthTokenResponse> + Send;
+    /// Dynamic client registration (RFC 7591).
+    ///
+    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
+    /// defaults and are returned as stored. Open registration, rate limited per address.
+    ///
+    /// `POST /oauth/register` (operationId `oauthRegister`), `x-runtime: [cloud]`.
+    fn oauth_register(
+        &self,
+        parts: Parts,
+        body: types::OAuthRegisterRequest,
+    ) -> impl Future<Output = OauthRegisterResponse> + Send;
 }
-async fn handle_get_jwks<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_jwks(parts).await.into_response()
-}
-async fn handle_get_oauth_authorization_server_metadata<A: CloudApi>(
+async fn handle_web_socket_connect<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
+    upgrade: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
 ) -> Response {
-    api.get_oauth_authorization_server_metadata(parts).await.into_response()
+    let query: WebSocketConnectQuery = support::query(&parts).unwrap_or_default();
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    api.web_socket_connect(parts, query, upgrade).await
 }
-async fn handle_get_oauth_protected_resource_metadata<A: CloudApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_oauth_protected_resource_metadata(parts).await.into_response()
+async fn handle_get_prompt_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_prompt_info(parts).await.into_response()
 }
-async fn handle_get_oauth_protected_resource_metadata_for_mcp<A: CloudApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_oauth_protected_resource_metadata_for_mcp(parts).await.into_response()
-}
-async fn handle_get_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_session(parts).await.into_response()
-}
-async fn handle_create_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.create_session(parts).await.into_response()
-}
-async fn handle_delete_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    let x_csrf_token = support::header(&parts, "X-CSRF-Token");
-    api.delete_session(parts, x_csrf_token).await.into_response()
-}
-async fn handle_exchange_token<A: CloudApi>(
+async fn handle_execute_prompt<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let body: Option<types::ExchangeTokenRequest> = support::optional_json_body(&body);
-    api.exchange_token(parts, body).await.into_response()
-}
-async fn handle_get_embeddings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_embeddings(parts).await.into_response()
-}
-async fn handle_get_model_folder_paths<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_model_folder_paths(parts).await.into_response()
-}
-async fn handle_get_model_preview<A: LocalApi>(
-    State(api): State<Arc<A>>,
-    path: Result<Path<(String, i64, String)>, axum::extract::rejection::PathRejection>,
-    parts: Parts,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let (folder, path_index, filename) = match path {
-        Ok(Path(value)) => value,
-        Err(e) => {
-            return reject(support::Problem::path(e));
-        }
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::PromptErrorResponse>(problem)
     };
-    api.get_model_preview(parts, folder, path_index, filename).await.into_response()
-}
-async fn handle_get_model_file_details<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    parts: Parts,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let folder = match path {
-        Ok(Path(value)) => value,
-        Err(e) => {
-            return reject(support::Problem::path(e));
-        }
+    let comfy_usage_source = support::header(&parts, "Comfy-Usage-Source");
+    let body: types::PromptRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
     };
-    api.get_model_file_details(parts, folder).await.into_response()
+    api.execute_prompt(parts, comfy_usage_source, body).await.into_response()
 }
-async fn handle_get_extensions<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_extensions(parts).await.into_response()
+async fn handle_get_queue<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_queue(parts).await.into_response()
 }
-async fn handle_get_features<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_features(parts).await.into_response()
+async fn handle_manage_queue<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: types::QueueManageRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.manage_queue(parts, body).await.into_response()
+}
+async fn handle_interrupt<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let body: Option<types::InterruptRequest> = support::optional_json_body(&body);
+    api.interrupt(parts, body).await.into_response()
 }
 async fn handle_free_memory<A: LocalApi>(
     State(api): State<Arc<A>>,
@@ -2713,26 +2689,6 @@ async fn handle_free_memory<A: LocalApi>(
         Err(problem) => return reject(problem),
     };
     api.free_memory(parts, body).await.into_response()
-}
-async fn handle_get_global_subgraphs<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_global_subgraphs(parts).await.into_response()
-}
-async fn handle_get_global_subgraph<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    parts: Parts,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let id = match path {
-        Ok(Path(value)) => value,
-        Err(e) => {
-            return reject(support::Problem::path(e));
-        }
-    };
-    api.get_global_subgraph(parts, id).await.into_response()
 }
 async fn handle_get_history<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response {
@@ -2771,17 +2727,6 @@ async fn handle_get_history_for_prompt<A: SharedApi>(
         }
     };
     api.get_history_for_prompt(parts, prompt_id).await.into_response()
-}
-async fn handle_get_i18n<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_i18n(parts).await.into_response()
-}
-async fn handle_interrupt<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let body: Option<types::InterruptRequest> = support::optional_json_body(&body);
-    api.interrupt(parts, body).await.into_response()
 }
 async fn handle_list_jobs<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response {
@@ -2839,32 +2784,6 @@ async fn handle_cancel_job<A: SharedApi>(
     };
     api.cancel_job(parts, job_id).await.into_response()
 }
-async fn handle_get_model_folders<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_model_folders(parts).await.into_response()
-}
-async fn handle_get_model_files<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    parts: Parts,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let folder = match path {
-        Ok(Path(value)) => value,
-        Err(e) => {
-            return reject(support::Problem::path(e));
-        }
-    };
-    api.get_model_files(parts, folder).await.into_response()
-}
-async fn handle_get_node_replacements<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_node_replacements(parts).await.into_response()
-}
 async fn handle_get_object_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_object_info(parts).await.into_response()
 }
@@ -2882,98 +2801,28 @@ async fn handle_get_node_info<A: SharedApi>(
     };
     api.get_node_info(parts, node_class).await.into_response()
 }
-async fn handle_get_prompt_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_prompt_info(parts).await.into_response()
-}
-async fn handle_execute_prompt<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::PromptErrorResponse>(problem)
-    };
-    let comfy_usage_source = support::header(&parts, "Comfy-Usage-Source");
-    let body: types::PromptRequest = match support::json_body(&body) {
-        Ok(body) => body,
+async fn handle_view_file<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let query: ViewFileQuery = match support::query(&parts) {
+        Ok(query) => query,
         Err(problem) => return reject(problem),
     };
-    api.execute_prompt(parts, comfy_usage_source, body).await.into_response()
+    api.view_file(parts, query).await.into_response()
 }
-async fn handle_get_queue<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_queue(parts).await.into_response()
-}
-async fn handle_manage_queue<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::ErrorResponse>(problem)
-    };
-    let body: types::QueueManageRequest = match support::json_body(&body) {
-        Ok(body) => body,
-        Err(problem) => return reject(problem),
-    };
-    api.manage_queue(parts, body).await.into_response()
-}
-async fn handle_get_settings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_settings(parts).await.into_response()
-}
-async fn handle_post_settings<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::ErrorResponse>(problem)
-    };
-    let body: types::Settings = match support::json_body(&body) {
-        Ok(body) => body,
-        Err(problem) => return reject(problem),
-    };
-    api.post_settings(parts, body).await.into_response()
-}
-async fn handle_get_setting<A: SharedApi>(
+async fn handle_get_view_metadata<A: LocalApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
 ) -> Response {
     let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let id = match path {
+    let folder_name = match path {
         Ok(Path(value)) => value,
         Err(e) => {
             return reject(support::Problem::path(e));
         }
     };
-    api.get_setting(parts, id).await.into_response()
-}
-async fn handle_post_setting<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::ErrorResponse>(problem)
-    };
-    let id = match path {
-        Ok(Path(value)) => value,
-        Err(e) => {
-            return reject(support::Problem::path(e));
-        }
-    };
-    let body: types::SettingValue = match support::json_body(&body) {
-        Ok(body) => body,
-        Err(problem) => return reject(problem),
-    };
-    api.post_setting(parts, id, body).await.into_response()
-}
-async fn handle_get_system_stats<A: SharedApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    api.get_system_stats(parts).await.into_response()
+    let query: GetViewMetadataQuery = support::query(&parts).unwrap_or_default();
+    api.get_view_metadata(parts, folder_name, query).await.into_response()
 }
 async fn handle_upload_image<A: SharedApi>(
     State(api): State<Arc<A>>,
@@ -3007,6 +2856,92 @@ async fn handle_upload_mask<A: SharedApi>(
     };
     api.upload_mask(parts, body).await.into_response()
 }
+async fn handle_get_system_stats<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_system_stats(parts).await.into_response()
+}
+async fn handle_get_features<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_features(parts).await.into_response()
+}
+async fn handle_get_extensions<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_extensions(parts).await.into_response()
+}
+async fn handle_get_embeddings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_embeddings(parts).await.into_response()
+}
+async fn handle_get_model_folders<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_model_folders(parts).await.into_response()
+}
+async fn handle_get_model_files<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let folder = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.get_model_files(parts, folder).await.into_response()
+}
+async fn handle_get_model_folder_paths<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_model_folder_paths(parts).await.into_response()
+}
+async fn handle_get_model_file_details<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let folder = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.get_model_file_details(parts, folder).await.into_response()
+}
+async fn handle_get_model_preview<A: LocalApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<(String, i64, String)>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let (folder, path_index, filename) = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.get_model_preview(parts, folder, path_index, filename).await.into_response()
+}
+async fn handle_get_users<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_users(parts).await.into_response()
+}
+async fn handle_create_user<A: LocalApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::SimpleError>(problem)
+    };
+    let body: types::CreateUserRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.create_user(parts, body).await.into_response()
+}
 async fn handle_list_user_data<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let reject = |problem: support::Problem| -> Response { support::reject_text(problem) };
     let query: ListUserDataQuery = match support::query(&parts) {
@@ -3014,6 +2949,13 @@ async fn handle_list_user_data<A: SharedApi>(State(api): State<Arc<A>>, parts: P
         Err(problem) => return reject(problem),
     };
     api.list_user_data(parts, query).await.into_response()
+}
+async fn handle_list_user_data_v2<A: LocalApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    let query: ListUserDataV2Query = support::query(&parts).unwrap_or_default();
+    api.list_user_data_v2(parts, query).await.into_response()
 }
 async fn handle_get_user_data<A: SharedApi>(
     State(api): State<Arc<A>>,
@@ -3074,52 +3016,60 @@ async fn handle_move_user_data<A: SharedApi>(
     let query: MoveUserDataQuery = support::query(&parts).unwrap_or_default();
     api.move_user_data(parts, file, dest, query).await.into_response()
 }
-async fn handle_get_users<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_users(parts).await.into_response()
+async fn handle_get_settings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_settings(parts).await.into_response()
 }
-async fn handle_create_user<A: LocalApi>(
+async fn handle_post_settings<A: SharedApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
     body: Bytes,
 ) -> Response {
     let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::SimpleError>(problem)
+        support::reject_json::<types::ErrorResponse>(problem)
     };
-    let body: types::CreateUserRequest = match support::json_body(&body) {
+    let body: types::Settings = match support::json_body(&body) {
         Ok(body) => body,
         Err(problem) => return reject(problem),
     };
-    api.create_user(parts, body).await.into_response()
+    api.post_settings(parts, body).await.into_response()
 }
-async fn handle_list_user_data_v2<A: LocalApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-) -> Response {
-    let query: ListUserDataV2Query = support::query(&parts).unwrap_or_default();
-    api.list_user_data_v2(parts, query).await.into_response()
-}
-async fn handle_view_file<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let query: ViewFileQuery = match support::query(&parts) {
-        Ok(query) => query,
-        Err(problem) => return reject(problem),
-    };
-    api.view_file(parts, query).await.into_response()
-}
-async fn handle_get_view_metadata<A: LocalApi>(
+async fn handle_get_setting<A: SharedApi>(
     State(api): State<Arc<A>>,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
     parts: Parts,
 ) -> Response {
     let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
-    let folder_name = match path {
+    let id = match path {
         Ok(Path(value)) => value,
         Err(e) => {
             return reject(support::Problem::path(e));
         }
     };
-    let query: GetViewMetadataQuery = support::query(&parts).unwrap_or_default();
-    api.get_view_metadata(parts, folder_name, query).await.into_response()
+    api.get_setting(parts, id).await.into_response()
+}
+async fn handle_post_setting<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let id = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    let body: types::SettingValue = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.post_setting(parts, id, body).await.into_response()
+}
+async fn handle_get_i18n<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_i18n(parts).await.into_response()
 }
 async fn handle_get_workflow_templates<A: SharedApi>(
     State(api): State<Arc<A>>,
@@ -3141,24 +3091,31 @@ async fn handle_get_workflow_template<A: SharedApi>(
     };
     api.get_workflow_template(parts, module_name, filename).await.into_response()
 }
-async fn handle_get_directory_files<A: LocalApi>(
+async fn handle_get_global_subgraphs<A: SharedApi>(
     State(api): State<Arc<A>>,
-    path: Result<Path<types::FileType>, axum::extract::rejection::PathRejection>,
     parts: Parts,
 ) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::ErrorResponse>(problem)
-    };
-    let directory_type = match path {
+    api.get_global_subgraphs(parts).await.into_response()
+}
+async fn handle_get_global_subgraph<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let id = match path {
         Ok(Path(value)) => value,
         Err(e) => {
             return reject(support::Problem::path(e));
         }
     };
-    api.get_directory_files(parts, directory_type).await.into_response()
+    api.get_global_subgraph(parts, id).await.into_response()
 }
-async fn handle_get_folder_paths<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.get_folder_paths(parts).await.into_response()
+async fn handle_get_node_replacements<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_node_replacements(parts).await.into_response()
 }
 async fn handle_get_logs<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_logs(parts).await.into_response()
@@ -3180,6 +3137,64 @@ async fn handle_subscribe_logs<A: LocalApi>(
     };
     api.subscribe_logs(parts, body).await.into_response()
 }
+async fn handle_get_folder_paths<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_folder_paths(parts).await.into_response()
+}
+async fn handle_get_directory_files<A: LocalApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<types::FileType>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let directory_type = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.get_directory_files(parts, directory_type).await.into_response()
+}
+async fn handle_get_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_session(parts).await.into_response()
+}
+async fn handle_create_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.create_session(parts).await.into_response()
+}
+async fn handle_delete_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    let x_csrf_token = support::header(&parts, "X-CSRF-Token");
+    api.delete_session(parts, x_csrf_token).await.into_response()
+}
+async fn handle_exchange_token<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let body: Option<types::ExchangeTokenRequest> = support::optional_json_body(&body);
+    api.exchange_token(parts, body).await.into_response()
+}
+async fn handle_get_jwks<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_jwks(parts).await.into_response()
+}
+async fn handle_get_oauth_authorization_server_metadata<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_oauth_authorization_server_metadata(parts).await.into_response()
+}
+async fn handle_get_oauth_protected_resource_metadata<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_oauth_protected_resource_metadata(parts).await.into_response()
+}
+async fn handle_get_oauth_protected_resource_metadata_for_mcp<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_oauth_protected_resource_metadata_for_mcp(parts).await.into_response()
+}
 async fn handle_oauth_authorize<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let query: OauthAuthorizeQuery = support::query(&parts).unwrap_or_default();
     api.oauth_authorize(parts, query).await.into_response()
@@ -3198,20 +3213,6 @@ async fn handle_oauth_authorize_decision<A: CloudApi>(
     };
     api.oauth_authorize_decision(parts, body).await.into_response()
 }
-async fn handle_oauth_register<A: CloudApi>(
-    State(api): State<Arc<A>>,
-    parts: Parts,
-    body: Bytes,
-) -> Response {
-    let reject = |problem: support::Problem| -> Response {
-        support::reject_json::<types::OAuthRegisterError>(problem)
-    };
-    let body: types::OAuthRegisterRequest = match support::json_body(&body) {
-        Ok(body) => body,
-        Err(problem) => return reject(problem),
-    };
-    api.oauth_register(parts, body).await.into_response()
-}
 async fn handle_oauth_token<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
@@ -3226,20 +3227,19 @@ async fn handle_oauth_token<A: CloudApi>(
     };
     api.oauth_token(parts, body).await.into_response()
 }
-async fn handle_web_socket_connect<A: SharedApi>(
+async fn handle_oauth_register<A: CloudApi>(
     State(api): State<Arc<A>>,
     parts: Parts,
-    upgrade: Result<
-        axum::extract::ws::WebSocketUpgrade,
-        axum::extract::ws::rejection::WebSocketUpgradeRejection,
-    >,
+    body: Bytes,
 ) -> Response {
-    let query: WebSocketConnectQuery = support::query(&parts).unwrap_or_default();
-    let upgrade = match upgrade {
-        Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::OAuthRegisterError>(problem)
     };
-    api.web_socket_connect(parts, query, upgrade).await
+    let body: types::OAuthRegisterRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.oauth_register(parts, body).await.into_response()
 }
 /// The routes of the local runtime: every operation whose `x-runtime` contains `local`.
 ///
@@ -3247,32 +3247,18 @@ async fn handle_web_socket_connect<A: SharedApi>(
 /// JSON bodies are parsed whatever the `Content-Type` says.
 pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router: Router<Arc<A>> = Router::new();
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
-    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
-    let router =
-        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_preview::<A>);
-    let router = router
-        .route("/experiment/models/preview/{folder}/{path_index}/{filename}", route.clone())
-        .route("/api/experiment/models/preview/{folder}/{path_index}/{filename}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
-    let router = router
-        .route("/experiment/models/{folder}", route.clone())
-        .route("/api/experiment/models/{folder}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
-    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
-    let router = router.route("/features", route.clone()).route("/api/features", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
+    let router = router.route("/api/ws", route.clone()).route("/ws", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
+    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
+    let router = router.route("/queue", route.clone()).route("/api/queue", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
+    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_free_memory::<A>);
     let router = router.route("/free", route.clone()).route("/api/free", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
-    let router =
-        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
-    let router = router
-        .route("/global_subgraphs/{id}", route.clone())
-        .route("/api/global_subgraphs/{id}", route);
     let route: MethodRouter<Arc<A>> =
         MethodRouter::new().get(handle_get_history::<A>).post(handle_manage_history::<A>);
     let router = router.route("/history", route.clone()).route("/api/history", route);
@@ -3280,10 +3266,6 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router = router
         .route("/history/{prompt_id}", route.clone())
         .route("/api/history/{prompt_id}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
-    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
-    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_jobs::<A>);
     let router = router.route("/jobs", route.clone()).route("/api/jobs", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_jobs::<A>);
@@ -3294,38 +3276,164 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router = router
         .route("/jobs/{job_id}/cancel", route.clone())
         .route("/api/jobs/{job_id}/cancel", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
-    let router = router.route("/models", route.clone()).route("/api/models", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
-    let router =
-        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
-    let router =
-        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_object_info::<A>);
     let router = router.route("/object_info", route.clone()).route("/api/object_info", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_info::<A>);
     let router = router
         .route("/object_info/{node_class}", route.clone())
         .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
+    let router = router.route("/view", route.clone()).route("/api/view", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_view_metadata::<A>);
+    let router = router
+        .route("/view_metadata/{folder_name}", route.clone())
+        .route("/api/view_metadata/{folder_name}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_image::<A>);
+    let router = router.route("/upload/image", route.clone()).route("/api/upload/image", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_mask::<A>);
+    let router = router.route("/upload/mask", route.clone()).route("/api/upload/mask", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
+    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
+    let router = router.route("/features", route.clone()).route("/api/features", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
+    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
+    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
+    let router = router.route("/models", route.clone()).route("/api/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
+    let router =
+        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
+    let router =
+        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
+    let router = router
+        .route("/experiment/models/{folder}", route.clone())
+        .route("/api/experiment/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_preview::<A>);
+    let router = router
+        .route("/experiment/models/preview/{folder}/{path_index}/{filename}", route.clone())
+        .route("/api/experiment/models/preview/{folder}/{path_index}/{filename}", route);
     let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
-    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
-    let router = router.route("/queue", route.clone()).route("/api/queue", route);
+        MethodRouter::new().get(handle_get_users::<A>).post(handle_create_user::<A>);
+    let router = router.route("/users", route.clone()).route("/api/users", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data::<A>);
+    let router = router.route("/userdata", route.clone()).route("/api/userdata", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data_v2::<A>);
+    let router = router.route("/v2/userdata", route.clone()).route("/api/v2/userdata", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_get_user_data::<A>)
+        .post(handle_post_user_data::<A>)
+        .delete(handle_delete_user_data::<A>);
+    let router =
+        router.route("/userdata/{file}", route.clone()).route("/api/userdata/{file}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_move_user_data::<A>);
+    let router = router
+        .route("/userdata/{file}/move/{dest}", route.clone())
+        .route("/api/userdata/{file}/move/{dest}", route);
     let route: MethodRouter<Arc<A>> =
         MethodRouter::new().get(handle_get_settings::<A>).post(handle_post_settings::<A>);
     let router = router.route("/settings", route.clone()).route("/api/settings", route);
     let route: MethodRouter<Arc<A>> =
         MethodRouter::new().get(handle_get_setting::<A>).post(handle_post_setting::<A>);
     let router = router.route("/settings/{id}", route.clone()).route("/api/settings/{id}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
-    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
+    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_templates::<A>);
+    let router =
+        router.route("/workflow_templates", route.clone()).route("/api/workflow_templates", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_template::<A>);
+    let router = router
+        .route("/workflow_templates/{module_name}/{filename}", route.clone())
+        .route("/api/workflow_templates/{module_name}/{filename}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
+    let router =
+        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
+    let router = router
+        .route("/global_subgraphs/{id}", route.clone())
+        .route("/api/global_subgraphs/{id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
+    let router =
+        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_logs::<A>);
+    let router = router.route("/internal/logs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_raw_logs::<A>);
+    let router = router.route("/internal/logs/raw", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().patch(handle_subscribe_logs::<A>);
+    let router = router.route("/internal/logs/subscribe", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_folder_paths::<A>);
+    let router = router.route("/internal/folder_paths", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_directory_files::<A>);
+    let router = router.route("/internal/files/{directory_type}", route);
+    router.with_state(api)
+}
+/// The routes of the cloud runtime: every operation whose `x-runtime` contains `cloud`.
+pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
+    let router: Router<Arc<A>> = Router::new();
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
+    let router = router.route("/api/ws", route.clone()).route("/ws", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
+    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
+    let router = router.route("/queue", route.clone()).route("/api/queue", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
+    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_history::<A>).post(handle_manage_history::<A>);
+    let router = router.route("/history", route.clone()).route("/api/history", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_history_for_prompt::<A>);
+    let router = router
+        .route("/history/{prompt_id}", route.clone())
+        .route("/api/history/{prompt_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_jobs::<A>);
+    let router = router.route("/jobs", route.clone()).route("/api/jobs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_jobs::<A>);
+    let router = router.route("/jobs/cancel", route.clone()).route("/api/jobs/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_job::<A>);
+    let router = router.route("/jobs/{job_id}", route.clone()).route("/api/jobs/{job_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_job::<A>);
+    let router = router
+        .route("/jobs/{job_id}/cancel", route.clone())
+        .route("/api/jobs/{job_id}/cancel", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_object_info::<A>);
+    let router = router.route("/object_info", route.clone()).route("/api/object_info", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_info::<A>);
+    let router = router
+        .route("/object_info/{node_class}", route.clone())
+        .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
+    let router = router.route("/view", route.clone()).route("/api/view", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_image::<A>);
     let router = router.route("/upload/image", route.clone()).route("/api/upload/image", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_mask::<A>);
     let router = router.route("/upload/mask", route.clone()).route("/api/upload/mask", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
+    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
+    let router = router.route("/features", route.clone()).route("/api/features", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
+    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
+    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
+    let router = router.route("/models", route.clone()).route("/api/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
+    let router =
+        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
+    let router =
+        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
+    let router = router
+        .route("/experiment/models/{folder}", route.clone())
+        .route("/api/experiment/models/{folder}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_users::<A>);
+    let router = router.route("/users", route.clone()).route("/api/users", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data::<A>);
     let router = router.route("/userdata", route.clone()).route("/api/userdata", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new()
@@ -3339,16 +3447,13 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
         .route("/userdata/{file}/move/{dest}", route.clone())
         .route("/api/userdata/{file}/move/{dest}", route);
     let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_users::<A>).post(handle_create_user::<A>);
-    let router = router.route("/users", route.clone()).route("/api/users", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data_v2::<A>);
-    let router = router.route("/v2/userdata", route.clone()).route("/api/v2/userdata", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
-    let router = router.route("/view", route.clone()).route("/api/view", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_view_metadata::<A>);
-    let router = router
-        .route("/view_metadata/{folder_name}", route.clone())
-        .route("/api/view_metadata/{folder_name}", route);
+        MethodRouter::new().get(handle_get_settings::<A>).post(handle_post_settings::<A>);
+    let router = router.route("/settings", route.clone()).route("/api/settings", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_get_setting::<A>).post(handle_post_setting::<A>);
+    let router = router.route("/settings/{id}", route.clone()).route("/api/settings/{id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
+    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_templates::<A>);
     let router =
         router.route("/workflow_templates", route.clone()).route("/api/workflow_templates", route);
@@ -3356,23 +3461,23 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router = router
         .route("/workflow_templates/{module_name}/{filename}", route.clone())
         .route("/api/workflow_templates/{module_name}/{filename}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_directory_files::<A>);
-    let router = router.route("/internal/files/{directory_type}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_folder_paths::<A>);
-    let router = router.route("/internal/folder_paths", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_logs::<A>);
-    let router = router.route("/internal/logs", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_raw_logs::<A>);
-    let router = router.route("/internal/logs/raw", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().patch(handle_subscribe_logs::<A>);
-    let router = router.route("/internal/logs/subscribe", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
-    let router = router.route("/api/ws", route.clone()).route("/ws", route);
-    router.with_state(api)
-}
-/// The routes of the cloud runtime: every operation whose `x-runtime` contains `cloud`.
-pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
-    let router: Router<Arc<A>> = Router::new();
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
+    let router =
+        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
+    let router = router
+        .route("/global_subgraphs/{id}", route.clone())
+        .route("/api/global_subgraphs/{id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
+    let router =
+        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_get_session::<A>)
+        .post(handle_create_session::<A>)
+        .delete(handle_delete_session::<A>);
+    let router = router.route("/api/auth/session", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_exchange_token::<A>);
+    let router = router.route("/api/auth/token", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_jwks::<A>);
     let router = router.route("/.well-known/jwks.json", route);
     let route: MethodRouter<Arc<A>> =
@@ -3385,118 +3490,13 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
         MethodRouter::new().get(handle_get_oauth_protected_resource_metadata_for_mcp::<A>);
     let router = router.route("/.well-known/oauth-protected-resource/mcp", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new()
-        .get(handle_get_session::<A>)
-        .post(handle_create_session::<A>)
-        .delete(handle_delete_session::<A>);
-    let router = router.route("/api/auth/session", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_exchange_token::<A>);
-    let router = router.route("/api/auth/token", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_embeddings::<A>);
-    let router = router.route("/embeddings", route.clone()).route("/api/embeddings", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folder_paths::<A>);
-    let router =
-        router.route("/experiment/models", route.clone()).route("/api/experiment/models", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_file_details::<A>);
-    let router = router
-        .route("/experiment/models/{folder}", route.clone())
-        .route("/api/experiment/models/{folder}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_extensions::<A>);
-    let router = router.route("/extensions", route.clone()).route("/api/extensions", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_features::<A>);
-    let router = router.route("/features", route.clone()).route("/api/features", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraphs::<A>);
-    let router =
-        router.route("/global_subgraphs", route.clone()).route("/api/global_subgraphs", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_global_subgraph::<A>);
-    let router = router
-        .route("/global_subgraphs/{id}", route.clone())
-        .route("/api/global_subgraphs/{id}", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_history::<A>).post(handle_manage_history::<A>);
-    let router = router.route("/history", route.clone()).route("/api/history", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_history_for_prompt::<A>);
-    let router = router
-        .route("/history/{prompt_id}", route.clone())
-        .route("/api/history/{prompt_id}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_i18n::<A>);
-    let router = router.route("/i18n", route.clone()).route("/api/i18n", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_interrupt::<A>);
-    let router = router.route("/interrupt", route.clone()).route("/api/interrupt", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_jobs::<A>);
-    let router = router.route("/jobs", route.clone()).route("/api/jobs", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_jobs::<A>);
-    let router = router.route("/jobs/cancel", route.clone()).route("/api/jobs/cancel", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_job::<A>);
-    let router = router.route("/jobs/{job_id}", route.clone()).route("/api/jobs/{job_id}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_cancel_job::<A>);
-    let router = router
-        .route("/jobs/{job_id}/cancel", route.clone())
-        .route("/api/jobs/{job_id}/cancel", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_folders::<A>);
-    let router = router.route("/models", route.clone()).route("/api/models", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_model_files::<A>);
-    let router =
-        router.route("/models/{folder}", route.clone()).route("/api/models/{folder}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
-    let router =
-        router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_object_info::<A>);
-    let router = router.route("/object_info", route.clone()).route("/api/object_info", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_info::<A>);
-    let router = router
-        .route("/object_info/{node_class}", route.clone())
-        .route("/api/object_info/{node_class}", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
-    let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_queue::<A>).post(handle_manage_queue::<A>);
-    let router = router.route("/queue", route.clone()).route("/api/queue", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_settings::<A>).post(handle_post_settings::<A>);
-    let router = router.route("/settings", route.clone()).route("/api/settings", route);
-    let route: MethodRouter<Arc<A>> =
-        MethodRouter::new().get(handle_get_setting::<A>).post(handle_post_setting::<A>);
-    let router = router.route("/settings/{id}", route.clone()).route("/api/settings/{id}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_system_stats::<A>);
-    let router = router.route("/system_stats", route.clone()).route("/api/system_stats", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_image::<A>);
-    let router = router.route("/upload/image", route.clone()).route("/api/upload/image", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_upload_mask::<A>);
-    let router = router.route("/upload/mask", route.clone()).route("/api/upload/mask", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_list_user_data::<A>);
-    let router = router.route("/userdata", route.clone()).route("/api/userdata", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new()
-        .get(handle_get_user_data::<A>)
-        .post(handle_post_user_data::<A>)
-        .delete(handle_delete_user_data::<A>);
-    let router =
-        router.route("/userdata/{file}", route.clone()).route("/api/userdata/{file}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_move_user_data::<A>);
-    let router = router
-        .route("/userdata/{file}/move/{dest}", route.clone())
-        .route("/api/userdata/{file}/move/{dest}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_users::<A>);
-    let router = router.route("/users", route.clone()).route("/api/users", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_view_file::<A>);
-    let router = router.route("/view", route.clone()).route("/api/view", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_templates::<A>);
-    let router =
-        router.route("/workflow_templates", route.clone()).route("/api/workflow_templates", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_workflow_template::<A>);
-    let router = router
-        .route("/workflow_templates/{module_name}/{filename}", route.clone())
-        .route("/api/workflow_templates/{module_name}/{filename}", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new()
         .get(handle_oauth_authorize::<A>)
         .post(handle_oauth_authorize_decision::<A>);
     let router = router.route("/oauth/authorize", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_register::<A>);
-    let router = router.route("/oauth/register", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_token::<A>);
     let router = router.route("/oauth/token", route);
-    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_web_socket_connect::<A>);
-    let router = router.route("/api/ws", route.clone()).route("/ws", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_register::<A>);
+    let router = router.route("/oauth/register", route);
     router.with_state(api)
 }
 /// The routes of `runtime`, for an implementation of every operation.

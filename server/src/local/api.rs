@@ -2,7 +2,6 @@
 //! its input, asks the engine, the queue, the history or the file layer, and maps the answer to the
 //! operation's response; it makes no other decisions.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -52,7 +51,7 @@ fn prompt_error(kind: &str, message: &str, details: &str) -> types::PromptErrorR
             message: message.to_owned(),
             type_: kind.to_owned(),
         },
-        node_errors: HashMap::new(),
+        node_errors: Default::default(),
     }
 }
 
@@ -330,7 +329,7 @@ impl SharedApi for LocalServer {
 
     async fn get_global_subgraphs(&self, _: Parts) -> GetGlobalSubgraphsResponse {
         // No node packs ship subgraph blueprints in Kiln yet.
-        GetGlobalSubgraphsResponse::Ok(types::GlobalSubgraphs(HashMap::new()))
+        GetGlobalSubgraphsResponse::Ok(types::GlobalSubgraphs(Default::default()))
     }
 
     async fn get_global_subgraph(&self, _: Parts, _id: String) -> GetGlobalSubgraphResponse {
@@ -376,7 +375,7 @@ impl SharedApi for LocalServer {
 
     async fn get_i18n(&self, _: Parts) -> GetI18nResponse {
         // Translations come from node packs; Kiln's built-in nodes have none beyond their English names.
-        GetI18nResponse::Ok(types::I18nResponse(HashMap::new()))
+        GetI18nResponse::Ok(types::I18nResponse(Default::default()))
     }
 
     async fn interrupt(
@@ -469,7 +468,7 @@ impl SharedApi for LocalServer {
     }
 
     async fn get_node_replacements(&self, _: Parts) -> GetNodeReplacementsResponse {
-        GetNodeReplacementsResponse::Ok(types::NodeReplacements(HashMap::new()))
+        GetNodeReplacementsResponse::Ok(types::NodeReplacements(Default::default()))
     }
 
     async fn get_object_info(&self, _: Parts) -> GetObjectInfoResponse {
@@ -578,7 +577,8 @@ impl SharedApi for LocalServer {
         let node_errors = convert::node_errors(&validated.node_errors);
         let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
         let queued = Queued {
-            prompt_json: validated.prompt.to_json(),
+            // Stored, echoed and written into PNG metadata as the client sent it (ComfyUI keeps the dict).
+            prompt_json,
             prompt: Arc::new(validated),
             extra_data,
             client_id,
@@ -795,7 +795,7 @@ impl SharedApi for LocalServer {
         GetUsersResponse::Ok(types::UsersResponse {
             migrated: Some(true),
             storage: "server".to_owned(),
-            users: HashMap::new(),
+            users: Default::default(),
         })
     }
 
@@ -823,7 +823,7 @@ impl SharedApi for LocalServer {
     }
 
     async fn get_workflow_templates(&self, _: Parts) -> GetWorkflowTemplatesResponse {
-        GetWorkflowTemplatesResponse::Ok(types::WorkflowTemplates(HashMap::new()))
+        GetWorkflowTemplatesResponse::Ok(types::WorkflowTemplates(Default::default()))
     }
 
     async fn get_workflow_template(

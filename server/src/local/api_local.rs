@@ -1,7 +1,6 @@
 //! The operations only the local runtime serves (`LocalApi`): memory release, users, the v2 user data
 //! listing, model metadata and previews, and the frontend's internal routes.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use axum::http::request::Parts;
@@ -31,7 +30,7 @@ impl LocalApi for LocalServer {
             });
         }
         let path = self.0.user_dir.join("users.json");
-        let mut users: HashMap<String, String> = std::fs::read(&path)
+        let mut users: kiln_spec::IndexMap<String, String> = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();

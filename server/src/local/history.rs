@@ -3,9 +3,9 @@
 //! Pagination follows ComfyUI's `get_history`: without `offset`, `max_items` returns the newest entries;
 //! `offset` counts from the oldest. At most [`CAPACITY`] entries are kept; the oldest go first.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
-use kiln_spec::types;
+use kiln_spec::{IndexMap, types};
 use serde_json::{Map, Value};
 
 /// How many finished prompts are kept.
@@ -20,8 +20,8 @@ pub(crate) struct Record {
     pub(crate) prompt: Value,
     pub(crate) extra_data: Map<String, Value>,
     pub(crate) outputs_to_execute: Vec<String>,
-    /// UI outputs by node id.
-    pub(crate) outputs: BTreeMap<String, types::NodeOutput>,
+    /// UI outputs by node id, in the order the nodes produced them.
+    pub(crate) outputs: IndexMap<String, types::NodeOutput>,
     pub(crate) success: bool,
     /// The `execution_*` status messages as `[name, data]`.
     pub(crate) messages: Vec<(String, Value)>,
@@ -52,7 +52,7 @@ impl Record {
             .collect();
         types::HistoryEntry {
             meta,
-            outputs: self.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            outputs: self.outputs.clone(),
             prompt,
             status: types::HistoryStatus {
                 completed: self.success,
@@ -84,7 +84,7 @@ impl Record {
             prompt: prompt.0.clone(),
             extra_data: extra_data.0.as_object().cloned().unwrap_or_default(),
             outputs_to_execute: serde_json::from_value(outputs.0.clone()).unwrap_or_default(),
-            outputs: entry.outputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            outputs: entry.outputs.clone(),
             success: entry.status.status_str == types::HistoryStatusStr::Success,
             messages: entry
                 .status

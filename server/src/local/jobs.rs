@@ -79,7 +79,7 @@ impl Source<'_> {
 
 const PREVIEWABLE: [&str; 4] = ["images", "video", "audio", "3d"];
 
-fn counts(outputs: &std::collections::BTreeMap<String, types::NodeOutput>) -> (i64, i64) {
+fn counts(outputs: &kiln_spec::IndexMap<String, types::NodeOutput>) -> (i64, i64) {
     let mut all = 0;
     let mut previewable = 0;
     for output in outputs.values() {
@@ -98,7 +98,7 @@ fn counts(outputs: &std::collections::BTreeMap<String, types::NodeOutput>) -> (i
 }
 
 fn preview(
-    outputs: &std::collections::BTreeMap<String, types::NodeOutput>,
+    outputs: &kiln_spec::IndexMap<String, types::NodeOutput>,
 ) -> Option<types::PreviewOutput> {
     let image = |saved: bool| {
         outputs.iter().find_map(|(node, output)| {

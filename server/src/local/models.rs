@@ -88,9 +88,7 @@ pub(crate) fn details(models_dir: &Path, kind: &str) -> Option<Vec<types::ModelF
 }
 
 /// The `__metadata__` map of a safetensors file (its JSON header, read at most 1 MiB).
-pub(crate) fn safetensors_metadata(
-    path: &Path,
-) -> Option<std::collections::HashMap<String, String>> {
+pub(crate) fn safetensors_metadata(path: &Path) -> Option<kiln_spec::IndexMap<String, String>> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path).ok()?;
     let mut len = [0u8; 8];

@@ -138,7 +138,12 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let recorder = Arc::new(HistoryRecorder::new(sink));
     let extra_pnginfo =
         Arc::new(queued.extra_data.get("extra_pnginfo").cloned().unwrap_or(Value::Null));
-    let run = Run { prompt_id: &entry.id, prompt: &queued.prompt, extra_pnginfo };
+    let run = Run {
+        prompt_id: &entry.id,
+        prompt: &queued.prompt,
+        prompt_json: Arc::new(queued.prompt_json.clone()),
+        extra_pnginfo,
+    };
     let _span = tracing::info_span!("prompt", id = %entry.id).entered();
     let summary = executor.run(&run, recorder.clone());
     match &summary.outcome {

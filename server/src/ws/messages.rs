@@ -4,8 +4,6 @@
 //! prompt has none; `progress` and `execution_interrupted` go to every socket when it has none; `status` and
 //! `progress_state` always go to every socket.
 
-use std::collections::HashMap;
-
 use kiln_engine::exec::{Event, NodeFailure};
 use kiln_engine::graph::NodeId;
 use kiln_engine::nodes::{Preview, PreviewFormat, UiOutput};
@@ -206,10 +204,11 @@ pub(crate) fn status(queue_remaining: i64, sid: Option<&str>) -> types::WsMessag
     })
 }
 
-/// The per-node progress of a prompt, for `progress_state`.
+/// The per-node progress of a prompt, for `progress_state`: nodes in the order they started, as ComfyUI's
+/// progress registry lists them.
 #[derive(Debug, Default)]
 pub(crate) struct ProgressState {
-    nodes: HashMap<String, (types::WsNodeState, f64, f64)>,
+    nodes: kiln_spec::IndexMap<String, (types::WsNodeState, f64, f64)>,
 }
 
 impl ProgressState {

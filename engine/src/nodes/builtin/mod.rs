@@ -15,24 +15,26 @@ use super::Registry;
 
 /// A registry with every built-in node; `LoadImage` lists and reads `input_dir`.
 pub fn builtin_registry(input_dir: PathBuf) -> Registry {
+    // ComfyUI's order: its core `nodes.py` classes as `NODE_CLASS_MAPPINGS` declares them, then the
+    // `comfy_extras` modules, then custom nodes (`SaveImageWebsocket` ships as one). `/object_info` lists them so.
     let mut registry = Registry::new();
-    registry.register(files::LoadImage::new(input_dir));
+    registry.register(latent::EmptyLatentImage::new());
+    registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
-    registry.register(websocket::SaveImageWebsocket::new());
+    registry.register(files::LoadImage::new(input_dir));
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
     registry.register(image::ImageInvert::new());
-    registry.register(image::ImageBlend::new());
     registry.register(image::ImageBatch::new());
     registry.register(image::EmptyImage::new());
+    registry.register(image::ImageBlend::new());
     registry.register(image::GetImageSize::new());
-    registry.register(latent::EmptyLatentImage::new());
-    registry.register(latent::LatentUpscale::new());
     for node in primitives::primitives() {
         registry.register(node);
     }
     registry.register(primitives::PreviewAny::new());
     registry.register(logic::ComfySwitchNode::new());
+    registry.register(websocket::SaveImageWebsocket::new());
     registry
 }

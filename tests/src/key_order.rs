@@ -1,0 +1,85 @@
+//! Key order, compared: ComfyUI sends JSON objects in insertion order (Python dicts) and clients rely on it, so
+//! the tests compare the order of keys in Kiln's bytes with the recorded answers, not only the structure.
+//!
+//! `serde_json::Value` equality ignores key order even with `preserve_order`, hence this walk. For each object
+//! present in both documents it compares the order of the keys both have (Kiln may add or omit keys; the
+//! structural comparison decides whether that is allowed). Objects with no key in common but the same number
+//! of keys are maps keyed by volatile ids (prompt ids, placeholders): their values are compared in order.
+
+use serde_json::Value;
+
+/// Where `got` orders keys differently from `expected`, one line per object, with its JSON path.
+pub fn differences(got: &Value, expected: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    walk(got, expected, "$", &mut found);
+    found
+}
+
+/// Panics with every difference when `got` orders keys differently from `expected`.
+pub fn assert_same(got: &Value, expected: &Value, what: &str) {
+    let found = differences(got, expected);
+    assert!(found.is_empty(), "{what}: key order differs from ComfyUI's:\n{}", found.join("\n"));
+}
+
+fn walk(got: &Value, expected: &Value, path: &str, found: &mut Vec<String>) {
+    match (got, expected) {
+        (Value::Object(got), Value::Object(expected)) => {
+            let common_expected: Vec<&String> =
+                expected.keys().filter(|k| got.contains_key(*k)).collect();
+            if common_expected.is_empty() && !got.is_empty() && got.len() == expected.len() {
+                for (i, (g, e)) in got.values().zip(expected.values()).enumerate() {
+                    walk(g, e, &format!("{path}.<{i}>"), found);
+                }
+                return;
+            }
+            let common_got: Vec<&String> =
+                got.keys().filter(|k| expected.contains_key(*k)).collect();
+            if common_got != common_expected {
+                found.push(format!("{path}: kiln {common_got:?}, comfyui {common_expected:?}"));
+            }
+            for key in common_expected {
+                walk(&got[key], &expected[key], &format!("{path}.{key}"), found);
+            }
+        }
+        (Value::Array(got), Value::Array(expected)) => {
+            for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+                walk(g, e, &format!("{path}[{i}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differences;
+    use serde_json::json;
+
+    #[test]
+    fn same_order_with_extra_or_missing_keys_is_no_difference() {
+        let expected = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": 3});
+        assert!(differences(&json!({"a": 1, "z": 0, "b": {"x": 1, "y": 2}}), &expected).is_empty());
+    }
+
+    #[test]
+    fn swapped_keys_are_reported_with_their_path() {
+        let got = json!({"a": 1, "b": {"y": 2, "x": 1}});
+        let expected = json!({"a": 1, "b": {"x": 1, "y": 2}});
+        assert_eq!(differences(&got, &expected), [r#"$.b: kiln ["y", "x"], comfyui ["x", "y"]"#]);
+    }
+
+    #[test]
+    fn maps_keyed_by_volatile_ids_are_compared_in_order() {
+        let got = json!({"0a1b": {"prompt": 1, "outputs": 2}, "9f8e": {"outputs": 2, "prompt": 1}});
+        let expected =
+            json!({"<ID_1>": {"prompt": 1, "outputs": 2}, "<ID_2>": {"prompt": 1, "outputs": 2}});
+        assert_eq!(differences(&got, &expected).len(), 1);
+    }
+
+    #[test]
+    fn arrays_are_walked_element_by_element() {
+        let got = json!([{"a": 1, "b": 2}, {"b": 2, "a": 1}]);
+        let expected = json!([{"a": 1, "b": 2}, {"a": 1, "b": 2}]);
+        assert_eq!(differences(&got, &expected), [r#"$[1]: kiln ["b", "a"], comfyui ["a", "b"]"#]);
+    }
+}
