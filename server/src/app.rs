@@ -76,14 +76,7 @@ impl Server {
             .await
             .map_err(std::io::Error::other)?
             .map_err(std::io::Error::other)?;
-        let features: types::FeatureFlags = serde_json::from_value(serde_json::json!({
-            "supports_preview_metadata": true,
-            "supports_model_type_tags": false,
-            "max_upload_size": config.max_upload_size,
-            "node_replacements": false,
-            "assets": false,
-        }))
-        .map_err(std::io::Error::other)?;
+        let features = crate::system::features(config.max_upload_size as i64);
         let runtime = Arc::new(Runtime {
             registry,
             queue,
@@ -93,6 +86,8 @@ impl Server {
             user_dir: config.user_dir.clone(),
             models_dir: config.models_dir.clone(),
             features,
+            // A `--front-end-root` is of unknown version, and without one no frontend is served.
+            frontend_version: None,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             free_requested: AtomicBool::new(false),

@@ -15,8 +15,6 @@ mod config;
 mod convert;
 mod files;
 mod frontend;
-#[cfg(test)]
-mod golden;
 mod local;
 mod logs;
 mod storage;

@@ -1,14 +1,45 @@
-//! `GET /api/system_stats`: the host's memory, the build's versions and the compute devices.
+//! The server's facts: `GET /api/system_stats` (the host's memory, the build's versions, the compute devices)
+//! and `GET /api/features` (the feature flags, also the websocket `feature_flags` reply).
 //!
-//! RAM figures come from `/proc/meminfo` where it exists (`MemTotal`, `MemAvailable`); elsewhere they are 0,
-//! which ComfyUI's frontend shows as unknown rather than failing.
+//! Both carry every field ComfyUI sends, with values that are true for Kiln (see the spec's `SystemInfo` and
+//! `FeatureFlags`). RAM figures come from `/proc/meminfo` where it exists (`MemTotal`, `MemAvailable`);
+//! elsewhere they are 0, which ComfyUI's frontend shows as unknown rather than failing.
 
 use kiln_engine::Backend;
 use kiln_engine::cache::meminfo_bytes;
-use kiln_spec::types::{DeviceInfo, SystemInfo, SystemStats};
+use kiln_spec::types::{
+    DeviceInfo, ExtensionFlags, FeatureFlags, ManagerFlags, PackageVersion, SystemInfo, SystemStats,
+};
 
 /// The server's version, reported as `comfyui_version`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The Rust version Kiln is built for (the workspace's `rust-version`), reported as `python_version`.
+const RUST_VERSION: &str = env!("CARGO_PKG_RUST_VERSION");
+
+/// The ComfyUI frontend package Kiln serves by default and is tested with.
+pub(crate) const FRONTEND_PACKAGE: &str = "comfyui-frontend-package";
+
+/// Its version (`required_frontend_version`; the browser test pins the same one).
+pub(crate) const FRONTEND_VERSION: &str = "1.58.1";
+
+/// The feature flags: what Kiln supports, under ComfyUI's names.
+pub(crate) fn features(max_upload_size: i64) -> FeatureFlags {
+    FeatureFlags {
+        supports_preview_metadata: true,
+        // The flag is about tagging uploads to the asset service, which Kiln does not have.
+        supports_model_type_tags: false,
+        max_upload_size,
+        extension: ExtensionFlags {
+            manager: ManagerFlags { supports_v4: false, extra: Default::default() },
+            extra: Default::default(),
+        },
+        // `/api/node_replacements` is served (Kiln registers no replacements).
+        node_replacements: true,
+        assets: false,
+        extra: Default::default(),
+    }
+}
 
 /// Total and available RAM in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,8 +65,14 @@ impl Memory {
     }
 }
 
-/// Builds the `/api/system_stats` answer.
-pub(crate) fn system_stats(argv: &[String], backend: Backend, memory: Memory) -> SystemStats {
+/// Builds the `/api/system_stats` answer. `frontend_version` is the version of the frontend being served, when
+/// it is known (the pinned package; not a `--front-end-root` of unknown origin).
+pub(crate) fn system_stats(
+    argv: &[String],
+    backend: Backend,
+    memory: Memory,
+    frontend_version: Option<&str>,
+) -> SystemStats {
     let device = match backend {
         Backend::Cpu => DeviceInfo {
             index: None,
@@ -51,17 +88,22 @@ pub(crate) fn system_stats(argv: &[String], backend: Backend, memory: Memory) ->
         devices: vec![device],
         system: SystemInfo {
             argv: argv.to_vec(),
-            comfy_package_versions: Vec::new(),
+            comfy_package_versions: vec![PackageVersion {
+                name: FRONTEND_PACKAGE.to_owned(),
+                installed: frontend_version.map(str::to_owned),
+                required: FRONTEND_VERSION.to_owned(),
+            }],
             comfyui_version: VERSION.to_owned(),
-            deploy_environment: Some("kiln".to_owned()),
+            deploy_environment: "kiln".to_owned(),
             embedded_python: false,
+            // Kiln ships no workflow templates package; ComfyUI sends null when none is installed.
             installed_templates_version: None,
             os: std::env::consts::OS.to_owned(),
-            python_version: format!("rust (kiln {VERSION})"),
+            python_version: format!("rust {RUST_VERSION} (kiln {VERSION})"),
             pytorch_version: format!("kiln {VERSION} ({} backend)", backend.name()),
             ram_free: memory.available,
             ram_total: memory.total,
-            required_frontend_version: None,
+            required_frontend_version: FRONTEND_VERSION.to_owned(),
             required_templates_version: None,
         },
     }

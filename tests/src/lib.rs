@@ -24,6 +24,15 @@ pub fn golden_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("tests/golden/comfyui"))
 }
 
+/// One golden capture, parsed (key order preserved).
+pub fn golden(case: &str) -> serde_json::Value {
+    let path = golden_dir().join(format!("{case}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read the golden capture {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the golden capture {} is not JSON: {e}", path.display()))
+}
+
 /// The spec parsed as YAML, key order preserved.
 pub fn load_spec() -> serde_yaml::Value {
     let path = repo_root().join("spec/openapi.yaml");

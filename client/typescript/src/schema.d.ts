@@ -1717,7 +1717,12 @@ export interface components {
             /** @description Compute devices, primary first. */
             devices: components["schemas"]["DeviceInfo"][];
         };
-        /** @description The host and the server build. */
+        /**
+         * @description The host and the server build. Every field ComfyUI sends is present, with Kiln's own values: the
+         *     versions are Kiln's, the frontend fields name the `comfyui-frontend-package` version Kiln serves and was
+         *     tested with, and the workflow-templates fields are null because Kiln ships no templates package (as
+         *     ComfyUI sends when the package is not installed).
+         */
         SystemInfo: {
             /** @description The operating system, e.g. `linux`. */
             os: string;
@@ -1733,22 +1738,22 @@ export interface components {
             ram_free: number;
             /** @description The server version (Kiln's version). */
             comfyui_version: string;
-            /** @description The frontend version this server was tested with. */
-            required_frontend_version?: string;
-            /** @description The installed workflow templates version. */
-            installed_templates_version?: string;
-            /** @description The workflow templates version this server wants. */
-            required_templates_version?: string;
-            /** @description Versions of companion packages. */
-            comfy_package_versions?: components["schemas"]["PackageVersion"][];
-            /** @description The Python version on ComfyUI; on Kiln, the Rust compiler version it was built with. */
+            /** @description The `comfyui-frontend-package` version this server serves by default and was tested with. */
+            required_frontend_version: string;
+            /** @description The installed `comfyui-workflow-templates` version; null when none is installed (always on Kiln). */
+            installed_templates_version: string | null;
+            /** @description The `comfyui-workflow-templates` version the server asks for; null when it asks for none (Kiln). */
+            required_templates_version: string | null;
+            /** @description The companion packages, each with the version installed and the version required (on Kiln, the frontend package). */
+            comfy_package_versions: components["schemas"]["PackageVersion"][];
+            /** @description The Python version on ComfyUI; on Kiln, the Rust version it is built for, e.g. `rust 1.95 (kiln 0.1.0)`. */
             python_version: string;
             /** @description The PyTorch version on ComfyUI; on Kiln, `kiln <version>` and its compute backend. */
             pytorch_version: string;
             /** @description Whether Python is embedded (always false on Kiln). */
             embedded_python: boolean;
-            /** @description Where the server runs, e.g. `local-git` or `kiln`. */
-            deploy_environment?: string;
+            /** @description Where the server runs, e.g. `local-git` on ComfyUI; `kiln` on Kiln. */
+            deploy_environment: string;
             /** @description The server's command line. */
             argv: string[];
         };
@@ -1756,10 +1761,10 @@ export interface components {
         PackageVersion: {
             /** @description The package. */
             name: string;
-            /** @description The installed version. */
-            installed: string;
+            /** @description The installed version; null when the package is not installed (or, on Kiln, when `--front-end-root` serves a frontend of unknown version). */
+            installed: string | null;
             /** @description The required version. */
-            required?: string;
+            required: string;
         };
         /** @description A compute device. */
         DeviceInfo: {
@@ -1793,22 +1798,38 @@ export interface components {
              */
             torch_vram_free: number;
         };
-        /** @description Server feature flags. Open: more keys may appear. */
+        /**
+         * @description Server feature flags (also the websocket `feature_flags` reply). Every flag ComfyUI sends is present, with
+         *     what is true for Kiln. Open: more keys may appear.
+         */
         FeatureFlags: {
-            /** @description Whether preview frames with metadata (binary type 4) can be sent. */
-            supports_preview_metadata?: boolean;
-            /** @description Whether model type tags are supported. */
-            supports_model_type_tags?: boolean;
+            /** @description Whether preview frames with metadata (binary type 4) can be sent (true on Kiln). */
+            supports_preview_metadata: boolean;
+            /** @description Whether model uploads to the asset service take `model_type:<folder>` tags (false on Kiln, which has no asset service). */
+            supports_model_type_tags: boolean;
             /**
              * Format: int64
-             * @description The request body limit in bytes.
+             * @description The request body limit in bytes (`--max-upload-size`).
              */
-            max_upload_size?: number;
-            extension?: components["schemas"]["JsonObject"];
-            /** @description Whether node replacements are applied. */
-            node_replacements?: boolean;
-            /** @description Whether the asset routes are enabled. */
-            assets?: boolean;
+            max_upload_size: number;
+            extension: components["schemas"]["ExtensionFlags"];
+            /** @description Whether the server serves its node replacements at `/api/node_replacements` (true on Kiln, which registers none). */
+            node_replacements: boolean;
+            /** @description Whether the asset routes are enabled (false on Kiln). */
+            assets: boolean;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description Flags of server extensions the frontend adapts to. */
+        ExtensionFlags: {
+            manager: components["schemas"]["ManagerFlags"];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description ComfyUI-Manager's flags. */
+        ManagerFlags: {
+            /** @description Whether ComfyUI-Manager's v4 API is loaded (false on Kiln, which ships no manager). */
+            supports_v4: boolean;
         } & {
             [key: string]: unknown;
         };
@@ -1978,7 +1999,14 @@ export interface components {
              * @enum {string}
              */
             type: "feature_flags";
-            data: components["schemas"]["FeatureFlags"];
+            data: components["schemas"]["ClientFeatureFlags"];
+        };
+        /** @description The flags a client announces in its first message (the frontend sends e.g. `supports_manager_v4_ui`). Open. */
+        ClientFeatureFlags: {
+            /** @description Whether the client reads preview frames with metadata (binary type 4). */
+            supports_preview_metadata?: boolean;
+        } & {
+            [key: string]: unknown;
         };
         /** @description The `status` frame. */
         WsStatusMessage: {

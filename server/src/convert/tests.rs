@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{node_errors, node_info, rejection};
 
 fn golden(case: &str) -> Value {
-    crate::golden::case(case)
+    kiln_tests::golden(case)
 }
 
 /// Replaces values that are volatile or Python-specific (tracebacks) so both sides compare.

@@ -40,6 +40,8 @@ pub(crate) struct Runtime {
     pub(crate) user_dir: PathBuf,
     pub(crate) models_dir: PathBuf,
     pub(crate) features: types::FeatureFlags,
+    /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package).
+    pub(crate) frontend_version: Option<String>,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
     pub(crate) free_requested: AtomicBool,

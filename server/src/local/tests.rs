@@ -7,7 +7,7 @@ use super::history::{History, Record};
 use super::jobs::{Filter, Queued, Source, detail, job, list};
 
 fn golden(case: &str) -> Value {
-    crate::golden::case(case)
+    kiln_tests::golden(case)
 }
 
 /// Placeholders → typed values (`<PROMPT_ID_n>` → a UUID, timestamps → a number).

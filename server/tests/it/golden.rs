@@ -6,16 +6,7 @@ use serde_json::Value;
 
 use crate::binary::{start, temp_dir};
 
-pub(crate) use kiln_tests::golden_dir;
-
-/// One capture, parsed.
-pub(crate) fn golden(case: &str) -> Value {
-    let path = golden_dir().join(format!("{case}.json"));
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .expect("JSON")
-}
+pub(crate) use kiln_tests::golden;
 
 /// Which part of the answer must equal ComfyUI's.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -68,3 +68,52 @@ async fn unknown_routes_are_404() {
     let (status, _, _) = get("/api/no_such_route").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// The key paths of a JSON document with their order (lists by their first element), as the golden
+/// `get_system_stats_shape` capture records a shape.
+fn shape(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                let path = format!("{path}.{key}");
+                out.push(path.clone());
+                shape(v, &path, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(first) = items.first() {
+                shape(first, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Issue #9, item 4: `/system_stats` and `/features` carry every field ComfyUI sends, in its order.
+#[tokio::test]
+async fn issue_9_server_facts_carry_every_field_comfyui_sends() {
+    for (path, case) in
+        [("/api/system_stats", "get_system_stats_shape"), ("/api/features", "get_features")]
+    {
+        let (status, _, body) = get(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        let ours: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        let recorded = kiln_tests::golden(case);
+        let theirs = &recorded["response"]["body"]["json"];
+        let (mut got, mut expected) = (Vec::new(), Vec::new());
+        shape(&ours, "$", &mut got);
+        shape(theirs, "$", &mut expected);
+        assert_eq!(got, expected, "{path}: the same fields as ComfyUI, in its order");
+    }
+    let (_, _, body) = get("/api/system_stats").await;
+    let stats: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let system = &stats["system"];
+    assert_eq!(system["required_frontend_version"], "1.58.1", "the frontend Kiln serves");
+    assert_eq!(system["comfy_package_versions"][0]["name"], "comfyui-frontend-package");
+    assert_eq!(system["comfy_package_versions"][0]["required"], "1.58.1");
+    assert!(system["installed_templates_version"].is_null(), "Kiln ships no templates");
+    let (_, _, body) = get("/api/features").await;
+    let features: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(features["extension"]["manager"]["supports_v4"], false, "no ComfyUI-Manager");
+    assert_eq!(features["node_replacements"], true, "/api/node_replacements is served");
+}

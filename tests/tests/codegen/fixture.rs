@@ -140,7 +140,8 @@ impl SharedApi for Fixture {
     async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
         self.record("getFeatures");
         GetFeaturesResponse::Ok(j(
-            json!({"supports_preview_metadata": true, "max_upload_size": 104857600}),
+            json!({"supports_preview_metadata": true, "supports_model_type_tags": false, "max_upload_size": 104857600,
+                   "extension": {"manager": {"supports_v4": false}}, "node_replacements": true, "assets": false}),
         ))
     }
     async fn get_global_subgraphs(&self, _: Parts) -> GetGlobalSubgraphsResponse {
@@ -349,8 +350,12 @@ impl SharedApi for Fixture {
     async fn get_system_stats(&self, _: Parts) -> GetSystemStatsResponse {
         self.record("getSystemStats");
         GetSystemStatsResponse::Ok(j(json!({
-            "system": {"os": "linux", "ram_total": 8, "ram_free": 4, "comfyui_version": "0.1.0", "python_version": "rust",
-                       "pytorch_version": "kiln", "embedded_python": false, "argv": ["kiln"]},
+            "system": {"os": "linux", "ram_total": 8, "ram_free": 4, "comfyui_version": "0.1.0",
+                       "required_frontend_version": "1.58.1", "installed_templates_version": null,
+                       "required_templates_version": null,
+                       "comfy_package_versions": [{"name": "comfyui-frontend-package", "installed": "1.58.1", "required": "1.58.1"}],
+                       "python_version": "rust", "pytorch_version": "kiln", "embedded_python": false,
+                       "deploy_environment": "kiln", "argv": ["kiln"]},
             "devices": [{"name": "cpu", "type": "cpu", "index": null, "vram_total": 8, "vram_free": 4, "torch_vram_total": 8, "torch_vram_free": 4}]
         })))
     }

@@ -282,6 +282,12 @@ fn open_objects_keep_keys_the_spec_does_not_name() {
     round_trip::<types::NodeOutput>(&output).expect("NodeOutput keeps `video`");
     let extra = serde_json::json!({"client_id": "c", "my_extension": {"x": 1}});
     round_trip::<types::ExtraData>(&extra).expect("ExtraData keeps unknown keys");
-    let flags = serde_json::json!({"supports_preview_metadata": true, "my_flag": "on"});
+    let flags = serde_json::json!({"supports_preview_metadata": true, "supports_model_type_tags": false,
+        "max_upload_size": 1, "extension": {"manager": {"supports_v4": false}, "other": {}},
+        "node_replacements": true, "assets": false, "my_flag": "on"});
     round_trip::<types::FeatureFlags>(&flags).expect("FeatureFlags keeps unknown keys");
+    let client =
+        serde_json::json!({"supports_preview_metadata": true, "supports_manager_v4_ui": true});
+    round_trip::<types::ClientFeatureFlags>(&client)
+        .expect("ClientFeatureFlags keeps unknown keys");
 }

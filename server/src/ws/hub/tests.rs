@@ -46,10 +46,7 @@ fn types_of(frames: &[serde_json::Value]) -> Vec<&str> {
 }
 
 fn flags() -> types::FeatureFlags {
-    serde_json::from_value(
-        serde_json::json!({"supports_preview_metadata": true, "max_upload_size": 104857600}),
-    )
-    .expect("flags")
+    crate::system::features(104_857_600)
 }
 
 #[test]
