@@ -45,6 +45,7 @@ impl Server {
         for dir in dirs {
             std::fs::create_dir_all(dir)?;
         }
+        let model_folders = Arc::new(config.model_folders());
         let storage = Storage::open(&config.data_dir).await.map_err(std::io::Error::other)?;
         let roots = Roots {
             input: config.input_dir.clone(),
@@ -91,7 +92,7 @@ impl Server {
             hub: Hub::default(),
             roots,
             user_dir: config.user_dir.clone(),
-            models_dir: config.models_dir.clone(),
+            model_folders,
             features,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::api::Runtime;
+use crate::model_folders::ModelFolders;
 
 /// Which cache keeps node results between prompts (ComfyUI's `--cache-*` flags).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,5 +69,21 @@ impl Config {
             runtime: Runtime::Local,
             argv,
         }
+    }
+
+    /// The model folders, built as ComfyUI's `main.py` builds them: its folders under `models_dir`
+    /// (`custom_nodes` and `datasets` under `data_dir`), then the output folders model-saving nodes write to.
+    pub(crate) fn model_folders(&self) -> ModelFolders {
+        let mut folders = ModelFolders::comfyui(&self.models_dir, &self.data_dir);
+        for (folder, dir) in [
+            ("checkpoints", "checkpoints"),
+            ("clip", "clip"),
+            ("vae", "vae"),
+            ("diffusion_models", "diffusion_models"),
+            ("loras", "loras"),
+        ] {
+            folders.add(folder, self.output_dir.join(dir), false);
+        }
+        folders
     }
 }

@@ -19,6 +19,7 @@ mod frontend;
 mod golden;
 mod local;
 mod logs;
+mod model_folders;
 mod storage;
 mod system;
 mod ws;
