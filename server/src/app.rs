@@ -46,6 +46,14 @@ impl Server {
             std::fs::create_dir_all(dir)?;
         }
         let model_folders = Arc::new(config.model_folders());
+        for extra in &config.extra_model_paths {
+            if extra.path.is_dir() {
+                tracing::info!(folder = %extra.folder, path = %extra.path.display(), "extra model path");
+            } else {
+                let (folder, path) = (&extra.folder, extra.path.display());
+                tracing::warn!(%folder, %path, "extra model path is not a directory (yet)");
+            }
+        }
         let storage = Storage::open(&config.data_dir).await.map_err(std::io::Error::other)?;
         let roots = Roots {
             input: config.input_dir.clone(),

@@ -13,6 +13,7 @@ pub mod api;
 mod app;
 mod config;
 mod convert;
+mod extra_model_paths;
 mod files;
 mod frontend;
 #[cfg(test)]
@@ -27,5 +28,6 @@ mod ws;
 pub use api::Runtime;
 pub use app::Server;
 pub use config::{CacheMode, Config};
+pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
 pub use logs::{LogRing, RingLayer};
 pub use storage::StorageError;
