@@ -45,6 +45,15 @@ impl Server {
         for dir in dirs {
             std::fs::create_dir_all(dir)?;
         }
+        let model_folders = Arc::new(config.model_folders());
+        for extra in &config.extra_model_paths {
+            if extra.path.is_dir() {
+                tracing::info!(folder = %extra.folder, path = %extra.path.display(), "extra model path");
+            } else {
+                let (folder, path) = (&extra.folder, extra.path.display());
+                tracing::warn!(%folder, %path, "extra model path is not a directory (yet)");
+            }
+        }
         let storage = Storage::open(&config.data_dir).await.map_err(std::io::Error::other)?;
         let roots = Roots {
             input: config.input_dir.clone(),
@@ -84,7 +93,7 @@ impl Server {
             hub: Hub::default(),
             roots,
             user_dir: config.user_dir.clone(),
-            models_dir: config.models_dir.clone(),
+            model_folders,
             features,
             // A `--front-end-root` is of unknown version, and without one no frontend is served.
             frontend_version: None,

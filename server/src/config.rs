@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::api::Runtime;
+use crate::extra_model_paths::ExtraModelPath;
+use crate::model_folders::ModelFolders;
 
 /// Which cache keeps node results between prompts (ComfyUI's `--cache-*` flags).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +37,8 @@ pub struct Config {
     pub user_dir: PathBuf,
     /// Model folders (`checkpoints/`, `loras/`, ...).
     pub models_dir: PathBuf,
+    /// Directories added to the model folders by `--extra-model-paths-config` files, in the order given.
+    pub extra_model_paths: Vec<ExtraModelPath>,
     /// The request body limit in bytes.
     pub max_upload_size: u64,
     /// The node result cache.
@@ -60,6 +64,7 @@ impl Config {
             temp_dir: data_dir.join("temp"),
             user_dir: data_dir.join("user"),
             models_dir: data_dir.join("models"),
+            extra_model_paths: Vec::new(),
             data_dir,
             max_upload_size: 100 * 1024 * 1024,
             cache: CacheMode::RamPressure(None),
@@ -68,5 +73,25 @@ impl Config {
             runtime: Runtime::Local,
             argv,
         }
+    }
+
+    /// The model folders, built as ComfyUI's `main.py` builds them: its folders under `models_dir`
+    /// (`custom_nodes` and `datasets` under `data_dir`), then the extra model paths in order, then the output
+    /// folders model-saving nodes write to.
+    pub(crate) fn model_folders(&self) -> ModelFolders {
+        let mut folders = ModelFolders::comfyui(&self.models_dir, &self.data_dir);
+        for extra in &self.extra_model_paths {
+            folders.add(&extra.folder, extra.path.clone(), extra.is_default);
+        }
+        for (folder, dir) in [
+            ("checkpoints", "checkpoints"),
+            ("clip", "clip"),
+            ("vae", "vae"),
+            ("diffusion_models", "diffusion_models"),
+            ("loras", "loras"),
+        ] {
+            folders.add(folder, self.output_dir.join(dir), false);
+        }
+        folders
     }
 }

@@ -58,6 +58,10 @@ struct Args {
     /// The largest request body in MB.
     #[arg(long, default_value_t = 100.0)]
     max_upload_size: f64,
+    /// Also search the model folders of a ComfyUI `extra_model_paths.yaml` (repeatable; several files may
+    /// follow one flag).
+    #[arg(long, value_name = "PATH", num_args = 1.., action = clap::ArgAction::Append)]
+    extra_model_paths_config: Vec<PathBuf>,
     /// Which API surface to serve.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Local)]
     runtime: RuntimeArg,
@@ -104,6 +108,9 @@ impl Args {
             _ => CacheMode::RamPressure(None),
         };
         config.cors_origin = self.enable_cors_header;
+        for file in &self.extra_model_paths_config {
+            config.extra_model_paths.extend(kiln_server::read_extra_model_paths(file)?);
+        }
         Ok(config)
     }
 }

@@ -100,6 +100,16 @@ async fn read_upload(
 }
 
 impl LocalServer {
+    /// Runs `f` over the model folders on a blocking thread (listings walk directories, maybe on slow disks);
+    /// `None` if it panicked.
+    pub(super) async fn models<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&crate::model_folders::ModelFolders) -> T + Send + 'static,
+    ) -> Option<T> {
+        let folders = self.0.model_folders.clone();
+        tokio::task::spawn_blocking(move || f(&folders)).await.ok()
+    }
+
     fn jobs_sources<'a>(
         &self,
         history: &'a super::history::History,
@@ -295,16 +305,13 @@ async fn pump(socket: WebSocket, runtime: Arc<Runtime>, mut connection: crate::w
 
 impl SharedApi for LocalServer {
     async fn get_embeddings(&self, _: Parts) -> GetEmbeddingsResponse {
-        let names = models::files(&self.0.models_dir, "embeddings")
-            .unwrap_or_default()
-            .into_iter()
-            .map(|f| f.rsplit_once('.').map_or(f.clone(), |(stem, _)| stem.to_owned()))
-            .collect();
+        let names = self.models(models::embeddings).await.unwrap_or_default();
         GetEmbeddingsResponse::Ok(types::StringList(names))
     }
 
     async fn get_model_folder_paths(&self, _: Parts) -> GetModelFolderPathsResponse {
-        GetModelFolderPathsResponse::Ok(types::ModelFolderList(models::folders(&self.0.models_dir)))
+        let folders = models::folder_list(&self.0.model_folders);
+        GetModelFolderPathsResponse::Ok(types::ModelFolderList(folders))
     }
 
     async fn get_model_file_details(
@@ -312,7 +319,7 @@ impl SharedApi for LocalServer {
         _: Parts,
         folder: String,
     ) -> GetModelFileDetailsResponse {
-        match models::details(&self.0.models_dir, &folder) {
+        match self.models(move |m| models::details(m, &folder)).await.flatten() {
             Some(files) => GetModelFileDetailsResponse::Ok(types::ModelFileList(files)),
             None => GetModelFileDetailsResponse::NotFound,
         }
@@ -455,13 +462,11 @@ impl SharedApi for LocalServer {
     }
 
     async fn get_model_folders(&self, _: Parts) -> GetModelFoldersResponse {
-        GetModelFoldersResponse::Ok(types::StringList(
-            models::KINDS.iter().map(|k| (*k).to_owned()).collect(),
-        ))
+        GetModelFoldersResponse::Ok(types::StringList(models::names(&self.0.model_folders)))
     }
 
     async fn get_model_files(&self, _: Parts, folder: String) -> GetModelFilesResponse {
-        match models::files(&self.0.models_dir, &folder) {
+        match self.models(move |m| models::files(m, &folder)).await.flatten() {
             Some(files) => GetModelFilesResponse::Ok(types::StringList(files)),
             None => GetModelFilesResponse::NotFound,
         }

@@ -77,14 +77,11 @@ impl LocalApi for LocalServer {
         folder_name: String,
         query: GetViewMetadataQuery,
     ) -> GetViewMetadataResponse {
-        let found = query
-            .filename
-            .filter(|f| f.ends_with(".safetensors"))
-            .filter(|_| models::KINDS.contains(&folder_name.as_str()))
-            .and_then(|f| kiln_engine::exec::within(&self.0.models_dir.join(&folder_name), &f))
-            .and_then(|path| models::safetensors_metadata(&path));
-        match found {
-            Some(metadata) => GetViewMetadataResponse::Ok(types::SafetensorsMetadata(metadata)),
+        let Some(filename) = query.filename else { return GetViewMetadataResponse::NotFound };
+        match self.models(move |m| models::metadata(m, &folder_name, &filename)).await.flatten() {
+            Some(metadata) => GetViewMetadataResponse::Ok(types::SafetensorsMetadata(
+                metadata.into_iter().collect(),
+            )),
             None => GetViewMetadataResponse::NotFound,
         }
     }
@@ -96,21 +93,16 @@ impl LocalApi for LocalServer {
         path_index: i64,
         filename: String,
     ) -> GetModelPreviewResponse {
-        if !models::KINDS.contains(&folder.as_str()) || path_index != 0 {
-            return GetModelPreviewResponse::BadRequest;
-        }
-        let stem = filename.rsplit_once('.').map_or(filename.as_str(), |(s, _)| s);
-        let Some(path) =
-            kiln_engine::exec::within(&self.0.models_dir.join(&folder), &format!("{stem}.webp"))
-        else {
-            return GetModelPreviewResponse::Forbidden;
-        };
-        match std::fs::read(&path) {
-            Ok(bytes) => GetModelPreviewResponse::Ok(Binary {
+        let preview =
+            self.models(move |m| models::preview(m, &folder, path_index, &filename)).await;
+        match preview.unwrap_or(models::Preview::NotFound) {
+            models::Preview::Found(bytes) => GetModelPreviewResponse::Ok(Binary {
                 content_type: "image/webp".to_owned(),
                 bytes: bytes.into(),
             }),
-            Err(_) => GetModelPreviewResponse::NotFound,
+            models::Preview::BadRequest => GetModelPreviewResponse::BadRequest,
+            models::Preview::Forbidden => GetModelPreviewResponse::Forbidden,
+            models::Preview::NotFound => GetModelPreviewResponse::NotFound,
         }
     }
 
@@ -142,18 +134,7 @@ impl LocalApi for LocalServer {
     }
 
     async fn get_folder_paths(&self, _: Parts) -> GetFolderPathsResponse {
-        let paths = models::KINDS
-            .iter()
-            .map(|k| {
-                (
-                    (*k).to_owned(),
-                    types::StringList(vec![
-                        self.0.models_dir.join(k).to_string_lossy().into_owned(),
-                    ]),
-                )
-            })
-            .collect();
-        GetFolderPathsResponse::Ok(types::FolderPaths(paths))
+        GetFolderPathsResponse::Ok(models::folder_paths(&self.0.model_folders))
     }
 
     async fn get_logs(&self, _: Parts) -> GetLogsResponse {

@@ -1,94 +1,149 @@
-//! Model folders under the models directory: `<models>/<kind>/...`, the kinds ComfyUI knows.
+//! The model routes' answers, over the configured [`ModelFolders`]: folder names, file listings (plain and
+//! with details), the directories of each folder, safetensors metadata and preview images.
+//!
+//! Each route finds its folder as ComfyUI's does: the listings by exact name (`/models/unet` is a 404), the
+//! metadata read through `get_full_path`'s legacy mapping. Everything here touches the file system, so the
+//! handlers call it off the async threads.
 
 use std::path::Path;
 
 use kiln_spec::types;
 
-/// The model folder kinds, in ComfyUI's order.
-pub(crate) const KINDS: [&str; 16] = [
-    "checkpoints",
-    "configs",
-    "loras",
-    "vae",
-    "text_encoders",
-    "diffusion_models",
-    "clip_vision",
-    "style_models",
-    "embeddings",
-    "diffusers",
-    "vae_approx",
-    "controlnet",
-    "gligen",
-    "upscale_models",
-    "hypernetworks",
-    "photomaker",
-];
+use crate::model_folders::{
+    Hidden, ModelFolders, PT_EXTENSIONS, extension, walk, without_extension,
+};
 
-const MODEL_EXTENSIONS: [&str; 7] = ["ckpt", "pt", "pt2", "bin", "pth", "safetensors", "sft"];
+/// Folders `/experiment/models` leaves out, as ComfyUI.
+const NOT_EXPERIMENT_FOLDERS: [&str; 2] = ["configs", "custom_nodes"];
 
-/// Files of one kind, relative to its folder (recursively), sorted; `None` for an unknown kind.
-pub(crate) fn files(models_dir: &Path, kind: &str) -> Option<Vec<String>> {
-    if !KINDS.contains(&kind) {
-        return None;
-    }
-    let base = models_dir.join(kind);
-    let mut out = Vec::new();
-    let mut stack = vec![base.clone()];
-    while let Some(folder) = stack.pop() {
-        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
-                MODEL_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()) || kind == "configs"
-            }) && let Ok(relative) = path.strip_prefix(&base)
-            {
-                out.push(relative.to_string_lossy().replace('\\', "/"));
-            }
-        }
-    }
-    out.sort();
-    Some(out)
+/// Every folder name, in order (`/models`).
+pub(crate) fn names(folders: &ModelFolders) -> Vec<String> {
+    folders.iter().map(|f| f.name.clone()).collect()
 }
 
-/// Each kind with its folder and extensions (without `configs`, as ComfyUI).
-pub(crate) fn folders(models_dir: &Path) -> Vec<types::ModelFolder> {
-    KINDS
+/// The files of one folder (`/models/{folder}`); `None` for an unknown folder.
+pub(crate) fn files(folders: &ModelFolders, name: &str) -> Option<Vec<String>> {
+    folders.get(name).map(|f| f.files())
+}
+
+/// The embeddings' names, without extension (`/embeddings`).
+pub(crate) fn embeddings(folders: &ModelFolders) -> Vec<String> {
+    let files = folders.resolve("embeddings").map(|f| f.files()).unwrap_or_default();
+    files.iter().map(|f| without_extension(f).to_owned()).collect()
+}
+
+/// Each folder with its directories and extensions, sorted (`/experiment/models`).
+pub(crate) fn folder_list(folders: &ModelFolders) -> Vec<types::ModelFolder> {
+    folders
         .iter()
-        .filter(|k| **k != "configs")
-        .map(|kind| types::ModelFolder {
-            extensions: MODEL_EXTENSIONS.iter().map(|e| format!(".{e}")).collect(),
-            folders: vec![models_dir.join(kind).to_string_lossy().into_owned()],
-            name: (*kind).to_owned(),
+        .filter(|f| !NOT_EXPERIMENT_FOLDERS.contains(&f.name.as_str()))
+        .map(|f| {
+            let mut extensions = f.extensions.clone();
+            extensions.sort();
+            types::ModelFolder {
+                extensions,
+                folders: f.paths.iter().map(|p| p.to_string_lossy().into_owned()).collect(),
+                name: f.name.clone(),
+            }
         })
         .collect()
 }
 
-/// Files of one kind with size and times; `None` for an unknown kind.
-pub(crate) fn details(models_dir: &Path, kind: &str) -> Option<Vec<types::ModelFile>> {
-    let base = models_dir.join(kind);
-    let seconds = |t: std::io::Result<std::time::SystemTime>| {
-        t.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64())
-    };
-    Some(
-        files(models_dir, kind)?
-            .into_iter()
-            .map(|name| {
-                let meta = std::fs::metadata(base.join(&name)).ok();
-                types::ModelFile {
-                    created: meta.as_ref().and_then(|m| seconds(m.created())),
-                    modified: meta.as_ref().and_then(|m| seconds(m.modified())),
-                    name,
-                    path_index: 0,
-                    size: meta.map(|m| m.len() as i64),
-                }
+/// The directories of every folder (`/internal/folder_paths`).
+pub(crate) fn folder_paths(folders: &ModelFolders) -> types::FolderPaths {
+    types::FolderPaths(
+        folders
+            .iter()
+            .map(|f| {
+                let paths = f.paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+                (f.name.clone(), types::StringList(paths))
             })
             .collect(),
     )
 }
 
-/// The `__metadata__` map of a safetensors file (its JSON header, read at most 1 MiB).
-pub(crate) fn safetensors_metadata(path: &Path) -> Option<kiln_spec::IndexMap<String, String>> {
+/// The model files of one folder with their directory's index, size and times (`/experiment/models/{folder}`):
+/// as ComfyUI, hidden files and directories are skipped and only model extensions are listed, whatever the
+/// folder lists; `None` for an unknown folder.
+pub(crate) fn details(folders: &ModelFolders, name: &str) -> Option<Vec<types::ModelFile>> {
+    let folder = folders.get(name)?;
+    let seconds = |t: std::io::Result<std::time::SystemTime>| {
+        t.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64())
+    };
+    let mut out = Vec::new();
+    for (index, dir) in folder.paths.iter().enumerate() {
+        let mut found = walk(dir, Hidden::Skipped);
+        found.retain(|(name, _)| PT_EXTENSIONS.contains(&extension(name).to_lowercase().as_str()));
+        found.sort();
+        out.extend(found.into_iter().map(|(name, path)| {
+            let meta = std::fs::metadata(path).ok();
+            types::ModelFile {
+                created: meta.as_ref().and_then(|m| seconds(m.created())),
+                modified: meta.as_ref().and_then(|m| seconds(m.modified())),
+                name,
+                path_index: index as i64,
+                size: meta.map(|m| m.len() as i64),
+            }
+        }));
+    }
+    Some(out)
+}
+
+/// The `__metadata__` of a `.safetensors` file of a folder (`/view_metadata/{folder}`; legacy folder names
+/// are mapped, as ComfyUI's `get_full_path` does).
+pub(crate) fn metadata(
+    folders: &ModelFolders,
+    folder: &str,
+    filename: &str,
+) -> Option<Vec<(String, String)>> {
+    if !filename.ends_with(".safetensors") {
+        return None;
+    }
+    safetensors_metadata(&folders.resolve(folder)?.find(filename)?)
+}
+
+/// What the preview route answers.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Preview {
+    /// The WebP image.
+    Found(Vec<u8>),
+    /// Unknown folder, or no directory at that index.
+    BadRequest,
+    /// The file name leads out of its directory.
+    Forbidden,
+    /// No such directory or no preview.
+    NotFound,
+}
+
+/// The `<stem>.webp` beside a model file in one directory of a folder. Unlike listings, a preview must
+/// resolve inside its directory, symlinks included (ComfyUI's `is_within_directory`): it is served to browsers.
+pub(crate) fn preview(
+    folders: &ModelFolders,
+    folder: &str,
+    path_index: i64,
+    filename: &str,
+) -> Preview {
+    let Some(dir) = folders
+        .get(folder)
+        .and_then(|f| usize::try_from(path_index).ok().and_then(|i| f.paths.get(i)))
+    else {
+        return Preview::BadRequest;
+    };
+    if !dir.is_dir() {
+        return Preview::NotFound;
+    }
+    let stem = without_extension(filename);
+    let Some(path) = kiln_engine::exec::within(dir, &format!("{stem}.webp")) else {
+        return Preview::Forbidden;
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => Preview::Found(bytes),
+        Err(_) => Preview::NotFound,
+    }
+}
+
+/// The `__metadata__` map of a safetensors file, in its order (its JSON header, read at most 1 MiB).
+fn safetensors_metadata(path: &Path) -> Option<Vec<(String, String)>> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path).ok()?;
     let mut len = [0u8; 8];

@@ -38,7 +38,7 @@ pub(crate) struct Runtime {
     pub(crate) hub: Hub,
     pub(crate) roots: Roots,
     pub(crate) user_dir: PathBuf,
-    pub(crate) models_dir: PathBuf,
+    pub(crate) model_folders: Arc<crate::model_folders::ModelFolders>,
     pub(crate) features: types::FeatureFlags,
     /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package).
     pub(crate) frontend_version: Option<String>,

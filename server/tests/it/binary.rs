@@ -43,9 +43,18 @@ pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
 /// Starts kiln with `--port 0` and returns it with the address to talk to it at: a [`proxy`] that checks every
 /// answer against the spec ([`Contract`]) and forwards it unchanged.
 pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
+    start_with(data_dir, &[])
+}
+
+/// [`start`] with more command-line arguments.
+pub(crate) fn start_with(
+    data_dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["--port", "0", "--data-dir"])
         .arg(data_dir)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

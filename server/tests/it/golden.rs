@@ -31,6 +31,8 @@ const CASES: &[(&str, Compare)] = &[
     ("get_history_unknown", Compare::Body),
     ("get_api_jobs_unknown", Compare::Body),
     ("get_api_jobs_bad_limit", Compare::Status),
+    ("get_models", Compare::Body),
+    ("get_models_checkpoints", Compare::Body),
     ("get_models_unknown", Compare::Body),
     ("get_object_info_NoSuchNode", Compare::Body),
     ("get_object_info_EmptyImage", Compare::Body),

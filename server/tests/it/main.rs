@@ -7,4 +7,5 @@ mod end_to_end;
 mod frontend;
 mod golden;
 mod key_order;
+mod models;
 mod system_stats;
