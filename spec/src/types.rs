@@ -2632,7 +2632,15 @@ pub struct WsExecutionError {
     pub current_outputs: ::std::vec::Vec<::std::string::String>,
     ///What went wrong.
     pub exception_message: ::std::string::String,
-    ///The error's kind.
+    /// The Python exception name ComfyUI sends for the failure, which clients match on.
+    /// Kiln sends `PIL.UnidentifiedImageError` (a file that is not an image it can decode),
+    /// `FileNotFoundError` (a missing input file), `OSError` (another file error),
+    /// `ValueError` (an input value the node cannot use), `TypeError` (an input missing or of the wrong type),
+    /// `torch.OutOfMemoryError` (out of memory), `KeyError` (a link to a node, or a node class, that does
+    /// not exist), `graph.DependencyCycleError` (a node that depends on itself) and `RuntimeError`
+    /// (anything else).
+    /// An interrupt is not an error: like ComfyUI, Kiln sends `execution_interrupted`, never
+    /// `comfy.model_management.InterruptProcessingException`.
     pub exception_type: ::std::string::String,
     ///Nodes that ran before the failure.
     pub executed: ::std::vec::Vec<::std::string::String>,

@@ -22,7 +22,7 @@ pub use roots::{Roots, within};
 use crate::cache::{Cache, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
 use crate::nodes::{
-    Context, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+    Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
 };
 use crate::value::Value;
 
@@ -147,12 +147,11 @@ impl Executor {
                 continue;
             }
             let Some(class) = self.registry.get(&class_type).cloned() else {
-                return state.fail(
-                    &id,
-                    &class_type,
-                    NodeError::new(format!("node class {class_type} is not registered")),
-                    BTreeMap::new(),
+                let error = NodeError::of_kind(
+                    ErrorKind::MissingNode,
+                    format!("node class {class_type} is not registered"),
                 );
+                return state.fail(&id, &class_type, error, BTreeMap::new());
             };
             let spec = class.spec();
 
@@ -168,7 +167,7 @@ impl Executor {
                 {
                     if !prompt.nodes.contains_key(source) {
                         let error = NodeError::of_kind(
-                            "KeyError",
+                            ErrorKind::MissingNode,
                             format!("node {id} links to missing node {source}"),
                         );
                         return state.fail(&id, &class_type, error, BTreeMap::new());
@@ -179,7 +178,7 @@ impl Executor {
             if !missing.is_empty() {
                 if let Some(cycle) = missing.iter().find(|m| stack.contains(m)) {
                     let error = NodeError::of_kind(
-                        "DependencyCycle",
+                        ErrorKind::DependencyCycle,
                         format!("node {id} depends on {cycle}, which depends on it"),
                     );
                     return state.fail(&id, &class_type, error, BTreeMap::new());
@@ -238,7 +237,8 @@ impl Executor {
                     stack.pop();
                 }
                 Err(error)
-                    if error.kind == "Interrupted" || self.interrupt.load(Ordering::SeqCst) =>
+                    if error.kind == ErrorKind::Interrupted
+                        || self.interrupt.load(Ordering::SeqCst) =>
                 {
                     return state.interrupted(&id, &class_type);
                 }

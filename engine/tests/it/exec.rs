@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use kiln_engine::cache::{CachePolicy, RamPressure, RamProbe};
 use kiln_engine::exec::{Event, Outcome};
 use kiln_engine::graph::{NodeId, Prompt, validate};
+use kiln_engine::nodes::ErrorKind;
 use serde_json::json;
 
 use crate::harness::{Harness, ids};
@@ -267,12 +268,12 @@ fn a_failing_node_reports_its_inputs_and_what_ran() {
         panic!("expected a failure: {:?}", ran.summary.outcome)
     };
     assert_eq!(
-        (failure.node.0.as_str(), failure.class_type.as_str(), failure.kind.as_str()),
-        ("2", "TestSlow", "ValueError")
+        (failure.node.0.as_str(), failure.class_type.as_str(), failure.kind),
+        ("2", "TestSlow", ErrorKind::InvalidValue)
     );
     assert_eq!(failure.message, "asked to fail");
     assert_eq!(failure.current_inputs["fail"], ["True"]);
-    assert!(failure.executed.contains(&NodeId::from("1")));
+    assert_eq!(failure.executed, [NodeId::from("1")]);
     assert!(matches!(ran.events.last(), Some(Event::ExecutionError(_))));
 }
 

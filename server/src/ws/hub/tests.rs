@@ -171,7 +171,7 @@ fn progress_state_tracks_running_and_finished_nodes() {
         class_type: "X".to_owned(),
         executed: vec![],
         message: "m".to_owned(),
-        kind: "k".to_owned(),
+        kind: kiln_engine::nodes::ErrorKind::Failed,
         current_inputs: Default::default(),
         current_outputs: vec![],
     };
