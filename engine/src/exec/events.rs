@@ -22,7 +22,8 @@ pub struct NodeFailure {
     pub kind: ErrorKind,
     /// The failing node's inputs, each as a list of value representations.
     pub current_inputs: BTreeMap<String, Vec<String>>,
-    /// Nodes whose outputs were available.
+    /// The nodes the output cache tracks for this prompt, as upstream reports them: every node of the prompt,
+    /// whether or not it ran, or none under [`CachePolicy::None`](crate::cache::CachePolicy::None).
     pub current_outputs: Vec<NodeId>,
 }
 

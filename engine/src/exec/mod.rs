@@ -19,7 +19,7 @@ pub use events::{Event, EventSink, NodeFailure};
 pub use history::{HistoryRecorder, StatusMessage};
 pub use roots::{Roots, within};
 
-use crate::cache::{Cache, CachedOutput, compute_keys};
+use crate::cache::{Cache, CachePolicy, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
 use crate::nodes::{
     Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
@@ -110,9 +110,19 @@ impl Executor {
         cached.sort();
         sink.emit(run.prompt_id, Event::ExecutionCached { nodes: cached.clone() });
 
+        // The nodes the output cache tracks for this prompt, which a failure reports as `current_outputs`: every
+        // node of the prompt, or none when nothing is cached (upstream's `caches.outputs.all_node_ids()`, taken
+        // before the first node runs).
+        let tracked: Vec<NodeId> = match self.cache.policy() {
+            CachePolicy::None => Vec::new(),
+            CachePolicy::Classic | CachePolicy::Lru(_) | CachePolicy::RamPressure(_) => {
+                prompt.nodes.keys().cloned().collect()
+            }
+        };
         let mut state = RunState {
             prompt_id: run.prompt_id,
             sink: sink.clone(),
+            tracked,
             cached,
             results: HashMap::new(),
             requested_lazy: HashMap::new(),
@@ -267,6 +277,7 @@ impl Executor {
 struct RunState<'a> {
     prompt_id: &'a str,
     sink: Arc<dyn EventSink>,
+    tracked: Vec<NodeId>,
     cached: Vec<NodeId>,
     results: HashMap<NodeId, Arc<CachedOutput>>,
     requested_lazy: HashMap<NodeId, BTreeSet<String>>,
@@ -287,8 +298,6 @@ impl RunState<'_> {
         error: NodeError,
         current_inputs: BTreeMap<String, Vec<String>>,
     ) -> RunSummary {
-        let mut current_outputs: Vec<NodeId> = self.results.keys().cloned().collect();
-        current_outputs.sort();
         let failure = NodeFailure {
             node: node.clone(),
             class_type: class_type.to_owned(),
@@ -296,7 +305,7 @@ impl RunState<'_> {
             message: error.message,
             kind: error.kind,
             current_inputs,
-            current_outputs,
+            current_outputs: self.tracked.clone(),
         };
         self.emit(Event::ExecutionError(Box::new(failure.clone())));
         RunSummary {

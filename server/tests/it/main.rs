@@ -4,6 +4,7 @@ mod bad_input;
 mod binary;
 mod durability;
 mod end_to_end;
+mod execution_errors;
 mod frontend;
 mod golden;
 mod system_stats;
