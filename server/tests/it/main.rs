@@ -7,4 +7,5 @@ mod end_to_end;
 mod execution_errors;
 mod frontend;
 mod golden;
+mod slow_client;
 mod system_stats;
