@@ -26,7 +26,7 @@ pub enum RunError {
     #[error("submitting the prompt failed")]
     Submit(#[source] progenitor_client::Error<types::PromptErrorResponse>),
     /// A node failed while running.
-    #[error("node {} ({}) failed: {}", .0.node_id, .0.node_type, .0.exception_message)]
+    #[error("node {} ({}) failed: {}", .0.node_id, .0.node_type, .0.exception_message.trim_end())]
     Execution(Box<types::WsExecutionError>),
     /// The prompt was interrupted.
     #[error("the prompt was interrupted at node {}", .0.node_id)]

@@ -1,10 +1,14 @@
-//! Conversions from the engine's types to the wire types: node declarations to `NodeInfo` (object_info) and
-//! validation results to ComfyUI's error shape. The engine knows nothing of the wire; this is where its
-//! values become the spec's types.
+//! Conversions from the engine's types to the wire types: node declarations to `NodeInfo` (object_info),
+//! validation results to ComfyUI's error shape, and node failures to ComfyUI's exception names (`failure.rs`).
+//! The engine knows nothing of the wire; this is where its values become the spec's types.
+
+mod failure;
 
 use kiln_engine::graph::{NodeErrors, PromptRejection, ValidationError};
 use kiln_engine::nodes::{FileKind, InputDef, NodeSpec};
 use kiln_spec::types;
+
+pub(crate) use failure::{exception_message, exception_type};
 
 /// `object_info` of one node class, in ComfyUI's NodeInfo shape: `[TYPE]` for inputs without options,
 /// `[TYPE, options]` otherwise; output names default to the types; every always-present flag is present.

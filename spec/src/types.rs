@@ -2611,13 +2611,21 @@ pub struct WsExecutionError {
     pub executed: ::std::vec::Vec<::std::string::String>,
     ///What went wrong.
     pub exception_message: ::std::string::String,
-    ///The error's kind.
+    /// The Python exception name ComfyUI sends for the failure, which clients match on.
+    /// Kiln sends `PIL.UnidentifiedImageError` (a file that is not an image it can decode),
+    /// `FileNotFoundError` (a missing input file), `OSError` (another file error),
+    /// `ValueError` (an input value the node cannot use), `TypeError` (an input missing or of the wrong type),
+    /// `torch.OutOfMemoryError` (out of memory), `KeyError` (a link to a node, or a node class, that does
+    /// not exist), `graph.DependencyCycleError` (a node that depends on itself) and `RuntimeError`
+    /// (anything else).
+    /// An interrupt is not an error: like ComfyUI, Kiln sends `execution_interrupted`, never
+    /// `comfy.model_management.InterruptProcessingException`.
     pub exception_type: ::std::string::String,
     ///Where it went wrong, one frame per line.
     pub traceback: ::std::vec::Vec<::std::string::String>,
     ///The failing node's inputs, each as a list of value representations.
     pub current_inputs: ::indexmap::IndexMap<::std::string::String, StringList>,
-    ///Node ids whose outputs were computed.
+    ///As ComfyUI sends it: the nodes its output cache tracks for the prompt, which is every node of the prompt whether or not it ran (none with `--cache-none`).
     pub current_outputs: ::std::vec::Vec<::std::string::String>,
     ///Milliseconds since the epoch (absent in the "execution blocked" variant).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]

@@ -2255,7 +2255,17 @@ export interface components {
             executed: string[];
             /** @description What went wrong. */
             exception_message: string;
-            /** @description The error's kind. */
+            /**
+             * @description The Python exception name ComfyUI sends for the failure, which clients match on.
+             *     Kiln sends `PIL.UnidentifiedImageError` (a file that is not an image it can decode),
+             *     `FileNotFoundError` (a missing input file), `OSError` (another file error),
+             *     `ValueError` (an input value the node cannot use), `TypeError` (an input missing or of the wrong type),
+             *     `torch.OutOfMemoryError` (out of memory), `KeyError` (a link to a node, or a node class, that does
+             *     not exist), `graph.DependencyCycleError` (a node that depends on itself) and `RuntimeError`
+             *     (anything else).
+             *     An interrupt is not an error: like ComfyUI, Kiln sends `execution_interrupted`, never
+             *     `comfy.model_management.InterruptProcessingException`.
+             */
             exception_type: string;
             /** @description Where it went wrong, one frame per line. */
             traceback: string[];
@@ -2263,7 +2273,7 @@ export interface components {
             current_inputs: {
                 [key: string]: components["schemas"]["StringList"];
             };
-            /** @description Node ids whose outputs were computed. */
+            /** @description As ComfyUI sends it: the nodes its output cache tracks for the prompt, which is every node of the prompt whether or not it ran (none with `--cache-none`). */
             current_outputs: string[];
             /**
              * Format: int64

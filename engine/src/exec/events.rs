@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::graph::NodeId;
-use crate::nodes::{Preview, ProgressSink, UiOutput};
+use crate::nodes::{ErrorKind, Preview, ProgressSink, UiOutput};
 
 /// A node that failed while running (`execution_error`).
 #[derive(Debug, Clone, PartialEq)]
@@ -18,11 +18,12 @@ pub struct NodeFailure {
     pub executed: Vec<NodeId>,
     /// What went wrong.
     pub message: String,
-    /// The error's kind.
-    pub kind: String,
+    /// What kind of failure it is.
+    pub kind: ErrorKind,
     /// The failing node's inputs, each as a list of value representations.
     pub current_inputs: BTreeMap<String, Vec<String>>,
-    /// Nodes whose outputs were available.
+    /// The nodes the output cache tracks for this prompt, as upstream reports them: every node of the prompt,
+    /// whether or not it ran, or none under [`CachePolicy::None`](crate::cache::CachePolicy::None).
     pub current_outputs: Vec<NodeId>,
 }
 

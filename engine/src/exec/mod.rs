@@ -21,10 +21,10 @@ pub use events::{Event, EventSink, NodeFailure};
 pub use history::{HistoryRecorder, StatusMessage};
 pub use roots::{Roots, within};
 
-use crate::cache::{Cache, CachedOutput, compute_keys};
+use crate::cache::{Cache, CachePolicy, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
 use crate::nodes::{
-    Context, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+    Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
 };
 use crate::value::Value;
 
@@ -115,9 +115,19 @@ impl Executor {
         cached.sort();
         sink.emit(run.prompt_id, Event::ExecutionCached { nodes: cached.clone() });
 
+        // The nodes the output cache tracks for this prompt, which a failure reports as `current_outputs`: every
+        // node of the prompt, or none when nothing is cached (upstream's `caches.outputs.all_node_ids()`, taken
+        // before the first node runs).
+        let tracked: Vec<NodeId> = match self.cache.policy() {
+            CachePolicy::None => Vec::new(),
+            CachePolicy::Classic | CachePolicy::Lru(_) | CachePolicy::RamPressure(_) => {
+                prompt.nodes.keys().cloned().collect()
+            }
+        };
         let mut state = RunState {
             prompt_id: run.prompt_id,
             sink: sink.clone(),
+            tracked,
             cached,
             results: HashMap::new(),
             requested_lazy: HashMap::new(),
@@ -152,12 +162,11 @@ impl Executor {
                 continue;
             }
             let Some(class) = self.registry.get(&class_type).cloned() else {
-                return state.fail(
-                    &id,
-                    &class_type,
-                    NodeError::new(format!("node class {class_type} is not registered")),
-                    BTreeMap::new(),
+                let error = NodeError::of_kind(
+                    ErrorKind::MissingNode,
+                    format!("node class {class_type} is not registered"),
                 );
+                return state.fail(&id, &class_type, error, BTreeMap::new());
             };
             let spec = class.spec();
 
@@ -173,7 +182,7 @@ impl Executor {
                 {
                     if !prompt.nodes.contains_key(source) {
                         let error = NodeError::of_kind(
-                            "KeyError",
+                            ErrorKind::MissingNode,
                             format!("node {id} links to missing node {source}"),
                         );
                         return state.fail(&id, &class_type, error, BTreeMap::new());
@@ -184,7 +193,7 @@ impl Executor {
             if !missing.is_empty() {
                 if let Some(cycle) = missing.iter().find(|m| stack.contains(m)) {
                     let error = NodeError::of_kind(
-                        "DependencyCycle",
+                        ErrorKind::DependencyCycle,
                         format!("node {id} depends on {cycle}, which depends on it"),
                     );
                     return state.fail(&id, &class_type, error, BTreeMap::new());
@@ -243,7 +252,8 @@ impl Executor {
                     stack.pop();
                 }
                 Err(error)
-                    if error.kind == "Interrupted" || self.interrupt.load(Ordering::SeqCst) =>
+                    if error.kind == ErrorKind::Interrupted
+                        || self.interrupt.load(Ordering::SeqCst) =>
                 {
                     return state.interrupted(&id, &class_type);
                 }
@@ -272,6 +282,7 @@ impl Executor {
 struct RunState<'a> {
     prompt_id: &'a str,
     sink: Arc<dyn EventSink>,
+    tracked: Vec<NodeId>,
     cached: Vec<NodeId>,
     results: HashMap<NodeId, Arc<CachedOutput>>,
     requested_lazy: HashMap<NodeId, BTreeSet<String>>,
@@ -292,8 +303,6 @@ impl RunState<'_> {
         error: NodeError,
         current_inputs: BTreeMap<String, Vec<String>>,
     ) -> RunSummary {
-        let mut current_outputs: Vec<NodeId> = self.results.keys().cloned().collect();
-        current_outputs.sort();
         let failure = NodeFailure {
             node: node.clone(),
             class_type: class_type.to_owned(),
@@ -301,7 +310,7 @@ impl RunState<'_> {
             message: error.message,
             kind: error.kind,
             current_inputs,
-            current_outputs,
+            current_outputs: self.tracked.clone(),
         };
         self.emit(Event::ExecutionError(Box::new(failure.clone())));
         RunSummary {

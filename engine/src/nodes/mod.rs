@@ -3,6 +3,7 @@
 
 mod builtin;
 mod context;
+mod error;
 mod spec;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use indexmap::IndexMap;
 
 pub use builtin::builtin_registry;
 pub use context::{Context, Interrupted, Preview, PreviewFormat, ProgressSink};
+pub use error::{ErrorKind, NodeError};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
 
 use crate::tensor::Tensor;
@@ -92,11 +94,16 @@ impl Inputs {
     }
 
     fn required(&self, name: &str) -> Result<&Value, NodeError> {
-        self.get(name).ok_or_else(|| NodeError::new(format!("input `{name}` is missing")))
+        self.get(name).ok_or_else(|| {
+            NodeError::of_kind(ErrorKind::WrongType, format!("input `{name}` is missing"))
+        })
     }
 
     fn wrong(&self, name: &str, expected: &str, got: &Value) -> NodeError {
-        NodeError::new(format!("input `{name}` should be {expected}, got {}", got.type_name()))
+        NodeError::of_kind(
+            ErrorKind::WrongType,
+            format!("input `{name}` should be {expected}, got {}", got.type_name()),
+        )
     }
 
     /// An `INT` input.
@@ -231,34 +238,6 @@ impl NodeResult {
     /// A result that only shows something in the UI.
     pub fn ui(ui: UiOutput) -> NodeResult {
         NodeResult { outputs: Vec::new(), ui: Some(ui) }
-    }
-}
-
-/// A node failed while running.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct NodeError {
-    /// What went wrong.
-    pub message: String,
-    /// The error's kind, as reported in `execution_error.exception_type`.
-    pub kind: String,
-}
-
-impl NodeError {
-    /// An error with the generic kind `NodeError`.
-    pub fn new(message: impl Into<String>) -> NodeError {
-        NodeError { message: message.into(), kind: "NodeError".to_owned() }
-    }
-
-    /// An error of a given kind (e.g. `FileNotFoundError`).
-    pub fn of_kind(kind: &str, message: impl Into<String>) -> NodeError {
-        NodeError { message: message.into(), kind: kind.to_owned() }
-    }
-}
-
-impl From<Interrupted> for NodeError {
-    fn from(_: Interrupted) -> NodeError {
-        NodeError::of_kind("Interrupted", "interrupted")
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use kiln_engine::cache::{CachePolicy, RamPressure, RamProbe};
 use kiln_engine::exec::{Event, Outcome};
 use kiln_engine::graph::{NodeId, Prompt, validate};
+use kiln_engine::nodes::ErrorKind;
 use serde_json::json;
 
 use crate::harness::{Harness, ids};
@@ -267,13 +268,54 @@ fn a_failing_node_reports_its_inputs_and_what_ran() {
         panic!("expected a failure: {:?}", ran.summary.outcome)
     };
     assert_eq!(
-        (failure.node.0.as_str(), failure.class_type.as_str(), failure.kind.as_str()),
-        ("2", "TestSlow", "ValueError")
+        (failure.node.0.as_str(), failure.class_type.as_str(), failure.kind),
+        ("2", "TestSlow", ErrorKind::InvalidValue)
     );
     assert_eq!(failure.message, "asked to fail");
     assert_eq!(failure.current_inputs["fail"], ["True"]);
-    assert!(failure.executed.contains(&NodeId::from("1")));
+    assert_eq!(failure.executed, [NodeId::from("1")]);
     assert!(matches!(ran.events.last(), Some(Event::ExecutionError(_))));
+}
+
+/// ComfyUI reports as `current_outputs` the nodes its output cache tracks for the prompt (`all_node_ids()`):
+/// every node, those that produced outputs before the failure as well as those that never ran; none when
+/// caching is off. See tests/golden/comfyui/ws_execution_error.json (`["2", "1"]` for a failure at node 1).
+#[test]
+fn a_failure_reports_the_nodes_the_cache_tracks_as_current_outputs() {
+    let prompt = json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 1.0}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "TestSlow", "inputs": {"steps": 1, "fail": true}},
+        "4": {"class_type": "TestMix", "inputs": {"a": ["1", 0], "b": ["3", 0], "t": 0.5}},
+        "5": {"class_type": "TestOutput", "inputs": {"value": ["4", 0]}},
+    });
+    let failure = |ran: &crate::harness::Ran| match &ran.summary.outcome {
+        Outcome::Failed(failure) => failure.clone(),
+        other => panic!("expected a failure: {other:?}"),
+    };
+    fn sorted(nodes: &[NodeId]) -> Vec<&str> {
+        let mut ids: Vec<&str> = nodes.iter().map(|n| n.0.as_str()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(prompt.clone());
+    let first = failure(&ran);
+    assert_eq!(first.node, NodeId::from("3"));
+    assert_eq!(ran.text("2"), ["1"], "node 2 showed its output before node 3 failed");
+    assert_eq!(sorted(&first.executed), ["1", "2"]);
+    assert_eq!(sorted(&first.current_outputs), ["1", "2", "3", "4", "5"]);
+
+    // Rerun: 1 and 2 come from the cache, so nothing ran before the failure, and the cache still tracks all.
+    let again = failure(&h.run(prompt.clone()));
+    assert!(again.executed.is_empty(), "{:?}", again.executed);
+    assert_eq!(sorted(&again.current_outputs), ["1", "2", "3", "4", "5"]);
+
+    let mut uncached = Harness::new(CachePolicy::None);
+    let none = failure(&uncached.run(prompt));
+    assert_eq!(sorted(&none.executed), ["1", "2"]);
+    assert!(none.current_outputs.is_empty(), "no cache tracks nothing: {:?}", none.current_outputs);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::{Event, Outcome};
 use kiln_engine::graph::NodeId;
-use kiln_engine::nodes::{FileKind, PreviewFormat};
+use kiln_engine::nodes::{ErrorKind, FileKind, PreviewFormat};
 use serde_json::json;
 
 use crate::harness::Harness;
@@ -100,6 +100,50 @@ fn saving_outside_the_output_folder_fails_the_node() {
     let Outcome::Failed(failure) = ran.summary.outcome else { panic!("expected a failure") };
     assert!(failure.message.contains("outside the output folder"), "{}", failure.message);
     assert!(!h.roots.output.parent().expect("parent").join("escape_00001_.png").exists());
+}
+
+/// Each failure carries the kind of what went wrong; the server reports it as ComfyUI's exception name.
+#[test]
+fn file_failures_have_the_kind_of_what_went_wrong() {
+    let mut h = Harness::new(CachePolicy::None);
+    let kind_of = |ran: crate::harness::Ran| match ran.summary.outcome {
+        Outcome::Failed(failure) => (failure.kind, failure.message),
+        other => panic!("expected a failure: {other:?}"),
+    };
+
+    // A file that exists but is not an image passes validation and fails to decode (ws_execution_error).
+    std::fs::write(h.roots.input.join("bad.png"), b"not an image").expect("write");
+    let load = |name: &str| {
+        json!({
+            "1": {"class_type": "LoadImage", "inputs": {"image": name}},
+            "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+        })
+    };
+    let (kind, message) = kind_of(h.run(load("bad.png")));
+    assert_eq!(kind, ErrorKind::ImageDecode);
+    assert!(message.starts_with("cannot identify image file 'bad.png'"), "{message}");
+
+    // A file removed between validation and execution.
+    std::fs::write(h.roots.input.join("gone.png"), b"soon gone").expect("write");
+    let validated = h.validate(load("gone.png"));
+    std::fs::remove_file(h.roots.input.join("gone.png")).expect("remove");
+    let (kind, _) = kind_of(h.run_validated(&validated, json!(null)));
+    assert_eq!(kind, ErrorKind::FileNotFound);
+
+    // A prefix that names no file.
+    let (kind, message) = kind_of(h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 2, "height": 2, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "./"}},
+    })));
+    assert_eq!((kind, message.as_str()), (ErrorKind::InvalidValue, "filename_prefix is empty"));
+
+    // An output folder that cannot be created.
+    std::fs::write(h.roots.output.join("taken"), b"a file, not a folder").expect("write");
+    let (kind, _) = kind_of(h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 2, "height": 2, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "taken/x"}},
+    })));
+    assert_eq!(kind, ErrorKind::Io);
 }
 
 #[test]

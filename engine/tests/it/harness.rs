@@ -9,8 +9,8 @@ use kiln_engine::cache::{Cache, CachePolicy};
 use kiln_engine::exec::{Event, EventSink, Executor, Roots, Run, RunSummary};
 use kiln_engine::graph::{NodeId, Prompt, ValidatedPrompt, validate};
 use kiln_engine::nodes::{
-    Context, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, Output,
-    OutputDef, Registry, builtin_registry,
+    Context, ErrorKind, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
+    Output, OutputDef, Registry, builtin_registry,
 };
 use kiln_engine::value::Value;
 use serde_json::json;
@@ -142,7 +142,7 @@ impl Node for TestSlow {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         if inputs.bool("fail")? {
-            return Err(NodeError::of_kind("ValueError", "asked to fail"));
+            return Err(NodeError::of_kind(ErrorKind::InvalidValue, "asked to fail"));
         }
         let steps = inputs.int("steps")?;
         for step in 0..steps {

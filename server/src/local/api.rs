@@ -277,12 +277,16 @@ fn user_data_error<T>(
     }
 }
 
-async fn pump(socket: WebSocket, runtime: Arc<Runtime>, mut connection: crate::ws::Connection) {
+/// Moves a hub connection's frames into the socket and the client's messages into the hub, until the client
+/// closes, a send fails, or the hub drops the socket because its client stopped reading (then the socket is
+/// closed at once, even with a send blocked on the full connection, and the frames still queued are freed).
+async fn pump(socket: WebSocket, runtime: Arc<Runtime>, connection: crate::ws::Connection) {
+    let crate::ws::Connection { id, sid, mut frames } = connection;
     let (mut sender, mut receiver) = socket.split();
-    let id = connection.id;
-    tracing::debug!(sid = %connection.sid, "websocket connected");
-    let outgoing = tokio::spawn(async move {
-        while let Some(frame) = connection.frames.recv().await {
+    tracing::debug!(%sid, "websocket connected");
+    let dropped = frames.dropped();
+    let outgoing = async move {
+        while let Some(frame) = frames.recv().await {
             let message = match frame {
                 Frame::Text(text) => Message::Text(text.into()),
                 Frame::Binary(bytes) => Message::Binary(bytes),
@@ -291,16 +295,24 @@ async fn pump(socket: WebSocket, runtime: Arc<Runtime>, mut connection: crate::w
                 break;
             }
         }
-    });
-    while let Some(Ok(message)) = receiver.next().await {
-        match message {
-            Message::Text(text) => runtime.hub.client_text(id, text.as_str(), &runtime.features),
-            Message::Close(_) => break,
-            _ => {}
+    };
+    let incoming = async {
+        while let Some(Ok(message)) = receiver.next().await {
+            match message {
+                Message::Text(text) => {
+                    runtime.hub.client_text(id, text.as_str(), &runtime.features)
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
         }
+    };
+    tokio::select! {
+        () = outgoing => {}
+        () = incoming => {}
+        () = dropped => {}
     }
     runtime.hub.disconnect(id);
-    outgoing.abort();
 }
 
 impl SharedApi for LocalServer {

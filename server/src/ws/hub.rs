@@ -4,15 +4,17 @@
 //! are tested without sockets. Rules (comfy-api.md §8.1): a socket is registered under its `clientId` (a random
 //! 32-hex id when none is given); re-using an id replaces the earlier socket, and cleanup goes by connection
 //! identity, so a late close of a replaced socket does not unregister its successor. Only the first text
-//! message from a client is read, as a `feature_flags` announcement.
+//! message from a client is read, as a `feature_flags` announcement. Sending never waits: each socket's queue
+//! is bounded (`outbox.rs`), and a socket whose client stops reading is dropped, so one slow client holds up
+//! neither the worker nor the other sockets.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use kiln_spec::types;
-use tokio::sync::mpsc;
 
 use super::messages::{Audience, executing, status};
+use super::outbox::{Outbox, Outgoing, Refused, queue};
 
 /// A frame for a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +30,12 @@ pub(crate) enum Frame {
 pub(crate) struct Connection {
     pub(crate) id: u64,
     pub(crate) sid: String,
-    pub(crate) frames: mpsc::UnboundedReceiver<Frame>,
+    pub(crate) frames: Outgoing,
 }
 
 struct Socket {
     sid: String,
-    tx: mpsc::UnboundedSender<Frame>,
+    outbox: Outbox,
     read_first_message: bool,
     flags: Option<serde_json::Value>,
 }
@@ -61,6 +63,33 @@ struct Inner {
     running: Option<Running>,
 }
 
+impl Inner {
+    /// Forgets a socket; its client id stays registered if a newer socket took it over.
+    fn remove(&mut self, id: u64) {
+        if let Some(socket) = self.sockets.remove(&id)
+            && self.by_sid.get(&socket.sid) == Some(&id)
+        {
+            self.by_sid.remove(&socket.sid);
+        }
+    }
+
+    /// Queues a frame for a socket; a socket that is gone, or whose client stopped reading, is forgotten.
+    fn deliver(&mut self, id: u64, frame: Frame) {
+        let Some(socket) = self.sockets.get(&id) else { return };
+        match socket.outbox.try_send(frame) {
+            Ok(()) => return,
+            Err(Refused::Closed) => {}
+            // The sid is the client's own `clientId`: logged quoted and escaped.
+            Err(Refused::Overflow { queued }) => tracing::warn!(
+                sid = ?socket.sid,
+                queued_bytes = queued,
+                "websocket client stopped reading; disconnecting it"
+            ),
+        }
+        self.remove(id);
+    }
+}
+
 /// The registry of sockets and the routing of messages.
 #[derive(Default)]
 pub(crate) struct Hub {
@@ -84,34 +113,30 @@ impl Hub {
         let sid = client_id
             .filter(|c| !c.is_empty())
             .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned);
-        let (tx, frames) = mpsc::unbounded_channel();
+        let (outbox, frames) = queue();
         let mut inner = self.lock();
         let id = inner.next_id;
         inner.next_id += 1;
+        inner.sockets.insert(
+            id,
+            Socket { sid: sid.clone(), outbox, read_first_message: false, flags: None },
+        );
+        inner.by_sid.insert(sid.clone(), id);
         if let Some(text) = json(&status(queue_remaining, Some(&sid))) {
-            let _ = tx.send(Frame::Text(text));
+            inner.deliver(id, Frame::Text(text));
         }
         if let Some(Running { client_id: Some(owner), last_node: Some(node) }) = &inner.running
             && *owner == sid
             && let Some(text) = json(&executing(Some(node), None))
         {
-            let _ = tx.send(Frame::Text(text));
+            inner.deliver(id, Frame::Text(text));
         }
-        inner
-            .sockets
-            .insert(id, Socket { sid: sid.clone(), tx, read_first_message: false, flags: None });
-        inner.by_sid.insert(sid.clone(), id);
         Connection { id, sid, frames }
     }
 
     /// Forgets a socket; its client id stays registered if a newer socket took it over.
     pub(crate) fn disconnect(&self, id: u64) {
-        let mut inner = self.lock();
-        if let Some(socket) = inner.sockets.remove(&id)
-            && inner.by_sid.get(&socket.sid) == Some(&id)
-        {
-            inner.by_sid.remove(&socket.sid);
-        }
+        self.lock().remove(id);
     }
 
     /// A text message from a client: only the first is read; `feature_flags` is stored and answered with the
@@ -129,7 +154,7 @@ impl Hub {
             type_: types::WsFeatureFlagsMessageType::FeatureFlags,
         });
         if let Some(text) = json(&reply) {
-            let _ = socket.tx.send(Frame::Text(text));
+            inner.deliver(id, Frame::Text(text));
         }
     }
 
@@ -159,7 +184,8 @@ impl Hub {
         self.send(client_id, audience, |_| Frame::Text(text.clone()));
     }
 
-    /// Sends every socket of the audience the frame `frame_for` makes for it; sockets that are gone are dropped.
+    /// Queues for every socket of the audience the frame `frame_for` makes for it; sockets that are gone or
+    /// whose client stopped reading are dropped.
     fn send(
         &self,
         client_id: Option<&str>,
@@ -167,19 +193,20 @@ impl Hub {
         frame_for: impl Fn(&Socket) -> Frame,
     ) {
         let mut inner = self.lock();
-        let owner = client_id.and_then(|c| inner.by_sid.get(c).copied());
         let everyone = match audience {
             Audience::All => true,
             Audience::OwnerOrAll => client_id.is_none(),
             Audience::Owner => false,
         };
-        if everyone {
-            inner.sockets.retain(|_, s| s.tx.send(frame_for(s)).is_ok());
-        } else if let Some(id) = owner
-            && let Some(socket) = inner.sockets.get(&id)
-            && socket.tx.send(frame_for(socket)).is_err()
-        {
-            inner.sockets.remove(&id);
+        let targets: Vec<u64> = if everyone {
+            inner.sockets.keys().copied().collect()
+        } else {
+            client_id.and_then(|c| inner.by_sid.get(c).copied()).into_iter().collect()
+        };
+        for id in targets {
+            if let Some(frame) = inner.sockets.get(&id).map(&frame_for) {
+                inner.deliver(id, frame);
+            }
         }
     }
 

@@ -57,8 +57,8 @@ pub(crate) fn execution_error(
             .map(|(k, v)| (k.clone(), types::StringList(v.clone())))
             .collect(),
         current_outputs: ids(&failure.current_outputs),
-        exception_message: failure.message.clone(),
-        exception_type: failure.kind.clone(),
+        exception_message: convert::exception_message(failure.kind, &failure.message),
+        exception_type: convert::exception_type(failure.kind).to_owned(),
         executed: ids(&failure.executed),
         node_id: failure.node.0.clone(),
         node_type: failure.class_type.clone(),

@@ -1,9 +1,10 @@
-//! The websocket side of the server: engine events as `Ws*` messages and binary preview frames (`messages.rs`)
-//! and the hub that routes them to sockets by client id (`hub.rs`). The axum handler that pumps a hub
-//! connection into a real socket is in `local/api.rs`.
+//! The websocket side of the server: engine events as `Ws*` messages and binary preview frames (`messages.rs`),
+//! the hub that routes them to sockets by client id (`hub.rs`), and each socket's bounded send queue
+//! (`outbox.rs`). The axum handler that pumps a hub connection into a real socket is in `local/api.rs`.
 
 mod hub;
 mod messages;
+mod outbox;
 
 pub(crate) use hub::{Connection, Frame, Hub};
 pub(crate) use messages::{

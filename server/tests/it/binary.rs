@@ -17,6 +17,25 @@ pub(crate) struct Server {
     child: Child,
     proxy: Option<Proxy>,
     contract: Arc<Contract>,
+    direct: String,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// The server's own address, without the proxy (for clients whose pace the proxy would hide).
+    pub(crate) fn direct_addr(&self) -> &str {
+        &self.direct
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The lines the server has logged so far.
+    pub(crate) fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl Drop for Server {
@@ -61,7 +80,14 @@ pub(crate) fn start_with(
         .expect("kiln starts");
     let stderr = child.stderr.take().expect("stderr is piped");
     let contract = Arc::new(Contract::from_spec());
-    let mut server = Server { child, proxy: None, contract: contract.clone() };
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut server = Server {
+        child,
+        proxy: None,
+        contract: contract.clone(),
+        direct: String::new(),
+        log: log.clone(),
+    };
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
         let line =
@@ -71,7 +97,12 @@ pub(crate) fn start_with(
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    });
+    server.direct.clone_from(&addr);
     let proxy = proxy::start(&addr, contract);
     let addr = proxy.addr.to_string();
     server.proxy = Some(proxy);

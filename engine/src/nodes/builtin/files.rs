@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use crate::exec::within;
 use crate::nodes::{
-    Context, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node, NodeError,
-    NodeResult, NodeSpec, Output, OutputDef, UiOutput,
+    Context, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node,
+    NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -97,15 +97,15 @@ impl Node for LoadImage {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let name = inputs.string("image")?;
         let path = self.path(name).ok_or_else(|| {
-            NodeError::of_kind("FileNotFoundError", format!("Invalid image file: {name}"))
+            NodeError::of_kind(ErrorKind::FileNotFound, format!("Invalid image file: {name}"))
         })?;
         let decoded = image::ImageReader::open(&path)
             .and_then(|r| r.with_guessed_format())
-            .map_err(|e| NodeError::of_kind("OSError", format!("cannot open {name}: {e}")))?
+            .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
             .decode()
             .map_err(|e| {
                 NodeError::of_kind(
-                    "UnidentifiedImageError",
+                    ErrorKind::ImageDecode,
                     format!("cannot identify image file '{name}': {e}"),
                 )
             })?;
@@ -231,12 +231,13 @@ fn save_pngs(
     if prefix.starts_with(['/', '\\']) || normalized.contains(&"..") {
         return Err(outside());
     }
-    let (name, folders) =
-        normalized.split_last().ok_or_else(|| NodeError::new("filename_prefix is empty"))?;
+    let (name, folders) = normalized
+        .split_last()
+        .ok_or_else(|| NodeError::of_kind(ErrorKind::InvalidValue, "filename_prefix is empty"))?;
     let subfolder = folders.join("/");
     let create = |dir: &Path| {
         fs::create_dir_all(dir).map_err(|e| {
-            NodeError::of_kind("OSError", format!("cannot create {}: {e}", dir.display()))
+            NodeError::of_kind(ErrorKind::Io, format!("cannot create {}: {e}", dir.display()))
         })
     };
     // The root first: `within` resolves symlinks against it, so it must exist.
@@ -293,10 +294,10 @@ fn write_png(
     text: &[(String, String)],
 ) -> Result<(), NodeError> {
     let file = fs::File::create(path).map_err(|e| {
-        NodeError::of_kind("OSError", format!("cannot write {}: {e}", path.display()))
+        NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
     })?;
     encode_png(BufWriter::new(file), pixels, w, h, c, text).map_err(|e| {
-        NodeError::of_kind("OSError", format!("cannot encode {}: {e}", path.display()))
+        NodeError::of_kind(ErrorKind::Io, format!("cannot encode {}: {e}", path.display()))
     })
 }
 

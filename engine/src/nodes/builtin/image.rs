@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::resize::{METHODS, resize};
-use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -16,8 +18,9 @@ pub(super) fn dims(image: &Tensor) -> Result<(usize, usize, usize, usize), NodeE
 }
 
 fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
-    usize::try_from(inputs.int(name)?)
-        .map_err(|_| NodeError::new(format!("{name} must not be negative")))
+    usize::try_from(inputs.int(name)?).map_err(|_| {
+        NodeError::of_kind(ErrorKind::InvalidValue, format!("{name} must not be negative"))
+    })
 }
 
 /// `ImageScale`: resizes to a width and height (0 keeps the aspect ratio from the other side).

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
 
 /// The lazy switch.
 pub(super) struct ComfySwitchNode(Arc<NodeSpec>);
@@ -34,10 +36,9 @@ impl Node for ComfySwitchNode {
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let branch = if inputs.bool("switch")? { "on_true" } else { "on_false" };
-        let value = inputs
-            .get(branch)
-            .cloned()
-            .ok_or_else(|| NodeError::new(format!("input `{branch}` is missing")))?;
+        let value = inputs.get(branch).cloned().ok_or_else(|| {
+            NodeError::of_kind(ErrorKind::WrongType, format!("input `{branch}` is missing"))
+        })?;
         Ok(NodeResult::values([value]))
     }
 }

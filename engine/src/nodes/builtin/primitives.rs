@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::nodes::{
-    Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef, UiOutput,
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+    UiOutput,
 };
 use crate::value::Value;
 
@@ -19,7 +20,7 @@ impl Node for Primitive {
         let value = inputs
             .get("value")
             .cloned()
-            .ok_or_else(|| NodeError::new("input `value` is missing"))?;
+            .ok_or_else(|| NodeError::of_kind(ErrorKind::WrongType, "input `value` is missing"))?;
         Ok(NodeResult::values([value]))
     }
 }
@@ -73,8 +74,9 @@ impl Node for PreviewAny {
         self.0.clone()
     }
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        let source =
-            inputs.get("source").ok_or_else(|| NodeError::new("input `source` is missing"))?;
+        let source = inputs
+            .get("source")
+            .ok_or_else(|| NodeError::of_kind(ErrorKind::WrongType, "input `source` is missing"))?;
         let text = match source {
             Value::String(s) => s.clone(),
             Value::Json(json) => {

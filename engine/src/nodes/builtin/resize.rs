@@ -1,6 +1,6 @@
 //! Resampling of `[B, H, W, C]` tensors with ComfyUI's methods, and its center crop.
 
-use crate::nodes::NodeError;
+use crate::nodes::{ErrorKind, NodeError};
 use crate::tensor::Tensor;
 
 /// The upscale methods of ImageScale and LatentUpscale.
@@ -23,7 +23,10 @@ pub(crate) fn resize(
     };
     let (batch, h, w, c) = (*batch, *h, *w, *c);
     if width == 0 || height == 0 || w == 0 || h == 0 {
-        return Err(NodeError::new(format!("cannot resize {w}x{h} to {width}x{height}")));
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("cannot resize {w}x{h} to {width}x{height}"),
+        ));
     }
     let (x0, y0, cw, ch) = if center_crop { crop_box(w, h, width, height) } else { (0, 0, w, h) };
     let kernel = Kernel::parse(method)?;
@@ -93,7 +96,12 @@ impl Kernel {
             "area" => Kernel::Area,
             "bicubic" => Kernel::Bicubic,
             "lanczos" => Kernel::Lanczos,
-            other => return Err(NodeError::new(format!("unknown upscale method {other}"))),
+            other => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!("unknown upscale method {other}"),
+                ));
+            }
         })
     }
 }

@@ -168,7 +168,7 @@ fn progress_state_tracks_running_and_finished_nodes() {
         class_type: "X".to_owned(),
         executed: vec![],
         message: "m".to_owned(),
-        kind: "k".to_owned(),
+        kind: kiln_engine::nodes::ErrorKind::Failed,
         current_inputs: Default::default(),
         current_outputs: vec![],
     };
@@ -218,4 +218,76 @@ fn previews_go_to_the_owner_as_type_4_when_negotiated_and_type_1_otherwise() {
         (vec![4], vec![1]),
         "every socket when the prompt has no client_id, each in its own format"
     );
+}
+
+/// Sends `count` binary frames of `size` bytes to every socket (a prompt without a client id), as the worker
+/// does for previews.
+fn flood(hub: &Hub, size: usize, count: usize) {
+    let frame = bytes::Bytes::from(vec![0u8; size]);
+    for _ in 0..count {
+        hub.send_preview(None, &frame, &frame);
+    }
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_a_bounded_backlog_and_the_others_keep_receiving() {
+    use crate::ws::outbox::MAX_QUEUED_BYTES;
+    let hub = Hub::default();
+    let mut stalled = hub.connect(Some("stalled"), 0);
+    let mut reader = hub.connect(Some("reader"), 0);
+    drain(&mut stalled);
+    drain(&mut reader);
+
+    // Four times the budget in 1 MiB previews; the reader keeps up, the stalled client reads nothing.
+    let size = 1 << 20;
+    let mut received = 0;
+    let mut held_at_most = 0;
+    for _ in 0..4 * MAX_QUEUED_BYTES / size {
+        flood(&hub, size, 1);
+        held_at_most = held_at_most.max(stalled.frames.queued_bytes());
+        received += binary_types(&mut reader).len();
+    }
+    assert_eq!(received, 4 * MAX_QUEUED_BYTES / size, "the reader got every preview");
+    assert!(stalled.frames.overflowed(), "the stalled client was dropped");
+    assert!(held_at_most <= MAX_QUEUED_BYTES, "held {held_at_most} bytes for it");
+    assert_eq!(hub.len(), 1, "only the reader is left");
+
+    // Its pump is told to close, and gives no more frames: what was queued is discarded.
+    let dropped = stalled.frames.dropped();
+    futures::executor::block_on(dropped);
+    assert!(futures::executor::block_on(stalled.frames.recv()).is_none());
+
+    // Its client id is free again, and a new socket under it receives.
+    let mut again = hub.connect(Some("stalled"), 0);
+    hub.publish(Some("stalled"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
+    assert_eq!(types_of(&drain(&mut again)), ["status", "executing"]);
+}
+
+#[test]
+fn a_frame_larger_than_the_budget_goes_out_when_nothing_waits() {
+    use crate::ws::outbox::MAX_QUEUED_BYTES;
+    let hub = Hub::default();
+    let mut socket = hub.connect(Some("big"), 0);
+    drain(&mut socket);
+    flood(&hub, MAX_QUEUED_BYTES + 1, 1);
+    assert_eq!(binary_types(&mut socket), [0], "delivered");
+    flood(&hub, MAX_QUEUED_BYTES + 1, 1);
+    assert_eq!(hub.len(), 1, "still connected");
+    // A second one while the first still waits is too much.
+    flood(&hub, MAX_QUEUED_BYTES + 1, 1);
+    assert_eq!(hub.len(), 0, "dropped");
+}
+
+#[test]
+fn a_client_that_reads_is_never_dropped_however_much_it_is_sent() {
+    use crate::ws::outbox::MAX_QUEUED_BYTES;
+    let hub = Hub::default();
+    let mut socket = hub.connect(Some("steady"), 0);
+    drain(&mut socket);
+    let size = MAX_QUEUED_BYTES / 4;
+    for _ in 0..40 {
+        flood(&hub, size, 3);
+        assert_eq!(binary_types(&mut socket).len(), 3);
+    }
+    assert_eq!(hub.len(), 1);
 }
