@@ -110,10 +110,7 @@ impl Server {
         }));
         let worker = start_worker(runtime.clone(), executor);
         let mut router = local_router(Arc::new(LocalServer(runtime.clone())));
-        router = match &config.front_end_root {
-            Some(root) => crate::frontend::serve(router, root),
-            None => router.route("/", axum::routing::get(crate::frontend::no_frontend)),
-        };
+        router = crate::frontend::mount(router, config).await;
         let router = router.layer(DefaultBodyLimit::max(config.max_upload_size as usize));
         let router = match config.cors_origin.clone() {
             Some(origin) => router.layer(middleware::from_fn(move |request, next| {

@@ -15,6 +15,7 @@ mod config;
 mod convert;
 mod files;
 mod frontend;
+mod frontend_package;
 #[cfg(test)]
 mod golden;
 mod local;
@@ -25,6 +26,7 @@ mod ws;
 
 pub use api::Runtime;
 pub use app::Server;
-pub use config::{CacheMode, Config};
+pub use config::{CacheMode, Config, FrontEnd};
+pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};
 pub use storage::StorageError;
