@@ -157,6 +157,7 @@ async fn the_pinned_frontend_is_served_from_its_cached_copy_without_any_request(
         matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "no connection to the wheel's host: {accepted:?}"
     );
+    let _ = std::fs::remove_dir_all(&config.data_dir);
 }
 
 #[tokio::test]
@@ -185,6 +186,7 @@ async fn a_wheel_that_does_not_match_the_pinned_sha256_is_refused_and_nothing_is
     assert_eq!(frontend_entries(&config), Vec::<String>::new(), "nothing installed, nothing left");
     let (status, _, _) = send(&server, get("/api/queue")).await;
     assert_eq!(status, StatusCode::OK, "the API still answers");
+    let _ = std::fs::remove_dir_all(&config.data_dir);
 }
 
 #[tokio::test]
@@ -215,11 +217,13 @@ async fn an_interrupted_download_leaves_nothing_a_later_start_would_serve() {
         Vec::<String>::new(),
         "no partial wheel or folder is left"
     );
+    let _ = std::fs::remove_dir_all(&config.data_dir);
 }
 
 #[tokio::test]
 async fn without_a_frontend_the_root_says_why_and_the_api_answers() {
-    let server = Server::start(&config("disabled"), LogRing::new()).await.expect("starts");
+    let config = config("disabled");
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
     let (status, headers, body) = send(&server, get("/")).await;
     let text = String::from_utf8(body).expect("text");
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -230,6 +234,7 @@ async fn without_a_frontend_the_root_says_why_and_the_api_answers() {
     );
     let (status, _, _) = send(&server, get("/api/queue")).await;
     assert_eq!(status, StatusCode::OK);
+    let _ = std::fs::remove_dir_all(&config.data_dir);
 }
 
 /// The README's run command without network access: one line says what to do, and the API is served.
