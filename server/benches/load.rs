@@ -79,7 +79,7 @@ async fn main() {
     let data_dir = std::env::temp_dir().join(format!("kiln-load-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["--port", "0", "--cache-classic", "--data-dir"])
+        .args(["--port", "0", "--cache-classic", "--disable-front-end", "--data-dir"])
         .arg(&data_dir)
         .env("RUST_LOG", "warn,kiln=info")
         .stderr(Stdio::piped())

@@ -95,8 +95,7 @@ impl Server {
             user_dir: config.user_dir.clone(),
             model_folders,
             features,
-            // A `--front-end-root` is of unknown version, and without one no frontend is served.
-            frontend_version: None,
+            frontend_version: std::sync::OnceLock::new(),
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             free_requested: AtomicBool::new(false),
@@ -114,10 +113,11 @@ impl Server {
         }));
         let worker = start_worker(runtime.clone(), executor);
         let mut router = local_router(Arc::new(LocalServer(runtime.clone())));
-        router = match &config.front_end_root {
-            Some(root) => crate::frontend::serve(router, root),
-            None => router.route("/", axum::routing::get(crate::frontend::no_frontend)),
-        };
+        let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
+        router = mounted;
+        if let Some(version) = frontend_version {
+            let _ = runtime.frontend_version.set(version);
+        }
         let router = router.layer(DefaultBodyLimit::max(config.max_upload_size as usize));
         let router = match config.cors_origin.clone() {
             Some(origin) => router.layer(middleware::from_fn(move |request, next| {

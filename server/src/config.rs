@@ -20,6 +20,21 @@ pub enum CacheMode {
     None,
 }
 
+/// Which ComfyUI frontend `/` serves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FrontEnd {
+    /// The pinned `comfyui-frontend-package` ([`crate::FRONTEND_VERSION`]), cached under `DATA_DIR/frontend/`
+    /// and downloaded from `wheel_url` the first time (the `kiln` default; `--front-end-wheel-url`).
+    Pinned {
+        /// Where the wheel is downloaded from; it must match the pinned sha256 wherever it comes from.
+        wheel_url: String,
+    },
+    /// A built frontend folder (`--front-end-root`: the `static` folder of `comfyui-frontend-package`).
+    Root(PathBuf),
+    /// None (`--disable-front-end`): `/` says how to get one.
+    Disabled,
+}
+
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -43,8 +58,8 @@ pub struct Config {
     pub max_upload_size: u64,
     /// The node result cache.
     pub cache: CacheMode,
-    /// A built ComfyUI frontend to serve at `/` (the `static` folder of `comfyui-frontend-package`).
-    pub front_end_root: Option<PathBuf>,
+    /// The ComfyUI frontend served at `/`.
+    pub front_end: FrontEnd,
     /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
     /// cross-origin requests to a loopback host.
     pub cors_origin: Option<String>,
@@ -68,7 +83,9 @@ impl Config {
             data_dir,
             max_upload_size: 100 * 1024 * 1024,
             cache: CacheMode::RamPressure(None),
-            front_end_root: None,
+            // Not the binary's default (the pinned frontend, downloaded): a `Config` built in code reaches no
+            // network unless it asks to.
+            front_end: FrontEnd::Disabled,
             cors_origin: None,
             runtime: Runtime::Local,
             argv,

@@ -16,6 +16,7 @@ mod convert;
 mod extra_model_paths;
 mod files;
 mod frontend;
+mod frontend_package;
 mod local;
 mod logs;
 mod model_folders;
@@ -25,7 +26,8 @@ mod ws;
 
 pub use api::Runtime;
 pub use app::Server;
-pub use config::{CacheMode, Config};
+pub use config::{CacheMode, Config, FrontEnd};
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
+pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};
 pub use storage::StorageError;

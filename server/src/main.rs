@@ -6,7 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
-use kiln_server::{CacheMode, Config, LogRing, Runtime, Server};
+use kiln_server::{
+    CacheMode, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd, FrontEndVersion, LogRing,
+    Runtime, Server,
+};
 use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -36,9 +39,20 @@ struct Args {
     /// The user directory (settings, user data). Default: DATA_DIR/user.
     #[arg(long)]
     user_directory: Option<PathBuf>,
-    /// Serve the ComfyUI frontend from this folder (the `static` folder of `comfyui-frontend-package`).
+    /// Serve the ComfyUI frontend from this folder (the `static` folder of `comfyui-frontend-package`) instead
+    /// of the pinned one Kiln downloads once into DATA_DIR/frontend.
     #[arg(long)]
     front_end_root: Option<PathBuf>,
+    /// ComfyUI's frontend version string (OWNER/REPO@VERSION). Kiln serves the comfyui-frontend-package it is
+    /// tested with; another version is reported and the pinned one served.
+    #[arg(long, default_value = "comfyanonymous/ComfyUI@latest", value_parser = FrontEndVersion::parse)]
+    front_end_version: FrontEndVersion,
+    /// Where to download the pinned frontend wheel from (e.g. a PyPI mirror); it must match the pinned sha256.
+    #[arg(long, value_name = "URL", default_value = FRONTEND_WHEEL_URL)]
+    front_end_wheel_url: String,
+    /// Serve no frontend: download nothing, serve only the API.
+    #[arg(long, conflicts_with = "front_end_root")]
+    disable_front_end: bool,
     /// Allow cross-origin requests from ORIGIN (`*` when given without a value) instead of refusing
     /// cross-origin requests to a loopback host.
     #[arg(long, num_args = 0..=1, default_missing_value = "*")]
@@ -99,7 +113,18 @@ impl Args {
         config.temp_dir = self.temp_directory.unwrap_or(config.temp_dir);
         config.user_dir = self.user_directory.unwrap_or(config.user_dir);
         config.max_upload_size = (self.max_upload_size * 1024.0 * 1024.0) as u64;
-        config.front_end_root = self.front_end_root;
+        config.front_end = match (self.disable_front_end, self.front_end_root) {
+            (true, _) => FrontEnd::Disabled,
+            (false, Some(root)) => FrontEnd::Root(root),
+            (false, None) => FrontEnd::Pinned { wheel_url: self.front_end_wheel_url },
+        };
+        let pinned = matches!(config.front_end, FrontEnd::Pinned { .. });
+        if let (true, FrontEndVersion::Other(version)) = (pinned, self.front_end_version) {
+            tracing::warn!(
+                "--front-end-version {version}: Kiln serves the ComfyUI frontend it is tested with \
+                 (comfyui-frontend-package {FRONTEND_VERSION}); pass --front-end-root DIR to serve another build"
+            );
+        }
         config.cache = match (self.cache_classic, self.cache_lru, self.cache_ram, self.cache_none) {
             (true, ..) => CacheMode::Classic,
             (_, Some(n), ..) => CacheMode::Lru(n),

@@ -5,6 +5,7 @@
 //! `FeatureFlags`). RAM figures come from `/proc/meminfo` where it exists (`MemTotal`, `MemAvailable`);
 //! elsewhere they are 0, which ComfyUI's frontend shows as unknown rather than failing.
 
+use crate::frontend_package::FRONTEND_VERSION;
 use kiln_engine::Backend;
 use kiln_engine::cache::meminfo_bytes;
 use kiln_spec::types::{
@@ -17,11 +18,8 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The Rust version Kiln is built for (the workspace's `rust-version`), reported as `python_version`.
 const RUST_VERSION: &str = env!("CARGO_PKG_RUST_VERSION");
 
-/// The ComfyUI frontend package Kiln serves by default and is tested with.
-pub(crate) const FRONTEND_PACKAGE: &str = "comfyui-frontend-package";
-
-/// Its version (`required_frontend_version`; the browser test pins the same one).
-pub(crate) const FRONTEND_VERSION: &str = "1.58.1";
+/// The ComfyUI frontend package Kiln serves by default and is tested with (version: [`FRONTEND_VERSION`]).
+const FRONTEND_PACKAGE: &str = "comfyui-frontend-package";
 
 /// The feature flags: what Kiln supports, under ComfyUI's names.
 pub(crate) fn features(max_upload_size: i64) -> FeatureFlags {

@@ -1,27 +1,35 @@
 // The real ComfyUI frontend (PyPI `comfyui-frontend-package`, pinned in tests/clients/requirements.txt) against
 // the real `kiln` binary, in Debian's Chromium driven by playwright-core (pinned in package.json).
 //
-// Boots the page with no page errors, opens a LoadImage -> ImageInvert -> SaveImage workflow through the
-// frontend's "open workflow" file input, clicks Run, waits for the run to finish and for the output image to be
-// served by /view, and saves a screenshot for humans under target/browser/. Kiln runs behind the contract proxy
-// (target/debug/kiln-contract-proxy, or $KILN_CONTRACT_PROXY): every answer the page gets is checked against
-// the spec.
+// Kiln starts as a user starts it, without --front-end-root: it downloads the pinned wheel once (here from a
+// local HTTP server that serves the wheel `pip download` fetched, through --front-end-wheel-url; the test never
+// reaches the internet), checks its sha256 and unpacks it into its data directory. The unpacked frontend must be
+// byte for byte the `static/` folder pip installs. The page boots with no page errors, opens a
+// LoadImage -> ImageInvert -> SaveImage workflow through the frontend's "open workflow" file input, clicks Run,
+// waits for the run to finish and for the output image to be served by /view, and saves a screenshot for humans
+// under target/browser/. Kiln runs behind the contract proxy (target/debug/kiln-contract-proxy, or
+// $KILN_CONTRACT_PROXY): every answer the page gets is checked against the spec.
 //
-// Usage: node tests/browser/frontend.test.mjs <path to kiln> <frontend static folder>
+// Then two cheaper checks over HTTP: a restart with the wheel's server gone serves the cached copy, and
+// --front-end-root serves the folder it names (the same serving code as the downloaded copy, so no second boot).
+//
+// Usage: node tests/browser/frontend.test.mjs <path to kiln> <frontend static folder> <frontend wheel>
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
-const [kilnBinary, frontEndRoot] = process.argv.slice(2);
-if (!kilnBinary || !frontEndRoot) {
-  console.error('usage: frontend.test.mjs <path to kiln> <frontend static folder>');
+const [kilnBinary, frontEndRoot, wheelFile] = process.argv.slice(2);
+if (!kilnBinary || !frontEndRoot || !wheelFile) {
+  console.error('usage: frontend.test.mjs <path to kiln> <frontend static folder> <frontend wheel>');
   process.exit(2);
 }
+const frontendVersion = basename(wheelFile).split('-')[1];
 const here = dirname(fileURLToPath(import.meta.url));
 const screenshots = join(here, '..', '..', 'target', 'browser');
 const chromiumPath = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
@@ -60,15 +68,61 @@ async function spawnListening(command, args) {
 }
 
 /**
- * Starts kiln on a free port with a fresh data directory holding one input image, behind the contract proxy
- * (every answer and websocket frame checked against spec/openapi.yaml); resolves to both and the proxy's URL.
+ * Starts kiln on a free port with a fresh data directory holding one input image and the given frontend flags,
+ * behind the contract proxy (every answer and websocket frame checked against spec/openapi.yaml); resolves to
+ * both and the proxy's URL.
  */
-async function startKiln(dataDir) {
+async function startKiln(dataDir, frontEndArgs) {
   mkdirSync(join(dataDir, 'input'), { recursive: true });
   copyFileSync(join(here, 'kiln-input.png'), join(dataDir, 'input', 'kiln-input.png'));
-  const kiln = await spawnListening(kilnBinary, ['--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot]);
+  const kiln = await spawnListening(kilnBinary, ['--port', '0', '--data-dir', dataDir, ...frontEndArgs]);
   const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
   return { kiln: kiln.child, proxy, url: proxy.url };
+}
+
+/** Serves the wheel file at /<its name> on a free loopback port; resolves to its URL, the server and its count. */
+async function serveWheel() {
+  const served = { requests: 0 };
+  const server = createServer((request, response) => {
+    served.requests += 1;
+    if (request.url !== `/${basename(wheelFile)}`) {
+      response.writeHead(404).end();
+      return;
+    }
+    const bytes = readFileSync(wheelFile);
+    response.writeHead(200, { 'content-type': 'application/zip', 'content-length': bytes.length }).end(bytes);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${server.address().port}/${basename(wheelFile)}`;
+  return { url, server, served };
+}
+
+/** Every file under `root`, relative to it, sorted. */
+function filesUnder(root) {
+  return readdirSync(root, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(root, join(entry.parentPath ?? entry.path, entry.name)))
+    .sort();
+}
+
+/** Asserts that two folders hold the same files with the same bytes. */
+function assertSameTree(actual, expected) {
+  const files = filesUnder(expected);
+  assert.deepEqual(filesUnder(actual), files, `${actual} holds the files of ${expected}`);
+  for (const file of files) {
+    assert.ok(readFileSync(join(actual, file)).equals(readFileSync(join(expected, file))), `${file} differs`);
+  }
+  return files.length;
+}
+
+/** Starts kiln alone (no proxy) with `args`, runs `check(url)`, and stops it. */
+async function withKiln(args, check) {
+  const { child, url } = await spawnListening(kilnBinary, ['--port', '0', ...args]);
+  try {
+    await check(url);
+  } finally {
+    child.kill('SIGKILL');
+  }
 }
 
 /** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
@@ -96,7 +150,16 @@ function waitForFrame(page, type, accept = () => true) {
 }
 
 const dataDir = mkdtempSync(join(tmpdir(), 'kiln-browser-'));
-const { kiln, proxy, url } = await startKiln(dataDir);
+const rootDataDir = mkdtempSync(join(tmpdir(), 'kiln-browser-root-'));
+process.on('exit', () => {
+  for (const dir of [dataDir, rootDataDir]) rmSync(dir, { recursive: true, force: true });
+});
+const wheel = await serveWheel();
+// The default path: no --front-end-root; the pinned wheel is downloaded (from the local server) and unpacked.
+const { kiln, proxy, url } = await startKiln(dataDir, ['--front-end-wheel-url', wheel.url]);
+const installed = join(dataDir, 'frontend', `comfyui-frontend-package-${frontendVersion}`);
+assert.equal(wheel.served.requests, 1, 'kiln downloaded the wheel once');
+const installedFiles = assertSameTree(installed, frontEndRoot);
 const browser = await chromium.launch({
   executablePath: chromiumPath,
   args: [
@@ -175,8 +238,34 @@ try {
   await browser.close();
   const contract = await stopProxy(proxy);
   kiln.kill('SIGKILL');
-  rmSync(dataDir, { recursive: true, force: true });
   console.log(contract.report.split('\n')[0]);
   assert.equal(contract.code, 0, `kiln sent answers the spec does not describe:\n${contract.report}`);
 }
-console.log(`ok: ComfyUI frontend ran ${ran} on kiln; screenshot in target/browser/frontend-run.png`);
+
+// A later start, with the wheel's server gone (as offline): the cached copy is served, nothing is fetched.
+await new Promise((resolve) => wheel.server.close(resolve));
+const index = readFileSync(join(frontEndRoot, 'index.html'));
+await withKiln(['--data-dir', dataDir, '--front-end-wheel-url', wheel.url], async (kilnUrl) => {
+  const page = await fetch(`${kilnUrl}/`);
+  assert.equal(page.status, 200, 'the cached frontend is served');
+  assert.ok(Buffer.from(await page.arrayBuffer()).equals(index), 'the cached index.html');
+});
+assert.equal(wheel.served.requests, 1, 'the restart made no download');
+
+// --front-end-root serves the folder it names, and downloads nothing (a fresh data directory stays without one).
+await withKiln(['--data-dir', rootDataDir, '--front-end-root', frontEndRoot], async (kilnUrl) => {
+  const page = await fetch(`${kilnUrl}/`);
+  assert.equal(page.status, 200);
+  assert.equal(page.headers.get('cache-control'), 'no-store, must-revalidate');
+  assert.ok(Buffer.from(await page.arrayBuffer()).equals(index), '--front-end-root serves its index.html');
+  const script = index.toString().match(/src="\.?\/?(assets\/[^"]+\.js)"/)?.[1];
+  assert.ok(script, 'index.html loads a script from assets/');
+  const asset = await fetch(`${kilnUrl}/${script}`);
+  assert.equal(asset.status, 200, `${script} is served`);
+  assert.ok(Buffer.from(await asset.arrayBuffer()).equals(readFileSync(join(frontEndRoot, script))));
+});
+assert.equal(readdirSync(rootDataDir).includes('frontend'), false, '--front-end-root downloads nothing');
+console.log(
+  `ok: kiln downloaded the pinned ComfyUI frontend ${frontendVersion} (${installedFiles} files, as pip installs them), ` +
+    `which ran ${ran}; screenshot in target/browser/frontend-run.png; the cached copy and --front-end-root are served`,
+);

@@ -24,10 +24,12 @@ def _listening_address(process: subprocess.Popen, what: str) -> str:
 
 
 class KilnUnderContract:
-    """`kiln --port 0 --data-dir DIR [extra args]` behind the checking proxy."""
+    """`kiln --port 0 --disable-front-end --data-dir DIR [extra args]` behind the checking proxy (no frontend:
+    tests never download one)."""
 
     def __init__(self, kiln: str, data_dir: Path, *extra: str) -> None:
-        self.kiln = subprocess.Popen([kiln, "--port", "0", "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True)
+        command = [kiln, "--port", "0", "--disable-front-end", "--data-dir", str(data_dir), *extra]
+        self.kiln = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         backend = _listening_address(self.kiln, "kiln")
         self.proxy = subprocess.Popen([PROXY, backend], stderr=subprocess.PIPE, text=True)
         for line in self.proxy.stderr:

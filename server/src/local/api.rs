@@ -692,7 +692,7 @@ impl SharedApi for LocalServer {
             &self.0.argv,
             kiln_engine::Backend::detect(),
             crate::system::Memory::read(),
-            self.0.frontend_version.as_deref(),
+            self.0.frontend_version.get().copied(),
         );
         GetSystemStatsResponse::Ok(stats)
     }

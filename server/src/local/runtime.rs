@@ -40,8 +40,9 @@ pub(crate) struct Runtime {
     pub(crate) user_dir: PathBuf,
     pub(crate) model_folders: Arc<crate::model_folders::ModelFolders>,
     pub(crate) features: types::FeatureFlags,
-    /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package).
-    pub(crate) frontend_version: Option<String>,
+    /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package): set
+    /// once the pinned package is installed; unset for a `--front-end-root` or no frontend.
+    pub(crate) frontend_version: std::sync::OnceLock<&'static str>,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
     pub(crate) free_requested: AtomicBool,

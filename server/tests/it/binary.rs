@@ -60,7 +60,7 @@ pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
 }
 
 /// Starts kiln with `--port 0` and returns it with the address to talk to it at: a [`proxy`] that checks every
-/// answer against the spec ([`Contract`]) and forwards it unchanged.
+/// answer against the spec ([`Contract`]) and forwards it unchanged. Without a frontend: tests never reach PyPI.
 pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
     start_with(data_dir, &[])
 }
@@ -71,7 +71,7 @@ pub(crate) fn start_with(
     args: &[&std::ffi::OsStr],
 ) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["--port", "0", "--data-dir"])
+        .args(["--port", "0", "--disable-front-end", "--data-dir"])
         .arg(data_dir)
         .args(args)
         .stdout(Stdio::null())
@@ -110,7 +110,7 @@ pub(crate) fn start_with(
 }
 
 /// A minimal HTTP/1.1 GET; returns the status code and the body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("connects");
     stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout set");
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")

@@ -1,14 +1,21 @@
-//! The frontend's static files at `/`, and the `--enable-cors-header` mode.
+//! The frontend at `/` (a `--front-end-root`, the pinned one downloaded once and cached, none) and the
+//! `--enable-cors-header` mode.
 
+use std::io::{BufRead as _, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
-use kiln_server::{Config, LogRing, Server};
+use kiln_server::{Config, FRONTEND_VERSION, FrontEnd, LogRing, Server};
 use tower::ServiceExt as _;
 
 use kiln_tests::contract::{Answer, Contract};
+
+use crate::binary::http_get;
 
 fn config(name: &str) -> Config {
     let dir = std::env::temp_dir().join(format!("kiln-frontend-{name}-{}", std::process::id()));
@@ -41,7 +48,7 @@ async fn the_frontend_is_served_with_comfyuis_cache_headers() {
     std::fs::create_dir_all(root.join("assets")).expect("dirs");
     std::fs::write(root.join("index.html"), "<html>comfy</html>").expect("index");
     std::fs::write(root.join("assets/app.js"), "console.log(1)").expect("asset");
-    config.front_end_root = Some(root);
+    config.front_end = FrontEnd::Root(root);
     let server = Server::start(&config, LogRing::new()).await.expect("starts");
 
     let (status, headers, body) =
@@ -93,4 +100,225 @@ async fn without_cors_mode_a_foreign_origin_is_refused_on_loopback() {
         .expect("request");
     let (status, _, _) = send(&server, request).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+/// Serves `body` at `/wheel.whl` on loopback; returns the URL and how many requests it answered.
+async fn serve_wheel(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let app = axum::Router::new().route(
+        "/wheel.whl",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            async move { body }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let url = format!("http://{}/wheel.whl", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, requests)
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).expect("request")
+}
+
+/// What is under `DATA_DIR/frontend`, sorted.
+fn frontend_entries(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(config.data_dir.join("frontend"))
+        .map(|entries| {
+            entries.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn the_pinned_frontend_is_served_from_its_cached_copy_without_any_request() {
+    let mut config = config("cached");
+    let cached =
+        config.data_dir.join(format!("frontend/comfyui-frontend-package-{FRONTEND_VERSION}"));
+    std::fs::create_dir_all(&cached).expect("dirs");
+    std::fs::write(cached.join("index.html"), "<html>cached</html>").expect("index");
+    // A listener that would see the download if one were attempted.
+    let wheel_host = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    wheel_host.set_nonblocking(true).expect("nonblocking");
+    let wheel_url = format!("http://{}/wheel.whl", wheel_host.local_addr().expect("address"));
+    config.front_end = FrontEnd::Pinned { wheel_url };
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
+
+    let (status, headers, body) = send(&server, get("/")).await;
+    assert_eq!((status, body.as_slice()), (StatusCode::OK, b"<html>cached</html>".as_slice()));
+    assert_eq!(headers["cache-control"], "no-store, must-revalidate");
+    let accepted = wheel_host.accept();
+    assert!(
+        matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "no connection to the wheel's host: {accepted:?}"
+    );
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+}
+
+#[tokio::test]
+async fn a_wheel_that_does_not_match_the_pinned_sha256_is_refused_and_nothing_is_installed() {
+    let mut config = config("corrupt");
+    // A well-formed wheel with an index.html, so only the hash can refuse it.
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("comfyui_frontend_package/static/index.html", options).expect("entry");
+    std::io::Write::write_all(&mut zip, b"<html>tampered</html>").expect("contents");
+    let wheel = zip.finish().expect("zip").into_inner();
+    let (wheel_url, requests) = serve_wheel(wheel).await;
+    config.front_end = FrontEnd::Pinned { wheel_url: wheel_url.clone() };
+    let server = Server::start(&config, LogRing::new()).await.expect("starts without a frontend");
+
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    let (status, _, body) = send(&server, get("/")).await;
+    let text = String::from_utf8(body).expect("text");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(text.starts_with("cannot download the ComfyUI frontend ("), "{text}");
+    assert!(text.contains(&format!("{wheel_url} has sha256 ")), "{text}");
+    assert!(text.contains(
+        "not the pinned 37912597537a731a8f421179618a736c24184c5bdbfa327f38b2fb7c291852d9"
+    ));
+    assert!(text.contains("pass --front-end-root DIR or run once with network access"), "{text}");
+    assert_eq!(frontend_entries(&config), Vec::<String>::new(), "nothing installed, nothing left");
+    let (status, _, _) = send(&server, get("/api/queue")).await;
+    assert_eq!(status, StatusCode::OK, "the API still answers");
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+}
+
+#[tokio::test]
+async fn an_interrupted_download_leaves_nothing_a_later_start_would_serve() {
+    let mut config = config("interrupted");
+    // Promises 30 MB, sends 64 KB, hangs up.
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let wheel_url = format!("http://{}/wheel.whl", host.local_addr().expect("address"));
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut socket, _)) = host.accept().await {
+            let mut request = [0; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ncontent-length: 30000000\r\ncontent-type: application/zip\r\n\r\n";
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(&[0x50; 65536]).await;
+        }
+    });
+    config.front_end = FrontEnd::Pinned { wheel_url };
+    let server = Server::start(&config, LogRing::new()).await.expect("starts without a frontend");
+
+    let (status, _, body) = send(&server, get("/")).await;
+    let text = String::from_utf8(body).expect("text");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(text.starts_with("cannot download the ComfyUI frontend ("), "{text}");
+    assert_eq!(
+        frontend_entries(&config),
+        Vec::<String>::new(),
+        "no partial wheel or folder is left"
+    );
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+}
+
+#[tokio::test]
+async fn without_a_frontend_the_root_says_why_and_the_api_answers() {
+    let config = config("disabled");
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
+    let (status, headers, body) = send(&server, get("/")).await;
+    let text = String::from_utf8(body).expect("text");
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(headers["content-type"], "text/plain; charset=utf-8");
+    assert!(
+        text.contains("--disable-front-end") && text.contains("--front-end-root DIR"),
+        "{text}"
+    );
+    let (status, _, _) = send(&server, get("/api/queue")).await;
+    assert_eq!(status, StatusCode::OK);
+    let _ = std::fs::remove_dir_all(&config.data_dir);
+}
+
+/// The README's run command without network access: one line says what to do, and the API is served.
+#[test]
+fn kiln_offline_says_in_one_line_what_to_do_and_serves_the_api() {
+    let data_dir = crate::binary::temp_dir("offline");
+    // A port nothing listens on: the download is refused at once, as offline.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let wheel_url = format!("http://{}/wheel.whl", closed.local_addr().expect("address"));
+    drop(closed);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["--port", "0", "--front-end-wheel-url", &wheel_url, "--data-dir"])
+        .arg(&data_dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kiln starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut before_listening = Vec::new();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!("kiln exited before listening:\n{}", before_listening.join("\n"));
+        };
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.trim().to_owned();
+        }
+        before_listening.push(line);
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let (api, root) = (http_get(&addr, "/api/system_stats"), http_get(&addr, "/"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    let advice: Vec<&String> = before_listening.iter().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(advice.len(), 1, "one warning:\n{}", before_listening.join("\n"));
+    assert!(
+        advice[0].contains("cannot download the ComfyUI frontend (")
+            && advice[0].contains(&wheel_url)
+            && advice[0].ends_with(
+                "pass --front-end-root DIR or run once with network access; the API works without it"
+            ),
+        "{}",
+        advice[0]
+    );
+    assert_eq!(api.0, 200, "the API is served: {}", api.1);
+    assert_eq!(root.0, 404);
+    assert!(root.1.starts_with("cannot download the ComfyUI frontend ("), "{}", root.1);
+}
+
+/// The browser test downloads (through pip) and serves to kiln the version pinned in the clients'
+/// requirements; it must be the version kiln pins, or kiln would refuse it and the test would not run the path.
+#[test]
+fn the_pinned_frontend_is_the_version_the_browser_test_installs() {
+    let requirements = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/clients/requirements.txt");
+    let text = std::fs::read_to_string(requirements).expect("requirements.txt");
+    let pinned = text.lines().find_map(|l| l.strip_prefix("comfyui-frontend-package=="));
+    assert_eq!(pinned, Some(FRONTEND_VERSION));
+    assert!(
+        kiln_server::FRONTEND_WHEEL_URL
+            .ends_with(&format!("/comfyui_frontend_package-{FRONTEND_VERSION}-py3-none-any.whl"))
+    );
+}
+
+#[test]
+fn front_end_flags_are_checked() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .args(["--port", "0", "--data-dir"])
+            .arg(crate::binary::temp_dir("frontflags"))
+            .output()
+            .expect("kiln runs");
+        assert!(!output.status.success(), "{args:?} is refused");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = run(&["--front-end-version", "1.58.1"]);
+    assert!(
+        stderr.contains("`1.58.1` is not a frontend version string (OWNER/REPO@VERSION"),
+        "{stderr}"
+    );
+    let stderr = run(&["--disable-front-end", "--front-end-root", "web"]);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
