@@ -120,13 +120,9 @@ impl RejectionBody for types::ErrorResponse {
 }
 
 impl RejectionBody for types::SimpleError {
+    /// ComfyUI's jobs routes answer a sentence (`{"error": "limit must be an integer"}`): the message alone.
     fn rejection(problem: Problem) -> Self {
-        let error = if problem.details.is_empty() {
-            problem.message
-        } else {
-            format!("{}: {}", problem.message, problem.details)
-        };
-        types::SimpleError { error, invalid_ids: Vec::new() }
+        types::SimpleError { error: problem.message, invalid_ids: Vec::new() }
     }
 }
 
@@ -267,13 +263,27 @@ pub(super) fn query<T: DeserializeOwned>(parts: &Parts) -> Result<T, Problem> {
     let deserializer =
         serde_urlencoded::Deserializer::new(form_urlencoded::parse(canonical.as_bytes()));
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let words = e.inner().to_string();
         let message = match e.path().to_string().as_str() {
             "." => "invalid query string".to_owned(),
+            // ComfyUI's words for a number that does not parse (`limit must be an integer`).
+            field if INTEGER_ERRORS.contains(&words.as_str()) => {
+                format!("{field} must be an integer")
+            }
+            field if words == "invalid float literal" => format!("{field} must be a number"),
             field => format!("invalid query parameter `{field}`"),
         };
-        Problem::new(message, e.inner())
+        Problem::new(message, words)
     })
 }
+
+/// What `str::parse` says of a string that is not an integer of the type asked for.
+const INTEGER_ERRORS: [&str; 4] = [
+    "invalid digit found in string",
+    "cannot parse integer from empty string",
+    "number too large to fit in target type",
+    "number too small to fit in target type",
+];
 
 /// Parses a required JSON body, whatever the `Content-Type` says.
 pub(super) fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Problem> {
