@@ -404,7 +404,7 @@ impl FrontEndVersion {
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use super::*;
 
@@ -493,24 +493,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Serves `body` at `/wheel.whl` on loopback; returns the URL and the number of requests answered.
-    async fn serve_wheel(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counter = requests.clone();
-        let app = axum::Router::new().route(
-            "/wheel.whl",
-            axum::routing::get(move || {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let body = body.clone();
-                async move { body }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let url = format!("http://{}/wheel.whl", listener.local_addr().expect("address"));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, requests)
-    }
-
     fn sha256_hex(bytes: &[u8]) -> String {
         Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -522,7 +504,7 @@ mod tests {
             ("comfyui_frontend_package/static/index.html", b"<html>pinned</html>"),
             ("comfyui_frontend_package/static/assets/app.js", b"app"),
         ]);
-        let (url, requests) = serve_wheel(bytes.clone()).await;
+        let (url, requests) = kiln_tests::serve_wheel(bytes.clone()).await;
         let wheel = Wheel { url, version: "0.0.1-test".to_owned(), sha256: sha256_hex(&bytes) };
 
         let root = ensure(&data_dir, &wheel).await.expect("installs");
@@ -546,7 +528,7 @@ mod tests {
     async fn a_leftover_of_a_killed_install_is_removed_and_never_served() {
         let data_dir = scratch("leftover");
         let bytes = wheel_bytes(&[("comfyui_frontend_package/static/index.html", b"<html>")]);
-        let (url, _) = serve_wheel(bytes.clone()).await;
+        let (url, _) = kiln_tests::serve_wheel(bytes.clone()).await;
         let wheel = Wheel { url, version: "0.0.2-test".to_owned(), sha256: sha256_hex(&bytes) };
         // What a kill -9 during unpacking leaves: a partial folder, a partial wheel, and a target folder without
         // index.html (as if someone emptied it by hand).

@@ -24,6 +24,28 @@ pub fn golden_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("tests/golden/comfyui"))
 }
 
+/// Serves `body` at `/wheel.whl` on a loopback port of the current tokio runtime (a stand-in for PyPI in the
+/// frontend download tests); returns its URL and a count of the requests it answered.
+pub async fn serve_wheel(
+    body: Vec<u8>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let app = axum::Router::new().route(
+        "/wheel.whl",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            async move { body }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let url = format!("http://{}/wheel.whl", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, requests)
+}
+
 /// One golden capture, parsed (key order preserved).
 pub fn golden(case: &str) -> serde_json::Value {
     let path = golden_dir().join(format!("{case}.json"));

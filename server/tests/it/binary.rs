@@ -109,6 +109,19 @@ pub(crate) fn start_with(
     (server, addr)
 }
 
+/// `GET path` on `addr` with reqwest, the body parsed as JSON (object keys in the order they were sent).
+pub(crate) async fn get_json(http: &reqwest::Client, addr: &str, path: &str) -> serde_json::Value {
+    let text = http
+        .get(format!("http://{addr}{path}"))
+        .send()
+        .await
+        .expect("kiln answers")
+        .text()
+        .await
+        .expect("a body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}"))
+}
+
 /// A minimal HTTP/1.1 GET; returns the status code and the body.
 pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("connects");

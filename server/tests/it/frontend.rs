@@ -4,8 +4,7 @@
 use std::io::{BufRead as _, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -102,24 +101,6 @@ async fn without_cors_mode_a_foreign_origin_is_refused_on_loopback() {
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
-/// Serves `body` at `/wheel.whl` on loopback; returns the URL and how many requests it answered.
-async fn serve_wheel(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    let app = axum::Router::new().route(
-        "/wheel.whl",
-        axum::routing::get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            let body = body.clone();
-            async move { body }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
-    let url = format!("http://{}/wheel.whl", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, requests)
-}
-
 fn get(path: &str) -> Request<Body> {
     Request::get(path).body(Body::empty()).expect("request")
 }
@@ -169,7 +150,7 @@ async fn a_wheel_that_does_not_match_the_pinned_sha256_is_refused_and_nothing_is
     zip.start_file("comfyui_frontend_package/static/index.html", options).expect("entry");
     std::io::Write::write_all(&mut zip, b"<html>tampered</html>").expect("contents");
     let wheel = zip.finish().expect("zip").into_inner();
-    let (wheel_url, requests) = serve_wheel(wheel).await;
+    let (wheel_url, requests) = kiln_tests::serve_wheel(wheel).await;
     config.front_end = FrontEnd::Pinned { wheel_url: wheel_url.clone() };
     let server = Server::start(&config, LogRing::new()).await.expect("starts without a frontend");
 

@@ -13,7 +13,7 @@ use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::binary::{start, temp_dir};
+use crate::binary::{get_json, start, temp_dir};
 
 pub(crate) use kiln_tests::golden;
 
@@ -559,14 +559,7 @@ async fn replay_ws(
             break;
         }
         if recorded["post_body"].get("client_id").is_none() {
-            let history: Value = http
-                .get(format!("http://{addr}/history/{prompt_id}"))
-                .send()
-                .await
-                .expect("kiln answers")
-                .json()
-                .await
-                .expect("JSON");
+            let history = get_json(http, addr, &format!("/history/{prompt_id}")).await;
             if history.get(&prompt_id).is_some() {
                 drain(&mut socket, Duration::from_millis(300), &mut frames).await;
                 break;
@@ -574,14 +567,7 @@ async fn replay_ws(
         }
         drain(&mut socket, Duration::from_millis(50), &mut frames).await;
     }
-    let history: Value = http
-        .get(format!("http://{addr}/history/{prompt_id}"))
-        .send()
-        .await
-        .expect("kiln answers")
-        .json()
-        .await
-        .expect("JSON");
+    let history = get_json(http, addr, &format!("/history/{prompt_id}")).await;
 
     // One normalizer for the whole case, as the capture numbered ids per file: the POST answer first.
     let mut ours = Normalizer::new();
@@ -646,14 +632,7 @@ async fn issue_9_kiln_replays_every_recorded_exchange_in_order_like_comfyui() {
 /// Waits until nothing is queued or running.
 async fn wait_idle(http: &reqwest::Client, addr: &str) {
     for _ in 0..500 {
-        let info: Value = http
-            .get(format!("http://{addr}/prompt"))
-            .send()
-            .await
-            .expect("kiln answers")
-            .json()
-            .await
-            .expect("JSON");
+        let info = get_json(http, addr, "/prompt").await;
         if info["exec_info"]["queue_remaining"] == 0 {
             return;
         }

@@ -8,23 +8,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::binary::{start, temp_dir};
+use crate::binary::{get_json as get, start, temp_dir};
 
 /// The keys of a JSON object, in the order they were sent.
 fn keys(value: &Value) -> Vec<&str> {
     value.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default()
-}
-
-async fn get(http: &reqwest::Client, addr: &str, path: &str) -> Value {
-    let text = http
-        .get(format!("http://{addr}{path}"))
-        .send()
-        .await
-        .expect("kiln answers")
-        .text()
-        .await
-        .expect("a body");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}"))
 }
 
 /// Posts a prompt given as JSON text (so its key order is exactly the text's) and returns its id.
