@@ -93,6 +93,8 @@ impl Server {
             user_dir: config.user_dir.clone(),
             models_dir: config.models_dir.clone(),
             features,
+            openapi: crate::api::document(crate::api::Runtime::Local)
+                .map_err(std::io::Error::other)?,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             free_requested: AtomicBool::new(false),

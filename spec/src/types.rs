@@ -4,7 +4,7 @@
 ///A new user.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct CreateUserRequest {
-    ///The display name.
+    ///The display name; it must hold a character other than white space (Unicode `White_Space`).
     pub username: ::std::string::String,
 }
 ///A compute device.
@@ -198,10 +198,10 @@ impl ::std::convert::From<::std::collections::HashMap<::std::string::String, Str
 ///What to release.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct FreeRequest {
-    ///Drop cached results and release free memory.
+    ///Drop cached results and release free memory (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub free_memory: ::std::option::Option<bool>,
-    ///Unload every model from device and host memory.
+    ///Unload every model from device and host memory (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub unload_models: ::std::option::Option<bool>,
 }
@@ -293,7 +293,7 @@ pub struct HistoryEntry {
 ///What to remove from the history.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct HistoryManageRequest {
-    ///Remove every entry.
+    ///Remove every entry (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
     ///Prompt ids to remove.
@@ -521,7 +521,7 @@ impl ::std::convert::From<::serde_json::Value> for InputSpecElement {
 ///Which prompt to interrupt.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct InterruptRequest {
-    ///Interrupt only if this prompt is running.
+    ///Interrupt only if this prompt is running; absent or `null` interrupts whatever runs.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_id: ::std::option::Option<::std::string::String>,
 }
@@ -804,6 +804,17 @@ pub struct LogsSubscribeRequest {
     pub client_id: ::std::string::String,
     ///True to subscribe, false to unsubscribe.
     pub enabled: bool,
+}
+///The image a mask is applied to, sent as JSON text in the `original_ref` field.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct MaskOriginal {
+    ///The file name, with the rules of `/api/view`'s `filename` (an annotation overrides `type`).
+    pub filename: ::std::string::String,
+    ///A folder relative to the root; one escaping the root answers 403.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub subfolder: ::std::option::Option<::std::string::String>,
+    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
+    pub type_: ::std::option::Option<FileType>,
 }
 ///A model file with details (`pathIndex` is ComfyUI's camelCase key).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1626,6 +1637,16 @@ impl ::std::convert::From<::std::collections::HashMap<::std::string::String, Nod
         Self(value)
     }
 }
+///An OpenAPI 3.0 document (`openapi`, `info`, `paths`, `components`, ...).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenApiDocument {
+    pub info: JsonObject,
+    ///The OpenAPI version, `3.0.3`.
+    pub openapi: ::std::string::String,
+    pub paths: JsonObject,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
 ///An installed and a required version of a package.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PackageVersion {
@@ -1674,7 +1695,7 @@ pub struct PreviewOutput {
     #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<FileType>,
 }
-///An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`).
+///An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`); at least one node.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
 pub struct Prompt(pub ::std::collections::HashMap<::std::string::String, PromptNode>);
@@ -1768,8 +1789,8 @@ pub struct PromptNodeMeta {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-/// The body of `POST /api/prompt`. `prompt` is not marked required because its absence is answered with the
-/// ComfyUI error `no_prompt`, not a generic parse error.
+/// The body of `POST /api/prompt`. A missing `prompt` is answered with the ComfyUI error `no_prompt`. `null`
+/// is the same as absent for every other property.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct PromptRequest {
     ///The websocket client id that receives this prompt's events; copied to `extra_data.client_id`.
@@ -1783,12 +1804,12 @@ pub struct PromptRequest {
     ///Queue priority, used verbatim (lower runs first); the server counter when absent.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub number: ::std::option::Option<f64>,
-    ///Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output).
+    ///Run only these output nodes (an empty list is `prompt_no_outputs`); absent runs every output.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub partial_execution_targets: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<Prompt>,
-    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent.
+    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_id: ::std::option::Option<::std::string::String>,
 }
@@ -1846,7 +1867,7 @@ impl ::std::convert::From<::serde_json::Value> for QueueItemElement {
 ///What to remove from the pending queue.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct QueueManageRequest {
-    ///Remove every pending prompt.
+    ///Remove every pending prompt (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
     ///Prompt ids to remove.
@@ -2117,7 +2138,7 @@ pub struct UploadImageRequest {
     ///`true` or `1` to overwrite an existing file.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub overwrite: ::std::option::Option<::std::string::String>,
-    ///A folder under the root, created if missing.
+    ///A folder under the root, created if missing; absolute or with a `..` segment answers 400.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
     #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
@@ -2138,12 +2159,11 @@ pub struct UploadImageResponse {
 pub struct UploadMaskRequest {
     ///An image whose alpha channel is the mask.
     pub image: ::std::string::String,
-    ///JSON `{"filename", "subfolder"?, "type"?}` naming the image to apply the mask to (`type` defaults to `output`).
-    pub original_ref: ::std::string::String,
+    pub original_ref: MaskOriginal,
     ///`true` or `1` to overwrite an existing file.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub overwrite: ::std::option::Option<::std::string::String>,
-    ///A folder under the root, created if missing.
+    ///A folder under the root, created if missing; absolute or with a `..` segment answers 400.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
     #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
@@ -2249,7 +2269,7 @@ pub struct UserDataFileInfo {
     ///Size in bytes.
     pub size: i64,
 }
-///A user data listing; its form depends on `full_info` and `split`.
+///A user data listing; its form depends on `full_info` and `split`. An empty listing is `[]` whatever the form.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(untagged)]
 pub enum UserDataListing {

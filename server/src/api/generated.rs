@@ -195,6 +195,12 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["local", "cloud"],
     },
     OperationInfo {
+        id: "getOpenApiDocument",
+        method: "GET",
+        path: "/api/openapi.json",
+        runtimes: &["local", "cloud"],
+    },
+    OperationInfo {
         id: "getPromptInfo",
         method: "GET",
         path: "/api/prompt",
@@ -603,11 +609,11 @@ impl IntoResponse for GetModelFolderPathsResponse {
 pub enum GetModelPreviewResponse {
     ///200: The preview.
     Ok(Binary),
-    ///400: Bad folder kind or index (empty body).
+    ///400: `path_index` is not an integer (empty body).
     BadRequest,
     ///403: The file name escapes its directory (empty body).
     Forbidden,
-    ///404: No such model or no preview (empty body).
+    ///404: An unknown folder kind or directory index, no such model, or no preview (empty body).
     NotFound,
 }
 impl IntoResponse for GetModelPreviewResponse {
@@ -737,7 +743,7 @@ impl IntoResponse for GetGlobalSubgraphResponse {
 ///The query parameters of `getHistory`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct GetHistoryQuery {
-    ///Maximum number of entries to return.
+    ///Maximum number of entries to return; 0 or less returns `{}` (as ComfyUI).
     #[serde(rename = "max_items", default)]
     pub max_items: Option<i64>,
     ///Number of entries to skip, counted from the oldest.
@@ -824,6 +830,8 @@ impl IntoResponse for GetI18nResponse {
 pub enum InterruptResponse {
     ///200: Done (empty body), also when nothing was running.
     Ok,
+    ///400: The body is not JSON, or not an object of this shape (e.g. a `prompt_id` that is not a string).
+    BadRequest(types::ErrorResponse),
 }
 impl IntoResponse for InterruptResponse {
     fn into_response(self) -> Response {
@@ -831,6 +839,10 @@ impl IntoResponse for InterruptResponse {
             Self::Ok => StatusCode::from_u16(200u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
         }
     }
 }
@@ -1035,6 +1047,22 @@ impl IntoResponse for GetNodeInfoResponse {
         }
     }
 }
+///The responses of `getOpenApiDocument` (`GET /api/openapi.json`).
+#[derive(Debug)]
+pub enum GetOpenApiDocumentResponse {
+    ///200: The OpenAPI 3.0 document, as JSON.
+    Ok(types::OpenApiDocument),
+}
+impl IntoResponse for GetOpenApiDocumentResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
 ///The responses of `getPromptInfo` (`GET /api/prompt`).
 #[derive(Debug)]
 pub enum GetPromptInfoResponse {
@@ -1205,7 +1233,7 @@ impl IntoResponse for GetSystemStatsResponse {
 pub enum UploadImageResponse {
     ///200: Where the file was stored.
     Ok(types::UploadImageResponse),
-    ///400: No file part, an empty or escaping file name or subfolder, or an unknown `type`.
+    ///400: No file part, an empty or escaping file name or subfolder, or a `type` that is not `input`, `output` or `temp`.
     BadRequest(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
@@ -1233,8 +1261,13 @@ impl IntoResponse for UploadImageResponse {
 pub enum UploadMaskResponse {
     ///200: Where the file was stored.
     Ok(types::UploadImageResponse),
-    ///400: A missing part, an escaping path, an unreadable image or an unknown original.
+    /// 400: A missing part, an escaping upload path, an `original_ref` that is not JSON of its shape, or an upload or
+    /// original that is not an image Kiln can decode.
     BadRequest(types::ErrorResponse),
+    ///403: The original's subfolder escapes its root.
+    Forbidden(types::ErrorResponse),
+    ///404: The original image does not exist (ComfyUI stores nothing then and answers 200).
+    NotFound(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
 }
@@ -1249,6 +1282,14 @@ impl IntoResponse for UploadMaskResponse {
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::NotFound(body) => support::json(
+                StatusCode::from_u16(404u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
             Self::PayloadTooLarge(body) => support::json(
                 StatusCode::from_u16(413u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
@@ -1259,7 +1300,7 @@ impl IntoResponse for UploadMaskResponse {
 ///The query parameters of `listUserData`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ListUserDataQuery {
-    ///The directory, relative to the user's data root.
+    ///The directory, relative to the user's data root; empty (or only `/`) answers 400.
     #[serde(rename = "dir")]
     pub dir: String,
     ///`true` to include files in subdirectories.
@@ -1487,7 +1528,7 @@ impl IntoResponse for GetUsersResponse {
 pub enum CreateUserResponse {
     ///200: The new user id.
     Ok(types::UserId),
-    ///400: Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`.
+    ///400: A missing, blank or duplicate user name, e.g. `{"error": "Duplicate username."}` (ComfyUI sends 400 for a duplicate too).
     BadRequest(types::SimpleError),
 }
 impl IntoResponse for CreateUserResponse {
@@ -1516,11 +1557,11 @@ pub struct ListUserDataV2Query {
 pub enum ListUserDataV2Response {
     ///200: The entries.
     Ok(types::UserDataEntryList),
-    ///400: Invalid path.
+    ///400: The path names a file, not a directory.
     BadRequest(String),
     ///403: The path escapes the user's root.
     Forbidden(String),
-    ///404: The path is not a directory.
+    ///404: Nothing exists at the path.
     NotFound(String),
 }
 impl IntoResponse for ListUserDataV2Response {
@@ -1548,7 +1589,8 @@ impl IntoResponse for ListUserDataV2Response {
 ///The query parameters of `viewFile`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ViewFileQuery {
-    ///The file name (only its base name is used); absent answers 404.
+    /// The file name (only its base name is used), possibly annotated (`name.png [input]`); absent answers
+    /// 404. Empty, starting with `/` or containing `..` once the annotation is removed answers 400.
     #[serde(rename = "filename", default)]
     pub filename: Option<String>,
     ///Which root to read from; `output` when absent.
@@ -1567,7 +1609,9 @@ pub struct ViewFileQuery {
 ///The responses of `viewFile` (`GET /api/view`).
 #[derive(Debug)]
 pub enum ViewFileResponse {
-    ///200: The file bytes.
+    /// 200: The file bytes, typed by the file's extension (`image/png`, `image/gif`, `video/mp4`, `audio/flac`,
+    /// `application/json`, `text/plain`, ...; `application/octet-stream` when unknown), or the re-encoded
+    /// `image/png`, `image/webp` or `image/jpeg`.
     Ok {
         /// The body.
         body: Binary,
@@ -1576,7 +1620,8 @@ pub enum ViewFileResponse {
         ///`X-Content-Type-Options`: Always `nosniff`.
         x_content_type_options: Option<String>,
     },
-    ///400: Absolute or `..` file name, or an unknown `type` (empty body).
+    /// 400: An empty, absolute or `..` file name, an unknown `type`, or `preview`/`channel` asked of a file that is
+    /// not an image Kiln can decode (empty body).
     BadRequest,
     ///403: The subfolder escapes its root (empty body).
     Forbidden,
@@ -2098,7 +2143,8 @@ pub trait SharedApi: Send + Sync + 'static {
     /// Interrupt execution.
     ///
     /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    /// no-op). A body that is not JSON counts as `{}`.
+    /// no-op). No body counts as `{}`. A body that is not JSON of this shape is refused: ComfyUI takes any body
+    /// it cannot decode for `{}` and stops whatever runs, where the client may have meant one prompt.
     ///
     /// `POST /api/interrupt` (operationId `interrupt`), `x-runtime: [local, cloud]`.
     fn interrupt(
@@ -2187,6 +2233,20 @@ pub trait SharedApi: Send + Sync + 'static {
         parts: Parts,
         node_class: String,
     ) -> impl Future<Output = GetNodeInfoResponse> + Send;
+    /// The running runtime's OpenAPI document.
+    ///
+    /// Returns this document as the running runtime serves it, built from the committed spec when the server
+    /// starts: only the operations the runtime mounts (`x-runtime`), the component schemas and tags they use,
+    /// and on the local runtime no security requirements or schemes (it takes anonymous requests). Keys that
+    /// only steer Kiln's code generation (`x-kiln-*`) are left out; `x-runtime`, `x-websocket-messages` and
+    /// `x-middleware-responses` stay, as they describe the wire. ComfyUI serves no such document; the local
+    /// runtime also answers at `/openapi.json`.
+    ///
+    /// `GET /api/openapi.json` (operationId `getOpenApiDocument`), `x-runtime: [local, cloud]`.
+    fn get_open_api_document(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOpenApiDocumentResponse> + Send;
     /// Queue counter.
     ///
     /// Returns how many prompts are pending or running.
@@ -2315,8 +2375,9 @@ pub trait SharedApi: Send + Sync + 'static {
     ) -> impl Future<Output = GetUserDataResponse> + Send;
     /// Write a user data file.
     ///
-    /// Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-    /// the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+    /// Writes the request body to a file of the user's data atomically (temporary file, then rename); no body
+    /// writes an empty file. Returns the relative path as a JSON string, or `UserDataFileInfo` with
+    /// `full_info=true`.
     ///
     /// `POST /api/userdata/{file}` (operationId `postUserData`), `x-runtime: [local, cloud]`.
     fn post_user_data(
@@ -2654,7 +2715,13 @@ async fn handle_exchange_token<A: CloudApi>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let body: Option<types::ExchangeTokenRequest> = support::optional_json_body(&body);
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: Option<types::ExchangeTokenRequest> = match support::optional_json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
     api.exchange_token(parts, body).await.into_response()
 }
 async fn handle_get_embeddings<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
@@ -2780,7 +2847,13 @@ async fn handle_interrupt<A: SharedApi>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let body: Option<types::InterruptRequest> = support::optional_json_body(&body);
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: Option<types::InterruptRequest> = match support::optional_json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
     api.interrupt(parts, body).await.into_response()
 }
 async fn handle_list_jobs<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
@@ -2881,6 +2954,12 @@ async fn handle_get_node_info<A: SharedApi>(
         }
     };
     api.get_node_info(parts, node_class).await.into_response()
+}
+async fn handle_get_open_api_document<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_open_api_document(parts).await.into_response()
 }
 async fn handle_get_prompt_info<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_prompt_info(parts).await.into_response()
@@ -3308,6 +3387,8 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router = router
         .route("/object_info/{node_class}", route.clone())
         .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
+    let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
     let route: MethodRouter<Arc<A>> =
         MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
     let router = router.route("/prompt", route.clone()).route("/api/prompt", route);
@@ -3446,6 +3527,8 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
     let router = router
         .route("/object_info/{node_class}", route.clone())
         .route("/api/object_info/{node_class}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
+    let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
     let route: MethodRouter<Arc<A>> =
         MethodRouter::new().get(handle_get_prompt_info::<A>).post(handle_execute_prompt::<A>);
     let router = router.route("/prompt", route.clone()).route("/api/prompt", route);

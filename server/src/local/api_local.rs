@@ -97,8 +97,10 @@ impl LocalApi for LocalServer {
         path_index: i64,
         filename: String,
     ) -> GetModelPreviewResponse {
+        // An unknown folder kind or directory index names no model: 404, as for a missing file (ComfyUI answers
+        // 404 for the kind and fails with a 500 on the index).
         if !models::KINDS.contains(&folder.as_str()) || path_index != 0 {
-            return GetModelPreviewResponse::BadRequest;
+            return GetModelPreviewResponse::NotFound;
         }
         let stem = filename.rsplit_once('.').map_or(filename.as_str(), |(s, _)| s);
         let Some(path) =

@@ -40,6 +40,8 @@ pub(crate) struct Runtime {
     pub(crate) user_dir: PathBuf,
     pub(crate) models_dir: PathBuf,
     pub(crate) features: types::FeatureFlags,
+    /// The OpenAPI document this runtime serves (`GET /api/openapi.json`).
+    pub(crate) openapi: types::OpenApiDocument,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
     pub(crate) free_requested: AtomicBool,

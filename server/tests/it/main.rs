@@ -6,4 +6,6 @@ mod durability;
 mod end_to_end;
 mod frontend;
 mod golden;
+mod openapi;
+mod spec_agreement;
 mod system_stats;
