@@ -670,9 +670,7 @@ impl SharedApi for LocalServer {
     }
 
     async fn post_settings(&self, _: Parts, body: types::Settings) -> PostSettingsResponse {
-        let mut settings = userdata::settings(&self.0.user_dir);
-        settings.extend(body.0);
-        match userdata::save_settings(&self.0.user_dir, &settings) {
+        match userdata::update_settings(&self.0.user_dir, |settings| settings.extend(body.0)) {
             Ok(()) => PostSettingsResponse::Ok,
             Err(e) => PostSettingsResponse::BadRequest(error("settings_unwritable", e)),
         }
@@ -690,9 +688,9 @@ impl SharedApi for LocalServer {
         id: String,
         body: types::SettingValue,
     ) -> PostSettingResponse {
-        let mut settings = userdata::settings(&self.0.user_dir);
-        settings.insert(id, body.0);
-        match userdata::save_settings(&self.0.user_dir, &settings) {
+        match userdata::update_settings(&self.0.user_dir, |settings| {
+            settings.insert(id, body.0);
+        }) {
             Ok(()) => PostSettingResponse::Ok,
             Err(e) => PostSettingResponse::BadRequest(error("settings_unwritable", e)),
         }

@@ -7,5 +7,6 @@ mod end_to_end;
 mod frontend;
 mod golden;
 mod openapi;
+mod settings;
 mod spec_agreement;
 mod system_stats;

@@ -1,6 +1,7 @@
 //! The document the running `kiln` serves at `/api/openapi.json` is the committed spec reduced to the local
 //! runtime, and the router mounts exactly what it lists: every operation answers, and every other method of its
-//! path gets 405 with an `Allow` header (`/api/X`, its bare alias `/X`, and `HEAD`).
+//! path gets 405 with an `Allow` header (`/api/X`, its bare alias `/X`, and `HEAD`). Files go out with content
+//! types the document declares.
 
 use std::collections::{BTreeMap, BTreeSet};
 
