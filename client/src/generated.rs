@@ -24,6 +24,13 @@ use progenitor_client::{ClientHooks, OperationInfo, RequestBuilderExt, encode_pa
 /// requests; it rejects cross-origin requests to a loopback host (an `Origin` naming another host answers 403)
 /// unless `--enable-cors-header` is given.
 ///
+/// Methods. Every `GET` operation also answers `HEAD` (the same status and headers, no body), as ComfyUI's
+/// aiohttp routes do. A path answers a method it does not have with 405 and an `Allow` header listing the ones
+/// it has (`x-middleware-responses`).
+///
+/// This document, served. `GET /api/openapi.json` returns the document of the running runtime: this one,
+/// reduced to the operations that runtime mounts, without security on the local runtime.
+///
 /// Errors. Kiln-native and cloud routes answer errors with `ErrorResponse`; `POST /api/prompt` with
 /// `PromptErrorResponse`; the jobs routes with `SimpleError`; user data routes with plain text. Where ComfyUI
 /// answers with an empty body (`/api/view`, unknown model folders), Kiln does the same and the response has no
@@ -236,7 +243,8 @@ impl Client {
     /// Interrupt execution
     ///
     /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    /// no-op). A body that is not JSON counts as `{}`.
+    /// no-op). No body counts as `{}`. A body that is not JSON of this shape is refused: ComfyUI takes any body
+    /// it cannot decode for `{}` and stops whatever runs, where the client may have meant one prompt.
     ///
     ///
     /// Sends a `POST` request to `/api/interrupt`
@@ -244,7 +252,7 @@ impl Client {
     pub async fn interrupt<'a>(
         &'a self,
         body: &'a types::InterruptRequest,
-    ) -> Result<ResponseValue<()>, Error<()>> {
+    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
         let url = format!("{}/api/interrupt", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
         header_map.append(
@@ -252,7 +260,16 @@ impl Client {
             ::reqwest::header::HeaderValue::from_static(Self::api_version()),
         );
         #[allow(unused_mut)]
-        let mut request = self.client.post(url).json(&body).headers(header_map).build()?;
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
+            .headers(header_map)
+            .build()?;
         let info = OperationInfo { operation_id: "interrupt" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
@@ -260,6 +277,7 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -310,7 +328,7 @@ impl Client {
     /// Sends a `GET` request to `/api/history`
     ///
     /// Arguments:
-    /// - `max_items`: Maximum number of entries to return.
+    /// - `max_items`: Maximum number of entries to return; 0 or less returns `{}` (as ComfyUI).
     /// - `offset`: Number of entries to skip, counted from the oldest.
     pub async fn get_history<'a>(
         &'a self,
@@ -524,7 +542,7 @@ impl Client {
     /// Sends a `GET` request to `/api/jobs/{job_id}`
     ///
     /// Arguments:
-    /// - `job_id`: The job id (the prompt id).
+    /// - `job_id`: The job id (the prompt id), a canonical lowercase UUID.
     pub async fn get_job<'a>(
         &'a self,
         job_id: &'a str,
@@ -564,7 +582,7 @@ impl Client {
     /// Sends a `POST` request to `/api/jobs/{job_id}/cancel`
     ///
     /// Arguments:
-    /// - `job_id`: The job id (the prompt id).
+    /// - `job_id`: The job id (the prompt id), a canonical lowercase UUID.
     pub async fn cancel_job<'a>(
         &'a self,
         job_id: &'a str,
@@ -682,7 +700,9 @@ impl Client {
     ///
     /// Arguments:
     /// - `channel`: `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only).
-    /// - `filename`: The file name (only its base name is used); absent answers 404.
+    /// - `filename`: The file name (only its base name is used), possibly annotated (`name.png [input]`); absent answers
+    /// 404. Empty, starting with `/` or containing `..` once the annotation is removed answers 400.
+    ///
     /// - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
     /// - `subfolder`: A folder relative to the root.
     /// - `type_`: Which root to read from; `output` when absent.
@@ -1185,7 +1205,7 @@ impl Client {
     /// Sends a `GET` request to `/api/userdata`
     ///
     /// Arguments:
-    /// - `dir`: The directory, relative to the user's data root.
+    /// - `dir`: The directory, relative to the user's data root; empty (or only `/`) answers 400.
     /// - `full_info`: `true` to return `UserDataFileInfo` objects.
     /// - `recurse`: `true` to include files in subdirectories.
     /// - `split`: `true` to return each path as `[relative, part1, part2, ...]`.
@@ -1306,8 +1326,9 @@ impl Client {
     }
     /// Write a user data file
     ///
-    /// Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-    /// the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+    /// Writes the request body to a file of the user's data atomically (temporary file, then rename); no body
+    /// writes an empty file. Returns the relative path as a JSON string, or `UserDataFileInfo` with
+    /// `full_info=true`.
     ///
     ///
     /// Sends a `POST` request to `/api/userdata/{file}`
@@ -1813,6 +1834,47 @@ impl Client {
             .headers(header_map)
             .build()?;
         let info = OperationInfo { operation_id: "get_node_replacements" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// The running runtime's OpenAPI document
+    ///
+    /// Returns this document as the running runtime serves it, built from the committed spec when the server
+    /// starts: only the operations the runtime mounts (`x-runtime`), the component schemas and tags they use,
+    /// and on the local runtime no security requirements or schemes (it takes anonymous requests). Keys that
+    /// only steer Kiln's code generation (`x-kiln-*`) are left out; `x-runtime`, `x-websocket-messages` and
+    /// `x-middleware-responses` stay, as they describe the wire. ComfyUI serves no such document; the local
+    /// runtime also answers at `/openapi.json`.
+    ///
+    ///
+    /// Sends a `GET` request to `/api/openapi.json`
+    ///
+    pub async fn get_open_api_document<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::OpenApiDocument>, Error<()>> {
+        let url = format!("{}/api/openapi.json", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_open_api_document" };
         self.pre(&mut request, &info).await?;
         let result = self.exec(request, &info).await;
         self.post(&result, &info).await?;

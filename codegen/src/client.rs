@@ -4,7 +4,7 @@
 //! operations from the copy of the spec it sees; the client crate supplies them by hand. Spectral's
 //! `kiln-progenitor-*` rules keep everything else within what progenitor accepts.
 
-use openapiv3::{OpenAPI, ReferenceOr};
+use openapiv3::{OpenAPI, Parameter, ParameterSchemaOrContent, ReferenceOr, SchemaKind, Type};
 use quote::quote;
 
 use crate::Error;
@@ -18,7 +18,10 @@ pub const HAND_WRITTEN: &[(&str, &str)] = &[
 ];
 
 /// The one place the spec is changed for progenitor: drops the operations in [`HAND_WRITTEN`] (multipart
-/// bodies and the websocket upgrade, which progenitor rejects or cannot call).
+/// bodies and the websocket upgrade, which progenitor rejects or cannot call), and the value constraints of
+/// string parameters (`pattern`, lengths). progenitor would make a validating newtype for each such parameter
+/// in its own `types` module, which the client replaces with kiln-spec's; the server checks them and answers
+/// with the operation's error body.
 pub fn lower_for_progenitor(spec: &mut OpenAPI) {
     for item in spec.paths.paths.values_mut() {
         let ReferenceOr::Item(item) = item else { continue };
@@ -39,12 +42,31 @@ pub fn lower_for_progenitor(spec: &mut OpenAPI) {
             if hand_written {
                 *op = None;
             }
+            if let Some(op) = op {
+                op.parameters.iter_mut().for_each(drop_string_constraints);
+            }
         }
     }
     spec.paths.paths.retain(|_, item| match item {
         ReferenceOr::Item(item) => item.iter().next().is_some(),
         ReferenceOr::Reference { .. } => true,
     });
+}
+
+/// Leaves a string parameter's schema a plain string.
+fn drop_string_constraints(parameter: &mut ReferenceOr<Parameter>) {
+    let ReferenceOr::Item(parameter) = parameter else { return };
+    let (Parameter::Query { parameter_data, .. }
+    | Parameter::Header { parameter_data, .. }
+    | Parameter::Path { parameter_data, .. }
+    | Parameter::Cookie { parameter_data, .. }) = parameter;
+    if let ParameterSchemaOrContent::Schema(ReferenceOr::Item(schema)) = &mut parameter_data.format
+        && let SchemaKind::Type(Type::String(string)) = &mut schema.schema_kind
+    {
+        string.pattern = None;
+        string.min_length = None;
+        string.max_length = None;
+    }
 }
 
 /// Generates the unformatted tokens of the client module.

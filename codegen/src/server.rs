@@ -428,10 +428,11 @@ fn handler(op: &Operation) -> Result<TokenStream, Error> {
         }
         Some(Body::Json { schema, required: false }) => {
             let schema = format_ident!("{}", schema);
+            fallible = true;
             extractors.push(quote! { body: Bytes });
-            steps.push(
-                quote! { let body: Option<types::#schema> = support::optional_json_body(&body); },
-            );
+            steps.push(quote! {
+                let body: Option<types::#schema> = match support::optional_json_body(&body) { Ok(body) => body, Err(problem) => return reject(problem) };
+            });
         }
         Some(Body::Form { schema }) => {
             let schema = format_ident!("{}", schema);

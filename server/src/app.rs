@@ -96,6 +96,8 @@ impl Server {
             model_folders,
             features,
             frontend_version: std::sync::OnceLock::new(),
+            openapi: crate::api::document(crate::api::Runtime::Local)
+                .map_err(std::io::Error::other)?,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             free_requested: AtomicBool::new(false),

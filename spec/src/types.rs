@@ -13,7 +13,7 @@ pub struct ClientFeatureFlags {
 ///A new user.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct CreateUserRequest {
-    ///The display name.
+    ///The display name; it must hold a character other than white space (Unicode `White_Space`).
     pub username: ::std::string::String,
 }
 ///A compute device.
@@ -185,10 +185,10 @@ impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, StringList
 ///What to release.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct FreeRequest {
-    ///Unload every model from device and host memory.
+    ///Unload every model from device and host memory (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub unload_models: ::std::option::Option<bool>,
-    ///Drop cached results and release free memory.
+    ///Drop cached results and release free memory (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub free_memory: ::std::option::Option<bool>,
 }
@@ -278,7 +278,7 @@ pub struct HistoryEntry {
 ///What to remove from the history.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct HistoryManageRequest {
-    ///Remove every entry.
+    ///Remove every entry (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
     ///Prompt ids to remove.
@@ -506,7 +506,7 @@ impl ::std::convert::From<::serde_json::Value> for InputSpecElement {
 ///Which prompt to interrupt.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct InterruptRequest {
-    ///Interrupt only if this prompt is running.
+    ///Interrupt only if this prompt is running; absent or `null` interrupts whatever runs.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_id: ::std::option::Option<::std::string::String>,
 }
@@ -800,6 +800,17 @@ pub struct ManagerFlags {
     pub supports_v4: bool,
     #[serde(flatten)]
     pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
+///The image a mask is applied to, sent as JSON text in the `original_ref` field.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct MaskOriginal {
+    ///The file name, with the rules of `/api/view`'s `filename` (an annotation overrides `type`).
+    pub filename: ::std::string::String,
+    ///A folder relative to the root; one escaping the root answers 403.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub subfolder: ::std::option::Option<::std::string::String>,
+    #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
+    pub type_: ::std::option::Option<FileType>,
 }
 ///A model file with details (`pathIndex` is ComfyUI's camelCase key).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1621,6 +1632,16 @@ impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, NodeInfo>>
         Self(value)
     }
 }
+///An OpenAPI 3.0 document (`openapi`, `info`, `paths`, `components`, ...).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenApiDocument {
+    ///The OpenAPI version, `3.0.3`.
+    pub openapi: ::std::string::String,
+    pub info: JsonObject,
+    pub paths: JsonObject,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
 ///An installed and a required version of a package.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PackageVersion {
@@ -1739,8 +1760,8 @@ pub struct PromptNodeMeta {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-/// The body of `POST /api/prompt`. `prompt` is not marked required because its absence is answered with the
-/// ComfyUI error `no_prompt`, not a generic parse error.
+/// The body of `POST /api/prompt`. A missing `prompt` is answered with the ComfyUI error `no_prompt`. `null`
+/// is the same as absent for every other property.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct PromptRequest {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -1750,7 +1771,7 @@ pub struct PromptRequest {
             ::serde_json::Map<::std::string::String, ::serde_json::Value>,
         >,
     >,
-    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent.
+    ///A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_id: ::std::option::Option<::std::string::String>,
     ///The websocket client id that receives this prompt's events; copied to `extra_data.client_id`.
@@ -1762,7 +1783,7 @@ pub struct PromptRequest {
     ///Without `number`, queue ahead of every pending prompt.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub front: ::std::option::Option<bool>,
-    ///Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output).
+    ///Run only these output nodes (an empty list is `prompt_no_outputs`); absent runs every output.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub partial_execution_targets: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -1823,7 +1844,7 @@ impl ::std::convert::From<::serde_json::Value> for QueueItemElement {
 ///What to remove from the pending queue.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct QueueManageRequest {
-    ///Remove every pending prompt.
+    ///Remove every pending prompt (`null` is the same as absent).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
     ///Prompt ids to remove.
@@ -2091,7 +2112,7 @@ pub struct UploadImageRequest {
     pub image: ::std::string::String,
     #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<FileType>,
-    ///A folder under the root, created if missing.
+    ///A folder under the root, created if missing; absolute or with a `..` segment answers 400.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
     ///`true` or `1` to overwrite an existing file.
@@ -2113,11 +2134,10 @@ pub struct UploadImageResponse {
 pub struct UploadMaskRequest {
     ///An image whose alpha channel is the mask.
     pub image: ::std::string::String,
-    ///JSON `{"filename", "subfolder"?, "type"?}` naming the image to apply the mask to (`type` defaults to `output`).
-    pub original_ref: ::std::string::String,
+    pub original_ref: MaskOriginal,
     #[serde(rename = "type", skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<FileType>,
-    ///A folder under the root, created if missing.
+    ///A folder under the root, created if missing; absolute or with a `..` segment answers 400.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub subfolder: ::std::option::Option<::std::string::String>,
     ///`true` or `1` to overwrite an existing file.
@@ -2224,7 +2244,7 @@ pub struct UserDataFileInfo {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub created: ::std::option::Option<f64>,
 }
-///A user data listing; its form depends on `full_info` and `split`.
+///A user data listing; its form depends on `full_info` and `split`. An empty listing is `[]` whatever the form.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(untagged)]
 pub enum UserDataListing {

@@ -4,6 +4,7 @@
 //! router's `/api` aliases), then checks that the status is declared, that the media type is one the operation
 //! declares (no body where none is declared), and that a JSON body validates against the declared schema. The
 //! answers of the server's request rules (`x-middleware-responses` in the spec) are accepted on every operation.
+//! `HEAD` is answered as the `GET` operation without a body; a method a known path does not have must get 405.
 //! Websocket text frames are checked against `WsMessage`. Violations are collected, not panicked on the spot, so
 //! the server's answer still reaches the test; [`Contract::assert_clean`] fails the test with all of them.
 //!
@@ -52,7 +53,7 @@ impl Contract {
     /// Reads the spec compiled into `kiln-spec`.
     pub fn from_spec() -> Contract {
         let spec: Value = serde_yaml::from_str(kiln_spec::OPENAPI_YAML).expect("the spec parses");
-        let components = json_schema(spec["components"].clone());
+        let components = json_schema(spec["components"].clone(), Objects::Closed);
         Contract {
             routes: local_routes(&spec),
             spec,
@@ -131,7 +132,19 @@ impl Contract {
         if answer.method == "OPTIONS" {
             return Ok(()); // a CORS preflight, answered by the CORS layer (`--enable-cors-header`), not an operation
         }
-        let Some((template, operation)) = self.operation(answer.method, answer.path) else {
+        // `HEAD` runs the `GET` operation and sends its status and headers without the body.
+        let head = answer.method == "HEAD";
+        let method = if head { "GET" } else { answer.method };
+        let Some((template, operation)) = self.operation(method, answer.path) else {
+            if self.routes.iter().any(|route| route_matches(route, answer.path)) {
+                // A path of the spec asked with a method it does not have.
+                return match answer.status {
+                    405 => Ok(()),
+                    status => {
+                        Err(format!("a method the path does not have answered {status}, not 405"))
+                    }
+                };
+            }
             // Routes outside the spec: the frontend's static files, and the 404/405 of unknown routes.
             let api_like =
                 ["/api/", "/internal/", "/ws"].iter().any(|p| answer.path.starts_with(p));
@@ -151,6 +164,13 @@ impl Contract {
             format!("status {status} is not declared for {template} (declared: {declared:?})")
         })?;
         let response = self.resolve(response);
+        if head {
+            return if answer.body.is_empty() {
+                Ok(())
+            } else {
+                Err("a HEAD answer has a body".to_owned())
+            };
+        }
         let Some(content) = response["content"].as_object() else {
             return if answer.body.is_empty() {
                 Ok(())
@@ -187,17 +207,10 @@ impl Contract {
     /// The operation for a request: the template with the most literal segments that matches the path, tried
     /// as written and with the `/api` prefix the router also mounts it without.
     fn operation(&self, method: &str, path: &str) -> Option<(&str, &Value)> {
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let with_api: Vec<&str> = ["api"].into_iter().chain(segments.iter().copied()).collect();
-        let without_api: Option<Vec<&str>> =
-            (segments.first() == Some(&"api")).then(|| segments[1..].to_vec());
-        let candidates = [Some(segments.clone()), Some(with_api), without_api];
         self.routes
             .iter()
             .filter(|route| route.method == method)
-            .filter(|route| {
-                candidates.iter().flatten().any(|c| template_matches(&route.template, c))
-            })
+            .filter(|route| route_matches(route, path))
             .max_by_key(|route| route.template.iter().filter(|s| !s.starts_with('{')).count())
             .map(|route| {
                 let operation =
@@ -228,7 +241,10 @@ impl Contract {
         if let Some(found) = self.validators.lock().expect("validators").get(key) {
             return Ok(found.clone());
         }
-        let root = json!({"allOf": [json_schema(schema.clone())], "components": self.components});
+        let root = json!({
+            "allOf": [json_schema(schema.clone(), Objects::Closed)],
+            "components": self.components
+        });
         let validator = jsonschema::options()
             .with_draft(Draft::Draft4)
             .build(&root)
@@ -258,6 +274,18 @@ fn local_routes(spec: &Value) -> Vec<Route> {
     routes
 }
 
+/// Whether `path` is one of `route`'s, as written or through the router's `/api` aliases.
+fn route_matches(route: &Route, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let with_api: Vec<&str> = ["api"].into_iter().chain(segments.iter().copied()).collect();
+    let without_api: Option<Vec<&str>> =
+        (segments.first() == Some(&"api")).then(|| segments[1..].to_vec());
+    [Some(segments.clone()), Some(with_api), without_api]
+        .iter()
+        .flatten()
+        .any(|candidate| template_matches(&route.template, candidate))
+}
+
 fn template_matches(template: &[String], path: &[&str]) -> bool {
     template.len() == path.len()
         && template.iter().zip(path).all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
@@ -271,15 +299,59 @@ fn media_matches(declared: &str, actual: &str) -> bool {
     }
 }
 
+/// The spec's verdict on request values (parameters, bodies, form fields): valid or not against the schema
+/// the spec gives them, read as JSON Schema with objects open as the spec writes them (a client may send keys a
+/// schema does not name).
+pub struct RequestSchemas {
+    components: Value,
+}
+
+impl RequestSchemas {
+    /// Reads the spec compiled into `kiln-spec`.
+    pub fn from_spec() -> RequestSchemas {
+        let spec: Value = serde_yaml::from_str(kiln_spec::OPENAPI_YAML).expect("the spec parses");
+        RequestSchemas { components: json_schema(spec["components"].clone(), Objects::Open) }
+    }
+
+    /// Whether `instance` is valid against `schema` (one of the spec's, `$ref`s into its components).
+    pub fn validate(&self, schema: &Value, instance: &Value) -> Result<(), String> {
+        let root = json!({
+            "allOf": [json_schema(schema.clone(), Objects::Open)],
+            "components": self.components
+        });
+        let validator = jsonschema::options()
+            .with_draft(Draft::Draft4)
+            .build(&root)
+            .map_err(|error| format!("the schema does not compile: {error}"))?;
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+}
+
+/// Whether an object schema with `properties` and no `additionalProperties` takes other keys.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Objects {
+    /// As the spec says: other keys are allowed (what a client may send).
+    Open,
+    /// Only the named keys (what the server may send).
+    Closed,
+}
+
 /// OpenAPI 3.0 schema → JSON Schema draft 4: `nullable: true` becomes a `null` type (or a `null` enum value, or
 /// an `anyOf` with `{type: null}` where there is no `type`).
-fn json_schema(value: Value) -> Value {
+fn json_schema(value: Value, objects: Objects) -> Value {
     match value {
-        Value::Array(items) => Value::Array(items.into_iter().map(json_schema).collect()),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|item| json_schema(item, objects)).collect())
+        }
         Value::Object(object) => {
             let mut object: serde_json::Map<String, Value> =
-                object.into_iter().map(|(key, value)| (key, json_schema(value))).collect();
-            if object.get("properties").is_some_and(Value::is_object)
+                object.into_iter().map(|(key, value)| (key, json_schema(value, objects))).collect();
+            if objects == Objects::Closed
+                && object.get("properties").is_some_and(Value::is_object)
                 && !object.contains_key("additionalProperties")
             {
                 // Open for clients (they must ignore unknown keys), closed for the server: every key it sends
@@ -290,15 +362,24 @@ fn json_schema(value: Value) -> Value {
                 return Value::Object(object);
             }
             object.remove("nullable");
+            // `nullable` beside `allOf: [$ref]` (the 3.0 way to make a reference nullable) admits `null` whatever
+            // the referenced schema says, so it cannot become a `null` type next to that `allOf`.
+            let composed =
+                ["allOf", "anyOf", "oneOf", "$ref"].iter().any(|k| object.contains_key(*k));
             if let Some(Value::Array(values)) = object.get_mut("enum") {
                 values.push(Value::Null);
             }
             match object.remove("type") {
-                Some(Value::String(kind)) => {
+                Some(Value::String(kind)) if !composed => {
                     object.insert("type".to_owned(), json!([kind, "null"]));
                     Value::Object(object)
                 }
-                _ => json!({"anyOf": [Value::Object(object), {"type": "null"}]}),
+                kind => {
+                    if let Some(kind) = kind {
+                        object.insert("type".to_owned(), kind);
+                    }
+                    json!({"anyOf": [Value::Object(object), {"type": "null"}]})
+                }
             }
         }
         other => other,
@@ -335,6 +416,11 @@ fn the_contract_refuses_what_the_spec_does_not_describe() {
         answer("GET", "/assets/index.js", 200, Some("text/javascript"), "let x;"),
         answer("GET", "/api/nothing-here", 404, None, ""),
         answer("GET", "/api/queue", 403, None, ""),
+        answer("HEAD", "/api/queue", 200, Some("application/json"), ""),
+        answer("HEAD", "/queue", 200, Some("application/json"), ""),
+        answer("PUT", "/api/queue", 405, None, ""),
+        answer("DELETE", "/interrupt", 405, None, ""),
+        answer("HEAD", "/api/interrupt", 405, None, ""),
         answer(
             "POST",
             "/api/prompt",
@@ -368,6 +454,9 @@ fn the_contract_refuses_what_the_spec_does_not_describe() {
         answer("GET", "/api/queue", 200, Some("text/plain"), "hi"),
         answer("GET", "/api/system_stats", 200, Some("application/json"), "not json"),
         answer("POST", "/api/system_stats", 200, Some("application/json"), "{}"),
+        answer("PUT", "/api/queue", 404, None, ""),
+        answer("HEAD", "/api/queue", 200, Some("application/json"), "{}"),
+        answer("HEAD", "/api/queue", 418, None, ""),
     ];
     for case in &bad {
         contract.check(case);

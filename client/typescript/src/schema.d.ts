@@ -93,7 +93,8 @@ export interface paths {
         /**
          * Interrupt execution
          * @description Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-         *     no-op). A body that is not JSON counts as `{}`.
+         *     no-op). No body counts as `{}`. A body that is not JSON of this shape is refused: ComfyUI takes any body
+         *     it cannot decode for `{}` and stops whatever runs, where the client may have meant one prompt.
          */
         post: operations["interrupt"];
         delete?: never;
@@ -636,8 +637,9 @@ export interface paths {
         put?: never;
         /**
          * Write a user data file
-         * @description Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-         *     the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+         * @description Writes the request body to a file of the user's data atomically (temporary file, then rename); no body
+         *     writes an empty file. Returns the relative path as a JSON string, or `UserDataFileInfo` with
+         *     `full_info=true`.
          */
         post: operations["postUserData"];
         /**
@@ -830,6 +832,31 @@ export interface paths {
          * @description Returns the registered replacements for node classes, keyed by the old class name. `POST /api/prompt` applies them before validation.
          */
         get: operations["getNodeReplacements"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/openapi.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The running runtime's OpenAPI document
+         * @description Returns this document as the running runtime serves it, built from the committed spec when the server
+         *     starts: only the operations the runtime mounts (`x-runtime`), the component schemas and tags they use,
+         *     and on the local runtime no security requirements or schemes (it takes anonymous requests). Keys that
+         *     only steer Kiln's code generation (`x-kiln-*`) are left out; `x-runtime`, `x-websocket-messages` and
+         *     `x-middleware-responses` stay, as they describe the wire. ComfyUI serves no such document; the local
+         *     runtime also answers at `/openapi.json`.
+         */
+        get: operations["getOpenApiDocument"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1166,24 +1193,24 @@ export interface components {
             success: boolean;
         };
         /**
-         * @description The body of `POST /api/prompt`. `prompt` is not marked required because its absence is answered with the
-         *     ComfyUI error `no_prompt`, not a generic parse error.
+         * @description The body of `POST /api/prompt`. A missing `prompt` is answered with the ComfyUI error `no_prompt`. `null`
+         *     is the same as absent for every other property.
          */
         PromptRequest: {
-            prompt?: components["schemas"]["Prompt"];
-            /** @description A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. `null` is the same as absent. */
+            prompt: components["schemas"]["Prompt"];
+            /** @description A client-chosen id; must be a canonical lowercase UUID, else 400 `invalid_prompt_id`. */
             prompt_id?: string | null;
             /** @description The websocket client id that receives this prompt's events; copied to `extra_data.client_id`. */
-            client_id?: string;
+            client_id?: string | null;
             /** @description Queue priority, used verbatim (lower runs first); the server counter when absent. */
-            number?: number;
+            number?: number | null;
             /** @description Without `number`, queue ahead of every pending prompt. */
-            front?: boolean;
-            /** @description Run only these output nodes; an empty list is `prompt_no_outputs`, `null` is the same as absent (run every output). */
+            front?: boolean | null;
+            /** @description Run only these output nodes (an empty list is `prompt_no_outputs`); absent runs every output. */
             partial_execution_targets?: string[] | null;
-            extra_data?: components["schemas"]["ExtraData"];
+            extra_data?: components["schemas"]["ExtraData"] | null;
         };
-        /** @description An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`). */
+        /** @description An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`); at least one node. */
         Prompt: {
             [key: string]: components["schemas"]["PromptNode"];
         };
@@ -1199,29 +1226,29 @@ export interface components {
             inputs: {
                 [key: string]: components["schemas"]["PromptInputValue"];
             };
-            _meta?: components["schemas"]["PromptNodeMeta"];
+            _meta?: components["schemas"]["PromptNodeMeta"] | null;
         };
         /** @description A literal input value (string, number, boolean or any JSON value the widget accepts) or a link `[source_node_id, output_index]`. */
         PromptInputValue: unknown;
         /** @description Presentation data of a node. */
         PromptNodeMeta: {
             /** @description The node's title in the UI, used in error messages. */
-            title?: string;
+            title?: string | null;
         };
         /** @description Free-form data kept with a prompt. Secret credential keys are never echoed by queue, history or job views. */
         ExtraData: {
             /** @description The websocket client id that receives the prompt's events. */
-            client_id?: string;
-            extra_pnginfo?: components["schemas"]["JsonObject"];
+            client_id?: string | null;
+            extra_pnginfo?: components["schemas"]["JsonObject"] | null;
             /**
              * Format: int64
              * @description Set by the server when the prompt is queued, milliseconds since the epoch.
              */
-            create_time?: number;
+            create_time?: number | null;
             /** @description From the `Comfy-Usage-Source` header. */
-            comfy_usage_source?: string;
+            comfy_usage_source?: string | null;
             /** @description The preview method the client asked for. */
-            preview_method?: string;
+            preview_method?: string | null;
         } & {
             [key: string]: unknown;
         };
@@ -1304,22 +1331,22 @@ export interface components {
         };
         /** @description What to remove from the pending queue. */
         QueueManageRequest: {
-            /** @description Remove every pending prompt. */
-            clear?: boolean;
+            /** @description Remove every pending prompt (`null` is the same as absent). */
+            clear?: boolean | null;
             /** @description Prompt ids to remove. */
             delete?: string[];
         };
         /** @description Which prompt to interrupt. */
         InterruptRequest: {
-            /** @description Interrupt only if this prompt is running. */
-            prompt_id?: string;
+            /** @description Interrupt only if this prompt is running; absent or `null` interrupts whatever runs. */
+            prompt_id?: string | null;
         };
         /** @description What to release. */
         FreeRequest: {
-            /** @description Unload every model from device and host memory. */
-            unload_models?: boolean;
-            /** @description Drop cached results and release free memory. */
-            free_memory?: boolean;
+            /** @description Unload every model from device and host memory (`null` is the same as absent). */
+            unload_models?: boolean | null;
+            /** @description Drop cached results and release free memory (`null` is the same as absent). */
+            free_memory?: boolean | null;
         };
         /** @description History entries keyed by prompt id, oldest first. */
         HistoryResponse: {
@@ -1387,8 +1414,8 @@ export interface components {
         };
         /** @description What to remove from the history. */
         HistoryManageRequest: {
-            /** @description Remove every entry. */
-            clear?: boolean;
+            /** @description Remove every entry (`null` is the same as absent). */
+            clear?: boolean | null;
             /** @description Prompt ids to remove. */
             delete?: string[];
         };
@@ -1641,7 +1668,7 @@ export interface components {
              */
             image: string;
             type?: components["schemas"]["FileType"];
-            /** @description A folder under the root, created if missing. */
+            /** @description A folder under the root, created if missing; absolute or with a `..` segment answers 400. */
             subfolder?: string;
             /** @description `true` or `1` to overwrite an existing file. */
             overwrite?: string;
@@ -1653,13 +1680,20 @@ export interface components {
              * @description An image whose alpha channel is the mask.
              */
             image: string;
-            /** @description JSON `{"filename", "subfolder"?, "type"?}` naming the image to apply the mask to (`type` defaults to `output`). */
-            original_ref: string;
+            original_ref: components["schemas"]["MaskOriginal"];
             type?: components["schemas"]["FileType"];
-            /** @description A folder under the root, created if missing. */
+            /** @description A folder under the root, created if missing; absolute or with a `..` segment answers 400. */
             subfolder?: string;
             /** @description `true` or `1` to overwrite an existing file. */
             overwrite?: string;
+        };
+        /** @description The image a mask is applied to, sent as JSON text in the `original_ref` field. */
+        MaskOriginal: {
+            /** @description The file name, with the rules of `/api/view`'s `filename` (an annotation overrides `type`). */
+            filename: string;
+            /** @description A folder relative to the root; one escaping the root answers 403. */
+            subfolder?: string;
+            type?: components["schemas"]["FileType"];
         };
         /** @description Where an upload was stored. */
         UploadImageResponse: {
@@ -1841,6 +1875,15 @@ export interface components {
         JsonObject: {
             [key: string]: unknown;
         };
+        /** @description An OpenAPI 3.0 document (`openapi`, `info`, `paths`, `components`, ...). */
+        OpenApiDocument: {
+            /** @description The OpenAPI version, `3.0.3`. */
+            openapi: string;
+            info: components["schemas"]["JsonObject"];
+            paths: components["schemas"]["JsonObject"];
+        } & {
+            [key: string]: unknown;
+        };
         /** @description How user data is stored. */
         UsersResponse: {
             /** @description Always `server`. */
@@ -1856,7 +1899,7 @@ export interface components {
         UserId: string;
         /** @description A new user. */
         CreateUserRequest: {
-            /** @description The display name. */
+            /** @description The display name; it must hold a character other than white space (Unicode `White_Space`). */
             username: string;
         };
         /** @description Settings keyed by setting id. */
@@ -1879,7 +1922,7 @@ export interface components {
             /** @description Creation time, ms since the epoch. */
             created?: number;
         };
-        /** @description A user data listing; its form depends on `full_info` and `split`. */
+        /** @description A user data listing; its form depends on `full_info` and `split`. An empty listing is `[]` whatever the form. */
         UserDataListing: string[] | components["schemas"]["UserDataFileInfo"][] | components["schemas"]["StringList"][];
         /** @description A written file, as its relative path or, with `full_info=true`, with details. */
         UserDataWriteResult: string | components["schemas"]["UserDataFileInfo"];
@@ -2715,6 +2758,31 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "prompt": {
+                 *         "1": {
+                 *           "class_type": "EmptyImage",
+                 *           "inputs": {
+                 *             "width": 8,
+                 *             "height": 8,
+                 *             "batch_size": 1,
+                 *             "color": 16711680
+                 *           }
+                 *         },
+                 *         "2": {
+                 *           "class_type": "PreviewImage",
+                 *           "inputs": {
+                 *             "images": [
+                 *               "1",
+                 *               0
+                 *             ]
+                 *           }
+                 *         }
+                 *       },
+                 *       "client_id": "example"
+                 *     }
+                 */
                 "application/json": components["schemas"]["PromptRequest"];
             };
         };
@@ -2810,6 +2878,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description The body is not JSON, or not an object of this shape (e.g. a `prompt_id` that is not a string). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     freeMemory: {
@@ -2846,7 +2923,7 @@ export interface operations {
     getHistory: {
         parameters: {
             query?: {
-                /** @description Maximum number of entries to return. */
+                /** @description Maximum number of entries to return; 0 or less returns `{}` (as ComfyUI). */
                 max_items?: number;
                 /** @description Number of entries to skip, counted from the oldest. */
                 offset?: number;
@@ -3011,7 +3088,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The job id (the prompt id). */
+                /** @description The job id (the prompt id), a canonical lowercase UUID. */
                 job_id: string;
             };
             cookie?: never;
@@ -3052,7 +3129,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The job id (the prompt id). */
+                /** @description The job id (the prompt id), a canonical lowercase UUID. */
                 job_id: string;
             };
             cookie?: never;
@@ -3125,7 +3202,10 @@ export interface operations {
     viewFile: {
         parameters: {
             query?: {
-                /** @description The file name (only its base name is used); absent answers 404. */
+                /**
+                 * @description The file name (only its base name is used), possibly annotated (`name.png [input]`); absent answers
+                 *     404. Empty, starting with `/` or containing `..` once the annotation is removed answers 400.
+                 */
                 filename?: string;
                 /** @description Which root to read from; `output` when absent. */
                 type?: components["schemas"]["FileType"];
@@ -3142,7 +3222,11 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file bytes. */
+            /**
+             * @description The file bytes, typed by the file's extension (`image/png`, `image/gif`, `video/mp4`, `audio/flac`,
+             *     `application/json`, `text/plain`, ...; `application/octet-stream` when unknown), or the re-encoded
+             *     `image/png`, `image/webp` or `image/jpeg`.
+             */
             200: {
                 headers: {
                     /** @description `filename="<name>"`, with `attachment` for types that could run script. */
@@ -3152,13 +3236,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/octet-stream": string;
-                    "image/png": string;
-                    "image/webp": string;
-                    "image/jpeg": string;
+                    "*/*": string;
                 };
             };
-            /** @description Absolute or `..` file name, or an unknown `type` (empty body). */
+            /**
+             * @description An empty, absolute or `..` file name, an unknown `type`, or `preview`/`channel` asked of a file that is
+             *     not an image Kiln can decode (empty body).
+             */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3236,7 +3320,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadImageResponse"];
                 };
             };
-            /** @description No file part, an empty or escaping file name or subfolder, or an unknown `type`. */
+            /** @description No file part, an empty or escaping file name or subfolder, or a `type` that is not `input`, `output` or `temp`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3278,8 +3362,29 @@ export interface operations {
                     "application/json": components["schemas"]["UploadImageResponse"];
                 };
             };
-            /** @description A missing part, an escaping path, an unreadable image or an unknown original. */
+            /**
+             * @description A missing part, an escaping upload path, an `original_ref` that is not JSON of its shape, or an upload or
+             *     original that is not an image Kiln can decode.
+             */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The original's subfolder escapes its root. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The original image does not exist (ComfyUI stores nothing then and answers 200). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3503,7 +3608,7 @@ export interface operations {
                     "image/webp": string;
                 };
             };
-            /** @description Bad folder kind or index (empty body). */
+            /** @description `path_index` is not an integer (empty body). */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3517,7 +3622,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description No such model or no preview (empty body). */
+            /** @description An unknown folder kind or directory index, no such model, or no preview (empty body). */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3568,7 +3673,7 @@ export interface operations {
                     "application/json": components["schemas"]["UserId"];
                 };
             };
-            /** @description Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`. */
+            /** @description A missing, blank or duplicate user name, e.g. `{"error": "Duplicate username."}` (ComfyUI sends 400 for a duplicate too). */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3582,7 +3687,7 @@ export interface operations {
     listUserData: {
         parameters: {
             query: {
-                /** @description The directory, relative to the user's data root. */
+                /** @description The directory, relative to the user's data root; empty (or only `/`) answers 400. */
                 dir: string;
                 /** @description `true` to include files in subdirectories. */
                 recurse?: string;
@@ -3656,7 +3761,7 @@ export interface operations {
                     "application/json": components["schemas"]["UserDataEntryList"];
                 };
             };
-            /** @description Invalid path. */
+            /** @description The path names a file, not a directory. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3674,7 +3779,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
-            /** @description The path is not a directory. */
+            /** @description Nothing exists at the path. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3704,6 +3809,7 @@ export interface operations {
                 };
                 content: {
                     "application/octet-stream": string;
+                    "text/css": string;
                 };
             };
             /** @description Invalid file name. */
@@ -3750,7 +3856,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/octet-stream": string;
             };
@@ -4147,6 +4253,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["NodeReplacements"];
+                };
+            };
+        };
+    };
+    getOpenApiDocument: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The OpenAPI 3.0 document, as JSON. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenApiDocument"];
                 };
             };
         };

@@ -285,6 +285,12 @@ pub const OPERATIONS: &[OperationInfo] = &[
         path: "/api/node_replacements",
         runtimes: &["local", "cloud"],
     },
+    OperationInfo {
+        id: "getOpenApiDocument",
+        method: "GET",
+        path: "/api/openapi.json",
+        runtimes: &["local", "cloud"],
+    },
     OperationInfo { id: "getLogs", method: "GET", path: "/internal/logs", runtimes: &["local"] },
     OperationInfo {
         id: "getRawLogs",
@@ -465,6 +471,8 @@ impl IntoResponse for ManageQueueResponse {
 pub enum InterruptResponse {
     ///200: Done (empty body), also when nothing was running.
     Ok,
+    ///400: The body is not JSON, or not an object of this shape (e.g. a `prompt_id` that is not a string).
+    BadRequest(types::ErrorResponse),
 }
 impl IntoResponse for InterruptResponse {
     fn into_response(self) -> Response {
@@ -472,6 +480,10 @@ impl IntoResponse for InterruptResponse {
             Self::Ok => StatusCode::from_u16(200u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
         }
     }
 }
@@ -499,7 +511,7 @@ impl IntoResponse for FreeMemoryResponse {
 ///The query parameters of `getHistory`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct GetHistoryQuery {
-    ///Maximum number of entries to return.
+    ///Maximum number of entries to return; 0 or less returns `{}` (as ComfyUI).
     #[serde(rename = "max_items", default)]
     pub max_items: Option<i64>,
     ///Number of entries to skip, counted from the oldest.
@@ -716,7 +728,8 @@ impl IntoResponse for GetNodeInfoResponse {
 ///The query parameters of `viewFile`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ViewFileQuery {
-    ///The file name (only its base name is used); absent answers 404.
+    /// The file name (only its base name is used), possibly annotated (`name.png [input]`); absent answers
+    /// 404. Empty, starting with `/` or containing `..` once the annotation is removed answers 400.
     #[serde(rename = "filename", default)]
     pub filename: Option<String>,
     ///Which root to read from; `output` when absent.
@@ -735,7 +748,9 @@ pub struct ViewFileQuery {
 ///The responses of `viewFile` (`GET /api/view`).
 #[derive(Debug)]
 pub enum ViewFileResponse {
-    ///200: The file bytes.
+    /// 200: The file bytes, typed by the file's extension (`image/png`, `image/gif`, `video/mp4`, `audio/flac`,
+    /// `application/json`, `text/plain`, ...; `application/octet-stream` when unknown), or the re-encoded
+    /// `image/png`, `image/webp` or `image/jpeg`.
     Ok {
         /// The body.
         body: Binary,
@@ -744,7 +759,8 @@ pub enum ViewFileResponse {
         ///`X-Content-Type-Options`: Always `nosniff`.
         x_content_type_options: Option<String>,
     },
-    ///400: Absolute or `..` file name, or an unknown `type` (empty body).
+    /// 400: An empty, absolute or `..` file name, an unknown `type`, or `preview`/`channel` asked of a file that is
+    /// not an image Kiln can decode (empty body).
     BadRequest,
     ///403: The subfolder escapes its root (empty body).
     Forbidden,
@@ -811,7 +827,7 @@ impl IntoResponse for GetViewMetadataResponse {
 pub enum UploadImageResponse {
     ///200: Where the file was stored.
     Ok(types::UploadImageResponse),
-    ///400: No file part, an empty or escaping file name or subfolder, or an unknown `type`.
+    ///400: No file part, an empty or escaping file name or subfolder, or a `type` that is not `input`, `output` or `temp`.
     BadRequest(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
@@ -839,8 +855,13 @@ impl IntoResponse for UploadImageResponse {
 pub enum UploadMaskResponse {
     ///200: Where the file was stored.
     Ok(types::UploadImageResponse),
-    ///400: A missing part, an escaping path, an unreadable image or an unknown original.
+    /// 400: A missing part, an escaping upload path, an `original_ref` that is not JSON of its shape, or an upload or
+    /// original that is not an image Kiln can decode.
     BadRequest(types::ErrorResponse),
+    ///403: The original's subfolder escapes its root.
+    Forbidden(types::ErrorResponse),
+    ///404: The original image does not exist (ComfyUI stores nothing then and answers 200).
+    NotFound(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
 }
@@ -853,6 +874,14 @@ impl IntoResponse for UploadMaskResponse {
             ),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::NotFound(body) => support::json(
+                StatusCode::from_u16(404u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
             Self::PayloadTooLarge(body) => support::json(
@@ -1005,11 +1034,11 @@ impl IntoResponse for GetModelFileDetailsResponse {
 pub enum GetModelPreviewResponse {
     ///200: The preview.
     Ok(Binary),
-    ///400: Bad folder kind or index (empty body).
+    ///400: `path_index` is not an integer (empty body).
     BadRequest,
     ///403: The file name escapes its directory (empty body).
     Forbidden,
-    ///404: No such model or no preview (empty body).
+    ///404: An unknown folder kind or directory index, no such model, or no preview (empty body).
     NotFound,
 }
 impl IntoResponse for GetModelPreviewResponse {
@@ -1051,7 +1080,7 @@ impl IntoResponse for GetUsersResponse {
 pub enum CreateUserResponse {
     ///200: The new user id.
     Ok(types::UserId),
-    ///400: Missing or duplicate user name, e.g. `{"error": "Duplicate username."}`.
+    ///400: A missing, blank or duplicate user name, e.g. `{"error": "Duplicate username."}` (ComfyUI sends 400 for a duplicate too).
     BadRequest(types::SimpleError),
 }
 impl IntoResponse for CreateUserResponse {
@@ -1071,7 +1100,7 @@ impl IntoResponse for CreateUserResponse {
 ///The query parameters of `listUserData`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ListUserDataQuery {
-    ///The directory, relative to the user's data root.
+    ///The directory, relative to the user's data root; empty (or only `/`) answers 400.
     #[serde(rename = "dir")]
     pub dir: String,
     ///`true` to include files in subdirectories.
@@ -1130,11 +1159,11 @@ pub struct ListUserDataV2Query {
 pub enum ListUserDataV2Response {
     ///200: The entries.
     Ok(types::UserDataEntryList),
-    ///400: Invalid path.
+    ///400: The path names a file, not a directory.
     BadRequest(String),
     ///403: The path escapes the user's root.
     Forbidden(String),
-    ///404: The path is not a directory.
+    ///404: Nothing exists at the path.
     NotFound(String),
 }
 impl IntoResponse for ListUserDataV2Response {
@@ -1485,6 +1514,22 @@ pub enum GetNodeReplacementsResponse {
     Ok(types::NodeReplacements),
 }
 impl IntoResponse for GetNodeReplacementsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getOpenApiDocument` (`GET /api/openapi.json`).
+#[derive(Debug)]
+pub enum GetOpenApiDocumentResponse {
+    ///200: The OpenAPI 3.0 document, as JSON.
+    Ok(types::OpenApiDocument),
+}
+impl IntoResponse for GetOpenApiDocumentResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok(body) => support::json(
@@ -2058,7 +2103,8 @@ pub trait SharedApi: Send + Sync + 'static {
     /// Interrupt execution.
     ///
     /// Interrupts the running prompt. With `prompt_id`, only if that prompt is the one running (otherwise a
-    /// no-op). A body that is not JSON counts as `{}`.
+    /// no-op). No body counts as `{}`. A body that is not JSON of this shape is refused: ComfyUI takes any body
+    /// it cannot decode for `{}` and stops whatever runs, where the client may have meant one prompt.
     ///
     /// `POST /api/interrupt` (operationId `interrupt`), `x-runtime: [local, cloud]`.
     fn interrupt(
@@ -2280,8 +2326,9 @@ pub trait SharedApi: Send + Sync + 'static {
     ) -> impl Future<Output = GetUserDataResponse> + Send;
     /// Write a user data file.
     ///
-    /// Writes the request body to a file of the user's data atomically (temporary file, then rename). Returns
-    /// the relative path as a JSON string, or `UserDataFileInfo` with `full_info=true`.
+    /// Writes the request body to a file of the user's data atomically (temporary file, then rename); no body
+    /// writes an empty file. Returns the relative path as a JSON string, or `UserDataFileInfo` with
+    /// `full_info=true`.
     ///
     /// `POST /api/userdata/{file}` (operationId `postUserData`), `x-runtime: [local, cloud]`.
     fn post_user_data(
@@ -2404,6 +2451,20 @@ pub trait SharedApi: Send + Sync + 'static {
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetNodeReplacementsResponse> + Send;
+    /// The running runtime's OpenAPI document.
+    ///
+    /// Returns this document as the running runtime serves it, built from the committed spec when the server
+    /// starts: only the operations the runtime mounts (`x-runtime`), the component schemas and tags they use,
+    /// and on the local runtime no security requirements or schemes (it takes anonymous requests). Keys that
+    /// only steer Kiln's code generation (`x-kiln-*`) are left out; `x-runtime`, `x-websocket-messages` and
+    /// `x-middleware-responses` stay, as they describe the wire. ComfyUI serves no such document; the local
+    /// runtime also answers at `/openapi.json`.
+    ///
+    /// `GET /api/openapi.json` (operationId `getOpenApiDocument`), `x-runtime: [local, cloud]`.
+    fn get_open_api_document(
+        &self,
+        parts: Parts,
+    ) -> impl Future<Output = GetOpenApiDocumentResponse> + Send;
 }
 /// The operations only the local runtime serves (`x-runtime: [local]`).
 pub trait LocalApi: Send + Sync + 'static {
@@ -2673,7 +2734,13 @@ async fn handle_interrupt<A: SharedApi>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let body: Option<types::InterruptRequest> = support::optional_json_body(&body);
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: Option<types::InterruptRequest> = match support::optional_json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
     api.interrupt(parts, body).await.into_response()
 }
 async fn handle_free_memory<A: LocalApi>(
@@ -3117,6 +3184,12 @@ async fn handle_get_node_replacements<A: SharedApi>(
 ) -> Response {
     api.get_node_replacements(parts).await.into_response()
 }
+async fn handle_get_open_api_document<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    api.get_open_api_document(parts).await.into_response()
+}
 async fn handle_get_logs<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_logs(parts).await.into_response()
 }
@@ -3171,7 +3244,13 @@ async fn handle_exchange_token<A: CloudApi>(
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let body: Option<types::ExchangeTokenRequest> = support::optional_json_body(&body);
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: Option<types::ExchangeTokenRequest> = match support::optional_json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
     api.exchange_token(parts, body).await.into_response()
 }
 async fn handle_get_jwks<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
@@ -3358,6 +3437,8 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
     let router =
         router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
+    let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_logs::<A>);
     let router = router.route("/internal/logs", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_raw_logs::<A>);
@@ -3471,6 +3552,8 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_node_replacements::<A>);
     let router =
         router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
+    let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new()
         .get(handle_get_session::<A>)
         .post(handle_create_session::<A>)

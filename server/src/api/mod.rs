@@ -1,11 +1,16 @@
 //! The HTTP surface generated from `spec/openapi.yaml`: the `Api` trait, its response enums, and `router`.
 //!
 //! `generated.rs` is written by `kiln-codegen` and never edited by hand; `support.rs` is its hand-written
-//! runtime. Implementations of the traits (`SharedApi`, `LocalApi`, `CloudApi`) live elsewhere in the server (and in tests).
+//! runtime; `document.rs` builds the OpenAPI document a runtime serves. Implementations of the traits (`SharedApi`, `LocalApi`, `CloudApi`) live elsewhere in the server (and in tests).
 
+mod document;
 #[allow(clippy::all, missing_docs, unused_imports, unreachable_pub)]
 mod generated;
+mod strict;
 mod support;
+
+pub use document::{DocumentError, document};
+pub(crate) use strict::from_value as strict_from_value;
 
 pub use generated::*;
 #[allow(unused_imports)]

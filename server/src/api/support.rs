@@ -17,6 +17,8 @@ use bytes::Bytes;
 use kiln_spec::types;
 use serde::de::DeserializeOwned;
 
+use super::strict;
+
 /// Which API surface a router mounts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -285,30 +287,27 @@ const INTEGER_ERRORS: [&str; 4] = [
     "number too small to fit in target type",
 ];
 
-/// Parses a required JSON body, whatever the `Content-Type` says.
+/// Parses a required JSON body, whatever the `Content-Type` says; a JSON array is never taken for an object
+/// (see `strict.rs`).
 pub(super) fn json_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Problem> {
     if body.is_empty() {
         return Err(Problem::new("the request body is empty; a JSON body is required", ""));
     }
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let inner = e.inner();
-        if inner.is_syntax() || inner.is_eof() {
-            Problem::new("the request body is not valid JSON", inner)
-        } else {
-            Problem::new(format!("the request body has a bad value at `{}`", e.path()), inner)
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| Problem::new("the request body has data after the JSON value", e))?;
-    Ok(value)
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Problem::new("the request body is not valid JSON", e))?;
+    strict::from_value(&value).map_err(|e| {
+        Problem::new(format!("the request body has a bad value at `{}`", e.path), e.error)
+    })
 }
 
-/// Parses an optional JSON body: empty or unparseable counts as absent (ComfyUI treats any non-JSON body of
-/// `/interrupt` as `{}`).
-pub(super) fn optional_json_body<T: DeserializeOwned>(body: &Bytes) -> Option<T> {
-    serde_json::from_slice(body).ok()
+/// Parses an optional JSON body: no body (or only white space) is absent; anything else must be JSON of the
+/// shape. ComfyUI takes a `/interrupt` body it cannot decode for `{}`, which would stop whatever runs where
+/// the client meant one prompt: Kiln refuses it instead.
+pub(super) fn optional_json_body<T: DeserializeOwned>(body: &Bytes) -> Result<Option<T>, Problem> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    json_body(body).map(Some)
 }
 
 /// Parses an `application/x-www-form-urlencoded` body, whatever the `Content-Type` says.

@@ -42,11 +42,15 @@ pub(crate) fn store_upload(roots: &Roots, upload: &Upload<'_>) -> Result<Stored,
         return Err(UploadError::EmptyName);
     }
     let root = roots.get(upload.kind);
-    // An absolute subfolder would replace the root when joined (as in ComfyUI): refused below by `within`.
     let subfolder = upload.subfolder.trim_end_matches('/');
     let folder_rel = if subfolder.is_empty() { ".".to_owned() } else { subfolder.to_owned() };
     let outside =
         || UploadError::OutsideRoot(format!("{subfolder}/{}", upload.filename), upload.kind.name());
+    // An absolute subfolder would replace the root when joined, `/` included (as in ComfyUI); a relative one is
+    // checked by `within` below.
+    if upload.subfolder.starts_with('/') {
+        return Err(outside());
+    }
     let folder = within(root, &folder_rel).ok_or_else(outside)?;
     let relative = |name: &str| {
         if subfolder.is_empty() { name.to_owned() } else { format!("{subfolder}/{name}") }

@@ -64,6 +64,23 @@ fn is_true(flag: Option<&str>) -> bool {
     matches!(flag, Some("true") | Some("1"))
 }
 
+/// Why an upload was refused: the error body, by the status it is answered with.
+#[derive(Debug)]
+enum Refusal {
+    /// 400: the form, a name or an image is not usable.
+    BadRequest(types::ErrorResponse),
+    /// 403: the mask's original lies outside its root.
+    Forbidden(types::ErrorResponse),
+    /// 404: the mask's original does not exist.
+    NotFound(types::ErrorResponse),
+}
+
+impl From<types::ErrorResponse> for Refusal {
+    fn from(body: types::ErrorResponse) -> Refusal {
+        Refusal::BadRequest(body)
+    }
+}
+
 /// The fields of an upload form.
 #[derive(Default)]
 struct UploadForm {
@@ -164,19 +181,19 @@ impl LocalServer {
         &self,
         body: axum::extract::Multipart,
         mask: bool,
-    ) -> Result<types::UploadImageResponse, types::ErrorResponse> {
+    ) -> Result<types::UploadImageResponse, Refusal> {
         let form = read_upload(body).await?;
         let filename =
             form.filename.ok_or_else(|| error("no_file", "the form has no `image` file part"))?;
         let kind = match form.kind.as_deref() {
-            None | Some("") | Some("input") => FileKind::Input,
+            None | Some("input") => FileKind::Input,
             Some("output") => FileKind::Output,
             Some("temp") => FileKind::Temp,
             Some(other) => {
-                return Err(error(
+                return Err(Refusal::BadRequest(error(
                     "invalid_type",
                     format!("unknown type `{other}`; use input, output or temp"),
-                ));
+                )));
             }
         };
         let roots = self.0.roots.clone();
@@ -218,30 +235,37 @@ impl LocalServer {
 }
 
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
-fn apply_mask(
-    roots: &Roots,
-    reference: &str,
-    mask: &[u8],
-) -> Result<Vec<u8>, types::ErrorResponse> {
-    let original: Value = serde_json::from_str(reference)
-        .map_err(|e| error("invalid_original_ref", e.to_string()))?;
-    let filename = original
-        .get("filename")
-        .and_then(Value::as_str)
-        .ok_or_else(|| error("invalid_original_ref", "original_ref has no filename"))?;
-    let kind = match original.get("type").and_then(Value::as_str) {
-        Some("input") => FileKind::Input,
-        Some("temp") => FileKind::Temp,
-        _ => FileKind::Output,
-    };
+fn apply_mask(roots: &Roots, reference: &str, mask: &[u8]) -> Result<Vec<u8>, Refusal> {
+    let shape = "original_ref must be JSON of the form {\"filename\", \"subfolder\"?, \"type\"?}";
+    let original: types::MaskOriginal = serde_json::from_str(reference)
+        .map_err(|e| e.to_string())
+        .and_then(|value| crate::api::strict_from_value(&value).map_err(|e| e.error.to_string()))
+        .map_err(|why| error("invalid_original_ref", format!("{shape}: {why}")))?;
     let request = ViewRequest {
-        filename: Some(filename.to_owned()),
-        kind: Some(kind),
-        subfolder: original.get("subfolder").and_then(Value::as_str).map(str::to_owned),
+        filename: Some(original.filename),
+        // The original is in the output directory unless said otherwise.
+        kind: Some(original.type_.map_or(FileKind::Output, convert::file_kind)),
+        subfolder: original.subfolder,
         ..Default::default()
     };
-    let source = files::view(roots, &request)
-        .map_err(|e| error("invalid_original_ref", format!("cannot read the original: {e:?}")))?;
+    let source = files::view(roots, &request).map_err(|e| {
+        let refused =
+            |message: &str| error("invalid_original_ref", format!("original_ref: {message}"));
+        match e {
+            ViewError::BadName => {
+                Refusal::BadRequest(refused("the file name is empty, absolute or contains `..`"))
+            }
+            ViewError::OutsideRoot => Refusal::Forbidden(refused("the subfolder escapes its root")),
+            ViewError::NotFound => Refusal::NotFound(error(
+                "original_not_found",
+                "original_ref names no existing image",
+            )),
+            ViewError::Unreadable(why) => Refusal::BadRequest(error(
+                "invalid_image",
+                format!("cannot read the original: {why}"),
+            )),
+        }
+    })?;
     let mut image = image::load_from_memory(&source.bytes)
         .map_err(|e| error("invalid_image", e.to_string()))?
         .to_rgba8();
@@ -340,6 +364,10 @@ impl SharedApi for LocalServer {
     async fn get_extensions(&self, _: Parts) -> GetExtensionsResponse {
         // Kiln ships no frontend extensions.
         GetExtensionsResponse::Ok(types::StringList(Vec::new()))
+    }
+
+    async fn get_open_api_document(&self, _: Parts) -> GetOpenApiDocumentResponse {
+        GetOpenApiDocumentResponse::Ok(self.0.openapi.clone())
     }
 
     async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
@@ -540,6 +568,19 @@ impl SharedApi for LocalServer {
             Some(id) => id,
             None => uuid::Uuid::new_v4().to_string(),
         };
+        // The wire type keeps each node as the client sent it (for the echo); its shape is checked here against
+        // the spec's `PromptNode`, as the generated types would have.
+        for (id, node) in &prompt {
+            let node = Value::Object(node.clone());
+            if let Err(e) = crate::api::strict_from_value::<types::PromptNode>(&node) {
+                let at = if e.path == "." { String::new() } else { format!(" at `{}`", e.path) };
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "invalid_prompt",
+                    &format!("node {id} is not an API-format node"),
+                    &format!("node {id}{at}: {}", e.error),
+                ));
+            }
+        }
         let prompt_json = serde_json::to_value(&prompt).unwrap_or(Value::Null);
         let Ok(parsed) = Prompt::from_json(&prompt_json) else {
             return ExecutePromptResponse::BadRequest(prompt_error(
@@ -659,9 +700,7 @@ impl SharedApi for LocalServer {
     }
 
     async fn post_settings(&self, _: Parts, body: types::Settings) -> PostSettingsResponse {
-        let mut settings = userdata::settings(&self.0.user_dir);
-        settings.extend(body.0);
-        match userdata::save_settings(&self.0.user_dir, &settings) {
+        match userdata::update_settings(&self.0.user_dir, |settings| settings.extend(body.0)) {
             Ok(()) => PostSettingsResponse::Ok,
             Err(e) => PostSettingsResponse::BadRequest(error("settings_unwritable", e)),
         }
@@ -679,9 +718,9 @@ impl SharedApi for LocalServer {
         id: String,
         body: types::SettingValue,
     ) -> PostSettingResponse {
-        let mut settings = userdata::settings(&self.0.user_dir);
-        settings.insert(id, body.0);
-        match userdata::save_settings(&self.0.user_dir, &settings) {
+        match userdata::update_settings(&self.0.user_dir, |settings| {
+            settings.insert(id, body.0);
+        }) {
             Ok(()) => PostSettingResponse::Ok,
             Err(e) => PostSettingResponse::BadRequest(error("settings_unwritable", e)),
         }
@@ -700,14 +739,19 @@ impl SharedApi for LocalServer {
     async fn upload_image(&self, _: Parts, body: axum::extract::Multipart) -> UploadImageResponse {
         match self.store_upload(body, false).await {
             Ok(stored) => UploadImageResponse::Ok(stored),
-            Err(e) => UploadImageResponse::BadRequest(e),
+            // Without an original, only the form itself can be refused.
+            Err(Refusal::BadRequest(e) | Refusal::Forbidden(e) | Refusal::NotFound(e)) => {
+                UploadImageResponse::BadRequest(e)
+            }
         }
     }
 
     async fn upload_mask(&self, _: Parts, body: axum::extract::Multipart) -> UploadMaskResponse {
         match self.store_upload(body, true).await {
             Ok(stored) => UploadMaskResponse::Ok(stored),
-            Err(e) => UploadMaskResponse::BadRequest(e),
+            Err(Refusal::BadRequest(e)) => UploadMaskResponse::BadRequest(e),
+            Err(Refusal::Forbidden(e)) => UploadMaskResponse::Forbidden(e),
+            Err(Refusal::NotFound(e)) => UploadMaskResponse::NotFound(e),
         }
     }
 

@@ -100,7 +100,6 @@ impl LocalApi for LocalServer {
                 content_type: "image/webp".to_owned(),
                 bytes: bytes.into(),
             }),
-            models::Preview::BadRequest => GetModelPreviewResponse::BadRequest,
             models::Preview::Forbidden => GetModelPreviewResponse::Forbidden,
             models::Preview::NotFound => GetModelPreviewResponse::NotFound,
         }

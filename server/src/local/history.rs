@@ -163,7 +163,7 @@ impl History {
         if offset < 0
             && let Some(max) = max_items
         {
-            offset = len - max;
+            offset = len.saturating_sub(max);
         }
         let take = max_items.map_or(usize::MAX, |m| m.max(0) as usize);
         self.all().skip(offset.max(0) as usize).take(take).collect()

@@ -107,11 +107,9 @@ pub(crate) fn metadata(
 pub(crate) enum Preview {
     /// The WebP image.
     Found(Vec<u8>),
-    /// Unknown folder, or no directory at that index.
-    BadRequest,
     /// The file name leads out of its directory.
     Forbidden,
-    /// No such directory or no preview.
+    /// An unknown folder, no directory at that index, no such directory, or no preview: nothing is there.
     NotFound,
 }
 
@@ -127,7 +125,7 @@ pub(crate) fn preview(
         .get(folder)
         .and_then(|f| usize::try_from(path_index).ok().and_then(|i| f.paths.get(i)))
     else {
-        return Preview::BadRequest;
+        return Preview::NotFound;
     };
     if !dir.is_dir() {
         return Preview::NotFound;

@@ -43,6 +43,8 @@ pub(crate) struct Runtime {
     /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package): set
     /// once the pinned package is installed; unset for a `--front-end-root` or no frontend.
     pub(crate) frontend_version: std::sync::OnceLock<&'static str>,
+    /// The OpenAPI document this runtime serves (`GET /api/openapi.json`).
+    pub(crate) openapi: types::OpenApiDocument,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
     pub(crate) free_requested: AtomicBool,

@@ -1,8 +1,11 @@
 //! Settings and user data files under the user directory (single user: `<user dir>/default`).
 //!
-//! Invariant: every path is checked against the user's root before it is touched.
+//! Invariant: every path is checked against the user's root before it is touched. Writes go to a temporary file
+//! of their own, then are renamed into place, so requests writing the same file at once never see each other's
+//! half-written or vanished temporary; settings are changed under one lock, so two merges keep each other's keys.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use kiln_spec::types;
 use serde_json::{Map, Value};
@@ -41,19 +44,34 @@ pub(crate) fn settings(user_dir: &Path) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// Writes the settings object.
-pub(crate) fn save_settings(user_dir: &Path, settings: &Map<String, Value>) -> Result<(), String> {
+/// Serializes the read-modify-write of the settings file (handlers run in parallel).
+static SETTINGS_CHANGE: Mutex<()> = Mutex::new(());
+
+/// Changes the settings object with `change` and writes it, one change at a time.
+pub(crate) fn update_settings(
+    user_dir: &Path,
+    change: impl FnOnce(&mut Map<String, Value>),
+) -> Result<(), String> {
+    let _one_at_a_time = SETTINGS_CHANGE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut current = settings(user_dir);
+    change(&mut current);
     let root = user_root(user_dir);
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
-    let bytes = serde_json::to_vec_pretty(settings).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec_pretty(&current).map_err(|e| e.to_string())?;
     write_atomically(&root.join("comfy.settings.json"), &bytes)
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let temporary = path.with_file_name(format!(".{name}.kiln-tmp"));
+    // A name of its own per write: another request writing the same file renames only its own temporary.
+    let temporary =
+        path.with_file_name(format!(".{name}.{}.kiln-tmp", uuid::Uuid::new_v4().simple()));
     std::fs::write(&temporary, bytes).map_err(|e| e.to_string())?;
-    std::fs::rename(&temporary, path).map_err(|e| e.to_string())
+    std::fs::rename(&temporary, path).map_err(|e| {
+        // Nothing half-done is left behind (e.g. when `path` is a directory).
+        let _ = std::fs::remove_file(&temporary);
+        e.to_string()
+    })
 }
 
 fn millis(time: std::io::Result<std::time::SystemTime>) -> Option<f64> {

@@ -42,14 +42,17 @@ async fn malformed_json_is_a_clear_400_on_every_json_route() {
         let response = request.body("{not json").send().await.expect("answers");
         let status = response.status().as_u16();
         let body = response.text().await.expect("body");
-        if required {
-            assert_eq!(status, 400, "{method} {path}: {body}");
-            let json: Value = serde_json::from_str(&body)
-                .unwrap_or_else(|_| panic!("{method} {path}: a JSON error body, got {body}"));
-            assert!(!json.to_string().is_empty());
-        } else {
-            // Optional bodies (`/interrupt`): a body that is not JSON counts as none, as ComfyUI.
-            assert_eq!(status, 200, "{method} {path}: {body}");
+        // Optional bodies (`/interrupt`) too: ComfyUI takes a body it cannot decode for `{}` and stops whatever
+        // runs, where the client may have meant one prompt; Kiln refuses it.
+        assert_eq!(status, 400, "{method} {path}: {body}");
+        let json: Value = serde_json::from_str(&body)
+            .unwrap_or_else(|_| panic!("{method} {path}: a JSON error body, got {body}"));
+        assert!(json.to_string().contains("not valid JSON"), "{method} {path}: {body}");
+        if !required {
+            // No body at all is the absent optional body.
+            let url = format!("http://{addr}{}", concrete(&path));
+            let empty = http.post(&url).send().await.expect("answers");
+            assert_eq!(empty.status().as_u16(), 200, "{method} {path} without a body");
         }
     }
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -61,11 +64,28 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>, u16)> {
         ("POST", "/api/prompt".to_owned(), Some(r#"{"prompt": [1, 2]}"#), 400),
         ("POST", "/api/prompt".to_owned(), Some(r#"{"prompt": {}, "number": "first"}"#), 400),
         ("POST", "/api/queue".to_owned(), Some(r#"{"delete": "all"}"#), 400),
+        // A JSON array is never an object, and `null` never a map (serde would take both).
+        ("POST", "/api/free".to_owned(), Some("[true, null]"), 400),
+        ("POST", "/api/queue".to_owned(), Some("[true, []]"), 400),
+        ("POST", "/api/settings".to_owned(), Some("null"), 400),
+        (
+            "POST",
+            "/api/prompt".to_owned(),
+            Some(
+                r#"{"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}, "_meta": ["t"]}}}"#,
+            ),
+            400,
+        ),
+        // An interrupt aimed at something that is not a prompt id stops nothing.
+        ("POST", "/api/interrupt".to_owned(), Some(r#"{"prompt_id": 5}"#), 400),
+        ("POST", "/api/interrupt".to_owned(), Some(r#"{"prompt_id": null}"#), 200),
         ("POST", "/api/history".to_owned(), Some(r#"{"clear": "yes"}"#), 400),
         ("POST", "/api/jobs/cancel".to_owned(), Some(r#"{"job_ids": ["not-a-uuid"]}"#), 400),
         ("GET", "/api/jobs/not-a-uuid".to_owned(), None, 400),
         ("GET", "/api/jobs?limit=0".to_owned(), None, 400),
         ("GET", "/api/history?max_items=lots".to_owned(), None, 400),
+        // Any integer is a `max_items` (ComfyUI: `{}` for 0 or less), the smallest included.
+        ("GET", "/api/history?max_items=-9223372036854775808".to_owned(), None, 200),
         ("GET", "/api/view?filename=../../etc/passwd".to_owned(), None, 400),
         ("GET", "/api/view?filename=passwd&subfolder=../../..".to_owned(), None, 403),
         ("GET", "/api/view?filename=x.png&type=elsewhere".to_owned(), None, 400),
@@ -83,6 +103,9 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>, u16)> {
         ),
         ("GET", "/internal/files/elsewhere".to_owned(), None, 400),
         ("GET", "/api/experiment/models/preview/loras/x/a.safetensors".to_owned(), None, 400),
+        // An unknown folder kind or directory index names no model.
+        ("GET", "/api/experiment/models/preview/no_kind/0/a.safetensors".to_owned(), None, 404),
+        ("GET", "/api/experiment/models/preview/loras/7/a.safetensors".to_owned(), None, 404),
         ("PATCH", "/internal/logs/subscribe".to_owned(), Some(r#"{"clientId": 5}"#), 400),
         ("GET", "/api/history/no-such-id".to_owned(), None, 200), // ComfyUI: {}
         ("POST", "/api/jobs/not-a-uuid/cancel".to_owned(), None, 400),
@@ -107,6 +130,28 @@ fn upload_cases() -> Vec<UploadCase> {
         ("/api/upload/image", vec![("overwrite", "true")], None, 400),
         ("/api/upload/image", vec![], Some("../../evil.png"), 400),
         ("/api/upload/image", vec![("subfolder", "../..")], Some("ok.png"), 400),
+        // `/` is absolute (ComfyUI: 400), and "" names no root.
+        ("/api/upload/image", vec![("subfolder", "/")], Some("ok.png"), 400),
+        ("/api/upload/image", vec![("type", "")], Some("ok.png"), 400),
+        ("/api/upload/mask", vec![("original_ref", r#"["x.png"]"#)], Some("mask.png"), 400),
+        (
+            "/api/upload/mask",
+            vec![("original_ref", r#"{"filename": "x.png", "type": "elsewhere"}"#)],
+            Some("mask.png"),
+            400,
+        ),
+        (
+            "/api/upload/mask",
+            vec![("original_ref", r#"{"filename": "none.png"}"#)],
+            Some("m.png"),
+            404,
+        ),
+        (
+            "/api/upload/mask",
+            vec![("original_ref", r#"{"filename": "x.png", "subfolder": "../.."}"#)],
+            Some("mask.png"),
+            403,
+        ),
         ("/api/upload/mask", vec![("original_ref", "notjson")], Some("mask.png"), 400),
         (
             "/api/upload/mask",

@@ -9,5 +9,8 @@ mod frontend;
 mod golden;
 mod key_order;
 mod models;
+mod openapi;
+mod settings;
 mod slow_client;
+mod spec_agreement;
 mod system_stats;

@@ -165,7 +165,8 @@ async fn issue_9_extra_model_paths_files_add_their_directories_everywhere() {
     assert_eq!((status, preview.as_str()), (200, "RIFF-preview"));
     assert_eq!(
         get(http, &addr, "/experiment/models/preview/checkpoints/4/turbo.ckpt").await.0,
-        400
+        404,
+        "no directory at that index: nothing there"
     );
     let escape = "/experiment/models/preview/checkpoints/2/..%2F..%2F..%2Ffast%2Fturbo.ckpt";
     assert_eq!(get(http, &addr, escape).await.0, 403);

@@ -137,6 +137,10 @@ impl SharedApi for Fixture {
         self.record("getExtensions");
         GetExtensionsResponse::Ok(j(json!(["/extensions/core/a.js"])))
     }
+    async fn get_open_api_document(&self, _: Parts) -> GetOpenApiDocumentResponse {
+        self.record("getOpenApiDocument");
+        GetOpenApiDocumentResponse::Ok(document(Runtime::Local).expect("the spec reduces"))
+    }
     async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
         self.record("getFeatures");
         GetFeaturesResponse::Ok(j(

@@ -93,6 +93,9 @@ async fn every_operation_round_trips_through_the_generated_client() {
     let metadata = local.get_view_metadata("loras", Some("x.safetensors")).await.expect("metadata");
     assert_eq!(metadata.get("file").map(String::as_str), Some("x.safetensors"));
     assert_eq!(local.get_extensions().await.expect("extensions").len(), 1);
+    let document = local.get_open_api_document().await.expect("document").into_inner();
+    assert_eq!(document.openapi, "3.0.3");
+    assert!(document.paths.contains_key("/api/openapi.json"));
     assert_eq!(local.get_features().await.expect("features").max_upload_size, 104_857_600);
     assert_eq!(local.get_system_stats().await.expect("stats").devices[0].index, None);
     assert!(local.get_i18n().await.expect("i18n").contains_key("en"));
