@@ -31,6 +31,11 @@ pub fn generate_types(spec_yaml: &str, repo_root: &Path) -> Result<String, Error
     for (name, schema) in schemas {
         let schema: schemars::schema::Schema = serde_json::from_value(to_json_schema(schema))
             .map_err(|source| Error::Schema { name: name.clone(), source })?;
+        // A schema kept as raw JSON also gets its typed twin, `<Name>Shape`, which the server reads the raw
+        // value into to check it against the spec.
+        if RAW_JSON.iter().any(|(raw, _, _)| raw == name) {
+            converted.push((shape_name(name), schema.clone()));
+        }
         converted.push((name.clone(), schema));
     }
 
@@ -67,31 +72,43 @@ pub fn generate_types(spec_yaml: &str, repo_root: &Path) -> Result<String, Error
 
 /// The schemas whose Rust type is JSON kept as sent (name, doc of the generated alias, type): what a client
 /// sends in them is stored and echoed (history, queue, PNG metadata) with its keys in the client's order, as
-/// ComfyUI does, and a generated struct would put them in declaration order.
+/// ComfyUI does, and a generated struct would put them in declaration order. Each also has a typed twin
+/// ([`shape_name`]) that checks a raw value against the schema.
 const RAW_JSON: [(&str, &str, &str); 2] = [
     (
         "Prompt",
         " An API-format workflow: nodes keyed by id, each node a JSON object (`class_type`, `inputs`, `_meta`;\n \
-         see `PromptNode`), kept as the client sent it.",
+         see `PromptNode`), kept as the client sent it; `PromptShape` is its typed form.",
         "::indexmap::IndexMap<::std::string::String, ::serde_json::Map<::std::string::String, ::serde_json::Value>>",
     ),
     (
         "ExtraData",
-        " Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...; see the spec's\n \
-         `ExtraData`), kept as the client sent it.",
+        " Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...), kept as the\n \
+         client sent it; `ExtraDataShape` is its typed form.",
         "::serde_json::Map<::std::string::String, ::serde_json::Value>",
     ),
 ];
 
-/// Each component schema's property names (wire names), in the spec's order.
+/// The name of the typed twin of a raw JSON schema: `ExtraData` → `ExtraDataShape`.
+fn shape_name(raw: &str) -> String {
+    format!("{raw}Shape")
+}
+
+/// Each component schema's property names (wire names), in the spec's order (twins included).
 fn property_orders(schemas: &serde_json::Map<String, Value>) -> HashMap<String, Vec<String>> {
-    schemas
+    let mut orders: HashMap<String, Vec<String>> = schemas
         .iter()
         .filter_map(|(name, schema)| {
             let properties = schema.get("properties")?.as_object()?;
             Some((name.clone(), properties.keys().cloned().collect()))
         })
-        .collect()
+        .collect();
+    for (raw, _, _) in RAW_JSON {
+        if let Some(order) = orders.get(raw).cloned() {
+            orders.insert(shape_name(raw), order);
+        }
+    }
+    orders
 }
 
 /// Puts every generated struct's fields in the order of its schema's properties.

@@ -79,6 +79,26 @@ pub struct ExtensionFlags {
     #[serde(flatten)]
     pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
+///Free-form data kept with a prompt. Secret credential keys are never echoed by queue, history or job views.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct ExtraDataShape {
+    ///The websocket client id that receives the prompt's events.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_id: ::std::option::Option<::std::string::String>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub extra_pnginfo: ::std::option::Option<JsonObject>,
+    ///Set by the server when the prompt is queued, milliseconds since the epoch.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub create_time: ::std::option::Option<i64>,
+    ///From the `Comfy-Usage-Source` header.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub comfy_usage_source: ::std::option::Option<::std::string::String>,
+    ///The preview method the client asked for.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub preview_method: ::std::option::Option<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
 /// Server feature flags (also the websocket `feature_flags` reply). Every flag ComfyUI sends is present, with
 /// what is true for Kiln. Open: more keys may appear.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1800,6 +1820,26 @@ pub struct PromptResponse {
     ///Errors of the outputs that failed validation and were dropped, keyed by node id; may be non-empty on success.
     pub node_errors: ::indexmap::IndexMap<::std::string::String, NodeValidationError>,
 }
+///An API-format workflow, the nodes keyed by node id (ids are strings such as `"3"` or `"12:5"`); at least one node.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(transparent)]
+pub struct PromptShape(pub ::indexmap::IndexMap<::std::string::String, PromptNode>);
+impl ::std::ops::Deref for PromptShape {
+    type Target = ::indexmap::IndexMap<::std::string::String, PromptNode>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, PromptNode> {
+        &self.0
+    }
+}
+impl ::std::convert::From<PromptShape> for ::indexmap::IndexMap<::std::string::String, PromptNode> {
+    fn from(value: PromptShape) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, PromptNode>> for PromptShape {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, PromptNode>) -> Self {
+        Self(value)
+    }
+}
 /// A queued prompt as the tuple `[number, prompt_id, prompt, extra_data, outputs_to_execute]`: the priority
 /// (number), the prompt id (string), the `Prompt`, the `ExtraData` and the output node ids to run.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -3383,11 +3423,11 @@ pub mod error {
     }
 }
 /// An API-format workflow: nodes keyed by id, each node a JSON object (`class_type`, `inputs`, `_meta`;
-/// see `PromptNode`), kept as the client sent it.
+/// see `PromptNode`), kept as the client sent it; `PromptShape` is its typed form.
 pub type Prompt = ::indexmap::IndexMap<
     ::std::string::String,
     ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 >;
-/// Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...; see the spec's
-/// `ExtraData`), kept as the client sent it.
+/// Free-form data kept with a prompt (`client_id`, `extra_pnginfo`, `create_time`, ...), kept as the
+/// client sent it; `ExtraDataShape` is its typed form.
 pub type ExtraData = ::serde_json::Map<::std::string::String, ::serde_json::Value>;

@@ -55,6 +55,21 @@ fn prompt_error(kind: &str, message: &str, details: &str) -> types::PromptErrorR
     }
 }
 
+/// Checks a request field kept as raw JSON against its schema's typed twin: the 400 to answer, naming the
+/// field, the place in it and what is wrong, when it does not fit.
+fn shape_refusal<T: serde::de::DeserializeOwned>(
+    field: &str,
+    value: &Value,
+) -> Option<types::PromptErrorResponse> {
+    let e = crate::api::strict_from_value::<T>(value).err()?;
+    let at = if e.path == "." { field.to_owned() } else { format!("{field}.{}", e.path) };
+    Some(prompt_error(
+        "invalid_prompt",
+        &format!("`{at}` is not what the API expects"),
+        &e.error.to_string(),
+    ))
+}
+
 /// A canonical lowercase hyphenated UUID (what ComfyUI accepts as a prompt or job id).
 fn canonical_uuid(id: &str) -> bool {
     id.parse::<uuid::Uuid>().is_ok_and(|u| u.hyphenated().to_string() == id)
@@ -568,20 +583,18 @@ impl SharedApi for LocalServer {
             Some(id) => id,
             None => uuid::Uuid::new_v4().to_string(),
         };
-        // The wire type keeps each node as the client sent it (for the echo); its shape is checked here against
-        // the spec's `PromptNode`, as the generated types would have.
-        for (id, node) in &prompt {
-            let node = Value::Object(node.clone());
-            if let Err(e) = crate::api::strict_from_value::<types::PromptNode>(&node) {
-                let at = if e.path == "." { String::new() } else { format!(" at `{}`", e.path) };
-                return ExecutePromptResponse::BadRequest(prompt_error(
-                    "invalid_prompt",
-                    &format!("node {id} is not an API-format node"),
-                    &format!("node {id}{at}: {}", e.error),
-                ));
-            }
-        }
+        // The wire types keep the prompt and extra_data as the client sent them (for the echo); their shapes
+        // are checked here against the spec, through their generated typed twins.
         let prompt_json = serde_json::to_value(&prompt).unwrap_or(Value::Null);
+        if let Some(refusal) = shape_refusal::<types::PromptShape>("prompt", &prompt_json) {
+            return ExecutePromptResponse::BadRequest(refusal);
+        }
+        let extra_json = serde_json::to_value(&body.extra_data).unwrap_or(Value::Null);
+        if !extra_json.is_null()
+            && let Some(refusal) = shape_refusal::<types::ExtraDataShape>("extra_data", &extra_json)
+        {
+            return ExecutePromptResponse::BadRequest(refusal);
+        }
         let Ok(parsed) = Prompt::from_json(&prompt_json) else {
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "invalid_prompt",
@@ -614,11 +627,7 @@ impl SharedApi for LocalServer {
             }
         };
 
-        let mut extra_data: Map<String, Value> = body
-            .extra_data
-            .and_then(|e| serde_json::to_value(e).ok())
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default();
+        let mut extra_data: Map<String, Value> = body.extra_data.unwrap_or_default();
         if let Some(client_id) = &body.client_id {
             extra_data.insert("client_id".to_owned(), Value::from(client_id.clone()));
         }
