@@ -76,6 +76,16 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>, u16)> {
             ),
             400,
         ),
+        // Kept as the client sent them, prompt and extra_data are still held to the spec's shapes.
+        (
+            "POST",
+            "/api/prompt".to_owned(),
+            Some(
+                r#"{"prompt": {"1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}, "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}}}, "extra_data": {"preview_method": {}}}"#,
+            ),
+            400,
+        ),
+        ("POST", "/api/prompt".to_owned(), Some(r#"{"prompt": {"1": {"class_type": 5}}}"#), 400),
         // An interrupt aimed at something that is not a prompt id stops nothing.
         ("POST", "/api/interrupt".to_owned(), Some(r#"{"prompt_id": 5}"#), 400),
         ("POST", "/api/interrupt".to_owned(), Some(r#"{"prompt_id": null}"#), 200),
