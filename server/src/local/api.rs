@@ -148,7 +148,7 @@ impl LocalServer {
             runtime.interrupt.store(true, Ordering::SeqCst);
             return true;
         }
-        runtime.queue.delete(&[id.to_owned()]).unwrap_or(0) > 0
+        runtime.queue.delete(&[id.to_owned()]).is_ok_and(|removed| !removed.is_empty())
     }
 
     async fn store_upload(
@@ -586,15 +586,25 @@ impl SharedApi for LocalServer {
         };
         // Queued means durable: the prompt is stored before it is admitted and answered. Only taking the place
         // holds the queue; the insert is awaited here, with no hop through the blocking pool.
-        let entry = runtime.queue.reserve(placement).entry(prompt_id.clone(), queued);
+        let number = runtime.queue.take_number(placement);
+        let entry = match runtime.queue.reserve(prompt_id.clone(), number) {
+            Ok(ticket) => ticket.entry(queued),
+            Err(e) => {
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "prompt_id_in_use",
+                    "prompt_id is already queued or running",
+                    &e.to_string(),
+                ));
+            }
+        };
         if let Err(e) = runtime.storage.insert_queued(&entry).await {
+            runtime.queue.abandon(&entry.id);
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "queue_unavailable",
                 "the prompt could not be queued",
                 &e.to_string(),
             ));
         }
-        let number = entry.number;
         runtime.queue.admit(entry);
         ExecutePromptResponse::Ok(types::PromptResponse {
             node_errors,
@@ -624,15 +634,22 @@ impl SharedApi for LocalServer {
         let runtime = &self.0;
         let worker = runtime.clone();
         let result = tokio::task::spawn_blocking(move || {
-            if body.clear == Some(true) { worker.queue.clear() } else { Ok(0) }
-                .and_then(|_| worker.queue.delete(&body.delete))
-                .map_err(|e| e.to_string())
+            let mut removed =
+                if body.clear == Some(true) { worker.queue.clear()? } else { Vec::new() };
+            removed.extend(worker.queue.delete(&body.delete)?);
+            Ok::<_, kiln_engine::queue::StoreError>(removed)
         })
         .await
         .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        .and_then(|r| r.map_err(|e| e.to_string()));
         match result {
-            Ok(_) => ManageQueueResponse::Ok,
+            Ok(removed) => {
+                // Thousands of removed prompts take a while to free: not on the answer's time.
+                if !removed.is_empty() {
+                    tokio::task::spawn_blocking(move || drop(removed));
+                }
+                ManageQueueResponse::Ok
+            }
             Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e)),
         }
     }
