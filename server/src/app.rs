@@ -69,7 +69,7 @@ impl Server {
         for entry in &interrupted {
             let record = interrupted_record(entry);
             tracing::warn!(prompt = %entry.id, "a prompt was running when kiln stopped; recorded as interrupted");
-            storage.insert_history(&record).await.map_err(std::io::Error::other)?;
+            storage.insert_history(&record).done().await.map_err(std::io::Error::other)?;
             history.insert(record);
         }
         let queue = tokio::task::spawn_blocking(move || queue.settle(&interrupted).map(|()| queue))

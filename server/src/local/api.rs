@@ -584,8 +584,8 @@ impl SharedApi for LocalServer {
             client_id,
             outputs,
         };
-        // Queued means durable: the prompt is stored before it is admitted and answered. Only taking the place
-        // holds the queue; the insert is awaited here, with no hop through the blocking pool.
+        // Queued means durable: the prompt is stored (with the prompts that arrive with it, in one group
+        // commit) before it is admitted and answered. Only taking the place holds the queue.
         let number = runtime.queue.take_number(placement);
         let entry = match runtime.queue.reserve(prompt_id.clone(), number) {
             Ok(ticket) => ticket.entry(queued),
@@ -597,7 +597,8 @@ impl SharedApi for LocalServer {
                 ));
             }
         };
-        if let Err(e) = runtime.storage.insert_queued(&entry).await {
+        if let Err(e) = runtime.storage.insert_queued(&entry).done().await {
+            runtime.storage.forget_queued(&entry.id);
             runtime.queue.abandon(&entry.id);
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "queue_unavailable",

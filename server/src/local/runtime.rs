@@ -176,13 +176,12 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         success: summary.outcome == Outcome::Success,
         messages,
     };
-    if let Err(error) = runtime.storage.block_on(runtime.storage.insert_history(&record)) {
+    // The history entry and the removal of the queue row, in one transaction.
+    if let Err(error) = runtime.storage.insert_history(&record).wait() {
         tracing::error!(error = %error, "cannot store the history entry");
     }
     runtime.history().insert(record);
-    if let Err(error) = runtime.queue.finish(&entry.id) {
-        tracing::error!(%error, "cannot mark the prompt finished");
-    }
+    runtime.queue.retire(&entry.id);
     runtime.hub.set_running(None, None, false);
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
 }
