@@ -114,7 +114,13 @@ impl Server {
             Some(root) => crate::frontend::serve(router, root),
             None => router.route("/", axum::routing::get(crate::frontend::no_frontend)),
         };
-        let router = router.layer(DefaultBodyLimit::max(config.max_upload_size as usize));
+        // Numbers for the prompt requests rejected before their handler, under the body limit.
+        let router = router
+            .layer(middleware::from_fn_with_state(
+                runtime.clone(),
+                crate::local::numbering::count_rejected,
+            ))
+            .layer(DefaultBodyLimit::max(config.max_upload_size as usize));
         let router = match config.cors_origin.clone() {
             Some(origin) => router.layer(middleware::from_fn(move |request, next| {
                 crate::frontend::cors(origin.clone(), request, next)

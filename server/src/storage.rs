@@ -1,5 +1,6 @@
-//! Durable state in SQLite under `--data-dir` (`kiln.sqlite`): the queue and the history, so accepted prompts
-//! survive a restart and a prompt that was running when the process died is recorded as interrupted.
+//! Durable state in SQLite under `--data-dir` (`kiln.sqlite`): the queue, the history and the prompt counter,
+//! so accepted prompts survive a restart, a prompt that was running when the process died is recorded as
+//! interrupted, and prompt numbers keep growing across restarts.
 //!
 //! Every write goes through one [`Writer`] (`writer.rs`), which commits the writes that arrive together as one
 //! transaction; the pool's connection only reads, at startup. The engine's queue calls its store
@@ -105,6 +106,11 @@ impl Storage {
         self.writer.send(Write::Dequeue(vec![id.to_owned()]));
     }
 
+    /// Records that the prompt counter reached `next` (not waited for: it commits with the next group).
+    pub(crate) fn note_counter(&self, next: u64) {
+        self.writer.send(Write::Counter(next));
+    }
+
     /// Stores a history entry and removes the prompt's queue row in the same transaction (worker bookkeeping:
     /// committed to the WAL when answered, see [`Storage`]).
     pub(crate) fn insert_history(&self, record: &Record) -> Pending {
@@ -174,6 +180,14 @@ impl QueueStore<Queued> for SqliteQueueStore {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         self.storage.writer.submit(Write::Dequeue(ids), Durability::Disk).wait().map_err(failed)
+    }
+
+    fn load_counter(&self) -> Result<Option<u64>, StoreError> {
+        let next: i64 = self
+            .storage
+            .block_on(sqlx::query_scalar("SELECT next FROM counter").fetch_one(&self.storage.pool))
+            .map_err(failed)?;
+        Ok(Some(next.max(0) as u64))
     }
 
     fn load(&self) -> Result<Vec<(QueueEntry<Queued>, bool)>, StoreError> {

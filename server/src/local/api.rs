@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use super::history::queue_item;
 use super::jobs::{self, Filter, Queued as QueuedJob, Source};
 use super::models;
+use super::numbering;
 use super::runtime::{Queued, Runtime, now_ms};
 use super::userdata::{self, UserDataError};
 use crate::api::*;
@@ -501,11 +502,18 @@ impl SharedApi for LocalServer {
 
     async fn execute_prompt(
         &self,
-        _: Parts,
+        parts: Parts,
         comfy_usage_source: Option<String>,
         body: types::PromptRequest,
     ) -> ExecutePromptResponse {
         let runtime = &self.0;
+        // As ComfyUI: the number is taken first, so a prompt rejected below still uses one.
+        let placement = match (body.number, body.front) {
+            (Some(number), _) => Placement::Number(number),
+            (None, Some(true)) => Placement::Front,
+            (None, _) => Placement::Back,
+        };
+        let number = numbering::take(runtime, &parts, placement);
         let Some(prompt) = body.prompt else {
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "no_prompt",
@@ -570,11 +578,6 @@ impl SharedApi for LocalServer {
         }
         extra_data.insert("create_time".to_owned(), Value::from(now_ms()));
         let client_id = extra_data.get("client_id").and_then(Value::as_str).map(str::to_owned);
-        let placement = match (body.number, body.front) {
-            (Some(number), _) => Placement::Number(number),
-            (None, Some(true)) => Placement::Front,
-            (None, _) => Placement::Back,
-        };
         let node_errors = convert::node_errors(&validated.node_errors);
         let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
         let queued = Queued {
@@ -586,7 +589,6 @@ impl SharedApi for LocalServer {
         };
         // Queued means durable: the prompt is stored (with the prompts that arrive with it, in one group
         // commit) before it is admitted and answered. Only taking the place holds the queue.
-        let number = runtime.queue.take_number(placement);
         let entry = match runtime.queue.reserve(prompt_id.clone(), number) {
             Ok(ticket) => ticket.entry(queued),
             Err(e) => {

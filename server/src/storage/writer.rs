@@ -12,8 +12,8 @@
 //! overwrites WAL frames only after a checkpoint has synced them into the database file.
 //!
 //! Of the writes waiting at once, the worker's bookkeeping commits first as its own group, then the clients'
-//! writes as another, each in arrival order. Notes nobody waits for (a prompt started running) ride along
-//! with the next group, or commit on their own after [`RIDE_ALONG`].
+//! writes as another, each in arrival order. Notes nobody waits for (a prompt started running, the counter
+//! moved) ride along with the next group, or commit on their own after [`RIDE_ALONG`].
 //!
 //! Invariant: a group that fails is rolled back whole and every write in it is answered with the error; none
 //! of it is applied. (A sync that fails answers its writes with the error although they are committed; the
@@ -58,6 +58,8 @@ pub(crate) enum Write {
         /// The stored payload (JSON).
         payload: String,
     },
+    /// The prompt counter reached this value (the next number); the stored one only grows.
+    Counter(u64),
     /// A queued prompt started running.
     Running(String),
     /// Pending prompts removed by a client (one statement for all of them).
@@ -233,7 +235,7 @@ async fn writer(
         let (mut bookkeeping, mut clients) = (Vec::new(), Vec::new());
         for job in waiting.drain(..) {
             match (&job.write, job.durability, &job.reply) {
-                (Write::Running(_), _, None) => notes.push(job),
+                (Write::Counter(_) | Write::Running(_), _, None) => notes.push(job),
                 (_, Durability::Wal, _) => bookkeeping.push(job),
                 (_, Durability::Disk, _) => clients.push(job),
             }
@@ -323,13 +325,14 @@ async fn commit(connection: &mut SqliteConnection, group: &[Job]) -> Result<(), 
 }
 
 /// The statements of a group, in order, between `BEGIN` and `COMMIT`; consecutive queue rows are one
-/// multi-row insert.
+/// multi-row insert, and the counter is written once (its highest value).
 fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::BoxDynError> {
     let mut sql = String::from("BEGIN IMMEDIATE;");
     let mut arguments = SqliteArguments::default();
+    let mut counter = None;
     let mut rows_open = false;
     for job in group {
-        if rows_open && !matches!(job.write, Write::Queue { .. }) {
+        if rows_open && !matches!(job.write, Write::Queue { .. } | Write::Counter(_)) {
             sql.push(';');
             rows_open = false;
         }
@@ -347,6 +350,7 @@ fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::B
                 arguments.add(*seq as i64)?;
                 arguments.add(payload.clone())?;
             }
+            Write::Counter(next) => counter = counter.max(Some(*next)),
             Write::Running(id) => {
                 sql.push_str("UPDATE queue SET running = 1 WHERE id = ?;");
                 arguments.add(id.clone())?;
@@ -375,6 +379,10 @@ fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::B
     }
     if rows_open {
         sql.push(';');
+    }
+    if let Some(next) = counter {
+        sql.push_str("UPDATE counter SET next = MAX(next, ?);");
+        arguments.add(next as i64)?;
     }
     sql.push_str("COMMIT;");
     Ok((sql, arguments))

@@ -24,9 +24,9 @@ enum Compare {
     Status,
     /// The status and the whole body (tracebacks and volatile values aside).
     Body,
-    /// The status and `node_errors` (an accepted prompt's id and number are volatile).
+    /// The status, `number` and `node_errors` of an accepted prompt (its id is volatile).
     NodeErrors,
-    /// The status, `node_errors` and the client-chosen `prompt_id` (the number is volatile).
+    /// The status, `number`, `node_errors` and the client-chosen `prompt_id`.
     IdAndNodeErrors,
 }
 
@@ -62,29 +62,32 @@ const CASES: &[(&str, Compare)] = &[
     ("post_queue_clear", Compare::Body),
     ("post_queue_delete_unknown", Compare::Body),
     ("post_history_clear_missing", Compare::Body),
+    // In the order ComfyUI numbered them: each request without a `number` took the next one, rejected or
+    // not (`post_prompt_int_as_string_accepted` got 11, `post_prompt_partial_accept` 20).
     ("post_prompt_no_prompt_key", Compare::Body),
-    ("post_prompt_bad_prompt_id", Compare::Body),
-    ("post_prompt_empty_prompt", Compare::Body),
-    ("post_prompt_missing_class_type", Compare::Body),
     ("post_prompt_unknown_class_type", Compare::Body),
     ("post_prompt_unknown_class_type_with_title", Compare::Body),
+    ("post_prompt_missing_class_type", Compare::Body),
     ("post_prompt_no_output_node", Compare::Body),
+    ("post_prompt_empty_prompt", Compare::Body),
     ("post_prompt_required_input_missing", Compare::Body),
     ("post_prompt_required_link_input_missing", Compare::Body),
     ("post_prompt_int_above_max", Compare::Body),
     ("post_prompt_int_below_min", Compare::Body),
     ("post_prompt_int_not_a_number", Compare::Body),
-    ("post_prompt_combo_not_in_list", Compare::Body),
-    ("post_prompt_link_wrong_type", Compare::Body),
-    ("post_prompt_link_to_missing_node", Compare::Body),
-    ("post_prompt_link_bad_output_index", Compare::Body),
-    ("post_prompt_cycle", Compare::Body),
-    ("post_prompt_loadimage_missing_file", Compare::Body),
     ("post_prompt_int_as_string_accepted", Compare::NodeErrors),
     ("post_prompt_int_as_float", Compare::NodeErrors),
+    ("post_prompt_combo_not_in_list", Compare::Body),
+    ("post_prompt_link_to_missing_node", Compare::Body),
+    ("post_prompt_link_bad_output_index", Compare::Body),
+    ("post_prompt_link_wrong_type", Compare::Body),
+    ("post_prompt_cycle", Compare::Body),
+    ("post_prompt_loadimage_missing_file", Compare::Body),
+    ("post_prompt_bad_prompt_id", Compare::Body),
     ("post_prompt_partial_accept", Compare::NodeErrors),
-    ("post_prompt_valid_front", Compare::NodeErrors),
     ("post_prompt_valid_client_prompt_id", Compare::IdAndNodeErrors),
+    ("post_prompt_valid_front", Compare::NodeErrors),
+    ("post_prompt_valid_number", Compare::NodeErrors),
     ("get_unknown_route", Compare::Status),
 ];
 
@@ -138,9 +141,12 @@ async fn kiln_answers_the_recorded_requests_like_comfyui() {
         let (mut got, mut expected) = match compare {
             Compare::Status => continue,
             Compare::Body => (got, expected),
-            Compare::NodeErrors => (got["node_errors"].clone(), expected["node_errors"].clone()),
+            Compare::NodeErrors => {
+                let pick = |v: &Value| serde_json::json!({"number": v["number"], "node_errors": v["node_errors"]});
+                (pick(&got), pick(&expected))
+            }
             Compare::IdAndNodeErrors => {
-                let pick = |v: &Value| serde_json::json!({"prompt_id": v["prompt_id"], "node_errors": v["node_errors"]});
+                let pick = |v: &Value| serde_json::json!({"prompt_id": v["prompt_id"], "number": v["number"], "node_errors": v["node_errors"]});
                 (pick(&got), pick(&expected))
             }
         };

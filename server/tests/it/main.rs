@@ -6,4 +6,5 @@ mod durability;
 mod end_to_end;
 mod frontend;
 mod golden;
+mod numbers;
 mod system_stats;

@@ -39,6 +39,10 @@ async fn history_ids(db: &Db) -> Vec<String> {
         .expect("reads")
 }
 
+async fn counter(db: &Db) -> i64 {
+    sqlx::query_scalar("SELECT next FROM counter").fetch_one(&db.storage.pool).await.expect("reads")
+}
+
 fn history(id: &str) -> Write {
     Write::History { id: id.to_owned(), number: 0.0, entry: "{}".to_owned() }
 }
@@ -98,6 +102,8 @@ async fn a_group_applies_its_writes_in_arrival_order() {
     let answers = [
         writer.submit(Write::Running("c".to_owned()), Durability::Wal),
         writer.submit(history("b"), Durability::Wal),
+        writer.submit(Write::Counter(9), Durability::Wal),
+        writer.submit(Write::Counter(4), Durability::Wal),
     ];
     for answer in answers {
         answer.done().await.expect("commits");
@@ -109,6 +115,7 @@ async fn a_group_applies_its_writes_in_arrival_order() {
         .expect("reads");
     assert_eq!(running, ["c"]);
     assert_eq!(history_ids(&db).await, ["b"]);
+    assert_eq!(counter(&db).await, 9, "the counter only grows");
 }
 
 #[tokio::test]
@@ -133,13 +140,14 @@ async fn a_note_with_nothing_to_ride_along_with_commits_on_its_own() {
     let writer = &db.storage.writer;
     writer.submit(queued("a", 0), Durability::Disk).done().await.expect("commits");
     writer.send(Write::Running("a".to_owned()));
+    writer.send(Write::Counter(3));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let running: Vec<String> = sqlx::query_scalar("SELECT id FROM queue WHERE running = 1")
             .fetch_all(&db.storage.pool)
             .await
             .expect("reads");
-        if running == ["a"] {
+        if running == ["a"] && counter(&db).await == 3 {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the notes were never committed");
