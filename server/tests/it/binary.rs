@@ -14,6 +14,9 @@ use kiln_tests::proxy::{self, Proxy};
 /// The running binary behind its checking proxy. When the test ends, whatever happens, the server is killed
 /// (SIGKILL); if the test has not already failed, every answer the proxy saw must have met the spec.
 pub(crate) struct Server {
+    /// Kiln's own address, without the proxy: for a test that must see answers sooner than the proxy, which
+    /// checks each one, passes them on.
+    pub(crate) direct: String,
     child: Child,
     proxy: Option<Proxy>,
     contract: Arc<Contract>,
@@ -52,7 +55,8 @@ pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
         .expect("kiln starts");
     let stderr = child.stderr.take().expect("stderr is piped");
     let contract = Arc::new(Contract::from_spec());
-    let mut server = Server { child, proxy: None, contract: contract.clone() };
+    let mut server =
+        Server { direct: String::new(), child, proxy: None, contract: contract.clone() };
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
         let line =
@@ -63,6 +67,7 @@ pub(crate) fn start(data_dir: &std::path::Path) -> (Server, String) {
     };
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
+    server.direct = addr.clone();
     let proxy = proxy::start(&addr, contract);
     let addr = proxy.addr.to_string();
     server.proxy = Some(proxy);

@@ -1,5 +1,6 @@
 //! The server's integration tests: the router in memory, and the real `kiln` binary over TCP.
 
+mod announce;
 mod bad_input;
 mod binary;
 mod durability;
