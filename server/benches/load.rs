@@ -1,92 +1,73 @@
-//! Load benchmark (not a test): starts `kiln` and drives `POST /api/prompt` (a trivial workflow) and
-//! `GET /api/queue` from this process over keep-alive connections at a fixed rate, then prints req/s and the
-//! p50/p99 latency of each. Run with `cargo bench -p kiln-server --bench load` (release build of kiln).
+//! Load benchmark (not a test): the accept path and the worker under a flood of prompts, measured against a
+//! baseline build in the same run. Run with `cargo bench -p kiln-server --bench load`; set
+//! `KILN_BASELINE_BIN` to another `kiln` binary (e.g. a release build of the previous commit) to measure it
+//! too, alternating with this build, and print the ratios.
 //!
-//! Figures depend on the machine; compare runs of this command on the same machine.
+//! For each binary, on a fresh data dir (`kiln --cache-classic`), with a trivial `PrimitiveInt → PreviewAny`
+//! prompt:
+//!
+//! 1. **Accept**: [`CONCURRENCY`] closed-loop keep-alive connections post prompts for [`FLOOD`]: accepted
+//!    prompts a second, p50 and p99 latency. The worker runs the prompts meanwhile.
+//! 2. **Worker under the flood**: its pace during phase 1 (prompts finished a second, from the accepted count
+//!    and `queue_remaining` sampled after [`SETTLE`] and at the end; valid while a backlog remains).
+//! 3. **Worker idle**: its pace draining the backlog phase 1 left, with nothing arriving (over [`DRAIN`]).
+//! 4. **Clear**: on a fresh server, prompts are posted until [`CLEAR_PENDING`] are pending, then
+//!    `POST /api/queue {"clear": true}` is timed.
+//!
+//! Figures depend on the machine (the load generator shares it with kiln): compare builds in one run.
 
 // A benchmark's report is its output.
 #![allow(clippy::print_stdout)]
 
 use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const RATE_PER_SECOND: u64 = 1000;
-const SECONDS: u64 = 5;
-const CONNECTIONS: u64 = 4;
+/// Concurrent closed-loop connections posting prompts.
+const CONCURRENCY: usize = 8;
+/// How long the accept flood lasts.
+const FLOOD: Duration = Duration::from_secs(8);
+/// When, into the flood, the worker's pace starts being counted.
+const SETTLE: Duration = Duration::from_millis(500);
+/// How long the idle worker's pace is measured.
+const DRAIN: Duration = Duration::from_secs(3);
+/// Pending prompts for the clear.
+const CLEAR_PENDING: i64 = 10_000;
+/// Measurement rounds (each runs every binary once, alternating).
+const ROUNDS: usize = 3;
 
-struct Kill(std::process::Child);
+const PROMPT: &str = r#"{"prompt": {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}}"#;
 
-impl Drop for Kill {
+/// A running `kiln`, killed and its data dir removed on drop.
+struct Kiln {
+    child: std::process::Child,
+    addr: String,
+    data_dir: PathBuf,
+}
+
+impl Drop for Kiln {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-async fn drive(client: reqwest::Client, url: String, body: Option<String>) -> Vec<Duration> {
-    let interval = Duration::from_micros(1_000_000 * CONNECTIONS / RATE_PER_SECOND);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let count = RATE_PER_SECOND * SECONDS / CONNECTIONS;
-    let mut latencies = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        tick.tick().await;
-        let start = Instant::now();
-        let request = match &body {
-            Some(body) => client.post(&url).body(body.clone()),
-            None => client.get(&url),
-        };
-        let response = request.send().await.expect("kiln answers");
-        assert!(response.status().is_success(), "{}", response.status());
-        let _ = response.bytes().await.expect("body");
-        latencies.push(start.elapsed());
-    }
-    latencies
-}
-
-async fn measure(name: &str, url: String, body: Option<String>) {
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..CONNECTIONS {
-        // One client per task: each keeps its own keep-alive connection.
-        let client = reqwest::Client::builder().pool_max_idle_per_host(1).build().expect("client");
-        tasks.push(tokio::spawn(drive(client, url.clone(), body.clone())));
-    }
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await.expect("driver"));
-    }
-    let elapsed = started.elapsed();
-    all.sort();
-    println!(
-        "{name}: {} requests in {:.2} s = {:.0} req/s; p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
-        all.len(),
-        elapsed.as_secs_f64(),
-        all.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&all, 0.50).as_secs_f64() * 1e3,
-        percentile(&all, 0.99).as_secs_f64() * 1e3,
-        all.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
-    );
-}
-
-#[tokio::main]
-async fn main() {
-    let data_dir = std::env::temp_dir().join(format!("kiln-load-{}", std::process::id()));
+fn start(binary: &Path, label: &str) -> Kiln {
+    let data_dir = std::env::temp_dir().join(format!("kiln-load-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let mut child = Command::new(binary)
         .args(["--port", "0", "--cache-classic", "--disable-front-end", "--data-dir"])
         .arg(&data_dir)
-        .env("RUST_LOG", "warn,kiln=info")
+        .env("RUST_LOG", "warn,kiln=info,kiln_server=warn")
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("kiln starts");
+        .unwrap_or_else(|e| panic!("{} starts: {e}", binary.display()));
     let stderr = child.stderr.take().expect("stderr");
-    let _kill = Kill(child);
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
         let line = lines.next().expect("kiln logs its address").expect("utf-8");
@@ -95,27 +76,221 @@ async fn main() {
         }
     };
     std::thread::spawn(move || lines.for_each(drop));
-    let prompt = r#"{"prompt": {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}}"#;
-    println!(
-        "kiln at {addr}; {RATE_PER_SECOND} req/s target over {CONNECTIONS} keep-alive connections for {SECONDS} s each"
-    );
-    measure("POST /api/prompt", format!("http://{addr}/api/prompt"), Some(prompt.to_owned())).await;
-    // Let the worker drain what the first phase queued, so the queue reads an ordinary (short) queue.
-    let client = reqwest::Client::new();
-    loop {
-        let info: serde_json::Value = client
-            .get(format!("http://{addr}/api/prompt"))
-            .send()
-            .await
-            .expect("answers")
-            .json()
-            .await
-            .expect("JSON");
-        if info["exec_info"]["queue_remaining"] == 0 {
+    Kiln { child, addr, data_dir }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Pending plus running prompts.
+async fn remaining(http: &reqwest::Client, addr: &str) -> i64 {
+    let info: serde_json::Value = http
+        .get(format!("http://{addr}/api/prompt"))
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("JSON");
+    info["exec_info"]["queue_remaining"].as_i64().expect("a count")
+}
+
+/// `POST /api/queue {"clear": true}`.
+async fn clear(http: &reqwest::Client, addr: &str) {
+    let response = http
+        .post(format!("http://{addr}/api/queue"))
+        .body(r#"{"clear": true}"#)
+        .send()
+        .await
+        .expect("clear answers");
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
+/// Closed-loop posters: [`CONCURRENCY`] connections post until `stop` is set; `accepted` counts answers.
+struct Flood {
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+}
+
+impl Flood {
+    fn start(addr: &str) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let url = format!("http://{addr}/api/prompt");
+        let tasks = (0..CONCURRENCY)
+            .map(|_| {
+                // One client per task: each keeps its own keep-alive connection.
+                let client =
+                    reqwest::Client::builder().pool_max_idle_per_host(1).build().expect("client");
+                let (stop, accepted, url) = (stop.clone(), accepted.clone(), url.clone());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let started = Instant::now();
+                        let response =
+                            client.post(&url).body(PROMPT).send().await.expect("kiln answers");
+                        assert!(response.status().is_success(), "{}", response.status());
+                        let _ = response.bytes().await.expect("body");
+                        latencies.push(started.elapsed());
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        Flood { stop, accepted, tasks }
+    }
+
+    async fn stop(self) -> Vec<Duration> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for task in self.tasks {
+            all.extend(task.await.expect("poster"));
+        }
+        all.sort();
+        all
+    }
+}
+
+/// One binary's figures.
+#[derive(Debug, Default, Clone, Copy)]
+struct Figures {
+    accept_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    flood_pace: f64,
+    idle_pace: f64,
+    clear_pending: i64,
+    clear_ms: f64,
+}
+
+async fn measure(binary: &Path, label: &str) -> Figures {
+    let kiln = start(binary, label);
+    let addr = kiln.addr.clone();
+    let http = reqwest::Client::new();
+    let mut figures = Figures::default();
+
+    // Warm up (connections, caches, the database file), then start from an empty queue.
+    let warm = Flood::start(&addr);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm.stop().await;
+    while remaining(&http, &addr).await > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // 1 and 2: the flood, and the worker's pace while it lasts.
+    let flood = Flood::start(&addr);
+    let started = Instant::now();
+    tokio::time::sleep(SETTLE).await;
+    let (t1, a1, r1) =
+        (started.elapsed(), flood.accepted.load(Ordering::Relaxed), remaining(&http, &addr).await);
+    tokio::time::sleep(FLOOD - SETTLE).await;
+    let (t2, a2, r2) =
+        (started.elapsed(), flood.accepted.load(Ordering::Relaxed), remaining(&http, &addr).await);
+    let latencies = flood.stop().await;
+    let elapsed = started.elapsed();
+    figures.accept_per_s = latencies.len() as f64 / elapsed.as_secs_f64();
+    figures.p50_ms = ms(percentile(&latencies, 0.50));
+    figures.p99_ms = ms(percentile(&latencies, 0.99));
+    figures.flood_pace = ((a2 - a1) as f64 - (r2 - r1) as f64) / (t2 - t1).as_secs_f64();
+    if r1 <= 0 || r2 <= 0 {
+        println!(
+            "  [{label}] the worker kept up with the flood (no backlog): its pace is a lower bound"
+        );
+    }
+
+    // 3: the idle worker drains the backlog (sampled often: it may last well under a second).
+    let (d0, r0) = (Instant::now(), remaining(&http, &addr).await);
+    let mut last = (d0, r0);
+    while d0.elapsed() < DRAIN {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let r = remaining(&http, &addr).await;
+        if r < (r0 / 20).max(50) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        last = (Instant::now(), r);
     }
-    measure("GET /api/queue", format!("http://{addr}/api/queue"), None).await;
-    let _ = std::fs::remove_dir_all(&data_dir);
+    figures.idle_pace = (r0 - last.1) as f64 / (last.0 - d0).as_secs_f64();
+    if last.0 - d0 < Duration::from_millis(300) {
+        println!("  [{label}] the backlog lasted under 300 ms: the idle pace is rough");
+    }
+
+    // 4: on a fresh server, fill the queue to CLEAR_PENDING and clear it.
+    drop(kiln);
+    let kiln = start(binary, label);
+    let addr = kiln.addr.clone();
+    let fill = Flood::start(&addr);
+    while remaining(&http, &addr).await < CLEAR_PENDING {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fill.stop().await;
+    let pending = remaining(&http, &addr).await;
+    let cleared = Instant::now();
+    clear(&http, &addr).await;
+    figures.clear_ms = ms(cleared.elapsed());
+    figures.clear_pending = pending;
+    let after = remaining(&http, &addr).await;
+    assert!(after <= 1, "{after} prompts remain after the clear");
+    drop(kiln);
+    figures
+}
+
+fn print(label: &str, f: &Figures) {
+    println!(
+        "{label:>9}: accept {:>5.0}/s p50 {:.2} ms p99 {:.2} ms | worker flood {:>5.0}/s idle {:>5.0}/s ({:.0} %) | clear {} in {:.1} ms",
+        f.accept_per_s,
+        f.p50_ms,
+        f.p99_ms,
+        f.flood_pace,
+        f.idle_pace,
+        100.0 * f.flood_pace / f.idle_pace,
+        f.clear_pending,
+        f.clear_ms,
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let current = PathBuf::from(env!("CARGO_BIN_EXE_kiln"));
+    let baseline = std::env::var_os("KILN_BASELINE_BIN").map(PathBuf::from);
+    println!(
+        "closed loop, {CONCURRENCY} connections, {FLOOD:?} flood, idle drain over {DRAIN:?}, clear of {CLEAR_PENDING}; {ROUNDS} rounds"
+    );
+    let mut runs: Vec<(&str, Figures)> = Vec::new();
+    for round in 1..=ROUNDS {
+        if let Some(baseline) = &baseline {
+            let f = measure(baseline, "baseline").await;
+            print(&format!("baseline{round}"), &f);
+            runs.push(("baseline", f));
+        }
+        let f = measure(&current, "current").await;
+        print(&format!("current{round}"), &f);
+        runs.push(("current", f));
+    }
+    let median = |label: &str, pick: fn(&Figures) -> f64| {
+        let mut values: Vec<f64> =
+            runs.iter().filter(|(l, _)| *l == label).map(|(_, f)| pick(f)).collect();
+        values.sort_by(f64::total_cmp);
+        match values.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => values[n / 2],
+            n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+        }
+    };
+    if baseline.is_some() {
+        let ratio = |pick: fn(&Figures) -> f64| median("current", pick) / median("baseline", pick);
+        println!(
+            "current / baseline: accept {:.2}x, p99 {:.2}x, worker under flood {:.2}x, clear time {:.3}x",
+            ratio(|f| f.accept_per_s),
+            ratio(|f| f.p99_ms),
+            ratio(|f| f.flood_pace),
+            ratio(|f| f.clear_ms),
+        );
+    }
 }

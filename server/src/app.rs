@@ -78,7 +78,7 @@ impl Server {
         for entry in &interrupted {
             let record = interrupted_record(entry);
             tracing::warn!(prompt = %entry.id, "a prompt was running when kiln stopped; recorded as interrupted");
-            storage.insert_history(&record).await.map_err(std::io::Error::other)?;
+            storage.insert_history(&record).done().await.map_err(std::io::Error::other)?;
             history.insert(record);
         }
         let queue = tokio::task::spawn_blocking(move || queue.settle(&interrupted).map(|()| queue))
@@ -120,7 +120,13 @@ impl Server {
         if let Some(version) = frontend_version {
             let _ = runtime.frontend_version.set(version);
         }
-        let router = router.layer(DefaultBodyLimit::max(config.max_upload_size as usize));
+        // Numbers for the prompt requests rejected before their handler, under the body limit.
+        let router = router
+            .layer(middleware::from_fn_with_state(
+                runtime.clone(),
+                crate::local::numbering::count_rejected,
+            ))
+            .layer(DefaultBodyLimit::max(config.max_upload_size as usize));
         let router = match config.cors_origin.clone() {
             Some(origin) => router.layer(middleware::from_fn(move |request, next| {
                 crate::frontend::cors(origin.clone(), request, next)

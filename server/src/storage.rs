@@ -1,9 +1,11 @@
-//! Durable state in SQLite under `--data-dir` (`kiln.sqlite`): the queue and the history, so accepted prompts
-//! survive a restart and a prompt that was running when the process died is recorded as interrupted.
+//! Durable state in SQLite under `--data-dir` (`kiln.sqlite`): the queue, the history and the prompt counter,
+//! so accepted prompts survive a restart, a prompt that was running when the process died is recorded as
+//! interrupted, and prompt numbers keep growing across restarts.
 //!
-//! The engine's queue calls its store synchronously; [`SqliteQueueStore`] bridges to sqlx with the runtime's
-//! handle, so it must be called from a thread that is not running async tasks (the worker thread, or
-//! `spawn_blocking`). History writes are async and awaited by handlers, or bridged the same way by the worker.
+//! Every write goes through one [`Writer`] (`writer.rs`), which commits the writes that arrive together as one
+//! transaction; the pool's connection only reads, at startup. The engine's queue calls its store
+//! synchronously; [`SqliteQueueStore`] waits for the writer's answer, so it must be called from a thread that
+//! is not running async tasks (the worker thread, or `spawn_blocking`). Handlers await the writer directly.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,14 +16,14 @@ use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 use sqlx::Row as _;
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{
-    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::local::history::Record;
 use crate::local::runtime::Queued;
+
+mod writer;
+
+pub(crate) use writer::{Durability, Pending, Write, WriteError, Writer};
 
 /// Why the database could not be opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -32,57 +34,46 @@ pub enum StorageError {
     /// A migration failed.
     #[error("the database schema could not be brought up to date")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A write failed.
+    #[error("a database write failed")]
+    Write(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The database: one connection (WAL mode), so writers queue in the process instead of meeting SQLite's lock
-/// and its busy-wait sleeps.
+impl From<WriteError> for StorageError {
+    fn from(error: WriteError) -> StorageError {
+        StorageError::Write(Box::new(error))
+    }
+}
+
+/// The database: a reading pool (one connection, used at startup) and the [`Writer`] every change goes
+/// through.
 ///
-/// Each write says how durable it must be. [`Durability::Disk`] (`synchronous=FULL`): what a client is told is
-/// done (an accepted prompt, a deletion) is on disk before the answer. [`Durability::Wal`]
-/// (`synchronous=NORMAL`): the worker's own bookkeeping (a prompt became running, a finished prompt's queue row,
-/// its history entry) is in the WAL when the call returns, so it survives the process being killed, and reaches
-/// the disk with the next fsync (the next accepted prompt, or a checkpoint). A power cut can lose that last
-/// bookkeeping, which at worst runs a finished prompt again; it keeps one fsync per prompt instead of four.
+/// What a client is told is done (an accepted prompt, a deletion) is on disk before the answer
+/// ([`Durability::Disk`]). The worker's own bookkeeping (a finished prompt's history entry with the removal of
+/// its queue row) is committed to the WAL when it is answered, so it survives the process being killed, and
+/// reaches the disk with the next sync ([`Durability::Wal`]): a power cut can lose that last bookkeeping, which
+/// at worst runs a finished prompt again. That a prompt started running is noted without waiting (it commits
+/// within [`writer`]'s ride-along delay): a crash just after a prompt started runs it again after the restart
+/// instead of recording it as interrupted.
 #[derive(Clone)]
 pub(crate) struct Storage {
     pool: SqlitePool,
     handle: tokio::runtime::Handle,
-}
-
-/// How far a write must have gone when it returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Durability {
-    /// On disk (fsync'd).
-    Disk,
-    /// In the WAL file (survives the process, not a power cut).
-    Wal,
+    writer: Writer,
 }
 
 impl Storage {
-    /// Opens (or creates) `kiln.sqlite` in `data_dir` and brings its schema up to date.
+    /// Opens (or creates) `kiln.sqlite` in `data_dir`, brings its schema up to date and starts the writer.
     pub(crate) async fn open(data_dir: &Path) -> Result<Storage, StorageError> {
+        let file = data_dir.join("kiln.sqlite");
         let options = SqliteConnectOptions::new()
-            .filename(data_dir.join("kiln.sqlite"))
+            .filename(&file)
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full);
+            .journal_mode(SqliteJournalMode::Wal);
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Storage { pool, handle: tokio::runtime::Handle::current() })
-    }
-
-    /// The connection, set for writes of this durability.
-    async fn connection(
-        &self,
-        durability: Durability,
-    ) -> Result<PoolConnection<Sqlite>, sqlx::Error> {
-        let mut connection = self.pool.acquire().await?;
-        let pragma = match durability {
-            Durability::Disk => "PRAGMA synchronous = FULL",
-            Durability::Wal => "PRAGMA synchronous = NORMAL",
-        };
-        sqlx::query(pragma).execute(&mut *connection).await?;
-        Ok(connection)
+        let writer = Writer::start(&file).await?;
+        Ok(Storage { pool, handle: tokio::runtime::Handle::current(), writer })
     }
 
     /// Runs a future to completion from a thread that is not running async tasks.
@@ -90,58 +81,55 @@ impl Storage {
         self.handle.block_on(future)
     }
 
-    /// Stores an accepted prompt, on disk when this returns (the queue's `insert`, for the async accept path
-    /// that takes a place with `PromptQueue::reserve` and admits the prompt after this).
-    pub(crate) async fn insert_queued(
-        &self,
-        entry: &QueueEntry<Queued>,
-    ) -> Result<(), sqlx::Error> {
+    /// Stores an accepted prompt; the answer comes once it is on disk (the queue's `insert`, for the async
+    /// accept path that takes a place with `PromptQueue::reserve` and admits the prompt after this). Prompts
+    /// stored at the same time share one transaction and one fsync.
+    pub(crate) fn insert_queued(&self, entry: &QueueEntry<Queued>) -> Pending {
         let payload = serde_json::json!({
             "prompt": entry.payload.prompt_json,
             "extra_data": entry.payload.extra_data,
             "client_id": entry.payload.client_id,
             "outputs": entry.payload.outputs,
         });
-        sqlx::query("INSERT INTO queue (id, number, seq, running, payload) VALUES (?, ?, ?, 0, ?)")
-            .bind(&entry.id)
-            .bind(entry.number)
-            .bind(entry.seq as i64)
-            .bind(payload.to_string())
-            .execute(&mut *self.connection(Durability::Disk).await?)
-            .await?;
-        Ok(())
+        let write = Write::Queue {
+            id: entry.id.clone(),
+            number: entry.number,
+            seq: entry.seq,
+            payload: payload.to_string(),
+        };
+        self.writer.submit(write, Durability::Disk)
     }
 
-    /// Stores a finished prompt (worker bookkeeping: not waited for on disk, see [`Storage`]).
-    pub(crate) async fn insert_history(&self, record: &Record) -> Result<(), StorageError> {
+    /// Removes queue rows without waiting (a prompt whose insert was reported failed: if its group committed
+    /// after all, the row must not come back as queued after a restart).
+    pub(crate) fn forget_queued(&self, id: &str) {
+        self.writer.send(Write::Dequeue(vec![id.to_owned()]));
+    }
+
+    /// Records that the prompt counter reached `next` (not waited for: it commits with the next group).
+    pub(crate) fn note_counter(&self, next: u64) {
+        self.writer.send(Write::Counter(next));
+    }
+
+    /// Stores a history entry and removes the prompt's queue row in the same transaction (worker bookkeeping:
+    /// committed to the WAL when answered, see [`Storage`]).
+    pub(crate) fn insert_history(&self, record: &Record) -> Pending {
         let entry = serde_json::to_string(&record.entry()).unwrap_or_default();
-        sqlx::query("INSERT OR REPLACE INTO history (id, seq, number, entry) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history), ?, ?)")
-            .bind(&record.prompt_id)
-            .bind(record.number)
-            .bind(entry)
-            .execute(&mut *self.connection(Durability::Wal).await?)
-            .await?;
-        Ok(())
+        let write = Write::History { id: record.prompt_id.clone(), number: record.number, entry };
+        self.writer.submit(write, Durability::Wal)
     }
 
     /// Removes history entries.
     pub(crate) async fn delete_history(&self, ids: &[String]) -> Result<(), StorageError> {
-        let mut connection = self.connection(Durability::Disk).await?;
-        for id in ids {
-            sqlx::query("DELETE FROM history WHERE id = ?")
-                .bind(id)
-                .execute(&mut *connection)
-                .await?;
+        if ids.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        Ok(self.writer.submit(Write::DeleteHistory(ids.to_vec()), Durability::Disk).done().await?)
     }
 
     /// Removes every history entry.
     pub(crate) async fn clear_history(&self) -> Result<(), StorageError> {
-        sqlx::query("DELETE FROM history")
-            .execute(&mut *self.connection(Durability::Disk).await?)
-            .await?;
-        Ok(())
+        Ok(self.writer.submit(Write::ClearHistory, Durability::Disk).done().await?)
     }
 
     /// Every stored history entry, oldest first.
@@ -172,46 +160,34 @@ pub(crate) struct SqliteQueueStore {
     registry: Arc<Registry>,
 }
 
-fn failed(e: sqlx::Error) -> StoreError {
+fn failed(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
-}
-
-impl SqliteQueueStore {
-    /// Runs `statement` once per id (bound as its one parameter) on one connection, from the worker's thread.
-    fn write(
-        &self,
-        durability: Durability,
-        statement: &'static str,
-        ids: &[&str],
-    ) -> Result<(), StoreError> {
-        self.storage
-            .block_on(async {
-                let mut connection = self.storage.connection(durability).await?;
-                for id in ids {
-                    sqlx::query(statement).bind(id).execute(&mut *connection).await?;
-                }
-                Ok::<(), sqlx::Error>(())
-            })
-            .map_err(failed)
-    }
 }
 
 impl QueueStore<Queued> for SqliteQueueStore {
     fn insert(&self, entry: &QueueEntry<Queued>) -> Result<(), StoreError> {
-        self.storage.block_on(self.storage.insert_queued(entry)).map_err(failed)
+        self.storage.insert_queued(entry).wait().map_err(failed)
     }
 
     fn mark_running(&self, id: &str) -> Result<(), StoreError> {
-        self.write(Durability::Wal, "UPDATE queue SET running = 1 WHERE id = ?", &[id])
+        // Not waited for: it commits before any later write of this prompt (see `QueueStore::mark_running`).
+        self.storage.writer.send(Write::Running(id.to_owned()));
+        Ok(())
     }
 
     fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        self.write(Durability::Disk, "DELETE FROM queue WHERE id = ?", &ids)
+        // In key order, the deletions walk the table's pages in order.
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        self.storage.writer.submit(Write::Dequeue(ids), Durability::Disk).wait().map_err(failed)
     }
 
-    fn finished(&self, id: &str) -> Result<(), StoreError> {
-        self.write(Durability::Wal, "DELETE FROM queue WHERE id = ?", &[id])
+    fn load_counter(&self) -> Result<Option<u64>, StoreError> {
+        let next: i64 = self
+            .storage
+            .block_on(sqlx::query_scalar("SELECT next FROM counter").fetch_one(&self.storage.pool))
+            .map_err(failed)?;
+        Ok(Some(next.max(0) as u64))
     }
 
     fn load(&self) -> Result<Vec<(QueueEntry<Queued>, bool)>, StoreError> {

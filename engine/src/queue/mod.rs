@@ -2,14 +2,20 @@
 //! pending, deletion and clearing of pending prompts, the running prompt visible, and a [`QueueStore`] that
 //! makes every change durable before it is acknowledged (the server implements it with SQLite).
 //!
+//! Numbers follow ComfyUI's `post_prompt`: every prompt request without a client `number` takes the next
+//! number from the counter ([`PromptQueue::take_number`]) before it is validated, so a rejected prompt uses
+//! one too; `front` negates it. A place in the queue ([`PromptQueue::reserve`]) is taken separately, once the
+//! prompt is valid.
+//!
 //! Invariant: a prompt is in exactly one of pending, running, or gone, in memory and in the store alike, once
-//! the call that changed it returns. The queue's lock is never held while the store works: it guards memory
+//! the call that changed it returns (a store may let the running mark follow, see
+//! [`QueueStore::mark_running`]). The queue's lock is never held while the store works: it guards memory
 //! only, so async threads may take it without waiting on the disk (or on whatever the store itself waits for).
 //! A change reaches the store after memory and before the call returns; if the store fails, memory is put back.
 //! The one exception: entries that were running when the previous process stopped stay in the store after
 //! `restore` until the caller has recorded them and calls `settle`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,13 +37,32 @@ pub struct QueueEntry<P> {
 #[error("the queue store failed: {0}")]
 pub struct StoreError(pub String);
 
+/// A place could not be reserved: a prompt with this id is already queued, running, or being queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a prompt with id {0} is already queued or running")]
+pub struct InUse(pub String);
+
+/// Why [`PromptQueue::push`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// The id is taken.
+    #[error(transparent)]
+    InUse(#[from] InUse),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Durable storage of the queue.
 pub trait QueueStore<P>: Send + Sync {
     /// Stores a new pending entry.
     fn insert(&self, entry: &QueueEntry<P>) -> Result<(), StoreError>;
-    /// Marks an entry running.
+    /// Marks an entry running. A store may return before the mark is durable, as long as it reaches the
+    /// store before any later change of the same entry: losing it to a crash runs the prompt again after a
+    /// restart instead of recording it as interrupted.
     fn mark_running(&self, id: &str) -> Result<(), StoreError>;
-    /// Removes entries (deleted or cleared by a client, or running when the previous process stopped).
+    /// Removes entries (deleted or cleared by a client, or running when the previous process stopped), all
+    /// at once.
     fn remove(&self, ids: &[String]) -> Result<(), StoreError>;
     /// Removes the entry of the prompt that just finished running. A store may make this cheaper than a
     /// client's `remove` (the server does not wait for the disk here: losing it to a power cut reruns the prompt).
@@ -46,6 +71,11 @@ pub trait QueueStore<P>: Send + Sync {
     }
     /// Every stored entry, and whether it was running.
     fn load(&self) -> Result<Vec<(QueueEntry<P>, bool)>, StoreError>;
+    /// The stored counter (the next number to give), for stores that keep it; without one,
+    /// [`PromptQueue::restore`] continues after the highest stored number.
+    fn load_counter(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// A store that keeps nothing across restarts (for tests and ephemeral use).
@@ -88,16 +118,66 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Run order: number (total order on floats), then arrival.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    number: f64,
+    seq: u64,
+}
+
+impl Key {
+    fn of<P>(entry: &QueueEntry<P>) -> Key {
+        Key { number: entry.number, seq: entry.seq }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.number.total_cmp(&other.number).then(self.seq.cmp(&other.seq))
+    }
+}
+
 struct State<P> {
-    pending: Vec<QueueEntry<P>>,
+    /// Pending entries in run order.
+    pending: BTreeMap<Key, QueueEntry<P>>,
     running: Option<QueueEntry<P>>,
+    /// Ids pending, running, or reserved and being stored.
+    in_use: HashSet<String>,
     counter: u64,
     seq: u64,
 }
 
-/// A place in the queue: the prompt's number (priority) and arrival order.
-#[derive(Debug, Clone, Copy, PartialEq)]
+impl<P> State<P> {
+    fn remaining(&self) -> usize {
+        self.pending.len() + usize::from(self.running.is_some())
+    }
+
+    fn make_pending(&mut self, entry: QueueEntry<P>) {
+        self.in_use.insert(entry.id.clone());
+        self.pending.insert(Key::of(&entry), entry);
+    }
+}
+
+/// A place in the queue for one prompt id: its number (priority) and arrival order. The id stays reserved
+/// until the entry is admitted or the reservation is given up with [`PromptQueue::abandon`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ticket {
+    /// The prompt id.
+    pub id: String,
     /// The priority the prompt gets.
     pub number: f64,
     /// Its arrival order.
@@ -105,27 +185,10 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// The queue entry of prompt `id` at this place.
-    pub fn entry<P>(self, id: String, payload: P) -> QueueEntry<P> {
-        QueueEntry { id, number: self.number, seq: self.seq, payload }
+    /// The queue entry of the prompt at this place.
+    pub fn entry<P>(self, payload: P) -> QueueEntry<P> {
+        QueueEntry { id: self.id, number: self.number, seq: self.seq, payload }
     }
-}
-
-fn reserve<P>(state: &mut State<P>, placement: Placement) -> Ticket {
-    let number = match placement {
-        Placement::Number(n) => n,
-        Placement::Back => {
-            state.counter += 1;
-            (state.counter - 1) as f64
-        }
-        Placement::Front => {
-            state.counter += 1;
-            -((state.counter - 1) as f64)
-        }
-    };
-    let seq = state.seq;
-    state.seq += 1;
-    Ticket { number, seq }
 }
 
 /// Told the number of remaining prompts (pending plus running) after every change.
@@ -157,18 +220,24 @@ impl<P: Clone + Send> PromptQueue<P> {
     pub fn restore(
         store: Box<dyn QueueStore<P>>,
     ) -> Result<(PromptQueue<P>, Vec<QueueEntry<P>>), StoreError> {
-        let mut pending = Vec::new();
+        let mut state = State {
+            pending: BTreeMap::new(),
+            running: None,
+            in_use: HashSet::new(),
+            counter: 0,
+            seq: 0,
+        };
         let mut was_running = Vec::new();
-        let mut counter = 0u64;
-        let mut seq = 0u64;
         for (entry, running) in store.load()? {
             if entry.number.is_finite() && entry.number >= 0.0 {
-                counter = counter.max(entry.number.floor() as u64 + 1);
+                state.counter = state.counter.max(entry.number.floor() as u64 + 1);
             }
-            seq = seq.max(entry.seq + 1);
-            if running { was_running.push(entry) } else { pending.push(entry) }
+            state.seq = state.seq.max(entry.seq + 1);
+            if running { was_running.push(entry) } else { state.make_pending(entry) }
         }
-        let state = State { pending, running: None, counter, seq };
+        if let Some(counter) = store.load_counter()? {
+            state.counter = counter;
+        }
         let queue = PromptQueue {
             state: Mutex::new(state),
             ready: Condvar::new(),
@@ -195,31 +264,66 @@ impl<P: Clone + Send> PromptQueue<P> {
 
     fn changed(&self, state: &State<P>) {
         if let Some(listener) = self.listener.get() {
-            listener(state.pending.len() + usize::from(state.running.is_some()));
+            listener(state.remaining());
         }
     }
 
-    /// Queues a prompt durably and returns its number.
-    pub fn push(&self, id: String, placement: Placement, payload: P) -> Result<f64, StoreError> {
-        let entry = self.reserve(placement).entry(id, payload);
-        self.store.insert(&entry)?;
+    /// Queues a prompt durably and returns its number ([`PromptQueue::take_number`], [`PromptQueue::reserve`],
+    /// the store's insert and [`PromptQueue::admit`] in one call).
+    pub fn push(&self, id: String, placement: Placement, payload: P) -> Result<f64, PushError> {
+        let number = self.take_number(placement);
+        let entry = self.reserve(id, number)?.entry(payload);
+        if let Err(error) = self.store.insert(&entry) {
+            self.abandon(&entry.id);
+            return Err(error.into());
+        }
         let number = entry.number;
         self.admit(entry);
         Ok(number)
     }
 
-    /// Takes a place (number and arrival order) for a prompt the caller will store itself, without holding
-    /// the queue while it does: [`PromptQueue::admit`] then makes it pending. For a server whose store is
-    /// asynchronous; [`PromptQueue::push`] does all three steps.
-    pub fn reserve(&self, placement: Placement) -> Ticket {
-        reserve(&mut lock(&self.state), placement)
+    /// The number of a new prompt request: the client's own, or the next from the counter (negated for
+    /// `front`). Taken before the prompt is validated, as ComfyUI does, so a rejected prompt uses one too.
+    pub fn take_number(&self, placement: Placement) -> f64 {
+        let mut state = lock(&self.state);
+        let taken = state.counter as f64;
+        match placement {
+            Placement::Number(n) => return n,
+            Placement::Back | Placement::Front => state.counter += 1,
+        }
+        // ComfyUI negates an int, so the first front prompt is 0, not -0.
+        if placement == Placement::Front && taken > 0.0 { -taken } else { taken }
     }
 
-    /// Makes pending an entry whose number and arrival order come from a [`Ticket`], once the caller has
-    /// stored it durably (as [`QueueStore::insert`] would have).
+    /// The next number the counter gives (what a store keeps to continue after a restart).
+    pub fn counter(&self) -> u64 {
+        lock(&self.state).counter
+    }
+
+    /// Takes a place (arrival order) at `number` for a prompt the caller will store itself, without holding
+    /// the queue while it does: [`PromptQueue::admit`] then makes it pending, or [`PromptQueue::abandon`]
+    /// frees the id if storing failed. For a server whose store is asynchronous; [`PromptQueue::push`] does
+    /// every step. Fails if a prompt with this id is pending, running, or reserved.
+    pub fn reserve(&self, id: String, number: f64) -> Result<Ticket, InUse> {
+        let mut state = lock(&self.state);
+        if !state.in_use.insert(id.clone()) {
+            return Err(InUse(id));
+        }
+        let seq = state.seq;
+        state.seq += 1;
+        Ok(Ticket { id, number, seq })
+    }
+
+    /// Gives up a reservation whose entry could not be stored: the id is free again (the number stays used).
+    pub fn abandon(&self, id: &str) {
+        lock(&self.state).in_use.remove(id);
+    }
+
+    /// Makes pending an entry whose place comes from a [`Ticket`], once the caller has stored it durably (as
+    /// [`QueueStore::insert`] would have).
     pub fn admit(&self, entry: QueueEntry<P>) {
         let mut state = lock(&self.state);
-        state.pending.push(entry);
+        state.make_pending(entry);
         self.changed(&state);
         drop(state);
         self.ready.notify_one();
@@ -235,77 +339,92 @@ impl<P: Clone + Send> PromptQueue<P> {
                 .map(|(s, _)| s)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
-        let Some(index) = (0..state.pending.len()).min_by(|&a, &b| {
-            let (x, y) = (&state.pending[a], &state.pending[b]);
-            x.number.total_cmp(&y.number).then(x.seq.cmp(&y.seq))
-        }) else {
+        let Some((_, entry)) = state.pending.pop_first() else {
             return Ok(None);
         };
-        let entry = state.pending.remove(index);
         state.running = Some(entry.clone());
         self.changed(&state);
         drop(state);
         if let Err(error) = self.store.mark_running(&entry.id) {
             let mut state = lock(&self.state);
             state.running = None;
-            state.pending.push(entry);
+            state.make_pending(entry);
             self.changed(&state);
             return Err(error);
         }
         Ok(Some(entry))
     }
 
-    /// The running prompt has finished (whatever the outcome).
+    /// The running prompt has finished (whatever the outcome): it leaves memory and the store.
     pub fn finish(&self, id: &str) -> Result<(), StoreError> {
-        let mut state = lock(&self.state);
-        if state.running.as_ref().is_some_and(|r| r.id == id) {
-            state.running = None;
-        }
-        self.changed(&state);
-        drop(state);
+        self.retire(id);
         self.store.finished(id)
     }
 
-    /// Removes pending prompts by id (unknown ids are ignored); returns how many were removed.
-    pub fn delete(&self, ids: &[String]) -> Result<usize, StoreError> {
+    /// The running prompt has finished and the caller has already removed it from the store (the server does
+    /// so in the transaction that stores its history entry): it leaves memory only.
+    pub fn retire(&self, id: &str) {
         let mut state = lock(&self.state);
-        let (removed, kept) =
-            std::mem::take(&mut state.pending).into_iter().partition(|e| ids.contains(&e.id));
-        state.pending = kept;
+        if state.running.as_ref().is_some_and(|r| r.id == id) {
+            state.running = None;
+            state.in_use.remove(id);
+        }
+        self.changed(&state);
+    }
+
+    /// Removes pending prompts by id (unknown ids are ignored); returns the removed entries, for the caller to
+    /// drop when it suits it (dropping thousands of prompts takes a while).
+    pub fn delete(&self, ids: &[String]) -> Result<Vec<QueueEntry<P>>, StoreError> {
+        let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let mut state = lock(&self.state);
+        let mut removed = Vec::new();
+        state.pending.retain(|_, entry| {
+            let delete = ids.contains(entry.id.as_str());
+            if delete {
+                removed.push(entry.clone());
+            }
+            !delete
+        });
         self.remove_stored(state, removed)
     }
 
-    /// Removes every pending prompt.
-    pub fn clear(&self) -> Result<usize, StoreError> {
+    /// Removes every pending prompt; returns the removed entries, as [`PromptQueue::delete`].
+    pub fn clear(&self) -> Result<Vec<QueueEntry<P>>, StoreError> {
         let mut state = lock(&self.state);
-        let removed = std::mem::take(&mut state.pending);
+        let removed = std::mem::take(&mut state.pending).into_values().collect();
         self.remove_stored(state, removed)
     }
 
-    /// Announces the removal of `removed` from pending, then removes them from the store (outside the lock);
-    /// if the store fails they are pending again.
+    /// Announces the removal of `removed` from pending, then removes them from the store (outside the lock,
+    /// in one call); if the store fails they are pending again.
     fn remove_stored(
         &self,
-        state: MutexGuard<'_, State<P>>,
+        mut state: MutexGuard<'_, State<P>>,
         removed: Vec<QueueEntry<P>>,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Vec<QueueEntry<P>>, StoreError> {
+        for entry in &removed {
+            state.in_use.remove(&entry.id);
+        }
         self.changed(&state);
         drop(state);
+        if removed.is_empty() {
+            return Ok(removed);
+        }
         let ids: Vec<String> = removed.iter().map(|e| e.id.clone()).collect();
         if let Err(error) = self.store.remove(&ids) {
             let mut state = lock(&self.state);
-            state.pending.extend(removed);
+            for entry in removed {
+                state.make_pending(entry);
+            }
             self.changed(&state);
             return Err(error);
         }
-        Ok(ids.len())
+        Ok(removed)
     }
 
     /// The pending prompts in run order.
     pub fn pending(&self) -> Vec<QueueEntry<P>> {
-        let mut pending = lock(&self.state).pending.clone();
-        pending.sort_by(|x, y| x.number.total_cmp(&y.number).then(x.seq.cmp(&y.seq)));
-        pending
+        lock(&self.state).pending.values().cloned().collect()
     }
 
     /// The running prompt.
@@ -315,8 +434,7 @@ impl<P: Clone + Send> PromptQueue<P> {
 
     /// Pending plus running.
     pub fn remaining(&self) -> usize {
-        let state = lock(&self.state);
-        state.pending.len() + usize::from(state.running.is_some())
+        lock(&self.state).remaining()
     }
 }
 

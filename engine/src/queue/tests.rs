@@ -1,7 +1,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{MemoryStore, Placement, PromptQueue, QueueEntry, QueueStore, StoreError};
+use super::{
+    InUse, MemoryStore, Placement, PromptQueue, PushError, QueueEntry, QueueStore, StoreError,
+};
 
 /// A store shared between two queue "processes", to test restore.
 #[derive(Default, Clone)]
@@ -65,13 +67,13 @@ fn delete_and_clear_touch_only_pending_prompts() {
     }
     let running = q.pop(Duration::ZERO).expect("ok").expect("a");
     assert_eq!(
-        q.delete(&["b".into(), "a".into(), "zzz".into()]).expect("ok"),
+        q.delete(&["b".into(), "a".into(), "zzz".into()]).expect("ok").len(),
         1,
         "a runs; zzz is unknown"
     );
     assert_eq!(q.running().map(|e| e.id), Some(running.id.clone()));
     assert_eq!(q.remaining(), 2);
-    assert_eq!(q.clear().expect("ok"), 1);
+    assert_eq!(q.clear().expect("ok").len(), 1);
     assert_eq!(q.remaining(), 1, "the running prompt is not cleared");
 }
 
@@ -198,8 +200,116 @@ fn the_queue_can_be_read_while_the_store_works() {
 #[test]
 fn a_failed_store_write_puts_memory_back() {
     let q = PromptQueue::restore(Box::new(Failing)).expect("empty store").0;
-    assert!(q.push("a".into(), Placement::Back, "").is_err());
+    assert!(matches!(q.push("a".into(), Placement::Back, ""), Err(PushError::Store(_))));
     assert_eq!(q.remaining(), 0, "a prompt that was not stored is not queued");
+    assert!(q.reserve("a".into(), 5.0).is_ok(), "and its id is free again");
+}
+
+#[test]
+fn a_rejected_prompt_still_takes_a_number() {
+    // ComfyUI's post_prompt takes the number before validating: 0 and 1 go to prompts that are then
+    // rejected, so the next accepted prompt is 2 (and a front one -3).
+    let q = queue();
+    assert_eq!(q.take_number(Placement::Back), 0.0);
+    assert_eq!(q.take_number(Placement::Back), 1.0);
+    assert_eq!(q.push("a".into(), Placement::Back, "").expect("ok"), 2.0);
+    assert_eq!(q.take_number(Placement::Number(42.5)), 42.5, "a client number takes none");
+    assert_eq!(q.push("b".into(), Placement::Front, "").expect("ok"), -3.0);
+    assert_eq!(q.counter(), 4);
+    assert_eq!([next(&q), next(&q)], ["b", "a"]);
+}
+
+#[test]
+fn an_id_in_use_cannot_be_queued_again_until_it_is_gone() {
+    let q = queue();
+    q.push("a".into(), Placement::Back, "").expect("ok");
+    let reserved = q.reserve("b".into(), 7.0).expect("free");
+    assert_eq!(q.reserve("a".into(), 1.0), Err(InUse("a".into())), "pending");
+    assert_eq!(q.reserve("b".into(), 1.0), Err(InUse("b".into())), "reserved, being stored");
+    let a = q.pop(Duration::ZERO).expect("ok").expect("a");
+    assert!(q.reserve("a".into(), 1.0).is_err(), "running");
+    q.retire(&a.id);
+    assert!(q.reserve("a".into(), 1.0).is_ok(), "finished: free again");
+    q.abandon(&reserved.id);
+    assert!(q.reserve("b".into(), 1.0).is_ok(), "abandoned: free again");
+}
+
+#[test]
+fn retire_leaves_the_store_to_the_caller() {
+    let store = Shared::default();
+    let (q, _) = PromptQueue::restore(Box::new(store.clone())).expect("ok");
+    q.push("a".into(), Placement::Back, "").expect("ok");
+    let a = q.pop(Duration::ZERO).expect("ok").expect("a");
+    q.retire(&a.id);
+    assert_eq!(q.remaining(), 0);
+    assert_eq!(store.load().expect("ok").len(), 1, "the caller removes the row itself");
+}
+
+#[test]
+fn deleting_many_removes_exactly_those_in_one_store_call() {
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let q = PromptQueue::restore(Box::new(Recording { calls: calls.clone() })).expect("ok").0;
+    for i in 0..1000 {
+        q.push(format!("p{i}"), Placement::Back, "").expect("ok");
+    }
+    let doomed: Vec<String> = (0..1000).filter(|i| i % 3 == 0).map(|i| format!("p{i}")).collect();
+    let deleted = q.delete(&doomed).expect("ok");
+    assert_eq!(deleted.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), doomed, "in run order");
+    assert_eq!(q.remaining(), 1000 - doomed.len());
+    assert!(q.pending().iter().all(|e| !doomed.contains(&e.id)));
+    assert_eq!(q.clear().expect("ok").len(), 1000 - doomed.len());
+    let calls = calls.lock().expect("calls");
+    assert_eq!(calls.len(), 2, "one remove per delete and per clear: {:?}", calls.len());
+    assert_eq!(calls[0].len(), doomed.len());
+    assert_eq!(calls[1].len(), 1000 - doomed.len());
+}
+
+#[test]
+fn restore_takes_the_stored_counter_over_the_entries() {
+    let q = PromptQueue::restore(Box::new(Counted(17))).expect("ok").0;
+    assert_eq!(q.take_number(Placement::Back), 17.0);
+}
+
+/// A store that records the ids of every `remove`.
+struct Recording {
+    calls: Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+}
+
+impl QueueStore<&'static str> for Recording {
+    fn insert(&self, _: &QueueEntry<&'static str>) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn mark_running(&self, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn remove(&self, ids: &[String]) -> Result<(), StoreError> {
+        self.calls.lock().expect("calls").push(ids.to_vec());
+        Ok(())
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// A store with an entry numbered 99 by its client and a stored counter.
+struct Counted(u64);
+
+impl QueueStore<&'static str> for Counted {
+    fn insert(&self, _: &QueueEntry<&'static str>) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn mark_running(&self, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn remove(&self, _: &[String]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
+        Ok(vec![(QueueEntry { id: "x".into(), number: 99.0, seq: 0, payload: "" }, false)])
+    }
+    fn load_counter(&self) -> Result<Option<u64>, StoreError> {
+        Ok(Some(self.0))
+    }
 }
 
 /// A store that refuses every write.

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use super::history::queue_item;
 use super::jobs::{self, Filter, Queued as QueuedJob, Source};
 use super::models;
+use super::numbering;
 use super::runtime::{Queued, Runtime, now_ms};
 use super::userdata::{self, UserDataError};
 use crate::api::*;
@@ -189,7 +190,7 @@ impl LocalServer {
             runtime.interrupt.store(true, Ordering::SeqCst);
             return true;
         }
-        runtime.queue.delete(&[id.to_owned()]).unwrap_or(0) > 0
+        runtime.queue.delete(&[id.to_owned()]).is_ok_and(|removed| !removed.is_empty())
     }
 
     async fn store_upload(
@@ -560,11 +561,18 @@ impl SharedApi for LocalServer {
 
     async fn execute_prompt(
         &self,
-        _: Parts,
+        parts: Parts,
         comfy_usage_source: Option<String>,
         body: types::PromptRequest,
     ) -> ExecutePromptResponse {
         let runtime = &self.0;
+        // As ComfyUI: the number is taken first, so a prompt rejected below still uses one.
+        let placement = match (body.number, body.front) {
+            (Some(number), _) => Placement::Number(number),
+            (None, Some(true)) => Placement::Front,
+            (None, _) => Placement::Back,
+        };
+        let number = numbering::take(runtime, &parts, placement);
         let Some(prompt) = body.prompt else {
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "no_prompt",
@@ -636,11 +644,6 @@ impl SharedApi for LocalServer {
         }
         extra_data.insert("create_time".to_owned(), Value::from(now_ms()));
         let client_id = extra_data.get("client_id").and_then(Value::as_str).map(str::to_owned);
-        let placement = match (body.number, body.front) {
-            (Some(number), _) => Placement::Number(number),
-            (None, Some(true)) => Placement::Front,
-            (None, _) => Placement::Back,
-        };
         let node_errors = convert::node_errors(&validated.node_errors);
         let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
         let queued = Queued {
@@ -651,17 +654,27 @@ impl SharedApi for LocalServer {
             client_id,
             outputs,
         };
-        // Queued means durable: the prompt is stored before it is admitted and answered. Only taking the place
-        // holds the queue; the insert is awaited here, with no hop through the blocking pool.
-        let entry = runtime.queue.reserve(placement).entry(prompt_id.clone(), queued);
-        if let Err(e) = runtime.storage.insert_queued(&entry).await {
+        // Queued means durable: the prompt is stored (with the prompts that arrive with it, in one group
+        // commit) before it is admitted and answered. Only taking the place holds the queue.
+        let entry = match runtime.queue.reserve(prompt_id.clone(), number) {
+            Ok(ticket) => ticket.entry(queued),
+            Err(e) => {
+                return ExecutePromptResponse::BadRequest(prompt_error(
+                    "prompt_id_in_use",
+                    "prompt_id is already queued or running",
+                    &e.to_string(),
+                ));
+            }
+        };
+        if let Err(e) = runtime.storage.insert_queued(&entry).done().await {
+            runtime.storage.forget_queued(&entry.id);
+            runtime.queue.abandon(&entry.id);
             return ExecutePromptResponse::BadRequest(prompt_error(
                 "queue_unavailable",
                 "the prompt could not be queued",
                 &e.to_string(),
             ));
         }
-        let number = entry.number;
         runtime.queue.admit(entry);
         ExecutePromptResponse::Ok(types::PromptResponse {
             node_errors,
@@ -691,15 +704,22 @@ impl SharedApi for LocalServer {
         let runtime = &self.0;
         let worker = runtime.clone();
         let result = tokio::task::spawn_blocking(move || {
-            if body.clear == Some(true) { worker.queue.clear() } else { Ok(0) }
-                .and_then(|_| worker.queue.delete(&body.delete))
-                .map_err(|e| e.to_string())
+            let mut removed =
+                if body.clear == Some(true) { worker.queue.clear()? } else { Vec::new() };
+            removed.extend(worker.queue.delete(&body.delete)?);
+            Ok::<_, kiln_engine::queue::StoreError>(removed)
         })
         .await
         .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        .and_then(|r| r.map_err(|e| e.to_string()));
         match result {
-            Ok(_) => ManageQueueResponse::Ok,
+            Ok(removed) => {
+                // Thousands of removed prompts take a while to free: not on the answer's time.
+                if !removed.is_empty() {
+                    tokio::task::spawn_blocking(move || drop(removed));
+                }
+                ManageQueueResponse::Ok
+            }
             Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e)),
         }
     }

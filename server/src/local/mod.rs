@@ -1,11 +1,13 @@
 //! The local runtime: its state and worker (`runtime.rs`), its implementation of the generated traits
-//! (`api.rs`, `api_local.rs`), the history and jobs views, model folders and user data.
+//! (`api.rs`, `api_local.rs`), prompt numbers (`numbering.rs`), the history and jobs views, model folders and
+//! user data.
 
 pub(crate) mod api;
 mod api_local;
 pub(crate) mod history;
 pub(crate) mod jobs;
 mod models;
+pub(crate) mod numbering;
 pub(crate) mod runtime;
 mod userdata;
 

@@ -1,8 +1,11 @@
 //! The local runtime's shared state and its worker thread, which runs queued prompts one at a time.
 //!
-//! Order of a run's last frames, as ComfyUI's (comfy-api.md §8.2): `execution_success` (or `execution_error`),
-//! then the history entry is stored, then `status` to everyone, then `executing {node: null}` to the owner, so
-//! a client that fetches `/history/{id}` on that frame finds the entry.
+//! Order of a run's last frames, as ComfyUI's (comfy-api.md §8.2): `execution_success` (or `execution_error`,
+//! `execution_interrupted`), then `status` to everyone, then `executing {node: null}` to the owner.
+//!
+//! Invariant: store first, then announce. The run's terminal event is held back until its history entry is
+//! stored (committed, and in the in-memory history), so a client that fetches `/history/{id}` on
+//! `execution_success` (or any later frame) finds the entry.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,12 +74,27 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Sends a run's events to the hub: `progress_state` to everyone, the rest by ComfyUI's addressing.
+/// Sends a run's events to the hub: `progress_state` to everyone, the rest by ComfyUI's addressing. The
+/// terminal event (`execution_success`, `execution_error`, `execution_interrupted`) is held until
+/// [`HubSink::release`], once the history entry is stored.
 struct HubSink {
     runtime: Arc<Runtime>,
     client_id: Option<String>,
     prompt_id: uuid::Uuid,
     progress: Mutex<ProgressState>,
+    terminal: Mutex<Option<(Event, i64)>>,
+}
+
+impl HubSink {
+    /// Sends the held terminal event, if any, with the time it happened.
+    fn release(&self) {
+        let held = self.terminal.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((event, timestamp)) = held
+            && let Some((message, audience)) = message(self.prompt_id, &event, timestamp)
+        {
+            self.runtime.hub.publish(self.client_id.as_deref(), &message, audience);
+        }
+    }
 }
 
 impl EventSink for HubSink {
@@ -93,6 +111,13 @@ impl EventSink for HubSink {
         if let Event::Preview { node, preview } = &event {
             let (plain, with_metadata) = preview_frames(self.prompt_id, node, preview);
             hub.send_preview(self.client_id.as_deref(), &plain, &with_metadata);
+        }
+        if matches!(
+            event,
+            Event::ExecutionSuccess | Event::ExecutionError(_) | Event::ExecutionInterrupted { .. }
+        ) {
+            *self.terminal.lock().unwrap_or_else(|p| p.into_inner()) = Some((event, now_ms()));
+            return;
         }
         if let Some((message, audience)) = message(self.prompt_id, &event, now_ms()) {
             hub.publish(self.client_id.as_deref(), &message, audience);
@@ -139,8 +164,9 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         client_id: client_id.clone(),
         prompt_id,
         progress: Mutex::new(ProgressState::default()),
+        terminal: Mutex::new(None),
     });
-    let recorder = Arc::new(HistoryRecorder::new(sink));
+    let recorder = Arc::new(HistoryRecorder::new(sink.clone()));
     let extra_pnginfo =
         Arc::new(queued.extra_data.get("extra_pnginfo").cloned().unwrap_or(Value::Null));
     let run = Run {
@@ -186,13 +212,13 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         success: summary.outcome == Outcome::Success,
         messages,
     };
-    if let Err(error) = runtime.storage.block_on(runtime.storage.insert_history(&record)) {
+    // Store first (the history entry and the removal of the queue row, in one transaction), then announce.
+    if let Err(error) = runtime.storage.insert_history(&record).wait() {
         tracing::error!(error = %error, "cannot store the history entry");
     }
     runtime.history().insert(record);
-    if let Err(error) = runtime.queue.finish(&entry.id) {
-        tracing::error!(%error, "cannot mark the prompt finished");
-    }
+    sink.release();
+    runtime.queue.retire(&entry.id);
     runtime.hub.set_running(None, None, false);
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
 }

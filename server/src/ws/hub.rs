@@ -97,9 +97,16 @@ pub(crate) struct Hub {
 }
 
 fn json(message: &types::WsMessage) -> Option<String> {
-    serde_json::to_string(message)
+    let value = serde_json::to_value(message)
         .map_err(|e| tracing::error!(error = %e, "a websocket message did not serialize"))
-        .ok()
+        .ok()?;
+    // `progress` carries a progress bar's step counts, which ComfyUI sends as integers (`0` of `1`); the wire
+    // type is a JSON number. `progress_state` goes out as floats, as ComfyUI sends it for a node that runs.
+    let value = match message {
+        types::WsMessage::ProgressMessage(_) => crate::api::integral_floats_as_ints(value),
+        _ => value,
+    };
+    Some(value.to_string())
 }
 
 impl Hub {

@@ -18,8 +18,10 @@ use crate::binary::{get_json, start, temp_dir};
 pub(crate) use kiln_tests::golden;
 
 /// Every capture, in the order the recorder sent it. The capture README lists them grouped; the prompt numbers
-/// ComfyUI gave (11, 12, 20, 21, -22, 23–28; a number is taken by every prompt POST whose body is JSON with a
-/// `prompt` that is an object) fix where the `POST /prompt` cases fall.
+/// ComfyUI gave (11, 12, 20, 21, -22, 23–28; every prompt POST whose body is JSON and has no `number` takes one)
+/// fix where the `POST /prompt` cases fall: 18 rejected prompts and two accepted ones took 0–19, so of the two
+/// crashing cases only the one with no JSON body can come before 20; the other (a list as `prompt`, which takes a
+/// number) came after the last websocket case. Both are put last.
 const RECORDED_ORDER: &[&str] = &[
     "get_object_info_EmptyImage",
     "get_object_info_SaveImage",
@@ -74,8 +76,6 @@ const RECORDED_ORDER: &[&str] = &[
     "post_prompt_valid_client_prompt_id",
     "post_prompt_valid_number",
     "post_prompt_valid_front",
-    "post_prompt_invalid_json_body",
-    "post_prompt_prompt_is_list",
     "post_upload_image_first",
     "post_upload_image_same_name_same_content",
     "post_upload_image_same_name_diff_content",
@@ -106,6 +106,8 @@ const RECORDED_ORDER: &[&str] = &[
     "get_api_jobs_limit_5",
     "get_queue_after",
     "get_prompt_after",
+    "post_prompt_invalid_json_body",
+    "post_prompt_prompt_is_list",
 ];
 
 /// How an answer is compared when Kiln deliberately differs from the recording.

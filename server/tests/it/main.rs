@@ -1,5 +1,6 @@
 //! The server's integration tests: the router in memory, and the real `kiln` binary over TCP.
 
+mod announce;
 mod bad_input;
 mod binary;
 mod durability;
@@ -9,6 +10,7 @@ mod frontend;
 mod golden;
 mod key_order;
 mod models;
+mod numbers;
 mod openapi;
 mod settings;
 mod slow_client;
