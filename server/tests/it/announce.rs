@@ -8,7 +8,7 @@ use futures::StreamExt as _;
 use kiln_client::{Client, Event, types};
 use serde_json::{Value, json};
 
-use crate::binary::{start, temp_dir};
+use crate::binary::{get_json, start, temp_dir};
 
 /// How many prompts race their history entry (before the fix, 3 to 19 of them lost it in five runs).
 const PROMPTS: usize = 200;
@@ -66,14 +66,7 @@ async fn issue_9_history_is_stored_before_execution_success_is_sent() {
                 _ => continue,
             }
         }
-        let history: Value = http
-            .get(format!("http://{addr}/api/history/{id}"))
-            .send()
-            .await
-            .expect("sent")
-            .json()
-            .await
-            .expect("JSON");
+        let history = get_json(&http, &addr, &format!("/api/history/{id}")).await;
         if history.get(&id).is_none() {
             missing.push(id.clone());
         }

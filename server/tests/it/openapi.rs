@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kiln_server::api::{Runtime, document};
 use serde_json::Value;
 
-use crate::binary::{start, temp_dir};
+use crate::binary::{get_json, start, temp_dir};
 
 const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
 
@@ -182,14 +182,7 @@ async fn every_served_operation_is_mounted_and_other_methods_get_405_with_allow(
     let data_dir = temp_dir("openapi-allow");
     let (_server, addr) = start(&data_dir);
     let http = reqwest::Client::new();
-    let served: Value = http
-        .get(format!("http://{addr}/api/openapi.json"))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
+    let served = get_json(&http, &addr, "/api/openapi.json").await;
     let mut by_path: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (method, path) in operations(&served).into_keys() {
         by_path.entry(path).or_default().insert(method.to_uppercase());

@@ -1,8 +1,6 @@
 //! Settings written by many requests at once: every write is accepted and every key kept.
 
-use serde_json::Value;
-
-use crate::binary::{start, temp_dir};
+use crate::binary::{get_json, start, temp_dir};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_written_at_once_keep_every_key() {
@@ -19,14 +17,7 @@ async fn settings_written_at_once_keep_every_key() {
     });
     let statuses = futures::future::join_all(writes).await;
     assert!(statuses.iter().all(|s| *s == 200), "every write is accepted: {statuses:?}");
-    let settings: Value = http
-        .get(format!("http://{addr}/api/settings"))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
+    let settings = get_json(&http, &addr, "/api/settings").await;
     for i in 0..40 {
         assert_eq!(settings[format!("Kiln.Key{i}")], i, "Kiln.Key{i} survived the other writes");
     }
