@@ -320,12 +320,8 @@ fn trait_method(op: &Operation) -> TokenStream {
         op.id,
         op.runtimes.join(", ")
     ));
-    // One attribute per line, so the method's doc is written as `///` lines: a multi-line attribute becomes a
-    // block comment whose indented lines rustdoc would read as a code block.
-    let doc =
-        doc.lines().map(|line| if line.is_empty() { String::new() } else { format!(" {line}") });
     quote! {
-        #(#[doc = #doc])*
+        #[doc = #doc]
         fn #name(&self, parts: Parts, #(#args),*) -> impl Future<Output = #output> + Send;
     }
 }
