@@ -21,6 +21,32 @@ pub fn assert_same(got: &Value, expected: &Value, what: &str) {
     assert!(found.is_empty(), "{what}: key order differs from ComfyUI's:\n{}", found.join("\n"));
 }
 
+/// The key paths of a document in order (`$.system.os`; a list by its first element, `$.devices[].name`): its
+/// shape, which is what the golden `get_system_stats_shape` capture records.
+pub fn shape(value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    paths(value, "$", &mut out);
+    out
+}
+
+fn paths(value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                let path = format!("{path}.{key}");
+                out.push(path.clone());
+                paths(v, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(first) = items.first() {
+                paths(first, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn walk(got: &Value, expected: &Value, path: &str, found: &mut Vec<String>) {
     match (got, expected) {
         (Value::Object(got), Value::Object(expected)) => {
@@ -52,7 +78,16 @@ fn walk(got: &Value, expected: &Value, path: &str, found: &mut Vec<String>) {
 
 #[cfg(test)]
 mod tests {
-    use super::differences;
+    use super::{differences, shape};
+
+    #[test]
+    fn a_shape_lists_key_paths_in_order_and_lists_by_their_first_element() {
+        let value = json!({"system": {"os": "linux", "argv": ["a"]}, "devices": [{"name": "cpu"}, {"x": 1}]});
+        assert_eq!(
+            shape(&value),
+            ["$.system", "$.system.os", "$.system.argv", "$.devices", "$.devices[].name"]
+        );
+    }
     use serde_json::json;
 
     #[test]

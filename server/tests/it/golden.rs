@@ -13,6 +13,8 @@ use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
+use kiln_tests::key_order::shape;
+
 use crate::binary::{get_json, start, temp_dir};
 
 pub(crate) use kiln_tests::golden;
@@ -305,9 +307,7 @@ impl Normalizer {
                 let is_node_progress = map.contains_key("state") && map.contains_key("max");
                 // The `feature_flags` reply carries Kiln's own flags: the same fields, Kiln's values.
                 if map.get("type").and_then(Value::as_str) == Some("feature_flags") {
-                    let mut fields = Vec::new();
-                    shape(&map["data"], "$", &mut fields);
-                    return json!({"type": "feature_flags", "data": fields});
+                    return json!({"type": "feature_flags", "data": shape(&map["data"])});
                 }
                 let mut out = Map::new();
                 for (key, v) in map {
@@ -358,24 +358,6 @@ fn compare(case: &str, what: &str, got: &Value, expected: &Value, failures: &mut
             continue;
         }
         failures.push(format!("{case}: {what} key order: {line}"));
-    }
-}
-
-/// The key paths of a document, in order (lists by their first element): what `Difference::Shape` compares.
-fn shape(value: &Value, path: &str, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map {
-                out.push(format!("{path}.{key}"));
-                shape(v, &format!("{path}.{key}"), out);
-            }
-        }
-        Value::Array(items) => {
-            if let Some(first) = items.first() {
-                shape(first, &format!("{path}[]"), out);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -434,9 +416,7 @@ async fn replay_http(
             let mut want = body["json"].clone();
             match difference {
                 Some(Difference::Shape) => {
-                    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-                    shape(&got, "$", &mut ours);
-                    shape(&want, "$", &mut theirs);
+                    let (ours, theirs) = (shape(&got), shape(&want));
                     if ours != theirs {
                         failures.push(format!(
                             "{case}: fields differ\n  kiln:    {ours:?}\n  comfyui: {theirs:?}"

@@ -10,6 +10,7 @@ use kiln_spec::types::SystemStats;
 use tower::ServiceExt as _;
 
 use kiln_tests::contract::{Answer, Contract};
+use kiln_tests::key_order::shape;
 
 fn config() -> Config {
     let data_dir = std::env::temp_dir().join(format!("kiln-router-test-{}", std::process::id()));
@@ -69,26 +70,6 @@ async fn unknown_routes_are_404() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
-/// The key paths of a JSON document with their order (lists by their first element), as the golden
-/// `get_system_stats_shape` capture records a shape.
-fn shape(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
-    match value {
-        serde_json::Value::Object(map) => {
-            for (key, v) in map {
-                let path = format!("{path}.{key}");
-                out.push(path.clone());
-                shape(v, &path, out);
-            }
-        }
-        serde_json::Value::Array(items) => {
-            if let Some(first) = items.first() {
-                shape(first, &format!("{path}[]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// Issue #9, item 4: `/system_stats` and `/features` carry every field ComfyUI sends, in its order.
 #[tokio::test]
 async fn issue_9_server_facts_carry_every_field_comfyui_sends() {
@@ -100,9 +81,7 @@ async fn issue_9_server_facts_carry_every_field_comfyui_sends() {
         let ours: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
         let recorded = kiln_tests::golden(case);
         let theirs = &recorded["response"]["body"]["json"];
-        let (mut got, mut expected) = (Vec::new(), Vec::new());
-        shape(&ours, "$", &mut got);
-        shape(theirs, "$", &mut expected);
+        let (got, expected) = (shape(&ours), shape(theirs));
         assert_eq!(got, expected, "{path}: the same fields as ComfyUI, in its order");
     }
     let (_, _, body) = get("/api/system_stats").await;
