@@ -22,7 +22,7 @@ pub use history::{HistoryRecorder, StatusMessage};
 pub use roots::{Roots, within};
 
 use crate::cache::{Cache, CachePolicy, CachedOutput, compute_keys};
-use crate::graph::{Input, NodeId, ValidatedPrompt, literal_value};
+use crate::graph::{Input, NodeId, Prompt, ValidatedPrompt, literal_value};
 use crate::nodes::{
     Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
 };
@@ -115,13 +115,12 @@ impl Executor {
         cached.sort();
         sink.emit(run.prompt_id, Event::ExecutionCached { nodes: cached.clone() });
 
-        // The nodes the output cache tracks for this prompt, which a failure reports as `current_outputs`: every
-        // node of the prompt, or none when nothing is cached (upstream's `caches.outputs.all_node_ids()`, taken
-        // before the first node runs).
-        let tracked: Vec<NodeId> = match self.cache.policy() {
-            CachePolicy::None => Vec::new(),
+        // Whether the output cache tracks this prompt's nodes, which a failure reports as `current_outputs`
+        // (upstream's `caches.outputs.all_node_ids()`: every node of the prompt, none when nothing is cached).
+        let tracked = match self.cache.policy() {
+            CachePolicy::None => None,
             CachePolicy::Classic | CachePolicy::Lru(_) | CachePolicy::RamPressure(_) => {
-                prompt.nodes.keys().cloned().collect()
+                Some(&run.prompt.prompt)
             }
         };
         let mut state = RunState {
@@ -282,7 +281,8 @@ impl Executor {
 struct RunState<'a> {
     prompt_id: &'a str,
     sink: Arc<dyn EventSink>,
-    tracked: Vec<NodeId>,
+    /// The prompt, when the output cache tracks its nodes (see `current_outputs`).
+    tracked: Option<&'a Prompt>,
     cached: Vec<NodeId>,
     results: HashMap<NodeId, Arc<CachedOutput>>,
     requested_lazy: HashMap<NodeId, BTreeSet<String>>,
@@ -310,7 +310,10 @@ impl RunState<'_> {
             message: error.message,
             kind: error.kind,
             current_inputs,
-            current_outputs: self.tracked.clone(),
+            current_outputs: self
+                .tracked
+                .map(|prompt| prompt.nodes.keys().cloned().collect())
+                .unwrap_or_default(),
         };
         self.emit(Event::ExecutionError(Box::new(failure.clone())));
         RunSummary {

@@ -169,14 +169,17 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let recorder = Arc::new(HistoryRecorder::new(sink.clone()));
     let extra_pnginfo =
         Arc::new(queued.extra_data.get("extra_pnginfo").cloned().unwrap_or(Value::Null));
+    let prompt_json = Arc::new(queued.prompt_json);
     let run = Run {
         prompt_id: &entry.id,
         prompt: &queued.prompt,
-        prompt_json: Arc::new(queued.prompt_json.clone()),
+        prompt_json: prompt_json.clone(),
         extra_pnginfo,
     };
     let _span = tracing::info_span!("prompt", id = %entry.id).entered();
     let summary = executor.run(&run, recorder.clone());
+    // The run's share of the prompt JSON goes, so the history record takes it without a copy.
+    drop(run);
     match &summary.outcome {
         Outcome::Success => tracing::info!(
             executed = summary.executed.len(),
@@ -201,9 +204,9 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let record = Record {
         prompt_id: entry.id.clone(),
         number: entry.number,
-        prompt: queued.prompt_json.clone(),
-        extra_data: queued.extra_data.clone(),
-        outputs_to_execute: queued.outputs.clone(),
+        prompt: Arc::unwrap_or_clone(prompt_json),
+        extra_data: queued.extra_data,
+        outputs_to_execute: queued.outputs,
         outputs: summary
             .outputs
             .iter()
