@@ -47,8 +47,17 @@ fn history(id: &str) -> Write {
     Write::History { id: id.to_owned(), number: 0.0, entry: "{}".to_owned() }
 }
 
-// The test runtime has one thread: writes submitted without an await in between are all waiting when the
-// writer next looks, so they form one group (one for the bookkeeping, one for the clients' writes).
+/// Makes the writes submitted next wait together, as one group: the test takes SQLite's write lock, and the
+/// writer, given a first write of no consequence here (history is empty), waits for the lock with it. The writes
+/// are released together when the returned connection commits. (The writer has its own thread, so without this
+/// it could take the first of them before the others are submitted.)
+async fn holding_the_writer(db: &Db) -> sqlx::pool::PoolConnection<sqlx::Sqlite> {
+    let mut lock = db.storage.pool.acquire().await.expect("a connection");
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *lock).await.expect("the write lock");
+    drop(db.storage.writer.submit(Write::ClearHistory, Durability::Disk));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    lock
+}
 
 #[tokio::test]
 async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
@@ -62,6 +71,7 @@ async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
     .await
     .expect("trigger");
     let writer = &db.storage.writer;
+    let mut lock = holding_the_writer(&db).await;
     let answers = [
         writer.submit(queued("a", 0), Durability::Disk),
         writer.submit(queued("poison", 1), Durability::Disk),
@@ -70,6 +80,8 @@ async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
     ];
     // The worker's bookkeeping that arrived with them is its own group, and commits.
     let bookkeeping = writer.submit(history("h"), Durability::Wal);
+    sqlx::query("COMMIT").execute(&mut *lock).await.expect("the lock released");
+    drop(lock);
     for answer in answers {
         let error = answer.done().await.expect_err("the whole group fails");
         assert!(error.to_string().contains("poisoned row"), "{error}");
