@@ -1,0 +1,259 @@
+//! Element types: what weights are stored as (f32, f16, bf16, fp8 e4m3fn/e5m2) and what activations are
+//! computed in (f32, f16, bf16), with the exact conversions between them.
+//!
+//! Conversions are little-endian byte slices in and out, because that is how safetensors files, the pinned
+//! host pool and device pages hold them. Narrowing rounds to nearest, ties to even, as torch's casts do.
+
+use half::{bf16, f16};
+
+/// An element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16 (the top half of an f32).
+    BF16,
+    /// fp8 e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, max 448 (torch `float8_e4m3fn`).
+    F8E4M3,
+    /// fp8 e5m2: 5 exponent bits (bias 15), 2 mantissa bits, the top byte of an f16 (torch `float8_e5m2`).
+    F8E5M2,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::F8E4M3 | DType::F8E5M2 => 1,
+        }
+    }
+
+    /// The name safetensors and torch use (`F32`, `BF16`, `F8_E4M3`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::F8E4M3 => "F8_E4M3",
+            DType::F8E5M2 => "F8_E5M2",
+        }
+    }
+
+    /// Whether activations may be held in this type (fp8 is storage only).
+    pub fn is_compute(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+
+    /// The element type of a safetensors tensor, or `None` for types Kiln does not compute with.
+    pub fn from_safetensors(dtype: safetensors::Dtype) -> Option<DType> {
+        match dtype {
+            safetensors::Dtype::F32 => Some(DType::F32),
+            safetensors::Dtype::F16 => Some(DType::F16),
+            safetensors::Dtype::BF16 => Some(DType::BF16),
+            safetensors::Dtype::F8_E4M3 => Some(DType::F8E4M3),
+            safetensors::Dtype::F8_E5M2 => Some(DType::F8E5M2),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Widens `bytes` (elements of `dtype`, little-endian) into `out`; `out.len()` elements are read.
+///
+/// # Panics
+/// If `bytes` is shorter than `out.len()` elements.
+pub fn widen_into(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    let n = out.len();
+    assert!(bytes.len() >= n * dtype.size(), "widen_into: {} bytes hold fewer than {n} {dtype} values", bytes.len());
+    match dtype {
+        DType::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DType::F16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        DType::BF16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+            }
+        }
+        DType::F8E4M3 => {
+            for (o, &b) in out.iter_mut().zip(bytes) {
+                *o = f8e4m3_to_f32(b);
+            }
+        }
+        DType::F8E5M2 => {
+            for (o, &b) in out.iter_mut().zip(bytes) {
+                *o = f16::from_bits(u16::from(b) << 8).to_f32();
+            }
+        }
+    }
+}
+
+/// Widens a whole byte slice of `dtype` elements into a new vector.
+pub fn widen(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0.0; bytes.len() / dtype.size()];
+    widen_into(dtype, bytes, &mut out);
+    out
+}
+
+/// Narrows `values` into `dtype` elements (little-endian), rounding to nearest even.
+pub fn narrow(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size());
+    match dtype {
+        DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::BF16 => values.iter().for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::F8E4M3 => out.extend(values.iter().map(|&v| f32_to_f8e4m3(v))),
+        DType::F8E5M2 => out.extend(values.iter().map(|&v| f32_to_f8e5m2(v))),
+    }
+    out
+}
+
+/// Rounds `v` to the nearest value `dtype` can hold (what a cast to `dtype` and back gives).
+pub fn round_to(dtype: DType, v: f32) -> f32 {
+    match dtype {
+        DType::F32 => v,
+        DType::F16 => f16::from_f32(v).to_f32(),
+        DType::BF16 => bf16::from_f32(v).to_f32(),
+        DType::F8E4M3 => f8e4m3_to_f32(f32_to_f8e4m3(v)),
+        DType::F8E5M2 => f16::from_bits(u16::from(f32_to_f8e5m2(v)) << 8).to_f32(),
+    }
+}
+
+/// An fp8 e4m3fn byte as f32 (0x7f and 0xff are NaN; there are no infinities).
+pub fn f8e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((b >> 3) & 0x0f);
+    let man = f32::from(b & 0x07);
+    if exp == 0x0f && b & 0x07 == 0x07 {
+        return f32::NAN;
+    }
+    if exp == 0 {
+        sign * man / 8.0 * 2f32.powi(-6)
+    } else {
+        sign * (1.0 + man / 8.0) * 2f32.powi(exp - 7)
+    }
+}
+
+/// f32 to fp8 e4m3fn, round to nearest even, saturating to ±448 (torch saturates only with `saturate=True`;
+/// finite weights never exceed the range, and saturation keeps an out-of-range value finite). NaN stays NaN.
+pub fn f32_to_f8e4m3(v: f32) -> u8 {
+    if v.is_nan() {
+        return 0x7f;
+    }
+    let sign: u8 = if v.is_sign_negative() { 0x80 } else { 0 };
+    let a = v.abs();
+    if a >= 448.0 {
+        return sign | 0x7e;
+    }
+    // The smallest normal is 2^-6; below it the step is 2^-9.
+    let (exp, step) = if a < 2f32.powi(-6) {
+        (0, 2f32.powi(-9))
+    } else {
+        let e = a.log2().floor() as i32;
+        (e + 7, 2f32.powi(e - 3))
+    };
+    let q = round_half_even(a / step);
+    if exp == 0 {
+        // Subnormal: q in 0..=8; q == 8 is the smallest normal.
+        return sign | q as u8;
+    }
+    // Normal: q in 8..=16 (16 carries into the next exponent).
+    let (exp, q) = if q >= 16.0 { (exp + 1, 8.0) } else { (exp, q) };
+    if exp > 15 || (exp == 15 && q - 8.0 > 6.0) {
+        return sign | 0x7e;
+    }
+    sign | ((exp as u8) << 3) | (q as u8 - 8)
+}
+
+/// f32 to fp8 e5m2 (the top byte of an f16, rounded to nearest even on the dropped byte).
+pub fn f32_to_f8e5m2(v: f32) -> u8 {
+    let h = f16::from_f32(v).to_bits();
+    if f16::from_bits(h).is_nan() {
+        return ((h >> 8) as u8) | 0x02;
+    }
+    let lower = h & 0xff;
+    let mut upper = h >> 8;
+    if lower > 0x80 || (lower == 0x80 && upper & 1 == 1) {
+        upper += 1;
+    }
+    upper as u8
+}
+
+fn round_half_even(x: f32) -> f32 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4m3_round_trips_every_finite_byte() {
+        for b in 0u8..=255 {
+            let v = f8e4m3_to_f32(b);
+            if v.is_nan() {
+                assert!(b & 0x7f == 0x7f);
+                continue;
+            }
+            let back = f32_to_f8e4m3(v);
+            // +0 and -0 are distinct bytes with equal values.
+            assert_eq!(f8e4m3_to_f32(back), v, "byte {b:#04x} = {v}");
+        }
+        assert_eq!(f8e4m3_to_f32(0x7e), 448.0);
+        assert_eq!(f8e4m3_to_f32(0x01), 2f32.powi(-9));
+    }
+
+    #[test]
+    fn e4m3_rounds_to_nearest_even() {
+        // 1.0625 lies halfway between 1.0 (mantissa 0) and 1.125 (mantissa 1): ties go to the even mantissa.
+        assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(1.0625)), 1.0);
+        assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(1.1875)), 1.25);
+        assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(1000.0)), 448.0);
+        assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(-0.3)), -0.3125);
+    }
+
+    #[test]
+    fn e5m2_is_the_top_byte_of_f16() {
+        for b in 0u8..=255 {
+            let v = f16::from_bits(u16::from(b) << 8).to_f32();
+            if v.is_nan() {
+                continue;
+            }
+            assert_eq!(f32_to_f8e5m2(v), b);
+        }
+        assert_eq!(round_to(DType::F8E5M2, 1.1), 1.0);
+        assert_eq!(round_to(DType::F8E5M2, 1.2), 1.25);
+    }
+
+    #[test]
+    fn widen_and_narrow_are_inverse_on_representable_values() {
+        let values = [0.0f32, 1.0, -2.5, 0.15625, 96.0, -448.0];
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
+            let bytes = narrow(dtype, &values);
+            assert_eq!(bytes.len(), values.len() * dtype.size());
+            assert_eq!(widen(dtype, &bytes), values, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn bf16_narrowing_rounds_to_nearest_even() {
+        // 1 + 2^-8 is halfway between two bf16 values; the tie goes to the even one (1.0).
+        assert_eq!(round_to(DType::BF16, 1.0 + 2f32.powi(-8)), 1.0);
+        assert_eq!(round_to(DType::BF16, 1.0 + 3.0 * 2f32.powi(-8)), 1.0 + 2f32.powi(-6));
+    }
+}

@@ -1,0 +1,411 @@
+//! [`SimDevice`]: device memory simulated in host RAM, with a GPU's semantics.
+//!
+//! It is the CPU backend's device and the fake driver the memory manager's tests run against: virtual address
+//! reservations, mappings that succeed only while the simulated capacity has room, plain allocations, streams
+//! whose work completes at once (so every event is already done), registration bookkeeping, and counters
+//! (copies, pageable fallbacks, bytes moved, synchronisations) that tests assert on. A test can also make
+//! "another process" take memory ([`SimDevice::set_external_usage`]) to exercise the budget's driver poll.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
+use crate::error::{Error, Result};
+
+/// Granularity of the simulated device's reservations and mappings.
+pub const SIM_GRANULARITY: u64 = 2 << 20;
+
+/// Counters of what the simulated device was asked to do.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SimCounters {
+    /// Asynchronous host-to-device copies.
+    pub h2d_copies: u64,
+    /// Bytes moved by them.
+    pub h2d_bytes: u64,
+    /// Of those, copies whose source was not registered (they would be slow on a GPU).
+    pub h2d_unregistered: u64,
+    /// Synchronous pageable copies.
+    pub pageable_copies: u64,
+    /// Whole-device synchronisations.
+    pub syncs: u64,
+    /// Ranges mapped.
+    pub maps: u64,
+    /// Ranges unmapped.
+    pub unmaps: u64,
+}
+
+struct Region {
+    len: u64,
+    data: Arc<RwLock<Vec<u8>>>,
+    /// Plain allocation (from `alloc`) rather than a mapping inside a reservation.
+    plain: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// Mapped regions and plain allocations by start address.
+    regions: BTreeMap<u64, Region>,
+    /// Reservations: start → length.
+    reservations: BTreeMap<u64, u64>,
+    /// Next free virtual address.
+    next_va: u64,
+    /// Physical bytes in use.
+    used: u64,
+    /// Registered host ranges: (memory address, offset) → length.
+    registered: BTreeMap<(usize, usize), usize>,
+    counters: SimCounters,
+}
+
+/// Device memory simulated in host RAM.
+pub struct SimDevice {
+    capacity: u64,
+    external: AtomicU64,
+    streams: AtomicU32,
+    state: Mutex<State>,
+}
+
+struct DoneEvent;
+
+impl DeviceEvent for DoneEvent {
+    fn is_done(&self) -> Result<bool> {
+        Ok(true)
+    }
+    fn wait(&self) -> Result<()> {
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl SimDevice {
+    /// A simulated device with `capacity` bytes of memory.
+    pub fn new(capacity: u64) -> SimDevice {
+        SimDevice {
+            capacity,
+            external: AtomicU64::new(0),
+            streams: AtomicU32::new(1),
+            state: Mutex::new(State { next_va: 1 << 32, ..State::default() }),
+        }
+    }
+
+    /// Pretends another process holds `bytes` of the device (they count against free memory).
+    pub fn set_external_usage(&self, bytes: u64) {
+        self.external.store(bytes, Ordering::Relaxed);
+    }
+
+    /// What the device was asked to do so far.
+    pub fn counters(&self) -> SimCounters {
+        self.lock().counters
+    }
+
+    /// Physical bytes mapped or allocated.
+    pub fn used(&self) -> u64 {
+        self.lock().used
+    }
+
+    /// Bytes of host memory currently registered.
+    pub fn registered_bytes(&self) -> u64 {
+        self.lock().registered.values().map(|&l| l as u64).sum()
+    }
+
+    /// Whether `[ptr, ptr + len)` is backed by device memory.
+    pub fn is_mapped(&self, ptr: DevPtr, len: u64) -> bool {
+        let state = self.lock();
+        let mut at = ptr.0;
+        let end = ptr.0 + len;
+        while at < end {
+            match region_at(&state, at) {
+                Some((start, r)) => at = start + r.len,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Copies device bytes at `ptr` into `out` (what a kernel reading the memory sees).
+    pub fn read(&self, ptr: DevPtr, out: &mut [u8]) -> Result<()> {
+        self.visit(ptr, out.len() as u64, |at, chunk_len, data, data_off| {
+            let o = (at - ptr.0) as usize;
+            let guard = data.read().unwrap_or_else(|p| p.into_inner());
+            out[o..o + chunk_len].copy_from_slice(&guard[data_off..data_off + chunk_len]);
+        })
+    }
+
+    /// Writes `bytes` to device memory at `ptr`.
+    pub fn write(&self, ptr: DevPtr, bytes: &[u8]) -> Result<()> {
+        self.visit(ptr, bytes.len() as u64, |at, chunk_len, data, data_off| {
+            let o = (at - ptr.0) as usize;
+            let mut guard = data.write().unwrap_or_else(|p| p.into_inner());
+            guard[data_off..data_off + chunk_len].copy_from_slice(&bytes[o..o + chunk_len]);
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Calls `f(address, length, region data, offset in region)` for each mapped piece of `[ptr, ptr + len)`;
+    /// an unmapped byte is an error (what a GPU would report as an illegal address).
+    fn visit(
+        &self,
+        ptr: DevPtr,
+        len: u64,
+        mut f: impl FnMut(u64, usize, &RwLock<Vec<u8>>, usize),
+    ) -> Result<()> {
+        let pieces: Vec<(u64, usize, Arc<RwLock<Vec<u8>>>, usize)> = {
+            let state = self.lock();
+            let mut pieces = Vec::new();
+            let mut at = ptr.0;
+            let end = ptr.0 + len;
+            while at < end {
+                let Some((start, r)) = region_at(&state, at) else {
+                    return Err(Error::driver("sim access", format!("address {at:#x} is not mapped")));
+                };
+                let chunk = (start + r.len).min(end) - at;
+                pieces.push((at, chunk as usize, r.data.clone(), (at - start) as usize));
+                at += chunk;
+            }
+            pieces
+        };
+        for (at, chunk, data, off) in pieces {
+            f(at, chunk, &data, off);
+        }
+        Ok(())
+    }
+
+    fn take_physical(&self, state: &mut State, bytes: u64) -> Result<()> {
+        let external = self.external.load(Ordering::Relaxed);
+        let free = self.capacity.saturating_sub(state.used + external);
+        if bytes > free {
+            return Err(Error::OutOfMemory { requested: bytes, free });
+        }
+        state.used += bytes;
+        Ok(())
+    }
+}
+
+fn region_at(state: &State, at: u64) -> Option<(u64, &Region)> {
+    let (&start, r) = state.regions.range(..=at).next_back()?;
+    (at < start + r.len).then_some((start, r))
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl DeviceMemory for SimDevice {
+    fn mem_info(&self) -> Result<MemInfo> {
+        let state = self.lock();
+        let taken = state.used + self.external.load(Ordering::Relaxed);
+        Ok(MemInfo { free: self.capacity.saturating_sub(taken), total: self.capacity })
+    }
+
+    fn granularity(&self) -> u64 {
+        SIM_GRANULARITY
+    }
+
+    fn reserve(&self, bytes: u64) -> Result<DevPtr> {
+        if bytes == 0 || bytes % SIM_GRANULARITY != 0 {
+            return Err(Error::driver("reserve", format!("{bytes} bytes is not a multiple of the granularity")));
+        }
+        let mut state = self.lock();
+        let base = state.next_va;
+        state.next_va += bytes + SIM_GRANULARITY;
+        state.reservations.insert(base, bytes);
+        Ok(DevPtr(base))
+    }
+
+    fn unreserve(&self, base: DevPtr, bytes: u64) -> Result<()> {
+        let mut state = self.lock();
+        if state.reservations.get(&base.0) != Some(&bytes) {
+            return Err(Error::driver("unreserve", format!("no reservation of {bytes} bytes at {:#x}", base.0)));
+        }
+        if state.regions.range(base.0..base.0 + bytes).next().is_some() {
+            return Err(Error::driver("unreserve", "the reservation still has mappings"));
+        }
+        state.reservations.remove(&base.0);
+        Ok(())
+    }
+
+    fn map(&self, at: DevPtr, bytes: u64) -> Result<()> {
+        if bytes == 0 || bytes % SIM_GRANULARITY != 0 || at.0 % SIM_GRANULARITY != 0 {
+            return Err(Error::driver("map", "range not aligned to the granularity"));
+        }
+        let mut state = self.lock();
+        let inside = state
+            .reservations
+            .range(..=at.0)
+            .next_back()
+            .is_some_and(|(&start, &len)| at.0 + bytes <= start + len);
+        if !inside {
+            return Err(Error::driver("map", format!("{:#x}+{bytes} is outside every reservation", at.0)));
+        }
+        if state.regions.range(at.0..at.0 + bytes).next().is_some() || region_at(&state, at.0).is_some() {
+            return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
+        }
+        self.take_physical(&mut state, bytes)?;
+        let data = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
+        state.regions.insert(at.0, Region { len: bytes, data, plain: false });
+        state.counters.maps += 1;
+        Ok(())
+    }
+
+    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<()> {
+        let mut state = self.lock();
+        match state.regions.get(&at.0) {
+            Some(r) if r.len == bytes && !r.plain => {}
+            _ => return Err(Error::driver("unmap", format!("no mapping of {bytes} bytes at {:#x}", at.0))),
+        }
+        state.regions.remove(&at.0);
+        state.used -= bytes;
+        state.counters.unmaps += 1;
+        Ok(())
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+        let len = align_up(bytes.max(1), 256);
+        let mut state = self.lock();
+        self.take_physical(&mut state, len)?;
+        let base = state.next_va;
+        state.next_va += align_up(len, SIM_GRANULARITY);
+        let data = Arc::new(RwLock::new(vec![0u8; len as usize]));
+        state.regions.insert(base, Region { len, data, plain: true });
+        Ok(DevPtr(base))
+    }
+
+    fn free(&self, ptr: DevPtr) -> Result<()> {
+        let mut state = self.lock();
+        match state.regions.get(&ptr.0) {
+            Some(r) if r.plain => {
+                let len = r.len;
+                state.regions.remove(&ptr.0);
+                state.used -= len;
+                Ok(())
+            }
+            _ => Err(Error::driver("free", format!("no allocation at {:#x}", ptr.0))),
+        }
+    }
+
+    fn new_stream(&self) -> Result<StreamId> {
+        Ok(StreamId(self.streams.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    fn copy_h2d(&self, dst: DevPtr, src: &HostSlice, _stream: StreamId) -> Result<()> {
+        let mut bytes = vec![0u8; src.len];
+        src.mem.read(src.offset, &mut bytes);
+        self.write(dst, &bytes)?;
+        let key = (src.mem.as_ptr() as usize, 0);
+        let mut state = self.lock();
+        let registered = state.registered.iter().any(|(&(addr, off), &len)| {
+            addr == key.0 && off <= src.offset && src.offset + src.len <= off + len
+        });
+        state.counters.h2d_copies += 1;
+        state.counters.h2d_bytes += src.len as u64;
+        if !registered {
+            state.counters.h2d_unregistered += 1;
+        }
+        Ok(())
+    }
+
+    fn copy_h2d_pageable(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        self.write(dst, src)?;
+        self.lock().counters.pageable_copies += 1;
+        Ok(())
+    }
+
+    fn copy_d2d(&self, dst: DevPtr, src: DevPtr, bytes: u64, _stream: StreamId) -> Result<()> {
+        let mut buf = vec![0u8; bytes as usize];
+        self.read(src, &mut buf)?;
+        self.write(dst, &buf)
+    }
+
+    fn copy_d2h(&self, dst: &mut [u8], src: DevPtr) -> Result<()> {
+        self.read(src, dst)
+    }
+
+    fn record(&self, _stream: StreamId) -> Result<Arc<dyn DeviceEvent>> {
+        Ok(Arc::new(DoneEvent))
+    }
+
+    fn wait_event(&self, _stream: StreamId, _event: &dyn DeviceEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.lock().counters.syncs += 1;
+        Ok(())
+    }
+
+    fn register(&self, mem: &Arc<dyn HostMemory>, offset: usize, len: usize) -> Result<()> {
+        if offset + len > mem.len() {
+            return Err(Error::Host(format!("register {offset}+{len} beyond a {}-byte buffer", mem.len())));
+        }
+        let mut state = self.lock();
+        let addr = mem.as_ptr() as usize;
+        let overlaps = state
+            .registered
+            .iter()
+            .any(|(&(a, o), &l)| a == addr && o < offset + len && offset < o + l);
+        if overlaps {
+            return Err(Error::Host(format!("{offset}+{len} overlaps a registered range")));
+        }
+        state.registered.insert((addr, offset), len);
+        Ok(())
+    }
+
+    fn unregister(&self, mem: &Arc<dyn HostMemory>, offset: usize) -> Result<()> {
+        let mut state = self.lock();
+        match state.registered.remove(&(mem.as_ptr() as usize, offset)) {
+            Some(_) => Ok(()),
+            None => Err(Error::Host(format!("no registered range starts at {offset}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn mappings_take_capacity_and_give_it_back() {
+        let dev = SimDevice::new(8 * MIB);
+        let base = dev.reserve(64 * MIB).expect("reserve");
+        dev.map(base, 4 * MIB).expect("first map fits");
+        dev.map(base.offset(4 * MIB), 4 * MIB).expect("second map fits");
+        let err = dev.map(base.offset(8 * MIB), 2 * MIB).expect_err("device full");
+        assert!(matches!(err, Error::OutOfMemory { requested, free: 0 } if requested == 2 * MIB));
+        assert_eq!(dev.mem_info().expect("info").free, 0);
+        dev.unmap(base, 4 * MIB).expect("unmap");
+        assert_eq!(dev.mem_info().expect("info").free, 4 * MIB);
+        assert!(dev.unreserve(base, 64 * MIB).is_err(), "still has a mapping");
+        dev.unmap(base.offset(4 * MIB), 4 * MIB).expect("unmap");
+        dev.unreserve(base, 64 * MIB).expect("unreserve");
+    }
+
+    #[test]
+    fn bytes_written_across_mappings_read_back() {
+        let dev = SimDevice::new(16 * MIB);
+        let base = dev.reserve(8 * MIB).expect("reserve");
+        dev.map(base, 2 * MIB).expect("map");
+        dev.map(base.offset(2 * MIB), 2 * MIB).expect("map");
+        let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let at = base.offset(2 * MIB - 1000);
+        dev.write(at, &data).expect("write");
+        let mut back = vec![0u8; data.len()];
+        dev.read(at, &mut back).expect("read");
+        assert_eq!(back, data);
+        assert!(dev.read(base.offset(4 * MIB), &mut back).is_err(), "unmapped memory is an error");
+    }
+
+    #[test]
+    fn external_usage_counts_against_free_memory() {
+        let dev = SimDevice::new(8 * MIB);
+        dev.set_external_usage(6 * MIB);
+        assert_eq!(dev.mem_info().expect("info").free, 2 * MIB);
+        assert!(dev.alloc(4 * MIB).is_err());
+    }
+}

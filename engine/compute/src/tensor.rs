@@ -1,0 +1,220 @@
+//! Tensors on a backend (activations) and weights (views of device memory the memory manager owns).
+//!
+//! A [`Tensor`] is dense and row-major; its buffer belongs to the backend and is shared (`Clone` is cheap), so
+//! a reshape never copies. A [`Weight`] is a view of weight bytes in device memory (a VBAR page, a scratch
+//! slice or a plain allocation) in its *stored* element type; ops widen or cast it as they read. A weight view
+//! borrows the guard that keeps its bytes in place (see `memory::weights`), so it cannot outlive them.
+
+use std::marker::PhantomData;
+
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::memory::DevPtr;
+
+/// Number of elements of a shape.
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// A dense row-major tensor held by backend `B`.
+pub struct Tensor<B: Backend> {
+    buf: B::Buf,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl<B: Backend> Clone for Tensor<B> {
+    fn clone(&self) -> Self {
+        Tensor { buf: self.buf.clone(), shape: self.shape.clone(), dtype: self.dtype }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Tensor<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor<{}>{:?}", self.dtype, self.shape)
+    }
+}
+
+impl<B: Backend> Tensor<B> {
+    /// Wraps a backend buffer. Backends call this; `buf` must hold `numel(shape)` elements of `dtype`.
+    pub fn from_parts(buf: B::Buf, shape: Vec<usize>, dtype: DType) -> Tensor<B> {
+        Tensor { buf, shape, dtype }
+    }
+
+    /// The backend buffer.
+    pub fn buf(&self) -> &B::Buf {
+        &self.buf
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// Size of dimension `dim` (negative counts from the end).
+    pub fn dim(&self, dim: isize) -> Result<usize> {
+        let d = resolve_dim(dim, self.shape.len())?;
+        Ok(self.shape[d])
+    }
+
+    /// The same elements under another shape (no copy). One dimension may be `usize::MAX`, meaning "the rest".
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor<B>> {
+        let n = self.numel();
+        let known: usize = shape.iter().filter(|&&d| d != usize::MAX).product();
+        let holes = shape.iter().filter(|&&d| d == usize::MAX).count();
+        let shape: Vec<usize> = match holes {
+            0 => shape.to_vec(),
+            1 if known > 0 && n % known == 0 => {
+                shape.iter().map(|&d| if d == usize::MAX { n / known } else { d }).collect()
+            }
+            _ => return Err(Error::shape("reshape", format!("cannot view {:?} as {shape:?}", self.shape))),
+        };
+        if numel(&shape) != n {
+            return Err(Error::shape("reshape", format!("cannot view {:?} as {shape:?}", self.shape)));
+        }
+        Ok(Tensor { buf: self.buf.clone(), shape, dtype: self.dtype })
+    }
+}
+
+/// Turns a possibly negative dimension index into a position in a shape of rank `rank`.
+pub fn resolve_dim(dim: isize, rank: usize) -> Result<usize> {
+    let d = if dim < 0 { rank as isize + dim } else { dim };
+    if d < 0 || d as usize >= rank {
+        return Err(Error::shape("dim", format!("dimension {dim} of a rank-{rank} tensor")));
+    }
+    Ok(d as usize)
+}
+
+/// A view of a weight's bytes in device memory, in its stored element type.
+///
+/// The lifetime ties the view to whatever keeps the bytes in place (a layer guard of the memory manager, or an
+/// [`OwnedWeight`]).
+#[derive(Debug, Clone)]
+pub struct Weight<'a> {
+    ptr: DevPtr,
+    dtype: DType,
+    shape: Vec<usize>,
+    _bytes: PhantomData<&'a ()>,
+}
+
+impl<'a> Weight<'a> {
+    /// A view of `numel(shape)` elements of `dtype` at `ptr`.
+    ///
+    /// Callers (the memory manager and [`OwnedWeight`]) promise that the bytes stay mapped and unchanged for
+    /// `'a`.
+    pub(crate) fn new(ptr: DevPtr, dtype: DType, shape: Vec<usize>) -> Weight<'a> {
+        Weight { ptr, dtype, shape, _bytes: PhantomData }
+    }
+
+    /// Device address of the first byte.
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+
+    /// Stored element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+
+    /// The same bytes under another shape with as many elements.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Weight<'a>> {
+        if numel(shape) != self.numel() {
+            return Err(Error::shape("reshape", format!("cannot view weight {:?} as {shape:?}", self.shape)));
+        }
+        Ok(Weight::new(self.ptr, self.dtype, shape.to_vec()))
+    }
+
+    /// Rows `start..start + len` of dimension 0 (a fused qkv weight split into q, k and v, for example).
+    pub fn rows(&self, start: usize, len: usize) -> Result<Weight<'a>> {
+        let rows = *self.shape.first().ok_or_else(|| Error::shape("rows", "a rank-0 weight has no rows"))?;
+        if start + len > rows {
+            return Err(Error::shape("rows", format!("rows {start}..{} of {rows}", start + len)));
+        }
+        let row_bytes = (self.numel() / rows.max(1) * self.dtype.size()) as u64;
+        let mut shape = self.shape.clone();
+        shape[0] = len;
+        Ok(Weight::new(self.ptr.offset(start as u64 * row_bytes), self.dtype, shape))
+    }
+}
+
+/// A weight in a plain device allocation of its own, freed on drop: tiny weights the memory manager
+/// force-casts (§5.1 of the memory-manager brief), and weights built by tests.
+pub struct OwnedWeight {
+    ptr: DevPtr,
+    dtype: DType,
+    shape: Vec<usize>,
+    memory: std::sync::Arc<dyn crate::memory::DeviceMemory>,
+}
+
+impl OwnedWeight {
+    /// Uploads `bytes` (`numel(shape)` little-endian elements of `dtype`) into a new allocation on `memory`.
+    pub fn upload(
+        memory: &std::sync::Arc<dyn crate::memory::DeviceMemory>,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<OwnedWeight> {
+        let len = numel(shape) * dtype.size();
+        if bytes.len() != len {
+            return Err(Error::shape(
+                "upload",
+                format!("{shape:?} of {dtype} needs {len} bytes, got {}", bytes.len()),
+            ));
+        }
+        let ptr = memory.alloc(len.max(1) as u64)?;
+        if let Err(e) = memory.copy_h2d_pageable(ptr, bytes) {
+            let _ = memory.free(ptr);
+            return Err(e);
+        }
+        Ok(OwnedWeight { ptr, dtype, shape: shape.to_vec(), memory: memory.clone() })
+    }
+
+    /// Uploads f32 values stored as `dtype` (rounded to nearest even).
+    pub fn from_f32(
+        memory: &std::sync::Arc<dyn crate::memory::DeviceMemory>,
+        dtype: DType,
+        shape: &[usize],
+        values: &[f32],
+    ) -> Result<OwnedWeight> {
+        OwnedWeight::upload(memory, dtype, shape, &crate::dtype::narrow(dtype, values))
+    }
+
+    /// The view compute ops take.
+    pub fn view(&self) -> Weight<'_> {
+        Weight::new(self.ptr, self.dtype, self.shape.clone())
+    }
+}
+
+impl Drop for OwnedWeight {
+    fn drop(&mut self) {
+        if let Err(e) = self.memory.free(self.ptr) {
+            tracing::warn!(error = %e, "freeing a weight allocation failed");
+        }
+    }
+}

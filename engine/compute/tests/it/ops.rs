@@ -1,0 +1,1 @@
+//! Each op on the CPU backend against a plain reference implementation.
