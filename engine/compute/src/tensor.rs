@@ -75,7 +75,7 @@ impl<B: Backend> Tensor<B> {
         let holes = shape.iter().filter(|&&d| d == usize::MAX).count();
         let shape: Vec<usize> = match holes {
             0 => shape.to_vec(),
-            1 if known > 0 && n % known == 0 => {
+            1 if known > 0 && n.is_multiple_of(known) => {
                 shape.iter().map(|&d| if d == usize::MAX { n / known } else { d }).collect()
             }
             _ => {

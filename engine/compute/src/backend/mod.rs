@@ -12,7 +12,7 @@
 //!   softmax) whatever the storage type.
 //! - Weights ([`Weight`]) are in their stored type (any [`DType`], fp8 included) and use torch's layouts: a
 //!   linear weight is `[out, in]`, a conv weight `[out, in, kh, kw]`.
-//! - Shape errors are [`Error::Shape`] naming the op; nothing panics on a bad shape.
+//! - Shape errors are [`crate::Error::Shape`] naming the op; nothing panics on a bad shape.
 //!
 //! Model code is generic over `B: Backend`; [`crate::select`] picks the backend at run time.
 
@@ -138,6 +138,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     // --- Data movement -------------------------------------------------------------------------------------
 
     /// A tensor of `dtype` holding `values` (rounded to `dtype`).
+    #[allow(
+        clippy::wrong_self_convention,
+        reason = "a constructor on the backend that owns the tensor"
+    )]
     fn from_f32(&self, shape: &[usize], values: &[f32], dtype: DType) -> Result<Tensor<Self>>;
 
     /// The values as f32, row-major (waits for the tensor's producers).

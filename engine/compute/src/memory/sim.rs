@@ -154,7 +154,7 @@ impl SimDevice {
         len: u64,
         mut f: impl FnMut(u64, usize, &RwLock<Vec<u8>>, usize),
     ) -> Result<()> {
-        let pieces: Vec<(u64, usize, Arc<RwLock<Vec<u8>>>, usize)> = {
+        let pieces: Vec<Piece> = {
             let state = self.lock();
             let mut pieces = Vec::new();
             let mut at = ptr.0;
@@ -189,6 +189,9 @@ impl SimDevice {
     }
 }
 
+/// A mapped piece of an access: its address, length, region data and offset in the region.
+type Piece = (u64, usize, Arc<RwLock<Vec<u8>>>, usize);
+
 fn region_at(state: &State, at: u64) -> Option<(u64, &Region)> {
     let (&start, r) = state.regions.range(..=at).next_back()?;
     (at < start + r.len).then_some((start, r))
@@ -210,7 +213,7 @@ impl DeviceMemory for SimDevice {
     }
 
     fn reserve(&self, bytes: u64) -> Result<DevPtr> {
-        if bytes == 0 || bytes % SIM_GRANULARITY != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(SIM_GRANULARITY) {
             return Err(Error::driver(
                 "reserve",
                 format!("{bytes} bytes is not a multiple of the granularity"),
@@ -239,7 +242,10 @@ impl DeviceMemory for SimDevice {
     }
 
     fn map(&self, at: DevPtr, bytes: u64) -> Result<()> {
-        if bytes == 0 || bytes % SIM_GRANULARITY != 0 || at.0 % SIM_GRANULARITY != 0 {
+        if bytes == 0
+            || !bytes.is_multiple_of(SIM_GRANULARITY)
+            || !at.0.is_multiple_of(SIM_GRANULARITY)
+        {
             return Err(Error::driver("map", "range not aligned to the granularity"));
         }
         let mut state = self.lock();
