@@ -6,13 +6,15 @@
 //! - [`exec`]: the executor and its events.
 //! - [`cache`]: cache keys and the classic, LRU, RAM-pressure and none caches.
 //! - [`queue`]: the prompt queue with a persistence trait.
+//! - [`compute`]: the device nodes compute on (from [`kiln_compute`], the layer below: tensors, backends and
+//!   the memory manager).
 //!
 //! The engine knows nothing of HTTP or of the wire types: the server converts prompts in and events out.
-//! Models, the memory manager and the GPU backend come later (see ARCHITECTURE.md).
 
 #![deny(missing_docs)]
 
 pub mod cache;
+pub mod compute;
 pub mod exec;
 pub mod graph;
 pub mod nodes;
@@ -20,23 +22,4 @@ pub mod queue;
 pub mod tensor;
 pub mod value;
 
-/// The compute backend the engine runs nodes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// The CPU backend, always built; the reference implementation of every kernel.
-    Cpu,
-}
-
-impl Backend {
-    /// The backend this build uses when no GPU is available.
-    pub fn detect() -> Backend {
-        Backend::Cpu
-    }
-
-    /// A short name, as reported in `/api/system_stats` (`cpu`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Cpu => "cpu",
-        }
-    }
-}
+pub use kiln_compute;

@@ -9,6 +9,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::{Executor, Roots};
 use kiln_engine::nodes::builtin_registry;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
@@ -86,6 +87,15 @@ impl Server {
             .map_err(std::io::Error::other)?
             .map_err(std::io::Error::other)?;
         let features = crate::system::features(config.max_upload_size as i64);
+        let compute = Arc::new(Compute::start(ComputeOptions {
+            force_cpu: config.compute.force_cpu,
+            cuda_device: config.compute.cuda_device,
+            reserve: config
+                .compute
+                .reserve_vram_gb
+                .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * 1e9) as u64),
+            pinned_memory: config.compute.pinned_memory,
+        }));
         let runtime = Arc::new(Runtime {
             registry,
             queue,
@@ -100,6 +110,8 @@ impl Server {
                 .map_err(std::io::Error::other)?,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
+            compute,
+            unload_requested: AtomicBool::new(false),
             free_requested: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             logs,

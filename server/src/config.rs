@@ -14,8 +14,15 @@ pub enum CacheMode {
     Classic,
     /// The results of the last prompts while more than N are stored (`--cache-lru N`).
     Lru(usize),
-    /// Results until available RAM falls under a threshold, in GB (`--cache-ram [GB]`; the default).
-    RamPressure(Option<f64>),
+    /// Results until available RAM falls under a threshold (`--cache-ram [ACTIVE [INACTIVE]]`, GB; the default):
+    /// after each node older prompts' results go until ACTIVE GB are available, and when a prompt starts until
+    /// INACTIVE GB are. `None` takes ComfyUI's default for the machine.
+    RamPressure {
+        /// ACTIVE, in GB.
+        active_gb: Option<f64>,
+        /// INACTIVE, in GB.
+        inactive_gb: Option<f64>,
+    },
     /// Nothing (`--cache-none`).
     None,
 }
@@ -33,6 +40,32 @@ pub enum FrontEnd {
     Root(PathBuf),
     /// None (`--disable-front-end`): `/` says how to get one.
     Disabled,
+}
+
+/// How Kiln computes: ComfyUI's device and memory flags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeConfig {
+    /// Compute on the CPU even when a GPU is present (`--cpu`).
+    pub force_cpu: bool,
+    /// The CUDA device to use (`--cuda-device`).
+    pub cuda_device: usize,
+    /// Device memory left free for other programs, in GB (`--reserve-vram`); the memory manager's budget is
+    /// the device's memory minus this. `None`: 256 MiB.
+    pub reserve_vram_gb: Option<f64>,
+    /// Keep weights in page-locked (pinned) host memory, so they stream at the speed of the PCIe link
+    /// (`--disable-pinned-memory` turns it off).
+    pub pinned_memory: bool,
+}
+
+impl Default for ComputeConfig {
+    fn default() -> Self {
+        ComputeConfig {
+            force_cpu: false,
+            cuda_device: 0,
+            reserve_vram_gb: None,
+            pinned_memory: true,
+        }
+    }
 }
 
 /// Everything the server needs to start.
@@ -58,6 +91,8 @@ pub struct Config {
     pub max_upload_size: u64,
     /// The node result cache.
     pub cache: CacheMode,
+    /// The compute device and its memory.
+    pub compute: ComputeConfig,
     /// The ComfyUI frontend served at `/`.
     pub front_end: FrontEnd,
     /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
@@ -82,7 +117,8 @@ impl Config {
             extra_model_paths: Vec::new(),
             data_dir,
             max_upload_size: 100 * 1024 * 1024,
-            cache: CacheMode::RamPressure(None),
+            cache: CacheMode::RamPressure { active_gb: None, inactive_gb: None },
+            compute: ComputeConfig::default(),
             // Not the binary's default (the pinned frontend, downloaded): a `Config` built in code reaches no
             // network unless it asks to.
             front_end: FrontEnd::Disabled,

@@ -26,7 +26,7 @@ mod ws;
 
 pub use api::Runtime;
 pub use app::Server;
-pub use config::{CacheMode, Config, FrontEnd};
+pub use config::{CacheMode, ComputeConfig, Config, FrontEnd};
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use kiln_server::{
-    CacheMode, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd, FrontEndVersion, LogRing,
-    Runtime, Server,
+    CacheMode, ComputeConfig, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
+    FrontEndVersion, LogRing, Runtime, Server,
 };
 use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -63,9 +63,11 @@ struct Args {
     /// Keep the node results of the last prompts while more than N are stored.
     #[arg(long, value_name = "N", group = "cache_mode")]
     cache_lru: Option<usize>,
-    /// Keep node results until available RAM falls under GB (default: 10% of RAM, 2 to 10 GB).
-    #[arg(long, value_name = "GB", num_args = 0..=1, default_missing_value = "0", group = "cache_mode")]
-    cache_ram: Option<f64>,
+    /// Keep node results while RAM is available: after each node, older prompts' results go until ACTIVE GB
+    /// are available (default: 10% of RAM, 2 to 10 GB); when a prompt starts, until INACTIVE GB are (default:
+    /// RAM, at most 128 GB).
+    #[arg(long, value_names = ["ACTIVE", "INACTIVE"], num_args = 0..=2, group = "cache_mode")]
+    cache_ram: Option<Vec<f64>>,
     /// Keep no node results: every prompt runs every node.
     #[arg(long, group = "cache_mode")]
     cache_none: bool,
@@ -76,6 +78,20 @@ struct Args {
     /// follow one flag).
     #[arg(long, value_name = "PATH", num_args = 1.., action = clap::ArgAction::Append)]
     extra_model_paths_config: Vec<PathBuf>,
+    /// Compute on the CPU even when a GPU is present.
+    #[arg(long)]
+    cpu: bool,
+    /// The CUDA device to compute on.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    cuda_device: usize,
+    /// Device memory, in GB, to leave free for other programs (default 0.25); the memory manager keeps weights
+    /// and activations within the rest.
+    #[arg(long, value_name = "GB")]
+    reserve_vram: Option<f64>,
+    /// Stream weights from pageable host memory instead of page-locked (pinned) memory: slower copies, but no
+    /// locked RAM.
+    #[arg(long)]
+    disable_pinned_memory: bool,
     /// Which API surface to serve.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Local)]
     runtime: RuntimeArg,
@@ -129,8 +145,27 @@ impl Args {
             (true, ..) => CacheMode::Classic,
             (_, Some(n), ..) => CacheMode::Lru(n),
             (_, _, _, true) => CacheMode::None,
-            (_, _, Some(gb), _) if gb > 0.0 => CacheMode::RamPressure(Some(gb)),
-            _ => CacheMode::RamPressure(None),
+            (_, _, Some(gb), _) => {
+                if let Some(bad) = gb.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    bail!("--cache-ram: {bad} is not a positive number of GB");
+                }
+                CacheMode::RamPressure {
+                    active_gb: gb.first().copied(),
+                    inactive_gb: gb.get(1).copied(),
+                }
+            }
+            _ => CacheMode::RamPressure { active_gb: None, inactive_gb: None },
+        };
+        if let Some(gb) = self.reserve_vram {
+            if !(gb.is_finite() && gb >= 0.0) {
+                bail!("--reserve-vram: {gb} is not a number of GB (0 or more)");
+            }
+        }
+        config.compute = ComputeConfig {
+            force_cpu: self.cpu,
+            cuda_device: self.cuda_device,
+            reserve_vram_gb: self.reserve_vram,
+            pinned_memory: !self.disable_pinned_memory,
         };
         config.cors_origin = self.enable_cors_header;
         for file in &self.extra_model_paths_config {

@@ -6,8 +6,8 @@
 //! elsewhere they are 0, which ComfyUI's frontend shows as unknown rather than failing.
 
 use crate::frontend_package::FRONTEND_VERSION;
-use kiln_engine::Backend;
 use kiln_engine::cache::meminfo_bytes;
+use kiln_engine::compute::DeviceReport;
 use kiln_spec::types::{
     DeviceInfo, ExtensionFlags, FeatureFlags, ManagerFlags, PackageVersion, SystemInfo, SystemStats,
 };
@@ -67,12 +67,14 @@ impl Memory {
 /// it is known (the pinned package; not a `--front-end-root` of unknown origin).
 pub(crate) fn system_stats(
     argv: &[String],
-    backend: Backend,
+    device: &DeviceReport,
     memory: Memory,
     frontend_version: Option<&str>,
 ) -> SystemStats {
-    let device = match backend {
-        Backend::Cpu => DeviceInfo {
+    let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+    let device = match device.kind {
+        // As ComfyUI on the CPU: the device's memory is the host's RAM.
+        "cpu" => DeviceInfo {
             index: None,
             name: "cpu".to_owned(),
             type_: "cpu".to_owned(),
@@ -80,8 +82,20 @@ pub(crate) fn system_stats(
             vram_free: memory.available,
             torch_vram_total: memory.total,
             torch_vram_free: memory.available,
+            vram_budget: bytes(device.budget),
+        },
+        kind => DeviceInfo {
+            index: device.index.map(|i| i as i64),
+            name: device.name.clone(),
+            type_: kind.to_owned(),
+            vram_total: bytes(device.total),
+            vram_free: bytes(device.free),
+            torch_vram_total: bytes(device.total),
+            torch_vram_free: bytes(device.free),
+            vram_budget: bytes(device.budget),
         },
     };
+    let pytorch_version = format!("kiln {VERSION} ({} backend)", device.type_);
     SystemStats {
         devices: vec![device],
         system: SystemInfo {
@@ -98,7 +112,7 @@ pub(crate) fn system_stats(
             installed_templates_version: None,
             os: std::env::consts::OS.to_owned(),
             python_version: format!("rust {RUST_VERSION} (kiln {VERSION})"),
-            pytorch_version: format!("kiln {VERSION} ({} backend)", backend.name()),
+            pytorch_version,
             ram_free: memory.available,
             ram_total: memory.total,
             required_frontend_version: FRONTEND_VERSION.to_owned(),

@@ -35,6 +35,10 @@ pub struct DeviceInfo {
     pub torch_vram_total: i64,
     ///Memory held by the allocator but unused, in bytes.
     pub torch_vram_free: i64,
+    /// Kiln only (ComfyUI does not send it): the bytes of device memory Kiln's memory manager may fill with
+    /// weights and activations, the device's memory minus the reserve (`--reserve-vram`, default 256 MiB).
+    /// On the CPU, the budget of the simulated device the memory manager uses there.
+    pub vram_budget: i64,
 }
 ///The error body of Kiln-native and cloud routes, and of local routes where ComfyUI would answer a plain-text 500.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]

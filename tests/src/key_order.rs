@@ -29,6 +29,17 @@ pub fn shape(value: &Value) -> Vec<String> {
     out
 }
 
+/// Fields Kiln adds to answers ComfyUI clients read by name (they ignore unknown fields): the memory manager's
+/// budget on each device of `/system_stats`.
+pub const KILN_ONLY_FIELDS: &[&str] = &["$.devices[].vram_budget"];
+
+/// [`shape`] without [`KILN_ONLY_FIELDS`]: what must equal the shape ComfyUI recorded.
+pub fn comfyui_shape(value: &Value) -> Vec<String> {
+    let mut out = shape(value);
+    out.retain(|path| !KILN_ONLY_FIELDS.contains(&path.as_str()));
+    out
+}
+
 fn paths(value: &Value, path: &str, out: &mut Vec<String>) {
     match value {
         Value::Object(map) => {

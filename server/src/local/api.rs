@@ -758,7 +758,7 @@ impl SharedApi for LocalServer {
     async fn get_system_stats(&self, _: Parts) -> GetSystemStatsResponse {
         let stats = crate::system::system_stats(
             &self.0.argv,
-            kiln_engine::Backend::detect(),
+            &self.0.compute.report(),
             crate::system::Memory::read(),
             self.0.frontend_version.get().copied(),
         );

@@ -14,8 +14,12 @@ use crate::convert;
 
 impl LocalApi for LocalServer {
     async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
-        // The worker drops its cache before the next prompt; there are no models to unload yet.
-        if body.free_memory == Some(true) || body.unload_models == Some(true) {
+        // As ComfyUI, the worker acts before it takes the next prompt: `unload_models` unloads every model;
+        // `free_memory` also drops the node result cache (and implies `unload_models`).
+        if body.unload_models == Some(true) {
+            self.0.unload_requested.store(true, Ordering::SeqCst);
+        }
+        if body.free_memory == Some(true) {
             self.0.free_requested.store(true, Ordering::SeqCst);
         }
         FreeMemoryResponse::Ok

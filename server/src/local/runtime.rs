@@ -50,6 +50,11 @@ pub(crate) struct Runtime {
     pub(crate) openapi: types::OpenApiDocument,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
+    /// The device and its memory manager.
+    pub(crate) compute: Arc<kiln_engine::compute::Compute>,
+    /// `/free` asked to unload every model before the next prompt.
+    pub(crate) unload_requested: AtomicBool,
+    /// `/free` asked to free memory: unload the models and drop the node result cache.
     pub(crate) free_requested: AtomicBool,
     pub(crate) stop: AtomicBool,
     pub(crate) logs: crate::logs::LogRing,
@@ -138,7 +143,11 @@ pub(crate) fn start_worker(
 
 fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
     while !runtime.stop.load(Ordering::SeqCst) {
-        if runtime.free_requested.swap(false, Ordering::SeqCst) {
+        let free = runtime.free_requested.swap(false, Ordering::SeqCst);
+        if runtime.unload_requested.swap(false, Ordering::SeqCst) || free {
+            runtime.compute.unload_models();
+        }
+        if free {
             executor.cache_mut().clear();
         }
         let entry = match runtime.queue.pop(Duration::from_millis(200)) {
@@ -226,18 +235,21 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
 }
 
-/// The worker's cache for a mode: RAM pressure uses upstream's thresholds unless a GB figure is given.
+/// The worker's cache for a mode: RAM pressure uses upstream's thresholds unless GB figures are given.
 pub(crate) fn cache(mode: crate::config::CacheMode) -> Cache {
     use kiln_engine::cache::{CachePolicy, ProcMeminfo, RamPressure};
     let policy = match mode {
         crate::config::CacheMode::Classic => CachePolicy::Classic,
         crate::config::CacheMode::Lru(n) => CachePolicy::Lru(n),
         crate::config::CacheMode::None => CachePolicy::None,
-        crate::config::CacheMode::RamPressure(gb) => {
+        crate::config::CacheMode::RamPressure { active_gb, inactive_gb } => {
             let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
             let mut pressure = RamPressure::defaults(total, Arc::new(ProcMeminfo));
-            if let Some(gb) = gb {
+            if let Some(gb) = active_gb {
                 pressure.active_bytes = (gb * 1e9) as u64;
+            }
+            if let Some(gb) = inactive_gb {
+                pressure.inactive_bytes = (gb * 1e9) as u64;
             }
             CachePolicy::RamPressure(pressure)
         }

@@ -13,7 +13,7 @@ use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use kiln_tests::key_order::shape;
+use kiln_tests::key_order::{comfyui_shape, shape};
 
 use crate::binary::{get_json, start, temp_dir};
 
@@ -416,7 +416,7 @@ async fn replay_http(
             let mut want = body["json"].clone();
             match difference {
                 Some(Difference::Shape) => {
-                    let (ours, theirs) = (shape(&got), shape(&want));
+                    let (ours, theirs) = (comfyui_shape(&got), shape(&want));
                     if ours != theirs {
                         failures.push(format!(
                             "{case}: fields differ\n  kiln:    {ours:?}\n  comfyui: {theirs:?}"

@@ -10,7 +10,7 @@ use kiln_spec::types::SystemStats;
 use tower::ServiceExt as _;
 
 use kiln_tests::contract::{Answer, Contract};
-use kiln_tests::key_order::shape;
+use kiln_tests::key_order::{comfyui_shape, shape};
 
 fn config() -> Config {
     let data_dir = std::env::temp_dir().join(format!("kiln-router-test-{}", std::process::id()));
@@ -81,11 +81,15 @@ async fn issue_9_server_facts_carry_every_field_comfyui_sends() {
         let ours: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
         let recorded = kiln_tests::golden(case);
         let theirs = &recorded["response"]["body"]["json"];
-        let (got, expected) = (shape(&ours), shape(theirs));
+        let (got, expected) = (comfyui_shape(&ours), shape(theirs));
         assert_eq!(got, expected, "{path}: the same fields as ComfyUI, in its order");
     }
     let (_, _, body) = get("/api/system_stats").await;
     let stats: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let device = &stats["devices"][0];
+    assert_eq!(device["type"], "cpu", "no CUDA on this machine or in this build");
+    let budget = device["vram_budget"].as_i64().expect("a budget");
+    assert!(budget > 0, "the CPU's simulated device has a budget: {budget}");
     let system = &stats["system"];
     assert_eq!(system["required_frontend_version"], "1.58.1", "the frontend Kiln serves");
     assert_eq!(system["comfy_package_versions"][0]["name"], "comfyui-frontend-package");
