@@ -49,7 +49,8 @@ impl FileSource {
     /// Opens `path` for reading.
     pub fn open(path: impl AsRef<Path>) -> Result<FileSource> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let file =
+            File::open(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
         Ok(FileSource { file: Arc::new(file), path: path.into() })
     }
 
@@ -59,7 +60,7 @@ impl FileSource {
     }
 
     /// The file's size in bytes, now.
-    pub fn len(&self) -> Result<u64> {
+    pub fn size(&self) -> Result<u64> {
         Ok(self.file.metadata().map_err(|e| self.io(e))?.len())
     }
 
@@ -160,7 +161,7 @@ impl SafetensorsFile {
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile> {
         let source = FileSource::open(path)?;
         let file_err = |msg: String| Error::File { path: source.path().to_path_buf(), msg };
-        let file_len = source.len()?;
+        let file_len = source.size()?;
         let mut n = [0u8; 8];
         if file_len < 8 {
             return Err(file_err(format!("{file_len} bytes: too short for a safetensors header")));
@@ -193,19 +194,31 @@ impl SafetensorsFile {
             let (start, end) = info.data_offsets;
             let (offset, len) = (data_start + start as u64, (end - start) as u64);
             if offset + len > file_len {
-                return Err(file_err(format!("tensor {name} ends at byte {}, past the end of the file", offset + len)));
+                return Err(file_err(format!(
+                    "tensor {name} ends at byte {}, past the end of the file",
+                    offset + len
+                )));
             }
             match DType::from_safetensors(info.dtype) {
                 Some(dtype) => {
-                    tensors.insert(name, TensorInfo { dtype, shape: info.shape.clone(), offset, len });
+                    tensors
+                        .insert(name, TensorInfo { dtype, shape: info.shape.clone(), offset, len });
                 }
                 None => {
                     unsupported.insert(name, info.dtype.to_string());
                 }
             }
         }
-        let metadata = meta.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
-        Ok(SafetensorsFile { source, tensors, unsupported, metadata, data_start, data_len: meta.data_len() as u64 })
+        let metadata =
+            meta.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Ok(SafetensorsFile {
+            source,
+            tensors,
+            unsupported,
+            metadata,
+            data_start,
+            data_len: meta.data_len() as u64,
+        })
     }
 
     /// The file's path.
@@ -274,7 +287,8 @@ impl SafetensorsFile {
         let mut items = Vec::with_capacity(plan.len());
         for &(name, dst) in plan {
             let info = self.tensor(name)?;
-            let len = usize::try_from(info.len).map_err(|_| Error::Host(format!("tensor {name} is too large")))?;
+            let len = usize::try_from(info.len)
+                .map_err(|_| Error::Host(format!("tensor {name} is too large")))?;
             items.push((info.offset, dst, len));
         }
         items.sort_unstable();
@@ -319,7 +333,13 @@ pub(crate) fn read_batch(
             let rest = dst.split_off(READ_CHUNK);
             let len = dst.len() as u64;
             batch.lock().pending += 1;
-            pool.push(Task { source: source.clone(), offset: at, dst, mark_cold, batch: batch.clone() });
+            pool.push(Task {
+                source: source.clone(),
+                offset: at,
+                dst,
+                mark_cold,
+                batch: batch.clone(),
+            });
             at += len;
             dst = rest;
             let done = batch.lock().done;
@@ -415,7 +435,10 @@ fn read_exact_at(source: &FileSource, offset: u64, out: &mut [u8]) -> Result<()>
             Ok(0) => {
                 return Err(Error::File {
                     path: source.path().to_path_buf(),
-                    msg: format!("the file ends at byte {at}, before {} (truncated while loading?)", offset + out.len() as u64),
+                    msg: format!(
+                        "the file ends at byte {at}, before {} (truncated while loading?)",
+                        offset + out.len() as u64
+                    ),
                 });
             }
             Ok(n) => filled += n,
@@ -449,7 +472,10 @@ impl ReaderPool {
                 threaded: AtomicBool::new(false),
             }));
             for index in 0..READER_THREADS {
-                match std::thread::Builder::new().name(format!("kiln-reader-{index}")).spawn(move || pool.worker()) {
+                match std::thread::Builder::new()
+                    .name(format!("kiln-reader-{index}"))
+                    .spawn(move || pool.worker())
+                {
                     Ok(_) => pool.threaded.store(true, Ordering::Release),
                     Err(e) => {
                         tracing::warn!("the file reader runs with {index} threads: {e}");
@@ -486,12 +512,253 @@ impl ReaderPool {
                 loop {
                     match queue.pop_front() {
                         Some(task) => break task,
-                        None => queue = self.has_items.wait(queue).unwrap_or_else(|p| p.into_inner()),
+                        None => {
+                            queue = self.has_items.wait(queue).unwrap_or_else(|p| p.into_inner())
+                        }
                     }
                 }
             };
             self.has_space.notify_one();
             task.run();
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::memory::device::HostMemory;
+    use crate::memory::host::HostBufferConfig;
+
+    const MIB: usize = 1 << 20;
+
+    /// A file under the temp dir, removed on drop.
+    pub(crate) struct TempFile(pub(crate) PathBuf);
+
+    impl TempFile {
+        pub(crate) fn new(tag: &str) -> TempFile {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            TempFile(std::env::temp_dir().join(format!("kiln-{}-{n}-{tag}", std::process::id())))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Deterministic pseudo-random bytes (xorshift64).
+    pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Writes a safetensors file with the safetensors crate: five supported tensors of four dtypes (one
+    /// empty, two crossing a read chunk) and an I64 one.
+    fn write_model(tag: &str) -> TempFile {
+        use safetensors::Dtype;
+        let specs: [(&str, Dtype, Vec<usize>); 6] = [
+            ("a.weight", Dtype::F32, vec![3, 5]),
+            ("b.weight", Dtype::BF16, vec![1000, 1100]),
+            ("c.fp8", Dtype::F8_E4M3, vec![3_000_001]),
+            ("d.half", Dtype::F16, vec![7]),
+            ("e.empty", Dtype::F16, vec![0]),
+            ("ids", Dtype::I64, vec![4]),
+        ];
+        let data: Vec<Vec<u8>> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, dtype, shape))| {
+                noise(shape.iter().product::<usize>() * dtype.bitsize() / 8, i as u64 + 1)
+            })
+            .collect();
+        let views: Vec<(&str, safetensors::tensor::TensorView<'_>)> = specs
+            .iter()
+            .zip(&data)
+            .map(|((name, dtype, shape), bytes)| {
+                (
+                    *name,
+                    safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
+                        .expect("view"),
+                )
+            })
+            .collect();
+        let file = TempFile::new(&format!("{tag}.safetensors"));
+        let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+        safetensors::serialize_to_file(views, Some(metadata), &file.0).expect("serialize");
+        file
+    }
+
+    fn buffer(len: usize) -> Arc<HostBuffer> {
+        let buf = HostBuffer::new(len, HostBufferConfig { prewarm: 0, register_chunk: 1 << 30 });
+        buf.grow(len).expect("grow");
+        buf
+    }
+
+    fn read(buf: &HostBuffer, offset: usize, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        buf.read(offset, &mut out);
+        out
+    }
+
+    #[test]
+    fn the_index_names_dtypes_shapes_offsets_and_metadata() {
+        let file = write_model("index");
+        let st = SafetensorsFile::open(&file.0).expect("open");
+        let names: Vec<&str> = st.tensors().map(|(n, _)| n).collect();
+        assert_eq!(names, ["a.weight", "b.weight", "c.fp8", "d.half", "e.empty"]);
+        let b = st.tensor("b.weight").expect("b");
+        assert_eq!(
+            (b.dtype, b.shape.as_slice(), b.len),
+            (DType::BF16, &[1000, 1100][..], 2_200_000)
+        );
+        assert_eq!(st.tensor("c.fp8").expect("c").dtype, DType::F8E4M3);
+        assert_eq!(st.metadata().get("format").map(String::as_str), Some("pt"));
+        assert_eq!(st.unsupported().collect::<Vec<_>>(), [("ids", "I64")]);
+        let bytes = std::fs::read(&file.0).expect("read");
+        let total: u64 = st.tensors().map(|(_, t)| t.len).sum::<u64>() + 32;
+        assert_eq!(st.data_len(), total);
+        assert_eq!(st.data_start() + st.data_len(), bytes.len() as u64);
+
+        let err = st.tensor("ids").expect_err("unsupported dtype");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("ids") && msg.contains("I64") && msg.contains(&*file.0.to_string_lossy()),
+            "{msg}"
+        );
+        let err = st.tensor("nope").expect_err("missing");
+        assert!(err.to_string().contains("no tensor named nope"), "{err}");
+    }
+
+    #[test]
+    fn a_load_puts_the_files_bytes_at_the_callers_offsets_and_reports_progress() {
+        let file = write_model("load");
+        let st = SafetensorsFile::open(&file.0).expect("open");
+        let bytes = std::fs::read(&file.0).expect("read");
+        // Reverse name order, each tensor 4 KiB past the previous one's end: no two runs coalesce.
+        let mut plan = Vec::new();
+        let mut at = 0;
+        for (name, info) in st.tensors().collect::<Vec<_>>().into_iter().rev() {
+            plan.push((name, at));
+            at += info.len as usize + 4096;
+        }
+        let buf = buffer(at);
+        let mut calls = Vec::new();
+        let stats = st
+            .load(&buf, &plan, &LoadOptions::default(), &mut |done, total| {
+                calls.push((done, total))
+            })
+            .expect("load");
+        let total: u64 = st.tensors().map(|(_, t)| t.len).sum();
+        assert_eq!(stats.bytes, total);
+        for &(name, dst) in &plan {
+            let info = st.tensor(name).expect("tensor");
+            let want = &bytes[info.offset as usize..(info.offset + info.len) as usize];
+            assert!(read(&buf, dst, info.len as usize) == want, "{name} differs from the file");
+        }
+        assert!(calls.windows(2).all(|w| w[0].0 < w[1].0), "progress grows: {calls:?}");
+        assert!(calls.iter().all(|&(_, t)| t == total));
+        assert_eq!(calls.last(), Some(&(total, total)));
+        buf.claim(0, at).expect("a finished load holds no claims");
+    }
+
+    #[test]
+    fn tensors_laid_out_as_in_the_file_load_as_one_run_and_warm_or_cold() {
+        let file = write_model("runs");
+        let st = SafetensorsFile::open(&file.0).expect("open");
+        let bytes = std::fs::read(&file.0).expect("read");
+        let data = &bytes[st.data_start() as usize..];
+        let plan: Vec<(&str, usize)> =
+            st.tensors().map(|(n, t)| (n, (t.offset - st.data_start()) as usize)).collect();
+        for mark_cold in [true, false] {
+            drop_page_cache(&file.0).expect("drop the page cache");
+            let buf = buffer(data.len());
+            let stats =
+                st.load(&buf, &plan, &LoadOptions { mark_cold }, &mut |_, _| {}).expect("load");
+            assert!(stats.seconds >= 0.0 && stats.gb_per_s() >= 0.0);
+            for (name, info) in st.tensors() {
+                let start = (info.offset - st.data_start()) as usize;
+                let end = start + info.len as usize;
+                assert!(
+                    read(&buf, start, end - start) == data[start..end],
+                    "{name} (mark_cold {mark_cold})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_plans_are_refused_before_any_read() {
+        let file = write_model("plans");
+        let st = SafetensorsFile::open(&file.0).expect("open");
+        let a = st.tensor("a.weight").expect("a").len as usize;
+        let buf = buffer(4 * MIB);
+        let none = &mut |_: u64, _: u64| {};
+        let overlapping =
+            st.load(&buf, &[("a.weight", 0), ("d.half", a - 2)], &LoadOptions::default(), none);
+        assert!(matches!(overlapping, Err(Error::Host(_))), "{overlapping:?}");
+        let beyond = st.load(&buf, &[("b.weight", 3 * MIB)], &LoadOptions::default(), none);
+        assert!(matches!(beyond, Err(Error::Host(_))), "{beyond:?}");
+        let unsupported = st.load(&buf, &[("ids", 0)], &LoadOptions::default(), none);
+        assert!(matches!(unsupported, Err(Error::File { .. })), "{unsupported:?}");
+        buf.claim(0, 4 * MIB).expect("refused loads leave no claims");
+    }
+
+    fn open_err(bytes: &[u8], tag: &str) -> (TempFile, String) {
+        let file = TempFile::new(tag);
+        std::fs::write(&file.0, bytes).expect("write");
+        let err = SafetensorsFile::open(&file.0).expect_err("a bad file");
+        let Error::File { path, msg } = err else { panic!("not a file error: {err}") };
+        assert_eq!(path, file.0, "the error names the file");
+        (file, msg)
+    }
+
+    #[test]
+    fn truncated_and_garbage_files_are_errors_naming_the_file() {
+        let good = write_model("truncated");
+        let bytes = std::fs::read(&good.0).expect("read");
+        let (_f, msg) = open_err(&bytes[..bytes.len() - 10], "cut.safetensors");
+        assert!(msg.contains("truncated"), "{msg}");
+        let (_f, msg) = open_err(&bytes[..100], "cut-in-header.safetensors");
+        assert!(msg.contains("truncated"), "{msg}");
+        let (_f, msg) = open_err(&bytes[..3], "tiny.safetensors");
+        assert!(msg.contains("too short"), "{msg}");
+        let mut garbage = 24u64.to_le_bytes().to_vec();
+        garbage.extend_from_slice(b"this is not a json head!");
+        let (_f, msg) = open_err(&garbage, "garbage.safetensors");
+        assert!(msg.contains("not a safetensors file"), "{msg}");
+        let (_f, msg) = open_err(&noise(4096, 9), "noise.safetensors");
+        assert!(!msg.is_empty());
+    }
+
+    #[test]
+    fn a_file_cut_short_after_opening_fails_the_load() {
+        let file = write_model("shrinks");
+        let st = SafetensorsFile::open(&file.0).expect("open");
+        let c = st.tensor("c.fp8").expect("c").clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file.0)
+            .expect("open for writing")
+            .set_len(c.offset + 1000)
+            .expect("cut");
+        let buf = buffer(c.len as usize);
+        let err = st
+            .load(&buf, &[("c.fp8", 0)], &LoadOptions::default(), &mut |_, _| {})
+            .expect_err("short read");
+        assert!(err.to_string().contains("truncated while loading"), "{err}");
+        buf.claim(0, c.len as usize).expect("a failed load holds no claims");
     }
 }

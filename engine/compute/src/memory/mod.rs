@@ -16,6 +16,8 @@ pub mod sim;
 
 pub use device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 pub use host::{HostBuffer, HostBufferConfig, WriteRange};
-pub use loader::{FileSource, LoadOptions, LoadStats, SafetensorsFile, TensorInfo, drop_page_cache};
+pub use loader::{
+    FileSource, LoadOptions, LoadStats, SafetensorsFile, TensorInfo, drop_page_cache,
+};
 pub use ring::{PinRange, RingConfig, StagingRing, read_through_pin};
 pub use sim::{SimCounters, SimDevice};

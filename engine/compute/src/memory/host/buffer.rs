@@ -201,7 +201,10 @@ impl HostBuffer {
     pub fn truncate(&self, size: usize) -> Result<()> {
         let mut state = self.lock();
         if size > state.size {
-            return Err(Error::Host(format!("truncate to {size} bytes, beyond the in-use {}", state.size)));
+            return Err(Error::Host(format!(
+                "truncate to {size} bytes, beyond the in-use {}",
+                state.size
+            )));
         }
         self.release_tail(&mut state, size)?;
         self.join_prewarm_locked(&state);
@@ -234,14 +237,26 @@ impl HostBuffer {
 
     /// Registers `[offset, offset + len)` of the in-use range with `device` (page-locks it for DMA), in calls
     /// of at most `register_chunk` bytes. [`HostBuffer::unregister`] of `offset` undoes it.
-    pub fn register(self: &Arc<Self>, device: &Arc<dyn DeviceMemory>, offset: usize, len: usize) -> Result<()> {
+    pub fn register(
+        self: &Arc<Self>,
+        device: &Arc<dyn DeviceMemory>,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
         let mut state = self.lock();
-        let end = offset.checked_add(len).filter(|&e| len > 0 && e <= state.size).ok_or_else(|| {
-            Error::Host(format!("register {offset}+{len}: not a non-empty range of the in-use {} bytes", state.size))
-        })?;
-        let overlapping = state.registrations.range(..end).next_back().is_some_and(|(&s, r)| s + r.len > offset);
+        let end =
+            offset.checked_add(len).filter(|&e| len > 0 && e <= state.size).ok_or_else(|| {
+                Error::Host(format!(
+                    "register {offset}+{len}: not a non-empty range of the in-use {} bytes",
+                    state.size
+                ))
+            })?;
+        let overlapping =
+            state.registrations.range(..end).next_back().is_some_and(|(&s, r)| s + r.len > offset);
         if overlapping {
-            return Err(Error::Host(format!("register {offset}+{len} overlaps a registered range")));
+            return Err(Error::Host(format!(
+                "register {offset}+{len} overlaps a registered range"
+            )));
         }
         let mem: Arc<dyn HostMemory> = self.clone();
         let step = self.config.register_chunk.max(1);
@@ -283,12 +298,13 @@ impl HostBuffer {
     /// Claims `[offset, offset + len)` of the in-use range for writing; fails if any of it is claimed already.
     pub fn claim(self: &Arc<Self>, offset: usize, len: usize) -> Result<WriteRange> {
         let mut state = self.lock();
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= state.size)
-            .ok_or_else(|| Error::Host(format!("claim {offset}+{len} beyond the in-use {} bytes", state.size)))?;
+        let end = offset.checked_add(len).filter(|&e| e <= state.size).ok_or_else(|| {
+            Error::Host(format!("claim {offset}+{len} beyond the in-use {} bytes", state.size))
+        })?;
         if state.claimed(offset, end) {
-            return Err(Error::Host(format!("claim {offset}+{len} overlaps a range being written")));
+            return Err(Error::Host(format!(
+                "claim {offset}+{len} overlaps a range being written"
+            )));
         }
         if len > 0 {
             state.claims.insert(offset, end);
@@ -335,10 +351,9 @@ impl HostBuffer {
     }
 
     fn check_readable(&self, state: &State, offset: usize, len: usize) -> Result<()> {
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= state.size)
-            .ok_or_else(|| Error::Host(format!("{offset}+{len} lies beyond the in-use {} bytes", state.size)))?;
+        let end = offset.checked_add(len).filter(|&e| e <= state.size).ok_or_else(|| {
+            Error::Host(format!("{offset}+{len} lies beyond the in-use {} bytes", state.size))
+        })?;
         if state.claimed(offset, end) {
             return Err(Error::Host(format!("{offset}+{len} is still being written")));
         }
@@ -350,7 +365,10 @@ impl HostBuffer {
             return Ok(());
         }
         if size > self.max_size {
-            return Err(Error::Host(format!("grow to {size} bytes, beyond the buffer's maximum of {}", self.max_size)));
+            return Err(Error::Host(format!(
+                "grow to {size} bytes, beyond the buffer's maximum of {}",
+                self.max_size
+            )));
         }
         // A decommit still queued for this buffer must not land on memory committed below.
         self.pending.wait_idle();
@@ -361,7 +379,8 @@ impl HostBuffer {
             target = state.committed;
         }
         if state.base == 0 {
-            state.base = vm::reserve(self.reserved).map_err(|e| host_err("reserve address space", e))?;
+            state.base =
+                vm::reserve(self.reserved).map_err(|e| host_err("reserve address space", e))?;
             self.base.store(state.base, Ordering::Release);
         }
         self.join_prewarm_locked(state);
@@ -381,7 +400,8 @@ impl HostBuffer {
         }
         let prewarm_start = old.max(size);
         if target > prewarm_start {
-            state.prewarm_job = PrefaultPool::global().start(state.base + prewarm_start, target - prewarm_start);
+            state.prewarm_job =
+                PrefaultPool::global().start(state.base + prewarm_start, target - prewarm_start);
         }
         state.committed = target;
         state.size = size;
@@ -402,13 +422,13 @@ impl HostBuffer {
         if state.claimed(from, state.size) {
             return Err(Error::Host(format!("bytes past {from} are still being written")));
         }
-        if let Some((start, r)) = state.registration_at(from) {
-            if start < from {
-                return Err(Error::Host(format!(
-                    "{from} cuts the registered range {start}..{}; shrink at a registration's start",
-                    start + r.len
-                )));
-            }
+        if let Some((start, r)) = state.registration_at(from)
+            && start < from
+        {
+            return Err(Error::Host(format!(
+                "{from} cuts the registered range {start}..{}; shrink at a registration's start",
+                start + r.len
+            )));
         }
         let doomed: Vec<usize> = state.registrations.range(from..).map(|(&o, _)| o).collect();
         for offset in doomed {
@@ -534,7 +554,10 @@ struct AddressView {
 
 impl AddressView {
     fn of(buf: &HostBuffer) -> Arc<dyn HostMemory> {
-        Arc::new(AddressView { base: buf.base.load(Ordering::Acquire), len: buf.size.load(Ordering::Acquire) })
+        Arc::new(AddressView {
+            base: buf.base.load(Ordering::Acquire),
+            len: buf.size.load(Ordering::Acquire),
+        })
     }
 }
 
@@ -607,7 +630,8 @@ impl WriteRange {
     /// returned as its own claim.
     pub fn split_off(&mut self, at: usize) -> WriteRange {
         let at = at.min(self.len);
-        let tail = WriteRange { buf: self.buf.clone(), offset: self.offset + at, len: self.len - at };
+        let tail =
+            WriteRange { buf: self.buf.clone(), offset: self.offset + at, len: self.len - at };
         if at > 0 && tail.len > 0 {
             let mut state = self.buf.lock();
             state.claims.insert(self.offset, tail.offset);
@@ -624,5 +648,217 @@ impl Drop for WriteRange {
         if self.len > 0 {
             self.buf.lock().claims.remove(&self.offset);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::sim::SimDevice;
+
+    fn config(prewarm: usize) -> HostBufferConfig {
+        HostBufferConfig { prewarm, register_chunk: 4 * MIB }
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    fn read(buf: &HostBuffer, offset: usize, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        buf.read(offset, &mut out);
+        out
+    }
+
+    #[test]
+    fn nothing_is_reserved_before_the_first_grow() {
+        let buf = HostBuffer::new(64 * MIB, config(16 * MIB));
+        assert!(buf.as_ptr().is_null());
+        assert_eq!((buf.len(), buf.committed()), (0, 0));
+        assert_eq!(buf.reserved(), 80 * MIB, "max size plus prewarm");
+    }
+
+    #[test]
+    fn grow_commits_prewarm_headroom_with_hysteresis() {
+        let buf = HostBuffer::new(64 * MIB, config(16 * MIB));
+        buf.grow(MIB).expect("grow");
+        assert_eq!((buf.len(), buf.committed()), (MIB, 18 * MIB), "align_up(1 + 16) MiB committed");
+        buf.write_at(0, &pattern(MIB, 1)).expect("write");
+        buf.grow(2 * MIB).expect("grow within the prewarm");
+        assert_eq!(buf.committed(), 18 * MIB, "18 MiB target is not a quarter prewarm beyond 18");
+        buf.grow(4 * MIB).expect("grow within the prewarm");
+        assert_eq!(buf.committed(), 18 * MIB, "20 MiB < 18 + 4: the commit is kept");
+        buf.grow(6 * MIB).expect("grow past the hysteresis band");
+        assert_eq!((buf.len(), buf.committed()), (6 * MIB, 22 * MIB));
+        buf.grow(3 * MIB).expect("growing to less is a no-op");
+        assert_eq!(buf.len(), 6 * MIB, "grow never shrinks");
+        assert_eq!(read(&buf, 0, MIB), pattern(MIB, 1), "bytes survive growing");
+        assert_eq!(read(&buf, MIB, MIB), vec![0u8; MIB], "new bytes are zero");
+        let err = buf.grow(65 * MIB).expect_err("beyond the maximum");
+        assert!(matches!(err, Error::Host(ref m) if m.contains("maximum")), "{err}");
+        buf.grow(64 * MIB).expect("up to the maximum");
+        assert_eq!(buf.committed(), 80 * MIB, "the commit stops at the reservation");
+    }
+
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn grow_prefaults_the_used_range_and_prewarms_the_headroom() {
+        let buf = HostBuffer::new(64 * MIB, config(8 * MIB));
+        buf.grow(3 * MIB).expect("grow");
+        let base = buf.as_ptr() as usize;
+        assert_eq!(
+            vm::resident_pages(base, 3 * MIB),
+            3 * MIB / 4096,
+            "the used range is faulted before grow returns"
+        );
+        buf.join_prewarm().expect("prewarm");
+        assert_eq!(buf.committed(), 12 * MIB);
+        assert_eq!(
+            vm::resident_pages(base, 12 * MIB),
+            12 * MIB / 4096,
+            "the headroom is prewarmed"
+        );
+        assert_eq!(vm::resident_pages(base + 12 * MIB, 8 * MIB), 0, "nothing past the commit");
+    }
+
+    #[test]
+    fn truncate_decommits_and_the_buffer_grows_again() {
+        let buf = HostBuffer::new(64 * MIB, config(4 * MIB));
+        buf.grow(20 * MIB).expect("grow");
+        buf.write_at(0, &pattern(5 * MIB, 3)).expect("write");
+        buf.write_at(10 * MIB, &pattern(MIB, 4)).expect("write");
+        assert_eq!(buf.committed(), 24 * MIB);
+        let base = buf.as_ptr() as usize;
+        buf.truncate(5 * MIB).expect("truncate");
+        assert_eq!(
+            (buf.len(), buf.committed()),
+            (5 * MIB, 6 * MIB),
+            "committed back to align_up(5 MiB)"
+        );
+        buf.wait_decommits();
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        assert_eq!(vm::resident_pages(base + 6 * MIB, 18 * MIB), 0, "the tail's pages are freed");
+        assert!(buf.slice(5 * MIB, 1).is_err(), "past the in-use length");
+        assert!(buf.truncate(6 * MIB).is_err(), "truncate cannot grow");
+        buf.grow(30 * MIB).expect("grow again");
+        assert_eq!(buf.as_ptr() as usize, base, "the address is kept");
+        assert_eq!(read(&buf, 0, 5 * MIB), pattern(5 * MIB, 3), "kept bytes survive");
+        assert_eq!(
+            read(&buf, 10 * MIB, MIB),
+            vec![0u8; MIB],
+            "decommitted bytes come back as zeros"
+        );
+
+        buf.truncate(0).expect("truncate to zero");
+        assert!(buf.as_ptr().is_null(), "the address space is released");
+        assert_eq!((buf.len(), buf.committed()), (0, 0));
+        buf.grow(2 * MIB).expect("a released buffer grows again");
+        buf.write_at(0, &pattern(2 * MIB, 5)).expect("write");
+        assert_eq!(read(&buf, 0, 2 * MIB), pattern(2 * MIB, 5));
+    }
+
+    #[test]
+    fn registration_is_chunked_and_copies_from_it_count_as_registered() {
+        let sim = Arc::new(SimDevice::new(64 * MIB as u64));
+        let device: Arc<dyn DeviceMemory> = sim.clone();
+        let buf = HostBuffer::new(32 * MIB, config(0));
+        buf.grow(12 * MIB).expect("grow");
+        let bytes = pattern(12 * MIB, 7);
+        buf.write_at(0, &bytes).expect("write");
+        buf.register(&device, 0, 10 * MIB).expect("register");
+        assert_eq!((sim.registered_bytes(), buf.registered_bytes()), (10 * MIB as u64, 10 * MIB));
+        assert!(buf.register(&device, 8 * MIB, 2 * MIB).is_err(), "overlaps");
+        assert!(buf.register(&device, 10 * MIB, 4 * MIB).is_err(), "past the in-use length");
+
+        let dst = sim.alloc(6 * MIB as u64).expect("alloc");
+        // 2..8 MiB crosses the device registrations at 4 MiB and 8 MiB (4 MiB chunks): two copies.
+        buf.copy_h2d(device.as_ref(), 2 * MIB, 6 * MIB, dst, StreamId::COMPUTE).expect("copy");
+        let counters = sim.counters();
+        assert_eq!(
+            (counters.h2d_copies, counters.h2d_unregistered),
+            (2, 0),
+            "split at the chunk edge, all DMA"
+        );
+        let mut back = vec![0u8; 6 * MIB];
+        sim.read(dst, &mut back).expect("read");
+        assert_eq!(back, bytes[2 * MIB..8 * MIB]);
+
+        // 9..11 MiB lies half outside the registration: the outside piece is an unregistered copy.
+        buf.copy_h2d(device.as_ref(), 9 * MIB, 2 * MIB, dst, StreamId::COMPUTE).expect("copy");
+        assert_eq!(sim.counters().h2d_unregistered, 1);
+
+        assert!(buf.unregister(4 * MIB).is_err(), "not the start of a registration");
+        buf.unregister(0).expect("unregister");
+        assert_eq!((sim.registered_bytes(), buf.registered_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn truncation_unregisters_at_pin_boundaries_only() {
+        let sim = Arc::new(SimDevice::new(0));
+        let device: Arc<dyn DeviceMemory> = sim.clone();
+        let buf = HostBuffer::new(32 * MIB, config(0));
+        buf.grow(12 * MIB).expect("grow");
+        buf.register(&device, 0, 4 * MIB).expect("first pin");
+        buf.register(&device, 4 * MIB, 6 * MIB).expect("second pin");
+        let err = buf.truncate(6 * MIB).expect_err("cuts the second pin");
+        assert!(matches!(err, Error::Host(ref m) if m.contains("cuts")), "{err}");
+        assert_eq!(buf.len(), 12 * MIB, "a refused truncation changes nothing");
+        buf.truncate(4 * MIB).expect("truncate at the second pin's start");
+        assert_eq!(buf.registrations(), vec![(0, 4 * MIB)]);
+        assert_eq!(sim.registered_bytes(), 4 * MIB as u64);
+        drop(buf);
+        assert_eq!(sim.registered_bytes(), 0, "dropping a buffer unregisters it");
+    }
+
+    #[test]
+    fn extend_appends_and_reallocates_the_last_range() {
+        let sim = Arc::new(SimDevice::new(0));
+        let device: Arc<dyn DeviceMemory> = sim.clone();
+        let buf = HostBuffer::new(32 * MIB, config(2 * MIB));
+        assert_eq!(buf.extend(3 * MIB, false).expect("extend"), 0);
+        assert_eq!(buf.extend(2 * MIB, false).expect("extend"), 3 * MIB);
+        buf.register(&device, 3 * MIB, 2 * MIB).expect("register the last range");
+        assert_eq!(
+            buf.extend(5 * MIB, true).expect("reallocate"),
+            3 * MIB,
+            "the last range is replaced"
+        );
+        assert_eq!(buf.len(), 8 * MIB);
+        assert_eq!(sim.registered_bytes(), 0, "the replaced range was unregistered");
+        assert_eq!(buf.extend(MIB, false).expect("extend"), 8 * MIB);
+    }
+
+    #[test]
+    fn claims_are_exclusive_and_fill_disjoint_ranges_from_threads() {
+        let buf = HostBuffer::new(16 * MIB, config(0));
+        buf.grow(8 * MIB).expect("grow");
+        let mut whole = buf.claim(0, 8 * MIB).expect("claim");
+        assert!(buf.claim(MIB, 1).is_err(), "overlaps a claim");
+        assert!(buf.slice(0, 16).is_err(), "a claimed range cannot be copied from");
+        assert!(buf.truncate(0).is_err(), "a claimed range cannot be truncated");
+        assert!(buf.claim(8 * MIB, 1).is_err(), "past the in-use length");
+        let mut pieces = Vec::new();
+        while whole.len() > MIB {
+            let rest = whole.split_off(MIB);
+            pieces.push(whole);
+            whole = rest;
+        }
+        pieces.push(whole);
+        assert_eq!(pieces.len(), 8);
+        std::thread::scope(|s| {
+            for (i, mut piece) in pieces.into_iter().enumerate() {
+                s.spawn(move || piece.as_mut_slice().copy_from_slice(&pattern(MIB, i as u8)));
+            }
+        });
+        for i in 0..8 {
+            assert_eq!(read(&buf, i * MIB, MIB), pattern(MIB, i as u8), "piece {i}");
+        }
+        let mut head = buf.claim(0, 2 * MIB).expect("released claims can be claimed again");
+        let tail = head.split_off(0);
+        assert_eq!((head.len(), tail.offset(), tail.len()), (0, 0, 2 * MIB));
+        drop(head);
+        assert!(buf.claim(0, 1).is_err(), "the tail still holds the range");
+        drop(tail);
+        buf.slice(0, 2 * MIB).expect("free again");
     }
 }

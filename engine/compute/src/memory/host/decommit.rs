@@ -96,8 +96,12 @@ impl Decommitter {
                 has_space: Condvar::new(),
                 threaded: AtomicBool::new(true),
             }));
-            if let Err(e) = std::thread::Builder::new().name("kiln-decommit".into()).spawn(move || d.worker()) {
-                tracing::warn!("no decommit thread, host memory is freed on the caller's thread: {e}");
+            if let Err(e) =
+                std::thread::Builder::new().name("kiln-decommit".into()).spawn(move || d.worker())
+            {
+                tracing::warn!(
+                    "no decommit thread, host memory is freed on the caller's thread: {e}"
+                );
                 d.threaded.store(false, Ordering::Relaxed);
             }
             d
@@ -135,7 +139,9 @@ impl Decommitter {
                 loop {
                     match queue.jobs.pop_front() {
                         Some(job) => break job,
-                        None => queue = self.has_items.wait(queue).unwrap_or_else(|p| p.into_inner()),
+                        None => {
+                            queue = self.has_items.wait(queue).unwrap_or_else(|p| p.into_inner())
+                        }
                     }
                 }
             };

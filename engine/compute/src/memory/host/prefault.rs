@@ -126,7 +126,9 @@ impl PrefaultPool {
                 let mut state = self.lock();
                 loop {
                     match state.job {
-                        Some(job) if state.generation != seen => break (state.generation, job, state.threads),
+                        Some(job) if state.generation != seen => {
+                            break (state.generation, job, state.threads);
+                        }
                         _ => state = self.work.wait(state).unwrap_or_else(|p| p.into_inner()),
                     }
                 }

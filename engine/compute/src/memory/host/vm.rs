@@ -80,8 +80,9 @@ pub(super) fn prefault(addr: usize, len: usize) -> io::Result<()> {
     {
         // MADV_POPULATE_WRITE wants page-aligned ranges; callers pass ranges of 2 MiB-aligned commits.
         // SAFETY: the range is committed memory of a reservation its caller owns; populating changes no byte.
-        let populated =
-            unsafe { rustix::mm::madvise(addr as *mut c_void, len, rustix::mm::Advice::LinuxPopulateWrite) };
+        let populated = unsafe {
+            rustix::mm::madvise(addr as *mut c_void, len, rustix::mm::Advice::LinuxPopulateWrite)
+        };
         match populated {
             Ok(()) => return Ok(()),
             Err(rustix::io::Errno::INVAL) => {}
