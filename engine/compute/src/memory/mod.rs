@@ -6,6 +6,7 @@
 //! - [`device`]: the [`DeviceMemory`] interface every policy talks to; [`sim`]: its simulation in host RAM.
 
 pub mod device;
+pub mod pressure;
 pub mod sim;
 
 pub use device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
