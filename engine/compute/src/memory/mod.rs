@@ -6,6 +6,7 @@
 //! - [`device`]: the [`DeviceMemory`] interface every policy talks to; [`sim`]: its simulation in host RAM.
 
 pub mod device;
+pub mod pins;
 pub mod pressure;
 pub mod sim;
 
