@@ -145,14 +145,17 @@ fn set_flags(pins: &mut Pins, flags: &[(bool, bool)]) {
     }
 }
 
-/// Where `(model, subset)` stands in the free order: (tier, model age, subset position), if eligible.
+/// A place in the free order: (tier, model age, subset position within the tier).
+type FreeKey = (usize, usize, usize);
+
+/// Where `(model, subset)` stands in the free order, if a free with these flags may take its pins.
 fn free_key(
     pins: &Pins,
     model: ModelId,
     subset: Subset,
     loaded: bool,
     evict_active: bool,
-) -> Option<(usize, usize, usize)> {
+) -> Option<FreeKey> {
     let m = &pins.models[&model];
     let (tier, t) = free_tiers(loaded, evict_active)
         .into_iter()
@@ -232,7 +235,7 @@ proptest! {
             Call::Truncate { model, subset, offset } => Some((model, subset, offset)),
             _ => None,
         }).collect();
-        let mut last: Option<((usize, usize, usize), ModelId, Subset, u64)> = None;
+        let mut last: Option<(FreeKey, ModelId, Subset, u64)> = None;
         for &(model, subset, offset) in &order {
             let key = free_key(&pins, model, subset, loaded, evict_active);
             prop_assert!(key.is_some(), "freed an ineligible pin {model:?} {subset:?}");
