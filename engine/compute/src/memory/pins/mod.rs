@@ -320,7 +320,8 @@ impl Pins {
     /// Makes sure `module` has a pin of `size` bytes in `subset` (`pin_memory`, §7.2): an existing pin is
     /// returned (see [`Pins::get_pin`]); otherwise inactive cached outputs are released down to the active
     /// threshold, both budgets are checked, and a new pin is cut and registered — or, where that fails, one
-    /// is stolen. Errors only for a model never passed to [`Pins::load_model`].
+    /// is stolen. A zero-byte request gets no pin. Errors only for a model never passed to
+    /// [`Pins::load_model`].
     pub fn pin(
         &mut self,
         env: &mut PinEnv<'_>,
@@ -332,7 +333,7 @@ impl Pins {
         let Some(m) = self.models.get_mut(&model) else {
             return Err(Error::Host(format!("pins: model {} was never loaded", model.0)));
         };
-        if !self.config.enabled() {
+        if !self.config.enabled() || size == 0 {
             return Ok(PinOutcome::NotPinned);
         }
         let set = &mut m.subsets[subset.index()];

@@ -9,7 +9,7 @@ use super::tiers::{free_tiers, registration_tiers};
 use super::*;
 
 const SIZES: [u64; 4] = [64 * MIB, 256 * MIB, GIB, 3 * GIB / 2];
-const MODELS: u8 = 4;
+const MODELS: u8 = 3;
 
 fn subset_of(i: u8) -> Subset {
     Subset::ALL[usize::from(i) % 4]
@@ -35,9 +35,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..MODELS).prop_map(Op::Load),
         1 => (0..MODELS, any::<bool>()).prop_map(|(m, b)| Op::Active(m, b)),
         1 => (0..MODELS, any::<bool>()).prop_map(|(m, b)| Op::InPrompt(m, b)),
-        8 => (0..MODELS, 0..4u8, 0..10u8, 0..4u8)
+        8 => (0..MODELS, 0..4u8, 0..6u8, 0..3u8)
             .prop_map(|(model, subset, module, size)| Op::Pin { model, subset, module, size }),
-        3 => (0..MODELS, 0..4u8, 0..10u8).prop_map(|(model, subset, module)| Op::GetPin { model, subset, module }),
+        3 => (0..MODELS, 0..4u8, 0..6u8).prop_map(|(model, subset, module)| Op::GetPin { model, subset, module }),
         1 => (0..64u8, any::<bool>(), any::<bool>())
             .prop_map(|(gib_eighths, evict_active, loaded)| Op::Free { gib_eighths, evict_active, loaded }),
         1 => (0..64u8, any::<bool>())
@@ -45,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Reset),
         1 => (0..MODELS).prop_map(Op::Remove),
         1 => (1..3u8).prop_map(Op::RefuseRegister),
-        1 => (2..40u8).prop_map(Op::SetRam),
+        1 => (2..24u8).prop_map(Op::SetRam),
     ]
 }
 
@@ -196,10 +196,10 @@ proptest! {
 
     #[test]
     fn invariants_hold_under_any_sequence(
-        cap_gib in prop_oneof![Just(0u8), 1..12u8],
+        cap_gib in prop_oneof![1 => Just(0u8), 9 => 1..8u8],
         headroom_gib in 0..8u8,
         high_ram in any::<bool>(),
-        total_gib in 2..40u8,
+        total_gib in 2..24u8,
         ops in prop::collection::vec(op(), 0..80),
     ) {
         let config = PinConfig {
@@ -384,6 +384,34 @@ proptest! {
                     prop_assert!(!had);
                     prop_assert!(lowest.is_none_or(|(p, ..)| p >= own), "could have stolen from {:?}", lowest);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn registration_swaps_keep_the_cap_and_always_fit_a_pin_under_it(
+        cap_mib in 1536..6144u64,
+        sizes in prop::collection::vec(0..4usize, 1..24),
+        uses in prop::collection::vec(0..24u64, 1..60),
+    ) {
+        let cap = cap_mib * MIB;
+        let mut pins = Pins::new(PinConfig { cap, ram_cache_headroom: 0, high_ram: false });
+        let mut fake = FakeBacking::new();
+        let model = ModelId(0);
+        pins.load_model(model);
+        pins.set_in_prompt(model, true);
+        let ram = fake.ram(u64::MAX);
+        for (i, &s) in sizes.iter().enumerate() {
+            let mut env = PinEnv { backing: &mut fake, ram: &ram, outputs: None };
+            let out = pins.pin(&mut env, model, Subset::Weights, ModuleId(i as u64), SIZES[s]).expect("loaded");
+            prop_assert!(matches!(out, PinOutcome::Created(_)), "every pin fits under the cap alone: {:?}", out);
+        }
+        for &module in &uses {
+            let got = pins.get_pin(&mut fake, model, Subset::Weights, ModuleId(module));
+            check(&pins, &fake);
+            prop_assert_eq!(got.is_some(), (module as usize) < sizes.len());
+            if let Some(pin) = got {
+                prop_assert!(pin.registered, "the active model makes room within itself");
             }
         }
     }

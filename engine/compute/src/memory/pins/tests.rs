@@ -200,6 +200,7 @@ fn new_pins_are_cut_from_the_buffer_end_and_registered() {
     assert_eq!(w.pins.pinned_bytes(m(1)), 8 * MIB);
     // Subsets have their own buffers.
     assert_eq!(w.pin(1, WeightsLoaded, 10, MIB).pin().map(|p| p.offset), Some(0));
+    assert_eq!(w.pin(1, Weights, 12, 0), PinOutcome::NotPinned, "nothing to pin");
 }
 
 #[test]
