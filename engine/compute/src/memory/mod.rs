@@ -11,6 +11,8 @@
 pub mod device;
 pub mod host;
 pub mod loader;
+pub mod pins;
+pub mod pressure;
 pub mod ring;
 pub mod sim;
 
