@@ -7,6 +7,7 @@
 
 pub mod device;
 pub mod sim;
+pub mod vram;
 
 pub use device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 pub use sim::{SimCounters, SimDevice};
