@@ -33,6 +33,7 @@ impl fmt::Display for VbarId {
 
 /// What a fault of a byte range of a VBAR found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a resident fault holds pins until the range is unpinned"]
 pub enum Fault {
     /// Every page of the range is mapped and now pinned (one pin each; [`super::Arbiter::unpin`] drops it).
     /// The signature says whether bytes copied there before are still there.
