@@ -15,6 +15,7 @@ pub mod pins;
 pub mod pressure;
 pub mod ring;
 pub mod sim;
+pub mod vram;
 
 pub use device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 pub use host::{HostBuffer, HostBufferConfig, WriteRange};
