@@ -219,6 +219,11 @@ impl OwnedWeight {
         OwnedWeight::upload(memory, dtype, shape, &crate::dtype::narrow(dtype, values))
     }
 
+    /// The device memory it lives in.
+    pub fn memory(&self) -> &std::sync::Arc<dyn crate::memory::DeviceMemory> {
+        &self.memory
+    }
+
     /// The view compute ops take.
     pub fn view(&self) -> Weight<'_> {
         Weight::new(self.ptr, self.dtype, self.shape.clone())

@@ -64,6 +64,15 @@ impl FileSource {
         Ok(self.file.metadata().map_err(|e| self.io(e))?.len())
     }
 
+    /// Reads `len` bytes at `offset` on the calling thread (small reads: force-cast tiny weights).
+    pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt as _;
+        let len = usize::try_from(len).map_err(|_| Error::Host(format!("a {len}-byte read")))?;
+        let mut out = vec![0u8; len];
+        self.file.read_exact_at(&mut out, offset).map_err(|e| self.io(e))?;
+        Ok(out)
+    }
+
     /// Reads `dst.len()` bytes at `offset` into `dst` on the reader threads, in 2 MiB chunks; fails if any
     /// chunk fails. With `mark_cold`, each chunk is dropped from the page cache after it is read.
     pub fn read_into(&self, offset: u64, dst: WriteRange, mark_cold: bool) -> Result<()> {

@@ -3,4 +3,5 @@
 //! message otherwise).
 
 mod cuda;
+mod lora;
 mod ops;

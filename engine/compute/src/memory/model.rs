@@ -1,0 +1,598 @@
+//! [`Model`]: a model's weights under the memory manager, and [`Model::fetch`], the per-layer protocol
+//! (memory-manager.md §5) — the one way a forward pass reads a weight.
+//!
+//! **Load** (§5.1). A [`LoadPlan`] names each weight (a *slot*) and the file tensors it is made of (several
+//! parts are joined along the first dimension: a diffusers file's `to_q`, `to_k`, `to_v` become one fused
+//! `qkv`). Slots of at most `force_cast_max` bytes (16 KiB) become plain device tensors at once. The others
+//! get VBAR slots, small ones (< 64 KiB) first and then by decreasing size — lower addresses rank higher for
+//! residency — and a pin each in the model's pinned host buffer, filled by the threaded loader. A slot the
+//! pin budgets refuse stays on disk and is streamed through the staging ring when used.
+//!
+//! **Fetch** (§5.2). For each weight of a layer: fault its VBAR range. Resident with a matching signature:
+//! use it in place, no copy. Resident but stale (or never copied): copy it from its pin (DMA when
+//! registered; after re-registering it if it lost its registration), from the file through the staging ring
+//! if it has no pin, into the VBAR. Offloaded: copy it into the lane's scratch. Copies go on the lane's
+//! offload stream; one event, and the compute stream waits on it (the CPU never does). Patched weights
+//! (LoRA, §6) get their patch image in one copy and are patched in place on the device; a resident weight is
+//! patched once and stays patched until the patch set changes. Dropping the [`Layer`] unpins the VBAR ranges
+//! and makes the offload stream wait for the compute stream, so the next copies cannot overwrite bytes still
+//! being read. On CUDA every step is asynchronous, so fetching layer i+1 while layer i computes overlaps the
+//! copy with the compute (the prefetch); the CPU backend's device completes each step at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use indexmap::IndexMap;
+
+use super::device::{DevPtr, DeviceMemory, StreamId};
+use super::loader::{LoadStats, SafetensorsFile};
+use super::lora::{PatchLayout, PatchSet, apply, seed_for_key};
+use super::manager::{Lane, MemoryManager};
+use super::pins::{ModelId, ModuleId, Subset};
+use super::vram::{Fault, Signature, VbarId};
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{OwnedWeight, Weight, numel};
+
+/// Alignment of slots inside a VBAR (ComfyUI sizes slots with 1024-byte alignment).
+const SLOT_ALIGN: u64 = 1024;
+
+/// One weight of a [`LoadPlan`]: its name in the model and the file tensors it is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotPlan {
+    /// The name model code fetches it by.
+    pub name: String,
+    /// `(file index in the plan, tensor name in that file)`, joined along dimension 0 in this order.
+    pub parts: Vec<(usize, String)>,
+}
+
+/// What to load: the files and the weights made from their tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadPlan {
+    /// The safetensors files.
+    pub files: Vec<PathBuf>,
+    /// The weights.
+    pub slots: Vec<SlotPlan>,
+}
+
+impl LoadPlan {
+    /// Every tensor of one file under its own name.
+    pub fn whole_file(path: impl AsRef<Path>) -> Result<LoadPlan> {
+        let file = SafetensorsFile::open(path.as_ref())?;
+        let slots = file
+            .tensors()
+            .map(|(name, _)| SlotPlan { name: name.to_owned(), parts: vec![(0, name.to_owned())] })
+            .collect();
+        Ok(LoadPlan { files: vec![path.as_ref().to_path_buf()], slots })
+    }
+}
+
+/// Where a slot's bytes come from when they are not pinned.
+#[derive(Debug)]
+enum Source {
+    /// Parts of files: `(file index, offset in the file, length)`.
+    File(Vec<(usize, u64, u64)>),
+    /// Bytes given in memory ([`MemoryManager::load_tensors`]).
+    Memory(Vec<u8>),
+}
+
+/// Where a slot lives on the device.
+enum Place {
+    /// A range of the model's VBAR.
+    Vbar {
+        offset: u64,
+        /// The signature of the range when its bytes were last copied (and patched).
+        stored: Mutex<Option<Signature>>,
+    },
+    /// A plain allocation (force-cast tiny weights), with the original bytes to restore it from.
+    Plain { weight: OwnedWeight, original: Vec<u8>, patched: AtomicBool },
+}
+
+struct Slot {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: u64,
+    module: ModuleId,
+    source: Source,
+    place: Place,
+    patches: Mutex<Option<Arc<PackedPatches>>>,
+}
+
+/// A slot's patches, packed (§6.2).
+struct PackedPatches {
+    image: Vec<u8>,
+    layout: PatchLayout,
+}
+
+/// The state shared by a [`Model`] and the manager's list of loaded models.
+pub(crate) struct ModelState {
+    manager: Arc<MemoryManager>,
+    id: ModelId,
+    vbar: VbarId,
+    slots: IndexMap<String, Slot>,
+    files: Vec<SafetensorsFile>,
+    load_stats: LoadStats,
+    /// Host bytes pinned at load.
+    pinned_at_load: AtomicU64,
+}
+
+/// A model's weights under the memory manager. Dropping it frees its device memory and its pins.
+pub struct Model {
+    state: Arc<ModelState>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Model({} weights, {})", self.state.slots.len(), self.state.vbar)
+    }
+}
+
+/// A slot being built: name, dtype, shape, source.
+struct NewSlot {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    source: Source,
+}
+
+impl MemoryManager {
+    /// Loads the weights `plan` names: reads the headers, checks every part (a missing tensor, an unsupported
+    /// dtype, parts that cannot be joined are errors naming the file and tensor), then loads as the module
+    /// docs say. `progress(done, total)` reports bytes read.
+    pub fn load(self: &Arc<Self>, plan: &LoadPlan, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
+        let files =
+            plan.files.iter().map(SafetensorsFile::open).collect::<Result<Vec<SafetensorsFile>>>()?;
+        let mut slots = Vec::with_capacity(plan.slots.len());
+        for slot in &plan.slots {
+            slots.push(plan_slot(&files, slot)?);
+        }
+        build(self, files, slots, progress)
+    }
+
+    /// Loads weights given in memory: `(name, dtype, shape, little-endian bytes)` (tests and benchmarks).
+    pub fn load_tensors(self: &Arc<Self>, tensors: Vec<(String, DType, Vec<usize>, Vec<u8>)>) -> Result<Model> {
+        let mut slots = Vec::with_capacity(tensors.len());
+        for (name, dtype, shape, bytes) in tensors {
+            if bytes.len() != numel(&shape) * dtype.size() {
+                return Err(Error::shape("load", format!("{name}: {shape:?} of {dtype} is not {} bytes", bytes.len())));
+            }
+            slots.push(NewSlot { name, dtype, shape, source: Source::Memory(bytes) });
+        }
+        build(self, Vec::new(), slots, &mut |_, _| {})
+    }
+}
+
+fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
+    let mut parts = Vec::with_capacity(slot.parts.len());
+    let mut dtype = None;
+    let mut shape: Option<Vec<usize>> = None;
+    for (file_index, tensor) in &slot.parts {
+        let file = files.get(*file_index).ok_or_else(|| {
+            Error::Unsupported(format!("weight {}: the plan has no file #{file_index}", slot.name))
+        })?;
+        let info = file.tensor(tensor)?;
+        let joinable = |s: &Vec<usize>| s.len() == info.shape.len() && s.get(1..) == info.shape.get(1..);
+        match (&dtype, &mut shape) {
+            (None, _) => {
+                dtype = Some(info.dtype);
+                shape = Some(info.shape.clone());
+            }
+            (Some(d), Some(s)) if *d == info.dtype && !s.is_empty() && joinable(s) => s[0] += info.shape[0],
+            _ => {
+                return Err(Error::File {
+                    path: file.path().to_path_buf(),
+                    msg: format!(
+                        "{tensor} ({} {:?}) cannot be joined to the other parts of {}",
+                        info.dtype, info.shape, slot.name
+                    ),
+                });
+            }
+        }
+        parts.push((*file_index, info.offset, info.len));
+    }
+    match (dtype, shape) {
+        (Some(dtype), Some(shape)) => Ok(NewSlot { name: slot.name.clone(), dtype, shape, source: Source::File(parts) }),
+        _ => Err(Error::Unsupported(format!("weight {} is made of no tensor", slot.name))),
+    }
+}
+
+fn build(
+    manager: &Arc<MemoryManager>,
+    files: Vec<SafetensorsFile>,
+    new_slots: Vec<NewSlot>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Model> {
+    let config = manager.config();
+    let id = manager.next_model_id();
+    // Residency order: small slots first, then by decreasing size (§5.1).
+    let mut order: Vec<usize> = (0..new_slots.len()).collect();
+    let size_of = |s: &NewSlot| (numel(&s.shape) * s.dtype.size()) as u64;
+    order.sort_by_key(|&i| {
+        let b = size_of(&new_slots[i]);
+        (b >= config.small_first, std::cmp::Reverse(b))
+    });
+    let mut vbar_size = 0u64;
+    let mut vbar_offsets = vec![None; new_slots.len()];
+    for &i in &order {
+        let b = size_of(&new_slots[i]);
+        if b > config.force_cast_max {
+            vbar_offsets[i] = Some(vbar_size);
+            vbar_size = (vbar_size + b).next_multiple_of(SLOT_ALIGN);
+        }
+    }
+    let vbar = manager.arbiter().create_vbar(vbar_size.max(1))?;
+    manager.with_pins(|pins, _| pins.load_model(id));
+    let mut state = ModelState {
+        manager: manager.clone(),
+        id,
+        vbar,
+        slots: IndexMap::with_capacity(new_slots.len()),
+        files,
+        load_stats: LoadStats { bytes: 0, seconds: 0.0 },
+        pinned_at_load: AtomicU64::new(0),
+    };
+    // Pin every VBAR slot in residency order, then read the pinned ones from their files in one threaded load.
+    let mut reads: Vec<(usize, String, usize)> = Vec::new();
+    let mut staged = Vec::with_capacity(new_slots.len());
+    for (i, slot) in new_slots.into_iter().enumerate() {
+        let bytes = size_of(&slot);
+        let module = ModuleId(i as u64);
+        let place = match vbar_offsets[i] {
+            Some(offset) => {
+                let outcome = manager.pin_weight(id, module, bytes, vbar_size)?;
+                if let Some(pin) = outcome.pin() {
+                    state.pinned_at_load.fetch_add(pin.size, Ordering::Relaxed);
+                    staged.push((i, pin.offset));
+                }
+                Place::Vbar { offset, stored: Mutex::new(None) }
+            }
+            None => {
+                let original = read_source(&state.files, &slot.source, bytes)?;
+                let weight = OwnedWeight::upload(manager.memory(), slot.dtype, &slot.shape, &original)?;
+                Place::Plain { weight, original, patched: AtomicBool::new(false) }
+            }
+        };
+        let name = slot.name.clone();
+        state.slots.insert(
+            name.clone(),
+            Slot {
+                name,
+                dtype: slot.dtype,
+                shape: slot.shape,
+                bytes,
+                module,
+                source: slot.source,
+                place,
+                patches: Mutex::new(None),
+            },
+        );
+    }
+    for (i, pin_offset) in staged {
+        let slot = &state.slots[i];
+        match &slot.source {
+            Source::Memory(bytes) => manager.write_pin(id, pin_offset, bytes)?,
+            Source::File(parts) => {
+                let mut at = pin_offset as usize;
+                for &(file, offset, len) in parts {
+                    reads.push((file, tensor_at(&state.files[file], offset)?, at));
+                    at += len as usize;
+                }
+            }
+        }
+    }
+    state.load_stats = manager.read_into_pins(id, &state.files, &reads, progress)?;
+    manager.arbiter().prioritize(vbar)?;
+    let state = Arc::new(state);
+    manager.register_model(&state);
+    tracing::info!(
+        weights = state.slots.len(),
+        bytes = state.slots.values().map(|s| s.bytes).sum::<u64>(),
+        pinned = state.pinned_at_load.load(Ordering::Relaxed),
+        gb_per_s = format!("{:.2}", state.load_stats.gb_per_s()),
+        "model loaded"
+    );
+    Ok(Model { state })
+}
+
+/// The name of the tensor of `file` that starts at `offset`.
+fn tensor_at(file: &SafetensorsFile, offset: u64) -> Result<String> {
+    file.tensors()
+        .find(|(_, info)| info.offset == offset)
+        .map(|(name, _)| name.to_owned())
+        .ok_or_else(|| Error::File { path: file.path().to_path_buf(), msg: format!("no tensor at byte {offset}") })
+}
+
+/// Reads a slot's bytes from its source into a new vector (force-cast slots and patch restores).
+fn read_source(files: &[SafetensorsFile], source: &Source, bytes: u64) -> Result<Vec<u8>> {
+    match source {
+        Source::Memory(b) => Ok(b.clone()),
+        Source::File(parts) => {
+            let mut out = Vec::with_capacity(bytes as usize);
+            for &(file, offset, len) in parts {
+                let f = &files[file];
+                out.extend_from_slice(&f.source().read_vec(offset, len)?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+impl Model {
+    /// The weights' names, in plan order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.state.slots.keys().map(String::as_str)
+    }
+
+    /// A weight's stored dtype and shape.
+    pub fn info(&self, name: &str) -> Option<(DType, &[usize])> {
+        self.state.slots.get(name).map(|s| (s.dtype, s.shape.as_slice()))
+    }
+
+    /// How the load read its files.
+    pub fn load_stats(&self) -> LoadStats {
+        self.state.load_stats
+    }
+
+    /// Weight bytes resident in device memory now.
+    pub fn resident_bytes(&self) -> u64 {
+        self.state.resident_bytes()
+    }
+
+    /// Marks the model as about to be used (ComfyUI's model load): top residency priority, watermark reset,
+    /// its pins active until the end of the node.
+    pub fn activate(&self) -> Result<()> {
+        self.state.manager.arbiter().prioritize(self.state.vbar)?;
+        self.state.manager.with_pins(|pins, _| pins.set_active(self.state.id, true));
+        Ok(())
+    }
+
+    /// Replaces the model's patch set: `(weight name, patches)`. Weights whose patches change (gain, lose or
+    /// change them) are restored from their pinned original and re-patched at their next fetch.
+    pub fn set_patches(&self, patches: Vec<(String, PatchSet)>) -> Result<()> {
+        let mut wanted: IndexMap<String, PatchSet> = IndexMap::new();
+        for (name, set) in patches {
+            if !self.state.slots.contains_key(&name) {
+                return Err(Error::Unsupported(format!("a patch for {name}, which the model does not have")));
+            }
+            wanted.entry(name).or_default().patches.extend(set.patches);
+        }
+        for slot in self.state.slots.values() {
+            let new = match wanted.get(&slot.name) {
+                Some(set) => {
+                    let (image, layout) = set.pack()?;
+                    Some(Arc::new(PackedPatches { image, layout }))
+                }
+                None => None,
+            };
+            let mut current = slot.patches.lock().unwrap_or_else(|p| p.into_inner());
+            let same = match (&*current, &new) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.image == b.image && a.layout == b.layout,
+                _ => false,
+            };
+            if !same {
+                *current = new;
+                slot.invalidate();
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-layer protocol: gets `names` on the device, resident, streamed or patched. `b` computes the
+    /// patches (it must be the backend of the manager's device).
+    pub fn fetch<'m, B: Backend>(&'m self, b: &B, names: &[&str]) -> Result<Layer<'m>> {
+        let state = &*self.state;
+        let manager = &*state.manager;
+        let memory = manager.memory().clone();
+        let mut lane = manager.lane()?;
+        lane.scratch.reset();
+        let stream = lane.stream;
+        let base = manager.arbiter().base(state.vbar)?;
+        let mut layer = Layer { state, lane: None, weights: Vec::with_capacity(names.len()), pinned: Vec::new() };
+        let mut to_patch = Vec::new();
+        for name in names {
+            let (index, _, slot) = state.slots.get_full(*name).ok_or_else(|| {
+                Error::Unsupported(format!("the model has no weight {name}"))
+            })?;
+            let patches = slot.patches.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let ptr = match &slot.place {
+                Place::Plain { weight, original, patched } => {
+                    let ptr = weight.view().ptr();
+                    match &patches {
+                        Some(p) if !patched.load(Ordering::Acquire) => {
+                            memory.copy_h2d_pageable(ptr, original)?;
+                            to_patch.push((index, ptr, p.clone()));
+                            patched.store(true, Ordering::Release);
+                        }
+                        _ => {}
+                    }
+                    ptr
+                }
+                Place::Vbar { offset, stored } => match manager.arbiter().fault(state.vbar, *offset, slot.bytes)? {
+                    Fault::Resident(signature) => {
+                        layer.pinned.push((*offset, slot.bytes));
+                        let dst = base.offset(*offset);
+                        let mut stored = stored.lock().unwrap_or_else(|p| p.into_inner());
+                        if !signature.matches(stored.as_ref()) {
+                            state.copy_slot(slot, dst, stream)?;
+                            if let Some(p) = &patches {
+                                to_patch.push((index, dst, p.clone()));
+                            }
+                            *stored = Some(signature);
+                        }
+                        dst
+                    }
+                    Fault::Offloaded => {
+                        let dst = lane.scratch.take(slot.bytes)?;
+                        state.copy_slot(slot, dst, stream)?;
+                        if let Some(p) = &patches {
+                            to_patch.push((index, dst, p.clone()));
+                        }
+                        dst
+                    }
+                },
+            };
+            layer.weights.push((index, ptr));
+        }
+        // Patch images: one copy each, into the lane's scratch.
+        let mut patch_views = Vec::with_capacity(to_patch.len());
+        for (index, dst, packed) in to_patch {
+            let at = lane.scratch.take(packed.layout.measure() as u64)?;
+            manager.copy_patch_image(state.id, state.slots[index].module, &packed.image, at, stream)?;
+            patch_views.push((index, dst, packed, at));
+        }
+        let copied = memory.record(stream)?;
+        memory.wait_event(StreamId::COMPUTE, copied.as_ref())?;
+        for (index, dst, packed, at) in patch_views {
+            let slot = &state.slots[index];
+            let target = Weight::new(dst, slot.dtype, slot.shape.clone());
+            apply(b, &target, &packed.layout.views(at), seed_for_key(&slot.name))?;
+        }
+        layer.lane = Some(lane);
+        Ok(layer)
+    }
+}
+
+impl Slot {
+    /// Forgets that the device copy is valid (the patch set changed): the next fetch copies the original
+    /// again and re-applies the patches — the restore.
+    fn invalidate(&self) {
+        match &self.place {
+            Place::Vbar { stored, .. } => *stored.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Place::Plain { patched, weight, original } => {
+                patched.store(false, Ordering::Release);
+                // A plain weight is restored now, so one without patches reads its original again.
+                let memory = weight_memory(weight);
+                if let Err(e) = memory.copy_h2d_pageable(weight.view().ptr(), original) {
+                    tracing::warn!(weight = %self.name, error = %e, "restoring a weight failed");
+                }
+            }
+        }
+    }
+}
+
+fn weight_memory(weight: &OwnedWeight) -> Arc<dyn DeviceMemory> {
+    weight.memory().clone()
+}
+
+impl ModelState {
+    /// Queues the copy of a slot's original bytes to `dst` on `stream`: from its pin when it has one, else
+    /// from its file through the staging ring, else (bytes given in memory) from pageable memory.
+    fn copy_slot(&self, slot: &Slot, dst: DevPtr, stream: StreamId) -> Result<()> {
+        let manager = &*self.manager;
+        if manager.copy_from_pin(self.id, slot.module, slot.bytes, dst, stream)? {
+            return Ok(());
+        }
+        match &slot.source {
+            Source::File(parts) => {
+                let mut at = dst;
+                for &(file, offset, len) in parts {
+                    manager.copy_file(self.files[file].source(), offset, len, at, stream)?;
+                    at = at.offset(len);
+                }
+                Ok(())
+            }
+            Source::Memory(bytes) => {
+                manager.note_pageable(&slot.name, slot.bytes);
+                manager.memory().copy_h2d_pageable(dst, bytes)
+            }
+        }
+    }
+
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        self.manager.arbiter().loaded_bytes(self.vbar).unwrap_or(0)
+    }
+
+    pub(crate) fn host_bytes(&self) -> u64 {
+        self.manager.with_pins(|pins, _| pins.pinned_bytes(self.id))
+    }
+
+    pub(crate) fn registered_bytes(&self) -> u64 {
+        self.manager.with_pins(|pins, _| {
+            [Subset::Weights, Subset::Patches].iter().filter_map(|s| pins.stats(self.id, *s)).map(|s| s.registered_bytes).sum()
+        })
+    }
+
+    /// Frees the model's device pages (its pins stay, so the next use needs no disk read). Returns the bytes.
+    pub(crate) fn unload(&self) -> Result<u64> {
+        let freed = self.manager.arbiter().free_memory(self.vbar, u64::MAX)?;
+        self.manager.arbiter().deprioritize(self.vbar)?;
+        for slot in self.slots.values() {
+            if let Place::Vbar { stored, .. } = &slot.place {
+                *stored.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+        Ok(freed)
+    }
+}
+
+impl Drop for ModelState {
+    fn drop(&mut self) {
+        if let Err(e) = self.manager.memory().synchronize() {
+            tracing::warn!(error = %e, "synchronising before freeing a model failed");
+        }
+        self.manager.forget_model(self.id);
+        if let Err(e) = self.manager.arbiter().destroy(self.vbar) {
+            tracing::warn!(error = %e, "freeing a model's device memory failed");
+        }
+    }
+}
+
+/// A layer's weights on the device, from [`Model::fetch`]. Dropping it ends their use.
+pub struct Layer<'m> {
+    state: &'m ModelState,
+    lane: Option<MutexGuard<'m, Lane>>,
+    weights: Vec<(usize, DevPtr)>,
+    /// VBAR ranges faulted resident (unpinned on drop).
+    pinned: Vec<(u64, u64)>,
+}
+
+impl Layer<'_> {
+    /// The i-th weight asked for.
+    pub fn weight(&self, i: usize) -> Weight<'_> {
+        let (index, ptr) = self.weights[i];
+        let slot = &self.state.slots[index];
+        Weight::new(ptr, slot.dtype, slot.shape.clone())
+    }
+
+    /// A weight by name (one of the names fetched).
+    pub fn get(&self, name: &str) -> Result<Weight<'_>> {
+        let i = self
+            .weights
+            .iter()
+            .position(|&(index, _)| self.state.slots[index].name == name)
+            .ok_or_else(|| Error::Unsupported(format!("{name} was not fetched with this layer")))?;
+        Ok(self.weight(i))
+    }
+
+    /// Number of weights.
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether it holds no weight.
+    pub fn is_empty(&self) -> bool {
+        self.weights.is_empty()
+    }
+}
+
+impl Drop for Layer<'_> {
+    fn drop(&mut self) {
+        let manager = &*self.state.manager;
+        for &(offset, size) in &self.pinned {
+            if let Err(e) = manager.arbiter().unpin(self.state.vbar, offset, size) {
+                tracing::warn!(error = %e, "unpinning a layer's weights failed");
+            }
+        }
+        if let Some(lane) = &self.lane {
+            let memory = manager.memory();
+            let done = memory.record(StreamId::COMPUTE).and_then(|e| memory.wait_event(lane.stream, e.as_ref()));
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "ordering the offload stream after the compute stream failed");
+            }
+        }
+    }
+}
