@@ -1,9 +1,39 @@
 //! The CPU backend: f32 compute, GEMM with the `gemm` crate, rayon for the rest; device memory simulated by
 //! [`SimDevice`].
+//!
+//! Tensors are [`CpuBuf`]s holding f32, f16 or bf16 elements; every op widens its inputs to f32, computes in
+//! f32 and rounds its result to the output dtype. Weights stay in the simulated device in their stored dtype
+//! and are widened each time an op reads them. Ops run synchronously on the calling thread and the rayon pool.
+//!
+//! One module per op family: [`storage`] (buffers and dtype conversion), [`weights`] (reading weights),
+//! [`gemm`] (the checked GEMM front), [`linear`], [`attention`], [`norm`], [`elementwise`], [`rope`],
+//! [`conv`], [`image`], [`layout`] and [`store`]; [`simd`] holds the vectorised inner loops.
+
+mod attention;
+mod conv;
+mod elementwise;
+mod gemm;
+mod image;
+mod layout;
+mod linear;
+mod norm;
+mod rope;
+mod simd;
+mod storage;
+mod store;
+mod weights;
 
 use std::sync::Arc;
 
-use crate::memory::{DeviceMemory, SimDevice};
+pub use self::storage::CpuBuf;
+use self::storage::{compute_dtype, read_f32, tensor_from_f32};
+use crate::backend::{
+    AttentionMask, Backend, BinaryOp, Conv2dParams, DeviceInfo, PadMode, RopeLayout, UnaryOp,
+};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::memory::{DevPtr, DeviceMemory, SimDevice};
+use crate::tensor::{Tensor, Weight, numel};
 
 /// The CPU backend.
 pub struct Cpu {
@@ -22,5 +52,212 @@ impl Cpu {
     /// The simulated device memory (for tests that inspect it).
     pub fn sim(&self) -> &Arc<SimDevice> {
         &self.sim
+    }
+}
+
+impl Backend for Cpu {
+    type Buf = CpuBuf;
+
+    fn info(&self) -> DeviceInfo {
+        let total_memory = self.memory.mem_info().map(|m| m.total).unwrap_or(0);
+        DeviceInfo { kind: "cpu", index: 0, name: "cpu".to_owned(), total_memory }
+    }
+
+    fn memory(&self) -> &Arc<dyn DeviceMemory> {
+        &self.memory
+    }
+
+    fn compute_dtype(&self) -> DType {
+        DType::F32
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn from_f32(&self, shape: &[usize], values: &[f32], dtype: DType) -> Result<Tensor<Self>> {
+        tensor_from_f32(shape.to_vec(), values.to_vec(), dtype, "from_f32")
+    }
+
+    fn to_f32(&self, x: &Tensor<Self>) -> Result<Vec<f32>> {
+        Ok(read_f32(x, "to_f32")?.into_owned())
+    }
+
+    fn full(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor<Self>> {
+        compute_dtype("full", dtype)?;
+        tensor_from_f32(shape.to_vec(), vec![value; numel(shape)], dtype, "full")
+    }
+
+    fn weight_to_tensor(&self, w: &Weight<'_>, dtype: DType) -> Result<Tensor<Self>> {
+        compute_dtype("weight_to_tensor", dtype)?;
+        tensor_from_f32(
+            w.shape().to_vec(),
+            weights::widen(&self.sim, w)?,
+            dtype,
+            "weight_to_tensor",
+        )
+    }
+
+    fn cast(&self, x: &Tensor<Self>, dtype: DType) -> Result<Tensor<Self>> {
+        storage::cast(x, dtype)
+    }
+
+    fn store(&self, x: &Tensor<Self>, dst: DevPtr, dtype: DType, seed: Option<u64>) -> Result<()> {
+        store::store(self, x, dst, dtype, seed)
+    }
+
+    fn linear(
+        &self,
+        x: &Tensor<Self>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+    ) -> Result<Tensor<Self>> {
+        linear::linear(self, x, w, bias)
+    }
+
+    fn matmul(
+        &self,
+        a: &Tensor<Self>,
+        b: &Tensor<Self>,
+        transpose_b: bool,
+    ) -> Result<Tensor<Self>> {
+        linear::matmul(a, b, transpose_b)
+    }
+
+    fn embedding(&self, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Self>> {
+        linear::embedding(self, ids, table)
+    }
+
+    fn rms_norm(&self, x: &Tensor<Self>, w: Option<&Weight<'_>>, eps: f32) -> Result<Tensor<Self>> {
+        norm::rms_norm(self, x, w, eps)
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Tensor<Self>,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Self>> {
+        norm::layer_norm(self, x, w, b, eps)
+    }
+
+    fn group_norm(
+        &self,
+        x: &Tensor<Self>,
+        groups: usize,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Self>> {
+        norm::group_norm(self, x, groups, w, b, eps)
+    }
+
+    fn softmax(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {
+        norm::softmax(x)
+    }
+
+    fn attention(
+        &self,
+        q: &Tensor<Self>,
+        k: &Tensor<Self>,
+        v: &Tensor<Self>,
+        mask: AttentionMask,
+        scale: f32,
+    ) -> Result<Tensor<Self>> {
+        attention::attention(q, k, v, mask, scale)
+    }
+
+    fn rope(
+        &self,
+        x: &Tensor<Self>,
+        cos: &Tensor<Self>,
+        sin: &Tensor<Self>,
+        layout: RopeLayout,
+    ) -> Result<Tensor<Self>> {
+        rope::rope(x, cos, sin, layout)
+    }
+
+    fn unary(&self, x: &Tensor<Self>, op: UnaryOp) -> Result<Tensor<Self>> {
+        elementwise::unary(x, op)
+    }
+
+    fn binary(&self, a: &Tensor<Self>, b: &Tensor<Self>, op: BinaryOp) -> Result<Tensor<Self>> {
+        elementwise::binary(a, b, op)
+    }
+
+    fn affine(&self, x: &Tensor<Self>, mul: f32, add: f32) -> Result<Tensor<Self>> {
+        elementwise::affine(x, mul, add)
+    }
+
+    fn gated(&self, gate: &Tensor<Self>, up: &Tensor<Self>, act: UnaryOp) -> Result<Tensor<Self>> {
+        elementwise::gated(gate, up, act)
+    }
+
+    fn modulate(
+        &self,
+        x: &Tensor<Self>,
+        scale: &Tensor<Self>,
+        shift: Option<&Tensor<Self>>,
+    ) -> Result<Tensor<Self>> {
+        elementwise::modulate(x, scale, shift)
+    }
+
+    fn conv2d(
+        &self,
+        x: &Tensor<Self>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+    ) -> Result<Tensor<Self>> {
+        conv::conv2d(self, x, w, bias, params)
+    }
+
+    fn upsample_nearest2x(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {
+        image::upsample_nearest2x(x)
+    }
+
+    fn patchify(&self, x: &Tensor<Self>, p: usize) -> Result<Tensor<Self>> {
+        image::patchify(x, p)
+    }
+
+    fn unpatchify(
+        &self,
+        x: &Tensor<Self>,
+        p: usize,
+        channels: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<Tensor<Self>> {
+        image::unpatchify(x, p, channels, h, w)
+    }
+
+    fn concat(&self, xs: &[&Tensor<Self>], dim: isize) -> Result<Tensor<Self>> {
+        layout::concat(xs, dim)
+    }
+
+    fn slice(
+        &self,
+        x: &Tensor<Self>,
+        dim: isize,
+        start: usize,
+        len: usize,
+    ) -> Result<Tensor<Self>> {
+        layout::slice(x, dim, start, len)
+    }
+
+    fn pad(
+        &self,
+        x: &Tensor<Self>,
+        dim: isize,
+        before: usize,
+        after: usize,
+        mode: PadMode,
+    ) -> Result<Tensor<Self>> {
+        layout::pad(x, dim, before, after, mode)
+    }
+
+    fn permute(&self, x: &Tensor<Self>, perm: &[usize]) -> Result<Tensor<Self>> {
+        layout::permute(x, perm)
     }
 }

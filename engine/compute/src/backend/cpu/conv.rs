@@ -1,0 +1,190 @@
+//! 2-D convolution on the CPU, as GEMMs.
+//!
+//! - Stride 1 (a VAE's 3×3 and 1×1 convs): the input is zero-padded once per image, and each kernel tap
+//!   (ky, kx) is one GEMM `w[:, :, ky, kx] · shifted input` accumulated into the output. Computing the
+//!   output over the padded width (and dropping the extra columns) makes every shifted input a plain strided
+//!   matrix, so no im2col buffer is built; a 1×1 conv without padding is a single GEMM on the input.
+//! - Other strides: im2col over bands of output rows (bounded scratch), one GEMM per band.
+
+use rayon::prelude::*;
+
+use super::Cpu;
+use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
+use super::weights::{vector, widen};
+use crate::backend::Conv2dParams;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, Weight};
+
+/// Largest im2col band, in elements.
+const IM2COL_ELEMS: usize = 1 << 23;
+
+/// The geometry of one convolution.
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    c: usize,
+    h: usize,
+    w: usize,
+    o: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    /// Top, bottom, left, right.
+    pad: [usize; 4],
+    oh: usize,
+    ow: usize,
+}
+
+/// 2-D convolution (see [`crate::Backend::conv2d`]).
+pub(crate) fn conv2d(
+    cpu: &Cpu,
+    x: &Tensor<Cpu>,
+    w: &Weight<'_>,
+    bias: Option<&Weight<'_>>,
+    params: Conv2dParams,
+) -> Result<Tensor<Cpu>> {
+    const OP: &str = "conv2d";
+    let &[b, c, h, wd] = x.shape() else {
+        return Err(Error::shape(OP, format!("x must be [B, C, H, W], got {:?}", x.shape())));
+    };
+    let &[o, wc, kh, kw] = w.shape() else {
+        return Err(Error::shape(
+            OP,
+            format!("weight must be [O, C, kh, kw], got {:?}", w.shape()),
+        ));
+    };
+    if wc != c {
+        return Err(Error::shape(
+            OP,
+            format!("x {:?} has {c} channels, weight {:?} takes {wc}", x.shape(), w.shape()),
+        ));
+    }
+    let [top, bottom, left, right] = params.padding;
+    let (hp, wp) = (h + top + bottom, wd + left + right);
+    if params.stride == 0 || kh == 0 || kw == 0 || hp < kh || wp < kw {
+        return Err(Error::shape(
+            OP,
+            format!("kernel {kh}×{kw}, stride {} on a padded {hp}×{wp} input", params.stride),
+        ));
+    }
+    let g = Geom {
+        c,
+        h,
+        w: wd,
+        o,
+        kh,
+        kw,
+        stride: params.stride,
+        pad: params.padding,
+        oh: (hp - kh) / params.stride + 1,
+        ow: (wp - kw) / params.stride + 1,
+    };
+    let bias = vector(cpu.sim(), OP, "bias", bias, o)?;
+    let weights = widen(cpu.sim(), w)?;
+    let xs = read_f32(x, OP)?;
+    let plane_out = g.oh * g.ow;
+    let mut out = vec![0.0f32; b * o * plane_out];
+    if plane_out > 0 && o > 0 {
+        for (xi, oi) in xs.chunks(c * h * wd).zip(out.chunks_mut(o * plane_out)) {
+            if g.stride == 1 {
+                conv_taps(&g, xi, &weights, oi);
+            } else {
+                conv_im2col(&g, xi, &weights, oi);
+            }
+        }
+        if let Some(bias) = bias {
+            out.par_chunks_mut(plane_out).enumerate().for_each(|(i, plane)| {
+                let v = bias[i % o];
+                plane.iter_mut().for_each(|x| *x += v);
+            });
+        }
+    }
+    tensor_from_f32(vec![b, o, g.oh, g.ow], out, x.dtype(), OP)
+}
+
+/// Stride-1 convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]`, one GEMM per kernel tap.
+fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let [top, bottom, left, right] = g.pad;
+    let taps = g.kh * g.kw;
+    let wrow = g.c * taps;
+    if taps == 1 && g.pad == [0; 4] {
+        gemm(
+            g.o,
+            g.oh * g.ow,
+            g.c,
+            MatMut::rows(out, g.oh * g.ow),
+            Mat::rows(w, wrow),
+            Mat::rows(x, g.h * g.w),
+            false,
+            1.0,
+            Threads::All,
+        );
+        return;
+    }
+    let (hp, wp) = (g.h + top + bottom, g.w + left + right);
+    // The padded input, with kw − 1 spare zeros so the last channel's shifted views stay in bounds.
+    let mut padded = vec![0.0f32; g.c * hp * wp + g.kw - 1];
+    padded[..g.c * hp * wp].par_chunks_mut(hp * wp).zip(x.par_chunks(g.h * g.w)).for_each(
+        |(dst, src)| {
+            for (y, row) in src.chunks(g.w).enumerate() {
+                let at = (y + top) * wp + left;
+                dst[at..at + g.w].copy_from_slice(row);
+            }
+        },
+    );
+    // The output over the padded width: column y·wp + x, of which x < ow are kept.
+    let cols = g.oh * wp;
+    let direct = g.ow == wp;
+    let mut wide = if direct { Vec::new() } else { vec![0.0f32; g.o * cols] };
+    let dst_buf: &mut [f32] = if direct { out } else { &mut wide };
+    for ky in 0..g.kh {
+        for kx in 0..g.kw {
+            let t = ky * g.kw + kx;
+            let lhs = Mat { data: &w[t..], rs: wrow, cs: taps };
+            let rhs = Mat { data: &padded[ky * wp + kx..], rs: hp * wp, cs: 1 };
+            gemm(g.o, cols, g.c, MatMut::rows(dst_buf, cols), lhs, rhs, t > 0, 1.0, Threads::All);
+        }
+    }
+    if !direct {
+        out.par_chunks_mut(g.oh * g.ow).zip(wide.par_chunks(cols)).for_each(|(dst, src)| {
+            for (drow, srow) in dst.chunks_mut(g.ow).zip(src.chunks(wp)) {
+                drow.copy_from_slice(&srow[..g.ow]);
+            }
+        });
+    }
+}
+
+/// Strided convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]` by im2col over bands of rows.
+fn conv_im2col(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let [top, _, left, _] = g.pad;
+    let taps = g.kh * g.kw;
+    let krows = g.c * taps;
+    let band = (IM2COL_ELEMS / (krows * g.ow).max(1)).clamp(1, g.oh);
+    let mut col = vec![0.0f32; krows * band * g.ow];
+    let plane = g.oh * g.ow;
+    let mut y0 = 0;
+    while y0 < g.oh {
+        let rows = band.min(g.oh - y0);
+        let n = rows * g.ow;
+        let col = &mut col[..krows * n];
+        // Row (c, ky, kx) of the band: input (c, y·s + ky − top, x·s + kx − left), zero outside.
+        let rows_per_task = (PAR_CHUNK / n).max(1);
+        col.par_chunks_mut(rows_per_task * n).enumerate().for_each(|(t, chunk)| {
+            for (i, crow) in chunk.chunks_mut(n).enumerate() {
+                let r = t * rows_per_task + i;
+                let (ch, ky, kx) = (r / taps, r % taps / g.kw, r % g.kw);
+                let src = &x[ch * g.h * g.w..(ch + 1) * g.h * g.w];
+                for (j, v) in crow.iter_mut().enumerate() {
+                    let (oy, ox) = (y0 + j / g.ow, j % g.ow);
+                    let iy = (oy * g.stride + ky) as isize - top as isize;
+                    let ix = (ox * g.stride + kx) as isize - left as isize;
+                    let inside = (0..g.h as isize).contains(&iy) && (0..g.w as isize).contains(&ix);
+                    *v = if inside { src[iy as usize * g.w + ix as usize] } else { 0.0 };
+                }
+            }
+        });
+        let dst = MatMut { data: &mut out[y0 * g.ow..], rs: plane, cs: 1 };
+        gemm(g.o, n, krows, dst, Mat::rows(w, krows), Mat::rows(col, n), false, 1.0, Threads::All);
+        y0 += rows;
+    }
+}

@@ -1,0 +1,165 @@
+//! Products on the CPU: `linear` (activations times a stored weight), batched `matmul` and `embedding`.
+//!
+//! A linear weight `[N, K]` is widened to f32 in blocks of rows, each block multiplied as soon as it is
+//! widened, so the widened copy stays in cache and no `N × K` f32 buffer is ever allocated.
+
+use rayon::prelude::*;
+
+use super::Cpu;
+use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::storage::{read_f32, tensor_from_f32};
+use super::weights::{vector, widen_range};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, Weight, numel};
+
+/// Rows of a linear weight widened (and multiplied) at a time: large enough that the product of a block
+/// keeps every thread busy, small enough that the block stays in the last-level cache.
+const WEIGHT_BLOCK_ELEMS: usize = 1 << 20;
+
+/// `x · wᵀ (+ bias)` (see [`crate::Backend::linear`]).
+pub(crate) fn linear(
+    cpu: &Cpu,
+    x: &Tensor<Cpu>,
+    w: &Weight<'_>,
+    bias: Option<&Weight<'_>>,
+) -> Result<Tensor<Cpu>> {
+    const OP: &str = "linear";
+    let (&k, lead) = x
+        .shape()
+        .split_last()
+        .ok_or_else(|| Error::shape(OP, "x must have at least one dimension"))?;
+    let &[n, wk] = w.shape() else {
+        return Err(Error::shape(OP, format!("weight must be [out, in], got {:?}", w.shape())));
+    };
+    if wk != k {
+        return Err(Error::shape(
+            OP,
+            format!("x {:?} has {k} features, weight {:?} takes {wk}", x.shape(), w.shape()),
+        ));
+    }
+    let bias = vector(cpu.sim(), OP, "bias", bias, n)?;
+    let m = numel(lead);
+    let xs = read_f32(x, OP)?;
+    let mut out = vec![0.0f32; m * n];
+    linear_into(cpu, &xs, w, m, n, k, &mut out)?;
+    if let Some(bias) = bias {
+        add_row_bias(&mut out, &bias);
+    }
+    let mut shape = lead.to_vec();
+    shape.push(n);
+    tensor_from_f32(shape, out, x.dtype(), OP)
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` with `w` `[n, k]` widened block by block.
+fn linear_into(
+    cpu: &Cpu,
+    x: &[f32],
+    w: &Weight<'_>,
+    m: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let block_rows = (WEIGHT_BLOCK_ELEMS / k.max(1)).clamp(1, n);
+    let mut block = vec![0.0f32; block_rows * k];
+    let mut n0 = 0;
+    while n0 < n {
+        let rows = block_rows.min(n - n0);
+        let wb = &mut block[..rows * k];
+        widen_range(cpu.sim(), w, n0 * k, wb)?;
+        let dst = MatMut { data: &mut out[n0..], rs: n, cs: 1 };
+        gemm(m, rows, k, dst, Mat::rows(x, k), Mat::rows_t(wb, k), false, 1.0, Threads::All);
+        n0 += rows;
+    }
+    Ok(())
+}
+
+/// Adds `bias` to every row of `out` (rows of `bias.len()`).
+pub(crate) fn add_row_bias(out: &mut [f32], bias: &[f32]) {
+    let n = bias.len();
+    if n == 0 {
+        return;
+    }
+    let rows_per_task = (super::storage::PAR_CHUNK / n).max(1);
+    out.par_chunks_mut(rows_per_task * n).for_each(|rows| {
+        for row in rows.chunks_exact_mut(n) {
+            for (o, b) in row.iter_mut().zip(bias) {
+                *o += b;
+            }
+        }
+    });
+}
+
+/// Batched `a · b` or `a · bᵀ` (see [`crate::Backend::matmul`]).
+pub(crate) fn matmul(a: &Tensor<Cpu>, b: &Tensor<Cpu>, transpose_b: bool) -> Result<Tensor<Cpu>> {
+    const OP: &str = "matmul";
+    let (ra, rb) = (a.shape().len(), b.shape().len());
+    if ra < 2 || ra != rb {
+        return Err(Error::shape(
+            OP,
+            format!("a {:?} and b {:?} need equal ranks of at least 2", a.shape(), b.shape()),
+        ));
+    }
+    let (batch_a, mk) = a.shape().split_at(ra - 2);
+    let (batch_b, bk) = b.shape().split_at(rb - 2);
+    if batch_a != batch_b {
+        return Err(Error::shape(
+            OP,
+            format!("batch dims differ: a {:?}, b {:?}", a.shape(), b.shape()),
+        ));
+    }
+    let (m, k) = (mk[0], mk[1]);
+    let (kb, n) = if transpose_b { (bk[1], bk[0]) } else { (bk[0], bk[1]) };
+    if kb != k {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "a {:?} and b {:?} (transpose_b {transpose_b}) have different inner dims",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let batch = numel(batch_a);
+    let (av, bv) = (read_f32(a, OP)?, read_f32(b, OP)?);
+    let mut out = vec![0.0f32; batch * m * n];
+    let one = |i: usize, dst: &mut [f32], threads: Threads| {
+        let ai = &av[i * m * k..(i + 1) * m * k];
+        let bi = &bv[i * k * n..(i + 1) * k * n];
+        let rhs = if transpose_b { Mat::rows_t(bi, k) } else { Mat::rows(bi, n) };
+        gemm(m, n, k, MatMut::rows(dst, n), Mat::rows(ai, k), rhs, false, 1.0, threads);
+    };
+    if m * n > 0 {
+        // Small products run one per thread; large ones each use every thread.
+        if batch > 1 && m * n * k < (1 << 22) {
+            out.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| one(i, dst, Threads::One));
+        } else {
+            out.chunks_mut(m * n).enumerate().for_each(|(i, dst)| one(i, dst, Threads::All));
+        }
+    }
+    let mut shape = batch_a.to_vec();
+    shape.extend([m, n]);
+    tensor_from_f32(shape, out, a.dtype(), OP)
+}
+
+/// Rows of `table` at `ids` (see [`crate::Backend::embedding`]).
+pub(crate) fn embedding(cpu: &Cpu, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Cpu>> {
+    const OP: &str = "embedding";
+    let &[v, d] = table.shape() else {
+        return Err(Error::shape(OP, format!("table must be [V, D], got {:?}", table.shape())));
+    };
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= v) {
+        return Err(Error::shape(OP, format!("id {bad} is out of range for a table of {v} rows")));
+    }
+    let mut out = vec![0.0f32; ids.len() * d];
+    if d > 0 {
+        out.par_chunks_mut(d)
+            .zip(ids.par_iter())
+            .try_for_each(|(row, &id)| widen_range(cpu.sim(), table, id as usize * d, row))?;
+    }
+    tensor_from_f32(vec![ids.len(), d], out, DType::F32, OP)
+}
