@@ -1,1 +1,612 @@
 //! Each op on the CUDA backend against the CPU backend, with tolerances; skips with a message without a GPU.
+//!
+//! Without the `cuda` feature, a CUDA library or a device, every CUDA test prints one line
+//! ("skipping CUDA tests: <why>") and passes. The backend selection test runs everywhere.
+
+use kiln_compute::select::{Selection, select};
+
+#[test]
+fn select_without_cuda_falls_back_to_the_cpu_naming_what_is_missing() {
+    let selection = Selection { force_cpu: false, cuda_device: 0, cpu_memory: 64 << 20 };
+    let (device, reason) = select(&selection);
+    #[cfg(not(feature = "cuda"))]
+    {
+        assert_eq!(device.kind(), "cpu");
+        let reason = reason.expect("a reason for the CPU");
+        assert!(reason.contains("no CUDA support"), "{reason}");
+    }
+    #[cfg(feature = "cuda")]
+    match kiln_compute::backend::cuda::missing_library() {
+        Some(lib) => {
+            assert_eq!(device.kind(), "cpu");
+            let reason = reason.expect("a reason for the CPU");
+            assert!(reason.contains(lib), "{reason} should name {lib}");
+        }
+        None if device.kind() == "cuda" => assert!(reason.is_none()),
+        None => {
+            let reason = reason.expect("a reason for the CPU");
+            assert!(reason.contains("not usable"), "{reason}");
+        }
+    }
+    let forced = select(&Selection { force_cpu: true, ..selection });
+    assert_eq!(forced.0.kind(), "cpu");
+    assert_eq!(forced.1.as_deref(), Some("--cpu was given"));
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn cuda_ops_match_the_cpu() {
+    eprintln!("skipping CUDA tests: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::{Arc, OnceLock};
+
+    use kiln_compute::backend::cpu::Cpu;
+    use kiln_compute::backend::cuda::{Cuda, missing_library};
+    use kiln_compute::backend::{
+        AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp,
+    };
+    use kiln_compute::dtype::{self, DType};
+    use kiln_compute::memory::{DeviceMemory, HostMemory, HostSlice, StreamId};
+    use kiln_compute::{Backend, OwnedWeight, Tensor};
+
+    struct Env {
+        /// bf16 compute (the default).
+        gpu: Cuda,
+        /// f32 compute.
+        gpu32: Cuda,
+        cpu: Cpu,
+    }
+
+    /// The backends, or `None` after printing why the CUDA tests are skipped.
+    fn env() -> Option<&'static Env> {
+        static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
+        let env = ENV.get_or_init(|| {
+            if let Some(lib) = missing_library() {
+                return Err(format!("the CUDA library {lib} was not found"));
+            }
+            let gpu = Cuda::new(0).map_err(|e| format!("no usable CUDA device: {e}"))?;
+            let gpu32 = Cuda::with_dtype(0, DType::F32)
+                .map_err(|e| format!("no usable CUDA device: {e}"))?;
+            Ok(Env { gpu, gpu32, cpu: Cpu::new(4 << 30) })
+        });
+        match env {
+            Ok(env) => Some(env),
+            Err(why) => {
+                eprintln!("skipping CUDA tests: {why}");
+                None
+            }
+        }
+    }
+
+    /// Deterministic values in [-scale, scale).
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    fn up<B: Backend>(b: &B, shape: &[usize], v: &[f32], dtype: DType) -> Tensor<B> {
+        b.from_f32(shape, v, dtype).expect("upload")
+    }
+
+    fn weight<B: Backend>(b: &B, dtype: DType, shape: &[usize], v: &[f32]) -> OwnedWeight {
+        OwnedWeight::from_f32(b.memory(), dtype, shape, v).expect("weight upload")
+    }
+
+    fn get<B: Backend>(b: &B, t: &Tensor<B>) -> Vec<f32> {
+        b.to_f32(t).expect("download")
+    }
+
+    /// Tolerance for outputs of `dtype`: about two roundings of a bf16/f16 value, tight for f32.
+    fn tol(dtype: DType) -> (f32, f32) {
+        match dtype {
+            DType::F32 => (1e-4, 1e-4),
+            DType::F16 => (5e-3, 5e-3),
+            _ => (2e-2, 2e-2),
+        }
+    }
+
+    #[track_caller]
+    fn assert_close(what: &str, got: &[f32], want: &[f32], (atol, rtol): (f32, f32)) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        let mut worst = (0.0f32, 0usize);
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let err = (g - w).abs() - rtol * w.abs();
+            assert!(!g.is_nan() || w.is_nan(), "{what}: NaN at {i} (want {w})");
+            if err > worst.0 {
+                worst = (err, i);
+            }
+        }
+        let i = worst.1;
+        assert!(
+            worst.0 <= atol,
+            "{what}: at {i} got {} want {} (atol {atol}, rtol {rtol})",
+            got[i],
+            want[i]
+        );
+    }
+
+    const COMPUTE: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    const STORED: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2];
+
+    #[test]
+    fn casts_uploads_and_weights_are_exact() {
+        let Some(e) = env() else { return };
+        let v = values(1000, 1, 500.0);
+        for dt in COMPUTE {
+            let want: Vec<f32> = v.iter().map(|&x| dtype::round_to(dt, x)).collect();
+            assert_eq!(get(&e.gpu, &up(&e.gpu, &[10, 100], &v, dt)), want, "from_f32 {dt}");
+            for to in COMPUTE {
+                let x = up(&e.gpu, &[1000], &v, dt);
+                let c = e.gpu.cast(&x, to).expect("cast");
+                let want: Vec<f32> =
+                    v.iter().map(|&x| dtype::round_to(to, dtype::round_to(dt, x))).collect();
+                assert_eq!(get(&e.gpu, &c), want, "cast {dt} -> {to}");
+            }
+        }
+        for wdt in STORED {
+            let w = weight(&e.gpu, wdt, &[10, 100], &v);
+            for to in COMPUTE {
+                let t = e.gpu.weight_to_tensor(&w.view(), to).expect("weight_to_tensor");
+                let want: Vec<f32> =
+                    v.iter().map(|&x| dtype::round_to(to, dtype::round_to(wdt, x))).collect();
+                assert_eq!(get(&e.gpu, &t), want, "weight {wdt} as {to}");
+            }
+        }
+        let f = e.gpu.full(&[3, 7], 1.1, DType::BF16).expect("full");
+        assert_eq!(get(&e.gpu, &f), vec![dtype::round_to(DType::BF16, 1.1); 21]);
+    }
+
+    #[test]
+    fn store_rounds_to_nearest_or_stochastically() {
+        let Some(e) = env() else { return };
+        let v = values(4096, 2, 100.0);
+        let x = up(&e.gpu, &[4096], &v, DType::F32);
+        for dt in STORED {
+            let dst = e.gpu.memory().alloc(4096 * dt.size() as u64).expect("alloc");
+            e.gpu.store(&x, dst, dt, None).expect("store");
+            let mut bytes = vec![0u8; 4096 * dt.size()];
+            e.gpu.memory().copy_d2h(&mut bytes, dst).expect("read back");
+            assert_eq!(bytes, dtype::narrow(dt, &v), "nearest-even store as {dt}");
+            if dt != DType::F32 {
+                e.gpu.store(&x, dst, dt, Some(7)).expect("stochastic store");
+                e.gpu.memory().copy_d2h(&mut bytes, dst).expect("read back");
+                let mut again = vec![0u8; bytes.len()];
+                e.gpu.store(&x, dst, dt, Some(7)).expect("stochastic store");
+                e.gpu.memory().copy_d2h(&mut again, dst).expect("read back");
+                assert_eq!(bytes, again, "the same seed gives the same bytes ({dt})");
+                let got = dtype::widen(dt, &bytes);
+                let nearest = dtype::widen(dt, &dtype::narrow(dt, &v));
+                let mut moved = 0;
+                for ((&g, &n), &x) in got.iter().zip(&nearest).zip(&v) {
+                    // Either the nearest value or the neighbour on the other side of x.
+                    assert!(
+                        g == n || (g - x).signum() != (n - x).signum(),
+                        "{dt}: {x} stored as {g} (nearest {n})"
+                    );
+                    moved += usize::from(g != n);
+                }
+                assert!(
+                    moved > 0,
+                    "{dt}: stochastic rounding never rounded away from the nearest value"
+                );
+            }
+            e.gpu.memory().free(dst).expect("free");
+        }
+        // The mean of many stochastic roundings of one value is the value.
+        let third = vec![1.0 + 1.0 / 384.0; 1 << 16];
+        let x = up(&e.gpu, &[third.len()], &third, DType::F32);
+        let dst = e.gpu.memory().alloc((third.len() * 2) as u64).expect("alloc");
+        e.gpu.store(&x, dst, DType::BF16, Some(3)).expect("store");
+        let mut bytes = vec![0u8; third.len() * 2];
+        e.gpu.memory().copy_d2h(&mut bytes, dst).expect("read back");
+        let mean = dtype::widen(DType::BF16, &bytes).iter().map(|&v| f64::from(v)).sum::<f64>()
+            / third.len() as f64;
+        assert!((mean - f64::from(third[0])).abs() < 1e-4, "mean {mean}");
+        e.gpu.memory().free(dst).expect("free");
+    }
+
+    fn linear_case<B: Backend>(b: &B, xdt: DType, wdt: DType, k: usize, bias: bool) -> Vec<f32> {
+        let x = up(b, &[3, 5, k], &values(15 * k, 3, 1.0), xdt);
+        let w = weight(b, wdt, &[48, k], &values(48 * k, 4, 0.5));
+        let bw = weight(b, wdt, &[48], &values(48, 5, 1.0));
+        let y = b.linear(&x, &w.view(), bias.then(|| bw.view()).as_ref()).expect("linear");
+        assert_eq!(y.shape(), [3, 5, 48]);
+        assert_eq!(y.dtype(), xdt);
+        get(b, &y)
+    }
+
+    #[test]
+    fn linear_matches_the_cpu_for_every_weight_dtype() {
+        let Some(e) = env() else { return };
+        for xdt in COMPUTE {
+            for wdt in STORED {
+                for (k, bias) in [(64, true), (3, false), (130, true)] {
+                    let what = format!("linear x {xdt} w {wdt} k {k}");
+                    let (atol, rtol) = tol(xdt);
+                    let scale = (k as f32).sqrt() / 4.0;
+                    assert_close(
+                        &what,
+                        &linear_case(&e.gpu, xdt, wdt, k, bias),
+                        &linear_case(&e.cpu, xdt, wdt, k, bias),
+                        (atol * scale, rtol),
+                    );
+                }
+            }
+        }
+    }
+
+    fn matmul_case<B: Backend>(b: &B, dt: DType, tb: bool) -> Vec<f32> {
+        let a = up(b, &[2, 3, 17, 40], &values(6 * 17 * 40, 6, 1.0), dt);
+        let bshape: &[usize] = if tb { &[2, 3, 23, 40] } else { &[2, 3, 40, 23] };
+        let bm = up(b, bshape, &values(6 * 40 * 23, 7, 1.0), dt);
+        let c = b.matmul(&a, &bm, tb).expect("matmul");
+        assert_eq!(c.shape(), [2, 3, 17, 23]);
+        get(b, &c)
+    }
+
+    #[test]
+    fn matmul_matches_the_cpu() {
+        let Some(e) = env() else { return };
+        for dt in COMPUTE {
+            for tb in [false, true] {
+                let (atol, rtol) = tol(dt);
+                assert_close(
+                    &format!("matmul {dt} tb {tb}"),
+                    &matmul_case(&e.gpu, dt, tb),
+                    &matmul_case(&e.cpu, dt, tb),
+                    (atol * 2.0, rtol),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn embedding_gathers_rows_in_the_compute_type() {
+        let Some(e) = env() else { return };
+        let table = values(50 * 16, 8, 2.0);
+        let ids = [3u32, 0, 49, 3, 17];
+        for wdt in STORED {
+            for gpu in [&e.gpu, &e.gpu32] {
+                let w = weight(gpu, wdt, &[50, 16], &table);
+                let y = gpu.embedding(&ids, &w.view()).expect("embedding");
+                assert_eq!(y.dtype(), gpu.compute_dtype());
+                let cw = weight(&e.cpu, wdt, &[50, 16], &table);
+                let want = get(&e.cpu, &e.cpu.embedding(&ids, &cw.view()).expect("cpu embedding"));
+                let want: Vec<f32> =
+                    want.iter().map(|&v| dtype::round_to(gpu.compute_dtype(), v)).collect();
+                assert_eq!(get(gpu, &y), want, "embedding of a {wdt} table");
+                assert!(
+                    gpu.embedding(&[50], &w.view()).is_err(),
+                    "an id past the table is an error"
+                );
+            }
+        }
+    }
+
+    fn norm_case<B: Backend>(b: &B, dt: DType, which: usize) -> Vec<f32> {
+        let x = up(b, &[2, 8, 6, 5], &values(480, 9, 3.0), dt);
+        let w = weight(b, DType::BF16, &[5], &values(5, 10, 1.0));
+        let bb = weight(b, DType::F32, &[5], &values(5, 11, 1.0));
+        let gw = weight(b, DType::F16, &[8], &values(8, 12, 1.0));
+        let gb = weight(b, DType::F8E4M3, &[8], &values(8, 13, 1.0));
+        let y = match which {
+            0 => b.rms_norm(&x, Some(&w.view()), 1e-6),
+            1 => b.rms_norm(&x, None, 1e-6),
+            2 => b.layer_norm(&x, Some(&w.view()), Some(&bb.view()), 1e-5),
+            3 => b.layer_norm(&x, None, None, 1e-5),
+            4 => b.group_norm(&x, 4, Some(&gw.view()), Some(&gb.view()), 1e-5),
+            5 => b.group_norm(&x, 2, None, None, 1e-6),
+            _ => b.softmax(&x),
+        };
+        get(b, &y.expect("norm"))
+    }
+
+    #[test]
+    fn norms_and_softmax_match_the_cpu() {
+        let Some(e) = env() else { return };
+        for dt in COMPUTE {
+            for which in 0..7 {
+                assert_close(
+                    &format!("norm {which} {dt}"),
+                    &norm_case(&e.gpu, dt, which),
+                    &norm_case(&e.cpu, dt, which),
+                    tol(dt),
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_case<B: Backend>(
+        b: &B,
+        dt: DType,
+        (hq, hkv): (usize, usize),
+        (nq, nk): (usize, usize),
+        (d, dv): (usize, usize),
+        mask: AttentionMask,
+    ) -> Vec<f32> {
+        let q = up(b, &[1, hq, nq, d], &values(hq * nq * d, 14, 1.0), dt);
+        let k = up(b, &[1, hkv, nk, d], &values(hkv * nk * d, 15, 1.0), dt);
+        let v = up(b, &[1, hkv, nk, dv], &values(hkv * nk * dv, 16, 1.0), dt);
+        let o = b.attention(&q, &k, &v, mask, 1.0 / (d as f32).sqrt()).expect("attention");
+        assert_eq!(o.shape(), [1, hq, nq, dv]);
+        get(b, &o)
+    }
+
+    #[test]
+    fn attention_matches_the_cpu_with_gqa_and_causal_masks() {
+        let Some(e) = env() else { return };
+        let cases = [
+            (DType::BF16, (8, 2), (3000, 3000), (64, 64), AttentionMask::Causal),
+            (DType::BF16, (4, 4), (2048, 2048), (128, 128), AttentionMask::None),
+            (DType::F32, (4, 1), (333, 1000), (80, 80), AttentionMask::Causal),
+            (DType::F16, (2, 1), (500, 200), (256, 256), AttentionMask::Causal),
+            (DType::F32, (3, 3), (70, 90), (32, 48), AttentionMask::None),
+        ];
+        for (dt, heads, n, dims, mask) in cases {
+            let what = format!("attention {dt} heads {heads:?} n {n:?} dims {dims:?} {mask:?}");
+            assert_close(
+                &what,
+                &attention_case(&e.gpu, dt, heads, n, dims, mask),
+                &attention_case(&e.cpu, dt, heads, n, dims, mask),
+                tol(dt),
+            );
+        }
+    }
+
+    fn rope_case<B: Backend>(b: &B, dt: DType, layout: RopeLayout) -> Vec<f32> {
+        let x = up(b, &[2, 5, 3, 16], &values(480, 17, 1.0), dt);
+        let ang: Vec<f32> = (0..40).map(|i| i as f32 * 0.37).collect();
+        let cos = up(b, &[5, 8], &ang.iter().map(|a| a.cos()).collect::<Vec<_>>(), DType::F32);
+        let sin = up(b, &[5, 8], &ang.iter().map(|a| a.sin()).collect::<Vec<_>>(), DType::F32);
+        get(b, &b.rope(&x, &cos, &sin, layout).expect("rope"))
+    }
+
+    #[test]
+    fn rope_matches_the_cpu_in_both_layouts() {
+        let Some(e) = env() else { return };
+        for dt in COMPUTE {
+            for layout in [RopeLayout::Interleaved, RopeLayout::Half] {
+                assert_close(
+                    &format!("rope {dt} {layout:?}"),
+                    &rope_case(&e.gpu, dt, layout),
+                    &rope_case(&e.cpu, dt, layout),
+                    tol(dt),
+                );
+            }
+        }
+    }
+
+    fn elementwise_case<B: Backend>(b: &B, dt: DType, which: usize) -> Vec<f32> {
+        let x = up(b, &[2, 3, 4, 5], &values(120, 18, 3.0), dt);
+        let y = match which {
+            0..=6 => {
+                let ops = [
+                    UnaryOp::Silu,
+                    UnaryOp::Gelu,
+                    UnaryOp::GeluTanh,
+                    UnaryOp::Tanh,
+                    UnaryOp::Sigmoid,
+                    UnaryOp::Exp,
+                    UnaryOp::Neg,
+                ];
+                b.unary(&x, ops[which])
+            }
+            7..=10 => {
+                let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+                let other = up(
+                    b,
+                    &[3, 1, 5],
+                    &values(15, 19, 2.0).iter().map(|v| v + 2.5).collect::<Vec<_>>(),
+                    DType::F32,
+                );
+                b.binary(&x, &other, ops[which - 7])
+            }
+            11 => {
+                let other = up(b, &[2, 1, 4, 1], &values(8, 20, 1.0), dt);
+                b.binary(&other, &x, BinaryOp::Sub)
+            }
+            12 => b.affine(&x, 0.5, -1.25),
+            13 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 21, 1.0), dt), UnaryOp::Silu),
+            14 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 22, 1.0), dt), UnaryOp::GeluTanh),
+            _ => {
+                let x = x.reshape(&[2, 12, 5]).expect("view");
+                let scale = up(b, &[2, 5], &values(10, 23, 1.0), dt);
+                let shift = up(b, &[2, 5], &values(10, 24, 1.0), dt);
+                let with = get(b, &b.modulate(&x, &scale, Some(&shift)).expect("modulate"));
+                let without = get(b, &b.modulate(&x, &scale, None).expect("modulate"));
+                return [with, without].concat();
+            }
+        };
+        get(b, &y.expect("elementwise"))
+    }
+
+    #[test]
+    fn elementwise_ops_match_the_cpu_with_broadcasting() {
+        let Some(e) = env() else { return };
+        for dt in COMPUTE {
+            for which in 0..16 {
+                let (atol, rtol) = tol(dt);
+                assert_close(
+                    &format!("elementwise {which} {dt}"),
+                    &elementwise_case(&e.gpu, dt, which),
+                    &elementwise_case(&e.cpu, dt, which),
+                    (atol * 4.0, rtol),
+                );
+            }
+        }
+    }
+
+    fn conv_case<B: Backend>(
+        b: &B,
+        dt: DType,
+        wdt: DType,
+        params: Conv2dParams,
+        k: usize,
+    ) -> Vec<f32> {
+        let x = up(b, &[2, 6, 11, 9], &values(2 * 6 * 99, 25, 1.0), dt);
+        let w = weight(b, wdt, &[7, 6, k, k], &values(7 * 6 * k * k, 26, 0.3));
+        let bias = weight(b, wdt, &[7], &values(7, 27, 1.0));
+        get(b, &b.conv2d(&x, &w.view(), Some(&bias.view()), params).expect("conv2d"))
+    }
+
+    #[test]
+    fn conv2d_matches_the_cpu() {
+        let Some(e) = env() else { return };
+        let geometries = [
+            (Conv2dParams::same(1), 3),
+            (Conv2dParams { stride: 2, padding: [0, 1, 0, 1] }, 3),
+            (Conv2dParams { stride: 1, padding: [0; 4] }, 1),
+            (Conv2dParams { stride: 2, padding: [2, 0, 1, 0] }, 4),
+        ];
+        for dt in COMPUTE {
+            for wdt in [DType::BF16, DType::F8E4M3, DType::F32] {
+                for (params, k) in geometries {
+                    let (atol, rtol) = tol(dt);
+                    assert_close(
+                        &format!("conv2d {dt} w {wdt} {params:?} k {k}"),
+                        &conv_case(&e.gpu, dt, wdt, params, k),
+                        &conv_case(&e.cpu, dt, wdt, params, k),
+                        (atol * 3.0, rtol),
+                    );
+                }
+            }
+        }
+    }
+
+    fn layout_case<B: Backend>(b: &B, dt: DType, which: usize) -> Vec<f32> {
+        let x = up(b, &[2, 3, 4, 6], &values(144, 28, 5.0), dt);
+        let y = match which {
+            0 => b.upsample_nearest2x(&x),
+            1 => b.patchify(&x, 2),
+            2 => b.patchify(&x, 2).and_then(|t| b.unpatchify(&t, 2, 3, 4, 6)),
+            3 => b.concat(&[&x, &up(b, &[2, 1, 4, 6], &values(48, 29, 1.0), DType::F32), &x], 1),
+            4 => b.concat(&[&x, &x], -1),
+            5 => b.slice(&x, 2, 1, 2),
+            6 => b.slice(&x, -1, 5, 1),
+            7 => b.pad(&x, 3, 2, 1, PadMode::Constant(-3.5)),
+            8 => b.pad(&x, 2, 3, 2, PadMode::Circular),
+            9 => b.pad(&x, 3, 1, 4, PadMode::Replicate),
+            10 => b.permute(&x, &[0, 2, 3, 1]),
+            _ => b.permute(&x, &[3, 1, 0, 2]),
+        };
+        let y = y.expect("layout op");
+        let mut out = get(b, &y);
+        out.extend(y.shape().iter().map(|&d| d as f32));
+        out
+    }
+
+    #[test]
+    fn layout_ops_match_the_cpu_exactly() {
+        let Some(e) = env() else { return };
+        for dt in COMPUTE {
+            for which in 0..12 {
+                assert_eq!(
+                    layout_case(&e.gpu, dt, which),
+                    layout_case(&e.cpu, dt, which),
+                    "layout op {which} on {dt}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let Some(e) = env() else { return };
+        let g = &e.gpu;
+        let x = up(g, &[2, 3], &values(6, 30, 1.0), DType::BF16);
+        let w = weight(g, DType::BF16, &[4, 5], &values(20, 31, 1.0));
+        assert!(g.linear(&x, &w.view(), None).is_err());
+        assert!(g.matmul(&x, &x, false).is_err());
+        assert!(g.binary(&x, &up(g, &[4], &[0.0; 4], DType::BF16), BinaryOp::Add).is_err());
+        assert!(g.permute(&x, &[0, 0]).is_err());
+        assert!(g.slice(&x, 1, 2, 2).is_err());
+        let q = up(g, &[1, 3, 4, 8], &values(96, 32, 1.0), DType::BF16);
+        let kv = up(g, &[1, 2, 4, 8], &values(64, 33, 1.0), DType::BF16);
+        assert!(
+            g.attention(&q, &kv, &kv, AttentionMask::None, 1.0).is_err(),
+            "3 query heads on 2 kv heads"
+        );
+    }
+
+    /// Host memory for the copy tests: a boxed byte buffer.
+    struct HostBuf(Box<[u8]>);
+
+    impl HostMemory for HostBuf {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn as_ptr(&self) -> *const u8 {
+            self.0.as_ptr()
+        }
+        fn read(&self, offset: usize, out: &mut [u8]) {
+            out.copy_from_slice(&self.0[offset..offset + out.len()]);
+        }
+    }
+
+    #[test]
+    fn cuda_memory_maps_registers_and_copies() {
+        let Some(e) = env() else { return };
+        let mem = e.gpu.memory();
+        let g = mem.granularity();
+        assert!(g.is_power_of_two() && g >= 64 << 10, "granularity {g}");
+        let before = mem.mem_info().expect("mem_info");
+        assert!(before.free <= before.total && before.total > 0);
+
+        // Reserve four pages, map two, write across their boundary through a registered host buffer.
+        let base = mem.reserve(4 * g).expect("reserve");
+        assert!(mem.map(base.offset(g / 2), g).is_err(), "unaligned map");
+        mem.map(base, g).expect("map");
+        mem.map(base.offset(g), g).expect("map");
+        assert!(mem.map(base, g).is_err(), "double map");
+        assert!(mem.unreserve(base, 4 * g).is_err(), "unreserve with mappings");
+
+        let data: Vec<u8> = (0..(1usize << 20)).map(|i| (i * 7 % 251) as u8).collect();
+        let host: Arc<dyn HostMemory> = Arc::new(HostBuf(data.clone().into_boxed_slice()));
+        mem.register(&host, 0, data.len()).expect("register");
+        assert!(mem.register(&host, 4096, 4096).is_err(), "overlapping registration");
+        let offload = mem.new_stream().expect("stream");
+        let at = base.offset(g - 1000);
+        mem.copy_h2d(at, &HostSlice { mem: host.clone(), offset: 0, len: data.len() }, offload)
+            .expect("copy");
+        let event = mem.record(offload).expect("record");
+        mem.wait_event(StreamId::COMPUTE, event.as_ref()).expect("wait_event");
+        event.wait().expect("event wait");
+        assert!(event.is_done().expect("query"));
+        let mut back = vec![0u8; data.len()];
+        mem.copy_d2h(&mut back, at).expect("d2h");
+        assert_eq!(back, data);
+
+        // Device-to-device into a plain allocation, then read it back.
+        let plain = mem.alloc(4096).expect("alloc");
+        mem.copy_d2d(plain, at.offset(100), 4096, StreamId::COMPUTE).expect("d2d");
+        let mut small = vec![0u8; 4096];
+        mem.copy_d2h(&mut small, plain).expect("d2h");
+        assert_eq!(small, data[100..4196]);
+        mem.free(plain).expect("free");
+        assert!(mem.free(plain).is_err(), "double free");
+
+        mem.synchronize().expect("synchronize");
+        mem.unregister(&host, 0).expect("unregister");
+        assert!(mem.unregister(&host, 0).is_err());
+        mem.unmap(base, g).expect("unmap");
+        assert!(mem.unmap(base, g).is_err(), "double unmap");
+        mem.unmap(base.offset(g), g).expect("unmap");
+        mem.unreserve(base, 4 * g).expect("unreserve");
+
+        // An event from another device type is refused.
+        let sim = kiln_compute::memory::SimDevice::new(1 << 20);
+        let foreign = sim.record(StreamId::COMPUTE).expect("sim event");
+        assert!(mem.wait_event(StreamId::COMPUTE, foreign.as_ref()).is_err());
+    }
+}

@@ -1,8 +1,46 @@
 //! The CUDA backend (feature `cuda`): cudarc with dynamic loading, cuBLASLt for GEMM, NVRTC kernels.
+//!
+//! Brief overview:
+//! - [`memory`]: [`CudaMemory`], the [`DeviceMemory`] of a CUDA device (VMM reservations and mappings, the
+//!   stream-ordered pool, streams, events, registered host memory).
+//! - `kernels`: the CUDA C kernels (`kernels/*.cu`, one per op family), compiled by NVRTC at first use for the
+//!   device's compute capability and launched on the compute stream.
+//! - `gemm`: linear, matmul and conv2d on cuBLASLt.
+//! - `elementwise`, `norm`, `attention`, `layout`: the other ops.
+//!
+//! Every op is queued on one compute stream ([`crate::memory::StreamId::COMPUTE`]); activations are plain
+//! allocations of the device memory, freed stream-ordered when their last tensor drops, so the CPU never waits
+//! for compute except in [`Backend::synchronize`] and [`Backend::to_f32`]. Kernels compute in f32 and round once
+//! on store (to nearest even), matching the CPU backend's semantics; weights are read in their stored type.
 
 #![allow(unsafe_code)]
 
-use crate::backend::{Backend, DeviceInfo};
+mod attention;
+mod buf;
+mod elementwise;
+mod gemm;
+mod kernels;
+mod layout;
+pub mod memory;
+mod norm;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream};
+
+pub use buf::CudaBuf;
+pub use memory::CudaMemory;
+
+use self::buf::Allocation;
+use self::kernels::{Arg, Grid, KernelFile, Kernels, dtype_code};
+use self::memory::drv;
+use crate::backend::{
+    AttentionMask, Backend, BinaryOp, Conv2dParams, DeviceInfo, PadMode, RopeLayout, UnaryOp,
+};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::memory::{DevPtr, DeviceMemory};
+use crate::tensor::{Tensor, Weight, numel};
 
 /// The first CUDA library that cannot be loaded (`libcuda`, `libcublasLt`, `libnvrtc`), or `None` when all
 /// are present. Call before any other cudarc function: a missing library makes cudarc panic.
@@ -25,21 +63,346 @@ pub fn missing_library() -> Option<&'static str> {
 /// The CUDA backend on one device.
 pub struct Cuda {
     info: DeviceInfo,
+    dtype: DType,
+    mem: Arc<CudaMemory>,
+    memory: Arc<dyn DeviceMemory>,
+    kernels: Kernels,
+    gemm: gemm::Gemm,
 }
 
 impl Cuda {
-    /// Opens CUDA device `ordinal`.
-    pub fn new(ordinal: usize) -> crate::Result<Cuda> {
-        Err(crate::Error::Unsupported(format!(
-            "CUDA device {ordinal}: the backend is not built yet"
-        )))
+    /// Opens CUDA device `ordinal`, computing in bf16.
+    pub fn new(ordinal: usize) -> Result<Cuda> {
+        Cuda::with_dtype(ordinal, DType::BF16)
+    }
+
+    /// Opens CUDA device `ordinal`, computing activations in `dtype` (f32, f16 or bf16).
+    pub fn with_dtype(ordinal: usize, dtype: DType) -> Result<Cuda> {
+        if !dtype.is_compute() {
+            return Err(Error::Unsupported(format!("computing in {dtype}")));
+        }
+        if let Some(lib) = missing_library() {
+            return Err(Error::Unsupported(format!("the CUDA library {lib} was not found")));
+        }
+        let ctx: Arc<CudaContext> =
+            CudaContext::new(ordinal).map_err(|e| drv("cuInit/cuDevicePrimaryCtxRetain", e))?;
+        let compute: Arc<CudaStream> = ctx.new_stream().map_err(|e| drv("cuStreamCreate", e))?;
+        let name = ctx.name().map_err(|e| drv("cuDeviceGetName", e))?;
+        let total = ctx.total_mem().map_err(|e| drv("cuDeviceTotalMem", e))? as u64;
+        let mem = Arc::new(CudaMemory::new(ctx.clone(), compute)?);
+        let memory: Arc<dyn DeviceMemory> = mem.clone();
+        let kernels = Kernels::new(ctx)?;
+        let gemm = gemm::Gemm::new(Allocation::new(&mem, 32 << 20)?)?;
+        let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
+        Ok(Cuda { info, dtype, mem, memory, kernels, gemm })
     }
 
     /// What the device is.
     pub fn info(&self) -> DeviceInfo {
         self.info.clone()
     }
+
+    /// The device memory as its concrete type (pool trimming).
+    pub fn cuda_memory(&self) -> &Arc<CudaMemory> {
+        &self.mem
+    }
+
+    fn stream(&self) -> &CudaStream {
+        self.mem.compute_stream()
+    }
+
+    fn launch(&self, file: KernelFile, name: &'static str, grid: Grid, args: &[Arg]) -> Result<()> {
+        self.kernels.launch(self.stream(), file, name, grid, args)
+    }
+
+    /// A new tensor whose elements the caller's kernels write.
+    fn empty(&self, shape: Vec<usize>, dtype: DType) -> Result<Tensor<Cuda>> {
+        let bytes = (numel(&shape) * dtype.size()) as u64;
+        let alloc = Allocation::new(&self.mem, bytes)?;
+        Ok(Tensor::from_parts(CudaBuf::new(alloc), shape, dtype))
+    }
+
+    /// An activation dtype check: ops take f32, f16 and bf16 tensors.
+    fn compute_type(op: &'static str, dtype: DType) -> Result<DType> {
+        if dtype.is_compute() {
+            Ok(dtype)
+        } else {
+            Err(Error::shape(op, format!("{dtype} is not a compute type")))
+        }
+    }
+
+    fn fill_ptr(&self, ptr: u64, dtype: DType, n: usize, value: f32) -> Result<()> {
+        self.launch(
+            KernelFile::Cast,
+            "fill",
+            Grid::linear(n),
+            &[Arg::Ptr(ptr), Arg::I32(dtype_code(dtype)), Arg::n(n), Arg::F32(value)],
+        )
+    }
+
+    fn cast_ptr(&self, src: u64, sdt: DType, dst: u64, ddt: DType, n: usize) -> Result<()> {
+        self.launch(
+            KernelFile::Cast,
+            "cast",
+            Grid::linear(n),
+            &[
+                Arg::Ptr(src),
+                Arg::I32(dtype_code(sdt)),
+                Arg::Ptr(dst),
+                Arg::I32(dtype_code(ddt)),
+                Arg::n(n),
+            ],
+        )
+    }
+
+    /// The weight's elements as `dtype`: its own bytes when it is stored so, else a cast into scratch (returned
+    /// so the caller keeps it until its kernels are queued; the free is stream-ordered after them).
+    fn weight_as(&self, w: &Weight<'_>, dtype: DType) -> Result<(u64, Option<Allocation>)> {
+        if w.dtype() == dtype {
+            return Ok((w.ptr().0, None));
+        }
+        let scratch = Allocation::new(&self.mem, (w.numel() * dtype.size()) as u64)?;
+        self.cast_ptr(w.ptr().0, w.dtype(), scratch.ptr().0, dtype, w.numel())?;
+        Ok((scratch.ptr().0, Some(scratch)))
+    }
+
+    fn op_cast(&self, x: &Tensor<Cuda>, dtype: DType) -> Result<Tensor<Cuda>> {
+        Self::compute_type("cast", dtype)?;
+        if x.dtype() == dtype {
+            return Ok(x.clone());
+        }
+        let out = self.empty(x.shape().to_vec(), dtype)?;
+        self.cast_ptr(x.buf().ptr().0, x.dtype(), out.buf().ptr().0, dtype, x.numel())?;
+        Ok(out)
+    }
 }
 
-#[allow(dead_code)]
-fn _assert_backend<B: Backend>() {}
+impl Backend for Cuda {
+    type Buf = CudaBuf;
+
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn memory(&self) -> &Arc<dyn DeviceMemory> {
+        &self.memory
+    }
+
+    fn compute_dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream().synchronize().map_err(|e| drv("cuStreamSynchronize", e))
+    }
+
+    fn from_f32(&self, shape: &[usize], values: &[f32], dtype: DType) -> Result<Tensor<Self>> {
+        Self::compute_type("from_f32", dtype)?;
+        if numel(shape) != values.len() {
+            return Err(Error::shape(
+                "from_f32",
+                format!("{} values for shape {shape:?}", values.len()),
+            ));
+        }
+        let out = self.empty(shape.to_vec(), dtype)?;
+        self.mem.upload(out.buf().ptr(), crate::dtype::narrow(dtype, values))?;
+        Ok(out)
+    }
+
+    fn to_f32(&self, x: &Tensor<Self>) -> Result<Vec<f32>> {
+        let mut bytes = vec![0u8; x.numel() * x.dtype().size()];
+        self.mem.copy_d2h(&mut bytes, x.buf().ptr())?;
+        Ok(crate::dtype::widen(x.dtype(), &bytes))
+    }
+
+    fn full(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor<Self>> {
+        Self::compute_type("full", dtype)?;
+        let out = self.empty(shape.to_vec(), dtype)?;
+        self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), value)?;
+        Ok(out)
+    }
+
+    fn weight_to_tensor(&self, w: &Weight<'_>, dtype: DType) -> Result<Tensor<Self>> {
+        Self::compute_type("weight_to_tensor", dtype)?;
+        let out = self.empty(w.shape().to_vec(), dtype)?;
+        self.cast_ptr(w.ptr().0, w.dtype(), out.buf().ptr().0, dtype, w.numel())?;
+        Ok(out)
+    }
+
+    fn cast(&self, x: &Tensor<Self>, dtype: DType) -> Result<Tensor<Self>> {
+        self.op_cast(x, dtype)
+    }
+
+    fn store(&self, x: &Tensor<Self>, dst: DevPtr, dtype: DType, seed: Option<u64>) -> Result<()> {
+        let n = x.numel();
+        self.launch(
+            KernelFile::Cast,
+            "store",
+            Grid::linear(n),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(x.dtype())),
+                Arg::Ptr(dst.0),
+                Arg::I32(dtype_code(dtype)),
+                Arg::n(n),
+                Arg::I32(i32::from(seed.is_some())),
+                Arg::U64(seed.unwrap_or(0)),
+            ],
+        )
+    }
+
+    fn linear(
+        &self,
+        x: &Tensor<Self>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+    ) -> Result<Tensor<Self>> {
+        self.op_linear(x, w, bias)
+    }
+
+    fn matmul(
+        &self,
+        a: &Tensor<Self>,
+        b: &Tensor<Self>,
+        transpose_b: bool,
+    ) -> Result<Tensor<Self>> {
+        self.op_matmul(a, b, transpose_b)
+    }
+
+    fn embedding(&self, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Self>> {
+        self.op_embedding(ids, table)
+    }
+
+    fn rms_norm(&self, x: &Tensor<Self>, w: Option<&Weight<'_>>, eps: f32) -> Result<Tensor<Self>> {
+        self.op_rms_norm(x, w, eps)
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Tensor<Self>,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Self>> {
+        self.op_layer_norm(x, w, b, eps)
+    }
+
+    fn group_norm(
+        &self,
+        x: &Tensor<Self>,
+        groups: usize,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Self>> {
+        self.op_group_norm(x, groups, w, b, eps)
+    }
+
+    fn softmax(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {
+        self.op_softmax(x)
+    }
+
+    fn attention(
+        &self,
+        q: &Tensor<Self>,
+        k: &Tensor<Self>,
+        v: &Tensor<Self>,
+        mask: AttentionMask,
+        scale: f32,
+    ) -> Result<Tensor<Self>> {
+        self.op_attention(q, k, v, mask, scale)
+    }
+
+    fn rope(
+        &self,
+        x: &Tensor<Self>,
+        cos: &Tensor<Self>,
+        sin: &Tensor<Self>,
+        layout: RopeLayout,
+    ) -> Result<Tensor<Self>> {
+        self.op_rope(x, cos, sin, layout)
+    }
+
+    fn unary(&self, x: &Tensor<Self>, op: UnaryOp) -> Result<Tensor<Self>> {
+        self.op_unary(x, op)
+    }
+
+    fn binary(&self, a: &Tensor<Self>, b: &Tensor<Self>, op: BinaryOp) -> Result<Tensor<Self>> {
+        self.op_binary(a, b, op)
+    }
+
+    fn affine(&self, x: &Tensor<Self>, mul: f32, add: f32) -> Result<Tensor<Self>> {
+        self.op_affine(x, mul, add)
+    }
+
+    fn gated(&self, gate: &Tensor<Self>, up: &Tensor<Self>, act: UnaryOp) -> Result<Tensor<Self>> {
+        self.op_gated(gate, up, act)
+    }
+
+    fn modulate(
+        &self,
+        x: &Tensor<Self>,
+        scale: &Tensor<Self>,
+        shift: Option<&Tensor<Self>>,
+    ) -> Result<Tensor<Self>> {
+        self.op_modulate(x, scale, shift)
+    }
+
+    fn conv2d(
+        &self,
+        x: &Tensor<Self>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+    ) -> Result<Tensor<Self>> {
+        self.op_conv2d(x, w, bias, params)
+    }
+
+    fn upsample_nearest2x(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {
+        self.op_upsample_nearest2x(x)
+    }
+
+    fn patchify(&self, x: &Tensor<Self>, p: usize) -> Result<Tensor<Self>> {
+        self.op_patchify(x, p)
+    }
+
+    fn unpatchify(
+        &self,
+        x: &Tensor<Self>,
+        p: usize,
+        channels: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<Tensor<Self>> {
+        self.op_unpatchify(x, p, channels, h, w)
+    }
+
+    fn concat(&self, xs: &[&Tensor<Self>], dim: isize) -> Result<Tensor<Self>> {
+        self.op_concat(xs, dim)
+    }
+
+    fn slice(
+        &self,
+        x: &Tensor<Self>,
+        dim: isize,
+        start: usize,
+        len: usize,
+    ) -> Result<Tensor<Self>> {
+        self.op_slice(x, dim, start, len)
+    }
+
+    fn pad(
+        &self,
+        x: &Tensor<Self>,
+        dim: isize,
+        before: usize,
+        after: usize,
+        mode: PadMode,
+    ) -> Result<Tensor<Self>> {
+        self.op_pad(x, dim, before, after, mode)
+    }
+
+    fn permute(&self, x: &Tensor<Self>, perm: &[usize]) -> Result<Tensor<Self>> {
+        self.op_permute(x, perm)
+    }
+}

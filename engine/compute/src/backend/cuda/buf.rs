@@ -1,0 +1,56 @@
+//! Device allocations owned by the backend: tensor buffers and per-op scratch, freed stream-ordered on drop.
+
+use std::sync::Arc;
+
+use super::memory::CudaMemory;
+use crate::error::Result;
+use crate::memory::{DevPtr, DeviceMemory};
+
+/// A plain allocation of the device memory, freed when dropped. The free is ordered after the work queued on
+/// the compute stream, so dropping a buffer that queued kernels still read is safe.
+pub(crate) struct Allocation {
+    ptr: DevPtr,
+    bytes: u64,
+    memory: Arc<CudaMemory>,
+}
+
+impl Allocation {
+    /// `bytes` (at least 1) from `memory`.
+    pub(crate) fn new(memory: &Arc<CudaMemory>, bytes: u64) -> Result<Allocation> {
+        let ptr = memory.alloc(bytes)?;
+        Ok(Allocation { ptr, bytes, memory: memory.clone() })
+    }
+
+    /// Device address of the first byte.
+    pub(crate) fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if let Err(e) = self.memory.free(self.ptr) {
+            tracing::warn!(error = %e, bytes = self.bytes, "freeing a CUDA buffer failed");
+        }
+    }
+}
+
+/// A tensor's storage on the CUDA backend (cheap to clone; the last clone frees it).
+#[derive(Clone)]
+pub struct CudaBuf(Arc<Allocation>);
+
+impl CudaBuf {
+    pub(crate) fn new(alloc: Allocation) -> CudaBuf {
+        CudaBuf(Arc::new(alloc))
+    }
+
+    /// Device address of the first element.
+    pub fn ptr(&self) -> DevPtr {
+        self.0.ptr
+    }
+
+    /// Size of the allocation in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.0.bytes
+    }
+}

@@ -1,0 +1,535 @@
+//! GEMM on cuBLASLt (bf16/f16 inputs with f32 accumulation, f32 as plain f32), and the ops built on it: linear,
+//! batched matmul and conv2d (im2col into scratch, then a GEMM per sample and chunk of output pixels).
+//!
+//! Problems are stated row-major, as the tensors are: `c[b] (M×N, row stride ldc) = a[b] (M×K) · op(b[b])`, with
+//! `b` stored `[K, N]` or, transposed, `[N, K]`. cuBLASLt is column-major, so the call computes `cᵀ = op(b)ᵀ · aᵀ`:
+//! its A operand is our `b`, its B operand our `a`, and m, n = N, M. Pointer alignments are passed to the algorithm
+//! heuristic, so weights at any offset work. When cuBLASLt has no algorithm for a shape, a plain tiled kernel
+//! (`gemm.cu`) computes it.
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys as ltsys;
+
+use super::Cuda;
+use super::buf::Allocation;
+use super::kernels::{Arg, Grid, KernelFile, dtype_code};
+use crate::backend::Conv2dParams;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, Weight, numel};
+
+/// cuBLASLt's workspace.
+const WORKSPACE: u64 = 32 << 20;
+
+/// Largest im2col scratch per chunk, in elements.
+const IM2COL_CHUNK: usize = 64 << 20;
+
+/// One GEMM, row-major (see the module docs). Leading dimensions and strides are in elements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GemmArgs {
+    pub(crate) dtype: DType,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) a: u64,
+    pub(crate) lda: usize,
+    pub(crate) b: u64,
+    pub(crate) ldb: usize,
+    pub(crate) b_transposed: bool,
+    pub(crate) c: u64,
+    pub(crate) ldc: usize,
+    pub(crate) batch: usize,
+    pub(crate) stride_a: usize,
+    pub(crate) stride_b: usize,
+    pub(crate) stride_c: usize,
+}
+
+/// A cuBLASLt handle and its workspace.
+pub(crate) struct Gemm {
+    handle: Mutex<Handle>,
+    workspace: Allocation,
+}
+
+struct Handle(ltsys::cublasLtHandle_t);
+
+// SAFETY: a cuBLASLt handle is not tied to the thread that created it; every use goes through the mutex, so it is
+// never used from two threads at once.
+unsafe impl Send for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by `cublasLtCreate` and is destroyed once, here.
+        let _ = unsafe { lt::destroy_handle(self.0) };
+    }
+}
+
+/// RAII guards for cuBLASLt descriptors.
+struct Layout(ltsys::cublasLtMatrixLayout_t);
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: created by `cublasLtMatrixLayoutCreate`, destroyed once.
+        let _ = unsafe { lt::destroy_matrix_layout(self.0) };
+    }
+}
+struct Desc(ltsys::cublasLtMatmulDesc_t);
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created by `cublasLtMatmulDescCreate`, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_desc(self.0) };
+    }
+}
+struct Pref(ltsys::cublasLtMatmulPreference_t);
+impl Drop for Pref {
+    fn drop(&mut self) {
+        // SAFETY: created by `cublasLtMatmulPreferenceCreate`, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_pref(self.0) };
+    }
+}
+
+fn blas(call: &'static str, e: lt::CublasError) -> Error {
+    Error::driver(call, format!("{e:?}"))
+}
+
+/// The largest power of two (at most 256) dividing every address a batched operand starts at.
+fn alignment(ptr: u64, stride_bytes: u64, batch: usize) -> u32 {
+    let bits = if batch > 1 { ptr | stride_bytes } else { ptr };
+    if bits == 0 { 256 } else { (1u64 << bits.trailing_zeros().min(8)) as u32 }
+}
+
+impl Gemm {
+    pub(crate) fn new(workspace: Allocation) -> Result<Gemm> {
+        let handle = lt::create_handle().map_err(|e| blas("cublasLtCreate", e))?;
+        Ok(Gemm { handle: Mutex::new(Handle(handle)), workspace })
+    }
+
+    /// Queues the GEMM on cuBLASLt; an error means it queued nothing.
+    fn cublaslt(&self, stream: &cudarc::driver::CudaStream, g: &GemmArgs) -> Result<()> {
+        let ty = match g.dtype {
+            DType::F32 => ltsys::cudaDataType_t::CUDA_R_32F,
+            DType::F16 => ltsys::cudaDataType_t::CUDA_R_16F,
+            DType::BF16 => ltsys::cudaDataType_t::CUDA_R_16BF,
+            DType::F8E4M3 | DType::F8E5M2 => {
+                return Err(Error::Unsupported(format!("a GEMM on {} operands", g.dtype)));
+            }
+        };
+        let esize = g.dtype.size() as u64;
+        let layout = |rows: usize, cols: usize, ld: usize, stride: usize| -> Result<Layout> {
+            let l = Layout(
+                lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
+                    .map_err(|e| blas("cublasLtMatrixLayoutCreate", e))?,
+            );
+            if g.batch > 1 {
+                let count = g.batch as i32;
+                let stride = stride as i64;
+                // SAFETY: BATCH_COUNT takes an int32 and STRIDED_BATCH_OFFSET an int64, the types passed; the
+                // layout is alive.
+                unsafe {
+                    lt::set_matrix_layout_attribute(
+                        l.0,
+                        ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        (&count as *const i32).cast(),
+                        size_of::<i32>(),
+                    )
+                    .map_err(|e| blas("cublasLtMatrixLayoutSetAttribute", e))?;
+                    lt::set_matrix_layout_attribute(
+                        l.0,
+                        ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        (&stride as *const i64).cast(),
+                        size_of::<i64>(),
+                    )
+                    .map_err(|e| blas("cublasLtMatrixLayoutSetAttribute", e))?;
+                }
+            }
+            Ok(l)
+        };
+        // cuBLASLt's A is our b: stored N×K column-major (our [K, N] row-major), or K×N when transposed.
+        let (a_rows, a_cols) = if g.b_transposed { (g.k, g.n) } else { (g.n, g.k) };
+        let a_layout = layout(a_rows, a_cols, g.ldb, g.stride_b)?;
+        let b_layout = layout(g.k, g.m, g.lda, g.stride_a)?;
+        let c_layout = layout(g.n, g.m, g.ldc, g.stride_c)?;
+
+        let desc = Desc(
+            lt::create_matmul_desc(
+                ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                ltsys::cudaDataType_t::CUDA_R_32F,
+            )
+            .map_err(|e| blas("cublasLtMatmulDescCreate", e))?,
+        );
+        let trans_a: i32 = i32::from(g.b_transposed);
+        let trans_b: i32 = 0;
+        // SAFETY: TRANSA and TRANSB take a cublasOperation_t (int32: 0 = N, 1 = T); the descriptor is alive.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                desc.0,
+                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                (&trans_a as *const i32).cast(),
+                size_of::<i32>(),
+            )
+            .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
+            lt::set_matmul_desc_attribute(
+                desc.0,
+                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                (&trans_b as *const i32).cast(),
+                size_of::<i32>(),
+            )
+            .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
+        }
+
+        let pref =
+            Pref(lt::create_matmul_pref().map_err(|e| blas("cublasLtMatmulPreferenceCreate", e))?);
+        let workspace = WORKSPACE;
+        let aligns = [
+            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.b, g.stride_b as u64 * esize, g.batch)),
+            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.a, g.stride_a as u64 * esize, g.batch)),
+            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.c, g.stride_c as u64 * esize, g.batch)),
+            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.c, g.stride_c as u64 * esize, g.batch)),
+        ];
+        // SAFETY: MAX_WORKSPACE_BYTES takes a uint64 and the MIN_ALIGNMENT attributes a uint32, the types passed;
+        // the preference is alive.
+        unsafe {
+            lt::set_matmul_pref_attribute(
+                pref.0,
+                ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&workspace as *const u64).cast(),
+                size_of::<u64>(),
+            )
+            .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
+            for (attr, value) in &aligns {
+                lt::set_matmul_pref_attribute(
+                    pref.0,
+                    *attr,
+                    (value as *const u32).cast(),
+                    size_of::<u32>(),
+                )
+                .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
+            }
+        }
+
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: every descriptor is alive and describes the operands as laid out above.
+        let heuristic = unsafe {
+            lt::get_matmul_algo_heuristic(
+                handle.0, desc.0, a_layout.0, b_layout.0, c_layout.0, c_layout.0, pref.0,
+            )
+        }
+        .map_err(|e| blas("cublasLtMatmulAlgoGetHeuristic", e))?;
+        let alpha = 1.0f32;
+        let beta = 0.0f32;
+        // SAFETY: the operand addresses hold the matrices the layouts describe (the caller checked the shapes and
+        // keeps the buffers alive until the stream has run the GEMM; they are freed stream-ordered); alpha and
+        // beta are f32 as the scale type says; the workspace is WORKSPACE bytes of device memory owned by `self`
+        // and only used on this stream; C and D are the same matrix with beta = 0.
+        unsafe {
+            lt::matmul(
+                handle.0,
+                desc.0,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                g.b as *const c_void,
+                a_layout.0,
+                g.a as *const c_void,
+                b_layout.0,
+                g.c as *const c_void,
+                c_layout.0,
+                g.c as *mut c_void,
+                c_layout.0,
+                &heuristic.algo,
+                self.workspace.ptr().0 as *mut c_void,
+                WORKSPACE as usize,
+                stream.cu_stream() as ltsys::cudaStream_t,
+            )
+        }
+        .map_err(|e| blas("cublasLtMatmul", e))
+    }
+}
+
+impl Cuda {
+    /// Queues one GEMM: cuBLASLt, or the fallback kernel where cuBLASLt has no algorithm.
+    pub(crate) fn gemm(&self, g: &GemmArgs) -> Result<()> {
+        if g.m == 0 || g.n == 0 || g.batch == 0 {
+            return Ok(());
+        }
+        if g.k > 0 {
+            match self.gemm.cublaslt(self.stream(), g) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, m = g.m, n = g.n, k = g.k, "cuBLASLt declined; fallback GEMM")
+                }
+            }
+        }
+        let dt = dtype_code(g.dtype);
+        let (sb_r, sb_c) = if g.b_transposed { (1, g.ldb) } else { (g.ldb, 1) };
+        let grid = Grid {
+            grid: (g.n.div_ceil(16) as u32, g.m.div_ceil(16) as u32, g.batch as u32),
+            block: (16, 16, 1),
+            shared: 0,
+        };
+        self.launch(
+            KernelFile::Gemm,
+            "gemm_fallback",
+            grid,
+            &[
+                Arg::Ptr(g.a),
+                Arg::I32(dt),
+                Arg::Ptr(g.b),
+                Arg::I32(dt),
+                Arg::Ptr(g.c),
+                Arg::I32(dt),
+                Arg::n(g.m),
+                Arg::n(g.n),
+                Arg::n(g.k),
+                Arg::n(g.stride_a),
+                Arg::n(g.lda),
+                Arg::I64(1),
+                Arg::n(g.stride_b),
+                Arg::n(sb_r),
+                Arg::n(sb_c),
+                Arg::n(g.stride_c),
+                Arg::n(g.ldc),
+            ],
+        )
+    }
+
+    pub(crate) fn op_linear(
+        &self,
+        x: &Tensor<Cuda>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+    ) -> Result<Tensor<Cuda>> {
+        let dtype = Self::compute_type("linear", x.dtype())?;
+        let (k, n) = match w.shape() {
+            [n, k] => (*k, *n),
+            s => return Err(Error::shape("linear", format!("weight {s:?} is not [out, in]"))),
+        };
+        let xk = *x.shape().last().ok_or_else(|| Error::shape("linear", "x has rank 0"))?;
+        if xk != k {
+            return Err(Error::shape(
+                "linear",
+                format!("x {:?} against weight {:?}", x.shape(), w.shape()),
+            ));
+        }
+        if let Some(b) = bias
+            && b.numel() != n
+        {
+            return Err(Error::shape("linear", format!("bias {:?} for {n} outputs", b.shape())));
+        }
+        let m = x.numel() / k.max(1);
+        let mut shape = x.shape().to_vec();
+        *shape.last_mut().unwrap_or(&mut 0) = n;
+        let out = self.empty(shape, dtype)?;
+        let (wptr, _scratch) = self.weight_as(w, dtype)?;
+        if k == 0 {
+            self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
+        } else {
+            self.gemm(&GemmArgs {
+                dtype,
+                m,
+                n,
+                k,
+                a: x.buf().ptr().0,
+                lda: k,
+                b: wptr,
+                ldb: k,
+                b_transposed: true,
+                c: out.buf().ptr().0,
+                ldc: n,
+                batch: 1,
+                stride_a: 0,
+                stride_b: 0,
+                stride_c: 0,
+            })?;
+        }
+        if let Some(b) = bias {
+            self.bias_add(&out, b, n, 1)?;
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn op_matmul(
+        &self,
+        a: &Tensor<Cuda>,
+        b: &Tensor<Cuda>,
+        transpose_b: bool,
+    ) -> Result<Tensor<Cuda>> {
+        let dtype = Self::compute_type("matmul", a.dtype())?;
+        let (ra, rb) = (a.shape().len(), b.shape().len());
+        if ra < 2 || ra != rb || a.shape()[..ra - 2] != b.shape()[..rb - 2] {
+            return Err(Error::shape("matmul", format!("{:?} · {:?}", a.shape(), b.shape())));
+        }
+        let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+        let (bk, n) = if transpose_b {
+            (b.shape()[rb - 1], b.shape()[rb - 2])
+        } else {
+            (b.shape()[rb - 2], b.shape()[rb - 1])
+        };
+        if bk != k {
+            return Err(Error::shape(
+                "matmul",
+                format!("{:?} · {:?} (transpose_b {transpose_b})", a.shape(), b.shape()),
+            ));
+        }
+        let batch = numel(&a.shape()[..ra - 2]);
+        let b = self.op_cast(b, dtype)?;
+        let mut shape = a.shape()[..ra - 2].to_vec();
+        shape.extend([m, n]);
+        let out = self.empty(shape, dtype)?;
+        if k == 0 {
+            self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
+            return Ok(out);
+        }
+        self.gemm(&GemmArgs {
+            dtype,
+            m,
+            n,
+            k,
+            a: a.buf().ptr().0,
+            lda: k,
+            b: b.buf().ptr().0,
+            ldb: if transpose_b { k } else { n },
+            b_transposed: transpose_b,
+            c: out.buf().ptr().0,
+            ldc: n,
+            batch,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+        })?;
+        Ok(out)
+    }
+
+    pub(crate) fn op_conv2d(
+        &self,
+        x: &Tensor<Cuda>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+    ) -> Result<Tensor<Cuda>> {
+        let dtype = Self::compute_type("conv2d", x.dtype())?;
+        let [bsz, c, h, wd] = *x.shape() else {
+            return Err(Error::shape("conv2d", format!("x {:?} is not [B, C, H, W]", x.shape())));
+        };
+        let [o, wc, kh, kw] = *w.shape() else {
+            return Err(Error::shape(
+                "conv2d",
+                format!("weight {:?} is not [O, C, kh, kw]", w.shape()),
+            ));
+        };
+        let [pt, pb, pl, pr] = params.padding;
+        let s = params.stride;
+        if wc != c || s == 0 || kh == 0 || kw == 0 || h + pt + pb < kh || wd + pl + pr < kw {
+            return Err(Error::shape(
+                "conv2d",
+                format!("x {:?}, weight {:?}, {params:?}", x.shape(), w.shape()),
+            ));
+        }
+        if let Some(b) = bias
+            && b.numel() != o
+        {
+            return Err(Error::shape("conv2d", format!("bias {:?} for {o} channels", b.shape())));
+        }
+        let ho = (h + pt + pb - kh) / s + 1;
+        let wo = (wd + pl + pr - kw) / s + 1;
+        let pixels = ho * wo;
+        let ckk = c * kh * kw;
+        let out = self.empty(vec![bsz, o, ho, wo], dtype)?;
+        let (wptr, _scratch) = self.weight_as(w, dtype)?;
+        let esize = dtype.size();
+        let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
+        let col = Allocation::new(&self.mem, (ckk * chunk * esize) as u64)?;
+        for b in 0..bsz {
+            let xb = x.buf().ptr().0 + (b * c * h * wd * esize) as u64;
+            let ob = out.buf().ptr().0 + (b * o * pixels * esize) as u64;
+            let mut p0 = 0;
+            while p0 < pixels {
+                let np = chunk.min(pixels - p0);
+                self.launch(
+                    KernelFile::Conv,
+                    "im2col",
+                    Grid::linear(ckk * np),
+                    &[
+                        Arg::Ptr(xb),
+                        Arg::Ptr(col.ptr().0),
+                        Arg::n(c),
+                        Arg::n(h),
+                        Arg::n(wd),
+                        Arg::n(kh),
+                        Arg::n(kw),
+                        Arg::n(s),
+                        Arg::n(pt),
+                        Arg::n(pl),
+                        Arg::n(wo),
+                        Arg::n(p0),
+                        Arg::n(np),
+                        Arg::I32(esize as i32),
+                    ],
+                )?;
+                // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
+                self.gemm(&GemmArgs {
+                    dtype,
+                    m: o,
+                    n: np,
+                    k: ckk,
+                    a: wptr,
+                    lda: ckk,
+                    b: col.ptr().0,
+                    ldb: np,
+                    b_transposed: false,
+                    c: ob + (p0 * esize) as u64,
+                    ldc: pixels,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                })?;
+                p0 += np;
+            }
+        }
+        if let Some(bw) = bias {
+            self.bias_add(&out, bw, o, pixels)?;
+        }
+        Ok(out)
+    }
+
+    /// In place: `out[i] += bias[(i / inner) % channels]`.
+    fn bias_add(
+        &self,
+        out: &Tensor<Cuda>,
+        bias: &Weight<'_>,
+        channels: usize,
+        inner: usize,
+    ) -> Result<()> {
+        self.launch(
+            KernelFile::Elementwise,
+            "bias_add",
+            Grid::linear(out.numel()),
+            &[
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::I32(dtype_code(out.dtype())),
+                Arg::Ptr(bias.ptr().0),
+                Arg::I32(dtype_code(bias.dtype())),
+                Arg::n(out.numel()),
+                Arg::n(channels),
+                Arg::n(inner.max(1)),
+            ],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alignment;
+
+    #[test]
+    fn alignment_is_the_largest_power_of_two_up_to_256() {
+        assert_eq!(alignment(0x1000, 0, 1), 256);
+        assert_eq!(alignment(0x1002, 0, 1), 2);
+        assert_eq!(alignment(0x1010, 0, 1), 16);
+        assert_eq!(alignment(0x1000, 6, 2), 2, "batch strides count");
+        assert_eq!(alignment(0x1000, 6, 1), 256, "a single matrix ignores the stride");
+    }
+}

@@ -1,0 +1,106 @@
+// Data movement: concat and slice (a copy between runs of one dimension), pad, permute, nearest 2x upsampling,
+// patchify and unpatchify, and the embedding gather. Byte moves keep the element type; pad and embedding convert.
+
+// dst[o, doff + j, r] = src[o, soff + j, r] for o < outer, j < len, r < inner.
+extern "C" __global__ void copy_dim(const void* src, void* dst, i64 outer, i64 len, i64 inner, i64 sdim, i64 soff,
+                                    i64 ddim, i64 doff, int esize) {
+    i64 n = outer * len * inner;
+    GRID_STRIDE(i, n) {
+        i64 r = i % inner;
+        i64 j = (i / inner) % len;
+        i64 o = i / (inner * len);
+        mv(dst, (o * ddim + doff + j) * inner + r, src, (o * sdim + soff + j) * inner + r, esize);
+    }
+}
+
+// Pads the middle dimension of src [outer, sdim, inner] to before + sdim + after. mode 0: constant, 1: circular,
+// 2: replicate.
+extern "C" __global__ void pad(const void* src, void* dst, int dt, i64 outer, i64 sdim, i64 inner, i64 before,
+                               i64 after, int mode, float value) {
+    i64 ddim = before + sdim + after;
+    i64 n = outer * ddim * inner;
+    GRID_STRIDE(i, n) {
+        i64 r = i % inner;
+        i64 j = (i / inner) % ddim;
+        i64 o = i / (inner * ddim);
+        i64 s = j - before;
+        if (s < 0 || s >= sdim) {
+            if (mode == 0) {
+                st(dst, dt, i, value);
+                continue;
+            }
+            if (mode == 1) s = ((s % sdim) + sdim) % sdim;
+            else s = s < 0 ? 0 : sdim - 1;
+        }
+        st(dst, dt, i, ld(src, dt, (o * sdim + s) * inner + r));
+    }
+}
+
+// out (shape `dims`) [i] = src[sum over d of index_d · strides[d]], strides being the source strides of the
+// permuted dimensions.
+extern "C" __global__ void permute(const void* src, void* dst, i64 n, int rank, Dims8 dims, Dims8 strides,
+                                   int esize) {
+    GRID_STRIDE(i, n) {
+        i64 rem = i, si = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            i64 size = (i64)dims.v[d];
+            si += (rem % size) * (i64)strides.v[d];
+            rem /= size;
+        }
+        mv(dst, i, src, si, esize);
+    }
+}
+
+// src [planes, H, W] -> dst [planes, 2H, 2W].
+extern "C" __global__ void upsample2x(const void* src, void* dst, i64 planes, i64 h, i64 w, int esize) {
+    i64 n = planes * 4 * h * w;
+    GRID_STRIDE(i, n) {
+        i64 x = i % (2 * w);
+        i64 y = (i / (2 * w)) % (2 * h);
+        i64 pl = i / (4 * h * w);
+        mv(dst, i, src, (pl * h + y / 2) * w + x / 2, esize);
+    }
+}
+
+// x [B, C, H, W] -> tokens [B, (H/p)(W/p), p·p·C], feature (py·p + px)·C + c of token (r, s) = x[c, p·r + py, p·s + px].
+extern "C" __global__ void patchify(const void* src, void* dst, i64 batch, i64 c, i64 h, i64 w, i64 p, int esize) {
+    i64 wp = w / p;
+    i64 tokens = (h / p) * wp;
+    i64 feats = p * p * c;
+    i64 n = batch * tokens * feats;
+    GRID_STRIDE(i, n) {
+        i64 f = i % feats;
+        i64 t = (i / feats) % tokens;
+        i64 b = i / (feats * tokens);
+        i64 ch = f % c, px = (f / c) % p, py = f / (c * p);
+        i64 y = (t / wp) * p + py, x = (t % wp) * p + px;
+        mv(dst, i, src, ((b * c + ch) * h + y) * w + x, esize);
+    }
+}
+
+// The inverse of patchify: tokens [B, (H/p)(W/p), p·p·C] -> x [B, C, H, W].
+extern "C" __global__ void unpatchify(const void* src, void* dst, i64 batch, i64 c, i64 h, i64 w, i64 p, int esize) {
+    i64 wp = w / p;
+    i64 tokens = (h / p) * wp;
+    i64 feats = p * p * c;
+    i64 n = batch * c * h * w;
+    GRID_STRIDE(i, n) {
+        i64 x = i % w;
+        i64 y = (i / w) % h;
+        i64 ch = (i / (w * h)) % c;
+        i64 b = i / (w * h * c);
+        i64 t = (y / p) * wp + x / p;
+        i64 f = ((y % p) * p + x % p) * c + ch;
+        mv(dst, i, src, (b * tokens + t) * feats + f, esize);
+    }
+}
+
+// out[i, :] = table[ids[i], :] converted to the output type.
+extern "C" __global__ void embedding(const u32* ids, const void* table, int tdt, void* out, int odt, i64 count,
+                                     i64 dim) {
+    i64 n = count * dim;
+    GRID_STRIDE(i, n) {
+        i64 row = i / dim, col = i % dim;
+        st(out, odt, i, ld(table, tdt, (i64)ids[row] * dim + col));
+    }
+}

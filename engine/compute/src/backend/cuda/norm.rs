@@ -1,0 +1,158 @@
+//! Normalisations and softmax on CUDA (`norm.cu`): one block per row or group, statistics in f32.
+
+use super::Cuda;
+use super::kernels::{Arg, Grid, KernelFile, dtype_code};
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, Weight};
+
+/// Threads per row block.
+const THREADS: u32 = 256;
+
+/// A weight's address and type code, or a null pointer.
+fn opt(w: Option<&Weight<'_>>) -> (Arg, Arg) {
+    match w {
+        Some(w) => (Arg::Ptr(w.ptr().0), Arg::I32(dtype_code(w.dtype()))),
+        None => (Arg::Ptr(0), Arg::I32(0)),
+    }
+}
+
+fn check_len(op: &'static str, w: Option<&Weight<'_>>, len: usize) -> Result<()> {
+    match w {
+        Some(w) if w.numel() != len => {
+            Err(Error::shape(op, format!("weight {:?} for {len} features", w.shape())))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Cuda {
+    /// Rows and row length of `x` (last dimension).
+    fn rows(op: &'static str, x: &Tensor<Cuda>) -> Result<(usize, usize)> {
+        let d = *x.shape().last().ok_or_else(|| Error::shape(op, "x has rank 0"))?;
+        Ok((x.numel().checked_div(d).unwrap_or(0), d))
+    }
+
+    pub(crate) fn op_rms_norm(
+        &self,
+        x: &Tensor<Cuda>,
+        w: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Cuda>> {
+        let dt = Self::compute_type("rms_norm", x.dtype())?;
+        let (rows, d) = Self::rows("rms_norm", x)?;
+        check_len("rms_norm", w, d)?;
+        let out = self.empty(x.shape().to_vec(), dt)?;
+        let (wp, wdt) = opt(w);
+        self.launch(
+            KernelFile::Norm,
+            "rms_norm",
+            Grid::rows(rows, THREADS),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(dt)),
+                wp,
+                wdt,
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::n(rows),
+                Arg::n(d),
+                Arg::F32(eps),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    pub(crate) fn op_layer_norm(
+        &self,
+        x: &Tensor<Cuda>,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Cuda>> {
+        let dt = Self::compute_type("layer_norm", x.dtype())?;
+        let (rows, d) = Self::rows("layer_norm", x)?;
+        check_len("layer_norm", w, d)?;
+        check_len("layer_norm", b, d)?;
+        let out = self.empty(x.shape().to_vec(), dt)?;
+        let (wp, wdt) = opt(w);
+        let (bp, bdt) = opt(b);
+        self.launch(
+            KernelFile::Norm,
+            "layer_norm",
+            Grid::rows(rows, THREADS),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(dt)),
+                wp,
+                wdt,
+                bp,
+                bdt,
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::n(rows),
+                Arg::n(d),
+                Arg::F32(eps),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    pub(crate) fn op_group_norm(
+        &self,
+        x: &Tensor<Cuda>,
+        groups: usize,
+        w: Option<&Weight<'_>>,
+        b: Option<&Weight<'_>>,
+        eps: f32,
+    ) -> Result<Tensor<Cuda>> {
+        let dt = Self::compute_type("group_norm", x.dtype())?;
+        let s = x.shape();
+        if s.len() < 2 || groups == 0 || !s[1].is_multiple_of(groups) {
+            return Err(Error::shape("group_norm", format!("x {s:?} in {groups} groups")));
+        }
+        let (batch, c) = (s[0], s[1]);
+        let spatial: usize = s[2..].iter().product();
+        check_len("group_norm", w, c)?;
+        check_len("group_norm", b, c)?;
+        let out = self.empty(s.to_vec(), dt)?;
+        let (wp, wdt) = opt(w);
+        let (bp, bdt) = opt(b);
+        self.launch(
+            KernelFile::Norm,
+            "group_norm",
+            Grid::rows(batch * groups, 1024),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(dt)),
+                wp,
+                wdt,
+                bp,
+                bdt,
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::n(batch),
+                Arg::n(c),
+                Arg::n(spatial),
+                Arg::n(groups),
+                Arg::F32(eps),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    pub(crate) fn op_softmax(&self, x: &Tensor<Cuda>) -> Result<Tensor<Cuda>> {
+        let dt = Self::compute_type("softmax", x.dtype())?;
+        let (rows, d) = Self::rows("softmax", x)?;
+        let out = self.empty(x.shape().to_vec(), dt)?;
+        self.launch(
+            KernelFile::Norm,
+            "softmax",
+            Grid::rows(rows, THREADS),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(dt)),
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::n(rows),
+                Arg::n(d),
+            ],
+        )?;
+        Ok(out)
+    }
+}
