@@ -2,7 +2,10 @@
 //! and present; otherwise the CPU, with one log line saying why) and shared by the worker and the server's
 //! memory routes (`/system_stats`, `/free`).
 
-use kiln_compute::memory::DeviceMemory;
+use std::sync::Arc;
+
+use kiln_compute::Backend as _;
+use kiln_compute::memory::{DeviceMemory, ManagerConfig, MemoryManager};
 use kiln_compute::select::{Device, Selection, select};
 
 /// Simulated device memory of the CPU backend. On the CPU, "VRAM" residency buys no speed (the pinned pool is
@@ -52,12 +55,24 @@ pub struct DeviceReport {
     pub free: u64,
     /// Bytes the memory manager may fill: device memory minus the reserve.
     pub budget: u64,
+    /// Bytes the memory manager holds (weights, scratch, activations).
+    pub held: u64,
 }
 
-/// The selected device.
+/// The device memory of a device.
+fn memory_of(device: &Device) -> Arc<dyn DeviceMemory> {
+    match device {
+        Device::Cpu(cpu) => cpu.memory().clone(),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => cuda.memory().clone(),
+    }
+}
+
+/// The selected device and its memory manager.
 pub struct Compute {
     device: Device,
     options: ComputeOptions,
+    manager: Arc<MemoryManager>,
 }
 
 impl std::fmt::Debug for Compute {
@@ -74,8 +89,28 @@ impl Compute {
             cuda_device: options.cuda_device,
             cpu_memory: CPU_DEVICE_MEMORY,
         };
-        let (device, _reason) = select(&selection);
-        Compute { device, options }
+        let (mut device, _reason) = select(&selection);
+        let mut config = ManagerConfig::for_this_machine(options.pinned_memory);
+        config.vram.headroom = options.reserve;
+        let manager = match MemoryManager::new(memory_of(&device), config.clone()) {
+            Ok(manager) => manager,
+            Err(e) => {
+                // A device that cannot host the manager (a driver without virtual memory management, say) is
+                // not one to compute on.
+                tracing::warn!(error = %e, "the memory manager cannot run on {}; computing on the CPU", device.kind());
+                let cpu = kiln_compute::backend::cpu::Cpu::new(CPU_DEVICE_MEMORY);
+                device = Device::Cpu(Arc::new(cpu));
+                MemoryManager::new(memory_of(&device), config).unwrap_or_else(|e| {
+                    panic!("the CPU's simulated device refused the memory manager: {e}")
+                })
+            }
+        };
+        Compute { device, options, manager }
+    }
+
+    /// The memory manager every model loads through.
+    pub fn manager(&self) -> &Arc<MemoryManager> {
+        &self.manager
     }
 
     /// The device chosen.
@@ -91,36 +126,34 @@ impl Compute {
     /// Unloads every model: their weights leave device memory and their pinned host memory is released
     /// (`/free` with `unload_models`).
     pub fn unload_models(&self) {
-        tracing::info!("unloading every model");
+        match self.manager.unload_all() {
+            Ok(freed) => tracing::info!(freed, "unloaded every model"),
+            Err(e) => tracing::warn!(error = %e, "unloading the models failed"),
+        }
     }
 
     /// The device's name, memory and budget now.
     pub fn report(&self) -> DeviceReport {
-        let (kind, index, name, memory) = match &self.device {
-            Device::Cpu(cpu) => {
-                let memory: std::sync::Arc<dyn DeviceMemory> = cpu.sim().clone();
-                ("cpu", None, "cpu".to_owned(), memory)
-            }
+        let (kind, index, name) = match &self.device {
+            Device::Cpu(_) => ("cpu", None, "cpu".to_owned()),
             #[cfg(feature = "cuda")]
             Device::Cuda(cuda) => {
-                let info = kiln_compute::Backend::info(cuda.as_ref());
-                let name = format!("cuda:{} {}", info.index, info.name);
-                (
-                    "cuda",
-                    Some(info.index),
-                    name,
-                    kiln_compute::Backend::memory(cuda.as_ref()).clone(),
-                )
+                let info = cuda.info();
+                ("cuda", Some(info.index), format!("cuda:{} {}", info.index, info.name))
             }
         };
-        let info = memory.mem_info().unwrap_or(kiln_compute::memory::MemInfo { free: 0, total: 0 });
+        let info = memory_of(&self.device)
+            .mem_info()
+            .unwrap_or(kiln_compute::memory::MemInfo { free: 0, total: 0 });
+        let stats = self.manager.stats();
         DeviceReport {
             kind,
             index,
             name,
             total: info.total,
             free: info.free,
-            budget: info.total.saturating_sub(self.options.reserve),
+            budget: stats.budget,
+            held: stats.usage,
         }
     }
 }

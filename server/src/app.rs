@@ -17,6 +17,7 @@ use kiln_spec::types;
 
 use crate::api::local_router;
 use crate::config::Config;
+use crate::config::GIB;
 use crate::local::api::LocalServer;
 use crate::local::history::{History, Record};
 use crate::local::runtime::{Queued, Runtime, cache, now_ms, start_worker};
@@ -93,7 +94,7 @@ impl Server {
             reserve: config
                 .compute
                 .reserve_vram_gb
-                .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * 1e9) as u64),
+                .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
         }));
         let runtime = Arc::new(Runtime {

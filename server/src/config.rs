@@ -7,6 +7,10 @@ use crate::api::Runtime;
 use crate::extra_model_paths::ExtraModelPath;
 use crate::model_folders::ModelFolders;
 
+/// Bytes in one of the "GB" ComfyUI's memory flags take (`--reserve-vram`, `--cache-ram`): it multiplies them
+/// by 1024³.
+pub(crate) const GIB: f64 = (1u64 << 30) as f64;
+
 /// Which cache keeps node results between prompts (ComfyUI's `--cache-*` flags).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CacheMode {

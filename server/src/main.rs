@@ -156,10 +156,10 @@ impl Args {
             }
             _ => CacheMode::RamPressure { active_gb: None, inactive_gb: None },
         };
-        if let Some(gb) = self.reserve_vram {
-            if !(gb.is_finite() && gb >= 0.0) {
-                bail!("--reserve-vram: {gb} is not a number of GB (0 or more)");
-            }
+        if let Some(gb) = self.reserve_vram
+            && !(gb.is_finite() && gb >= 0.0)
+        {
+            bail!("--reserve-vram: {gb} is not a number of GB (0 or more)");
         }
         config.compute = ComputeConfig {
             force_cpu: self.cpu,

@@ -90,8 +90,10 @@ pub(crate) fn system_stats(
             type_: kind.to_owned(),
             vram_total: bytes(device.total),
             vram_free: bytes(device.free),
-            torch_vram_total: bytes(device.total),
-            torch_vram_free: bytes(device.free),
+            // ComfyUI reports torch's allocator here: what it holds and how much of that is unused. Kiln's
+            // memory manager holds what it uses.
+            torch_vram_total: bytes(device.held),
+            torch_vram_free: 0,
             vram_budget: bytes(device.budget),
         },
     };

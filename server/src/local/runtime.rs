@@ -246,10 +246,10 @@ pub(crate) fn cache(mode: crate::config::CacheMode) -> Cache {
             let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
             let mut pressure = RamPressure::defaults(total, Arc::new(ProcMeminfo));
             if let Some(gb) = active_gb {
-                pressure.active_bytes = (gb * 1e9) as u64;
+                pressure.active_bytes = (gb * crate::config::GIB) as u64;
             }
             if let Some(gb) = inactive_gb {
-                pressure.inactive_bytes = (gb * 1e9) as u64;
+                pressure.inactive_bytes = (gb * crate::config::GIB) as u64;
             }
             CachePolicy::RamPressure(pressure)
         }

@@ -43,7 +43,9 @@ impl ManagerConfig {
     /// limits included) and the RAM-pressure cache's active threshold; `pinned: false` turns pinning off.
     pub fn for_this_machine(pinned: bool) -> ManagerConfig {
         let pins = match (pinned, SystemRam::new().snapshot()) {
-            (true, Some(ram)) => PinConfig::linux(&ram, CacheThresholds::defaults(ram.total).active),
+            (true, Some(ram)) => {
+                PinConfig::linux(&ram, CacheThresholds::defaults(ram.total).active)
+            }
             _ => PinConfig::disabled(),
         };
         ManagerConfig {
@@ -161,13 +163,16 @@ impl MemoryManager {
     /// A manager for `memory` (the backend's device memory).
     pub fn new(memory: Arc<dyn DeviceMemory>, config: ManagerConfig) -> Result<Arc<MemoryManager>> {
         if config.offload_streams == 0 {
-            return Err(Error::Unsupported("the memory manager needs at least one offload stream".into()));
+            return Err(Error::Unsupported(
+                "the memory manager needs at least one offload stream".into(),
+            ));
         }
         let arbiter = Arc::new(Arbiter::new(memory.clone(), config.vram.clone())?);
         let mut lanes = Vec::with_capacity(config.offload_streams);
         for _ in 0..config.offload_streams {
             let stream = memory.new_stream()?;
-            lanes.push(Mutex::new(Lane { stream, scratch: Scratch::new(arbiter.clone(), stream)? }));
+            lanes
+                .push(Mutex::new(Lane { stream, scratch: Scratch::new(arbiter.clone(), stream)? }));
         }
         Ok(Arc::new(MemoryManager {
             models: Mutex::new(Vec::new()),
@@ -248,7 +253,13 @@ impl MemoryManager {
     }
 
     /// Pins `bytes` for a weight of `model` (§7.2); the model's weights buffer may grow to `model_bytes`.
-    pub(crate) fn pin_weight(&self, model: ModelId, module: ModuleId, bytes: u64, model_bytes: u64) -> Result<PinOutcome> {
+    pub(crate) fn pin_weight(
+        &self,
+        model: ModelId,
+        module: ModuleId,
+        bytes: u64,
+        model_bytes: u64,
+    ) -> Result<PinOutcome> {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
         let PinState { pins, backing } = &mut *state;
         backing.sizes.entry(model).or_insert(usize::try_from(model_bytes).unwrap_or(usize::MAX));
@@ -258,7 +269,12 @@ impl MemoryManager {
 
     /// Writes bytes into a weight's pin.
     pub(crate) fn write_pin(&self, model: ModelId, offset: u64, bytes: &[u8]) -> Result<()> {
-        let buf = self.pins.lock().unwrap_or_else(|p| p.into_inner()).backing.existing(model, Subset::Weights)?;
+        let buf = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .backing
+            .existing(model, Subset::Weights)?;
         buf.write_at(offset as usize, bytes)
     }
 
@@ -275,19 +291,29 @@ impl MemoryManager {
         if reads.is_empty() {
             return Ok(stats);
         }
-        let buf = self.pins.lock().unwrap_or_else(|p| p.into_inner()).backing.existing(model, Subset::Weights)?;
+        let buf = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .backing
+            .existing(model, Subset::Weights)?;
         let total: u64 = reads
             .iter()
             .map(|(f, name, _)| files[*f].tensor(name).map(|t| t.len))
             .sum::<Result<u64>>()?;
         let mut before = 0;
         for (index, file) in files.iter().enumerate() {
-            let plan: Vec<(&str, usize)> =
-                reads.iter().filter(|(f, ..)| *f == index).map(|(_, name, at)| (name.as_str(), *at)).collect();
+            let plan: Vec<(&str, usize)> = reads
+                .iter()
+                .filter(|(f, ..)| *f == index)
+                .map(|(_, name, at)| (name.as_str(), *at))
+                .collect();
             if plan.is_empty() {
                 continue;
             }
-            let s = file.load(&buf, &plan, &self.config.load, &mut |done, _| progress(before + done, total))?;
+            let s = file.load(&buf, &plan, &self.config.load, &mut |done, _| {
+                progress(before + done, total)
+            })?;
             before += s.bytes;
             stats.bytes += s.bytes;
             stats.seconds += s.seconds;
@@ -321,7 +347,14 @@ impl MemoryManager {
 
     /// Queues the copy of `len` file bytes at `offset` to `dst` through the staging ring (a weight without a
     /// pin).
-    pub(crate) fn copy_file(&self, source: &FileSource, offset: u64, len: u64, dst: DevPtr, stream: StreamId) -> Result<()> {
+    pub(crate) fn copy_file(
+        &self,
+        source: &FileSource,
+        offset: u64,
+        len: u64,
+        dst: DevPtr,
+        stream: StreamId,
+    ) -> Result<()> {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         if ring.is_none() {
             *ring = Some(StagingRing::new(self.memory.clone(), RingConfig::default())?);

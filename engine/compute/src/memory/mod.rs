@@ -33,7 +33,7 @@ pub use host::{HostBuffer, HostBufferConfig, WriteRange};
 pub use loader::{
     FileSource, LoadOptions, LoadStats, SafetensorsFile, TensorInfo, drop_page_cache,
 };
-pub use ring::{PinRange, RingConfig, StagingRing, read_through_pin};
 pub use manager::{ManagerConfig, ManagerStats, MemoryManager};
 pub use model::{Layer, LoadPlan, Model, SlotPlan};
+pub use ring::{PinRange, RingConfig, StagingRing, read_through_pin};
 pub use sim::{SimCounters, SimDevice};

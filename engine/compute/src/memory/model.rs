@@ -142,9 +142,16 @@ impl MemoryManager {
     /// Loads the weights `plan` names: reads the headers, checks every part (a missing tensor, an unsupported
     /// dtype, parts that cannot be joined are errors naming the file and tensor), then loads as the module
     /// docs say. `progress(done, total)` reports bytes read.
-    pub fn load(self: &Arc<Self>, plan: &LoadPlan, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
-        let files =
-            plan.files.iter().map(SafetensorsFile::open).collect::<Result<Vec<SafetensorsFile>>>()?;
+    pub fn load(
+        self: &Arc<Self>,
+        plan: &LoadPlan,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model> {
+        let files = plan
+            .files
+            .iter()
+            .map(SafetensorsFile::open)
+            .collect::<Result<Vec<SafetensorsFile>>>()?;
         let mut slots = Vec::with_capacity(plan.slots.len());
         for slot in &plan.slots {
             slots.push(plan_slot(&files, slot)?);
@@ -153,11 +160,17 @@ impl MemoryManager {
     }
 
     /// Loads weights given in memory: `(name, dtype, shape, little-endian bytes)` (tests and benchmarks).
-    pub fn load_tensors(self: &Arc<Self>, tensors: Vec<(String, DType, Vec<usize>, Vec<u8>)>) -> Result<Model> {
+    pub fn load_tensors(
+        self: &Arc<Self>,
+        tensors: Vec<(String, DType, Vec<usize>, Vec<u8>)>,
+    ) -> Result<Model> {
         let mut slots = Vec::with_capacity(tensors.len());
         for (name, dtype, shape, bytes) in tensors {
             if bytes.len() != numel(&shape) * dtype.size() {
-                return Err(Error::shape("load", format!("{name}: {shape:?} of {dtype} is not {} bytes", bytes.len())));
+                return Err(Error::shape(
+                    "load",
+                    format!("{name}: {shape:?} of {dtype} is not {} bytes", bytes.len()),
+                ));
             }
             slots.push(NewSlot { name, dtype, shape, source: Source::Memory(bytes) });
         }
@@ -174,13 +187,16 @@ fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
             Error::Unsupported(format!("weight {}: the plan has no file #{file_index}", slot.name))
         })?;
         let info = file.tensor(tensor)?;
-        let joinable = |s: &Vec<usize>| s.len() == info.shape.len() && s.get(1..) == info.shape.get(1..);
+        let joinable =
+            |s: &Vec<usize>| s.len() == info.shape.len() && s.get(1..) == info.shape.get(1..);
         match (&dtype, &mut shape) {
             (None, _) => {
                 dtype = Some(info.dtype);
                 shape = Some(info.shape.clone());
             }
-            (Some(d), Some(s)) if *d == info.dtype && !s.is_empty() && joinable(s) => s[0] += info.shape[0],
+            (Some(d), Some(s)) if *d == info.dtype && !s.is_empty() && joinable(s) => {
+                s[0] += info.shape[0]
+            }
             _ => {
                 return Err(Error::File {
                     path: file.path().to_path_buf(),
@@ -194,7 +210,9 @@ fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
         parts.push((*file_index, info.offset, info.len));
     }
     match (dtype, shape) {
-        (Some(dtype), Some(shape)) => Ok(NewSlot { name: slot.name.clone(), dtype, shape, source: Source::File(parts) }),
+        (Some(dtype), Some(shape)) => {
+            Ok(NewSlot { name: slot.name.clone(), dtype, shape, source: Source::File(parts) })
+        }
         _ => Err(Error::Unsupported(format!("weight {} is made of no tensor", slot.name))),
     }
 }
@@ -251,7 +269,8 @@ fn build(
             }
             None => {
                 let original = read_source(&state.files, &slot.source, bytes)?;
-                let weight = OwnedWeight::upload(manager.memory(), slot.dtype, &slot.shape, &original)?;
+                let weight =
+                    OwnedWeight::upload(manager.memory(), slot.dtype, &slot.shape, &original)?;
                 Place::Plain { weight, original, patched: AtomicBool::new(false) }
             }
         };
@@ -302,7 +321,10 @@ fn tensor_at(file: &SafetensorsFile, offset: u64) -> Result<String> {
     file.tensors()
         .find(|(_, info)| info.offset == offset)
         .map(|(name, _)| name.to_owned())
-        .ok_or_else(|| Error::File { path: file.path().to_path_buf(), msg: format!("no tensor at byte {offset}") })
+        .ok_or_else(|| Error::File {
+            path: file.path().to_path_buf(),
+            msg: format!("no tensor at byte {offset}"),
+        })
 }
 
 /// Reads a slot's bytes from its source into a new vector (force-cast slots and patch restores).
@@ -355,7 +377,9 @@ impl Model {
         let mut wanted: IndexMap<String, PatchSet> = IndexMap::new();
         for (name, set) in patches {
             if !self.state.slots.contains_key(&name) {
-                return Err(Error::Unsupported(format!("a patch for {name}, which the model does not have")));
+                return Err(Error::Unsupported(format!(
+                    "a patch for {name}, which the model does not have"
+                )));
             }
             wanted.entry(name).or_default().patches.extend(set.patches);
         }
@@ -391,12 +415,18 @@ impl Model {
         lane.scratch.reset();
         let stream = lane.stream;
         let base = manager.arbiter().base(state.vbar)?;
-        let mut layer = Layer { state, lane: None, weights: Vec::with_capacity(names.len()), pinned: Vec::new() };
+        let mut layer = Layer {
+            state,
+            lane: None,
+            weights: Vec::with_capacity(names.len()),
+            pinned: Vec::new(),
+        };
         let mut to_patch = Vec::new();
         for name in names {
-            let (index, _, slot) = state.slots.get_full(*name).ok_or_else(|| {
-                Error::Unsupported(format!("the model has no weight {name}"))
-            })?;
+            let (index, _, slot) = state
+                .slots
+                .get_full(*name)
+                .ok_or_else(|| Error::Unsupported(format!("the model has no weight {name}")))?;
             let patches = slot.patches.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let ptr = match &slot.place {
                 Place::Plain { weight, original, patched } => {
@@ -411,29 +441,31 @@ impl Model {
                     }
                     ptr
                 }
-                Place::Vbar { offset, stored } => match manager.arbiter().fault(state.vbar, *offset, slot.bytes)? {
-                    Fault::Resident(signature) => {
-                        layer.pinned.push((*offset, slot.bytes));
-                        let dst = base.offset(*offset);
-                        let mut stored = stored.lock().unwrap_or_else(|p| p.into_inner());
-                        if !signature.matches(stored.as_ref()) {
+                Place::Vbar { offset, stored } => {
+                    match manager.arbiter().fault(state.vbar, *offset, slot.bytes)? {
+                        Fault::Resident(signature) => {
+                            layer.pinned.push((*offset, slot.bytes));
+                            let dst = base.offset(*offset);
+                            let mut stored = stored.lock().unwrap_or_else(|p| p.into_inner());
+                            if !signature.matches(stored.as_ref()) {
+                                state.copy_slot(slot, dst, stream)?;
+                                if let Some(p) = &patches {
+                                    to_patch.push((index, dst, p.clone()));
+                                }
+                                *stored = Some(signature);
+                            }
+                            dst
+                        }
+                        Fault::Offloaded => {
+                            let dst = lane.scratch.take(slot.bytes)?;
                             state.copy_slot(slot, dst, stream)?;
                             if let Some(p) = &patches {
                                 to_patch.push((index, dst, p.clone()));
                             }
-                            *stored = Some(signature);
+                            dst
                         }
-                        dst
                     }
-                    Fault::Offloaded => {
-                        let dst = lane.scratch.take(slot.bytes)?;
-                        state.copy_slot(slot, dst, stream)?;
-                        if let Some(p) = &patches {
-                            to_patch.push((index, dst, p.clone()));
-                        }
-                        dst
-                    }
-                },
+                }
             };
             layer.weights.push((index, ptr));
         }
@@ -441,7 +473,13 @@ impl Model {
         let mut patch_views = Vec::with_capacity(to_patch.len());
         for (index, dst, packed) in to_patch {
             let at = lane.scratch.take(packed.layout.measure() as u64)?;
-            manager.copy_patch_image(state.id, state.slots[index].module, &packed.image, at, stream)?;
+            manager.copy_patch_image(
+                state.id,
+                state.slots[index].module,
+                &packed.image,
+                at,
+                stream,
+            )?;
             patch_views.push((index, dst, packed, at));
         }
         let copied = memory.record(stream)?;
@@ -512,7 +550,11 @@ impl ModelState {
 
     pub(crate) fn registered_bytes(&self) -> u64 {
         self.manager.with_pins(|pins, _| {
-            [Subset::Weights, Subset::Patches].iter().filter_map(|s| pins.stats(self.id, *s)).map(|s| s.registered_bytes).sum()
+            [Subset::Weights, Subset::Patches]
+                .iter()
+                .filter_map(|s| pins.stats(self.id, *s))
+                .map(|s| s.registered_bytes)
+                .sum()
         })
     }
 
@@ -589,7 +631,9 @@ impl Drop for Layer<'_> {
         }
         if let Some(lane) = &self.lane {
             let memory = manager.memory();
-            let done = memory.record(StreamId::COMPUTE).and_then(|e| memory.wait_event(lane.stream, e.as_ref()));
+            let done = memory
+                .record(StreamId::COMPUTE)
+                .and_then(|e| memory.wait_event(lane.stream, e.as_ref()));
             if let Err(e) = done {
                 tracing::warn!(error = %e, "ordering the offload stream after the compute stream failed");
             }
