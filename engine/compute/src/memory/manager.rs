@@ -13,7 +13,7 @@ use super::host::{HostBuffer, HostBufferConfig};
 use super::loader::{FileSource, LoadOptions, LoadStats, SafetensorsFile};
 use super::model::ModelState;
 use super::pins::{ModelId, ModuleId, PinBacking, PinConfig, PinEnv, PinOutcome, Pins, Subset};
-use super::pressure::{CacheThresholds, SystemRam};
+use super::pressure::{Arbitration, CacheThresholds, OutputCache, SystemRam, arbitrate_after_node};
 use super::ring::{RingConfig, StagingRing};
 use super::vram::{Arbiter, Scratch, VramConfig};
 use crate::error::{Error, Result};
@@ -436,6 +436,26 @@ impl MemoryManager {
         self.arbiter.reset_limits();
         self.with_pins(|pins, backing| pins.reset_node(backing));
         Ok(())
+    }
+
+    /// The RAM arbitration after a node in RAM-pressure cache mode (§7.6): older prompts' cached outputs, then
+    /// large current ones, then inactive models' pins give way until `thresholds.active` bytes of RAM are
+    /// available.
+    pub fn arbitrate_ram(
+        &self,
+        thresholds: &CacheThresholds,
+        outputs: &mut dyn OutputCache,
+    ) -> Arbitration {
+        self.with_pins(|pins, backing| {
+            let mut releaser = pins.releaser(backing);
+            arbitrate_after_node(
+                thresholds,
+                &self.ram,
+                outputs,
+                &mut releaser,
+                &mut std::thread::sleep,
+            )
+        })
     }
 
     /// Unloads every model from the device: their VBAR pages are freed and their host memory unregistered
