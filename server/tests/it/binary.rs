@@ -92,6 +92,7 @@ pub(crate) fn start_with(
     let addr = loop {
         let line =
             lines.next().expect("kiln logged an address before exiting").expect("stderr is UTF-8");
+        log.lock().unwrap_or_else(|p| p.into_inner()).push(line.clone());
         if let Some(rest) = line.split("listening on http://").nth(1) {
             break rest.trim().to_owned();
         }
@@ -170,4 +171,68 @@ fn cache_flags_are_exclusive() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+#[test]
+fn issue_10_memory_flags_set_the_budget_and_a_machine_without_cuda_falls_back_to_the_cpu() {
+    let data_dir = temp_dir("memflags");
+    let args: Vec<&std::ffi::OsStr> =
+        ["--reserve-vram", "1", "--cache-ram", "4", "16", "--disable-pinned-memory"]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .collect();
+    let (server, addr) = start_with(&data_dir, &args);
+    let (status, body) = http_get(&addr, "/api/system_stats");
+    assert_eq!(status, 200, "{body}");
+    let stats: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let device = &stats["devices"][0];
+    assert_eq!(device["type"], "cpu", "this machine has no CUDA: {body}");
+    // The CPU's simulated device holds 2 GiB; --reserve-vram 1 leaves 1 GiB to the memory manager.
+    assert_eq!(device["vram_budget"], 1i64 << 30, "{body}");
+    // One line says why the CPU computes: this build has CUDA support, this machine no driver.
+    let log = server.log().join("\n");
+    assert!(log.contains("computing on the CPU"), "{log}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    for (bad, message) in [
+        (&["--reserve-vram=-1"][..], "--reserve-vram"),
+        (&["--cache-ram", "0"][..], "--cache-ram"),
+        (&["--cache-ram", "1", "2", "3"][..], "unexpected argument"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(bad)
+            .args(["--port", "0", "--disable-front-end", "--data-dir"])
+            .arg(temp_dir("badmemflags"))
+            .output()
+            .expect("kiln runs");
+        assert!(!output.status.success(), "{bad:?} is refused");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{bad:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn issue_10_free_with_unload_models_unloads_them_before_the_next_prompt() {
+    let data_dir = temp_dir("free");
+    let (server, addr) = start(&data_dir);
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("http://{addr}/api/free"))
+        .json(&serde_json::json!({"unload_models": true}))
+        .send()
+        .await
+        .expect("kiln answers");
+    assert_eq!(answer.status(), 200);
+    let mut unloaded = false;
+    for _ in 0..50 {
+        if server.log().iter().any(|l| l.contains("unloaded every model")) {
+            unloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(unloaded, "the worker unloads the models: {:?}", server.log());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&data_dir);
 }
