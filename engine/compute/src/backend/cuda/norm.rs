@@ -118,7 +118,7 @@ impl Cuda {
         self.launch(
             KernelFile::Norm,
             "group_norm",
-            Grid::rows(batch * groups, 1024),
+            Grid::rows(batch * groups, 512),
             &[
                 Arg::Ptr(x.buf().ptr().0),
                 Arg::I32(dtype_code(dt)),

@@ -1,5 +1,5 @@
 // Shared by every kernel file: NVRTC compiles each op family as `common.cu` followed by the family's file, with no
-// toolkit headers (no #include at all). Element types are runtime codes so one kernel serves every dtype pairing;
+// toolkit headers (no include directives at all). Element types are runtime codes so one kernel serves every dtype pairing;
 // the codes match `DType` (see `dtype_code` in kernels.rs). Every conversion is by hand on the bit patterns and
 // rounds to nearest even exactly as `crate::dtype` does on the host, so CPU and CUDA casts agree bit for bit.
 
