@@ -97,6 +97,9 @@ impl Server {
                 .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
         }));
+        // The worker runs nodes under the device's memory manager: its reset after every node, and its RAM
+        // arbitration between the output cache and the weight pins.
+        let executor = executor.with_memory(compute.manager().clone());
         let runtime = Arc::new(Runtime {
             registry,
             queue,

@@ -6,8 +6,8 @@
 //! elsewhere they are 0, which ComfyUI's frontend shows as unknown rather than failing.
 
 use crate::frontend_package::FRONTEND_VERSION;
-use kiln_engine::cache::meminfo_bytes;
 use kiln_engine::compute::DeviceReport;
+use kiln_engine::kiln_compute::memory::pressure::parse_meminfo;
 use kiln_spec::types::{
     DeviceInfo, ExtensionFlags, FeatureFlags, ManagerFlags, PackageVersion, SystemInfo, SystemStats,
 };
@@ -54,12 +54,13 @@ impl Memory {
             .unwrap_or_default()
     }
 
-    /// Parses the `MemTotal` and `MemAvailable` lines of `/proc/meminfo` (values in KiB).
+    /// Parses the `MemTotal` and `MemAvailable` lines of `/proc/meminfo` (values in KiB), with the compute
+    /// layer's parser; zeros when either is missing.
     fn parse(meminfo: &str) -> Memory {
-        let field = |name: &str| {
-            meminfo_bytes(meminfo, name).map_or(0, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX))
-        };
-        Memory { total: field("MemTotal"), available: field("MemAvailable") }
+        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        parse_meminfo(meminfo)
+            .map(|m| Memory { total: bytes(m.total), available: bytes(m.available) })
+            .unwrap_or_default()
     }
 }
 

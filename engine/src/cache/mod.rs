@@ -12,7 +12,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 pub use keys::{CacheKey, compute_keys};
-pub use ram::{ProcMeminfo, RamProbe, meminfo_bytes};
+pub use ram::{CacheThresholds, RamPressure, RamProbe, SystemRam};
+
+use kiln_compute::memory::pressure::OutputCache;
 
 use crate::nodes::UiOutput;
 use crate::value::Value;
@@ -50,34 +52,12 @@ impl std::fmt::Debug for CachePolicy {
         match self {
             CachePolicy::Classic => f.write_str("Classic"),
             CachePolicy::Lru(n) => write!(f, "Lru({n})"),
-            CachePolicy::RamPressure(p) => {
-                write!(f, "RamPressure({} / {} bytes)", p.active_bytes, p.inactive_bytes)
-            }
+            CachePolicy::RamPressure(p) => write!(
+                f,
+                "RamPressure(active {} / inactive {} bytes)",
+                p.thresholds.active, p.thresholds.inactive
+            ),
             CachePolicy::None => f.write_str("None"),
-        }
-    }
-}
-
-/// The RAM-pressure thresholds and how RAM is read.
-#[derive(Clone)]
-pub struct RamPressure {
-    /// After each node, evict older prompts' entries until this much RAM is available.
-    pub active_bytes: u64,
-    /// When a prompt starts, evict older prompts' entries until this much RAM is available.
-    pub inactive_bytes: u64,
-    /// Reads available RAM.
-    pub probe: Arc<dyn RamProbe>,
-}
-
-impl RamPressure {
-    /// Upstream's current defaults for a machine with `total` bytes of RAM: active = clamp(10 %, 2 GB, 10 GB),
-    /// inactive = min(total, 128 GB).
-    pub fn defaults(total: u64, probe: Arc<dyn RamProbe>) -> RamPressure {
-        const GB: u64 = 1_000_000_000;
-        RamPressure {
-            active_bytes: (total / 10).clamp(2 * GB, 10 * GB),
-            inactive_bytes: total.min(128 * GB),
-            probe,
         }
     }
 }
@@ -140,8 +120,8 @@ impl Cache {
             CachePolicy::Classic => self.entries.retain(|key, _| used.contains(key)),
             CachePolicy::Lru(_) => self.trim_lru(),
             CachePolicy::RamPressure(pressure) => {
-                let target = pressure.inactive_bytes;
-                self.release(target);
+                let target = pressure.thresholds.inactive;
+                self.evict_for_ram(target, false, 0);
             }
             CachePolicy::None => self.entries.clear(),
         }
@@ -174,11 +154,13 @@ impl Cache {
         }
     }
 
-    /// Called after each node: under RAM pressure, evict older prompts' entries down to the active threshold.
+    /// The cache's own trim after each node, for an executor without a memory manager: under RAM pressure,
+    /// evict older prompts' entries until the active threshold is available. With a memory manager, its
+    /// arbitration (which reaches the cache through [`OutputCache`]) runs instead.
     pub fn after_node(&mut self) {
         if let CachePolicy::RamPressure(pressure) = &self.policy {
-            let target = pressure.active_bytes;
-            self.release(target);
+            let target = pressure.thresholds.active;
+            self.evict_for_ram(target, false, 0);
         }
     }
 
@@ -196,31 +178,47 @@ impl Cache {
         }
     }
 
-    /// Evicts entries not used by the current prompt, highest age × size first (ties: least recently touched
-    /// first), until the probe reports `target` bytes available.
-    fn release(&mut self, target: u64) {
-        let CachePolicy::RamPressure(pressure) = &self.policy else { return };
+    /// Evicts entries, highest `1.3^age × (0.05 + bytes)` first (ties: least recently touched first), until
+    /// the probe reports `target` bytes available (memory-manager.md §9.3). Entries of the current prompt are
+    /// kept unless `free_active`, and entries under `min_entry_size` bytes are kept. Returns the bytes of the
+    /// entries evicted; 0 outside RAM-pressure mode, which has no probe.
+    fn evict_for_ram(&mut self, target: u64, free_active: bool, min_entry_size: u64) -> u64 {
+        let CachePolicy::RamPressure(pressure) = &self.policy else { return 0 };
         let probe = pressure.probe.clone();
-        if probe.available_bytes() >= target {
-            return;
+        if probe.available() >= target {
+            return 0;
         }
         let generation = self.generation;
         let mut candidates: Vec<(u128, f64, u64)> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.used_generation < generation)
+            .filter(|(_, e)| free_active || e.used_generation < generation)
+            .filter(|(_, e)| e.bytes as u64 >= min_entry_size)
             .map(|(k, e)| {
                 let age = (generation - e.used_generation) as f64;
                 (*k, AGE_MULTIPLIER.powf(age) * (e.bytes as f64 + BASELINE_BYTES), e.touched)
             })
             .collect();
         candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
+        let mut freed = 0;
         for (key, _, _) in candidates {
-            self.entries.remove(&key);
-            if probe.available_bytes() >= target {
+            if let Some(entry) = self.entries.remove(&key) {
+                freed += entry.bytes as u64;
+            }
+            if probe.available() >= target {
                 break;
             }
         }
+        freed
+    }
+}
+
+/// The cache as the memory manager's post-node RAM arbitration sees it (§7.6, §9.3): [`OutputCache::release`]
+/// evicts by score until RAM is available. Only a RAM-pressure cache releases anything; the other policies
+/// have no RAM reading and evict by their own rules.
+impl OutputCache for Cache {
+    fn release(&mut self, target_available: u64, free_active: bool, min_entry_size: u64) -> u64 {
+        self.evict_for_ram(target_available, free_active, min_entry_size)
     }
 }
 

@@ -1,39 +1,38 @@
-//! Reading available RAM, for the RAM-pressure cache.
+//! The RAM-pressure cache's settings: its thresholds and how it reads RAM.
+//!
+//! Both come from the compute layer's [`kiln_compute::memory::pressure`], so the output cache and the memory
+//! manager's pins answer to one RAM policy: the same reading of available RAM (`/proc/meminfo`, clamped to the
+//! process's cgroup limit) and the same `--cache-ram` thresholds, in GiB as upstream.
 
-/// Reports how much RAM is available.
-pub trait RamProbe: Send + Sync {
-    /// Available bytes now.
-    fn available_bytes(&self) -> u64;
+use std::sync::Arc;
+
+pub use kiln_compute::memory::pressure::{CacheThresholds, RamProbe, SystemRam};
+
+/// RAM assumed where the machine's RAM cannot be read (not Linux), for the default thresholds.
+const UNKNOWN_TOTAL: u64 = 16 << 30;
+
+/// The RAM-pressure thresholds and how RAM is read.
+#[derive(Clone)]
+pub struct RamPressure {
+    /// Available RAM to restore: `inactive` by evicting older prompts' entries (when a prompt starts and
+    /// after each node), `active` after each node.
+    pub thresholds: CacheThresholds,
+    /// Reads available RAM (fresh on every call: evictions change it).
+    pub probe: Arc<dyn RamProbe + Send + Sync>,
 }
 
-/// Reads `MemAvailable` from `/proc/meminfo`; where that cannot be read, reports unlimited RAM (so nothing is
-/// evicted for pressure).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcMeminfo;
-
-impl ProcMeminfo {
-    /// Total RAM in bytes (`MemTotal`), or `None` where it cannot be read.
-    pub fn total_bytes() -> Option<u64> {
-        read_field("MemTotal")
+impl RamPressure {
+    /// Upstream's defaults ([`CacheThresholds::defaults`]) for a machine with `total` bytes of RAM:
+    /// active = clamp(10 %, 2 GiB, 10 GiB), inactive = min(total, 128 GiB).
+    pub fn defaults(total: u64, probe: Arc<dyn RamProbe + Send + Sync>) -> RamPressure {
+        RamPressure { thresholds: CacheThresholds::defaults(total), probe }
     }
-}
 
-impl RamProbe for ProcMeminfo {
-    fn available_bytes(&self) -> u64 {
-        read_field("MemAvailable").unwrap_or(u64::MAX)
+    /// Upstream's defaults for this machine, read with [`SystemRam`] (total RAM clamped to the cgroup limit;
+    /// 16 GiB assumed where RAM cannot be read, and then nothing is evicted for pressure).
+    pub fn system() -> RamPressure {
+        let ram = SystemRam::new();
+        let total = ram.snapshot().map_or(UNKNOWN_TOTAL, |snapshot| snapshot.total);
+        RamPressure::defaults(total, Arc::new(ram))
     }
-}
-
-fn read_field(name: &str) -> Option<u64> {
-    meminfo_bytes(&std::fs::read_to_string("/proc/meminfo").ok()?, name)
-}
-
-/// The `name` field (`MemTotal`, `MemAvailable`, ...) of `/proc/meminfo` text, converted from KiB to bytes;
-/// `None` when the field is missing or not a number.
-pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
-    meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| kib.saturating_mul(1024))
 }

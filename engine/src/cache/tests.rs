@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Cache, CacheKey, CachePolicy, CachedOutput, RamPressure, RamProbe};
+use super::{Cache, CacheKey, CachePolicy, CacheThresholds, CachedOutput, RamPressure, RamProbe};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -61,21 +61,26 @@ fn never_keys_never_hit() {
     assert!(cache.is_empty());
 }
 
-/// Reports low RAM for the first `low_reads` reads, then plenty.
+/// Reports no RAM available for the first `low` reads, then plenty.
 struct Simulated {
     reads: AtomicUsize,
-    low_reads: usize,
+    low: AtomicUsize,
 }
 
 impl RamProbe for Simulated {
-    fn available_bytes(&self) -> u64 {
-        if self.reads.fetch_add(1, Ordering::SeqCst) < self.low_reads { 0 } else { u64::MAX }
+    fn available(&self) -> u64 {
+        let low = self.low.load(Ordering::SeqCst);
+        if self.reads.fetch_add(1, Ordering::SeqCst) < low { 0 } else { u64::MAX }
     }
 }
 
 fn ram_cache(low_reads: usize) -> (Cache, Arc<Simulated>) {
-    let probe = Arc::new(Simulated { reads: AtomicUsize::new(usize::MAX / 2), low_reads });
-    let pressure = RamPressure { active_bytes: 1, inactive_bytes: 1, probe: probe.clone() };
+    let probe = Arc::new(Simulated {
+        reads: AtomicUsize::new(usize::MAX / 2),
+        low: AtomicUsize::new(low_reads),
+    });
+    let thresholds = CacheThresholds { active: 1, inactive: 1 };
+    let pressure = RamPressure { thresholds, probe: probe.clone() };
     (Cache::new(CachePolicy::RamPressure(pressure)), probe)
 }
 
@@ -119,4 +124,97 @@ fn ram_pressure_with_a_persistently_low_reading_evicts_every_older_entry() {
     cache.after_node();
     assert!(cache.get(&key(1)).is_none());
     assert!(cache.get(&key(2)).is_some(), "the running prompt's own outputs are not evicted");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// `OutputCache::release`, as the memory manager's post-node arbitration calls it (memory-manager.md §9.3).
+
+use kiln_compute::memory::pressure::OutputCache;
+
+const MIB: usize = 1 << 20;
+
+/// Three generations: prompt 1 stored A (4 MiB) and B (1 MiB), prompt 2 stored C then D (5 MiB each), and
+/// the running prompt 3 stored E (64 MiB).
+fn three_generations(low_reads: usize) -> (Cache, Arc<Simulated>) {
+    let (mut cache, probe) = ram_cache(low_reads);
+    cache.begin_prompt(&[key(1), key(2)]);
+    cache.set(&key(1), entry(4 * MIB));
+    cache.set(&key(2), entry(MIB));
+    cache.begin_prompt(&[key(3), key(4)]);
+    cache.set(&key(3), entry(5 * MIB));
+    cache.set(&key(4), entry(5 * MIB));
+    cache.begin_prompt(&[key(5)]);
+    cache.set(&key(5), entry(64 * MIB));
+    (cache, probe)
+}
+
+fn present(cache: &mut Cache) -> Vec<u128> {
+    (1..=5u128).filter(|n| cache.get(&key(*n)).is_some()).collect()
+}
+
+#[test]
+fn release_evicts_by_age_weighted_size_oldest_first_on_ties() {
+    let (mut cache, probe) = three_generations(0);
+    // Scores in generation 3: A 1.3² × 4 MiB ≈ 6.76 MiB, C = D = 1.3 × 5 MiB = 6.5 MiB, B 1.3² × 1 MiB.
+    // So the older, smaller A goes before C; C and D tie and C, touched first, goes first; E is current.
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        // One low reading: one eviction per call, then RAM is back.
+        probe_low(&probe, 1);
+        let before: Vec<u128> = (1..=5u128).filter(|n| cache.entries.contains_key(n)).collect();
+        let freed = cache.release(u64::MAX - 1, false, 0);
+        let after: Vec<u128> = (1..=5u128).filter(|n| cache.entries.contains_key(n)).collect();
+        let gone: Vec<u128> = before.into_iter().filter(|n| !after.contains(n)).collect();
+        assert_eq!(gone.len(), 1, "exactly one eviction per low reading: {gone:?}");
+        let bytes = [4 * MIB, MIB, 5 * MIB, 5 * MIB][gone[0] as usize - 1] as u64;
+        assert_eq!(freed, bytes, "release returns the evicted entry's bytes");
+        order.push(gone[0]);
+    }
+    assert_eq!(order, vec![1, 3, 4, 2]);
+    // Only the current prompt's entry is left, and it is kept without `free_active` however low RAM is.
+    probe_low(&probe, usize::MAX);
+    assert_eq!(cache.release(u64::MAX - 1, false, 0), 0);
+    assert_eq!(present(&mut cache), vec![5]);
+}
+
+#[test]
+fn release_with_free_active_takes_current_entries_and_skips_small_ones() {
+    let (mut cache, probe) = three_generations(0);
+    probe_low(&probe, usize::MAX);
+    // Persistently low RAM: everything at or above 5 MiB goes, the current 64 MiB entry included.
+    let freed = cache.release(u64::MAX - 1, true, 5 * MIB as u64);
+    assert_eq!(freed, (64 + 5 + 5) * MIB as u64);
+    assert_eq!(present(&mut cache), vec![1, 2], "entries under min_entry_size stay");
+}
+
+#[test]
+fn release_does_nothing_while_the_target_is_available() {
+    let (mut cache, probe) = three_generations(0);
+    probe_low(&probe, 0);
+    assert_eq!(cache.release(u64::MAX - 1, true, 0), 0);
+    assert_eq!(present(&mut cache), vec![1, 2, 3, 4, 5]);
+    // The target is compared with what the probe reads: a target above it evicts.
+    let (mut cache, probe) = three_generations(0);
+    probe_low(&probe, usize::MAX);
+    assert_eq!(cache.release(1, false, 0), (4 + 1 + 5 + 5) * MIB as u64);
+    assert_eq!(cache.release(0, true, 0), 0, "0 bytes are always available");
+    assert_eq!(present(&mut cache), vec![5]);
+}
+
+#[test]
+fn release_outside_ram_pressure_mode_evicts_nothing() {
+    for policy in [CachePolicy::Classic, CachePolicy::Lru(10)] {
+        let mut cache = Cache::new(policy);
+        cache.begin_prompt(&[key(1)]);
+        cache.set(&key(1), entry(4 * MIB));
+        // A RAM-pressure cache would evict it (`free_active`, and `u64::MAX` bytes are never available).
+        assert_eq!(cache.release(u64::MAX, true, 0), 0);
+        assert_eq!(cache.len(), 1);
+    }
+}
+
+/// Makes the next `low_reads` readings report no RAM available, and the ones after plenty.
+fn probe_low(probe: &Simulated, low_reads: usize) {
+    probe.reads.store(0, Ordering::SeqCst);
+    probe.low.store(low_reads, Ordering::SeqCst);
 }

@@ -6,6 +6,10 @@
 //! Inputs that are lists are mapped like upstream: a node that is not `is_input_list` runs once per element
 //! (shorter lists repeat their last element) and its outputs are collected into lists. The interrupt flag is
 //! checked before each node and by long nodes through their [`Context`].
+//!
+//! With a memory manager ([`Executor::with_memory`]) every node that ran is followed by the manager's per-node
+//! reset and, in RAM-pressure cache mode, by its RAM arbitration between the cached outputs and the weight
+//! pins (memory-manager.md §4.4, §7.6), which replaces the cache's own post-node trim.
 
 mod events;
 mod history;
@@ -14,6 +18,8 @@ mod roots;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use indexmap::IndexMap;
+use kiln_compute::memory::MemoryManager;
+use kiln_compute::memory::pressure::Arbitration;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -78,12 +84,32 @@ pub struct Executor {
     cache: Cache,
     roots: Roots,
     interrupt: Arc<AtomicBool>,
+    memory: Option<Arc<MemoryManager>>,
 }
 
 impl Executor {
-    /// An executor over a registry, a cache and the file roots.
+    /// An executor over a registry, a cache and the file roots, without a memory manager.
     pub fn new(registry: Arc<Registry>, cache: Cache, roots: Roots) -> Executor {
-        Executor { registry, cache, roots, interrupt: Arc::new(AtomicBool::new(false)) }
+        Executor {
+            registry,
+            cache,
+            roots,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            memory: None,
+        }
+    }
+
+    /// The same executor with a memory manager: after every node that runs, the manager's per-node reset
+    /// (§4.4) and, when the cache is in RAM-pressure mode, its RAM arbitration (§7.6) in place of the cache's
+    /// own trim, so the cache and the pins give way in one order.
+    pub fn with_memory(mut self, manager: Arc<MemoryManager>) -> Executor {
+        self.memory = Some(manager);
+        self
+    }
+
+    /// The memory manager, if there is one.
+    pub fn memory(&self) -> Option<&Arc<MemoryManager>> {
+        self.memory.as_ref()
     }
 
     /// The flag that interrupts the running prompt when set (it is cleared when the next prompt starts).
@@ -231,13 +257,23 @@ impl Executor {
                 interrupt: self.interrupt.clone(),
                 progress: progress.clone(),
             };
-            match execute_mapped(class.as_ref(), &spec, &lists, &ctx) {
+            let result = execute_mapped(class.as_ref(), &spec, &lists, &ctx);
+            let reset = self.reset_after_node();
+            if let (Err(_), Err(message)) = (&result, &reset) {
+                tracing::warn!(node = %id, %message, "after a failed node");
+            }
+            match result {
                 Ok(output) => {
+                    if let Err(message) = reset {
+                        // The device failed while finishing the node's work: its outputs cannot be trusted.
+                        let current = current_inputs(&lists);
+                        return state.fail(&id, &class_type, NodeError::new(message), current);
+                    }
                     let output = Arc::new(output);
                     if let Some(key) = keys.get(&id) {
                         self.cache.set(key, output.clone());
                     }
-                    self.cache.after_node();
+                    self.trim_after_node();
                     if let Some(ui) = &output.ui {
                         sink.emit(
                             run.prompt_id,
@@ -257,13 +293,7 @@ impl Executor {
                     return state.interrupted(&id, &class_type);
                 }
                 Err(error) => {
-                    let current: BTreeMap<String, Vec<String>> = lists
-                        .iter()
-                        .map(|(name, values)| {
-                            (name.clone(), values.iter().map(Value::repr).collect())
-                        })
-                        .collect();
-                    return state.fail(&id, &class_type, error, current);
+                    return state.fail(&id, &class_type, error, current_inputs(&lists));
                 }
             }
         }
@@ -275,6 +305,36 @@ impl Executor {
             cached: state.cached,
         }
     }
+
+    /// The memory manager's per-node reset, after every node that ran (whatever its result). An error is the
+    /// device's, reported as the message the node fails with.
+    fn reset_after_node(&self) -> Result<(), String> {
+        let Some(manager) = &self.memory else { return Ok(()) };
+        manager.after_node().map_err(|e| format!("the device failed after the node ran: {e}"))
+    }
+
+    /// After a node's output is stored: with a memory manager in RAM-pressure mode, its RAM arbitration;
+    /// otherwise the cache's own trim.
+    fn trim_after_node(&mut self) {
+        let (Some(manager), CachePolicy::RamPressure(pressure)) =
+            (&self.memory, self.cache.policy())
+        else {
+            return self.cache.after_node();
+        };
+        let (manager, thresholds) = (manager.clone(), pressure.thresholds);
+        let report = manager.arbitrate_ram(&thresholds, &mut self.cache);
+        if report != Arbitration::default() {
+            tracing::debug!(?report, "RAM arbitration after the node");
+        }
+    }
+}
+
+/// A node's inputs as the failure report shows them (`current_inputs`).
+fn current_inputs(lists: &BTreeMap<String, Vec<Value>>) -> BTreeMap<String, Vec<String>> {
+    lists
+        .iter()
+        .map(|(name, values)| (name.clone(), values.iter().map(Value::repr).collect()))
+        .collect()
 }
 
 /// Everything one run accumulates; it ends in a [`RunSummary`].

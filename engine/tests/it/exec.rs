@@ -14,7 +14,7 @@ use crate::harness::{Harness, ids};
 struct Plenty;
 
 impl RamProbe for Plenty {
-    fn available_bytes(&self) -> u64 {
+    fn available(&self) -> u64 {
         u64::MAX
     }
 }

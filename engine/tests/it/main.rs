@@ -4,4 +4,5 @@ mod exec;
 mod files;
 mod fuzz;
 mod harness;
+mod memory;
 mod validation;

@@ -235,21 +235,21 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
 }
 
-/// The worker's cache for a mode: RAM pressure uses upstream's thresholds unless GB figures are given.
+/// The worker's cache for a mode: RAM pressure reads the machine's RAM (cgroup limits included) and uses
+/// upstream's thresholds unless GB figures are given; the memory manager's arbitration shares both.
 pub(crate) fn cache(mode: crate::config::CacheMode) -> Cache {
-    use kiln_engine::cache::{CachePolicy, ProcMeminfo, RamPressure};
+    use kiln_engine::cache::{CachePolicy, RamPressure};
     let policy = match mode {
         crate::config::CacheMode::Classic => CachePolicy::Classic,
         crate::config::CacheMode::Lru(n) => CachePolicy::Lru(n),
         crate::config::CacheMode::None => CachePolicy::None,
         crate::config::CacheMode::RamPressure { active_gb, inactive_gb } => {
-            let total = ProcMeminfo::total_bytes().unwrap_or(16 << 30);
-            let mut pressure = RamPressure::defaults(total, Arc::new(ProcMeminfo));
+            let mut pressure = RamPressure::system();
             if let Some(gb) = active_gb {
-                pressure.active_bytes = (gb * crate::config::GIB) as u64;
+                pressure.thresholds.active = (gb * crate::config::GIB) as u64;
             }
             if let Some(gb) = inactive_gb {
-                pressure.inactive_bytes = (gb * crate::config::GIB) as u64;
+                pressure.thresholds.inactive = (gb * crate::config::GIB) as u64;
             }
             CachePolicy::RamPressure(pressure)
         }
