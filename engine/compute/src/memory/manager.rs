@@ -106,6 +106,9 @@ pub struct MemoryManager {
 struct PinState {
     pins: Pins,
     backing: HostPins,
+    /// The generation of the patch image each module's `patches` pin holds: a pin that is still the
+    /// module's is rewritten when its weight's patches changed since (within a node).
+    images: HashMap<(ModelId, ModuleId), u64>,
 }
 
 /// [`PinBacking`] over one [`HostBuffer`] per (model, subset).
@@ -185,6 +188,7 @@ impl MemoryManager {
                     buffers: HashMap::new(),
                     sizes: HashMap::new(),
                 },
+                images: HashMap::new(),
             }),
             ram: SystemRam::new(),
             ring: Mutex::new(None),
@@ -248,7 +252,7 @@ impl MemoryManager {
     /// Runs `f` on the pin books and their host buffers.
     pub(crate) fn with_pins<T>(&self, f: impl FnOnce(&mut Pins, &mut dyn PinBacking) -> T) -> T {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let PinState { pins, backing } = &mut *state;
+        let PinState { pins, backing, .. } = &mut *state;
         f(pins, backing)
     }
 
@@ -261,7 +265,7 @@ impl MemoryManager {
         model_bytes: u64,
     ) -> Result<PinOutcome> {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let PinState { pins, backing } = &mut *state;
+        let PinState { pins, backing, .. } = &mut *state;
         backing.sizes.entry(model).or_insert(usize::try_from(model_bytes).unwrap_or(usize::MAX));
         let mut env = PinEnv { backing, ram: &self.ram, outputs: None };
         pins.pin(&mut env, model, Subset::Weights, module, bytes)
@@ -332,7 +336,7 @@ impl MemoryManager {
         stream: StreamId,
     ) -> Result<bool> {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let PinState { pins, backing } = &mut *state;
+        let PinState { pins, backing, .. } = &mut *state;
         let Some(pin) = pins.get_pin(backing, model, Subset::Weights, module) else {
             return Ok(false);
         };
@@ -365,39 +369,55 @@ impl MemoryManager {
         }
     }
 
-    /// Queues one copy of a weight's packed patch image to `dst`, from a `patches` pin (the image is written
-    /// into it when the pin is new), or pageable when no pin can be had.
+    /// Queues one copy of a weight's packed patch image to `dst`, from a `patches` pin, or pageable when no
+    /// pin can be had. `generation` names the image: a pin is (re)written when it is new, stolen, or holds an
+    /// older generation (the weight's patches changed within the node); a pin of another size is not used.
     pub(crate) fn copy_patch_image(
         &self,
         model: ModelId,
         module: ModuleId,
         image: &[u8],
+        generation: u64,
         dst: DevPtr,
         stream: StreamId,
     ) -> Result<()> {
         let len = image.len() as u64;
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let PinState { pins, backing } = &mut *state;
+        let PinState { pins, backing, images } = &mut *state;
         let outcome = {
             let mut env = PinEnv { backing: &mut *backing, ram: &self.ram, outputs: None };
             pins.pin(&mut env, model, Subset::Patches, module, len)?
         };
-        let Some(pin) = outcome.pin() else {
-            drop(state);
-            self.note_pageable("patches", len);
-            return self.memory.copy_h2d_pageable(dst, image);
+        let pin = match outcome.pin() {
+            Some(pin) if pin.size == len => pin,
+            _ => {
+                drop(state);
+                self.note_pageable("patches", len);
+                return self.memory.copy_h2d_pageable(dst, image);
+            }
         };
         let buf = backing.existing(model, Subset::Patches)?;
-        drop(state);
-        match outcome {
-            PinOutcome::Created(_) => buf.write_at(pin.offset as usize, image)?,
-            PinOutcome::Stolen { .. } => {
-                // The victim's copies may still read the pin.
-                self.memory.synchronize()?;
-                buf.write_at(pin.offset as usize, image)?;
+        // `Some(sync)`: the pin must be written, after a device sync when copies may still read it.
+        let write = match outcome {
+            PinOutcome::Created(_) => Some(false),
+            // The victim's copies may still read the pin.
+            PinOutcome::Stolen { .. } => Some(true),
+            // The pin holds an older image when the weight's patches changed since it was written; copies of
+            // that image may still read it.
+            PinOutcome::Existing(_) | PinOutcome::NotPinned => {
+                (images.get(&(model, module)) != Some(&generation)).then_some(true)
             }
-            PinOutcome::Existing(_) | PinOutcome::NotPinned => {}
+        };
+        if let Some(sync) = write {
+            // A failed write leaves no record, so the next use writes again.
+            images.remove(&(model, module));
+            if sync {
+                self.memory.synchronize()?;
+            }
+            buf.write_at(pin.offset as usize, image)?;
+            images.insert((model, module), generation);
         }
+        drop(state);
         if !pin.registered {
             self.note_pageable("patches", len);
         }
@@ -407,9 +427,10 @@ impl MemoryManager {
     /// Forgets a dropped model's pins and host buffers.
     pub(crate) fn forget_model(&self, model: ModelId) {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        let PinState { pins, backing } = &mut *state;
+        let PinState { pins, backing, images } = &mut *state;
         pins.remove_model(backing, model);
         backing.buffers.retain(|(m, _), _| *m != model);
+        images.retain(|(m, _), _| *m != model);
         backing.sizes.remove(&model);
     }
 
@@ -434,7 +455,10 @@ impl MemoryManager {
             lane.lock().unwrap_or_else(|p| p.into_inner()).scratch.reset();
         }
         self.arbiter.reset_limits();
-        self.with_pins(|pins, backing| pins.reset_node(backing));
+        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let PinState { pins, backing, images } = &mut *state;
+        pins.reset_node(backing);
+        images.clear();
         Ok(())
     }
 

@@ -25,16 +25,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use super::device::{DevPtr, DeviceMemory, StreamId};
+use super::device::{DevPtr, StreamId};
 use super::loader::{LoadStats, SafetensorsFile};
 use super::lora::{PatchLayout, PatchSet, apply, seed_for_key};
 use super::manager::{Lane, MemoryManager};
 use super::pins::{ModelId, ModuleId, Subset};
-use super::vram::{Fault, Signature, VbarId};
+use super::vram::{Arbiter, Fault, Signature, VbarId};
 use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{OwnedWeight, Weight, numel};
+use crate::tensor::{Weight, numel};
 
 /// Alignment of slots inside a VBAR (ComfyUI sizes slots with 1024-byte alignment).
 const SLOT_ALIGN: u64 = 1024;
@@ -69,11 +69,25 @@ impl LoadPlan {
     }
 }
 
+/// One file tensor of a slot.
+#[derive(Debug)]
+struct Part {
+    /// Index of its file in the plan.
+    file: usize,
+    /// Its name in that file (what the loader reads by: an offset alone does not name a tensor, since an
+    /// empty tensor starts where the next one does).
+    tensor: String,
+    /// Offset of its first byte in the file.
+    offset: u64,
+    /// Length in bytes.
+    len: u64,
+}
+
 /// Where a slot's bytes come from when they are not pinned.
 #[derive(Debug)]
 enum Source {
-    /// Parts of files: `(file index, offset in the file, length)`.
-    File(Vec<(usize, u64, u64)>),
+    /// Parts of files, joined in order.
+    File(Vec<Part>),
     /// Bytes given in memory ([`MemoryManager::load_tensors`]).
     Memory(Vec<u8>),
 }
@@ -87,7 +101,32 @@ enum Place {
         stored: Mutex<Option<Signature>>,
     },
     /// A plain allocation (force-cast tiny weights), with the original bytes to restore it from.
-    Plain { weight: OwnedWeight, original: Vec<u8>, patched: AtomicBool },
+    Plain { alloc: PlainAlloc, original: Vec<u8>, patched: AtomicBool },
+}
+
+/// A force-cast weight's device memory: allocated through the arbiter, which counts it against the budget
+/// and evicts lower-priority pages to make room for it, like every other device allocation; freed on drop.
+struct PlainAlloc {
+    arbiter: Arc<Arbiter>,
+    ptr: DevPtr,
+}
+
+impl PlainAlloc {
+    /// A new allocation holding `bytes` (at least one byte is allocated: an empty tensor still has an address).
+    fn upload(arbiter: &Arc<Arbiter>, bytes: &[u8]) -> Result<PlainAlloc> {
+        let ptr = arbiter.alloc(bytes.len().max(1) as u64)?;
+        let alloc = PlainAlloc { arbiter: arbiter.clone(), ptr };
+        arbiter.device().copy_h2d_pageable(alloc.ptr, bytes)?;
+        Ok(alloc)
+    }
+}
+
+impl Drop for PlainAlloc {
+    fn drop(&mut self) {
+        if let Err(e) = self.arbiter.free(self.ptr) {
+            tracing::warn!(error = %e, "freeing a force-cast weight failed");
+        }
+    }
 }
 
 struct Slot {
@@ -105,7 +144,12 @@ struct Slot {
 struct PackedPatches {
     image: Vec<u8>,
     layout: PatchLayout,
+    /// Names this image (unique in the process): the manager rewrites a patch pin that holds another one.
+    generation: u64,
 }
+
+/// The next [`PackedPatches::generation`].
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// The state shared by a [`Model`] and the manager's list of loaded models.
 pub(crate) struct ModelState {
@@ -207,7 +251,12 @@ fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
                 });
             }
         }
-        parts.push((*file_index, info.offset, info.len));
+        parts.push(Part {
+            file: *file_index,
+            tensor: tensor.clone(),
+            offset: info.offset,
+            len: info.len,
+        });
     }
     match (dtype, shape) {
         (Some(dtype), Some(shape)) => {
@@ -223,6 +272,10 @@ fn build(
     new_slots: Vec<NewSlot>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Model> {
+    let mut names = std::collections::HashSet::with_capacity(new_slots.len());
+    if let Some(twice) = new_slots.iter().find(|s| !names.insert(s.name.as_str())) {
+        return Err(Error::Unsupported(format!("the plan names weight {} twice", twice.name)));
+    }
     let config = manager.config();
     let id = manager.next_model_id();
     // Residency order: small slots first, then by decreasing size (§5.1).
@@ -269,9 +322,8 @@ fn build(
             }
             None => {
                 let original = read_source(&state.files, &slot.source, bytes)?;
-                let weight =
-                    OwnedWeight::upload(manager.memory(), slot.dtype, &slot.shape, &original)?;
-                Place::Plain { weight, original, patched: AtomicBool::new(false) }
+                let alloc = PlainAlloc::upload(manager.arbiter(), &original)?;
+                Place::Plain { alloc, original, patched: AtomicBool::new(false) }
             }
         };
         let name = slot.name.clone();
@@ -295,9 +347,9 @@ fn build(
             Source::Memory(bytes) => manager.write_pin(id, pin_offset, bytes)?,
             Source::File(parts) => {
                 let mut at = pin_offset as usize;
-                for &(file, offset, len) in parts {
-                    reads.push((file, tensor_at(&state.files[file], offset)?, at));
-                    at += len as usize;
+                for part in parts.iter().filter(|p| p.len > 0) {
+                    reads.push((part.file, part.tensor.clone(), at));
+                    at += part.len as usize;
                 }
             }
         }
@@ -316,26 +368,14 @@ fn build(
     Ok(Model { state })
 }
 
-/// The name of the tensor of `file` that starts at `offset`.
-fn tensor_at(file: &SafetensorsFile, offset: u64) -> Result<String> {
-    file.tensors()
-        .find(|(_, info)| info.offset == offset)
-        .map(|(name, _)| name.to_owned())
-        .ok_or_else(|| Error::File {
-            path: file.path().to_path_buf(),
-            msg: format!("no tensor at byte {offset}"),
-        })
-}
-
 /// Reads a slot's bytes from its source into a new vector (force-cast slots and patch restores).
 fn read_source(files: &[SafetensorsFile], source: &Source, bytes: u64) -> Result<Vec<u8>> {
     match source {
         Source::Memory(b) => Ok(b.clone()),
         Source::File(parts) => {
             let mut out = Vec::with_capacity(bytes as usize);
-            for &(file, offset, len) in parts {
-                let f = &files[file];
-                out.extend_from_slice(&f.source().read_vec(offset, len)?);
+            for part in parts {
+                out.extend_from_slice(&files[part.file].source().read_vec(part.offset, part.len)?);
             }
             Ok(out)
         }
@@ -384,10 +424,12 @@ impl Model {
             wanted.entry(name).or_default().patches.extend(set.patches);
         }
         for slot in self.state.slots.values() {
-            let new = match wanted.get(&slot.name) {
+            // An empty set patches nothing: the weight keeps its original bytes.
+            let new = match wanted.get(&slot.name).filter(|set| !set.patches.is_empty()) {
                 Some(set) => {
                     let (image, layout) = set.pack()?;
-                    Some(Arc::new(PackedPatches { image, layout }))
+                    let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+                    Some(Arc::new(PackedPatches { image, layout, generation }))
                 }
                 None => None,
             };
@@ -429,8 +471,8 @@ impl Model {
                 .ok_or_else(|| Error::Unsupported(format!("the model has no weight {name}")))?;
             let patches = slot.patches.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let ptr = match &slot.place {
-                Place::Plain { weight, original, patched } => {
-                    let ptr = weight.view().ptr();
+                Place::Plain { alloc, original, patched } => {
+                    let ptr = alloc.ptr;
                     match &patches {
                         Some(p) if !patched.load(Ordering::Acquire) => {
                             memory.copy_h2d_pageable(ptr, original)?;
@@ -477,6 +519,7 @@ impl Model {
                 state.id,
                 state.slots[index].module,
                 &packed.image,
+                packed.generation,
                 at,
                 stream,
             )?;
@@ -500,20 +543,15 @@ impl Slot {
     fn invalidate(&self) {
         match &self.place {
             Place::Vbar { stored, .. } => *stored.lock().unwrap_or_else(|p| p.into_inner()) = None,
-            Place::Plain { patched, weight, original } => {
+            Place::Plain { patched, alloc, original } => {
                 patched.store(false, Ordering::Release);
                 // A plain weight is restored now, so one without patches reads its original again.
-                let memory = weight_memory(weight);
-                if let Err(e) = memory.copy_h2d_pageable(weight.view().ptr(), original) {
+                if let Err(e) = alloc.arbiter.device().copy_h2d_pageable(alloc.ptr, original) {
                     tracing::warn!(weight = %self.name, error = %e, "restoring a weight failed");
                 }
             }
         }
     }
-}
-
-fn weight_memory(weight: &OwnedWeight) -> Arc<dyn DeviceMemory> {
-    weight.memory().clone()
 }
 
 impl ModelState {
@@ -527,9 +565,10 @@ impl ModelState {
         match &slot.source {
             Source::File(parts) => {
                 let mut at = dst;
-                for &(file, offset, len) in parts {
-                    manager.copy_file(self.files[file].source(), offset, len, at, stream)?;
-                    at = at.offset(len);
+                for part in parts {
+                    let source = self.files[part.file].source();
+                    manager.copy_file(source, part.offset, part.len, at, stream)?;
+                    at = at.offset(part.len);
                 }
                 Ok(())
             }
@@ -590,6 +629,14 @@ pub struct Layer<'m> {
     weights: Vec<(usize, DevPtr)>,
     /// VBAR ranges faulted resident (unpinned on drop).
     pinned: Vec<(u64, u64)>,
+}
+
+impl std::fmt::Debug for Layer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> =
+            self.weights.iter().map(|&(index, _)| self.state.slots[index].name.as_str()).collect();
+        write!(f, "Layer({names:?})")
+    }
 }
 
 impl Layer<'_> {

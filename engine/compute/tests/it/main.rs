@@ -4,4 +4,5 @@
 
 mod cuda;
 mod lora;
+mod memory;
 mod ops;
