@@ -27,6 +27,9 @@ pub struct ComputeOptions {
     pub reserve: u64,
     /// Keep weights in page-locked host memory.
     pub pinned_memory: bool,
+    /// The RAM-pressure cache's active threshold in bytes (0 in the other cache modes): pins leave half of it
+    /// (at least 2 GiB) of RAM available.
+    pub ram_cache_headroom: u64,
 }
 
 impl Default for ComputeOptions {
@@ -36,6 +39,7 @@ impl Default for ComputeOptions {
             cuda_device: 0,
             reserve: DEFAULT_RESERVE,
             pinned_memory: true,
+            ram_cache_headroom: 0,
         }
     }
 }
@@ -92,6 +96,7 @@ impl Compute {
         let (mut device, _reason) = select(&selection);
         let mut config = ManagerConfig::for_this_machine(options.pinned_memory);
         config.vram.headroom = options.reserve;
+        config.pins.ram_cache_headroom = options.ram_cache_headroom;
         let manager = match MemoryManager::new(memory_of(&device), config.clone()) {
             Ok(manager) => manager,
             Err(e) => {

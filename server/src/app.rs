@@ -63,7 +63,13 @@ impl Server {
             temp: config.temp_dir.clone(),
         };
         let registry = Arc::new(builtin_registry(roots.input.clone()));
-        let executor = Executor::new(registry.clone(), cache(config.cache), roots.clone());
+        let cache = cache(config.cache);
+        // Pins leave half the RAM-pressure cache's active threshold available (none in the other modes).
+        let ram_cache_headroom = match cache.policy() {
+            kiln_engine::cache::CachePolicy::RamPressure(pressure) => pressure.thresholds.active,
+            _ => 0,
+        };
+        let executor = Executor::new(registry.clone(), cache, roots.clone());
         // Restoring reads the store synchronously: off the async threads.
         let store = storage.queue_store(registry.clone());
         let (queue, interrupted) =
@@ -96,6 +102,7 @@ impl Server {
                 .reserve_vram_gb
                 .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
+            ram_cache_headroom,
         }));
         // The worker runs nodes under the device's memory manager: its reset after every node, and its RAM
         // arbitration between the output cache and the weight pins.

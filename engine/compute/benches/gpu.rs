@@ -74,7 +74,8 @@ mod bench {
             " \"make_pinnable_4GiB\": {{\"grow_prefault_s\": {grow_s:.4}, \"register_s\": {register_s:.4}, \"total_s\": {:.4}}},",
             grow_s + register_s
         );
-        let dir = std::env::var("KILN_BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+        let dir = std::env::var("KILN_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
         let path = Path::new(&dir).join("kiln_bench_weights.safetensors");
         write_weights(&path)?;
         let manager = MemoryManager::new(memory.clone(), config(0))?;
@@ -95,7 +96,8 @@ mod bench {
             );
             drop(model);
         }
-        let _ = writeln!(json, " \"load\": {{{}\"file_GB\": {:.3}}},", load, file_bytes() as f64 / 1e9);
+        let _ =
+            writeln!(json, " \"load\": {{{}\"file_GB\": {:.3}}},", load, file_bytes() as f64 / 1e9);
         drop(manager);
         for m in [256usize, 4096] {
             let entry = streaming(&cuda, &memory, &path, m)?;
@@ -175,7 +177,8 @@ mod bench {
         while (8 + header.len()) % 8 != 0 {
             header.push(' ');
         }
-        let io = |e: std::io::Error| kiln_compute::Error::Io { path: path.to_path_buf(), source: e };
+        let io =
+            |e: std::io::Error| kiln_compute::Error::Io { path: path.to_path_buf(), source: e };
         let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
         file.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
         file.write_all(header.as_bytes()).map_err(io)?;
@@ -227,10 +230,16 @@ mod bench {
         times[times.len() / 2]
     }
 
-    fn streaming(cuda: &Cuda, memory: &Arc<dyn DeviceMemory>, path: &Path, m: usize) -> Result<String> {
+    fn streaming(
+        cuda: &Cuda,
+        memory: &Arc<dyn DeviceMemory>,
+        path: &Path,
+        m: usize,
+    ) -> Result<String> {
         let total = memory.mem_info()?.total;
         let weights = file_bytes();
-        let values: Vec<f32> = (0..m * H).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.1).collect();
+        let values: Vec<f32> =
+            (0..m * H).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.1).collect();
         let x = cuda.from_f32(&[m, H], &values, DType::BF16)?;
         // Resident: the whole model fits the default budget.
         let manager = MemoryManager::new(memory.clone(), config(0))?;
@@ -274,7 +283,11 @@ mod bench {
             let resident_bytes = model.resident_bytes();
             let offloaded = weights.saturating_sub(resident_bytes.min(weights));
             let copy_time = copy_only * offloaded as f64 / weights as f64;
-            let key = if fraction == 0.0 { "streamed".to_owned() } else { format!("partial_{}", (fraction * 100.0) as u32) };
+            let key = if fraction == 0.0 {
+                "streamed".to_owned()
+            } else {
+                format!("partial_{}", (fraction * 100.0) as u32)
+            };
             let _ = write!(
                 entry,
                 ", \"{key}\": {{\"s\": {t:.6}, \"over_bound\": {:.4}, \"resident_GB\": {:.3}, \"over_nonresident_copy\": {:.4}, \"rel_err\": {:.3e}, \"pageable_copies\": {}}}",

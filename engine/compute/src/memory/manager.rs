@@ -13,7 +13,10 @@ use super::host::{HostBuffer, HostBufferConfig};
 use super::loader::{FileSource, LoadOptions, LoadStats, SafetensorsFile};
 use super::model::ModelState;
 use super::pins::{ModelId, ModuleId, PinBacking, PinConfig, PinEnv, PinOutcome, Pins, Subset};
-use super::pressure::{Arbitration, CacheThresholds, OutputCache, SystemRam, arbitrate_after_node};
+use super::pressure::{
+    Arbitration, CacheThresholds, OutputCache, PinReleaser, RamProbe, SystemRam,
+    arbitrate_after_node,
+};
 use super::ring::{RingConfig, StagingRing};
 use super::vram::{Arbiter, Scratch, VramConfig};
 use crate::error::{Error, Result};
@@ -97,9 +100,18 @@ pub struct MemoryManager {
     models: Mutex<Vec<Weak<ModelState>>>,
     next_model: AtomicU64,
     pins: Mutex<PinState>,
-    ram: SystemRam,
+    ram: Arc<dyn RamProbe + Send + Sync>,
     ring: Mutex<Option<StagingRing>>,
     pageable_copies: AtomicU64,
+}
+
+/// Frees inactive models' pins for the RAM arbitration, locking the books for each request only.
+struct ManagerPins<'a>(&'a MemoryManager);
+
+impl PinReleaser for ManagerPins<'_> {
+    fn free_inactive_pins(&mut self, bytes: u64) -> u64 {
+        self.0.with_pins(|pins, backing| pins.free_pins(backing, bytes, false, false))
+    }
 }
 
 /// The pin books and the host buffers behind them.
@@ -165,6 +177,15 @@ impl std::fmt::Debug for MemoryManager {
 impl MemoryManager {
     /// A manager for `memory` (the backend's device memory).
     pub fn new(memory: Arc<dyn DeviceMemory>, config: ManagerConfig) -> Result<Arc<MemoryManager>> {
+        MemoryManager::with_ram(memory, config, Arc::new(SystemRam::new()))
+    }
+
+    /// A manager that reads available RAM through `ram` (tests and embedders with their own accounting).
+    pub fn with_ram(
+        memory: Arc<dyn DeviceMemory>,
+        config: ManagerConfig,
+        ram: Arc<dyn RamProbe + Send + Sync>,
+    ) -> Result<Arc<MemoryManager>> {
         if config.offload_streams == 0 {
             return Err(Error::Unsupported(
                 "the memory manager needs at least one offload stream".into(),
@@ -190,7 +211,7 @@ impl MemoryManager {
                 },
                 images: HashMap::new(),
             }),
-            ram: SystemRam::new(),
+            ram,
             ring: Mutex::new(None),
             memory,
             arbiter,
@@ -267,7 +288,7 @@ impl MemoryManager {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
         let PinState { pins, backing, .. } = &mut *state;
         backing.sizes.entry(model).or_insert(usize::try_from(model_bytes).unwrap_or(usize::MAX));
-        let mut env = PinEnv { backing, ram: &self.ram, outputs: None };
+        let mut env = PinEnv { backing, ram: self.ram.as_ref(), outputs: None };
         pins.pin(&mut env, model, Subset::Weights, module, bytes)
     }
 
@@ -341,11 +362,13 @@ impl MemoryManager {
             return Ok(false);
         };
         let buf = backing.existing(model, Subset::Weights)?;
-        drop(state);
         if !pin.registered {
             self.note_pageable("weight", bytes);
         }
+        // Queued while the books are locked, so no eviction can free or reuse the pin before the copy holds
+        // the buffer (queuing does not block).
         buf.copy_h2d(self.memory.as_ref(), pin.offset as usize, bytes as usize, dst, stream)?;
+        drop(state);
         Ok(true)
     }
 
@@ -385,7 +408,7 @@ impl MemoryManager {
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
         let PinState { pins, backing, images } = &mut *state;
         let outcome = {
-            let mut env = PinEnv { backing: &mut *backing, ram: &self.ram, outputs: None };
+            let mut env = PinEnv { backing: &mut *backing, ram: self.ram.as_ref(), outputs: None };
             pins.pin(&mut env, model, Subset::Patches, module, len)?
         };
         let pin = match outcome.pin() {
@@ -417,10 +440,10 @@ impl MemoryManager {
             buf.write_at(pin.offset as usize, image)?;
             images.insert((model, module), generation);
         }
-        drop(state);
         if !pin.registered {
             self.note_pageable("patches", len);
         }
+        // Queued under the books' lock, as in `copy_from_pin`.
         buf.copy_h2d(self.memory.as_ref(), pin.offset as usize, image.len(), dst, stream)
     }
 
@@ -452,7 +475,15 @@ impl MemoryManager {
     pub fn after_node(&self) -> Result<()> {
         self.memory.synchronize()?;
         for lane in &self.lanes {
-            lane.lock().unwrap_or_else(|p| p.into_inner()).scratch.reset();
+            match lane.try_lock() {
+                Ok(mut lane) => lane.scratch.reset(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().scratch.reset(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(Error::Unsupported(
+                        "a node ended while one of its layers was still held: drop every fetched layer first".into(),
+                    ));
+                }
+            }
         }
         self.arbiter.reset_limits();
         let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
@@ -470,16 +501,16 @@ impl MemoryManager {
         thresholds: &CacheThresholds,
         outputs: &mut dyn OutputCache,
     ) -> Arbitration {
-        self.with_pins(|pins, backing| {
-            let mut releaser = pins.releaser(backing);
-            arbitrate_after_node(
-                thresholds,
-                &self.ram,
-                outputs,
-                &mut releaser,
-                &mut std::thread::sleep,
-            )
-        })
+        // The pin books are locked only while pins are freed: evicting cached outputs may drop the last handle
+        // to a model, whose drop takes the books' lock itself.
+        let mut releaser = ManagerPins(self);
+        arbitrate_after_node(
+            thresholds,
+            self.ram.as_ref(),
+            outputs,
+            &mut releaser,
+            &mut std::thread::sleep,
+        )
     }
 
     /// Unloads every model from the device: their VBAR pages are freed and their host memory unregistered

@@ -29,7 +29,7 @@ use super::device::{DevPtr, StreamId};
 use super::loader::{LoadStats, SafetensorsFile};
 use super::lora::{PatchLayout, PatchSet, apply, seed_for_key};
 use super::manager::{Lane, MemoryManager};
-use super::pins::{ModelId, ModuleId, Subset};
+use super::pins::{ModelId, ModuleId, PinOutcome, Subset};
 use super::vram::{Arbiter, Fault, Signature, VbarId};
 use crate::backend::Backend;
 use crate::dtype::DType;
@@ -307,17 +307,21 @@ fn build(
     };
     // Pin every VBAR slot in residency order, then read the pinned ones from their files in one threaded load.
     let mut reads: Vec<(usize, String, usize)> = Vec::new();
-    let mut staged = Vec::with_capacity(new_slots.len());
+    // Where each slot's bytes go in its pin; a slot whose pin another slot steals loses its entry (the thief's
+    // bytes are read there instead; the victim streams from its file when used).
+    let mut staged: Vec<Option<(u64, u64)>> = vec![None; new_slots.len()];
     for (i, slot) in new_slots.into_iter().enumerate() {
         let bytes = size_of(&slot);
         let module = ModuleId(i as u64);
         let place = match vbar_offsets[i] {
             Some(offset) => {
                 let outcome = manager.pin_weight(id, module, bytes, vbar_size)?;
-                if let Some(pin) = outcome.pin() {
-                    state.pinned_at_load.fetch_add(pin.size, Ordering::Relaxed);
-                    staged.push((i, pin.offset));
+                if let PinOutcome::Stolen { victim, .. } = outcome
+                    && let Some(entry) = staged.get_mut(victim.0 as usize)
+                {
+                    *entry = None;
                 }
+                staged[i] = outcome.pin().map(|pin| (pin.offset, pin.size));
                 Place::Vbar { offset, stored: Mutex::new(None) }
             }
             None => {
@@ -341,7 +345,10 @@ fn build(
             },
         );
     }
-    for (i, pin_offset) in staged {
+    for (i, (pin_offset, pin_size)) in
+        staged.into_iter().enumerate().filter_map(|(i, p)| Some((i, p?)))
+    {
+        state.pinned_at_load.fetch_add(pin_size, Ordering::Relaxed);
         let slot = &state.slots[i];
         match &slot.source {
             Source::Memory(bytes) => manager.write_pin(id, pin_offset, bytes)?,
@@ -423,6 +430,7 @@ impl Model {
             }
             wanted.entry(name).or_default().patches.extend(set.patches);
         }
+        let mut synchronised = false;
         for slot in self.state.slots.values() {
             // An empty set patches nothing: the weight keeps its original bytes.
             let new = match wanted.get(&slot.name).filter(|set| !set.patches.is_empty()) {
@@ -440,6 +448,11 @@ impl Model {
                 _ => false,
             };
             if !same {
+                if !synchronised {
+                    // Kernels queued earlier may still read the bytes the restore is about to rewrite.
+                    self.state.manager.memory().synchronize()?;
+                    synchronised = true;
+                }
                 *current = new;
                 slot.invalidate();
             }
@@ -451,19 +464,36 @@ impl Model {
     /// patches (it must be the backend of the manager's device).
     pub fn fetch<'m, B: Backend>(&'m self, b: &B, names: &[&str]) -> Result<Layer<'m>> {
         let state = &*self.state;
-        let manager = &*state.manager;
-        let memory = manager.memory().clone();
-        let mut lane = manager.lane()?;
+        let mut lane = state.manager.lane()?;
         lane.scratch.reset();
-        let stream = lane.stream;
-        let base = manager.arbiter().base(state.vbar)?;
         let mut layer = Layer {
             state,
-            lane: None,
+            lane: Some(lane),
             weights: Vec::with_capacity(names.len()),
             pinned: Vec::new(),
+            complete: false,
         };
+        // On an error the layer is dropped incomplete: its drop orders the streams and unpins what it pinned.
+        layer.fill(b, names)?;
+        layer.complete = true;
+        Ok(layer)
+    }
+}
+
+impl<'m> Layer<'m> {
+    /// The body of [`Model::fetch`]: faults, copies, patches. A weight's device copy is recorded as valid
+    /// (its signature stored, a plain weight marked patched) only once everything succeeded.
+    fn fill<B: Backend>(&mut self, b: &B, names: &[&str]) -> Result<()> {
+        let state = self.state;
+        let manager = &*state.manager;
+        let memory = manager.memory().clone();
+        let base = manager.arbiter().base(state.vbar)?;
+        let Some(lane) = self.lane.as_mut() else {
+            return Err(Error::Unsupported("a layer without its offload lane".into()));
+        };
+        let stream = lane.stream;
         let mut to_patch = Vec::new();
+        let mut valid_after = Vec::new();
         for name in names {
             let (index, _, slot) = state
                 .slots
@@ -473,28 +503,28 @@ impl Model {
             let ptr = match &slot.place {
                 Place::Plain { alloc, original, patched } => {
                     let ptr = alloc.ptr;
-                    match &patches {
-                        Some(p) if !patched.load(Ordering::Acquire) => {
-                            memory.copy_h2d_pageable(ptr, original)?;
-                            to_patch.push((index, ptr, p.clone()));
-                            patched.store(true, Ordering::Release);
-                        }
-                        _ => {}
+                    if let Some(p) = &patches
+                        && !patched.load(Ordering::Acquire)
+                    {
+                        memory.copy_h2d_pageable(ptr, original)?;
+                        to_patch.push((index, ptr, p.clone()));
+                        valid_after.push((index, None));
                     }
                     ptr
                 }
                 Place::Vbar { offset, stored } => {
                     match manager.arbiter().fault(state.vbar, *offset, slot.bytes)? {
                         Fault::Resident(signature) => {
-                            layer.pinned.push((*offset, slot.bytes));
+                            self.pinned.push((*offset, slot.bytes));
                             let dst = base.offset(*offset);
-                            let mut stored = stored.lock().unwrap_or_else(|p| p.into_inner());
-                            if !signature.matches(stored.as_ref()) {
+                            let valid = signature
+                                .matches(stored.lock().unwrap_or_else(|p| p.into_inner()).as_ref());
+                            if !valid {
                                 state.copy_slot(slot, dst, stream)?;
                                 if let Some(p) = &patches {
                                     to_patch.push((index, dst, p.clone()));
                                 }
-                                *stored = Some(signature);
+                                valid_after.push((index, Some(signature)));
                             }
                             dst
                         }
@@ -509,7 +539,7 @@ impl Model {
                     }
                 }
             };
-            layer.weights.push((index, ptr));
+            self.weights.push((index, ptr));
         }
         // Patch images: one copy each, into the lane's scratch.
         let mut patch_views = Vec::with_capacity(to_patch.len());
@@ -532,8 +562,16 @@ impl Model {
             let target = Weight::new(dst, slot.dtype, slot.shape.clone());
             apply(b, &target, &packed.layout.views(at), seed_for_key(&slot.name))?;
         }
-        layer.lane = Some(lane);
-        Ok(layer)
+        for (index, signature) in valid_after {
+            match (&state.slots[index].place, signature) {
+                (Place::Vbar { stored, .. }, Some(signature)) => {
+                    *stored.lock().unwrap_or_else(|p| p.into_inner()) = Some(signature);
+                }
+                (Place::Plain { patched, .. }, None) => patched.store(true, Ordering::Release),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -629,6 +667,8 @@ pub struct Layer<'m> {
     weights: Vec<(usize, DevPtr)>,
     /// VBAR ranges faulted resident (unpinned on drop).
     pinned: Vec<(u64, u64)>,
+    /// Whether the fetch finished (else the compute stream has not waited for the lane's copies yet).
+    complete: bool,
 }
 
 impl std::fmt::Debug for Layer<'_> {
@@ -678,8 +718,17 @@ impl Drop for Layer<'_> {
         }
         if let Some(lane) = &self.lane {
             let memory = manager.memory();
-            let done = memory
-                .record(StreamId::COMPUTE)
+            // An incomplete fetch may have queued copies the compute stream never waited for: order them first,
+            // so nothing later reads a range before its copy lands.
+            let copies = if self.complete {
+                Ok(())
+            } else {
+                memory
+                    .record(lane.stream)
+                    .and_then(|e| memory.wait_event(StreamId::COMPUTE, e.as_ref()))
+            };
+            let done = copies
+                .and_then(|()| memory.record(StreamId::COMPUTE))
                 .and_then(|e| memory.wait_event(lane.stream, e.as_ref()));
             if let Err(e) = done {
                 tracing::warn!(error = %e, "ordering the offload stream after the compute stream failed");

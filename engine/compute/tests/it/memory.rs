@@ -1007,3 +1007,65 @@ fn tiny_weights_make_room_for_themselves() {
     assert_eq!(cpu.sim().used(), 2 * KIB, "b's bias is freed with b, through the budget");
     assert_eq!(manager.arbiter().usage(), 2 * KIB);
 }
+
+/// Available RAM that allows the first `n` pins (with the 2 GiB floor) and none after.
+fn ram_for_pins(n: u64) -> Arc<dyn kiln_compute::memory::pressure::RamProbe + Send + Sync> {
+    let calls = AtomicU64::new(0);
+    Arc::new(move || if calls.fetch_add(1, Ordering::Relaxed) < n { 1 << 40 } else { 0 })
+}
+
+#[test]
+fn a_pin_stolen_while_loading_holds_the_thief_and_the_victim_streams_from_its_file() {
+    let dir = TempDir::new("steal");
+    // Three weights of one size: the third pin request finds no RAM and steals the first weight's pin (the
+    // lowest pin priority, bit_reverse(0)).
+    let tensors: Vec<FileTensor> =
+        (0..3).map(|i| tensor(&format!("w{i}"), DType::BF16, &[64, 256], 300 + i)).collect();
+    let path = dir.file("steal.safetensors");
+    write_file(&path, &tensors);
+    let cpu = Cpu::new(64 * MIB);
+    let pins = PinConfig { cap: 1 << 30, ram_cache_headroom: 0, high_ram: false };
+    let manager = MemoryManager::with_ram(cpu.memory().clone(), config(0, pins), ram_for_pins(2))
+        .expect("a memory manager");
+    let model = manager
+        .load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {})
+        .expect("a load where a pin is stolen succeeds");
+    assert_eq!(model.load_stats().bytes, 2 * 64 * 256 * 2, "two pins were filled, each once");
+    for t in &tensors {
+        let layer = model.fetch(&cpu, &[t.name.as_str()]).expect("fetch");
+        assert_eq!(device_bytes(&cpu, &layer.weight(0)), t.bytes, "{}", t.name);
+    }
+}
+
+/// An output cache whose eviction drops the last handle to a model (old model objects are cache entries).
+struct CacheHoldingAModel(Option<kiln_compute::memory::Model>);
+
+impl kiln_compute::memory::pressure::OutputCache for CacheHoldingAModel {
+    fn release(&mut self, _target: u64, _free_active: bool, _min_entry_size: u64) -> u64 {
+        self.0.take().map_or(0, |model| {
+            drop(model);
+            1
+        })
+    }
+}
+
+#[test]
+fn the_ram_arbitration_may_drop_a_model_while_it_runs() {
+    let dir = TempDir::new("arbitrate");
+    let tensors = layered_model(2);
+    let path = dir.file("m.safetensors");
+    write_file(&path, &tensors);
+    let cpu = Cpu::new(64 * MIB);
+    let manager =
+        MemoryManager::with_ram(cpu.memory().clone(), config(0, pins_on()), Arc::new(|| 0u64))
+            .expect("a memory manager");
+    let model =
+        manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
+    let mut cache = CacheHoldingAModel(Some(model));
+    let thresholds =
+        kiln_compute::memory::pressure::CacheThresholds { active: 1 << 30, inactive: 1 << 30 };
+    // Without the fix this deadlocked: the model's drop takes the pin books' lock the arbitration held.
+    manager.arbitrate_ram(&thresholds, &mut cache);
+    assert!(cache.0.is_none(), "the cache gave its model up");
+    assert_eq!(manager.stats().models, 0, "and the model is gone");
+}
