@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight, numel};
 
 /// cuBLASLt's workspace.
-const WORKSPACE: u64 = 32 << 20;
+pub(crate) const WORKSPACE: u64 = 32 << 20;
 
 /// Largest im2col scratch per chunk, in elements.
 const IM2COL_CHUNK: usize = 64 << 20;
@@ -440,7 +440,7 @@ impl Cuda {
         let (wptr, _scratch) = self.weight_as(w, dtype)?;
         let esize = dtype.size();
         let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
-        let col = Allocation::new(&self.mem, (ckk * chunk * esize) as u64)?;
+        let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..bsz {
             let xb = x.buf().ptr().0 + (b * c * h * wd * esize) as u64;
             let ob = out.buf().ptr().0 + (b * o * pixels * esize) as u64;
