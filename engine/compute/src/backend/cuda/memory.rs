@@ -469,7 +469,19 @@ impl DeviceMemory for CudaMemory {
             let r =
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, host.cast(), src.len, s.cu_stream()) };
             check("cuMemcpyHtoDAsync", r)?;
-            let event = s.record_event(None).map_err(|e| drv("cuEventRecord", e))?;
+            let event = match s.record_event(None) {
+                Ok(event) => event,
+                Err(e) => {
+                    // The copy is queued but no event can say when it is done, and the caller may drop `src` as
+                    // soon as this returns: wait for the copy here.
+                    if let Err(sync) = s.synchronize() {
+                        // Not even that: keep the host memory alive for good rather than free it under the DMA.
+                        tracing::error!(error = %sync, bytes = src.len, "copy_h2d: cannot wait for a queued copy; its host memory is leaked");
+                        std::mem::forget(src.clone());
+                    }
+                    return Err(drv("cuEventRecord", e));
+                }
+            };
             state.in_flight[stream.0 as usize].push_back((event, src.clone()));
             done = Self::reap(&mut state);
         }
