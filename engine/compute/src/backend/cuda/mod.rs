@@ -9,9 +9,12 @@
 //! - `elementwise`, `norm`, `attention`, `layout`: the other ops.
 //!
 //! Every op is queued on one compute stream ([`crate::memory::StreamId::COMPUTE`]); activations are plain
-//! allocations of the device memory, freed stream-ordered when their last tensor drops, so the CPU never waits
-//! for compute except in [`Backend::synchronize`] and [`Backend::to_f32`]. Kernels compute in f32 and round once
-//! on store (to nearest even), matching the CPU backend's semantics; weights are read in their stored type.
+//! allocations, freed stream-ordered when their last tensor drops, so the CPU never waits for compute except in
+//! [`Backend::synchronize`] and [`Backend::to_f32`]. They come from the device memory until the memory manager
+//! hands the backend its VRAM arbiter ([`Backend::set_allocator`]), which then counts them and evicts weights
+//! for them. Kernels compute in f32 and round once on store (to nearest even), matching the CPU backend's
+//! semantics; weights are read exactly in their stored type (GEMMs widen to f32 where the activation type
+//! cannot hold every weight value, see `gemm`).
 
 #![allow(unsafe_code)]
 
