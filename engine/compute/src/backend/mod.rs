@@ -135,6 +135,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Waits until every op queued so far has finished (a no-op where ops are synchronous).
     fn synchronize(&self) -> Result<()>;
 
+    /// Makes the backend take its device allocations (activations, per-op scratch) from `allocator` from
+    /// now on; allocations made before keep freeing where they came from. The memory manager passes its
+    /// VRAM arbiter, so activations count against the budget and evict weights when the device is full.
+    /// `allocator` must allocate from this backend's [`Backend::memory`]. The default ignores it: the CPU
+    /// backend keeps activations in host RAM, outside the simulated device.
+    fn set_allocator(&self, allocator: Arc<dyn crate::memory::device::DeviceAllocator>) {
+        let _ = allocator;
+    }
+
     // --- Data movement -------------------------------------------------------------------------------------
 
     /// A tensor of `dtype` holding `values` (rounded to `dtype`).

@@ -88,6 +88,21 @@ pub struct MemInfo {
     pub total: u64,
 }
 
+/// Where a backend's plain device allocations (activations, per-op scratch) come from.
+///
+/// By default a backend allocates from its own [`DeviceMemory::alloc`]; the memory manager routes them
+/// through its VRAM arbiter instead ([`crate::Backend::set_allocator`] with the manager's
+/// [`crate::memory::vram::Arbiter`]), so activations count against the budget and an allocation the device
+/// refuses evicts weights first. An allocator must allocate from the device the backend computes on.
+pub trait DeviceAllocator: Send + Sync + 'static {
+    /// `bytes` of device memory (at least one byte is allocated), usable on [`StreamId::COMPUTE`] at once.
+    /// Fails with [`crate::Error::OutOfMemory`] when there is no room.
+    fn alloc(&self, bytes: u64) -> Result<DevPtr>;
+
+    /// Frees an allocation this allocator made, ordered after the work queued on [`StreamId::COMPUTE`].
+    fn free(&self, ptr: DevPtr) -> Result<()>;
+}
+
 /// Device memory, streams and transfers.
 ///
 /// Thread-safe: the loader, the prefetcher and the compute thread call it concurrently.

@@ -1,7 +1,6 @@
 //! Data movement on CUDA (`layout.cu`): embedding, concat, slice, pad, permute, upsampling, patchify.
 
 use super::Cuda;
-use super::buf::Allocation;
 use super::kernels::{Arg, Grid, KernelFile, dims8, dtype_code};
 use crate::backend::PadMode;
 use crate::error::{Error, Result};
@@ -28,7 +27,7 @@ impl Cuda {
         if ids.is_empty() || d == 0 {
             return Ok(out);
         }
-        let dev_ids = Allocation::new(&self.mem, (ids.len() * 4) as u64)?;
+        let dev_ids = self.alloc((ids.len() * 4) as u64)?;
         let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
         self.mem.upload(dev_ids.ptr(), bytes)?;
         self.launch(

@@ -7,7 +7,9 @@
 //!   (`cuMemAllocAsync` / `cuMemFreeAsync`). They are ready for the compute stream at once; another stream must
 //!   first wait (an event recorded on the compute stream after the allocation), because the pool may hand out
 //!   memory that compute work queued before the allocation still uses. The pool keeps freed memory for reuse
-//!   (release threshold at its maximum); [`CudaMemory::trim_pool`] gives it back to the driver.
+//!   (release threshold at its maximum); [`CudaMemory::trim_pool`] gives it back to the driver, which
+//!   `alloc` and `map` do by themselves when the device refuses them, before trying once more, so memory the
+//!   pool caches never starves an allocation or a `cuMemCreate`.
 //! - Asynchronous host-to-device copies keep their [`HostSlice`] (and so the host memory) alive in a per-stream
 //!   list until an event recorded after the copy reports it done; every call that queues work reaps the list.
 //!
@@ -23,6 +25,7 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 use crate::error::{Error, Result};
+use crate::memory::device::DeviceAllocator;
 use crate::memory::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 
 /// The smallest plain allocation, and what sizes are rounded up to.
@@ -142,9 +145,11 @@ impl CudaMemory {
         &self.compute
     }
 
-    /// Gives the memory the pool keeps for reuse back to the driver (after the work queued so far).
+    /// Gives the memory the pool keeps for reuse back to the driver. Waits for the compute stream first:
+    /// memory freed stream-ordered counts as in use until the host has seen its free complete.
     pub fn trim_pool(&self) -> Result<()> {
         self.bind()?;
+        self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))?;
         // SAFETY: the device handle comes from a live context.
         let pool =
             unsafe { cudarc::driver::result::device::get_default_mem_pool(self.ctx.cu_device()) }
@@ -193,6 +198,23 @@ impl CudaMemory {
         done
     }
 
+    /// `cuMemAllocAsync` of `len` bytes on the compute stream (the context is current).
+    fn malloc_async(&self, len: u64) -> Result<sys::CUdeviceptr, DriverError> {
+        // SAFETY: the compute stream is alive (we hold it); the returned memory is only handed out as bytes.
+        unsafe { cudarc::driver::result::malloc_async(self.compute.cu_stream(), len as usize) }
+    }
+
+    /// `cuMemCreate` of `bytes` (a multiple of the granularity) of pinned memory on this device (the context
+    /// is current): the handle, or the driver's answer.
+    fn mem_create(&self, bytes: u64) -> Result<sys::CUmemGenericAllocationHandle, sys::CUresult> {
+        let prop = allocation_prop(self.ordinal);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: `handle` is a valid out pointer and `prop` describes pinned memory on this device; the size is
+        // a multiple of the granularity (the caller checked).
+        let r = unsafe { sys::cuMemCreate(&mut handle, bytes as usize, &prop, 0) };
+        if r == sys::CUresult::CUDA_SUCCESS { Ok(handle) } else { Err(r) }
+    }
+
     fn free_bytes(&self) -> u64 {
         self.ctx.mem_get_info().map(|(free, _)| free as u64).unwrap_or(0)
     }
@@ -228,6 +250,17 @@ fn allocation_prop(ordinal: i32) -> sys::CUmemAllocationProp {
             usage: 0,
             reserved: [0; 4],
         },
+    }
+}
+
+/// The backend's default allocator: plain stream-ordered allocations, outside any budget.
+impl DeviceAllocator for CudaMemory {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+        DeviceMemory::alloc(self, bytes)
+    }
+
+    fn free(&self, ptr: DevPtr) -> Result<()> {
+        DeviceMemory::free(self, ptr)
     }
 }
 
@@ -304,15 +337,21 @@ impl DeviceMemory for CudaMemory {
             return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
         }
         self.bind()?;
-        let prop = allocation_prop(self.ordinal);
-        let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: `handle` is a valid out pointer and `prop` describes pinned memory on this device; the size is a
-        // multiple of the granularity.
-        let r = unsafe { sys::cuMemCreate(&mut handle, bytes as usize, &prop, 0) };
-        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            return Err(Error::OutOfMemory { requested: bytes, free: self.free_bytes() });
-        }
-        check("cuMemCreate", r)?;
+        let created = match self.mem_create(bytes) {
+            Err(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
+                // Memory the stream-ordered pool caches is invisible to cuMemCreate: give it back, retry once.
+                self.trim_pool()?;
+                self.mem_create(bytes)
+            }
+            other => other,
+        };
+        let handle = match created {
+            Ok(handle) => handle,
+            Err(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
+                return Err(Error::OutOfMemory { requested: bytes, free: self.free_bytes() });
+            }
+            Err(r) => return Err(drv("cuMemCreate", DriverError(r))),
+        };
         // SAFETY: [at, at + bytes) lies inside a reservation of this device and no mapping overlaps it (checked
         // above under the lock); the handle is a fresh allocation of exactly `bytes`.
         let r = unsafe { sys::cuMemMap(at.0, bytes as usize, 0, handle, 0) };
@@ -365,10 +404,15 @@ impl DeviceMemory for CudaMemory {
     fn alloc(&self, bytes: u64) -> Result<DevPtr> {
         let len = bytes.max(1).div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
         self.bind()?;
-        // SAFETY: the compute stream is alive (we hold it); the returned memory is only handed out as bytes.
-        let ptr = match unsafe {
-            cudarc::driver::result::malloc_async(self.compute.cu_stream(), len as usize)
-        } {
+        let ptr = match self.malloc_async(len) {
+            Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                // The pool may hold freed memory in a form this request cannot use: give it back, retry once.
+                self.trim_pool()?;
+                self.malloc_async(len)
+            }
+            other => other,
+        };
+        let ptr = match ptr {
             Ok(ptr) => ptr,
             Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
                 return Err(Error::OutOfMemory { requested: len, free: self.free_bytes() });
@@ -425,7 +469,19 @@ impl DeviceMemory for CudaMemory {
             let r =
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, host.cast(), src.len, s.cu_stream()) };
             check("cuMemcpyHtoDAsync", r)?;
-            let event = s.record_event(None).map_err(|e| drv("cuEventRecord", e))?;
+            let event = match s.record_event(None) {
+                Ok(event) => event,
+                Err(e) => {
+                    // The copy is queued but no event can say when it is done, and the caller may drop `src` as
+                    // soon as this returns: wait for the copy here.
+                    if let Err(sync) = s.synchronize() {
+                        // Not even that: keep the host memory alive for good rather than free it under the DMA.
+                        tracing::error!(error = %sync, bytes = src.len, "copy_h2d: cannot wait for a queued copy; its host memory is leaked");
+                        std::mem::forget(src.clone());
+                    }
+                    return Err(drv("cuEventRecord", e));
+                }
+            };
             state.in_flight[stream.0 as usize].push_back((event, src.clone()));
             done = Self::reap(&mut state);
         }

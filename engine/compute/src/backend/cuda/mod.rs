@@ -9,9 +9,12 @@
 //! - `elementwise`, `norm`, `attention`, `layout`: the other ops.
 //!
 //! Every op is queued on one compute stream ([`crate::memory::StreamId::COMPUTE`]); activations are plain
-//! allocations of the device memory, freed stream-ordered when their last tensor drops, so the CPU never waits
-//! for compute except in [`Backend::synchronize`] and [`Backend::to_f32`]. Kernels compute in f32 and round once
-//! on store (to nearest even), matching the CPU backend's semantics; weights are read in their stored type.
+//! allocations, freed stream-ordered when their last tensor drops, so the CPU never waits for compute except in
+//! [`Backend::synchronize`] and [`Backend::to_f32`]. They come from the device memory until the memory manager
+//! hands the backend its VRAM arbiter ([`Backend::set_allocator`]), which then counts them and evicts weights
+//! for them. Kernels compute in f32 and round once on store (to nearest even), matching the CPU backend's
+//! semantics; weights are read exactly in their stored type (GEMMs widen to f32 where the activation type
+//! cannot hold every weight value, see `gemm`).
 
 #![allow(unsafe_code)]
 
@@ -24,7 +27,7 @@ mod layout;
 pub mod memory;
 mod norm;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use cudarc::driver::{CudaContext, CudaStream};
 
@@ -39,6 +42,7 @@ use crate::backend::{
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::device::DeviceAllocator;
 use crate::memory::{DevPtr, DeviceMemory};
 use crate::tensor::{Tensor, Weight, numel};
 
@@ -66,6 +70,8 @@ pub struct Cuda {
     dtype: DType,
     mem: Arc<CudaMemory>,
     memory: Arc<dyn DeviceMemory>,
+    /// Where activations and per-op scratch come from: `mem` until [`Backend::set_allocator`].
+    allocator: RwLock<Arc<dyn DeviceAllocator>>,
     kernels: Kernels,
     gemm: gemm::Gemm,
 }
@@ -91,10 +97,12 @@ impl Cuda {
         let total = ctx.total_mem().map_err(|e| drv("cuDeviceTotalMem", e))? as u64;
         let mem = Arc::new(CudaMemory::new(ctx.clone(), compute)?);
         let memory: Arc<dyn DeviceMemory> = mem.clone();
+        let plain: Arc<dyn DeviceAllocator> = mem.clone();
         let kernels = Kernels::new(ctx)?;
-        let gemm = gemm::Gemm::new(Allocation::new(&mem, 32 << 20)?)?;
+        // The cuBLASLt workspace lives as long as the backend, so it stays a plain allocation.
+        let gemm = gemm::Gemm::new(Allocation::new(&plain, gemm::WORKSPACE)?)?;
         let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
-        Ok(Cuda { info, dtype, mem, memory, kernels, gemm })
+        Ok(Cuda { info, dtype, mem, memory, allocator: RwLock::new(plain), kernels, gemm })
     }
 
     /// What the device is.
@@ -115,10 +123,16 @@ impl Cuda {
         self.kernels.launch(self.stream(), file, name, grid, args)
     }
 
+    /// `bytes` of device memory for activations or per-op scratch, from the allocator now in force.
+    pub(crate) fn alloc(&self, bytes: u64) -> Result<Allocation> {
+        let allocator = self.allocator.read().unwrap_or_else(|p| p.into_inner()).clone();
+        Allocation::new(&allocator, bytes)
+    }
+
     /// A new tensor whose elements the caller's kernels write.
     fn empty(&self, shape: Vec<usize>, dtype: DType) -> Result<Tensor<Cuda>> {
         let bytes = (numel(&shape) * dtype.size()) as u64;
-        let alloc = Allocation::new(&self.mem, bytes)?;
+        let alloc = self.alloc(bytes)?;
         Ok(Tensor::from_parts(CudaBuf::new(alloc), shape, dtype))
     }
 
@@ -161,7 +175,7 @@ impl Cuda {
         if w.dtype() == dtype {
             return Ok((w.ptr().0, None));
         }
-        let scratch = Allocation::new(&self.mem, (w.numel() * dtype.size()) as u64)?;
+        let scratch = self.alloc((w.numel() * dtype.size()) as u64)?;
         self.cast_ptr(w.ptr().0, w.dtype(), scratch.ptr().0, dtype, w.numel())?;
         Ok((scratch.ptr().0, Some(scratch)))
     }
@@ -194,6 +208,10 @@ impl Backend for Cuda {
 
     fn synchronize(&self) -> Result<()> {
         self.stream().synchronize().map_err(|e| drv("cuStreamSynchronize", e))
+    }
+
+    fn set_allocator(&self, allocator: Arc<dyn DeviceAllocator>) {
+        *self.allocator.write().unwrap_or_else(|p| p.into_inner()) = allocator;
     }
 
     fn from_f32(&self, shape: &[usize], values: &[f32], dtype: DType) -> Result<Tensor<Self>> {

@@ -2,13 +2,16 @@
 //! [`Arbiter`]: evict what the budget says is missing, allocate, and on refusal evict the size once more and
 //! retry once.
 //!
+//! The arbiter is also a [`DeviceAllocator`], which is how a backend's activations reach it
+//! ([`crate::Backend::set_allocator`]).
+//!
 //! Invariant: every byte allocated or mapped here is added to the budget's usage when it succeeds and
 //! subtracted when it is given back, so the budget sees activations and scratch as well as weights.
 
 use super::arbiter::Arbiter;
 use super::budget::accounted_activation_bytes;
 use crate::error::{Error, Result};
-use crate::memory::device::DevPtr;
+use crate::memory::device::{DevPtr, DeviceAllocator};
 
 impl Arbiter {
     /// Allocates `bytes` for activations: evicts `deficit(bytes + alloc_headroom)` first, allocates, and
@@ -78,5 +81,16 @@ impl Arbiter {
         self.dev.unmap(at, bytes)?;
         st.budget.sub(bytes);
         Ok(())
+    }
+}
+
+/// A backend given the arbiter allocates its activations through [`Arbiter::alloc`] and [`Arbiter::free`].
+impl DeviceAllocator for Arbiter {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+        Arbiter::alloc(self, bytes)
+    }
+
+    fn free(&self, ptr: DevPtr) -> Result<()> {
+        Arbiter::free(self, ptr)
     }
 }

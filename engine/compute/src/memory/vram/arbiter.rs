@@ -158,9 +158,13 @@ impl Arbiter {
     ///    the range end are set against the budget (`capacity − (usage + absent·page + headroom)`) and
     ///    lower-priority pages are evicted (this VBAR's own top pages last) until they fit; if that lowered the
     ///    watermark below the range end, the fault is [`Fault::Offloaded`]. Each absent page is then mapped,
-    ///    once more after evicting a page when the budget is short or the device refuses; a second refusal is
-    ///    the error;
+    ///    once more after evicting a page when the budget is short or the device refuses; a second refusal
+    ///    makes the fault [`Fault::Offloaded`] (the range is streamed through scratch rather than the fetch
+    ///    failing; pages it mapped before stay resident, unpinned, and the watermark stays where it was);
     /// 4. every page of the range gets one more pin.
+    ///
+    /// Errors are the device's other failures (and an unknown VBAR or a range past its end), never a full
+    /// device.
     pub fn fault(&self, id: VbarId, offset: u64, size: u64) -> Result<Fault> {
         self.lock().fault(self.dev.as_ref(), id, offset, size)
     }
@@ -439,7 +443,14 @@ impl State {
                 if end > self.vbar(id)?.watermark {
                     return Ok(Fault::Offloaded);
                 }
-                serials.push(self.vbar_mut(id)?.map(p, dev)?);
+                match self.vbar_mut(id)?.map(p, dev) {
+                    Ok(serial) => serials.push(serial),
+                    Err(Error::OutOfMemory { requested, free }) => {
+                        tracing::debug!(%id, page = p, requested, free, "fault offloaded: the device refused a page twice");
+                        return Ok(Fault::Offloaded);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             self.budget.add(page);
         }

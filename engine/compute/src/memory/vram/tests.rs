@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::error::Error;
-use crate::memory::device::{DeviceMemory, StreamId};
+use crate::memory::device::{DevPtr, DeviceAllocator, DeviceMemory, StreamId};
 use crate::memory::sim::SimDevice;
 
 const MIB: u64 = 1 << 20;
@@ -262,16 +262,39 @@ fn a_refused_page_is_retried_once_after_evicting_a_page() {
 }
 
 #[test]
-fn a_second_refusal_is_an_out_of_memory_error() {
+fn a_second_refusal_streams_the_range_instead_of_failing() {
     let r = rig(8);
     let a = r.vbar(4);
     let b = r.vbar(8);
     r.load(a, 0, 1);
     r.sim.set_external_usage(8 * PAGE);
-    let err = r.arb.fault(b, 0, PAGE).expect_err("no room even after eviction");
-    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+    assert_eq!(r.fault(b, 0, 1), Fault::Offloaded, "no room even after eviction: streamed");
     assert_eq!(r.map(a), "....", "the retry evicted a page first");
     assert_eq!(r.map(b), "........", "nothing was pinned");
+    assert_eq!(r.arb.watermark(b).expect("watermark"), 8, "a refusal does not lower the watermark");
+    r.check_usage();
+}
+
+#[test]
+fn a_refusal_in_the_middle_of_a_range_keeps_the_pages_mapped_before_it() {
+    let r = rig(8);
+    let a = r.vbar(4);
+    let b = r.vbar(8);
+    // The budget polls an empty device here and does not poll again (the clock stands still).
+    r.load(a, 0, 1);
+    r.arb.set_watermark_limit(b, 8 * PAGE).expect("limit");
+    // Another process leaves room for one page besides a's; the budget still sees the whole device.
+    r.sim.set_external_usage(6 * PAGE);
+    // Page 0 maps, page 1 maps after evicting a's page, page 2 is refused twice: the range is streamed.
+    assert_eq!(r.fault(b, 0, 4), Fault::Offloaded);
+    assert_eq!(r.map(a), "....");
+    assert_eq!(r.map(b), "rr......", "the pages mapped before stay resident, unpinned");
+    assert_eq!(r.arb.watermark(b).expect("watermark"), 8);
+    r.check_usage();
+    // Once the device has room again the same range faults in, reusing the two pages.
+    r.sim.set_external_usage(0);
+    r.resident(b, 0, 4);
+    assert_eq!(r.map(b), "PPPP....");
     r.check_usage();
 }
 
@@ -446,6 +469,25 @@ fn activations_evict_the_deficit_first_and_are_accounted() {
     r.arb.free(small).expect("free");
     r.arb.free(big).expect("free");
     assert_eq!(r.arb.usage(), 6 * PAGE);
+}
+
+#[test]
+fn the_arbiter_as_a_backends_allocator_accounts_activations_and_evicts_for_them() {
+    let r = rig(8);
+    let a = r.vbar(8);
+    r.load(a, 0, 8);
+    // What a backend holds after `Backend::set_allocator(arbiter)`.
+    let allocator: Arc<dyn DeviceAllocator> = r.arb.clone();
+    let ptr = allocator.alloc(PAGE).expect("alloc through the trait");
+    assert_eq!(r.map(a), "rrrrrrr.", "the device was full: a page of weights made room");
+    assert_eq!(r.arb.usage(), 8 * PAGE);
+    assert_eq!(r.arb.allocation_count(), 1);
+    r.check_usage();
+    allocator.free(ptr).expect("free");
+    assert_eq!(r.arb.allocation_count(), 0);
+    r.check_usage();
+    assert!(allocator.free(ptr).is_err(), "freed twice");
+    assert!(allocator.free(DevPtr(0x1234)).is_err(), "not allocated here");
 }
 
 #[test]

@@ -9,14 +9,28 @@ extern "C" __global__ void fill(void* dst, int dt, i64 n, float value) {
     GRID_STRIDE(i, n) { st(dst, dt, i, value); }
 }
 
-__device__ __forceinline__ u64 splitmix64(u64 z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+// Stochastic rounding, a line-by-line transliteration of the CPU backend's reference (`backend/cpu/store.rs`:
+// `mix`, `uniform`, `stochastic`), whose tests pin known cases and check that this file keeps the lines marked
+// [spec] verbatim, so both backends store the same bytes for the same seed, index and value:
+// - the draw for element `index` is u = (mix(seed + mix(index + 0x9e3779b97f4a7c15)) >> 40) * 2^-24, with mix the
+//   SplitMix64 finaliser and all arithmetic mod 2^64;
+// - a value v between two neighbours lo < |v| < hi of the target type becomes hi when u < (|v| - lo) / (hi - lo),
+//   else lo;
+// - it rounds to nearest even instead when v is exact, zero, NaN or infinite, and when its nearest rounding is not
+//   finite (an f16, bf16 or e5m2 value past the largest finite stays infinite, as on the CPU); hi is never taken
+//   when it is not finite (just below infinity, or e4m3's NaN code above 448).
+__device__ __forceinline__ u64 sr_mix(u64 z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;  // [spec]
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;  // [spec]
+    return z ^ (z >> 31);                         // [spec]
 }
 
-// The encoded magnitude (sign bit cleared) and the largest finite magnitude of a narrow type.
+__device__ __forceinline__ float sr_uniform(u64 seed, u64 index) {
+    u64 z = sr_mix(seed + sr_mix(index + 0x9e3779b97f4a7c15ull));  // [spec]
+    return (float)(z >> 40) * 5.9604644775390625e-8f;              // [spec] 24 bits in [0, 1)
+}
+
+// `v` in the encoding of `dt` (sign included), rounded to nearest even, and back.
 __device__ __forceinline__ u32 enc(int dt, float v) {
     switch (dt) {
     case DT_F16: return f32_to_f16(v);
@@ -40,9 +54,24 @@ __device__ __forceinline__ void put(void* p, int dt, i64 i, u32 bits) {
     else ((u8*)p)[i] = (u8)bits;
 }
 
-// Stochastic rounding: a value between two neighbours lo < |v| < hi of the narrow type becomes hi with probability
-// (|v| - lo) / (hi - lo), the draw being splitmix64(seed ^ splitmix64(index)). Exact values, NaN and infinities
-// round to nearest even, and the result never moves past the largest finite value the nearest rounding gives.
+__device__ __forceinline__ bool sr_finite(float x) { return fabsf(x) < __int_as_float(0x7f800000); }
+
+// `v` as `dt` (not f32), rounded stochastically with draw `u`; every encoding is sign-magnitude, so +-1 on the bits
+// moves one step in magnitude.
+__device__ __forceinline__ u32 sr_round(int dt, float v, float u) {
+    u32 nearest = enc(dt, v);
+    float r = dec(dt, nearest);
+    if (!sr_finite(v) || r == v || !sr_finite(r)) return nearest;  // [spec]
+    u32 lo = fabsf(r) < fabsf(v) ? nearest : nearest - 1u;          // [spec]
+    u32 hi = fabsf(r) < fabsf(v) ? nearest + 1u : nearest;          // [spec]
+    float lo_v = fabsf(dec(dt, lo)), hi_v = fabsf(dec(dt, hi));
+    if (!sr_finite(hi_v)) return lo;                                // [spec]
+    float p = (fabsf(v) - lo_v) / (hi_v - lo_v);                    // [spec]
+    return u < p ? hi : lo;                                         // [spec]
+}
+
+// Writes `src` into `dst` as `ddt`: to nearest even, or with `stochastic` rounded as `sr_round` says, drawing per
+// element index from `seed`.
 extern "C" __global__ void store(const void* src, int sdt, void* dst, int ddt, i64 n, int stochastic, u64 seed) {
     GRID_STRIDE(i, n) {
         float v = ld(src, sdt, i);
@@ -50,43 +79,6 @@ extern "C" __global__ void store(const void* src, int sdt, void* dst, int ddt, i
             ((float*)dst)[i] = v;
             continue;
         }
-        u32 bits = enc(ddt, v);
-        float a = fabsf(v);
-        if (!stochastic || !(a < __int_as_float(0x7f800000))) {
-            put(dst, ddt, i, bits);
-            continue;
-        }
-        u32 sign_bit = (ddt == DT_F16 || ddt == DT_BF16) ? 0x8000u : 0x80u;
-        u32 mag = bits & ~sign_bit;
-        u32 sign = bits & sign_bit;
-        float r = fabsf(dec(ddt, mag));
-        if (r == a) {
-            put(dst, ddt, i, bits);
-            continue;
-        }
-        u32 other;
-        if (r > a) {
-            if (mag == 0u) {
-                put(dst, ddt, i, bits);
-                continue;
-            }
-            other = mag - 1u;
-        } else {
-            // Moving away from zero must stay finite: the largest finite magnitude per type.
-            u32 max_finite = ddt == DT_F16 ? 0x7bffu : ddt == DT_BF16 ? 0x7f7fu : ddt == DT_E4M3 ? 0x7eu : 0x7bu;
-            if (mag >= max_finite) {
-                put(dst, ddt, i, bits);
-                continue;
-            }
-            other = mag + 1u;
-        }
-        float o = fabsf(dec(ddt, other));
-        float lo = fminf(r, o), hi = fmaxf(r, o);
-        u32 lo_bits = r < o ? mag : other;
-        u32 hi_bits = r < o ? other : mag;
-        float p_up = (a - lo) / (hi - lo);
-        u64 h = splitmix64(seed ^ splitmix64((u64)i));
-        float u = (float)(h >> 40) * 5.9604644775390625e-8f;  // 24 bits in [0, 1)
-        put(dst, ddt, i, sign | (u < p_up ? hi_bits : lo_bits));
+        put(dst, ddt, i, stochastic ? sr_round(ddt, v, sr_uniform(seed, (u64)i)) : enc(ddt, v));  // [spec]
     }
 }
