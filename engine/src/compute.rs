@@ -110,6 +110,13 @@ impl Compute {
                 })
             }
         };
+        // Activations go through the arbiter too, so the budget sees them and an allocation evicts weights
+        // rather than failing (memory-manager.md §2.3).
+        match &device {
+            Device::Cpu(cpu) => cpu.set_allocator(manager.arbiter().clone()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(cuda) => cuda.set_allocator(manager.arbiter().clone()),
+        }
         Compute { device, options, manager }
     }
 

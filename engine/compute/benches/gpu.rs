@@ -243,6 +243,7 @@ mod bench {
         let x = cuda.from_f32(&[m, H], &values, DType::BF16)?;
         // Resident: the whole model fits the default budget.
         let manager = MemoryManager::new(memory.clone(), config(0))?;
+        cuda.set_allocator(manager.arbiter().clone());
         let model = manager.load(&LoadPlan::whole_file(path)?, &mut |_, _| {})?;
         model.activate()?;
         let resident_out = pass(cuda, &model, &x)?;
@@ -275,6 +276,7 @@ mod bench {
         for fraction in [0.0f64, 0.25, 0.5, 0.75] {
             let budget = (weights as f64 * fraction) as u64 + working;
             let manager = MemoryManager::new(memory.clone(), config(total.saturating_sub(budget)))?;
+            cuda.set_allocator(manager.arbiter().clone());
             let model = manager.load(&LoadPlan::whole_file(path)?, &mut |_, _| {})?;
             model.activate()?;
             let out = pass(cuda, &model, &x)?;
