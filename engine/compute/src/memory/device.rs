@@ -46,7 +46,14 @@ pub trait DeviceEvent: Send + Sync {
 }
 
 /// Host memory a device can copy from: the pinned pool's buffers and the staging ring's slots.
-pub trait HostMemory: Send + Sync {
+///
+/// # Safety
+///
+/// Devices read and register the memory through [`HostMemory::as_ptr`] and [`HostMemory::len`], by DMA and
+/// asynchronously: an implementation promises that `as_ptr()` points to `len()` bytes that stay allocated and
+/// readable for as long as the value lives (a [`HostSlice`] keeps it alive until its copy is done).
+#[allow(unsafe_code, reason = "implementations make a promise devices rely on for DMA")]
+pub unsafe trait HostMemory: Send + Sync {
     /// Length in bytes.
     fn len(&self) -> usize;
 

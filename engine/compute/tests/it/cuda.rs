@@ -542,7 +542,9 @@ mod gpu {
     /// Host memory for the copy tests: a boxed byte buffer.
     struct HostBuf(Box<[u8]>);
 
-    impl HostMemory for HostBuf {
+    // SAFETY: the boxed slice is `len()` bytes at `as_ptr()`, freed only when the value drops.
+    #[allow(unsafe_code, reason = "test host memory for the device copies")]
+    unsafe impl HostMemory for HostBuf {
         fn len(&self) -> usize {
             self.0.len()
         }

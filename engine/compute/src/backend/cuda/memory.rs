@@ -223,7 +223,8 @@ impl CudaMemory {
 /// Host bytes owned by an in-flight upload.
 struct OwnedHost(Vec<u8>);
 
-impl HostMemory for OwnedHost {
+// SAFETY: the vector's buffer is `len()` bytes at `as_ptr()` and is freed only when the value drops.
+unsafe impl HostMemory for OwnedHost {
     fn len(&self) -> usize {
         self.0.len()
     }

@@ -492,7 +492,10 @@ fn copy_pieces(state: &State, offset: usize, len: usize) -> Vec<(usize, usize)> 
     pieces
 }
 
-impl HostMemory for HostBuffer {
+// SAFETY: `as_ptr()` is the base of the committed mapping and `len()` the in-use length, which stays committed
+// until a truncation, and truncations refuse ranges being read and unregister before they decommit; the mapping
+// itself lives as long as the buffer.
+unsafe impl HostMemory for HostBuffer {
     fn len(&self) -> usize {
         self.size.load(Ordering::Acquire)
     }
@@ -561,7 +564,9 @@ impl AddressView {
     }
 }
 
-impl HostMemory for AddressView {
+// SAFETY: an `AddressView` names a buffer's registered range only to unregister it; it is never the source
+// of a copy, and its bytes are the buffer's, valid while the buffer that made it lives (it dies first).
+unsafe impl HostMemory for AddressView {
     fn len(&self) -> usize {
         self.len
     }
