@@ -14,9 +14,9 @@
 //!   list until an event recorded after the copy reports it done; every call that queues work reaps the list.
 //!
 //! - Every operation at a caller's address (copies, `free`, `unmap`, and the backend's `store`) is checked first
-//!   against the ranges this device mapped or allocated ([`LiveRanges`]); an address it did not hand out is an
-//!   error the driver never sees, as on [`crate::memory::SimDevice`]. Copies queue their driver call under the
-//!   same lock as the check, so no `free` or `unmap` on another thread can slip in between.
+//!   against the ranges this device mapped or allocated (`ranges::LiveRanges`); an address it did not hand out
+//!   is an error the driver never sees, as on [`crate::memory::SimDevice`]. Copies queue their driver call under
+//!   the same lock as the check, so no `free` or `unmap` on another thread can slip in between.
 //!
 //! Invariant: every driver call runs with this device's context current (`bind` first), and host slices whose
 //! copies are reaped are dropped after the state lock is released (a host buffer's drop may call back in).
@@ -31,7 +31,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 use super::ranges::{Kind, LiveRanges};
 use crate::error::{Error, Result};
-use crate::memory::device::DeviceAllocator;
+use crate::memory::device::{DeviceAllocator, check_map, check_unreserve};
 use crate::memory::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 
 /// The smallest plain allocation, and what sizes are rounded up to.
@@ -220,6 +220,30 @@ impl CudaMemory {
         if r == sys::CUresult::CUDA_SUCCESS { Ok(handle) } else { Err(r) }
     }
 
+    /// A synchronous copy between pageable host memory and `len` bytes of device memory at `at`, on the compute
+    /// stream: waits for the stream's work (a pageable copy would wait for it anyway, and not under the lock),
+    /// checks the device range and queues `copy` under the lock that `free` and `unmap` take, then waits for
+    /// the copy. `call` names the operation in a refusal; an empty copy does nothing.
+    fn copy_pageable(
+        &self,
+        call: &'static str,
+        at: DevPtr,
+        len: usize,
+        copy: impl FnOnce(sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        self.sync_compute()?;
+        {
+            let state = self.lock();
+            state.live.check(call, at, len as u64)?;
+            copy(self.compute.cu_stream())?;
+        }
+        self.sync_compute()
+    }
+
     fn sync_compute(&self) -> Result<()> {
         self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))
     }
@@ -303,15 +327,7 @@ impl DeviceMemory for CudaMemory {
 
     fn unreserve(&self, base: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
-        if state.reservations.get(&base.0) != Some(&bytes) {
-            return Err(Error::driver(
-                "unreserve",
-                format!("no reservation of {bytes} bytes at {:#x}", base.0),
-            ));
-        }
-        if state.live.overlaps(base, bytes) {
-            return Err(Error::driver("unreserve", "the reservation still has mappings"));
-        }
+        check_unreserve(&state.reservations, base, bytes, || state.live.overlaps(base, bytes))?;
         self.bind()?;
         // SAFETY: the range is exactly a reservation this device made, and no mapping is left inside it.
         check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(base.0, bytes as usize) })?;
@@ -320,24 +336,8 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn map(&self, at: DevPtr, bytes: u64) -> Result<()> {
-        if bytes == 0
-            || !bytes.is_multiple_of(self.granularity)
-            || !at.0.is_multiple_of(self.granularity)
-        {
-            return Err(Error::driver("map", "range not aligned to the granularity"));
-        }
         let mut state = self.lock();
-        let inside = state
-            .reservations
-            .range(..=at.0)
-            .next_back()
-            .is_some_and(|(&start, &len)| at.0 + bytes <= start + len);
-        if !inside {
-            return Err(Error::driver(
-                "map",
-                format!("{:#x}+{bytes} is outside every reservation", at.0),
-            ));
-        }
+        check_map(&state.reservations, self.granularity, at, bytes)?;
         if state.live.overlaps(at, bytes) {
             return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
         }
@@ -492,29 +492,14 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn copy_h2d_pageable(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        // A copy from pageable memory waits for the stream's work first: wait here, not under the lock below.
-        self.sync_compute()?;
-        {
-            let state = self.lock();
-            state.live.check("copy_h2d_pageable", dst, src.len() as u64)?;
-            // SAFETY: `src` is borrowed for this whole call and the stream is synchronised before returning, so
-            // the driver has finished reading it; `dst` is `src.len()` bytes of live device memory (checked above,
-            // under the lock that `free` and `unmap` take), ordered on the compute stream after its `alloc`.
-            let r = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    dst.0,
-                    src.as_ptr().cast(),
-                    src.len(),
-                    self.compute.cu_stream(),
-                )
-            };
-            check("cuMemcpyHtoDAsync", r)?;
-        }
-        self.sync_compute()
+        self.copy_pageable("copy_h2d_pageable", dst, src.len(), |stream| {
+            // SAFETY: `src` is borrowed for this whole call and `copy_pageable` waits for the copy before
+            // returning, so the driver has finished reading it; `dst` holds `src.len()` bytes of live device
+            // memory (`copy_pageable` checked it), ordered on the compute stream after its `alloc`.
+            let r =
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.as_ptr().cast(), src.len(), stream) };
+            check("cuMemcpyHtoDAsync", r)
+        })
     }
 
     fn copy_d2d(&self, dst: DevPtr, src: DevPtr, bytes: u64, stream: StreamId) -> Result<()> {
@@ -534,30 +519,15 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn copy_d2h(&self, dst: &mut [u8], src: DevPtr) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        // A copy to pageable memory returns only when done, after the stream's earlier work: wait for that work
-        // here, not under the lock below.
-        self.sync_compute()?;
-        {
-            let state = self.lock();
-            state.live.check("copy_d2h", src, dst.len() as u64)?;
-            // SAFETY: `dst` is borrowed mutably for this whole call and the stream is synchronised before
-            // returning, so the copy has finished writing it; `src` is `dst.len()` bytes of live device memory
-            // (checked above, under the lock that `free` and `unmap` take).
+        self.copy_pageable("copy_d2h", src, dst.len(), |stream| {
+            // SAFETY: `dst` is borrowed mutably for this whole call and `copy_pageable` waits for the copy before
+            // returning, so the driver has finished writing it; `src` holds `dst.len()` bytes of live device
+            // memory (`copy_pageable` checked it).
             let r = unsafe {
-                sys::cuMemcpyDtoHAsync_v2(
-                    dst.as_mut_ptr().cast(),
-                    src.0,
-                    dst.len(),
-                    self.compute.cu_stream(),
-                )
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src.0, dst.len(), stream)
             };
-            check("cuMemcpyDtoHAsync", r)?;
-        }
-        self.sync_compute()
+            check("cuMemcpyDtoHAsync", r)
+        })
     }
 
     fn record(&self, stream: StreamId) -> Result<Arc<dyn DeviceEvent>> {
