@@ -11,9 +11,10 @@
 //! finished with them, so an asynchronous copy can never read freed memory.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A device virtual address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -171,4 +172,91 @@ pub trait DeviceMemory: Send + Sync + 'static {
 
     /// Undoes a [`DeviceMemory::register`] that started at `offset`.
     fn unregister(&self, mem: &Arc<dyn HostMemory>, offset: usize) -> Result<()>;
+}
+
+/// What every [`DeviceMemory::map`] checks of `[at, at + bytes)` before backing it: a non-empty multiple of
+/// `granularity`, aligned to it, inside one of `reservations` (base → length).
+pub(crate) fn check_map(
+    reservations: &BTreeMap<u64, u64>,
+    granularity: u64,
+    at: DevPtr,
+    bytes: u64,
+) -> Result<()> {
+    if bytes == 0 || !bytes.is_multiple_of(granularity) || !at.0.is_multiple_of(granularity) {
+        return Err(Error::driver("map", "range not aligned to the granularity"));
+    }
+    let inside = reservations.range(..=at.0).next_back().is_some_and(|(&start, &len)| {
+        at.0.checked_add(bytes).is_some_and(|end| end <= start + len)
+    });
+    if !inside {
+        return Err(Error::driver(
+            "map",
+            format!("{:#x}+{bytes} is outside every reservation", at.0),
+        ));
+    }
+    Ok(())
+}
+
+/// What every [`DeviceMemory::unreserve`] checks before releasing `[base, base + bytes)`: it is exactly one of
+/// `reservations` (base → length), and `has_mappings` (asked only then) says no mapping is left inside it.
+pub(crate) fn check_unreserve(
+    reservations: &BTreeMap<u64, u64>,
+    base: DevPtr,
+    bytes: u64,
+    has_mappings: impl FnOnce() -> bool,
+) -> Result<()> {
+    if reservations.get(&base.0) != Some(&bytes) {
+        return Err(Error::driver(
+            "unreserve",
+            format!("no reservation of {bytes} bytes at {:#x}", base.0),
+        ));
+    }
+    if has_mappings() {
+        return Err(Error::driver("unreserve", "the reservation still has mappings"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 2 << 20;
+
+    fn reservations() -> BTreeMap<u64, u64> {
+        BTreeMap::from([(16 * G, 4 * G), (32 * G, 2 * G)])
+    }
+
+    #[test]
+    fn map_needs_an_aligned_range_inside_one_reservation() {
+        let r = reservations();
+        assert!(check_map(&r, G, DevPtr(16 * G), 4 * G).is_ok(), "a whole reservation");
+        assert!(check_map(&r, G, DevPtr(19 * G), G).is_ok(), "its last page");
+        assert!(check_map(&r, G, DevPtr(16 * G), 0).is_err(), "empty");
+        assert!(
+            check_map(&r, G, DevPtr(16 * G), G / 2).is_err(),
+            "not a multiple of the granularity"
+        );
+        assert!(check_map(&r, G, DevPtr(16 * G + 4096), G).is_err(), "unaligned");
+        assert!(check_map(&r, G, DevPtr(19 * G), 2 * G).is_err(), "runs off the reservation");
+        assert!(check_map(&r, G, DevPtr(20 * G), G).is_err(), "between reservations");
+        assert!(check_map(&r, G, DevPtr(8 * G), G).is_err(), "below every reservation");
+        assert!(check_map(&r, G, DevPtr(32 * G), u64::MAX - G + 1).is_err(), "wraps around");
+    }
+
+    #[test]
+    fn unreserve_needs_exactly_a_reservation_with_no_mappings() {
+        let r = reservations();
+        assert!(check_unreserve(&r, DevPtr(16 * G), 4 * G, || false).is_ok());
+        assert!(check_unreserve(&r, DevPtr(16 * G), 2 * G, || false).is_err(), "part of one");
+        assert!(check_unreserve(&r, DevPtr(17 * G), 3 * G, || false).is_err(), "not its base");
+        let err = check_unreserve(&r, DevPtr(32 * G), 2 * G, || true).expect_err("mapped");
+        assert!(err.to_string().contains("still has mappings"), "{err}");
+        let mut asked = false;
+        let _ = check_unreserve(&r, DevPtr(8 * G), G, || {
+            asked = true;
+            false
+        });
+        assert!(!asked, "mappings are looked for only inside a real reservation");
+    }
 }

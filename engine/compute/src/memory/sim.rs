@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::device::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
+use super::device::{
+    DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId, check_map,
+    check_unreserve,
+};
 use crate::error::{Error, Result};
 
 /// Granularity of the simulated device's reservations and mappings.
@@ -228,38 +231,16 @@ impl DeviceMemory for SimDevice {
 
     fn unreserve(&self, base: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
-        if state.reservations.get(&base.0) != Some(&bytes) {
-            return Err(Error::driver(
-                "unreserve",
-                format!("no reservation of {bytes} bytes at {:#x}", base.0),
-            ));
-        }
-        if state.regions.range(base.0..base.0 + bytes).next().is_some() {
-            return Err(Error::driver("unreserve", "the reservation still has mappings"));
-        }
+        check_unreserve(&state.reservations, base, bytes, || {
+            state.regions.range(base.0..base.0 + bytes).next().is_some()
+        })?;
         state.reservations.remove(&base.0);
         Ok(())
     }
 
     fn map(&self, at: DevPtr, bytes: u64) -> Result<()> {
-        if bytes == 0
-            || !bytes.is_multiple_of(SIM_GRANULARITY)
-            || !at.0.is_multiple_of(SIM_GRANULARITY)
-        {
-            return Err(Error::driver("map", "range not aligned to the granularity"));
-        }
         let mut state = self.lock();
-        let inside = state
-            .reservations
-            .range(..=at.0)
-            .next_back()
-            .is_some_and(|(&start, &len)| at.0 + bytes <= start + len);
-        if !inside {
-            return Err(Error::driver(
-                "map",
-                format!("{:#x}+{bytes} is outside every reservation", at.0),
-            ));
-        }
+        check_map(&state.reservations, SIM_GRANULARITY, at, bytes)?;
         if state.regions.range(at.0..at.0 + bytes).next().is_some()
             || region_at(&state, at.0).is_some()
         {

@@ -49,7 +49,7 @@ mod gpu {
         AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp,
     };
     use kiln_compute::dtype::{self, DType};
-    use kiln_compute::memory::{DeviceMemory, HostMemory, HostSlice, StreamId};
+    use kiln_compute::memory::{DevPtr, DeviceMemory, HostMemory, HostSlice, StreamId};
     use kiln_compute::{Backend, OwnedWeight, Tensor};
 
     struct Env {
@@ -610,5 +610,81 @@ mod gpu {
         let sim = kiln_compute::memory::SimDevice::new(1 << 20);
         let foreign = sim.record(StreamId::COMPUTE).expect("sim event");
         assert!(mem.wait_event(StreamId::COMPUTE, foreign.as_ref()).is_err());
+    }
+
+    /// Asserts `r` is the refusal of an address the device did not hand out, by `call`, before any driver call.
+    #[track_caller]
+    fn refused(r: kiln_compute::Result<()>, call: &str) {
+        match r {
+            Err(kiln_compute::Error::Driver { call: c, msg }) => {
+                assert_eq!(c, call, "{msg}");
+                assert!(
+                    msg.contains("not memory this device mapped or allocated"),
+                    "{call}: {msg}"
+                );
+            }
+            other => panic!("{call}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cuda_memory_refuses_addresses_it_did_not_hand_out() {
+        let Some(e) = env() else { return };
+        // A backend of its own, so that no other test allocates through its memory while this one checks
+        // that freed addresses are refused.
+        let gpu = Cuda::with_dtype(0, DType::F32).expect("a second backend on the device");
+        let mem = gpu.memory();
+        let g = mem.granularity();
+        let theirs = e.gpu.memory().alloc(4096).expect("alloc on the shared backend");
+        let host: Arc<dyn HostMemory> = Arc::new(HostBuf(vec![7u8; 4096].into_boxed_slice()));
+        let slice = |len| HostSlice { mem: host.clone(), offset: 0, len };
+        let mut back = vec![0u8; 4096];
+
+        // A reservation with its first page mapped and its second only reserved; a 4 KiB plain allocation.
+        let base = mem.reserve(2 * g).expect("reserve");
+        mem.map(base, g).expect("map");
+        let plain = mem.alloc(4096).expect("alloc");
+        let foreign = [
+            (DevPtr(0x1000), "an address the device never handed out"),
+            (base.offset(g), "a reserved page that is not mapped"),
+            (base.offset(g - 100), "a range that runs off the mapping"),
+            (plain.offset(4000), "a range that runs off the plain allocation"),
+            (theirs, "another backend's allocation on the same device"),
+        ];
+        for (at, what) in foreign {
+            eprintln!("refusing {what} at {:#x}", at.0);
+            refused(mem.copy_h2d(at, &slice(200), StreamId::COMPUTE), "copy_h2d");
+            refused(mem.copy_h2d_pageable(at, &[1u8; 200]), "copy_h2d_pageable");
+            refused(mem.copy_d2d(at, plain, 200, StreamId::COMPUTE), "copy_d2d");
+            refused(mem.copy_d2d(plain, at, 200, StreamId::COMPUTE), "copy_d2d");
+            refused(mem.copy_d2h(&mut back[..200], at), "copy_d2h");
+            let x = up(&gpu, &[100], &values(100, 40, 1.0), DType::F32);
+            refused(gpu.store(&x, at, DType::BF16, None), "store");
+        }
+        assert!(mem.free(DevPtr(0x1000)).is_err(), "free of a foreign address");
+        assert!(mem.free(plain.offset(256)).is_err(), "free inside an allocation");
+        assert!(mem.free(base).is_err(), "free of a mapping");
+        assert!(mem.unmap(base.offset(g), g).is_err(), "unmap of a page never mapped");
+        assert!(mem.unmap(plain, 4096).is_err(), "unmap of a plain allocation");
+
+        // The device is still healthy, and the same calls on live memory work.
+        mem.copy_h2d(base.offset(g - 4096), &slice(4096), StreamId::COMPUTE).expect("copy_h2d");
+        mem.copy_d2d(plain, base.offset(g - 4096), 4096, StreamId::COMPUTE).expect("copy_d2d");
+        mem.copy_d2h(&mut back, plain).expect("copy_d2h");
+        assert_eq!(back, vec![7u8; 4096]);
+        let x = up(&gpu, &[2048], &[1.5; 2048], DType::F32);
+        gpu.store(&x, plain, DType::BF16, None).expect("store into the allocation");
+        mem.copy_d2h(&mut back, plain).expect("copy_d2h");
+        assert_eq!(back, dtype::narrow(DType::BF16, &[1.5; 2048]));
+
+        // Memory given back is refused too.
+        mem.synchronize().expect("synchronize");
+        mem.free(plain).expect("free");
+        refused(mem.copy_d2h(&mut back, plain), "copy_d2h");
+        refused(gpu.store(&x, plain, DType::BF16, None), "store");
+        mem.unmap(base, g).expect("unmap");
+        refused(mem.copy_h2d_pageable(base, &[1u8; 16]), "copy_h2d_pageable");
+        mem.unreserve(base, 2 * g).expect("unreserve");
+        e.gpu.memory().free(theirs).expect("free on the shared backend");
     }
 }

@@ -13,19 +13,25 @@
 //! - Asynchronous host-to-device copies keep their [`HostSlice`] (and so the host memory) alive in a per-stream
 //!   list until an event recorded after the copy reports it done; every call that queues work reaps the list.
 //!
+//! - Every operation at a caller's address (copies, `free`, `unmap`, and the backend's `store`) is checked first
+//!   against the ranges this device mapped or allocated (`ranges::LiveRanges`); an address it did not hand out
+//!   is an error the driver never sees, as on [`crate::memory::SimDevice`]. Copies queue their driver call under
+//!   the same lock as the check, so no `free` or `unmap` on another thread can slip in between.
+//!
 //! Invariant: every driver call runs with this device's context current (`bind` first), and host slices whose
 //! copies are reaped are dropped after the state lock is released (a host buffer's drop may call back in).
 
 #![allow(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
+use super::ranges::{Kind, LiveRanges};
 use crate::error::{Error, Result};
-use crate::memory::device::DeviceAllocator;
+use crate::memory::device::{DeviceAllocator, check_map, check_unreserve};
 use crate::memory::{DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId};
 
 /// The smallest plain allocation, and what sizes are rounded up to.
@@ -38,11 +44,6 @@ pub struct CudaMemory {
     granularity: u64,
     compute: Arc<CudaStream>,
     state: Mutex<State>,
-}
-
-struct Mapping {
-    len: u64,
-    handle: sys::CUmemGenericAllocationHandle,
 }
 
 struct Registration {
@@ -58,10 +59,8 @@ struct State {
     in_flight: Vec<VecDeque<(CudaEvent, HostSlice)>>,
     /// Reservations: base → length.
     reservations: BTreeMap<u64, u64>,
-    /// Mapped ranges by start address.
-    mappings: BTreeMap<u64, Mapping>,
-    /// Plain allocations: address → length.
-    allocations: HashMap<u64, u64>,
+    /// Mapped ranges and plain allocations: what a caller's address is checked against.
+    live: LiveRanges,
     /// Registered host ranges by (memory address, offset).
     registered: BTreeMap<(usize, usize), Registration>,
 }
@@ -149,7 +148,7 @@ impl CudaMemory {
     /// memory freed stream-ordered counts as in use until the host has seen its free complete.
     pub fn trim_pool(&self) -> Result<()> {
         self.bind()?;
-        self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))?;
+        self.sync_compute()?;
         // SAFETY: the device handle comes from a live context.
         let pool =
             unsafe { cudarc::driver::result::device::get_default_mem_pool(self.ctx.cu_device()) }
@@ -164,6 +163,12 @@ impl CudaMemory {
         let len = src.len();
         let mem: Arc<dyn HostMemory> = Arc::new(OwnedHost(src));
         self.copy_h2d(dst, &HostSlice { mem, offset: 0, len }, StreamId::COMPUTE)
+    }
+
+    /// Checks that `[at, at + len)` is memory this device mapped or allocated and has not taken back; `call`
+    /// names the operation in the error.
+    pub(crate) fn check_live(&self, call: &'static str, at: DevPtr, len: u64) -> Result<()> {
+        self.lock().live.check(call, at, len)
     }
 
     fn bind(&self) -> Result<()> {
@@ -213,6 +218,34 @@ impl CudaMemory {
         // a multiple of the granularity (the caller checked).
         let r = unsafe { sys::cuMemCreate(&mut handle, bytes as usize, &prop, 0) };
         if r == sys::CUresult::CUDA_SUCCESS { Ok(handle) } else { Err(r) }
+    }
+
+    /// A synchronous copy between pageable host memory and `len` bytes of device memory at `at`, on the compute
+    /// stream: waits for the stream's work (a pageable copy would wait for it anyway, and not under the lock),
+    /// checks the device range and queues `copy` under the lock that `free` and `unmap` take, then waits for
+    /// the copy. `call` names the operation in a refusal; an empty copy does nothing.
+    fn copy_pageable(
+        &self,
+        call: &'static str,
+        at: DevPtr,
+        len: usize,
+        copy: impl FnOnce(sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        self.sync_compute()?;
+        {
+            let state = self.lock();
+            state.live.check(call, at, len as u64)?;
+            copy(self.compute.cu_stream())?;
+        }
+        self.sync_compute()
+    }
+
+    fn sync_compute(&self) -> Result<()> {
+        self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))
     }
 
     fn free_bytes(&self) -> u64 {
@@ -294,15 +327,7 @@ impl DeviceMemory for CudaMemory {
 
     fn unreserve(&self, base: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
-        if state.reservations.get(&base.0) != Some(&bytes) {
-            return Err(Error::driver(
-                "unreserve",
-                format!("no reservation of {bytes} bytes at {:#x}", base.0),
-            ));
-        }
-        if state.mappings.range(base.0..base.0 + bytes).next().is_some() {
-            return Err(Error::driver("unreserve", "the reservation still has mappings"));
-        }
+        check_unreserve(&state.reservations, base, bytes, || state.live.overlaps(base, bytes))?;
         self.bind()?;
         // SAFETY: the range is exactly a reservation this device made, and no mapping is left inside it.
         check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(base.0, bytes as usize) })?;
@@ -311,30 +336,9 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn map(&self, at: DevPtr, bytes: u64) -> Result<()> {
-        if bytes == 0
-            || !bytes.is_multiple_of(self.granularity)
-            || !at.0.is_multiple_of(self.granularity)
-        {
-            return Err(Error::driver("map", "range not aligned to the granularity"));
-        }
         let mut state = self.lock();
-        let inside = state
-            .reservations
-            .range(..=at.0)
-            .next_back()
-            .is_some_and(|(&start, &len)| at.0 + bytes <= start + len);
-        if !inside {
-            return Err(Error::driver(
-                "map",
-                format!("{:#x}+{bytes} is outside every reservation", at.0),
-            ));
-        }
-        let overlaps_before = state
-            .mappings
-            .range(..=at.0)
-            .next_back()
-            .is_some_and(|(&start, m)| start + m.len > at.0);
-        if overlaps_before || state.mappings.range(at.0..at.0 + bytes).next().is_some() {
+        check_map(&state.reservations, self.granularity, at, bytes)?;
+        if state.live.overlaps(at, bytes) {
             return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
         }
         self.bind()?;
@@ -378,26 +382,23 @@ impl DeviceMemory for CudaMemory {
             }
             return Err(drv("cuMemSetAccess", e));
         }
-        state.mappings.insert(at.0, Mapping { len: bytes, handle });
+        state.live.insert(at, bytes, Kind::Mapped(handle));
         Ok(())
     }
 
     fn unmap(&self, at: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
-        let handle = match state.mappings.get(&at.0) {
-            Some(m) if m.len == bytes => m.handle,
-            _ => {
-                return Err(Error::driver(
-                    "unmap",
-                    format!("no mapping of {bytes} bytes at {:#x}", at.0),
-                ));
-            }
-        };
-        self.bind()?;
-        // SAFETY: the range is exactly one mapping made by `map`; the caller promises no queued work still reads
-        // it (the trait's contract).
-        check("cuMemUnmap", unsafe { sys::cuMemUnmap(at.0, bytes as usize) })?;
-        state.mappings.remove(&at.0);
+        let handle = state.live.remove_mapping(at, bytes)?;
+        let unmapped = self.bind().and_then(|()| {
+            // SAFETY: the range is exactly one mapping made by `map` (just taken out of the live ranges); the
+            // caller promises no queued work still reads it (the trait's contract).
+            check("cuMemUnmap", unsafe { sys::cuMemUnmap(at.0, bytes as usize) })
+        });
+        if let Err(e) = unmapped {
+            // Still mapped: keep it live, so that it can be unmapped again and is released on drop.
+            state.live.insert(at, bytes, Kind::Mapped(handle));
+            return Err(e);
+        }
         // SAFETY: the handle's only mapping was just removed.
         check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
     }
@@ -420,17 +421,15 @@ impl DeviceMemory for CudaMemory {
             }
             Err(e) => return Err(drv("cuMemAllocAsync", e)),
         };
-        self.lock().allocations.insert(ptr, len);
+        self.lock().live.insert(DevPtr(ptr), len, Kind::Plain);
         Ok(DevPtr(ptr))
     }
 
     fn free(&self, ptr: DevPtr) -> Result<()> {
-        if self.lock().allocations.remove(&ptr.0).is_none() {
-            return Err(Error::driver("free", format!("no allocation at {:#x}", ptr.0)));
-        }
+        self.lock().live.remove_plain(ptr)?;
         self.bind()?;
-        // SAFETY: the pointer came from `alloc` and was removed from the table, so it is freed once; the free is
-        // ordered after the work queued on the compute stream, which is where the memory is used.
+        // SAFETY: the pointer came from `alloc` and was taken out of the live ranges, so it is freed once; the free
+        // is ordered after the work queued on the compute stream, which is where the memory is used.
         unsafe { cudarc::driver::result::free_async(ptr.0, self.compute.cu_stream()) }
             .map_err(|e| drv("cuMemFreeAsync", e))
     }
@@ -462,11 +461,13 @@ impl DeviceMemory for CudaMemory {
         let done;
         {
             let mut state = self.lock();
+            state.live.check("copy_h2d", dst, src.len as u64)?;
             let s = self.stream(&state, stream)?;
             // SAFETY: offset + len ≤ the memory's length (checked above), so the pointer stays inside it.
             let host = unsafe { src.mem.as_ptr().add(src.offset) };
             // SAFETY: `host` points at `len` readable bytes that stay alive until the event recorded next reports
-            // the copy done (the slice is kept in `in_flight` until then); `dst` is device memory the caller owns.
+            // the copy done (the slice is kept in `in_flight` until then); `dst` is `len` bytes of live device
+            // memory (checked above, under the lock that `free` and `unmap` take).
             let r =
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, host.cast(), src.len, s.cu_stream()) };
             check("cuMemcpyHtoDAsync", r)?;
@@ -491,22 +492,14 @@ impl DeviceMemory for CudaMemory {
     }
 
     fn copy_h2d_pageable(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        // SAFETY: `src` is borrowed for this whole call and the stream is synchronised before returning, so the
-        // driver has finished reading it; ordering on the compute stream covers memory fresh from `alloc`.
-        let r = unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
-                dst.0,
-                src.as_ptr().cast(),
-                src.len(),
-                self.compute.cu_stream(),
-            )
-        };
-        check("cuMemcpyHtoDAsync", r)?;
-        self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))
+        self.copy_pageable("copy_h2d_pageable", dst, src.len(), |stream| {
+            // SAFETY: `src` is borrowed for this whole call and `copy_pageable` waits for the copy before
+            // returning, so the driver has finished reading it; `dst` holds `src.len()` bytes of live device
+            // memory (`copy_pageable` checked it), ordered on the compute stream after its `alloc`.
+            let r =
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.as_ptr().cast(), src.len(), stream) };
+            check("cuMemcpyHtoDAsync", r)
+        })
     }
 
     fn copy_d2d(&self, dst: DevPtr, src: DevPtr, bytes: u64, stream: StreamId) -> Result<()> {
@@ -514,30 +507,27 @@ impl DeviceMemory for CudaMemory {
             return Ok(());
         }
         self.bind()?;
-        let s = self.stream(&self.lock(), stream)?;
-        // SAFETY: both ranges are device memory the caller owns for the duration of the queued copy.
+        let state = self.lock();
+        state.live.check("copy_d2d", src, bytes)?;
+        state.live.check("copy_d2d", dst, bytes)?;
+        let s = self.stream(&state, stream)?;
+        // SAFETY: both ranges are `bytes` of live device memory (checked above, under the lock that `free` and
+        // `unmap` take); the caller orders the copy after their writers and before their release.
         check("cuMemcpyDtoDAsync", unsafe {
             sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes as usize, s.cu_stream())
         })
     }
 
     fn copy_d2h(&self, dst: &mut [u8], src: DevPtr) -> Result<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        // SAFETY: `dst` is borrowed mutably for this whole call and the stream is synchronised before returning,
-        // so the copy has finished writing it; `src` holds `dst.len()` bytes of device memory.
-        let r = unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                dst.as_mut_ptr().cast(),
-                src.0,
-                dst.len(),
-                self.compute.cu_stream(),
-            )
-        };
-        check("cuMemcpyDtoHAsync", r)?;
-        self.compute.synchronize().map_err(|e| drv("cuStreamSynchronize", e))
+        self.copy_pageable("copy_d2h", src, dst.len(), |stream| {
+            // SAFETY: `dst` is borrowed mutably for this whole call and `copy_pageable` waits for the copy before
+            // returning, so the driver has finished writing it; `src` holds `dst.len()` bytes of live device
+            // memory (`copy_pageable` checked it).
+            let r = unsafe {
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src.0, dst.len(), stream)
+            };
+            check("cuMemcpyDtoHAsync", r)
+        })
     }
 
     fn record(&self, stream: StreamId) -> Result<Arc<dyn DeviceEvent>> {
@@ -625,11 +615,11 @@ impl Drop for CudaMemory {
             return;
         }
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        for (&at, m) in &state.mappings {
+        for (at, len, handle) in state.live.mappings() {
             // SAFETY: the device is idle and each range is a live mapping with its handle.
             unsafe {
-                sys::cuMemUnmap(at, m.len as usize);
-                sys::cuMemRelease(m.handle);
+                sys::cuMemUnmap(at, len as usize);
+                sys::cuMemRelease(handle);
             }
         }
         for (&base, &len) in &state.reservations {
@@ -640,7 +630,7 @@ impl Drop for CudaMemory {
             // SAFETY: the pointer starts a range this device registered; the device is idle.
             unsafe { sys::cuMemHostUnregister(r.ptr as *mut _) };
         }
-        for &ptr in state.allocations.keys() {
+        for ptr in state.live.plains() {
             // SAFETY: the pointer came from `alloc` and was never freed; the device is idle.
             unsafe { sys::cuMemFreeAsync(ptr, self.compute.cu_stream()) };
         }

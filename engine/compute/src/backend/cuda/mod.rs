@@ -26,6 +26,7 @@ mod kernels;
 mod layout;
 pub mod memory;
 mod norm;
+mod ranges;
 
 use std::sync::{Arc, RwLock};
 
@@ -253,6 +254,10 @@ impl Backend for Cuda {
 
     fn store(&self, x: &Tensor<Self>, dst: DevPtr, dtype: DType, seed: Option<u64>) -> Result<()> {
         let n = x.numel();
+        // `dst` comes from the caller: refuse memory this device did not map or allocate before a kernel writes
+        // it. The caller owns the range until the kernel has run (the trait's contract), so nothing can take it
+        // back between this check and the launch.
+        self.mem.check_live("store", dst, (n * dtype.size()) as u64)?;
         self.launch(
             KernelFile::Cast,
             "store",

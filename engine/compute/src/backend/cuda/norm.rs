@@ -38,27 +38,7 @@ impl Cuda {
         w: Option<&Weight<'_>>,
         eps: f32,
     ) -> Result<Tensor<Cuda>> {
-        let dt = Self::compute_type("rms_norm", x.dtype())?;
-        let (rows, d) = Self::rows("rms_norm", x)?;
-        check_len("rms_norm", w, d)?;
-        let out = self.empty(x.shape().to_vec(), dt)?;
-        let (wp, wdt) = opt(w);
-        self.launch(
-            KernelFile::Norm,
-            "rms_norm",
-            Grid::rows(rows, THREADS),
-            &[
-                Arg::Ptr(x.buf().ptr().0),
-                Arg::I32(dtype_code(dt)),
-                wp,
-                wdt,
-                Arg::Ptr(out.buf().ptr().0),
-                Arg::n(rows),
-                Arg::n(d),
-                Arg::F32(eps),
-            ],
-        )?;
-        Ok(out)
+        self.row_norm("rms_norm", x, &[w], eps)
     }
 
     pub(crate) fn op_layer_norm(
@@ -68,30 +48,31 @@ impl Cuda {
         b: Option<&Weight<'_>>,
         eps: f32,
     ) -> Result<Tensor<Cuda>> {
-        let dt = Self::compute_type("layer_norm", x.dtype())?;
-        let (rows, d) = Self::rows("layer_norm", x)?;
-        check_len("layer_norm", w, d)?;
-        check_len("layer_norm", b, d)?;
+        self.row_norm("layer_norm", x, &[w, b], eps)
+    }
+
+    /// A normalisation of each row (last dimension) of `x` by kernel `op`, whose parameters are x, its type
+    /// code, a pointer and type code per `affine` tensor (each `[d]` or absent), out, rows, d and eps.
+    fn row_norm(
+        &self,
+        op: &'static str,
+        x: &Tensor<Cuda>,
+        affine: &[Option<&Weight<'_>>],
+        eps: f32,
+    ) -> Result<Tensor<Cuda>> {
+        let dt = Self::compute_type(op, x.dtype())?;
+        let (rows, d) = Self::rows(op, x)?;
+        for &w in affine {
+            check_len(op, w, d)?;
+        }
         let out = self.empty(x.shape().to_vec(), dt)?;
-        let (wp, wdt) = opt(w);
-        let (bp, bdt) = opt(b);
-        self.launch(
-            KernelFile::Norm,
-            "layer_norm",
-            Grid::rows(rows, THREADS),
-            &[
-                Arg::Ptr(x.buf().ptr().0),
-                Arg::I32(dtype_code(dt)),
-                wp,
-                wdt,
-                bp,
-                bdt,
-                Arg::Ptr(out.buf().ptr().0),
-                Arg::n(rows),
-                Arg::n(d),
-                Arg::F32(eps),
-            ],
-        )?;
+        let mut args = vec![Arg::Ptr(x.buf().ptr().0), Arg::I32(dtype_code(dt))];
+        for &w in affine {
+            let (p, t) = opt(w);
+            args.extend([p, t]);
+        }
+        args.extend([Arg::Ptr(out.buf().ptr().0), Arg::n(rows), Arg::n(d), Arg::F32(eps)]);
+        self.launch(KernelFile::Norm, op, Grid::rows(rows, THREADS), &args)?;
         Ok(out)
     }
 
