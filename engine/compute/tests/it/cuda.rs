@@ -81,18 +81,7 @@ mod gpu {
         }
     }
 
-    /// Deterministic values in [-scale, scale).
-    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::common::values_scaled as values;
 
     fn up<B: Backend>(b: &B, shape: &[usize], v: &[f32], dtype: DType) -> Tensor<B> {
         b.from_f32(shape, v, dtype).expect("upload")

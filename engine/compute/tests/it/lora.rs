@@ -1,6 +1,7 @@
 //! In-place LoRA on the CPU backend: each adapter's maths against a plain f32 reference, through the packed
 //! image path (pack on the host, one copy to the device, views, apply, read back).
 
+use crate::common::values;
 use std::sync::Arc;
 
 use kiln_compute::OwnedWeight;
@@ -10,19 +11,6 @@ use kiln_compute::memory::DeviceMemory;
 use kiln_compute::memory::lora::{
     Adapter, Factor, Patch, PatchSet, PatchTensor, apply, seed_for_key,
 };
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     let mut out = vec![0.0; m * n];

@@ -2,6 +2,7 @@
 //! implementations (`ops`), and on CUDA against the CPU when a GPU is present (`cuda`, which skips with a
 //! message otherwise).
 
+mod common;
 mod cuda;
 mod lora;
 mod memory;

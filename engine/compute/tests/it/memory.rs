@@ -5,6 +5,7 @@
 //! The simulated device uses 2 MiB VBAR pages and 2 MiB scratch chunks so that small models span several
 //! pages; the budget's driver headroom is 0 because the simulated device holds nothing else.
 
+use crate::common::values;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,19 +54,6 @@ struct FileTensor {
     shape: Vec<usize>,
     bytes: Vec<u8>,
     values: Vec<f32>,
-}
-
-/// Deterministic values in [-1, 1) (xorshift64).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 fn tensor(name: &str, dtype: DType, shape: &[usize], seed: u64) -> FileTensor {
