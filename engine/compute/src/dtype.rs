@@ -72,7 +72,11 @@ impl std::fmt::Display for DType {
 /// If `bytes` is shorter than `out.len()` elements.
 pub fn widen_into(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     let n = out.len();
-    assert!(bytes.len() >= n * dtype.size(), "widen_into: {} bytes hold fewer than {n} {dtype} values", bytes.len());
+    assert!(
+        bytes.len() >= n * dtype.size(),
+        "widen_into: {} bytes hold fewer than {n} {dtype} values",
+        bytes.len()
+    );
     match dtype {
         DType::F32 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -114,8 +118,12 @@ pub fn narrow(dtype: DType, values: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() * dtype.size());
     match dtype {
         DType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_bits().to_le_bytes())),
-        DType::BF16 => values.iter().for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::F16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::BF16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes())),
         DType::F8E4M3 => out.extend(values.iter().map(|&v| f32_to_f8e4m3(v))),
         DType::F8E5M2 => out.extend(values.iter().map(|&v| f32_to_f8e5m2(v))),
     }

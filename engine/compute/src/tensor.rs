@@ -78,10 +78,18 @@ impl<B: Backend> Tensor<B> {
             1 if known > 0 && n % known == 0 => {
                 shape.iter().map(|&d| if d == usize::MAX { n / known } else { d }).collect()
             }
-            _ => return Err(Error::shape("reshape", format!("cannot view {:?} as {shape:?}", self.shape))),
+            _ => {
+                return Err(Error::shape(
+                    "reshape",
+                    format!("cannot view {:?} as {shape:?}", self.shape),
+                ));
+            }
         };
         if numel(&shape) != n {
-            return Err(Error::shape("reshape", format!("cannot view {:?} as {shape:?}", self.shape)));
+            return Err(Error::shape(
+                "reshape",
+                format!("cannot view {:?} as {shape:?}", self.shape),
+            ));
         }
         Ok(Tensor { buf: self.buf.clone(), shape, dtype: self.dtype })
     }
@@ -145,14 +153,20 @@ impl<'a> Weight<'a> {
     /// The same bytes under another shape with as many elements.
     pub fn reshape(&self, shape: &[usize]) -> Result<Weight<'a>> {
         if numel(shape) != self.numel() {
-            return Err(Error::shape("reshape", format!("cannot view weight {:?} as {shape:?}", self.shape)));
+            return Err(Error::shape(
+                "reshape",
+                format!("cannot view weight {:?} as {shape:?}", self.shape),
+            ));
         }
         Ok(Weight::new(self.ptr, self.dtype, shape.to_vec()))
     }
 
     /// Rows `start..start + len` of dimension 0 (a fused qkv weight split into q, k and v, for example).
     pub fn rows(&self, start: usize, len: usize) -> Result<Weight<'a>> {
-        let rows = *self.shape.first().ok_or_else(|| Error::shape("rows", "a rank-0 weight has no rows"))?;
+        let rows = *self
+            .shape
+            .first()
+            .ok_or_else(|| Error::shape("rows", "a rank-0 weight has no rows"))?;
         if start + len > rows {
             return Err(Error::shape("rows", format!("rows {start}..{} of {rows}", start + len)));
         }

@@ -156,16 +156,28 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// LoRA write-back into a weight's VBAR bytes). With `seed`, rounding is stochastic (a deterministic
     /// function of the seed and the element index, so a patched weight is reproducible); without, to nearest
     /// even. The caller owns `dst` for the duration (a faulted, pinned VBAR range).
-    fn store(&self, x: &Tensor<Self>, dst: crate::memory::DevPtr, dtype: DType, seed: Option<u64>) -> Result<()>;
+    fn store(
+        &self,
+        x: &Tensor<Self>,
+        dst: crate::memory::DevPtr,
+        dtype: DType,
+        seed: Option<u64>,
+    ) -> Result<()>;
 
     // --- Linear algebra ------------------------------------------------------------------------------------
 
     /// `x · wᵀ (+ bias)`: x `[.., K]`, w `[N, K]`, bias `[N]` → `[.., N]`. Accumulates in f32.
-    fn linear(&self, x: &Tensor<Self>, w: &Weight<'_>, bias: Option<&Weight<'_>>) -> Result<Tensor<Self>>;
+    fn linear(
+        &self,
+        x: &Tensor<Self>,
+        w: &Weight<'_>,
+        bias: Option<&Weight<'_>>,
+    ) -> Result<Tensor<Self>>;
 
     /// Batched `a · b` (or `a · bᵀ` with `transpose_b`): a `[batch.., M, K]`, b `[batch.., K, N]` (or
     /// `[batch.., N, K]`) with equal batch dims → `[batch.., M, N]`. Accumulates in f32.
-    fn matmul(&self, a: &Tensor<Self>, b: &Tensor<Self>, transpose_b: bool) -> Result<Tensor<Self>>;
+    fn matmul(&self, a: &Tensor<Self>, b: &Tensor<Self>, transpose_b: bool)
+    -> Result<Tensor<Self>>;
 
     /// Rows of `table` `[V, D]` at `ids` → `[ids.len(), D]` in the compute type. An id ≥ V is an error.
     fn embedding(&self, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Self>>;
@@ -215,8 +227,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Rotates x `[B, N, H, D]` by angles whose cosines and sines are `cos`, `sin` `[N, D/2]` (f32): pair m
     /// is rotated by angle m, pairs laid out as `layout` says.
-    fn rope(&self, x: &Tensor<Self>, cos: &Tensor<Self>, sin: &Tensor<Self>, layout: RopeLayout)
-    -> Result<Tensor<Self>>;
+    fn rope(
+        &self,
+        x: &Tensor<Self>,
+        cos: &Tensor<Self>,
+        sin: &Tensor<Self>,
+        layout: RopeLayout,
+    ) -> Result<Tensor<Self>>;
 
     // --- Elementwise ---------------------------------------------------------------------------------------
 
@@ -234,8 +251,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Scale/shift modulation `x · (1 + scale) + shift` for x `[B, N, D]` and per-sample scale and shift
     /// `[B, D]` broadcast over the tokens.
-    fn modulate(&self, x: &Tensor<Self>, scale: &Tensor<Self>, shift: Option<&Tensor<Self>>)
-    -> Result<Tensor<Self>>;
+    fn modulate(
+        &self,
+        x: &Tensor<Self>,
+        scale: &Tensor<Self>,
+        shift: Option<&Tensor<Self>>,
+    ) -> Result<Tensor<Self>>;
 
     // --- Images --------------------------------------------------------------------------------------------
 
@@ -256,7 +277,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn patchify(&self, x: &Tensor<Self>, p: usize) -> Result<Tensor<Self>>;
 
     /// The inverse of [`Backend::patchify`]: tokens `[B, (H/p)·(W/p), p·p·C]` → `[B, C, H, W]`.
-    fn unpatchify(&self, x: &Tensor<Self>, p: usize, channels: usize, h: usize, w: usize) -> Result<Tensor<Self>>;
+    fn unpatchify(
+        &self,
+        x: &Tensor<Self>,
+        p: usize,
+        channels: usize,
+        h: usize,
+        w: usize,
+    ) -> Result<Tensor<Self>>;
 
     // --- Layout --------------------------------------------------------------------------------------------
 
@@ -264,10 +292,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn concat(&self, xs: &[&Tensor<Self>], dim: isize) -> Result<Tensor<Self>>;
 
     /// `len` entries of `dim` starting at `start`.
-    fn slice(&self, x: &Tensor<Self>, dim: isize, start: usize, len: usize) -> Result<Tensor<Self>>;
+    fn slice(&self, x: &Tensor<Self>, dim: isize, start: usize, len: usize)
+    -> Result<Tensor<Self>>;
 
     /// Pads `dim` with `before` and `after` entries.
-    fn pad(&self, x: &Tensor<Self>, dim: isize, before: usize, after: usize, mode: PadMode) -> Result<Tensor<Self>>;
+    fn pad(
+        &self,
+        x: &Tensor<Self>,
+        dim: isize,
+        before: usize,
+        after: usize,
+        mode: PadMode,
+    ) -> Result<Tensor<Self>>;
 
     /// Reorders dimensions: output dimension i is input dimension `perm[i]` (a copy, as torch's
     /// `.permute(..).contiguous()`).

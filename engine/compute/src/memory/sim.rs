@@ -161,7 +161,10 @@ impl SimDevice {
             let end = ptr.0 + len;
             while at < end {
                 let Some((start, r)) = region_at(&state, at) else {
-                    return Err(Error::driver("sim access", format!("address {at:#x} is not mapped")));
+                    return Err(Error::driver(
+                        "sim access",
+                        format!("address {at:#x} is not mapped"),
+                    ));
                 };
                 let chunk = (start + r.len).min(end) - at;
                 pieces.push((at, chunk as usize, r.data.clone(), (at - start) as usize));
@@ -208,7 +211,10 @@ impl DeviceMemory for SimDevice {
 
     fn reserve(&self, bytes: u64) -> Result<DevPtr> {
         if bytes == 0 || bytes % SIM_GRANULARITY != 0 {
-            return Err(Error::driver("reserve", format!("{bytes} bytes is not a multiple of the granularity")));
+            return Err(Error::driver(
+                "reserve",
+                format!("{bytes} bytes is not a multiple of the granularity"),
+            ));
         }
         let mut state = self.lock();
         let base = state.next_va;
@@ -220,7 +226,10 @@ impl DeviceMemory for SimDevice {
     fn unreserve(&self, base: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
         if state.reservations.get(&base.0) != Some(&bytes) {
-            return Err(Error::driver("unreserve", format!("no reservation of {bytes} bytes at {:#x}", base.0)));
+            return Err(Error::driver(
+                "unreserve",
+                format!("no reservation of {bytes} bytes at {:#x}", base.0),
+            ));
         }
         if state.regions.range(base.0..base.0 + bytes).next().is_some() {
             return Err(Error::driver("unreserve", "the reservation still has mappings"));
@@ -240,9 +249,14 @@ impl DeviceMemory for SimDevice {
             .next_back()
             .is_some_and(|(&start, &len)| at.0 + bytes <= start + len);
         if !inside {
-            return Err(Error::driver("map", format!("{:#x}+{bytes} is outside every reservation", at.0)));
+            return Err(Error::driver(
+                "map",
+                format!("{:#x}+{bytes} is outside every reservation", at.0),
+            ));
         }
-        if state.regions.range(at.0..at.0 + bytes).next().is_some() || region_at(&state, at.0).is_some() {
+        if state.regions.range(at.0..at.0 + bytes).next().is_some()
+            || region_at(&state, at.0).is_some()
+        {
             return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
         }
         self.take_physical(&mut state, bytes)?;
@@ -256,7 +270,12 @@ impl DeviceMemory for SimDevice {
         let mut state = self.lock();
         match state.regions.get(&at.0) {
             Some(r) if r.len == bytes && !r.plain => {}
-            _ => return Err(Error::driver("unmap", format!("no mapping of {bytes} bytes at {:#x}", at.0))),
+            _ => {
+                return Err(Error::driver(
+                    "unmap",
+                    format!("no mapping of {bytes} bytes at {:#x}", at.0),
+                ));
+            }
         }
         state.regions.remove(&at.0);
         state.used -= bytes;
@@ -340,7 +359,10 @@ impl DeviceMemory for SimDevice {
 
     fn register(&self, mem: &Arc<dyn HostMemory>, offset: usize, len: usize) -> Result<()> {
         if offset + len > mem.len() {
-            return Err(Error::Host(format!("register {offset}+{len} beyond a {}-byte buffer", mem.len())));
+            return Err(Error::Host(format!(
+                "register {offset}+{len} beyond a {}-byte buffer",
+                mem.len()
+            )));
         }
         let mut state = self.lock();
         let addr = mem.as_ptr() as usize;

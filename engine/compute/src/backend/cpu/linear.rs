@@ -1,21 +1,26 @@
 //! Products on the CPU: `linear` (activations times a stored weight), batched `matmul` and `embedding`.
 //!
 //! A linear weight `[N, K]` is widened to f32 in blocks of rows, each block multiplied as soon as it is
-//! widened, so the widened copy stays in cache and no `N × K` f32 buffer is ever allocated.
+//! widened, so no `N × K` f32 buffer is allocated for a large weight. bf16 activations times bf16 weights
+//! skip the widening: [`super::bf16_gemm`] multiplies the stored bytes (where the CPU has AVX512-BF16).
 
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::Cpu;
+use super::bf16_gemm;
 use super::gemm::{Mat, MatMut, Threads, gemm};
-use super::storage::{read_f32, tensor_from_f32};
+use super::storage::{Data, data, read_f32, tensor_from_f32};
 use super::weights::{vector, widen_range};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight, numel};
 
-/// Rows of a linear weight widened (and multiplied) at a time: large enough that the product of a block
-/// keeps every thread busy, small enough that the block stays in the last-level cache.
-const WEIGHT_BLOCK_ELEMS: usize = 1 << 20;
+/// Elements of a linear weight widened (and multiplied) at a time for a product of few rows: large enough
+/// that the product of a block keeps every thread busy and amortises packing x, small enough that the
+/// widened block is not a fresh allocation the size of the weight (whose page faults cost more than the
+/// product at 256 rows). Measured on the Z-Image shapes (`benches/cpu_ops.rs`).
+const WEIGHT_BLOCK_ELEMS: usize = 1 << 22;
 
 /// `x · wᵀ (+ bias)` (see [`crate::Backend::linear`]).
 pub(crate) fn linear(
@@ -40,9 +45,17 @@ pub(crate) fn linear(
     }
     let bias = vector(cpu.sim(), OP, "bias", bias, n)?;
     let m = numel(lead);
-    let xs = read_f32(x, OP)?;
     let mut out = vec![0.0f32; m * n];
-    linear_into(cpu, &xs, w, m, n, k, &mut out)?;
+    match data(x, OP)? {
+        // bf16 activations times bf16 weights: exact products accumulated in f32, at twice the f32 rate.
+        Data::BF16(xv) if w.dtype() == DType::BF16 && k % 2 == 0 && bf16_gemm::available() => {
+            let read_rows = |row: usize, bytes: &mut [u8]| {
+                cpu.sim().read(w.ptr().offset((row * k * 2) as u64), bytes)
+            };
+            bf16_gemm::matmul_bt(xv.reinterpret_cast(), m, n, k, &read_rows, &mut out)?;
+        }
+        _ => linear_into(cpu, &read_f32(x, OP)?, w, m, n, k, &mut out)?,
+    }
     if let Some(bias) = bias {
         add_row_bias(&mut out, &bias);
     }
@@ -64,7 +77,9 @@ fn linear_into(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let block_rows = (WEIGHT_BLOCK_ELEMS / k.max(1)).clamp(1, n);
+    // Larger blocks for many rows: each block's product repacks x, which costs more the more rows it has.
+    let block_elems = if m >= 1024 { WEIGHT_BLOCK_ELEMS * 4 } else { WEIGHT_BLOCK_ELEMS };
+    let block_rows = (block_elems / k.max(1)).clamp(1, n);
     let mut block = vec![0.0f32; block_rows * k];
     let mut n0 = 0;
     while n0 < n {

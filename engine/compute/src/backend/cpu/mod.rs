@@ -10,6 +10,7 @@
 //! [`conv`], [`image`], [`layout`] and [`store`]; [`simd`] holds the vectorised inner loops.
 
 mod attention;
+mod bf16_gemm;
 mod conv;
 mod elementwise;
 mod gemm;

@@ -30,7 +30,9 @@ pub struct Cuda {
 impl Cuda {
     /// Opens CUDA device `ordinal`.
     pub fn new(ordinal: usize) -> crate::Result<Cuda> {
-        Err(crate::Error::Unsupported(format!("CUDA device {ordinal}: the backend is not built yet")))
+        Err(crate::Error::Unsupported(format!(
+            "CUDA device {ordinal}: the backend is not built yet"
+        )))
     }
 
     /// What the device is.
