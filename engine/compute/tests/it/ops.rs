@@ -658,10 +658,11 @@ fn attention_handles_gqa_and_the_causal_offset() {
 
 #[test]
 fn attention_crosses_query_and_key_blocks() {
-    // More tokens than one query block (128) and one key block (256), at non-multiples of both.
+    // More tokens than one query block (512) and two key blocks (256), at non-multiples of both; with
+    // Nq < Nk the causal diagonal crosses key blocks partway.
     let cpu = cpu();
     let mut rng = Rng::new(11);
-    check_attention(&cpu, &mut rng, (1, 2, 1, 300, 300, 8, 8), DType::F32);
+    check_attention(&cpu, &mut rng, (1, 2, 1, 600, 700, 4, 4), DType::F32);
     check_attention(&cpu, &mut rng, (1, 1, 1, 131, 517, 4, 4), DType::F32);
 }
 
