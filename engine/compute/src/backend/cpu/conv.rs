@@ -137,10 +137,16 @@ fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
     let direct = g.ow == wp;
     let mut wide = if direct { Vec::new() } else { vec![0.0f32; g.o * cols] };
     let dst_buf: &mut [f32] = if direct { out } else { &mut wide };
+    // Each tap's weights as a contiguous `[O, C]` matrix (the GEMMs read rows of the left operand).
+    let mut tap_w = vec![0.0f32; taps * g.o * g.c];
+    for (i, v) in w.iter().enumerate() {
+        let (row, t) = (i / taps, i % taps);
+        tap_w[t * g.o * g.c + row] = *v;
+    }
     for ky in 0..g.kh {
         for kx in 0..g.kw {
             let t = ky * g.kw + kx;
-            let lhs = Mat { data: &w[t..], rs: wrow, cs: taps };
+            let lhs = Mat::rows(&tap_w[t * g.o * g.c..(t + 1) * g.o * g.c], g.c);
             let rhs = Mat { data: &padded[ky * wp + kx..], rs: hp * wp, cs: 1 };
             gemm(g.o, cols, g.c, MatMut::rows(dst_buf, cols), lhs, rhs, t > 0, 1.0, Threads::All);
         }

@@ -1,0 +1,621 @@
+//! `x · wᵀ` for a stored weight `w` `[n, k]` with AVX-512 micro-kernels, accumulating in f32.
+//!
+//! Two kinds of product share one driver ([`Kind`]):
+//! - [`Bf16`]: bf16 activations times bf16 weights with AVX512-BF16 (`vdpbf16ps`). A product of two bf16
+//!   values is exact in f32 and `vdpbf16ps` adds pairs of them into f32 accumulators, so this computes what
+//!   widening both operands and multiplying in f32 computes (up to summation order; like every AVX512-BF16
+//!   kernel it treats bf16 subnormals as zero), at twice the rate of f32 FMAs, reading the stored bytes as is.
+//! - [`F32`]: f32 activations times a weight of any stored dtype, widened while it is packed, so the widened
+//!   weight exists only as packed panels, each built once per call.
+//!
+//! Layout (GotoBLAS-style): each rayon task owns [`NC`] output columns (weight rows). For each block of inputs
+//! it packs its weight rows into micro-panels of [`NR`] columns, inputs outermost, then walks all rows of x in
+//! tiles of [`MR`]: the micro-kernel keeps an `MR × NR` f32 tile in 24 zmm registers and broadcasts x.
+//!
+//! Invariant: AVX-512 code runs only after [`Kind::available`] said the CPU has it, and every pointer a kernel
+//! reads is derived from a slice whose length was checked against the indices it covers.
+
+#![allow(unsafe_code)]
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use super::gemm::{Mat, MatMut, Threads};
+use crate::dtype::{DType, widen_into};
+use crate::error::Result;
+
+/// Rows of x per micro-tile. With [`NV`] = 4 the tile is 24 zmm accumulators; 64-column panels divide the
+/// widths models use (128, 256, 3840, 10240), where 48 wasted up to a third of a panel.
+const MR: usize = 6;
+/// zmm vectors (16 columns each) per micro-tile row.
+const NV: usize = 4;
+/// Columns per micro-tile.
+const NR: usize = 16 * NV;
+/// Output columns per task.
+const NC: usize = NR * 4;
+
+/// Whether this CPU has `features` (each checked once).
+fn detected(feature: &'static str) -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    static BF16: OnceLock<bool> = OnceLock::new();
+    let cell = if feature == "avx512bf16" { &BF16 } else { &F };
+    *cell.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && (feature != "avx512bf16" || std::arch::is_x86_feature_detected!("avx512bf16"))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = feature;
+            false
+        }
+    })
+}
+
+/// A kind of product: what x and the packed panels hold, how weights are packed and the micro-kernel.
+pub(crate) trait Kind: Sized {
+    /// An element of x.
+    type A: Copy + Sync;
+    /// An element of a packed panel.
+    type P: Copy + Default + Send;
+    /// Inputs (k) per block.
+    const KC: usize;
+    /// Inputs per packed element (2 for bf16 pairs).
+    const STEP: usize;
+
+    /// Whether this CPU can run the kernel.
+    fn available() -> bool;
+
+    /// Packs column `j` of a panel from `row`, the stored bytes of inputs `k0..k0 + kb` of one weight row:
+    /// `panel[s·NR + j]` for each step s.
+    fn pack(row: &[u8], dtype: DType, j: usize, panel: &mut [Self::P], scratch: &mut [f32]);
+
+    /// The micro-kernel: `tile[r][j] = Σ_s x[r][step s] · panel[s][j]` for `R` rows.
+    ///
+    /// # Safety
+    /// [`Kind::available`] is true; `a` holds R rows of stride `lda` with `steps · STEP` elements each
+    /// (`a.len() ≥ (R − 1)·lda + steps·STEP`); `panel.len() ≥ steps · NR`.
+    unsafe fn kernel<const R: usize>(
+        a: &[Self::A],
+        lda: usize,
+        panel: &[Self::P],
+        steps: usize,
+        tile: &mut [[f32; NR]; MR],
+    );
+}
+
+/// bf16 activations times bf16 weights (see the module doc).
+pub(crate) struct Bf16;
+
+/// f32 activations times weights of any stored dtype (see the module doc).
+pub(crate) struct F32;
+
+impl Kind for Bf16 {
+    type A = u16;
+    type P = u32;
+    /// A packed micro-panel is `KC/2 × NR` u32 (256 KiB), streamed from L2: measured faster than L1-sized
+    /// blocks, which write the output tile more often.
+    const KC: usize = 2048;
+    const STEP: usize = 2;
+
+    fn available() -> bool {
+        detected("avx512bf16")
+    }
+
+    fn pack(row: &[u8], _dtype: DType, j: usize, panel: &mut [u32], _scratch: &mut [f32]) {
+        // Each u32 holds the two bf16 values one `vdpbf16ps` lane multiplies.
+        for (s, pair) in row.chunks_exact(4).enumerate() {
+            panel[s * NR + j] = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn kernel<const R: usize>(
+        a: &[u16],
+        lda: usize,
+        panel: &[u32],
+        steps: usize,
+        tile: &mut [[f32; NR]; MR],
+    ) {
+        // SAFETY: the caller's promise (the trait's contract) is this function's.
+        unsafe { bf16_kernel::<R>(a, lda, panel, steps, tile) }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn kernel<const R: usize>(
+        _: &[u16],
+        _: usize,
+        _: &[u32],
+        _: usize,
+        _: &mut [[f32; NR]; MR],
+    ) {
+        unreachable!("available() is false off x86-64")
+    }
+}
+
+impl Kind for F32 {
+    type A = f32;
+    type P = f32;
+    /// A packed micro-panel is `KC × NR` f32 (256 KiB), as for bf16 (half the block took 8% more time).
+    const KC: usize = 1024;
+    const STEP: usize = 1;
+
+    fn available() -> bool {
+        detected("avx512f")
+    }
+
+    fn pack(row: &[u8], dtype: DType, j: usize, panel: &mut [f32], scratch: &mut [f32]) {
+        let widened = &mut scratch[..row.len() / dtype.size()];
+        widen_into(dtype, row, widened);
+        for (s, &v) in widened.iter().enumerate() {
+            panel[s * NR + j] = v;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn kernel<const R: usize>(
+        a: &[f32],
+        lda: usize,
+        panel: &[f32],
+        steps: usize,
+        tile: &mut [[f32; NR]; MR],
+    ) {
+        // SAFETY: the caller's promise (the trait's contract) is this function's.
+        unsafe { f32_kernel::<R>(a, lda, panel, steps, tile) }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn kernel<const R: usize>(
+        _: &[f32],
+        _: usize,
+        _: &[f32],
+        _: usize,
+        _: &mut [[f32; NR]; MR],
+    ) {
+        unreachable!("available() is false off x86-64")
+    }
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` read by `read_rows`.
+///
+/// `read_rows(row, bytes)` fills `bytes` with the stored bytes of weight rows `row..`. The caller checks
+/// `K::available()` (and, for [`Bf16`], an even k and a bf16 weight); without them this returns without
+/// computing, which the caller's tests would catch.
+pub(crate) fn matmul_bt<K: Kind>(
+    x: &[K::A],
+    m: usize,
+    n: usize,
+    k: usize,
+    dtype: DType,
+    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    out: &mut [f32],
+) -> Result<()> {
+    assert!(x.len() >= m * k && out.len() >= m * n, "avx512 matmul: buffers too short");
+    if !K::available() || k % K::STEP != 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    // Each task writes the output columns of its weight rows; the rows of `out` interleave them, so tasks
+    // share `out` through a pointer and write disjoint columns.
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let size = dtype.size();
+    (0..n.div_ceil(NC)).into_par_iter().try_for_each_init(
+        || {
+            (
+                Vec::new(),
+                vec![K::P::default(); NC / NR * (K::KC / K::STEP) * NR],
+                vec![0.0f32; K::KC],
+            )
+        },
+        |(bytes, packed, scratch): &mut (Vec<u8>, Vec<K::P>, Vec<f32>), t| {
+            let n0 = t * NC;
+            let cols = NC.min(n - n0);
+            bytes.resize(cols * k * size, 0);
+            read_rows(n0, bytes)?;
+            // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows of k
+            // elements of `dtype` and x holds m rows of k; `out` holds m rows of n and this task writes only
+            // columns n0..n0 + cols, which no other task writes, while `out` is borrowed by this call.
+            unsafe {
+                task::<K>(x, m, n, k, (bytes, dtype), cols, (packed, scratch), out_ptr.at(n0));
+            }
+            Ok(())
+        },
+    )
+}
+
+/// `dst = scale · a · b` (or `dst += …` with `accumulate`) for f32 strided matrices with the [`F32`]
+/// micro-kernel: a `m × k` with unit column stride, b `k × n` with any strides (packed per block), dst
+/// `m × n` with unit column stride. The callers ([`super::gemm::gemm`]) check `F32::available()`, the strides
+/// and the bounds; with [`Threads::All`] column blocks run in parallel.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_f32(
+    (m, n, k): (usize, usize, usize),
+    dst: MatMut<'_>,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    accumulate: bool,
+    scale: f32,
+    threads: Threads,
+) {
+    let span = |rows: usize, cols: usize, rs: usize, cs: usize| {
+        if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
+    };
+    assert!(
+        F32::available() && a.cs == 1 && dst.cs == 1,
+        "gemm_f32: needs AVX-512 and unit column strides"
+    );
+    assert!(dst.data.len() >= span(m, n, dst.rs, 1) && (m <= 1 || dst.rs >= n), "gemm_f32: dst");
+    assert!(
+        a.data.len() >= span(m, k, a.rs, 1) && b.data.len() >= span(k, n, b.rs, b.cs),
+        "gemm_f32: inputs"
+    );
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let dst_ptr = SendPtr(dst.data.as_mut_ptr());
+    let dst_rs = dst.rs;
+    let block = |t: usize| {
+        let c0 = t * NC;
+        let cols = NC.min(n - c0);
+        PACK.with_borrow_mut(|packed| {
+            packed.resize(NC / NR * F32::KC * NR, 0.0);
+            // SAFETY: `F32::available()` (asserted); a holds m rows of stride a.rs with k elements, b covers
+            // k × n at its strides, dst holds m rows of stride dst_rs ≥ n, and this block writes only
+            // columns c0..c0 + cols, which no other block writes, while `dst` is borrowed by this call.
+            unsafe {
+                strided_task(
+                    a,
+                    b,
+                    (m, k, c0, cols),
+                    packed,
+                    (dst_ptr.at(c0), dst_rs),
+                    accumulate,
+                    scale,
+                )
+            };
+        });
+    };
+    match threads {
+        Threads::One => (0..n.div_ceil(NC)).for_each(block),
+        Threads::All => (0..n.div_ceil(NC)).into_par_iter().for_each(block),
+    }
+}
+
+thread_local! {
+    /// Packed panels of [`gemm_f32`], reused across calls on a thread.
+    static PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One column block of [`gemm_f32`]: columns `c0..c0 + cols` of b and dst (dst at `out`, row stride `ldo`).
+///
+/// # Safety
+/// `F32::available()`; the views cover the indices described in [`gemm_f32`]; `out` is valid for writes of
+/// rows `0..m` (stride `ldo`), columns `0..cols`, and nobody else accesses those elements meanwhile.
+unsafe fn strided_task(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    (m, k, c0, cols): (usize, usize, usize, usize),
+    packed: &mut [f32],
+    (out, ldo): (*mut f32, usize),
+    accumulate: bool,
+    scale: f32,
+) {
+    let panels = cols.div_ceil(NR);
+    let panel_len = F32::KC * NR;
+    let mut k0 = 0;
+    while k0 < k {
+        let kb = F32::KC.min(k - k0);
+        for q in 0..panels {
+            let panel = &mut packed[q * panel_len..][..kb * NR];
+            let width = NR.min(cols - q * NR);
+            for s in 0..kb {
+                let dst = &mut panel[s * NR..(s + 1) * NR];
+                let at = (k0 + s) * b.rs + (c0 + q * NR) * b.cs;
+                if b.cs == 1 {
+                    dst[..width].copy_from_slice(&b.data[at..at + width]);
+                } else {
+                    for (j, d) in dst[..width].iter_mut().enumerate() {
+                        *d = b.data[at + j * b.cs];
+                    }
+                }
+                dst[width..].fill(0.0);
+            }
+        }
+        let mut m0 = 0;
+        while m0 < m {
+            let rows = MR.min(m - m0);
+            let ar = &a.data[m0 * a.rs + k0..];
+            for q in 0..panels {
+                let panel = &packed[q * panel_len..][..kb * NR];
+                let mut tile = [[0.0f32; NR]; MR];
+                // SAFETY: `F32::available()` (this function's contract); `ar` holds `rows` rows of stride
+                // a.rs from k0 with at least kb elements each, and `panel` holds kb·NR packed elements.
+                unsafe { run_kernel::<F32>(rows, ar, a.rs, panel, kb, &mut tile) };
+                let width = NR.min(cols - q * NR);
+                for (r, trow) in tile.iter().enumerate().take(rows) {
+                    // SAFETY: row m0 + r < m and columns q·NR..q·NR + width ≤ cols lie in this block.
+                    let d = unsafe {
+                        std::slice::from_raw_parts_mut(out.add((m0 + r) * ldo + q * NR), width)
+                    };
+                    if k0 == 0 && !accumulate {
+                        d.iter_mut().zip(trow).for_each(|(d, t)| *d = scale * t);
+                    } else {
+                        d.iter_mut().zip(trow).for_each(|(d, t)| *d += scale * t);
+                    }
+                }
+            }
+            m0 += rows;
+        }
+        k0 += kb;
+    }
+}
+
+const _: () = assert!(MR == 6, "run_kernel has one arm per row count up to MR");
+
+/// Runs `K`'s micro-kernel for `rows` (1..=MR) rows.
+///
+/// # Safety
+/// As [`Kind::kernel`] for R = rows.
+unsafe fn run_kernel<K: Kind>(
+    rows: usize,
+    a: &[K::A],
+    lda: usize,
+    panel: &[K::P],
+    steps: usize,
+    tile: &mut [[f32; NR]; MR],
+) {
+    // SAFETY: the caller's promise for R = rows.
+    unsafe {
+        match rows {
+            6 => K::kernel::<6>(a, lda, panel, steps, tile),
+            5 => K::kernel::<5>(a, lda, panel, steps, tile),
+            4 => K::kernel::<4>(a, lda, panel, steps, tile),
+            3 => K::kernel::<3>(a, lda, panel, steps, tile),
+            2 => K::kernel::<2>(a, lda, panel, steps, tile),
+            _ => K::kernel::<1>(a, lda, panel, steps, tile),
+        }
+    }
+}
+
+/// The output's base pointer, shared by the tasks (each writes its own columns).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+
+impl SendPtr {
+    /// The address `i` elements on. A method, so closures capture the whole `SendPtr` (which is `Sync`),
+    /// not its raw-pointer field.
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+// SAFETY: the pointer is only used to write disjoint columns from different tasks (see `matmul_bt`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+/// One task: `cols` output columns starting at `out` (row stride n).
+///
+/// # Safety
+/// `K::available()`; `w` holds `cols · k` elements of its dtype; `out` is valid for writes of rows `0..m`
+/// (stride n), columns `0..cols`, and nobody else accesses those elements meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn task<K: Kind>(
+    x: &[K::A],
+    m: usize,
+    n: usize,
+    k: usize,
+    (w, dtype): (&[u8], DType),
+    cols: usize,
+    (packed, scratch): (&mut [K::P], &mut [f32]),
+    out: *mut f32,
+) {
+    let size = dtype.size();
+    let panels = cols.div_ceil(NR);
+    let panel_len = (K::KC / K::STEP) * NR;
+    let mut k0 = 0;
+    while k0 < k {
+        let kb = K::KC.min(k - k0);
+        let steps = kb / K::STEP;
+        for q in 0..panels {
+            let panel = &mut packed[q * panel_len..][..steps * NR];
+            for j in 0..NR {
+                let col = q * NR + j;
+                if col < cols {
+                    let row = &w[(col * k + k0) * size..(col * k + k0 + kb) * size];
+                    K::pack(row, dtype, j, panel, scratch);
+                } else {
+                    (0..steps).for_each(|s| panel[s * NR + j] = K::P::default());
+                }
+            }
+        }
+        let mut m0 = 0;
+        while m0 < m {
+            let rows = MR.min(m - m0);
+            let a = &x[m0 * k + k0..];
+            for q in 0..panels {
+                let panel = &packed[q * panel_len..][..steps * NR];
+                let mut tile = [[0.0f32; NR]; MR];
+                // SAFETY: `K::available()` (this function's contract); `a` holds `rows` rows of stride k from
+                // k0 with at least kb elements each, and `panel` holds steps·NR packed elements.
+                unsafe { run_kernel::<K>(rows, a, k, panel, steps, &mut tile) };
+                let c0 = q * NR;
+                let width = NR.min(cols - c0);
+                for (r, trow) in tile.iter().enumerate().take(rows) {
+                    // SAFETY: row m0 + r < m and columns c0..c0 + width ≤ cols lie in this task's block.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(out.add((m0 + r) * n + c0), width)
+                    };
+                    if k0 == 0 {
+                        dst.copy_from_slice(&trow[..width]);
+                    } else {
+                        dst.iter_mut().zip(trow).for_each(|(d, t)| *d += t);
+                    }
+                }
+            }
+            m0 += rows;
+        }
+        k0 += kb;
+    }
+}
+
+/// [`Bf16`]'s micro-kernel (see [`Kind::kernel`]; a step is a pair of inputs).
+///
+/// # Safety
+/// As [`Kind::kernel`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn bf16_kernel<const R: usize>(
+    a: &[u16],
+    lda: usize,
+    panel: &[u32],
+    steps: usize,
+    tile: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    assert!(a.len() >= (R - 1) * lda + 2 * steps && panel.len() >= steps * NR);
+    let mut acc = [[_mm512_setzero_ps(); NV]; R];
+    let a = a.as_ptr();
+    let b = panel.as_ptr();
+    for p in 0..steps {
+        // SAFETY: p < steps, so the NV 16-lane loads cover panel[p·NR .. (p + 1)·NR], inside the panel; the
+        // x reads are at (r·lda + 2p), inside row r of a (asserted above). Loads are unaligned.
+        unsafe {
+            let bp = b.add(p * NR);
+            let bv: [__m512bh; NV] = std::array::from_fn(|v| {
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(bp.add(16 * v).cast()))
+            });
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let pair = a.add(r * lda + 2 * p).cast::<i32>().read_unaligned();
+                let av = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(pair));
+                for (acc_rv, &bvv) in acc_r.iter_mut().zip(&bv) {
+                    *acc_rv = _mm512_dpbf16_ps(*acc_rv, av, bvv);
+                }
+            }
+        }
+    }
+    store_tile(&acc, tile);
+}
+
+/// [`F32`]'s micro-kernel (see [`Kind::kernel`]; a step is one input).
+///
+/// # Safety
+/// As [`Kind::kernel`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn f32_kernel<const R: usize>(
+    a: &[f32],
+    lda: usize,
+    panel: &[f32],
+    steps: usize,
+    tile: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    assert!(a.len() >= (R - 1) * lda + steps && panel.len() >= steps * NR);
+    let mut acc = [[_mm512_setzero_ps(); NV]; R];
+    let a = a.as_ptr();
+    let b = panel.as_ptr();
+    for p in 0..steps {
+        // SAFETY: p < steps, so the NV 16-lane loads cover panel[p·NR .. (p + 1)·NR], inside the panel; the
+        // x reads are at (r·lda + p), inside row r of a (asserted above). Loads are unaligned.
+        unsafe {
+            let bp = b.add(p * NR);
+            let bv: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(bp.add(16 * v)));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(r * lda + p));
+                for (acc_rv, &bvv) in acc_r.iter_mut().zip(&bv) {
+                    *acc_rv = _mm512_fmadd_ps(av, bvv, *acc_rv);
+                }
+            }
+        }
+    }
+    store_tile(&acc, tile);
+}
+
+/// Stores `R` rows of accumulators into the tile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn store_tile<const R: usize>(
+    acc: &[[std::arch::x86_64::__m512; NV]; R],
+    tile: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    for (r, acc_r) in acc.iter().enumerate() {
+        for (v, &accv) in acc_r.iter().enumerate() {
+            // SAFETY: tile row r (r < R ≤ MR) has NR = 16·NV floats; lanes 16v..16v + 16 are inside it.
+            unsafe { _mm512_storeu_ps(tile[r].as_mut_ptr().add(16 * v), accv) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    #[test]
+    fn bf16_matches_an_f32_product_of_the_widened_operands() {
+        if !Bf16::available() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return;
+        }
+        for (m, n, k) in [(11, 50, 64), (6, 64, 2), (3, 200, 1030), (17, 5, 6)] {
+            let xv: Vec<bf16> =
+                (0..m * k).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 8.0)).collect();
+            let wv: Vec<bf16> =
+                (0..n * k).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0)).collect();
+            let wbytes: Vec<u8> = wv.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+            let xbits: Vec<u16> = xv.iter().map(|v| v.to_bits()).collect();
+            let mut out = vec![f32::NAN; m * n];
+            let read = |row: usize, dst: &mut [u8]| -> Result<()> {
+                dst.copy_from_slice(&wbytes[row * k * 2..row * k * 2 + dst.len()]);
+                Ok(())
+            };
+            matmul_bt::<Bf16>(&xbits, m, n, k, DType::BF16, &read, &mut out).expect("matmul");
+            for i in 0..m {
+                for j in 0..n {
+                    // Small integers over powers of two: every partial sum is exact in f32.
+                    let want: f32 =
+                        (0..k).map(|l| xv[i * k + l].to_f32() * wv[j * k + l].to_f32()).sum();
+                    assert_eq!(out[i * n + j], want, "({m}, {n}, {k}) at ({i}, {j})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f32_matches_loops_for_every_weight_dtype() {
+        if !F32::available() {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
+            for (m, n, k) in [(11, 50, 64), (6, 64, 1), (3, 200, 1030), (17, 5, 7)] {
+                let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
+                let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+                let wbytes = crate::dtype::narrow(dtype, &wv);
+                let wr = crate::dtype::widen(dtype, &wbytes);
+                let size = dtype.size();
+                let mut out = vec![f32::NAN; m * n];
+                let read = |row: usize, dst: &mut [u8]| -> Result<()> {
+                    dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
+                    Ok(())
+                };
+                matmul_bt::<F32>(&xv, m, n, k, dtype, &read, &mut out).expect("matmul");
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]))
+                            .sum();
+                        let got = f64::from(out[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{dtype} ({m}, {n}, {k}) at ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
