@@ -1,6 +1,7 @@
-//! `x · wᵀ` for a stored weight `w` `[n, k]` with AVX-512 micro-kernels, accumulating in f32.
+//! Products with AVX-512 micro-kernels, accumulating in f32: `x · wᵀ` for a stored weight `w` `[n, k]`
+//! ([`matmul_bt`], for `linear`) and strided f32 products ([`gemm_f32`], behind [`super::gemm::gemm`]).
 //!
-//! Two kinds of product share one driver ([`Kind`]):
+//! Two kinds of product share the micro-kernel interface ([`Kind`]):
 //! - [`Bf16`]: bf16 activations times bf16 weights with AVX512-BF16 (`vdpbf16ps`). A product of two bf16
 //!   values is exact in f32 and `vdpbf16ps` adds pairs of them into f32 accumulators, so this computes what
 //!   widening both operands and multiplying in f32 computes (up to summation order; like every AVX512-BF16
@@ -8,9 +9,10 @@
 //! - [`F32`]: f32 activations times a weight of any stored dtype, widened while it is packed, so the widened
 //!   weight exists only as packed panels, each built once per call.
 //!
-//! Layout (GotoBLAS-style): each rayon task owns [`NC`] output columns (weight rows). For each block of inputs
-//! it packs its weight rows into micro-panels of [`NR`] columns, inputs outermost, then walks all rows of x in
-//! tiles of [`MR`]: the micro-kernel keeps an `MR × NR` f32 tile in 24 zmm registers and broadcasts x.
+//! Layout (GotoBLAS-style): each task owns [`NC`] output columns (weight rows, or columns of the right
+//! operand). For each block of inputs it packs them into micro-panels of [`NR`] columns, inputs outermost,
+//! then walks all rows of x in tiles of [`MR`]: the micro-kernel keeps an `MR × NR` f32 tile in 24 zmm
+//! registers and broadcasts x, so x is read in place and never packed.
 //!
 //! Invariant: AVX-512 code runs only after [`Kind::available`] said the CPU has it, and every pointer a kernel
 //! reads is derived from a slice whose length was checked against the indices it covers.
@@ -35,23 +37,22 @@ const NR: usize = 16 * NV;
 /// Output columns per task.
 const NC: usize = NR * 4;
 
-/// Whether this CPU has `features` (each checked once).
-fn detected(feature: &'static str) -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    static BF16: OnceLock<bool> = OnceLock::new();
-    let cell = if feature == "avx512bf16" { &BF16 } else { &F };
-    *cell.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && (feature != "avx512bf16" || std::arch::is_x86_feature_detected!("avx512bf16"))
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = feature;
-            false
-        }
-    })
+/// Whether this CPU has AVX512F (checked once).
+fn has_avx512f() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"));
+    #[cfg(not(target_arch = "x86_64"))]
+    return *HAS.get_or_init(|| false);
+}
+
+/// Whether this CPU has AVX512F and AVX512-BF16 (checked once).
+fn has_avx512bf16() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return *HAS.get_or_init(|| has_avx512f() && std::arch::is_x86_feature_detected!("avx512bf16"));
+    #[cfg(not(target_arch = "x86_64"))]
+    return *HAS.get_or_init(|| false);
 }
 
 /// A kind of product: what x and the packed panels hold, how weights are packed and the micro-kernel.
@@ -101,7 +102,7 @@ impl Kind for Bf16 {
     const STEP: usize = 2;
 
     fn available() -> bool {
-        detected("avx512bf16")
+        has_avx512bf16()
     }
 
     fn pack(row: &[u8], _dtype: DType, j: usize, panel: &mut [u32], _scratch: &mut [f32]) {
@@ -143,7 +144,7 @@ impl Kind for F32 {
     const STEP: usize = 1;
 
     fn available() -> bool {
-        detected("avx512f")
+        has_avx512f()
     }
 
     fn pack(row: &[u8], dtype: DType, j: usize, panel: &mut [f32], scratch: &mut [f32]) {
