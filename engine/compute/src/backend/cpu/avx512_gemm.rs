@@ -240,18 +240,13 @@ pub(crate) fn matmul_bt<K: Kind>(
     let size = dtype.size();
     let nc = task_cols(m, n, Threads::All);
     (0..n.div_ceil(nc)).into_par_iter().try_for_each_init(
-        || {
-            (
-                Vec::new(),
-                vec![K::P::default(); nc / NR * (K::KC / K::STEP) * NR],
-                vec![0.0f32; NR * PACK_STEPS],
-            )
-        },
+        || (Vec::new(), Vec::<K::P>::new(), vec![0.0f32; NR * PACK_STEPS]),
         |(bytes, packed, scratch): &mut (Vec<u8>, Vec<K::P>, Vec<f32>), t| {
             let n0 = t * nc;
             let cols = nc.min(n - n0);
             bytes.resize(cols * k * size, 0);
             read_rows(n0, bytes)?;
+            let packed = aligned(packed, nc / NR * (K::KC / K::STEP) * NR);
             // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows of k
             // elements of `dtype` and x holds m rows of k; `out` holds m rows of n and this task writes only
             // columns n0..n0 + cols, which no other task writes, while `out` is borrowed by this call.
@@ -299,7 +294,7 @@ pub(crate) fn gemm_f32(
         let c0 = t * nc;
         let cols = nc.min(n - c0);
         PACK.with_borrow_mut(|packed| {
-            packed.resize(nc / NR * F32::KC * NR, 0.0);
+            let packed = aligned(packed, nc / NR * F32::KC * NR);
             // SAFETY: `F32::available()` (asserted); a holds m rows of stride a.rs with k elements, b covers
             // k × n at its strides, dst holds m rows of stride dst_rs ≥ n, and this block writes only
             // columns c0..c0 + cols, which no other block writes, while `dst` is borrowed by this call.
@@ -416,6 +411,17 @@ unsafe fn run_kernel<K: Kind>(
             _ => K::kernel::<1>(a, lda, panel, steps, tile),
         }
     }
+}
+
+/// `len` elements of `v` starting at a 64-byte boundary (growing `v` as needed), so every 16-lane load of a
+/// packed panel reads one cache line rather than two.
+fn aligned<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+    let slack = 64 / std::mem::size_of::<T>();
+    if v.len() < len + slack {
+        v.resize(len + slack, T::default());
+    }
+    let at = v.as_ptr().align_offset(64).min(slack);
+    &mut v[at..at + len]
 }
 
 /// The output's base pointer, shared by the tasks (each writes its own columns).
