@@ -136,7 +136,19 @@ def main():
         lines.append(
             f"| {case} | {fmt(kiln[case], kn)} | {fmt(torch[case], tn)} | **{r['best']:.2f}×**{like} | {ok} | {fr:.2f}× |"
         )
-    lines.append("")
+    lines += [
+        "",
+        "Variants:",
+        "- kiln `x f32`: f32 activations (the CPU backend's compute type); the bf16 weight is widened to f32 while",
+        "  it is packed for the AVX-512 f32 micro-kernel (`engine/compute/src/backend/cpu/avx512_gemm.rs`).",
+        "- kiln `x bf16`: bf16 activations times the bf16 weight with AVX512-BF16 (`vdpbf16ps`): exact products,",
+        "  f32 accumulation, bf16 output.",
+        "- torch `f32 (w.float())`: `F.linear(x_f32, w_bf16.float())`, the weight upcast on every call (what",
+        "  ComfyUI's manual cast does); torch `bf16`: `F.linear(x_bf16, w_bf16)` (oneDNN, AVX512-BF16 here).",
+        "- attention: `F.scaled_dot_product_attention` on f32 `[1, 30, 4096, 128]`, no mask; kiln's flash-style",
+        "  `attention`. conv2d: f32, 3×3, padding 1, with bias.",
+        "",
+    ]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines))
 
