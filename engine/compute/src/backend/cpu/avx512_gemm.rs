@@ -290,7 +290,7 @@ pub(crate) fn gemm_f32(
     (m, n, k): (usize, usize, usize),
     dst: MatMut<'_>,
     a: Mat<'_>,
-    b: Mat<'_>,
+    b: Rhs<'_>,
     accumulate: bool,
     scale: f32,
     threads: Threads,
@@ -303,10 +303,7 @@ pub(crate) fn gemm_f32(
         "gemm_f32: needs AVX-512 and unit column strides"
     );
     assert!(dst.data.len() >= span(m, n, dst.rs, 1) && (m <= 1 || dst.rs >= n), "gemm_f32: dst");
-    assert!(
-        a.data.len() >= span(m, k, a.rs, 1) && b.data.len() >= span(k, n, b.rs, b.cs),
-        "gemm_f32: inputs"
-    );
+    assert!(a.data.len() >= span(m, k, a.rs, 1) && b.covers(k, n), "gemm_f32: inputs");
     if m == 0 || n == 0 || k == 0 {
         return;
     }
@@ -340,6 +337,51 @@ pub(crate) fn gemm_f32(
     }
 }
 
+/// The right operand of [`gemm_f32`].
+#[derive(Clone, Copy)]
+pub(crate) enum Rhs<'a> {
+    /// A strided matrix.
+    Strided(Mat<'a>),
+    /// Row `kk` is `data[offsets[kk]..]` with unit column stride: the shifted views of a padded image that a
+    /// convolution multiplies, one per (channel, kernel tap), without an im2col copy.
+    Rows {
+        /// The elements.
+        data: &'a [f32],
+        /// Where each row starts.
+        offsets: &'a [usize],
+    },
+}
+
+impl Rhs<'_> {
+    fn data(&self) -> &[f32] {
+        match self {
+            Rhs::Strided(m) => m.data,
+            Rhs::Rows { data, .. } => data,
+        }
+    }
+
+    /// Where row `kk` starts, and the column stride.
+    fn row(&self, kk: usize) -> (usize, usize) {
+        match self {
+            Rhs::Strided(m) => (kk * m.rs, m.cs),
+            Rhs::Rows { offsets, .. } => (offsets[kk], 1),
+        }
+    }
+
+    /// Whether the view holds every element of a `k × n` matrix.
+    fn covers(&self, k: usize, n: usize) -> bool {
+        if k == 0 || n == 0 {
+            return true;
+        }
+        match self {
+            Rhs::Strided(m) => m.data.len() > (k - 1) * m.rs + (n - 1) * m.cs,
+            Rhs::Rows { data, offsets } => {
+                offsets.len() >= k && offsets[..k].iter().all(|&o| o + n <= data.len())
+            }
+        }
+    }
+}
+
 thread_local! {
     /// Packed panels of [`gemm_f32`], reused across calls on a thread.
     static PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -352,7 +394,7 @@ thread_local! {
 /// rows `0..m` (stride `ldo`), columns `0..cols`, and nobody else accesses those elements meanwhile.
 unsafe fn strided_task(
     a: Mat<'_>,
-    b: Mat<'_>,
+    b: Rhs<'_>,
     (m, k, c0, cols): (usize, usize, usize, usize),
     packed: &mut [f32],
     (out, ldo): (*mut f32, usize),
@@ -369,12 +411,13 @@ unsafe fn strided_task(
             let width = NR.min(cols - q * NR);
             for s in 0..kb {
                 let dst = &mut panel[s * NR..(s + 1) * NR];
-                let at = (k0 + s) * b.rs + (c0 + q * NR) * b.cs;
-                if b.cs == 1 {
-                    dst[..width].copy_from_slice(&b.data[at..at + width]);
+                let (row, cs) = b.row(k0 + s);
+                let (data, at) = (b.data(), row + (c0 + q * NR) * cs);
+                if cs == 1 {
+                    dst[..width].copy_from_slice(&data[at..at + width]);
                 } else {
                     for (j, d) in dst[..width].iter_mut().enumerate() {
-                        *d = b.data[at + j * b.cs];
+                        *d = data[at + j * cs];
                     }
                 }
                 dst[width..].fill(0.0);
