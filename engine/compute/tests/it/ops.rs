@@ -265,6 +265,29 @@ fn linear_matches_the_reference_for_every_weight_dtype() {
 }
 
 #[test]
+fn linear_of_bf16_activations_and_weights_matches_the_reference() {
+    // bf16 × bf16 with an even K takes the AVX512-BF16 path where the CPU has it; shapes that are not
+    // multiples of its tiles (8 rows, 48 columns) and K over one of its blocks (2048).
+    let cpu = cpu();
+    let mut rng = Rng::new(20);
+    for (m, n, k) in [(11, 50, 64), (3, 97, 2100), (1, 5, 2)] {
+        let xv = rng.vec(m * k);
+        let wv = rng.vec(n * k);
+        let bv = rng.vec(n);
+        let w = weight(&cpu, DType::BF16, &[n, k], &wv);
+        let b = weight(&cpu, DType::BF16, &[n], &bv);
+        let x = tensor(&cpu, &[m, k], &xv, DType::BF16);
+        let y = cpu.linear(&x, &w.view(), Some(&b.view())).expect("linear");
+        assert_eq!((y.shape(), y.dtype()), (&[m, n][..], DType::BF16));
+        let br = rounded(&bv, DType::BF16);
+        let want =
+            linear_ref(&rounded(&xv, DType::BF16), &rounded(&wv, DType::BF16), Some(&br), m, n, k);
+        // Only the output's rounding to bf16 (and f32 summation order) separates the two.
+        assert_close(&cpu.to_f32(&y).expect("to_f32"), &want, 1e-4, 4e-3, &format!("{m}x{n}x{k}"));
+    }
+}
+
+#[test]
 fn linear_crosses_weight_blocks() {
     // Enough weight rows (over a million elements) that the weight is widened in more than one block.
     let cpu = cpu();
@@ -635,10 +658,11 @@ fn attention_handles_gqa_and_the_causal_offset() {
 
 #[test]
 fn attention_crosses_query_and_key_blocks() {
-    // More tokens than one query block (128) and one key block (256), at non-multiples of both.
+    // More tokens than one query block (512) and two key blocks (256), at non-multiples of both; with
+    // Nq < Nk the causal diagonal crosses key blocks partway.
     let cpu = cpu();
     let mut rng = Rng::new(11);
-    check_attention(&cpu, &mut rng, (1, 2, 1, 300, 300, 8, 8), DType::F32);
+    check_attention(&cpu, &mut rng, (1, 2, 1, 600, 700, 4, 4), DType::F32);
     check_attention(&cpu, &mut rng, (1, 1, 1, 131, 517, 4, 4), DType::F32);
 }
 

@@ -1,14 +1,17 @@
 //! 2-D convolution on the CPU, as GEMMs.
 //!
-//! - Stride 1 (a VAE's 3×3 and 1×1 convs): the input is zero-padded once per image, and each kernel tap
-//!   (ky, kx) is one GEMM `w[:, :, ky, kx] · shifted input` accumulated into the output. Computing the
-//!   output over the padded width (and dropping the extra columns) makes every shifted input a plain strided
-//!   matrix, so no im2col buffer is built; a 1×1 conv without padding is a single GEMM on the input.
+//! - Stride 1 (a VAE's 3×3 and 1×1 convs): the input is zero-padded once per image. Computing the output
+//!   over the padded width (and dropping the extra columns) makes the input shifted by a kernel tap (ky, kx)
+//!   a plain strided matrix, so no im2col buffer is built. With AVX-512 all taps are one GEMM whose right
+//!   operand's rows are those shifted planes (K = C·kh·kw); otherwise each tap is one GEMM
+//!   `w[:, :, ky, kx] · shifted input` accumulated into the output. A 1×1 conv without padding is a single
+//!   GEMM on the input.
 //! - Other strides: im2col over bands of output rows (bounded scratch), one GEMM per band.
 
 use rayon::prelude::*;
 
 use super::Cpu;
+use super::avx512_gemm::{self, F32, Kind, Rhs};
 use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
 use super::weights::{vector, widen};
@@ -87,7 +90,7 @@ pub(crate) fn conv2d(
     if plane_out > 0 && o > 0 {
         for (xi, oi) in xs.chunks(c * h * wd).zip(out.chunks_mut(o * plane_out)) {
             if g.stride == 1 {
-                conv_taps(&g, xi, &weights, oi);
+                conv_taps(&g, xi, &weights, oi, F32::available());
             } else {
                 conv_im2col(&g, xi, &weights, oi);
             }
@@ -103,7 +106,7 @@ pub(crate) fn conv2d(
 }
 
 /// Stride-1 convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]`, one GEMM per kernel tap.
-fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
+fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
     let [top, bottom, left, right] = g.pad;
     let taps = g.kh * g.kw;
     let wrow = g.c * taps;
@@ -137,13 +140,28 @@ fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
     let direct = g.ow == wp;
     let mut wide = if direct { Vec::new() } else { vec![0.0f32; g.o * cols] };
     let dst_buf: &mut [f32] = if direct { out } else { &mut wide };
-    for ky in 0..g.kh {
-        for kx in 0..g.kw {
-            let t = ky * g.kw + kx;
-            let lhs = Mat { data: &w[t..], rs: wrow, cs: taps };
-            let rhs = Mat { data: &padded[ky * wp + kx..], rs: hp * wp, cs: 1 };
-            gemm(g.o, cols, g.c, MatMut::rows(dst_buf, cols), lhs, rhs, t > 0, 1.0, Threads::All);
-        }
+    if fused {
+        // One product over every (channel, tap) pair: row c·taps + t of the right operand is channel c's
+        // padded plane shifted by tap t, and the weight as stored, `[O, C·kh·kw]`, is the left operand.
+        let offsets: Vec<usize> = (0..g.c * taps)
+            .map(|r| {
+                let (ch, t) = (r / taps, r % taps);
+                ch * hp * wp + t / g.kw * wp + t % g.kw
+            })
+            .collect();
+        let rhs = Rhs::Rows { data: &padded, offsets: &offsets };
+        let dst = MatMut::rows(dst_buf, cols);
+        avx512_gemm::gemm_f32(
+            (g.o, cols, g.c * taps),
+            dst,
+            Mat::rows(w, wrow),
+            rhs,
+            false,
+            1.0,
+            Threads::All,
+        );
+    } else {
+        conv_tap_by_tap(g, w, (&padded, hp, wp), dst_buf);
     }
     if !direct {
         out.par_chunks_mut(g.oh * g.ow).zip(wide.par_chunks(cols)).for_each(|(dst, src)| {
@@ -151,6 +169,27 @@ fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
                 drow.copy_from_slice(&srow[..g.ow]);
             }
         });
+    }
+}
+
+/// The portable form of [`conv_taps`]' product: one GEMM per kernel tap, accumulated into `dst`
+/// (`[O, OH·wp]`).
+fn conv_tap_by_tap(g: &Geom, w: &[f32], (padded, hp, wp): (&[f32], usize, usize), dst: &mut [f32]) {
+    let taps = g.kh * g.kw;
+    let cols = g.oh * wp;
+    // Each tap's weights as a contiguous `[O, C]` matrix (the GEMMs read rows of the left operand).
+    let mut tap_w = vec![0.0f32; taps * g.o * g.c];
+    for (i, v) in w.iter().enumerate() {
+        let (row, t) = (i / taps, i % taps);
+        tap_w[t * g.o * g.c + row] = *v;
+    }
+    for ky in 0..g.kh {
+        for kx in 0..g.kw {
+            let t = ky * g.kw + kx;
+            let lhs = Mat::rows(&tap_w[t * g.o * g.c..(t + 1) * g.o * g.c], g.c);
+            let rhs = Mat { data: &padded[ky * wp + kx..], rs: hp * wp, cs: 1 };
+            gemm(g.o, cols, g.c, MatMut::rows(dst, cols), lhs, rhs, t > 0, 1.0, Threads::All);
+        }
     }
 }
 
@@ -186,5 +225,36 @@ fn conv_im2col(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
         let dst = MatMut { data: &mut out[y0 * g.ow..], rs: plane, cs: 1 };
         gemm(g.o, n, krows, dst, Mat::rows(w, krows), Mat::rows(col, n), false, 1.0, Threads::All);
         y0 += rows;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stride_one_paths_agree_with_im2col() {
+        let g = Geom {
+            c: 3,
+            h: 5,
+            w: 6,
+            o: 4,
+            kh: 3,
+            kw: 2,
+            stride: 1,
+            pad: [1, 0, 2, 1],
+            oh: 4,
+            ow: 8,
+        };
+        let x: Vec<f32> = (0..g.c * g.h * g.w).map(|i| (i % 7) as f32 - 3.0).collect();
+        let w: Vec<f32> =
+            (0..g.o * g.c * g.kh * g.kw).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+        let mut want = vec![f32::NAN; g.o * g.oh * g.ow];
+        conv_im2col(&g, &x, &w, &mut want);
+        for fused in [false, F32::available()] {
+            let mut got = vec![f32::NAN; want.len()];
+            conv_taps(&g, &x, &w, &mut got, fused);
+            assert_eq!(got, want, "fused {fused}");
+        }
     }
 }

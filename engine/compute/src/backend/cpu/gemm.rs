@@ -9,6 +9,8 @@
 
 use gemm::Parallelism;
 
+use super::avx512_gemm::{self, F32, Kind, Rhs};
+
 /// A read-only strided matrix: element (i, j) is `data[i·rs + j·cs]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
@@ -101,6 +103,12 @@ pub(crate) fn gemm(
         }
         return;
     }
+    // The AVX-512 micro-kernel where it runs (x read along rows, dst written along rows); the gemm crate,
+    // which only uses AVX2 here, otherwise.
+    if lhs.cs == 1 && dst.cs == 1 && F32::available() {
+        avx512_gemm::gemm_f32((m, n, k), dst, lhs, Rhs::Strided(rhs), accumulate, scale, threads);
+        return;
+    }
     let parallelism = match threads {
         Threads::One => Parallelism::None,
         Threads::All => Parallelism::Rayon(rayon::current_num_threads()),
@@ -142,23 +150,19 @@ mod tests {
         let (m, n, k) = (5, 7, 3);
         let a: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.5 - 3.0).collect();
         let b: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 2.0).collect();
-        // b is stored [n, k]; use it transposed.
-        let mut c = vec![1.0f32; m * n];
-        gemm(
-            m,
-            n,
-            k,
-            MatMut::rows(&mut c, n),
-            Mat::rows(&a, k),
-            Mat::rows_t(&b, k),
-            true,
-            2.0,
-            Threads::One,
-        );
-        for i in 0..m {
-            for j in 0..n {
-                let dot: f32 = (0..k).map(|l| a[i * k + l] * b[j * k + l]).sum();
-                assert_eq!(c[i * n + j], 1.0 + 2.0 * dot);
+        // b is stored [n, k]; use it transposed. a row-major takes the AVX-512 kernel where the CPU has it,
+        // a transposed copy of a the gemm crate.
+        let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+        for (lhs, threads) in
+            [(Mat::rows(&a, k), Threads::One), (Mat::rows_t(&at, m), Threads::All)]
+        {
+            let mut c = vec![1.0f32; m * n];
+            gemm(m, n, k, MatMut::rows(&mut c, n), lhs, Mat::rows_t(&b, k), true, 2.0, threads);
+            for i in 0..m {
+                for j in 0..n {
+                    let dot: f32 = (0..k).map(|l| a[i * k + l] * b[j * k + l]).sum();
+                    assert_eq!(c[i * n + j], 1.0 + 2.0 * dot);
+                }
             }
         }
     }

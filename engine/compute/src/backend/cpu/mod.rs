@@ -6,10 +6,11 @@
 //! and are widened each time an op reads them. Ops run synchronously on the calling thread and the rayon pool.
 //!
 //! One module per op family: [`storage`] (buffers and dtype conversion), [`weights`] (reading weights),
-//! [`gemm`] (the checked GEMM front), [`linear`], [`attention`], [`norm`], [`elementwise`], [`rope`],
+//! [`gemm`] (the checked GEMM front), [`avx512_gemm`] (AVX-512 micro-kernels for `linear`), [`linear`], [`attention`], [`norm`], [`elementwise`], [`rope`],
 //! [`conv`], [`image`], [`layout`] and [`store`]; [`simd`] holds the vectorised inner loops.
 
 mod attention;
+mod avx512_gemm;
 mod conv;
 mod elementwise;
 mod gemm;
