@@ -60,6 +60,10 @@ fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
     per_task * NR
 }
 
+/// Rows of x per block: x's block (48 rows of an input block, 192 KiB for bf16) stays in L2 while every
+/// panel of the task multiplies it.
+const MB: usize = MR * 8;
+
 /// Inputs per block when [`F32`] widens a panel (scratch of `NR × PACK_STEPS` f32, 16 KiB).
 const PACK_STEPS: usize = 64;
 
@@ -600,11 +604,13 @@ unsafe fn task<K: Kind>(
             }
             K::pack(&rows[..width], dtype, steps, panel, scratch);
         }
-        let mut m0 = 0;
-        while m0 < m {
-            let rows = MR.min(m - m0);
-            let a = &x[m0 * k + k0..];
-            for q in 0..panels {
+        // Blocks of MB rows of x (in L2), each multiplied by every panel in turn, so a panel is read from
+        // L3 once per block rather than once per micro-tile.
+        for (mb0, q) in (0..m).step_by(MB).flat_map(|mb0| (0..panels).map(move |q| (mb0, q))) {
+            let mut m0 = mb0;
+            while m0 < (mb0 + MB).min(m) {
+                let rows = MR.min(m - m0);
+                let a = &x[m0 * k + k0..];
                 let panel = &packed[q * panel_len..][..steps * NR];
                 let mut tile = [[0.0f32; NR]; MR];
                 // SAFETY: `K::available()` (this function's contract); `a` holds `rows` rows of stride k from
@@ -623,8 +629,8 @@ unsafe fn task<K: Kind>(
                         dst.iter_mut().zip(trow).for_each(|(d, t)| *d += t);
                     }
                 }
+                m0 += rows;
             }
-            m0 += rows;
         }
         k0 += kb;
     }
