@@ -40,20 +40,20 @@ const NR: usize = 16 * NV;
 const NC: usize = NR * 8;
 
 /// Output columns per task for `m × n` outputs: 8 panels for many rows, 4 for few; with [`Threads::All`]
-/// narrower where that splits the panels evenly over the rayon pool's threads (60 panels in tasks of 4 leave
-/// one of two threads idle for the last task, 6% of the time) or gives each thread at least four tasks.
+/// narrower where that splits the panels evenly over the rayon pool's threads (60 panels in tasks of 8 leave
+/// one of two threads idle for the last half task) or gives each thread at least four tasks.
 fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
     let widest = if m >= 1024 { NC } else { NC / 2 } / NR;
     let per_task = match threads {
         Threads::One => widest,
         Threads::All => {
             let (panels, pool) = (n.div_ceil(NR), rayon::current_num_threads());
+            let even = |p: usize| panels % p == 0 && (panels / p) % pool == 0;
+            let enough = |p: usize| panels.div_ceil(p) >= 4 * pool;
             (1..=widest)
                 .rev()
-                .find(|&p| {
-                    let tasks = panels.div_ceil(p);
-                    tasks >= 4 * pool && (tasks % pool == 0 || tasks >= 16 * pool)
-                })
+                .find(|&p| even(p) && panels / p >= pool)
+                .or_else(|| (1..=widest).rev().find(|&p| enough(p)))
                 .unwrap_or(1)
         }
     };
