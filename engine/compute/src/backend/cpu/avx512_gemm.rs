@@ -40,25 +40,29 @@ const NR: usize = 16 * NV;
 const NC: usize = NR * 8;
 
 /// Output columns per task for `m × n` outputs: 8 panels for many rows, 4 for few; with [`Threads::All`]
-/// narrower where that splits the panels evenly over the rayon pool's threads (60 panels in tasks of 4 leave
-/// one of two threads idle for the last task, 6% of the time) or gives each thread at least four tasks.
+/// narrower where that splits the panels evenly over the rayon pool's threads (60 panels in tasks of 8 leave
+/// one of two threads idle for the last half task) or gives each thread at least four tasks.
 fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
     let widest = if m >= 1024 { NC } else { NC / 2 } / NR;
     let per_task = match threads {
         Threads::One => widest,
         Threads::All => {
             let (panels, pool) = (n.div_ceil(NR), rayon::current_num_threads());
+            let even = |p: usize| panels % p == 0 && (panels / p) % pool == 0;
+            let enough = |p: usize| panels.div_ceil(p) >= 4 * pool;
             (1..=widest)
                 .rev()
-                .find(|&p| {
-                    let tasks = panels.div_ceil(p);
-                    tasks >= 4 * pool && (tasks % pool == 0 || tasks >= 16 * pool)
-                })
+                .find(|&p| even(p) && panels / p >= pool)
+                .or_else(|| (1..=widest).rev().find(|&p| enough(p)))
                 .unwrap_or(1)
         }
     };
     per_task * NR
 }
+
+/// Rows of x per block: x's block (48 rows of an input block, 192 KiB for bf16) stays in L2 while every
+/// panel of the task multiplies it.
+const MB: usize = MR * 8;
 
 /// Inputs per block when [`F32`] widens a panel (scratch of `NR × PACK_STEPS` f32, 16 KiB).
 const PACK_STEPS: usize = 64;
@@ -600,11 +604,13 @@ unsafe fn task<K: Kind>(
             }
             K::pack(&rows[..width], dtype, steps, panel, scratch);
         }
-        let mut m0 = 0;
-        while m0 < m {
-            let rows = MR.min(m - m0);
-            let a = &x[m0 * k + k0..];
-            for q in 0..panels {
+        // Blocks of MB rows of x (in L2), each multiplied by every panel in turn, so a panel is read from
+        // L3 once per block rather than once per micro-tile.
+        for (mb0, q) in (0..m).step_by(MB).flat_map(|mb0| (0..panels).map(move |q| (mb0, q))) {
+            let mut m0 = mb0;
+            while m0 < (mb0 + MB).min(m) {
+                let rows = MR.min(m - m0);
+                let a = &x[m0 * k + k0..];
                 let panel = &packed[q * panel_len..][..steps * NR];
                 let mut tile = [[0.0f32; NR]; MR];
                 // SAFETY: `K::available()` (this function's contract); `a` holds `rows` rows of stride k from
@@ -623,8 +629,8 @@ unsafe fn task<K: Kind>(
                         dst.iter_mut().zip(trow).for_each(|(d, t)| *d += t);
                     }
                 }
+                m0 += rows;
             }
-            m0 += rows;
         }
         k0 += kb;
     }
