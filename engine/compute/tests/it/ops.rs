@@ -289,7 +289,8 @@ fn linear_of_bf16_activations_and_weights_matches_the_reference() {
 
 #[test]
 fn linear_crosses_weight_blocks() {
-    // Enough weight rows (over a million elements) that the weight is widened in more than one block.
+    // Enough weight rows (over a million elements) for several widening blocks of the portable path and
+    // hundreds of tasks of the AVX-512 one.
     let cpu = cpu();
     let mut rng = Rng::new(4);
     let (m, n, k) = (3, 150_001, 8);

@@ -66,7 +66,7 @@ pub(crate) fn attention(
     if bk != b || bv != b || hv != hkv || nv != nk || dk != d {
         return Err(Error::shape(OP, format!("mismatched shapes: {}", shapes())));
     }
-    if hkv == 0 || hq % hkv != 0 {
+    if hkv == 0 || !hq.is_multiple_of(hkv) {
         return Err(Error::shape(
             OP,
             format!("{hq} query heads are not a multiple of {hkv} kv heads"),

@@ -48,7 +48,7 @@ fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
         Threads::One => widest,
         Threads::All => {
             let (panels, pool) = (n.div_ceil(NR), rayon::current_num_threads());
-            let even = |p: usize| panels % p == 0 && (panels / p) % pool == 0;
+            let even = |p: usize| panels.is_multiple_of(p) && (panels / p).is_multiple_of(pool);
             let enough = |p: usize| panels.div_ceil(p) >= 4 * pool;
             (1..=widest)
                 .rev()
@@ -258,7 +258,7 @@ pub(crate) fn matmul_bt<K: Kind>(
     out: &mut [f32],
 ) -> Result<()> {
     assert!(x.len() >= m * k && out.len() >= m * n, "avx512 matmul: buffers too short");
-    if !K::available() || k % K::STEP != 0 || m == 0 || n == 0 {
+    if !K::available() || !k.is_multiple_of(K::STEP) || m == 0 || n == 0 {
         return Ok(());
     }
     // Each task writes the output columns of its weight rows; the rows of `out` interleave them, so tasks
