@@ -83,7 +83,7 @@ pub(crate) fn system_stats(
             vram_free: memory.available,
             torch_vram_total: memory.total,
             torch_vram_free: memory.available,
-            vram_budget: bytes(device.budget),
+            vram_budget: Some(bytes(device.budget)),
         },
         kind => DeviceInfo {
             index: device.index.map(|i| i as i64),
@@ -95,7 +95,7 @@ pub(crate) fn system_stats(
             // memory manager holds what it uses.
             torch_vram_total: bytes(device.held),
             torch_vram_free: 0,
-            vram_budget: bytes(device.budget),
+            vram_budget: Some(bytes(device.budget)),
         },
     };
     let pytorch_version = format!("kiln {VERSION} ({} backend)", device.type_);

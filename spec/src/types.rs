@@ -35,10 +35,12 @@ pub struct DeviceInfo {
     pub torch_vram_total: i64,
     ///Memory held by the allocator but unused, in bytes.
     pub torch_vram_free: i64,
-    /// Kiln only (ComfyUI does not send it): the bytes of device memory Kiln's memory manager may fill with
-    /// weights and activations, the device's memory minus the reserve (`--reserve-vram`, default 256 MiB).
-    /// On the CPU, the budget of the simulated device the memory manager uses there.
-    pub vram_budget: i64,
+    /// Kiln only (ComfyUI does not send it, so it is optional; Kiln always does): the bytes of device memory
+    /// Kiln's memory manager may fill with weights and activations, the device's memory minus the reserve
+    /// (`--reserve-vram`, default 0.25 GB). On the CPU, the budget of the simulated device the memory manager
+    /// uses there.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub vram_budget: ::std::option::Option<i64>,
 }
 ///The error body of Kiln-native and cloud routes, and of local routes where ComfyUI would answer a plain-text 500.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]

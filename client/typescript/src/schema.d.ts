@@ -1831,6 +1831,14 @@ export interface components {
              * @description Memory held by the allocator but unused, in bytes.
              */
             torch_vram_free: number;
+            /**
+             * Format: int64
+             * @description Kiln only (ComfyUI does not send it, so it is optional; Kiln always does): the bytes of device memory
+             *     Kiln's memory manager may fill with weights and activations, the device's memory minus the reserve
+             *     (`--reserve-vram`, default 0.25 GB). On the CPU, the budget of the simulated device the memory manager
+             *     uses there.
+             */
+            vram_budget?: number;
         };
         /**
          * @description Server feature flags (also the websocket `feature_flags` reply). Every flag ComfyUI sends is present, with
