@@ -12,9 +12,6 @@ use kiln_compute::select::{Device, Selection, select};
 /// already RAM), so it is kept small: enough for the memory manager's policies, little RAM counted twice.
 const CPU_DEVICE_MEMORY: u64 = 2 << 30;
 
-/// The budget's default headroom: device memory left free for other programs (ComfyUI's dynamic VRAM default).
-pub const DEFAULT_RESERVE: u64 = 256 << 20;
-
 /// How to choose and budget the device (ComfyUI's `--cpu`, `--cuda-device`, `--reserve-vram`,
 /// `--disable-pinned-memory`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,8 +20,9 @@ pub struct ComputeOptions {
     pub force_cpu: bool,
     /// The CUDA device to use.
     pub cuda_device: usize,
-    /// Device memory left free for others, in bytes.
-    pub reserve: u64,
+    /// Device memory left free for others, in bytes; `None` keeps the memory manager's default headroom
+    /// (ComfyUI's dynamic VRAM default, 256 MiB).
+    pub reserve: Option<u64>,
     /// Keep weights in page-locked host memory.
     pub pinned_memory: bool,
     /// The RAM-pressure cache's active threshold in bytes (0 in the other cache modes): pins leave half of it
@@ -37,7 +35,7 @@ impl Default for ComputeOptions {
         ComputeOptions {
             force_cpu: false,
             cuda_device: 0,
-            reserve: DEFAULT_RESERVE,
+            reserve: None,
             pinned_memory: true,
             ram_cache_headroom: 0,
         }
@@ -95,7 +93,9 @@ impl Compute {
         };
         let (mut device, _reason) = select(&selection);
         let mut config = ManagerConfig::for_this_machine(options.pinned_memory);
-        config.vram.headroom = options.reserve;
+        if let Some(reserve) = options.reserve {
+            config.vram.headroom = reserve;
+        }
         config.pins.ram_cache_headroom = options.ram_cache_headroom;
         let manager = match MemoryManager::new(memory_of(&device), config.clone()) {
             Ok(manager) => manager,
@@ -154,7 +154,9 @@ impl Compute {
                 ("cuda", Some(info.index), format!("cuda:{} {}", info.index, info.name))
             }
         };
-        let info = memory_of(&self.device)
+        let info = self
+            .manager
+            .memory()
             .mem_info()
             .unwrap_or(kiln_compute::memory::MemInfo { free: 0, total: 0 });
         let stats = self.manager.stats();

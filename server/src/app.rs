@@ -97,10 +97,7 @@ impl Server {
         let compute = Arc::new(Compute::start(ComputeOptions {
             force_cpu: config.compute.force_cpu,
             cuda_device: config.compute.cuda_device,
-            reserve: config
-                .compute
-                .reserve_vram_gb
-                .map_or(kiln_engine::compute::DEFAULT_RESERVE, |gb| (gb * GIB) as u64),
+            reserve: config.compute.reserve_vram_gb.map(|gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
             ram_cache_headroom,
         }));

@@ -183,13 +183,65 @@ pub struct OwnedWeight {
     ptr: DevPtr,
     dtype: DType,
     shape: Vec<usize>,
-    memory: std::sync::Arc<dyn crate::memory::DeviceMemory>,
+    allocator: Allocator,
+}
+
+/// Where an [`OwnedWeight`]'s memory came from, and goes back to.
+enum Allocator {
+    /// Straight from the device.
+    Device(std::sync::Arc<dyn crate::memory::DeviceMemory>),
+    /// Through an allocator that accounts for it (the memory manager's VRAM arbiter).
+    Counted(std::sync::Arc<dyn crate::memory::device::DeviceAllocator>),
+}
+
+impl Allocator {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+        match self {
+            Allocator::Device(memory) => memory.alloc(bytes),
+            Allocator::Counted(allocator) => allocator.alloc(bytes),
+        }
+    }
+
+    fn free(&self, ptr: DevPtr) -> Result<()> {
+        match self {
+            Allocator::Device(memory) => memory.free(ptr),
+            Allocator::Counted(allocator) => allocator.free(ptr),
+        }
+    }
 }
 
 impl OwnedWeight {
     /// Uploads `bytes` (`numel(shape)` little-endian elements of `dtype`) into a new allocation on `memory`.
     pub fn upload(
         memory: &std::sync::Arc<dyn crate::memory::DeviceMemory>,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<OwnedWeight> {
+        OwnedWeight::upload_into(
+            Allocator::Device(memory.clone()),
+            memory.as_ref(),
+            dtype,
+            shape,
+            bytes,
+        )
+    }
+
+    /// [`OwnedWeight::upload`] with the memory taken from `allocator` (which must allocate on `memory`), so it
+    /// is counted where `allocator` counts: the memory manager's force-cast weights come from its arbiter.
+    pub(crate) fn upload_counted(
+        allocator: std::sync::Arc<dyn crate::memory::device::DeviceAllocator>,
+        memory: &dyn crate::memory::DeviceMemory,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<OwnedWeight> {
+        OwnedWeight::upload_into(Allocator::Counted(allocator), memory, dtype, shape, bytes)
+    }
+
+    fn upload_into(
+        allocator: Allocator,
+        memory: &dyn crate::memory::DeviceMemory,
         dtype: DType,
         shape: &[usize],
         bytes: &[u8],
@@ -201,12 +253,11 @@ impl OwnedWeight {
                 format!("{shape:?} of {dtype} needs {len} bytes, got {}", bytes.len()),
             ));
         }
-        let ptr = memory.alloc(len.max(1) as u64)?;
-        if let Err(e) = memory.copy_h2d_pageable(ptr, bytes) {
-            let _ = memory.free(ptr);
-            return Err(e);
-        }
-        Ok(OwnedWeight { ptr, dtype, shape: shape.to_vec(), memory: memory.clone() })
+        // At least one byte is allocated: an empty tensor still has an address.
+        let ptr = allocator.alloc(len.max(1) as u64)?;
+        let weight = OwnedWeight { ptr, dtype, shape: shape.to_vec(), allocator };
+        memory.copy_h2d_pageable(ptr, bytes)?;
+        Ok(weight)
     }
 
     /// Uploads f32 values stored as `dtype` (rounded to nearest even).
@@ -219,11 +270,6 @@ impl OwnedWeight {
         OwnedWeight::upload(memory, dtype, shape, &crate::dtype::narrow(dtype, values))
     }
 
-    /// The device memory it lives in.
-    pub fn memory(&self) -> &std::sync::Arc<dyn crate::memory::DeviceMemory> {
-        &self.memory
-    }
-
     /// The view compute ops take.
     pub fn view(&self) -> Weight<'_> {
         Weight::new(self.ptr, self.dtype, self.shape.clone())
@@ -232,7 +278,7 @@ impl OwnedWeight {
 
 impl Drop for OwnedWeight {
     fn drop(&mut self) {
-        if let Err(e) = self.memory.free(self.ptr) {
+        if let Err(e) = self.allocator.free(self.ptr) {
             tracing::warn!(error = %e, "freeing a weight allocation failed");
         }
     }

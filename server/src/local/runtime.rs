@@ -245,12 +245,7 @@ pub(crate) fn cache(mode: crate::config::CacheMode) -> Cache {
         crate::config::CacheMode::None => CachePolicy::None,
         crate::config::CacheMode::RamPressure { active_gb, inactive_gb } => {
             let mut pressure = RamPressure::system();
-            if let Some(gb) = active_gb {
-                pressure.thresholds.active = (gb * crate::config::GIB) as u64;
-            }
-            if let Some(gb) = inactive_gb {
-                pressure.thresholds.inactive = (gb * crate::config::GIB) as u64;
-            }
+            pressure.thresholds = pressure.thresholds.with_cache_ram(active_gb, inactive_gb);
             CachePolicy::RamPressure(pressure)
         }
     };

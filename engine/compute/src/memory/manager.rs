@@ -270,9 +270,14 @@ impl MemoryManager {
         ModelId(self.next_model.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// The pin books, their host buffers and the patch images they hold, locked.
+    fn pin_state(&self) -> MutexGuard<'_, PinState> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Runs `f` on the pin books and their host buffers.
     pub(crate) fn with_pins<T>(&self, f: impl FnOnce(&mut Pins, &mut dyn PinBacking) -> T) -> T {
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, .. } = &mut *state;
         f(pins, backing)
     }
@@ -285,7 +290,7 @@ impl MemoryManager {
         bytes: u64,
         model_bytes: u64,
     ) -> Result<PinOutcome> {
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, .. } = &mut *state;
         backing.sizes.entry(model).or_insert(usize::try_from(model_bytes).unwrap_or(usize::MAX));
         let mut env = PinEnv { backing, ram: self.ram.as_ref(), outputs: None };
@@ -294,12 +299,7 @@ impl MemoryManager {
 
     /// Writes bytes into a weight's pin.
     pub(crate) fn write_pin(&self, model: ModelId, offset: u64, bytes: &[u8]) -> Result<()> {
-        let buf = self
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .backing
-            .existing(model, Subset::Weights)?;
+        let buf = self.pin_state().backing.existing(model, Subset::Weights)?;
         buf.write_at(offset as usize, bytes)
     }
 
@@ -316,12 +316,7 @@ impl MemoryManager {
         if reads.is_empty() {
             return Ok(stats);
         }
-        let buf = self
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .backing
-            .existing(model, Subset::Weights)?;
+        let buf = self.pin_state().backing.existing(model, Subset::Weights)?;
         let total: u64 = reads
             .iter()
             .map(|(f, name, _)| files[*f].tensor(name).map(|t| t.len))
@@ -356,7 +351,7 @@ impl MemoryManager {
         dst: DevPtr,
         stream: StreamId,
     ) -> Result<bool> {
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, .. } = &mut *state;
         let Some(pin) = pins.get_pin(backing, model, Subset::Weights, module) else {
             return Ok(false);
@@ -405,7 +400,7 @@ impl MemoryManager {
         stream: StreamId,
     ) -> Result<()> {
         let len = image.len() as u64;
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, images } = &mut *state;
         let outcome = {
             let mut env = PinEnv { backing: &mut *backing, ram: self.ram.as_ref(), outputs: None };
@@ -449,7 +444,7 @@ impl MemoryManager {
 
     /// Forgets a dropped model's pins and host buffers.
     pub(crate) fn forget_model(&self, model: ModelId) {
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, images } = &mut *state;
         pins.remove_model(backing, model);
         backing.buffers.retain(|(m, _), _| *m != model);
@@ -486,7 +481,7 @@ impl MemoryManager {
             }
         }
         self.arbiter.reset_limits();
-        let mut state = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.pin_state();
         let PinState { pins, backing, images } = &mut *state;
         pins.reset_node(backing);
         images.clear();

@@ -25,16 +25,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 
-use super::device::{DevPtr, StreamId};
+use super::device::{DevPtr, DeviceMemory, StreamId};
 use super::loader::{LoadStats, SafetensorsFile};
 use super::lora::{PatchLayout, PatchSet, apply, seed_for_key};
 use super::manager::{Lane, MemoryManager};
 use super::pins::{ModelId, ModuleId, PinOutcome, Subset};
-use super::vram::{Arbiter, Fault, Signature, VbarId};
+use super::vram::{Fault, Signature, VbarId};
 use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{Weight, numel};
+use crate::tensor::{OwnedWeight, Weight, numel};
 
 /// Alignment of slots inside a VBAR (ComfyUI sizes slots with 1024-byte alignment).
 const SLOT_ALIGN: u64 = 1024;
@@ -100,33 +100,9 @@ enum Place {
         /// The signature of the range when its bytes were last copied (and patched).
         stored: Mutex<Option<Signature>>,
     },
-    /// A plain allocation (force-cast tiny weights), with the original bytes to restore it from.
-    Plain { alloc: PlainAlloc, original: Vec<u8>, patched: AtomicBool },
-}
-
-/// A force-cast weight's device memory: allocated through the arbiter, which counts it against the budget
-/// and evicts lower-priority pages to make room for it, like every other device allocation; freed on drop.
-struct PlainAlloc {
-    arbiter: Arc<Arbiter>,
-    ptr: DevPtr,
-}
-
-impl PlainAlloc {
-    /// A new allocation holding `bytes` (at least one byte is allocated: an empty tensor still has an address).
-    fn upload(arbiter: &Arc<Arbiter>, bytes: &[u8]) -> Result<PlainAlloc> {
-        let ptr = arbiter.alloc(bytes.len().max(1) as u64)?;
-        let alloc = PlainAlloc { arbiter: arbiter.clone(), ptr };
-        arbiter.device().copy_h2d_pageable(alloc.ptr, bytes)?;
-        Ok(alloc)
-    }
-}
-
-impl Drop for PlainAlloc {
-    fn drop(&mut self) {
-        if let Err(e) = self.arbiter.free(self.ptr) {
-            tracing::warn!(error = %e, "freeing a force-cast weight failed");
-        }
-    }
+    /// A plain allocation (force-cast tiny weights) through the arbiter, which counts it against the budget and
+    /// evicts lower-priority pages to make room for it; with the original bytes to restore it from.
+    Plain { weight: OwnedWeight, original: Vec<u8>, patched: AtomicBool },
 }
 
 struct Slot {
@@ -326,8 +302,14 @@ fn build(
             }
             None => {
                 let original = read_source(&state.files, &slot.source, bytes)?;
-                let alloc = PlainAlloc::upload(manager.arbiter(), &original)?;
-                Place::Plain { alloc, original, patched: AtomicBool::new(false) }
+                let weight = OwnedWeight::upload_counted(
+                    manager.arbiter().clone(),
+                    manager.memory().as_ref(),
+                    slot.dtype,
+                    &slot.shape,
+                    &original,
+                )?;
+                Place::Plain { weight, original, patched: AtomicBool::new(false) }
             }
         };
         let name = slot.name.clone();
@@ -454,7 +436,7 @@ impl Model {
                     synchronised = true;
                 }
                 *current = new;
-                slot.invalidate();
+                slot.invalidate(self.state.manager.memory().as_ref());
             }
         }
         Ok(())
@@ -501,8 +483,8 @@ impl<'m> Layer<'m> {
                 .ok_or_else(|| Error::Unsupported(format!("the model has no weight {name}")))?;
             let patches = slot.patches.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let ptr = match &slot.place {
-                Place::Plain { alloc, original, patched } => {
-                    let ptr = alloc.ptr;
+                Place::Plain { weight, original, patched } => {
+                    let ptr = weight.view().ptr();
                     if let Some(p) = &patches
                         && !patched.load(Ordering::Acquire)
                     {
@@ -578,13 +560,13 @@ impl<'m> Layer<'m> {
 impl Slot {
     /// Forgets that the device copy is valid (the patch set changed): the next fetch copies the original
     /// again and re-applies the patches — the restore.
-    fn invalidate(&self) {
+    fn invalidate(&self, memory: &dyn DeviceMemory) {
         match &self.place {
             Place::Vbar { stored, .. } => *stored.lock().unwrap_or_else(|p| p.into_inner()) = None,
-            Place::Plain { patched, alloc, original } => {
+            Place::Plain { patched, weight, original } => {
                 patched.store(false, Ordering::Release);
                 // A plain weight is restored now, so one without patches reads its original again.
-                if let Err(e) = alloc.arbiter.device().copy_h2d_pageable(alloc.ptr, original) {
+                if let Err(e) = memory.copy_h2d_pageable(weight.view().ptr(), original) {
                     tracing::warn!(weight = %self.name, error = %e, "restoring a weight failed");
                 }
             }

@@ -50,24 +50,32 @@ impl CacheThresholds {
         if values.len() > 2 {
             return Err(CacheRamError::TooMany(values.len()));
         }
-        let mut out = CacheThresholds::defaults(total);
-        let mut parsed = values.iter().map(|v| gib_to_bytes(v.as_ref()));
-        if let Some(active) = parsed.next() {
-            out.active = active?;
+        let mut parsed = values.iter().map(|v| parse_gib(v.as_ref()));
+        let active = parsed.next().transpose()?;
+        let inactive = parsed.next().transpose()?;
+        Ok(CacheThresholds::defaults(total).with_cache_ram(active, inactive))
+    }
+
+    /// These thresholds with the ones `--cache-ram` gives, in GiB, in their place: `active` replaces the active
+    /// threshold, `inactive` the inactive one (bytes truncated, as upstream's `int()`).
+    pub fn with_cache_ram(mut self, active: Option<f64>, inactive: Option<f64>) -> CacheThresholds {
+        // `as` saturates, so a huge value becomes u64::MAX bytes rather than wrapping.
+        let bytes = |gib: f64| (gib * GIB as f64) as u64;
+        if let Some(gib) = active {
+            self.active = bytes(gib);
         }
-        if let Some(inactive) = parsed.next() {
-            out.inactive = inactive?;
+        if let Some(gib) = inactive {
+            self.inactive = bytes(gib);
         }
-        Ok(out)
+        self
     }
 }
 
-/// A number of GiB as typed on the command line, to bytes (truncated, as upstream's `int()`).
-fn gib_to_bytes(text: &str) -> Result<u64, CacheRamError> {
+/// A number of GiB as typed on the command line: finite and not negative.
+fn parse_gib(text: &str) -> Result<f64, CacheRamError> {
     let gib: f64 = text.trim().parse().map_err(|_| CacheRamError::NotANumber(text.to_string()))?;
     if !gib.is_finite() || gib < 0.0 {
         return Err(CacheRamError::OutOfRange(gib));
     }
-    // `as` saturates, so a huge value becomes u64::MAX bytes rather than wrapping.
-    Ok((gib * GIB as f64) as u64)
+    Ok(gib)
 }
