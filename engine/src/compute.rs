@@ -73,7 +73,6 @@ fn memory_of(device: &Device) -> Arc<dyn DeviceMemory> {
 /// The selected device and its memory manager.
 pub struct Compute {
     device: Device,
-    options: ComputeOptions,
     manager: Arc<MemoryManager>,
 }
 
@@ -117,7 +116,7 @@ impl Compute {
             #[cfg(feature = "cuda")]
             Device::Cuda(cuda) => cuda.set_allocator(manager.arbiter().clone()),
         }
-        Compute { device, options, manager }
+        Compute { device, manager }
     }
 
     /// The memory manager every model loads through.
@@ -128,11 +127,6 @@ impl Compute {
     /// The device chosen.
     pub fn device(&self) -> &Device {
         &self.device
-    }
-
-    /// The options it was started with.
-    pub fn options(&self) -> &ComputeOptions {
-        &self.options
     }
 
     /// Unloads every model: their weights leave device memory and their pinned host memory is released

@@ -132,11 +132,11 @@ pub(crate) struct ModelState {
     manager: Arc<MemoryManager>,
     id: ModelId,
     vbar: VbarId,
+    /// The VBAR's base address (fixed for its life): a slot at `offset` lives at `base + offset`.
+    base: DevPtr,
     slots: IndexMap<String, Slot>,
     files: Vec<SafetensorsFile>,
     load_stats: LoadStats,
-    /// Host bytes pinned at load.
-    pinned_at_load: AtomicU64,
 }
 
 /// A model's weights under the memory manager. Dropping it frees its device memory and its pins.
@@ -271,15 +271,16 @@ fn build(
         }
     }
     let vbar = manager.arbiter().create_vbar(vbar_size.max(1))?;
+    let base = manager.arbiter().base(vbar)?;
     manager.with_pins(|pins, _| pins.load_model(id));
     let mut state = ModelState {
         manager: manager.clone(),
         id,
         vbar,
+        base,
         slots: IndexMap::with_capacity(new_slots.len()),
         files,
         load_stats: LoadStats { bytes: 0, seconds: 0.0 },
-        pinned_at_load: AtomicU64::new(0),
     };
     // Pin every VBAR slot in residency order, then read the pinned ones from their files in one threaded load.
     let mut reads: Vec<(usize, String, usize)> = Vec::new();
@@ -327,10 +328,12 @@ fn build(
             },
         );
     }
+    // Host bytes pinned at load (for the log line).
+    let mut pinned = 0;
     for (i, (pin_offset, pin_size)) in
         staged.into_iter().enumerate().filter_map(|(i, p)| Some((i, p?)))
     {
-        state.pinned_at_load.fetch_add(pin_size, Ordering::Relaxed);
+        pinned += pin_size;
         let slot = &state.slots[i];
         match &slot.source {
             Source::Memory(bytes) => manager.write_pin(id, pin_offset, bytes)?,
@@ -350,7 +353,7 @@ fn build(
     tracing::info!(
         weights = state.slots.len(),
         bytes = state.slots.values().map(|s| s.bytes).sum::<u64>(),
-        pinned = state.pinned_at_load.load(Ordering::Relaxed),
+        pinned,
         gb_per_s = format!("{:.2}", state.load_stats.gb_per_s()),
         "model loaded"
     );
@@ -469,7 +472,7 @@ impl<'m> Layer<'m> {
         let state = self.state;
         let manager = &*state.manager;
         let memory = manager.memory().clone();
-        let base = manager.arbiter().base(state.vbar)?;
+        let base = state.base;
         let Some(lane) = self.lane.as_mut() else {
             return Err(Error::Unsupported("a layer without its offload lane".into()));
         };
