@@ -1,0 +1,77 @@
+//! [`Header`]: the tensors of a safetensors file seen under a key prefix, as detection reads them (names,
+//! dtypes, shapes; never the weights).
+
+use std::path::Path;
+
+use kiln_compute::memory::{SafetensorsFile, TensorInfo};
+
+use crate::error::{Error, Result};
+
+/// A safetensors file's tensors whose names start with `prefix`, by their names without it (a checkpoint's
+/// `model.diffusion_model.`, `vae.`, `text_encoders.qwen3_4b.transformer.`; empty for a standalone file).
+#[derive(Debug, Clone, Copy)]
+pub struct Header<'f> {
+    file: &'f SafetensorsFile,
+    prefix: &'f str,
+}
+
+impl<'f> Header<'f> {
+    /// The tensors of `file` under `prefix`.
+    pub fn new(file: &'f SafetensorsFile, prefix: &'f str) -> Header<'f> {
+        Header { file, prefix }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        self.prefix
+    }
+
+    /// The full key of `name` in the file (the prefix put back).
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// A tensor by its name under the prefix.
+    pub fn get(&self, name: &str) -> Option<&'f TensorInfo> {
+        self.file.tensor(&self.key(name)).ok()
+    }
+
+    /// Whether the tensor exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// A tensor's shape.
+    pub fn shape(&self, name: &str) -> Option<&'f [usize]> {
+        self.get(name).map(|t| t.shape.as_slice())
+    }
+
+    /// A tensor that must exist: its absence is [`Error::Unsupported`] naming the file and the key.
+    pub fn require(&self, name: &str) -> Result<&'f TensorInfo> {
+        self.get(name).ok_or_else(|| self.unsupported(format!("no tensor `{}`", self.key(name))))
+    }
+
+    /// The names under the prefix (without it), in the file's order.
+    pub fn names(&self) -> impl Iterator<Item = &'f str> + '_ {
+        let prefix = self.prefix;
+        self.file.tensors().filter_map(move |(name, _)| name.strip_prefix(prefix))
+    }
+
+    /// Tensors under the prefix whose dtype Kiln cannot compute with: `(name, dtype)`.
+    pub fn unsupported_dtypes(&self) -> impl Iterator<Item = (&'f str, &'f str)> + '_ {
+        let prefix = self.prefix;
+        self.file
+            .unsupported()
+            .filter_map(move |(name, dtype)| Some((name.strip_prefix(prefix)?, dtype)))
+    }
+
+    /// An [`Error::Unsupported`] about this file.
+    pub fn unsupported(&self, msg: impl Into<String>) -> Error {
+        Error::Unsupported { path: self.path().to_path_buf(), msg: msg.into() }
+    }
+}

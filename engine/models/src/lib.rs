@@ -1,0 +1,25 @@
+//! Kiln's model families and the maths around them, between the compute layer (`kiln-compute`: backends,
+//! tensors, the memory manager) and the workflow engine (`kiln-engine`: nodes).
+//!
+//! - [`header`]: a safetensors file's tensors under a key prefix — what detection reads (never the weights).
+//! - [`zimage`]: the Z-Image NextDiT (ComfyUI's and diffusers' key layouts).
+//! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
+//!   tokenizer.
+//! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder), decoder and encoder.
+//! - [`noise`]: torch's CPU `randn`, bit for bit, so a seed gives ComfyUI's noise.
+//! - [`sampling`]: the flow model's sigma table, the schedulers and the samplers.
+//!
+//! Model code reads weights only through `kiln_compute::memory::Model::fetch`, one layer at a time, so a model
+//! larger than the VRAM budget streams.
+
+pub mod flux_vae;
+pub mod header;
+pub mod noise;
+pub mod qwen3;
+pub mod sampling;
+pub mod zimage;
+
+mod error;
+
+pub use error::{Error, Result};
+pub use header::Header;

@@ -1,0 +1,70 @@
+//! Helpers every test module of this binary uses: the CPU backend with a memory manager, and the fixtures.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kiln_compute::Backend as _;
+use kiln_compute::backend::cpu::Cpu;
+use kiln_compute::memory::{ManagerConfig, MemoryManager};
+
+/// A fixture file under `tests/fixtures/`.
+pub(crate) fn fixture(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(relative)
+}
+
+/// The CPU backend with `device_memory` bytes of simulated VRAM, and a memory manager on it (pinning off, so
+/// tests never page-lock host memory).
+pub(crate) fn cpu(device_memory: u64) -> (Arc<Cpu>, Arc<MemoryManager>) {
+    let cpu = Arc::new(Cpu::new(device_memory));
+    let manager = MemoryManager::new(cpu.memory().clone(), ManagerConfig::for_this_machine(false))
+        .expect("a memory manager on the simulated device");
+    (cpu, manager)
+}
+
+/// Every tensor of a safetensors fixture as f32 (f32, bf16 and f16 files), by name, with its shape.
+pub(crate) fn read_tensors(relative: &str) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let path = fixture(relative);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let data = view.data();
+            let values = match view.dtype() {
+                safetensors::Dtype::F32 => data
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                safetensors::Dtype::BF16 => data
+                    .chunks_exact(2)
+                    .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                    .collect(),
+                other => {
+                    panic!("{}: {name} is {other:?}; fixtures hold f32 or bf16", path.display())
+                }
+            };
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// Asserts `got` is within relative error `tol` of `want`: ‖got − want‖∞ ≤ tol · max(‖want‖∞, 1e-6).
+#[track_caller]
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: {} values, want {}", got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    let (worst, at) = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .map(|(i, (g, w))| ((g - w).abs(), i))
+        .fold((0f32, 0), |a, b| if b.0 > a.0 || b.0.is_nan() { b } else { a });
+    assert!(
+        worst <= tol * scale,
+        "{what}: max error {worst} at {at} (got {}, want {}) exceeds {tol} × {scale}",
+        got[at],
+        want[at]
+    );
+}

@@ -1,0 +1,10 @@
+//! The model families' integration tests, one binary. Each family's outputs on the CPU are compared with
+//! fixtures recorded by `scripts/reference/` from independent implementations (diffusers, transformers, torch),
+//! within a relative error of 1e-4 in f32.
+
+mod common;
+mod flux_vae;
+mod noise;
+mod qwen3;
+mod sampling;
+mod zimage;
