@@ -1,0 +1,258 @@
+//! Detection: whether a file's tensors (under the caller's prefix) are a Z-Image NextDiT, in which key
+//! [`Layout`], and its [`Config`], every width derived from tensor shapes (models.md §2.2).
+//!
+//! ComfyUI recognises Z-Image only at dim 3840 and hard-codes the rest; Kiln reads the shapes instead, so a
+//! shrunken model with the same structure (the test fixtures) loads too. What Kiln cannot run is refused with
+//! [`crate::Error::Unsupported`] naming the file and what was found: the original Lumina 2 (grouped-query
+//! attention, SiLU before the blocks' adaLN), the omni variant (a SigLIP embedder) and the pixel-space variant
+//! (a decoder net).
+
+use std::collections::BTreeSet;
+
+use crate::error::Result;
+use crate::header::Header;
+
+use super::keys;
+
+/// The two key layouts a Z-Image file comes in (models.md §2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// ComfyUI's (the published `z_image_turbo_bf16.safetensors`): fused `attention.qkv`, `x_embedder`,
+    /// `final_layer`.
+    Comfy,
+    /// diffusers' `ZImageTransformer2DModel`: `attention.to_q/to_k/to_v`, `all_x_embedder.2-1`,
+    /// `all_final_layer.2-1`.
+    Diffusers,
+}
+
+/// A Z-Image NextDiT's hyperparameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Hidden width D (rows of `cap_embedder.1.weight`; 3840 for Turbo).
+    pub dim: usize,
+    /// Attention heads (D / head_dim; no grouped-query attention).
+    pub heads: usize,
+    /// Head width (width of the q-norm weight; 128).
+    pub head_dim: usize,
+    /// Main (joint) blocks (30).
+    pub layers: usize,
+    /// Noise-refiner blocks (modulated, image tokens only; 2).
+    pub noise_refiners: usize,
+    /// Context-refiner blocks (unmodulated, caption tokens only; 2).
+    pub context_refiners: usize,
+    /// SwiGLU hidden width (rows of `feed_forward.w1.weight`; 10240).
+    pub ffn_hidden: usize,
+    /// Caption feature width (the text encoder's hidden size; 2560).
+    pub cap_feat_dim: usize,
+    /// Sinusoid width of the timestep embedding (columns of `t_embedder.mlp.0.weight`; 256).
+    pub t_freq_dim: usize,
+    /// Hidden width of the t-embedder MLP (rows of `t_embedder.mlp.0.weight`; 1024).
+    pub t_hidden: usize,
+    /// Width of the t-embedder's output, the adaLN input (rows of `t_embedder.mlp.2.weight`; 256).
+    pub adaln_dim: usize,
+    /// RoPE dims per axis (caption/time, row, column), summing to `head_dim`: [32, 48, 48] at head dim 128,
+    /// and [hd/4, 3hd/8, 3hd/8] for other head dims (the same proportions; every entry must be even).
+    pub axes_dims: [usize; 3],
+    /// RoPE base θ (256).
+    pub rope_theta: f64,
+    /// Caption and image token runs are each padded to a multiple of this with the learned pad tokens: 32 when
+    /// the file has `cap_pad_token`, 1 (no padding) otherwise.
+    pub pad_multiple: usize,
+    /// ε of the blocks' and the caption embedder's RMSNorms (1e-5).
+    pub norm_eps: f32,
+    /// ε of the per-head q/k RMSNorms: f32 machine epsilon as ComfyUI (which passes none); diffusers and the
+    /// original code use 1e-5.
+    pub qk_norm_eps: f32,
+    /// Spatial patch size (2).
+    pub patch_size: usize,
+    /// Latent channels in and out (16).
+    pub in_channels: usize,
+    /// Timestep scale: the t-embedder sees `time_scale · (1 − σ)` (1000).
+    pub time_scale: f32,
+}
+
+/// The key prefix of a diffusion model in a file (models.md §2.2 step 1): of `model.diffusion_model.`,
+/// `model.model.` and `net.`, the one most keys start with if more than 5 do; else `model.` if any key starts
+/// with it; else none (a bare file, used as is).
+pub fn diffusion_prefix<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    const CANDIDATES: [&str; 3] = ["model.diffusion_model.", "model.model.", "net."];
+    let mut counts = [0usize; 3];
+    let mut model = false;
+    for name in names {
+        for (count, prefix) in counts.iter_mut().zip(CANDIDATES) {
+            if name.starts_with(prefix) {
+                *count += 1;
+            }
+        }
+        model |= name.starts_with("model.");
+    }
+    // The first of the largest counts wins.
+    let (best, count) =
+        counts.iter().enumerate().fold((0, 0), |a, (i, &c)| if c > a.1 { (i, c) } else { a });
+    if count > 5 {
+        CANDIDATES[best].to_owned()
+    } else if model {
+        "model.".to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// Whether `h` holds a Z-Image NextDiT, in which layout, and its config. `Ok(None)`: not a Lumina 2-family DiT
+/// at all (another family). `Err(Unsupported)`: a Lumina 2-family file Kiln cannot run, or one with tensors
+/// missing or of the wrong shape.
+pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
+    let layout = if !h.has("cap_embedder.1.weight") {
+        return Ok(None);
+    } else if h.has("noise_refiner.0.attention.k_norm.weight") {
+        Layout::Comfy
+    } else if h.has("noise_refiner.0.attention.norm_k.weight") {
+        Layout::Diffusers
+    } else {
+        return Ok(None);
+    };
+    if h.has("siglip_embedder.0.weight") {
+        return Err(h.unsupported(
+            "a Z-Image omni model (it has `siglip_embedder.0.weight`); Kiln runs text-to-image Z-Image only",
+        ));
+    }
+    if h.has("dec_net.cond_embed.weight") {
+        return Err(h.unsupported(
+            "a pixel-space Lumina 2 model (it has `dec_net.cond_embed.weight`); Kiln runs latent Z-Image only",
+        ));
+    }
+    if h.has("layers.0.adaLN_modulation.1.weight") {
+        return Err(h.unsupported(
+            "an original Lumina 2 model (SiLU before the blocks' adaLN: `layers.0.adaLN_modulation.1.weight`); \
+             Kiln runs Z-Image only",
+        ));
+    }
+    let config = derive(h, layout)?;
+    keys::check(h, &config, layout)?;
+    Ok(Some((config, layout)))
+}
+
+/// The widths of a Lumina 2-family file whose layout is known, from its shapes.
+fn derive(h: &Header, layout: Layout) -> Result<Config> {
+    let cap = matrix(h, "cap_embedder.1.weight")?;
+    let (dim, cap_feat_dim) = (cap[0], cap[1]);
+    let l0 = "layers.0.attention.";
+    let (q_norm, k_rows) = match layout {
+        Layout::Comfy => (format!("{l0}q_norm.weight"), None),
+        Layout::Diffusers => {
+            (format!("{l0}norm_q.weight"), Some(matrix(h, &format!("{l0}to_k.weight"))?[0]))
+        }
+    };
+    let head_dim = vector(h, &q_norm)?;
+    if head_dim == 0 || !dim.is_multiple_of(head_dim) {
+        return Err(
+            h.unsupported(format!("head width {head_dim} (`{q_norm}`) does not divide dim {dim}"))
+        );
+    }
+    let heads = dim / head_dim;
+    let kv_rows = match (layout, k_rows) {
+        (_, Some(rows)) => rows,
+        _ => {
+            let qkv = matrix(h, &format!("{l0}qkv.weight"))?;
+            // q rows are D; k and v share the rest.
+            qkv[0].saturating_sub(dim) / 2
+        }
+    };
+    if kv_rows != dim {
+        return Err(h.unsupported(format!(
+            "grouped-query attention ({heads} heads, {} kv heads: an original Lumina 2 model); Kiln runs Z-Image \
+             only",
+            kv_rows / head_dim
+        )));
+    }
+    let axes_dims = axes_dims(head_dim).ok_or_else(|| {
+        h.unsupported(format!(
+            "head width {head_dim} is not a multiple of 16 (Kiln splits it into 3 even RoPE axes)"
+        ))
+    })?;
+    let t0 = matrix(h, "t_embedder.mlp.0.weight")?;
+    let t2 = matrix(h, "t_embedder.mlp.2.weight")?;
+    let (t_hidden, t_freq_dim, adaln_dim) = (t0[0], t0[1], t2[0]);
+    if t2[1] != t_hidden || !t_freq_dim.is_multiple_of(2) {
+        return Err(h.unsupported(format!(
+            "t-embedder shapes {t0:?} and {t2:?} do not chain (or an odd sinusoid width)"
+        )));
+    }
+    let ffn_hidden = matrix(h, "layers.0.feed_forward.w1.weight")?[0];
+    let (x_name, final_name) = match layout {
+        Layout::Comfy => ("x_embedder.weight", "final_layer.linear.weight"),
+        Layout::Diffusers => ("all_x_embedder.2-1.weight", "all_final_layer.2-1.linear.weight"),
+    };
+    let x_emb = matrix(h, x_name)?;
+    let out = matrix(h, final_name)?;
+    let patch_size = 2;
+    let patch_area = patch_size * patch_size;
+    if x_emb[0] != dim || !x_emb[1].is_multiple_of(patch_area) || out[0] != x_emb[1] {
+        return Err(h.unsupported(format!(
+            "patch embedder {x_emb:?} and output {out:?} are not a 2×2-patch model of dim {dim}"
+        )));
+    }
+    let blocks = block_counts(h);
+    Ok(Config {
+        dim,
+        heads,
+        head_dim,
+        layers: blocks[0],
+        noise_refiners: blocks[1],
+        context_refiners: blocks[2],
+        ffn_hidden,
+        cap_feat_dim,
+        t_freq_dim,
+        t_hidden,
+        adaln_dim,
+        axes_dims,
+        rope_theta: 256.0,
+        pad_multiple: if h.has("cap_pad_token") { 32 } else { 1 },
+        norm_eps: 1e-5,
+        qk_norm_eps: f32::EPSILON,
+        patch_size,
+        in_channels: x_emb[1] / patch_area,
+        time_scale: 1000.0,
+    })
+}
+
+/// RoPE dims per axis for a head width: Z-Image's [32, 48, 48] at 128, the same proportions elsewhere.
+pub fn axes_dims(head_dim: usize) -> Option<[usize; 3]> {
+    head_dim.is_multiple_of(16).then(|| [head_dim / 4, head_dim * 3 / 8, head_dim * 3 / 8])
+}
+
+/// Consecutive indices from 0 of `layers.{i}.`, `noise_refiner.{i}.`, `context_refiner.{i}.` (until a gap).
+fn block_counts(h: &Header) -> [usize; 3] {
+    let mut seen: [BTreeSet<usize>; 3] = Default::default();
+    for name in h.names() {
+        for (set, group) in seen.iter_mut().zip(keys::GROUPS) {
+            let index = name
+                .strip_prefix(group)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|i| i.parse::<usize>().ok());
+            if let Some(i) = index {
+                set.insert(i);
+            }
+        }
+    }
+    seen.map(|set| (0..).take_while(|i| set.contains(i)).count())
+}
+
+/// The shape of a rank-2 tensor that must exist.
+fn matrix(h: &Header, name: &str) -> Result<[usize; 2]> {
+    let t = h.require(name)?;
+    match t.shape[..] {
+        [rows, cols] => Ok([rows, cols]),
+        _ => Err(h.unsupported(format!("`{}` is {:?}, not a matrix", h.key(name), t.shape))),
+    }
+}
+
+/// The length of a rank-1 tensor that must exist.
+fn vector(h: &Header, name: &str) -> Result<usize> {
+    let t = h.require(name)?;
+    match t.shape[..] {
+        [len] => Ok(len),
+        _ => Err(h.unsupported(format!("`{}` is {:?}, not a vector", h.key(name), t.shape))),
+    }
+}
