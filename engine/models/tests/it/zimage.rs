@@ -313,3 +313,17 @@ fn other_families_are_not_detected() {
     let file = SafetensorsFile::open(&tmp.0).expect("opens");
     assert!(detect(&Header::new(&file, "")).expect("no error").is_none());
 }
+
+#[test]
+fn rope_axes_follow_the_head_width() {
+    assert_eq!(kiln_models::zimage::axes_dims(128), Some([32, 48, 48]));
+    assert_eq!(kiln_models::zimage::axes_dims(32), Some([8, 12, 12]));
+    assert_eq!(kiln_models::zimage::axes_dims(40), None);
+}
+
+#[test]
+fn no_pad_tokens_means_no_padding() {
+    let (_, result) = detect_edited("nopad", "", |t| t.retain(|(n, _)| !n.ends_with("pad_token")));
+    let (cfg, _) = result.expect("detects").expect("a Z-Image model");
+    assert_eq!(cfg.pad_multiple, 1);
+}
