@@ -109,6 +109,8 @@ fn the_plan_keeps_the_names_under_a_prefix() {
     let plan = qwen3::load_plan(&header, &config);
     assert_eq!(plan.slots[0].name, "model.embed_tokens.weight");
     assert_eq!(plan.slots[0].parts, [(0, format!("{prefix}model.embed_tokens.weight"))]);
+    drop(file);
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// The hidden states of the fixture's id sequences under `manager` on `b`.
@@ -152,7 +154,7 @@ fn hidden_state_rejects_bad_ids() {
 
 // --- Detection of other and broken files ---------------------------------------------------------------------
 
-/// A fresh directory for one test's files.
+/// A fresh directory for one test's files (the test removes it).
 fn scratch(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-qwen3-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -198,6 +200,8 @@ fn detect_edited(
     write_header(&path, &tensors);
     let file = SafetensorsFile::open(&path).unwrap();
     let detected = qwen3::detect(&Header::new(&file, ""));
+    drop(file);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     (path, detected)
 }
 
