@@ -1,0 +1,207 @@
+//! [`Config`]: a Qwen3 text encoder's widths, detected from a file's tensor shapes, and the [`LoadPlan`] of the
+//! weights the hidden state needs (models.md §2.4, §4.1, §4.2).
+
+use std::collections::BTreeSet;
+
+use kiln_compute::memory::{LoadPlan, SlotPlan};
+
+use crate::error::Result;
+use crate::header::Header;
+
+/// Qwen3's RMSNorm ε (every Qwen3 size).
+pub const RMS_EPS: f32 = 1e-6;
+/// Qwen3's RoPE base (every Qwen3 size).
+pub const ROPE_THETA: f64 = 1e6;
+
+/// The token embedding table.
+pub(super) const EMBED: &str = "model.embed_tokens.weight";
+
+/// The tensors of one decoder layer, after `model.layers.{i}.`, in the order [`layer_names`] lists them.
+const LAYER_TENSORS: [&str; 11] = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
+
+/// A Qwen3 decoder's hyperparameters (Qwen3-4B: vocab 151936, hidden 2560, 36 layers, 32 heads, 8 kv heads,
+/// head dim 128, MLP 9728).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// Rows of the embedding table.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Decoder layers in the file (the hidden state used is layer `layers − 2`'s output).
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention: `heads / kv_heads` query heads share one).
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// MLP (SwiGLU) width.
+    pub intermediate: usize,
+    /// RMSNorm ε.
+    pub rms_eps: f32,
+    /// RoPE base θ.
+    pub rope_theta: f64,
+}
+
+/// The names of decoder layer `i`'s weights, in the order [`crate::qwen3::Qwen3`] fetches them: input norm,
+/// q, k, v, o, q-norm, k-norm, post-attention norm, gate, up, down.
+pub fn layer_names(i: usize) -> Vec<String> {
+    LAYER_TENSORS.iter().map(|t| format!("model.layers.{i}.{t}")).collect()
+}
+
+impl Config {
+    /// The shapes of one layer's weights, in [`layer_names`] order.
+    fn layer_shapes(&self) -> [Vec<usize>; 11] {
+        let (d, q, kv, f) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+            self.intermediate,
+        );
+        [
+            vec![d],
+            vec![q, d],
+            vec![kv, d],
+            vec![kv, d],
+            vec![d, q],
+            vec![self.head_dim],
+            vec![self.head_dim],
+            vec![d],
+            vec![f, d],
+            vec![f, d],
+            vec![d, f],
+        ]
+    }
+}
+
+/// The config of a Qwen3 text encoder (`None` when the file is not one: it lacks
+/// `model.layers.0.post_attention_layernorm.weight` or `model.layers.0.self_attn.q_norm.weight`), every
+/// width derived from the tensor shapes. A Qwen3 layout with a tensor missing, of an unsupported dtype
+/// or of a shape that disagrees with the others is [`crate::Error::Unsupported`] naming it.
+pub fn detect(h: &Header) -> Result<Option<Config>> {
+    let q_norm = "model.layers.0.self_attn.q_norm.weight";
+    let looks_like_qwen3 =
+        |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
+    if !looks_like_qwen3("model.layers.0.post_attention_layernorm.weight")
+        || !looks_like_qwen3(q_norm)
+    {
+        return Ok(None);
+    }
+    if let Some(name) =
+        h.names().find(|n| n.ends_with("scale_weight") || n.ends_with("weight_scale"))
+    {
+        return Err(h.unsupported(format!(
+            "a Qwen3 text encoder with scaled fp8 weights (`{}`), which Kiln cannot run",
+            h.key(name)
+        )));
+    }
+    let layers = count_layers(h)?;
+    let [vocab, hidden] = dims(h, EMBED)?;
+    let [head_dim] = dims(h, q_norm)?;
+    let [q_rows, _] = dims(h, "model.layers.0.self_attn.q_proj.weight")?;
+    let [kv_rows, _] = dims(h, "model.layers.0.self_attn.k_proj.weight")?;
+    let [intermediate, _] = dims(h, "model.layers.0.mlp.gate_proj.weight")?;
+    if head_dim == 0 || head_dim % 2 == 1 || q_rows % head_dim != 0 || kv_rows % head_dim != 0 {
+        return Err(h.unsupported(format!(
+            "a Qwen3 layout whose q_norm width {head_dim} does not divide q_proj's {q_rows} and \
+             k_proj's {kv_rows} rows into even-width heads"
+        )));
+    }
+    let (heads, kv_heads) = (q_rows / head_dim, kv_rows / head_dim);
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(h.unsupported(format!(
+            "a Qwen3 layout with {heads} query heads and {kv_heads} key/value heads (not a multiple)"
+        )));
+    }
+    let config = Config {
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate,
+        rms_eps: RMS_EPS,
+        rope_theta: ROPE_THETA,
+    };
+    for i in 0..layers {
+        for (name, want) in layer_names(i).iter().zip(config.layer_shapes()) {
+            check_shape(h, name, &want)?;
+        }
+    }
+    Ok(Some(config))
+}
+
+/// What to load for the hidden state: the embedding table and layers `0..=layers − 2`, under the file's names
+/// without the prefix. The last layer, `model.norm` and any `lm_head` are not loaded (ComfyUI computes them
+/// and throws them away).
+pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
+    let slot = |name: String| SlotPlan { parts: vec![(0, h.key(&name))], name };
+    let mut slots = vec![slot(EMBED.to_owned())];
+    for i in 0..cfg.layers.saturating_sub(1) {
+        slots.extend(layer_names(i).into_iter().map(slot));
+    }
+    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+/// The number of decoder layers: indices `model.layers.{i}.` must run 0, 1, … without a gap.
+fn count_layers(h: &Header) -> Result<usize> {
+    let indices: BTreeSet<usize> = h
+        .names()
+        .chain(h.unsupported_dtypes().map(|(n, _)| n))
+        .filter_map(|n| n.strip_prefix("model.layers.")?.split_once('.')?.0.parse().ok())
+        .collect();
+    let layers = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
+    match indices.iter().nth(layers) {
+        Some(gap) => Err(h.unsupported(format!(
+            "a Qwen3 layout whose layers stop at {layers} but go on at {}",
+            h.key(&format!("model.layers.{gap}."))
+        ))),
+        None => Ok(layers),
+    }
+}
+
+/// The shape of a tensor that must exist with rank `N`.
+fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
+    require(h, name)?;
+    let shape = h.shape(name).unwrap_or_default();
+    shape.try_into().map_err(|_| {
+        h.unsupported(format!("tensor `{}` has shape {shape:?}, not rank {N}", h.key(name)))
+    })
+}
+
+/// Checks a tensor exists with shape `want`.
+fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> {
+    require(h, name)?;
+    match h.shape(name) {
+        Some(shape) if shape == want => Ok(()),
+        shape => Err(h.unsupported(format!(
+            "tensor `{}` has shape {:?}, expected {want:?} for this Qwen3 layout",
+            h.key(name),
+            shape.unwrap_or_default()
+        ))),
+    }
+}
+
+/// A tensor that must exist in a dtype Kiln computes with.
+fn require(h: &Header, name: &str) -> Result<()> {
+    if let Some((_, dtype)) = h.unsupported_dtypes().find(|&(n, _)| n == name) {
+        return Err(h.unsupported(format!(
+            "tensor `{}` is {dtype}, a type Kiln cannot compute with",
+            h.key(name)
+        )));
+    }
+    h.require(name).map(|_| ())
+}

