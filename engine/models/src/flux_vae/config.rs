@@ -223,8 +223,15 @@ pub(crate) fn expected(cfg: &Config) -> Vec<Expected> {
 /// decoder (TAESD-like or other non-KL layouts), attention outside the mid block, widths 32 groups do not
 /// divide, or any weight missing or of the wrong shape.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
-    if !h.names().any(|n| n.starts_with("encoder.") || n.starts_with("decoder.")) {
+    let vae_like = |n: &str| n.starts_with("encoder.") || n.starts_with("decoder.");
+    if !h.names().any(vae_like) && !h.unsupported_dtypes().any(|(n, _)| vae_like(n)) {
         return Ok(None);
+    }
+    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
+        return Err(h.unsupported(format!(
+            "`{}` is {dtype}, a type Kiln cannot compute with",
+            h.key(name)
+        )));
     }
     if let Some(name) = h.names().find(|n| h.shape(n).is_some_and(|s| s.len() == 5)) {
         return Err(h.unsupported(format!(
@@ -293,7 +300,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             e.clone()
         }
         (Some(s), None) | (None, Some(s)) => s.clone(),
-        (None, None) => unreachable!("has_encoder or has_decoder"),
+        (None, None) => return Err(h.unsupported("neither a KL encoder nor decoder")),
     };
     let ch = widths[0];
     if let Some(w) = widths.iter().find(|&&w| w == 0 || w % ch != 0 || w % GROUPS != 0) {

@@ -343,6 +343,13 @@ fn refuses_other_vaes_clearly() {
         &path,
         &["neither", "decoder.conv_in.weight", "decoder.1.weight"],
     );
+    // A dtype Kiln cannot compute with.
+    let path = dir.join("f64.safetensors");
+    write(
+        &path,
+        &[("decoder.conv_in.weight".into(), safetensors::Dtype::F64, vec![2], vec![0; 16])],
+    );
+    assert_unsupported(detect(&path), &path, &["decoder.conv_in.weight", "F64"]);
     // Not a VAE at all.
     let path = dir.join("dit.safetensors");
     write_header_only(&path, &[("x_embedder.weight".into(), vec![64, 64])]);
