@@ -120,7 +120,7 @@ impl List {
         self.push(format!("{ldm}.bias"), format!("{diffusers}.bias"), vec![c], false);
     }
 
-    /// A ResnetBlock `cin → cout`, in [`RESNET`] order.
+    /// A ResnetBlock `cin → cout`: norm1, conv1, norm2, conv2, then the 1×1 shortcut when the width changes.
     fn resnet(&mut self, ldm: &str, diffusers: &str, cin: usize, cout: usize) {
         self.norm(&format!("{ldm}.norm1"), &format!("{diffusers}.norm1"), cin);
         self.conv(&format!("{ldm}.conv1"), &format!("{diffusers}.conv1"), cout, cin, 3);

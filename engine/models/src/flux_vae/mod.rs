@@ -21,6 +21,7 @@ mod config;
 
 pub use config::{Config, Layout, detect, load_plan};
 
+use kiln_compute::backend::Conv2dParams;
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
@@ -63,13 +64,7 @@ impl FluxVae {
         let (m, g) = (&self.weights, cfg.groups);
         let mut x = b.cast(z, b.compute_dtype())?;
         if cfg.post_quant_conv {
-            x = blocks::conv(
-                b,
-                m,
-                "post_quant_conv",
-                &x,
-                kiln_compute::backend::Conv2dParams::same(0),
-            )?;
+            x = blocks::conv(b, m, "post_quant_conv", &x, Conv2dParams::same(0))?;
         }
         x = blocks::conv3(b, m, "decoder.conv_in", &x)?;
         x = self.mid(b, "decoder", &x)?;
@@ -123,7 +118,7 @@ impl FluxVae {
         x = self.mid(b, "encoder", &x)?;
         x = blocks::head(b, m, "encoder", g, &x)?;
         if cfg.quant_conv {
-            x = blocks::conv(b, m, "quant_conv", &x, kiln_compute::backend::Conv2dParams::same(0))?;
+            x = blocks::conv(b, m, "quant_conv", &x, Conv2dParams::same(0))?;
         }
         let mean = b.slice(&x, 1, 0, cfg.z_channels)?;
         Ok(b.cast(&mean, DType::F32)?)
