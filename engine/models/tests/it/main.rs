@@ -8,3 +8,4 @@ mod noise;
 mod qwen3;
 mod sampling;
 mod zimage;
+mod synth;
