@@ -70,8 +70,9 @@ impl ZImageShape {
     }
 
     fn validate(&self) -> Result<()> {
-        let widths = [self.dim, self.heads, self.ffn_hidden, self.cap_feat_dim, self.t_hidden, self.adaln];
-        if widths.contains(&0) || self.dim % self.heads != 0 {
+        let widths =
+            [self.dim, self.heads, self.ffn_hidden, self.cap_feat_dim, self.t_hidden, self.adaln];
+        if widths.contains(&0) || !self.dim.is_multiple_of(self.heads) {
             return Err(Error::Invalid(format!(
                 "Z-Image shape {self:?}: every width must be positive and dim divisible by heads"
             )));
@@ -116,12 +117,21 @@ impl Qwen3Shape {
     /// A tiny encoder with the full structure and the real vocabulary (so the real tokenizer's ids are valid):
     /// hidden 32, 3 layers, 4 query heads over 2 key/value heads of width 8, MLP 64.
     pub fn tiny() -> Qwen3Shape {
-        Qwen3Shape { vocab: 151936, hidden: 32, layers: 3, heads: 4, kv_heads: 2, head_dim: 8, intermediate: 64 }
+        Qwen3Shape {
+            vocab: 151936,
+            hidden: 32,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            intermediate: 64,
+        }
     }
 
     fn validate(&self) -> Result<()> {
-        let widths = [self.vocab, self.hidden, self.heads, self.kv_heads, self.head_dim, self.intermediate];
-        if widths.contains(&0) || self.heads % self.kv_heads != 0 {
+        let widths =
+            [self.vocab, self.hidden, self.heads, self.kv_heads, self.head_dim, self.intermediate];
+        if widths.contains(&0) || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(Error::Invalid(format!(
                 "Qwen3 shape {self:?}: every width must be positive and heads a multiple of kv_heads"
             )));
@@ -229,7 +239,8 @@ fn uniform_bound(fan_in: usize) -> f32 {
 /// The Z-Image DiT's tensors at `shape` with their initialisation.
 pub(crate) fn zimage_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
     shape.validate()?;
-    let ZImageShape { dim, layers, refiners, ffn_hidden, cap_feat_dim, t_hidden, adaln, .. } = *shape;
+    let ZImageShape { dim, layers, refiners, ffn_hidden, cap_feat_dim, t_hidden, adaln, .. } =
+        *shape;
     let mut l = Layout::new();
     l.linear("x_embedder", dim, PATCH_FEATURES, true);
     l.push("x_pad_token".into(), &[1, dim], Init::Uniform(0.02));

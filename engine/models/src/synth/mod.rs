@@ -61,8 +61,13 @@ pub enum SynthDtype {
 
 impl SynthDtype {
     /// Every dtype, in the order of [`SynthDtype::name`]'s list.
-    pub const ALL: [SynthDtype; 5] =
-        [SynthDtype::Bf16, SynthDtype::F16, SynthDtype::F32, SynthDtype::Fp8E4m3fn, SynthDtype::Fp8E5m2];
+    pub const ALL: [SynthDtype; 5] = [
+        SynthDtype::Bf16,
+        SynthDtype::F16,
+        SynthDtype::F32,
+        SynthDtype::Fp8E4m3fn,
+        SynthDtype::Fp8E5m2,
+    ];
 
     /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`.
     pub fn name(self) -> &'static str {
@@ -129,12 +134,20 @@ pub struct ZImageTurboSet {
 impl ZImageTurboSet {
     /// The released models.
     pub fn real() -> ZImageTurboSet {
-        ZImageTurboSet { zimage: ZImageShape::real(), qwen3: Qwen3Shape::real(), vae: VaeShape::real() }
+        ZImageTurboSet {
+            zimage: ZImageShape::real(),
+            qwen3: Qwen3Shape::real(),
+            vae: VaeShape::real(),
+        }
     }
 
     /// The tiny models of the tests.
     pub fn tiny() -> ZImageTurboSet {
-        ZImageTurboSet { zimage: ZImageShape::tiny(), qwen3: Qwen3Shape::tiny(), vae: VaeShape::tiny() }
+        ZImageTurboSet {
+            zimage: ZImageShape::tiny(),
+            qwen3: Qwen3Shape::tiny(),
+            vae: VaeShape::tiny(),
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -217,7 +230,8 @@ pub fn write_checkpoint(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     set.validate()?;
-    let (zimage, qwen3, vae) = (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
+    let (zimage, qwen3, vae) =
+        (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
     let mut all = entries(&zimage, ZIMAGE, CHECKPOINT_DIFFUSION_PREFIX, dtype);
     all.extend(entries(&qwen3, QWEN3, CHECKPOINT_TEXT_ENCODER_PREFIX, dtype));
     all.extend(entries(&vae, VAE, CHECKPOINT_VAE_PREFIX, dtype.for_vae()));
@@ -226,7 +240,7 @@ pub fn write_checkpoint(
 
 /// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],
 /// [`TEXT_ENCODER_FILE`], [`VAE_FILE`]), creating the folders: the DiT and the text encoder in `dtype`, the VAE
-/// in [`SynthDtype::for_vae`]. `progress(bytes written, total of the three files)`.
+/// in f32 as released. `progress(bytes written, total of the three files)`.
 pub fn write_models_dir(
     models_dir: &Path,
     set: &ZImageTurboSet,
@@ -235,11 +249,12 @@ pub fn write_models_dir(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     set.validate()?;
-    let (zimage, qwen3, vae) = (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
+    let (zimage, qwen3, vae) =
+        (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
     let plans = [
         (DIFFUSION_MODEL_FILE, entries(&zimage, ZIMAGE, "", dtype), "Z-Image DiT"),
         (TEXT_ENCODER_FILE, entries(&qwen3, QWEN3, "", dtype), "Qwen3 text encoder"),
-        (VAE_FILE, entries(&vae, VAE, "", dtype.for_vae()), "Flux VAE"),
+        (VAE_FILE, entries(&vae, VAE, "", SynthDtype::F32), "Flux VAE"),
     ]
     .map(|(file, entries, what)| Plan::new(&models_dir.join(file), entries, &metadata(what, seed)));
     let total: u64 = plans.iter().map(Plan::total).sum();

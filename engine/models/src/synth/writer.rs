@@ -139,7 +139,8 @@ fn block_seed(seed: u64, stream: u64, block: u64) -> u64 {
 /// The safetensors header: `__metadata__` then each tensor with its dtype, shape and data offsets, padded with
 /// spaces to a multiple of 8 bytes (as safetensors writes it).
 fn header_json(entries: &[Entry<'_>], metadata: &str) -> String {
-    let mut json = format!("{{\"__metadata__\":{{\"format\":\"pt\",\"kiln.synth\":{}}}", quote(metadata));
+    let mut json =
+        format!("{{\"__metadata__\":{{\"format\":\"pt\",\"kiln.synth\":{}}}", quote(metadata));
     let mut offset = 0u64;
     for entry in entries {
         let shape: Vec<String> = entry.spec.shape.iter().map(usize::to_string).collect();

@@ -7,5 +7,5 @@ mod flux_vae;
 mod noise;
 mod qwen3;
 mod sampling;
-mod zimage;
 mod synth;
+mod zimage;
