@@ -17,6 +17,7 @@ pub mod header;
 pub mod noise;
 pub mod qwen3;
 pub mod sampling;
+pub mod synth;
 pub mod zimage;
 
 mod error;

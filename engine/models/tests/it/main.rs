@@ -7,4 +7,5 @@ mod flux_vae;
 mod noise;
 mod qwen3;
 mod sampling;
+mod synth;
 mod zimage;

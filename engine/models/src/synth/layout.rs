@@ -1,0 +1,363 @@
+//! The three Z-Image-Turbo files' tensor lists (names, shapes, how each is initialised) at a configuration.
+//!
+//! Invariant: at `real()` each list is exactly the released file's keys and shapes (models.md §3.2, §4.1, §5.1)
+//! — the model code detects every width from these shapes, so a synthetic file must be indistinguishable from a
+//! released one but for its values.
+
+use crate::error::{Error, Result};
+
+/// Input features of the DiT's patch embedder and output features of its final layer: 2×2 patches of 16 latent
+/// channels.
+const PATCH_FEATURES: usize = 64;
+/// Width of the timestep sinusoid the t-embedder reads.
+const T_FREQUENCIES: usize = 256;
+
+/// The NextDiT's widths (ComfyUI layout: fused `attention.qkv`, `x_embedder`, `final_layer`; no key prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZImageShape {
+    /// Hidden width `D` (3840).
+    pub dim: usize,
+    /// Attention heads (30); head dim = `dim / heads`.
+    pub heads: usize,
+    /// Main blocks `layers.i` (30).
+    pub layers: usize,
+    /// Blocks in each refiner, `noise_refiner.i` (modulated) and `context_refiner.i` (not) (2).
+    pub refiners: usize,
+    /// SwiGLU hidden width of `feed_forward.w1/w3` (10240).
+    pub ffn_hidden: usize,
+    /// Caption feature width, the text encoder's hidden size (2560).
+    pub cap_feat_dim: usize,
+    /// Hidden width of the t-embedder MLP (1024).
+    pub t_hidden: usize,
+    /// Width of the adaLN input, the t-embedder's output (256).
+    pub adaln: usize,
+}
+
+impl ZImageShape {
+    /// Z-Image-Turbo as released (`z_image_turbo_bf16.safetensors`): 6 154 908 736 parameters.
+    pub fn real() -> ZImageShape {
+        ZImageShape {
+            dim: 3840,
+            heads: 30,
+            layers: 30,
+            refiners: 2,
+            ffn_hidden: 10240,
+            cap_feat_dim: 2560,
+            t_hidden: 1024,
+            adaln: 256,
+        }
+    }
+
+    /// A tiny model with the full structure: head dim 32 (RoPE axes 8, 12, 12), 2 heads, 2 layers, 2 + 2
+    /// refiners, captions from [`Qwen3Shape::tiny`]. The t-embedder follows diffusers' rule (hidden 1024, output
+    /// min(dim, 256)); the FFN width ComfyUI's (256·⌈⌊8/3·dim⌋/256⌉).
+    pub fn tiny() -> ZImageShape {
+        ZImageShape {
+            dim: 64,
+            heads: 2,
+            layers: 2,
+            refiners: 2,
+            ffn_hidden: 256,
+            cap_feat_dim: Qwen3Shape::tiny().hidden,
+            t_hidden: 1024,
+            adaln: 64,
+        }
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.dim / self.heads.max(1)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let widths =
+            [self.dim, self.heads, self.ffn_hidden, self.cap_feat_dim, self.t_hidden, self.adaln];
+        if widths.contains(&0) || !self.dim.is_multiple_of(self.heads) {
+            return Err(Error::Invalid(format!(
+                "Z-Image shape {self:?}: every width must be positive and dim divisible by heads"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The Qwen3 text encoder's widths (Hugging Face names, no `lm_head`, no biases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qwen3Shape {
+    /// Vocabulary rows of `model.embed_tokens.weight` (151936).
+    pub vocab: usize,
+    /// Hidden width (2560).
+    pub hidden: usize,
+    /// Decoder layers (36).
+    pub layers: usize,
+    /// Query heads (32).
+    pub heads: usize,
+    /// Key/value heads (8).
+    pub kv_heads: usize,
+    /// Per-head width (128).
+    pub head_dim: usize,
+    /// SwiGLU hidden width (9728).
+    pub intermediate: usize,
+}
+
+impl Qwen3Shape {
+    /// Qwen3-4B as ComfyUI ships it (`qwen_3_4b.safetensors`): 4 022 468 096 parameters.
+    pub fn real() -> Qwen3Shape {
+        Qwen3Shape {
+            vocab: 151936,
+            hidden: 2560,
+            layers: 36,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            intermediate: 9728,
+        }
+    }
+
+    /// A tiny encoder with the full structure and the real vocabulary (so the real tokenizer's ids are valid):
+    /// hidden 32, 3 layers, 4 query heads over 2 key/value heads of width 8, MLP 64.
+    pub fn tiny() -> Qwen3Shape {
+        Qwen3Shape {
+            vocab: 151936,
+            hidden: 32,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            intermediate: 64,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let widths =
+            [self.vocab, self.hidden, self.heads, self.kv_heads, self.head_dim, self.intermediate];
+        if widths.contains(&0) || !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(Error::Invalid(format!(
+                "Qwen3 shape {self:?}: every width must be positive and heads a multiple of kv_heads"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The Flux VAE's widths (LDM names `encoder.*` / `decoder.*`, no quant convs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VaeShape {
+    /// Base width (128).
+    pub ch: usize,
+    /// Width multipliers per level ([1, 2, 4, 4]).
+    pub ch_mult: Vec<usize>,
+    /// Res blocks per encoder level (2; the decoder has one more).
+    pub res_blocks: usize,
+    /// Latent channels (16).
+    pub z: usize,
+}
+
+impl VaeShape {
+    /// The FLUX.1 VAE (`ae.safetensors`).
+    pub fn real() -> VaeShape {
+        VaeShape { ch: 128, ch_mult: vec![1, 2, 4, 4], res_blocks: 2, z: 16 }
+    }
+
+    /// A tiny VAE with the full structure: base width 32 (so GroupNorm's 32 groups divide every width).
+    pub fn tiny() -> VaeShape {
+        VaeShape { ch: 32, ch_mult: vec![1, 2, 4, 4], res_blocks: 2, z: 16 }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.ch == 0 || self.z == 0 || self.ch_mult.is_empty() || self.ch_mult.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "VAE shape {self:?}: ch, z and every multiplier must be positive, with at least one level"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How a tensor's values are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Init {
+    /// All 1 (norm weights).
+    Ones,
+    /// All 0 (norm biases).
+    Zeros,
+    /// Uniform in ±bound.
+    Uniform(f32),
+}
+
+/// One tensor of a layout.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Spec {
+    pub(crate) name: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) init: Init,
+}
+
+/// Builds a layout's list, prefixing block names.
+struct Layout {
+    specs: Vec<Spec>,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        Layout { specs: Vec::new() }
+    }
+
+    fn push(&mut self, name: String, shape: &[usize], init: Init) {
+        self.specs.push(Spec { name, shape: shape.to_vec(), init });
+    }
+
+    /// A linear layer `[out, in]` (+ bias `[out]`), torch's default bounds ±1/√in.
+    fn linear(&mut self, name: &str, out: usize, inp: usize, bias: bool) {
+        let bound = uniform_bound(inp);
+        self.push(format!("{name}.weight"), &[out, inp], Init::Uniform(bound));
+        if bias {
+            self.push(format!("{name}.bias"), &[out], Init::Uniform(bound));
+        }
+    }
+
+    /// A 2-D convolution `[out, in, k, k]` + bias, torch's default bounds ±1/√(in·k²).
+    fn conv(&mut self, name: &str, out: usize, inp: usize, k: usize) {
+        let bound = uniform_bound(inp * k * k);
+        self.push(format!("{name}.weight"), &[out, inp, k, k], Init::Uniform(bound));
+        self.push(format!("{name}.bias"), &[out], Init::Uniform(bound));
+    }
+
+    /// A norm's weight (ones) and, with `bias`, its bias (zeros).
+    fn norm(&mut self, name: &str, width: usize, bias: bool) {
+        self.push(format!("{name}.weight"), &[width], Init::Ones);
+        if bias {
+            self.push(format!("{name}.bias"), &[width], Init::Zeros);
+        }
+    }
+}
+
+fn uniform_bound(fan_in: usize) -> f32 {
+    1.0 / (fan_in as f32).sqrt()
+}
+
+/// The Z-Image DiT's tensors at `shape` with their initialisation.
+pub(crate) fn zimage_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
+    shape.validate()?;
+    let ZImageShape { dim, layers, refiners, ffn_hidden, cap_feat_dim, t_hidden, adaln, .. } =
+        *shape;
+    let mut l = Layout::new();
+    l.linear("x_embedder", dim, PATCH_FEATURES, true);
+    l.push("x_pad_token".into(), &[1, dim], Init::Uniform(0.02));
+    l.push("cap_pad_token".into(), &[1, dim], Init::Uniform(0.02));
+    l.linear("t_embedder.mlp.0", t_hidden, T_FREQUENCIES, true);
+    l.linear("t_embedder.mlp.2", adaln, t_hidden, true);
+    l.norm("cap_embedder.0", cap_feat_dim, false);
+    l.linear("cap_embedder.1", dim, cap_feat_dim, true);
+    let block = |l: &mut Layout, name: String, modulated: bool| {
+        l.linear(&format!("{name}.attention.qkv"), 3 * dim, dim, false);
+        l.linear(&format!("{name}.attention.out"), dim, dim, false);
+        l.norm(&format!("{name}.attention.q_norm"), shape.head_dim(), false);
+        l.norm(&format!("{name}.attention.k_norm"), shape.head_dim(), false);
+        for norm in ["attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"] {
+            l.norm(&format!("{name}.{norm}"), dim, false);
+        }
+        l.linear(&format!("{name}.feed_forward.w1"), ffn_hidden, dim, false);
+        l.linear(&format!("{name}.feed_forward.w2"), dim, ffn_hidden, false);
+        l.linear(&format!("{name}.feed_forward.w3"), ffn_hidden, dim, false);
+        if modulated {
+            l.linear(&format!("{name}.adaLN_modulation.0"), 4 * dim, adaln, true);
+        }
+    };
+    for i in 0..refiners {
+        block(&mut l, format!("noise_refiner.{i}"), true);
+    }
+    for i in 0..refiners {
+        block(&mut l, format!("context_refiner.{i}"), false);
+    }
+    for i in 0..layers {
+        block(&mut l, format!("layers.{i}"), true);
+    }
+    l.linear("final_layer.linear", PATCH_FEATURES, dim, true);
+    l.linear("final_layer.adaLN_modulation.1", dim, adaln, true);
+    Ok(l.specs)
+}
+
+/// The Qwen3 encoder's tensors at `shape` with their initialisation.
+pub(crate) fn qwen3_specs(shape: &Qwen3Shape) -> Result<Vec<Spec>> {
+    shape.validate()?;
+    let Qwen3Shape { vocab, hidden, layers, heads, kv_heads, head_dim, intermediate } = *shape;
+    let mut l = Layout::new();
+    // torch's nn.Embedding draws N(0, 1); uniform ±1 keeps the same order of magnitude.
+    l.push("model.embed_tokens.weight".into(), &[vocab, hidden], Init::Uniform(1.0));
+    for i in 0..layers {
+        let p = format!("model.layers.{i}");
+        l.linear(&format!("{p}.self_attn.q_proj"), heads * head_dim, hidden, false);
+        l.linear(&format!("{p}.self_attn.k_proj"), kv_heads * head_dim, hidden, false);
+        l.linear(&format!("{p}.self_attn.v_proj"), kv_heads * head_dim, hidden, false);
+        l.linear(&format!("{p}.self_attn.o_proj"), hidden, heads * head_dim, false);
+        l.norm(&format!("{p}.self_attn.q_norm"), head_dim, false);
+        l.norm(&format!("{p}.self_attn.k_norm"), head_dim, false);
+        l.linear(&format!("{p}.mlp.gate_proj"), intermediate, hidden, false);
+        l.linear(&format!("{p}.mlp.up_proj"), intermediate, hidden, false);
+        l.linear(&format!("{p}.mlp.down_proj"), hidden, intermediate, false);
+        l.norm(&format!("{p}.input_layernorm"), hidden, false);
+        l.norm(&format!("{p}.post_attention_layernorm"), hidden, false);
+    }
+    l.norm("model.norm", hidden, false);
+    Ok(l.specs)
+}
+
+/// The Flux VAE's tensors at `shape` with their initialisation (LDM layout, as `ae.safetensors`).
+pub(crate) fn vae_specs(shape: &VaeShape) -> Result<Vec<Spec>> {
+    shape.validate()?;
+    let VaeShape { ch, ref ch_mult, res_blocks, z } = *shape;
+    let levels = ch_mult.len();
+    let top = ch * ch_mult[levels - 1];
+    let mut l = Layout::new();
+    let resnet = |l: &mut Layout, name: String, cin: usize, cout: usize| {
+        l.norm(&format!("{name}.norm1"), cin, true);
+        l.conv(&format!("{name}.conv1"), cout, cin, 3);
+        l.norm(&format!("{name}.norm2"), cout, true);
+        l.conv(&format!("{name}.conv2"), cout, cout, 3);
+        if cin != cout {
+            l.conv(&format!("{name}.nin_shortcut"), cout, cin, 1);
+        }
+    };
+    let mid = |l: &mut Layout, name: &str| {
+        resnet(l, format!("{name}.mid.block_1"), top, top);
+        l.norm(&format!("{name}.mid.attn_1.norm"), top, true);
+        for conv in ["q", "k", "v", "proj_out"] {
+            l.conv(&format!("{name}.mid.attn_1.{conv}"), top, top, 1);
+        }
+        resnet(l, format!("{name}.mid.block_2"), top, top);
+    };
+
+    l.conv("encoder.conv_in", ch, 3, 3);
+    let mut width = ch;
+    for (i, &mult) in ch_mult.iter().enumerate() {
+        let out = ch * mult;
+        for j in 0..res_blocks {
+            resnet(&mut l, format!("encoder.down.{i}.block.{j}"), width, out);
+            width = out;
+        }
+        if i + 1 < levels {
+            l.conv(&format!("encoder.down.{i}.downsample.conv"), width, width, 3);
+        }
+    }
+    mid(&mut l, "encoder");
+    l.norm("encoder.norm_out", top, true);
+    l.conv("encoder.conv_out", 2 * z, top, 3);
+
+    l.conv("decoder.conv_in", top, z, 3);
+    mid(&mut l, "decoder");
+    let mut width = top;
+    for (i, &mult) in ch_mult.iter().enumerate().rev() {
+        let out = ch * mult;
+        for j in 0..=res_blocks {
+            resnet(&mut l, format!("decoder.up.{i}.block.{j}"), width, out);
+            width = out;
+        }
+        if i > 0 {
+            l.conv(&format!("decoder.up.{i}.upsample.conv"), width, width, 3);
+        }
+    }
+    l.norm("decoder.norm_out", ch, true);
+    l.conv("decoder.conv_out", 3, ch, 3);
+    Ok(l.specs)
+}

@@ -1,0 +1,301 @@
+//! Random-weight Z-Image-Turbo files at any configuration: the library behind `kiln model synth`, and the tiny
+//! files the end-to-end and browser tests save under the real names.
+//!
+//! Each file has exactly the keys, shapes (scaled by the configuration) and dtypes of the released one — the
+//! DiT `z_image_turbo_bf16.safetensors` (ComfyUI layout, no prefix), the text encoder `qwen_3_4b.safetensors`
+//! (Hugging Face names, no `lm_head`) and the Flux VAE `ae.safetensors` (LDM names, f32) — so detection and
+//! loading take the same paths as for the real files; only the values differ. Values are deterministic in
+//! the seed and sane enough that a forward pass stays finite: weights and biases uniform in ±1/√fan_in
+//! (torch's default), norm weights 1 and biases 0, embeddings uniform in ±1, pad tokens uniform in ±0.02.
+//! With an fp8 dtype every tensor is fp8, norms and embeddings included, as in some released fp8 files.
+//!
+//! Files are written tensor by tensor, a few MiB at a time, through `<name>.part` renamed when complete: the
+//! real DiT (11.5 GiB) never sits in memory.
+
+mod layout;
+mod writer;
+
+use std::path::Path;
+use std::str::FromStr;
+
+use kiln_compute::DType;
+
+pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
+
+use crate::error::{Error, Result};
+use layout::{Spec, qwen3_specs, vae_specs, zimage_specs};
+use writer::{Entry, Plan, stream_id};
+
+/// The DiT's path under a models folder, as the frontend's default workflow names it.
+pub const DIFFUSION_MODEL_FILE: &str = "diffusion_models/z_image_turbo_bf16.safetensors";
+/// The text encoder's path under a models folder.
+pub const TEXT_ENCODER_FILE: &str = "text_encoders/qwen_3_4b.safetensors";
+/// The VAE's path under a models folder.
+pub const VAE_FILE: &str = "vae/ae.safetensors";
+
+/// Key prefix of the DiT in a checkpoint (`CheckpointLoaderSimple`).
+pub const CHECKPOINT_DIFFUSION_PREFIX: &str = "model.diffusion_model.";
+/// Key prefix of the text encoder in a checkpoint.
+pub const CHECKPOINT_TEXT_ENCODER_PREFIX: &str = "text_encoders.qwen3_4b.transformer.";
+/// Key prefix of the VAE in a checkpoint.
+pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
+
+const ZIMAGE: &str = "zimage";
+const QWEN3: &str = "qwen3";
+const VAE: &str = "vae";
+
+/// The element type a synthetic DiT or text encoder is stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SynthDtype {
+    /// bfloat16, as released.
+    Bf16,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+    /// fp8 e4m3fn (every tensor).
+    Fp8E4m3fn,
+    /// fp8 e5m2 (every tensor).
+    Fp8E5m2,
+}
+
+impl SynthDtype {
+    /// Every dtype, in the order of [`SynthDtype::name`]'s list.
+    pub const ALL: [SynthDtype; 5] = [
+        SynthDtype::Bf16,
+        SynthDtype::F16,
+        SynthDtype::F32,
+        SynthDtype::Fp8E4m3fn,
+        SynthDtype::Fp8E5m2,
+    ];
+
+    /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthDtype::Bf16 => "bf16",
+            SynthDtype::F16 => "f16",
+            SynthDtype::F32 => "f32",
+            SynthDtype::Fp8E4m3fn => "fp8_e4m3fn",
+            SynthDtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+
+    /// The stored element type.
+    pub fn dtype(self) -> DType {
+        match self {
+            SynthDtype::Bf16 => DType::BF16,
+            SynthDtype::F16 => DType::F16,
+            SynthDtype::F32 => DType::F32,
+            SynthDtype::Fp8E4m3fn => DType::F8E4M3,
+            SynthDtype::Fp8E5m2 => DType::F8E5M2,
+        }
+    }
+
+    /// The dtype a VAE beside a model of this dtype is stored in: the same for f32, f16 and bf16, bf16 for fp8
+    /// (VAEs are not shipped in fp8).
+    pub fn for_vae(self) -> SynthDtype {
+        match self {
+            SynthDtype::Bf16 | SynthDtype::Fp8E4m3fn | SynthDtype::Fp8E5m2 => SynthDtype::Bf16,
+            SynthDtype::F16 => SynthDtype::F16,
+            SynthDtype::F32 => SynthDtype::F32,
+        }
+    }
+}
+
+impl std::fmt::Display for SynthDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SynthDtype {
+    type Err = Error;
+
+    /// Parses [`SynthDtype::name`]'s spelling.
+    fn from_str(s: &str) -> Result<SynthDtype> {
+        SynthDtype::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = SynthDtype::ALL.iter().map(|d| d.name()).collect();
+            Error::Invalid(format!("unknown dtype `{s}`; expected one of {}", names.join(", ")))
+        })
+    }
+}
+
+/// The three files' configurations together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZImageTurboSet {
+    /// The DiT.
+    pub zimage: ZImageShape,
+    /// The text encoder (its `hidden` should equal the DiT's `cap_feat_dim`).
+    pub qwen3: Qwen3Shape,
+    /// The VAE.
+    pub vae: VaeShape,
+}
+
+impl ZImageTurboSet {
+    /// The released models.
+    pub fn real() -> ZImageTurboSet {
+        ZImageTurboSet {
+            zimage: ZImageShape::real(),
+            qwen3: Qwen3Shape::real(),
+            vae: VaeShape::real(),
+        }
+    }
+
+    /// The tiny models of the tests.
+    pub fn tiny() -> ZImageTurboSet {
+        ZImageTurboSet {
+            zimage: ZImageShape::tiny(),
+            qwen3: Qwen3Shape::tiny(),
+            vae: VaeShape::tiny(),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.qwen3.hidden != self.zimage.cap_feat_dim {
+            return Err(Error::Invalid(format!(
+                "the text encoder's hidden width {} is not the DiT's caption width {}",
+                self.qwen3.hidden, self.zimage.cap_feat_dim
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The DiT's tensors at `shape`: names (ComfyUI layout, no prefix) and shapes, in model order.
+pub fn zimage_tensors(shape: &ZImageShape) -> Result<Vec<(String, Vec<usize>)>> {
+    Ok(names_and_shapes(zimage_specs(shape)?))
+}
+
+/// The text encoder's tensors at `shape`: names (Hugging Face layout) and shapes, in model order.
+pub fn qwen3_tensors(shape: &Qwen3Shape) -> Result<Vec<(String, Vec<usize>)>> {
+    Ok(names_and_shapes(qwen3_specs(shape)?))
+}
+
+/// The VAE's tensors at `shape`: names (LDM layout, `encoder.*` then `decoder.*`) and shapes.
+pub fn flux_vae_tensors(shape: &VaeShape) -> Result<Vec<(String, Vec<usize>)>> {
+    Ok(names_and_shapes(vae_specs(shape)?))
+}
+
+/// Writes a random-weight DiT to `path`, every tensor in `dtype`; `progress(bytes written, file size)`.
+pub fn write_zimage(
+    path: &Path,
+    shape: &ZImageShape,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let specs = zimage_specs(shape)?;
+    let entries = entries(&specs, ZIMAGE, "", dtype);
+    Plan::new(path, entries, &metadata("Z-Image DiT", seed)).write(seed, progress)
+}
+
+/// Writes a random-weight Qwen3 text encoder to `path`, every tensor in `dtype`; `progress(bytes written, file
+/// size)`.
+pub fn write_qwen3(
+    path: &Path,
+    shape: &Qwen3Shape,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let specs = qwen3_specs(shape)?;
+    let entries = entries(&specs, QWEN3, "", dtype);
+    Plan::new(path, entries, &metadata("Qwen3 text encoder", seed)).write(seed, progress)
+}
+
+/// Writes a random-weight Flux VAE to `path` in `dtype` (f32 as released, bf16 or f16; fp8 is an
+/// [`Error::Invalid`]); `progress(bytes written, file size)`.
+pub fn write_flux_vae(
+    path: &Path,
+    shape: &VaeShape,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    check_vae_dtype(dtype)?;
+    let specs = vae_specs(shape)?;
+    let entries = entries(&specs, VAE, "", dtype);
+    Plan::new(path, entries, &metadata("Flux VAE", seed)).write(seed, progress)
+}
+
+/// Writes one checkpoint holding all three models under ComfyUI's prefixes ([`CHECKPOINT_DIFFUSION_PREFIX`],
+/// [`CHECKPOINT_TEXT_ENCODER_PREFIX`], [`CHECKPOINT_VAE_PREFIX`]) for `CheckpointLoaderSimple`: the DiT and the
+/// text encoder in `dtype`, the VAE in [`SynthDtype::for_vae`]. Each part's values equal the standalone file's
+/// for the same seed.
+pub fn write_checkpoint(
+    path: &Path,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    set.validate()?;
+    let (zimage, qwen3, vae) =
+        (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
+    let mut all = entries(&zimage, ZIMAGE, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    all.extend(entries(&qwen3, QWEN3, CHECKPOINT_TEXT_ENCODER_PREFIX, dtype));
+    all.extend(entries(&vae, VAE, CHECKPOINT_VAE_PREFIX, dtype.for_vae()));
+    Plan::new(path, all, &metadata("Z-Image-Turbo checkpoint", seed)).write(seed, progress)
+}
+
+/// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],
+/// [`TEXT_ENCODER_FILE`], [`VAE_FILE`]), creating the folders: the DiT and the text encoder in `dtype`, the VAE
+/// in f32 as released. `progress(bytes written, total of the three files)`.
+pub fn write_models_dir(
+    models_dir: &Path,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    set.validate()?;
+    let (zimage, qwen3, vae) =
+        (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
+    let plans = [
+        (DIFFUSION_MODEL_FILE, entries(&zimage, ZIMAGE, "", dtype), "Z-Image DiT"),
+        (TEXT_ENCODER_FILE, entries(&qwen3, QWEN3, "", dtype), "Qwen3 text encoder"),
+        (VAE_FILE, entries(&vae, VAE, "", SynthDtype::F32), "Flux VAE"),
+    ]
+    .map(|(file, entries, what)| Plan::new(&models_dir.join(file), entries, &metadata(what, seed)));
+    let total: u64 = plans.iter().map(Plan::total).sum();
+    let mut before = 0;
+    for (plan, file) in plans.iter().zip([DIFFUSION_MODEL_FILE, TEXT_ENCODER_FILE, VAE_FILE]) {
+        let dir = models_dir.join(file);
+        if let Some(dir) = dir.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Invalid(format!("creating {}: {e}", dir.display())))?;
+        }
+        plan.write(seed, &mut |done, _| progress(before + done, total))?;
+        before += plan.total();
+    }
+    Ok(())
+}
+
+fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {
+    match dtype {
+        SynthDtype::F32 | SynthDtype::Bf16 | SynthDtype::F16 => Ok(()),
+        SynthDtype::Fp8E4m3fn | SynthDtype::Fp8E5m2 => Err(Error::Invalid(format!(
+            "a VAE is written in f32, bf16 or f16, not {dtype} (use SynthDtype::for_vae)"
+        ))),
+    }
+}
+
+fn entries<'s>(specs: &'s [Spec], family: &str, prefix: &str, dtype: SynthDtype) -> Vec<Entry<'s>> {
+    specs
+        .iter()
+        .map(|spec| Entry {
+            key: format!("{prefix}{}", spec.name),
+            spec,
+            dtype: dtype.dtype(),
+            stream: stream_id(family, &spec.name),
+        })
+        .collect()
+}
+
+fn names_and_shapes(specs: Vec<Spec>) -> Vec<(String, Vec<usize>)> {
+    specs.into_iter().map(|s| (s.name, s.shape)).collect()
+}
+
+fn metadata(what: &str, seed: u64) -> String {
+    format!("random-weight {what} written by kiln (seed {seed}); not a trained model")
+}

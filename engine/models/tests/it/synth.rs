@@ -1,0 +1,441 @@
+//! The synthetic Z-Image-Turbo files: the released configuration's tensor lists match models.md's tables
+//! (checked without writing 11.5 GiB), and tiny files parse with the real keys, shapes and dtypes, hold sane
+//! values and are deterministic in the seed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kiln_compute::DType;
+use kiln_compute::dtype::{narrow, widen};
+use kiln_compute::memory::SafetensorsFile;
+use kiln_models::Error;
+use kiln_models::synth::{
+    self, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet, flux_vae_tensors,
+    qwen3_tensors, zimage_tensors,
+};
+
+/// A fresh scratch folder for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("synth").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+fn table(list: Vec<(String, Vec<usize>)>) -> BTreeMap<String, Vec<usize>> {
+    let n = list.len();
+    let map: BTreeMap<_, _> = list.into_iter().collect();
+    assert_eq!(map.len(), n, "duplicate names");
+    map
+}
+
+fn params(list: &BTreeMap<String, Vec<usize>>) -> u64 {
+    list.values().map(|s| s.iter().product::<usize>() as u64).sum()
+}
+
+#[track_caller]
+fn check_shapes(list: &BTreeMap<String, Vec<usize>>, want: &[(&str, &[usize])]) {
+    for (name, shape) in want {
+        assert_eq!(list.get(*name).map(Vec::as_slice), Some(*shape), "{name}");
+    }
+}
+
+/// Every tensor of `path`: name → (dtype, shape, raw bytes).
+fn read_raw(path: &Path) -> BTreeMap<String, (DType, Vec<usize>, Vec<u8>)> {
+    let file = SafetensorsFile::open(path).expect("a safetensors file");
+    assert_eq!(file.unsupported().count(), 0);
+    let bytes = std::fs::read(path).expect("the file");
+    file.tensors()
+        .map(|(name, t)| {
+            let range = t.offset as usize..(t.offset + t.len) as usize;
+            (name.to_string(), (t.dtype, t.shape.clone(), bytes[range].to_vec()))
+        })
+        .collect()
+}
+
+/// Checks that `path` holds exactly `want`'s tensors under `prefix`, every one in `dtype`.
+#[track_caller]
+fn check_file(path: &Path, prefix: &str, want: &[(String, Vec<usize>)], dtype: DType) {
+    let got = read_raw(path);
+    let got: BTreeMap<_, _> = got
+        .iter()
+        .filter_map(|(k, (d, s, _))| Some((k.strip_prefix(prefix)?.to_string(), (*d, s.clone()))))
+        .collect();
+    let want: BTreeMap<_, _> = want.iter().map(|(k, s)| (k.clone(), (dtype, s.clone()))).collect();
+    assert_eq!(got, want, "{}", path.display());
+}
+
+#[test]
+fn real_zimage_is_models_md_table() {
+    let list = table(zimage_tensors(&ZImageShape::real()).unwrap());
+    assert_eq!(params(&list), 6_154_908_736);
+    assert_eq!(list.len(), 32 * 13 + 2 * 11 + 15);
+    check_shapes(
+        &list,
+        &[
+            ("x_embedder.weight", &[3840, 64]),
+            ("x_embedder.bias", &[3840]),
+            ("x_pad_token", &[1, 3840]),
+            ("cap_pad_token", &[1, 3840]),
+            ("t_embedder.mlp.0.weight", &[1024, 256]),
+            ("t_embedder.mlp.0.bias", &[1024]),
+            ("t_embedder.mlp.2.weight", &[256, 1024]),
+            ("t_embedder.mlp.2.bias", &[256]),
+            ("cap_embedder.0.weight", &[2560]),
+            ("cap_embedder.1.weight", &[3840, 2560]),
+            ("cap_embedder.1.bias", &[3840]),
+            ("final_layer.linear.weight", &[64, 3840]),
+            ("final_layer.linear.bias", &[64]),
+            ("final_layer.adaLN_modulation.1.weight", &[3840, 256]),
+            ("final_layer.adaLN_modulation.1.bias", &[3840]),
+        ],
+    );
+    let blocks = (0..30)
+        .map(|i| (format!("layers.{i}"), true))
+        .chain((0..2).map(|i| (format!("noise_refiner.{i}"), true)))
+        .chain((0..2).map(|i| (format!("context_refiner.{i}"), false)));
+    for (block, modulated) in blocks {
+        let want: [(&str, &[usize]); 11] = [
+            ("attention.qkv.weight", &[11520, 3840]),
+            ("attention.out.weight", &[3840, 3840]),
+            ("attention.q_norm.weight", &[128]),
+            ("attention.k_norm.weight", &[128]),
+            ("attention_norm1.weight", &[3840]),
+            ("attention_norm2.weight", &[3840]),
+            ("ffn_norm1.weight", &[3840]),
+            ("ffn_norm2.weight", &[3840]),
+            ("feed_forward.w1.weight", &[10240, 3840]),
+            ("feed_forward.w2.weight", &[3840, 10240]),
+            ("feed_forward.w3.weight", &[10240, 3840]),
+        ];
+        for (name, shape) in want {
+            assert_eq!(
+                list.get(&format!("{block}.{name}")).map(Vec::as_slice),
+                Some(shape),
+                "{block}.{name}"
+            );
+        }
+        let ada = list.get(&format!("{block}.adaLN_modulation.0.weight"));
+        assert_eq!(ada.map(Vec::as_slice), modulated.then_some(&[15360usize, 256][..]), "{block}");
+        let ada_bias = list.get(&format!("{block}.adaLN_modulation.0.bias"));
+        assert_eq!(ada_bias.map(Vec::as_slice), modulated.then_some(&[15360usize][..]), "{block}");
+    }
+    assert!(!list.contains_key("layers.30.attention.qkv.weight"));
+    assert!(!list.contains_key("noise_refiner.2.attention.qkv.weight"));
+    assert!(!list.keys().any(|k| k.contains("norm_final") || k.contains("to_q")));
+}
+
+#[test]
+fn real_qwen3_is_models_md_table() {
+    let list = table(qwen3_tensors(&Qwen3Shape::real()).unwrap());
+    assert_eq!(params(&list), 4_022_468_096);
+    assert_eq!(list.len(), 36 * 11 + 2);
+    check_shapes(
+        &list,
+        &[("model.embed_tokens.weight", &[151936, 2560]), ("model.norm.weight", &[2560])],
+    );
+    for i in [0, 35] {
+        let p = format!("model.layers.{i}");
+        let want: [(&str, &[usize]); 11] = [
+            ("self_attn.q_proj.weight", &[4096, 2560]),
+            ("self_attn.k_proj.weight", &[1024, 2560]),
+            ("self_attn.v_proj.weight", &[1024, 2560]),
+            ("self_attn.o_proj.weight", &[2560, 4096]),
+            ("self_attn.q_norm.weight", &[128]),
+            ("self_attn.k_norm.weight", &[128]),
+            ("mlp.gate_proj.weight", &[9728, 2560]),
+            ("mlp.up_proj.weight", &[9728, 2560]),
+            ("mlp.down_proj.weight", &[2560, 9728]),
+            ("input_layernorm.weight", &[2560]),
+            ("post_attention_layernorm.weight", &[2560]),
+        ];
+        for (name, shape) in want {
+            assert_eq!(
+                list.get(&format!("{p}.{name}")).map(Vec::as_slice),
+                Some(shape),
+                "{p}.{name}"
+            );
+        }
+    }
+    assert!(!list.contains_key("model.layers.36.input_layernorm.weight"));
+    assert!(!list.keys().any(|k| k.contains("lm_head") || k.ends_with(".bias")));
+}
+
+#[test]
+fn real_vae_is_models_md_table() {
+    let list = table(flux_vae_tensors(&VaeShape::real()).unwrap());
+    assert_eq!(params(&list), 83_819_683);
+    check_shapes(
+        &list,
+        &[
+            ("decoder.conv_in.weight", &[512, 16, 3, 3]),
+            ("decoder.mid.block_1.norm1.weight", &[512]),
+            ("decoder.mid.attn_1.norm.weight", &[512]),
+            ("decoder.mid.attn_1.q.weight", &[512, 512, 1, 1]),
+            ("decoder.mid.attn_1.k.weight", &[512, 512, 1, 1]),
+            ("decoder.mid.attn_1.v.weight", &[512, 512, 1, 1]),
+            ("decoder.mid.attn_1.proj_out.weight", &[512, 512, 1, 1]),
+            ("decoder.up.3.block.0.conv1.weight", &[512, 512, 3, 3]),
+            ("decoder.up.3.block.2.conv2.weight", &[512, 512, 3, 3]),
+            ("decoder.up.1.block.0.nin_shortcut.weight", &[256, 512, 1, 1]),
+            ("decoder.up.0.block.0.nin_shortcut.weight", &[128, 256, 1, 1]),
+            ("decoder.up.1.upsample.conv.weight", &[256, 256, 3, 3]),
+            ("decoder.up.2.upsample.conv.weight", &[512, 512, 3, 3]),
+            ("decoder.up.3.upsample.conv.weight", &[512, 512, 3, 3]),
+            ("decoder.norm_out.weight", &[128]),
+            ("decoder.conv_out.weight", &[3, 128, 3, 3]),
+            ("encoder.conv_in.weight", &[128, 3, 3, 3]),
+            ("encoder.down.1.block.0.nin_shortcut.weight", &[256, 128, 1, 1]),
+            ("encoder.down.2.block.0.nin_shortcut.weight", &[512, 256, 1, 1]),
+            ("encoder.down.0.downsample.conv.weight", &[128, 128, 3, 3]),
+            ("encoder.down.2.downsample.conv.weight", &[512, 512, 3, 3]),
+            ("encoder.conv_out.weight", &[32, 512, 3, 3]),
+            ("encoder.norm_out.bias", &[512]),
+        ],
+    );
+    for absent in [
+        "decoder.up.0.upsample.conv.weight",
+        "encoder.down.3.downsample.conv.weight",
+        "decoder.up.3.block.0.nin_shortcut.weight",
+        "decoder.up.0.block.3.conv1.weight",
+        "encoder.down.0.block.2.conv1.weight",
+        "quant_conv.weight",
+        "post_quant_conv.weight",
+    ] {
+        assert!(!list.contains_key(absent), "{absent}");
+    }
+    assert!(list.keys().all(|k| k.starts_with("encoder.") || k.starts_with("decoder.")));
+}
+
+#[test]
+fn tiny_shapes_follow_the_brief() {
+    let z = ZImageShape::tiny();
+    assert_eq!((z.dim, z.heads, z.head_dim(), z.layers, z.refiners), (64, 2, 32, 2, 2));
+    let q = Qwen3Shape::tiny();
+    assert_eq!(q.vocab, 151936);
+    assert_eq!(z.cap_feat_dim, q.hidden);
+    let v = VaeShape::tiny();
+    assert!(v.ch_mult.iter().all(|m| (v.ch * m).is_multiple_of(32)));
+}
+
+#[test]
+fn tiny_files_have_the_layout_in_each_dtype() {
+    let dir = scratch("layout");
+    let set = ZImageTurboSet::tiny();
+    for dtype in SynthDtype::ALL {
+        let path = dir.join(format!("zimage_{dtype}.safetensors"));
+        synth::write_zimage(&path, &set.zimage, dtype, 7, &mut |_, _| {}).unwrap();
+        check_file(&path, "", &zimage_tensors(&set.zimage).unwrap(), dtype.dtype());
+
+        let path = dir.join(format!("qwen3_{dtype}.safetensors"));
+        synth::write_qwen3(&path, &set.qwen3, dtype, 7, &mut |_, _| {}).unwrap();
+        check_file(&path, "", &qwen3_tensors(&set.qwen3).unwrap(), dtype.dtype());
+    }
+    for dtype in [SynthDtype::F32, SynthDtype::Bf16] {
+        let path = dir.join(format!("vae_{dtype}.safetensors"));
+        synth::write_flux_vae(&path, &set.vae, dtype, 7, &mut |_, _| {}).unwrap();
+        check_file(&path, "", &flux_vae_tensors(&set.vae).unwrap(), dtype.dtype());
+    }
+    // Only complete files are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".safetensors"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn values_are_sane() {
+    let dir = scratch("values");
+    let set = ZImageTurboSet::tiny();
+    let path = dir.join("zimage.safetensors");
+    synth::write_zimage(&path, &set.zimage, SynthDtype::Bf16, 1, &mut |_, _| {}).unwrap();
+    let tensors = read_raw(&path);
+    for (name, (dtype, shape, bytes)) in &tensors {
+        let values = widen(*dtype, bytes);
+        assert!(values.iter().all(|v| v.is_finite()), "{name}");
+        if name.contains("norm") {
+            assert!(values.iter().all(|&v| v == 1.0), "{name}: norm weights are ones");
+            continue;
+        }
+        let fan_in = if shape.len() == 2 && !name.ends_with("pad_token") { shape[1] } else { 0 };
+        let bound = match fan_in {
+            0 => 1.0,
+            n => 1.0 / (n as f32).sqrt() * 1.01,
+        };
+        assert!(values.iter().all(|v| v.abs() <= bound), "{name}: beyond ±{bound}");
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        let mean_abs = values.iter().map(|v| v.abs()).sum::<f32>() / values.len() as f32;
+        assert!(mean_abs > 0.0, "{name}: all zero");
+        if values.len() > 10_000 {
+            assert!(mean.abs() < 0.1 * mean_abs, "{name}: mean {mean} for mean |v| {mean_abs}");
+        }
+    }
+    let pad = widen(tensors["x_pad_token"].0, &tensors["x_pad_token"].2);
+    assert!(pad.iter().all(|v| v.abs() <= 0.0201));
+
+    let path = dir.join("vae.safetensors");
+    synth::write_flux_vae(&path, &set.vae, SynthDtype::F32, 1, &mut |_, _| {}).unwrap();
+    let tensors = read_raw(&path);
+    let (_, _, bias) = &tensors["decoder.norm_out.bias"];
+    assert!(widen(DType::F32, bias).iter().all(|&v| v == 0.0), "GroupNorm biases are zero");
+    let (_, _, weight) = &tensors["decoder.mid.block_1.norm1.weight"];
+    assert!(widen(DType::F32, weight).iter().all(|&v| v == 1.0), "GroupNorm weights are one");
+}
+
+#[test]
+fn fp8_files_are_fp8_throughout() {
+    let dir = scratch("fp8");
+    let set = ZImageTurboSet::tiny();
+    for (dtype, want) in
+        [(SynthDtype::Fp8E4m3fn, DType::F8E4M3), (SynthDtype::Fp8E5m2, DType::F8E5M2)]
+    {
+        let path = dir.join(format!("zimage_{dtype}.safetensors"));
+        synth::write_zimage(&path, &set.zimage, dtype, 3, &mut |_, _| {}).unwrap();
+        let tensors = read_raw(&path);
+        assert!(tensors.values().all(|(d, _, _)| *d == want), "{dtype}");
+        for (name, (d, _, bytes)) in &tensors {
+            let values = widen(*d, bytes);
+            assert!(values.iter().all(|v| v.is_finite()), "{name}");
+            assert!(values.iter().any(|&v| v != 0.0), "{name}: all zero in {dtype}");
+        }
+        let (d, _, norm) = &tensors["layers.0.ffn_norm1.weight"];
+        assert!(widen(*d, norm).iter().all(|&v| v == 1.0));
+    }
+}
+
+#[test]
+fn same_seed_same_bytes() {
+    let dir = scratch("determinism");
+    let shape = Qwen3Shape::tiny();
+    let write = |name: &str, seed| {
+        let path = dir.join(name);
+        synth::write_qwen3(&path, &shape, SynthDtype::Bf16, seed, &mut |_, _| {}).unwrap();
+        std::fs::read(path).unwrap()
+    };
+    let (a, b, c) =
+        (write("a.safetensors", 11), write("b.safetensors", 11), write("c.safetensors", 12));
+    assert_eq!(a.len(), c.len());
+    assert!(a == b, "the same seed gave different bytes");
+    let header = 8 + u64::from_le_bytes(a[..8].try_into().unwrap()) as usize;
+    assert!(a[header..] != c[header..], "different seeds gave the same weights");
+    // Different tensors of one file draw different values (the streams are keyed by name).
+    let tensors = read_raw(&dir.join("a.safetensors"));
+    assert_ne!(
+        tensors["model.layers.0.mlp.up_proj.weight"].2,
+        tensors["model.layers.0.mlp.gate_proj.weight"].2
+    );
+}
+
+#[test]
+fn progress_counts_every_byte() {
+    let dir = scratch("progress");
+    let path = dir.join("vae.safetensors");
+    let mut calls = Vec::new();
+    synth::write_flux_vae(&path, &VaeShape::tiny(), SynthDtype::F32, 0, &mut |d, t| {
+        calls.push((d, t))
+    })
+    .unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(calls.len() > 2);
+    assert!(calls.iter().all(|&(_, t)| t == size));
+    assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0));
+    assert_eq!(calls.last(), Some(&(size, size)));
+}
+
+#[test]
+fn checkpoint_holds_the_three_files_under_comfyui_prefixes() {
+    let dir = scratch("checkpoint");
+    let set = ZImageTurboSet::tiny();
+    let ckpt = dir.join("z_image_turbo_aio.safetensors");
+    synth::write_checkpoint(&ckpt, &set, SynthDtype::Bf16, 5, &mut |_, _| {}).unwrap();
+    let all = read_raw(&ckpt);
+    let z = zimage_tensors(&set.zimage).unwrap();
+    let q = qwen3_tensors(&set.qwen3).unwrap();
+    let v = flux_vae_tensors(&set.vae).unwrap();
+    assert_eq!(all.len(), z.len() + q.len() + v.len());
+    let prefixes = [
+        (synth::CHECKPOINT_DIFFUSION_PREFIX, &z),
+        (synth::CHECKPOINT_TEXT_ENCODER_PREFIX, &q),
+        (synth::CHECKPOINT_VAE_PREFIX, &v),
+    ];
+    for (prefix, list) in prefixes {
+        for (name, shape) in list {
+            let key = format!("{prefix}{name}");
+            assert_eq!(all.get(&key).map(|t| &t.1), Some(shape), "{key}");
+        }
+    }
+    assert!(
+        all.contains_key(
+            "text_encoders.qwen3_4b.transformer.model.layers.0.self_attn.q_norm.weight"
+        )
+    );
+    assert!(all.contains_key("model.diffusion_model.cap_embedder.1.weight"));
+    assert!(all.contains_key("vae.decoder.conv_in.weight"));
+
+    // The parts equal the standalone files written by write_models_dir with the same seed.
+    let models = dir.join("models");
+    let mut last = (0, 0);
+    synth::write_models_dir(&models, &set, SynthDtype::Bf16, 5, &mut |d, t| last = (d, t)).unwrap();
+    let sizes: u64 = [synth::DIFFUSION_MODEL_FILE, synth::TEXT_ENCODER_FILE, synth::VAE_FILE]
+        .iter()
+        .map(|f| std::fs::metadata(models.join(f)).unwrap().len())
+        .sum();
+    assert_eq!(last, (sizes, sizes));
+    let files = [
+        (synth::DIFFUSION_MODEL_FILE, synth::CHECKPOINT_DIFFUSION_PREFIX),
+        (synth::TEXT_ENCODER_FILE, synth::CHECKPOINT_TEXT_ENCODER_PREFIX),
+        (synth::VAE_FILE, synth::CHECKPOINT_VAE_PREFIX),
+    ];
+    for (file, prefix) in files {
+        for (name, (dtype, shape, bytes)) in read_raw(&models.join(file)) {
+            let (ckpt_dtype, ckpt_shape, ckpt_bytes) = &all[&format!("{prefix}{name}")];
+            assert_eq!(ckpt_shape, &shape, "{file}: {name}");
+            if file == synth::VAE_FILE {
+                // The released VAE is f32; the checkpoint's is bf16 beside a bf16 model: same values, rounded.
+                assert_eq!((dtype, *ckpt_dtype), (DType::F32, DType::BF16), "{name}");
+                let rounded = narrow(DType::BF16, &widen(DType::F32, &bytes));
+                assert!(&rounded == ckpt_bytes, "{file}: {name}");
+            } else {
+                assert_eq!((dtype, &bytes), (*ckpt_dtype, ckpt_bytes), "{file}: {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_requests_are_invalid() {
+    let dir = scratch("invalid");
+    let path = dir.join("vae.safetensors");
+    let err =
+        synth::write_flux_vae(&path, &VaeShape::tiny(), SynthDtype::Fp8E4m3fn, 0, &mut |_, _| {});
+    assert!(matches!(err, Err(Error::Invalid(ref m)) if m.contains("fp8_e4m3fn")), "{err:?}");
+    assert!(!path.exists());
+
+    let shape = ZImageShape { heads: 3, ..ZImageShape::tiny() };
+    assert!(matches!(zimage_tensors(&shape), Err(Error::Invalid(_))));
+
+    let mut set = ZImageTurboSet::tiny();
+    set.qwen3.hidden = 48;
+    let err = synth::write_checkpoint(
+        &dir.join("c.safetensors"),
+        &set,
+        SynthDtype::Bf16,
+        0,
+        &mut |_, _| {},
+    );
+    assert!(matches!(err, Err(Error::Invalid(_))), "{err:?}");
+
+    let err = synth::write_zimage(
+        &dir.join("missing/dir/z.safetensors"),
+        &ZImageShape::tiny(),
+        SynthDtype::Bf16,
+        0,
+        &mut |_, _| {},
+    );
+    assert!(matches!(err, Err(Error::Invalid(ref m)) if m.contains("missing/dir")), "{err:?}");
+
+    assert_eq!("fp8_e5m2".parse::<SynthDtype>().unwrap(), SynthDtype::Fp8E5m2);
+    assert!("int8".parse::<SynthDtype>().is_err());
+}
