@@ -1,1 +1,20 @@
-//! (being written)
+//! Sampling for flow models as ComfyUI does it: the model sampling object (sigma table, noise scaling), the
+//! schedulers that pick the sigmas, and the samplers that step a latent through them.
+//!
+//! - [`FlowSampling`]: ComfyUI's `ModelSamplingDiscreteFlow` with the `CONST` parameterisation (what
+//!   `ModelSamplingAuraFlow` installs for Z-Image).
+//! - [`Scheduler`]: the KSampler schedulers Kiln offers, and [`denoise_sigmas`] for `denoise < 1`.
+//! - [`Sampler`] and [`sample`]: the KSampler samplers, driving a [`Denoiser`].
+//!
+//! Arithmetic follows ComfyUI's torch code on the CPU in f32 (the sigma tensors and latents are f32 there),
+//! operation by operation, so results match ComfyUI's to the last bit or within an ulp where torch's scalar
+//! `log`/`exp` may round differently from the C library's.
+
+mod beta;
+mod flow;
+mod samplers;
+mod schedulers;
+
+pub use flow::FlowSampling;
+pub use samplers::{Denoiser, Sampler, Step, sample};
+pub use schedulers::{Scheduler, denoise_sigmas};

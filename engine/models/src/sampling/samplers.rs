@@ -1,0 +1,355 @@
+//! The KSampler samplers, as ComfyUI's `comfy/k_diffusion/sampling.py` runs them for a flow (`CONST`) model.
+//!
+//! Every sampler works on x already noise-scaled by the caller ([`super::FlowSampling::noise_scaling`] at the
+//! first sigma) and returns the latent at the last sigma, before `inverse_noise_scaling`. The scalar maths on
+//! sigmas is f32, like torch's 0-dim f32 sigma tensors, and each elementwise torch op is one rounded f32 op here.
+
+use super::FlowSampling;
+use crate::Result;
+use crate::noise::TorchGenerator;
+
+/// The model as the sampler sees it: the denoised estimate x̂₀ for latent `x` at noise level `sigma`, already
+/// CFG-combined (the caller runs the model, converts its output with
+/// [`super::FlowSampling::calculate_denoised`] and applies CFG).
+pub trait Denoiser {
+    /// x̂₀ for `x` at `sigma` (same length as `x`).
+    fn denoise(&mut self, x: &[f32], sigma: f32) -> Result<Vec<f32>>;
+}
+
+/// What a sampler reports after the model call that starts each step (ComfyUI's sampler callback): for
+/// progress, previews and interrupt.
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    /// The step, from 0.
+    pub index: usize,
+    /// The number of steps (sigmas − 1).
+    pub total: usize,
+    /// The latent at the start of the step (before this step's update).
+    pub x: &'a [f32],
+    /// The model's x̂₀ for `x`.
+    pub denoised: &'a [f32],
+    /// The step's sigma.
+    pub sigma: f32,
+}
+
+/// A KSampler sampler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sampler {
+    /// First-order Euler (`euler`).
+    Euler,
+    /// Euler with fresh noise each step, the rectified-flow form ComfyUI uses for flow models
+    /// (`euler_ancestral`, η = 1).
+    EulerAncestral,
+    /// Heun's second-order method, two model calls per step but the last (`heun`).
+    Heun,
+    /// DPM-Solver++(2M) (`dpmpp_2m`).
+    Dpmpp2m,
+    /// DPM-Solver++(2M) SDE, midpoint, η = 1, in half-log-SNR for flow models (`dpmpp_2m_sde`).
+    Dpmpp2mSde,
+    /// Latent consistency sampling: x̂₀, re-noised to the next sigma (`lcm`).
+    Lcm,
+    /// Second-order exponential multistep, no noise (`res_multistep`).
+    ResMultistep,
+}
+
+impl Sampler {
+    /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
+    pub const ALL: [Sampler; 7] = [
+        Sampler::Euler,
+        Sampler::EulerAncestral,
+        Sampler::Heun,
+        Sampler::Dpmpp2m,
+        Sampler::Dpmpp2mSde,
+        Sampler::Lcm,
+        Sampler::ResMultistep,
+    ];
+
+    /// ComfyUI's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sampler::Euler => "euler",
+            Sampler::EulerAncestral => "euler_ancestral",
+            Sampler::Heun => "heun",
+            Sampler::Dpmpp2m => "dpmpp_2m",
+            Sampler::Dpmpp2mSde => "dpmpp_2m_sde",
+            Sampler::Lcm => "lcm",
+            Sampler::ResMultistep => "res_multistep",
+        }
+    }
+
+    /// The sampler ComfyUI calls `name`, if Kiln has it.
+    pub fn from_name(name: &str) -> Option<Sampler> {
+        Sampler::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// Runs `sampler` from `x` through `sigmas` (descending, usually ending in 0) and returns the final latent.
+///
+/// `x` is already noise-scaled (σ₀·noise + (1−σ₀)·latent, see [`FlowSampling::noise_scaling`]); the result is
+/// before [`FlowSampling::inverse_noise_scaling`]. `ms` is the model sampling (`dpmpp_2m_sde` moves a first sigma
+/// of 1 to `percent_to_sigma(1e-4)`; `lcm` re-noises with its noise scaling). `on_step` is called once per step
+/// after the step's first model call; an error from it (an interrupt) stops sampling and is returned.
+///
+/// Per-step noise (`euler_ancestral`, `lcm`, `dpmpp_2m_sde`) comes from a [`TorchGenerator`] seeded with
+/// `seed + 1`: ComfyUI's default noise sampler adds 1 when the latent is on the CPU, and Kiln matches ComfyUI
+/// running on the CPU. `dpmpp_2m_sde` uses that noise too, where ComfyUI uses a torchsde Brownian tree, so its
+/// noise (not its maths) differs from ComfyUI's. Fewer than two sigmas return `x` unchanged.
+pub fn sample(
+    sampler: Sampler,
+    ms: &FlowSampling,
+    denoiser: &mut dyn Denoiser,
+    x: Vec<f32>,
+    sigmas: &[f32],
+    seed: u64,
+    on_step: &mut dyn FnMut(Step<'_>) -> Result<()>,
+) -> Result<Vec<f32>> {
+    if sigmas.len() < 2 {
+        return Ok(x);
+    }
+    let mut run = Run { denoiser, on_step, total: sigmas.len() - 1 };
+    let noise = || TorchGenerator::new(seed.wrapping_add(1));
+    match sampler {
+        Sampler::Euler => euler(&mut run, x, sigmas),
+        Sampler::EulerAncestral => euler_ancestral_rf(&mut run, x, sigmas, &mut noise()),
+        Sampler::Heun => heun(&mut run, x, sigmas),
+        Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
+        Sampler::Dpmpp2mSde => dpmpp_2m_sde(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::ResMultistep => res_multistep(&mut run, x, sigmas),
+    }
+}
+
+/// The model and the callback, for one run.
+struct Run<'r> {
+    denoiser: &'r mut dyn Denoiser,
+    on_step: &'r mut dyn FnMut(Step<'_>) -> Result<()>,
+    total: usize,
+}
+
+impl Run<'_> {
+    /// The step's first model call, reported.
+    fn first(&mut self, index: usize, x: &[f32], sigma: f32) -> Result<Vec<f32>> {
+        let denoised = self.denoiser.denoise(x, sigma)?;
+        (self.on_step)(Step { index, total: self.total, x, denoised: &denoised, sigma })?;
+        Ok(denoised)
+    }
+}
+
+/// (x − x̂₀)/σ, k-diffusion's `to_d`.
+fn to_d(x: &[f32], denoised: &[f32], sigma: f32) -> Vec<f32> {
+    x.iter().zip(denoised).map(|(x, d)| (x - d) / sigma).collect()
+}
+
+/// x + d·dt.
+fn step(x: &[f32], d: &[f32], dt: f32) -> Vec<f32> {
+    x.iter().zip(d).map(|(x, d)| x + d * dt).collect()
+}
+
+/// a·x + b·y.
+fn mix(a: f32, x: &[f32], b: f32, y: &[f32]) -> Vec<f32> {
+    x.iter().zip(y).map(|(x, y)| a * x + b * y).collect()
+}
+
+/// −ln σ (k-diffusion's `t_fn`).
+fn t_of(sigma: f32) -> f32 {
+    -sigma.ln()
+}
+
+/// torch.nan_to_num: NaN → 0, ±∞ → the largest finite values.
+fn nan_to_num(v: f32) -> f32 {
+    if v.is_nan() {
+        0.0
+    } else if v == f32::INFINITY {
+        f32::MAX
+    } else if v == f32::NEG_INFINITY {
+        f32::MIN
+    } else {
+        v
+    }
+}
+
+fn euler(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let sigma = sigmas[i];
+        let denoised = run.first(i, &x, sigma)?;
+        let d = to_d(&x, &denoised, sigma);
+        x = step(&x, &d, sigmas[i + 1] - sigma);
+    }
+    Ok(x)
+}
+
+fn heun(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        let d = to_d(&x, &denoised, sigma);
+        let dt = next - sigma;
+        if next == 0.0 {
+            x = step(&x, &d, dt);
+        } else {
+            let x2 = step(&x, &d, dt);
+            let denoised2 = run.denoiser.denoise(&x2, next)?;
+            let d2 = to_d(&x2, &denoised2, next);
+            let d_prime: Vec<f32> = d.iter().zip(&d2).map(|(a, b)| (a + b) / 2.0).collect();
+            x = step(&x, &d_prime, dt);
+        }
+    }
+    Ok(x)
+}
+
+/// `sample_euler_ancestral_RF` with η = 1, s_noise = 1.
+fn euler_ancestral_rf(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    let eta = 1.0f32;
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x = denoised;
+            continue;
+        }
+        let downstep_ratio = 1.0 + (next / sigma - 1.0) * eta;
+        let sigma_down = next * downstep_ratio;
+        let alpha_next = 1.0 - next;
+        let alpha_down = 1.0 - sigma_down;
+        let renoise = (next * next
+            - sigma_down * sigma_down * (alpha_next * alpha_next) / (alpha_down * alpha_down))
+            .sqrt();
+        let ratio = sigma_down / sigma;
+        x = mix(ratio, &x, 1.0 - ratio, &denoised);
+        let n = noise.randn(x.len());
+        let scale = alpha_next / alpha_down;
+        x = x.iter().zip(&n).map(|(x, n)| scale * x + n * renoise).collect();
+    }
+    Ok(x)
+}
+
+fn dpmpp_2m(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    let mut old: Option<Vec<f32>> = None;
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        let (t, t_next) = (t_of(sigma), t_of(next));
+        let h = t_next - t;
+        let ratio = (-t_next).exp() / (-t).exp();
+        let e = (-h).exp_m1();
+        x = match &old {
+            Some(old) if next != 0.0 => {
+                let h_last = t - t_of(sigmas[i - 1]);
+                let r = h_last / h;
+                let c = 1.0 / (2.0 * r);
+                let dd: Vec<f32> =
+                    denoised.iter().zip(old).map(|(d, o)| (1.0 + c) * d - c * o).collect();
+                x.iter().zip(&dd).map(|(x, d)| ratio * x - e * d).collect()
+            }
+            _ => x.iter().zip(&denoised).map(|(x, d)| ratio * x - e * d).collect(),
+        };
+        old = Some(denoised);
+    }
+    Ok(x)
+}
+
+/// `sample_dpmpp_2m_sde` (midpoint, η = 1, s_noise = 1) with the flow model's half-log-SNR λ = −logit(σ).
+fn dpmpp_2m_sde(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    let eta = 1.0f32;
+    let mut sigmas = sigmas.to_vec();
+    if sigmas[0] >= 1.0 {
+        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
+    }
+    let lambda = |s: f32| -(s / (1.0 - s)).ln();
+    let mut old: Option<Vec<f32>> = None;
+    let mut h_last = 0.0f32;
+    let mut h = 0.0f32;
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x = denoised.clone();
+        } else {
+            let (ls, lt) = (lambda(sigma), lambda(next));
+            h = lt - ls;
+            let h_eta = h * (eta + 1.0);
+            let alpha_t = next * lt.exp();
+            let a = next / sigma * (-h * eta).exp();
+            let neg_em1 = -(-h_eta).exp_m1();
+            let b = alpha_t * neg_em1;
+            x = mix(a, &x, b, &denoised);
+            if let Some(old) = &old {
+                let r = h_last / h;
+                let c = 0.5 * alpha_t * neg_em1 * (1.0 / r);
+                x = x.iter().zip(&denoised).zip(old).map(|((x, d), o)| x + c * (d - o)).collect();
+            }
+            let n = noise.randn(x.len());
+            let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
+            x = x.iter().zip(&n).map(|(x, n)| x + n * next * amp).collect();
+        }
+        old = Some(denoised);
+        h_last = h;
+    }
+    Ok(x)
+}
+
+/// `sample_lcm` (s_noise = 1): x̂₀, then the flow noise scaling to the next sigma with fresh noise.
+fn lcm(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let denoised = run.first(i, &x, sigmas[i])?;
+        x = denoised;
+        let next = sigmas[i + 1];
+        if next > 0.0 {
+            let n = noise.randn(x.len());
+            x = ms.noise_scaling(next, &n, &x);
+        }
+    }
+    Ok(x)
+}
+
+/// `res_multistep` with η = 0 (no noise): Euler on the first and last steps, else the second-order
+/// exponential multistep update from this and the previous step's x̂₀.
+fn res_multistep(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    let mut old: Option<Vec<f32>> = None;
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, sigma_down) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        x = match &old {
+            Some(old) if sigma_down != 0.0 => {
+                // The previous step's sigma_down is this step's sigma (η = 0).
+                let (t, t_old, t_next, t_prev) =
+                    (t_of(sigma), t_of(sigma), t_of(sigma_down), t_of(sigmas[i - 1]));
+                let h = t_next - t;
+                let c2 = (t_prev - t_old) / h;
+                let phi1 = (-h).exp_m1() / -h;
+                let phi2 = (phi1 - 1.0) / -h;
+                let b1 = nan_to_num(phi1 - phi2 / c2);
+                let b2 = nan_to_num(phi2 / c2);
+                let e = (-h).exp();
+                x.iter()
+                    .zip(&denoised)
+                    .zip(old)
+                    .map(|((x, d), o)| e * x + h * (b1 * d + b2 * o))
+                    .collect()
+            }
+            _ => {
+                let d = to_d(&x, &denoised, sigma);
+                step(&x, &d, sigma_down - sigma)
+            }
+        };
+        old = Some(denoised);
+    }
+    Ok(x)
+}
