@@ -19,6 +19,7 @@ pub mod qwen3;
 pub mod sampling;
 pub mod synth;
 pub mod zimage;
+pub mod zimage_lora;
 
 mod error;
 

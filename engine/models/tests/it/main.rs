@@ -9,3 +9,4 @@ mod qwen3;
 mod sampling;
 mod synth;
 mod zimage;
+mod zimage_lora;
