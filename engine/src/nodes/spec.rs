@@ -184,7 +184,6 @@ impl OutputDef {
     }
 }
 
-
 /// Everything a node class declares.
 ///
 /// For a V3 node (`v3`) an empty `display_name` means none is declared (served as `null`), and

@@ -73,9 +73,7 @@ fn choices(name: &str, list: &[String]) -> InputDef {
 
 /// The seed input of the samplers: `INT` over all of u64, with the frontend's "control after generate" widget.
 fn seed(name: &str) -> InputDef {
-    InputDef::int(name, 0, 0, 0)
-        .option("max", u64::MAX)
-        .option("control_after_generate", true)
+    InputDef::int(name, 0, 0, 0).option("max", u64::MAX).option("control_after_generate", true)
 }
 
 /// The `cfg` input of the samplers.
@@ -124,9 +122,7 @@ pub(crate) fn checkpoint_loader_simple(files: Vec<String>) -> NodeSpec {
         .description(
             "Loads a diffusion model checkpoint, diffusion models are used to denoise latents.",
         )
-        .input(
-            choices("ckpt_name", &files).tooltip("The name of the checkpoint (model) to load."),
-        )
+        .input(choices("ckpt_name", &files).tooltip("The name of the checkpoint (model) to load."))
         .output(OutputDef::new("MODEL").tooltip("The model used for denoising latents."))
         .output(OutputDef::new("CLIP").tooltip("The CLIP model used for encoding text prompts."))
         .output(OutputDef::new("VAE").tooltip(
@@ -194,35 +190,27 @@ pub(crate) fn clip_text_encode() -> NodeSpec {
 
 /// `ConditioningZeroOut` ("Conditioning Zero Out"): the conditioning with its tensors zeroed.
 pub(crate) fn conditioning_zero_out() -> NodeSpec {
-    NodeSpec::new(
-        "ConditioningZeroOut",
-        "Conditioning Zero Out",
-        "model/conditioning/transform",
-    )
-    .input(InputDef::typed("conditioning", "CONDITIONING"))
-    .output(OutputDef::new("CONDITIONING"))
-    .aliases(&["null conditioning", "clear conditioning"])
+    NodeSpec::new("ConditioningZeroOut", "Conditioning Zero Out", "model/conditioning/transform")
+        .input(InputDef::typed("conditioning", "CONDITIONING"))
+        .output(OutputDef::new("CONDITIONING"))
+        .aliases(&["null conditioning", "clear conditioning"])
 }
 
 /// `ConditioningCombine` ("Conditioning (Combine)"): both conditionings, one after the other.
 pub(crate) fn conditioning_combine() -> NodeSpec {
-    NodeSpec::new(
-        "ConditioningCombine",
-        "Conditioning (Combine)",
-        "model/conditioning/transform",
-    )
-    .input(InputDef::typed("conditioning_1", "CONDITIONING"))
-    .input(InputDef::typed("conditioning_2", "CONDITIONING"))
-    .output(OutputDef::new("CONDITIONING"))
-    .aliases(&[
-        "combine",
-        "merge conditioning",
-        "combine prompts",
-        "merge prompts",
-        "mix prompts",
-        "add prompt",
-    ])
-    .essentials("Image Generation")
+    NodeSpec::new("ConditioningCombine", "Conditioning (Combine)", "model/conditioning/transform")
+        .input(InputDef::typed("conditioning_1", "CONDITIONING"))
+        .input(InputDef::typed("conditioning_2", "CONDITIONING"))
+        .output(OutputDef::new("CONDITIONING"))
+        .aliases(&[
+            "combine",
+            "merge conditioning",
+            "combine prompts",
+            "merge prompts",
+            "mix prompts",
+            "add prompt",
+        ])
+        .essentials("Image Generation")
 }
 
 /// `EmptySD3LatentImage`, a V3 node without a display name: zeros `[B, 16, H/8, W/8]`.
@@ -308,9 +296,7 @@ pub(crate) fn vae_decode() -> NodeSpec {
     NodeSpec::new("VAEDecode", "VAE Decode", "model/latent")
         .description("Decodes latent images back into pixel space images.")
         .input(InputDef::typed("samples", "LATENT").tooltip("The latent to be decoded."))
-        .input(
-            InputDef::typed("vae", "VAE").tooltip("The VAE model used for decoding the latent."),
-        )
+        .input(InputDef::typed("vae", "VAE").tooltip("The VAE model used for decoding the latent."))
         .output(OutputDef::new("IMAGE").tooltip("The decoded image."))
         .aliases(&["decode", "decode latent", "latent to image", "render latent"])
 }

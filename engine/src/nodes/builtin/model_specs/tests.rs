@@ -14,9 +14,10 @@ const SCHEDULERS: &[&str] = &["simple", "sgm_uniform", "karras", "exponential", 
 
 /// The `object_info` entry of `class` in its golden capture.
 fn golden(class: &str) -> Json {
-    let dir = std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/comfyui")
-    });
+    let dir =
+        std::env::var_os("KILN_GOLDEN_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/comfyui")
+        });
     let path = dir.join(format!("get_object_info_{class}.json"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -39,8 +40,12 @@ fn assert_matches_golden(spec: &NodeSpec, golden: &Json, adjust: impl Fn(&str, &
     let class = &spec.name;
     let required = golden["input"]["required"].as_object().expect("required inputs");
     let names: Vec<&str> = spec.required.iter().map(|d| d.name.as_str()).collect();
-    let order: Vec<&str> =
-        golden["input_order"]["required"].as_array().expect("order").iter().filter_map(Json::as_str).collect();
+    let order: Vec<&str> = golden["input_order"]["required"]
+        .as_array()
+        .expect("order")
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
     assert_eq!(names, order, "{class}: input order");
     for def in &spec.required {
         let mut expected = adjust(&def.name, &required[&def.name]);
@@ -68,7 +73,11 @@ fn assert_matches_golden(spec: &NodeSpec, golden: &Json, adjust: impl Fn(&str, &
     assert_eq!(json!(spec.category), golden["category"], "{class}");
     assert_eq!(json!(spec.python_module), golden["python_module"], "{class}");
     assert_eq!(json!(spec.search_aliases), golden["search_aliases"], "{class}");
-    assert_eq!(spec.essentials_category.as_deref(), golden["essentials_category"].as_str(), "{class}");
+    assert_eq!(
+        spec.essentials_category.as_deref(),
+        golden["essentials_category"].as_str(),
+        "{class}"
+    );
     assert_eq!(json!(spec.output_node), golden["output_node"], "{class}");
     assert_eq!(json!(spec.is_input_list), golden["is_input_list"], "{class}");
     assert!(!spec.v3, "{class} is a V1 node");
@@ -93,9 +102,11 @@ fn ksampler_matches_the_golden_capture_with_kilns_samplers() {
 #[test]
 fn checkpoint_loader_matches_the_golden_capture() {
     // The capture was taken with an empty models folder; with files, the list is the caller's.
-    assert_matches_golden(&checkpoint_loader_simple(Vec::new()), &golden("CheckpointLoaderSimple"), |_, e| {
-        e.clone()
-    });
+    assert_matches_golden(
+        &checkpoint_loader_simple(Vec::new()),
+        &golden("CheckpointLoaderSimple"),
+        |_, e| e.clone(),
+    );
     let files = vec!["a.safetensors".to_owned(), "sub/b.ckpt".to_owned()];
     let spec = checkpoint_loader_simple(files.clone());
     assert_eq!(spec.required[0].choices_list(), Some(vec!["a.safetensors", "sub/b.ckpt"]));
@@ -110,7 +121,10 @@ fn config(spec: &NodeSpec, name: &str) -> Json {
 fn loaders_list_the_given_files_and_comfyuis_choices() {
     let files = vec!["z_image_turbo_bf16.safetensors".to_owned()];
     let unet = unet_loader(files.clone());
-    assert_eq!((unet.display_name.as_str(), unet.category.as_str()), ("Load Diffusion Model", "model/loaders"));
+    assert_eq!(
+        (unet.display_name.as_str(), unet.category.as_str()),
+        ("Load Diffusion Model", "model/loaders")
+    );
     assert_eq!(config(&unet, "unet_name"), json!([["z_image_turbo_bf16.safetensors"], {}]));
     assert_eq!(
         serde_json::to_string(&config(&unet, "weight_dtype")).expect("JSON"),
@@ -194,34 +208,49 @@ fn samplers_and_vae_nodes_declare_comfyuis_inputs() {
     let advanced = ksampler_advanced(SAMPLERS, SCHEDULERS);
     assert_eq!(advanced.display_name, "KSampler (Advanced)");
     let names: Vec<&str> = advanced.required.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, [
-        "model",
-        "add_noise",
-        "noise_seed",
-        "steps",
-        "cfg",
-        "sampler_name",
-        "scheduler",
-        "positive",
-        "negative",
-        "latent_image",
-        "start_at_step",
-        "end_at_step",
-        "return_with_leftover_noise",
-    ]);
+    assert_eq!(
+        names,
+        [
+            "model",
+            "add_noise",
+            "noise_seed",
+            "steps",
+            "cfg",
+            "sampler_name",
+            "scheduler",
+            "positive",
+            "negative",
+            "latent_image",
+            "start_at_step",
+            "end_at_step",
+            "return_with_leftover_noise",
+        ]
+    );
     assert_eq!(
         serde_json::to_string(&config(&advanced, "noise_seed")).expect("JSON"),
         r#"["INT",{"default":0,"min":0,"max":18446744073709551615,"control_after_generate":true}]"#
     );
     assert_eq!(config(&advanced, "sampler_name")[0], json!(SAMPLERS));
-    assert_eq!(config(&advanced, "end_at_step"), json!(["INT", {"default": 10000, "min": 0, "max": 10000, "advanced": true}]));
-    assert!(matches!(advanced.input_def("scheduler").expect("scheduler").0.ty, InputType::Choices(_)));
+    assert_eq!(
+        config(&advanced, "end_at_step"),
+        json!(["INT", {"default": 10000, "min": 0, "max": 10000, "advanced": true}])
+    );
+    assert!(matches!(
+        advanced.input_def("scheduler").expect("scheduler").0.ty,
+        InputType::Choices(_)
+    ));
 
     let decode = vae_decode();
-    assert_eq!((decode.display_name.as_str(), decode.category.as_str()), ("VAE Decode", "model/latent"));
+    assert_eq!(
+        (decode.display_name.as_str(), decode.category.as_str()),
+        ("VAE Decode", "model/latent")
+    );
     assert_eq!(decode.outputs[0].ty, "IMAGE");
     assert_eq!(decode.outputs[0].tooltip.as_deref(), Some("The decoded image."));
     let encode = vae_encode();
-    assert_eq!(encode.required.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["pixels", "vae"]);
+    assert_eq!(
+        encode.required.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["pixels", "vae"]
+    );
     assert_eq!(encode.outputs[0].ty, "LATENT");
 }
