@@ -1,4 +1,4 @@
-//! Conversions from the engine's types to the wire types: node declarations to `NodeInfo` (object_info),
+//! Conversions from the engine's types to the wire types: node declarations to `NodeDefinition` (object_info),
 //! validation results to ComfyUI's error shape, and node failures to ComfyUI's exception names (`failure.rs`).
 //! The engine knows nothing of the wire; this is where its values become the spec's types.
 
@@ -10,31 +10,50 @@ use kiln_spec::types;
 
 pub(crate) use failure::{exception_message, exception_type};
 
-/// `object_info` of one node class, in ComfyUI's NodeInfo shape: `[TYPE]` for inputs without options,
-/// `[TYPE, options]` otherwise; output names default to the types; every always-present flag is present.
-pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeInfo {
-    let input_spec = |def: &InputDef| {
-        let mut elements = vec![types::InputSpecElement(def.ty.to_json())];
-        if !def.options.is_empty() {
-            elements.push(types::InputSpecElement(serde_json::Value::Object(def.options.clone())));
-        }
-        types::InputSpec(elements)
-    };
+/// `object_info` of one node class, in the shape ComfyUI gives its kind of class: V1 or V3 (see `NodeSpec::v3`).
+pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeDefinition {
+    if spec.v3 { node_info_v3(spec).into() } else { node_info_v1(spec).into() }
+}
+
+/// Input names per category, in declaration order.
+fn input_order(
+    spec: &NodeSpec,
+    always_required: bool,
+) -> kiln_spec::IndexMap<String, types::StringList> {
     let names =
         |defs: &[InputDef]| types::StringList(defs.iter().map(|d| d.name.clone()).collect());
-    let mut input_order = kiln_spec::IndexMap::new();
-    if !spec.required.is_empty() {
-        input_order.insert("required".to_owned(), names(&spec.required));
+    let mut order = kiln_spec::IndexMap::new();
+    if always_required || !spec.required.is_empty() {
+        order.insert("required".to_owned(), names(&spec.required));
     }
     if !spec.optional.is_empty() {
-        input_order.insert("optional".to_owned(), names(&spec.optional));
+        order.insert("optional".to_owned(), names(&spec.optional));
     }
     if !spec.hidden.is_empty() {
-        input_order.insert(
+        order.insert(
             "hidden".to_owned(),
             types::StringList(spec.hidden.iter().map(|h| h.0.clone()).collect()),
         );
     }
+    order
+}
+
+/// `[TYPE, options]`, or `[TYPE]` when the input has no options and `short` allows it.
+fn input_spec(def: &InputDef, short: bool) -> types::InputSpec {
+    let mut elements = vec![types::InputSpecElement(def.ty.to_json())];
+    if !(short && def.options.is_empty()) {
+        elements.push(types::InputSpecElement(serde_json::Value::Object(def.options.clone())));
+    }
+    types::InputSpec(elements)
+}
+
+/// A V1 class as `server.py` describes it: `[TYPE]` for inputs without options, `[TYPE, options]` otherwise;
+/// output names default to the types; every always-present flag is present, the others only when set.
+fn node_info_v1(spec: &NodeSpec) -> types::NodeInfo {
+    let declared =
+        |defs: &[InputDef]| defs.iter().map(|d| (d.name.clone(), input_spec(d, true))).collect();
+    let has_tooltips =
+        spec.outputs.iter().any(|o| o.tooltip.is_some()) || !spec.extra_output_tooltips.is_empty();
     types::NodeInfo {
         api_node: None,
         category: spec.category.clone(),
@@ -51,23 +70,72 @@ pub(crate) fn node_info(spec: &NodeSpec) -> types::NodeInfo {
                 .iter()
                 .map(|(name, kind)| (name.clone(), kind.kind().to_owned()))
                 .collect(),
-            optional: spec.optional.iter().map(|d| (d.name.clone(), input_spec(d))).collect(),
-            required: spec.required.iter().map(|d| (d.name.clone(), input_spec(d))).collect(),
+            optional: declared(&spec.optional),
+            required: declared(&spec.required),
         },
-        input_order,
+        input_order: input_order(spec, false),
         is_input_list: spec.is_input_list,
         name: spec.name.clone(),
         output: spec.outputs.iter().map(|o| types::NodeType::String(o.ty.clone())).collect(),
         output_is_list: spec.outputs.iter().map(|o| o.is_list).collect(),
         output_name: spec.outputs.iter().map(|o| o.name.clone()).collect(),
         output_node: spec.output_node,
-        output_tooltips: if spec.outputs.iter().any(|o| o.tooltip.is_some()) {
-            spec.outputs.iter().map(|o| o.tooltip.clone().unwrap_or_default()).collect()
+        output_tooltips: if has_tooltips {
+            spec.outputs
+                .iter()
+                .map(|o| o.tooltip.clone().unwrap_or_default())
+                .chain(spec.extra_output_tooltips.iter().cloned())
+                .collect()
         } else {
             Vec::new()
         },
         python_module: spec.python_module.clone(),
         search_aliases: spec.search_aliases.clone(),
+    }
+}
+
+/// A V3 class as ComfyUI dumps it: every field present, `null` where the node declares nothing; inputs always
+/// `[TYPE, options]`; hidden inputs valued `[KIND]`. Kiln has no deprecated, experimental, developer-only, API
+/// or match-type nodes, no price badges and no intermediate outputs, so those are `false` or `null`.
+fn node_info_v3(spec: &NodeSpec) -> types::NodeInfoV3 {
+    let declared =
+        |defs: &[InputDef]| defs.iter().map(|d| (d.name.clone(), input_spec(d, false))).collect();
+    types::NodeInfoV3 {
+        api_node: false,
+        category: spec.category.clone(),
+        deprecated: false,
+        description: spec.description.clone(),
+        dev_only: false,
+        display_name: spec.declared_display_name().map(str::to_owned),
+        essentials_category: spec.essentials_category.clone(),
+        experimental: false,
+        has_intermediate_output: false,
+        input: types::NodeInputsV3 {
+            hidden: spec
+                .hidden
+                .iter()
+                .map(|(name, kind)| (name.clone(), types::StringList(vec![kind.kind().to_owned()])))
+                .collect(),
+            optional: declared(&spec.optional),
+            required: declared(&spec.required),
+        },
+        input_order: input_order(spec, true),
+        is_input_list: spec.is_input_list,
+        name: spec.name.clone(),
+        output: spec.outputs.iter().map(|o| types::NodeType::String(o.ty.clone())).collect(),
+        output_is_list: spec.outputs.iter().map(|o| o.is_list).collect(),
+        output_matchtypes: None,
+        output_name: spec.outputs.iter().map(|o| o.name.clone()).collect(),
+        output_node: spec.output_node,
+        output_tooltips: spec
+            .outputs
+            .iter()
+            .map(|o| o.tooltip.clone())
+            .chain(spec.extra_output_tooltips.iter().cloned().map(Some))
+            .collect(),
+        price_badge: None,
+        python_module: spec.python_module.clone(),
+        search_aliases: (!spec.search_aliases.is_empty()).then(|| spec.search_aliases.clone()),
     }
 }
 

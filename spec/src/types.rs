@@ -906,7 +906,25 @@ impl ::std::convert::From<::std::vec::Vec<ModelFolder>> for ModelFolderList {
         Self(value)
     }
 }
-///A node class as the frontend sees it.
+/// A node class as the frontend sees it, in one of ComfyUI's two shapes: `NodeInfoV3` for classes declared
+/// with the V3 schema (`comfy_api`), `NodeInfo` for classic (V1) classes.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(untagged)]
+pub enum NodeDefinition {
+    Variant0(NodeInfoV3),
+    Variant1(NodeInfo),
+}
+impl ::std::convert::From<NodeInfoV3> for NodeDefinition {
+    fn from(value: NodeInfoV3) -> Self {
+        Self::Variant0(value)
+    }
+}
+impl ::std::convert::From<NodeInfo> for NodeDefinition {
+    fn from(value: NodeInfo) -> Self {
+        Self::Variant1(value)
+    }
+}
+///A classic (V1) node class as the frontend sees it; fields without a value are absent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct NodeInfo {
     pub input: NodeInputs,
@@ -955,6 +973,61 @@ pub struct NodeInfo {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub essentials_category: ::std::option::Option<::std::string::String>,
 }
+/// A V3 (`comfy_api` schema) node class as the frontend sees it: the dump of ComfyUI's `NodeInfoV1`
+/// dataclass, so every field is present in this order, those without a value `null`.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct NodeInfoV3 {
+    pub input: NodeInputsV3,
+    ///Input names per category (`required` always, `optional`, `hidden`) in declaration order.
+    pub input_order: ::indexmap::IndexMap<::std::string::String, StringList>,
+    ///Whether the node receives whole lists instead of being mapped over them.
+    pub is_input_list: bool,
+    ///Output types.
+    pub output: ::std::vec::Vec<NodeType>,
+    ///Per output, whether it is a list.
+    pub output_is_list: ::std::vec::Vec<bool>,
+    ///Per output, its name (the type when the node names none).
+    pub output_name: ::std::vec::Vec<::std::string::String>,
+    ///Per output, its tooltip or `null`.
+    pub output_tooltips: ::std::vec::Vec<::std::option::Option<::std::string::String>>,
+    ///Per output, the template id of a match-type output or `null`; `null` when no output has one.
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub output_matchtypes:
+        ::std::option::Option<::std::vec::Vec<::std::option::Option<::std::string::String>>>,
+    ///The class name.
+    pub name: ::std::string::String,
+    ///The name shown in the UI; `null` when the node declares none (the frontend shows `name`).
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub display_name: ::std::option::Option<::std::string::String>,
+    ///What the node does (empty when undeclared).
+    pub description: ::std::string::String,
+    ///Where the node comes from (`comfy_extras.nodes_sd3`, ...).
+    pub python_module: ::std::string::String,
+    ///The menu path, e.g. `model/latent/stable diffusion`.
+    pub category: ::std::string::String,
+    ///Whether the node is an output (execution starts from outputs).
+    pub output_node: bool,
+    ///Whether the node is deprecated.
+    pub deprecated: bool,
+    ///Whether the node is experimental.
+    pub experimental: bool,
+    ///Whether the node is shown only in developer mode.
+    pub dev_only: bool,
+    ///Whether the node calls a paid remote API.
+    pub api_node: bool,
+    ///The pricing badge of an API node (`engine`, `depends_on`, `expr`), or `null`.
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub price_badge:
+        ::std::option::Option<::serde_json::Map<::std::string::String, ::serde_json::Value>>,
+    ///Extra search terms; `null` when the node declares none.
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub search_aliases: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///The section of the essentials panel, or `null`.
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub essentials_category: ::std::option::Option<::std::string::String>,
+    ///Whether the node shows output in the UI while not being an output node.
+    pub has_intermediate_output: bool,
+}
 ///Input declarations by category.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct NodeInputs {
@@ -967,6 +1040,18 @@ pub struct NodeInputs {
     ///Hidden inputs by name, valued with their kind (`PROMPT`, `EXTRA_PNGINFO`, `UNIQUE_ID`, `DYNPROMPT`, ...).
     #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
     pub hidden: ::indexmap::IndexMap<::std::string::String, ::std::string::String>,
+}
+///Input declarations of a V3 node by category.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct NodeInputsV3 {
+    ///Required inputs by name (always present, possibly empty).
+    pub required: ::indexmap::IndexMap<::std::string::String, InputSpec>,
+    ///Optional inputs by name.
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub optional: ::indexmap::IndexMap<::std::string::String, InputSpec>,
+    ///Hidden inputs by name, each valued with a one-element list of its kind (`["PROMPT"]`, ...).
+    #[serde(default, skip_serializing_if = ":: indexmap :: IndexMap::is_empty")]
+    pub hidden: ::indexmap::IndexMap<::std::string::String, StringList>,
 }
 ///What a node shows in the UI. Nodes define it; the media form lists files.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1637,24 +1722,24 @@ impl ::std::convert::TryFrom<::std::string::String> for OAuthWorkspaceType {
 ///Node definitions keyed by class name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(transparent)]
-pub struct ObjectInfoResponse(pub ::indexmap::IndexMap<::std::string::String, NodeInfo>);
+pub struct ObjectInfoResponse(pub ::indexmap::IndexMap<::std::string::String, NodeDefinition>);
 impl ::std::ops::Deref for ObjectInfoResponse {
-    type Target = ::indexmap::IndexMap<::std::string::String, NodeInfo>;
-    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, NodeInfo> {
+    type Target = ::indexmap::IndexMap<::std::string::String, NodeDefinition>;
+    fn deref(&self) -> &::indexmap::IndexMap<::std::string::String, NodeDefinition> {
         &self.0
     }
 }
 impl ::std::convert::From<ObjectInfoResponse>
-    for ::indexmap::IndexMap<::std::string::String, NodeInfo>
+    for ::indexmap::IndexMap<::std::string::String, NodeDefinition>
 {
     fn from(value: ObjectInfoResponse) -> Self {
         value.0
     }
 }
-impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, NodeInfo>>
+impl ::std::convert::From<::indexmap::IndexMap<::std::string::String, NodeDefinition>>
     for ObjectInfoResponse
 {
-    fn from(value: ::indexmap::IndexMap<::std::string::String, NodeInfo>) -> Self {
+    fn from(value: ::indexmap::IndexMap<::std::string::String, NodeDefinition>) -> Self {
         Self(value)
     }
 }

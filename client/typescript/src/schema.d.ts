@@ -1579,9 +1579,14 @@ export interface components {
         };
         /** @description Node definitions keyed by class name. */
         ObjectInfoResponse: {
-            [key: string]: components["schemas"]["NodeInfo"];
+            [key: string]: components["schemas"]["NodeDefinition"];
         };
-        /** @description A node class as the frontend sees it. */
+        /**
+         * @description A node class as the frontend sees it, in one of ComfyUI's two shapes: `NodeInfoV3` for classes declared
+         *     with the V3 schema (`comfy_api`), `NodeInfo` for classic (V1) classes.
+         */
+        NodeDefinition: components["schemas"]["NodeInfoV3"] | components["schemas"]["NodeInfo"];
+        /** @description A classic (V1) node class as the frontend sees it; fields without a value are absent. */
         NodeInfo: {
             input: components["schemas"]["NodeInputs"];
             /** @description Input names per category (`required`, `optional`, `hidden`) in declaration order. */
@@ -1624,6 +1629,74 @@ export interface components {
             search_aliases: string[];
             /** @description The section of the essentials panel. */
             essentials_category?: string;
+        };
+        /**
+         * @description A V3 (`comfy_api` schema) node class as the frontend sees it: the dump of ComfyUI's `NodeInfoV1`
+         *     dataclass, so every field is present in this order, those without a value `null`.
+         */
+        NodeInfoV3: {
+            input: components["schemas"]["NodeInputsV3"];
+            /** @description Input names per category (`required` always, `optional`, `hidden`) in declaration order. */
+            input_order: {
+                [key: string]: components["schemas"]["StringList"];
+            };
+            /** @description Whether the node receives whole lists instead of being mapped over them. */
+            is_input_list: boolean;
+            /** @description Output types. */
+            output: components["schemas"]["NodeType"][];
+            /** @description Per output, whether it is a list. */
+            output_is_list: boolean[];
+            /** @description Per output, its name (the type when the node names none). */
+            output_name: string[];
+            /** @description Per output, its tooltip or `null`. */
+            output_tooltips: (string | null)[];
+            /** @description Per output, the template id of a match-type output or `null`; `null` when no output has one. */
+            output_matchtypes: (string | null)[] | null;
+            /** @description The class name. */
+            name: string;
+            /** @description The name shown in the UI; `null` when the node declares none (the frontend shows `name`). */
+            display_name: string | null;
+            /** @description What the node does (empty when undeclared). */
+            description: string;
+            /** @description Where the node comes from (`comfy_extras.nodes_sd3`, ...). */
+            python_module: string;
+            /** @description The menu path, e.g. `model/latent/stable diffusion`. */
+            category: string;
+            /** @description Whether the node is an output (execution starts from outputs). */
+            output_node: boolean;
+            /** @description Whether the node is deprecated. */
+            deprecated: boolean;
+            /** @description Whether the node is experimental. */
+            experimental: boolean;
+            /** @description Whether the node is shown only in developer mode. */
+            dev_only: boolean;
+            /** @description Whether the node calls a paid remote API. */
+            api_node: boolean;
+            /** @description The pricing badge of an API node (`engine`, `depends_on`, `expr`), or `null`. */
+            price_badge: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Extra search terms; `null` when the node declares none. */
+            search_aliases: string[] | null;
+            /** @description The section of the essentials panel, or `null`. */
+            essentials_category: string | null;
+            /** @description Whether the node shows output in the UI while not being an output node. */
+            has_intermediate_output: boolean;
+        };
+        /** @description Input declarations of a V3 node by category. */
+        NodeInputsV3: {
+            /** @description Required inputs by name (always present, possibly empty). */
+            required: {
+                [key: string]: components["schemas"]["InputSpec"];
+            };
+            /** @description Optional inputs by name. */
+            optional?: {
+                [key: string]: components["schemas"]["InputSpec"];
+            };
+            /** @description Hidden inputs by name, each valued with a one-element list of its kind (`["PROMPT"]`, ...). */
+            hidden?: {
+                [key: string]: components["schemas"]["StringList"];
+            };
         };
         /** @description Input declarations by category. */
         NodeInputs: {

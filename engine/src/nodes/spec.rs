@@ -176,9 +176,18 @@ impl OutputDef {
         self.is_list = true;
         self
     }
+
+    /// Adds a tooltip.
+    pub fn tooltip(mut self, text: &str) -> OutputDef {
+        self.tooltip = Some(text.to_owned());
+        self
+    }
 }
 
 /// Everything a node class declares.
+///
+/// For a V3 node (`v3`) an empty `display_name` means none is declared (served as `null`), and
+/// input options must be added in the order V3 writes them (`tooltip` before `default`, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSpec {
     /// The class name (`ImageInvert`).
@@ -197,6 +206,9 @@ pub struct NodeSpec {
     pub hidden: Vec<(String, Hidden)>,
     /// Outputs in order.
     pub outputs: Vec<OutputDef>,
+    /// Output tooltips past the last output, served after the outputs' own: ComfyUI's `LoraLoaderModelOnly`
+    /// inherits the two tooltips of `LoraLoader` for its one output.
+    pub extra_output_tooltips: Vec<String>,
     /// Whether the node is an output (execution starts from outputs).
     pub output_node: bool,
     /// Whether the node receives whole lists instead of being mapped over them.
@@ -211,6 +223,11 @@ pub struct NodeSpec {
     pub essentials_category: Option<String>,
     /// The Python module ComfyUI reports for the node (`nodes`, or a custom node's module).
     pub python_module: String,
+    /// Whether ComfyUI declares the node with its V3 schema (`comfy_api`, `io.ComfyNode`) rather than as a
+    /// classic V1 class. `object_info` differs: `server.py` describes a V1 class field by field (absent fields
+    /// omitted), a V3 class by the dump of its `NodeInfoV1` dataclass (every field present, absent ones `null`,
+    /// another key order).
+    pub v3: bool,
 }
 
 impl NodeSpec {
@@ -225,6 +242,7 @@ impl NodeSpec {
             optional: Vec::new(),
             hidden: Vec::new(),
             outputs: Vec::new(),
+            extra_output_tooltips: Vec::new(),
             output_node: false,
             is_input_list: false,
             not_idempotent: false,
@@ -232,7 +250,25 @@ impl NodeSpec {
             search_aliases: Vec::new(),
             essentials_category: None,
             python_module: "nodes".to_owned(),
+            v3: false,
         }
+    }
+
+    /// Marks the node as declared with ComfyUI's V3 schema (see the `v3` field).
+    pub fn v3(mut self) -> NodeSpec {
+        self.v3 = true;
+        self
+    }
+
+    /// Adds output tooltips past the last output (see [`NodeSpec::extra_output_tooltips`]).
+    pub fn extra_output_tooltips(mut self, tooltips: &[&str]) -> NodeSpec {
+        self.extra_output_tooltips.extend(tooltips.iter().map(|t| (*t).to_owned()));
+        self
+    }
+
+    /// The display name the node declares, if any (`None` only for a V3 node without one).
+    pub fn declared_display_name(&self) -> Option<&str> {
+        if self.v3 && self.display_name.is_empty() { None } else { Some(&self.display_name) }
     }
 
     /// Sets the Python module ComfyUI reports (default `nodes`).

@@ -132,3 +132,103 @@ fn both_combo_forms_convert() {
         serde_json::json!(["COMBO", {"options": ["x", "y"], "default": "y"}])
     );
 }
+
+/// `EmptySD3LatentImage` as `model_specs` declares it (a V3 node of `comfy_extras.nodes_sd3`).
+fn empty_sd3_latent_image() -> kiln_engine::nodes::NodeSpec {
+    use kiln_engine::nodes::{InputDef, NodeSpec, OutputDef};
+    NodeSpec::new("EmptySD3LatentImage", "", "model/latent/stable diffusion")
+        .v3()
+        .python_module("comfy_extras.nodes_sd3")
+        .input(InputDef::int("width", 1024, 16, 16384).option("step", 16))
+        .input(InputDef::int("height", 1024, 16, 16384).option("step", 16))
+        .input(InputDef::int("batch_size", 1, 1, 4096))
+        .output(OutputDef::new("LATENT"))
+}
+
+#[test]
+fn a_v3_node_serialises_as_comfyuis_dataclass_dump() {
+    // ComfyUI serves a V3 class as `asdict(NodeInfoV1)`: every field, in the dataclass's order, nulls included
+    // (comfy_api/latest/_io.py `NodeInfoV1`, `Schema.get_v1_info`; no golden capture holds a V3 node).
+    let got = serde_json::to_string(&node_info(&empty_sd3_latent_image())).expect("serializes");
+    let int = |default: i64, min: i64, max: i64, step: Option<i64>| {
+        let mut options = serde_json::json!({"default": default, "min": min, "max": max});
+        if let Some(step) = step {
+            options["step"] = step.into();
+        }
+        serde_json::json!(["INT", options])
+    };
+    let expected = serde_json::json!({
+        "input": {"required": {
+            "width": int(1024, 16, 16384, Some(16)),
+            "height": int(1024, 16, 16384, Some(16)),
+            "batch_size": int(1, 1, 4096, None),
+        }},
+        "input_order": {"required": ["width", "height", "batch_size"]},
+        "is_input_list": false,
+        "output": ["LATENT"],
+        "output_is_list": [false],
+        "output_name": ["LATENT"],
+        "output_tooltips": [null],
+        "output_matchtypes": null,
+        "name": "EmptySD3LatentImage",
+        "display_name": null,
+        "description": "",
+        "python_module": "comfy_extras.nodes_sd3",
+        "category": "model/latent/stable diffusion",
+        "output_node": false,
+        "deprecated": false,
+        "experimental": false,
+        "dev_only": false,
+        "api_node": false,
+        "price_badge": null,
+        "search_aliases": null,
+        "essentials_category": null,
+        "has_intermediate_output": false,
+    });
+    // String comparison: same keys, values and key order.
+    assert_eq!(got, serde_json::to_string(&expected).expect("serializes"));
+    // The wire type reads it back as the V3 shape (the V1 shape would drop the nulls).
+    let back: kiln_spec::types::NodeDefinition = serde_json::from_str(&got).expect("parses");
+    assert_eq!(serde_json::to_string(&back).expect("serializes"), got);
+}
+
+#[test]
+fn v3_nodes_keep_empty_options_hidden_lists_and_declared_names() {
+    use kiln_engine::nodes::{Hidden, InputDef, NodeSpec, OutputDef};
+    let spec = NodeSpec::new("V3Save", "Save It", "testing")
+        .v3()
+        .input(InputDef::typed("images", "IMAGE"))
+        .optional(InputDef::typed("mask", "MASK"))
+        .hidden("prompt", Hidden::Prompt)
+        .output(OutputDef::new("IMAGE").named("images").tooltip("The images."))
+        .output(OutputDef::new("MASK"))
+        .aliases(&["save"])
+        .output_node();
+    let info = serde_json::to_value(node_info(&spec)).expect("serializes");
+    assert_eq!(info["display_name"], "Save It");
+    assert_eq!(info["input"]["required"]["images"], serde_json::json!(["IMAGE", {}]));
+    assert_eq!(info["input"]["optional"]["mask"], serde_json::json!(["MASK", {}]));
+    assert_eq!(info["input"]["hidden"]["prompt"], serde_json::json!(["PROMPT"]));
+    assert_eq!(
+        info["input_order"],
+        serde_json::json!({"required": ["images"], "optional": ["mask"], "hidden": ["prompt"]})
+    );
+    assert_eq!(info["output_tooltips"], serde_json::json!(["The images.", null]));
+    assert_eq!(info["search_aliases"], serde_json::json!(["save"]));
+    assert_eq!(info["output_node"], true);
+}
+
+#[test]
+fn a_v1_node_serves_tooltips_past_its_outputs() {
+    // ComfyUI's LoraLoaderModelOnly inherits LoraLoader's two output tooltips for its one output.
+    use kiln_engine::nodes::{NodeSpec, OutputDef};
+    let spec = NodeSpec::new("LoraLoaderModelOnly", "Load LoRA", "model/loaders")
+        .output(OutputDef::new("MODEL").tooltip("The modified diffusion model."))
+        .extra_output_tooltips(&["The modified CLIP model."]);
+    let info = serde_json::to_value(node_info(&spec)).expect("serializes");
+    assert_eq!(
+        info["output_tooltips"],
+        serde_json::json!(["The modified diffusion model.", "The modified CLIP model."])
+    );
+    assert!(info.get("output_matchtypes").is_none() && info.get("price_badge").is_none());
+}
