@@ -47,7 +47,8 @@ fn chain_prompt() -> Prompt {
 
 fn bench_chain(c: &mut Criterion) {
     let dir = std::env::temp_dir().join("kiln-bench-chain");
-    let mut registry = builtin_registry(dir.clone());
+    let mut registry =
+        builtin_registry(dir.clone(), kiln_engine::models::ModelEnv::cpu(dir.join("models")));
     registry.register(ChainStep(Arc::new(
         NodeSpec::new("ChainStep", "Chain Step", "testing")
             .input(InputDef::typed("value", "INT"))

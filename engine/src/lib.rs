@@ -6,6 +6,8 @@
 //! - [`exec`]: the executor and its events.
 //! - [`cache`]: cache keys and the classic, LRU, RAM-pressure and none caches.
 //! - [`queue`]: the prompt queue with a persistence trait.
+//! - [`models`]: the model values on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`) and how loader nodes find
+//!   and load model files (the networks are in `kiln_models`).
 //! - [`compute`]: the device nodes compute on (from [`kiln_compute`], the layer below: tensors, backends and
 //!   the memory manager).
 //!
@@ -17,6 +19,7 @@ pub mod cache;
 pub mod compute;
 pub mod exec;
 pub mod graph;
+pub mod models;
 pub mod nodes;
 pub mod queue;
 pub mod tensor;

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::models::{Conditioning, DiffusionModel, TextEncoder, Vae};
 use crate::tensor::Tensor;
 
 /// A value on a link or a node input.
@@ -23,6 +24,14 @@ pub enum Value {
     Latent(Tensor),
     /// Any other JSON value a widget accepts.
     Json(Arc<serde_json::Value>),
+    /// `MODEL`: a diffusion model with its sampling settings (and patches).
+    Model(Arc<DiffusionModel>),
+    /// `CLIP`: a text encoder with its tokenizer.
+    Clip(Arc<TextEncoder>),
+    /// `VAE`: an autoencoder between images and latents.
+    Vae(Arc<Vae>),
+    /// `CONDITIONING`: encoded prompts.
+    Conditioning(Arc<Conditioning>),
 }
 
 impl Value {
@@ -37,6 +46,10 @@ impl Value {
             Value::Mask(_) => "MASK",
             Value::Latent(_) => "LATENT",
             Value::Json(_) => "*",
+            Value::Model(_) => "MODEL",
+            Value::Clip(_) => "CLIP",
+            Value::Vae(_) => "VAE",
+            Value::Conditioning(_) => "CONDITIONING",
         }
     }
 
@@ -49,6 +62,10 @@ impl Value {
             | Value::Bool(_)
             | Value::String(_)
             | Value::Json(_) => 0,
+            // Weights live in the memory manager, which accounts for them; a cached model costs the cache
+            // nothing of its own.
+            Value::Model(_) | Value::Clip(_) | Value::Vae(_) => 0,
+            Value::Conditioning(c) => c.byte_size(),
         }
     }
 
@@ -61,6 +78,9 @@ impl Value {
             Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
             Value::Image(t) | Value::Mask(t) | Value::Latent(t) => format!("tensor{:?}", t.shape()),
             Value::Json(v) => v.to_string(),
+            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::Conditioning(_) => {
+                format!("<{}>", self.type_name())
+            }
         }
     }
 
@@ -77,6 +97,9 @@ impl Value {
                 serde_json::json!({"tensor": t.shape()})
             }
             Value::Json(v) => (**v).clone(),
+            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::Conditioning(_) => {
+                serde_json::Value::String(format!("<{}>", self.type_name()))
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::{Executor, Roots};
+use kiln_engine::models::ModelEnv;
 use kiln_engine::nodes::builtin_registry;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
@@ -62,13 +63,21 @@ impl Server {
             output: config.output_dir.clone(),
             temp: config.temp_dir.clone(),
         };
-        let registry = Arc::new(builtin_registry(roots.input.clone()));
         let cache = cache(config.cache);
         // Pins leave half the RAM-pressure cache's active threshold available (none in the other modes).
         let ram_cache_headroom = match cache.policy() {
             kiln_engine::cache::CachePolicy::RamPressure(pressure) => pressure.thresholds.active,
             _ => 0,
         };
+        let compute = Arc::new(Compute::start(ComputeOptions {
+            force_cpu: config.compute.force_cpu,
+            cuda_device: config.compute.cuda_device,
+            reserve: config.compute.reserve_vram_gb.map(|gb| (gb * GIB) as u64),
+            pinned_memory: config.compute.pinned_memory,
+            ram_cache_headroom,
+        }));
+        let models = ModelEnv { files: model_folders.clone(), compute: compute.clone() };
+        let registry = Arc::new(builtin_registry(roots.input.clone(), models));
         let executor = Executor::new(registry.clone(), cache, roots.clone());
         // Restoring reads the store synchronously: off the async threads.
         let store = storage.queue_store(registry.clone());
@@ -94,13 +103,6 @@ impl Server {
             .map_err(std::io::Error::other)?
             .map_err(std::io::Error::other)?;
         let features = crate::system::features(config.max_upload_size as i64);
-        let compute = Arc::new(Compute::start(ComputeOptions {
-            force_cpu: config.compute.force_cpu,
-            cuda_device: config.compute.cuda_device,
-            reserve: config.compute.reserve_vram_gb.map(|gb| (gb * GIB) as u64),
-            pinned_memory: config.compute.pinned_memory,
-            ram_cache_headroom,
-        }));
         // The worker runs nodes under the device's memory manager: its reset after every node, and its RAM
         // arbitration between the output cache and the weight pins.
         let executor = executor.with_memory(compute.manager().clone());

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use kiln_server::{
     CacheMode, ComputeConfig, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
     FrontEndVersion, LogRing, Runtime, Server,
@@ -14,10 +14,15 @@ use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+mod model_command;
+
 /// A ComfyUI-compatible workflow server.
 #[derive(Debug, Parser)]
-#[command(name = "kiln", version, about)]
+#[command(name = "kiln", version, about, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// A tool to run instead of the server.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Addresses to listen on, comma-separated. Without a value: 0.0.0.0 (all IPv4 interfaces).
     #[arg(long, num_args = 0..=1, default_value = "127.0.0.1", default_missing_value = "0.0.0.0")]
     listen: String,
@@ -175,6 +180,14 @@ impl Args {
     }
 }
 
+/// Tools run instead of the server.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Model-file tools.
+    #[command(subcommand)]
+    Model(model_command::ModelCommand),
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let logs = LogRing::new();
@@ -189,7 +202,13 @@ async fn main() -> anyhow::Result<()> {
         )
         .with(logs.layer())
         .init();
-    let config = Args::parse().into_config()?;
+    let mut args = Args::parse();
+    if let Some(Command::Model(command)) = args.command.take() {
+        return tokio::task::spawn_blocking(move || model_command::run(command))
+            .await
+            .context("the model command panicked")?;
+    }
+    let config = args.into_config()?;
     if config.runtime == Runtime::Cloud {
         bail!(
             "--runtime cloud is not available in this build yet; start kiln without it for the local runtime"

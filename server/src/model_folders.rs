@@ -177,6 +177,17 @@ impl ModelFolders {
     }
 }
 
+/// The loader nodes list and read the same folders the model routes do.
+impl kiln_engine::models::ModelFiles for ModelFolders {
+    fn list(&self, folder: &str) -> Vec<String> {
+        self.resolve(folder).map(Folder::files).unwrap_or_default()
+    }
+
+    fn find(&self, folder: &str, name: &str) -> Option<PathBuf> {
+        self.resolve(folder).filter(|f| f.lists(name)).and_then(|f| f.find(name))
+    }
+}
+
 impl Folder {
     /// Whether the folder lists a file of this (relative) name.
     pub(crate) fn lists(&self, name: &str) -> bool {

@@ -16,6 +16,7 @@ pub use context::{Context, Interrupted, Preview, PreviewFormat, ProgressSink};
 pub use error::{ErrorKind, NodeError};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
 
+use crate::models::{Conditioning, DiffusionModel, TextEncoder, Vae};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -152,6 +153,38 @@ impl Inputs {
         match self.required(name)? {
             Value::Latent(t) => Ok(t),
             other => Err(self.wrong(name, "LATENT", other)),
+        }
+    }
+
+    /// A `MODEL` input.
+    pub fn model(&self, name: &str) -> Result<&Arc<DiffusionModel>, NodeError> {
+        match self.required(name)? {
+            Value::Model(m) => Ok(m),
+            other => Err(self.wrong(name, "MODEL", other)),
+        }
+    }
+
+    /// A `CLIP` input.
+    pub fn clip(&self, name: &str) -> Result<&Arc<TextEncoder>, NodeError> {
+        match self.required(name)? {
+            Value::Clip(c) => Ok(c),
+            other => Err(self.wrong(name, "CLIP", other)),
+        }
+    }
+
+    /// A `VAE` input.
+    pub fn vae(&self, name: &str) -> Result<&Arc<Vae>, NodeError> {
+        match self.required(name)? {
+            Value::Vae(v) => Ok(v),
+            other => Err(self.wrong(name, "VAE", other)),
+        }
+    }
+
+    /// A `CONDITIONING` input.
+    pub fn conditioning(&self, name: &str) -> Result<&Arc<Conditioning>, NodeError> {
+        match self.required(name)? {
+            Value::Conditioning(c) => Ok(c),
+            other => Err(self.wrong(name, "CONDITIONING", other)),
         }
     }
 }

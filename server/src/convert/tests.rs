@@ -2,6 +2,7 @@
 //! built-in nodes, and the validation errors of every recorded `POST /prompt` case, through the engine.
 
 use kiln_engine::graph::{Prompt, validate};
+use kiln_engine::models::ModelEnv;
 use kiln_engine::nodes::builtin_registry;
 use serde_json::Value;
 
@@ -36,7 +37,8 @@ fn empty_input_dir() -> std::path::PathBuf {
 
 #[test]
 fn object_info_of_built_in_nodes_matches_comfyui() {
-    let registry = builtin_registry(empty_input_dir());
+    let registry =
+        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
     for class in
         ["EmptyImage", "ImageInvert", "ImageScale", "PreviewImage", "SaveImage", "LoadImage"]
     {
@@ -53,7 +55,8 @@ fn object_info_of_built_in_nodes_matches_comfyui() {
 
 #[test]
 fn object_info_of_every_built_in_node() {
-    let registry = builtin_registry(empty_input_dir());
+    let registry =
+        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
     let all: serde_json::Map<String, Value> = registry
         .iter()
         .map(|(name, node)| {
@@ -92,7 +95,8 @@ const PROMPT_CASES: &[&str] = &[
 
 #[test]
 fn validation_answers_match_comfyui_for_every_recorded_prompt() {
-    let registry = builtin_registry(empty_input_dir());
+    let registry =
+        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
     for case in PROMPT_CASES.iter().filter(|c| !c.ends_with("_SKIP")) {
         let recorded = golden(case);
         let prompt = Prompt::from_json(&recorded["request"]["json"]["prompt"]).expect("an object");

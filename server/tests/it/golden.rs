@@ -123,8 +123,11 @@ enum Difference {
     Shape,
     /// The body is an image Kiln encoded (a different encoder than PIL's): status and headers only.
     OwnImage,
-    /// Kiln has no model nodes yet (issue #11): the class is unknown, so `{}`.
-    NoModelNodes,
+    /// Kiln's combos list what it implements and what its folders hold: the recording's sampler and scheduler
+    /// lists are cut to Kiln's (keeping their order, which must be Kiln's), and the file list is Kiln's own.
+    /// Whole floats (`8.0`) compare by value: every JSON answer of Kiln writes them as integers (`8`), a
+    /// difference no JSON client sees.
+    OwnCombos,
     /// The recording's input folder held a file (`..%2Fevil.png`) no recorded request put there.
     RecordingArtifact,
     /// The error text is the decoder's, not PIL's (`cannot identify image file '<path>'`).
@@ -149,7 +152,7 @@ fn differences(case: &str) -> Option<Difference> {
         "get_system_stats_shape" | "get_features" => Difference::Shape,
         "get_view_output_png" => Difference::OwnImage,
         "get_object_info_KSampler" | "get_object_info_CheckpointLoaderSimple" => {
-            Difference::NoModelNodes
+            Difference::OwnCombos
         }
         "get_object_info_LoadImage_after_uploads" => Difference::RecordingArtifact,
         "ws_execution_error" | "get_history_max_items_2" | "get_api_jobs_limit_5" => {
@@ -159,6 +162,21 @@ fn differences(case: &str) -> Option<Difference> {
         "get_unknown_route" => Difference::NoContentType,
         _ => return None,
     })
+}
+
+/// `value` with whole floats written as integers, as Kiln writes every JSON answer.
+fn whole_floats_as_ints(value: Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_floats_as_ints).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, whole_floats_as_ints(v))).collect())
+        }
+        other => other,
+    }
 }
 
 /// The upload bodies: ComfyUI's capture keeps only their sizes and hashes, so Kiln's replay uses its own.
@@ -424,7 +442,25 @@ async fn replay_http(
                     }
                     return;
                 }
-                Some(Difference::NoModelNodes) => want = json!({}),
+                Some(Difference::OwnCombos) => {
+                    for list in [
+                        "/KSampler/input/required/sampler_name/0",
+                        "/KSampler/input/required/scheduler/0",
+                    ] {
+                        let kiln = got.pointer(list).cloned().unwrap_or_default();
+                        if let Some(recorded) = want.pointer_mut(list).and_then(Value::as_array_mut)
+                        {
+                            recorded.retain(|v| kiln.as_array().is_some_and(|k| k.contains(v)));
+                        }
+                    }
+                    want = whole_floats_as_ints(want);
+                    let files = "/CheckpointLoaderSimple/input/required/ckpt_name/0";
+                    if let (Some(kiln), Some(recorded)) =
+                        (got.pointer(files).cloned(), want.pointer_mut(files))
+                    {
+                        *recorded = kiln;
+                    }
+                }
                 Some(Difference::RecordingArtifact) => {
                     if let Some(list) = want
                         .pointer_mut("/LoadImage/input/required/image/0")

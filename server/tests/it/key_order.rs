@@ -48,10 +48,13 @@ async fn issue_9_object_info_lists_nodes_and_inputs_in_declaration_order() {
     let http = reqwest::Client::new();
     let info = get(&http, &addr, "/api/object_info").await;
 
-    let registered: Vec<String> = kiln_engine::nodes::builtin_registry(data_dir.join("input"))
-        .iter()
-        .map(|(n, _)| n.to_owned())
-        .collect();
+    let registered: Vec<String> = kiln_engine::nodes::builtin_registry(
+        data_dir.join("input"),
+        kiln_engine::models::ModelEnv::cpu(data_dir.join("models")),
+    )
+    .iter()
+    .map(|(n, _)| n.to_owned())
+    .collect();
     assert_eq!(keys(&info), registered, "classes in registration order");
     for (class, node) in info.as_object().expect("an object") {
         for kind in ["required", "optional", "hidden"] {

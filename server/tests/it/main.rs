@@ -16,3 +16,4 @@ mod settings;
 mod slow_client;
 mod spec_agreement;
 mod system_stats;
+mod zimage;

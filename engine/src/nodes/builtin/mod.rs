@@ -1,26 +1,37 @@
-//! The built-in node classes (no models): images, latents, primitives, previews (files and websocket frames)
-//! and the lazy switch.
+//! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
+//! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod conditioning;
 mod files;
 mod image;
 mod latent;
+mod loaders;
 mod logic;
-// The lead's node implementations of #11 call these; until then only the tests do.
-#[cfg_attr(not(test), expect(dead_code, reason = "registered with the model nodes of #11"))]
 mod model_specs;
 mod primitives;
 mod resize;
+mod sampler;
+mod vae;
 mod websocket;
 
 use std::path::PathBuf;
 
 use super::Registry;
+use crate::models::ModelEnv;
 
-/// A registry with every built-in node; `LoadImage` lists and reads `input_dir`.
-pub fn builtin_registry(input_dir: PathBuf) -> Registry {
+/// A registry with every built-in node; `LoadImage` lists and reads `input_dir`, the model nodes list and
+/// load the files of `models` and run on its device.
+pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     // ComfyUI's order: its core `nodes.py` classes as `NODE_CLASS_MAPPINGS` declares them, then the
     // `comfy_extras` modules, then custom nodes (`SaveImageWebsocket` ships as one). `/object_info` lists them so.
+    let compute = models.compute.clone();
     let mut registry = Registry::new();
+    registry.register(sampler::KSampler::new(compute.clone()));
+    registry.register(loaders::CheckpointLoaderSimple(models.clone()));
+    registry.register(conditioning::ClipTextEncode::new(compute.clone()));
+    registry.register(vae::VaeDecode::new(compute.clone()));
+    registry.register(vae::VaeEncode::new(compute.clone()));
+    registry.register(loaders::VaeLoader(models.clone()));
     registry.register(latent::EmptyLatentImage::new());
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());
@@ -32,10 +43,18 @@ pub fn builtin_registry(input_dir: PathBuf) -> Registry {
     registry.register(image::ImageBatch::new());
     registry.register(image::EmptyImage::new());
     registry.register(image::ImageBlend::new());
+    registry.register(conditioning::ConditioningCombine::new());
+    registry.register(sampler::KSamplerAdvanced::new(compute.clone()));
+    registry.register(loaders::ClipLoader(models.clone()));
+    registry.register(loaders::UnetLoader(models.clone()));
+    registry.register(conditioning::ConditioningZeroOut::new());
+    registry.register(loaders::LoraLoaderModelOnly(models));
     registry.register(image::GetImageSize::new());
     for node in primitives::primitives() {
         registry.register(node);
     }
+    registry.register(sampler::ModelSamplingAuraFlow::new());
+    registry.register(sampler::EmptySd3LatentImage::new());
     registry.register(primitives::PreviewAny::new());
     registry.register(logic::ComfySwitchNode::new());
     registry.register(websocket::SaveImageWebsocket::new());

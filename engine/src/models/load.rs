@@ -1,0 +1,257 @@
+//! Loading model files as ComfyUI's loader nodes do: the file's header decides what it is (keys, shapes,
+//! metadata; never its name), ComfyUI's prefix rules apply, a combined checkpoint is split by prefix, and a
+//! file Kiln cannot run is refused with a message naming the file and what was found.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
+use kiln_models::flux_vae::{self, FluxVae};
+use kiln_models::qwen3::{self, Qwen3, Tokenizer};
+use kiln_models::sampling::FlowSampling;
+use kiln_models::zimage::{self, ZImage};
+use kiln_models::zimage_lora;
+use kiln_models::{Error, Header};
+
+use super::{DiffusionModel, LatentFormat, ModelEnv, TextEncoder, Vae};
+
+/// The prefix of the text encoder in a combined Z-Image checkpoint.
+const CHECKPOINT_TEXT_ENCODER: &str = "text_encoders.qwen3_4b.transformer.";
+/// The prefix of the VAE in a combined checkpoint.
+const CHECKPOINT_VAE: &str = "vae.";
+
+/// Z-Image's default flow shift (ComfyUI's `sampling_settings` for the family); `ModelSamplingAuraFlow`
+/// replaces it.
+const ZIMAGE_SHIFT: f64 = 3.0;
+
+/// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
+fn open(path: &Path) -> Result<SafetensorsFile, Error> {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let unsupported =
+        |msg: &str| Error::Unsupported { path: path.to_path_buf(), msg: msg.to_owned() };
+    if name.ends_with(".gguf") {
+        return Err(unsupported("GGUF files are not supported; use a .safetensors file"));
+    }
+    if [".ckpt", ".pt", ".pt2", ".pth", ".bin", ".pkl"].iter().any(|ext| name.ends_with(ext)) {
+        return Err(unsupported(
+            "pickled checkpoints are not loaded (they can run code); use a .safetensors file",
+        ));
+    }
+    Ok(SafetensorsFile::open(path)?)
+}
+
+/// Refuses a header with tensors of a dtype Kiln does not compute with (int8 or nvfp4 mixed quantization,
+/// packed 4-bit formats), naming a few.
+fn refuse_unsupported_dtypes(header: &Header<'_>) -> Result<(), Error> {
+    let found: Vec<(&str, &str)> = header.unsupported_dtypes().collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    let examples: Vec<String> =
+        found.iter().take(3).map(|(name, dtype)| format!("`{name}` is {dtype}")).collect();
+    Err(header.unsupported(format!(
+        "{} tensors have a dtype Kiln cannot compute with ({}); mixed-quantization files (int8, nvfp4) are \
+         not supported: use a bf16, f16, f32 or plain fp8 (e4m3fn, e5m2) file",
+        found.len(),
+        examples.join(", ")
+    )))
+}
+
+/// What a header that is none of the expected families looks like, in words (for the refusal).
+fn describe(header: &Header<'_>) -> String {
+    let has_prefix = |p: &str| header.names().any(|n| n.starts_with(p));
+    let family = if has_prefix("double_blocks.") {
+        "a Flux-style diffusion model"
+    } else if has_prefix("input_blocks.") || has_prefix("model.diffusion_model.input_blocks.") {
+        "a Stable Diffusion UNet"
+    } else if has_prefix("joint_blocks.") {
+        "an SD3 MMDiT"
+    } else if has_prefix("model.layers.") {
+        "a language-model text encoder"
+    } else if has_prefix("decoder.") || has_prefix("encoder.") {
+        "an autoencoder"
+    } else if has_prefix("text_model.") || has_prefix("encoder.block.") {
+        "a CLIP or T5 text encoder"
+    } else {
+        "an unknown model"
+    };
+    let count = header.names().count();
+    format!("{family} ({count} tensors)")
+}
+
+/// Loads the weights `plan` names through the device's memory manager.
+fn load_weights(
+    env: &ModelEnv,
+    plan: &LoadPlan,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Model, Error> {
+    Ok(env.compute.manager().load(plan, progress)?)
+}
+
+/// Loads a diffusion model under `prefix` of `file` (a standalone file: ComfyUI's prefix rule).
+fn diffusion_model(
+    env: &ModelEnv,
+    file: &SafetensorsFile,
+    prefix: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<DiffusionModel, Error> {
+    let header = Header::new(file, prefix);
+    refuse_unsupported_dtypes(&header)?;
+    let Some((config, layout)) = zimage::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a diffusion model Kiln can run (Z-Image): found {}",
+            describe(&header)
+        )));
+    };
+    let plan = zimage::load_plan(&header, &config, layout);
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(DiffusionModel {
+        dit: Arc::new(ZImage::new(config, weights)),
+        sampling: FlowSampling::new(ZIMAGE_SHIFT, 1.0),
+        latent: LatentFormat::FLUX,
+        path: file.path().to_path_buf(),
+        patches: Arc::default(),
+    })
+}
+
+/// `UNETLoader`: a standalone diffusion model file.
+pub fn load_diffusion_model(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<DiffusionModel, Error> {
+    let file = open(path)?;
+    let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
+    let prefix = zimage::diffusion_prefix(names.iter().copied());
+    diffusion_model(env, &file, &prefix, progress)
+}
+
+/// Loads a text encoder under `prefix` of `file`.
+fn text_encoder(
+    env: &ModelEnv,
+    file: &SafetensorsFile,
+    prefix: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TextEncoder, Error> {
+    let header = Header::new(file, prefix);
+    refuse_unsupported_dtypes(&header)?;
+    let Some(config) = qwen3::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a text encoder Kiln can run (Qwen3): found {}",
+            describe(&header)
+        )));
+    };
+    let plan = qwen3::load_plan(&header, &config);
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(TextEncoder {
+        qwen: Arc::new(Qwen3::new(config, weights)),
+        tokenizer: Arc::new(Tokenizer::bundled()?),
+        path: file.path().to_path_buf(),
+    })
+}
+
+/// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`; for a Qwen3 encoder every
+/// type but `flux`/`flux2` means Z-Image's (ComfyUI's rule), and those two are refused.
+pub fn load_text_encoder(
+    env: &ModelEnv,
+    path: &Path,
+    kind: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TextEncoder, Error> {
+    if matches!(kind, "flux" | "flux2") {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            msg: format!(
+                "type `{kind}` (the Flux 2 Klein encoder) is not supported; use `lumina2`"
+            ),
+        });
+    }
+    let file = open(path)?;
+    text_encoder(env, &file, "", progress)
+}
+
+/// Loads a VAE under `prefix` of `file`.
+fn vae(
+    env: &ModelEnv,
+    file: &SafetensorsFile,
+    prefix: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vae, Error> {
+    let header = Header::new(file, prefix);
+    refuse_unsupported_dtypes(&header)?;
+    let Some((config, layout)) = flux_vae::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a VAE Kiln can run (the Flux VAE): found {}",
+            describe(&header)
+        )));
+    };
+    let plan = flux_vae::load_plan(&header, &config, layout);
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(Vae { vae: Arc::new(FluxVae::new(config, weights)), path: file.path().to_path_buf() })
+}
+
+/// `VAELoader`: a standalone VAE file.
+pub fn load_vae(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vae, Error> {
+    let file = open(path)?;
+    vae(env, &file, "", progress)
+}
+
+/// `CheckpointLoaderSimple`: one file holding the diffusion model (`model.diffusion_model.`), the text
+/// encoder (`text_encoders.qwen3_4b.transformer.`) and the VAE (`vae.`). A part the file lacks is `None`
+/// (ComfyUI returns `None` on that output, and a node using it fails).
+pub fn load_checkpoint(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(DiffusionModel, Option<TextEncoder>, Option<Vae>), Error> {
+    let file = open(path)?;
+    let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
+    let prefix = zimage::diffusion_prefix(names.iter().copied());
+    let model = diffusion_model(env, &file, &prefix, progress)?;
+    let has = |p: &str| names.iter().any(|n| n.starts_with(p));
+    let clip = if has(CHECKPOINT_TEXT_ENCODER) {
+        Some(text_encoder(env, &file, CHECKPOINT_TEXT_ENCODER, progress)?)
+    } else {
+        None
+    };
+    let vae =
+        if has(CHECKPOINT_VAE) { Some(vae(env, &file, CHECKPOINT_VAE, progress)?) } else { None };
+    Ok((model, clip, vae))
+}
+
+/// `LoraLoaderModelOnly`: `model` with the LoRA in `path` at `strength` stacked on its patches. Keys that adapt
+/// no weight of the model are logged, as ComfyUI logs them.
+pub fn load_lora(
+    model: &DiffusionModel,
+    path: &Path,
+    strength: f32,
+) -> Result<DiffusionModel, Error> {
+    let file = open(path)?;
+    let weights = &model.dit.weights;
+    let slots: Vec<(&str, &[usize])> =
+        weights.names().filter_map(|n| weights.info(n).map(|(_, shape)| (n, shape))).collect();
+    let found = zimage_lora::patches(&file, &slots, strength)?;
+    if found.patches.is_empty() {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            msg: format!(
+                "no key adapts a weight of {} ({} keys unmatched): a LoRA for another model?",
+                model.path.display(),
+                found.unmatched.len()
+            ),
+        });
+    }
+    if !found.unmatched.is_empty() {
+        tracing::warn!(
+            lora = %path.display(),
+            unmatched = found.unmatched.len(),
+            first = %found.unmatched[0],
+            "LoRA keys that adapt no weight were not loaded"
+        );
+    }
+    Ok(model.with_patches(found.patches))
+}

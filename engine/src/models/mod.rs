@@ -1,0 +1,260 @@
+//! The model values that flow on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`), how the loader nodes find and
+//! load model files ([`ModelFiles`], [`load`]), and running model code on the device the process chose
+//! ([`device`]).
+//!
+//! The networks themselves live in `kiln_models`; this module adds what the engine needs around them:
+//! ComfyUI's model folders, its prefix and detection rules, the latent format, and the sampling settings a
+//! `MODEL` carries.
+
+pub(crate) mod device;
+pub mod load;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kiln_compute::memory::lora::PatchSet;
+use kiln_models::flux_vae::FluxVae;
+use kiln_models::qwen3::{Qwen3, Tokenizer};
+use kiln_models::sampling::FlowSampling;
+use kiln_models::zimage::ZImage;
+
+use crate::compute::Compute;
+use crate::tensor::Tensor;
+
+/// The model folders the loader nodes list and read (ComfyUI's `folder_paths`): implemented by the server
+/// over its configured folders (`--extra-model-paths-config` included).
+pub trait ModelFiles: Send + Sync {
+    /// The files of a folder (`diffusion_models`, `text_encoders`, `vae`, `checkpoints`, `loras`), as the
+    /// combos list them: relative names, sorted.
+    fn list(&self, folder: &str) -> Vec<String>;
+    /// The path of a listed file, or `None` when there is no such file.
+    fn find(&self, folder: &str, name: &str) -> Option<PathBuf>;
+}
+
+/// Model folders as plain directories, `<root>/<folder>/` (ComfyUI's layout under `models/`), for
+/// embedding the engine and for tests; the server uses its configured folders instead.
+#[derive(Debug, Clone)]
+pub struct FolderTree {
+    root: PathBuf,
+}
+
+impl FolderTree {
+    /// The folders under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> FolderTree {
+        FolderTree { root: root.into() }
+    }
+}
+
+impl ModelFiles for FolderTree {
+    fn list(&self, folder: &str) -> Vec<String> {
+        let base = self.root.join(folder);
+        let mut names = Vec::new();
+        let mut stack = vec![base.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if let Ok(relative) = path.strip_prefix(&base) {
+                    names.push(relative.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+
+    fn find(&self, folder: &str, name: &str) -> Option<PathBuf> {
+        crate::exec::within(&self.root.join(folder), name).filter(|p| p.is_file())
+    }
+}
+
+/// What the model nodes need: the model folders and the device with its memory manager.
+#[derive(Clone)]
+pub struct ModelEnv {
+    /// Where model files are.
+    pub files: Arc<dyn ModelFiles>,
+    /// The device models run on and the memory manager their weights live in.
+    pub compute: Arc<Compute>,
+}
+
+impl ModelEnv {
+    /// Model folders under `root` ([`FolderTree`]) and the CPU (tests, benchmarks, embedding without a GPU).
+    pub fn cpu(root: impl Into<PathBuf>) -> ModelEnv {
+        let options = crate::compute::ComputeOptions {
+            force_cpu: true,
+            pinned_memory: false,
+            ..Default::default()
+        };
+        ModelEnv {
+            files: Arc::new(FolderTree::new(root)),
+            compute: Arc::new(Compute::start(options)),
+        }
+    }
+}
+
+impl std::fmt::Debug for ModelEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelEnv({:?})", self.compute)
+    }
+}
+
+/// The latent space of a model family: how many channels, and the scale and shift between the VAE's space
+/// (what LATENT links carry) and the diffusion model's (ComfyUI's `latent_formats`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatentFormat {
+    /// Latent channels.
+    pub channels: usize,
+    /// Multiplies after the shift going into the model.
+    pub scale: f32,
+    /// Subtracted going into the model.
+    pub shift: f32,
+}
+
+impl LatentFormat {
+    /// The Flux VAE's latent space (Z-Image's): 16 channels, scale 0.3611, shift 0.1159.
+    pub const FLUX: LatentFormat = LatentFormat { channels: 16, scale: 0.3611, shift: 0.1159 };
+
+    /// VAE space → model space: `(z − shift)·scale`.
+    pub fn process_in(&self, z: f32) -> f32 {
+        (z - self.shift) * self.scale
+    }
+
+    /// Model space → VAE space: `x/scale + shift`.
+    pub fn process_out(&self, x: f32) -> f32 {
+        x / self.scale + self.shift
+    }
+}
+
+/// `MODEL`: a diffusion network with the sampling settings nodes like `ModelSamplingAuraFlow` change (a
+/// changed copy shares the network).
+pub struct DiffusionModel {
+    /// The network (weights under the memory manager).
+    pub dit: Arc<ZImage>,
+    /// The sigma schedule's model side (shift, multiplier).
+    pub sampling: FlowSampling,
+    /// The latent space it denoises in.
+    pub latent: LatentFormat,
+    /// The file it came from (for messages).
+    pub path: PathBuf,
+    /// Weight patches (LoRA) applied in place while this model samples, by weight name, in order.
+    pub patches: Arc<Vec<(String, PatchSet)>>,
+}
+
+impl DiffusionModel {
+    /// A copy with other sampling settings (the network and the patches are shared).
+    pub fn with_sampling(&self, sampling: FlowSampling) -> DiffusionModel {
+        DiffusionModel { sampling, ..self.clone_shared() }
+    }
+
+    /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).
+    pub fn with_patches(&self, more: Vec<(String, PatchSet)>) -> DiffusionModel {
+        let mut patches: Vec<(String, PatchSet)> = self.patches.as_ref().clone();
+        for (name, set) in more {
+            match patches.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, existing)) => existing.patches.extend(set.patches),
+                None => patches.push((name, set)),
+            }
+        }
+        DiffusionModel { patches: Arc::new(patches), ..self.clone_shared() }
+    }
+
+    /// A copy sharing the network and the patches.
+    fn clone_shared(&self) -> DiffusionModel {
+        DiffusionModel {
+            dit: self.dit.clone(),
+            sampling: self.sampling.clone(),
+            latent: self.latent,
+            path: self.path.clone(),
+            patches: self.patches.clone(),
+        }
+    }
+
+    /// Puts this model's patches on the network's weights (a no-op for weights whose patches are already
+    /// these); called before sampling, since copies of one network may carry different patches.
+    pub fn activate_patches(&self) -> Result<(), kiln_models::Error> {
+        Ok(self.dit.weights.set_patches(self.patches.as_ref().clone())?)
+    }
+}
+
+/// `CLIP`: a text encoder and its tokenizer.
+pub struct TextEncoder {
+    /// The network.
+    pub qwen: Arc<Qwen3>,
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+/// `VAE`: an autoencoder.
+pub struct Vae {
+    /// The network.
+    pub vae: Arc<FluxVae>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+/// One encoded prompt: `cond` `[1, N, D]` (f32, host) and the pooled output some families have.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cond {
+    /// The token embeddings.
+    pub cond: Tensor,
+    /// The pooled embedding, where the family has one (Z-Image's has none).
+    pub pooled: Option<Tensor>,
+}
+
+/// `CONDITIONING`: a list of encoded prompts (several are averaged by the sampler, as ComfyUI's
+/// `ConditioningCombine` makes them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Conditioning {
+    /// The prompts.
+    pub entries: Vec<Cond>,
+}
+
+impl Conditioning {
+    /// Bytes held by the tensors.
+    pub fn byte_size(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|c| c.cond.byte_size() + c.pooled.as_ref().map_or(0, Tensor::byte_size))
+            .sum()
+    }
+}
+
+// Model values compare by identity: two links carry the same model only if they carry the same load.
+impl PartialEq for DiffusionModel {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for DiffusionModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DiffusionModel({})", self.path.display())
+    }
+}
+
+impl PartialEq for TextEncoder {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for TextEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TextEncoder({})", self.path.display())
+    }
+}
+
+impl PartialEq for Vae {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for Vae {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vae({})", self.path.display())
+    }
+}

@@ -1,0 +1,135 @@
+//! The model loaders: `UNETLoader`, `CLIPLoader`, `VAELoader` and `CheckpointLoaderSimple`. Each lists the
+//! files of its model folder in its combo and loads the chosen one through the memory manager; the output
+//! cache keeps the loaded model, so a second prompt with the same file reads nothing from disk.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::model_specs;
+use crate::models::device::node_error;
+use crate::models::{ModelEnv, load};
+use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::value::Value;
+
+/// The path of a file chosen in a loader's combo.
+fn find(env: &ModelEnv, folder: &str, inputs: &Inputs, input: &str) -> Result<PathBuf, NodeError> {
+    let name = inputs.string(input)?;
+    env.files.find(folder, name).ok_or_else(|| {
+        NodeError::of_kind(
+            ErrorKind::FileNotFound,
+            format!("`{name}` is not in the {folder} folder (anymore)"),
+        )
+    })
+}
+
+/// Load progress, in bytes, as the node's progress bar.
+fn progress(ctx: &Context) -> impl FnMut(u64, u64) + '_ {
+    |done, total| {
+        if total > 0 {
+            ctx.progress(done as f64, total as f64);
+        }
+    }
+}
+
+/// `UNETLoader`: a diffusion model from `diffusion_models/`.
+pub(super) struct UnetLoader(pub(super) ModelEnv);
+
+impl Node for UnetLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::unet_loader(self.0.files.list("diffusion_models")))
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let path = find(&self.0, "diffusion_models", inputs, "unet_name")?;
+        let weight_dtype = inputs.string("weight_dtype")?;
+        if weight_dtype != "default" {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "weight_dtype `{weight_dtype}` is not supported yet: Kiln loads weights in the file's \
+                     own dtype (use `default`, or an fp8 file)"
+                ),
+            ));
+        }
+        let model =
+            load::load_diffusion_model(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
+        Ok(NodeResult::values([Value::Model(Arc::new(model))]))
+    }
+}
+
+/// `CLIPLoader`: a text encoder from `text_encoders/`.
+pub(super) struct ClipLoader(pub(super) ModelEnv);
+
+impl Node for ClipLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::clip_loader(self.0.files.list("text_encoders")))
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let path = find(&self.0, "text_encoders", inputs, "clip_name")?;
+        let kind = inputs.string("type")?;
+        let clip = load::load_text_encoder(&self.0, &path, kind, &mut progress(ctx))
+            .map_err(node_error)?;
+        Ok(NodeResult::values([Value::Clip(Arc::new(clip))]))
+    }
+}
+
+/// `VAELoader`: a VAE from `vae/`.
+pub(super) struct VaeLoader(pub(super) ModelEnv);
+
+impl Node for VaeLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::vae_loader(self.0.files.list("vae")))
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let path = find(&self.0, "vae", inputs, "vae_name")?;
+        let vae = load::load_vae(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
+        Ok(NodeResult::values([Value::Vae(Arc::new(vae))]))
+    }
+}
+
+/// `CheckpointLoaderSimple`: model, text encoder and VAE from one file in `checkpoints/`.
+pub(super) struct CheckpointLoaderSimple(pub(super) ModelEnv);
+
+impl Node for CheckpointLoaderSimple {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::checkpoint_loader_simple(self.0.files.list("checkpoints")))
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let path = find(&self.0, "checkpoints", inputs, "ckpt_name")?;
+        let (model, clip, vae) =
+            load::load_checkpoint(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
+        let missing = |what: &str| {
+            NodeError::new(format!(
+                "{} holds no {what}; load one with its own loader node",
+                path.display()
+            ))
+        };
+        let clip = clip.ok_or_else(|| missing("text encoder"))?;
+        let vae = vae.ok_or_else(|| missing("VAE"))?;
+        Ok(NodeResult::values([
+            Value::Model(Arc::new(model)),
+            Value::Clip(Arc::new(clip)),
+            Value::Vae(Arc::new(vae)),
+        ]))
+    }
+}
+
+/// `LoraLoaderModelOnly`: the model with a LoRA from `loras/` applied to its weights (in place, while it
+/// samples; the unpatched model stays usable by other nodes).
+pub(super) struct LoraLoaderModelOnly(pub(super) ModelEnv);
+
+impl Node for LoraLoaderModelOnly {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::lora_loader_model_only(self.0.files.list("loras")))
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let strength = inputs.float("strength_model")? as f32;
+        if strength == 0.0 {
+            // As ComfyUI: strength 0 is the model itself, the file unread.
+            return Ok(NodeResult::values([Value::Model(model.clone())]));
+        }
+        let path = find(&self.0, "loras", inputs, "lora_name")?;
+        let lora = load::load_lora(model, &path, strength).map_err(node_error)?;
+        Ok(NodeResult::values([Value::Model(Arc::new(lora))]))
+    }
+}

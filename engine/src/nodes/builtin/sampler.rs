@@ -1,0 +1,388 @@
+//! Sampling nodes: `EmptySD3LatentImage`, `ModelSamplingAuraFlow`, `KSampler` and `KSamplerAdvanced`.
+//!
+//! The sampler's arithmetic runs on the host in f32 (a latent is small); each model call uploads the latent,
+//! runs the diffusion model on the device and reads its prediction back. Noise comes from torch's CPU
+//! generator, bit for bit, so a seed gives ComfyUI's image.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kiln_compute::{Backend, DType};
+use kiln_models::noise::initial_noise;
+use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, Step};
+
+use super::model_specs;
+use crate::compute::Compute;
+use crate::models::device::{OnDevice, node_error, on_device};
+use crate::models::{Conditioning, DiffusionModel};
+use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// `EmptySD3LatentImage`: zeros in a 16-channel latent space (SD3, Flux, Z-Image).
+pub(super) struct EmptySd3LatentImage(Arc<NodeSpec>);
+
+impl EmptySd3LatentImage {
+    pub(super) fn new() -> EmptySd3LatentImage {
+        EmptySd3LatentImage(Arc::new(model_specs::empty_sd3_latent_image()))
+    }
+}
+
+impl Node for EmptySd3LatentImage {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
+        let shape = [b, 16, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
+        Ok(NodeResult::values([Value::Latent(Tensor::full(shape.to_vec(), 0.0))]))
+    }
+}
+
+/// `ModelSamplingAuraFlow`: the model with another flow shift.
+pub(super) struct ModelSamplingAuraFlow(Arc<NodeSpec>);
+
+impl ModelSamplingAuraFlow {
+    pub(super) fn new() -> ModelSamplingAuraFlow {
+        ModelSamplingAuraFlow(Arc::new(model_specs::model_sampling_aura_flow()))
+    }
+}
+
+impl Node for ModelSamplingAuraFlow {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let patched = model.with_sampling(FlowSampling::new(inputs.float("shift")?, 1.0));
+        Ok(NodeResult::values([Value::Model(Arc::new(patched))]))
+    }
+}
+
+/// One diffusion model call: ComfyUI's model output for latent `x` at `sigma` with `context`.
+struct Forward<'a> {
+    model: &'a DiffusionModel,
+    shape: &'a [usize],
+    x: &'a [f32],
+    sigma: f32,
+    /// `[1, N, D]`, repeated over the batch.
+    context: &'a Tensor,
+}
+
+impl OnDevice for Forward<'_> {
+    type Output = kiln_models::Result<Vec<f32>>;
+    fn run<B: Backend>(self, b: &B) -> Self::Output {
+        let batch = self.shape[0];
+        let x = b.from_f32(self.shape, self.x, b.compute_dtype())?;
+        let mut context_shape = self.context.shape().to_vec();
+        let mut context = Vec::with_capacity(self.context.data().len() * batch);
+        for _ in 0..batch {
+            context.extend_from_slice(self.context.data());
+        }
+        context_shape[0] = batch;
+        let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
+        let out = self.model.dit.forward(b, &x, &vec![self.sigma; batch], &context)?;
+        let out = b.cast(&out, DType::F32)?;
+        Ok(b.to_f32(&out)?)
+    }
+}
+
+/// The denoiser the samplers call: ComfyUI's CFG over the diffusion model's x̂₀ predictions, several
+/// conditionings of one side averaged.
+struct Guided<'a> {
+    compute: &'a Compute,
+    model: &'a DiffusionModel,
+    shape: Vec<usize>,
+    positive: &'a Conditioning,
+    negative: &'a Conditioning,
+    cfg: f64,
+}
+
+impl Guided<'_> {
+    /// The mean x̂₀ over the entries of one side.
+    fn predict(&self, side: &Conditioning, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        let mut sum = vec![0f32; x.len()];
+        for entry in &side.entries {
+            let forward =
+                Forward { model: self.model, shape: &self.shape, x, sigma, context: &entry.cond };
+            let out = on_device(self.compute.device(), forward)?;
+            let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
+            sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
+        }
+        let n = side.entries.len().max(1) as f32;
+        sum.iter_mut().for_each(|s| *s /= n);
+        Ok(sum)
+    }
+}
+
+impl Denoiser for Guided<'_> {
+    fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        let cond = self.predict(self.positive, x, sigma)?;
+        // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does an empty negative.
+        if (self.cfg - 1.0).abs() <= 1e-9 || self.negative.entries.is_empty() {
+            return Ok(cond);
+        }
+        let uncond = self.predict(self.negative, x, sigma)?;
+        let cfg = self.cfg as f32;
+        Ok(cond.iter().zip(&uncond).map(|(c, u)| u + (c - u) * cfg).collect())
+    }
+}
+
+/// What a sampler node asks for.
+struct SampleRequest<'a> {
+    model: &'a DiffusionModel,
+    positive: &'a Conditioning,
+    negative: &'a Conditioning,
+    latent: &'a Tensor,
+    seed: u64,
+    steps: usize,
+    cfg: f64,
+    sampler: Sampler,
+    scheduler: Scheduler,
+    denoise: f64,
+    /// `KSamplerAdvanced`: add noise (otherwise the latent is taken as already noisy).
+    add_noise: bool,
+    /// `KSamplerAdvanced`: the first and last step of the schedule to run.
+    start_step: Option<usize>,
+    last_step: Option<usize>,
+    /// Ends at σ = 0 even when stopping early (`return_with_leftover_noise` off).
+    force_full_denoise: bool,
+}
+
+/// The latent as the model expects it: an all-zero latent of another channel count (an `EmptyLatentImage`)
+/// becomes zeros of the model's channels, as ComfyUI's `fix_empty_latent_channels`.
+fn fit_channels(latent: &Tensor, channels: usize) -> Result<Tensor, NodeError> {
+    let shape = latent.shape();
+    if shape.len() != 4 {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("expected a LATENT [B, C, H, W], got {shape:?}"),
+        ));
+    }
+    if shape[1] == channels {
+        return Ok(latent.clone());
+    }
+    if latent.data().iter().all(|&v| v == 0.0) {
+        return Ok(Tensor::full(vec![shape[0], channels, shape[2], shape[3]], 0.0));
+    }
+    Err(NodeError::of_kind(
+        ErrorKind::InvalidValue,
+        format!(
+            "the latent has {} channels but the model works in {channels}: encode the image with this \
+             model's VAE",
+            shape[1]
+        ),
+    ))
+}
+
+/// ComfyUI's `common_ksampler` for a flow model.
+fn sample(
+    compute: &Compute,
+    request: SampleRequest<'_>,
+    ctx: &Context,
+) -> Result<Tensor, NodeError> {
+    let model = request.model;
+    let latent = fit_channels(request.latent, model.latent.channels)?;
+    model.activate_patches().map_err(node_error)?;
+    let shape = latent.shape().to_vec();
+    let mut sigmas = sampling::denoise_sigmas(
+        request.scheduler,
+        &model.sampling,
+        request.steps,
+        request.denoise,
+    );
+    if let Some(last) = request.last_step
+        && last + 1 < sigmas.len()
+    {
+        sigmas.truncate(last + 1);
+        if request.force_full_denoise
+            && let Some(end) = sigmas.last_mut()
+        {
+            *end = 0.0;
+        }
+    }
+    if let Some(start) = request.start_step {
+        if start + 1 < sigmas.len() {
+            sigmas.drain(..start);
+        } else {
+            return Ok(latent);
+        }
+    }
+    if sigmas.len() < 2 {
+        // No step to take (denoise 0): the latent comes back as it went in.
+        return Ok(latent);
+    }
+    let noise = if request.add_noise {
+        initial_noise(request.seed, &shape, None).map_err(node_error)?
+    } else {
+        vec![0.0; latent.data().len()]
+    };
+    let format = model.latent;
+    // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
+    let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
+        latent.data().iter().map(|&z| format.process_in(z)).collect()
+    } else {
+        latent.data().to_vec()
+    };
+    let x = model.sampling.noise_scaling(sigmas[0], &noise, &start);
+    let mut denoiser = Guided {
+        compute,
+        model,
+        shape: shape.clone(),
+        positive: request.positive,
+        negative: request.negative,
+        cfg: request.cfg,
+    };
+    let interrupted = AtomicBool::new(false);
+    let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
+        ctx.progress((step.index + 1) as f64, step.total as f64);
+        if ctx.check_interrupt().is_err() {
+            interrupted.store(true, Ordering::Relaxed);
+            return Err(kiln_models::Error::Invalid("interrupted".to_owned()));
+        }
+        Ok(())
+    };
+    let result = sampling::sample(
+        request.sampler,
+        &model.sampling,
+        &mut denoiser,
+        x,
+        &sigmas,
+        request.seed,
+        &mut on_step,
+    );
+    let x = match result {
+        Ok(x) => x,
+        Err(_) if interrupted.load(Ordering::Relaxed) => {
+            return Err(crate::nodes::Interrupted.into());
+        }
+        Err(e) => return Err(node_error(e)),
+    };
+    let last = sigmas[sigmas.len() - 1];
+    let out = model
+        .sampling
+        .inverse_noise_scaling(last, &x)
+        .into_iter()
+        .map(|v| format.process_out(v))
+        .collect();
+    Tensor::new(shape, out).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// A combo input naming a sampler.
+fn sampler(inputs: &Inputs) -> Result<Sampler, NodeError> {
+    let name = inputs.string("sampler_name")?;
+    Sampler::from_name(name).ok_or_else(|| {
+        NodeError::of_kind(ErrorKind::InvalidValue, format!("sampler `{name}` is not implemented"))
+    })
+}
+
+/// A combo input naming a scheduler.
+fn scheduler(inputs: &Inputs) -> Result<Scheduler, NodeError> {
+    let name = inputs.string("scheduler")?;
+    Scheduler::from_name(name).ok_or_else(|| {
+        NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("scheduler `{name}` is not implemented"),
+        )
+    })
+}
+
+/// A non-negative `INT` input as a count.
+fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+    let v = inputs.int(name)?;
+    usize::try_from(v).map_err(|_| {
+        NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("`{name}` must not be negative, got {v}"),
+        )
+    })
+}
+
+/// The names of the samplers Kiln implements, in ComfyUI's order.
+fn sampler_names() -> Vec<&'static str> {
+    Sampler::ALL.iter().map(|s| s.name()).collect()
+}
+
+/// The names of the schedulers Kiln implements, in ComfyUI's order.
+fn scheduler_names() -> Vec<&'static str> {
+    Scheduler::ALL.iter().map(|s| s.name()).collect()
+}
+
+/// `KSampler`: denoises a latent with a model and conditioning.
+pub(super) struct KSampler {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl KSampler {
+    pub(super) fn new(compute: Arc<Compute>) -> KSampler {
+        let spec = model_specs::ksampler(&sampler_names(), &scheduler_names());
+        KSampler { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for KSampler {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let request = SampleRequest {
+            model: inputs.model("model")?,
+            positive: inputs.conditioning("positive")?,
+            negative: inputs.conditioning("negative")?,
+            latent: inputs.latent("latent_image")?,
+            // The seed widget spans 0..2^64; torch takes its low 32 bits anyway.
+            seed: inputs.int("seed")? as u64,
+            steps: count(inputs, "steps")?,
+            cfg: inputs.float("cfg")?,
+            sampler: sampler(inputs)?,
+            scheduler: scheduler(inputs)?,
+            denoise: inputs.float("denoise")?,
+            add_noise: true,
+            start_step: None,
+            last_step: None,
+            force_full_denoise: true,
+        };
+        let latent = sample(&self.compute, request, ctx)?;
+        Ok(NodeResult::values([Value::Latent(latent)]))
+    }
+}
+
+/// `KSamplerAdvanced`: `KSampler` with control over noise and the steps run.
+pub(super) struct KSamplerAdvanced {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl KSamplerAdvanced {
+    pub(super) fn new(compute: Arc<Compute>) -> KSamplerAdvanced {
+        let spec = model_specs::ksampler_advanced(&sampler_names(), &scheduler_names());
+        KSamplerAdvanced { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for KSamplerAdvanced {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let request = SampleRequest {
+            model: inputs.model("model")?,
+            positive: inputs.conditioning("positive")?,
+            negative: inputs.conditioning("negative")?,
+            latent: inputs.latent("latent_image")?,
+            seed: inputs.int("noise_seed")? as u64,
+            steps: count(inputs, "steps")?,
+            cfg: inputs.float("cfg")?,
+            sampler: sampler(inputs)?,
+            scheduler: scheduler(inputs)?,
+            denoise: 1.0,
+            add_noise: inputs.string("add_noise")? != "disable",
+            start_step: Some(count(inputs, "start_at_step")?),
+            last_step: Some(count(inputs, "end_at_step")?),
+            force_full_denoise: inputs.string("return_with_leftover_noise")? != "enable",
+        };
+        let latent = sample(&self.compute, request, ctx)?;
+        Ok(NodeResult::values([Value::Latent(latent)]))
+    }
+}
