@@ -15,7 +15,7 @@ mod events;
 mod history;
 mod roots;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use indexmap::IndexMap;
 use kiln_compute::memory::MemoryManager;
@@ -164,6 +164,8 @@ impl Executor {
         let prompt_json = run.prompt_json.clone();
 
         let mut stack: Vec<NodeId> = run.prompt.outputs.iter().rev().cloned().collect();
+        // Nodes whose dependencies were pushed and which have not run yet: the path being resolved.
+        let mut expanded: HashSet<NodeId> = HashSet::new();
         while let Some(id) = stack.last().cloned() {
             if state.results.contains_key(&id) {
                 stack.pop();
@@ -216,13 +218,17 @@ impl Executor {
                 }
             }
             if !missing.is_empty() {
-                if let Some(cycle) = missing.iter().find(|m| stack.contains(m)) {
+                // A dependency that is itself waiting on its own dependencies lies on the path to this node: a
+                // cycle. One that is merely queued lower on the stack (a diamond: two nodes share an input) is
+                // pushed again and runs now.
+                if let Some(cycle) = missing.iter().find(|m| expanded.contains(*m)) {
                     let error = NodeError::of_kind(
                         ErrorKind::DependencyCycle,
                         format!("node {id} depends on {cycle}, which depends on it"),
                     );
                     return state.fail(&id, &class_type, error, BTreeMap::new());
                 }
+                expanded.insert(id.clone());
                 stack.extend(missing.into_iter().rev());
                 continue;
             }

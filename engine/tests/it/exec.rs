@@ -404,3 +404,18 @@ fn the_history_recorder_keeps_the_status_messages_with_timestamps() {
     );
     assert!(recorder.take().is_empty(), "take leaves nothing behind");
 }
+
+#[test]
+fn a_node_shared_by_two_inputs_of_one_node_is_not_a_cycle() {
+    // ImageBlend's first input depends on its second: the shared node is queued below the node that needs it
+    // first (the shape of ComfyUI's template, where ConditioningZeroOut takes the positive prompt).
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 4, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+        "3": {"class_type": "ImageBlend", "inputs": {"image1": ["2", 0], "image2": ["1", 0], "blend_factor": 0.5, "blend_mode": "normal"}},
+        "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!(ran.executed(), ["1", "2", "3", "4"]);
+}
