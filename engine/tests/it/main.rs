@@ -6,3 +6,4 @@ mod fuzz;
 mod harness;
 mod memory;
 mod validation;
+mod zimage;

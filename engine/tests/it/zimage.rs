@@ -1,0 +1,299 @@
+//! The Z-Image-Turbo nodes on tiny random-weight files (the released keys and structure, `kiln_models::synth`),
+//! through the executor on the CPU: the stages of `KSamplerAdvanced` compose, a checkpoint gives what the three
+//! files give, LoRA patches apply to one model and not its unpatched twin, fp8 files run, image-to-image runs,
+//! progress comes per step and an interrupt stops the sampler within a step, and files Kiln cannot run are
+//! refused by name.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kiln_engine::cache::CachePolicy;
+use kiln_engine::exec::{Event, EventSink, Outcome, Run};
+use kiln_models::synth::{self, SynthDtype, ZImageTurboSet};
+use serde_json::{Value, json};
+
+use crate::harness::{Harness, Ran};
+
+/// A harness whose model folders hold the tiny files in `dtype`.
+fn harness(dtype: SynthDtype) -> Harness {
+    let h = Harness::new(CachePolicy::Classic);
+    let models = h.roots.input.join("models");
+    synth::write_models_dir(&models, &ZImageTurboSet::tiny(), dtype, 3, &mut |_, _| {})
+        .expect("tiny files");
+    h
+}
+
+/// The default graph up to the sampler's latent (models.md §1.1), at 32² — `sampler` is the KSampler node.
+fn graph(sampler: Value) -> Value {
+    json!({
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "lumina2", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "z_image_turbo_bf16.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse at dusk", "clip": ["62", 0]}},
+        "71": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["67", 0]}},
+        "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
+        "69": {"class_type": "ModelSamplingAuraFlow", "inputs": {"shift": 3, "model": ["66", 0]}},
+        "70": sampler,
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "z", "images": ["65", 0]}},
+    })
+}
+
+fn ksampler(seed: u64, steps: u32, sampler: &str) -> Value {
+    json!({"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": sampler, "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}})
+}
+
+/// The RGB bytes of the image node 9 saved.
+fn saved(h: &Harness, ran: &Ran) -> Vec<u8> {
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("9")];
+    let path = h.roots.output.join(&ui.images[0].filename);
+    image::open(&path).expect("a PNG").to_rgb8().into_raw()
+}
+
+/// The largest difference between two images, in 8-bit steps.
+fn max_diff(a: &[u8], b: &[u8]) -> u8 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0)
+}
+
+#[test]
+fn issue_11_the_default_graph_runs_and_its_stages_compose() {
+    let mut h = harness(SynthDtype::Bf16);
+    let one = h.run(graph(ksampler(5, 4, "euler")));
+    let whole = saved(&h, &one);
+    assert_eq!(whole.len(), 32 * 32 * 3);
+    let progress: Vec<(f64, f64)> = one
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Progress { node, value, max } if node.0 == "70" => Some((*value, *max)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)], "one event per step");
+
+    // Steps 0–2 with the noise left in, then 2–4 without adding noise: the same image as 4 steps at once.
+    let mut staged = graph(
+        json!({"class_type": "KSamplerAdvanced", "inputs": {"add_noise": "disable", "noise_seed": 0, "steps": 4, "cfg": 1, "sampler_name": "euler", "scheduler": "simple", "start_at_step": 2, "end_at_step": 10000, "return_with_leftover_noise": "disable", "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["72", 0]}}),
+    );
+    staged["72"] = json!({"class_type": "KSamplerAdvanced", "inputs": {"add_noise": "enable", "noise_seed": 5, "steps": 4, "cfg": 1, "sampler_name": "euler", "scheduler": "simple", "start_at_step": 0, "end_at_step": 2, "return_with_leftover_noise": "enable", "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}});
+    let two = h.run(staged);
+    assert!(max_diff(&saved(&h, &two), &whole) <= 1, "two stages give the one-stage image");
+
+    // Another seed gives another image; the same seed the same one.
+    let other = h.run(graph(ksampler(6, 4, "euler")));
+    assert!(max_diff(&saved(&h, &other), &whole) > 1);
+}
+
+#[test]
+fn issue_11_every_sampler_and_scheduler_runs() {
+    let mut h = harness(SynthDtype::Bf16);
+    for sampler in
+        ["euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lcm", "res_multistep"]
+    {
+        let ran = h.run(graph(ksampler(1, 2, sampler)));
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{sampler}: {:?}", ran.summary.outcome);
+    }
+    for scheduler in ["simple", "sgm_uniform", "karras", "exponential", "beta", "normal"] {
+        let mut node = ksampler(1, 2, "euler");
+        node["inputs"]["scheduler"] = json!(scheduler);
+        let ran = h.run(graph(node));
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{scheduler}: {:?}", ran.summary.outcome);
+    }
+}
+
+#[test]
+fn issue_11_a_checkpoint_gives_what_the_three_files_give() {
+    let mut h = harness(SynthDtype::Bf16);
+    let checkpoints = h.roots.input.join("models/checkpoints");
+    std::fs::create_dir_all(&checkpoints).expect("dir");
+    synth::write_checkpoint(
+        &checkpoints.join("z.safetensors"),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        3,
+        &mut |_, _| {},
+    )
+    .expect("a checkpoint");
+    let separate = h.run(graph(ksampler(9, 2, "res_multistep")));
+    let separate = saved(&h, &separate);
+    let mut combined = graph(ksampler(9, 2, "res_multistep"));
+    combined["1"] =
+        json!({"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "z.safetensors"}});
+    combined["69"]["inputs"]["model"] = json!(["1", 0]);
+    combined["67"]["inputs"]["clip"] = json!(["1", 1]);
+    combined["65"]["inputs"]["vae"] = json!(["1", 2]);
+    let ran = h.run(combined);
+    // The checkpoint's VAE is the same values in bf16 (the separate one is f32).
+    assert!(max_diff(&saved(&h, &ran), &separate) <= 3);
+}
+
+#[test]
+fn issue_11_fp8_files_run() {
+    for dtype in [SynthDtype::Fp8E4m3fn, SynthDtype::Fp8E5m2] {
+        let mut h = harness(dtype);
+        let ran = h.run(graph(ksampler(2, 2, "res_multistep")));
+        assert_eq!(saved(&h, &ran).len(), 32 * 32 * 3, "{dtype}");
+    }
+}
+
+#[test]
+fn issue_11_image_to_image_runs_from_an_encoded_image() {
+    let mut h = harness(SynthDtype::Bf16);
+    let mut prompt = graph(ksampler(4, 2, "euler"));
+    prompt["80"] = json!({"class_type": "EmptyImage", "inputs": {"width": 36, "height": 28, "batch_size": 1, "color": 0x336699}});
+    prompt["81"] =
+        json!({"class_type": "VAEEncode", "inputs": {"pixels": ["80", 0], "vae": ["63", 0]}});
+    prompt["70"]["inputs"]["latent_image"] = json!(["81", 0]);
+    prompt["70"]["inputs"]["denoise"] = json!(0.5);
+    let ran = h.run(prompt);
+    // 36×28 is cropped to 32×24 before encoding.
+    assert_eq!(saved(&h, &ran).len(), 32 * 24 * 3);
+}
+
+/// Writes a LoRA on the first main block's attention output, kohya-named, as a safetensors file.
+fn write_lora(path: &std::path::Path, dim: usize) {
+    let rank = 2;
+    let values = |n: usize, seed: u32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                let v = (((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
+                    / (1u32 << 24) as f32
+                    - 0.5)
+                    * 0.5;
+                v.to_le_bytes()
+            })
+            .collect()
+    };
+    let up = values(dim * rank, 1);
+    let down = values(rank * dim, 2);
+    let header = json!({
+        "lora_unet_layers_0_attention_out.lora_up.weight": {"dtype": "F32", "shape": [dim, rank], "data_offsets": [0, up.len()]},
+        "lora_unet_layers_0_attention_out.lora_down.weight": {"dtype": "F32", "shape": [rank, dim], "data_offsets": [up.len(), up.len() + down.len()]},
+    });
+    let mut header = serde_json::to_vec(&header).expect("json");
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend(up);
+    bytes.extend(down);
+    std::fs::write(path, bytes).expect("write the LoRA");
+}
+
+#[test]
+fn issue_11_a_lora_changes_its_model_and_not_the_unpatched_one() {
+    let mut h = harness(SynthDtype::Bf16);
+    let loras = h.roots.input.join("models/loras");
+    std::fs::create_dir_all(&loras).expect("dir");
+    write_lora(&loras.join("style.safetensors"), ZImageTurboSet::tiny().zimage.dim);
+    let plain = h.run(graph(ksampler(8, 2, "euler")));
+    let plain = saved(&h, &plain);
+
+    let with_lora = |strength: f64| {
+        let mut prompt = graph(ksampler(8, 2, "euler"));
+        prompt["90"] = json!({"class_type": "LoraLoaderModelOnly", "inputs": {"model": ["66", 0], "lora_name": "style.safetensors", "strength_model": strength}});
+        prompt["69"]["inputs"]["model"] = json!(["90", 0]);
+        prompt
+    };
+    let zero = h.run(with_lora(0.0));
+    assert_eq!(max_diff(&saved(&h, &zero), &plain), 0, "strength 0 is the model itself");
+    let patched = h.run(with_lora(1.0));
+    assert!(max_diff(&saved(&h, &patched), &plain) > 1, "the LoRA changes the image");
+
+    // The unpatched model, from the cache, samples without the patches again.
+    let mut again = graph(ksampler(8, 2, "euler"));
+    again["70"]["inputs"]["denoise"] = json!(0.99995);
+    let again = h.run(again);
+    assert!(max_diff(&saved(&h, &again), &plain) <= 1, "the plain model is unpatched");
+}
+
+#[test]
+fn issue_11_an_interrupt_stops_the_sampler_within_a_step() {
+    struct InterruptAtStep(Arc<std::sync::atomic::AtomicBool>, std::sync::Mutex<Vec<Event>>);
+    impl EventSink for InterruptAtStep {
+        fn emit(&self, _: &str, event: Event) {
+            if matches!(&event, Event::Progress { node, value, .. } if node.0 == "70" && *value >= 2.0)
+            {
+                self.0.store(true, Ordering::SeqCst);
+            }
+            self.1.lock().expect("events").push(event);
+        }
+    }
+    let mut h = harness(SynthDtype::Bf16);
+    let prompt = h.validate(graph(ksampler(1, 50, "euler")));
+    let sink = Arc::new(InterruptAtStep(h.executor.interrupt_flag(), Default::default()));
+    let run = Run {
+        prompt_id: "p",
+        prompt: &prompt,
+        prompt_json: Arc::new(prompt.prompt.to_json()),
+        extra_pnginfo: Arc::new(json!(null)),
+    };
+    let summary = h.executor.run(&run, sink.clone());
+    assert!(
+        matches!(&summary.outcome, Outcome::Interrupted { node, .. } if node.0 == "70"),
+        "{:?}",
+        summary.outcome
+    );
+    let steps = sink
+        .1
+        .lock()
+        .expect("events")
+        .iter()
+        .filter(|e| matches!(e, Event::Progress { node, .. } if node.0 == "70"))
+        .count();
+    assert_eq!(steps, 2, "the step under way when the interrupt came was the last");
+}
+
+/// A safetensors file of one tensor of a dtype Kiln does not compute with.
+fn write_int8_file(path: &std::path::Path) {
+    let header = serde_json::to_vec(&json!({
+        "x_embedder.weight": {"dtype": "I8", "shape": [4, 4], "data_offsets": [0, 16]},
+    }))
+    .expect("json");
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend([0u8; 16]);
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn issue_11_files_kiln_cannot_run_are_refused_by_name() {
+    let mut h = harness(SynthDtype::Bf16);
+    let dir = h.roots.input.join("models/diffusion_models");
+    write_int8_file(&dir.join("int8_mixed.safetensors"));
+    std::fs::write(dir.join("model.gguf"), b"GGUF....").expect("write");
+    std::fs::write(dir.join("truncated.safetensors"), [200u8, 0, 0, 0, 0, 0, 0, 0, b'{'])
+        .expect("write");
+    for (file, expect) in [
+        ("int8_mixed.safetensors", "I8"),
+        ("model.gguf", "GGUF"),
+        ("truncated.safetensors", "truncated.safetensors"),
+        ("../vae/ae.safetensors", "ae.safetensors"),
+    ] {
+        let mut prompt = graph(ksampler(1, 1, "euler"));
+        prompt["66"]["inputs"]["unet_name"] = json!(file);
+        let prompt = kiln_engine::graph::Prompt::from_json(&prompt).expect("an object");
+        let Ok(validated) = kiln_engine::graph::validate(&prompt, &h.registry, None) else {
+            // A name outside the folder's list is a validation error (value_not_in_list).
+            assert!(file.starts_with(".."), "{file} should pass validation");
+            continue;
+        };
+        let ran = h.run_validated(&validated, json!(null));
+        let Outcome::Failed(failure) = &ran.summary.outcome else {
+            panic!("{file}: {:?}", ran.summary.outcome)
+        };
+        assert_eq!(failure.node.0, "66");
+        assert!(failure.message.contains(expect), "{file}: {}", failure.message);
+    }
+
+    let mut prompt = graph(ksampler(1, 1, "euler"));
+    prompt["66"]["inputs"]["weight_dtype"] = json!("fp8_e4m3fn");
+    let ran = h.run(prompt);
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("{:?}", ran.summary.outcome)
+    };
+    assert!(failure.message.contains("weight_dtype"), "{}", failure.message);
+}
