@@ -1,6 +1,6 @@
 //! The model values that flow on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`), how the loader nodes find and
 //! load model files ([`ModelFiles`], [`load`]), and running model code on the device the process chose
-//! ([`device`]).
+//! (`device`).
 //!
 //! The networks themselves live in `kiln_models`; this module adds what the engine needs around them:
 //! ComfyUI's model folders, its prefix and detection rules, the latent format, and the sampling settings a
