@@ -15,9 +15,10 @@
 //
 // The one change: the default 1024x1024 at 8 steps takes minutes on tiny models in a debug build on a CPU, so
 // the test sets the EmptySD3LatentImage width/height and the KSampler steps through the frontend's own widgets
-// ($KILN_BROWSER_SIZE, $KILN_BROWSER_STEPS; 1024 and 8 run the graph unchanged). Then it presses the real Run
+// (96x64 at 2 steps, about 7 s; $KILN_BROWSER_SIZE=WxH and $KILN_BROWSER_STEPS change them: 256x256 at 8 steps
+// takes about a minute, 1024x1024 at 8 steps, the graph unchanged, more than ten). Then it presses the real Run
 // button, waits for the KSampler's progress events and the SaveImage output, fetches the image through /view,
-// checks it is a PNG of the chosen size, and saves a screenshot under target/browser/.
+// checks it is a PNG of the chosen size, and saves screenshots under target/browser/.
 //
 // Usage: node tests/browser/default_workflow.test.mjs <path to kiln> <frontend static folder>
 import assert from 'node:assert/strict';
@@ -39,7 +40,8 @@ const screenshots = join(here, '..', '..', 'target', 'browser');
 const chromiumPath = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
 const contractProxy =
   process.env.KILN_CONTRACT_PROXY ?? join(here, '..', '..', 'target', 'debug', 'kiln-contract-proxy');
-const size = Number(process.env.KILN_BROWSER_SIZE ?? 64);
+// Width x height: not square, so a swapped pair shows.
+const [width, height] = (process.env.KILN_BROWSER_SIZE ?? '96x64').split('x').map(Number);
 const steps = Number(process.env.KILN_BROWSER_STEPS ?? 2);
 const runTimeout = Number(process.env.KILN_BROWSER_RUN_TIMEOUT_S ?? 600) * 1000;
 
@@ -67,6 +69,20 @@ const defaultGraph = {
   69: ['ModelSamplingAuraFlow', [3]],
   70: ['KSampler', [42, 'fixed', 8, 1, 'res_multistep', 'simple', 1]],
   71: ['CLIPTextEncode', [/^low quality, bad anatomy/]],
+};
+
+/** The default graph's links, as the API prompt carries them: `node.input` -> [source node, output slot]. */
+const defaultLinks = {
+  '9.images': ['65', 0],
+  '65.samples': ['70', 0],
+  '65.vae': ['63', 0],
+  '67.clip': ['62', 0],
+  '69.model': ['66', 0],
+  '70.model': ['69', 0],
+  '70.positive': ['67', 0],
+  '70.negative': ['71', 0],
+  '70.latent_image': ['68', 0],
+  '71.clip': ['62', 0],
 };
 
 /** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
@@ -168,7 +184,8 @@ const problems = [];
 let runSeconds;
 let progressSteps;
 try {
-  const viewport = { width: 1400, height: 900 };
+  // Wide enough that the whole graph, fitted into view for the screenshot, is drawn with its text.
+  const viewport = { width: 1920, height: 1080 };
 
   // 1. A new user: a blank canvas and the template browser; closing it leaves the tutorial marked as done.
   const first = await browser.newContext({ viewport });
@@ -211,20 +228,18 @@ try {
       else assert.equal(actual, expected, `node ${id} (${type}) widget ${i}`);
     });
   }
-  const links = await page.evaluate(() => window.app.graph.links.size ?? Object.keys(window.app.graph.links).length);
-  assert.equal(links, 10, 'the default graph links');
   await page.waitForTimeout(300);
   mkdirSync(screenshots, { recursive: true });
   await page.screenshot({ path: join(screenshots, 'default-workflow-loaded.png') });
 
   // 3. Smaller image and fewer steps, set through the nodes' own widgets as a user would type them.
   await page.evaluate(
-    ([size, steps]) => {
+    ([width, height, steps]) => {
       const node = (id) => window.app.graph.getNodeById(id);
       const widget = (id, name) => node(id).widgets.find((w) => w.name === name);
       for (const [id, name, value] of [
-        [68, 'width', size],
-        [68, 'height', size],
+        [68, 'width', width],
+        [68, 'height', height],
         [70, 'steps', steps],
       ]) {
         const w = widget(id, name);
@@ -233,7 +248,7 @@ try {
       }
       window.app.graph.setDirtyCanvas(true, true);
     },
-    [size, steps],
+    [width, height, steps],
   );
 
   // 4. Run, as a user does.
@@ -241,7 +256,9 @@ try {
     (response) => response.url().includes('/api/view?') && response.url().includes('type=output'),
     { timeout: runTimeout },
   );
-  const promptSent = page.waitForRequest((request) => request.url().endsWith('/api/prompt') && request.method() === 'POST');
+  const promptSent = page.waitForRequest(
+    (request) => request.url().endsWith('/api/prompt') && request.method() === 'POST',
+  );
   started = Date.now();
   await run.click();
   const sent = (await promptSent).postDataJSON().prompt;
@@ -250,7 +267,14 @@ try {
     Object.fromEntries(Object.entries(defaultGraph).map(([id, [type]]) => [id, type])),
     'the prompt is the default graph',
   );
-  assert.equal(sent['68'].inputs.width, size);
+  const sentLinks = Object.entries(sent).flatMap(([id, node]) =>
+    Object.entries(node.inputs)
+      .filter(([, value]) => Array.isArray(value))
+      .map(([input, from]) => [`${id}.${input}`, from]),
+  );
+  assert.deepEqual(Object.fromEntries(sentLinks), defaultLinks, 'the default graph wiring');
+  assert.equal(sent['68'].inputs.width, width);
+  assert.equal(sent['68'].inputs.height, height);
   assert.equal(sent['70'].inputs.steps, steps);
   assert.equal(sent['70'].inputs.sampler_name, 'res_multistep');
   const finished = await frameMatching(
@@ -277,10 +301,10 @@ try {
   assert.equal(served.status(), 200, '/view serves the output');
   assert.equal(served.headers()['content-type'], 'image/png');
   assert.ok(served.url().includes(`filename=${image.filename}`), served.url());
-  assert.deepEqual(pngSize(await served.body()), [size, size], 'the PNG has the chosen size');
+  assert.deepEqual(pngSize(await served.body()), [width, height], 'the PNG has the chosen size');
   const view = await fetch(`${url}/api/view?filename=${image.filename}&type=output&subfolder=`);
   assert.equal(view.status, 200);
-  assert.deepEqual(pngSize(Buffer.from(await view.arrayBuffer())), [size, size]);
+  assert.deepEqual(pngSize(Buffer.from(await view.arrayBuffer())), [width, height]);
 
   // The history the queue panel reads agrees.
   const history = await (await fetch(`${url}/api/history`)).json();
@@ -288,6 +312,9 @@ try {
   assert.equal(entry.status.status_str, 'success');
   assert.deepEqual(entry.outputs['9'].images, [image]);
 
+  // Fit the whole graph into view (the "." shortcut) so the screenshot shows SaveImage's preview.
+  await page.locator('#graph-canvas').click({ position: { x: 700, y: 110 } });
+  await page.keyboard.press('.');
   await page.waitForTimeout(500); // let the canvas draw the output preview
   await page.screenshot({ path: join(screenshots, 'default-workflow-run.png') });
   assert.deepEqual(problems, [], 'no page errors and no unexpected 4xx/5xx');
@@ -299,7 +326,8 @@ try {
   assert.equal(contract.code, 0, `kiln sent answers the spec does not describe:\n${contract.report}`);
 }
 console.log(
-  `ok: the frontend's default Z-Image-Turbo workflow ran on tiny synthetic files (synth ${synthSeconds.toFixed(1)} s) ` +
-    `at ${size}x${size}, ${steps} steps in ${runSeconds.toFixed(1)} s (KSampler progress ${progressSteps.join(',')}); ` +
+  `ok: the frontend's default Z-Image-Turbo workflow ran on tiny synthetic files ` +
+    `(synth ${synthSeconds.toFixed(1)} s) at ${width}x${height}, ${steps} steps in ${runSeconds.toFixed(1)} s ` +
+    `(KSampler progress ${progressSteps.join(',')}); ` +
     'screenshots in target/browser/default-workflow-{loaded,run}.png',
 );
