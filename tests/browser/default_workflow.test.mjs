@@ -141,7 +141,7 @@ function pngSize(bytes) {
   return [bytes.readUInt32BE(16), bytes.readUInt32BE(20)];
 }
 
-/** Opens Kiln in `context`, records page errors and unexpected 4xx/5xx into `problems`, waits for the app. */
+/** A new page in `context` that records page errors and unexpected 4xx/5xx answers from `url` into `problems`. */
 async function openKiln(context, url, problems) {
   const page = await context.newPage();
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
@@ -160,8 +160,9 @@ process.on('exit', () => rmSync(dataDir, { recursive: true, force: true }));
 
 // The tiny files under the real names, written by the binary itself.
 let started = Date.now();
+// Its log goes into the error if it fails.
 execFileSync(kilnBinary, ['model', 'synth', '--size', 'tiny', '--models-dir', join(dataDir, 'models')], {
-  stdio: ['ignore', 'ignore', 'inherit'],
+  stdio: ['ignore', 'ignore', 'pipe'],
 });
 const synthSeconds = (Date.now() - started) / 1000;
 
