@@ -86,8 +86,19 @@ def build_dit(sd, dtype, dev):
         )
         t_hidden, t_freq = sd["t_embedder.mlp.0.weight"].shape
         model.t_embedder = TimestepEmbedder(sd["t_embedder.mlp.2.weight"].shape[0], mid_size=t_hidden)
-    model.load_state_dict({k: v.to(dtype) for k, v in dit_to_diffusers(sd).items()}, strict=True, assign=True)
+    assign(model, dit_to_diffusers(sd), dtype)
     return model.to(dev).eval()
+
+
+def assign(model, state, dtype):
+    """Sets every parameter from `state` (its own shape: diffusers derives the FFN width as int(8/3·dim), the
+    synthetic tiny files use ComfyUI's rounding to 256), and checks none is left unset."""
+    for name, t in state.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, torch.nn.Parameter(t.to(dtype), requires_grad=False))
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    if left:
+        raise ValueError(f"parameters the file does not set: {left[:5]}")
 
 
 # ---- Qwen3 text encoder: the file is transformers' layout under `model.` ----
@@ -109,10 +120,9 @@ def build_te(sd, dtype, dev):
         model = Qwen3Model(config)
     state = {k[len("model."):]: v.to(dtype) for k, v in sd.items() if k.startswith("model.")}
     model.load_state_dict(state, strict=False, assign=True)
-    model = model.to(dev).eval()
-    # Buffers (rotary inv_freq) were built on meta: rebuild them on the device.
-    model.rotary_emb = type(model.rotary_emb)(config=config, device=dev)
-    return model
+    # Buffers (rotary inv_freq) were built on meta: rebuild them before moving.
+    model.rotary_emb = type(model.rotary_emb)(config=config)
+    return model.to(dev).eval()
 
 
 # ---- Flux VAE: LDM layout -> diffusers AutoencoderKL ----
