@@ -84,7 +84,8 @@ fn parse_args() -> Result<Args, String> {
     let mut models = None;
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let number = |name: &str, v: String| v.parse::<f64>().map_err(|e| format!("{name} {v}: {e}"));
+        let number =
+            |name: &str, v: String| v.parse::<f64>().map_err(|e| format!("{name} {v}: {e}"));
         match arg.as_str() {
             "--models" => models = Some(PathBuf::from(value("--models")?)),
             "--size" => args.size = number("--size", value("--size")?)? as u32,
@@ -373,12 +374,8 @@ fn run_prompt(
             }))
         })
         .collect();
-    let loading_peak = seen
-        .nodes
-        .iter()
-        .filter(|n| loader_file(&n.id).is_some())
-        .map(|n| n.peak_rss)
-        .max();
+    let loading_peak =
+        seen.nodes.iter().filter(|n| loader_file(&n.id).is_some()).map(|n| n.peak_rss).max();
     let sampler = seen.nodes.iter().find(|n| n.id == SAMPLER);
     let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
     let resident_min = seen.resident_at_steps.iter().min().copied();
@@ -555,7 +552,8 @@ fn main() {
         Ok(report) => report,
         Err(e) => json!({"error": e, "label": args.label}),
     };
-    let text = serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": {e:?}}}"));
+    let text =
+        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": {e:?}}}"));
     if let Some(out) = &args.out
         && let Err(e) = std::fs::write(out, &text)
     {
