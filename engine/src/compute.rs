@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use kiln_compute::Backend as _;
+use kiln_compute::memory::pins::PinConfig;
 use kiln_compute::memory::{DeviceMemory, ManagerConfig, MemoryManager};
 use kiln_compute::select::{Device, Selection, select};
 
@@ -23,7 +24,8 @@ pub struct ComputeOptions {
     /// Device memory left free for others, in bytes; `None` keeps the memory manager's default headroom
     /// (ComfyUI's dynamic VRAM default, 256 MiB).
     pub reserve: Option<u64>,
-    /// Keep weights in page-locked host memory.
+    /// Keep weights in page-locked host memory. Ignored on the CPU, which never pins: there the pinned pool
+    /// would be a second copy of every model in RAM, buying nothing (no DMA); weights stream from their files.
     pub pinned_memory: bool,
     /// The RAM-pressure cache's active threshold in bytes (0 in the other cache modes): pins leave half of it
     /// (at least 2 GiB) of RAM available.
@@ -91,7 +93,8 @@ impl Compute {
             cpu_memory: CPU_DEVICE_MEMORY,
         };
         let (mut device, _reason) = select(&selection);
-        let mut config = ManagerConfig::for_this_machine(options.pinned_memory);
+        let on_cpu = matches!(device, Device::Cpu(_));
+        let mut config = ManagerConfig::for_this_machine(options.pinned_memory && !on_cpu);
         if let Some(reserve) = options.reserve {
             config.vram.headroom = reserve;
         }
@@ -104,6 +107,7 @@ impl Compute {
                 tracing::warn!(error = %e, "the memory manager cannot run on {}; computing on the CPU", device.kind());
                 let cpu = kiln_compute::backend::cpu::Cpu::new(CPU_DEVICE_MEMORY);
                 device = Device::Cpu(Arc::new(cpu));
+                config.pins = PinConfig::disabled();
                 MemoryManager::new(memory_of(&device), config).unwrap_or_else(|e| {
                     panic!("the CPU's simulated device refused the memory manager: {e}")
                 })

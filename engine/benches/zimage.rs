@@ -1,0 +1,567 @@
+//! The frontend's default Z-Image-Turbo workflow run in-process through the engine's [`Executor`] (issue #11):
+//! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
+//! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
+//! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
+//!
+//! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
+//!
+//! ```text
+//! zimage --models DIR [--size 1024] [--steps 8] [--cpu] [--no-pinned] [--vram-fraction F] [--vram-of dit|all]
+//!        [--vram-extra-gib G] [--cold] [--no-warm] [--seed S] [--out FILE] [--label TEXT]
+//! ```
+//!
+//! `DIR` is a models folder with the default workflow's three files (`kiln model synth` writes them).
+//!
+//! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
+//! `weights` is the tensor bytes of the DiT file (`--vram-of dit`, the default: the model each sampler step
+//! streams) or of all three files (`--vram-of all`), and `extra` (`--vram-extra-gib`, default 1 GiB) is room
+//! for activations and the offload lanes' scratch. It is applied as ComfyUI's `--reserve-vram` is: the
+//! arbiter's headroom becomes `capacity − budget` ([`Arbiter::set_headroom`], what `ComputeOptions.reserve`
+//! sets at start), so weights that do not fit are evicted and streamed from the pinned host pool per step.
+//! The budget is capped by the device's capacity (on the CPU: the simulated 2 GiB device).
+//!
+//! [`Executor`]: kiln_engine::exec::Executor
+//! [`Arbiter::set_headroom`]: kiln_engine::kiln_compute::memory::Arbiter::set_headroom
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kiln_engine::cache::{Cache, CachePolicy};
+use kiln_engine::compute::{Compute, ComputeOptions};
+use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Roots, Run};
+use kiln_engine::graph::{Prompt, validate};
+use kiln_engine::kiln_compute::memory::{SafetensorsFile, drop_page_cache};
+use kiln_engine::models::{FolderTree, ModelEnv};
+use kiln_engine::nodes::builtin_registry;
+use serde_json::{Value, json};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The workflow's files under the models folder (the names `kiln model synth` writes, whatever the dtype).
+const DIT_FILE: &str = "diffusion_models/z_image_turbo_bf16.safetensors";
+const TEXT_ENCODER_FILE: &str = "text_encoders/qwen_3_4b.safetensors";
+const VAE_FILE: &str = "vae/ae.safetensors";
+/// The KSampler's node id in the default graph.
+const SAMPLER: &str = "70";
+
+/// The command line.
+struct Args {
+    models: PathBuf,
+    size: u32,
+    steps: u32,
+    cpu: bool,
+    pinned: bool,
+    vram_fraction: Option<f64>,
+    vram_of_all: bool,
+    vram_extra: u64,
+    cold: bool,
+    warm: bool,
+    seed: u64,
+    out: Option<PathBuf>,
+    label: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        models: PathBuf::new(),
+        size: 1024,
+        steps: 8,
+        cpu: false,
+        pinned: true,
+        vram_fraction: None,
+        vram_of_all: false,
+        vram_extra: 1 << 30,
+        cold: false,
+        warm: true,
+        seed: 42,
+        out: None,
+        label: String::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    let mut models = None;
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let number =
+            |name: &str, v: String| v.parse::<f64>().map_err(|e| format!("{name} {v}: {e}"));
+        match arg.as_str() {
+            "--models" => models = Some(PathBuf::from(value("--models")?)),
+            "--size" => args.size = number("--size", value("--size")?)? as u32,
+            "--steps" => args.steps = number("--steps", value("--steps")?)? as u32,
+            "--cpu" => args.cpu = true,
+            "--no-pinned" => args.pinned = false,
+            "--vram-fraction" => {
+                args.vram_fraction = Some(number("--vram-fraction", value("--vram-fraction")?)?)
+            }
+            "--vram-of" => match value("--vram-of")?.as_str() {
+                "dit" => args.vram_of_all = false,
+                "all" => args.vram_of_all = true,
+                other => return Err(format!("--vram-of {other}: expected dit or all")),
+            },
+            "--vram-extra-gib" => {
+                args.vram_extra =
+                    (number("--vram-extra-gib", value("--vram-extra-gib")?)? * GIB) as u64
+            }
+            "--cold" => args.cold = true,
+            "--no-warm" => args.warm = false,
+            "--seed" => args.seed = number("--seed", value("--seed")?)? as u64,
+            "--out" => args.out = Some(PathBuf::from(value("--out")?)),
+            "--label" => args.label = value("--label")?,
+            // `cargo bench` passes `--bench`.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    args.models = models.ok_or("--models DIR is required")?;
+    Ok(args)
+}
+
+/// The default graph's prompt as the frontend sends it (models.md §1.1), at `size`² and `steps` steps.
+fn default_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "lumina2", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "z_image_turbo_bf16.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "anime RPG game style, cute anime girl", "clip": ["62", 0]}},
+        "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
+        "69": {"class_type": "ModelSamplingAuraFlow", "inputs": {"shift": 3, "model": ["66", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": "res_multistep", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": "low quality, bad anatomy", "clip": ["62", 0]}},
+    })
+}
+
+/// The loader node of each file, for the "RSS while loading" check.
+fn loader_file(node: &str) -> Option<&'static str> {
+    match node {
+        "66" => Some(DIT_FILE),
+        "62" => Some(TEXT_ENCODER_FILE),
+        "63" => Some(VAE_FILE),
+        _ => None,
+    }
+}
+
+/// A `/proc/self/status` field in bytes (`VmRSS`, `VmHWM`), 0 where there is none (not Linux).
+fn proc_status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Resets the kernel's peak-RSS mark (`VmHWM`) to the current RSS; `false` where the kernel refuses.
+fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Samples RSS every 5 ms on a thread, keeping the peak since the last [`RssProbe::take`].
+struct RssProbe {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssProbe {
+    fn start() -> RssProbe {
+        let peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(proc_status_bytes("VmRSS"), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        RssProbe { peak, stop, thread: Some(thread) }
+    }
+
+    /// The peak since the last call (also the kernel's mark, reset each time where it can be), and restarts.
+    fn take(&self) -> u64 {
+        let sampled = self.peak.swap(proc_status_bytes("VmRSS"), Ordering::Relaxed);
+        let hwm = proc_status_bytes("VmHWM");
+        reset_hwm();
+        sampled.max(hwm)
+    }
+}
+
+impl Drop for RssProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One node's run.
+struct NodeRun {
+    id: String,
+    start_s: f64,
+    seconds: f64,
+    rss_before: u64,
+    peak_rss: u64,
+    usage_after: u64,
+}
+
+/// What a sink saw during one prompt.
+#[derive(Default)]
+struct Seen {
+    current: Option<(String, Instant, f64, u64)>,
+    nodes: Vec<NodeRun>,
+    /// Seconds of each sampler step: the first from the node's start, then between `progress` events.
+    steps: Vec<f64>,
+    last_step: Option<Instant>,
+    peak_usage: u64,
+    peak_driver_used: u64,
+    /// The manager's resident weight bytes at each sampler step.
+    resident_at_steps: Vec<u64>,
+    error: Option<String>,
+}
+
+/// Times nodes and steps and polls the memory manager (on the executor's thread, so the device's context is
+/// current for the driver's free-memory query).
+struct Probe {
+    t0: Instant,
+    compute: Arc<Compute>,
+    rss: RssProbe,
+    seen: Mutex<Seen>,
+}
+
+impl Probe {
+    fn poll_device(&self, seen: &mut Seen) {
+        let stats = self.compute.manager().stats();
+        seen.peak_usage = seen.peak_usage.max(stats.usage);
+        let report = self.compute.report();
+        if report.kind != "cpu" {
+            seen.peak_driver_used = seen.peak_driver_used.max(report.total - report.free);
+        }
+    }
+
+    fn finish_node(&self, seen: &mut Seen) {
+        if let Some((id, start, start_s, rss_before)) = seen.current.take() {
+            let usage_after = self.compute.manager().stats().usage;
+            seen.nodes.push(NodeRun {
+                id,
+                start_s,
+                seconds: start.elapsed().as_secs_f64(),
+                rss_before,
+                peak_rss: self.rss.take(),
+                usage_after,
+            });
+        }
+    }
+}
+
+impl EventSink for Probe {
+    fn emit(&self, _: &str, event: Event) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Event::Executing { node } => {
+                self.finish_node(&mut seen);
+                let rss_before = proc_status_bytes("VmRSS");
+                self.rss.take();
+                let now = Instant::now();
+                if node.0 == SAMPLER {
+                    seen.last_step = Some(now);
+                }
+                seen.current =
+                    Some((node.0.clone(), now, (now - self.t0).as_secs_f64(), rss_before));
+                self.poll_device(&mut seen);
+            }
+            Event::Progress { node, .. } => {
+                if node.0 == SAMPLER
+                    && let Some(last) = seen.last_step
+                {
+                    let now = Instant::now();
+                    seen.steps.push((now - last).as_secs_f64());
+                    seen.last_step = Some(now);
+                    let resident = self.compute.manager().stats().resident_weights;
+                    seen.resident_at_steps.push(resident);
+                }
+                self.poll_device(&mut seen);
+            }
+            Event::NodeFinished { .. } => {
+                self.poll_device(&mut seen);
+                self.finish_node(&mut seen);
+            }
+            Event::ExecutionError(failure) => {
+                seen.error = Some(format!("node {}: {}", failure.node.0, failure.message));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Tensor bytes of a safetensors file (0 when it cannot be read).
+fn tensor_bytes(path: &Path) -> u64 {
+    SafetensorsFile::open(path).map(|f| f.tensors().map(|(_, t)| t.len).sum()).unwrap_or(0)
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+/// The prompt of `seed` run once: the JSON entry of the run.
+fn run_prompt(
+    executor: &mut Executor,
+    registry: &kiln_engine::nodes::Registry,
+    compute: &Arc<Compute>,
+    args: &Args,
+    seed: u64,
+    label: &str,
+    file_bytes: &BTreeMap<&str, u64>,
+) -> Result<Value, String> {
+    let json = default_workflow(seed, args.size, args.steps);
+    let prompt = Prompt::from_json(&json).map_err(|e| format!("{e:?}"))?;
+    let validated =
+        validate(&prompt, registry, None).map_err(|e| format!("the prompt is refused: {e:?}"))?;
+    let probe = Arc::new(Probe {
+        t0: Instant::now(),
+        compute: compute.clone(),
+        rss: RssProbe::start(),
+        seen: Mutex::new(Seen::default()),
+    });
+    let rss_at_start = proc_status_bytes("VmRSS");
+    let run = Run {
+        prompt_id: label,
+        prompt: &validated,
+        prompt_json: Arc::new(json.clone()),
+        extra_pnginfo: Arc::new(Value::Null),
+    };
+    let t = Instant::now();
+    let summary = executor.run(&run, probe.clone());
+    let total_s = t.elapsed().as_secs_f64();
+    let mut seen = probe.seen.lock().unwrap_or_else(|p| p.into_inner());
+    probe.finish_node(&mut seen);
+    if let Outcome::Failed(failure) = &summary.outcome {
+        return Err(format!("node {} failed: {}", failure.node.0, failure.message));
+    }
+    if let Some(error) = &seen.error {
+        return Err(error.clone());
+    }
+    let class = |id: &str| json[id]["class_type"].as_str().unwrap_or("?").to_owned();
+    let nodes: Vec<Value> = seen
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "id": n.id, "class": class(&n.id), "start_s": n.start_s, "seconds": n.seconds,
+                "rss_before_bytes": n.rss_before, "peak_rss_bytes": n.peak_rss,
+                "manager_usage_after_bytes": n.usage_after,
+            })
+        })
+        .collect();
+    // Loading: each loader's peak RSS against its file (the goal: under the file's size + 10 %).
+    let loads: Vec<Value> = seen
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let file = loader_file(&n.id)?;
+            let bytes = *file_bytes.get(file)?;
+            let growth = n.peak_rss.saturating_sub(n.rss_before);
+            Some(json!({
+                "node": n.id, "file": file, "file_bytes": bytes, "rss_before_bytes": n.rss_before,
+                "peak_rss_bytes": n.peak_rss, "growth_bytes": growth,
+                "growth_over_file": growth as f64 / bytes.max(1) as f64,
+                "peak_over_file": n.peak_rss as f64 / bytes.max(1) as f64,
+            }))
+        })
+        .collect();
+    let loading_peak =
+        seen.nodes.iter().filter(|n| loader_file(&n.id).is_some()).map(|n| n.peak_rss).max();
+    let sampler = seen.nodes.iter().find(|n| n.id == SAMPLER);
+    let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
+    let resident_min = seen.resident_at_steps.iter().min().copied();
+    Ok(json!({
+        "label": label,
+        "seed": seed,
+        "seconds": total_s,
+        "executed": summary.executed.iter().map(|n| n.0.clone()).collect::<Vec<_>>(),
+        "cached": summary.cached.iter().map(|n| n.0.clone()).collect::<Vec<_>>(),
+        "step_seconds": seen.steps,
+        "step_seconds_median": median(&seen.steps),
+        // The first step includes the sampler's setup (patches, noise) and, when weights are not resident
+        // yet, their first copy; the steady state is the median of the rest.
+        "step_seconds_median_after_first": median(seen.steps.get(1..).unwrap_or(&[])),
+        "sampler_seconds": sampler.map(|n| n.seconds),
+        "nodes": nodes,
+        "loads": loads,
+        "loading_peak_rss_bytes": loading_peak,
+        "rss_at_start_bytes": rss_at_start,
+        "peak_rss_bytes": peak_rss,
+        "manager_peak_usage_bytes": seen.peak_usage,
+        "driver_peak_used_bytes": (seen.peak_driver_used > 0).then_some(seen.peak_driver_used),
+        "resident_weights_at_steps_bytes": seen.resident_at_steps,
+        "resident_weights_min_bytes": resident_min,
+    }))
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split(':').nth(1))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let ram = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024);
+    json!({
+        "cpu": cpu,
+        "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "ram_bytes": ram,
+        "kernel_peak_rss_reset": reset_hwm(),
+    })
+}
+
+fn bench(args: &Args) -> Result<Value, String> {
+    let file_bytes: BTreeMap<&str, u64> = [DIT_FILE, TEXT_ENCODER_FILE, VAE_FILE]
+        .into_iter()
+        .map(|f| (f, tensor_bytes(&args.models.join(f))))
+        .collect();
+    if let Some((missing, _)) = file_bytes.iter().find(|(_, b)| **b == 0) {
+        return Err(format!("{} is missing or unreadable", args.models.join(missing).display()));
+    }
+    let all_bytes: u64 = file_bytes.values().sum();
+    let dit_bytes = file_bytes[DIT_FILE];
+    let dtype = SafetensorsFile::open(args.models.join(DIT_FILE))
+        .ok()
+        .and_then(|f| f.tensors().map(|(_, t)| t.dtype.to_string()).max_by_key(|d| d.clone()));
+
+    let compute = Arc::new(Compute::start(ComputeOptions {
+        force_cpu: args.cpu,
+        pinned_memory: args.pinned,
+        ..Default::default()
+    }));
+    let arbiter = compute.manager().arbiter().clone();
+    let capacity = arbiter.capacity();
+    let weights = if args.vram_of_all { all_bytes } else { dit_bytes };
+    if let Some(fraction) = args.vram_fraction {
+        let budget = ((fraction * weights as f64) as u64 + args.vram_extra).min(capacity);
+        arbiter.set_headroom(capacity - budget);
+    }
+    let stats = compute.manager().stats();
+    let report = compute.report();
+    let scratch = std::env::temp_dir().join(format!("kiln-bench-zimage-{}", std::process::id()));
+    let roots = Roots {
+        input: scratch.join("input"),
+        output: scratch.join("output"),
+        temp: scratch.join("temp"),
+    };
+    for dir in [&roots.input, &roots.output, &roots.temp] {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let env = ModelEnv { files: Arc::new(FolderTree::new(&args.models)), compute: compute.clone() };
+    let registry = Arc::new(builtin_registry(roots.input.clone(), env));
+    let mut executor = Executor::new(registry.clone(), Cache::new(CachePolicy::Classic), roots);
+
+    if args.cold {
+        for file in file_bytes.keys() {
+            drop_page_cache(args.models.join(file)).map_err(|e| e.to_string())?;
+        }
+    }
+    let mut runs = Vec::new();
+    let cold_label = if args.cold { "cold" } else { "first" };
+    runs.push(run_prompt(
+        &mut executor,
+        &registry,
+        &compute,
+        args,
+        args.seed,
+        cold_label,
+        &file_bytes,
+    )?);
+    if args.warm {
+        runs.push(run_prompt(
+            &mut executor,
+            &registry,
+            &compute,
+            args,
+            args.seed + 1,
+            "warm",
+            &file_bytes,
+        )?);
+    }
+    let end = compute.manager().stats();
+    let _ = std::fs::remove_dir_all(&scratch);
+    // The kernel's mark is reset per node, so the process's peak is the largest node peak.
+    let process_peak = runs
+        .iter()
+        .filter_map(|r| r["peak_rss_bytes"].as_u64())
+        .chain([proc_status_bytes("VmHWM")])
+        .max();
+    Ok(json!({
+        "bench": "zimage-default-workflow",
+        "label": args.label,
+        "unix_time": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        "machine": machine(),
+        "device": {"kind": report.kind, "name": report.name, "total_bytes": report.total},
+        "workflow": {
+            "size": args.size, "steps": args.steps, "sampler": "res_multistep", "scheduler": "simple",
+            "cfg": 1, "dit_calls_per_step": 1,
+        },
+        "files": {
+            "models_dir": args.models.display().to_string(),
+            "dit_dtype": dtype,
+            "tensor_bytes": file_bytes,
+            "all_bytes": all_bytes,
+        },
+        "vram": {
+            "fraction": args.vram_fraction,
+            "of": if args.vram_of_all { "all" } else { "dit" },
+            "weights_bytes": weights,
+            "extra_bytes": args.vram_fraction.map(|_| args.vram_extra),
+            "capacity_bytes": capacity,
+            "headroom_bytes": arbiter.headroom(),
+            "budget_bytes": stats.budget,
+            "pinned_memory": args.pinned,
+        },
+        "runs": runs,
+        "process_peak_rss_bytes": process_peak,
+        "manager_at_end": {
+            "usage_bytes": end.usage, "resident_weights_bytes": end.resident_weights,
+            "host_bytes": end.host_bytes, "registered_bytes": end.registered_bytes,
+            "pageable_copies": end.pageable_copies, "models": end.models,
+        },
+    }))
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("zimage: {e}");
+            std::process::exit(2);
+        }
+    };
+    let report = match bench(&args) {
+        Ok(report) => report,
+        Err(e) => json!({"error": e, "label": args.label}),
+    };
+    let text =
+        serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": {e:?}}}"));
+    if let Some(out) = &args.out
+        && let Err(e) = std::fs::write(out, &text)
+    {
+        eprintln!("zimage: cannot write {}: {e}", out.display());
+    }
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{text}");
+    if report.get("error").is_some() {
+        std::process::exit(1);
+    }
+}
