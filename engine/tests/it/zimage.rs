@@ -173,7 +173,7 @@ fn write_lora(path: &std::path::Path, dim: usize) {
         "lora_unet_layers_0_attention_out.lora_down.weight": {"dtype": "F32", "shape": [rank, dim], "data_offsets": [up.len(), up.len() + down.len()]},
     });
     let mut header = serde_json::to_vec(&header).expect("json");
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
