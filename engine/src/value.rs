@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 /// A value on a link or a node input.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// `INT`.
+    /// `INT`. One above i64::MAX (a 64-bit seed) is held as its two's-complement bits: read it with `as u64`.
     Int(i64),
     /// `FLOAT`.
     Float(f64),

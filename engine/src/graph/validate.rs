@@ -482,7 +482,7 @@ fn check_literal(
         InputType::Choices(_) => "COMBO",
     };
     let converted = match type_name {
-        "INT" => py_int(raw).map(|v| (Value::Int(v), Json::from(v))),
+        "INT" => literal_int(raw).map(|(v, normalized)| (Value::Int(v), normalized)),
         "FLOAT" => py_float(raw).map(|v| (Value::Float(v), json_f64(v))),
         "STRING" => {
             let s = py_str(raw);
@@ -511,7 +511,7 @@ fn check_literal(
         return Ok((value, normalized));
     }
     let number = match &value {
-        Value::Int(v) => Some(*v as f64),
+        Value::Int(_) => normalized.as_f64(),
         Value::Float(v) => Some(*v),
         _ => None,
     };
@@ -576,6 +576,16 @@ fn py_type(value: &Json) -> &'static str {
         Json::String(_) => "str",
         Json::Array(_) => "list",
         Json::Object(_) => "dict",
+    }
+}
+
+/// An `INT` literal: its runtime value and its normalised JSON. A number above i64::MAX (a 64-bit seed:
+/// ComfyUI's seed widgets go to 2^64 − 1) travels as its two's-complement bits, which a node reads back with
+/// `as u64`; range checks use the JSON number.
+fn literal_int(raw: &Json) -> Result<(i64, Json), String> {
+    match raw.as_u64().filter(|&u| u > i64::MAX as u64) {
+        Some(big) => Ok((big as i64, Json::from(big))),
+        None => py_int(raw).map(|v| (v, Json::from(v))),
     }
 }
 
@@ -712,7 +722,7 @@ pub(crate) fn literal_value(def: Option<&InputDef>, raw: &Json) -> Value {
         None => "*",
     };
     let converted = match type_name {
-        "INT" => py_int(raw).ok().map(Value::Int),
+        "INT" => literal_int(raw).ok().map(|(v, _)| Value::Int(v)),
         "FLOAT" => py_float(raw).ok().map(Value::Float),
         "STRING" => Some(Value::String(py_str(raw))),
         "BOOLEAN" => Some(Value::Bool(py_bool(raw))),

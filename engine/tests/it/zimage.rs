@@ -297,3 +297,13 @@ fn issue_11_files_kiln_cannot_run_are_refused_by_name() {
     };
     assert!(failure.message.contains("weight_dtype"), "{}", failure.message);
 }
+
+#[test]
+fn issue_11_a_64_bit_seed_is_accepted_and_only_its_low_32_bits_make_the_noise() {
+    // The seed widget spans 0..2^64; torch seeds its CPU generator with the low 32 bits.
+    let mut h = harness(SynthDtype::Bf16);
+    let low = h.run(graph(ksampler(u64::from(u32::MAX), 2, "euler")));
+    let low = saved(&h, &low);
+    let high = h.run(graph(ksampler(u64::MAX, 2, "euler")));
+    assert_eq!(max_diff(&saved(&h, &high), &low), 0);
+}
