@@ -334,6 +334,7 @@ fn run_prompt(
         prompt: &validated,
         prompt_json: Arc::new(json.clone()),
         extra_pnginfo: Arc::new(Value::Null),
+        preview_method: kiln_engine::nodes::PreviewMethod::None,
     };
     let t = Instant::now();
     let summary = executor.run(&run, probe.clone());

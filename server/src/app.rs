@@ -108,6 +108,7 @@ impl Server {
         let executor = executor.with_memory(compute.manager().clone());
         let runtime = Arc::new(Runtime {
             registry,
+            preview_method: config.preview_method,
             queue,
             history: Mutex::new(history),
             hub: Hub::default(),

@@ -97,6 +97,9 @@ pub struct Config {
     pub cache: CacheMode,
     /// The compute device and its memory.
     pub compute: ComputeConfig,
+    /// `--preview-method`: latent previews while sampling, unless a prompt's `extra_data.preview_method` says
+    /// otherwise.
+    pub preview_method: kiln_engine::nodes::PreviewMethod,
     /// The ComfyUI frontend served at `/`.
     pub front_end: FrontEnd,
     /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
@@ -123,6 +126,7 @@ impl Config {
             max_upload_size: 100 * 1024 * 1024,
             cache: CacheMode::RamPressure { active_gb: None, inactive_gb: None },
             compute: ComputeConfig::default(),
+            preview_method: kiln_engine::nodes::PreviewMethod::None,
             // Not the binary's default (the pinned frontend, downloaded): a `Config` built in code reaches no
             // network unless it asks to.
             front_end: FrontEnd::Disabled,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
+use kiln_engine::nodes::PreviewMethod;
 use kiln_server::{
     CacheMode, ComputeConfig, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
     FrontEndVersion, LogRing, Runtime, Server,
@@ -97,9 +98,27 @@ struct Args {
     /// locked RAM.
     #[arg(long)]
     disable_pinned_memory: bool,
+    /// Latent previews while sampling: none (ComfyUI's default), or a cheap latent-to-RGB projection (auto,
+    /// latent2rgb; taesd too, as ComfyUI falls back to it without TAESD files). A prompt's
+    /// `extra_data.preview_method` overrides it.
+    #[arg(long, value_enum, default_value_t = PreviewArg::None)]
+    preview_method: PreviewArg,
     /// Which API surface to serve.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Local)]
     runtime: RuntimeArg,
+}
+
+/// ComfyUI's `--preview-method` names.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PreviewArg {
+    /// No previews.
+    None,
+    /// The best method available: latent2rgb.
+    Auto,
+    /// A linear projection of the latent to RGB.
+    Latent2rgb,
+    /// TAESD decoders (Kiln has none: latent2rgb).
+    Taesd,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -166,6 +185,12 @@ impl Args {
         {
             bail!("--reserve-vram: {gb} is not a number of GB (0 or more)");
         }
+        config.preview_method = match self.preview_method {
+            PreviewArg::None => PreviewMethod::None,
+            PreviewArg::Auto | PreviewArg::Latent2rgb | PreviewArg::Taesd => {
+                PreviewMethod::Latent2Rgb
+            }
+        };
         config.compute = ComputeConfig {
             force_cpu: self.cpu,
             cuda_device: self.cuda_device,

@@ -30,7 +30,8 @@ pub use roots::{Roots, within};
 use crate::cache::{Cache, CachePolicy, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, Prompt, ValidatedPrompt, literal_value};
 use crate::nodes::{
-    Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, ProgressSink, Registry, UiOutput,
+    Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, PreviewMethod, ProgressSink, Registry,
+    UiOutput,
 };
 use crate::value::Value;
 
@@ -76,6 +77,8 @@ pub struct Run<'a> {
     pub prompt_json: Arc<serde_json::Value>,
     /// `extra_data.extra_pnginfo`, or null.
     pub extra_pnginfo: Arc<serde_json::Value>,
+    /// How sampling nodes show previews during this run.
+    pub preview_method: PreviewMethod,
 }
 
 /// Runs prompts one at a time, keeping the cache between them.
@@ -260,6 +263,7 @@ impl Executor {
                 input_dir: self.roots.input.clone(),
                 output_dir: self.roots.output.clone(),
                 temp_dir: self.roots.temp.clone(),
+                preview_method: run.preview_method,
                 interrupt: self.interrupt.clone(),
                 progress: progress.clone(),
             };

@@ -8,6 +8,7 @@
 
 pub(crate) mod device;
 pub mod load;
+pub(crate) mod preview;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -109,11 +110,18 @@ pub struct LatentFormat {
     pub scale: f32,
     /// Subtracted going into the model.
     pub shift: f32,
+    /// The linear map of a (model-space) latent to RGB in [-1, 1] for previews: per-channel rows and a bias.
+    pub rgb: Option<(&'static [[f32; 3]], [f32; 3])>,
 }
 
 impl LatentFormat {
     /// The Flux VAE's latent space (Z-Image's): 16 channels, scale 0.3611, shift 0.1159.
-    pub const FLUX: LatentFormat = LatentFormat { channels: 16, scale: 0.3611, shift: 0.1159 };
+    pub const FLUX: LatentFormat = LatentFormat {
+        channels: 16,
+        scale: 0.3611,
+        shift: 0.1159,
+        rgb: Some((&preview::FLUX_RGB.0, preview::FLUX_RGB.1)),
+    };
 
     /// VAE space → model space: `(z − shift)·scale`.
     pub fn process_in(&self, z: f32) -> f32 {

@@ -43,6 +43,30 @@ pub struct Preview {
     pub bytes: Vec<u8>,
 }
 
+/// Whether and how sampling nodes show latent previews while they run (ComfyUI's `--preview-method`,
+/// overridden per prompt by `extra_data.preview_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreviewMethod {
+    /// No previews (ComfyUI's default).
+    #[default]
+    None,
+    /// A linear projection of the denoised latent to RGB, one preview per step.
+    Latent2Rgb,
+}
+
+impl PreviewMethod {
+    /// A method by ComfyUI's name: `none`, `auto`, `latent2rgb`, `taesd`. Kiln has no TAESD decoders, so `auto`
+    /// and `taesd` mean `latent2rgb`, as they do in ComfyUI when no TAESD file is installed. `default` and
+    /// unknown names are `None` (the caller keeps its setting).
+    pub fn from_name(name: &str) -> Option<PreviewMethod> {
+        match name {
+            "none" => Some(PreviewMethod::None),
+            "auto" | "latent2rgb" | "taesd" => Some(PreviewMethod::Latent2Rgb),
+            _ => None,
+        }
+    }
+}
+
 /// The prompt was interrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("interrupted")]
@@ -62,6 +86,8 @@ pub struct Context {
     pub output_dir: PathBuf,
     /// The temp directory.
     pub temp_dir: PathBuf,
+    /// How to show latent previews.
+    pub preview_method: PreviewMethod,
     pub(crate) interrupt: Arc<AtomicBool>,
     pub(crate) progress: Arc<dyn ProgressSink>,
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 
 pub use builtin::builtin_registry;
-pub use context::{Context, Interrupted, Preview, PreviewFormat, ProgressSink};
+pub use context::{Context, Interrupted, Preview, PreviewFormat, PreviewMethod, ProgressSink};
 pub use error::{ErrorKind, NodeError};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
 

@@ -340,6 +340,7 @@ fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
         prompt: &prompt,
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
+        preview_method: kiln_engine::nodes::PreviewMethod::None,
     };
     let summary = h.executor.run(&run, sink.clone());
     assert!(
@@ -381,6 +382,7 @@ fn the_history_recorder_keeps_the_status_messages_with_timestamps() {
         prompt: &prompt,
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
+        preview_method: kiln_engine::nodes::PreviewMethod::None,
     };
     let summary = h.executor.run(&run, recorder.clone());
     assert_eq!(summary.outcome, Outcome::Success);

@@ -289,6 +289,7 @@ impl Harness {
             prompt,
             prompt_json: Arc::new(prompt.prompt.to_json()),
             extra_pnginfo: Arc::new(extra_pnginfo),
+            preview_method: kiln_engine::nodes::PreviewMethod::None,
         };
         let summary = self.executor.run(&run, recorder.clone());
         let events = recorder.events.lock().expect("events").clone();

@@ -120,6 +120,7 @@ impl Setup {
             prompt: &validated,
             prompt_json: Arc::new(validated.prompt.to_json()),
             extra_pnginfo: Arc::new(serde_json::Value::Null),
+            preview_method: kiln_engine::nodes::PreviewMethod::None,
         };
         let summary = self.executor.run(&run, Arc::new(Ignore));
         assert_eq!(summary.outcome, Outcome::Success);

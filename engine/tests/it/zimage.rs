@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::{Event, EventSink, Outcome, Run};
+use kiln_engine::nodes::{PreviewFormat, PreviewMethod};
 use kiln_models::synth::{self, SynthDtype, ZImageTurboSet};
 use serde_json::{Value, json};
 
@@ -230,6 +231,7 @@ fn issue_11_an_interrupt_stops_the_sampler_within_a_step() {
         prompt: &prompt,
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
+        preview_method: PreviewMethod::None,
     };
     let summary = h.executor.run(&run, sink.clone());
     assert!(
@@ -306,4 +308,40 @@ fn issue_11_a_64_bit_seed_is_accepted_and_only_its_low_32_bits_make_the_noise() 
     let low = saved(&h, &low);
     let high = h.run(graph(ksampler(u64::MAX, 2, "euler")));
     assert_eq!(max_diff(&saved(&h, &high), &low), 0);
+}
+
+#[test]
+fn issue_11_latent_previews_come_once_a_step_as_jpegs_when_asked_for() {
+    let mut h = harness(SynthDtype::Bf16);
+    let prompt = h.validate(graph(ksampler(1, 3, "euler")));
+    let previews_with = |h: &mut Harness, method: PreviewMethod| {
+        let recorder = Arc::new(crate::harness::Recorder::default());
+        let run = Run {
+            prompt_id: "p",
+            prompt: &prompt,
+            prompt_json: Arc::new(prompt.prompt.to_json()),
+            extra_pnginfo: Arc::new(json!(null)),
+            preview_method: method,
+        };
+        let summary = h.executor.run(&run, recorder.clone());
+        assert_eq!(summary.outcome, Outcome::Success, "{:?}", summary.outcome);
+        let events = recorder.events.lock().expect("events").clone();
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Preview { node, preview } if node.0 == "70" => Some(preview),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let previews = previews_with(&mut h, PreviewMethod::Latent2Rgb);
+    assert_eq!(previews.len(), 3, "one preview per step");
+    for preview in &previews {
+        assert_eq!(preview.format, PreviewFormat::Jpeg);
+        let image = image::load_from_memory(&preview.bytes).expect("a JPEG");
+        // At latent resolution: 32² pixels → a 4×4 latent.
+        assert_eq!((image.width(), image.height()), (4, 4));
+    }
+    h.executor.cache_mut().clear();
+    assert!(previews_with(&mut h, PreviewMethod::None).is_empty(), "none unless asked for");
 }

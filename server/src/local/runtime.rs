@@ -15,13 +15,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use kiln_engine::cache::Cache;
 use kiln_engine::exec::{Event, EventSink, Executor, HistoryRecorder, Outcome, Roots, Run};
 use kiln_engine::graph::ValidatedPrompt;
-use kiln_engine::nodes::Registry;
+use kiln_engine::nodes::{PreviewMethod, Registry};
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::history::{History, Record};
 use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
+
+/// The prompt's `extra_data.preview_method` when it names a method (the frontend sends it unless its setting
+/// is "default"), else the server's `--preview-method`.
+fn preview_method(extra_data: &Map<String, Value>, server: PreviewMethod) -> PreviewMethod {
+    extra_data
+        .get("preview_method")
+        .and_then(Value::as_str)
+        .and_then(PreviewMethod::from_name)
+        .unwrap_or(server)
+}
 
 /// A queued prompt, as the worker needs it and the queue and jobs views show it.
 #[derive(Clone)]
@@ -36,6 +46,8 @@ pub(crate) struct Queued {
 /// Everything the local runtime's handlers and worker share.
 pub(crate) struct Runtime {
     pub(crate) registry: Arc<Registry>,
+    /// `--preview-method`: previews unless a prompt's `extra_data` says otherwise.
+    pub(crate) preview_method: PreviewMethod,
     pub(crate) queue: PromptQueue<Queued>,
     pub(crate) history: Mutex<History>,
     pub(crate) hub: Hub,
@@ -184,6 +196,7 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         prompt: &queued.prompt,
         prompt_json: prompt_json.clone(),
         extra_pnginfo,
+        preview_method: preview_method(&queued.extra_data, runtime.preview_method),
     };
     let _span = tracing::info_span!("prompt", id = %entry.id).entered();
     let summary = executor.run(&run, recorder.clone());

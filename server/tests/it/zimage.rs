@@ -130,3 +130,59 @@ async fn issue_11_a_file_of_another_kind_fails_with_a_message_naming_it() {
     }
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_11_latent_previews_reach_the_socket_when_the_prompt_asks_for_them() {
+    use futures::StreamExt as _;
+    use kiln_client::Event;
+
+    let data_dir = temp_dir("zimage-previews");
+    synth::write_models_dir(
+        &data_dir.join("models"),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        7,
+        &mut |_, _| {},
+    )
+    .expect("tiny files");
+    let (_server, addr) = start(&data_dir);
+    let kiln = client(&addr);
+    let client_id = "previewer";
+    let mut events = kiln.events(client_id).await.expect("a socket");
+    // The greeting `status` says the socket is registered.
+    while let Some(event) = events.next().await {
+        if matches!(event.expect("an event"), Event::Message(m) if matches!(*m, types::WsMessage::StatusMessage(_)))
+        {
+            break;
+        }
+    }
+    let request: types::PromptRequest = serde_json::from_value(json!({
+        "prompt": default_workflow(5, 64, 3),
+        "client_id": client_id,
+        "extra_data": {"preview_method": "latent2rgb"},
+    }))
+    .expect("a prompt request");
+    kiln.execute_prompt(None, &request).await.expect("accepted");
+    let mut previews = Vec::new();
+    while let Some(event) = events.next().await {
+        match event.expect("an event") {
+            Event::Binary { event_type, payload } => previews.push((event_type, payload)),
+            Event::Message(m) => {
+                if let types::WsMessage::ExecutingMessage(m) = *m
+                    && m.data.node.is_none()
+                {
+                    break;
+                }
+            }
+            Event::Other(_) => {}
+        }
+    }
+    assert_eq!(previews.len(), 3, "one preview per step");
+    for (event_type, payload) in &previews {
+        assert_eq!(*event_type, 1, "PREVIEW_IMAGE");
+        assert_eq!(payload[..4], 1u32.to_be_bytes(), "JPEG");
+        let image = image::load_from_memory(&payload[4..]).expect("a JPEG");
+        assert_eq!((image.width(), image.height()), (8, 8), "at latent resolution");
+    }
+    let _ = std::fs::remove_dir_all(&data_dir);
+}

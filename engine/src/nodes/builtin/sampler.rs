@@ -14,8 +14,11 @@ use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, St
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, node_error, on_device};
+use crate::models::preview::latent_preview;
 use crate::models::{Conditioning, DiffusionModel};
-use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::nodes::{
+    Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
+};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -235,6 +238,12 @@ fn sample(
     };
     let interrupted = AtomicBool::new(false);
     let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
+        // As ComfyUI's callback: the preview of this step's x̂₀, then the progress.
+        if ctx.preview_method == PreviewMethod::Latent2Rgb
+            && let Some(preview) = latent_preview(&format, step.denoised, &shape)
+        {
+            ctx.preview(preview);
+        }
         ctx.progress((step.index + 1) as f64, step.total as f64);
         if ctx.check_interrupt().is_err() {
             interrupted.store(true, Ordering::Relaxed);
