@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_models::flux_vae::{self, FluxVae};
 use kiln_models::qwen3::{self, Qwen3, Tokenizer};
@@ -88,11 +89,53 @@ fn load_weights(
     Ok(env.compute.manager().load(plan, progress)?)
 }
 
-/// Loads a diffusion model under `prefix` of `file` (a standalone file: ComfyUI's prefix rule).
+/// Loads the weights `plan` names with every tensor cast to `dtype` (UNETLoader's `weight_dtype`, as ComfyUI
+/// builds the model in that dtype and copies the file's weights into it): read one weight at a time, widened
+/// and rounded to nearest even in RAM, so the model is held in RAM at its new size rather than pinned from the
+/// file.
+fn load_weights_as(
+    env: &ModelEnv,
+    plan: &LoadPlan,
+    dtype: DType,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Model, Error> {
+    let files = plan.files.iter().map(SafetensorsFile::open).collect::<Result<Vec<_>, _>>()?;
+    let total: u64 = files.iter().map(SafetensorsFile::data_len).sum();
+    let mut done = 0;
+    let mut tensors = Vec::with_capacity(plan.slots.len());
+    for slot in &plan.slots {
+        let mut values = Vec::new();
+        let mut shape: Vec<usize> = Vec::new();
+        for (index, name) in &slot.parts {
+            let file = &files[*index];
+            let info = file.tensor(name)?;
+            let bytes = file.source().read_vec(info.offset, info.len)?;
+            values.extend(kiln_compute::dtype::widen(info.dtype, &bytes));
+            match shape.first_mut() {
+                // Parts join along the first dimension (a diffusers file's to_q, to_k, to_v).
+                Some(rows) => *rows += info.shape.first().copied().unwrap_or(1),
+                None => shape.clone_from(&info.shape),
+            }
+            done += info.len;
+            progress(done, total);
+        }
+        tensors.push((
+            slot.name.clone(),
+            dtype,
+            shape,
+            kiln_compute::dtype::narrow(dtype, &values),
+        ));
+    }
+    Ok(env.compute.manager().load_tensors(tensors)?)
+}
+
+/// Loads a diffusion model under `prefix` of `file` (a standalone file: ComfyUI's prefix rule), its weights
+/// cast to `weight_dtype` when one is given.
 fn diffusion_model(
     env: &ModelEnv,
     file: &SafetensorsFile,
     prefix: &str,
+    weight_dtype: Option<DType>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<DiffusionModel, Error> {
     let header = Header::new(file, prefix);
@@ -104,7 +147,10 @@ fn diffusion_model(
         )));
     };
     let plan = zimage::load_plan(&header, &config, layout);
-    let weights = load_weights(env, &plan, progress)?;
+    let weights = match weight_dtype {
+        Some(dtype) => load_weights_as(env, &plan, dtype, progress)?,
+        None => load_weights(env, &plan, progress)?,
+    };
     Ok(DiffusionModel {
         dit: Arc::new(ZImage::new(config, weights)),
         sampling: FlowSampling::new(ZIMAGE_SHIFT, 1.0),
@@ -114,16 +160,18 @@ fn diffusion_model(
     })
 }
 
-/// `UNETLoader`: a standalone diffusion model file.
+/// `UNETLoader`: a standalone diffusion model file, its weights cast to `weight_dtype` when one is given
+/// (`fp8_e4m3fn`, `fp8_e5m2`).
 pub fn load_diffusion_model(
     env: &ModelEnv,
     path: &Path,
+    weight_dtype: Option<DType>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<DiffusionModel, Error> {
     let file = open(path)?;
     let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
     let prefix = zimage::diffusion_prefix(names.iter().copied());
-    diffusion_model(env, &file, &prefix, progress)
+    diffusion_model(env, &file, &prefix, weight_dtype, progress)
 }
 
 /// Loads a text encoder under `prefix` of `file`.
@@ -211,7 +259,7 @@ pub fn load_checkpoint(
     let file = open(path)?;
     let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
     let prefix = zimage::diffusion_prefix(names.iter().copied());
-    let model = diffusion_model(env, &file, &prefix, progress)?;
+    let model = diffusion_model(env, &file, &prefix, None, progress)?;
     let has = |p: &str| names.iter().any(|n| n.starts_with(p));
     let clip = if has(CHECKPOINT_TEXT_ENCODER) {
         Some(text_encoder(env, &file, CHECKPOINT_TEXT_ENCODER, progress)?)

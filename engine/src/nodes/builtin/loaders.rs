@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kiln_compute::DType;
+
 use super::model_specs;
 use crate::models::device::node_error;
 use crate::models::{ModelEnv, load};
@@ -40,18 +42,23 @@ impl Node for UnetLoader {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let path = find(&self.0, "diffusion_models", inputs, "unet_name")?;
-        let weight_dtype = inputs.string("weight_dtype")?;
-        if weight_dtype != "default" {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!(
-                    "weight_dtype `{weight_dtype}` is not supported yet: Kiln loads weights in the file's \
-                     own dtype (use `default`, or an fp8 file)"
-                ),
-            ));
-        }
-        let model =
-            load::load_diffusion_model(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
+        // As ComfyUI, the weights are stored in this dtype. `fp8_e4m3fn_fast` is stored the same way; ComfyUI
+        // also multiplies in fp8 where the GPU can, while Kiln widens fp8 weights a layer at a time.
+        let weight_dtype = match inputs.string("weight_dtype")? {
+            "default" => None,
+            "fp8_e4m3fn" | "fp8_e4m3fn_fast" => Some(DType::F8E4M3),
+            "fp8_e5m2" => Some(DType::F8E5M2),
+            other => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "weight_dtype `{other}` is not one of default, fp8_e4m3fn, fp8_e4m3fn_fast, fp8_e5m2"
+                    ),
+                ));
+            }
+        };
+        let model = load::load_diffusion_model(&self.0, &path, weight_dtype, &mut progress(ctx))
+            .map_err(node_error)?;
         Ok(NodeResult::values([Value::Model(Arc::new(model))]))
     }
 }
