@@ -178,9 +178,12 @@ impl DiffusionModel {
         }
     }
 
-    /// Puts this model's patches on the network's weights (a no-op for weights whose patches are already
-    /// these); called before sampling, since copies of one network may carry different patches.
-    pub fn activate_patches(&self) -> Result<(), kiln_models::Error> {
+    /// Readies the network for sampling, as ComfyUI loads a model before it samples: its weights get the top
+    /// residency priority (after `/free` unloaded them, they are faulted back in), and this model's patches are
+    /// put on them (a no-op for weights whose patches are already these; copies of one network may carry
+    /// different patches).
+    pub fn activate(&self) -> Result<(), kiln_models::Error> {
+        self.dit.weights.activate()?;
         Ok(self.dit.weights.set_patches(self.patches.as_ref().clone())?)
     }
 }

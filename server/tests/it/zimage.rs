@@ -48,7 +48,7 @@ async fn issue_11_the_default_workflow_runs_on_tiny_synthetic_files() {
     let models = data_dir.join("models");
     synth::write_models_dir(&models, &ZImageTurboSet::tiny(), SynthDtype::Bf16, 7, &mut |_, _| {})
         .expect("tiny files");
-    let (_server, addr) = start(&data_dir);
+    let (server, addr) = start(&data_dir);
     let kiln = client(&addr);
 
     // The loaders list the files found.
@@ -86,6 +86,32 @@ async fn issue_11_the_default_workflow_runs_on_tiny_synthetic_files() {
     let again = kiln.run_prompt(request(default_workflow(43, 64, 2))).await.expect("runs again");
     assert_eq!(again.history.status.status_str, types::HistoryStatusStr::Success);
     assert_eq!(cached_nodes(&again), ["62", "63", "66", "67", "68", "69", "71"]);
+
+    // /free unloads the models' weights; the next prompt brings them back and runs.
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}/api/free"))
+        .json(&json!({"unload_models": true}))
+        .send()
+        .await
+        .expect("kiln answers");
+    assert_eq!(answer.status(), 200);
+    let mut freed = None;
+    for _ in 0..100 {
+        freed = server.log().iter().find_map(|line| {
+            let rest = line.split("freed=").nth(1)?;
+            line.contains("unloaded every model").then(|| {
+                rest.split(|c: char| !c.is_ascii_digit()).next().unwrap_or("0").parse::<u64>().ok()
+            })?
+        });
+        if freed.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(freed.is_some_and(|bytes| bytes > 0), "weights were unloaded: {:?}", server.log());
+    let after =
+        kiln.run_prompt(request(default_workflow(44, 64, 2))).await.expect("runs after /free");
+    assert_eq!(after.history.status.status_str, types::HistoryStatusStr::Success);
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 

@@ -22,6 +22,8 @@ struct Encode<'a> {
 impl OnDevice for Encode<'_> {
     type Output = Result<Tensor, kiln_models::Error>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
+        // As ComfyUI loads the encoder before it encodes: top residency priority.
+        self.clip.qwen.weights.activate()?;
         let hidden = self.clip.qwen.hidden_state(b, self.ids)?;
         let hidden = b.cast(&hidden, DType::F32)?;
         let shape = hidden.shape().to_vec();

@@ -186,7 +186,7 @@ fn sample(
 ) -> Result<Tensor, NodeError> {
     let model = request.model;
     let latent = fit_channels(request.latent, model.latent.channels)?;
-    model.activate_patches().map_err(node_error)?;
+    model.activate().map_err(node_error)?;
     let shape = latent.shape().to_vec();
     let mut sigmas = sampling::denoise_sigmas(
         request.scheduler,

@@ -31,6 +31,8 @@ struct Pass<'a> {
 impl OnDevice for Pass<'_> {
     type Output = kiln_models::Result<(Vec<usize>, Vec<f32>)>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
+        // As ComfyUI loads the VAE before it decodes or encodes: top residency priority.
+        self.vae.vae.weights.activate()?;
         let x = b.from_f32(&self.shape, self.values, b.compute_dtype())?;
         let y = match self.direction {
             Direction::Decode => self.vae.vae.decode(b, &x)?,
