@@ -69,10 +69,11 @@ fn describe(header: &Header<'_>) -> String {
         "an SD3 MMDiT"
     } else if has_prefix("model.layers.") {
         "a language-model text encoder"
+    } else if has_prefix("text_model.") || has_prefix("encoder.block.") {
+        // Before the autoencoder test: T5's `encoder.block.` keys also start with `encoder.`.
+        "a CLIP or T5 text encoder"
     } else if has_prefix("decoder.") || has_prefix("encoder.") {
         "an autoencoder"
-    } else if has_prefix("text_model.") || has_prefix("encoder.block.") {
-        "a CLIP or T5 text encoder"
     } else {
         "an unknown model"
     };

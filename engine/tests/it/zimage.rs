@@ -153,6 +153,28 @@ fn issue_11_image_to_image_runs_from_an_encoded_image() {
     assert_eq!(saved(&h, &ran).len(), 32 * 24 * 3);
 }
 
+/// Writes a safetensors file of `(name, safetensors dtype, shape, little-endian bytes)` tensors.
+fn write_safetensors(path: &std::path::Path, tensors: &[(&str, &str, &[usize], &[u8])]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        let range = [data.len(), data.len() + bytes.len()];
+        header.insert(
+            (*name).to_owned(),
+            json!({"dtype": dtype, "shape": shape, "data_offsets": range}),
+        );
+        data.extend_from_slice(bytes);
+    }
+    let mut header = serde_json::to_vec(&header).expect("json");
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend(data);
+    std::fs::write(path, bytes).expect("write a safetensors file");
+}
+
 /// Writes a LoRA on the first main block's attention output, kohya-named, as a safetensors file.
 fn write_lora(path: &std::path::Path, dim: usize) {
     let rank = 2;
@@ -167,21 +189,23 @@ fn write_lora(path: &std::path::Path, dim: usize) {
             })
             .collect()
     };
-    let up = values(dim * rank, 1);
-    let down = values(rank * dim, 2);
-    let header = json!({
-        "lora_unet_layers_0_attention_out.lora_up.weight": {"dtype": "F32", "shape": [dim, rank], "data_offsets": [0, up.len()]},
-        "lora_unet_layers_0_attention_out.lora_down.weight": {"dtype": "F32", "shape": [rank, dim], "data_offsets": [up.len(), up.len() + down.len()]},
-    });
-    let mut header = serde_json::to_vec(&header).expect("json");
-    while !header.len().is_multiple_of(8) {
-        header.push(b' ');
-    }
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend(header);
-    bytes.extend(up);
-    bytes.extend(down);
-    std::fs::write(path, bytes).expect("write the LoRA");
+    write_safetensors(
+        path,
+        &[
+            (
+                "lora_unet_layers_0_attention_out.lora_up.weight",
+                "F32",
+                &[dim, rank],
+                &values(dim * rank, 1),
+            ),
+            (
+                "lora_unet_layers_0_attention_out.lora_down.weight",
+                "F32",
+                &[rank, dim],
+                &values(rank * dim, 2),
+            ),
+        ],
+    );
 }
 
 #[test]
@@ -251,14 +275,7 @@ fn issue_11_an_interrupt_stops_the_sampler_within_a_step() {
 
 /// A safetensors file of one tensor of a dtype Kiln does not compute with.
 fn write_int8_file(path: &std::path::Path) {
-    let header = serde_json::to_vec(&json!({
-        "x_embedder.weight": {"dtype": "I8", "shape": [4, 4], "data_offsets": [0, 16]},
-    }))
-    .expect("json");
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend(header);
-    bytes.extend([0u8; 16]);
-    std::fs::write(path, bytes).expect("write");
+    write_safetensors(path, &[("x_embedder.weight", "I8", &[4, 4], &[0u8; 16])]);
 }
 
 #[test]
@@ -266,11 +283,16 @@ fn issue_11_files_kiln_cannot_run_are_refused_by_name() {
     let mut h = harness(SynthDtype::Bf16);
     let dir = h.roots.input.join("models/diffusion_models");
     write_int8_file(&dir.join("int8_mixed.safetensors"));
+    write_safetensors(
+        &dir.join("t5.safetensors"),
+        &[("encoder.block.0.layer.0.SelfAttention.q.weight", "F32", &[1], &[0u8; 4])],
+    );
     std::fs::write(dir.join("model.gguf"), b"GGUF....").expect("write");
     std::fs::write(dir.join("truncated.safetensors"), [200u8, 0, 0, 0, 0, 0, 0, 0, b'{'])
         .expect("write");
     for (file, expect) in [
         ("int8_mixed.safetensors", "I8"),
+        ("t5.safetensors", "T5 text encoder"),
         ("model.gguf", "GGUF"),
         ("truncated.safetensors", "truncated.safetensors"),
         ("../vae/ae.safetensors", "ae.safetensors"),
@@ -344,28 +366,23 @@ fn write_fp8_copy(h: &Harness) {
     use kiln_compute::memory::SafetensorsFile;
     let dir = h.roots.input.join("models/diffusion_models");
     let file = SafetensorsFile::open(dir.join("z_image_turbo_bf16.safetensors")).expect("the DiT");
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, info) in file.tensors() {
-        let bytes = file.source().read_vec(info.offset, info.len).expect("read");
-        let fp8 = kiln_compute::dtype::narrow(
-            DType::F8E4M3,
-            &kiln_compute::dtype::widen(info.dtype, &bytes),
-        );
-        header.insert(
-            name.to_owned(),
-            json!({"dtype": "F8_E4M3", "shape": info.shape, "data_offsets": [data.len(), data.len() + fp8.len()]}),
-        );
-        data.extend(fp8);
-    }
-    let mut header = serde_json::to_vec(&header).expect("json");
-    while !header.len().is_multiple_of(8) {
-        header.push(b' ');
-    }
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend(header);
-    bytes.extend(data);
-    std::fs::write(dir.join("z_fp8.safetensors"), bytes).expect("write");
+    let fp8: Vec<(String, Vec<usize>, Vec<u8>)> = file
+        .tensors()
+        .map(|(name, info)| {
+            let bytes = file.source().read_vec(info.offset, info.len).expect("read");
+            let values = kiln_compute::dtype::widen(info.dtype, &bytes);
+            (
+                name.to_owned(),
+                info.shape.clone(),
+                kiln_compute::dtype::narrow(DType::F8E4M3, &values),
+            )
+        })
+        .collect();
+    let tensors: Vec<(&str, &str, &[usize], &[u8])> = fp8
+        .iter()
+        .map(|(n, shape, b)| (n.as_str(), "F8_E4M3", shape.as_slice(), b.as_slice()))
+        .collect();
+    write_safetensors(&dir.join("z_fp8.safetensors"), &tensors);
 }
 
 #[test]
