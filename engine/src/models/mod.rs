@@ -136,6 +136,7 @@ impl LatentFormat {
 
 /// `MODEL`: a diffusion network with the sampling settings nodes like `ModelSamplingAuraFlow` change (a
 /// changed copy shares the network).
+#[derive(Clone)]
 pub struct DiffusionModel {
     /// The network (weights under the memory manager).
     pub dit: Arc<ZImage>,
@@ -152,7 +153,7 @@ pub struct DiffusionModel {
 impl DiffusionModel {
     /// A copy with other sampling settings (the network and the patches are shared).
     pub fn with_sampling(&self, sampling: FlowSampling) -> DiffusionModel {
-        DiffusionModel { sampling, ..self.clone_shared() }
+        DiffusionModel { sampling, ..self.clone() }
     }
 
     /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).
@@ -164,18 +165,7 @@ impl DiffusionModel {
                 None => patches.push((name, set)),
             }
         }
-        DiffusionModel { patches: Arc::new(patches), ..self.clone_shared() }
-    }
-
-    /// A copy sharing the network and the patches.
-    fn clone_shared(&self) -> DiffusionModel {
-        DiffusionModel {
-            dit: self.dit.clone(),
-            sampling: self.sampling.clone(),
-            latent: self.latent,
-            path: self.path.clone(),
-            patches: self.patches.clone(),
-        }
+        DiffusionModel { patches: Arc::new(patches), ..self.clone() }
     }
 
     /// Readies the network for sampling, as ComfyUI loads a model before it samples: its weights get the top
