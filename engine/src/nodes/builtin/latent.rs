@@ -30,10 +30,16 @@ impl Node for EmptyLatentImage {
         self.0.clone()
     }
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
-        let shape = [b, 4, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
-        Ok(NodeResult::values([Value::Latent(Tensor::full(shape.to_vec(), 0.0))]))
+        empty_latent(inputs, 4)
     }
+}
+
+/// Zeros of `channels` latent channels the size of a `width` × `height` image, `batch_size` of them (an
+/// eighth of the pixels on each side).
+pub(super) fn empty_latent(inputs: &Inputs, channels: i64) -> Result<NodeResult, NodeError> {
+    let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
+    let shape = [b, channels, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
+    Ok(NodeResult::values([Value::Latent(Tensor::full(shape.to_vec(), 0.0))]))
 }
 
 /// `LatentUpscale`: resizes a latent to the size of a `width` × `height` image.
@@ -57,7 +63,7 @@ impl LatentUpscale {
 }
 
 /// `[B, C, H, W]` ↔ `[B, H, W, C]`.
-fn transpose(t: &Tensor, to_channels_last: bool) -> Result<Tensor, NodeError> {
+pub(super) fn transpose(t: &Tensor, to_channels_last: bool) -> Result<Tensor, NodeError> {
     let s = t.shape();
     let [b, d1, d2, d3] = [s[0], s[1], s[2], s[3]];
     let (c, h, w) = if to_channels_last { (d1, d2, d3) } else { (d3, d1, d2) };

@@ -11,6 +11,7 @@ use kiln_compute::{Backend, DType};
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, Step};
 
+use super::latent::empty_latent;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, node_error, on_device};
@@ -36,9 +37,7 @@ impl Node for EmptySd3LatentImage {
         self.0.clone()
     }
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
-        let shape = [b, 16, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
-        Ok(NodeResult::values([Value::Latent(Tensor::full(shape.to_vec(), 0.0))]))
+        empty_latent(inputs, 16)
     }
 }
 
@@ -150,6 +149,30 @@ struct SampleRequest<'a> {
     last_step: Option<usize>,
     /// Ends at σ = 0 even when stopping early (`return_with_leftover_noise` off).
     force_full_denoise: bool,
+}
+
+impl<'a> SampleRequest<'a> {
+    /// The inputs both samplers share, `seed` naming the seed input; the whole schedule, noise added, ending at
+    /// σ = 0 (KSampler's settings, which KSamplerAdvanced's inputs change).
+    fn from_inputs(inputs: &'a Inputs, seed: &str) -> Result<SampleRequest<'a>, NodeError> {
+        Ok(SampleRequest {
+            model: inputs.model("model")?,
+            positive: inputs.conditioning("positive")?,
+            negative: inputs.conditioning("negative")?,
+            latent: inputs.latent("latent_image")?,
+            // The seed widget spans 0..2^64 (carried as its bits); torch takes its low 32 bits anyway.
+            seed: inputs.int(seed)? as u64,
+            steps: count(inputs, "steps")?,
+            cfg: inputs.float("cfg")?,
+            sampler: sampler(inputs)?,
+            scheduler: scheduler(inputs)?,
+            denoise: 1.0,
+            add_noise: true,
+            start_step: None,
+            last_step: None,
+            force_full_denoise: true,
+        })
+    }
 }
 
 /// The latent as the model expects it: an all-zero latent of another channel count (an `EmptyLatentImage`)
@@ -336,21 +359,8 @@ impl Node for KSampler {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let request = SampleRequest {
-            model: inputs.model("model")?,
-            positive: inputs.conditioning("positive")?,
-            negative: inputs.conditioning("negative")?,
-            latent: inputs.latent("latent_image")?,
-            // The seed widget spans 0..2^64; torch takes its low 32 bits anyway.
-            seed: inputs.int("seed")? as u64,
-            steps: count(inputs, "steps")?,
-            cfg: inputs.float("cfg")?,
-            sampler: sampler(inputs)?,
-            scheduler: scheduler(inputs)?,
             denoise: inputs.float("denoise")?,
-            add_noise: true,
-            start_step: None,
-            last_step: None,
-            force_full_denoise: true,
+            ..SampleRequest::from_inputs(inputs, "seed")?
         };
         let latent = sample(&self.compute, request, ctx)?;
         Ok(NodeResult::values([Value::Latent(latent)]))
@@ -376,20 +386,11 @@ impl Node for KSamplerAdvanced {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let request = SampleRequest {
-            model: inputs.model("model")?,
-            positive: inputs.conditioning("positive")?,
-            negative: inputs.conditioning("negative")?,
-            latent: inputs.latent("latent_image")?,
-            seed: inputs.int("noise_seed")? as u64,
-            steps: count(inputs, "steps")?,
-            cfg: inputs.float("cfg")?,
-            sampler: sampler(inputs)?,
-            scheduler: scheduler(inputs)?,
-            denoise: 1.0,
             add_noise: inputs.string("add_noise")? != "disable",
             start_step: Some(count(inputs, "start_at_step")?),
             last_step: Some(count(inputs, "end_at_step")?),
             force_full_denoise: inputs.string("return_with_leftover_noise")? != "enable",
+            ..SampleRequest::from_inputs(inputs, "noise_seed")?
         };
         let latent = sample(&self.compute, request, ctx)?;
         Ok(NodeResult::values([Value::Latent(latent)]))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kiln_compute::{Backend, DType};
 
+use super::latent::transpose;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::Vae;
@@ -69,8 +70,7 @@ impl Node for VaeDecode {
             ));
         };
         let per = channels * h * w;
-        let mut image = Vec::new();
-        let mut out_hw = (0, 0);
+        let mut images = Vec::with_capacity(batch);
         for i in 0..batch {
             ctx.check_interrupt()?;
             let pass = Pass {
@@ -80,20 +80,16 @@ impl Node for VaeDecode {
                 values: &samples.data()[i * per..(i + 1) * per],
             };
             let (shape, rgb) = on_device(self.compute.device(), pass).map_err(node_error)?;
-            let (oh, ow) = (shape[2], shape[3]);
-            out_hw = (oh, ow);
-            // [1, 3, H, W] in [-1, 1] → [H, W, 3] in [0, 1].
-            for y in 0..oh {
-                for x in 0..ow {
-                    for c in 0..3 {
-                        let v = rgb[(c * oh + y) * ow + x];
-                        image.push(((v + 1.0) / 2.0).clamp(0.0, 1.0));
-                    }
-                }
-            }
+            // [1, 3, H, W] in [-1, 1] → [1, H, W, 3] in [0, 1].
+            let rgb = Tensor::new(shape, rgb).map_err(|e| NodeError::new(e.to_string()))?;
+            images.push(transpose(&rgb.map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0)), true)?);
         }
-        let image = Tensor::new(vec![batch, out_hw.0, out_hw.1, 3], image)
-            .map_err(|e| NodeError::new(e.to_string()))?;
+        let image = if images.is_empty() {
+            Tensor::new(vec![0, 0, 0, 3], Vec::new())
+        } else {
+            Tensor::concat_batch(&images.iter().collect::<Vec<_>>())
+        }
+        .map_err(|e| NodeError::new(e.to_string()))?;
         Ok(NodeResult::values([Value::Image(image)]))
     }
 }
