@@ -22,37 +22,29 @@
 //
 // Usage: node tests/browser/default_workflow.test.mjs <path to kiln> <frontend static folder>
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+
+import {
+  contractProxy,
+  expectedMisses,
+  launchChromium,
+  screenshots,
+  spawnListening,
+  stopProxy,
+} from './common.mjs';
 
 const [kilnBinary, frontEndRoot] = process.argv.slice(2);
 if (!kilnBinary || !frontEndRoot) {
   console.error('usage: default_workflow.test.mjs <path to kiln> <frontend static folder>');
   process.exit(2);
 }
-const here = dirname(fileURLToPath(import.meta.url));
-const screenshots = join(here, '..', '..', 'target', 'browser');
-const chromiumPath = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
-const contractProxy =
-  process.env.KILN_CONTRACT_PROXY ?? join(here, '..', '..', 'target', 'debug', 'kiln-contract-proxy');
 // Width x height: not square, so a swapped pair shows.
 const [width, height] = (process.env.KILN_BROWSER_SIZE ?? '96x64').split('x').map(Number);
 const steps = Number(process.env.KILN_BROWSER_STEPS ?? 2);
 const runTimeout = Number(process.env.KILN_BROWSER_RUN_TIMEOUT_S ?? 600) * 1000;
-
-// What a fresh ComfyUI install also answers with 4xx while the frontend boots (as in frontend.test.mjs).
-const expectedMisses = [
-  /\/user\.css$/,
-  /\/api\/userdata\/user\.css$/,
-  /\/api\/userdata\/comfy\.templates\.json$/,
-  /\/api\/userdata\?dir=(workflows|subgraphs)&/,
-  /\/templates\//,
-];
 
 /**
  * The frontend's default graph (src/scripts/defaultGraph.ts, `prodDefaultGraph`) as node id -> type and
@@ -84,35 +76,6 @@ const defaultLinks = {
   '70.latent_image': ['68', 0],
   '71.clip': ['62', 0],
 };
-
-/** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
-async function spawnListening(command, args) {
-  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const lines = createInterface({ input: child.stderr });
-  const log = [];
-  const url = await new Promise((resolve, reject) => {
-    child.on('exit', (code) =>
-      reject(new Error(`${command} exited with ${code} before listening:\n${log.join('\n')}`)),
-    );
-    lines.on('line', (line) => {
-      log.push(line);
-      const found = line.match(/listening on (http:\/\/\S+)/);
-      if (found) resolve(found[1]);
-    });
-  });
-  return { child, url, lines };
-}
-
-/** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
-async function stopProxy({ child, lines }) {
-  const report = [];
-  lines.on('line', (line) => report.push(line));
-  const code = await new Promise((resolve) => {
-    child.on('exit', resolve);
-    child.kill('SIGTERM');
-  });
-  return { code, report: report.join('\n') };
-}
 
 /** Every websocket text frame the page receives, as parsed JSON, pushed into `frames`. */
 function recordFrames(page, frames) {
@@ -169,18 +132,7 @@ const synthSeconds = (Date.now() - started) / 1000;
 const kiln = await spawnListening(kilnBinary, ['--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot]);
 const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
 const { url } = proxy;
-const browser = await chromium.launch({
-  executablePath: chromiumPath,
-  args: [
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
+const browser = await launchChromium();
 const problems = [];
 let runSeconds;
 let progressSteps;

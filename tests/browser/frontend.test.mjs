@@ -15,14 +15,20 @@
 //
 // Usage: node tests/browser/frontend.test.mjs <path to kiln> <frontend static folder> <frontend wheel>
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+
+import {
+  contractProxy,
+  expectedMisses,
+  launchChromium,
+  screenshots,
+  spawnListening,
+  stopProxy,
+} from './common.mjs';
 
 const [kilnBinary, frontEndRoot, wheelFile] = process.argv.slice(2);
 if (!kilnBinary || !frontEndRoot || !wheelFile) {
@@ -31,20 +37,6 @@ if (!kilnBinary || !frontEndRoot || !wheelFile) {
 }
 const frontendVersion = basename(wheelFile).split('-')[1];
 const here = dirname(fileURLToPath(import.meta.url));
-const screenshots = join(here, '..', '..', 'target', 'browser');
-const chromiumPath = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
-const contractProxy =
-  process.env.KILN_CONTRACT_PROXY ?? join(here, '..', '..', 'target', 'debug', 'kiln-contract-proxy');
-
-// What a fresh ComfyUI install also answers with 4xx while the frontend boots: no user.css, no saved workflows or
-// subgraphs yet, no templates package. Any other 4xx, and every 5xx, fails the test.
-const expectedMisses = [
-  /\/user\.css$/,
-  /\/api\/userdata\/user\.css$/,
-  /\/api\/userdata\/comfy\.templates\.json$/,
-  /\/api\/userdata\?dir=(workflows|subgraphs)&/,
-  /\/templates\//,
-];
 
 /** An API-format workflow made of Kiln's built-in nodes, as a user would save it with "Export (API)". */
 const workflow = {
@@ -52,20 +44,6 @@ const workflow = {
   2: { class_type: 'ImageInvert', inputs: { image: ['1', 0] } },
   3: { class_type: 'SaveImage', inputs: { images: ['2', 0], filename_prefix: 'browser' } },
 };
-
-/** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
-async function spawnListening(command, args) {
-  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const lines = createInterface({ input: child.stderr });
-  const url = await new Promise((resolve, reject) => {
-    child.on('exit', (code) => reject(new Error(`${command} exited with ${code} before listening`)));
-    lines.on('line', (line) => {
-      const found = line.match(/listening on (http:\/\/\S+)/);
-      if (found) resolve(found[1]);
-    });
-  });
-  return { child, url, lines };
-}
 
 /**
  * Starts kiln on a free port with a fresh data directory holding one input image and the given frontend flags,
@@ -125,17 +103,6 @@ async function withKiln(args, check) {
   }
 }
 
-/** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
-async function stopProxy({ child, lines }) {
-  const report = [];
-  lines.on('line', (line) => report.push(line));
-  const code = await new Promise((resolve) => {
-    child.on('exit', resolve);
-    child.kill('SIGTERM');
-  });
-  return { code, report: report.join('\n') };
-}
-
 /** Resolves to the first websocket text frame whose JSON `type` is `type` and that satisfies `accept`. */
 function waitForFrame(page, type, accept = () => true) {
   return new Promise((resolve) => {
@@ -160,18 +127,7 @@ const { kiln, proxy, url } = await startKiln(dataDir, ['--front-end-wheel-url', 
 const installed = join(dataDir, 'frontend', `comfyui-frontend-package-${frontendVersion}`);
 assert.equal(wheel.served.requests, 1, 'kiln downloaded the wheel once');
 const installedFiles = assertSameTree(installed, frontEndRoot);
-const browser = await chromium.launch({
-  executablePath: chromiumPath,
-  args: [
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
+const browser = await launchChromium();
 const problems = [];
 let ran;
 try {

@@ -1,0 +1,72 @@
+// What both browser tests share: where Chromium, the contract proxy and the screenshots are, the 4xx answers a
+// fresh ComfyUI install also gives while the frontend boots, starting a process that logs the address it listens
+// on, stopping the contract proxy for its report, and launching Chromium.
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** Screenshots for humans go here. */
+export const screenshots = join(here, '..', '..', 'target', 'browser');
+
+/** The contract proxy binary (target/debug/kiln-contract-proxy, or $KILN_CONTRACT_PROXY). */
+export const contractProxy =
+  process.env.KILN_CONTRACT_PROXY ?? join(here, '..', '..', 'target', 'debug', 'kiln-contract-proxy');
+
+// What a fresh ComfyUI install also answers with 4xx while the frontend boots: no user.css, no saved workflows or
+// subgraphs yet, no templates package. Any other 4xx, and every 5xx, fails a test.
+export const expectedMisses = [
+  /\/user\.css$/,
+  /\/api\/userdata\/user\.css$/,
+  /\/api\/userdata\/comfy\.templates\.json$/,
+  /\/api\/userdata\?dir=(workflows|subgraphs)&/,
+  /\/templates\//,
+];
+
+/** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
+export async function spawnListening(command, args) {
+  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const lines = createInterface({ input: child.stderr });
+  const log = [];
+  const url = await new Promise((resolve, reject) => {
+    child.on('exit', (code) =>
+      reject(new Error(`${command} exited with ${code} before listening:\n${log.join('\n')}`)),
+    );
+    lines.on('line', (line) => {
+      log.push(line);
+      const found = line.match(/listening on (http:\/\/\S+)/);
+      if (found) resolve(found[1]);
+    });
+  });
+  return { child, url, lines };
+}
+
+/** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
+export async function stopProxy({ child, lines }) {
+  const report = [];
+  lines.on('line', (line) => report.push(line));
+  const code = await new Promise((resolve) => {
+    child.on('exit', resolve);
+    child.kill('SIGTERM');
+  });
+  return { code, report: report.join('\n') };
+}
+
+/** Debian's Chromium ($KILN_CHROMIUM or /usr/bin/chromium), headless, with nothing reaching the network. */
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.KILN_CHROMIUM ?? '/usr/bin/chromium',
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+}
