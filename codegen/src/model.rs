@@ -22,6 +22,9 @@ pub(crate) struct Operation {
     pub(crate) path: String,
     /// The runtimes that mount it (`local`, `cloud`).
     pub(crate) runtimes: Vec<String>,
+    /// Who may call it: alternatives, each the security schemes that must all be satisfied (the operation's
+    /// `security`, else the document's). No alternative: anyone; an empty alternative: anyone too.
+    pub(crate) security: Vec<Vec<String>>,
     /// The summary, if any.
     pub(crate) summary: Option<String>,
     /// The description.
@@ -168,7 +171,14 @@ pub(crate) fn operations(spec: &OpenAPI) -> Result<Vec<Operation>, Error> {
                 _ => &item.trace,
             };
             if let Some(op) = op {
-                out.push(operation(path, method, op)?);
+                let mut operation = operation(path, method, op)?;
+                let security = op.security.as_ref().or(spec.security.as_ref());
+                operation.security = security
+                    .into_iter()
+                    .flatten()
+                    .map(|requirement| requirement.keys().cloned().collect())
+                    .collect();
+                out.push(operation);
             }
         }
     }
@@ -239,6 +249,7 @@ fn operation(path: &str, method: &str, op: &openapiv3::Operation) -> Result<Oper
         method: method.to_owned(),
         path: path.to_owned(),
         runtimes,
+        security: Vec::new(),
         summary: op.summary.clone(),
         description: op.description.clone().unwrap_or_default(),
         path_params,

@@ -98,7 +98,16 @@ fn operation_info(op: &Operation) -> TokenStream {
     let method = op.method.to_uppercase();
     let path = &op.path;
     let runtimes = &op.runtimes;
-    quote! { OperationInfo { id: #id, method: #method, path: #path, runtimes: &[#(#runtimes),*] } }
+    let security = op.security.iter().map(|schemes| quote! { &[#(#schemes),*] });
+    quote! {
+        OperationInfo {
+            id: #id,
+            method: #method,
+            path: #path,
+            runtimes: &[#(#runtimes),*],
+            security: &[#(#security),*],
+        }
+    }
 }
 
 fn param_type(ty: &ParamType) -> TokenStream {

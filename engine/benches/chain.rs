@@ -64,6 +64,7 @@ fn bench_chain(c: &mut Criterion) {
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(serde_json::Value::Null),
         preview_method: kiln_engine::nodes::PreviewMethod::None,
+        scope: None,
     };
 
     let mut group = c.benchmark_group("cpu_chain_1000");

@@ -335,6 +335,7 @@ fn run_prompt(
         prompt_json: Arc::new(json.clone()),
         extra_pnginfo: Arc::new(Value::Null),
         preview_method: kiln_engine::nodes::PreviewMethod::None,
+        scope: None,
     };
     let t = Instant::now();
     let summary = executor.run(&run, probe.clone());

@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::{Executor, Roots};
 use kiln_engine::models::ModelEnv;
-use kiln_engine::nodes::builtin_registry;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 
@@ -20,10 +19,11 @@ use crate::api::local_router;
 use crate::config::Config;
 use crate::config::GIB;
 use crate::local::api::LocalServer;
-use crate::local::history::{History, Record};
+use crate::local::history::{Histories, Record};
 use crate::local::runtime::{Queued, Runtime, cache, now_ms, start_worker};
 use crate::logs::LogRing;
 use crate::storage::Storage;
+use crate::workspace::{DEFAULT_WORKSPACE, Workspaces};
 use crate::ws::{Audience, Hub};
 
 /// A started server: its routes, and the worker that runs prompts.
@@ -77,16 +77,26 @@ impl Server {
             ram_cache_headroom,
         }));
         let models = ModelEnv { files: model_folders.clone(), compute: compute.clone() };
-        let registry = Arc::new(builtin_registry(roots.input.clone(), models));
-        let executor = Executor::new(registry.clone(), cache, roots.clone());
+        let workspaces = Arc::new(match config.runtime {
+            crate::api::Runtime::Local => {
+                Workspaces::local(roots.clone(), config.user_dir.clone(), models)
+            }
+            crate::api::Runtime::Cloud => Workspaces::cloud(config.data_dir.clone(), models),
+        });
+        let fallback = workspaces.fallback_caller()?;
+        let executor = Executor::new(
+            fallback.workspace.registry().clone(),
+            cache,
+            fallback.workspace.roots().clone(),
+        );
         // Restoring reads the store synchronously: off the async threads.
-        let store = storage.queue_store(registry.clone());
+        let store = storage.queue_store(workspaces.clone());
         let (queue, interrupted) =
             tokio::task::spawn_blocking(move || PromptQueue::restore(Box::new(store)))
                 .await
                 .map_err(std::io::Error::other)?
                 .map_err(std::io::Error::other)?;
-        let mut history = History::default();
+        let mut history = Histories::default();
         for record in storage.load_history().await.map_err(std::io::Error::other)? {
             history.insert(record);
         }
@@ -107,18 +117,16 @@ impl Server {
         // arbitration between the output cache and the weight pins.
         let executor = executor.with_memory(compute.manager().clone());
         let runtime = Arc::new(Runtime {
-            registry,
+            workspaces,
+            fallback,
             preview_method: config.preview_method,
             queue,
             history: Mutex::new(history),
             hub: Hub::default(),
-            roots,
-            user_dir: config.user_dir.clone(),
             model_folders,
             features,
             frontend_version: std::sync::OnceLock::new(),
-            openapi: crate::api::document(crate::api::Runtime::Local)
-                .map_err(std::io::Error::other)?,
+            openapi: crate::api::document(config.runtime).map_err(std::io::Error::other)?,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             compute,
@@ -129,11 +137,14 @@ impl Server {
             log_subscribers: Mutex::new(Default::default()),
             storage,
         });
-        // Every queue change is announced to every socket, in the order of the changes.
+        // Every queue change is announced to every socket, with its own workspace's counter, in the order of
+        // the changes.
         let announcer = Arc::downgrade(&runtime);
-        runtime.queue.on_change(Box::new(move |remaining| {
+        runtime.queue.on_change(Box::new(move |queue| {
             if let Some(runtime) = announcer.upgrade() {
-                runtime.hub.broadcast_status(remaining as i64);
+                runtime.hub.broadcast_status(|workspace| {
+                    queue.remaining_where(|q| &*q.workspace.id == workspace) as i64
+                });
             }
         }));
         let worker = start_worker(runtime.clone(), executor);
@@ -195,7 +206,7 @@ impl Server {
                 type_: types::WsLogsMessageType::Logs,
             });
             for client in &subscribers {
-                runtime.hub.publish(Some(client), &message, Audience::Owner);
+                runtime.hub.publish(DEFAULT_WORKSPACE, Some(client), &message, Audience::Owner);
             }
         }
     }
@@ -217,6 +228,7 @@ fn interrupted_record(entry: &QueueEntry<Queued>) -> Record {
         "prompt_id": entry.id, "node_id": "", "node_type": "", "executed": [], "timestamp": now,
     });
     Record {
+        workspace: entry.payload.workspace.id.clone(),
         prompt_id: entry.id.clone(),
         number: entry.number,
         prompt: entry.payload.prompt_json.clone(),

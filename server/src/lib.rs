@@ -22,6 +22,7 @@ mod logs;
 mod model_folders;
 mod storage;
 mod system;
+mod workspace;
 mod ws;
 
 pub use api::Runtime;

@@ -11,7 +11,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kiln_engine::graph::{Prompt, validate};
-use kiln_engine::nodes::Registry;
 use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
@@ -20,6 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::local::history::Record;
 use crate::local::runtime::Queued;
+use crate::workspace::Workspaces;
 
 mod writer;
 
@@ -92,6 +92,7 @@ impl Storage {
             "outputs": entry.payload.outputs,
         });
         let write = Write::Queue {
+            workspace: entry.payload.workspace.id.to_string(),
             id: entry.id.clone(),
             number: entry.number,
             seq: entry.seq,
@@ -115,26 +116,37 @@ impl Storage {
     /// committed to the WAL when answered, see [`Storage`]).
     pub(crate) fn insert_history(&self, record: &Record) -> Pending {
         let entry = serde_json::to_string(&record.entry()).unwrap_or_default();
-        let write = Write::History { id: record.prompt_id.clone(), number: record.number, entry };
+        let write = Write::History {
+            workspace: record.workspace.to_string(),
+            id: record.prompt_id.clone(),
+            number: record.number,
+            entry,
+        };
         self.writer.submit(write, Durability::Wal)
     }
 
-    /// Removes history entries.
-    pub(crate) async fn delete_history(&self, ids: &[String]) -> Result<(), StorageError> {
+    /// Removes history entries of a workspace.
+    pub(crate) async fn delete_history(
+        &self,
+        workspace: &str,
+        ids: &[String],
+    ) -> Result<(), StorageError> {
         if ids.is_empty() {
             return Ok(());
         }
-        Ok(self.writer.submit(Write::DeleteHistory(ids.to_vec()), Durability::Disk).done().await?)
+        let write = Write::DeleteHistory { workspace: workspace.to_owned(), ids: ids.to_vec() };
+        Ok(self.writer.submit(write, Durability::Disk).done().await?)
     }
 
-    /// Removes every history entry.
-    pub(crate) async fn clear_history(&self) -> Result<(), StorageError> {
-        Ok(self.writer.submit(Write::ClearHistory, Durability::Disk).done().await?)
+    /// Removes every history entry of a workspace.
+    pub(crate) async fn clear_history(&self, workspace: &str) -> Result<(), StorageError> {
+        let write = Write::ClearHistory(workspace.to_owned());
+        Ok(self.writer.submit(write, Durability::Disk).done().await?)
     }
 
     /// Every stored history entry, oldest first.
     pub(crate) async fn load_history(&self) -> Result<Vec<Record>, StorageError> {
-        let rows = sqlx::query("SELECT id, number, entry FROM history ORDER BY seq")
+        let rows = sqlx::query("SELECT workspace, id, number, entry FROM history ORDER BY seq")
             .fetch_all(&self.pool)
             .await?;
         Ok(rows
@@ -143,21 +155,21 @@ impl Storage {
                 let id: String = row.get("id");
                 let entry: types::HistoryEntry =
                     serde_json::from_str(row.get::<&str, _>("entry")).ok()?;
-                Record::from_entry(&id, &entry)
+                Record::from_entry(row.get::<&str, _>("workspace"), &id, &entry)
             })
             .collect())
     }
 
-    /// The queue store over this database.
-    pub(crate) fn queue_store(&self, registry: Arc<Registry>) -> SqliteQueueStore {
-        SqliteQueueStore { storage: self.clone(), registry }
+    /// The queue store over this database; stored prompts are validated again in their workspace.
+    pub(crate) fn queue_store(&self, workspaces: Arc<Workspaces>) -> SqliteQueueStore {
+        SqliteQueueStore { storage: self.clone(), workspaces }
     }
 }
 
 /// The engine's queue store, in the `queue` table.
 pub(crate) struct SqliteQueueStore {
     storage: Storage,
-    registry: Arc<Registry>,
+    workspaces: Arc<Workspaces>,
 }
 
 fn failed(e: impl std::fmt::Display) -> StoreError {
@@ -194,8 +206,10 @@ impl QueueStore<Queued> for SqliteQueueStore {
         let rows = self
             .storage
             .block_on(
-                sqlx::query("SELECT id, number, seq, running, payload FROM queue ORDER BY seq")
-                    .fetch_all(&self.storage.pool),
+                sqlx::query(
+                    "SELECT workspace, id, number, seq, running, payload FROM queue ORDER BY seq",
+                )
+                .fetch_all(&self.storage.pool),
             )
             .map_err(failed)?;
         let mut entries = Vec::new();
@@ -213,7 +227,14 @@ impl QueueStore<Queued> for SqliteQueueStore {
                 .flatten()
                 .filter_map(|o| o.as_str().map(|s| kiln_engine::graph::NodeId(s.to_owned())))
                 .collect();
-            let validated = match validate(&prompt, &self.registry, Some(&outputs)) {
+            let workspace = match self.workspaces.get(row.get::<&str, _>("workspace")) {
+                Ok(workspace) => workspace,
+                Err(error) => {
+                    tracing::warn!(%id, %error, "dropping a stored prompt whose workspace cannot open");
+                    continue;
+                }
+            };
+            let validated = match validate(&prompt, workspace.registry(), Some(&outputs)) {
                 Ok(validated) => validated,
                 Err(rejection) => {
                     tracing::warn!(%id, error = %rejection.error.message, "dropping a stored prompt that no longer validates");
@@ -221,6 +242,7 @@ impl QueueStore<Queued> for SqliteQueueStore {
                 }
             };
             let queued = Queued {
+                workspace,
                 prompt_json: payload["prompt"].clone(),
                 prompt: Arc::new(validated),
                 extra_data: payload["extra_data"].as_object().cloned().unwrap_or_else(Map::new),

@@ -48,8 +48,13 @@ impl Hasher128 {
 }
 
 /// The keys of every node of a validated prompt. Nodes of unknown classes, and nodes linking to missing
-/// nodes, get [`CacheKey::Never`].
-pub fn compute_keys(prompt: &Prompt, registry: &Registry) -> HashMap<NodeId, CacheKey> {
+/// nodes, get [`CacheKey::Never`]. Output nodes' keys include `partition` (a workspace), so one partition is
+/// never served another's outputs.
+pub fn compute_keys(
+    prompt: &Prompt,
+    registry: &Registry,
+    partition: Option<&str>,
+) -> HashMap<NodeId, CacheKey> {
     let mut keys: HashMap<NodeId, CacheKey> = HashMap::with_capacity(prompt.nodes.len());
     for root in prompt.nodes.keys() {
         // Iterative post-order walk, so long chains cannot overflow the stack.
@@ -74,7 +79,7 @@ pub fn compute_keys(prompt: &Prompt, registry: &Registry) -> HashMap<NodeId, Cac
                 }
                 continue;
             }
-            let key = node_key(&id, prompt, registry, &keys);
+            let key = node_key(&id, prompt, registry, &keys, partition);
             keys.insert(id, key);
         }
     }
@@ -86,6 +91,7 @@ fn node_key(
     prompt: &Prompt,
     registry: &Registry,
     keys: &HashMap<NodeId, CacheKey>,
+    partition: Option<&str>,
 ) -> CacheKey {
     let node = &prompt.nodes[id];
     let Some(class_name) = node.class_type.as_deref() else { return CacheKey::Never };
@@ -109,6 +115,10 @@ fn node_key(
             hasher.write(value.as_bytes());
         }
         Fingerprint::Always => return CacheKey::Never,
+    }
+    if let (true, Some(partition)) = (spec.output_node, partition) {
+        hasher.write(b"partition");
+        hasher.write(partition.as_bytes());
     }
     if spec.not_idempotent || spec.hidden.iter().any(|(_, kind)| *kind == Hidden::UniqueId) {
         hasher.write(b"id");

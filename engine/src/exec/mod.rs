@@ -79,6 +79,25 @@ pub struct Run<'a> {
     pub extra_pnginfo: Arc<serde_json::Value>,
     /// How sampling nodes show previews during this run.
     pub preview_method: PreviewMethod,
+    /// The run's own registry, roots and cache partition (a workspace of a multi-user server); the
+    /// executor's when `None`.
+    pub scope: Option<&'a Scope>,
+}
+
+/// Where a run reads and writes files, which node classes it sees, and whose cached results it may reuse: one
+/// workspace of a multi-user server.
+///
+/// Output nodes' cache keys include the partition, so a run is never served another partition's outputs
+/// (their file names, in its history). Other nodes share the cache across partitions: their keys cover
+/// everything that decides their result, file contents included (a `LoadImage` of the same bytes gives the
+/// same image), so a loaded model is shared by every workspace.
+pub struct Scope {
+    /// The node classes (`LoadImage` lists and reads this scope's input directory).
+    pub registry: Arc<Registry>,
+    /// The input, output and temp directories.
+    pub roots: Roots,
+    /// The cache partition (a workspace id).
+    pub partition: String,
 }
 
 /// Runs prompts one at a time, keeping the cache between them.
@@ -129,7 +148,11 @@ impl Executor {
     pub fn run(&mut self, run: &Run<'_>, sink: Arc<dyn EventSink>) -> RunSummary {
         self.interrupt.store(false, Ordering::SeqCst);
         let prompt = &run.prompt.prompt;
-        let keys = compute_keys(prompt, &self.registry);
+        let (registry, roots) = match run.scope {
+            Some(scope) => (scope.registry.clone(), scope.roots.clone()),
+            None => (self.registry.clone(), self.roots.clone()),
+        };
+        let keys = compute_keys(prompt, &registry, run.scope.map(|s| s.partition.as_str()));
         self.cache.begin_prompt(keys.values());
         sink.emit(run.prompt_id, Event::ExecutionStart);
 
@@ -191,7 +214,7 @@ impl Executor {
                 stack.pop();
                 continue;
             }
-            let Some(class) = self.registry.get(&class_type).cloned() else {
+            let Some(class) = registry.get(&class_type).cloned() else {
                 let error = NodeError::of_kind(
                     ErrorKind::MissingNode,
                     format!("node class {class_type} is not registered"),
@@ -260,9 +283,9 @@ impl Executor {
                 node: id.clone(),
                 prompt: prompt_json.clone(),
                 extra_pnginfo: run.extra_pnginfo.clone(),
-                input_dir: self.roots.input.clone(),
-                output_dir: self.roots.output.clone(),
-                temp_dir: self.roots.temp.clone(),
+                input_dir: roots.input.clone(),
+                output_dir: roots.output.clone(),
+                temp_dir: roots.temp.clone(),
                 preview_method: run.preview_method,
                 interrupt: self.interrupt.clone(),
                 progress: progress.clone(),

@@ -191,15 +191,31 @@ impl Ticket {
     }
 }
 
-/// Told the number of remaining prompts (pending plus running) after every change.
-pub type ChangeListener = Box<dyn Fn(usize) + Send + Sync>;
+/// Shown the queue after every change.
+pub type ChangeListener<P> = Box<dyn Fn(&Snapshot<'_, P>) + Send + Sync>;
+
+/// The queue as a change left it, for a [`ChangeListener`] (which runs under the queue's lock).
+pub struct Snapshot<'a, P>(&'a State<P>);
+
+impl<P> Snapshot<'_, P> {
+    /// Pending plus running.
+    pub fn remaining(&self) -> usize {
+        self.0.remaining()
+    }
+
+    /// Pending plus running prompts whose payload `matches` (one pass over the pending prompts).
+    pub fn remaining_where(&self, matches: impl Fn(&P) -> bool) -> usize {
+        let pending = self.0.pending.values().filter(|e| matches(&e.payload)).count();
+        pending + usize::from(self.0.running.as_ref().is_some_and(|e| matches(&e.payload)))
+    }
+}
 
 /// The prompt queue.
 pub struct PromptQueue<P> {
     state: Mutex<State<P>>,
     ready: Condvar,
     store: Box<dyn QueueStore<P>>,
-    listener: std::sync::OnceLock<ChangeListener>,
+    listener: std::sync::OnceLock<ChangeListener<P>>,
 }
 
 /// Where a new prompt goes.
@@ -258,13 +274,13 @@ impl<P: Clone + Send> PromptQueue<P> {
 
     /// Calls `listener` after every change, while the change is still the latest one (under the queue's lock),
     /// so announcements of changes come in the order of the changes. Only the first listener set is kept.
-    pub fn on_change(&self, listener: ChangeListener) {
+    pub fn on_change(&self, listener: ChangeListener<P>) {
         let _ = self.listener.set(listener);
     }
 
     fn changed(&self, state: &State<P>) {
         if let Some(listener) = self.listener.get() {
-            listener(state.remaining());
+            listener(&Snapshot(state));
         }
     }
 
@@ -376,10 +392,19 @@ impl<P: Clone + Send> PromptQueue<P> {
     /// drop when it suits it (dropping thousands of prompts takes a while).
     pub fn delete(&self, ids: &[String]) -> Result<Vec<QueueEntry<P>>, StoreError> {
         let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        self.delete_where(|entry| ids.contains(entry.id.as_str()))
+    }
+
+    /// Removes the pending prompts that `matches` (one tenant's, say); returns them, as
+    /// [`PromptQueue::delete`].
+    pub fn delete_where(
+        &self,
+        matches: impl Fn(&QueueEntry<P>) -> bool,
+    ) -> Result<Vec<QueueEntry<P>>, StoreError> {
         let mut state = lock(&self.state);
         let mut removed = Vec::new();
         state.pending.retain(|_, entry| {
-            let delete = ids.contains(entry.id.as_str());
+            let delete = matches(entry);
             if delete {
                 removed.push(entry.clone());
             }
@@ -435,6 +460,11 @@ impl<P: Clone + Send> PromptQueue<P> {
     /// Pending plus running.
     pub fn remaining(&self) -> usize {
         lock(&self.state).remaining()
+    }
+
+    /// Pending plus running prompts whose payload `matches`.
+    pub fn remaining_where(&self, matches: impl Fn(&P) -> bool) -> usize {
+        Snapshot(&*lock(&self.state)).remaining_where(matches)
     }
 }
 

@@ -121,13 +121,34 @@ fn the_listener_hears_every_change_in_order() {
     let q = queue();
     let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = heard.clone();
-    q.on_change(Box::new(move |remaining| sink.lock().expect("lock").push(remaining)));
+    q.on_change(Box::new(move |queue| sink.lock().expect("lock").push(queue.remaining())));
     q.push("a".into(), Placement::Back, "").expect("ok");
     q.push("b".into(), Placement::Back, "").expect("ok");
     let a = q.pop(Duration::ZERO).expect("ok").expect("a");
     q.finish(&a.id).expect("ok");
     q.clear().expect("ok");
     assert_eq!(*heard.lock().expect("lock"), [1, 2, 2, 1, 0]);
+}
+
+#[test]
+fn remaining_where_counts_the_matching_pending_and_running_prompts() {
+    let q = queue();
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    q.on_change(Box::new(move |queue| {
+        sink.lock().expect("lock").push(queue.remaining_where(|p| *p == "mine"))
+    }));
+    q.push("a".into(), Placement::Back, "mine").expect("ok");
+    q.push("b".into(), Placement::Back, "theirs").expect("ok");
+    q.push("c".into(), Placement::Back, "mine").expect("ok");
+    let a = q.pop(Duration::ZERO).expect("ok").expect("a");
+    assert_eq!(q.remaining_where(|p| *p == "mine"), 2);
+    assert_eq!(q.remaining_where(|p| *p == "theirs"), 1);
+    q.finish(&a.id).expect("ok");
+    let removed = q.delete_where(|e| e.payload == "theirs").expect("ok");
+    assert_eq!(removed.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(q.pending().iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["c"]);
+    assert_eq!(*heard.lock().expect("lock"), [1, 1, 2, 2, 1, 1]);
 }
 
 /// A store whose every write waits until the test has read the queue from another thread.

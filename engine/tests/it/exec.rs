@@ -341,6 +341,7 @@ fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
         preview_method: kiln_engine::nodes::PreviewMethod::None,
+        scope: None,
     };
     let summary = h.executor.run(&run, sink.clone());
     assert!(
@@ -355,6 +356,26 @@ fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
     // The flag is cleared for the next prompt.
     let ran = h.run(const_graph(1.0, 2.0));
     assert_eq!(ran.summary.outcome, Outcome::Success);
+}
+
+#[test]
+fn scopes_share_inner_nodes_but_never_output_nodes() {
+    use kiln_engine::exec::Scope;
+    let mut h = Harness::new(CachePolicy::Lru(10));
+    let scope = |partition: &str| Scope {
+        registry: h.registry.clone(),
+        roots: h.roots.clone(),
+        partition: partition.to_owned(),
+    };
+    let (a, b) = (scope("a"), scope("b"));
+    let prompt = h.validate(const_graph(1.0, 2.0));
+    let first = h.run_in(&prompt, json!(null), Some(&a));
+    assert_eq!(first.executed(), ids(&["1", "2", "3", "4"]));
+    // Another workspace reuses the computation but runs its own output node.
+    let other = h.run_in(&prompt, json!(null), Some(&b));
+    assert_eq!(other.executed(), ids(&["4"]));
+    // The first workspace is served from the cache again.
+    assert!(h.run_in(&prompt, json!(null), Some(&a)).executed().is_empty());
 }
 
 #[test]
@@ -383,6 +404,7 @@ fn the_history_recorder_keeps_the_status_messages_with_timestamps() {
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
         preview_method: kiln_engine::nodes::PreviewMethod::None,
+        scope: None,
     };
     let summary = h.executor.run(&run, recorder.clone());
     assert_eq!(summary.outcome, Outcome::Success);

@@ -283,6 +283,16 @@ impl Harness {
         prompt: &ValidatedPrompt,
         extra_pnginfo: serde_json::Value,
     ) -> Ran {
+        self.run_in(prompt, extra_pnginfo, None)
+    }
+
+    /// Runs a prompt in a scope (a workspace's registry, roots and cache partition).
+    pub(crate) fn run_in(
+        &mut self,
+        prompt: &ValidatedPrompt,
+        extra_pnginfo: serde_json::Value,
+        scope: Option<&kiln_engine::exec::Scope>,
+    ) -> Ran {
         let recorder = Arc::new(Recorder::default());
         let run = Run {
             prompt_id: "p",
@@ -290,6 +300,7 @@ impl Harness {
             prompt_json: Arc::new(prompt.prompt.to_json()),
             extra_pnginfo: Arc::new(extra_pnginfo),
             preview_method: kiln_engine::nodes::PreviewMethod::None,
+            scope,
         };
         let summary = self.executor.run(&run, recorder.clone());
         let events = recorder.events.lock().expect("events").clone();

@@ -121,6 +121,7 @@ impl Setup {
             prompt_json: Arc::new(validated.prompt.to_json()),
             extra_pnginfo: Arc::new(serde_json::Value::Null),
             preview_method: kiln_engine::nodes::PreviewMethod::None,
+            scope: None,
         };
         let summary = self.executor.run(&run, Arc::new(Ignore));
         assert_eq!(summary.outcome, Outcome::Success);

@@ -256,6 +256,7 @@ fn issue_11_an_interrupt_stops_the_sampler_within_a_step() {
         prompt_json: Arc::new(prompt.prompt.to_json()),
         extra_pnginfo: Arc::new(json!(null)),
         preview_method: PreviewMethod::None,
+        scope: None,
     };
     let summary = h.executor.run(&run, sink.clone());
     assert!(
@@ -336,6 +337,7 @@ fn issue_11_latent_previews_come_once_a_step_as_jpegs_when_asked_for() {
             prompt_json: Arc::new(prompt.prompt.to_json()),
             extra_pnginfo: Arc::new(json!(null)),
             preview_method: method,
+            scope: None,
         };
         let summary = h.executor.run(&run, recorder.clone());
         assert_eq!(summary.outcome, Outcome::Success, "{:?}", summary.outcome);

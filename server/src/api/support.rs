@@ -54,6 +54,16 @@ pub struct OperationInfo {
     pub path: &'static str,
     /// The runtimes that mount it.
     pub runtimes: &'static [&'static str],
+    /// Who may call it on the cloud runtime: alternatives, each the security schemes (`ApiKeyAuth`,
+    /// `BearerAuth`, `WebSessionAuth`) that must all be satisfied. No alternative, or an empty one: anyone.
+    pub security: &'static [&'static [&'static str]],
+}
+
+impl OperationInfo {
+    /// Whether anyone may call it, without credentials.
+    pub fn is_public(&self) -> bool {
+        self.security.is_empty() || self.security.iter().any(|schemes| schemes.is_empty())
+    }
 }
 
 /// A response body of bytes with its content type (files, previews).

@@ -26,6 +26,7 @@ use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::convert;
 use crate::files::{self, Upload, UploadError, ViewError, ViewRequest};
+use crate::workspace::Caller;
 use crate::ws::Frame;
 
 /// Prompts with at most this many nodes are validated on the request's own task (about 0.1 ms).
@@ -133,6 +134,12 @@ async fn read_upload(
 }
 
 impl LocalServer {
+    /// Who is asking: the caller the authentication layer put into the request, else the runtime's fallback
+    /// (the local caller; on the cloud runtime, one that sees nothing).
+    pub(super) fn caller(&self, parts: &Parts) -> Caller {
+        parts.extensions.get::<Caller>().cloned().unwrap_or_else(|| self.0.fallback.clone())
+    }
+
     /// Runs `f` over the model folders on a blocking thread (listings walk directories, maybe on slow disks);
     /// `None` if it panicked.
     pub(super) async fn models<T: Send + 'static>(
@@ -144,7 +151,6 @@ impl LocalServer {
     }
 
     fn jobs_sources<'a>(
-        &self,
         history: &'a super::history::History,
         queued: &'a [(kiln_engine::queue::QueueEntry<Queued>, bool)],
     ) -> Vec<Source<'a>> {
@@ -164,37 +170,47 @@ impl LocalServer {
         sources
     }
 
-    fn queued(&self) -> Vec<(kiln_engine::queue::QueueEntry<Queued>, bool)> {
+    /// The caller's workspace's running and pending prompts (whether each runs).
+    fn queued(&self, caller: &Caller) -> Vec<(kiln_engine::queue::QueueEntry<Queued>, bool)> {
         let runtime = &self.0;
+        let mine = |e: &kiln_engine::queue::QueueEntry<Queued>| owned(caller, e);
         runtime
             .queue
             .running()
             .into_iter()
+            .filter(mine)
             .map(|e| (e, true))
-            .chain(runtime.queue.pending().into_iter().map(|e| (e, false)))
+            .chain(runtime.queue.pending().into_iter().filter(mine).map(|e| (e, false)))
             .collect()
     }
 
-    /// Cancels jobs off the async threads (dequeuing writes the store); whether each was cancelled.
-    async fn cancel_all(&self, ids: Vec<String>) -> Vec<bool> {
+    /// Cancels jobs of the caller's workspace off the async threads (dequeuing writes the store); whether
+    /// each was cancelled. Another workspace's job is not cancelled, as if it did not exist.
+    async fn cancel_all(&self, caller: Caller, ids: Vec<String>) -> Vec<bool> {
         let server = self.clone();
-        tokio::task::spawn_blocking(move || ids.iter().map(|id| server.cancel(id)).collect())
-            .await
-            .unwrap_or_default()
+        tokio::task::spawn_blocking(move || {
+            ids.iter().map(|id| server.cancel(&caller, id)).collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Cancels one job: interrupts it if it runs, dequeues it if pending; `false` otherwise.
-    fn cancel(&self, id: &str) -> bool {
+    fn cancel(&self, caller: &Caller, id: &str) -> bool {
         let runtime = &self.0;
-        if runtime.queue.running().is_some_and(|r| r.id == id) {
+        if runtime.queue.running().is_some_and(|r| r.id == id && owned(caller, &r)) {
             runtime.interrupt.store(true, Ordering::SeqCst);
             return true;
         }
-        runtime.queue.delete(&[id.to_owned()]).is_ok_and(|removed| !removed.is_empty())
+        runtime
+            .queue
+            .delete_where(|e| e.id == id && owned(caller, e))
+            .is_ok_and(|removed| !removed.is_empty())
     }
 
     async fn store_upload(
         &self,
+        caller: &Caller,
         body: axum::extract::Multipart,
         mask: bool,
     ) -> Result<types::UploadImageResponse, Refusal> {
@@ -212,7 +228,7 @@ impl LocalServer {
                 )));
             }
         };
-        let roots = self.0.roots.clone();
+        let roots = caller.workspace.roots().clone();
         let bytes = if mask {
             let reference = form
                 .original_ref
@@ -248,6 +264,11 @@ impl LocalServer {
             type_: convert::file_type(stored.kind),
         })
     }
+}
+
+/// Whether a queued prompt belongs to the caller's workspace.
+fn owned(caller: &Caller, entry: &kiln_engine::queue::QueueEntry<Queued>) -> bool {
+    entry.payload.workspace.id == caller.workspace.id
 }
 
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
@@ -399,9 +420,10 @@ impl SharedApi for LocalServer {
         GetGlobalSubgraphResponse::Ok(types::GlobalSubgraphData(None))
     }
 
-    async fn get_history(&self, _: Parts, query: GetHistoryQuery) -> GetHistoryResponse {
-        let history = self.0.history();
-        let page = history.page(query.max_items, query.offset);
+    async fn get_history(&self, parts: Parts, query: GetHistoryQuery) -> GetHistoryResponse {
+        let caller = self.caller(&parts);
+        let histories = self.0.history();
+        let page = histories.of(caller.workspace_id()).page(query.max_items, query.offset);
         GetHistoryResponse::Ok(types::HistoryResponse(
             page.into_iter().map(|r| (r.prompt_id.clone(), r.entry())).collect(),
         ))
@@ -409,15 +431,19 @@ impl SharedApi for LocalServer {
 
     async fn manage_history(
         &self,
-        _: Parts,
+        parts: Parts,
         body: types::HistoryManageRequest,
     ) -> ManageHistoryResponse {
+        let caller = self.caller(&parts);
+        let workspace = caller.workspace_id();
         let storage = &self.0.storage;
-        let cleared = if body.clear == Some(true) { storage.clear_history().await } else { Ok(()) };
-        if let Err(e) = cleared.and(storage.delete_history(&body.delete).await) {
+        let cleared =
+            if body.clear == Some(true) { storage.clear_history(workspace).await } else { Ok(()) };
+        if let Err(e) = cleared.and(storage.delete_history(workspace, &body.delete).await) {
             return ManageHistoryResponse::BadRequest(error("storage_failed", e.to_string()));
         }
-        let mut history = self.0.history();
+        let mut histories = self.0.history();
+        let history = histories.of_mut(workspace);
         if body.clear == Some(true) {
             history.clear();
         }
@@ -427,10 +453,12 @@ impl SharedApi for LocalServer {
 
     async fn get_history_for_prompt(
         &self,
-        _: Parts,
+        parts: Parts,
         prompt_id: String,
     ) -> GetHistoryForPromptResponse {
-        let history = self.0.history();
+        let caller = self.caller(&parts);
+        let histories = self.0.history();
+        let history = histories.of(caller.workspace_id());
         let entries =
             history.get(&prompt_id).map(|r| (prompt_id.clone(), r.entry())).into_iter().collect();
         GetHistoryForPromptResponse::Ok(types::HistoryResponse(entries))
@@ -443,13 +471,18 @@ impl SharedApi for LocalServer {
 
     async fn interrupt(
         &self,
-        _: Parts,
+        parts: Parts,
         body: Option<types::InterruptRequest>,
     ) -> InterruptResponse {
+        let caller = self.caller(&parts);
         let runtime = &self.0;
         let target = body.and_then(|b| b.prompt_id);
-        let running = runtime.queue.running().map(|r| r.id);
-        match (target, running) {
+        let running = runtime.queue.running();
+        // Another workspace's prompt is not the caller's to stop: as if nothing ran.
+        let Some(running) = running.filter(|r| owned(&caller, r)).map(|r| r.id) else {
+            return InterruptResponse::Ok;
+        };
+        match (target, Some(running)) {
             (Some(target), Some(running)) if target != running => {
                 tracing::info!(%target, "interrupt ignored: that prompt is not running");
             }
@@ -458,7 +491,8 @@ impl SharedApi for LocalServer {
         InterruptResponse::Ok
     }
 
-    async fn list_jobs(&self, _: Parts, query: ListJobsQuery) -> ListJobsResponse {
+    async fn list_jobs(&self, parts: Parts, query: ListJobsQuery) -> ListJobsResponse {
+        let caller = self.caller(&parts);
         if query.limit.is_some_and(|l| l < 1) {
             return ListJobsResponse::BadRequest(simple("limit must be a positive integer"));
         }
@@ -472,12 +506,17 @@ impl SharedApi for LocalServer {
             limit: query.limit,
             offset: query.offset.unwrap_or(0),
         };
-        let queued = self.queued();
-        let history = self.0.history();
-        ListJobsResponse::Ok(jobs::list(&self.jobs_sources(&history, &queued), &filter))
+        let queued = self.queued(&caller);
+        let histories = self.0.history();
+        let sources = Self::jobs_sources(histories.of(caller.workspace_id()), &queued);
+        ListJobsResponse::Ok(jobs::list(&sources, &filter))
     }
 
-    async fn cancel_jobs(&self, _: Parts, body: types::JobsCancelRequest) -> CancelJobsResponse {
+    async fn cancel_jobs(
+        &self,
+        parts: Parts,
+        body: types::JobsCancelRequest,
+    ) -> CancelJobsResponse {
         let invalid: Vec<String> =
             body.job_ids.iter().filter(|id| !canonical_uuid(id)).cloned().collect();
         if !invalid.is_empty() {
@@ -487,17 +526,18 @@ impl SharedApi for LocalServer {
             });
         }
         // Every id is cancelled (no short circuit); the answer says whether any of them was.
-        let cancelled = self.cancel_all(body.job_ids).await.contains(&true);
+        let cancelled = self.cancel_all(self.caller(&parts), body.job_ids).await.contains(&true);
         CancelJobsResponse::Ok(types::JobCancelResponse { cancelled })
     }
 
-    async fn get_job(&self, _: Parts, job_id: String) -> GetJobResponse {
+    async fn get_job(&self, parts: Parts, job_id: String) -> GetJobResponse {
         if !canonical_uuid(&job_id) {
             return GetJobResponse::BadRequest(simple("Invalid job id"));
         }
-        let queued = self.queued();
-        let history = self.0.history();
-        let sources = self.jobs_sources(&history, &queued);
+        let caller = self.caller(&parts);
+        let queued = self.queued(&caller);
+        let histories = self.0.history();
+        let sources = Self::jobs_sources(histories.of(caller.workspace_id()), &queued);
         let found = sources.iter().find(|s| {
             matches!(s, Source::Queue(q) if q.prompt_id == job_id)
                 || matches!(s, Source::Done(r) if r.prompt_id == job_id)
@@ -508,13 +548,12 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn cancel_job(&self, _: Parts, job_id: String) -> CancelJobResponse {
+    async fn cancel_job(&self, parts: Parts, job_id: String) -> CancelJobResponse {
         if !canonical_uuid(&job_id) {
             return CancelJobResponse::BadRequest(simple("Invalid job id"));
         }
-        CancelJobResponse::Ok(types::JobCancelResponse {
-            cancelled: self.cancel_all(vec![job_id]).await.contains(&true),
-        })
+        let cancelled = self.cancel_all(self.caller(&parts), vec![job_id]).await.contains(&true);
+        CancelJobResponse::Ok(types::JobCancelResponse { cancelled })
     }
 
     async fn get_model_folders(&self, _: Parts) -> GetModelFoldersResponse {
@@ -532,20 +571,22 @@ impl SharedApi for LocalServer {
         GetNodeReplacementsResponse::Ok(types::NodeReplacements(Default::default()))
     }
 
-    async fn get_object_info(&self, _: Parts) -> GetObjectInfoResponse {
-        let all = self
-            .0
-            .registry
+    async fn get_object_info(&self, parts: Parts) -> GetObjectInfoResponse {
+        let caller = self.caller(&parts);
+        let all = caller
+            .workspace
+            .registry()
             .iter()
             .map(|(name, node)| (name.to_owned(), convert::node_info(&node.spec())))
             .collect();
         GetObjectInfoResponse::Ok(types::ObjectInfoResponse(all))
     }
 
-    async fn get_node_info(&self, _: Parts, node_class: String) -> GetNodeInfoResponse {
-        let one = self
-            .0
-            .registry
+    async fn get_node_info(&self, parts: Parts, node_class: String) -> GetNodeInfoResponse {
+        let caller = self.caller(&parts);
+        let one = caller
+            .workspace
+            .registry()
             .get(&node_class)
             .map(|node| (node_class.clone(), convert::node_info(&node.spec())))
             .into_iter()
@@ -553,9 +594,10 @@ impl SharedApi for LocalServer {
         GetNodeInfoResponse::Ok(types::ObjectInfoResponse(one))
     }
 
-    async fn get_prompt_info(&self, _: Parts) -> GetPromptInfoResponse {
+    async fn get_prompt_info(&self, parts: Parts) -> GetPromptInfoResponse {
+        let queue_remaining = self.0.remaining(self.caller(&parts).workspace_id());
         GetPromptInfoResponse::Ok(types::PromptInfo {
-            exec_info: types::ExecInfo { queue_remaining: self.0.remaining() },
+            exec_info: types::ExecInfo { queue_remaining },
         })
     }
 
@@ -566,6 +608,7 @@ impl SharedApi for LocalServer {
         body: types::PromptRequest,
     ) -> ExecutePromptResponse {
         let runtime = &self.0;
+        let caller = self.caller(&parts);
         // As ComfyUI: the number is taken first, so a prompt rejected below still uses one.
         let placement = match (body.number, body.front) {
             (Some(number), _) => Placement::Number(number),
@@ -612,7 +655,7 @@ impl SharedApi for LocalServer {
         };
         let targets: Option<Vec<NodeId>> =
             body.partial_execution_targets.map(|t| t.into_iter().map(NodeId).collect());
-        let registry = runtime.registry.clone();
+        let registry = caller.workspace.registry().clone();
         // Validation costs about 3 µs a node: typical prompts are validated in place (a hop to the blocking
         // pool and back costs more than that under load), large ones off the async threads.
         let validated = if parsed.nodes.len() <= INLINE_VALIDATION_NODES {
@@ -647,6 +690,7 @@ impl SharedApi for LocalServer {
         let node_errors = convert::node_errors(&validated.node_errors);
         let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
         let queued = Queued {
+            workspace: caller.workspace.clone(),
             // Stored, echoed and written into PNG metadata as the client sent it (ComfyUI keeps the dict).
             prompt_json,
             prompt: Arc::new(validated),
@@ -683,7 +727,8 @@ impl SharedApi for LocalServer {
         })
     }
 
-    async fn get_queue(&self, _: Parts) -> GetQueueResponse {
+    async fn get_queue(&self, parts: Parts) -> GetQueueResponse {
+        let caller = self.caller(&parts);
         let item = |e: &kiln_engine::queue::QueueEntry<Queued>| {
             queue_item(
                 e.number,
@@ -693,20 +738,29 @@ impl SharedApi for LocalServer {
                 &e.payload.outputs,
             )
         };
-        let runtime = &self.0;
+        let (running, pending): (Vec<_>, Vec<_>) =
+            self.queued(&caller).into_iter().partition(|(_, running)| *running);
         GetQueueResponse::Ok(types::QueueResponse {
-            queue_pending: runtime.queue.pending().iter().map(item).collect(),
-            queue_running: runtime.queue.running().iter().map(item).collect(),
+            queue_pending: pending.iter().map(|(e, _)| item(e)).collect(),
+            queue_running: running.iter().map(|(e, _)| item(e)).collect(),
         })
     }
 
-    async fn manage_queue(&self, _: Parts, body: types::QueueManageRequest) -> ManageQueueResponse {
-        let runtime = &self.0;
-        let worker = runtime.clone();
+    async fn manage_queue(
+        &self,
+        parts: Parts,
+        body: types::QueueManageRequest,
+    ) -> ManageQueueResponse {
+        let caller = self.caller(&parts);
+        let worker = self.0.clone();
         let result = tokio::task::spawn_blocking(move || {
+            let queue = &worker.queue;
+            let mine = |e: &kiln_engine::queue::QueueEntry<Queued>| owned(&caller, e);
             let mut removed =
-                if body.clear == Some(true) { worker.queue.clear()? } else { Vec::new() };
-            removed.extend(worker.queue.delete(&body.delete)?);
+                if body.clear == Some(true) { queue.delete_where(mine)? } else { Vec::new() };
+            let ids: std::collections::HashSet<&str> =
+                body.delete.iter().map(String::as_str).collect();
+            removed.extend(queue.delete_where(|e| ids.contains(e.id.as_str()) && mine(e))?);
             Ok::<_, kiln_engine::queue::StoreError>(removed)
         })
         .await
@@ -724,30 +778,34 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn get_settings(&self, _: Parts) -> GetSettingsResponse {
-        GetSettingsResponse::Ok(types::Settings(userdata::settings(&self.0.user_dir)))
+    async fn get_settings(&self, parts: Parts) -> GetSettingsResponse {
+        let caller = self.caller(&parts);
+        GetSettingsResponse::Ok(types::Settings(userdata::settings(&caller.user_dir)))
     }
 
-    async fn post_settings(&self, _: Parts, body: types::Settings) -> PostSettingsResponse {
-        match userdata::update_settings(&self.0.user_dir, |settings| settings.extend(body.0)) {
+    async fn post_settings(&self, parts: Parts, body: types::Settings) -> PostSettingsResponse {
+        let caller = self.caller(&parts);
+        match userdata::update_settings(&caller.user_dir, |settings| settings.extend(body.0)) {
             Ok(()) => PostSettingsResponse::Ok,
             Err(e) => PostSettingsResponse::BadRequest(error("settings_unwritable", e)),
         }
     }
 
-    async fn get_setting(&self, _: Parts, id: String) -> GetSettingResponse {
+    async fn get_setting(&self, parts: Parts, id: String) -> GetSettingResponse {
+        let caller = self.caller(&parts);
         GetSettingResponse::Ok(types::SettingValue(
-            userdata::settings(&self.0.user_dir).remove(&id).unwrap_or(Value::Null),
+            userdata::settings(&caller.user_dir).remove(&id).unwrap_or(Value::Null),
         ))
     }
 
     async fn post_setting(
         &self,
-        _: Parts,
+        parts: Parts,
         id: String,
         body: types::SettingValue,
     ) -> PostSettingResponse {
-        match userdata::update_settings(&self.0.user_dir, |settings| {
+        let caller = self.caller(&parts);
+        match userdata::update_settings(&caller.user_dir, |settings| {
             settings.insert(id, body.0);
         }) {
             Ok(()) => PostSettingResponse::Ok,
@@ -765,8 +823,12 @@ impl SharedApi for LocalServer {
         GetSystemStatsResponse::Ok(stats)
     }
 
-    async fn upload_image(&self, _: Parts, body: axum::extract::Multipart) -> UploadImageResponse {
-        match self.store_upload(body, false).await {
+    async fn upload_image(
+        &self,
+        parts: Parts,
+        body: axum::extract::Multipart,
+    ) -> UploadImageResponse {
+        match self.store_upload(&self.caller(&parts), body, false).await {
             Ok(stored) => UploadImageResponse::Ok(stored),
             // Without an original, only the form itself can be refused.
             Err(Refusal::BadRequest(e) | Refusal::Forbidden(e) | Refusal::NotFound(e)) => {
@@ -775,8 +837,12 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn upload_mask(&self, _: Parts, body: axum::extract::Multipart) -> UploadMaskResponse {
-        match self.store_upload(body, true).await {
+    async fn upload_mask(
+        &self,
+        parts: Parts,
+        body: axum::extract::Multipart,
+    ) -> UploadMaskResponse {
+        match self.store_upload(&self.caller(&parts), body, true).await {
             Ok(stored) => UploadMaskResponse::Ok(stored),
             Err(Refusal::BadRequest(e)) => UploadMaskResponse::BadRequest(e),
             Err(Refusal::Forbidden(e)) => UploadMaskResponse::Forbidden(e),
@@ -784,9 +850,10 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn list_user_data(&self, _: Parts, query: ListUserDataQuery) -> ListUserDataResponse {
+    async fn list_user_data(&self, parts: Parts, query: ListUserDataQuery) -> ListUserDataResponse {
+        let caller = self.caller(&parts);
         let listing = userdata::list(
-            &self.0.user_dir,
+            &caller.user_dir,
             &query.dir,
             is_true(query.recurse.as_deref()),
             is_true(query.full_info.as_deref()),
@@ -803,8 +870,8 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn get_user_data(&self, _: Parts, file: String) -> GetUserDataResponse {
-        match userdata::read(&self.0.user_dir, &file) {
+    async fn get_user_data(&self, parts: Parts, file: String) -> GetUserDataResponse {
+        match userdata::read(&self.caller(&parts).user_dir, &file) {
             Ok(bytes) => {
                 let content_type = if file.ends_with("user.css") {
                     "text/css"
@@ -827,14 +894,14 @@ impl SharedApi for LocalServer {
 
     async fn post_user_data(
         &self,
-        _: Parts,
+        parts: Parts,
         file: String,
         query: PostUserDataQuery,
         body: Bytes,
     ) -> PostUserDataResponse {
         let overwrite = query.overwrite.as_deref() != Some("false");
         match userdata::write(
-            &self.0.user_dir,
+            &self.caller(&parts).user_dir,
             &file,
             &body,
             overwrite,
@@ -849,8 +916,8 @@ impl SharedApi for LocalServer {
         }
     }
 
-    async fn delete_user_data(&self, _: Parts, file: String) -> DeleteUserDataResponse {
-        match userdata::delete(&self.0.user_dir, &file) {
+    async fn delete_user_data(&self, parts: Parts, file: String) -> DeleteUserDataResponse {
+        match userdata::delete(&self.caller(&parts).user_dir, &file) {
             Ok(()) => DeleteUserDataResponse::NoContent,
             Err(UserDataError::Forbidden(m)) => DeleteUserDataResponse::Forbidden(m),
             Err(UserDataError::NotFound(m))
@@ -861,14 +928,14 @@ impl SharedApi for LocalServer {
 
     async fn move_user_data(
         &self,
-        _: Parts,
+        parts: Parts,
         file: String,
         dest: String,
         query: MoveUserDataQuery,
     ) -> MoveUserDataResponse {
         let overwrite = query.overwrite.as_deref() != Some("false");
         match userdata::rename(
-            &self.0.user_dir,
+            &self.caller(&parts).user_dir,
             &file,
             &dest,
             overwrite,
@@ -890,7 +957,7 @@ impl SharedApi for LocalServer {
         })
     }
 
-    async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
+    async fn view_file(&self, parts: Parts, query: ViewFileQuery) -> ViewFileResponse {
         let request = ViewRequest {
             filename: query.filename,
             kind: query.type_.map(convert::file_kind),
@@ -898,7 +965,7 @@ impl SharedApi for LocalServer {
             preview: query.preview,
             channel: query.channel.map(|c| c.to_string()),
         };
-        let roots = self.0.roots.clone();
+        let roots = self.caller(&parts).workspace.roots().clone();
         match tokio::task::spawn_blocking(move || files::view(&roots, &request)).await {
             Ok(Ok(file)) => ViewFileResponse::Ok {
                 body: Binary { content_type: file.content_type, bytes: file.bytes.into() },
@@ -929,13 +996,15 @@ impl SharedApi for LocalServer {
 
     async fn web_socket_connect(
         &self,
-        _: Parts,
+        parts: Parts,
         query: WebSocketConnectQuery,
         upgrade: WebSocketUpgrade,
     ) -> Response {
         let runtime = self.0.clone();
+        let workspace = self.caller(&parts).workspace.id.clone();
         upgrade.on_upgrade(move |socket| async move {
-            let connection = runtime.hub.connect(query.client_id.as_deref(), runtime.remaining());
+            let remaining = runtime.remaining(&workspace);
+            let connection = runtime.hub.connect(&workspace, query.client_id.as_deref(), remaining);
             pump(socket, runtime, connection).await;
         })
     }

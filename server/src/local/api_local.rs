@@ -25,7 +25,12 @@ impl LocalApi for LocalServer {
         FreeMemoryResponse::Ok
     }
 
-    async fn create_user(&self, _: Parts, body: types::CreateUserRequest) -> CreateUserResponse {
+    async fn create_user(
+        &self,
+        parts: Parts,
+        body: types::CreateUserRequest,
+    ) -> CreateUserResponse {
+        let user_dir = self.caller(&parts).user_dir;
         let name = body.username.trim();
         if name.is_empty() {
             return CreateUserResponse::BadRequest(types::SimpleError {
@@ -33,7 +38,7 @@ impl LocalApi for LocalServer {
                 invalid_ids: Vec::new(),
             });
         }
-        let path = self.0.user_dir.join("users.json");
+        let path = user_dir.join("users.json");
         let mut users: kiln_spec::IndexMap<String, String> = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -48,7 +53,7 @@ impl LocalApi for LocalServer {
             name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let id = format!("{sanitized}_{}", uuid::Uuid::new_v4());
         users.insert(id.clone(), name.to_owned());
-        let written = std::fs::create_dir_all(&self.0.user_dir).and_then(|()| {
+        let written = std::fs::create_dir_all(&user_dir).and_then(|()| {
             std::fs::write(&path, serde_json::to_vec_pretty(&users).unwrap_or_default())
         });
         match written {
@@ -62,10 +67,11 @@ impl LocalApi for LocalServer {
 
     async fn list_user_data_v2(
         &self,
-        _: Parts,
+        parts: Parts,
         query: ListUserDataV2Query,
     ) -> ListUserDataV2Response {
-        match userdata::list_v2(&self.0.user_dir, query.path.as_deref().unwrap_or("")) {
+        let user_dir = self.caller(&parts).user_dir;
+        match userdata::list_v2(&user_dir, query.path.as_deref().unwrap_or("")) {
             Ok(entries) => ListUserDataV2Response::Ok(types::UserDataEntryList(entries)),
             Err(UserDataError::Forbidden(m)) => ListUserDataV2Response::Forbidden(m),
             Err(UserDataError::NotFound(m)) => ListUserDataV2Response::NotFound(m),
@@ -111,10 +117,11 @@ impl LocalApi for LocalServer {
 
     async fn get_directory_files(
         &self,
-        _: Parts,
+        parts: Parts,
         directory_type: types::FileType,
     ) -> GetDirectoryFilesResponse {
-        let root = self.0.roots.get(convert::file_kind(directory_type)).to_path_buf();
+        let caller = self.caller(&parts);
+        let root = caller.workspace.roots().get(convert::file_kind(directory_type)).to_path_buf();
         let mut files: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&root)
             .into_iter()
             .flatten()

@@ -4,6 +4,7 @@
 //! `offset` counts from the oldest. At most [`CAPACITY`] entries are kept; the oldest go first.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use kiln_spec::{IndexMap, types};
 use serde_json::{Map, Value};
@@ -14,6 +15,8 @@ pub(crate) const CAPACITY: usize = 10_000;
 /// One finished prompt.
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
+    /// The workspace the prompt ran in.
+    pub(crate) workspace: Arc<str>,
     pub(crate) prompt_id: String,
     pub(crate) number: f64,
     /// The prompt as queued (API format JSON).
@@ -76,9 +79,14 @@ impl Record {
     }
 
     /// A record back from its `/history` entry (as stored in the database).
-    pub(crate) fn from_entry(id: &str, entry: &types::HistoryEntry) -> Option<Record> {
+    pub(crate) fn from_entry(
+        workspace: &str,
+        id: &str,
+        entry: &types::HistoryEntry,
+    ) -> Option<Record> {
         let [number, _, prompt, extra_data, outputs] = &entry.prompt.0;
         Some(Record {
+            workspace: workspace.into(),
             prompt_id: id.to_owned(),
             number: number.0.as_f64()?,
             prompt: prompt.0.clone(),
@@ -185,12 +193,35 @@ impl History {
     }
 }
 
+/// Every workspace's history.
+#[derive(Debug, Default)]
+pub(crate) struct Histories(HashMap<Arc<str>, History>);
+
+impl Histories {
+    /// Stores a finished prompt in its workspace's history.
+    pub(crate) fn insert(&mut self, record: Record) {
+        self.0.entry(record.workspace.clone()).or_default().insert(record);
+    }
+
+    /// One workspace's history (empty if it has none).
+    pub(crate) fn of(&self, workspace: &str) -> &History {
+        static EMPTY: std::sync::LazyLock<History> = std::sync::LazyLock::new(History::default);
+        self.0.get(workspace).unwrap_or(&EMPTY)
+    }
+
+    /// One workspace's history, to change it.
+    pub(crate) fn of_mut(&mut self, workspace: &str) -> &mut History {
+        self.0.entry(workspace.into()).or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{History, Record};
+    use super::{Histories, History, Record};
 
     fn record(id: &str) -> Record {
         Record {
+            workspace: "default".into(),
             prompt_id: id.to_owned(),
             number: 1.0,
             prompt: serde_json::json!({}),
@@ -225,5 +256,18 @@ mod tests {
         assert_eq!(ids(history.page(None, None)), ["a", "c", "d"]);
         history.clear();
         assert!(history.page(None, None).is_empty());
+    }
+
+    #[test]
+    fn each_workspace_sees_only_its_own_history() {
+        let mut histories = Histories::default();
+        histories.insert(record("a"));
+        histories.insert(Record { workspace: "other".into(), ..record("b") });
+        assert_eq!(ids(histories.of("default").page(None, None)), ["a"]);
+        assert_eq!(ids(histories.of("other").page(None, None)), ["b"]);
+        assert!(histories.of("default").get("b").is_none());
+        assert!(histories.of("nobody").page(None, None).is_empty());
+        histories.of_mut("other").clear();
+        assert_eq!(ids(histories.of("default").page(None, None)), ["a"]);
     }
 }

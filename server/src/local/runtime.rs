@@ -7,20 +7,20 @@
 //! stored (committed, and in the in-memory history), so a client that fetches `/history/{id}` on
 //! `execution_success` (or any later frame) finds the entry.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::cache::Cache;
-use kiln_engine::exec::{Event, EventSink, Executor, HistoryRecorder, Outcome, Roots, Run};
+use kiln_engine::exec::{Event, EventSink, Executor, HistoryRecorder, Outcome, Run};
 use kiln_engine::graph::ValidatedPrompt;
-use kiln_engine::nodes::{PreviewMethod, Registry};
+use kiln_engine::nodes::PreviewMethod;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
-use super::history::{History, Record};
+use super::history::{Histories, Record};
+use crate::workspace::{Workspace, Workspaces};
 use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
 
 /// The prompt's `extra_data.preview_method` when it names a method (the frontend sends it unless its setting
@@ -36,6 +36,8 @@ fn preview_method(extra_data: &Map<String, Value>, server: PreviewMethod) -> Pre
 /// A queued prompt, as the worker needs it and the queue and jobs views show it.
 #[derive(Clone)]
 pub(crate) struct Queued {
+    /// The workspace it was submitted in, and runs in.
+    pub(crate) workspace: Arc<Workspace>,
     pub(crate) prompt: Arc<ValidatedPrompt>,
     pub(crate) prompt_json: Value,
     pub(crate) extra_data: Map<String, Value>,
@@ -45,14 +47,15 @@ pub(crate) struct Queued {
 
 /// Everything the local runtime's handlers and worker share.
 pub(crate) struct Runtime {
-    pub(crate) registry: Arc<Registry>,
+    /// The workspaces (one on the local runtime): registries, file roots, user directories.
+    pub(crate) workspaces: Arc<Workspaces>,
+    /// The caller of a request without one ([`crate::workspace::Workspaces::fallback_caller`]).
+    pub(crate) fallback: crate::workspace::Caller,
     /// `--preview-method`: previews unless a prompt's `extra_data` says otherwise.
     pub(crate) preview_method: PreviewMethod,
     pub(crate) queue: PromptQueue<Queued>,
-    pub(crate) history: Mutex<History>,
+    pub(crate) history: Mutex<Histories>,
     pub(crate) hub: Hub,
-    pub(crate) roots: Roots,
-    pub(crate) user_dir: PathBuf,
     pub(crate) model_folders: Arc<crate::model_folders::ModelFolders>,
     pub(crate) features: types::FeatureFlags,
     /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package): set
@@ -75,14 +78,14 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    /// The history, locked.
-    pub(crate) fn history(&self) -> MutexGuard<'_, History> {
+    /// Every workspace's history, locked.
+    pub(crate) fn history(&self) -> MutexGuard<'_, Histories> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Pending plus running, as `queue_remaining`.
-    pub(crate) fn remaining(&self) -> i64 {
-        self.queue.remaining() as i64
+    /// A workspace's pending plus running prompts, as its `queue_remaining`.
+    pub(crate) fn remaining(&self, workspace: &str) -> i64 {
+        self.queue.remaining_where(|q| &*q.workspace.id == workspace) as i64
     }
 }
 
@@ -96,6 +99,7 @@ pub(crate) fn now_ms() -> i64 {
 /// [`HubSink::release`], once the history entry is stored.
 struct HubSink {
     runtime: Arc<Runtime>,
+    workspace: Arc<str>,
     client_id: Option<String>,
     prompt_id: uuid::Uuid,
     progress: Mutex<ProgressState>,
@@ -109,7 +113,12 @@ impl HubSink {
         if let Some((event, timestamp)) = held
             && let Some((message, audience)) = message(self.prompt_id, &event, timestamp)
         {
-            self.runtime.hub.publish(self.client_id.as_deref(), &message, audience);
+            self.runtime.hub.publish(
+                &self.workspace,
+                self.client_id.as_deref(),
+                &message,
+                audience,
+            );
         }
     }
 }
@@ -120,14 +129,14 @@ impl EventSink for HubSink {
         if let Some(state) =
             self.progress.lock().unwrap_or_else(|p| p.into_inner()).update(self.prompt_id, &event)
         {
-            hub.publish(None, &state, Audience::All);
+            hub.publish(&self.workspace, None, &state, Audience::All);
         }
         if let Event::Executing { node } = &event {
-            hub.set_running(self.client_id.as_deref(), Some(&node.0), true);
+            hub.set_running(&self.workspace, self.client_id.as_deref(), Some(&node.0), true);
         }
         if let Event::Preview { node, preview } = &event {
             let (plain, with_metadata) = preview_frames(self.prompt_id, node, preview);
-            hub.send_preview(self.client_id.as_deref(), &plain, &with_metadata);
+            hub.send_preview(&self.workspace, self.client_id.as_deref(), &plain, &with_metadata);
         }
         if matches!(
             event,
@@ -137,7 +146,7 @@ impl EventSink for HubSink {
             return;
         }
         if let Some((message, audience)) = message(self.prompt_id, &event, now_ms()) {
-            hub.publish(self.client_id.as_deref(), &message, audience);
+            hub.publish(&self.workspace, self.client_id.as_deref(), &message, audience);
         }
     }
 }
@@ -179,9 +188,11 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     let queued = entry.payload;
     let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
     let client_id = queued.client_id.clone();
-    runtime.hub.set_running(client_id.as_deref(), None, true);
+    let workspace = queued.workspace.id.clone();
+    runtime.hub.set_running(&workspace, client_id.as_deref(), None, true);
     let sink = Arc::new(HubSink {
         runtime: runtime.clone(),
+        workspace: workspace.clone(),
         client_id: client_id.clone(),
         prompt_id,
         progress: Mutex::new(ProgressState::default()),
@@ -197,8 +208,9 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         prompt_json: prompt_json.clone(),
         extra_pnginfo,
         preview_method: preview_method(&queued.extra_data, runtime.preview_method),
+        scope: Some(&queued.workspace.scope),
     };
-    let _span = tracing::info_span!("prompt", id = %entry.id).entered();
+    let _span = tracing::info_span!("prompt", id = %entry.id, %workspace).entered();
     let summary = executor.run(&run, recorder.clone());
     // The run's share of the prompt JSON goes, so the history record takes it without a copy.
     drop(run);
@@ -224,6 +236,7 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         })
         .collect();
     let record = Record {
+        workspace: workspace.clone(),
         prompt_id: entry.id.clone(),
         number: entry.number,
         prompt: Arc::unwrap_or_clone(prompt_json),
@@ -244,8 +257,9 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     runtime.history().insert(record);
     sink.release();
     runtime.queue.retire(&entry.id);
-    runtime.hub.set_running(None, None, false);
-    runtime.hub.publish(client_id.as_deref(), &executing(None, Some(prompt_id)), Audience::Owner);
+    runtime.hub.set_running(&workspace, None, None, false);
+    let done = executing(None, Some(prompt_id));
+    runtime.hub.publish(&workspace, client_id.as_deref(), &done, Audience::Owner);
 }
 
 /// The worker's cache for a mode: RAM pressure reads the machine's RAM (cgroup limits included) and uses

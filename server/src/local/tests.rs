@@ -36,6 +36,7 @@ fn fill(value: &Value) -> Value {
 fn record(id: &str, entry: &Value) -> Record {
     let prompt = entry["prompt"].as_array().expect("a queue item");
     Record {
+        workspace: "default".into(),
         prompt_id: id.to_owned(),
         number: prompt[0].as_f64().expect("number"),
         prompt: prompt[2].clone(),

@@ -49,6 +49,8 @@ pub(crate) enum Durability {
 pub(crate) enum Write {
     /// An accepted prompt joins the queue table.
     Queue {
+        /// The workspace it belongs to.
+        workspace: String,
         /// The prompt id.
         id: String,
         /// Its number.
@@ -66,6 +68,8 @@ pub(crate) enum Write {
     Dequeue(Vec<String>),
     /// A history entry, stored or replaced, and the prompt's queue row removed with it (if any).
     History {
+        /// The workspace it belongs to.
+        workspace: String,
         /// The prompt id.
         id: String,
         /// Its number.
@@ -73,10 +77,15 @@ pub(crate) enum Write {
         /// The `/history` entry (JSON).
         entry: String,
     },
-    /// History entries removed by a client.
-    DeleteHistory(Vec<String>),
-    /// Every history entry removed by a client.
-    ClearHistory,
+    /// History entries of a workspace removed by a client (other workspaces' ids are left alone).
+    DeleteHistory {
+        /// The workspace.
+        workspace: String,
+        /// The prompt ids.
+        ids: Vec<String>,
+    },
+    /// Every history entry of a workspace removed by a client.
+    ClearHistory(String),
 }
 
 /// A write failed: its group was rolled back, or was committed but could not be synced to disk.
@@ -337,14 +346,17 @@ fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::B
             rows_open = false;
         }
         match &job.write {
-            Write::Queue { id, number, seq, payload } => {
+            Write::Queue { workspace, id, number, seq, payload } => {
                 if rows_open {
                     sql.push(',');
                 } else {
-                    sql.push_str("INSERT INTO queue (id, number, seq, running, payload) VALUES ");
+                    sql.push_str(
+                        "INSERT INTO queue (workspace, id, number, seq, running, payload) VALUES ",
+                    );
                     rows_open = true;
                 }
-                sql.push_str("(?, ?, ?, 0, ?)");
+                sql.push_str("(?, ?, ?, ?, 0, ?)");
+                arguments.add(workspace.clone())?;
                 arguments.add(id.clone())?;
                 arguments.add(*number)?;
                 arguments.add(*seq as i64)?;
@@ -359,22 +371,30 @@ fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::B
                 sql.push_str("DELETE FROM queue WHERE id IN (SELECT value FROM json_each(?));");
                 arguments.add(serde_json::to_string(ids)?)?;
             }
-            Write::History { id, number, entry } => {
+            Write::History { workspace, id, number, entry } => {
                 sql.push_str(
-                    "INSERT OR REPLACE INTO history (id, seq, number, entry) \
-                     VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history), ?, ?);\
+                    "INSERT OR REPLACE INTO history (workspace, id, seq, number, entry) \
+                     VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history), ?, ?);\
                      DELETE FROM queue WHERE id = ?;",
                 );
+                arguments.add(workspace.clone())?;
                 arguments.add(id.clone())?;
                 arguments.add(*number)?;
                 arguments.add(entry.clone())?;
                 arguments.add(id.clone())?;
             }
-            Write::DeleteHistory(ids) => {
-                sql.push_str("DELETE FROM history WHERE id IN (SELECT value FROM json_each(?));");
+            Write::DeleteHistory { workspace, ids } => {
+                sql.push_str(
+                    "DELETE FROM history WHERE workspace = ? \
+                     AND id IN (SELECT value FROM json_each(?));",
+                );
+                arguments.add(workspace.clone())?;
                 arguments.add(serde_json::to_string(ids)?)?;
             }
-            Write::ClearHistory => sql.push_str("DELETE FROM history;"),
+            Write::ClearHistory(workspace) => {
+                sql.push_str("DELETE FROM history WHERE workspace = ?;");
+                arguments.add(workspace.clone())?;
+            }
         }
     }
     if rows_open {

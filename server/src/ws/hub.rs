@@ -4,12 +4,14 @@
 //! are tested without sockets. Rules (comfy-api.md §8.1): a socket is registered under its `clientId` (a random
 //! 32-hex id when none is given); re-using an id replaces the earlier socket, and cleanup goes by connection
 //! identity, so a late close of a replaced socket does not unregister its successor. Only the first text
-//! message from a client is read, as a `feature_flags` announcement. Sending never waits: each socket's queue
+//! message from a client is read, as a `feature_flags` announcement. Every socket belongs to a workspace, and
+//! client ids are per workspace: a message only ever reaches sockets of the workspace it is published to, so
+//! another workspace's socket cannot listen in by registering the same `clientId`. Sending never waits: each socket's queue
 //! is bounded (`outbox.rs`), and a socket whose client stops reading is dropped, so one slow client holds up
 //! neither the worker nor the other sockets.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use kiln_spec::types;
 
@@ -34,6 +36,7 @@ pub(crate) struct Connection {
 }
 
 struct Socket {
+    workspace: Arc<str>,
     sid: String,
     outbox: Outbox,
     read_first_message: bool,
@@ -51,6 +54,7 @@ impl Socket {
 }
 
 struct Running {
+    workspace: Arc<str>,
     client_id: Option<String>,
     last_node: Option<String>,
 }
@@ -59,17 +63,18 @@ struct Running {
 struct Inner {
     next_id: u64,
     sockets: HashMap<u64, Socket>,
-    by_sid: HashMap<String, u64>,
+    by_sid: HashMap<(Arc<str>, String), u64>,
     running: Option<Running>,
 }
 
 impl Inner {
     /// Forgets a socket; its client id stays registered if a newer socket took it over.
     fn remove(&mut self, id: u64) {
-        if let Some(socket) = self.sockets.remove(&id)
-            && self.by_sid.get(&socket.sid) == Some(&id)
-        {
-            self.by_sid.remove(&socket.sid);
+        if let Some(socket) = self.sockets.remove(&id) {
+            let key = (socket.workspace, socket.sid);
+            if self.by_sid.get(&key) == Some(&id) {
+                self.by_sid.remove(&key);
+            }
         }
     }
 
@@ -116,7 +121,12 @@ impl Hub {
 
     /// Registers a socket and sends it `status` with its `sid`; if this client owns the running prompt, also
     /// `executing` with the node it is on, so a reconnecting tab resumes.
-    pub(crate) fn connect(&self, client_id: Option<&str>, queue_remaining: i64) -> Connection {
+    pub(crate) fn connect(
+        &self,
+        workspace: &Arc<str>,
+        client_id: Option<&str>,
+        queue_remaining: i64,
+    ) -> Connection {
         let sid = client_id
             .filter(|c| !c.is_empty())
             .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_owned);
@@ -126,14 +136,25 @@ impl Hub {
         inner.next_id += 1;
         inner.sockets.insert(
             id,
-            Socket { sid: sid.clone(), outbox, read_first_message: false, flags: None },
+            Socket {
+                workspace: workspace.clone(),
+                sid: sid.clone(),
+                outbox,
+                read_first_message: false,
+                flags: None,
+            },
         );
-        inner.by_sid.insert(sid.clone(), id);
+        inner.by_sid.insert((workspace.clone(), sid.clone()), id);
         if let Some(text) = json(&status(queue_remaining, Some(&sid))) {
             inner.deliver(id, Frame::Text(text));
         }
-        if let Some(Running { client_id: Some(owner), last_node: Some(node) }) = &inner.running
+        if let Some(Running {
+            workspace: running_in,
+            client_id: Some(owner),
+            last_node: Some(node),
+        }) = &inner.running
             && *owner == sid
+            && running_in == workspace
             && let Some(text) = json(&executing(Some(node), None))
         {
             inner.deliver(id, Frame::Text(text));
@@ -170,31 +191,34 @@ impl Hub {
     /// others, as ComfyUI.
     pub(crate) fn send_preview(
         &self,
+        workspace: &str,
         client_id: Option<&str>,
         plain: &bytes::Bytes,
         with_metadata: &bytes::Bytes,
     ) {
-        self.send(client_id, Audience::OwnerOrAll, |socket| {
+        self.send(workspace, client_id, Audience::OwnerOrAll, |socket| {
             let chosen = if socket.wants_preview_metadata() { with_metadata } else { plain };
             Frame::Binary(chosen.clone())
         });
     }
 
-    /// Sends a message of a prompt owned by `client_id` to its audience.
+    /// Sends a message of a prompt of `workspace` owned by `client_id` to its audience in that workspace.
     pub(crate) fn publish(
         &self,
+        workspace: &str,
         client_id: Option<&str>,
         message: &types::WsMessage,
         audience: Audience,
     ) {
         let Some(text) = json(message) else { return };
-        self.send(client_id, audience, |_| Frame::Text(text.clone()));
+        self.send(workspace, client_id, audience, |_| Frame::Text(text.clone()));
     }
 
-    /// Queues for every socket of the audience the frame `frame_for` makes for it; sockets that are gone or
-    /// whose client stopped reading are dropped.
+    /// Queues for every socket of the audience in `workspace` the frame `frame_for` makes for it; sockets that
+    /// are gone or whose client stopped reading are dropped.
     fn send(
         &self,
+        workspace: &str,
         client_id: Option<&str>,
         audience: Audience,
         frame_for: impl Fn(&Socket) -> Frame,
@@ -206,9 +230,17 @@ impl Hub {
             Audience::Owner => false,
         };
         let targets: Vec<u64> = if everyone {
-            inner.sockets.keys().copied().collect()
+            inner
+                .sockets
+                .iter()
+                .filter(|(_, socket)| &*socket.workspace == workspace)
+                .map(|(id, _)| *id)
+                .collect()
         } else {
-            client_id.and_then(|c| inner.by_sid.get(c).copied()).into_iter().collect()
+            client_id
+                .and_then(|c| inner.by_sid.get(&(Arc::from(workspace), c.to_owned())).copied())
+                .into_iter()
+                .collect()
         };
         for id in targets {
             if let Some(frame) = inner.sockets.get(&id).map(&frame_for) {
@@ -217,15 +249,28 @@ impl Hub {
         }
     }
 
-    /// Broadcasts `status` with the queue counter (on every queue change).
-    pub(crate) fn broadcast_status(&self, queue_remaining: i64) {
-        self.publish(None, &status(queue_remaining, None), Audience::All);
+    /// Broadcasts `status` to every socket with its own workspace's queue counter (on every queue change).
+    pub(crate) fn broadcast_status(&self, queue_remaining: impl Fn(&str) -> i64) {
+        let workspaces: BTreeSet<Arc<str>> =
+            self.lock().sockets.values().map(|s| s.workspace.clone()).collect();
+        for workspace in workspaces {
+            let message = status(queue_remaining(&workspace), None);
+            self.publish(&workspace, None, &message, Audience::All);
+        }
     }
 
-    /// Records which prompt runs, for whom, and on which node (for reconnecting owners); `None` when idle.
-    pub(crate) fn set_running(&self, client_id: Option<&str>, node: Option<&str>, running: bool) {
+    /// Records which prompt runs, in which workspace, for whom, and on which node (for reconnecting owners);
+    /// `None` when idle.
+    pub(crate) fn set_running(
+        &self,
+        workspace: &Arc<str>,
+        client_id: Option<&str>,
+        node: Option<&str>,
+        running: bool,
+    ) {
         let mut inner = self.lock();
         inner.running = running.then(|| Running {
+            workspace: workspace.clone(),
             client_id: client_id.map(str::to_owned),
             last_node: node.map(str::to_owned),
         });

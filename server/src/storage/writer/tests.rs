@@ -22,7 +22,13 @@ async fn db(name: &str) -> Db {
 }
 
 fn queued(id: &str, seq: u64) -> Write {
-    Write::Queue { id: id.to_owned(), number: seq as f64, seq, payload: "{}".to_owned() }
+    Write::Queue {
+        workspace: "default".to_owned(),
+        id: id.to_owned(),
+        number: seq as f64,
+        seq,
+        payload: "{}".to_owned(),
+    }
 }
 
 async fn queue_ids(db: &Db) -> Vec<String> {
@@ -44,7 +50,12 @@ async fn counter(db: &Db) -> i64 {
 }
 
 fn history(id: &str) -> Write {
-    Write::History { id: id.to_owned(), number: 0.0, entry: "{}".to_owned() }
+    Write::History {
+        workspace: "default".to_owned(),
+        id: id.to_owned(),
+        number: 0.0,
+        entry: "{}".to_owned(),
+    }
 }
 
 /// Makes the writes submitted next wait together, as one group: the test takes SQLite's write lock, and the
@@ -54,7 +65,7 @@ fn history(id: &str) -> Write {
 async fn holding_the_writer(db: &Db) -> sqlx::pool::PoolConnection<sqlx::Sqlite> {
     let mut lock = db.storage.pool.acquire().await.expect("a connection");
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *lock).await.expect("the write lock");
-    drop(db.storage.writer.submit(Write::ClearHistory, Durability::Disk));
+    drop(db.storage.writer.submit(Write::ClearHistory("default".to_owned()), Durability::Disk));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     lock
 }
@@ -75,7 +86,10 @@ async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
     let answers = [
         writer.submit(queued("a", 0), Durability::Disk),
         writer.submit(queued("poison", 1), Durability::Disk),
-        writer.submit(Write::DeleteHistory(vec!["x".to_owned()]), Durability::Disk),
+        writer.submit(
+            Write::DeleteHistory { workspace: "default".to_owned(), ids: vec!["x".to_owned()] },
+            Durability::Disk,
+        ),
         writer.submit(queued("b", 2), Durability::Disk),
     ];
     // The worker's bookkeeping that arrived with them is its own group, and commits.

@@ -10,6 +10,13 @@ use crate::ws::messages::{Audience, ProgressState, executing, message, preview_f
 
 const PROMPT: &str = "11111111-2222-4333-8444-555555555555";
 
+/// The workspace of the tests that have one.
+const WS: &str = "default";
+
+fn ws() -> std::sync::Arc<str> {
+    WS.into()
+}
+
 fn prompt_id() -> uuid::Uuid {
     PROMPT.parse().expect("a UUID")
 }
@@ -27,7 +34,7 @@ fn drain(connection: &mut Connection) -> Vec<serde_json::Value> {
 fn preview_types(hub: &Hub, socket: &mut Connection, owner: &str) -> Vec<u32> {
     let preview = Preview { format: PreviewFormat::Png, bytes: b"\x89PNG".to_vec() };
     let (plain, with_metadata) = preview_frames(prompt_id(), &NodeId::from("9"), &preview);
-    hub.send_preview(Some(owner), &plain, &with_metadata);
+    hub.send_preview(WS, Some(owner), &plain, &with_metadata);
     binary_types(socket)
 }
 
@@ -52,7 +59,7 @@ fn flags() -> types::FeatureFlags {
 #[test]
 fn a_socket_is_greeted_with_status_and_its_sid() {
     let hub = Hub::default();
-    let mut named = hub.connect(Some("abc"), 2);
+    let mut named = hub.connect(&ws(), Some("abc"), 2);
     let frames = drain(&mut named);
     assert_eq!(
         frames,
@@ -60,7 +67,7 @@ fn a_socket_is_greeted_with_status_and_its_sid() {
             serde_json::json!({"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 2}}, "sid": "abc"}})
         ]
     );
-    let mut anonymous = hub.connect(None, 0);
+    let mut anonymous = hub.connect(&ws(), None, 0);
     assert_eq!(anonymous.sid.len(), 32, "a random 32-hex id");
     assert_eq!(drain(&mut anonymous)[0]["data"]["sid"], anonymous.sid.as_str());
 }
@@ -68,14 +75,14 @@ fn a_socket_is_greeted_with_status_and_its_sid() {
 #[test]
 fn owner_events_go_only_to_the_owner_and_are_dropped_without_one() {
     let hub = Hub::default();
-    let mut owner = hub.connect(Some("owner"), 0);
-    let mut other = hub.connect(Some("other"), 0);
+    let mut owner = hub.connect(&ws(), Some("owner"), 0);
+    let mut other = hub.connect(&ws(), Some("other"), 0);
     drain(&mut owner);
     drain(&mut other);
     let (start, audience) = message(prompt_id(), &Event::ExecutionStart, 1).expect("a message");
     assert_eq!(audience, Audience::Owner);
-    hub.publish(Some("owner"), &start, audience);
-    hub.publish(None, &start, audience);
+    hub.publish(WS, Some("owner"), &start, audience);
+    hub.publish(WS, None, &start, audience);
     assert_eq!(types_of(&drain(&mut owner)), ["execution_start"]);
     assert!(drain(&mut other).is_empty());
 
@@ -83,8 +90,8 @@ fn owner_events_go_only_to_the_owner_and_are_dropped_without_one() {
     let (progress, audience) =
         message(prompt_id(), &Event::Progress { node: NodeId::from("3"), value: 1.0, max: 4.0 }, 1)
             .expect("a message");
-    hub.publish(None, &progress, audience);
-    hub.broadcast_status(0);
+    hub.publish(WS, None, &progress, audience);
+    hub.broadcast_status(|_| 0);
     assert_eq!(types_of(&drain(&mut owner)), ["progress", "status"]);
     assert_eq!(types_of(&drain(&mut other)), ["progress", "status"]);
 }
@@ -92,12 +99,12 @@ fn owner_events_go_only_to_the_owner_and_are_dropped_without_one() {
 #[test]
 fn reusing_a_client_id_replaces_the_socket_and_a_late_close_does_not_unregister_the_new_one() {
     let hub = Hub::default();
-    let mut first = hub.connect(Some("tab"), 0);
-    let mut second = hub.connect(Some("tab"), 0);
+    let mut first = hub.connect(&ws(), Some("tab"), 0);
+    let mut second = hub.connect(&ws(), Some("tab"), 0);
     drain(&mut first);
     drain(&mut second);
     hub.disconnect(first.id);
-    hub.publish(Some("tab"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
+    hub.publish(WS, Some("tab"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
     assert!(drain(&mut first).is_empty(), "the replaced socket stops receiving");
     assert_eq!(types_of(&drain(&mut second)), ["executing"]);
     assert_eq!(hub.len(), 1);
@@ -106,7 +113,7 @@ fn reusing_a_client_id_replaces_the_socket_and_a_late_close_does_not_unregister_
 #[test]
 fn only_the_first_client_message_is_read_as_feature_flags() {
     let hub = Hub::default();
-    let mut socket = hub.connect(Some("c"), 0);
+    let mut socket = hub.connect(&ws(), Some("c"), 0);
     drain(&mut socket);
     let announce = r#"{"type": "feature_flags", "data": {"supports_preview_metadata": true}}"#;
     hub.client_text(socket.id, announce, &flags());
@@ -116,7 +123,7 @@ fn only_the_first_client_message_is_read_as_feature_flags() {
     assert_eq!(frames[0]["data"]["max_upload_size"], 104857600);
     assert_eq!(preview_types(&hub, &mut socket, "c"), [4], "previews with metadata once announced");
 
-    let mut late = hub.connect(Some("d"), 0);
+    let mut late = hub.connect(&ws(), Some("d"), 0);
     hub.client_text(late.id, "hello", &flags());
     hub.client_text(late.id, announce, &flags());
     assert_eq!(
@@ -130,8 +137,8 @@ fn only_the_first_client_message_is_read_as_feature_flags() {
 #[test]
 fn a_reconnecting_owner_resumes_on_the_running_node() {
     let hub = Hub::default();
-    hub.set_running(Some("tab"), Some("7"), true);
-    let mut socket = hub.connect(Some("tab"), 1);
+    hub.set_running(&ws(), Some("tab"), Some("7"), true);
+    let mut socket = hub.connect(&ws(), Some("tab"), 1);
     let frames = drain(&mut socket);
     assert_eq!(types_of(&frames), ["status", "executing"]);
     assert_eq!(
@@ -139,7 +146,7 @@ fn a_reconnecting_owner_resumes_on_the_running_node() {
         serde_json::json!({"node": "7", "display_node": "7"}),
         "no prompt_id on the resume frame"
     );
-    let mut stranger = hub.connect(Some("x"), 1);
+    let mut stranger = hub.connect(&ws(), Some("x"), 1);
     assert_eq!(types_of(&drain(&mut stranger)), ["status"]);
 }
 
@@ -181,8 +188,8 @@ fn progress_state_tracks_running_and_finished_nodes() {
 #[test]
 fn previews_go_to_the_owner_as_type_4_when_negotiated_and_type_1_otherwise() {
     let hub = Hub::default();
-    let mut modern = hub.connect(Some("modern"), 0);
-    let mut legacy = hub.connect(Some("legacy"), 0);
+    let mut modern = hub.connect(&ws(), Some("modern"), 0);
+    let mut legacy = hub.connect(&ws(), Some("legacy"), 0);
     hub.client_text(
         modern.id,
         r#"{"type": "feature_flags", "data": {"supports_preview_metadata": true}}"#,
@@ -206,13 +213,13 @@ fn previews_go_to_the_owner_as_type_4_when_negotiated_and_type_1_otherwise() {
     );
     assert_eq!(&with_metadata[8 + length..], &[0xff, 0xd8, 0xff]);
 
-    hub.send_preview(Some("legacy"), &plain, &with_metadata);
+    hub.send_preview(WS, Some("legacy"), &plain, &with_metadata);
     assert_eq!(
         (binary_types(&mut modern), binary_types(&mut legacy)),
         (vec![], vec![1]),
         "owner only"
     );
-    hub.send_preview(None, &plain, &with_metadata);
+    hub.send_preview(WS, None, &plain, &with_metadata);
     assert_eq!(
         (binary_types(&mut modern), binary_types(&mut legacy)),
         (vec![4], vec![1]),
@@ -225,7 +232,7 @@ fn previews_go_to_the_owner_as_type_4_when_negotiated_and_type_1_otherwise() {
 fn flood(hub: &Hub, size: usize, count: usize) {
     let frame = bytes::Bytes::from(vec![0u8; size]);
     for _ in 0..count {
-        hub.send_preview(None, &frame, &frame);
+        hub.send_preview(WS, None, &frame, &frame);
     }
 }
 
@@ -233,8 +240,8 @@ fn flood(hub: &Hub, size: usize, count: usize) {
 fn a_client_that_stops_reading_is_dropped_after_a_bounded_backlog_and_the_others_keep_receiving() {
     use crate::ws::outbox::MAX_QUEUED_BYTES;
     let hub = Hub::default();
-    let mut stalled = hub.connect(Some("stalled"), 0);
-    let mut reader = hub.connect(Some("reader"), 0);
+    let mut stalled = hub.connect(&ws(), Some("stalled"), 0);
+    let mut reader = hub.connect(&ws(), Some("reader"), 0);
     drain(&mut stalled);
     drain(&mut reader);
 
@@ -258,8 +265,8 @@ fn a_client_that_stops_reading_is_dropped_after_a_bounded_backlog_and_the_others
     assert!(futures::executor::block_on(stalled.frames.recv()).is_none());
 
     // Its client id is free again, and a new socket under it receives.
-    let mut again = hub.connect(Some("stalled"), 0);
-    hub.publish(Some("stalled"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
+    let mut again = hub.connect(&ws(), Some("stalled"), 0);
+    hub.publish(WS, Some("stalled"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
     assert_eq!(types_of(&drain(&mut again)), ["status", "executing"]);
 }
 
@@ -267,7 +274,7 @@ fn a_client_that_stops_reading_is_dropped_after_a_bounded_backlog_and_the_others
 fn a_frame_larger_than_the_budget_goes_out_when_nothing_waits() {
     use crate::ws::outbox::MAX_QUEUED_BYTES;
     let hub = Hub::default();
-    let mut socket = hub.connect(Some("big"), 0);
+    let mut socket = hub.connect(&ws(), Some("big"), 0);
     drain(&mut socket);
     flood(&hub, MAX_QUEUED_BYTES + 1, 1);
     assert_eq!(binary_types(&mut socket), [0], "delivered");
@@ -282,7 +289,7 @@ fn a_frame_larger_than_the_budget_goes_out_when_nothing_waits() {
 fn a_client_that_reads_is_never_dropped_however_much_it_is_sent() {
     use crate::ws::outbox::MAX_QUEUED_BYTES;
     let hub = Hub::default();
-    let mut socket = hub.connect(Some("steady"), 0);
+    let mut socket = hub.connect(&ws(), Some("steady"), 0);
     drain(&mut socket);
     let size = MAX_QUEUED_BYTES / 4;
     for _ in 0..40 {
@@ -290,4 +297,33 @@ fn a_client_that_reads_is_never_dropped_however_much_it_is_sent() {
         assert_eq!(binary_types(&mut socket).len(), 3);
     }
     assert_eq!(hub.len(), 1);
+}
+
+#[test]
+fn messages_stay_in_their_workspace_even_under_the_same_client_id() {
+    let hub = Hub::default();
+    let (a, b): (std::sync::Arc<str>, std::sync::Arc<str>) = ("a".into(), "b".into());
+    let mut owner = hub.connect(&a, Some("tab"), 0);
+    // Another workspace registers the same client id: it must not take over, or hear, the first one.
+    let mut intruder = hub.connect(&b, Some("tab"), 0);
+    drain(&mut owner);
+    drain(&mut intruder);
+    hub.publish("a", Some("tab"), &executing(Some("1"), Some(prompt_id())), Audience::Owner);
+    hub.publish("a", None, &executing(Some("2"), Some(prompt_id())), Audience::All);
+    let preview = Preview { format: PreviewFormat::Png, bytes: b"\x89PNG".to_vec() };
+    let (plain, with_metadata) = preview_frames(prompt_id(), &NodeId::from("9"), &preview);
+    hub.send_preview("a", None, &plain, &with_metadata);
+    assert_eq!(drain(&mut owner).len(), 2);
+    assert!(intruder.frames.try_recv().is_err(), "nothing of workspace a reaches b");
+    // Each workspace's status carries its own counter.
+    hub.broadcast_status(|workspace| if workspace == "a" { 3 } else { 0 });
+    let counter = |socket: &mut Connection| {
+        drain(socket)[0]["data"]["status"]["exec_info"]["queue_remaining"].clone()
+    };
+    assert_eq!(counter(&mut owner), 3);
+    assert_eq!(counter(&mut intruder), 0);
+    // A prompt running in a, re-announced to a reconnecting owner of a only.
+    hub.set_running(&a, Some("tab"), Some("7"), true);
+    let mut stranger = hub.connect(&b, Some("tab"), 0);
+    assert_eq!(drain(&mut stranger).len(), 1, "only its status");
 }
