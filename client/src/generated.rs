@@ -2091,19 +2091,23 @@ impl Client {
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
-    /// Start a web session
+    /// Sign in
     ///
-    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+    /// [cloud-only] Signs in with a username and password and starts a web session in one of the user's
+    /// workspaces (the one named, else the first the user joined). Sets the `__Host-comfy_session` cookie
+    /// (Secure, HttpOnly, SameSite=Lax, Path=/). Kiln's own sign-in page at `/login` calls it. Signing in with
+    /// an external identity provider's ID token is not offered.
     ///
     ///
     /// Sends a `POST` request to `/api/auth/session`
     ///
     pub async fn create_session<'a>(
         &'a self,
+        body: &'a types::CreateSessionRequest,
     ) -> Result<ResponseValue<types::WebSessionResponse>, Error<types::ErrorResponse>> {
         let url = format!("{}/api/auth/session", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
@@ -2119,6 +2123,7 @@ impl Client {
                 ::reqwest::header::ACCEPT,
                 ::reqwest::header::HeaderValue::from_static("application/json"),
             )
+            .json(&body)
             .headers(header_map)
             .build()?;
         let info = OperationInfo { operation_id: "create_session" };
@@ -2128,8 +2133,10 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -2173,6 +2180,7 @@ impl Client {
             200u16 => ResponseValue::from_response(response).await,
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -2213,6 +2221,125 @@ impl Client {
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             403u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// The caller's API keys
+    ///
+    /// [cloud-only] Lists the signed-in user's API keys, revoked ones included, without their secrets.
+    ///
+    /// Sends a `GET` request to `/api/auth/api-keys`
+    ///
+    pub async fn list_api_keys<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<types::ApiKeyList>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/api-keys", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "list_api_keys" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Create an API key
+    ///
+    /// [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
+    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+    ///
+    ///
+    /// Sends a `POST` request to `/api/auth/api-keys`
+    ///
+    pub async fn create_api_key<'a>(
+        &'a self,
+        body: &'a types::CreateApiKeyRequest,
+    ) -> Result<ResponseValue<types::CreatedApiKey>, Error<types::ErrorResponse>> {
+        let url = format!("{}/api/auth/api-keys", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .post(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .json(&body)
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "create_api_key" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            201u16 => ResponseValue::from_response(response).await,
+            400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Revoke an API key
+    ///
+    /// [cloud-only] Revokes one of the caller's API keys; requests with it are refused from then on.
+    ///
+    /// Sends a `DELETE` request to `/api/auth/api-keys/{key_id}`
+    ///
+    /// Arguments:
+    /// - `key_id`: The key's id.
+    pub async fn revoke_api_key<'a>(
+        &'a self,
+        key_id: &'a str,
+    ) -> Result<ResponseValue<()>, Error<types::ErrorResponse>> {
+        let url =
+            format!("{}/api/auth/api-keys/{}", self.baseurl, encode_path(&key_id.to_string()),);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .delete(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "revoke_api_key" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            204u16 => Ok(ResponseValue::empty(response)),
+            404u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

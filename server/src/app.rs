@@ -8,14 +8,14 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::{Executor, Roots};
 use kiln_engine::models::ModelEnv;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 
-use crate::api::local_router;
+use crate::api::{cloud_router, local_router};
 use crate::config::Config;
 use crate::config::GIB;
 use crate::local::api::LocalServer;
@@ -84,6 +84,12 @@ impl Server {
             crate::api::Runtime::Cloud => Workspaces::cloud(config.data_dir.clone(), models),
         });
         let fallback = workspaces.fallback_caller()?;
+        let cloud = match config.runtime {
+            crate::api::Runtime::Local => None,
+            crate::api::Runtime::Cloud => {
+                Some(Arc::new(crate::cloud::Cloud::open(&config.data_dir, &config.issuer).await?))
+            }
+        };
         let executor = Executor::new(
             fallback.workspace.registry().clone(),
             cache,
@@ -136,6 +142,7 @@ impl Server {
             logs,
             log_subscribers: Mutex::new(Default::default()),
             storage,
+            cloud,
         });
         // Every queue change is announced to every socket, with its own workspace's counter, in the order of
         // the changes.
@@ -148,7 +155,11 @@ impl Server {
             }
         }));
         let worker = start_worker(runtime.clone(), executor);
-        let mut router = local_router(Arc::new(LocalServer(runtime.clone())));
+        let api = Arc::new(LocalServer(runtime.clone()));
+        let mut router = match &runtime.cloud {
+            None => local_router(api),
+            Some(_) => cloud_router(api).merge(crate::cloud::signin::routes()),
+        };
         let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
         router = mounted;
         if let Some(version) = frontend_version {
@@ -161,11 +172,27 @@ impl Server {
                 crate::local::numbering::count_rejected,
             ))
             .layer(DefaultBodyLimit::max(config.max_upload_size as usize));
-        let router = match config.cors_origin.clone() {
-            Some(origin) => router.layer(middleware::from_fn(move |request, next| {
+        let router = match (&runtime.cloud, config.cors_origin.clone()) {
+            (Some(cloud), _) => {
+                let gate = Arc::new(crate::cloud::gate::Gate {
+                    cloud: cloud.clone(),
+                    workspaces: runtime.workspaces.clone(),
+                });
+                router.layer(middleware::from_fn_with_state(gate, crate::cloud::gate::authenticate))
+            }
+            (None, Some(origin)) => router.layer(middleware::from_fn(move |request, next| {
                 crate::frontend::cors(origin.clone(), request, next)
             })),
-            None => router.layer(middleware::from_fn(origin_check)),
+            (None, None) => router.layer(middleware::from_fn(origin_check)),
+        };
+        let router = match &config.api_key {
+            Some(key) => {
+                let key = Arc::new(key.clone());
+                router.layer(middleware::from_fn(move |request, next| {
+                    crate::local::api_key::require(key.clone(), request, next)
+                }))
+            }
+            None => router,
         };
         Ok(Server { router, runtime, worker: Some(worker) })
     }
@@ -270,7 +297,12 @@ async fn origin_check(request: Request, next: Next) -> Response {
         next.run(request).await
     } else {
         tracing::warn!(origin = ?request.headers().get("origin"), "refused a cross-origin request to a loopback host");
-        StatusCode::FORBIDDEN.into_response()
+        crate::api::refuse(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            "a cross-origin request to a server on a loopback address is refused; start kiln with \
+             --enable-cors-header to allow it",
+        )
     }
 }
 

@@ -107,6 +107,12 @@ pub struct Config {
     pub cors_origin: Option<String>,
     /// The API surface to mount.
     pub runtime: Runtime,
+    /// The cloud runtime's issuer (`--issuer`): its public URL, without a trailing slash; tokens carry it as
+    /// `iss`.
+    pub issuer: String,
+    /// The key every API request must carry on the local runtime (`--api-key-file`), as `X-API-Key` or a bearer
+    /// token; `None`: anonymous requests, as ComfyUI.
+    pub api_key: Option<String>,
     /// The command line, reported by `/api/system_stats`.
     pub argv: Vec<String>,
 }
@@ -132,6 +138,8 @@ impl Config {
             front_end: FrontEnd::Disabled,
             cors_origin: None,
             runtime: Runtime::Local,
+            issuer: "http://127.0.0.1:8188".to_owned(),
+            api_key: None,
             argv,
         }
     }

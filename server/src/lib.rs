@@ -9,8 +9,11 @@
 
 #![deny(missing_docs)]
 
+mod accounts;
 pub mod api;
 mod app;
+mod auth;
+mod cloud;
 mod config;
 mod convert;
 mod extra_model_paths;
@@ -25,6 +28,11 @@ mod system;
 mod workspace;
 mod ws;
 
+pub use accounts::{
+    API_KEY_PREFIX, AccountError, Accounts, ApiKeyId, ApiKeyInfo, ApiKeyPrincipal, Member,
+    Membership, Role, SESSION_ABSOLUTE_SECONDS, SESSION_IDLE_SECONDS, Session, User, UserId,
+    Workspace, WorkspaceId, WorkspaceMembers, csrf_matches, csrf_token,
+};
 pub use api::Runtime;
 pub use app::Server;
 pub use config::{CacheMode, ComputeConfig, Config, FrontEnd};
@@ -32,3 +40,9 @@ pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_mod
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};
 pub use storage::StorageError;
+
+/// `kiln keys rotate`: a new current signing key in `data_dir/keys`; the previous one keeps verifying (and stays
+/// in the JWKS) until the next rotation. A running server picks the new key up by itself.
+pub fn rotate_signing_keys(data_dir: &std::path::Path) -> Result<(), String> {
+    auth::keys::run_rotate(data_dir).map_err(|e| e.to_string())
+}

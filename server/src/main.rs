@@ -15,6 +15,7 @@ use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+mod account_command;
 mod model_command;
 
 /// A ComfyUI-compatible workflow server.
@@ -106,6 +107,14 @@ struct Args {
     /// Which API surface to serve.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Local)]
     runtime: RuntimeArg,
+    /// The cloud runtime's public URL (no trailing slash), named as the issuer of its tokens. Default:
+    /// `http://<first --listen address>:<port>`.
+    #[arg(long, value_name = "URL")]
+    issuer: Option<String>,
+    /// Local runtime: require the key in this file (its first line) on every API request, as `X-API-Key` or
+    /// `Authorization: Bearer`, for a server reachable from a network.
+    #[arg(long, value_name = "FILE")]
+    api_key_file: Option<PathBuf>,
 }
 
 /// ComfyUI's `--preview-method` names.
@@ -148,6 +157,27 @@ impl Args {
             RuntimeArg::Local => Runtime::Local,
             RuntimeArg::Cloud => Runtime::Cloud,
         };
+        config.issuer = match self.issuer {
+            Some(issuer) => issuer.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", config.listen[0]),
+        };
+        if let Some(file) = &self.api_key_file {
+            if config.runtime == Runtime::Cloud {
+                bail!(
+                    "--api-key-file is for the local runtime; the cloud runtime has accounts and API keys"
+                );
+            }
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("--api-key-file: cannot read {}", file.display()))?;
+            let key = text.lines().next().unwrap_or("").trim().to_owned();
+            if key.len() < 16 {
+                bail!(
+                    "--api-key-file: {} must start with a key of at least 16 characters",
+                    file.display()
+                );
+            }
+            config.api_key = Some(key);
+        }
         config.input_dir = self.input_directory.unwrap_or(config.input_dir);
         config.output_dir = self.output_directory.unwrap_or(config.output_dir);
         config.temp_dir = self.temp_directory.unwrap_or(config.temp_dir);
@@ -211,6 +241,23 @@ enum Command {
     /// Model-file tools.
     #[command(subcommand)]
     Model(model_command::ModelCommand),
+    // `kiln user …`, `kiln workspace …`, `kiln key …` (cloud runtime accounts).
+    #[command(flatten)]
+    Account(account_command::AccountCommand),
+    /// Token signing keys (cloud runtime).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+/// `kiln keys …`.
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Make a new current signing key; the previous one keeps verifying until the next rotation.
+    Rotate {
+        /// The data directory of the server whose keys to rotate.
+        #[arg(long, default_value = "kiln-data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -228,17 +275,19 @@ async fn main() -> anyhow::Result<()> {
         .with(logs.layer())
         .init();
     let mut args = Args::parse();
-    if let Some(Command::Model(command)) = args.command.take() {
-        return tokio::task::spawn_blocking(move || model_command::run(command))
-            .await
-            .context("the model command panicked")?;
+    match args.command.take() {
+        Some(Command::Model(command)) => {
+            return tokio::task::spawn_blocking(move || model_command::run(command))
+                .await
+                .context("the model command panicked")?;
+        }
+        Some(Command::Account(command)) => return account_command::run(command).await,
+        Some(Command::Keys(KeysCommand::Rotate { data_dir })) => {
+            return kiln_server::rotate_signing_keys(&data_dir).map_err(anyhow::Error::msg);
+        }
+        None => {}
     }
     let config = args.into_config()?;
-    if config.runtime == Runtime::Cloud {
-        bail!(
-            "--runtime cloud is not available in this build yet; start kiln without it for the local runtime"
-        );
-    }
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!("cannot create the data directory {}", config.data_dir.display())
     })?;

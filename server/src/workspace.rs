@@ -49,14 +49,7 @@ impl Workspace {
     }
 }
 
-/// What a caller may do in its workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// Everything, including managing the workspace.
-    Owner,
-    /// Run prompts and manage the workspace's files, queue and history.
-    Member,
-}
+pub(crate) use crate::accounts::Role;
 
 /// Who is asking: the workspace a request acts in, the user, and the role.
 #[derive(Clone)]

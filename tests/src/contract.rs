@@ -50,12 +50,17 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// Reads the spec compiled into `kiln-spec`.
+    /// Reads the spec compiled into `kiln-spec`, for the local runtime's operations.
     pub fn from_spec() -> Contract {
+        Contract::for_runtime("local")
+    }
+
+    /// Reads the spec compiled into `kiln-spec`, for the operations `runtime` (`local`, `cloud`) mounts.
+    pub fn for_runtime(runtime: &str) -> Contract {
         let spec: Value = serde_yaml::from_str(kiln_spec::OPENAPI_YAML).expect("the spec parses");
         let components = json_schema(spec["components"].clone(), Objects::Closed);
         Contract {
-            routes: local_routes(&spec),
+            routes: routes(&spec, runtime),
             spec,
             components,
             validators: Mutex::default(),
@@ -118,7 +123,12 @@ impl Contract {
     /// Checks one answer on its own and fails at once if the spec does not describe it (for tests that drive
     /// the router in memory rather than through the proxy).
     pub fn assert_conforms(answer: &Answer<'_>) {
-        let contract = Contract::from_spec();
+        Contract::assert_conforms_on("local", answer);
+    }
+
+    /// [`Contract::assert_conforms`] for an answer of a server of `runtime`.
+    pub fn assert_conforms_on(runtime: &str, answer: &Answer<'_>) {
+        let contract = Contract::for_runtime(runtime);
         contract.check(answer);
         contract.assert_clean();
     }
@@ -256,19 +266,21 @@ impl Contract {
 }
 
 /// The operations the local runtime mounts (`x-runtime` contains `local`).
-fn local_routes(spec: &Value) -> Vec<Route> {
+/// The routes of the operations `runtime` mounts.
+fn routes(spec: &Value, runtime: &str) -> Vec<Route> {
     let mut routes = Vec::new();
     for (path, item) in spec["paths"].as_object().into_iter().flatten() {
         for (method, operation) in item.as_object().into_iter().flatten() {
-            let local =
-                operation["x-runtime"].as_array().is_some_and(|r| r.iter().any(|r| r == "local"));
-            if local {
-                routes.push(Route {
-                    method: method.to_ascii_uppercase(),
-                    template: path.trim_start_matches('/').split('/').map(str::to_owned).collect(),
-                    path: path.clone(),
-                });
+            let mounted =
+                operation["x-runtime"].as_array().is_some_and(|r| r.iter().any(|r| r == runtime));
+            if !mounted {
+                continue;
             }
+            routes.push(Route {
+                method: method.to_ascii_uppercase(),
+                template: path.trim_start_matches('/').split('/').map(str::to_owned).collect(),
+                path: path.clone(),
+            });
         }
     }
     routes
@@ -415,7 +427,13 @@ fn the_contract_refuses_what_the_spec_does_not_describe() {
         answer("GET", "/api/history/abc", 200, Some("application/json"), "{}"),
         answer("GET", "/assets/index.js", 200, Some("text/javascript"), "let x;"),
         answer("GET", "/api/nothing-here", 404, None, ""),
-        answer("GET", "/api/queue", 403, None, ""),
+        answer(
+            "GET",
+            "/api/queue",
+            403,
+            Some("application/json"),
+            r#"{"code":"origin_not_allowed","message":"cross-origin"}"#,
+        ),
         answer("HEAD", "/api/queue", 200, Some("application/json"), ""),
         answer("HEAD", "/queue", 200, Some("application/json"), ""),
         answer("PUT", "/api/queue", 405, None, ""),

@@ -979,9 +979,11 @@ export interface paths {
         get: operations["getSession"];
         put?: never;
         /**
-         * Start a web session
-         * @description [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-         *     the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+         * Sign in
+         * @description [cloud-only] Signs in with a username and password and starts a web session in one of the user's
+         *     workspaces (the one named, else the first the user joined). Sets the `__Host-comfy_session` cookie
+         *     (Secure, HttpOnly, SameSite=Lax, Path=/). Kiln's own sign-in page at `/login` calls it. Signing in with
+         *     an external identity provider's ID token is not offered.
          */
         post: operations["createSession"];
         /**
@@ -1009,6 +1011,51 @@ export interface paths {
          */
         post: operations["exchangeToken"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/api-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's API keys
+         * @description [cloud-only] Lists the signed-in user's API keys, revoked ones included, without their secrets.
+         */
+        get: operations["listApiKeys"];
+        put?: never;
+        /**
+         * Create an API key
+         * @description [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
+         *     caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+         */
+        post: operations["createApiKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/api-keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API key
+         * @description [cloud-only] Revokes one of the caller's API keys; requests with it are refused from then on.
+         */
+        delete: operations["revokeApiKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2424,10 +2471,21 @@ export interface components {
              */
             timestamp: number;
         };
+        /** @description A sign-in. */
+        CreateSessionRequest: {
+            /** @description The user name. */
+            username: string;
+            /** @description The password. */
+            password: string;
+            /** @description The workspace to work in; the first the user joined when absent. */
+            workspace_id?: string;
+        };
         /** @description A web session. */
         WebSessionResponse: {
             /** @description The signed-in user. */
             user_id: string;
+            /** @description The signed-in user's name. */
+            username?: string;
             /** @description The user's email address. */
             email?: string;
             /** @description The workspace selected for this session. */
@@ -2458,6 +2516,45 @@ export interface components {
             expires_in: number;
             /** @description The workspace the token is scoped to. */
             workspace_id: string;
+        };
+        /** @description An API key, without its secret. */
+        ApiKey: {
+            /** @description The key's id. */
+            id: string;
+            /** @description Its name, as given at creation. */
+            name: string;
+            /** @description The workspace it acts in. */
+            workspace_id: string;
+            /** @description The secret's last four characters. */
+            hint: string;
+            /**
+             * Format: date-time
+             * @description When it was created.
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When it was last used (to the minute), if ever.
+             */
+            last_used_at?: string;
+            /** @description Whether it was revoked. */
+            revoked: boolean;
+        };
+        /** @description API keys. */
+        ApiKeyList: {
+            /** @description The keys, oldest first. */
+            keys: components["schemas"]["ApiKey"][];
+        };
+        /** @description A new API key. */
+        CreateApiKeyRequest: {
+            /** @description A name to recognise it by. */
+            name: string;
+        };
+        /** @description A new API key with its secret, shown this once. */
+        CreatedApiKey: {
+            /** @description The secret, `comfyui-` followed by 43 characters. */
+            key: string;
+            api_key: components["schemas"]["ApiKey"];
         };
         /** @description A JSON Web Key Set (RFC 7517). */
         JwkSet: {
@@ -4508,6 +4605,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     createSession: {
@@ -4517,7 +4623,11 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSessionRequest"];
+            };
+        };
         responses: {
             /** @description The session; the cookie is in `Set-Cookie`. */
             200: {
@@ -4532,7 +4642,16 @@ export interface operations {
                     "application/json": components["schemas"]["WebSessionResponse"];
                 };
             };
-            /** @description Missing or invalid ID token. */
+            /** @description The body is not a sign-in request (`invalid_request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unknown user or wrong password (`invalid_credentials`; which of the two is not said). */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4541,8 +4660,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description The account may not sign in here (`sso_required`, `origin_not_allowed`). */
+            /** @description The user is not a member of the workspace asked for, or of any (`workspace_access_denied`). */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4564,9 +4692,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The session is gone. */
+            /** @description The session is gone; `Set-Cookie` clears the cookie. */
             200: {
                 headers: {
+                    /** @description The `__Host-comfy_session` cookie, expired. */
+                    "Set-Cookie"?: string;
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4584,6 +4716,15 @@ export interface operations {
             };
             /** @description Missing or wrong CSRF token (`csrf_invalid`). */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4635,6 +4776,127 @@ export interface operations {
             };
             /** @description No access to the workspace (`workspace_access_denied`). */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listApiKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The keys, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKeyList"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateApiKeyRequest"];
+            };
+        };
+        responses: {
+            /** @description The key, with its secret. */
+            201: {
+                headers: {
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedApiKey"];
+                };
+            };
+            /** @description The body is not a key request (`invalid_request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    revokeApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id. */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The caller has no key with this id (`not_found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln could not read or write its account store (`internal`); the cause is in the log. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -396,7 +396,7 @@ pub const OPERATIONS: &[OperationInfo] = &[
         method: "POST",
         path: "/api/auth/session",
         runtimes: &["cloud"],
-        security: &[&["BearerAuth"]],
+        security: &[],
     },
     OperationInfo {
         id: "deleteSession",
@@ -411,6 +411,27 @@ pub const OPERATIONS: &[OperationInfo] = &[
         path: "/api/auth/token",
         runtimes: &["cloud"],
         security: &[&["WebSessionAuth"], &["BearerAuth"]],
+    },
+    OperationInfo {
+        id: "listApiKeys",
+        method: "GET",
+        path: "/api/auth/api-keys",
+        runtimes: &["cloud"],
+        security: &[&["ApiKeyAuth"], &["BearerAuth"], &["WebSessionAuth"]],
+    },
+    OperationInfo {
+        id: "createApiKey",
+        method: "POST",
+        path: "/api/auth/api-keys",
+        runtimes: &["cloud"],
+        security: &[&["ApiKeyAuth"], &["BearerAuth"], &["WebSessionAuth"]],
+    },
+    OperationInfo {
+        id: "revokeApiKey",
+        method: "DELETE",
+        path: "/api/auth/api-keys/{key_id}",
+        runtimes: &["cloud"],
+        security: &[&["ApiKeyAuth"], &["BearerAuth"], &["WebSessionAuth"]],
     },
     OperationInfo {
         id: "getJwks",
@@ -1722,6 +1743,8 @@ pub enum GetSessionResponse {
     Ok(types::WebSessionResponse),
     ///401: No valid session.
     Unauthorized(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for GetSessionResponse {
     fn into_response(self) -> Response {
@@ -1732,6 +1755,10 @@ impl IntoResponse for GetSessionResponse {
             ),
             Self::Unauthorized(body) => support::json(
                 StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -1749,12 +1776,66 @@ pub enum CreateSessionResponse {
         ///`Cache-Control`: Always `no-store`.
         cache_control: Option<String>,
     },
-    ///401: Missing or invalid ID token.
+    ///400: The body is not a sign-in request (`invalid_request`).
+    BadRequest(types::ErrorResponse),
+    ///401: Unknown user or wrong password (`invalid_credentials`; which of the two is not said).
     Unauthorized(types::ErrorResponse),
-    ///403: The account may not sign in here (`sso_required`, `origin_not_allowed`).
+    ///403: The user is not a member of the workspace asked for, or of any (`workspace_access_denied`).
     Forbidden(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for CreateSessionResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok { body, set_cookie, cache_control } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "Set-Cookie", set_cookie);
+                support::set_header(&mut response, "Cache-Control", cache_control);
+                response
+            }
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Unauthorized(body) => support::json(
+                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::Forbidden(body) => support::json(
+                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `deleteSession` (`DELETE /api/auth/session`).
+#[derive(Debug)]
+pub enum DeleteSessionResponse {
+    ///200: The session is gone; `Set-Cookie` clears the cookie.
+    Ok {
+        /// The body.
+        body: types::SuccessResponse,
+        ///`Set-Cookie`: The `__Host-comfy_session` cookie, expired.
+        set_cookie: Option<String>,
+        ///`Cache-Control`: Always `no-store`.
+        cache_control: Option<String>,
+    },
+    ///401: No valid session.
+    Unauthorized(types::ErrorResponse),
+    ///403: Missing or wrong CSRF token (`csrf_invalid`).
+    Forbidden(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
+}
+impl IntoResponse for DeleteSessionResponse {
     fn into_response(self) -> Response {
         match self {
             Self::Ok { body, set_cookie, cache_control } => {
@@ -1774,32 +1855,8 @@ impl IntoResponse for CreateSessionResponse {
                 StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-        }
-    }
-}
-///The responses of `deleteSession` (`DELETE /api/auth/session`).
-#[derive(Debug)]
-pub enum DeleteSessionResponse {
-    ///200: The session is gone.
-    Ok(types::SuccessResponse),
-    ///401: No valid session.
-    Unauthorized(types::ErrorResponse),
-    ///403: Missing or wrong CSRF token (`csrf_invalid`).
-    Forbidden(types::ErrorResponse),
-}
-impl IntoResponse for DeleteSessionResponse {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ok(body) => support::json(
-                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
-            Self::Forbidden(body) => support::json(
-                StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -1816,6 +1873,8 @@ pub enum ExchangeTokenResponse {
     Unauthorized(types::ErrorResponse),
     ///403: No access to the workspace (`workspace_access_denied`).
     Forbidden(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for ExchangeTokenResponse {
     fn into_response(self) -> Response {
@@ -1834,6 +1893,96 @@ impl IntoResponse for ExchangeTokenResponse {
             ),
             Self::Forbidden(body) => support::json(
                 StatusCode::from_u16(403u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `listApiKeys` (`GET /api/auth/api-keys`).
+#[derive(Debug)]
+pub enum ListApiKeysResponse {
+    ///200: The keys, oldest first.
+    Ok(types::ApiKeyList),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
+}
+impl IntoResponse for ListApiKeysResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::json(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `createApiKey` (`POST /api/auth/api-keys`).
+#[derive(Debug)]
+pub enum CreateApiKeyResponse {
+    ///201: The key, with its secret.
+    Created {
+        /// The body.
+        body: types::CreatedApiKey,
+        ///`Cache-Control`: Always `no-store`.
+        cache_control: Option<String>,
+    },
+    ///400: The body is not a key request (`invalid_request`).
+    BadRequest(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
+}
+impl IntoResponse for CreateApiKeyResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Created { body, cache_control } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(201u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "Cache-Control", cache_control);
+                response
+            }
+            Self::BadRequest(body) => support::json(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `revokeApiKey` (`DELETE /api/auth/api-keys/{key_id}`).
+#[derive(Debug)]
+pub enum RevokeApiKeyResponse {
+    ///204: Revoked.
+    NoContent,
+    ///404: The caller has no key with this id (`not_found`).
+    NotFound(types::ErrorResponse),
+    ///500: Kiln could not read or write its account store (`internal`); the cause is in the log.
+    InternalServerError(types::ErrorResponse),
+}
+impl IntoResponse for RevokeApiKeyResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::NoContent => StatusCode::from_u16(204u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                .into_response(),
+            Self::NotFound(body) => support::json(
+                StatusCode::from_u16(404u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -2654,13 +2803,19 @@ pub trait CloudApi: Send + Sync + 'static {
     ///
     /// `GET /api/auth/session` (operationId `getSession`), `x-runtime: [cloud]`.
     fn get_session(&self, parts: Parts) -> impl Future<Output = GetSessionResponse> + Send;
-    /// Start a web session.
+    /// Sign in.
     ///
-    /// [cloud-only] Exchanges an identity provider's ID token (sent as a bearer token) for a web session. Sets
-    /// the `__Host-comfy_session` cookie (Secure, HttpOnly, SameSite=Lax, Path=/).
+    /// [cloud-only] Signs in with a username and password and starts a web session in one of the user's
+    /// workspaces (the one named, else the first the user joined). Sets the `__Host-comfy_session` cookie
+    /// (Secure, HttpOnly, SameSite=Lax, Path=/). Kiln's own sign-in page at `/login` calls it. Signing in with
+    /// an external identity provider's ID token is not offered.
     ///
     /// `POST /api/auth/session` (operationId `createSession`), `x-runtime: [cloud]`.
-    fn create_session(&self, parts: Parts) -> impl Future<Output = CreateSessionResponse> + Send;
+    fn create_session(
+        &self,
+        parts: Parts,
+        body: types::CreateSessionRequest,
+    ) -> impl Future<Output = CreateSessionResponse> + Send;
     /// End the web session.
     ///
     /// [cloud-only] Revokes the current web session and clears its cookie. Requires `X-CSRF-Token`.
@@ -2681,6 +2836,33 @@ pub trait CloudApi: Send + Sync + 'static {
         parts: Parts,
         body: Option<types::ExchangeTokenRequest>,
     ) -> impl Future<Output = ExchangeTokenResponse> + Send;
+    /// The caller's API keys.
+    ///
+    /// [cloud-only] Lists the signed-in user's API keys, revoked ones included, without their secrets.
+    ///
+    /// `GET /api/auth/api-keys` (operationId `listApiKeys`), `x-runtime: [cloud]`.
+    fn list_api_keys(&self, parts: Parts) -> impl Future<Output = ListApiKeysResponse> + Send;
+    /// Create an API key.
+    ///
+    /// [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
+    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+    ///
+    /// `POST /api/auth/api-keys` (operationId `createApiKey`), `x-runtime: [cloud]`.
+    fn create_api_key(
+        &self,
+        parts: Parts,
+        body: types::CreateApiKeyRequest,
+    ) -> impl Future<Output = CreateApiKeyResponse> + Send;
+    /// Revoke an API key.
+    ///
+    /// [cloud-only] Revokes one of the caller's API keys; requests with it are refused from then on.
+    ///
+    /// `DELETE /api/auth/api-keys/{key_id}` (operationId `revokeApiKey`), `x-runtime: [cloud]`.
+    fn revoke_api_key(
+        &self,
+        parts: Parts,
+        key_id: String,
+    ) -> impl Future<Output = RevokeApiKeyResponse> + Send;
     /// Token signing keys.
     ///
     /// [cloud-only] Publishes the public keys (ES256, P-256) that sign access tokens and API tokens.
@@ -3317,8 +3499,19 @@ async fn handle_get_directory_files<A: LocalApi>(
 async fn handle_get_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_session(parts).await.into_response()
 }
-async fn handle_create_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
-    api.create_session(parts).await.into_response()
+async fn handle_create_session<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: types::CreateSessionRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.create_session(parts, body).await.into_response()
 }
 async fn handle_delete_session<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     let x_csrf_token = support::header(&parts, "X-CSRF-Token");
@@ -3337,6 +3530,37 @@ async fn handle_exchange_token<A: CloudApi>(
         Err(problem) => return reject(problem),
     };
     api.exchange_token(parts, body).await.into_response()
+}
+async fn handle_list_api_keys<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.list_api_keys(parts).await.into_response()
+}
+async fn handle_create_api_key<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response {
+        support::reject_json::<types::ErrorResponse>(problem)
+    };
+    let body: types::CreateApiKeyRequest = match support::json_body(&body) {
+        Ok(body) => body,
+        Err(problem) => return reject(problem),
+    };
+    api.create_api_key(parts, body).await.into_response()
+}
+async fn handle_revoke_api_key<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let key_id = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.revoke_api_key(parts, key_id).await.into_response()
 }
 async fn handle_get_jwks<A: CloudApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_jwks(parts).await.into_response()
@@ -3646,6 +3870,11 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
     let router = router.route("/api/auth/session", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_exchange_token::<A>);
     let router = router.route("/api/auth/token", route);
+    let route: MethodRouter<Arc<A>> =
+        MethodRouter::new().get(handle_list_api_keys::<A>).post(handle_create_api_key::<A>);
+    let router = router.route("/api/auth/api-keys", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().delete(handle_revoke_api_key::<A>);
+    let router = router.route("/api/auth/api-keys/{key_id}", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_jwks::<A>);
     let router = router.route("/.well-known/jwks.json", route);
     let route: MethodRouter<Arc<A>> =

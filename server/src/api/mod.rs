@@ -6,6 +6,7 @@
 mod document;
 #[allow(clippy::all, missing_docs, unused_imports, unreachable_pub)]
 mod generated;
+mod requests;
 mod strict;
 mod support;
 
@@ -13,6 +14,7 @@ pub use document::{DocumentError, document};
 pub(crate) use strict::from_value as strict_from_value;
 
 pub use generated::*;
+pub use requests::{operation, refuse};
 #[allow(unused_imports)]
 // Used by the local runtime (tests today; its handlers with the server issue).
 pub(crate) use support::integral_floats_as_ints;

@@ -37,7 +37,7 @@ const INLINE_VALIDATION_NODES: usize = 32;
 pub(crate) struct LocalServer(pub(crate) Arc<Runtime>);
 
 /// An `ErrorResponse` with a code and a message.
-pub(super) fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
+pub(crate) fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
     types::ErrorResponse { code: code.to_owned(), details: None, message: message.into() }
 }
 

@@ -3,6 +3,7 @@
 //! user data.
 
 pub(crate) mod api;
+pub(crate) mod api_key;
 mod api_local;
 pub(crate) mod history;
 pub(crate) mod jobs;

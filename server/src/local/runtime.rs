@@ -75,6 +75,8 @@ pub(crate) struct Runtime {
     pub(crate) logs: crate::logs::LogRing,
     pub(crate) storage: crate::storage::Storage,
     pub(crate) log_subscribers: Mutex<std::collections::HashSet<String>>,
+    /// Accounts, keys and tokens, on the cloud runtime.
+    pub(crate) cloud: Option<Arc<crate::cloud::Cloud>>,
 }
 
 impl Runtime {

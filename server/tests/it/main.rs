@@ -3,6 +3,7 @@
 mod announce;
 mod bad_input;
 mod binary;
+mod cloud;
 mod durability;
 mod end_to_end;
 mod execution_errors;

@@ -612,12 +612,20 @@ impl CloudApi for Fixture {
         self.record("getSession");
         GetSessionResponse::Unauthorized(j(json!({"code": "no_session", "message": "no session"})))
     }
-    async fn create_session(&self, parts: Parts) -> CreateSessionResponse {
+    async fn create_session(
+        &self,
+        _: Parts,
+        body: types::CreateSessionRequest,
+    ) -> CreateSessionResponse {
         self.record("createSession");
-        let bearer = parts.headers.get("authorization").is_some();
+        if body.password != "pw" {
+            return CreateSessionResponse::Unauthorized(j(
+                json!({"code": "invalid_credentials", "message": "unknown user or wrong password"}),
+            ));
+        }
         CreateSessionResponse::Ok {
             body: j(
-                json!({"user_id": if bearer { "u1" } else { "anonymous" }, "csrf_token": "c", "expires_at": "2026-12-01T00:00:00Z"}),
+                json!({"user_id": "u1", "username": body.username, "csrf_token": "c", "expires_at": "2026-12-01T00:00:00Z"}),
             ),
             set_cookie: Some(
                 "__Host-comfy_session=s; Secure; HttpOnly; SameSite=Lax; Path=/".to_owned(),
@@ -632,7 +640,13 @@ impl CloudApi for Fixture {
     ) -> DeleteSessionResponse {
         self.record("deleteSession");
         match x_csrf_token.as_deref() {
-            Some("c") => DeleteSessionResponse::Ok(j(json!({"success": true}))),
+            Some("c") => DeleteSessionResponse::Ok {
+                body: j(json!({"success": true})),
+                set_cookie: Some(
+                    "__Host-comfy_session=; Path=/; Secure; HttpOnly; Max-Age=0".to_owned(),
+                ),
+                cache_control: Some("no-store".to_owned()),
+            },
             _ => DeleteSessionResponse::Forbidden(j(
                 json!({"code": "csrf_invalid", "message": "bad CSRF token"}),
             )),
@@ -648,6 +662,36 @@ impl CloudApi for Fixture {
         ExchangeTokenResponse::Ok(j(
             json!({"token": "jwt", "token_type": "Bearer", "expires_in": 900, "workspace_id": workspace}),
         ))
+    }
+    async fn list_api_keys(&self, _: Parts) -> ListApiKeysResponse {
+        self.record("listApiKeys");
+        ListApiKeysResponse::Ok(j(json!({"keys": [{
+            "id": "k1", "name": "ci", "workspace_id": "w", "hint": "abcd",
+            "created_at": "2026-11-30T00:00:00Z", "revoked": false
+        }]})))
+    }
+    async fn create_api_key(
+        &self,
+        _: Parts,
+        body: types::CreateApiKeyRequest,
+    ) -> CreateApiKeyResponse {
+        self.record("createApiKey");
+        CreateApiKeyResponse::Created {
+            body: j(json!({"key": "comfyui-secret", "api_key": {
+                "id": "k2", "name": body.name, "workspace_id": "w", "hint": "cret",
+                "created_at": "2026-11-30T00:00:00Z", "revoked": false
+            }})),
+            cache_control: Some("no-store".to_owned()),
+        }
+    }
+    async fn revoke_api_key(&self, _: Parts, key_id: String) -> RevokeApiKeyResponse {
+        self.record("revokeApiKey");
+        match key_id.as_str() {
+            "k1" => RevokeApiKeyResponse::NoContent,
+            _ => RevokeApiKeyResponse::NotFound(j(
+                json!({"code": "not_found", "message": "no such key"}),
+            )),
+        }
     }
     async fn oauth_authorize(
         &self,

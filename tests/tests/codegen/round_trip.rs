@@ -267,7 +267,17 @@ async fn every_operation_round_trips_through_the_generated_client() {
         cloud.get_oauth_protected_resource_metadata_for_mcp().await.expect("PRM /mcp").resource,
         "https://kiln.test/mcp"
     );
-    let session = cloud.create_session().await.expect("session");
+    match cloud.create_session(&j(json!({"username": "ann", "password": "wrong"}))).await {
+        Err(Error::ErrorResponse(e)) => {
+            assert_eq!((e.status().as_u16(), e.code.as_str()), (401, "invalid_credentials"))
+        }
+        other => panic!("expected 401, got {other:?}"),
+    }
+    let session = cloud
+        .create_session(&j(json!({"username": "ann", "password": "pw"})))
+        .await
+        .expect("session");
+    assert_eq!(session.username.as_deref(), Some("ann"));
     assert!(
         session
             .headers()
@@ -289,6 +299,14 @@ async fn every_operation_round_trips_through_the_generated_client() {
         cloud.exchange_token(&j(json!({"workspace_id": "w9"}))).await.expect("token").workspace_id,
         "w9"
     );
+    assert_eq!(cloud.list_api_keys().await.expect("keys").keys[0].hint, "abcd");
+    let created = cloud.create_api_key(&j(json!({"name": "ci"}))).await.expect("created");
+    assert_eq!((created.key.as_str(), created.api_key.name.as_str()), ("comfyui-secret", "ci"));
+    cloud.revoke_api_key("k1").await.expect("revoked");
+    match cloud.revoke_api_key("k9").await {
+        Err(Error::ErrorResponse(e)) => assert_eq!(e.status().as_u16(), 404),
+        other => panic!("expected 404, got {other:?}"),
+    }
     let challenge = cloud
         .oauth_authorize(None, None, None, Some(&uuid::Uuid::nil()), None, None, None, None, None)
         .await

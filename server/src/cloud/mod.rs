@@ -1,0 +1,42 @@
+//! The cloud runtime's own parts: who is asking (`gate.rs`, the authentication layer that turns an API key,
+//! a bearer token or a session cookie into a [`crate::workspace::Caller`]), the `CloudApi` operations
+//! (`api.rs`: sign-in, sessions, API keys, tokens, signing keys) and the sign-in page (`signin.rs`).
+//!
+//! Which operations need credentials comes from the spec: each operation's `security` (codegen's
+//! `OPERATIONS`), never a hand-written list.
+
+use std::sync::Arc;
+
+use crate::accounts::Accounts;
+use crate::auth::keys::SigningKeys;
+use crate::auth::tokens::TokenIssuer;
+
+mod api;
+pub(crate) mod gate;
+pub(crate) mod signin;
+
+/// The session cookie's name (`__Host-`: Secure, no Domain, Path=/).
+pub(crate) const SESSION_COOKIE: &str = "__Host-comfy_session";
+
+/// Everything the cloud operations and the gate share.
+pub(crate) struct Cloud {
+    /// Users, workspaces, sessions and API keys.
+    pub(crate) accounts: Accounts,
+    /// The token signing keys.
+    pub(crate) keys: Arc<SigningKeys>,
+    /// First-party API tokens.
+    pub(crate) tokens: TokenIssuer,
+    /// The configured issuer (`--issuer`), byte-identical wherever it appears.
+    pub(crate) issuer: String,
+}
+
+impl Cloud {
+    /// Opens the account store and the signing keys (created on first start) under `data_dir`; tokens name
+    /// `issuer` and are for `<issuer>/api`.
+    pub(crate) async fn open(data_dir: &std::path::Path, issuer: &str) -> std::io::Result<Cloud> {
+        let accounts = Accounts::open(data_dir).await.map_err(std::io::Error::other)?;
+        let keys = Arc::new(SigningKeys::load_or_create(data_dir).map_err(std::io::Error::other)?);
+        let tokens = TokenIssuer::new(keys.clone(), issuer, format!("{issuer}/api"));
+        Ok(Cloud { accounts, keys, tokens, issuer: issuer.to_owned() })
+    }
+}
