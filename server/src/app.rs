@@ -161,7 +161,10 @@ impl Server {
             Some(_) => cloud_router(api).merge(crate::cloud::signin::routes()),
         };
         let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
-        router = mounted;
+        router = match runtime.cloud {
+            Some(_) => mounted.layer(middleware::from_fn(crate::cloud::signin::with_csrf_shim)),
+            None => mounted,
+        };
         if let Some(version) = frontend_version {
             let _ = runtime.frontend_version.set(version);
         }

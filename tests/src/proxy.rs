@@ -144,7 +144,9 @@ async fn relay_websocket(forward: Arc<Forward>, request: Request) -> Response {
         forward.backend
     ))
     .expect("a websocket request");
-    for name in [header::ORIGIN, header::HOST] {
+    // What the server decides on: the origin rule, and the cloud runtime's credentials.
+    let passed = [header::ORIGIN, header::HOST, header::COOKIE, header::AUTHORIZATION];
+    for name in passed.into_iter().chain([header::HeaderName::from_static("x-api-key")]) {
         if let Some(value) = parts.headers.get(&name) {
             backend_request.headers_mut().insert(name, value.clone());
         }

@@ -45,9 +45,13 @@ fn request(method: &str, path: &str) -> axum::http::request::Builder {
     Request::builder().method(method).uri(path).header("host", "kiln.test")
 }
 
+fn data_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("kiln-cloud-{name}-{}", std::process::id()))
+}
+
 /// A cloud server with alice in workspace `a` (owner) and bob in workspace `b`, and an API key for each.
 async fn cloud(name: &str) -> (Server, String, String) {
-    let dir = std::env::temp_dir().join(format!("kiln-cloud-{name}-{}", std::process::id()));
+    let dir = data_dir(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let accounts = Accounts::open(&dir).await.expect("accounts");
@@ -287,4 +291,84 @@ async fn issue_12_one_workspace_cannot_see_another_workspaces_files_settings_or_
     assert_eq!(send(&server, revoke(&bob)).await.status, StatusCode::NOT_FOUND);
     assert_eq!(send(&server, revoke(&alice)).await.status, StatusCode::NO_CONTENT);
     assert_eq!(send(&server, read(&alice)).await.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn issue_12_rotated_keys_are_published_and_tokens_of_the_previous_key_still_verify() {
+    let (server, _, _) = cloud("rotation").await;
+    let body = serde_json::json!({"username": "alice", "password": "correct horse battery"});
+    let signed_in = send(
+        &server,
+        request("POST", "/api/auth/session").body(Body::from(body.to_string())).unwrap(),
+    )
+    .await;
+    let set_cookie = signed_in.headers["set-cookie"].to_str().expect("ascii").to_owned();
+    let cookie = set_cookie.split(';').next().expect("pair").to_owned();
+    let csrf = signed_in.json()["csrf_token"].as_str().expect("csrf").to_owned();
+    let mint = || {
+        request("POST", "/api/auth/token")
+            .header("cookie", &cookie)
+            .header("x-csrf-token", &csrf)
+            .header("content-type", "application/json")
+            .body(Body::from("{}"))
+            .unwrap()
+    };
+    let before = send(&server, mint()).await.json()["token"].as_str().expect("token").to_owned();
+    kiln_server::rotate_signing_keys(&data_dir("rotation")).expect("rotates");
+    let jwks = send(&server, request("GET", "/.well-known/jwks.json").body(Body::empty()).unwrap())
+        .await
+        .json();
+    let kids: Vec<&str> =
+        jwks["keys"].as_array().expect("keys").iter().filter_map(|k| k["kid"].as_str()).collect();
+    assert_eq!(kids.len(), 2, "the current and the previous key: {kids:?}");
+    let with = |token: &str| {
+        request("GET", "/api/queue")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        send(&server, with(&before)).await.status,
+        StatusCode::OK,
+        "the previous key verifies"
+    );
+    let after = send(&server, mint()).await.json()["token"].as_str().expect("token").to_owned();
+    assert_eq!(send(&server, with(&after)).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn issue_12_the_local_runtime_with_an_api_key_file_requires_the_key_on_every_operation() {
+    let dir = data_dir("local-key");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = Config::under(
+        dir,
+        vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
+        vec!["kiln".to_owned()],
+    );
+    config.api_key = Some("0123456789abcdef-local".to_owned());
+    let server = Server::start(&config, LogRing::new()).await.expect("starts");
+    let local = |request: Request<Body>| async {
+        let response = server.router().oneshot(request).await.expect("answers");
+        let status = response.status();
+        let body = response.into_body().collect().await.expect("body").to_bytes().to_vec();
+        Contract::assert_conforms(&Answer {
+            method: "GET",
+            path: "/api/queue",
+            status: status.as_u16(),
+            content_type: Some("application/json"),
+            body: &body,
+        });
+        status
+    };
+    assert_eq!(
+        local(request("GET", "/api/queue").body(Body::empty()).unwrap()).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let wrong = request("GET", "/api/queue").header("x-api-key", "0123456789abcdef-wrong");
+    assert_eq!(local(wrong.body(Body::empty()).unwrap()).await, StatusCode::UNAUTHORIZED);
+    let keyed = request("GET", "/api/queue").header("x-api-key", "0123456789abcdef-local");
+    assert_eq!(local(keyed.body(Body::empty()).unwrap()).await, StatusCode::OK);
+    let bearer =
+        request("GET", "/api/queue").header("authorization", "Bearer 0123456789abcdef-local");
+    assert_eq!(local(bearer.body(Body::empty()).unwrap()).await, StatusCode::OK);
 }

@@ -1,5 +1,6 @@
-//! `kiln-contract-proxy HOST:PORT`: the response contract in front of a running `kiln`, for the black-box tests
-//! written in other languages (the Python clients, the browser test).
+//! `kiln-contract-proxy HOST:PORT [local|cloud]`: the response contract in front of a running `kiln` of that
+//! runtime (local by default), for the black-box tests written in other languages (the Python clients, the
+//! browser tests).
 //!
 //! It logs `listening on http://ADDR` like kiln, forwards every request to HOST:PORT unchanged and checks every
 //! answer and websocket frame against `spec/openapi.yaml`. On SIGTERM or SIGINT it stops, prints how many
@@ -17,7 +18,12 @@ fn main() -> ExitCode {
         eprintln!("usage: kiln-contract-proxy HOST:PORT (the address kiln logged)");
         return ExitCode::from(2);
     };
-    let contract = Arc::new(Contract::from_spec());
+    let runtime = std::env::args().nth(2).unwrap_or_else(|| "local".to_owned());
+    if !matches!(runtime.as_str(), "local" | "cloud") {
+        eprintln!("kiln-contract-proxy: the runtime is local or cloud, not {runtime}");
+        return ExitCode::from(2);
+    }
+    let contract = Arc::new(Contract::for_runtime(&runtime));
     let proxy = proxy::start(&backend, contract.clone());
     eprintln!("listening on http://{}", proxy.addr);
     let runtime =
