@@ -166,6 +166,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -237,6 +238,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -399,6 +401,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -1537,6 +1540,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -1617,6 +1621,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::empty(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

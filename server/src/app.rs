@@ -188,6 +188,17 @@ impl Server {
             })),
             (None, None) => router.layer(middleware::from_fn(origin_check)),
         };
+        // Every request runs in a span naming its method and the route it matched (the spec path, not the
+        // client's), so a line logged while handling it says which operation it was.
+        let router = router.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
+            |request: &Request| {
+                let route = request
+                    .extensions()
+                    .get::<axum::extract::MatchedPath>()
+                    .map_or("(no route)", |path| path.as_str());
+                tracing::info_span!("request", method = %request.method(), %route)
+            },
+        ));
         let router = match &config.api_key {
             Some(key) => {
                 let key = Arc::new(key.clone());

@@ -18,7 +18,7 @@ use sqlx::Row as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::local::history::Record;
-use crate::local::runtime::Queued;
+use crate::local::queued::Queued;
 use crate::workspace::Workspaces;
 
 mod writer;

@@ -2983,6 +2983,15 @@ export interface operations {
                     "application/json": components["schemas"]["PromptErrorResponse"];
                 };
             };
+            /** @description Kiln itself failed (the queue store could not take the prompt; error type `internal`); the cause is in the log. The prompt was not queued. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PromptErrorResponse"];
+                };
+            };
         };
     };
     getQueue: {
@@ -3027,6 +3036,15 @@ export interface operations {
             };
             /** @description The body is not a JSON object of this shape. */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln itself failed (the queue store failed; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3154,6 +3172,15 @@ export interface operations {
             };
             /** @description The body is not a JSON object of this shape. */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln itself failed (the history store failed; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3516,6 +3543,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Kiln itself failed (the file could not be written; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     uploadMask: {
@@ -3572,6 +3608,15 @@ export interface operations {
             };
             /** @description The body exceeds `--max-upload-size`. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln itself failed (the file could not be written; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4241,6 +4286,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Kiln itself failed (the settings file could not be written; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
     getSetting: {
@@ -4291,6 +4345,15 @@ export interface operations {
             };
             /** @description The body is not JSON. */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Kiln itself failed (the settings file could not be written; `internal`); the cause is in the log. Nothing was changed. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -520,6 +520,8 @@ pub enum ExecutePromptResponse {
     Ok(types::PromptResponse),
     ///400: The prompt is invalid (see `error.type`), or the body is not a JSON object.
     BadRequest(types::PromptErrorResponse),
+    ///500: Kiln itself failed (the queue store could not take the prompt; error type `internal`); the cause is in the log. The prompt was not queued.
+    InternalServerError(types::PromptErrorResponse),
 }
 impl IntoResponse for ExecutePromptResponse {
     fn into_response(self) -> Response {
@@ -530,6 +532,10 @@ impl IntoResponse for ExecutePromptResponse {
             ),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -558,6 +564,8 @@ pub enum ManageQueueResponse {
     Ok,
     ///400: The body is not a JSON object of this shape.
     BadRequest(types::ErrorResponse),
+    ///500: Kiln itself failed (the queue store failed; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for ManageQueueResponse {
     fn into_response(self) -> Response {
@@ -567,6 +575,10 @@ impl IntoResponse for ManageQueueResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -653,6 +665,8 @@ pub enum ManageHistoryResponse {
     Ok,
     ///400: The body is not a JSON object of this shape.
     BadRequest(types::ErrorResponse),
+    ///500: Kiln itself failed (the history store failed; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for ManageHistoryResponse {
     fn into_response(self) -> Response {
@@ -662,6 +676,10 @@ impl IntoResponse for ManageHistoryResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -937,6 +955,8 @@ pub enum UploadImageResponse {
     BadRequest(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
+    ///500: Kiln itself failed (the file could not be written; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for UploadImageResponse {
     fn into_response(self) -> Response {
@@ -951,6 +971,10 @@ impl IntoResponse for UploadImageResponse {
             ),
             Self::PayloadTooLarge(body) => support::json(
                 StatusCode::from_u16(413u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -970,6 +994,8 @@ pub enum UploadMaskResponse {
     NotFound(types::ErrorResponse),
     ///413: The body exceeds `--max-upload-size`.
     PayloadTooLarge(types::ErrorResponse),
+    ///500: Kiln itself failed (the file could not be written; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for UploadMaskResponse {
     fn into_response(self) -> Response {
@@ -992,6 +1018,10 @@ impl IntoResponse for UploadMaskResponse {
             ),
             Self::PayloadTooLarge(body) => support::json(
                 StatusCode::from_u16(413u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -1477,6 +1507,8 @@ pub enum PostSettingsResponse {
     Ok,
     ///400: The body is not a JSON object.
     BadRequest(types::ErrorResponse),
+    ///500: Kiln itself failed (the settings file could not be written; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for PostSettingsResponse {
     fn into_response(self) -> Response {
@@ -1486,6 +1518,10 @@ impl IntoResponse for PostSettingsResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -1514,6 +1550,8 @@ pub enum PostSettingResponse {
     Ok,
     ///400: The body is not JSON.
     BadRequest(types::ErrorResponse),
+    ///500: Kiln itself failed (the settings file could not be written; `internal`); the cause is in the log. Nothing was changed.
+    InternalServerError(types::ErrorResponse),
 }
 impl IntoResponse for PostSettingResponse {
     fn into_response(self) -> Response {
@@ -1523,6 +1561,10 @@ impl IntoResponse for PostSettingResponse {
                 .into_response(),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }

@@ -4,6 +4,7 @@
 //! runtime; `document.rs` builds the OpenAPI document a runtime serves. Implementations of the traits (`SharedApi`, `LocalApi`, `CloudApi`) live elsewhere in the server (and in tests).
 
 mod document;
+mod failure;
 #[allow(clippy::all, missing_docs, unused_imports, unreachable_pub)]
 mod generated;
 mod requests;
@@ -11,6 +12,7 @@ mod strict;
 mod support;
 
 pub use document::{DocumentError, document};
+pub(crate) use failure::{internal, internal_prompt_error};
 pub(crate) use strict::from_value as strict_from_value;
 
 pub use generated::*;

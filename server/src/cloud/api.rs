@@ -20,8 +20,7 @@ fn time(seconds: i64) -> DateTime<Utc> {
 }
 
 fn internal(e: AccountError) -> types::ErrorResponse {
-    tracing::error!(error = %e, "the account store failed");
-    error("internal", "the account store failed")
+    crate::api::internal("the account store", e)
 }
 
 fn session_cookie(secret: &str, max_age: i64) -> String {
@@ -96,6 +95,12 @@ fn protected_resource(issuer: &str) -> types::OAuthProtectedResourceMetadata {
         bearer_methods_supported: vec!["header".to_owned()],
         resource_name: None,
     }
+}
+
+/// The gate lets no request without a principal reach the account operations; should one arrive, it is a
+/// fault of the server, not of the client.
+fn no_principal() -> types::ErrorResponse {
+    crate::api::internal("authenticating the request", "no principal reached an account operation")
 }
 
 fn unauthenticated() -> types::ErrorResponse {
@@ -216,16 +221,16 @@ impl CloudApi for LocalServer {
                     workspace_id: workspace.to_string(),
                 })
             }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot mint a token");
-                ExchangeTokenResponse::InternalServerError(error("internal", "cannot sign"))
-            }
+            Err(e) => ExchangeTokenResponse::InternalServerError(crate::api::internal(
+                "signing a token",
+                e,
+            )),
         }
     }
 
     async fn list_api_keys(&self, parts: Parts) -> ListApiKeysResponse {
         let (Some(cloud), Some(principal)) = (self.cloud(), Self::principal(&parts)) else {
-            return ListApiKeysResponse::InternalServerError(unauthenticated());
+            return ListApiKeysResponse::InternalServerError(no_principal());
         };
         match cloud.accounts.list_api_keys(&principal.user).await {
             Ok(keys) => ListApiKeysResponse::Ok(types::ApiKeyList {
@@ -241,7 +246,7 @@ impl CloudApi for LocalServer {
         body: types::CreateApiKeyRequest,
     ) -> CreateApiKeyResponse {
         let (Some(cloud), Some(principal)) = (self.cloud(), Self::principal(&parts)) else {
-            return CreateApiKeyResponse::InternalServerError(unauthenticated());
+            return CreateApiKeyResponse::InternalServerError(no_principal());
         };
         let created =
             cloud.accounts.create_api_key(&principal.user, &principal.workspace, &body.name).await;
@@ -259,7 +264,7 @@ impl CloudApi for LocalServer {
 
     async fn revoke_api_key(&self, parts: Parts, key_id: String) -> RevokeApiKeyResponse {
         let (Some(cloud), Some(principal)) = (self.cloud(), Self::principal(&parts)) else {
-            return RevokeApiKeyResponse::InternalServerError(unauthenticated());
+            return RevokeApiKeyResponse::InternalServerError(no_principal());
         };
         match cloud.accounts.revoke_api_key(&principal.user, &ApiKeyId::from(key_id)).await {
             Ok(true) => RevokeApiKeyResponse::NoContent,

@@ -90,6 +90,8 @@ enum Refusal {
     Forbidden(types::ErrorResponse),
     /// 404: the mask's original does not exist.
     NotFound(types::ErrorResponse),
+    /// 500: Kiln could not write the file (logged).
+    Failed(types::ErrorResponse),
 }
 
 impl From<types::ErrorResponse> for Refusal {
@@ -252,11 +254,13 @@ impl LocalServer {
             )
         })
         .await
-        .map_err(|e| error("internal", e.to_string()))?
+        .map_err(|e| Refusal::Failed(internal("storing the upload", e)))?
         .map_err(|e| match e {
-            UploadError::EmptyName => error("empty_filename", e.to_string()),
-            UploadError::OutsideRoot(..) => error("path_escape", e.to_string()),
-            UploadError::Io(_) => error("io", e.to_string()),
+            UploadError::EmptyName => Refusal::BadRequest(error("empty_filename", e.to_string())),
+            UploadError::OutsideRoot(..) => {
+                Refusal::BadRequest(error("path_escape", e.to_string()))
+            }
+            UploadError::Io(_) => Refusal::Failed(internal("writing the upload", e)),
         })?;
         Ok(types::UploadImageResponse {
             name: stored.name,
@@ -440,7 +444,7 @@ impl SharedApi for LocalServer {
         let cleared =
             if body.clear == Some(true) { storage.clear_history(workspace).await } else { Ok(()) };
         if let Err(e) = cleared.and(storage.delete_history(workspace, &body.delete).await) {
-            return ManageHistoryResponse::BadRequest(error("storage_failed", e.to_string()));
+            return ManageHistoryResponse::InternalServerError(internal("the history store", e));
         }
         let mut histories = self.0.history();
         let history = histories.of_mut(workspace);
@@ -670,10 +674,9 @@ impl SharedApi for LocalServer {
                 return ExecutePromptResponse::BadRequest(convert::rejection(&rejection));
             }
             Err(e) => {
-                return ExecutePromptResponse::BadRequest(prompt_error(
-                    "exception_during_validation",
-                    "validation failed",
-                    &e.to_string(),
+                return ExecutePromptResponse::InternalServerError(internal_prompt_error(
+                    "validating the prompt",
+                    e,
                 ));
             }
         };
@@ -713,10 +716,9 @@ impl SharedApi for LocalServer {
         if let Err(e) = runtime.storage.insert_queued(&entry).done().await {
             runtime.storage.forget_queued(&entry.id);
             runtime.queue.abandon(&entry.id);
-            return ExecutePromptResponse::BadRequest(prompt_error(
-                "queue_unavailable",
-                "the prompt could not be queued",
-                &e.to_string(),
+            return ExecutePromptResponse::InternalServerError(internal_prompt_error(
+                "the queue store",
+                e,
             ));
         }
         runtime.queue.admit(entry);
@@ -774,7 +776,7 @@ impl SharedApi for LocalServer {
                 }
                 ManageQueueResponse::Ok
             }
-            Err(e) => ManageQueueResponse::BadRequest(error("queue_unavailable", e)),
+            Err(e) => ManageQueueResponse::InternalServerError(internal("the queue store", e)),
         }
     }
 
@@ -787,7 +789,9 @@ impl SharedApi for LocalServer {
         let caller = self.caller(&parts);
         match userdata::update_settings(&caller.user_dir, |settings| settings.extend(body.0)) {
             Ok(()) => PostSettingsResponse::Ok,
-            Err(e) => PostSettingsResponse::BadRequest(error("settings_unwritable", e)),
+            Err(e) => {
+                PostSettingsResponse::InternalServerError(internal("writing the settings", e))
+            }
         }
     }
 
@@ -809,7 +813,7 @@ impl SharedApi for LocalServer {
             settings.insert(id, body.0);
         }) {
             Ok(()) => PostSettingResponse::Ok,
-            Err(e) => PostSettingResponse::BadRequest(error("settings_unwritable", e)),
+            Err(e) => PostSettingResponse::InternalServerError(internal("writing the settings", e)),
         }
     }
 
@@ -834,6 +838,7 @@ impl SharedApi for LocalServer {
             Err(Refusal::BadRequest(e) | Refusal::Forbidden(e) | Refusal::NotFound(e)) => {
                 UploadImageResponse::BadRequest(e)
             }
+            Err(Refusal::Failed(e)) => UploadImageResponse::InternalServerError(e),
         }
     }
 
@@ -847,6 +852,7 @@ impl SharedApi for LocalServer {
             Err(Refusal::BadRequest(e)) => UploadMaskResponse::BadRequest(e),
             Err(Refusal::Forbidden(e)) => UploadMaskResponse::Forbidden(e),
             Err(Refusal::NotFound(e)) => UploadMaskResponse::NotFound(e),
+            Err(Refusal::Failed(e)) => UploadMaskResponse::InternalServerError(e),
         }
     }
 

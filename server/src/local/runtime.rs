@@ -13,14 +13,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::cache::Cache;
 use kiln_engine::exec::{Event, EventSink, Executor, HistoryRecorder, Outcome, Run};
-use kiln_engine::graph::ValidatedPrompt;
 use kiln_engine::nodes::PreviewMethod;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::history::{Histories, Record};
-use crate::workspace::{Workspace, Workspaces};
+pub(crate) use super::queued::Queued;
+use crate::workspace::Workspaces;
 use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
 
 /// The prompt's `extra_data.preview_method` when it names a method (the frontend sends it unless its setting
@@ -31,18 +31,6 @@ fn preview_method(extra_data: &Map<String, Value>, server: PreviewMethod) -> Pre
         .and_then(Value::as_str)
         .and_then(PreviewMethod::from_name)
         .unwrap_or(server)
-}
-
-/// A queued prompt, as the worker needs it and the queue and jobs views show it.
-#[derive(Clone)]
-pub(crate) struct Queued {
-    /// The workspace it was submitted in, and runs in.
-    pub(crate) workspace: Arc<Workspace>,
-    pub(crate) prompt: Arc<ValidatedPrompt>,
-    pub(crate) prompt_json: Value,
-    pub(crate) extra_data: Map<String, Value>,
-    pub(crate) client_id: Option<String>,
-    pub(crate) outputs: Vec<String>,
 }
 
 /// Everything the local runtime's handlers and worker share.
