@@ -535,6 +535,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -614,6 +615,7 @@ impl Client {
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

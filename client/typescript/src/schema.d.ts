@@ -3286,6 +3286,15 @@ export interface operations {
                     "application/json": components["schemas"]["SimpleError"];
                 };
             };
+            /** @description Kiln itself failed (the queue store; the error names it); the cause is in the log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SimpleError"];
+                };
+            };
         };
     };
     getJob: {
@@ -3352,6 +3361,15 @@ export interface operations {
             };
             /** @description The id is not a canonical UUID. */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SimpleError"];
+                };
+            };
+            /** @description Kiln itself failed (the queue store; the error names it); the cause is in the log. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

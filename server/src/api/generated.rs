@@ -752,6 +752,8 @@ pub enum CancelJobsResponse {
     Ok(types::JobCancelResponse),
     ///400: The body is not JSON, `job_ids` is not a list, or an id is not a canonical UUID (listed in `invalid_ids`).
     BadRequest(types::SimpleError),
+    ///500: Kiln itself failed (the queue store; the error names it); the cause is in the log.
+    InternalServerError(types::SimpleError),
 }
 impl IntoResponse for CancelJobsResponse {
     fn into_response(self) -> Response {
@@ -762,6 +764,10 @@ impl IntoResponse for CancelJobsResponse {
             ),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }
@@ -802,6 +808,8 @@ pub enum CancelJobResponse {
     Ok(types::JobCancelResponse),
     ///400: The id is not a canonical UUID.
     BadRequest(types::SimpleError),
+    ///500: Kiln itself failed (the queue store; the error names it); the cause is in the log.
+    InternalServerError(types::SimpleError),
 }
 impl IntoResponse for CancelJobResponse {
     fn into_response(self) -> Response {
@@ -812,6 +820,10 @@ impl IntoResponse for CancelJobResponse {
             ),
             Self::BadRequest(body) => support::json(
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
         }

@@ -3,7 +3,6 @@
 //! operation's response; it makes no other decisions.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::request::Parts;
@@ -11,7 +10,6 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
 use kiln_engine::exec::Roots;
-use kiln_engine::graph::{NodeId, Prompt, validate};
 use kiln_engine::nodes::FileKind;
 use kiln_engine::queue::Placement;
 use kiln_spec::types;
@@ -21,16 +19,14 @@ use super::history::queue_item;
 use super::jobs::{self, Filter, Queued as QueuedJob, Source};
 use super::models;
 use super::numbering;
-use super::runtime::{Queued, Runtime, now_ms};
+use super::prompts::{self, SubmitError};
+use super::runtime::{Queued, Runtime};
 use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::convert;
 use crate::files::{self, Upload, UploadError, ViewError, ViewRequest};
 use crate::workspace::Caller;
 use crate::ws::Frame;
-
-/// Prompts with at most this many nodes are validated on the request's own task (about 0.1 ms).
-const INLINE_VALIDATION_NODES: usize = 32;
 
 /// The local runtime behind the generated router.
 #[derive(Clone)]
@@ -57,24 +53,9 @@ fn prompt_error(kind: &str, message: &str, details: &str) -> types::PromptErrorR
     }
 }
 
-/// Checks a request field kept as raw JSON against its schema's typed twin: the 400 to answer, naming the
-/// field, the place in it and what is wrong, when it does not fit.
-fn shape_refusal<T: serde::de::DeserializeOwned>(
-    field: &str,
-    value: &Value,
-) -> Option<types::PromptErrorResponse> {
-    let e = crate::api::strict_from_value::<T>(value).err()?;
-    let at = if e.path == "." { field.to_owned() } else { format!("{field}.{}", e.path) };
-    Some(prompt_error(
-        "invalid_prompt",
-        &format!("`{at}` is not what the API expects"),
-        &e.error.to_string(),
-    ))
-}
-
-/// A canonical lowercase hyphenated UUID (what ComfyUI accepts as a prompt or job id).
-fn canonical_uuid(id: &str) -> bool {
-    id.parse::<uuid::Uuid>().is_ok_and(|u| u.hyphenated().to_string() == id)
+/// A queue store failure, in the jobs routes' error shape (logged once).
+fn store_failed(cause: String) -> types::SimpleError {
+    simple(internal("the queue store", cause).message)
 }
 
 fn is_true(flag: Option<&str>) -> bool {
@@ -172,42 +153,14 @@ impl LocalServer {
         sources
     }
 
-    /// The caller's workspace's running and pending prompts (whether each runs).
-    fn queued(&self, caller: &Caller) -> Vec<(kiln_engine::queue::QueueEntry<Queued>, bool)> {
-        let runtime = &self.0;
-        let mine = |e: &kiln_engine::queue::QueueEntry<Queued>| owned(caller, e);
-        runtime
-            .queue
-            .running()
-            .into_iter()
-            .filter(mine)
-            .map(|e| (e, true))
-            .chain(runtime.queue.pending().into_iter().filter(mine).map(|e| (e, false)))
-            .collect()
-    }
-
-    /// Cancels jobs of the caller's workspace off the async threads (dequeuing writes the store); whether
-    /// each was cancelled. Another workspace's job is not cancelled, as if it did not exist.
-    async fn cancel_all(&self, caller: Caller, ids: Vec<String>) -> Vec<bool> {
-        let server = self.clone();
-        tokio::task::spawn_blocking(move || {
-            ids.iter().map(|id| server.cancel(&caller, id)).collect()
-        })
-        .await
-        .unwrap_or_default()
-    }
-
-    /// Cancels one job: interrupts it if it runs, dequeues it if pending; `false` otherwise.
-    fn cancel(&self, caller: &Caller, id: &str) -> bool {
-        let runtime = &self.0;
-        if runtime.queue.running().is_some_and(|r| r.id == id && owned(caller, &r)) {
-            runtime.interrupt.store(true, Ordering::SeqCst);
-            return true;
-        }
-        runtime
-            .queue
-            .delete_where(|e| e.id == id && owned(caller, e))
-            .is_ok_and(|removed| !removed.is_empty())
+    /// Cancels jobs of the caller's workspace off the async threads (dequeuing writes the store); whether each
+    /// was cancelled.
+    async fn cancel_all(&self, caller: Caller, ids: Vec<String>) -> Result<Vec<bool>, String> {
+        let runtime = self.0.clone();
+        let cancelled = tokio::task::spawn_blocking(move || {
+            ids.iter().map(|id| runtime.cancel(&caller, id)).collect::<Result<Vec<bool>, _>>()
+        });
+        cancelled.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
     }
 
     async fn store_upload(
@@ -268,11 +221,6 @@ impl LocalServer {
             type_: convert::file_type(stored.kind),
         })
     }
-}
-
-/// Whether a queued prompt belongs to the caller's workspace.
-fn owned(caller: &Caller, entry: &kiln_engine::queue::QueueEntry<Queued>) -> bool {
-    entry.payload.workspace.id == caller.workspace.id
 }
 
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
@@ -439,20 +387,11 @@ impl SharedApi for LocalServer {
         body: types::HistoryManageRequest,
     ) -> ManageHistoryResponse {
         let caller = self.caller(&parts);
-        let workspace = caller.workspace_id();
-        let storage = &self.0.storage;
-        let cleared =
-            if body.clear == Some(true) { storage.clear_history(workspace).await } else { Ok(()) };
-        if let Err(e) = cleared.and(storage.delete_history(workspace, &body.delete).await) {
-            return ManageHistoryResponse::InternalServerError(internal("the history store", e));
+        let clear = body.clear == Some(true);
+        match self.0.remove_history(&caller, clear, &body.delete).await {
+            Ok(()) => ManageHistoryResponse::Ok,
+            Err(e) => ManageHistoryResponse::InternalServerError(internal("the history store", e)),
         }
-        let mut histories = self.0.history();
-        let history = histories.of_mut(workspace);
-        if body.clear == Some(true) {
-            history.clear();
-        }
-        history.delete(&body.delete);
-        ManageHistoryResponse::Ok
     }
 
     async fn get_history_for_prompt(
@@ -478,20 +417,8 @@ impl SharedApi for LocalServer {
         parts: Parts,
         body: Option<types::InterruptRequest>,
     ) -> InterruptResponse {
-        let caller = self.caller(&parts);
-        let runtime = &self.0;
         let target = body.and_then(|b| b.prompt_id);
-        let running = runtime.queue.running();
-        // Another workspace's prompt is not the caller's to stop: as if nothing ran.
-        let Some(running) = running.filter(|r| owned(&caller, r)).map(|r| r.id) else {
-            return InterruptResponse::Ok;
-        };
-        match (target, Some(running)) {
-            (Some(target), Some(running)) if target != running => {
-                tracing::info!(%target, "interrupt ignored: that prompt is not running");
-            }
-            (_, _) => runtime.interrupt.store(true, Ordering::SeqCst),
-        }
+        self.0.interrupt(&self.caller(&parts), target.as_deref());
         InterruptResponse::Ok
     }
 
@@ -510,7 +437,7 @@ impl SharedApi for LocalServer {
             limit: query.limit,
             offset: query.offset.unwrap_or(0),
         };
-        let queued = self.queued(&caller);
+        let queued = self.0.queued(&caller);
         let histories = self.0.history();
         let sources = Self::jobs_sources(histories.of(caller.workspace_id()), &queued);
         ListJobsResponse::Ok(jobs::list(&sources, &filter))
@@ -522,7 +449,7 @@ impl SharedApi for LocalServer {
         body: types::JobsCancelRequest,
     ) -> CancelJobsResponse {
         let invalid: Vec<String> =
-            body.job_ids.iter().filter(|id| !canonical_uuid(id)).cloned().collect();
+            body.job_ids.iter().filter(|id| !prompts::canonical_uuid(id)).cloned().collect();
         if !invalid.is_empty() {
             return CancelJobsResponse::BadRequest(types::SimpleError {
                 error: "Invalid job ids".to_owned(),
@@ -530,16 +457,20 @@ impl SharedApi for LocalServer {
             });
         }
         // Every id is cancelled (no short circuit); the answer says whether any of them was.
-        let cancelled = self.cancel_all(self.caller(&parts), body.job_ids).await.contains(&true);
-        CancelJobsResponse::Ok(types::JobCancelResponse { cancelled })
+        match self.cancel_all(self.caller(&parts), body.job_ids).await {
+            Ok(cancelled) => CancelJobsResponse::Ok(types::JobCancelResponse {
+                cancelled: cancelled.contains(&true),
+            }),
+            Err(e) => CancelJobsResponse::InternalServerError(store_failed(e)),
+        }
     }
 
     async fn get_job(&self, parts: Parts, job_id: String) -> GetJobResponse {
-        if !canonical_uuid(&job_id) {
+        if !prompts::canonical_uuid(&job_id) {
             return GetJobResponse::BadRequest(simple("Invalid job id"));
         }
         let caller = self.caller(&parts);
-        let queued = self.queued(&caller);
+        let queued = self.0.queued(&caller);
         let histories = self.0.history();
         let sources = Self::jobs_sources(histories.of(caller.workspace_id()), &queued);
         let found = sources.iter().find(|s| {
@@ -553,11 +484,15 @@ impl SharedApi for LocalServer {
     }
 
     async fn cancel_job(&self, parts: Parts, job_id: String) -> CancelJobResponse {
-        if !canonical_uuid(&job_id) {
+        if !prompts::canonical_uuid(&job_id) {
             return CancelJobResponse::BadRequest(simple("Invalid job id"));
         }
-        let cancelled = self.cancel_all(self.caller(&parts), vec![job_id]).await.contains(&true);
-        CancelJobResponse::Ok(types::JobCancelResponse { cancelled })
+        match self.cancel_all(self.caller(&parts), vec![job_id]).await {
+            Ok(cancelled) => CancelJobResponse::Ok(types::JobCancelResponse {
+                cancelled: cancelled.contains(&true),
+            }),
+            Err(e) => CancelJobResponse::InternalServerError(store_failed(e)),
+        }
     }
 
     async fn get_model_folders(&self, _: Parts) -> GetModelFoldersResponse {
@@ -611,122 +546,21 @@ impl SharedApi for LocalServer {
         comfy_usage_source: Option<String>,
         body: types::PromptRequest,
     ) -> ExecutePromptResponse {
-        let runtime = &self.0;
-        let caller = self.caller(&parts);
         // As ComfyUI: the number is taken first, so a prompt rejected below still uses one.
         let placement = match (body.number, body.front) {
             (Some(number), _) => Placement::Number(number),
             (None, Some(true)) => Placement::Front,
             (None, _) => Placement::Back,
         };
-        let number = numbering::take(runtime, &parts, placement);
-        let Some(prompt) = body.prompt else {
-            return ExecutePromptResponse::BadRequest(prompt_error(
-                "no_prompt",
-                "No prompt provided",
-                "No prompt provided",
-            ));
-        };
-        let prompt_id = match body.prompt_id {
-            Some(id) if !canonical_uuid(&id) => {
-                return ExecutePromptResponse::BadRequest(prompt_error(
-                    "invalid_prompt_id",
-                    "prompt_id must be a valid UUID",
-                    "prompt_id must be a UUID string in canonical lowercase hyphenated form; omit it to let the server generate one",
-                ));
-            }
-            Some(id) => id,
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        // The wire types keep the prompt and extra_data as the client sent them (for the echo); their shapes
-        // are checked here against the spec, through their generated typed twins.
-        let prompt_json = serde_json::to_value(&prompt).unwrap_or(Value::Null);
-        if let Some(refusal) = shape_refusal::<types::PromptShape>("prompt", &prompt_json) {
-            return ExecutePromptResponse::BadRequest(refusal);
+        let number = numbering::take(&self.0, &parts, placement);
+        match self.0.submit(&self.caller(&parts), number, body, comfy_usage_source).await {
+            Ok(accepted) => ExecutePromptResponse::Ok(types::PromptResponse {
+                node_errors: accepted.node_errors,
+                number: accepted.number,
+                prompt_id: accepted.prompt_id.parse().unwrap_or_default(),
+            }),
+            Err(e) => e.into(),
         }
-        let extra_json = serde_json::to_value(&body.extra_data).unwrap_or(Value::Null);
-        if !extra_json.is_null()
-            && let Some(refusal) = shape_refusal::<types::ExtraDataShape>("extra_data", &extra_json)
-        {
-            return ExecutePromptResponse::BadRequest(refusal);
-        }
-        let Ok(parsed) = Prompt::from_json(&prompt_json) else {
-            return ExecutePromptResponse::BadRequest(prompt_error(
-                "invalid_prompt",
-                "the prompt must be an object",
-                "",
-            ));
-        };
-        let targets: Option<Vec<NodeId>> =
-            body.partial_execution_targets.map(|t| t.into_iter().map(NodeId).collect());
-        let registry = caller.workspace.registry().clone();
-        // Validation costs about 3 µs a node: typical prompts are validated in place (a hop to the blocking
-        // pool and back costs more than that under load), large ones off the async threads.
-        let validated = if parsed.nodes.len() <= INLINE_VALIDATION_NODES {
-            Ok(validate(&parsed, &registry, targets.as_deref()))
-        } else {
-            tokio::task::spawn_blocking(move || validate(&parsed, &registry, targets.as_deref()))
-                .await
-        };
-        let validated = match validated {
-            Ok(Ok(validated)) => validated,
-            Ok(Err(rejection)) => {
-                return ExecutePromptResponse::BadRequest(convert::rejection(&rejection));
-            }
-            Err(e) => {
-                return ExecutePromptResponse::InternalServerError(internal_prompt_error(
-                    "validating the prompt",
-                    e,
-                ));
-            }
-        };
-
-        let mut extra_data: Map<String, Value> = body.extra_data.unwrap_or_default();
-        if let Some(client_id) = &body.client_id {
-            extra_data.insert("client_id".to_owned(), Value::from(client_id.clone()));
-        }
-        if let Some(source) = comfy_usage_source {
-            extra_data.entry("comfy_usage_source").or_insert(Value::from(source));
-        }
-        extra_data.insert("create_time".to_owned(), Value::from(now_ms()));
-        let client_id = extra_data.get("client_id").and_then(Value::as_str).map(str::to_owned);
-        let node_errors = convert::node_errors(&validated.node_errors);
-        let outputs = validated.outputs.iter().map(|o| o.0.clone()).collect();
-        let queued = Queued {
-            workspace: caller.workspace.clone(),
-            // Stored, echoed and written into PNG metadata as the client sent it (ComfyUI keeps the dict).
-            prompt_json,
-            prompt: Arc::new(validated),
-            extra_data,
-            client_id,
-            outputs,
-        };
-        // Queued means durable: the prompt is stored (with the prompts that arrive with it, in one group
-        // commit) before it is admitted and answered. Only taking the place holds the queue.
-        let entry = match runtime.queue.reserve(prompt_id.clone(), number) {
-            Ok(ticket) => ticket.entry(queued),
-            Err(e) => {
-                return ExecutePromptResponse::BadRequest(prompt_error(
-                    "prompt_id_in_use",
-                    "prompt_id is already queued or running",
-                    &e.to_string(),
-                ));
-            }
-        };
-        if let Err(e) = runtime.storage.insert_queued(&entry).done().await {
-            runtime.storage.forget_queued(&entry.id);
-            runtime.queue.abandon(&entry.id);
-            return ExecutePromptResponse::InternalServerError(internal_prompt_error(
-                "the queue store",
-                e,
-            ));
-        }
-        runtime.queue.admit(entry);
-        ExecutePromptResponse::Ok(types::PromptResponse {
-            node_errors,
-            number,
-            prompt_id: prompt_id.parse().unwrap_or_default(),
-        })
     }
 
     async fn get_queue(&self, parts: Parts) -> GetQueueResponse {
@@ -741,7 +575,7 @@ impl SharedApi for LocalServer {
             )
         };
         let (running, pending): (Vec<_>, Vec<_>) =
-            self.queued(&caller).into_iter().partition(|(_, running)| *running);
+            self.0.queued(&caller).into_iter().partition(|(_, running)| *running);
         GetQueueResponse::Ok(types::QueueResponse {
             queue_pending: pending.iter().map(|(e, _)| item(e)).collect(),
             queue_running: running.iter().map(|(e, _)| item(e)).collect(),
@@ -754,21 +588,14 @@ impl SharedApi for LocalServer {
         body: types::QueueManageRequest,
     ) -> ManageQueueResponse {
         let caller = self.caller(&parts);
-        let worker = self.0.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let queue = &worker.queue;
-            let mine = |e: &kiln_engine::queue::QueueEntry<Queued>| owned(&caller, e);
-            let mut removed =
-                if body.clear == Some(true) { queue.delete_where(mine)? } else { Vec::new() };
-            let ids: std::collections::HashSet<&str> =
-                body.delete.iter().map(String::as_str).collect();
-            removed.extend(queue.delete_where(|e| ids.contains(e.id.as_str()) && mine(e))?);
-            Ok::<_, kiln_engine::queue::StoreError>(removed)
+        let runtime = self.0.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            runtime.remove_queued(&caller, body.clear == Some(true), &body.delete)
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
-        match result {
+        match removed {
             Ok(removed) => {
                 // Thousands of removed prompts take a while to free: not on the answer's time.
                 if !removed.is_empty() {
@@ -1013,5 +840,30 @@ impl SharedApi for LocalServer {
             let connection = runtime.hub.connect(&workspace, query.client_id.as_deref(), remaining);
             pump(socket, runtime, connection).await;
         })
+    }
+}
+
+/// A refused or failed submit as `POST /api/prompt`'s answer.
+impl From<SubmitError> for ExecutePromptResponse {
+    fn from(error: SubmitError) -> ExecutePromptResponse {
+        let refused = |kind: &str, details: &str| {
+            ExecutePromptResponse::BadRequest(prompt_error(kind, &error.to_string(), details))
+        };
+        match &error {
+            SubmitError::NoPrompt => refused("no_prompt", "No prompt provided"),
+            SubmitError::InvalidPromptId => refused(
+                "invalid_prompt_id",
+                "prompt_id must be a UUID string in canonical lowercase hyphenated form; omit it to let the \
+                 server generate one",
+            ),
+            SubmitError::Shape { why, .. } => refused("invalid_prompt", why),
+            SubmitError::Rejected(rejection) => {
+                ExecutePromptResponse::BadRequest(convert::rejection(rejection))
+            }
+            SubmitError::InUse(why) => refused("prompt_id_in_use", why),
+            SubmitError::Failed { what, cause } => {
+                ExecutePromptResponse::InternalServerError(internal_prompt_error(what, cause))
+            }
+        }
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod history;
 pub(crate) mod jobs;
 mod models;
 pub(crate) mod numbering;
+mod prompts;
 pub(crate) mod queued;
 pub(crate) mod runtime;
 mod userdata;
