@@ -284,18 +284,36 @@ async fn issue_12_bob_can_neither_see_nor_touch_alices_prompts_history_jobs_or_i
         assert_eq!(bob.call("GET", &view, None).await.0, 404, "bob views {view}");
     }
 
-    // Bob's own run of the graph alice ran, with her file prefix, starts from scratch: nothing comes from her
-    // cache, and his file counter has not seen her files.
-    assert_eq!(first_image(&entries[1]).0, "alice_00002_.png", "alice's second save");
-    let his = bob.submit(quick(0x203040, "alice"), None).await;
+    // Bob runs the graph alice ran last, with her file prefix: his save is his own (not her cached output)
+    // and his file counter has not seen her three files.
+    assert_eq!(first_image(&entries[2]).0, "alice_00003_.png", "alice's third save");
+    let his = bob.submit(quick(0x506070, "alice"), None).await;
     let entry = bob.finished(&his).await;
     assert_eq!(outcome(&entry).0, "success");
-    let cached = message(&entry, "execution_cached").map(|data| data["nodes"].clone());
-    assert_eq!(cached, Some(json!([])), "no node of bob's comes from alice's cache");
     let (filename, subfolder, kind) = first_image(&entry);
     assert_eq!(filename, "alice_00001_.png", "bob's first file");
     let view = format!("/api/view?filename={filename}&subfolder={subfolder}&type={kind}");
     assert_eq!(bob.call("GET", &view, None).await.0, 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_12_bob_cannot_tell_from_the_cache_what_alice_ran() {
+    let (server, alice, bob, data_dir) = cloud("iso-cache").await;
+    let cached = |entry: &Value| message(entry, "execution_cached").map(|d| d["nodes"].clone());
+    // Alice runs a graph twice: the second run is served from her cache.
+    let first = alice.submit(quick(0x0a0b0c, "alice"), None).await;
+    assert_eq!(cached(&alice.finished(&first).await), Some(json!([])));
+    let again = alice.submit(quick(0x0a0b0c, "alice"), None).await;
+    let nodes = cached(&alice.finished(&again).await);
+    assert_eq!(nodes, Some(json!(["1", "2", "3"])), "alice's rerun is served from her cache");
+    // Bob's run of the same graph must look like a first run: `execution_cached` naming her nodes would tell
+    // him that someone in another workspace ran exactly this graph.
+    let his = bob.submit(quick(0x0a0b0c, "bob"), None).await;
+    let entry = bob.finished(&his).await;
+    assert_eq!(outcome(&entry).0, "success");
+    assert_eq!(cached(&entry), Some(json!([])), "bob's run names nodes cached by alice's runs");
     drop(server);
     let _ = std::fs::remove_dir_all(&data_dir);
 }
