@@ -36,6 +36,12 @@ impl Server {
     pub(crate) fn log(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// The contract the proxy checks answers with, for frames a test receives from [`Server::direct_addr`]
+    /// (they are checked when the server is dropped, as the proxy's are).
+    pub(crate) fn contract(&self) -> &Contract {
+        &self.contract
+    }
 }
 
 impl Drop for Server {
@@ -70,6 +76,21 @@ pub(crate) fn start_with(
     data_dir: &std::path::Path,
     args: &[&std::ffi::OsStr],
 ) -> (Server, String) {
+    launch(data_dir, args, "local")
+}
+
+/// [`start`] with `--runtime cloud`: every answer is checked against the cloud runtime's operations. The
+/// accounts (`kiln_server::Accounts` on `data_dir`) are made before it starts.
+pub(crate) fn start_cloud(data_dir: &std::path::Path) -> (Server, String) {
+    launch(data_dir, &[std::ffi::OsStr::new("--runtime"), std::ffi::OsStr::new("cloud")], "cloud")
+}
+
+/// Starts kiln with `args` behind a proxy that checks answers against the operations `runtime` mounts.
+fn launch(
+    data_dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+    runtime: &str,
+) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["--port", "0", "--disable-front-end", "--data-dir"])
         .arg(data_dir)
@@ -79,7 +100,7 @@ pub(crate) fn start_with(
         .spawn()
         .expect("kiln starts");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let contract = Arc::new(Contract::from_spec());
+    let contract = Arc::new(Contract::for_runtime(runtime));
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut server = Server {
         child,

@@ -4,6 +4,7 @@ mod announce;
 mod bad_input;
 mod binary;
 mod cloud;
+mod cloud_isolation;
 mod durability;
 mod end_to_end;
 mod execution_errors;
