@@ -135,6 +135,7 @@ impl Server {
             openapi: crate::api::document(config.runtime).map_err(std::io::Error::other)?,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
+            interrupt_gate: Mutex::new(()),
             compute,
             unload_requested: AtomicBool::new(false),
             free_requested: AtomicBool::new(false),
@@ -147,11 +148,13 @@ impl Server {
         // Every queue change is announced to every socket, with its own workspace's counter, in the order of
         // the changes.
         let announcer = Arc::downgrade(&runtime);
+        let tenants = runtime.cloud.is_some();
         runtime.queue.on_change(Box::new(move |queue| {
             if let Some(runtime) = announcer.upgrade() {
-                runtime.hub.broadcast_status(|workspace| {
+                let remaining = |workspace: &str| {
                     queue.remaining_where(|q| &*q.workspace.id == workspace) as i64
-                });
+                };
+                runtime.hub.broadcast_status(remaining, tenants);
             }
         }));
         let worker = start_worker(runtime.clone(), executor);

@@ -48,8 +48,9 @@ impl Hasher128 {
 }
 
 /// The keys of every node of a validated prompt. Nodes of unknown classes, and nodes linking to missing
-/// nodes, get [`CacheKey::Never`]. Output nodes' keys include `partition` (a workspace), so one partition is
-/// never served another's outputs.
+/// nodes, get [`CacheKey::Never`]. Keys include `partition` (a workspace) except for nodes shared between
+/// partitions (the model loaders), so a partition is never served another's results, and its cache hits never
+/// tell it what another ran; a loaded model is still loaded once for all.
 pub fn compute_keys(
     prompt: &Prompt,
     registry: &Registry,
@@ -116,7 +117,7 @@ fn node_key(
         }
         Fingerprint::Always => return CacheKey::Never,
     }
-    if let (true, Some(partition)) = (spec.output_node, partition) {
+    if let (false, Some(partition)) = (spec.shared_between_partitions, partition) {
         hasher.write(b"partition");
         hasher.write(partition.as_bytes());
     }

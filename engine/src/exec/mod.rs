@@ -87,10 +87,9 @@ pub struct Run<'a> {
 /// Where a run reads and writes files, which node classes it sees, and whose cached results it may reuse: one
 /// workspace of a multi-user server.
 ///
-/// Output nodes' cache keys include the partition, so a run is never served another partition's outputs
-/// (their file names, in its history). Other nodes share the cache across partitions: their keys cover
-/// everything that decides their result, file contents included (a `LoadImage` of the same bytes gives the
-/// same image), so a loaded model is shared by every workspace.
+/// Cache keys include the partition, so a run is never served another partition's results (their file names in
+/// its history) and its `execution_cached` never tells it what another partition ran; only the model loaders'
+/// results (`NodeSpec::shared_between_partitions`) are shared, so a model is loaded once for every workspace.
 pub struct Scope {
     /// The node classes (`LoadImage` lists and reads this scope's input directory).
     pub registry: Arc<Registry>,

@@ -228,6 +228,11 @@ pub struct NodeSpec {
     /// omitted), a V3 class by the dump of its `NodeInfoV1` dataclass (every field present, absent ones `null`,
     /// another key order).
     pub v3: bool,
+    /// Whether cached results are shared between cache partitions (workspaces of a multi-user server): only
+    /// for nodes whose result depends on nothing a partition owns, the model loaders (model folders are the
+    /// server's). Every other node's results are kept per partition, so one workspace's cache hits never tell
+    /// it what another ran.
+    pub shared_between_partitions: bool,
 }
 
 impl NodeSpec {
@@ -251,7 +256,14 @@ impl NodeSpec {
             essentials_category: None,
             python_module: "nodes".to_owned(),
             v3: false,
+            shared_between_partitions: false,
         }
+    }
+
+    /// Marks the node's cached results as shared between partitions (see `shared_between_partitions`).
+    pub fn shared_between_partitions(mut self) -> NodeSpec {
+        self.shared_between_partitions = true;
+        self
     }
 
     /// Marks the node as declared with ComfyUI's V3 schema (see the `v3` field).

@@ -359,7 +359,7 @@ fn interrupt_stops_a_long_node_and_the_next_prompt_runs() {
 }
 
 #[test]
-fn scopes_share_inner_nodes_but_never_output_nodes() {
+fn scopes_share_no_results_but_those_of_shared_nodes() {
     use kiln_engine::exec::Scope;
     let mut h = Harness::new(CachePolicy::Lru(10));
     let scope = |partition: &str| Scope {
@@ -371,9 +371,9 @@ fn scopes_share_inner_nodes_but_never_output_nodes() {
     let prompt = h.validate(const_graph(1.0, 2.0));
     let first = h.run_in(&prompt, json!(null), Some(&a));
     assert_eq!(first.executed(), ids(&["1", "2", "3", "4"]));
-    // Another workspace reuses the computation but runs its own output node.
+    // Another workspace computes everything itself: nothing tells it the first one ran this graph.
     let other = h.run_in(&prompt, json!(null), Some(&b));
-    assert_eq!(other.executed(), ids(&["4"]));
+    assert_eq!(other.executed(), ids(&["1", "2", "3", "4"]));
     // The first workspace is served from the cache again.
     assert!(h.run_in(&prompt, json!(null), Some(&a)).executed().is_empty());
 }
@@ -442,4 +442,31 @@ fn a_node_shared_by_two_inputs_of_one_node_is_not_a_cycle() {
     }));
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
     assert_eq!(ran.executed(), ["1", "2", "3", "4"]);
+}
+
+#[test]
+fn only_the_model_loaders_share_cache_keys_between_partitions() {
+    use kiln_engine::cache::compute_keys;
+    let dir = std::env::temp_dir().join(format!("kiln-partition-keys-{}", std::process::id()));
+    let registry = kiln_engine::nodes::builtin_registry(
+        dir.join("input"),
+        kiln_engine::models::ModelEnv::cpu(dir.join("models")),
+    );
+    let prompt = Prompt::from_json(&json!({
+        "1": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "x"}},
+    }))
+    .expect("an object");
+    let (a, b) =
+        (compute_keys(&prompt, &registry, Some("a")), compute_keys(&prompt, &registry, Some("b")));
+    let node = |id: &str| NodeId::from(id);
+    assert_eq!(a[&node("1")], b[&node("1")], "a loaded model is shared");
+    assert_ne!(a[&node("2")], b[&node("2")], "a computed image is not");
+    assert_ne!(a[&node("3")], b[&node("3")], "an output is not");
+    assert_eq!(
+        a,
+        compute_keys(&prompt, &registry, Some("a")),
+        "keys are stable within a partition"
+    );
 }

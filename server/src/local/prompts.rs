@@ -176,8 +176,7 @@ impl Runtime {
     /// Cancels one of the caller's prompts: interrupts it if it runs, dequeues it if pending; `false` if the
     /// caller has no such prompt.
     pub(crate) fn cancel(&self, caller: &Caller, id: &str) -> Result<bool, StoreError> {
-        if self.queue.running().is_some_and(|r| r.id == id && owned(caller, &r)) {
-            self.interrupt.store(true, Ordering::SeqCst);
+        if self.interrupt_running(|r| r.id == id && owned(caller, r)) {
             return Ok(true);
         }
         Ok(!self.queue.delete_where(|e| e.id == id && owned(caller, e))?.is_empty())
@@ -185,13 +184,24 @@ impl Runtime {
 
     /// Interrupts the caller's running prompt (only `target` if given); whether one was interrupted.
     pub(crate) fn interrupt(&self, caller: &Caller, target: Option<&str>) -> bool {
-        let Some(running) = self.queue.running().filter(|r| owned(caller, r)) else { return false };
-        if target.is_some_and(|target| target != running.id) {
+        let interrupted = self.interrupt_running(|running| {
+            owned(caller, running) && target.is_none_or(|target| target == running.id)
+        });
+        if let (false, Some(target)) = (interrupted, target) {
             tracing::info!(target, "interrupt ignored: that prompt is not running");
-            return false;
         }
-        self.interrupt.store(true, Ordering::SeqCst);
-        true
+        interrupted
+    }
+
+    /// Interrupts the running prompt if `chosen` says so; the check and the flag happen under the interrupt
+    /// gate, so the flag never outlives the prompt it was meant for.
+    fn interrupt_running(&self, chosen: impl Fn(&QueueEntry<Queued>) -> bool) -> bool {
+        let _gate = self.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
+        let hit = self.queue.running().is_some_and(|running| chosen(&running));
+        if hit {
+            self.interrupt.store(true, Ordering::SeqCst);
+        }
+        hit
     }
 
     /// Removes the caller's pending prompts: all of them with `clear`, and those named in `ids`. Returns the

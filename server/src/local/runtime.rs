@@ -53,6 +53,9 @@ pub(crate) struct Runtime {
     pub(crate) openapi: types::OpenApiDocument,
     pub(crate) argv: Vec<String>,
     pub(crate) interrupt: Arc<AtomicBool>,
+    /// Held while an interrupt checks whose prompt runs and sets the flag, and while the worker clears the
+    /// flag for the prompt it just took: a flag meant for one prompt never stops the next one, whoever owns it.
+    pub(crate) interrupt_gate: Mutex<()>,
     /// The device and its memory manager.
     pub(crate) compute: Arc<kiln_engine::compute::Compute>,
     /// `/free` asked to unload every model before the next prompt.
@@ -170,6 +173,10 @@ fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
                 continue;
             }
         };
+        {
+            let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
+            runtime.interrupt.store(false, Ordering::SeqCst);
+        }
         run_one(&runtime, &mut executor, entry);
     }
 }

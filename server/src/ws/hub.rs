@@ -65,6 +65,8 @@ struct Inner {
     sockets: HashMap<u64, Socket>,
     by_sid: HashMap<(Arc<str>, String), u64>,
     running: Option<Running>,
+    /// The counter each workspace's last `status` broadcast carried.
+    last_status: HashMap<Arc<str>, i64>,
 }
 
 impl Inner {
@@ -145,6 +147,8 @@ impl Hub {
             },
         );
         inner.by_sid.insert((workspace.clone(), sid.clone()), id);
+        // The greeting carries the counter: a later broadcast of the same value says nothing new.
+        inner.last_status.insert(workspace.clone(), queue_remaining);
         if let Some(text) = json(&status(queue_remaining, Some(&sid))) {
             inner.deliver(id, Frame::Text(text));
         }
@@ -249,13 +253,24 @@ impl Hub {
         }
     }
 
-    /// Broadcasts `status` to every socket with its own workspace's queue counter (on every queue change).
-    pub(crate) fn broadcast_status(&self, queue_remaining: impl Fn(&str) -> i64) {
+    /// Broadcasts `status` to every socket with its own workspace's queue counter (on every queue change). With
+    /// `only_changes` (several tenants), a workspace hears only of changes to its own counter, so its sockets
+    /// never learn when another workspace's queue moves; without it (the local runtime), every change is
+    /// announced, as ComfyUI does.
+    pub(crate) fn broadcast_status(
+        &self,
+        queue_remaining: impl Fn(&str) -> i64,
+        only_changes: bool,
+    ) {
         let workspaces: BTreeSet<Arc<str>> =
             self.lock().sockets.values().map(|s| s.workspace.clone()).collect();
         for workspace in workspaces {
-            let message = status(queue_remaining(&workspace), None);
-            self.publish(&workspace, None, &message, Audience::All);
+            let remaining = queue_remaining(&workspace);
+            let previous = self.lock().last_status.insert(workspace.clone(), remaining);
+            if only_changes && previous == Some(remaining) {
+                continue;
+            }
+            self.publish(&workspace, None, &status(remaining, None), Audience::All);
         }
     }
 

@@ -318,50 +318,6 @@ async fn issue_12_bob_cannot_tell_from_the_cache_what_alice_ran() {
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_12_bob_learns_nothing_by_submitting_a_prompt_id_alice_uses() {
-    let (server, alice, bob, data_dir) = cloud("iso-prompt-id").await;
-    let running = alice.submit(slow(0x111111, "alice"), None).await;
-    alice.until_running(&running).await;
-    let pending = alice.submit(quick(0x222222, "alice"), None).await;
-
-    // A fresh id is accepted; alice's running and pending ids must get the same answer.
-    let submit = |id: &str| json!({"prompt": quick(0x333333, "bob"), "prompt_id": id});
-    let fresh = "00000000-0000-4000-8000-000000000001";
-    let (status, answer) = bob.post("/api/prompt", submit(fresh)).await;
-    assert_eq!(status, 200, "{answer}");
-    for id in [&running, &pending] {
-        let (status, answer) = bob.post("/api/prompt", submit(id)).await;
-        assert_eq!(
-            status, 200,
-            "bob's prompt with alice's id {id} is answered as one with a fresh id, not: {answer}"
-        );
-    }
-    for id in [&running, &pending] {
-        assert_eq!(outcome(&alice.finished(id).await).0, "success", "alice's {id}");
-    }
-    drop(server);
-    let _ = std::fs::remove_dir_all(&data_dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue_12_bobs_prompt_numbers_do_not_count_alices_prompts() {
-    let (server, alice, bob, data_dir) = cloud("iso-numbers").await;
-    let number = |answer: &Value| answer["number"].as_f64().expect("a number");
-    let (_, first) = bob.post("/api/prompt", json!({"prompt": quick(1, "bob")})).await;
-    for color in 2..5 {
-        alice.submit(quick(color, "alice"), None).await;
-    }
-    let (_, second) = bob.post("/api/prompt", json!({"prompt": quick(5, "bob")})).await;
-    assert_eq!(
-        number(&second) - number(&first),
-        1.0,
-        "bob's numbers go up by one between his two prompts, whatever alice queued: {first} then {second}"
-    );
-    drop(server);
-    let _ = std::fs::remove_dir_all(&data_dir);
-}
-
 /// A websocket to kiln itself, authenticated with an API key.
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

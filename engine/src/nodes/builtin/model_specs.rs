@@ -94,6 +94,7 @@ pub(crate) fn unet_loader(files: Vec<String>) -> NodeSpec {
             .option("advanced", true),
         )
         .output(OutputDef::new("MODEL"))
+        .shared_between_partitions()
 }
 
 /// `CLIPLoader` ("Load CLIP"): a text encoder file of `text_encoders` (`files`), its `type` and the optional
@@ -105,6 +106,7 @@ pub(crate) fn clip_loader(files: Vec<String>) -> NodeSpec {
         .input(InputDef::choices("type", &CLIP_TYPES))
         .optional(InputDef::choices("device", &["default", "cpu"]).option("advanced", true))
         .output(OutputDef::new("CLIP"))
+        .shared_between_partitions()
 }
 
 /// `VAELoader` ("Load VAE"). ComfyUI lists the `vae` files, then tiny-autoencoder files of `vae_approx`, then
@@ -114,6 +116,7 @@ pub(crate) fn vae_loader(files: Vec<String>) -> NodeSpec {
     NodeSpec::new("VAELoader", "Load VAE", "model/loaders")
         .input(choices("vae_name", &files))
         .output(OutputDef::new("VAE"))
+        .shared_between_partitions()
 }
 
 /// `CheckpointLoaderSimple` ("Load Checkpoint"): a file of `checkpoints` (`files`); outputs MODEL, CLIP, VAE.
@@ -129,6 +132,7 @@ pub(crate) fn checkpoint_loader_simple(files: Vec<String>) -> NodeSpec {
             "The VAE model used for encoding and decoding images to and from latent space.",
         ))
         .aliases(&["load model", "checkpoint", "model loader", "load checkpoint", "ckpt", "model"])
+        .shared_between_partitions()
 }
 
 /// `LoraLoaderModelOnly` ("Load LoRA"): a LoRA file of `loras` (`files`) applied to a MODEL. ComfyUI's class

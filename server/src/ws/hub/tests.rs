@@ -91,7 +91,7 @@ fn owner_events_go_only_to_the_owner_and_are_dropped_without_one() {
         message(prompt_id(), &Event::Progress { node: NodeId::from("3"), value: 1.0, max: 4.0 }, 1)
             .expect("a message");
     hub.publish(WS, None, &progress, audience);
-    hub.broadcast_status(|_| 0);
+    hub.broadcast_status(|_| 0, false);
     assert_eq!(types_of(&drain(&mut owner)), ["progress", "status"]);
     assert_eq!(types_of(&drain(&mut other)), ["progress", "status"]);
 }
@@ -316,12 +316,19 @@ fn messages_stay_in_their_workspace_even_under_the_same_client_id() {
     assert_eq!(drain(&mut owner).len(), 2);
     assert!(intruder.frames.try_recv().is_err(), "nothing of workspace a reaches b");
     // Each workspace's status carries its own counter.
-    hub.broadcast_status(|workspace| if workspace == "a" { 3 } else { 0 });
+    hub.broadcast_status(|workspace| if workspace == "a" { 3 } else { 0 }, true);
     let counter = |socket: &mut Connection| {
         drain(socket)[0]["data"]["status"]["exec_info"]["queue_remaining"].clone()
     };
     assert_eq!(counter(&mut owner), 3);
-    assert_eq!(counter(&mut intruder), 0);
+    // With several tenants, a workspace whose counter did not change (since its greeting) hears nothing.
+    assert!(drain(&mut intruder).is_empty(), "b's counter did not change");
+    hub.broadcast_status(|workspace| if workspace == "a" { 2 } else { 1 }, true);
+    assert_eq!(counter(&mut owner), 2);
+    assert_eq!(counter(&mut intruder), 1);
+    // Without tenants (the local runtime), every change is announced, as ComfyUI does.
+    hub.broadcast_status(|workspace| if workspace == "a" { 2 } else { 1 }, false);
+    assert_eq!(counter(&mut owner), 2);
     // A prompt running in a, re-announced to a reconnecting owner of a only.
     hub.set_running(&a, Some("tab"), Some("7"), true);
     let mut stranger = hub.connect(&b, Some("tab"), 0);
