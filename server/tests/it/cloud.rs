@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
-use kiln_server::{Accounts, Config, LogRing, Role, Runtime, Server};
+use kiln_server::{Config, LogRing, Runtime, Server};
 use tower::ServiceExt as _;
 
 use kiln_tests::contract::{Answer, Contract};
@@ -53,16 +53,7 @@ fn data_dir(name: &str) -> std::path::PathBuf {
 async fn cloud(name: &str) -> (Server, String, String) {
     let dir = data_dir(name);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    let accounts = Accounts::open(&dir).await.expect("accounts");
-    let mut keys = Vec::new();
-    for (user, workspace) in [("alice", "a"), ("bob", "b")] {
-        let added = accounts.add_user(user, "correct horse battery").await.expect("user");
-        let ws = accounts.add_workspace(workspace).await.expect("workspace");
-        accounts.grant(workspace, user, Role::Owner).await.expect("grant");
-        let (key, _) = accounts.create_api_key(&added.id, &ws.id, "test").await.expect("key");
-        keys.push(key);
-    }
+    let (alice, bob) = crate::cloud_isolation::accounts(&dir).await;
     let mut config = Config::under(
         dir,
         vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
@@ -71,8 +62,6 @@ async fn cloud(name: &str) -> (Server, String, String) {
     config.runtime = Runtime::Cloud;
     config.issuer = "https://kiln.test".to_owned();
     let server = Server::start(&config, LogRing::new()).await.expect("starts");
-    let bob = keys.pop().expect("bob's key");
-    let alice = keys.pop().expect("alice's key");
     (server, alice, bob)
 }
 

@@ -26,7 +26,7 @@ const STRANGER: &str = "00000000-0000-4000-8000-000000000000";
 const SLOW_STEPS: usize = 14;
 
 /// Makes alice (owner of workspace `a`) and bob (owner of workspace `b`) in `data_dir`; their API keys.
-async fn accounts(data_dir: &std::path::Path) -> (String, String) {
+pub(crate) async fn accounts(data_dir: &std::path::Path) -> (String, String) {
     std::fs::create_dir_all(data_dir).expect("the data directory");
     let accounts = Accounts::open(data_dir).await.expect("the account store opens");
     let mut keys = Vec::new();
