@@ -2193,7 +2193,9 @@ impl Client {
     }
     /// Mint a first-party API token
     ///
-    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace. Only
+    /// the session can: a token or an API key cannot renew itself past the session that gave it.
+    ///
     ///
     /// Sends a `POST` request to `/api/auth/token`
     ///
@@ -2271,7 +2273,8 @@ impl Client {
     /// Create an API key
     ///
     /// [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
-    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash. Only the
+    /// web session can create one, so a leaked token or key cannot make a key that outlives it.
     ///
     ///
     /// Sends a `POST` request to `/api/auth/api-keys`

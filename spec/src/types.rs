@@ -1937,7 +1937,9 @@ pub struct PromptRequest {
     ///The websocket client id that receives this prompt's events; copied to `extra_data.client_id`.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_id: ::std::option::Option<::std::string::String>,
-    ///Queue priority, used verbatim (lower runs first); the server counter when absent.
+    /// Queue priority, used verbatim (lower runs first); the server counter when absent. The cloud runtime
+    /// ignores it (and `front`): prompts run in arrival order, so no workspace can put its prompts ahead of
+    /// another's.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub number: ::std::option::Option<f64>,
     ///Without `number`, queue ahead of every pending prompt.

@@ -1007,7 +1007,8 @@ export interface paths {
         put?: never;
         /**
          * Mint a first-party API token
-         * @description [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+         * @description [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace. Only
+         *     the session can: a token or an API key cannot renew itself past the session that gave it.
          */
         post: operations["exchangeToken"];
         delete?: never;
@@ -1032,7 +1033,8 @@ export interface paths {
         /**
          * Create an API key
          * @description [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
-         *     caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+         *     caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash. Only the
+         *     web session can create one, so a leaked token or key cannot make a key that outlives it.
          */
         post: operations["createApiKey"];
         delete?: never;
@@ -1249,7 +1251,11 @@ export interface components {
             prompt_id?: string | null;
             /** @description The websocket client id that receives this prompt's events; copied to `extra_data.client_id`. */
             client_id?: string | null;
-            /** @description Queue priority, used verbatim (lower runs first); the server counter when absent. */
+            /**
+             * @description Queue priority, used verbatim (lower runs first); the server counter when absent. The cloud runtime
+             *     ignores it (and `front`): prompts run in arrival order, so no workspace can put its prompts ahead of
+             *     another's.
+             */
             number?: number | null;
             /** @description Without `number`, queue ahead of every pending prompt. */
             front?: boolean | null;

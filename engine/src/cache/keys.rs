@@ -49,8 +49,9 @@ impl Hasher128 {
 
 /// The keys of every node of a validated prompt. Nodes of unknown classes, and nodes linking to missing
 /// nodes, get [`CacheKey::Never`]. Keys include `partition` (a workspace) except for nodes shared between
-/// partitions (the model loaders), so a partition is never served another's results, and its cache hits never
-/// tell it what another ran; a loaded model is still loaded once for all.
+/// partitions (the model loaders), so a partition is never served another's results, and its cache hits tell it
+/// nothing of what another ran beyond which model files were loaded; a loaded model is still loaded once for
+/// all.
 pub fn compute_keys(
     prompt: &Prompt,
     registry: &Registry,

@@ -88,8 +88,9 @@ pub struct Run<'a> {
 /// workspace of a multi-user server.
 ///
 /// Cache keys include the partition, so a run is never served another partition's results (their file names in
-/// its history) and its `execution_cached` never tells it what another partition ran; only the model loaders'
-/// results (`NodeSpec::shared_between_partitions`) are shared, so a model is loaded once for every workspace.
+/// its history) and its `execution_cached` tells it nothing of what another partition ran but which model files
+/// were loaded: only the model loaders' results (`NodeSpec::shared_between_partitions`) are shared, so a model
+/// is loaded once for every workspace.
 pub struct Scope {
     /// The node classes (`LoadImage` lists and reads this scope's input directory).
     pub registry: Arc<Registry>,

@@ -230,8 +230,8 @@ pub struct NodeSpec {
     pub v3: bool,
     /// Whether cached results are shared between cache partitions (workspaces of a multi-user server): only
     /// for nodes whose result depends on nothing a partition owns, the model loaders (model folders are the
-    /// server's). Every other node's results are kept per partition, so one workspace's cache hits never tell
-    /// it what another ran.
+    /// server's; a cache hit on one can tell a workspace that the file was loaded recently). Every other node's
+    /// results are kept per partition.
     pub shared_between_partitions: bool,
 }
 

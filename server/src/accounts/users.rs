@@ -89,6 +89,10 @@ impl Accounts {
     /// The user with this username and password, or [`AccountError::BadCredentials`] (for an unknown user
     /// too, after the same work).
     pub async fn authenticate(&self, username: &str, password: &str) -> Result<User, AccountError> {
+        // No stored password is longer: refuse before any hashing, so a huge password costs nothing.
+        if password.len() > 4 * super::password::MAX_CHARS {
+            return Err(AccountError::BadCredentials);
+        }
         let row: Option<(String, String, i64, String)> = sqlx::query_as(
             "SELECT id, username, created_at, password_hash FROM users WHERE username = ?",
         )

@@ -410,7 +410,7 @@ pub const OPERATIONS: &[OperationInfo] = &[
         method: "POST",
         path: "/api/auth/token",
         runtimes: &["cloud"],
-        security: &[&["WebSessionAuth"], &["BearerAuth"]],
+        security: &[&["WebSessionAuth"]],
     },
     OperationInfo {
         id: "listApiKeys",
@@ -424,7 +424,7 @@ pub const OPERATIONS: &[OperationInfo] = &[
         method: "POST",
         path: "/api/auth/api-keys",
         runtimes: &["cloud"],
-        security: &[&["ApiKeyAuth"], &["BearerAuth"], &["WebSessionAuth"]],
+        security: &[&["WebSessionAuth"]],
     },
     OperationInfo {
         id: "revokeApiKey",
@@ -2882,7 +2882,8 @@ pub trait CloudApi: Send + Sync + 'static {
     ) -> impl Future<Output = DeleteSessionResponse> + Send;
     /// Mint a first-party API token.
     ///
-    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace.
+    /// [cloud-only] Mints a short-lived JWT for the REST API from the web session, scoped to one workspace. Only
+    /// the session can: a token or an API key cannot renew itself past the session that gave it.
     ///
     /// `POST /api/auth/token` (operationId `exchangeToken`), `x-runtime: [cloud]`.
     fn exchange_token(
@@ -2899,7 +2900,8 @@ pub trait CloudApi: Send + Sync + 'static {
     /// Create an API key.
     ///
     /// [cloud-only] Creates an API key (`comfyui-` followed by 43 characters) that acts for the caller in the
-    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash.
+    /// caller's workspace, sent as `X-API-Key`. The secret is in this answer only: Kiln stores its hash. Only the
+    /// web session can create one, so a leaked token or key cannot make a key that outlives it.
     ///
     /// `POST /api/auth/api-keys` (operationId `createApiKey`), `x-runtime: [cloud]`.
     fn create_api_key(

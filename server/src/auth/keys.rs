@@ -42,6 +42,10 @@ pub(crate) const KEYS_DIR: &str = "keys";
 /// How often minting and the JWKS look for a rotation done by another process (`kiln keys rotate`).
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
+/// At most one re-read a second for tokens naming an unknown `kid`: anyone can send such a token, and each
+/// re-read lists the key directory.
+const UNKNOWN_KID_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Key file names: `es256-<generation>.der`.
 const PREFIX: &str = "es256-";
 /// See [`PREFIX`].
@@ -152,6 +156,8 @@ pub(crate) struct SigningKeys {
     set: RwLock<Arc<KeySet>>,
     /// The last listing; its lock also serialises reloads.
     seen: Mutex<Seen>,
+    /// When a token with an unknown `kid` last made the keys be re-read.
+    unknown_kid_reload: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for SigningKeys {
@@ -179,6 +185,7 @@ impl SigningKeys {
             dir,
             set: RwLock::new(Arc::new(set)),
             seen: Mutex::new(Seen { at: Instant::now(), generations }),
+            unknown_kid_reload: Mutex::new(None),
         })
     }
 
@@ -208,7 +215,12 @@ impl SigningKeys {
     pub(crate) fn find(&self, kid: &str) -> Option<Arc<KeyPair>> {
         self.check_if_due();
         self.lookup(kid).or_else(|| {
-            self.reload_if_changed();
+            let mut last = self.unknown_kid_reload.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.is_none_or(|at| at.elapsed() >= UNKNOWN_KID_INTERVAL) {
+                *last = Some(Instant::now());
+                drop(last);
+                self.reload_if_changed();
+            }
             self.lookup(kid)
         })
     }

@@ -90,14 +90,32 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
-/// Whether an `Origin` header, when present, names the host the request was sent to.
-fn same_origin(headers: &HeaderMap) -> bool {
+/// Whether an `Origin` header, when present, is this server's own: the configured issuer's origin (scheme, host
+/// and port), or the host the request was sent to (a direct connection, where `Host` is the browser's).
+fn same_origin(headers: &HeaderMap, issuer: &str) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
         return true;
     };
+    if origin.eq_ignore_ascii_case(issuer_origin(issuer)) {
+        return true;
+    }
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
     let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
     origin_host.eq_ignore_ascii_case(host)
+}
+
+/// `scheme://host[:port]` of the issuer URL.
+fn issuer_origin(issuer: &str) -> &str {
+    let after_scheme = issuer.find("://").map_or(0, |at| at + 3);
+    issuer[after_scheme..].find('/').map_or(issuer, |end| &issuer[..after_scheme + end])
+}
+
+fn other_origin() -> Response {
+    refuse(
+        StatusCode::FORBIDDEN,
+        "origin_not_allowed",
+        "a request with the session cookie must come from this server's own pages",
+    )
 }
 
 /// The outcome of checking a request's credentials.
@@ -157,12 +175,8 @@ async fn check(cloud: &Cloud, allowed: &[&str], method: &Method, headers: &Heade
             Ok(None) => return Checked::Refused(unauthenticated()),
             Err(e) => return internal(e),
         };
-        if !same_origin(headers) {
-            return Checked::Refused(refuse(
-                StatusCode::FORBIDDEN,
-                "origin_not_allowed",
-                "a request with the session cookie must come from this server's own pages",
-            ));
+        if !same_origin(headers, &cloud.issuer) {
+            return Checked::Refused(other_origin());
         }
         let safe = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
         let presented = headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -194,7 +208,7 @@ pub(crate) async fn authenticate(
     let Some(op) = route.as_deref().and_then(|r| operation(request.method(), r)) else {
         // Not an operation: the frontend's files and the sign-in page. A browser without a session that opens
         // the frontend is sent to sign in first.
-        if request.uri().path() == "/" {
+        if matches!(request.uri().path(), "/" | "/index.html") {
             let session = cookie(request.headers(), SESSION_COOKIE).map(str::to_owned);
             let signed_in = match session {
                 Some(secret) => matches!(gate.cloud.accounts.session(&secret).await, Ok(Some(_))),
@@ -214,6 +228,10 @@ pub(crate) async fn authenticate(
         );
     }
     let auth_route = op.path.starts_with("/api/auth/");
+    // Signing in sets the cookie: another site must not sign a browser into an account of its choosing.
+    if op.id == "createSession" && !same_origin(request.headers(), &gate.cloud.issuer) {
+        return other_origin();
+    }
     if !op.is_public() {
         let (method, headers) = (request.method().clone(), request.headers().clone());
         let principal = match check(&gate.cloud, &allowed(op), &method, &headers).await {
@@ -260,7 +278,32 @@ fn allowed(op: &OperationInfo) -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
+
+    #[test]
+    fn origins_are_this_servers_when_they_name_the_issuer_or_the_host() {
+        let headers = |host: &str, origin: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_str(host).expect("host"));
+            h.insert(header::ORIGIN, HeaderValue::from_str(origin).expect("origin"));
+            h
+        };
+        let issuer = "https://kiln.example.com/base";
+        assert_eq!(issuer_origin(issuer), "https://kiln.example.com");
+        // Behind a proxy that rewrites Host, the issuer's origin is still this server.
+        assert!(same_origin(&headers("127.0.0.1:8188", "https://kiln.example.com"), issuer));
+        assert!(same_origin(&headers("127.0.0.1:8188", "http://127.0.0.1:8188"), issuer));
+        assert!(!same_origin(&headers("127.0.0.1:8188", "https://evil.example"), issuer));
+        assert!(!same_origin(
+            &headers("kiln.example.com", "https://kiln.example.com.evil"),
+            issuer
+        ));
+        assert!(
+            same_origin(&HeaderMap::new(), issuer),
+            "no Origin: not a cross-site browser request"
+        );
+    }
 
     #[test]
     fn cookies_are_found_by_name() {

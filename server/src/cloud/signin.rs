@@ -34,8 +34,9 @@ const SCRIPT: &str = r#"document.getElementById('signin').addEventListener('subm
     body: JSON.stringify({username: form.get('username'), password: form.get('password')}),
   });
   if (answer.ok) {
-    const next = new URLSearchParams(location.search).get('next') || '/';
-    location.assign(next.startsWith('/') && !next.startsWith('//') ? next : '/');
+    // Only a page of this server: whatever `next` says, the browser stays on this origin.
+    const next = new URL(new URLSearchParams(location.search).get('next') || '/', location.origin);
+    location.assign(next.origin === location.origin ? next.pathname + next.search + next.hash : '/');
   } else {
     const body = await answer.json().catch(() => ({}));
     document.getElementById('error').textContent = body.message || 'Sign-in failed';

@@ -546,11 +546,13 @@ impl SharedApi for LocalServer {
         comfy_usage_source: Option<String>,
         body: types::PromptRequest,
     ) -> ExecutePromptResponse {
-        // As ComfyUI: the number is taken first, so a prompt rejected below still uses one.
-        let placement = match (body.number, body.front) {
-            (Some(number), _) => Placement::Number(number),
-            (None, Some(true)) => Placement::Front,
-            (None, _) => Placement::Back,
+        // As ComfyUI: the number is taken first, so a prompt rejected below still uses one. With several
+        // tenants on one queue, prompts run in arrival order: none can jump ahead of another workspace's.
+        let placement = match (body.number, body.front, self.0.cloud.is_some()) {
+            (_, _, true) => Placement::Back,
+            (Some(number), _, false) => Placement::Number(number),
+            (None, Some(true), false) => Placement::Front,
+            (None, _, false) => Placement::Back,
         };
         let number = numbering::take(&self.0, &parts, placement);
         match self.0.submit(&self.caller(&parts), number, body, comfy_usage_source).await {

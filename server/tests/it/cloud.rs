@@ -125,6 +125,15 @@ async fn issue_12_sign_in_sets_a_host_cookie_and_cookie_writes_need_the_csrf_tok
             ))
             .unwrap()
     };
+    // Another site cannot sign the browser in (login CSRF).
+    let mut forged = sign_in("correct horse battery");
+    forged.headers_mut().insert("origin", "https://evil.example".parse().expect("origin"));
+    let forged = send(&server, forged).await;
+    assert_eq!(
+        (forged.status, forged.json()["code"].clone()),
+        (StatusCode::FORBIDDEN, "origin_not_allowed".into())
+    );
+    assert!(!forged.headers.contains_key("set-cookie"));
     let wrong = send(&server, sign_in("wrong password!")).await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert_eq!(wrong.json()["code"], "invalid_credentials");
@@ -196,6 +205,20 @@ async fn issue_12_sign_in_sets_a_host_cookie_and_cookie_writes_need_the_csrf_tok
     .await;
     assert_eq!(with_token.status, StatusCode::OK);
     assert_eq!(with_token.json()["Comfy.Theme"], "dark");
+    // A token cannot renew itself, nor make an API key that would outlive it.
+    let bearer = |method: &str, path: &str, body: &str| {
+        request(method, path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    };
+    assert_eq!(
+        send(&server, bearer("POST", "/api/auth/token", "{}")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let key = send(&server, bearer("POST", "/api/auth/api-keys", r#"{"name": "x"}"#)).await;
+    assert_eq!(key.status, StatusCode::UNAUTHORIZED);
     let foreign = send(&server, exchange(serde_json::json!({"workspace_id": "b"}))).await;
     assert_eq!(foreign.status, StatusCode::FORBIDDEN);
     assert_eq!(foreign.json()["code"], "workspace_access_denied");
