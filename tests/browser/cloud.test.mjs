@@ -130,6 +130,12 @@ try {
   runSeconds = (Date.now() - started) / 1000;
   assert.equal(served.status(), 200, '/view serves the output to the signed-in user');
   assert.equal(served.headers()['content-type'], 'image/png');
+  // The page fetches the image on `executed`; `execution_success` follows once the history is stored.
+  const end = Date.now() + 30_000;
+  while (!frames.some((f) => f.type === 'execution_success' || f.type === 'execution_error')) {
+    assert.ok(Date.now() < end, 'the run finished within 30 s');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   assert.ok(frames.some((f) => f.type === 'execution_success'), 'the run succeeded');
   const executed = frames.find((f) => f.type === 'executed' && f.data.node === '3');
   assert.match(executed.data.output.images[0].filename, /^cloud_\d{5}_\.png$/);
