@@ -151,9 +151,8 @@ impl Server {
         let tenants = runtime.cloud.is_some();
         runtime.queue.on_change(Box::new(move |queue| {
             if let Some(runtime) = announcer.upgrade() {
-                let remaining = |workspace: &str| {
-                    queue.remaining_where(|q| &*q.workspace.id == workspace) as i64
-                };
+                let remaining =
+                    |workspace: &str| queue.remaining_where(|q| q.in_workspace(workspace)) as i64;
                 runtime.hub.broadcast_status(remaining, tenants);
             }
         }));

@@ -177,14 +177,13 @@ impl Workspaces {
         })
     }
 
-    /// A user's own directory (settings and user data; created on first use).
+    /// A user's own directory (settings and user data). Only a path: the user data functions create what they
+    /// write into, so a request costs no file system call here.
     fn user_dir(&self, user: &str) -> std::io::Result<PathBuf> {
-        let dir = match &self.layout {
-            Layout::Local { user_dir } => return Ok(user_dir.clone()),
-            Layout::Cloud { data_dir } => data_dir.join("users").join(safe_component(user)?),
-        };
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+        match &self.layout {
+            Layout::Local { user_dir } => Ok(user_dir.clone()),
+            Layout::Cloud { data_dir } => Ok(data_dir.join("users").join(safe_component(user)?)),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ pub(crate) use failure::{internal, internal_prompt_error};
 pub(crate) use strict::from_value as strict_from_value;
 
 pub use generated::*;
-pub use requests::{operation, refuse};
+pub use requests::{bearer, operation, refuse};
 #[allow(unused_imports)]
 // Used by the local runtime (tests today; its handlers with the server issue).
 pub(crate) use support::integral_floats_as_ints;

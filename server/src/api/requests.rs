@@ -1,7 +1,7 @@
 //! What the layers in front of the handlers share: the operation a matched route serves (from the generated
 //! `OPERATIONS`, so no route is listed by hand) and their refusals (an `ErrorResponse` with `no-store`).
 
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_spec::types;
 
@@ -15,6 +15,13 @@ pub fn operation(method: &Method, route: &str) -> Option<&'static OperationInfo>
         "/api/ws" => find("/ws"),
         _ => None,
     })
+}
+
+/// The token of an `Authorization: Bearer` header, if there is one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
 /// A refusal: status, a stable code and a message, `no-store`, and for 401 the challenge.

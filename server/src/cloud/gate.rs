@@ -17,7 +17,7 @@ use axum::response::Response;
 
 use super::{Cloud, SESSION_COOKIE};
 use crate::accounts::{Role, Session, UserId, WorkspaceId};
-use crate::api::{OperationInfo, operation, refuse};
+use crate::api::{OperationInfo, bearer, operation, refuse};
 use crate::workspace::Workspaces;
 
 /// The operations of part 2 (the OAuth authorization server): not served yet, so answered 404 and left out of
@@ -82,12 +82,6 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(key, _)| *key == name)
         .map(|(_, value)| value)
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
 /// Whether an `Origin` header, when present, is this server's own: the configured issuer's origin (scheme, host

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 use sha2::{Digest, Sha256};
 
-use crate::api::{operation, refuse};
+use crate::api::{bearer, operation, refuse};
 
 /// Whether `presented` is `key`, compared through their SHA-256 digests (no early exit on the key's bytes).
 fn same_key(key: &str, presented: &str) -> bool {
@@ -26,13 +26,7 @@ pub(crate) async fn require(key: Arc<String>, request: Request, next: Next) -> R
         return next.run(request).await;
     }
     let headers = request.headers();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let presented = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or(bearer);
+    let presented = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or(bearer(headers));
     match presented {
         Some(presented) if same_key(&key, presented) => next.run(request).await,
         _ => refuse(

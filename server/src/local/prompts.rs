@@ -81,7 +81,7 @@ fn check_shape<T: serde::de::DeserializeOwned>(
 
 /// Whether a queued prompt belongs to the caller's workspace.
 pub(crate) fn owned(caller: &Caller, entry: &QueueEntry<Queued>) -> bool {
-    entry.payload.workspace.id == caller.workspace.id
+    entry.payload.in_workspace(caller.workspace_id())
 }
 
 impl Runtime {

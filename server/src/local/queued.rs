@@ -24,3 +24,10 @@ pub(crate) struct Queued {
     /// The output nodes to run.
     pub(crate) outputs: Vec<String>,
 }
+
+impl Queued {
+    /// Whether it was submitted in `workspace`.
+    pub(crate) fn in_workspace(&self, workspace: &str) -> bool {
+        &*self.workspace.id == workspace
+    }
+}

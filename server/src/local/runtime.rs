@@ -78,7 +78,7 @@ impl Runtime {
 
     /// A workspace's pending plus running prompts, as its `queue_remaining`.
     pub(crate) fn remaining(&self, workspace: &str) -> i64 {
-        self.queue.remaining_where(|q| &*q.workspace.id == workspace) as i64
+        self.queue.remaining_where(|q| q.in_workspace(workspace)) as i64
     }
 }
 
