@@ -20,8 +20,10 @@ import { join } from 'node:path';
 
 import {
   contractProxy,
-  expectedMisses,
+  frameMatching,
   launchChromium,
+  recordFrames,
+  recordUnexpectedAnswers,
   screenshots,
   spawnListening,
   stopProxy,
@@ -72,11 +74,7 @@ try {
   const page = await context.newPage();
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
   const frames = [];
-  page.on('websocket', (socket) => {
-    socket.on('framereceived', ({ payload }) => {
-      if (typeof payload === 'string') frames.push(JSON.parse(payload));
-    });
-  });
+  recordFrames(page, frames);
   await page.goto(url + '/');
   assert.equal(new URL(page.url()).pathname, '/login', 'sent to sign in');
 
@@ -85,13 +83,7 @@ try {
   await page.getByLabel('Password').fill('not the password');
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('alert').filter({ hasText: 'wrong password' }).waitFor({ timeout: 10_000 });
-  page.on('response', (response) => {
-    const address = response.url();
-    if (!address.startsWith(url) || response.status() < 400) return;
-    if (response.status() >= 500 || !expectedMisses.some((miss) => miss.test(address))) {
-      problems.push(`${response.request().method()} ${address} answered ${response.status()}`);
-    }
-  });
+  recordUnexpectedAnswers(page, url, problems);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.waitForURL(`${url}/`, { timeout: 10_000 });
@@ -131,12 +123,12 @@ try {
   assert.equal(served.status(), 200, '/view serves the output to the signed-in user');
   assert.equal(served.headers()['content-type'], 'image/png');
   // The page fetches the image on `executed`; `execution_success` follows once the history is stored.
-  const end = Date.now() + 30_000;
-  while (!frames.some((f) => f.type === 'execution_success' || f.type === 'execution_error')) {
-    assert.ok(Date.now() < end, 'the run finished within 30 s');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  assert.ok(frames.some((f) => f.type === 'execution_success'), 'the run succeeded');
+  const finished = await frameMatching(
+    frames,
+    (f) => f.type === 'execution_success' || f.type === 'execution_error',
+    30_000,
+  );
+  assert.equal(finished.type, 'execution_success', `the run succeeded: ${JSON.stringify(finished)}`);
   const executed = frames.find((f) => f.type === 'executed' && f.data.node === '3');
   assert.match(executed.data.output.images[0].filename, /^cloud_\d{5}_\.png$/);
   // The image belongs to the workspace: the API without the session does not serve it.

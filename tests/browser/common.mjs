@@ -1,6 +1,7 @@
-// What both browser tests share: where Chromium, the contract proxy and the screenshots are, the 4xx answers a
-// fresh ComfyUI install also gives while the frontend boots, starting a process that logs the address it listens
-// on, stopping the contract proxy for its report, and launching Chromium.
+// What the browser tests share: where Chromium, the contract proxy and the screenshots are, the 4xx answers a
+// fresh ComfyUI install also gives while the frontend boots (and recording the others), recording and awaiting
+// websocket frames, starting a process that logs the address it listens on, stopping the contract proxy for its
+// report, and launching Chromium.
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -25,6 +26,37 @@ export const expectedMisses = [
   /\/api\/userdata\?dir=(workflows|subgraphs)&/,
   /\/templates\//,
 ];
+
+/** Records into `problems` every 5xx, and every 4xx that is not an `expectedMisses` one, `page` gets from `url`. */
+export function recordUnexpectedAnswers(page, url, problems) {
+  page.on('response', (response) => {
+    const address = response.url();
+    if (!address.startsWith(url) || response.status() < 400) return;
+    if (response.status() >= 500 || !expectedMisses.some((miss) => miss.test(address))) {
+      problems.push(`${response.request().method()} ${address} answered ${response.status()}`);
+    }
+  });
+}
+
+/** Every websocket text frame the page receives, as parsed JSON, pushed into `frames`. */
+export function recordFrames(page, frames) {
+  page.on('websocket', (socket) => {
+    socket.on('framereceived', ({ payload }) => {
+      if (typeof payload === 'string') frames.push(JSON.parse(payload));
+    });
+  });
+}
+
+/** Resolves to the first of `frames` (still being recorded) that satisfies `accept`, within `timeout` ms. */
+export async function frameMatching(frames, accept, timeout) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const found = frames.find(accept);
+    if (found) return found;
+    if (Date.now() > end) throw new Error(`no such websocket frame within ${timeout} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
 
 /** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
 export async function spawnListening(command, args) {

@@ -29,8 +29,10 @@ import { join } from 'node:path';
 
 import {
   contractProxy,
-  expectedMisses,
+  frameMatching,
   launchChromium,
+  recordFrames,
+  recordUnexpectedAnswers,
   screenshots,
   spawnListening,
   stopProxy,
@@ -77,26 +79,6 @@ const defaultLinks = {
   '71.clip': ['62', 0],
 };
 
-/** Every websocket text frame the page receives, as parsed JSON, pushed into `frames`. */
-function recordFrames(page, frames) {
-  page.on('websocket', (socket) => {
-    socket.on('framereceived', ({ payload }) => {
-      if (typeof payload === 'string') frames.push(JSON.parse(payload));
-    });
-  });
-}
-
-/** Resolves to the first of `frames` (still being recorded) that satisfies `accept`, within `timeout` ms. */
-async function frameMatching(frames, accept, timeout) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const found = frames.find(accept);
-    if (found) return found;
-    if (Date.now() > end) throw new Error(`no such websocket frame within ${timeout} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
 /** Width and height from a PNG's IHDR chunk. */
 function pngSize(bytes) {
   assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'a PNG');
@@ -108,13 +90,7 @@ function pngSize(bytes) {
 async function openKiln(context, url, problems) {
   const page = await context.newPage();
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('response', (response) => {
-    const address = response.url();
-    if (!address.startsWith(url) || response.status() < 400) return;
-    if (response.status() >= 500 || !expectedMisses.some((miss) => miss.test(address))) {
-      problems.push(`${response.request().method()} ${address} answered ${response.status()}`);
-    }
-  });
+  recordUnexpectedAnswers(page, url, problems);
   return page;
 }
 

@@ -5,11 +5,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt as _;
 use kiln_server::{Config, LogRing, Runtime, Server};
 use tower::ServiceExt as _;
-
-use kiln_tests::contract::{Answer, Contract};
 
 struct Answered {
     status: StatusCode,
@@ -24,21 +21,8 @@ impl Answered {
 }
 
 async fn send(server: &Server, request: Request<Body>) -> Answered {
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let response = server.router().oneshot(request).await.expect("answers");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("body").to_bytes().to_vec();
-    Contract::assert_conforms_on(
-        "cloud",
-        &Answer {
-            method: method.as_str(),
-            path: &path,
-            status: parts.status.as_u16(),
-            content_type: parts.headers.get("content-type").and_then(|v| v.to_str().ok()),
-            body: &body,
-        },
-    );
-    Answered { status: parts.status, headers: parts.headers, body }
+    let (status, headers, body) = crate::answer(server, "cloud", request).await;
+    Answered { status, headers, body }
 }
 
 fn request(method: &str, path: &str) -> axum::http::request::Builder {
@@ -359,19 +343,7 @@ async fn issue_12_the_local_runtime_with_an_api_key_file_requires_the_key_on_eve
     );
     config.api_key = Some("0123456789abcdef-local".to_owned());
     let server = Server::start(&config, LogRing::new()).await.expect("starts");
-    let local = |request: Request<Body>| async {
-        let response = server.router().oneshot(request).await.expect("answers");
-        let status = response.status();
-        let body = response.into_body().collect().await.expect("body").to_bytes().to_vec();
-        Contract::assert_conforms(&Answer {
-            method: "GET",
-            path: "/api/queue",
-            status: status.as_u16(),
-            content_type: Some("application/json"),
-            body: &body,
-        });
-        status
-    };
+    let local = |request: Request<Body>| async { crate::answer(&server, "local", request).await.0 };
     assert_eq!(
         local(request("GET", "/api/queue").body(Body::empty()).unwrap()).await,
         StatusCode::UNAUTHORIZED

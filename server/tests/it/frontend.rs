@@ -8,11 +8,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt as _;
 use kiln_server::{Config, FRONTEND_VERSION, FrontEnd, LogRing, Server};
-use tower::ServiceExt as _;
-
-use kiln_tests::contract::{Answer, Contract};
 
 use crate::binary::http_get;
 
@@ -26,18 +22,7 @@ async fn send(
     server: &Server,
     request: Request<Body>,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let response = server.router().oneshot(request).await.expect("answers");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("body").to_bytes().to_vec();
-    Contract::assert_conforms(&Answer {
-        method: method.as_str(),
-        path: &path,
-        status: parts.status.as_u16(),
-        content_type: parts.headers.get("content-type").and_then(|v| v.to_str().ok()),
-        body: &body,
-    });
-    (parts.status, parts.headers, body)
+    crate::answer(server, "local", request).await
 }
 
 #[tokio::test]
