@@ -20,6 +20,16 @@ pub(crate) fn j<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("fixture JSON matches the generated type")
 }
 
+/// A raw operation's answer: its method and body echoed back as JSON, so the test sees the whole request
+/// arrived.
+async fn raw_answer(request: axum::extract::Request) -> Response {
+    use axum::response::IntoResponse as _;
+    let method = request.method().to_string();
+    let body = axum::body::to_bytes(request.into_body(), 1 << 20).await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    axum::Json(json!({"jsonrpc": "2.0", "method": method, "echo": body})).into_response()
+}
+
 /// The prompt id the fixture assigns.
 pub(crate) const PROMPT_ID: &str = "11111111-2222-4333-8444-555555555555";
 
@@ -113,6 +123,18 @@ fn history_entry() -> types::HistoryEntry {
 }
 
 impl SharedApi for Fixture {
+    async fn mcp_post(&self, request: axum::extract::Request) -> Response {
+        self.record("mcpPost");
+        raw_answer(request).await
+    }
+    async fn mcp_get(&self, request: axum::extract::Request) -> Response {
+        self.record("mcpGet");
+        raw_answer(request).await
+    }
+    async fn mcp_delete(&self, request: axum::extract::Request) -> Response {
+        self.record("mcpDelete");
+        raw_answer(request).await
+    }
     async fn get_embeddings(&self, _: Parts) -> GetEmbeddingsResponse {
         self.record("getEmbeddings");
         GetEmbeddingsResponse::Ok(j(json!(["easynegative"])))
@@ -748,10 +770,35 @@ impl CloudApi for Fixture {
         OauthRegisterResponse::Created {
             body: j(json!({
                 "client_id": "c1", "client_id_issued_at": 1, "redirect_uris": body.redirect_uris, "grant_types": ["authorization_code"],
-                "response_types": ["code"], "token_endpoint_auth_method": "none", "application_type": "native"
+                "response_types": ["code"], "token_endpoint_auth_method": "none", "application_type": "native",
+                "registration_client_uri": "https://kiln.test/oauth/register/c1"
             })),
             cache_control: Some("no-store".to_owned()),
         }
+    }
+    async fn get_oauth_client(&self, _: Parts, client_id: String) -> GetOauthClientResponse {
+        self.record("getOauthClient");
+        GetOauthClientResponse::Ok {
+            body: j(json!({
+                "client_id": client_id, "client_id_issued_at": 1, "redirect_uris": ["http://127.0.0.1:9/cb"],
+                "grant_types": ["authorization_code"], "response_types": ["code"],
+                "token_endpoint_auth_method": "none", "application_type": "native",
+                "registration_client_uri": "https://kiln.test/oauth/register/c1"
+            })),
+            cache_control: Some("no-store".to_owned()),
+        }
+    }
+    async fn oauth_consent_page(
+        &self,
+        _: Parts,
+        query: OauthConsentPageQuery,
+    ) -> OauthConsentPageResponse {
+        self.record("oauthConsentPage");
+        let page = format!("<!doctype html><p>{}</p>", query.oauth_request_id.unwrap_or_default());
+        OauthConsentPageResponse::Ok(Binary {
+            content_type: "text/html; charset=utf-8".to_owned(),
+            bytes: Bytes::from(page),
+        })
     }
 }
 

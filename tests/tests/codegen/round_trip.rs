@@ -346,6 +346,27 @@ async fn every_operation_round_trips_through_the_generated_client() {
     assert_eq!(registered.status().as_u16(), 201);
     assert_eq!(registered.redirect_uris, ["http://127.0.0.1:9/cb"]);
 
+    let read = cloud.get_oauth_client("c1").await.expect("registration read");
+    assert_eq!(read.client_id, "c1");
+    let page = cloud.oauth_consent_page(Some("r1")).await.expect("consent page");
+    assert!(String::from_utf8_lossy(&bytes(page.into_inner()).await).contains("r1"));
+
+    // The raw operations (MCP) take the whole request: not in the generated client, called over HTTP.
+    let http = reqwest::Client::new();
+    for base in [&servers.local, &servers.cloud] {
+        let message = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        let posted =
+            http.post(format!("{base}/mcp")).json(&message).send().await.expect("POST /mcp");
+        let posted: serde_json::Value = posted.json().await.expect("JSON");
+        assert_eq!((posted["method"].clone(), posted["echo"].clone()), ("POST".into(), message));
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let answer =
+                http.request(method.clone(), format!("{base}/mcp")).send().await.expect("/mcp");
+            let answer: serde_json::Value = answer.json().await.expect("JSON");
+            assert_eq!(answer["method"], method.as_str());
+        }
+    }
+
     // Every operation of the spec ran at least once.
     let ran = servers.fixture.calls();
     let missing: Vec<_> =
