@@ -50,12 +50,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def listening_address(process: subprocess.Popen, what: str) -> str:
-    """Reads the process's log until it says where it listens; keeps draining it afterwards."""
+def listening_address(process: subprocess.Popen, what: str) -> tuple[str, list[str], threading.Thread]:
+    """Reads the process's log until it says where it listens; then collects the rest of it in the background.
+    Answers the address, the list the rest goes to, and the thread that fills it."""
     for line in process.stderr:
         if "listening on http://" in line:
-            threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()
-            return "http://" + line.split("listening on http://")[1].strip()
+            rest: list[str] = []
+            reader = threading.Thread(target=rest.extend, args=(process.stderr,), daemon=True)
+            reader.start()
+            return "http://" + line.split("listening on http://")[1].strip(), rest, reader
     raise RuntimeError(f"{what} exited before listening")
 
 
@@ -69,13 +72,11 @@ class CloudKiln:
             input=PASSWORD + "\n", text=True, check=True, stdout=subprocess.DEVNULL,
         )
         port = free_port()
-        self.proxy = subprocess.Popen([PROXY, f"127.0.0.1:{port}", "cloud"], stderr=subprocess.PIPE, text=True)
-        for line in self.proxy.stderr:
-            if "listening on http://" in line:
-                self.issuer = "http://" + line.split("listening on http://")[1].strip()
-                break
-        else:
-            raise RuntimeError("kiln-contract-proxy exited before listening")
+        self.proxy = None
+        self.issuer = f"http://127.0.0.1:{port}"
+        if os.environ.get("KILN_MCP_DIRECT") != "1":  # as in tests/mcp/kiln.mjs: 1 skips the proxy
+            self.proxy = subprocess.Popen([PROXY, f"127.0.0.1:{port}", "cloud"], stderr=subprocess.PIPE, text=True)
+            self.issuer, self.proxy_log, self.proxy_reader = listening_address(self.proxy, "kiln-contract-proxy")
         command = [KILN, "--runtime", "cloud", "--port", str(port), "--issuer", self.issuer,
                    "--disable-front-end", "--data-dir", str(data_dir)]
         self.kiln = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
@@ -83,12 +84,16 @@ class CloudKiln:
 
     def stop(self) -> None:
         """Stops both; raises AssertionError with the proxy's report if any answer broke the contract."""
-        self.proxy.send_signal(signal.SIGTERM)
-        report = self.proxy.stderr.read()
-        code = self.proxy.wait()
+        report, code = "", 0
+        if self.proxy:
+            self.proxy.send_signal(signal.SIGTERM)
+            code = self.proxy.wait(timeout=30)
         self.kiln.kill()
         self.kiln.wait()
-        print(report.strip().splitlines()[0] if report.strip() else "contract: no report")
+        if self.proxy:
+            self.proxy_reader.join(timeout=10)
+            report = "".join(self.proxy_log)
+            print(report.strip().splitlines()[0] if report.strip() else "contract: no report")
         if code != 0:
             raise AssertionError(f"kiln sent answers the spec does not describe:\n{report}")
 
@@ -224,43 +229,43 @@ class AuthlibAgainstKiln(unittest.IsolatedAsyncioTestCase):
 
     async def test_access_token_verifies_with_the_jwks(self) -> None:
         client = await self.authorized_client()
-        async with client:
-            access_token = client.token["access_token"]
-            jwks = (await self.http.get(self.metadata["jwks_uri"])).json()
-            token = jwt.decode(access_token, KeySet.import_key_set(jwks), algorithms=["ES256"])
-            self.assertEqual(token.header["typ"], "at+jwt")
-            claims = jwt.JWTClaimsRegistry(
-                iss={"essential": True, "value": self.issuer},
-                aud={"essential": True, "value": f"{self.issuer}/mcp"},
-                sub={"essential": True},
-                exp={"essential": True},
-            )
-            claims.validate(token.claims)
-            self.assertEqual(token.claims["client_id"], client.client_id)
-            self.assertEqual(sorted(token.claims["scope"].split()), sorted(SCOPES.split()))
-            self.assertIn("workspace_id", token.claims)
-            self.assertEqual(await mcp_initialize_status(self.http, self.issuer, access_token), 200)
+        self.addAsyncCleanup(client.aclose)
+        access_token = client.token["access_token"]
+        jwks = (await self.http.get(self.metadata["jwks_uri"])).json()
+        token = jwt.decode(access_token, KeySet.import_key_set(jwks), algorithms=["ES256"])
+        self.assertEqual(token.header["typ"], "at+jwt")
+        claims = jwt.JWTClaimsRegistry(
+            iss={"essential": True, "value": self.issuer},
+            aud={"essential": True, "value": f"{self.issuer}/mcp"},
+            sub={"essential": True},
+            exp={"essential": True},
+        )
+        claims.validate(token.claims)
+        self.assertEqual(token.claims["client_id"], client.client_id)
+        self.assertEqual(sorted(token.claims["scope"].split()), sorted(SCOPES.split()))
+        self.assertIn("workspace_id", token.claims)
+        self.assertEqual(await mcp_initialize_status(self.http, self.issuer, access_token), 200)
 
     async def test_refresh_rotates_and_reuse_is_invalid_grant(self) -> None:
         client = await self.authorized_client()
-        async with client:
-            first = dict(client.token)
-            second = dict(await client.refresh_token(self.metadata["token_endpoint"]))
-            self.assertNotEqual(second["refresh_token"], first["refresh_token"], "the refresh token rotates")
-            self.assertEqual(await mcp_initialize_status(self.http, self.issuer, second["access_token"]), 200)
-            # The successor used, then the replaced token again: reuse, and the family is revoked.
-            third = dict(await client.refresh_token(self.metadata["token_endpoint"]))
-            self.assertEqual(await mcp_initialize_status(self.http, self.issuer, third["access_token"]), 200)
-            replay = await self.http.post(self.metadata["token_endpoint"], data={
-                "grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": client.client_id,
-            })
-            self.assertEqual(replay.status_code, 400, replay.text)
-            self.assertEqual(replay.json()["error"], "invalid_grant")
-            self.assertEqual(replay.headers.get("cache-control"), "no-store")
-            with self.assertRaises(OAuthError) as refused:
-                await client.refresh_token(self.metadata["token_endpoint"])
-            self.assertEqual(refused.exception.error, "invalid_grant", "the family is revoked")
-            self.assertEqual(await mcp_initialize_status(self.http, self.issuer, third["access_token"]), 401)
+        self.addAsyncCleanup(client.aclose)
+        first = dict(client.token)
+        second = dict(await client.refresh_token(self.metadata["token_endpoint"]))
+        self.assertNotEqual(second["refresh_token"], first["refresh_token"], "the refresh token rotates")
+        self.assertEqual(await mcp_initialize_status(self.http, self.issuer, second["access_token"]), 200)
+        # The successor used, then the replaced token again: reuse, and the family is revoked.
+        third = dict(await client.refresh_token(self.metadata["token_endpoint"]))
+        self.assertEqual(await mcp_initialize_status(self.http, self.issuer, third["access_token"]), 200)
+        replay = await self.http.post(self.metadata["token_endpoint"], data={
+            "grant_type": "refresh_token", "refresh_token": first["refresh_token"], "client_id": client.client_id,
+        })
+        self.assertEqual(replay.status_code, 400, replay.text)
+        self.assertEqual(replay.json()["error"], "invalid_grant")
+        self.assertEqual(replay.headers.get("cache-control"), "no-store")
+        with self.assertRaises(OAuthError) as refused:
+            await client.refresh_token(self.metadata["token_endpoint"])
+        self.assertEqual(refused.exception.error, "invalid_grant", "the family is revoked")
+        self.assertEqual(await mcp_initialize_status(self.http, self.issuer, third["access_token"]), 401)
 
 
 if __name__ == "__main__":
