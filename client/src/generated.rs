@@ -2652,8 +2652,12 @@ impl Client {
     }
     /// Dynamic client registration (RFC 7591)
     ///
-    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    /// defaults and are returned as stored. Open registration, rate limited per address.
+    /// [cloud-only] Registers a client. Public clients (`token_endpoint_auth_method: none`, the default) get no
+    /// secret; a request for `client_secret_post` or `client_secret_basic` gets a confidential client and its
+    /// secret, once. Omitted values get their defaults and are returned as stored, with `registration_client_uri`
+    /// and `registration_access_token` (RFC 7592). Open registration, rate limited per address with room for
+    /// bursts (clients register twice per connect). Clients that never complete an authorization expire after a
+    /// day.
     ///
     ///
     /// Sends a `POST` request to `/oauth/register`
@@ -2689,6 +2693,88 @@ impl Client {
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             413u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             429u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Read a client registration (RFC 7592)
+    ///
+    /// [cloud-only] Answers a registered client's metadata as stored (without its secret) to the holder of the
+    /// `registration_access_token` returned at registration.
+    ///
+    ///
+    /// Sends a `GET` request to `/oauth/register/{client_id}`
+    ///
+    /// Arguments:
+    /// - `client_id`: The client id.
+    pub async fn get_oauth_client<'a>(
+        &'a self,
+        client_id: &'a str,
+    ) -> Result<ResponseValue<types::OAuthRegisterResponse>, Error<types::OAuthRegisterError>> {
+        let url =
+            format!("{}/oauth/register/{}", self.baseurl, encode_path(&client_id.to_string()),);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .header(
+                ::reqwest::header::ACCEPT,
+                ::reqwest::header::HeaderValue::from_static("application/json"),
+            )
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "get_oauth_client" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => ResponseValue::from_response(response).await,
+            401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// The consent page
+    ///
+    /// [cloud-only] The server-rendered page where a signed-in user sees who asks for access (the client's
+    /// self-declared name, marked unverified, and the host its code goes to), the scopes, the resource and the
+    /// workspace to grant, and allows or denies. Without a session it sends the browser to sign in first and back
+    /// here. The page may not be framed (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`).
+    ///
+    ///
+    /// Sends a `GET` request to `/oauth/consent`
+    ///
+    /// Arguments:
+    /// - `oauth_request_id`: The pending authorization request.
+    pub async fn oauth_consent_page<'a>(
+        &'a self,
+        oauth_request_id: Option<&'a str>,
+    ) -> Result<ResponseValue<ByteStream>, Error<ByteStream>> {
+        let url = format!("{}/oauth/consent", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self
+            .client
+            .get(url)
+            .query(&progenitor_client::QueryParam::new("oauth_request_id", &oauth_request_id))
+            .headers(header_map)
+            .build()?;
+        let info = OperationInfo { operation_id: "oauth_consent_page" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => Ok(ResponseValue::stream(response)),
+            400u16 => Err(Error::ErrorResponse(ResponseValue::stream(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

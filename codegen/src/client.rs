@@ -15,6 +15,9 @@ pub const HAND_WRITTEN: &[(&str, &str)] = &[
     ("uploadImage", "multipart/form-data body: `Client::upload_image`"),
     ("uploadMask", "multipart/form-data body: `Client::upload_mask`"),
     ("webSocketConnect", "websocket upgrade (101): `Client::events`"),
+    ("mcpPost", "MCP Streamable HTTP: use an MCP client (such as rmcp's) with `<base>/mcp`"),
+    ("mcpGet", "MCP Streamable HTTP: use an MCP client (such as rmcp's) with `<base>/mcp`"),
+    ("mcpDelete", "MCP Streamable HTTP: use an MCP client (such as rmcp's) with `<base>/mcp`"),
 ];
 
 /// The one place the spec is changed for progenitor: drops the operations in [`HAND_WRITTEN`] (multipart

@@ -37,8 +37,11 @@ pub(crate) struct Operation {
     pub(crate) header_params: Vec<Param>,
     /// The request body, if any.
     pub(crate) body: Option<Body>,
-    /// Responses sorted by status.
+    /// Responses sorted by status (none for a raw operation: its handler builds the answer itself).
     pub(crate) responses: Vec<Response>,
+    /// `x-kiln-raw`: the handler takes the whole request and answers any `Response` (a protocol served by a
+    /// library, such as MCP's Streamable HTTP); the spec still documents its body and answers.
+    pub(crate) raw: bool,
 }
 
 impl Operation {
@@ -223,6 +226,25 @@ fn operation(path: &str, method: &str, op: &openapiv3::Operation) -> Result<Oper
     // Path parameters in the order they appear in the path.
     path_params.sort_by_key(|p| path.find(&format!("{{{}}}", p.name)).unwrap_or(usize::MAX));
 
+    let raw = op.extensions.get("x-kiln-raw").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    if raw {
+        return Ok(Operation {
+            id,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            runtimes,
+            security: Vec::new(),
+            summary: op.summary.clone(),
+            description: op.description.clone().unwrap_or_default(),
+            path_params,
+            query_params,
+            header_params,
+            body: None,
+            responses: Vec::new(),
+            raw,
+        });
+    }
+
     let body = match &op.request_body {
         None => None,
         Some(ReferenceOr::Reference { .. }) => return Err(unsupported(&id, "a $ref request body")),
@@ -257,6 +279,7 @@ fn operation(path: &str, method: &str, op: &openapiv3::Operation) -> Result<Oper
         header_params,
         body,
         responses,
+        raw,
     })
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn generate(ops: &[Operation]) -> Result<TokenStream, Error> {
         if let Some(query) = query_struct(op) {
             items.push(query);
         }
-        if !op.is_websocket() {
+        if !op.is_websocket() && !op.raw {
             items.push(response_enum(op));
         }
         match trait_of(op)?.to_string().as_str() {
@@ -309,8 +309,13 @@ fn method_args(op: &Operation) -> Vec<(proc_macro2::Ident, TokenStream)> {
 
 fn trait_method(op: &Operation) -> TokenStream {
     let name = format_ident!("{}", op.snake());
-    let args = method_args(op).into_iter().map(|(n, t)| quote! { #n: #t });
-    let output = if op.is_websocket() {
+    let args: Vec<TokenStream> = if op.raw {
+        vec![quote! { request: axum::extract::Request }]
+    } else {
+        let args = method_args(op).into_iter().map(|(n, t)| quote! { #n: #t });
+        std::iter::once(quote! { parts: Parts }).chain(args).collect()
+    };
+    let output = if op.is_websocket() || op.raw {
         quote!(Response)
     } else {
         let name = response_enum_name(op);
@@ -331,7 +336,7 @@ fn trait_method(op: &Operation) -> TokenStream {
     ));
     quote! {
         #[doc = #doc]
-        fn #name(&self, parts: Parts, #(#args),*) -> impl Future<Output = #output> + Send;
+        fn #name(&self, #(#args),*) -> impl Future<Output = #output> + Send;
     }
 }
 
@@ -357,6 +362,13 @@ fn handler(op: &Operation) -> Result<TokenStream, Error> {
     let handler = format_ident!("handle_{}", op.snake());
     let method = format_ident!("{}", op.snake());
     let bound = trait_of(op)?;
+    if op.raw {
+        return Ok(quote! {
+            async fn #handler<A: #bound>(State(api): State<Arc<A>>, request: axum::extract::Request) -> Response {
+                api.#method(request).await
+            }
+        });
+    }
     let mut extractors = vec![quote! { State(api): State<Arc<A>> }];
     let mut steps = Vec::new();
     // `fallible`: input that can fail to parse, which needs a declared 400. `may_reject`: any rejection at all,

@@ -86,9 +86,14 @@ impl Server {
         let fallback = workspaces.fallback_caller()?;
         let cloud = match config.runtime {
             crate::api::Runtime::Local => None,
-            crate::api::Runtime::Cloud => {
-                Some(Arc::new(crate::cloud::Cloud::open(&config.data_dir, &config.issuer).await?))
-            }
+            crate::api::Runtime::Cloud => Some(Arc::new(
+                crate::cloud::Cloud::open(
+                    &config.data_dir,
+                    &config.issuer,
+                    config.cimd_allow_loopback_http,
+                )
+                .await?,
+            )),
         };
         let executor = Executor::new(
             fallback.workspace.registry().clone(),
@@ -144,6 +149,7 @@ impl Server {
             log_subscribers: Mutex::new(Default::default()),
             storage,
             cloud,
+            mcp: std::sync::OnceLock::new(),
         });
         // Every queue change is announced to every socket, with its own workspace's counter, in the order of
         // the changes.
@@ -158,9 +164,13 @@ impl Server {
         }));
         let worker = start_worker(runtime.clone(), executor);
         let api = Arc::new(LocalServer(runtime.clone()));
+        let mcp = crate::mcp::McpEndpoint::new(LocalServer(runtime.clone()), mcp_config(config));
+        let _ = runtime.mcp.set(mcp);
         let mut router = match &runtime.cloud {
             None => local_router(api),
-            Some(_) => cloud_router(api).merge(crate::cloud::signin::routes()),
+            Some(_) => cloud_router(api)
+                .merge(crate::cloud::signin::routes())
+                .merge(crate::oauth::consent_page::routes()),
         };
         let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
         router = match runtime.cloud {
@@ -216,6 +226,12 @@ impl Server {
     /// The routes.
     pub fn router(&self) -> Router {
         self.router.clone()
+    }
+
+    /// The runtime, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
     }
 
     /// Sends new log entries to the sockets subscribed through `/internal/logs/subscribe`, until the server stops.
@@ -319,6 +335,52 @@ async fn origin_check(request: Request, next: Next) -> Response {
             "a cross-origin request to a server on a loopback address is refused; start kiln with \
              --enable-cors-header to allow it",
         )
+    }
+}
+
+/// How `/mcp` is exposed. Cloud: the issuer's host and origin only, OAuth challenges, a principal required.
+/// Local: the server's own origins; the `Host` check (against DNS rebinding) when it listens on loopback only.
+fn mcp_config(config: &Config) -> crate::mcp::McpConfig {
+    match config.runtime {
+        crate::api::Runtime::Cloud => {
+            let origin = url::Url::parse(&config.issuer)
+                .map(|url| url.origin().ascii_serialization())
+                .unwrap_or_else(|_| config.issuer.clone());
+            let authority = origin.split_once("://").map_or(origin.as_str(), |(_, a)| a).to_owned();
+            crate::mcp::McpConfig {
+                allowed_hosts: vec![authority],
+                allowed_origins: vec![origin],
+                resource_metadata: Some(format!(
+                    "{}/.well-known/oauth-protected-resource/mcp",
+                    config.issuer
+                )),
+                require_principal: true,
+            }
+        }
+        crate::api::Runtime::Local => {
+            let loopback_only = config.listen.iter().all(|addr| addr.ip().is_loopback());
+            let mut origins: Vec<String> = Vec::new();
+            for addr in &config.listen {
+                origins.push(format!("http://{addr}"));
+                if addr.ip().is_loopback() {
+                    origins.push(format!("http://localhost:{}", addr.port()));
+                }
+            }
+            if let Some(origin) = config.cors_origin.as_ref().filter(|o| *o != "*") {
+                origins.push(origin.clone());
+            }
+            let hosts = if loopback_only {
+                ["localhost", "127.0.0.1", "::1", "[::1]"].map(str::to_owned).to_vec()
+            } else {
+                Vec::new()
+            };
+            crate::mcp::McpConfig {
+                allowed_hosts: hosts,
+                allowed_origins: origins,
+                resource_metadata: None,
+                require_principal: false,
+            }
+        }
     }
 }
 

@@ -110,6 +110,9 @@ pub struct Config {
     /// The cloud runtime's issuer (`--issuer`): its public URL, without a trailing slash; tokens carry it as
     /// `iss`.
     pub issuer: String,
+    /// Test and development only: client metadata documents may be fetched over `http` from loopback hosts
+    /// (`--cimd-allow-loopback-http`; refused unless the issuer itself is loopback).
+    pub cimd_allow_loopback_http: bool,
     /// The key every API request must carry on the local runtime (`--api-key-file`), as `X-API-Key` or a bearer
     /// token; `None`: anonymous requests, as ComfyUI.
     pub api_key: Option<String>,
@@ -139,6 +142,7 @@ impl Config {
             cors_origin: None,
             runtime: Runtime::Local,
             issuer: "http://127.0.0.1:8188".to_owned(),
+            cimd_allow_loopback_http: false,
             api_key: None,
             argv,
         }
@@ -162,5 +166,57 @@ impl Config {
             folders.add(folder, self.output_dir.join(dir), false);
         }
         folders
+    }
+}
+
+/// Checks an issuer URL (`--issuer`): absolute `https` (or `http` on a loopback host, for development and
+/// tests), with a host, without user-info, query or fragment. Clients compare it byte for byte, so it is used
+/// exactly as given.
+pub fn check_issuer(issuer: &str) -> Result<(), String> {
+    let url =
+        url::Url::parse(issuer).map_err(|e| format!("`{issuer}` is not an absolute URL: {e}"))?;
+    let host = url.host_str().unwrap_or("");
+    if host.is_empty() || !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("`{issuer}` must name a host and no user-info"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("`{issuer}` must not have a query or a fragment"));
+    }
+    let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err(format!(
+            "`{issuer}` must be an https URL (plain http is allowed only on a loopback host): OAuth clients \
+             send their codes and tokens to it"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod issuer_tests {
+    use super::check_issuer;
+
+    #[test]
+    fn issuers_are_https_or_loopback_http() {
+        for good in [
+            "https://kiln.example.com",
+            "https://kiln.example.com/base",
+            "http://127.0.0.1:8188",
+            "http://localhost:1",
+        ] {
+            assert_eq!(check_issuer(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "http://kiln.example.com",
+            "http://0.0.0.0:8188",
+            "https://kiln.example.com?x=1",
+            "https://kiln.example.com#f",
+            "https://user@kiln.example.com",
+            "kiln.example.com",
+        ] {
+            assert!(check_issuer(bad).is_err(), "{bad}");
+        }
     }
 }

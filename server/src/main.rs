@@ -111,6 +111,10 @@ struct Args {
     /// `http://<first --listen address>:<port>`.
     #[arg(long, value_name = "URL")]
     issuer: Option<String>,
+    /// Cloud runtime, tests and development only: fetch OAuth client metadata documents over plain http from
+    /// loopback hosts. Refused unless the issuer itself is a loopback URL.
+    #[arg(long)]
+    cimd_allow_loopback_http: bool,
     /// Local runtime: require the key in this file (its first line) on every API request, as `X-API-Key` or
     /// `Authorization: Bearer`, for a server reachable from a network.
     #[arg(long, value_name = "FILE")]
@@ -161,6 +165,22 @@ impl Args {
             Some(issuer) => issuer.trim_end_matches('/').to_owned(),
             None => format!("http://{}", config.listen[0]),
         };
+        if config.runtime == Runtime::Cloud
+            && let Err(problem) = kiln_server::check_issuer(&config.issuer)
+        {
+            bail!("--issuer: {problem}");
+        }
+        if self.cimd_allow_loopback_http {
+            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+                .iter()
+                .any(|prefix| config.issuer.starts_with(prefix));
+            if !loopback {
+                bail!(
+                    "--cimd-allow-loopback-http is for tests: the issuer must be a loopback http URL"
+                );
+            }
+            config.cimd_allow_loopback_http = true;
+        }
         if let Some(file) = &self.api_key_file {
             if config.runtime == Runtime::Cloud {
                 bail!(
@@ -301,6 +321,8 @@ async fn main() -> anyhow::Result<()> {
         info!("listening on http://{}", listener.local_addr()?);
         let app = server.router();
         listeners.spawn(async move {
+            // The peer address: the cloud runtime limits client registrations per address.
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
             axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
         });
     }

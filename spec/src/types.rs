@@ -818,6 +818,15 @@ impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json:
         Self(value)
     }
 }
+///A JSON-RPC 2.0 message of the MCP protocol (a request, notification or response), or a batch of them on older protocol versions.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct JsonRpcMessage {
+    ///Always `2.0`.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub jsonrpc: ::std::option::Option<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
 ///A public EC signing key (P-256, ES256).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct JwkKey {
@@ -1264,7 +1273,7 @@ pub struct OAuthAuthorizationServerMetadata {
     pub grant_types_supported: ::std::vec::Vec<::std::string::String>,
     ///`["S256"]`.
     pub code_challenge_methods_supported: ::std::vec::Vec<::std::string::String>,
-    ///`["none"]` (public clients).
+    ///`["none", "client_secret_post", "client_secret_basic"]`: public clients, and confidential clients for hosted connectors that register with a secret.
     pub token_endpoint_auth_methods_supported: ::std::vec::Vec<::std::string::String>,
     ///The scopes clients may ask for.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
@@ -1272,6 +1281,9 @@ pub struct OAuthAuthorizationServerMetadata {
     ///Always true (RFC 9207).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub authorization_response_iss_parameter_supported: ::std::option::Option<bool>,
+    ///Always true. A `client_id` that is an https URL names a client ID metadata document Kiln fetches.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_id_metadata_document_supported: ::std::option::Option<bool>,
     ///The token revocation endpoint (RFC 7009), when implemented.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub revocation_endpoint: ::std::option::Option<::std::string::String>,
@@ -1423,7 +1435,7 @@ pub struct OAuthRegisterError {
 pub struct OAuthRegisterRequest {
     ///One to five redirect URIs (loopback, https, or a private-use scheme).
     pub redirect_uris: ::std::vec::Vec<::std::string::String>,
-    ///`none`; when omitted, `none` is substituted and returned.
+    ///`none` (a public client; substituted when omitted), or `client_secret_post` / `client_secret_basic` (a confidential client that gets a secret). Other methods are refused.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub token_endpoint_auth_method: ::std::option::Option<::std::string::String>,
     ///`authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted.
@@ -1477,8 +1489,19 @@ pub struct OAuthRegisterResponse {
     pub grant_types: ::std::vec::Vec<::std::string::String>,
     ///The registered response types.
     pub response_types: ::std::vec::Vec<::std::string::String>,
-    ///Always `none`.
+    ///How the client authenticates at the token endpoint.
     pub token_endpoint_auth_method: OAuthRegisterResponseTokenEndpointAuthMethod,
+    ///The client secret, returned once and only to clients registered with a secret method.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_secret: ::std::option::Option<::std::string::String>,
+    ///`0`: the secret does not expire. Present with `client_secret`.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_secret_expires_at: ::std::option::Option<i64>,
+    ///Where the client can read its registration (RFC 7592): `<issuer>/oauth/register/<client_id>`.
+    pub registration_client_uri: ::std::string::String,
+    ///The bearer token for `registration_client_uri`, returned once at registration.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub registration_access_token: ::std::option::Option<::std::string::String>,
     pub application_type: OAuthApplicationType,
     ///The registered name.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -1493,7 +1516,7 @@ pub struct OAuthRegisterResponse {
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub scope: ::std::option::Option<::std::string::String>,
 }
-///Always `none`.
+///How the client authenticates at the token endpoint.
 #[derive(
     ::serde::Deserialize,
     ::serde::Serialize,
@@ -1509,11 +1532,17 @@ pub struct OAuthRegisterResponse {
 pub enum OAuthRegisterResponseTokenEndpointAuthMethod {
     #[serde(rename = "none")]
     None,
+    #[serde(rename = "client_secret_post")]
+    ClientSecretPost,
+    #[serde(rename = "client_secret_basic")]
+    ClientSecretBasic,
 }
 impl ::std::fmt::Display for OAuthRegisterResponseTokenEndpointAuthMethod {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
         match *self {
             Self::None => f.write_str("none"),
+            Self::ClientSecretPost => f.write_str("client_secret_post"),
+            Self::ClientSecretBasic => f.write_str("client_secret_basic"),
         }
     }
 }
@@ -1522,6 +1551,8 @@ impl ::std::str::FromStr for OAuthRegisterResponseTokenEndpointAuthMethod {
     fn from_str(value: &str) -> ::std::result::Result<Self, self::error::ConversionError> {
         match value {
             "none" => Ok(Self::None),
+            "client_secret_post" => Ok(Self::ClientSecretPost),
+            "client_secret_basic" => Ok(Self::ClientSecretBasic),
             _ => Err("invalid value".into()),
         }
     }
@@ -1638,9 +1669,12 @@ pub struct OAuthTokenRequest {
     ///The redirect URI of the authorization request.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub redirect_uri: ::std::option::Option<::std::string::String>,
-    ///The public client's id.
+    ///The client's id (public and `client_secret_post` clients).
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub client_id: ::std::option::Option<::std::string::String>,
+    ///The secret of a client registered with `client_secret_post`.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub client_secret: ::std::option::Option<::std::string::String>,
     ///The refresh token.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub refresh_token: ::std::option::Option<::std::string::String>,

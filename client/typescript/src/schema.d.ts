@@ -1206,11 +1206,95 @@ export interface paths {
         put?: never;
         /**
          * Dynamic client registration (RFC 7591)
-         * @description [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-         *     defaults and are returned as stored. Open registration, rate limited per address.
+         * @description [cloud-only] Registers a client. Public clients (`token_endpoint_auth_method: none`, the default) get no
+         *     secret; a request for `client_secret_post` or `client_secret_basic` gets a confidential client and its
+         *     secret, once. Omitted values get their defaults and are returned as stored, with `registration_client_uri`
+         *     and `registration_access_token` (RFC 7592). Open registration, rate limited per address with room for
+         *     bursts (clients register twice per connect). Clients that never complete an authorization expire after a
+         *     day.
          */
         post: operations["oauthRegister"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/register/{client_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a client registration (RFC 7592)
+         * @description [cloud-only] Answers a registered client's metadata as stored (without its secret) to the holder of the
+         *     `registration_access_token` returned at registration.
+         */
+        get: operations["getOauthClient"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/consent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The consent page
+         * @description [cloud-only] The server-rendered page where a signed-in user sees who asks for access (the client's
+         *     self-declared name, marked unverified, and the host its code goes to), the scopes, the resource and the
+         *     workspace to grant, and allows or denies. Without a session it sends the browser to sign in first and back
+         *     here. The page may not be framed (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`).
+         */
+        get: operations["oauthConsentPage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Open the server-to-client event stream
+         * @description Opens the session's event stream (Streamable HTTP, protocol versions before 2026-07-28). Same
+         *     authentication, origin and session rules as `POST /mcp`.
+         */
+        get: operations["mcpGet"];
+        put?: never;
+        /**
+         * Send an MCP message (Streamable HTTP)
+         * @description Kiln's MCP server (Streamable HTTP transport, protocol versions 2025-03-26 to 2026-07-28). A JSON-RPC
+         *     request is answered with `application/json` or a `text/event-stream` carrying the response; notifications
+         *     and responses get 202. Tools: `list_node_types`, `list_models`, `queue_prompt`, `get_job`; they act in the
+         *     caller's workspace. On the cloud runtime every request needs an OAuth access token for `<issuer>/mcp`
+         *     (scopes `kiln:read`, and `kiln:run` to queue) or an API key; a missing one gets 401 with
+         *     `WWW-Authenticate: Bearer resource_metadata="…", scope="…"`, a missing scope 403 `insufficient_scope`. A
+         *     request with an `Origin` Kiln does not serve gets 403. Sessions (`Mcp-Session-Id`, protocol versions before
+         *     2026-07-28) are bound to the user who opened them: another user's session id is 404.
+         */
+        post: operations["mcpPost"];
+        /**
+         * End an MCP session
+         * @description Ends the session named by `Mcp-Session-Id`. Same authentication, origin and session rules as `POST /mcp`.
+         */
+        delete: operations["mcpDelete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2619,12 +2703,14 @@ export interface components {
             grant_types_supported: string[];
             /** @description `["S256"]`. */
             code_challenge_methods_supported: string[];
-            /** @description `["none"]` (public clients). */
+            /** @description `["none", "client_secret_post", "client_secret_basic"]`: public clients, and confidential clients for hosted connectors that register with a secret. */
             token_endpoint_auth_methods_supported: string[];
             /** @description The scopes clients may ask for. */
             scopes_supported?: string[];
             /** @description Always true (RFC 9207). */
             authorization_response_iss_parameter_supported?: boolean;
+            /** @description Always true. A `client_id` that is an https URL names a client ID metadata document Kiln fetches. */
+            client_id_metadata_document_supported?: boolean;
             /**
              * Format: uri
              * @description The token revocation endpoint (RFC 7009), when implemented.
@@ -2754,8 +2840,10 @@ export interface components {
             code_verifier?: string;
             /** @description The redirect URI of the authorization request. */
             redirect_uri?: string;
-            /** @description The public client's id. */
+            /** @description The client's id (public and `client_secret_post` clients). */
             client_id?: string;
+            /** @description The secret of a client registered with `client_secret_post`. */
+            client_secret?: string;
             /** @description The refresh token. */
             refresh_token?: string;
             /** @description On refresh, a subset of the granted scopes. */
@@ -2779,6 +2867,13 @@ export interface components {
             /** @description A rotated refresh token; clients keep the old one when absent. */
             refresh_token?: string;
         };
+        /** @description A JSON-RPC 2.0 message of the MCP protocol (a request, notification or response), or a batch of them on older protocol versions. */
+        JsonRpcMessage: {
+            /** @description Always `2.0`. */
+            jsonrpc?: string;
+        } & {
+            [key: string]: unknown;
+        };
         /** @description A token endpoint error (RFC 6749 §5.2, RFC 8707). */
         OAuthTokenError: {
             error: components["schemas"]["OAuthTokenErrorCode"];
@@ -2799,7 +2894,7 @@ export interface components {
         OAuthRegisterRequest: {
             /** @description One to five redirect URIs (loopback, https, or a private-use scheme). */
             redirect_uris: string[];
-            /** @description `none`; when omitted, `none` is substituted and returned. */
+            /** @description `none` (a public client; substituted when omitted), or `client_secret_post` / `client_secret_basic` (a confidential client that gets a secret). Other methods are refused. */
             token_endpoint_auth_method?: string;
             /** @description `authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted. */
             grant_types?: string[];
@@ -2843,10 +2938,24 @@ export interface components {
             /** @description The registered response types. */
             response_types: string[];
             /**
-             * @description Always `none`.
+             * @description How the client authenticates at the token endpoint.
              * @enum {string}
              */
-            token_endpoint_auth_method: "none";
+            token_endpoint_auth_method: "none" | "client_secret_post" | "client_secret_basic";
+            /** @description The client secret, returned once and only to clients registered with a secret method. */
+            client_secret?: string;
+            /**
+             * Format: int64
+             * @description `0`: the secret does not expire. Present with `client_secret`.
+             */
+            client_secret_expires_at?: number;
+            /**
+             * Format: uri
+             * @description Where the client can read its registration (RFC 7592): `<issuer>/oauth/register/<client_id>`.
+             */
+            registration_client_uri: string;
+            /** @description The bearer token for `registration_client_uri`, returned once at registration. */
+            registration_access_token?: string;
             application_type: components["schemas"]["OAuthApplicationType"];
             /** @description The registered name. */
             client_name?: string;
@@ -5239,6 +5348,8 @@ export interface operations {
             /** @description Client authentication failed (`invalid_client`). */
             401: {
                 headers: {
+                    /** @description `Basic realm="kiln"` when the client tried HTTP Basic authentication. */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5298,6 +5409,324 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["OAuthRegisterError"];
+                };
+            };
+        };
+    };
+    getOauthClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The client id. */
+                client_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The registration. */
+            200: {
+                headers: {
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthRegisterResponse"];
+                };
+            };
+            /** @description No registration access token, or not this client's (`invalid_token`). */
+            401: {
+                headers: {
+                    /** @description `Bearer error="invalid_token"`. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthRegisterError"];
+                };
+            };
+        };
+    };
+    oauthConsentPage: {
+        parameters: {
+            query?: {
+                /** @description The pending authorization request. */
+                oauth_request_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The consent page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description No session yet; the browser signs in and comes back. */
+            303: {
+                headers: {
+                    /** @description `/login?next=<this page>`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description An unknown, expired or used request id (an HTML page saying so). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    mcpGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session's event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description No session id, or a header the transport requires is missing or wrong (`invalid_request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description An `Origin` or `Host` this server does not serve. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description An unknown or expired session, or another user's (`session_not_found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Protocol version 2026-07-28 or later has no sessions, so no stream to open (`method_not_allowed`, `Allow: POST`). */
+            405: {
+                headers: {
+                    /** @description `POST`. */
+                    Allow?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description `Accept` does not allow `text/event-stream` (`not_acceptable`). */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The MCP session failed (`internal`). */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mcpPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JsonRpcMessage"];
+            };
+        };
+        responses: {
+            /** @description The JSON-RPC response, as JSON (stateless requests) or as an event stream (requests in a session, whose `initialize` answer carries `Mcp-Session-Id`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JsonRpcMessage"];
+                    "text/event-stream": string;
+                };
+            };
+            /** @description A notification or response was accepted. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /**
+             * @description Not a JSON-RPC request Kiln can serve: no session id on a request that needs one, a wrong
+             *     `MCP-Protocol-Version` or `Host`, or a malformed message. A Kiln `ErrorResponse` or a JSON-RPC error object.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JsonRpcMessage"];
+                };
+            };
+            /** @description A missing scope (`insufficient_scope`, with `WWW-Authenticate`), or an `Origin` or `Host` this server does not serve (`origin_not_allowed`, `host_not_allowed`). */
+            403: {
+                headers: {
+                    /** @description `Bearer error="insufficient_scope", scope="…", resource_metadata="…"` for a missing scope. */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description An unknown or expired session, or another user's (`session_not_found`), or a JSON-RPC method Kiln does not have. A Kiln `ErrorResponse` or a JSON-RPC error object. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JsonRpcMessage"];
+                };
+            };
+            /** @description `Accept` does not allow both `application/json` and `text/event-stream` (`not_acceptable`). */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The message is larger than 4 MiB (`payload_too_large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not a JSON object (`unsupported_media_type`); batches are not served. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The MCP session failed (`internal`). */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mcpDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session ended. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No session id (`invalid_request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description An `Origin` or `Host` this server does not serve. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description An unknown or expired session, or another user's (`session_not_found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Protocol version 2026-07-28 or later has no sessions (`method_not_allowed`, `Allow: POST`). */
+            405: {
+                headers: {
+                    /** @description `POST`. */
+                    Allow?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The MCP session failed (`internal`). */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -39,6 +39,7 @@ mod tests;
 
 pub use api_keys::API_KEY_PREFIX;
 pub use secret::{csrf_matches, csrf_token};
+pub(crate) use secret::{hash as secret_hash, new_secret};
 
 /// How long a session lives without being used (it slides: each use, at most once a minute, extends it).
 pub const SESSION_IDLE_SECONDS: i64 = 12 * 60 * 60;
@@ -331,6 +332,12 @@ impl Accounts {
         // The stand-in hash for unknown users, made now so the first failed login costs what the others do.
         accounts.blocking_hash(|| Ok(password::dummy_hash().len())).await?;
         Ok(accounts)
+    }
+
+    /// The pool on the database file, for the stores that keep their tables beside the accounts (the OAuth
+    /// server's clients, grants and refresh tokens).
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
     }
 
     /// Runs password hashing on a blocking thread, a few at a time.

@@ -16,14 +16,14 @@ use super::AccountError;
 const CSRF_CONTEXT: &[u8] = b"kiln-csrf\0";
 
 /// A new secret: 32 bytes from the operating system's RNG, base64url without padding (43 characters).
-pub(super) fn new_secret() -> Result<String, AccountError> {
+pub(crate) fn new_secret() -> Result<String, AccountError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(AccountError::Random)?;
     Ok(URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// What is stored for a secret: its SHA-256, lowercase hex.
-pub(super) fn hash(secret: &str) -> String {
+pub(crate) fn hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -65,14 +65,11 @@ fn reduce(mut spec: Value, runtime: Runtime) -> Value {
     spec
 }
 
-/// Whether the runtime serves the operation: its `x-runtime` names it, and it is not one of the cloud operations
-/// not served yet (the OAuth authorization server, `crate::cloud::gate::NOT_YET_SERVED`).
+/// Whether the runtime serves the operation: its `x-runtime` names it.
 fn mounted(operation: &Value, runtime: Runtime) -> bool {
-    let id = operation["operationId"].as_str().unwrap_or("");
     operation["x-runtime"]
         .as_array()
         .is_some_and(|runtimes| runtimes.iter().any(|r| r.as_str() == Some(runtime.name())))
-        && !crate::cloud::gate::NOT_YET_SERVED.contains(&id)
 }
 
 /// The operations of a reduced document.

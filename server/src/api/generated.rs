@@ -489,6 +489,41 @@ pub const OPERATIONS: &[OperationInfo] = &[
         runtimes: &["cloud"],
         security: &[],
     },
+    OperationInfo {
+        id: "getOauthClient",
+        method: "GET",
+        path: "/oauth/register/{client_id}",
+        runtimes: &["cloud"],
+        security: &[&["RegistrationAccessToken"]],
+    },
+    OperationInfo {
+        id: "oauthConsentPage",
+        method: "GET",
+        path: "/oauth/consent",
+        runtimes: &["cloud"],
+        security: &[&[], &["WebSessionAuth"]],
+    },
+    OperationInfo {
+        id: "mcpGet",
+        method: "GET",
+        path: "/mcp",
+        runtimes: &["local", "cloud"],
+        security: &[&["BearerAuth"], &["ApiKeyAuth"]],
+    },
+    OperationInfo {
+        id: "mcpPost",
+        method: "POST",
+        path: "/mcp",
+        runtimes: &["local", "cloud"],
+        security: &[&["BearerAuth"], &["ApiKeyAuth"]],
+    },
+    OperationInfo {
+        id: "mcpDelete",
+        method: "DELETE",
+        path: "/mcp",
+        runtimes: &["local", "cloud"],
+        security: &[&["BearerAuth"], &["ApiKeyAuth"]],
+    },
 ];
 ///The query parameters of `webSocketConnect`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -2254,7 +2289,12 @@ pub enum OauthTokenResponse {
     ///400: An OAuth error (RFC 6749 §5.2, RFC 8707).
     BadRequest(types::OAuthTokenError),
     ///401: Client authentication failed (`invalid_client`).
-    Unauthorized(types::OAuthTokenError),
+    Unauthorized {
+        /// The body.
+        body: types::OAuthTokenError,
+        ///`WWW-Authenticate`: `Basic realm="kiln"` when the client tried HTTP Basic authentication.
+        www_authenticate: Option<String>,
+    },
 }
 impl IntoResponse for OauthTokenResponse {
     fn into_response(self) -> Response {
@@ -2271,10 +2311,14 @@ impl IntoResponse for OauthTokenResponse {
                 StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 &body,
             ),
-            Self::Unauthorized(body) => support::json(
-                StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                &body,
-            ),
+            Self::Unauthorized { body, www_authenticate } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "WWW-Authenticate", www_authenticate);
+                response
+            }
         }
     }
 }
@@ -2327,6 +2371,85 @@ impl IntoResponse for OauthRegisterResponse {
                 support::set_header(&mut response, "Retry-After", retry_after);
                 response
             }
+        }
+    }
+}
+///The responses of `getOauthClient` (`GET /oauth/register/{client_id}`).
+#[derive(Debug)]
+pub enum GetOauthClientResponse {
+    ///200: The registration.
+    Ok {
+        /// The body.
+        body: types::OAuthRegisterResponse,
+        ///`Cache-Control`: Always `no-store`.
+        cache_control: Option<String>,
+    },
+    ///401: No registration access token, or not this client's (`invalid_token`).
+    Unauthorized {
+        /// The body.
+        body: types::OAuthRegisterError,
+        ///`WWW-Authenticate`: `Bearer error="invalid_token"`.
+        www_authenticate: Option<String>,
+    },
+}
+impl IntoResponse for GetOauthClientResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok { body, cache_control } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "Cache-Control", cache_control);
+                response
+            }
+            Self::Unauthorized { body, www_authenticate } => {
+                let mut response = support::json(
+                    StatusCode::from_u16(401u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    &body,
+                );
+                support::set_header(&mut response, "WWW-Authenticate", www_authenticate);
+                response
+            }
+        }
+    }
+}
+///The query parameters of `oauthConsentPage`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct OauthConsentPageQuery {
+    ///The pending authorization request.
+    #[serde(rename = "oauth_request_id", default)]
+    pub oauth_request_id: Option<String>,
+}
+///The responses of `oauthConsentPage` (`GET /oauth/consent`).
+#[derive(Debug)]
+pub enum OauthConsentPageResponse {
+    ///200: The consent page.
+    Ok(Binary),
+    ///303: No session yet; the browser signs in and comes back.
+    SeeOther {
+        ///`Location`: `/login?next=<this page>`.
+        location: Option<String>,
+    },
+    ///400: An unknown, expired or used request id (an HTML page saying so).
+    BadRequest(Binary),
+}
+impl IntoResponse for OauthConsentPageResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => body.into_response_with(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            ),
+            Self::SeeOther { location } => {
+                let mut response = StatusCode::from_u16(303u16)
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                    .into_response();
+                support::set_header(&mut response, "Location", location);
+                response
+            }
+            Self::BadRequest(body) => body.into_response_with(
+                StatusCode::from_u16(400u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            ),
         }
     }
 }
@@ -2753,6 +2876,32 @@ pub trait SharedApi: Send + Sync + 'static {
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetOpenApiDocumentResponse> + Send;
+    /// Open the server-to-client event stream.
+    ///
+    /// Opens the session's event stream (Streamable HTTP, protocol versions before 2026-07-28). Same
+    /// authentication, origin and session rules as `POST /mcp`.
+    ///
+    /// `GET /mcp` (operationId `mcpGet`), `x-runtime: [local, cloud]`.
+    fn mcp_get(&self, request: axum::extract::Request) -> impl Future<Output = Response> + Send;
+    /// Send an MCP message (Streamable HTTP).
+    ///
+    /// Kiln's MCP server (Streamable HTTP transport, protocol versions 2025-03-26 to 2026-07-28). A JSON-RPC
+    /// request is answered with `application/json` or a `text/event-stream` carrying the response; notifications
+    /// and responses get 202. Tools: `list_node_types`, `list_models`, `queue_prompt`, `get_job`; they act in the
+    /// caller's workspace. On the cloud runtime every request needs an OAuth access token for `<issuer>/mcp`
+    /// (scopes `kiln:read`, and `kiln:run` to queue) or an API key; a missing one gets 401 with
+    /// `WWW-Authenticate: Bearer resource_metadata="…", scope="…"`, a missing scope 403 `insufficient_scope`. A
+    /// request with an `Origin` Kiln does not serve gets 403. Sessions (`Mcp-Session-Id`, protocol versions before
+    /// 2026-07-28) are bound to the user who opened them: another user's session id is 404.
+    ///
+    /// `POST /mcp` (operationId `mcpPost`), `x-runtime: [local, cloud]`.
+    fn mcp_post(&self, request: axum::extract::Request) -> impl Future<Output = Response> + Send;
+    /// End an MCP session.
+    ///
+    /// Ends the session named by `Mcp-Session-Id`. Same authentication, origin and session rules as `POST /mcp`.
+    ///
+    /// `DELETE /mcp` (operationId `mcpDelete`), `x-runtime: [local, cloud]`.
+    fn mcp_delete(&self, request: axum::extract::Request) -> impl Future<Output = Response> + Send;
 }
 /// The operations only the local runtime serves (`x-runtime: [local]`).
 pub trait LocalApi: Send + Sync + 'static {
@@ -2992,8 +3141,12 @@ pub trait CloudApi: Send + Sync + 'static {
     ) -> impl Future<Output = OauthTokenResponse> + Send;
     /// Dynamic client registration (RFC 7591).
     ///
-    /// [cloud-only] Registers a public client (`token_endpoint_auth_method: none`). Omitted values get their
-    /// defaults and are returned as stored. Open registration, rate limited per address.
+    /// [cloud-only] Registers a client. Public clients (`token_endpoint_auth_method: none`, the default) get no
+    /// secret; a request for `client_secret_post` or `client_secret_basic` gets a confidential client and its
+    /// secret, once. Omitted values get their defaults and are returned as stored, with `registration_client_uri`
+    /// and `registration_access_token` (RFC 7592). Open registration, rate limited per address with room for
+    /// bursts (clients register twice per connect). Clients that never complete an authorization expire after a
+    /// day.
     ///
     /// `POST /oauth/register` (operationId `oauthRegister`), `x-runtime: [cloud]`.
     fn oauth_register(
@@ -3001,6 +3154,30 @@ pub trait CloudApi: Send + Sync + 'static {
         parts: Parts,
         body: types::OAuthRegisterRequest,
     ) -> impl Future<Output = OauthRegisterResponse> + Send;
+    /// Read a client registration (RFC 7592).
+    ///
+    /// [cloud-only] Answers a registered client's metadata as stored (without its secret) to the holder of the
+    /// `registration_access_token` returned at registration.
+    ///
+    /// `GET /oauth/register/{client_id}` (operationId `getOauthClient`), `x-runtime: [cloud]`.
+    fn get_oauth_client(
+        &self,
+        parts: Parts,
+        client_id: String,
+    ) -> impl Future<Output = GetOauthClientResponse> + Send;
+    /// The consent page.
+    ///
+    /// [cloud-only] The server-rendered page where a signed-in user sees who asks for access (the client's
+    /// self-declared name, marked unverified, and the host its code goes to), the scopes, the resource and the
+    /// workspace to grant, and allows or denies. Without a session it sends the browser to sign in first and back
+    /// here. The page may not be framed (`X-Frame-Options: DENY`, CSP `frame-ancestors 'none'`).
+    ///
+    /// `GET /oauth/consent` (operationId `oauthConsentPage`), `x-runtime: [cloud]`.
+    fn oauth_consent_page(
+        &self,
+        parts: Parts,
+        query: OauthConsentPageQuery,
+    ) -> impl Future<Output = OauthConsentPageResponse> + Send;
 }
 async fn handle_web_socket_connect<A: SharedApi>(
     State(api): State<Arc<A>>,
@@ -3685,6 +3862,45 @@ async fn handle_oauth_register<A: CloudApi>(
     };
     api.oauth_register(parts, body).await.into_response()
 }
+async fn handle_get_oauth_client<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    parts: Parts,
+) -> Response {
+    let reject = |problem: support::Problem| -> Response { support::reject_empty(problem) };
+    let client_id = match path {
+        Ok(Path(value)) => value,
+        Err(e) => {
+            return reject(support::Problem::path(e));
+        }
+    };
+    api.get_oauth_client(parts, client_id).await.into_response()
+}
+async fn handle_oauth_consent_page<A: CloudApi>(
+    State(api): State<Arc<A>>,
+    parts: Parts,
+) -> Response {
+    let query: OauthConsentPageQuery = support::query(&parts).unwrap_or_default();
+    api.oauth_consent_page(parts, query).await.into_response()
+}
+async fn handle_mcp_get<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    request: axum::extract::Request,
+) -> Response {
+    api.mcp_get(request).await
+}
+async fn handle_mcp_post<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    request: axum::extract::Request,
+) -> Response {
+    api.mcp_post(request).await
+}
+async fn handle_mcp_delete<A: SharedApi>(
+    State(api): State<Arc<A>>,
+    request: axum::extract::Request,
+) -> Response {
+    api.mcp_delete(request).await
+}
 /// The routes of the local runtime: every operation whose `x-runtime` contains `local`.
 ///
 /// Local routes documented as `/api/X` are also served at `/X` (and `/ws` at `/api/ws`), as ComfyUI does.
@@ -3814,6 +4030,11 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
     let router = router.route("/internal/folder_paths", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_directory_files::<A>);
     let router = router.route("/internal/files/{directory_type}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_mcp_get::<A>)
+        .post(handle_mcp_post::<A>)
+        .delete(handle_mcp_delete::<A>);
+    let router = router.route("/mcp", route);
     router.with_state(api)
 }
 /// The routes of the cloud runtime: every operation whose `x-runtime` contains `cloud`.
@@ -3950,6 +4171,15 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
     let router = router.route("/oauth/token", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().post(handle_oauth_register::<A>);
     let router = router.route("/oauth/register", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_oauth_client::<A>);
+    let router = router.route("/oauth/register/{client_id}", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_oauth_consent_page::<A>);
+    let router = router.route("/oauth/consent", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new()
+        .get(handle_mcp_get::<A>)
+        .post(handle_mcp_post::<A>)
+        .delete(handle_mcp_delete::<A>);
+    let router = router.route("/mcp", route);
     router.with_state(api)
 }
 /// The routes of `runtime`, for an implementation of every operation.

@@ -1,6 +1,5 @@
 //! The cloud runtime's own operations (`CloudApi`): sign-in and the web session, API keys, first-party tokens
-//! and the signing keys. The OAuth authorization server's operations are part 2: the gate answers them 404
-//! before they reach these methods (`gate::NOT_YET_SERVED`), whose answers below only say so.
+//! and the signing keys; the OAuth authorization server's operations are answered by `crate::oauth`.
 
 use axum::http::request::Parts;
 use chrono::{DateTime, Utc};
@@ -12,8 +11,6 @@ use crate::accounts::{AccountError, ApiKeyId, ApiKeyInfo, Session, WorkspaceId};
 use crate::api::*;
 use crate::auth::tokens::NewToken;
 use crate::local::api::{LocalServer, error};
-
-const NOT_SERVED: &str = "the OAuth authorization server is not enabled on this server";
 
 fn time(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(seconds, 0).unwrap_or_default()
@@ -56,44 +53,18 @@ impl LocalServer {
         self.0.cloud.as_deref()
     }
 
-    fn issuer(&self) -> &str {
-        self.cloud().map_or("", |c| c.issuer.as_str())
+    /// The cloud state, for the operations only the cloud router mounts.
+    fn cloud_state(&self) -> &Cloud {
+        match self.cloud() {
+            Some(cloud) => cloud,
+            None => unreachable!(
+                "cloud operations are mounted only on the cloud runtime, which has its state"
+            ),
+        }
     }
 
     fn principal(parts: &Parts) -> Option<&Principal> {
         parts.extensions.get::<Principal>()
-    }
-}
-
-/// RFC 8414 metadata of the authorization server part 2 brings (the gate does not serve it yet).
-fn authorization_server(issuer: &str) -> types::OAuthAuthorizationServerMetadata {
-    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect();
-    types::OAuthAuthorizationServerMetadata {
-        issuer: issuer.to_owned(),
-        authorization_endpoint: format!("{issuer}/oauth/authorize"),
-        token_endpoint: format!("{issuer}/oauth/token"),
-        registration_endpoint: Some(format!("{issuer}/oauth/register")),
-        jwks_uri: format!("{issuer}/.well-known/jwks.json"),
-        response_types_supported: strings(&["code"]),
-        response_modes_supported: strings(&["query"]),
-        grant_types_supported: strings(&["authorization_code", "refresh_token"]),
-        code_challenge_methods_supported: strings(&["S256"]),
-        token_endpoint_auth_methods_supported: strings(&["none"]),
-        scopes_supported: Vec::new(),
-        authorization_response_iss_parameter_supported: Some(true),
-        revocation_endpoint: None,
-        service_documentation: None,
-    }
-}
-
-/// RFC 9728 metadata of the MCP endpoint part 2 brings.
-fn protected_resource(issuer: &str) -> types::OAuthProtectedResourceMetadata {
-    types::OAuthProtectedResourceMetadata {
-        resource: format!("{issuer}/mcp"),
-        authorization_servers: vec![issuer.to_owned()],
-        scopes_supported: Vec::new(),
-        bearer_methods_supported: vec!["header".to_owned()],
-        resource_name: None,
     }
 }
 
@@ -285,51 +256,79 @@ impl CloudApi for LocalServer {
         &self,
         _: Parts,
     ) -> GetOauthAuthorizationServerMetadataResponse {
-        GetOauthAuthorizationServerMetadataResponse::Ok(authorization_server(self.issuer()))
+        let oauth = &self.cloud_state().oauth;
+        GetOauthAuthorizationServerMetadataResponse::Ok(oauth.metadata())
     }
 
     async fn get_oauth_protected_resource_metadata(
         &self,
         _: Parts,
     ) -> GetOauthProtectedResourceMetadataResponse {
-        GetOauthProtectedResourceMetadataResponse::Ok(protected_resource(self.issuer()))
+        GetOauthProtectedResourceMetadataResponse::Ok(self.cloud_state().oauth.protected_resource())
     }
 
     async fn get_oauth_protected_resource_metadata_for_mcp(
         &self,
         _: Parts,
     ) -> GetOauthProtectedResourceMetadataForMcpResponse {
-        GetOauthProtectedResourceMetadataForMcpResponse::Ok(protected_resource(self.issuer()))
+        let oauth = &self.cloud_state().oauth;
+        GetOauthProtectedResourceMetadataForMcpResponse::Ok(oauth.protected_resource())
     }
 
-    async fn oauth_authorize(&self, _: Parts, _: OauthAuthorizeQuery) -> OauthAuthorizeResponse {
-        OauthAuthorizeResponse::NotFound(error("not_found", NOT_SERVED))
+    async fn oauth_authorize(
+        &self,
+        parts: Parts,
+        query: OauthAuthorizeQuery,
+    ) -> OauthAuthorizeResponse {
+        self.cloud_state().oauth.authorize(&parts, query).await
     }
 
     async fn oauth_authorize_decision(
         &self,
-        _: Parts,
-        _: types::OAuthConsentDecision,
+        parts: Parts,
+        body: types::OAuthConsentDecision,
     ) -> OauthAuthorizeDecisionResponse {
-        OauthAuthorizeDecisionResponse::BadRequest(error("not_found", NOT_SERVED))
+        match Self::principal(&parts).map(|p| &p.via) {
+            Some(Via::Session(secret, session)) => {
+                self.cloud_state().oauth.decide(secret, session, body).await
+            }
+            _ => OauthAuthorizeDecisionResponse::Forbidden(error(
+                "session_required",
+                "the decision is made in the browser session that signed in",
+            )),
+        }
     }
 
-    async fn oauth_token(&self, _: Parts, _: types::OAuthTokenRequest) -> OauthTokenResponse {
-        OauthTokenResponse::BadRequest(types::OAuthTokenError {
-            error: types::OAuthTokenErrorCode::UnsupportedGrantType,
-            error_description: Some(NOT_SERVED.to_owned()),
-            error_uri: None,
-        })
+    async fn oauth_token(
+        &self,
+        parts: Parts,
+        body: types::OAuthTokenRequest,
+    ) -> OauthTokenResponse {
+        self.cloud_state().oauth.token(&parts, body).await
     }
 
     async fn oauth_register(
         &self,
-        _: Parts,
-        _: types::OAuthRegisterRequest,
+        parts: Parts,
+        body: types::OAuthRegisterRequest,
     ) -> OauthRegisterResponse {
-        OauthRegisterResponse::BadRequest(types::OAuthRegisterError {
-            error: "invalid_client_metadata".to_owned(),
-            error_description: Some(NOT_SERVED.to_owned()),
-        })
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0.ip());
+        self.cloud_state().oauth.register(peer, &body).await
+    }
+
+    async fn get_oauth_client(&self, parts: Parts, client_id: String) -> GetOauthClientResponse {
+        let token = crate::api::bearer(&parts.headers);
+        self.cloud_state().oauth.read_client(&client_id, token).await
+    }
+
+    async fn oauth_consent_page(
+        &self,
+        parts: Parts,
+        query: OauthConsentPageQuery,
+    ) -> OauthConsentPageResponse {
+        self.cloud_state().oauth.consent_page(&parts, query).await
     }
 }

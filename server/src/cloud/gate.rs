@@ -13,24 +13,12 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::{Cloud, SESSION_COOKIE};
 use crate::accounts::{Role, Session, UserId, WorkspaceId};
 use crate::api::{OperationInfo, bearer, operation, refuse};
 use crate::workspace::Workspaces;
-
-/// The operations of part 2 (the OAuth authorization server): not served yet, so answered 404 and left out of
-/// the served document.
-pub(crate) const NOT_YET_SERVED: [&str; 7] = [
-    "getOauthAuthorizationServerMetadata",
-    "getOauthProtectedResourceMetadata",
-    "getOauthProtectedResourceMetadataForMcp",
-    "oauthAuthorize",
-    "oauthAuthorizeDecision",
-    "oauthToken",
-    "oauthRegister",
-];
 
 /// How a request was authenticated, for the operations that depend on it (the session routes).
 #[derive(Clone)]
@@ -191,13 +179,56 @@ async fn check(cloud: &Cloud, allowed: &[&str], method: &Method, headers: &Heade
     Checked::Refused(unauthenticated())
 }
 
+/// The paths browser-based OAuth and MCP clients call from other origins: discovery, the JWKS, the token and
+/// registration endpoints, and `/mcp` (never the authorization endpoint or consent, RFC 9700 §4.16). CORS
+/// there carries no credentials: these endpoints take tokens, not cookies.
+fn cross_origin_path(path: &str) -> bool {
+    path.starts_with("/.well-known/") || matches!(path, "/oauth/token" | "/oauth/register" | "/mcp")
+}
+
 /// The cloud runtime's authentication layer (`Router::layer`: it runs after routing, so the matched route
-/// names the operation).
+/// names the operation), with CORS for [`cross_origin_path`]s: their preflight is answered here, before any
+/// authentication.
 pub(crate) async fn authenticate(
     State(gate): State<Arc<Gate>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    if !cross_origin_path(request.uri().path()) {
+        return check_request(gate, request, next).await;
+    }
+    let mut response = if request.method() == Method::OPTIONS {
+        let mut preflight = StatusCode::NO_CONTENT.into_response();
+        let headers = preflight.headers_mut();
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "authorization, content-type, x-api-key, mcp-protocol-version, mcp-session-id, \
+                 last-event-id, mcp-method, mcp-name",
+            ),
+        );
+        headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+        preflight
+    } else {
+        check_request(gate, request, next).await
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(
+            "www-authenticate, mcp-session-id, mcp-protocol-version, retry-after",
+        ),
+    );
+    response
+}
+
+/// Authentication proper (see the module comment).
+async fn check_request(gate: Arc<Gate>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
     let Some(op) = route.as_deref().and_then(|r| operation(request.method(), r)) else {
         // Not an operation: the frontend's files and the sign-in page. A browser without a session that opens
@@ -214,19 +245,47 @@ pub(crate) async fn authenticate(
         }
         return next.run(request).await;
     };
-    if NOT_YET_SERVED.contains(&op.id) {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "the OAuth authorization server is not enabled on this server",
-        );
+    if op.path == "/mcp" {
+        return match mcp_principal(&gate, request.headers()).await {
+            Ok((principal, mcp)) => {
+                match gate.workspaces.caller(
+                    principal.workspace.as_str(),
+                    principal.user.as_str(),
+                    principal.role,
+                ) {
+                    Ok(caller) => {
+                        request.extensions_mut().insert(caller);
+                        request.extensions_mut().insert(principal);
+                        request.extensions_mut().insert(mcp);
+                        next.run(request).await
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "cannot open the caller's workspace");
+                        refuse(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "internal",
+                            "the workspace cannot be opened",
+                        )
+                    }
+                }
+            }
+            Err(response) => response,
+        };
     }
-    let auth_route = op.path.starts_with("/api/auth/");
+    if op.id == "oauthRegister" {
+        // Read under the registration limit here: the body limit of the whole server is far larger.
+        let (parts, body) = request.into_parts();
+        match axum::body::to_bytes(body, crate::oauth::MAX_REGISTRATION_BYTES).await {
+            Ok(bytes) => request = Request::from_parts(parts, axum::body::Body::from(bytes)),
+            Err(_) => return registration_too_large(),
+        }
+    }
+    let auth_route = op.path.starts_with("/api/auth/") || op.path.starts_with("/oauth/");
     // Signing in sets the cookie: another site must not sign a browser into an account of its choosing.
     if op.id == "createSession" && !same_origin(request.headers(), &gate.cloud.issuer) {
         return other_origin();
     }
-    if !op.is_public() {
+    if !op.is_public() && !self_authenticated(op) {
         let (method, headers) = (request.method().clone(), request.headers().clone());
         let principal = match check(&gate.cloud, &allowed(op), &method, &headers).await {
             Checked::Principal(principal) => principal,
@@ -259,9 +318,109 @@ pub(crate) async fn authenticate(
         request.extensions_mut().insert(principal);
     }
     let mut response = next.run(request).await;
+    let headers = response.headers_mut();
     if auth_route {
-        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
     }
+    if matches!(op.id, "oauthAuthorize" | "oauthAuthorizeDecision" | "oauthConsentPage") {
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+            ),
+        );
+    }
+    response
+}
+
+/// The credentials of a request to `/mcp`: an OAuth access token for the MCP resource (its grant live, the user
+/// still a member of its workspace) or an API key. First-party API tokens are for the REST API and are
+/// refused here. A refusal is a 401 with the challenge MCP clients start discovery from (RFC 9728 §5.1).
+async fn mcp_principal(
+    gate: &Gate,
+    headers: &HeaderMap,
+) -> Result<(Principal, crate::mcp::McpPrincipal), Response> {
+    let cloud = &gate.cloud;
+    let challenge = |error: Option<&str>| mcp_challenge(&cloud.oauth, error);
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::error!(error = %e, "{what}");
+        refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the account store failed")
+    };
+    if let Some(key) = headers.get("x-api-key") {
+        let key = key.to_str().unwrap_or_default();
+        return match cloud.accounts.api_key(key).await {
+            Ok(Some(p)) => {
+                let mcp = crate::mcp::McpPrincipal { user: p.user.id.to_string(), scopes: None };
+                let principal = Principal {
+                    user: p.user.id,
+                    workspace: p.workspace_id,
+                    role: p.role,
+                    via: Via::ApiKey,
+                };
+                Ok((principal, mcp))
+            }
+            Ok(None) => Err(challenge(Some("invalid_token"))),
+            Err(e) => Err(internal("cannot read the account store", &e)),
+        };
+    }
+    let Some(token) = bearer(headers) else { return Err(challenge(None)) };
+    let claims = match cloud.oauth.verify_access_token(token).await {
+        Ok(claims) => claims,
+        Err(crate::oauth::AccessError::Invalid) => return Err(challenge(Some("invalid_token"))),
+        Err(crate::oauth::AccessError::Store(e)) => {
+            return Err(internal("cannot read the OAuth grants", &e));
+        }
+    };
+    let (user, workspace) = (UserId::from(claims.sub), WorkspaceId::from(claims.workspace_id));
+    match cloud.accounts.role(&user, &workspace).await {
+        Ok(Some(role)) => {
+            let scopes =
+                claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            let mcp = crate::mcp::McpPrincipal { user: user.to_string(), scopes: Some(scopes) };
+            Ok((Principal { user, workspace, role, via: Via::Token }, mcp))
+        }
+        Ok(None) => Err(challenge(Some("invalid_token"))),
+        Err(e) => Err(internal("cannot read the account store", &e)),
+    }
+}
+
+/// A 401 for `/mcp` with `WWW-Authenticate: Bearer resource_metadata="…", scope="…"` (and `error` when a
+/// credential was sent but is not valid).
+fn mcp_challenge(oauth: &crate::oauth::AuthorizationServer, error: Option<&str>) -> Response {
+    let mut value = format!(
+        "Bearer resource_metadata=\"{}\", scope=\"{}\"",
+        oauth.resource_metadata_url(),
+        crate::oauth::SCOPES.join(" ")
+    );
+    if let Some(error) = error {
+        value.push_str(&format!(", error=\"{error}\""));
+    }
+    let mut response = refuse(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "send an OAuth access token for this MCP server (Authorization: Bearer) or an X-API-Key",
+    );
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// Operations whose handler checks their own credential (the registration access token of RFC 7592).
+fn self_authenticated(op: &OperationInfo) -> bool {
+    allowed(op) == ["RegistrationAccessToken"]
+}
+
+fn registration_too_large() -> Response {
+    let body = serde_json::json!({
+        "error": "request_too_large",
+        "error_description": format!("a registration has at most {} bytes", crate::oauth::MAX_REGISTRATION_BYTES),
+    });
+    let mut response = (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 

@@ -80,7 +80,8 @@ const CSRF_SHIM: &str = r#"// Kiln cloud runtime: sends the session's CSRF token
 /// The tag that loads [`CSRF_SHIM`], put into `index.html` before the frontend's own scripts.
 const SHIM_TAG: &str = "<script src=\"/kiln-cloud.js\"></script>";
 
-fn page(content_type: &'static str, body: &'static str) -> Response {
+/// A static page or script with the headers every page of the cloud runtime carries (no caching, no framing).
+pub(crate) fn page(content_type: &'static str, body: &'static str) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

@@ -119,7 +119,19 @@ async fn read_upload(
 impl LocalServer {
     /// Who is asking: the caller the authentication layer put into the request, else the runtime's fallback
     /// (the local caller; on the cloud runtime, one that sees nothing).
-    pub(super) fn caller(&self, parts: &Parts) -> Caller {
+    /// Answers a request to `/mcp` with the runtime's MCP endpoint.
+    async fn mcp(&self, request: axum::extract::Request) -> axum::response::Response {
+        match self.0.mcp.get() {
+            Some(endpoint) => endpoint.serve(request).await,
+            None => crate::api::refuse(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "starting",
+                "the MCP endpoint is not ready yet",
+            ),
+        }
+    }
+
+    pub(crate) fn caller(&self, parts: &Parts) -> Caller {
         parts.extensions.get::<Caller>().cloned().unwrap_or_else(|| self.0.fallback.clone())
     }
 
@@ -329,6 +341,18 @@ async fn pump(socket: WebSocket, runtime: Arc<Runtime>, connection: crate::ws::C
 }
 
 impl SharedApi for LocalServer {
+    async fn mcp_post(&self, request: axum::extract::Request) -> axum::response::Response {
+        self.mcp(request).await
+    }
+
+    async fn mcp_get(&self, request: axum::extract::Request) -> axum::response::Response {
+        self.mcp(request).await
+    }
+
+    async fn mcp_delete(&self, request: axum::extract::Request) -> axum::response::Response {
+        self.mcp(request).await
+    }
+
     async fn get_embeddings(&self, _: Parts) -> GetEmbeddingsResponse {
         let names = self.models(models::embeddings).await.unwrap_or_default();
         GetEmbeddingsResponse::Ok(types::StringList(names))

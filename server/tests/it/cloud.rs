@@ -84,13 +84,13 @@ async fn issue_12_requests_without_valid_credentials_get_401_and_public_routes_s
         send(&server, request("GET", "/.well-known/jwks.json").body(Body::empty()).unwrap()).await;
     assert_eq!(jwks.status, StatusCode::OK);
     assert_eq!(jwks.json()["keys"][0]["alg"], "ES256");
-    // The OAuth server is part 2: not served, and not in the served document.
+    // OAuth discovery is public too.
     let oauth = send(
         &server,
         request("GET", "/.well-known/oauth-authorization-server").body(Body::empty()).unwrap(),
     )
     .await;
-    assert_eq!(oauth.status, StatusCode::NOT_FOUND);
+    assert_eq!(oauth.status, StatusCode::OK);
     // The frontend sends a browser without a session to sign in.
     let root = server.router().oneshot(request("GET", "/").body(Body::empty()).unwrap()).await;
     let root = root.expect("answers");

@@ -13,6 +13,7 @@ mod golden;
 mod key_order;
 mod models;
 mod numbers;
+mod oauth;
 mod openapi;
 mod settings;
 mod slow_client;

@@ -29,11 +29,9 @@ fn operations(spec: &Value) -> BTreeMap<(String, String), Value> {
     out
 }
 
-/// Whether the runtime serves the operation: its `x-runtime` names it, and on the cloud runtime it is not one
-/// of the OAuth authorization server's (tag `oauth`), which are not served yet.
+/// Whether the runtime serves the operation: its `x-runtime` names it.
 fn mounts(operation: &Value, runtime: &str) -> bool {
-    let oauth = operation["tags"].as_array().is_some_and(|t| t.iter().any(|t| t == "oauth"));
-    operation["x-runtime"].as_array().is_some_and(|r| r.iter().any(|v| v == runtime)) && !oauth
+    operation["x-runtime"].as_array().is_some_and(|r| r.iter().any(|v| v == runtime))
 }
 
 /// Every `$ref` target (schema name) in `value`.

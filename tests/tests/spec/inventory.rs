@@ -130,6 +130,8 @@ const CLOUD_ROUTES: &[(&str, &str)] = &[
     ("post", "/oauth/authorize"),
     ("post", "/oauth/token"),
     ("post", "/oauth/register"),
+    ("get", "/oauth/register/{client_id}"),
+    ("get", "/oauth/consent"),
 ];
 
 fn find<'a>(

@@ -1,0 +1,483 @@
+//! What an authorization leaves behind: pending consent requests and authorization codes (in memory, minutes
+//! long), and grants with their refresh tokens (in the database).
+//!
+//! - A **pending request** is an authorization request waiting for the user's decision: single use, 10
+//!   minutes, bound to the first browser session that looks at it.
+//! - A **code** is single use, 5 minutes, bound to client, redirect URI, PKCE challenge and resource. Redeeming
+//!   a code twice with all the right inputs revokes the grant the first redemption made (RFC 6749 §4.1.2); a
+//!   replay with a wrong input is refused without revoking anything (anyone who saw the code could send it).
+//! - A **grant** is one approved consent; its refresh tokens rotate on every use. A used refresh token that
+//!   comes back is reuse and revokes the whole grant, except within a short grace window while its successor is
+//!   still unused: two processes of one client refreshing at once then both get the same successor. The
+//!   successor is stored sealed with a pad derived from the used token, so the database alone cannot produce it.
+//!
+//! Codes, pending ids, refresh tokens: 32 random bytes, base64url; only their SHA-256 is kept.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest as _, Sha256};
+use sqlx::SqlitePool;
+
+use super::clients::{Client, StoreError};
+use crate::accounts::{new_secret, secret_hash};
+
+/// How long a pending request waits for the user.
+pub(crate) const PENDING_SECONDS: i64 = 10 * 60;
+/// How long a code may be redeemed.
+pub(crate) const CODE_SECONDS: i64 = 5 * 60;
+/// How long a refresh token lives unused.
+pub(crate) const REFRESH_IDLE_SECONDS: i64 = 30 * 24 * 60 * 60;
+/// How long a grant's refresh tokens live at most.
+pub(crate) const GRANT_SECONDS: i64 = 90 * 24 * 60 * 60;
+/// How long after a rotation the previous token still yields the same successor, while that is unused.
+pub(crate) const REFRESH_GRACE_SECONDS: i64 = 30;
+
+/// The most pending requests kept at once (the oldest are dropped first when more arrive).
+const MAX_PENDING: usize = 10_000;
+
+/// An authorization request waiting for consent.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// The client asking.
+    pub(crate) client: Client,
+    /// Where the answer goes (validated against the client).
+    pub(crate) redirect_uri: String,
+    /// The client's `state`, returned unchanged when it sent one.
+    pub(crate) state: Option<String>,
+    /// The scopes asked for (known ones only).
+    pub(crate) scopes: Vec<String>,
+    /// The resource (canonical form).
+    pub(crate) resource: String,
+    /// The PKCE S256 challenge.
+    pub(crate) code_challenge: String,
+    /// When it expires (unix seconds).
+    pub(crate) expires_at: i64,
+    /// The hash of the session that first looked at it.
+    session: Option<String>,
+}
+
+impl Pending {
+    /// A new pending request valid from `now`.
+    pub(crate) fn new(
+        client: Client,
+        redirect_uri: String,
+        state: Option<String>,
+        scopes: Vec<String>,
+        resource: String,
+        code_challenge: String,
+        now: i64,
+    ) -> Self {
+        Pending {
+            client,
+            redirect_uri,
+            state,
+            scopes,
+            resource,
+            code_challenge,
+            expires_at: now + PENDING_SECONDS,
+            session: None,
+        }
+    }
+}
+
+/// Why a pending request cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PendingError {
+    /// Unknown, expired or already decided.
+    #[error("the authorization request is unknown, expired or already decided")]
+    Unknown,
+    /// Another session looked at it first.
+    #[error("the authorization request belongs to another session")]
+    OtherSession,
+}
+
+/// The pending requests.
+#[derive(Debug, Default)]
+pub(crate) struct PendingRequests(Mutex<HashMap<String, Pending>>);
+
+impl PendingRequests {
+    /// Keeps `pending` and answers its id (a UUID v4).
+    pub(crate) fn insert(&self, pending: Pending, now: i64) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, p| p.expires_at > now);
+        if map.len() >= MAX_PENDING
+            && let Some(oldest) =
+                map.iter().min_by_key(|(_, p)| p.expires_at).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        map.insert(id.clone(), pending);
+        id
+    }
+
+    /// The pending request `id` for the session with this secret, binding it to that session on first use.
+    pub(crate) fn view(
+        &self,
+        id: &str,
+        session_secret: &str,
+        now: i64,
+    ) -> Result<Pending, PendingError> {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pending =
+            map.get_mut(id).filter(|p| p.expires_at > now).ok_or(PendingError::Unknown)?;
+        let session = secret_hash(session_secret);
+        match &pending.session {
+            Some(bound) if *bound != session => Err(PendingError::OtherSession),
+            Some(_) => Ok(pending.clone()),
+            None => {
+                pending.session = Some(session);
+                Ok(pending.clone())
+            }
+        }
+    }
+
+    /// Removes and answers the pending request `id` for the decision of the session with this secret.
+    pub(crate) fn take(
+        &self,
+        id: &str,
+        session_secret: &str,
+        now: i64,
+    ) -> Result<Pending, PendingError> {
+        self.view(id, session_secret, now)?;
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(id).ok_or(PendingError::Unknown)
+    }
+}
+
+/// What an authorization code stands for.
+#[derive(Debug, Clone)]
+pub(crate) struct CodeGrant {
+    /// The client it was issued to.
+    pub(crate) client_id: String,
+    /// The redirect URI of the authorization request.
+    pub(crate) redirect_uri: String,
+    /// The PKCE challenge.
+    pub(crate) code_challenge: String,
+    /// The resource (canonical).
+    pub(crate) resource: String,
+    /// The granted scopes, space-separated.
+    pub(crate) scope: String,
+    /// The user who approved.
+    pub(crate) user_id: String,
+    /// The workspace granted.
+    pub(crate) workspace_id: String,
+}
+
+#[derive(Debug)]
+struct IssuedCode {
+    grant: CodeGrant,
+    expires_at: i64,
+    /// The grant made by the first redemption.
+    redeemed: Option<String>,
+}
+
+/// What redeeming a code found.
+#[derive(Debug)]
+pub(crate) enum Redemption {
+    /// The first redemption: make a grant from this.
+    First(CodeGrant),
+    /// The code was already redeemed and made this grant, which must now be revoked.
+    Replayed(String),
+    /// Unknown, expired, or an input does not match (nothing is revoked).
+    Refused(&'static str),
+}
+
+/// The authorization codes.
+#[derive(Debug, Default)]
+pub(crate) struct Codes(Mutex<HashMap<String, IssuedCode>>);
+
+impl Codes {
+    /// Issues a code for `grant` at `now`.
+    pub(crate) fn issue(&self, grant: CodeGrant, now: i64) -> Result<String, StoreError> {
+        let code = new_secret()?;
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Redeemed codes are kept until they expire, so a replay is recognised.
+        map.retain(|_, c| c.expires_at > now);
+        map.insert(
+            secret_hash(&code),
+            IssuedCode { grant, expires_at: now + CODE_SECONDS, redeemed: None },
+        );
+        Ok(code)
+    }
+
+    /// Redeems `code`: it must be unexpired, issued to `client_id` for `redirect_uri`, and `verifier` must
+    /// match its challenge. `check` sees the grant before it is handed out (the resource rule).
+    pub(crate) fn redeem(
+        &self,
+        code: &str,
+        client_id: &str,
+        redirect_uri: Option<&str>,
+        verifier: &str,
+        now: i64,
+    ) -> Redemption {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(issued) = map.get_mut(&secret_hash(code)) else {
+            return Redemption::Refused("unknown or expired code");
+        };
+        if issued.expires_at <= now {
+            return Redemption::Refused("unknown or expired code");
+        }
+        if issued.grant.client_id != client_id {
+            return Redemption::Refused("the code was issued to another client");
+        }
+        if redirect_uri != Some(issued.grant.redirect_uri.as_str()) {
+            return Redemption::Refused("redirect_uri differs from the authorization request's");
+        }
+        if !super::pkce::verifies(verifier, &issued.grant.code_challenge) {
+            return Redemption::Refused("the code_verifier does not match the code_challenge");
+        }
+        match &issued.redeemed {
+            Some(grant_id) => Redemption::Replayed(grant_id.clone()),
+            None => Redemption::First(issued.grant.clone()),
+        }
+    }
+
+    /// Records the grant the first redemption of `code` made.
+    pub(crate) fn redeemed(&self, code: &str, grant_id: &str) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(issued) = map.get_mut(&secret_hash(code)) {
+            issued.redeemed = Some(grant_id.to_owned());
+        }
+    }
+}
+
+/// A grant with a usable refresh token.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    /// The grant id (`gid` in access tokens).
+    pub(crate) id: String,
+    /// The client.
+    pub(crate) client_id: String,
+    /// The user.
+    pub(crate) user_id: String,
+    /// The workspace.
+    pub(crate) workspace_id: String,
+    /// The scopes, space-separated.
+    pub(crate) scope: String,
+    /// The resource.
+    pub(crate) resource: String,
+}
+
+/// What a refresh found.
+#[derive(Debug)]
+pub(crate) enum Refreshed {
+    /// The grant and the refresh token to hand out (new, or the same successor within the grace window).
+    Rotated(Grant, String),
+    /// The token is unknown, expired, revoked, another client's, or reused (the grant is then revoked).
+    Refused(&'static str),
+}
+
+/// The one-time pad a used refresh token seals its successor with.
+fn pad(token: &str) -> [u8; 32] {
+    Sha256::new().chain_update(b"kiln-refresh-successor\0").chain_update(token).finalize().into()
+}
+
+fn seal(successor: &str, token: &str) -> Option<String> {
+    let bytes = URL_SAFE_NO_PAD.decode(successor).ok()?;
+    let pad = pad(token);
+    (bytes.len() == pad.len()).then(|| {
+        URL_SAFE_NO_PAD.encode(bytes.iter().zip(pad).map(|(b, p)| b ^ p).collect::<Vec<_>>())
+    })
+}
+
+/// The grants and refresh tokens in the database.
+#[derive(Debug, Clone)]
+pub(crate) struct Grants {
+    pool: SqlitePool,
+}
+
+/// A refresh token's row joined with its grant's.
+#[derive(sqlx::FromRow)]
+struct RefreshRow {
+    id: String,
+    client_id: String,
+    user_id: String,
+    workspace_id: String,
+    scope: String,
+    resource: String,
+    grant_expires_at: i64,
+    revoked_at: Option<i64>,
+    token_expires_at: i64,
+    used_at: Option<i64>,
+    successor_hash: Option<String>,
+    successor_sealed: Option<String>,
+}
+
+impl Grants {
+    /// The grants in `pool`'s database.
+    pub(crate) fn new(pool: SqlitePool) -> Self {
+        Grants { pool }
+    }
+
+    /// Makes a grant from a redeemed code and answers it with its first refresh token.
+    pub(crate) async fn create(
+        &self,
+        code: &CodeGrant,
+        now: i64,
+    ) -> Result<(Grant, String), StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let token = new_secret()?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO oauth_grants (id, client_id, user_id, workspace_id, scope, resource, created_at, \
+             expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(&code.client_id)
+        .bind(&code.user_id)
+        .bind(&code.workspace_id)
+        .bind(&code.scope)
+        .bind(&code.resource)
+        .bind(now)
+        .bind(now + GRANT_SECONDS)
+        .execute(&mut *tx)
+        .await?;
+        insert_token(&mut tx, &token, &id, now).await?;
+        tx.commit().await?;
+        let grant = Grant {
+            id,
+            client_id: code.client_id.clone(),
+            user_id: code.user_id.clone(),
+            workspace_id: code.workspace_id.clone(),
+            scope: code.scope.clone(),
+            resource: code.resource.clone(),
+        };
+        Ok((grant, token))
+    }
+
+    /// Revokes a grant: its refresh tokens and access tokens stop working.
+    pub(crate) async fn revoke(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+            .bind(now)
+            .bind(grant_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether a grant is live (not revoked, not past its end) at `now`.
+    pub(crate) async fn is_live(&self, grant_id: &str, now: i64) -> Result<bool, StoreError> {
+        let live: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM oauth_grants WHERE id = ? AND revoked_at IS NULL AND expires_at > ?",
+        )
+        .bind(grant_id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(live.is_some())
+    }
+
+    /// Rotates `token` for `client_id` at `now`.
+    pub(crate) async fn refresh(
+        &self,
+        token: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Refreshed, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // A write first, so the transaction holds the write lock before it reads (two refreshes of one token
+        // are then serialised, and the second sees the first's rotation).
+        sqlx::query("UPDATE oauth_refresh_tokens SET token_hash = token_hash WHERE token_hash = ?")
+            .bind(secret_hash(token))
+            .execute(&mut *tx)
+            .await?;
+        let row: Option<RefreshRow> = sqlx::query_as(
+            "SELECT g.id, g.client_id, g.user_id, g.workspace_id, g.scope, g.resource, \
+             g.expires_at AS grant_expires_at, g.revoked_at, t.expires_at AS token_expires_at, t.used_at, \
+             t.successor_hash, t.successor_sealed \
+             FROM oauth_refresh_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ?",
+        )
+        .bind(secret_hash(token))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Refreshed::Refused("unknown refresh token"));
+        };
+        if row.revoked_at.is_some() || row.grant_expires_at <= now || row.token_expires_at <= now {
+            return Ok(Refreshed::Refused("the refresh token has expired or was revoked"));
+        }
+        if row.client_id != client_id {
+            return Ok(Refreshed::Refused("the refresh token was issued to another client"));
+        }
+        let (used_at, successor_hash, sealed) =
+            (row.used_at, row.successor_hash, row.successor_sealed);
+        let grant = Grant {
+            id: row.id,
+            client_id: row.client_id,
+            user_id: row.user_id,
+            workspace_id: row.workspace_id,
+            scope: row.scope,
+            resource: row.resource,
+        };
+        if let Some(used_at) = used_at {
+            let successor_unused = match &successor_hash {
+                Some(hash) => sqlx::query_scalar::<_, Option<i64>>(
+                    "SELECT used_at FROM oauth_refresh_tokens WHERE token_hash = ?",
+                )
+                .bind(hash)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some_and(|used| used.is_none()),
+                None => false,
+            };
+            let unsealed = sealed.as_deref().and_then(|s| seal(s, token));
+            if now - used_at <= REFRESH_GRACE_SECONDS
+                && successor_unused
+                && let Some(successor) = unsealed
+            {
+                tx.commit().await?;
+                return Ok(Refreshed::Rotated(grant, successor));
+            }
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+            )
+            .bind(now)
+            .bind(&grant.id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            tracing::warn!(grant = %grant.id, client = %grant.client_id, "refresh token reused: grant revoked");
+            return Ok(Refreshed::Refused(
+                "the refresh token was already used; the grant is revoked",
+            ));
+        }
+        let successor = new_secret()?;
+        insert_token(&mut tx, &successor, &grant.id, now).await?;
+        sqlx::query(
+            "UPDATE oauth_refresh_tokens SET used_at = ?, successor_hash = ?, successor_sealed = ? \
+             WHERE token_hash = ?",
+        )
+        .bind(now)
+        .bind(secret_hash(&successor))
+        .bind(seal(&successor, token))
+        .bind(secret_hash(token))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Refreshed::Rotated(grant, successor))
+    }
+}
+
+async fn insert_token(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    token: &str,
+    grant_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oauth_refresh_tokens (token_hash, grant_id, created_at, expires_at) \
+         VALUES (?, ?, ?, (SELECT MIN(?, expires_at) FROM oauth_grants WHERE id = ?))",
+    )
+    .bind(secret_hash(token))
+    .bind(grant_id)
+    .bind(now)
+    .bind(now + REFRESH_IDLE_SECONDS)
+    .bind(grant_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
