@@ -226,26 +226,11 @@ fn operation(path: &str, method: &str, op: &openapiv3::Operation) -> Result<Oper
     // Path parameters in the order they appear in the path.
     path_params.sort_by_key(|p| path.find(&format!("{{{}}}", p.name)).unwrap_or(usize::MAX));
 
+    // A raw operation's handler takes the whole request and builds its answer: its body and responses are
+    // documentation only.
     let raw = op.extensions.get("x-kiln-raw").and_then(serde_json::Value::as_bool).unwrap_or(false);
-    if raw {
-        return Ok(Operation {
-            id,
-            method: method.to_owned(),
-            path: path.to_owned(),
-            runtimes,
-            security: Vec::new(),
-            summary: op.summary.clone(),
-            description: op.description.clone().unwrap_or_default(),
-            path_params,
-            query_params,
-            header_params,
-            body: None,
-            responses: Vec::new(),
-            raw,
-        });
-    }
-
     let body = match &op.request_body {
+        _ if raw => None,
         None => None,
         Some(ReferenceOr::Reference { .. }) => return Err(unsupported(&id, "a $ref request body")),
         Some(ReferenceOr::Item(body)) => Some(request_body(&id, body)?),
@@ -255,7 +240,7 @@ fn operation(path: &str, method: &str, op: &openapiv3::Operation) -> Result<Oper
         return Err(unsupported(&id, "a default response"));
     }
     let mut responses = Vec::new();
-    for (status, response) in &op.responses.responses {
+    for (status, response) in op.responses.responses.iter().filter(|_| !raw) {
         let StatusCode::Code(status) = status else {
             return Err(unsupported(&id, "a status range"));
         };

@@ -324,14 +324,7 @@ async fn check_request(gate: Arc<Gate>, mut request: Request, next: Next) -> Res
         headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
     }
     if matches!(op.id, "oauthAuthorize" | "oauthAuthorizeDecision" | "oauthConsentPage") {
-        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-        headers.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'",
-            ),
-        );
+        super::signin::forbid_framing(headers);
     }
     response
 }

@@ -86,14 +86,21 @@ pub(crate) fn page(content_type: &'static str, body: &'static str) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    forbid_framing(headers);
+    response
+}
+
+/// The headers of the cloud runtime's own pages (sign-in, consent): no framing by other sites (clickjacking),
+/// scripts and everything else only from this server, no referrer leaving it.
+pub(crate) fn forbid_framing(headers: &mut axum::http::HeaderMap) {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'",
         ),
     );
-    response
 }
 
 /// The `/login` page and its script.

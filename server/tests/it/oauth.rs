@@ -62,6 +62,11 @@ fn param(url: &str, name: &str) -> Option<String> {
 
 /// A cloud server with alice (workspace `a`) and bob (workspace `b`).
 async fn cloud(name: &str) -> Server {
+    cloud_with(name, ISSUER, false).await
+}
+
+/// A cloud server with `issuer`, fetching client metadata documents over loopback http when `test_mode`.
+async fn cloud_with(name: &str, issuer: &str, test_mode: bool) -> Server {
     let dir = std::env::temp_dir().join(format!("kiln-oauth-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     crate::cloud_isolation::accounts(&dir).await;
@@ -71,7 +76,8 @@ async fn cloud(name: &str) -> Server {
         vec!["kiln".to_owned()],
     );
     config.runtime = Runtime::Cloud;
-    config.issuer = ISSUER.to_owned();
+    config.issuer = issuer.to_owned();
+    config.cimd_allow_loopback_http = test_mode;
     Server::start(&config, LogRing::new()).await.expect("starts")
 }
 
@@ -911,20 +917,9 @@ fn mcp_request(token: Option<&str>) -> Request<Body> {
         .unwrap()
 }
 
-/// A cloud server whose issuer is loopback, fetching metadata documents over loopback http when `test_mode`.
+/// A cloud server whose issuer is loopback (metadata documents over http need one).
 async fn cloud_fetching_documents(name: &str, test_mode: bool) -> Server {
-    let dir = std::env::temp_dir().join(format!("kiln-oauth-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    crate::cloud_isolation::accounts(&dir).await;
-    let mut config = Config::under(
-        dir,
-        vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
-        vec!["kiln".to_owned()],
-    );
-    config.runtime = Runtime::Cloud;
-    config.issuer = "http://127.0.0.1:8188".to_owned();
-    config.cimd_allow_loopback_http = test_mode;
-    Server::start(&config, LogRing::new()).await.expect("starts")
+    cloud_with(name, "http://127.0.0.1:8188", test_mode).await
 }
 
 /// Serves a client metadata document at `/client.json` on loopback, counting requests; answers its URL.
