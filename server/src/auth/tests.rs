@@ -277,3 +277,34 @@ fn tokens_of_another_type_algorithm_or_key_are_rejected() {
     assert_invalid(issuer.verify(&parts.join(".")), "InvalidSignature");
     assert_invalid(issuer.verify("not a token"), "InvalidToken");
 }
+
+#[test]
+fn access_tokens_are_only_for_their_resource_and_expire() {
+    use super::access::{ACCESS_TOKEN_LIFETIME, AccessTokens, NewAccessToken};
+    let dir = data_dir("access");
+    let keys = Arc::new(SigningKeys::load_or_create(&dir).expect("keys"));
+    let mcp = AccessTokens::new(keys.clone(), ISSUER, "https://cloud.example.com/mcp");
+    let other = AccessTokens::new(keys.clone(), ISSUER, "https://other.example.com/mcp");
+    let new = NewAccessToken {
+        user_id: "user-1",
+        client_id: "kiln-c1",
+        scope: "kiln:read",
+        workspace_id: "ws-1",
+        grant_id: "g1",
+    };
+    let token = mcp.mint_at(&new, SystemTime::now()).expect("mint");
+    let claims = mcp.verify(&token).expect("verifies");
+    assert_eq!(
+        (claims.aud.as_str(), claims.scope.as_str(), claims.gid.as_str()),
+        ("https://cloud.example.com/mcp", "kiln:read", "g1")
+    );
+    assert!(matches!(other.verify(&token), Err(TokenError::Invalid { .. })), "another resource");
+    // An access token is not a first-party API token, and the other way round.
+    assert!(matches!(issuer(&dir).verify(&token), Err(TokenError::Invalid { .. })));
+    let api = issuer(&dir).mint(&ALICE).expect("api token");
+    assert!(matches!(mcp.verify(&api.token), Err(TokenError::Invalid { .. })));
+    let old = SystemTime::now() - ACCESS_TOKEN_LIFETIME - Duration::from_secs(1);
+    let expired = mcp.mint_at(&new, old).expect("mint");
+    assert!(matches!(mcp.verify(&expired), Err(TokenError::Expired)));
+    let _ = std::fs::remove_dir_all(&dir);
+}

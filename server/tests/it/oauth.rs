@@ -413,6 +413,12 @@ async fn issue_13_a_client_registers_is_authorized_and_refreshes() {
     let access = t["access_token"].as_str().expect("access token").to_owned();
     let rt1 = t["refresh_token"].as_str().expect("refresh token").to_owned();
     assert_eq!(mcp_status(&server, &access).await, StatusCode::OK);
+    // A browser page of another origin, or a request for another host, is refused even with a token (row 26).
+    for (name, value) in [("origin", "https://evil.example"), ("host", "attacker.example")] {
+        let mut foreign = mcp_request(Some(&access));
+        foreign.headers_mut().insert(name, value.parse().expect("header"));
+        assert_eq!(send(&server, foreign).await.status, StatusCode::FORBIDDEN, "{name}: {value}");
+    }
     // An MCP token is not a REST API token.
     let api = send(
         &server,
@@ -832,7 +838,28 @@ async fn issue_13_registration_refuses_abuse_and_confidential_clients_need_their
     assert!(with_basic.header("www-authenticate").starts_with("Basic"));
     let mut right = base.to_vec();
     right.push(("client_secret", secret.as_str()));
-    assert_eq!(token(&server, &right).await.status, StatusCode::OK);
+    let issued = token(&server, &right).await;
+    assert_eq!(issued.status, StatusCode::OK);
+    // Only hashes are stored: no secret, registration token or refresh token in the database files (row 23).
+    let dir = std::env::temp_dir().join(format!("kiln-oauth-register-{}", std::process::id()));
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("data dir") {
+        let path = entry.expect("entry").path();
+        if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("kiln.sqlite")) {
+            stored.extend(std::fs::read(path).expect("database file"));
+        }
+    }
+    let stored = String::from_utf8_lossy(&stored);
+    for value in [
+        &secret,
+        &c["registration_access_token"].as_str().unwrap_or("").to_owned(),
+        &issued.json()["refresh_token"].as_str().unwrap_or("").to_owned(),
+    ] {
+        assert!(
+            value.len() >= 43 && !stored.contains(value.as_str()),
+            "a secret is stored in clear"
+        );
+    }
     // A public client that sends a secret is refused too.
     let public = public_client(&server).await;
     let sent_secret = token(
