@@ -2647,6 +2647,7 @@ impl Client {
             200u16 => ResponseValue::from_response(response).await,
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             401u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }
@@ -2693,6 +2694,7 @@ impl Client {
             400u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             413u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             429u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            500u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

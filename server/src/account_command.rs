@@ -191,7 +191,10 @@ async fn user(accounts: &Accounts, command: UserCommand) -> anyhow::Result<()> {
             accounts.user(&name).await?;
             let password = read_password(&format!("New password for {name}"))?;
             accounts.set_password(&name, &password).await?;
-            writeln!(out, "changed the password of {name} and ended their browser sessions")?;
+            writeln!(
+                out,
+                "changed the password of {name}, ended their browser sessions and revoked their OAuth grants"
+            )?;
         }
         UserCommand::List => {
             let mut rows = Vec::new();

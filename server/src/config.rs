@@ -170,7 +170,7 @@ impl Config {
 }
 
 /// Checks an issuer URL (`--issuer`): absolute `https` (or `http` on a loopback host, for development and
-/// tests), with a host, without user-info, query or fragment. Clients compare it byte for byte, so it is used
+/// tests), with a host, without user-info, path, query or fragment. Clients compare it byte for byte, so it is used
 /// exactly as given.
 pub fn check_issuer(issuer: &str) -> Result<(), String> {
     let url =
@@ -181,6 +181,12 @@ pub fn check_issuer(issuer: &str) -> Result<(), String> {
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(format!("`{issuer}` must not have a query or a fragment"));
+    }
+    if url.path() != "/" || issuer.ends_with('/') {
+        return Err(format!(
+            "`{issuer}` must be an origin without a path (https://host[:port]): Kiln serves its OAuth metadata and \
+             endpoints at the origin's root"
+        ));
     }
     let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]")
         || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
@@ -202,7 +208,7 @@ mod issuer_tests {
     fn issuers_are_https_or_loopback_http() {
         for good in [
             "https://kiln.example.com",
-            "https://kiln.example.com/base",
+            "https://kiln.example.com:8443",
             "http://127.0.0.1:8188",
             "http://localhost:1",
         ] {
@@ -215,6 +221,7 @@ mod issuer_tests {
             "https://kiln.example.com#f",
             "https://user@kiln.example.com",
             "kiln.example.com",
+            "https://kiln.example.com/base",
         ] {
             assert!(check_issuer(bad).is_err(), "{bad}");
         }

@@ -1438,7 +1438,7 @@ pub struct OAuthRegisterRequest {
     ///`none` (a public client; substituted when omitted), or `client_secret_post` / `client_secret_basic` (a confidential client that gets a secret). Other methods are refused.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub token_endpoint_auth_method: ::std::option::Option<::std::string::String>,
-    ///`authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted.
+    ///`authorization_code` and optionally `refresh_token` (then refresh tokens are issued); both when omitted.
     #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
     pub grant_types: ::std::vec::Vec<::std::string::String>,
     ///`["code"]`.
@@ -1612,6 +1612,8 @@ pub enum OAuthTokenErrorCode {
     InvalidScope,
     #[serde(rename = "invalid_target")]
     InvalidTarget,
+    #[serde(rename = "server_error")]
+    ServerError,
 }
 impl ::std::fmt::Display for OAuthTokenErrorCode {
     fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
@@ -1623,6 +1625,7 @@ impl ::std::fmt::Display for OAuthTokenErrorCode {
             Self::UnsupportedGrantType => f.write_str("unsupported_grant_type"),
             Self::InvalidScope => f.write_str("invalid_scope"),
             Self::InvalidTarget => f.write_str("invalid_target"),
+            Self::ServerError => f.write_str("server_error"),
         }
     }
 }
@@ -1637,6 +1640,7 @@ impl ::std::str::FromStr for OAuthTokenErrorCode {
             "unsupported_grant_type" => Ok(Self::UnsupportedGrantType),
             "invalid_scope" => Ok(Self::InvalidScope),
             "invalid_target" => Ok(Self::InvalidTarget),
+            "server_error" => Ok(Self::ServerError),
             _ => Err("invalid value".into()),
         }
     }

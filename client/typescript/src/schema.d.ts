@@ -2889,14 +2889,14 @@ export interface components {
          * @description The token error code.
          * @enum {string}
          */
-        OAuthTokenErrorCode: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "invalid_target";
+        OAuthTokenErrorCode: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "invalid_target" | "server_error";
         /** @description Client metadata to register (RFC 7591 §2). Unknown fields are ignored. */
         OAuthRegisterRequest: {
             /** @description One to five redirect URIs (loopback, https, or a private-use scheme). */
             redirect_uris: string[];
             /** @description `none` (a public client; substituted when omitted), or `client_secret_post` / `client_secret_basic` (a confidential client that gets a secret). Other methods are refused. */
             token_endpoint_auth_method?: string;
-            /** @description `authorization_code` and optionally `refresh_token`; `["authorization_code"]` when omitted. */
+            /** @description `authorization_code` and optionally `refresh_token` (then refresh tokens are issued); both when omitted. */
             grant_types?: string[];
             /** @description `["code"]`. */
             response_types?: string[];
@@ -5356,6 +5356,15 @@ export interface operations {
                     "application/json": components["schemas"]["OAuthTokenError"];
                 };
             };
+            /** @description Kiln could not read or write its grants or sign the token (`server_error`); the cause is in the log. The client may retry with the same refresh token. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthTokenError"];
+                };
+            };
         };
     };
     oauthRegister: {
@@ -5405,6 +5414,15 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthRegisterError"];
+                };
+            };
+            /** @description Kiln could not store the registration (`server_error`); the cause is in the log. */
+            500: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

@@ -42,8 +42,8 @@ impl Accounts {
         }
     }
 
-    /// Sets a user's password and ends all of the user's browser sessions (API keys stay valid: they are
-    /// revoked one by one).
+    /// Sets a user's password, ends all of the user's browser sessions and revokes their OAuth grants (API keys
+    /// stay valid: they are revoked one by one).
     pub async fn set_password(&self, username: &str, password: &str) -> Result<(), AccountError> {
         password::check_strength(password)?;
         let user = self.user(username).await?;
@@ -62,6 +62,14 @@ impl Accounts {
             .bind(user.id.as_str())
             .execute(&mut *transaction)
             .await?;
+        // Whoever knew the old password may have approved OAuth clients (RFC 9700 §4.14.2).
+        sqlx::query(
+            "UPDATE oauth_grants SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL",
+        )
+        .bind(super::now())
+        .bind(user.id.as_str())
+        .execute(&mut *transaction)
+        .await?;
         transaction.commit().await?;
         Ok(())
     }

@@ -2295,6 +2295,8 @@ pub enum OauthTokenResponse {
         ///`WWW-Authenticate`: `Basic realm="kiln"` when the client tried HTTP Basic authentication.
         www_authenticate: Option<String>,
     },
+    ///500: Kiln could not read or write its grants or sign the token (`server_error`); the cause is in the log. The client may retry with the same refresh token.
+    InternalServerError(types::OAuthTokenError),
 }
 impl IntoResponse for OauthTokenResponse {
     fn into_response(self) -> Response {
@@ -2319,6 +2321,10 @@ impl IntoResponse for OauthTokenResponse {
                 support::set_header(&mut response, "WWW-Authenticate", www_authenticate);
                 response
             }
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
         }
     }
 }
@@ -2343,6 +2349,8 @@ pub enum OauthRegisterResponse {
         ///`Retry-After`: Seconds to wait before trying again.
         retry_after: Option<i64>,
     },
+    ///500: Kiln could not store the registration (`server_error`); the cause is in the log.
+    InternalServerError(types::OAuthRegisterError),
 }
 impl IntoResponse for OauthRegisterResponse {
     fn into_response(self) -> Response {
@@ -2371,6 +2379,10 @@ impl IntoResponse for OauthRegisterResponse {
                 support::set_header(&mut response, "Retry-After", retry_after);
                 response
             }
+            Self::InternalServerError(body) => support::json(
+                StatusCode::from_u16(500u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
         }
     }
 }

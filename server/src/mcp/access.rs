@@ -51,8 +51,10 @@ impl Refusal {
         let mut response = crate::api::refuse(status, code, &self.to_string());
         let challenge = match self {
             Refusal::Unauthenticated => Some(challenge(None, &SCOPES, resource_metadata)),
-            Refusal::Scope(needed) => {
-                Some(challenge(Some("insufficient_scope"), needed, resource_metadata))
+            // The whole set, not only what was missing: a client that re-authorizes with it gets every tool
+            // at once (TS SDK v1 step-up otherwise dead-ends, oauth.md §1.9); the message names what is missing.
+            Refusal::Scope(_) => {
+                Some(challenge(Some("insufficient_scope"), &SCOPES, resource_metadata))
             }
             _ => None,
         };
@@ -182,7 +184,7 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         assert_eq!(
             refused.headers()[header::WWW_AUTHENTICATE],
-            "Bearer error=\"insufficient_scope\", scope=\"kiln:run\", \
+            "Bearer error=\"insufficient_scope\", scope=\"kiln:read kiln:run\", \
              resource_metadata=\"https://k.example/.well-known/x\""
         );
         let anonymous = Refusal::Unauthenticated.response(None);

@@ -317,7 +317,7 @@ async fn queueing_needs_the_run_scope() {
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     assert_eq!(
         refused.headers()[header::WWW_AUTHENTICATE],
-        "Bearer error=\"insufficient_scope\", scope=\"kiln:run\", \
+        "Bearer error=\"insufficient_scope\", scope=\"kiln:read kiln:run\", \
          resource_metadata=\"http://127.0.0.1:8188/.well-known/oauth-protected-resource/mcp\""
     );
     assert_eq!(json_body(refused).await["code"], "insufficient_scope");

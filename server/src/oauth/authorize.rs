@@ -27,6 +27,20 @@ pub(crate) enum ConsentAnswer {
     Unknown(PendingError),
 }
 
+/// The longest `state` kept (it is held in memory until consent and sent back).
+const MAX_STATE_BYTES: usize = 1024;
+
+/// Why a client could not be looked up.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientLookupError {
+    /// Its metadata document cannot be used (the message names host and reason).
+    #[error("{0}")]
+    Document(super::cimd::CimdError),
+    /// Kiln's store failed.
+    #[error("the server could not read its clients; try again")]
+    Store(#[source] super::clients::StoreError),
+}
+
 /// An error redirect to a client (RFC 6749 §4.1.2.1, RFC 9207).
 fn error_redirect(
     redirect_uri: &str,
@@ -98,11 +112,14 @@ impl AuthorizationServer {
         }
     }
 
-    /// A client by id: a registered client, or the client whose metadata document the id is the URL of. `Err`
-    /// carries a message to show (a document that cannot be used, a store failure).
-    pub(super) async fn client(&self, client_id: &str) -> Result<Option<Client>, String> {
+    /// A client by id: a registered client, or the client whose metadata document the id is the URL of.
+    pub(super) async fn client(
+        &self,
+        client_id: &str,
+    ) -> Result<Option<Client>, ClientLookupError> {
         if self.documents.is_document_url(client_id) {
-            let document = self.documents.get(client_id).await.map_err(|e| e.to_string())?;
+            let document =
+                self.documents.get(client_id).await.map_err(ClientLookupError::Document)?;
             // Only the redirect URIs a registration could have: the document's other entries are ignored.
             let redirect_uris = document
                 .redirect_uris
@@ -121,11 +138,12 @@ impl AuthorizationServer {
                 auth_method: types::OAuthRegisterResponseTokenEndpointAuthMethod::None,
                 secret_hash: None,
                 application_type,
+                grant_types: vec!["authorization_code".to_owned(), "refresh_token".to_owned()],
             }));
         }
         self.clients.find(client_id, self.now()).await.map_err(|e| {
             tracing::error!(error = %e, "cannot read the OAuth clients");
-            "the server could not read its clients; try again".to_owned()
+            ClientLookupError::Store(e)
         })
     }
 
@@ -162,15 +180,18 @@ impl AuthorizationServer {
         if repeated.iter().any(|p| p == "client_id" || p == "redirect_uri") {
             return shown("client_id and redirect_uri may each be sent once".into());
         }
-        let Some(client_id) = query.client_id.as_deref().filter(|c| !c.is_empty()) else {
+        // A parameter without a value is an omitted one (RFC 6749 §3.1).
+        let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let Some(client_id) = given(&query.client_id) else {
             return shown("client_id is missing".into());
         };
-        let client = match self.client(client_id).await {
+        let client = match self.client(&client_id).await {
             Ok(Some(client)) => client,
-            Ok(None) => return shown(format!("unknown client_id `{}`", clip(client_id))),
-            Err(message) => return shown(message),
+            Ok(None) => return shown(format!("unknown client_id `{}`", clip(&client_id))),
+            Err(e) => return shown(e.to_string()),
         };
-        let redirect_uri = match query.redirect_uri.as_deref() {
+        let sent_redirect = given(&query.redirect_uri);
+        let redirect_uri = match sent_redirect.as_deref() {
             Some(uri) if redirect::is_registered(&client.redirect_uris, uri) => uri.to_owned(),
             Some(uri) => {
                 return shown(format!(
@@ -185,31 +206,37 @@ impl AuthorizationServer {
         let Some((secret, _session)) = self.session(parts).await else {
             return OauthAuthorizeResponse::SeeOther { location: Some(sign_in_then(parts)) };
         };
-        let state = query.state.as_deref();
+        let state = given(&query.state);
+        let too_long = state.as_ref().is_some_and(|s| s.len() > MAX_STATE_BYTES);
+        let state = state.filter(|_| !too_long);
+        let state = state.as_deref();
         let fail = |code: &str, description: &str| OauthAuthorizeResponse::Found {
             location: Some(error_redirect(&redirect_uri, code, description, state, &self.issuer)),
         };
         if let Some(name) = repeated.first() {
             return fail("invalid_request", &format!("`{name}` was sent more than once"));
         }
+        if too_long {
+            return fail("invalid_request", "state is longer than 1024 bytes");
+        }
         if query.response_type.as_deref() != Some("code") {
             return fail("unsupported_response_type", "response_type must be `code`");
         }
-        let Some(challenge) = query.code_challenge.as_deref() else {
+        let Some(challenge) = given(&query.code_challenge) else {
             return fail("invalid_request", "code_challenge is required (PKCE S256)");
         };
         if query.code_challenge_method.as_deref() != Some("S256") {
             return fail("invalid_request", "code_challenge_method must be S256");
         }
-        if !super::pkce::is_s256_challenge(challenge) {
+        if !super::pkce::is_s256_challenge(&challenge) {
             return fail("invalid_request", "code_challenge must be 43 base64url characters");
         }
-        let scopes = match requested_scopes(query.scope.as_deref()) {
+        let scopes = match requested_scopes(given(&query.scope).as_deref()) {
             Ok(scopes) => scopes,
             Err(message) => return fail("invalid_scope", &message),
         };
-        if let Some(asked) = query.resource.as_deref()
-            && !resource::names(self.resource(), asked)
+        if let Some(asked) = given(&query.resource)
+            && !resource::names(self.resource(), &asked)
         {
             return fail(
                 "invalid_target",
@@ -219,18 +246,15 @@ impl AuthorizationServer {
         let now = self.now();
         let pending = Pending::new(
             client,
-            redirect_uri,
-            query.state.clone(),
+            (redirect_uri, sent_redirect.is_some()),
+            state.map(str::to_owned),
             scopes,
             self.resource().to_owned(),
-            challenge.to_owned(),
+            challenge,
             now,
         );
-        let id = self.pending.insert(pending, now);
         // Bound to this browser's session at once.
-        if self.pending.view(&id, &secret, now).is_err() {
-            return shown("the authorization request could not be kept; try again".into());
-        }
+        let id = self.pending.insert(pending, &secret, now);
         OauthAuthorizeResponse::SeeOther {
             location: Some(format!("{}/oauth/consent?oauth_request_id={id}", self.issuer)),
         }
@@ -348,7 +372,7 @@ impl AuthorizationServer {
         };
         let grant = CodeGrant {
             client_id: pending.client.id.clone(),
-            redirect_uri: pending.redirect_uri.clone(),
+            redirect_uri: pending.redirect_uri_sent.then(|| pending.redirect_uri.clone()),
             code_challenge: pending.code_challenge.clone(),
             resource: pending.resource.clone(),
             scope: pending.scopes.join(" "),

@@ -41,6 +41,9 @@ use resolver::{Resolver, system_resolver};
 /// A boxed error, the internal cause kept for the log.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The most documents fetched at once (each may take the whole timeout).
+const MAX_FETCHES: usize = 16;
+
 /// The most documents kept at once; past it, the one closest to expiry makes room.
 const MAX_CACHED_DOCUMENTS: usize = 1024;
 
@@ -163,6 +166,9 @@ pub(crate) enum CimdError {
         /// The limit.
         max_bytes: usize,
     },
+    /// Too many documents are being fetched at once (anyone can make Kiln fetch one: the fetches are bounded).
+    #[error("too many client metadata documents are being fetched; try again in a moment")]
+    Busy,
     /// The body is not an acceptable document.
     #[error("the client metadata document at `{host}` is not valid: {problem}")]
     InvalidDocument {
@@ -177,7 +183,7 @@ impl CimdError {
     /// The host the error is about, when the URL had one.
     pub(crate) fn host(&self) -> Option<&str> {
         match self {
-            Self::InvalidUrl { .. } => None,
+            Self::InvalidUrl { .. } | Self::Busy => None,
             Self::HostNotAllowed { host }
             | Self::Resolve { host, .. }
             | Self::SpecialUseAddress { host, .. }
@@ -196,6 +202,7 @@ impl CimdError {
         match self {
             Self::Redirect { status, .. } | Self::Status { status, .. } => Some(*status),
             Self::InvalidUrl { .. }
+            | Self::Busy
             | Self::HostNotAllowed { .. }
             | Self::Resolve { .. }
             | Self::SpecialUseAddress { .. }
@@ -245,6 +252,8 @@ pub(crate) struct ClientMetadataDocuments {
     tls: Tls,
     /// Valid documents by URL.
     cache: Mutex<HashMap<String, CachedDocument>>,
+    /// Bounds the fetches in flight.
+    fetches: tokio::sync::Semaphore,
 }
 
 impl ClientMetadataDocuments {
@@ -255,7 +264,14 @@ impl ClientMetadataDocuments {
 
     /// A fetcher with the given resolver and clock.
     fn with_parts(policy: CimdPolicy, resolver: Resolver, clock: Clock) -> Self {
-        Self { policy, resolver, clock, tls: Tls::default(), cache: Mutex::new(HashMap::new()) }
+        Self {
+            policy,
+            resolver,
+            clock,
+            tls: Tls::default(),
+            cache: Mutex::new(HashMap::new()),
+            fetches: tokio::sync::Semaphore::new(MAX_FETCHES),
+        }
     }
 
     /// Whether this client_id is a metadata-document URL rather than a registered id: it starts with `https://`
@@ -277,6 +293,13 @@ impl ClientMetadataDocuments {
         if let Some(document) = self.cached(client_id) {
             return Ok(document);
         }
+        let Ok(_permit) = self.fetches.try_acquire() else {
+            tracing::warn!(
+                limit = MAX_FETCHES,
+                "client metadata document refused: too many fetches at once"
+            );
+            return Err(CimdError::Busy);
+        };
         match self.fetch_and_validate(client_id).await {
             Ok((document, ttl)) => {
                 let document = Arc::new(document);

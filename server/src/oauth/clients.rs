@@ -19,6 +19,9 @@ use crate::accounts::{new_secret, secret_hash};
 /// How long a client that no user approved is kept.
 pub(crate) const ORPHAN_SECONDS: i64 = 24 * 60 * 60;
 
+/// The most clients that may wait for their first approval at once.
+const MAX_UNAPPROVED: i64 = 10_000;
+
 /// The most redirect URIs a client may register.
 const MAX_REDIRECT_URIS: usize = 5;
 
@@ -34,6 +37,9 @@ pub(crate) enum RegisterError {
     /// Other metadata is not acceptable (`invalid_client_metadata`).
     #[error("{0}")]
     Metadata(String),
+    /// Too many clients wait for a first approval (a flood of registrations).
+    #[error("too many clients wait for their first approval")]
+    TooManyPending,
     /// The store failed.
     #[error("the client store failed")]
     Store(#[from] StoreError),
@@ -68,6 +74,8 @@ pub(crate) struct Client {
     pub(crate) secret_hash: Option<String>,
     /// `native` or `web`.
     pub(crate) application_type: OAuthApplicationType,
+    /// The grants it may use (`authorization_code`, and `refresh_token` for refresh tokens).
+    pub(crate) grant_types: Vec<String>,
 }
 
 impl Client {
@@ -117,7 +125,7 @@ fn validate(request: &types::OAuthRegisterRequest) -> Result<Validated, Register
     }
     let auth_method = auth_method(request.token_endpoint_auth_method.as_deref())?;
     let grant_types = if request.grant_types.is_empty() {
-        vec!["authorization_code".to_owned()]
+        vec!["authorization_code".to_owned(), "refresh_token".to_owned()]
     } else {
         request.grant_types.clone()
     };
@@ -234,6 +242,14 @@ impl Clients {
         let metadata = serde_json::to_string(&answer)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode the registration: {e}")))?;
         self.forget_orphans(now).await?;
+        let unapproved: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM oauth_clients WHERE approved_at IS NULL")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(StoreError::from)?;
+        if unapproved >= MAX_UNAPPROVED {
+            return Err(RegisterError::TooManyPending);
+        }
         sqlx::query(
             "INSERT INTO oauth_clients (client_id, metadata, auth_method, secret_hash, \
              registration_token_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -303,6 +319,7 @@ impl Clients {
             auth_method: m.token_endpoint_auth_method,
             secret_hash,
             application_type: m.application_type,
+            grant_types: m.grant_types,
         }))
     }
 

@@ -37,6 +37,41 @@ pub(crate) const REFRESH_GRACE_SECONDS: i64 = 30;
 
 /// The most pending requests kept at once (the oldest are dropped first when more arrive).
 const MAX_PENDING: usize = 10_000;
+/// The most pending requests one browser session keeps.
+const PENDING_PER_SESSION: usize = 20;
+/// The most unredeemed codes one user holds.
+const CODES_PER_USER: usize = 20;
+/// The most codes kept at once.
+const MAX_CODES: usize = 10_000;
+
+/// Removes the entry of `map` that expires first among those `which` selects.
+fn evict_oldest<T: Expiring>(map: &mut HashMap<String, T>, which: impl Fn(&T) -> bool) {
+    let oldest = map
+        .iter()
+        .filter(|(_, v)| which(v))
+        .min_by_key(|(_, v)| v.expires_at())
+        .map(|(k, _)| k.clone());
+    if let Some(oldest) = oldest {
+        map.remove(&oldest);
+    }
+}
+
+/// What [`evict_oldest`] orders by.
+trait Expiring {
+    fn expires_at(&self) -> i64;
+}
+
+impl Expiring for Pending {
+    fn expires_at(&self) -> i64 {
+        self.expires_at
+    }
+}
+
+impl Expiring for IssuedCode {
+    fn expires_at(&self) -> i64 {
+        self.expires_at
+    }
+}
 
 /// An authorization request waiting for consent.
 #[derive(Debug, Clone)]
@@ -45,6 +80,8 @@ pub(crate) struct Pending {
     pub(crate) client: Client,
     /// Where the answer goes (validated against the client).
     pub(crate) redirect_uri: String,
+    /// Whether the request named it (then the token request must name it too, RFC 6749 §4.1.3).
+    pub(crate) redirect_uri_sent: bool,
     /// The client's `state`, returned unchanged when it sent one.
     pub(crate) state: Option<String>,
     /// The scopes asked for (known ones only).
@@ -63,7 +100,7 @@ impl Pending {
     /// A new pending request valid from `now`.
     pub(crate) fn new(
         client: Client,
-        redirect_uri: String,
+        (redirect_uri, redirect_uri_sent): (String, bool),
         state: Option<String>,
         scopes: Vec<String>,
         resource: String,
@@ -73,6 +110,7 @@ impl Pending {
         Pending {
             client,
             redirect_uri,
+            redirect_uri_sent,
             state,
             scopes,
             resource,
@@ -99,17 +137,21 @@ pub(crate) enum PendingError {
 pub(crate) struct PendingRequests(Mutex<HashMap<String, Pending>>);
 
 impl PendingRequests {
-    /// Keeps `pending` and answers its id (a UUID v4).
-    pub(crate) fn insert(&self, pending: Pending, now: i64) -> String {
+    /// Keeps `pending` for the session with this secret and answers its id (a UUID v4). A session keeps at most
+    /// [`PENDING_PER_SESSION`] requests (its oldest makes room), and the server [`MAX_PENDING`].
+    pub(crate) fn insert(&self, mut pending: Pending, session_secret: &str, now: i64) -> String {
         let id = uuid::Uuid::new_v4().to_string();
+        let session = secret_hash(session_secret);
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.retain(|_, p| p.expires_at > now);
-        if map.len() >= MAX_PENDING
-            && let Some(oldest) =
-                map.iter().min_by_key(|(_, p)| p.expires_at).map(|(k, _)| k.clone())
-        {
-            map.remove(&oldest);
+        let mine = |p: &Pending| p.session.as_deref() == Some(session.as_str());
+        if map.values().filter(|p| mine(p)).count() >= PENDING_PER_SESSION {
+            evict_oldest(&mut map, |p| mine(p));
         }
+        if map.len() >= MAX_PENDING {
+            evict_oldest(&mut map, |_| true);
+        }
+        pending.session = Some(session);
         map.insert(id.clone(), pending);
         id
     }
@@ -153,8 +195,9 @@ impl PendingRequests {
 pub(crate) struct CodeGrant {
     /// The client it was issued to.
     pub(crate) client_id: String,
-    /// The redirect URI of the authorization request.
-    pub(crate) redirect_uri: String,
+    /// The redirect URI the authorization request named (`None` when it relied on the only registered one,
+    /// and the token request must then not name one either).
+    pub(crate) redirect_uri: Option<String>,
     /// The PKCE challenge.
     pub(crate) code_challenge: String,
     /// The resource (canonical).
@@ -178,8 +221,8 @@ struct IssuedCode {
 /// What redeeming a code found.
 #[derive(Debug)]
 pub(crate) enum Redemption {
-    /// The first redemption: make a grant from this.
-    First(CodeGrant),
+    /// The first redemption: make the grant with this id from this.
+    First(String, CodeGrant),
     /// The code was already redeemed and made this grant, which must now be revoked.
     Replayed(String),
     /// Unknown, expired, or an input does not match (nothing is revoked).
@@ -191,12 +234,21 @@ pub(crate) enum Redemption {
 pub(crate) struct Codes(Mutex<HashMap<String, IssuedCode>>);
 
 impl Codes {
-    /// Issues a code for `grant` at `now`.
+    /// Issues a code for `grant` at `now`. A user holds at most [`CODES_PER_USER`] unexpired codes (their
+    /// oldest makes room), the server [`MAX_CODES`].
     pub(crate) fn issue(&self, grant: CodeGrant, now: i64) -> Result<String, StoreError> {
         let code = new_secret()?;
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Redeemed codes are kept until they expire, so a replay is recognised.
         map.retain(|_, c| c.expires_at > now);
+        let user = grant.user_id.clone();
+        let theirs = |c: &IssuedCode| c.grant.user_id == user && c.redeemed.is_none();
+        if map.values().filter(|c| theirs(c)).count() >= CODES_PER_USER {
+            evict_oldest(&mut map, |c| theirs(c));
+        }
+        if map.len() >= MAX_CODES {
+            evict_oldest(&mut map, |_| true);
+        }
         map.insert(
             secret_hash(&code),
             IssuedCode { grant, expires_at: now + CODE_SECONDS, redeemed: None },
@@ -204,8 +256,9 @@ impl Codes {
         Ok(code)
     }
 
-    /// Redeems `code`: it must be unexpired, issued to `client_id` for `redirect_uri`, and `verifier` must
-    /// match its challenge. `check` sees the grant before it is handed out (the resource rule).
+    /// Redeems `code`: it must be unexpired, issued to `client_id` for `redirect_uri` (when the authorization
+    /// request named one), and `verifier` must match its challenge. The first redemption claims the code at
+    /// once for a new grant id, so concurrent redemptions cannot both succeed.
     pub(crate) fn redeem(
         &self,
         code: &str,
@@ -224,7 +277,11 @@ impl Codes {
         if issued.grant.client_id != client_id {
             return Redemption::Refused("the code was issued to another client");
         }
-        if redirect_uri != Some(issued.grant.redirect_uri.as_str()) {
+        let redirect_matches = match (&issued.grant.redirect_uri, redirect_uri) {
+            (Some(sent), asked) => asked == Some(sent.as_str()),
+            (None, asked) => asked.is_none(),
+        };
+        if !redirect_matches {
             return Redemption::Refused("redirect_uri differs from the authorization request's");
         }
         if !super::pkce::verifies(verifier, &issued.grant.code_challenge) {
@@ -232,15 +289,11 @@ impl Codes {
         }
         match &issued.redeemed {
             Some(grant_id) => Redemption::Replayed(grant_id.clone()),
-            None => Redemption::First(issued.grant.clone()),
-        }
-    }
-
-    /// Records the grant the first redemption of `code` made.
-    pub(crate) fn redeemed(&self, code: &str, grant_id: &str) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(issued) = map.get_mut(&secret_hash(code)) {
-            issued.redeemed = Some(grant_id.to_owned());
+            None => {
+                let grant_id = uuid::Uuid::new_v4().to_string();
+                issued.redeemed = Some(grant_id.clone());
+                Redemption::First(grant_id, issued.grant.clone())
+            }
         }
     }
 }
@@ -258,17 +311,48 @@ pub(crate) struct Grant {
     pub(crate) workspace_id: String,
     /// The scopes, space-separated.
     pub(crate) scope: String,
-    /// The resource.
-    pub(crate) resource: String,
+}
+
+/// What a refresh asks for beyond the token: a narrower scope, the resource.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RefreshWanted<'a> {
+    /// Space-separated scopes, a subset of the grant's; `None` for the grant's.
+    pub(crate) scope: Option<&'a str>,
+    /// The resource; `None` for the grant's.
+    pub(crate) resource: Option<&'a str>,
 }
 
 /// What a refresh found.
 #[derive(Debug)]
 pub(crate) enum Refreshed {
-    /// The grant and the refresh token to hand out (new, or the same successor within the grace window).
-    Rotated(Grant, String),
-    /// The token is unknown, expired, revoked, another client's, or reused (the grant is then revoked).
-    Refused(&'static str),
+    /// The grant, the refresh token to hand out (new, or the same successor within the grace window) and the
+    /// scope of the new access token.
+    Rotated(Grant, String, String),
+    /// Refused; the token is untouched unless the refusal is reuse (which revokes the grant).
+    Refused(RefreshRefusal),
+}
+
+/// Why a refresh was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefreshRefusal {
+    /// Unknown, expired, revoked, another client's, or reused (`invalid_grant`).
+    Grant(&'static str),
+    /// A scope the grant does not have (`invalid_scope`).
+    Scope,
+    /// Another resource than the grant's (`invalid_target`).
+    Target,
+}
+
+/// The scope a refresh may have: `wanted` when it is a subset of `granted`, the grant's when absent.
+fn refreshed_scope(granted: &str, wanted: Option<&str>) -> Option<String> {
+    let granted: Vec<&str> = granted.split(' ').collect();
+    match wanted.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Some(granted.join(" ")),
+        Some(asked) => {
+            let asked: Vec<&str> = asked.split(' ').filter(|s| !s.is_empty()).collect();
+            asked.iter().all(|s| granted.contains(s)).then(|| asked.join(" "))
+        }
+    }
 }
 
 /// The one-time pad a used refresh token seals its successor with.
@@ -313,13 +397,13 @@ impl Grants {
         Grants { pool }
     }
 
-    /// Makes a grant from a redeemed code and answers it with its first refresh token.
+    /// Makes grant `id` from a redeemed code and answers it with its first refresh token.
     pub(crate) async fn create(
         &self,
+        id: String,
         code: &CodeGrant,
         now: i64,
     ) -> Result<(Grant, String), StoreError> {
-        let id = uuid::Uuid::new_v4().to_string();
         let token = new_secret()?;
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -344,7 +428,6 @@ impl Grants {
             user_id: code.user_id.clone(),
             workspace_id: code.workspace_id.clone(),
             scope: code.scope.clone(),
-            resource: code.resource.clone(),
         };
         Ok((grant, token))
     }
@@ -371,13 +454,16 @@ impl Grants {
         Ok(live.is_some())
     }
 
-    /// Rotates `token` for `client_id` at `now`.
+    /// Rotates `token` for `client_id` at `now`, if what the request wants fits the grant (checked before the
+    /// token is used up: a refused request loses nothing).
     pub(crate) async fn refresh(
         &self,
         token: &str,
         client_id: &str,
+        wanted: RefreshWanted<'_>,
         now: i64,
     ) -> Result<Refreshed, StoreError> {
+        let refused = |why| Ok(Refreshed::Refused(RefreshRefusal::Grant(why)));
         let mut tx = self.pool.begin().await?;
         // A write first, so the transaction holds the write lock before it reads (two refreshes of one token
         // are then serialised, and the second sees the first's rotation).
@@ -395,14 +481,20 @@ impl Grants {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            return Ok(Refreshed::Refused("unknown refresh token"));
+            return refused("unknown refresh token");
         };
         if row.revoked_at.is_some() || row.grant_expires_at <= now || row.token_expires_at <= now {
-            return Ok(Refreshed::Refused("the refresh token has expired or was revoked"));
+            return refused("the refresh token has expired or was revoked");
         }
         if row.client_id != client_id {
-            return Ok(Refreshed::Refused("the refresh token was issued to another client"));
+            return refused("the refresh token was issued to another client");
         }
+        if wanted.resource.is_some_and(|asked| !super::resource::names(&row.resource, asked)) {
+            return Ok(Refreshed::Refused(RefreshRefusal::Target));
+        }
+        let Some(scope) = refreshed_scope(&row.scope, wanted.scope) else {
+            return Ok(Refreshed::Refused(RefreshRefusal::Scope));
+        };
         let (used_at, successor_hash, sealed) =
             (row.used_at, row.successor_hash, row.successor_sealed);
         let grant = Grant {
@@ -411,7 +503,6 @@ impl Grants {
             user_id: row.user_id,
             workspace_id: row.workspace_id,
             scope: row.scope,
-            resource: row.resource,
         };
         if let Some(used_at) = used_at {
             let successor_unused = match &successor_hash {
@@ -430,7 +521,7 @@ impl Grants {
                 && let Some(successor) = unsealed
             {
                 tx.commit().await?;
-                return Ok(Refreshed::Rotated(grant, successor));
+                return Ok(Refreshed::Rotated(grant, successor, scope));
             }
             sqlx::query(
                 "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
@@ -441,9 +532,7 @@ impl Grants {
             .await?;
             tx.commit().await?;
             tracing::warn!(grant = %grant.id, client = %grant.client_id, "refresh token reused: grant revoked");
-            return Ok(Refreshed::Refused(
-                "the refresh token was already used; the grant is revoked",
-            ));
+            return refused("the refresh token was already used; the grant is revoked");
         }
         let successor = new_secret()?;
         insert_token(&mut tx, &successor, &grant.id, now).await?;
@@ -458,7 +547,7 @@ impl Grants {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Refreshed::Rotated(grant, successor))
+        Ok(Refreshed::Rotated(grant, successor, scope))
     }
 }
 

@@ -159,7 +159,11 @@ impl AuthorizationServer {
             error: code.to_owned(),
             error_description: Some(description),
         };
-        let key = peer.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let key = registration_key(peer);
+        // Forget addresses whose bucket has refilled, so the limiter's memory stays bounded.
+        if self.registrations.len() > 10_000 {
+            self.registrations.retain_recent();
+        }
         if let Err(not_until) = self.registrations.check_key(&key) {
             let wait = not_until.wait_time_from(governor::clock::Clock::now(
                 &governor::clock::DefaultClock::default(),
@@ -180,10 +184,18 @@ impl AuthorizationServer {
             Err(clients::RegisterError::Metadata(e)) => {
                 Answer::BadRequest(error("invalid_client_metadata", e))
             }
+            Err(clients::RegisterError::TooManyPending) => Answer::TooManyRequests {
+                body: error(
+                    "too_many_requests",
+                    "too many registered clients are waiting for a first approval; try again later"
+                        .into(),
+                ),
+                retry_after: Some(60 * 60),
+            },
             Err(clients::RegisterError::Store(e)) => {
                 tracing::error!(error = %e, "cannot register an OAuth client");
-                Answer::BadRequest(error(
-                    "invalid_client_metadata",
+                Answer::InternalServerError(error(
+                    "server_error",
                     "the server could not store the registration; try again".into(),
                 ))
             }
@@ -234,6 +246,24 @@ impl AuthorizationServer {
     }
 }
 
+/// The rate-limit key of a registration from `peer`: the IPv4 address, or the /64 of an IPv6 address (one
+/// host usually has a whole /64). Without a peer address (requests that did not come over a socket) all share
+/// one key.
+fn registration_key(peer: Option<IpAddr>) -> IpAddr {
+    match peer {
+        Some(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::from(segments)
+        }
+        Some(IpAddr::V6(v6)) => {
+            IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
+        }
+        Some(v4) => v4,
+        None => IpAddr::from([0, 0, 0, 0]),
+    }
+}
+
 /// Why an access token was refused.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AccessError {
@@ -247,3 +277,21 @@ pub(crate) enum AccessError {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod key_tests {
+    use super::registration_key;
+
+    #[test]
+    fn ipv6_peers_share_their_64_and_mapped_ipv4_is_ipv4() {
+        let a = registration_key("2001:db8:1:2:aaaa::1".parse().ok());
+        let b = registration_key("2001:db8:1:2:bbbb::9".parse().ok());
+        let c = registration_key("2001:db8:1:3::1".parse().ok());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(
+            registration_key("::ffff:10.1.2.3".parse().ok()),
+            registration_key("10.1.2.3".parse().ok())
+        );
+    }
+}

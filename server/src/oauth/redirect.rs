@@ -30,6 +30,10 @@ pub(crate) fn check_registrable(uri: &str) -> Result<(), RedirectError> {
     if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return refuse("contains whitespace or control characters");
     }
+    if uri.contains('\\') {
+        // Browsers read `\` as `/`, other parsers do not: the two would disagree on the host.
+        return refuse("contains a backslash");
+    }
     if uri.contains('#') {
         return refuse("has a fragment");
     }
@@ -171,6 +175,7 @@ mod tests {
             "http://evil.example/cb",
             "http://127.0.0.1.evil.example/cb",
             "http://localhost@evil.example/cb",
+            "http://localhost:80\\@evil.example/cb",
             "https://good@evil.example/cb",
             "https://client.example.com/cb#frag",
             "/relative/cb",

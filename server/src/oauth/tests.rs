@@ -1,6 +1,10 @@
 //! The authorization server's stores on a real database: codes, grants and refresh-token rotation.
 
-use super::grants::{CodeGrant, Codes, Grants, Redemption, Refreshed};
+use super::grants::{
+    CodeGrant, Codes, Grants, Redemption, RefreshRefusal, RefreshWanted, Refreshed,
+};
+
+const ANY: RefreshWanted<'static> = RefreshWanted { scope: None, resource: None };
 use super::pkce;
 
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
@@ -9,7 +13,7 @@ const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 fn code_grant(client: &str) -> CodeGrant {
     CodeGrant {
         client_id: client.to_owned(),
-        redirect_uri: "http://127.0.0.1:9/cb".to_owned(),
+        redirect_uri: Some("http://127.0.0.1:9/cb".to_owned()),
         code_challenge: CHALLENGE.to_owned(),
         resource: "https://kiln.example/mcp".to_owned(),
         scope: "kiln:read kiln:run".to_owned(),
@@ -37,13 +41,17 @@ fn codes_are_bound_single_use_and_expire() {
     let refused = |r: Redemption| matches!(r, Redemption::Refused(_));
     assert!(refused(codes.redeem(&code, "b", redirect, VERIFIER, 1001)), "another client");
     assert!(refused(codes.redeem(&code, "a", Some("http://127.0.0.1:9/x"), VERIFIER, 1001)));
-    assert!(refused(codes.redeem(&code, "a", None, VERIFIER, 1001)), "redirect_uri is required");
-    assert!(refused(codes.redeem(&code, "a", redirect, &VERIFIER.replace('d', "e"), 1001)));
-    assert!(matches!(codes.redeem(&code, "a", redirect, VERIFIER, 1001), Redemption::First(_)));
-    codes.redeemed(&code, "g1");
     assert!(
-        matches!(codes.redeem(&code, "a", redirect, VERIFIER, 1002), Redemption::Replayed(ref g) if g == "g1"),
-        "a second valid redemption names the grant to revoke"
+        refused(codes.redeem(&code, "a", None, VERIFIER, 1001)),
+        "redirect_uri was sent, so it is required"
+    );
+    assert!(refused(codes.redeem(&code, "a", redirect, &VERIFIER.replace('d', "e"), 1001)));
+    let Redemption::First(grant_id, _) = codes.redeem(&code, "a", redirect, VERIFIER, 1001) else {
+        panic!("the first valid redemption")
+    };
+    assert!(
+        matches!(codes.redeem(&code, "a", redirect, VERIFIER, 1002), Redemption::Replayed(ref g) if *g == grant_id),
+        "a second valid redemption, even at once, names the grant of the first, to revoke"
     );
     assert!(
         refused(codes.redeem(&code, "a", redirect, "wrong", 1002)),
@@ -62,45 +70,52 @@ fn codes_are_bound_single_use_and_expire() {
 #[tokio::test]
 async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
     let (_dir, grants) = await_grants().await;
-    let (grant, rt1) = grants.create(&code_grant("a"), 1000).await.expect("grant");
-    let Ok(Refreshed::Rotated(_, rt2)) = grants.refresh(&rt1, "a", 1010).await else {
+    let (grant, rt1) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
+    // A refused refresh (wider scope, other resource) leaves the token usable.
+    let wider = RefreshWanted { scope: Some("kiln:read admin"), resource: None };
+    let refused = grants.refresh(&rt1, "a", wider, 1001).await;
+    assert!(matches!(refused, Ok(Refreshed::Refused(RefreshRefusal::Scope))));
+    let other = RefreshWanted { scope: None, resource: Some("https://other.example/mcp") };
+    let refused = grants.refresh(&rt1, "a", other, 1001).await;
+    assert!(matches!(refused, Ok(Refreshed::Refused(RefreshRefusal::Target))));
+    let Ok(Refreshed::Rotated(_, rt2, _)) = grants.refresh(&rt1, "a", ANY, 1010).await else {
         panic!("first refresh rotates")
     };
     assert_ne!(rt1, rt2);
     assert!(
-        matches!(grants.refresh(&rt2, "b", 1011).await, Ok(Refreshed::Refused(_))),
+        matches!(grants.refresh(&rt2, "b", ANY, 1011).await, Ok(Refreshed::Refused(_))),
         "other client"
     );
     // A concurrent refresh with rt1 within the grace window gets the same successor.
-    let Ok(Refreshed::Rotated(_, again)) = grants.refresh(&rt1, "a", 1012).await else {
+    let Ok(Refreshed::Rotated(_, again, _)) = grants.refresh(&rt1, "a", ANY, 1012).await else {
         panic!("grace window")
     };
     assert_eq!(again, rt2);
-    let Ok(Refreshed::Rotated(_, rt3)) = grants.refresh(&rt2, "a", 1020).await else {
+    let Ok(Refreshed::Rotated(_, rt3, _)) = grants.refresh(&rt2, "a", ANY, 1020).await else {
         panic!("second refresh")
     };
     assert!(grants.is_live(&grant.id, 1020).await.expect("live"));
     // rt1 again, now that its successor was used: reuse. The grant and every token of it are revoked.
-    assert!(matches!(grants.refresh(&rt1, "a", 1021).await, Ok(Refreshed::Refused(_))));
+    assert!(matches!(grants.refresh(&rt1, "a", ANY, 1021).await, Ok(Refreshed::Refused(_))));
     assert!(!grants.is_live(&grant.id, 1021).await.expect("live"));
-    assert!(matches!(grants.refresh(&rt3, "a", 1022).await, Ok(Refreshed::Refused(_))));
+    assert!(matches!(grants.refresh(&rt3, "a", ANY, 1022).await, Ok(Refreshed::Refused(_))));
 }
 
 #[tokio::test]
 async fn a_used_token_after_the_grace_window_is_reuse() {
     let (_dir, grants) = await_grants().await;
-    let (grant, rt1) = grants.create(&code_grant("a"), 1000).await.expect("grant");
-    assert!(matches!(grants.refresh(&rt1, "a", 1000).await, Ok(Refreshed::Rotated(..))));
+    let (grant, rt1) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
+    assert!(matches!(grants.refresh(&rt1, "a", ANY, 1000).await, Ok(Refreshed::Rotated(..))));
     let late = 1001 + super::grants::REFRESH_GRACE_SECONDS;
-    assert!(matches!(grants.refresh(&rt1, "a", late).await, Ok(Refreshed::Refused(_))));
+    assert!(matches!(grants.refresh(&rt1, "a", ANY, late).await, Ok(Refreshed::Refused(_))));
     assert!(!grants.is_live(&grant.id, late).await.expect("live"));
 }
 
 #[tokio::test]
 async fn only_hashes_are_stored() {
     let (dir, grants) = await_grants().await;
-    let (_, rt) = grants.create(&code_grant("a"), 1000).await.expect("grant");
-    let Ok(Refreshed::Rotated(_, successor)) = grants.refresh(&rt, "a", 1001).await else {
+    let (_, rt) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
+    let Ok(Refreshed::Rotated(_, successor, _)) = grants.refresh(&rt, "a", ANY, 1001).await else {
         panic!("refresh")
     };
     drop(grants);
@@ -117,4 +132,25 @@ async fn only_hashes_are_stored() {
 
 async fn await_grants() -> (tempfile::TempDir, Grants) {
     grants().await
+}
+
+#[test]
+fn a_code_for_a_request_without_redirect_uri_is_redeemed_without_one() {
+    let codes = Codes::default();
+    let grant = CodeGrant { redirect_uri: None, ..code_grant("a") };
+    let code = codes.issue(grant, 1000).expect("code");
+    let named = codes.redeem(&code, "a", Some("http://127.0.0.1:9/cb"), VERIFIER, 1001);
+    assert!(matches!(named, Redemption::Refused(_)));
+    assert!(matches!(codes.redeem(&code, "a", None, VERIFIER, 1001), Redemption::First(..)));
+}
+
+#[test]
+fn a_user_holds_a_bounded_number_of_codes() {
+    let codes = Codes::default();
+    let first = codes.issue(code_grant("a"), 1000).expect("code");
+    for _ in 0..40 {
+        codes.issue(code_grant("a"), 1001).expect("code");
+    }
+    let redeemed = codes.redeem(&first, "a", Some("http://127.0.0.1:9/cb"), VERIFIER, 1002);
+    assert!(matches!(redeemed, Redemption::Refused(_)), "the oldest made room");
 }

@@ -11,7 +11,7 @@ use kiln_spec::types::{
 };
 
 use super::clients::Client;
-use super::grants::{Grant, Redemption, Refreshed};
+use super::grants::{Grant, Redemption, RefreshRefusal, RefreshWanted, Refreshed};
 use super::{AuthorizationServer, resource};
 use crate::api::OauthTokenResponse;
 use crate::auth::access::{ACCESS_TOKEN_LIFETIME, NewAccessToken};
@@ -29,6 +29,21 @@ fn oauth_error(code: Code, description: &str) -> types::OAuthTokenError {
 
 fn refuse(code: Code, description: &str) -> TokenAnswer {
     OauthTokenResponse::BadRequest(oauth_error(code, description))
+}
+
+/// Kiln's own failure: logged, and answered 500 so the client keeps its tokens and may retry.
+fn server_error(what: &str, error: &dyn std::fmt::Display) -> TokenAnswer {
+    tracing::error!(%error, "{what}");
+    OauthTokenResponse::InternalServerError(oauth_error(
+        Code::ServerError,
+        &format!("{what} failed; try again"),
+    ))
+}
+
+/// A form parameter, or `None` when it is absent or empty (RFC 6749 §3.2: a parameter without a value is
+/// treated as omitted).
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
 }
 
 fn unauthorized(description: &str, basic: bool) -> TokenAnswer {
@@ -90,8 +105,8 @@ impl AuthorizationServer {
         let basic = basic_credentials(parts).map_err(|()| {
             unauthorized("the Authorization header is not valid Basic credentials", true)
         })?;
-        let form_id = request.client_id.as_deref().filter(|id| !id.is_empty());
-        let form_secret = request.client_secret.as_deref().filter(|s| !s.is_empty());
+        let form_id = given(&request.client_id);
+        let form_secret = given(&request.client_secret);
         if basic.is_some() && form_secret.is_some() {
             return Err(refuse(
                 Code::InvalidRequest,
@@ -112,7 +127,10 @@ impl AuthorizationServer {
         let client = match self.client(&client_id).await {
             Ok(Some(client)) => client,
             Ok(None) => return Err(unauthorized("unknown client", basic.is_some())),
-            Err(message) => return Err(refuse(Code::InvalidRequest, &message)),
+            Err(super::authorize::ClientLookupError::Store(e)) => {
+                return Err(server_error("reading the clients", &e));
+            }
+            Err(e) => return Err(unauthorized(&e.to_string(), basic.is_some())),
         };
         let ok = match client.auth_method {
             AuthMethod::None => basic.is_none() && form_secret.is_none(),
@@ -142,12 +160,11 @@ impl AuthorizationServer {
         client: &Client,
         request: &types::OAuthTokenRequest,
     ) -> TokenAnswer {
-        let (Some(code), Some(verifier)) =
-            (request.code.as_deref(), request.code_verifier.as_deref())
+        let (Some(code), Some(verifier)) = (given(&request.code), given(&request.code_verifier))
         else {
             return refuse(Code::InvalidRequest, "code and code_verifier are required");
         };
-        if let Some(asked) = request.resource.as_deref()
+        if let Some(asked) = given(&request.resource)
             && !resource::names(self.resource(), asked)
         {
             return refuse(
@@ -156,70 +173,61 @@ impl AuthorizationServer {
             );
         }
         let now = self.now();
-        let grant = match self.codes.redeem(
+        let redirect_uri = given(&request.redirect_uri);
+        let (grant_id, grant) = match self.codes.redeem(
             code,
             &client.id,
-            request.redirect_uri.as_deref(),
+            redirect_uri,
             verifier,
             now,
         ) {
-            Redemption::First(grant) => grant,
+            Redemption::First(grant_id, grant) => (grant_id, grant),
             Redemption::Replayed(grant_id) => {
                 tracing::warn!(client = %client.id, "authorization code replayed: grant revoked");
                 if let Err(e) = self.grants.revoke(&grant_id, now).await {
-                    tracing::error!(error = %e, "cannot revoke a grant");
+                    return server_error("revoking the grant of a replayed code", &e);
                 }
                 return refuse(Code::InvalidGrant, "the code was already used");
             }
             Redemption::Refused(why) => return refuse(Code::InvalidGrant, why),
         };
-        let (grant, refresh_token) = match self.grants.create(&grant, now).await {
-            Ok(created) => created,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot store a grant");
-                return refuse(
-                    Code::InvalidGrant,
-                    "the server could not store the grant; authorize again",
-                );
+        match self.grants.create(grant_id, &grant, now).await {
+            Ok((grant, refresh_token)) => {
+                let refresh_token = refreshes(client).then_some(refresh_token);
+                self.tokens(&grant, &grant.scope, refresh_token)
             }
-        };
-        self.codes.redeemed(code, &grant.id);
-        self.tokens(&grant, &grant.scope, refresh_token)
+            Err(e) => server_error("storing the grant", &e),
+        }
     }
 
     async fn refresh(&self, client: &Client, request: &types::OAuthTokenRequest) -> TokenAnswer {
-        let Some(token) = request.refresh_token.as_deref() else {
+        if !refreshes(client) {
+            return refuse(
+                Code::UnauthorizedClient,
+                "this client did not register the refresh_token grant",
+            );
+        }
+        let Some(token) = given(&request.refresh_token) else {
             return refuse(Code::InvalidRequest, "refresh_token is required");
         };
-        let (grant, successor) = match self.grants.refresh(token, &client.id, self.now()).await {
-            Ok(Refreshed::Rotated(grant, successor)) => (grant, successor),
-            Ok(Refreshed::Refused(why)) => return refuse(Code::InvalidGrant, why),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot refresh");
-                return refuse(Code::InvalidGrant, "the server could not refresh; authorize again");
+        let wanted =
+            RefreshWanted { scope: given(&request.scope), resource: given(&request.resource) };
+        match self.grants.refresh(token, &client.id, wanted, self.now()).await {
+            Ok(Refreshed::Rotated(grant, successor, scope)) => {
+                self.tokens(&grant, &scope, Some(successor))
             }
-        };
-        if let Some(asked) = request.resource.as_deref()
-            && !resource::names(&grant.resource, asked)
-        {
-            return refuse(Code::InvalidTarget, "the grant is not for that resource");
+            Ok(Refreshed::Refused(RefreshRefusal::Grant(why))) => refuse(Code::InvalidGrant, why),
+            Ok(Refreshed::Refused(RefreshRefusal::Scope)) => {
+                refuse(Code::InvalidScope, "a refresh cannot widen the granted scopes")
+            }
+            Ok(Refreshed::Refused(RefreshRefusal::Target)) => {
+                refuse(Code::InvalidTarget, "the grant is not for that resource")
+            }
+            Err(e) => server_error("refreshing", &e),
         }
-        let granted: Vec<&str> = grant.scope.split(' ').collect();
-        let scope = match request.scope.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-            Some(asked)
-                if asked.split(' ').filter(|s| !s.is_empty()).all(|s| granted.contains(&s)) =>
-            {
-                asked.split(' ').filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ")
-            }
-            Some(_) => {
-                return refuse(Code::InvalidScope, "a refresh cannot widen the granted scopes");
-            }
-            None => grant.scope.clone(),
-        };
-        self.tokens(&grant, &scope, successor)
     }
 
-    fn tokens(&self, grant: &Grant, scope: &str, refresh_token: String) -> TokenAnswer {
+    fn tokens(&self, grant: &Grant, scope: &str, refresh_token: Option<String>) -> TokenAnswer {
         let new = NewAccessToken {
             user_id: &grant.user_id,
             client_id: &grant.client_id,
@@ -234,14 +242,16 @@ impl AuthorizationServer {
                     token_type: "Bearer".to_owned(),
                     expires_in: ACCESS_TOKEN_LIFETIME.as_secs() as i64,
                     scope: scope.to_owned(),
-                    refresh_token: Some(refresh_token),
+                    refresh_token,
                 },
                 cache_control: Some("no-store".to_owned()),
             },
-            Err(e) => {
-                tracing::error!(error = %e, "cannot sign an access token");
-                refuse(Code::InvalidRequest, "the server could not sign a token; try again")
-            }
+            Err(e) => server_error("signing the access token", &e),
         }
     }
+}
+
+/// Whether the client registered the `refresh_token` grant (refresh tokens are issued only then).
+fn refreshes(client: &Client) -> bool {
+    client.grant_types.iter().any(|g| g == "refresh_token")
 }

@@ -395,6 +395,11 @@ async fn issue_13_a_client_registers_is_authorized_and_refreshes() {
     assert_eq!(c["scopes"], json!(["kiln:read", "kiln:run"]), "no scope asked: every scope");
     assert_eq!(c["workspaces"][0]["id"].as_str().map(|s| !s.is_empty()), Some(true));
     assert_eq!(challenge.header("cache-control"), "no-store");
+    assert_eq!(
+        challenge.header("x-frame-options"),
+        "DENY",
+        "the JSON challenge is not framed either"
+    );
     let workspace = c["workspaces"][0]["id"].as_str().unwrap_or("").to_owned();
     let decided = decide(&server, &browser, &id, "allow", &workspace).await;
     assert_eq!(decided.status, StatusCode::OK);
@@ -541,6 +546,19 @@ async fn issue_13_codes_are_single_use_bound_and_pkce_checked() {
     assert_eq!(mcp_status(&server, &access).await, StatusCode::UNAUTHORIZED);
     assert_eq!(refresh(&server, &client, &rt).await.status, StatusCode::BAD_REQUEST);
 
+    // Eight redemptions of one code at once: exactly one gets tokens, and the replays revoke them (row 1).
+    let code = param(&approve(&server, &browser, &authorization_query(&client, &[])).await, "code")
+        .expect("code");
+    let racing = futures::future::join_all((0..8).map(|_| exchange(&server, &client, &code))).await;
+    let won: Vec<&Answered> = racing.iter().filter(|a| a.status == StatusCode::OK).collect();
+    assert_eq!(won.len(), 1, "one redemption wins");
+    let access = won[0].json()["access_token"].as_str().unwrap_or("").to_owned();
+    assert_eq!(
+        mcp_status(&server, &access).await,
+        StatusCode::UNAUTHORIZED,
+        "the replays revoked it"
+    );
+
     // A token for another resource (rows 13, 20).
     let code = param(&approve(&server, &browser, &authorization_query(&client, &[])).await, "code")
         .expect("code");
@@ -653,6 +671,25 @@ async fn issue_13_bad_authorization_requests_are_shown_or_redirected_with_iss() 
         assert_eq!(param(&to, "state").as_deref(), Some("xyz"));
         assert_eq!(param(&to, "iss").as_deref(), Some(ISSUER));
     }
+    // A parameter without a value is an omitted one: `resource=` means the canonical resource.
+    let empty =
+        authorize(&server, Some(&browser), &authorization_query(&client, &[("resource", "")]))
+            .await;
+    assert_eq!(empty.status, StatusCode::SEE_OTHER);
+    let bare = authorize(
+        &server,
+        Some(&browser),
+        &format!("{}&resource=", authorization_query(&client, &[("resource", "")])),
+    )
+    .await;
+    assert_eq!(bare.status, StatusCode::SEE_OTHER, "{}", bare.location());
+    // An overlong state is refused (it would be held in memory and sent back), and not echoed.
+    let long = "s".repeat(2000);
+    let overlong =
+        authorize(&server, Some(&browser), &authorization_query(&client, &[("state", &long)]))
+            .await;
+    assert_eq!(param(&overlong.location(), "error").as_deref(), Some("invalid_request"));
+    assert!(param(&overlong.location(), "state").is_none());
     // `state` is optional, and not echoed when absent.
     let stateless =
         approve(&server, &browser, &authorization_query(&client, &[("state", "")])).await;
