@@ -31,6 +31,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt as _;
+use rmcp::transport::streamable_http_server::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
@@ -212,9 +213,17 @@ impl McpEndpoint {
             && *method == Method::POST
             && let Some(created) = response.headers().get(SESSION_HEADER)
         {
-            let live = self.sessions.sessions.read().await;
-            self.owners.retain(|id| live.contains_key(id));
-            self.owners.bind(&String::from_utf8_lossy(created.as_bytes()), user);
+            let evicted = {
+                let live = self.sessions.sessions.read().await;
+                self.owners.retain(|id| live.contains_key(id));
+                self.owners.bind(&String::from_utf8_lossy(created.as_bytes()), user)
+            };
+            if let Some(oldest) = evicted {
+                // One user's sessions are bounded: the oldest ends (its owner would have to initialize again).
+                if let Err(error) = self.sessions.close_session(&oldest.as_str().into()).await {
+                    tracing::warn!(%error, "cannot close an MCP session past the per-user limit");
+                }
+            }
         }
         let json = response
             .headers()

@@ -406,6 +406,13 @@ impl Grants {
     ) -> Result<(Grant, String), StoreError> {
         let token = new_secret()?;
         let mut tx = self.pool.begin().await?;
+        // Dead grants go, with their refresh tokens (cascade): a revoked or ended grant is refused whether its
+        // row is there or not, and used refresh tokens are kept only while their grant lives, for reuse
+        // detection.
+        sqlx::query("DELETE FROM oauth_grants WHERE revoked_at IS NOT NULL OR expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "INSERT INTO oauth_grants (id, client_id, user_id, workspace_id, scope, resource, created_at, \
              expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
