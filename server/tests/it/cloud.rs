@@ -355,4 +355,21 @@ async fn issue_12_the_local_runtime_with_an_api_key_file_requires_the_key_on_eve
     let bearer =
         request("GET", "/api/queue").header("authorization", "Bearer 0123456789abcdef-local");
     assert_eq!(local(bearer.body(Body::empty()).unwrap()).await, StatusCode::OK);
+    // The MCP endpoint too (#13): an MCP client sends the key as its bearer token.
+    let initialize = |key: Option<&str>| {
+        let mut builder = Request::builder()
+            .method("POST")
+            .uri("/mcp")
+            .header("host", "127.0.0.1:8188")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(key) = key {
+            builder = builder.header("authorization", format!("Bearer {key}"));
+        }
+        let message = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        builder.body(Body::from(message.to_string())).unwrap()
+    };
+    assert_eq!(local(initialize(None)).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(local(initialize(Some("0123456789abcdef-local"))).await, StatusCode::OK);
 }
