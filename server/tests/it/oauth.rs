@@ -104,6 +104,13 @@ async fn sign_in(server: &Server, user: &str) -> Browser {
     Browser { cookie, csrf: answer.json()["csrf_token"].as_str().unwrap_or("").to_owned() }
 }
 
+/// A GET by the signed-in browser.
+async fn browse(server: &Server, browser: &Browser, path: &str) -> Answered {
+    let request =
+        request("GET", path).header("cookie", &browser.cookie).header("accept", "application/json");
+    send(server, request.body(Body::empty()).unwrap()).await
+}
+
 async fn register(server: &Server, metadata: Value) -> Answered {
     send(
         server,
@@ -164,15 +171,8 @@ async fn approve(server: &Server, browser: &Browser, query: &str) -> String {
     let started = authorize(server, Some(browser), query).await;
     assert_eq!(started.status, StatusCode::SEE_OTHER, "{}", String::from_utf8_lossy(&started.body));
     let id = param(&started.location(), "oauth_request_id").expect("a request id");
-    let challenge = send(
-        server,
-        request("GET", &format!("/oauth/authorize?oauth_request_id={id}"))
-            .header("cookie", &browser.cookie)
-            .header("accept", "application/json")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let challenge =
+        browse(server, browser, &format!("/oauth/authorize?oauth_request_id={id}")).await;
     assert_eq!(challenge.status, StatusCode::OK);
     let workspace = challenge.json()["workspaces"][0]["id"].as_str().unwrap_or("").to_owned();
     let decided = decide(server, browser, &id, "allow", &workspace).await;
@@ -369,28 +369,15 @@ async fn issue_13_a_client_registers_is_authorized_and_refreshes() {
     assert!(started.header("content-security-policy").contains("frame-ancestors 'none'"));
     let id = param(&started.location(), "oauth_request_id").expect("id");
     // The consent page, server-rendered, names the client as unverified and the redirect host.
-    let page = send(
-        &server,
-        request("GET", &format!("/oauth/consent?oauth_request_id={id}"))
-            .header("cookie", &browser.cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let page = browse(&server, &browser, &format!("/oauth/consent?oauth_request_id={id}")).await;
     assert_eq!(page.status, StatusCode::OK);
     let html = String::from_utf8_lossy(&page.body);
     assert!(
         html.contains("Flow") && html.contains("not verified") && html.contains("127.0.0.1:4567")
     );
     assert_eq!(page.header("x-frame-options"), "DENY");
-    let challenge = send(
-        &server,
-        request("GET", &format!("/oauth/authorize?oauth_request_id={id}"))
-            .header("cookie", &browser.cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let challenge =
+        browse(&server, &browser, &format!("/oauth/authorize?oauth_request_id={id}")).await;
     let c = challenge.json();
     assert_eq!(c["scopes"], json!(["kiln:read", "kiln:run"]), "no scope asked: every scope");
     assert_eq!(c["workspaces"][0]["id"].as_str().map(|s| !s.is_empty()), Some(true));
@@ -726,14 +713,7 @@ async fn issue_13_consent_is_csrf_protected_single_use_and_bound_to_its_session(
     let started = authorize(&server, Some(&alice), &authorization_query(&client, &[])).await;
     let id = param(&started.location(), "oauth_request_id").expect("id");
     // Bob cannot see or decide Alice's request.
-    let foreign = send(
-        &server,
-        request("GET", &format!("/oauth/authorize?oauth_request_id={id}"))
-            .header("cookie", &bob.cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let foreign = browse(&server, &bob, &format!("/oauth/authorize?oauth_request_id={id}")).await;
     assert_eq!(foreign.status, StatusCode::NOT_FOUND);
     assert_eq!(decide(&server, &bob, &id, "allow", "b").await.status, StatusCode::BAD_REQUEST);
     // No CSRF header, a forged body token, another origin (row 15).
@@ -769,14 +749,8 @@ fn decide_request(browser: &Browser, id: &str, csrf: &str) -> Request<Body> {
 }
 
 async fn workspace_of(server: &Server, browser: &Browser, id: &str) -> String {
-    let challenge = send(
-        server,
-        request("GET", &format!("/oauth/authorize?oauth_request_id={id}"))
-            .header("cookie", &browser.cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let challenge =
+        browse(server, browser, &format!("/oauth/authorize?oauth_request_id={id}")).await;
     challenge.json()["workspaces"][0]["id"].as_str().unwrap_or("").to_owned()
 }
 
