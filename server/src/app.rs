@@ -127,7 +127,10 @@ impl Server {
         // The worker runs nodes under the device's memory manager: its reset after every node, and its RAM
         // arbitration between the output cache and the weight pins.
         let executor = executor.with_memory(compute.manager().clone());
-        let runtime = Arc::new(Runtime {
+        let openapi = crate::api::document(config.runtime).map_err(std::io::Error::other)?;
+        let mcp_config = mcp_config(config, cloud.as_deref());
+        // The MCP endpoint's tools hold the runtime weakly (the runtime holds the endpoint).
+        let runtime = Arc::new_cyclic(|runtime| Runtime {
             workspaces,
             fallback,
             preview_method: config.preview_method,
@@ -137,7 +140,7 @@ impl Server {
             model_folders,
             features,
             frontend_version: std::sync::OnceLock::new(),
-            openapi: crate::api::document(config.runtime).map_err(std::io::Error::other)?,
+            openapi,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
             interrupt_gate: Mutex::new(()),
@@ -149,7 +152,7 @@ impl Server {
             log_subscribers: Mutex::new(Default::default()),
             storage,
             cloud,
-            mcp: std::sync::OnceLock::new(),
+            mcp: crate::mcp::McpEndpoint::new(runtime.clone(), mcp_config),
         });
         // Every queue change is announced to every socket, with its own workspace's counter, in the order of
         // the changes.
@@ -164,8 +167,6 @@ impl Server {
         }));
         let worker = start_worker(runtime.clone(), executor);
         let api = Arc::new(LocalServer(runtime.clone()));
-        let mcp = crate::mcp::McpEndpoint::new(LocalServer(runtime.clone()), mcp_config(config));
-        let _ = runtime.mcp.set(mcp);
         let mut router = match &runtime.cloud {
             None => local_router(api),
             Some(_) => cloud_router(api)
@@ -340,24 +341,19 @@ async fn origin_check(request: Request, next: Next) -> Response {
 
 /// How `/mcp` is exposed. Cloud: the issuer's host and origin only, OAuth challenges, a principal required.
 /// Local: the server's own origins; the `Host` check (against DNS rebinding) when it listens on loopback only.
-fn mcp_config(config: &Config) -> crate::mcp::McpConfig {
-    match config.runtime {
-        crate::api::Runtime::Cloud => {
-            let origin = url::Url::parse(&config.issuer)
-                .map(|url| url.origin().ascii_serialization())
-                .unwrap_or_else(|_| config.issuer.clone());
-            let authority = origin.split_once("://").map_or(origin.as_str(), |(_, a)| a).to_owned();
+fn mcp_config(config: &Config, cloud: Option<&crate::cloud::Cloud>) -> crate::mcp::McpConfig {
+    match cloud {
+        Some(cloud) => {
+            let origin = crate::cloud::gate::issuer_origin(&cloud.issuer);
+            let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
             crate::mcp::McpConfig {
-                allowed_hosts: vec![authority],
-                allowed_origins: vec![origin],
-                resource_metadata: Some(format!(
-                    "{}/.well-known/oauth-protected-resource/mcp",
-                    config.issuer
-                )),
+                allowed_hosts: vec![authority.to_owned()],
+                allowed_origins: vec![origin.to_owned()],
+                resource_metadata: Some(cloud.oauth.resource_metadata_url()),
                 require_principal: true,
             }
         }
-        crate::api::Runtime::Local => {
+        None => {
             let loopback_only = config.listen.iter().all(|addr| addr.ip().is_loopback());
             let mut origins: Vec<String> = Vec::new();
             for addr in &config.listen {

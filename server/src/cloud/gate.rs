@@ -87,7 +87,7 @@ fn same_origin(headers: &HeaderMap, issuer: &str) -> bool {
 }
 
 /// `scheme://host[:port]` of the issuer URL.
-fn issuer_origin(issuer: &str) -> &str {
+pub(crate) fn issuer_origin(issuer: &str) -> &str {
     let after_scheme = issuer.find("://").map_or(0, |at| at + 3);
     issuer[after_scheme..].find('/').map_or(issuer, |end| &issuer[..after_scheme + end])
 }
@@ -98,6 +98,32 @@ fn other_origin() -> Response {
         "origin_not_allowed",
         "a request with the session cookie must come from this server's own pages",
     )
+}
+
+/// The principal of an `X-API-Key`, if it is a live key (its role read now).
+async fn key_principal(
+    cloud: &Cloud,
+    key: &HeaderValue,
+) -> Result<Option<Principal>, crate::accounts::AccountError> {
+    let found = cloud.accounts.api_key(key.to_str().unwrap_or_default()).await?;
+    Ok(found.map(|p| Principal {
+        user: p.user.id,
+        workspace: p.workspace_id,
+        role: p.role,
+        via: Via::ApiKey,
+    }))
+}
+
+/// The principal of a verified token for `user` in `workspace`. The membership is looked up again: a user
+/// removed from the workspace loses its tokens at once.
+async fn token_principal(
+    cloud: &Cloud,
+    user: String,
+    workspace: String,
+) -> Result<Option<Principal>, crate::accounts::AccountError> {
+    let (user, workspace) = (UserId::from(user), WorkspaceId::from(workspace));
+    let role = cloud.accounts.role(&user, &workspace).await?;
+    Ok(role.map(|role| Principal { user, workspace, role, via: Via::Token }))
 }
 
 /// The outcome of checking a request's credentials.
@@ -121,14 +147,8 @@ async fn check(cloud: &Cloud, allowed: &[&str], method: &Method, headers: &Heade
     if allows("ApiKeyAuth")
         && let Some(key) = headers.get("x-api-key")
     {
-        let key = key.to_str().unwrap_or_default();
-        return match cloud.accounts.api_key(key).await {
-            Ok(Some(p)) => Checked::Principal(Principal {
-                user: p.user.id,
-                workspace: p.workspace_id,
-                role: p.role,
-                via: Via::ApiKey,
-            }),
+        return match key_principal(cloud, key).await {
+            Ok(Some(principal)) => Checked::Principal(principal),
             Ok(None) => Checked::Refused(unauthenticated()),
             Err(e) => internal(e),
         };
@@ -139,12 +159,8 @@ async fn check(cloud: &Cloud, allowed: &[&str], method: &Method, headers: &Heade
         let Ok(claims) = cloud.tokens.verify(token) else {
             return Checked::Refused(unauthenticated());
         };
-        let (user, workspace) = (UserId::from(claims.sub), WorkspaceId::from(claims.workspace_id));
-        // The membership is looked up again: a user removed from the workspace loses its tokens at once.
-        return match cloud.accounts.role(&user, &workspace).await {
-            Ok(Some(role)) => {
-                Checked::Principal(Principal { user, workspace, role, via: Via::Token })
-            }
+        return match token_principal(cloud, claims.sub, claims.workspace_id).await {
+            Ok(Some(principal)) => Checked::Principal(principal),
             Ok(None) => Checked::Refused(unauthenticated()),
             Err(e) => internal(e),
         };
@@ -245,33 +261,6 @@ async fn check_request(gate: Arc<Gate>, mut request: Request, next: Next) -> Res
         }
         return next.run(request).await;
     };
-    if op.path == "/mcp" {
-        return match mcp_principal(&gate, request.headers()).await {
-            Ok((principal, mcp)) => {
-                match gate.workspaces.caller(
-                    principal.workspace.as_str(),
-                    principal.user.as_str(),
-                    principal.role,
-                ) {
-                    Ok(caller) => {
-                        request.extensions_mut().insert(caller);
-                        request.extensions_mut().insert(principal);
-                        request.extensions_mut().insert(mcp);
-                        next.run(request).await
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "cannot open the caller's workspace");
-                        refuse(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "internal",
-                            "the workspace cannot be opened",
-                        )
-                    }
-                }
-            }
-            Err(response) => response,
-        };
-    }
     if op.id == "oauthRegister" {
         // Read under the registration limit here: the body limit of the whole server is far larger.
         let (parts, body) = request.into_parts();
@@ -285,12 +274,24 @@ async fn check_request(gate: Arc<Gate>, mut request: Request, next: Next) -> Res
     if op.id == "createSession" && !same_origin(request.headers(), &gate.cloud.issuer) {
         return other_origin();
     }
-    if !op.is_public() && !self_authenticated(op) {
+    let principal = if op.path == "/mcp" {
+        match mcp_principal(&gate, request.headers()).await {
+            Ok((principal, mcp)) => {
+                request.extensions_mut().insert(mcp);
+                Some(principal)
+            }
+            Err(response) => return response,
+        }
+    } else if !op.is_public() && !self_authenticated(op) {
         let (method, headers) = (request.method().clone(), request.headers().clone());
-        let principal = match check(&gate.cloud, &allowed(op), &method, &headers).await {
-            Checked::Principal(principal) => principal,
+        match check(&gate.cloud, &allowed(op), &method, &headers).await {
+            Checked::Principal(principal) => Some(principal),
             Checked::Refused(response) => return response,
-        };
+        }
+    } else {
+        None
+    };
+    if let Some(principal) = principal {
         let caller = gate.workspaces.caller(
             principal.workspace.as_str(),
             principal.user.as_str(),
@@ -337,69 +338,45 @@ async fn mcp_principal(
     headers: &HeaderMap,
 ) -> Result<(Principal, crate::mcp::McpPrincipal), Response> {
     let cloud = &gate.cloud;
-    let challenge = |error: Option<&str>| mcp_challenge(&cloud.oauth, error);
+    let refused = |error: Option<&str>| {
+        let mut response = refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send an OAuth access token for this MCP server (Authorization: Bearer) or an X-API-Key",
+        );
+        let url = cloud.oauth.resource_metadata_url();
+        let challenge = crate::mcp::challenge(error, &crate::mcp::SCOPES, Some(&url));
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    };
     let internal = |what: &str, e: &dyn std::fmt::Display| {
         tracing::error!(error = %e, "{what}");
         refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the account store failed")
     };
-    if let Some(key) = headers.get("x-api-key") {
-        let key = key.to_str().unwrap_or_default();
-        return match cloud.accounts.api_key(key).await {
-            Ok(Some(p)) => {
-                let mcp = crate::mcp::McpPrincipal { user: p.user.id.to_string(), scopes: None };
-                let principal = Principal {
-                    user: p.user.id,
-                    workspace: p.workspace_id,
-                    role: p.role,
-                    via: Via::ApiKey,
-                };
-                Ok((principal, mcp))
+    let (found, scopes) = if let Some(key) = headers.get("x-api-key") {
+        (key_principal(cloud, key).await, None)
+    } else {
+        let Some(token) = bearer(headers) else { return Err(refused(None)) };
+        let claims = match cloud.oauth.verify_access_token(token).await {
+            Ok(claims) => claims,
+            Err(crate::oauth::AccessError::Invalid) => return Err(refused(Some("invalid_token"))),
+            Err(crate::oauth::AccessError::Store(e)) => {
+                return Err(internal("cannot read the OAuth grants", &e));
             }
-            Ok(None) => Err(challenge(Some("invalid_token"))),
-            Err(e) => Err(internal("cannot read the account store", &e)),
         };
-    }
-    let Some(token) = bearer(headers) else { return Err(challenge(None)) };
-    let claims = match cloud.oauth.verify_access_token(token).await {
-        Ok(claims) => claims,
-        Err(crate::oauth::AccessError::Invalid) => return Err(challenge(Some("invalid_token"))),
-        Err(crate::oauth::AccessError::Store(e)) => {
-            return Err(internal("cannot read the OAuth grants", &e));
-        }
+        let scopes = claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        (token_principal(cloud, claims.sub, claims.workspace_id).await, Some(scopes))
     };
-    let (user, workspace) = (UserId::from(claims.sub), WorkspaceId::from(claims.workspace_id));
-    match cloud.accounts.role(&user, &workspace).await {
-        Ok(Some(role)) => {
-            let scopes =
-                claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
-            let mcp = crate::mcp::McpPrincipal { user: user.to_string(), scopes: Some(scopes) };
-            Ok((Principal { user, workspace, role, via: Via::Token }, mcp))
+    match found {
+        Ok(Some(principal)) => {
+            let mcp = crate::mcp::McpPrincipal { user: principal.user.to_string(), scopes };
+            Ok((principal, mcp))
         }
-        Ok(None) => Err(challenge(Some("invalid_token"))),
+        Ok(None) => Err(refused(Some("invalid_token"))),
         Err(e) => Err(internal("cannot read the account store", &e)),
     }
-}
-
-/// A 401 for `/mcp` with `WWW-Authenticate: Bearer resource_metadata="…", scope="…"` (and `error` when a
-/// credential was sent but is not valid).
-fn mcp_challenge(oauth: &crate::oauth::AuthorizationServer, error: Option<&str>) -> Response {
-    let mut value = format!(
-        "Bearer resource_metadata=\"{}\", scope=\"{}\"",
-        oauth.resource_metadata_url(),
-        crate::oauth::SCOPES.join(" ")
-    );
-    if let Some(error) = error {
-        value.push_str(&format!(", error=\"{error}\""));
-    }
-    let mut response = refuse(
-        StatusCode::UNAUTHORIZED,
-        "unauthenticated",
-        "send an OAuth access token for this MCP server (Authorization: Bearer) or an X-API-Key",
-    );
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
-    }
-    response
 }
 
 /// Operations whose handler checks their own credential (the registration access token of RFC 7592).
@@ -408,11 +385,12 @@ fn self_authenticated(op: &OperationInfo) -> bool {
 }
 
 fn registration_too_large() -> Response {
-    let body = serde_json::json!({
-        "error": "request_too_large",
-        "error_description": format!("a registration has at most {} bytes", crate::oauth::MAX_REGISTRATION_BYTES),
-    });
-    let mut response = (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
+    let limit = crate::oauth::MAX_REGISTRATION_BYTES;
+    let body = kiln_spec::types::OAuthRegisterError {
+        error: "request_too_large".to_owned(),
+        error_description: Some(format!("a registration has at most {limit} bytes")),
+    };
+    let mut response = crate::api::OauthRegisterResponse::PayloadTooLarge(body).into_response();
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }

@@ -121,14 +121,7 @@ impl LocalServer {
     /// (the local caller; on the cloud runtime, one that sees nothing).
     /// Answers a request to `/mcp` with the runtime's MCP endpoint.
     async fn mcp(&self, request: axum::extract::Request) -> axum::response::Response {
-        match self.0.mcp.get() {
-            Some(endpoint) => endpoint.serve(request).await,
-            None => crate::api::refuse(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "starting",
-                "the MCP endpoint is not ready yet",
-            ),
-        }
+        self.0.mcp.serve(request).await
     }
 
     pub(crate) fn caller(&self, parts: &Parts) -> Caller {

@@ -68,8 +68,8 @@ pub(crate) struct Runtime {
     pub(crate) log_subscribers: Mutex<std::collections::HashSet<String>>,
     /// Accounts, keys and tokens, on the cloud runtime.
     pub(crate) cloud: Option<Arc<crate::cloud::Cloud>>,
-    /// The MCP endpoint (`/mcp`), set once the runtime exists (its tools hold the runtime weakly).
-    pub(crate) mcp: std::sync::OnceLock<crate::mcp::McpEndpoint>,
+    /// The MCP endpoint (`/mcp`; its tools hold the runtime weakly).
+    pub(crate) mcp: crate::mcp::McpEndpoint,
 }
 
 impl Runtime {

@@ -68,7 +68,11 @@ impl Refusal {
 }
 
 /// A `Bearer` challenge (RFC 6750 §3, RFC 9728 §5.1).
-fn challenge(error: Option<&str>, scopes: &[&str], resource_metadata: Option<&str>) -> String {
+pub(crate) fn challenge(
+    error: Option<&str>,
+    scopes: &[&str],
+    resource_metadata: Option<&str>,
+) -> String {
     let scope = format!("scope=\"{}\"", scopes.join(" "));
     let metadata = resource_metadata.map(|url| format!("resource_metadata=\"{url}\""));
     // The orders of the wire contract: `resource_metadata, scope` on 401, `error, scope, resource_metadata` on

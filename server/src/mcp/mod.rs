@@ -23,7 +23,7 @@ mod tools;
 mod views;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -37,9 +37,10 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 
 use self::access::Refusal;
+pub(crate) use self::access::challenge;
 use self::sessions::SessionOwners;
 use self::tools::KilnTools;
-use crate::local::api::LocalServer;
+use crate::local::runtime::Runtime;
 use crate::workspace::Caller;
 
 /// The scope of the reading tools: list node types, list models, job status, outputs and images.
@@ -112,7 +113,7 @@ pub(crate) struct McpEndpoint {
 
 impl McpEndpoint {
     /// The endpoint over the runtime `server`.
-    pub(crate) fn new(server: LocalServer, config: McpConfig) -> Self {
+    pub(crate) fn new(runtime: Weak<Runtime>, config: McpConfig) -> Self {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(SESSION_IDLE);
         let sessions = Arc::new(manager);
@@ -127,7 +128,7 @@ impl McpEndpoint {
         } else {
             transport.with_allowed_hosts(config.allowed_hosts.clone())
         };
-        let tools = KilnTools::new(&server);
+        let tools = KilnTools::new(runtime);
         let service =
             StreamableHttpService::new(move || Ok(tools.clone()), sessions.clone(), transport);
         McpEndpoint { service, sessions, owners: SessionOwners::default(), config }

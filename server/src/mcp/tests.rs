@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use super::{McpConfig, McpEndpoint, McpPrincipal, SCOPE_READ};
 use crate::config::{CacheMode, Config};
-use crate::local::api::LocalServer;
 use crate::local::runtime::Runtime;
 use crate::workspace::{Caller, Role};
 
@@ -54,7 +53,7 @@ fn config() -> McpConfig {
 }
 
 fn endpoint(harness: &Harness, config: McpConfig) -> McpEndpoint {
-    McpEndpoint::new(LocalServer(harness.runtime.clone()), config)
+    McpEndpoint::new(Arc::downgrade(&harness.runtime), config)
 }
 
 /// Who sends a request: the gate's principal and caller (none on the local runtime), and its headers.

@@ -242,9 +242,9 @@ pub(crate) struct KilnTools {
 }
 
 impl KilnTools {
-    /// The tools over `server`'s runtime.
-    pub(crate) fn new(server: &LocalServer) -> KilnTools {
-        KilnTools { runtime: Arc::downgrade(&server.0) }
+    /// The tools over `runtime`.
+    pub(crate) fn new(runtime: Weak<Runtime>) -> KilnTools {
+        KilnTools { runtime }
     }
 }
 
