@@ -188,11 +188,9 @@ pub fn check_issuer(issuer: &str) -> Result<(), String> {
              endpoints at the origin's root"
         ));
     }
-    let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]")
-        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback());
     match url.scheme() {
         "https" => Ok(()),
-        "http" if loopback => Ok(()),
+        "http" if is_loopback_host(host) => Ok(()),
         _ => Err(format!(
             "`{issuer}` must be an https URL (plain http is allowed only on a loopback host): OAuth clients \
              send their codes and tokens to it"
@@ -200,9 +198,22 @@ pub fn check_issuer(issuer: &str) -> Result<(), String> {
     }
 }
 
+/// Whether a URL host is this machine: `localhost`, `[::1]` or 127/8.
+fn is_loopback_host(host: &str) -> bool {
+    matches!(host, "localhost" | "[::1]")
+        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether an issuer is plain `http` on a loopback host: a development or test server, the only kind that may
+/// fetch client metadata documents over loopback `http` (`--cimd-allow-loopback-http`).
+pub fn is_loopback_http(issuer: &str) -> bool {
+    url::Url::parse(issuer)
+        .is_ok_and(|url| url.scheme() == "http" && url.host_str().is_some_and(is_loopback_host))
+}
+
 #[cfg(test)]
 mod issuer_tests {
-    use super::check_issuer;
+    use super::{check_issuer, is_loopback_http};
 
     #[test]
     fn issuers_are_https_or_loopback_http() {
@@ -225,5 +236,10 @@ mod issuer_tests {
         ] {
             assert!(check_issuer(bad).is_err(), "{bad}");
         }
+        assert!(is_loopback_http("http://127.0.0.1:8188") && is_loopback_http("http://[::1]:1"));
+        assert!(
+            !is_loopback_http("https://127.0.0.1")
+                && !is_loopback_http("http://127.0.0.1.evil.example")
+        );
     }
 }

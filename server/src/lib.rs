@@ -37,7 +37,7 @@ pub use accounts::{
 };
 pub use api::Runtime;
 pub use app::Server;
-pub use config::{CacheMode, ComputeConfig, Config, FrontEnd, check_issuer};
+pub use config::{CacheMode, ComputeConfig, Config, FrontEnd, check_issuer, is_loopback_http};
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};

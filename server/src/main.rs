@@ -171,10 +171,7 @@ impl Args {
             bail!("--issuer: {problem}");
         }
         if self.cimd_allow_loopback_http {
-            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                .iter()
-                .any(|prefix| config.issuer.starts_with(prefix));
-            if !loopback {
+            if !kiln_server::is_loopback_http(&config.issuer) {
                 bail!(
                     "--cimd-allow-loopback-http is for tests: the issuer must be a loopback http URL"
                 );

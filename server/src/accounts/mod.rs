@@ -376,6 +376,6 @@ fn new_id() -> String {
 }
 
 /// The current time in unix seconds.
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }

@@ -10,7 +10,7 @@ use kiln_spec::types;
 
 use super::clients::Client;
 use super::grants::{CodeGrant, Pending, PendingError};
-use super::{AuthorizationServer, SCOPES, redirect, resource};
+use super::{AuthorizationServer, SCOPES, given, redirect, resource};
 use crate::accounts::{Session, csrf_matches, csrf_token};
 use crate::api::{OauthAuthorizeDecisionResponse, OauthAuthorizeQuery, OauthAuthorizeResponse};
 use crate::cloud::{SESSION_COOKIE, gate::cookie};
@@ -180,18 +180,16 @@ impl AuthorizationServer {
         if repeated.iter().any(|p| p == "client_id" || p == "redirect_uri") {
             return shown("client_id and redirect_uri may each be sent once".into());
         }
-        // A parameter without a value is an omitted one (RFC 6749 §3.1).
-        let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
         let Some(client_id) = given(&query.client_id) else {
             return shown("client_id is missing".into());
         };
-        let client = match self.client(&client_id).await {
+        let client = match self.client(client_id).await {
             Ok(Some(client)) => client,
-            Ok(None) => return shown(format!("unknown client_id `{}`", clip(&client_id))),
+            Ok(None) => return shown(format!("unknown client_id `{}`", clip(client_id))),
             Err(e) => return shown(e.to_string()),
         };
         let sent_redirect = given(&query.redirect_uri);
-        let redirect_uri = match sent_redirect.as_deref() {
+        let redirect_uri = match sent_redirect {
             Some(uri) if redirect::is_registered(&client.redirect_uris, uri) => uri.to_owned(),
             Some(uri) => {
                 return shown(format!(
@@ -206,10 +204,8 @@ impl AuthorizationServer {
         let Some((secret, _session)) = self.session(parts).await else {
             return OauthAuthorizeResponse::SeeOther { location: Some(sign_in_then(parts)) };
         };
-        let state = given(&query.state);
-        let too_long = state.as_ref().is_some_and(|s| s.len() > MAX_STATE_BYTES);
-        let state = state.filter(|_| !too_long);
-        let state = state.as_deref();
+        let too_long = given(&query.state).is_some_and(|s| s.len() > MAX_STATE_BYTES);
+        let state = given(&query.state).filter(|_| !too_long);
         let fail = |code: &str, description: &str| OauthAuthorizeResponse::Found {
             location: Some(error_redirect(&redirect_uri, code, description, state, &self.issuer)),
         };
@@ -228,15 +224,15 @@ impl AuthorizationServer {
         if query.code_challenge_method.as_deref() != Some("S256") {
             return fail("invalid_request", "code_challenge_method must be S256");
         }
-        if !super::pkce::is_s256_challenge(&challenge) {
+        if !super::pkce::is_s256_challenge(challenge) {
             return fail("invalid_request", "code_challenge must be 43 base64url characters");
         }
-        let scopes = match requested_scopes(given(&query.scope).as_deref()) {
+        let scopes = match requested_scopes(given(&query.scope)) {
             Ok(scopes) => scopes,
             Err(message) => return fail("invalid_scope", &message),
         };
         if let Some(asked) = given(&query.resource)
-            && !resource::names(self.resource(), &asked)
+            && !resource::names(self.resource(), asked)
         {
             return fail(
                 "invalid_target",
@@ -250,7 +246,7 @@ impl AuthorizationServer {
             state.map(str::to_owned),
             scopes,
             self.resource().to_owned(),
-            challenge,
+            challenge.to_owned(),
             now,
         );
         // Bound to this browser's session at once.

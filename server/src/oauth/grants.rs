@@ -2,7 +2,7 @@
 //! long), and grants with their refresh tokens (in the database).
 //!
 //! - A **pending request** is an authorization request waiting for the user's decision: single use, 10
-//!   minutes, bound to the first browser session that looks at it.
+//!   minutes, bound to the browser session that made it.
 //! - A **code** is single use, 5 minutes, bound to client, redirect URI, PKCE challenge and resource. Redeeming
 //!   a code twice with all the right inputs revokes the grant the first redemption made (RFC 6749 §4.1.2); a
 //!   replay with a wrong input is refused without revoking anything (anyone who saw the code could send it).
@@ -92,8 +92,8 @@ pub(crate) struct Pending {
     pub(crate) code_challenge: String,
     /// When it expires (unix seconds).
     pub(crate) expires_at: i64,
-    /// The hash of the session that first looked at it.
-    session: Option<String>,
+    /// The hash of the browser session that made it (set when it is kept).
+    session: String,
 }
 
 impl Pending {
@@ -116,7 +116,7 @@ impl Pending {
             resource,
             code_challenge,
             expires_at: now + PENDING_SECONDS,
-            session: None,
+            session: String::new(),
         }
     }
 }
@@ -127,7 +127,7 @@ pub(crate) enum PendingError {
     /// Unknown, expired or already decided.
     #[error("the authorization request is unknown, expired or already decided")]
     Unknown,
-    /// Another session looked at it first.
+    /// Another browser session made it.
     #[error("the authorization request belongs to another session")]
     OtherSession,
 }
@@ -144,37 +144,27 @@ impl PendingRequests {
         let session = secret_hash(session_secret);
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.retain(|_, p| p.expires_at > now);
-        let mine = |p: &Pending| p.session.as_deref() == Some(session.as_str());
+        let mine = |p: &Pending| p.session == session;
         if map.values().filter(|p| mine(p)).count() >= PENDING_PER_SESSION {
             evict_oldest(&mut map, |p| mine(p));
         }
         if map.len() >= MAX_PENDING {
             evict_oldest(&mut map, |_| true);
         }
-        pending.session = Some(session);
+        pending.session = session;
         map.insert(id.clone(), pending);
         id
     }
 
-    /// The pending request `id` for the session with this secret, binding it to that session on first use.
+    /// The pending request `id` for the session with this secret.
     pub(crate) fn view(
         &self,
         id: &str,
         session_secret: &str,
         now: i64,
     ) -> Result<Pending, PendingError> {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let pending =
-            map.get_mut(id).filter(|p| p.expires_at > now).ok_or(PendingError::Unknown)?;
-        let session = secret_hash(session_secret);
-        match &pending.session {
-            Some(bound) if *bound != session => Err(PendingError::OtherSession),
-            Some(_) => Ok(pending.clone()),
-            None => {
-                pending.session = Some(session);
-                Ok(pending.clone())
-            }
-        }
+        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        checked(&map, id, session_secret, now).cloned()
     }
 
     /// Removes and answers the pending request `id` for the decision of the session with this secret.
@@ -184,10 +174,24 @@ impl PendingRequests {
         session_secret: &str,
         now: i64,
     ) -> Result<Pending, PendingError> {
-        self.view(id, session_secret, now)?;
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        checked(&map, id, session_secret, now)?;
         map.remove(id).ok_or(PendingError::Unknown)
     }
+}
+
+/// The pending request `id` of `map` if it is live and belongs to the session with this secret.
+fn checked<'a>(
+    map: &'a HashMap<String, Pending>,
+    id: &str,
+    session_secret: &str,
+    now: i64,
+) -> Result<&'a Pending, PendingError> {
+    let pending = map.get(id).filter(|p| p.expires_at > now).ok_or(PendingError::Unknown)?;
+    if pending.session != secret_hash(session_secret) {
+        return Err(PendingError::OtherSession);
+    }
+    Ok(pending)
 }
 
 /// What an authorization code stands for.

@@ -13,7 +13,6 @@
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use kiln_spec::types;
@@ -101,13 +100,9 @@ impl AuthorizationServer {
         format!("{}/.well-known/oauth-protected-resource/mcp", self.issuer)
     }
 
-    fn system_time(&self) -> SystemTime {
-        SystemTime::now()
-    }
-
     /// Now, in unix seconds.
     fn now(&self) -> i64 {
-        self.system_time().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+        crate::accounts::now()
     }
 
     /// RFC 8414 metadata.
@@ -244,6 +239,12 @@ impl AuthorizationServer {
             Err(e) => Err(AccessError::Store(e)),
         }
     }
+}
+
+/// A request parameter, or `None` when it is absent or empty (RFC 6749 §3.1, §3.2: a parameter without a value
+/// is treated as omitted).
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
 }
 
 /// The rate-limit key of a registration from `peer`: the IPv4 address, or the /64 of an IPv6 address (one

@@ -12,7 +12,7 @@ use kiln_spec::types::{
 
 use super::clients::Client;
 use super::grants::{Grant, Redemption, RefreshRefusal, RefreshWanted, Refreshed};
-use super::{AuthorizationServer, resource};
+use super::{AuthorizationServer, given, resource};
 use crate::api::OauthTokenResponse;
 use crate::auth::access::{ACCESS_TOKEN_LIFETIME, NewAccessToken};
 
@@ -38,12 +38,6 @@ fn server_error(what: &str, error: &dyn std::fmt::Display) -> TokenAnswer {
         Code::ServerError,
         &format!("{what} failed; try again"),
     ))
-}
-
-/// A form parameter, or `None` when it is absent or empty (RFC 6749 §3.2: a parameter without a value is
-/// treated as omitted).
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.is_empty())
 }
 
 fn unauthorized(description: &str, basic: bool) -> TokenAnswer {
@@ -235,7 +229,7 @@ impl AuthorizationServer {
             workspace_id: &grant.workspace_id,
             grant_id: &grant.id,
         };
-        match self.access.mint_at(&new, self.system_time()) {
+        match self.access.mint_at(&new, std::time::SystemTime::now()) {
             Ok(access_token) => OauthTokenResponse::Ok {
                 body: types::OAuthTokenResponse {
                     access_token,
