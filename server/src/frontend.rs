@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use tower_http::services::{ServeDir, ServeFile};
 
 use crate::config::{Config, FrontEnd};
-use crate::frontend_package::{self, Wheel};
+use crate::frontend_package::{self, FRONTEND_VERSION};
 
 /// Adds the configured frontend to a router, installing the pinned one first if it is not cached yet, and says
 /// which `comfyui-frontend-package` version it serves when that is known (not for a `--front-end-root`). A
@@ -25,10 +25,11 @@ pub(crate) async fn mount(router: Router, config: &Config) -> (Router, Option<&'
     match &config.front_end {
         FrontEnd::Root(root) => (serve(router, root), None),
         FrontEnd::Pinned { wheel_url } => {
-            match frontend_package::ensure(&config.data_dir, &Wheel::pinned(wheel_url)).await {
-                Ok(root) => (serve(router, &root), Some(frontend_package::FRONTEND_VERSION)),
+            let wheel = frontend_package::pinned_wheel(wheel_url);
+            match frontend_package::ensure(&config.data_dir, &wheel, FRONTEND_VERSION).await {
+                Ok(root) => (serve(router, &root), Some(FRONTEND_VERSION)),
                 Err(error) => {
-                    let advice = error.advice();
+                    let advice = frontend_package::advice(&error);
                     tracing::warn!("{advice}");
                     (no_frontend(router, advice), None)
                 }

@@ -27,6 +27,7 @@ mod model_folders;
 mod oauth;
 mod storage;
 mod system;
+mod wheel;
 mod workspace;
 mod ws;
 
