@@ -31,6 +31,8 @@ pub struct Server {
     router: Router,
     runtime: Arc<Runtime>,
     worker: Option<std::thread::JoinHandle<()>>,
+    /// The workflow templates to install, and from where, once the server listens.
+    templates: Option<(Arc<crate::templates::Templates>, crate::templates::TemplatesSource)>,
 }
 
 impl Server {
@@ -129,6 +131,10 @@ impl Server {
         let executor = executor.with_memory(compute.manager().clone());
         let openapi = crate::api::document(config.runtime).map_err(std::io::Error::other)?;
         let mcp_config = mcp_config(config, cloud.as_deref());
+        let templates = config
+            .templates
+            .as_ref()
+            .map(|_| Arc::new(crate::templates::Templates::open(&config.data_dir)));
         // The MCP endpoint's tools hold the runtime weakly (the runtime holds the endpoint).
         let runtime = Arc::new_cyclic(|runtime| Runtime {
             workspaces,
@@ -140,6 +146,7 @@ impl Server {
             model_folders,
             features,
             frontend_version: std::sync::OnceLock::new(),
+            templates: templates.clone(),
             openapi,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
@@ -173,6 +180,10 @@ impl Server {
                 .merge(crate::cloud::signin::routes())
                 .merge(crate::oauth::consent_page::routes()),
         };
+        let templates = templates.zip(config.templates.clone());
+        if let Some((templates, _)) = &templates {
+            router = crate::templates::routes(router, templates.clone());
+        }
         let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
         router = match runtime.cloud {
             Some(_) => mounted.layer(middleware::from_fn(crate::cloud::signin::with_csrf_shim)),
@@ -221,7 +232,16 @@ impl Server {
             }
             None => router,
         };
-        Ok(Server { router, runtime, worker: Some(worker) })
+        Ok(Server { router, runtime, worker: Some(worker), templates })
+    }
+
+    /// Starts installing the workflow templates that are not there yet, in the background (one log line when it
+    /// ends; `/templates/` serves each package as it lands). Called once the server listens, so the download
+    /// competes with nothing at startup; nothing happens without templates (`--disable-front-end`).
+    pub fn install_templates(&self) {
+        if let Some((templates, source)) = &self.templates {
+            tokio::spawn(templates.clone().install_missing(source.clone()));
+        }
     }
 
     /// The routes.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use crate::api::Runtime;
 use crate::extra_model_paths::ExtraModelPath;
 use crate::model_folders::ModelFolders;
+use crate::templates::TemplatesSource;
 
 /// Bytes in one of the "GB" ComfyUI's memory flags take (`--reserve-vram`, `--cache-ram`): it multiplies them
 /// by 1024³.
@@ -102,6 +103,9 @@ pub struct Config {
     pub preview_method: kiln_engine::nodes::PreviewMethod,
     /// The ComfyUI frontend served at `/`.
     pub front_end: FrontEnd,
+    /// The workflow templates served at `/templates/` for the frontend's template browser, downloaded once from
+    /// this source into `DATA_DIR/templates/` (in the background); `None`: no templates (`--disable-front-end`).
+    pub templates: Option<TemplatesSource>,
     /// `--enable-cors-header`: answer every origin with this `Access-Control-Allow-Origin` instead of refusing
     /// cross-origin requests to a loopback host.
     pub cors_origin: Option<String>,
@@ -139,6 +143,7 @@ impl Config {
             // Not the binary's default (the pinned frontend, downloaded): a `Config` built in code reaches no
             // network unless it asks to.
             front_end: FrontEnd::Disabled,
+            templates: None,
             cors_origin: None,
             runtime: Runtime::Local,
             issuer: "http://127.0.0.1:8188".to_owned(),

@@ -27,6 +27,7 @@ mod model_folders;
 mod oauth;
 mod storage;
 mod system;
+mod templates;
 mod wheel;
 mod workspace;
 mod ws;
@@ -43,6 +44,7 @@ pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_mod
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};
 pub use storage::StorageError;
+pub use templates::{TEMPLATES_VERSION, TemplatesSource};
 
 /// `kiln keys rotate`: a new current signing key in `data_dir/keys`; the previous one keeps verifying (and stays
 /// in the JWKS) until the next rotation. A running server picks the new key up by itself.

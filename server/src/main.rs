@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kiln_engine::nodes::PreviewMethod;
 use kiln_server::{
     CacheMode, ComputeConfig, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
-    FrontEndVersion, LogRing, Runtime, Server,
+    FrontEndVersion, LogRing, Runtime, Server, TemplatesSource,
 };
 use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -57,9 +57,13 @@ struct Args {
     /// Where to download the pinned frontend wheel from (e.g. a PyPI mirror); it must match the pinned sha256.
     #[arg(long, value_name = "URL", default_value = FRONTEND_WHEEL_URL)]
     front_end_wheel_url: String,
-    /// Serve no frontend: download nothing, serve only the API.
+    /// Serve no frontend: download nothing (neither the frontend nor the workflow templates), serve only the API.
     #[arg(long, conflicts_with = "front_end_root")]
     disable_front_end: bool,
+    /// Where to download the pinned workflow-template wheels from: a folder URL holding them under their file
+    /// names (e.g. a PyPI mirror); they must match the pinned sha256. Default: PyPI.
+    #[arg(long, value_name = "URL")]
+    templates_wheels_url: Option<String>,
     /// Allow cross-origin requests from ORIGIN (`*` when given without a value) instead of refusing
     /// cross-origin requests to a loopback host.
     #[arg(long, num_args = 0..=1, default_missing_value = "*")]
@@ -200,6 +204,11 @@ impl Args {
         config.temp_dir = self.temp_directory.unwrap_or(config.temp_dir);
         config.user_dir = self.user_directory.unwrap_or(config.user_dir);
         config.max_upload_size = (self.max_upload_size * 1024.0 * 1024.0) as u64;
+        config.templates = match (self.disable_front_end, self.templates_wheels_url) {
+            (true, _) => None,
+            (false, None) => Some(TemplatesSource::PyPi),
+            (false, Some(url)) => Some(TemplatesSource::Mirror(url)),
+        };
         config.front_end = match (self.disable_front_end, self.front_end_root) {
             (true, _) => FrontEnd::Disabled,
             (false, Some(root)) => FrontEnd::Root(root),
@@ -323,6 +332,7 @@ async fn main() -> anyhow::Result<()> {
             axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
         });
     }
+    server.install_templates();
     tokio::select! {
         () = server.forward_logs() => {}
         result = async {

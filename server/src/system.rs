@@ -6,6 +6,7 @@
 //! elsewhere they are 0, which ComfyUI's frontend shows as unknown rather than failing.
 
 use crate::frontend_package::FRONTEND_VERSION;
+use crate::templates::TEMPLATES_VERSION;
 use kiln_engine::compute::DeviceReport;
 use kiln_engine::kiln_compute::memory::pressure::parse_meminfo;
 use kiln_spec::types::{
@@ -20,6 +21,9 @@ const RUST_VERSION: &str = env!("CARGO_PKG_RUST_VERSION");
 
 /// The ComfyUI frontend package Kiln serves by default and is tested with (version: [`FRONTEND_VERSION`]).
 const FRONTEND_PACKAGE: &str = "comfyui-frontend-package";
+
+/// The workflow templates package Kiln serves (version: [`TEMPLATES_VERSION`]).
+const TEMPLATES_PACKAGE: &str = "comfyui-workflow-templates";
 
 /// The feature flags: what Kiln supports, under ComfyUI's names.
 pub(crate) fn features(max_upload_size: i64) -> FeatureFlags {
@@ -65,12 +69,14 @@ impl Memory {
 }
 
 /// Builds the `/api/system_stats` answer. `frontend_version` is the version of the frontend being served, when
-/// it is known (the pinned package; not a `--front-end-root` of unknown origin).
+/// it is known (the pinned package; not a `--front-end-root` of unknown origin); `templates_version` the
+/// workflow templates' once they are installed.
 pub(crate) fn system_stats(
     argv: &[String],
     device: &DeviceReport,
     memory: Memory,
     frontend_version: Option<&str>,
+    templates_version: Option<&str>,
 ) -> SystemStats {
     let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
     let device = match device.kind {
@@ -103,23 +109,30 @@ pub(crate) fn system_stats(
         devices: vec![device],
         system: SystemInfo {
             argv: argv.to_vec(),
-            comfy_package_versions: vec![PackageVersion {
-                name: FRONTEND_PACKAGE.to_owned(),
-                installed: frontend_version.map(str::to_owned),
-                required: FRONTEND_VERSION.to_owned(),
-            }],
+            comfy_package_versions: vec![
+                PackageVersion {
+                    name: FRONTEND_PACKAGE.to_owned(),
+                    installed: frontend_version.map(str::to_owned),
+                    required: FRONTEND_VERSION.to_owned(),
+                },
+                PackageVersion {
+                    name: TEMPLATES_PACKAGE.to_owned(),
+                    installed: templates_version.map(str::to_owned),
+                    required: TEMPLATES_VERSION.to_owned(),
+                },
+            ],
             comfyui_version: VERSION.to_owned(),
             deploy_environment: "kiln".to_owned(),
             embedded_python: false,
-            // Kiln ships no workflow templates package; ComfyUI sends null when none is installed.
-            installed_templates_version: None,
+            // As ComfyUI: null until the templates are installed (every package of them, on Kiln).
+            installed_templates_version: templates_version.map(str::to_owned),
             os: std::env::consts::OS.to_owned(),
             python_version: format!("rust {RUST_VERSION} (kiln {VERSION})"),
             pytorch_version,
             ram_free: memory.available,
             ram_total: memory.total,
             required_frontend_version: FRONTEND_VERSION.to_owned(),
-            required_templates_version: None,
+            required_templates_version: Some(TEMPLATES_VERSION.to_owned()),
         },
     }
 }

@@ -2277,8 +2277,8 @@ pub struct SuccessResponse {
 }
 /// The host and the server build. Every field ComfyUI sends is present, with Kiln's own values: the
 /// versions are Kiln's, the frontend fields name the `comfyui-frontend-package` version Kiln serves and was
-/// tested with, and the workflow-templates fields are null because Kiln ships no templates package (as
-/// ComfyUI sends when the package is not installed).
+/// tested with, and the workflow-templates fields the `comfyui-workflow-templates` version Kiln installs
+/// (once, into its data dir) and serves at `/templates/`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct SystemInfo {
     ///The operating system, e.g. `linux`.
@@ -2291,13 +2291,13 @@ pub struct SystemInfo {
     pub comfyui_version: ::std::string::String,
     ///The `comfyui-frontend-package` version this server serves by default and was tested with.
     pub required_frontend_version: ::std::string::String,
-    ///The installed `comfyui-workflow-templates` version; null when none is installed (always on Kiln).
+    ///The installed `comfyui-workflow-templates` version; null until every package of it is installed (Kiln downloads them in the background on its first start; with `--disable-front-end`, never).
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub installed_templates_version: ::std::option::Option<::std::string::String>,
-    ///The `comfyui-workflow-templates` version the server asks for; null when it asks for none (Kiln).
+    ///The `comfyui-workflow-templates` version the server asks for (on Kiln, the one it pins and is tested with); null when it asks for none.
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub required_templates_version: ::std::option::Option<::std::string::String>,
-    ///The companion packages, each with the version installed and the version required (on Kiln, the frontend package).
+    ///The companion packages, each with the version installed and the version required (on Kiln, the frontend package and the workflow templates).
     pub comfy_package_versions: ::std::vec::Vec<PackageVersion>,
     ///The Python version on ComfyUI; on Kiln, the Rust version it is built for, e.g. `rust 1.95 (kiln 0.1.0)`.
     pub python_version: ::std::string::String,

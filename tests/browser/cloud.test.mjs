@@ -26,7 +26,8 @@ import {
   recordUnexpectedAnswers,
   screenshots,
   spawnListening,
-  stopProxy,
+  shutDown,
+  withoutTemplates,
 } from './common.mjs';
 
 const [kilnBinary, frontEndRoot] = process.argv.slice(2);
@@ -58,6 +59,7 @@ const kiln = await spawnListening(kilnBinary, [
   dataDir,
   '--front-end-root',
   frontEndRoot,
+  ...withoutTemplates,
 ]);
 const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', ''), 'cloud']);
 const { url } = proxy;
@@ -157,11 +159,7 @@ try {
   });
   assert.deepEqual(signedOut, [200, 401]);
 } finally {
-  await browser.close();
-  const contract = await stopProxy(proxy);
-  kiln.child.kill('SIGKILL');
-  console.log(contract.report.split('\n')[0]);
-  assert.equal(contract.code, 0, `kiln sent answers the spec does not describe:\n${contract.report}`);
+  await shutDown({ browser, proxy, kiln });
 }
 console.log(
   `ok: signed in through /login, the frontend booted with the session and ran a workflow in ` +

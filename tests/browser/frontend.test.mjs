@@ -28,6 +28,7 @@ import {
   screenshots,
   spawnListening,
   stopProxy,
+  withoutTemplates,
 } from './common.mjs';
 
 const [kilnBinary, frontEndRoot, wheelFile] = process.argv.slice(2);
@@ -53,7 +54,9 @@ const workflow = {
 async function startKiln(dataDir, frontEndArgs) {
   mkdirSync(join(dataDir, 'input'), { recursive: true });
   copyFileSync(join(here, 'kiln-input.png'), join(dataDir, 'input', 'kiln-input.png'));
-  const kiln = await spawnListening(kilnBinary, ['--port', '0', '--data-dir', dataDir, ...frontEndArgs]);
+  const kiln = await spawnListening(kilnBinary, [
+    '--port', '0', '--data-dir', dataDir, ...frontEndArgs, ...withoutTemplates,
+  ]);
   const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
   return { kiln: kiln.child, proxy, url: proxy.url };
 }
@@ -95,7 +98,7 @@ function assertSameTree(actual, expected) {
 
 /** Starts kiln alone (no proxy) with `args`, runs `check(url)`, and stops it. */
 async function withKiln(args, check) {
-  const { child, url } = await spawnListening(kilnBinary, ['--port', '0', ...args]);
+  const { child, url } = await spawnListening(kilnBinary, ['--port', '0', ...args, ...withoutTemplates]);
   try {
     await check(url);
   } finally {

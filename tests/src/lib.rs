@@ -46,6 +46,39 @@ pub async fn serve_wheel(
     (url, requests)
 }
 
+/// Serves `files` (name, body) at `/<name>` on a loopback port of the current tokio runtime (a stand-in for a
+/// folder of wheels on a mirror; other names answer 404); returns the folder's URL and a count of the requests
+/// it answered with a file.
+pub async fn serve_files(
+    files: Vec<(String, Vec<u8>)>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let files: std::sync::Arc<std::collections::HashMap<String, Vec<u8>>> =
+        std::sync::Arc::new(files.into_iter().collect());
+    let app = axum::Router::new().route(
+        "/{name}",
+        axum::routing::get(move |axum::extract::Path(name): axum::extract::Path<String>| {
+            let files = files.clone();
+            let counter = counter.clone();
+            async move {
+                match files.get(&name) {
+                    Some(body) => {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        Ok(body.clone())
+                    }
+                    None => Err(axum::http::StatusCode::NOT_FOUND),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, requests)
+}
+
 /// One golden capture, parsed (key order preserved).
 pub fn golden(case: &str) -> serde_json::Value {
     let path = golden_dir().join(format!("{case}.json"));

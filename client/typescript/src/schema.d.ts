@@ -1964,8 +1964,8 @@ export interface components {
         /**
          * @description The host and the server build. Every field ComfyUI sends is present, with Kiln's own values: the
          *     versions are Kiln's, the frontend fields name the `comfyui-frontend-package` version Kiln serves and was
-         *     tested with, and the workflow-templates fields are null because Kiln ships no templates package (as
-         *     ComfyUI sends when the package is not installed).
+         *     tested with, and the workflow-templates fields the `comfyui-workflow-templates` version Kiln installs
+         *     (once, into its data dir) and serves at `/templates/`.
          */
         SystemInfo: {
             /** @description The operating system, e.g. `linux`. */
@@ -1984,11 +1984,11 @@ export interface components {
             comfyui_version: string;
             /** @description The `comfyui-frontend-package` version this server serves by default and was tested with. */
             required_frontend_version: string;
-            /** @description The installed `comfyui-workflow-templates` version; null when none is installed (always on Kiln). */
+            /** @description The installed `comfyui-workflow-templates` version; null until every package of it is installed (Kiln downloads them in the background on its first start; with `--disable-front-end`, never). */
             installed_templates_version: string | null;
-            /** @description The `comfyui-workflow-templates` version the server asks for; null when it asks for none (Kiln). */
+            /** @description The `comfyui-workflow-templates` version the server asks for (on Kiln, the one it pins and is tested with); null when it asks for none. */
             required_templates_version: string | null;
-            /** @description The companion packages, each with the version installed and the version required (on Kiln, the frontend package). */
+            /** @description The companion packages, each with the version installed and the version required (on Kiln, the frontend package and the workflow templates). */
             comfy_package_versions: components["schemas"]["PackageVersion"][];
             /** @description The Python version on ComfyUI; on Kiln, the Rust version it is built for, e.g. `rust 1.95 (kiln 0.1.0)`. */
             python_version: string;

@@ -669,6 +669,7 @@ impl SharedApi for LocalServer {
             &self.0.compute.report(),
             crate::system::Memory::read(),
             self.0.frontend_version.get().copied(),
+            self.0.templates.as_ref().and_then(|t| t.installed_version()),
         );
         GetSystemStatsResponse::Ok(stats)
     }

@@ -49,6 +49,8 @@ pub(crate) struct Runtime {
     /// The version of the frontend served at `/`, when known (`system_stats`' installed frontend package): set
     /// once the pinned package is installed; unset for a `--front-end-root` or no frontend.
     pub(crate) frontend_version: std::sync::OnceLock<&'static str>,
+    /// The workflow templates served at `/templates/`, when they are (not with `--disable-front-end`).
+    pub(crate) templates: Option<Arc<crate::templates::Templates>>,
     /// The OpenAPI document this runtime serves (`GET /api/openapi.json`).
     pub(crate) openapi: types::OpenApiDocument,
     pub(crate) argv: Vec<String>,

@@ -167,6 +167,10 @@ fn kiln_serves_system_stats_on_the_port_it_logs() {
     assert_eq!(stats.devices[0].type_, "cpu");
     assert!(stats.system.argv.iter().any(|a| a == "--port"));
     assert!(data_dir.is_dir(), "the data directory is created");
+    // `--disable-front-end` downloads nothing: neither the frontend nor the workflow templates.
+    assert_eq!(stats.system.installed_templates_version, None);
+    assert_eq!(http_get(&addr, "/templates/index.json").0, 404);
+    assert!(!data_dir.join("templates").exists() && !data_dir.join("frontend").exists());
     let _ = std::fs::remove_dir_all(&data_dir);
 }
 

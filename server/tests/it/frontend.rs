@@ -203,16 +203,19 @@ async fn without_a_frontend_the_root_says_why_and_the_api_answers() {
     let _ = std::fs::remove_dir_all(&config.data_dir);
 }
 
-/// The README's run command without network access: one line says what to do, and the API is served.
+/// The README's run command without network access: one line says what to do about the frontend, one about the
+/// workflow templates (downloaded in the background), and the API is served.
 #[test]
-fn kiln_offline_says_in_one_line_what_to_do_and_serves_the_api() {
+fn kiln_offline_says_in_one_line_each_what_to_do_and_serves_the_api() {
     let data_dir = crate::binary::temp_dir("offline");
     // A port nothing listens on: the download is refused at once, as offline.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
     let wheel_url = format!("http://{}/wheel.whl", closed.local_addr().expect("address"));
+    let mirror = format!("http://{}/wheels", closed.local_addr().expect("address"));
     drop(closed);
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["--port", "0", "--front-end-wheel-url", &wheel_url, "--data-dir"])
+        .args(["--port", "0", "--front-end-wheel-url", &wheel_url])
+        .args(["--templates-wheels-url", &mirror, "--data-dir"])
         .arg(&data_dir)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -232,8 +235,25 @@ fn kiln_offline_says_in_one_line_what_to_do_and_serves_the_api() {
         }
         before_listening.push(line);
     };
-    std::thread::spawn(move || lines.for_each(drop));
+    // The templates are downloaded after the server listens: their warning comes then, within seconds.
+    let (sender, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let mut after_listening = Vec::new();
+    while !after_listening
+        .iter()
+        .any(|l: &String| l.contains("cannot download the workflow templates"))
+    {
+        match received.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(line) => after_listening.push(line),
+            Err(_) => break,
+        }
+    }
     let (api, root) = (http_get(&addr, "/api/system_stats"), http_get(&addr, "/"));
+    let template = http_get(&addr, "/templates/index.json");
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -249,7 +269,20 @@ fn kiln_offline_says_in_one_line_what_to_do_and_serves_the_api() {
         "{}",
         advice[0]
     );
+    let templates: Vec<&String> = after_listening.iter().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(templates.len(), 1, "one warning:\n{}", after_listening.join("\n"));
+    assert!(
+        templates[0]
+            .contains("cannot download the workflow templates (comfyui-workflow-templates-core ")
+            && templates[0].contains(&mirror)
+            && templates[0].ends_with("the API and the frontend work without them"),
+        "{}",
+        templates[0]
+    );
     assert_eq!(api.0, 200, "the API is served: {}", api.1);
+    let stats: serde_json::Value = serde_json::from_str(&api.1).expect("JSON");
+    assert!(stats["system"]["installed_templates_version"].is_null(), "{}", api.1);
+    assert_eq!(template.0, 404, "no templates are served");
     assert_eq!(root.0, 404);
     assert!(root.1.starts_with("cannot download the ComfyUI frontend ("), "{}", root.1);
 }

@@ -94,7 +94,12 @@ async fn issue_9_server_facts_carry_every_field_comfyui_sends() {
     assert_eq!(system["required_frontend_version"], "1.58.1", "the frontend Kiln serves");
     assert_eq!(system["comfy_package_versions"][0]["name"], "comfyui-frontend-package");
     assert_eq!(system["comfy_package_versions"][0]["required"], "1.58.1");
-    assert!(system["installed_templates_version"].is_null(), "Kiln ships no templates");
+    // This server was built in code, without templates (as `--disable-front-end`): none installed, the pinned
+    // version asked for.
+    assert!(system["installed_templates_version"].is_null(), "no templates installed");
+    assert_eq!(system["required_templates_version"], kiln_server::TEMPLATES_VERSION);
+    assert_eq!(system["comfy_package_versions"][1]["name"], "comfyui-workflow-templates");
+    assert!(system["comfy_package_versions"][1]["installed"].is_null());
     let (_, _, body) = get("/api/features").await;
     let features: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
     assert_eq!(features["extension"]["manager"]["supports_v4"], false, "no ComfyUI-Manager");
