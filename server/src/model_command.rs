@@ -2,14 +2,15 @@
 //!
 //! `kiln model synth` writes random-weight Z-Image-Turbo files with the released keys, shapes and dtypes (or
 //! a tiny configuration of the same structure) under their real names, for benchmarks and tests without the
-//! real weights.
+//! real weights; with `--family` and `--name`, one file of that family under any name (the template suite
+//! writes each file a template names this way).
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
-use kiln_models::synth::{self, SynthDtype, ZImageTurboSet};
+use kiln_models::synth::{self, SynthDtype, SynthFamily, ZImageTurboSet};
 
 /// The `model` subcommands.
 #[derive(Debug, Subcommand)]
@@ -52,8 +53,14 @@ pub(crate) struct SynthArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Separate files or one checkpoint.
-    #[arg(long, value_enum, default_value_t = Files::Separate)]
+    #[arg(long, value_enum, default_value_t = Files::Separate, conflicts_with = "family")]
     files: Files,
+    /// Write one file of this family instead (z-image, qwen3, flux-vae, z-image-lora), under `--name`.
+    #[arg(long, requires = "name")]
+    family: Option<SynthFamily>,
+    /// The file's path inside the models folder, e.g. `loras/pixel_art_style_z_image_turbo.safetensors`.
+    #[arg(long, requires = "family")]
+    name: Option<PathBuf>,
 }
 
 /// Runs a `model` subcommand.
@@ -79,6 +86,21 @@ fn synth_files(args: &SynthArgs) -> anyhow::Result<()> {
         bar.set_length(total);
         bar.set_position(done);
     };
+    if let (Some(family), Some(name)) = (args.family, &args.name) {
+        let inside = name.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            anyhow::bail!(
+                "--name {}: a path inside the models folder, without `..`",
+                name.display()
+            );
+        }
+        let path = args.models_dir.join(name);
+        synth::write_family(&path, family, &set, args.dtype, args.seed, &mut progress)
+            .with_context(|| format!("writing {}", path.display()))?;
+        bar.finish();
+        tracing::info!("wrote {} ({family})", path.display());
+        return Ok(());
+    }
     match args.files {
         Files::Separate => {
             synth::write_models_dir(&args.models_dir, &set, args.dtype, args.seed, &mut progress)

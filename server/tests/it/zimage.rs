@@ -212,3 +212,40 @@ async fn issue_11_latent_previews_reach_the_socket_when_the_prompt_asks_for_them
     }
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+/// `kiln model synth --family F --name PATH` writes one file of that family under the name a template asks for,
+/// inside the models folder only.
+#[test]
+fn model_synth_writes_one_file_of_a_family_under_any_name() {
+    let data_dir = temp_dir("synth-family");
+    let models = data_dir.join("models");
+    let synth = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["model", "synth", "--size", "tiny", "--models-dir"])
+            .arg(&models)
+            .args(args)
+            .output()
+            .expect("kiln runs")
+    };
+    let name = "loras/pixel_art_style_z_image_turbo.safetensors";
+    let output = synth(&["--family", "z-image-lora", "--name", name]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let file = kiln_engine::kiln_compute::memory::SafetensorsFile::open(models.join(name))
+        .expect("a safetensors file");
+    assert!(
+        file.tensors()
+            .all(|(key, _)| key.starts_with("diffusion_model.") && key.contains(".lora_"))
+    );
+
+    let output = synth(&["--family", "qwen3", "--name", "../escaped.safetensors"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("a path inside the models folder"), "{stderr}");
+    assert!(!data_dir.join("escaped.safetensors").exists());
+    let output = synth(&["--family", "qwen3"]);
+    assert!(!output.status.success(), "--family needs --name");
+    let output = synth(&["--family", "sdxl", "--name", "checkpoints/x.safetensors"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("unknown family `sdxl`"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data_dir);
+}

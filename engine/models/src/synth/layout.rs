@@ -278,6 +278,41 @@ pub(crate) fn zimage_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
     Ok(l.specs)
 }
 
+/// The rank of a synthetic Z-Image LoRA at `shape`: 4 for the tiny model, 30 at the released width.
+fn zimage_lora_rank(shape: &ZImageShape) -> usize {
+    (shape.dim / 128).clamp(4, 32)
+}
+
+/// A LoRA for the Z-Image DiT at `shape`, as trainers write them for Z-Image-Turbo: every block's attention
+/// (`to_q`, `to_k`, `to_v`, `to_out.0`, diffusers' names over ComfyUI's fused `qkv`) and SwiGLU
+/// (`feed_forward.w1/w2/w3`) adapted at rank [`zimage_lora_rank`], under `diffusion_model.` with `lora_A`
+/// (down) and `lora_B` (up) and no alpha (scale 1). `lora_B` is small, so the adapted model stays near the base
+/// one.
+pub(crate) fn zimage_lora_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
+    shape.validate()?;
+    let ZImageShape { dim, layers, refiners, ffn_hidden, .. } = *shape;
+    let rank = zimage_lora_rank(shape);
+    let mut l = Layout::new();
+    let adapt = |l: &mut Layout, name: String, out: usize, inp: usize| {
+        let a = format!("diffusion_model.{name}.lora_A.weight");
+        l.push(a, &[rank, inp], Init::Uniform(uniform_bound(inp)));
+        l.push(format!("diffusion_model.{name}.lora_B.weight"), &[out, rank], Init::Uniform(0.01));
+    };
+    let blocks = (0..refiners)
+        .map(|i| format!("noise_refiner.{i}"))
+        .chain((0..refiners).map(|i| format!("context_refiner.{i}")))
+        .chain((0..layers).map(|i| format!("layers.{i}")));
+    for block in blocks {
+        for part in ["to_q", "to_k", "to_v", "to_out.0"] {
+            adapt(&mut l, format!("{block}.attention.{part}"), dim, dim);
+        }
+        adapt(&mut l, format!("{block}.feed_forward.w1"), ffn_hidden, dim);
+        adapt(&mut l, format!("{block}.feed_forward.w2"), dim, ffn_hidden);
+        adapt(&mut l, format!("{block}.feed_forward.w3"), ffn_hidden, dim);
+    }
+    Ok(l.specs)
+}
+
 /// The Qwen3 encoder's tensors at `shape` with their initialisation.
 pub(crate) fn qwen3_specs(shape: &Qwen3Shape) -> Result<Vec<Spec>> {
     shape.validate()?;

@@ -1,5 +1,6 @@
 //! Random-weight Z-Image-Turbo files at any configuration: the library behind `kiln model synth`, and the tiny
-//! files the end-to-end and browser tests save under the real names.
+//! files the end-to-end, browser and template tests save under the real names (one file of a [`SynthFamily`]
+//! under any name, for the templates).
 //!
 //! Each file has exactly the keys, shapes (scaled by the configuration) and dtypes of the released one — the
 //! DiT `z_image_turbo_bf16.safetensors` (ComfyUI layout, no prefix), the text encoder `qwen_3_4b.safetensors`
@@ -23,7 +24,7 @@ use kiln_compute::DType;
 pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 
 use crate::error::{Error, Result};
-use layout::{Spec, qwen3_specs, vae_specs, zimage_specs};
+use layout::{Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
 /// The DiT's path under a models folder, as the frontend's default workflow names it.
@@ -43,6 +44,54 @@ pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
 const ZIMAGE: &str = "zimage";
 const QWEN3: &str = "qwen3";
 const VAE: &str = "vae";
+const ZIMAGE_LORA: &str = "zimage-lora";
+
+/// The kind of file `kiln model synth --family` writes: one network of the families Kiln runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SynthFamily {
+    /// The Z-Image DiT (`UNETLoader`), ComfyUI's layout.
+    ZImage,
+    /// The Qwen3 text encoder (`CLIPLoader` type `lumina2`), Hugging Face names.
+    Qwen3,
+    /// The Flux VAE (`VAELoader`), LDM names.
+    FluxVae,
+    /// A LoRA for the Z-Image DiT (`LoraLoaderModelOnly`), diffusers' names under `diffusion_model.`.
+    ZImageLora,
+}
+
+impl SynthFamily {
+    /// Every family, in the order of [`SynthFamily::name`]'s list.
+    pub const ALL: [SynthFamily; 4] =
+        [SynthFamily::ZImage, SynthFamily::Qwen3, SynthFamily::FluxVae, SynthFamily::ZImageLora];
+
+    /// The name it is spelled with on the command line: `z-image`, `qwen3`, `flux-vae`, `z-image-lora`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthFamily::ZImage => "z-image",
+            SynthFamily::Qwen3 => "qwen3",
+            SynthFamily::FluxVae => "flux-vae",
+            SynthFamily::ZImageLora => "z-image-lora",
+        }
+    }
+}
+
+impl std::fmt::Display for SynthFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SynthFamily {
+    type Err = Error;
+
+    /// Parses [`SynthFamily::name`]'s spelling.
+    fn from_str(s: &str) -> Result<SynthFamily> {
+        SynthFamily::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = SynthFamily::ALL.iter().map(|f| f.name()).collect();
+            Error::Invalid(format!("unknown family `{s}`; expected one of {}", names.join(", ")))
+        })
+    }
+}
 
 /// The element type a synthetic DiT or text encoder is stored in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,9 +233,7 @@ pub fn write_zimage(
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    let specs = zimage_specs(shape)?;
-    let entries = entries(&specs, ZIMAGE, "", dtype);
-    Plan::new(path, entries, &metadata("Z-Image DiT", seed)).write(seed, progress)
+    write_one(path, &zimage_specs(shape)?, ZIMAGE, "Z-Image DiT", dtype, seed, progress)
 }
 
 /// Writes a random-weight Qwen3 text encoder to `path`, every tensor in `dtype`; `progress(bytes written, file
@@ -198,9 +245,7 @@ pub fn write_qwen3(
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    let specs = qwen3_specs(shape)?;
-    let entries = entries(&specs, QWEN3, "", dtype);
-    Plan::new(path, entries, &metadata("Qwen3 text encoder", seed)).write(seed, progress)
+    write_one(path, &qwen3_specs(shape)?, QWEN3, "Qwen3 text encoder", dtype, seed, progress)
 }
 
 /// Writes a random-weight Flux VAE to `path` in `dtype` (f32 as released, bf16 or f16; fp8 is an
@@ -213,9 +258,44 @@ pub fn write_flux_vae(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     check_vae_dtype(dtype)?;
-    let specs = vae_specs(shape)?;
-    let entries = entries(&specs, VAE, "", dtype);
-    Plan::new(path, entries, &metadata("Flux VAE", seed)).write(seed, progress)
+    write_one(path, &vae_specs(shape)?, VAE, "Flux VAE", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for the DiT at `shape` to `path` (see the layout's `zimage_lora_specs`: every
+/// attention and SwiGLU weight adapted, diffusers' names), every tensor in `dtype`; `progress(bytes written,
+/// file size)`.
+pub fn write_zimage_lora(
+    path: &Path,
+    shape: &ZImageShape,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    write_one(path, &zimage_lora_specs(shape)?, ZIMAGE_LORA, "Z-Image LoRA", dtype, seed, progress)
+}
+
+/// Writes one random-weight file of `family` at `set`'s configuration to `path`, creating its folder: the
+/// network in `dtype` (a VAE only in f32, bf16 or f16). Any name will do: the templates name their files in
+/// many ways, and detection reads the tensors, never the name. `progress(bytes written, file size)`.
+pub fn write_family(
+    path: &Path,
+    family: SynthFamily,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    set.validate()?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Invalid(format!("creating {}: {e}", dir.display())))?;
+    }
+    match family {
+        SynthFamily::ZImage => write_zimage(path, &set.zimage, dtype, seed, progress),
+        SynthFamily::Qwen3 => write_qwen3(path, &set.qwen3, dtype, seed, progress),
+        SynthFamily::FluxVae => write_flux_vae(path, &set.vae, dtype, seed, progress),
+        SynthFamily::ZImageLora => write_zimage_lora(path, &set.zimage, dtype, seed, progress),
+    }
 }
 
 /// Writes one checkpoint holding all three models under ComfyUI's prefixes ([`CHECKPOINT_DIFFUSION_PREFIX`],
@@ -269,6 +349,19 @@ pub fn write_models_dir(
         before += plan.total();
     }
     Ok(())
+}
+
+/// Writes one file of `specs`, every tensor in `dtype`, its values drawn from `family`'s streams.
+fn write_one(
+    path: &Path,
+    specs: &[Spec],
+    family: &str,
+    what: &str,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    Plan::new(path, entries(specs, family, "", dtype), &metadata(what, seed)).write(seed, progress)
 }
 
 fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {

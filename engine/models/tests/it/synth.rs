@@ -439,3 +439,63 @@ fn bad_requests_are_invalid() {
     assert_eq!("fp8_e5m2".parse::<SynthDtype>().unwrap(), SynthDtype::Fp8E5m2);
     assert!("int8".parse::<SynthDtype>().is_err());
 }
+
+#[test]
+fn a_synthetic_lora_adapts_every_attention_and_ffn_weight_of_the_dit_and_nothing_else() {
+    let dir = scratch("lora");
+    let set = ZImageTurboSet::tiny();
+    let path = dir.join("loras/pixel_art_style_z_image_turbo.safetensors");
+    synth::write_family(
+        &path,
+        synth::SynthFamily::ZImageLora,
+        &set,
+        SynthDtype::Bf16,
+        2,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let slots = zimage_tensors(&set.zimage).unwrap();
+    let view: Vec<(&str, &[usize])> =
+        slots.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let lora =
+        kiln_models::zimage_lora::patches(&SafetensorsFile::open(&path).unwrap(), &view, 1.0)
+            .unwrap();
+    assert!(lora.unmatched.is_empty(), "{:?}", lora.unmatched);
+    let adapted: Vec<&str> = lora.patches.iter().map(|(name, _)| name.as_str()).collect();
+    let expected: Vec<&str> = view
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| {
+            ["attention.qkv.", "attention.out.", "feed_forward.w"].iter().any(|p| n.contains(p))
+        })
+        .collect();
+    assert_eq!(adapted, expected);
+    assert_eq!(expected.len(), (2 + 2 + 2) * 5, "qkv, out, w1, w2, w3 of every block");
+}
+
+#[test]
+fn one_file_of_a_family_is_written_under_any_name() {
+    let dir = scratch("family");
+    let set = ZImageTurboSet::tiny();
+    for family in synth::SynthFamily::ALL {
+        assert_eq!(family.name().parse::<synth::SynthFamily>().unwrap(), family);
+        let path = dir.join(format!("sub/{family}.safetensors"));
+        let dtype =
+            if family == synth::SynthFamily::FluxVae { SynthDtype::F32 } else { SynthDtype::F16 };
+        synth::write_family(&path, family, &set, dtype, 1, &mut |_, _| {}).unwrap();
+        let file = SafetensorsFile::open(&path).unwrap();
+        assert!(file.tensors().all(|(_, t)| t.dtype == dtype.dtype()), "{family}");
+    }
+    let error = "sdxl".parse::<synth::SynthFamily>().unwrap_err();
+    assert!(error.to_string().contains("unknown family `sdxl`"), "{error}");
+    let vae = dir.join("vae.safetensors");
+    let refused = synth::write_family(
+        &vae,
+        synth::SynthFamily::FluxVae,
+        &set,
+        SynthDtype::Fp8E4m3fn,
+        0,
+        &mut |_, _| {},
+    );
+    assert!(matches!(refused, Err(Error::Invalid(_))));
+}
