@@ -44,6 +44,18 @@ pub(crate) enum KernelFile {
 }
 
 impl KernelFile {
+    /// Every kernel file.
+    const ALL: [KernelFile; 8] = [
+        KernelFile::Cast,
+        KernelFile::Elementwise,
+        KernelFile::Norm,
+        KernelFile::Attention,
+        KernelFile::Rope,
+        KernelFile::Layout,
+        KernelFile::Conv,
+        KernelFile::Gemm,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             KernelFile::Cast => "cast.cu",
@@ -158,6 +170,13 @@ fn ptx_cache() -> &'static PtxCache {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// NVRTC's options for `arch`: `compute_XY` (PTX, which the driver compiles for the device at load, as the
+/// backend does) or `sm_XY` (a CUBIN for that GPU).
+fn compile_options(arch: (i32, i32), real: bool) -> Vec<String> {
+    let kind = if real { "sm" } else { "compute" };
+    vec![format!("--gpu-architecture={kind}_{}{}", arch.0, arch.1), "--std=c++17".to_owned()]
+}
+
 fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
     let key = (file, arch.0, arch.1);
     let mut cache = ptx_cache().lock().unwrap_or_else(|p| p.into_inner());
@@ -167,10 +186,7 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
     let src = format!("{COMMON}\n{}", file.source());
     let opts = CompileOptions {
         name: Some(file.name().to_owned()),
-        options: vec![
-            format!("--gpu-architecture=compute_{}{}", arch.0, arch.1),
-            "--std=c++17".to_owned(),
-        ],
+        options: compile_options(arch, false),
         ..CompileOptions::default()
     };
     let started = std::time::Instant::now();
@@ -188,6 +204,90 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
     );
     cache.insert(key, ptx.clone());
     Ok(ptx)
+}
+
+/// What NVRTC made of one kernel file for one architecture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledKernel {
+    /// The file, e.g. `attention.cu`.
+    pub file: &'static str,
+    /// The size of its PTX for `compute_XY`, as the backend loads it.
+    pub ptx_bytes: usize,
+    /// The size of its CUBIN for `sm_XY` (ptxas ran, so registers and shared memory fit that GPU).
+    pub cubin_bytes: usize,
+}
+
+/// Compiles every kernel file with NVRTC for compute capability `arch` (e.g. `(9, 0)`), with no GPU: as the
+/// backend does at first use (PTX for `compute_XY`), and to machine code for `sm_XY`. Needs only `libnvrtc`
+/// (and its builtins library) where the loader finds it; its absence is an [`Error`], never a panic.
+pub fn compile_all(arch: (i32, i32)) -> Result<Vec<CompiledKernel>> {
+    // SAFETY: this only tries to dlopen the library and reports whether it loaded.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::driver("nvrtc", "libnvrtc cannot be loaded".to_owned()));
+    }
+    KernelFile::ALL
+        .iter()
+        .map(|&file| {
+            let ptx = compile(file, arch)?;
+            Ok(CompiledKernel {
+                file: file.name(),
+                ptx_bytes: ptx.to_src().len(),
+                cubin_bytes: cubin(file, arch)?.len(),
+            })
+        })
+        .collect()
+}
+
+/// An NVRTC program, destroyed when dropped; holds the strings NVRTC may point into.
+struct Program {
+    prog: cudarc::nvrtc::sys::nvrtcProgram,
+    _src: std::ffi::CString,
+    _name: std::ffi::CString,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: `prog` was created by `create_program` and is destroyed only here, once.
+        let _ = unsafe { cudarc::nvrtc::result::destroy_program(self.prog) };
+    }
+}
+
+/// `file` compiled for the real architecture `sm_XY`: its CUBIN.
+fn cubin(file: KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
+    use cudarc::nvrtc::{result, sys};
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        Error::driver("nvrtc", format!("{} for sm_{}{}: {what}: {e}", file.name(), arch.0, arch.1))
+    };
+    let src = std::ffi::CString::new(format!("{COMMON}\n{}", file.source()))
+        .map_err(|e| failed("source", &e))?;
+    let name = std::ffi::CString::new(file.name()).map_err(|e| failed("name", &e))?;
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| failed("create", &e))?;
+    let program = Program { prog, _src: src, _name: name };
+    // SAFETY: `program.prog` is a live program (destroyed only when `program` drops, after these calls).
+    if let Err(e) = unsafe { result::compile_program(program.prog, &compile_options(arch, true)) } {
+        // SAFETY: as above; the log exists once compilation has run.
+        let log = unsafe { result::get_program_log(program.prog) }
+            .map(|raw| {
+                String::from_utf8_lossy(&raw.iter().map(|&c| c as u8).collect::<Vec<u8>>())
+                    .into_owned()
+            })
+            .unwrap_or_default();
+        return Err(failed("nvrtcCompileProgram", &format!("{e}: {}", log.trim_end_matches('\0'))));
+    }
+    let mut size = 0usize;
+    // SAFETY: as above; `size` is a valid place for the size.
+    unsafe { sys::nvrtcGetCUBINSize(program.prog, &mut size) }
+        .result()
+        .map_err(|e| failed("nvrtcGetCUBINSize", &e))?;
+    if size == 0 {
+        return Err(failed("nvrtcGetCUBINSize", &"an empty CUBIN"));
+    }
+    let mut bytes = vec![0u8; size];
+    // SAFETY: as above; `bytes` holds the `size` bytes NVRTC writes.
+    unsafe { sys::nvrtcGetCUBIN(program.prog, bytes.as_mut_ptr().cast()) }
+        .result()
+        .map_err(|e| failed("nvrtcGetCUBIN", &e))?;
+    Ok(bytes)
 }
 
 /// The kernels loaded into one context.

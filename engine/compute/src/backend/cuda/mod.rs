@@ -33,6 +33,7 @@ use std::sync::{Arc, RwLock};
 use cudarc::driver::{CudaContext, CudaStream};
 
 pub use buf::CudaBuf;
+pub use kernels::{CompiledKernel, compile_all as compile_kernels};
 pub use memory::CudaMemory;
 
 use self::buf::Allocation;
