@@ -1,0 +1,179 @@
+// What the template suite knows of model files: which family a file belongs to (by its name, for the report
+// and for "missing family"), which files Kiln can run and so `kiln model synth --family` writes, and which
+// weight formats Kiln cannot read yet.
+//
+// A template's files are the strings its nodes' widgets hold that end in a model file extension, in the folder
+// the template's `properties.models` entry names (else the folder the loader's widget reads).
+
+/** File extensions of model files. */
+const modelFile = /\.(safetensors|sft|gguf|ckpt|pt|pth|bin)$/i;
+
+/** The model folder a node type's widget reads where it differs from `widgetFolders`. */
+const nodeWidgetFolders = {
+  'CLIPVisionLoader.clip_name': 'clip_vision',
+  'LatentUpscaleModelLoader.model_name': 'latent_upscale_models',
+  'StyleModelLoader.style_model_name': 'style_models',
+};
+
+/** The model folder a loader widget reads, for files a template does not list with a folder. */
+const widgetFolders = {
+  unet_name: 'diffusion_models',
+  ckpt_name: 'checkpoints',
+  clip_name: 'text_encoders',
+  clip_name1: 'text_encoders',
+  clip_name2: 'text_encoders',
+  clip_name3: 'text_encoders',
+  clip_name4: 'text_encoders',
+  text_encoder: 'text_encoders',
+  vae_name: 'vae',
+  lora_name: 'loras',
+  control_net_name: 'controlnet',
+  style_model_name: 'style_models',
+  model_name: 'upscale_models',
+};
+
+/** The folders whose file names the model a template runs (its family). */
+const mainFolders = ['diffusion_models', 'checkpoints', 'unet'];
+
+/**
+ * The files Kiln runs, as `kiln model synth --family` writes them: the folder, how the name starts, and the
+ * family. The rest of the name says the dtype (`_fp16` is f16, and so on; bf16 when it says nothing; the Flux
+ * VAE is f32, as released) or a format Kiln cannot read yet. A file no entry matches makes its template
+ * `missing family`. A synthetic file has the keys Kiln's synth writes for the family (a LoRA: diffusers' names),
+ * which need not be the layout of the file the template links to: the suite measures nodes and networks, the
+ * families' own tests the layouts.
+ */
+const kilnFiles = [
+  { folder: 'diffusion_models', stem: /^z_image(_turbo)?[_.]/, family: 'z-image' },
+  { folder: 'text_encoders', stem: /^qwen_3_4b[_.]/, family: 'qwen3' },
+  { folder: 'vae', stem: /^ae\.safetensors$/, family: 'flux-vae', dtype: 'f32' },
+  { folder: 'loras', stem: /z[_-]?image/i, family: 'z-image-lora' },
+];
+
+/** Weight formats Kiln cannot read yet, by what the file name says. */
+const unsupportedFormats = [
+  [/int8|convrot/i, 'int8'],
+  [/nvfp4|fp4|w4a8|gptq|awq/i, '4-bit'],
+  [/fp8_?mixed|fp8mixed/i, 'fp8 mixed precision'],
+  [/fp8_?(e4m3fn_?)?scaled|_scaled/i, 'scaled fp8'],
+  [/\.gguf$/i, 'GGUF'],
+  [/\.(ckpt|pt|pth|bin)$/i, 'pickle'],
+];
+
+/** Model families by file name, first match wins: the report's groups, and what a `missing family` names. */
+const familyRules = [
+  [/z[_-]?image|pid_flux1/i, 'Z-Image'],
+  [/^qwen_3_/i, 'Qwen3 text encoder'],
+  [/qwen[_-]?image[_-]?2\.1|qwen3\.5_9b_qwen_image_2\.1/i, 'Qwen-Image 2.1'],
+  [/qwen[_-]?image|qwen-edit|qwen_edit|firered|gummycandy_qwen|illustration-1\.0-qwen|qwen-360|marigold/i, 'Qwen-Image'],
+  [/flux-?2|flux2/i, 'Flux.2'],
+  [/flux3/i, 'FLUX 3'],
+  [/chroma/i, 'Chroma'],
+  [/flux|uso-flux1|removal_timestep/i, 'Flux.1'],
+  [/wan2|wan_2|wan21|wan_alpha|wan_animate|humo_|chrono_?edit|causal_forcing|lightx2v|causvid/i, 'Wan 2.x'],
+  [/ltx-?2|ltx2|ltx_2/i, 'LTX-2.x'],
+  [/ltx-video/i, 'LTX-Video 0.9'],
+  [/hunyuan3d|hunyuan_3d/i, 'Hunyuan3D'],
+  [/hunyuan/i, 'HunyuanVideo'],
+  [/hidream/i, 'HiDream'],
+  [/sd_xl|sdxl|svd_xt|clip_vision_g/i, 'SDXL'],
+  [/sd3\.5|sd3/i, 'SD3.5'],
+  [/lotus/i, 'Lotus depth'],
+  [/ace_?step|acestep|ace_1\.5|ace15/i, 'ACE-Step'],
+  [/stable[-_]audio/i, 'Stable Audio'],
+  [/minimax_h3|fasth3/i, 'MiniMax H3'],
+  [/minimax_music/i, 'MiniMax Music 3'],
+  [/anima/i, 'Anima'],
+  [/moss_image/i, 'MOSS-Image'],
+  [/mage_flow/i, 'Mage-Flow'],
+  [/capybara/i, 'Capybara'],
+  [/kandinsky/i, 'Kandinsky 5'],
+  [/boogu/i, 'Boogu'],
+  [/krea2/i, 'Krea 2'],
+  [/omnigen/i, 'OmniGen2'],
+  [/seedvr/i, 'SeedVR2'],
+  [/lens_/i, 'Lens'],
+  [/ernie/i, 'ERNIE-Image'],
+  [/fibo/i, 'Fibo 2'],
+  [/ideogram/i, 'Ideogram 4'],
+  [/ming_image/i, 'Ming Image'],
+  [/longcat/i, 'LongCat'],
+  [/newbie/i, 'NewBie'],
+  [/pixeldit/i, 'PixelDiT'],
+  [/ovis/i, 'Ovis-Image'],
+  [/joyai|joyimage/i, 'JoyAI Image Edit'],
+  [/netayume|lumina/i, 'Lumina 2'],
+  [/yue2|sheetsage/i, 'YuE2'],
+  [/trellis|pixal3d|triposplat|sam_3d/i, '3D (TRELLIS.2, Pixal3D, TripoSplat, SAM 3D)'],
+  [/moge/i, 'MoGe'],
+  [/sam3/i, 'SAM3'],
+  [/sdpose/i, 'SDPose'],
+  [/depth_anything/i, 'Depth Anything 3'],
+  [/birefnet/i, 'BiRefNet'],
+  [/esrgan/i, 'ESRGAN upscalers'],
+  [/film_net|rife/i, 'Frame interpolation'],
+  [/void_pass|cogvideox/i, 'VOID'],
+  [/gemma|qwen3\.5|qwen3vl|gpt_oss|llama/i, 'LLM'],
+  [/^ae\.safetensors$/i, 'Flux VAE'],
+];
+
+/** The family of a model file by its name, or `other (<name>)`. */
+export function familyOf(name) {
+  const base = name.split(/[\\/]/).pop();
+  return familyRules.find(([rule]) => rule.test(base))?.[1] ?? `other (${base})`;
+}
+
+/** The format Kiln cannot read that a file name says the file has, or null. */
+function unsupportedFormat(name) {
+  return unsupportedFormats.find(([rule]) => rule.test(name))?.[1] ?? null;
+}
+
+/**
+ * What Kiln makes of `file` (`{ name, folder }`): `{ family, dtype }` to write with `kiln model synth`,
+ * `{ family, unsupported }` for a file of a family Kiln runs in a format it cannot read yet, or null for a
+ * family Kiln does not run.
+ */
+export function kilnFile(file) {
+  const base = file.name.split(/[\\/]/).pop();
+  const known = kilnFiles.find((k) => k.folder === file.folder && k.stem.test(base));
+  if (!known) return null;
+  const unsupported = unsupportedFormat(base);
+  if (unsupported) return { family: known.family, unsupported };
+  if (known.dtype) return { family: known.family, dtype: known.dtype };
+  // A plain `fp8` is e4m3fn, as ComfyUI's fp8 files are.
+  const dtypes = [
+    [/fp8_e5m2/, 'fp8_e5m2'],
+    [/fp8/, 'fp8_e4m3fn'],
+    [/fp32/, 'f32'],
+    [/fp16/, 'f16'],
+  ];
+  return { family: known.family, dtype: dtypes.find(([rule]) => rule.test(base))?.[1] ?? 'bf16' };
+}
+
+/**
+ * The model files the nodes of a converted template name (`nodes` as `convertInPage` gives them), each once:
+ * `{ name, folder }` (folder null when neither the template nor the widget says it).
+ */
+export function modelFiles(nodes) {
+  const files = new Map();
+  for (const node of nodes) {
+    const folders = new Map(node.models.map((m) => [m.name, m.directory]));
+    const named = node.known
+      ? node.widgets.filter(([, value]) => typeof value === 'string')
+      : node.values.filter((value) => typeof value === 'string').map((value) => [null, value]);
+    for (const [widget, value] of named) {
+      if (!modelFile.test(value)) continue;
+      const folder =
+        folders.get(value) ?? nodeWidgetFolders[`${node.type}.${widget}`] ?? widgetFolders[widget] ?? null;
+      const key = `${folder}/${value}`;
+      if (!files.has(key)) files.set(key, { name: value, folder });
+    }
+  }
+  return [...files.values()];
+}
+
+/** A template's family: its main model's (a file in a main model folder), else any file's, else `No model`. */
+export function templateFamily(files) {
+  const main = files.find((f) => mainFolders.includes(f.folder)) ?? files[0];
+  return main ? familyOf(main.name) : 'No model';
+}

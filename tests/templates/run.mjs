@@ -1,0 +1,270 @@
+// The template suite: ComfyUI's official workflow templates as the measure of how much of ComfyUI Kiln can
+// replace (issue #20).
+//
+// Kiln starts on a fresh data directory and installs the pinned `comfyui-workflow-templates` packages as a user's
+// first start does (from a loopback server over the wheels `pip download` fetched, through
+// --templates-wheels-url; the suite never reaches the internet). Behind the contract proxy, for every local
+// template of the package (one whose index entry is not `openSource: false`; the partner-API templates, which
+// need a comfy.org account, are counted apart):
+//
+// 1. the real frontend that Kiln serves, in Chromium, opens the template from /templates/ and converts it with
+//    its own `graphToPrompt` (convert.mjs);
+// 2. every model file the template names is written by `kiln model synth --size tiny --family F --name FILE`
+//    under that exact name, for the families Kiln runs (families.mjs), and every image a LoadImage names as a
+//    small PNG;
+// 3. the prompt is shrunk in the one documented way (shrink.mjs) and queued; the suite waits for its history.
+//
+// Each template ends as one of: `ran` (every output node produced its output), `missing nodes`, `missing
+// family`, `unsupported file format`, `conversion failed` or `failed`, with the reason. The report goes to
+// target/templates/report.{md,json} (report.mjs). tests/templates/expected-ran.txt lists the templates that run:
+// the suite fails when one of them no longer runs, and when one runs that is not listed (add it: the list and
+// the README's counts are the record). KILN_TEMPLATES_UPDATE=1 rewrites the list (never under CI=true).
+//
+// Usage: node tests/templates/run.mjs <path to kiln> <frontend static folder> <folder of the template wheels>
+//        [template names: only these]
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { contractProxy, launchChromium, serveFolder, shutDown, spawnListening } from '../browser/common.mjs';
+import { convertInPage } from './convert.mjs';
+import { familyOf, kilnFile, modelFiles, templateFamily } from './families.mjs';
+import * as report from './report.mjs';
+import { shrink } from './shrink.mjs';
+
+const [kilnBinary, frontEndRoot, wheelsDir, ...only] = process.argv.slice(2);
+if (!kilnBinary || !frontEndRoot || !wheelsDir) {
+  console.error('usage: run.mjs <path to kiln> <frontend static folder> <folder of the template wheels> [names]');
+  process.exit(2);
+}
+const here = dirname(fileURLToPath(import.meta.url));
+const expectedFile = join(here, 'expected-ran.txt');
+const reportDir = join(here, '..', '..', 'target', 'templates');
+const runTimeout = Number(process.env.KILN_TEMPLATES_RUN_TIMEOUT_S ?? 300) * 1000;
+const started = Date.now();
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** GETs `path` from Kiln (through the proxy) as JSON. */
+async function getJson(url, path) {
+  const response = await fetch(url + path);
+  assert.equal(response.status, 200, `GET ${path}`);
+  return response.json();
+}
+
+/** Waits until Kiln reports the templates installed; resolves to the version. */
+async function templatesInstalled(url) {
+  const end = Date.now() + 600_000;
+  for (;;) {
+    const stats = await getJson(url, '/api/system_stats');
+    const version = stats.system.installed_templates_version;
+    if (version) return version;
+    if (Date.now() > end) throw new Error('the workflow templates were not installed within 600 s');
+    await sleep(500);
+  }
+}
+
+/** One line of what the frontend's conversion says about a template: the outcome before any run. */
+function classify(converted) {
+  if (converted.error) return { outcome: 'conversion failed', detail: converted.error, missingNodes: [], files: [] };
+  const missingNodes = [...new Set(converted.nodes.filter((n) => !n.known).map((n) => n.type))].sort();
+  const files = modelFiles(converted.nodes);
+  const result = { missingNodes, files };
+  if (Object.keys(converted.prompt).length === 0) {
+    return { ...result, outcome: 'conversion failed', detail: 'the frontend sent no node' };
+  }
+  if (missingNodes.length > 0) return { ...result, outcome: 'missing nodes', detail: missingNodes.join(', ') };
+  const unknown = new Map();
+  const unsupported = [];
+  for (const file of files) {
+    const known = kilnFile(file);
+    if (!known) {
+      const family = familyOf(file.name);
+      unknown.set(family, [...(unknown.get(family) ?? []), file.name]);
+    } else if (known.unsupported) {
+      unsupported.push(`${file.name} (${known.unsupported})`);
+    }
+  }
+  if (unknown.size > 0) {
+    const detail = [...unknown.entries()].map(([family, names]) => `${family} (${names.join(', ')})`).join('; ');
+    return { ...result, outcome: 'missing family', detail };
+  }
+  if (unsupported.length > 0) return { ...result, outcome: 'unsupported file format', detail: unsupported.join(', ') };
+  return { ...result, outcome: 'to run' };
+}
+
+/**
+ * Writes the files and input images a template needs into Kiln's folders (each once); resolves to null, or to
+ * why a file could not be written.
+ */
+function prepareFiles(result, prompt, dataDir, written) {
+  for (const file of result.files) {
+    const key = `${file.folder}/${file.name}`;
+    if (written.has(key)) continue;
+    const { family, dtype } = kilnFile(file);
+    const args = ['--family', family, '--name', key, '--dtype', dtype];
+    try {
+      execFileSync(kilnBinary, ['model', 'synth', '--size', 'tiny', '--models-dir', join(dataDir, 'models'), ...args], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+    } catch (error) {
+      return `kiln model synth ${args.join(' ')}: ${error.stderr?.toString().trim() || error.message}`;
+    }
+    written.add(key);
+  }
+  for (const node of Object.values(prompt)) {
+    const image = node.inputs.image;
+    if (!['LoadImage', 'LoadImageMask'].includes(node.class_type) || typeof image !== 'string') continue;
+    // `name [output]` names a file of another folder, as the frontend annotates it.
+    const [, name, folder] = image.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
+    const path = join(dataDir, folder ?? 'input', name);
+    if (written.has(path)) continue;
+    mkdirSync(dirname(path), { recursive: true });
+    copyFileSync(join(here, '..', 'browser', 'kiln-input.png'), path);
+    written.add(path);
+  }
+  return null;
+}
+
+/** Queues `prompt` and waits for its history entry; resolves to the outcome and its reason. */
+async function run(url, prompt, objectInfo) {
+  const response = await fetch(`${url}/api/prompt`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, client_id: 'kiln-template-suite' }),
+  });
+  const text = await response.text();
+  let answer;
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    return { outcome: 'failed', detail: `POST /api/prompt answered ${response.status}: ${text.slice(0, 200)}` };
+  }
+  if (response.status !== 200) {
+    const nodes = Object.entries(answer.node_errors ?? {}).map(
+      ([id, e]) => `${id} (${e.class_type}): ${e.errors.map((x) => `${x.message}: ${x.details}`).join('; ')}`,
+    );
+    return { outcome: 'failed', detail: `prompt refused: ${answer.error?.message}${nodes.length ? ` (${nodes.join('; ')})` : ''}` };
+  }
+  const end = Date.now() + runTimeout;
+  let entry;
+  while (!entry) {
+    if (Date.now() > end) return { outcome: 'failed', detail: `no result within ${runTimeout / 1000} s` };
+    await sleep(250);
+    entry = (await getJson(url, `/api/history/${answer.prompt_id}`))[answer.prompt_id];
+  }
+  if (entry.status.status_str !== 'success') {
+    const error = entry.status.messages.find(([kind]) => kind === 'execution_error')?.[1];
+    const where = error ? `${error.node_type} (${error.node_id}): ` : '';
+    return { outcome: 'failed', detail: `${where}${error?.exception_message ?? entry.status.status_str}` };
+  }
+  const silent = Object.entries(prompt)
+    .filter(([, node]) => objectInfo[node.class_type]?.output_node)
+    .filter(([id]) => !entry.outputs[id])
+    .map(([id, node]) => `${id} (${node.class_type})`);
+  if (silent.length > 0) return { outcome: 'failed', detail: `no output from ${silent.join(', ')}` };
+  return { outcome: 'ran' };
+}
+
+/** The templates the expectations file lists. */
+function expectedRan() {
+  return readFileSync(expectedFile, 'utf8')
+    .split('\n')
+    .map((line) => line.replace(/#.*/, '').trim())
+    .filter(Boolean);
+}
+
+const dataDir = mkdtempSync(join(tmpdir(), 'kiln-templates-'));
+process.on('exit', () => rmSync(dataDir, { recursive: true, force: true }));
+const mirror = await serveFolder(wheelsDir);
+const kiln = await spawnListening(kilnBinary, [
+  '--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot, '--templates-wheels-url', mirror.url,
+]);
+const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
+const { url } = proxy;
+const browser = await launchChromium();
+const results = [];
+const problems = [];
+let version;
+let partnerApi;
+try {
+  version = await templatesInstalled(url);
+  mirror.server.close();
+  const index = (await getJson(url, '/templates/index.json')).flatMap((category) => category.templates);
+  const local = index.filter((t) => t.openSource !== false);
+  partnerApi = index.length - local.length;
+  const chosen = only.length ? local.filter((t) => only.includes(t.name)) : local;
+  assert.equal(chosen.length, only.length || local.length, `unknown template among ${only.join(', ')}`);
+  const objectInfo = await getJson(url, '/api/object_info');
+
+  // The frontend as a returning user: no tutorial, no warning dialogs over the canvas.
+  await fetch(`${url}/api/settings`, {
+    method: 'POST',
+    body: JSON.stringify({
+      'Comfy.TutorialCompleted': true,
+      'Comfy.Workflow.ShowMissingNodesWarning': false,
+      'Comfy.Workflow.ShowMissingMediaWarning': false,
+    }),
+  });
+  const page = await browser.newPage();
+  const pageErrors = [];
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  page.on('response', (response) => {
+    if (response.url().startsWith(url) && response.status() >= 500) {
+      problems.push(`${response.request().method()} ${response.url()} answered ${response.status()}`);
+    }
+  });
+  await page.goto(`${url}/`);
+  await page.waitForFunction(() => window.app?.graph !== undefined, null, { timeout: 60_000 });
+
+  const written = new Set();
+  for (const template of chosen) {
+    const begun = Date.now();
+    pageErrors.length = 0;
+    const converted = await page.evaluate(convertInPage, template.name);
+    if (pageErrors.length > 0 && !converted.error) converted.error = `page error: ${pageErrors.join('; ')}`;
+    const result = { name: template.name, title: template.title, ...classify(converted), shrunk: [] };
+    result.family = templateFamily(result.files);
+    if (result.outcome === 'to run') {
+      const prompt = converted.prompt;
+      result.shrunk = shrink(prompt, objectInfo);
+      const unwritten = prepareFiles(result, prompt, dataDir, written);
+      Object.assign(result, unwritten ? { outcome: 'failed', detail: unwritten } : await run(url, prompt, objectInfo));
+    }
+    result.seconds = Number(((Date.now() - begun) / 1000).toFixed(1));
+    results.push(result);
+    if (!['missing nodes', 'missing family', 'unsupported file format'].includes(result.outcome)) {
+      console.log(`${template.name}: ${result.outcome}${result.detail ? `: ${result.detail}` : ''} (${result.seconds} s)`);
+    }
+  }
+} finally {
+  await shutDown({ browser, proxy, kiln });
+}
+
+const packages = `comfyui-workflow-templates ${version}`;
+const seconds = (Date.now() - started) / 1000;
+const document = { packages, results, partnerApi, seconds };
+mkdirSync(reportDir, { recursive: true });
+writeFileSync(join(reportDir, 'report.md'), report.markdown(document));
+writeFileSync(join(reportDir, 'report.json'), report.json(document));
+
+const ran = results.filter((r) => r.outcome === 'ran').map((r) => r.name);
+const expected = expectedRan().filter((name) => !only.length || only.includes(name));
+const stopped = expected.filter((name) => !ran.includes(name));
+const unlisted = ran.filter((name) => !expected.includes(name));
+if (process.env.KILN_TEMPLATES_UPDATE === '1' && process.env.CI !== 'true' && !only.length) {
+  const header = readFileSync(expectedFile, 'utf8').split('\n').filter((line) => line.startsWith('#'));
+  writeFileSync(expectedFile, `${[...header, ...[...ran].sort()].join('\n')}\n`);
+  console.log(`rewrote ${basename(expectedFile)}: ${ran.length} templates`);
+} else {
+  assert.deepEqual(stopped, [], `templates that ran before and no longer run:\n${results
+    .filter((r) => stopped.includes(r.name))
+    .map((r) => `  ${r.name}: ${r.outcome}: ${r.detail}`)
+    .join('\n')}`);
+  assert.deepEqual(unlisted, [], `templates that now run: add them to tests/templates/${basename(expectedFile)}`);
+}
+assert.deepEqual(problems, [], 'no 5xx answers');
+console.log(`ok: ${report.headline(report.counts(results, partnerApi))}; report in target/templates/report.md (${seconds.toFixed(0)} s)`);
