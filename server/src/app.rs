@@ -31,8 +31,8 @@ pub struct Server {
     router: Router,
     runtime: Arc<Runtime>,
     worker: Option<std::thread::JoinHandle<()>>,
-    /// The workflow templates to install, and from where, once the server listens.
-    templates: Option<(Arc<crate::templates::Templates>, crate::templates::TemplatesSource)>,
+    /// Where the runtime's workflow templates are installed from, once the server listens.
+    templates_source: Option<crate::templates::TemplatesSource>,
 }
 
 impl Server {
@@ -146,7 +146,7 @@ impl Server {
             model_folders,
             features,
             frontend_version: std::sync::OnceLock::new(),
-            templates: templates.clone(),
+            templates,
             openapi,
             argv: config.argv.clone(),
             interrupt: executor.interrupt_flag(),
@@ -180,8 +180,7 @@ impl Server {
                 .merge(crate::cloud::signin::routes())
                 .merge(crate::oauth::consent_page::routes()),
         };
-        let templates = templates.zip(config.templates.clone());
-        if let Some((templates, _)) = &templates {
+        if let Some(templates) = &runtime.templates {
             router = crate::templates::routes(router, templates.clone());
         }
         let (mounted, frontend_version) = crate::frontend::mount(router, config).await;
@@ -232,14 +231,15 @@ impl Server {
             }
             None => router,
         };
-        Ok(Server { router, runtime, worker: Some(worker), templates })
+        let templates_source = config.templates.clone();
+        Ok(Server { router, runtime, worker: Some(worker), templates_source })
     }
 
     /// Starts installing the workflow templates that are not there yet, in the background (one log line when it
     /// ends; `/templates/` serves each package as it lands). Called once the server listens, so the download
     /// competes with nothing at startup; nothing happens without templates (`--disable-front-end`).
     pub fn install_templates(&self) {
-        if let Some((templates, source)) = &self.templates {
+        if let (Some(templates), Some(source)) = (&self.runtime.templates, &self.templates_source) {
             tokio::spawn(templates.clone().install_missing(source.clone()));
         }
     }

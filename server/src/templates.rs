@@ -257,7 +257,7 @@ impl Templates {
                 Err(error) => {
                     // Installed from a wheel of the pinned sha256, so only a damaged disk gets here: the folder
                     // goes, and the package is installed again.
-                    tracing::warn!("{}; it is downloaded again", chain(&error));
+                    tracing::warn!("{}; it is downloaded again", wheel::one_line(&error));
                     let _ = std::fs::remove_dir_all(&dir);
                     return;
                 }
@@ -369,17 +369,6 @@ fn advice(package: &Package, error: &InstallError) -> String {
         package.version,
         error.reason()
     )
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
 }
 
 /// The asset map of the manifest at `path`, as ComfyUI's `get_asset_path` resolves it: a `.json` asset is in the

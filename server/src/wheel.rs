@@ -89,15 +89,20 @@ pub(crate) enum InstallError {
 impl InstallError {
     /// The error and its causes on one line, for a log line that also says what to do.
     pub(crate) fn reason(&self) -> String {
-        let mut reason = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            reason.push_str(": ");
-            reason.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        reason.replace(['\n', '\r'], " ")
+        one_line(self)
     }
+}
+
+/// `error` and its causes on one line (`error: cause: cause`), for a log line.
+pub(crate) fn one_line(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line.replace(['\n', '\r'], " ")
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InstallError {

@@ -108,6 +108,22 @@ export async function serveFolder(dir) {
   return { server, served, url: `http://127.0.0.1:${server.address().port}` };
 }
 
+/**
+ * Resolves to Kiln's `system` facts (`/api/system_stats`) once it reports the workflow templates installed;
+ * fails after `timeout` ms.
+ */
+export async function templatesInstalled(url, timeout) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const stats = await (await fetch(`${url}/api/system_stats`)).json();
+    if (stats.system.installed_templates_version !== null) return stats.system;
+    if (Date.now() > end) {
+      throw new Error(`the workflow templates were not installed within ${timeout} ms: ${JSON.stringify(stats.system)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
 /** Stops the proxy; resolves to its exit code and its report (answers checked, violations). */
 export async function stopProxy({ child, lines }) {
   const report = [];

@@ -25,6 +25,7 @@ import {
   serveFolder,
   shutDown,
   spawnListening,
+  templatesInstalled,
 } from './common.mjs';
 
 const [kilnBinary, frontEndRoot, wheelsDir] = process.argv.slice(2);
@@ -33,17 +34,6 @@ if (!kilnBinary || !frontEndRoot || !wheelsDir) {
   process.exit(2);
 }
 const template = 'image_z_image_turbo';
-
-/** Resolves to Kiln's `system` facts once `accept` holds for them, within `timeout` ms. */
-async function systemWhen(url, accept, timeout) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const stats = await (await fetch(`${url}/api/system_stats`)).json();
-    if (accept(stats.system)) return stats.system;
-    if (Date.now() > end) throw new Error(`not within ${timeout} ms: ${JSON.stringify(stats.system)}`);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
-}
 
 const dataDir = mkdtempSync(join(tmpdir(), 'kiln-browser-templates-'));
 process.on('exit', () => rmSync(dataDir, { recursive: true, force: true }));
@@ -61,7 +51,7 @@ let installSeconds;
 try {
   // The download runs in the background: the API answers at once, and says when the templates are in.
   let started = Date.now();
-  const system = await systemWhen(url, (s) => s.installed_templates_version !== null, 600_000);
+  const system = await templatesInstalled(url, 600_000);
   installSeconds = (Date.now() - started) / 1000;
   assert.equal(system.installed_templates_version, system.required_templates_version);
   const packages = system.comfy_package_versions.find((p) => p.name === 'comfyui-workflow-templates');
@@ -142,7 +132,7 @@ const again = await spawnListening(kilnBinary, args);
 const againLog = [];
 again.lines.on('line', (line) => againLog.push(line));
 try {
-  const system = await systemWhen(again.url, (s) => s.installed_templates_version !== null, 10_000);
+  const system = await templatesInstalled(again.url, 10_000);
   assert.ok(system.installed_templates_version);
   const index = await fetch(`${again.url}/templates/index.json`);
   assert.equal(index.status, 200);

@@ -29,7 +29,14 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { contractProxy, launchChromium, serveFolder, shutDown, spawnListening } from '../browser/common.mjs';
+import {
+  contractProxy,
+  launchChromium,
+  serveFolder,
+  shutDown,
+  spawnListening,
+  templatesInstalled,
+} from '../browser/common.mjs';
 import { convertInPage } from './convert.mjs';
 import { familyOf, kilnFile, modelFiles, templateFamily } from './families.mjs';
 import * as report from './report.mjs';
@@ -53,18 +60,6 @@ async function getJson(url, path) {
   const response = await fetch(url + path);
   assert.equal(response.status, 200, `GET ${path}`);
   return response.json();
-}
-
-/** Waits until Kiln reports the templates installed; resolves to the version. */
-async function templatesInstalled(url) {
-  const end = Date.now() + 600_000;
-  for (;;) {
-    const stats = await getJson(url, '/api/system_stats');
-    const version = stats.system.installed_templates_version;
-    if (version) return version;
-    if (Date.now() > end) throw new Error('the workflow templates were not installed within 600 s');
-    await sleep(500);
-  }
 }
 
 /** One line of what the frontend's conversion says about a template: the outcome before any run. */
@@ -191,7 +186,7 @@ const problems = [];
 let version;
 let partnerApi;
 try {
-  version = await templatesInstalled(url);
+  version = (await templatesInstalled(url, 600_000)).installed_templates_version;
   mirror.server.close();
   const index = (await getJson(url, '/templates/index.json')).flatMap((category) => category.templates);
   const local = index.filter((t) => t.openSource !== false);

@@ -86,11 +86,17 @@ impl FromStr for SynthFamily {
 
     /// Parses [`SynthFamily::name`]'s spelling.
     fn from_str(s: &str) -> Result<SynthFamily> {
-        SynthFamily::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = SynthFamily::ALL.iter().map(|f| f.name()).collect();
-            Error::Invalid(format!("unknown family `{s}`; expected one of {}", names.join(", ")))
-        })
+        by_name(&SynthFamily::ALL, SynthFamily::name, s, "family")
     }
+}
+
+/// The one of `all` whose `name` is `s`; an [`Error::Invalid`] listing the names (`what` says what they name)
+/// otherwise.
+fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str, what: &str) -> Result<T> {
+    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        Error::Invalid(format!("unknown {what} `{s}`; expected one of {}", names.join(", ")))
+    })
 }
 
 /// The element type a synthetic DiT or text encoder is stored in.
@@ -162,10 +168,7 @@ impl FromStr for SynthDtype {
 
     /// Parses [`SynthDtype::name`]'s spelling.
     fn from_str(s: &str) -> Result<SynthDtype> {
-        SynthDtype::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = SynthDtype::ALL.iter().map(|d| d.name()).collect();
-            Error::Invalid(format!("unknown dtype `{s}`; expected one of {}", names.join(", ")))
-        })
+        by_name(&SynthDtype::ALL, SynthDtype::name, s, "dtype")
     }
 }
 

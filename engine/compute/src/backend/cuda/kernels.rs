@@ -69,6 +69,11 @@ impl KernelFile {
         }
     }
 
+    /// What NVRTC compiles for this file: `common.cu` followed by the file.
+    fn program(self) -> String {
+        format!("{COMMON}\n{}", self.source())
+    }
+
     fn source(self) -> &'static str {
         match self {
             KernelFile::Cast => include_str!("kernels/cast.cu"),
@@ -183,7 +188,7 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
     if let Some(ptx) = cache.get(&key) {
         return Ok(ptx.clone());
     }
-    let src = format!("{COMMON}\n{}", file.source());
+    let src = file.program();
     let opts = CompileOptions {
         name: Some(file.name().to_owned()),
         options: compile_options(arch, false),
@@ -258,8 +263,7 @@ fn cubin(file: KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         Error::driver("nvrtc", format!("{} for sm_{}{}: {what}: {e}", file.name(), arch.0, arch.1))
     };
-    let src = std::ffi::CString::new(format!("{COMMON}\n{}", file.source()))
-        .map_err(|e| failed("source", &e))?;
+    let src = std::ffi::CString::new(file.program()).map_err(|e| failed("source", &e))?;
     let name = std::ffi::CString::new(file.name()).map_err(|e| failed("name", &e))?;
     let prog = result::create_program(&src, Some(&name)).map_err(|e| failed("create", &e))?;
     let program = Program { prog, _src: src, _name: name };
