@@ -72,7 +72,11 @@ export async function frameMatching(frames, accept, timeout) {
   }
 }
 
-/** Spawns `command args`; resolves to the process and the `http://host:port` it logs as listening on. */
+/**
+ * Spawns `command args`; resolves to the process, the `http://host:port` it logs as listening on, its stderr
+ * lines, and `log`: every line it has logged, kept growing (a listener added later may miss lines that came with
+ * the one that said it listens).
+ */
 export async function spawnListening(command, args) {
   const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   const lines = createInterface({ input: child.stderr });
@@ -87,7 +91,7 @@ export async function spawnListening(command, args) {
       if (found) resolve(found[1]);
     });
   });
-  return { child, url, lines };
+  return { child, url, lines, log };
 }
 
 /**

@@ -40,8 +40,6 @@ process.on('exit', () => rmSync(dataDir, { recursive: true, force: true }));
 const wheels = await serveFolder(wheelsDir);
 const args = ['--port', '0', '--data-dir', dataDir, '--front-end-root', frontEndRoot, '--templates-wheels-url', wheels.url];
 const kiln = await spawnListening(kilnBinary, args);
-const kilnLog = [];
-kiln.lines.on('line', (line) => kilnLog.push(line));
 const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '')]);
 const { url } = proxy;
 const browser = await launchChromium();
@@ -61,7 +59,7 @@ try {
     required: system.required_templates_version,
   });
   assert.equal(wheels.served.requests, 8, 'the eight pinned packages, each downloaded once');
-  assert.ok(kilnLog.some((line) => line.includes('installed the workflow templates')), kilnLog.join('\n'));
+  assert.ok(kiln.log.some((line) => line.includes('installed the workflow templates')), kiln.log.join('\n'));
 
   // A brand-new user: a blank canvas and the template browser, with the templates and their thumbnails.
   const context = await browser.newContext({ viewport: { width: 1920, height: 1080 } });
@@ -129,8 +127,6 @@ try {
 // A restart: the installed templates are served, and the wheels' server (still up) gets no request.
 const requestsBefore = wheels.served.requests;
 const again = await spawnListening(kilnBinary, args);
-const againLog = [];
-again.lines.on('line', (line) => againLog.push(line));
 try {
   const system = await templatesInstalled(again.url, 10_000);
   assert.ok(system.installed_templates_version);
@@ -138,10 +134,10 @@ try {
   assert.equal(index.status, 200);
   assert.match(index.headers.get('content-type'), /^application\/json/);
   const end = Date.now() + 10_000;
-  while (!againLog.some((line) => line.includes('serving the workflow templates')) && Date.now() < end) {
+  while (!again.log.some((line) => line.includes('serving the workflow templates')) && Date.now() < end) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  assert.ok(againLog.some((line) => line.includes('serving the workflow templates')), againLog.join('\n'));
+  assert.ok(again.log.some((line) => line.includes('serving the workflow templates')), again.log.join('\n'));
   assert.equal(wheels.served.requests, requestsBefore, 'the installed copy is used without a request');
 } finally {
   again.child.kill('SIGKILL');
