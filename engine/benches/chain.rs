@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group};
 use kiln_engine::cache::{Cache, CachePolicy};
-use kiln_engine::exec::{Event, EventSink, Executor, Roots, Run};
+use kiln_engine::exec::{Event, EventSink, Executor, Run};
 use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::nodes::{
     Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef, builtin_registry,
 };
+use kiln_engine::roots::Roots;
 use kiln_engine::value::Value;
 
 const CHAIN: usize = 1000;

@@ -31,11 +31,12 @@ use std::time::Instant;
 
 use kiln_engine::cache::{Cache, CachePolicy};
 use kiln_engine::compute::{Compute, ComputeOptions};
-use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Roots, Run};
+use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Run};
 use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::kiln_compute::memory::{SafetensorsFile, drop_page_cache};
 use kiln_engine::models::{FolderTree, ModelEnv};
 use kiln_engine::nodes::builtin_registry;
+use kiln_engine::roots::Roots;
 use serde_json::{Value, json};
 
 const GIB: f64 = (1u64 << 30) as f64;

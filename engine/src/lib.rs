@@ -6,6 +6,8 @@
 //! - [`exec`]: the executor and its events.
 //! - [`cache`]: cache keys and the classic, LRU, RAM-pressure and none caches.
 //! - [`queue`]: the prompt queue with a persistence trait.
+//! - [`roots`]: the input/output/temp folders and the one path check every file access uses.
+//! - [`preview`]: the images nodes show while they run, and latent previews.
 //! - [`models`]: the model values on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`) and how loader nodes find
 //!   and load model files (the networks are in `kiln_models`).
 //! - [`compute`]: the device nodes compute on (from [`kiln_compute`], the layer below: tensors, backends and
@@ -21,7 +23,9 @@ pub mod exec;
 pub mod graph;
 pub mod models;
 pub mod nodes;
+pub mod preview;
 pub mod queue;
+pub mod roots;
 pub mod tensor;
 pub mod value;
 

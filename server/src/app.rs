@@ -10,9 +10,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use kiln_engine::compute::{Compute, ComputeOptions};
-use kiln_engine::exec::{Executor, Roots};
+use kiln_engine::exec::Executor;
 use kiln_engine::models::ModelEnv;
 use kiln_engine::queue::{PromptQueue, QueueEntry};
+use kiln_engine::roots::Roots;
 use kiln_spec::types;
 
 use crate::api::{cloud_router, local_router};

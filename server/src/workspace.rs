@@ -14,9 +14,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use kiln_engine::exec::{Roots, Scope};
+use kiln_engine::exec::Scope;
 use kiln_engine::models::ModelEnv;
 use kiln_engine::nodes::{Registry, builtin_registry};
+use kiln_engine::roots::Roots;
 
 /// The workspace of the local runtime, and of queue and history rows stored before workspaces existed.
 pub(crate) const DEFAULT_WORKSPACE: &str = "default";

@@ -1,7 +1,10 @@
 //! Kiln's model families and the maths around them, between the compute layer (`kiln-compute`: backends,
 //! tensors, the memory manager) and the workflow engine (`kiln-engine`: nodes).
 //!
+//! - [`family`]: the families Kiln runs, one enum per kind of network (`MODEL`, `CLIP`, `VAE`), each family
+//!   described once; loading and `kiln model synth` read the same description.
 //! - [`header`]: a safetensors file's tensors under a key prefix — what detection reads (never the weights).
+//! - [`latent`]: a family's latent format.
 //! - [`zimage`]: the Z-Image NextDiT (ComfyUI's and diffusers' key layouts).
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
 //!   tokenizer.
@@ -12,8 +15,10 @@
 //! Model code reads weights only through `kiln_compute::memory::Model::fetch`, one layer at a time, so a model
 //! larger than the VRAM budget streams.
 
+pub mod family;
 pub mod flux_vae;
 pub mod header;
+pub mod latent;
 pub mod noise;
 pub mod qwen3;
 pub mod sampling;

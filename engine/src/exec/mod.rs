@@ -13,7 +13,6 @@
 
 mod events;
 mod history;
-mod roots;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -25,7 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use events::{Event, EventSink, NodeFailure};
 pub use history::{HistoryRecorder, StatusMessage};
-pub use roots::{Roots, within};
 
 use crate::cache::{Cache, CachePolicy, CachedOutput, compute_keys};
 use crate::graph::{Input, NodeId, Prompt, ValidatedPrompt, literal_value};
@@ -33,6 +31,7 @@ use crate::nodes::{
     Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, PreviewMethod, ProgressSink, Registry,
     UiOutput,
 };
+use crate::roots::Roots;
 use crate::value::Value;
 
 /// How a run ended.

@@ -7,26 +7,10 @@
 mod validate;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
+pub use crate::nodes::NodeId;
 pub(crate) use validate::literal_value;
 pub use validate::{NodeErrors, PromptRejection, ValidatedPrompt, ValidationError, validate};
-
-/// A node id (a string; order is string order, as ComfyUI's dict keys sort).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeId(pub String);
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<&str> for NodeId {
-    fn from(id: &str) -> NodeId {
-        NodeId(id.to_owned())
-    }
-}
 
 /// One input of a prompt node.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,15 +20,3 @@ pub(crate) fn on_device<W: OnDevice>(device: &Device, work: W) -> W::Output {
         Device::Cuda(cuda) => work.run(&**cuda),
     }
 }
-
-/// A model error as a node failure: out-of-memory keeps its kind (ComfyUI's `torch.OutOfMemoryError`), the
-/// rest fail the node with the error's message.
-pub(crate) fn node_error(e: kiln_models::Error) -> crate::nodes::NodeError {
-    use crate::nodes::{ErrorKind, NodeError};
-    match e {
-        kiln_models::Error::Compute(kiln_compute::Error::OutOfMemory { .. }) => {
-            NodeError::of_kind(ErrorKind::OutOfMemory, e.to_string())
-        }
-        other => NodeError::new(other.to_string()),
-    }
-}

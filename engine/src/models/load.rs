@@ -7,23 +7,14 @@ use std::sync::Arc;
 
 use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
-use kiln_models::flux_vae::{self, FluxVae};
-use kiln_models::qwen3::{self, Qwen3, Tokenizer};
-use kiln_models::sampling::FlowSampling;
-use kiln_models::zimage::{self, ZImage};
-use kiln_models::zimage_lora;
+use kiln_models::family::{
+    DiffusionDetected, DiffusionFamily, TextEncoderDetected, TextEncoderFamily, VaeDetected,
+    VaeFamily,
+};
+use kiln_models::header::diffusion_prefix;
 use kiln_models::{Error, Header};
 
-use super::{DiffusionModel, LatentFormat, ModelEnv, TextEncoder, Vae};
-
-/// The prefix of the text encoder in a combined Z-Image checkpoint.
-const CHECKPOINT_TEXT_ENCODER: &str = "text_encoders.qwen3_4b.transformer.";
-/// The prefix of the VAE in a combined checkpoint.
-const CHECKPOINT_VAE: &str = "vae.";
-
-/// Z-Image's default flow shift (ComfyUI's `sampling_settings` for the family); `ModelSamplingAuraFlow`
-/// replaces it.
-const ZIMAGE_SHIFT: f64 = 3.0;
+use super::{DiffusionModel, ModelEnv, TextEncoder, Vae};
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
 fn open(path: &Path) -> Result<SafetensorsFile, Error> {
@@ -79,6 +70,11 @@ fn describe(header: &Header<'_>) -> String {
     };
     let count = header.names().count();
     format!("{family} ({count} tensors)")
+}
+
+/// The families' names for a refusal: `Z-Image` or `Z-Image, Flux`.
+fn names<F: Copy>(all: &[F], name: fn(F) -> &'static str) -> String {
+    all.iter().map(|&f| name(f)).collect::<Vec<_>>().join(", ")
 }
 
 /// Loads the weights `plan` names through the device's memory manager.
@@ -141,21 +137,23 @@ fn diffusion_model(
 ) -> Result<DiffusionModel, Error> {
     let header = Header::new(file, prefix);
     refuse_unsupported_dtypes(&header)?;
-    let Some((config, layout)) = zimage::detect(&header)? else {
+    let Some(found) = DiffusionDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
-            "not a diffusion model Kiln can run (Z-Image): found {}",
+            "not a diffusion model Kiln can run ({}): found {}",
+            names(&DiffusionFamily::ALL, DiffusionFamily::name),
             describe(&header)
         )));
     };
-    let plan = zimage::load_plan(&header, &config, layout);
+    let plan = found.load_plan(&header);
     let weights = match weight_dtype {
         Some(dtype) => load_weights_as(env, &plan, dtype, progress)?,
         None => load_weights(env, &plan, progress)?,
     };
+    let family = found.family();
     Ok(DiffusionModel {
-        dit: Arc::new(ZImage::new(config, weights)),
-        sampling: FlowSampling::new(ZIMAGE_SHIFT, 1.0),
-        latent: LatentFormat::FLUX,
+        net: Arc::new(found.build(weights)),
+        sampling: family.sampling(),
+        latent: family.latent(),
         path: file.path().to_path_buf(),
         patches: Arc::default(),
     })
@@ -171,7 +169,7 @@ pub fn load_diffusion_model(
 ) -> Result<DiffusionModel, Error> {
     let file = open(path)?;
     let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
-    let prefix = zimage::diffusion_prefix(names.iter().copied());
+    let prefix = diffusion_prefix(names.iter().copied());
     diffusion_model(env, &file, &prefix, weight_dtype, progress)
 }
 
@@ -184,19 +182,16 @@ fn text_encoder(
 ) -> Result<TextEncoder, Error> {
     let header = Header::new(file, prefix);
     refuse_unsupported_dtypes(&header)?;
-    let Some(config) = qwen3::detect(&header)? else {
+    let Some(found) = TextEncoderDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
-            "not a text encoder Kiln can run (Qwen3): found {}",
+            "not a text encoder Kiln can run ({}): found {}",
+            names(&TextEncoderFamily::ALL, TextEncoderFamily::name),
             describe(&header)
         )));
     };
-    let plan = qwen3::load_plan(&header, &config);
+    let plan = found.load_plan(&header);
     let weights = load_weights(env, &plan, progress)?;
-    Ok(TextEncoder {
-        qwen: Arc::new(Qwen3::new(config, weights)),
-        tokenizer: Arc::new(Tokenizer::bundled()?),
-        path: file.path().to_path_buf(),
-    })
+    Ok(TextEncoder { net: Arc::new(found.build(weights)?), path: file.path().to_path_buf() })
 }
 
 /// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`; for a Qwen3 encoder every
@@ -228,15 +223,16 @@ fn vae(
 ) -> Result<Vae, Error> {
     let header = Header::new(file, prefix);
     refuse_unsupported_dtypes(&header)?;
-    let Some((config, layout)) = flux_vae::detect(&header)? else {
+    let Some(found) = VaeDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
-            "not a VAE Kiln can run (the Flux VAE): found {}",
+            "not a VAE Kiln can run ({}): found {}",
+            names(&VaeFamily::ALL, VaeFamily::name),
             describe(&header)
         )));
     };
-    let plan = flux_vae::load_plan(&header, &config, layout);
+    let plan = found.load_plan(&header);
     let weights = load_weights(env, &plan, progress)?;
-    Ok(Vae { vae: Arc::new(FluxVae::new(config, weights)), path: file.path().to_path_buf() })
+    Ok(Vae { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
 }
 
 /// `VAELoader`: a standalone VAE file.
@@ -249,8 +245,8 @@ pub fn load_vae(
     vae(env, &file, "", progress)
 }
 
-/// `CheckpointLoaderSimple`: one file holding the diffusion model (`model.diffusion_model.`), the text
-/// encoder (`text_encoders.qwen3_4b.transformer.`) and the VAE (`vae.`). A part the file lacks is `None`
+/// `CheckpointLoaderSimple`: one file holding the diffusion model (under ComfyUI's prefix rule) and, under the
+/// prefixes its family's description names, the text encoder and the VAE. A part the file lacks is `None`
 /// (ComfyUI returns `None` on that output, and a node using it fails).
 pub fn load_checkpoint(
     env: &ModelEnv,
@@ -259,16 +255,18 @@ pub fn load_checkpoint(
 ) -> Result<(DiffusionModel, Option<TextEncoder>, Option<Vae>), Error> {
     let file = open(path)?;
     let names: Vec<&str> = file.tensors().map(|(n, _)| n).collect();
-    let prefix = zimage::diffusion_prefix(names.iter().copied());
+    let prefix = diffusion_prefix(names.iter().copied());
     let model = diffusion_model(env, &file, &prefix, None, progress)?;
+    let family = model.net.family();
     let has = |p: &str| names.iter().any(|n| n.starts_with(p));
-    let clip = if has(CHECKPOINT_TEXT_ENCODER) {
-        Some(text_encoder(env, &file, CHECKPOINT_TEXT_ENCODER, progress)?)
+    let (_, text_encoder_prefix) = family.checkpoint_text_encoder();
+    let clip = if has(text_encoder_prefix) {
+        Some(text_encoder(env, &file, text_encoder_prefix, progress)?)
     } else {
         None
     };
-    let vae =
-        if has(CHECKPOINT_VAE) { Some(vae(env, &file, CHECKPOINT_VAE, progress)?) } else { None };
+    let (_, vae_prefix) = family.checkpoint_vae();
+    let vae = if has(vae_prefix) { Some(vae(env, &file, vae_prefix, progress)?) } else { None };
     Ok((model, clip, vae))
 }
 
@@ -280,10 +278,10 @@ pub fn load_lora(
     strength: f32,
 ) -> Result<DiffusionModel, Error> {
     let file = open(path)?;
-    let weights = &model.dit.weights;
+    let weights = model.net.weights();
     let slots: Vec<(&str, &[usize])> =
         weights.names().filter_map(|n| weights.info(n).map(|(_, shape)| (n, shape))).collect();
-    let found = zimage_lora::patches(&file, &slots, strength)?;
+    let found = model.net.family().lora(&file, &slots, strength)?;
     if found.patches.is_empty() {
         return Err(Error::Unsupported {
             path: path.to_path_buf(),

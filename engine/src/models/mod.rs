@@ -3,21 +3,19 @@
 //! (`device`).
 //!
 //! The networks themselves live in `kiln_models`; this module adds what the engine needs around them:
-//! ComfyUI's model folders, its prefix and detection rules, the latent format, and the sampling settings a
-//! `MODEL` carries.
+//! ComfyUI's model folders, its prefix and detection rules, and the sampling settings and patches a `MODEL`
+//! carries. The values dispatch on `kiln_models::family`'s enums, so they hold a network of any family.
 
 pub(crate) mod device;
 pub mod load;
-pub(crate) mod preview;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::memory::lora::PatchSet;
-use kiln_models::flux_vae::FluxVae;
-use kiln_models::qwen3::{Qwen3, Tokenizer};
+use kiln_models::family::{DiffusionNet, TextEncoderNet, VaeNet};
+pub use kiln_models::latent::LatentFormat;
 use kiln_models::sampling::FlowSampling;
-use kiln_models::zimage::ZImage;
 
 use crate::compute::Compute;
 use crate::tensor::Tensor;
@@ -66,7 +64,7 @@ impl ModelFiles for FolderTree {
     }
 
     fn find(&self, folder: &str, name: &str) -> Option<PathBuf> {
-        crate::exec::within(&self.root.join(folder), name).filter(|p| p.is_file())
+        crate::roots::within(&self.root.join(folder), name).filter(|p| p.is_file())
     }
 }
 
@@ -100,46 +98,12 @@ impl std::fmt::Debug for ModelEnv {
     }
 }
 
-/// The latent space of a model family: how many channels, and the scale and shift between the VAE's space
-/// (what LATENT links carry) and the diffusion model's (ComfyUI's `latent_formats`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LatentFormat {
-    /// Latent channels.
-    pub channels: usize,
-    /// Multiplies after the shift going into the model.
-    pub scale: f32,
-    /// Subtracted going into the model.
-    pub shift: f32,
-    /// The linear map of a (model-space) latent to RGB in [-1, 1] for previews: per-channel rows and a bias.
-    pub rgb: Option<(&'static [[f32; 3]], [f32; 3])>,
-}
-
-impl LatentFormat {
-    /// The Flux VAE's latent space (Z-Image's): 16 channels, scale 0.3611, shift 0.1159.
-    pub const FLUX: LatentFormat = LatentFormat {
-        channels: 16,
-        scale: 0.3611,
-        shift: 0.1159,
-        rgb: Some((&preview::FLUX_RGB.0, preview::FLUX_RGB.1)),
-    };
-
-    /// VAE space → model space: `(z − shift)·scale`.
-    pub fn process_in(&self, z: f32) -> f32 {
-        (z - self.shift) * self.scale
-    }
-
-    /// Model space → VAE space: `x/scale + shift`.
-    pub fn process_out(&self, x: f32) -> f32 {
-        x / self.scale + self.shift
-    }
-}
-
-/// `MODEL`: a diffusion network with the sampling settings nodes like `ModelSamplingAuraFlow` change (a
-/// changed copy shares the network).
+/// `MODEL`: a diffusion network of any family with the sampling settings nodes like `ModelSamplingAuraFlow`
+/// change (a changed copy shares the network).
 #[derive(Clone)]
 pub struct DiffusionModel {
     /// The network (weights under the memory manager).
-    pub dit: Arc<ZImage>,
+    pub net: Arc<DiffusionNet>,
     /// The sigma schedule's model side (shift, multiplier).
     pub sampling: FlowSampling,
     /// The latent space it denoises in.
@@ -173,25 +137,23 @@ impl DiffusionModel {
     /// put on them (a no-op for weights whose patches are already these; copies of one network may carry
     /// different patches).
     pub fn activate(&self) -> Result<(), kiln_models::Error> {
-        self.dit.weights.activate()?;
-        Ok(self.dit.weights.set_patches(self.patches.as_ref().clone())?)
+        self.net.weights().activate()?;
+        Ok(self.net.weights().set_patches(self.patches.as_ref().clone())?)
     }
 }
 
-/// `CLIP`: a text encoder and its tokenizer.
+/// `CLIP`: a text encoder of any family with its tokenizer.
 pub struct TextEncoder {
-    /// The network.
-    pub qwen: Arc<Qwen3>,
-    /// The tokenizer.
-    pub tokenizer: Arc<Tokenizer>,
+    /// The network and its tokenizer.
+    pub net: Arc<TextEncoderNet>,
     /// The file it came from.
     pub path: PathBuf,
 }
 
-/// `VAE`: an autoencoder.
+/// `VAE`: an autoencoder of any family.
 pub struct Vae {
     /// The network.
-    pub vae: Arc<FluxVae>,
+    pub net: Arc<VaeNet>,
     /// The file it came from.
     pub path: PathBuf,
 }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::graph::NodeId;
+use super::NodeId;
+use crate::preview::{Preview, PreviewMethod};
 
 /// Receives progress and previews from inside nodes.
 pub trait ProgressSink: Send + Sync {
@@ -13,58 +14,6 @@ pub trait ProgressSink: Send + Sync {
     fn progress(&self, node: &NodeId, value: f64, max: f64);
     /// Node `node` shows an image while it runs (a websocket preview frame, not a saved file).
     fn preview(&self, node: &NodeId, preview: Preview);
-}
-
-/// How a preview image is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PreviewFormat {
-    /// `image/jpeg`.
-    Jpeg,
-    /// `image/png`.
-    Png,
-}
-
-impl PreviewFormat {
-    /// The media type.
-    pub fn media_type(self) -> &'static str {
-        match self {
-            PreviewFormat::Jpeg => "image/jpeg",
-            PreviewFormat::Png => "image/png",
-        }
-    }
-}
-
-/// An encoded preview image.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Preview {
-    /// The encoding of `bytes`.
-    pub format: PreviewFormat,
-    /// The encoded image.
-    pub bytes: Vec<u8>,
-}
-
-/// Whether and how sampling nodes show latent previews while they run (ComfyUI's `--preview-method`,
-/// overridden per prompt by `extra_data.preview_method`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PreviewMethod {
-    /// No previews (ComfyUI's default).
-    #[default]
-    None,
-    /// A linear projection of the denoised latent to RGB, one preview per step.
-    Latent2Rgb,
-}
-
-impl PreviewMethod {
-    /// A method by ComfyUI's name: `none`, `auto`, `latent2rgb`, `taesd`. Kiln has no TAESD decoders, so `auto`
-    /// and `taesd` mean `latent2rgb`, as they do in ComfyUI when no TAESD file is installed. `default` and
-    /// unknown names are `None` (the caller keeps its setting).
-    pub fn from_name(name: &str) -> Option<PreviewMethod> {
-        match name {
-            "none" => Some(PreviewMethod::None),
-            "auto" | "latent2rgb" | "taesd" => Some(PreviewMethod::Latent2Rgb),
-            _ => None,
-        }
-    }
 }
 
 /// The prompt was interrupted.

@@ -59,3 +59,14 @@ impl From<Interrupted> for NodeError {
         NodeError::of_kind(ErrorKind::Interrupted, "interrupted")
     }
 }
+
+/// A model error as a node failure: out-of-memory keeps its kind (ComfyUI's `torch.OutOfMemoryError`), the
+/// rest fail the node with the error's message.
+pub(crate) fn node_error(e: kiln_models::Error) -> NodeError {
+    match e {
+        kiln_models::Error::Compute(kiln_compute::Error::OutOfMemory { .. }) => {
+            NodeError::of_kind(ErrorKind::OutOfMemory, e.to_string())
+        }
+        other => NodeError::new(other.to_string()),
+    }
+}

@@ -3,7 +3,7 @@
 
 mod builtin;
 mod context;
-mod error;
+pub(crate) mod error;
 mod spec;
 
 use std::collections::BTreeMap;
@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+pub use crate::preview::{Preview, PreviewFormat, PreviewMethod};
+pub use crate::roots::FileKind;
 pub use builtin::builtin_registry;
-pub use context::{Context, Interrupted, Preview, PreviewFormat, PreviewMethod, ProgressSink};
+pub use context::{Context, Interrupted, ProgressSink};
 pub use error::{ErrorKind, NodeError};
 pub use spec::{Hidden, InputDef, InputType, NodeSpec, OutputDef};
 
@@ -209,25 +211,20 @@ pub struct FileRef {
     pub kind: FileKind,
 }
 
-/// The three file roots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    /// The input directory.
-    Input,
-    /// The output directory.
-    Output,
-    /// The temp directory.
-    Temp,
+/// A node id (a string; order is string order, as ComfyUI's dict keys sort): a prompt's key for a node, and
+/// the node a running `Context` belongs to).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub String);
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-impl FileKind {
-    /// The name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            FileKind::Input => "input",
-            FileKind::Output => "output",
-            FileKind::Temp => "temp",
-        }
+impl From<&str> for NodeId {
+    fn from(id: &str) -> NodeId {
+        NodeId(id.to_owned())
     }
 }
 

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kiln_engine::cache::{Cache, CachePolicy};
-use kiln_engine::exec::{Event, EventSink, Executor, Roots, Run, RunSummary};
+use kiln_engine::exec::{Event, EventSink, Executor, Run, RunSummary};
 use kiln_engine::graph::{NodeId, Prompt, ValidatedPrompt, validate};
 use kiln_engine::nodes::{
     Context, ErrorKind, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
     Output, OutputDef, Registry, builtin_registry,
 };
+use kiln_engine::roots::Roots;
 use kiln_engine::value::Value;
 use serde_json::json;
 

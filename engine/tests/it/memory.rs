@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::cache::{Cache, CachePolicy, CacheThresholds, RamPressure, RamProbe};
-use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Roots, Run, RunSummary};
+use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Run, RunSummary};
 use kiln_engine::graph::{NodeId, Prompt, validate};
 use kiln_engine::kiln_compute::memory::{ManagerConfig, MemoryManager, SimDevice};
 use kiln_engine::nodes::{
     Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef, Registry,
 };
+use kiln_engine::roots::Roots;
 use kiln_engine::tensor::Tensor;
 use kiln_engine::value::Value;
 use serde_json::json;

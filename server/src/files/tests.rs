@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use kiln_engine::exec::Roots;
 use kiln_engine::nodes::FileKind;
+use kiln_engine::roots::Roots;
 
 use super::upload::Stored;
 use super::{Upload, UploadError, ViewError, ViewRequest, store_upload, view};

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use kiln_engine::exec::{Roots, within};
 use kiln_engine::nodes::FileKind;
+use kiln_engine::roots::{Roots, within};
 
 /// An upload.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 
 use std::io::Cursor;
 
-use kiln_engine::exec::{Roots, within};
 use kiln_engine::nodes::FileKind;
+use kiln_engine::roots::{Roots, within};
 
 /// What was asked for.
 #[derive(Debug, Clone, Default)]

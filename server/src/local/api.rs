@@ -9,9 +9,9 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
-use kiln_engine::exec::Roots;
 use kiln_engine::nodes::FileKind;
 use kiln_engine::queue::Placement;
+use kiln_engine::roots::Roots;
 use kiln_spec::types;
 use serde_json::{Map, Value};
 

@@ -131,7 +131,7 @@ pub(crate) fn preview(
         return Preview::NotFound;
     }
     let stem = without_extension(filename);
-    let Some(path) = kiln_engine::exec::within(dir, &format!("{stem}.webp")) else {
+    let Some(path) = kiln_engine::roots::within(dir, &format!("{stem}.webp")) else {
         return Preview::Forbidden;
     };
     match std::fs::read(&path) {

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
-use kiln_engine::exec::within;
+use kiln_engine::roots::within;
 
 /// Why a user data request failed, with ComfyUI's status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,6 +18,7 @@
 
 mod blocks;
 mod config;
+pub mod family;
 
 pub use config::{Config, Layout, detect, load_plan};
 

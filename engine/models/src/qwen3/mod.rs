@@ -8,6 +8,7 @@
 //! - [`Qwen3::hidden_state`]: the output of layer `layers − 2`, un-normalised, as ComfyUI's conditioning.
 
 mod config;
+pub mod family;
 mod model;
 mod tokenizer;
 

@@ -24,6 +24,8 @@ use kiln_compute::DType;
 pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 
 use crate::error::{Error, Result};
+use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
+use crate::zimage;
 use layout::{Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -36,41 +38,49 @@ pub const VAE_FILE: &str = "vae/ae.safetensors";
 
 /// Key prefix of the DiT in a checkpoint (`CheckpointLoaderSimple`).
 pub const CHECKPOINT_DIFFUSION_PREFIX: &str = "model.diffusion_model.";
-/// Key prefix of the text encoder in a checkpoint.
-pub const CHECKPOINT_TEXT_ENCODER_PREFIX: &str = "text_encoders.qwen3_4b.transformer.";
-/// Key prefix of the VAE in a checkpoint.
-pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
+/// Key prefix of the text encoder in a Z-Image checkpoint (the family's description).
+pub const CHECKPOINT_TEXT_ENCODER_PREFIX: &str = zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX;
+/// Key prefix of the VAE in a Z-Image checkpoint (the family's description).
+pub const CHECKPOINT_VAE_PREFIX: &str = zimage::family::CHECKPOINT_VAE_PREFIX;
 
+/// Streams of random values, one per network kind: a tensor's values depend on the seed, this and its name.
 const ZIMAGE: &str = "zimage";
 const QWEN3: &str = "qwen3";
 const VAE: &str = "vae";
 const ZIMAGE_LORA: &str = "zimage-lora";
 
-/// The kind of file `kiln model synth --family` writes: one network of the families Kiln runs.
+/// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
+/// diffusion family. Named by the families' own descriptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SynthFamily {
-    /// The Z-Image DiT (`UNETLoader`), ComfyUI's layout.
-    ZImage,
-    /// The Qwen3 text encoder (`CLIPLoader` type `lumina2`), Hugging Face names.
-    Qwen3,
-    /// The Flux VAE (`VAELoader`), LDM names.
-    FluxVae,
-    /// A LoRA for the Z-Image DiT (`LoraLoaderModelOnly`), diffusers' names under `diffusion_model.`.
-    ZImageLora,
+    /// A diffusion model (`UNETLoader`), in the family's (ComfyUI's) layout.
+    Diffusion(DiffusionFamily),
+    /// A text encoder (`CLIPLoader`), in its released layout.
+    TextEncoder(TextEncoderFamily),
+    /// An autoencoder (`VAELoader`), in its released layout.
+    Vae(VaeFamily),
+    /// A LoRA for a diffusion model (`LoraLoaderModelOnly`), diffusers' names under `diffusion_model.`.
+    Lora(DiffusionFamily),
 }
 
 impl SynthFamily {
-    /// Every family, in the order of [`SynthFamily::name`]'s list.
-    pub const ALL: [SynthFamily; 4] =
-        [SynthFamily::ZImage, SynthFamily::Qwen3, SynthFamily::FluxVae, SynthFamily::ZImageLora];
+    /// Every kind of every family: the diffusion models, text encoders, autoencoders, then the LoRAs.
+    pub fn all() -> Vec<SynthFamily> {
+        let mut all: Vec<SynthFamily> =
+            DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
+        all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
+        all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
+        all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
+        all
+    }
 
-    /// The name it is spelled with on the command line: `z-image`, `qwen3`, `flux-vae`, `z-image-lora`.
+    /// The name it is spelled with on the command line (`z-image`, `qwen3`, `flux-vae`, `z-image-lora`).
     pub fn name(self) -> &'static str {
         match self {
-            SynthFamily::ZImage => "z-image",
-            SynthFamily::Qwen3 => "qwen3",
-            SynthFamily::FluxVae => "flux-vae",
-            SynthFamily::ZImageLora => "z-image-lora",
+            SynthFamily::Diffusion(family) => family.synth_name(),
+            SynthFamily::TextEncoder(family) => family.synth_name(),
+            SynthFamily::Vae(family) => family.synth_name(),
+            SynthFamily::Lora(family) => family.synth_lora_name(),
         }
     }
 }
@@ -86,7 +96,7 @@ impl FromStr for SynthFamily {
 
     /// Parses [`SynthFamily::name`]'s spelling.
     fn from_str(s: &str) -> Result<SynthFamily> {
-        by_name(&SynthFamily::ALL, SynthFamily::name, s, "family")
+        by_name(&SynthFamily::all(), SynthFamily::name, s, "family")
     }
 }
 
@@ -294,10 +304,16 @@ pub fn write_family(
             .map_err(|e| Error::Invalid(format!("creating {}: {e}", dir.display())))?;
     }
     match family {
-        SynthFamily::ZImage => write_zimage(path, &set.zimage, dtype, seed, progress),
-        SynthFamily::Qwen3 => write_qwen3(path, &set.qwen3, dtype, seed, progress),
-        SynthFamily::FluxVae => write_flux_vae(path, &set.vae, dtype, seed, progress),
-        SynthFamily::ZImageLora => write_zimage_lora(path, &set.zimage, dtype, seed, progress),
+        SynthFamily::Diffusion(DiffusionFamily::ZImage) => {
+            write_zimage(path, &set.zimage, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Qwen3) => {
+            write_qwen3(path, &set.qwen3, dtype, seed, progress)
+        }
+        SynthFamily::Vae(VaeFamily::Flux) => write_flux_vae(path, &set.vae, dtype, seed, progress),
+        SynthFamily::Lora(DiffusionFamily::ZImage) => {
+            write_zimage_lora(path, &set.zimage, dtype, seed, progress)
+        }
     }
 }
 

@@ -71,33 +71,6 @@ pub struct Config {
     pub time_scale: f32,
 }
 
-/// The key prefix of a diffusion model in a file (models.md §2.2 step 1): of `model.diffusion_model.`,
-/// `model.model.` and `net.`, the one most keys start with if more than 5 do; else `model.` if any key starts
-/// with it; else none (a bare file, used as is).
-pub fn diffusion_prefix<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    const CANDIDATES: [&str; 3] = ["model.diffusion_model.", "model.model.", "net."];
-    let mut counts = [0usize; 3];
-    let mut model = false;
-    for name in names {
-        for (count, prefix) in counts.iter_mut().zip(CANDIDATES) {
-            if name.starts_with(prefix) {
-                *count += 1;
-            }
-        }
-        model |= name.starts_with("model.");
-    }
-    // The first of the largest counts wins.
-    let (best, count) =
-        counts.iter().enumerate().fold((0, 0), |a, (i, &c)| if c > a.1 { (i, c) } else { a });
-    if count > 5 {
-        CANDIDATES[best].to_owned()
-    } else if model {
-        "model.".to_owned()
-    } else {
-        String::new()
-    }
-}
-
 /// Whether `h` holds a Z-Image NextDiT, in which layout, and its config. `Ok(None)`: not a Lumina 2-family DiT
 /// at all (another family). `Err(Unsupported)`: a Lumina 2-family file Kiln cannot run, or one with tensors
 /// missing or of the wrong shape.

@@ -1,18 +1,20 @@
 //! The Z-Image NextDiT (Lumina 2 family), as ComfyUI runs it (models.md §2.2, §2.3, §3).
 //!
 //! - [`detect`] tells a Z-Image file from other families in either key [`Layout`] (ComfyUI's fused-qkv one
-//!   or diffusers'), refuses the Lumina 2 relatives Kiln cannot run, and derives the [`Config`] from shapes;
-//!   [`diffusion_prefix`] is the key-prefix rule the caller applies first.
+//!   or diffusers'), refuses the Lumina 2 relatives Kiln cannot run, and derives the [`Config`] from shapes
+//!   (the caller applies [`crate::header::diffusion_prefix`] first).
+//! - [`family`]: its facts as a family (name, latent format, default sampling, checkpoint prefixes).
 //! - [`load_plan`] names the weights in ComfyUI's layout whatever the file's, so model code has one set of
 //!   names; diffusers' `to_q`/`to_k`/`to_v` are joined into the fused `qkv` by the loader.
 //! - [`ZImage::forward`] is ComfyUI's forward (caption first, learned pad tokens, 3-axis interleaved RoPE,
 //!   scale/tanh-gate modulation, sign-flipped output), one block's weights at a time.
 
 mod config;
+pub mod family;
 mod keys;
 mod model;
 mod rope;
 
-pub use config::{Config, Layout, axes_dims, detect, diffusion_prefix};
+pub use config::{Config, Layout, axes_dims, detect};
 pub use keys::load_plan;
 pub use model::ZImage;

@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 use kiln_compute::DType;
 use kiln_compute::dtype::{narrow, widen};
 use kiln_compute::memory::SafetensorsFile;
-use kiln_models::Error;
+use kiln_models::family::{
+    DiffusionDetected, DiffusionFamily, TextEncoderDetected, VaeDetected, VaeFamily,
+};
 use kiln_models::synth::{
     self, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet, flux_vae_tensors,
     qwen3_tensors, zimage_tensors,
 };
+use kiln_models::{Error, Header};
 
 /// A fresh scratch folder for one test.
 fn scratch(test: &str) -> PathBuf {
@@ -447,7 +450,7 @@ fn a_synthetic_lora_adapts_every_attention_and_ffn_weight_of_the_dit_and_nothing
     let path = dir.join("loras/pixel_art_style_z_image_turbo.safetensors");
     synth::write_family(
         &path,
-        synth::SynthFamily::ZImageLora,
+        synth::SynthFamily::Lora(DiffusionFamily::ZImage),
         &set,
         SynthDtype::Bf16,
         2,
@@ -477,21 +480,41 @@ fn a_synthetic_lora_adapts_every_attention_and_ffn_weight_of_the_dit_and_nothing
 fn one_file_of_a_family_is_written_under_any_name() {
     let dir = scratch("family");
     let set = ZImageTurboSet::tiny();
-    for family in synth::SynthFamily::ALL {
+    let names: Vec<&str> = synth::SynthFamily::all().iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["z-image", "qwen3", "flux-vae", "z-image-lora"]);
+    for family in synth::SynthFamily::all() {
         assert_eq!(family.name().parse::<synth::SynthFamily>().unwrap(), family);
         let path = dir.join(format!("sub/{family}.safetensors"));
-        let dtype =
-            if family == synth::SynthFamily::FluxVae { SynthDtype::F32 } else { SynthDtype::F16 };
+        let dtype = match family {
+            synth::SynthFamily::Vae(_) => SynthDtype::F32,
+            _ => SynthDtype::F16,
+        };
         synth::write_family(&path, family, &set, dtype, 1, &mut |_, _| {}).unwrap();
         let file = SafetensorsFile::open(&path).unwrap();
         assert!(file.tensors().all(|(_, t)| t.dtype == dtype.dtype()), "{family}");
+        // Loading reads the description synth wrote from: each file is detected as the family it names.
+        let header = Header::new(&file, "");
+        match family {
+            synth::SynthFamily::Diffusion(f) => {
+                assert_eq!(DiffusionDetected::detect(&header).unwrap().unwrap().family(), f);
+            }
+            synth::SynthFamily::TextEncoder(f) => {
+                assert_eq!(TextEncoderDetected::detect(&header).unwrap().unwrap().family(), f);
+            }
+            synth::SynthFamily::Vae(f) => {
+                assert_eq!(VaeDetected::detect(&header).unwrap().unwrap().family(), f);
+            }
+            synth::SynthFamily::Lora(_) => {
+                assert!(DiffusionDetected::detect(&header).unwrap().is_none());
+            }
+        }
     }
     let error = "sdxl".parse::<synth::SynthFamily>().unwrap_err();
     assert!(error.to_string().contains("unknown family `sdxl`"), "{error}");
     let vae = dir.join("vae.safetensors");
     let refused = synth::write_family(
         &vae,
-        synth::SynthFamily::FluxVae,
+        synth::SynthFamily::Vae(VaeFamily::Flux),
         &set,
         SynthDtype::Fp8E4m3fn,
         0,

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use kiln_compute::Backend as _;
 use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
-use kiln_models::zimage::{Config, Layout, ZImage, detect, diffusion_prefix, load_plan};
+use kiln_models::header::diffusion_prefix;
+use kiln_models::zimage::{Config, Layout, ZImage, detect, load_plan};
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};

@@ -7,8 +7,9 @@ use kiln_compute::{Backend, DType};
 
 use super::model_specs;
 use crate::compute::Compute;
-use crate::models::device::{OnDevice, node_error, on_device};
+use crate::models::device::{OnDevice, on_device};
 use crate::models::{Cond, Conditioning, TextEncoder};
+use crate::nodes::error::node_error;
 use crate::nodes::{Context, Inputs, Node, NodeError, NodeResult, NodeSpec};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -23,8 +24,8 @@ impl OnDevice for Encode<'_> {
     type Output = Result<Tensor, kiln_models::Error>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         // As ComfyUI loads the encoder before it encodes: top residency priority.
-        self.clip.qwen.weights.activate()?;
-        let hidden = self.clip.qwen.hidden_state(b, self.ids)?;
+        self.clip.net.weights().activate()?;
+        let hidden = self.clip.net.encode(b, self.ids)?;
         let hidden = b.cast(&hidden, DType::F32)?;
         let shape = hidden.shape().to_vec();
         let values = b.to_f32(&hidden)?;
@@ -51,7 +52,7 @@ impl Node for ClipTextEncode {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
         let text = inputs.string("text")?;
-        let ids = clip.tokenizer.zimage_prompt(text).map_err(node_error)?;
+        let ids = clip.net.tokenize(text).map_err(node_error)?;
         let cond =
             on_device(self.compute.device(), Encode { clip, ids: &ids }).map_err(node_error)?;
         let conditioning = Conditioning { entries: vec![Cond { cond, pooled: None }] };

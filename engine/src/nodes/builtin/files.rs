@@ -11,11 +11,11 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::exec::within;
 use crate::nodes::{
     Context, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node,
     NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
+use crate::roots::within;
 use crate::tensor::Tensor;
 use crate::value::Value;
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kiln_compute::DType;
 
 use super::model_specs;
-use crate::models::device::node_error;
 use crate::models::{ModelEnv, load};
+use crate::nodes::error::node_error;
 use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
 use crate::value::Value;
 

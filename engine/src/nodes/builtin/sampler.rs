@@ -8,18 +8,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::{Backend, DType};
+use kiln_models::family::DiffusionInput;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, Step};
 
 use super::latent::empty_latent;
 use super::model_specs;
 use crate::compute::Compute;
-use crate::models::device::{OnDevice, node_error, on_device};
-use crate::models::preview::latent_preview;
+use crate::models::device::{OnDevice, on_device};
 use crate::models::{Conditioning, DiffusionModel};
+use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
 };
+use crate::preview::latent_preview;
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -83,7 +85,9 @@ impl OnDevice for Forward<'_> {
         }
         context_shape[0] = batch;
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
-        let out = self.model.dit.forward(b, &x, &vec![self.sigma; batch], &context)?;
+        let sigmas = vec![self.sigma; batch];
+        let input = DiffusionInput { x: &x, sigmas: &sigmas, context: &context };
+        let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
     }

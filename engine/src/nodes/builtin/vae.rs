@@ -9,7 +9,8 @@ use super::latent::transpose;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::Vae;
-use crate::models::device::{OnDevice, node_error, on_device};
+use crate::models::device::{OnDevice, on_device};
+use crate::nodes::error::node_error;
 use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -33,11 +34,11 @@ impl OnDevice for Pass<'_> {
     type Output = kiln_models::Result<(Vec<usize>, Vec<f32>)>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         // As ComfyUI loads the VAE before it decodes or encodes: top residency priority.
-        self.vae.vae.weights.activate()?;
+        self.vae.net.weights().activate()?;
         let x = b.from_f32(&self.shape, self.values, b.compute_dtype())?;
         let y = match self.direction {
-            Direction::Decode => self.vae.vae.decode(b, &x)?,
-            Direction::Encode => self.vae.vae.encode(b, &x)?,
+            Direction::Decode => self.vae.net.decode(b, &x)?,
+            Direction::Encode => self.vae.net.encode(b, &x)?,
         };
         let y = b.cast(&y, DType::F32)?;
         Ok((y.shape().to_vec(), b.to_f32(&y)?))

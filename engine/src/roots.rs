@@ -2,7 +2,27 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::nodes::FileKind;
+/// The three file roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// The input directory.
+    Input,
+    /// The output directory.
+    Output,
+    /// The temp directory.
+    Temp,
+}
+
+impl FileKind {
+    /// The name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Input => "input",
+            FileKind::Output => "output",
+            FileKind::Temp => "temp",
+        }
+    }
+}
 
 /// Where nodes read and write files.
 #[derive(Debug, Clone)]

@@ -1,0 +1,180 @@
+//! [`DiffusionFamily`]: the diffusion networks (`MODEL`) Kiln runs, and [`DiffusionNet`], one loaded.
+
+use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
+use kiln_compute::{Backend, Tensor};
+
+use crate::error::Result;
+use crate::header::Header;
+use crate::latent::LatentFormat;
+use crate::sampling::FlowSampling;
+use crate::zimage::{self, ZImage};
+use crate::zimage_lora::{self, LoraPatches};
+
+use super::{TextEncoderFamily, VaeFamily};
+
+/// A family of diffusion networks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DiffusionFamily {
+    /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
+    ZImage,
+}
+
+impl DiffusionFamily {
+    /// Every family, in the order detection tries them.
+    pub const ALL: [DiffusionFamily; 1] = [DiffusionFamily::ZImage];
+
+    /// The family's name in messages (`Z-Image`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DiffusionFamily::ZImage => zimage::family::NAME,
+        }
+    }
+
+    /// The latent space it denoises in.
+    pub fn latent(self) -> LatentFormat {
+        match self {
+            DiffusionFamily::ZImage => zimage::family::LATENT,
+        }
+    }
+
+    /// The model sampling a loaded model starts with (ComfyUI's `sampling_settings` for the family); nodes
+    /// like `ModelSamplingAuraFlow` replace it.
+    pub fn sampling(self) -> FlowSampling {
+        match self {
+            DiffusionFamily::ZImage => {
+                FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
+            }
+        }
+    }
+
+    /// The text encoder a combined checkpoint of the family holds, and its key prefix there.
+    pub fn checkpoint_text_encoder(self) -> (TextEncoderFamily, &'static str) {
+        match self {
+            DiffusionFamily::ZImage => {
+                (TextEncoderFamily::Qwen3, zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX)
+            }
+        }
+    }
+
+    /// The autoencoder a combined checkpoint of the family holds, and its key prefix there.
+    pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
+        match self {
+            DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
+        }
+    }
+
+    /// The patches a LoRA file makes at `strength` for a model of this family whose weights are `slots`
+    /// (`(name, shape)` in the family's layout), with the file's keys that adapt none of them.
+    pub fn lora(
+        self,
+        file: &SafetensorsFile,
+        slots: &[(&str, &[usize])],
+        strength: f32,
+    ) -> Result<LoraPatches> {
+        match self {
+            DiffusionFamily::ZImage => zimage_lora::patches(file, slots, strength),
+        }
+    }
+
+    /// The name `kiln model synth --family` writes the network under (`z-image`).
+    pub fn synth_name(self) -> &'static str {
+        match self {
+            DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
+        }
+    }
+
+    /// The name `kiln model synth --family` writes a LoRA for the network under (`z-image-lora`).
+    pub fn synth_lora_name(self) -> &'static str {
+        match self {
+            DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
+        }
+    }
+
+    /// This family's detection of `h`.
+    fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
+        Ok(match self {
+            DiffusionFamily::ZImage => {
+                zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
+            }
+        })
+    }
+}
+
+/// A diffusion network found in a header: its family, config and key layout, before any weight is read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiffusionDetected {
+    /// Z-Image.
+    ZImage(zimage::Config, zimage::Layout),
+}
+
+impl DiffusionDetected {
+    /// The network in `h` (the caller applied ComfyUI's prefix rule, [`crate::header::diffusion_prefix`]):
+    /// `Ok(None)` when no family claims it; [`crate::Error::Unsupported`] for a file a family recognises but
+    /// cannot run.
+    pub fn detect(h: &Header) -> Result<Option<DiffusionDetected>> {
+        super::first_detected(&DiffusionFamily::ALL, h, DiffusionFamily::detect)
+    }
+
+    /// The family.
+    pub fn family(&self) -> DiffusionFamily {
+        match self {
+            DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
+        }
+    }
+
+    /// The weights to load, named in the family's layout whatever the file's.
+    pub fn load_plan(&self, h: &Header) -> LoadPlan {
+        match self {
+            DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
+        }
+    }
+
+    /// The network with `weights` loaded from [`DiffusionDetected::load_plan`].
+    pub fn build(self, weights: Model) -> DiffusionNet {
+        match self {
+            DiffusionDetected::ZImage(config, _) => {
+                DiffusionNet::ZImage(ZImage::new(config, weights))
+            }
+        }
+    }
+}
+
+/// What one diffusion model call takes: the latents in model space, one noise level per sample, and the
+/// conditioning.
+pub struct DiffusionInput<'a, B: Backend> {
+    /// Latents `[B, C, h, w]`, any float dtype.
+    pub x: &'a Tensor<B>,
+    /// σ per sample.
+    pub sigmas: &'a [f32],
+    /// Text features `[B, N, D]`.
+    pub context: &'a Tensor<B>,
+}
+
+/// A loaded diffusion network.
+pub enum DiffusionNet {
+    /// Z-Image.
+    ZImage(ZImage),
+}
+
+impl DiffusionNet {
+    /// The family.
+    pub fn family(&self) -> DiffusionFamily {
+        match self {
+            DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
+        }
+    }
+
+    /// The weights, under the memory manager.
+    pub fn weights(&self) -> &Model {
+        match self {
+            DiffusionNet::ZImage(net) => &net.weights,
+        }
+    }
+
+    /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
+    pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
+        match self {
+            DiffusionNet::ZImage(net) => net.forward(b, input.x, input.sigmas, input.context),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The families Kiln runs, each described once and dispatched on an enum, so that adding a family is a
+//! compile error everywhere it must be handled.
+//!
+//! Three kinds of network flow on ComfyUI's links, one enum of families for each:
+//!
+//! - [`DiffusionFamily`] (`MODEL`): detection from a header ([`DiffusionDetected::detect`]: keys, shapes,
+//!   metadata, every layout ComfyUI accepts), the load plan in the family's one key layout, the loaded
+//!   [`DiffusionNet`], its latent format, default model sampling, LoRA key mapping, what a checkpoint of the
+//!   family holds beside it, and the name `kiln model synth` writes it under.
+//! - [`TextEncoderFamily`] (`CLIP`): detection, load plan, the loaded [`TextEncoderNet`] with its tokenizer and
+//!   ComfyUI's prompt template.
+//! - [`VaeFamily`] (`VAE`): detection, load plan, the loaded [`VaeNet`] and the latent format it encodes to.
+//!
+//! Each family's own facts (names, constants, config from shapes, key conversion) live in its folder
+//! (`zimage/`, `qwen3/`, `flux_vae/`); these modules only route to them.
+
+mod diffusion;
+mod text_encoder;
+mod vae;
+
+pub use diffusion::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
+pub use text_encoder::{TextEncoderDetected, TextEncoderFamily, TextEncoderNet};
+pub use vae::{VaeDetected, VaeFamily, VaeNet};
+
+use crate::error::Result;
+use crate::header::Header;
+
+/// The first family of `all` whose detection claims `h`, or `Ok(None)`; a family that recognises the file but
+/// cannot run it answers [`crate::Error::Unsupported`], which stops the search.
+fn first_detected<F: Copy, D>(
+    all: &[F],
+    h: &Header,
+    detect: fn(F, &Header) -> Result<Option<D>>,
+) -> Result<Option<D>> {
+    for &family in all {
+        if let Some(found) = detect(family, h)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,122 @@
+//! [`TextEncoderFamily`]: the text encoders (`CLIP`) Kiln runs, and [`TextEncoderNet`], one loaded with its
+//! tokenizer.
+
+use kiln_compute::memory::{LoadPlan, Model};
+use kiln_compute::{Backend, Tensor};
+
+use crate::error::Result;
+use crate::header::Header;
+use crate::qwen3::{self, Qwen3, Tokenizer};
+
+/// A family of text encoders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TextEncoderFamily {
+    /// Qwen3 (4B for Z-Image), its hidden state with ComfyUI's Z-Image chat template.
+    Qwen3,
+}
+
+impl TextEncoderFamily {
+    /// Every family, in the order detection tries them.
+    pub const ALL: [TextEncoderFamily; 1] = [TextEncoderFamily::Qwen3];
+
+    /// The family's name in messages (`Qwen3`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TextEncoderFamily::Qwen3 => qwen3::family::NAME,
+        }
+    }
+
+    /// The name `kiln model synth --family` writes the encoder under (`qwen3`).
+    pub fn synth_name(self) -> &'static str {
+        match self {
+            TextEncoderFamily::Qwen3 => qwen3::family::SYNTH_NAME,
+        }
+    }
+
+    /// This family's detection of `h`.
+    fn detect(self, h: &Header) -> Result<Option<TextEncoderDetected>> {
+        Ok(match self {
+            TextEncoderFamily::Qwen3 => qwen3::detect(h)?.map(TextEncoderDetected::Qwen3),
+        })
+    }
+}
+
+/// A text encoder found in a header, before any weight is read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextEncoderDetected {
+    /// Qwen3.
+    Qwen3(qwen3::Config),
+}
+
+impl TextEncoderDetected {
+    /// The encoder in `h`: `Ok(None)` when no family claims it; [`crate::Error::Unsupported`] for a file a
+    /// family recognises but cannot run.
+    pub fn detect(h: &Header) -> Result<Option<TextEncoderDetected>> {
+        super::first_detected(&TextEncoderFamily::ALL, h, TextEncoderFamily::detect)
+    }
+
+    /// The family.
+    pub fn family(&self) -> TextEncoderFamily {
+        match self {
+            TextEncoderDetected::Qwen3(_) => TextEncoderFamily::Qwen3,
+        }
+    }
+
+    /// The weights to load, named in the family's layout.
+    pub fn load_plan(&self, h: &Header) -> LoadPlan {
+        match self {
+            TextEncoderDetected::Qwen3(config) => qwen3::load_plan(h, config),
+        }
+    }
+
+    /// The encoder with `weights` loaded from [`TextEncoderDetected::load_plan`], and its tokenizer.
+    pub fn build(self, weights: Model) -> Result<TextEncoderNet> {
+        Ok(match self {
+            TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+            },
+        })
+    }
+}
+
+/// A loaded text encoder with its tokenizer.
+pub enum TextEncoderNet {
+    /// Qwen3.
+    Qwen3 {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+    },
+}
+
+impl TextEncoderNet {
+    /// The family.
+    pub fn family(&self) -> TextEncoderFamily {
+        match self {
+            TextEncoderNet::Qwen3 { .. } => TextEncoderFamily::Qwen3,
+        }
+    }
+
+    /// The weights, under the memory manager.
+    pub fn weights(&self) -> &Model {
+        match self {
+            TextEncoderNet::Qwen3 { model, .. } => &model.weights,
+        }
+    }
+
+    /// The token ids ComfyUI feeds the encoder for `prompt` (its template and weighting syntax applied).
+    pub fn tokenize(&self, prompt: &str) -> Result<Vec<u32>> {
+        match self {
+            TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.zimage_prompt(prompt),
+        }
+    }
+
+    /// The conditioning ComfyUI takes from the encoder for `ids`: `[1, N, D]`.
+    pub fn encode<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
+        match self {
+            TextEncoderNet::Qwen3 { model, .. } => model.hidden_state(b, ids),
+        }
+    }
+}

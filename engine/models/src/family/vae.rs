@@ -1,0 +1,124 @@
+//! [`VaeFamily`]: the autoencoders (`VAE`) Kiln runs, and [`VaeNet`], one loaded.
+
+use kiln_compute::memory::{LoadPlan, Model};
+use kiln_compute::{Backend, Tensor};
+
+use crate::error::Result;
+use crate::flux_vae::{self, FluxVae};
+use crate::header::Header;
+use crate::latent::LatentFormat;
+
+/// A family of autoencoders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VaeFamily {
+    /// The KL autoencoder of Flux.1 and Z-Image (16 channels, 8× down), and its SD-era relatives.
+    Flux,
+}
+
+impl VaeFamily {
+    /// Every family, in the order detection tries them.
+    pub const ALL: [VaeFamily; 1] = [VaeFamily::Flux];
+
+    /// The family's name in messages (`the Flux VAE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            VaeFamily::Flux => flux_vae::family::NAME,
+        }
+    }
+
+    /// The name `kiln model synth --family` writes the autoencoder under (`flux-vae`).
+    pub fn synth_name(self) -> &'static str {
+        match self {
+            VaeFamily::Flux => flux_vae::family::SYNTH_NAME,
+        }
+    }
+
+    /// The latent space it encodes to (what a VAE-space latent is, before a diffusion family's scale and
+    /// shift).
+    pub fn latent(self) -> LatentFormat {
+        match self {
+            VaeFamily::Flux => LatentFormat::FLUX,
+        }
+    }
+
+    /// This family's detection of `h`.
+    fn detect(self, h: &Header) -> Result<Option<VaeDetected>> {
+        Ok(match self {
+            VaeFamily::Flux => {
+                flux_vae::detect(h)?.map(|(config, layout)| VaeDetected::Flux(config, layout))
+            }
+        })
+    }
+}
+
+/// An autoencoder found in a header, before any weight is read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VaeDetected {
+    /// The Flux VAE.
+    Flux(flux_vae::Config, flux_vae::Layout),
+}
+
+impl VaeDetected {
+    /// The autoencoder in `h`: `Ok(None)` when no family claims it; [`crate::Error::Unsupported`] for a file a
+    /// family recognises but cannot run.
+    pub fn detect(h: &Header) -> Result<Option<VaeDetected>> {
+        super::first_detected(&VaeFamily::ALL, h, VaeFamily::detect)
+    }
+
+    /// The family.
+    pub fn family(&self) -> VaeFamily {
+        match self {
+            VaeDetected::Flux(..) => VaeFamily::Flux,
+        }
+    }
+
+    /// The weights to load, named in the family's layout whatever the file's.
+    pub fn load_plan(&self, h: &Header) -> LoadPlan {
+        match self {
+            VaeDetected::Flux(config, layout) => flux_vae::load_plan(h, config, *layout),
+        }
+    }
+
+    /// The autoencoder with `weights` loaded from [`VaeDetected::load_plan`].
+    pub fn build(self, weights: Model) -> VaeNet {
+        match self {
+            VaeDetected::Flux(config, _) => VaeNet::Flux(FluxVae::new(config, weights)),
+        }
+    }
+}
+
+/// A loaded autoencoder.
+pub enum VaeNet {
+    /// The Flux VAE.
+    Flux(FluxVae),
+}
+
+impl VaeNet {
+    /// The family.
+    pub fn family(&self) -> VaeFamily {
+        match self {
+            VaeNet::Flux(_) => VaeFamily::Flux,
+        }
+    }
+
+    /// The weights, under the memory manager.
+    pub fn weights(&self) -> &Model {
+        match self {
+            VaeNet::Flux(net) => &net.weights,
+        }
+    }
+
+    /// Latents `[B, C, h, w]` in VAE space → images `[B, 3, H, W]` in about [−1, 1].
+    pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        match self {
+            VaeNet::Flux(net) => net.decode(b, z),
+        }
+    }
+
+    /// Images `[B, 3, H, W]` in [−1, 1] → latents in VAE space.
+    pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        match self {
+            VaeNet::Flux(net) => net.encode(b, x),
+        }
+    }
+}

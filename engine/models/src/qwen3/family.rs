@@ -1,0 +1,6 @@
+//! Qwen3's facts as a text-encoder family (read through [`crate::family::TextEncoderFamily`]).
+
+/// The family's name in messages.
+pub const NAME: &str = "Qwen3";
+/// The name `kiln model synth --family` writes the encoder under.
+pub const SYNTH_NAME: &str = "qwen3";
