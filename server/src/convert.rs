@@ -38,10 +38,10 @@ fn input_order(
     order
 }
 
-/// `[TYPE, options]`, or `[TYPE]` when the input has no options and `short` allows it.
+/// `[TYPE, options]`, or `[TYPE]` when the input declares no options and `short` allows it.
 fn input_spec(def: &InputDef, short: bool) -> types::InputSpec {
     let mut elements = vec![types::InputSpecElement(def.ty.to_json())];
-    if !(short && def.options.is_empty()) {
+    if !(short && def.options.is_empty() && !def.options_declared) {
         elements.push(types::InputSpecElement(serde_json::Value::Object(def.options.clone())));
     }
     types::InputSpec(elements)
@@ -57,12 +57,12 @@ fn node_info_v1(spec: &NodeSpec) -> types::NodeInfo {
     types::NodeInfo {
         api_node: None,
         category: spec.category.clone(),
-        deprecated: None,
+        deprecated: spec.deprecated.then_some(true),
         description: spec.description.clone(),
         dev_only: None,
         display_name: spec.display_name.clone(),
         essentials_category: spec.essentials_category.clone(),
-        experimental: None,
+        experimental: spec.experimental.then_some(true),
         has_intermediate_output: false,
         input: types::NodeInputs {
             hidden: spec
@@ -95,20 +95,20 @@ fn node_info_v1(spec: &NodeSpec) -> types::NodeInfo {
 }
 
 /// A V3 class as ComfyUI dumps it: every field present, `null` where the node declares nothing; inputs always
-/// `[TYPE, options]`; hidden inputs valued `[KIND]`. Kiln has no deprecated, experimental, developer-only, API
-/// or match-type nodes, no price badges and no intermediate outputs, so those are `false` or `null`.
+/// `[TYPE, options]`; hidden inputs valued `[KIND]`. Kiln has no developer-only or API nodes, no price badges
+/// and no intermediate outputs, so those are `false` or `null`.
 fn node_info_v3(spec: &NodeSpec) -> types::NodeInfoV3 {
     let declared =
         |defs: &[InputDef]| defs.iter().map(|d| (d.name.clone(), input_spec(d, false))).collect();
     types::NodeInfoV3 {
         api_node: false,
         category: spec.category.clone(),
-        deprecated: false,
+        deprecated: spec.deprecated,
         description: spec.description.clone(),
         dev_only: false,
         display_name: spec.declared_display_name().map(str::to_owned),
         essentials_category: spec.essentials_category.clone(),
-        experimental: false,
+        experimental: spec.experimental,
         has_intermediate_output: false,
         input: types::NodeInputsV3 {
             hidden: spec
@@ -124,7 +124,11 @@ fn node_info_v3(spec: &NodeSpec) -> types::NodeInfoV3 {
         name: spec.name.clone(),
         output: spec.outputs.iter().map(|o| types::NodeType::String(o.ty.clone())).collect(),
         output_is_list: spec.outputs.iter().map(|o| o.is_list).collect(),
-        output_matchtypes: None,
+        output_matchtypes: spec
+            .outputs
+            .iter()
+            .any(|o| o.matchtype.is_some())
+            .then(|| spec.outputs.iter().map(|o| o.matchtype.clone()).collect()),
         output_name: spec.outputs.iter().map(|o| o.name.clone()).collect(),
         output_node: spec.output_node,
         output_tooltips: spec

@@ -88,6 +88,16 @@ pub fn golden(case: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("the golden capture {} is not JSON: {e}", path.display()))
 }
 
+/// ComfyUI's full node catalogue (`GET /object_info` at the commit Kiln matches; `tests/golden/comfyui-catalogue`),
+/// class name → entry, in ComfyUI's order.
+pub fn comfyui_catalogue() -> serde_json::Value {
+    let path = repo_root().join("tests/golden/comfyui-catalogue/object_info.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read the catalogue {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the catalogue {} is not JSON: {e}", path.display()))
+}
+
 /// The spec parsed as YAML, key order preserved.
 pub fn load_spec() -> serde_yaml::Value {
     let path = repo_root().join("spec/openapi.yaml");

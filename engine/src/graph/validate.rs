@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::{Map, Value as Json, json};
 
 use super::{Input, NodeId, Prompt};
-use crate::nodes::{InputDef, InputType, Inputs, NodeSpec, Registry};
+use crate::nodes::{InputDef, InputType, Inputs, MATCHTYPE, NodeSpec, Registry};
 use crate::value::Value;
 
 /// One validation error, in ComfyUI's shape.
@@ -461,7 +461,8 @@ fn types_match(received: &str, input: &InputType) -> bool {
     let InputType::Named(input) = input else {
         return received == "COMBO" || received == "*";
     };
-    if received == input {
+    // A match-type input or output takes any type: the frontend keeps a template's types in step.
+    if received == input || received == MATCHTYPE || input == MATCHTYPE {
         return true;
     }
     let received: BTreeSet<&str> = received.split(',').map(str::trim).collect();

@@ -25,6 +25,10 @@ impl InputType {
     }
 }
 
+/// The type of V3 match-type inputs and outputs: validation accepts any type there, as the frontend keeps
+/// the template's types in step (ComfyUI's `validate_node_input`).
+pub const MATCHTYPE: &str = "COMFY_MATCHTYPE_V3";
+
 /// One declared input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputDef {
@@ -34,11 +38,14 @@ pub struct InputDef {
     pub ty: InputType,
     /// Its options, as `object_info` shows them.
     pub options: Map<String, Json>,
+    /// Whether a V1 class declares an options dict even when it is empty, so `object_info` shows `[TYPE, {}]`
+    /// rather than `[TYPE]` (V3 inputs always show theirs).
+    pub options_declared: bool,
 }
 
 impl InputDef {
     fn new(name: &str, ty: InputType) -> InputDef {
-        InputDef { name: name.to_owned(), ty, options: Map::new() }
+        InputDef { name: name.to_owned(), ty, options: Map::new(), options_declared: false }
     }
 
     /// An `INT` input.
@@ -75,6 +82,35 @@ impl InputDef {
     /// A `COMBO` input (`["COMBO", {"options": [...]}]`).
     pub fn combo(name: &str, choices: Vec<String>) -> InputDef {
         InputDef::new(name, InputType::Named("COMBO".to_owned())).option("options", choices)
+    }
+
+    /// A V3 `COMBO` input (`["COMBO", {"multiselect": false, "options": [...]}]`); more options follow in V3's
+    /// order (`default`, `tooltip`, ...).
+    pub fn v3_combo(name: &str, choices: &[&str]) -> InputDef {
+        InputDef::new(name, InputType::Named("COMBO".to_owned()))
+            .option("multiselect", false)
+            .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>())
+    }
+
+    /// A bare input of a type (`INT`, `STRING`, ...) whose options the caller adds in the order ComfyUI
+    /// declares them (V3 writes `tooltip` before `default`; some primitives declare no default).
+    pub fn bare(name: &str, ty: &str) -> InputDef {
+        InputDef::new(name, InputType::Named(ty.to_owned()))
+    }
+
+    /// Marks a V1 input as declared with an options dict, even an empty one (`[TYPE, {}]`).
+    pub fn with_options(mut self) -> InputDef {
+        self.options_declared = true;
+        self
+    }
+
+    /// Adds the `template` option of a V3 match-type input (type [`MATCHTYPE`]): its template id and the
+    /// types it allows (`*` for any).
+    pub fn template(self, template: &str, allowed: &str) -> InputDef {
+        self.option(
+            "template",
+            serde_json::json!({"template_id": template, "allowed_types": allowed}),
+        )
     }
 
     /// An input of a link type (`IMAGE`, `LATENT`, `*`, ...).
@@ -157,12 +193,20 @@ pub struct OutputDef {
     pub is_list: bool,
     /// A tooltip.
     pub tooltip: Option<String>,
+    /// The template id of a V3 match-type output (`COMFY_MATCHTYPE_V3`: its type is the linked input's).
+    pub matchtype: Option<String>,
 }
 
 impl OutputDef {
     /// An output named after its type.
     pub fn new(ty: &str) -> OutputDef {
-        OutputDef { ty: ty.to_owned(), name: ty.to_owned(), is_list: false, tooltip: None }
+        OutputDef {
+            ty: ty.to_owned(),
+            name: ty.to_owned(),
+            is_list: false,
+            tooltip: None,
+            matchtype: None,
+        }
     }
 
     /// Renames the output.
@@ -175,6 +219,11 @@ impl OutputDef {
     pub fn list(mut self) -> OutputDef {
         self.is_list = true;
         self
+    }
+
+    /// A V3 match-type output of template `template` (`COMFY_MATCHTYPE_V3`), named `name`.
+    pub fn matchtype(name: &str, template: &str) -> OutputDef {
+        OutputDef { matchtype: Some(template.to_owned()), ..OutputDef::new(MATCHTYPE).named(name) }
     }
 
     /// Adds a tooltip.
@@ -223,6 +272,10 @@ pub struct NodeSpec {
     pub essentials_category: Option<String>,
     /// The Python module ComfyUI reports for the node (`nodes`, or a custom node's module).
     pub python_module: String,
+    /// Whether ComfyUI marks the node deprecated (hidden from search, still runs).
+    pub deprecated: bool,
+    /// Whether ComfyUI marks the node experimental.
+    pub experimental: bool,
     /// Whether ComfyUI declares the node with its V3 schema (`comfy_api`, `io.ComfyNode`) rather than as a
     /// classic V1 class. `object_info` differs: `server.py` describes a V1 class field by field (absent fields
     /// omitted), a V3 class by the dump of its `NodeInfoV1` dataclass (every field present, absent ones `null`,
@@ -255,6 +308,8 @@ impl NodeSpec {
             search_aliases: Vec::new(),
             essentials_category: None,
             python_module: "nodes".to_owned(),
+            deprecated: false,
+            experimental: false,
             v3: false,
             shared_between_partitions: false,
         }
@@ -263,6 +318,18 @@ impl NodeSpec {
     /// Marks the node's cached results as shared between partitions (see `shared_between_partitions`).
     pub fn shared_between_partitions(mut self) -> NodeSpec {
         self.shared_between_partitions = true;
+        self
+    }
+
+    /// Marks the node deprecated.
+    pub fn deprecated(mut self) -> NodeSpec {
+        self.deprecated = true;
+        self
+    }
+
+    /// Marks the node experimental.
+    pub fn experimental(mut self) -> NodeSpec {
+        self.experimental = true;
         self
     }
 

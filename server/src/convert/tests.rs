@@ -68,6 +68,81 @@ fn object_info_of_every_built_in_node() {
     insta::assert_json_snapshot!("object_info", all);
 }
 
+/// The choices of a combo input's `[TYPE, options]`: a legacy combo's list, or a V3 `COMBO`'s `options`.
+fn combo_choices(config: &mut Value) -> Option<&mut Vec<Value>> {
+    let config = config.as_array_mut()?;
+    if config.first().is_some_and(Value::is_array) {
+        return config.first_mut()?.as_array_mut();
+    }
+    if config.first().and_then(Value::as_str) == Some("COMBO") {
+        return config.get_mut(1)?.get_mut("options")?.as_array_mut();
+    }
+    None
+}
+
+/// Whether `kiln` lists a subset of `comfy`'s choices in their order.
+fn in_order_subset(kiln: &[Value], comfy: &[Value]) -> bool {
+    let mut rest = comfy.iter();
+    kiln.iter().all(|choice| rest.any(|c| c == choice))
+}
+
+#[test]
+fn every_built_in_node_answers_comfyuis_object_info() {
+    let registry =
+        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
+    let catalogue = kiln_tests::comfyui_catalogue();
+    let mut failures = Vec::new();
+    for (class, node) in registry.iter() {
+        let Some(expected) = catalogue.get(class) else {
+            failures.push(format!("{class}: not a node of ComfyUI's catalogue"));
+            continue;
+        };
+        let mut got = serde_json::to_value(node_info(&node.spec())).expect("serializes");
+        let mut expected = expected.clone();
+        // A combo may list what Kiln has: a subset of ComfyUI's choices in order, or any files where that
+        // install had none. Past that check, both sides compare with ComfyUI's list.
+        for part in ["required", "optional"] {
+            let Some(inputs) = got["input"].get_mut(part).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for (name, config) in inputs.iter_mut() {
+                let Some(comfy) =
+                    expected["input"][part].get_mut(name).and_then(combo_choices).cloned()
+                else {
+                    continue;
+                };
+                if let Some(kiln) = combo_choices(config) {
+                    if !comfy.is_empty() && !in_order_subset(kiln, &comfy) {
+                        failures.push(format!("{class}.{name}: {kiln:?} is not in {comfy:?}"));
+                    }
+                    *kiln = comfy;
+                }
+            }
+        }
+        if got != expected {
+            failures.push(format!(
+                "{class}:\n  kiln:    {}\n  comfyui: {}",
+                serde_json::to_string(&got).expect("JSON"),
+                serde_json::to_string(&expected).expect("JSON")
+            ));
+            continue;
+        }
+        // Equal values; the wire order of keys must be ComfyUI's too.
+        let same_order = std::panic::catch_unwind(|| {
+            kiln_tests::key_order::assert_same(&got, &expected, class);
+        });
+        if same_order.is_err() {
+            failures.push(format!("{class}: keys in another order than ComfyUI's"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} nodes differ from ComfyUI's:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Every recorded `POST /prompt` whose answer is a validation result (200 with node_errors, or 400).
 const PROMPT_CASES: &[&str] = &[
     "post_prompt_bad_prompt_id_SKIP",

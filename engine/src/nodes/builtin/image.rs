@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::resize::{METHODS, resize};
 use crate::nodes::{
-    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+    Context, ErrorKind, Hidden, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
 };
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -82,7 +82,8 @@ impl ImageScaleBy {
                 .input(InputDef::typed("image", "IMAGE"))
                 .input(InputDef::choices("upscale_method", &METHODS))
                 .input(InputDef::float("scale_by", 1.0, 0.01, 8.0).option("step", 0.01))
-                .output(OutputDef::new("IMAGE")),
+                .output(OutputDef::new("IMAGE"))
+                .essentials("Image Tools"),
         ))
     }
 }
@@ -135,12 +136,16 @@ const BLEND_MODES: [&str; 6] =
 impl ImageBlend {
     pub(super) fn new() -> ImageBlend {
         ImageBlend(Arc::new(
-            NodeSpec::new("ImageBlend", "Image Blend", "image/postprocessing")
+            NodeSpec::new("ImageBlend", "Blend Images", "image/filters")
+                .python_module("comfy_extras.nodes_post_processing")
+                .v3()
                 .input(InputDef::typed("image1", "IMAGE"))
                 .input(InputDef::typed("image2", "IMAGE"))
                 .input(InputDef::float("blend_factor", 0.5, 0.0, 1.0).option("step", 0.01))
-                .input(InputDef::choices("blend_mode", &BLEND_MODES))
-                .output(OutputDef::new("IMAGE")),
+                .input(InputDef::v3_combo("blend_mode", &BLEND_MODES))
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["mix images"])
+                .essentials("Image Tools"),
         ))
     }
 }
@@ -206,10 +211,12 @@ pub(super) struct ImageBatch(Arc<NodeSpec>);
 impl ImageBatch {
     pub(super) fn new() -> ImageBatch {
         ImageBatch(Arc::new(
-            NodeSpec::new("ImageBatch", "Batch Images", "image")
+            NodeSpec::new("ImageBatch", "Batch Images (DEPRECATED)", "image/batch")
+                .deprecated()
                 .input(InputDef::typed("image1", "IMAGE"))
                 .input(InputDef::typed("image2", "IMAGE"))
-                .output(OutputDef::new("IMAGE")),
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["combine images", "merge images", "stack images"]),
         ))
     }
 }
@@ -276,11 +283,17 @@ impl GetImageSize {
     pub(super) fn new() -> GetImageSize {
         GetImageSize(Arc::new(
             NodeSpec::new("GetImageSize", "Get Image Size", "image")
-                .description("Returns the width, height and batch size of an image.")
+                .description(
+                    "Returns width and height of the image, and passes it through unchanged.",
+                )
+                .python_module("comfy_extras.nodes_images")
+                .v3()
                 .input(InputDef::typed("image", "IMAGE"))
+                .hidden("unique_id", Hidden::UniqueId)
                 .output(OutputDef::new("INT").named("width"))
                 .output(OutputDef::new("INT").named("height"))
-                .output(OutputDef::new("INT").named("batch_size")),
+                .output(OutputDef::new("INT").named("batch_size"))
+                .aliases(&["dimensions", "resolution", "image info"]),
         ))
     }
 }

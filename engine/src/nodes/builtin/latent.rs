@@ -13,14 +13,33 @@ pub(super) struct EmptyLatentImage(Arc<NodeSpec>);
 impl EmptyLatentImage {
     pub(super) fn new() -> EmptyLatentImage {
         EmptyLatentImage(Arc::new(
-            NodeSpec::new("EmptyLatentImage", "Empty Latent Image", "latent")
+            NodeSpec::new("EmptyLatentImage", "Empty Latent Image", "model/latent")
                 .description(
                     "Create a new batch of empty latent images to be denoised via sampling.",
                 )
-                .input(InputDef::int("width", 512, 16, 16384).option("step", 8))
-                .input(InputDef::int("height", 512, 16, 16384).option("step", 8))
-                .input(InputDef::int("batch_size", 1, 1, 4096))
-                .output(OutputDef::new("LATENT")),
+                .input(
+                    InputDef::int("width", 512, 16, 16384)
+                        .option("step", 8)
+                        .tooltip("The width of the latent images in pixels."),
+                )
+                .input(
+                    InputDef::int("height", 512, 16, 16384)
+                        .option("step", 8)
+                        .tooltip("The height of the latent images in pixels."),
+                )
+                .input(
+                    InputDef::int("batch_size", 1, 1, 4096)
+                        .tooltip("The number of latent images in the batch."),
+                )
+                .output(OutputDef::new("LATENT").tooltip("The empty latent image batch."))
+                .aliases(&[
+                    "empty",
+                    "empty latent",
+                    "new latent",
+                    "create latent",
+                    "blank latent",
+                    "blank",
+                ]),
         ))
     }
 }
@@ -48,7 +67,7 @@ pub(super) struct LatentUpscale(Arc<NodeSpec>);
 impl LatentUpscale {
     pub(super) fn new() -> LatentUpscale {
         LatentUpscale(Arc::new(
-            NodeSpec::new("LatentUpscale", "Upscale Latent", "latent")
+            NodeSpec::new("LatentUpscale", "Upscale Latent", "model/latent")
                 .input(InputDef::typed("samples", "LATENT"))
                 .input(InputDef::choices(
                     "upscale_method",
@@ -57,7 +76,8 @@ impl LatentUpscale {
                 .input(InputDef::int("width", 512, 0, 16384).option("step", 8))
                 .input(InputDef::int("height", 512, 0, 16384).option("step", 8))
                 .input(InputDef::choices("crop", &["disabled", "center"]))
-                .output(OutputDef::new("LATENT")),
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["enlarge latent", "resize latent"]),
         ))
     }
 }

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use crate::nodes::{
-    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+    Context, ErrorKind, InputDef, Inputs, MATCHTYPE, Node, NodeError, NodeResult, NodeSpec,
+    OutputDef,
 };
 
 /// The lazy switch.
@@ -12,14 +13,15 @@ pub(super) struct ComfySwitchNode(Arc<NodeSpec>);
 impl ComfySwitchNode {
     pub(super) fn new() -> ComfySwitchNode {
         ComfySwitchNode(Arc::new(
-            NodeSpec::new("ComfySwitchNode", "Switch", "logic")
-                .description(
-                    "Passes on_true when switch is on, on_false otherwise; only that branch runs.",
-                )
-                .input(InputDef::boolean("switch", false))
-                .input(InputDef::typed("on_false", "*").lazy())
-                .input(InputDef::typed("on_true", "*").lazy())
-                .output(OutputDef::new("*").named("output")),
+            NodeSpec::new("ComfySwitchNode", "If/Else Switch", "utilities/logic")
+                .python_module("comfy_extras.nodes_logic")
+                .v3()
+                .experimental()
+                .input(InputDef::bare("switch", "BOOLEAN"))
+                .input(InputDef::bare("on_false", MATCHTYPE).lazy().template("switch", "*"))
+                .input(InputDef::bare("on_true", MATCHTYPE).lazy().template("switch", "*"))
+                .output(OutputDef::matchtype("output", "switch"))
+                .aliases(&["if", "then", "switch", "conditional", "branch"]),
         ))
     }
 }

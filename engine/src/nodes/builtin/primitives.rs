@@ -1,5 +1,5 @@
 //! Primitive value nodes (`PrimitiveInt`, `PrimitiveFloat`, `PrimitiveString`, `PrimitiveStringMultiline`,
-//! `PrimitiveBoolean`) and `PreviewAny`, which shows any value as text.
+//! `PrimitiveBoolean`) and `PreviewAny`, which shows any value as text and passes the text on.
 
 use std::sync::Arc;
 
@@ -25,34 +25,67 @@ impl Node for Primitive {
     }
 }
 
-/// The five primitive nodes.
+/// The five primitive nodes, V3 classes of `comfy_extras.nodes_primitive`. They declare no defaults (the
+/// frontend fills the widget) and the integer range ±(2⁶³ − 1), for floats too.
 pub(super) fn primitives() -> Vec<Primitive> {
-    let make = |name: &str, display: &str, input: InputDef, ty: &str| {
-        Primitive(Arc::new(
-            NodeSpec::new(name, display, "utils/primitive").input(input).output(OutputDef::new(ty)),
-        ))
+    const LIMIT: i64 = i64::MAX;
+    let make = |name: &str, display: &str, input: InputDef, ty: &str, aliases: &[&str]| {
+        let mut spec = NodeSpec::new(name, display, "utilities/primitive")
+            .python_module("comfy_extras.nodes_primitive")
+            .v3()
+            .input(input)
+            .output(OutputDef::new(ty));
+        if !aliases.is_empty() {
+            spec = spec.aliases(aliases);
+        }
+        Primitive(Arc::new(spec))
     };
+    let text_aliases = ["text", "string", "text box", "prompt"];
     vec![
         make(
             "PrimitiveInt",
             "Int",
-            InputDef::int("value", 0, i64::MIN, i64::MAX).option("control_after_generate", false),
+            InputDef::bare("value", "INT")
+                .option("min", -LIMIT)
+                .option("max", LIMIT)
+                .option("control_after_generate", "fixed"),
             "INT",
+            &[],
         ),
         make(
             "PrimitiveFloat",
             "Float",
-            InputDef::float("value", 0.0, -f64::MAX, f64::MAX),
+            InputDef::bare("value", "FLOAT")
+                .option("min", -LIMIT)
+                .option("max", LIMIT)
+                .option("step", 0.1),
             "FLOAT",
+            &[],
         ),
-        make("PrimitiveString", "String", InputDef::string("value", ""), "STRING"),
         make(
-            "PrimitiveStringMultiline",
-            "String (Multiline)",
-            InputDef::string("value", "").option("multiline", true),
+            "PrimitiveString",
+            "Text",
+            InputDef::bare("value", "STRING").option("multiline", false),
             "STRING",
+            &text_aliases,
         ),
-        make("PrimitiveBoolean", "Boolean", InputDef::boolean("value", false), "BOOLEAN"),
+        Primitive(Arc::new(
+            NodeSpec::new("PrimitiveStringMultiline", "Text (Multiline)", "utilities/primitive")
+                .python_module("comfy_extras.nodes_primitive")
+                .v3()
+                .input(InputDef::bare("value", "STRING").option("multiline", true))
+                .output(OutputDef::new("STRING"))
+                .aliases(&[
+                    "text",
+                    "string",
+                    "text multiline",
+                    "string multiline",
+                    "text box",
+                    "prompt",
+                ])
+                .essentials("Basics"),
+        )),
+        make("PrimitiveBoolean", "Boolean", InputDef::bare("value", "BOOLEAN"), "BOOLEAN", &[]),
     ]
 }
 
@@ -62,9 +95,13 @@ pub(super) struct PreviewAny(Arc<NodeSpec>);
 impl PreviewAny {
     pub(super) fn new() -> PreviewAny {
         PreviewAny(Arc::new(
-            NodeSpec::new("PreviewAny", "Preview Any", "utils")
-                .input(InputDef::typed("source", "*"))
-                .output_node(),
+            NodeSpec::new("PreviewAny", "Preview as Text", "utilities")
+                .description("Preview any input value as text.")
+                .python_module("comfy_extras.nodes_preview_any")
+                .input(InputDef::typed("source", "*").with_options())
+                .output(OutputDef::new("STRING"))
+                .output_node()
+                .aliases(&["show output", "inspect", "debug", "print value", "show text"]),
         ))
     }
 }
@@ -84,6 +121,10 @@ impl Node for PreviewAny {
             }
             other => other.repr(),
         };
-        Ok(NodeResult::ui(UiOutput { text: vec![text], ..UiOutput::default() }))
+        // Shown, and passed on as its STRING output.
+        Ok(NodeResult {
+            ui: Some(UiOutput { text: vec![text.clone()], ..UiOutput::default() }),
+            ..NodeResult::values([Value::String(text)])
+        })
     }
 }

@@ -18,7 +18,7 @@ pub(super) struct SaveImageWebsocket(Arc<NodeSpec>);
 impl SaveImageWebsocket {
     pub(super) fn new() -> SaveImageWebsocket {
         SaveImageWebsocket(Arc::new(
-            NodeSpec::new("SaveImageWebsocket", "SaveImageWebsocket", "api node/image")
+            NodeSpec::new("SaveImageWebsocket", "Save Image (Websocket)", "image")
                 .input(InputDef::typed("images", "IMAGE"))
                 .output_node()
                 .python_module("custom_nodes.websocket_image_save"),
