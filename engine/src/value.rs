@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::models::{Conditioning, DiffusionModel, TextEncoder, Vae};
+use kiln_models::sampling::Sampler;
+
+use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
 
 /// A value on a link or a node input.
@@ -32,6 +34,14 @@ pub enum Value {
     Vae(Arc<Vae>),
     /// `CONDITIONING`: encoded prompts.
     Conditioning(Arc<Conditioning>),
+    /// `SAMPLER`: a sampling method (`KSamplerSelect`).
+    Sampler(Sampler),
+    /// `SIGMAS`: the noise levels a sampler steps through, descending.
+    Sigmas(Arc<[f32]>),
+    /// `NOISE`: where the starting noise comes from.
+    Noise(Noise),
+    /// `GUIDER`: the model, conditioning and CFG a sampler denoises with.
+    Guider(Arc<Guider>),
 }
 
 impl Value {
@@ -50,6 +60,10 @@ impl Value {
             Value::Clip(_) => "CLIP",
             Value::Vae(_) => "VAE",
             Value::Conditioning(_) => "CONDITIONING",
+            Value::Sampler(_) => "SAMPLER",
+            Value::Sigmas(_) => "SIGMAS",
+            Value::Noise(_) => "NOISE",
+            Value::Guider(_) => "GUIDER",
         }
     }
 
@@ -61,7 +75,12 @@ impl Value {
             | Value::Float(_)
             | Value::Bool(_)
             | Value::String(_)
-            | Value::Json(_) => 0,
+            | Value::Json(_)
+            | Value::Sampler(_)
+            | Value::Noise(_) => 0,
+            Value::Sigmas(s) => std::mem::size_of_val(&**s),
+            // The guider's conditioning is held by the node that made it, whose output the cache counts.
+            Value::Guider(_) => 0,
             // Weights live in the memory manager, which accounts for them; a cached model costs the cache
             // nothing of its own.
             Value::Model(_) | Value::Clip(_) | Value::Vae(_) => 0,
@@ -78,9 +97,14 @@ impl Value {
             Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
             Value::Image(t) | Value::Mask(t) | Value::Latent(t) => format!("tensor{:?}", t.shape()),
             Value::Json(v) => v.to_string(),
-            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::Conditioning(_) => {
-                format!("<{}>", self.type_name())
-            }
+            Value::Sigmas(s) => format!("tensor{s:?}"),
+            Value::Model(_)
+            | Value::Clip(_)
+            | Value::Vae(_)
+            | Value::Conditioning(_)
+            | Value::Sampler(_)
+            | Value::Noise(_)
+            | Value::Guider(_) => format!("<{}>", self.type_name()),
         }
     }
 
@@ -97,9 +121,16 @@ impl Value {
                 serde_json::json!({"tensor": t.shape()})
             }
             Value::Json(v) => (**v).clone(),
-            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::Conditioning(_) => {
-                serde_json::Value::String(format!("<{}>", self.type_name()))
+            Value::Sigmas(s) => {
+                serde_json::json!(s.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())
             }
+            Value::Model(_)
+            | Value::Clip(_)
+            | Value::Vae(_)
+            | Value::Conditioning(_)
+            | Value::Sampler(_)
+            | Value::Noise(_)
+            | Value::Guider(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
         }
     }
 }

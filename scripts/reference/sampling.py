@@ -235,6 +235,33 @@ def main():
                 tensors[key] = schedule(name, ms, steps).float()
                 cases["schedules"].append({"key": key, "name": name, "shift": shift, "multiplier": mult,
                                            "steps": steps})
+    # The scheduler nodes' own parameters (KarrasScheduler, ExponentialScheduler, PolyexponentialScheduler) and
+    # SDTurboScheduler's timesteps (ComfyUI's formula: 999, 899, ... from 10 - int(10 * denoise), through sigma()).
+    cases["node_schedules"] = []
+    for name, steps, lo, hi, rho in (("karras", 10, 0.0291675, 14.614642, 7.0), ("karras", 5, 0.01, 1.0, 3.0),
+                                     ("exponential", 10, 0.0291675, 14.614642, None),
+                                     ("exponential", 7, 0.002, 0.9, None),
+                                     ("polyexponential", 10, 0.0291675, 14.614642, 1.0),
+                                     ("polyexponential", 6, 0.01, 1.0, 2.5)):
+        if name == "karras":
+            out = K.get_sigmas_karras(steps, lo, hi, rho)
+        elif name == "exponential":
+            out = K.get_sigmas_exponential(steps, lo, hi)
+        else:
+            out = K.get_sigmas_polyexponential(steps, lo, hi, rho)
+        key = f"node/{name}/{steps}/{lo}/{hi}/{rho}"
+        tensors[key] = out.float()
+        cases["node_schedules"].append({"key": key, "name": name, "steps": steps, "sigma_min": lo,
+                                        "sigma_max": hi, "rho": rho})
+    for shift, mult in ((3.0, 1.0), (1.0, 1000.0)):
+        for steps, denoise in ((1, 1.0), (4, 1.0), (3, 0.5), (10, 0.0)):
+            start = 10 - int(10 * denoise)
+            timesteps = torch.flip(torch.arange(1, 11) * 100 - 1, (0,))[start:start + steps]
+            out = torch.cat([Flow(shift, mult).sigma(timesteps).float(), torch.zeros([1])])
+            key = f"node/sd_turbo/{shift}/{mult}/{steps}/{denoise}"
+            tensors[key] = out
+            cases["node_schedules"].append({"key": key, "name": "sd_turbo", "shift": shift,
+                                            "multiplier": mult, "steps": steps, "denoise": denoise})
     ms = Flow(3.0)
     x0 = torch.randn((1, 16, 4, 4), generator=torch.Generator().manual_seed(SEED))
     tensors["x0"] = x0.flatten()

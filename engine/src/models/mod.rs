@@ -7,7 +7,10 @@
 //! carries. The values dispatch on `kiln_models::family`'s enums, so they hold a network of any family.
 
 pub(crate) mod device;
+mod guidance;
 pub mod load;
+
+pub use guidance::{Guider, Noise};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -18,7 +18,9 @@ pub use context::{Context, Interrupted, ProgressSink};
 pub use error::{ErrorKind, NodeError};
 pub use spec::{Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef};
 
-use crate::models::{Conditioning, DiffusionModel, TextEncoder, Vae};
+use kiln_models::sampling::Sampler;
+
+use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -187,6 +189,38 @@ impl Inputs {
         match self.required(name)? {
             Value::Conditioning(c) => Ok(c),
             other => Err(self.wrong(name, "CONDITIONING", other)),
+        }
+    }
+
+    /// A `SAMPLER` input.
+    pub fn sampler(&self, name: &str) -> Result<Sampler, NodeError> {
+        match self.required(name)? {
+            Value::Sampler(s) => Ok(*s),
+            other => Err(self.wrong(name, "SAMPLER", other)),
+        }
+    }
+
+    /// A `SIGMAS` input.
+    pub fn sigmas(&self, name: &str) -> Result<&Arc<[f32]>, NodeError> {
+        match self.required(name)? {
+            Value::Sigmas(s) => Ok(s),
+            other => Err(self.wrong(name, "SIGMAS", other)),
+        }
+    }
+
+    /// A `NOISE` input.
+    pub fn noise(&self, name: &str) -> Result<Noise, NodeError> {
+        match self.required(name)? {
+            Value::Noise(n) => Ok(*n),
+            other => Err(self.wrong(name, "NOISE", other)),
+        }
+    }
+
+    /// A `GUIDER` input.
+    pub fn guider(&self, name: &str) -> Result<&Arc<Guider>, NodeError> {
+        match self.required(name)? {
+            Value::Guider(g) => Ok(g),
+            other => Err(self.wrong(name, "GUIDER", other)),
         }
     }
 }

@@ -404,3 +404,109 @@ fn issue_11_weight_dtype_stores_the_diffusion_model_in_fp8() {
     assert!(max_diff(&cast, &plain) > 0, "fp8 weights change the image");
     assert_eq!(max_diff(&cast, &from_file), 0, "the cast model is the fp8 file's model");
 }
+
+/// The custom-sampling nodes in place of `KSampler`'s node 70: noise, guider, sampler and sigmas made apart.
+fn custom_sampling(prompt: &mut Value, seed: u64, steps: u32, cfg: f64, sampler: &str) {
+    prompt["70"] = json!({"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["73", 0], "guider": ["74", 0], "sampler": ["75", 0], "sigmas": ["76", 0], "latent_image": ["68", 0]}});
+    prompt["73"] = json!({"class_type": "RandomNoise", "inputs": {"noise_seed": seed}});
+    prompt["74"] = json!({"class_type": "CFGGuider", "inputs": {"model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "cfg": cfg}});
+    prompt["75"] = json!({"class_type": "KSamplerSelect", "inputs": {"sampler_name": sampler}});
+    prompt["76"] = json!({"class_type": "BasicScheduler", "inputs": {"model": ["69", 0], "scheduler": "simple", "steps": steps, "denoise": 1}});
+}
+
+#[test]
+fn issue_21_custom_sampling_nodes_give_ksamplers_image_bit_for_bit() {
+    let mut h = harness(SynthDtype::Bf16);
+    // cfg 2 evaluates the negative too; dpmpp_2m_sde draws per-step noise from the seed.
+    let mut reference = graph(ksampler(11, 3, "dpmpp_2m_sde"));
+    reference["70"]["inputs"]["cfg"] = json!(2.0);
+    let reference = h.run(reference);
+    let reference = saved(&h, &reference);
+
+    let mut advanced = graph(json!(null));
+    custom_sampling(&mut advanced, 11, 3, 2.0, "dpmpp_2m_sde");
+    let ran = h.run(advanced.clone());
+    assert_eq!(max_diff(&saved(&h, &ran), &reference), 0, "SamplerCustomAdvanced");
+
+    let mut custom = advanced.clone();
+    custom["70"] = json!({"class_type": "SamplerCustom", "inputs": {"model": ["69", 0], "add_noise": true, "noise_seed": 11, "cfg": 2.0, "positive": ["67", 0], "negative": ["71", 0], "sampler": ["75", 0], "sigmas": ["76", 0], "latent_image": ["68", 0]}});
+    let ran = h.run(custom);
+    assert_eq!(max_diff(&saved(&h, &ran), &reference), 0, "SamplerCustom");
+
+    // Split at step 1: the high part with noise and the low part without, as KSamplerAdvanced stages.
+    let mut split = advanced.clone();
+    split["77"] = json!({"class_type": "SplitSigmas", "inputs": {"sigmas": ["76", 0], "step": 1}});
+    split["78"] = json!({"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["73", 0], "guider": ["74", 0], "sampler": ["75", 0], "sigmas": ["77", 0], "latent_image": ["68", 0]}});
+    split["79"] = json!({"class_type": "DisableNoise", "inputs": {}});
+    split["70"]["inputs"]["noise"] = json!(["79", 0]);
+    split["70"]["inputs"]["sigmas"] = json!(["77", 1]);
+    split["70"]["inputs"]["latent_image"] = json!(["78", 0]);
+    split["75"]["inputs"]["sampler_name"] = json!("euler");
+    let mut whole = advanced.clone();
+    whole["75"]["inputs"]["sampler_name"] = json!("euler");
+    let whole = h.run(whole);
+    let split = h.run(split);
+    assert!(max_diff(&saved(&h, &split), &saved(&h, &whole)) <= 1, "two halves give the whole");
+}
+
+#[test]
+fn issue_21_sigma_nodes_and_the_denoised_output_feed_a_sampler() {
+    let mut h = harness(SynthDtype::Bf16);
+    // ManualSigmas with BasicGuider: the positive alone, three hand-picked noise levels.
+    let mut manual = graph(json!(null));
+    custom_sampling(&mut manual, 3, 2, 1.0, "euler");
+    manual["74"] = json!({"class_type": "BasicGuider", "inputs": {"model": ["69", 0], "conditioning": ["67", 0]}});
+    manual["76"] = json!({"class_type": "ManualSigmas", "inputs": {"sigmas": "1.0, 0.6, 0.0"}});
+    // The denoised output is a latent the VAE decodes too.
+    manual["65"]["inputs"]["samples"] = json!(["70", 1]);
+    let ran = h.run(manual.clone());
+    assert_eq!(saved(&h, &ran).len(), 32 * 32 * 3);
+    let progress = ran
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Progress { node, .. } if node.0 == "70"))
+        .count();
+    assert_eq!(progress, 2, "one step per pair of sigmas");
+
+    // Karras, exponential, polyexponential, beta; flipped; and a first sigma set by hand all run.
+    for (class, inputs) in [
+        ("KarrasScheduler", json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01, "rho": 7.0})),
+        ("ExponentialScheduler", json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01})),
+        (
+            "PolyexponentialScheduler",
+            json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01, "rho": 1.0}),
+        ),
+        (
+            "BetaSamplingScheduler",
+            json!({"model": ["69", 0], "steps": 2, "alpha": 0.6, "beta": 0.6}),
+        ),
+    ] {
+        let mut prompt = manual.clone();
+        prompt["76"] = json!({"class_type": class, "inputs": inputs});
+        prompt["80"] =
+            json!({"class_type": "SetFirstSigma", "inputs": {"sigmas": ["76", 0], "sigma": 0.9}});
+        prompt["70"]["inputs"]["sigmas"] = json!(["80", 0]);
+        let ran = h.run(prompt);
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{class}: {:?}", ran.summary.outcome);
+    }
+
+    // Sigmas that go nowhere leave the latent as it was: an empty latent decodes to the VAE's image of zeros.
+    let mut none = manual.clone();
+    none["76"]["inputs"]["sigmas"] = json!("");
+    let ran = h.run(none);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+}
+
+#[test]
+fn issue_21_model_sampling_sd3_hands_the_network_timesteps_as_comfyui_does() {
+    let mut h = harness(SynthDtype::Bf16);
+    let aura = h.run(graph(ksampler(4, 2, "euler")));
+    let aura = saved(&h, &aura);
+    // The same shift with SD3's multiplier of 1000: the same sigmas, but Z-Image sees t = 1 − 1000σ, as in
+    // ComfyUI, so the image differs.
+    let mut sd3 = graph(ksampler(4, 2, "euler"));
+    sd3["69"] =
+        json!({"class_type": "ModelSamplingSD3", "inputs": {"shift": 3, "model": ["66", 0]}});
+    let sd3 = h.run(sd3);
+    assert!(max_diff(&saved(&h, &sd3), &aura) > 1);
+}

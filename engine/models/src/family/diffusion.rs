@@ -139,13 +139,14 @@ impl DiffusionDetected {
     }
 }
 
-/// What one diffusion model call takes: the latents in model space, one noise level per sample, and the
+/// What one diffusion model call takes: the latents in model space, one timestep per sample, and the
 /// conditioning.
 pub struct DiffusionInput<'a, B: Backend> {
     /// Latents `[B, C, h, w]`, any float dtype.
     pub x: &'a Tensor<B>,
-    /// σ per sample.
-    pub sigmas: &'a [f32],
+    /// The model's timestep per sample: what the model sampling makes of σ (`FlowSampling::timestep`, σ·multiplier),
+    /// as ComfyUI hands the network `model_sampling.timestep(σ)`.
+    pub timesteps: &'a [f32],
     /// Text features `[B, N, D]`.
     pub context: &'a Tensor<B>,
 }
@@ -174,7 +175,7 @@ impl DiffusionNet {
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
-            DiffusionNet::ZImage(net) => net.forward(b, input.x, input.sigmas, input.context),
+            DiffusionNet::ZImage(net) => net.forward(b, input.x, input.timesteps, input.context),
         }
     }
 }

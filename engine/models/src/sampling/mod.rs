@@ -17,4 +17,7 @@ mod schedulers;
 
 pub use flow::FlowSampling;
 pub use samplers::{Denoiser, Sampler, Step, sample};
-pub use schedulers::{Scheduler, denoise_sigmas};
+pub use schedulers::{
+    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, karras_sigmas,
+    polyexponential_sigmas, turbo_sigmas,
+};

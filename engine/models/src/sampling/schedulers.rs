@@ -58,11 +58,13 @@ impl Scheduler {
         match self {
             Scheduler::Simple => simple(ms, steps),
             Scheduler::SgmUniform => normal(ms, steps, true),
-            Scheduler::Karras => karras(steps, ms.sigma_min().into(), ms.sigma_max().into()),
-            Scheduler::Exponential => {
-                exponential(steps, ms.sigma_min().into(), ms.sigma_max().into())
+            Scheduler::Karras => {
+                karras_sigmas(steps, ms.sigma_min().into(), ms.sigma_max().into(), 7.0)
             }
-            Scheduler::Beta => beta(ms, steps, 0.6, 0.6),
+            Scheduler::Exponential => {
+                exponential_sigmas(steps, ms.sigma_min().into(), ms.sigma_max().into())
+            }
+            Scheduler::Beta => beta_sigmas(ms, steps, 0.6, 0.6),
             Scheduler::Normal => normal(ms, steps, false),
         }
     }
@@ -118,7 +120,7 @@ fn normal(ms: &FlowSampling, steps: usize, sgm: bool) -> Vec<f32> {
 }
 
 /// `beta_scheduler`: table entries at round(ppf(1 − k/steps)·999), repeats dropped, then 0.
-fn beta(ms: &FlowSampling, steps: usize, alpha: f64, beta: f64) -> Vec<f32> {
+pub fn beta_sigmas(ms: &FlowSampling, steps: usize, alpha: f64, beta: f64) -> Vec<f32> {
     let table = ms.sigmas();
     let total = (table.len() - 1) as f64;
     let step = 1.0 / steps as f64;
@@ -136,10 +138,9 @@ fn beta(ms: &FlowSampling, steps: usize, alpha: f64, beta: f64) -> Vec<f32> {
     sigmas
 }
 
-/// k-diffusion's `get_sigmas_karras` (ρ = 7) on f64 ends: the ramp is f32, the ends' 1/ρ powers f64 rounded to
-/// f32 where they meet the ramp, the ρ power f32.
-fn karras(steps: usize, sigma_min: f64, sigma_max: f64) -> Vec<f32> {
-    let rho = 7.0f64;
+/// k-diffusion's `get_sigmas_karras` (`KarrasScheduler`; ρ = 7 for the `karras` scheduler) on f64 ends: the ramp
+/// is f32, the ends' 1/ρ powers f64 rounded to f32 where they meet the ramp, the ρ power f32; then 0.
+pub fn karras_sigmas(steps: usize, sigma_min: f64, sigma_max: f64, rho: f64) -> Vec<f32> {
     let min_inv = sigma_min.powf(1.0 / rho);
     let max_inv = sigma_max.powf(1.0 / rho);
     let span = (min_inv - max_inv) as f32;
@@ -151,10 +152,39 @@ fn karras(steps: usize, sigma_min: f64, sigma_max: f64) -> Vec<f32> {
     sigmas
 }
 
-/// k-diffusion's `get_sigmas_exponential`: exp of an f32 linspace from ln σ_max to ln σ_min, then 0.
-fn exponential(steps: usize, sigma_min: f64, sigma_max: f64) -> Vec<f32> {
+/// k-diffusion's `get_sigmas_exponential` (`ExponentialScheduler`): exp of an f32 linspace from ln σ_max to
+/// ln σ_min, then 0.
+pub fn exponential_sigmas(steps: usize, sigma_min: f64, sigma_max: f64) -> Vec<f32> {
     let mut sigmas: Vec<f32> =
         linspace(sigma_max.ln(), sigma_min.ln(), steps).into_iter().map(f32::exp).collect();
+    sigmas.push(0.0);
+    sigmas
+}
+
+/// k-diffusion's `get_sigmas_polyexponential` (`PolyexponentialScheduler`): an f32 ramp from 1 to 0 raised to ρ,
+/// scaled to span ln σ_min..ln σ_max (the f64 span and ln σ_min rounded to f32 where they meet the ramp), exp
+/// in f32; then 0.
+pub fn polyexponential_sigmas(steps: usize, sigma_min: f64, sigma_max: f64, rho: f64) -> Vec<f32> {
+    let span = (sigma_max.ln() - sigma_min.ln()) as f32;
+    let base = sigma_min.ln() as f32;
+    let mut sigmas: Vec<f32> = linspace(1.0, 0.0, steps)
+        .into_iter()
+        .map(|r| (r.powf(rho as f32) * span + base).exp())
+        .collect();
+    sigmas.push(0.0);
+    sigmas
+}
+
+/// `SDTurboScheduler`: `steps` of the timesteps 999, 899, ..., 99, starting `10 − ⌊10·denoise⌋` in, each
+/// through the model sampling's `sigma`, then 0.
+pub fn turbo_sigmas(ms: &FlowSampling, steps: usize, denoise: f64) -> Vec<f32> {
+    let start = 10usize.saturating_sub((10.0 * denoise) as usize);
+    let mut sigmas: Vec<f32> = (0..10)
+        .rev()
+        .map(|k| ms.sigma_of_timestep(((k + 1) * 100 - 1) as f32))
+        .skip(start)
+        .take(steps)
+        .collect();
     sigmas.push(0.0);
     sigmas
 }

@@ -58,8 +58,9 @@ impl ZImage {
         Ok(ZImage::new(config, weights))
     }
 
-    /// ComfyUI's model output for latents `x` `[B, C, h, w]` (any float dtype), noise levels `sigmas` (one per
-    /// sample; the network sees t = 1 − σ) and caption features `context` `[B, N, cap_feat_dim]`: −v_net, f32
+    /// ComfyUI's model output for latents `x` `[B, C, h, w]` (any float dtype), model timesteps `sigmas` (one per
+    /// sample: σ·multiplier of the model sampling, σ itself under Z-Image's own; the network sees t = 1 − it, as
+    /// ComfyUI's whatever the multiplier) and caption features `context` `[B, N, cap_feat_dim]`: −v_net, f32
     /// `[B, C, h, w]`. Computes in `b.compute_dtype()`; odd `h`/`w` are padded circularly and cropped back.
     pub fn forward<B: Backend>(
         &self,

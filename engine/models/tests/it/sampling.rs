@@ -4,7 +4,8 @@
 
 use kiln_models::Result;
 use kiln_models::sampling::{
-    Denoiser, FlowSampling, Sampler, Scheduler, Step, denoise_sigmas, sample,
+    Denoiser, FlowSampling, Sampler, Scheduler, Step, denoise_sigmas, exponential_sigmas,
+    karras_sigmas, polyexponential_sigmas, sample, turbo_sigmas,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -79,6 +80,37 @@ fn schedulers_match() {
     // Bit-exact except where torch's exp/pow (karras, exponential) rounds an ulp differently from the C library.
     for key in &inexact {
         assert!(key.contains("karras") || key.contains("exponential"), "{key} is not bit-exact");
+    }
+}
+
+#[test]
+fn the_scheduler_nodes_match_k_diffusion_and_comfyui() {
+    let t = read_tensors(FIXTURE);
+    let mut inexact = Vec::new();
+    for case in cases()["node_schedules"].as_array().expect("node schedules") {
+        let key = case["key"].as_str().expect("key");
+        let steps = case["steps"].as_u64().expect("steps") as usize;
+        let f = |name: &str| case[name].as_f64().unwrap_or_else(|| panic!("{key}: {name}"));
+        let got = match case["name"].as_str().expect("name") {
+            "karras" => karras_sigmas(steps, f("sigma_min"), f("sigma_max"), f("rho")),
+            "exponential" => exponential_sigmas(steps, f("sigma_min"), f("sigma_max")),
+            "polyexponential" => {
+                polyexponential_sigmas(steps, f("sigma_min"), f("sigma_max"), f("rho"))
+            }
+            "sd_turbo" => {
+                turbo_sigmas(&FlowSampling::new(f("shift"), f("multiplier")), steps, f("denoise"))
+            }
+            other => panic!("{key}: unknown schedule {other}"),
+        };
+        let want = &t[key].1;
+        assert_close(key, &got, want, 1e-6);
+        if got != *want {
+            inexact.push(key.to_string());
+        }
+    }
+    // Bit-exact but where torch's exp/pow rounds an ulp differently from the C library.
+    for key in &inexact {
+        assert!(!key.contains("sd_turbo"), "{key} is not bit-exact");
     }
 }
 

@@ -2,6 +2,7 @@
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
 mod conditioning;
+mod custom_sampling;
 mod files;
 mod image;
 mod latent;
@@ -11,6 +12,7 @@ mod model_specs;
 mod primitives;
 mod resize;
 mod sampler;
+mod text;
 mod vae;
 mod websocket;
 
@@ -58,5 +60,14 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(primitives::PreviewAny::new());
     registry.register(logic::ComfySwitchNode::new());
     registry.register(websocket::SaveImageWebsocket::new());
+    registry.register(custom_sampling::ModelSamplingSd3::new());
+    for node in custom_sampling::builders() {
+        registry.register(node);
+    }
+    registry.register(custom_sampling::SamplerCustom::new(compute.clone()));
+    registry.register(custom_sampling::SamplerCustomAdvanced::new(compute.clone()));
+    for node in text::nodes() {
+        registry.register(node);
+    }
     registry
 }

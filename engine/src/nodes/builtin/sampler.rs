@@ -16,7 +16,7 @@ use super::latent::empty_latent;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{Conditioning, DiffusionModel};
+use crate::models::{Conditioning, DiffusionModel, Noise};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
@@ -85,8 +85,8 @@ impl OnDevice for Forward<'_> {
         }
         context_shape[0] = batch;
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
-        let sigmas = vec![self.sigma; batch];
-        let input = DiffusionInput { x: &x, sigmas: &sigmas, context: &context };
+        let timesteps = vec![self.model.sampling.timestep(self.sigma); batch];
+        let input = DiffusionInput { x: &x, timesteps: &timesteps, context: &context };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
@@ -100,7 +100,7 @@ struct Guided<'a> {
     model: &'a DiffusionModel,
     shape: Vec<usize>,
     positive: &'a Conditioning,
-    negative: &'a Conditioning,
+    negative: Option<&'a Conditioning>,
     cfg: f64,
 }
 
@@ -124,14 +124,151 @@ impl Guided<'_> {
 impl Denoiser for Guided<'_> {
     fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
         let cond = self.predict(self.positive, x, sigma)?;
-        // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does an empty negative.
-        if (self.cfg - 1.0).abs() <= 1e-9 || self.negative.entries.is_empty() {
-            return Ok(cond);
-        }
-        let uncond = self.predict(self.negative, x, sigma)?;
+        // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does a missing or empty one.
+        let negative = match self.negative {
+            Some(negative) if (self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty() => {
+                negative
+            }
+            _ => return Ok(cond),
+        };
+        let uncond = self.predict(negative, x, sigma)?;
         let cfg = self.cfg as f32;
         Ok(cond.iter().zip(&uncond).map(|(c, u)| u + (c - u) * cfg).collect())
     }
+}
+
+/// One sampling run, as ComfyUI's `CFGGuider.sample` does it: what every sampler node comes down to.
+pub(super) struct Sampling<'a> {
+    /// The model.
+    pub(super) model: &'a DiffusionModel,
+    /// The conditioning followed.
+    pub(super) positive: &'a Conditioning,
+    /// The conditioning pushed away from (`None`: the positive alone).
+    pub(super) negative: Option<&'a Conditioning>,
+    /// The CFG scale.
+    pub(super) cfg: f64,
+    /// The method.
+    pub(super) sampler: Sampler,
+    /// The noise levels, descending.
+    pub(super) sigmas: &'a [f32],
+    /// The starting noise.
+    pub(super) noise: Noise,
+    /// The latent (VAE space), as the LATENT link carries it.
+    pub(super) latent: &'a Tensor,
+}
+
+/// What a run gives back, in VAE space: the final latent, and the model's last x̂₀ (`None` when no step ran).
+pub(super) struct Sampled {
+    /// The sampler's result.
+    pub(super) samples: Tensor,
+    /// The last step's denoised estimate (`SamplerCustom`'s `denoised_output`).
+    pub(super) denoised: Option<Tensor>,
+}
+
+/// The latent as the model expects it: an all-zero latent of another channel count (an `EmptyLatentImage`)
+/// becomes zeros of the model's channels, as ComfyUI's `fix_empty_latent_channels`.
+fn fit_channels(latent: &Tensor, channels: usize) -> Result<Tensor, NodeError> {
+    let shape = latent.shape();
+    if shape.len() != 4 {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("expected a LATENT [B, C, H, W], got {shape:?}"),
+        ));
+    }
+    if shape[1] == channels {
+        return Ok(latent.clone());
+    }
+    if latent.data().iter().all(|&v| v == 0.0) {
+        return Ok(Tensor::full(vec![shape[0], channels, shape[2], shape[3]], 0.0));
+    }
+    Err(NodeError::of_kind(
+        ErrorKind::InvalidValue,
+        format!(
+            "the latent has {} channels but the model works in {channels}: encode the image with this \
+             model's VAE",
+            shape[1]
+        ),
+    ))
+}
+
+/// Runs `job`: the latent shifted into model space (unless all zero), noise-scaled at the first sigma, stepped
+/// through the sigmas by the sampler with the guided denoiser, and brought back (inverse noise scaling at the
+/// last sigma, then VAE space). No sigmas: the latent comes back as it went in.
+pub(super) fn sample(
+    compute: &Compute,
+    job: Sampling<'_>,
+    ctx: &Context,
+) -> Result<Sampled, NodeError> {
+    let model = job.model;
+    let latent = fit_channels(job.latent, model.latent.channels)?;
+    let sigmas = job.sigmas;
+    if sigmas.is_empty() {
+        return Ok(Sampled { samples: latent, denoised: None });
+    }
+    model.activate().map_err(node_error)?;
+    let shape = latent.shape().to_vec();
+    let noise = match job.noise {
+        Noise::Random(seed) => initial_noise(seed, &shape, None).map_err(node_error)?,
+        Noise::Disabled => vec![0.0; latent.data().len()],
+    };
+    let format = model.latent;
+    // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
+    let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
+        latent.data().iter().map(|&z| format.process_in(z)).collect()
+    } else {
+        latent.data().to_vec()
+    };
+    let x = model.sampling.noise_scaling(sigmas[0], &noise, &start);
+    let mut denoiser = Guided {
+        compute,
+        model,
+        shape: shape.clone(),
+        positive: job.positive,
+        negative: job.negative,
+        cfg: job.cfg,
+    };
+    let interrupted = AtomicBool::new(false);
+    let mut last_denoised: Option<Vec<f32>> = None;
+    let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
+        // As ComfyUI's callback: keep this step's x̂₀, preview it, then report progress.
+        last_denoised = Some(step.denoised.to_vec());
+        if ctx.preview_method == PreviewMethod::Latent2Rgb
+            && let Some(preview) = latent_preview(&format, step.denoised, &shape)
+        {
+            ctx.preview(preview);
+        }
+        ctx.progress((step.index + 1) as f64, step.total as f64);
+        if ctx.check_interrupt().is_err() {
+            interrupted.store(true, Ordering::Relaxed);
+            return Err(kiln_models::Error::Invalid("interrupted".to_owned()));
+        }
+        Ok(())
+    };
+    let result = sampling::sample(
+        job.sampler,
+        &model.sampling,
+        &mut denoiser,
+        x,
+        sigmas,
+        job.noise.seed(),
+        &mut on_step,
+    );
+    let x = match result {
+        Ok(x) => x,
+        Err(_) if interrupted.load(Ordering::Relaxed) => {
+            return Err(crate::nodes::Interrupted.into());
+        }
+        Err(e) => return Err(node_error(e)),
+    };
+    let last = sigmas[sigmas.len() - 1];
+    let to_vae = |values: Vec<f32>| -> Result<Tensor, NodeError> {
+        let out = values.into_iter().map(|v| format.process_out(v)).collect();
+        Tensor::new(shape.clone(), out).map_err(|e| NodeError::new(e.to_string()))
+    };
+    Ok(Sampled {
+        samples: to_vae(model.sampling.inverse_noise_scaling(last, &x))?,
+        denoised: last_denoised.map(to_vae).transpose()?,
+    })
 }
 
 /// What a sampler node asks for.
@@ -179,42 +316,14 @@ impl<'a> SampleRequest<'a> {
     }
 }
 
-/// The latent as the model expects it: an all-zero latent of another channel count (an `EmptyLatentImage`)
-/// becomes zeros of the model's channels, as ComfyUI's `fix_empty_latent_channels`.
-fn fit_channels(latent: &Tensor, channels: usize) -> Result<Tensor, NodeError> {
-    let shape = latent.shape();
-    if shape.len() != 4 {
-        return Err(NodeError::of_kind(
-            ErrorKind::InvalidValue,
-            format!("expected a LATENT [B, C, H, W], got {shape:?}"),
-        ));
-    }
-    if shape[1] == channels {
-        return Ok(latent.clone());
-    }
-    if latent.data().iter().all(|&v| v == 0.0) {
-        return Ok(Tensor::full(vec![shape[0], channels, shape[2], shape[3]], 0.0));
-    }
-    Err(NodeError::of_kind(
-        ErrorKind::InvalidValue,
-        format!(
-            "the latent has {} channels but the model works in {channels}: encode the image with this \
-             model's VAE",
-            shape[1]
-        ),
-    ))
-}
-
-/// ComfyUI's `common_ksampler` for a flow model.
-fn sample(
+/// KSampler's run (ComfyUI's `common_ksampler`): the scheduler's sigmas for `denoise`, cut to
+/// `start_step..=last_step`, noise from the seed unless disabled.
+fn ksample(
     compute: &Compute,
     request: SampleRequest<'_>,
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
     let model = request.model;
-    let latent = fit_channels(request.latent, model.latent.channels)?;
-    model.activate().map_err(node_error)?;
-    let shape = latent.shape().to_vec();
     let mut sigmas = sampling::denoise_sigmas(
         request.scheduler,
         &model.sampling,
@@ -235,77 +344,24 @@ fn sample(
         if start + 1 < sigmas.len() {
             sigmas.drain(..start);
         } else {
-            return Ok(latent);
+            return fit_channels(request.latent, model.latent.channels);
         }
     }
-    if sigmas.len() < 2 {
-        // No step to take (denoise 0): the latent comes back as it went in.
-        return Ok(latent);
-    }
-    let noise = if request.add_noise {
-        initial_noise(request.seed, &shape, None).map_err(node_error)?
-    } else {
-        vec![0.0; latent.data().len()]
-    };
-    let format = model.latent;
-    // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
-    let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
-        latent.data().iter().map(|&z| format.process_in(z)).collect()
-    } else {
-        latent.data().to_vec()
-    };
-    let x = model.sampling.noise_scaling(sigmas[0], &noise, &start);
-    let mut denoiser = Guided {
-        compute,
+    let job = Sampling {
         model,
-        shape: shape.clone(),
         positive: request.positive,
-        negative: request.negative,
+        negative: Some(request.negative),
         cfg: request.cfg,
+        sampler: request.sampler,
+        sigmas: &sigmas,
+        noise: if request.add_noise { Noise::Random(request.seed) } else { Noise::Disabled },
+        latent: request.latent,
     };
-    let interrupted = AtomicBool::new(false);
-    let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
-        // As ComfyUI's callback: the preview of this step's x̂₀, then the progress.
-        if ctx.preview_method == PreviewMethod::Latent2Rgb
-            && let Some(preview) = latent_preview(&format, step.denoised, &shape)
-        {
-            ctx.preview(preview);
-        }
-        ctx.progress((step.index + 1) as f64, step.total as f64);
-        if ctx.check_interrupt().is_err() {
-            interrupted.store(true, Ordering::Relaxed);
-            return Err(kiln_models::Error::Invalid("interrupted".to_owned()));
-        }
-        Ok(())
-    };
-    let result = sampling::sample(
-        request.sampler,
-        &model.sampling,
-        &mut denoiser,
-        x,
-        &sigmas,
-        request.seed,
-        &mut on_step,
-    );
-    let x = match result {
-        Ok(x) => x,
-        Err(_) if interrupted.load(Ordering::Relaxed) => {
-            return Err(crate::nodes::Interrupted.into());
-        }
-        Err(e) => return Err(node_error(e)),
-    };
-    let last = sigmas[sigmas.len() - 1];
-    let out = model
-        .sampling
-        .inverse_noise_scaling(last, &x)
-        .into_iter()
-        .map(|v| format.process_out(v))
-        .collect();
-    Tensor::new(shape, out).map_err(|e| NodeError::new(e.to_string()))
+    Ok(sample(compute, job, ctx)?.samples)
 }
 
 /// A combo input naming a sampler.
-fn sampler(inputs: &Inputs) -> Result<Sampler, NodeError> {
+pub(super) fn sampler(inputs: &Inputs) -> Result<Sampler, NodeError> {
     let name = inputs.string("sampler_name")?;
     Sampler::from_name(name).ok_or_else(|| {
         NodeError::of_kind(ErrorKind::InvalidValue, format!("sampler `{name}` is not implemented"))
@@ -313,7 +369,7 @@ fn sampler(inputs: &Inputs) -> Result<Sampler, NodeError> {
 }
 
 /// A combo input naming a scheduler.
-fn scheduler(inputs: &Inputs) -> Result<Scheduler, NodeError> {
+pub(super) fn scheduler(inputs: &Inputs) -> Result<Scheduler, NodeError> {
     let name = inputs.string("scheduler")?;
     Scheduler::from_name(name).ok_or_else(|| {
         NodeError::of_kind(
@@ -324,7 +380,7 @@ fn scheduler(inputs: &Inputs) -> Result<Scheduler, NodeError> {
 }
 
 /// A non-negative `INT` input as a count.
-fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+pub(super) fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
     let v = inputs.int(name)?;
     usize::try_from(v).map_err(|_| {
         NodeError::of_kind(
@@ -335,12 +391,12 @@ fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
 }
 
 /// The names of the samplers Kiln implements, in ComfyUI's order.
-fn sampler_names() -> Vec<&'static str> {
+pub(super) fn sampler_names() -> Vec<&'static str> {
     Sampler::ALL.iter().map(|s| s.name()).collect()
 }
 
 /// The names of the schedulers Kiln implements, in ComfyUI's order.
-fn scheduler_names() -> Vec<&'static str> {
+pub(super) fn scheduler_names() -> Vec<&'static str> {
     Scheduler::ALL.iter().map(|s| s.name()).collect()
 }
 
@@ -366,7 +422,7 @@ impl Node for KSampler {
             denoise: inputs.float("denoise")?,
             ..SampleRequest::from_inputs(inputs, "seed")?
         };
-        let latent = sample(&self.compute, request, ctx)?;
+        let latent = ksample(&self.compute, request, ctx)?;
         Ok(NodeResult::values([Value::Latent(latent)]))
     }
 }
@@ -396,7 +452,7 @@ impl Node for KSamplerAdvanced {
             force_full_denoise: inputs.string("return_with_leftover_noise")? != "enable",
             ..SampleRequest::from_inputs(inputs, "noise_seed")?
         };
-        let latent = sample(&self.compute, request, ctx)?;
+        let latent = ksample(&self.compute, request, ctx)?;
         Ok(NodeResult::values([Value::Latent(latent)]))
     }
 }

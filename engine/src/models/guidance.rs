@@ -1,0 +1,52 @@
+//! The custom-sampling values: `GUIDER` (a model with its conditioning and how the predictions combine) and
+//! `NOISE` (where a sampler's starting noise comes from), as ComfyUI's `SamplerCustomAdvanced` takes them.
+
+use std::sync::Arc;
+
+use super::{Conditioning, DiffusionModel};
+
+/// `GUIDER`: what the sampler's denoiser is (ComfyUI's `CFGGuider` and its subclasses).
+#[derive(Clone)]
+pub struct Guider {
+    /// The model.
+    pub model: Arc<DiffusionModel>,
+    /// The conditioning the prediction follows.
+    pub positive: Arc<Conditioning>,
+    /// The conditioning CFG pushes away from; `None` for `BasicGuider` (the positive alone).
+    pub negative: Option<Arc<Conditioning>>,
+    /// The CFG scale (1.0 evaluates the positive alone).
+    pub cfg: f64,
+}
+
+impl std::fmt::Debug for Guider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Guider({:?}, cfg {})", self.model, self.cfg)
+    }
+}
+
+// A guider compares by identity, as the models in it do.
+impl PartialEq for Guider {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+/// `NOISE`: the sampler's starting noise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noise {
+    /// torch's CPU `randn` for the latent's shape from this seed (`RandomNoise`); the seed also drives the
+    /// samplers' per-step noise.
+    Random(u64),
+    /// Zeros (`DisableNoise`): the latent is taken as already noisy; per-step noise uses seed 0.
+    Disabled,
+}
+
+impl Noise {
+    /// The seed the samplers' per-step noise starts from (ComfyUI passes `noise.seed`).
+    pub fn seed(self) -> u64 {
+        match self {
+            Noise::Random(seed) => seed,
+            Noise::Disabled => 0,
+        }
+    }
+}

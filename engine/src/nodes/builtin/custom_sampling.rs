@@ -1,0 +1,513 @@
+//! ComfyUI's custom-sampling nodes (`comfy_extras.nodes_custom_sampler`, V3 classes): a sampler, sigmas, noise
+//! and a guider made by separate nodes, and `SamplerCustom`/`SamplerCustomAdvanced` running them — the same run
+//! `KSampler` makes (`sampler::sample`), each part chosen on its own.
+
+use std::sync::Arc;
+
+use kiln_models::sampling::{self, FlowSampling};
+
+use super::sampler::{
+    Sampled, Sampling, count, sample, sampler, sampler_names, scheduler, scheduler_names,
+};
+use crate::compute::Compute;
+use crate::models::{Guider, Noise};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
+use crate::value::Value;
+
+/// The module ComfyUI reports for these nodes.
+const MODULE: &str = "comfy_extras.nodes_custom_sampler";
+
+/// A V3 node of this module.
+fn spec(name: &str, display_name: &str, category: &str) -> NodeSpec {
+    NodeSpec::new(name, display_name, category).python_module(MODULE).v3()
+}
+
+/// The seed input of `RandomNoise` and `SamplerCustom`: all of u64, with the frontend's control widget.
+fn noise_seed() -> InputDef {
+    InputDef::int("noise_seed", 0, 0, 0)
+        .option("max", u64::MAX)
+        .option("control_after_generate", true)
+}
+
+/// The `steps` input of the schedulers.
+fn steps() -> InputDef {
+    InputDef::int("steps", 20, 1, 10000)
+}
+
+/// An advanced, unrounded `FLOAT` input of the schedulers and samplers (V3 writes `advanced` first).
+fn advanced_float(name: &str, default: f64, max: f64) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", 0.0)
+        .option("max", max)
+        .option("step", 0.01)
+        .option("round", false)
+}
+
+/// A `FLOAT` input from 0 to 1 in steps of 0.01 (`denoise`).
+fn unit_float(name: &str, default: f64) -> InputDef {
+    InputDef::float(name, default, 0.0, 1.0).option("step", 0.01)
+}
+
+/// The `cfg` input of the guiders and `SamplerCustom`.
+fn cfg(name: &str) -> InputDef {
+    InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
+}
+
+/// A node whose whole work is a function of its inputs: the custom-sampling nodes that build values.
+pub(super) struct Build {
+    spec: Arc<NodeSpec>,
+    run: fn(&Inputs) -> Result<Vec<Value>, NodeError>,
+}
+
+impl Node for Build {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        Ok(NodeResult::values((self.run)(inputs)?))
+    }
+}
+
+fn build(spec: NodeSpec, run: fn(&Inputs) -> Result<Vec<Value>, NodeError>) -> Build {
+    Build { spec: Arc::new(spec), run }
+}
+
+/// SIGMAS as a value.
+fn sigmas(values: Vec<f32>) -> Value {
+    Value::Sigmas(values.into())
+}
+
+/// A count input that must be positive in ComfyUI's ranges anyway (`steps`).
+fn steps_of(inputs: &Inputs) -> Result<usize, NodeError> {
+    count(inputs, "steps")
+}
+
+/// The value-building nodes, in ComfyUI's registration order.
+pub(super) fn builders() -> Vec<Build> {
+    vec![
+        build(
+            spec("BasicScheduler", "", "model/sampling/schedulers")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::v3_combo("scheduler", &scheduler_names()))
+                .input(steps())
+                .input(unit_float("denoise", 1.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let model = inputs.model("model")?;
+                let denoise = inputs.float("denoise")?;
+                let steps = steps_of(inputs)?;
+                // ComfyUI: denoise ≤ 0 is no sigmas at all; below 1, the tail of a longer schedule.
+                let values = if denoise <= 0.0 {
+                    Vec::new()
+                } else {
+                    sampling::denoise_sigmas(scheduler(inputs)?, &model.sampling, steps, denoise)
+                };
+                Ok(vec![sigmas(values)])
+            },
+        ),
+        build(
+            spec("KarrasScheduler", "", "model/sampling/schedulers")
+                .input(steps())
+                .input(advanced_float("sigma_max", 14.614642, 5000.0))
+                .input(advanced_float("sigma_min", 0.0291675, 5000.0))
+                .input(advanced_float("rho", 7.0, 100.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                Ok(vec![sigmas(sampling::karras_sigmas(
+                    steps_of(inputs)?,
+                    inputs.float("sigma_min")?,
+                    inputs.float("sigma_max")?,
+                    inputs.float("rho")?,
+                ))])
+            },
+        ),
+        build(
+            spec("ExponentialScheduler", "", "model/sampling/schedulers")
+                .input(steps())
+                .input(advanced_float("sigma_max", 14.614642, 5000.0))
+                .input(advanced_float("sigma_min", 0.0291675, 5000.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                Ok(vec![sigmas(sampling::exponential_sigmas(
+                    steps_of(inputs)?,
+                    inputs.float("sigma_min")?,
+                    inputs.float("sigma_max")?,
+                ))])
+            },
+        ),
+        build(
+            spec("PolyexponentialScheduler", "", "model/sampling/schedulers")
+                .input(steps())
+                .input(advanced_float("sigma_max", 14.614642, 5000.0))
+                .input(advanced_float("sigma_min", 0.0291675, 5000.0))
+                .input(advanced_float("rho", 1.0, 100.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                Ok(vec![sigmas(sampling::polyexponential_sigmas(
+                    steps_of(inputs)?,
+                    inputs.float("sigma_min")?,
+                    inputs.float("sigma_max")?,
+                    inputs.float("rho")?,
+                ))])
+            },
+        ),
+        build(
+            spec("SDTurboScheduler", "", "model/sampling/schedulers")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::int("steps", 1, 1, 10))
+                .input(
+                    InputDef::bare("denoise", "FLOAT")
+                        .option("default", 1.0)
+                        .option("min", 0)
+                        .option("max", 1.0)
+                        .option("step", 0.01),
+                )
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let model = inputs.model("model")?;
+                Ok(vec![sigmas(sampling::turbo_sigmas(
+                    &model.sampling,
+                    steps_of(inputs)?,
+                    inputs.float("denoise")?,
+                ))])
+            },
+        ),
+        build(
+            spec("BetaSamplingScheduler", "", "model/sampling/schedulers")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(steps())
+                .input(advanced_float("alpha", 0.6, 50.0))
+                .input(advanced_float("beta", 0.6, 50.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let model = inputs.model("model")?;
+                Ok(vec![sigmas(sampling::beta_sigmas(
+                    &model.sampling,
+                    steps_of(inputs)?,
+                    inputs.float("alpha")?,
+                    inputs.float("beta")?,
+                ))])
+            },
+        ),
+        build(
+            spec("SplitSigmas", "", "model/sampling/sigmas")
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .input(InputDef::int("step", 0, 0, 10000))
+                .output(OutputDef::new("SIGMAS").named("high_sigmas"))
+                .output(OutputDef::new("SIGMAS").named("low_sigmas")),
+            |inputs| {
+                let all = inputs.sigmas("sigmas")?;
+                let step = count(inputs, "step")?;
+                // sigmas[:step + 1] and sigmas[step:], clamped as Python slices are.
+                let high = all[..(step + 1).min(all.len())].to_vec();
+                let low = all[step.min(all.len())..].to_vec();
+                Ok(vec![sigmas(high), sigmas(low)])
+            },
+        ),
+        build(
+            spec("SplitSigmasDenoise", "", "model/sampling/sigmas")
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .input(unit_float("denoise", 1.0))
+                .output(OutputDef::new("SIGMAS").named("high_sigmas"))
+                .output(OutputDef::new("SIGMAS").named("low_sigmas")),
+            |inputs| {
+                let all = inputs.sigmas("sigmas")?;
+                let (high, low) = split_denoise(all, inputs.float("denoise")?);
+                Ok(vec![sigmas(high), sigmas(low)])
+            },
+        ),
+        build(
+            spec("FlipSigmas", "", "model/sampling/sigmas")
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let mut flipped = inputs.sigmas("sigmas")?.to_vec();
+                flipped.reverse();
+                // A schedule starting at 0 would never move: ComfyUI starts it at 1e-4.
+                if let Some(first) = flipped.first_mut()
+                    && *first == 0.0
+                {
+                    *first = 0.0001;
+                }
+                Ok(vec![sigmas(flipped)])
+            },
+        ),
+        build(
+            spec("SetFirstSigma", "", "model/sampling/sigmas")
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .input(
+                    InputDef::float("sigma", 136.0, 0.0, 20000.0)
+                        .option("step", 0.001)
+                        .option("round", false),
+                )
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let mut values = inputs.sigmas("sigmas")?.to_vec();
+                let Some(first) = values.first_mut() else {
+                    return Err(NodeError::of_kind(
+                        ErrorKind::InvalidValue,
+                        "SetFirstSigma needs at least one sigma, got none",
+                    ));
+                };
+                *first = inputs.float("sigma")? as f32;
+                Ok(vec![sigmas(values)])
+            },
+        ),
+        build(
+            spec("KSamplerSelect", "", "model/sampling/samplers")
+                .input(InputDef::v3_combo("sampler_name", &sampler_names()))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| Ok(vec![Value::Sampler(sampler(inputs)?)]),
+        ),
+        build(
+            spec("BasicGuider", "Basic Guider", "model/sampling/guiders")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::typed("conditioning", "CONDITIONING"))
+                .output(OutputDef::new("GUIDER")),
+            |inputs| {
+                Ok(vec![Value::Guider(Arc::new(Guider {
+                    model: inputs.model("model")?.clone(),
+                    positive: inputs.conditioning("conditioning")?.clone(),
+                    negative: None,
+                    cfg: 1.0,
+                }))])
+            },
+        ),
+        build(
+            spec("CFGGuider", "CFG Guider", "model/sampling/guiders")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::typed("positive", "CONDITIONING"))
+                .input(InputDef::typed("negative", "CONDITIONING"))
+                .input(cfg("cfg"))
+                .output(OutputDef::new("GUIDER")),
+            |inputs| {
+                Ok(vec![Value::Guider(Arc::new(Guider {
+                    model: inputs.model("model")?.clone(),
+                    positive: inputs.conditioning("positive")?.clone(),
+                    negative: Some(inputs.conditioning("negative")?.clone()),
+                    cfg: inputs.float("cfg")?,
+                }))])
+            },
+        ),
+        build(
+            spec("DisableNoise", "", "model/sampling/noise")
+                .output(OutputDef::new("NOISE"))
+                .aliases(&["zero noise"]),
+            |_| Ok(vec![Value::Noise(Noise::Disabled)]),
+        ),
+        build(
+            spec("RandomNoise", "", "model/sampling/noise")
+                .input(noise_seed())
+                .output(OutputDef::new("NOISE")),
+            // The seed widget spans 0..2^64 (carried as its bits).
+            |inputs| Ok(vec![Value::Noise(Noise::Random(inputs.int("noise_seed")? as u64))]),
+        ),
+        build(
+            spec("ManualSigmas", "", "model/sampling/sigmas")
+                .experimental()
+                .input(InputDef::string("sigmas", "1, 0.5").option("multiline", false))
+                .output(OutputDef::new("SIGMAS"))
+                .aliases(&["custom noise schedule", "define sigmas"]),
+            |inputs| Ok(vec![sigmas(manual_sigmas(inputs.string("sigmas")?)?)]),
+        ),
+    ]
+}
+
+/// `SplitSigmasDenoise`: the last round(steps·denoise) steps as the low part, the rest as the high part,
+/// sharing the sigma where they meet (Python's slices `[:-n]` and `[-(n + 1):]`, `[:-0]` being empty).
+fn split_denoise(all: &[f32], denoise: f64) -> (Vec<f32>, Vec<f32>) {
+    let steps = all.len().saturating_sub(1);
+    let low_steps = (steps as f64 * denoise).round_ties_even() as usize;
+    let high = if low_steps == 0 { Vec::new() } else { all[..all.len() - low_steps].to_vec() };
+    let low = all[all.len() - (low_steps + 1).min(all.len())..].to_vec();
+    (high, low)
+}
+
+/// The numbers in `text` as ComfyUI's `ManualSigmas` finds them: every match of `[-+]?(?:\d*\.*\d+)`, each read
+/// as a Python float.
+fn manual_sigmas(text: &str) -> Result<Vec<f32>, NodeError> {
+    let bytes = text.as_bytes();
+    let digits = |from: usize| bytes[from..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut values = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let signed = matches!(bytes[i], b'-' | b'+');
+        let body = i + usize::from(signed);
+        let lead = digits(body);
+        let dots = bytes[body + lead..].iter().take_while(|&&b| b == b'.').count();
+        let tail = digits(body + lead + dots);
+        let end = if dots > 0 && tail > 0 {
+            Some(body + lead + dots + tail)
+        } else if lead > 0 {
+            Some(body + lead)
+        } else {
+            None
+        };
+        let Some(end) = end else {
+            i += 1;
+            continue;
+        };
+        let number = &text[i..end];
+        let value: f64 = number.parse().map_err(|_| {
+            NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("could not convert string to float: '{number}'"),
+            )
+        })?;
+        values.push(value as f32);
+        i = end;
+    }
+    Ok(values)
+}
+
+/// The LATENT outputs of a custom sampler: the result, and the last x̂₀ (the result again when no step ran).
+fn outputs(sampled: Sampled) -> NodeResult {
+    let denoised = sampled.denoised.unwrap_or_else(|| sampled.samples.clone());
+    NodeResult::values([Value::Latent(sampled.samples), Value::Latent(denoised)])
+}
+
+/// `SamplerCustom`: a model, CFG and conditioning, with a sampler and sigmas from other nodes.
+pub(super) struct SamplerCustom {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl SamplerCustom {
+    pub(super) fn new(compute: Arc<Compute>) -> SamplerCustom {
+        let spec = spec("SamplerCustom", "", "model/sampling/custom")
+            .input(InputDef::typed("model", "MODEL"))
+            .input(
+                InputDef::bare("add_noise", "BOOLEAN")
+                    .option("advanced", true)
+                    .option("default", true),
+            )
+            .input(noise_seed())
+            .input(cfg("cfg"))
+            .input(InputDef::typed("positive", "CONDITIONING"))
+            .input(InputDef::typed("negative", "CONDITIONING"))
+            .input(InputDef::typed("sampler", "SAMPLER"))
+            .input(InputDef::typed("sigmas", "SIGMAS"))
+            .input(InputDef::typed("latent_image", "LATENT"))
+            .output(OutputDef::new("LATENT").named("output"))
+            .output(OutputDef::new("LATENT").named("denoised_output"));
+        SamplerCustom { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for SamplerCustom {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let noise = if inputs.bool("add_noise")? {
+            Noise::Random(inputs.int("noise_seed")? as u64)
+        } else {
+            Noise::Disabled
+        };
+        let job = Sampling {
+            model: inputs.model("model")?,
+            positive: inputs.conditioning("positive")?,
+            negative: Some(inputs.conditioning("negative")?),
+            cfg: inputs.float("cfg")?,
+            sampler: inputs.sampler("sampler")?,
+            sigmas: inputs.sigmas("sigmas")?,
+            noise,
+            latent: inputs.latent("latent_image")?,
+        };
+        Ok(outputs(sample(&self.compute, job, ctx)?))
+    }
+}
+
+/// `SamplerCustomAdvanced`: noise, guider, sampler and sigmas all from other nodes.
+pub(super) struct SamplerCustomAdvanced {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl SamplerCustomAdvanced {
+    pub(super) fn new(compute: Arc<Compute>) -> SamplerCustomAdvanced {
+        let spec = spec("SamplerCustomAdvanced", "", "model/sampling/custom")
+            .input(InputDef::typed("noise", "NOISE"))
+            .input(InputDef::typed("guider", "GUIDER"))
+            .input(InputDef::typed("sampler", "SAMPLER"))
+            .input(InputDef::typed("sigmas", "SIGMAS"))
+            .input(InputDef::typed("latent_image", "LATENT"))
+            .output(OutputDef::new("LATENT").named("output"))
+            .output(OutputDef::new("LATENT").named("denoised_output"));
+        SamplerCustomAdvanced { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for SamplerCustomAdvanced {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let guider = inputs.guider("guider")?;
+        let job = Sampling {
+            model: &guider.model,
+            positive: &guider.positive,
+            negative: guider.negative.as_deref(),
+            cfg: guider.cfg,
+            sampler: inputs.sampler("sampler")?,
+            sigmas: inputs.sigmas("sigmas")?,
+            noise: inputs.noise("noise")?,
+            latent: inputs.latent("latent_image")?,
+        };
+        Ok(outputs(sample(&self.compute, job, ctx)?))
+    }
+}
+
+/// `ModelSamplingSD3`: the model with another flow shift and SD3's timestep multiplier (1000).
+pub(super) struct ModelSamplingSd3(Arc<NodeSpec>);
+
+impl ModelSamplingSd3 {
+    pub(super) fn new() -> ModelSamplingSd3 {
+        ModelSamplingSd3(Arc::new(
+            NodeSpec::new("ModelSamplingSD3", "ModelSamplingSD3", "model/patch/stable diffusion")
+                .python_module("comfy_extras.nodes_model_advanced")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::float("shift", 3.0, 0.0, 100.0).option("step", 0.01))
+                .output(OutputDef::new("MODEL")),
+        ))
+    }
+}
+
+impl Node for ModelSamplingSd3 {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let patched = model.with_sampling(FlowSampling::new(inputs.float("shift")?, 1000.0));
+        Ok(NodeResult::values([Value::Model(Arc::new(patched))]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_sigmas_reads_numbers_as_comfyuis_pattern_finds_them() {
+        assert_eq!(manual_sigmas("1, 0.5").unwrap(), vec![1.0, 0.5]);
+        assert_eq!(manual_sigmas("[0.9,.3 -2 +4.]").unwrap(), vec![0.9, 0.3, -2.0, 4.0]);
+        assert_eq!(manual_sigmas("1e-3").unwrap(), vec![1.0, -3.0]);
+        assert_eq!(manual_sigmas("no numbers").unwrap(), Vec::<f32>::new());
+        let error = manual_sigmas("1..5").unwrap_err();
+        assert!(error.to_string().contains("'1..5'"), "{error}");
+    }
+
+    #[test]
+    fn split_sigmas_denoise_keeps_the_last_steps_as_comfyui_slices() {
+        let all = [1.0, 0.75, 0.5, 0.25, 0.0];
+        assert_eq!(split_denoise(&all, 0.5), (vec![1.0, 0.75, 0.5], vec![0.5, 0.25, 0.0]));
+        assert_eq!(split_denoise(&all, 1.0), (vec![1.0], all.to_vec()));
+        // round(4 · 0.1) = 0: `[:-0]` is empty in Python, the low part the last sigma alone.
+        assert_eq!(split_denoise(&all, 0.1), (vec![], vec![0.0]));
+    }
+}

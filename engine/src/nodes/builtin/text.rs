@@ -1,0 +1,265 @@
+//! Text nodes of `comfy_extras.nodes_string` (`StringConcatenate`, `StringReplace`) and the utilities templates
+//! wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`) and
+//! `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
+
+use std::sync::Arc;
+
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
+use crate::value::Value;
+
+/// A node whose whole work is a function of its inputs.
+pub(super) struct Pure {
+    spec: Arc<NodeSpec>,
+    run: fn(&Inputs) -> Result<Vec<Value>, NodeError>,
+}
+
+impl Node for Pure {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        Ok(NodeResult::values((self.run)(inputs)?))
+    }
+}
+
+/// A multiline `STRING` input without a default, as `io.String.Input(name, multiline=True)` declares it.
+fn multiline(name: &str) -> InputDef {
+    InputDef::bare(name, "STRING").option("multiline", true)
+}
+
+/// The aspect ratios of `ResolutionSelector`, with their width and height parts, in ComfyUI's order.
+const ASPECT_RATIOS: [(&str, f64, f64); 8] = [
+    ("1:1 (Square)", 1.0, 1.0),
+    ("2:3 (Portrait Photo)", 2.0, 3.0),
+    ("3:2 (Photo)", 3.0, 2.0),
+    ("3:4 (Portrait Standard)", 3.0, 4.0),
+    ("4:3 (Standard)", 4.0, 3.0),
+    ("9:16 (Portrait Widescreen)", 9.0, 16.0),
+    ("16:9 (Widescreen)", 16.0, 9.0),
+    ("21:9 (Ultrawide)", 21.0, 9.0),
+];
+
+/// The nodes, in ComfyUI's registration order within each module.
+pub(super) fn nodes() -> Vec<Pure> {
+    let text = |name: &str, display: &str| {
+        NodeSpec::new(name, display, "text").python_module("comfy_extras.nodes_string").v3()
+    };
+    let ratios: Vec<&str> = ASPECT_RATIOS.iter().map(|r| r.0).collect();
+    vec![
+        Pure {
+            spec: Arc::new(
+                text("StringConcatenate", "Concatenate Text")
+                    .input(multiline("string_a"))
+                    .input(multiline("string_b"))
+                    .input(InputDef::string("delimiter", "").option("multiline", false))
+                    .output(OutputDef::new("STRING"))
+                    .aliases(&[
+                        "concatenate",
+                        "text concat",
+                        "join text",
+                        "merge text",
+                        "combine strings",
+                        "string concat",
+                        "append text",
+                        "combine text",
+                    ]),
+            ),
+            run: |inputs| {
+                let delimiter = inputs.string("delimiter")?;
+                let joined =
+                    [inputs.string("string_a")?, inputs.string("string_b")?].join(delimiter);
+                Ok(vec![Value::String(joined)])
+            },
+        },
+        Pure {
+            spec: Arc::new(
+                text("StringReplace", "Replace Text")
+                    .input(multiline("string"))
+                    .input(multiline("find"))
+                    .input(multiline("replace"))
+                    .output(OutputDef::new("STRING"))
+                    .aliases(&["replace", "find and replace", "substitute", "swap text"]),
+            ),
+            // Python's `str.replace`: every occurrence; an empty `find` matches between all characters.
+            run: |inputs| {
+                let replaced = inputs
+                    .string("string")?
+                    .replace(inputs.string("find")?, inputs.string("replace")?);
+                Ok(vec![Value::String(replaced)])
+            },
+        },
+        Pure {
+            spec: Arc::new(
+                NodeSpec::new("ResolutionSelector", "Resolution Selector", "utilities")
+                    .python_module("comfy_extras.nodes_resolution")
+                    .v3()
+                    .description(
+                        "Calculate width and height from aspect ratio and megapixel target. Useful \
+                         for setting up Empty Latent Image dimensions.",
+                    )
+                    .input(
+                        InputDef::bare("aspect_ratio", "COMBO")
+                            .tooltip("The aspect ratio for the output dimensions.")
+                            .option("default", "1:1 (Square)")
+                            .option("multiselect", false)
+                            .option("options", ratios),
+                    )
+                    .input(
+                        InputDef::bare("megapixels", "FLOAT")
+                            .tooltip("Target total megapixels. 1.0 MP ≈ 1024x1024 for square.")
+                            .option("default", 1.0)
+                            .option("min", 0.1)
+                            .option("max", 16.0)
+                            .option("step", 0.1),
+                    )
+                    .input(
+                        InputDef::bare("multiple", "INT")
+                            .tooltip(
+                                "Nearest multiple of the result to set the selected resolution to.",
+                            )
+                            .option("advanced", true)
+                            .option("default", 8)
+                            .option("min", 8)
+                            .option("max", 128)
+                            .option("step", 4),
+                    )
+                    .output(
+                        OutputDef::new("INT").named("width").tooltip(
+                            "Calculated width in pixels multiplied by the selected multiple.",
+                        ),
+                    )
+                    .output(OutputDef::new("INT").named("height").tooltip(
+                        "Calculated height in pixels multiplied by the selected multiple.",
+                    )),
+            ),
+            run: |inputs| {
+                let name = inputs.string("aspect_ratio")?;
+                let Some(&(_, w, h)) = ASPECT_RATIOS.iter().find(|r| r.0 == name) else {
+                    return Err(NodeError::of_kind(
+                        ErrorKind::InvalidValue,
+                        format!("unknown aspect ratio `{name}`"),
+                    ));
+                };
+                let (width, height) =
+                    resolution(w, h, inputs.float("megapixels")?, inputs.int("multiple")?);
+                Ok(vec![Value::Int(width), Value::Int(height)])
+            },
+        },
+        Pure {
+            spec: Arc::new(
+                NodeSpec::new("ComfyNumberConvert", "Convert Number", "utilities")
+                    .python_module("comfy_extras.nodes_number_convert")
+                    .v3()
+                    .input(
+                        InputDef::bare("value", "INT,FLOAT,STRING,BOOLEAN")
+                            .option("display_name", "value"),
+                    )
+                    .output(OutputDef::new("FLOAT"))
+                    .output(OutputDef::new("INT"))
+                    .aliases(&[
+                        "int to float",
+                        "float to int",
+                        "number convert",
+                        "int2float",
+                        "float2int",
+                        "cast",
+                        "parse number",
+                        "string to number",
+                        "bool to int",
+                    ]),
+            ),
+            run: |inputs| {
+                let value = inputs.get("value").ok_or_else(|| {
+                    NodeError::of_kind(ErrorKind::WrongType, "input `value` is missing")
+                })?;
+                let (float, int) = convert_number(value)?;
+                Ok(vec![Value::Float(float), Value::Int(int)])
+            },
+        },
+    ]
+}
+
+/// `ResolutionSelector`'s size: the ratio scaled to `megapixels` (of 1024² pixels), each side rounded to the
+/// nearest multiple (Python's `round`, ties to even).
+fn resolution(w: f64, h: f64, megapixels: f64, multiple: i64) -> (i64, i64) {
+    let scale = (megapixels * 1024.0 * 1024.0 / (w * h)).sqrt();
+    let m = multiple as f64;
+    let side = |part: f64| (part * scale / m).round_ties_even() as i64 * multiple;
+    (side(w), side(h))
+}
+
+/// `ComfyNumberConvert`: a boolean, integer, float or numeric string as a float and an integer (floats
+/// truncate toward zero; a string is read as an integer if it is one, else through its float).
+fn convert_number(value: &Value) -> Result<(f64, i64), NodeError> {
+    let invalid = |msg: String| NodeError::of_kind(ErrorKind::InvalidValue, msg);
+    let finite = |v: f64| {
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(invalid(format!("Cannot convert non-finite value to number: {v}")))
+        }
+    };
+    let from_json = |json: &serde_json::Value| -> Option<Value> {
+        match json {
+            serde_json::Value::Bool(b) => Some(Value::Bool(*b)),
+            serde_json::Value::Number(n) => {
+                n.as_i64().map(Value::Int).or_else(|| n.as_f64().map(Value::Float))
+            }
+            serde_json::Value::String(s) => Some(Value::String(s.clone())),
+            _ => None,
+        }
+    };
+    let value = match value {
+        Value::Json(json) => from_json(json).ok_or_else(|| {
+            NodeError::of_kind(ErrorKind::WrongType, format!("Unsupported input type: {json}"))
+        })?,
+        other => other.clone(),
+    };
+    match value {
+        Value::Bool(b) => Ok((f64::from(u8::from(b)), i64::from(b))),
+        Value::Int(i) => Ok((i as f64, i)),
+        Value::Float(f) => Ok((finite(f)?, f.trunc() as i64)),
+        Value::String(s) => {
+            let text = s.trim();
+            if text.is_empty() {
+                return Err(invalid("Cannot convert empty string to number.".to_owned()));
+            }
+            let float = text
+                .parse::<f64>()
+                .map_err(|_| invalid(format!("Cannot convert string to number: '{s}'")))?;
+            let float = finite(float)?;
+            Ok((float, text.parse::<i64>().unwrap_or(float.trunc() as i64)))
+        }
+        other => Err(NodeError::of_kind(
+            ErrorKind::WrongType,
+            format!("Unsupported input type: {}", other.type_name()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolution_follows_comfyuis_rounding() {
+        assert_eq!(resolution(1.0, 1.0, 1.0, 8), (1024, 1024));
+        assert_eq!(resolution(16.0, 9.0, 1.0, 8), (1368, 768));
+        assert_eq!(resolution(2.0, 3.0, 0.5, 64), (576, 896));
+    }
+
+    #[test]
+    fn numbers_convert_as_comfyui_converts_them() {
+        assert_eq!(convert_number(&Value::Bool(true)).unwrap(), (1.0, 1));
+        assert_eq!(convert_number(&Value::Float(-2.7)).unwrap(), (-2.7, -2));
+        assert_eq!(convert_number(&Value::String(" 42 ".into())).unwrap(), (42.0, 42));
+        assert_eq!(convert_number(&Value::String("3.9".into())).unwrap(), (3.9, 3));
+        let json = Value::Json(Arc::new(serde_json::json!(7)));
+        assert_eq!(convert_number(&json).unwrap(), (7.0, 7));
+        for bad in ["", "abc", "inf"] {
+            assert!(convert_number(&Value::String(bad.into())).is_err(), "{bad}");
+        }
+    }
+}
