@@ -18,6 +18,6 @@ mod schedulers;
 pub use flow::FlowSampling;
 pub use samplers::{Denoiser, Sampler, Step, sample};
 pub use schedulers::{
-    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, karras_sigmas,
+    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, karras_sigmas, ksampler_sigmas,
     polyexponential_sigmas, turbo_sigmas,
 };

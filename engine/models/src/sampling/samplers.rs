@@ -77,6 +77,20 @@ impl Sampler {
         }
     }
 
+    /// Whether KSampler computes one more step and drops the penultimate sigma for this sampler (ComfyUI's
+    /// `DISCARD_PENULTIMATE_SIGMA_SAMPLERS`).
+    pub fn discards_penultimate_sigma(self) -> bool {
+        match self {
+            Sampler::Euler
+            | Sampler::EulerAncestral
+            | Sampler::Heun
+            | Sampler::Dpmpp2m
+            | Sampler::Dpmpp2mSde
+            | Sampler::Lcm
+            | Sampler::ResMultistep => false,
+        }
+    }
+
     /// The sampler ComfyUI calls `name`, if Kiln has it.
     pub fn from_name(name: &str) -> Option<Sampler> {
         Sampler::ALL.into_iter().find(|s| s.name() == name)

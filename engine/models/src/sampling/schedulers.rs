@@ -3,6 +3,7 @@
 
 use super::FlowSampling;
 use super::beta::beta_ppf;
+use super::samplers::Sampler;
 
 /// A KSampler scheduler: how the sigmas are spaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,23 +71,51 @@ impl Scheduler {
     }
 }
 
-/// KSampler's sigmas for `denoise` (ComfyUI `KSampler.set_steps`): the full schedule when denoise > 0.9999,
-/// none when denoise ≤ 0 (KSampler then returns its input latent), else the last `steps + 1` sigmas of the
-/// schedule for ⌊steps/denoise⌋ steps. (None of Kiln's samplers is one whose penultimate sigma ComfyUI drops.)
+/// The sigmas for `denoise` as `BasicScheduler` (and KSampler for most samplers) makes them: the full schedule
+/// when denoise > 0.9999, none when denoise ≤ 0 (the sampler then returns its input latent), else the last
+/// `steps + 1` sigmas of the schedule for ⌊steps/denoise⌋ steps.
 pub fn denoise_sigmas(
     scheduler: Scheduler,
     ms: &FlowSampling,
     steps: usize,
     denoise: f64,
 ) -> Vec<f32> {
+    tail_for_denoise(steps, denoise, |n| scheduler.sigmas(ms, n))
+}
+
+/// KSampler's sigmas (ComfyUI `KSampler.set_steps`): [`denoise_sigmas`], except that for the samplers whose
+/// penultimate sigma ComfyUI drops (`uni_pc`, `dpm_2`, ...) each schedule is computed one step longer and that
+/// sigma dropped.
+pub fn ksampler_sigmas(
+    scheduler: Scheduler,
+    sampler: Sampler,
+    ms: &FlowSampling,
+    steps: usize,
+    denoise: f64,
+) -> Vec<f32> {
+    tail_for_denoise(steps, denoise, |n| {
+        if !sampler.discards_penultimate_sigma() {
+            return scheduler.sigmas(ms, n);
+        }
+        let mut sigmas = scheduler.sigmas(ms, n + 1);
+        if sigmas.len() >= 2 {
+            let last = sigmas.len() - 1;
+            sigmas.remove(last - 1);
+        }
+        sigmas
+    })
+}
+
+/// The last `steps + 1` sigmas of `schedule(⌊steps/denoise⌋)`, the whole `schedule(steps)` when denoise >
+/// 0.9999, none when denoise ≤ 0.
+fn tail_for_denoise(steps: usize, denoise: f64, schedule: impl Fn(usize) -> Vec<f32>) -> Vec<f32> {
     if denoise > 0.9999 {
-        return scheduler.sigmas(ms, steps);
+        return schedule(steps);
     }
     if denoise <= 0.0 {
         return Vec::new();
     }
-    let total = (steps as f64 / denoise) as usize;
-    let all = scheduler.sigmas(ms, total);
+    let all = schedule((steps as f64 / denoise) as usize);
     let keep = (steps + 1).min(all.len());
     all[all.len() - keep..].to_vec()
 }

@@ -324,8 +324,9 @@ fn ksample(
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
     let model = request.model;
-    let mut sigmas = sampling::denoise_sigmas(
+    let mut sigmas = sampling::ksampler_sigmas(
         request.scheduler,
+        request.sampler,
         &model.sampling,
         request.steps,
         request.denoise,
