@@ -46,7 +46,8 @@ pub(crate) struct SynthArgs {
     /// The configuration.
     #[arg(long, value_enum, default_value_t = Size::Real)]
     size: Size,
-    /// The weights' dtype (bf16, f16, f32, fp8_e4m3fn, fp8_e5m2; the VAE is never fp8).
+    /// The weights' dtype (bf16, f16, f32, fp8_e4m3fn, fp8_e5m2; fp8_scaled and fp8_mixed: the Linear weights
+    /// e4m3fn with a per-tensor scale each, in ComfyUI's legacy or mixed-precision encoding; the VAE is never fp8).
     #[arg(long, default_value = "bf16")]
     dtype: SynthDtype,
     /// The seed of the random weights.

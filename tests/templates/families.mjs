@@ -54,8 +54,6 @@ const kilnFiles = [
 const unsupportedFormats = [
   [/int8|convrot/i, 'int8'],
   [/nvfp4|fp4|w4a8|gptq|awq/i, '4-bit'],
-  [/fp8_?mixed|fp8mixed/i, 'fp8 mixed precision'],
-  [/fp8_?(e4m3fn_?)?scaled|_scaled/i, 'scaled fp8'],
   [/\.gguf$/i, 'GGUF'],
   [/\.(ckpt|pt|pth|bin)$/i, 'pickle'],
 ];
@@ -140,8 +138,11 @@ export function kilnFile(file) {
   const unsupported = unsupportedFormat(base);
   if (unsupported) return { family: known.family, unsupported };
   if (known.dtype) return { family: known.family, dtype: known.dtype };
-  // A plain `fp8` is e4m3fn, as ComfyUI's fp8 files are.
+  // A plain `fp8` is e4m3fn, as ComfyUI's fp8 files are; `_scaled` and `mixed` files carry per-tensor scales
+  // in ComfyUI's two encodings.
   const dtypes = [
+    [/fp8_?mixed/i, 'fp8_mixed'],
+    [/_scaled/i, 'fp8_scaled'],
     [/fp8_e5m2/, 'fp8_e5m2'],
     [/fp8/, 'fp8_e4m3fn'],
     [/fp32/, 'f32'],

@@ -113,6 +113,7 @@ pub struct Weight<'a> {
     ptr: DevPtr,
     dtype: DType,
     shape: Vec<usize>,
+    scale: Option<f32>,
     _bytes: PhantomData<&'a ()>,
 }
 
@@ -122,7 +123,31 @@ impl<'a> Weight<'a> {
     /// Callers (the memory manager and [`OwnedWeight`]) promise that the bytes stay mapped and unchanged for
     /// `'a`.
     pub(crate) fn new(ptr: DevPtr, dtype: DType, shape: Vec<usize>) -> Weight<'a> {
-        Weight { ptr, dtype, shape, _bytes: PhantomData }
+        Weight { ptr, dtype, shape, scale: None, _bytes: PhantomData }
+    }
+
+    /// The same bytes standing for their stored values times `scale` (a per-tensor quantization scale, as
+    /// ComfyUI's scaled fp8 files keep beside a weight): ops read `widen(q) · scale`.
+    pub fn with_scale(mut self, scale: Option<f32>) -> Weight<'a> {
+        self.scale = scale;
+        self
+    }
+
+    /// The per-tensor scale the stored values are multiplied by, if any.
+    pub fn scale(&self) -> Option<f32> {
+        self.scale
+    }
+
+    /// An error unless the weight is unscaled: for the ops that read weights as they are stored (norms,
+    /// convolutions), which ComfyUI never gives a quantized weight.
+    pub fn require_unscaled(&self, op: &'static str) -> Result<()> {
+        match self.scale {
+            None => Ok(()),
+            Some(_) => Err(Error::Unsupported(format!(
+                "{op} on a scaled (quantized) weight {:?}",
+                self.shape
+            ))),
+        }
     }
 
     /// Device address of the first byte.
@@ -158,7 +183,7 @@ impl<'a> Weight<'a> {
                 format!("cannot view weight {:?} as {shape:?}", self.shape),
             ));
         }
-        Ok(Weight::new(self.ptr, self.dtype, shape.to_vec()))
+        Ok(Weight::new(self.ptr, self.dtype, shape.to_vec()).with_scale(self.scale))
     }
 
     /// Rows `start..start + len` of dimension 0 (a fused qkv weight split into q, k and v, for example).
@@ -173,7 +198,8 @@ impl<'a> Weight<'a> {
         let row_bytes = (self.numel() / rows.max(1) * self.dtype.size()) as u64;
         let mut shape = self.shape.clone();
         shape[0] = len;
-        Ok(Weight::new(self.ptr.offset(start as u64 * row_bytes), self.dtype, shape))
+        Ok(Weight::new(self.ptr.offset(start as u64 * row_bytes), self.dtype, shape)
+            .with_scale(self.scale))
     }
 }
 

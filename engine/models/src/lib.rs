@@ -9,6 +9,7 @@
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
 //!   tokenizer.
 //! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder), decoder and encoder.
+//! - [`quant`]: ComfyUI's quantized weight files: which layers are quantized, and the scales weights carry.
 //! - [`noise`]: torch's CPU `randn`, bit for bit, so a seed gives ComfyUI's noise.
 //! - [`sampling`]: the flow model's sigma table, the schedulers and the samplers.
 //!
@@ -20,6 +21,7 @@ pub mod flux_vae;
 pub mod header;
 pub mod latent;
 pub mod noise;
+pub mod quant;
 pub mod qwen3;
 pub mod sampling;
 pub mod synth;

@@ -12,6 +12,7 @@ use kiln_models::family::{
     VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
+use kiln_models::quant::Quantization;
 use kiln_models::{Error, Header};
 
 use super::{DiffusionModel, ModelEnv, TextEncoder, Vae};
@@ -32,18 +33,30 @@ fn open(path: &Path) -> Result<SafetensorsFile, Error> {
     Ok(SafetensorsFile::open(path)?)
 }
 
-/// Refuses a header with tensors of a dtype Kiln does not compute with (int8 or nvfp4 mixed quantization,
-/// packed 4-bit formats), naming a few.
+/// The quantization of `file`, after refusing what Kiln cannot run under the header's prefix: layers in a
+/// quantization format it lacks (named with the format), then tensors of a dtype it does not compute with.
+fn formats(file: &SafetensorsFile, header: &Header<'_>) -> Result<Quantization, Error> {
+    let quant = Quantization::read(file)?;
+    quant.refuse_unsupported(file, header.prefix())?;
+    refuse_unsupported_dtypes(header)?;
+    Ok(quant)
+}
+
+/// Refuses a header with tensors of a dtype Kiln does not compute with (packed 4-bit formats, integer
+/// weights), naming a few; quantization markers are not weights.
 fn refuse_unsupported_dtypes(header: &Header<'_>) -> Result<(), Error> {
-    let found: Vec<(&str, &str)> = header.unsupported_dtypes().collect();
+    let found: Vec<(&str, &str)> = header
+        .unsupported_dtypes()
+        .filter(|(name, _)| !Quantization::is_bookkeeping(name))
+        .collect();
     if found.is_empty() {
         return Ok(());
     }
     let examples: Vec<String> =
         found.iter().take(3).map(|(name, dtype)| format!("`{name}` is {dtype}")).collect();
     Err(header.unsupported(format!(
-        "{} tensors have a dtype Kiln cannot compute with ({}); mixed-quantization files (int8, nvfp4) are \
-         not supported: use a bf16, f16, f32 or plain fp8 (e4m3fn, e5m2) file",
+        "{} tensors have a dtype Kiln cannot compute with ({}): use a bf16, f16, f32, fp8 (e4m3fn, e5m2) or \
+         scaled fp8 file",
         found.len(),
         examples.join(", ")
     )))
@@ -116,6 +129,10 @@ fn load_weights_as(
             done += info.len;
             progress(done, total);
         }
+        // A quantized weight is dequantized first (fp8 · scale), then cast.
+        if let Some(scale) = slot.scale {
+            values.iter_mut().for_each(|v| *v *= scale);
+        }
         tensors.push((
             slot.name.clone(),
             dtype,
@@ -136,7 +153,7 @@ fn diffusion_model(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<DiffusionModel, Error> {
     let header = Header::new(file, prefix);
-    refuse_unsupported_dtypes(&header)?;
+    let quant = formats(file, &header)?;
     let Some(found) = DiffusionDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
             "not a diffusion model Kiln can run ({}): found {}",
@@ -144,7 +161,8 @@ fn diffusion_model(
             describe(&header)
         )));
     };
-    let plan = found.load_plan(&header);
+    let mut plan = found.load_plan(&header);
+    quant.apply(file, &mut plan)?;
     let weights = match weight_dtype {
         Some(dtype) => load_weights_as(env, &plan, dtype, progress)?,
         None => load_weights(env, &plan, progress)?,
@@ -181,7 +199,7 @@ fn text_encoder(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
     let header = Header::new(file, prefix);
-    refuse_unsupported_dtypes(&header)?;
+    let quant = formats(file, &header)?;
     let Some(found) = TextEncoderDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
             "not a text encoder Kiln can run ({}): found {}",
@@ -189,7 +207,8 @@ fn text_encoder(
             describe(&header)
         )));
     };
-    let plan = found.load_plan(&header);
+    let mut plan = found.load_plan(&header);
+    quant.apply(file, &mut plan)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(TextEncoder { net: Arc::new(found.build(weights)?), path: file.path().to_path_buf() })
 }
@@ -222,7 +241,7 @@ fn vae(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Vae, Error> {
     let header = Header::new(file, prefix);
-    refuse_unsupported_dtypes(&header)?;
+    let quant = formats(file, &header)?;
     let Some(found) = VaeDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
             "not a VAE Kiln can run ({}): found {}",
@@ -230,7 +249,8 @@ fn vae(
             describe(&header)
         )));
     };
-    let plan = found.load_plan(&header);
+    let mut plan = found.load_plan(&header);
+    quant.apply(file, &mut plan)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(Vae { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
 }

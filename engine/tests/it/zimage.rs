@@ -510,3 +510,60 @@ fn issue_21_model_sampling_sd3_hands_the_network_timesteps_as_comfyui_does() {
     let sd3 = h.run(sd3);
     assert!(max_diff(&saved(&h, &sd3), &aura) > 1);
 }
+
+/// The values ComfyUI computes with from a scaled fp8 file, written as a plain f32 file: each quantized
+/// weight's fp8 values times its scale, every other tensor widened, the quantization bookkeeping dropped.
+fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
+    use kiln_compute::memory::SafetensorsFile;
+    let file = SafetensorsFile::open(scaled).expect("a scaled file");
+    let read = |name: &str| {
+        let info = file.tensor(name).expect("a tensor");
+        let bytes = file.source().read_vec(info.offset, info.len).expect("bytes");
+        (info.shape.clone(), kiln_compute::dtype::widen(info.dtype, &bytes))
+    };
+    let bookkeeping =
+        |n: &str| n == "scaled_fp8" || n.ends_with(".scale_weight") || n.ends_with(".weight_scale");
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, _) in file.tensors() {
+        if bookkeeping(name) {
+            continue;
+        }
+        let (shape, mut values) = read(name);
+        let layer = name.strip_suffix(".weight").unwrap_or(name);
+        let scale = [".scale_weight", ".weight_scale"]
+            .iter()
+            .find_map(|s| file.tensor(&format!("{layer}{s}")).ok().map(|_| format!("{layer}{s}")));
+        if let Some(scale) = scale {
+            let s = read(&scale).1[0];
+            values.iter_mut().for_each(|v| *v *= s);
+        }
+        tensors.push((
+            name.to_owned(),
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
+    }
+    let views: Vec<(&str, &str, &[usize], &[u8])> =
+        tensors.iter().map(|(n, s, b)| (n.as_str(), "F32", s.as_slice(), b.as_slice())).collect();
+    write_safetensors(twin, &views);
+}
+
+#[test]
+fn issue_21_scaled_fp8_files_run_as_their_dequantized_values_in_both_encodings() {
+    for dtype in [SynthDtype::Fp8Scaled, SynthDtype::Fp8Mixed] {
+        let mut h = harness(dtype);
+        let scaled = h.run(graph(ksampler(3, 2, "euler")));
+        let scaled = saved(&h, &scaled);
+        // The same graph on f32 files of the values ComfyUI dequantizes to: the same image, bit for bit.
+        let models = h.roots.input.join("models");
+        for file in ["diffusion_models/z_image_turbo_bf16", "text_encoders/qwen_3_4b"] {
+            let path = models.join(format!("{file}.safetensors"));
+            dequantized_twin(&path, &models.join(format!("{file}_twin.safetensors")));
+        }
+        let mut twin = graph(ksampler(3, 2, "euler"));
+        twin["66"]["inputs"]["unet_name"] = json!("z_image_turbo_bf16_twin.safetensors");
+        twin["62"]["inputs"]["clip_name"] = json!("qwen_3_4b_twin.safetensors");
+        let twin = h.run(twin);
+        assert_eq!(max_diff(&saved(&h, &twin), &scaled), 0, "{dtype}");
+    }
+}

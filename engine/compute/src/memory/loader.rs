@@ -157,8 +157,8 @@ pub struct TensorInfo {
 pub struct SafetensorsFile {
     source: FileSource,
     tensors: BTreeMap<String, TensorInfo>,
-    /// Tensors whose dtype Kiln does not compute with: name → dtype name.
-    unsupported: BTreeMap<String, String>,
+    /// Tensors whose dtype Kiln does not compute with: name → dtype name and where its bytes are.
+    unsupported: BTreeMap<String, (String, u64, u64)>,
     metadata: BTreeMap<String, String>,
     data_start: u64,
     data_len: u64,
@@ -214,7 +214,7 @@ impl SafetensorsFile {
                         .insert(name, TensorInfo { dtype, shape: info.shape.clone(), offset, len });
                 }
                 None => {
-                    unsupported.insert(name, info.dtype.to_string());
+                    unsupported.insert(name, (info.dtype.to_string(), offset, len));
                 }
             }
         }
@@ -247,7 +247,9 @@ impl SafetensorsFile {
             return Ok(info);
         }
         let msg = match self.unsupported.get(name) {
-            Some(dtype) => format!("tensor {name} has dtype {dtype}, which Kiln does not support"),
+            Some((dtype, ..)) => {
+                format!("tensor {name} has dtype {dtype}, which Kiln does not support")
+            }
             None => format!("no tensor named {name}"),
         };
         Err(Error::File { path: self.path().to_path_buf(), msg })
@@ -260,7 +262,14 @@ impl SafetensorsFile {
 
     /// The tensors whose dtype Kiln does not support: name and dtype name.
     pub fn unsupported(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.unsupported.iter().map(|(n, d)| (n.as_str(), d.as_str()))
+        self.unsupported.iter().map(|(n, (d, ..))| (n.as_str(), d.as_str()))
+    }
+
+    /// The stored bytes of a tensor Kiln does not compute with (a `U8` marker such as ComfyUI's
+    /// `<layer>.comfy_quant` JSON), or `None` when there is no such tensor.
+    pub fn unsupported_bytes(&self, name: &str) -> Option<Result<Vec<u8>>> {
+        let (_, offset, len) = self.unsupported.get(name)?;
+        Some(self.source.read_vec(*offset, *len))
     }
 
     /// The header's `__metadata__` strings.

@@ -40,16 +40,26 @@ use crate::tensor::{OwnedWeight, Weight, numel};
 const SLOT_ALIGN: u64 = 1024;
 
 /// One weight of a [`LoadPlan`]: its name in the model and the file tensors it is made of.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SlotPlan {
     /// The name model code fetches it by.
     pub name: String,
     /// `(file index in the plan, tensor name in that file)`, joined along dimension 0 in this order.
     pub parts: Vec<(usize, String)>,
+    /// The per-tensor scale the stored values are multiplied by (a quantized weight, as ComfyUI's scaled fp8
+    /// files keep one beside each quantized Linear); the weights model code fetches carry it.
+    pub scale: Option<f32>,
+}
+
+impl SlotPlan {
+    /// A weight named `name` made of `parts`, unscaled.
+    pub fn new(name: impl Into<String>, parts: Vec<(usize, String)>) -> SlotPlan {
+        SlotPlan { name: name.into(), parts, scale: None }
+    }
 }
 
 /// What to load: the files and the weights made from their tensors.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadPlan {
     /// The safetensors files.
     pub files: Vec<PathBuf>,
@@ -63,7 +73,7 @@ impl LoadPlan {
         let file = SafetensorsFile::open(path.as_ref())?;
         let slots = file
             .tensors()
-            .map(|(name, _)| SlotPlan { name: name.to_owned(), parts: vec![(0, name.to_owned())] })
+            .map(|(name, _)| SlotPlan::new(name, vec![(0, name.to_owned())]))
             .collect();
         Ok(LoadPlan { files: vec![path.as_ref().to_path_buf()], slots })
     }
@@ -109,6 +119,8 @@ struct Slot {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
+    /// The per-tensor scale of a quantized weight (see [`SlotPlan::scale`]).
+    scale: Option<f32>,
     bytes: u64,
     module: ModuleId,
     source: Source,
@@ -150,11 +162,12 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// A slot being built: name, dtype, shape, source.
+/// A slot being built: name, dtype, shape, scale, source.
 struct NewSlot {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
+    scale: Option<f32>,
     source: Source,
 }
 
@@ -192,7 +205,7 @@ impl MemoryManager {
                     format!("{name}: {shape:?} of {dtype} is not {} bytes", bytes.len()),
                 ));
             }
-            slots.push(NewSlot { name, dtype, shape, source: Source::Memory(bytes) });
+            slots.push(NewSlot { name, dtype, shape, scale: None, source: Source::Memory(bytes) });
         }
         build(self, Vec::new(), slots, &mut |_, _| {})
     }
@@ -235,9 +248,13 @@ fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
         });
     }
     match (dtype, shape) {
-        (Some(dtype), Some(shape)) => {
-            Ok(NewSlot { name: slot.name.clone(), dtype, shape, source: Source::File(parts) })
-        }
+        (Some(dtype), Some(shape)) => Ok(NewSlot {
+            name: slot.name.clone(),
+            dtype,
+            shape,
+            scale: slot.scale,
+            source: Source::File(parts),
+        }),
         _ => Err(Error::Unsupported(format!("weight {} is made of no tensor", slot.name))),
     }
 }
@@ -320,6 +337,7 @@ fn build(
                 name,
                 dtype: slot.dtype,
                 shape: slot.shape,
+                scale: slot.scale,
                 bytes,
                 module,
                 source: slot.source,
@@ -408,10 +426,21 @@ impl Model {
     pub fn set_patches(&self, patches: Vec<(String, PatchSet)>) -> Result<()> {
         let mut wanted: IndexMap<String, PatchSet> = IndexMap::new();
         for (name, set) in patches {
-            if !self.state.slots.contains_key(&name) {
-                return Err(Error::Unsupported(format!(
-                    "a patch for {name}, which the model does not have"
-                )));
+            match self.state.slots.get(&name) {
+                None => {
+                    return Err(Error::Unsupported(format!(
+                        "a patch for {name}, which the model does not have"
+                    )));
+                }
+                Some(slot) if slot.scale.is_some() && !set.patches.is_empty() => {
+                    // ComfyUI re-quantizes a patched scaled weight with a new scale; Kiln does not yet.
+                    return Err(Error::Unsupported(format!(
+                        "a LoRA on {name}, a quantized (scaled {}) weight: patching quantized weights is not \
+                         supported yet; use a bf16 or plain fp8 model file",
+                        slot.dtype
+                    )));
+                }
+                Some(_) => {}
             }
             wanted.entry(name).or_default().patches.extend(set.patches);
         }
@@ -669,7 +698,7 @@ impl Layer<'_> {
     pub fn weight(&self, i: usize) -> Weight<'_> {
         let (index, ptr) = self.weights[i];
         let slot = &self.state.slots[index];
-        Weight::new(ptr, slot.dtype, slot.shape.clone())
+        Weight::new(ptr, slot.dtype, slot.shape.clone()).with_scale(slot.scale)
     }
 
     /// A weight by name (one of the names fetched).

@@ -156,6 +156,52 @@ mod gpu {
     }
 
     #[test]
+    fn scaled_weights_dequantize_as_comfyui_and_linear_matches_the_cpu() {
+        let Some(e) = env() else { return };
+        let (n, k, scale) = (24, 64, 0.003_7_f32);
+        let v = values(n * k, 11, 400.0);
+        let x = values(5 * k, 12, 1.0);
+        for wdt in [DType::F8E4M3, DType::F8E5M2] {
+            let (gw, cw) = (weight(&e.gpu, wdt, &[n, k], &v), weight(&e.cpu, wdt, &[n, k], &v));
+            for to in COMPUTE {
+                // ComfyUI's dequantization in `to`: the stored value (exact) times the scale rounded to `to`,
+                // the product rounded once.
+                let t = e.gpu.weight_to_tensor(&gw.view().with_scale(Some(scale)), to).expect("w");
+                let s = dtype::round_to(to, scale);
+                let want: Vec<f32> =
+                    v.iter().map(|&q| dtype::round_to(to, dtype::round_to(wdt, q) * s)).collect();
+                assert_eq!(get(&e.gpu, &t), want, "scaled {wdt} as {to}");
+            }
+            for (gpu, dt) in [(&e.gpu32, DType::F32), (&e.gpu, DType::BF16)] {
+                let got = gpu
+                    .linear(&up(gpu, &[5, k], &x, dt), &gw.view().with_scale(Some(scale)), None)
+                    .expect("linear");
+                let want = e
+                    .cpu
+                    .linear(&up(&e.cpu, &[5, k], &x, dt), &cw.view().with_scale(Some(scale)), None)
+                    .expect("cpu linear");
+                assert_close(
+                    &format!("scaled {wdt} linear in {dt}"),
+                    &get(gpu, &got),
+                    &get(&e.cpu, &want),
+                    tol(dt),
+                );
+            }
+            // Ops that read weights as stored refuse a scaled one rather than ignore its scale.
+            let norm = weight(&e.gpu, wdt, &[k], &v[..k]);
+            let err = e
+                .gpu
+                .rms_norm(
+                    &up(&e.gpu, &[5, k], &x, DType::BF16),
+                    Some(&norm.view().with_scale(Some(scale))),
+                    1e-6,
+                )
+                .expect_err("a scaled norm weight");
+            assert!(err.to_string().contains("scaled"), "{err}");
+        }
+    }
+
+    #[test]
     fn store_rounds_to_nearest_or_stochastically() {
         let Some(e) = env() else { return };
         let v = values(4096, 2, 100.0);

@@ -357,9 +357,8 @@ fn fused_slots_join_parts_in_plan_order_and_bad_plans_name_the_file() {
     let (pa, pb) = (dir.file("a.safetensors"), dir.file("b.safetensors"));
     write_file(&pa, &a);
     write_file(&pb, &b);
-    let slot = |name: &str, parts: &[(usize, &str)]| SlotPlan {
-        name: name.to_owned(),
-        parts: parts.iter().map(|&(f, t)| (f, t.to_owned())).collect(),
+    let slot = |name: &str, parts: &[(usize, &str)]| {
+        SlotPlan::new(name, parts.iter().map(|&(f, t)| (f, t.to_owned())).collect())
     };
     let plan = LoadPlan {
         files: vec![pa.clone(), pb.clone()],
@@ -614,9 +613,9 @@ fn pin_test_model(dir: &TempDir) -> (PathBuf, Vec<FileTensor>, LoadPlan) {
     let plan = LoadPlan {
         files: vec![path.clone()],
         slots: vec![
-            SlotPlan { name: "a.w".into(), parts: parts(&["a.w"]) },
-            SlotPlan { name: "qkv".into(), parts: parts(&["to_q", "to_k", "to_v"]) },
-            SlotPlan { name: "b".into(), parts: parts(&["b"]) },
+            SlotPlan::new("a.w", parts(&["a.w"])),
+            SlotPlan::new("qkv", parts(&["to_q", "to_k", "to_v"])),
+            SlotPlan::new("b", parts(&["b"])),
         ],
     };
     (path, tensors, plan)

@@ -288,6 +288,38 @@ fn linear_of_bf16_activations_and_weights_matches_the_reference() {
 }
 
 #[test]
+fn scaled_weights_are_read_as_their_values_times_the_scale_by_every_op() {
+    // A quantized weight (fp8 with a per-tensor scale) is the f32 product of each stored value and the scale,
+    // for linear (bf16 and f32 activations, AVX-512 and portable paths), embedding and the ops that widen.
+    let cpu = cpu();
+    let mut rng = Rng::new(21);
+    let (m, n, k) = (4, 40, 64);
+    let scale = 0.0125_f32;
+    let xv = rng.vec(m * k);
+    let wv: Vec<f32> = rng.vec(n * k).iter().map(|v| v * 300.0).collect();
+    for wdt in [DType::F8E4M3, DType::F8E5M2] {
+        let w = weight(&cpu, wdt, &[n, k], &wv);
+        let scaled = w.view().with_scale(Some(scale));
+        let dequantized: Vec<f32> = rounded(&wv, wdt).iter().map(|q| q * scale).collect();
+        let plain = weight(&cpu, DType::F32, &[n, k], &dequantized);
+        for xdt in [DType::F32, DType::BF16] {
+            let x = tensor(&cpu, &[m, k], &xv, xdt);
+            let got = cpu.linear(&x, &scaled, None).and_then(|y| cpu.to_f32(&y)).expect("linear");
+            let want =
+                cpu.linear(&x, &plain.view(), None).and_then(|y| cpu.to_f32(&y)).expect("linear");
+            assert_eq!(got, want, "{wdt} x {xdt}: as the f32 weight of the dequantized values");
+        }
+        let rows = cpu.embedding(&[3, 0], &scaled).and_then(|t| cpu.to_f32(&t)).expect("embed");
+        assert_eq!(rows[..k], dequantized[3 * k..4 * k], "{wdt} embedding");
+        let whole = cpu.weight_to_tensor(&scaled, DType::F32).and_then(|t| cpu.to_f32(&t));
+        assert_eq!(whole.expect("weight_to_tensor"), dequantized, "{wdt} weight_to_tensor");
+        // Views keep the scale.
+        let row = scaled.rows(1, 1).expect("rows");
+        assert_eq!(row.scale(), Some(scale));
+    }
+}
+
+#[test]
 fn linear_crosses_weight_blocks() {
     // Enough weight rows (over a million elements) for several widening blocks of the portable path and
     // hundreds of tasks of the AVX-512 one.

@@ -340,7 +340,10 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
 pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
     let slots = expected(cfg)
         .into_iter()
-        .map(|e| SlotPlan { parts: vec![(0, h.key(e.name(layout)))], name: e.ldm })
+        .map(|e| {
+            let key = h.key(e.name(layout));
+            SlotPlan::new(e.ldm, vec![(0, key)])
+        })
         .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }

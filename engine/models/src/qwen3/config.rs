@@ -99,14 +99,6 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     {
         return Ok(None);
     }
-    if let Some(name) =
-        h.names().find(|n| n.ends_with("scale_weight") || n.ends_with("weight_scale"))
-    {
-        return Err(h.unsupported(format!(
-            "a Qwen3 text encoder with scaled fp8 weights (`{}`), which Kiln cannot run",
-            h.key(name)
-        )));
-    }
     let layers = count_layers(h)?;
     let [vocab, hidden] = dims(h, EMBED)?;
     let [head_dim] = dims(h, q_norm)?;
@@ -148,7 +140,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
 /// without the prefix. The last layer, `model.norm` and any `lm_head` are not loaded (ComfyUI computes them
 /// and throws them away).
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slot = |name: String| SlotPlan { parts: vec![(0, h.key(&name))], name };
+    let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(EMBED.to_owned())];
     for i in 0..cfg.layers.saturating_sub(1) {
         slots.extend(layer_names(i).into_iter().map(slot));

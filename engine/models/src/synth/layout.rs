@@ -183,6 +183,8 @@ pub(crate) enum Init {
     Zeros,
     /// Uniform in ±bound.
     Uniform(f32),
+    /// Every element this value (a quantized weight's scale).
+    Fill(f32),
 }
 
 /// One tensor of a layout.

@@ -16,6 +16,7 @@
 mod layout;
 mod writer;
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -26,7 +27,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::zimage;
-use layout::{Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
+use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
 /// The DiT's path under a models folder, as the frontend's default workflow names it.
@@ -122,19 +123,28 @@ pub enum SynthDtype {
     Fp8E4m3fn,
     /// fp8 e5m2 (every tensor).
     Fp8E5m2,
+    /// ComfyUI's legacy scaled fp8 (`*_fp8_scaled` files): every Linear weight e4m3fn with its per-tensor
+    /// `<layer>.scale_weight`, the `scaled_fp8` marker, everything else bf16.
+    Fp8Scaled,
+    /// ComfyUI's mixed quantization (`*_fp8mixed` files): every Linear weight e4m3fn with its
+    /// `<layer>.weight_scale`, listed in the header's `_quantization_metadata`, everything else bf16.
+    Fp8Mixed,
 }
 
 impl SynthDtype {
     /// Every dtype, in the order of [`SynthDtype::name`]'s list.
-    pub const ALL: [SynthDtype; 5] = [
+    pub const ALL: [SynthDtype; 7] = [
         SynthDtype::Bf16,
         SynthDtype::F16,
         SynthDtype::F32,
         SynthDtype::Fp8E4m3fn,
         SynthDtype::Fp8E5m2,
+        SynthDtype::Fp8Scaled,
+        SynthDtype::Fp8Mixed,
     ];
 
-    /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`.
+    /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`,
+    /// `fp8_scaled`, `fp8_mixed`.
     pub fn name(self) -> &'static str {
         match self {
             SynthDtype::Bf16 => "bf16",
@@ -142,17 +152,31 @@ impl SynthDtype {
             SynthDtype::F32 => "f32",
             SynthDtype::Fp8E4m3fn => "fp8_e4m3fn",
             SynthDtype::Fp8E5m2 => "fp8_e5m2",
+            SynthDtype::Fp8Scaled => "fp8_scaled",
+            SynthDtype::Fp8Mixed => "fp8_mixed",
         }
     }
 
-    /// The stored element type.
+    /// The stored element type of the weights (of the quantized ones, for the scaled formats).
     pub fn dtype(self) -> DType {
         match self {
             SynthDtype::Bf16 => DType::BF16,
             SynthDtype::F16 => DType::F16,
             SynthDtype::F32 => DType::F32,
-            SynthDtype::Fp8E4m3fn => DType::F8E4M3,
+            SynthDtype::Fp8E4m3fn | SynthDtype::Fp8Scaled | SynthDtype::Fp8Mixed => DType::F8E4M3,
             SynthDtype::Fp8E5m2 => DType::F8E5M2,
+        }
+    }
+
+    /// Whether only the Linear weights have [`SynthDtype::dtype`], with per-tensor scales (the others bf16).
+    pub fn is_scaled(self) -> bool {
+        match self {
+            SynthDtype::Fp8Scaled | SynthDtype::Fp8Mixed => true,
+            SynthDtype::Bf16
+            | SynthDtype::F16
+            | SynthDtype::F32
+            | SynthDtype::Fp8E4m3fn
+            | SynthDtype::Fp8E5m2 => false,
         }
     }
 
@@ -160,7 +184,11 @@ impl SynthDtype {
     /// (VAEs are not shipped in fp8).
     pub fn for_vae(self) -> SynthDtype {
         match self {
-            SynthDtype::Bf16 | SynthDtype::Fp8E4m3fn | SynthDtype::Fp8E5m2 => SynthDtype::Bf16,
+            SynthDtype::Bf16
+            | SynthDtype::Fp8E4m3fn
+            | SynthDtype::Fp8E5m2
+            | SynthDtype::Fp8Scaled
+            | SynthDtype::Fp8Mixed => SynthDtype::Bf16,
             SynthDtype::F16 => SynthDtype::F16,
             SynthDtype::F32 => SynthDtype::F32,
         }
@@ -331,10 +359,16 @@ pub fn write_checkpoint(
     set.validate()?;
     let (zimage, qwen3, vae) =
         (zimage_specs(&set.zimage)?, qwen3_specs(&set.qwen3)?, vae_specs(&set.vae)?);
-    let mut all = entries(&zimage, ZIMAGE, CHECKPOINT_DIFFUSION_PREFIX, dtype);
-    all.extend(entries(&qwen3, QWEN3, CHECKPOINT_TEXT_ENCODER_PREFIX, dtype));
-    all.extend(entries(&vae, VAE, CHECKPOINT_VAE_PREFIX, dtype.for_vae()));
-    Plan::new(path, all, &metadata("Z-Image-Turbo checkpoint", seed)).write(seed, progress)
+    let (mut all, mut layers) = entries(&zimage, ZIMAGE, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    for (more, more_layers) in [
+        entries(&qwen3, QWEN3, CHECKPOINT_TEXT_ENCODER_PREFIX, dtype),
+        entries(&vae, VAE, CHECKPOINT_VAE_PREFIX, dtype.for_vae()),
+    ] {
+        all.extend(more);
+        layers.extend(more_layers);
+    }
+    let metadata = metadata("Z-Image-Turbo checkpoint", seed, layers);
+    Plan::new(path, all, &metadata).write(seed, progress)
 }
 
 /// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],
@@ -355,7 +389,9 @@ pub fn write_models_dir(
         (TEXT_ENCODER_FILE, entries(&qwen3, QWEN3, "", dtype), "Qwen3 text encoder"),
         (VAE_FILE, entries(&vae, VAE, "", SynthDtype::F32), "Flux VAE"),
     ]
-    .map(|(file, entries, what)| Plan::new(&models_dir.join(file), entries, &metadata(what, seed)));
+    .map(|(file, (entries, layers), what)| {
+        Plan::new(&models_dir.join(file), entries, &metadata(what, seed, layers))
+    });
     let total: u64 = plans.iter().map(Plan::total).sum();
     let mut before = 0;
     for (plan, file) in plans.iter().zip([DIFFUSION_MODEL_FILE, TEXT_ENCODER_FILE, VAE_FILE]) {
@@ -380,34 +416,107 @@ fn write_one(
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    Plan::new(path, entries(specs, family, "", dtype), &metadata(what, seed)).write(seed, progress)
+    let (entries, layers) = entries(specs, family, "", dtype);
+    Plan::new(path, entries, &metadata(what, seed, layers)).write(seed, progress)
 }
 
 fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {
     match dtype {
         SynthDtype::F32 | SynthDtype::Bf16 | SynthDtype::F16 => Ok(()),
-        SynthDtype::Fp8E4m3fn | SynthDtype::Fp8E5m2 => Err(Error::Invalid(format!(
+        SynthDtype::Fp8E4m3fn
+        | SynthDtype::Fp8E5m2
+        | SynthDtype::Fp8Scaled
+        | SynthDtype::Fp8Mixed => Err(Error::Invalid(format!(
             "a VAE is written in f32, bf16 or f16, not {dtype} (use SynthDtype::for_vae)"
         ))),
     }
 }
 
-fn entries<'s>(specs: &'s [Spec], family: &str, prefix: &str, dtype: SynthDtype) -> Vec<Entry<'s>> {
-    specs
-        .iter()
-        .map(|spec| Entry {
-            key: format!("{prefix}{}", spec.name),
-            spec,
-            dtype: dtype.dtype(),
-            stream: stream_id(family, &spec.name),
-        })
-        .collect()
+/// Quantized layers by key, as `_quantization_metadata` lists them.
+type Layers = serde_json::Map<String, serde_json::Value>;
+
+/// One file's tensors in `dtype` under `prefix`, and the layers the header's quantization map lists (those of
+/// [`SynthDtype::Fp8Mixed`]).
+fn entries<'s>(
+    specs: &'s [Spec],
+    family: &str,
+    prefix: &str,
+    dtype: SynthDtype,
+) -> (Vec<Entry<'s>>, Layers) {
+    let plain = |spec: &'s Spec, dtype: DType| Entry {
+        key: format!("{prefix}{}", spec.name),
+        spec: Cow::Borrowed(spec),
+        dtype,
+        stream: stream_id(family, &spec.name),
+        quantized: None,
+    };
+    if !dtype.is_scaled() {
+        return (specs.iter().map(|spec| plain(spec, dtype.dtype())).collect(), Layers::new());
+    }
+    let mut entries = Vec::with_capacity(specs.len() * 2);
+    let mut layers = serde_json::Map::new();
+    for spec in specs {
+        // A Linear weight (2-D, drawn uniformly; the embedding table stays as it is) is quantized with the scale its
+        // bound gives: every value fits e4m3fn's ±448.
+        let bound = match spec.init {
+            Init::Uniform(bound)
+                if spec.shape.len() == 2 && !spec.name.contains("embed_tokens") =>
+            {
+                bound
+            }
+            Init::Uniform(_) | Init::Ones | Init::Zeros | Init::Fill(_) => {
+                entries.push(plain(spec, DType::BF16));
+                continue;
+            }
+        };
+        let Some(layer) = spec.name.strip_suffix(".weight") else {
+            entries.push(plain(spec, DType::BF16));
+            continue;
+        };
+        let scale = bound / 448.0;
+        entries.push(Entry { quantized: Some(scale), ..plain(spec, DType::F8E4M3) });
+        let scale_name = match dtype {
+            SynthDtype::Fp8Scaled => format!("{layer}.scale_weight"),
+            _ => format!("{layer}.weight_scale"),
+        };
+        let scale_spec = Spec { name: scale_name, shape: Vec::new(), init: Init::Fill(scale) };
+        entries.push(Entry {
+            key: format!("{prefix}{}", scale_spec.name),
+            stream: stream_id(family, &scale_spec.name),
+            spec: Cow::Owned(scale_spec),
+            dtype: DType::F32,
+            quantized: None,
+        });
+        layers.insert(format!("{prefix}{layer}"), serde_json::json!({"format": "float8_e4m3fn"}));
+    }
+    if dtype == SynthDtype::Fp8Scaled {
+        // The legacy encoding: the marker says so, and the scales' names say which layers.
+        let marker = Spec { name: "scaled_fp8".into(), shape: vec![0], init: Init::Zeros };
+        entries.push(Entry {
+            key: format!("{prefix}{}", marker.name),
+            stream: stream_id(family, &marker.name),
+            spec: Cow::Owned(marker),
+            dtype: DType::F8E4M3,
+            quantized: None,
+        });
+        layers.clear();
+    }
+    (entries, layers)
 }
 
 fn names_and_shapes(specs: Vec<Spec>) -> Vec<(String, Vec<usize>)> {
     specs.into_iter().map(|s| (s.name, s.shape)).collect()
 }
 
-fn metadata(what: &str, seed: u64) -> String {
-    format!("random-weight {what} written by kiln (seed {seed}); not a trained model")
+/// The header metadata of a synthetic file: what it is, and ComfyUI's quantization map when `layers` has any.
+fn metadata(what: &str, seed: u64, layers: Layers) -> Vec<(String, String)> {
+    let mut all = vec![(
+        "kiln.synth".to_owned(),
+        format!("random-weight {what} written by kiln (seed {seed}); not a trained model"),
+    )];
+    if !layers.is_empty() {
+        let map = serde_json::json!({"format_version": "1.0", "layers": layers});
+        all.push(("_quantization_metadata".to_owned(), map.to_string()));
+    }
+    all
 }

@@ -5,6 +5,7 @@
 //! in the file or the thread that drew it) and its dtype — so the same seed gives the same file, and a
 //! checkpoint's parts equal the standalone files.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,9 +25,11 @@ const BATCH_BYTES: usize = 8 << 20;
 /// One tensor to write: its key in the file, its layout entry, its dtype and its PRNG stream id.
 pub(crate) struct Entry<'s> {
     pub(crate) key: String,
-    pub(crate) spec: &'s Spec,
+    pub(crate) spec: Cow<'s, Spec>,
     pub(crate) dtype: DType,
     pub(crate) stream: u64,
+    /// A quantized weight: its values are divided by this scale before they are rounded to `dtype`.
+    pub(crate) quantized: Option<f32>,
 }
 
 impl Entry<'_> {
@@ -54,7 +57,11 @@ pub(crate) struct Plan<'s> {
 
 impl<'s> Plan<'s> {
     /// Orders `entries` as safetensors does (larger elements first, then by name) and lays out the header.
-    pub(crate) fn new(path: &Path, mut entries: Vec<Entry<'s>>, metadata: &str) -> Plan<'s> {
+    pub(crate) fn new(
+        path: &Path,
+        mut entries: Vec<Entry<'s>>,
+        metadata: &[(String, String)],
+    ) -> Plan<'s> {
         entries.sort_by(|a, b| b.dtype.size().cmp(&a.dtype.size()).then_with(|| a.key.cmp(&b.key)));
         let header = header_json(&entries, metadata);
         let data: u64 = entries.iter().map(Entry::bytes).sum();
@@ -123,10 +130,15 @@ fn fill(entry: &Entry<'_>, stream_seed: u64, out: &mut [u8]) {
     let values: Vec<f32> = match entry.spec.init {
         Init::Ones => vec![1.0; n],
         Init::Zeros => vec![0.0; n],
+        Init::Fill(value) => vec![value; n],
         Init::Uniform(bound) => {
             let mut rng = SplitMix64(stream_seed);
             (0..n).map(|_| rng.symmetric() * bound).collect()
         }
+    };
+    let values = match entry.quantized {
+        Some(scale) => values.into_iter().map(|v| v / scale).collect(),
+        None => values,
     };
     out.copy_from_slice(&narrow(entry.dtype, &values));
 }
@@ -138,9 +150,12 @@ fn block_seed(seed: u64, stream: u64, block: u64) -> u64 {
 
 /// The safetensors header: `__metadata__` then each tensor with its dtype, shape and data offsets, padded with
 /// spaces to a multiple of 8 bytes (as safetensors writes it).
-fn header_json(entries: &[Entry<'_>], metadata: &str) -> String {
-    let mut json =
-        format!("{{\"__metadata__\":{{\"format\":\"pt\",\"kiln.synth\":{}}}", quote(metadata));
+fn header_json(entries: &[Entry<'_>], metadata: &[(String, String)]) -> String {
+    let mut json = "{\"__metadata__\":{\"format\":\"pt\"".to_owned();
+    for (key, value) in metadata {
+        json += &format!(",{}:{}", quote(key), quote(value));
+    }
+    json.push('}');
     let mut offset = 0u64;
     for entry in entries {
         let shape: Vec<String> = entry.spec.shape.iter().map(usize::to_string).collect();

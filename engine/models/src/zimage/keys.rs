@@ -143,9 +143,8 @@ pub(crate) fn check(h: &Header, cfg: &Config, layout: Layout) -> Result<()> {
 pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
     let slots = specs(cfg, layout)
         .into_iter()
-        .map(|spec| SlotPlan {
-            name: spec.name,
-            parts: spec.parts.iter().map(|part| (0, h.key(part))).collect(),
+        .map(|spec| {
+            SlotPlan::new(spec.name, spec.parts.iter().map(|part| (0, h.key(part))).collect())
         })
         .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }

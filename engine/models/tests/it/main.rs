@@ -6,6 +6,7 @@ mod comfy_sampling;
 mod common;
 mod flux_vae;
 mod noise;
+mod quant;
 mod qwen3;
 mod sampling;
 mod synth;

@@ -225,7 +225,7 @@ fn tiny_shapes_follow_the_brief() {
 fn tiny_files_have_the_layout_in_each_dtype() {
     let dir = scratch("layout");
     let set = ZImageTurboSet::tiny();
-    for dtype in SynthDtype::ALL {
+    for dtype in SynthDtype::ALL.into_iter().filter(|d| !d.is_scaled()) {
         let path = dir.join(format!("zimage_{dtype}.safetensors"));
         synth::write_zimage(&path, &set.zimage, dtype, 7, &mut |_, _| {}).unwrap();
         check_file(&path, "", &zimage_tensors(&set.zimage).unwrap(), dtype.dtype());
@@ -474,6 +474,47 @@ fn a_synthetic_lora_adapts_every_attention_and_ffn_weight_of_the_dit_and_nothing
         .collect();
     assert_eq!(adapted, expected);
     assert_eq!(expected.len(), (2 + 2 + 2) * 5, "qkv, out, w1, w2, w3 of every block");
+}
+
+#[test]
+fn scaled_fp8_files_keep_linear_weights_in_fp8_with_a_scale_each_in_comfyuis_encodings() {
+    let dir = scratch("scaled");
+    let set = ZImageTurboSet::tiny();
+    let want = zimage_tensors(&set.zimage).unwrap();
+    for dtype in [SynthDtype::Fp8Scaled, SynthDtype::Fp8Mixed] {
+        let path = dir.join(format!("zimage_{dtype}.safetensors"));
+        synth::write_zimage(&path, &set.zimage, dtype, 7, &mut |_, _| {}).unwrap();
+        let raw = read_raw(&path);
+        let file = SafetensorsFile::open(&path).unwrap();
+        let scale_suffix =
+            if dtype == SynthDtype::Fp8Scaled { ".scale_weight" } else { ".weight_scale" };
+        let mut quantized = 0;
+        for (name, shape) in &want {
+            let (stored, got_shape, _) = &raw[name];
+            assert_eq!(got_shape, shape, "{name}");
+            let layer = name.strip_suffix(".weight").filter(|_| shape.len() == 2);
+            match layer {
+                Some(layer) => {
+                    assert_eq!(*stored, DType::F8E4M3, "{name}");
+                    let (scale_dtype, scale_shape, bytes) = &raw[&format!("{layer}{scale_suffix}")];
+                    assert_eq!((*scale_dtype, scale_shape.as_slice()), (DType::F32, &[][..]));
+                    assert!(widen(DType::F32, bytes)[0] > 0.0, "{name}");
+                    quantized += 1;
+                }
+                None => assert_eq!(*stored, DType::BF16, "{name}"),
+            }
+        }
+        assert!(quantized > 20, "{dtype}: {quantized} quantized layers");
+        // The encoding ComfyUI reads: the legacy marker, or the header's quantization map naming every layer.
+        let map = file.metadata().get("_quantization_metadata");
+        if dtype == SynthDtype::Fp8Scaled {
+            assert!(raw.contains_key("scaled_fp8") && map.is_none());
+        } else {
+            let map: serde_json::Value = serde_json::from_str(map.expect("a map")).unwrap();
+            assert_eq!(map["layers"].as_object().unwrap().len(), quantized);
+            assert_eq!(map["layers"]["layers.0.attention.qkv"]["format"], "float8_e4m3fn");
+        }
+    }
 }
 
 #[test]

@@ -100,8 +100,15 @@ pub(crate) trait Kind: Sized {
     fn available() -> bool;
 
     /// Packs a micro-panel: `rows[j]` holds the stored bytes of `steps · STEP` inputs of weight row j (at
-    /// most NR rows); `panel[s·NR + j]` gets step s of row j, and zeros past the last row.
-    fn pack(rows: &[&[u8]], dtype: DType, steps: usize, panel: &mut [Self::P], scratch: &mut [f32]);
+    /// most NR rows), of `stored.0`, standing for their values times `stored.1` when a scale is given;
+    /// `panel[s·NR + j]` gets step s of row j, and zeros past the last row.
+    fn pack(
+        rows: &[&[u8]],
+        stored: (DType, Option<f32>),
+        steps: usize,
+        panel: &mut [Self::P],
+        scratch: &mut [f32],
+    );
 
     /// The micro-kernel: `tile[r][j] = Σ_s x[r][step s] · panel[s][j]` for `R` rows.
     ///
@@ -135,7 +142,13 @@ impl Kind for Bf16 {
         has_avx512bf16()
     }
 
-    fn pack(rows: &[&[u8]], _dtype: DType, steps: usize, panel: &mut [u32], _scratch: &mut [f32]) {
+    fn pack(
+        rows: &[&[u8]],
+        _stored: (DType, Option<f32>),
+        steps: usize,
+        panel: &mut [u32],
+        _scratch: &mut [f32],
+    ) {
         // Each u32 holds the two bf16 values one `vdpbf16ps` lane multiplies. Whole 16 × 16 blocks go
         // through a register transpose; the edges element by element.
         let (full_j, full_s) = (rows.len() / 16 * 16, steps / 16 * 16);
@@ -197,18 +210,25 @@ impl Kind for F32 {
         has_avx512f()
     }
 
-    fn pack(rows: &[&[u8]], dtype: DType, steps: usize, panel: &mut [f32], scratch: &mut [f32]) {
+    fn pack(
+        rows: &[&[u8]],
+        (dtype, scale): (DType, Option<f32>),
+        steps: usize,
+        panel: &mut [f32],
+        scratch: &mut [f32],
+    ) {
         // In blocks of PACK_STEPS inputs: widen each row's block into scratch (an L1-sized NR × PACK_STEPS
-        // tile), then write the panel's rows in order.
+        // tile), scaled as ComfyUI dequantizes on the CPU (f32(q) · scale), then write the panel's rows in
+        // order.
         let size = dtype.size();
         for s0 in (0..steps).step_by(PACK_STEPS) {
             let sb = PACK_STEPS.min(steps - s0);
             for (j, row) in rows.iter().enumerate() {
-                widen_into(
-                    dtype,
-                    &row[s0 * size..(s0 + sb) * size],
-                    &mut scratch[j * PACK_STEPS..j * PACK_STEPS + sb],
-                );
+                let block = &mut scratch[j * PACK_STEPS..j * PACK_STEPS + sb];
+                widen_into(dtype, &row[s0 * size..(s0 + sb) * size], block);
+                if let Some(scale) = scale {
+                    block.iter_mut().for_each(|v| *v *= scale);
+                }
             }
             for (s, dst) in panel[s0 * NR..].chunks_exact_mut(NR).take(sb).enumerate() {
                 for (j, d) in dst.iter_mut().enumerate().take(rows.len()) {
@@ -253,7 +273,7 @@ pub(crate) fn matmul_bt<K: Kind>(
     m: usize,
     n: usize,
     k: usize,
-    dtype: DType,
+    (dtype, scale): (DType, Option<f32>),
     read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
     out: &mut [f32],
 ) -> Result<()> {
@@ -278,7 +298,16 @@ pub(crate) fn matmul_bt<K: Kind>(
             // elements of `dtype` and x holds m rows of k; `out` holds m rows of n and this task writes only
             // columns n0..n0 + cols, which no other task writes, while `out` is borrowed by this call.
             unsafe {
-                task::<K>(x, m, n, k, (bytes, dtype), cols, (packed, scratch), out_ptr.at(n0));
+                task::<K>(
+                    x,
+                    m,
+                    n,
+                    k,
+                    (bytes, dtype, scale),
+                    cols,
+                    (packed, scratch),
+                    out_ptr.at(n0),
+                );
             }
             Ok(())
         },
@@ -582,7 +611,7 @@ unsafe fn task<K: Kind>(
     m: usize,
     n: usize,
     k: usize,
-    (w, dtype): (&[u8], DType),
+    (w, dtype, scale): (&[u8], DType, Option<f32>),
     cols: usize,
     (packed, scratch): (&mut [K::P], &mut [f32]),
     out: *mut f32,
@@ -602,7 +631,7 @@ unsafe fn task<K: Kind>(
                 let col = q * NR + j;
                 *row = &w[(col * k + k0) * size..(col * k + k0 + kb) * size];
             }
-            K::pack(&rows[..width], dtype, steps, panel, scratch);
+            K::pack(&rows[..width], (dtype, scale), steps, panel, scratch);
         }
         // Blocks of MB rows of x (in L2), each multiplied by every panel in turn, so a panel is read from
         // L3 once per block rather than once per micro-tile.
@@ -766,7 +795,8 @@ mod tests {
                 dst.copy_from_slice(&wbytes[row * k * 2..row * k * 2 + dst.len()]);
                 Ok(())
             };
-            matmul_bt::<Bf16>(&xbits, m, n, k, DType::BF16, &read, &mut out).expect("matmul");
+            matmul_bt::<Bf16>(&xbits, m, n, k, (DType::BF16, None), &read, &mut out)
+                .expect("matmul");
             for i in 0..m {
                 for j in 0..n {
                     // Small integers over powers of two: every partial sum is exact in f32.
@@ -796,7 +826,7 @@ mod tests {
                     dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
                     Ok(())
                 };
-                matmul_bt::<F32>(&xv, m, n, k, dtype, &read, &mut out).expect("matmul");
+                matmul_bt::<F32>(&xv, m, n, k, (dtype, None), &read, &mut out).expect("matmul");
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..k)

@@ -53,13 +53,18 @@ pub(crate) fn linear(
     };
     match data(x, OP)? {
         // bf16 activations times bf16 weights: exact products accumulated in f32, at twice the f32 rate.
-        Data::BF16(xv) if w.dtype() == DType::BF16 && k % 2 == 0 && Bf16::available() => {
+        Data::BF16(xv)
+            if w.dtype() == DType::BF16
+                && w.scale().is_none()
+                && k % 2 == 0
+                && Bf16::available() =>
+        {
             avx512_gemm::matmul_bt::<Bf16>(
                 xv.reinterpret_cast(),
                 m,
                 n,
                 k,
-                DType::BF16,
+                (DType::BF16, None),
                 &read_rows,
                 &mut out,
             )?;
@@ -70,7 +75,7 @@ pub(crate) fn linear(
                 m,
                 n,
                 k,
-                w.dtype(),
+                (w.dtype(), w.scale()),
                 &read_rows,
                 &mut out,
             )?;

@@ -36,6 +36,10 @@ pub(crate) fn widen_range(
             bytes.resize(chunk.len() * size, 0);
             sim.read(base.offset((i * CHUNK * size) as u64), bytes)?;
             widen_into(dtype, bytes, chunk);
+            if let Some(scale) = w.scale() {
+                // ComfyUI's dequantization on the CPU (compute in f32): f32(q) · scale, rounded once.
+                chunk.iter_mut().for_each(|v| *v *= scale);
+            }
             Ok(())
         },
     )

@@ -554,6 +554,7 @@ impl Cuda {
         channels: usize,
         inner: usize,
     ) -> Result<()> {
+        bias.require_unscaled("bias_add")?;
         self.launch(
             KernelFile::Elementwise,
             "bias_add",

@@ -27,6 +27,15 @@ impl Cuda {
         if ids.is_empty() || d == 0 {
             return Ok(out);
         }
+        // A scaled table is dequantized whole first (rows looked up from it), as ComfyUI dequantizes before the
+        // lookup outside its quantized-embedding path.
+        let (table_ptr, table_dtype, _scratch) = match table.scale() {
+            Some(_) => {
+                let (ptr, scratch) = self.weight_as(table, dt)?;
+                (ptr, dt, scratch)
+            }
+            None => (table.ptr().0, table.dtype(), None),
+        };
         let dev_ids = self.alloc((ids.len() * 4) as u64)?;
         let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
         self.mem.upload(dev_ids.ptr(), bytes)?;
@@ -36,8 +45,8 @@ impl Cuda {
             Grid::linear(ids.len() * d),
             &[
                 Arg::Ptr(dev_ids.ptr().0),
-                Arg::Ptr(table.ptr().0),
-                Arg::I32(dtype_code(table.dtype())),
+                Arg::Ptr(table_ptr),
+                Arg::I32(dtype_code(table_dtype)),
                 Arg::Ptr(out.buf().ptr().0),
                 Arg::I32(dtype_code(dt)),
                 Arg::n(ids.len()),

@@ -173,13 +173,36 @@ impl Cuda {
 
     /// The weight's elements as `dtype`: its own bytes when it is stored so, else a cast into scratch (returned
     /// so the caller keeps it until its kernels are queued; the free is stream-ordered after them).
+    ///
+    /// A scaled weight is dequantized as ComfyUI does on a GPU: `dtype(q) · dtype(scale)`, rounded to `dtype`.
     fn weight_as(&self, w: &Weight<'_>, dtype: DType) -> Result<(u64, Option<Allocation>)> {
-        if w.dtype() == dtype {
+        if w.dtype() == dtype && w.scale().is_none() {
             return Ok((w.ptr().0, None));
         }
         let scratch = self.alloc((w.numel() * dtype.size()) as u64)?;
-        self.cast_ptr(w.ptr().0, w.dtype(), scratch.ptr().0, dtype, w.numel())?;
+        self.cast_weight_ptr(w, scratch.ptr().0, dtype)?;
         Ok((scratch.ptr().0, Some(scratch)))
+    }
+
+    /// Writes `w`'s values as `dtype` at `dst`: a cast, or the dequantization of a scaled weight.
+    fn cast_weight_ptr(&self, w: &Weight<'_>, dst: u64, dtype: DType) -> Result<()> {
+        let Some(scale) = w.scale() else {
+            return self.cast_ptr(w.ptr().0, w.dtype(), dst, dtype, w.numel());
+        };
+        let scale = crate::dtype::round_to(dtype, scale);
+        self.launch(
+            KernelFile::Cast,
+            "cast_scaled",
+            Grid::linear(w.numel()),
+            &[
+                Arg::Ptr(w.ptr().0),
+                Arg::I32(dtype_code(w.dtype())),
+                Arg::Ptr(dst),
+                Arg::I32(dtype_code(dtype)),
+                Arg::n(w.numel()),
+                Arg::F32(scale),
+            ],
+        )
     }
 
     fn op_cast(&self, x: &Tensor<Cuda>, dtype: DType) -> Result<Tensor<Cuda>> {
@@ -245,7 +268,7 @@ impl Backend for Cuda {
     fn weight_to_tensor(&self, w: &Weight<'_>, dtype: DType) -> Result<Tensor<Self>> {
         Self::compute_type("weight_to_tensor", dtype)?;
         let out = self.empty(w.shape().to_vec(), dtype)?;
-        self.cast_ptr(w.ptr().0, w.dtype(), out.buf().ptr().0, dtype, w.numel())?;
+        self.cast_weight_ptr(w, out.buf().ptr().0, dtype)?;
         Ok(out)
     }
 

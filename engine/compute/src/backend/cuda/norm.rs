@@ -17,6 +17,9 @@ fn opt(w: Option<&Weight<'_>>) -> (Arg, Arg) {
 }
 
 fn check_len(op: &'static str, w: Option<&Weight<'_>>, len: usize) -> Result<()> {
+    if let Some(w) = w {
+        w.require_unscaled(op)?;
+    }
     match w {
         Some(w) if w.numel() != len => {
             Err(Error::shape(op, format!("weight {:?} for {len} features", w.shape())))

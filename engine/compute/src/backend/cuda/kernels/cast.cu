@@ -5,6 +5,12 @@ extern "C" __global__ void cast(const void* src, int sdt, void* dst, int ddt, i6
     GRID_STRIDE(i, n) { st(dst, ddt, i, ld(src, sdt, i)); }
 }
 
+// A quantized weight in type `ddt`, as ComfyUI dequantizes a per-tensor scaled one: each stored value (exact in
+// f32) times the scale already rounded to `ddt` by the host, the product rounded once to `ddt`.
+extern "C" __global__ void cast_scaled(const void* src, int sdt, void* dst, int ddt, i64 n, float scale) {
+    GRID_STRIDE(i, n) { st(dst, ddt, i, ld(src, sdt, i) * scale); }
+}
+
 extern "C" __global__ void fill(void* dst, int dt, i64 n, float value) {
     GRID_STRIDE(i, n) { st(dst, dt, i, value); }
 }
