@@ -102,6 +102,7 @@ def main():
                                "model": type("M", (), {"get_model_object": lambda self, n: ms})()})(), steps)
             toy = Toy(ms)
             sampler = comfy.samplers.sampler_object(name)
+            given = sigmas.clone()  # some samplers change the tensor they are given (uni_pc: the last sigma)
             try:
                 out = sampler.sample(toy, sigmas, {"seed": SEED, "model_options": {}}, None, noise.clone(),
                                      torch.zeros(SHAPE), None, True)
@@ -110,8 +111,10 @@ def main():
                 continue
             key = f"run/{name}/{steps}"
             tensors[key] = out.flatten().float()
-            tensors[f"sigmas/{name}/{steps}"] = sigmas.float()
-            cases["runs"].append({"key": key, "sigmas": f"sigmas/{name}/{steps}", "sampler": name,
+            tensors[f"sigmas/{name}/{steps}"] = given.float()
+            tensors[f"sigmas_after/{name}/{steps}"] = sigmas.float()
+            cases["runs"].append({"key": key, "sigmas": f"sigmas/{name}/{steps}",
+                                  "sigmas_after": f"sigmas_after/{name}/{steps}", "sampler": name,
                                   "steps": steps, "model_calls": toy.calls})
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(OUT, "comfy_sampling.safetensors"))
     cases.update({"cond": COND, "uncond": UNCOND, "cfg": CFG, "seed": SEED, "shape": SHAPE, "shift": 3.0,

@@ -14,6 +14,7 @@ mod beta;
 mod flow;
 mod samplers;
 mod schedulers;
+mod unipc;
 
 pub use flow::FlowSampling;
 pub use samplers::{Denoiser, Sampler, Step, sample};

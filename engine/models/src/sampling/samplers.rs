@@ -5,6 +5,7 @@
 //! sigmas is f32, like torch's 0-dim f32 sigma tensors, and each elementwise torch op is one rounded f32 op here.
 
 use super::FlowSampling;
+use super::unipc;
 use crate::Result;
 use crate::noise::TorchGenerator;
 
@@ -50,11 +51,17 @@ pub enum Sampler {
     Lcm,
     /// Second-order exponential multistep, no noise (`res_multistep`).
     ResMultistep,
+    /// DDIM, which ComfyUI runs as Euler (with random noise for a masked latent's kept area) (`ddim`).
+    Ddim,
+    /// UniPC with B(h) = h (`uni_pc`).
+    UniPc,
+    /// UniPC with B(h) = eʰ − 1 (`uni_pc_bh2`).
+    UniPcBh2,
 }
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 7] = [
+    pub const ALL: [Sampler; 10] = [
         Sampler::Euler,
         Sampler::EulerAncestral,
         Sampler::Heun,
@@ -62,6 +69,9 @@ impl Sampler {
         Sampler::Dpmpp2mSde,
         Sampler::Lcm,
         Sampler::ResMultistep,
+        Sampler::Ddim,
+        Sampler::UniPc,
+        Sampler::UniPcBh2,
     ];
 
     /// ComfyUI's name.
@@ -74,6 +84,9 @@ impl Sampler {
             Sampler::Dpmpp2mSde => "dpmpp_2m_sde",
             Sampler::Lcm => "lcm",
             Sampler::ResMultistep => "res_multistep",
+            Sampler::Ddim => "ddim",
+            Sampler::UniPc => "uni_pc",
+            Sampler::UniPcBh2 => "uni_pc_bh2",
         }
     }
 
@@ -87,7 +100,9 @@ impl Sampler {
             | Sampler::Dpmpp2m
             | Sampler::Dpmpp2mSde
             | Sampler::Lcm
-            | Sampler::ResMultistep => false,
+            | Sampler::ResMultistep
+            | Sampler::Ddim => false,
+            Sampler::UniPc | Sampler::UniPcBh2 => true,
         }
     }
 
@@ -108,12 +123,15 @@ impl Sampler {
 /// `seed + 1`: ComfyUI's default noise sampler adds 1 when the latent is on the CPU, and Kiln matches ComfyUI
 /// running on the CPU. `dpmpp_2m_sde` uses that noise too, where ComfyUI uses a torchsde Brownian tree, so its
 /// noise (not its maths) differs from ComfyUI's. Fewer than two sigmas return `x` unchanged.
+///
+/// `sigmas` is mutable as ComfyUI's tensor is: UniPC turns a last sigma of 0 into 0.001, and the caller's inverse
+/// noise scaling then uses that (read the last sigma after sampling).
 pub fn sample(
     sampler: Sampler,
     ms: &FlowSampling,
     denoiser: &mut dyn Denoiser,
     x: Vec<f32>,
-    sigmas: &[f32],
+    sigmas: &mut [f32],
     seed: u64,
     on_step: &mut dyn FnMut(Step<'_>) -> Result<()>,
 ) -> Result<Vec<f32>> {
@@ -130,14 +148,17 @@ pub fn sample(
         Sampler::Dpmpp2mSde => dpmpp_2m_sde(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::ResMultistep => res_multistep(&mut run, x, sigmas),
+        Sampler::Ddim => euler(&mut run, x, sigmas),
+        Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
+        Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),
     }
 }
 
 /// The model and the callback, for one run.
-struct Run<'r> {
-    denoiser: &'r mut dyn Denoiser,
-    on_step: &'r mut dyn FnMut(Step<'_>) -> Result<()>,
-    total: usize,
+pub(super) struct Run<'r> {
+    pub(super) denoiser: &'r mut dyn Denoiser,
+    pub(super) on_step: &'r mut dyn FnMut(Step<'_>) -> Result<()>,
+    pub(super) total: usize,
 }
 
 impl Run<'_> {

@@ -146,8 +146,9 @@ fn samplers_match() {
             reported.push((s.index, s.sigma));
             Ok(())
         };
-        let got = sample(sampler, &ms, &mut toy, x0.clone(), &sigmas, seed, &mut on_step)
-            .expect("sample");
+        let got =
+            sample(sampler, &ms, &mut toy, x0.clone(), &mut sigmas.clone(), seed, &mut on_step)
+                .expect("sample");
         assert_close(key, &got, &t[key].1, 1e-4);
         assert_eq!(
             reported.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -167,8 +168,9 @@ fn an_error_from_on_step_stops_sampling() {
     let mut on_step = |s: Step<'_>| {
         if s.index == 2 { Err(kiln_models::Error::Invalid("interrupted".into())) } else { Ok(()) }
     };
-    let err = sample(Sampler::Euler, &ms, &mut toy, vec![0.5; 32], &sigmas, 0, &mut on_step)
-        .expect_err("interrupted");
+    let err =
+        sample(Sampler::Euler, &ms, &mut toy, vec![0.5; 32], &mut sigmas.clone(), 0, &mut on_step)
+            .expect_err("interrupted");
     assert!(err.to_string().contains("interrupted"));
     assert_eq!(toy.calls, 3);
 }
@@ -178,7 +180,18 @@ fn names_follow_comfyui_order() {
     let names: Vec<_> = Sampler::ALL.iter().map(|s| s.name()).collect();
     assert_eq!(
         names,
-        ["euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lcm", "res_multistep"]
+        [
+            "euler",
+            "euler_ancestral",
+            "heun",
+            "dpmpp_2m",
+            "dpmpp_2m_sde",
+            "lcm",
+            "res_multistep",
+            "ddim",
+            "uni_pc",
+            "uni_pc_bh2"
+        ]
     );
     let names: Vec<_> = Scheduler::ALL.iter().map(|s| s.name()).collect();
     assert_eq!(names, ["simple", "sgm_uniform", "karras", "exponential", "beta", "normal"]);
@@ -188,7 +201,7 @@ fn names_follow_comfyui_order() {
     for s in Scheduler::ALL {
         assert_eq!(Scheduler::from_name(s.name()), Some(s));
     }
-    assert_eq!(Sampler::from_name("ddim"), None);
+    assert_eq!(Sampler::from_name("dpm_fast"), None);
 }
 
 #[test]

@@ -201,7 +201,8 @@ pub(super) fn sample(
 ) -> Result<Sampled, NodeError> {
     let model = job.model;
     let latent = fit_channels(job.latent, model.latent.channels)?;
-    let sigmas = job.sigmas;
+    // The sampler may change the last sigma, as ComfyUI's do (UniPC); the inverse noise scaling reads it after.
+    let mut sigmas = job.sigmas.to_vec();
     if sigmas.is_empty() {
         return Ok(Sampled { samples: latent, denoised: None });
     }
@@ -249,7 +250,7 @@ pub(super) fn sample(
         &model.sampling,
         &mut denoiser,
         x,
-        sigmas,
+        &mut sigmas,
         job.noise.seed(),
         &mut on_step,
     );
