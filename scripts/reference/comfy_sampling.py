@@ -90,6 +90,17 @@ def main():
             key = f"sched/{name}/{steps}"
             tensors[key] = comfy.samplers.calculate_sigmas(ms, name, steps).float()
             cases["schedules"].append({"key": key, "name": name, "steps": steps})
+    # ModelSamplingFlux's schedules: Flux's default shift, and the one ModelSamplingFlux gives a 512x768 image.
+    for mu in (1.15, 0.7166666666666666):
+        class Flux(comfy.model_sampling.ModelSamplingFlux, comfy.model_sampling.CONST):
+            pass
+        flux = Flux()
+        flux.set_parameters(shift=mu)
+        for name in comfy.samplers.SCHEDULER_NAMES:
+            for steps in (1, 4, 9):
+                key = f"flux/{mu}/{name}/{steps}"
+                tensors[key] = comfy.samplers.calculate_sigmas(flux, name, steps).float()
+                cases["schedules"].append({"key": key, "name": name, "steps": steps, "flux_shift": mu})
     noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(SEED))
     tensors["noise"] = noise.flatten()
     for name in comfy.samplers.SAMPLER_NAMES:

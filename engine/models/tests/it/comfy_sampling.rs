@@ -116,7 +116,11 @@ fn schedulers_give_comfyuis_sigmas() {
             continue;
         };
         let steps = case["steps"].as_u64().expect("steps") as usize;
-        assert_close(key, &scheduler.sigmas(&ms, steps), &t[key].1, 1e-6);
+        let sampling = match case["flux_shift"].as_f64() {
+            Some(mu) => FlowSampling::flux(mu),
+            None => ms.clone(),
+        };
+        assert_close(key, &scheduler.sigmas(&sampling, steps), &t[key].1, 1e-6);
     }
 }
 

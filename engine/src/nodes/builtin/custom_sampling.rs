@@ -488,9 +488,63 @@ impl Node for ModelSamplingSd3 {
     }
 }
 
+/// `ModelSamplingFlux`: the model with Flux's exponential time shift, μ interpolated linearly in the image's
+/// token count from `base_shift` at 256 tokens to `max_shift` at 4096.
+pub(super) struct ModelSamplingFlux(Arc<NodeSpec>);
+
+impl ModelSamplingFlux {
+    pub(super) fn new() -> ModelSamplingFlux {
+        let shift = |name: &str, default: f64| {
+            InputDef::float(name, default, 0.0, 100.0).option("step", 0.01).option("advanced", true)
+        };
+        let side = |name: &str| InputDef::int(name, 1024, 16, 16384).option("step", 8);
+        ModelSamplingFlux(Arc::new(
+            NodeSpec::new("ModelSamplingFlux", "ModelSamplingFlux", "model/patch/flux")
+                .python_module("comfy_extras.nodes_model_advanced")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(shift("max_shift", 1.15))
+                .input(shift("base_shift", 0.5))
+                .input(side("width"))
+                .input(side("height"))
+                .output(OutputDef::new("MODEL")),
+        ))
+    }
+}
+
+/// ComfyUI's μ for an image of `width` × `height` (Python floats): linear in its 2×2 patches of 8× latents.
+fn flux_shift(max_shift: f64, base_shift: f64, width: i64, height: i64) -> f64 {
+    let (x1, x2) = (256.0, 4096.0);
+    let mm = (max_shift - base_shift) / (x2 - x1);
+    let b = base_shift - mm * x1;
+    (width * height) as f64 / (8.0 * 8.0 * 2.0 * 2.0) * mm + b
+}
+
+impl Node for ModelSamplingFlux {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let shift = flux_shift(
+            inputs.float("max_shift")?,
+            inputs.float("base_shift")?,
+            inputs.int("width")?,
+            inputs.int("height")?,
+        );
+        let patched = model.with_sampling(FlowSampling::flux(shift));
+        Ok(NodeResult::values([Value::Model(Arc::new(patched))]))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flux_shift_is_base_at_256_tokens_and_max_at_4096() {
+        assert!((flux_shift(1.15, 0.5, 256, 256) - 0.5).abs() < 1e-12);
+        assert!((flux_shift(1.15, 0.5, 1024, 1024) - 1.15).abs() < 1e-12);
+    }
 
     #[test]
     fn manual_sigmas_reads_numbers_as_comfyuis_pattern_finds_them() {

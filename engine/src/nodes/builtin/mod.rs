@@ -61,6 +61,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(logic::ComfySwitchNode::new());
     registry.register(websocket::SaveImageWebsocket::new());
     registry.register(custom_sampling::ModelSamplingSd3::new());
+    registry.register(custom_sampling::ModelSamplingFlux::new());
     for node in custom_sampling::builders() {
         registry.register(node);
     }
