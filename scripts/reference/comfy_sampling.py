@@ -127,6 +127,7 @@ def main():
             cases["runs"].append({"key": key, "sigmas": f"sigmas/{name}/{steps}",
                                   "sigmas_after": f"sigmas_after/{name}/{steps}", "sampler": name,
                                   "steps": steps, "model_calls": toy.calls})
+    guidance(tensors, cases)
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(OUT, "comfy_sampling.safetensors"))
     cases.update({"cond": COND, "uncond": UNCOND, "cfg": CFG, "seed": SEED, "shape": SHAPE, "shift": 3.0,
                   "multiplier": 1.0, "samplers": comfy.samplers.SAMPLER_NAMES,
@@ -134,6 +135,63 @@ def main():
     with open(os.path.join(OUT, "cases.json"), "w") as f:
         json.dump(cases, f, indent=1)
         f.write("\n")
+
+
+def guidance(tensors, cases):
+    """ComfyUI's cfg_function under the hooks its patch nodes install (CFGNorm, CFGZeroStar, RescaleCFG), run
+    through the nodes themselves on a ModelPatcher, on random predictions."""
+    import types
+
+    # The node modules import ComfyUI's audio code, which needs torchaudio; nothing here calls it.
+    class _Anything(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Anything(f"{self.__name__}.{name}")
+
+        def __call__(self, *args, **kwargs):
+            return self
+
+        def __mro_entries__(self, bases):
+            return (object,)
+
+    for name in ("torchaudio", "torchaudio.transforms", "torchaudio.functional"):
+        sys.modules.setdefault(name, _Anything(name))
+    import comfy.model_patcher
+    from comfy_extras.nodes_cfg import CFGNorm, CFGZeroStar
+    from comfy_extras.nodes_model_advanced import RescaleCFG
+
+    g = torch.Generator().manual_seed(SEED + 2)
+    x, cond, uncond = (torch.randn(SHAPE, generator=g) for _ in range(3))
+    tensors.update({"guidance/x": x.flatten(), "guidance/cond": cond.flatten(),
+                    "guidance/uncond": uncond.flatten()})
+    sigma = torch.tensor([0.7])
+
+    def patched(steps):
+        m = comfy.model_patcher.ModelPatcher(torch.nn.Linear(1, 1), torch.device("cpu"), torch.device("cpu"))
+        for kind, value in steps:
+            if kind == "norm":
+                m = CFGNorm.execute(m, value, False).result[0]
+            elif kind == "norm_pre":
+                m = CFGNorm.execute(m, value, True).result[0]
+            elif kind == "zero_star":
+                m = CFGZeroStar.execute(m).result[0]
+            else:
+                m = RescaleCFG().patch(m, value)[0]
+        return m.model_options
+
+    cases["guidance"] = []
+    configs = [[], [("norm", 1.0)], [("norm", 0.6)], [("norm_pre", 1.0)], [("norm_pre", 0.7)],
+               [("zero_star", None)], [("rescale", 0.7)], [("norm", 1.0), ("zero_star", None)],
+               [("rescale", 0.5), ("norm", 1.0)]]
+    for i, steps in enumerate(configs):
+        for cfg, skipped in ((3.5, False), (1.0, True)):
+            un = torch.zeros_like(uncond) if skipped else uncond
+            out = comfy.samplers.cfg_function(None, cond, un, cfg, x, sigma, model_options=patched(steps))
+            key = f"guidance/out/{i}/{cfg}"
+            tensors[key] = out.flatten()
+            cases["guidance"].append({"key": key, "hooks": steps, "cfg": cfg, "uncond_skipped": skipped,
+                                      "sigma": 0.7})
 
 
 if __name__ == "__main__":

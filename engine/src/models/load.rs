@@ -13,6 +13,7 @@ use kiln_models::family::{
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::Quantization;
+use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
 use super::{DiffusionModel, ModelEnv, TextEncoder, Vae};
@@ -174,6 +175,7 @@ fn diffusion_model(
         latent: family.latent(),
         path: file.path().to_path_buf(),
         patches: Arc::default(),
+        guidance: Guidance::default(),
     })
 }
 

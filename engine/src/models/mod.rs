@@ -19,6 +19,7 @@ use kiln_compute::memory::lora::PatchSet;
 use kiln_models::family::{DiffusionNet, TextEncoderNet, VaeNet};
 pub use kiln_models::latent::LatentFormat;
 use kiln_models::sampling::FlowSampling;
+use kiln_models::sampling::guidance::Guidance;
 
 use crate::compute::Compute;
 use crate::tensor::Tensor;
@@ -115,12 +116,19 @@ pub struct DiffusionModel {
     pub path: PathBuf,
     /// Weight patches (LoRA) applied in place while this model samples, by weight name, in order.
     pub patches: Arc<Vec<(String, PatchSet)>>,
+    /// How its predictions combine (the CFG hooks of `CFGNorm`, `RescaleCFG`, `CFGZeroStar`).
+    pub guidance: Guidance,
 }
 
 impl DiffusionModel {
     /// A copy with other sampling settings (the network and the patches are shared).
     pub fn with_sampling(&self, sampling: FlowSampling) -> DiffusionModel {
         DiffusionModel { sampling, ..self.clone() }
+    }
+
+    /// A copy whose predictions combine by `guidance` (the network and the patches are shared).
+    pub fn with_guidance(&self, guidance: Guidance) -> DiffusionModel {
+        DiffusionModel { guidance, ..self.clone() }
     }
 
     /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).

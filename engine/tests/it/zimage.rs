@@ -567,3 +567,29 @@ fn issue_21_scaled_fp8_files_run_as_their_dequantized_values_in_both_encodings()
         assert_eq!(max_diff(&saved(&h, &twin), &scaled), 0, "{dtype}");
     }
 }
+
+#[test]
+fn issue_21_cfg_patches_change_how_the_sampler_combines_predictions() {
+    let mut h = harness(SynthDtype::Bf16);
+    let with_cfg = |patch: Option<Value>| {
+        let mut prompt = graph(ksampler(6, 2, "euler"));
+        prompt["70"]["inputs"]["cfg"] = json!(3.0);
+        if let Some(patch) = patch {
+            prompt["95"] = patch;
+            prompt["70"]["inputs"]["model"] = json!(["95", 0]);
+        }
+        prompt
+    };
+    let plain = h.run(with_cfg(None));
+    let plain = saved(&h, &plain);
+    for patch in [
+        json!({"class_type": "CFGNorm", "inputs": {"model": ["69", 0], "strength": 1.0}}),
+        json!({"class_type": "CFGNorm", "inputs": {"model": ["69", 0], "strength": 0.8, "pre_cfg": true}}),
+        json!({"class_type": "CFGZeroStar", "inputs": {"model": ["69", 0]}}),
+        json!({"class_type": "RescaleCFG", "inputs": {"model": ["69", 0], "multiplier": 0.7}}),
+    ] {
+        let class = patch["class_type"].clone();
+        let ran = h.run(with_cfg(Some(patch)));
+        assert!(max_diff(&saved(&h, &ran), &plain) > 0, "{class} changes the image");
+    }
+}

@@ -5,6 +5,7 @@
 //!   `ModelSamplingAuraFlow` installs for Z-Image).
 //! - [`Scheduler`]: the KSampler schedulers Kiln offers, and [`denoise_sigmas`] for `denoise < 1`.
 //! - [`Sampler`] and [`sample`]: the KSampler samplers, driving a [`Denoiser`].
+//! - [`guidance`]: how conditional and unconditional predictions combine (CFG and the hooks model patches set).
 //!
 //! Arithmetic follows ComfyUI's torch code on the CPU in f32 (the sigma tensors and latents are f32 there),
 //! operation by operation, so results match ComfyUI's to the last bit or within an ulp where torch's scalar
@@ -12,6 +13,7 @@
 
 mod beta;
 mod flow;
+pub mod guidance;
 mod samplers;
 mod schedulers;
 mod unipc;

@@ -161,3 +161,45 @@ fn samplers_give_comfyuis_latents() {
     }
     assert!(checked >= 4 * 6, "every offered sampler at every step count ({checked})");
 }
+
+#[test]
+fn cfg_hooks_combine_predictions_as_comfyuis_patch_nodes_do() {
+    use kiln_models::sampling::guidance::{CfgFunction, Guidance, PostCfg, Predictions};
+    let t = read_tensors(FIXTURE);
+    let cases = cases();
+    let shape: Vec<usize> = cases["shape"]
+        .as_array()
+        .expect("shape")
+        .iter()
+        .map(|v| v.as_u64().expect("dim") as usize)
+        .collect();
+    let (x, cond, uncond) = (&t["guidance/x"].1, &t["guidance/cond"].1, &t["guidance/uncond"].1);
+    for case in cases["guidance"].as_array().expect("guidance") {
+        let key = case["key"].as_str().expect("key");
+        let mut guidance = Guidance::default();
+        for hook in case["hooks"].as_array().expect("hooks") {
+            let value = hook[1].as_f64().unwrap_or(0.0) as f32;
+            match hook[0].as_str().expect("kind") {
+                "norm" => guidance.post_cfg.push(PostCfg::Norm { strength: value }),
+                "zero_star" => guidance.post_cfg.push(PostCfg::ZeroStar),
+                "norm_pre" => {
+                    guidance.cfg_function = Some(CfgFunction::NormPre { strength: value })
+                }
+                "rescale" => {
+                    guidance.cfg_function = Some(CfgFunction::Rescale { multiplier: value })
+                }
+                other => panic!("{key}: unknown hook {other}"),
+            }
+        }
+        let skipped = case["uncond_skipped"].as_bool().expect("skipped");
+        let got = guidance.combine(Predictions {
+            x,
+            cond,
+            uncond: (!skipped).then_some(uncond.as_slice()),
+            cfg: case["cfg"].as_f64().expect("cfg") as f32,
+            sigma: case["sigma"].as_f64().expect("sigma") as f32,
+            shape: &shape,
+        });
+        assert_close(key, &got, &t[key].1, 1e-5);
+    }
+}

@@ -4,6 +4,7 @@
 mod conditioning;
 mod custom_sampling;
 mod files;
+mod guidance;
 mod image;
 mod latent;
 mod loaders;
@@ -68,6 +69,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(custom_sampling::SamplerCustom::new(compute.clone()));
     registry.register(custom_sampling::SamplerCustomAdvanced::new(compute.clone()));
     for node in text::nodes() {
+        registry.register(node);
+    }
+    for node in guidance::nodes() {
         registry.register(node);
     }
     registry

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use kiln_compute::{Backend, DType};
 use kiln_models::family::DiffusionInput;
 use kiln_models::noise::initial_noise;
+use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, Step};
 
 use super::latent::empty_latent;
@@ -125,15 +126,25 @@ impl Denoiser for Guided<'_> {
     fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
         let cond = self.predict(self.positive, x, sigma)?;
         // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does a missing or empty one.
-        let negative = match self.negative {
+        let uncond = match self.negative {
             Some(negative) if (self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty() => {
-                negative
+                Some(self.predict(negative, x, sigma)?)
             }
-            _ => return Ok(cond),
+            _ => None,
         };
-        let uncond = self.predict(negative, x, sigma)?;
-        let cfg = self.cfg as f32;
-        Ok(cond.iter().zip(&uncond).map(|(c, u)| u + (c - u) * cfg).collect())
+        let guidance = &self.model.guidance;
+        if uncond.is_none() && guidance.is_plain() {
+            // CFG with the skipped negative as zeros gives the conditional prediction itself.
+            return Ok(cond);
+        }
+        Ok(guidance.combine(Predictions {
+            x,
+            cond: &cond,
+            uncond: uncond.as_deref(),
+            cfg: self.cfg as f32,
+            sigma,
+            shape: &self.shape,
+        }))
     }
 }
 

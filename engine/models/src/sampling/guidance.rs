@@ -1,0 +1,221 @@
+//! How the conditional and unconditional predictions combine: ComfyUI's `cfg_function` with the hooks model
+//! patches install in `model_options` — one `sampler_cfg_function` replacing CFG (`RescaleCFG`, `CFGNorm` with
+//! `pre_cfg`) and a list of `sampler_post_cfg_function`s applied after it in order (`CFGNorm`, `CFGZeroStar`).
+//!
+//! Predictions are x̂₀ (ComfyUI's `cond_denoised`), laid out `[B, C, ...]`; each op is the torch op's f32
+//! arithmetic, reductions summed in index order (equal up to rounding).
+
+/// A hook that replaces CFG (`set_model_sampler_cfg_function`; a later one replaces an earlier one).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CfgFunction {
+    /// `RescaleCFG`: CFG on the v-prediction, its std rescaled to the conditional's, blended by `multiplier`.
+    Rescale {
+        /// 1 = fully rescaled.
+        multiplier: f32,
+    },
+    /// `CFGNorm` with `pre_cfg`: the combined noise rescaled per position to the conditional noise's channel
+    /// norm (no clamp), blended by `strength`.
+    NormPre {
+        /// 1 = fully rescaled.
+        strength: f32,
+    },
+}
+
+/// A hook applied to the combined x̂₀ (`set_model_sampler_post_cfg_function`; they accumulate, in order).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PostCfg {
+    /// `CFGNorm`: the result scaled down per position so its channel norm does not exceed the conditional's,
+    /// times `strength`.
+    Norm {
+        /// Multiplies the result.
+        strength: f32,
+    },
+    /// `CFGZeroStar`: the unconditional prediction projected onto the conditional noise direction.
+    ZeroStar,
+}
+
+/// The hooks a model carries.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Guidance {
+    /// Replaces CFG, when set.
+    pub cfg_function: Option<CfgFunction>,
+    /// Applied after CFG, in order.
+    pub post_cfg: Vec<PostCfg>,
+}
+
+/// One model call's predictions to combine.
+#[derive(Clone, Copy, Debug)]
+pub struct Predictions<'a> {
+    /// The model input x (σ-noised latent).
+    pub x: &'a [f32],
+    /// The conditional x̂₀.
+    pub cond: &'a [f32],
+    /// The unconditional x̂₀; `None` when ComfyUI skips it (CFG 1), which its hooks see as zeros.
+    pub uncond: Option<&'a [f32]>,
+    /// The CFG scale.
+    pub cfg: f32,
+    /// The noise level.
+    pub sigma: f32,
+    /// `[B, C, ...]`.
+    pub shape: &'a [usize],
+}
+
+impl Guidance {
+    /// Whether no hook is set (plain CFG).
+    pub fn is_plain(&self) -> bool {
+        self.cfg_function.is_none() && self.post_cfg.is_empty()
+    }
+
+    /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook.
+    pub fn combine(&self, p: Predictions<'_>) -> Vec<f32> {
+        let zeros;
+        let uncond = match p.uncond {
+            Some(u) => u,
+            None => {
+                zeros = vec![0.0f32; p.cond.len()];
+                &zeros
+            }
+        };
+        let mut out = match self.cfg_function {
+            None => p.cond.iter().zip(uncond).map(|(c, u)| u + (c - u) * p.cfg).collect(),
+            Some(CfgFunction::Rescale { multiplier }) => rescale_cfg(&p, uncond, multiplier),
+            Some(CfgFunction::NormPre { strength }) => norm_pre(&p, uncond, strength),
+        };
+        for hook in &self.post_cfg {
+            out = match *hook {
+                PostCfg::Norm { strength } => cfg_norm(&p, &out, strength),
+                PostCfg::ZeroStar => zero_star(&p, uncond, &out),
+            };
+        }
+        out
+    }
+}
+
+/// The batch size, the channel count and the positions per channel of `shape`.
+fn dims(shape: &[usize]) -> (usize, usize, usize) {
+    let batch = shape.first().copied().unwrap_or(1);
+    let channels = shape.get(1).copied().unwrap_or(1);
+    let inner = shape.iter().skip(2).product::<usize>();
+    (batch, channels, inner)
+}
+
+/// The 2-norm over channels at every position of `v` `[B, C, ...]` (`torch.norm(v, dim=1)`), as `[B, ...]`.
+fn channel_norms(v: &[f32], shape: &[usize]) -> Vec<f32> {
+    let (batch, channels, inner) = dims(shape);
+    let mut norms = vec![0.0f32; batch * inner];
+    for b in 0..batch {
+        for i in 0..inner {
+            let sum = (0..channels).fold(0.0f32, |s, c| {
+                let e = v[(b * channels + c) * inner + i];
+                s + e * e
+            });
+            norms[b * inner + i] = sum.sqrt();
+        }
+    }
+    norms
+}
+
+/// `v` with every element scaled by its position's factor (`[B, ...]`).
+fn scale_positions(v: &[f32], shape: &[usize], factor: impl Fn(usize) -> f32) -> Vec<f32> {
+    let (_, channels, inner) = dims(shape);
+    v.iter()
+        .enumerate()
+        .map(|(j, e)| {
+            let (b, i) = (j / (channels * inner), j % inner);
+            e * factor(b * inner + i)
+        })
+        .collect()
+}
+
+/// `CFGNorm`'s post-CFG hook: `denoised · clamp(‖cond‖ / (‖denoised‖ + 1e-8), 0, 1) · strength`.
+fn cfg_norm(p: &Predictions<'_>, denoised: &[f32], strength: f32) -> Vec<f32> {
+    let cond_norm = channel_norms(p.cond, p.shape);
+    let pred_norm = channel_norms(denoised, p.shape);
+    let scaled = scale_positions(denoised, p.shape, |k| {
+        (cond_norm[k] / (pred_norm[k] + 1e-8)).clamp(0.0, 1.0)
+    });
+    scaled.into_iter().map(|v| v * strength).collect()
+}
+
+/// `CFGNorm`'s pre-CFG hook: on the noises (x − x̂₀), CFG rescaled per position to the conditional's norm.
+fn norm_pre(p: &Predictions<'_>, uncond: &[f32], strength: f32) -> Vec<f32> {
+    let cond: Vec<f32> = p.x.iter().zip(p.cond).map(|(x, c)| x - c).collect();
+    let uncond: Vec<f32> = p.x.iter().zip(uncond).map(|(x, u)| x - u).collect();
+    let comb: Vec<f32> = cond.iter().zip(&uncond).map(|(c, u)| u + p.cfg * (c - u)).collect();
+    let cond_norm = channel_norms(&cond, p.shape);
+    let comb_norm = channel_norms(&comb, p.shape);
+    let rescaled = scale_positions(&comb, p.shape, |k| {
+        if comb_norm[k] > 0.0 { cond_norm[k] / comb_norm[k].max(1e-12) } else { 1.0 }
+    });
+    let rescaled: Vec<f32> = if strength == 1.0 {
+        rescaled
+    } else {
+        rescaled.iter().zip(&comb).map(|(r, c)| strength * r + (1.0 - strength) * c).collect()
+    };
+    p.x.iter().zip(rescaled).map(|(x, r)| x - r).collect()
+}
+
+/// `CFGZeroStar`'s hook: `out + u·(α − 1) + cfg·u·(1 − α)` with α the projection of the conditional noise on
+/// the unconditional one, per sample.
+fn zero_star(p: &Predictions<'_>, uncond: &[f32], out: &[f32]) -> Vec<f32> {
+    let (batch, channels, inner) = dims(p.shape);
+    let per = channels * inner;
+    let mut result = Vec::with_capacity(out.len());
+    for b in 0..batch {
+        let range = b * per..(b + 1) * per;
+        let (mut dot, mut squared) = (0.0f32, 0.0f32);
+        for j in range.clone() {
+            let (pos, neg) = (p.x[j] - p.cond[j], p.x[j] - uncond[j]);
+            dot += pos * neg;
+            squared += neg * neg;
+        }
+        let alpha = dot / (squared + 1e-8);
+        for j in range {
+            let u = uncond[j];
+            result.push(out[j] + u * (alpha - 1.0) + p.cfg * u * (1.0 - alpha));
+        }
+    }
+    result
+}
+
+/// `RescaleCFG`'s hook: CFG on the v-predictions, rescaled to the conditional's std over each sample (torch's
+/// unbiased std), blended, and turned back into x̂₀.
+fn rescale_cfg(p: &Predictions<'_>, uncond: &[f32], multiplier: f32) -> Vec<f32> {
+    let sigma = p.sigma;
+    let up = (sigma * sigma + 1.0).sqrt();
+    // `args["cond"]` is the noise x − x̂₀; ComfyUI turns it into the v-prediction.
+    let v = |pred: &[f32]| -> Vec<f32> {
+        p.x.iter()
+            .zip(pred)
+            .map(|(&x_orig, &d)| {
+                let x = x_orig / (sigma * sigma + 1.0);
+                let noise = x_orig - d;
+                ((x - (x_orig - noise)) * up) / sigma
+            })
+            .collect()
+    };
+    let (cond, uncond) = (v(p.cond), v(uncond));
+    let x_cfg: Vec<f32> = cond.iter().zip(&uncond).map(|(c, u)| u + p.cfg * (c - u)).collect();
+    let (batch, channels, inner) = dims(p.shape);
+    let per = channels * inner;
+    let std = |values: &[f32]| -> f32 {
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>()
+            / (values.len().max(2) - 1) as f32;
+        var.sqrt()
+    };
+    let mut out = Vec::with_capacity(x_cfg.len());
+    for b in 0..batch {
+        let range = b * per..(b + 1) * per;
+        let ratio = std(&cond[range.clone()]) / std(&x_cfg[range.clone()]);
+        for j in range {
+            let rescaled = x_cfg[j] * ratio;
+            let final_ = multiplier * rescaled + (1.0 - multiplier) * x_cfg[j];
+            let x = p.x[j] / (sigma * sigma + 1.0);
+            // The hook returns a noise; `cfg_function` takes it from the input.
+            let returned = p.x[j] - (x - final_ * sigma / up);
+            out.push(p.x[j] - returned);
+        }
+    }
+    out
+}
