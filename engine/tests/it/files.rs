@@ -175,6 +175,39 @@ fn image_nodes_compute_what_they_say() {
 }
 
 #[test]
+fn mask_and_batch_nodes_compute_what_they_say() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        // Three images of a red pixel row; the last one, given a quarter-transparent alpha.
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0xFF0000}},
+        "2": {"class_type": "RepeatImageBatch", "inputs": {"image": ["1", 0], "amount": 3}},
+        "3": {"class_type": "ImageFromBatch", "inputs": {"image": ["2", 0], "batch_index": -1, "length": 5}},
+        "4": {"class_type": "SolidMask", "inputs": {"value": 0.25, "width": 4, "height": 2}},
+        "5": {"class_type": "JoinImageWithAlpha", "inputs": {"image": ["3", 0], "alpha": ["4", 0]}},
+        "6": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "alpha"}},
+        // The red channel as a mask, inverted, and back to an image.
+        "7": {"class_type": "ImageToMask", "inputs": {"image": ["1", 0], "channel": "red"}},
+        "8": {"class_type": "InvertMask", "inputs": {"mask": ["7", 0]}},
+        "9": {"class_type": "MaskToImage", "inputs": {"mask": ["8", 0]}},
+        "10": {"class_type": "SaveImage", "inputs": {"images": ["9", 0], "filename_prefix": "mask"}},
+        "11": {"class_type": "GetImageSize", "inputs": {"image": ["2", 0]}},
+        "12": {"class_type": "PreviewAny", "inputs": {"source": ["11", 2]}},
+        "13": {"class_type": "ImageScaleToTotalPixels", "inputs": {"image": ["1", 0], "upscale_method": "nearest-exact", "megapixels": 0.01, "resolution_steps": 2}},
+        "14": {"class_type": "GetImageSize", "inputs": {"image": ["13", 0]}},
+        "15": {"class_type": "PreviewAny", "inputs": {"source": ["14", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!(ran.text("12"), ["3"]);
+    // 0.01 MP of 1024² is 10485.76 px: 8 × 4 scaled by 18.1 is 144.8 × 72.4, rounded to steps of 2.
+    assert_eq!(ran.text("15"), ["144"]);
+    let alpha = image::open(h.roots.output.join("alpha_00001_.png")).expect("saved").to_rgba8();
+    assert_eq!((alpha.width(), alpha.height()), (8, 4));
+    assert_eq!(alpha.get_pixel(3, 2).0, [255, 0, 0, 191], "1 − 0.25, resized to the image");
+    let mask = image::open(h.roots.output.join("mask_00001_.png")).expect("saved").to_rgb8();
+    assert_eq!(mask.get_pixel(0, 0).0, [0, 0, 0], "red 1 inverted");
+}
+
+#[test]
 fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
     let mut h = Harness::new(CachePolicy::Classic);
     let prompt = json!({

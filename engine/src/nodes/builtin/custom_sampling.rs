@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kiln_models::sampling::{self, FlowSampling};
 
+use super::pure::Pure;
 use super::sampler::{
     Sampled, Sampling, count, sample, sampler, sampler_names, scheduler, scheduler_names,
 };
@@ -57,25 +58,6 @@ fn cfg(name: &str) -> InputDef {
     InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
 }
 
-/// A node whose whole work is a function of its inputs: the custom-sampling nodes that build values.
-pub(super) struct Build {
-    spec: Arc<NodeSpec>,
-    run: fn(&Inputs) -> Result<Vec<Value>, NodeError>,
-}
-
-impl Node for Build {
-    fn spec(&self) -> Arc<NodeSpec> {
-        self.spec.clone()
-    }
-    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        Ok(NodeResult::values((self.run)(inputs)?))
-    }
-}
-
-fn build(spec: NodeSpec, run: fn(&Inputs) -> Result<Vec<Value>, NodeError>) -> Build {
-    Build { spec: Arc::new(spec), run }
-}
-
 /// SIGMAS as a value.
 fn sigmas(values: Vec<f32>) -> Value {
     Value::Sigmas(values.into())
@@ -87,9 +69,9 @@ fn steps_of(inputs: &Inputs) -> Result<usize, NodeError> {
 }
 
 /// The value-building nodes, in ComfyUI's registration order.
-pub(super) fn builders() -> Vec<Build> {
+pub(super) fn builders() -> Vec<Pure> {
     vec![
-        build(
+        Pure::new(
             spec("BasicScheduler", "", "model/sampling/schedulers")
                 .input(InputDef::typed("model", "MODEL"))
                 .input(InputDef::v3_combo("scheduler", &scheduler_names()))
@@ -109,7 +91,7 @@ pub(super) fn builders() -> Vec<Build> {
                 Ok(vec![sigmas(values)])
             },
         ),
-        build(
+        Pure::new(
             spec("KarrasScheduler", "", "model/sampling/schedulers")
                 .input(steps())
                 .input(advanced_float("sigma_max", 14.614642, 5000.0))
@@ -125,7 +107,7 @@ pub(super) fn builders() -> Vec<Build> {
                 ))])
             },
         ),
-        build(
+        Pure::new(
             spec("ExponentialScheduler", "", "model/sampling/schedulers")
                 .input(steps())
                 .input(advanced_float("sigma_max", 14.614642, 5000.0))
@@ -139,7 +121,7 @@ pub(super) fn builders() -> Vec<Build> {
                 ))])
             },
         ),
-        build(
+        Pure::new(
             spec("PolyexponentialScheduler", "", "model/sampling/schedulers")
                 .input(steps())
                 .input(advanced_float("sigma_max", 14.614642, 5000.0))
@@ -155,7 +137,7 @@ pub(super) fn builders() -> Vec<Build> {
                 ))])
             },
         ),
-        build(
+        Pure::new(
             spec("SDTurboScheduler", "", "model/sampling/schedulers")
                 .input(InputDef::typed("model", "MODEL"))
                 .input(InputDef::int("steps", 1, 1, 10))
@@ -176,7 +158,7 @@ pub(super) fn builders() -> Vec<Build> {
                 ))])
             },
         ),
-        build(
+        Pure::new(
             spec("BetaSamplingScheduler", "", "model/sampling/schedulers")
                 .input(InputDef::typed("model", "MODEL"))
                 .input(steps())
@@ -193,7 +175,7 @@ pub(super) fn builders() -> Vec<Build> {
                 ))])
             },
         ),
-        build(
+        Pure::new(
             spec("SplitSigmas", "", "model/sampling/sigmas")
                 .input(InputDef::typed("sigmas", "SIGMAS"))
                 .input(InputDef::int("step", 0, 0, 10000))
@@ -208,7 +190,7 @@ pub(super) fn builders() -> Vec<Build> {
                 Ok(vec![sigmas(high), sigmas(low)])
             },
         ),
-        build(
+        Pure::new(
             spec("SplitSigmasDenoise", "", "model/sampling/sigmas")
                 .input(InputDef::typed("sigmas", "SIGMAS"))
                 .input(unit_float("denoise", 1.0))
@@ -220,7 +202,7 @@ pub(super) fn builders() -> Vec<Build> {
                 Ok(vec![sigmas(high), sigmas(low)])
             },
         ),
-        build(
+        Pure::new(
             spec("FlipSigmas", "", "model/sampling/sigmas")
                 .input(InputDef::typed("sigmas", "SIGMAS"))
                 .output(OutputDef::new("SIGMAS")),
@@ -236,7 +218,7 @@ pub(super) fn builders() -> Vec<Build> {
                 Ok(vec![sigmas(flipped)])
             },
         ),
-        build(
+        Pure::new(
             spec("SetFirstSigma", "", "model/sampling/sigmas")
                 .input(InputDef::typed("sigmas", "SIGMAS"))
                 .input(
@@ -257,13 +239,13 @@ pub(super) fn builders() -> Vec<Build> {
                 Ok(vec![sigmas(values)])
             },
         ),
-        build(
+        Pure::new(
             spec("KSamplerSelect", "", "model/sampling/samplers")
                 .input(InputDef::v3_combo("sampler_name", &sampler_names()))
                 .output(OutputDef::new("SAMPLER")),
             |inputs| Ok(vec![Value::Sampler(sampler(inputs)?)]),
         ),
-        build(
+        Pure::new(
             spec("BasicGuider", "Basic Guider", "model/sampling/guiders")
                 .input(InputDef::typed("model", "MODEL"))
                 .input(InputDef::typed("conditioning", "CONDITIONING"))
@@ -277,7 +259,7 @@ pub(super) fn builders() -> Vec<Build> {
                 }))])
             },
         ),
-        build(
+        Pure::new(
             spec("CFGGuider", "CFG Guider", "model/sampling/guiders")
                 .input(InputDef::typed("model", "MODEL"))
                 .input(InputDef::typed("positive", "CONDITIONING"))
@@ -293,20 +275,20 @@ pub(super) fn builders() -> Vec<Build> {
                 }))])
             },
         ),
-        build(
+        Pure::new(
             spec("DisableNoise", "", "model/sampling/noise")
                 .output(OutputDef::new("NOISE"))
                 .aliases(&["zero noise"]),
             |_| Ok(vec![Value::Noise(Noise::Disabled)]),
         ),
-        build(
+        Pure::new(
             spec("RandomNoise", "", "model/sampling/noise")
                 .input(noise_seed())
                 .output(OutputDef::new("NOISE")),
             // The seed widget spans 0..2^64 (carried as its bits).
             |inputs| Ok(vec![Value::Noise(Noise::Random(inputs.int("noise_seed")? as u64))]),
         ),
-        build(
+        Pure::new(
             spec("ManualSigmas", "", "model/sampling/sigmas")
                 .experimental()
                 .input(InputDef::string("sigmas", "1, 0.5").option("multiline", false))

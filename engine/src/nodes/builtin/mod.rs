@@ -9,8 +9,10 @@ mod image;
 mod latent;
 mod loaders;
 mod logic;
+mod mask;
 mod model_specs;
 mod primitives;
+mod pure;
 mod resize;
 mod sampler;
 mod text;
@@ -72,6 +74,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     for node in guidance::nodes() {
+        registry.register(node);
+    }
+    for node in mask::nodes() {
         registry.register(node);
     }
     registry

@@ -2,27 +2,9 @@
 //! wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`) and
 //! `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
 
-use std::sync::Arc;
-
-use crate::nodes::{
-    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
-};
+use super::pure::Pure;
+use crate::nodes::{ErrorKind, InputDef, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
-
-/// A node whose whole work is a function of its inputs.
-pub(super) struct Pure {
-    spec: Arc<NodeSpec>,
-    run: fn(&Inputs) -> Result<Vec<Value>, NodeError>,
-}
-
-impl Node for Pure {
-    fn spec(&self) -> Arc<NodeSpec> {
-        self.spec.clone()
-    }
-    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        Ok(NodeResult::values((self.run)(inputs)?))
-    }
-}
 
 /// A multiline `STRING` input without a default, as `io.String.Input(name, multiline=True)` declares it.
 fn multiline(name: &str) -> InputDef {
@@ -48,93 +30,89 @@ pub(super) fn nodes() -> Vec<Pure> {
     };
     let ratios: Vec<&str> = ASPECT_RATIOS.iter().map(|r| r.0).collect();
     vec![
-        Pure {
-            spec: Arc::new(
-                text("StringConcatenate", "Concatenate Text")
-                    .input(multiline("string_a"))
-                    .input(multiline("string_b"))
-                    .input(InputDef::string("delimiter", "").option("multiline", false))
-                    .output(OutputDef::new("STRING"))
-                    .aliases(&[
-                        "concatenate",
-                        "text concat",
-                        "join text",
-                        "merge text",
-                        "combine strings",
-                        "string concat",
-                        "append text",
-                        "combine text",
-                    ]),
-            ),
-            run: |inputs| {
+        Pure::new(
+            text("StringConcatenate", "Concatenate Text")
+                .input(multiline("string_a"))
+                .input(multiline("string_b"))
+                .input(InputDef::string("delimiter", "").option("multiline", false))
+                .output(OutputDef::new("STRING"))
+                .aliases(&[
+                    "concatenate",
+                    "text concat",
+                    "join text",
+                    "merge text",
+                    "combine strings",
+                    "string concat",
+                    "append text",
+                    "combine text",
+                ]),
+            |inputs| {
                 let delimiter = inputs.string("delimiter")?;
                 let joined =
                     [inputs.string("string_a")?, inputs.string("string_b")?].join(delimiter);
                 Ok(vec![Value::String(joined)])
             },
-        },
-        Pure {
-            spec: Arc::new(
-                text("StringReplace", "Replace Text")
-                    .input(multiline("string"))
-                    .input(multiline("find"))
-                    .input(multiline("replace"))
-                    .output(OutputDef::new("STRING"))
-                    .aliases(&["replace", "find and replace", "substitute", "swap text"]),
-            ),
+        ),
+        Pure::new(
+            text("StringReplace", "Replace Text")
+                .input(multiline("string"))
+                .input(multiline("find"))
+                .input(multiline("replace"))
+                .output(OutputDef::new("STRING"))
+                .aliases(&["replace", "find and replace", "substitute", "swap text"]),
             // Python's `str.replace`: every occurrence; an empty `find` matches between all characters.
-            run: |inputs| {
+            |inputs| {
                 let replaced = inputs
                     .string("string")?
                     .replace(inputs.string("find")?, inputs.string("replace")?);
                 Ok(vec![Value::String(replaced)])
             },
-        },
-        Pure {
-            spec: Arc::new(
-                NodeSpec::new("ResolutionSelector", "Resolution Selector", "utilities")
-                    .python_module("comfy_extras.nodes_resolution")
-                    .v3()
-                    .description(
-                        "Calculate width and height from aspect ratio and megapixel target. Useful \
+        ),
+        Pure::new(
+            NodeSpec::new("ResolutionSelector", "Resolution Selector", "utilities")
+                .python_module("comfy_extras.nodes_resolution")
+                .v3()
+                .description(
+                    "Calculate width and height from aspect ratio and megapixel target. Useful \
                          for setting up Empty Latent Image dimensions.",
-                    )
-                    .input(
-                        InputDef::bare("aspect_ratio", "COMBO")
-                            .tooltip("The aspect ratio for the output dimensions.")
-                            .option("default", "1:1 (Square)")
-                            .option("multiselect", false)
-                            .option("options", ratios),
-                    )
-                    .input(
-                        InputDef::bare("megapixels", "FLOAT")
-                            .tooltip("Target total megapixels. 1.0 MP ≈ 1024x1024 for square.")
-                            .option("default", 1.0)
-                            .option("min", 0.1)
-                            .option("max", 16.0)
-                            .option("step", 0.1),
-                    )
-                    .input(
-                        InputDef::bare("multiple", "INT")
-                            .tooltip(
-                                "Nearest multiple of the result to set the selected resolution to.",
-                            )
-                            .option("advanced", true)
-                            .option("default", 8)
-                            .option("min", 8)
-                            .option("max", 128)
-                            .option("step", 4),
-                    )
-                    .output(
-                        OutputDef::new("INT").named("width").tooltip(
-                            "Calculated width in pixels multiplied by the selected multiple.",
-                        ),
-                    )
-                    .output(OutputDef::new("INT").named("height").tooltip(
+                )
+                .input(
+                    InputDef::bare("aspect_ratio", "COMBO")
+                        .tooltip("The aspect ratio for the output dimensions.")
+                        .option("default", "1:1 (Square)")
+                        .option("multiselect", false)
+                        .option("options", ratios),
+                )
+                .input(
+                    InputDef::bare("megapixels", "FLOAT")
+                        .tooltip("Target total megapixels. 1.0 MP ≈ 1024x1024 for square.")
+                        .option("default", 1.0)
+                        .option("min", 0.1)
+                        .option("max", 16.0)
+                        .option("step", 0.1),
+                )
+                .input(
+                    InputDef::bare("multiple", "INT")
+                        .tooltip(
+                            "Nearest multiple of the result to set the selected resolution to.",
+                        )
+                        .option("advanced", true)
+                        .option("default", 8)
+                        .option("min", 8)
+                        .option("max", 128)
+                        .option("step", 4),
+                )
+                .output(
+                    OutputDef::new("INT")
+                        .named("width")
+                        .tooltip("Calculated width in pixels multiplied by the selected multiple."),
+                )
+                .output(
+                    OutputDef::new("INT").named("height").tooltip(
                         "Calculated height in pixels multiplied by the selected multiple.",
-                    )),
-            ),
-            run: |inputs| {
+                    ),
+                ),
+            |inputs| {
                 let name = inputs.string("aspect_ratio")?;
                 let Some(&(_, w, h)) = ASPECT_RATIOS.iter().find(|r| r.0 == name) else {
                     return Err(NodeError::of_kind(
@@ -146,38 +124,36 @@ pub(super) fn nodes() -> Vec<Pure> {
                     resolution(w, h, inputs.float("megapixels")?, inputs.int("multiple")?);
                 Ok(vec![Value::Int(width), Value::Int(height)])
             },
-        },
-        Pure {
-            spec: Arc::new(
-                NodeSpec::new("ComfyNumberConvert", "Convert Number", "utilities")
-                    .python_module("comfy_extras.nodes_number_convert")
-                    .v3()
-                    .input(
-                        InputDef::bare("value", "INT,FLOAT,STRING,BOOLEAN")
-                            .option("display_name", "value"),
-                    )
-                    .output(OutputDef::new("FLOAT"))
-                    .output(OutputDef::new("INT"))
-                    .aliases(&[
-                        "int to float",
-                        "float to int",
-                        "number convert",
-                        "int2float",
-                        "float2int",
-                        "cast",
-                        "parse number",
-                        "string to number",
-                        "bool to int",
-                    ]),
-            ),
-            run: |inputs| {
+        ),
+        Pure::new(
+            NodeSpec::new("ComfyNumberConvert", "Convert Number", "utilities")
+                .python_module("comfy_extras.nodes_number_convert")
+                .v3()
+                .input(
+                    InputDef::bare("value", "INT,FLOAT,STRING,BOOLEAN")
+                        .option("display_name", "value"),
+                )
+                .output(OutputDef::new("FLOAT"))
+                .output(OutputDef::new("INT"))
+                .aliases(&[
+                    "int to float",
+                    "float to int",
+                    "number convert",
+                    "int2float",
+                    "float2int",
+                    "cast",
+                    "parse number",
+                    "string to number",
+                    "bool to int",
+                ]),
+            |inputs| {
                 let value = inputs.get("value").ok_or_else(|| {
                     NodeError::of_kind(ErrorKind::WrongType, "input `value` is missing")
                 })?;
                 let (float, int) = convert_number(value)?;
                 Ok(vec![Value::Float(float), Value::Int(int)])
             },
-        },
+        ),
     ]
 }
 
@@ -256,7 +232,7 @@ mod tests {
         assert_eq!(convert_number(&Value::Float(-2.7)).unwrap(), (-2.7, -2));
         assert_eq!(convert_number(&Value::String(" 42 ".into())).unwrap(), (42.0, 42));
         assert_eq!(convert_number(&Value::String("3.9".into())).unwrap(), (3.9, 3));
-        let json = Value::Json(Arc::new(serde_json::json!(7)));
+        let json = Value::Json(std::sync::Arc::new(serde_json::json!(7)));
         assert_eq!(convert_number(&json).unwrap(), (7.0, 7));
         for bad in ["", "abc", "inf"] {
             assert!(convert_number(&Value::String(bad.into())).is_err(), "{bad}");

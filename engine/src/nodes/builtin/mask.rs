@@ -1,0 +1,269 @@
+//! Mask and image-batch nodes (V3 classes): `ImageToMask`, `MaskToImage`, `InvertMask`, `SolidMask`
+//! (`comfy_extras.nodes_mask`), `JoinImageWithAlpha` (`comfy_extras.nodes_compositing`), `ImageFromBatch`,
+//! `RepeatImageBatch` (`comfy_extras.nodes_images`) and `ImageScaleToTotalPixels`
+//! (`comfy_extras.nodes_post_processing`).
+//!
+//! An IMAGE is `[B, H, W, C]` and a MASK `[B, H, W]`, both f32 in 0..=1.
+
+use super::image::dims;
+use super::pure::Pure;
+use super::resize::{METHODS, resize};
+use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// A V3 node of `module` in `category`.
+fn spec(name: &str, display: &str, category: &str, module: &str) -> NodeSpec {
+    NodeSpec::new(name, display, category).python_module(module).v3()
+}
+
+/// A `MASK` input's tensor, `[B, H, W]` (a single `[H, W]` mask counts as a batch of one).
+fn mask(inputs: &Inputs, name: &str) -> Result<(Tensor, [usize; 3]), NodeError> {
+    let tensor = match inputs.get(name) {
+        Some(Value::Mask(t)) => t.clone(),
+        Some(other) => {
+            return Err(NodeError::of_kind(
+                ErrorKind::WrongType,
+                format!("input `{name}` is {}, not MASK", other.type_name()),
+            ));
+        }
+        None => {
+            return Err(NodeError::of_kind(
+                ErrorKind::WrongType,
+                format!("input `{name}` is missing"),
+            ));
+        }
+    };
+    let dims = match *tensor.shape() {
+        [b, h, w] => [b, h, w],
+        [h, w] => [1, h, w],
+        ref other => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("a MASK is [B, H, W], got {other:?}"),
+            ));
+        }
+    };
+    Ok((tensor, dims))
+}
+
+/// A tensor from a shape and values built by the node (always consistent).
+fn tensor(shape: Vec<usize>, values: Vec<f32>) -> Result<Tensor, NodeError> {
+    Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// A count input (`amount`, `length`, sizes), at least 1 by its declared range.
+fn positive(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+    let v = inputs.int(name)?;
+    usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
+        NodeError::of_kind(ErrorKind::InvalidValue, format!("`{name}` must be positive, got {v}"))
+    })
+}
+
+/// The nodes, in ComfyUI's registration order within their modules.
+pub(super) fn nodes() -> Vec<Pure> {
+    const MASKS: &str = "comfy_extras.nodes_mask";
+    const IMAGES: &str = "comfy_extras.nodes_images";
+    vec![
+        Pure::new(
+            spec("SolidMask", "Create Solid Mask", "image/mask", MASKS)
+                .input(InputDef::float("value", 1.0, 0.0, 1.0).option("step", 0.01))
+                .input(InputDef::int("width", 512, 1, 16384).option("step", 1))
+                .input(InputDef::int("height", 512, 1, 16384).option("step", 1))
+                .output(OutputDef::new("MASK")),
+            |inputs| {
+                let (w, h) = (positive(inputs, "width")?, positive(inputs, "height")?);
+                let value = inputs.float("value")? as f32;
+                Ok(vec![Value::Mask(tensor(vec![1, h, w], vec![value; h * w])?)])
+            },
+        ),
+        Pure::new(
+            spec("InvertMask", "Invert Mask", "image/mask", MASKS)
+                .input(InputDef::typed("mask", "MASK"))
+                .output(OutputDef::new("MASK"))
+                .aliases(&["reverse mask", "flip mask"]),
+            |inputs| {
+                let (m, _) = mask(inputs, "mask")?;
+                let inverted = m.data().iter().map(|v| 1.0 - v).collect();
+                Ok(vec![Value::Mask(tensor(m.shape().to_vec(), inverted)?)])
+            },
+        ),
+        Pure::new(
+            spec("MaskToImage", "Convert Mask to Image", "image/mask", MASKS)
+                .input(InputDef::typed("mask", "MASK"))
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["convert mask"]),
+            |inputs| {
+                let (m, [b, h, w]) = mask(inputs, "mask")?;
+                let rgb = m.data().iter().flat_map(|&v| [v, v, v]).collect();
+                Ok(vec![Value::Image(tensor(vec![b, h, w, 3], rgb)?)])
+            },
+        ),
+        Pure::new(
+            spec("ImageToMask", "Convert Image to Mask", "image/mask", MASKS)
+                .input(InputDef::typed("image", "IMAGE"))
+                .input(InputDef::v3_combo("channel", &["red", "green", "blue", "alpha"]))
+                .output(OutputDef::new("MASK"))
+                .aliases(&["extract channel", "channel to mask"]),
+            |inputs| {
+                let image = inputs.image("image")?;
+                let (b, h, w, c) = dims(image)?;
+                let name = inputs.string("channel")?;
+                let channel = ["red", "green", "blue", "alpha"]
+                    .iter()
+                    .position(|&n| n == name)
+                    .filter(|&i| i < c)
+                    .ok_or_else(|| {
+                        NodeError::of_kind(
+                            ErrorKind::InvalidValue,
+                            format!("the image has {c} channels, no `{name}` channel"),
+                        )
+                    })?;
+                let values = image.data().iter().skip(channel).step_by(c).copied().collect();
+                Ok(vec![Value::Mask(tensor(vec![b, h, w], values)?)])
+            },
+        ),
+        Pure::new(
+            spec(
+                "JoinImageWithAlpha",
+                "Join Image with Alpha",
+                "image/compositing",
+                "comfy_extras.nodes_compositing",
+            )
+            .input(InputDef::typed("image", "IMAGE"))
+            .input(InputDef::typed("alpha", "MASK"))
+            .output(OutputDef::new("IMAGE"))
+            .aliases(&["add transparency", "apply alpha", "composite alpha", "RGBA"]),
+            join_alpha,
+        ),
+        Pure::new(
+            spec("RepeatImageBatch", "Repeat Image Batch", "image/batch", IMAGES)
+                .input(InputDef::typed("image", "IMAGE"))
+                .input(InputDef::int("amount", 1, 1, 4096))
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["duplicate image", "clone image"]),
+            |inputs| {
+                let image = inputs.image("image")?;
+                let amount = positive(inputs, "amount")?;
+                let mut shape = image.shape().to_vec();
+                shape[0] *= amount;
+                Ok(vec![Value::Image(tensor(shape, image.data().repeat(amount))?)])
+            },
+        ),
+        Pure::new(
+            spec("ImageFromBatch", "Get Image from Batch", "image/batch", IMAGES)
+                .input(InputDef::typed("image", "IMAGE"))
+                .input(InputDef::int("batch_index", 0, -16384, 16384))
+                .input(InputDef::int("length", 1, 1, 4096))
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["select image", "pick from batch", "extract image"]),
+            |inputs| {
+                let image = inputs.image("image")?;
+                let (b, h, w, c) = dims(image)?;
+                let (start, len) =
+                    batch_range(b, inputs.int("batch_index")?, positive(inputs, "length")?);
+                let per = h * w * c;
+                let values = image.data()[start * per..(start + len) * per].to_vec();
+                Ok(vec![Value::Image(tensor(vec![len, h, w, c], values)?)])
+            },
+        ),
+        Pure::new(
+            spec(
+                "ImageScaleToTotalPixels",
+                "Scale Image to Total Pixels",
+                "image/upscaling",
+                "comfy_extras.nodes_post_processing",
+            )
+            .input(InputDef::typed("image", "IMAGE"))
+            .input(InputDef::v3_combo("upscale_method", &METHODS))
+            .input(InputDef::float("megapixels", 1.0, 0.01, 16.0).option("step", 0.01))
+            .input(
+                InputDef::bare("resolution_steps", "INT")
+                    .option("advanced", true)
+                    .option("default", 1)
+                    .option("min", 1)
+                    .option("max", 256),
+            )
+            .output(OutputDef::new("IMAGE")),
+            |inputs| {
+                let image = inputs.image("image")?;
+                let (_, h, w, _) = dims(image)?;
+                let (width, height) = total_pixels_size(
+                    w,
+                    h,
+                    inputs.float("megapixels")?,
+                    positive(inputs, "resolution_steps")?,
+                );
+                let out = resize(image, width, height, inputs.string("upscale_method")?, false)?;
+                Ok(vec![Value::Image(out)])
+            },
+        ),
+    ]
+}
+
+/// `ImageFromBatch`'s slice of a batch of `batch`: a negative index counts from the end, then both are
+/// clamped into the batch, as ComfyUI does.
+fn batch_range(batch: usize, index: i64, length: usize) -> (usize, usize) {
+    let batch_i = batch as i64;
+    let index = if index < 0 { index + batch_i } else { index };
+    let start = index.clamp(0, (batch_i - 1).max(0)) as usize;
+    (start, length.min(batch - start))
+}
+
+/// `ImageScaleToTotalPixels`' size: the image scaled to `megapixels` (of 1024² pixels), each side rounded
+/// (Python's `round`, ties to even) to a multiple of `steps`.
+fn total_pixels_size(w: usize, h: usize, megapixels: f64, steps: usize) -> (usize, usize) {
+    let scale = (megapixels * 1024.0 * 1024.0 / (w * h) as f64).sqrt();
+    let side = |len: usize| {
+        ((len as f64 * scale / steps as f64).round_ties_even() as usize * steps).max(1)
+    };
+    (side(w), side(h))
+}
+
+/// `JoinImageWithAlpha`: RGB of `image` with `1 − alpha` (resized to the image with bilinear filtering when it
+/// differs) as the fourth channel; the shorter batch repeats to the longer one.
+fn join_alpha(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let image = inputs.image("image")?;
+    let (b, h, w, c) = dims(image)?;
+    let (alpha, [ab, ah, aw]) = mask(inputs, "alpha")?;
+    let alpha = if (ah, aw) == (h, w) {
+        alpha
+    } else {
+        // As an image of one channel through ComfyUI's bilinear resize (`resize_mask`).
+        let as_image = tensor(vec![ab, ah, aw, 1], alpha.data().to_vec())?;
+        let resized = resize(&as_image, w, h, "bilinear", false)?;
+        tensor(vec![ab, h, w], resized.data().to_vec())?
+    };
+    let batch = b.max(ab);
+    let rgb = c.min(3);
+    let mut out = Vec::with_capacity(batch * h * w * 4);
+    for i in 0..batch {
+        let img = &image.data()[(i % b) * h * w * c..][..h * w * c];
+        let a = &alpha.data()[(i % ab) * h * w..][..h * w];
+        for (pixel, alpha) in img.chunks_exact(c).zip(a) {
+            out.extend_from_slice(&pixel[..rgb]);
+            out.extend(std::iter::repeat_n(0.0, 3 - rgb));
+            out.push(1.0 - alpha);
+        }
+    }
+    Ok(vec![Value::Image(tensor(vec![batch, h, w, 4], out)?)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_ranges_clamp_as_comfyui() {
+        assert_eq!(batch_range(4, 1, 2), (1, 2));
+        assert_eq!(batch_range(4, -1, 3), (3, 1));
+        assert_eq!(batch_range(4, 9, 1), (3, 1));
+        assert_eq!(batch_range(4, -9, 9), (0, 4));
+    }
+
+    #[test]
+    fn total_pixels_round_to_the_steps() {
+        assert_eq!(total_pixels_size(512, 512, 1.0, 1), (1024, 1024));
+        assert_eq!(total_pixels_size(640, 480, 0.25, 64), (576, 448));
+    }
+}
