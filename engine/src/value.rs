@@ -92,7 +92,7 @@ impl Value {
     pub fn repr(&self) -> String {
         match self {
             Value::Int(v) => v.to_string(),
-            Value::Float(v) => v.to_string(),
+            Value::Float(v) => python_float(*v),
             Value::String(v) => v.clone(),
             Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
             Value::Image(t) | Value::Mask(t) | Value::Latent(t) => format!("tensor{:?}", t.shape()),
@@ -131,6 +131,53 @@ impl Value {
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
+        }
+    }
+}
+
+/// A float as Python's `str` writes it: the shortest round-trip digits, `.0` on integral values, exponent
+/// notation (`1e+16`, `1e-05`) outside 1e-4 ≤ |v| < 1e16, `inf` and `nan`.
+pub fn python_float(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".to_owned();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
+    }
+    // `{:e}` gives the shortest round-trip digits as `d.ddde±x`.
+    let scientific = format!("{v:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if (-4..16).contains(&exponent) {
+        let fixed = format!("{v}");
+        if fixed.contains('.') { fixed } else { format!("{fixed}.0") }
+    } else {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_float;
+
+    #[test]
+    fn floats_print_as_python_prints_them() {
+        let cases = [
+            (250.0, "250.0"),
+            (0.1, "0.1"),
+            (-2.5, "-2.5"),
+            (1e16, "1e+16"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (123456789012345.6, "123456789012345.6"),
+            (f64::INFINITY, "inf"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(python_float(v), want, "{v}");
         }
     }
 }

@@ -335,9 +335,7 @@ impl Validator<'_> {
         let mut valid = true;
         let mut converted: BTreeMap<String, Value> = BTreeMap::new();
 
-        for (def, required) in
-            spec.required.iter().map(|d| (d, true)).chain(spec.optional.iter().map(|d| (d, false)))
-        {
+        for (def, required) in spec.live_inputs() {
             let name = def.name.as_str();
             let Some(input) = node.inputs.get(name) else {
                 if required {

@@ -16,7 +16,7 @@ pub use crate::roots::FileKind;
 pub use builtin::builtin_registry;
 pub use context::{Context, Interrupted, ProgressSink};
 pub use error::{ErrorKind, NodeError};
-pub use spec::{Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef};
+pub use spec::{AUTOGROW, Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef};
 
 use kiln_models::sampling::Sampler;
 

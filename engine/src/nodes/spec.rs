@@ -29,6 +29,9 @@ impl InputType {
 /// the template's types in step (ComfyUI's `validate_node_input`).
 pub const MATCHTYPE: &str = "COMFY_MATCHTYPE_V3";
 
+/// The type of a V3 `Autogrow` input: the frontend grows it into inputs named after it (`values.a`, ...).
+pub const AUTOGROW: &str = "COMFY_AUTOGROW_V3";
+
 /// One declared input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputDef {
@@ -281,6 +284,9 @@ pub struct NodeSpec {
     /// omitted), a V3 class by the dump of its `NodeInfoV1` dataclass (every field present, absent ones `null`,
     /// another key order).
     pub v3: bool,
+    /// The inputs V3 `Autogrow` inputs grow into (`values.a`, `values.b`, ...), by the declared input's name,
+    /// each with whether it is required: what validation and execution see in its place.
+    pub grown: Vec<(String, Vec<(InputDef, bool)>)>,
     /// Whether cached results are shared between cache partitions (workspaces of a multi-user server): only
     /// for nodes whose result depends on nothing a partition owns, the model loaders (model folders are the
     /// server's; a cache hit on one can tell a workspace that the file was loaded recently). Every other node's
@@ -310,6 +316,7 @@ impl NodeSpec {
             python_module: "nodes".to_owned(),
             deprecated: false,
             experimental: false,
+            grown: Vec::new(),
             v3: false,
             shared_between_partitions: false,
         }
@@ -422,17 +429,60 @@ impl NodeSpec {
         self
     }
 
-    /// A declared (required or optional) input by name, and whether it is required.
+    /// A spec's input by name (a grown input included), and whether it is required.
     pub fn input_def(&self, name: &str) -> Option<(&InputDef, bool)> {
-        self.required
-            .iter()
-            .find(|i| i.name == name)
-            .map(|i| (i, true))
-            .or_else(|| self.optional.iter().find(|i| i.name == name).map(|i| (i, false)))
+        self.live_inputs().find(|(i, _)| i.name == name)
     }
 
-    /// Every declared input, required first.
+    /// Every input a prompt gives the node, required first, in declaration order: an `Autogrow` input stands
+    /// for the inputs it grows into.
     pub fn inputs(&self) -> impl Iterator<Item = &InputDef> {
-        self.required.iter().chain(&self.optional)
+        self.live_inputs().map(|(def, _)| def)
+    }
+
+    /// [`NodeSpec::inputs`] with whether each is required.
+    pub fn live_inputs(&self) -> impl Iterator<Item = (&InputDef, bool)> {
+        let declared =
+            self.required.iter().map(|d| (d, true)).chain(self.optional.iter().map(|d| (d, false)));
+        declared.flat_map(move |(def, required)| {
+            let grown = self.grown.iter().find(|(name, _)| *name == def.name);
+            let items: Vec<(&InputDef, bool)> = match grown {
+                Some((_, inputs)) => inputs.iter().map(|(d, r)| (d, *r)).collect(),
+                None => vec![(def, required)],
+            };
+            items
+        })
+    }
+
+    /// Adds a required V3 `Autogrow` input `name` whose template is `template` (named as ComfyUI names it,
+    /// e.g. `value`), grown under `names` (`name.a`, `name.b`, ...), the first `min` required.
+    pub fn autogrow(
+        mut self,
+        name: &str,
+        template: InputDef,
+        names: &[&str],
+        min: usize,
+    ) -> NodeSpec {
+        let config = serde_json::json!({"template": {
+            "input": {"required": {template.name.clone(): template.config_json()}},
+            "names": names,
+            "min": min,
+        }});
+        let declared = InputDef {
+            name: name.to_owned(),
+            ty: InputType::Named(AUTOGROW.to_owned()),
+            options: match config {
+                Json::Object(map) => map,
+                _ => Map::new(),
+            },
+            options_declared: false,
+        };
+        let grown = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (InputDef { name: format!("{name}.{n}"), ..template.clone() }, i < min))
+            .collect();
+        self.grown.push((name.to_owned(), grown));
+        self.input(declared)
     }
 }

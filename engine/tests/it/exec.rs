@@ -45,7 +45,7 @@ fn lazy_inputs_the_node_does_not_need_never_run() {
     let ran = h.run(graph);
     assert_eq!(ran.summary.outcome, Outcome::Success);
     assert_eq!(ran.executed(), ids(&["1", "3", "4"]), "node 2 feeds only the unused lazy input b");
-    assert_eq!(ran.text("4"), ["1"]);
+    assert_eq!(ran.text("4"), ["1.0"]);
 }
 
 #[test]
@@ -59,7 +59,7 @@ fn the_lazy_switch_runs_only_the_branch_taken() {
     });
     let ran = h.run(graph);
     assert_eq!(ran.executed(), ids(&["2", "3", "4"]));
-    assert_eq!(ran.text("4"), ["2"]);
+    assert_eq!(ran.text("4"), ["2.0"]);
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn changing_one_input_reruns_only_its_dependants() {
         h.run(const_graph(1.0, 2.0));
         let ran = h.run(const_graph(1.0, 3.0));
         assert_eq!(ran.executed(), ids(&["2", "3", "4"]), "{policy:?}");
-        assert_eq!(ran.text("4"), ["2"], "{policy:?}");
+        assert_eq!(ran.text("4"), ["2.0"], "{policy:?}");
     }
 }
 
@@ -153,7 +153,7 @@ fn identical_nodes_share_a_result_unless_not_idempotent() {
         2,
         "two identical not-idempotent nodes each run"
     );
-    assert_eq!((ran.text("3"), ran.text("4")), (vec!["1".to_owned()], vec!["1".to_owned()]));
+    assert_eq!((ran.text("3"), ran.text("4")), (vec!["1.0".to_owned()], vec!["1.0".to_owned()]));
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn two_outputs_sharing_an_input_each_get_it() {
         "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
         "3": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
     }));
-    assert_eq!((ran.text("2"), ran.text("3")), (vec!["7".to_owned()], vec!["7".to_owned()]));
+    assert_eq!((ran.text("2"), ran.text("3")), (vec!["7.0".to_owned()], vec!["7.0".to_owned()]));
     assert_eq!(h.const_runs.load(Ordering::SeqCst), 1, "the shared input ran once");
 }
 
@@ -209,10 +209,10 @@ fn list_outputs_map_nodes_over_their_elements() {
     }));
     assert_eq!(
         ran.text("3"),
-        ["0", "1", "2"],
+        ["0.0", "1.0", "2.0"],
         "node 2 ran once per element, its outputs collected into a list"
     );
-    assert_eq!(ran.text("5"), ["3"], "an is_input_list node sees the whole list");
+    assert_eq!(ran.text("5"), ["3.0"], "an is_input_list node sees the whole list");
 }
 
 #[test]
@@ -303,7 +303,7 @@ fn a_failure_reports_the_nodes_the_cache_tracks_as_current_outputs() {
     let ran = h.run(prompt.clone());
     let first = failure(&ran);
     assert_eq!(first.node, NodeId::from("3"));
-    assert_eq!(ran.text("2"), ["1"], "node 2 showed its output before node 3 failed");
+    assert_eq!(ran.text("2"), ["1.0"], "node 2 showed its output before node 3 failed");
     assert_eq!(sorted(&first.executed), ["1", "2"]);
     assert_eq!(sorted(&first.current_outputs), ["1", "2", "3", "4", "5"]);
 

@@ -208,6 +208,24 @@ fn mask_and_batch_nodes_compute_what_they_say() {
 }
 
 #[test]
+fn math_expressions_take_grown_inputs_as_the_frontend_sends_them() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    // The frontend sends an Autogrow input's slots as `values.a`, `values.b`, ...: links or literals.
+    let ran = h.run(json!({
+        "1": {"class_type": "PrimitiveInt", "inputs": {"value": 1000}},
+        "2": {"class_type": "ComfyMathExpression", "inputs": {"expression": "(a + 7) & -8", "values.a": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 1]}},
+        "4": {"class_type": "ComfyMathExpression", "inputs": {"expression": "max(values) / b if c else 0", "values.a": ["2", 0], "values.b": 4, "values.c": true}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+        "6": {"class_type": "PreviewAny", "inputs": {"source": ["4", 2]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!(ran.text("3"), ["1000"]);
+    assert_eq!(ran.text("5"), ["250.0"]);
+    assert_eq!(ran.text("6"), ["True"]);
+}
+
+#[test]
 fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
     let mut h = Harness::new(CachePolicy::Classic);
     let prompt = json!({

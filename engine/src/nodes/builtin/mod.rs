@@ -3,6 +3,7 @@
 
 mod conditioning;
 mod custom_sampling;
+mod expression;
 mod files;
 mod guidance;
 mod image;

@@ -2,8 +2,11 @@
 //! wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`) and
 //! `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
 
+use std::collections::BTreeMap;
+
+use super::expression::{Num, evaluate};
 use super::pure::Pure;
-use crate::nodes::{ErrorKind, InputDef, NodeError, NodeSpec, OutputDef};
+use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
 /// A multiline `STRING` input without a default, as `io.String.Input(name, multiline=True)` declares it.
@@ -126,6 +129,18 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
         Pure::new(
+            NodeSpec::new("ComfyMathExpression", "Math Expression", "utilities")
+                .python_module("comfy_extras.nodes_math")
+                .v3()
+                .input(InputDef::string("expression", "a + b").option("multiline", true))
+                .autogrow("values", InputDef::bare("value", "FLOAT,INT,BOOLEAN"), &VALUE_NAMES, 1)
+                .output(OutputDef::new("FLOAT"))
+                .output(OutputDef::new("INT"))
+                .output(OutputDef::new("BOOLEAN").named("BOOL"))
+                .aliases(&["expression", "formula", "calculate", "calculator", "eval", "math"]),
+            math_expression,
+        ),
+        Pure::new(
             NodeSpec::new("ComfyNumberConvert", "Convert Number", "utilities")
                 .python_module("comfy_extras.nodes_number_convert")
                 .v3()
@@ -155,6 +170,75 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
     ]
+}
+
+/// The names `ComfyMathExpression` grows its `values` under.
+const VALUE_NAMES: [&str; 26] = [
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
+    "t", "u", "v", "w", "x", "y", "z",
+];
+
+/// `ComfyMathExpression`: the expression over the inputs given (`a`, `b`, ... and `values`, all of them in
+/// order), as a float, an int (truncated) and a bool.
+fn math_expression(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let invalid = |msg: String| NodeError::of_kind(ErrorKind::InvalidValue, msg);
+    let expression = inputs.string("expression")?;
+    if expression.trim().is_empty() {
+        return Err(invalid("Expression cannot be empty.".to_owned()));
+    }
+    let mut names = BTreeMap::new();
+    let mut all = Vec::new();
+    for name in VALUE_NAMES {
+        let Some(value) = inputs.get(&format!("values.{name}")) else { continue };
+        let num = match value {
+            Value::Int(i) => Num::Int(*i),
+            Value::Float(f) => Num::Float(*f),
+            Value::Bool(b) => Num::Bool(*b),
+            Value::Json(json) => match &**json {
+                serde_json::Value::Bool(b) => Num::Bool(*b),
+                serde_json::Value::Number(n) => n
+                    .as_i64()
+                    .map(Num::Int)
+                    .or_else(|| n.as_f64().map(Num::Float))
+                    .unwrap_or(Num::Int(0)),
+                other => return Err(invalid(format!("`{name}` is not a number: {other}"))),
+            },
+            other => {
+                return Err(invalid(format!("`{name}` is {}, not a number", other.type_name())));
+            }
+        };
+        all.push(num.clone());
+        names.insert(name.to_owned(), num);
+    }
+    names.insert("values".to_owned(), Num::List(all));
+    let result = evaluate(expression, &names).map_err(invalid)?;
+    let float = match &result {
+        Num::Bool(_) | Num::Int(_) | Num::Float(_) => match result {
+            Num::Bool(b) => f64::from(u8::from(b)),
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+            Num::List(_) => 0.0,
+        },
+        Num::List(_) => {
+            return Err(invalid(format!(
+                "Math Expression '{expression}' must evaluate to a numeric result, got list"
+            )));
+        }
+    };
+    if !float.is_finite() {
+        return Err(invalid(format!(
+            "Math Expression '{expression}' produced a non-finite result: {float}"
+        )));
+    }
+    let int = match result {
+        Num::Bool(b) => i64::from(b),
+        Num::Int(i) => i,
+        _ if float.abs() < 9.223_372_036_854_776e18 => float.trunc() as i64,
+        _ => {
+            return Err(invalid(format!("Math Expression '{expression}' is too large for an INT")));
+        }
+    };
+    Ok(vec![Value::Float(float), Value::Int(int), Value::Bool(float != 0.0)])
 }
 
 /// `ResolutionSelector`'s size: the ratio scaled to `megapixels` (of 1024² pixels), each side rounded to the
