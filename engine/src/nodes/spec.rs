@@ -456,18 +456,44 @@ impl NodeSpec {
 
     /// Adds a required V3 `Autogrow` input `name` whose template is `template` (named as ComfyUI names it,
     /// e.g. `value`), grown under `names` (`name.a`, `name.b`, ...), the first `min` required.
-    pub fn autogrow(
-        mut self,
-        name: &str,
-        template: InputDef,
-        names: &[&str],
-        min: usize,
-    ) -> NodeSpec {
+    pub fn autogrow(self, name: &str, template: InputDef, names: &[&str], min: usize) -> NodeSpec {
+        let grown: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let config = serde_json::json!({"template": {
             "input": {"required": {template.name.clone(): template.config_json()}},
             "names": names,
             "min": min,
         }});
+        self.grow(name, template, config, grown, min)
+    }
+
+    /// Adds a required V3 `Autogrow` input `name` grown under `prefix0` … `prefix{max − 1}` (`TemplatePrefix`),
+    /// the first `min` required.
+    pub fn autogrow_prefix(
+        self,
+        name: &str,
+        template: InputDef,
+        prefix: &str,
+        (min, max): (usize, usize),
+    ) -> NodeSpec {
+        let grown: Vec<String> = (0..max).map(|i| format!("{prefix}{i}")).collect();
+        let config = serde_json::json!({"template": {
+            "input": {"required": {template.name.clone(): template.config_json()}},
+            "prefix": prefix,
+            "min": min,
+            "max": max,
+        }});
+        self.grow(name, template, config, grown, min)
+    }
+
+    /// Declares Autogrow input `name` with its `config` and records the inputs it grows into.
+    fn grow(
+        mut self,
+        name: &str,
+        template: InputDef,
+        config: Json,
+        names: Vec<String>,
+        min: usize,
+    ) -> NodeSpec {
         let declared = InputDef {
             name: name.to_owned(),
             ty: InputType::Named(AUTOGROW.to_owned()),

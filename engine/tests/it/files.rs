@@ -195,6 +195,13 @@ fn mask_and_batch_nodes_compute_what_they_say() {
         "13": {"class_type": "ImageScaleToTotalPixels", "inputs": {"image": ["1", 0], "upscale_method": "nearest-exact", "megapixels": 0.01, "resolution_steps": 2}},
         "14": {"class_type": "GetImageSize", "inputs": {"image": ["13", 0]}},
         "15": {"class_type": "PreviewAny", "inputs": {"source": ["14", 0]}},
+        // An RGBA image and a smaller RGB one in one batch: padded to four channels, resized to the first.
+        "16": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 2, "color": 0x00FF00}},
+        "17": {"class_type": "BatchImagesNode", "inputs": {"images.image0": ["5", 0], "images.image1": ["16", 0]}},
+        "18": {"class_type": "GetImageSize", "inputs": {"image": ["17", 0]}},
+        "19": {"class_type": "PreviewAny", "inputs": {"source": ["18", 0]}},
+        "20": {"class_type": "PreviewAny", "inputs": {"source": ["18", 2]}},
+        "21": {"class_type": "SaveImage", "inputs": {"images": ["17", 0], "filename_prefix": "batched"}},
     }));
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
     assert_eq!(ran.text("12"), ["3"]);
@@ -205,6 +212,9 @@ fn mask_and_batch_nodes_compute_what_they_say() {
     assert_eq!(alpha.get_pixel(3, 2).0, [255, 0, 0, 191], "1 − 0.25, resized to the image");
     let mask = image::open(h.roots.output.join("mask_00001_.png")).expect("saved").to_rgb8();
     assert_eq!(mask.get_pixel(0, 0).0, [0, 0, 0], "red 1 inverted");
+    assert_eq!((ran.text("19"), ran.text("20")), (vec!["8".to_owned()], vec!["3".to_owned()]));
+    let green = image::open(h.roots.output.join("batched_00002_.png")).expect("saved").to_rgba8();
+    assert_eq!((green.width(), green.get_pixel(5, 3).0), (8, [0, 255, 0, 255]), "padded with alpha 1");
 }
 
 #[test]

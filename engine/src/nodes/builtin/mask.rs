@@ -151,6 +151,26 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
         Pure::new(
+            spec(
+                "BatchImagesNode",
+                "Batch Images",
+                "image/batch",
+                "comfy_extras.nodes_post_processing",
+            )
+            .autogrow_prefix("images", InputDef::typed("image", "IMAGE"), "image", (1, 50))
+            .output(OutputDef::new("IMAGE"))
+            .aliases(&[
+                "batch",
+                "image batch",
+                "batch images",
+                "combine images",
+                "merge images",
+                "stack images",
+            ])
+            .essentials("Image Tools"),
+            batch_images,
+        ),
+        Pure::new(
             spec("ImageFromBatch", "Get Image from Batch", "image/batch", IMAGES)
                 .input(InputDef::typed("image", "IMAGE"))
                 .input(InputDef::int("batch_index", 0, -16384, 16384))
@@ -199,6 +219,44 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
     ]
+}
+
+/// `BatchImagesNode`: the given images (`images.image0`, ...) in one batch; a missing fourth channel is
+/// padded with 1 and every image is resized (bilinear, centre crop) to the first one's size, as ComfyUI's
+/// `batch_images` does.
+fn batch_images(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let images: Vec<&Tensor> = (0..50)
+        .filter_map(|i| match inputs.get(&format!("images.image{i}")) {
+            Some(Value::Image(t)) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = images.first() else {
+        return Err(NodeError::of_kind(ErrorKind::InvalidValue, "no image to batch"));
+    };
+    let max_channels =
+        images.iter().map(|t| dims(t).map(|d| d.3)).collect::<Result<Vec<_>, _>>()?;
+    let max_channels = max_channels.into_iter().max().unwrap_or(3);
+    let (_, h, w, _) = dims(first)?;
+    let mut out = Vec::new();
+    let mut batch = 0;
+    for image in &images {
+        let (b, ih, iw, c) = dims(image)?;
+        let mut image = (*image).clone();
+        if c < max_channels {
+            // One channel of 1.0 (torch's `pad(image, (0, 1), value=1.0)`).
+            let padded =
+                image.data().chunks_exact(c).flat_map(|p| p.iter().copied().chain([1.0])).collect();
+            image = tensor(vec![b, ih, iw, c + 1], padded)?;
+        }
+        if (ih, iw) != (h, w) {
+            image = resize(&image, w, h, "bilinear", true)?;
+        }
+        batch += image.shape()[0];
+        out.extend_from_slice(image.data());
+    }
+    let channels = out.len() / (batch * h * w).max(1);
+    Ok(vec![Value::Image(tensor(vec![batch, h, w, channels], out)?)])
 }
 
 /// `ImageFromBatch`'s slice of a batch of `batch`: a negative index counts from the end, then both are
