@@ -7,6 +7,31 @@ use kiln_models::sampling::Sampler;
 use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
 
+/// `LATENT`: ComfyUI's latent dict. Nodes that change the samples keep the rest, as ComfyUI's copy the dict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latent {
+    /// `[B, C, H, W]`, in the VAE's space.
+    pub samples: Tensor,
+    /// Where sampling may change the latent (`SetLatentNoiseMask`): `[B or 1, 1, H', W']` in 0..=1, at any
+    /// resolution (resized to the latent's when sampling); 0 keeps the input.
+    pub noise_mask: Option<Tensor>,
+    /// Which samples of a larger batch these are (`LatentFromBatch`): the starting noise is drawn for the
+    /// whole batch and these taken, so a sample keeps its noise.
+    pub batch_index: Option<Vec<i64>>,
+}
+
+impl Latent {
+    /// Samples with nothing riding along.
+    pub fn new(samples: Tensor) -> Latent {
+        Latent { samples, noise_mask: None, batch_index: None }
+    }
+
+    /// The same latent with other samples (ComfyUI's `s = samples.copy(); s["samples"] = ...`).
+    pub fn with_samples(&self, samples: Tensor) -> Latent {
+        Latent { samples, ..self.clone() }
+    }
+}
+
 /// A value on a link or a node input.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -22,8 +47,8 @@ pub enum Value {
     Image(Tensor),
     /// `MASK`: `[B, H, W]` in `0..=1`.
     Mask(Tensor),
-    /// `LATENT`: `samples` `[B, C, H, W]`.
-    Latent(Tensor),
+    /// `LATENT`: ComfyUI's latent dict (`samples` and what rides along).
+    Latent(Latent),
     /// Any other JSON value a widget accepts.
     Json(Arc<serde_json::Value>),
     /// `MODEL`: a diffusion model with its sampling settings (and patches).
@@ -70,7 +95,10 @@ impl Value {
     /// Bytes held by tensors (what RAM-pressure eviction counts).
     pub fn byte_size(&self) -> usize {
         match self {
-            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => t.byte_size(),
+            Value::Image(t) | Value::Mask(t) => t.byte_size(),
+            Value::Latent(l) => {
+                l.samples.byte_size() + l.noise_mask.as_ref().map_or(0, Tensor::byte_size)
+            }
             Value::Int(_)
             | Value::Float(_)
             | Value::Bool(_)
@@ -95,7 +123,8 @@ impl Value {
             Value::Float(v) => python_float(*v),
             Value::String(v) => v.clone(),
             Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
-            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => format!("tensor{:?}", t.shape()),
+            Value::Image(t) | Value::Mask(t) => format!("tensor{:?}", t.shape()),
+            Value::Latent(l) => format!("tensor{:?}", l.samples.shape()),
             Value::Json(v) => v.to_string(),
             Value::Sigmas(s) => format!("tensor{s:?}"),
             Value::Model(_)
@@ -117,9 +146,8 @@ impl Value {
             }
             Value::String(v) => v.clone().into(),
             Value::Bool(v) => (*v).into(),
-            Value::Image(t) | Value::Mask(t) | Value::Latent(t) => {
-                serde_json::json!({"tensor": t.shape()})
-            }
+            Value::Image(t) | Value::Mask(t) => serde_json::json!({"tensor": t.shape()}),
+            Value::Latent(l) => serde_json::json!({"tensor": l.samples.shape()}),
             Value::Json(v) => (**v).clone(),
             Value::Sigmas(s) => {
                 serde_json::json!(s.iter().map(|&v| f64::from(v)).collect::<Vec<_>>())

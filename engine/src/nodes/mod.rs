@@ -22,7 +22,7 @@ use kiln_models::sampling::Sampler;
 
 use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// A node class.
 pub trait Node: Send + Sync + 'static {
@@ -153,7 +153,7 @@ impl Inputs {
     }
 
     /// A `LATENT` input.
-    pub fn latent(&self, name: &str) -> Result<&Tensor, NodeError> {
+    pub fn latent(&self, name: &str) -> Result<&Latent, NodeError> {
         match self.required(name)? {
             Value::Latent(t) => Ok(t),
             other => Err(self.wrong(name, "LATENT", other)),

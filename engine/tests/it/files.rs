@@ -214,7 +214,11 @@ fn mask_and_batch_nodes_compute_what_they_say() {
     assert_eq!(mask.get_pixel(0, 0).0, [0, 0, 0], "red 1 inverted");
     assert_eq!((ran.text("19"), ran.text("20")), (vec!["8".to_owned()], vec!["3".to_owned()]));
     let green = image::open(h.roots.output.join("batched_00002_.png")).expect("saved").to_rgba8();
-    assert_eq!((green.width(), green.get_pixel(5, 3).0), (8, [0, 255, 0, 255]), "padded with alpha 1");
+    assert_eq!(
+        (green.width(), green.get_pixel(5, 3).0),
+        (8, [0, 255, 0, 255]),
+        "padded with alpha 1"
+    );
 }
 
 #[test]

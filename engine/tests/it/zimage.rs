@@ -593,3 +593,58 @@ fn issue_21_cfg_patches_change_how_the_sampler_combines_predictions() {
         assert!(max_diff(&saved(&h, &ran), &plain) > 0, "{class} changes the image");
     }
 }
+
+#[test]
+fn issue_21_a_noise_mask_keeps_what_it_masks_out() {
+    let mut h = harness(SynthDtype::Bf16);
+    // An encoded image as the latent, sampled fully, through SetLatentNoiseMask with a solid mask.
+    let masked = |value: f64| {
+        let mut prompt = graph(ksampler(4, 2, "euler"));
+        prompt["80"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0x336699}});
+        prompt["81"] = json!({"class_type": "VAEEncode", "inputs": {"pixels": ["80", 0], "vae": ["63", 0]}});
+        prompt["82"] = json!({"class_type": "SolidMask", "inputs": {"value": value, "width": 32, "height": 32}});
+        prompt["83"] = json!({"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["81", 0], "mask": ["82", 0]}});
+        prompt["70"]["inputs"]["latent_image"] = json!(["83", 0]);
+        prompt
+    };
+    let mut unmasked = masked(1.0);
+    unmasked["70"]["inputs"]["latent_image"] = json!(["81", 0]);
+    let unmasked = h.run(unmasked);
+    let unmasked = saved(&h, &unmasked);
+    // A mask of 1 lets the sampler change everything: the unmasked image, bit for bit.
+    let all = h.run(masked(1.0));
+    assert_eq!(max_diff(&saved(&h, &all), &unmasked), 0);
+    // A mask of 0 keeps the input: the sampled latent decodes to the encoded image's decode.
+    let none = h.run(masked(0.0));
+    let mut decoded = masked(0.0);
+    decoded["65"]["inputs"]["samples"] = json!(["81", 0]);
+    let decoded = h.run(decoded);
+    assert!(max_diff(&saved(&h, &none), &saved(&h, &decoded)) <= 1);
+    assert!(max_diff(&saved(&h, &none), &unmasked) > 1);
+}
+
+#[test]
+fn issue_21_a_latent_taken_from_a_batch_keeps_its_noise() {
+    let mut h = harness(SynthDtype::Bf16);
+    // The second image of a batch of two...
+    let mut batch = graph(ksampler(12, 2, "euler"));
+    batch["68"]["inputs"]["batch_size"] = json!(2);
+    batch["90"] = json!({"class_type": "ImageFromBatch", "inputs": {"image": ["65", 0], "batch_index": 1, "length": 1}});
+    batch["9"]["inputs"]["images"] = json!(["90", 0]);
+    let whole = h.run(batch.clone());
+    let whole = saved(&h, &whole);
+    // ...is the image of that latent taken from the batch before sampling (its batch index picks its noise).
+    let mut one = batch.clone();
+    one["91"] = json!({"class_type": "LatentFromBatch", "inputs": {"samples": ["68", 0], "batch_index": 1, "length": 1}});
+    one["70"]["inputs"]["latent_image"] = json!(["91", 0]);
+    one["9"]["inputs"]["images"] = json!(["65", 0]);
+    let taken = h.run(one.clone());
+    assert!(max_diff(&saved(&h, &taken), &whole) <= 1);
+    // Repeated, the batch index carries on: the repeat's second sample has noise of its own.
+    one["92"] = json!({"class_type": "RepeatLatentBatch", "inputs": {"samples": ["91", 0], "amount": 2}});
+    one["70"]["inputs"]["latent_image"] = json!(["92", 0]);
+    one["90"]["inputs"]["image"] = json!(["65", 0]);
+    one["9"]["inputs"]["images"] = json!(["90", 0]);
+    let repeated = h.run(one);
+    assert!(max_diff(&saved(&h, &repeated), &whole) > 1);
+}

@@ -15,7 +15,7 @@ use crate::models::{Guider, Noise};
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
 };
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// The module ComfyUI reports for these nodes.
 const MODULE: &str = "comfy_extras.nodes_custom_sampler";
@@ -346,10 +346,14 @@ fn manual_sigmas(text: &str) -> Result<Vec<f32>, NodeError> {
     Ok(values)
 }
 
-/// The LATENT outputs of a custom sampler: the result, and the last x̂₀ (the result again when no step ran).
-fn outputs(sampled: Sampled) -> NodeResult {
+/// The LATENT outputs of a custom sampler, each a copy of the input latent: the result, and the last x̂₀ (the
+/// result again when no step ran).
+fn outputs(input: &Latent, sampled: Sampled) -> NodeResult {
     let denoised = sampled.denoised.unwrap_or_else(|| sampled.samples.clone());
-    NodeResult::values([Value::Latent(sampled.samples), Value::Latent(denoised)])
+    NodeResult::values([
+        Value::Latent(input.with_samples(sampled.samples)),
+        Value::Latent(input.with_samples(denoised)),
+    ])
 }
 
 /// `SamplerCustom`: a model, CFG and conditioning, with a sampler and sigmas from other nodes.
@@ -400,7 +404,8 @@ impl Node for SamplerCustom {
             noise,
             latent: inputs.latent("latent_image")?,
         };
-        Ok(outputs(sample(&self.compute, job, ctx)?))
+        let input = job.latent;
+        Ok(outputs(input, sample(&self.compute, job, ctx)?))
     }
 }
 
@@ -440,7 +445,8 @@ impl Node for SamplerCustomAdvanced {
             noise: inputs.noise("noise")?,
             latent: inputs.latent("latent_image")?,
         };
-        Ok(outputs(sample(&self.compute, job, ctx)?))
+        let input = job.latent;
+        Ok(outputs(input, sample(&self.compute, job, ctx)?))
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use super::pure::Pure;
 use super::resize::resize;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// `EmptyLatentImage`: zeros of the size of a `width` × `height` image.
 pub(super) struct EmptyLatentImage(Arc<NodeSpec>);
@@ -58,7 +59,7 @@ impl Node for EmptyLatentImage {
 pub(super) fn empty_latent(inputs: &Inputs, channels: i64) -> Result<NodeResult, NodeError> {
     let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
     let shape = [b, channels, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
-    Ok(NodeResult::values([Value::Latent(Tensor::full(shape.to_vec(), 0.0))]))
+    Ok(NodeResult::values([Value::Latent(Latent::new(Tensor::full(shape.to_vec(), 0.0)))]))
 }
 
 /// `LatentUpscale`: resizes a latent to the size of a `width` × `height` image.
@@ -112,7 +113,8 @@ impl Node for LatentUpscale {
         self.0.clone()
     }
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        let samples = inputs.latent("samples")?;
+        let latent = inputs.latent("samples")?;
+        let samples = &latent.samples;
         if samples.shape().len() != 4 {
             return Err(NodeError::new(format!(
                 "expected a LATENT [B, C, H, W], got {:?}",
@@ -123,7 +125,7 @@ impl Node for LatentUpscale {
         let (mut width, mut height) =
             (inputs.int("width")?.max(0) as usize / 8, inputs.int("height")?.max(0) as usize / 8);
         if width == 0 && height == 0 {
-            return Ok(NodeResult::values([Value::Latent(samples.clone())]));
+            return Ok(NodeResult::values([Value::Latent(latent.clone())]));
         }
         if width == 0 {
             width = ((w * height) as f64 / h as f64).round().max(1.0) as usize;
@@ -134,6 +136,157 @@ impl Node for LatentUpscale {
         let crop = inputs.string("crop")? == "center";
         let resized =
             resize(&channels_last, width, height, inputs.string("upscale_method")?, crop)?;
-        Ok(NodeResult::values([Value::Latent(transpose(&resized, false)?)]))
+        Ok(NodeResult::values([Value::Latent(latent.with_samples(transpose(&resized, false)?))]))
     }
+}
+
+/// A `MASK` or image-like tensor as ComfyUI's `mask.reshape((-1, 1, H, W))`.
+fn as_noise_mask(mask: &Tensor) -> Result<Tensor, NodeError> {
+    let dims = mask.shape();
+    let (h, w) = match dims {
+        [.., h, w] if dims.len() >= 2 => (*h, *w),
+        _ => return Err(NodeError::new(format!("a MASK of shape {dims:?}"))),
+    };
+    let n = mask.data().len() / (h * w).max(1);
+    Tensor::new(vec![n, 1, h, w], mask.data().to_vec()).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// The latent nodes of `nodes.py` that only compute (V1 classes).
+pub(super) fn nodes() -> Vec<Pure> {
+    vec![
+        Pure::new(
+            NodeSpec::new("SetLatentNoiseMask", "Set Latent Noise Mask", "model/latent")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::typed("mask", "MASK"))
+                .output(OutputDef::new("LATENT")),
+            |inputs| {
+                let latent = inputs.latent("samples")?;
+                let mask = match inputs.get("mask") {
+                    Some(Value::Mask(m)) => as_noise_mask(m)?,
+                    _ => return Err(NodeError::new("input `mask` is not a MASK")),
+                };
+                let out = Latent { noise_mask: Some(mask), ..latent.clone() };
+                Ok(vec![Value::Latent(out)])
+            },
+        ),
+        Pure::new(
+            NodeSpec::new("LatentUpscaleBy", "Upscale Latent By", "model/latent")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::choices(
+                    "upscale_method",
+                    &["nearest-exact", "bilinear", "area", "bicubic", "bislerp"],
+                ))
+                .input(InputDef::float("scale_by", 1.5, 0.01, 8.0).option("step", 0.01))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["enlarge latent", "resize latent", "scale latent"]),
+            |inputs| {
+                let latent = inputs.latent("samples")?;
+                let samples = &latent.samples;
+                let &[_, _, h, w] = samples.shape() else {
+                    return Err(NodeError::new(format!(
+                        "expected a LATENT [B, C, H, W], got {:?}",
+                        samples.shape()
+                    )));
+                };
+                let scale = inputs.float("scale_by")?;
+                // Python's round, ties to even.
+                let width = ((w as f64 * scale).round_ties_even() as usize).max(1);
+                let height = ((h as f64 * scale).round_ties_even() as usize).max(1);
+                let resized = resize(
+                    &transpose(samples, true)?,
+                    width,
+                    height,
+                    inputs.string("upscale_method")?,
+                    false,
+                )?;
+                Ok(vec![Value::Latent(latent.with_samples(transpose(&resized, false)?))])
+            },
+        ),
+        Pure::new(
+            NodeSpec::new("RepeatLatentBatch", "Repeat Latent Batch", "model/latent/batch")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::int("amount", 1, 1, 64))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["duplicate latent", "clone latent"]),
+            |inputs| {
+                let latent = inputs.latent("samples")?;
+                let amount = usize::try_from(inputs.int("amount")?).unwrap_or(1).max(1);
+                let mut shape = latent.samples.shape().to_vec();
+                shape[0] *= amount;
+                let samples = Tensor::new(shape, latent.samples.data().repeat(amount))
+                    .map_err(|e| NodeError::new(e.to_string()))?;
+                let mut out = latent.with_samples(samples);
+                // A mask of one sample applies to all; a batch of masks repeats with the samples.
+                if let Some(mask) = &latent.noise_mask
+                    && mask.shape().first().is_some_and(|&n| n > 1)
+                {
+                    let mut shape = mask.shape().to_vec();
+                    shape[0] *= amount;
+                    out.noise_mask = Some(
+                        Tensor::new(shape, mask.data().repeat(amount))
+                            .map_err(|e| NodeError::new(e.to_string()))?,
+                    );
+                }
+                if let Some(indices) = &latent.batch_index {
+                    let (lo, hi) = (indices.iter().min(), indices.iter().max());
+                    let offset = hi.zip(lo).map_or(0, |(hi, lo)| hi - lo + 1);
+                    let mut all = indices.clone();
+                    for i in 1..amount as i64 {
+                        all.extend(indices.iter().map(|x| x + i * offset));
+                    }
+                    out.batch_index = Some(all);
+                }
+                Ok(vec![Value::Latent(out)])
+            },
+        ),
+        Pure::new(
+            NodeSpec::new("LatentFromBatch", "Get Latent From Batch", "model/latent/batch")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::int("batch_index", 0, -16384, 16384))
+                .input(InputDef::int("length", 1, 1, 64))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["select from batch", "pick latent", "batch subset"]),
+            latent_from_batch,
+        ),
+    ]
+}
+
+/// `LatentFromBatch`: `length` samples from `batch_index` (negative from the end, clamped), their masks, and
+/// their indices in the original batch (so they keep their noise).
+fn latent_from_batch(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let latent = inputs.latent("samples")?;
+    let shape = latent.samples.shape();
+    let batch = shape.first().copied().unwrap_or(0);
+    let per: usize = shape.iter().skip(1).product();
+    let mut index = inputs.int("batch_index")?;
+    if index < 0 {
+        index += batch as i64;
+    }
+    let start = index.clamp(0, (batch as i64 - 1).max(0)) as usize;
+    let length = usize::try_from(inputs.int("length")?).unwrap_or(1).min(batch - start);
+    let mut out_shape = shape.to_vec();
+    out_shape[0] = length;
+    let samples =
+        Tensor::new(out_shape, latent.samples.data()[start * per..(start + length) * per].to_vec())
+            .map_err(|e| NodeError::new(e.to_string()))?;
+    let mut out = latent.with_samples(samples);
+    if let Some(mask) = &latent.noise_mask {
+        let masks = mask.shape().first().copied().unwrap_or(1);
+        if masks > 1 {
+            let plane: usize = mask.shape().iter().skip(1).product();
+            // Masks repeated to the batch, then the same samples taken.
+            let values: Vec<f32> = (start..start + length)
+                .flat_map(|i| mask.data()[(i % masks) * plane..][..plane].iter().copied())
+                .collect();
+            let mut mask_shape = mask.shape().to_vec();
+            mask_shape[0] = length;
+            out.noise_mask =
+                Some(Tensor::new(mask_shape, values).map_err(|e| NodeError::new(e.to_string()))?);
+        }
+    }
+    out.batch_index = Some(match &latent.batch_index {
+        Some(indices) => indices[start..start + length].to_vec(),
+        None => (start..start + length).map(|i| i as i64).collect(),
+    });
+    Ok(vec![Value::Latent(out)])
 }

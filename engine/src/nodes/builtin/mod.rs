@@ -80,5 +80,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in mask::nodes() {
         registry.register(node);
     }
+    for node in latent::nodes() {
+        registry.register(node);
+    }
     registry
 }

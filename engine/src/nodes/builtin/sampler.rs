@@ -24,7 +24,7 @@ use crate::nodes::{
 };
 use crate::preview::latent_preview;
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// `EmptySD3LatentImage`: zeros in a 16-channel latent space (SD3, Flux, Z-Image).
 pub(super) struct EmptySd3LatentImage(Arc<NodeSpec>);
@@ -103,6 +103,64 @@ struct Guided<'a> {
     positive: &'a Conditioning,
     negative: Option<&'a Conditioning>,
     cfg: f64,
+    /// The latent's noise mask, when it has one.
+    inpaint: Option<Inpaint>,
+}
+
+/// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
+/// sees the input latent noised to the current sigma and its prediction is the input latent.
+struct Inpaint {
+    /// The mask at the latent's shape, `[B, C, h, w]`.
+    mask: Vec<f32>,
+    /// The input latent in model space (zeros for an empty one).
+    latent: Vec<f32>,
+    /// The starting noise (unscaled).
+    noise: Vec<f32>,
+}
+
+impl Inpaint {
+    /// x where the mask is 1, the input noised to `sigma` where it is 0: `x·m + noise_scaling(σ)·(1 − m)`.
+    fn input(&self, sampling: &FlowSampling, x: &[f32], sigma: f32) -> Vec<f32> {
+        let kept = sampling.noise_scaling(sigma, &self.noise, &self.latent);
+        blend(x, &kept, &self.mask)
+    }
+
+    /// The prediction where the mask is 1, the input latent where it is 0.
+    fn output(&self, out: &[f32]) -> Vec<f32> {
+        blend(out, &self.latent, &self.mask)
+    }
+}
+
+/// `a·m + b·(1 − m)`, as torch computes `a * mask + b * (1. - mask)`.
+fn blend(a: &[f32], b: &[f32], mask: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).zip(mask).map(|((a, b), m)| a * m + b * (1.0 - m)).collect()
+}
+
+/// ComfyUI's `reshape_mask`: a noise mask (`[B, 1, H, W]`, `[B, H, W]` or `[H, W]`) resized bilinearly to the
+/// latent's `h × w`, repeated over its channels and to its batch.
+fn denoise_mask(mask: &Tensor, shape: &[usize]) -> Result<Vec<f32>, NodeError> {
+    let &[batch, channels, h, w] = shape else {
+        return Err(NodeError::new(format!("a noise mask for a latent of shape {shape:?}")));
+    };
+    let dims = mask.shape();
+    let (mh, mw) = match dims {
+        [.., mh, mw] if dims.len() >= 2 => (*mh, *mw),
+        _ => return Err(NodeError::new(format!("a noise mask of shape {dims:?}"))),
+    };
+    let masks = mask.data().len() / (mh * mw).max(1);
+    let as_image = Tensor::new(vec![masks, mh, mw, 1], mask.data().to_vec())
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    let resized = super::resize::resize(&as_image, w, h, "bilinear", false)?;
+    let plane = h * w;
+    let mut out = Vec::with_capacity(batch * channels * plane);
+    for b in 0..batch {
+        // repeat_to_batch_size: the masks repeated (or cut) to the batch.
+        let m = &resized.data()[(b % masks) * plane..][..plane];
+        for _ in 0..channels {
+            out.extend_from_slice(m);
+        }
+    }
+    Ok(out)
 }
 
 impl Guided<'_> {
@@ -124,6 +182,25 @@ impl Guided<'_> {
 
 impl Denoiser for Guided<'_> {
     fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        let masked;
+        let x = match &self.inpaint {
+            Some(inpaint) => {
+                masked = inpaint.input(&self.model.sampling, x, sigma);
+                masked.as_slice()
+            }
+            None => x,
+        };
+        let out = self.guide(x, sigma)?;
+        Ok(match &self.inpaint {
+            Some(inpaint) => inpaint.output(&out),
+            None => out,
+        })
+    }
+}
+
+impl Guided<'_> {
+    /// The guided x̂₀: the conditional prediction and, unless skipped, the unconditional one, combined.
+    fn guide(&self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
         let cond = self.predict(self.positive, x, sigma)?;
         // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does a missing or empty one.
         let uncond = match self.negative {
@@ -164,8 +241,8 @@ pub(super) struct Sampling<'a> {
     pub(super) sigmas: &'a [f32],
     /// The starting noise.
     pub(super) noise: Noise,
-    /// The latent (VAE space), as the LATENT link carries it.
-    pub(super) latent: &'a Tensor,
+    /// The latent (VAE space, with its noise mask and batch indices), as the LATENT link carries it.
+    pub(super) latent: &'a Latent,
 }
 
 /// What a run gives back, in VAE space: the final latent, and the model's last x̂₀ (`None` when no step ran).
@@ -211,7 +288,7 @@ pub(super) fn sample(
     ctx: &Context,
 ) -> Result<Sampled, NodeError> {
     let model = job.model;
-    let latent = fit_channels(job.latent, model.latent.channels)?;
+    let latent = fit_channels(&job.latent.samples, model.latent.channels)?;
     // The sampler may change the last sigma, as ComfyUI's do (UniPC); the inverse noise scaling reads it after.
     let mut sigmas = job.sigmas.to_vec();
     if sigmas.is_empty() {
@@ -220,7 +297,9 @@ pub(super) fn sample(
     model.activate().map_err(node_error)?;
     let shape = latent.shape().to_vec();
     let noise = match job.noise {
-        Noise::Random(seed) => initial_noise(seed, &shape, None).map_err(node_error)?,
+        Noise::Random(seed) => {
+            initial_noise(seed, &shape, job.latent.batch_index.as_deref()).map_err(node_error)?
+        }
         Noise::Disabled => vec![0.0; latent.data().len()],
     };
     let format = model.latent;
@@ -231,6 +310,18 @@ pub(super) fn sample(
         latent.data().to_vec()
     };
     let x = model.sampling.noise_scaling(sigmas[0], &noise, &start);
+    let inpaint = match &job.latent.noise_mask {
+        Some(mask) => {
+            // ddim re-noises the kept area with its own noise (ComfyUI's `inpaint_options["random"]`).
+            let noise = match job.sampler {
+                Sampler::Ddim => initial_noise(job.noise.seed().wrapping_add(1), &shape, None)
+                    .map_err(node_error)?,
+                _ => noise.clone(),
+            };
+            Some(Inpaint { mask: denoise_mask(mask, &shape)?, latent: start.clone(), noise })
+        }
+        None => None,
+    };
     let mut denoiser = Guided {
         compute,
         model,
@@ -238,6 +329,7 @@ pub(super) fn sample(
         positive: job.positive,
         negative: job.negative,
         cfg: job.cfg,
+        inpaint,
     };
     let interrupted = AtomicBool::new(false);
     let mut last_denoised: Option<Vec<f32>> = None;
@@ -288,7 +380,7 @@ struct SampleRequest<'a> {
     model: &'a DiffusionModel,
     positive: &'a Conditioning,
     negative: &'a Conditioning,
-    latent: &'a Tensor,
+    latent: &'a Latent,
     seed: u64,
     steps: usize,
     cfg: f64,
@@ -357,7 +449,7 @@ fn ksample(
         if start + 1 < sigmas.len() {
             sigmas.drain(..start);
         } else {
-            return fit_channels(request.latent, model.latent.channels);
+            return fit_channels(&request.latent.samples, model.latent.channels);
         }
     }
     let job = Sampling {
@@ -435,8 +527,9 @@ impl Node for KSampler {
             denoise: inputs.float("denoise")?,
             ..SampleRequest::from_inputs(inputs, "seed")?
         };
+        let input = request.latent;
         let latent = ksample(&self.compute, request, ctx)?;
-        Ok(NodeResult::values([Value::Latent(latent)]))
+        Ok(NodeResult::values([Value::Latent(input.with_samples(latent))]))
     }
 }
 
@@ -465,7 +558,8 @@ impl Node for KSamplerAdvanced {
             force_full_denoise: inputs.string("return_with_leftover_noise")? != "enable",
             ..SampleRequest::from_inputs(inputs, "noise_seed")?
         };
+        let input = request.latent;
         let latent = ksample(&self.compute, request, ctx)?;
-        Ok(NodeResult::values([Value::Latent(latent)]))
+        Ok(NodeResult::values([Value::Latent(input.with_samples(latent))]))
     }
 }

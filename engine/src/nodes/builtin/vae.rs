@@ -13,7 +13,7 @@ use crate::models::device::{OnDevice, on_device};
 use crate::nodes::error::node_error;
 use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// Which way through the VAE.
 #[derive(Clone, Copy)]
@@ -63,7 +63,7 @@ impl Node for VaeDecode {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let vae = inputs.vae("vae")?;
-        let samples = inputs.latent("samples")?;
+        let samples = &inputs.latent("samples")?.samples;
         let &[batch, channels, h, w] = samples.shape() else {
             return Err(NodeError::of_kind(
                 ErrorKind::InvalidValue,
@@ -152,6 +152,6 @@ impl Node for VaeEncode {
         latent_shape[0] = batch;
         let latent =
             Tensor::new(latent_shape, latents).map_err(|e| NodeError::new(e.to_string()))?;
-        Ok(NodeResult::values([Value::Latent(latent)]))
+        Ok(NodeResult::values([Value::Latent(Latent::new(latent))]))
     }
 }
