@@ -16,7 +16,9 @@ pub use crate::roots::FileKind;
 pub use builtin::builtin_registry;
 pub use context::{Context, Interrupted, ProgressSink};
 pub use error::{ErrorKind, NodeError};
-pub use spec::{AUTOGROW, Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef};
+pub use spec::{
+    AUTOGROW, DYNAMIC_COMBO, Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef,
+};
 
 use kiln_models::sampling::Sampler;
 
@@ -269,18 +271,26 @@ pub struct UiOutput {
     pub images: Vec<FileRef>,
     /// Text.
     pub text: Vec<String>,
+    /// Lists of files under names of the node's own (`ImageCompare`'s `a_images`, `b_images`), in order.
+    pub named: Vec<(String, Vec<FileRef>)>,
 }
 
 impl UiOutput {
     /// Whether there is nothing to show.
     pub fn is_empty(&self) -> bool {
-        self.images.is_empty() && self.text.is_empty()
+        self.images.is_empty() && self.text.is_empty() && self.named.is_empty()
     }
 
     /// Appends another node call's UI output (list mapping calls a node several times).
     pub fn extend(&mut self, other: UiOutput) {
         self.images.extend(other.images);
         self.text.extend(other.text);
+        for (name, files) in other.named {
+            match self.named.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, existing)) => existing.extend(files),
+                None => self.named.push((name, files)),
+            }
+        }
     }
 }
 

@@ -32,6 +32,9 @@ pub const MATCHTYPE: &str = "COMFY_MATCHTYPE_V3";
 /// The type of a V3 `Autogrow` input: the frontend grows it into inputs named after it (`values.a`, ...).
 pub const AUTOGROW: &str = "COMFY_AUTOGROW_V3";
 
+/// The type of a V3 `DynamicCombo` input: a choice whose inputs follow it (`format.bit_depth`, ...).
+pub const DYNAMIC_COMBO: &str = "COMFY_DYNAMICCOMBO_V3";
+
 /// One declared input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputDef {
@@ -483,6 +486,56 @@ impl NodeSpec {
             "max": max,
         }});
         self.grow(name, template, config, grown, min)
+    }
+
+    /// Adds a required V3 `DynamicCombo` input `name` (type [`DYNAMIC_COMBO`]): a choice among `options`, each
+    /// bringing its own inputs, which the frontend sends as `name.<input>`. Validation sees `name` as a combo of
+    /// the option keys and each `name.<input>` as a combo of every option's choices for it (in order of first
+    /// appearance); the node checks that the chosen values belong to the chosen option.
+    pub fn dynamic_combo(
+        mut self,
+        name: &str,
+        tooltip: &str,
+        options: &[(&str, Vec<InputDef>)],
+    ) -> NodeSpec {
+        let listed: Vec<Json> = options
+            .iter()
+            .map(|(key, inputs)| {
+                let required: Map<String, Json> =
+                    inputs.iter().map(|d| (d.name.clone(), d.config_json())).collect();
+                serde_json::json!({"key": key, "inputs": {"required": required}})
+            })
+            .collect();
+        let declared =
+            InputDef::bare(name, DYNAMIC_COMBO).tooltip(tooltip).option("options", listed);
+        let keys: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
+        let mut grown = vec![(InputDef::v3_combo(name, &keys), true)];
+        for (_, inputs) in options {
+            for input in inputs {
+                let child = format!("{name}.{}", input.name);
+                let choices = input.choices_list().unwrap_or_default();
+                match grown.iter_mut().find(|(d, _)| d.name == child) {
+                    Some((existing, _)) => {
+                        let mut all: Vec<String> = existing
+                            .choices_list()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(str::to_owned)
+                            .collect();
+                        for choice in &choices {
+                            if !all.iter().any(|c| c == choice) {
+                                all.push((*choice).to_owned());
+                            }
+                        }
+                        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+                        *existing = InputDef::v3_combo(&child, &all);
+                    }
+                    None => grown.push((InputDef::v3_combo(&child, &choices), true)),
+                }
+            }
+        }
+        self.grown.push((name.to_owned(), grown));
+        self.input(declared)
     }
 
     /// Declares Autogrow input `name` with its `config` and records the inputs it grows into.

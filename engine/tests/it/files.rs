@@ -240,6 +240,35 @@ fn math_expressions_take_grown_inputs_as_the_frontend_sends_them() {
 }
 
 #[test]
+fn save_image_advanced_writes_8_and_16_bit_pngs_as_comfyui_names_them() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let save = |depth: &str, prefix: &str| {
+        json!({"class_type": "SaveImageAdvanced", "inputs": {"images": ["1", 0], "filename_prefix": prefix, "format": "png", "format.bit_depth": depth, "format.input_color_space": "sRGB"}})
+    };
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 1, "color": 0x8040C0}},
+        "2": save("8-bit", "eight"),
+        "3": save("16-bit", "deep/sixteen"),
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    // `<prefix>_<counter>.png`, no trailing underscore.
+    let eight = image::open(h.roots.output.join("eight_00001.png")).expect("saved");
+    assert_eq!(eight.color(), image::ColorType::Rgb8);
+    assert_eq!(eight.to_rgb8().get_pixel(0, 0).0, [128, 64, 192]);
+    let sixteen = image::open(h.roots.output.join("deep/sixteen_00001.png")).expect("saved");
+    assert_eq!(sixteen.color(), image::ColorType::Rgb16);
+    // 0x80 / 255 · 65535, truncated.
+    assert_eq!(sixteen.to_rgb16().get_pixel(0, 0).0[0], 32896);
+
+    // A bit depth of the other format passes validation (every option's choices) but not the node.
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "SaveImageAdvanced", "inputs": {"images": ["1", 0], "filename_prefix": "bad", "format": "png", "format.bit_depth": "32-bit float", "format.input_color_space": "sRGB"}},
+    }));
+    assert!(matches!(ran.summary.outcome, Outcome::Failed { .. }), "{:?}", ran.summary.outcome);
+}
+
+#[test]
 fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
     let mut h = Harness::new(CachePolicy::Classic);
     let prompt = json!({

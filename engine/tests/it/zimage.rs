@@ -601,7 +601,8 @@ fn issue_21_a_noise_mask_keeps_what_it_masks_out() {
     let masked = |value: f64| {
         let mut prompt = graph(ksampler(4, 2, "euler"));
         prompt["80"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0x336699}});
-        prompt["81"] = json!({"class_type": "VAEEncode", "inputs": {"pixels": ["80", 0], "vae": ["63", 0]}});
+        prompt["81"] =
+            json!({"class_type": "VAEEncode", "inputs": {"pixels": ["80", 0], "vae": ["63", 0]}});
         prompt["82"] = json!({"class_type": "SolidMask", "inputs": {"value": value, "width": 32, "height": 32}});
         prompt["83"] = json!({"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["81", 0], "mask": ["82", 0]}});
         prompt["70"]["inputs"]["latent_image"] = json!(["83", 0]);
@@ -641,7 +642,8 @@ fn issue_21_a_latent_taken_from_a_batch_keeps_its_noise() {
     let taken = h.run(one.clone());
     assert!(max_diff(&saved(&h, &taken), &whole) <= 1);
     // Repeated, the batch index carries on: the repeat's second sample has noise of its own.
-    one["92"] = json!({"class_type": "RepeatLatentBatch", "inputs": {"samples": ["91", 0], "amount": 2}});
+    one["92"] =
+        json!({"class_type": "RepeatLatentBatch", "inputs": {"samples": ["91", 0], "amount": 2}});
     one["70"]["inputs"]["latent_image"] = json!(["92", 0]);
     one["90"]["inputs"]["image"] = json!(["65", 0]);
     one["9"]["inputs"]["images"] = json!(["90", 0]);

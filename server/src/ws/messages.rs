@@ -24,18 +24,23 @@ pub(crate) enum Audience {
 
 /// A UI output in the wire shape.
 pub(crate) fn node_output(ui: &UiOutput) -> types::NodeOutput {
+    let file = |f: &kiln_engine::nodes::FileRef| types::FileRef {
+        filename: f.filename.clone(),
+        subfolder: f.subfolder.clone(),
+        type_: convert::file_type(f.kind),
+    };
+    let extra = ui
+        .named
+        .iter()
+        .map(|(name, files)| {
+            let files: Vec<types::FileRef> = files.iter().map(file).collect();
+            (name.clone(), serde_json::to_value(files).unwrap_or_default())
+        })
+        .collect();
     types::NodeOutput {
         animated: Vec::new(),
-        extra: serde_json::Map::new(),
-        images: ui
-            .images
-            .iter()
-            .map(|f| types::FileRef {
-                filename: f.filename.clone(),
-                subfolder: f.subfolder.clone(),
-                type_: convert::file_type(f.kind),
-            })
-            .collect(),
+        extra,
+        images: ui.images.iter().map(file).collect(),
         text: ui.text.clone(),
     }
 }

@@ -168,6 +168,104 @@ impl Node for SaveImage {
     }
 }
 
+/// `SaveImageAdvanced` (`comfy_extras.nodes_images`, V3): `SaveImage` with a choice of format. PNG in 8 or 16
+/// bits; OpenEXR is refused, naming it, until Kiln writes it.
+pub(super) struct SaveImageAdvanced(Arc<NodeSpec>);
+
+impl SaveImageAdvanced {
+    pub(super) fn new() -> SaveImageAdvanced {
+        let combo = |name: &str, choices: &[&str], default: &str| {
+            InputDef::bare(name, "COMBO")
+                .option("advanced", true)
+                .option("default", default)
+                .option("multiselect", false)
+                .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>())
+        };
+        let exr_color_space = InputDef::bare("input_color_space", "COMBO")
+            .tooltip(
+                "Colorspace of the input tensor. The EXR is always written as scene-linear in the matching \
+                 gamut.\nsRGB — input is sRGB-encoded Rec.709; the inverse sRGB EOTF is applied.\nHDR — input \
+                 is HLG-encoded Rec.2020 (BT.2100); the inverse HLG OETF is applied to get scene-linear \
+                 light.\nlinear — input is already scene-linear (Rec.709 primaries); written through \
+                 unchanged. Use this for renderer/compositor output.",
+            )
+            .option("advanced", true)
+            .option("default", "sRGB")
+            .option("multiselect", false)
+            .option("options", vec!["sRGB", "HDR", "linear"]);
+        SaveImageAdvanced(Arc::new(
+            NodeSpec::new("SaveImageAdvanced", "Save Image (Advanced)", "image")
+                .python_module("comfy_extras.nodes_images")
+                .v3()
+                .description("Saves the input images to your ComfyUI output directory.")
+                .input(InputDef::typed("images", "IMAGE").tooltip("The images to save."))
+                .input(
+                    InputDef::bare("filename_prefix", "STRING")
+                        .tooltip(
+                            "The prefix for the file to save. May include formatting tokens such as \
+                             %date:yyyy-MM-dd% or %Empty Latent Image.width%.",
+                        )
+                        .option("default", "ComfyUI")
+                        .option("multiline", false),
+                )
+                .dynamic_combo(
+                    "format",
+                    "The file format in which to save the image.",
+                    &[
+                        (
+                            "png",
+                            vec![
+                                combo("bit_depth", &["8-bit", "16-bit"], "8-bit"),
+                                combo("input_color_space", &["sRGB"], "sRGB"),
+                            ],
+                        ),
+                        (
+                            "exr",
+                            vec![combo("bit_depth", &["32-bit float"], "32-bit float"), exr_color_space],
+                        ),
+                    ],
+                )
+                .hidden("prompt", Hidden::Prompt)
+                .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+                .output(OutputDef::new("IMAGE").named("images"))
+                .output_node()
+                .aliases(&["save", "save image", "export image", "output image", "write image"])
+                .essentials("Basics"),
+        ))
+    }
+}
+
+impl Node for SaveImageAdvanced {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let images = inputs.image("images")?;
+        let format = inputs.string("format")?;
+        let bit_depth = inputs.string("format.bit_depth")?;
+        let sixteen_bit = match (format, bit_depth) {
+            ("png", "8-bit") => false,
+            ("png", "16-bit") => true,
+            ("exr", _) => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    "saving OpenEXR files is not supported yet; choose the png format",
+                ));
+            }
+            (format, depth) => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!("No {format}/{depth} encoder"),
+                ));
+            }
+        };
+        let files = PngFiles { trailing_underscore: false, sixteen_bit };
+        let prefix = inputs.string("filename_prefix")?;
+        let ui = save_pngs_as(images, prefix, &ctx.output_dir, FileKind::Output, ctx, files)?;
+        Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
+    }
+}
+
 /// `PreviewImage`: writes PNGs into the temp directory.
 pub(super) struct PreviewImage(Arc<NodeSpec>);
 
@@ -216,6 +314,18 @@ impl Node for PreviewImage {
     }
 }
 
+/// How a save node names and encodes its PNGs.
+#[derive(Clone, Copy)]
+struct PngFiles {
+    /// `SaveImage`'s `<prefix>_<counter>_.png`, or `SaveImageAdvanced`'s `<prefix>_<counter>.png`.
+    trailing_underscore: bool,
+    /// 16 bits per sample (else 8).
+    sixteen_bit: bool,
+}
+
+/// `SaveImage`'s and `PreviewImage`'s files.
+const SAVE_IMAGE: PngFiles = PngFiles { trailing_underscore: true, sixteen_bit: false };
+
 /// Writes each image of a batch as `<prefix>_<counter:05>_.png` under `root`, continuing after the highest
 /// counter already there, with the prompt and `extra_pnginfo` as PNG text chunks.
 fn save_pngs(
@@ -224,6 +334,19 @@ fn save_pngs(
     root: &Path,
     kind: FileKind,
     ctx: &Context,
+) -> Result<UiOutput, NodeError> {
+    save_pngs_as(images, prefix, root, kind, ctx, SAVE_IMAGE)
+}
+
+/// [`save_pngs`] with the naming and depth of `files`. (A counter is found only among names with the
+/// trailing underscore, as ComfyUI parses them, so `SaveImageAdvanced` starts at 1 each time, as there.)
+fn save_pngs_as(
+    images: &Tensor,
+    prefix: &str,
+    root: &Path,
+    kind: FileKind,
+    ctx: &Context,
+    files: PngFiles,
 ) -> Result<UiOutput, NodeError> {
     let outside = || NodeError::new("Saving image outside the output folder is not allowed.");
     let normalized: Vec<&str> =
@@ -263,8 +386,12 @@ fn save_pngs(
     for (b, counter) in (0..batch).zip(first..) {
         ctx.check_interrupt()?;
         let pixels = &images.data()[b * h * w * c..(b + 1) * h * w * c];
-        let filename = format!("{name}_{counter:05}_.png");
-        write_png(&folder.join(&filename), pixels, w, h, c, &text_chunks)?;
+        let filename = if files.trailing_underscore {
+            format!("{name}_{counter:05}_.png")
+        } else {
+            format!("{name}_{counter:05}.png")
+        };
+        write_png(&folder.join(&filename), pixels, (w, h, c), &text_chunks, files.sixteen_bit)?;
         ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
     }
     Ok(ui)
@@ -288,15 +415,20 @@ fn next_counter(folder: &Path, name: &str) -> u64 {
 fn write_png(
     path: &Path,
     pixels: &[f32],
-    w: usize,
-    h: usize,
-    c: usize,
+    (w, h, c): (usize, usize, usize),
     text: &[(String, String)],
+    sixteen_bit: bool,
 ) -> Result<(), NodeError> {
     let file = fs::File::create(path).map_err(|e| {
         NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
     })?;
-    encode_png(BufWriter::new(file), pixels, w, h, c, text).map_err(|e| {
+    let out = BufWriter::new(file);
+    let encoded = if sixteen_bit {
+        encode_png16(out, pixels, (w, h, c), text)
+    } else {
+        encode_png(out, pixels, w, h, c, text)
+    };
+    encoded.map_err(|e| {
         NodeError::of_kind(ErrorKind::Io, format!("cannot encode {}: {e}", path.display()))
     })
 }
@@ -311,12 +443,7 @@ pub(super) fn encode_png(
     c: usize,
     text: &[(String, String)],
 ) -> Result<(), String> {
-    let color = match c {
-        1 => png::ColorType::Grayscale,
-        3 => png::ColorType::Rgb,
-        4 => png::ColorType::Rgba,
-        other => return Err(format!("cannot encode an image with {other} channels")),
-    };
+    let color = color_type(c)?;
     let mut encoder = png::Encoder::new(out, w as u32, h as u32);
     encoder.set_color(color);
     encoder.set_depth(png::BitDepth::Eight);
@@ -330,6 +457,45 @@ pub(super) fn encode_png(
     }
     let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
     let bytes: Vec<u8> = pixels.iter().map(|v| (v * 255.0).clamp(0.0, 255.0) as u8).collect();
+    writer.write_image_data(&bytes).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())
+}
+
+/// The PNG colour type of `c` channels.
+fn color_type(c: usize) -> Result<png::ColorType, String> {
+    match c {
+        1 => Ok(png::ColorType::Grayscale),
+        3 => Ok(png::ColorType::Rgb),
+        4 => Ok(png::ColorType::Rgba),
+        other => Err(format!(
+            "cannot encode an image with {other} channels: supported channel counts are 1, 3 and 4"
+        )),
+    }
+}
+
+/// Encodes one `[H, W, C]` image as a 16-bit PNG (values × 65535, clipped and truncated, as
+/// `SaveImageAdvanced` quantizes them) with text chunks.
+fn encode_png16(
+    out: impl std::io::Write,
+    pixels: &[f32],
+    (w, h, c): (usize, usize, usize),
+    text: &[(String, String)],
+) -> Result<(), String> {
+    let mut encoder = png::Encoder::new(out, w as u32, h as u32);
+    encoder.set_color(color_type(c)?);
+    encoder.set_depth(png::BitDepth::Sixteen);
+    encoder.set_compression(png::Compression::Fast);
+    for (keyword, value) in text {
+        // `SaveImageAdvanced` writes Latin-1 tEXt, other characters replaced.
+        let latin1: String =
+            value.chars().map(|ch| if (ch as u32) < 0x100 { ch } else { '?' }).collect();
+        encoder.add_text_chunk(keyword.clone(), latin1).map_err(|e| e.to_string())?;
+    }
+    let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+    let bytes: Vec<u8> = pixels
+        .iter()
+        .flat_map(|v| ((v * 65535.0).clamp(0.0, 65535.0) as u16).to_be_bytes())
+        .collect();
     writer.write_image_data(&bytes).map_err(|e| e.to_string())?;
     writer.finish().map_err(|e| e.to_string())
 }
