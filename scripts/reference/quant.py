@@ -20,14 +20,10 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-if not COMFYUI_DIR:
-    sys.exit("set COMFYUI_DIR to a ComfyUI checkout at 0f1fa67a")
-sys.path.insert(0, COMFYUI_DIR)
-sys.argv = [sys.argv[0], "--cpu"]
-import comfy.options  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
 
-comfy.options.enable_args_parsing()
+import_comfyui()
 import comfy.ops  # noqa: E402
 import comfy.utils  # noqa: E402
 

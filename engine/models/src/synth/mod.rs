@@ -450,6 +450,14 @@ fn entries<'s>(
         stream: stream_id(family, &spec.name),
         quantized: None,
     };
+    // A tensor of the quantization's own (a scale, the marker), not of the layout.
+    let owned = |spec: Spec, dtype: DType| Entry {
+        key: format!("{prefix}{}", spec.name),
+        stream: stream_id(family, &spec.name),
+        spec: Cow::Owned(spec),
+        dtype,
+        quantized: None,
+    };
     if !dtype.is_scaled() {
         return (specs.iter().map(|spec| plain(spec, dtype.dtype())).collect(), Layers::new());
     }
@@ -480,25 +488,13 @@ fn entries<'s>(
             _ => format!("{layer}.weight_scale"),
         };
         let scale_spec = Spec { name: scale_name, shape: Vec::new(), init: Init::Fill(scale) };
-        entries.push(Entry {
-            key: format!("{prefix}{}", scale_spec.name),
-            stream: stream_id(family, &scale_spec.name),
-            spec: Cow::Owned(scale_spec),
-            dtype: DType::F32,
-            quantized: None,
-        });
+        entries.push(owned(scale_spec, DType::F32));
         layers.insert(format!("{prefix}{layer}"), serde_json::json!({"format": "float8_e4m3fn"}));
     }
     if dtype == SynthDtype::Fp8Scaled {
         // The legacy encoding: the marker says so, and the scales' names say which layers.
         let marker = Spec { name: "scaled_fp8".into(), shape: vec![0], init: Init::Zeros };
-        entries.push(Entry {
-            key: format!("{prefix}{}", marker.name),
-            stream: stream_id(family, &marker.name),
-            spec: Cow::Owned(marker),
-            dtype: DType::F8E4M3,
-            quantized: None,
-        });
+        entries.push(owned(marker, DType::F8E4M3));
         layers.clear();
     }
     (entries, layers)
