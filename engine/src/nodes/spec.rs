@@ -489,9 +489,10 @@ impl NodeSpec {
     }
 
     /// Adds a required V3 `DynamicCombo` input `name` (type [`DYNAMIC_COMBO`]): a choice among `options`, each
-    /// bringing its own inputs, which the frontend sends as `name.<input>`. Validation sees `name` as a combo of
-    /// the option keys and each `name.<input>` as a combo of every option's choices for it (in order of first
-    /// appearance); the node checks that the chosen values belong to the chosen option.
+    /// bringing its own inputs, which the frontend sends as `name.<input>` (the chosen option's only).
+    /// Validation sees `name` as a combo of the option keys and each `name.<input>` as optional, a combo of every
+    /// option's choices for it (in order of first appearance) or the first option's declaration; the node
+    /// checks that the inputs of the chosen option are there and belong to it.
     pub fn dynamic_combo(
         mut self,
         name: &str,
@@ -513,7 +514,13 @@ impl NodeSpec {
         for (_, inputs) in options {
             for input in inputs {
                 let child = format!("{name}.{}", input.name);
-                let choices = input.choices_list().unwrap_or_default();
+                let Some(choices) = input.choices_list() else {
+                    // Not a combo: the first option's declaration stands for all.
+                    if !grown.iter().any(|(d, _)| d.name == child) {
+                        grown.push((InputDef { name: child, ..input.clone() }, false));
+                    }
+                    continue;
+                };
                 match grown.iter_mut().find(|(d, _)| d.name == child) {
                     Some((existing, _)) => {
                         let mut all: Vec<String> = existing
@@ -530,7 +537,7 @@ impl NodeSpec {
                         let all: Vec<&str> = all.iter().map(String::as_str).collect();
                         *existing = InputDef::v3_combo(&child, &all);
                     }
-                    None => grown.push((InputDef::v3_combo(&child, &choices), true)),
+                    None => grown.push((InputDef::v3_combo(&child, &choices), false)),
                 }
             }
         }

@@ -4,7 +4,7 @@ use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::{Event, Outcome};
 use kiln_engine::graph::NodeId;
 use kiln_engine::nodes::{ErrorKind, FileKind, PreviewFormat};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::Harness;
 
@@ -242,9 +242,7 @@ fn math_expressions_take_grown_inputs_as_the_frontend_sends_them() {
 #[test]
 fn save_image_advanced_writes_8_and_16_bit_pngs_as_comfyui_names_them() {
     let mut h = Harness::new(CachePolicy::Classic);
-    let save = |depth: &str, prefix: &str| {
-        json!({"class_type": "SaveImageAdvanced", "inputs": {"images": ["1", 0], "filename_prefix": prefix, "format": "png", "format.bit_depth": depth, "format.input_color_space": "sRGB"}})
-    };
+    let save = |depth: &str, prefix: &str| json!({"class_type": "SaveImageAdvanced", "inputs": {"images": ["1", 0], "filename_prefix": prefix, "format": "png", "format.bit_depth": depth, "format.input_color_space": "sRGB"}});
     let ran = h.run(json!({
         "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 1, "color": 0x8040C0}},
         "2": save("8-bit", "eight"),
@@ -266,6 +264,40 @@ fn save_image_advanced_writes_8_and_16_bit_pngs_as_comfyui_names_them() {
         "2": {"class_type": "SaveImageAdvanced", "inputs": {"images": ["1", 0], "filename_prefix": "bad", "format": "png", "format.bit_depth": "32-bit float", "format.input_color_space": "sRGB"}},
     }));
     assert!(matches!(ran.summary.outcome, Outcome::Failed { .. }), "{:?}", ran.summary.outcome);
+}
+
+#[test]
+fn resize_image_mask_resizes_images_and_masks_as_its_resize_type_says() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let resize = |input: Value, kind: &str, children: Value| {
+        let mut inputs = json!({"input": input, "resize_type": kind, "scale_method": "nearest-exact"});
+        for (k, v) in children.as_object().expect("children") {
+            inputs[format!("resize_type.{k}")] = v.clone();
+        }
+        json!({"class_type": "ResizeImageMaskNode", "inputs": inputs})
+    };
+    let size = |node: &str| json!({"class_type": "GetImageSize", "inputs": {"image": [node, 0]}});
+    let show = |node: &str, slot: u32| json!({"class_type": "PreviewAny", "inputs": {"source": [node, slot]}});
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0}},
+        "2": resize(json!(["1", 0]), "scale by multiplier", json!({"multiplier": 2.0})),
+        "3": size("2"), "4": show("3", 0), "5": show("3", 1),
+        "6": resize(json!(["1", 0]), "scale to multiple", json!({"multiple": 3})),
+        "7": size("6"), "8": show("7", 0), "9": show("7", 1),
+        // A mask stays a mask: its longer side to 6.
+        "10": {"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 8, "height": 4}},
+        "11": resize(json!(["10", 0]), "scale longer dimension", json!({"longer_size": 6})),
+        "12": {"class_type": "MaskToImage", "inputs": {"mask": ["11", 0]}},
+        "13": size("12"), "14": show("13", 0), "15": show("13", 1),
+        "16": resize(json!(["1", 0]), "match size", json!({"match": ["12", 0], "crop": "center"})),
+        "17": size("16"), "18": show("17", 0),
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let shown = |a: &str, b: &str| (ran.text(a), ran.text(b));
+    assert_eq!(shown("4", "5"), (vec!["16".to_owned()], vec!["8".to_owned()]));
+    assert_eq!(shown("8", "9"), (vec!["6".to_owned()], vec!["3".to_owned()]));
+    assert_eq!(shown("14", "15"), (vec!["6".to_owned()], vec!["3".to_owned()]));
+    assert_eq!(ran.text("18"), ["6"]);
 }
 
 #[test]

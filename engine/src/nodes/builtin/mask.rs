@@ -8,13 +8,173 @@
 use super::image::dims;
 use super::pure::Pure;
 use super::resize::{METHODS, resize};
-use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
+use crate::nodes::{ErrorKind, InputDef, Inputs, MATCHTYPE, NodeError, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// A V3 node of `module` in `category`.
 fn spec(name: &str, display: &str, category: &str, module: &str) -> NodeSpec {
     NodeSpec::new(name, display, category).python_module(module).v3()
+}
+
+/// `ResizeImageMaskNode`'s declaration: the input matched to the output's type, the resize type with the
+/// inputs each brings, the scale method.
+fn resize_image_mask_spec() -> NodeSpec {
+    let size = |name: &str, tooltip: &str, default: i64, min: i64| {
+        InputDef::bare(name, "INT")
+            .tooltip(tooltip)
+            .option("default", default)
+            .option("min", min)
+            .option("max", 16384)
+            .option("step", 1)
+    };
+    let crop = || {
+        InputDef::bare("crop", "COMBO")
+            .tooltip(
+                "How to handle aspect ratio mismatch: 'disabled' stretches to fit, 'center' crops to \
+                 maintain aspect ratio.",
+            )
+            .option("default", "center")
+            .option("multiselect", false)
+            .option("options", vec!["disabled", "center"])
+    };
+    let float = |name: &str, tooltip: &str, min: f64, max: f64| {
+        InputDef::bare(name, "FLOAT")
+            .tooltip(tooltip)
+            .option("default", 1.0)
+            .option("min", min)
+            .option("max", max)
+            .option("step", 0.01)
+    };
+    let options = [
+        (
+            RESIZE_TYPES[0],
+            vec![
+                size(
+                    "width",
+                    "Target width in pixels. Set to 0 to auto-calculate from height while preserving aspect ratio.",
+                    512,
+                    0,
+                ),
+                size(
+                    "height",
+                    "Target height in pixels. Set to 0 to auto-calculate from width while preserving aspect ratio.",
+                    512,
+                    0,
+                ),
+                crop(),
+            ],
+        ),
+        (
+            RESIZE_TYPES[1],
+            vec![float(
+                "multiplier",
+                "Scale factor (e.g., 2.0 doubles size, 0.5 halves size).",
+                0.01,
+                8.0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[2],
+            vec![size(
+                "longer_size",
+                "The longer edge will be resized to this value. Aspect ratio is preserved.",
+                512,
+                0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[3],
+            vec![size(
+                "shorter_size",
+                "The shorter edge will be resized to this value. Aspect ratio is preserved.",
+                512,
+                0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[4],
+            vec![size(
+                "width",
+                "Target width in pixels. Height auto-adjusts to preserve aspect ratio.",
+                512,
+                0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[5],
+            vec![size(
+                "height",
+                "Target height in pixels. Width auto-adjusts to preserve aspect ratio.",
+                512,
+                0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[6],
+            vec![float(
+                "megapixels",
+                "Target total megapixels (e.g., 1.0 ≈ 1024×1024). Aspect ratio is preserved.",
+                0.01,
+                16.0,
+            )],
+        ),
+        (
+            RESIZE_TYPES[7],
+            vec![
+                InputDef::bare("match", "IMAGE,MASK").tooltip(
+                    "Resize input to match the dimensions of this reference image or mask.",
+                ),
+                crop(),
+            ],
+        ),
+        (
+            RESIZE_TYPES[8],
+            vec![size(
+                "multiple",
+                "Resize so width and height are divisible by this number. Useful for latent alignment (e.g., 8 or 64).",
+                8,
+                1,
+            )],
+        ),
+    ];
+    spec(
+        "ResizeImageMaskNode",
+        "Resize Image/Mask",
+        "image/transform",
+        "comfy_extras.nodes_post_processing",
+    )
+    .description("Resize an image or mask using various scaling methods.")
+    .input(InputDef::bare("input", MATCHTYPE).template("input_type", "IMAGE,MASK"))
+    .dynamic_combo(
+        "resize_type",
+        "Select how to resize: by exact dimensions, scale factor, matching another image, etc.",
+        &options,
+    )
+    .input(
+        InputDef::bare("scale_method", "COMBO")
+            .tooltip(
+                "Interpolation algorithm. 'area' is best for downscaling, 'lanczos' for upscaling, \
+                     'nearest-exact' for pixel art.",
+            )
+            .option("default", "area")
+            .option("multiselect", false)
+            .option("options", METHODS.to_vec()),
+    )
+    .output(OutputDef::matchtype("resized", "input_type"))
+    .aliases(&[
+        "resize",
+        "resize image",
+        "resize mask",
+        "scale",
+        "scale image",
+        "scale mask",
+        "image resize",
+        "change size",
+        "dimensions",
+        "shrink",
+        "enlarge",
+    ])
 }
 
 /// A `MASK` input's tensor, `[B, H, W]` (a single `[H, W]` mask counts as a batch of one).
@@ -170,6 +330,7 @@ pub(super) fn nodes() -> Vec<Pure> {
             .essentials("Image Tools"),
             batch_images,
         ),
+        Pure::new(resize_image_mask_spec(), resize_image_mask),
         Pure::new(
             spec("ImageFromBatch", "Get Image from Batch", "image/batch", IMAGES)
                 .input(InputDef::typed("image", "IMAGE"))
@@ -219,6 +380,153 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
     ]
+}
+
+/// An IMAGE `[B, H, W, C]` or a MASK `[B, H, W]` (as a one-channel image), and which it was.
+fn image_or_mask(value: Option<&Value>, name: &str) -> Result<(Tensor, bool), NodeError> {
+    match value {
+        Some(Value::Image(t)) => Ok((t.clone(), true)),
+        Some(Value::Mask(m)) => {
+            let dims = m.shape();
+            let (h, w) = match dims {
+                [.., h, w] if dims.len() >= 2 => (*h, *w),
+                _ => return Err(NodeError::new(format!("a MASK of shape {dims:?}"))),
+            };
+            let n = m.data().len() / (h * w).max(1);
+            Ok((tensor(vec![n, h, w, 1], m.data().to_vec())?, false))
+        }
+        Some(other) => Err(NodeError::of_kind(
+            ErrorKind::WrongType,
+            format!("input `{name}` is {}, not IMAGE or MASK", other.type_name()),
+        )),
+        None => Err(NodeError::of_kind(ErrorKind::WrongType, format!("input `{name}` is missing"))),
+    }
+}
+
+/// The resize types of `ResizeImageMaskNode`, in ComfyUI's order.
+const RESIZE_TYPES: [&str; 9] = [
+    "scale dimensions",
+    "scale by multiplier",
+    "scale longer dimension",
+    "scale shorter dimension",
+    "scale width",
+    "scale height",
+    "scale total pixels",
+    "match size",
+    "scale to multiple",
+];
+
+/// `ResizeImageMaskNode`: an image or mask resized as `resize_type` says (ComfyUI's `scale_*` functions).
+fn resize_image_mask(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let (image, is_image) = image_or_mask(inputs.get("input"), "input")?;
+    let method = inputs.string("scale_method")?;
+    let kind = inputs.string("resize_type")?;
+    let child = |name: &str| format!("resize_type.{name}");
+    let int = |name: &str| -> Result<usize, NodeError> {
+        let v = inputs.int(&child(name))?;
+        usize::try_from(v).map_err(|_| {
+            NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("`{name}` must not be negative, got {v}"),
+            )
+        })
+    };
+    let crop = || -> Result<bool, NodeError> { Ok(inputs.string(&child("crop"))? == "center") };
+    let (_, h, w, _) = dims(&image)?;
+    // Python's round: ties to even.
+    let round = |v: f64| v.round_ties_even() as usize;
+    let out = match kind {
+        "scale dimensions" | "scale width" | "scale height" => {
+            let (width, height) = match kind {
+                "scale width" => (int("width")?, 0),
+                "scale height" => (0, int("height")?),
+                _ => (int("width")?, int("height")?),
+            };
+            if width == 0 && height == 0 {
+                image.clone()
+            } else {
+                let width = if width == 0 {
+                    round(w as f64 * height as f64 / h as f64).max(1)
+                } else {
+                    width
+                };
+                let height = if height == 0 {
+                    round(h as f64 * width as f64 / w as f64).max(1)
+                } else {
+                    height
+                };
+                let crop = kind == "scale dimensions" && crop()?;
+                resize(&image, width, height, method, crop)?
+            }
+        }
+        "scale by multiplier" => {
+            let m = inputs.float(&child("multiplier"))?;
+            resize(&image, round(w as f64 * m), round(h as f64 * m), method, false)?
+        }
+        "scale longer dimension" | "scale shorter dimension" => {
+            let longer = kind == "scale longer dimension";
+            let size = int(if longer { "longer_size" } else { "shorter_size" })?;
+            let (mut width, mut height) = (size, size);
+            if (h > w) == longer && h != w {
+                width = round(w as f64 / h as f64 * size as f64);
+            } else if h != w {
+                height = round(h as f64 / w as f64 * size as f64);
+            }
+            resize(&image, width, height, method, false)?
+        }
+        "scale total pixels" => {
+            let total = (inputs.float(&child("megapixels"))? * 1024.0 * 1024.0) as usize;
+            let scale = (total as f64 / (w * h) as f64).sqrt();
+            resize(&image, round(w as f64 * scale), round(h as f64 * scale), method, false)?
+        }
+        "match size" => {
+            let (reference, _) = image_or_mask(inputs.get(&child("match")), "match")?;
+            let (_, mh, mw, _) = dims(&reference)?;
+            resize(&image, mw, mh, method, crop()?)?
+        }
+        "scale to multiple" => scale_to_multiple(&image, int("multiple")?, method)?,
+        other => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("Unsupported resize type: {other}"),
+            ));
+        }
+    };
+    Ok(vec![if is_image {
+        Value::Image(out)
+    } else {
+        let (b, oh, ow, _) = dims(&out)?;
+        Value::Mask(tensor(vec![b, oh, ow], out.data().to_vec())?)
+    }])
+}
+
+/// ComfyUI's `scale_to_multiple_cover`: scaled to cover the largest multiple-of-`multiple` size within the
+/// image, then centre-cropped to it.
+fn scale_to_multiple(image: &Tensor, multiple: usize, method: &str) -> Result<Tensor, NodeError> {
+    let (b, h, w, c) = dims(image)?;
+    if multiple <= 1 {
+        return Ok(image.clone());
+    }
+    let (tw, th) = (w / multiple * multiple, h / multiple * multiple);
+    if tw == 0 || th == 0 || (tw, th) == (w, h) {
+        return Ok(image.clone());
+    }
+    let (sw, sh) = (tw as f64 / w as f64, th as f64 / h as f64);
+    let (scaled_w, scaled_h) = if sw >= sh {
+        (tw, ((h as f64 * sw).ceil() as usize).max(th))
+    } else {
+        (((w as f64 * sh).ceil() as usize).max(tw), th)
+    };
+    let scaled = resize(image, scaled_w, scaled_h, method, false)?;
+    let (x0, y0) = ((scaled_w - tw) / 2, (scaled_h - th) / 2);
+    let mut out = Vec::with_capacity(b * th * tw * c);
+    for i in 0..b {
+        for y in y0..y0 + th {
+            let row = ((i * scaled_h + y) * scaled_w + x0) * c;
+            out.extend_from_slice(&scaled.data()[row..row + tw * c]);
+        }
+    }
+    tensor(vec![b, th, tw, c], out)
 }
 
 /// `BatchImagesNode`: the given images (`images.image0`, ...) in one batch; a missing fourth channel is
