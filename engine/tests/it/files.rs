@@ -270,7 +270,8 @@ fn save_image_advanced_writes_8_and_16_bit_pngs_as_comfyui_names_them() {
 fn resize_image_mask_resizes_images_and_masks_as_its_resize_type_says() {
     let mut h = Harness::new(CachePolicy::Classic);
     let resize = |input: Value, kind: &str, children: Value| {
-        let mut inputs = json!({"input": input, "resize_type": kind, "scale_method": "nearest-exact"});
+        let mut inputs =
+            json!({"input": input, "resize_type": kind, "scale_method": "nearest-exact"});
         for (k, v) in children.as_object().expect("children") {
             inputs[format!("resize_type.{k}")] = v.clone();
         }
@@ -298,6 +299,34 @@ fn resize_image_mask_resizes_images_and_masks_as_its_resize_type_says() {
     assert_eq!(shown("8", "9"), (vec!["6".to_owned()], vec!["3".to_owned()]));
     assert_eq!(shown("14", "15"), (vec!["6".to_owned()], vec!["3".to_owned()]));
     assert_eq!(ran.text("18"), ["6"]);
+}
+
+#[test]
+fn image_stitch_puts_images_side_by_side_as_comfyui_does() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let stitch = |direction: &str, matched: bool, spacing: u32| {
+        json!({"class_type": "ImageStitch", "inputs": {"image1": ["1", 0], "image2": ["2", 0], "direction": direction, "match_image_size": matched, "spacing_width": spacing, "spacing_color": "black"}})
+    };
+    let size = |node: &str| json!({"class_type": "GetImageSize", "inputs": {"image": [node, 0]}});
+    let show = |node: &str, slot: u32| json!({"class_type": "PreviewAny", "inputs": {"source": [node, slot]}});
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 1, "color": 0xFF0000}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 2, "color": 0x00FF00}},
+        // Resized to the first's height (8 × 4), a 2-pixel strip between: 18 wide, two images.
+        "3": stitch("right", true, 1), "4": size("3"), "5": show("4", 0), "6": show("4", 2),
+        // Not resized, stacked: padded to the wider, 4 + 2 high.
+        "7": stitch("up", false, 0), "8": size("7"), "9": show("8", 0), "10": show("8", 1),
+        "11": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "stitched"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!((ran.text("5"), ran.text("6")), (vec!["18".to_owned()], vec!["2".to_owned()]));
+    assert_eq!((ran.text("9"), ran.text("10")), (vec!["8".to_owned()], vec!["6".to_owned()]));
+    let saved = image::open(h.roots.output.join("stitched_00001_.png")).expect("saved").to_rgb8();
+    let row: Vec<[u8; 3]> = [0, 8, 9].iter().map(|&x| saved.get_pixel(x, 1).0).collect();
+    assert_eq!(row, [[255, 0, 0], [0, 0, 0], [0, 0, 0]], "image1, then the black strip");
+    // Then image2, resized (Kiln's lanczos lands a step under full green).
+    let green = saved.get_pixel(10, 1).0;
+    assert!(green[0] == 0 && green[1] >= 254 && green[2] == 0, "{green:?}");
 }
 
 #[test]

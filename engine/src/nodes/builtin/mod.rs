@@ -16,6 +16,7 @@ mod primitives;
 mod pure;
 mod resize;
 mod sampler;
+mod stitch;
 mod text;
 mod vae;
 mod websocket;
@@ -84,5 +85,6 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in latent::nodes() {
         registry.register(node);
     }
+    registry.register(stitch::node());
     registry
 }
