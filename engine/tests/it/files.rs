@@ -304,9 +304,7 @@ fn resize_image_mask_resizes_images_and_masks_as_its_resize_type_says() {
 #[test]
 fn image_stitch_puts_images_side_by_side_as_comfyui_does() {
     let mut h = Harness::new(CachePolicy::Classic);
-    let stitch = |direction: &str, matched: bool, spacing: u32| {
-        json!({"class_type": "ImageStitch", "inputs": {"image1": ["1", 0], "image2": ["2", 0], "direction": direction, "match_image_size": matched, "spacing_width": spacing, "spacing_color": "black"}})
-    };
+    let stitch = |direction: &str, matched: bool, spacing: u32| json!({"class_type": "ImageStitch", "inputs": {"image1": ["1", 0], "image2": ["2", 0], "direction": direction, "match_image_size": matched, "spacing_width": spacing, "spacing_color": "black"}});
     let size = |node: &str| json!({"class_type": "GetImageSize", "inputs": {"image": [node, 0]}});
     let show = |node: &str, slot: u32| json!({"class_type": "PreviewAny", "inputs": {"source": [node, slot]}});
     let ran = h.run(json!({
