@@ -25,6 +25,7 @@ pub mod quant;
 pub mod qwen3;
 pub mod sampling;
 pub mod synth;
+pub mod textgen;
 pub mod zimage;
 pub mod zimage_lora;
 

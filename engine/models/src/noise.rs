@@ -104,6 +104,12 @@ impl TorchGenerator {
         (hi << 32) | lo
     }
 
+    /// `n` values of the unit exponential distribution, as one f32 `torch.empty(n).exponential_()` call on
+    /// the CPU makes them: per value one f64 uniform u (two outputs, 53 bits), −ln(1 − u) in f64, rounded.
+    pub fn exponential(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| -(-self.uniform_f64()).ln_1p() as f32).collect()
+    }
+
     /// `n` standard normal values, as one `torch.randn(n)` call (f32, contiguous) makes them; any shape with
     /// `n` values gives the same values in row-major order.
     pub fn randn(&mut self, n: usize) -> Vec<f32> {

@@ -16,6 +16,20 @@ pub struct Guider {
     pub negative: Option<Arc<Conditioning>>,
     /// The CFG scale (1.0 evaluates the positive alone).
     pub cfg: f64,
+    /// `DualCFGGuider`'s second conditioning; `None` for the one-scale guiders.
+    pub dual: Option<DualCfg>,
+}
+
+/// `DualCFGGuider`'s middle conditioning (`cond2`) and how it combines: the guider's `positive` is `cond1`,
+/// its `cfg` the scale from `cond2` to `cond1` (`cfg_conds`).
+#[derive(Clone)]
+pub struct DualCfg {
+    /// `cond2`.
+    pub middle: Arc<Conditioning>,
+    /// `cfg_cond2_negative`: the scale from the negative to `cond2`.
+    pub cfg_middle: f64,
+    /// The `nested` style: CFG of `cond1` over `cond2` first, then scaled away from the negative.
+    pub nested: bool,
 }
 
 impl std::fmt::Debug for Guider {

@@ -2,7 +2,7 @@
 //! metadata; never its name), ComfyUI's prefix rules apply, a combined checkpoint is split by prefix, and a
 //! file Kiln cannot run is refused with a message naming the file and what was found.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kiln_compute::DType;
@@ -176,6 +176,7 @@ fn diffusion_model(
         path: file.path().to_path_buf(),
         patches: Arc::default(),
         guidance: Guidance::default(),
+        differential_diffusion: None,
     })
 }
 
@@ -233,6 +234,40 @@ pub fn load_text_encoder(
     }
     let file = open(path)?;
     text_encoder(env, &file, "", progress)
+}
+
+/// `DualCLIPLoader`, `TripleCLIPLoader` and `QuadrupleCLIPLoader`: one `CLIP` made of several encoder files,
+/// which ComfyUI combines by `kind` (Flux's CLIP-L + T5-XXL, HiDream's four, ...). Each file is detected first,
+/// so a file of a family Kiln lacks is named as such; Kiln's families have no multi-encoder `CLIP` yet (the
+/// families that do, Flux.1 and HiDream, bring their combinations), so files it can run are refused naming
+/// what they are and the single-file loader to use.
+pub fn load_text_encoders(paths: &[PathBuf], kind: &str) -> Result<TextEncoder, Error> {
+    let mut found = Vec::with_capacity(paths.len());
+    for path in paths {
+        let file = open(path)?;
+        let header = Header::new(&file, "");
+        match TextEncoderDetected::detect(&header)? {
+            Some(detected) => found.push(detected.family().name()),
+            None => {
+                return Err(header.unsupported(format!(
+                    "not a text encoder Kiln can run ({}): found {}",
+                    names(&TextEncoderFamily::ALL, TextEncoderFamily::name),
+                    describe(&header)
+                )));
+            }
+        }
+    }
+    let first = paths.first().cloned().unwrap_or_default();
+    Err(Error::Unsupported {
+        path: first,
+        msg: format!(
+            "type `{kind}` of {} files ({}): Kiln has no text encoder combining these; a single \
+             {} encoder loads with CLIPLoader",
+            paths.len(),
+            found.join(" + "),
+            found.first().copied().unwrap_or("Qwen3"),
+        ),
+    })
 }
 
 /// Loads a VAE under `prefix` of `file`.

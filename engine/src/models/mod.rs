@@ -10,7 +10,7 @@ pub(crate) mod device;
 mod guidance;
 pub mod load;
 
-pub use guidance::{Guider, Noise};
+pub use guidance::{DualCfg, Guider, Noise};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -118,6 +118,9 @@ pub struct DiffusionModel {
     pub patches: Arc<Vec<(String, PatchSet)>>,
     /// How its predictions combine (the CFG hooks of `CFGNorm`, `RescaleCFG`, `CFGZeroStar`).
     pub guidance: Guidance,
+    /// `DifferentialDiffusion`'s strength, when set: an inpainting mask is thresholded at each step by how far
+    /// sampling has come (its `denoise_mask_function`).
+    pub differential_diffusion: Option<f32>,
 }
 
 impl DiffusionModel {
@@ -176,6 +179,41 @@ pub struct Cond {
     pub cond: Tensor,
     /// The pooled embedding, where the family has one (Z-Image's has none).
     pub pooled: Option<Tensor>,
+    /// What else rides along (the rest of ComfyUI's conditioning dict).
+    pub extras: CondExtras,
+}
+
+impl Cond {
+    /// A prompt's embeddings with nothing riding along.
+    pub fn new(cond: Tensor, pooled: Option<Tensor>) -> Cond {
+        Cond { cond, pooled, extras: CondExtras::default() }
+    }
+}
+
+/// The keys of ComfyUI's conditioning dict that nodes set beside the embeddings. A family's model reads
+/// those it has inputs for and ignores the others, as ComfyUI's `extra_conds` does (Z-Image reads none).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CondExtras {
+    /// The distilled-guidance strength (`FluxGuidance`, `CLIPTextEncodeFlux`).
+    pub guidance: Option<f64>,
+    /// Latents an edit model attends to (`ReferenceLatent`, appended in order), VAE space.
+    pub reference_latents: Vec<Tensor>,
+    /// How reference latents are positioned (`FluxKontextMultiReferenceLatentMethod`).
+    pub reference_latents_method: Option<String>,
+    /// The image latent an inpaint or instruct model is conditioned on (`InpaintModelConditioning`,
+    /// `InstructPixToPixConditioning`), VAE space.
+    pub concat_latent_image: Option<Tensor>,
+    /// The inpainting mask beside it, `[B, 1, H, W]` at the image's size.
+    pub concat_mask: Option<Tensor>,
+}
+
+impl CondExtras {
+    /// Bytes held by the tensors.
+    fn byte_size(&self) -> usize {
+        self.reference_latents.iter().map(Tensor::byte_size).sum::<usize>()
+            + self.concat_latent_image.as_ref().map_or(0, Tensor::byte_size)
+            + self.concat_mask.as_ref().map_or(0, Tensor::byte_size)
+    }
 }
 
 /// `CONDITIONING`: a list of encoded prompts (several are averaged by the sampler, as ComfyUI's
@@ -191,8 +229,19 @@ impl Conditioning {
     pub fn byte_size(&self) -> usize {
         self.entries
             .iter()
-            .map(|c| c.cond.byte_size() + c.pooled.as_ref().map_or(0, Tensor::byte_size))
+            .map(|c| {
+                c.cond.byte_size()
+                    + c.pooled.as_ref().map_or(0, Tensor::byte_size)
+                    + c.extras.byte_size()
+            })
             .sum()
+    }
+
+    /// A copy with `set` applied to every entry's extras (ComfyUI's `conditioning_set_values`).
+    pub fn with_extras(&self, set: impl Fn(&mut CondExtras)) -> Conditioning {
+        let mut entries = self.entries.clone();
+        entries.iter_mut().for_each(|c| set(&mut c.extras));
+        Conditioning { entries }
     }
 }
 

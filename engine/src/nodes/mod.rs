@@ -17,7 +17,8 @@ pub use builtin::builtin_registry;
 pub use context::{Context, Interrupted, ProgressSink};
 pub use error::{ErrorKind, NodeError};
 pub use spec::{
-    AUTOGROW, DYNAMIC_COMBO, Hidden, InputDef, InputType, MATCHTYPE, NodeSpec, OutputDef,
+    AUTOGROW, DYNAMIC_COMBO, DynamicOption, Hidden, InputDef, InputType, MATCHTYPE, NodeSpec,
+    OutputDef,
 };
 
 use kiln_models::sampling::Sampler;

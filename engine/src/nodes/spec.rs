@@ -494,25 +494,50 @@ impl NodeSpec {
     /// option's choices for it (in order of first appearance) or the first option's declaration; the node
     /// checks that the inputs of the chosen option are there and belong to it.
     pub fn dynamic_combo(
-        mut self,
+        self,
         name: &str,
         tooltip: &str,
         options: &[(&str, Vec<InputDef>)],
     ) -> NodeSpec {
-        let listed: Vec<Json> = options
+        let options: Vec<DynamicOption<'_>> = options
             .iter()
-            .map(|(key, inputs)| {
-                let required: Map<String, Json> =
-                    inputs.iter().map(|d| (d.name.clone(), d.config_json())).collect();
-                serde_json::json!({"key": key, "inputs": {"required": required}})
+            .map(|(key, required)| DynamicOption {
+                key,
+                required: required.clone(),
+                optional: Vec::new(),
             })
             .collect();
-        let declared =
-            InputDef::bare(name, DYNAMIC_COMBO).tooltip(tooltip).option("options", listed);
-        let keys: Vec<&str> = options.iter().map(|(key, _)| *key).collect();
+        self.dynamic_combo_of(InputDef::bare(name, DYNAMIC_COMBO).tooltip(tooltip), &options)
+    }
+
+    /// [`NodeSpec::dynamic_combo`] declared as `declared` (type [`DYNAMIC_COMBO`], with the options ComfyUI
+    /// writes before `options`: `tooltip`, `display_name`), whose options may bring optional inputs too.
+    pub fn dynamic_combo_of(
+        mut self,
+        declared: InputDef,
+        options: &[DynamicOption<'_>],
+    ) -> NodeSpec {
+        let name = declared.name.clone();
+        let name = name.as_str();
+        let listed: Vec<Json> = options
+            .iter()
+            .map(|option| {
+                let of = |defs: &[InputDef]| -> Map<String, Json> {
+                    defs.iter().map(|d| (d.name.clone(), d.config_json())).collect()
+                };
+                let mut inputs = Map::new();
+                inputs.insert("required".to_owned(), Json::Object(of(&option.required)));
+                if !option.optional.is_empty() {
+                    inputs.insert("optional".to_owned(), Json::Object(of(&option.optional)));
+                }
+                serde_json::json!({"key": option.key, "inputs": inputs})
+            })
+            .collect();
+        let declared = declared.option("options", listed);
+        let keys: Vec<&str> = options.iter().map(|option| option.key).collect();
         let mut grown = vec![(InputDef::v3_combo(name, &keys), true)];
-        for (_, inputs) in options {
-            for input in inputs {
+        for option in options {
+            for input in option.required.iter().chain(&option.optional) {
                 let child = format!("{name}.{}", input.name);
                 let Some(choices) = input.choices_list() else {
                     // Not a combo: the first option's declaration stands for all.
@@ -571,4 +596,15 @@ impl NodeSpec {
         self.grown.push((name.to_owned(), grown));
         self.input(declared)
     }
+}
+
+/// One option of a V3 `DynamicCombo` input: its key and the inputs it brings.
+#[derive(Debug, Clone)]
+pub struct DynamicOption<'a> {
+    /// The choice.
+    pub key: &'a str,
+    /// The inputs the choice requires.
+    pub required: Vec<InputDef>,
+    /// The inputs the choice may take.
+    pub optional: Vec<InputDef>,
 }

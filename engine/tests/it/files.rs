@@ -366,3 +366,71 @@ fn save_image_websocket_sends_each_image_as_a_png_preview_and_saves_nothing() {
     let again = h.run(prompt);
     assert_eq!(again.events.iter().filter(|e| matches!(e, Event::Preview { .. })).count(), 2);
 }
+
+#[test]
+fn issue_21_outpaint_padding_scaling_and_empty_latents_compute_what_comfyui_does() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        // A white 8×8 image padded by 8 on the left and 4 at the bottom, feathered over 2 pixels.
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0xFFFFFF}},
+        "2": {"class_type": "ImagePadForOutpaint", "inputs": {"image": ["1", 0], "left": 8, "top": 0, "right": 0, "bottom": 4, "feathering": 2}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "padded"}},
+        "4": {"class_type": "MaskToImage", "inputs": {"mask": ["2", 1]}},
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "pad_mask"}},
+        // The longer side to 6, the ratio kept; the Kontext size nearest a 2:1 image.
+        "6": {"class_type": "EmptyImage", "inputs": {"width": 16, "height": 8, "batch_size": 1, "color": 0}},
+        "7": {"class_type": "ImageScaleToMaxDimension", "inputs": {"image": ["6", 0], "upscale_method": "area", "largest_size": 6}},
+        "8": {"class_type": "GetImageSize", "inputs": {"image": ["7", 0]}},
+        "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 1]}},
+        "10": {"class_type": "FluxKontextImageScale", "inputs": {"image": ["6", 0]}},
+        "11": {"class_type": "GetImageSize", "inputs": {"image": ["10", 0]}},
+        "12": {"class_type": "PreviewAny", "inputs": {"source": ["11", 0]}},
+        // Flux.2's latent (128 channels, a sixteenth) and Chroma Radiance's (pixels).
+        "13": {"class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 32, "batch_size": 2}},
+        "14": {"class_type": "PreviewAny", "inputs": {"source": ["13", 0]}},
+        "15": {"class_type": "EmptyChromaRadianceLatentImage", "inputs": {"width": 48, "height": 16, "batch_size": 1}},
+        "16": {"class_type": "PreviewAny", "inputs": {"source": ["15", 0]}},
+        "17": {"class_type": "Flux2Scheduler", "inputs": {"steps": 4, "width": 1024, "height": 1024}},
+        "18": {"class_type": "PreviewAny", "inputs": {"source": ["17", 0]}},
+        // A mask previewed; two images compared.
+        "19": {"class_type": "MaskPreview", "inputs": {"mask": ["2", 1]}},
+        "20": {"class_type": "ImageCompare", "inputs": {"image_a": ["1", 0], "image_b": ["6", 0], "compare_view": ""}},
+        "21": {"class_type": "ImageCompare", "inputs": {"image_b": ["6", 0], "compare_view": ""}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let padded = image::open(h.roots.output.join("padded_00001_.png")).expect("saved").to_rgb8();
+    assert_eq!((padded.width(), padded.height()), (16, 12));
+    assert_eq!(padded.get_pixel(0, 0).0, [127, 127, 127], "the new canvas is grey 0.5");
+    assert_eq!(padded.get_pixel(8, 0).0, [255, 255, 255], "the image at its offset");
+    let mask = image::open(h.roots.output.join("pad_mask_00001_.png")).expect("saved").to_luma8();
+    // New area 1; within 2 pixels of a grown side ((2 − d)/2)²: d 0 → 1, d 1 → 0.25; the rest 0.
+    assert_eq!(mask.get_pixel(3, 3).0, [255]);
+    assert_eq!(mask.get_pixel(8, 3).0, [255]);
+    assert_eq!(mask.get_pixel(9, 3).0, [63]);
+    assert_eq!(mask.get_pixel(12, 3).0, [0]);
+    assert_eq!(mask.get_pixel(12, 6).0, [0], "two pixels from the grown bottom");
+    assert_eq!(mask.get_pixel(12, 7).0, [63], "one pixel from the grown bottom");
+    assert_eq!(mask.get_pixel(12, 10).0, [255]);
+    assert_eq!(ran.text("9"), ["3"], "16×8 at a longer side of 6 is 6×3");
+    assert_eq!(ran.text("12"), ["1456"], "2:1 is nearest Kontext's 1456×720");
+    assert_eq!(ran.text("14"), ["tensor[2, 128, 2, 4]"]);
+    assert_eq!(ran.text("16"), ["tensor[1, 3, 16, 48]"]);
+    assert_eq!(ran.text("18").len(), 1);
+    let previews = &ran.summary.outputs[&NodeId::from("19")];
+    assert_eq!(previews.images.len(), 1);
+    assert_eq!(previews.images[0].kind, FileKind::Temp);
+    let compared = &ran.summary.outputs[&NodeId::from("20")];
+    let names: Vec<(&str, usize)> =
+        compared.named.iter().map(|(k, files)| (k.as_str(), files.len())).collect();
+    assert_eq!(names, [("a_images", 1), ("b_images", 1)]);
+    let a = &compared.named[0].1[0];
+    assert!(a.filename.starts_with("comfy.compare.a_temp_"), "{}", a.filename);
+    assert!(
+        text_chunks(&h.roots.temp.join(&a.filename)).is_empty(),
+        "ImageCompare's previews carry no prompt"
+    );
+    let only_b = &ran.summary.outputs[&NodeId::from("21")];
+    let names: Vec<(&str, usize)> =
+        only_b.named.iter().map(|(k, files)| (k.as_str(), files.len())).collect();
+    assert_eq!(names, [("a_images", 0), ("b_images", 1)]);
+}

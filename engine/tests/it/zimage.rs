@@ -650,3 +650,180 @@ fn issue_21_a_latent_taken_from_a_batch_keeps_its_noise() {
     let repeated = h.run(one);
     assert!(max_diff(&saved(&h, &repeated), &whole) > 1);
 }
+
+#[test]
+fn issue_21_dual_cfg_guider_reduces_to_the_one_scale_guiders_bit_for_bit() {
+    let mut h = harness(SynthDtype::Bf16);
+    let run = |h: &mut Harness, guider: Value| {
+        let mut prompt = graph(json!(null));
+        custom_sampling(&mut prompt, 21, 2, 2.0, "euler");
+        prompt["74"] = guider;
+        let ran = h.run(prompt);
+        saved(h, &ran)
+    };
+    let dual = |cfg_conds: f64, cfg_cond2_negative: f64, style: &str| json!({"class_type": "DualCFGGuider", "inputs": {"model": ["69", 0], "cond1": ["67", 0], "cond2": ["67", 0], "negative": ["71", 0], "cfg_conds": cfg_conds, "cfg_cond2_negative": cfg_cond2_negative, "style": style}});
+    let cfg = |cfg: f64| json!({"class_type": "CFGGuider", "inputs": {"model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "cfg": cfg}});
+    let basic = run(
+        &mut h,
+        json!({"class_type": "BasicGuider", "inputs": {"model": ["69", 0], "conditioning": ["67", 0]}}),
+    );
+    let cfg2 = run(&mut h, cfg(2.0));
+    assert!(max_diff(&basic, &cfg2) > 0, "the negative counts at cfg 2");
+    // Both scales 1: the middle and the negative are skipped, cond1 alone.
+    assert_eq!(max_diff(&run(&mut h, dual(1.0, 1.0, "regular")), &basic), 0);
+    // cond1 = cond2: regular is CFG from the negative at cfg_cond2_negative, whatever cfg_conds is...
+    assert_eq!(max_diff(&run(&mut h, dual(3.0, 2.0, "regular")), &cfg2), 0);
+    // ...and so is nested.
+    assert_eq!(max_diff(&run(&mut h, dual(5.0, 2.0, "nested")), &cfg2), 0);
+}
+
+#[test]
+fn issue_21_inpaint_conditioning_keeps_the_unmasked_image_and_differential_diffusion_softens_it() {
+    let mut h = harness(SynthDtype::Bf16);
+    // A 32² grey image outpainted by 16 on the right (a feathered mask), sampled from its encoded latent.
+    let inpaint = |noise_mask: bool, differential: Option<f64>| {
+        let mut prompt = graph(ksampler(8, 2, "euler"));
+        prompt["80"] = json!({"class_type": "EmptyImage", "inputs": {"width": 16, "height": 32, "batch_size": 1, "color": 0x808080}});
+        prompt["81"] = json!({"class_type": "ImagePadForOutpaint", "inputs": {"image": ["80", 0], "left": 0, "top": 0, "right": 16, "bottom": 0, "feathering": 4}});
+        prompt["82"] = json!({"class_type": "InpaintModelConditioning", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "pixels": ["81", 0], "mask": ["81", 1], "noise_mask": noise_mask}});
+        prompt["70"]["inputs"]["positive"] = json!(["82", 0]);
+        prompt["70"]["inputs"]["negative"] = json!(["82", 1]);
+        prompt["70"]["inputs"]["latent_image"] = json!(["82", 2]);
+        if let Some(strength) = differential {
+            prompt["83"] = json!({"class_type": "DifferentialDiffusion", "inputs": {"model": ["69", 0], "strength": strength}});
+            prompt["70"]["inputs"]["model"] = json!(["83", 0]);
+        }
+        prompt
+    };
+    let free = h.run(inpaint(false, None));
+    let free = saved(&h, &free);
+    let masked = h.run(inpaint(true, None));
+    let masked = saved(&h, &masked);
+    assert!(max_diff(&free, &masked) > 1, "the noise mask keeps the image side");
+    // At the latent's resolution this mask is 0 or 1, which DifferentialDiffusion's thresholds leave as is...
+    let binary = h.run(inpaint(true, Some(1.0)));
+    assert_eq!(max_diff(&saved(&h, &binary), &masked), 0);
+    // ...and without a noise mask there is nothing to threshold.
+    let unmasked = h.run(inpaint(false, Some(1.0)));
+    assert_eq!(max_diff(&saved(&h, &unmasked), &free), 0);
+    // A grey mask is thresholded per step (more of it changes as sampling goes), blended back by strength.
+    let grey = |differential: Option<f64>| {
+        let mut prompt = inpaint(true, differential);
+        prompt["91"] =
+            json!({"class_type": "SolidMask", "inputs": {"value": 0.5, "width": 32, "height": 32}});
+        prompt["92"] = json!({"class_type": "SetLatentNoiseMask", "inputs": {"samples": ["82", 2], "mask": ["91", 0]}});
+        prompt["70"]["inputs"]["latent_image"] = json!(["92", 0]);
+        prompt
+    };
+    let plain = h.run(grey(None));
+    let plain = saved(&h, &plain);
+    let thresholded = h.run(grey(Some(1.0)));
+    let thresholded = saved(&h, &thresholded);
+    assert!(max_diff(&thresholded, &plain) > 1, "DifferentialDiffusion thresholds a grey mask");
+    let half = h.run(grey(Some(0.5)));
+    assert!(
+        max_diff(&saved(&h, &half), &thresholded) > 0,
+        "strength blends the threshold with the mask"
+    );
+}
+
+#[test]
+fn issue_21_values_riding_with_the_conditioning_leave_z_image_unchanged() {
+    let mut h = harness(SynthDtype::Bf16);
+    let plain = h.run(graph(ksampler(5, 2, "euler")));
+    let plain = saved(&h, &plain);
+    // Z-Image reads neither guidance nor reference latents (ComfyUI's Lumina2 has no input for them).
+    let mut prompt = graph(ksampler(5, 2, "euler"));
+    prompt["84"] = json!({"class_type": "FluxGuidance", "inputs": {"conditioning": ["67", 0], "guidance": 4.0}});
+    prompt["85"] = json!({"class_type": "ReferenceLatent", "inputs": {"conditioning": ["84", 0], "latent": ["68", 0]}});
+    prompt["86"] = json!({"class_type": "FluxKontextMultiReferenceLatentMethod", "inputs": {"conditioning": ["85", 0], "reference_latents_method": "uxo/uno"}});
+    prompt["87"] = json!({"class_type": "ReferenceLatent", "inputs": {"conditioning": ["86", 0]}});
+    prompt["70"]["inputs"]["positive"] = json!(["87", 0]);
+    let ran = h.run(prompt);
+    assert_eq!(max_diff(&saved(&h, &ran), &plain), 0);
+    // InstructPixToPixConditioning gives zeros of the encoded image's latent to sample from.
+    let mut prompt = graph(ksampler(5, 2, "euler"));
+    prompt["88"] = json!({"class_type": "EmptyImage", "inputs": {"width": 36, "height": 33, "batch_size": 1, "color": 0x112233}});
+    prompt["89"] = json!({"class_type": "InstructPixToPixConditioning", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "pixels": ["88", 0]}});
+    prompt["90"] = json!({"class_type": "PreviewAny", "inputs": {"source": ["89", 2]}});
+    prompt["70"]["inputs"]["latent_image"] = json!(["89", 2]);
+    let ran = h.run(prompt);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!(ran.text("90"), ["tensor[1, 16, 4, 4]"], "36×33 cropped to 32×32, a latent of 4×4");
+}
+
+#[test]
+fn issue_21_multi_file_clip_loaders_name_what_they_were_given() {
+    let mut h = harness(SynthDtype::Bf16);
+    let dir = h.roots.input.join("models/text_encoders");
+    write_safetensors(
+        &dir.join("t5xxl_fp16.safetensors"),
+        &[("encoder.block.0.layer.0.SelfAttention.q.weight", "F32", &[1], &[0u8; 4])],
+    );
+    let run = |h: &mut Harness, loader: Value| {
+        let mut prompt = graph(ksampler(1, 1, "euler"));
+        prompt["62"] = loader;
+        let ran = h.run(prompt);
+        let Outcome::Failed(failure) = &ran.summary.outcome else {
+            panic!("{:?}", ran.summary.outcome)
+        };
+        assert_eq!(failure.node.0, "62");
+        failure.message.clone()
+    };
+    // A file of a family Kiln lacks is named as what it is.
+    let message = run(
+        &mut h,
+        json!({"class_type": "DualCLIPLoader", "inputs": {"clip_name1": "qwen_3_4b.safetensors", "clip_name2": "t5xxl_fp16.safetensors", "type": "flux"}}),
+    );
+    assert!(message.contains("t5xxl_fp16.safetensors") && message.contains("T5"), "{message}");
+    // Files Kiln runs, in a combination it has no encoder for, are refused naming the combination.
+    let message = run(
+        &mut h,
+        json!({"class_type": "QuadrupleCLIPLoader", "inputs": {"clip_name1": "qwen_3_4b.safetensors", "clip_name2": "qwen_3_4b.safetensors", "clip_name3": "qwen_3_4b.safetensors", "clip_name4": "qwen_3_4b.safetensors"}}),
+    );
+    assert!(message.contains("hidream") && message.contains("Qwen3 + Qwen3"), "{message}");
+}
+
+#[test]
+fn issue_21_text_generate_runs_the_text_encoder_as_a_language_model() {
+    let mut h = harness(SynthDtype::Bf16);
+    let generate = |mode: Value| {
+        let mut node = json!({"class_type": "TextGenerate", "inputs": {"clip": ["62", 0], "prompt": "a haiku about kilns", "max_length": 6}});
+        for (k, v) in mode.as_object().unwrap() {
+            node["inputs"][k] = v.clone();
+        }
+        json!({
+            "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "ltxv", "device": "default"}},
+            "1": node,
+            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        })
+    };
+    let sampled = |seed: u64| {
+        generate(
+            json!({"sampling_mode": "on", "sampling_mode.temperature": 2.0, "sampling_mode.top_k": 0, "sampling_mode.top_p": 1.0, "sampling_mode.min_p": 0.0, "sampling_mode.repetition_penalty": 1.0, "sampling_mode.seed": seed}),
+        )
+    };
+    let mut texts = Vec::new();
+    for prompt in [generate(json!({"sampling_mode": "off"})), sampled(1), sampled(2)] {
+        let ran = h.run(prompt);
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+        let progress: Vec<(f64, f64)> = ran
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Progress { node, value, max } if node.0 == "1" => Some((*value, *max)),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !progress.is_empty() && progress.iter().all(|&(_, max)| max == 6.0),
+            "{progress:?}"
+        );
+        texts.push(ran.text("2"));
+    }
+    assert_ne!(texts[1], texts[2], "another seed, another text");
+    // A fresh executor (nothing cached) generates the same text from the same seed.
+    let mut again = harness(SynthDtype::Bf16);
+    let ran = again.run(sampled(1));
+    assert_eq!(ran.text("2"), texts[1], "one seed, one text");
+}

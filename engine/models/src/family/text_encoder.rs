@@ -7,6 +7,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::Result;
 use crate::header::Header;
 use crate::qwen3::{self, Qwen3, Tokenizer};
+use crate::textgen::{Decoding, TokenPicker};
 
 /// A family of text encoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,6 +111,34 @@ impl TextEncoderNet {
     pub fn tokenize(&self, prompt: &str) -> Result<Vec<u32>> {
         match self {
             TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.zimage_prompt(prompt),
+        }
+    }
+
+    /// Text generated after `prompt` (`TextGenerate`), as token ids (the stop token included when one was
+    /// reached), with ComfyUI's chat template for the family around the prompt; at most `max_new` tokens.
+    pub fn generate<B: Backend>(
+        &self,
+        b: &B,
+        prompt: &str,
+        max_new: usize,
+        decoding: Decoding,
+        on_token: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Vec<u32>> {
+        let mut picker = TokenPicker::new(decoding);
+        match self {
+            TextEncoderNet::Qwen3 { model, tokenizer } => {
+                // ComfyUI's Z-Image tokenizer, whichever CLIPLoader type but `flux2` (refused at load).
+                let ids = tokenizer.zimage_prompt(prompt)?;
+                let pick = &mut |logits| picker.pick(logits);
+                model.generate(b, &ids, max_new, &qwen3::STOP_TOKENS, pick, on_token)
+            }
+        }
+    }
+
+    /// The text of generated `ids` (special tokens left out), as ComfyUI's `decode`.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        match self {
+            TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.decode(ids),
         }
     }
 

@@ -16,6 +16,9 @@ pub const ROPE_THETA: f64 = 1e6;
 /// The token embedding table.
 pub(super) const EMBED: &str = "model.embed_tokens.weight";
 
+/// The final norm, which only generation runs (the conditioning is taken before it).
+pub(super) const NORM: &str = "model.norm.weight";
+
 /// The tensors of one decoder layer, after `model.layers.{i}.`, in the order [`layer_names`] lists them.
 const LAYER_TENSORS: [&str; 11] = [
     "input_layernorm.weight",
@@ -136,14 +139,18 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     Ok(Some(config))
 }
 
-/// What to load for the hidden state: the embedding table and layers `0..=layers − 2`, under the file's names
-/// without the prefix. The last layer, `model.norm` and any `lm_head` are not loaded (ComfyUI computes them
-/// and throws them away).
+/// What to load: the embedding table, every layer and `model.norm` (when the file has it), under the file's
+/// names without the prefix. The conditioning uses layers `0..=layers − 2`; text generation runs them all, the
+/// norm, and the embedding as the output head (Qwen3-4B ties them; any `lm_head` is not loaded, as ComfyUI's
+/// Qwen3-4B ignores it).
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(EMBED.to_owned())];
-    for i in 0..cfg.layers.saturating_sub(1) {
+    for i in 0..cfg.layers {
         slots.extend(layer_names(i).into_iter().map(slot));
+    }
+    if h.has(NORM) {
+        slots.push(slot(NORM.to_owned()));
     }
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }

@@ -4,8 +4,9 @@
 //! - [`Tokenizer`]: the bundled Qwen3 byte-level BPE and [`Tokenizer::zimage_prompt`], the chat-templated ids
 //!   ComfyUI feeds the encoder.
 //! - [`detect`] recognises a Qwen3 file by its keys and reads every width from its shapes;
-//!   [`load_plan`] names the weights the hidden state needs.
+//!   [`load_plan`] names the weights to load.
 //! - [`Qwen3::hidden_state`]: the output of layer `layers − 2`, un-normalised, as ComfyUI's conditioning.
+//! - [`Qwen3::generate`]: the whole decoder with a key/value cache, for `TextGenerate`.
 
 mod config;
 pub mod family;
@@ -15,3 +16,6 @@ mod tokenizer;
 pub use config::{Config, RMS_EPS, ROPE_THETA, detect, layer_names, load_plan};
 pub use model::Qwen3;
 pub use tokenizer::Tokenizer;
+
+/// The tokens that end generation: `<|endoftext|>` and `<|im_end|>` (ComfyUI's Qwen3 `stop_tokens`).
+pub const STOP_TOKENS: [u32; 2] = [151_643, 151_645];

@@ -1,10 +1,11 @@
-//! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2).
+//! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2), and
+//! run whole to generate text (`TextGenerate`).
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{Config, EMBED, layer_names};
+use super::config::{Config, EMBED, NORM, layer_names};
 use crate::error::{Error, Result};
 
 /// A Qwen3 text encoder: its config and its weights under the memory manager (loaded from
@@ -28,15 +29,7 @@ impl Qwen3 {
     /// attention over positions 0..N−1, no padding. One layer's weights are on the device at a time.
     pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        if ids.is_empty() {
-            return Err(Error::Invalid("the Qwen3 encoder needs at least one token".into()));
-        }
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= cfg.vocab) {
-            return Err(Error::Invalid(format!(
-                "token id {id} is outside the encoder's vocabulary of {}",
-                cfg.vocab
-            )));
-        }
+        self.check_ids(ids)?;
         let n = ids.len();
         let mut x = {
             let layer = self.weights.fetch(b, &[EMBED])?;
@@ -44,12 +37,80 @@ impl Qwen3 {
         };
         let (cos, sin) = rope_tables(b, cfg, n)?;
         for i in 0..cfg.layers.saturating_sub(1) {
-            x = self.layer(b, i, &x, &cos, &sin)?;
+            x = self.layer(b, i, &x, &cos, &sin, None)?;
         }
         Ok(b.cast(&x, DType::F32)?)
     }
 
-    /// Decoder layer `i` on x `[1, N, hidden]`.
+    /// Generates text after `prompt` as ComfyUI's `BaseGenerate.generate` does: the prompt runs through every
+    /// layer and the final norm, the tied embedding gives the last position's logits (f32 `[vocab]`), `pick`
+    /// chooses the next token, which runs alone at the next position against the cached keys and values.
+    /// Stops after `max_new` tokens or after one in `stop`; returns the tokens, the stop token included.
+    /// `on_token` hears of each token (for progress and interruption; an error from it ends the run).
+    pub fn generate<B: Backend>(
+        &self,
+        b: &B,
+        prompt: &[u32],
+        max_new: usize,
+        stop: &[u32],
+        pick: &mut dyn FnMut(Vec<f32>) -> u32,
+        on_token: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Vec<u32>> {
+        let cfg = &self.config;
+        self.check_ids(prompt)?;
+        let (cos, sin) = rope_tables(b, cfg, prompt.len() + max_new)?;
+        let mut cache: Vec<Option<KvCache<B>>> = (0..cfg.layers).map(|_| None).collect();
+        let mut generated = Vec::new();
+        let mut input = prompt.to_vec();
+        let mut position = 0;
+        while generated.len() < max_new {
+            let n = input.len();
+            let mut x = {
+                let layer = self.weights.fetch(b, &[EMBED])?;
+                b.embedding(&input, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+            };
+            let cos = b.slice(&cos, 0, position, n)?;
+            let sin = b.slice(&sin, 0, position, n)?;
+            for (i, entry) in cache.iter_mut().enumerate() {
+                x = self.layer(b, i, &x, &cos, &sin, Some(entry))?;
+            }
+            let last = b.slice(&x, 1, n - 1, 1)?;
+            let logits = {
+                let norm = self.weights.fetch(b, &[NORM])?;
+                let last = b.rms_norm(&last, Some(&norm.weight(0)), cfg.rms_eps)?;
+                let embed = self.weights.fetch(b, &[EMBED])?;
+                let logits = b.linear(&last, &embed.weight(0), None)?;
+                b.to_f32(&b.cast(&logits, DType::F32)?)?
+            };
+            let token = pick(logits);
+            generated.push(token);
+            on_token(generated.len())?;
+            if stop.contains(&token) {
+                break;
+            }
+            self.check_ids(&[token])?;
+            position += n;
+            input = vec![token];
+        }
+        Ok(generated)
+    }
+
+    /// An error for an empty input or an id outside the vocabulary.
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Err(Error::Invalid("the Qwen3 encoder needs at least one token".into()));
+        }
+        match ids.iter().find(|&&id| id as usize >= self.config.vocab) {
+            Some(id) => Err(Error::Invalid(format!(
+                "token id {id} is outside the encoder's vocabulary of {}",
+                self.config.vocab
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Decoder layer `i` on x `[1, N, hidden]` at the positions of `cos`/`sin`; with a cache, the keys and
+    /// values of earlier positions are attended to and this call's are appended.
     fn layer<B: Backend>(
         &self,
         b: &B,
@@ -57,6 +118,7 @@ impl Qwen3 {
         x: &Tensor<B>,
         cos: &Tensor<B>,
         sin: &Tensor<B>,
+        cache: Option<&mut Option<KvCache<B>>>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let n = x.dim(1)?;
@@ -70,8 +132,15 @@ impl Qwen3 {
         let h = b.rms_norm(x, Some(&in_norm), cfg.rms_eps)?;
         let (hd, eps) = (cfg.head_dim, cfg.rms_eps);
         let q = heads(b, &h, &q_proj, Some((&q_norm, eps, cos, sin)), cfg.heads, hd)?;
-        let k = heads(b, &h, &k_proj, Some((&k_norm, eps, cos, sin)), cfg.kv_heads, hd)?;
-        let v = heads(b, &h, &v_proj, None, cfg.kv_heads, hd)?;
+        let mut k = heads(b, &h, &k_proj, Some((&k_norm, eps, cos, sin)), cfg.kv_heads, hd)?;
+        let mut v = heads(b, &h, &v_proj, None, cfg.kv_heads, hd)?;
+        if let Some(cache) = cache {
+            if let Some(past) = cache.take() {
+                k = b.concat(&[&past.keys, &k], 2)?;
+                v = b.concat(&[&past.values, &v], 2)?;
+            }
+            *cache = Some(KvCache { keys: k.clone(), values: v.clone() });
+        }
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
         let a = b.attention(&q, &k, &v, AttentionMask::Causal, scale)?;
         let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.heads * cfg.head_dim])?;
@@ -82,6 +151,12 @@ impl Qwen3 {
         let act = b.gated(&b.linear(&g, &gate, None)?, &b.linear(&g, &up, None)?, UnaryOp::Silu)?;
         Ok(b.binary(&x, &b.linear(&act, &down, None)?, BinaryOp::Add)?)
     }
+}
+
+/// A layer's keys and values `[1, kv_heads, positions, head_dim]` so far (keys normalised and rotated).
+struct KvCache<B: Backend> {
+    keys: Tensor<B>,
+    values: Tensor<B>,
 }
 
 /// The per-head normalisation and rotation of q or k: the norm's weight, ε and the RoPE tables.

@@ -46,6 +46,14 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// The text of `ids` as ComfyUI's `decode` gives it: the special added tokens (`<|im_end|>`, ...) left
+    /// out, the others (`<think>`) written, ids past the vocabulary nothing.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let known = self.inner.get_vocab_size(true) as u32;
+        let ids: Vec<u32> = ids.iter().copied().filter(|&id| id < known).collect();
+        self.inner.decode(&ids, true).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
     /// The ids ComfyUI's Z-Image text encoder runs on for `prompt`: ComfyUI's prompt-weighting pre-pass with
     /// weights disabled (`\(` and `\)` lose their backslash; `(text:1.2)` is *not* parsed and stays text),
     /// then `<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n` tokenised as one string. An empty

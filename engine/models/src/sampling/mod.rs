@@ -21,6 +21,6 @@ mod unipc;
 pub use flow::FlowSampling;
 pub use samplers::{Denoiser, Sampler, Step, sample};
 pub use schedulers::{
-    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, karras_sigmas, ksampler_sigmas,
-    polyexponential_sigmas, turbo_sigmas,
+    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, flux2_sigmas, karras_sigmas,
+    ksampler_sigmas, polyexponential_sigmas, turbo_sigmas,
 };

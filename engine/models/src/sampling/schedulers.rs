@@ -218,6 +218,32 @@ pub fn turbo_sigmas(ms: &FlowSampling, steps: usize, denoise: f64) -> Vec<f32> {
     sigmas
 }
 
+/// `Flux2Scheduler`: Flux.2's empirical time shift for an image of `width` × `height` pixels (one token per
+/// 16 × 16), as ComfyUI's `get_schedule`: μ from the token count and the steps (f64), then over an f32
+/// `linspace(1, 0, steps + 1)` the shift `e^μ / (e^μ + (1/t − 1))` in f32 (e^μ rounded to f32; the division
+/// as torch's `scalar / tensor` does it, a reciprocal times the scalar).
+pub fn flux2_sigmas(steps: usize, width: u64, height: u64) -> Vec<f32> {
+    let tokens = (width as f64 * height as f64 / 256.0).round_ties_even();
+    let mu = flux2_mu(tokens, steps as f64);
+    let e = mu.exp() as f32;
+    linspace(1.0, 0.0, steps + 1).into_iter().map(|t| (1.0 / (e + (1.0 / t - 1.0))) * e).collect()
+}
+
+/// ComfyUI's `compute_empirical_mu`: μ linear in the token count, interpolated between its 10- and 200-step
+/// fits by the step count (the 200-step fit alone past 4300 tokens).
+fn flux2_mu(tokens: f64, steps: f64) -> f64 {
+    let (a1, b1) = (8.73809524e-05, 1.89833333);
+    let (a2, b2) = (0.00016927, 0.45666666);
+    let m200 = a2 * tokens + b2;
+    if tokens > 4300.0 {
+        return m200;
+    }
+    let m10 = a1 * tokens + b1;
+    let a = (m200 - m10) / 190.0;
+    let b = m200 - 200.0 * a;
+    a * steps + b
+}
+
 /// `torch.linspace(start, end, n)` in f32 on the CPU: step = (end − start)/(n − 1) in f32; the first half counts
 /// up from `start`, the second half down from `end`, each value one fused multiply-add as torch's build computes
 /// it (checked bit for bit against torch 2.15 for n up to 200).

@@ -203,3 +203,25 @@ fn cfg_hooks_combine_predictions_as_comfyuis_patch_nodes_do() {
         assert_close(key, &got, &t[key].1, 1e-5);
     }
 }
+
+#[test]
+fn flux2_scheduler_gives_comfyuis_sigmas_bit_for_bit() {
+    let path = crate::common::fixture("comfy_sampling/flux2_scheduler.json");
+    let text = std::fs::read_to_string(&path).expect("the Flux2Scheduler fixture");
+    let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    for case in cases.as_array().expect("cases") {
+        let n = |k: &str| case[k].as_u64().expect(k);
+        let got: Vec<u32> =
+            kiln_models::sampling::flux2_sigmas(n("steps") as usize, n("width"), n("height"))
+                .iter()
+                .map(|s| s.to_bits())
+                .collect();
+        let want: Vec<u32> = case["sigma_bits"]
+            .as_array()
+            .expect("bits")
+            .iter()
+            .map(|b| b.as_u64().expect("bits") as u32)
+            .collect();
+        assert_eq!(got, want, "{case}");
+    }
+}

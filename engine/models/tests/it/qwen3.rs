@@ -11,6 +11,7 @@ use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_compute::{Backend as _, DType};
 use kiln_models::qwen3::{self, Config, Qwen3, Tokenizer};
+use kiln_models::textgen::{Decoding, SamplingSettings, TokenPicker};
 use kiln_models::{Error, Header};
 use serde_json::Value;
 
@@ -81,15 +82,17 @@ fn detects_the_tiny_model() {
 }
 
 #[test]
-fn the_plan_skips_the_last_layer_and_the_norm() {
+fn the_plan_loads_every_layer_and_the_final_norm_for_generation() {
     let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
     let plan = qwen3::load_plan(&Header::new(&file, ""), &TINY);
     assert_eq!(plan.files, [fixture(WEIGHTS)]);
-    assert_eq!(plan.slots.len(), 1 + 11 * 2);
+    assert_eq!(plan.slots.len(), 1 + 11 * 3 + 1);
     for slot in &plan.slots {
         assert_eq!(slot.parts, [(0, slot.name.clone())]);
-        assert!(!slot.name.starts_with("model.layers.2.") && !slot.name.starts_with("model.norm"));
+        assert!(!slot.name.starts_with("lm_head"));
     }
+    assert!(plan.slots.iter().any(|s| s.name == "model.norm.weight"));
+    assert!(plan.slots.iter().any(|s| s.name.starts_with("model.layers.2.")));
 }
 
 #[test]
@@ -269,4 +272,92 @@ fn layers_must_be_consecutive() {
         t.retain(|name, _| !name.starts_with("model.layers.2."));
     });
     assert_eq!(detected.unwrap(), Some(Config { layers: 2, ..TINY }));
+}
+
+// --- Text generation against ComfyUI's own (scripts/reference/qwen3_generate.py) ------------------------------
+
+/// The fixture's settings as Kiln's decoding.
+fn decoding(sampling: &Value) -> Decoding {
+    if sampling.is_null() {
+        return Decoding::Greedy;
+    }
+    let f = |name: &str| sampling[name].as_f64().unwrap() as f32;
+    Decoding::Sample(SamplingSettings {
+        temperature: f("temperature"),
+        top_k: sampling["top_k"].as_u64().unwrap() as usize,
+        top_p: f("top_p"),
+        min_p: f("min_p"),
+        repetition_penalty: f("repetition_penalty"),
+        presence_penalty: f("presence_penalty"),
+        seed: sampling["seed"].as_u64().unwrap(),
+    })
+}
+
+#[test]
+fn generation_picks_comfyuis_tokens() {
+    let (b, manager) = cpu(1 << 30);
+    let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
+    let weights =
+        manager.load(&qwen3::load_plan(&Header::new(&file, ""), &TINY), &mut |_, _| {}).unwrap();
+    let model = Qwen3::new(TINY, weights);
+    let fixture = json("qwen3/generate.json");
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let prompt = ids(&case["prompt"]);
+        let max_new = case["max_length"].as_u64().unwrap() as usize;
+        let mut picker = TokenPicker::new(decoding(&case["sampling"]));
+        let mut first: Option<Vec<f32>> = None;
+        let mut pick = |logits: Vec<f32>| {
+            first.get_or_insert_with(|| logits.clone());
+            picker.pick(logits)
+        };
+        let mut steps = 0;
+        let generated = model
+            .generate(&*b, &prompt, max_new, &qwen3::STOP_TOKENS, &mut pick, &mut |n| {
+                steps = n;
+                Ok(())
+            })
+            .unwrap();
+        let want: Vec<f32> = case["first_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_close(&format!("{name}: first logits"), &first.unwrap(), &want, 1e-4);
+        assert_eq!(generated, ids(&case["generated"]), "{name}: the generated tokens");
+        assert_eq!(steps, generated.len(), "{name}: one report per token");
+    }
+}
+
+#[test]
+fn generation_stops_at_a_stop_token_and_keeps_it() {
+    let (b, manager) = cpu(1 << 30);
+    let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
+    let weights =
+        manager.load(&qwen3::load_plan(&Header::new(&file, ""), &TINY), &mut |_, _| {}).unwrap();
+    let model = Qwen3::new(TINY, weights);
+    // Whatever the logits, the picker answers 7, then 9; 9 stops.
+    let mut answers = [7u32, 9, 11].into_iter();
+    let mut pick = |_: Vec<f32>| answers.next().unwrap();
+    let out = model.generate(&*b, &[1, 2], 10, &[9], &mut pick, &mut |_| Ok(())).unwrap();
+    assert_eq!(out, [7, 9]);
+    // An error from the progress callback (an interrupt) ends the run with it.
+    let mut pick = |_: Vec<f32>| 5u32;
+    let stopped = model.generate(&*b, &[1], 10, &[], &mut pick, &mut |n| {
+        if n == 3 { Err(Error::Invalid("interrupted".into())) } else { Ok(()) }
+    });
+    assert!(matches!(stopped, Err(Error::Invalid(m)) if m == "interrupted"));
+}
+
+#[test]
+fn decode_skips_special_tokens_as_comfyui() {
+    let tokenizer = Tokenizer::bundled().unwrap();
+    let fixture = json("qwen3/generate.json");
+    for case in fixture["decode"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tokenizer.decode(&ids(&case["ids"])).unwrap(), text);
+    }
 }

@@ -1,16 +1,18 @@
-//! Conditioning nodes: `CLIPTextEncode` (a prompt through the text encoder), `ConditioningZeroOut` and
-//! `ConditioningCombine`.
+//! Conditioning nodes: `CLIPTextEncode` (a prompt through the text encoder), `ConditioningZeroOut`,
+//! `ConditioningCombine`, and the nodes that set what rides along with a prompt (`FluxGuidance`,
+//! `ReferenceLatent`, `FluxKontextMultiReferenceLatentMethod`).
 
 use std::sync::Arc;
 
 use kiln_compute::{Backend, DType};
 
 use super::model_specs;
+use super::pure::Pure;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{Cond, Conditioning, TextEncoder};
+use crate::models::{Cond, CondExtras, Conditioning, TextEncoder};
 use crate::nodes::error::node_error;
-use crate::nodes::{Context, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -55,7 +57,7 @@ impl Node for ClipTextEncode {
         let ids = clip.net.tokenize(text).map_err(node_error)?;
         let cond =
             on_device(self.compute.device(), Encode { clip, ids: &ids }).map_err(node_error)?;
-        let conditioning = Conditioning { entries: vec![Cond { cond, pooled: None }] };
+        let conditioning = Conditioning { entries: vec![Cond::new(cond, None)] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }
 }
@@ -80,7 +82,7 @@ impl Node for ConditioningZeroOut {
             .conditioning("conditioning")?
             .entries
             .iter()
-            .map(|c| Cond { cond: zero(&c.cond), pooled: c.pooled.as_ref().map(zero) })
+            .map(|c| Cond { cond: zero(&c.cond), pooled: c.pooled.as_ref().map(zero), ..c.clone() })
             .collect();
         Ok(NodeResult::values([Value::Conditioning(Arc::new(Conditioning { entries }))]))
     }
@@ -104,4 +106,81 @@ impl Node for ConditioningCombine {
         entries.extend(inputs.conditioning("conditioning_2")?.entries.iter().cloned());
         Ok(NodeResult::values([Value::Conditioning(Arc::new(Conditioning { entries }))]))
     }
+}
+
+/// A V3 conditioning node of `module`.
+fn v3_spec(name: &str, display: &str, category: &str, module: &str) -> NodeSpec {
+    NodeSpec::new(name, display, category).python_module(module).v3()
+}
+
+/// The conditioning with `set` applied to each entry's extras, as the one output.
+fn set_extras(inputs: &Inputs, set: impl Fn(&mut CondExtras)) -> Result<Vec<Value>, NodeError> {
+    let conditioning = inputs.conditioning("conditioning")?.with_extras(set);
+    Ok(vec![Value::Conditioning(Arc::new(conditioning))])
+}
+
+/// The nodes that set values riding along with a conditioning (`comfy_extras.nodes_flux`,
+/// `comfy_extras.nodes_edit_model`), in ComfyUI's registration order.
+pub(super) fn extras_nodes() -> Vec<Pure> {
+    const FLUX: &str = "comfy_extras.nodes_flux";
+    vec![
+        Pure::new(
+            v3_spec("FluxGuidance", "", "model/conditioning/flux", FLUX)
+                .input(InputDef::typed("conditioning", "CONDITIONING"))
+                .input(InputDef::float("guidance", 3.5, 0.0, 100.0).option("step", 0.1))
+                .output(OutputDef::new("CONDITIONING")),
+            |inputs| {
+                let guidance = inputs.float("guidance")?;
+                set_extras(inputs, |e| e.guidance = Some(guidance))
+            },
+        ),
+        Pure::new(
+            v3_spec(
+                "FluxKontextMultiReferenceLatentMethod",
+                "Edit Model Reference Method",
+                "model/conditioning/flux",
+                FLUX,
+            )
+            .experimental()
+            .input(InputDef::typed("conditioning", "CONDITIONING"))
+            .input(
+                InputDef::bare("reference_latents_method", "COMBO")
+                    .option("advanced", true)
+                    .option("multiselect", false)
+                    .option("options", vec!["offset", "index", "uxo/uno", "index_timestep_zero"]),
+            )
+            .output(OutputDef::new("CONDITIONING")),
+            |inputs| {
+                let method = match inputs.string("reference_latents_method")? {
+                    // As ComfyUI: both spellings of the UXO/UNO method are one.
+                    m if m.contains("uxo") || m.contains("uso") => "uxo",
+                    m => m,
+                }
+                .to_owned();
+                set_extras(inputs, |e| e.reference_latents_method = Some(method.clone()))
+            },
+        ),
+        Pure::new(
+            v3_spec(
+                "ReferenceLatent",
+                "Set Reference Latent",
+                "model/conditioning",
+                "comfy_extras.nodes_edit_model",
+            )
+            .description(
+                "This node sets the guiding latent for an edit model. If the model supports it you can \
+                 chain multiple to set multiple reference images.",
+            )
+            .input(InputDef::typed("conditioning", "CONDITIONING"))
+            .optional(InputDef::typed("latent", "LATENT"))
+            .output(OutputDef::new("CONDITIONING")),
+            |inputs| match inputs.get("latent") {
+                Some(Value::Latent(latent)) => {
+                    let samples = latent.samples.clone();
+                    set_extras(inputs, |e| e.reference_latents.push(samples.clone()))
+                }
+                _ => Ok(vec![Value::Conditioning(inputs.conditioning("conditioning")?.clone())]),
+            },
+        ),
+    ]
 }

@@ -11,7 +11,7 @@ use super::sampler::{
     Sampled, Sampling, count, sample, sampler, sampler_names, scheduler, scheduler_names,
 };
 use crate::compute::Compute;
-use crate::models::{Guider, Noise};
+use crate::models::{DualCfg, Guider, Noise};
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
 };
@@ -176,6 +176,24 @@ pub(super) fn builders() -> Vec<Pure> {
             },
         ),
         Pure::new(
+            NodeSpec::new("Flux2Scheduler", "", "model/sampling/schedulers")
+                .python_module("comfy_extras.nodes_flux")
+                .v3()
+                .input(InputDef::int("steps", 20, 1, 4096))
+                .input(InputDef::int("width", 1024, 16, 16384).option("step", 1))
+                .input(InputDef::int("height", 1024, 16, 16384).option("step", 1))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let side = |name: &str| -> Result<u64, NodeError> {
+                    let v = inputs.int(name)?;
+                    u64::try_from(v)
+                        .map_err(|_| NodeError::new(format!("`{name}` must be positive")))
+                };
+                let steps = steps_of(inputs)?;
+                Ok(vec![sigmas(sampling::flux2_sigmas(steps, side("width")?, side("height")?))])
+            },
+        ),
+        Pure::new(
             spec("SplitSigmas", "", "model/sampling/sigmas")
                 .input(InputDef::typed("sigmas", "SIGMAS"))
                 .input(InputDef::int("step", 0, 0, 10000))
@@ -256,6 +274,7 @@ pub(super) fn builders() -> Vec<Pure> {
                     positive: inputs.conditioning("conditioning")?.clone(),
                     negative: None,
                     cfg: 1.0,
+                    dual: None,
                 }))])
             },
         ),
@@ -272,6 +291,32 @@ pub(super) fn builders() -> Vec<Pure> {
                     positive: inputs.conditioning("positive")?.clone(),
                     negative: Some(inputs.conditioning("negative")?.clone()),
                     cfg: inputs.float("cfg")?,
+                    dual: None,
+                }))])
+            },
+        ),
+        Pure::new(
+            spec("DualCFGGuider", "Dual CFG Guider", "model/sampling/guiders")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::typed("cond1", "CONDITIONING"))
+                .input(InputDef::typed("cond2", "CONDITIONING"))
+                .input(InputDef::typed("negative", "CONDITIONING"))
+                .input(cfg("cfg_conds"))
+                .input(cfg("cfg_cond2_negative"))
+                .input(InputDef::v3_combo("style", &["regular", "nested"]))
+                .output(OutputDef::new("GUIDER"))
+                .aliases(&["dual prompt guidance"]),
+            |inputs| {
+                Ok(vec![Value::Guider(Arc::new(Guider {
+                    model: inputs.model("model")?.clone(),
+                    positive: inputs.conditioning("cond1")?.clone(),
+                    negative: Some(inputs.conditioning("negative")?.clone()),
+                    cfg: inputs.float("cfg_conds")?,
+                    dual: Some(DualCfg {
+                        middle: inputs.conditioning("cond2")?.clone(),
+                        cfg_middle: inputs.float("cfg_cond2_negative")?,
+                        nested: inputs.string("style")? == "nested",
+                    }),
                 }))])
             },
         ),
@@ -399,6 +444,7 @@ impl Node for SamplerCustom {
             positive: inputs.conditioning("positive")?,
             negative: Some(inputs.conditioning("negative")?),
             cfg: inputs.float("cfg")?,
+            dual: None,
             sampler: inputs.sampler("sampler")?,
             sigmas: inputs.sigmas("sigmas")?,
             noise,
@@ -440,6 +486,7 @@ impl Node for SamplerCustomAdvanced {
             positive: &guider.positive,
             negative: guider.negative.as_deref(),
             cfg: guider.cfg,
+            dual: guider.dual.as_ref(),
             sampler: inputs.sampler("sampler")?,
             sigmas: inputs.sigmas("sigmas")?,
             noise: inputs.noise("noise")?,

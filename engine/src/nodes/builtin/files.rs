@@ -259,7 +259,7 @@ impl Node for SaveImageAdvanced {
                 ));
             }
         };
-        let files = PngFiles { trailing_underscore: false, sixteen_bit };
+        let files = PngFiles { trailing_underscore: false, sixteen_bit, metadata: true };
         let prefix = inputs.string("filename_prefix")?;
         let ui = save_pngs_as(images, prefix, &ctx.output_dir, FileKind::Output, ctx, files)?;
         Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
@@ -300,17 +300,107 @@ impl Node for PreviewImage {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let images = inputs.image("images")?;
-        let mut bits = RandomState::new().hash_one(&ctx.node);
-        let suffix: String = (0..5)
-            .map(|_| {
-                let c = (b'a' + (bits % 26) as u8) as char;
-                bits /= 26;
-                c
-            })
-            .collect();
-        let prefix = format!("ComfyUI_temp_{suffix}");
-        let ui = save_pngs(images, &prefix, &ctx.temp_dir, FileKind::Temp, ctx)?;
+        let ui = preview_pngs(images, "ComfyUI", ctx, SAVE_IMAGE)?;
         Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
+    }
+}
+
+/// Writes a preview into the temp directory as `<prefix>_temp_<5 random letters>_<counter>_.png`.
+fn preview_pngs(
+    images: &Tensor,
+    prefix: &str,
+    ctx: &Context,
+    files: PngFiles,
+) -> Result<UiOutput, NodeError> {
+    let mut bits = RandomState::new().hash_one(&ctx.node);
+    let suffix: String = (0..5)
+        .map(|_| {
+            let c = (b'a' + (bits % 26) as u8) as char;
+            bits /= 26;
+            c
+        })
+        .collect();
+    let prefix = format!("{prefix}_temp_{suffix}");
+    save_pngs_as(images, &prefix, &ctx.temp_dir, FileKind::Temp, ctx, files)
+}
+
+/// `MaskPreview` (`comfy_extras.nodes_mask`): the masks previewed as grey images; passes the mask on.
+pub(super) struct MaskPreview(Arc<NodeSpec>);
+
+impl MaskPreview {
+    pub(super) fn new() -> MaskPreview {
+        MaskPreview(Arc::new(
+            NodeSpec::new("MaskPreview", "Preview Mask", "image/mask")
+                .python_module("comfy_extras.nodes_mask")
+                .v3()
+                .description(
+                    "Preview the masks without saving them to the ComfyUI output directory.",
+                )
+                .input(InputDef::typed("mask", "MASK"))
+                .hidden("prompt", Hidden::Prompt)
+                .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+                .output(OutputDef::new("MASK").named("mask"))
+                .output_node()
+                .aliases(&["show mask", "view mask", "inspect mask", "debug mask"]),
+        ))
+    }
+}
+
+impl Node for MaskPreview {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let (mask, [b, h, w]) = super::mask::mask(inputs, "mask")?;
+        let grey = mask.data().iter().flat_map(|&v| [v, v, v]).collect();
+        let images = super::mask::tensor(vec![b, h, w, 3], grey)?;
+        let ui = preview_pngs(&images, "ComfyUI", ctx, SAVE_IMAGE)?;
+        Ok(NodeResult { outputs: vec![Output::One(Value::Mask(mask))], ui: Some(ui) })
+    }
+}
+
+/// `ImageCompare` (`comfy_extras.nodes_image_compare`): previews of either or both images, which the
+/// frontend shows under a slider (`a_images`, `b_images`; PNGs without the prompt in them).
+pub(super) struct ImageCompare(Arc<NodeSpec>);
+
+impl ImageCompare {
+    pub(super) fn new() -> ImageCompare {
+        ImageCompare(Arc::new(
+            NodeSpec::new("ImageCompare", "Compare Images", "image")
+                .python_module("comfy_extras.nodes_image_compare")
+                .v3()
+                .experimental()
+                .description("Compares two images side by side with a slider.")
+                .input(InputDef::bare("compare_view", "IMAGECOMPARE").option("socketless", true))
+                .optional(InputDef::typed("image_a", "IMAGE"))
+                .optional(InputDef::typed("image_b", "IMAGE"))
+                .hidden("prompt", Hidden::Prompt)
+                .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+                .output_node()
+                .essentials("Image Tools"),
+        ))
+    }
+}
+
+impl Node for ImageCompare {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        const NO_METADATA: PngFiles = PngFiles { metadata: false, ..SAVE_IMAGE };
+        let mut ui = UiOutput::default();
+        for (input, key, prefix) in
+            [("image_a", "a_images", "comfy.compare.a"), ("image_b", "b_images", "comfy.compare.b")]
+        {
+            let files = match inputs.get(input) {
+                Some(Value::Image(images)) if images.shape().first().is_some_and(|&b| b > 0) => {
+                    preview_pngs(images, prefix, ctx, NO_METADATA)?.images
+                }
+                _ => Vec::new(),
+            };
+            ui.named.push((key.to_owned(), files));
+        }
+        Ok(NodeResult { outputs: Vec::new(), ui: Some(ui) })
     }
 }
 
@@ -321,10 +411,13 @@ struct PngFiles {
     trailing_underscore: bool,
     /// 16 bits per sample (else 8).
     sixteen_bit: bool,
+    /// The prompt and `extra_pnginfo` as text chunks.
+    metadata: bool,
 }
 
 /// `SaveImage`'s and `PreviewImage`'s files.
-const SAVE_IMAGE: PngFiles = PngFiles { trailing_underscore: true, sixteen_bit: false };
+const SAVE_IMAGE: PngFiles =
+    PngFiles { trailing_underscore: true, sixteen_bit: false, metadata: true };
 
 /// Writes each image of a batch as `<prefix>_<counter:05>_.png` under `root`, continuing after the highest
 /// counter already there, with the prompt and `extra_pnginfo` as PNG text chunks.
@@ -377,10 +470,12 @@ fn save_pngs_as(
     let first = next_counter(&folder, name);
 
     let (batch, h, w, c) = super::image::dims(images)?;
-    let mut text_chunks: Vec<(String, String)> =
-        vec![("prompt".to_owned(), ctx.prompt.to_string())];
-    if let Some(extra) = ctx.extra_pnginfo.as_object() {
-        text_chunks.extend(extra.iter().map(|(k, v)| (k.clone(), v.to_string())));
+    let mut text_chunks: Vec<(String, String)> = Vec::new();
+    if files.metadata {
+        text_chunks.push(("prompt".to_owned(), ctx.prompt.to_string()));
+        if let Some(extra) = ctx.extra_pnginfo.as_object() {
+            text_chunks.extend(extra.iter().map(|(k, v)| (k.clone(), v.to_string())));
+        }
     }
     let mut ui = UiOutput::default();
     for (b, counter) in (0..batch).zip(first..) {

@@ -290,3 +290,52 @@ fn latent_from_batch(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     });
     Ok(vec![Value::Latent(out)])
 }
+
+/// Zeros `[batch_size, channels, height / down, width / down]`: the empty latents of the V3 `Empty*Latent*`
+/// nodes.
+fn zeros(inputs: &Inputs, channels: usize, down: usize) -> Result<Vec<Value>, NodeError> {
+    let dim = |name: &str| -> Result<usize, NodeError> {
+        let v = inputs.int(name)?;
+        usize::try_from(v)
+            .map_err(|_| NodeError::new(format!("`{name}` must be positive, got {v}")))
+    };
+    let shape = vec![dim("batch_size")?, channels, dim("height")? / down, dim("width")? / down];
+    Ok(vec![Value::Latent(Latent::new(Tensor::full(shape, 0.0)))])
+}
+
+/// The size inputs of the V3 empty-latent nodes: width and height in steps of 16, the batch size.
+fn empty_latent_spec(name: &str, display: &str, category: &str, module: &str) -> NodeSpec {
+    let side = |name: &str| InputDef::int(name, 1024, 16, 16384).option("step", 16);
+    NodeSpec::new(name, display, category)
+        .python_module(module)
+        .v3()
+        .input(side("width"))
+        .input(side("height"))
+        .input(InputDef::int("batch_size", 1, 1, 4096))
+        .output(OutputDef::new("LATENT"))
+}
+
+/// `EmptyFlux2LatentImage` (Flux.2's 128 channels at a sixteenth of the pixels) and
+/// `EmptyChromaRadianceLatentImage` (Chroma Radiance samples RGB pixels: 3 channels, full size).
+pub(super) fn empty_nodes() -> Vec<Pure> {
+    vec![
+        Pure::new(
+            empty_latent_spec(
+                "EmptyFlux2LatentImage",
+                "Empty Flux 2 Latent",
+                "model/latent/flux",
+                "comfy_extras.nodes_flux",
+            ),
+            |inputs| zeros(inputs, 128, 16),
+        ),
+        Pure::new(
+            empty_latent_spec(
+                "EmptyChromaRadianceLatentImage",
+                "",
+                "model/latent/chroma radiance",
+                "comfy_extras.nodes_chroma_radiance",
+            ),
+            |inputs| zeros(inputs, 3, 1),
+        ),
+    ]
+}

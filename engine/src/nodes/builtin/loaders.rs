@@ -10,7 +10,9 @@ use kiln_compute::DType;
 use super::model_specs;
 use crate::models::{ModelEnv, load};
 use crate::nodes::error::node_error;
-use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
 use crate::value::Value;
 
 /// The path of a file chosen in a loader's combo.
@@ -138,5 +140,110 @@ impl Node for LoraLoaderModelOnly {
         let path = find(&self.0, "loras", inputs, "lora_name")?;
         let lora = load::load_lora(model, &path, strength).map_err(node_error)?;
         Ok(NodeResult::values([Value::Model(Arc::new(lora))]))
+    }
+}
+
+/// The `type` choices of `DualCLIPLoader`, in ComfyUI's order.
+const DUAL_CLIP_TYPES: [&str; 12] = [
+    "sdxl",
+    "sd3",
+    "flux",
+    "hunyuan_video",
+    "hidream",
+    "hunyuan_image",
+    "hunyuan_video_15",
+    "kandinsky5",
+    "kandinsky5_image",
+    "ltxv",
+    "newbie",
+    "ace",
+];
+
+/// Which multi-file text-encoder loader.
+#[derive(Clone, Copy)]
+pub(super) enum MultiClip {
+    /// `DualCLIPLoader` (`nodes.py`): two files and a `type`.
+    Dual,
+    /// `TripleCLIPLoader` (`comfy_extras.nodes_sd3`): SD3's three.
+    Triple,
+    /// `QuadrupleCLIPLoader` (`comfy_extras.nodes_hidream`): HiDream's four.
+    Quadruple,
+}
+
+/// A text encoder made of several files of `text_encoders/`.
+pub(super) struct MultiClipLoader {
+    env: ModelEnv,
+    kind: MultiClip,
+}
+
+impl MultiClipLoader {
+    pub(super) fn new(env: ModelEnv, kind: MultiClip) -> MultiClipLoader {
+        MultiClipLoader { env, kind }
+    }
+
+    /// The file inputs.
+    fn inputs(&self) -> &'static [&'static str] {
+        match self.kind {
+            MultiClip::Dual => &["clip_name1", "clip_name2"],
+            MultiClip::Triple => &["clip_name1", "clip_name2", "clip_name3"],
+            MultiClip::Quadruple => &["clip_name1", "clip_name2", "clip_name3", "clip_name4"],
+        }
+    }
+}
+
+impl Node for MultiClipLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let files = self.env.files.list("text_encoders");
+        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+        let v3 = |name: &str, display: &str, module: &str, description: &str| {
+            let mut spec = NodeSpec::new(name, display, "model/loaders")
+                .python_module(module)
+                .v3()
+                .description(description);
+            for input in self.inputs() {
+                spec = spec.input(InputDef::v3_combo(input, &refs));
+            }
+            spec
+        };
+        let spec = match self.kind {
+            MultiClip::Dual => NodeSpec::new("DualCLIPLoader", "Load CLIP (Dual)", "model/loaders")
+                .description(
+                    "Recipes:\nsdxl: clip-l, clip-g\nsd3: clip-l, clip-g / clip-l, t5 / clip-g, t5\n\
+                     flux: clip-l, t5\nhidream: at least one of t5 or llama, recommended t5 and llama\n\
+                     hunyuan_image: qwen2.5vl 7b and byt5 small\nnewbie: gemma-3-4b-it, jina clip v2",
+                )
+                .input(InputDef::choices("clip_name1", &refs))
+                .input(InputDef::choices("clip_name2", &refs))
+                .input(InputDef::choices("type", &DUAL_CLIP_TYPES))
+                .optional(InputDef::choices("device", &["default", "cpu"]).option("advanced", true)),
+            MultiClip::Triple => v3(
+                "TripleCLIPLoader",
+                "Load CLIP (Triple)",
+                "comfy_extras.nodes_sd3",
+                "Recipes:\nsd3: clip-l, clip-g, t5",
+            ),
+            MultiClip::Quadruple => v3(
+                "QuadrupleCLIPLoader",
+                "Load CLIP (Quadruple)",
+                "comfy_extras.nodes_hidream",
+                "Recipes:\nhidream: long clip-l, long clip-g, t5xxl, llama_8b_3.1_instruct",
+            ),
+        };
+        Arc::new(spec.output(OutputDef::new("CLIP")).shared_between_partitions())
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let paths = self
+            .inputs()
+            .iter()
+            .map(|input| find(&self.env, "text_encoders", inputs, input))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kind = match self.kind {
+            MultiClip::Dual => inputs.string("type")?,
+            MultiClip::Triple => "sd3",
+            MultiClip::Quadruple => "hidream",
+        };
+        let clip = load::load_text_encoders(&paths, kind).map_err(node_error)?;
+        Ok(NodeResult::values([Value::Clip(Arc::new(clip))]))
     }
 }

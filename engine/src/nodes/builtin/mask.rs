@@ -178,7 +178,7 @@ fn resize_image_mask_spec() -> NodeSpec {
 }
 
 /// A `MASK` input's tensor, `[B, H, W]` (a single `[H, W]` mask counts as a batch of one).
-fn mask(inputs: &Inputs, name: &str) -> Result<(Tensor, [usize; 3]), NodeError> {
+pub(super) fn mask(inputs: &Inputs, name: &str) -> Result<(Tensor, [usize; 3]), NodeError> {
     let tensor = match inputs.get(name) {
         Some(Value::Mask(t)) => t.clone(),
         Some(other) => {
@@ -208,7 +208,7 @@ fn mask(inputs: &Inputs, name: &str) -> Result<(Tensor, [usize; 3]), NodeError> 
 }
 
 /// A tensor from a shape and values built by the node (always consistent).
-fn tensor(shape: Vec<usize>, values: Vec<f32>) -> Result<Tensor, NodeError> {
+pub(super) fn tensor(shape: Vec<usize>, values: Vec<f32>) -> Result<Tensor, NodeError> {
     Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
 }
 

@@ -7,6 +7,7 @@ mod expression;
 mod files;
 mod guidance;
 mod image;
+mod inpaint;
 mod latent;
 mod loaders;
 mod logic;
@@ -16,8 +17,10 @@ mod primitives;
 mod pure;
 mod resize;
 mod sampler;
+mod scale;
 mod stitch;
 mod text;
+mod textgen;
 mod vae;
 mod websocket;
 
@@ -54,8 +57,11 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(sampler::KSamplerAdvanced::new(compute.clone()));
     registry.register(loaders::ClipLoader(models.clone()));
     registry.register(loaders::UnetLoader(models.clone()));
+    registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Dual));
     registry.register(conditioning::ConditioningZeroOut::new());
-    registry.register(loaders::LoraLoaderModelOnly(models));
+    registry.register(loaders::LoraLoaderModelOnly(models.clone()));
+    registry.register(inpaint::InpaintModelConditioning::new(compute.clone()));
+    registry.register(inpaint::pad_node());
     registry.register(image::GetImageSize::new());
     for node in primitives::primitives() {
         registry.register(node);
@@ -86,5 +92,21 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     registry.register(stitch::node());
+    for node in conditioning::extras_nodes() {
+        registry.register(node);
+    }
+    for node in latent::empty_nodes() {
+        registry.register(node);
+    }
+    for node in scale::nodes() {
+        registry.register(node);
+    }
+    registry.register(inpaint::InstructPixToPixConditioning::new(compute.clone()));
+    registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Triple));
+    registry.register(loaders::MultiClipLoader::new(models, loaders::MultiClip::Quadruple));
+    registry.register(inpaint::differential_diffusion_node());
+    registry.register(files::MaskPreview::new());
+    registry.register(files::ImageCompare::new());
+    registry.register(textgen::TextGenerate::new(compute.clone()));
     registry
 }

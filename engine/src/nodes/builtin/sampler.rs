@@ -17,7 +17,7 @@ use super::latent::empty_latent;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{Conditioning, DiffusionModel, Noise};
+use crate::models::{Conditioning, DiffusionModel, DualCfg, Noise};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
@@ -103,6 +103,7 @@ struct Guided<'a> {
     positive: &'a Conditioning,
     negative: Option<&'a Conditioning>,
     cfg: f64,
+    dual: Option<&'a DualCfg>,
     /// The latent's noise mask, when it has one.
     inpaint: Option<Inpaint>,
 }
@@ -116,18 +117,66 @@ struct Inpaint {
     latent: Vec<f32>,
     /// The starting noise (unscaled).
     noise: Vec<f32>,
+    /// `DifferentialDiffusion`, when the model has it.
+    differential: Option<Differential>,
+}
+
+/// `DifferentialDiffusion`'s mask function: at each step the mask becomes 1 where it reaches how far sampling
+/// still has to go (in timesteps, from the first sigma's to the last's or the model's smallest), 0 elsewhere,
+/// blended with the mask itself when `strength` < 1.
+struct Differential {
+    strength: f32,
+    /// The timesteps of the first sigma and of the end.
+    ts_from: f32,
+    ts_to: f32,
+    /// σ → timestep.
+    sampling: FlowSampling,
+}
+
+impl Differential {
+    fn new(sampling: &FlowSampling, sigmas: &[f32], strength: f32) -> Differential {
+        let last = sigmas[sigmas.len() - 1];
+        let sigma_to = if last > sampling.sigma_min() { last } else { sampling.sigma_min() };
+        Differential {
+            strength,
+            ts_from: sampling.timestep(sigmas[0]),
+            ts_to: sampling.timestep(sigma_to),
+            sampling: sampling.clone(),
+        }
+    }
+
+    /// The mask for the step at `sigma`, as the f32 tensor ops compute it.
+    fn mask(&self, mask: &[f32], sigma: f32) -> Vec<f32> {
+        let current = self.sampling.timestep(sigma);
+        let threshold = (current - self.ts_to) / (self.ts_from - self.ts_to);
+        let binary = mask.iter().map(|&m| if m >= threshold { 1.0f32 } else { 0.0 });
+        if self.strength > 0.0 && self.strength < 1.0 {
+            let rest = (1.0 - f64::from(self.strength)) as f32;
+            binary.zip(mask).map(|(b, m)| self.strength * b + rest * m).collect()
+        } else {
+            binary.collect()
+        }
+    }
 }
 
 impl Inpaint {
+    /// The mask at `sigma`: the noise mask, or what `DifferentialDiffusion` makes of it.
+    fn mask_at(&self, sigma: f32) -> std::borrow::Cow<'_, [f32]> {
+        match &self.differential {
+            Some(d) => d.mask(&self.mask, sigma).into(),
+            None => self.mask.as_slice().into(),
+        }
+    }
+
     /// x where the mask is 1, the input noised to `sigma` where it is 0: `x·m + noise_scaling(σ)·(1 − m)`.
-    fn input(&self, sampling: &FlowSampling, x: &[f32], sigma: f32) -> Vec<f32> {
+    fn input(&self, sampling: &FlowSampling, x: &[f32], sigma: f32, mask: &[f32]) -> Vec<f32> {
         let kept = sampling.noise_scaling(sigma, &self.noise, &self.latent);
-        blend(x, &kept, &self.mask)
+        blend(x, &kept, mask)
     }
 
     /// The prediction where the mask is 1, the input latent where it is 0.
-    fn output(&self, out: &[f32]) -> Vec<f32> {
-        blend(out, &self.latent, &self.mask)
+    fn output(&self, out: &[f32], mask: &[f32]) -> Vec<f32> {
+        blend(out, &self.latent, mask)
     }
 }
 
@@ -182,25 +231,22 @@ impl Guided<'_> {
 
 impl Denoiser for Guided<'_> {
     fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
-        let masked;
-        let x = match &self.inpaint {
-            Some(inpaint) => {
-                masked = inpaint.input(&self.model.sampling, x, sigma);
-                masked.as_slice()
-            }
-            None => x,
+        let Some(inpaint) = &self.inpaint else {
+            return self.guide(x, sigma);
         };
-        let out = self.guide(x, sigma)?;
-        Ok(match &self.inpaint {
-            Some(inpaint) => inpaint.output(&out),
-            None => out,
-        })
+        let mask = inpaint.mask_at(sigma);
+        let x = inpaint.input(&self.model.sampling, x, sigma, &mask);
+        let out = self.guide(&x, sigma)?;
+        Ok(inpaint.output(&out, &mask))
     }
 }
 
 impl Guided<'_> {
     /// The guided x̂₀: the conditional prediction and, unless skipped, the unconditional one, combined.
     fn guide(&self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        if let Some(dual) = self.dual {
+            return self.guide_dual(dual, x, sigma);
+        }
         let cond = self.predict(self.positive, x, sigma)?;
         // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does a missing or empty one.
         let uncond = match self.negative {
@@ -225,6 +271,43 @@ impl Guided<'_> {
     }
 }
 
+impl Guided<'_> {
+    /// `DualCFGGuider`'s x̂₀ (its `predict_noise`). Regular: CFG from the negative to `cond2` at `cfg_middle`,
+    /// plus (`cond1` − `cond2`)·cfg, the negative skipped at `cfg_middle` 1 and `cond2` too when both are 1.
+    /// Nested: CFG from `cond2` to `cond1` at cfg, then from the negative to that at `cfg_middle`.
+    fn guide_dual(&self, dual: &DualCfg, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        let isclose = |a: f64| (a - 1.0).abs() <= 1e-9 * a.abs().max(1.0);
+        let shape = &self.shape;
+        let predictions =
+            |cond, uncond, cfg: f64| Predictions { x, cond, uncond, cfg: cfg as f32, sigma, shape };
+        let guidance = &self.model.guidance;
+        let skip_negative = !dual.nested && isclose(dual.cfg_middle);
+        let negative = match self.negative {
+            Some(negative) if !skip_negative => Some(self.predict(negative, x, sigma)?),
+            _ => None,
+        };
+        let middle = if skip_negative && isclose(self.cfg) {
+            vec![0.0; x.len()]
+        } else {
+            self.predict(&dual.middle, x, sigma)?
+        };
+        let positive = self.predict(self.positive, x, sigma)?;
+        if dual.nested {
+            let text = guidance.combine(predictions(&positive, Some(middle.as_slice()), self.cfg));
+            let negative = negative.unwrap_or_else(|| vec![0.0; x.len()]);
+            let scale = dual.cfg_middle as f32;
+            return Ok(negative.iter().zip(text).map(|(n, t)| n + scale * (t - n)).collect());
+        }
+        let base = guidance.combine(predictions(&middle, negative.as_deref(), dual.cfg_middle));
+        let scale = self.cfg as f32;
+        Ok(base
+            .iter()
+            .zip(positive.iter().zip(&middle))
+            .map(|(b, (p, m))| b + (p - m) * scale)
+            .collect())
+    }
+}
+
 /// One sampling run, as ComfyUI's `CFGGuider.sample` does it: what every sampler node comes down to.
 pub(super) struct Sampling<'a> {
     /// The model.
@@ -235,6 +318,8 @@ pub(super) struct Sampling<'a> {
     pub(super) negative: Option<&'a Conditioning>,
     /// The CFG scale.
     pub(super) cfg: f64,
+    /// `DualCFGGuider`'s middle conditioning, when the guider is one.
+    pub(super) dual: Option<&'a DualCfg>,
     /// The method.
     pub(super) sampler: Sampler,
     /// The noise levels, descending.
@@ -318,7 +403,15 @@ pub(super) fn sample(
                     .map_err(node_error)?,
                 _ => noise.clone(),
             };
-            Some(Inpaint { mask: denoise_mask(mask, &shape)?, latent: start.clone(), noise })
+            let differential = model
+                .differential_diffusion
+                .map(|strength| Differential::new(&model.sampling, &sigmas, strength));
+            Some(Inpaint {
+                mask: denoise_mask(mask, &shape)?,
+                latent: start.clone(),
+                noise,
+                differential,
+            })
         }
         None => None,
     };
@@ -329,6 +422,7 @@ pub(super) fn sample(
         positive: job.positive,
         negative: job.negative,
         cfg: job.cfg,
+        dual: job.dual,
         inpaint,
     };
     let interrupted = AtomicBool::new(false);
@@ -457,6 +551,7 @@ fn ksample(
         positive: request.positive,
         negative: Some(request.negative),
         cfg: request.cfg,
+        dual: None,
         sampler: request.sampler,
         sigmas: &sigmas,
         noise: if request.add_noise { Noise::Random(request.seed) } else { Noise::Disabled },

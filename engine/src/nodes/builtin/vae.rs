@@ -113,45 +113,52 @@ impl Node for VaeEncode {
         self.spec.clone()
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let pixels = inputs.image("pixels")?;
-        let &[batch, h, w, c] = pixels.shape() else {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("expected an IMAGE [B, H, W, C], got {:?}", pixels.shape()),
-            ));
-        };
-        let (eh, ew) = (h / 8 * 8, w / 8 * 8);
-        if batch == 0 || eh == 0 || ew == 0 {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("cannot encode {batch} image(s) of {w}×{h}: at least one of 8×8 is needed"),
-            ));
-        }
-        let (top, left) = ((h - eh) / 2, (w - ew) / 2);
-        let mut latents = Vec::new();
-        let mut latent_shape = Vec::new();
-        for i in 0..batch {
-            ctx.check_interrupt()?;
-            // [H, W, C] in [0, 1] → [1, 3, H, W] in [-1, 1] (extra channels, like alpha, dropped).
-            let mut chw = vec![0f32; 3 * eh * ew];
-            for ch in 0..3.min(c) {
-                for y in 0..eh {
-                    for x in 0..ew {
-                        let v = pixels.data()[((i * h + y + top) * w + x + left) * c + ch];
-                        chw[(ch * eh + y) * ew + x] = v * 2.0 - 1.0;
-                    }
-                }
-            }
-            let pass =
-                Pass { vae, direction: Direction::Encode, shape: [1, 3, eh, ew], values: &chw };
-            let (shape, latent) = on_device(self.compute.device(), pass).map_err(node_error)?;
-            latent_shape = shape;
-            latents.extend(latent);
-        }
-        latent_shape[0] = batch;
-        let latent =
-            Tensor::new(latent_shape, latents).map_err(|e| NodeError::new(e.to_string()))?;
+        let latent = encode(&self.compute, inputs.vae("vae")?, inputs.image("pixels")?, ctx)?;
         Ok(NodeResult::values([Value::Latent(Latent::new(latent))]))
     }
+}
+
+/// Images `[B, H, W, C]` in `[0, 1]` to latents (VAE space), one image at a time, as ComfyUI's `VAE.encode`:
+/// sizes that are not multiples of 8 are cropped to them, centred; channels past RGB are dropped.
+pub(super) fn encode(
+    compute: &Compute,
+    vae: &Vae,
+    pixels: &Tensor,
+    ctx: &Context,
+) -> Result<Tensor, NodeError> {
+    let &[batch, h, w, c] = pixels.shape() else {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("expected an IMAGE [B, H, W, C], got {:?}", pixels.shape()),
+        ));
+    };
+    let (eh, ew) = (h / 8 * 8, w / 8 * 8);
+    if batch == 0 || eh == 0 || ew == 0 {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("cannot encode {batch} image(s) of {w}×{h}: at least one of 8×8 is needed"),
+        ));
+    }
+    let (top, left) = ((h - eh) / 2, (w - ew) / 2);
+    let mut latents = Vec::new();
+    let mut latent_shape = Vec::new();
+    for i in 0..batch {
+        ctx.check_interrupt()?;
+        // [H, W, C] in [0, 1] → [1, 3, H, W] in [-1, 1].
+        let mut chw = vec![0f32; 3 * eh * ew];
+        for ch in 0..3.min(c) {
+            for y in 0..eh {
+                for x in 0..ew {
+                    let v = pixels.data()[((i * h + y + top) * w + x + left) * c + ch];
+                    chw[(ch * eh + y) * ew + x] = v * 2.0 - 1.0;
+                }
+            }
+        }
+        let pass = Pass { vae, direction: Direction::Encode, shape: [1, 3, eh, ew], values: &chw };
+        let (shape, latent) = on_device(compute.device(), pass).map_err(node_error)?;
+        latent_shape = shape;
+        latents.extend(latent);
+    }
+    latent_shape[0] = batch;
+    Tensor::new(latent_shape, latents).map_err(|e| NodeError::new(e.to_string()))
 }

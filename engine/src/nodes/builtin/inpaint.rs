@@ -1,0 +1,255 @@
+//! Inpainting and image-conditioned editing: `ImagePadForOutpaint` (the canvas grown, with the mask of what
+//! is new), `InpaintModelConditioning` (`nodes.py`) and `InstructPixToPixConditioning`
+//! (`comfy_extras.nodes_ip2p`), which encode the image and hand it to the model beside the prompt, and
+//! `DifferentialDiffusion`, which makes a soft mask's grey levels count.
+
+use std::sync::Arc;
+
+use super::image::dims;
+use super::mask::{mask, tensor};
+use super::pure::Pure;
+use super::resize::resize;
+use super::vae::encode;
+use crate::compute::Compute;
+use crate::models::{Conditioning, DiffusionModel};
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::tensor::Tensor;
+use crate::value::{Latent, Value};
+
+/// `ImagePadForOutpaint`'s declaration.
+fn pad_spec() -> NodeSpec {
+    let side = |name: &str| InputDef::int(name, 0, 0, 16384).option("step", 8);
+    NodeSpec::new("ImagePadForOutpaint", "Pad Image for Outpainting", "image/transform")
+        .input(InputDef::typed("image", "IMAGE"))
+        .input(side("left"))
+        .input(side("top"))
+        .input(side("right"))
+        .input(side("bottom"))
+        .input(InputDef::int("feathering", 40, 0, 16384).option("step", 1).option("advanced", true))
+        .output(OutputDef::new("IMAGE"))
+        .output(OutputDef::new("MASK"))
+        .aliases(&["extend canvas", "expand image"])
+}
+
+/// A non-negative size input.
+fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+    let v = inputs.int(name)?;
+    usize::try_from(v).map_err(|_| NodeError::new(format!("`{name}` must be 0 or more, got {v}")))
+}
+
+/// `ImagePadForOutpaint`: the image on a larger grey (0.5) canvas, and a mask that is 1 on the new border and,
+/// within `feathering` pixels of a grown side, fades into the image as `((f − d) / f)²`.
+fn pad_for_outpaint(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let image = inputs.image("image")?;
+    let (b, h, w, c) = dims(image)?;
+    let [left, top, right, bottom] =
+        ["left", "top", "right", "bottom"].map(|name| size(inputs, name));
+    let (left, top, right, bottom) = (left?, top?, right?, bottom?);
+    let feathering = size(inputs, "feathering")?;
+    let (nh, nw) = (h + top + bottom, w + left + right);
+    let mut padded = vec![0.5f32; b * nh * nw * c];
+    for i in 0..b {
+        for y in 0..h {
+            let src = &image.data()[((i * h + y) * w) * c..][..w * c];
+            padded[((i * nh + y + top) * nw + left) * c..][..w * c].copy_from_slice(src);
+        }
+    }
+    let mut mask = vec![1f32; nh * nw];
+    for y in 0..h {
+        for x in 0..w {
+            let mut v = 0f32;
+            if feathering > 0 && feathering * 2 < h && feathering * 2 < w {
+                // The distance to the nearest grown side (an ungrown side counts as far away).
+                let from_top = if top != 0 { y } else { h };
+                let from_bottom = if bottom != 0 { h - y } else { h };
+                let from_left = if left != 0 { x } else { w };
+                let from_right = if right != 0 { w - x } else { w };
+                let d = from_top.min(from_bottom).min(from_left).min(from_right);
+                if d < feathering {
+                    // Python floats, stored into an f32 tensor.
+                    let f = (feathering - d) as f64 / feathering as f64;
+                    v = (f * f) as f32;
+                }
+            }
+            mask[(y + top) * nw + x + left] = v;
+        }
+    }
+    Ok(vec![
+        Value::Image(tensor(vec![b, nh, nw, c], padded)?),
+        Value::Mask(tensor(vec![1, nh, nw], mask)?),
+    ])
+}
+
+/// The positive and negative with the image latent (and the mask) set on each entry.
+fn with_concat(
+    inputs: &Inputs,
+    latent: &Tensor,
+    concat_mask: Option<&Tensor>,
+) -> Result<[Value; 2], NodeError> {
+    let set = |name: &str| -> Result<Value, NodeError> {
+        let conditioning: Conditioning = inputs.conditioning(name)?.with_extras(|e| {
+            e.concat_latent_image = Some(latent.clone());
+            if let Some(m) = concat_mask {
+                e.concat_mask = Some(m.clone());
+            }
+        });
+        Ok(Value::Conditioning(Arc::new(conditioning)))
+    };
+    Ok([set("positive")?, set("negative")?])
+}
+
+/// `[B, H, W, C]` cropped to `h × w` at (`top`, `left`).
+fn crop(image: &Tensor, top: usize, left: usize, h: usize, w: usize) -> Result<Tensor, NodeError> {
+    let (b, ih, iw, c) = dims(image)?;
+    let mut out = Vec::with_capacity(b * h * w * c);
+    for i in 0..b {
+        for y in 0..h {
+            out.extend_from_slice(&image.data()[((i * ih + y + top) * iw + left) * c..][..w * c]);
+        }
+    }
+    tensor(vec![b, h, w, c], out)
+}
+
+/// The crop ComfyUI makes to a multiple of 8: the cropped size and the offsets that center it.
+fn crop_to_8(h: usize, w: usize) -> (usize, usize, usize, usize) {
+    (h / 8 * 8, w / 8 * 8, (h % 8) / 2, (w % 8) / 2)
+}
+
+/// `InpaintModelConditioning`: the image with the masked region greyed out, encoded as the model's image
+/// latent (with the mask) on both conditionings; the latent to sample is the whole image encoded, with the
+/// mask as its noise mask unless `noise_mask` is off.
+pub(super) struct InpaintModelConditioning {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl InpaintModelConditioning {
+    pub(super) fn new(compute: Arc<Compute>) -> InpaintModelConditioning {
+        let spec = NodeSpec::new(
+            "InpaintModelConditioning",
+            "InpaintModelConditioning",
+            "model/conditioning",
+        )
+        .input(InputDef::typed("positive", "CONDITIONING"))
+        .input(InputDef::typed("negative", "CONDITIONING"))
+        .input(InputDef::typed("vae", "VAE"))
+        .input(InputDef::typed("pixels", "IMAGE"))
+        .input(InputDef::typed("mask", "MASK"))
+        .input(InputDef::boolean("noise_mask", true).tooltip(
+            "Add a noise mask to the latent so sampling will only happen within the mask. Might \
+             improve results or completely break things depending on the model.",
+        ))
+        .output(OutputDef::new("CONDITIONING").named("positive"))
+        .output(OutputDef::new("CONDITIONING").named("negative"))
+        .output(OutputDef::new("LATENT").named("latent"));
+        InpaintModelConditioning { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for InpaintModelConditioning {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let vae = inputs.vae("vae")?;
+        let pixels = inputs.image("pixels")?;
+        let (b, h, w, c) = dims(pixels)?;
+        let (m, [mb, _, _]) = mask(inputs, "mask")?;
+        // The mask bilinearly at the image's size, [B_m, 1, H, W].
+        let (mh, mw) = (m.shape()[m.shape().len() - 2], m.shape()[m.shape().len() - 1]);
+        let as_image = tensor(vec![mb, mh, mw, 1], m.data().to_vec())?;
+        let resized = resize(&as_image, w, h, "bilinear", false)?;
+        let (ch, cw, top, left) = crop_to_8(h, w);
+        let cropped_mask = crop(&resized, top, left, ch, cw)?;
+        let cropped = crop(pixels, top, left, ch, cw)?;
+        // Grey where the mask is set: (p − 0.5)·(1 − round(m)) + 0.5 on the colour channels.
+        let plane = ch * cw;
+        let mut greyed = cropped.data().to_vec();
+        for i in 0..b {
+            let keep = &cropped_mask.data()[(i % mb) * plane..][..plane];
+            for (p, k) in greyed[i * plane * c..][..plane * c].chunks_mut(c).zip(keep) {
+                let k = 1.0 - k.round_ties_even();
+                p.iter_mut().take(3).for_each(|v| *v = (*v - 0.5) * k + 0.5);
+            }
+        }
+        let greyed = tensor(vec![b, ch, cw, c], greyed)?;
+        let concat = encode(&self.compute, vae, &greyed, ctx)?;
+        let samples = encode(&self.compute, vae, pixels, ctx)?;
+        let mask = tensor(vec![mb, 1, ch, cw], cropped_mask.data().to_vec())?;
+        let [positive, negative] = with_concat(inputs, &concat, Some(&mask))?;
+        let mut latent = Latent::new(samples);
+        if inputs.bool("noise_mask")? {
+            latent.noise_mask = Some(mask);
+        }
+        Ok(NodeResult::values([positive, negative, Value::Latent(latent)]))
+    }
+}
+
+/// `InstructPixToPixConditioning`: the image (cropped to a multiple of 8) encoded as the image latent on
+/// both conditionings; the latent to sample is zeros of its shape.
+pub(super) struct InstructPixToPixConditioning {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl InstructPixToPixConditioning {
+    pub(super) fn new(compute: Arc<Compute>) -> InstructPixToPixConditioning {
+        let spec =
+            NodeSpec::new("InstructPixToPixConditioning", "", "model/conditioning/instructpix2pix")
+                .python_module("comfy_extras.nodes_ip2p")
+                .v3()
+                .input(InputDef::typed("positive", "CONDITIONING"))
+                .input(InputDef::typed("negative", "CONDITIONING"))
+                .input(InputDef::typed("vae", "VAE"))
+                .input(InputDef::typed("pixels", "IMAGE"))
+                .output(OutputDef::new("CONDITIONING").named("positive"))
+                .output(OutputDef::new("CONDITIONING").named("negative"))
+                .output(OutputDef::new("LATENT").named("latent"));
+        InstructPixToPixConditioning { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for InstructPixToPixConditioning {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let pixels = inputs.image("pixels")?;
+        let (_, h, w, _) = dims(pixels)?;
+        let (ch, cw, top, left) = crop_to_8(h, w);
+        let cropped = crop(pixels, top, left, ch, cw)?;
+        let concat = encode(&self.compute, inputs.vae("vae")?, &cropped, ctx)?;
+        let zeros = Tensor::full(concat.shape().to_vec(), 0.0);
+        let [positive, negative] = with_concat(inputs, &concat, None)?;
+        Ok(NodeResult::values([positive, negative, Value::Latent(Latent::new(zeros))]))
+    }
+}
+
+/// `ImagePadForOutpaint`.
+pub(super) fn pad_node() -> Pure {
+    Pure::new(pad_spec(), pad_for_outpaint)
+}
+
+/// `DifferentialDiffusion`: the model with the mask function that lets an inpainting mask's grey levels set
+/// how much each area changes (`comfy_extras.nodes_differential_diffusion`).
+pub(super) fn differential_diffusion_node() -> Pure {
+    Pure::new(
+        NodeSpec::new("DifferentialDiffusion", "Differential Diffusion", "experimental")
+            .python_module("comfy_extras.nodes_differential_diffusion")
+            .v3()
+            .experimental()
+            .input(InputDef::typed("model", "MODEL"))
+            .optional(InputDef::float("strength", 1.0, 0.0, 1.0).option("step", 0.01))
+            .output(OutputDef::new("MODEL"))
+            .aliases(&["inpaint gradient", "variable denoise strength"]),
+        |inputs| {
+            let strength = if inputs.has("strength") { inputs.float("strength")? } else { 1.0 };
+            let model = inputs.model("model")?;
+            let patched = DiffusionModel {
+                differential_diffusion: Some(strength as f32),
+                ..model.as_ref().clone()
+            };
+            Ok(vec![Value::Model(Arc::new(patched))])
+        },
+    )
+}

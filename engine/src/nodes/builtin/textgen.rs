@@ -1,0 +1,163 @@
+//! `TextGenerate` (`comfy_extras.nodes_textgen`): text from the language model a `CLIP` is made of (Qwen3-4B
+//! for Z-Image and Flux.2 Klein), greedy or sampled as ComfyUI does on the CPU (`kiln_models::textgen`).
+//!
+//! As in ComfyUI, a Qwen3-4B `CLIP` puts the prompt in its Z-Image chat template and ignores `image`, `video`,
+//! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); the text comes back as
+//! generated, a `<think>` block included.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kiln_compute::Backend;
+use kiln_models::textgen::{Decoding, SamplingSettings};
+
+use crate::compute::Compute;
+use crate::models::TextEncoder;
+use crate::models::device::{OnDevice, on_device};
+use crate::nodes::error::node_error;
+use crate::nodes::{
+    Context, DYNAMIC_COMBO, DynamicOption, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
+    OutputDef,
+};
+use crate::value::Value;
+
+/// One generation run on the device.
+struct Generate<'a> {
+    clip: &'a TextEncoder,
+    prompt: &'a str,
+    max_new: usize,
+    decoding: Decoding,
+    on_token: &'a mut dyn FnMut(usize) -> kiln_models::Result<()>,
+}
+
+impl OnDevice for Generate<'_> {
+    type Output = kiln_models::Result<String>;
+    fn run<B: Backend>(self, b: &B) -> Self::Output {
+        self.clip.net.weights().activate()?;
+        let ids =
+            self.clip.net.generate(b, self.prompt, self.max_new, self.decoding, self.on_token)?;
+        self.clip.net.decode(&ids)
+    }
+}
+
+/// `TextGenerate`.
+pub(super) struct TextGenerate {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl TextGenerate {
+    pub(super) fn new(compute: Arc<Compute>) -> TextGenerate {
+        let float = |name: &str, default: f64, min: f64, max: f64, step: f64| {
+            InputDef::float(name, default, min, max).option("step", step)
+        };
+        let on = DynamicOption {
+            key: "on",
+            required: vec![
+                float("temperature", 0.7, 0.01, 2.0, 0.000001),
+                InputDef::int("top_k", 64, 0, 1000),
+                float("top_p", 0.95, 0.0, 1.0, 0.01),
+                float("min_p", 0.05, 0.0, 1.0, 0.01),
+                float("repetition_penalty", 1.05, 0.0, 5.0, 0.01),
+                InputDef::int("seed", 0, 0, 0).option("max", u64::MAX),
+            ],
+            optional: vec![float("presence_penalty", 0.0, 0.0, 5.0, 0.01)],
+        };
+        let off = DynamicOption { key: "off", required: Vec::new(), optional: Vec::new() };
+        let spec = NodeSpec::new("TextGenerate", "Generate Text", "text")
+            .python_module("comfy_extras.nodes_textgen")
+            .v3()
+            .input(InputDef::typed("clip", "CLIP"))
+            .input(
+                InputDef::string("prompt", "")
+                    .option("multiline", true)
+                    .option("dynamicPrompts", true),
+            )
+            .input(InputDef::int("max_length", 512, 1, 32768))
+            .dynamic_combo_of(
+                InputDef::bare("sampling_mode", DYNAMIC_COMBO)
+                    .option("display_name", "Sampling Mode"),
+                &[on, off],
+            )
+            .optional(InputDef::typed("image", "IMAGE"))
+            .optional(InputDef::typed("video", "IMAGE").tooltip(
+                "Video frames as image batch. Assumed to be 24 FPS; subsampled to 1 FPS internally.",
+            ))
+            .optional(InputDef::typed("audio", "AUDIO"))
+            .optional(
+                InputDef::bare("thinking", "BOOLEAN")
+                    .tooltip("Operate in thinking mode if the model supports it.")
+                    .option("default", false),
+            )
+            .optional(
+                InputDef::bare("use_default_template", "BOOLEAN")
+                    .tooltip("Use the built in system prompt/template if the model has one.")
+                    .option("advanced", true)
+                    .option("default", true),
+            )
+            .output(OutputDef::new("STRING").named("generated_text"))
+            .aliases(&["LLM", "gemma"]);
+        TextGenerate { spec: Arc::new(spec), compute }
+    }
+}
+
+/// The decoding `sampling_mode` chose.
+fn decoding(inputs: &Inputs) -> Result<Decoding, NodeError> {
+    if inputs.string("sampling_mode")? != "on" {
+        return Ok(Decoding::Greedy);
+    }
+    let float = |name: &str| -> Result<f32, NodeError> {
+        Ok(inputs.float(&format!("sampling_mode.{name}"))? as f32)
+    };
+    let top_k = inputs.int("sampling_mode.top_k")?;
+    Ok(Decoding::Sample(SamplingSettings {
+        temperature: float("temperature")?,
+        top_k: usize::try_from(top_k)
+            .map_err(|_| NodeError::new(format!("`top_k` must be 0 or more, got {top_k}")))?,
+        top_p: float("top_p")?,
+        min_p: float("min_p")?,
+        repetition_penalty: float("repetition_penalty")?,
+        presence_penalty: if inputs.has("sampling_mode.presence_penalty") {
+            float("presence_penalty")?
+        } else {
+            0.0
+        },
+        // The widget spans all of u64 (carried as its bits).
+        seed: inputs.int("sampling_mode.seed")? as u64,
+    }))
+}
+
+impl Node for TextGenerate {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let max_length = inputs.int("max_length")?;
+        let max_new = usize::try_from(max_length).ok().filter(|&n| n > 0).ok_or_else(|| {
+            NodeError::new(format!("`max_length` must be positive, got {max_length}"))
+        })?;
+        let interrupted = AtomicBool::new(false);
+        let on_token = &mut |done: usize| -> kiln_models::Result<()> {
+            ctx.progress(done as f64, max_new as f64);
+            if ctx.check_interrupt().is_err() {
+                interrupted.store(true, Ordering::Relaxed);
+                return Err(kiln_models::Error::Invalid("interrupted".to_owned()));
+            }
+            Ok(())
+        };
+        let run = Generate {
+            clip,
+            prompt: inputs.string("prompt")?,
+            max_new,
+            decoding: decoding(inputs)?,
+            on_token,
+        };
+        match on_device(self.compute.device(), run) {
+            Ok(text) => Ok(NodeResult::values([Value::String(text)])),
+            Err(_) if interrupted.load(Ordering::Relaxed) => Err(crate::nodes::Interrupted.into()),
+            Err(e) => Err(node_error(e)),
+        }
+    }
+}
