@@ -29,6 +29,15 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+// A harness removes its folders (the synthesized model files are tens of MB per test).
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for dir in [&self.roots.input, &self.roots.output, &self.roots.temp] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// `TestConst`: outputs its FLOAT `value`; counts its runs.
 struct TestConst(Arc<NodeSpec>, Arc<AtomicUsize>);
 
