@@ -7,7 +7,8 @@
 //   (a stage that had steps keeps at least one), so a two-stage template keeps its split; a `SplitSigmas` then
 //   splits at step 1, so both halves have a step;
 // - frames (`length`, `frames`, `num_frames`, `video_frames`) to the node's minimum (1 when it has none);
-// - batches (`batch_size`) to 1.
+// - batches (`batch_size`) to 1;
+// - generated text (`TextGenerate`'s `max_length`, in tokens) to 8.
 //
 // Only literal values are changed: on the node itself, or on the primitive node (`PrimitiveInt`,
 // `PrimitiveFloat`) a link brings the value from. Everything else (seeds, prompts, samplers, strengths) is sent
@@ -17,6 +18,7 @@ const primitives = new Set(['PrimitiveInt', 'PrimitiveFloat']);
 
 const SIZE = 64;
 const STEPS = 2;
+const TOKENS = 8;
 const MEGAPIXELS = (SIZE * SIZE) / 1e6;
 
 /** The input's minimum in `/object_info`, when it declares one. */
@@ -72,6 +74,8 @@ export function shrink(prompt, objectInfo) {
     if (node.class_type === 'SplitSigmas' && splitAt && split > 1) set(...splitAt, 1);
     const [batchAt, batch] = literal(id, 'batch_size');
     if (batchAt && batch > 1) set(...batchAt, 1);
+    const [tokensAt, tokens] = literal(id, 'max_length');
+    if (node.class_type === 'TextGenerate' && tokensAt && tokens > TOKENS) set(...tokensAt, TOKENS);
     const [stepsAt, steps] = literal(id, 'steps');
     if (stepsAt && steps > STEPS) {
       for (const input of ['start_at_step', 'end_at_step']) {

@@ -20,6 +20,7 @@ pub mod family;
 pub mod flux_vae;
 pub mod header;
 pub mod latent;
+pub mod lora;
 pub mod noise;
 pub mod quant;
 pub mod qwen3;

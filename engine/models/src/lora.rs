@@ -1,27 +1,17 @@
-//! A LoRA file for Z-Image turned into patches for the memory manager's in-place LoRA
-//! (`kiln_compute::memory::lora`), as ComfyUI's `LoraLoaderModelOnly` reads it.
+//! A LoRA file turned into patches for the memory manager's in-place LoRA (`kiln_compute::memory::lora`), as
+//! ComfyUI's LoRA loaders read it, for any family: the family says which stems name which of its weights
+//! ([`Aliases`]: `zimage_lora`, `qwen3::lora`), this module reads the adapters.
 //!
 //! **Names.** A LoRA file names each adapted weight by a *stem* followed by a suffix saying what the tensor
-//! is (`.lora_up.weight`, `.alpha`, `.hada_w1_a`, `.diff`, ...). The stems ComfyUI accepts for Z-Image (its
-//! `model_lora_keys_unet`, generic part and Lumina 2 part), for a weight `S.weight` of ComfyUI's layout:
+//! is (`.lora_up.weight`, `.alpha`, `.hada_w1_a`, `.diff`, ...).
 //!
-//! - `lora_unet_S` with dots as underscores (kohya), `diffusion_model.S`; a weight without `.weight`
-//!   (`x_pad_token`) only as `diffusion_model.x_pad_token`;
-//! - for the diffusers name `N` of the weight (models.md §2.3: `attention.to_out.0`, `attention.norm_q`,
-//!   `all_x_embedder.2-1`, `all_final_layer.2-1.*`, identical elsewhere): `N`, `diffusion_model.N`,
-//!   `transformer.N`, `lycoris_N` (underscores).
-//!
-//! Kiln also accepts, where ComfyUI ignores them (no name means two weights, so this only adds): the bare
-//! ComfyUI name `S`, and `lora_unet_N` (kohya-style underscores over the diffusers name, as musubi-tuner
-//! writes). Like ComfyUI (its TwinFlow conversion renames them to `t_embedder_2.`, which Z-Image lacks), bare
-//! `t_embedder.*` keys adapt nothing.
-//!
-//! **qkv.** diffusers' `to_q`/`to_k`/`to_v` are row blocks of the fused `attention.qkv` weight; ComfyUI
-//! patches each on its row range. A patch here has no row offset, so the parts of one weight are fused into
-//! one adapter whose ΔW is the three stacked: LoRA and LoHa as block-diagonal `up` (each part's
-//! `strength`-free scale alpha/rank folded into its block, the fused adapter without alpha) over stacked
-//! `down`; a part without an adapter contributes zero rows. LoKr and diff parts become one full-size diff
-//! (computed on the host in f32). A DoRA or `set_weight` part cannot be fused and is refused.
+//! **Fused weights.** A stem may name a row block of a fused weight ([`Target::Part`]: diffusers' `to_q`,
+//! `to_k`, `to_v` of Z-Image's `attention.qkv`); ComfyUI patches each on its row range. A patch here has no row
+//! offset, so the parts of one weight are fused into one adapter whose ΔW is the three stacked: LoRA and LoHa
+//! as block-diagonal `up` (each part's `strength`-free scale alpha/rank folded into its block, the fused
+//! adapter without alpha) over stacked `down`; a part without an adapter contributes zero rows. LoKr and diff
+//! parts become one full-size diff (computed on the host in f32). A DoRA or `set_weight` part cannot be fused
+//! and is refused.
 //!
 //! **What is refused.** What the patch format cannot express is [`Error::Unsupported`] naming the file and the
 //! key, never dropped: Tucker/CP mids (`lora_mid`, `hada_t1`/`hada_t2`, `lokr_t2`), GLoRA, OFT/BOFT,
@@ -42,7 +32,7 @@ use kiln_compute::tensor::numel;
 
 use crate::error::{Error, Result};
 
-/// A LoRA file's patches for a Z-Image model.
+/// A LoRA file's patches for a model.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoraPatches {
     /// `(slot name, patches)` in the order of the model's slots, for `Model::set_patches`.
@@ -51,18 +41,18 @@ pub struct LoraPatches {
     pub unmatched: Vec<String>,
 }
 
-/// The patches the LoRA file `lora` makes at `strength` (ComfyUI's `strength_model`: each adapter's ΔW is
-/// scaled by it, the weight itself is left at 1) for a model whose weights are `slots`: `(name, shape)` in
-/// ComfyUI's Z-Image layout without prefix (`layers.3.attention.qkv.weight`, ...), as
-/// `Model::names`/`Model::info` list them.
+/// The patches the LoRA file `lora` makes at `strength` (ComfyUI's `strength_model` or `strength_clip`: each
+/// adapter's ΔW is scaled by it, the weight itself is left at 1) for a model whose weights are `slots`:
+/// `(name, shape)` in the family's layout without prefix, as `Model::names`/`Model::info` list them; `aliases`
+/// (built for the same slots) says which stems name which of them.
 pub fn patches(
     lora: &SafetensorsFile,
     slots: &[(&str, &[usize])],
     strength: f32,
+    aliases: &Aliases,
 ) -> Result<LoraPatches> {
     let reader = Reader { file: lora };
-    let aliases = aliases(slots);
-    let lookup = |name| lookup(&aliases, name);
+    let lookup = |name| lookup(aliases, name);
     for (name, dtype) in lora.unsupported() {
         if lookup(name).is_some() {
             return Err(reader.unsupported(format!("`{name}` is {dtype}, a type Kiln cannot read")));
@@ -141,26 +131,41 @@ pub fn patches(
 }
 
 /// The stem of a LoRA key, its role and the weight it adapts; `None` for a key that adapts none.
-fn lookup<'n>(
-    aliases: &BTreeMap<String, Target>,
-    name: &'n str,
-) -> Option<(&'n str, Role, Target)> {
-    if name.starts_with("t_embedder.") {
-        return None;
-    }
+fn lookup<'n>(aliases: &Aliases, name: &'n str) -> Option<(&'n str, Role, Target)> {
     SUFFIXES.iter().find_map(|&(suffix, role)| {
         let stem = name.strip_suffix(suffix)?;
-        aliases.get(stem).map(|&target| (stem, role, target))
+        aliases.0.get(stem).map(|&target| (stem, role, target))
     })
+}
+
+/// Every stem a LoRA file may use for a model's weights, and the weight each adapts (built by the family).
+#[derive(Debug, Clone, Default)]
+pub struct Aliases(BTreeMap<String, Target>);
+
+impl Aliases {
+    /// No stem yet.
+    pub fn new() -> Aliases {
+        Aliases::default()
+    }
+
+    /// Adds `alias` for `target`; the first alias added for a stem wins.
+    pub fn add(&mut self, alias: String, target: Target) {
+        self.0.entry(alias).or_insert(target);
+    }
 }
 
 /// The weight a stem adapts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
+pub enum Target {
     /// A whole slot (by index).
     Whole(usize),
     /// Row block `index` (q, k, v) of a fused qkv slot.
-    Part { slot: usize, index: usize },
+    Part {
+        /// The fused slot.
+        slot: usize,
+        /// Which block: 0 q, 1 k, 2 v.
+        index: usize,
+    },
 }
 
 /// What a tensor of a LoRA file is, by its suffix.
@@ -266,61 +271,6 @@ struct Pair {
 struct Built {
     weight: Option<Keyed>,
     bias: Option<Keyed>,
-}
-
-/// Every stem a LoRA file may use for the model's weights, and the weight it adapts.
-fn aliases(slots: &[(&str, &[usize])]) -> BTreeMap<String, Target> {
-    let mut map = BTreeMap::new();
-    let mut add = |alias: String, target: Target| {
-        map.entry(alias).or_insert(target);
-    };
-    for (i, (name, shape)) in slots.iter().enumerate() {
-        let Some(stem) = name.strip_suffix(".weight") else {
-            add(format!("diffusion_model.{name}"), Target::Whole(i));
-            continue;
-        };
-        add(format!("lora_unet_{}", stem.replace('.', "_")), Target::Whole(i));
-        add(format!("diffusion_model.{stem}"), Target::Whole(i));
-        add(stem.to_owned(), Target::Whole(i));
-        for (diffusers, target) in diffusers_names(stem, i, shape) {
-            let underscored = diffusers.replace('.', "_");
-            add(format!("diffusion_model.{diffusers}"), target);
-            add(format!("transformer.{diffusers}"), target);
-            add(format!("lycoris_{underscored}"), target);
-            add(format!("lora_unet_{underscored}"), target);
-            add(diffusers, target);
-        }
-    }
-    map
-}
-
-/// The diffusers names (without `.weight`) of the ComfyUI weight `stem` (slot `slot`), models.md §2.3.
-fn diffusers_names(stem: &str, slot: usize, shape: &[usize]) -> Vec<(String, Target)> {
-    if let Some(block) = stem.strip_suffix(".attention.qkv") {
-        if shape.first().is_some_and(|rows| rows % 3 == 0) {
-            return ["to_q", "to_k", "to_v"]
-                .into_iter()
-                .enumerate()
-                .map(|(index, n)| (format!("{block}.attention.{n}"), Target::Part { slot, index }))
-                .collect();
-        }
-        return Vec::new();
-    }
-    let whole = Target::Whole(slot);
-    let renamed = if let Some(block) = stem.strip_suffix(".attention.out") {
-        format!("{block}.attention.to_out.0")
-    } else if let Some(block) = stem.strip_suffix(".attention.q_norm") {
-        format!("{block}.attention.norm_q")
-    } else if let Some(block) = stem.strip_suffix(".attention.k_norm") {
-        format!("{block}.attention.norm_k")
-    } else if stem == "x_embedder" {
-        "all_x_embedder.2-1".to_owned()
-    } else if let Some(rest) = stem.strip_prefix("final_layer.") {
-        format!("all_final_layer.2-1.{rest}")
-    } else {
-        stem.to_owned()
-    };
-    vec![(renamed, whole)]
 }
 
 /// The shape a target's adapter must produce.

@@ -144,9 +144,13 @@ fn sample(
     // Top-k: the k largest in descending order (ties by index), sampled among, mapped back to their ids.
     let (mut kept, ids): (Vec<f32>, Option<Vec<usize>>) = if s.top_k > 0 {
         let k = s.top_k.min(logits.len());
+        let descending = |&a: &usize, &b: &usize| logits[b].total_cmp(&logits[a]).then(a.cmp(&b));
         let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        order.truncate(k);
+        if k < order.len() {
+            order.select_nth_unstable_by(k, descending);
+            order.truncate(k);
+        }
+        order.sort_by(descending);
         (order.iter().map(|&i| logits[i]).collect(), Some(order))
     } else {
         (logits.to_vec(), None)

@@ -213,7 +213,7 @@ fn text_encoder(
     let mut plan = found.load_plan(&header);
     quant.apply(file, &mut plan)?;
     let weights = load_weights(env, &plan, progress)?;
-    Ok(TextEncoder { net: Arc::new(found.build(weights)?), path: file.path().to_path_buf() })
+    Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
 
 /// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`; for a Qwen3 encoder every
@@ -325,6 +325,56 @@ pub fn load_checkpoint(
     let (_, vae_prefix) = family.checkpoint_vae();
     let vae = if has(vae_prefix) { Some(vae(env, &file, vae_prefix, progress)?) } else { None };
     Ok((model, clip, vae))
+}
+
+/// `LoraLoader`: `model` and `clip` with the LoRA in `path` stacked on their patches, the model's adapters
+/// at `strength_model`, the encoder's at `strength_clip` (one at 0 is left as it is). The file must adapt a
+/// weight of one of them; keys that adapt neither are logged, as ComfyUI logs them.
+pub fn load_lora_for_both(
+    model: &DiffusionModel,
+    clip: &TextEncoder,
+    path: &Path,
+    strength_model: f32,
+    strength_clip: f32,
+) -> Result<(DiffusionModel, TextEncoder), Error> {
+    let file = open(path)?;
+    let model_weights = model.net.weights();
+    let model_slots: Vec<(&str, &[usize])> = model_weights
+        .names()
+        .filter_map(|n| model_weights.info(n).map(|(_, shape)| (n, shape)))
+        .collect();
+    let for_model = model.net.family().lora(&file, &model_slots, strength_model)?;
+    let clip_weights = clip.net.weights();
+    let clip_slots: Vec<(&str, &[usize])> = clip_weights
+        .names()
+        .filter_map(|n| clip_weights.info(n).map(|(_, shape)| (n, shape)))
+        .collect();
+    let for_clip = clip.net.family().lora(&file, &clip_slots, strength_clip)?;
+    if for_model.patches.is_empty() && for_clip.patches.is_empty() {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            msg: format!(
+                "no key adapts a weight of {} or of {}: a LoRA for another model?",
+                model.path.display(),
+                clip.path.display()
+            ),
+        });
+    }
+    let neither: Vec<&String> =
+        for_model.unmatched.iter().filter(|k| for_clip.unmatched.contains(k)).collect();
+    if let Some(first) = neither.first() {
+        tracing::warn!(
+            lora = %path.display(),
+            unmatched = neither.len(),
+            first = %first,
+            "LoRA keys that adapt no weight were not loaded"
+        );
+    }
+    let model =
+        if strength_model == 0.0 { model.clone() } else { model.with_patches(for_model.patches) };
+    let clip =
+        if strength_clip == 0.0 { clip.clone() } else { clip.with_patches(for_clip.patches) };
+    Ok((model, clip))
 }
 
 /// `LoraLoaderModelOnly`: `model` with the LoRA in `path` at `strength` stacked on its patches. Keys that adapt

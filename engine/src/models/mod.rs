@@ -136,14 +136,7 @@ impl DiffusionModel {
 
     /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).
     pub fn with_patches(&self, more: Vec<(String, PatchSet)>) -> DiffusionModel {
-        let mut patches: Vec<(String, PatchSet)> = self.patches.as_ref().clone();
-        for (name, set) in more {
-            match patches.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, existing)) => existing.patches.extend(set.patches),
-                None => patches.push((name, set)),
-            }
-        }
-        DiffusionModel { patches: Arc::new(patches), ..self.clone() }
+        DiffusionModel { patches: Arc::new(stack_patches(&self.patches, more)), ..self.clone() }
     }
 
     /// Readies the network for sampling, as ComfyUI loads a model before it samples: its weights get the top
@@ -156,12 +149,49 @@ impl DiffusionModel {
     }
 }
 
-/// `CLIP`: a text encoder of any family with its tokenizer.
+/// `CLIP`: a text encoder of any family with its tokenizer (and the LoRA patches `LoraLoader` gave it).
+#[derive(Clone)]
 pub struct TextEncoder {
     /// The network and its tokenizer.
     pub net: Arc<TextEncoderNet>,
     /// The file it came from.
     pub path: PathBuf,
+    /// Weight patches (LoRA) applied in place while this encoder runs, by weight name, in order.
+    pub patches: Arc<Vec<(String, PatchSet)>>,
+}
+
+impl TextEncoder {
+    /// An encoder without patches.
+    pub fn new(net: TextEncoderNet, path: PathBuf) -> TextEncoder {
+        TextEncoder { net: Arc::new(net), path, patches: Arc::default() }
+    }
+
+    /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).
+    pub fn with_patches(&self, more: Vec<(String, PatchSet)>) -> TextEncoder {
+        TextEncoder { patches: Arc::new(stack_patches(&self.patches, more)), ..self.clone() }
+    }
+
+    /// Readies the encoder to run, as ComfyUI loads a CLIP before it encodes: top residency priority for its
+    /// weights, and this encoder's patches on them.
+    pub fn activate(&self) -> Result<(), kiln_models::Error> {
+        self.net.weights().activate()?;
+        Ok(self.net.weights().set_patches(self.patches.as_ref().clone())?)
+    }
+}
+
+/// `existing` with `more` after them: a weight's patch sets extended, new weights appended.
+fn stack_patches(
+    existing: &[(String, PatchSet)],
+    more: Vec<(String, PatchSet)>,
+) -> Vec<(String, PatchSet)> {
+    let mut patches = existing.to_vec();
+    for (name, set) in more {
+        match patches.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, existing)) => existing.patches.extend(set.patches),
+            None => patches.push((name, set)),
+        }
+    }
+    patches
 }
 
 /// `VAE`: an autoencoder of any family.

@@ -434,3 +434,106 @@ fn issue_21_outpaint_padding_scaling_and_empty_latents_compute_what_comfyui_does
         only_b.named.iter().map(|(k, files)| (k.as_str(), files.len())).collect();
     assert_eq!(names, [("a_images", 0), ("b_images", 1)]);
 }
+
+// Filters and compositing: Canny, ImageBlur, ImageCompositeMasked, ImageCrop, GrowMask, RebatchImages.
+
+/// The fixture scripts/reference/canny.py recorded from ComfyUI's own nodes (kornia 0.9.0, torch 2.15 on the CPU).
+fn canny_fixture() -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/canny/cases.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the canny fixture")).expect("JSON")
+}
+
+/// A JSON array of unsigned numbers.
+fn unsigned(value: &Value) -> Vec<u64> {
+    value.as_array().expect("an array").iter().map(|v| v.as_u64().expect("a number")).collect()
+}
+
+#[test]
+fn canny_and_blur_of_a_loaded_image_save_what_comfyui_computes() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let fixture = canny_fixture();
+    let shape = unsigned(&fixture["image"]["shape"]);
+    let (height, width) = (shape[1] as u32, shape[2] as u32);
+    // The fixture's first image as a PNG to load.
+    let pixels: Vec<u8> = unsigned(&fixture["image"]["pixels"])
+        .into_iter()
+        .take((height * width * 3) as usize)
+        .map(|p| u8::try_from(p).expect("8-bit"))
+        .collect();
+    image::RgbImage::from_raw(width, height, pixels)
+        .expect("an image")
+        .save(h.roots.input.join("pattern.png"))
+        .expect("saves");
+    let canny = &fixture["canny"][0];
+    let blur = &fixture["blur"][0];
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadImage", "inputs": {"image": "pattern.png"}},
+        "2": {"class_type": "Canny", "inputs": {"image": ["1", 0], "low_threshold": canny["low"], "high_threshold": canny["high"]}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "edges"}},
+        "4": {"class_type": "ImageBlur", "inputs": {"image": ["1", 0], "blur_radius": blur["blur_radius"], "sigma": blur["sigma"]}},
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "blurred"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let edges = image::open(h.roots.output.join("edges_00001_.png")).expect("saved").to_rgb8();
+    assert_eq!((edges.width(), edges.height()), (width, height));
+    let expected: Vec<[u8; 3]> = unsigned(&canny["edges"])
+        .into_iter()
+        .take((height * width) as usize)
+        .map(|e| [255 * e as u8; 3])
+        .collect();
+    let got: Vec<[u8; 3]> = edges.pixels().map(|p| p.0).collect();
+    assert_eq!(got, expected, "the edges ComfyUI finds, white on black in all three channels");
+    // Saved as 8 bits (v · 255, truncated): ComfyUI's f32 values within a step.
+    let blurred = image::open(h.roots.output.join("blurred_00001_.png")).expect("saved").to_rgb8();
+    let expected = unsigned(&blur["output_bits"]);
+    for (got, bits) in blurred.as_raw().iter().zip(expected) {
+        let want = (f32::from_bits(bits as u32) * 255.0) as u8;
+        assert!(got.abs_diff(want) <= 1, "{got} vs {want}");
+    }
+}
+
+#[test]
+fn composite_crop_grow_mask_and_rebatch_compute_what_comfyui_does() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let size = |node: &str| json!({"class_type": "GetImageSize", "inputs": {"image": [node, 0]}});
+    let show = |node: &str, slot: u32| json!({"class_type": "PreviewAny", "inputs": {"source": [node, slot]}});
+    let ran = h.run(json!({
+        // A red 3×2 source pasted at half strength into two black 8×4 images at (6, 3): cut to 2×1.
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 4, "batch_size": 2, "color": 0}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 3, "height": 2, "batch_size": 1, "color": 0xFF0000}},
+        "3": {"class_type": "SolidMask", "inputs": {"value": 0.5, "width": 3, "height": 2}},
+        "4": {"class_type": "ImageCompositeMasked", "inputs": {"destination": ["1", 0], "source": ["2", 0], "x": 6, "y": 3, "resize_source": false, "mask": ["3", 0]}},
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "pasted"}},
+        // A crop reaching past the right edge is cut there: 3 × 3.
+        "6": {"class_type": "ImageCrop", "inputs": {"image": ["4", 0], "width": 4, "height": 3, "x": 5, "y": 1}},
+        "7": size("6"), "8": show("7", 0), "9": show("7", 1),
+        // The red channel as a mask, grown by a square (one pixel all round) and shrunk away by a cross.
+        "10": {"class_type": "ImageToMask", "inputs": {"image": ["4", 0], "channel": "red"}},
+        "11": {"class_type": "GrowMask", "inputs": {"mask": ["10", 0], "expand": 1, "tapered_corners": false}},
+        "12": {"class_type": "MaskToImage", "inputs": {"mask": ["11", 0]}},
+        "13": {"class_type": "SaveImage", "inputs": {"images": ["12", 0], "filename_prefix": "grown"}},
+        "14": {"class_type": "GrowMask", "inputs": {"mask": ["10", 0], "expand": -1, "tapered_corners": true}},
+        "15": {"class_type": "MaskToImage", "inputs": {"mask": ["14", 0]}},
+        "16": {"class_type": "SaveImage", "inputs": {"images": ["15", 0], "filename_prefix": "shrunk"}},
+        // Five images in batches of two: a list of three batches, each node after it run once per batch.
+        "17": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 2, "batch_size": 5, "color": 0}},
+        "18": {"class_type": "RebatchImages", "inputs": {"images": ["17", 0], "batch_size": 2}},
+        "19": size("18"), "20": show("19", 2),
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    for file in ["pasted_00001_.png", "pasted_00002_.png"] {
+        let pasted = image::open(h.roots.output.join(file)).expect("saved").to_rgb8();
+        let row: Vec<[u8; 3]> = (5..8).map(|x| pasted.get_pixel(x, 3).0).collect();
+        assert_eq!(row, [[0, 0, 0], [127, 0, 0], [127, 0, 0]], "{file}");
+        assert_eq!(pasted.get_pixel(6, 2).0, [0, 0, 0], "{file}");
+    }
+    assert_eq!((ran.text("8"), ran.text("9")), (vec!["3".to_owned()], vec!["3".to_owned()]));
+    let grown = image::open(h.roots.output.join("grown_00001_.png")).expect("saved").to_luma8();
+    let lit: Vec<(u32, u32)> =
+        grown.enumerate_pixels().filter(|p| p.2.0 == [127]).map(|p| (p.0, p.1)).collect();
+    assert_eq!(lit, [(5, 2), (6, 2), (7, 2), (5, 3), (6, 3), (7, 3)]);
+    let shrunk = image::open(h.roots.output.join("shrunk_00001_.png")).expect("saved").to_luma8();
+    assert!(shrunk.pixels().all(|p| p.0 == [0]), "a one-pixel strip erodes away");
+    assert_eq!(ran.text("20"), ["2", "2", "1"]);
+}

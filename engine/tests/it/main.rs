@@ -5,5 +5,6 @@ mod files;
 mod fuzz;
 mod harness;
 mod memory;
+mod utility;
 mod validation;
 mod zimage;

@@ -827,3 +827,80 @@ fn issue_21_text_generate_runs_the_text_encoder_as_a_language_model() {
     let ran = again.run(sampled(1));
     assert_eq!(ran.text("2"), texts[1], "one seed, one text");
 }
+
+/// Deterministic f32 bytes for a LoRA factor.
+fn lora_values(n: usize, seed: u32) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| {
+            let v = (((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
+                / (1u32 << 24) as f32
+                - 0.5)
+                * 2.0;
+            v.to_le_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn issue_21_lora_loader_patches_the_text_encoder_and_the_model() {
+    let mut h = harness(SynthDtype::Bf16);
+    let loras = h.roots.input.join("models/loras");
+    std::fs::create_dir_all(&loras).expect("dir");
+    let qwen3 = synth::Qwen3Shape::tiny();
+    let (hidden, inner, rank) = (qwen3.hidden, qwen3.intermediate, 2);
+    // kohya's single-encoder names for the first layer's MLP down projection of the text encoder.
+    write_safetensors(
+        &loras.join("te.safetensors"),
+        &[
+            (
+                "lora_te_layers_0_mlp_down_proj.lora_up.weight",
+                "F32",
+                &[hidden, rank],
+                &lora_values(hidden * rank, 3),
+            ),
+            (
+                "lora_te_layers_0_mlp_down_proj.lora_down.weight",
+                "F32",
+                &[rank, inner],
+                &lora_values(rank * inner, 4),
+            ),
+        ],
+    );
+    write_lora(&loras.join("dit.safetensors"), ZImageTurboSet::tiny().zimage.dim);
+    let with_lora = |file: &str, strength_model: f64, strength_clip: f64| {
+        let mut prompt = graph(ksampler(8, 2, "euler"));
+        prompt["90"] = json!({"class_type": "LoraLoader", "inputs": {"model": ["66", 0], "clip": ["62", 0], "lora_name": file, "strength_model": strength_model, "strength_clip": strength_clip}});
+        prompt["69"]["inputs"]["model"] = json!(["90", 0]);
+        prompt["67"]["inputs"]["clip"] = json!(["90", 1]);
+        prompt
+    };
+    let plain = h.run(graph(ksampler(8, 2, "euler")));
+    let plain = saved(&h, &plain);
+    let te = h.run(with_lora("te.safetensors", 1.0, 1.0));
+    let te = saved(&h, &te);
+    assert!(max_diff(&te, &plain) > 1, "the encoder's LoRA changes the conditioning");
+    let off = h.run(with_lora("te.safetensors", 1.0, 0.0));
+    assert_eq!(max_diff(&saved(&h, &off), &plain), 0, "strength_clip 0 leaves the encoder");
+    let dit = h.run(with_lora("dit.safetensors", 1.0, 1.0));
+    assert!(max_diff(&saved(&h, &dit), &plain) > 1, "the model's LoRA still applies");
+    // The unpatched encoder, from the cache, encodes a new prompt without the patches: as a fresh one does.
+    let mut other = graph(ksampler(8, 2, "euler"));
+    other["67"]["inputs"]["text"] = json!("a kiln at dawn");
+    let again = h.run(other.clone());
+    let mut fresh = harness(SynthDtype::Bf16);
+    let first = fresh.run(other);
+    assert_eq!(
+        max_diff(&saved(&h, &again), &saved(&fresh, &first)),
+        0,
+        "the plain encoder is unpatched"
+    );
+    // A LoRA only for the encoder adapts nothing of the model alone.
+    let mut model_only = graph(ksampler(8, 2, "euler"));
+    model_only["90"] = json!({"class_type": "LoraLoaderModelOnly", "inputs": {"model": ["66", 0], "lora_name": "te.safetensors", "strength_model": 1.0}});
+    model_only["69"]["inputs"]["model"] = json!(["90", 0]);
+    let ran = h.run(model_only);
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("{:?}", ran.summary.outcome)
+    };
+    assert!(failure.message.contains("no key adapts"), "{}", failure.message);
+}

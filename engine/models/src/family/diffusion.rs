@@ -6,9 +6,10 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::Result;
 use crate::header::Header;
 use crate::latent::LatentFormat;
+use crate::lora::LoraPatches;
 use crate::sampling::FlowSampling;
 use crate::zimage::{self, ZImage};
-use crate::zimage_lora::{self, LoraPatches};
+use crate::zimage_lora;
 
 use super::{TextEncoderFamily, VaeFamily};
 

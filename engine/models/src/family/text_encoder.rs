@@ -1,11 +1,12 @@
 //! [`TextEncoderFamily`]: the text encoders (`CLIP`) Kiln runs, and [`TextEncoderNet`], one loaded with its
 //! tokenizer.
 
-use kiln_compute::memory::{LoadPlan, Model};
+use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::Result;
 use crate::header::Header;
+use crate::lora::LoraPatches;
 use crate::qwen3::{self, Qwen3, Tokenizer};
 use crate::textgen::{Decoding, TokenPicker};
 
@@ -31,6 +32,19 @@ impl TextEncoderFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             TextEncoderFamily::Qwen3 => qwen3::family::SYNTH_NAME,
+        }
+    }
+
+    /// The patches a LoRA file makes at `strength` (`strength_clip`) for an encoder of this family whose
+    /// weights are `slots` (`(name, shape)` in the family's layout), with the file's keys that adapt none of them.
+    pub fn lora(
+        self,
+        file: &SafetensorsFile,
+        slots: &[(&str, &[usize])],
+        strength: f32,
+    ) -> Result<LoraPatches> {
+        match self {
+            TextEncoderFamily::Qwen3 => qwen3::lora::patches(file, slots, strength),
         }
     }
 

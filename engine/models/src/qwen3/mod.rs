@@ -10,6 +10,7 @@
 
 mod config;
 pub mod family;
+pub mod lora;
 mod model;
 mod tokenizer;
 

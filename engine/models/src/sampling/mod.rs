@@ -14,8 +14,10 @@
 mod beta;
 mod flow;
 pub mod guidance;
+mod multistep;
 mod samplers;
 mod schedulers;
+mod second_order;
 mod unipc;
 
 pub use flow::FlowSampling;

@@ -5,6 +5,8 @@
 //! sigmas is f32, like torch's 0-dim f32 sigma tensors, and each elementwise torch op is one rounded f32 op here.
 
 use super::FlowSampling;
+use super::multistep::{self, Ipndm};
+use super::second_order;
 use super::unipc;
 use crate::Result;
 use crate::noise::TorchGenerator;
@@ -43,14 +45,32 @@ pub enum Sampler {
     EulerAncestral,
     /// Heun's second-order method, two model calls per step but the last (`heun`).
     Heun,
+    /// Heun with a third call where it can, weighted by the sigmas (`heunpp2`).
+    Heunpp2,
+    /// DPM-Solver-2: a model call at the log-midpoint (`dpm_2`).
+    Dpm2,
+    /// DPM-Solver-2 steps with fresh noise, rectified-flow form (`dpm_2_ancestral`).
+    Dpm2Ancestral,
+    /// Linear multistep, order 4 (`lms`).
+    Lms,
+    /// DPM-Solver++(2S) steps with fresh noise, rectified-flow form (`dpmpp_2s_ancestral`).
+    Dpmpp2sAncestral,
     /// DPM-Solver++(2M) (`dpmpp_2m`).
     Dpmpp2m,
     /// DPM-Solver++(2M) SDE, midpoint, η = 1, in half-log-SNR for flow models (`dpmpp_2m_sde`).
     Dpmpp2mSde,
+    /// The DDPM ancestral step in variance-preserving form, as ComfyUI runs it for any model (`ddpm`).
+    Ddpm,
     /// Latent consistency sampling: x̂₀, re-noised to the next sigma (`lcm`).
     Lcm,
+    /// Improved pseudo-numerical multistep, Adams–Bashforth up to order 4 (`ipndm`).
+    Ipndm,
+    /// `ipndm` with coefficients for uneven steps (`ipndm_v`).
+    IpndmV,
     /// Second-order exponential multistep, no noise (`res_multistep`).
     ResMultistep,
+    /// Euler corrected by the change of the slope, γ = 2 (`gradient_estimation`).
+    GradientEstimation,
     /// DDIM, which ComfyUI runs as Euler (with random noise for a masked latent's kept area) (`ddim`).
     Ddim,
     /// UniPC with B(h) = h (`uni_pc`).
@@ -61,14 +81,23 @@ pub enum Sampler {
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 10] = [
+    pub const ALL: [Sampler; 19] = [
         Sampler::Euler,
         Sampler::EulerAncestral,
         Sampler::Heun,
+        Sampler::Heunpp2,
+        Sampler::Dpm2,
+        Sampler::Dpm2Ancestral,
+        Sampler::Lms,
+        Sampler::Dpmpp2sAncestral,
         Sampler::Dpmpp2m,
         Sampler::Dpmpp2mSde,
+        Sampler::Ddpm,
         Sampler::Lcm,
+        Sampler::Ipndm,
+        Sampler::IpndmV,
         Sampler::ResMultistep,
+        Sampler::GradientEstimation,
         Sampler::Ddim,
         Sampler::UniPc,
         Sampler::UniPcBh2,
@@ -80,10 +109,19 @@ impl Sampler {
             Sampler::Euler => "euler",
             Sampler::EulerAncestral => "euler_ancestral",
             Sampler::Heun => "heun",
+            Sampler::Heunpp2 => "heunpp2",
+            Sampler::Dpm2 => "dpm_2",
+            Sampler::Dpm2Ancestral => "dpm_2_ancestral",
+            Sampler::Lms => "lms",
+            Sampler::Dpmpp2sAncestral => "dpmpp_2s_ancestral",
             Sampler::Dpmpp2m => "dpmpp_2m",
             Sampler::Dpmpp2mSde => "dpmpp_2m_sde",
+            Sampler::Ddpm => "ddpm",
             Sampler::Lcm => "lcm",
+            Sampler::Ipndm => "ipndm",
+            Sampler::IpndmV => "ipndm_v",
             Sampler::ResMultistep => "res_multistep",
+            Sampler::GradientEstimation => "gradient_estimation",
             Sampler::Ddim => "ddim",
             Sampler::UniPc => "uni_pc",
             Sampler::UniPcBh2 => "uni_pc_bh2",
@@ -93,17 +131,7 @@ impl Sampler {
     /// Whether KSampler computes one more step and drops the penultimate sigma for this sampler (ComfyUI's
     /// `DISCARD_PENULTIMATE_SIGMA_SAMPLERS`).
     pub fn discards_penultimate_sigma(self) -> bool {
-        match self {
-            Sampler::Euler
-            | Sampler::EulerAncestral
-            | Sampler::Heun
-            | Sampler::Dpmpp2m
-            | Sampler::Dpmpp2mSde
-            | Sampler::Lcm
-            | Sampler::ResMultistep
-            | Sampler::Ddim => false,
-            Sampler::UniPc | Sampler::UniPcBh2 => true,
-        }
+        matches!(self, Sampler::Dpm2 | Sampler::Dpm2Ancestral | Sampler::UniPc | Sampler::UniPcBh2)
     }
 
     /// The sampler ComfyUI calls `name`, if Kiln has it.
@@ -144,10 +172,21 @@ pub fn sample(
         Sampler::Euler => euler(&mut run, x, sigmas),
         Sampler::EulerAncestral => euler_ancestral_rf(&mut run, x, sigmas, &mut noise()),
         Sampler::Heun => heun(&mut run, x, sigmas),
+        Sampler::Heunpp2 => second_order::heunpp2(&mut run, x, sigmas),
+        Sampler::Dpm2 => second_order::dpm_2(&mut run, x, sigmas),
+        Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
+        Sampler::Lms => multistep::lms(&mut run, x, sigmas),
+        Sampler::Dpmpp2sAncestral => {
+            second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, &mut noise())
+        }
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mSde => dpmpp_2m_sde(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Ipndm => multistep::ipndm(&mut run, x, sigmas, Ipndm::Fixed),
+        Sampler::IpndmV => multistep::ipndm(&mut run, x, sigmas, Ipndm::Variable),
         Sampler::ResMultistep => res_multistep(&mut run, x, sigmas),
+        Sampler::GradientEstimation => multistep::gradient_estimation(&mut run, x, sigmas),
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),
@@ -163,7 +202,7 @@ pub(super) struct Run<'r> {
 
 impl Run<'_> {
     /// The step's first model call, reported.
-    fn first(&mut self, index: usize, x: &[f32], sigma: f32) -> Result<Vec<f32>> {
+    pub(super) fn first(&mut self, index: usize, x: &[f32], sigma: f32) -> Result<Vec<f32>> {
         let denoised = self.denoiser.denoise(x, sigma)?;
         (self.on_step)(Step { index, total: self.total, x, denoised: &denoised, sigma })?;
         Ok(denoised)
@@ -171,12 +210,12 @@ impl Run<'_> {
 }
 
 /// (x − x̂₀)/σ, k-diffusion's `to_d`.
-fn to_d(x: &[f32], denoised: &[f32], sigma: f32) -> Vec<f32> {
+pub(super) fn to_d(x: &[f32], denoised: &[f32], sigma: f32) -> Vec<f32> {
     x.iter().zip(denoised).map(|(x, d)| (x - d) / sigma).collect()
 }
 
 /// x + d·dt.
-fn step(x: &[f32], d: &[f32], dt: f32) -> Vec<f32> {
+pub(super) fn step(x: &[f32], d: &[f32], dt: f32) -> Vec<f32> {
     x.iter().zip(d).map(|(x, d)| x + d * dt).collect()
 }
 
@@ -350,6 +389,38 @@ fn lcm(
             let n = noise.randn(x.len());
             x = ms.noise_scaling(next, &n, &x);
         }
+    }
+    Ok(x)
+}
+
+/// `sample_ddpm` (ComfyUI's `generic_step_sampler` with `DDPMSampler_step`): x scaled to variance-preserving
+/// form by 1/√(1 + σ²), the DDPM posterior mean from ε = (x − x̂₀)/σ plus fresh noise where the next sigma is
+/// above 0, scaled back by √(1 + σ_next²). Each scalar is a 0-dim f32 tensor op, as there.
+fn ddpm(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        let eps: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| (x - d) / sigma).collect();
+        let scale = (1.0 + sigma.powf(2.0)).sqrt();
+        let alpha_cumprod = 1.0 / (sigma * sigma + 1.0);
+        let alpha_cumprod_prev = 1.0 / (next * next + 1.0);
+        let alpha = alpha_cumprod / alpha_cumprod_prev;
+        let (a, b) = ((1.0 / alpha).sqrt(), (1.0 - alpha_cumprod).sqrt());
+        let mut mu: Vec<f32> =
+            x.iter().zip(&eps).map(|(x, e)| a * (x / scale - (1.0 - alpha) * e / b)).collect();
+        if next > 0.0 {
+            let c = ((1.0 - alpha) * (1.0 - alpha_cumprod_prev) / (1.0 - alpha_cumprod)).sqrt();
+            let n = noise.randn(mu.len());
+            mu.iter_mut().zip(n).for_each(|(m, n)| *m += c * n);
+            let back = (1.0 + next.powf(2.0)).sqrt();
+            mu.iter_mut().for_each(|m| *m *= back);
+        }
+        x = mu;
     }
     Ok(x)
 }

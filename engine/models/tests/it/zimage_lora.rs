@@ -9,8 +9,9 @@ use kiln_compute::Backend as _;
 use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::memory::lora::{Adapter, Factor, Patch, PatchSet, PatchTensor};
+use kiln_models::lora::LoraPatches;
 use kiln_models::zimage::ZImage;
-use kiln_models::zimage_lora::{LoraPatches, patches};
+use kiln_models::zimage_lora::patches;
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};

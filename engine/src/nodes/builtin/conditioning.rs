@@ -26,7 +26,7 @@ impl OnDevice for Encode<'_> {
     type Output = Result<Tensor, kiln_models::Error>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         // As ComfyUI loads the encoder before it encodes: top residency priority.
-        self.clip.net.weights().activate()?;
+        self.clip.activate()?;
         let hidden = self.clip.net.encode(b, self.ids)?;
         let hidden = b.cast(&hidden, DType::F32)?;
         let shape = hidden.shape().to_vec();

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use super::pure::Pure;
 use super::resize::resize;
-use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
@@ -336,6 +338,130 @@ pub(super) fn empty_nodes() -> Vec<Pure> {
                 "comfy_extras.nodes_chroma_radiance",
             ),
             |inputs| zeros(inputs, 3, 1),
+        ),
+    ]
+}
+
+/// `len` entries of dimension `dim` of `t` from `start` (torch's `narrow`).
+fn narrow(t: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor, NodeError> {
+    let shape = t.shape();
+    let outer: usize = shape[..dim].iter().product();
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut out = Vec::with_capacity(outer * len * inner);
+    for o in 0..outer {
+        let base = (o * shape[dim] + start) * inner;
+        out.extend_from_slice(&t.data()[base..base + len * inner]);
+    }
+    let mut new_shape = shape.to_vec();
+    new_shape[dim] = len;
+    Tensor::new(new_shape, out).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `a` and `b` joined along `dim` (torch's `cat`); the other dimensions must agree.
+fn cat(a: &Tensor, b: &Tensor, dim: usize) -> Result<Tensor, NodeError> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let agree =
+        sa.len() == sb.len() && sa.iter().zip(sb).enumerate().all(|(i, (x, y))| i == dim || x == y);
+    if !agree {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("cannot join latents of shapes {sa:?} and {sb:?} along dimension {dim}"),
+        ));
+    }
+    let outer: usize = sa[..dim].iter().product();
+    let inner: usize = sa[dim + 1..].iter().product();
+    let (ra, rb) = (sa[dim] * inner, sb[dim] * inner);
+    let mut out = Vec::with_capacity(a.data().len() + b.data().len());
+    for o in 0..outer {
+        out.extend_from_slice(&a.data()[o * ra..(o + 1) * ra]);
+        out.extend_from_slice(&b.data()[o * rb..(o + 1) * rb]);
+    }
+    let mut shape = sa.to_vec();
+    shape[dim] += sb[dim];
+    Tensor::new(shape, out).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// ComfyUI's `repeat_to_batch_size`: the batch cut to `batch`, or repeated whole until it reaches it and cut.
+fn repeat_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
+    let have = t.shape().first().copied().unwrap_or(0);
+    if have == batch || have == 0 {
+        return Ok(t.clone());
+    }
+    let per = t.data().len() / have;
+    let values: Vec<f32> = t.data().iter().copied().cycle().take(batch * per).collect();
+    let mut shape = t.shape().to_vec();
+    shape[0] = batch;
+    Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// The dimension a `dim` choice names, counted from the end (`x` last, `y` before it, `t` before that).
+fn latent_dim(choice: &str, ndim: usize) -> Result<usize, NodeError> {
+    let from_end = if choice.contains('x') {
+        1
+    } else if choice.contains('y') {
+        2
+    } else {
+        3
+    };
+    ndim.checked_sub(from_end).ok_or_else(|| {
+        NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("a latent of {ndim} dimensions has no `{choice}`"),
+        )
+    })
+}
+
+/// `LatentCut` and `LatentConcat` (`comfy_extras.nodes_latent`): a latent cut along x, y or t, and two joined.
+/// The noise mask and batch indices ride along from the (first) latent, as ComfyUI copies its dict.
+pub(super) fn advanced_nodes() -> Vec<Pure> {
+    let spec = |name: &str| {
+        NodeSpec::new(name, "", "model/latent/advanced")
+            .python_module("comfy_extras.nodes_latent")
+            .v3()
+    };
+    vec![
+        Pure::new(
+            spec("LatentConcat")
+                .input(InputDef::typed("samples1", "LATENT"))
+                .input(InputDef::typed("samples2", "LATENT"))
+                .input(InputDef::v3_combo("dim", &["x", "-x", "y", "-y", "t", "-t"]))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["join latents", "stitch latents"]),
+            |inputs| {
+                let first = inputs.latent("samples1")?;
+                let (s1, choice) = (&first.samples, inputs.string("dim")?);
+                let s2 = repeat_to_batch(&inputs.latent("samples2")?.samples, s1.shape()[0])?;
+                let dim = latent_dim(choice, s1.shape().len())?;
+                let joined =
+                    if choice.starts_with('-') { cat(&s2, s1, dim)? } else { cat(s1, &s2, dim)? };
+                Ok(vec![Value::Latent(first.with_samples(joined))])
+            },
+        ),
+        Pure::new(
+            spec("LatentCut")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::v3_combo("dim", &["x", "y", "t"]))
+                .input(InputDef::int("index", 0, -16384, 16384).option("step", 1))
+                .input(InputDef::int("amount", 1, 1, 16384).option("step", 1))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["crop latent", "slice latent", "extract region"]),
+            |inputs| {
+                let latent = inputs.latent("samples")?;
+                let s = &latent.samples;
+                let dim = latent_dim(inputs.string("dim")?, s.shape().len())?;
+                let size = s.shape()[dim] as i64;
+                let (index, amount) = (inputs.int("index")?, inputs.int("amount")?.max(1));
+                // As ComfyUI clamps them: a start inside the dimension, as many as are left.
+                let (start, len) = if index >= 0 {
+                    let index = index.min(size - 1).max(0);
+                    (index, amount.min(size - index))
+                } else {
+                    let index = index.max(-size);
+                    (size + index, amount.min(-index))
+                };
+                let cut = narrow(s, dim, start as usize, len.max(0) as usize)?;
+                Ok(vec![Value::Latent(latent.with_samples(cut))])
+            },
         ),
     ]
 }

@@ -1,6 +1,7 @@
-//! The model loaders: `UNETLoader`, `CLIPLoader`, `VAELoader` and `CheckpointLoaderSimple`. Each lists the
-//! files of its model folder in its combo and loads the chosen one through the memory manager; the output
-//! cache keeps the loaded model, so a second prompt with the same file reads nothing from disk.
+//! The model loaders: `UNETLoader`, `CLIPLoader` (and its multi-file kin), `VAELoader`,
+//! `CheckpointLoaderSimple` and the LoRA loaders. Each lists the files of its model folder in its combo and
+//! loads the chosen one through the memory manager; the output cache keeps the loaded model, so a second
+//! prompt with the same file reads nothing from disk.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -119,6 +120,34 @@ impl Node for CheckpointLoaderSimple {
             Value::Clip(Arc::new(clip)),
             Value::Vae(Arc::new(vae)),
         ]))
+    }
+}
+
+/// `LoraLoader`: the model and the text encoder with a LoRA from `loras/` applied to their weights (in place,
+/// while they run; the unpatched ones stay usable by other nodes).
+pub(super) struct LoraLoader(pub(super) ModelEnv);
+
+impl Node for LoraLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        Arc::new(model_specs::lora_loader(self.0.files.list("loras")))
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let clip = inputs.clip("clip")?;
+        let strength_model = inputs.float("strength_model")? as f32;
+        let strength_clip = inputs.float("strength_clip")? as f32;
+        if strength_model == 0.0 && strength_clip == 0.0 {
+            // As ComfyUI: both strengths 0 are the inputs themselves, the file unread.
+            return Ok(NodeResult::values([
+                Value::Model(model.clone()),
+                Value::Clip(clip.clone()),
+            ]));
+        }
+        let path = find(&self.0, "loras", inputs, "lora_name")?;
+        let (model, clip) =
+            load::load_lora_for_both(model, clip, &path, strength_model, strength_clip)
+                .map_err(node_error)?;
+        Ok(NodeResult::values([Value::Model(Arc::new(model)), Value::Clip(Arc::new(clip))]))
     }
 }
 

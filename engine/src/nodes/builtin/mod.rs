@@ -1,10 +1,12 @@
 //! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod compose;
 mod conditioning;
 mod custom_sampling;
 mod expression;
 mod files;
+mod filters;
 mod guidance;
 mod image;
 mod inpaint;
@@ -57,6 +59,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(sampler::KSamplerAdvanced::new(compute.clone()));
     registry.register(loaders::ClipLoader(models.clone()));
     registry.register(loaders::UnetLoader(models.clone()));
+    registry.register(loaders::LoraLoader(models.clone()));
     registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Dual));
     registry.register(conditioning::ConditioningZeroOut::new());
     registry.register(loaders::LoraLoaderModelOnly(models.clone()));
@@ -98,6 +101,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in latent::empty_nodes() {
         registry.register(node);
     }
+    for node in latent::advanced_nodes() {
+        registry.register(node);
+    }
     for node in scale::nodes() {
         registry.register(node);
     }
@@ -108,5 +114,12 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(files::MaskPreview::new());
     registry.register(files::ImageCompare::new());
     registry.register(textgen::TextGenerate::new(compute.clone()));
+    for node in filters::nodes() {
+        registry.register(node);
+    }
+    for node in compose::nodes() {
+        registry.register(node);
+    }
+    registry.register(compose::RebatchImages::new());
     registry
 }

@@ -152,6 +152,36 @@ pub(crate) fn lora_loader_model_only(files: Vec<String>) -> NodeSpec {
         .essentials("Image Generation")
 }
 
+/// `LoraLoader` ("Load LoRA (Model and CLIP)"): a LoRA file of `loras` (`files`) applied to a MODEL and a CLIP.
+pub(crate) fn lora_loader(files: Vec<String>) -> NodeSpec {
+    let strength = |name: &str, tooltip: &str| {
+        InputDef::float(name, 1.0, -100.0, 100.0).option("step", 0.01).tooltip(tooltip)
+    };
+    NodeSpec::new("LoraLoader", "Load LoRA (Model and CLIP)", "model/loaders")
+        .description(
+            "This LoRA loader is used to modify both diffusion and CLIP models, altering the way in which \
+             latents are denoised such as applying styles. Multiple LoRA nodes can be linked together.",
+        )
+        .input(
+            InputDef::typed("model", "MODEL")
+                .tooltip("The diffusion model the LoRA will be applied to."),
+        )
+        .input(InputDef::typed("clip", "CLIP").tooltip("The CLIP model the LoRA will be applied to."))
+        .input(choices("lora_name", &files).tooltip("The name of the LoRA."))
+        .input(strength(
+            "strength_model",
+            "How strongly to modify the diffusion model. This value can be negative.",
+        ))
+        .input(strength(
+            "strength_clip",
+            "How strongly to modify the CLIP model. This value can be negative.",
+        ))
+        .output(OutputDef::new("MODEL").tooltip("The modified diffusion model."))
+        .output(OutputDef::new("CLIP").tooltip("The modified CLIP model."))
+        .aliases(&["lora", "load lora", "apply lora", "lora loader", "lora model"])
+        .essentials("Image Generation")
+}
+
 /// `ModelSamplingAuraFlow` (no display name mapping): sets the flow shift of a MODEL.
 pub(crate) fn model_sampling_aura_flow() -> NodeSpec {
     NodeSpec::new("ModelSamplingAuraFlow", "ModelSamplingAuraFlow", "model/patch")

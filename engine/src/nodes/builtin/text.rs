@@ -1,6 +1,6 @@
-//! Text nodes of `comfy_extras.nodes_string` (`StringConcatenate`, `StringReplace`) and the utilities templates
-//! wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`) and
-//! `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
+//! Text nodes of `comfy_extras.nodes_string` (`StringConcatenate`, `StringReplace`, `RegexExtract`) and the
+//! utilities templates wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`)
+//! and `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,53 @@ use crate::value::Value;
 /// A multiline `STRING` input without a default, as `io.String.Input(name, multiline=True)` declares it.
 fn multiline(name: &str) -> InputDef {
     InputDef::bare(name, "STRING").option("multiline", true)
+}
+
+/// An advanced `BOOLEAN` input (V3 writes `advanced` before `default`).
+fn advanced_bool(name: &str, default: bool) -> InputDef {
+    InputDef::bare(name, "BOOLEAN").option("advanced", true).option("default", default)
+}
+
+/// `RegexExtract`'s modes, in ComfyUI's order.
+const EXTRACT_MODES: [&str; 4] = ["First Match", "All Matches", "First Group", "All Groups"];
+
+/// `RegexExtract`: what a Python regular expression finds in the string, as its `mode` says (matches or one
+/// group, the first or all of them joined by newlines); a pattern Python would reject, or nothing found, is "".
+fn regex_extract(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let text = inputs.string("string")?;
+    let mut flags = String::new();
+    for (input, flag) in [("case_insensitive", 'i'), ("multiline", 'm'), ("dotall", 's')] {
+        if inputs.bool(input)? {
+            flags.push(flag);
+        }
+    }
+    let pattern = inputs.string("regex_pattern")?;
+    let pattern =
+        if flags.is_empty() { pattern.to_owned() } else { format!("(?{flags}){pattern}") };
+    let group = usize::try_from(inputs.int("group_index")?).unwrap_or(0);
+    let Ok(regex) = fancy_regex::Regex::new(&pattern) else {
+        return Ok(vec![Value::String(String::new())]);
+    };
+    let groups = regex.captures_len() - 1;
+    let text_of = |c: &fancy_regex::Captures<'_>, i: usize| {
+        c.get(i).map_or(String::new(), |m| m.as_str().to_owned())
+    };
+    let all = || regex.captures_iter(text).filter_map(Result::ok);
+    let result = match inputs.string("mode")? {
+        "First Match" => regex.captures(text).ok().flatten().map(|c| text_of(&c, 0)),
+        // Python's findall: the whole match without groups, else the first group.
+        "All Matches" => {
+            Some(all().map(|c| text_of(&c, usize::from(groups > 0))).collect::<Vec<_>>().join("\n"))
+        }
+        "First Group" if groups >= group => {
+            regex.captures(text).ok().flatten().map(|c| text_of(&c, group))
+        }
+        "All Groups" if groups >= group && groups > 0 => {
+            Some(all().map(|c| text_of(&c, group)).collect::<Vec<_>>().join("\n"))
+        }
+        _ => None,
+    };
+    Ok(vec![Value::String(result.unwrap_or_default())])
 }
 
 /// The aspect ratios of `ResolutionSelector`, with their width and height parts, in ComfyUI's order.
@@ -70,6 +117,31 @@ pub(super) fn nodes() -> Vec<Pure> {
                     .replace(inputs.string("find")?, inputs.string("replace")?);
                 Ok(vec![Value::String(replaced)])
             },
+        ),
+        Pure::new(
+            text("RegexExtract", "Extract Text")
+                .input(multiline("string"))
+                .input(multiline("regex_pattern"))
+                .input(InputDef::v3_combo("mode", &EXTRACT_MODES))
+                .input(advanced_bool("case_insensitive", true))
+                .input(advanced_bool("multiline", false))
+                .input(advanced_bool("dotall", false))
+                .input(
+                    InputDef::bare("group_index", "INT")
+                        .option("advanced", true)
+                        .option("default", 1)
+                        .option("min", 0)
+                        .option("max", 100),
+                )
+                .output(OutputDef::new("STRING"))
+                .aliases(&[
+                    "regex extract",
+                    "regex",
+                    "pattern extract",
+                    "text parser",
+                    "parse text",
+                ]),
+            regex_extract,
         ),
         Pure::new(
             NodeSpec::new("ResolutionSelector", "Resolution Selector", "utilities")

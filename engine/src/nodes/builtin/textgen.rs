@@ -33,7 +33,7 @@ struct Generate<'a> {
 impl OnDevice for Generate<'_> {
     type Output = kiln_models::Result<String>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
-        self.clip.net.weights().activate()?;
+        self.clip.activate()?;
         let ids =
             self.clip.net.generate(b, self.prompt, self.max_new, self.decoding, self.on_token)?;
         self.clip.net.decode(&ids)

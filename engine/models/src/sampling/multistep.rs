@@ -1,0 +1,195 @@
+//! Linear multistep samplers on the Karras slope d = (x − x̂₀)/σ, as `comfy/k_diffusion/sampling.py` runs them:
+//! `lms` (coefficients integrated from the sigmas, order 4), `ipndm` (Adams–Bashforth coefficients up to
+//! order 4), `ipndm_v` (the same with coefficients for uneven steps) and `gradient_estimation` (Euler plus
+//! (γ − 1) times the slope's change, γ = 2). One model call per
+//! step; the last step into σ = 0 returns x̂₀.
+
+use super::samplers::{Run, step, to_d};
+use crate::Result;
+
+/// The highest order `ipndm` and `ipndm_v` use (their `max_order`).
+const MAX_ORDER: usize = 4;
+
+/// Which coefficients.
+#[derive(Clone, Copy)]
+pub(super) enum Ipndm {
+    /// Fixed Adams–Bashforth ones (`ipndm`).
+    Fixed,
+    /// Ones for the actual step sizes (`ipndm_v`).
+    Variable,
+}
+
+/// `x + h·(Σ cₖ·dₖ)` with the slopes newest first, summed in ComfyUI's order.
+fn combine(x: &[f32], h: f32, coeffs: &[f32], slopes: &[&[f32]]) -> Vec<f32> {
+    (0..x.len())
+        .map(|j| {
+            let mut sum = coeffs[0] * slopes[0][j];
+            for (c, d) in coeffs.iter().zip(slopes).skip(1) {
+                sum += c * d[j];
+            }
+            x[j] + h * sum
+        })
+        .collect()
+}
+
+/// `ipndm`'s step at `order` (≥ 2): `x + h·(Σ cₖ·dₖ)/divisor` with the fixed coefficients, newest slope
+/// first, in ComfyUI's order of operations.
+fn fixed(order: usize, x: &[f32], h: f32, slopes: &[&[f32]]) -> Vec<f32> {
+    let (coeffs, divisor): (&[f32], f32) = match order {
+        2 => (&[3.0, -1.0], 2.0),
+        3 => (&[23.0, -16.0, 5.0], 12.0),
+        _ => (&[55.0, -59.0, 37.0, -9.0], 24.0),
+    };
+    (0..x.len())
+        .map(|j| {
+            let mut sum = coeffs[0] * slopes[0][j];
+            for (c, d) in coeffs.iter().zip(slopes).skip(1) {
+                sum += c * d[j];
+            }
+            x[j] + h * sum / divisor
+        })
+        .collect()
+}
+
+/// `ipndm_v`'s coefficients at `order` (≥ 2) from the step sizes h_n (this one), h_{n−1}, ... (f32, in
+/// ComfyUI's order of operations), newest slope first.
+fn variable(order: usize, h: &[f32]) -> Vec<f32> {
+    let (h0, h1) = (h[0], h[1]);
+    let base1 = (2.0 + h0 / h1) / 2.0;
+    let base2 = -(h0 / h1) / 2.0;
+    if order == 2 {
+        return vec![base1, base2];
+    }
+    let h2 = h[2];
+    let temp1 = (1.0 - h0 / (3.0 * (h0 + h1)) * (h0 * (h0 + h1)) / (h1 * (h1 + h2))) / 2.0;
+    if order == 3 {
+        return vec![base1 + temp1, base2 - (1.0 + h1 / h2) * temp1, temp1 * h1 / h2];
+    }
+    let h3 = h[3];
+    let temp2 = ((1.0 - h0 / (3.0 * (h0 + h1))) / 2.0
+        + (1.0 - h0 / (2.0 * (h0 + h1))) * h0 / (6.0 * (h0 + h1 + h2)))
+        * (h0 * (h0 + h1) * (h0 + h1 + h2))
+        / (h1 * (h1 + h2) * (h1 + h2 + h3));
+    let ratio = h1 * (h1 + h2) / (h2 * (h2 + h3));
+    vec![
+        base1 + temp1 + temp2,
+        base2 - (1.0 + h1 / h2) * temp1 - (1.0 + h1 / h2 + ratio) * temp2,
+        temp1 * h1 / h2 + (h1 / h2 + ratio * (1.0 + h2 / h3)) * temp2,
+        -temp2 * ratio * h1 / h2,
+    ]
+}
+
+/// `sample_ipndm` / `sample_ipndm_v` with `max_order` 4.
+pub(super) fn ipndm(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    kind: Ipndm,
+) -> Result<Vec<f32>> {
+    // The last slopes, newest first (at most MAX_ORDER − 1).
+    let mut history: Vec<Vec<f32>> = Vec::new();
+    for i in 0..sigmas.len() - 1 {
+        let (t, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, t)?;
+        let d = to_d(&x, &denoised, t);
+        let order = MAX_ORDER.min(i + 1);
+        let h = next - t;
+        let x_next = if next == 0.0 {
+            denoised
+        } else if order == 1 {
+            step(&x, &d, h)
+        } else {
+            let slopes: Vec<&[f32]> =
+                std::iter::once(d.as_slice()).chain(history.iter().map(Vec::as_slice)).collect();
+            match kind {
+                Ipndm::Fixed => fixed(order, &x, h, &slopes[..order]),
+                Ipndm::Variable => {
+                    // h_n, h_{n−1}, ...: this step's size, then the earlier ones.
+                    let sizes: Vec<f32> = std::iter::once(h)
+                        .chain((1..order).map(|k| sigmas[i + 1 - k] - sigmas[i - k]))
+                        .collect();
+                    combine(&x, h, &variable(order, &sizes), &slopes[..order])
+                }
+            }
+        };
+        history.insert(0, d);
+        history.truncate(MAX_ORDER - 1);
+        x = x_next;
+    }
+    Ok(x)
+}
+
+/// `sample_gradient_estimation` (γ = 2, not CFG++): Euler, plus from the second step (γ − 1)·(d − d_prev)·dt;
+/// x̂₀ into σ = 0.
+pub(super) fn gradient_estimation(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+) -> Result<Vec<f32>> {
+    const GAMMA: f32 = 2.0;
+    let mut old: Option<Vec<f32>> = None;
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        let d = to_d(&x, &denoised, sigma);
+        let dt = next - sigma;
+        if next == 0.0 {
+            x = denoised;
+        } else {
+            x = step(&x, &d, dt);
+            if let Some(old) = &old {
+                let d_bar: Vec<f32> =
+                    d.iter().zip(old).map(|(d, o)| (GAMMA - 1.0) * (d - o)).collect();
+                x = step(&x, &d_bar, dt);
+            }
+        }
+        old = Some(d);
+    }
+    Ok(x)
+}
+
+/// The highest order `lms` uses (its `order`).
+const LMS_ORDER: usize = 4;
+
+/// `linear_multistep_coeff`: the integral over [tᵢ, tᵢ₊₁] of the Lagrange basis polynomial of node i − j
+/// through the nodes tᵢ, tᵢ₋₁, ..., tᵢ₋ₒᵣ₊₁ (ComfyUI integrates it with scipy's `quad`; a polynomial of degree
+/// < 4 is integrated exactly by 2-point Gauss–Legendre, here in f64).
+fn lms_coeff(order: usize, t: &[f32], i: usize, j: usize) -> f64 {
+    let basis = |tau: f64| {
+        (0..order).filter(|&k| k != j).fold(1.0, |prod, k| {
+            let (tk, tj) = (f64::from(t[i - k]), f64::from(t[i - j]));
+            prod * (tau - tk) / (tj - tk)
+        })
+    };
+    let (a, b) = (f64::from(t[i]), f64::from(t[i + 1]));
+    let (mid, half) = ((a + b) / 2.0, (b - a) / 2.0);
+    let node = half / 3f64.sqrt();
+    half * (basis(mid - node) + basis(mid + node))
+}
+
+/// `sample_lms` with order 4: x + Σⱼ cⱼ·d_{i−j} with the linear multistep coefficients of the last slopes;
+/// x̂₀ into σ = 0.
+pub(super) fn lms(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    // The last slopes, newest first.
+    let mut slopes: Vec<Vec<f32>> = Vec::new();
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        slopes.insert(0, to_d(&x, &denoised, sigma));
+        slopes.truncate(LMS_ORDER);
+        if next == 0.0 {
+            x = denoised;
+            continue;
+        }
+        let order = (i + 1).min(LMS_ORDER);
+        let coeffs: Vec<f32> = (0..order).map(|j| lms_coeff(order, sigmas, i, j) as f32).collect();
+        // Python's sum: 0 + c₀·d₀ + c₁·d₁ + ..., then added to x.
+        x = (0..x.len())
+            .map(|e| {
+                let sum = coeffs.iter().zip(&slopes).fold(0.0f32, |s, (c, d)| s + c * d[e]);
+                x[e] + sum
+            })
+            .collect();
+    }
+    Ok(x)
+}

@@ -1,0 +1,87 @@
+//! Utility nodes templates wire around prompts and latents: `RegexExtract` with Python's `re` semantics, and
+//! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition.
+
+use kiln_engine::cache::CachePolicy;
+use kiln_engine::exec::Outcome;
+use serde_json::{Value, json};
+
+use crate::harness::Harness;
+
+/// What `RegexExtract` gives for `string` and `pattern` in `mode` (case-insensitive, group 1).
+fn extract(h: &mut Harness, string: &str, pattern: &str, mode: &str, group: i64) -> String {
+    let ran = h.run(json!({
+        "1": {"class_type": "RegexExtract", "inputs": {"string": string, "regex_pattern": pattern, "mode": mode, "case_insensitive": true, "multiline": false, "dotall": false, "group_index": group}},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    ran.text("2").concat()
+}
+
+#[test]
+fn regex_extract_finds_what_pythons_re_finds() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let text = "Seed 42, steps 8; SEED 7";
+    assert_eq!(extract(&mut h, text, r"seed (\d+)", "First Match", 1), "Seed 42");
+    assert_eq!(extract(&mut h, text, r"seed (\d+)", "First Group", 1), "42");
+    // findall with a group gives the group, joined by newlines; case-insensitive by default.
+    assert_eq!(extract(&mut h, text, r"seed (\d+)", "All Matches", 1), "42\n7");
+    assert_eq!(extract(&mut h, text, r"\d+", "All Matches", 1), "42\n8\n7");
+    assert_eq!(extract(&mut h, text, r"(\w+) (\d+)", "All Groups", 2), "42\n8\n7");
+    // A group past the pattern's, nothing found, or a pattern Python rejects: empty.
+    assert_eq!(extract(&mut h, text, r"seed (\d+)", "First Group", 2), "");
+    assert_eq!(extract(&mut h, text, r"cfg (\d+)", "First Match", 1), "");
+    assert_eq!(extract(&mut h, text, r"seed (", "First Match", 1), "");
+    // Python's syntax: lookbehind and named groups.
+    assert_eq!(extract(&mut h, text, r"(?<=steps )(?P<n>\d+)", "First Match", 1), "8");
+}
+
+/// The shape `PreviewAny` shows for node `id`'s latent.
+fn shape_of(h: &mut Harness, prompt: Value, id: &str) -> String {
+    let mut prompt = prompt;
+    prompt["99"] = json!({"class_type": "PreviewAny", "inputs": {"source": [id, 0]}});
+    let ran = h.run(prompt);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    ran.text("99").concat()
+}
+
+#[test]
+fn latent_cut_and_concat_follow_comfyuis_clamping_and_batching() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let base = json!({
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 32, "batch_size": 2}},
+        "2": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 16, "height": 32, "batch_size": 1}},
+    });
+    let with = |node: Value| {
+        let mut prompt = base.clone();
+        prompt["3"] = node;
+        prompt
+    };
+    let cut = |dim: &str, index: i64, amount: i64| {
+        with(
+            json!({"class_type": "LatentCut", "inputs": {"samples": ["1", 0], "dim": dim, "index": index, "amount": amount}}),
+        )
+    };
+    // [2, 4, 4, 8]: x is the last dimension, y the one before, t the one before that.
+    assert_eq!(shape_of(&mut h, cut("x", 2, 3), "3"), "tensor[2, 4, 4, 3]");
+    assert_eq!(shape_of(&mut h, cut("x", 6, 5), "3"), "tensor[2, 4, 4, 2]", "as many as are left");
+    assert_eq!(shape_of(&mut h, cut("y", -3, 5), "3"), "tensor[2, 4, 3, 8]", "from the end");
+    assert_eq!(
+        shape_of(&mut h, cut("y", -9, 2), "3"),
+        "tensor[2, 4, 2, 8]",
+        "clamped to the start"
+    );
+    assert_eq!(shape_of(&mut h, cut("t", 0, 2), "3"), "tensor[2, 2, 4, 8]");
+    let concat = |dim: &str| {
+        with(
+            json!({"class_type": "LatentConcat", "inputs": {"samples1": ["1", 0], "samples2": ["2", 0], "dim": dim}}),
+        )
+    };
+    // The second latent (one of 16 channels, 4 × 2) is repeated to the first's batch of 2.
+    let mut mismatch = concat("x");
+    mismatch["99"] = json!({"class_type": "PreviewAny", "inputs": {"source": ["3", 0]}});
+    let ran = h.run(mismatch);
+    assert!(matches!(ran.summary.outcome, Outcome::Failed(_)), "4 and 16 channels do not join");
+    let mut same = concat("-x");
+    same["2"] = json!({"class_type": "EmptyLatentImage", "inputs": {"width": 16, "height": 32, "batch_size": 1}});
+    assert_eq!(shape_of(&mut h, same, "3"), "tensor[2, 4, 4, 10]");
+}
