@@ -33,21 +33,11 @@ import math
 import os
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
 
-try:
-    import torchaudio  # noqa: F401
-except ImportError:
-    stub = os.path.join(tempfile.mkdtemp(), "torchaudio")
-    os.makedirs(stub)
-    for module in ("__init__", "functional", "transforms"):
-        open(os.path.join(stub, f"{module}.py"), "w").close()
-    sys.path.insert(0, os.path.dirname(stub))
-
-import_comfyui()
+import_comfyui(node_modules=True)
 import kornia  # noqa: E402
 import torch  # noqa: E402
 from comfy_extras.nodes_canny import Canny  # noqa: E402

@@ -14,21 +14,11 @@ import json
 import os
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
 
-try:
-    import torchaudio  # noqa: F401
-except ImportError:
-    stub = os.path.join(tempfile.mkdtemp(), "torchaudio")
-    os.makedirs(stub)
-    for module in ("__init__", "functional", "transforms"):
-        open(os.path.join(stub, f"{module}.py"), "w").close()
-    sys.path.insert(0, os.path.dirname(stub))
-
-import_comfyui()
+import_comfyui(node_modules=True)
 from comfy_extras.nodes_flux import Flux2Scheduler  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "../../engine/models/tests/fixtures/comfy_sampling")

@@ -178,17 +178,7 @@ fn write_safetensors(path: &std::path::Path, tensors: &[(&str, &str, &[usize], &
 /// Writes a LoRA on the first main block's attention output, kohya-named, as a safetensors file.
 fn write_lora(path: &std::path::Path, dim: usize) {
     let rank = 2;
-    let values = |n: usize, seed: u32| -> Vec<u8> {
-        (0..n)
-            .flat_map(|i| {
-                let v = (((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
-                    / (1u32 << 24) as f32
-                    - 0.5)
-                    * 0.5;
-                v.to_le_bytes()
-            })
-            .collect()
-    };
+    let values = |n: usize, seed: u32| lora_values(n, seed, 0.5);
     write_safetensors(
         path,
         &[
@@ -828,14 +818,14 @@ fn issue_21_text_generate_runs_the_text_encoder_as_a_language_model() {
     assert_eq!(ran.text("2"), texts[1], "one seed, one text");
 }
 
-/// Deterministic f32 bytes for a LoRA factor.
-fn lora_values(n: usize, seed: u32) -> Vec<u8> {
+/// Deterministic f32 bytes for a LoRA factor: `n` values in ±`span`/2.
+fn lora_values(n: usize, seed: u32, span: f32) -> Vec<u8> {
     (0..n)
         .flat_map(|i| {
             let v = (((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
                 / (1u32 << 24) as f32
                 - 0.5)
-                * 2.0;
+                * span;
             v.to_le_bytes()
         })
         .collect()
@@ -856,13 +846,13 @@ fn issue_21_lora_loader_patches_the_text_encoder_and_the_model() {
                 "lora_te_layers_0_mlp_down_proj.lora_up.weight",
                 "F32",
                 &[hidden, rank],
-                &lora_values(hidden * rank, 3),
+                &lora_values(hidden * rank, 3, 2.0),
             ),
             (
                 "lora_te_layers_0_mlp_down_proj.lora_down.weight",
                 "F32",
                 &[rank, inner],
-                &lora_values(rank * inner, 4),
+                &lora_values(rank * inner, 4, 2.0),
             ),
         ],
     );

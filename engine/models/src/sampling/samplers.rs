@@ -405,7 +405,7 @@ fn ddpm(
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
-        let eps: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| (x - d) / sigma).collect();
+        let eps = to_d(&x, &denoised, sigma);
         let scale = (1.0 + sigma.powf(2.0)).sqrt();
         let alpha_cumprod = 1.0 / (sigma * sigma + 1.0);
         let alpha_cumprod_prev = 1.0 / (next * next + 1.0);
