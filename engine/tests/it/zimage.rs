@@ -894,3 +894,27 @@ fn issue_21_lora_loader_patches_the_text_encoder_and_the_model() {
     };
     assert!(failure.message.contains("no key adapts"), "{}", failure.message);
 }
+
+#[test]
+fn issue_21_cfg_pp_samplers_step_along_the_unconditional_prediction() {
+    let mut h = harness(SynthDtype::Bf16);
+    // At cfg 1 the plain samplers never evaluate the negative; the CFG++ ones always do and step along it
+    // (from the second step: at σ = 1 a flow model's α is 0, which makes the first step plain Euler).
+    let euler = h.run(graph(ksampler(9, 4, "euler")));
+    let euler = saved(&h, &euler);
+    let cfg_pp = h.run(graph(ksampler(9, 4, "euler_cfg_pp")));
+    assert!(max_diff(&saved(&h, &cfg_pp), &euler) > 1, "euler_cfg_pp is not euler");
+    let mut twice = graph(ksampler(9, 2, "res_multistep_ancestral_cfg_pp"));
+    twice["70"]["inputs"]["cfg"] = json!(2.0);
+    let ran = h.run(twice);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    // BasicGuider makes no unconditional prediction: a CFG++ sampler says so.
+    let mut basic = graph(json!(null));
+    custom_sampling(&mut basic, 9, 2, 1.0, "dpmpp_2m_cfg_pp");
+    basic["74"] = json!({"class_type": "BasicGuider", "inputs": {"model": ["69", 0], "conditioning": ["67", 0]}});
+    let ran = h.run(basic);
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("{:?}", ran.summary.outcome)
+    };
+    assert!(failure.message.contains("BasicGuider"), "{}", failure.message);
+}

@@ -12,12 +12,15 @@
 //! `log`/`exp` may round differently from the C library's.
 
 mod beta;
+mod cfg_pp;
+mod er_sde;
 mod flow;
 pub mod guidance;
 mod multistep;
 mod samplers;
 mod schedulers;
 mod second_order;
+mod seeds;
 mod unipc;
 
 pub use flow::FlowSampling;

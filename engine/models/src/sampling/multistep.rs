@@ -119,24 +119,33 @@ pub(super) fn ipndm(
     Ok(x)
 }
 
-/// `sample_gradient_estimation` (γ = 2, not CFG++): Euler, plus from the second step (γ − 1)·(d − d_prev)·dt;
-/// x̂₀ into σ = 0.
+/// `sample_gradient_estimation` (γ = 2): Euler, plus from the second step (γ − 1)·(d − d_prev)·dt; x̂₀ into
+/// σ = 0. With CFG++ the slope is the unconditional one and the Euler step starts from x̂₀
+/// (`gradient_estimation_cfg_pp`).
 pub(super) fn gradient_estimation(
     run: &mut Run<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
+    cfg_pp: bool,
 ) -> Result<Vec<f32>> {
     const GAMMA: f32 = 2.0;
     let mut old: Option<Vec<f32>> = None;
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
-        let denoised = run.first(i, &x, sigma)?;
-        let d = to_d(&x, &denoised, sigma);
+        let (denoised, d) = if cfg_pp {
+            let (denoised, uncond) = run.first_cfg_pp(i, &x, sigma)?;
+            let d = to_d(&x, &uncond, sigma);
+            (denoised, d)
+        } else {
+            let denoised = run.first(i, &x, sigma)?;
+            let d = to_d(&x, &denoised, sigma);
+            (denoised, d)
+        };
         let dt = next - sigma;
         if next == 0.0 {
             x = denoised;
         } else {
-            x = step(&x, &d, dt);
+            x = if cfg_pp { step(&denoised, &d, next) } else { step(&x, &d, dt) };
             if let Some(old) = &old {
                 let d_bar: Vec<f32> =
                     d.iter().zip(old).map(|(d, o)| (GAMMA - 1.0) * (d - o)).collect();

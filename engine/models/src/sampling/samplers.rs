@@ -5,8 +5,11 @@
 //! sigmas is f32, like torch's 0-dim f32 sigma tensors, and each elementwise torch op is one rounded f32 op here.
 
 use super::FlowSampling;
+use super::cfg_pp;
+use super::er_sde;
 use super::multistep::{self, Ipndm};
 use super::second_order;
+use super::seeds::{self, Seeds2};
 use super::unipc;
 use crate::Result;
 use crate::noise::TorchGenerator;
@@ -17,6 +20,11 @@ use crate::noise::TorchGenerator;
 pub trait Denoiser {
     /// x̂₀ for `x` at `sigma` (same length as `x`).
     fn denoise(&mut self, x: &[f32], sigma: f32) -> Result<Vec<f32>>;
+
+    /// For the CFG++ samplers: x̂₀ and the unconditional prediction alone, which ComfyUI hands them through a
+    /// post-CFG hook that also turns its CFG-1 shortcut off (so the unconditional side is always evaluated and
+    /// combined, even at CFG 1). An error where there is no unconditional side.
+    fn denoise_cfg_pp(&mut self, x: &[f32], sigma: f32) -> Result<(Vec<f32>, Vec<f32>)>;
 }
 
 /// What a sampler reports after the model call that starts each step (ComfyUI's sampler callback): for
@@ -40,13 +48,21 @@ pub struct Step<'a> {
 pub enum Sampler {
     /// First-order Euler (`euler`).
     Euler,
+    /// Euler with the unconditional slope (`euler_cfg_pp`).
+    EulerCfgPp,
     /// Euler with fresh noise each step, the rectified-flow form ComfyUI uses for flow models
     /// (`euler_ancestral`, η = 1).
     EulerAncestral,
+    /// `euler_ancestral` with the unconditional slope, in variance-exploding form (`euler_ancestral_cfg_pp`).
+    EulerAncestralCfgPp,
     /// Heun's second-order method, two model calls per step but the last (`heun`).
     Heun,
     /// Heun with a third call where it can, weighted by the sigmas (`heunpp2`).
     Heunpp2,
+    /// Deterministic exponential Heun in the half-log-SNR (`exp_heun_2_x0`).
+    ExpHeun2X0,
+    /// `exp_heun_2_x0` with noise injected, η = 1 (`exp_heun_2_x0_sde`).
+    ExpHeun2X0Sde,
     /// DPM-Solver-2: a model call at the log-midpoint (`dpm_2`).
     Dpm2,
     /// DPM-Solver-2 steps with fresh noise, rectified-flow form (`dpm_2_ancestral`).
@@ -55,8 +71,12 @@ pub enum Sampler {
     Lms,
     /// DPM-Solver++(2S) steps with fresh noise, rectified-flow form (`dpmpp_2s_ancestral`).
     Dpmpp2sAncestral,
+    /// `dpmpp_2s_ancestral` with CFG++, not in rectified-flow form (`dpmpp_2s_ancestral_cfg_pp`).
+    Dpmpp2sAncestralCfgPp,
     /// DPM-Solver++(2M) (`dpmpp_2m`).
     Dpmpp2m,
+    /// DPM-Solver++(2M) with CFG++ (`dpmpp_2m_cfg_pp`).
+    Dpmpp2mCfgPp,
     /// DPM-Solver++(2M) SDE, midpoint, η = 1, in half-log-SNR for flow models (`dpmpp_2m_sde`).
     Dpmpp2mSde,
     /// The DDPM ancestral step in variance-preserving form, as ComfyUI runs it for any model (`ddpm`).
@@ -69,8 +89,20 @@ pub enum Sampler {
     IpndmV,
     /// Second-order exponential multistep, no noise (`res_multistep`).
     ResMultistep,
+    /// `res_multistep` with CFG++ (`res_multistep_cfg_pp`).
+    ResMultistepCfgPp,
+    /// `res_multistep` with fresh noise, η = 1 (`res_multistep_ancestral`).
+    ResMultistepAncestral,
+    /// Both (`res_multistep_ancestral_cfg_pp`).
+    ResMultistepAncestralCfgPp,
     /// Euler corrected by the change of the slope, γ = 2 (`gradient_estimation`).
     GradientEstimation,
+    /// `gradient_estimation` with CFG++ (`gradient_estimation_cfg_pp`).
+    GradientEstimationCfgPp,
+    /// Extended reverse-time SDE solver, three stages (`er_sde`).
+    ErSde,
+    /// SEEDS-2: two stages in the half-log-SNR with stochastic noise (`seeds_2`).
+    Seeds2,
     /// DDIM, which ComfyUI runs as Euler (with random noise for a masked latent's kept area) (`ddim`).
     Ddim,
     /// UniPC with B(h) = h (`uni_pc`).
@@ -81,23 +113,35 @@ pub enum Sampler {
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 19] = [
+    pub const ALL: [Sampler; 31] = [
         Sampler::Euler,
+        Sampler::EulerCfgPp,
         Sampler::EulerAncestral,
+        Sampler::EulerAncestralCfgPp,
         Sampler::Heun,
         Sampler::Heunpp2,
+        Sampler::ExpHeun2X0,
+        Sampler::ExpHeun2X0Sde,
         Sampler::Dpm2,
         Sampler::Dpm2Ancestral,
         Sampler::Lms,
         Sampler::Dpmpp2sAncestral,
+        Sampler::Dpmpp2sAncestralCfgPp,
         Sampler::Dpmpp2m,
+        Sampler::Dpmpp2mCfgPp,
         Sampler::Dpmpp2mSde,
         Sampler::Ddpm,
         Sampler::Lcm,
         Sampler::Ipndm,
         Sampler::IpndmV,
         Sampler::ResMultistep,
+        Sampler::ResMultistepCfgPp,
+        Sampler::ResMultistepAncestral,
+        Sampler::ResMultistepAncestralCfgPp,
         Sampler::GradientEstimation,
+        Sampler::GradientEstimationCfgPp,
+        Sampler::ErSde,
+        Sampler::Seeds2,
         Sampler::Ddim,
         Sampler::UniPc,
         Sampler::UniPcBh2,
@@ -107,21 +151,33 @@ impl Sampler {
     pub fn name(self) -> &'static str {
         match self {
             Sampler::Euler => "euler",
+            Sampler::EulerCfgPp => "euler_cfg_pp",
             Sampler::EulerAncestral => "euler_ancestral",
+            Sampler::EulerAncestralCfgPp => "euler_ancestral_cfg_pp",
             Sampler::Heun => "heun",
             Sampler::Heunpp2 => "heunpp2",
+            Sampler::ExpHeun2X0 => "exp_heun_2_x0",
+            Sampler::ExpHeun2X0Sde => "exp_heun_2_x0_sde",
             Sampler::Dpm2 => "dpm_2",
             Sampler::Dpm2Ancestral => "dpm_2_ancestral",
             Sampler::Lms => "lms",
             Sampler::Dpmpp2sAncestral => "dpmpp_2s_ancestral",
+            Sampler::Dpmpp2sAncestralCfgPp => "dpmpp_2s_ancestral_cfg_pp",
             Sampler::Dpmpp2m => "dpmpp_2m",
+            Sampler::Dpmpp2mCfgPp => "dpmpp_2m_cfg_pp",
             Sampler::Dpmpp2mSde => "dpmpp_2m_sde",
             Sampler::Ddpm => "ddpm",
             Sampler::Lcm => "lcm",
             Sampler::Ipndm => "ipndm",
             Sampler::IpndmV => "ipndm_v",
             Sampler::ResMultistep => "res_multistep",
+            Sampler::ResMultistepCfgPp => "res_multistep_cfg_pp",
+            Sampler::ResMultistepAncestral => "res_multistep_ancestral",
+            Sampler::ResMultistepAncestralCfgPp => "res_multistep_ancestral_cfg_pp",
             Sampler::GradientEstimation => "gradient_estimation",
+            Sampler::GradientEstimationCfgPp => "gradient_estimation_cfg_pp",
+            Sampler::ErSde => "er_sde",
+            Sampler::Seeds2 => "seeds_2",
             Sampler::Ddim => "ddim",
             Sampler::UniPc => "uni_pc",
             Sampler::UniPcBh2 => "uni_pc_bh2",
@@ -170,23 +226,49 @@ pub fn sample(
     let noise = || TorchGenerator::new(seed.wrapping_add(1));
     match sampler {
         Sampler::Euler => euler(&mut run, x, sigmas),
+        Sampler::EulerCfgPp => cfg_pp::euler_ancestral(&mut run, x, sigmas, 0.0, &mut noise()),
         Sampler::EulerAncestral => euler_ancestral_rf(&mut run, x, sigmas, &mut noise()),
+        Sampler::EulerAncestralCfgPp => {
+            cfg_pp::euler_ancestral(&mut run, x, sigmas, 1.0, &mut noise())
+        }
         Sampler::Heun => heun(&mut run, x, sigmas),
         Sampler::Heunpp2 => second_order::heunpp2(&mut run, x, sigmas),
+        Sampler::ExpHeun2X0 => {
+            seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::EXP_HEUN, &mut noise())
+        }
+        Sampler::ExpHeun2X0Sde => {
+            seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::EXP_HEUN_SDE, &mut noise())
+        }
         Sampler::Dpm2 => second_order::dpm_2(&mut run, x, sigmas),
         Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
         Sampler::Lms => multistep::lms(&mut run, x, sigmas),
         Sampler::Dpmpp2sAncestral => {
             second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, &mut noise())
         }
+        Sampler::Dpmpp2sAncestralCfgPp => {
+            cfg_pp::dpmpp_2s_ancestral(&mut run, x, sigmas, &mut noise())
+        }
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
+        Sampler::Dpmpp2mCfgPp => cfg_pp::dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mSde => dpmpp_2m_sde(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Ipndm => multistep::ipndm(&mut run, x, sigmas, Ipndm::Fixed),
         Sampler::IpndmV => multistep::ipndm(&mut run, x, sigmas, Ipndm::Variable),
-        Sampler::ResMultistep => res_multistep(&mut run, x, sigmas),
-        Sampler::GradientEstimation => multistep::gradient_estimation(&mut run, x, sigmas),
+        Sampler::ResMultistep => res_multistep(&mut run, x, sigmas, 0.0, false, &mut noise()),
+        Sampler::ResMultistepCfgPp => res_multistep(&mut run, x, sigmas, 0.0, true, &mut noise()),
+        Sampler::ResMultistepAncestral => {
+            res_multistep(&mut run, x, sigmas, 1.0, false, &mut noise())
+        }
+        Sampler::ResMultistepAncestralCfgPp => {
+            res_multistep(&mut run, x, sigmas, 1.0, true, &mut noise())
+        }
+        Sampler::GradientEstimation => multistep::gradient_estimation(&mut run, x, sigmas, false),
+        Sampler::GradientEstimationCfgPp => {
+            multistep::gradient_estimation(&mut run, x, sigmas, true)
+        }
+        Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Seeds2 => seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::SEEDS_2, &mut noise()),
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),
@@ -206,6 +288,18 @@ impl Run<'_> {
         let denoised = self.denoiser.denoise(x, sigma)?;
         (self.on_step)(Step { index, total: self.total, x, denoised: &denoised, sigma })?;
         Ok(denoised)
+    }
+
+    /// The step's first model call for a CFG++ sampler (x̂₀ and the unconditional x̂₀), reported.
+    pub(super) fn first_cfg_pp(
+        &mut self,
+        index: usize,
+        x: &[f32],
+        sigma: f32,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (denoised, uncond) = self.denoiser.denoise_cfg_pp(x, sigma)?;
+        (self.on_step)(Step { index, total: self.total, x, denoised: &denoised, sigma })?;
+        Ok((denoised, uncond))
     }
 }
 
@@ -425,18 +519,32 @@ fn ddpm(
     Ok(x)
 }
 
-/// `res_multistep` with η = 0 (no noise): Euler on the first and last steps, else the second-order
-/// exponential multistep update from this and the previous step's x̂₀.
-fn res_multistep(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
-    let mut old: Option<Vec<f32>> = None;
+/// `res_multistep` at η (0 for `res_multistep`, 1 for `res_multistep_ancestral`), with CFG++ or not: Euler on
+/// the first step and into σ_down 0, else the second-order exponential multistep update from this and the
+/// previous step's x̂₀ (the unconditional ones with CFG++, after moving x by the guidance); then fresh noise
+/// σ_up.
+fn res_multistep(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    eta: f32,
+    cfg_pp: bool,
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    let mut old: Option<(Vec<f32>, f32)> = None;
     for i in 0..sigmas.len() - 1 {
-        let (sigma, sigma_down) = (sigmas[i], sigmas[i + 1]);
-        let denoised = run.first(i, &x, sigma)?;
+        let sigma = sigmas[i];
+        let (denoised, uncond) = if cfg_pp {
+            run.first_cfg_pp(i, &x, sigma)?
+        } else {
+            let denoised = run.first(i, &x, sigma)?;
+            (denoised.clone(), denoised)
+        };
+        let (down, up) = cfg_pp::ancestral_step(sigma, sigmas[i + 1], eta);
         x = match &old {
-            Some(old) if sigma_down != 0.0 => {
-                // The previous step's sigma_down is this step's sigma (η = 0).
+            Some((old, old_down)) if down != 0.0 => {
                 let (t, t_old, t_next, t_prev) =
-                    (t_of(sigma), t_of(sigma), t_of(sigma_down), t_of(sigmas[i - 1]));
+                    (t_of(sigma), t_of(*old_down), t_of(down), t_of(sigmas[i - 1]));
                 let h = t_next - t;
                 let c2 = (t_prev - t_old) / h;
                 let phi1 = (-h).exp_m1() / -h;
@@ -444,18 +552,33 @@ fn res_multistep(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<V
                 let b1 = nan_to_num(phi1 - phi2 / c2);
                 let b2 = nan_to_num(phi2 / c2);
                 let e = (-h).exp();
-                x.iter()
-                    .zip(&denoised)
+                let moved: Vec<f32> = if cfg_pp {
+                    x.iter().zip(&denoised).zip(&uncond).map(|((x, d), u)| x + (d - u)).collect()
+                } else {
+                    x
+                };
+                moved
+                    .iter()
+                    .zip(&uncond)
                     .zip(old)
                     .map(|((x, d), o)| e * x + h * (b1 * d + b2 * o))
                     .collect()
             }
+            _ if cfg_pp => {
+                let d = to_d(&x, &uncond, sigma);
+                denoised.iter().zip(&d).map(|(dn, d)| dn + d * down).collect()
+            }
             _ => {
                 let d = to_d(&x, &denoised, sigma);
-                step(&x, &d, sigma_down - sigma)
+                step(&x, &d, down - sigma)
             }
         };
-        old = Some(denoised);
+        if up > 0.0 {
+            let n = noise.randn(x.len());
+            x.iter_mut().zip(n).for_each(|(x, n)| *x += n * up);
+        }
+        // The unconditional x̂₀ with CFG++ (`uncond` is the guided one without).
+        old = Some((uncond, down));
     }
     Ok(x)
 }

@@ -33,32 +33,25 @@ impl Denoiser for Toy {
             })
             .collect())
     }
+
+    fn denoise_cfg_pp(&mut self, x: &[f32], sigma: f32) -> Result<(Vec<f32>, Vec<f32>)> {
+        let denoised = self.denoise(x, sigma)?;
+        Ok((denoised, x.iter().map(|&v| 0.7 * v + 0.1 * sigma).collect()))
+    }
 }
 
 /// ComfyUI's samplers Kiln does not offer yet.
 const NOT_YET: &[&str] = &[
-    "euler_cfg_pp",
-    "euler_ancestral_cfg_pp",
-    "exp_heun_2_x0",
-    "exp_heun_2_x0_sde",
     "dpm_fast",
     "dpm_adaptive",
-    "dpmpp_2s_ancestral_cfg_pp",
     "dpmpp_sde",
     "dpmpp_sde_gpu",
-    "dpmpp_2m_cfg_pp",
     "dpmpp_2m_sde_gpu",
     "dpmpp_2m_sde_heun",
     "dpmpp_2m_sde_heun_gpu",
     "dpmpp_3m_sde",
     "dpmpp_3m_sde_gpu",
     "deis",
-    "res_multistep_cfg_pp",
-    "res_multistep_ancestral",
-    "res_multistep_ancestral_cfg_pp",
-    "gradient_estimation_cfg_pp",
-    "er_sde",
-    "seeds_2",
     "seeds_3",
     "sa_solver",
     "sa_solver_pece",

@@ -28,6 +28,10 @@ impl Denoiser for Toy {
         self.calls += 1;
         Ok(x.iter().map(|v| 0.8 * v + 0.3 * sigma).collect())
     }
+
+    fn denoise_cfg_pp(&mut self, _: &[f32], _: f32) -> Result<(Vec<f32>, Vec<f32>)> {
+        Err(kiln_models::Error::Invalid("this toy has no unconditional side".into()))
+    }
 }
 
 #[test]
@@ -182,21 +186,33 @@ fn names_follow_comfyui_order() {
         names,
         [
             "euler",
+            "euler_cfg_pp",
             "euler_ancestral",
+            "euler_ancestral_cfg_pp",
             "heun",
             "heunpp2",
+            "exp_heun_2_x0",
+            "exp_heun_2_x0_sde",
             "dpm_2",
             "dpm_2_ancestral",
             "lms",
             "dpmpp_2s_ancestral",
+            "dpmpp_2s_ancestral_cfg_pp",
             "dpmpp_2m",
+            "dpmpp_2m_cfg_pp",
             "dpmpp_2m_sde",
             "ddpm",
             "lcm",
             "ipndm",
             "ipndm_v",
             "res_multistep",
+            "res_multistep_cfg_pp",
+            "res_multistep_ancestral",
+            "res_multistep_ancestral_cfg_pp",
             "gradient_estimation",
+            "gradient_estimation_cfg_pp",
+            "er_sde",
+            "seeds_2",
             "ddim",
             "uni_pc",
             "uni_pc_bh2"

@@ -231,57 +231,96 @@ impl Guided<'_> {
 
 impl Denoiser for Guided<'_> {
     fn denoise(&mut self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
-        let Some(inpaint) = &self.inpaint else {
-            return self.guide(x, sigma);
-        };
-        let mask = inpaint.mask_at(sigma);
-        let x = inpaint.input(&self.model.sampling, x, sigma, &mask);
-        let out = self.guide(&x, sigma)?;
-        Ok(inpaint.output(&out, &mask))
+        Ok(self.masked(x, sigma, false)?.0)
+    }
+
+    fn denoise_cfg_pp(
+        &mut self,
+        x: &[f32],
+        sigma: f32,
+    ) -> kiln_models::Result<(Vec<f32>, Vec<f32>)> {
+        match self.masked(x, sigma, true)? {
+            (denoised, Some(uncond)) => Ok((denoised, uncond)),
+            (_, None) => Err(kiln_models::Error::Invalid(
+                "the CFG++ samplers read the unconditional prediction, which BasicGuider does not make \
+                 (it runs the positive alone): use CFGGuider"
+                    .to_owned(),
+            )),
+        }
     }
 }
 
 impl Guided<'_> {
-    /// The guided x̂₀: the conditional prediction and, unless skipped, the unconditional one, combined.
-    fn guide(&self, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+    /// The guided x̂₀ with the latent's noise mask applied around the model (ComfyUI's `KSamplerX0Inpaint`),
+    /// and the unconditional prediction as a post-CFG hook sees it (unmasked).
+    fn masked(
+        &self,
+        x: &[f32],
+        sigma: f32,
+        cfg_pp: bool,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let Some(inpaint) = &self.inpaint else {
+            return self.guide(x, sigma, cfg_pp);
+        };
+        let mask = inpaint.mask_at(sigma);
+        let x = inpaint.input(&self.model.sampling, x, sigma, &mask);
+        let (out, uncond) = self.guide(&x, sigma, cfg_pp)?;
+        Ok((inpaint.output(&out, &mask), uncond))
+    }
+
+    /// The guided x̂₀: the conditional prediction and, unless skipped, the unconditional one, combined; and
+    /// the unconditional prediction CFG combined with (`None` for `BasicGuider`, which runs no CFG). `cfg_pp`
+    /// turns ComfyUI's CFG-1 shortcut off, as the CFG++ samplers' hook does.
+    fn guide(
+        &self,
+        x: &[f32],
+        sigma: f32,
+        cfg_pp: bool,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
         if let Some(dual) = self.dual {
-            return self.guide_dual(dual, x, sigma);
+            return self.guide_dual(dual, x, sigma, cfg_pp);
         }
         let cond = self.predict(self.positive, x, sigma)?;
-        // cfg 1 never evaluates the negative (ComfyUI's cfg1 optimisation), nor does a missing or empty one.
-        let uncond = match self.negative {
-            Some(negative) if (self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty() => {
-                Some(self.predict(negative, x, sigma)?)
-            }
-            _ => None,
+        let Some(negative) = self.negative else {
+            return Ok((cond, None));
         };
+        // cfg 1 does not evaluate the negative (ComfyUI's cfg1 optimisation), nor does an empty one, unless a
+        // CFG++ sampler needs it (an empty one is zeros then).
+        let evaluate = cfg_pp || ((self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty());
+        let uncond = if evaluate { Some(self.predict(negative, x, sigma)?) } else { None };
         let guidance = &self.model.guidance;
         if uncond.is_none() && guidance.is_plain() {
             // CFG with the skipped negative as zeros gives the conditional prediction itself.
-            return Ok(cond);
+            return Ok((cond, None));
         }
-        Ok(guidance.combine(Predictions {
+        let combined = guidance.combine(Predictions {
             x,
             cond: &cond,
             uncond: uncond.as_deref(),
             cfg: self.cfg as f32,
             sigma,
             shape: &self.shape,
-        }))
+        });
+        Ok((combined, uncond))
     }
-}
 
-impl Guided<'_> {
     /// `DualCFGGuider`'s x̂₀ (its `predict_noise`). Regular: CFG from the negative to `cond2` at `cfg_middle`,
-    /// plus (`cond1` − `cond2`)·cfg, the negative skipped at `cfg_middle` 1 and `cond2` too when both are 1.
-    /// Nested: CFG from `cond2` to `cond1` at cfg, then from the negative to that at `cfg_middle`.
-    fn guide_dual(&self, dual: &DualCfg, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+    /// plus (`cond1` − `cond2`)·cfg, the negative skipped at `cfg_middle` 1 and `cond2` too when both are 1
+    /// (unless `cfg_pp`). Nested: CFG from `cond2` to `cond1` at cfg, then from the negative to that at
+    /// `cfg_middle`. The unconditional side its CFG function sees: the negative (regular) or `cond2` (nested).
+    fn guide_dual(
+        &self,
+        dual: &DualCfg,
+        x: &[f32],
+        sigma: f32,
+        cfg_pp: bool,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
         let isclose = |a: f64| (a - 1.0).abs() <= 1e-9 * a.abs().max(1.0);
         let shape = &self.shape;
         let predictions =
             |cond, uncond, cfg: f64| Predictions { x, cond, uncond, cfg: cfg as f32, sigma, shape };
         let guidance = &self.model.guidance;
-        let skip_negative = !dual.nested && isclose(dual.cfg_middle);
+        let skip_negative = !cfg_pp && !dual.nested && isclose(dual.cfg_middle);
         let negative = match self.negative {
             Some(negative) if !skip_negative => Some(self.predict(negative, x, sigma)?),
             _ => None,
@@ -296,15 +335,17 @@ impl Guided<'_> {
             let text = guidance.combine(predictions(&positive, Some(middle.as_slice()), self.cfg));
             let negative = negative.unwrap_or_else(|| vec![0.0; x.len()]);
             let scale = dual.cfg_middle as f32;
-            return Ok(negative.iter().zip(text).map(|(n, t)| n + scale * (t - n)).collect());
+            let out = negative.iter().zip(text).map(|(n, t)| n + scale * (t - n)).collect();
+            return Ok((out, Some(middle)));
         }
         let base = guidance.combine(predictions(&middle, negative.as_deref(), dual.cfg_middle));
         let scale = self.cfg as f32;
-        Ok(base
+        let out = base
             .iter()
             .zip(positive.iter().zip(&middle))
             .map(|(b, (p, m))| b + (p - m) * scale)
-            .collect())
+            .collect();
+        Ok((out, Some(negative.unwrap_or_else(|| vec![0.0; x.len()]))))
     }
 }
 

@@ -1,0 +1,133 @@
+//! SEEDS-2 (`seeds_2`) and the exponential Heun samplers built on it (`exp_heun_2_x0`, `exp_heun_2_x0_sde`), as
+//! `comfy/k_diffusion/sampling.py` runs them for a flow model: two model calls a step in the half-log-SNR
+//! λ = ln((1 − σ)/σ), the first at λ interpolated by `r`, with stochastic noise injected in two segments when
+//! η > 0. A first sigma of 1 (λ = −∞) is moved to `percent_to_sigma(1e-4)` first, as ComfyUI does.
+
+use super::FlowSampling;
+use super::samplers::Run;
+use crate::Result;
+use crate::noise::TorchGenerator;
+
+/// How the second stage combines the two predictions.
+#[derive(Clone, Copy)]
+pub(super) enum Solver {
+    /// x̂₀ interpolated between the two calls by 1/(2r).
+    Phi1,
+    /// The φ₂ weighting of the two calls.
+    Phi2,
+}
+
+/// A SEEDS-2 variant: η (0: no noise), the stage position r and the solver.
+#[derive(Clone, Copy)]
+pub(super) struct Seeds2 {
+    pub(super) eta: f32,
+    pub(super) r: f32,
+    pub(super) solver: Solver,
+}
+
+impl Seeds2 {
+    /// `seeds_2`: η 1, r ½, φ₁.
+    pub(super) const SEEDS_2: Seeds2 = Seeds2 { eta: 1.0, r: 0.5, solver: Solver::Phi1 };
+    /// `exp_heun_2_x0`: deterministic, r 1, φ₂.
+    pub(super) const EXP_HEUN: Seeds2 = Seeds2 { eta: 0.0, r: 1.0, solver: Solver::Phi2 };
+    /// `exp_heun_2_x0_sde`: η 1, r 1, φ₂.
+    pub(super) const EXP_HEUN_SDE: Seeds2 = Seeds2 { eta: 1.0, r: 1.0, solver: Solver::Phi2 };
+}
+
+/// The flow model's half-log-SNR −logit(σ), and back: σ = sigmoid(−λ), in f32.
+fn lambda_of(sigma: f32) -> f32 {
+    -(sigma / (1.0 - sigma)).ln()
+}
+
+fn sigma_of(lambda: f32) -> f32 {
+    1.0 / (1.0 + lambda.exp())
+}
+
+/// h·φ₂(h) = (eʰ − 1 − h)/h.
+fn ei_h_phi_2(h: f32) -> f32 {
+    (h.exp_m1() - h) / h
+}
+
+/// `sample_seeds_2` with `variant`.
+pub(super) fn seeds_2(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    variant: Seeds2,
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    let Seeds2 { eta, r, solver } = variant;
+    let mut sigmas = sigmas.to_vec();
+    if sigmas[0] >= 1.0 {
+        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
+    }
+    let fac = 1.0 / (2.0 * r);
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x = denoised;
+            continue;
+        }
+        let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+        let h = lambda_t - lambda_s;
+        let h_eta = h * (eta + 1.0);
+        // torch.lerp (weight ≥ ½ counts from the end).
+        let lambda_s1 = if r < 0.5 {
+            lambda_s + r * (lambda_t - lambda_s)
+        } else {
+            lambda_t - (lambda_t - lambda_s) * (1.0 - r)
+        };
+        let sigma_s1 = sigma_of(lambda_s1);
+        let alpha_s1 = sigma_s1 * lambda_s1.exp();
+        let alpha_t = next * lambda_t.exp();
+
+        let c1 = sigma_s1 / sigma * (-r * h * eta).exp();
+        let e1 = alpha_s1 * (-r * h_eta).exp_m1();
+        let mut x2: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| c1 * x - e1 * d).collect();
+        let mut sde_noise = Vec::new();
+        if eta > 0.0 {
+            let k = (-(-2.0 * r * h * eta).exp_m1()).sqrt();
+            sde_noise = noise.randn(x.len()).into_iter().map(|n| k * n).collect();
+            x2.iter_mut().zip(&sde_noise).for_each(|(x, n)| *x += n * sigma_s1);
+        }
+        let denoised2 = run.denoiser.denoise(&x2, sigma_s1)?;
+
+        let c = next / sigma * (-h * eta).exp();
+        x = match solver {
+            Solver::Phi1 => {
+                let e = alpha_t * (-h_eta).exp_m1();
+                // torch.lerp(denoised, denoised_2, fac) with a 0-dim weight.
+                x.iter()
+                    .zip(denoised.iter().zip(&denoised2))
+                    .map(|(x, (d, d2))| {
+                        let mixed = if fac < 0.5 {
+                            d + fac * (d2 - d)
+                        } else {
+                            d2 - (d2 - d) * (1.0 - fac)
+                        };
+                        c * x - e * mixed
+                    })
+                    .collect()
+            }
+            Solver::Phi2 => {
+                let b2 = ei_h_phi_2(-h_eta) / r;
+                let b1 = (-h_eta).exp_m1() - b2;
+                x.iter()
+                    .zip(denoised.iter().zip(&denoised2))
+                    .map(|(x, (d, d2))| c * x - alpha_t * (b1 * d + b2 * d2))
+                    .collect()
+            }
+        };
+        if eta > 0.0 {
+            let segment = (r - 1.0) * h * eta;
+            let (scale, k) = (segment.exp(), (-(segment * 2.0).exp_m1()).sqrt());
+            let fresh = noise.randn(x.len());
+            for ((x, n), f) in x.iter_mut().zip(&sde_noise).zip(fresh) {
+                *x += (n * scale + k * f) * next;
+            }
+        }
+    }
+    Ok(x)
+}
