@@ -90,13 +90,11 @@ fn issue_11_the_default_graph_runs_and_its_stages_compose() {
 #[test]
 fn issue_11_every_sampler_and_scheduler_runs() {
     let mut h = harness(SynthDtype::Bf16);
-    for sampler in
-        ["euler", "euler_ancestral", "heun", "dpmpp_2m", "dpmpp_2m_sde", "lcm", "res_multistep"]
-    {
+    for sampler in kiln_models::sampling::Sampler::ALL.map(|s| s.name()) {
         let ran = h.run(graph(ksampler(1, 2, sampler)));
         assert_eq!(ran.summary.outcome, Outcome::Success, "{sampler}: {:?}", ran.summary.outcome);
     }
-    for scheduler in ["simple", "sgm_uniform", "karras", "exponential", "beta", "normal"] {
+    for scheduler in kiln_models::sampling::Scheduler::ALL.map(|s| s.name()) {
         let mut node = ksampler(1, 2, "euler");
         node["inputs"]["scheduler"] = json!(scheduler);
         let ran = h.run(graph(node));

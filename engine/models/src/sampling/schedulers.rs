@@ -16,21 +16,30 @@ pub enum Scheduler {
     Karras,
     /// Evenly spaced in log σ between the table's σ_min and σ_max (`exponential`).
     Exponential,
+    /// Every ⌊len/steps⌋-th entry of the sigma table from the second, with 0 (`ddim_uniform`).
+    DdimUniform,
     /// Table entries at the quantiles of a Beta(0.6, 0.6) distribution (`beta`, arXiv 2407.12173).
     Beta,
     /// Evenly spaced timesteps between the table's ends (`normal`).
     Normal,
+    /// Linear, then quadratic, in 1 − σ up to a threshold of 0.025, times σ_max (`linear_quadratic`).
+    LinearQuadratic,
+    /// Evenly spaced in arctan σ between σ_max and σ_min (`kl_optimal`, arXiv 2406.00212).
+    KlOptimal,
 }
 
 impl Scheduler {
     /// Every scheduler, in the order of ComfyUI's KSampler `scheduler` list.
-    pub const ALL: [Scheduler; 6] = [
+    pub const ALL: [Scheduler; 9] = [
         Scheduler::Simple,
         Scheduler::SgmUniform,
         Scheduler::Karras,
         Scheduler::Exponential,
+        Scheduler::DdimUniform,
         Scheduler::Beta,
         Scheduler::Normal,
+        Scheduler::LinearQuadratic,
+        Scheduler::KlOptimal,
     ];
 
     /// ComfyUI's name.
@@ -40,8 +49,11 @@ impl Scheduler {
             Scheduler::SgmUniform => "sgm_uniform",
             Scheduler::Karras => "karras",
             Scheduler::Exponential => "exponential",
+            Scheduler::DdimUniform => "ddim_uniform",
             Scheduler::Beta => "beta",
             Scheduler::Normal => "normal",
+            Scheduler::LinearQuadratic => "linear_quadratic",
+            Scheduler::KlOptimal => "kl_optimal",
         }
     }
 
@@ -67,6 +79,9 @@ impl Scheduler {
             }
             Scheduler::Beta => beta_sigmas(ms, steps, 0.6, 0.6),
             Scheduler::Normal => normal(ms, steps, false),
+            Scheduler::DdimUniform => ddim_uniform(ms, steps),
+            Scheduler::LinearQuadratic => linear_quadratic(ms, steps),
+            Scheduler::KlOptimal => kl_optimal(steps, ms.sigma_min().into(), ms.sigma_max().into()),
         }
     }
 }
@@ -213,6 +228,64 @@ pub fn turbo_sigmas(ms: &FlowSampling, steps: usize, denoise: f64) -> Vec<f32> {
         .map(|k| ms.sigma_of_timestep(((k + 1) * 100 - 1) as f32))
         .skip(start)
         .take(steps)
+        .collect();
+    sigmas.push(0.0);
+    sigmas
+}
+
+/// `ddim_scheduler`: table entries 1, 1 + ⌊len/steps⌋, ... (the table has no 0 at index 1 for a flow model, so
+/// a 0 is put first), reversed.
+fn ddim_uniform(ms: &FlowSampling, steps: usize) -> Vec<f32> {
+    let table = ms.sigmas();
+    let (mut steps, mut sigmas) = (steps, vec![0.0f32]);
+    if table.len() > 1 && table[1].abs() <= 1e-5 {
+        steps += 1;
+        sigmas.clear();
+    }
+    let stride = (table.len() / steps).max(1);
+    sigmas.extend(table.iter().skip(1).step_by(stride));
+    sigmas.reverse();
+    sigmas
+}
+
+/// `linear_quadratic_schedule` (threshold 0.025, half the steps linear): in f64 as Python computes it, then
+/// f32 times σ_max.
+fn linear_quadratic(ms: &FlowSampling, steps: usize) -> Vec<f32> {
+    let schedule: Vec<f64> = if steps == 1 {
+        vec![1.0, 0.0]
+    } else {
+        const THRESHOLD: f64 = 0.025;
+        let linear_steps = steps / 2;
+        let (n, l) = (steps as f64, linear_steps as f64);
+        let step_diff = l - THRESHOLD * n;
+        let quadratic_steps = n - l;
+        let quadratic = step_diff / (l * quadratic_steps.powi(2));
+        let linear = THRESHOLD / l - 2.0 * step_diff / quadratic_steps.powi(2);
+        let constant = quadratic * l.powi(2);
+        (0..linear_steps)
+            .map(|i| i as f64 * THRESHOLD / l)
+            .chain((linear_steps..steps).map(|i| {
+                let i = i as f64;
+                quadratic * i.powi(2) + linear * i + constant
+            }))
+            .chain(std::iter::once(1.0))
+            .map(|x| 1.0 - x)
+            .collect()
+    };
+    let max = ms.sigma_max();
+    schedule.into_iter().map(|x| x as f32 * max).collect()
+}
+
+/// `kl_optimal_scheduler`: tan of (i/(n − 1))·atan σ_min + (1 − i/(n − 1))·atan σ_max in f32 (the arctangents
+/// f64, rounded where they meet the f32 ramp), then 0. One step divides 0 by 0 and gives NaN, as ComfyUI's does.
+fn kl_optimal(steps: usize, sigma_min: f64, sigma_max: f64) -> Vec<f32> {
+    let (low, high) = (sigma_min.atan() as f32, sigma_max.atan() as f32);
+    let last = (steps as f32) - 1.0;
+    let mut sigmas: Vec<f32> = (0..steps)
+        .map(|i| {
+            let t = i as f32 / last;
+            (t * low + (1.0 - t) * high).tan()
+        })
         .collect();
     sigmas.push(0.0);
     sigmas

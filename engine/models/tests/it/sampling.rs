@@ -219,7 +219,20 @@ fn names_follow_comfyui_order() {
         ]
     );
     let names: Vec<_> = Scheduler::ALL.iter().map(|s| s.name()).collect();
-    assert_eq!(names, ["simple", "sgm_uniform", "karras", "exponential", "beta", "normal"]);
+    assert_eq!(
+        names,
+        [
+            "simple",
+            "sgm_uniform",
+            "karras",
+            "exponential",
+            "ddim_uniform",
+            "beta",
+            "normal",
+            "linear_quadratic",
+            "kl_optimal"
+        ]
+    );
     for s in Sampler::ALL {
         assert_eq!(Sampler::from_name(s.name()), Some(s));
     }
