@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiln_models::sampling::Sampler;
+use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
@@ -60,7 +60,7 @@ pub enum Value {
     /// `CONDITIONING`: encoded prompts.
     Conditioning(Arc<Conditioning>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
-    Sampler(Sampler),
+    Sampler(SamplerChoice),
     /// `SIGMAS`: the noise levels a sampler steps through, descending.
     Sigmas(Arc<[f32]>),
     /// `NOISE`: where the starting noise comes from.

@@ -21,7 +21,7 @@ pub use spec::{
     OutputDef,
 };
 
-use kiln_models::sampling::Sampler;
+use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
@@ -196,7 +196,7 @@ impl Inputs {
     }
 
     /// A `SAMPLER` input.
-    pub fn sampler(&self, name: &str) -> Result<Sampler, NodeError> {
+    pub fn sampler(&self, name: &str) -> Result<SamplerChoice, NodeError> {
         match self.required(name)? {
             Value::Sampler(s) => Ok(*s),
             other => Err(self.wrong(name, "SAMPLER", other)),

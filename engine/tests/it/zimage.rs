@@ -916,3 +916,46 @@ fn issue_21_cfg_pp_samplers_step_along_the_unconditional_prediction() {
     };
     assert!(failure.message.contains("BasicGuider"), "{}", failure.message);
 }
+
+#[test]
+fn issue_21_sampler_nodes_with_settings_feed_samplercustomadvanced() {
+    let mut h = harness(SynthDtype::Bf16);
+    let run = |h: &mut Harness, sampler: Value| {
+        let mut prompt = graph(json!(null));
+        custom_sampling(&mut prompt, 5, 3, 2.0, "euler");
+        prompt["75"] = sampler;
+        let ran = h.run(prompt);
+        saved(h, &ran)
+    };
+    let select =
+        |name: &str| json!({"class_type": "KSamplerSelect", "inputs": {"sampler_name": name}});
+    // At their defaults the nodes are KSampler's samplers, bit for bit.
+    for (node, inputs, name) in [
+        ("SamplerEulerAncestral", json!({"eta": 1.0, "s_noise": 1.0}), "euler_ancestral"),
+        ("SamplerLMS", json!({"order": 4}), "lms"),
+        (
+            "SamplerER_SDE",
+            json!({"solver_type": "ER-SDE", "max_stage": 3, "eta": 1.0, "s_noise": 1.0}),
+            "er_sde",
+        ),
+        ("SamplerDPMPP_2S_Ancestral", json!({"eta": 1.0, "s_noise": 1.0}), "dpmpp_2s_ancestral"),
+    ] {
+        let default = run(&mut h, select(name));
+        let node_default = run(&mut h, json!({"class_type": node, "inputs": inputs}));
+        assert_eq!(max_diff(&node_default, &default), 0, "{node} at its defaults is {name}");
+    }
+    // Other settings change the image.
+    let half = run(
+        &mut h,
+        json!({"class_type": "SamplerEulerAncestral", "inputs": {"eta": 0.5, "s_noise": 1.0}}),
+    );
+    assert!(max_diff(&half, &run(&mut h, select("euler_ancestral"))) > 0, "eta 0.5");
+    let ode = run(
+        &mut h,
+        json!({"class_type": "SamplerER_SDE", "inputs": {"solver_type": "ODE", "max_stage": 3, "eta": 1.0, "s_noise": 1.0}}),
+    );
+    assert!(
+        max_diff(&ode, &run(&mut h, select("er_sde"))) > 0,
+        "ER-SDE's ODE solver adds no noise"
+    );
+}

@@ -24,13 +24,14 @@ fn half_log_snr(sigma: f32) -> f32 {
     -(sigma / (1.0 - sigma)).ln()
 }
 
-/// `sample_euler_ancestral_cfg_pp` for a flow model at `eta` (`euler_cfg_pp`: η 0, no noise): x̂₀ scaled by
-/// α_next plus the unconditional slope to the ancestral σ_down; x̂₀ into σ = 0.
+/// `sample_euler_ancestral_cfg_pp` for a flow model at η and s_noise (`euler_cfg_pp`: both 0, no noise): x̂₀
+/// scaled by α_next plus the unconditional slope to the ancestral σ_down; x̂₀ into σ = 0.
 pub(super) fn euler_ancestral(
     run: &mut Run<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
     eta: f32,
+    s_noise: f32,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
     for i in 0..sigmas.len() - 1 {
@@ -47,9 +48,9 @@ pub(super) fn euler_ancestral(
         let (down, up) = ancestral_step(sigma / alpha_s, next / alpha_t, eta);
         let down = alpha_t * down;
         x = denoised.iter().zip(&d).map(|(dn, d)| alpha_t * dn + down * d).collect();
-        if eta > 0.0 {
+        if eta > 0.0 && s_noise > 0.0 {
             let n = noise.randn(x.len());
-            x.iter_mut().zip(n).for_each(|(x, n)| *x += alpha_t * n * up);
+            x.iter_mut().zip(n).for_each(|(x, n)| *x += alpha_t * n * s_noise * up);
         }
     }
     Ok(x)

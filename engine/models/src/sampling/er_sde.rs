@@ -3,26 +3,34 @@
 //! noise each step. A first sigma of 1 is moved to `percent_to_sigma(1e-4)` first, as ComfyUI does.
 
 use super::FlowSampling;
-use super::samplers::Run;
+use super::samplers::{ErSdeScaler, Run, SamplerSettings};
 use crate::Result;
 use crate::noise::TorchGenerator;
 
 /// The integrals' points.
 const POINTS: usize = 200;
 
-/// ComfyUI's default ER-SDE noise scaler, f32.
-fn noise_scaler(x: f32) -> f32 {
-    x * (x.powf(0.3).exp() + 10.0)
+impl ErSdeScaler {
+    /// ψ(λ) in f32 (`SamplerER_SDE`'s scalers; ComfyUI's default is ER-SDE's at η 1, where `** 1` is exact).
+    fn scale(self, x: f32) -> f32 {
+        match self {
+            ErSdeScaler::ErSde { eta } => x * (x.powf(0.3).exp() + 10.0).powf(eta),
+            ErSdeScaler::ReverseTime { eta } => x.powf(eta + 1.0),
+            ErSdeScaler::Ode => x,
+        }
+    }
 }
 
-/// `sample_er_sde` with s_noise 1 and `max_stage` 3.
+/// `sample_er_sde` with the settings' noise scaler, `max_stage` and `s_noise` (no noise at 0).
 pub(super) fn er_sde(
     run: &mut Run<'_>,
     ms: &FlowSampling,
     mut x: Vec<f32>,
     sigmas: &[f32],
+    settings: &SamplerSettings,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
+    let noise_scaler = |v: f32| settings.er_sde_scaler.scale(v);
     let mut sigmas = sigmas.to_vec();
     if sigmas[0] >= 1.0 {
         sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
@@ -34,7 +42,7 @@ pub(super) fn er_sde(
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
-        let stage = (i + 1).min(3);
+        let stage = (i + 1).min(settings.max_stage);
         if next == 0.0 {
             x = denoised.clone();
         } else {
@@ -71,10 +79,13 @@ pub(super) fn er_sde(
                 }
                 old_d = Some(d);
             }
-            let coeff = (lambda_t.powf(2.0) - lambda_s.powf(2.0) * r.powf(2.0)).sqrt();
-            let coeff = if coeff.is_nan() { 0.0 } else { coeff };
-            let n = noise.randn(x.len());
-            x.iter_mut().zip(n).for_each(|(x, n)| *x += alpha_t * n * coeff);
+            if settings.s_noise > 0.0 {
+                let coeff = (lambda_t.powf(2.0) - lambda_s.powf(2.0) * r.powf(2.0)).sqrt();
+                let coeff = if coeff.is_nan() { 0.0 } else { coeff };
+                let n = noise.randn(x.len());
+                let s_noise = settings.s_noise;
+                x.iter_mut().zip(n).for_each(|(x, n)| *x += alpha_t * n * s_noise * coeff);
+            }
         }
         old = Some(denoised);
     }

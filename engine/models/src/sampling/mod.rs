@@ -24,7 +24,9 @@ mod seeds;
 mod unipc;
 
 pub use flow::FlowSampling;
-pub use samplers::{Denoiser, Sampler, Step, sample};
+pub use samplers::{
+    Denoiser, ErSdeScaler, Sampler, SamplerChoice, SamplerSettings, Step, sample, sample_with,
+};
 pub use schedulers::{
     Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, flux2_sigmas, karras_sigmas,
     ksampler_sigmas, polyexponential_sigmas, turbo_sigmas,

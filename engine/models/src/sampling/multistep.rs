@@ -157,12 +157,9 @@ pub(super) fn gradient_estimation(
     Ok(x)
 }
 
-/// The highest order `lms` uses (its `order`).
-const LMS_ORDER: usize = 4;
-
 /// `linear_multistep_coeff`: the integral over [tᵢ, tᵢ₊₁] of the Lagrange basis polynomial of node i − j
-/// through the nodes tᵢ, tᵢ₋₁, ..., tᵢ₋ₒᵣ₊₁ (ComfyUI integrates it with scipy's `quad`; a polynomial of degree
-/// < 4 is integrated exactly by 2-point Gauss–Legendre, here in f64).
+/// through the nodes tᵢ, tᵢ₋₁, ..., tᵢ₋ₒᵣ₊₁ (ComfyUI integrates it with scipy's `quad`; Gauss–Legendre with
+/// ⌈order/2⌉ points integrates the polynomial of degree order − 1 exactly, here in f64).
 fn lms_coeff(order: usize, t: &[f32], i: usize, j: usize) -> f64 {
     let basis = |tau: f64| {
         (0..order).filter(|&k| k != j).fold(1.0, |prod, k| {
@@ -172,25 +169,56 @@ fn lms_coeff(order: usize, t: &[f32], i: usize, j: usize) -> f64 {
     };
     let (a, b) = (f64::from(t[i]), f64::from(t[i + 1]));
     let (mid, half) = ((a + b) / 2.0, (b - a) / 2.0);
-    let node = half / 3f64.sqrt();
-    half * (basis(mid - node) + basis(mid + node))
+    gauss_legendre(order.div_ceil(2)).iter().map(|&(x, w)| w * basis(mid + half * x)).sum::<f64>()
+        * half
 }
 
-/// `sample_lms` with order 4: x + Σⱼ cⱼ·d_{i−j} with the linear multistep coefficients of the last slopes;
-/// x̂₀ into σ = 0.
-pub(super) fn lms(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+/// The `n` nodes and weights of Gauss–Legendre quadrature on [−1, 1] (exact for polynomials of degree < 2n):
+/// the roots of Pₙ by Newton's method from Chebyshev guesses.
+fn gauss_legendre(n: usize) -> Vec<(f64, f64)> {
+    (0..n)
+        .map(|k| {
+            let mut x = (std::f64::consts::PI * (k as f64 + 0.75) / (n as f64 + 0.5)).cos();
+            let mut derivative = 1.0;
+            for _ in 0..100 {
+                // Pₙ(x) and Pₙ₋₁(x) by the three-term recurrence.
+                let (mut p, mut previous) = (1.0, 0.0);
+                for j in 1..=n {
+                    let j = j as f64;
+                    (p, previous) = (((2.0 * j - 1.0) * x * p - (j - 1.0) * previous) / j, p);
+                }
+                derivative = n as f64 * (x * p - previous) / (x * x - 1.0);
+                let dx = p / derivative;
+                x -= dx;
+                if dx.abs() < 1e-15 {
+                    break;
+                }
+            }
+            (x, 2.0 / ((1.0 - x * x) * derivative * derivative))
+        })
+        .collect()
+}
+
+/// `sample_lms` at `order` (4 for KSampler's): x + Σⱼ cⱼ·d_{i−j} with the linear multistep coefficients of the
+/// last slopes; x̂₀ into σ = 0.
+pub(super) fn lms(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    max_order: usize,
+) -> Result<Vec<f32>> {
     // The last slopes, newest first.
     let mut slopes: Vec<Vec<f32>> = Vec::new();
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
         slopes.insert(0, to_d(&x, &denoised, sigma));
-        slopes.truncate(LMS_ORDER);
+        slopes.truncate(max_order);
         if next == 0.0 {
             x = denoised;
             continue;
         }
-        let order = (i + 1).min(LMS_ORDER);
+        let order = (i + 1).min(max_order);
         let coeffs: Vec<f32> = (0..order).map(|j| lms_coeff(order, sigmas, i, j) as f32).collect();
         // Python's sum: 0 + c₀·d₀ + c₁·d₁ + ..., then added to x.
         x = (0..x.len())

@@ -196,6 +196,92 @@ impl Sampler {
     }
 }
 
+/// What the parameterised sampler nodes set beside the sampler (ComfyUI's `ksampler(name, extra_options)`:
+/// `SamplerEulerAncestral`, `SamplerLMS`, `SamplerER_SDE`, ...); KSampler's samplers run with the defaults. A
+/// sampler reads the settings it has and ignores the others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplerSettings {
+    /// The ancestral samplers' η: how much of each step is fresh noise (1).
+    pub eta: f32,
+    /// The fresh noise's multiplier (1).
+    pub s_noise: f32,
+    /// `lms`'s order (4).
+    pub order: usize,
+    /// `er_sde`'s noise scaler (ER-SDE's own).
+    pub er_sde_scaler: ErSdeScaler,
+    /// `er_sde`'s stages (3).
+    pub max_stage: usize,
+}
+
+impl Default for SamplerSettings {
+    fn default() -> SamplerSettings {
+        SamplerSettings {
+            eta: 1.0,
+            s_noise: 1.0,
+            order: 4,
+            er_sde_scaler: ErSdeScaler::ErSde { eta: 1.0 },
+            max_stage: 3,
+        }
+    }
+}
+
+/// The noise scaler ψ(λ) of `er_sde` (`SamplerER_SDE`'s `solver_type`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ErSdeScaler {
+    /// λ·(e^(λ^0.3) + 10)^η.
+    ErSde {
+        /// The exponent.
+        eta: f32,
+    },
+    /// λ^(η + 1).
+    ReverseTime {
+        /// The exponent less one.
+        eta: f32,
+    },
+    /// λ (no noise).
+    Ode,
+}
+
+impl SamplerSettings {
+    /// `SamplerER_SDE`'s settings: the scaler its `solver_type` names at η (ODE, and no noise, when the type
+    /// is `ODE` or η is 0), `max_stage` and `s_noise`; `None` for a type ComfyUI does not have.
+    pub fn er_sde(
+        solver_type: &str,
+        max_stage: usize,
+        eta: f32,
+        s_noise: f32,
+    ) -> Option<SamplerSettings> {
+        let (scaler, s_noise) = match solver_type {
+            "ODE" => (ErSdeScaler::Ode, 0.0),
+            "ER-SDE" | "Reverse-time SDE" if eta == 0.0 => (ErSdeScaler::Ode, 0.0),
+            "ER-SDE" => (ErSdeScaler::ErSde { eta }, s_noise),
+            "Reverse-time SDE" => (ErSdeScaler::ReverseTime { eta }, s_noise),
+            _ => return None,
+        };
+        Some(SamplerSettings {
+            er_sde_scaler: scaler,
+            max_stage,
+            s_noise,
+            ..SamplerSettings::default()
+        })
+    }
+}
+
+/// A sampler with its settings: what a `SAMPLER` link carries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplerChoice {
+    /// The method.
+    pub sampler: Sampler,
+    /// Its settings.
+    pub settings: SamplerSettings,
+}
+
+impl From<Sampler> for SamplerChoice {
+    fn from(sampler: Sampler) -> SamplerChoice {
+        SamplerChoice { sampler, settings: SamplerSettings::default() }
+    }
+}
+
 /// Runs `sampler` from `x` through `sigmas` (descending, usually ending in 0) and returns the final latent.
 ///
 /// `x` is already noise-scaled (σ₀·noise + (1−σ₀)·latent, see [`FlowSampling::noise_scaling`]); the result is
@@ -219,17 +305,33 @@ pub fn sample(
     seed: u64,
     on_step: &mut dyn FnMut(Step<'_>) -> Result<()>,
 ) -> Result<Vec<f32>> {
+    sample_with(sampler.into(), ms, denoiser, x, sigmas, seed, on_step)
+}
+
+/// [`sample`] with the settings a sampler node gave (`choice.settings`).
+pub fn sample_with(
+    choice: SamplerChoice,
+    ms: &FlowSampling,
+    denoiser: &mut dyn Denoiser,
+    x: Vec<f32>,
+    sigmas: &mut [f32],
+    seed: u64,
+    on_step: &mut dyn FnMut(Step<'_>) -> Result<()>,
+) -> Result<Vec<f32>> {
     if sigmas.len() < 2 {
         return Ok(x);
     }
+    let SamplerChoice { sampler, settings: set } = choice;
     let mut run = Run { denoiser, on_step, total: sigmas.len() - 1 };
     let noise = || TorchGenerator::new(seed.wrapping_add(1));
     match sampler {
         Sampler::Euler => euler(&mut run, x, sigmas),
-        Sampler::EulerCfgPp => cfg_pp::euler_ancestral(&mut run, x, sigmas, 0.0, &mut noise()),
-        Sampler::EulerAncestral => euler_ancestral_rf(&mut run, x, sigmas, &mut noise()),
+        Sampler::EulerCfgPp => cfg_pp::euler_ancestral(&mut run, x, sigmas, 0.0, 0.0, &mut noise()),
+        Sampler::EulerAncestral => {
+            euler_ancestral_rf(&mut run, x, sigmas, set.eta, set.s_noise, &mut noise())
+        }
         Sampler::EulerAncestralCfgPp => {
-            cfg_pp::euler_ancestral(&mut run, x, sigmas, 1.0, &mut noise())
+            cfg_pp::euler_ancestral(&mut run, x, sigmas, set.eta, set.s_noise, &mut noise())
         }
         Sampler::Heun => heun(&mut run, x, sigmas),
         Sampler::Heunpp2 => second_order::heunpp2(&mut run, x, sigmas),
@@ -241,9 +343,10 @@ pub fn sample(
         }
         Sampler::Dpm2 => second_order::dpm_2(&mut run, x, sigmas),
         Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
-        Sampler::Lms => multistep::lms(&mut run, x, sigmas),
+        Sampler::Lms => multistep::lms(&mut run, x, sigmas, set.order),
         Sampler::Dpmpp2sAncestral => {
-            second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, &mut noise())
+            let (eta, s_noise) = (set.eta, set.s_noise);
+            second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, eta, s_noise, &mut noise())
         }
         Sampler::Dpmpp2sAncestralCfgPp => {
             cfg_pp::dpmpp_2s_ancestral(&mut run, x, sigmas, &mut noise())
@@ -267,7 +370,7 @@ pub fn sample(
         Sampler::GradientEstimationCfgPp => {
             multistep::gradient_estimation(&mut run, x, sigmas, true)
         }
-        Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &set, &mut noise()),
         Sampler::Seeds2 => seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::SEEDS_2, &mut noise()),
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
@@ -365,14 +468,15 @@ fn heun(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> 
     Ok(x)
 }
 
-/// `sample_euler_ancestral_RF` with η = 1, s_noise = 1.
+/// `sample_euler_ancestral_RF` at η and s_noise (1 and 1 for KSampler's `euler_ancestral`).
 fn euler_ancestral_rf(
     run: &mut Run<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
+    eta: f32,
+    s_noise: f32,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
-    let eta = 1.0f32;
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
@@ -389,9 +493,11 @@ fn euler_ancestral_rf(
             .sqrt();
         let ratio = sigma_down / sigma;
         x = mix(ratio, &x, 1.0 - ratio, &denoised);
-        let n = noise.randn(x.len());
-        let scale = alpha_next / alpha_down;
-        x = x.iter().zip(&n).map(|(x, n)| scale * x + n * renoise).collect();
+        if eta > 0.0 {
+            let n = noise.randn(x.len());
+            let scale = alpha_next / alpha_down;
+            x = x.iter().zip(&n).map(|(x, n)| scale * x + n * s_noise * renoise).collect();
+        }
     }
     Ok(x)
 }

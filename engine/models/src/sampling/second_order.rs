@@ -69,10 +69,10 @@ pub(super) fn dpm_2(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Resul
     Ok(x)
 }
 
-/// The rectified-flow ancestral step of η = 1 from `sigma` to `next`: the sigma to step down to, the factor
-/// the latent is rescaled by (α_{next}/α_down) and the noise's coefficient.
-fn rf_ancestral(sigma: f32, next: f32) -> (f32, f32, f32) {
-    let downstep_ratio = 1.0 + (next / sigma - 1.0);
+/// The rectified-flow ancestral step at η from `sigma` to `next`: the sigma to step down to, the factor the
+/// latent is rescaled by (α_{next}/α_down) and the noise's coefficient.
+fn rf_ancestral(sigma: f32, next: f32, eta: f32) -> (f32, f32, f32) {
+    let downstep_ratio = 1.0 + (next / sigma - 1.0) * eta;
     let down = next * downstep_ratio;
     let (alpha_next, alpha_down) = (1.0 - next, 1.0 - down);
     let renoise =
@@ -80,10 +80,16 @@ fn rf_ancestral(sigma: f32, next: f32) -> (f32, f32, f32) {
     (down, alpha_next / alpha_down, renoise)
 }
 
-/// `x·scale + noise·renoise` with fresh noise from the run's generator.
-fn renoise(x: &[f32], scale: f32, renoise: f32, noise: &mut TorchGenerator) -> Vec<f32> {
+/// `x·scale + noise·s_noise·renoise` with fresh noise from the run's generator.
+fn renoise(
+    x: &[f32],
+    scale: f32,
+    s_noise: f32,
+    renoise: f32,
+    noise: &mut TorchGenerator,
+) -> Vec<f32> {
     let n = noise.randn(x.len());
-    x.iter().zip(n).map(|(x, n)| scale * x + n * renoise).collect()
+    x.iter().zip(n).map(|(x, n)| scale * x + n * s_noise * renoise).collect()
 }
 
 /// `sample_dpm_2_ancestral_RF`: DPM-Solver-2 down to σ_down, then rescaled and re-noised to the next sigma
@@ -97,24 +103,27 @@ pub(super) fn dpm_2_ancestral(
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
-        let (down, scale, coeff) = rf_ancestral(sigma, next);
+        let (down, scale, coeff) = rf_ancestral(sigma, next, 1.0);
         let d = to_d(&x, &denoised, sigma);
         if down == 0.0 {
             x = step(&x, &d, down - sigma);
         } else {
             x = dpm2_step(run, &x, &d, sigma, down)?;
-            x = renoise(&x, scale, coeff, noise);
+            x = renoise(&x, scale, 1.0, coeff, noise);
         }
     }
     Ok(x)
 }
 
-/// `sample_dpmpp_2s_ancestral_RF`: DPM-Solver++(2S) in the flow's half-log-SNR λ = ln((1 − σ)/σ) down to
-/// σ_down (its midpoint in λ; 0.9999 when σ is 1), then rescaled and re-noised; Euler into a last sigma of 0.
+/// `sample_dpmpp_2s_ancestral_RF` at η and s_noise: DPM-Solver++(2S) in the flow's half-log-SNR
+/// λ = ln((1 − σ)/σ) down to σ_down (its midpoint in λ; 0.9999 when σ is 1), then rescaled and re-noised
+/// (unless η is 0); Euler into a last sigma of 0.
 pub(super) fn dpmpp_2s_ancestral(
     run: &mut Run<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
+    eta: f32,
+    s_noise: f32,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
     let lambda = |s: f32| ((1.0 - s) / s).ln();
@@ -122,7 +131,7 @@ pub(super) fn dpmpp_2s_ancestral(
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
-        let (down, scale, coeff) = rf_ancestral(sigma, next);
+        let (down, scale, coeff) = rf_ancestral(sigma, next, eta);
         if next == 0.0 {
             let d = to_d(&x, &denoised, sigma);
             x = step(&x, &d, down - sigma);
@@ -140,7 +149,9 @@ pub(super) fn dpmpp_2s_ancestral(
         let d_i = run.denoiser.denoise(&u, sigma_s)?;
         let ratio = down / sigma;
         x = x.iter().zip(&d_i).map(|(x, d)| ratio * x + (1.0 - ratio) * d).collect();
-        x = renoise(&x, scale, coeff, noise);
+        if eta > 0.0 {
+            x = renoise(&x, scale, s_noise, coeff, noise);
+        }
     }
     Ok(x)
 }

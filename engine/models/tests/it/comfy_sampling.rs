@@ -5,7 +5,10 @@
 //! new one is tested as soon as it is listed.
 
 use kiln_models::Result;
-use kiln_models::sampling::{Denoiser, FlowSampling, Sampler, Scheduler, ksampler_sigmas, sample};
+use kiln_models::sampling::{
+    Denoiser, FlowSampling, Sampler, SamplerChoice, SamplerSettings, Scheduler, ksampler_sigmas,
+    sample, sample_with,
+};
 
 use crate::common::{assert_close, fixture, read_tensors};
 
@@ -214,5 +217,66 @@ fn flux2_scheduler_gives_comfyuis_sigmas_bit_for_bit() {
             .map(|b| b.as_u64().expect("bits") as u32)
             .collect();
         assert_eq!(got, want, "{case}");
+    }
+}
+
+/// The sampler a parameterised sampler node of the fixture makes, as Kiln's node makes it.
+fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
+    let f = |k: &str| inputs[k].as_f64().expect(k) as f32;
+    let ancestral = |sampler| SamplerChoice {
+        sampler,
+        settings: SamplerSettings {
+            eta: f("eta"),
+            s_noise: f("s_noise"),
+            ..SamplerSettings::default()
+        },
+    };
+    match node {
+        "SamplerEulerAncestral" => ancestral(Sampler::EulerAncestral),
+        "SamplerEulerAncestralCFGPP" => ancestral(Sampler::EulerAncestralCfgPp),
+        "SamplerDPMPP_2S_Ancestral" => ancestral(Sampler::Dpmpp2sAncestral),
+        "SamplerLMS" => SamplerChoice {
+            sampler: Sampler::Lms,
+            settings: SamplerSettings {
+                order: inputs["order"].as_u64().expect("order") as usize,
+                ..SamplerSettings::default()
+            },
+        },
+        "SamplerER_SDE" => SamplerChoice {
+            sampler: Sampler::ErSde,
+            settings: SamplerSettings::er_sde(
+                inputs["solver_type"].as_str().expect("type"),
+                inputs["max_stage"].as_u64().expect("stage") as usize,
+                f("eta"),
+                f("s_noise"),
+            )
+            .expect("a solver type"),
+        },
+        other => panic!("no case for {other}"),
+    }
+}
+
+#[test]
+fn sampler_nodes_settings_give_comfyuis_latents() {
+    let t = read_tensors("comfy_sampling/sampler_nodes.safetensors");
+    let text = std::fs::read_to_string(fixture("comfy_sampling/sampler_nodes.json")).expect("json");
+    let seed = cases()["seed"].as_u64().expect("seed");
+    let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let noise = &read_tensors(FIXTURE)["noise"].1;
+    let ms = FlowSampling::new(3.0, 1.0);
+    let cases = cases.as_array().expect("cases");
+    assert!(cases.len() >= 20);
+    for case in cases {
+        let key = case["key"].as_str().expect("key");
+        let choice = node_choice(case["node"].as_str().expect("node"), &case["inputs"]);
+        let steps = case["steps"].as_u64().expect("steps") as usize;
+        let mut sigmas = Scheduler::Simple.sigmas(&ms, steps);
+        let x = ms.noise_scaling(sigmas[0], noise, &vec![0.0; noise.len()]);
+        let mut toy = Toy { calls: 0 };
+        let out = sample_with(choice, &ms, &mut toy, x, &mut sigmas, seed, &mut |_| Ok(()))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let out = ms.inverse_noise_scaling(sigmas[sigmas.len() - 1], &out);
+        assert_close(key, &out, &t[key].1, 1e-4);
+        assert_eq!(toy.calls as u64, case["model_calls"].as_u64().expect("calls"), "{key}: calls");
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kiln_models::sampling::{self, FlowSampling};
+use kiln_models::sampling::{self, FlowSampling, Sampler, SamplerChoice, SamplerSettings};
 
 use super::pure::Pure;
 use super::sampler::{
@@ -56,6 +56,29 @@ fn unit_float(name: &str, default: f64) -> InputDef {
 /// The `cfg` input of the guiders and `SamplerCustom`.
 fn cfg(name: &str) -> InputDef {
     InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
+}
+
+/// An unrounded `FLOAT` input from 0 of the sampler nodes (`eta`, `s_noise`), advanced or not (V3 writes
+/// `advanced` first).
+fn unrounded(name: &str, default: f64, max: f64, advanced: bool) -> InputDef {
+    let input = InputDef::bare(name, "FLOAT");
+    let input = if advanced { input.option("advanced", true) } else { input };
+    input
+        .option("default", default)
+        .option("min", 0.0)
+        .option("max", max)
+        .option("step", 0.01)
+        .option("round", false)
+}
+
+/// The ancestral `sampler` at the node's `eta` and `s_noise`.
+fn ancestral(inputs: &Inputs, sampler: Sampler) -> Result<Vec<Value>, NodeError> {
+    let settings = SamplerSettings {
+        eta: inputs.float("eta")? as f32,
+        s_noise: inputs.float("s_noise")? as f32,
+        ..SamplerSettings::default()
+    };
+    Ok(vec![Value::Sampler(SamplerChoice { sampler, settings })])
 }
 
 /// SIGMAS as a value.
@@ -261,7 +284,86 @@ pub(super) fn builders() -> Vec<Pure> {
             spec("KSamplerSelect", "", "model/sampling/samplers")
                 .input(InputDef::v3_combo("sampler_name", &sampler_names()))
                 .output(OutputDef::new("SAMPLER")),
-            |inputs| Ok(vec![Value::Sampler(sampler(inputs)?)]),
+            |inputs| Ok(vec![Value::Sampler(sampler(inputs)?.into())]),
+        ),
+        Pure::new(
+            spec("SamplerDPMPP_2S_Ancestral", "", "model/sampling/samplers")
+                .input(unrounded("eta", 1.0, 100.0, false))
+                .input(unrounded("s_noise", 1.0, 100.0, false))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| ancestral(inputs, Sampler::Dpmpp2sAncestral),
+        ),
+        Pure::new(
+            spec("SamplerEulerAncestral", "", "model/sampling/samplers")
+                .input(unrounded("eta", 1.0, 100.0, true))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| ancestral(inputs, Sampler::EulerAncestral),
+        ),
+        Pure::new(
+            spec("SamplerEulerAncestralCFGPP", "SamplerEulerAncestralCFG++", "model/sampling/samplers")
+                .input(unrounded("eta", 1.0, 1.0, false))
+                .input(unrounded("s_noise", 1.0, 10.0, false))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| ancestral(inputs, Sampler::EulerAncestralCfgPp),
+        ),
+        Pure::new(
+            spec("SamplerLMS", "", "model/sampling/samplers")
+                .input(
+                    InputDef::bare("order", "INT")
+                        .option("advanced", true)
+                        .option("default", 4)
+                        .option("min", 1)
+                        .option("max", 100),
+                )
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| {
+                let order = count(inputs, "order")?;
+                let settings = SamplerSettings { order, ..SamplerSettings::default() };
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::Lms, settings })])
+            },
+        ),
+        Pure::new(
+            spec("SamplerER_SDE", "", "model/sampling/samplers")
+                .input(InputDef::v3_combo("solver_type", &["ER-SDE", "Reverse-time SDE", "ODE"]))
+                .input(
+                    InputDef::bare("max_stage", "INT")
+                        .option("advanced", true)
+                        .option("default", 3)
+                        .option("min", 1)
+                        .option("max", 3),
+                )
+                .input(
+                    InputDef::bare("eta", "FLOAT")
+                        .tooltip(
+                            "Stochastic strength of SDEs.\nWhen eta=0, they reduce to deterministic ODE.\n\
+                             Large eta may cause invalid outputs. If this occurs, try decreasing this value.",
+                        )
+                        .option("advanced", true)
+                        .option("default", 1.0)
+                        .option("min", 0.0)
+                        .option("max", 10.0)
+                        .option("step", 0.01)
+                        .option("round", false),
+                )
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| {
+                let solver = inputs.string("solver_type")?;
+                let settings = SamplerSettings::er_sde(
+                    solver,
+                    count(inputs, "max_stage")?,
+                    inputs.float("eta")? as f32,
+                    inputs.float("s_noise")? as f32,
+                )
+                .ok_or_else(|| {
+                    NodeError::of_kind(
+                        ErrorKind::InvalidValue,
+                        format!("solver_type `{solver}` is not one of ER-SDE, Reverse-time SDE, ODE"),
+                    )
+                })?;
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::ErSde, settings })])
+            },
         ),
         Pure::new(
             spec("BasicGuider", "Basic Guider", "model/sampling/guiders")

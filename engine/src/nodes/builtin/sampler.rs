@@ -11,7 +11,9 @@ use kiln_compute::{Backend, DType};
 use kiln_models::family::DiffusionInput;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
-use kiln_models::sampling::{self, Denoiser, FlowSampling, Sampler, Scheduler, Step};
+use kiln_models::sampling::{
+    self, Denoiser, FlowSampling, Sampler, SamplerChoice, Scheduler, Step,
+};
 
 use super::latent::empty_latent;
 use super::model_specs;
@@ -362,7 +364,7 @@ pub(super) struct Sampling<'a> {
     /// `DualCFGGuider`'s middle conditioning, when the guider is one.
     pub(super) dual: Option<&'a DualCfg>,
     /// The method.
-    pub(super) sampler: Sampler,
+    pub(super) sampler: SamplerChoice,
     /// The noise levels, descending.
     pub(super) sigmas: &'a [f32],
     /// The starting noise.
@@ -439,7 +441,7 @@ pub(super) fn sample(
     let inpaint = match &job.latent.noise_mask {
         Some(mask) => {
             // ddim re-noises the kept area with its own noise (ComfyUI's `inpaint_options["random"]`).
-            let noise = match job.sampler {
+            let noise = match job.sampler.sampler {
                 Sampler::Ddim => initial_noise(job.noise.seed().wrapping_add(1), &shape, None)
                     .map_err(node_error)?,
                 _ => noise.clone(),
@@ -483,7 +485,7 @@ pub(super) fn sample(
         }
         Ok(())
     };
-    let result = sampling::sample(
+    let result = sampling::sample_with(
         job.sampler,
         &model.sampling,
         &mut denoiser,
@@ -593,7 +595,7 @@ fn ksample(
         negative: Some(request.negative),
         cfg: request.cfg,
         dual: None,
-        sampler: request.sampler,
+        sampler: request.sampler.into(),
         sigmas: &sigmas,
         noise: if request.add_noise { Noise::Random(request.seed) } else { Noise::Disabled },
         latent: request.latent,

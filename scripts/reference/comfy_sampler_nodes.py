@@ -1,0 +1,65 @@
+"""Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
+SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE) run on the toy model of
+comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
+
+ComfyUI at the commit Kiln matches is imported from COMFYUI_DIR (see comfyui.py; the node module needs the
+torchaudio stand-in). Each case builds the SAMPLER with the node's own `execute` and runs it as comfy_sampling.py
+runs KSampler's samplers (KSAMPLER.sample: noise scaling at the first sigma, the sampler with extra_args["seed"],
+inverse noise scaling at the last), on the simple schedule.
+
+Run from the repository root with the reference venv:
+    COMFYUI_DIR=/path/to/ComfyUI target/reference-venv/bin/python scripts/reference/comfy_sampler_nodes.py
+"""
+
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
+
+import_comfyui(node_modules=True)
+import comfy.samplers  # noqa: E402
+from comfy_extras import nodes_custom_sampler as nodes  # noqa: E402
+from comfy_sampling import OUT, SEED, SHAPE, Toy, model_sampling  # noqa: E402
+
+CASES = [
+    ("SamplerEulerAncestral", {"eta": 0.5, "s_noise": 0.8}),
+    ("SamplerEulerAncestral", {"eta": 0.0, "s_noise": 1.0}),
+    ("SamplerEulerAncestralCFGPP", {"eta": 0.6, "s_noise": 1.3}),
+    ("SamplerDPMPP_2S_Ancestral", {"eta": 0.4, "s_noise": 0.9}),
+    ("SamplerLMS", {"order": 2}),
+    ("SamplerLMS", {"order": 1}),
+    ("SamplerER_SDE", {"solver_type": "ER-SDE", "max_stage": 2, "eta": 0.7, "s_noise": 1.1}),
+    ("SamplerER_SDE", {"solver_type": "Reverse-time SDE", "max_stage": 3, "eta": 0.5, "s_noise": 1.0}),
+    ("SamplerER_SDE", {"solver_type": "ODE", "max_stage": 3, "eta": 1.0, "s_noise": 1.0}),
+    ("SamplerER_SDE", {"solver_type": "ER-SDE", "max_stage": 1, "eta": 0.0, "s_noise": 1.0}),
+]
+STEPS = (3, 6)
+
+
+def main():
+    ms = model_sampling()
+    noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(SEED))
+    tensors, cases = {}, []
+    for n, (node, inputs) in enumerate(CASES):
+        sampler = getattr(nodes, node).execute(**inputs)[0]
+        for steps in STEPS:
+            sigmas = comfy.samplers.calculate_sigmas(ms, "simple", steps).float()
+            key = f"node/{n}/{steps}"
+            toy = Toy(ms)
+            out = sampler.sample(toy, sigmas.clone(), {"seed": SEED, "model_options": {}}, None, noise.clone(),
+                                 torch.zeros(SHAPE), None, True)
+            tensors[key] = out.flatten().float()
+            cases.append({"key": key, "node": node, "inputs": inputs, "steps": steps, "model_calls": toy.calls})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(OUT, "sampler_nodes.safetensors"))
+    with open(os.path.join(OUT, "sampler_nodes.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
