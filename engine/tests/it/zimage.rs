@@ -959,3 +959,37 @@ fn issue_21_sampler_nodes_with_settings_feed_samplercustomadvanced() {
         "ER-SDE's ODE solver adds no noise"
     );
 }
+
+#[test]
+fn issue_21_latent_composite_and_blend_mix_encoded_images() {
+    let mut h = harness(SynthDtype::Bf16);
+    // Two encoded 32² images, decoded after the node under test.
+    let decoded = |h: &mut Harness, node: Value| {
+        let mut prompt = json!({
+            "63": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+            "1": {"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0x3366CC}},
+            "2": {"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0xCC9933}},
+            "3": {"class_type": "VAEEncode", "inputs": {"pixels": ["1", 0], "vae": ["63", 0]}},
+            "4": {"class_type": "VAEEncode", "inputs": {"pixels": ["2", 0], "vae": ["63", 0]}},
+            "65": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": ["63", 0]}},
+            "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "z", "images": ["65", 0]}},
+        });
+        prompt["5"] = node;
+        let ran = h.run(prompt);
+        saved(h, &ran)
+    };
+    let blend = |f: f64| json!({"class_type": "LatentBlend", "inputs": {"samples1": ["3", 0], "samples2": ["4", 0], "blend_factor": f}});
+    let composite = |x: i64, feather: i64| json!({"class_type": "LatentComposite", "inputs": {"samples_to": ["3", 0], "samples_from": ["4", 0], "x": x, "y": 0, "feather": feather}});
+    let first = decoded(&mut h, blend(1.0));
+    let second = decoded(&mut h, blend(0.0));
+    assert!(max_diff(&first, &second) > 1);
+    // Pasted whole at (0, 0), the second latent replaces the first.
+    assert_eq!(max_diff(&decoded(&mut h, composite(0, 0)), &second), 0);
+    // Pasted from x = 16 (two cells), the left stays the first image's; feathering changes the seam.
+    let half = decoded(&mut h, composite(16, 0));
+    let feathered = decoded(&mut h, composite(16, 16));
+    assert!(max_diff(&half, &first) > 1 && max_diff(&half, &second) > 1);
+    assert!(max_diff(&feathered, &half) > 0);
+    let mid = decoded(&mut h, blend(0.5));
+    assert!(max_diff(&mid, &first) > 1 && max_diff(&mid, &second) > 1);
+}

@@ -465,3 +465,143 @@ pub(super) fn advanced_nodes() -> Vec<Pure> {
         ),
     ]
 }
+
+/// `[B, C, H, W]` of a latent, or an error naming the node.
+fn nchw(t: &Tensor, node: &str) -> Result<[usize; 4], NodeError> {
+    match *t.shape() {
+        [b, c, h, w] => Ok([b, c, h, w]),
+        ref other => Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("{node} works on image latents [B, C, H, W], got {other:?}"),
+        )),
+    }
+}
+
+/// `LatentComposite`: `samples_from` pasted into `samples_to` at (x, y) (pixels, a latent cell per 8), cut
+/// at its edges; with `feather` (pixels), the pasted edges that lie inside fade in over that many cells,
+/// as ComfyUI's mask of products of (t + 1)/feather.
+fn latent_composite(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let to = inputs.latent("samples_to")?;
+    let from = &inputs.latent("samples_from")?.samples;
+    let [b, c, h, w] = nchw(&to.samples, "LatentComposite")?;
+    let [fb, fc, fh, fw] = nchw(from, "LatentComposite")?;
+    let cell = |name: &str| -> Result<usize, NodeError> {
+        usize::try_from(inputs.int(name)? / 8)
+            .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
+    };
+    let (x, y, feather) = (cell("x")?, cell("y")?, cell("feather")?);
+    if fc != c || (fb != b && fb != 1) {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!(
+                "cannot paste a latent of shape {:?} into one of {:?}",
+                from.shape(),
+                to.samples.shape()
+            ),
+        ));
+    }
+    // The pasted block: what of `from` fits from (x, y).
+    let (ph, pw) = (fh.min(h.saturating_sub(y)), fw.min(w.saturating_sub(x)));
+    let mut mask = vec![1f32; ph * pw];
+    if feather > 0 {
+        for t in 0..feather {
+            let f = ((1.0 / feather as f64) * (t + 1) as f64) as f32;
+            for row in 0..ph {
+                for col in 0..pw {
+                    let m = &mut mask[row * pw + col];
+                    if y != 0 && row == t {
+                        *m *= f;
+                    }
+                    if y + ph < h && ph > t && row == ph - 1 - t {
+                        *m *= f;
+                    }
+                    if x != 0 && col == t {
+                        *m *= f;
+                    }
+                    if x + pw < w && pw > t && col == pw - 1 - t {
+                        *m *= f;
+                    }
+                }
+            }
+        }
+    }
+    let mut out = to.samples.data().to_vec();
+    for bi in 0..b {
+        let fbi = if fb == 1 { 0 } else { bi };
+        for ci in 0..c {
+            for row in 0..ph {
+                for col in 0..pw {
+                    let src = from.data()[((fbi * c + ci) * fh + row) * fw + col];
+                    let dst = &mut out[((bi * c + ci) * h + row + y) * w + col + x];
+                    let m = mask[row * pw + col];
+                    *dst = if feather == 0 { src } else { src * m + *dst * (1.0 - m) };
+                }
+            }
+        }
+    }
+    let samples =
+        Tensor::new(to.samples.shape().to_vec(), out).map_err(|e| NodeError::new(e.to_string()))?;
+    Ok(vec![Value::Latent(to.with_samples(samples))])
+}
+
+/// `LatentBlend` (normal mode): samples1·f + samples2·(1 − f), samples2 first resized bicubically (centre-cropped)
+/// to samples1's size when the shapes differ.
+fn latent_blend(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let first = inputs.latent("samples1")?;
+    let (a, b) = (&first.samples, &inputs.latent("samples2")?.samples);
+    let [_, _, h, w] = nchw(a, "LatentBlend")?;
+    let resized;
+    let b = if a.shape() == b.shape() {
+        b
+    } else {
+        nchw(b, "LatentBlend")?;
+        resized = transpose(&resize(&transpose(b, true)?, w, h, "bicubic", true)?, false)?;
+        if resized.shape() != a.shape() {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("cannot blend latents of shapes {:?} and {:?}", a.shape(), b.shape()),
+            ));
+        }
+        &resized
+    };
+    let f = inputs.float("blend_factor")? as f32;
+    let rest = (1.0 - inputs.float("blend_factor")?) as f32;
+    let values = a.data().iter().zip(b.data()).map(|(x, y)| x * f + y * rest).collect();
+    let samples =
+        Tensor::new(a.shape().to_vec(), values).map_err(|e| NodeError::new(e.to_string()))?;
+    Ok(vec![Value::Latent(first.with_samples(samples))])
+}
+
+/// `LatentComposite` and `LatentBlend` (`nodes.py`).
+pub(super) fn compositing_nodes() -> Vec<Pure> {
+    let cells = |name: &str| InputDef::int(name, 0, 0, 16384).option("step", 8);
+    vec![
+        Pure::new(
+            NodeSpec::new("LatentComposite", "Latent Composite", "model/latent")
+                .input(InputDef::typed("samples_to", "LATENT"))
+                .input(InputDef::typed("samples_from", "LATENT"))
+                .input(cells("x"))
+                .input(cells("y"))
+                .input(cells("feather"))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["overlay latent", "layer latent", "paste latent"]),
+            latent_composite,
+        ),
+        Pure::new(
+            NodeSpec::new("LatentBlend", "Latent Blend", "experimental")
+                .input(InputDef::typed("samples1", "LATENT"))
+                .input(InputDef::typed("samples2", "LATENT"))
+                .input(
+                    InputDef::bare("blend_factor", "FLOAT")
+                        .with_options()
+                        .option("default", 0.5)
+                        .option("min", 0)
+                        .option("max", 1)
+                        .option("step", 0.01),
+                )
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["mix latents", "interpolate latents"]),
+            latent_blend,
+        ),
+    ]
+}

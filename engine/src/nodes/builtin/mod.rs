@@ -104,6 +104,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in latent::advanced_nodes() {
         registry.register(node);
     }
+    for node in latent::compositing_nodes() {
+        registry.register(node);
+    }
     for node in scale::nodes() {
         registry.register(node);
     }
