@@ -87,6 +87,8 @@ pub enum Sampler {
     Ipndm,
     /// `ipndm` with coefficients for uneven steps (`ipndm_v`).
     IpndmV,
+    /// Diffusion exponential integrator sampler, order 3, coefficients integrated numerically (`deis`).
+    Deis,
     /// Second-order exponential multistep, no noise (`res_multistep`).
     ResMultistep,
     /// `res_multistep` with CFG++ (`res_multistep_cfg_pp`).
@@ -103,6 +105,8 @@ pub enum Sampler {
     ErSde,
     /// SEEDS-2: two stages in the half-log-SNR with stochastic noise (`seeds_2`).
     Seeds2,
+    /// SEEDS-3: three stages (`seeds_3`).
+    Seeds3,
     /// DDIM, which ComfyUI runs as Euler (with random noise for a masked latent's kept area) (`ddim`).
     Ddim,
     /// UniPC with B(h) = h (`uni_pc`).
@@ -113,7 +117,7 @@ pub enum Sampler {
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 31] = [
+    pub const ALL: [Sampler; 33] = [
         Sampler::Euler,
         Sampler::EulerCfgPp,
         Sampler::EulerAncestral,
@@ -134,6 +138,7 @@ impl Sampler {
         Sampler::Lcm,
         Sampler::Ipndm,
         Sampler::IpndmV,
+        Sampler::Deis,
         Sampler::ResMultistep,
         Sampler::ResMultistepCfgPp,
         Sampler::ResMultistepAncestral,
@@ -142,6 +147,7 @@ impl Sampler {
         Sampler::GradientEstimationCfgPp,
         Sampler::ErSde,
         Sampler::Seeds2,
+        Sampler::Seeds3,
         Sampler::Ddim,
         Sampler::UniPc,
         Sampler::UniPcBh2,
@@ -170,6 +176,7 @@ impl Sampler {
             Sampler::Lcm => "lcm",
             Sampler::Ipndm => "ipndm",
             Sampler::IpndmV => "ipndm_v",
+            Sampler::Deis => "deis",
             Sampler::ResMultistep => "res_multistep",
             Sampler::ResMultistepCfgPp => "res_multistep_cfg_pp",
             Sampler::ResMultistepAncestral => "res_multistep_ancestral",
@@ -178,6 +185,7 @@ impl Sampler {
             Sampler::GradientEstimationCfgPp => "gradient_estimation_cfg_pp",
             Sampler::ErSde => "er_sde",
             Sampler::Seeds2 => "seeds_2",
+            Sampler::Seeds3 => "seeds_3",
             Sampler::Ddim => "ddim",
             Sampler::UniPc => "uni_pc",
             Sampler::UniPcBh2 => "uni_pc_bh2",
@@ -358,6 +366,7 @@ pub fn sample_with(
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Ipndm => multistep::ipndm(&mut run, x, sigmas, Ipndm::Fixed),
         Sampler::IpndmV => multistep::ipndm(&mut run, x, sigmas, Ipndm::Variable),
+        Sampler::Deis => multistep::deis(&mut run, x, sigmas),
         Sampler::ResMultistep => res_multistep(&mut run, x, sigmas, 0.0, false, &mut noise()),
         Sampler::ResMultistepCfgPp => res_multistep(&mut run, x, sigmas, 0.0, true, &mut noise()),
         Sampler::ResMultistepAncestral => {
@@ -372,6 +381,7 @@ pub fn sample_with(
         }
         Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &set, &mut noise()),
         Sampler::Seeds2 => seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::SEEDS_2, &mut noise()),
+        Sampler::Seeds3 => seeds::seeds_3(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),

@@ -54,8 +54,6 @@ const NOT_YET: &[&str] = &[
     "dpmpp_2m_sde_heun_gpu",
     "dpmpp_3m_sde",
     "dpmpp_3m_sde_gpu",
-    "deis",
-    "seeds_3",
     "sa_solver",
     "sa_solver_pece",
 ];

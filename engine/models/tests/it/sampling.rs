@@ -205,6 +205,7 @@ fn names_follow_comfyui_order() {
             "lcm",
             "ipndm",
             "ipndm_v",
+            "deis",
             "res_multistep",
             "res_multistep_cfg_pp",
             "res_multistep_ancestral",
@@ -213,6 +214,7 @@ fn names_follow_comfyui_order() {
             "gradient_estimation_cfg_pp",
             "er_sde",
             "seeds_2",
+            "seeds_3",
             "ddim",
             "uni_pc",
             "uni_pc_bh2"
