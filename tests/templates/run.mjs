@@ -147,7 +147,14 @@ async function run(url, prompt, objectInfo) {
   const end = Date.now() + runTimeout;
   let entry;
   while (!entry) {
-    if (Date.now() > end) return { outcome: 'failed', detail: `no result within ${runTimeout / 1000} s` };
+    if (Date.now() > end) {
+      // Stop it, running or still queued, so the templates after it get the server.
+      const post = (path, body) =>
+        fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      await post('/api/interrupt', { prompt_id: answer.prompt_id });
+      await post('/api/queue', { delete: [answer.prompt_id] });
+      return { outcome: 'failed', detail: `no result within ${runTimeout / 1000} s (interrupted)` };
+    }
     await sleep(250);
     entry = (await getJson(url, `/api/history/${answer.prompt_id}`))[answer.prompt_id];
   }
