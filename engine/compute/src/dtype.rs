@@ -1,5 +1,6 @@
-//! Element types: what weights are stored as (f32, f16, bf16, fp8 e4m3fn/e5m2) and what activations are
-//! computed in (f32, f16, bf16), with the exact conversions between them.
+//! Element types: what weights are stored as (f32, f16, bf16, fp8 e4m3fn/e5m2, and the int8 and packed 4-bit
+//! bytes of ComfyUI's quantized formats) and what activations are computed in (f32, f16, bf16), with the exact
+//! conversions between them.
 //!
 //! Conversions are little-endian byte slices in and out, because that is how safetensors files, the pinned
 //! host pool and device pages hold them. Narrowing rounds to nearest, ties to even, as torch's casts do.
@@ -19,6 +20,12 @@ pub enum DType {
     F8E4M3,
     /// fp8 e5m2: 5 exponent bits (bias 15), 2 mantissa bits, the top byte of an f16 (torch `float8_e5m2`).
     F8E5M2,
+    /// Signed 8-bit integers: the weights of ComfyUI's `int8_tensorwise` format (storage only; widened, an
+    /// element is its integer value).
+    I8,
+    /// Unsigned bytes: the packed 4-bit codes of ComfyUI's NVFP4 format (storage only; widened, an element is
+    /// the byte's value, which only [`crate::quant`] decodes).
+    U8,
 }
 
 impl DType {
@@ -27,7 +34,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::F8E4M3 | DType::F8E5M2 => 1,
+            DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => 1,
         }
     }
 
@@ -39,10 +46,12 @@ impl DType {
             DType::BF16 => "BF16",
             DType::F8E4M3 => "F8_E4M3",
             DType::F8E5M2 => "F8_E5M2",
+            DType::I8 => "I8",
+            DType::U8 => "U8",
         }
     }
 
-    /// Whether activations may be held in this type (fp8 is storage only).
+    /// Whether activations may be held in this type (fp8 and the integer types are storage only).
     pub fn is_compute(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
@@ -55,6 +64,8 @@ impl DType {
             safetensors::Dtype::BF16 => Some(DType::BF16),
             safetensors::Dtype::F8_E4M3 => Some(DType::F8E4M3),
             safetensors::Dtype::F8_E5M2 => Some(DType::F8E5M2),
+            safetensors::Dtype::I8 => Some(DType::I8),
+            safetensors::Dtype::U8 => Some(DType::U8),
             _ => None,
         }
     }
@@ -103,6 +114,16 @@ pub fn widen_into(dtype: DType, bytes: &[u8], out: &mut [f32]) {
                 *o = f16::from_bits(u16::from(b) << 8).to_f32();
             }
         }
+        DType::I8 => {
+            for (o, &b) in out.iter_mut().zip(bytes) {
+                *o = f32::from(b as i8);
+            }
+        }
+        DType::U8 => {
+            for (o, &b) in out.iter_mut().zip(bytes) {
+                *o = f32::from(b);
+            }
+        }
     }
 }
 
@@ -126,6 +147,10 @@ pub fn narrow(dtype: DType, values: &[f32]) -> Vec<u8> {
             .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes())),
         DType::F8E4M3 => out.extend(values.iter().map(|&v| f32_to_f8e4m3(v))),
         DType::F8E5M2 => out.extend(values.iter().map(|&v| f32_to_f8e5m2(v))),
+        DType::I8 => {
+            out.extend(values.iter().map(|&v| round_half_even(v).clamp(-128.0, 127.0) as i8 as u8))
+        }
+        DType::U8 => out.extend(values.iter().map(|&v| round_half_even(v).clamp(0.0, 255.0) as u8)),
     }
     out
 }
@@ -138,6 +163,8 @@ pub fn round_to(dtype: DType, v: f32) -> f32 {
         DType::BF16 => bf16::from_f32(v).to_f32(),
         DType::F8E4M3 => f8e4m3_to_f32(f32_to_f8e4m3(v)),
         DType::F8E5M2 => f16::from_bits(u16::from(f32_to_f8e5m2(v)) << 8).to_f32(),
+        DType::I8 => round_half_even(v).clamp(-128.0, 127.0),
+        DType::U8 => round_half_even(v).clamp(0.0, 255.0),
     }
 }
 
@@ -201,7 +228,8 @@ pub fn f32_to_f8e5m2(v: f32) -> u8 {
     upper as u8
 }
 
-fn round_half_even(x: f32) -> f32 {
+/// `x` rounded to the nearest integer, ties to even (torch's `round`).
+pub fn round_half_even(x: f32) -> f32 {
     let r = x.round();
     if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r }
 }

@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::DevPtr;
+use crate::quant::Quant;
 
 /// Number of elements of a shape.
 pub fn numel(shape: &[usize]) -> usize {
@@ -107,13 +108,18 @@ pub fn resolve_dim(dim: isize, rank: usize) -> Result<usize> {
 /// A view of a weight's bytes in device memory, in its stored element type.
 ///
 /// The lifetime ties the view to whatever keeps the bytes in place (a layer guard of the memory manager, or an
-/// [`OwnedWeight`]).
+/// [`OwnedWeight`]). A quantized weight ([`Quant`]) also says where its scale table lies (right after its
+/// values in the same slot) and which row of the table its first row is (after [`Weight::rows`]).
 #[derive(Debug, Clone)]
 pub struct Weight<'a> {
     ptr: DevPtr,
     dtype: DType,
     shape: Vec<usize>,
-    scale: Option<f32>,
+    quant: Quant,
+    /// The scale table of a row or block format ([`Quant::has_table`]).
+    table: DevPtr,
+    /// The table row of this view's first row.
+    row0: usize,
     _bytes: PhantomData<&'a ()>,
 }
 
@@ -123,28 +129,72 @@ impl<'a> Weight<'a> {
     /// Callers (the memory manager and [`OwnedWeight`]) promise that the bytes stay mapped and unchanged for
     /// `'a`.
     pub(crate) fn new(ptr: DevPtr, dtype: DType, shape: Vec<usize>) -> Weight<'a> {
-        Weight { ptr, dtype, shape, scale: None, _bytes: PhantomData }
+        Weight {
+            ptr,
+            dtype,
+            shape,
+            quant: Quant::None,
+            table: DevPtr(0),
+            row0: 0,
+            _bytes: PhantomData,
+        }
     }
 
     /// The same bytes standing for their stored values times `scale` (a per-tensor quantization scale, as
     /// ComfyUI's scaled fp8 files keep beside a weight): ops read `widen(q) · scale`.
     pub fn with_scale(mut self, scale: Option<f32>) -> Weight<'a> {
-        self.scale = scale;
+        self.quant = scale.map_or(Quant::None, Quant::Tensor);
+        self
+    }
+
+    /// The same bytes in the quantized format `quant`, with its scale table (if the format has one) at
+    /// `table`. The caller promises the table stays in place as long as the values ([`Weight::new`]).
+    pub(crate) fn with_quant(mut self, quant: Quant, table: DevPtr) -> Weight<'a> {
+        self.quant = quant;
+        self.table = table;
         self
     }
 
     /// The per-tensor scale the stored values are multiplied by, if any.
     pub fn scale(&self) -> Option<f32> {
-        self.scale
+        match self.quant {
+            Quant::Tensor(scale) => Some(scale),
+            _ => None,
+        }
     }
 
-    /// An error unless the weight is unscaled: for the ops that read weights as they are stored (norms,
-    /// convolutions), which ComfyUI never gives a quantized weight.
+    /// The quantized format of the stored values.
+    pub fn quant(&self) -> Quant {
+        self.quant
+    }
+
+    /// The device address of the scale table (meaningful when [`Quant::has_table`]).
+    pub fn table(&self) -> DevPtr {
+        self.table
+    }
+
+    /// The table row of this view's first row.
+    pub fn row0(&self) -> usize {
+        self.row0
+    }
+
+    /// `[rows, values per row]` of a 2-D weight: its shape, except that an NVFP4 weight's rows hold two values
+    /// per stored byte.
+    pub fn matrix(&self, op: &'static str) -> Result<(usize, usize)> {
+        match self.shape[..] {
+            [rows, cols] => Ok((rows, self.quant.row_values(cols))),
+            _ => Err(Error::shape(op, format!("weight must be [out, in], got {:?}", self.shape))),
+        }
+    }
+
+    /// An error unless the weight is stored as plain values: for the ops that read weights as they are stored
+    /// (norms, convolutions), which ComfyUI never gives a quantized weight.
     pub fn require_unscaled(&self, op: &'static str) -> Result<()> {
-        match self.scale {
-            None => Ok(()),
-            Some(_) => Err(Error::Unsupported(format!(
-                "{op} on a scaled (quantized) weight {:?}",
+        match self.quant {
+            Quant::None => Ok(()),
+            q => Err(Error::Unsupported(format!(
+                "{op} on a quantized ({}) weight {:?}",
+                q.name(),
                 self.shape
             ))),
         }
@@ -170,20 +220,28 @@ impl<'a> Weight<'a> {
         numel(&self.shape)
     }
 
+    /// Number of values (two per stored byte for NVFP4, else the elements).
+    pub fn values(&self) -> usize {
+        self.quant.row_values(self.numel())
+    }
+
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
         (self.numel() * self.dtype.size()) as u64
     }
 
-    /// The same bytes under another shape with as many elements.
+    /// The same bytes under another shape with as many elements. A weight with a row or block table keeps its
+    /// rows: only views that leave the first dimension alone are allowed.
     pub fn reshape(&self, shape: &[usize]) -> Result<Weight<'a>> {
-        if numel(shape) != self.numel() {
+        if numel(shape) != self.numel()
+            || (self.quant.has_table() && shape.first() != self.shape.first())
+        {
             return Err(Error::shape(
                 "reshape",
                 format!("cannot view weight {:?} as {shape:?}", self.shape),
             ));
         }
-        Ok(Weight::new(self.ptr, self.dtype, shape.to_vec()).with_scale(self.scale))
+        Ok(Weight { shape: shape.to_vec(), ..self.clone() })
     }
 
     /// Rows `start..start + len` of dimension 0 (a fused qkv weight split into q, k and v, for example).
@@ -198,8 +256,18 @@ impl<'a> Weight<'a> {
         let row_bytes = (self.numel() / rows.max(1) * self.dtype.size()) as u64;
         let mut shape = self.shape.clone();
         shape[0] = len;
-        Ok(Weight::new(self.ptr.offset(start as u64 * row_bytes), self.dtype, shape)
-            .with_scale(self.scale))
+        let table = match self.quant {
+            // Per-row int8 scales move with their rows; the block tables are addressed by `row0`.
+            Quant::Int8 { per_row: true, .. } => self.table.offset(4 * start as u64),
+            _ => self.table,
+        };
+        Ok(Weight {
+            ptr: self.ptr.offset(start as u64 * row_bytes),
+            shape,
+            table,
+            row0: self.row0 + start,
+            ..self.clone()
+        })
     }
 }
 
@@ -247,32 +315,35 @@ impl OwnedWeight {
         OwnedWeight::upload_into(
             Allocator::Device(memory.clone()),
             memory.as_ref(),
-            dtype,
-            shape,
+            (dtype, shape, 0),
             bytes,
         )
     }
 
     /// [`OwnedWeight::upload`] with the memory taken from `allocator` (which must allocate on `memory`), so it
     /// is counted where `allocator` counts: the memory manager's force-cast weights come from its arbiter.
+    /// `table` bytes of a quantized weight's scale table follow the values in `bytes`.
     pub(crate) fn upload_counted(
         allocator: std::sync::Arc<dyn crate::memory::device::DeviceAllocator>,
         memory: &dyn crate::memory::DeviceMemory,
-        dtype: DType,
-        shape: &[usize],
+        (dtype, shape, table): (DType, &[usize], usize),
         bytes: &[u8],
     ) -> Result<OwnedWeight> {
-        OwnedWeight::upload_into(Allocator::Counted(allocator), memory, dtype, shape, bytes)
+        OwnedWeight::upload_into(
+            Allocator::Counted(allocator),
+            memory,
+            (dtype, shape, table),
+            bytes,
+        )
     }
 
     fn upload_into(
         allocator: Allocator,
         memory: &dyn crate::memory::DeviceMemory,
-        dtype: DType,
-        shape: &[usize],
+        (dtype, shape, table): (DType, &[usize], usize),
         bytes: &[u8],
     ) -> Result<OwnedWeight> {
-        let len = numel(shape) * dtype.size();
+        let len = numel(shape) * dtype.size() + table;
         if bytes.len() != len {
             return Err(Error::shape(
                 "upload",

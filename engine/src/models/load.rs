@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
+use kiln_compute::quant::Quant;
 use kiln_models::family::{
     DiffusionDetected, DiffusionFamily, TextEncoderDetected, TextEncoderFamily, VaeDetected,
     VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
-use kiln_models::quant::Quantization;
+use kiln_models::quant::{LinearPath, Quantization};
 use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
@@ -130,8 +131,9 @@ fn load_weights_as(
             done += info.len;
             progress(done, total);
         }
-        // A quantized weight is dequantized first (fp8 · scale), then cast.
-        if let Some(scale) = slot.scale {
+        // A quantized weight is dequantized first (fp8 · scale), then cast; the formats with scale tables
+        // were refused before.
+        if let Quant::Tensor(scale) = slot.quant {
             values.iter_mut().for_each(|v| *v *= scale);
         }
         tensors.push((
@@ -163,8 +165,14 @@ fn diffusion_model(
         )));
     };
     let mut plan = found.load_plan(&header);
-    quant.apply(file, &mut plan)?;
+    quant.apply(file, &mut plan, LinearPath::Quantized)?;
     let weights = match weight_dtype {
+        Some(dtype) if quant.has_tables() => {
+            return Err(header.unsupported(format!(
+                "weight_dtype {dtype} asks to cast an int8, MXFP8 or NVFP4 model, whose layers Kiln keeps in \
+                 their own format: choose weight_dtype `default`"
+            )));
+        }
         Some(dtype) => load_weights_as(env, &plan, dtype, progress)?,
         None => load_weights(env, &plan, progress)?,
     };
@@ -211,7 +219,7 @@ fn text_encoder(
         )));
     };
     let mut plan = found.load_plan(&header);
-    quant.apply(file, &mut plan)?;
+    quant.apply(file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
@@ -287,7 +295,7 @@ fn vae(
         )));
     };
     let mut plan = found.load_plan(&header);
-    quant.apply(file, &mut plan)?;
+    quant.apply(file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(Vae { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
 }

@@ -499,8 +499,9 @@ fn issue_21_model_sampling_sd3_hands_the_network_timesteps_as_comfyui_does() {
     assert!(max_diff(&saved(&h, &sd3), &aura) > 1);
 }
 
-/// The values ComfyUI computes with from a scaled fp8 file, written as a plain f32 file: each quantized
-/// weight's fp8 values times its scale, every other tensor widened, the quantization bookkeeping dropped.
+/// The values ComfyUI computes with from a quantized file, written as a plain f32 file: each quantized weight
+/// dequantized (fp8 values times their scale; MXFP8 blocks by their exponents; int8 rows by their scales and
+/// rotated back for ConvRot), every other tensor widened, the quantization bookkeeping dropped.
 fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
     use kiln_compute::memory::SafetensorsFile;
     let file = SafetensorsFile::open(scaled).expect("a scaled file");
@@ -521,9 +522,41 @@ fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
         let scale = [".scale_weight", ".weight_scale"]
             .iter()
             .find_map(|s| file.tensor(&format!("{layer}{s}")).ok().map(|_| format!("{layer}{s}")));
-        if let Some(scale) = scale {
-            let s = read(&scale).1[0];
-            values.iter_mut().for_each(|v| *v *= s);
+        let info = file.tensor(name).expect("a tensor");
+        match (scale, info.dtype) {
+            (Some(scale), kiln_compute::DType::I8) => {
+                let cols = shape[1];
+                let scales = read(&scale).1;
+                let map: Value = serde_json::from_str(&file.metadata()["_quantization_metadata"])
+                    .expect("a quantization map");
+                let group = map["layers"][layer]["convrot_groupsize"]
+                    .as_u64()
+                    .expect("a ConvRot group") as usize;
+                let h = kiln_compute::quant::hadamard(group).expect("a power of 4");
+                for (r, row) in values.chunks_exact_mut(cols).enumerate() {
+                    row.iter_mut().for_each(|v| *v *= scales[r]);
+                    for block in row.chunks_exact_mut(group) {
+                        let rotated: Vec<f32> = (0..group)
+                            .map(|j| (0..group).map(|i| block[i] * h[i * group + j]).sum())
+                            .collect();
+                        block.copy_from_slice(&rotated);
+                    }
+                }
+            }
+            (Some(scale), _) if read(&scale).1.len() > 1 => {
+                let bytes = file.source().read_vec(info.offset, info.len).expect("bytes");
+                let table = file.raw_bytes(&scale).expect("a table");
+                let cols = shape[1];
+                for (r, row) in values.chunks_exact_mut(cols).enumerate() {
+                    let stored = &bytes[r * cols..(r + 1) * cols];
+                    kiln_compute::quant::decode_mxfp8(stored, &table, (r, 0, cols), row);
+                }
+            }
+            (Some(scale), _) => {
+                let s = read(&scale).1[0];
+                values.iter_mut().for_each(|v| *v *= s);
+            }
+            (None, _) => {}
         }
         tensors.push((
             name.to_owned(),
@@ -536,24 +569,47 @@ fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
     write_safetensors(twin, &views);
 }
 
+/// The image of the harness's graph run on f32 files of the values ComfyUI dequantizes its quantized files to.
+fn dequantized_twin_image(h: &mut Harness) -> Vec<u8> {
+    let models = h.roots.input.join("models");
+    for file in ["diffusion_models/z_image_turbo_bf16", "text_encoders/qwen_3_4b"] {
+        let path = models.join(format!("{file}.safetensors"));
+        dequantized_twin(&path, &models.join(format!("{file}_twin.safetensors")));
+    }
+    let mut twin = graph(ksampler(3, 2, "euler"));
+    twin["66"]["inputs"]["unet_name"] = json!("z_image_turbo_bf16_twin.safetensors");
+    twin["62"]["inputs"]["clip_name"] = json!("qwen_3_4b_twin.safetensors");
+    let twin = h.run(twin);
+    saved(h, &twin)
+}
+
 #[test]
 fn issue_21_scaled_fp8_files_run_as_their_dequantized_values_in_both_encodings() {
     for dtype in [SynthDtype::Fp8Scaled, SynthDtype::Fp8Mixed] {
         let mut h = harness(dtype);
         let scaled = h.run(graph(ksampler(3, 2, "euler")));
         let scaled = saved(&h, &scaled);
-        // The same graph on f32 files of the values ComfyUI dequantizes to: the same image, bit for bit.
-        let models = h.roots.input.join("models");
-        for file in ["diffusion_models/z_image_turbo_bf16", "text_encoders/qwen_3_4b"] {
-            let path = models.join(format!("{file}.safetensors"));
-            dequantized_twin(&path, &models.join(format!("{file}_twin.safetensors")));
-        }
-        let mut twin = graph(ksampler(3, 2, "euler"));
-        twin["66"]["inputs"]["unet_name"] = json!("z_image_turbo_bf16_twin.safetensors");
-        twin["62"]["inputs"]["clip_name"] = json!("qwen_3_4b_twin.safetensors");
-        let twin = h.run(twin);
-        assert_eq!(max_diff(&saved(&h, &twin), &scaled), 0, "{dtype}");
+        // The same graph on the values ComfyUI dequantizes to: the same image, bit for bit.
+        assert_eq!(max_diff(&dequantized_twin_image(&mut h), &scaled), 0, "{dtype}");
     }
+}
+
+#[test]
+fn issue_21_mxfp8_and_int8_convrot_files_run_quantized() {
+    let twin_of = dequantized_twin_image;
+    // MXFP8 is dequantized on the CPU, as in ComfyUI: the image of its dequantized values, bit for bit.
+    let mut h = harness(SynthDtype::Mxfp8);
+    let mxfp8 = h.run(graph(ksampler(3, 2, "euler")));
+    let mxfp8 = saved(&h, &mxfp8);
+    assert_eq!(max_diff(&twin_of(&mut h), &mxfp8), 0, "mxfp8");
+    // int8 with ConvRot: the text encoder dequantizes (ComfyUI's full-precision text encoders), the diffusion
+    // model quantizes its activations, so the image is near its dequantized twin's but not the same.
+    let mut h = harness(SynthDtype::Int8Convrot);
+    let int8 = h.run(graph(ksampler(3, 2, "euler")));
+    let int8 = saved(&h, &int8);
+    let diff = max_diff(&twin_of(&mut h), &int8);
+    eprintln!("int8 convrot: max difference {diff} from the dequantized twin");
+    assert!(diff > 0 && diff <= 8, "int8 convrot: max difference {diff} from the dequantized twin");
 }
 
 #[test]

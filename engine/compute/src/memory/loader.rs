@@ -272,6 +272,30 @@ impl SafetensorsFile {
         Some(self.source.read_vec(*offset, *len))
     }
 
+    /// Where tensor `name`'s bytes lie, `(offset, length)`, whatever its dtype (a quantized weight's scale table
+    /// may be stored as a type Kiln does not compute with, such as MXFP8's `F8_E8M0`).
+    pub fn raw_range(&self, name: &str) -> Result<(u64, u64)> {
+        match (self.tensors.get(name), self.unsupported.get(name)) {
+            (Some(info), _) => Ok((info.offset, info.len)),
+            (None, Some((_, offset, len))) => Ok((*offset, *len)),
+            (None, None) => Err(Error::File {
+                path: self.path().to_path_buf(),
+                msg: format!("no tensor named {name}"),
+            }),
+        }
+    }
+
+    /// The stored bytes of tensor `name`, whatever its dtype (a marker, a scale).
+    pub fn raw_bytes(&self, name: &str) -> Result<Vec<u8>> {
+        let (offset, len) = self.raw_range(name)?;
+        self.source.read_vec(offset, len)
+    }
+
+    /// Every tensor's name, whatever its dtype.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().chain(self.unsupported.keys()).map(String::as_str)
+    }
+
     /// The header's `__metadata__` strings.
     pub fn metadata(&self) -> &BTreeMap<String, String> {
         &self.metadata
@@ -304,10 +328,18 @@ impl SafetensorsFile {
         let started = Instant::now();
         let mut items = Vec::with_capacity(plan.len());
         for &(name, dst) in plan {
-            let info = self.tensor(name)?;
-            let len = usize::try_from(info.len)
+            // MXFP8's scale tables may be stored as F8_E8M0, which Kiln reads as bytes; other dtypes it does not
+            // compute with are refused.
+            let (offset, len) = match self.unsupported.get(name) {
+                Some((dtype, offset, len)) if dtype == "F8_E8M0" => (*offset, *len),
+                _ => {
+                    let info = self.tensor(name)?;
+                    (info.offset, info.len)
+                }
+            };
+            let len = usize::try_from(len)
                 .map_err(|_| Error::Host(format!("tensor {name} is too large")))?;
-            items.push((info.offset, dst, len));
+            items.push((offset, dst, len));
         }
         items.sort_unstable();
         // Coalesce runs contiguous both in the file and in the buffer.

@@ -34,6 +34,7 @@ use super::vram::{Fault, Signature, VbarId};
 use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant::Quant;
 use crate::tensor::{OwnedWeight, Weight, numel};
 
 /// Alignment of slots inside a VBAR (ComfyUI sizes slots with 1024-byte alignment).
@@ -46,15 +47,18 @@ pub struct SlotPlan {
     pub name: String,
     /// `(file index in the plan, tensor name in that file)`, joined along dimension 0 in this order.
     pub parts: Vec<(usize, String)>,
-    /// The per-tensor scale the stored values are multiplied by (a quantized weight, as ComfyUI's scaled fp8
-    /// files keep one beside each quantized Linear); the weights model code fetches carry it.
-    pub scale: Option<f32>,
+    /// How the stored values stand for the weight's values (a quantized weight, as ComfyUI's quantized files
+    /// keep them); the weights model code fetches carry it.
+    pub quant: Quant,
+    /// The file tensors of the format's scale table ([`Quant::has_table`]), stored in the slot right after the
+    /// values, byte for byte, in this order.
+    pub table: Vec<(usize, String)>,
 }
 
 impl SlotPlan {
-    /// A weight named `name` made of `parts`, unscaled.
+    /// A weight named `name` made of `parts`, unquantized.
     pub fn new(name: impl Into<String>, parts: Vec<(usize, String)>) -> SlotPlan {
-        SlotPlan { name: name.into(), parts, scale: None }
+        SlotPlan { name: name.into(), parts, quant: Quant::None, table: Vec::new() }
     }
 }
 
@@ -119,8 +123,10 @@ struct Slot {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
-    /// The per-tensor scale of a quantized weight (see [`SlotPlan::scale`]).
-    scale: Option<f32>,
+    /// The format of a quantized weight (see [`SlotPlan::quant`]).
+    quant: Quant,
+    /// Bytes of the values; the scale table (if any) follows them.
+    values: u64,
     bytes: u64,
     module: ModuleId,
     source: Source,
@@ -162,13 +168,22 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// A slot being built: name, dtype, shape, scale, source.
+/// A slot being built: name, dtype, shape, quantization, source.
 struct NewSlot {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
-    scale: Option<f32>,
+    quant: Quant,
+    /// Bytes of the scale table after the values.
+    table: u64,
     source: Source,
+}
+
+impl NewSlot {
+    /// Bytes of the values.
+    fn values(&self) -> u64 {
+        (numel(&self.shape) * self.dtype.size()) as u64
+    }
 }
 
 impl MemoryManager {
@@ -205,7 +220,8 @@ impl MemoryManager {
                     format!("{name}: {shape:?} of {dtype} is not {} bytes", bytes.len()),
                 ));
             }
-            slots.push(NewSlot { name, dtype, shape, scale: None, source: Source::Memory(bytes) });
+            let (quant, table) = (Quant::None, 0);
+            slots.push(NewSlot { name, dtype, shape, quant, table, source: Source::Memory(bytes) });
         }
         build(self, Vec::new(), slots, &mut |_, _| {})
     }
@@ -247,12 +263,22 @@ fn plan_slot(files: &[SafetensorsFile], slot: &SlotPlan) -> Result<NewSlot> {
             len: info.len,
         });
     }
+    let mut table = 0;
+    for (file_index, tensor) in &slot.table {
+        let file = files.get(*file_index).ok_or_else(|| {
+            Error::Unsupported(format!("weight {}: the plan has no file #{file_index}", slot.name))
+        })?;
+        let (offset, len) = file.raw_range(tensor)?;
+        table += len;
+        parts.push(Part { file: *file_index, tensor: tensor.clone(), offset, len });
+    }
     match (dtype, shape) {
         (Some(dtype), Some(shape)) => Ok(NewSlot {
             name: slot.name.clone(),
             dtype,
             shape,
-            scale: slot.scale,
+            quant: slot.quant,
+            table,
             source: Source::File(parts),
         }),
         _ => Err(Error::Unsupported(format!("weight {} is made of no tensor", slot.name))),
@@ -273,7 +299,7 @@ fn build(
     let id = manager.next_model_id();
     // Residency order: small slots first, then by decreasing size (§5.1).
     let mut order: Vec<usize> = (0..new_slots.len()).collect();
-    let size_of = |s: &NewSlot| (numel(&s.shape) * s.dtype.size()) as u64;
+    let size_of = |s: &NewSlot| s.values() + s.table;
     order.sort_by_key(|&i| {
         let b = size_of(&new_slots[i]);
         (b >= config.small_first, std::cmp::Reverse(b))
@@ -323,21 +349,22 @@ fn build(
                 let weight = OwnedWeight::upload_counted(
                     manager.arbiter().clone(),
                     manager.memory().as_ref(),
-                    slot.dtype,
-                    &slot.shape,
+                    (slot.dtype, &slot.shape, slot.table as usize),
                     &original,
                 )?;
                 Place::Plain { weight, original, patched: AtomicBool::new(false) }
             }
         };
         let name = slot.name.clone();
+        let values = slot.values();
         state.slots.insert(
             name.clone(),
             Slot {
                 name,
                 dtype: slot.dtype,
                 shape: slot.shape,
-                scale: slot.scale,
+                quant: slot.quant,
+                values,
                 bytes,
                 module,
                 source: slot.source,
@@ -432,11 +459,12 @@ impl Model {
                         "a patch for {name}, which the model does not have"
                     )));
                 }
-                Some(slot) if slot.scale.is_some() && !set.patches.is_empty() => {
-                    // ComfyUI re-quantizes a patched scaled weight with a new scale; Kiln does not yet.
+                Some(slot) if slot.quant != Quant::None && !set.patches.is_empty() => {
+                    // ComfyUI re-quantizes a patched quantized weight with a new scale; Kiln does not yet.
                     return Err(Error::Unsupported(format!(
-                        "a LoRA on {name}, a quantized (scaled {}) weight: patching quantized weights is not \
+                        "a LoRA on {name}, a quantized ({} {}) weight: patching quantized weights is not \
                          supported yet; use a bf16 or plain fp8 model file",
+                        slot.quant.name(),
                         slot.dtype
                     )));
                 }
@@ -698,7 +726,8 @@ impl Layer<'_> {
     pub fn weight(&self, i: usize) -> Weight<'_> {
         let (index, ptr) = self.weights[i];
         let slot = &self.state.slots[index];
-        Weight::new(ptr, slot.dtype, slot.shape.clone()).with_scale(slot.scale)
+        Weight::new(ptr, slot.dtype, slot.shape.clone())
+            .with_quant(slot.quant, ptr.offset(slot.values))
     }
 
     /// A weight by name (one of the names fetched).

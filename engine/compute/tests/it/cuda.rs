@@ -722,4 +722,75 @@ mod gpu {
         mem.unreserve(base, 2 * g).expect("unreserve");
         e.gpu.memory().free(theirs).expect("free on the shared backend");
     }
+
+    /// Loads `layer.weight` of a quantized fixture (`engine/models/tests/fixtures/quant`, written by
+    /// `scripts/reference/quant.py`) in `quant` on `b`'s device through a memory manager.
+    fn quantized<B: Backend>(
+        b: &B,
+        name: &str,
+        quant: kiln_compute::quant::Quant,
+    ) -> kiln_compute::memory::Model {
+        use kiln_compute::memory::{LoadPlan, ManagerConfig, MemoryManager, SlotPlan};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../models/tests/fixtures/quant/{name}.safetensors"));
+        let mut slot = SlotPlan::new("layer.weight", vec![(0, "layer.weight".into())]);
+        slot.quant = quant;
+        slot.table = vec![(0, "layer.weight_scale".into())];
+        let plan = LoadPlan { files: vec![path], slots: vec![slot] };
+        let manager =
+            MemoryManager::new(b.memory().clone(), ManagerConfig::for_this_machine(false))
+                .expect("a memory manager");
+        manager.load(&plan, &mut |_, _| {}).expect("loads")
+    }
+
+    #[test]
+    fn quantized_formats_dequantize_and_multiply_as_the_cpu() {
+        use kiln_compute::quant::Quant;
+        let Some(e) = env() else { return };
+        let int8 = |per_row, convrot| Quant::Int8 { per_row, convrot, activations: true };
+        for (name, quant, k) in [
+            ("int8_tensorwise", int8(false, None), 64),
+            ("int8_rowwise", int8(true, None), 64),
+            ("int8_convrot64", int8(true, Some(64)), 128),
+            ("int8_convrot256", int8(true, Some(256)), 256),
+            ("mxfp8", Quant::Mxfp8, 160),
+            // The global scale the fixture's `weight_scale_2` holds does not matter here: both backends read it.
+            ("nvfp4", Quant::Nvfp4 { global: 0.012_5 }, 80),
+        ] {
+            let (gm, cm) = (quantized(&e.gpu32, name, quant), quantized(&e.cpu, name, quant));
+            let (gl, cl) = (
+                gm.fetch(&e.gpu32, &["layer.weight"]).expect("gpu fetch"),
+                cm.fetch(&e.cpu, &["layer.weight"]).expect("cpu fetch"),
+            );
+            let (gw, cw) = (gl.weight(0), cl.weight(0));
+            // Dequantized in f32: the same values (int8 with ConvRot: up to the rotation's sums).
+            let want = get(&e.cpu, &e.cpu.weight_to_tensor(&cw, DType::F32).expect("cpu values"));
+            let got =
+                get(&e.gpu32, &e.gpu32.weight_to_tensor(&gw, DType::F32).expect("gpu values"));
+            assert_close(&format!("{name} values"), &got, &want, (1e-6, 1e-5));
+            // The linear layer: int8 quantizes x on both (one rounding flip moves a value by one step).
+            let x = values(6 * k, 21, 2.0);
+            let want = get(
+                &e.cpu,
+                &e.cpu.linear(&up(&e.cpu, &[6, k], &x, DType::F32), &cw, None).expect("cpu"),
+            );
+            let got = get(
+                &e.gpu32,
+                &e.gpu32.linear(&up(&e.gpu32, &[6, k], &x, DType::F32), &gw, None).expect("gpu"),
+            );
+            assert_close(&format!("{name} linear"), &got, &want, (1e-3, 1e-3));
+            // Rows of a view keep their scales (a fused qkv split by rows).
+            let rows = 3;
+            let (gr, cr) = (gw.rows(2, rows).expect("rows"), cw.rows(2, rows).expect("rows"));
+            let want = get(
+                &e.cpu,
+                &e.cpu.linear(&up(&e.cpu, &[6, k], &x, DType::F32), &cr, None).expect("cpu"),
+            );
+            let got = get(
+                &e.gpu32,
+                &e.gpu32.linear(&up(&e.gpu32, &[6, k], &x, DType::F32), &gr, None).expect("gpu"),
+            );
+            assert_close(&format!("{name} rows"), &got, &want, (1e-3, 1e-3));
+        }
+    }
 }

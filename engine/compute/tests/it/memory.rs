@@ -69,6 +69,8 @@ fn st_dtype(d: DType) -> safetensors::Dtype {
         DType::BF16 => safetensors::Dtype::BF16,
         DType::F8E4M3 => safetensors::Dtype::F8_E4M3,
         DType::F8E5M2 => safetensors::Dtype::F8_E5M2,
+        DType::I8 => safetensors::Dtype::I8,
+        DType::U8 => safetensors::Dtype::U8,
     }
 }
 

@@ -129,11 +129,19 @@ pub enum SynthDtype {
     /// ComfyUI's mixed quantization (`*_fp8mixed` files): every Linear weight e4m3fn with its
     /// `<layer>.weight_scale`, listed in the header's `_quantization_metadata`, everything else bf16.
     Fp8Mixed,
+    /// ComfyUI's int8 with ConvRot (`*_int8_convrot` files): every Linear weight whose input width a ConvRot
+    /// group (256, 64 or 16) divides is int8 with per-row `<layer>.weight_scale`, listed in
+    /// `_quantization_metadata` with its group; everything else bf16.
+    Int8Convrot,
+    /// ComfyUI's MXFP8 (`*_mxfp8` files): every Linear weight whose sides are multiples of 32 is e4m3fn with
+    /// an e8m0 exponent per block of 32 (`<layer>.weight_scale`, U8, swizzled), listed in
+    /// `_quantization_metadata`; everything else bf16.
+    Mxfp8,
 }
 
 impl SynthDtype {
     /// Every dtype, in the order of [`SynthDtype::name`]'s list.
-    pub const ALL: [SynthDtype; 7] = [
+    pub const ALL: [SynthDtype; 9] = [
         SynthDtype::Bf16,
         SynthDtype::F16,
         SynthDtype::F32,
@@ -141,10 +149,12 @@ impl SynthDtype {
         SynthDtype::Fp8E5m2,
         SynthDtype::Fp8Scaled,
         SynthDtype::Fp8Mixed,
+        SynthDtype::Int8Convrot,
+        SynthDtype::Mxfp8,
     ];
 
     /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`,
-    /// `fp8_scaled`, `fp8_mixed`.
+    /// `fp8_scaled`, `fp8_mixed`, `int8_convrot`, `mxfp8`.
     pub fn name(self) -> &'static str {
         match self {
             SynthDtype::Bf16 => "bf16",
@@ -154,6 +164,8 @@ impl SynthDtype {
             SynthDtype::Fp8E5m2 => "fp8_e5m2",
             SynthDtype::Fp8Scaled => "fp8_scaled",
             SynthDtype::Fp8Mixed => "fp8_mixed",
+            SynthDtype::Int8Convrot => "int8_convrot",
+            SynthDtype::Mxfp8 => "mxfp8",
         }
     }
 
@@ -163,15 +175,22 @@ impl SynthDtype {
             SynthDtype::Bf16 => DType::BF16,
             SynthDtype::F16 => DType::F16,
             SynthDtype::F32 => DType::F32,
-            SynthDtype::Fp8E4m3fn | SynthDtype::Fp8Scaled | SynthDtype::Fp8Mixed => DType::F8E4M3,
+            SynthDtype::Fp8E4m3fn
+            | SynthDtype::Fp8Scaled
+            | SynthDtype::Fp8Mixed
+            | SynthDtype::Mxfp8 => DType::F8E4M3,
             SynthDtype::Fp8E5m2 => DType::F8E5M2,
+            SynthDtype::Int8Convrot => DType::I8,
         }
     }
 
     /// Whether only the Linear weights have [`SynthDtype::dtype`], with per-tensor scales (the others bf16).
     pub fn is_scaled(self) -> bool {
         match self {
-            SynthDtype::Fp8Scaled | SynthDtype::Fp8Mixed => true,
+            SynthDtype::Fp8Scaled
+            | SynthDtype::Fp8Mixed
+            | SynthDtype::Int8Convrot
+            | SynthDtype::Mxfp8 => true,
             SynthDtype::Bf16
             | SynthDtype::F16
             | SynthDtype::F32
@@ -188,7 +207,9 @@ impl SynthDtype {
             | SynthDtype::Fp8E4m3fn
             | SynthDtype::Fp8E5m2
             | SynthDtype::Fp8Scaled
-            | SynthDtype::Fp8Mixed => SynthDtype::Bf16,
+            | SynthDtype::Fp8Mixed
+            | SynthDtype::Int8Convrot
+            | SynthDtype::Mxfp8 => SynthDtype::Bf16,
             SynthDtype::F16 => SynthDtype::F16,
             SynthDtype::F32 => SynthDtype::F32,
         }
@@ -426,7 +447,9 @@ fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {
         SynthDtype::Fp8E4m3fn
         | SynthDtype::Fp8E5m2
         | SynthDtype::Fp8Scaled
-        | SynthDtype::Fp8Mixed => Err(Error::Invalid(format!(
+        | SynthDtype::Fp8Mixed
+        | SynthDtype::Int8Convrot
+        | SynthDtype::Mxfp8 => Err(Error::Invalid(format!(
             "a VAE is written in f32, bf16 or f16, not {dtype} (use SynthDtype::for_vae)"
         ))),
     }
@@ -481,15 +504,60 @@ fn entries<'s>(
             entries.push(plain(spec, DType::BF16));
             continue;
         };
-        let scale = bound / 448.0;
-        entries.push(Entry { quantized: Some(scale), ..plain(spec, DType::F8E4M3) });
+        let (rows, cols) = (spec.shape[0], spec.shape[1]);
         let scale_name = match dtype {
             SynthDtype::Fp8Scaled => format!("{layer}.scale_weight"),
             _ => format!("{layer}.weight_scale"),
         };
-        let scale_spec = Spec { name: scale_name, shape: Vec::new(), init: Init::Fill(scale) };
-        entries.push(owned(scale_spec, DType::F32));
-        layers.insert(format!("{prefix}{layer}"), serde_json::json!({"format": "float8_e4m3fn"}));
+        let (stored, scale, table, config) = match dtype {
+            SynthDtype::Int8Convrot => {
+                // Random int8 values are some weight rotated by ConvRot (the rotation keeps its scale); one
+                // scale per row, from the bound.
+                let Some(group) = [256, 64, 16].into_iter().find(|g| cols.is_multiple_of(*g))
+                else {
+                    entries.push(plain(spec, DType::BF16));
+                    continue;
+                };
+                let scale = bound / 127.0;
+                let table =
+                    Spec { name: scale_name, shape: vec![rows, 1], init: Init::Fill(scale) };
+                let config = serde_json::json!({
+                    "format": "int8_tensorwise", "convrot": true, "convrot_groupsize": group
+                });
+                (DType::I8, scale, (table, DType::F32), config)
+            }
+            SynthDtype::Mxfp8 => {
+                if !rows.is_multiple_of(32) || !cols.is_multiple_of(32) {
+                    entries.push(plain(spec, DType::BF16));
+                    continue;
+                }
+                // One exponent for every block: the power of two that brings the bound within e4m3fn's ±448.
+                let exponent = (bound / 448.0).log2().ceil() as i32;
+                let table = Spec {
+                    name: scale_name,
+                    shape: vec![
+                        rows.div_ceil(128) * 128,
+                        kiln_compute::quant::swizzled_cols(cols / 32),
+                    ],
+                    init: Init::Fill((127 + exponent) as f32),
+                };
+                let config = serde_json::json!({"format": "mxfp8"});
+                (DType::F8E4M3, 2f32.powi(exponent), (table, DType::U8), config)
+            }
+            _ => {
+                let scale = bound / 448.0;
+                let table = Spec { name: scale_name, shape: Vec::new(), init: Init::Fill(scale) };
+                (
+                    DType::F8E4M3,
+                    scale,
+                    (table, DType::F32),
+                    serde_json::json!({"format": "float8_e4m3fn"}),
+                )
+            }
+        };
+        entries.push(Entry { quantized: Some(scale), ..plain(spec, stored) });
+        entries.push(owned(table.0, table.1));
+        layers.insert(format!("{prefix}{layer}"), config);
     }
     if dtype == SynthDtype::Fp8Scaled {
         // The legacy encoding: the marker says so, and the scales' names say which layers.

@@ -1,15 +1,17 @@
 //! ComfyUI's quantized weight files against ComfyUI's own reading of them (`scripts/reference/quant.py`): a
-//! Linear stored as legacy scaled fp8 or in the mixed-precision map (e4m3fn, e5m2) loads with its scale and
-//! gives ComfyUI's CPU output; the formats Kiln cannot run are refused by name, before anything is read, and a
-//! LoRA on a scaled weight is refused rather than applied wrongly.
+//! Linear stored as legacy scaled fp8, in the mixed-precision map (e4m3fn, e5m2), as int8 (a tensor scale,
+//! per-row scales, ConvRot at groups of 64 and 256), MXFP8 or NVFP4 loads quantized and gives ComfyUI's CPU
+//! output (comfy-kitchen's eager kernels); the formats Kiln cannot run are refused by name, before anything
+//! is read, and a LoRA on a quantized weight is refused rather than applied wrongly.
 
 use std::collections::HashMap;
 
 use kiln_compute::Backend as _;
 use kiln_compute::memory::lora::{Adapter, Patch, PatchSet, PatchTensor};
 use kiln_compute::memory::{LoadPlan, SafetensorsFile, SlotPlan};
+use kiln_compute::quant::Quant;
 use kiln_models::Error;
-use kiln_models::quant::Quantization;
+use kiln_models::quant::{LinearPath, Quantization};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};
 
@@ -17,23 +19,99 @@ use crate::common::{assert_close, cpu, fixture, read_tensors};
 fn load(
     name: &str,
 ) -> (std::sync::Arc<kiln_compute::backend::cpu::Cpu>, kiln_compute::memory::Model) {
-    let path = fixture(&format!("quant/{name}.safetensors"));
-    let file = SafetensorsFile::open(&path).expect("a fixture");
+    load_as(name, LinearPath::Quantized)
+}
+
+/// [`load`], for a model that runs its linear layers `path`.
+fn load_as(
+    name: &str,
+    path: LinearPath,
+) -> (std::sync::Arc<kiln_compute::backend::cpu::Cpu>, kiln_compute::memory::Model) {
+    let fixture_path = fixture(&format!("quant/{name}.safetensors"));
+    let file = SafetensorsFile::open(&fixture_path).expect("a fixture");
     let quant = Quantization::read(&file).expect("its quantization");
     quant.refuse_unsupported(&file, "").expect("fp8 runs");
     let mut plan = LoadPlan {
-        files: vec![path.clone()],
+        files: vec![fixture_path.clone()],
         slots: vec![
             SlotPlan::new("layer.weight", vec![(0, "layer.weight".into())]),
             SlotPlan::new("layer.bias", vec![(0, "layer.bias".into())]),
         ],
     };
-    quant.apply(&file, &mut plan).expect("scales");
-    assert!(plan.slots[0].scale.is_some_and(|s| s > 0.0), "{name}: the weight is scaled");
-    assert_eq!(plan.slots[1].scale, None, "{name}: the bias is not");
+    quant.apply(&file, &mut plan, path).expect("scales");
+    assert_ne!(plan.slots[0].quant, Quant::None, "{name}: the weight is quantized");
+    assert_eq!(plan.slots[1].quant, Quant::None, "{name}: the bias is not");
     let (b, manager) = cpu(64 << 20);
     let model = manager.load(&plan, &mut |_, _| {}).expect("loads");
     (b, model)
+}
+
+/// `layer(x)` on the CPU for a loaded one-layer fixture.
+fn run(
+    b: &kiln_compute::backend::cpu::Cpu,
+    model: &kiln_compute::memory::Model,
+    shape: &[usize],
+    x: &[f32],
+) -> Vec<f32> {
+    let layer = model.fetch(b, &["layer.weight", "layer.bias"]).expect("fetch");
+    let xs = b.from_f32(shape, x, kiln_compute::DType::F32).expect("x");
+    b.linear(&xs, &layer.weight(0), Some(&layer.weight(1)))
+        .and_then(|y| b.to_f32(&y))
+        .expect("linear")
+}
+
+#[test]
+fn int8_mxfp8_and_nvfp4_layers_give_comfyuis_cpu_output() {
+    let reference = read_tensors("quant/reference.safetensors");
+    let int8 = |per_row, convrot| Quant::Int8 { per_row, convrot, activations: true };
+    for (name, want) in [
+        ("int8_tensorwise", int8(false, None)),
+        ("int8_rowwise", int8(true, None)),
+        ("int8_convrot64", int8(true, Some(64))),
+        ("int8_convrot256", int8(true, Some(256))),
+        ("mxfp8", Quant::Mxfp8),
+    ] {
+        let (b, model) = load(name);
+        let (x_shape, x) = &reference[&format!("x/{name}")];
+        let layer = model.fetch(&*b, &["layer.weight"]).expect("fetch");
+        assert_eq!(layer.weight(0).quant(), want, "{name}");
+        drop(layer);
+        let y = run(&b, &model, x_shape, x);
+        // int8: the integer product is exact; the rotation's f32 sums and the row scales may differ from
+        // torch's in the last bit, which the final f32 product carries.
+        assert_close(name, &y, &reference[&format!("y/{name}")].1, 1e-6);
+    }
+    // A text encoder's int8 weights are dequantized instead (rotated back for ConvRot): no activation rounding.
+    for name in ["int8_tensorwise", "int8_rowwise", "int8_convrot64", "int8_convrot256"] {
+        let (b, model) = load_as(name, LinearPath::Dequantized);
+        let (x_shape, x) = &reference[&format!("x/{name}")];
+        let y = run(&b, &model, x_shape, x);
+        assert_close(name, &y, &reference[&format!("y_dequantized/{name}")].1, 1e-5);
+        let quantized = &reference[&format!("y/{name}")].1;
+        assert!(y.iter().zip(quantized).any(|(a, b)| a != b), "{name}: a path of its own");
+    }
+    // A view of some rows (a fused qkv split into q, k, v) keeps its rows' scales: its outputs are the
+    // whole layer's columns, for int8's per-row scales and for the block formats past the first 128-row tile.
+    for (name, start, rows) in [("int8_rowwise", 2, 3), ("mxfp8", 130, 20), ("nvfp4", 100, 40)] {
+        let (b, model) = load(name);
+        let (x_shape, x) = &reference[&format!("x/{name}")];
+        let layer = model.fetch(&*b, &["layer.weight"]).expect("fetch");
+        let xs = b.from_f32(x_shape, x, kiln_compute::DType::F32).expect("x");
+        let whole =
+            b.linear(&xs, &layer.weight(0), None).and_then(|y| b.to_f32(&y)).expect("whole");
+        let view = layer.weight(0).rows(start, rows).expect("rows");
+        let part = b.linear(&xs, &view, None).and_then(|y| b.to_f32(&y)).expect("part");
+        let n = whole.len() / x_shape[0];
+        let want: Vec<f32> =
+            whole.chunks_exact(n).flat_map(|row| row[start..start + rows].to_vec()).collect();
+        assert_eq!(part, want, "{name}: rows {start}..{}", start + rows);
+    }
+    let (b, model) = load("nvfp4");
+    let layer = model.fetch(&*b, &["layer.weight"]).expect("fetch");
+    assert!(matches!(layer.weight(0).quant(), Quant::Nvfp4 { global } if global > 0.0));
+    drop(layer);
+    let (x_shape, x) = &reference["x/nvfp4"];
+    assert_close("nvfp4", &run(&b, &model, x_shape, x), &reference["y/nvfp4"].1, 1e-6);
 }
 
 #[test]
@@ -42,12 +120,7 @@ fn scaled_fp8_layers_give_comfyuis_cpu_output() {
     let (x_shape, x) = &reference["x"];
     for name in ["scaled_fp8", "mixed_e4m3fn", "mixed_e5m2"] {
         let (b, model) = load(name);
-        let layer = model.fetch(&*b, &["layer.weight", "layer.bias"]).expect("fetch");
-        let xs = b.from_f32(x_shape, x, kiln_compute::DType::F32).expect("x");
-        let y = b
-            .linear(&xs, &layer.weight(0), Some(&layer.weight(1)))
-            .and_then(|y| b.to_f32(&y))
-            .expect("linear");
+        let y = run(&b, &model, x_shape, x);
         assert_close(name, &y, &reference[&format!("y/{name}")].1, 1e-6);
     }
 }
@@ -76,9 +149,9 @@ fn formats_kiln_cannot_run_are_refused_by_name() {
     let dir = std::env::temp_dir().join(format!("kiln-quant-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     for (format, dtype, bytes) in [
-        ("int8_tensorwise", safetensors::Dtype::I8, 8 * 32),
-        ("nvfp4", safetensors::Dtype::U8, 8 * 16),
-        ("mxfp8", safetensors::Dtype::F8_E4M3, 32 * 32),
+        ("convrot_w4a4", safetensors::Dtype::I8, 8 * 16),
+        ("asym_w4a8_int8", safetensors::Dtype::I8, 8 * 16),
+        ("svdquant", safetensors::Dtype::U8, 8 * 16),
     ] {
         let path = dir.join(format!("{format}.safetensors"));
         let rows = bytes / 32;

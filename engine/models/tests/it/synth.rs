@@ -563,3 +563,35 @@ fn one_file_of_a_family_is_written_under_any_name() {
     );
     assert!(matches!(refused, Err(Error::Invalid(_))));
 }
+
+#[test]
+fn int8_convrot_and_mxfp8_files_quantize_the_linear_weights_their_blocks_fit() {
+    let dir = scratch("blocks");
+    let set = ZImageTurboSet::tiny();
+    for (dtype, format, stored) in [
+        (SynthDtype::Int8Convrot, "int8_tensorwise", DType::I8),
+        (SynthDtype::Mxfp8, "mxfp8", DType::F8E4M3),
+    ] {
+        let path = dir.join(format!("zimage_{dtype}.safetensors"));
+        synth::write_zimage(&path, &set.zimage, dtype, 7, &mut |_, _| {}).unwrap();
+        let file = SafetensorsFile::open(&path).unwrap();
+        let map: serde_json::Value =
+            serde_json::from_str(file.metadata().get("_quantization_metadata").expect("a map"))
+                .unwrap();
+        let layers = map["layers"].as_object().unwrap();
+        assert!(layers.len() > 20, "{dtype}: {} quantized layers", layers.len());
+        for (layer, config) in layers {
+            assert_eq!(config["format"], format, "{layer}");
+            let weight = file.tensor(&format!("{layer}.weight")).unwrap();
+            assert_eq!(weight.dtype, stored, "{layer}");
+            if dtype == SynthDtype::Int8Convrot {
+                let group = config["convrot_groupsize"].as_u64().unwrap() as usize;
+                assert!(weight.shape[1].is_multiple_of(group), "{layer}: groups of {group}");
+            }
+        }
+        // Kiln reads what it wrote.
+        let quant = kiln_models::quant::Quantization::read(&file).unwrap();
+        quant.refuse_unsupported(&file, "").unwrap();
+        assert!(quant.has_tables());
+    }
+}

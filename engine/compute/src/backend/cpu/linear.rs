@@ -15,6 +15,7 @@ use super::storage::{Data, data, read_f32, tensor_from_f32};
 use super::weights::{vector, widen_range};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant::Quant;
 use crate::tensor::{Tensor, Weight, numel};
 
 /// Elements of a linear weight widened (and multiplied) at a time for a product of few rows: large enough
@@ -35,9 +36,7 @@ pub(crate) fn linear(
         .shape()
         .split_last()
         .ok_or_else(|| Error::shape(OP, "x must have at least one dimension"))?;
-    let &[n, wk] = w.shape() else {
-        return Err(Error::shape(OP, format!("weight must be [out, in], got {:?}", w.shape())));
-    };
+    let (n, wk) = w.matrix(OP)?;
     if wk != k {
         return Err(Error::shape(
             OP,
@@ -52,6 +51,10 @@ pub(crate) fn linear(
         cpu.sim().read(w.ptr().offset((row * row_bytes) as u64), bytes)
     };
     match data(x, OP)? {
+        // ComfyUI runs int8 weights with int8 activations on every device.
+        _ if matches!(w.quant(), Quant::Int8 { activations: true, .. }) => {
+            super::quant::linear_int8(cpu.sim(), &read_f32(x, OP)?, w, (m, n, k), &mut out)?;
+        }
         // bf16 activations times bf16 weights: exact products accumulated in f32, at twice the f32 rate.
         Data::BF16(xv)
             if w.dtype() == DType::BF16
@@ -66,6 +69,27 @@ pub(crate) fn linear(
                 k,
                 (DType::BF16, None),
                 &read_rows,
+                &mut out,
+            )?;
+        }
+        // The block formats are decoded to f32 as they are read, then multiplied by the same kernel as an f32
+        // weight holding their values (so a file and its dequantized twin give the same bits).
+        _ if F32::available() && w.quant().has_table() => {
+            let read_values = |row: usize, bytes: &mut [u8]| {
+                let mut values = vec![0.0f32; bytes.len() / 4];
+                super::quant::dequantize_range(cpu.sim(), w, row * k, &mut values)?;
+                for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
+                    b.copy_from_slice(&v.to_le_bytes());
+                }
+                Ok(())
+            };
+            avx512_gemm::matmul_bt::<F32>(
+                &read_f32(x, OP)?,
+                m,
+                n,
+                k,
+                (DType::F32, None),
+                &read_values,
                 &mut out,
             )?;
         }

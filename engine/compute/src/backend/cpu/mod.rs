@@ -7,7 +7,7 @@
 //!
 //! One module per op family: `storage` (buffers and dtype conversion), `weights` (reading weights), `gemm`
 //! (the checked GEMM front), `avx512_gemm` (AVX-512 micro-kernels), `linear`, `attention`, `norm`,
-//! `elementwise`, `rope`, `conv`, `image`, `layout` and `store`; `simd` holds the vectorised inner loops.
+//! `elementwise`, `quant` (the row and block formats of quantized weights), `rope`, `conv`, `image`, `layout` and `store`; `simd` holds the vectorised inner loops.
 
 mod attention;
 mod avx512_gemm;
@@ -18,6 +18,7 @@ mod image;
 mod layout;
 mod linear;
 mod norm;
+mod quant;
 mod rope;
 mod simd;
 mod storage;

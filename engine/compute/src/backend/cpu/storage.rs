@@ -114,7 +114,9 @@ pub(crate) fn narrow_data(values: Vec<f32>, dtype: DType, op: &'static str) -> R
         DType::F32 => Data::F32(values),
         DType::F16 => Data::F16(narrow_halves(&values, f16::from_f32)),
         DType::BF16 => Data::BF16(narrow_halves(&values, bf16::from_f32)),
-        DType::F8E4M3 | DType::F8E5M2 => unreachable!("checked by compute_dtype"),
+        DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => {
+            unreachable!("checked by compute_dtype")
+        }
     })
 }
 

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use super::Cpu;
 use super::storage::read_f32;
 use crate::dtype::{DType, f8e4m3_to_f32, f32_to_f8e4m3, f32_to_f8e5m2};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::DevPtr;
 use crate::tensor::Tensor;
 
@@ -31,6 +31,10 @@ pub(crate) fn store(
     dtype: DType,
     seed: Option<u64>,
 ) -> Result<()> {
+    if matches!(dtype, DType::I8 | DType::U8) {
+        // Integer weights are quantized formats' values; ComfyUI re-quantizes them with new scales.
+        return Err(Error::Unsupported(format!("storing into {dtype} weight bytes")));
+    }
     let values = read_f32(x, "store")?;
     let size = dtype.size();
     let mut bytes = vec![0u8; values.len() * size];
@@ -56,6 +60,7 @@ fn encode(dtype: DType, v: f32) -> u32 {
         DType::BF16 => u32::from(bf16::from_f32(v).to_bits()),
         DType::F8E4M3 => u32::from(f32_to_f8e4m3(v)),
         DType::F8E5M2 => u32::from(f32_to_f8e5m2(v)),
+        DType::I8 | DType::U8 => u32::from(crate::dtype::narrow(dtype, &[v])[0]),
     }
 }
 
@@ -67,6 +72,8 @@ fn decode(dtype: DType, bits: u32) -> f32 {
         DType::BF16 => bf16::from_bits(bits as u16).to_f32(),
         DType::F8E4M3 => f8e4m3_to_f32(bits as u8),
         DType::F8E5M2 => f16::from_bits((bits as u16) << 8).to_f32(),
+        DType::I8 => f32::from(bits as u8 as i8),
+        DType::U8 => f32::from(bits as u8),
     }
 }
 

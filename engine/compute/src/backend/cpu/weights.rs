@@ -14,13 +14,17 @@ use crate::tensor::Weight;
 /// Elements widened per rayon task.
 const CHUNK: usize = 1 << 15;
 
-/// Elements `start..start + out.len()` of `w` (flat, row-major) widened into `out`.
+/// Values `start..start + out.len()` of `w` (flat, row-major) widened into `out` (decoded, for the row and
+/// block formats of quantized weights).
 pub(crate) fn widen_range(
     sim: &SimDevice,
     w: &Weight<'_>,
     start: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    if w.quant().has_table() {
+        return super::quant::dequantize_range(sim, w, start, out);
+    }
     if start + out.len() > w.numel() {
         return Err(Error::shape(
             "weight",
@@ -45,9 +49,13 @@ pub(crate) fn widen_range(
     )
 }
 
-/// Every element of `w` as f32.
+/// Every value of `w` as f32.
 pub(crate) fn widen(sim: &SimDevice, w: &Weight<'_>) -> Result<Vec<f32>> {
-    let mut out = vec![0.0f32; w.numel()];
+    let values = match w.matrix("weight") {
+        Ok((rows, cols)) => rows * cols,
+        Err(_) => w.numel(),
+    };
+    let mut out = vec![0.0f32; values];
     widen_range(sim, w, 0, &mut out)?;
     Ok(out)
 }

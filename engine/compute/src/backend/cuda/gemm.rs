@@ -129,7 +129,9 @@ pub(crate) enum WeightPath {
 pub(crate) fn weight_path(act: DType, weight: DType) -> WeightPath {
     match (act, weight) {
         (a, w) if a == w => WeightPath::Direct,
-        (DType::F32, _) | (_, DType::F8E4M3 | DType::F8E5M2) => WeightPath::Direct,
+        (DType::F32, _) | (_, DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8) => {
+            WeightPath::Direct
+        }
         (_, DType::F32) => WeightPath::Wide { tf32: false },
         _ => WeightPath::Wide { tf32: true },
     }
@@ -147,7 +149,7 @@ impl Gemm {
             DType::F32 => ltsys::cudaDataType_t::CUDA_R_32F,
             DType::F16 => ltsys::cudaDataType_t::CUDA_R_16F,
             DType::BF16 => ltsys::cudaDataType_t::CUDA_R_16BF,
-            DType::F8E4M3 | DType::F8E5M2 => {
+            DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => {
                 return Err(Error::Unsupported(format!("a GEMM on {} operands", g.dtype)));
             }
         };
@@ -292,6 +294,38 @@ fn gemm_type(act: DType, weight: DType) -> (DType, bool) {
     }
 }
 
+/// The sizes of `x · Wᵀ`: m rows of k inputs, n outputs, and the output's shape.
+pub(crate) struct LinearShape {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) out: Vec<usize>,
+}
+
+/// Checks `x`, `w` and `bias` of a linear layer against each other.
+pub(crate) fn linear_shape(
+    x: &Tensor<Cuda>,
+    w: &Weight<'_>,
+    bias: Option<&Weight<'_>>,
+) -> Result<LinearShape> {
+    let (n, k) = w.matrix("linear")?;
+    let xk = *x.shape().last().ok_or_else(|| Error::shape("linear", "x has rank 0"))?;
+    if xk != k {
+        return Err(Error::shape(
+            "linear",
+            format!("x {:?} against weight {:?}", x.shape(), w.shape()),
+        ));
+    }
+    if let Some(b) = bias
+        && b.numel() != n
+    {
+        return Err(Error::shape("linear", format!("bias {:?} for {n} outputs", b.shape())));
+    }
+    let mut out = x.shape().to_vec();
+    *out.last_mut().unwrap_or(&mut 0) = n;
+    Ok(LinearShape { m: x.numel() / k.max(1), n, k, out })
+}
+
 impl Cuda {
     /// Queues one GEMM: cuBLASLt, or the fallback kernel where cuBLASLt has no algorithm.
     pub(crate) fn gemm(&self, g: &GemmArgs) -> Result<()> {
@@ -345,26 +379,12 @@ impl Cuda {
         w: &Weight<'_>,
         bias: Option<&Weight<'_>>,
     ) -> Result<Tensor<Cuda>> {
+        if matches!(w.quant(), crate::quant::Quant::Int8 { activations: true, .. }) {
+            // ComfyUI runs int8 weights with int8 activations on every device.
+            return self.op_linear_int8(x, w, bias);
+        }
         let dtype = Self::compute_type("linear", x.dtype())?;
-        let (k, n) = match w.shape() {
-            [n, k] => (*k, *n),
-            s => return Err(Error::shape("linear", format!("weight {s:?} is not [out, in]"))),
-        };
-        let xk = *x.shape().last().ok_or_else(|| Error::shape("linear", "x has rank 0"))?;
-        if xk != k {
-            return Err(Error::shape(
-                "linear",
-                format!("x {:?} against weight {:?}", x.shape(), w.shape()),
-            ));
-        }
-        if let Some(b) = bias
-            && b.numel() != n
-        {
-            return Err(Error::shape("linear", format!("bias {:?} for {n} outputs", b.shape())));
-        }
-        let m = x.numel() / k.max(1);
-        let mut shape = x.shape().to_vec();
-        *shape.last_mut().unwrap_or(&mut 0) = n;
+        let LinearShape { m, n, k, out: shape } = linear_shape(x, w, bias)?;
         let (gdt, tf32) = gemm_type(dtype, w.dtype());
         let x = self.op_cast(x, gdt)?;
         let out = self.empty(shape, gdt)?;
@@ -547,7 +567,7 @@ impl Cuda {
     }
 
     /// In place: `out[i] += bias[(i / inner) % channels]`.
-    fn bias_add(
+    pub(crate) fn bias_add(
         &self,
         out: &Tensor<Cuda>,
         bias: &Weight<'_>,

@@ -41,11 +41,13 @@ pub(crate) enum KernelFile {
     Conv,
     /// The fallback GEMM.
     Gemm,
+    /// Quantized weights: dequantizing the row and block formats, int8 activations and products.
+    Quant,
 }
 
 impl KernelFile {
     /// Every kernel file.
-    const ALL: [KernelFile; 8] = [
+    const ALL: [KernelFile; 9] = [
         KernelFile::Cast,
         KernelFile::Elementwise,
         KernelFile::Norm,
@@ -54,6 +56,7 @@ impl KernelFile {
         KernelFile::Layout,
         KernelFile::Conv,
         KernelFile::Gemm,
+        KernelFile::Quant,
     ];
 
     fn name(self) -> &'static str {
@@ -66,6 +69,7 @@ impl KernelFile {
             KernelFile::Layout => "layout.cu",
             KernelFile::Conv => "conv.cu",
             KernelFile::Gemm => "gemm.cu",
+            KernelFile::Quant => "quant.cu",
         }
     }
 
@@ -84,6 +88,7 @@ impl KernelFile {
             KernelFile::Layout => include_str!("kernels/layout.cu"),
             KernelFile::Conv => include_str!("kernels/conv.cu"),
             KernelFile::Gemm => include_str!("kernels/gemm.cu"),
+            KernelFile::Quant => include_str!("kernels/quant.cu"),
         }
     }
 }
@@ -96,6 +101,8 @@ pub(crate) fn dtype_code(dtype: DType) -> i32 {
         DType::BF16 => 2,
         DType::F8E4M3 => 3,
         DType::F8E5M2 => 4,
+        DType::I8 => 5,
+        DType::U8 => 6,
     }
 }
 
@@ -434,6 +441,10 @@ mod tests {
             ),
             (KernelFile::Conv, &["im2col"]),
             (KernelFile::Gemm, &["gemm_fallback"]),
+            (
+                KernelFile::Quant,
+                &["dequant_mxfp8", "dequant_nvfp4", "dequant_int8", "quantize_rows_i8", "gemm_i8"],
+            ),
         ];
         for (file, kernels) in files {
             let src = file.source();
@@ -457,6 +468,8 @@ mod tests {
             (DType::BF16, "DT_BF16"),
             (DType::F8E4M3, "DT_E4M3"),
             (DType::F8E5M2, "DT_E5M2"),
+            (DType::I8, "DT_I8"),
+            (DType::U8, "DT_U8"),
         ] {
             let line = format!("#define {name} {}", dtype_code(dtype));
             assert!(COMMON.contains(&line), "common.cu lacks `{line}`");

@@ -13,12 +13,7 @@ fn split(shape: &[usize], d: usize) -> (usize, usize, usize) {
 
 impl Cuda {
     pub(crate) fn op_embedding(&self, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Cuda>> {
-        let [v, d] = *table.shape() else {
-            return Err(Error::shape(
-                "embedding",
-                format!("table {:?} is not [V, D]", table.shape()),
-            ));
-        };
+        let (v, d) = table.matrix("embedding")?;
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= v) {
             return Err(Error::shape("embedding", format!("id {bad} in a table of {v} rows")));
         }
@@ -29,12 +24,12 @@ impl Cuda {
         }
         // A scaled table is dequantized whole first (rows looked up from it), as ComfyUI dequantizes before the
         // lookup outside its quantized-embedding path.
-        let (table_ptr, table_dtype, _scratch) = match table.scale() {
-            Some(_) => {
+        let (table_ptr, table_dtype, _scratch) = match table.quant() {
+            crate::quant::Quant::None => (table.ptr().0, table.dtype(), None),
+            _ => {
                 let (ptr, scratch) = self.weight_as(table, dt)?;
                 (ptr, dt, scratch)
             }
-            None => (table.ptr().0, table.dtype(), None),
         };
         let dev_ids = self.alloc((ids.len() * 4) as u64)?;
         let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();

@@ -26,6 +26,7 @@ mod kernels;
 mod layout;
 pub mod memory;
 mod norm;
+mod quant;
 mod ranges;
 
 use std::sync::{Arc, RwLock};
@@ -46,6 +47,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::device::DeviceAllocator;
 use crate::memory::{DevPtr, DeviceMemory};
+use crate::quant::Quant;
 use crate::tensor::{Tensor, Weight, numel};
 
 /// The first CUDA library that cannot be loaded (`libcuda`, `libcublasLt`, `libnvrtc`), or `None` when all
@@ -76,6 +78,7 @@ pub struct Cuda {
     allocator: RwLock<Arc<dyn DeviceAllocator>>,
     kernels: Kernels,
     gemm: gemm::Gemm,
+    hadamards: quant::Hadamards,
 }
 
 impl Cuda {
@@ -104,7 +107,17 @@ impl Cuda {
         // The cuBLASLt workspace lives as long as the backend, so it stays a plain allocation.
         let gemm = gemm::Gemm::new(Allocation::new(&plain, gemm::WORKSPACE)?)?;
         let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
-        Ok(Cuda { info, dtype, mem, memory, allocator: RwLock::new(plain), kernels, gemm })
+        let hadamards = quant::Hadamards::default();
+        Ok(Cuda {
+            info,
+            dtype,
+            mem,
+            memory,
+            allocator: RwLock::new(plain),
+            kernels,
+            gemm,
+            hadamards,
+        })
     }
 
     /// What the device is.
@@ -176,16 +189,19 @@ impl Cuda {
     ///
     /// A scaled weight is dequantized as ComfyUI does on a GPU: `dtype(q) · dtype(scale)`, rounded to `dtype`.
     fn weight_as(&self, w: &Weight<'_>, dtype: DType) -> Result<(u64, Option<Allocation>)> {
-        if w.dtype() == dtype && w.scale().is_none() {
+        if w.dtype() == dtype && w.quant() == Quant::None {
             return Ok((w.ptr().0, None));
         }
-        let scratch = self.alloc((w.numel() * dtype.size()) as u64)?;
+        let scratch = self.alloc((w.values() * dtype.size()) as u64)?;
         self.cast_weight_ptr(w, scratch.ptr().0, dtype)?;
         Ok((scratch.ptr().0, Some(scratch)))
     }
 
-    /// Writes `w`'s values as `dtype` at `dst`: a cast, or the dequantization of a scaled weight.
+    /// Writes `w`'s values as `dtype` at `dst`: a cast, or the dequantization of a quantized weight.
     fn cast_weight_ptr(&self, w: &Weight<'_>, dst: u64, dtype: DType) -> Result<()> {
+        if w.quant().has_table() {
+            return self.dequantize_ptr(w, dst, dtype);
+        }
         let Some(scale) = w.scale() else {
             return self.cast_ptr(w.ptr().0, w.dtype(), dst, dtype, w.numel());
         };
@@ -267,7 +283,14 @@ impl Backend for Cuda {
 
     fn weight_to_tensor(&self, w: &Weight<'_>, dtype: DType) -> Result<Tensor<Self>> {
         Self::compute_type("weight_to_tensor", dtype)?;
-        let out = self.empty(w.shape().to_vec(), dtype)?;
+        let shape = match w.quant() {
+            Quant::Nvfp4 { .. } => {
+                let (rows, cols) = w.matrix("weight_to_tensor")?;
+                vec![rows, cols]
+            }
+            _ => w.shape().to_vec(),
+        };
+        let out = self.empty(shape, dtype)?;
         self.cast_weight_ptr(w, out.buf().ptr().0, dtype)?;
         Ok(out)
     }

@@ -14,6 +14,8 @@ typedef long long i64;
 #define DT_BF16 2
 #define DT_E4M3 3
 #define DT_E5M2 4
+#define DT_I8 5
+#define DT_U8 6
 
 #define NEG_INF (__int_as_float(0xff800000))
 #define FULL_MASK 0xffffffffu
@@ -106,6 +108,8 @@ __device__ __forceinline__ float ld(const void* p, int dt, i64 i) {
     case DT_F16: return f16_to_f32(((const u16*)p)[i]);
     case DT_BF16: return bf16_to_f32(((const u16*)p)[i]);
     case DT_E4M3: return e4m3_to_f32(((const u8*)p)[i]);
+    case DT_I8: return (float)((const signed char*)p)[i];
+    case DT_U8: return (float)((const u8*)p)[i];
     default: return e5m2_to_f32(((const u8*)p)[i]);
     }
 }
@@ -116,6 +120,8 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
     case DT_F16: ((u16*)p)[i] = f32_to_f16(v); break;
     case DT_BF16: ((u16*)p)[i] = f32_to_bf16(v); break;
     case DT_E4M3: ((u8*)p)[i] = f32_to_e4m3(v); break;
+    case DT_I8: ((signed char*)p)[i] = (signed char)fminf(fmaxf(rintf(v), -128.0f), 127.0f); break;
+    case DT_U8: ((u8*)p)[i] = (u8)fminf(fmaxf(rintf(v), 0.0f), 255.0f); break;
     default: ((u8*)p)[i] = f32_to_e5m2(v); break;
     }
 }
