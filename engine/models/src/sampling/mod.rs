@@ -13,10 +13,13 @@
 
 mod beta;
 mod cfg_pp;
+mod dpm_solver;
 mod er_sde;
 mod flow;
 pub mod guidance;
+mod linalg;
 mod multistep;
+mod sa_solver;
 mod samplers;
 mod schedulers;
 mod second_order;

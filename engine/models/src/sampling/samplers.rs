@@ -6,8 +6,10 @@
 
 use super::FlowSampling;
 use super::cfg_pp;
+use super::dpm_solver;
 use super::er_sde;
 use super::multistep::{self, Ipndm};
+use super::sa_solver;
 use super::second_order;
 use super::seeds::{self, Seeds2};
 use super::unipc;
@@ -69,6 +71,10 @@ pub enum Sampler {
     Dpm2Ancestral,
     /// Linear multistep, order 4 (`lms`).
     Lms,
+    /// DPM-Solver on its own even grid of t = −ln σ between the schedule's ends, orders 3, 2, 1 (`dpm_fast`).
+    DpmFast,
+    /// DPM-Solver-23 with adaptive steps between the schedule's ends (`dpm_adaptive`).
+    DpmAdaptive,
     /// DPM-Solver++(2S) steps with fresh noise, rectified-flow form (`dpmpp_2s_ancestral`).
     Dpmpp2sAncestral,
     /// `dpmpp_2s_ancestral` with CFG++, not in rectified-flow form (`dpmpp_2s_ancestral_cfg_pp`).
@@ -107,6 +113,10 @@ pub enum Sampler {
     Seeds2,
     /// SEEDS-3: three stages (`seeds_3`).
     Seeds3,
+    /// The stochastic Adams predictor–corrector (`sa_solver`).
+    SaSolver,
+    /// `sa_solver` with the corrected state evaluated again (`sa_solver_pece`).
+    SaSolverPece,
     /// DDIM, which ComfyUI runs as Euler (with random noise for a masked latent's kept area) (`ddim`).
     Ddim,
     /// UniPC with B(h) = h (`uni_pc`).
@@ -117,7 +127,7 @@ pub enum Sampler {
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 33] = [
+    pub const ALL: [Sampler; 37] = [
         Sampler::Euler,
         Sampler::EulerCfgPp,
         Sampler::EulerAncestral,
@@ -129,6 +139,8 @@ impl Sampler {
         Sampler::Dpm2,
         Sampler::Dpm2Ancestral,
         Sampler::Lms,
+        Sampler::DpmFast,
+        Sampler::DpmAdaptive,
         Sampler::Dpmpp2sAncestral,
         Sampler::Dpmpp2sAncestralCfgPp,
         Sampler::Dpmpp2m,
@@ -148,6 +160,8 @@ impl Sampler {
         Sampler::ErSde,
         Sampler::Seeds2,
         Sampler::Seeds3,
+        Sampler::SaSolver,
+        Sampler::SaSolverPece,
         Sampler::Ddim,
         Sampler::UniPc,
         Sampler::UniPcBh2,
@@ -167,6 +181,8 @@ impl Sampler {
             Sampler::Dpm2 => "dpm_2",
             Sampler::Dpm2Ancestral => "dpm_2_ancestral",
             Sampler::Lms => "lms",
+            Sampler::DpmFast => "dpm_fast",
+            Sampler::DpmAdaptive => "dpm_adaptive",
             Sampler::Dpmpp2sAncestral => "dpmpp_2s_ancestral",
             Sampler::Dpmpp2sAncestralCfgPp => "dpmpp_2s_ancestral_cfg_pp",
             Sampler::Dpmpp2m => "dpmpp_2m",
@@ -186,6 +202,8 @@ impl Sampler {
             Sampler::ErSde => "er_sde",
             Sampler::Seeds2 => "seeds_2",
             Sampler::Seeds3 => "seeds_3",
+            Sampler::SaSolver => "sa_solver",
+            Sampler::SaSolverPece => "sa_solver_pece",
             Sampler::Ddim => "ddim",
             Sampler::UniPc => "uni_pc",
             Sampler::UniPcBh2 => "uni_pc_bh2",
@@ -352,6 +370,8 @@ pub fn sample_with(
         Sampler::Dpm2 => second_order::dpm_2(&mut run, x, sigmas),
         Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
         Sampler::Lms => multistep::lms(&mut run, x, sigmas, set.order),
+        Sampler::DpmFast => dpm_solver::dpm_fast(&mut run, x, sigmas),
+        Sampler::DpmAdaptive => dpm_solver::dpm_adaptive(&mut run, x, sigmas),
         Sampler::Dpmpp2sAncestral => {
             let (eta, s_noise) = (set.eta, set.s_noise);
             second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, eta, s_noise, &mut noise())
@@ -382,6 +402,8 @@ pub fn sample_with(
         Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &set, &mut noise()),
         Sampler::Seeds2 => seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::SEEDS_2, &mut noise()),
         Sampler::Seeds3 => seeds::seeds_3(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::SaSolver => sa_solver::sa_solver(&mut run, ms, x, sigmas, false, &mut noise()),
+        Sampler::SaSolverPece => sa_solver::sa_solver(&mut run, ms, x, sigmas, true, &mut noise()),
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),

@@ -9,6 +9,7 @@
 //! as torch's 0-dim tensors are; the small linear systems are solved by LU with partial pivoting in f32, as
 //! LAPACK's `sgesv` does (equal up to rounding).
 
+use super::linalg::solve;
 use super::samplers::{Run, Step};
 use crate::Result;
 
@@ -56,31 +57,6 @@ fn data_prediction(run: &mut Run<'_>, x: &[f32], t: f32) -> Result<Vec<f32>> {
             (x - std_t * eps) / alpha_t
         })
         .collect())
-}
-
-/// Solves `a · x = b` (n ≤ 3) by LU with partial pivoting in f32.
-fn solve(mut a: Vec<Vec<f32>>, mut b: Vec<f32>) -> Vec<f32> {
-    let n = b.len();
-    for col in 0..n {
-        let pivot =
-            (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap_or(col);
-        a.swap(col, pivot);
-        b.swap(col, pivot);
-        let pivot_row = a[col].clone();
-        for row in col + 1..n {
-            let f = a[row][col] / pivot_row[col];
-            for (v, p) in a[row].iter_mut().zip(&pivot_row).skip(col) {
-                *v -= f * p;
-            }
-            b[row] -= f * b[col];
-        }
-    }
-    let mut x = vec![0.0f32; n];
-    for row in (0..n).rev() {
-        let s: f32 = (row + 1..n).fold(b[row], |s, k| s - a[row][k] * x[k]);
-        x[row] = s / a[row][row];
-    }
-    x
 }
 
 /// The model's past data predictions (`models[i]` at `times[i]`, oldest first), ComfyUI's `model_prev_list`

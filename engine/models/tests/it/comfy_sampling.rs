@@ -45,8 +45,6 @@ impl Denoiser for Toy {
 
 /// ComfyUI's samplers Kiln does not offer yet.
 const NOT_YET: &[&str] = &[
-    "dpm_fast",
-    "dpm_adaptive",
     "dpmpp_sde",
     "dpmpp_sde_gpu",
     "dpmpp_2m_sde_gpu",
@@ -54,8 +52,6 @@ const NOT_YET: &[&str] = &[
     "dpmpp_2m_sde_heun_gpu",
     "dpmpp_3m_sde",
     "dpmpp_3m_sde_gpu",
-    "sa_solver",
-    "sa_solver_pece",
 ];
 
 /// ComfyUI's schedulers Kiln does not offer yet.

@@ -196,6 +196,8 @@ fn names_follow_comfyui_order() {
             "dpm_2",
             "dpm_2_ancestral",
             "lms",
+            "dpm_fast",
+            "dpm_adaptive",
             "dpmpp_2s_ancestral",
             "dpmpp_2s_ancestral_cfg_pp",
             "dpmpp_2m",
@@ -215,6 +217,8 @@ fn names_follow_comfyui_order() {
             "er_sde",
             "seeds_2",
             "seeds_3",
+            "sa_solver",
+            "sa_solver_pece",
             "ddim",
             "uni_pc",
             "uni_pc_bh2"
@@ -241,7 +245,7 @@ fn names_follow_comfyui_order() {
     for s in Scheduler::ALL {
         assert_eq!(Scheduler::from_name(s.name()), Some(s));
     }
-    assert_eq!(Sampler::from_name("dpm_fast"), None);
+    assert_eq!(Sampler::from_name("dpmpp_sde"), None);
 }
 
 #[test]
