@@ -16,6 +16,7 @@
 //! Model code reads weights only through `kiln_compute::memory::Model::fetch`, one layer at a time, so a model
 //! larger than the VRAM budget streams.
 
+pub mod brownian;
 pub mod family;
 pub mod flux_vae;
 pub mod header;

@@ -145,7 +145,7 @@ async fn issue_11_a_file_of_another_kind_fails_with_a_message_naming_it() {
 
     // An unknown sampler is refused before anything runs, naming the input.
     let mut prompt = default_workflow(1, 64, 1);
-    prompt["70"]["inputs"]["sampler_name"] = json!("dpmpp_3m_sde_gpu");
+    prompt["70"]["inputs"]["sampler_name"] = json!("dpmpp_4m_sde");
     match kiln.execute_prompt(None, &request(prompt)).await {
         Err(progenitor_client::Error::ErrorResponse(e)) => {
             assert_eq!(e.status().as_u16(), 400);

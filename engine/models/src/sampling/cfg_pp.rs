@@ -3,6 +3,7 @@
 //! also turns its CFG-1 shortcut off ([`super::Denoiser::denoise_cfg_pp`]). Also the ancestral step
 //! (`get_ancestral_step`) the variance-exploding forms share with `res_multistep_ancestral`.
 
+use super::flow::half_log_snr;
 use super::samplers::{Run, to_d};
 use crate::Result;
 use crate::noise::TorchGenerator;
@@ -17,11 +18,6 @@ pub(super) fn ancestral_step(from: f32, to: f32, eta: f32) -> (f32, f32) {
     let candidate = eta * (to * to * (from * from - to * to) / (from * from)).sqrt();
     let up = if candidate < to { candidate } else { to };
     ((to * to - up * up).sqrt(), up)
-}
-
-/// The flow model's half-log-SNR ln((1 − σ)/σ) (`-logit(σ)`), in f32.
-fn half_log_snr(sigma: f32) -> f32 {
-    -(sigma / (1.0 - sigma)).ln()
 }
 
 /// `sample_euler_ancestral_cfg_pp` for a flow model at η and s_noise (`euler_cfg_pp`: both 0, no noise): x̂₀

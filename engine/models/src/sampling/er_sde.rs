@@ -31,10 +31,7 @@ pub(super) fn er_sde(
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
     let noise_scaler = |v: f32| settings.er_sde_scaler.scale(v);
-    let mut sigmas = sigmas.to_vec();
-    if sigmas[0] >= 1.0 {
-        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
-    }
+    let sigmas = ms.offset_first_sigma(sigmas);
     // λ = exp(−(−logit σ)) = σ/(1 − σ), as torch computes it.
     let lambdas: Vec<f32> = sigmas.iter().map(|&s| (-(-(s / (1.0 - s)).ln())).exp()).collect();
     let mut old: Option<Vec<f32>> = None;

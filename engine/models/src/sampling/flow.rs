@@ -107,6 +107,16 @@ impl FlowSampling {
         }
     }
 
+    /// The sigmas with a first sigma of 1 (λ = −∞) moved to `percent_to_sigma(1e-4)`, as ComfyUI's
+    /// `offset_first_sigma_for_snr` does before the samplers that work in the half-log-SNR.
+    pub fn offset_first_sigma(&self, sigmas: &[f32]) -> Vec<f32> {
+        let mut sigmas = sigmas.to_vec();
+        if sigmas.len() > 1 && sigmas[0] >= 1.0 {
+            sigmas[0] = self.percent_to_sigma(1e-4) as f32;
+        }
+        sigmas
+    }
+
     /// The sampler's starting latent: σ·noise + (1−σ)·latent, elementwise (`noise` and `latent` of equal length).
     pub fn noise_scaling(&self, sigma: f32, noise: &[f32], latent: &[f32]) -> Vec<f32> {
         let keep = 1.0 - sigma;
@@ -141,4 +151,14 @@ fn time_snr_shift(shift: f64, t: f32) -> f32 {
         return t;
     }
     (shift as f32 * t) / (1.0 + (shift - 1.0) as f32 * t)
+}
+
+/// The flow model's half-log-SNR λ = ln((1 − σ)/σ) = −logit(σ), as torch's f32 `logit` computes it.
+pub(super) fn half_log_snr(sigma: f32) -> f32 {
+    -(sigma / (1.0 - sigma)).ln()
+}
+
+/// σ of a half-log-SNR, `sigmoid(−λ)` as torch computes it.
+pub(super) fn sigma_of_half_log_snr(lambda: f32) -> f32 {
+    1.0 / (1.0 + lambda.exp())
 }

@@ -22,6 +22,7 @@ mod multistep;
 mod sa_solver;
 mod samplers;
 mod schedulers;
+mod sde;
 mod second_order;
 mod seeds;
 mod unipc;

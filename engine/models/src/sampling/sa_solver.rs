@@ -8,6 +8,7 @@
 //! the other). The updates on the latent are f32, one rounding per torch op.
 
 use super::FlowSampling;
+use super::flow::half_log_snr as lambda_of;
 use super::linalg::solve;
 use super::samplers::Run;
 use crate::Result;
@@ -16,11 +17,6 @@ use crate::noise::TorchGenerator;
 /// Predictor and corrector orders (KSampler's).
 const PREDICTOR_ORDER: usize = 3;
 const CORRECTOR_ORDER: usize = 4;
-
-/// λ = −logit(σ), as torch's f32 `logit` computes it.
-fn lambda_of(sigma: f32) -> f32 {
-    -(sigma / (1.0 - sigma)).ln()
-}
 
 /// `compute_exponential_coeffs`: (1 + τ²)·∫ₛᵗ e^((1+τ²)(x−t)) xᵖ dx for p < `order`, by parts.
 fn exponential_coeffs(s: f64, t: f64, order: usize, tau: f64) -> Vec<f64> {
@@ -70,10 +66,7 @@ pub(super) fn sa_solver(
     pece: bool,
     noise_sampler: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
-    let mut sigmas = sigmas.to_vec();
-    if sigmas[0] >= 1.0 {
-        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
-    }
+    let sigmas = ms.offset_first_sigma(sigmas);
     let lambdas: Vec<f32> = sigmas.iter().map(|&s| lambda_of(s)).collect();
     let (start, end) = (ms.percent_to_sigma(0.2), ms.percent_to_sigma(0.8));
     let tau_of = |sigma: f32| if (end..=start).contains(&f64::from(sigma)) { 1.0 } else { 0.0 };

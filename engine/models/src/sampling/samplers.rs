@@ -10,6 +10,7 @@ use super::dpm_solver;
 use super::er_sde;
 use super::multistep::{self, Ipndm};
 use super::sa_solver;
+use super::sde::{self, SolverType};
 use super::second_order;
 use super::seeds::{self, Seeds2};
 use super::unipc;
@@ -79,12 +80,26 @@ pub enum Sampler {
     Dpmpp2sAncestral,
     /// `dpmpp_2s_ancestral` with CFG++, not in rectified-flow form (`dpmpp_2s_ancestral_cfg_pp`).
     Dpmpp2sAncestralCfgPp,
+    /// DPM-Solver++ SDE: a model call at the λ-midpoint, torchsde's Brownian noise (`dpmpp_sde`).
+    DpmppSde,
+    /// `dpmpp_sde` with the tree on the latent's device; the same on the CPU (`dpmpp_sde_gpu`).
+    DpmppSdeGpu,
     /// DPM-Solver++(2M) (`dpmpp_2m`).
     Dpmpp2m,
     /// DPM-Solver++(2M) with CFG++ (`dpmpp_2m_cfg_pp`).
     Dpmpp2mCfgPp,
     /// DPM-Solver++(2M) SDE, midpoint, η = 1, in half-log-SNR for flow models (`dpmpp_2m_sde`).
     Dpmpp2mSde,
+    /// `dpmpp_2m_sde` with the tree on the latent's device (`dpmpp_2m_sde_gpu`).
+    Dpmpp2mSdeGpu,
+    /// DPM-Solver++(2M) SDE with Heun's correction (`dpmpp_2m_sde_heun`).
+    Dpmpp2mSdeHeun,
+    /// `dpmpp_2m_sde_heun` with the tree on the latent's device (`dpmpp_2m_sde_heun_gpu`).
+    Dpmpp2mSdeHeunGpu,
+    /// DPM-Solver++(3M) SDE (`dpmpp_3m_sde`).
+    Dpmpp3mSde,
+    /// `dpmpp_3m_sde` with the tree on the latent's device (`dpmpp_3m_sde_gpu`).
+    Dpmpp3mSdeGpu,
     /// The DDPM ancestral step in variance-preserving form, as ComfyUI runs it for any model (`ddpm`).
     Ddpm,
     /// Latent consistency sampling: x̂₀, re-noised to the next sigma (`lcm`).
@@ -127,7 +142,7 @@ pub enum Sampler {
 
 impl Sampler {
     /// Every sampler, in the order of ComfyUI's KSampler `sampler_name` list.
-    pub const ALL: [Sampler; 37] = [
+    pub const ALL: [Sampler; 44] = [
         Sampler::Euler,
         Sampler::EulerCfgPp,
         Sampler::EulerAncestral,
@@ -143,9 +158,16 @@ impl Sampler {
         Sampler::DpmAdaptive,
         Sampler::Dpmpp2sAncestral,
         Sampler::Dpmpp2sAncestralCfgPp,
+        Sampler::DpmppSde,
+        Sampler::DpmppSdeGpu,
         Sampler::Dpmpp2m,
         Sampler::Dpmpp2mCfgPp,
         Sampler::Dpmpp2mSde,
+        Sampler::Dpmpp2mSdeGpu,
+        Sampler::Dpmpp2mSdeHeun,
+        Sampler::Dpmpp2mSdeHeunGpu,
+        Sampler::Dpmpp3mSde,
+        Sampler::Dpmpp3mSdeGpu,
         Sampler::Ddpm,
         Sampler::Lcm,
         Sampler::Ipndm,
@@ -185,9 +207,16 @@ impl Sampler {
             Sampler::DpmAdaptive => "dpm_adaptive",
             Sampler::Dpmpp2sAncestral => "dpmpp_2s_ancestral",
             Sampler::Dpmpp2sAncestralCfgPp => "dpmpp_2s_ancestral_cfg_pp",
+            Sampler::DpmppSde => "dpmpp_sde",
+            Sampler::DpmppSdeGpu => "dpmpp_sde_gpu",
             Sampler::Dpmpp2m => "dpmpp_2m",
             Sampler::Dpmpp2mCfgPp => "dpmpp_2m_cfg_pp",
             Sampler::Dpmpp2mSde => "dpmpp_2m_sde",
+            Sampler::Dpmpp2mSdeGpu => "dpmpp_2m_sde_gpu",
+            Sampler::Dpmpp2mSdeHeun => "dpmpp_2m_sde_heun",
+            Sampler::Dpmpp2mSdeHeunGpu => "dpmpp_2m_sde_heun_gpu",
+            Sampler::Dpmpp3mSde => "dpmpp_3m_sde",
+            Sampler::Dpmpp3mSdeGpu => "dpmpp_3m_sde_gpu",
             Sampler::Ddpm => "ddpm",
             Sampler::Lcm => "lcm",
             Sampler::Ipndm => "ipndm",
@@ -315,10 +344,10 @@ impl From<Sampler> for SamplerChoice {
 /// of 1 to `percent_to_sigma(1e-4)`; `lcm` re-noises with its noise scaling). `on_step` is called once per step
 /// after the step's first model call; an error from it (an interrupt) stops sampling and is returned.
 ///
-/// Per-step noise (`euler_ancestral`, `lcm`, `dpmpp_2m_sde`) comes from a [`TorchGenerator`] seeded with
-/// `seed + 1`: ComfyUI's default noise sampler adds 1 when the latent is on the CPU, and Kiln matches ComfyUI
-/// running on the CPU. `dpmpp_2m_sde` uses that noise too, where ComfyUI uses a torchsde Brownian tree, so its
-/// noise (not its maths) differs from ComfyUI's. Fewer than two sigmas return `x` unchanged.
+/// Per-step noise (`euler_ancestral`, `lcm`, ...) comes from a [`TorchGenerator`] seeded with `seed + 1`:
+/// ComfyUI's default noise sampler adds 1 when the latent is on the CPU, and Kiln matches ComfyUI running on the
+/// CPU. The DPM-Solver++ SDE samplers draw theirs from torchsde's Brownian tree seeded with `seed`
+/// ([`crate::brownian`]). Fewer than two sigmas return `x` unchanged.
 ///
 /// `sigmas` is mutable as ComfyUI's tensor is: UniPC turns a last sigma of 0 into 0.001, and the caller's inverse
 /// noise scaling then uses that (read the last sigma after sampling).
@@ -381,7 +410,16 @@ pub fn sample_with(
         }
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mCfgPp => cfg_pp::dpmpp_2m(&mut run, x, sigmas),
-        Sampler::Dpmpp2mSde => dpmpp_2m_sde(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::DpmppSde | Sampler::DpmppSdeGpu => sde::dpmpp_sde(&mut run, ms, x, sigmas, seed),
+        Sampler::Dpmpp2mSde | Sampler::Dpmpp2mSdeGpu => {
+            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, seed, SolverType::Midpoint)
+        }
+        Sampler::Dpmpp2mSdeHeun | Sampler::Dpmpp2mSdeHeunGpu => {
+            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, seed, SolverType::Heun)
+        }
+        Sampler::Dpmpp3mSde | Sampler::Dpmpp3mSdeGpu => {
+            sde::dpmpp_3m_sde(&mut run, ms, x, sigmas, seed)
+        }
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::Ipndm => multistep::ipndm(&mut run, x, sigmas, Ipndm::Fixed),
@@ -555,52 +593,6 @@ fn dpmpp_2m(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f3
             _ => x.iter().zip(&denoised).map(|(x, d)| ratio * x - e * d).collect(),
         };
         old = Some(denoised);
-    }
-    Ok(x)
-}
-
-/// `sample_dpmpp_2m_sde` (midpoint, η = 1, s_noise = 1) with the flow model's half-log-SNR λ = −logit(σ).
-fn dpmpp_2m_sde(
-    run: &mut Run<'_>,
-    ms: &FlowSampling,
-    mut x: Vec<f32>,
-    sigmas: &[f32],
-    noise: &mut TorchGenerator,
-) -> Result<Vec<f32>> {
-    let eta = 1.0f32;
-    let mut sigmas = sigmas.to_vec();
-    if sigmas[0] >= 1.0 {
-        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
-    }
-    let lambda = |s: f32| -(s / (1.0 - s)).ln();
-    let mut old: Option<Vec<f32>> = None;
-    let mut h_last = 0.0f32;
-    let mut h = 0.0f32;
-    for i in 0..sigmas.len() - 1 {
-        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
-        let denoised = run.first(i, &x, sigma)?;
-        if next == 0.0 {
-            x = denoised.clone();
-        } else {
-            let (ls, lt) = (lambda(sigma), lambda(next));
-            h = lt - ls;
-            let h_eta = h * (eta + 1.0);
-            let alpha_t = next * lt.exp();
-            let a = next / sigma * (-h * eta).exp();
-            let neg_em1 = -(-h_eta).exp_m1();
-            let b = alpha_t * neg_em1;
-            x = mix(a, &x, b, &denoised);
-            if let Some(old) = &old {
-                let r = h_last / h;
-                let c = 0.5 * alpha_t * neg_em1 * (1.0 / r);
-                x = x.iter().zip(&denoised).zip(old).map(|((x, d), o)| x + c * (d - o)).collect();
-            }
-            let n = noise.randn(x.len());
-            let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
-            x = x.iter().zip(&n).map(|(x, n)| x + n * next * amp).collect();
-        }
-        old = Some(denoised);
-        h_last = h;
     }
     Ok(x)
 }

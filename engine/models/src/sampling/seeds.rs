@@ -5,6 +5,7 @@
 //! η > 0. A first sigma of 1 (λ = −∞) is moved to `percent_to_sigma(1e-4)` first, as ComfyUI does.
 
 use super::FlowSampling;
+use super::flow::{half_log_snr as lambda_of, sigma_of_half_log_snr as sigma_of};
 use super::samplers::Run;
 use crate::Result;
 use crate::noise::TorchGenerator;
@@ -35,15 +36,6 @@ impl Seeds2 {
     pub(super) const EXP_HEUN_SDE: Seeds2 = Seeds2 { eta: 1.0, r: 1.0, solver: Solver::Phi2 };
 }
 
-/// The flow model's half-log-SNR −logit(σ), and back: σ = sigmoid(−λ), in f32.
-fn lambda_of(sigma: f32) -> f32 {
-    -(sigma / (1.0 - sigma)).ln()
-}
-
-fn sigma_of(lambda: f32) -> f32 {
-    1.0 / (1.0 + lambda.exp())
-}
-
 /// h·φ₂(h) = (eʰ − 1 − h)/h.
 fn ei_h_phi_2(h: f32) -> f32 {
     (h.exp_m1() - h) / h
@@ -59,10 +51,7 @@ pub(super) fn seeds_2(
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
     let Seeds2 { eta, r, solver } = variant;
-    let mut sigmas = sigmas.to_vec();
-    if sigmas[0] >= 1.0 {
-        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
-    }
+    let sigmas = ms.offset_first_sigma(sigmas);
     let fac = 1.0 / (2.0 * r);
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
@@ -150,10 +139,7 @@ pub(super) fn seeds_3(
     // Python's 1/3 and 2/3 (and 2/3 ÷ 1/3 = 2), each rounded to f32 where they meet the f32 tensors.
     let (r1, r2) = ((1.0f64 / 3.0) as f32, (2.0f64 / 3.0) as f32);
     let eta = 1.0f32;
-    let mut sigmas = sigmas.to_vec();
-    if sigmas[0] >= 1.0 {
-        sigmas[0] = ms.percent_to_sigma(1e-4) as f32;
-    }
+    let sigmas = ms.offset_first_sigma(sigmas);
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;

@@ -44,22 +44,13 @@ impl Denoiser for Toy {
 }
 
 /// ComfyUI's samplers Kiln does not offer yet.
-const NOT_YET: &[&str] = &[
-    "dpmpp_sde",
-    "dpmpp_sde_gpu",
-    "dpmpp_2m_sde_gpu",
-    "dpmpp_2m_sde_heun",
-    "dpmpp_2m_sde_heun_gpu",
-    "dpmpp_3m_sde",
-    "dpmpp_3m_sde_gpu",
-];
+const NOT_YET: &[&str] = &[];
 
 /// ComfyUI's schedulers Kiln does not offer yet.
 const SCHEDULERS_NOT_YET: &[&str] = &[];
 
-/// Samplers whose per-step noise is not ComfyUI's yet: ComfyUI draws `dpmpp_2m_sde`'s from a torchsde
-/// Brownian tree.
-const NOISE_DIFFERS: &[&str] = &["dpmpp_2m_sde"];
+/// Samplers whose per-step noise is not ComfyUI's yet.
+const NOISE_DIFFERS: &[&str] = &[];
 
 #[test]
 fn every_comfyui_sampler_and_scheduler_is_offered_or_listed_as_missing() {
@@ -147,7 +138,7 @@ fn samplers_give_comfyuis_latents() {
         assert_eq!(toy.calls as u64, case["model_calls"].as_u64().expect("calls"), "{key}: calls");
         checked += 1;
     }
-    assert!(checked >= 4 * 6, "every offered sampler at every step count ({checked})");
+    assert_eq!(checked, 44 * 4, "every ComfyUI sampler at every step count");
 }
 
 #[test]

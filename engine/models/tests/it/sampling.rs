@@ -200,9 +200,16 @@ fn names_follow_comfyui_order() {
             "dpm_adaptive",
             "dpmpp_2s_ancestral",
             "dpmpp_2s_ancestral_cfg_pp",
+            "dpmpp_sde",
+            "dpmpp_sde_gpu",
             "dpmpp_2m",
             "dpmpp_2m_cfg_pp",
             "dpmpp_2m_sde",
+            "dpmpp_2m_sde_gpu",
+            "dpmpp_2m_sde_heun",
+            "dpmpp_2m_sde_heun_gpu",
+            "dpmpp_3m_sde",
+            "dpmpp_3m_sde_gpu",
             "ddpm",
             "lcm",
             "ipndm",
@@ -245,7 +252,7 @@ fn names_follow_comfyui_order() {
     for s in Scheduler::ALL {
         assert_eq!(Scheduler::from_name(s.name()), Some(s));
     }
-    assert_eq!(Sampler::from_name("dpmpp_sde"), None);
+    assert_eq!(Sampler::from_name("ar_video"), None);
 }
 
 #[test]

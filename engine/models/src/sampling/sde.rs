@@ -1,0 +1,193 @@
+//! The DPM-Solver++ SDE samplers (`dpmpp_sde`, `dpmpp_2m_sde`, `dpmpp_2m_sde_heun`, `dpmpp_3m_sde` and their
+//! `_gpu` twins, which differ only in where the tree lives), as `comfy/k_diffusion/sampling.py` runs them for a
+//! flow (`CONST`) model at η = 1, s_noise = 1: in the half-log-SNR λ = −logit(σ), a first sigma of 1 moved to
+//! `percent_to_sigma(1e-4)`, with noise from torchsde's Brownian tree over the schedule's sigmas
+//! ([`crate::brownian::BrownianNoise`], seeded with the sampler's seed).
+
+use super::FlowSampling;
+use super::cfg_pp::ancestral_step;
+use super::flow::{half_log_snr as lambda_of, sigma_of_half_log_snr as sigma_of};
+use super::samplers::Run;
+use crate::Result;
+use crate::brownian::BrownianNoise;
+
+/// The Brownian noise for `sigmas` (the schedule as given, before the first sigma is moved) and the sigmas
+/// the sampler steps through.
+fn setup(ms: &FlowSampling, sigmas: &[f32], seed: u64, size: usize) -> (BrownianNoise, Vec<f32>) {
+    let sigma_min = sigmas.iter().copied().filter(|&s| s > 0.0).fold(f32::INFINITY, f32::min);
+    let sigma_max = sigmas.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let noise = BrownianNoise::new(sigma_min, sigma_max, seed, size);
+    (noise, ms.offset_first_sigma(sigmas))
+}
+
+/// `x + n · a · b` (the noise times two 0-dim factors, rounded as torch's separate products are).
+fn add_noise(x: &[f32], n: &[f32], a: f32, b: f32) -> Vec<f32> {
+    x.iter().zip(n).map(|(x, n)| x + n * a * b).collect()
+}
+
+/// `sample_dpmpp_sde` (r = ½): a model call at the λ-midpoint, both halves ancestral.
+pub(super) fn dpmpp_sde(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    seed: u64,
+) -> Result<Vec<f32>> {
+    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let (r, eta) = (0.5f32, 1.0f32);
+    let fac = 1.0f32 / (2.0 * r);
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x = denoised;
+            continue;
+        }
+        let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+        let h = lambda_t - lambda_s;
+        let lambda_s_1 = lambda_s + r * h;
+        let sigma_s_1 = sigma_of(lambda_s_1);
+        let alpha_s = sigma * lambda_s.exp();
+        let alpha_s_1 = sigma_s_1 * lambda_s_1.exp();
+        let alpha_t = next * lambda_t.exp();
+
+        let (down, up) = ancestral_step((-lambda_s).exp(), (-lambda_s_1).exp(), eta);
+        let h_ = -down.ln() - lambda_s;
+        let a = alpha_s_1 / alpha_s * (-h_).exp();
+        let b = alpha_s_1 * (-h_).exp_m1();
+        let x_2: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| a * x - b * d).collect();
+        let x_2 = add_noise(&x_2, &noise.sample(sigma, sigma_s_1), alpha_s_1, up);
+        let denoised_2 = run.denoiser.denoise(&x_2, sigma_s_1)?;
+
+        let (down, up) = ancestral_step((-lambda_s).exp(), (-lambda_t).exp(), eta);
+        let h_ = -down.ln() - lambda_s;
+        let a = alpha_t / alpha_s * (-h_).exp();
+        let b = alpha_t * (-h_).exp_m1();
+        let denoised_d: Vec<f32> =
+            denoised.iter().zip(&denoised_2).map(|(d, d2)| (1.0 - fac) * d + fac * d2).collect();
+        x = x.iter().zip(&denoised_d).map(|(x, d)| a * x - b * d).collect();
+        x = add_noise(&x, &noise.sample(sigma, next), alpha_t, up);
+    }
+    Ok(x)
+}
+
+/// The second-order correction of `dpmpp_2m_sde`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SolverType {
+    /// `midpoint` (`dpmpp_2m_sde`).
+    Midpoint,
+    /// `heun` (`dpmpp_2m_sde_heun`).
+    Heun,
+}
+
+/// `sample_dpmpp_2m_sde` with `solver`.
+pub(super) fn dpmpp_2m_sde(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    seed: u64,
+    solver: SolverType,
+) -> Result<Vec<f32>> {
+    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let eta = 1.0f32;
+    let mut old: Option<Vec<f32>> = None;
+    let (mut h, mut h_last) = (0.0f32, 0.0f32);
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x.clone_from(&denoised);
+        } else {
+            let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+            h = lambda_t - lambda_s;
+            let h_eta = h * (eta + 1.0);
+            let alpha_t = next * lambda_t.exp();
+            let a = next / sigma * (-h * eta).exp();
+            let neg_em1 = -(-h_eta).exp_m1();
+            let b = alpha_t * neg_em1;
+            x = x.iter().zip(&denoised).map(|(x, d)| a * x + b * d).collect();
+            if let Some(old) = &old {
+                let r = h_last / h;
+                let c = match solver {
+                    SolverType::Heun => alpha_t * (neg_em1 / -h_eta + 1.0) * (1.0 / r),
+                    SolverType::Midpoint => 0.5 * alpha_t * neg_em1 * (1.0 / r),
+                };
+                x = x.iter().zip(&denoised).zip(old).map(|((x, d), o)| x + c * (d - o)).collect();
+            }
+            let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
+            x = add_noise(&x, &noise.sample(sigma, next), next, amp);
+        }
+        old = Some(denoised);
+        h_last = h;
+    }
+    Ok(x)
+}
+
+/// `sample_dpmpp_3m_sde`: third order from the third step, second order on the second.
+pub(super) fn dpmpp_3m_sde(
+    run: &mut Run<'_>,
+    ms: &FlowSampling,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    seed: u64,
+) -> Result<Vec<f32>> {
+    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let eta = 1.0f32;
+    let (mut denoised_1, mut denoised_2): (Option<Vec<f32>>, Option<Vec<f32>>) = (None, None);
+    let (mut h, mut h_1, mut h_2): (Option<f32>, Option<f32>, Option<f32>) = (None, None, None);
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let denoised = run.first(i, &x, sigma)?;
+        if next == 0.0 {
+            x.clone_from(&denoised);
+        } else {
+            let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+            let step = lambda_t - lambda_s;
+            h = Some(step);
+            let h_eta = step * (eta + 1.0);
+            let alpha_t = next * lambda_t.exp();
+            let a = next / sigma * (-step * eta).exp();
+            let b = alpha_t * -(-h_eta).exp_m1();
+            x = x.iter().zip(&denoised).map(|(x, d)| a * x + b * d).collect();
+            let phi_2 = (-h_eta).exp_m1() / h_eta + 1.0;
+            match (h_1, h_2, &denoised_1, &denoised_2) {
+                (Some(h1), Some(h2), Some(d1s), Some(d2s)) => {
+                    let (r0, r1) = (h1 / step, h2 / step);
+                    let phi_3 = phi_2 / h_eta - 0.5;
+                    let (c1, c2) = (alpha_t * phi_2, alpha_t * phi_3);
+                    x = x
+                        .iter()
+                        .zip(&denoised)
+                        .zip(d1s.iter().zip(d2s))
+                        .map(|((x, d), (d1, d2))| {
+                            let d1_0 = (d - d1) / r0;
+                            let d1_1 = (d1 - d2) / r1;
+                            let first = d1_0 + (d1_0 - d1_1) * r0 / (r0 + r1);
+                            let second = (d1_0 - d1_1) / (r0 + r1);
+                            x + c1 * first - c2 * second
+                        })
+                        .collect();
+                }
+                (Some(h1), _, Some(d1s), _) => {
+                    let r = h1 / step;
+                    let c = alpha_t * phi_2;
+                    x = x
+                        .iter()
+                        .zip(&denoised)
+                        .zip(d1s)
+                        .map(|((x, d), d1)| x + c * ((d - d1) / r))
+                        .collect();
+                }
+                _ => {}
+            }
+            let amp = (-(-2.0 * step * eta).exp_m1()).sqrt();
+            x = add_noise(&x, &noise.sample(sigma, next), next, amp);
+        }
+        denoised_2 = denoised_1.take();
+        denoised_1 = Some(denoised);
+        h_2 = h_1;
+        h_1 = h;
+    }
+    Ok(x)
+}
