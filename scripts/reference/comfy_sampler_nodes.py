@@ -1,5 +1,6 @@
 """Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
-SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE) run on the toy model of
+SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE, SamplerDPMPP_SDE,
+SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE) run on the toy model of
 comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
 
 ComfyUI at the commit Kiln matches is imported from COMFYUI_DIR (see comfyui.py; the node module needs the
@@ -37,6 +38,12 @@ CASES = [
     ("SamplerER_SDE", {"solver_type": "Reverse-time SDE", "max_stage": 3, "eta": 0.5, "s_noise": 1.0}),
     ("SamplerER_SDE", {"solver_type": "ODE", "max_stage": 3, "eta": 1.0, "s_noise": 1.0}),
     ("SamplerER_SDE", {"solver_type": "ER-SDE", "max_stage": 1, "eta": 0.0, "s_noise": 1.0}),
+    ("SamplerDPMPP_SDE", {"eta": 0.6, "s_noise": 1.2, "r": 0.3, "noise_device": "cpu"}),
+    ("SamplerDPMPP_SDE", {"eta": 0.0, "s_noise": 1.0, "r": 0.5, "noise_device": "gpu"}),
+    ("SamplerDPMPP_2M_SDE", {"solver_type": "heun", "eta": 0.7, "s_noise": 0.9, "noise_device": "cpu"}),
+    ("SamplerDPMPP_2M_SDE", {"solver_type": "midpoint", "eta": 1.0, "s_noise": 0.0, "noise_device": "gpu"}),
+    ("SamplerDPMPP_3M_SDE", {"eta": 0.5, "s_noise": 0.8, "noise_device": "gpu"}),
+    ("SamplerDPMPP_3M_SDE", {"eta": 1.0, "s_noise": 1.0, "noise_device": "cpu"}),
 ]
 STEPS = (3, 6)
 

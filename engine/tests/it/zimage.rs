@@ -995,6 +995,21 @@ fn issue_21_sampler_nodes_with_settings_feed_samplercustomadvanced() {
             "er_sde",
         ),
         ("SamplerDPMPP_2S_Ancestral", json!({"eta": 1.0, "s_noise": 1.0}), "dpmpp_2s_ancestral"),
+        (
+            "SamplerDPMPP_SDE",
+            json!({"eta": 1.0, "s_noise": 1.0, "r": 0.5, "noise_device": "gpu"}),
+            "dpmpp_sde_gpu",
+        ),
+        (
+            "SamplerDPMPP_2M_SDE",
+            json!({"solver_type": "heun", "eta": 1.0, "s_noise": 1.0, "noise_device": "cpu"}),
+            "dpmpp_2m_sde_heun",
+        ),
+        (
+            "SamplerDPMPP_3M_SDE",
+            json!({"eta": 1.0, "s_noise": 1.0, "noise_device": "cpu"}),
+            "dpmpp_3m_sde",
+        ),
     ] {
         let default = run(&mut h, select(name));
         let node_default = run(&mut h, json!({"class_type": node, "inputs": inputs}));
@@ -1014,6 +1029,9 @@ fn issue_21_sampler_nodes_with_settings_feed_samplercustomadvanced() {
         max_diff(&ode, &run(&mut h, select("er_sde"))) > 0,
         "ER-SDE's ODE solver adds no noise"
     );
+    // The `_gpu` twins draw the same Brownian noise on the CPU.
+    let gpu = run(&mut h, select("dpmpp_3m_sde_gpu"));
+    assert_eq!(max_diff(&gpu, &run(&mut h, select("dpmpp_3m_sde"))), 0, "dpmpp_3m_sde_gpu");
 }
 
 #[test]

@@ -266,6 +266,8 @@ pub struct SamplerSettings {
     pub er_sde_scaler: ErSdeScaler,
     /// `er_sde`'s stages (3).
     pub max_stage: usize,
+    /// `dpmpp_sde`'s midpoint in λ (½), a Python float.
+    pub r: f64,
 }
 
 impl Default for SamplerSettings {
@@ -276,6 +278,7 @@ impl Default for SamplerSettings {
             order: 4,
             er_sde_scaler: ErSdeScaler::ErSde { eta: 1.0 },
             max_stage: 3,
+            r: 0.5,
         }
     }
 }
@@ -410,15 +413,17 @@ pub fn sample_with(
         }
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mCfgPp => cfg_pp::dpmpp_2m(&mut run, x, sigmas),
-        Sampler::DpmppSde | Sampler::DpmppSdeGpu => sde::dpmpp_sde(&mut run, ms, x, sigmas, seed),
+        Sampler::DpmppSde | Sampler::DpmppSdeGpu => {
+            sde::dpmpp_sde(&mut run, ms, x, sigmas, seed, &set)
+        }
         Sampler::Dpmpp2mSde | Sampler::Dpmpp2mSdeGpu => {
-            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, seed, SolverType::Midpoint)
+            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, (seed, &set), SolverType::Midpoint)
         }
         Sampler::Dpmpp2mSdeHeun | Sampler::Dpmpp2mSdeHeunGpu => {
-            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, seed, SolverType::Heun)
+            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, (seed, &set), SolverType::Heun)
         }
         Sampler::Dpmpp3mSde | Sampler::Dpmpp3mSdeGpu => {
-            sde::dpmpp_3m_sde(&mut run, ms, x, sigmas, seed)
+            sde::dpmpp_3m_sde(&mut run, ms, x, sigmas, seed, &set)
         }
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),

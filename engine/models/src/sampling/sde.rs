@@ -1,13 +1,13 @@
 //! The DPM-Solver++ SDE samplers (`dpmpp_sde`, `dpmpp_2m_sde`, `dpmpp_2m_sde_heun`, `dpmpp_3m_sde` and their
 //! `_gpu` twins, which differ only in where the tree lives), as `comfy/k_diffusion/sampling.py` runs them for a
-//! flow (`CONST`) model at η = 1, s_noise = 1: in the half-log-SNR λ = −logit(σ), a first sigma of 1 moved to
+//! flow (`CONST`) model at the settings' η, s_noise and r (KSampler's: 1, 1, ½): in the half-log-SNR λ = −logit(σ), a first sigma of 1 moved to
 //! `percent_to_sigma(1e-4)`, with noise from torchsde's Brownian tree over the schedule's sigmas
 //! ([`crate::brownian::BrownianNoise`], seeded with the sampler's seed).
 
 use super::FlowSampling;
 use super::cfg_pp::ancestral_step;
 use super::flow::{half_log_snr as lambda_of, sigma_of_half_log_snr as sigma_of};
-use super::samplers::Run;
+use super::samplers::{Run, SamplerSettings};
 use crate::Result;
 use crate::brownian::BrownianNoise;
 
@@ -20,22 +20,30 @@ fn setup(ms: &FlowSampling, sigmas: &[f32], seed: u64, size: usize) -> (Brownian
     (noise, ms.offset_first_sigma(sigmas))
 }
 
-/// `x + n · a · b` (the noise times two 0-dim factors, rounded as torch's separate products are).
-fn add_noise(x: &[f32], n: &[f32], a: f32, b: f32) -> Vec<f32> {
-    x.iter().zip(n).map(|(x, n)| x + n * a * b).collect()
+/// `x + n · f₀ · f₁ · …` (the noise times 0-dim factors in order, rounded as torch's separate products are).
+fn add_noise(x: &[f32], n: &[f32], factors: &[f32]) -> Vec<f32> {
+    x.iter().zip(n).map(|(x, n)| x + factors.iter().fold(*n, |v, f| v * f)).collect()
 }
 
-/// `sample_dpmpp_sde` (r = ½): a model call at the λ-midpoint, both halves ancestral.
+/// Whether a step adds noise (and asks the tree for it): η > 0 and s_noise > 0.
+fn noisy(set: &SamplerSettings) -> bool {
+    set.eta > 0.0 && set.s_noise > 0.0
+}
+
+/// `sample_dpmpp_sde`: a model call at λ_s + r·h, both halves ancestral.
 pub(super) fn dpmpp_sde(
     run: &mut Run<'_>,
     ms: &FlowSampling,
     mut x: Vec<f32>,
     sigmas: &[f32],
     seed: u64,
+    set: &SamplerSettings,
 ) -> Result<Vec<f32>> {
     let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
-    let (r, eta) = (0.5f32, 1.0f32);
-    let fac = 1.0f32 / (2.0 * r);
+    let (r, eta, s_noise) = (set.r as f32, set.eta, set.s_noise);
+    // Python's 1 / (2r) in f64, each use rounded to f32.
+    let fac = 1.0 / (2.0 * set.r);
+    let (keep, take) = ((1.0 - fac) as f32, fac as f32);
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
@@ -56,7 +64,11 @@ pub(super) fn dpmpp_sde(
         let a = alpha_s_1 / alpha_s * (-h_).exp();
         let b = alpha_s_1 * (-h_).exp_m1();
         let x_2: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| a * x - b * d).collect();
-        let x_2 = add_noise(&x_2, &noise.sample(sigma, sigma_s_1), alpha_s_1, up);
+        let x_2 = if noisy(set) {
+            add_noise(&x_2, &noise.sample(sigma, sigma_s_1), &[alpha_s_1, s_noise, up])
+        } else {
+            x_2
+        };
         let denoised_2 = run.denoiser.denoise(&x_2, sigma_s_1)?;
 
         let (down, up) = ancestral_step((-lambda_s).exp(), (-lambda_t).exp(), eta);
@@ -64,9 +76,11 @@ pub(super) fn dpmpp_sde(
         let a = alpha_t / alpha_s * (-h_).exp();
         let b = alpha_t * (-h_).exp_m1();
         let denoised_d: Vec<f32> =
-            denoised.iter().zip(&denoised_2).map(|(d, d2)| (1.0 - fac) * d + fac * d2).collect();
+            denoised.iter().zip(&denoised_2).map(|(d, d2)| keep * d + take * d2).collect();
         x = x.iter().zip(&denoised_d).map(|(x, d)| a * x - b * d).collect();
-        x = add_noise(&x, &noise.sample(sigma, next), alpha_t, up);
+        if noisy(set) {
+            x = add_noise(&x, &noise.sample(sigma, next), &[alpha_t, s_noise, up]);
+        }
     }
     Ok(x)
 }
@@ -86,11 +100,11 @@ pub(super) fn dpmpp_2m_sde(
     ms: &FlowSampling,
     mut x: Vec<f32>,
     sigmas: &[f32],
-    seed: u64,
+    (seed, set): (u64, &SamplerSettings),
     solver: SolverType,
 ) -> Result<Vec<f32>> {
     let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
-    let eta = 1.0f32;
+    let eta = set.eta;
     let mut old: Option<Vec<f32>> = None;
     let (mut h, mut h_last) = (0.0f32, 0.0f32);
     for i in 0..sigmas.len() - 1 {
@@ -115,8 +129,10 @@ pub(super) fn dpmpp_2m_sde(
                 };
                 x = x.iter().zip(&denoised).zip(old).map(|((x, d), o)| x + c * (d - o)).collect();
             }
-            let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
-            x = add_noise(&x, &noise.sample(sigma, next), next, amp);
+            if noisy(set) {
+                let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
+                x = add_noise(&x, &noise.sample(sigma, next), &[next, amp, set.s_noise]);
+            }
         }
         old = Some(denoised);
         h_last = h;
@@ -131,9 +147,10 @@ pub(super) fn dpmpp_3m_sde(
     mut x: Vec<f32>,
     sigmas: &[f32],
     seed: u64,
+    set: &SamplerSettings,
 ) -> Result<Vec<f32>> {
     let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
-    let eta = 1.0f32;
+    let eta = set.eta;
     let (mut denoised_1, mut denoised_2): (Option<Vec<f32>>, Option<Vec<f32>>) = (None, None);
     let (mut h, mut h_1, mut h_2): (Option<f32>, Option<f32>, Option<f32>) = (None, None, None);
     for i in 0..sigmas.len() - 1 {
@@ -181,8 +198,10 @@ pub(super) fn dpmpp_3m_sde(
                 }
                 _ => {}
             }
-            let amp = (-(-2.0 * step * eta).exp_m1()).sqrt();
-            x = add_noise(&x, &noise.sample(sigma, next), next, amp);
+            if noisy(set) {
+                let amp = (-(-2.0 * step * eta).exp_m1()).sqrt();
+                x = add_noise(&x, &noise.sample(sigma, next), &[next, amp, set.s_noise]);
+            }
         }
         denoised_2 = denoised_1.take();
         denoised_1 = Some(denoised);

@@ -237,6 +237,27 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
             )
             .expect("a solver type"),
         },
+        "SamplerDPMPP_SDE" | "SamplerDPMPP_2M_SDE" | "SamplerDPMPP_3M_SDE" => {
+            let cpu = inputs["noise_device"] == "cpu";
+            let sampler = match (node, inputs["solver_type"].as_str(), cpu) {
+                ("SamplerDPMPP_SDE", _, true) => Sampler::DpmppSde,
+                ("SamplerDPMPP_SDE", _, false) => Sampler::DpmppSdeGpu,
+                ("SamplerDPMPP_2M_SDE", Some("heun"), true) => Sampler::Dpmpp2mSdeHeun,
+                ("SamplerDPMPP_2M_SDE", Some("heun"), false) => Sampler::Dpmpp2mSdeHeunGpu,
+                ("SamplerDPMPP_2M_SDE", _, true) => Sampler::Dpmpp2mSde,
+                ("SamplerDPMPP_2M_SDE", _, false) => Sampler::Dpmpp2mSdeGpu,
+                (_, _, true) => Sampler::Dpmpp3mSde,
+                (_, _, false) => Sampler::Dpmpp3mSdeGpu,
+            };
+            let r = inputs["r"].as_f64().unwrap_or(0.5);
+            let settings = SamplerSettings {
+                eta: f("eta"),
+                s_noise: f("s_noise"),
+                r,
+                ..SamplerSettings::default()
+            };
+            SamplerChoice { sampler, settings }
+        }
         other => panic!("no case for {other}"),
     }
 }

@@ -71,6 +71,33 @@ fn unrounded(name: &str, default: f64, max: f64, advanced: bool) -> InputDef {
         .option("round", false)
 }
 
+/// `noise_device`: where ComfyUI's SDE sampler nodes keep the Brownian tree (`gpu` picks the `_gpu` sampler;
+/// the two are the same on the CPU).
+fn noise_device() -> InputDef {
+    InputDef::bare("noise_device", "COMBO")
+        .option("advanced", true)
+        .option("multiselect", false)
+        .option("options", vec!["gpu".to_owned(), "cpu".to_owned()])
+}
+
+/// The DPM-Solver++ SDE sampler a `SamplerDPMPP_*SDE` node makes: `cpu` or `gpu` (the `_gpu` twin) from its
+/// `noise_device`, at its `eta`, `s_noise` and (for `dpmpp_sde`) `r`.
+fn sde_sampler(inputs: &Inputs, cpu: Sampler, gpu: Sampler) -> Result<Vec<Value>, NodeError> {
+    let sampler = if inputs.string("noise_device")? == "cpu" { cpu } else { gpu };
+    let r = if matches!(sampler, Sampler::DpmppSde | Sampler::DpmppSdeGpu) {
+        inputs.float("r")?
+    } else {
+        SamplerSettings::default().r
+    };
+    let settings = SamplerSettings {
+        eta: inputs.float("eta")? as f32,
+        s_noise: inputs.float("s_noise")? as f32,
+        r,
+        ..SamplerSettings::default()
+    };
+    Ok(vec![Value::Sampler(SamplerChoice { sampler, settings })])
+}
+
 /// The ancestral `sampler` at the node's `eta` and `s_noise`.
 fn ancestral(inputs: &Inputs, sampler: Sampler) -> Result<Vec<Value>, NodeError> {
     let settings = SamplerSettings {
@@ -285,6 +312,35 @@ pub(super) fn builders() -> Vec<Pure> {
                 .input(InputDef::v3_combo("sampler_name", &sampler_names()))
                 .output(OutputDef::new("SAMPLER")),
             |inputs| Ok(vec![Value::Sampler(sampler(inputs)?.into())]),
+        ),
+        Pure::new(
+            spec("SamplerDPMPP_3M_SDE", "", "model/sampling/samplers")
+                .input(unrounded("eta", 1.0, 100.0, true))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .input(noise_device())
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| sde_sampler(inputs, Sampler::Dpmpp3mSde, Sampler::Dpmpp3mSdeGpu),
+        ),
+        Pure::new(
+            spec("SamplerDPMPP_2M_SDE", "", "model/sampling/samplers")
+                .input(InputDef::v3_combo("solver_type", &["midpoint", "heun"]))
+                .input(unrounded("eta", 1.0, 100.0, true))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .input(noise_device())
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| match inputs.string("solver_type")? {
+                "heun" => sde_sampler(inputs, Sampler::Dpmpp2mSdeHeun, Sampler::Dpmpp2mSdeHeunGpu),
+                _ => sde_sampler(inputs, Sampler::Dpmpp2mSde, Sampler::Dpmpp2mSdeGpu),
+            },
+        ),
+        Pure::new(
+            spec("SamplerDPMPP_SDE", "", "model/sampling/samplers")
+                .input(unrounded("eta", 1.0, 100.0, true))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .input(unrounded("r", 0.5, 100.0, true))
+                .input(noise_device())
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| sde_sampler(inputs, Sampler::DpmppSde, Sampler::DpmppSdeGpu),
         ),
         Pure::new(
             spec("SamplerDPMPP_2S_Ancestral", "", "model/sampling/samplers")
