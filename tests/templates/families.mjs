@@ -52,7 +52,7 @@ const kilnFiles = [
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */
 const unsupportedFormats = [
-  [/nvfp4|fp4|w4a8|gptq|awq/i, '4-bit'],
+  [/nvfp4_awq|(?<!nv)fp4|w4a8|gptq|awq/i, '4-bit'],
   [/\.gguf$/i, 'GGUF'],
   [/\.(ckpt|pt|pth|bin)$/i, 'pickle'],
 ];
@@ -138,10 +138,12 @@ export function kilnFile(file) {
   if (unsupported) return { family: known.family, unsupported };
   if (known.dtype) return { family: known.family, dtype: known.dtype };
   // A plain `fp8` is e4m3fn, as ComfyUI's fp8 files are; `_scaled` and `mixed` files carry per-tensor scales
-  // in ComfyUI's two encodings; `int8`/`convrot` files are ComfyUI's int8 with ConvRot, `mxfp8` its MXFP8.
+  // in ComfyUI's two encodings; `int8`/`convrot` files are ComfyUI's int8 with ConvRot, `mxfp8` its MXFP8 and
+  // `nvfp4` its NVFP4 (AWQ-smoothed `nvfp4_awq` and the other 4-bit formats are refused).
   const dtypes = [
     [/int8|convrot/i, 'int8_convrot'],
     [/mxfp8/i, 'mxfp8'],
+    [/nvfp4/i, 'nvfp4'],
     [/fp8_?mixed/i, 'fp8_mixed'],
     [/_scaled/i, 'fp8_scaled'],
     [/fp8_e5m2/, 'fp8_e5m2'],

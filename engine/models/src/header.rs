@@ -51,6 +51,22 @@ impl<'f> Header<'f> {
         self.get(name).map(|t| t.shape.as_slice())
     }
 
+    /// The shape of the values a tensor stands for: its own, except for an NVFP4 weight (U8 codes with a
+    /// `<layer>.weight_scale_2` global scale beside it), whose rows hold two values per stored byte.
+    pub fn values_shape(&self, name: &str) -> Option<Vec<usize>> {
+        let info = self.get(name)?;
+        let mut shape = info.shape.clone();
+        let nvfp4 = info.dtype == kiln_compute::DType::U8
+            && shape.len() == 2
+            && name
+                .strip_suffix(".weight")
+                .is_some_and(|layer| self.has(&format!("{layer}.weight_scale_2")));
+        if nvfp4 {
+            shape[1] *= 2;
+        }
+        Some(shape)
+    }
+
     /// A tensor that must exist: its absence is [`Error::Unsupported`] naming the file and the key.
     pub fn require(&self, name: &str) -> Result<&'f TensorInfo> {
         self.get(name).ok_or_else(|| self.unsupported(format!("no tensor `{}`", self.key(name))))

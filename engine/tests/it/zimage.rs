@@ -510,8 +510,12 @@ fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
         let bytes = file.source().read_vec(info.offset, info.len).expect("bytes");
         (info.shape.clone(), kiln_compute::dtype::widen(info.dtype, &bytes))
     };
-    let bookkeeping =
-        |n: &str| n == "scaled_fp8" || n.ends_with(".scale_weight") || n.ends_with(".weight_scale");
+    let bookkeeping = |n: &str| {
+        n == "scaled_fp8"
+            || n.ends_with(".scale_weight")
+            || n.ends_with(".weight_scale")
+            || n.ends_with(".weight_scale_2")
+    };
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, _) in file.tensors() {
         if bookkeeping(name) {
@@ -542,6 +546,23 @@ fn dequantized_twin(scaled: &std::path::Path, twin: &std::path::Path) {
                         block.copy_from_slice(&rotated);
                     }
                 }
+            }
+            (Some(scale), kiln_compute::DType::U8) => {
+                let codes = file.source().read_vec(info.offset, info.len).expect("bytes");
+                let table = file.raw_bytes(&scale).expect("a table");
+                let global = read(&format!("{scale}_2")).1[0];
+                let cols = shape[1] * 2;
+                values = vec![0.0; shape[0] * cols];
+                for (r, row) in values.chunks_exact_mut(cols).enumerate() {
+                    let stored = &codes[r * cols / 2..(r + 1) * cols / 2];
+                    kiln_compute::quant::decode_nvfp4(stored, &table, global, (r, 0, cols), row);
+                }
+                tensors.push((
+                    name.to_owned(),
+                    vec![shape[0], cols],
+                    values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                ));
+                continue;
             }
             (Some(scale), _) if read(&scale).1.len() > 1 => {
                 let bytes = file.source().read_vec(info.offset, info.len).expect("bytes");
@@ -595,13 +616,16 @@ fn issue_21_scaled_fp8_files_run_as_their_dequantized_values_in_both_encodings()
 }
 
 #[test]
-fn issue_21_mxfp8_and_int8_convrot_files_run_quantized() {
+fn issue_21_mxfp8_nvfp4_and_int8_convrot_files_run_quantized() {
     let twin_of = dequantized_twin_image;
-    // MXFP8 is dequantized on the CPU, as in ComfyUI: the image of its dequantized values, bit for bit.
-    let mut h = harness(SynthDtype::Mxfp8);
-    let mxfp8 = h.run(graph(ksampler(3, 2, "euler")));
-    let mxfp8 = saved(&h, &mxfp8);
-    assert_eq!(max_diff(&twin_of(&mut h), &mxfp8), 0, "mxfp8");
+    // MXFP8 and NVFP4 are dequantized on the CPU, as in ComfyUI: the image of their dequantized values, bit
+    // for bit.
+    for dtype in [SynthDtype::Mxfp8, SynthDtype::Nvfp4] {
+        let mut h = harness(dtype);
+        let quantized = h.run(graph(ksampler(3, 2, "euler")));
+        let quantized = saved(&h, &quantized);
+        assert_eq!(max_diff(&twin_of(&mut h), &quantized), 0, "{dtype}");
+    }
     // int8 with ConvRot: the text encoder dequantizes (ComfyUI's full-precision text encoders), the diffusion
     // model quantizes its activations, so the image is near its dequantized twin's but not the same.
     let mut h = harness(SynthDtype::Int8Convrot);

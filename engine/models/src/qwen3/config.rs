@@ -175,8 +175,8 @@ fn count_layers(h: &Header) -> Result<usize> {
 /// The shape of a tensor that must exist with rank `N`.
 fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
     require(h, name)?;
-    let shape = h.shape(name).unwrap_or_default();
-    shape.try_into().map_err(|_| {
+    let shape = h.values_shape(name).unwrap_or_default();
+    shape.clone().try_into().map_err(|_| {
         h.unsupported(format!("tensor `{}` has shape {shape:?}, not rank {N}", h.key(name)))
     })
 }
@@ -184,7 +184,7 @@ fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
 /// Checks a tensor exists with shape `want`.
 fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> {
     require(h, name)?;
-    match h.shape(name) {
+    match h.values_shape(name) {
         Some(shape) if shape == want => Ok(()),
         shape => Err(h.unsupported(format!(
             "tensor `{}` has shape {:?}, expected {want:?} for this Qwen3 layout",

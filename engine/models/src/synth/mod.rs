@@ -137,11 +137,15 @@ pub enum SynthDtype {
     /// an e8m0 exponent per block of 32 (`<layer>.weight_scale`, U8, swizzled), listed in
     /// `_quantization_metadata`; everything else bf16.
     Mxfp8,
+    /// ComfyUI's NVFP4 (`*_nvfp4` files): every Linear weight whose sides are multiples of 16 is packed E2M1
+    /// codes with an e4m3 scale per block of 16 (`<layer>.weight_scale`, swizzled) and a global
+    /// `<layer>.weight_scale_2`, listed in `_quantization_metadata`; everything else bf16.
+    Nvfp4,
 }
 
 impl SynthDtype {
     /// Every dtype, in the order of [`SynthDtype::name`]'s list.
-    pub const ALL: [SynthDtype; 9] = [
+    pub const ALL: [SynthDtype; 10] = [
         SynthDtype::Bf16,
         SynthDtype::F16,
         SynthDtype::F32,
@@ -151,10 +155,11 @@ impl SynthDtype {
         SynthDtype::Fp8Mixed,
         SynthDtype::Int8Convrot,
         SynthDtype::Mxfp8,
+        SynthDtype::Nvfp4,
     ];
 
     /// The name it is spelled with on the command line: `bf16`, `f16`, `f32`, `fp8_e4m3fn`, `fp8_e5m2`,
-    /// `fp8_scaled`, `fp8_mixed`, `int8_convrot`, `mxfp8`.
+    /// `fp8_scaled`, `fp8_mixed`, `int8_convrot`, `mxfp8`, `nvfp4`.
     pub fn name(self) -> &'static str {
         match self {
             SynthDtype::Bf16 => "bf16",
@@ -166,6 +171,7 @@ impl SynthDtype {
             SynthDtype::Fp8Mixed => "fp8_mixed",
             SynthDtype::Int8Convrot => "int8_convrot",
             SynthDtype::Mxfp8 => "mxfp8",
+            SynthDtype::Nvfp4 => "nvfp4",
         }
     }
 
@@ -181,6 +187,7 @@ impl SynthDtype {
             | SynthDtype::Mxfp8 => DType::F8E4M3,
             SynthDtype::Fp8E5m2 => DType::F8E5M2,
             SynthDtype::Int8Convrot => DType::I8,
+            SynthDtype::Nvfp4 => DType::U8,
         }
     }
 
@@ -190,7 +197,8 @@ impl SynthDtype {
             SynthDtype::Fp8Scaled
             | SynthDtype::Fp8Mixed
             | SynthDtype::Int8Convrot
-            | SynthDtype::Mxfp8 => true,
+            | SynthDtype::Mxfp8
+            | SynthDtype::Nvfp4 => true,
             SynthDtype::Bf16
             | SynthDtype::F16
             | SynthDtype::F32
@@ -209,7 +217,8 @@ impl SynthDtype {
             | SynthDtype::Fp8Scaled
             | SynthDtype::Fp8Mixed
             | SynthDtype::Int8Convrot
-            | SynthDtype::Mxfp8 => SynthDtype::Bf16,
+            | SynthDtype::Mxfp8
+            | SynthDtype::Nvfp4 => SynthDtype::Bf16,
             SynthDtype::F16 => SynthDtype::F16,
             SynthDtype::F32 => SynthDtype::F32,
         }
@@ -449,7 +458,8 @@ fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {
         | SynthDtype::Fp8Scaled
         | SynthDtype::Fp8Mixed
         | SynthDtype::Int8Convrot
-        | SynthDtype::Mxfp8 => Err(Error::Invalid(format!(
+        | SynthDtype::Mxfp8
+        | SynthDtype::Nvfp4 => Err(Error::Invalid(format!(
             "a VAE is written in f32, bf16 or f16, not {dtype} (use SynthDtype::for_vae)"
         ))),
     }
@@ -526,6 +536,37 @@ fn entries<'s>(
                 });
                 (DType::I8, scale, (table, DType::F32), config)
             }
+            SynthDtype::Nvfp4 => {
+                if !rows.is_multiple_of(16) || !cols.is_multiple_of(16) {
+                    entries.push(plain(spec, DType::BF16));
+                    continue;
+                }
+                // Random bytes are random pairs of E2M1 codes (±6 at most); every block scale 1.0 and the global
+                // scale bound / 6 give values within the bound.
+                let codes =
+                    Spec { name: spec.name.clone(), shape: vec![rows, cols / 2], init: spec.init };
+                entries.push(Entry {
+                    quantized: Some((bound / 127.5, 127.5)),
+                    ..owned(codes, DType::U8)
+                });
+                let table = Spec {
+                    name: scale_name,
+                    shape: vec![
+                        rows.div_ceil(128) * 128,
+                        kiln_compute::quant::swizzled_cols(cols / 16),
+                    ],
+                    init: Init::Fill(1.0),
+                };
+                entries.push(owned(table, DType::F8E4M3));
+                let global = Spec {
+                    name: format!("{layer}.weight_scale_2"),
+                    shape: Vec::new(),
+                    init: Init::Fill(bound / 6.0),
+                };
+                entries.push(owned(global, DType::F32));
+                layers.insert(format!("{prefix}{layer}"), serde_json::json!({"format": "nvfp4"}));
+                continue;
+            }
             SynthDtype::Mxfp8 => {
                 if !rows.is_multiple_of(32) || !cols.is_multiple_of(32) {
                     entries.push(plain(spec, DType::BF16));
@@ -555,7 +596,7 @@ fn entries<'s>(
                 )
             }
         };
-        entries.push(Entry { quantized: Some(scale), ..plain(spec, stored) });
+        entries.push(Entry { quantized: Some((scale, 0.0)), ..plain(spec, stored) });
         entries.push(owned(table.0, table.1));
         layers.insert(format!("{prefix}{layer}"), config);
     }

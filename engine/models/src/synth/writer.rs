@@ -28,8 +28,9 @@ pub(crate) struct Entry<'s> {
     pub(crate) spec: Cow<'s, Spec>,
     pub(crate) dtype: DType,
     pub(crate) stream: u64,
-    /// A quantized weight: its values are divided by this scale before they are rounded to `dtype`.
-    pub(crate) quantized: Option<f32>,
+    /// A quantized weight `(scale, offset)`: its values become `v / scale + offset` before they are rounded to
+    /// `dtype` (the offset moves NVFP4's random code bytes into 0..=255).
+    pub(crate) quantized: Option<(f32, f32)>,
 }
 
 impl Entry<'_> {
@@ -137,7 +138,7 @@ fn fill(entry: &Entry<'_>, stream_seed: u64, out: &mut [u8]) {
         }
     };
     let values = match entry.quantized {
-        Some(scale) => values.into_iter().map(|v| v / scale).collect(),
+        Some((scale, offset)) => values.into_iter().map(|v| v / scale + offset).collect(),
         None => values,
     };
     out.copy_from_slice(&narrow(entry.dtype, &values));

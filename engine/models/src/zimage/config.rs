@@ -214,10 +214,11 @@ fn block_counts(h: &Header) -> [usize; 3] {
 
 /// The shape of a rank-2 tensor that must exist.
 fn matrix(h: &Header, name: &str) -> Result<[usize; 2]> {
-    let t = h.require(name)?;
-    match t.shape[..] {
+    h.require(name)?;
+    let shape = h.values_shape(name).unwrap_or_default();
+    match shape[..] {
         [rows, cols] => Ok([rows, cols]),
-        _ => Err(h.unsupported(format!("`{}` is {:?}, not a matrix", h.key(name), t.shape))),
+        _ => Err(h.unsupported(format!("`{}` is {shape:?}, not a matrix", h.key(name)))),
     }
 }
 

@@ -125,7 +125,8 @@ pub(crate) fn check(h: &Header, cfg: &Config, layout: Layout) -> Result<()> {
                     h.key(part)
                 )));
             }
-            let got = &h.require(part)?.shape;
+            h.require(part)?;
+            let got = &h.values_shape(part).unwrap_or_default();
             if *got != part_shape {
                 return Err(h.unsupported(format!(
                     "`{}` is {got:?}, expected {part_shape:?} for a Z-Image model of dim {}",

@@ -565,12 +565,13 @@ fn one_file_of_a_family_is_written_under_any_name() {
 }
 
 #[test]
-fn int8_convrot_and_mxfp8_files_quantize_the_linear_weights_their_blocks_fit() {
+fn int8_convrot_mxfp8_and_nvfp4_files_quantize_the_linear_weights_their_blocks_fit() {
     let dir = scratch("blocks");
     let set = ZImageTurboSet::tiny();
     for (dtype, format, stored) in [
         (SynthDtype::Int8Convrot, "int8_tensorwise", DType::I8),
         (SynthDtype::Mxfp8, "mxfp8", DType::F8E4M3),
+        (SynthDtype::Nvfp4, "nvfp4", DType::U8),
     ] {
         let path = dir.join(format!("zimage_{dtype}.safetensors"));
         synth::write_zimage(&path, &set.zimage, dtype, 7, &mut |_, _| {}).unwrap();
@@ -587,6 +588,17 @@ fn int8_convrot_and_mxfp8_files_quantize_the_linear_weights_their_blocks_fit() {
             if dtype == SynthDtype::Int8Convrot {
                 let group = config["convrot_groupsize"].as_u64().unwrap() as usize;
                 assert!(weight.shape[1].is_multiple_of(group), "{layer}: groups of {group}");
+            }
+            if dtype == SynthDtype::Nvfp4 {
+                // Random code pairs over every byte value, not a clamped half.
+                let bytes = file.raw_bytes(&format!("{layer}.weight")).unwrap();
+                let zeros = bytes.iter().filter(|&&b| b == 0).count();
+                assert!(
+                    zeros * 50 < bytes.len(),
+                    "{layer}: {zeros} of {} bytes are 0",
+                    bytes.len()
+                );
+                assert!(file.tensor(&format!("{layer}.weight_scale_2")).is_ok(), "{layer}");
             }
         }
         // Kiln reads what it wrote.
