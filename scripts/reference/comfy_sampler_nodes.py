@@ -1,6 +1,6 @@
 """Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
 SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE, SamplerDPMPP_SDE,
-SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE) run on the toy model of
+SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative) run on the toy model of
 comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
 
 ComfyUI at the commit Kiln matches is imported from COMFYUI_DIR (see comfyui.py; the node module needs the
@@ -44,6 +44,12 @@ CASES = [
     ("SamplerDPMPP_2M_SDE", {"solver_type": "midpoint", "eta": 1.0, "s_noise": 0.0, "noise_device": "gpu"}),
     ("SamplerDPMPP_3M_SDE", {"eta": 0.5, "s_noise": 0.8, "noise_device": "gpu"}),
     ("SamplerDPMPP_3M_SDE", {"eta": 1.0, "s_noise": 1.0, "noise_device": "cpu"}),
+    ("SamplerSEEDS2", {"solver_type": "phi_2", "eta": 0.6, "s_noise": 1.3, "r": 0.3}),
+    ("SamplerSEEDS2", {"solver_type": "phi_1", "eta": 1.0, "s_noise": 0.0, "r": 0.7}),
+    ("SamplerDPMAdaptative", {"order": 2, "rtol": 0.02, "atol": 0.003, "h_init": 0.1, "pcoeff": 0.2,
+                              "icoeff": 0.9, "dcoeff": 0.1, "accept_safety": 0.9, "eta": 0.0, "s_noise": 1.0}),
+    ("SamplerDPMAdaptative", {"order": 3, "rtol": 0.01, "atol": 0.001, "h_init": 0.3, "pcoeff": 0.0,
+                              "icoeff": 1.0, "dcoeff": 0.0, "accept_safety": 0.95, "eta": 0.7, "s_noise": 0.9}),
 ]
 STEPS = (3, 6)
 

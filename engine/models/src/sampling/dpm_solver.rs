@@ -3,8 +3,10 @@
 //! ε = (x − x̂₀)/σ. Both run at η = 0 (KSampler's), so no noise is added. Scalars are f32 as torch's 0-dim
 //! tensors are; a Python float meeting one is rounded to f32 first.
 
-use super::samplers::Run;
+use super::cfg_pp::ancestral_step;
+use super::samplers::{AdaptiveSettings, Run};
 use crate::Result;
+use crate::noise::TorchGenerator;
 
 /// σ of a DPM-Solver time.
 fn sigma(t: f32) -> f32 {
@@ -140,17 +142,23 @@ pub(super) fn dpm_fast(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Re
     Ok(x)
 }
 
-/// k-diffusion's `PIDStepSizeController` at KSampler's settings (an integral controller, p = d = 0), in f64
-/// as Python computes it.
+/// k-diffusion's `PIDStepSizeController`, in f64 as Python computes it.
 struct Pid {
     h: f64,
     b1: f64,
     b2: f64,
     b3: f64,
+    accept_safety: f64,
     errs: Option<[f64; 3]>,
 }
 
 impl Pid {
+    /// The controller from h₀, the (p, i, d) coefficients and the order they are divided by.
+    fn new(h: f64, [p, i, d]: [f64; 3], order: f64, accept_safety: f64) -> Pid {
+        let (b1, b2, b3) = ((p + i + d) / order, -(p + 2.0 * d) / order, d / order);
+        Pid { h, b1, b2, b3, accept_safety, errs: None }
+    }
+
     /// Proposes the next step from this one's error; whether to accept this one.
     fn propose(&mut self, error: f32) -> bool {
         let inv = 1.0 / (f64::from(error) + 1e-8);
@@ -158,7 +166,7 @@ impl Pid {
         errs[0] = inv;
         let factor = errs[0].powf(self.b1) * errs[1].powf(self.b2) * errs[2].powf(self.b3);
         let factor = 1.0 + (factor - 1.0).atan();
-        let accept = factor >= 0.81;
+        let accept = factor >= self.accept_safety;
         if accept {
             errs[2] = errs[1];
             errs[1] = errs[0];
@@ -168,14 +176,21 @@ impl Pid {
     }
 }
 
-/// `sample_dpm_adaptive` at KSampler's settings (order 3, rtol 0.05, atol 0.0078, h₀ 0.05): each attempt
-/// takes a 2nd- and a 3rd-order step (three model calls) and the controller accepts it or shrinks the step
-/// by their difference, until t reaches the end.
-pub(super) fn dpm_adaptive(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+/// `sample_dpm_adaptive` at `set` (KSampler's: order 3, rtol 0.05, atol 0.0078, h₀ 0.05, η 0): each attempt
+/// takes a lower- and a higher-order step (order + 1 ... order model calls) and the controller accepts it or
+/// shrinks the step by their difference, until t reaches the end. With η > 0 each accepted step is
+/// ancestral, its noise drawn from `noise` (the draw happens on every accepted step, as ComfyUI's does).
+pub(super) fn dpm_adaptive(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    set: &AdaptiveSettings,
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
     let (t_start, t_end) = span(sigmas);
-    let (atol, rtol) = (0.0078f32, 0.05f32);
-    let order = 3.0;
-    let mut pid = Pid { h: 0.05, b1: 1.0 / order, b2: -0.0 / order, b3: 0.0 / order, errs: None };
+    let (atol, rtol) = (set.atol as f32, set.rtol as f32);
+    let pid_order = if set.eta > 0.0 { 1.5 } else { set.order as f64 };
+    let mut pid = Pid::new(set.h_init.abs(), set.pid, pid_order, set.accept_safety);
     let mut s = t_start;
     let mut x_prev = x.clone();
     let mut attempt = 0;
@@ -183,9 +198,22 @@ pub(super) fn dpm_adaptive(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -
     let scale = (n as f64).sqrt() as f32;
     while s < t_end - 1e-5f32 {
         let t = t_end.min(s + pid.h as f32);
+        let (t_, su) = if set.eta > 0.0 {
+            let (down, _) = ancestral_step(sigma(s), sigma(t), set.eta);
+            let t_ = t_end.min(-down.ln());
+            (t_, (sigma(t) * sigma(t) - sigma(t_) * sigma(t_)).sqrt())
+        } else {
+            (t, 0.0)
+        };
         let mut cache = Cache { eps: Some(eps(run, &x, s, Some(attempt))?), eps_r1: None };
-        let low = step2(run, &mut cache, &x, (s, t), 1.0 / 3.0)?;
-        let high = step3(run, &mut cache, &x, (s, t))?;
+        let (low, high) = if set.order == 2 {
+            let e = cache.eps.as_deref().expect("ε");
+            let low = sub(&x, sigma(t_) * (t_ - s).exp_m1(), e);
+            (low, step2(run, &mut cache, &x, (s, t_), 0.5)?)
+        } else {
+            let low = step2(run, &mut cache, &x, (s, t_), 1.0 / 3.0)?;
+            (low, step3(run, &mut cache, &x, (s, t_))?)
+        };
         let sum: f32 = low
             .iter()
             .zip(&high)
@@ -199,7 +227,8 @@ pub(super) fn dpm_adaptive(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -
         let error = sum.sqrt() / scale;
         if pid.propose(error) {
             x_prev = low;
-            x = high;
+            let drawn = noise.randn(n);
+            x = high.iter().zip(&drawn).map(|(h, z)| h + su * set.s_noise * z).collect();
             s = t;
         }
         attempt += 1;

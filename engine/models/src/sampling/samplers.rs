@@ -266,8 +266,49 @@ pub struct SamplerSettings {
     pub er_sde_scaler: ErSdeScaler,
     /// `er_sde`'s stages (3).
     pub max_stage: usize,
-    /// `dpmpp_sde`'s midpoint in λ (½), a Python float.
+    /// `dpmpp_sde`'s midpoint in λ and `seeds_2`'s stage (½), a Python float.
     pub r: f64,
+    /// `seeds_2` combines its stages with φ₂ rather than φ₁ (`SamplerSEEDS2`'s `solver_type`; no).
+    pub phi_2: bool,
+    /// `dpm_adaptive`'s step-size control (`SamplerDPMAdaptative`).
+    pub adaptive: AdaptiveSettings,
+}
+
+/// `dpm_adaptive`'s settings, Python floats as `SamplerDPMAdaptative` passes them (KSampler's are the
+/// defaults, with η 0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveSettings {
+    /// 2 (DPM-Solver-12) or 3 (DPM-Solver-23).
+    pub order: usize,
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// The first step in t.
+    pub h_init: f64,
+    /// The controller's proportional, integral and derivative coefficients.
+    pub pid: [f64; 3],
+    /// The error factor a step needs to be accepted.
+    pub accept_safety: f64,
+    /// Ancestral noise (0: none).
+    pub eta: f32,
+    /// The noise's multiplier.
+    pub s_noise: f32,
+}
+
+impl Default for AdaptiveSettings {
+    fn default() -> AdaptiveSettings {
+        AdaptiveSettings {
+            order: 3,
+            rtol: 0.05,
+            atol: 0.0078,
+            h_init: 0.05,
+            pid: [0.0, 1.0, 0.0],
+            accept_safety: 0.81,
+            eta: 0.0,
+            s_noise: 1.0,
+        }
+    }
 }
 
 impl Default for SamplerSettings {
@@ -279,6 +320,8 @@ impl Default for SamplerSettings {
             er_sde_scaler: ErSdeScaler::ErSde { eta: 1.0 },
             max_stage: 3,
             r: 0.5,
+            phi_2: false,
+            adaptive: AdaptiveSettings::default(),
         }
     }
 }
@@ -403,7 +446,9 @@ pub fn sample_with(
         Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
         Sampler::Lms => multistep::lms(&mut run, x, sigmas, set.order),
         Sampler::DpmFast => dpm_solver::dpm_fast(&mut run, x, sigmas),
-        Sampler::DpmAdaptive => dpm_solver::dpm_adaptive(&mut run, x, sigmas),
+        Sampler::DpmAdaptive => {
+            dpm_solver::dpm_adaptive(&mut run, x, sigmas, &set.adaptive, &mut noise())
+        }
         Sampler::Dpmpp2sAncestral => {
             let (eta, s_noise) = (set.eta, set.s_noise);
             second_order::dpmpp_2s_ancestral(&mut run, x, sigmas, eta, s_noise, &mut noise())
@@ -443,7 +488,11 @@ pub fn sample_with(
             multistep::gradient_estimation(&mut run, x, sigmas, true)
         }
         Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &set, &mut noise()),
-        Sampler::Seeds2 => seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::SEEDS_2, &mut noise()),
+        Sampler::Seeds2 => {
+            let solver = if set.phi_2 { seeds::Solver::Phi2 } else { seeds::Solver::Phi1 };
+            let variant = Seeds2 { eta: set.eta, s_noise: set.s_noise, r: set.r, solver };
+            seeds::seeds_2(&mut run, ms, x, sigmas, variant, &mut noise())
+        }
         Sampler::Seeds3 => seeds::seeds_3(&mut run, ms, x, sigmas, &mut noise()),
         Sampler::SaSolver => sa_solver::sa_solver(&mut run, ms, x, sigmas, false, &mut noise()),
         Sampler::SaSolverPece => sa_solver::sa_solver(&mut run, ms, x, sigmas, true, &mut noise()),

@@ -19,21 +19,23 @@ pub(super) enum Solver {
     Phi2,
 }
 
-/// A SEEDS-2 variant: η (0: no noise), the stage position r and the solver.
+/// A SEEDS-2 variant: η (0: no noise), the noise's multiplier, the stage position r (a Python float) and the
+/// solver.
 #[derive(Clone, Copy)]
 pub(super) struct Seeds2 {
     pub(super) eta: f32,
-    pub(super) r: f32,
+    pub(super) s_noise: f32,
+    pub(super) r: f64,
     pub(super) solver: Solver,
 }
 
 impl Seeds2 {
-    /// `seeds_2`: η 1, r ½, φ₁.
-    pub(super) const SEEDS_2: Seeds2 = Seeds2 { eta: 1.0, r: 0.5, solver: Solver::Phi1 };
     /// `exp_heun_2_x0`: deterministic, r 1, φ₂.
-    pub(super) const EXP_HEUN: Seeds2 = Seeds2 { eta: 0.0, r: 1.0, solver: Solver::Phi2 };
+    pub(super) const EXP_HEUN: Seeds2 =
+        Seeds2 { eta: 0.0, s_noise: 1.0, r: 1.0, solver: Solver::Phi2 };
     /// `exp_heun_2_x0_sde`: η 1, r 1, φ₂.
-    pub(super) const EXP_HEUN_SDE: Seeds2 = Seeds2 { eta: 1.0, r: 1.0, solver: Solver::Phi2 };
+    pub(super) const EXP_HEUN_SDE: Seeds2 =
+        Seeds2 { eta: 1.0, s_noise: 1.0, r: 1.0, solver: Solver::Phi2 };
 }
 
 /// h·φ₂(h) = (eʰ − 1 − h)/h.
@@ -50,9 +52,11 @@ pub(super) fn seeds_2(
     variant: Seeds2,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
-    let Seeds2 { eta, r, solver } = variant;
+    let Seeds2 { eta, s_noise, r: r64, solver } = variant;
     let sigmas = ms.offset_first_sigma(sigmas);
-    let fac = 1.0 / (2.0 * r);
+    // Python's 1 / (2r) in f64, and r where it meets the f32 tensors.
+    let (fac, r) = ((1.0 / (2.0 * r64)) as f32, r64 as f32);
+    let inject = eta > 0.0 && s_noise > 0.0;
     for i in 0..sigmas.len() - 1 {
         let (sigma, next) = (sigmas[i], sigmas[i + 1]);
         let denoised = run.first(i, &x, sigma)?;
@@ -77,10 +81,10 @@ pub(super) fn seeds_2(
         let e1 = alpha_s1 * (-r * h_eta).exp_m1();
         let mut x2: Vec<f32> = x.iter().zip(&denoised).map(|(x, d)| c1 * x - e1 * d).collect();
         let mut sde_noise = Vec::new();
-        if eta > 0.0 {
+        if inject {
             let k = (-(-2.0 * r * h * eta).exp_m1()).sqrt();
             sde_noise = noise.randn(x.len()).into_iter().map(|n| k * n).collect();
-            x2.iter_mut().zip(&sde_noise).for_each(|(x, n)| *x += n * sigma_s1);
+            x2.iter_mut().zip(&sde_noise).for_each(|(x, n)| *x += n * sigma_s1 * s_noise);
         }
         let denoised2 = run.denoiser.denoise(&x2, sigma_s1)?;
 
@@ -110,12 +114,12 @@ pub(super) fn seeds_2(
                     .collect()
             }
         };
-        if eta > 0.0 {
-            let segment = (r - 1.0) * h * eta;
+        if inject {
+            let segment = (r64 - 1.0) as f32 * h * eta;
             let (scale, k) = (segment.exp(), (-(segment * 2.0).exp_m1()).sqrt());
             let fresh = noise.randn(x.len());
             for ((x, n), f) in x.iter_mut().zip(&sde_noise).zip(fresh) {
-                *x += (n * scale + k * f) * next;
+                *x += (n * scale + k * f) * next * s_noise;
             }
         }
     }

@@ -6,8 +6,8 @@
 
 use kiln_models::Result;
 use kiln_models::sampling::{
-    Denoiser, FlowSampling, Sampler, SamplerChoice, SamplerSettings, Scheduler, ksampler_sigmas,
-    sample, sample_with,
+    AdaptiveSettings, Denoiser, FlowSampling, Sampler, SamplerChoice, SamplerSettings, Scheduler,
+    ksampler_sigmas, sample, sample_with,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -257,6 +257,31 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
                 ..SamplerSettings::default()
             };
             SamplerChoice { sampler, settings }
+        }
+        "SamplerSEEDS2" => SamplerChoice {
+            sampler: Sampler::Seeds2,
+            settings: SamplerSettings {
+                eta: f("eta"),
+                s_noise: f("s_noise"),
+                r: inputs["r"].as_f64().expect("r"),
+                phi_2: inputs["solver_type"] == "phi_2",
+                ..SamplerSettings::default()
+            },
+        },
+        "SamplerDPMAdaptative" => {
+            let g = |k: &str| inputs[k].as_f64().expect(k);
+            let adaptive = AdaptiveSettings {
+                order: inputs["order"].as_u64().expect("order") as usize,
+                rtol: g("rtol"),
+                atol: g("atol"),
+                h_init: g("h_init"),
+                pid: [g("pcoeff"), g("icoeff"), g("dcoeff")],
+                accept_safety: g("accept_safety"),
+                eta: f("eta"),
+                s_noise: f("s_noise"),
+            };
+            let settings = SamplerSettings { adaptive, ..SamplerSettings::default() };
+            SamplerChoice { sampler: Sampler::DpmAdaptive, settings }
         }
         other => panic!("no case for {other}"),
     }

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use kiln_models::sampling::{self, FlowSampling, Sampler, SamplerChoice, SamplerSettings};
+use kiln_models::sampling::{
+    self, AdaptiveSettings, FlowSampling, Sampler, SamplerChoice, SamplerSettings,
+};
 
 use super::pure::Pure;
 use super::sampler::{
@@ -96,6 +98,18 @@ fn sde_sampler(inputs: &Inputs, cpu: Sampler, gpu: Sampler) -> Result<Vec<Value>
         ..SamplerSettings::default()
     };
     Ok(vec![Value::Sampler(SamplerChoice { sampler, settings })])
+}
+
+/// An advanced unrounded float with a tooltip (`(default, min, max)`, step 0.01), as V3 declares it.
+fn explained(name: &str, tooltip: &str, (default, min, max): (f64, f64, f64)) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .tooltip(tooltip)
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", min)
+        .option("max", max)
+        .option("step", 0.01)
+        .option("round", false)
 }
 
 /// The ancestral `sampler` at the node's `eta` and `s_noise`.
@@ -312,6 +326,68 @@ pub(super) fn builders() -> Vec<Pure> {
                 .input(InputDef::v3_combo("sampler_name", &sampler_names()))
                 .output(OutputDef::new("SAMPLER")),
             |inputs| Ok(vec![Value::Sampler(sampler(inputs)?.into())]),
+        ),
+        Pure::new(
+            spec("SamplerDPMAdaptative", "", "model/sampling/samplers")
+                .input(
+                    InputDef::bare("order", "INT")
+                        .option("advanced", true)
+                        .option("default", 3)
+                        .option("min", 2)
+                        .option("max", 3),
+                )
+                .input(unrounded("rtol", 0.05, 100.0, true))
+                .input(unrounded("atol", 0.0078, 100.0, true))
+                .input(unrounded("h_init", 0.05, 100.0, true))
+                .input(unrounded("pcoeff", 0.0, 100.0, true))
+                .input(unrounded("icoeff", 1.0, 100.0, true))
+                .input(unrounded("dcoeff", 0.0, 100.0, true))
+                .input(unrounded("accept_safety", 0.81, 100.0, true))
+                .input(unrounded("eta", 0.0, 100.0, true))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| {
+                let adaptive = AdaptiveSettings {
+                    order: count(inputs, "order")?,
+                    rtol: inputs.float("rtol")?,
+                    atol: inputs.float("atol")?,
+                    h_init: inputs.float("h_init")?,
+                    pid: [inputs.float("pcoeff")?, inputs.float("icoeff")?, inputs.float("dcoeff")?],
+                    accept_safety: inputs.float("accept_safety")?,
+                    eta: inputs.float("eta")? as f32,
+                    s_noise: inputs.float("s_noise")? as f32,
+                };
+                let settings = SamplerSettings { adaptive, ..SamplerSettings::default() };
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::DpmAdaptive, settings })])
+            },
+        ),
+        Pure::new(
+            spec("SamplerSEEDS2", "", "model/sampling/samplers")
+                .description(
+                    "This sampler node can represent multiple samplers:\n\nseeds_2\n- default setting\n\n\
+                     exp_heun_2_x0\n- solver_type=phi_2, r=1.0, eta=0.0\n\nexp_heun_2_x0_sde\n- \
+                     solver_type=phi_2, r=1.0, eta=1.0, s_noise=1.0",
+                )
+                .input(InputDef::v3_combo("solver_type", &["phi_1", "phi_2"]))
+                .input(explained("eta", "Stochastic strength", (1.0, 0.0, 100.0)))
+                .input(explained("s_noise", "SDE noise multiplier", (1.0, 0.0, 100.0)))
+                .input(explained(
+                    "r",
+                    "Relative step size for the intermediate stage (c2 node)",
+                    (0.5, 0.01, 1.0),
+                ))
+                .output(OutputDef::new("SAMPLER"))
+                .aliases(&["sde", "exp heun"]),
+            |inputs| {
+                let settings = SamplerSettings {
+                    eta: inputs.float("eta")? as f32,
+                    s_noise: inputs.float("s_noise")? as f32,
+                    r: inputs.float("r")?,
+                    phi_2: inputs.string("solver_type")? == "phi_2",
+                    ..SamplerSettings::default()
+                };
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::Seeds2, settings })])
+            },
         ),
         Pure::new(
             spec("SamplerDPMPP_3M_SDE", "", "model/sampling/samplers")
