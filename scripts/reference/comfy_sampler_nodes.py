@@ -1,6 +1,7 @@
 """Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
 SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE, SamplerDPMPP_SDE,
-SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative) run on the toy model of
+SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative, SamplerSASolver) run on the toy
+model of
 comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
 
 ComfyUI at the commit Kiln matches is imported from COMFYUI_DIR (see comfyui.py; the node module needs the
@@ -50,6 +51,12 @@ CASES = [
                               "icoeff": 0.9, "dcoeff": 0.1, "accept_safety": 0.9, "eta": 0.0, "s_noise": 1.0}),
     ("SamplerDPMAdaptative", {"order": 3, "rtol": 0.01, "atol": 0.001, "h_init": 0.3, "pcoeff": 0.0,
                               "icoeff": 1.0, "dcoeff": 0.0, "accept_safety": 0.95, "eta": 0.7, "s_noise": 0.9}),
+    ("SamplerSASolver", {"eta": 0.8, "sde_start_percent": 0.1, "sde_end_percent": 0.6, "s_noise": 1.1,
+                         "predictor_order": 2, "corrector_order": 2, "use_pece": False, "simple_order_2": True}),
+    ("SamplerSASolver", {"eta": 1.0, "sde_start_percent": 0.3, "sde_end_percent": 0.9, "s_noise": 0.7,
+                         "predictor_order": 4, "corrector_order": 0, "use_pece": True, "simple_order_2": False}),
+    ("SamplerSASolver", {"eta": 0.5, "sde_start_percent": 0.0, "sde_end_percent": 1.0, "s_noise": 1.0,
+                         "predictor_order": 1, "corrector_order": 3, "use_pece": True, "simple_order_2": True}),
 ]
 STEPS = (3, 6)
 
@@ -59,7 +66,10 @@ def main():
     noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(SEED))
     tensors, cases = {}, []
     for n, (node, inputs) in enumerate(CASES):
-        sampler = getattr(nodes, node).execute(**inputs)[0]
+        # SamplerSASolver reads its SDE interval from the MODEL's model sampling.
+        extra = {"model": type("M", (), {"get_model_object": lambda self, name: ms})()} \
+            if node == "SamplerSASolver" else {}
+        sampler = getattr(nodes, node).execute(**inputs, **extra)[0]
         for steps in STEPS:
             sigmas = comfy.samplers.calculate_sigmas(ms, "simple", steps).float()
             key = f"node/{n}/{steps}"

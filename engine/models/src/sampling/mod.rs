@@ -29,8 +29,8 @@ mod unipc;
 
 pub use flow::FlowSampling;
 pub use samplers::{
-    AdaptiveSettings, Denoiser, ErSdeScaler, Sampler, SamplerChoice, SamplerSettings, Step, sample,
-    sample_with,
+    AdaptiveSettings, Denoiser, ErSdeScaler, SaSolverSettings, Sampler, SamplerChoice,
+    SamplerSettings, Step, sample, sample_with,
 };
 pub use schedulers::{
     Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, flux2_sigmas, karras_sigmas,

@@ -272,6 +272,43 @@ pub struct SamplerSettings {
     pub phi_2: bool,
     /// `dpm_adaptive`'s step-size control (`SamplerDPMAdaptative`).
     pub adaptive: AdaptiveSettings,
+    /// SA-Solver's (`SamplerSASolver`).
+    pub sa_solver: SaSolverSettings,
+}
+
+/// SA-Solver's settings (`SamplerSASolver`; KSampler's `sa_solver` and `sa_solver_pece` are the defaults, the
+/// latter with `use_pece`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SaSolverSettings {
+    /// τ inside the SDE interval (0: an ODE throughout).
+    pub eta: f64,
+    /// The SDE interval as sigmas `(start, end)`, start ≥ end; `None`: the model's `percent_to_sigma` of 0.2
+    /// and 0.8.
+    pub sde_sigmas: Option<(f64, f64)>,
+    /// The noise's multiplier.
+    pub s_noise: f32,
+    /// Past predictions the predictor uses (3).
+    pub predictor_order: usize,
+    /// Past predictions the corrector uses (4; 0: no corrector).
+    pub corrector_order: usize,
+    /// Evaluate the corrected state again (PECE).
+    pub use_pece: bool,
+    /// The simple order-2 coefficients where two points are used.
+    pub simple_order_2: bool,
+}
+
+impl Default for SaSolverSettings {
+    fn default() -> SaSolverSettings {
+        SaSolverSettings {
+            eta: 1.0,
+            sde_sigmas: None,
+            s_noise: 1.0,
+            predictor_order: 3,
+            corrector_order: 4,
+            use_pece: false,
+            simple_order_2: false,
+        }
+    }
 }
 
 /// `dpm_adaptive`'s settings, Python floats as `SamplerDPMAdaptative` passes them (KSampler's are the
@@ -322,6 +359,7 @@ impl Default for SamplerSettings {
             r: 0.5,
             phi_2: false,
             adaptive: AdaptiveSettings::default(),
+            sa_solver: SaSolverSettings::default(),
         }
     }
 }
@@ -494,8 +532,13 @@ pub fn sample_with(
             seeds::seeds_2(&mut run, ms, x, sigmas, variant, &mut noise())
         }
         Sampler::Seeds3 => seeds::seeds_3(&mut run, ms, x, sigmas, &mut noise()),
-        Sampler::SaSolver => sa_solver::sa_solver(&mut run, ms, x, sigmas, false, &mut noise()),
-        Sampler::SaSolverPece => sa_solver::sa_solver(&mut run, ms, x, sigmas, true, &mut noise()),
+        Sampler::SaSolver => {
+            sa_solver::sa_solver(&mut run, ms, x, sigmas, &set.sa_solver, &mut noise())
+        }
+        Sampler::SaSolverPece => {
+            let pece = SaSolverSettings { use_pece: true, ..set.sa_solver };
+            sa_solver::sa_solver(&mut run, ms, x, sigmas, &pece, &mut noise())
+        }
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),

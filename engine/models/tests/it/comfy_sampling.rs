@@ -6,8 +6,8 @@
 
 use kiln_models::Result;
 use kiln_models::sampling::{
-    AdaptiveSettings, Denoiser, FlowSampling, Sampler, SamplerChoice, SamplerSettings, Scheduler,
-    ksampler_sigmas, sample, sample_with,
+    AdaptiveSettings, Denoiser, FlowSampling, SaSolverSettings, Sampler, SamplerChoice,
+    SamplerSettings, Scheduler, ksampler_sigmas, sample, sample_with,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -282,6 +282,26 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
             };
             let settings = SamplerSettings { adaptive, ..SamplerSettings::default() };
             SamplerChoice { sampler: Sampler::DpmAdaptive, settings }
+        }
+        "SamplerSASolver" => {
+            // The node's SDE interval in sigmas, from the toy's model sampling.
+            let ms = FlowSampling::new(3.0, 1.0);
+            let g = |k: &str| inputs[k].as_f64().expect(k);
+            let n = |k: &str| inputs[k].as_u64().expect(k) as usize;
+            let sa_solver = SaSolverSettings {
+                eta: g("eta"),
+                sde_sigmas: Some((
+                    ms.percent_to_sigma(g("sde_start_percent")),
+                    ms.percent_to_sigma(g("sde_end_percent")),
+                )),
+                s_noise: f("s_noise"),
+                predictor_order: n("predictor_order"),
+                corrector_order: n("corrector_order"),
+                use_pece: inputs["use_pece"] == true,
+                simple_order_2: inputs["simple_order_2"] == true,
+            };
+            let settings = SamplerSettings { sa_solver, ..SamplerSettings::default() };
+            SamplerChoice { sampler: Sampler::SaSolver, settings }
         }
         other => panic!("no case for {other}"),
     }

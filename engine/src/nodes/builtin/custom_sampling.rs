@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kiln_models::sampling::{
-    self, AdaptiveSettings, FlowSampling, Sampler, SamplerChoice, SamplerSettings,
+    self, AdaptiveSettings, FlowSampling, SaSolverSettings, Sampler, SamplerChoice, SamplerSettings,
 };
 
 use super::pure::Pure;
@@ -98,6 +98,25 @@ fn sde_sampler(inputs: &Inputs, cpu: Sampler, gpu: Sampler) -> Result<Vec<Value>
         ..SamplerSettings::default()
     };
     Ok(vec![Value::Sampler(SamplerChoice { sampler, settings })])
+}
+
+/// An advanced fraction of the schedule (0..=1, step 0.001).
+fn percent(name: &str, default: f64) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", 0.0)
+        .option("max", 1.0)
+        .option("step", 0.001)
+}
+
+/// An advanced solver order (at most 6).
+fn order(name: &str, default: i64, min: i64) -> InputDef {
+    InputDef::bare(name, "INT")
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", min)
+        .option("max", 6)
 }
 
 /// An advanced unrounded float with a tooltip (`(default, min, max)`, step 0.01), as V3 declares it.
@@ -359,6 +378,37 @@ pub(super) fn builders() -> Vec<Pure> {
                 };
                 let settings = SamplerSettings { adaptive, ..SamplerSettings::default() };
                 Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::DpmAdaptive, settings })])
+            },
+        ),
+        Pure::new(
+            spec("SamplerSASolver", "", "model/sampling/samplers")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(unrounded("eta", 1.0, 10.0, true))
+                .input(percent("sde_start_percent", 0.2))
+                .input(percent("sde_end_percent", 0.8))
+                .input(unrounded("s_noise", 1.0, 100.0, true))
+                .input(order("predictor_order", 3, 1))
+                .input(order("corrector_order", 4, 0))
+                .input(InputDef::bare("use_pece", "BOOLEAN").option("advanced", true))
+                .input(InputDef::bare("simple_order_2", "BOOLEAN").option("advanced", true))
+                .output(OutputDef::new("SAMPLER"))
+                .aliases(&["sde"]),
+            |inputs| {
+                // The SDE interval as the model's sigmas, as the node computes it from its MODEL.
+                let sampling = &inputs.model("model")?.sampling;
+                let start = sampling.percent_to_sigma(inputs.float("sde_start_percent")?);
+                let end = sampling.percent_to_sigma(inputs.float("sde_end_percent")?);
+                let sa_solver = SaSolverSettings {
+                    eta: inputs.float("eta")?,
+                    sde_sigmas: Some((start, end)),
+                    s_noise: inputs.float("s_noise")? as f32,
+                    predictor_order: count(inputs, "predictor_order")?,
+                    corrector_order: count(inputs, "corrector_order")?,
+                    use_pece: inputs.bool("use_pece")?,
+                    simple_order_2: inputs.bool("simple_order_2")?,
+                };
+                let settings = SamplerSettings { sa_solver, ..SamplerSettings::default() };
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::SaSolver, settings })])
             },
         ),
         Pure::new(
