@@ -446,8 +446,10 @@ fn input_lists(
 ) -> BTreeMap<String, Vec<Value>> {
     let mut lists = BTreeMap::new();
     for (name, input) in &node.inputs {
-        let Some((def, _)) = spec.input_def(name) else { continue };
-        let def = Some(def);
+        let def = spec.input_def(name).map(|(def, _)| def);
+        if def.is_none() && !spec.accept_all_inputs {
+            continue;
+        }
         match input {
             Input::Literal(json) => {
                 lists.insert(name.clone(), vec![literal_value(def, json)]);

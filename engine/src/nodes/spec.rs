@@ -272,6 +272,9 @@ pub struct NodeSpec {
     pub not_idempotent: bool,
     /// Inputs whose built-in checks (range, combo) the node's own validation replaces.
     pub validates_inputs: Vec<String>,
+    /// Whether the node also receives the inputs a prompt gives it that it does not declare (ComfyUI's
+    /// `accept_all_inputs`: frontend-defined widgets), as their JSON values.
+    pub accept_all_inputs: bool,
     /// Extra search terms.
     pub search_aliases: Vec<String>,
     /// The essentials panel section.
@@ -314,6 +317,7 @@ impl NodeSpec {
             is_input_list: false,
             not_idempotent: false,
             validates_inputs: Vec::new(),
+            accept_all_inputs: false,
             search_aliases: Vec::new(),
             essentials_category: None,
             python_module: "nodes".to_owned(),
@@ -417,6 +421,12 @@ impl NodeSpec {
     /// Replaces the built-in checks of these inputs by the node's own validation.
     pub fn validates(mut self, inputs: &[&str]) -> NodeSpec {
         self.validates_inputs = inputs.iter().map(|i| (*i).to_owned()).collect();
+        self
+    }
+
+    /// Passes the node the inputs it does not declare too (see [`NodeSpec::accept_all_inputs`]).
+    pub fn accepts_all_inputs(mut self) -> NodeSpec {
+        self.accept_all_inputs = true;
         self
     }
 

@@ -1,5 +1,6 @@
 //! Utility nodes templates wire around prompts and latents: `RegexExtract` with Python's `re` semantics, and
-//! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition.
+//! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition, and `CustomCombo`, which takes the
+//! frontend's own options.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -84,4 +85,43 @@ fn latent_cut_and_concat_follow_comfyuis_clamping_and_batching() {
     let mut same = concat("-x");
     same["2"] = json!({"class_type": "EmptyLatentImage", "inputs": {"width": 16, "height": 32, "batch_size": 1}});
     assert_eq!(shape_of(&mut h, same, "3"), "tensor[2, 4, 4, 10]");
+}
+
+#[test]
+fn custom_combo_answers_the_frontends_choice_and_index() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    // The frontend defines the options (widgets the node does not declare) and sends the choice and its index.
+    let combo = |inputs: Value| {
+        json!({
+            "1": {"class_type": "CustomCombo", "inputs": inputs},
+            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+            "3": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}},
+        })
+    };
+    let ran = h.run(combo(
+        json!({"choice": "16:9", "index": 1, "option1": "9:16", "option2": "16:9", "option3": ""}),
+    ));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    assert_eq!(
+        (ran.text("2").concat(), ran.text("3").concat()),
+        ("16:9".to_owned(), "1".to_owned())
+    );
+    // Another index with the same choice is another result, not the cached one.
+    let ran = h.run(combo(
+        json!({"choice": "16:9", "index": 2, "option1": "9:16", "option2": "16:9", "option3": ""}),
+    ));
+    assert_eq!(ran.text("3").concat(), "2");
+    // Without an index: 0.
+    let ran = h.run(combo(json!({"choice": "square"})));
+    assert_eq!(
+        (ran.text("2").concat(), ran.text("3").concat()),
+        ("square".to_owned(), "0".to_owned())
+    );
+    // An index that is not an integer fails the node, naming it.
+    let ran = h.run(combo(json!({"choice": "square", "index": "first"})));
+    assert!(
+        matches!(&ran.summary.outcome, Outcome::Failed(f) if f.message.contains("index")),
+        "{:?}",
+        ran.summary.outcome
+    );
 }

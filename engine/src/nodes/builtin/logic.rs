@@ -1,4 +1,5 @@
 //! `ComfySwitchNode`: passes `on_true` or `on_false` through; both are lazy, so the branch not taken never runs.
+//! `CustomCombo`: a combo whose options the frontend defines, answered as the chosen string and its index.
 
 use std::sync::Arc;
 
@@ -6,6 +7,43 @@ use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, MATCHTYPE, Node, NodeError, NodeResult, NodeSpec,
     OutputDef,
 };
+
+/// `CustomCombo`: the frontend keeps the options (`option1`, `option2`, ... widgets) and sends the choice and
+/// its `index`; as in ComfyUI the node accepts every input and skips the combo check (its declared options are
+/// empty), and answers the choice and the index (0 when none is sent).
+pub(super) fn custom_combo() -> super::pure::Pure {
+    super::pure::Pure::new(
+        NodeSpec::new("CustomCombo", "Custom Combo", "utilities")
+            .python_module("comfy_extras.nodes_logic")
+            .v3()
+            .experimental()
+            .input(InputDef::v3_combo("choice", &[]))
+            .output(OutputDef::new("STRING").named("STRING"))
+            .output(OutputDef::new("INT").named("INDEX"))
+            .validates(&["choice"])
+            .accepts_all_inputs(),
+        |inputs| {
+            let choice = inputs.string("choice")?.to_owned();
+            let index = match inputs.get("index") {
+                None => 0,
+                Some(crate::value::Value::Int(i)) => *i,
+                Some(crate::value::Value::Json(json)) => json.as_i64().ok_or_else(|| {
+                    NodeError::of_kind(
+                        ErrorKind::InvalidValue,
+                        format!("CustomCombo's `index` is {json}, not an integer"),
+                    )
+                })?,
+                Some(other) => {
+                    return Err(NodeError::of_kind(
+                        ErrorKind::WrongType,
+                        format!("CustomCombo's `index` should be INT, got {}", other.type_name()),
+                    ));
+                }
+            };
+            Ok(vec![crate::value::Value::String(choice), crate::value::Value::Int(index)])
+        },
+    )
+}
 
 /// The lazy switch.
 pub(super) struct ComfySwitchNode(Arc<NodeSpec>);

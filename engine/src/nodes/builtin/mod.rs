@@ -73,6 +73,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(sampler::EmptySd3LatentImage::new());
     registry.register(primitives::PreviewAny::new());
     registry.register(logic::ComfySwitchNode::new());
+    registry.register(logic::custom_combo());
     registry.register(websocket::SaveImageWebsocket::new());
     registry.register(files::SaveImageAdvanced::new());
     registry.register(custom_sampling::ModelSamplingSd3::new());
