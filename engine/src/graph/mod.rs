@@ -9,8 +9,8 @@ mod validate;
 use std::collections::BTreeMap;
 
 pub use crate::nodes::NodeId;
-pub(crate) use validate::literal_value;
 pub use validate::{NodeErrors, PromptRejection, ValidatedPrompt, ValidationError, validate};
+pub(crate) use validate::{literal_value, py_str};
 
 /// One input of a prompt node.
 #[derive(Debug, Clone, PartialEq)]

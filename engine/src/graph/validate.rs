@@ -638,8 +638,8 @@ fn py_float(value: &Json) -> Result<f64, String> {
     }
 }
 
-/// Python's `str(value)`.
-fn py_str(value: &Json) -> String {
+/// Python's `str(value)` of a JSON value (`None`, `True`, dicts and lists as their reprs).
+pub(crate) fn py_str(value: &Json) -> String {
     match value {
         Json::String(s) => s.clone(),
         other => py_display(other),
@@ -690,14 +690,7 @@ fn py_repr(value: &Json) -> String {
 fn py_number(value: &Json) -> String {
     match value.as_i64() {
         Some(i) if !value.is_f64() => i.to_string(),
-        _ => {
-            let f = value.as_f64().unwrap_or(f64::NAN);
-            if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 {
-                format!("{f:.1}")
-            } else {
-                f.to_string()
-            }
-        }
+        _ => crate::value::python_float(value.as_f64().unwrap_or(f64::NAN)),
     }
 }
 

@@ -125,3 +125,29 @@ fn custom_combo_answers_the_frontends_choice_and_index() {
         ran.summary.outcome
     );
 }
+
+#[test]
+fn json_extract_string_gives_pythons_str_of_the_value() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let mut extract = |json: &str, key: &str| {
+        let ran = h.run(json!({
+            "1": {"class_type": "JsonExtractString", "inputs": {"json_string": json, "key": key}},
+            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        }));
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+        ran.text("2").concat()
+    };
+    let doc = r#"{"prompt": "a lighthouse", "seed": 42, "cfg": 1e-05, "ok": true, "none": null,
+        "tags": ["dusk", 2.5], "size": {"w": 64, "h": 1.0}}"#;
+    assert_eq!(extract(doc, "prompt"), "a lighthouse");
+    assert_eq!(extract(doc, "seed"), "42");
+    assert_eq!(extract(doc, "cfg"), "1e-05");
+    assert_eq!(extract(doc, "ok"), "True");
+    assert_eq!(extract(doc, "none"), "");
+    assert_eq!(extract(doc, "tags"), "['dusk', 2.5]");
+    assert_eq!(extract(doc, "size"), "{'w': 64, 'h': 1.0}");
+    // A missing key, a document that is not an object, and text that is not JSON: empty.
+    assert_eq!(extract(doc, "steps"), "");
+    assert_eq!(extract("[1, 2]", "0"), "");
+    assert_eq!(extract("not json", "prompt"), "");
+}

@@ -1,6 +1,7 @@
-//! Text nodes of `comfy_extras.nodes_string` (`StringConcatenate`, `StringReplace`, `RegexExtract`) and the
-//! utilities templates wire around prompts and sizes: `ResolutionSelector` (`comfy_extras.nodes_resolution`)
-//! and `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3 classes.
+//! Text nodes of `comfy_extras.nodes_string` (`StringConcatenate`, `StringReplace`, `RegexExtract`,
+//! `JsonExtractString`) and the utilities templates wire around prompts and sizes: `ResolutionSelector`
+//! (`comfy_extras.nodes_resolution`) and `ComfyNumberConvert` (`comfy_extras.nodes_number_convert`). All V3
+//! classes.
 
 use std::collections::BTreeMap;
 
@@ -74,12 +75,35 @@ const ASPECT_RATIOS: [(&str, f64, f64); 8] = [
 ];
 
 /// The nodes, in ComfyUI's registration order within each module.
+/// `JsonExtractString`: Python's `str()` of `key`'s value in the JSON object `json_string`; empty for a
+/// missing key, a `null`, something not an object, or text that is not JSON.
+fn json_extract(json: &str, key: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(serde_json::Value::Object(map)) => match map.get(key) {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(value) => crate::graph::py_str(value),
+        },
+        _ => String::new(),
+    }
+}
+
 pub(super) fn nodes() -> Vec<Pure> {
     let text = |name: &str, display: &str| {
         NodeSpec::new(name, display, "text").python_module("comfy_extras.nodes_string").v3()
     };
     let ratios: Vec<&str> = ASPECT_RATIOS.iter().map(|r| r.0).collect();
     vec![
+        Pure::new(
+            text("JsonExtractString", "Extract Text from JSON")
+                .input(multiline("json_string"))
+                .input(InputDef::bare("key", "STRING").option("multiline", false))
+                .output(OutputDef::new("STRING"))
+                .aliases(&["json", "extract json", "parse json", "json value", "read json"]),
+            |inputs| {
+                let out = json_extract(inputs.string("json_string")?, inputs.string("key")?);
+                Ok(vec![Value::String(out)])
+            },
+        ),
         Pure::new(
             text("StringConcatenate", "Concatenate Text")
                 .input(multiline("string_a"))
