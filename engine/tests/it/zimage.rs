@@ -637,6 +637,34 @@ fn issue_21_mxfp8_nvfp4_and_int8_convrot_files_run_quantized() {
 }
 
 #[test]
+fn issue_21_positive_and_negative_in_one_batch_give_the_images_of_two_calls() {
+    let mut h = harness(SynthDtype::Bf16);
+    let with_negative = |negative: Value| {
+        let mut prompt = graph(ksampler(6, 2, "euler"));
+        prompt["70"]["inputs"]["cfg"] = json!(3.0);
+        prompt["73"] = negative;
+        prompt["70"]["inputs"]["negative"] = json!(["73", 0]);
+        prompt
+    };
+    // One prompt a side, of one length (the positive zeroed out): both run as one batch of two.
+    let batched = h.run(with_negative(
+        json!({"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["67", 0]}}),
+    ));
+    let batched = saved(&h, &batched);
+    // The same negative twice: two prompts on a side run one call each, and their mean is the one
+    // prediction, exactly; so the image is that of separate calls.
+    let separate = h.run(with_negative(
+        json!({"class_type": "ConditioningCombine", "inputs": {"conditioning_1": ["71", 0], "conditioning_2": ["71", 0]}}),
+    ));
+    assert_eq!(max_diff(&saved(&h, &separate), &batched), 0);
+    // A negative of another length cannot share the batch, and still runs.
+    let other = h.run(with_negative(
+        json!({"class_type": "CLIPTextEncode", "inputs": {"text": "fog over a long grey sea at dawn", "clip": ["62", 0]}}),
+    ));
+    assert!(max_diff(&saved(&h, &other), &batched) > 0);
+}
+
+#[test]
 fn issue_21_cfg_patches_change_how_the_sampler_combines_predictions() {
     let mut h = harness(SynthDtype::Bf16);
     let with_cfg = |patch: Option<Value>| {

@@ -66,14 +66,15 @@ impl Node for ModelSamplingAuraFlow {
     }
 }
 
-/// One diffusion model call: ComfyUI's model output for latent `x` at `sigma` with `context`.
+/// One diffusion model call: ComfyUI's model output for latent `x` at `sigma` with `contexts`.
 struct Forward<'a> {
     model: &'a DiffusionModel,
     shape: &'a [usize],
     x: &'a [f32],
     sigma: f32,
-    /// `[1, N, D]`, repeated over the batch.
-    context: &'a Tensor,
+    /// `[1, N, D]` each, of equal shapes: the batch is split evenly between them, in order, each part's
+    /// samples with their context (several when positive and negative run as one batch).
+    contexts: &'a [&'a Tensor],
 }
 
 impl OnDevice for Forward<'_> {
@@ -81,10 +82,16 @@ impl OnDevice for Forward<'_> {
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         let batch = self.shape[0];
         let x = b.from_f32(self.shape, self.x, b.compute_dtype())?;
-        let mut context_shape = self.context.shape().to_vec();
-        let mut context = Vec::with_capacity(self.context.data().len() * batch);
-        for _ in 0..batch {
-            context.extend_from_slice(self.context.data());
+        let first = self.contexts.first().ok_or_else(|| {
+            kiln_models::Error::Invalid("a model call with no conditioning".to_owned())
+        })?;
+        let mut context_shape = first.shape().to_vec();
+        let per_context = batch / self.contexts.len().max(1);
+        let mut context = Vec::with_capacity(first.data().len() * batch);
+        for part in self.contexts {
+            for _ in 0..per_context {
+                context.extend_from_slice(part.data());
+            }
         }
         context_shape[0] = batch;
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
@@ -219,8 +226,9 @@ impl Guided<'_> {
     fn predict(&self, side: &Conditioning, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
+            let contexts = [&entry.cond];
             let forward =
-                Forward { model: self.model, shape: &self.shape, x, sigma, context: &entry.cond };
+                Forward { model: self.model, shape: &self.shape, x, sigma, contexts: &contexts };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
             sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
@@ -228,6 +236,39 @@ impl Guided<'_> {
         let n = side.entries.len().max(1) as f32;
         sum.iter_mut().for_each(|s| *s /= n);
         Ok(sum)
+    }
+}
+
+impl Guided<'_> {
+    /// The positive's and the negative's x̂₀ from one model call with both in the batch, as ComfyUI's
+    /// `calc_cond_batch` runs them, when they can share it: one prompt each, with contexts of one shape
+    /// (ComfyUI's `can_concat`). `None` when they cannot (several prompts on a side, different lengths).
+    /// Each sample of a batch is computed on its own, so the predictions are those of two calls.
+    fn pair(
+        &self,
+        negative: &Conditioning,
+        x: &[f32],
+        sigma: f32,
+    ) -> kiln_models::Result<Option<(Vec<f32>, Vec<f32>)>> {
+        let ([pos], [neg]) = (&self.positive.entries[..], &negative.entries[..]) else {
+            return Ok(None);
+        };
+        if pos.cond.shape() != neg.cond.shape() || pos.extras != neg.extras {
+            return Ok(None);
+        }
+        let mut shape = self.shape.clone();
+        shape[0] *= 2;
+        let doubled: Vec<f32> = x.iter().chain(x).copied().collect();
+        let contexts = [&pos.cond, &neg.cond];
+        let forward =
+            Forward { model: self.model, shape: &shape, x: &doubled, sigma, contexts: &contexts };
+        let out = on_device(self.compute.device(), forward)?;
+        let (cond, uncond) = out.split_at(x.len());
+        let sampling = &self.model.sampling;
+        Ok(Some((
+            sampling.calculate_denoised(sigma, x, cond),
+            sampling.calculate_denoised(sigma, x, uncond),
+        )))
     }
 }
 
@@ -282,14 +323,21 @@ impl Guided<'_> {
         if let Some(dual) = self.dual {
             return self.guide_dual(dual, x, sigma, cfg_pp);
         }
-        let cond = self.predict(self.positive, x, sigma)?;
+        let cond = || self.predict(self.positive, x, sigma);
         let Some(negative) = self.negative else {
-            return Ok((cond, None));
+            return Ok((cond()?, None));
         };
         // cfg 1 does not evaluate the negative (ComfyUI's cfg1 optimisation), nor does an empty one, unless a
         // CFG++ sampler needs it (an empty one is zeros then).
         let evaluate = cfg_pp || ((self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty());
-        let uncond = if evaluate { Some(self.predict(negative, x, sigma)?) } else { None };
+        let (cond, uncond) = if !evaluate {
+            (cond()?, None)
+        } else if let Some((cond, uncond)) = self.pair(negative, x, sigma)? {
+            // One model call for both sides, as ComfyUI batches them.
+            (cond, Some(uncond))
+        } else {
+            (cond()?, Some(self.predict(negative, x, sigma)?))
+        };
         let guidance = &self.model.guidance;
         if uncond.is_none() && guidance.is_plain() {
             // CFG with the skipped negative as zeros gives the conditional prediction itself.
