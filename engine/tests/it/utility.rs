@@ -1,6 +1,6 @@
-//! Utility nodes templates wire around prompts and latents: `RegexExtract` with Python's `re` semantics, and
-//! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition, and `CustomCombo`, which takes the
-//! frontend's own options.
+//! Utility nodes templates wire around prompts and latents: `RegexExtract` with Python's `re` semantics,
+//! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition, `CreateList`, `CustomCombo` (which
+//! takes the frontend's own options) and `JsonExtractString`.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -150,4 +150,20 @@ fn json_extract_string_gives_pythons_str_of_the_value() {
     assert_eq!(extract(doc, "steps"), "");
     assert_eq!(extract("[1, 2]", "0"), "");
     assert_eq!(extract("not json", "prompt"), "");
+}
+
+#[test]
+fn create_list_joins_its_inputs_into_a_list_the_next_node_maps_over() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let text = |a: &str, b: &str| json!({"class_type": "StringConcatenate", "inputs": {"string_a": a, "string_b": b, "delimiter": ""}});
+    let ran = h.run(json!({
+        "1": text("light", "house"),
+        "2": text("dusk", ""),
+        "3": {"class_type": "CreateList", "inputs": {"inputs.input0": ["1", 0], "inputs.input1": ["2", 0]}},
+        "4": {"class_type": "StringConcatenate", "inputs": {"string_a": ["3", 0], "string_b": "!", "delimiter": ""}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    // The node after the list runs once per item, in order.
+    assert_eq!(ran.text("5"), ["lighthouse!", "dusk!"]);
 }

@@ -1,5 +1,6 @@
 //! `ComfySwitchNode`: passes `on_true` or `on_false` through; both are lazy, so the branch not taken never runs.
 //! `CustomCombo`: a combo whose options the frontend defines, answered as the chosen string and its index.
+//! `CreateList`: its inputs, whatever their type, joined into one list that the nodes after it map over.
 
 use std::sync::Arc;
 
@@ -43,6 +44,45 @@ pub(super) fn custom_combo() -> super::pure::Pure {
             Ok(vec![crate::value::Value::String(choice), crate::value::Value::Int(index)])
         },
     )
+}
+
+/// How many inputs `CreateList` grows into (`inputs.input0` … `inputs.input9`).
+const LIST_INPUTS: usize = 10;
+
+/// `CreateList`: every value of every input, in input order (an input that is itself a list gives all of its
+/// values), as one list; whole lists in, a list out.
+pub(super) struct CreateList(Arc<NodeSpec>);
+
+impl CreateList {
+    pub(super) fn new() -> CreateList {
+        CreateList(Arc::new(
+            NodeSpec::new("CreateList", "Create List", "utilities")
+                .python_module("comfy_extras.nodes_toolkit")
+                .v3()
+                .input_list()
+                .autogrow_prefix(
+                    "inputs",
+                    InputDef::bare("input", MATCHTYPE).template("type", "*"),
+                    "input",
+                    (1, LIST_INPUTS),
+                )
+                .output(OutputDef::matchtype("list", "type").list())
+                .aliases(&["Image Iterator", "Text Iterator", "Iterator"]),
+        ))
+    }
+}
+
+impl Node for CreateList {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let values: Vec<crate::value::Value> = (0..LIST_INPUTS)
+            .flat_map(|i| inputs.list(&format!("inputs.input{i}")).iter().cloned())
+            .collect();
+        Ok(NodeResult { outputs: vec![crate::nodes::Output::List(values)], ui: None })
+    }
 }
 
 /// The lazy switch.

@@ -74,6 +74,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(primitives::PreviewAny::new());
     registry.register(logic::ComfySwitchNode::new());
     registry.register(logic::custom_combo());
+    registry.register(logic::CreateList::new());
     registry.register(websocket::SaveImageWebsocket::new());
     registry.register(files::SaveImageAdvanced::new());
     registry.register(custom_sampling::ModelSamplingSd3::new());
