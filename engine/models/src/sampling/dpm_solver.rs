@@ -40,6 +40,12 @@ struct Cache {
     eps_r1: Option<Vec<f32>>,
 }
 
+/// `dpm_solver_1_step` from `x` at `t` to `t_next` with the cached ε at `t`.
+fn step1(cache: &Cache, x: &[f32], (t, t_next): (f32, f32)) -> Vec<f32> {
+    let e = cache.eps.as_deref().expect("ε at t is evaluated first");
+    sub(x, sigma(t_next) * (t_next - t).exp_m1(), e)
+}
+
 /// `dpm_solver_2_step` from `x` at `t` to `t_next` with the midpoint at `r1`.
 fn step2(
     run: &mut Run<'_>,
@@ -131,10 +137,7 @@ pub(super) fn dpm_fast(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Re
         let (t, t_next) = (ts[i], ts[i + 1]);
         let mut cache = Cache { eps: Some(eps(run, &x, t, Some(i))?), eps_r1: None };
         x = match order {
-            1 => {
-                let e = cache.eps.as_deref().expect("ε");
-                sub(&x, sigma(t_next) * (t_next - t).exp_m1(), e)
-            }
+            1 => step1(&cache, &x, (t, t_next)),
             2 => step2(run, &mut cache, &x, (t, t_next), 0.5)?,
             _ => step3(run, &mut cache, &x, (t, t_next))?,
         };
@@ -207,8 +210,7 @@ pub(super) fn dpm_adaptive(
         };
         let mut cache = Cache { eps: Some(eps(run, &x, s, Some(attempt))?), eps_r1: None };
         let (low, high) = if set.order == 2 {
-            let e = cache.eps.as_deref().expect("ε");
-            let low = sub(&x, sigma(t_) * (t_ - s).exp_m1(), e);
+            let low = step1(&cache, &x, (s, t_));
             (low, step2(run, &mut cache, &x, (s, t_), 0.5)?)
         } else {
             let low = step2(run, &mut cache, &x, (s, t_), 1.0 / 3.0)?;

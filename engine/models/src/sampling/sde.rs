@@ -85,6 +85,49 @@ pub(super) fn dpmpp_sde(
     Ok(x)
 }
 
+/// What the multistep SDE steps share (`dpmpp_2m_sde`, `dpmpp_3m_sde`): the λ-step h, h·(η + 1) and α_t.
+struct Multistep {
+    h: f32,
+    h_eta: f32,
+    alpha_t: f32,
+}
+
+impl Multistep {
+    /// The step from `sigma` to `next` (> 0) at `eta`, and x moved by its first-order update
+    /// `σ_next/σ · e^(−hη) · x + α_t · (1 − e^(−h(η+1))) · x̂₀`.
+    fn first_order(
+        x: &[f32],
+        denoised: &[f32],
+        (sigma, next): (f32, f32),
+        eta: f32,
+    ) -> (Vec<f32>, Multistep) {
+        let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+        let h = lambda_t - lambda_s;
+        let h_eta = h * (eta + 1.0);
+        let alpha_t = next * lambda_t.exp();
+        let a = next / sigma * (-h * eta).exp();
+        let b = alpha_t * -(-h_eta).exp_m1();
+        let x = x.iter().zip(denoised).map(|(x, d)| a * x + b * d).collect();
+        (x, Multistep { h, h_eta, alpha_t })
+    }
+
+    /// `x` plus the step's Brownian noise, `√(1 − e^(−2hη)) · σ_next · s_noise` times unit noise, when the
+    /// settings add noise (else `x`, and the tree is not asked).
+    fn add_noise(
+        &self,
+        x: Vec<f32>,
+        noise: &mut BrownianNoise,
+        (sigma, next): (f32, f32),
+        set: &SamplerSettings,
+    ) -> Vec<f32> {
+        if !noisy(set) {
+            return x;
+        }
+        let amp = (-(-2.0 * self.h * set.eta).exp_m1()).sqrt();
+        add_noise(&x, &noise.sample(sigma, next), &[next, amp, set.s_noise])
+    }
+}
+
 /// The second-order correction of `dpmpp_2m_sde`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum SolverType {
@@ -104,7 +147,6 @@ pub(super) fn dpmpp_2m_sde(
     solver: SolverType,
 ) -> Result<Vec<f32>> {
     let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
-    let eta = set.eta;
     let mut old: Option<Vec<f32>> = None;
     let (mut h, mut h_last) = (0.0f32, 0.0f32);
     for i in 0..sigmas.len() - 1 {
@@ -113,14 +155,11 @@ pub(super) fn dpmpp_2m_sde(
         if next == 0.0 {
             x.clone_from(&denoised);
         } else {
-            let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
-            h = lambda_t - lambda_s;
-            let h_eta = h * (eta + 1.0);
-            let alpha_t = next * lambda_t.exp();
-            let a = next / sigma * (-h * eta).exp();
+            let (moved, step) = Multistep::first_order(&x, &denoised, (sigma, next), set.eta);
+            x = moved;
+            let Multistep { h_eta, alpha_t, .. } = step;
+            h = step.h;
             let neg_em1 = -(-h_eta).exp_m1();
-            let b = alpha_t * neg_em1;
-            x = x.iter().zip(&denoised).map(|(x, d)| a * x + b * d).collect();
             if let Some(old) = &old {
                 let r = h_last / h;
                 let c = match solver {
@@ -129,10 +168,7 @@ pub(super) fn dpmpp_2m_sde(
                 };
                 x = x.iter().zip(&denoised).zip(old).map(|((x, d), o)| x + c * (d - o)).collect();
             }
-            if noisy(set) {
-                let amp = (-(-2.0 * h * eta).exp_m1()).sqrt();
-                x = add_noise(&x, &noise.sample(sigma, next), &[next, amp, set.s_noise]);
-            }
+            x = step.add_noise(x, &mut noise, (sigma, next), set);
         }
         old = Some(denoised);
         h_last = h;
@@ -150,7 +186,6 @@ pub(super) fn dpmpp_3m_sde(
     set: &SamplerSettings,
 ) -> Result<Vec<f32>> {
     let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
-    let eta = set.eta;
     let (mut denoised_1, mut denoised_2): (Option<Vec<f32>>, Option<Vec<f32>>) = (None, None);
     let (mut h, mut h_1, mut h_2): (Option<f32>, Option<f32>, Option<f32>) = (None, None, None);
     for i in 0..sigmas.len() - 1 {
@@ -159,14 +194,10 @@ pub(super) fn dpmpp_3m_sde(
         if next == 0.0 {
             x.clone_from(&denoised);
         } else {
-            let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
-            let step = lambda_t - lambda_s;
+            let (moved, multistep) = Multistep::first_order(&x, &denoised, (sigma, next), set.eta);
+            x = moved;
+            let Multistep { h: step, h_eta, alpha_t } = multistep;
             h = Some(step);
-            let h_eta = step * (eta + 1.0);
-            let alpha_t = next * lambda_t.exp();
-            let a = next / sigma * (-step * eta).exp();
-            let b = alpha_t * -(-h_eta).exp_m1();
-            x = x.iter().zip(&denoised).map(|(x, d)| a * x + b * d).collect();
             let phi_2 = (-h_eta).exp_m1() / h_eta + 1.0;
             match (h_1, h_2, &denoised_1, &denoised_2) {
                 (Some(h1), Some(h2), Some(d1s), Some(d2s)) => {
@@ -198,10 +229,7 @@ pub(super) fn dpmpp_3m_sde(
                 }
                 _ => {}
             }
-            if noisy(set) {
-                let amp = (-(-2.0 * step * eta).exp_m1()).sqrt();
-                x = add_noise(&x, &noise.sample(sigma, next), &[next, amp, set.s_noise]);
-            }
+            x = multistep.add_noise(x, &mut noise, (sigma, next), set);
         }
         denoised_2 = denoised_1.take();
         denoised_1 = Some(denoised);

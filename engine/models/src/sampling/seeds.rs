@@ -67,12 +67,7 @@ pub(super) fn seeds_2(
         let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
         let h = lambda_t - lambda_s;
         let h_eta = h * (eta + 1.0);
-        // torch.lerp (weight ≥ ½ counts from the end).
-        let lambda_s1 = if r < 0.5 {
-            lambda_s + r * (lambda_t - lambda_s)
-        } else {
-            lambda_t - (lambda_t - lambda_s) * (1.0 - r)
-        };
+        let lambda_s1 = lerp(lambda_s, lambda_t, r);
         let sigma_s1 = sigma_of(lambda_s1);
         let alpha_s1 = sigma_s1 * lambda_s1.exp();
         let alpha_t = next * lambda_t.exp();
@@ -95,14 +90,7 @@ pub(super) fn seeds_2(
                 // torch.lerp(denoised, denoised_2, fac) with a 0-dim weight.
                 x.iter()
                     .zip(denoised.iter().zip(&denoised2))
-                    .map(|(x, (d, d2))| {
-                        let mixed = if fac < 0.5 {
-                            d + fac * (d2 - d)
-                        } else {
-                            d2 - (d2 - d) * (1.0 - fac)
-                        };
-                        c * x - e * mixed
-                    })
+                    .map(|(x, (&d, &d2))| c * x - e * lerp(d, d2, fac))
                     .collect()
             }
             Solver::Phi2 => {

@@ -51,11 +51,7 @@ pub(crate) fn widen_range(
 
 /// Every value of `w` as f32.
 pub(crate) fn widen(sim: &SimDevice, w: &Weight<'_>) -> Result<Vec<f32>> {
-    let values = match w.matrix("weight") {
-        Ok((rows, cols)) => rows * cols,
-        Err(_) => w.numel(),
-    };
-    let mut out = vec![0.0f32; values];
+    let mut out = vec![0.0f32; w.values()];
     widen_range(sim, w, 0, &mut out)?;
     Ok(out)
 }
