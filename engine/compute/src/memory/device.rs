@@ -14,6 +14,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::loader::FileSource;
 use crate::error::{Error, Result};
 
 /// A device virtual address.
@@ -172,6 +173,19 @@ pub trait DeviceMemory: Send + Sync + 'static {
 
     /// Undoes a [`DeviceMemory::register`] that started at `offset`.
     fn unregister(&self, mem: &Arc<dyn HostMemory>, offset: usize) -> Result<()>;
+
+    /// Makes a whole weight file readable by the device where it lies, when the device reads host memory
+    /// itself (the CPU): byte i of the returned range is byte i of the file, read-only, with nothing copied
+    /// and nothing taken from the device's capacity. A device that must copy weights in (a GPU) returns
+    /// `None`, which is the default; its weights are then copied or streamed as usual.
+    fn map_file(&self, _file: &FileSource) -> Result<Option<DevPtr>> {
+        Ok(None)
+    }
+
+    /// Forgets a range [`DeviceMemory::map_file`] returned (once nothing reads it any more).
+    fn unmap_file(&self, at: DevPtr) -> Result<()> {
+        Err(Error::driver("unmap_file", format!("this device maps no files ({:#x})", at.0)))
+    }
 }
 
 /// What every [`DeviceMemory::map`] checks of `[at, at + bytes)` before backing it: a non-empty multiple of

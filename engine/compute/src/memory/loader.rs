@@ -64,6 +64,13 @@ impl FileSource {
         Ok(self.file.metadata().map_err(|e| self.io(e))?.len())
     }
 
+    /// Fills `out` with the bytes at `offset`, read on the calling thread (what a device that maps the file
+    /// in place reads: see [`super::DeviceMemory::map_file`]).
+    pub fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        self.file.read_exact_at(out, offset).map_err(|e| self.io(e))
+    }
+
     /// Reads `len` bytes at `offset` on the calling thread (small reads: force-cast tiny weights).
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt as _;

@@ -108,6 +108,10 @@ enum Source {
 
 /// Where a slot lives on the device.
 enum Place {
+    /// Where it lies in its file, mapped in place by a device that reads host memory itself (the CPU:
+    /// [`DeviceMemory::map_file`]); nothing is copied, faulted or pinned. A patched weight is copied from
+    /// there into the lane's scratch and patched there at each fetch.
+    InFile { at: DevPtr },
     /// A range of the model's VBAR.
     Vbar {
         offset: u64,
@@ -154,6 +158,8 @@ pub(crate) struct ModelState {
     base: DevPtr,
     slots: IndexMap<String, Slot>,
     files: Vec<SafetensorsFile>,
+    /// The files the device mapped in place (held for its drop, which unmaps them after the model's last use).
+    _file_maps: FileMaps,
     load_stats: LoadStats,
 }
 
@@ -165,6 +171,35 @@ pub struct Model {
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Model({} weights, {})", self.state.slots.len(), self.state.vbar)
+    }
+}
+
+/// The files of a model that its device mapped in place ([`DeviceMemory::map_file`]), by file index;
+/// unmapped when dropped.
+struct FileMaps {
+    memory: Arc<dyn DeviceMemory>,
+    at: Vec<Option<DevPtr>>,
+}
+
+impl FileMaps {
+    /// Asks the device to map each file (a device that copies weights in maps none).
+    fn new(memory: Arc<dyn DeviceMemory>, files: &[SafetensorsFile]) -> Result<FileMaps> {
+        let mut maps = FileMaps { memory, at: Vec::with_capacity(files.len()) };
+        for file in files {
+            let at = maps.memory.map_file(file.source())?;
+            maps.at.push(at);
+        }
+        Ok(maps)
+    }
+}
+
+impl Drop for FileMaps {
+    fn drop(&mut self) {
+        for at in self.at.iter().flatten() {
+            if let Err(e) = self.memory.unmap_file(*at) {
+                tracing::warn!(error = %e, "unmapping a weight file failed");
+            }
+        }
     }
 }
 
@@ -183,6 +218,19 @@ impl NewSlot {
     /// Bytes of the values.
     fn values(&self) -> u64 {
         (numel(&self.shape) * self.dtype.size()) as u64
+    }
+
+    /// The slot's address in a file the device mapped in place, when its bytes (values, then table) are one
+    /// run of that file.
+    fn in_file(&self, file_maps: &[Option<DevPtr>]) -> Option<DevPtr> {
+        let Source::File(parts) = &self.source else { return None };
+        let first = parts.first()?;
+        let contiguous = parts
+            .windows(2)
+            .all(|w| w[1].file == w[0].file && w[1].offset == w[0].offset + w[0].len);
+        let len: u64 = parts.iter().map(|p| p.len).sum();
+        let base = (*file_maps.get(first.file)?)?;
+        (contiguous && len == self.values() + self.table).then(|| base.offset(first.offset))
     }
 }
 
@@ -297,6 +345,12 @@ fn build(
     }
     let config = manager.config();
     let id = manager.next_model_id();
+    let file_maps = FileMaps::new(manager.memory().clone(), &files)?;
+    // Slots above the force-cast size that the device reads where they lie in their files.
+    let in_file: Vec<Option<DevPtr>> = new_slots
+        .iter()
+        .map(|s| s.in_file(&file_maps.at).filter(|_| s.values() + s.table > config.force_cast_max))
+        .collect();
     // Residency order: small slots first, then by decreasing size (§5.1).
     let mut order: Vec<usize> = (0..new_slots.len()).collect();
     let size_of = |s: &NewSlot| s.values() + s.table;
@@ -308,7 +362,7 @@ fn build(
     let mut vbar_offsets = vec![None; new_slots.len()];
     for &i in &order {
         let b = size_of(&new_slots[i]);
-        if b > config.force_cast_max {
+        if b > config.force_cast_max && in_file[i].is_none() {
             vbar_offsets[i] = Some(vbar_size);
             vbar_size = (vbar_size + b).next_multiple_of(SLOT_ALIGN);
         }
@@ -323,6 +377,7 @@ fn build(
         base,
         slots: IndexMap::with_capacity(new_slots.len()),
         files,
+        _file_maps: file_maps,
         load_stats: LoadStats { bytes: 0, seconds: 0.0 },
     };
     // Pin every VBAR slot in residency order, then read the pinned ones from their files in one threaded load.
@@ -333,8 +388,9 @@ fn build(
     for (i, slot) in new_slots.into_iter().enumerate() {
         let bytes = size_of(&slot);
         let module = ModuleId(i as u64);
-        let place = match vbar_offsets[i] {
-            Some(offset) => {
+        let place = match (in_file[i], vbar_offsets[i]) {
+            (Some(at), _) => Place::InFile { at },
+            (None, Some(offset)) => {
                 let outcome = manager.pin_weight(id, module, bytes, vbar_size)?;
                 if let PinOutcome::Stolen { victim, .. } = outcome
                     && let Some(entry) = staged.get_mut(victim.0 as usize)
@@ -344,7 +400,7 @@ fn build(
                 staged[i] = outcome.pin().map(|pin| (pin.offset, pin.size));
                 Place::Vbar { offset, stored: Mutex::new(None) }
             }
-            None => {
+            (None, None) => {
                 let original = read_source(&state.files, &slot.source, bytes)?;
                 let weight = OwnedWeight::upload_counted(
                     manager.arbiter().clone(),
@@ -543,6 +599,15 @@ impl<'m> Layer<'m> {
                 .ok_or_else(|| Error::Unsupported(format!("the model has no weight {name}")))?;
             let patches = slot.patches.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let ptr = match &slot.place {
+                Place::InFile { at } => match &patches {
+                    None => *at,
+                    Some(p) => {
+                        let dst = lane.scratch.take(slot.bytes)?;
+                        state.copy_slot(slot, dst, stream)?;
+                        to_patch.push((index, dst, p.clone()));
+                        dst
+                    }
+                },
                 Place::Plain { weight, original, patched } => {
                     let ptr = weight.view().ptr();
                     if let Some(p) = &patches
@@ -622,6 +687,8 @@ impl Slot {
     /// again and re-applies the patches — the restore.
     fn invalidate(&self, memory: &dyn DeviceMemory) {
         match &self.place {
+            // Patched in scratch at each fetch: the file is never written.
+            Place::InFile { .. } => {}
             Place::Vbar { stored, .. } => *stored.lock().unwrap_or_else(|p| p.into_inner()) = None,
             Place::Plain { patched, weight, original } => {
                 patched.store(false, Ordering::Release);

@@ -5,6 +5,10 @@
 //! whose work completes at once (so every event is already done), registration bookkeeping, and counters
 //! (copies, pageable fallbacks, bytes moved, synchronisations) that tests assert on. A test can also make
 //! "another process" take memory ([`SimDevice::set_external_usage`]) to exercise the budget's driver poll.
+//!
+//! As the CPU backend's device ([`SimDevice::reading_files_in_place`]) it also maps weight files
+//! ([`DeviceMemory::map_file`]): a read of such a range reads the file (the page cache) at that offset, so the
+//! CPU computes on weights where they lie instead of copying them into simulated device memory first.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -14,6 +18,7 @@ use super::device::{
     DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId, check_map,
     check_unreserve,
 };
+use super::loader::FileSource;
 use crate::error::{Error, Result};
 
 /// Granularity of the simulated device's reservations and mappings.
@@ -36,13 +41,24 @@ pub struct SimCounters {
     pub maps: u64,
     /// Ranges unmapped.
     pub unmaps: u64,
+    /// Files mapped in place ([`DeviceMemory::map_file`]).
+    pub file_maps: u64,
 }
 
 struct Region {
     len: u64,
-    data: Arc<RwLock<Vec<u8>>>,
+    data: Backing,
     /// Plain allocation (from `alloc`) rather than a mapping inside a reservation.
     plain: bool,
+}
+
+/// What holds a region's bytes.
+#[derive(Clone)]
+enum Backing {
+    /// Simulated device memory.
+    Memory(Arc<RwLock<Vec<u8>>>),
+    /// A file mapped in place: read-only, its byte i is the region's byte i.
+    File(FileSource),
 }
 
 #[derive(Default)]
@@ -63,6 +79,8 @@ struct State {
 /// Device memory simulated in host RAM.
 pub struct SimDevice {
     capacity: u64,
+    /// Whether [`DeviceMemory::map_file`] maps files (the CPU backend's device) or declines (a simulated GPU).
+    maps_files: bool,
     external: AtomicU64,
     streams: AtomicU32,
     state: Mutex<State>,
@@ -87,10 +105,17 @@ impl SimDevice {
     pub fn new(capacity: u64) -> SimDevice {
         SimDevice {
             capacity,
+            maps_files: false,
             external: AtomicU64::new(0),
             streams: AtomicU32::new(1),
             state: Mutex::new(State { next_va: 1 << 32, ..State::default() }),
         }
+    }
+
+    /// The CPU backend's device: as [`SimDevice::new`], and it maps weight files in place
+    /// ([`DeviceMemory::map_file`]), since the CPU reads host memory directly.
+    pub fn reading_files_in_place(capacity: u64) -> SimDevice {
+        SimDevice { maps_files: true, ..SimDevice::new(capacity) }
     }
 
     /// Pretends another process holds `bytes` of the device (they count against free memory).
@@ -131,8 +156,15 @@ impl SimDevice {
     pub fn read(&self, ptr: DevPtr, out: &mut [u8]) -> Result<()> {
         self.visit(ptr, out.len() as u64, |at, chunk_len, data, data_off| {
             let o = (at - ptr.0) as usize;
-            let guard = data.read().unwrap_or_else(|p| p.into_inner());
-            out[o..o + chunk_len].copy_from_slice(&guard[data_off..data_off + chunk_len]);
+            let out = &mut out[o..o + chunk_len];
+            match data {
+                Backing::Memory(data) => {
+                    let guard = data.read().unwrap_or_else(|p| p.into_inner());
+                    out.copy_from_slice(&guard[data_off..data_off + chunk_len]);
+                    Ok(())
+                }
+                Backing::File(file) => file.read_at(data_off as u64, out),
+            }
         })
     }
 
@@ -140,8 +172,17 @@ impl SimDevice {
     pub fn write(&self, ptr: DevPtr, bytes: &[u8]) -> Result<()> {
         self.visit(ptr, bytes.len() as u64, |at, chunk_len, data, data_off| {
             let o = (at - ptr.0) as usize;
-            let mut guard = data.write().unwrap_or_else(|p| p.into_inner());
-            guard[data_off..data_off + chunk_len].copy_from_slice(&bytes[o..o + chunk_len]);
+            match data {
+                Backing::Memory(data) => {
+                    let mut guard = data.write().unwrap_or_else(|p| p.into_inner());
+                    guard[data_off..data_off + chunk_len].copy_from_slice(&bytes[o..o + chunk_len]);
+                    Ok(())
+                }
+                Backing::File(file) => Err(Error::driver(
+                    "sim write",
+                    format!("{at:#x} lies in {}, mapped read-only", file.path().display()),
+                )),
+            }
         })
     }
 
@@ -155,7 +196,7 @@ impl SimDevice {
         &self,
         ptr: DevPtr,
         len: u64,
-        mut f: impl FnMut(u64, usize, &RwLock<Vec<u8>>, usize),
+        mut f: impl FnMut(u64, usize, &Backing, usize) -> Result<()>,
     ) -> Result<()> {
         let pieces: Vec<Piece> = {
             let state = self.lock();
@@ -176,7 +217,7 @@ impl SimDevice {
             pieces
         };
         for (at, chunk, data, off) in pieces {
-            f(at, chunk, &data, off);
+            f(at, chunk, &data, off)?;
         }
         Ok(())
     }
@@ -193,7 +234,7 @@ impl SimDevice {
 }
 
 /// A mapped piece of an access: its address, length, region data and offset in the region.
-type Piece = (u64, usize, Arc<RwLock<Vec<u8>>>, usize);
+type Piece = (u64, usize, Backing, usize);
 
 fn region_at(state: &State, at: u64) -> Option<(u64, &Region)> {
     let (&start, r) = state.regions.range(..=at).next_back()?;
@@ -247,7 +288,7 @@ impl DeviceMemory for SimDevice {
             return Err(Error::driver("map", format!("{:#x} is already mapped", at.0)));
         }
         self.take_physical(&mut state, bytes)?;
-        let data = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
+        let data = Backing::Memory(Arc::new(RwLock::new(vec![0u8; bytes as usize])));
         state.regions.insert(at.0, Region { len: bytes, data, plain: false });
         state.counters.maps += 1;
         Ok(())
@@ -256,7 +297,7 @@ impl DeviceMemory for SimDevice {
     fn unmap(&self, at: DevPtr, bytes: u64) -> Result<()> {
         let mut state = self.lock();
         match state.regions.get(&at.0) {
-            Some(r) if r.len == bytes && !r.plain => {}
+            Some(r) if r.len == bytes && !r.plain && matches!(r.data, Backing::Memory(_)) => {}
             _ => {
                 return Err(Error::driver(
                     "unmap",
@@ -276,7 +317,7 @@ impl DeviceMemory for SimDevice {
         self.take_physical(&mut state, len)?;
         let base = state.next_va;
         state.next_va += align_up(len, SIM_GRANULARITY);
-        let data = Arc::new(RwLock::new(vec![0u8; len as usize]));
+        let data = Backing::Memory(Arc::new(RwLock::new(vec![0u8; len as usize])));
         state.regions.insert(base, Region { len, data, plain: true });
         Ok(DevPtr(base))
     }
@@ -284,7 +325,7 @@ impl DeviceMemory for SimDevice {
     fn free(&self, ptr: DevPtr) -> Result<()> {
         let mut state = self.lock();
         match state.regions.get(&ptr.0) {
-            Some(r) if r.plain => {
+            Some(r) if r.plain && matches!(r.data, Backing::Memory(_)) => {
                 let len = r.len;
                 state.regions.remove(&ptr.0);
                 state.used -= len;
@@ -369,6 +410,31 @@ impl DeviceMemory for SimDevice {
         match state.registered.remove(&(mem.as_ptr() as usize, offset)) {
             Some(_) => Ok(()),
             None => Err(Error::Host(format!("no registered range starts at {offset}"))),
+        }
+    }
+
+    fn map_file(&self, file: &FileSource) -> Result<Option<DevPtr>> {
+        if !self.maps_files {
+            return Ok(None);
+        }
+        let len = file.size()?.max(1);
+        let mut state = self.lock();
+        let base = state.next_va;
+        state.next_va += align_up(len, SIM_GRANULARITY) + SIM_GRANULARITY;
+        // The page cache holds the bytes: nothing is taken from the simulated capacity.
+        state.regions.insert(base, Region { len, data: Backing::File(file.clone()), plain: false });
+        state.counters.file_maps += 1;
+        Ok(Some(DevPtr(base)))
+    }
+
+    fn unmap_file(&self, at: DevPtr) -> Result<()> {
+        let mut state = self.lock();
+        match state.regions.get(&at.0) {
+            Some(Region { data: Backing::File(_), .. }) => {
+                state.regions.remove(&at.0);
+                Ok(())
+            }
+            _ => Err(Error::driver("unmap_file", format!("no file is mapped at {:#x}", at.0))),
         }
     }
 }

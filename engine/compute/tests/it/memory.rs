@@ -173,7 +173,7 @@ fn a_loaded_file_fetches_its_exact_bytes_and_computes() {
     ];
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(256 * MIB);
+    let cpu = Cpu::simulating_gpu(256 * MIB);
     let manager = manager(&cpu, 0, pins_on());
 
     let mut progress = Vec::new();
@@ -252,7 +252,7 @@ fn a_budget_smaller_than_the_model_keeps_a_prefix_resident_and_streams_the_rest(
     let capacity = 64 * MIB;
     let headroom = 52 * MIB;
     let budget = capacity - headroom;
-    let cpu = Cpu::new(capacity);
+    let cpu = Cpu::simulating_gpu(capacity);
     let manager = manager(&cpu, headroom, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -311,7 +311,7 @@ fn tiny_weights_are_plain_tensors() {
     ];
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -369,7 +369,7 @@ fn fused_slots_join_parts_in_plan_order_and_bad_plans_name_the_file() {
             slot("proj", &[(1, "proj")]),
         ],
     };
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let mut last = (0, 0);
     let model = manager
@@ -492,7 +492,7 @@ fn lora_patches_resident_and_offloaded_weights_in_place_and_restores_them() {
     tensors.push(tensor("bias", DType::F32, &[256], 20));
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -563,12 +563,60 @@ fn lora_patches_resident_and_offloaded_weights_in_place_and_restores_them() {
 }
 
 #[test]
+fn the_cpu_reads_weights_where_they_lie_in_their_files() {
+    let dir = TempDir::new("in-place");
+    let mut tensors: Vec<FileTensor> =
+        (0..3).map(|i| tensor(&format!("l{i}.w"), DType::BF16, &[256, 1024], 60 + i)).collect();
+    tensors.push(tensor("bias", DType::F32, &[256], 70));
+    let path = dir.file("model.safetensors");
+    write_file(&path, &tensors);
+    // The CPU's device reads files in place: a budget far below the model is no reason to stream.
+    let cpu = Cpu::new(8 * MIB);
+    let manager = manager(&cpu, 0, pins_on());
+    let model =
+        manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
+    assert_eq!(cpu.sim().counters().file_maps, 1, "the file is mapped once");
+    assert_eq!(model.load_stats().bytes, 0, "nothing is read into pins");
+
+    let names = ["l0.w", "l1.w", "l2.w", "bias"];
+    let fetch_bytes = || {
+        let layer = model.fetch(&cpu, &names).expect("fetch");
+        (0..names.len()).map(|i| device_bytes(&cpu, &layer.weight(i))).collect::<Vec<_>>()
+    };
+    let used = cpu.sim().used();
+    for _ in 0..2 {
+        assert!(fetch_bytes().iter().zip(&names).all(|(b, n)| *b == find(&tensors, n).bytes));
+    }
+    assert_eq!(h2d_copies(&cpu), 0, "no weight is copied onto the device");
+    assert_eq!(cpu.sim().used(), used, "nor takes device memory");
+    assert_eq!(manager.arbiter().loaded_bytes(the_vbar(&manager)).expect("loaded"), 0);
+
+    // The file is read-only: a LoRA patches a copy in scratch at each fetch, and the original comes back.
+    let file_before = std::fs::read(&path).expect("the file");
+    let (set, delta) = lora(256, 1024, 4, 0.5, 80);
+    model.set_patches(vec![("l1.w".to_owned(), set)]).expect("patches");
+    for _ in 0..2 {
+        let patched = fetch_bytes();
+        assert_patched(&patched[1], &find(&tensors, "l1.w").values, &delta, DType::BF16, "l1");
+        assert!(patched[0] == find(&tensors, "l0.w").bytes, "l0 unpatched");
+    }
+    model.set_patches(Vec::new()).expect("no patches");
+    assert!(fetch_bytes()[1] == find(&tensors, "l1.w").bytes, "l1 restored");
+    assert!(std::fs::read(&path).expect("the file") == file_before, "the file is unchanged");
+
+    // Dropping the model unmaps the file: its addresses no longer read.
+    let at = model.fetch(&cpu, &["l0.w"]).expect("fetch").weight(0).ptr();
+    drop(model);
+    assert!(cpu.sim().read(at, &mut [0u8; 16]).is_err(), "the file is unmapped");
+}
+
+#[test]
 fn holding_every_lane_is_an_error_not_a_deadlock() {
     let dir = TempDir::new("lanes");
     let tensors = layered_model(3);
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -631,7 +679,7 @@ fn qkv_bytes(tensors: &[FileTensor]) -> Vec<u8> {
 fn without_pins_weights_stream_from_the_file_through_the_staging_ring() {
     let dir = TempDir::new("nopins");
     let (path, tensors, plan) = pin_test_model(&dir);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, PinConfig::disabled());
     let mut reported = 0;
     let model = manager.load(&plan, &mut |_, _| reported += 1).expect("load");
@@ -680,7 +728,7 @@ fn without_pins_weights_stream_from_the_file_through_the_staging_ring() {
 fn with_pins_weights_are_copied_from_registered_memory() {
     let dir = TempDir::new("pins");
     let (_path, tensors, plan) = pin_test_model(&dir);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model = manager.load(&plan, &mut |_, _| {}).expect("load");
     manager.arbiter().set_watermark(the_vbar(&manager), 2 * MIB).expect("watermark");
@@ -713,7 +761,7 @@ fn unloading_frees_pages_and_dropping_the_model_gives_the_device_back() {
     let tensors = layered_model(4);
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -764,7 +812,7 @@ fn after_node_lifts_watermark_limits_and_stats_add_up() {
     write_file(&path, &tensors);
     let capacity = 64 * MIB;
     let headroom = 8 * MIB;
-    let cpu = Cpu::new(capacity);
+    let cpu = Cpu::simulating_gpu(capacity);
     let manager = manager(&cpu, headroom, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -824,7 +872,7 @@ fn a_new_lora_within_a_node_patches_with_its_own_tensors() {
         (0..5).map(|i| tensor(&format!("l{i}.w"), DType::BF16, &[256, 1024], 10 + i)).collect();
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager = manager(&cpu, 0, pins_on());
     let model =
         manager.load(&LoadPlan::whole_file(&path).expect("plan"), &mut |_, _| {}).expect("load");
@@ -877,7 +925,7 @@ fn a_registration_cap_below_the_model_swaps_registrations_or_streams_from_disk()
     let path = dir.file("model.safetensors");
     write_file(&path, &tensors);
     for cap in [MIB + MIB / 2, MIB / 2] {
-        let cpu = Cpu::new(64 * MIB);
+        let cpu = Cpu::simulating_gpu(64 * MIB);
         let pins = PinConfig { cap, ..pins_on() };
         // No headroom for residency beyond one page: most weights are streamed on every use.
         let manager = manager(&cpu, 0, pins);
@@ -929,7 +977,7 @@ fn two_models_share_the_budget_and_the_active_one_wins() {
     write_file(&pb, &tb);
     // Room for 8 MiB: one model's weights and the scratch of one lane (one, so that the arithmetic of who
     // gives way is not blurred by a second scratch buffer growing), not both models' weights.
-    let cpu = Cpu::new(8 * MIB);
+    let cpu = Cpu::simulating_gpu(8 * MIB);
     let manager = MemoryManager::new(
         cpu.memory().clone(),
         ManagerConfig { offload_streams: 1, ..config(0, pins_on()) },
@@ -977,7 +1025,7 @@ fn tiny_weights_make_room_for_themselves() {
     write_file(&pa, &ta);
     write_file(&pb, &tb);
     // Model a's page and two 1 KiB biases fill the device exactly.
-    let cpu = Cpu::new(2 * MIB + 2 * KIB);
+    let cpu = Cpu::simulating_gpu(2 * MIB + 2 * KIB);
     let manager = manager(&cpu, 0, pins_on());
     let a =
         manager.load(&LoadPlan::whole_file(&pa).expect("plan"), &mut |_, _| {}).expect("load a");
@@ -1012,7 +1060,7 @@ fn a_pin_stolen_while_loading_holds_the_thief_and_the_victim_streams_from_its_fi
         (0..3).map(|i| tensor(&format!("w{i}"), DType::BF16, &[64, 256], 300 + i)).collect();
     let path = dir.file("steal.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let pins = PinConfig { cap: 1 << 30, ram_cache_headroom: 0, high_ram: false };
     let manager = MemoryManager::with_ram(cpu.memory().clone(), config(0, pins), ram_for_pins(2))
         .expect("a memory manager");
@@ -1044,7 +1092,7 @@ fn the_ram_arbitration_may_drop_a_model_while_it_runs() {
     let tensors = layered_model(2);
     let path = dir.file("m.safetensors");
     write_file(&path, &tensors);
-    let cpu = Cpu::new(64 * MIB);
+    let cpu = Cpu::simulating_gpu(64 * MIB);
     let manager =
         MemoryManager::with_ram(cpu.memory().clone(), config(0, pins_on()), Arc::new(|| 0u64))
             .expect("a memory manager");

@@ -19,12 +19,13 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
 use super::gemm::{Mat, MatMut, Threads};
-use crate::dtype::{DType, widen_into};
+use crate::dtype::{DType, widen_into_inline};
 use crate::error::Result;
 
 /// Rows of x per micro-tile. With [`NV`] = 4 the tile is 24 zmm accumulators; 64-column panels divide the
@@ -76,6 +77,19 @@ fn has_avx512f() -> bool {
     return *HAS.get_or_init(|| false);
 }
 
+/// Whether this CPU has AVX512F, AVX512BW and AVX512VL (checked once).
+fn has_avx512bw() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return *HAS.get_or_init(|| {
+        has_avx512f()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    return *HAS.get_or_init(|| false);
+}
+
 /// Whether this CPU has AVX512F and AVX512-BF16 (checked once).
 fn has_avx512bf16() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
@@ -90,7 +104,7 @@ pub(crate) trait Kind: Sized {
     /// An element of x.
     type A: Copy + Sync;
     /// An element of a packed panel.
-    type P: Copy + Default + Send;
+    type P: Copy + Default + Send + 'static;
     /// Inputs (k) per block.
     const KC: usize;
     /// Inputs per packed element (2 for bf16 pairs).
@@ -98,6 +112,9 @@ pub(crate) trait Kind: Sized {
 
     /// Whether this CPU can run the kernel.
     fn available() -> bool;
+
+    /// This thread's packed panels, reused across products.
+    fn panels() -> &'static std::thread::LocalKey<RefCell<Vec<Self::P>>>;
 
     /// Packs a micro-panel: `rows[j]` holds the stored bytes of `steps · STEP` inputs of weight row j (at
     /// most NR rows), of `stored.0`, standing for their values times `stored.1` when a scale is given;
@@ -140,6 +157,10 @@ impl Kind for Bf16 {
 
     fn available() -> bool {
         has_avx512bf16()
+    }
+
+    fn panels() -> &'static std::thread::LocalKey<RefCell<Vec<u32>>> {
+        &PACK_BF16
     }
 
     fn pack(
@@ -210,6 +231,10 @@ impl Kind for F32 {
         has_avx512f()
     }
 
+    fn panels() -> &'static std::thread::LocalKey<RefCell<Vec<f32>>> {
+        &PACK
+    }
+
     fn pack(
         rows: &[&[u8]],
         (dtype, scale): (DType, Option<f32>),
@@ -218,23 +243,35 @@ impl Kind for F32 {
         scratch: &mut [f32],
     ) {
         // In blocks of PACK_STEPS inputs: widen each row's block into scratch (an L1-sized NR × PACK_STEPS
-        // tile), scaled as ComfyUI dequantizes on the CPU (f32(q) · scale), then write the panel's rows in
-        // order.
+        // tile), scaled as ComfyUI dequantizes on the CPU (f32(q) · scale), then transpose it into the
+        // panel, whole 16 × 16 blocks in registers and the edges element by element.
         let size = dtype.size();
         for s0 in (0..steps).step_by(PACK_STEPS) {
             let sb = PACK_STEPS.min(steps - s0);
             for (j, row) in rows.iter().enumerate() {
                 let block = &mut scratch[j * PACK_STEPS..j * PACK_STEPS + sb];
-                widen_into(dtype, &row[s0 * size..(s0 + sb) * size], block);
-                if let Some(scale) = scale {
-                    block.iter_mut().for_each(|v| *v *= scale);
+                widen_avx512(dtype, &row[s0 * size..(s0 + sb) * size], block, scale);
+            }
+            let (full_j, full_s) = (rows.len() / 16 * 16, sb / 16 * 16);
+            for j0 in (0..full_j).step_by(16) {
+                for s in (0..full_s).step_by(16) {
+                    let block: [&[f32]; 16] = std::array::from_fn(|i| {
+                        let at = (j0 + i) * PACK_STEPS + s;
+                        &scratch[at..at + 16]
+                    });
+                    transpose16_f32(block, &mut panel[(s0 + s) * NR + j0..], NR);
                 }
             }
-            for (s, dst) in panel[s0 * NR..].chunks_exact_mut(NR).take(sb).enumerate() {
-                for (j, d) in dst.iter_mut().enumerate().take(rows.len()) {
-                    *d = scratch[j * PACK_STEPS + s];
+            for j in 0..rows.len() {
+                let from = if j < full_j { full_s } else { 0 };
+                for s in from..sb {
+                    panel[(s0 + s) * NR + j] = scratch[j * PACK_STEPS + s];
                 }
-                dst[rows.len()..].fill(0.0);
+            }
+            if rows.len() < NR {
+                for dst in panel[s0 * NR..].chunks_exact_mut(NR).take(sb) {
+                    dst[rows.len()..].fill(0.0);
+                }
             }
         }
     }
@@ -263,6 +300,30 @@ impl Kind for F32 {
     }
 }
 
+/// [`crate::dtype::widen_into`], then times `scale` if given, compiled for AVX-512: the fp8 decode runs 16 lanes at a time.
+fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+    #[inline(always)]
+    fn body(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+        widen_into_inline(dtype, bytes, out);
+        if let Some(scale) = scale {
+            out.iter_mut().for_each(|v| *v *= scale);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        fn wide(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+            body(dtype, bytes, out, scale);
+        }
+        if has_avx512bw() {
+            // SAFETY: `has_avx512bw` checked at run time that this CPU has the features `wide` was compiled
+            // with; it takes and returns plain safe Rust values.
+            return unsafe { wide(dtype, bytes, out, scale) };
+        }
+    }
+    body(dtype, bytes, out, scale);
+}
+
 /// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` read by `read_rows`.
 ///
 /// `read_rows(row, bytes)` fills `bytes` with the stored bytes of weight rows `row..`. The caller checks
@@ -287,29 +348,37 @@ pub(crate) fn matmul_bt<K: Kind>(
     let size = dtype.size();
     let nc = task_cols(m, n, Threads::All);
     (0..n.div_ceil(nc)).into_par_iter().try_for_each_init(
-        || (Vec::new(), Vec::<K::P>::new(), vec![0.0f32; NR * PACK_STEPS]),
-        |(bytes, packed, scratch): &mut (Vec<u8>, Vec<K::P>, Vec<f32>), t| {
+        || vec![0.0f32; NR * PACK_STEPS],
+        |scratch: &mut Vec<f32>, t| {
             let n0 = t * nc;
             let cols = nc.min(n - n0);
-            bytes.resize(cols * k * size, 0);
-            read_rows(n0, bytes)?;
-            let packed = aligned(packed, nc / NR * (K::KC / K::STEP) * NR);
-            // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows of k
-            // elements of `dtype` and x holds m rows of k; `out` holds m rows of n and this task writes only
-            // columns n0..n0 + cols, which no other task writes, while `out` is borrowed by this call.
-            unsafe {
-                task::<K>(
-                    x,
-                    m,
-                    n,
-                    k,
-                    (bytes, dtype, scale),
-                    cols,
-                    (packed, scratch),
-                    out_ptr.at(n0),
-                );
-            }
-            Ok(())
+            with_thread_buffer(&ROW_BYTES, |bytes| {
+                if bytes.len() < cols * k * size {
+                    bytes.resize(cols * k * size, 0);
+                }
+                let bytes = &mut bytes[..cols * k * size];
+                read_rows(n0, bytes)?;
+                with_thread_buffer(K::panels(), |packed| {
+                    let packed = aligned(packed, nc / NR * (K::KC / K::STEP) * NR);
+                    // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows
+                    // of k elements of `dtype` and x holds m rows of k; `out` holds m rows of n and this task
+                    // writes only columns n0..n0 + cols, which no other task writes, while `out` is
+                    // borrowed by this call.
+                    unsafe {
+                        task::<K>(
+                            x,
+                            m,
+                            n,
+                            k,
+                            (bytes, dtype, scale),
+                            cols,
+                            (packed, scratch),
+                            out_ptr.at(n0),
+                        );
+                    }
+                });
+                Ok(())
+            })
         },
     )
 }
@@ -416,8 +485,25 @@ impl Rhs<'_> {
 }
 
 thread_local! {
-    /// Packed panels of [`gemm_f32`], reused across calls on a thread.
-    static PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Packed f32 panels ([`gemm_f32`] and [`matmul_bt`] with [`F32`]), reused across calls on a thread.
+    static PACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Packed bf16 pairs of [`matmul_bt`] with [`Bf16`], reused across calls on a thread.
+    static PACK_BF16: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// The stored bytes of a [`matmul_bt`] task's weight rows, reused across calls on a thread, so a large
+    /// weight's rows are not a fresh allocation (zeroed and page-faulted) per call.
+    static ROW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's buffer `key`, or on a new one while the thread's is in use (a rayon task that
+/// waits inside it, say while a weight is read in parallel, may run another task of the same product here).
+fn with_thread_buffer<T: 'static, R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => f(&mut v),
+        Err(_) => f(&mut Vec::new()),
+    })
 }
 
 /// One column block of [`gemm_f32`]: columns `c0..c0 + cols` of b and dst (dst at `out`, row stride `ldo`).
@@ -522,6 +608,24 @@ fn transpose16(rows: [&[u8]; 16], dst: &mut [u32], stride: usize) {
     // SAFETY: checked above: the CPU has AVX512F, each row holds 16 u32, `dst` holds 16 rows of `stride`.
     unsafe {
         transpose16_avx512(rows.map(<[u8]>::as_ptr), dst.as_mut_ptr(), stride)
+    }
+}
+
+/// `dst[s·stride + i] = rows[i][s]` for i, s < 16: [`transpose16`] of f32 values.
+///
+/// # Panics
+/// Without AVX512F, if a row holds fewer than 16 values, or if `dst` is shorter than `15·stride + 16`.
+fn transpose16_f32(rows: [&[f32]; 16], dst: &mut [f32], stride: usize) {
+    assert!(has_avx512f() && rows.iter().all(|r| r.len() >= 16) && dst.len() >= 15 * stride + 16);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: checked above: the CPU has AVX512F, each row holds 16 f32 (64 bytes), `dst` holds 16 rows of
+    // `stride` f32, which have the size and alignment of the u32 the transpose moves.
+    unsafe {
+        transpose16_avx512(
+            rows.map(|r| r.as_ptr().cast::<u8>()),
+            dst.as_mut_ptr().cast::<u32>(),
+            stride,
+        )
     }
 }
 
@@ -821,22 +925,26 @@ mod tests {
                 let wbytes = crate::dtype::narrow(dtype, &wv);
                 let wr = crate::dtype::widen(dtype, &wbytes);
                 let size = dtype.size();
-                let mut out = vec![f32::NAN; m * n];
                 let read = |row: usize, dst: &mut [u8]| -> Result<()> {
                     dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
                     Ok(())
                 };
-                matmul_bt::<F32>(&xv, m, n, k, (dtype, None), &read, &mut out).expect("matmul");
-                for i in 0..m {
-                    for j in 0..n {
-                        let want: f64 = (0..k)
-                            .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]))
-                            .sum();
-                        let got = f64::from(out[i * n + j]);
-                        assert!(
-                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                            "{dtype} ({m}, {n}, {k}) at ({i}, {j})"
-                        );
+                for scale in [None, Some(0.375f32)] {
+                    let mut out = vec![f32::NAN; m * n];
+                    matmul_bt::<F32>(&xv, m, n, k, (dtype, scale), &read, &mut out)
+                        .expect("matmul");
+                    let s = f64::from(scale.unwrap_or(1.0));
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]) * s)
+                                .sum();
+                            let got = f64::from(out[i * n + j]);
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "{dtype} ({m}, {n}, {k}) scale {scale:?} at ({i}, {j})"
+                            );
+                        }
                     }
                 }
             }

@@ -44,8 +44,18 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// A CPU backend whose simulated device memory holds `capacity` bytes.
+    /// A CPU backend whose simulated device memory holds `capacity` bytes; weight files are read where they
+    /// lie ([`SimDevice::reading_files_in_place`]).
     pub fn new(capacity: u64) -> Cpu {
+        let sim = Arc::new(SimDevice::reading_files_in_place(capacity));
+        let memory: Arc<dyn DeviceMemory> = sim.clone();
+        Cpu { sim, memory }
+    }
+
+    /// A CPU backend whose simulated device behaves as a GPU's: weights are copied into it (resident, pinned
+    /// or streamed) rather than read where they lie in their files. The memory manager's tests run its GPU
+    /// policies on it.
+    pub fn simulating_gpu(capacity: u64) -> Cpu {
         let sim = Arc::new(SimDevice::new(capacity));
         let memory: Arc<dyn DeviceMemory> = sim.clone();
         Cpu { sim, memory }
