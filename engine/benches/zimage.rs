@@ -33,7 +33,8 @@ use kiln_engine::cache::{Cache, CachePolicy};
 use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::{Event, EventSink, Executor, Outcome, Run};
 use kiln_engine::graph::{Prompt, validate};
-use kiln_engine::kiln_compute::memory::{SafetensorsFile, drop_page_cache};
+use kiln_engine::kiln_compute::backend::cpu::work::{self, Work};
+use kiln_engine::kiln_compute::memory::{FileSource, SafetensorsFile, drop_page_cache};
 use kiln_engine::models::{FolderTree, ModelEnv};
 use kiln_engine::nodes::builtin_registry;
 use kiln_engine::roots::Roots;
@@ -217,6 +218,9 @@ struct Seen {
     /// Seconds of each sampler step: the first from the node's start, then between `progress` events.
     steps: Vec<f64>,
     last_step: Option<Instant>,
+    /// The CPU backend's work in each sampler step (one DiT call each), and its count at the last step.
+    step_work: Vec<Work>,
+    last_work: Work,
     peak_usage: u64,
     peak_driver_used: u64,
     /// The manager's resident weight bytes at each sampler step.
@@ -269,6 +273,7 @@ impl EventSink for Probe {
                 let now = Instant::now();
                 if node.0 == SAMPLER {
                     seen.last_step = Some(now);
+                    seen.last_work = work::work();
                 }
                 seen.current =
                     Some((node.0.clone(), now, (now - self.t0).as_secs_f64(), rss_before));
@@ -281,6 +286,10 @@ impl EventSink for Probe {
                     let now = Instant::now();
                     seen.steps.push((now - last).as_secs_f64());
                     seen.last_step = Some(now);
+                    let done = work::work();
+                    let step = done - seen.last_work;
+                    seen.step_work.push(step);
+                    seen.last_work = done;
                     let resident = self.compute.manager().stats().resident_weights;
                     seen.resident_at_steps.push(resident);
                 }
@@ -393,6 +402,9 @@ fn run_prompt(
         // The first step includes the sampler's setup (patches, noise) and, when weights are not resident
         // yet, their first copy; the steady state is the median of the rest.
         "step_seconds_median_after_first": median(seen.steps.get(1..).unwrap_or(&[])),
+        // The CPU backend's products in each step (zero on a GPU).
+        "step_flops": seen.step_work.iter().map(|w| w.flops).collect::<Vec<_>>(),
+        "step_weight_bytes": seen.step_work.iter().map(|w| w.weight_bytes).collect::<Vec<_>>(),
         "sampler_seconds": sampler.map(|n| n.seconds),
         "nodes": nodes,
         "loads": loads,
@@ -498,6 +510,11 @@ fn bench(args: &Args) -> Result<Value, String> {
     }
     let end = compute.manager().stats();
     let _ = std::fs::remove_dir_all(&scratch);
+    let roofline = if report.kind == "cpu" {
+        roofline(&runs, &args.models.join(DIT_FILE))?
+    } else {
+        Value::Null
+    };
     // The kernel's mark is reset per node, so the process's peak is the largest node peak.
     let process_peak = runs
         .iter()
@@ -534,6 +551,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             "pinned_memory": args.pinned,
         },
         "runs": runs,
+        "roofline": roofline,
         "process_peak_rss_bytes": process_peak,
         "manager_at_end": {
             "usage_bytes": end.usage, "resident_weights_bytes": end.resident_weights,
@@ -541,6 +559,76 @@ fn bench(args: &Args) -> Result<Value, String> {
             "pageable_copies": end.pageable_copies, "models": end.models,
         },
     }))
+}
+
+/// The CPU's bound for a DiT call, measured now: its f32 FMA peak on every thread and the rate at which the
+/// threads read the DiT file from the page cache (what reading weights in place costs). A step's bound is
+/// the larger of its products' operations over the peak and its weight bytes over the read rate; the ratio
+/// is the median step's seconds over it (the goal is at most 2).
+fn roofline(runs: &[Value], dit: &Path) -> Result<Value, String> {
+    let peak = work::peak_f32_flops(std::time::Duration::from_secs(1))
+        .ok_or("the roofline needs AVX-512 to measure the FMA peak")?;
+    let read_rate = page_cache_read_rate(dit)?;
+    let last = runs.last().ok_or("no run")?;
+    let median_of = |key: &str| -> Option<f64> {
+        let v: Vec<f64> = last[key].as_array()?.iter().filter_map(Value::as_f64).collect();
+        median(&v)
+    };
+    let flops = median_of("step_flops").unwrap_or(0.0);
+    let bytes = median_of("step_weight_bytes").unwrap_or(0.0);
+    let step_s = last["step_seconds_median"].as_f64().unwrap_or(f64::NAN);
+    let (compute_s, read_s) = (flops / peak, bytes / read_rate);
+    let bound_s = compute_s.max(read_s);
+    eprintln!(
+        "zimage: {} DiT call {step_s:.2} s; bound {bound_s:.2} s ({:.2} TFLOP at {:.0} GFLOP/s f32 = {compute_s:.2} s, \
+         {:.2} GB at {:.1} GB/s = {read_s:.2} s): {:.2}x the bound",
+        last["label"].as_str().unwrap_or("?"),
+        flops / 1e12,
+        peak / 1e9,
+        bytes / 1e9,
+        read_rate / 1e9,
+        step_s / bound_s,
+    );
+    Ok(json!({
+        "run": last["label"],
+        "peak_f32_flops_per_s": peak,
+        "page_cache_read_bytes_per_s": read_rate,
+        "step_flops": flops,
+        "step_weight_bytes": bytes,
+        "compute_bound_s": compute_s,
+        "read_bound_s": read_s,
+        "bound_s": bound_s,
+        "step_s": step_s,
+        "step_over_bound": step_s / bound_s,
+    }))
+}
+
+/// Bytes per second at which one thread per core reads `path` (already in the page cache after the runs)
+/// with positioned reads of 1 MiB, each into its own buffer, as the CPU's products read weights in place.
+fn page_cache_read_rate(path: &Path) -> Result<f64, String> {
+    const CHUNK: u64 = 1 << 20;
+    let file = FileSource::open(path).map_err(|e| e.to_string())?;
+    let size = file.size().map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let chunks: Vec<u64> = (0..size / CHUNK).collect();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let (file, chunks) = (&file, &chunks);
+                scope.spawn(move || {
+                    let mut buf = vec![0u8; CHUNK as usize];
+                    for c in chunks.iter().skip(i).step_by(threads) {
+                        file.read_at(c * CHUNK, &mut buf).map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(Err("a reader panicked".into()))).collect()
+    });
+    results.into_iter().collect::<Result<(), String>>()?;
+    Ok((size / CHUNK * CHUNK) as f64 / t.elapsed().as_secs_f64())
 }
 
 fn main() {

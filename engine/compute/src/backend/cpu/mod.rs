@@ -24,6 +24,7 @@ mod simd;
 mod storage;
 mod store;
 mod weights;
+pub mod work;
 
 use std::sync::Arc;
 
@@ -124,7 +125,10 @@ impl Backend for Cpu {
         w: &Weight<'_>,
         bias: Option<&Weight<'_>>,
     ) -> Result<Tensor<Self>> {
-        linear::linear(self, x, w, bias)
+        let out = linear::linear(self, x, w, bias)?;
+        let k = x.shape().last().copied().unwrap_or(0);
+        work::count(2 * numel(out.shape()) * k, w.bytes());
+        Ok(out)
     }
 
     fn matmul(
@@ -133,7 +137,10 @@ impl Backend for Cpu {
         b: &Tensor<Self>,
         transpose_b: bool,
     ) -> Result<Tensor<Self>> {
-        linear::matmul(a, b, transpose_b)
+        let out = linear::matmul(a, b, transpose_b)?;
+        let k = a.shape().last().copied().unwrap_or(0);
+        work::count(2 * numel(out.shape()) * k, 0);
+        Ok(out)
     }
 
     fn embedding(&self, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<Self>> {
@@ -177,7 +184,11 @@ impl Backend for Cpu {
         mask: AttentionMask,
         scale: f32,
     ) -> Result<Tensor<Self>> {
-        attention::attention(q, k, v, mask, scale)
+        let out = attention::attention(q, k, v, mask, scale)?;
+        // Scores q·kᵀ and their product with v, over every (query, key) pair.
+        let nk = k.shape()[2];
+        work::count(2 * (numel(q.shape()) + numel(out.shape())) * nk, 0);
+        Ok(out)
     }
 
     fn rope(
@@ -222,7 +233,11 @@ impl Backend for Cpu {
         bias: Option<&Weight<'_>>,
         params: Conv2dParams,
     ) -> Result<Tensor<Self>> {
-        conv::conv2d(self, x, w, bias, params)
+        let out = conv::conv2d(self, x, w, bias, params)?;
+        // Each output element sums C_in × kh × kw products: the weight's elements per output channel.
+        let per_output = w.shape().get(1..).map(numel).unwrap_or(0);
+        work::count(2 * numel(out.shape()) * per_output, w.bytes());
+        Ok(out)
     }
 
     fn upsample_nearest2x(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {
