@@ -367,6 +367,27 @@ impl OwnedWeight {
         OwnedWeight::upload(memory, dtype, shape, &crate::dtype::narrow(dtype, values))
     }
 
+    /// `x`'s values stored as a new weight of `dtype` on the backend's device, without leaving it (a weight
+    /// derived from another: one temporal tap of a 3-D convolution kernel).
+    pub fn from_tensor<B: crate::Backend>(
+        b: &B,
+        x: &Tensor<B>,
+        dtype: DType,
+    ) -> Result<OwnedWeight> {
+        let memory = b.memory().clone();
+        let len = numel(x.shape()) * dtype.size();
+        // At least one byte is allocated: an empty tensor still has an address.
+        let ptr = memory.alloc(len.max(1) as u64)?;
+        let weight = OwnedWeight {
+            ptr,
+            dtype,
+            shape: x.shape().to_vec(),
+            allocator: Allocator::Device(memory),
+        };
+        b.store(x, ptr, dtype, None)?;
+        Ok(weight)
+    }
+
     /// The view compute ops take.
     pub fn view(&self) -> Weight<'_> {
         Weight::new(self.ptr, self.dtype, self.shape.clone())

@@ -1,6 +1,7 @@
 //! [`LatentFormat`]: a family's latent space (ComfyUI's `latent_formats`): how many channels, how far the VAE
-//! downscales, the scale and shift between the VAE's space (what LATENT links carry) and the diffusion
-//! model's, and the linear map to RGB that latent previews use.
+//! downscales, the map between the VAE's space (what LATENT links carry) and the diffusion model's (one scale
+//! and shift, or a mean and standard deviation per channel), and the linear map to RGB that latent previews
+//! use.
 
 /// A family's latent space.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -11,10 +12,8 @@ pub struct LatentFormat {
     pub spatial_downscale: usize,
     /// Frames per latent frame along time (1 for image families).
     pub temporal_downscale: usize,
-    /// Multiplies after the shift going into the model.
-    pub scale: f32,
-    /// Subtracted going into the model.
-    pub shift: f32,
+    /// VAE space → model space.
+    pub normalize: Normalize,
     /// The linear map of a (model-space) latent to RGB in [-1, 1] for previews: per-channel rows and a bias.
     pub rgb: Option<(&'static [[f32; 3]], [f32; 3])>,
 }
@@ -25,21 +24,112 @@ impl LatentFormat {
         channels: 16,
         spatial_downscale: 8,
         temporal_downscale: 1,
-        scale: 0.3611,
-        shift: 0.1159,
+        normalize: Normalize::Affine { scale: 0.3611, shift: 0.1159 },
         rgb: Some((&FLUX_RGB.0, FLUX_RGB.1)),
     };
 
-    /// VAE space → model space: `(z − shift)·scale`.
-    pub fn process_in(&self, z: f32) -> f32 {
-        (z - self.shift) * self.scale
+    /// The Wan 2.1 VAE's latent space (Wan 2.1 and 2.2 A14B, Qwen-Image): 16 channels, 8× down in space and 4×
+    /// in time, each channel normalised by its own mean and standard deviation (ComfyUI's `Wan21`).
+    pub const WAN21: LatentFormat = LatentFormat {
+        channels: 16,
+        spatial_downscale: 8,
+        temporal_downscale: 4,
+        normalize: Normalize::PerChannel { mean: &WAN21_MEAN, std: &WAN21_STD },
+        rgb: Some((&WAN21_RGB.0, WAN21_RGB.1)),
+    };
+
+    /// VAE space → model space, for latents `[B, C, …]` of `shape` (row-major `values`).
+    pub fn process_in(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
+        self.map(values, shape, |n, c, z| match n {
+            Normalize::Affine { scale, shift } => (z - shift) * scale,
+            Normalize::PerChannel { mean, std } => (z - mean[c]) / std[c],
+        })
     }
 
-    /// Model space → VAE space: `x/scale + shift`.
-    pub fn process_out(&self, x: f32) -> f32 {
-        x / self.scale + self.shift
+    /// Model space → VAE space, the inverse of [`LatentFormat::process_in`].
+    pub fn process_out(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
+        self.map(values, shape, |n, c, x| match n {
+            Normalize::Affine { scale, shift } => x / scale + shift,
+            Normalize::PerChannel { mean, std } => x * std[c] + mean[c],
+        })
+    }
+
+    /// `f(normalize, channel, value)` of each value; channels beyond the format's (a latent of another
+    /// family's width) keep their values.
+    fn map(
+        &self,
+        values: &[f32],
+        shape: &[usize],
+        f: impl Fn(Normalize, usize, f32) -> f32,
+    ) -> Vec<f32> {
+        let channels = shape.get(1).copied().unwrap_or(1).max(1);
+        let per_channel: usize = shape.iter().skip(2).product::<usize>().max(1);
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = (i / per_channel) % channels;
+                match self.normalize {
+                    Normalize::PerChannel { mean, .. } if c >= mean.len() => v,
+                    n => f(n, c, v),
+                }
+            })
+            .collect()
     }
 }
+
+/// How a latent space maps the VAE's values to the diffusion model's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Normalize {
+    /// `(z − shift)·scale` for every value.
+    Affine {
+        /// Multiplies after the shift.
+        scale: f32,
+        /// Subtracted first.
+        shift: f32,
+    },
+    /// `(z − mean[c]) / std[c]` for channel c.
+    PerChannel {
+        /// Each channel's mean.
+        mean: &'static [f32],
+        /// Each channel's standard deviation.
+        std: &'static [f32],
+    },
+}
+
+/// The Wan 2.1 latent space's per-channel means (ComfyUI's `latent_formats.Wan21`).
+const WAN21_MEAN: [f32; 16] = [
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508, 0.4134, -0.0715, 0.5517,
+    -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+];
+/// The Wan 2.1 latent space's per-channel standard deviations.
+const WAN21_STD: [f32; 16] = [
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526, 2.8652, 1.5579,
+    1.6382, 1.1253, 2.8251, 1.9160,
+];
+/// The Wan 2.1 latent space's linear map to RGB in [-1, 1] (rows per channel, then the bias), the measured
+/// constants ComfyUI publishes for it.
+const WAN21_RGB: ([[f32; 3]; 16], [f32; 3]) = (
+    [
+        [-0.1299, -0.1692, 0.2932],
+        [0.0671, 0.0406, 0.0442],
+        [0.3568, 0.2548, 0.1747],
+        [0.0372, 0.2344, 0.1420],
+        [0.0313, 0.0189, -0.0328],
+        [0.0296, -0.0956, -0.0665],
+        [-0.3477, -0.4059, -0.2925],
+        [0.0166, 0.1902, 0.1975],
+        [-0.0412, 0.0267, -0.1364],
+        [-0.1293, 0.0740, 0.1636],
+        [0.0680, 0.3019, 0.1128],
+        [0.0032, 0.0581, 0.0639],
+        [-0.1251, 0.0927, 0.1699],
+        [0.0060, -0.0633, 0.0005],
+        [0.3477, 0.2275, 0.2950],
+        [0.1984, 0.0913, 0.1861],
+    ],
+    [-0.1835, -0.0868, -0.3360],
+);
 
 /// The Flux VAE latent space's linear map to RGB in [-1, 1]: one row per channel, then the bias. These are
 /// measured constants of that latent space (the least-squares fit of decoded colours on latents that ComfyUI
@@ -65,3 +155,30 @@ const FLUX_RGB: ([[f32; 3]; 16], [f32; 3]) = (
     ],
     [-0.0329, -0.0718, -0.0851],
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flux_shifts_and_scales_every_value() {
+        let got = LatentFormat::FLUX.process_in(&[0.1159, 1.1159], &[1, 2, 1, 1]);
+        assert_eq!(got, [0.0, 0.3611]);
+        let back = LatentFormat::FLUX.process_out(&got, &[1, 2, 1, 1]);
+        assert!((back[1] - 1.1159).abs() < 1e-6);
+    }
+
+    #[test]
+    fn wan21_normalises_each_channel_by_its_own_mean_and_deviation() {
+        // [B 2, C 16, h 1, w 2]: value (b, c, x) = c + x.
+        let shape = [2, 16, 1, 2];
+        let values: Vec<f32> = (0..2 * 16 * 2).map(|i| ((i / 2) % 16 + i % 2) as f32).collect();
+        let model = LatentFormat::WAN21.process_in(&values, &shape);
+        for (i, (&z, &x)) in values.iter().zip(&model).enumerate() {
+            let c = (i / 2) % 16;
+            assert_eq!(x, (z - WAN21_MEAN[c]) / WAN21_STD[c], "value {i}");
+        }
+        let back = LatentFormat::WAN21.process_out(&model, &shape);
+        assert!(back.iter().zip(&values).all(|(a, b)| (a - b).abs() < 1e-5));
+    }
+}

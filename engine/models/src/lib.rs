@@ -28,6 +28,7 @@ pub mod qwen3;
 pub mod sampling;
 pub mod synth;
 pub mod textgen;
+pub mod wan_vae;
 pub mod zimage;
 pub mod zimage_lora;
 

@@ -6,5 +6,6 @@ mod fuzz;
 mod harness;
 mod memory;
 mod utility;
+mod vae;
 mod validation;
 mod zimage;

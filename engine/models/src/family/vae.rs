@@ -7,22 +7,27 @@ use crate::error::Result;
 use crate::flux_vae::{self, FluxVae};
 use crate::header::Header;
 use crate::latent::LatentFormat;
+use crate::wan_vae::{self, WanVae};
 
 /// A family of autoencoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum VaeFamily {
     /// The KL autoencoder of Flux.1 and Z-Image (16 channels, 8× down), and its SD-era relatives.
     Flux,
+    /// The causal 3-D autoencoder of Wan 2.1 and Qwen-Image (16 channels, 8× down in space, 4× in time).
+    Wan21,
 }
 
 impl VaeFamily {
-    /// Every family, in the order detection tries them.
-    pub const ALL: [VaeFamily; 1] = [VaeFamily::Flux];
+    /// Every family, in the order detection tries them (the Wan VAE first: the Flux VAE's detection refuses
+    /// every file with 3-D convolutions).
+    pub const ALL: [VaeFamily; 2] = [VaeFamily::Wan21, VaeFamily::Flux];
 
     /// The family's name in messages (`the Flux VAE`).
     pub fn name(self) -> &'static str {
         match self {
             VaeFamily::Flux => flux_vae::family::NAME,
+            VaeFamily::Wan21 => wan_vae::family::NAME,
         }
     }
 
@@ -30,6 +35,7 @@ impl VaeFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             VaeFamily::Flux => flux_vae::family::SYNTH_NAME,
+            VaeFamily::Wan21 => wan_vae::family::SYNTH_NAME,
         }
     }
 
@@ -38,6 +44,7 @@ impl VaeFamily {
     pub fn latent(self) -> LatentFormat {
         match self {
             VaeFamily::Flux => LatentFormat::FLUX,
+            VaeFamily::Wan21 => LatentFormat::WAN21,
         }
     }
 
@@ -46,6 +53,9 @@ impl VaeFamily {
         Ok(match self {
             VaeFamily::Flux => {
                 flux_vae::detect(h)?.map(|(config, layout)| VaeDetected::Flux(config, layout))
+            }
+            VaeFamily::Wan21 => {
+                wan_vae::detect(h)?.map(|(config, layout)| VaeDetected::Wan21(config, layout))
             }
         })
     }
@@ -56,6 +66,8 @@ impl VaeFamily {
 pub enum VaeDetected {
     /// The Flux VAE.
     Flux(flux_vae::Config, flux_vae::Layout),
+    /// The Wan 2.1 VAE.
+    Wan21(wan_vae::Config, wan_vae::Layout),
 }
 
 impl VaeDetected {
@@ -69,6 +81,7 @@ impl VaeDetected {
     pub fn family(&self) -> VaeFamily {
         match self {
             VaeDetected::Flux(..) => VaeFamily::Flux,
+            VaeDetected::Wan21(..) => VaeFamily::Wan21,
         }
     }
 
@@ -76,6 +89,7 @@ impl VaeDetected {
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
             VaeDetected::Flux(config, layout) => flux_vae::load_plan(h, config, *layout),
+            VaeDetected::Wan21(config, layout) => wan_vae::load_plan(h, config, *layout),
         }
     }
 
@@ -83,6 +97,7 @@ impl VaeDetected {
     pub fn build(self, weights: Model) -> VaeNet {
         match self {
             VaeDetected::Flux(config, _) => VaeNet::Flux(FluxVae::new(config, weights)),
+            VaeDetected::Wan21(config, _) => VaeNet::Wan21(WanVae::new(config, weights)),
         }
     }
 }
@@ -91,6 +106,8 @@ impl VaeDetected {
 pub enum VaeNet {
     /// The Flux VAE.
     Flux(FluxVae),
+    /// The Wan 2.1 VAE.
+    Wan21(WanVae),
 }
 
 impl VaeNet {
@@ -98,6 +115,7 @@ impl VaeNet {
     pub fn family(&self) -> VaeFamily {
         match self {
             VaeNet::Flux(_) => VaeFamily::Flux,
+            VaeNet::Wan21(_) => VaeFamily::Wan21,
         }
     }
 
@@ -105,6 +123,7 @@ impl VaeNet {
     pub fn weights(&self) -> &Model {
         match self {
             VaeNet::Flux(net) => &net.weights,
+            VaeNet::Wan21(net) => &net.weights,
         }
     }
 
@@ -112,6 +131,7 @@ impl VaeNet {
     pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
         match self {
             VaeNet::Flux(net) => net.decode(b, z),
+            VaeNet::Wan21(net) => net.decode(b, z),
         }
     }
 
@@ -119,6 +139,7 @@ impl VaeNet {
     pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         match self {
             VaeNet::Flux(net) => net.encode(b, x),
+            VaeNet::Wan21(net) => net.encode(b, x),
         }
     }
 }

@@ -20,6 +20,8 @@ mod blocks;
 mod config;
 pub mod family;
 
+/// ComfyUI's centre crop of an image to multiples of the VAE's downscale (shared with the other VAEs).
+pub(crate) use blocks::crop_center;
 pub use config::{Config, Layout, detect, load_plan};
 
 use kiln_compute::backend::Conv2dParams;

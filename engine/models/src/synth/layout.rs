@@ -234,7 +234,7 @@ impl Layout {
     }
 }
 
-fn uniform_bound(fan_in: usize) -> f32 {
+pub(crate) fn uniform_bound(fan_in: usize) -> f32 {
     1.0 / (fan_in as f32).sqrt()
 }
 

@@ -26,7 +26,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
-use crate::zimage;
+use crate::{wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -49,6 +49,7 @@ const ZIMAGE: &str = "zimage";
 const QWEN3: &str = "qwen3";
 const VAE: &str = "vae";
 const ZIMAGE_LORA: &str = "zimage-lora";
+const WAN_VAE: &str = "wan21-vae";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -240,7 +241,7 @@ impl FromStr for SynthDtype {
     }
 }
 
-/// The three files' configurations together.
+/// The three files' configurations together, and the other families' networks at the same size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZImageTurboSet {
     /// The DiT.
@@ -249,6 +250,8 @@ pub struct ZImageTurboSet {
     pub qwen3: Qwen3Shape,
     /// The VAE.
     pub vae: VaeShape,
+    /// The Wan 2.1 VAE (not part of Z-Image-Turbo; `--family wan21-vae`).
+    pub wan_vae: wan_vae::Config,
 }
 
 impl ZImageTurboSet {
@@ -258,6 +261,7 @@ impl ZImageTurboSet {
             zimage: ZImageShape::real(),
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
+            wan_vae: wan_vae_config(96),
         }
     }
 
@@ -267,6 +271,7 @@ impl ZImageTurboSet {
             zimage: ZImageShape::tiny(),
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
+            wan_vae: wan_vae_config(8),
         }
     }
 
@@ -369,6 +374,9 @@ pub fn write_family(
             write_qwen3(path, &set.qwen3, dtype, seed, progress)
         }
         SynthFamily::Vae(VaeFamily::Flux) => write_flux_vae(path, &set.vae, dtype, seed, progress),
+        SynthFamily::Vae(VaeFamily::Wan21) => {
+            write_wan_vae(path, &set.wan_vae, dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::ZImage) => {
             write_zimage_lora(path, &set.zimage, dtype, seed, progress)
         }
@@ -448,6 +456,44 @@ fn write_one(
 ) -> Result<()> {
     let (entries, layers) = entries(specs, family, "", dtype);
     Plan::new(path, entries, &metadata(what, seed, layers)).write(seed, progress)
+}
+
+/// The Wan 2.1 VAE of base width `dim` (96 released), both halves, RGB in and out.
+fn wan_vae_config(dim: usize) -> wan_vae::Config {
+    wan_vae::Config {
+        dim,
+        z_channels: 16,
+        in_channels: 3,
+        out_channels: 3,
+        has_encoder: true,
+        has_decoder: true,
+    }
+}
+
+/// Writes a random-weight Wan 2.1 VAE of `config` to `path` in ComfyUI's layout, its tensors the ones
+/// detection expects ([`wan_vae::expected`]): RMS gammas 1, biases 0, weights uniform in ±1/√fan-in.
+pub fn write_wan_vae(
+    path: &Path,
+    config: &wan_vae::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    check_vae_dtype(dtype)?;
+    let specs: Vec<Spec> = wan_vae::expected(config)
+        .into_iter()
+        .map(|e| {
+            let init = if e.comfy.ends_with(".gamma") {
+                Init::Ones
+            } else if e.comfy.ends_with(".bias") {
+                Init::Zeros
+            } else {
+                Init::Uniform(layout::uniform_bound(e.shape[1..].iter().product()))
+            };
+            Spec { name: e.comfy, shape: e.shape, init }
+        })
+        .collect();
+    write_one(path, &specs, WAN_VAE, "Wan 2.1 VAE", dtype, seed, progress)
 }
 
 fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {

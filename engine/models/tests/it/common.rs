@@ -1,7 +1,7 @@
 //! Helpers every test module of this binary uses: the CPU backend with a memory manager, and the fixtures.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kiln_compute::Backend as _;
@@ -67,4 +67,26 @@ pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
         got[at],
         want[at]
     );
+}
+
+/// Writes a safetensors file whose bf16 tensors of `shapes` are all zero, as a sparse file (real-sized VAEs
+/// cost no disk).
+pub(crate) fn write_header_only(path: &Path, shapes: &[(String, Vec<usize>)]) {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, shape) in shapes {
+        let len = shape.iter().product::<usize>() * 2;
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + len]}),
+        );
+        offset += len;
+    }
+    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).expect("a header");
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&json);
+    std::fs::write(path, &bytes).expect("writing a header");
+    let file = std::fs::OpenOptions::new().write(true).open(path).expect("reopening");
+    file.set_len((bytes.len() + offset) as u64).expect("extending the file");
 }

@@ -14,7 +14,7 @@ use kiln_compute::memory::SafetensorsFile;
 use kiln_models::flux_vae::{self, Config, FluxVae, Layout};
 use kiln_models::{Error, Header};
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::common::{assert_close, cpu, fixture, read_tensors, write_header_only};
 
 /// `{diffusers name: (LDM name, diffusers shape)}` from one of the script's JSON maps.
 fn names(relative: &str) -> BTreeMap<String, (String, Vec<usize>)> {
@@ -40,28 +40,6 @@ fn write(path: &Path, tensors: &[(String, safetensors::Dtype, Vec<usize>, Vec<u8
         })
         .collect();
     safetensors::serialize_to_file(views, None, path).expect("writing a safetensors file");
-}
-
-/// Writes a safetensors file whose bf16 tensors of `shapes` are all zero, as a sparse file (real-sized VAEs
-/// cost no disk).
-fn write_header_only(path: &Path, shapes: &[(String, Vec<usize>)]) {
-    let mut header = serde_json::Map::new();
-    let mut offset = 0usize;
-    for (name, shape) in shapes {
-        let len = shape.iter().product::<usize>() * 2;
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + len]}),
-        );
-        offset += len;
-    }
-    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).expect("a header");
-    json.resize(json.len().next_multiple_of(8), b' ');
-    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&json);
-    std::fs::write(path, &bytes).expect("writing a header");
-    let file = std::fs::OpenOptions::new().write(true).open(path).expect("reopening");
-    file.set_len((bytes.len() + offset) as u64).expect("extending the file");
 }
 
 /// The tiny fixture's tensors: name → (dtype, shape, raw bytes).

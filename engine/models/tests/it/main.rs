@@ -11,5 +11,6 @@ mod quant;
 mod qwen3;
 mod sampling;
 mod synth;
+mod wan_vae;
 mod zimage;
 mod zimage_lora;

@@ -481,7 +481,7 @@ pub(super) fn sample(
     let format = model.latent;
     // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
     let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
-        latent.data().iter().map(|&z| format.process_in(z)).collect()
+        format.process_in(latent.data(), &shape)
     } else {
         latent.data().to_vec()
     };
@@ -551,7 +551,7 @@ pub(super) fn sample(
     };
     let last = sigmas[sigmas.len() - 1];
     let to_vae = |values: Vec<f32>| -> Result<Tensor, NodeError> {
-        let out = values.into_iter().map(|v| format.process_out(v)).collect();
+        let out = format.process_out(&values, &shape);
         Tensor::new(shape.clone(), out).map_err(|e| NodeError::new(e.to_string()))
     };
     Ok(Sampled {

@@ -72,7 +72,9 @@ pub fn peak_f32_flops(duration: Duration) -> Option<f64> {
         });
         let seconds = start.elapsed().as_secs_f64();
         let flops_per_batch = (BATCH * CHAINS * 16 * 2) as f64;
-        return Some(per_thread.par_iter().map(|&b| b as f64).sum::<f64>() * flops_per_batch / seconds);
+        return Some(
+            per_thread.par_iter().map(|&b| b as f64).sum::<f64>() * flops_per_batch / seconds,
+        );
     }
     let _ = duration;
     None
