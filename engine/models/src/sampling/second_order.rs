@@ -39,11 +39,10 @@ pub(super) fn heunpp2(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Res
     Ok(x)
 }
 
-/// The geometric midpoint of two sigmas: `exp(lerp(ln a, ln b, ½))`, torch's f32 `lerp` (weight < ½:
-/// `a + w·(b − a)`).
+/// The geometric midpoint of two sigmas: `exp(lerp(ln a, ln b, ½))` with torch's f32 `lerp`, which at weight ½
+/// takes its second form, `b − (b − a)·½`.
 fn log_midpoint(a: f32, b: f32) -> f32 {
-    let (la, lb) = (a.ln(), b.ln());
-    (la + 0.5 * (lb - la)).exp()
+    super::seeds::lerp(a.ln(), b.ln(), 0.5).exp()
 }
 
 /// One DPM-Solver-2 step from `x` at `sigma` with slope `d` down to `to`: a model call at the midpoint.

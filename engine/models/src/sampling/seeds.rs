@@ -114,8 +114,9 @@ pub(super) fn seeds_2(
     Ok(x)
 }
 
-/// `torch.lerp(a, b, w)` for a scalar weight: from `a` below ½, from `b` above.
-fn lerp(a: f32, b: f32, w: f32) -> f32 {
+/// `torch.lerp(a, b, w)` for a scalar weight: from `a` below ½, from `b` at ½ and above (ATen's
+/// `is_lerp_weight_small` is `|w| < ½`).
+pub(super) fn lerp(a: f32, b: f32, w: f32) -> f32 {
     if w < 0.5 { a + w * (b - a) } else { b - (b - a) * (1.0 - w) }
 }
 
