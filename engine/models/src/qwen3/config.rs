@@ -1,5 +1,7 @@
 //! [`Config`]: a Qwen3 text encoder's widths, detected from a file's tensor shapes, and the [`LoadPlan`] of the
-//! weights the hidden state needs (models.md §2.4, §4.1, §4.2).
+//! weights the hidden state needs (models.md §2.4, §4.1, §4.2); the same for Qwen2.5-VL's language model
+//! ([`detect_qwen25vl`], models-qwen-image.md §4.1), the decoder it shares everything with but q/k norms and
+//! q/k/v biases.
 
 use std::collections::BTreeSet;
 
@@ -16,8 +18,49 @@ pub const ROPE_THETA: f64 = 1e6;
 /// The token embedding table.
 pub(super) const EMBED: &str = "model.embed_tokens.weight";
 
-/// The final norm, which only generation runs (the conditioning is taken before it).
+/// The final norm (Qwen3's conditioning is taken before it; Qwen2.5-VL's after it).
 pub(super) const NORM: &str = "model.norm.weight";
+
+/// Qwen2.5-VL's head width (every released size; the shapes give only heads × width).
+pub const QWEN25_HEAD_DIM: usize = 128;
+
+/// Which decoder of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Qwen3: per-head RMS norms of q and k, no projection biases; its conditioning is layer `layers − 2`'s
+    /// output (models.md §4.1).
+    Qwen3,
+    /// Qwen2.5-VL's language model: q, k and v projections with biases, no q/k norms; its conditioning is the
+    /// final norm's output (models-qwen-image.md §4.1). Text positions only (M-RoPE with every position equal
+    /// is plain RoPE).
+    Qwen25Vl,
+}
+
+impl Variant {
+    /// The tensors of one decoder layer, after `model.layers.{i}.`, in the order the model fetches them.
+    pub(super) fn layer_tensors(self) -> &'static [&'static str] {
+        match self {
+            Variant::Qwen3 => &LAYER_TENSORS,
+            Variant::Qwen25Vl => &QWEN25_LAYER_TENSORS,
+        }
+    }
+}
+
+/// [`LAYER_TENSORS`] of Qwen2.5-VL's language model.
+const QWEN25_LAYER_TENSORS: [&str; 12] = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.q_proj.bias",
+    "self_attn.k_proj.weight",
+    "self_attn.k_proj.bias",
+    "self_attn.v_proj.weight",
+    "self_attn.v_proj.bias",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
 
 /// The tensors of one decoder layer, after `model.layers.{i}.`, in the order [`layer_names`] lists them.
 const LAYER_TENSORS: [&str; 11] = [
@@ -56,6 +99,8 @@ pub struct Config {
     pub rms_eps: f32,
     /// RoPE base θ.
     pub rope_theta: f64,
+    /// Which decoder.
+    pub variant: Variant,
 }
 
 /// The names of decoder layer `i`'s weights, in the order [`crate::qwen3::Qwen3`] fetches them: input norm,
@@ -65,8 +110,43 @@ pub fn layer_names(i: usize) -> Vec<String> {
 }
 
 impl Config {
-    /// The shapes of one layer's weights, in [`layer_names`] order.
-    fn layer_shapes(&self) -> [Vec<usize>; 11] {
+    /// The names of decoder layer `i`'s weights, in the order the model fetches them.
+    pub fn layer_names(&self, i: usize) -> Vec<String> {
+        let tensors = self.variant.layer_tensors();
+        tensors.iter().map(|t| format!("model.layers.{i}.{t}")).collect()
+    }
+
+    /// The shapes of one layer's weights, in [`Config::layer_names`] order.
+    fn layer_shapes(&self) -> Vec<Vec<usize>> {
+        match self.variant {
+            Variant::Qwen3 => self.qwen3_layer_shapes().to_vec(),
+            Variant::Qwen25Vl => {
+                let (d, q, kv, f) = (
+                    self.hidden,
+                    self.heads * self.head_dim,
+                    self.kv_heads * self.head_dim,
+                    self.intermediate,
+                );
+                vec![
+                    vec![d],
+                    vec![q, d],
+                    vec![q],
+                    vec![kv, d],
+                    vec![kv],
+                    vec![kv, d],
+                    vec![kv],
+                    vec![d, q],
+                    vec![d],
+                    vec![f, d],
+                    vec![f, d],
+                    vec![d, f],
+                ]
+            }
+        }
+    }
+
+    /// Qwen3's layer shapes, in [`layer_names`] order.
+    fn qwen3_layer_shapes(&self) -> [Vec<usize>; 11] {
         let (d, q, kv, f) = (
             self.hidden,
             self.heads * self.head_dim,
@@ -130,13 +210,61 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
         intermediate,
         rms_eps: RMS_EPS,
         rope_theta: ROPE_THETA,
+        variant: Variant::Qwen3,
     };
-    for i in 0..layers {
-        for (name, want) in layer_names(i).iter().zip(config.layer_shapes()) {
+    check_layers(h, &config)?;
+    Ok(Some(config))
+}
+
+/// The config of Qwen2.5-VL's language model (`None` when the file is not one: it lacks
+/// `model.layers.0.self_attn.q_proj.bias`, or has Qwen3's q norm), every width but the head's (128, as ComfyUI's
+/// `Qwen25_7BVLI` fixes it) derived from the tensor shapes. The vision tower (`visual.*`) is not read. A tensor
+/// missing, of an unsupported dtype or of a disagreeing shape is [`crate::Error::Unsupported`] naming it.
+pub fn detect_qwen25vl(h: &Header) -> Result<Option<Config>> {
+    let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
+    if !present("model.layers.0.self_attn.q_proj.bias")
+        || present("model.layers.0.self_attn.q_norm.weight")
+    {
+        return Ok(None);
+    }
+    let layers = count_layers(h)?;
+    let [vocab, hidden] = dims(h, EMBED)?;
+    let [q_rows, _] = dims(h, "model.layers.0.self_attn.q_proj.weight")?;
+    let [kv_rows, _] = dims(h, "model.layers.0.self_attn.k_proj.weight")?;
+    let [intermediate, _] = dims(h, "model.layers.0.mlp.gate_proj.weight")?;
+    let head_dim = QWEN25_HEAD_DIM;
+    let (heads, kv_heads) = (q_rows / head_dim, kv_rows / head_dim);
+    if q_rows % head_dim != 0 || kv_rows % head_dim != 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(h.unsupported(format!(
+            "a Qwen2.5 layout whose q_proj ({q_rows} rows) and k_proj ({kv_rows} rows) are not whole \
+             {head_dim}-wide heads, query heads a multiple of key/value heads"
+        )));
+    }
+    let config = Config {
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate,
+        rms_eps: RMS_EPS,
+        rope_theta: ROPE_THETA,
+        variant: Variant::Qwen25Vl,
+    };
+    check_layers(h, &config)?;
+    require(h, NORM)?;
+    Ok(Some(config))
+}
+
+/// Checks every layer's tensors against `config`.
+fn check_layers(h: &Header, config: &Config) -> Result<()> {
+    for i in 0..config.layers {
+        for (name, want) in config.layer_names(i).iter().zip(config.layer_shapes()) {
             check_shape(h, name, &want)?;
         }
     }
-    Ok(Some(config))
+    Ok(())
 }
 
 /// What to load: the embedding table, every layer and `model.norm` (when the file has it), under the file's
@@ -147,7 +275,7 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(EMBED.to_owned())];
     for i in 0..cfg.layers {
-        slots.extend(layer_names(i).into_iter().map(slot));
+        slots.extend(cfg.layer_names(i).into_iter().map(slot));
     }
     if h.has(NORM) {
         slots.push(slot(NORM.to_owned()));
@@ -187,7 +315,7 @@ fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> {
     match h.values_shape(name) {
         Some(shape) if shape == want => Ok(()),
         shape => Err(h.unsupported(format!(
-            "tensor `{}` has shape {:?}, expected {want:?} for this Qwen3 layout",
+            "tensor `{}` has shape {:?}, expected {want:?} for this layout",
             h.key(name),
             shape.unwrap_or_default()
         ))),

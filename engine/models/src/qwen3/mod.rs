@@ -7,6 +7,9 @@
 //!   [`load_plan`] names the weights to load.
 //! - [`Qwen3::hidden_state`]: the output of layer `layers − 2`, un-normalised, as ComfyUI's conditioning.
 //! - [`Qwen3::generate`]: the whole decoder with a key/value cache, for `TextGenerate`.
+//!
+//! The same decoder runs Qwen2.5-VL's language model, Qwen-Image's text encoder ([`Variant::Qwen25Vl`],
+//! [`detect_qwen25vl`]): q/k/v biases instead of q/k norms, the final norm's output as the hidden state.
 
 mod config;
 pub mod family;
@@ -14,7 +17,10 @@ pub mod lora;
 mod model;
 mod tokenizer;
 
-pub use config::{Config, RMS_EPS, ROPE_THETA, detect, layer_names, load_plan};
+pub use config::{
+    Config, QWEN25_HEAD_DIM, RMS_EPS, ROPE_THETA, Variant, detect, detect_qwen25vl, layer_names,
+    load_plan,
+};
 pub use model::Qwen3;
 pub use tokenizer::Tokenizer;
 

@@ -5,7 +5,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{Config, EMBED, NORM, layer_names};
+use super::config::{Config, EMBED, NORM, Variant};
 use crate::error::{Error, Result};
 
 /// A Qwen3 text encoder: its config and its weights under the memory manager (loaded from
@@ -24,9 +24,11 @@ impl Qwen3 {
         Qwen3 { config, weights }
     }
 
-    /// The hidden state of `ids` `[1, N, hidden]` (f32): the output of decoder layer `layers − 2`
-    /// (transformers' `hidden_states[-2]`, ComfyUI's `layer_idx=-2`), without the final norm. Causal
-    /// attention over positions 0..N−1, no padding. One layer's weights are on the device at a time.
+    /// The hidden state of `ids` `[1, N, hidden]` (f32) that ComfyUI conditions on: for Qwen3 the output of
+    /// decoder layer `layers − 2` (transformers' `hidden_states[-2]`, ComfyUI's `layer_idx=-2`), without the
+    /// final norm; for Qwen2.5-VL the last layer's output through the final norm (`hidden_states[-1]`,
+    /// `layer="last"`). Causal attention over positions 0..N−1, no padding. One layer's weights are on the
+    /// device at a time.
     pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
         let cfg = &self.config;
         self.check_ids(ids)?;
@@ -36,8 +38,16 @@ impl Qwen3 {
             b.embedding(ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
         };
         let (cos, sin) = rope_tables(b, cfg, n)?;
-        for i in 0..cfg.layers.saturating_sub(1) {
+        let layers = match cfg.variant {
+            Variant::Qwen3 => cfg.layers.saturating_sub(1),
+            Variant::Qwen25Vl => cfg.layers,
+        };
+        for i in 0..layers {
             x = self.layer(b, i, &x, &cos, &sin, None)?;
+        }
+        if cfg.variant == Variant::Qwen25Vl {
+            let norm = self.weights.fetch(b, &[NORM])?;
+            x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
         }
         Ok(b.cast(&x, DType::F32)?)
     }
@@ -122,18 +132,20 @@ impl Qwen3 {
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let n = x.dim(1)?;
-        let names = layer_names(i);
+        let names = cfg.layer_names(i);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let w = self.weights.fetch(b, &names)?;
-        let [in_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate, up, down] =
-            std::array::from_fn(|j| w.weight(j));
+        let weights: Vec<Weight<'_>> = (0..names.len()).map(|j| w.weight(j)).collect();
+        let p = Projections::of(cfg.variant, &weights)?;
 
-        // Attention: per-head RMSNorm of q and k, then RoPE (rotate-half), GQA, causal.
-        let h = b.rms_norm(x, Some(&in_norm), cfg.rms_eps)?;
-        let (hd, eps) = (cfg.head_dim, cfg.rms_eps);
-        let q = heads(b, &h, &q_proj, Some((&q_norm, eps, cos, sin)), cfg.heads, hd)?;
-        let mut k = heads(b, &h, &k_proj, Some((&k_norm, eps, cos, sin)), cfg.kv_heads, hd)?;
-        let mut v = heads(b, &h, &v_proj, None, cfg.kv_heads, hd)?;
+        // Attention: Qwen3's per-head RMSNorm of q and k, then RoPE (rotate-half), GQA, causal.
+        let h = b.rms_norm(x, Some(p.in_norm), cfg.rms_eps)?;
+        let (hd, eps, rope) = (cfg.head_dim, cfg.rms_eps, Some((cos, sin)));
+        let q_norm = p.q_norm.map(|w| (w, eps));
+        let q = heads(b, &h, p.q, q_norm, rope, cfg.heads, hd)?;
+        let k_norm = p.k_norm.map(|w| (w, eps));
+        let mut k = heads(b, &h, p.k, k_norm, rope, cfg.kv_heads, hd)?;
+        let mut v = heads(b, &h, p.v, None, None, cfg.kv_heads, hd)?;
         if let Some(cache) = cache {
             if let Some(past) = cache.take() {
                 k = b.concat(&[&past.keys, &k], 2)?;
@@ -144,12 +156,68 @@ impl Qwen3 {
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
         let a = b.attention(&q, &k, &v, AttentionMask::Causal, scale)?;
         let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.heads * cfg.head_dim])?;
-        let x = b.binary(x, &b.linear(&a, &o_proj, None)?, BinaryOp::Add)?;
+        let x = b.binary(x, &b.linear(&a, p.o, None)?, BinaryOp::Add)?;
 
         // SwiGLU MLP.
-        let g = b.rms_norm(&x, Some(&post_norm), cfg.rms_eps)?;
-        let act = b.gated(&b.linear(&g, &gate, None)?, &b.linear(&g, &up, None)?, UnaryOp::Silu)?;
-        Ok(b.binary(&x, &b.linear(&act, &down, None)?, BinaryOp::Add)?)
+        let g = b.rms_norm(&x, Some(p.post_norm), cfg.rms_eps)?;
+        let act =
+            b.gated(&b.linear(&g, p.gate, None)?, &b.linear(&g, p.up, None)?, UnaryOp::Silu)?;
+        Ok(b.binary(&x, &b.linear(&act, p.down, None)?, BinaryOp::Add)?)
+    }
+}
+
+/// One layer's weights by role, from a fetch of [`Config::layer_names`].
+struct Projections<'a, 'w> {
+    in_norm: &'a Weight<'w>,
+    q: (&'a Weight<'w>, Option<&'a Weight<'w>>),
+    k: (&'a Weight<'w>, Option<&'a Weight<'w>>),
+    v: (&'a Weight<'w>, Option<&'a Weight<'w>>),
+    o: &'a Weight<'w>,
+    q_norm: Option<&'a Weight<'w>>,
+    k_norm: Option<&'a Weight<'w>>,
+    post_norm: &'a Weight<'w>,
+    gate: &'a Weight<'w>,
+    up: &'a Weight<'w>,
+    down: &'a Weight<'w>,
+}
+
+impl<'a, 'w> Projections<'a, 'w> {
+    /// The roles of `w`, in `variant`'s layer order.
+    fn of(variant: Variant, w: &'a [Weight<'w>]) -> Result<Projections<'a, 'w>> {
+        match (variant, w) {
+            (Variant::Qwen3, [in_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down]) => {
+                Ok(Projections {
+                    in_norm,
+                    q: (q, None),
+                    k: (k, None),
+                    v: (v, None),
+                    o,
+                    q_norm: Some(q_norm),
+                    k_norm: Some(k_norm),
+                    post_norm,
+                    gate,
+                    up,
+                    down,
+                })
+            }
+            (
+                Variant::Qwen25Vl,
+                [in_norm, q, q_bias, k, k_bias, v, v_bias, o, post_norm, gate, up, down],
+            ) => Ok(Projections {
+                in_norm,
+                q: (q, Some(q_bias)),
+                k: (k, Some(k_bias)),
+                v: (v, Some(v_bias)),
+                o,
+                q_norm: None,
+                k_norm: None,
+                post_norm,
+                gate,
+                up,
+                down,
+            }),
+            _ => Err(Error::Invalid(format!("{} weights for a {variant:?} layer", w.len()))),
+        }
     }
 }
 
@@ -159,23 +227,25 @@ struct KvCache<B: Backend> {
     values: Tensor<B>,
 }
 
-/// The per-head normalisation and rotation of q or k: the norm's weight, ε and the RoPE tables.
-type HeadNorm<'a, 'w, B> = (&'a Weight<'w>, f32, &'a Tensor<B>, &'a Tensor<B>);
-
-/// `h` `[1, N, hidden]` projected by `proj` into `count` heads `[1, count, N, head_dim]`, each head
-/// RMS-normalised and rotated (rotate-half RoPE) when `norm` is given.
+/// `h` `[1, N, hidden]` projected by `proj` (weight and optional bias) into `count` heads
+/// `[1, count, N, head_dim]`, each head RMS-normalised when `norm` (weight, ε) is given, then rotated
+/// (rotate-half RoPE) when `rope` (cos, sin) is.
 fn heads<B: Backend>(
     b: &B,
     h: &Tensor<B>,
-    proj: &Weight<'_>,
-    norm: Option<HeadNorm<'_, '_, B>>,
+    (proj, bias): (&Weight<'_>, Option<&Weight<'_>>),
+    norm: Option<(&Weight<'_>, f32)>,
+    rope: Option<(&Tensor<B>, &Tensor<B>)>,
     count: usize,
     head_dim: usize,
 ) -> Result<Tensor<B>> {
     let n = h.dim(1)?;
-    let mut t = b.linear(h, proj, None)?.reshape(&[1, n, count, head_dim])?;
-    if let Some((w, eps, cos, sin)) = norm {
-        t = b.rope(&b.rms_norm(&t, Some(w), eps)?, cos, sin, RopeLayout::Half)?;
+    let mut t = b.linear(h, proj, bias)?.reshape(&[1, n, count, head_dim])?;
+    if let Some((w, eps)) = norm {
+        t = b.rms_norm(&t, Some(w), eps)?;
+    }
+    if let Some((cos, sin)) = rope {
+        t = b.rope(&t, cos, sin, RopeLayout::Half)?;
     }
     Ok(b.permute(&t, &[0, 2, 1, 3])?)
 }

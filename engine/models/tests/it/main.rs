@@ -8,6 +8,7 @@ mod common;
 mod flux_vae;
 mod noise;
 mod quant;
+mod qwen25vl;
 mod qwen3;
 mod sampling;
 mod synth;

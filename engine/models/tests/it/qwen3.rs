@@ -30,6 +30,7 @@ const TINY: Config = Config {
     intermediate: 128,
     rms_eps: 1e-6,
     rope_theta: 1e6,
+    variant: qwen3::Variant::Qwen3,
 };
 
 fn json(relative: &str) -> Value {
