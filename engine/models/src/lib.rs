@@ -25,6 +25,8 @@ pub mod lora;
 pub mod noise;
 pub mod quant;
 pub mod qwen3;
+pub mod qwen_image;
+mod rope;
 pub mod sampling;
 pub mod synth;
 pub mod textgen;

@@ -10,6 +10,7 @@ mod noise;
 mod quant;
 mod qwen25vl;
 mod qwen3;
+mod qwen_image;
 mod sampling;
 mod synth;
 mod wan_vae;

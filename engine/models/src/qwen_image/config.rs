@@ -1,0 +1,210 @@
+//! Detection of a Qwen-Image MMDiT (ComfyUI's names, which are diffusers' too) and its [`Config`], every width
+//! derived from tensor shapes, and the [`LoadPlan`] (models-qwen-image.md §2.2, §3.1, §3.2).
+//!
+//! ComfyUI recognises Qwen-Image by `txt_norm.weight` and hard-codes the rest (24 heads of 128, RoPE axes
+//! (16, 56, 56)); Kiln reads the shapes and scales the axes to the head width, so a shrunken model with the
+//! same structure (the test fixtures) loads too. Edit 2511 (`__index_timestep_zero__`) and Layered
+//! (`addition_t_embedding`) files are refused by name until their reference handling exists.
+
+use std::collections::BTreeSet;
+
+use kiln_compute::memory::{LoadPlan, SlotPlan};
+
+use crate::error::Result;
+use crate::header::Header;
+
+/// LayerNorm and RMSNorm ε of every norm.
+pub const EPS: f32 = 1e-6;
+/// RoPE base θ.
+pub const ROPE_THETA: f64 = 10_000.0;
+/// Latent channels.
+pub const LATENT_CHANNELS: usize = 16;
+/// Patch side.
+pub const PATCH: usize = 2;
+/// Sinusoid width of the timestep embedding.
+pub const T_FREQ_DIM: usize = 256;
+
+/// A Qwen-Image MMDiT's hyperparameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Inner width D (rows of `img_in.weight`; 3072).
+    pub dim: usize,
+    /// Attention heads (D / head width; 24).
+    pub heads: usize,
+    /// Head width (of `attn.norm_q.weight`; 128).
+    pub head_dim: usize,
+    /// Double-stream blocks (60).
+    pub layers: usize,
+    /// MLP hidden width (rows of `img_mlp.net.0.proj.weight`; 12288).
+    pub mlp_hidden: usize,
+    /// Text feature width (of `txt_norm.weight`: the text encoder's hidden size, 3584).
+    pub text_dim: usize,
+    /// RoPE dims per axis (frame, row, column) summing to the head width: (16, 56, 56) at 128, the same
+    /// proportions (hd/8, 7hd/16, 7hd/16) at other widths.
+    pub axes_dims: [usize; 3],
+}
+
+/// The names of block `i`'s weights, in the order [`super::QwenImage`] reads them.
+pub(crate) fn block_names(i: usize) -> Vec<String> {
+    const TENSORS: [&str; 32] = [
+        "img_mod.1.weight",
+        "img_mod.1.bias",
+        "txt_mod.1.weight",
+        "txt_mod.1.bias",
+        "attn.to_q.weight",
+        "attn.to_q.bias",
+        "attn.to_k.weight",
+        "attn.to_k.bias",
+        "attn.to_v.weight",
+        "attn.to_v.bias",
+        "attn.add_q_proj.weight",
+        "attn.add_q_proj.bias",
+        "attn.add_k_proj.weight",
+        "attn.add_k_proj.bias",
+        "attn.add_v_proj.weight",
+        "attn.add_v_proj.bias",
+        "attn.norm_q.weight",
+        "attn.norm_k.weight",
+        "attn.norm_added_q.weight",
+        "attn.norm_added_k.weight",
+        "attn.to_out.0.weight",
+        "attn.to_out.0.bias",
+        "attn.to_add_out.weight",
+        "attn.to_add_out.bias",
+        "img_mlp.net.0.proj.weight",
+        "img_mlp.net.0.proj.bias",
+        "img_mlp.net.2.weight",
+        "img_mlp.net.2.bias",
+        "txt_mlp.net.0.proj.weight",
+        "txt_mlp.net.0.proj.bias",
+        "txt_mlp.net.2.weight",
+        "txt_mlp.net.2.bias",
+    ];
+    TENSORS.iter().map(|t| format!("transformer_blocks.{i}.{t}")).collect()
+}
+
+/// The weights outside the blocks, with their shapes for `cfg`.
+fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
+    let (d, patch_features) = (cfg.dim, LATENT_CHANNELS * PATCH * PATCH);
+    vec![
+        ("img_in.weight", vec![d, patch_features]),
+        ("img_in.bias", vec![d]),
+        ("txt_norm.weight", vec![cfg.text_dim]),
+        ("txt_in.weight", vec![d, cfg.text_dim]),
+        ("txt_in.bias", vec![d]),
+        ("time_text_embed.timestep_embedder.linear_1.weight", vec![d, T_FREQ_DIM]),
+        ("time_text_embed.timestep_embedder.linear_1.bias", vec![d]),
+        ("time_text_embed.timestep_embedder.linear_2.weight", vec![d, d]),
+        ("time_text_embed.timestep_embedder.linear_2.bias", vec![d]),
+        ("norm_out.linear.weight", vec![2 * d, d]),
+        ("norm_out.linear.bias", vec![2 * d]),
+        ("proj_out.weight", vec![patch_features, d]),
+        ("proj_out.bias", vec![patch_features]),
+    ]
+}
+
+/// The shapes of a block's weights, in [`block_names`] order.
+fn block_shapes(cfg: &Config) -> Vec<Vec<usize>> {
+    let (d, hd, f) = (cfg.dim, cfg.head_dim, cfg.mlp_hidden);
+    let linear = |out: usize, inp: usize| [vec![out, inp], vec![out]];
+    let mut shapes = Vec::new();
+    shapes.extend(linear(6 * d, d));
+    shapes.extend(linear(6 * d, d));
+    for _ in 0..6 {
+        shapes.extend(linear(d, d));
+    }
+    shapes.extend([vec![hd], vec![hd], vec![hd], vec![hd]]);
+    shapes.extend(linear(d, d));
+    shapes.extend(linear(d, d));
+    for _ in 0..2 {
+        shapes.extend(linear(f, d));
+        shapes.extend(linear(d, f));
+    }
+    shapes
+}
+
+/// The shape of `name`, which must exist.
+fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
+    Ok(h.require(name)?.shape.as_slice())
+}
+
+/// Recognises a Qwen-Image MMDiT (`Ok(None)` without `txt_norm.weight` and `img_in.weight`).
+pub fn detect(h: &Header) -> Result<Option<Config>> {
+    if !h.has("txt_norm.weight") || !h.has("img_in.weight") {
+        return Ok(None);
+    }
+    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
+        return Err(h.unsupported(format!(
+            "`{}` is {dtype}, a type Kiln cannot compute with",
+            h.key(name)
+        )));
+    }
+    for (key, what) in [
+        ("__index_timestep_zero__", "Qwen-Image-Edit 2511 (reference latents at timestep zero)"),
+        ("time_text_embed.addition_t_embedding.weight", "Qwen-Image-Layered"),
+    ] {
+        if h.has(key) {
+            return Err(h.unsupported(format!("{what} is not supported yet (`{}`)", h.key(key))));
+        }
+    }
+    let &[dim, _] = shape(h, "img_in.weight")? else {
+        return Err(h.unsupported("`img_in.weight` is not a matrix"));
+    };
+    let &[text_dim] = shape(h, "txt_norm.weight")? else {
+        return Err(h.unsupported("`txt_norm.weight` is not a vector"));
+    };
+    let layers = {
+        let indices: BTreeSet<usize> = h
+            .names()
+            .filter_map(|n| n.strip_prefix("transformer_blocks.")?.split_once('.')?.0.parse().ok())
+            .collect();
+        indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
+    };
+    let &[head_dim] = shape(h, "transformer_blocks.0.attn.norm_q.weight")? else {
+        return Err(h.unsupported("`transformer_blocks.0.attn.norm_q.weight` is not a vector"));
+    };
+    let &[mlp_hidden, _] = shape(h, "transformer_blocks.0.img_mlp.net.0.proj.weight")? else {
+        return Err(h.unsupported("`img_mlp.net.0.proj.weight` is not a matrix"));
+    };
+    if head_dim == 0 || head_dim % 16 != 0 || dim % head_dim != 0 || layers == 0 {
+        return Err(h.unsupported(format!(
+            "a Qwen-Image layout with inner width {dim}, head width {head_dim} and {layers} blocks: the \
+             head width must divide the inner width and be a multiple of 16 (for the RoPE axes)"
+        )));
+    }
+    let cfg = Config {
+        dim,
+        heads: dim / head_dim,
+        head_dim,
+        layers,
+        mlp_hidden,
+        text_dim,
+        axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
+    };
+    let mut expected: Vec<(String, Vec<usize>)> =
+        global_shapes(&cfg).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
+    for i in 0..layers {
+        expected.extend(block_names(i).into_iter().zip(block_shapes(&cfg)));
+    }
+    for (name, want) in expected {
+        let found = shape(h, &name)?;
+        if found != want.as_slice() {
+            return Err(h.unsupported(format!(
+                "`{}` is {found:?}, expected {want:?} for a Qwen-Image MMDiT of width {dim}",
+                h.key(&name)
+            )));
+        }
+    }
+    Ok(Some(cfg))
+}
+
+/// Every weight, under its name without the file's prefix.
+pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
+    let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
+    let mut slots: Vec<SlotPlan> =
+        global_shapes(cfg).into_iter().map(|(n, _)| slot(n.to_owned())).collect();
+    for i in 0..cfg.layers {
+        slots.extend(block_names(i).into_iter().map(slot));
+    }
+    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}

@@ -1,0 +1,13 @@
+//! Qwen-Image's MMDiT (`qwen_image_*.safetensors`; ComfyUI's names are diffusers'): 60 double-stream blocks
+//! over text and image tokens, per-head q/k RMS norms, a 3-axis RoPE with centred image positions, and
+//! adaLN modulation from the timestep (models-qwen-image.md §3).
+//!
+//! - [`detect`] recognises the file and derives its [`Config`] from shapes; [`load_plan`] names the weights.
+//! - [`QwenImage::forward`]: ComfyUI's model output v = ε − x₀ for text-to-image (one frame, no reference
+//!   latents), with ComfyUI's conventions where diffusers' differ (the centring of odd token grids).
+
+mod config;
+mod model;
+
+pub use config::{Config, EPS, LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan};
+pub use model::QwenImage;

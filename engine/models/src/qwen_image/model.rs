@@ -1,0 +1,319 @@
+//! [`QwenImage`]: the MMDiT forward pass in ComfyUI's order (models-qwen-image.md §3.3), reading one block's
+//! weights at a time through [`Model::fetch`].
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::memory::{Layer, Model};
+use kiln_compute::{Backend, DType, Tensor, Weight};
+
+use crate::error::{Error, Result};
+
+use super::config::{Config, EPS, LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names};
+
+/// A Qwen-Image MMDiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
+pub struct QwenImage {
+    /// The hyperparameters.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+/// The RoPE table of the joint sequence (text, then image), `[tokens, head_dim / 2]` f32 each.
+struct Rope<B: Backend> {
+    cos: Tensor<B>,
+    sin: Tensor<B>,
+}
+
+/// One stream's modulation from `Linear(SiLU(temb))`: shift, scale `[B, D]` and gate `[B, 1, D]` for the
+/// attention (`.0`) and the MLP (`.1`) sub-layers.
+struct Modulation<B: Backend> {
+    shift: [Tensor<B>; 2],
+    scale: [Tensor<B>; 2],
+    gate: [Tensor<B>; 2],
+}
+
+impl QwenImage {
+    /// A model from its config and loaded weights (see [`super::load_plan`]).
+    pub fn new(config: Config, weights: Model) -> QwenImage {
+        QwenImage { config, weights }
+    }
+
+    /// ComfyUI's model output for latents `x` `[B, 16, h, w]` (model space, any float dtype), `sigmas` (one per
+    /// sample; the model's timestep is σ) and text features `context` `[B, N, text_dim]`: v = ε − x₀, f32
+    /// `[B, 16, h, w]`. Computes in `b.compute_dtype()`; odd `h`/`w` are padded circularly and cropped back.
+    pub fn forward<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        let (batch, h, w) = self.check_inputs(x, sigmas, context)?;
+        let dt = b.compute_dtype();
+        let mut x = b.cast(x, dt)?;
+        let context = b.cast(context, dt)?;
+        let (hp, wp) = (h.div_ceil(PATCH) * PATCH, w.div_ceil(PATCH) * PATCH);
+        if hp > h {
+            x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
+        }
+        if wp > w {
+            x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
+        }
+        let (rows, cols) = (hp / PATCH, wp / PATCH);
+
+        let temb = self.time_embedding(b, sigmas)?;
+        let mut img = {
+            let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
+            b.linear(&patchify(b, &x)?, &layer.weight(0), Some(&layer.weight(1)))?
+        };
+        drop(x);
+        let mut txt = {
+            let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
+            let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
+            b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
+        };
+        let text_len = txt.dim(1)?;
+        let rope = self.rope(b, text_len, rows, cols)?;
+        let silu_temb = b.unary(&temb, UnaryOp::Silu)?;
+        for i in 0..cfg.layers {
+            (img, txt) = self.block(b, i, &img, &txt, &silu_temb, &rope)?;
+        }
+        drop(txt);
+
+        // Final layer: adaLN with (scale, shift), scale first, then the projection to patches.
+        let layer = self.fetch(
+            b,
+            &["norm_out.linear.weight", "norm_out.linear.bias", "proj_out.weight", "proj_out.bias"],
+        )?;
+        let emb = b.linear(&silu_temb, &layer.weight(0), Some(&layer.weight(1)))?;
+        let (scale, shift) = (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
+        let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
+        let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
+        let mut out = unpatchify(b, &y, batch, rows, cols)?;
+        if hp > h {
+            out = b.slice(&out, 2, 0, h)?;
+        }
+        if wp > w {
+            out = b.slice(&out, 3, 0, w)?;
+        }
+        Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// Checks the input shapes: returns (batch, h, w).
+    fn check_inputs<B: Backend>(
+        &self,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+    ) -> Result<(usize, usize, usize)> {
+        let &[batch, channels, h, w] = x.shape() else {
+            return Err(Error::Invalid(format!(
+                "Qwen-Image latents must be [B, 16, h, w], got {:?}",
+                x.shape()
+            )));
+        };
+        if channels != LATENT_CHANNELS || batch == 0 || h == 0 || w == 0 {
+            return Err(Error::Invalid(format!(
+                "Qwen-Image takes non-empty latents of {LATENT_CHANNELS} channels, got {:?}",
+                x.shape()
+            )));
+        }
+        if sigmas.len() != batch {
+            return Err(Error::Invalid(format!("{} sigmas for a batch of {batch}", sigmas.len())));
+        }
+        match context.shape() {
+            &[cb, n, width] if cb == batch && n > 0 && width == self.config.text_dim => {
+                Ok((batch, h, w))
+            }
+            other => Err(Error::Invalid(format!(
+                "Qwen-Image conditioning must be [{batch}, N > 0, {}], got {other:?}",
+                self.config.text_dim
+            ))),
+        }
+    }
+
+    /// Gets `names` on the device (one layer of the per-layer protocol).
+    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+        Ok(self.weights.fetch(b, names)?)
+    }
+
+    /// temb `[B, D]`: the sinusoid of 1000·σ (f32, cos half first, as diffusers' `Timesteps` computes it),
+    /// then Linear → SiLU → Linear in the compute type.
+    fn time_embedding<B: Backend>(&self, b: &B, sigmas: &[f32]) -> Result<Tensor<B>> {
+        let half = T_FREQ_DIM / 2;
+        let log_period = -(10000f64.ln() as f32);
+        let freqs: Vec<f32> =
+            (0..half).map(|k| (log_period * k as f32 / half as f32).exp()).collect();
+        let mut emb = Vec::with_capacity(sigmas.len() * T_FREQ_DIM);
+        for &sigma in sigmas {
+            emb.extend(freqs.iter().map(|f| (1000.0 * (sigma * f)).cos()));
+            emb.extend(freqs.iter().map(|f| (1000.0 * (sigma * f)).sin()));
+        }
+        let emb = b.from_f32(&[sigmas.len(), T_FREQ_DIM], &emb, DType::F32)?;
+        let emb = b.cast(&emb, b.compute_dtype())?;
+        let p = "time_text_embed.timestep_embedder";
+        let names = ["linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias"]
+            .map(|n| format!("{p}.{n}"));
+        let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
+        let hidden = b.linear(&emb, &layer.weight(0), Some(&layer.weight(1)))?;
+        let hidden = b.unary(&hidden, UnaryOp::Silu)?;
+        Ok(b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?)
+    }
+
+    /// The joint sequence's RoPE table: text token j at (s₀ + j) on every axis with s₀ = max(⌊rows/2⌋,
+    /// ⌊cols/2⌋), then image token (r, s) at (0, r − ⌊rows/2⌋, s − ⌊cols/2⌋) (ComfyUI's centring).
+    fn rope<B: Backend>(
+        &self,
+        b: &B,
+        text_len: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Rope<B>> {
+        let cfg = &self.config;
+        let s0 = (rows / 2).max(cols / 2) as i64;
+        let (r0, c0) = ((rows / 2) as i64, (cols / 2) as i64);
+        let mut positions: Vec<[i64; 3]> = (0..text_len as i64).map(|j| [s0 + j; 3]).collect();
+        for r in 0..rows as i64 {
+            positions.extend((0..cols as i64).map(|s| [0, r - r0, s - c0]));
+        }
+        let (cos, sin) = crate::rope::tables(&positions, cfg.axes_dims, ROPE_THETA);
+        let half = cfg.head_dim / 2;
+        Ok(Rope {
+            cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,
+            sin: b.from_f32(&[positions.len(), half], &sin, DType::F32)?,
+        })
+    }
+
+    /// One stream's modulation from `silu_temb` with the `mod.1` weight and bias.
+    fn modulation<B: Backend>(
+        &self,
+        b: &B,
+        silu_temb: &Tensor<B>,
+        weight: &Weight<'_>,
+        bias: &Weight<'_>,
+    ) -> Result<Modulation<B>> {
+        let d = self.config.dim;
+        let m = b.linear(silu_temb, weight, Some(bias))?;
+        let batch = m.dim(0)?;
+        let chunk = |k: usize| b.slice(&m, -1, k * d, d);
+        let gate = |k: usize| -> Result<Tensor<B>> { Ok(chunk(k)?.reshape(&[batch, 1, d])?) };
+        Ok(Modulation {
+            shift: [chunk(0)?, chunk(3)?],
+            scale: [chunk(1)?, chunk(4)?],
+            gate: [gate(2)?, gate(5)?],
+        })
+    }
+
+    /// Double-stream block `i` on the image and text tokens.
+    fn block<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        img: &Tensor<B>,
+        txt: &Tensor<B>,
+        silu_temb: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let names = block_names(i);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let layer = self.fetch(b, &names)?;
+        let w = |k: usize| layer.weight(k);
+        let img_mod = self.modulation(b, silu_temb, &w(0), &w(1))?;
+        let txt_mod = self.modulation(b, silu_temb, &w(2), &w(3))?;
+        let modulated = |x: &Tensor<B>, m: &Modulation<B>, k: usize| -> Result<Tensor<B>> {
+            let n = b.layer_norm(x, None, None, EPS)?;
+            Ok(b.modulate(&n, &m.scale[k], Some(&m.shift[k]))?)
+        };
+        let gated_add = |x: &Tensor<B>, y: &Tensor<B>, gate: &Tensor<B>| -> Result<Tensor<B>> {
+            Ok(b.binary(x, &b.binary(y, gate, BinaryOp::Mul)?, BinaryOp::Add)?)
+        };
+
+        let (img_attn, txt_attn) = {
+            let img_n = modulated(img, &img_mod, 0)?;
+            let txt_n = modulated(txt, &txt_mod, 0)?;
+            self.attention(b, &layer, &img_n, &txt_n, rope)?
+        };
+        let img = gated_add(img, &img_attn, &img_mod.gate[0])?;
+        let txt = gated_add(txt, &txt_attn, &txt_mod.gate[0])?;
+        drop((img_attn, txt_attn));
+
+        let mlp = |x: &Tensor<B>, k: usize| -> Result<Tensor<B>> {
+            let hidden = b.linear(x, &w(k), Some(&w(k + 1)))?;
+            let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
+            Ok(b.linear(&hidden, &w(k + 2), Some(&w(k + 3)))?)
+        };
+        let img_out = mlp(&modulated(&img, &img_mod, 1)?, 24)?;
+        let img = gated_add(&img, &img_out, &img_mod.gate[1])?;
+        let txt_out = mlp(&modulated(&txt, &txt_mod, 1)?, 28)?;
+        let txt = gated_add(&txt, &txt_out, &txt_mod.gate[1])?;
+        Ok((img, txt))
+    }
+
+    /// The joint attention of a block: q, k, v of each stream (with biases), per-head RMS norms of q and k,
+    /// the text tokens first, RoPE on the joint sequence, unmasked softmax, then each stream's output
+    /// projection. Returns (image, text) outputs.
+    fn attention<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        img: &Tensor<B>,
+        txt: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let cfg = &self.config;
+        let (heads, hd) = (cfg.heads, cfg.head_dim);
+        let w = |k: usize| layer.weight(k);
+        let project = |x: &Tensor<B>, k: usize, norm: Option<usize>| -> Result<Tensor<B>> {
+            let (batch, len) = (x.dim(0)?, x.dim(1)?);
+            let t = b.linear(x, &w(k), Some(&w(k + 1)))?.reshape(&[batch, len, heads, hd])?;
+            Ok(match norm {
+                Some(n) => b.rms_norm(&t, Some(&w(n)), EPS)?,
+                None => t,
+            })
+        };
+        let joint = |t: Tensor<B>, i: Tensor<B>, rotate: bool| -> Result<Tensor<B>> {
+            let j = b.concat(&[&t, &i], 1)?;
+            let j =
+                if rotate { b.rope(&j, &rope.cos, &rope.sin, RopeLayout::Interleaved)? } else { j };
+            Ok(b.permute(&j, &[0, 2, 1, 3])?)
+        };
+        let q = joint(project(txt, 10, Some(18))?, project(img, 4, Some(16))?, true)?;
+        let k = joint(project(txt, 12, Some(19))?, project(img, 6, Some(17))?, true)?;
+        let v = joint(project(txt, 14, None)?, project(img, 8, None)?, false)?;
+        let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (hd as f32).sqrt())?;
+        drop((q, k, v));
+        let (batch, text_len) = (txt.dim(0)?, txt.dim(1)?);
+        let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, usize::MAX, heads * hd])?;
+        let txt_o = b.slice(&o, 1, 0, text_len)?;
+        let img_o = b.slice(&o, 1, text_len, img.dim(1)?)?;
+        let img_o = b.linear(&img_o, &w(20), Some(&w(21)))?;
+        let txt_o = b.linear(&txt_o, &w(22), Some(&w(23)))?;
+        Ok((img_o, txt_o))
+    }
+}
+
+/// Latents `[B, C, H, W]` (H, W even) → tokens `[B, (H/2)·(W/2), 4C]`, token (r, s) row-major, feature
+/// `c·4 + py·2 + px` = x[c, 2r + py, 2s + px] (channel-major, unlike NextDiT's).
+fn patchify<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+    let &[batch, c, h, w] = x.shape() else {
+        return Err(Error::Invalid(format!("latents {:?} are not [B, C, H, W]", x.shape())));
+    };
+    let (rows, cols) = (h / PATCH, w / PATCH);
+    let t = x.reshape(&[batch, c, rows, PATCH, cols, PATCH])?;
+    let t = b.permute(&t, &[0, 2, 4, 1, 3, 5])?;
+    Ok(t.reshape(&[batch, rows * cols, c * PATCH * PATCH])?)
+}
+
+/// The inverse of [`patchify`]: tokens `[B, rows·cols, 4·16]` → latents `[B, 16, 2·rows, 2·cols]`.
+fn unpatchify<B: Backend>(
+    b: &B,
+    y: &Tensor<B>,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Tensor<B>> {
+    let c = LATENT_CHANNELS;
+    let t = y.reshape(&[batch, rows, cols, c, PATCH, PATCH])?;
+    let t = b.permute(&t, &[0, 3, 1, 4, 2, 5])?;
+    Ok(t.reshape(&[batch, c, rows * PATCH, cols * PATCH])?)
+}

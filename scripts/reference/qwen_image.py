@@ -1,0 +1,87 @@
+"""Fixtures for Kiln's Qwen-Image MMDiT (engine/models/tests/fixtures/qwen_image/), from ComfyUI's own
+QwenImageTransformer2DModel (comfy/ldm/qwen_image/model.py at 0f1fa67a), cross-checked with diffusers'.
+
+Run from the repository root:
+    COMFYUI_DIR=... $(scripts/reference/setup.sh) scripts/reference/qwen_image.py
+
+ComfyUI and diffusers centre odd token grids differently (models-qwen-image.md 3.4); Kiln matches ComfyUI, so
+ComfyUI's module computes the recorded outputs, and diffusers' QwenImageTransformer2DModel on the same weights
+must agree on the even-grid case (checked here, within 1e-5).
+
+Writes:
+- weights.safetensors: a tiny random MMDiT with the released structure (2 double-stream blocks, 2 heads of
+  width 32, inner width 64, text width 48, RoPE axes (4, 14, 14) = the released (16, 56, 56) scaled to the head,
+  patch 2 over 16 channels), ComfyUI's (= diffusers') names, bf16; the reference runs in f32 on those values.
+  RMS-norm weights and biases are random too.
+- io.safetensors (f32): for each case, `x.<c>` [B, 16, h, w], `sigma.<c>` [B], `context.<c>` [B, N, 48] and
+  ComfyUI's output `out.<c>` [B, 16, h, w]. Cases: even (8x4 latent, one sample), odd (6x10: a 3x5 token grid,
+  two samples at different sigmas), ragged (5x7: circular padding to 6x8, then cropped).
+"""
+
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
+
+OUT = "engine/models/tests/fixtures/qwen_image"
+CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=32,
+              num_attention_heads=2, joint_attention_dim=48, axes_dims_rope=(4, 14, 14))
+
+
+def main():
+    import_comfyui()
+    import comfy.ops
+    from comfy.ldm.qwen_image.model import QwenImageTransformer2DModel
+    from diffusers import QwenImageTransformer2DModel as Diffusers
+
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(23)
+    model = QwenImageTransformer2DModel(**CONFIG, operations=comfy.ops.disable_weight_init).eval()
+    stored = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or ".norm_" in name:
+                value = 1.0 + 0.2 * torch.randn_like(p)
+            elif name.endswith("bias"):
+                value = 0.1 * torch.randn_like(p)
+            else:
+                value = torch.randn_like(p) / max(1, p.shape[-1]) ** 0.5
+            s = value.to(torch.bfloat16)
+            p.copy_(s.float())
+            stored[name] = s.contiguous()
+    save_file(stored, f"{OUT}/weights.safetensors")
+
+    g = torch.Generator().manual_seed(7)
+    cases = {"even": (1, 8, 4, 5, [0.7]), "odd": (2, 6, 10, 4, [0.9, 0.25]), "ragged": (1, 5, 7, 3, [0.5])}
+    io = {}
+    with torch.no_grad():
+        for name, (b, h, w, n, sigmas) in cases.items():
+            x = torch.randn(b, 16, h, w, generator=g)
+            context = torch.randn(b, n, 48, generator=g)
+            sigma = torch.tensor(sigmas)
+            out = model(x.unsqueeze(2), sigma, context).squeeze(2)
+            io.update({f"x.{name}": x, f"sigma.{name}": sigma, f"context.{name}": context, f"out.{name}": out})
+            print(name, tuple(out.shape), float(out.abs().max()))
+
+        # diffusers on the same weights, packed tokens (channel-major 2x2 patches), even grid only.
+        ref = Diffusers(**{k: v for k, v in CONFIG.items()}).eval()
+        missing = ref.load_state_dict({k: v.float() for k, v in stored.items()}, strict=False)
+        assert not missing.missing_keys, missing.missing_keys
+        x, context, sigma = io["x.even"], io["context.even"], io["sigma.even"]
+        b, c, h, w = x.shape
+        packed = x.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
+        v = ref(packed, context, torch.ones(b, context.shape[1], dtype=torch.bool), sigma,
+                img_shapes=[[(1, h // 2, w // 2)]] * b, return_dict=False)[0]
+        v = v.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+        diff = float((v - io["out.even"]).abs().max())
+        print(f"diffusers on the even case: max |difference| {diff:.2e}")
+        assert diff < 1e-5
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+
+
+if __name__ == "__main__":
+    main()
