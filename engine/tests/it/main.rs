@@ -5,6 +5,7 @@ mod files;
 mod fuzz;
 mod harness;
 mod memory;
+mod qwen_image;
 mod utility;
 mod vae;
 mod validation;

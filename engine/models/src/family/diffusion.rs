@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::header::Header;
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
+use crate::qwen_image::{self, QwenImage};
 use crate::sampling::FlowSampling;
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
@@ -18,16 +19,19 @@ use super::{TextEncoderFamily, VaeFamily};
 pub enum DiffusionFamily {
     /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
     ZImage,
+    /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
+    QwenImage,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 1] = [DiffusionFamily::ZImage];
+    pub const ALL: [DiffusionFamily; 2] = [DiffusionFamily::ZImage, DiffusionFamily::QwenImage];
 
     /// The family's name in messages (`Z-Image`).
     pub fn name(self) -> &'static str {
         match self {
             DiffusionFamily::ZImage => zimage::family::NAME,
+            DiffusionFamily::QwenImage => qwen_image::family::NAME,
         }
     }
 
@@ -35,6 +39,7 @@ impl DiffusionFamily {
     pub fn latent(self) -> LatentFormat {
         match self {
             DiffusionFamily::ZImage => zimage::family::LATENT,
+            DiffusionFamily::QwenImage => qwen_image::family::LATENT,
         }
     }
 
@@ -45,6 +50,7 @@ impl DiffusionFamily {
             DiffusionFamily::ZImage => {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
             }
+            DiffusionFamily::QwenImage => FlowSampling::flux(qwen_image::family::FLUX_SHIFT),
         }
     }
 
@@ -54,6 +60,9 @@ impl DiffusionFamily {
             DiffusionFamily::ZImage => {
                 (TextEncoderFamily::Qwen3, zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX)
             }
+            DiffusionFamily::QwenImage => {
+                (TextEncoderFamily::Qwen25Vl, qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX)
+            }
         }
     }
 
@@ -61,6 +70,9 @@ impl DiffusionFamily {
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
             DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::QwenImage => {
+                (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX)
+            }
         }
     }
 
@@ -74,6 +86,7 @@ impl DiffusionFamily {
     ) -> Result<LoraPatches> {
         match self {
             DiffusionFamily::ZImage => zimage_lora::patches(file, slots, strength),
+            DiffusionFamily::QwenImage => qwen_image::lora::patches(file, slots, strength),
         }
     }
 
@@ -81,6 +94,7 @@ impl DiffusionFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
+            DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
         }
     }
 
@@ -88,6 +102,7 @@ impl DiffusionFamily {
     pub fn synth_lora_name(self) -> &'static str {
         match self {
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
+            DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
         }
     }
 
@@ -97,6 +112,7 @@ impl DiffusionFamily {
             DiffusionFamily::ZImage => {
                 zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
             }
+            DiffusionFamily::QwenImage => qwen_image::detect(h)?.map(DiffusionDetected::QwenImage),
         })
     }
 }
@@ -106,6 +122,8 @@ impl DiffusionFamily {
 pub enum DiffusionDetected {
     /// Z-Image.
     ZImage(zimage::Config, zimage::Layout),
+    /// Qwen-Image.
+    QwenImage(qwen_image::Config),
 }
 
 impl DiffusionDetected {
@@ -120,6 +138,7 @@ impl DiffusionDetected {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
+            DiffusionDetected::QwenImage(_) => DiffusionFamily::QwenImage,
         }
     }
 
@@ -127,6 +146,7 @@ impl DiffusionDetected {
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
+            DiffusionDetected::QwenImage(config) => qwen_image::load_plan(h, config),
         }
     }
 
@@ -135,6 +155,9 @@ impl DiffusionDetected {
         match self {
             DiffusionDetected::ZImage(config, _) => {
                 DiffusionNet::ZImage(ZImage::new(config, weights))
+            }
+            DiffusionDetected::QwenImage(config) => {
+                DiffusionNet::QwenImage(QwenImage::new(config, weights))
             }
         }
     }
@@ -156,6 +179,8 @@ pub struct DiffusionInput<'a, B: Backend> {
 pub enum DiffusionNet {
     /// Z-Image.
     ZImage(ZImage),
+    /// Qwen-Image.
+    QwenImage(QwenImage),
 }
 
 impl DiffusionNet {
@@ -163,6 +188,7 @@ impl DiffusionNet {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
+            DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
         }
     }
 
@@ -170,6 +196,7 @@ impl DiffusionNet {
     pub fn weights(&self) -> &Model {
         match self {
             DiffusionNet::ZImage(net) => &net.weights,
+            DiffusionNet::QwenImage(net) => &net.weights,
         }
     }
 
@@ -177,6 +204,7 @@ impl DiffusionNet {
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
             DiffusionNet::ZImage(net) => net.forward(b, input.x, input.timesteps, input.context),
+            DiffusionNet::QwenImage(net) => net.forward(b, input.x, input.timesteps, input.context),
         }
     }
 }

@@ -15,16 +15,20 @@ use crate::textgen::{Decoding, TokenPicker};
 pub enum TextEncoderFamily {
     /// Qwen3 (4B for Z-Image), its hidden state with ComfyUI's Z-Image chat template.
     Qwen3,
+    /// Qwen2.5-VL's language model (7B for Qwen-Image), its last hidden state after ComfyUI's Qwen-Image
+    /// template with the template's prefix dropped.
+    Qwen25Vl,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 1] = [TextEncoderFamily::Qwen3];
+    pub const ALL: [TextEncoderFamily; 2] = [TextEncoderFamily::Qwen3, TextEncoderFamily::Qwen25Vl];
 
     /// The family's name in messages (`Qwen3`).
     pub fn name(self) -> &'static str {
         match self {
             TextEncoderFamily::Qwen3 => qwen3::family::NAME,
+            TextEncoderFamily::Qwen25Vl => qwen3::family::QWEN25VL_NAME,
         }
     }
 
@@ -32,6 +36,7 @@ impl TextEncoderFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             TextEncoderFamily::Qwen3 => qwen3::family::SYNTH_NAME,
+            TextEncoderFamily::Qwen25Vl => qwen3::family::QWEN25VL_SYNTH_NAME,
         }
     }
 
@@ -44,7 +49,12 @@ impl TextEncoderFamily {
         strength: f32,
     ) -> Result<LoraPatches> {
         match self {
-            TextEncoderFamily::Qwen3 => qwen3::lora::patches(file, slots, strength),
+            TextEncoderFamily::Qwen3 => {
+                qwen3::lora::patches(file, qwen3::lora::QWEN3_4B, slots, strength)
+            }
+            TextEncoderFamily::Qwen25Vl => {
+                qwen3::lora::patches(file, qwen3::lora::QWEN25_7B, slots, strength)
+            }
         }
     }
 
@@ -52,6 +62,9 @@ impl TextEncoderFamily {
     fn detect(self, h: &Header) -> Result<Option<TextEncoderDetected>> {
         Ok(match self {
             TextEncoderFamily::Qwen3 => qwen3::detect(h)?.map(TextEncoderDetected::Qwen3),
+            TextEncoderFamily::Qwen25Vl => {
+                qwen3::detect_qwen25vl(h)?.map(TextEncoderDetected::Qwen25Vl)
+            }
         })
     }
 }
@@ -61,6 +74,8 @@ impl TextEncoderFamily {
 pub enum TextEncoderDetected {
     /// Qwen3.
     Qwen3(qwen3::Config),
+    /// Qwen2.5-VL's language model.
+    Qwen25Vl(qwen3::Config),
 }
 
 impl TextEncoderDetected {
@@ -74,13 +89,16 @@ impl TextEncoderDetected {
     pub fn family(&self) -> TextEncoderFamily {
         match self {
             TextEncoderDetected::Qwen3(_) => TextEncoderFamily::Qwen3,
+            TextEncoderDetected::Qwen25Vl(_) => TextEncoderFamily::Qwen25Vl,
         }
     }
 
     /// The weights to load, named in the family's layout.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
-            TextEncoderDetected::Qwen3(config) => qwen3::load_plan(h, config),
+            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Qwen25Vl(config) => {
+                qwen3::load_plan(h, config)
+            }
         }
     }
 
@@ -88,6 +106,10 @@ impl TextEncoderDetected {
     pub fn build(self, weights: Model) -> Result<TextEncoderNet> {
         Ok(match self {
             TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+            },
+            TextEncoderDetected::Qwen25Vl(config) => TextEncoderNet::Qwen25Vl {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
             },
@@ -104,6 +126,13 @@ pub enum TextEncoderNet {
         /// Its tokenizer.
         tokenizer: Tokenizer,
     },
+    /// Qwen2.5-VL's language model (the same decoder code) with the same tokenizer.
+    Qwen25Vl {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+    },
 }
 
 impl TextEncoderNet {
@@ -111,13 +140,16 @@ impl TextEncoderNet {
     pub fn family(&self) -> TextEncoderFamily {
         match self {
             TextEncoderNet::Qwen3 { .. } => TextEncoderFamily::Qwen3,
+            TextEncoderNet::Qwen25Vl { .. } => TextEncoderFamily::Qwen25Vl,
         }
     }
 
     /// The weights, under the memory manager.
     pub fn weights(&self) -> &Model {
         match self {
-            TextEncoderNet::Qwen3 { model, .. } => &model.weights,
+            TextEncoderNet::Qwen3 { model, .. } | TextEncoderNet::Qwen25Vl { model, .. } => {
+                &model.weights
+            }
         }
     }
 
@@ -125,6 +157,7 @@ impl TextEncoderNet {
     pub fn tokenize(&self, prompt: &str) -> Result<Vec<u32>> {
         match self {
             TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.zimage_prompt(prompt),
+            TextEncoderNet::Qwen25Vl { tokenizer, .. } => tokenizer.qwen_image_prompt(prompt),
         }
     }
 
@@ -146,13 +179,17 @@ impl TextEncoderNet {
                 let pick = &mut |logits| picker.pick(logits);
                 model.generate(b, &ids, max_new, &qwen3::STOP_TOKENS, pick, on_token)
             }
+            TextEncoderNet::Qwen25Vl { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Qwen-Image's Qwen2.5-VL encoder is not supported yet".to_owned(),
+            )),
         }
     }
 
     /// The text of generated `ids` (special tokens left out), as ComfyUI's `decode`.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         match self {
-            TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.decode(ids),
+            TextEncoderNet::Qwen3 { tokenizer, .. }
+            | TextEncoderNet::Qwen25Vl { tokenizer, .. } => tokenizer.decode(ids),
         }
     }
 
@@ -160,6 +197,12 @@ impl TextEncoderNet {
     pub fn encode<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
         match self {
             TextEncoderNet::Qwen3 { model, .. } => model.hidden_state(b, ids),
+            // ComfyUI conditions Qwen-Image on the hidden states after the template's prefix.
+            TextEncoderNet::Qwen25Vl { model, .. } => {
+                let hidden = model.hidden_state(b, ids)?;
+                let start = qwen3::qwen_image_conditioning_start(ids);
+                Ok(b.slice(&hidden, 1, start, ids.len() - start)?)
+            }
         }
     }
 }

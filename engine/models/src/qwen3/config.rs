@@ -117,7 +117,7 @@ impl Config {
     }
 
     /// The shapes of one layer's weights, in [`Config::layer_names`] order.
-    fn layer_shapes(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn layer_shapes(&self) -> Vec<Vec<usize>> {
         match self.variant {
             Variant::Qwen3 => self.qwen3_layer_shapes().to_vec(),
             Variant::Qwen25Vl => {

@@ -22,7 +22,7 @@ pub use config::{
     load_plan,
 };
 pub use model::Qwen3;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{Tokenizer, qwen_image_conditioning_start};
 
 /// The tokens that end generation: `<|endoftext|>` and `<|im_end|>` (ComfyUI's Qwen3 `stop_tokens`).
 pub const STOP_TOKENS: [u32; 2] = [151_643, 151_645];

@@ -13,6 +13,17 @@ const BUNDLED_GZ: &[u8] = include_bytes!("../../data/qwen3-tokenizer/tokenizer.j
 /// The chat template around a Z-Image prompt (Qwen3's, with the generation prompt and no system turn).
 const ZIMAGE_TEMPLATE: (&str, &str) = ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n");
 
+/// ComfyUI's Qwen-Image text-to-image template around a prompt (`QwenImageTokenizer.llama_template`).
+const QWEN_IMAGE_TEMPLATE: (&str, &str) = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, \
+     spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n",
+    "<|im_end|>\n<|im_start|>assistant\n",
+);
+/// `<|im_start|>`, `user` and `\n`: where the Qwen-Image conditioning starts after the template's prefix.
+const IM_START: u32 = 151_644;
+const USER: u32 = 872;
+const NEWLINE: u32 = 198;
+
 /// The parsed bundled tokenizer, shared by every [`Tokenizer::bundled`] (parsing takes a fraction of a
 /// second; the vocabulary is 150k entries).
 static BUNDLED: OnceLock<std::result::Result<Arc<tokenizers::Tokenizer>, String>> = OnceLock::new();
@@ -65,6 +76,33 @@ impl Tokenizer {
     pub fn zimage_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         let (before, after) = ZIMAGE_TEMPLATE;
         self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+    }
+
+    /// The ids ComfyUI's Qwen-Image text encoder runs on for `prompt`: the same weights-disabled pre-pass as
+    /// [`Tokenizer::zimage_prompt`], inside the Qwen-Image text-to-image chat template (system turn included),
+    /// tokenised as one string; a prompt that starts with `<|im_start|>` is taken as already templated.
+    pub fn qwen_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let (before, after) = QWEN_IMAGE_TEMPLATE;
+        self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+    }
+}
+
+/// Where ComfyUI's Qwen-Image conditioning starts in the encoder's output for `ids`
+/// (`QwenImageTEModel.encode_token_weights`): at the later of the first two `<|im_start|>`, moved past a
+/// following `user` `\n` when the output is longer than that; the last position when there is none.
+pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
+    let starts: Vec<usize> =
+        ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).collect();
+    let Some(&end) = starts.last() else {
+        return ids.len().saturating_sub(1);
+    };
+    if ids.len() > end + 3 && ids[end + 1] == USER && ids[end + 2] == NEWLINE {
+        end + 3
+    } else {
+        end
     }
 }
 

@@ -123,6 +123,16 @@ fn block_shapes(cfg: &Config) -> Vec<Vec<usize>> {
     shapes
 }
 
+/// Every weight of `cfg`'s network with its shape: the globals, then each block's.
+pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let mut all: Vec<(String, Vec<usize>)> =
+        global_shapes(cfg).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
+    for i in 0..cfg.layers {
+        all.extend(block_names(i).into_iter().zip(block_shapes(cfg)));
+    }
+    all
+}
+
 /// The shape of `name`, which must exist.
 fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
     Ok(h.require(name)?.shape.as_slice())
@@ -181,12 +191,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
         text_dim,
         axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
     };
-    let mut expected: Vec<(String, Vec<usize>)> =
-        global_shapes(&cfg).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
-    for i in 0..layers {
-        expected.extend(block_names(i).into_iter().zip(block_shapes(&cfg)));
-    }
-    for (name, want) in expected {
+    for (name, want) in expected(&cfg) {
         let found = shape(h, &name)?;
         if found != want.as_slice() {
             return Err(h.unsupported(format!(
@@ -200,11 +205,9 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
 
 /// Every weight, under its name without the file's prefix.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
-    let mut slots: Vec<SlotPlan> =
-        global_shapes(cfg).into_iter().map(|(n, _)| slot(n.to_owned())).collect();
-    for i in 0..cfg.layers {
-        slots.extend(block_names(i).into_iter().map(slot));
-    }
+    let slots = expected(cfg)
+        .into_iter()
+        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
+        .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }

@@ -7,7 +7,10 @@
 //!   latents), with ComfyUI's conventions where diffusers' differ (the centring of odd token grids).
 
 mod config;
+pub mod family;
+pub mod lora;
 mod model;
 
+pub(crate) use config::expected;
 pub use config::{Config, EPS, LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan};
 pub use model::QwenImage;

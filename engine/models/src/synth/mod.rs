@@ -26,7 +26,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
-use crate::{wan_vae, zimage};
+use crate::{qwen_image, qwen3, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -50,6 +50,9 @@ const QWEN3: &str = "qwen3";
 const VAE: &str = "vae";
 const ZIMAGE_LORA: &str = "zimage-lora";
 const WAN_VAE: &str = "wan21-vae";
+const QWEN_IMAGE: &str = "qwen-image";
+const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
+const QWEN25VL: &str = "qwen25vl";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -242,7 +245,7 @@ impl FromStr for SynthDtype {
 }
 
 /// The three files' configurations together, and the other families' networks at the same size.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ZImageTurboSet {
     /// The DiT.
     pub zimage: ZImageShape,
@@ -252,6 +255,10 @@ pub struct ZImageTurboSet {
     pub vae: VaeShape,
     /// The Wan 2.1 VAE (not part of Z-Image-Turbo; `--family wan21-vae`).
     pub wan_vae: wan_vae::Config,
+    /// Qwen-Image's MMDiT (`--family qwen-image`; its `text_dim` should equal `qwen25vl.hidden`).
+    pub qwen_image: qwen_image::Config,
+    /// Qwen2.5-VL's language model (`--family qwen25vl`).
+    pub qwen25vl: qwen3::Config,
 }
 
 impl ZImageTurboSet {
@@ -262,6 +269,16 @@ impl ZImageTurboSet {
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
             wan_vae: wan_vae_config(96),
+            qwen_image: qwen_image::Config {
+                dim: 3072,
+                heads: 24,
+                head_dim: 128,
+                layers: 60,
+                mlp_hidden: 12288,
+                text_dim: 3584,
+                axes_dims: [16, 56, 56],
+            },
+            qwen25vl: qwen25vl_config(152_064, 3584, 28, 28, 4, 18944),
         }
     }
 
@@ -272,6 +289,17 @@ impl ZImageTurboSet {
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
             wan_vae: wan_vae_config(8),
+            qwen_image: qwen_image::Config {
+                dim: 64,
+                heads: 2,
+                head_dim: 32,
+                layers: 2,
+                mlp_hidden: 256,
+                text_dim: 32,
+                axes_dims: [4, 14, 14],
+            },
+            // The real vocabulary, so the real tokenizer's ids are valid; one head of the released width.
+            qwen25vl: qwen25vl_config(152_064, 32, 2, 1, 1, 64),
         }
     }
 
@@ -377,6 +405,15 @@ pub fn write_family(
         SynthFamily::Vae(VaeFamily::Wan21) => {
             write_wan_vae(path, &set.wan_vae, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::QwenImage) => {
+            write_qwen_image(path, &set.qwen_image, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl) => {
+            write_qwen25vl(path, &set.qwen25vl, dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::QwenImage) => {
+            write_qwen_image_lora(path, &set.qwen_image, dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::ZImage) => {
             write_zimage_lora(path, &set.zimage, dtype, seed, progress)
         }
@@ -456,6 +493,119 @@ fn write_one(
 ) -> Result<()> {
     let (entries, layers) = entries(specs, family, "", dtype);
     Plan::new(path, entries, &metadata(what, seed, layers)).write(seed, progress)
+}
+
+/// Qwen2.5-VL's language model of these widths (head width 128, as released).
+fn qwen25vl_config(
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    intermediate: usize,
+) -> qwen3::Config {
+    qwen3::Config {
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: qwen3::QWEN25_HEAD_DIM,
+        intermediate,
+        rms_eps: qwen3::RMS_EPS,
+        rope_theta: qwen3::ROPE_THETA,
+        variant: qwen3::Variant::Qwen25Vl,
+    }
+}
+
+/// Specs from a family's list of (name, shape): norm weights 1, biases 0, embeddings and weights uniform in
+/// ±1/√fan-in (±1 for an embedding table, as torch's N(0, 1) in order of magnitude).
+fn specs_of(tensors: Vec<(String, Vec<usize>)>) -> Vec<Spec> {
+    tensors
+        .into_iter()
+        .map(|(name, shape)| {
+            let init = if name.ends_with(".bias") {
+                Init::Zeros
+            } else if shape.len() == 1 {
+                Init::Ones
+            } else if name.contains("embed_tokens") {
+                Init::Uniform(1.0)
+            } else {
+                Init::Uniform(layout::uniform_bound(shape[1..].iter().product()))
+            };
+            Spec { name, shape, init }
+        })
+        .collect()
+}
+
+/// Writes a random-weight Qwen-Image MMDiT of `config` to `path` in ComfyUI's layout, the tensors detection
+/// expects.
+pub fn write_qwen_image(
+    path: &Path,
+    config: &qwen_image::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let specs = specs_of(qwen_image::expected(config));
+    write_one(path, &specs, QWEN_IMAGE, "Qwen-Image MMDiT", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for the MMDiT of `config`: every block's attention projections adapted at rank
+/// 4, diffusers' names under `diffusion_model.`.
+pub fn write_qwen_image_lora(
+    path: &Path,
+    config: &qwen_image::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.dim;
+    let mut specs = Vec::new();
+    for i in 0..config.layers {
+        for part in ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj"] {
+            let stem = format!("diffusion_model.transformer_blocks.{i}.attn.{part}");
+            let bound = layout::uniform_bound(d);
+            let a = Spec {
+                name: format!("{stem}.lora_A.weight"),
+                shape: vec![RANK, d],
+                init: Init::Uniform(bound),
+            };
+            let b = Spec {
+                name: format!("{stem}.lora_B.weight"),
+                shape: vec![d, RANK],
+                init: Init::Uniform(0.01),
+            };
+            specs.extend([a, b]);
+        }
+    }
+    write_one(path, &specs, QWEN_IMAGE_LORA, "Qwen-Image LoRA", dtype, seed, progress)
+}
+
+/// Writes a random-weight Qwen2.5-VL language model of `config` to `path` (ComfyUI's names, no vision tower).
+pub fn write_qwen25vl(
+    path: &Path,
+    config: &qwen3::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let mut tensors =
+        vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
+    for i in 0..config.layers {
+        tensors.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
+    }
+    tensors.push(("model.norm.weight".to_owned(), vec![config.hidden]));
+    write_one(
+        path,
+        &specs_of(tensors),
+        QWEN25VL,
+        "Qwen2.5-VL language model",
+        dtype,
+        seed,
+        progress,
+    )
 }
 
 /// The Wan 2.1 VAE of base width `dim` (96 released), both halves, RGB in and out.

@@ -522,7 +522,19 @@ fn one_file_of_a_family_is_written_under_any_name() {
     let dir = scratch("family");
     let set = ZImageTurboSet::tiny();
     let names: Vec<&str> = synth::SynthFamily::all().iter().map(|f| f.name()).collect();
-    assert_eq!(names, ["z-image", "qwen3", "wan21-vae", "flux-vae", "z-image-lora"]);
+    assert_eq!(
+        names,
+        [
+            "z-image",
+            "qwen-image",
+            "qwen3",
+            "qwen25vl",
+            "wan21-vae",
+            "flux-vae",
+            "z-image-lora",
+            "qwen-image-lora"
+        ]
+    );
     for family in synth::SynthFamily::all() {
         assert_eq!(family.name().parse::<synth::SynthFamily>().unwrap(), family);
         let path = dir.join(format!("sub/{family}.safetensors"));
