@@ -1951,12 +1951,14 @@ pub struct PromptNode {
     #[serde(rename = "_meta", skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<PromptNodeMeta>,
 }
-///Presentation data of a node.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+///Presentation data of a node. Frontends and templates add their own keys (the node pack's `cnr_id` and `ver`, ...), which ComfyUI keeps as they are.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct PromptNodeMeta {
     ///The node's title in the UI, used in error messages.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    #[serde(flatten)]
+    pub extra: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
 }
 /// The body of `POST /api/prompt`. A missing `prompt` is answered with the ComfyUI error `no_prompt`. `null`
 /// is the same as absent for every other property.

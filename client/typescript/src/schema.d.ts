@@ -1367,10 +1367,12 @@ export interface components {
         };
         /** @description A literal input value (string, number, boolean or any JSON value the widget accepts) or a link `[source_node_id, output_index]`. */
         PromptInputValue: unknown;
-        /** @description Presentation data of a node. */
+        /** @description Presentation data of a node. Frontends and templates add their own keys (the node pack's `cnr_id` and `ver`, ...), which ComfyUI keeps as they are. */
         PromptNodeMeta: {
             /** @description The node's title in the UI, used in error messages. */
             title?: string | null;
+        } & {
+            [key: string]: unknown;
         };
         /** @description Free-form data kept with a prompt. Secret credential keys are never echoed by queue, history or job views. */
         ExtraData: {
