@@ -16,6 +16,9 @@ Writes:
 - io.safetensors (f32): for each case, `x.<c>` [B, 16, h, w], `sigma.<c>` [B], `context.<c>` [B, N, 48] and
   ComfyUI's output `out.<c>` [B, 16, h, w]. Cases: even (8x4 latent, one sample), odd (6x10: a 3x5 token grid,
   two samples at different sigmas), ragged (5x7: circular padding to 6x8, then cropped).
+- references: `ref.1` [1, 16, 6, 4] and `ref.2` [1, 16, 3, 5] (model space, as ComfyUI's model gets them)
+  with the odd case's inputs, the output for each reference method: `out.refs.index`,
+  `out.refs.negative_index`, `out.refs.offset` (`uxo` takes the same branch).
 """
 
 import os
@@ -66,6 +69,16 @@ def main():
             out = model(x.unsqueeze(2), sigma, context).squeeze(2)
             io.update({f"x.{name}": x, f"sigma.{name}": sigma, f"context.{name}": context, f"out.{name}": out})
             print(name, tuple(out.shape), float(out.abs().max()))
+
+        refs = [torch.randn(1, 16, 6, 4, generator=g), torch.randn(1, 16, 3, 5, generator=g)]
+        io["ref.1"], io["ref.2"] = refs
+        x, context, sigma = io["x.odd"], io["context.odd"], io["sigma.odd"]
+        for method in ["index", "negative_index", "offset"]:
+            # A batch-1 reference serves every sample (ComfyUI repeats a cond to the batch).
+            out = model(x.unsqueeze(2), sigma, context, ref_latents=[r.repeat(2, 1, 1, 1).unsqueeze(2) for r in refs],
+                        ref_latents_method=method).squeeze(2)
+            io[f"out.refs.{method}"] = out
+            print("refs", method, tuple(out.shape), float(out.abs().max()))
 
         # diffusers on the same weights, packed tokens (channel-major 2x2 patches), even grid only.
         ref = Diffusers(**{k: v for k, v in CONFIG.items()}).eval()

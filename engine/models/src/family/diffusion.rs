@@ -173,6 +173,12 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub timesteps: &'a [f32],
     /// Text features `[B, N, D]`.
     pub context: &'a Tensor<B>,
+    /// Latents an edit model attends to (`ReferenceLatent`), in order, in model space, `[1 or B, C, h, w]`
+    /// each; families without reference inputs ignore them, as ComfyUI's do.
+    pub references: &'a [Tensor<B>],
+    /// How the references are positioned (`FluxKontextMultiReferenceLatentMethod`); `None` for the
+    /// family's default.
+    pub reference_method: Option<&'a str>,
 }
 
 /// A loaded diffusion network.
@@ -204,7 +210,14 @@ impl DiffusionNet {
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
             DiffusionNet::ZImage(net) => net.forward(b, input.x, input.timesteps, input.context),
-            DiffusionNet::QwenImage(net) => net.forward(b, input.x, input.timesteps, input.context),
+            DiffusionNet::QwenImage(net) => net.forward_with_references(
+                b,
+                input.x,
+                input.timesteps,
+                input.context,
+                input.references,
+                input.reference_method,
+            ),
         }
     }
 }

@@ -47,33 +47,51 @@ impl QwenImage {
         sigmas: &[f32],
         context: &Tensor<B>,
     ) -> Result<Tensor<B>> {
+        self.forward_with_references(b, x, sigmas, context, &[], None)
+    }
+
+    /// [`QwenImage::forward`] with reference latents (Edit, the union control LoRA's `ReferenceLatent`): each
+    /// `[1 or B, 16, h, w]` in model space, patchified like the latents and appended after their tokens at the
+    /// positions `method` gives (`index`, the default: frame i for the i-th; `negative_index`: frame −i;
+    /// `offset` and `uxo`: frame 1, side by side as Flux Kontext places them). Only the latents' own tokens
+    /// come out. `index_timestep_zero` (Edit 2511's) is refused until its second timestep exists.
+    pub fn forward_with_references<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+        references: &[Tensor<B>],
+        method: Option<&str>,
+    ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let (batch, h, w) = self.check_inputs(x, sigmas, context)?;
         let dt = b.compute_dtype();
-        let mut x = b.cast(x, dt)?;
         let context = b.cast(context, dt)?;
-        let (hp, wp) = (h.div_ceil(PATCH) * PATCH, w.div_ceil(PATCH) * PATCH);
-        if hp > h {
-            x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
-        }
-        if wp > w {
-            x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
-        }
-        let (rows, cols) = (hp / PATCH, wp / PATCH);
+        let (x, rows, cols) = padded(b, &b.cast(x, dt)?)?;
+        let (hp, wp) = (rows * PATCH, cols * PATCH);
 
         let temb = self.time_embedding(b, sigmas)?;
+        let placed = self.place_references(b, references, method, batch)?;
         let mut img = {
             let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
-            b.linear(&patchify(b, &x)?, &layer.weight(0), Some(&layer.weight(1)))?
+            let mut tokens = vec![patchify(b, &x)?];
+            for (reference, _) in &placed {
+                tokens.push(patchify(b, reference)?);
+            }
+            let tokens: Vec<&Tensor<B>> = tokens.iter().collect();
+            b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
         };
         drop(x);
+        let image_len = rows * cols;
         let mut txt = {
             let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
             let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
             b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
         };
         let text_len = txt.dim(1)?;
-        let rope = self.rope(b, text_len, rows, cols)?;
+        let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
+        let rope = self.rope(b, text_len, rows, cols, &extra)?;
         let silu_temb = b.unary(&temb, UnaryOp::Silu)?;
         for i in 0..cfg.layers {
             (img, txt) = self.block(b, i, &img, &txt, &silu_temb, &rope)?;
@@ -87,6 +105,7 @@ impl QwenImage {
         )?;
         let emb = b.linear(&silu_temb, &layer.weight(0), Some(&layer.weight(1)))?;
         let (scale, shift) = (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
+        let img = if placed.is_empty() { img } else { b.slice(&img, 1, 0, image_len)? };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
         let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
         let mut out = unpatchify(b, &y, batch, rows, cols)?;
@@ -160,21 +179,89 @@ impl QwenImage {
         Ok(b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?)
     }
 
+    /// The references padded to even sizes and repeated to the batch, each with its token grid's positions,
+    /// as ComfyUI's `_forward` places them by `method`.
+    fn place_references<B: Backend>(
+        &self,
+        b: &B,
+        references: &[Tensor<B>],
+        method: Option<&str>,
+        batch: usize,
+    ) -> Result<Vec<(Tensor<B>, Positions)>> {
+        let method = method.unwrap_or("index");
+        if !references.is_empty() && method == "index_timestep_zero" {
+            return Err(Error::Invalid(
+                "the `index_timestep_zero` reference method (Qwen-Image-Edit 2511) is not supported yet"
+                    .into(),
+            ));
+        }
+        let (mut index, mut h, mut w) = (0i64, 0usize, 0usize);
+        let mut placed = Vec::with_capacity(references.len());
+        for reference in references {
+            let &[rb, c, rh, rw] = reference.shape() else {
+                return Err(Error::Invalid(format!(
+                    "a reference latent must be [B, 16, h, w], got {:?}",
+                    reference.shape()
+                )));
+            };
+            if c != LATENT_CHANNELS || !(rb == 1 || rb == batch) || rh == 0 || rw == 0 {
+                return Err(Error::Invalid(format!(
+                    "a reference latent {:?} for latents of batch {batch} and {LATENT_CHANNELS} channels",
+                    reference.shape()
+                )));
+            }
+            let (mut h_offset, mut w_offset) = (0, 0);
+            match method {
+                "index" => index += 1,
+                "negative_index" => index -= 1,
+                _ => {
+                    index = 1;
+                    if rh + h > rw + w {
+                        w_offset = w;
+                    } else {
+                        h_offset = h;
+                    }
+                    h = h.max(rh + h_offset);
+                    w = w.max(rw + w_offset);
+                }
+            }
+            let reference = b.cast(reference, b.compute_dtype())?;
+            let reference = if rb < batch {
+                let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&reference, batch).collect();
+                b.concat(&copies, 0)?
+            } else {
+                reference
+            };
+            let (reference, rows, cols) = padded(b, &reference)?;
+            let positions = Positions {
+                frame: index,
+                rows,
+                cols,
+                row_offset: (h_offset + PATCH / 2) / PATCH,
+                col_offset: (w_offset + PATCH / 2) / PATCH,
+            };
+            placed.push((reference, positions));
+        }
+        Ok(placed)
+    }
+
     /// The joint sequence's RoPE table: text token j at (s₀ + j) on every axis with s₀ = max(⌊rows/2⌋,
-    /// ⌊cols/2⌋), then image token (r, s) at (0, r − ⌊rows/2⌋, s − ⌊cols/2⌋) (ComfyUI's centring).
+    /// ⌊cols/2⌋) of the latents alone, then the latents' tokens at frame 0, then each reference's
+    /// (ComfyUI's centring: −⌊n/2⌋ on each side).
     fn rope<B: Backend>(
         &self,
         b: &B,
         text_len: usize,
         rows: usize,
         cols: usize,
+        references: &[Positions],
     ) -> Result<Rope<B>> {
         let cfg = &self.config;
         let s0 = (rows / 2).max(cols / 2) as i64;
-        let (r0, c0) = ((rows / 2) as i64, (cols / 2) as i64);
         let mut positions: Vec<[i64; 3]> = (0..text_len as i64).map(|j| [s0 + j; 3]).collect();
-        for r in 0..rows as i64 {
-            positions.extend((0..cols as i64).map(|s| [0, r - r0, s - c0]));
+        let latents = Positions { frame: 0, rows, cols, row_offset: 0, col_offset: 0 };
+        for grid in std::iter::once(&latents).chain(references) {
+            grid.extend(&mut positions);
         }
         let (cos, sin) = crate::rope::tables(&positions, cfg.axes_dims, ROPE_THETA);
         let half = cfg.head_dim / 2;
@@ -290,6 +377,41 @@ impl QwenImage {
         let txt_o = b.linear(&txt_o, &w(22), Some(&w(23)))?;
         Ok((img_o, txt_o))
     }
+}
+
+/// Where a latent's token grid sits: its frame, its size in tokens and its offset (`offset`/`uxo` methods).
+#[derive(Debug, Clone, Copy)]
+struct Positions {
+    frame: i64,
+    rows: usize,
+    cols: usize,
+    row_offset: usize,
+    col_offset: usize,
+}
+
+impl Positions {
+    /// Appends the grid's positions, row-major: (frame, r + row_offset − ⌊rows/2⌋, s + col_offset − ⌊cols/2⌋).
+    fn extend(&self, out: &mut Vec<[i64; 3]>) {
+        let (r0, c0) = ((self.rows / 2) as i64, (self.cols / 2) as i64);
+        let (ro, co) = (self.row_offset as i64, self.col_offset as i64);
+        for r in 0..self.rows as i64 {
+            out.extend((0..self.cols as i64).map(|s| [self.frame, r + ro - r0, s + co - c0]));
+        }
+    }
+}
+
+/// `x` `[B, C, h, w]` padded circularly to even sides, and its token grid (rows, cols).
+fn padded<B: Backend>(b: &B, x: &Tensor<B>) -> Result<(Tensor<B>, usize, usize)> {
+    let (h, w) = (x.dim(2)?, x.dim(3)?);
+    let (hp, wp) = (h.div_ceil(PATCH) * PATCH, w.div_ceil(PATCH) * PATCH);
+    let mut x = x.clone();
+    if hp > h {
+        x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
+    }
+    if wp > w {
+        x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
+    }
+    Ok((x, hp / PATCH, wp / PATCH))
 }
 
 /// Latents `[B, C, H, W]` (H, W even) → tokens `[B, (H/2)·(W/2), 4C]`, token (r, s) row-major, feature

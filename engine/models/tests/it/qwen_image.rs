@@ -1,6 +1,7 @@
 //! The Qwen-Image MMDiT against `scripts/reference/qwen_image.py`'s fixtures: ComfyUI's own
 //! `QwenImageTransformer2DModel` (cross-checked there with diffusers' on the even grid) on a tiny random model,
-//! for an even token grid, an odd one with two samples at different sigmas, and an odd latent that is padded.
+//! for an even token grid, an odd one with two samples at different sigmas, an odd latent that is padded, and
+//! reference latents placed by each of ComfyUI's methods.
 
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
@@ -42,6 +43,31 @@ fn outputs_match_comfyui() {
         assert_eq!(out.shape(), get("out").0.as_slice(), "{case}");
         assert_close(case, &b.to_f32(&out).unwrap(), &get("out").1, 1e-4);
     }
+    // Reference latents (batch 1, repeated to the batch) in each placement ComfyUI has.
+    let x = b.from_f32(&io["x.odd"].0, &io["x.odd"].1, DType::F32).unwrap();
+    let context = b.from_f32(&io["context.odd"].0, &io["context.odd"].1, DType::F32).unwrap();
+    let refs: Vec<_> = ["ref.1", "ref.2"]
+        .map(|r| b.from_f32(&io[r].0, &io[r].1, DType::F32).unwrap())
+        .into_iter()
+        .collect();
+    for method in ["index", "negative_index", "offset"] {
+        let out = model
+            .forward_with_references(&*b, &x, &io["sigma.odd"].1, &context, &refs, Some(method))
+            .unwrap();
+        let (shape, want) = &io[&format!("out.refs.{method}")];
+        assert_eq!(out.shape(), shape.as_slice(), "{method}");
+        assert_close(method, &b.to_f32(&out).unwrap(), want, 1e-4);
+    }
+    let refused = model.forward_with_references(
+        &*b,
+        &x,
+        &io["sigma.odd"].1,
+        &context,
+        &refs,
+        Some("index_timestep_zero"),
+    );
+    assert!(matches!(refused, Err(Error::Invalid(m)) if m.contains("index_timestep_zero")));
+
     let x = b.full(&[1, 4, 2, 2], 0.0, DType::F32).unwrap();
     let context = b.full(&[1, 3, 48], 0.0, DType::F32).unwrap();
     assert!(

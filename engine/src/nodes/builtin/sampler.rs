@@ -19,7 +19,7 @@ use super::latent::empty_latent;
 use super::model_specs;
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{Conditioning, DiffusionModel, DualCfg, Noise};
+use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
@@ -75,6 +75,8 @@ struct Forward<'a> {
     /// `[1, N, D]` each, of equal shapes: the batch is split evenly between them, in order, each part's
     /// samples with their context (several when positive and negative run as one batch).
     contexts: &'a [&'a Tensor],
+    /// What rides along with the contexts (equal for every part of a batch): the reference latents.
+    extras: &'a CondExtras,
 }
 
 impl OnDevice for Forward<'_> {
@@ -96,7 +98,23 @@ impl OnDevice for Forward<'_> {
         context_shape[0] = batch;
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
         let timesteps = vec![self.model.sampling.timestep(self.sigma); batch];
-        let input = DiffusionInput { x: &x, timesteps: &timesteps, context: &context };
+        // References enter the model in its latent space, as ComfyUI's `process_latent_in` puts them.
+        let references = self
+            .extras
+            .reference_latents
+            .iter()
+            .map(|r| {
+                let values = self.model.latent.process_in(r.data(), r.shape());
+                b.from_f32(r.shape(), &values, b.compute_dtype())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let input = DiffusionInput {
+            x: &x,
+            timesteps: &timesteps,
+            context: &context,
+            references: &references,
+            reference_method: self.extras.reference_latents_method.as_deref(),
+        };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
@@ -227,8 +245,14 @@ impl Guided<'_> {
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
             let contexts = [&entry.cond];
-            let forward =
-                Forward { model: self.model, shape: &self.shape, x, sigma, contexts: &contexts };
+            let forward = Forward {
+                model: self.model,
+                shape: &self.shape,
+                x,
+                sigma,
+                contexts: &contexts,
+                extras: &entry.extras,
+            };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
             sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
@@ -260,8 +284,14 @@ impl Guided<'_> {
         shape[0] *= 2;
         let doubled: Vec<f32> = x.iter().chain(x).copied().collect();
         let contexts = [&pos.cond, &neg.cond];
-        let forward =
-            Forward { model: self.model, shape: &shape, x: &doubled, sigma, contexts: &contexts };
+        let forward = Forward {
+            model: self.model,
+            shape: &shape,
+            x: &doubled,
+            sigma,
+            contexts: &contexts,
+            extras: &pos.extras,
+        };
         let out = on_device(self.compute.device(), forward)?;
         let (cond, uncond) = out.split_at(x.len());
         let sampling = &self.model.sampling;
