@@ -48,6 +48,12 @@ const kilnFiles = [
   { folder: 'text_encoders', stem: /^qwen_3_4b[_.]/, family: 'qwen3' },
   { folder: 'vae', stem: /^ae\.safetensors$/, family: 'flux-vae', dtype: 'f32' },
   { folder: 'loras', stem: /z[_-]?image/i, family: 'z-image-lora' },
+  // Qwen-Image's MMDiT, but not the Layered and Edit 2511 variants, which Kiln refuses by their keys (a
+  // synthetic file would lack them).
+  { folder: 'diffusion_models', stem: /^qwen_image(?!.*(layered|2511))[_.]/i, family: 'qwen-image' },
+  { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl' },
+  { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae)\.safetensors$/, family: 'wan21-vae' },
+  { folder: 'loras', stem: /qwen[_-]?image/i, family: 'qwen-image-lora' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */
