@@ -30,6 +30,7 @@ mod rope;
 pub mod sampling;
 pub mod synth;
 pub mod textgen;
+mod vae_io;
 pub mod wan_vae;
 pub mod zimage;
 pub mod zimage_lora;

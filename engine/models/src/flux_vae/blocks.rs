@@ -8,24 +8,10 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
 use kiln_compute::memory::Model;
 
 use crate::error::{Error, Result};
+use crate::vae_io::{fetch, weight_and_bias as wb};
 
 /// GroupNorm ε of every norm.
 const EPS: f32 = 1e-6;
-
-/// `name.weight` and `name.bias`.
-fn wb(name: &str) -> [String; 2] {
-    [format!("{name}.weight"), format!("{name}.bias")]
-}
-
-/// Fetches `names`.
-fn fetch<'m, B: Backend>(
-    b: &B,
-    model: &'m Model,
-    names: &[String],
-) -> Result<kiln_compute::memory::Layer<'m>> {
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    Ok(model.fetch(b, &names)?)
-}
 
 /// The conv `name` (weight and bias) with `params`.
 pub(crate) fn conv<B: Backend>(
@@ -165,16 +151,4 @@ pub(crate) fn attention<B: Backend>(
     let o = b.linear(&o.reshape(&[n, hh * ww, c])?, &w(8)?, Some(&layer.weight(9)))?;
     let o = b.permute(&o, &[0, 2, 1])?.reshape(&[n, c, hh, ww])?;
     Ok(b.binary(x, &o, BinaryOp::Add)?)
-}
-
-/// Crops `x` `[B, C, H, W]` to the centre `h × w` (ComfyUI's `vae_encode_crop_pixels`: offset (H − h) / 2).
-pub(crate) fn crop_center<B: Backend>(
-    b: &B,
-    x: &Tensor<B>,
-    h: usize,
-    w: usize,
-) -> Result<Tensor<B>> {
-    let (hh, ww) = (x.dim(2)?, x.dim(3)?);
-    let x = if hh != h { b.slice(x, 2, (hh - h) / 2, h)? } else { x.clone() };
-    Ok(if ww != w { b.slice(&x, 3, (ww - w) / 2, w)? } else { x })
 }

@@ -20,15 +20,13 @@ mod blocks;
 mod config;
 pub mod family;
 
-/// ComfyUI's centre crop of an image to multiples of the VAE's downscale (shared with the other VAEs).
-pub(crate) use blocks::crop_center;
 pub use config::{Config, Layout, detect, load_plan};
 
 use kiln_compute::backend::Conv2dParams;
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A loaded KL autoencoder: its shape and its weights (under LDM names, from [`load_plan`]).
 pub struct FluxVae {
@@ -48,24 +46,8 @@ impl FluxVae {
     /// `[B, out_channels, 8h, 8w]` (for the 4-level Flux VAE), f32, about [−1, 1] but not clamped.
     pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        if !cfg.has_decoder {
-            return Err(Error::Invalid("this VAE file has no decoder".into()));
-        }
-        let &[_, c, _, _] = z.shape() else {
-            return Err(Error::Invalid(format!(
-                "a latent must be [B, C, h, w], got {:?}",
-                z.shape()
-            )));
-        };
-        if c != cfg.z_channels {
-            return Err(Error::Invalid(format!(
-                "a latent of {c} channels for a VAE of {} ({:?})",
-                cfg.z_channels,
-                z.shape()
-            )));
-        }
+        let mut x = crate::vae_io::latent_in(b, z, cfg.has_decoder, cfg.z_channels)?;
         let (m, g) = (&self.weights, cfg.groups);
-        let mut x = b.cast(z, b.compute_dtype())?;
         if cfg.post_quant_conv {
             x = blocks::conv(b, m, "post_quant_conv", &x, Conv2dParams::same(0))?;
         }
@@ -90,25 +72,9 @@ impl FluxVae {
     /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`Error::Invalid`].
     pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        if !cfg.has_encoder {
-            return Err(Error::Invalid("this VAE file has no encoder".into()));
-        }
-        let &[_, c, hh, ww] = x.shape() else {
-            return Err(Error::Invalid(format!(
-                "an image must be [B, C, H, W], got {:?}",
-                x.shape()
-            )));
-        };
-        let r = cfg.downscale();
-        if c != cfg.in_channels || hh < r || ww < r {
-            return Err(Error::Invalid(format!(
-                "an image {:?} for a VAE of {} channels that needs at least {r}×{r} pixels",
-                x.shape(),
-                cfg.in_channels
-            )));
-        }
+        let mut x =
+            crate::vae_io::image_in(b, x, cfg.has_encoder, cfg.in_channels, cfg.downscale())?;
         let (m, g) = (&self.weights, cfg.groups);
-        let mut x = blocks::crop_center(b, &b.cast(x, b.compute_dtype())?, hh / r * r, ww / r * r)?;
         x = blocks::conv3(b, m, "encoder.conv_in", &x)?;
         for i in 0..cfg.levels() {
             for j in 0..cfg.num_res_blocks {

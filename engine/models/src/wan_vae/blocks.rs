@@ -8,21 +8,11 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
 
 use crate::error::{Error, Result};
+use crate::vae_io::{fetch, weight_and_bias as wb};
 
 /// What the norm adds under its square root: only keeps an all-zero position at zero (ComfyUI divides by
 /// `max(‖x‖, 1e-12)`), too small to move any other value.
 const RMS_EPS: f32 = f32::MIN_POSITIVE;
-
-/// Fetches `names`.
-fn fetch<'m, B: Backend>(b: &B, model: &'m Model, names: &[String]) -> Result<Layer<'m>> {
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    Ok(model.fetch(b, &names)?)
-}
-
-/// `name.weight` and `name.bias`.
-fn wb(name: &str) -> [String; 2] {
-    [format!("{name}.weight"), format!("{name}.bias")]
-}
 
 /// A convolution weight as the 2-D kernel a single frame sees: a 4-D weight as it is; of a causal 3-D weight
 /// `[O, I, kt, kh, kw]`, its last temporal tap (the frames before the first are zero padding), copied on the

@@ -24,7 +24,7 @@ use kiln_compute::backend::Conv2dParams;
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub(crate) use config::expected;
 use config::{decoder_index, encoder_index};
 
@@ -46,24 +46,8 @@ impl WanVae {
     /// [−1, 1] but not clamped.
     pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        if !cfg.has_decoder {
-            return Err(Error::Invalid("this VAE file has no decoder".into()));
-        }
-        let &[_, c, _, _] = z.shape() else {
-            return Err(Error::Invalid(format!(
-                "a latent must be [B, C, h, w], got {:?}",
-                z.shape()
-            )));
-        };
-        if c != cfg.z_channels {
-            return Err(Error::Invalid(format!(
-                "a latent of {c} channels for a VAE of {} ({:?})",
-                cfg.z_channels,
-                z.shape()
-            )));
-        }
+        let mut x = crate::vae_io::latent_in(b, z, cfg.has_decoder, cfg.z_channels)?;
         let m = &self.weights;
-        let mut x = b.cast(z, b.compute_dtype())?;
         x = blocks::conv(b, m, "conv2", &x, Conv2dParams::same(0))?;
         x = blocks::conv(b, m, "decoder.conv1", &x, Conv2dParams::same(1))?;
         x = self.middle(b, "decoder", &x)?;
@@ -93,30 +77,9 @@ impl WanVae {
     /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`Error::Invalid`].
     pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        if !cfg.has_encoder {
-            return Err(Error::Invalid("this VAE file has no encoder".into()));
-        }
-        let &[_, c, hh, ww] = x.shape() else {
-            return Err(Error::Invalid(format!(
-                "an image must be [B, C, H, W], got {:?}",
-                x.shape()
-            )));
-        };
-        let r = cfg.downscale();
-        if c != cfg.in_channels || hh < r || ww < r {
-            return Err(Error::Invalid(format!(
-                "an image {:?} for a VAE of {} channels that needs at least {r}×{r} pixels",
-                x.shape(),
-                cfg.in_channels
-            )));
-        }
+        let mut x =
+            crate::vae_io::image_in(b, x, cfg.has_encoder, cfg.in_channels, cfg.downscale())?;
         let m = &self.weights;
-        let mut x = crate::flux_vae::crop_center(
-            b,
-            &b.cast(x, b.compute_dtype())?,
-            hh / r * r,
-            ww / r * r,
-        )?;
         x = blocks::conv(b, m, "encoder.conv1", &x, Conv2dParams::same(1))?;
         let levels = DIM_MULT.len();
         for i in 0..levels {
