@@ -69,7 +69,7 @@ impl FluxVae {
     /// `[B, z_channels, H/8, W/8]` (for the 4-level Flux VAE), f32, in VAE space.
     ///
     /// H and W that are not multiples of 8 are cropped to the largest multiples, centred (offset
-    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`Error::Invalid`].
+    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`crate::Error::Invalid`].
     pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let mut x =

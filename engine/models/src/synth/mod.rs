@@ -621,7 +621,7 @@ fn wan_vae_config(dim: usize) -> wan_vae::Config {
 }
 
 /// Writes a random-weight Wan 2.1 VAE of `config` to `path` in ComfyUI's layout, its tensors the ones
-/// detection expects ([`wan_vae::expected`]): RMS gammas 1, biases 0, weights uniform in ±1/√fan-in.
+/// detection expects: RMS gammas 1, biases 0, weights uniform in ±1/√fan-in.
 pub fn write_wan_vae(
     path: &Path,
     config: &wan_vae::Config,

@@ -74,7 +74,7 @@ impl WanVae {
     /// `[B, 16, H/8, W/8]`, f32, in VAE space.
     ///
     /// H and W that are not multiples of 8 are cropped to the largest multiples, centred (offset
-    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`Error::Invalid`].
+    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`crate::Error::Invalid`].
     pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let mut x =
