@@ -73,10 +73,9 @@ impl FileSource {
 
     /// Reads `len` bytes at `offset` on the calling thread (small reads: force-cast tiny weights).
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt as _;
         let len = usize::try_from(len).map_err(|_| Error::Host(format!("a {len}-byte read")))?;
         let mut out = vec![0u8; len];
-        self.file.read_exact_at(&mut out, offset).map_err(|e| self.io(e))?;
+        self.read_at(offset, &mut out)?;
         Ok(out)
     }
 

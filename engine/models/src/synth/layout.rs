@@ -234,6 +234,23 @@ impl Layout {
     }
 }
 
+/// A LoRA's down and up matrices for the weight `name` `[out, inp]` at `rank`, diffusers' names under
+/// `diffusion_model.`: A uniform in ±1/√inp, B small (±0.01) so the patch is a small change.
+pub(crate) fn lora_pair(name: &str, out: usize, inp: usize, rank: usize) -> [Spec; 2] {
+    [
+        Spec {
+            name: format!("diffusion_model.{name}.lora_A.weight"),
+            shape: vec![rank, inp],
+            init: Init::Uniform(uniform_bound(inp)),
+        },
+        Spec {
+            name: format!("diffusion_model.{name}.lora_B.weight"),
+            shape: vec![out, rank],
+            init: Init::Uniform(0.01),
+        },
+    ]
+}
+
 pub(crate) fn uniform_bound(fan_in: usize) -> f32 {
     1.0 / (fan_in as f32).sqrt()
 }
@@ -296,9 +313,7 @@ pub(crate) fn zimage_lora_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
     let rank = zimage_lora_rank(shape);
     let mut l = Layout::new();
     let adapt = |l: &mut Layout, name: String, out: usize, inp: usize| {
-        let a = format!("diffusion_model.{name}.lora_A.weight");
-        l.push(a, &[rank, inp], Init::Uniform(uniform_bound(inp)));
-        l.push(format!("diffusion_model.{name}.lora_B.weight"), &[out, rank], Init::Uniform(0.01));
+        l.specs.extend(lora_pair(&name, out, inp, rank));
     };
     let blocks = (0..refiners)
         .map(|i| format!("noise_refiner.{i}"))

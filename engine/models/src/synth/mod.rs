@@ -518,15 +518,16 @@ fn qwen25vl_config(
     }
 }
 
-/// Specs from a family's list of (name, shape): norm weights 1, biases 0, embeddings and weights uniform in
-/// ±1/√fan-in (±1 for an embedding table, as torch's N(0, 1) in order of magnitude).
+/// Specs from a family's list of (name, shape): norm weights (1-D, or RMS-norm `.gamma`s of any rank) 1,
+/// biases 0, embeddings and weights uniform in ±1/√fan-in (±1 for an embedding table, as torch's N(0, 1) in
+/// order of magnitude).
 fn specs_of(tensors: Vec<(String, Vec<usize>)>) -> Vec<Spec> {
     tensors
         .into_iter()
         .map(|(name, shape)| {
             let init = if name.ends_with(".bias") {
                 Init::Zeros
-            } else if shape.len() == 1 {
+            } else if shape.len() == 1 || name.ends_with(".gamma") {
                 Init::Ones
             } else if name.contains("embed_tokens") {
                 Init::Uniform(1.0)
@@ -565,19 +566,8 @@ pub fn write_qwen_image_lora(
     let mut specs = Vec::new();
     for i in 0..config.layers {
         for part in ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj"] {
-            let stem = format!("diffusion_model.transformer_blocks.{i}.attn.{part}");
-            let bound = layout::uniform_bound(d);
-            let a = Spec {
-                name: format!("{stem}.lora_A.weight"),
-                shape: vec![RANK, d],
-                init: Init::Uniform(bound),
-            };
-            let b = Spec {
-                name: format!("{stem}.lora_B.weight"),
-                shape: vec![d, RANK],
-                init: Init::Uniform(0.01),
-            };
-            specs.extend([a, b]);
+            let name = format!("transformer_blocks.{i}.attn.{part}");
+            specs.extend(layout::lora_pair(&name, d, d, RANK));
         }
     }
     write_one(path, &specs, QWEN_IMAGE_LORA, "Qwen-Image LoRA", dtype, seed, progress)
@@ -630,19 +620,8 @@ pub fn write_wan_vae(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     check_vae_dtype(dtype)?;
-    let specs: Vec<Spec> = wan_vae::expected(config)
-        .into_iter()
-        .map(|e| {
-            let init = if e.comfy.ends_with(".gamma") {
-                Init::Ones
-            } else if e.comfy.ends_with(".bias") {
-                Init::Zeros
-            } else {
-                Init::Uniform(layout::uniform_bound(e.shape[1..].iter().product()))
-            };
-            Spec { name: e.comfy, shape: e.shape, init }
-        })
-        .collect();
+    let specs =
+        specs_of(wan_vae::expected(config).into_iter().map(|e| (e.comfy, e.shape)).collect());
     write_one(path, &specs, WAN_VAE, "Wan 2.1 VAE", dtype, seed, progress)
 }
 
