@@ -139,14 +139,12 @@ fn weights(len_in: usize, len_out: usize, kernel: Kernel) -> Vec<Vec<(usize, f32
             let center = (o as f64 + 0.5) * scale;
             let taps: Vec<(usize, f64)> = match kernel {
                 Kernel::Nearest => vec![(((center).floor() as usize).min(len_in - 1), 1.0)],
+                // torch's "area" is adaptive average pooling: the plain mean of source pixels
+                // ⌊o·in/out⌋ .. ⌈(o+1)·in/out⌉, not an overlap-weighted one.
                 Kernel::Area => {
-                    let (start, end) = (o as f64 * scale, (o as f64 + 1.0) * scale);
-                    let first = start.floor() as usize;
-                    let last = (end.ceil() as usize).min(len_in);
-                    (first..last)
-                        .map(|i| (i, (end.min(i as f64 + 1.0) - start.max(i as f64)).max(0.0)))
-                        .filter(|t| t.1 > 0.0)
-                        .collect()
+                    let first = o * len_in / len_out;
+                    let last = ((o + 1) * len_in).div_ceil(len_out);
+                    (first..last).map(|i| (i, 1.0)).collect()
                 }
                 Kernel::Bilinear | Kernel::Bicubic | Kernel::Lanczos => {
                     let (support, f): (f64, fn(f64) -> f64) = match kernel {
