@@ -18,7 +18,13 @@ Writes:
   two samples at different sigmas), ragged (5x7: circular padding to 6x8, then cropped).
 - references: `ref.1` [1, 16, 6, 4] and `ref.2` [1, 16, 3, 5] (model space, as ComfyUI's model gets them)
   with the odd case's inputs, the output for each reference method: `out.refs.index`,
-  `out.refs.negative_index`, `out.refs.offset` (`uxo` takes the same branch).
+  `out.refs.negative_index`, `out.refs.offset` (`uxo` takes the same branch), `out.refs.index_timestep_zero`
+  (Qwen-Image-Edit 2511's: placed as `index`, the references' tokens modulated at timestep 0). That last one is
+  also checked here to be what a model built with `default_ref_method="index_timestep_zero"` (whose state dict
+  carries the `__index_timestep_zero__` marker ComfyUI detects 2511 by) computes with no method given, and
+  cross-checked with diffusers' `zero_cond_t` on the even case with two even crops of `ref.1` (within 1e-5;
+  diffusers starts the text after every image's grid, ComfyUI after the latents', so the references' grids
+  stay no larger than the latents').
 """
 
 import os
@@ -73,12 +79,24 @@ def main():
         refs = [torch.randn(1, 16, 6, 4, generator=g), torch.randn(1, 16, 3, 5, generator=g)]
         io["ref.1"], io["ref.2"] = refs
         x, context, sigma = io["x.odd"], io["context.odd"], io["sigma.odd"]
-        for method in ["index", "negative_index", "offset"]:
+        for method in ["index", "negative_index", "offset", "index_timestep_zero"]:
             # A batch-1 reference serves every sample (ComfyUI repeats a cond to the batch).
             out = model(x.unsqueeze(2), sigma, context, ref_latents=[r.repeat(2, 1, 1, 1).unsqueeze(2) for r in refs],
                         ref_latents_method=method).squeeze(2)
             io[f"out.refs.{method}"] = out
             print("refs", method, tuple(out.shape), float(out.abs().max()))
+        print("index_timestep_zero vs index: max |difference|",
+              float((io["out.refs.index_timestep_zero"] - io["out.refs.index"]).abs().max()))
+
+        # Edit 2511's file: the marker buffer makes `index_timestep_zero` the default method.
+        edit = QwenImageTransformer2DModel(**CONFIG, default_ref_method="index_timestep_zero",
+                                           operations=comfy.ops.disable_weight_init).eval()
+        state = {k: v.float() for k, v in stored.items()}
+        state["__index_timestep_zero__"] = torch.tensor([])
+        edit.load_state_dict(state, strict=True)
+        out = edit(x.unsqueeze(2), sigma, context,
+                   ref_latents=[r.repeat(2, 1, 1, 1).unsqueeze(2) for r in refs]).squeeze(2)
+        assert torch.equal(out, io["out.refs.index_timestep_zero"])
 
         # diffusers on the same weights, packed tokens (channel-major 2x2 patches), even grid only.
         ref = Diffusers(**{k: v for k, v in CONFIG.items()}).eval()
@@ -86,14 +104,35 @@ def main():
         assert not missing.missing_keys, missing.missing_keys
         x, context, sigma = io["x.even"], io["context.even"], io["sigma.even"]
         b, c, h, w = x.shape
-        packed = x.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
+        packed = pack(x)
         v = ref(packed, context, torch.ones(b, context.shape[1], dtype=torch.bool), sigma,
                 img_shapes=[[(1, h // 2, w // 2)]] * b, return_dict=False)[0]
         v = v.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
         diff = float((v - io["out.even"]).abs().max())
         print(f"diffusers on the even case: max |difference| {diff:.2e}")
         assert diff < 1e-5
+
+        # diffusers' 2511 (`zero_cond_t`) on the even case with two references of even token grids.
+        edit = Diffusers(**CONFIG, zero_cond_t=True).eval()
+        assert not edit.load_state_dict({k: v.float() for k, v in stored.items()}, strict=False).missing_keys
+        refs = [io["ref.1"][:, :, :4, :4], io["ref.1"][:, :, 2:6, :4]]
+        want = model(x.unsqueeze(2), sigma, context, ref_latents=[r.unsqueeze(2) for r in refs],
+                     ref_latents_method="index_timestep_zero").squeeze(2)
+        tokens = torch.cat([pack(t) for t in [x] + refs], dim=1)
+        shapes = [(1, t.shape[2] // 2, t.shape[3] // 2) for t in [x] + refs]
+        v = edit(tokens, context, torch.ones(b, context.shape[1], dtype=torch.bool), sigma,
+                 img_shapes=[shapes] * b, return_dict=False)[0][:, :h * w // 4]
+        v = v.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+        diff = float((v - want).abs().max())
+        print(f"diffusers' zero_cond_t on the even case with references: max |difference| {diff:.2e}")
+        assert diff < 1e-5
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+
+
+def pack(x):
+    """Latents [B, C, H, W] as diffusers' packed tokens (row-major 2x2 patches, channel-major features)."""
+    b, c, h, w = x.shape
+    return x.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
 
 
 if __name__ == "__main__":

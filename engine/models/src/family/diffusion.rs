@@ -112,7 +112,8 @@ impl DiffusionFamily {
             DiffusionFamily::ZImage => {
                 zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
             }
-            DiffusionFamily::QwenImage => qwen_image::detect(h)?.map(DiffusionDetected::QwenImage),
+            DiffusionFamily::QwenImage => qwen_image::detect(h)?
+                .map(|(config, method)| DiffusionDetected::QwenImage(config, method)),
         })
     }
 }
@@ -122,8 +123,8 @@ impl DiffusionFamily {
 pub enum DiffusionDetected {
     /// Z-Image.
     ZImage(zimage::Config, zimage::Layout),
-    /// Qwen-Image.
-    QwenImage(qwen_image::Config),
+    /// Qwen-Image, with its default reference method (`index_timestep_zero` for Edit 2511).
+    QwenImage(qwen_image::Config, &'static str),
 }
 
 impl DiffusionDetected {
@@ -138,7 +139,7 @@ impl DiffusionDetected {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
-            DiffusionDetected::QwenImage(_) => DiffusionFamily::QwenImage,
+            DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
         }
     }
 
@@ -146,7 +147,7 @@ impl DiffusionDetected {
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
-            DiffusionDetected::QwenImage(config) => qwen_image::load_plan(h, config),
+            DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
         }
     }
 
@@ -156,8 +157,8 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(config, _) => {
                 DiffusionNet::ZImage(ZImage::new(config, weights))
             }
-            DiffusionDetected::QwenImage(config) => {
-                DiffusionNet::QwenImage(QwenImage::new(config, weights))
+            DiffusionDetected::QwenImage(config, default_method) => {
+                DiffusionNet::QwenImage(QwenImage { config, weights, default_method })
             }
         }
     }
@@ -177,7 +178,7 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// each; families without reference inputs ignore them, as ComfyUI's do.
     pub references: &'a [Tensor<B>],
     /// How the references are positioned (`FluxKontextMultiReferenceLatentMethod`); `None` for the
-    /// family's default.
+    /// model's default (the family's, or what its file marks: Qwen-Image-Edit 2511's `index_timestep_zero`).
     pub reference_method: Option<&'a str>,
 }
 

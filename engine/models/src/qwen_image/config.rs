@@ -3,8 +3,9 @@
 //!
 //! ComfyUI recognises Qwen-Image by `txt_norm.weight` and hard-codes the rest (24 heads of 128, RoPE axes
 //! (16, 56, 56)); Kiln reads the shapes and scales the axes to the head width, so a shrunken model with the
-//! same structure (the test fixtures) loads too. Edit 2511 (`__index_timestep_zero__`) and Layered
-//! (`addition_t_embedding`) files are refused by name until their reference handling exists.
+//! same structure (the test fixtures) loads too. An Edit 2511 file (marked by `__index_timestep_zero__`) takes
+//! [`INDEX_TIMESTEP_ZERO`] as its default reference method; Layered files (`addition_t_embedding`) are refused
+//! by name until their timestep conditioning exists.
 
 use std::collections::BTreeSet;
 
@@ -23,6 +24,11 @@ pub const LATENT_CHANNELS: usize = 16;
 pub const PATCH: usize = 2;
 /// Sinusoid width of the timestep embedding.
 pub const T_FREQ_DIM: usize = 256;
+/// The reference method of a model whose file marks none (ComfyUI's `default_ref_method`).
+pub const DEFAULT_REFERENCE_METHOD: &str = "index";
+/// Edit 2511's reference method, its file's default: placed as `index`, the references' tokens modulated at
+/// timestep 0.
+pub const INDEX_TIMESTEP_ZERO: &str = "index_timestep_zero";
 
 /// A Qwen-Image MMDiT's hyperparameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,8 +144,10 @@ fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
     Ok(h.require(name)?.shape.as_slice())
 }
 
-/// Recognises a Qwen-Image MMDiT (`Ok(None)` without `txt_norm.weight` and `img_in.weight`).
-pub fn detect(h: &Header) -> Result<Option<Config>> {
+/// Recognises a Qwen-Image MMDiT (`Ok(None)` without `txt_norm.weight` and `img_in.weight`): its config and
+/// the reference method it takes when the conditioning names none ([`INDEX_TIMESTEP_ZERO`] where the file has
+/// `__index_timestep_zero__`, as ComfyUI's detection reads it; else [`DEFAULT_REFERENCE_METHOD`]).
+pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
     if !h.has("txt_norm.weight") || !h.has("img_in.weight") {
         return Ok(None);
     }
@@ -149,13 +157,12 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
             h.key(name)
         )));
     }
-    for (key, what) in [
-        ("__index_timestep_zero__", "Qwen-Image-Edit 2511 (reference latents at timestep zero)"),
-        ("time_text_embed.addition_t_embedding.weight", "Qwen-Image-Layered"),
-    ] {
-        if h.has(key) {
-            return Err(h.unsupported(format!("{what} is not supported yet (`{}`)", h.key(key))));
-        }
+    let layered = "time_text_embed.addition_t_embedding.weight";
+    if h.has(layered) {
+        return Err(h.unsupported(format!(
+            "Qwen-Image-Layered is not supported yet (`{}`)",
+            h.key(layered)
+        )));
     }
     let &[dim, _] = shape(h, "img_in.weight")? else {
         return Err(h.unsupported("`img_in.weight` is not a matrix"));
@@ -200,7 +207,12 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
             )));
         }
     }
-    Ok(Some(cfg))
+    let method = if h.has("__index_timestep_zero__") {
+        INDEX_TIMESTEP_ZERO
+    } else {
+        DEFAULT_REFERENCE_METHOD
+    };
+    Ok(Some((cfg, method)))
 }
 
 /// Every weight, under its name without the file's prefix.

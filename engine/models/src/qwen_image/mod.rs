@@ -3,8 +3,9 @@
 //! adaLN modulation from the timestep (models-qwen-image.md §3).
 //!
 //! - [`detect`] recognises the file and derives its [`Config`] from shapes; [`load_plan`] names the weights.
-//! - [`QwenImage::forward`]: ComfyUI's model output v = ε − x₀ for text-to-image (one frame, no reference
-//!   latents), with ComfyUI's conventions where diffusers' differ (the centring of odd token grids).
+//! - [`QwenImage::forward`]: ComfyUI's model output v = ε − x₀ for text-to-image (one frame), with ComfyUI's
+//!   conventions where diffusers' differ (the centring of odd token grids);
+//!   [`QwenImage::forward_with_references`] adds Edit's reference latents by each of ComfyUI's methods.
 
 mod config;
 pub mod family;
@@ -12,5 +13,8 @@ pub mod lora;
 mod model;
 
 pub(crate) use config::expected;
-pub use config::{Config, EPS, LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan};
+pub use config::{
+    Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO, LATENT_CHANNELS, PATCH, ROPE_THETA,
+    T_FREQ_DIM, detect, load_plan,
+};
 pub use model::QwenImage;

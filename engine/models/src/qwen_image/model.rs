@@ -7,7 +7,10 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
 
-use super::config::{Config, EPS, LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names};
+use super::config::{
+    Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO, LATENT_CHANNELS, PATCH, ROPE_THETA,
+    T_FREQ_DIM, block_names,
+};
 
 /// A Qwen-Image MMDiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
 pub struct QwenImage {
@@ -15,6 +18,8 @@ pub struct QwenImage {
     pub config: Config,
     /// The weights.
     pub weights: Model,
+    /// The reference method where the conditioning names none (what [`super::detect`] found in the file).
+    pub default_method: &'static str,
 }
 
 /// The RoPE table of the joint sequence (text, then image), `[tokens, head_dim / 2]` f32 each.
@@ -31,10 +36,54 @@ struct Modulation<B: Backend> {
     gate: [Tensor<B>; 2],
 }
 
+/// SiLU(temb) `[B, D]` for every token, and with `index_timestep_zero` the image token index from which
+/// SiLU(temb) at t = 0 replaces it (the first reference token; ComfyUI's `timestep_zero_index`).
+struct Timestep<B: Backend> {
+    silu: Tensor<B>,
+    zero: Option<(usize, Tensor<B>)>,
+}
+
+/// A stream's modulation by token range: `main` for every token, or only for those before `zero`'s index,
+/// from which `zero`'s applies.
+struct StreamModulation<B: Backend> {
+    main: Modulation<B>,
+    zero: Option<(usize, Modulation<B>)>,
+}
+
+impl<B: Backend> StreamModulation<B> {
+    /// LayerNorm(x) · (1 + scale) + shift for sub-layer `k` (0: attention, 1: MLP).
+    fn modulated(&self, b: &B, x: &Tensor<B>, k: usize) -> Result<Tensor<B>> {
+        let n = b.layer_norm(x, None, None, EPS)?;
+        self.per_range(b, &n, |n, m| Ok(b.modulate(n, &m.scale[k], Some(&m.shift[k]))?))
+    }
+
+    /// x + y · gate for sub-layer `k`.
+    fn gated_add(&self, b: &B, x: &Tensor<B>, y: &Tensor<B>, k: usize) -> Result<Tensor<B>> {
+        let gated = self.per_range(b, y, |y, m| Ok(b.binary(y, &m.gate[k], BinaryOp::Mul)?))?;
+        Ok(b.binary(x, &gated, BinaryOp::Add)?)
+    }
+
+    /// `f` on `x` `[B, N, D]` with each token range's modulation, joined along the tokens.
+    fn per_range(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        f: impl Fn(&Tensor<B>, &Modulation<B>) -> Result<Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        let Some((at, zero)) = &self.zero else {
+            return f(x, &self.main);
+        };
+        let head = f(&b.slice(x, 1, 0, *at)?, &self.main)?;
+        let tail = f(&b.slice(x, 1, *at, x.dim(1)? - at)?, zero)?;
+        Ok(b.concat(&[&head, &tail], 1)?)
+    }
+}
+
 impl QwenImage {
-    /// A model from its config and loaded weights (see [`super::load_plan`]).
+    /// A model from its config and loaded weights (see [`super::load_plan`]), with the plain default reference
+    /// method ([`DEFAULT_REFERENCE_METHOD`]).
     pub fn new(config: Config, weights: Model) -> QwenImage {
-        QwenImage { config, weights }
+        QwenImage { config, weights, default_method: DEFAULT_REFERENCE_METHOD }
     }
 
     /// ComfyUI's model output for latents `x` `[B, 16, h, w]` (model space, any float dtype), `sigmas` (one per
@@ -52,9 +101,10 @@ impl QwenImage {
 
     /// [`QwenImage::forward`] with reference latents (Edit, the union control LoRA's `ReferenceLatent`): each
     /// `[1 or B, 16, h, w]` in model space, patchified like the latents and appended after their tokens at the
-    /// positions `method` gives (`index`, the default: frame i for the i-th; `negative_index`: frame −i;
-    /// `offset` and `uxo`: frame 1, side by side as Flux Kontext places them). Only the latents' own tokens
-    /// come out. `index_timestep_zero` (Edit 2511's) is refused until its second timestep exists.
+    /// positions `method` gives (`None`: the model's [`QwenImage::default_method`]; `index`: frame i for the
+    /// i-th; `negative_index`: frame −i; `offset` and `uxo`: frame 1, side by side as Flux Kontext places them;
+    /// `index_timestep_zero`, Edit 2511's: as `index`, with the references' tokens modulated at timestep 0 in
+    /// every block). Only the latents' own tokens come out.
     pub fn forward_with_references<B: Backend>(
         &self,
         b: &B,
@@ -71,7 +121,12 @@ impl QwenImage {
         let (x, rows, cols) = padded(b, &b.cast(x, dt)?)?;
         let (hp, wp) = (rows * PATCH, cols * PATCH);
 
-        let temb = self.time_embedding(b, sigmas)?;
+        let method = method.unwrap_or(self.default_method);
+        // Edit 2511's method embeds the timesteps [t, 0] together, as ComfyUI does.
+        let timestep_zero = method == INDEX_TIMESTEP_ZERO && !references.is_empty();
+        let timesteps =
+            if timestep_zero { [sigmas, &vec![0.0; batch]].concat() } else { sigmas.to_vec() };
+        let temb = b.unary(&self.time_embedding(b, &timesteps)?, UnaryOp::Silu)?;
         let placed = self.place_references(b, references, method, batch)?;
         let mut img = {
             let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
@@ -92,9 +147,14 @@ impl QwenImage {
         let text_len = txt.dim(1)?;
         let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
         let rope = self.rope(b, text_len, rows, cols, &extra)?;
-        let silu_temb = b.unary(&temb, UnaryOp::Silu)?;
+        let timestep = if timestep_zero {
+            let zero = b.slice(&temb, 0, batch, batch)?;
+            Timestep { silu: b.slice(&temb, 0, 0, batch)?, zero: Some((image_len, zero)) }
+        } else {
+            Timestep { silu: temb, zero: None }
+        };
         for i in 0..cfg.layers {
-            (img, txt) = self.block(b, i, &img, &txt, &silu_temb, &rope)?;
+            (img, txt) = self.block(b, i, &img, &txt, &timestep, &rope)?;
         }
         drop(txt);
 
@@ -103,7 +163,7 @@ impl QwenImage {
             b,
             &["norm_out.linear.weight", "norm_out.linear.bias", "proj_out.weight", "proj_out.bias"],
         )?;
-        let emb = b.linear(&silu_temb, &layer.weight(0), Some(&layer.weight(1)))?;
+        let emb = b.linear(&timestep.silu, &layer.weight(0), Some(&layer.weight(1)))?;
         let (scale, shift) = (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
         let img = if placed.is_empty() { img } else { b.slice(&img, 1, 0, image_len)? };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
@@ -185,16 +245,9 @@ impl QwenImage {
         &self,
         b: &B,
         references: &[Tensor<B>],
-        method: Option<&str>,
+        method: &str,
         batch: usize,
     ) -> Result<Vec<(Tensor<B>, Positions)>> {
-        let method = method.unwrap_or("index");
-        if !references.is_empty() && method == "index_timestep_zero" {
-            return Err(Error::Invalid(
-                "the `index_timestep_zero` reference method (Qwen-Image-Edit 2511) is not supported yet"
-                    .into(),
-            ));
-        }
         let (mut index, mut h, mut w) = (0i64, 0usize, 0usize);
         let mut placed = Vec::with_capacity(references.len());
         for reference in references {
@@ -212,7 +265,7 @@ impl QwenImage {
             }
             let (mut h_offset, mut w_offset) = (0, 0);
             match method {
-                "index" => index += 1,
+                "index" | INDEX_TIMESTEP_ZERO => index += 1,
                 "negative_index" => index -= 1,
                 _ => {
                     index = 1;
@@ -298,30 +351,32 @@ impl QwenImage {
         i: usize,
         img: &Tensor<B>,
         txt: &Tensor<B>,
-        silu_temb: &Tensor<B>,
+        timestep: &Timestep<B>,
         rope: &Rope<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
         let names = block_names(i);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let layer = self.fetch(b, &names)?;
         let w = |k: usize| layer.weight(k);
-        let img_mod = self.modulation(b, silu_temb, &w(0), &w(1))?;
-        let txt_mod = self.modulation(b, silu_temb, &w(2), &w(3))?;
-        let modulated = |x: &Tensor<B>, m: &Modulation<B>, k: usize| -> Result<Tensor<B>> {
-            let n = b.layer_norm(x, None, None, EPS)?;
-            Ok(b.modulate(&n, &m.scale[k], Some(&m.shift[k]))?)
+        let img_mod = StreamModulation {
+            main: self.modulation(b, &timestep.silu, &w(0), &w(1))?,
+            zero: match &timestep.zero {
+                Some((at, silu)) => Some((*at, self.modulation(b, silu, &w(0), &w(1))?)),
+                None => None,
+            },
         };
-        let gated_add = |x: &Tensor<B>, y: &Tensor<B>, gate: &Tensor<B>| -> Result<Tensor<B>> {
-            Ok(b.binary(x, &b.binary(y, gate, BinaryOp::Mul)?, BinaryOp::Add)?)
+        let txt_mod = StreamModulation {
+            main: self.modulation(b, &timestep.silu, &w(2), &w(3))?,
+            zero: None,
         };
 
         let (img_attn, txt_attn) = {
-            let img_n = modulated(img, &img_mod, 0)?;
-            let txt_n = modulated(txt, &txt_mod, 0)?;
+            let img_n = img_mod.modulated(b, img, 0)?;
+            let txt_n = txt_mod.modulated(b, txt, 0)?;
             self.attention(b, &layer, &img_n, &txt_n, rope)?
         };
-        let img = gated_add(img, &img_attn, &img_mod.gate[0])?;
-        let txt = gated_add(txt, &txt_attn, &txt_mod.gate[0])?;
+        let img = img_mod.gated_add(b, img, &img_attn, 0)?;
+        let txt = txt_mod.gated_add(b, txt, &txt_attn, 0)?;
         drop((img_attn, txt_attn));
 
         let mlp = |x: &Tensor<B>, k: usize| -> Result<Tensor<B>> {
@@ -329,10 +384,10 @@ impl QwenImage {
             let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
             Ok(b.linear(&hidden, &w(k + 2), Some(&w(k + 3)))?)
         };
-        let img_out = mlp(&modulated(&img, &img_mod, 1)?, 24)?;
-        let img = gated_add(&img, &img_out, &img_mod.gate[1])?;
-        let txt_out = mlp(&modulated(&txt, &txt_mod, 1)?, 28)?;
-        let txt = gated_add(&txt, &txt_out, &txt_mod.gate[1])?;
+        let img_out = mlp(&img_mod.modulated(b, &img, 1)?, 24)?;
+        let img = img_mod.gated_add(b, &img, &img_out, 1)?;
+        let txt_out = mlp(&txt_mod.modulated(b, &txt, 1)?, 28)?;
+        let txt = txt_mod.gated_add(b, &txt, &txt_out, 1)?;
         Ok((img, txt))
     }
 

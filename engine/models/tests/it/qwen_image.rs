@@ -1,10 +1,15 @@
 //! The Qwen-Image MMDiT against `scripts/reference/qwen_image.py`'s fixtures: ComfyUI's own
 //! `QwenImageTransformer2DModel` (cross-checked there with diffusers' on the even grid) on a tiny random model,
 //! for an even token grid, an odd one with two samples at different sigmas, an odd latent that is padded, and
-//! reference latents placed by each of ComfyUI's methods.
+//! reference latents placed by each of ComfyUI's methods (Edit 2511's `index_timestep_zero` too, also as the
+//! default of a file marked `__index_timestep_zero__`).
+
+use std::path::PathBuf;
 
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
+use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet};
+use kiln_models::header::diffusion_prefix;
 use kiln_models::qwen_image::{self, Config, QwenImage};
 use kiln_models::{Error, Header};
 
@@ -30,8 +35,8 @@ fn outputs_match_comfyui() {
     let (b, manager) = cpu(64 << 20);
     let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
     let header = Header::new(&file, "");
-    let config = qwen_image::detect(&header).unwrap().unwrap();
-    assert_eq!(config, tiny());
+    let (config, method) = qwen_image::detect(&header).unwrap().unwrap();
+    assert_eq!((&config, method), (&tiny(), "index"));
     let weights = manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
     let model = QwenImage::new(config, weights);
     let io = read_tensors("qwen_image/io.safetensors");
@@ -50,7 +55,7 @@ fn outputs_match_comfyui() {
         .map(|r| b.from_f32(&io[r].0, &io[r].1, DType::F32).unwrap())
         .into_iter()
         .collect();
-    for method in ["index", "negative_index", "offset"] {
+    for method in ["index", "negative_index", "offset", "index_timestep_zero"] {
         let out = model
             .forward_with_references(&*b, &x, &io["sigma.odd"].1, &context, &refs, Some(method))
             .unwrap();
@@ -58,19 +63,71 @@ fn outputs_match_comfyui() {
         assert_eq!(out.shape(), shape.as_slice(), "{method}");
         assert_close(method, &b.to_f32(&out).unwrap(), want, 1e-4);
     }
-    let refused = model.forward_with_references(
-        &*b,
-        &x,
-        &io["sigma.odd"].1,
-        &context,
-        &refs,
-        Some("index_timestep_zero"),
-    );
-    assert!(matches!(refused, Err(Error::Invalid(m)) if m.contains("index_timestep_zero")));
 
     let x = b.full(&[1, 4, 2, 2], 0.0, DType::F32).unwrap();
     let context = b.full(&[1, 3, 48], 0.0, DType::F32).unwrap();
     assert!(
         matches!(model.forward(&*b, &x, &[0.5], &context), Err(Error::Invalid(m)) if m.contains("16 channels"))
     );
+}
+
+/// A copy of the reference weights under ComfyUI's checkpoint prefix with Edit 2511's empty marker tensor,
+/// removed on drop.
+struct Edit2511File(PathBuf);
+
+impl Edit2511File {
+    fn new() -> Edit2511File {
+        let path = std::env::temp_dir()
+            .join(format!("kiln-qwen-image-2511-{}.safetensors", std::process::id()));
+        let bytes = std::fs::read(fixture(WEIGHTS)).expect("the fixture");
+        let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors fixture");
+        let marker = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![0], &[])
+            .expect("an empty tensor");
+        let views = file
+            .tensors()
+            .into_iter()
+            .chain([("__index_timestep_zero__".to_owned(), marker)])
+            .map(|(name, view)| (format!("model.diffusion_model.{name}"), view));
+        safetensors::serialize_to_file(views, None, &path).expect("writes the file");
+        Edit2511File(path)
+    }
+}
+
+impl Drop for Edit2511File {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn edit_2511_defaults_to_index_timestep_zero() {
+    let (b, manager) = cpu(64 << 20);
+    let path = Edit2511File::new();
+    let file = SafetensorsFile::open(&path.0).unwrap();
+    let prefix = diffusion_prefix(file.names());
+    let header = Header::new(&file, &prefix);
+    let detected = DiffusionDetected::detect(&header).unwrap().unwrap();
+    assert_eq!(detected, DiffusionDetected::QwenImage(tiny(), "index_timestep_zero"));
+    let weights = manager.load(&detected.load_plan(&header), &mut |_, _| {}).unwrap();
+    let net = detected.build(weights);
+    assert!(
+        matches!(&net, DiffusionNet::QwenImage(m) if m.default_method == "index_timestep_zero")
+    );
+
+    // With no method from the conditioning the file's default applies; a named one still wins.
+    let io = read_tensors("qwen_image/io.safetensors");
+    let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
+    let (x, context) = (tensor("x.odd"), tensor("context.odd"));
+    let refs = [tensor("ref.1"), tensor("ref.2")];
+    for (method, want) in [(None, "index_timestep_zero"), (Some("index"), "index")] {
+        let input = DiffusionInput {
+            x: &x,
+            timesteps: &io["sigma.odd"].1,
+            context: &context,
+            references: &refs,
+            reference_method: method,
+        };
+        let out = net.forward(&*b, input).unwrap();
+        assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
+    }
 }
