@@ -26,6 +26,7 @@ pub mod noise;
 pub mod quant;
 pub mod qwen3;
 pub mod qwen_image;
+pub mod qwen_vl;
 mod rope;
 pub mod sampling;
 pub mod synth;

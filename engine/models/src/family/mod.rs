@@ -19,7 +19,7 @@ mod text_encoder;
 mod vae;
 
 pub use diffusion::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
-pub use text_encoder::{TextEncoderDetected, TextEncoderFamily, TextEncoderNet};
+pub use text_encoder::{EditPrompt, TextEncoderDetected, TextEncoderFamily, TextEncoderNet};
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 
 use crate::error::Result;

@@ -301,7 +301,7 @@ fn count_layers(h: &Header) -> Result<usize> {
 }
 
 /// The shape of a tensor that must exist with rank `N`.
-fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
+pub(crate) fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
     require(h, name)?;
     let shape = h.values_shape(name).unwrap_or_default();
     shape.clone().try_into().map_err(|_| {
@@ -310,7 +310,7 @@ fn dims<const N: usize>(h: &Header, name: &str) -> Result<[usize; N]> {
 }
 
 /// Checks a tensor exists with shape `want`.
-fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> {
+pub(crate) fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> {
     require(h, name)?;
     match h.values_shape(name) {
         Some(shape) if shape == want => Ok(()),

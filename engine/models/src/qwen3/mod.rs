@@ -21,7 +21,8 @@ pub use config::{
     Config, QWEN25_HEAD_DIM, RMS_EPS, ROPE_THETA, Variant, detect, detect_qwen25vl, layer_names,
     load_plan,
 };
-pub use model::Qwen3;
+pub(crate) use config::{check_shape, dims};
+pub use model::{IMAGE_PAD, ImageTokens, Qwen3};
 pub use tokenizer::{Tokenizer, qwen_image_conditioning_start};
 
 /// The tokens that end generation: `<|endoftext|>` and `<|im_end|>` (ComfyUI's Qwen3 `stop_tokens`).

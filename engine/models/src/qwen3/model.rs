@@ -30,14 +30,51 @@ impl Qwen3 {
     /// `layer="last"`). Causal attention over positions 0..N−1, no padding. One layer's weights are on the
     /// device at a time.
     pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
+        self.hidden_state_with_images(b, ids, &[])
+    }
+
+    /// [`Qwen3::hidden_state`] with images in the prompt (Qwen2.5-VL): the first `images.len()`
+    /// `<|image_pad|>` tokens of `ids` are each replaced by an image's tokens (so the output is longer than
+    /// `ids`), positioned by M-RoPE as ComfyUI's `Qwen25_7BVLI` does: an image's tokens share the temporal
+    /// position where it starts and count rows and columns from there; the text after it continues past its
+    /// larger side.
+    pub fn hidden_state_with_images<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+    ) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        self.check_ids(ids)?;
-        let n = ids.len();
+        if !images.is_empty() && cfg.variant != Variant::Qwen25Vl {
+            return Err(Error::Invalid("a Qwen3 text encoder reads no images".into()));
+        }
+        let pieces = Piece::split(ids, images)?;
+        if pieces.is_empty() {
+            self.check_ids(ids)?;
+        }
+        for piece in &pieces {
+            if let Piece::Text(ids) = piece {
+                self.check_ids(ids)?;
+            }
+        }
         let mut x = {
             let layer = self.weights.fetch(b, &[EMBED])?;
-            b.embedding(ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+            let mut parts = Vec::with_capacity(pieces.len());
+            for piece in &pieces {
+                parts.push(match piece {
+                    Piece::Text(ids) => b.embedding(ids, &layer.weight(0))?,
+                    Piece::Image(image) => b.cast(&image.embeds, b.compute_dtype())?,
+                });
+            }
+            let x = if parts.len() == 1 {
+                parts.remove(0)
+            } else {
+                b.concat(&parts.iter().collect::<Vec<_>>(), 0)?
+            };
+            let n = x.dim(0)?;
+            x.reshape(&[1, n, cfg.hidden])?
         };
-        let (cos, sin) = rope_tables(b, cfg, n)?;
+        let (cos, sin) = rope_tables(b, cfg, &Piece::positions(&pieces))?;
         let layers = match cfg.variant {
             Variant::Qwen3 => cfg.layers.saturating_sub(1),
             Variant::Qwen25Vl => cfg.layers,
@@ -68,7 +105,8 @@ impl Qwen3 {
     ) -> Result<Vec<u32>> {
         let cfg = &self.config;
         self.check_ids(prompt)?;
-        let (cos, sin) = rope_tables(b, cfg, prompt.len() + max_new)?;
+        let positions: Vec<[f32; 3]> = (0..prompt.len() + max_new).map(|p| [p as f32; 3]).collect();
+        let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let mut cache: Vec<Option<KvCache<B>>> = (0..cfg.layers).map(|_| None).collect();
         let mut generated = Vec::new();
         let mut input = prompt.to_vec();
@@ -250,15 +288,113 @@ fn heads<B: Backend>(
     Ok(b.permute(&t, &[0, 2, 1, 3])?)
 }
 
-/// RoPE's cosines and sines `[n, head_dim / 2]` (f32) for positions 0..n, computed as transformers and
-/// ComfyUI do, in f32: inv_freq_j = 1 / θ^(2j / head_dim), angle = position · inv_freq_j.
-fn rope_tables<B: Backend>(b: &B, cfg: &Config, n: usize) -> Result<(Tensor<B>, Tensor<B>)> {
+/// `<|image_pad|>`: where an image's tokens go.
+pub const IMAGE_PAD: u32 = 151_655;
+
+/// M-RoPE's split of a Qwen2.5-VL head's frequencies: the first 16 turn with the temporal position, the next
+/// 24 with the row, the last 24 with the column (ComfyUI's `rope_dims`, transformers' `mrope_section`).
+const MROPE_SECTIONS: [usize; 3] = [16, 24, 24];
+
+/// An image's tokens for the language model.
+#[derive(Debug, Clone)]
+pub struct ImageTokens<B: Backend> {
+    /// The vision tower's output `[rows · cols, hidden]`, row by row.
+    pub embeds: Tensor<B>,
+    /// Rows of merged patches.
+    pub rows: usize,
+    /// Columns of merged patches.
+    pub cols: usize,
+}
+
+/// A run of the prompt: text tokens, or an image where its `<|image_pad|>` was.
+enum Piece<'a, B: Backend> {
+    Text(&'a [u32]),
+    Image(&'a ImageTokens<B>),
+}
+
+impl<'a, B: Backend> Piece<'a, B> {
+    /// `ids` cut at its first `images.len()` `<|image_pad|>` tokens, each replaced by its image; an error when
+    /// there are fewer such tokens than images or an image's tokens do not match its grid.
+    fn split(ids: &'a [u32], images: &'a [ImageTokens<B>]) -> Result<Vec<Piece<'a, B>>> {
+        let mut pieces = Vec::new();
+        let mut rest = ids;
+        for image in images {
+            let Some(at) = rest.iter().position(|&id| id == IMAGE_PAD) else {
+                return Err(Error::Invalid(format!(
+                    "{} images for a prompt with fewer `<|image_pad|>` tokens",
+                    images.len()
+                )));
+            };
+            if image.embeds.shape().first() != Some(&(image.rows * image.cols)) {
+                return Err(Error::Invalid(format!(
+                    "image tokens {:?} for a {}×{} grid",
+                    image.embeds.shape(),
+                    image.cols,
+                    image.rows
+                )));
+            }
+            if at > 0 {
+                pieces.push(Piece::Text(&rest[..at]));
+            }
+            pieces.push(Piece::Image(image));
+            rest = &rest[at + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest));
+        }
+        Ok(pieces)
+    }
+
+    /// Each token's (temporal, row, column) position: text counts up on all three; an image's tokens all sit
+    /// at the temporal position where it starts, rows and columns counting from there, and the text after it
+    /// resumes at that start plus the image's larger side.
+    fn positions(pieces: &[Piece<'_, B>]) -> Vec<[f32; 3]> {
+        let mut positions = Vec::new();
+        let mut next = 0usize;
+        for piece in pieces {
+            match piece {
+                Piece::Text(ids) => {
+                    positions.extend((next..next + ids.len()).map(|p| [p as f32; 3]));
+                    next += ids.len();
+                }
+                Piece::Image(image) => {
+                    for row in 0..image.rows {
+                        for col in 0..image.cols {
+                            positions.push([next as f32, (next + row) as f32, (next + col) as f32]);
+                        }
+                    }
+                    next += image.rows.max(image.cols);
+                }
+            }
+        }
+        positions
+    }
+}
+
+/// RoPE's cosines and sines `[n, head_dim / 2]` (f32) at `positions`, computed as transformers and ComfyUI
+/// do, in f32: inv_freq_j = 1 / θ^(2j / head_dim), angle = position · inv_freq_j, the position being the
+/// temporal one for Qwen3 and the one of frequency j's M-RoPE section for Qwen2.5-VL.
+fn rope_tables<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    positions: &[[f32; 3]],
+) -> Result<(Tensor<B>, Tensor<B>)> {
     let half = cfg.head_dim / 2;
     let theta = cfg.rope_theta as f32;
     let inv_freq: Vec<f32> =
         (0..half).map(|j| 1.0 / theta.powf((2 * j) as f32 / cfg.head_dim as f32)).collect();
-    let angles: Vec<f32> =
-        (0..n).flat_map(|p| inv_freq.iter().map(move |&f| p as f32 * f)).collect();
+    let axis = |j: usize| match cfg.variant {
+        Variant::Qwen3 => 0,
+        Variant::Qwen25Vl => {
+            let [t, h, _] = MROPE_SECTIONS;
+            usize::from(j >= t) + usize::from(j >= t + h)
+        }
+    };
+    let angles: Vec<f32> = positions
+        .iter()
+        .flat_map(|p| inv_freq.iter().enumerate().map(move |(j, &f)| p[axis(j)] * f))
+        .collect();
+    let n = positions.len();
     let cos: Vec<f32> = angles.iter().map(|&a| f64::from(a).cos() as f32).collect();
     let sin: Vec<f32> = angles.iter().map(|&a| f64::from(a).sin() as f32).collect();
     Ok((b.from_f32(&[n, half], &cos, DType::F32)?, b.from_f32(&[n, half], &sin, DType::F32)?))

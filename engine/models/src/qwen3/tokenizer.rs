@@ -19,6 +19,16 @@ const QWEN_IMAGE_TEMPLATE: (&str, &str) = (
      spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n",
     "<|im_end|>\n<|im_start|>assistant\n",
 );
+/// The system turn of ComfyUI's Qwen-Image Edit templates.
+const QWEN_IMAGE_EDIT_SYSTEM: &str = "<|im_start|>system\nDescribe the key features of the input image (color, \
+     shape, size, texture, objects, background), then explain how the user's text instruction should alter or \
+     modify the image. Generate a new image that meets the user's requirements while maintaining consistency \
+     with the original input where appropriate.<|im_end|>\n<|im_start|>user\n";
+/// What follows a prompt in every Qwen-Image template.
+const QWEN_IMAGE_END: &str = "<|im_end|>\n<|im_start|>assistant\n";
+/// One image's place in a prompt: its tokens go where `<|image_pad|>` is.
+const IMAGE_SLOT: &str = "<|vision_start|><|image_pad|><|vision_end|>";
+
 /// `<|im_start|>`, `user` and `\n`: where the Qwen-Image conditioning starts after the template's prefix.
 const IM_START: u32 = 151_644;
 const USER: u32 = 872;
@@ -80,13 +90,45 @@ impl Tokenizer {
 
     /// The ids ComfyUI's Qwen-Image text encoder runs on for `prompt`: the same weights-disabled pre-pass as
     /// [`Tokenizer::zimage_prompt`], inside the Qwen-Image text-to-image chat template (system turn included),
-    /// tokenised as one string; a prompt that starts with `<|im_start|>` is taken as already templated.
+    /// tokenised as one string; a prompt that starts with `<|im_start|>` (or `<|start_header_id|>`) is taken as
+    /// already templated.
     pub fn qwen_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(prompt));
+        self.qwen_image_templated(prompt, QWEN_IMAGE_TEMPLATE)
+    }
+
+    /// The ids of `TextEncodeQwenImageEdit`'s prompt: with an image, ComfyUI's edit template (the edit system
+    /// turn, then one image slot before the prompt); without, the text-to-image one.
+    pub fn qwen_image_edit_prompt(&self, prompt: &str, image: bool) -> Result<Vec<u32>> {
+        if !image {
+            return self.qwen_image_prompt(prompt);
         }
-        let (before, after) = QWEN_IMAGE_TEMPLATE;
-        self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+        let before = format!("{QWEN_IMAGE_EDIT_SYSTEM}{IMAGE_SLOT}");
+        self.qwen_image_templated(prompt, (&before, QWEN_IMAGE_END))
+    }
+
+    /// The ids of `TextEncodeQwenImageEditPlus`'s prompt: `Picture i: ` and an image slot for each picture
+    /// number before the prompt, in the edit template (whether or not there are images).
+    pub fn qwen_image_edit_plus_prompt(
+        &self,
+        prompt: &str,
+        pictures: &[usize],
+    ) -> Result<Vec<u32>> {
+        let pictures: String =
+            pictures.iter().map(|i| format!("Picture {i}: {IMAGE_SLOT}")).collect();
+        self.qwen_image_templated(
+            &format!("{pictures}{prompt}"),
+            (QWEN_IMAGE_EDIT_SYSTEM, QWEN_IMAGE_END),
+        )
+    }
+
+    /// `text` in `template` (before, after) after the weights-disabled pre-pass, tokenised as one string; a
+    /// text that starts with `<|im_start|>` is taken as already templated (ComfyUI's `QwenImageTokenizer`).
+    fn qwen_image_templated(&self, text: &str, (before, after): (&str, &str)) -> Result<Vec<u32>> {
+        let text = unescape_parentheses(text);
+        if text.starts_with("<|im_start|>") || text.starts_with("<|start_header_id|>") {
+            return self.encode(&text);
+        }
+        self.encode(&format!("{before}{text}{after}"))
     }
 }
 

@@ -26,6 +26,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
+use crate::qwen_vl::VisionConfig;
 use crate::{qwen_image, qwen3, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
@@ -259,6 +260,8 @@ pub struct ZImageTurboSet {
     pub qwen_image: qwen_image::Config,
     /// Qwen2.5-VL's language model (`--family qwen25vl`).
     pub qwen25vl: qwen3::Config,
+    /// Qwen2.5-VL's vision tower, written in the same file (its `out_hidden` should equal `qwen25vl.hidden`).
+    pub qwen25vl_vision: VisionConfig,
 }
 
 impl ZImageTurboSet {
@@ -279,6 +282,14 @@ impl ZImageTurboSet {
                 axes_dims: [16, 56, 56],
             },
             qwen25vl: qwen25vl_config(152_064, 3584, 28, 28, 4, 18944),
+            qwen25vl_vision: VisionConfig {
+                hidden: 1280,
+                depth: 32,
+                intermediate: 3420,
+                out_hidden: 3584,
+                patch: 14,
+                temporal_patch: 2,
+            },
         }
     }
 
@@ -300,6 +311,15 @@ impl ZImageTurboSet {
             },
             // The real vocabulary, so the real tokenizer's ids are valid; one head of the released width.
             qwen25vl: qwen25vl_config(152_064, 32, 2, 1, 1, 64),
+            // 16 heads of 4, as the released tower has 16; 8 blocks, so the eighth attends to the whole image.
+            qwen25vl_vision: VisionConfig {
+                hidden: 64,
+                depth: 8,
+                intermediate: 64,
+                out_hidden: 32,
+                patch: 14,
+                temporal_patch: 2,
+            },
         }
     }
 
@@ -409,7 +429,7 @@ pub fn write_family(
             write_qwen_image(path, &set.qwen_image, dtype, seed, progress)
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl) => {
-            write_qwen25vl(path, &set.qwen25vl, dtype, seed, progress)
+            write_qwen25vl(path, &set.qwen25vl, &set.qwen25vl_vision, dtype, seed, progress)
         }
         SynthFamily::Lora(DiffusionFamily::QwenImage) => {
             write_qwen_image_lora(path, &set.qwen_image, dtype, seed, progress)
@@ -573,10 +593,11 @@ pub fn write_qwen_image_lora(
     write_one(path, &specs, QWEN_IMAGE_LORA, "Qwen-Image LoRA", dtype, seed, progress)
 }
 
-/// Writes a random-weight Qwen2.5-VL language model of `config` to `path` (ComfyUI's names, no vision tower).
+/// Writes a random-weight Qwen2.5-VL of `config` with the vision tower `vision` to `path` (ComfyUI's names).
 pub fn write_qwen25vl(
     path: &Path,
     config: &qwen3::Config,
+    vision: &VisionConfig,
     dtype: SynthDtype,
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
@@ -587,6 +608,7 @@ pub fn write_qwen25vl(
         tensors.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
     }
     tensors.push(("model.norm.weight".to_owned(), vec![config.hidden]));
+    tensors.extend(vision.expected());
     write_one(
         path,
         &specs_of(tensors),

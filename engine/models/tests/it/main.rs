@@ -9,6 +9,7 @@ mod flux_vae;
 mod noise;
 mod quant;
 mod qwen25vl;
+mod qwen25vl_vision;
 mod qwen3;
 mod qwen_image;
 mod sampling;

@@ -1,0 +1,145 @@
+//! [`VisionInput`]: an image made into the vision tower's patches as ComfyUI's `process_qwen2vl_images` makes
+//! them (not transformers' image processor, which resizes with PIL's bicubic).
+
+use super::config::{MERGE, VisionConfig};
+use crate::error::{Error, Result};
+
+/// Fewest pixels an image is resized to (56²).
+const MIN_PIXELS: usize = 3136;
+/// Most pixels an image is resized to.
+const MAX_PIXELS: usize = 12_845_056;
+/// CLIP's per-channel mean and standard deviation the pixels are normalised with.
+const MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+const STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+
+/// One image as the vision tower's input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionInput {
+    /// `[grid_h · grid_w, 3 · frames · patch · patch]` row-major: the patches in merge order (each 2 × 2 group
+    /// of neighbours consecutive, groups row by row), each flattened as (channel, frame, row, column).
+    pub patches: Vec<f32>,
+    /// Patch rows.
+    pub grid_h: usize,
+    /// Patch columns.
+    pub grid_w: usize,
+}
+
+impl VisionInput {
+    /// The patches of `image` (`[height, width, channels]` in `[0, 1]`, channels last; the first three are
+    /// used): resized, keeping the aspect ratio, to multiples of two patches within ComfyUI's pixel bounds
+    /// (bilinear, as torch's `interpolate` without antialiasing), normalised with CLIP's mean and deviation,
+    /// the one frame repeated to fill a patch's frames.
+    pub fn of_image(
+        cfg: &VisionConfig,
+        image: &[f32],
+        height: usize,
+        width: usize,
+        channels: usize,
+    ) -> Result<VisionInput> {
+        if height == 0 || width == 0 || channels < 3 || image.len() != height * width * channels {
+            return Err(Error::Invalid(format!(
+                "the vision encoder needs an RGB image, got {width}×{height} with {channels} channel(s)"
+            )));
+        }
+        let (rows, cols) = resized_size(height, width, cfg.patch * MERGE);
+        let ys = bilinear_taps(height, rows);
+        let xs = bilinear_taps(width, cols);
+        // Resized and normalised planes [3, rows, cols].
+        let mut planes = vec![0f32; 3 * rows * cols];
+        for (c, plane) in planes.chunks_exact_mut(rows * cols).enumerate() {
+            let at = |y: usize, x: usize| image[(y * width + x) * channels + c];
+            for (oy, &(y0, y1, ly)) in ys.iter().enumerate() {
+                for (ox, &(x0, x1, lx)) in xs.iter().enumerate() {
+                    let top = at(y0, x0) * (1.0 - lx) + at(y0, x1) * lx;
+                    let bottom = at(y1, x0) * (1.0 - lx) + at(y1, x1) * lx;
+                    let v = top * (1.0 - ly) + bottom * ly;
+                    plane[oy * cols + ox] = (v - MEAN[c]) / STD[c];
+                }
+            }
+        }
+        let p = cfg.patch;
+        let (grid_h, grid_w) = (rows / p, cols / p);
+        let mut patches = Vec::with_capacity(grid_h * grid_w * cfg.patch_values());
+        for by in 0..grid_h / MERGE {
+            for bx in 0..grid_w / MERGE {
+                for my in 0..MERGE {
+                    for mx in 0..MERGE {
+                        let (py, px) = ((by * MERGE + my) * p, (bx * MERGE + mx) * p);
+                        for plane in planes.chunks_exact(rows * cols) {
+                            for _frame in 0..cfg.temporal_patch {
+                                for y in py..py + p {
+                                    patches.extend_from_slice(
+                                        &plane[y * cols + px..y * cols + px + p],
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(VisionInput { patches, grid_h, grid_w })
+    }
+
+    /// Patches in the image.
+    pub fn len(&self) -> usize {
+        self.grid_h * self.grid_w
+    }
+
+    /// Whether there are no patches (never, for an input made by [`VisionInput::of_image`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The language-model tokens the image becomes: one per 2 × 2 patches.
+    pub fn tokens(&self) -> usize {
+        self.len() / (MERGE * MERGE)
+    }
+}
+
+/// The size an image of `height` × `width` is resized to: each side rounded (half to even, as Python) to a
+/// multiple of `factor`, scaled down or up when the area leaves [`MIN_PIXELS`, `MAX_PIXELS`].
+fn resized_size(height: usize, width: usize, factor: usize) -> (usize, usize) {
+    let (h, w, f) = (height as f64, width as f64, factor as f64);
+    let round = |x: f64| (x / f).round_ties_even() as usize * factor;
+    let (rows, cols) = (round(h), round(w));
+    if rows * cols > MAX_PIXELS {
+        let beta = (h * w / MAX_PIXELS as f64).sqrt();
+        let fit = |x: f64| ((x / beta / f).floor() as usize * factor).max(factor);
+        (fit(h), fit(w))
+    } else if rows * cols < MIN_PIXELS {
+        let beta = (MIN_PIXELS as f64 / (h * w)).sqrt();
+        let fit = |x: f64| (x * beta / f).ceil() as usize * factor;
+        (fit(h), fit(w))
+    } else {
+        (rows, cols)
+    }
+}
+
+/// For each of `len_out` output positions, the two source positions and the second's weight, as torch's
+/// bilinear `interpolate` with `align_corners=False`: the source coordinate `(o + ½)·in/out − ½`, clamped at 0.
+fn bilinear_taps(len_in: usize, len_out: usize) -> Vec<(usize, usize, f32)> {
+    let scale = len_in as f32 / len_out as f32;
+    (0..len_out)
+        .map(|o| {
+            let src = ((o as f32 + 0.5) * scale - 0.5).max(0.0);
+            let i0 = (src.floor() as usize).min(len_in - 1);
+            let i1 = (i0 + 1).min(len_in - 1);
+            (i0, i1, src - i0 as f32)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resized_size;
+
+    #[test]
+    fn sizes_round_to_merged_patches_within_bounds() {
+        assert_eq!(resized_size(150, 260, 28), (140, 252));
+        // 28 × 28 is under 56²: scaled up, then rounded up.
+        assert_eq!(resized_size(20, 30, 28), (56, 84));
+        // Half rounds to even: 42 / 28 = 1.5 → 2, 70 / 28 = 2.5 → 2.
+        assert_eq!(resized_size(42, 70, 28), (56, 56));
+    }
+}
