@@ -5,7 +5,8 @@
 //   (`megapixels`) to 64² pixels, or the node's minimum;
 // - sampling steps (`steps`) to 2, and a KSamplerAdvanced's `start_at_step`/`end_at_step` scaled with them
 //   (a stage that had steps keeps at least one), so a two-stage template keeps its split; a `SplitSigmas` then
-//   splits at step 1, so both halves have a step;
+//   splits at step 1, so both halves have a step; steps a `ComfySwitchNode` chooses (a template's "fast
+//   LoRA on/off" switch) shrink on both of its branches;
 // - frames (`length`, `frames`, `num_frames`, `video_frames`) to the node's minimum (1 when it has none);
 // - batches (`batch_size`) to 1;
 // - generated text (`TextGenerate`'s `max_length`, in tokens) to 8.
@@ -54,6 +55,16 @@ export function shrink(prompt, objectInfo) {
     }
     return null;
   };
+  /** The places `id.input`'s value may come from through a `ComfySwitchNode`: each branch's literal source. */
+  const switched = (id, input) => {
+    const value = original[id].inputs[input];
+    if (!Array.isArray(value) || original[value[0]]?.class_type !== 'ComfySwitchNode') return [];
+    const from = String(value[0]);
+    return ['on_false', 'on_true'].flatMap((branch) => {
+      const at = source(from, branch);
+      return at ? [at] : switched(from, branch);
+    });
+  };
   const literal = (id, input) => {
     const at = source(id, input);
     return at ? [at, original[at[0]].inputs[at[1]]] : [null, undefined];
@@ -83,6 +94,9 @@ export function shrink(prompt, objectInfo) {
         if (at && value > 0 && value < steps) set(...at, Math.max(1, Math.round((value * STEPS) / steps)));
       }
       set(...stepsAt, STEPS);
+    }
+    for (const at of stepsAt ? [] : switched(id, 'steps')) {
+      if (original[at[0]].inputs[at[1]] > STEPS) set(...at, STEPS);
     }
   }
   return changes;

@@ -52,3 +52,82 @@ fn issue_23_qwen_image_text_to_image_runs_on_tiny_files() {
     let pixels = image.to_rgb8().into_raw();
     assert!(pixels.iter().any(|&p| p != pixels[0]), "the image is not one flat colour");
 }
+
+/// Writes the tiny Qwen-Image files (MMDiT, Qwen2.5-VL with its vision tower, Wan 2.1 VAE) under `models`.
+fn write_tiny_qwen_image(models: &std::path::Path) {
+    let set = ZImageTurboSet::tiny();
+    for (family, path) in [
+        (
+            SynthFamily::Diffusion(DiffusionFamily::QwenImage),
+            "diffusion_models/qwen_image_edit.safetensors",
+        ),
+        (
+            SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl),
+            "text_encoders/qwen_2.5_vl_7b.safetensors",
+        ),
+        (SynthFamily::Vae(VaeFamily::Wan21), "vae/qwen_image_vae.safetensors"),
+    ] {
+        let dtype =
+            if matches!(family, SynthFamily::Vae(_)) { SynthDtype::F32 } else { SynthDtype::Bf16 };
+        synth::write_family(&models.join(path), family, &set, dtype, 9, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+}
+
+/// Qwen-Image Edit Plus as its templates wire it: two pictures (of other sizes than the output) go to the
+/// encoder's vision tower and, VAE-encoded, to the MMDiT as reference latents; the negative prompt has none.
+/// The pictures steer the result: another second picture gives another image.
+#[test]
+fn issue_23_qwen_image_edit_plus_reads_its_pictures() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_qwen_image(&h.roots.input.join("models"));
+    let mut run = |second_colour: i64| {
+        let ran = h.run(json!({
+            "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_edit.safetensors", "weight_dtype": "default"}},
+            "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b.safetensors", "type": "qwen_image", "device": "default"}},
+            "3": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
+            "4": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": 0x3366cc}},
+            "5": {"class_type": "EmptyImage", "inputs": {"width": 24, "height": 40, "batch_size": 1, "color": second_colour}},
+            "6": {"class_type": "TextEncodeQwenImageEditPlus", "inputs": {"clip": ["2", 0], "prompt": "put the blue one on the left", "vae": ["3", 0], "image1": ["4", 0], "image2": ["5", 0]}},
+            "7": {"class_type": "TextEncodeQwenImageEditPlus", "inputs": {"clip": ["2", 0], "prompt": ""}},
+            "8": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 24, "batch_size": 1}},
+            "9": {"class_type": "KSampler", "inputs": {"seed": 5, "steps": 2, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["1", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["8", 0]}},
+            "10": {"class_type": "VAEDecode", "inputs": {"samples": ["9", 0], "vae": ["3", 0]}},
+            "11": {"class_type": "SaveImage", "inputs": {"filename_prefix": "edit", "images": ["10", 0]}},
+        }));
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+        let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("11")];
+        let image = image::open(h.roots.output.join(&ui.images[0].filename)).expect("a PNG");
+        assert_eq!((image.width(), image.height()), (32, 24));
+        image.to_rgb8().into_raw()
+    };
+    assert_ne!(run(0xcc3333), run(0x33cc33), "the second picture changes the result");
+}
+
+/// `TextEncodeQwenImageEdit` with Z-Image's Qwen3 encoder fails naming what it needs, before any sampling.
+#[test]
+fn issue_23_qwen_image_edit_refuses_an_encoder_without_vision() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    let set = ZImageTurboSet::tiny();
+    synth::write_family(
+        &models.join("text_encoders/qwen_3_4b.safetensors"),
+        SynthFamily::TextEncoder(TextEncoderFamily::Qwen3),
+        &set,
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let ran = h.run(json!({
+        "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "lumina2", "device": "default"}},
+        "4": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": 0}},
+        "6": {"class_type": "TextEncodeQwenImageEdit", "inputs": {"clip": ["2", 0], "prompt": "make it red", "image": ["4", 0]}},
+        "7": {"class_type": "PreviewAny", "inputs": {"source": ["6", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("expected a failure, got {:?}", ran.summary.outcome);
+    };
+    assert_eq!(failure.class_type, "TextEncodeQwenImageEdit");
+    assert!(failure.message.contains("Qwen2.5-VL"), "{}", failure.message);
+}

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use kiln_compute::{Backend, DType};
+use kiln_models::qwen_vl::VisionInput;
 
 use super::model_specs;
 use super::pure::Pure;
@@ -16,10 +17,12 @@ use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeS
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-/// The text encoder's hidden state for token ids, as a host tensor `[1, N, D]`.
-struct Encode<'a> {
-    clip: &'a TextEncoder,
-    ids: &'a [u32],
+/// The text encoder's hidden state for token ids (with images where the ids have their slots), as a host
+/// tensor `[1, N, D]`.
+pub(super) struct Encode<'a> {
+    pub(super) clip: &'a TextEncoder,
+    pub(super) ids: &'a [u32],
+    pub(super) images: &'a [VisionInput],
 }
 
 impl OnDevice for Encode<'_> {
@@ -27,7 +30,7 @@ impl OnDevice for Encode<'_> {
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         // As ComfyUI loads the encoder before it encodes: top residency priority.
         self.clip.activate()?;
-        let hidden = self.clip.net.encode(b, self.ids)?;
+        let hidden = self.clip.net.encode_with_images(b, self.ids, self.images)?;
         let hidden = b.cast(&hidden, DType::F32)?;
         let shape = hidden.shape().to_vec();
         let values = b.to_f32(&hidden)?;
@@ -55,8 +58,8 @@ impl Node for ClipTextEncode {
         let clip = inputs.clip("clip")?;
         let text = inputs.string("text")?;
         let ids = clip.net.tokenize(text).map_err(node_error)?;
-        let cond =
-            on_device(self.compute.device(), Encode { clip, ids: &ids }).map_err(node_error)?;
+        let cond = on_device(self.compute.device(), Encode { clip, ids: &ids, images: &[] })
+            .map_err(node_error)?;
         let conditioning = Conditioning { entries: vec![Cond::new(cond, None)] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }

@@ -17,6 +17,7 @@ mod mask;
 mod model_specs;
 mod primitives;
 mod pure;
+mod qwen_edit;
 mod resize;
 mod sampler;
 mod scale;
@@ -100,6 +101,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in conditioning::extras_nodes() {
         registry.register(node);
     }
+    registry.register(qwen_edit::TextEncodeQwenImageEdit::edit(compute.clone()));
+    registry.register(qwen_edit::TextEncodeQwenImageEdit::plus(compute.clone()));
     for node in latent::empty_nodes() {
         registry.register(node);
     }
