@@ -1,4 +1,5 @@
-//! The frontend's default Z-Image-Turbo workflow run in-process through the engine's [`Executor`] (issue #11):
+//! The frontend's default Z-Image-Turbo workflow (issue #11), or Qwen-Image's text-to-image template
+//! (`--workflow qwen-image`, issue #23), run in-process through the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
 //! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
@@ -6,11 +7,12 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--size 1024] [--steps 8] [--cpu] [--no-pinned] [--vram-fraction F] [--vram-of dit|all]
-//!        [--vram-extra-gib G] [--cold] [--no-warm] [--seed S] [--out FILE] [--label TEXT]
+//! zimage --models DIR [--workflow zimage|qwen-image] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
+//!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
+//!        [--out FILE] [--label TEXT]
 //! ```
 //!
-//! `DIR` is a models folder with the default workflow's three files (`kiln model synth` writes them).
+//! `DIR` is a models folder with the workflow's three files (`kiln model synth` writes them).
 //!
 //! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
 //! `weights` is the tensor bytes of the DiT file (`--vram-of dit`, the default: the model each sampler step
@@ -42,15 +44,65 @@ use serde_json::{Value, json};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// The workflow's files under the models folder (the names `kiln model synth` writes, whatever the dtype).
-const DIT_FILE: &str = "diffusion_models/z_image_turbo_bf16.safetensors";
-const TEXT_ENCODER_FILE: &str = "text_encoders/qwen_3_4b.safetensors";
-const VAE_FILE: &str = "vae/ae.safetensors";
-/// The KSampler's node id in the default graph.
+/// The KSampler's node id in both graphs.
 const SAMPLER: &str = "70";
+
+/// The workflow measured (`--workflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workflow {
+    /// The frontend's default Z-Image-Turbo graph (models.md §1.1): res_multistep, CFG 1, one DiT call a step.
+    ZImage,
+    /// The Qwen-Image text-to-image template (`image_qwen_image`): euler, CFG 2.5 with a negative prompt, so
+    /// two DiT calls a step (batched as one when the prompts' lengths agree, else two).
+    QwenImage,
+}
+
+impl Workflow {
+    /// The DiT, text encoder and VAE files under the models folder (the names `kiln model synth` writes).
+    fn files(self) -> [&'static str; 3] {
+        match self {
+            Workflow::ZImage => [
+                "diffusion_models/z_image_turbo_bf16.safetensors",
+                "text_encoders/qwen_3_4b.safetensors",
+                "vae/ae.safetensors",
+            ],
+            Workflow::QwenImage => [
+                "diffusion_models/qwen_image_fp8_e4m3fn.safetensors",
+                "text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
+                "vae/qwen_image_vae.safetensors",
+            ],
+        }
+    }
+
+    /// The DiT's file.
+    fn dit(self) -> &'static str {
+        self.files()[0]
+    }
+
+    /// The graph's prompt at `size`² and `steps` steps, as the frontend sends it.
+    fn prompt(self, seed: u64, size: u32, steps: u32) -> Value {
+        match self {
+            Workflow::ZImage => default_workflow(seed, size, steps),
+            Workflow::QwenImage => qwen_image_workflow(seed, size, steps),
+        }
+    }
+
+    /// The sampling settings, for the report.
+    fn sampling(self) -> Value {
+        match self {
+            Workflow::ZImage => json!({
+                "sampler": "res_multistep", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
+            }),
+            Workflow::QwenImage => json!({
+                "sampler": "euler", "scheduler": "simple", "cfg": 2.5, "dit_calls_per_step": 2,
+            }),
+        }
+    }
+}
 
 /// The command line.
 struct Args {
+    workflow: Workflow,
     models: PathBuf,
     size: u32,
     steps: u32,
@@ -68,6 +120,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        workflow: Workflow::ZImage,
         models: PathBuf::new(),
         size: 1024,
         steps: 8,
@@ -90,6 +143,11 @@ fn parse_args() -> Result<Args, String> {
             |name: &str, v: String| v.parse::<f64>().map_err(|e| format!("{name} {v}: {e}"));
         match arg.as_str() {
             "--models" => models = Some(PathBuf::from(value("--models")?)),
+            "--workflow" => match value("--workflow")?.as_str() {
+                "zimage" => args.workflow = Workflow::ZImage,
+                "qwen-image" => args.workflow = Workflow::QwenImage,
+                other => return Err(format!("--workflow {other}: expected zimage or qwen-image")),
+            },
             "--size" => args.size = number("--size", value("--size")?)? as u32,
             "--steps" => args.steps = number("--steps", value("--steps")?)? as u32,
             "--cpu" => args.cpu = true,
@@ -136,12 +194,30 @@ fn default_workflow(seed: u64, size: u32, steps: u32) -> Value {
     })
 }
 
-/// The loader node of each file, for the "RSS while loading" check.
-fn loader_file(node: &str) -> Option<&'static str> {
+/// Qwen-Image's text-to-image template (`image_qwen_image`) at `size`² and `steps` steps, its nodes under
+/// the default graph's ids (loaders 66, 62, 63; the sampler 70).
+fn qwen_image_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse on a cliff at dusk, oil painting", "clip": ["62", 0]}},
+        "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
+        "69": {"class_type": "ModelSamplingAuraFlow", "inputs": {"shift": 3.1, "model": ["66", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["62", 0]}},
+    })
+}
+
+/// The loader node of each file, for the "RSS while loading" check (the same ids in both graphs).
+fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
+    let [dit, text_encoder, vae] = workflow.files();
     match node {
-        "66" => Some(DIT_FILE),
-        "62" => Some(TEXT_ENCODER_FILE),
-        "63" => Some(VAE_FILE),
+        "66" => Some(dit),
+        "62" => Some(text_encoder),
+        "63" => Some(vae),
         _ => None,
     }
 }
@@ -328,7 +404,7 @@ fn run_prompt(
     label: &str,
     file_bytes: &BTreeMap<&str, u64>,
 ) -> Result<Value, String> {
-    let json = default_workflow(seed, args.size, args.steps);
+    let json = args.workflow.prompt(seed, args.size, args.steps);
     let prompt = Prompt::from_json(&json).map_err(|e| format!("{e:?}"))?;
     let validated =
         validate(&prompt, registry, None).map_err(|e| format!("the prompt is refused: {e:?}"))?;
@@ -375,7 +451,7 @@ fn run_prompt(
         .nodes
         .iter()
         .filter_map(|n| {
-            let file = loader_file(&n.id)?;
+            let file = loader_file(args.workflow, &n.id)?;
             let bytes = *file_bytes.get(file)?;
             let growth = n.peak_rss.saturating_sub(n.rss_before);
             Some(json!({
@@ -386,8 +462,12 @@ fn run_prompt(
             }))
         })
         .collect();
-    let loading_peak =
-        seen.nodes.iter().filter(|n| loader_file(&n.id).is_some()).map(|n| n.peak_rss).max();
+    let loading_peak = seen
+        .nodes
+        .iter()
+        .filter(|n| loader_file(args.workflow, &n.id).is_some())
+        .map(|n| n.peak_rss)
+        .max();
     let sampler = seen.nodes.iter().find(|n| n.id == SAMPLER);
     let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
     let resident_min = seen.resident_at_steps.iter().min().copied();
@@ -441,7 +521,9 @@ fn machine() -> Value {
 }
 
 fn bench(args: &Args) -> Result<Value, String> {
-    let file_bytes: BTreeMap<&str, u64> = [DIT_FILE, TEXT_ENCODER_FILE, VAE_FILE]
+    let file_bytes: BTreeMap<&str, u64> = args
+        .workflow
+        .files()
         .into_iter()
         .map(|f| (f, tensor_bytes(&args.models.join(f))))
         .collect();
@@ -449,8 +531,8 @@ fn bench(args: &Args) -> Result<Value, String> {
         return Err(format!("{} is missing or unreadable", args.models.join(missing).display()));
     }
     let all_bytes: u64 = file_bytes.values().sum();
-    let dit_bytes = file_bytes[DIT_FILE];
-    let dtype = SafetensorsFile::open(args.models.join(DIT_FILE))
+    let dit_bytes = file_bytes[args.workflow.dit()];
+    let dtype = SafetensorsFile::open(args.models.join(args.workflow.dit()))
         .ok()
         .and_then(|f| f.tensors().map(|(_, t)| t.dtype.to_string()).max_by_key(|d| d.clone()));
 
@@ -511,7 +593,7 @@ fn bench(args: &Args) -> Result<Value, String> {
     let end = compute.manager().stats();
     let _ = std::fs::remove_dir_all(&scratch);
     let roofline = if report.kind == "cpu" {
-        roofline(&runs, &args.models.join(DIT_FILE))?
+        roofline(&runs, &args.models.join(args.workflow.dit()))?
     } else {
         Value::Null
     };
@@ -522,7 +604,10 @@ fn bench(args: &Args) -> Result<Value, String> {
         .chain([proc_status_bytes("VmHWM")])
         .max();
     Ok(json!({
-        "bench": "zimage-default-workflow",
+        "bench": match args.workflow {
+            Workflow::ZImage => "zimage-default-workflow",
+            Workflow::QwenImage => "qwen-image-text-to-image",
+        },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -530,10 +615,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             .unwrap_or(0),
         "machine": machine(),
         "device": {"kind": report.kind, "name": report.name, "total_bytes": report.total},
-        "workflow": {
-            "size": args.size, "steps": args.steps, "sampler": "res_multistep", "scheduler": "simple",
-            "cfg": 1, "dit_calls_per_step": 1,
-        },
+        "workflow": {"size": args.size, "steps": args.steps, "sampling": args.workflow.sampling()},
         "files": {
             "models_dir": args.models.display().to_string(),
             "dit_dtype": dtype,
@@ -580,7 +662,7 @@ fn roofline(runs: &[Value], dit: &Path) -> Result<Value, String> {
     let (compute_s, read_s) = (flops / peak, bytes / read_rate);
     let bound_s = compute_s.max(read_s);
     eprintln!(
-        "zimage: {} DiT call {step_s:.2} s; bound {bound_s:.2} s ({:.2} TFLOP at {:.0} GFLOP/s f32 = {compute_s:.2} s, \
+        "zimage: {} sampler step {step_s:.2} s; bound {bound_s:.2} s ({:.2} TFLOP at {:.0} GFLOP/s f32 = {compute_s:.2} s, \
          {:.2} GB at {:.1} GB/s = {read_s:.2} s): {:.2}x the bound",
         last["label"].as_str().unwrap_or("?"),
         flops / 1e12,
