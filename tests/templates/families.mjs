@@ -52,9 +52,13 @@ const kilnFiles = [
   // the `index` reference method; the model's own tests cover the marker), but not the Layered variant, which
   // Kiln refuses by its keys (a synthetic file would lack them).
   { folder: 'diffusion_models', stem: /^qwen_image(?!.*layered)[_.]/i, family: 'qwen-image' },
+  // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
+  { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl' },
   { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae)\.safetensors$/, family: 'wan21-vae' },
-  { folder: 'loras', stem: /qwen[_-]?image/i, family: 'qwen-image-lora' },
+  // Qwen-Image's LoRAs, whatever their authors call them (not `qwen-360-diffusion-2512-int8-bf16`, whose int8
+  // encoding Kiln has not seen).
+  { folder: 'loras', stem: /qwen[_-]?image|qwen[_-]edit|_qwen\.|^firered-image-edit/i, family: 'qwen-image-lora' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -15,24 +15,7 @@ use crate::harness::Harness;
 #[test]
 fn issue_23_qwen_image_text_to_image_runs_on_tiny_files() {
     let mut h = Harness::new(CachePolicy::Classic);
-    let models = h.roots.input.join("models");
-    let set = ZImageTurboSet::tiny();
-    for (family, path) in [
-        (
-            SynthFamily::Diffusion(DiffusionFamily::QwenImage),
-            "diffusion_models/qwen_image_fp8_e4m3fn.safetensors",
-        ),
-        (
-            SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl),
-            "text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
-        ),
-        (SynthFamily::Vae(VaeFamily::Wan21), "vae/qwen_image_vae.safetensors"),
-    ] {
-        let dtype =
-            if matches!(family, SynthFamily::Vae(_)) { SynthDtype::F32 } else { SynthDtype::Bf16 };
-        synth::write_family(&models.join(path), family, &set, dtype, 9, &mut |_, _| {})
-            .expect("a tiny file");
-    }
+    write_tiny_qwen_image(&h.roots.input.join("models"));
     let ran = h.run(json!({
         "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
         "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
@@ -53,17 +36,18 @@ fn issue_23_qwen_image_text_to_image_runs_on_tiny_files() {
     assert!(pixels.iter().any(|&p| p != pixels[0]), "the image is not one flat colour");
 }
 
-/// Writes the tiny Qwen-Image files (MMDiT, Qwen2.5-VL with its vision tower, Wan 2.1 VAE) under `models`.
+/// Writes the tiny Qwen-Image files (MMDiT, Qwen2.5-VL with its vision tower, Wan 2.1 VAE) under `models`,
+/// named as the templates name them.
 fn write_tiny_qwen_image(models: &std::path::Path) {
     let set = ZImageTurboSet::tiny();
     for (family, path) in [
         (
             SynthFamily::Diffusion(DiffusionFamily::QwenImage),
-            "diffusion_models/qwen_image_edit.safetensors",
+            "diffusion_models/qwen_image_fp8_e4m3fn.safetensors",
         ),
         (
             SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl),
-            "text_encoders/qwen_2.5_vl_7b.safetensors",
+            "text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
         ),
         (SynthFamily::Vae(VaeFamily::Wan21), "vae/qwen_image_vae.safetensors"),
     ] {
@@ -83,8 +67,8 @@ fn issue_23_qwen_image_edit_plus_reads_its_pictures() {
     write_tiny_qwen_image(&h.roots.input.join("models"));
     let mut run = |second_colour: i64| {
         let ran = h.run(json!({
-            "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_edit.safetensors", "weight_dtype": "default"}},
-            "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b.safetensors", "type": "qwen_image", "device": "default"}},
+            "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+            "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
             "3": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
             "4": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": 0x3366cc}},
             "5": {"class_type": "EmptyImage", "inputs": {"width": 24, "height": 40, "batch_size": 1, "color": second_colour}},
