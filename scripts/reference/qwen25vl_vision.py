@@ -33,6 +33,9 @@ Writes:
   `vision.<c>` [n / 4, 256] = the vision tower's merged output (the image embeds the language model receives);
   and for each prompt case p, `hidden.<p>` [1, N, 256] = the language model's last hidden state (after the final
   norm) with each image's embeds in place of its placeholder.
+- edit_prompts.json: the token ids ComfyUI's TextEncodeQwenImageEdit and TextEncodeQwenImageEditPlus nodes
+  encode for a few prompts and picture inputs (run with ComfyUI's Qwen-Image tokenizer; an image's placeholder
+  as <|image_pad|> = 151655).
 - cases.json: the prompt cases as lists of pieces, each a list of token ids or {"image": "<c>"}; token ids < 997
   apart from <|vision_start|> = 999 and <|vision_end|> = 998 (<|image_pad|> = 1000, <|video_pad|> = 997 are
   only used inside transformers). Each image piece stands for that image's n / 4 embeds; positions follow
@@ -154,7 +157,7 @@ def compare_hf_processor(image, patches, grid):
 
 
 def main():
-    import_comfyui()
+    import_comfyui(node_modules=True)
     import comfy.ops
     import comfy.sd1_clip
     import comfy.text_encoders.llama as llama
@@ -265,5 +268,44 @@ def main():
         print(k, tuple(v.shape), f"{float(v.abs().max()):.4f}")
 
 
+def edit_prompts():
+    """The token ids ComfyUI's Qwen-Image Edit nodes encode (`comfy_extras.nodes_qwen` run with a CLIP whose
+    tokenize is ComfyUI's `QwenImageTokenizer` and whose encode records nothing), an image's placeholder
+    written as <|image_pad|> (151655): edit_prompts.json."""
+    import comfy.text_encoders.qwen_image as qwen_image
+    import comfy_extras.nodes_qwen as nodes_qwen
+
+    tokenizer = qwen_image.QwenImageTokenizer()
+
+    class Clip:
+        def tokenize(self, text, **kwargs):
+            return tokenizer.tokenize_with_weights(text, **kwargs)
+
+        def encode_from_tokens_scheduled(self, tokens):
+            self.tokens = tokens
+            return []
+
+    def ids(tokens):
+        return [151655 if isinstance(t, dict) else int(t) for t, *_ in tokens["qwen25_7b"][0]]
+
+    image = torch.rand(1, 48, 64, 3)
+    cases = {
+        "edit_image": ("TextEncodeQwenImageEdit", "make the sky (red)", {"image": image}),
+        "edit_text": ("TextEncodeQwenImageEdit", "a cat", {}),
+        "plus_1_3": ("TextEncodeQwenImageEditPlus", "swap them", {"image1": image, "image3": image}),
+        "plus_none": ("TextEncodeQwenImageEditPlus", "a dog", {}),
+        "templated": ("TextEncodeQwenImageEditPlus", "<|im_start|>user\nhi<|im_end|>", {}),
+    }
+    out = {}
+    for name, (node, prompt, images) in cases.items():
+        clip = Clip()
+        getattr(nodes_qwen, node).execute(clip=clip, prompt=prompt, **images)
+        out[name] = {"node": node, "prompt": prompt, "images": sorted(images), "ids": ids(clip.tokens)}
+        print(name, len(out[name]["ids"]), "ids")
+    with open(f"{OUT}/edit_prompts.json", "w") as f:
+        f.write(json.dumps(out, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     main()
+    edit_prompts()

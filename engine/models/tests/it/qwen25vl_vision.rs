@@ -101,3 +101,33 @@ fn images_become_comfyui_patches_and_transformers_tokens() {
         assert!(matches!(fewer, Err(Error::Invalid(m)) if m.contains("151655")), "{name}");
     }
 }
+
+/// The Edit nodes' prompts tokenise to the ids ComfyUI's nodes encode (its Qwen-Image tokenizer run through
+/// `comfy_extras.nodes_qwen`): both templates, the picture slots numbered by input, the pre-templated prompt.
+#[test]
+fn edit_prompts_tokenise_as_comfyui_nodes_do() {
+    let tokenizer = qwen3::Tokenizer::bundled().unwrap();
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("qwen25vl_vision/edit_prompts.json")).unwrap(),
+    )
+    .unwrap();
+    for (name, case) in cases.as_object().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let images: Vec<&str> =
+            case["images"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let ids = match case["node"].as_str().unwrap() {
+            "TextEncodeQwenImageEdit" => {
+                tokenizer.qwen_image_edit_prompt(prompt, !images.is_empty())
+            }
+            _ => {
+                let pictures: Vec<usize> =
+                    images.iter().map(|i| i.trim_start_matches("image").parse().unwrap()).collect();
+                tokenizer.qwen_image_edit_plus_prompt(prompt, &pictures)
+            }
+        }
+        .unwrap();
+        let want: Vec<u32> =
+            case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        assert_eq!(ids, want, "{name}");
+    }
+}
