@@ -115,3 +115,61 @@ fn issue_23_qwen_image_edit_refuses_an_encoder_without_vision() {
     assert_eq!(failure.class_type, "TextEncodeQwenImageEdit");
     assert!(failure.message.contains("Qwen2.5-VL"), "{}", failure.message);
 }
+
+/// `VAEEncodeTiled` and `VAEDecodeTiled` on both VAE families (Qwen-Image's Wan 2.1, Z-Image's Flux): with a
+/// tile larger than the image they give the plain nodes' result; with small overlapping tiles an image of the
+/// same size. (The tiling itself is checked against ComfyUI's in the engine's unit tests.)
+#[test]
+fn issue_23_tiled_vae_nodes_match_the_plain_ones_on_one_tile() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let models = h.roots.input.join("models");
+    let set = ZImageTurboSet::tiny();
+    for (family, path) in [
+        (SynthFamily::Vae(VaeFamily::Wan21), "vae/qwen_image_vae.safetensors"),
+        (SynthFamily::Vae(VaeFamily::Flux), "vae/ae.safetensors"),
+    ] {
+        synth::write_family(&models.join(path), family, &set, SynthDtype::F32, 9, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+    let gradient = image::RgbImage::from_fn(80, 56, |x, y| {
+        image::Rgb([(x * 3) as u8, (y * 4) as u8, ((x * y) % 251) as u8])
+    });
+    gradient.save(h.roots.input.join("gradient.png")).expect("a PNG");
+    for vae in ["qwen_image_vae.safetensors", "ae.safetensors"] {
+        let ran = h.run(json!({
+            "1": {"class_type": "VAELoader", "inputs": {"vae_name": vae}},
+            "2": {"class_type": "LoadImage", "inputs": {"image": "gradient.png"}},
+            "3": {"class_type": "VAEEncode", "inputs": {"pixels": ["2", 0], "vae": ["1", 0]}},
+            "4": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["1", 0]}},
+            "5": {"class_type": "VAEEncodeTiled", "inputs": {"pixels": ["2", 0], "vae": ["1", 0], "tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}},
+            "6": {"class_type": "VAEDecodeTiled", "inputs": {"samples": ["5", 0], "vae": ["1", 0], "tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}},
+            "7": {"class_type": "VAEEncodeTiled", "inputs": {"pixels": ["2", 0], "vae": ["1", 0], "tile_size": 128, "overlap": 32, "temporal_size": 64, "temporal_overlap": 8}},
+            "8": {"class_type": "VAEDecodeTiled", "inputs": {"samples": ["7", 0], "vae": ["1", 0], "tile_size": 64, "overlap": 32, "temporal_size": 64, "temporal_overlap": 8}},
+            "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "plain", "images": ["4", 0]}},
+            "10": {"class_type": "SaveImage", "inputs": {"filename_prefix": "one_tile", "images": ["6", 0]}},
+            "11": {"class_type": "SaveImage", "inputs": {"filename_prefix": "tiled", "images": ["8", 0]}},
+        }));
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{vae}: {:?}", ran.summary.outcome);
+        let saved = |id: &str| {
+            let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from(id)];
+            image::open(h.roots.output.join(&ui.images[0].filename)).expect("a PNG").to_rgb8()
+        };
+        let (plain, one_tile, tiled) = (saved("9"), saved("10"), saved("11"));
+        assert_eq!(plain.dimensions(), (80, 56), "{vae}");
+        assert_eq!(tiled.dimensions(), plain.dimensions(), "{vae}");
+        // Three single-tile passes averaged (Flux) may differ from one pass in the last bit.
+        let worst = plain.iter().zip(one_tile.iter()).map(|(a, b)| a.abs_diff(*b)).max();
+        assert!(worst <= Some(1), "{vae}: one tile differs from the plain pass by {worst:?}");
+    }
+    // Tiles no larger than their overlap (Flux's encode halves a 64-pixel tile to 32) are refused by name.
+    let ran = h.run(json!({
+        "1": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "gradient.png"}},
+        "3": {"class_type": "VAEEncodeTiled", "inputs": {"pixels": ["2", 0], "vae": ["1", 0], "tile_size": 64, "overlap": 32, "temporal_size": 64, "temporal_overlap": 8}},
+        "4": {"class_type": "PreviewAny", "inputs": {"source": ["3", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("expected a failure, got {:?}", ran.summary.outcome);
+    };
+    assert!(failure.message.contains("raise tile_size"), "{}", failure.message);
+}

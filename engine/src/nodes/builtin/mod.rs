@@ -24,6 +24,7 @@ mod scale;
 mod stitch;
 mod text;
 mod textgen;
+mod tiled;
 mod vae;
 mod websocket;
 
@@ -62,6 +63,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(loaders::UnetLoader(models.clone()));
     registry.register(loaders::LoraLoader(models.clone()));
     registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Dual));
+    registry.register(vae::VaeTiled::decode(compute.clone()));
+    registry.register(vae::VaeTiled::encode(compute.clone()));
     registry.register(conditioning::ConditioningZeroOut::new());
     registry.register(loaders::LoraLoaderModelOnly(models.clone()));
     registry.register(inpaint::InpaintModelConditioning::new(compute.clone()));

@@ -1,5 +1,6 @@
-//! VAE nodes: `VAEDecode` (latent → IMAGE) and `VAEEncode` (IMAGE → latent). One image of the batch at a
-//! time, so a batch costs no more device memory than one image.
+//! VAE nodes: `VAEDecode` (latent → IMAGE) and `VAEEncode` (IMAGE → latent), and their tiled forms
+//! `VAEDecodeTiled` and `VAEEncodeTiled` ([`super::tiled`]). One image of the batch at a time, so a batch
+//! costs no more device memory than one image (a tiled pass: than one tile).
 
 use std::sync::Arc;
 
@@ -7,11 +8,14 @@ use kiln_compute::{Backend, DType};
 
 use super::latent::transpose;
 use super::model_specs;
+use super::tiled::{Scale, tiled_pass};
 use crate::compute::Compute;
 use crate::models::Vae;
 use crate::models::device::{OnDevice, on_device};
 use crate::nodes::error::node_error;
-use crate::nodes::{Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
@@ -62,37 +66,68 @@ impl Node for VaeDecode {
         self.spec.clone()
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let samples = &inputs.latent("samples")?.samples;
-        let &[batch, channels, h, w] = samples.shape() else {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("expected a LATENT [B, C, H, W], got {:?}", samples.shape()),
-            ));
-        };
-        let per = channels * h * w;
-        let mut images = Vec::with_capacity(batch);
-        for i in 0..batch {
-            ctx.check_interrupt()?;
-            let pass = Pass {
-                vae,
-                direction: Direction::Decode,
-                shape: [1, channels, h, w],
-                values: &samples.data()[i * per..(i + 1) * per],
-            };
-            let (shape, rgb) = on_device(self.compute.device(), pass).map_err(node_error)?;
-            // [1, 3, H, W] in [-1, 1] → [1, H, W, 3] in [0, 1].
-            let rgb = Tensor::new(shape, rgb).map_err(|e| NodeError::new(e.to_string()))?;
-            images.push(transpose(&rgb.map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0)), true)?);
-        }
-        let image = if images.is_empty() {
-            Tensor::new(vec![0, 0, 0, 3], Vec::new())
-        } else {
-            Tensor::concat_batch(&images.iter().collect::<Vec<_>>())
-        }
-        .map_err(|e| NodeError::new(e.to_string()))?;
+        let image = decode(&self.compute, inputs, ctx, None)?;
         Ok(NodeResult::values([Value::Image(image)]))
     }
+}
+
+/// One `[1, C, H, W]` sample through the VAE (a latent decoded to pixels in [-1, 1], or the reverse).
+fn pass(
+    compute: &Compute,
+    vae: &Vae,
+    direction: Direction,
+    x: &Tensor,
+) -> Result<Tensor, NodeError> {
+    let &[1, c, h, w] = x.shape() else {
+        return Err(NodeError::new(format!("a VAE pass takes [1, C, H, W], got {:?}", x.shape())));
+    };
+    let pass = Pass { vae, direction, shape: [1, c, h, w], values: x.data() };
+    let (shape, values) = on_device(compute.device(), pass).map_err(node_error)?;
+    Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// The `samples` input decoded with the `vae` input to images in `[0, 1]`, channels last; with `tiling`
+/// (tile, overlap in latent positions), tile by tile as ComfyUI's `VAE.decode_tiled`.
+fn decode(
+    compute: &Compute,
+    inputs: &Inputs,
+    ctx: &Context,
+    tiling: Option<(usize, usize)>,
+) -> Result<Tensor, NodeError> {
+    let vae = inputs.vae("vae")?;
+    let samples = &inputs.latent("samples")?.samples;
+    let &[batch, channels, h, w] = samples.shape() else {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("expected a LATENT [B, C, H, W], got {:?}", samples.shape()),
+        ));
+    };
+    let per = channels * h * w;
+    let mut images = Vec::with_capacity(batch);
+    for i in 0..batch {
+        ctx.check_interrupt()?;
+        let latent =
+            Tensor::new(vec![1, channels, h, w], samples.data()[i * per..(i + 1) * per].to_vec())
+                .map_err(|e| NodeError::new(e.to_string()))?;
+        let mut run = |t: &Tensor| {
+            ctx.check_interrupt()?;
+            pass(compute, vae, Direction::Decode, t)
+        };
+        let rgb = match tiling {
+            None => run(&latent)?,
+            Some((tile, overlap)) => {
+                tiled_pass(vae.net.family(), &latent, tile, overlap, Scale::Up, 3, &mut run)?
+            }
+        };
+        // [1, 3, H, W] in [-1, 1] → [1, H, W, 3] in [0, 1].
+        images.push(transpose(&rgb.map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0)), true)?);
+    }
+    if images.is_empty() {
+        Tensor::new(vec![0, 0, 0, 3], Vec::new())
+    } else {
+        Tensor::concat_batch(&images.iter().collect::<Vec<_>>())
+    }
+    .map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// `VAEEncode`: images to latents (VAE space). Sizes that are not multiples of 8 are cropped to them,
@@ -118,6 +153,85 @@ impl Node for VaeEncode {
     }
 }
 
+/// `VAEDecodeTiled` and `VAEEncodeTiled` (ComfyUI's `nodes.py`): the plain passes tile by tile. Only image
+/// latents exist in Kiln yet, so the temporal inputs are accepted and have nothing to tile.
+pub(super) struct VaeTiled {
+    spec: Arc<NodeSpec>,
+    direction: Direction,
+    compute: Arc<Compute>,
+}
+
+impl VaeTiled {
+    /// `VAEDecodeTiled` ("VAE Decode (Tiled)").
+    pub(super) fn decode(compute: Arc<Compute>) -> VaeTiled {
+        let spec =
+            tiled_spec("VAEDecodeTiled", "VAE Decode (Tiled)", ("samples", "LATENT"), 32, "decode")
+                .output(OutputDef::new("IMAGE"));
+        VaeTiled { spec: Arc::new(spec), direction: Direction::Decode, compute }
+    }
+
+    /// `VAEEncodeTiled` ("VAE Encode (Tiled)").
+    pub(super) fn encode(compute: Arc<Compute>) -> VaeTiled {
+        let spec =
+            tiled_spec("VAEEncodeTiled", "VAE Encode (Tiled)", ("pixels", "IMAGE"), 64, "encode")
+                .output(OutputDef::new("LATENT"));
+        VaeTiled { spec: Arc::new(spec), direction: Direction::Encode, compute }
+    }
+}
+
+/// A tiled VAE node's inputs: the data, the VAE, the tile size (in pixels, a multiple of `tile_step`), the
+/// overlap and the two temporal settings.
+fn tiled_spec(
+    name: &str,
+    display: &str,
+    (data, ty): (&str, &str),
+    tile_step: i64,
+    verb: &str,
+) -> NodeSpec {
+    // Options in ComfyUI's order: default, min, max, step, tooltip, advanced.
+    let int = |name: &str, default: i64, min: i64, step: i64, tooltip: Option<&str>| {
+        let input = InputDef::int(name, default, min, 4096).option("step", step);
+        let input = match tooltip {
+            Some(text) => input.tooltip(text),
+            None => input,
+        };
+        input.option("advanced", true)
+    };
+    let frames = format!("Only used for video VAEs: Amount of frames to {verb} at a time.");
+    let overlap = "Only used for video VAEs: Amount of frames to overlap.";
+    NodeSpec::new(name, display, "model/latent")
+        .input(InputDef::typed(data, ty))
+        .input(InputDef::typed("vae", "VAE"))
+        .input(int("tile_size", 512, 64, tile_step, None))
+        .input(int("overlap", 64, 0, 32, None))
+        .input(int("temporal_size", 64, 8, 4, Some(&frames)))
+        .input(int("temporal_overlap", 8, 4, 4, Some(overlap)))
+        .aliases(&[])
+}
+
+impl Node for VaeTiled {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let tile = usize::try_from(inputs.int("tile_size")?).unwrap_or(0);
+        let overlap = usize::try_from(inputs.int("overlap")?).unwrap_or(0);
+        Ok(NodeResult::values([match self.direction {
+            Direction::Decode => {
+                // As ComfyUI: the overlap at most a quarter of the tile, both in latent positions.
+                let overlap = if tile < overlap * 4 { tile / 4 } else { overlap };
+                let tiling = Some((tile / 8, overlap / 8));
+                Value::Image(decode(&self.compute, inputs, ctx, tiling)?)
+            }
+            Direction::Encode => {
+                let (vae, pixels) = (inputs.vae("vae")?, inputs.image("pixels")?);
+                let latent = encode_tiled(&self.compute, vae, pixels, ctx, Some((tile, overlap)))?;
+                Value::Latent(Latent::new(latent))
+            }
+        }]))
+    }
+}
+
 /// Images `[B, H, W, C]` in `[0, 1]` to latents (VAE space), one image at a time, as ComfyUI's `VAE.encode`:
 /// sizes that are not multiples of 8 are cropped to them, centred; channels past RGB are dropped.
 pub(super) fn encode(
@@ -125,6 +239,17 @@ pub(super) fn encode(
     vae: &Vae,
     pixels: &Tensor,
     ctx: &Context,
+) -> Result<Tensor, NodeError> {
+    encode_tiled(compute, vae, pixels, ctx, None)
+}
+
+/// [`encode`], with `tiling` (tile, overlap in pixels) tile by tile as ComfyUI's `VAE.encode_tiled`.
+fn encode_tiled(
+    compute: &Compute,
+    vae: &Vae,
+    pixels: &Tensor,
+    ctx: &Context,
+    tiling: Option<(usize, usize)>,
 ) -> Result<Tensor, NodeError> {
     let &[batch, h, w, c] = pixels.shape() else {
         return Err(NodeError::of_kind(
@@ -154,10 +279,29 @@ pub(super) fn encode(
                 }
             }
         }
-        let pass = Pass { vae, direction: Direction::Encode, shape: [1, 3, eh, ew], values: &chw };
-        let (shape, latent) = on_device(compute.device(), pass).map_err(node_error)?;
-        latent_shape = shape;
-        latents.extend(latent);
+        let image =
+            Tensor::new(vec![1, 3, eh, ew], chw).map_err(|e| NodeError::new(e.to_string()))?;
+        let mut run = |t: &Tensor| {
+            ctx.check_interrupt()?;
+            pass(compute, vae, Direction::Encode, t)
+        };
+        let latent = match tiling {
+            None => run(&image)?,
+            Some((tile, overlap)) => {
+                let channels = vae.net.family().latent().channels;
+                tiled_pass(
+                    vae.net.family(),
+                    &image,
+                    tile,
+                    overlap,
+                    Scale::Down,
+                    channels,
+                    &mut run,
+                )?
+            }
+        };
+        latent_shape = latent.shape().to_vec();
+        latents.extend_from_slice(latent.data());
     }
     latent_shape[0] = batch;
     Tensor::new(latent_shape, latents).map_err(|e| NodeError::new(e.to_string()))
