@@ -411,7 +411,8 @@ fn latent_dim(choice: &str, ndim: usize) -> Result<usize, NodeError> {
     })
 }
 
-/// `LatentCut` and `LatentConcat` (`comfy_extras.nodes_latent`): a latent cut along x, y or t, and two joined.
+/// `LatentCut`, `LatentConcat` and `LatentCutToBatch` (`comfy_extras.nodes_latent`): a latent cut along x, y or
+/// t, two joined, and one cut into batch entries.
 /// The noise mask and batch indices ride along from the (first) latent, as ComfyUI copies its dict.
 pub(super) fn advanced_nodes() -> Vec<Pure> {
     let spec = |name: &str| {
@@ -463,7 +464,47 @@ pub(super) fn advanced_nodes() -> Vec<Pure> {
                 Ok(vec![Value::Latent(latent.with_samples(cut))])
             },
         ),
+        Pure::new(
+            spec("LatentCutToBatch")
+                .input(InputDef::typed("samples", "LATENT"))
+                .input(InputDef::v3_combo("dim", &["t", "x", "y"]))
+                .input(InputDef::int("slice_size", 1, 1, 16384).option("step", 1))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["slice to batch", "split latent", "tile latent"]),
+            latent_cut_to_batch,
+        ),
     ]
+}
+
+/// `LatentCutToBatch`: a latent cut along x, y or t into slices of `slice_size` that become batch entries
+/// (each sample's slices in order, sample by sample), as ComfyUI moves the dimension next to the batch and
+/// reshapes: a dimension shorter than the slice is one slice; a remainder is dropped; a dimension the latent
+/// does not have (t of an image latent) leaves it unchanged.
+fn latent_cut_to_batch(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let latent = inputs.latent("samples")?;
+    let s = &latent.samples;
+    let shape = s.shape();
+    let from_end = match inputs.string("dim")? {
+        d if d.contains('x') => 1,
+        d if d.contains('y') => 2,
+        _ => 3,
+    };
+    let Some(dim) = shape.len().checked_sub(from_end).filter(|&d| d >= 2) else {
+        return Ok(vec![Value::Latent(latent.clone())]);
+    };
+    let slice = usize::try_from(inputs.int("slice_size")?).unwrap_or(1).clamp(1, shape[dim].max(1));
+    let mut parts = Vec::new();
+    for b in 0..shape[0] {
+        let sample = narrow(s, 0, b, 1)?;
+        for k in 0..shape[dim] / slice {
+            parts.extend_from_slice(narrow(&sample, dim, k * slice, slice)?.data());
+        }
+    }
+    let mut out_shape = shape.to_vec();
+    out_shape[0] = shape[0] * (shape[dim] / slice);
+    out_shape[dim] = slice;
+    let cut = Tensor::new(out_shape, parts).map_err(|e| NodeError::new(e.to_string()))?;
+    Ok(vec![Value::Latent(latent.with_samples(cut))])
 }
 
 /// `[B, C, H, W]` of a latent, or an error naming the node.
@@ -604,4 +645,48 @@ pub(super) fn compositing_nodes() -> Vec<Pure> {
             latent_blend,
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::latent_cut_to_batch;
+    use crate::nodes::Inputs;
+    use crate::tensor::Tensor;
+    use crate::value::{Latent, Value};
+
+    /// `LatentCutToBatch` of a `shape` latent holding 0, 1, 2, … along `dim` in slices of `slice`.
+    fn cut(shape: Vec<usize>, dim: &str, slice: i64) -> Tensor {
+        let n = shape.iter().product::<usize>();
+        let samples = Tensor::new(shape, (0..n).map(|i| i as f32).collect()).expect("a tensor");
+        let values = BTreeMap::from([
+            ("samples".to_owned(), vec![Value::Latent(Latent::new(samples))]),
+            ("dim".to_owned(), vec![Value::String(dim.into())]),
+            ("slice_size".to_owned(), vec![Value::Int(slice)]),
+        ]);
+        match latent_cut_to_batch(&Inputs::from_lists(values)).expect("cuts").remove(0) {
+            Value::Latent(latent) => latent.samples.clone(),
+            other => panic!("not a latent: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cut_to_batch_orders_slices_sample_by_sample_and_drops_the_remainder() {
+        // [2, 1, 1, 5] along x in slices of 2: samples 0 and 1, two slices each, the fifth column dropped.
+        let out = cut(vec![2, 1, 1, 5], "x", 2);
+        assert_eq!(out.shape(), &[4, 1, 1, 2]);
+        assert_eq!(out.data(), &[0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 7.0, 8.0]);
+        // Along y of [1, 2, 3, 2] in rows: each slice keeps both channels.
+        let out = cut(vec![1, 2, 3, 2], "y", 1);
+        assert_eq!(out.shape(), &[3, 2, 1, 2]);
+        assert_eq!(&out.data()[..4], &[0.0, 1.0, 6.0, 7.0]);
+        // A slice longer than the dimension is the whole dimension; t of an image latent changes nothing.
+        assert_eq!(cut(vec![1, 1, 2, 3], "x", 9).shape(), &[1, 1, 2, 3]);
+        assert_eq!(cut(vec![2, 1, 2, 3], "t", 1).shape(), &[2, 1, 2, 3]);
+        // Frames of a video latent [1, 1, 3, 1, 1] to three single-frame entries.
+        let out = cut(vec![1, 1, 3, 1, 1], "t", 1);
+        assert_eq!(out.shape(), &[3, 1, 1, 1, 1]);
+        assert_eq!(out.data(), &[0.0, 1.0, 2.0]);
+    }
 }
