@@ -25,6 +25,9 @@ Writes:
   cross-checked with diffusers' `zero_cond_t` on the even case with two even crops of `ref.1` (within 1e-5;
   diffusers starts the text after every image's grid, ComfyUI after the latents', so the references' grids
   stay no larger than the latents').
+- Qwen-Image-Layered: `layered.addition_t_embedding` [2, 64] (bf16 values; the layered file's extra weight),
+  `x.layered` [1, 16, 3, 6, 4] (three frames), `context.layered`, `sigma.layered`, and ComfyUI's outputs
+  `out.layered` [1, 16, 3, 6, 4] and, with `ref.2` as a reference, `out.layered.ref`.
 """
 
 import os
@@ -126,6 +129,25 @@ def main():
         diff = float((v - want).abs().max())
         print(f"diffusers' zero_cond_t on the even case with references: max |difference| {diff:.2e}")
         assert diff < 1e-5
+
+        # Qwen-Image-Layered: its file adds `addition_t_embedding` (row 0 joins the timestep embedding) and
+        # its latents have frames (the layers), numbered 0, 1, 2 on RoPE's frame axis.
+        layered = QwenImageTransformer2DModel(**CONFIG, use_additional_t_cond=True,
+                                              operations=comfy.ops.disable_weight_init).eval()
+        g2 = torch.Generator().manual_seed(11)
+        addition = torch.randn(2, 64, generator=g2).to(torch.bfloat16).float()
+        state = {k: v.float() for k, v in stored.items()}
+        state["time_text_embed.addition_t_embedding.weight"] = addition
+        layered.load_state_dict(state, strict=True)
+        x = torch.randn(1, 16, 3, 6, 4, generator=g2)
+        context = torch.randn(1, 5, 48, generator=g2)
+        sigma = torch.tensor([0.6])
+        io.update({"layered.addition_t_embedding": addition, "x.layered": x, "context.layered": context,
+                   "sigma.layered": sigma})
+        io["out.layered"] = layered(x, sigma, context)
+        io["out.layered.ref"] = layered(x, sigma, context, ref_latents=[io["ref.2"].unsqueeze(2)])
+        for k in ["out.layered", "out.layered.ref"]:
+            print(k, tuple(io[k].shape), float(io[k].abs().max()))
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
 
 

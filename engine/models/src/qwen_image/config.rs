@@ -4,8 +4,7 @@
 //! ComfyUI recognises Qwen-Image by `txt_norm.weight` and hard-codes the rest (24 heads of 128, RoPE axes
 //! (16, 56, 56)); Kiln reads the shapes and scales the axes to the head width, so a shrunken model with the
 //! same structure (the test fixtures) loads too. An Edit 2511 file (marked by `__index_timestep_zero__`) takes
-//! [`INDEX_TIMESTEP_ZERO`] as its default reference method; Layered files (`addition_t_embedding`) are refused
-//! by name until their timestep conditioning exists.
+//! [`INDEX_TIMESTEP_ZERO`] as its default reference method; a Layered file has [`ADDITION_T_EMBEDDING`].
 
 use std::collections::BTreeSet;
 
@@ -48,7 +47,13 @@ pub struct Config {
     /// RoPE dims per axis (frame, row, column) summing to the head width: (16, 56, 56) at 128, the same
     /// proportions (hd/8, 7hd/16, 7hd/16) at other widths.
     pub axes_dims: [usize; 3],
+    /// Whether the file has [`ADDITION_T_EMBEDDING`] (Qwen-Image-Layered): its row 0 joins the timestep
+    /// embedding, as ComfyUI adds it when no other row is asked for.
+    pub additional_t_cond: bool,
 }
+
+/// Qwen-Image-Layered's extra timestep embedding table `[2, D]`.
+pub const ADDITION_T_EMBEDDING: &str = "time_text_embed.addition_t_embedding.weight";
 
 /// The names of block `i`'s weights, in the order [`super::QwenImage`] reads them.
 pub(crate) fn block_names(i: usize) -> Vec<String> {
@@ -107,6 +112,9 @@ fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
         ("proj_out.weight", vec![patch_features, d]),
         ("proj_out.bias", vec![patch_features]),
     ]
+    .into_iter()
+    .chain(cfg.additional_t_cond.then(|| (ADDITION_T_EMBEDDING, vec![2, d])))
+    .collect()
 }
 
 /// The shapes of a block's weights, in [`block_names`] order.
@@ -157,13 +165,6 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
             h.key(name)
         )));
     }
-    let layered = "time_text_embed.addition_t_embedding.weight";
-    if h.has(layered) {
-        return Err(h.unsupported(format!(
-            "Qwen-Image-Layered is not supported yet (`{}`)",
-            h.key(layered)
-        )));
-    }
     let &[dim, _] = shape(h, "img_in.weight")? else {
         return Err(h.unsupported("`img_in.weight` is not a matrix"));
     };
@@ -197,6 +198,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
         mlp_hidden,
         text_dim,
         axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
+        additional_t_cond: h.has(ADDITION_T_EMBEDDING),
     };
     for (name, want) in expected(&cfg) {
         let found = shape(h, &name)?;

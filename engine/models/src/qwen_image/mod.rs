@@ -14,7 +14,7 @@ mod model;
 
 pub(crate) use config::expected;
 pub use config::{
-    Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO, LATENT_CHANNELS, PATCH, ROPE_THETA,
-    T_FREQ_DIM, detect, load_plan,
+    ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
+    LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan,
 };
 pub use model::QwenImage;

@@ -8,8 +8,8 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 use crate::error::{Error, Result};
 
 use super::config::{
-    Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO, LATENT_CHANNELS, PATCH, ROPE_THETA,
-    T_FREQ_DIM, block_names,
+    ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
+    LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names,
 };
 
 /// A Qwen-Image MMDiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
@@ -89,6 +89,8 @@ impl QwenImage {
     /// ComfyUI's model output for latents `x` `[B, 16, h, w]` (model space, any float dtype), `sigmas` (one per
     /// sample; the model's timestep is σ) and text features `context` `[B, N, text_dim]`: v = ε − x₀, f32
     /// `[B, 16, h, w]`. Computes in `b.compute_dtype()`; odd `h`/`w` are padded circularly and cropped back.
+    /// Latents with frames, `[B, 16, T, h, w]` (Qwen-Image-Layered's layers), take frames 0..T on RoPE's
+    /// frame axis and come out in that shape.
     pub fn forward<B: Backend>(
         &self,
         b: &B,
@@ -115,10 +117,23 @@ impl QwenImage {
         method: Option<&str>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        let (batch, h, w) = self.check_inputs(x, sigmas, context)?;
+        let (batch, frames, h, w) = self.check_inputs(x, sigmas, context)?;
         let dt = b.compute_dtype();
         let context = b.cast(context, dt)?;
-        let (x, rows, cols) = padded(b, &b.cast(x, dt)?)?;
+        let x_rank = x.shape().len();
+        let x = b.cast(x, dt)?;
+        // Each frame [B, 16, h, w], padded to even sides.
+        let mut frame_tokens = Vec::with_capacity(frames);
+        let (mut rows, mut cols) = (0, 0);
+        for t in 0..frames {
+            let frame = match x.shape().len() {
+                5 => b.slice(&x, 2, t, 1)?.reshape(&[batch, LATENT_CHANNELS, h, w])?,
+                _ => x.clone(),
+            };
+            let (frame, r, c) = padded(b, &frame)?;
+            (rows, cols) = (r, c);
+            frame_tokens.push(patchify(b, &frame)?);
+        }
         let (hp, wp) = (rows * PATCH, cols * PATCH);
 
         let method = method.unwrap_or(self.default_method);
@@ -130,7 +145,7 @@ impl QwenImage {
         let placed = self.place_references(b, references, method, batch)?;
         let mut img = {
             let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
-            let mut tokens = vec![patchify(b, &x)?];
+            let mut tokens = frame_tokens;
             for (reference, _) in &placed {
                 tokens.push(patchify(b, reference)?);
             }
@@ -138,7 +153,7 @@ impl QwenImage {
             b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
         };
         drop(x);
-        let image_len = rows * cols;
+        let image_len = frames * rows * cols;
         let mut txt = {
             let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
             let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
@@ -146,7 +161,7 @@ impl QwenImage {
         };
         let text_len = txt.dim(1)?;
         let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
-        let rope = self.rope(b, text_len, rows, cols, &extra)?;
+        let rope = self.rope(b, text_len, frames, rows, cols, &extra)?;
         let timestep = if timestep_zero {
             let zero = b.slice(&temb, 0, batch, batch)?;
             Timestep { silu: b.slice(&temb, 0, 0, batch)?, zero: Some((image_len, zero)) }
@@ -168,30 +183,48 @@ impl QwenImage {
         let img = if placed.is_empty() { img } else { b.slice(&img, 1, 0, image_len)? };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
         let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
-        let mut out = unpatchify(b, &y, batch, rows, cols)?;
-        if hp > h {
-            out = b.slice(&out, 2, 0, h)?;
+        let mut outs = Vec::with_capacity(frames);
+        for t in 0..frames {
+            let tokens = b.slice(&y, 1, t * rows * cols, rows * cols)?;
+            let mut out = unpatchify(b, &tokens, batch, rows, cols)?;
+            if hp > h {
+                out = b.slice(&out, 2, 0, h)?;
+            }
+            if wp > w {
+                out = b.slice(&out, 3, 0, w)?;
+            }
+            outs.push(out);
         }
-        if wp > w {
-            out = b.slice(&out, 3, 0, w)?;
-        }
+        let out = match x_rank {
+            5 => {
+                let framed: Vec<Tensor<B>> = outs
+                    .iter()
+                    .map(|o| o.reshape(&[batch, LATENT_CHANNELS, 1, h, w]))
+                    .collect::<std::result::Result<_, _>>()?;
+                b.concat(&framed.iter().collect::<Vec<_>>(), 2)?
+            }
+            _ => outs.remove(0),
+        };
         Ok(b.cast(&out, DType::F32)?)
     }
 
-    /// Checks the input shapes: returns (batch, h, w).
+    /// Checks the input shapes: returns (batch, frames, h, w).
     fn check_inputs<B: Backend>(
         &self,
         x: &Tensor<B>,
         sigmas: &[f32],
         context: &Tensor<B>,
-    ) -> Result<(usize, usize, usize)> {
-        let &[batch, channels, h, w] = x.shape() else {
-            return Err(Error::Invalid(format!(
-                "Qwen-Image latents must be [B, 16, h, w], got {:?}",
-                x.shape()
-            )));
+    ) -> Result<(usize, usize, usize, usize)> {
+        let (batch, channels, frames, h, w) = match *x.shape() {
+            [batch, channels, h, w] => (batch, channels, 1, h, w),
+            [batch, channels, frames, h, w] => (batch, channels, frames, h, w),
+            ref other => {
+                return Err(Error::Invalid(format!(
+                    "Qwen-Image latents must be [B, 16, h, w] or [B, 16, frames, h, w], got {other:?}"
+                )));
+            }
         };
-        if channels != LATENT_CHANNELS || batch == 0 || h == 0 || w == 0 {
+        if channels != LATENT_CHANNELS || batch == 0 || frames == 0 || h == 0 || w == 0 {
             return Err(Error::Invalid(format!(
                 "Qwen-Image takes non-empty latents of {LATENT_CHANNELS} channels, got {:?}",
                 x.shape()
@@ -202,7 +235,7 @@ impl QwenImage {
         }
         match context.shape() {
             &[cb, n, width] if cb == batch && n > 0 && width == self.config.text_dim => {
-                Ok((batch, h, w))
+                Ok((batch, frames, h, w))
             }
             other => Err(Error::Invalid(format!(
                 "Qwen-Image conditioning must be [{batch}, N > 0, {}], got {other:?}",
@@ -236,7 +269,15 @@ impl QwenImage {
         let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
         let hidden = b.linear(&emb, &layer.weight(0), Some(&layer.weight(1)))?;
         let hidden = b.unary(&hidden, UnaryOp::Silu)?;
-        Ok(b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?)
+        let temb = b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?;
+        drop(layer);
+        if !self.config.additional_t_cond {
+            return Ok(temb);
+        }
+        // Layered: ComfyUI adds the table's row 0 (no other row is ever asked for).
+        let layer = self.fetch(b, &[ADDITION_T_EMBEDDING])?;
+        let rows = b.embedding(&vec![0; sigmas.len()], &layer.weight(0))?;
+        Ok(b.binary(&temb, &b.cast(&rows, temb.dtype())?, BinaryOp::Add)?)
     }
 
     /// The references padded to even sizes and repeated to the batch, each with its token grid's positions,
@@ -299,12 +340,13 @@ impl QwenImage {
     }
 
     /// The joint sequence's RoPE table: text token j at (s₀ + j) on every axis with s₀ = max(⌊rows/2⌋,
-    /// ⌊cols/2⌋) of the latents alone, then the latents' tokens at frame 0, then each reference's
-    /// (ComfyUI's centring: −⌊n/2⌋ on each side).
+    /// ⌊cols/2⌋) of the latents alone, then the latents' tokens (frame t of `frames` at t), then each
+    /// reference's (ComfyUI's centring: −⌊n/2⌋ on each side).
     fn rope<B: Backend>(
         &self,
         b: &B,
         text_len: usize,
+        frames: usize,
         rows: usize,
         cols: usize,
         references: &[Positions],
@@ -312,8 +354,14 @@ impl QwenImage {
         let cfg = &self.config;
         let s0 = (rows / 2).max(cols / 2) as i64;
         let mut positions: Vec<[i64; 3]> = (0..text_len as i64).map(|j| [s0 + j; 3]).collect();
-        let latents = Positions { frame: 0, rows, cols, row_offset: 0, col_offset: 0 };
-        for grid in std::iter::once(&latents).chain(references) {
+        let latents = (0..frames as i64).map(|frame| Positions {
+            frame,
+            rows,
+            cols,
+            row_offset: 0,
+            col_offset: 0,
+        });
+        for grid in latents.chain(references.iter().copied()) {
             grid.extend(&mut positions);
         }
         let (cos, sin) = crate::rope::tables(&positions, cfg.axes_dims, ROPE_THETA);

@@ -280,6 +280,7 @@ impl ZImageTurboSet {
                 mlp_hidden: 12288,
                 text_dim: 3584,
                 axes_dims: [16, 56, 56],
+                additional_t_cond: false,
             },
             qwen25vl: qwen25vl_config(152_064, 3584, 28, 28, 4, 18944),
             qwen25vl_vision: VisionConfig {
@@ -308,6 +309,7 @@ impl ZImageTurboSet {
                 mlp_hidden: 256,
                 text_dim: 32,
                 axes_dims: [4, 14, 14],
+                additional_t_cond: false,
             },
             // The real vocabulary, so the real tokenizer's ids are valid; one head of the released width.
             qwen25vl: qwen25vl_config(152_064, 32, 2, 1, 1, 64),

@@ -27,6 +27,7 @@ fn tiny() -> Config {
         mlp_hidden: 256,
         text_dim: 48,
         axes_dims: [4, 14, 14],
+        additional_t_cond: false,
     }
 }
 
@@ -73,27 +74,31 @@ fn outputs_match_comfyui() {
 
 /// A copy of the reference weights under ComfyUI's checkpoint prefix with Edit 2511's empty marker tensor,
 /// removed on drop.
-struct Edit2511File(PathBuf);
+struct VariantFile(PathBuf);
 
-impl Edit2511File {
-    fn new() -> Edit2511File {
+impl VariantFile {
+    /// The fixture's weights and `extra` (name, shape, f32 values) under ComfyUI's checkpoint prefix, in a
+    /// temporary file named after `variant`.
+    fn new(variant: &str, extra: (&str, Vec<usize>, &[f32])) -> VariantFile {
         let path = std::env::temp_dir()
-            .join(format!("kiln-qwen-image-2511-{}.safetensors", std::process::id()));
+            .join(format!("kiln-qwen-image-{variant}-{}.safetensors", std::process::id()));
         let bytes = std::fs::read(fixture(WEIGHTS)).expect("the fixture");
         let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors fixture");
-        let marker = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![0], &[])
-            .expect("an empty tensor");
+        let (name, shape, values) = extra;
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &data)
+            .expect("a tensor");
         let views = file
             .tensors()
             .into_iter()
-            .chain([("__index_timestep_zero__".to_owned(), marker)])
+            .chain([(name.to_owned(), view)])
             .map(|(name, view)| (format!("model.diffusion_model.{name}"), view));
         safetensors::serialize_to_file(views, None, &path).expect("writes the file");
-        Edit2511File(path)
+        VariantFile(path)
     }
 }
 
-impl Drop for Edit2511File {
+impl Drop for VariantFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
@@ -102,7 +107,7 @@ impl Drop for Edit2511File {
 #[test]
 fn edit_2511_defaults_to_index_timestep_zero() {
     let (b, manager) = cpu(64 << 20);
-    let path = Edit2511File::new();
+    let path = VariantFile::new("2511", ("__index_timestep_zero__", vec![0], &[]));
     let file = SafetensorsFile::open(&path.0).unwrap();
     let prefix = diffusion_prefix(file.names());
     let header = Header::new(&file, &prefix);
@@ -129,5 +134,40 @@ fn edit_2511_defaults_to_index_timestep_zero() {
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
+    }
+}
+
+/// Qwen-Image-Layered against ComfyUI's `use_additional_t_cond` model: the file's `addition_t_embedding`
+/// (detected by name, row 0 added to the timestep embedding) and latents of three frames (layers) at RoPE
+/// frames 0, 1, 2, with and without a reference.
+#[test]
+fn layered_frames_match_comfyui() {
+    let (b, manager) = cpu(64 << 20);
+    let io = read_tensors("qwen_image/io.safetensors");
+    let (shape, table) = &io["layered.addition_t_embedding"];
+    let path =
+        VariantFile::new("layered", (qwen_image::ADDITION_T_EMBEDDING, shape.clone(), table));
+    let file = SafetensorsFile::open(&path.0).unwrap();
+    let prefix = diffusion_prefix(file.names());
+    let header = Header::new(&file, &prefix);
+    let detected = DiffusionDetected::detect(&header).unwrap().unwrap();
+    let layered = Config { additional_t_cond: true, ..tiny() };
+    assert_eq!(detected, DiffusionDetected::QwenImage(layered, "index"));
+    let weights = manager.load(&detected.load_plan(&header), &mut |_, _| {}).unwrap();
+    let net = detected.build(weights);
+    let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
+    let (x, context) = (tensor("x.layered"), tensor("context.layered"));
+    let refs = [tensor("ref.2")];
+    for (references, want) in [(&refs[..0], "out.layered"), (&refs[..], "out.layered.ref")] {
+        let input = DiffusionInput {
+            x: &x,
+            timesteps: &io["sigma.layered"].1,
+            context: &context,
+            references,
+            reference_method: None,
+        };
+        let out = net.forward(&*b, input).unwrap();
+        assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");
+        assert_close(want, &b.to_f32(&out).unwrap(), &io[want].1, 1e-4);
     }
 }
