@@ -57,7 +57,7 @@ pub(crate) struct SynthArgs {
     #[arg(long, value_enum, default_value_t = Files::Separate, conflicts_with = "family")]
     files: Files,
     /// Write one file of this family instead (z-image, qwen-image, qwen3, qwen25vl, wan21-vae, flux-vae,
-    /// z-image-lora, qwen-image-lora), under `--name`.
+    /// z-image-lora, qwen-image-lora, qwen-image-layered, qwen-image-layered-vae), under `--name`.
     #[arg(long, requires = "name")]
     family: Option<SynthFamily>,
     /// The file's path inside the models folder, e.g. `loras/pixel_art_style_z_image_turbo.safetensors`.

@@ -49,8 +49,10 @@ const kilnFiles = [
   { folder: 'vae', stem: /^ae\.safetensors$/, family: 'flux-vae', dtype: 'f32' },
   { folder: 'loras', stem: /z[_-]?image/i, family: 'z-image-lora' },
   // Qwen-Image's MMDiT (Edit 2511's synthetic file lacks its `__index_timestep_zero__` marker, so it runs with
-  // the `index` reference method; the model's own tests cover the marker), but not the Layered variant, which
-  // Kiln refuses by its keys (a synthetic file would lack them).
+  // the `index` reference method; the model's own tests cover the marker); Layered's has its own keys, and its
+  // VAE reads and writes RGBA.
+  { folder: 'diffusion_models', stem: /^qwen_image_layered/i, family: 'qwen-image-layered' },
+  { folder: 'vae', stem: /^qwen_image_layered_vae\.safetensors$/, family: 'qwen-image-layered-vae' },
   { folder: 'diffusion_models', stem: /^qwen_image(?!.*layered)[_.]/i, family: 'qwen-image' },
   // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },

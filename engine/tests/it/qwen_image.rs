@@ -4,7 +4,7 @@
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
 use kiln_models::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
-use kiln_models::synth::{self, SynthDtype, SynthFamily, ZImageTurboSet};
+use kiln_models::synth::{self, LayeredFile, SynthDtype, SynthFamily, ZImageTurboSet};
 use serde_json::json;
 
 use crate::harness::Harness;
@@ -172,4 +172,59 @@ fn issue_23_tiled_vae_nodes_match_the_plain_ones_on_one_tile() {
         panic!("expected a failure, got {:?}", ran.summary.outcome);
     };
     assert!(failure.message.contains("raise tile_size"), "{}", failure.message);
+}
+
+/// Qwen-Image-Layered's image-to-layers graph as its template wires it, on tiny files: an RGB picture
+/// encoded by the RGBA VAE (alpha padded opaque) as the reference, an empty latent of 2 layers + the
+/// composite as frames, sampled by the layered MMDiT, the composite cut off, the layers moved to the batch and
+/// decoded to RGBA images.
+#[test]
+fn issue_23_qwen_image_layered_decomposes_a_picture_into_rgba_layers() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let models = h.roots.input.join("models");
+    write_tiny_qwen_image(&models);
+    let set = ZImageTurboSet::tiny();
+    for (family, path) in [
+        (
+            SynthFamily::QwenImageLayered(LayeredFile::Dit),
+            "diffusion_models/qwen_image_layered_bf16.safetensors",
+        ),
+        (SynthFamily::QwenImageLayered(LayeredFile::Vae), "vae/qwen_image_layered_vae.safetensors"),
+    ] {
+        let dtype = match family {
+            SynthFamily::QwenImageLayered(LayeredFile::Vae) => SynthDtype::F32,
+            _ => SynthDtype::Bf16,
+        };
+        synth::write_family(&models.join(path), family, &set, dtype, 9, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+    let picture =
+        image::RgbImage::from_fn(40, 32, |x, y| image::Rgb([(x * 6) as u8, (y * 7) as u8, 90]));
+    picture.save(h.roots.input.join("picture.png")).expect("a PNG");
+    let ran = h.run(json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_layered_bf16.safetensors", "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_layered_vae.safetensors"}},
+        "74": {"class_type": "LoadImage", "inputs": {"image": "picture.png"}},
+        "71": {"class_type": "VAEEncode", "inputs": {"pixels": ["74", 0], "vae": ["39", 0]}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a picture", "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["38", 0]}},
+        "69": {"class_type": "ReferenceLatent", "inputs": {"conditioning": ["6", 0], "latent": ["71", 0]}},
+        "70": {"class_type": "ReferenceLatent", "inputs": {"conditioning": ["7", 0], "latent": ["71", 0]}},
+        "118": {"class_type": "EmptyQwenImageLayeredLatentImage", "inputs": {"width": 40, "height": 32, "layers": 2, "batch_size": 1}},
+        "66": {"class_type": "ModelSamplingAuraFlow", "inputs": {"shift": 1, "model": ["37", 0]}},
+        "3": {"class_type": "KSampler", "inputs": {"seed": 3, "steps": 2, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["66", 0], "positive": ["69", 0], "negative": ["70", 0], "latent_image": ["118", 0]}},
+        "140": {"class_type": "LatentCut", "inputs": {"samples": ["3", 0], "dim": "t", "index": 1, "amount": 16384}},
+        "76": {"class_type": "LatentCutToBatch", "inputs": {"samples": ["140", 0], "dim": "t", "slice_size": 1}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["76", 0], "vae": ["39", 0]}},
+        "60": {"class_type": "SaveImage", "inputs": {"filename_prefix": "layers", "images": ["8", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("60")];
+    assert_eq!(ui.images.len(), 2, "one image per layer");
+    for saved in &ui.images {
+        let layer = image::open(h.roots.output.join(&saved.filename)).expect("a PNG");
+        assert_eq!(layer.color(), image::ColorType::Rgba8);
+        assert_eq!((layer.width(), layer.height()), (40, 32));
+    }
 }

@@ -127,7 +127,18 @@ impl VaeNet {
         }
     }
 
-    /// Latents `[B, C, h, w]` in VAE space → images `[B, 3, H, W]` in about [−1, 1].
+    /// The channels of the images the encoder reads (3; 4, RGBA, for Qwen-Image-Layered's VAE), and what an
+    /// image with fewer is padded with (ComfyUI's `pad_channel_value`: 1, an opaque alpha, for the Wan VAE;
+    /// none for Flux's).
+    pub fn image_channels(&self) -> (usize, Option<f32>) {
+        match self {
+            VaeNet::Flux(net) => (net.config.in_channels, None),
+            VaeNet::Wan21(net) => (net.config.in_channels, Some(1.0)),
+        }
+    }
+
+    /// Latents `[B, C, h, w]` in VAE space → images `[B, 3, H, W]` in about [−1, 1] (4 channels from an RGBA
+    /// VAE).
     pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
         match self {
             VaeNet::Flux(net) => net.decode(b, z),

@@ -67,6 +67,17 @@ pub enum SynthFamily {
     Vae(VaeFamily),
     /// A LoRA for a diffusion model (`LoraLoaderModelOnly`), diffusers' names under `diffusion_model.`.
     Lora(DiffusionFamily),
+    /// One of Qwen-Image-Layered's own files.
+    QwenImageLayered(LayeredFile),
+}
+
+/// Qwen-Image-Layered's files that differ from Qwen-Image's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LayeredFile {
+    /// The MMDiT with `addition_t_embedding` (`qwen-image-layered`).
+    Dit,
+    /// The Wan 2.1 VAE of RGBA images (`qwen-image-layered-vae`).
+    Vae,
 }
 
 impl SynthFamily {
@@ -77,6 +88,7 @@ impl SynthFamily {
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
         all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
+        all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
         all
     }
 
@@ -87,6 +99,8 @@ impl SynthFamily {
             SynthFamily::TextEncoder(family) => family.synth_name(),
             SynthFamily::Vae(family) => family.synth_name(),
             SynthFamily::Lora(family) => family.synth_lora_name(),
+            SynthFamily::QwenImageLayered(LayeredFile::Dit) => "qwen-image-layered",
+            SynthFamily::QwenImageLayered(LayeredFile::Vae) => "qwen-image-layered-vae",
         }
     }
 }
@@ -438,6 +452,14 @@ pub fn write_family(
         }
         SynthFamily::Lora(DiffusionFamily::ZImage) => {
             write_zimage_lora(path, &set.zimage, dtype, seed, progress)
+        }
+        SynthFamily::QwenImageLayered(LayeredFile::Dit) => {
+            let config = qwen_image::Config { additional_t_cond: true, ..set.qwen_image.clone() };
+            write_qwen_image(path, &config, dtype, seed, progress)
+        }
+        SynthFamily::QwenImageLayered(LayeredFile::Vae) => {
+            let config = wan_vae::Config { in_channels: 4, out_channels: 4, ..set.wan_vae.clone() };
+            write_wan_vae(path, &config, dtype, seed, progress)
         }
     }
 }

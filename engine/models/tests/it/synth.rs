@@ -12,8 +12,8 @@ use kiln_models::family::{
     DiffusionDetected, DiffusionFamily, TextEncoderDetected, VaeDetected, VaeFamily,
 };
 use kiln_models::synth::{
-    self, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet, flux_vae_tensors,
-    qwen3_tensors, zimage_tensors,
+    self, LayeredFile, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet,
+    flux_vae_tensors, qwen3_tensors, zimage_tensors,
 };
 use kiln_models::{Error, Header};
 
@@ -532,14 +532,18 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-vae",
             "flux-vae",
             "z-image-lora",
-            "qwen-image-lora"
+            "qwen-image-lora",
+            "qwen-image-layered",
+            "qwen-image-layered-vae"
         ]
     );
     for family in synth::SynthFamily::all() {
         assert_eq!(family.name().parse::<synth::SynthFamily>().unwrap(), family);
         let path = dir.join(format!("sub/{family}.safetensors"));
         let dtype = match family {
-            synth::SynthFamily::Vae(_) => SynthDtype::F32,
+            synth::SynthFamily::Vae(_) | synth::SynthFamily::QwenImageLayered(LayeredFile::Vae) => {
+                SynthDtype::F32
+            }
             _ => SynthDtype::F16,
         };
         synth::write_family(&path, family, &set, dtype, 1, &mut |_, _| {}).unwrap();
@@ -559,6 +563,14 @@ fn one_file_of_a_family_is_written_under_any_name() {
             }
             synth::SynthFamily::Lora(_) => {
                 assert!(DiffusionDetected::detect(&header).unwrap().is_none());
+            }
+            synth::SynthFamily::QwenImageLayered(LayeredFile::Dit) => {
+                let found = DiffusionDetected::detect(&header).unwrap().unwrap();
+                assert!(matches!(found, DiffusionDetected::QwenImage(c, _) if c.additional_t_cond));
+            }
+            synth::SynthFamily::QwenImageLayered(LayeredFile::Vae) => {
+                let found = VaeDetected::detect(&header).unwrap().unwrap();
+                assert!(matches!(found, VaeDetected::Wan21(c, _) if c.in_channels == 4));
             }
         }
     }

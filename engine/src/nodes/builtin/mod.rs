@@ -17,7 +17,7 @@ mod mask;
 mod model_specs;
 mod primitives;
 mod pure;
-mod qwen_edit;
+mod qwen;
 mod resize;
 mod sampler;
 mod scale;
@@ -104,8 +104,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in conditioning::extras_nodes() {
         registry.register(node);
     }
-    registry.register(qwen_edit::TextEncodeQwenImageEdit::edit(compute.clone()));
-    registry.register(qwen_edit::TextEncodeQwenImageEdit::plus(compute.clone()));
+    registry.register(qwen::TextEncodeQwenImageEdit::edit(compute.clone()));
+    registry.register(qwen::TextEncodeQwenImageEdit::plus(compute.clone()));
+    registry.register(qwen::empty_layered_latent());
     for node in latent::empty_nodes() {
         registry.register(node);
     }

@@ -463,17 +463,19 @@ pub(super) struct Sampled {
 /// becomes zeros of the model's channels, as ComfyUI's `fix_empty_latent_channels`.
 fn fit_channels(latent: &Tensor, channels: usize) -> Result<Tensor, NodeError> {
     let shape = latent.shape();
-    if shape.len() != 4 {
+    if !(4..=5).contains(&shape.len()) {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
-            format!("expected a LATENT [B, C, H, W], got {shape:?}"),
+            format!("expected a LATENT [B, C, H, W] or [B, C, T, H, W], got {shape:?}"),
         ));
     }
     if shape[1] == channels {
         return Ok(latent.clone());
     }
     if latent.data().iter().all(|&v| v == 0.0) {
-        return Ok(Tensor::full(vec![shape[0], channels, shape[2], shape[3]], 0.0));
+        let mut fitted = shape.to_vec();
+        fitted[1] = channels;
+        return Ok(Tensor::full(fitted, 0.0));
     }
     Err(NodeError::of_kind(
         ErrorKind::InvalidValue,

@@ -46,7 +46,6 @@ pub(super) fn tiled_scale(
     tile: [usize; 2],
     overlap: usize,
     scale: Scale,
-    out_channels: usize,
     pass: &mut dyn FnMut(&Tensor) -> Result<Tensor, NodeError>,
 ) -> Result<Tensor, NodeError> {
     let &[1, channels, h, w] = sample.shape() else {
@@ -70,7 +69,9 @@ pub(super) fn tiled_scale(
         ));
     }
     let out_size = size.map(|s| scale.rounded(s));
-    let mut out = vec![0f32; out_channels * out_size[0] * out_size[1]];
+    // The output's channels are the first tile's.
+    let mut out_channels = None;
+    let mut out = Vec::new();
     let mut weight = vec![0f32; out_size[0] * out_size[1]];
     let starts = |d: usize| -> Vec<usize> {
         if size[d] > tile[d] {
@@ -89,9 +90,10 @@ pub(super) fn tiled_scale(
             let &[1, oc, th, tw] = output.shape() else {
                 return Err(NodeError::new(format!("a tile came out {:?}", output.shape())));
             };
-            if oc != out_channels {
+            if *out_channels.get_or_insert(oc) != oc {
                 return Err(NodeError::new(format!("a tile came out with {oc} channels")));
             }
+            out.resize(oc * out_size[0] * out_size[1], 0.0);
             let rows = ramp(th, feather);
             let cols = ramp(tw, feather);
             let at = pos.map(|p| scale.rounded(p));
@@ -114,7 +116,8 @@ pub(super) fn tiled_scale(
     for plane in out.chunks_exact_mut(weight.len()) {
         plane.iter_mut().zip(&weight).for_each(|(v, m)| *v /= m);
     }
-    Tensor::new(vec![1, out_channels, out_size[0], out_size[1]], out)
+    let channels = out_channels.unwrap_or(0);
+    Tensor::new(vec![1, channels, out_size[0], out_size[1]], out)
         .map_err(|e| NodeError::new(e.to_string()))
 }
 
@@ -160,12 +163,10 @@ pub(super) fn tiled_pass(
     tile: usize,
     overlap: usize,
     scale: Scale,
-    out_channels: usize,
     pass: &mut dyn FnMut(&Tensor) -> Result<Tensor, NodeError>,
 ) -> Result<Tensor, NodeError> {
-    let mut run = |rows: usize, cols: usize| {
-        tiled_scale(sample, [rows, cols], overlap, scale, out_channels, pass)
-    };
+    let mut run =
+        |rows: usize, cols: usize| tiled_scale(sample, [rows, cols], overlap, scale, pass);
     match family {
         VaeFamily::Wan21 => run(tile, tile),
         VaeFamily::Flux => {
@@ -260,18 +261,11 @@ mod tests {
             let shape = dims("shape");
             let tile = dims("tile");
             let up = case["direction"] == "up";
-            let sample = Tensor::new(shape.clone(), numbers("input")).expect("a tensor");
+            let sample = Tensor::new(shape, numbers("input")).expect("a tensor");
             let scale = if up { Scale::Up } else { Scale::Down };
             let overlap = case["overlap"].as_u64().expect("overlap") as usize;
-            let got = tiled_scale(
-                &sample,
-                [tile[0], tile[1]],
-                overlap,
-                scale,
-                shape[1],
-                &mut stand_in(up),
-            )
-            .expect("tiled");
+            let got = tiled_scale(&sample, [tile[0], tile[1]], overlap, scale, &mut stand_in(up))
+                .expect("tiled");
             let want = numbers("output");
             assert_eq!(got.data().len(), want.len(), "{name}");
             let worst =
@@ -301,7 +295,7 @@ mod tests {
             Ok(Tensor::new(vec![1, c, th * 8, tw * 8], v).expect("a tensor"))
         };
         let whole = nearest(&sample).expect("whole");
-        let tiled = tiled_scale(&sample, [4, 6], 2, Scale::Up, 2, &mut nearest).expect("tiled");
+        let tiled = tiled_scale(&sample, [4, 6], 2, Scale::Up, &mut nearest).expect("tiled");
         assert_eq!(tiled.shape(), whole.shape());
         for (a, b) in tiled.data().iter().zip(whole.data()) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");

@@ -96,11 +96,19 @@ fn decode(
 ) -> Result<Tensor, NodeError> {
     let vae = inputs.vae("vae")?;
     let samples = &inputs.latent("samples")?.samples;
-    let &[batch, channels, h, w] = samples.shape() else {
-        return Err(NodeError::of_kind(
-            ErrorKind::InvalidValue,
-            format!("expected a LATENT [B, C, H, W], got {:?}", samples.shape()),
-        ));
+    // A latent with one frame (`[B, C, 1, H, W]`, as Qwen-Image-Layered's are after LatentCutToBatch) is an
+    // image latent; more frames are a video, which Kiln's VAEs do not decode yet.
+    let (batch, channels, h, w) = match *samples.shape() {
+        [batch, channels, h, w] | [batch, channels, 1, h, w] => (batch, channels, h, w),
+        ref other => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "expected a LATENT [B, C, H, W] or one frame [B, C, 1, H, W], got {other:?} (video \
+                     latents are not decoded yet)"
+                ),
+            ));
+        }
     };
     let per = channels * h * w;
     let mut images = Vec::with_capacity(batch);
@@ -116,10 +124,10 @@ fn decode(
         let rgb = match tiling {
             None => run(&latent)?,
             Some((tile, overlap)) => {
-                tiled_pass(vae.net.family(), &latent, tile, overlap, Scale::Up, 3, &mut run)?
+                tiled_pass(vae.net.family(), &latent, tile, overlap, Scale::Up, &mut run)?
             }
         };
-        // [1, 3, H, W] in [-1, 1] → [1, H, W, 3] in [0, 1].
+        // [1, C, H, W] in [-1, 1] → [1, H, W, C] in [0, 1].
         images.push(transpose(&rgb.map(|v| ((v + 1.0) / 2.0).clamp(0.0, 1.0)), true)?);
     }
     if images.is_empty() {
@@ -233,7 +241,8 @@ impl Node for VaeTiled {
 }
 
 /// Images `[B, H, W, C]` in `[0, 1]` to latents (VAE space), one image at a time, as ComfyUI's `VAE.encode`:
-/// sizes that are not multiples of 8 are cropped to them, centred; channels past RGB are dropped.
+/// sizes that are not multiples of 8 are cropped to them, centred; channels past the VAE's are dropped, and
+/// missing ones padded as ComfyUI pads them.
 pub(super) fn encode(
     compute: &Compute,
     vae: &Vae,
@@ -265,22 +274,34 @@ fn encode_tiled(
         ));
     }
     let (top, left) = ((h - eh) / 2, (w - ew) / 2);
+    // The VAE's channels: extra ones dropped, missing ones padded as ComfyUI pads them (an RGB image into an
+    // RGBA VAE gets an opaque alpha).
+    let (channels, pad) = vae.net.image_channels();
+    if c < channels && pad.is_none() {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("this VAE encodes images of {channels} channels, got {c}"),
+        ));
+    }
     let mut latents = Vec::new();
     let mut latent_shape = Vec::new();
     for i in 0..batch {
         ctx.check_interrupt()?;
-        // [H, W, C] in [0, 1] → [1, 3, H, W] in [-1, 1].
-        let mut chw = vec![0f32; 3 * eh * ew];
-        for ch in 0..3.min(c) {
+        // [H, W, C] in [0, 1] → [1, channels, H, W] in [-1, 1].
+        let mut chw = vec![0f32; channels * eh * ew];
+        for (ch, plane) in chw.chunks_exact_mut(eh * ew).enumerate() {
             for y in 0..eh {
                 for x in 0..ew {
-                    let v = pixels.data()[((i * h + y + top) * w + x + left) * c + ch];
-                    chw[(ch * eh + y) * ew + x] = v * 2.0 - 1.0;
+                    let v = match ch < c {
+                        true => pixels.data()[((i * h + y + top) * w + x + left) * c + ch],
+                        false => pad.unwrap_or(0.0),
+                    };
+                    plane[y * ew + x] = v * 2.0 - 1.0;
                 }
             }
         }
-        let image =
-            Tensor::new(vec![1, 3, eh, ew], chw).map_err(|e| NodeError::new(e.to_string()))?;
+        let image = Tensor::new(vec![1, channels, eh, ew], chw)
+            .map_err(|e| NodeError::new(e.to_string()))?;
         let mut run = |t: &Tensor| {
             ctx.check_interrupt()?;
             pass(compute, vae, Direction::Encode, t)
@@ -288,16 +309,7 @@ fn encode_tiled(
         let latent = match tiling {
             None => run(&image)?,
             Some((tile, overlap)) => {
-                let channels = vae.net.family().latent().channels;
-                tiled_pass(
-                    vae.net.family(),
-                    &image,
-                    tile,
-                    overlap,
-                    Scale::Down,
-                    channels,
-                    &mut run,
-                )?
+                tiled_pass(vae.net.family(), &image, tile, overlap, Scale::Down, &mut run)?
             }
         };
         latent_shape = latent.shape().to_vec();

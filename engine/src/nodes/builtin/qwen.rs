@@ -1,12 +1,15 @@
-//! The Qwen-Image Edit prompt nodes (`comfy_extras.nodes_qwen`): `TextEncodeQwenImageEdit` and
+//! The Qwen-Image nodes (`comfy_extras.nodes_qwen`): `TextEncodeQwenImageEdit` and
 //! `TextEncodeQwenImageEditPlus` encode a prompt with images the Qwen2.5-VL encoder sees, and set the same
-//! images, VAE-encoded, as the reference latents the Edit model attends to.
+//! images, VAE-encoded, as the reference latents the Edit model attends to;
+//! `EmptyQwenImageLayeredLatentImage` is Qwen-Image-Layered's empty latent, one frame per layer and one for the
+//! composite.
 
 use std::sync::Arc;
 
 use kiln_models::family::EditPrompt;
 
 use super::conditioning::Encode;
+use super::pure::Pure;
 use super::resize::resize;
 use super::vae;
 use crate::compute::Compute;
@@ -15,7 +18,7 @@ use crate::models::{Cond, Conditioning, TextEncoder};
 use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{Latent, Value};
 
 /// Pixels the Edit nodes scale reference images to before VAE-encoding them (1024²).
 const REFERENCE_PIXELS: f64 = 1024.0 * 1024.0;
@@ -153,4 +156,38 @@ fn vision_input(
     };
     let first = &image.data()[..h * w * c];
     clip.net.vision_input(first, h, w, c).map_err(node_error)
+}
+
+/// `EmptyQwenImageLayeredLatentImage` ("Empty Qwen Image Layered Latent"): zeros `[batch, 16, layers + 1,
+/// height / 8, width / 8]`.
+pub(super) fn empty_layered_latent() -> Pure {
+    Pure::new(
+        NodeSpec::new(
+            "EmptyQwenImageLayeredLatentImage",
+            "Empty Qwen Image Layered Latent",
+            "model/latent/qwen",
+        )
+        .python_module("comfy_extras.nodes_qwen")
+        .v3()
+        .input(InputDef::int("width", 640, 16, 16384).option("step", 16))
+        .input(InputDef::int("height", 640, 16, 16384).option("step", 16))
+        .input(InputDef::int("layers", 3, 0, 16384).option("step", 1))
+        .input(InputDef::int("batch_size", 1, 1, 4096))
+        .output(OutputDef::new("LATENT")),
+        |inputs| {
+            let size = |name: &str| -> Result<usize, NodeError> {
+                usize::try_from(inputs.int(name)?)
+                    .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
+            };
+            let shape = vec![
+                size("batch_size")?,
+                kiln_models::qwen_image::LATENT_CHANNELS,
+                size("layers")? + 1,
+                size("height")? / 8,
+                size("width")? / 8,
+            ];
+            let latent = Tensor::full(shape, 0.0);
+            Ok(vec![Value::Latent(Latent::new(latent))])
+        },
+    )
 }
