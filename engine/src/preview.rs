@@ -66,23 +66,30 @@ const MAX_PREVIEW_SIDE: u32 = 512;
 const JPEG_QUALITY: u8 = 95;
 
 /// The first latent of `latent` `[B, C, h, w]` (model space, as the sampler's x̂₀) as a JPEG preview, or `None`
-/// when the format has no projection or the shape does not fit it.
+/// when the format has no projection or the shape does not fit it; of a latent with frames `[B, C, T, h, w]`,
+/// its first frame, as ComfyUI previews one.
 pub(crate) fn latent_preview(
     format: &LatentFormat,
     latent: &[f32],
     shape: &[usize],
 ) -> Option<Preview> {
     let (factors, bias) = format.rgb?;
-    let &[_, channels, h, w] = shape else { return None };
-    if channels != factors.len() || latent.len() < channels * h * w || h == 0 || w == 0 {
+    let (channels, frames, h, w) = match *shape {
+        [_, channels, h, w] => (channels, 1, h, w),
+        [_, channels, frames, h, w] => (channels, frames, h, w),
+        _ => return None,
+    };
+    if channels != factors.len() || latent.len() < channels * frames * h * w || h == 0 || w == 0 {
         return None;
     }
+    // Channel c of frame 0 starts at c·T·h·w.
+    let plane = frames * h * w;
     let mut rgb = Vec::with_capacity(h * w * 3);
     for y in 0..h {
         for x in 0..w {
             for k in 0..3 {
                 let v = (0..channels)
-                    .fold(bias[k], |acc, c| acc + latent[(c * h + y) * w + x] * factors[c][k]);
+                    .fold(bias[k], |acc, c| acc + latent[c * plane + y * w + x] * factors[c][k]);
                 // [-1, 1] → 0..=255, truncated as ComfyUI's uint8 cast truncates.
                 rgb.push((((v + 1.0) / 2.0).clamp(0.0, 1.0) * 255.0) as u8);
             }
@@ -102,4 +109,24 @@ pub(crate) fn latent_preview(
         .write_image(image.as_raw(), image.width(), image.height(), image::ExtendedColorType::Rgb8)
         .ok()?;
     Some(Preview { format: PreviewFormat::Jpeg, bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latent_preview;
+    use crate::models::LatentFormat;
+
+    #[test]
+    fn a_latent_with_frames_previews_its_first_frame() {
+        let format = LatentFormat::WAN21;
+        let (c, t, h, w) = (16, 3, 4, 6);
+        let frames: Vec<f32> =
+            (0..c * t * h * w).map(|i| ((i * 7919) % 17) as f32 / 8.0 - 1.0).collect();
+        // Frame 0 alone, as an image latent.
+        let first: Vec<f32> =
+            (0..c).flat_map(|ch| frames[ch * t * h * w..][..h * w].to_vec()).collect();
+        let framed = latent_preview(&format, &frames, &[1, c, t, h, w]).expect("a preview");
+        let image = latent_preview(&format, &first, &[1, c, h, w]).expect("a preview");
+        assert_eq!(framed, image);
+    }
 }
