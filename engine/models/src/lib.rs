@@ -31,6 +31,7 @@ mod rope;
 pub mod sampling;
 pub mod synth;
 pub mod textgen;
+mod timestep;
 mod vae_io;
 pub mod wan_vae;
 pub mod zimage;

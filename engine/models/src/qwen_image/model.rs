@@ -252,15 +252,7 @@ impl QwenImage {
     /// temb `[B, D]`: the sinusoid of 1000·σ (f32, cos half first, as diffusers' `Timesteps` computes it),
     /// then Linear → SiLU → Linear in the compute type.
     fn time_embedding<B: Backend>(&self, b: &B, sigmas: &[f32]) -> Result<Tensor<B>> {
-        let half = T_FREQ_DIM / 2;
-        let log_period = -(10000f64.ln() as f32);
-        let freqs: Vec<f32> =
-            (0..half).map(|k| (log_period * k as f32 / half as f32).exp()).collect();
-        let mut emb = Vec::with_capacity(sigmas.len() * T_FREQ_DIM);
-        for &sigma in sigmas {
-            emb.extend(freqs.iter().map(|f| (1000.0 * (sigma * f)).cos()));
-            emb.extend(freqs.iter().map(|f| (1000.0 * (sigma * f)).sin()));
-        }
+        let emb = crate::timestep::sinusoid(sigmas.iter().copied(), T_FREQ_DIM / 2, 1000.0);
         let emb = b.from_f32(&[sigmas.len(), T_FREQ_DIM], &emb, DType::F32)?;
         let emb = b.cast(&emb, b.compute_dtype())?;
         let p = "time_text_embed.timestep_embedder";

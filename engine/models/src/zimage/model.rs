@@ -182,17 +182,8 @@ impl ZImage {
     /// Linear → SiLU → Linear in the compute type.
     fn time_embedding<B: Backend>(&self, b: &B, sigmas: &[f32]) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        let half = cfg.t_freq_dim / 2;
-        // As torch computes it: f32 frequencies, f32 products.
-        let log_period = -(10000f64.ln() as f32);
-        let freqs: Vec<f32> =
-            (0..half).map(|i| (log_period * i as f32 / half as f32).exp()).collect();
-        let mut emb = Vec::with_capacity(sigmas.len() * cfg.t_freq_dim);
-        for &sigma in sigmas {
-            let t = (1.0 - sigma) * cfg.time_scale;
-            emb.extend(freqs.iter().map(|f| (t * f).cos()));
-            emb.extend(freqs.iter().map(|f| (t * f).sin()));
-        }
+        let ts = sigmas.iter().map(|&sigma| (1.0 - sigma) * cfg.time_scale);
+        let emb = crate::timestep::sinusoid(ts, cfg.t_freq_dim / 2, 1.0);
         let emb = b.from_f32(&[sigmas.len(), cfg.t_freq_dim], &emb, DType::F32)?;
         let emb = b.cast(&emb, b.compute_dtype())?;
         let names =
