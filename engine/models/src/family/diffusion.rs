@@ -12,7 +12,7 @@ use crate::sampling::FlowSampling;
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
 
-use super::{TextEncoderFamily, VaeFamily};
+use super::{ControlInput, ControlNetNet, TextEncoderFamily, VaeFamily};
 
 /// A family of diffusion networks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -180,6 +180,23 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// How the references are positioned (`FluxKontextMultiReferenceLatentMethod`); `None` for the
     /// model's default (the family's, or what its file marks: Qwen-Image-Edit 2511's `index_timestep_zero`).
     pub reference_method: Option<&'a str>,
+    /// ControlNets in the order they were applied (`ControlNetApplyAdvanced`), each of this family.
+    pub controls: &'a [ControlInput<'a, B>],
+}
+
+/// Refuses ControlNets for a model of `family` that none of them controls.
+fn refuse_controls<B: Backend>(
+    family: DiffusionFamily,
+    controls: &[ControlInput<'_, B>],
+) -> Result<()> {
+    match controls.iter().find(|c| c.net.family() != family) {
+        Some(control) => Err(crate::Error::Invalid(format!(
+            "a {} ControlNet cannot control a {} model",
+            control.net.family().name(),
+            family.name()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A loaded diffusion network.
@@ -210,15 +227,31 @@ impl DiffusionNet {
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
-            DiffusionNet::ZImage(net) => net.forward(b, input.x, input.timesteps, input.context),
-            DiffusionNet::QwenImage(net) => net.forward_with_references(
-                b,
-                input.x,
-                input.timesteps,
-                input.context,
-                input.references,
-                input.reference_method,
-            ),
+            DiffusionNet::ZImage(net) => {
+                refuse_controls(DiffusionFamily::ZImage, input.controls)?;
+                net.forward(b, input.x, input.timesteps, input.context)
+            }
+            DiffusionNet::QwenImage(net) => {
+                let mut controls = Vec::with_capacity(input.controls.len());
+                for control in input.controls {
+                    let ControlNetNet::QwenImage(control_net) = control.net;
+                    controls.push(control_net.residuals(
+                        b,
+                        net,
+                        input.x,
+                        input.timesteps,
+                        input.context,
+                        control.hint,
+                        control.strength,
+                    )?);
+                }
+                let extras = qwen_image::Extras {
+                    references: input.references,
+                    method: input.reference_method,
+                    controls: &controls,
+                };
+                net.forward_with_extras(b, input.x, input.timesteps, input.context, &extras)
+            }
         }
     }
 }

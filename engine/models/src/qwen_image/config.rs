@@ -55,8 +55,9 @@ pub struct Config {
 /// Qwen-Image-Layered's extra timestep embedding table `[2, D]`.
 pub const ADDITION_T_EMBEDDING: &str = "time_text_embed.addition_t_embedding.weight";
 
-/// The names of block `i`'s weights, in the order [`super::QwenImage`] reads them.
-pub(crate) fn block_names(i: usize) -> Vec<String> {
+/// The names of a block's weights under `prefix` (`transformer_blocks.{i}`; a ControlNet's blocks have other
+/// prefixes), in the order [`super::QwenImage`] reads them.
+pub(crate) fn block_names(prefix: &str) -> Vec<String> {
     const TENSORS: [&str; 32] = [
         "img_mod.1.weight",
         "img_mod.1.bias",
@@ -91,11 +92,17 @@ pub(crate) fn block_names(i: usize) -> Vec<String> {
         "txt_mlp.net.2.weight",
         "txt_mlp.net.2.bias",
     ];
-    TENSORS.iter().map(|t| format!("transformer_blocks.{i}.{t}")).collect()
+    TENSORS.iter().map(|t| format!("{prefix}.{t}")).collect()
 }
 
-/// The weights outside the blocks, with their shapes for `cfg`.
-fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
+/// Where double-stream block `i`'s weights are.
+pub(crate) fn block_prefix(i: usize) -> String {
+    format!("transformer_blocks.{i}")
+}
+
+/// The weights that embed the inputs (latent patches, text, timestep) with their shapes for `cfg`: the
+/// MMDiT's, and an InstantX ControlNet's.
+pub(crate) fn embedding_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
     let (d, patch_features) = (cfg.dim, LATENT_CHANNELS * PATCH * PATCH);
     vec![
         ("img_in.weight", vec![d, patch_features]),
@@ -107,18 +114,26 @@ fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
         ("time_text_embed.timestep_embedder.linear_1.bias", vec![d]),
         ("time_text_embed.timestep_embedder.linear_2.weight", vec![d, d]),
         ("time_text_embed.timestep_embedder.linear_2.bias", vec![d]),
-        ("norm_out.linear.weight", vec![2 * d, d]),
-        ("norm_out.linear.bias", vec![2 * d]),
-        ("proj_out.weight", vec![patch_features, d]),
-        ("proj_out.bias", vec![patch_features]),
     ]
-    .into_iter()
-    .chain(cfg.additional_t_cond.then(|| (ADDITION_T_EMBEDDING, vec![2, d])))
-    .collect()
+}
+
+/// The weights outside the blocks, with their shapes for `cfg`.
+fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
+    let (d, patch_features) = (cfg.dim, LATENT_CHANNELS * PATCH * PATCH);
+    embedding_shapes(cfg)
+        .into_iter()
+        .chain([
+            ("norm_out.linear.weight", vec![2 * d, d]),
+            ("norm_out.linear.bias", vec![2 * d]),
+            ("proj_out.weight", vec![patch_features, d]),
+            ("proj_out.bias", vec![patch_features]),
+        ])
+        .chain(cfg.additional_t_cond.then(|| (ADDITION_T_EMBEDDING, vec![2, d])))
+        .collect()
 }
 
 /// The shapes of a block's weights, in [`block_names`] order.
-fn block_shapes(cfg: &Config) -> Vec<Vec<usize>> {
+pub(crate) fn block_shapes(cfg: &Config) -> Vec<Vec<usize>> {
     let (d, hd, f) = (cfg.dim, cfg.head_dim, cfg.mlp_hidden);
     let linear = |out: usize, inp: usize| [vec![out, inp], vec![out]];
     let mut shapes = Vec::new();
@@ -142,7 +157,7 @@ pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     let mut all: Vec<(String, Vec<usize>)> =
         global_shapes(cfg).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
     for i in 0..cfg.layers {
-        all.extend(block_names(i).into_iter().zip(block_shapes(cfg)));
+        all.extend(block_names(&block_prefix(i)).into_iter().zip(block_shapes(cfg)));
     }
     all
 }

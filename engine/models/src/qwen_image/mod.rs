@@ -5,9 +5,13 @@
 //! - [`detect`] recognises the file and derives its [`Config`] from shapes; [`load_plan`] names the weights.
 //! - [`QwenImage::forward`]: ComfyUI's model output v = ε − x₀ for text-to-image (one frame), with ComfyUI's
 //!   conventions where diffusers' differ (the centring of odd token grids);
-//!   [`QwenImage::forward_with_references`] adds Edit's reference latents by each of ComfyUI's methods.
+//!   [`QwenImage::forward_with_references`] adds Edit's reference latents by each of ComfyUI's methods,
+//!   [`QwenImage::forward_with_extras`] ControlNet outputs too.
+//! - [`detect_control`], [`control_load_plan`] and [`QwenImageControlNet`]: the InstantX and Fun ControlNets
+//!   (`ControlNetLoader`), whose [`QwenImageControlNet::residuals`] the base model adds after its blocks.
 
 mod config;
+mod control;
 pub mod family;
 pub mod lora;
 mod model;
@@ -17,4 +21,9 @@ pub use config::{
     ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
     LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan,
 };
-pub use model::QwenImage;
+pub(crate) use control::expected_control;
+pub use control::{
+    BASE_BLOCKS, ControlConfig, ControlKind, ControlResiduals, FUN_INJECTION_BLOCKS,
+    QwenImageControlNet, control_load_plan, detect_control,
+};
+pub use model::{Extras, QwenImage};

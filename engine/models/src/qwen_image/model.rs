@@ -9,8 +9,9 @@ use crate::error::{Error, Result};
 
 use super::config::{
     ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
-    LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names,
+    LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names, block_prefix,
 };
+use super::control::{ControlResiduals, add_controls};
 
 /// A Qwen-Image MMDiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
 pub struct QwenImage {
@@ -22,8 +23,49 @@ pub struct QwenImage {
     pub default_method: &'static str,
 }
 
+/// What rides along with the text into [`QwenImage::forward_with_extras`].
+pub struct Extras<'a, B: Backend> {
+    /// Reference latents `[1 or B, 16, h, w]` in model space (Edit).
+    pub references: &'a [Tensor<B>],
+    /// How the references are placed; `None`: the model's default.
+    pub method: Option<&'a str>,
+    /// ControlNet outputs, each added after the blocks it names.
+    pub controls: &'a [ControlResiduals<B>],
+}
+
+/// The blocks' inputs: image tokens (the latents', then the references'), text tokens, RoPE and timestep.
+pub(super) struct Embedded<B: Backend> {
+    pub(super) img: Tensor<B>,
+    pub(super) txt: Tensor<B>,
+    pub(super) rope: Rope<B>,
+    pub(super) timestep: Timestep<B>,
+    pub(super) grid: Grid,
+}
+
+/// The latents' shape and token grid.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Grid {
+    pub(super) batch: usize,
+    pub(super) frames: usize,
+    /// Token rows and columns of a frame (its padded sides / 2).
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    /// The latents' sides.
+    pub(super) h: usize,
+    pub(super) w: usize,
+    /// 4 for `[B, 16, h, w]`, 5 with frames.
+    pub(super) rank: usize,
+}
+
+impl Grid {
+    /// The latents' own tokens (every frame's).
+    pub(super) fn image_len(&self) -> usize {
+        self.frames * self.rows * self.cols
+    }
+}
+
 /// The RoPE table of the joint sequence (text, then image), `[tokens, head_dim / 2]` f32 each.
-struct Rope<B: Backend> {
+pub(super) struct Rope<B: Backend> {
     cos: Tensor<B>,
     sin: Tensor<B>,
 }
@@ -38,7 +80,7 @@ struct Modulation<B: Backend> {
 
 /// SiLU(temb) `[B, D]` for every token, and with `index_timestep_zero` the image token index from which
 /// SiLU(temb) at t = 0 replaces it (the first reference token; ComfyUI's `timestep_zero_index`).
-struct Timestep<B: Backend> {
+pub(super) struct Timestep<B: Backend> {
     silu: Tensor<B>,
     zero: Option<(usize, Tensor<B>)>,
 }
@@ -116,86 +158,57 @@ impl QwenImage {
         references: &[Tensor<B>],
         method: Option<&str>,
     ) -> Result<Tensor<B>> {
-        let cfg = &self.config;
-        let (batch, frames, h, w) = self.check_inputs(x, sigmas, context)?;
-        let dt = b.compute_dtype();
-        let context = b.cast(context, dt)?;
-        let x_rank = x.shape().len();
-        let x = b.cast(x, dt)?;
-        // Each frame [B, 16, h, w], padded to even sides.
-        let mut frame_tokens = Vec::with_capacity(frames);
-        let (mut rows, mut cols) = (0, 0);
-        for t in 0..frames {
-            let frame = match x.shape().len() {
-                5 => b.slice(&x, 2, t, 1)?.reshape(&[batch, LATENT_CHANNELS, h, w])?,
-                _ => x.clone(),
-            };
-            let (frame, r, c) = padded(b, &frame)?;
-            (rows, cols) = (r, c);
-            frame_tokens.push(patchify(b, &frame)?);
-        }
-        let (hp, wp) = (rows * PATCH, cols * PATCH);
+        let extras = Extras { references, method, controls: &[] };
+        self.forward_with_extras(b, x, sigmas, context, &extras)
+    }
 
-        let method = method.unwrap_or(self.default_method);
-        // Edit 2511's method embeds the timesteps [t, 0] together, as ComfyUI does.
-        let timestep_zero = method == INDEX_TIMESTEP_ZERO && !references.is_empty();
-        let timesteps =
-            if timestep_zero { [sigmas, &vec![0.0; batch]].concat() } else { sigmas.to_vec() };
-        let temb = b.unary(&self.time_embedding(b, &timesteps)?, UnaryOp::Silu)?;
-        let placed = self.place_references(b, references, method, batch)?;
-        let mut img = {
-            let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
-            let mut tokens = frame_tokens;
-            for (reference, _) in &placed {
-                tokens.push(patchify(b, reference)?);
-            }
-            let tokens: Vec<&Tensor<B>> = tokens.iter().collect();
-            b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
-        };
-        drop(x);
-        let image_len = frames * rows * cols;
-        let mut txt = {
-            let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
-            let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
-            b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
-        };
-        let text_len = txt.dim(1)?;
-        let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
-        let rope = self.rope(b, text_len, frames, rows, cols, &extra)?;
-        let timestep = if timestep_zero {
-            let zero = b.slice(&temb, 0, batch, batch)?;
-            Timestep { silu: b.slice(&temb, 0, 0, batch)?, zero: Some((image_len, zero)) }
-        } else {
-            Timestep { silu: temb, zero: None }
-        };
-        for i in 0..cfg.layers {
-            (img, txt) = self.block(b, i, &img, &txt, &timestep, &rope)?;
+    /// [`QwenImage::forward_with_references`] with ControlNet outputs too: each of `extras.controls` is added
+    /// to the latents' tokens after the blocks it names, in order (ComfyUI's `control["input"]`).
+    pub fn forward_with_extras<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+        extras: &Extras<'_, B>,
+    ) -> Result<Tensor<B>> {
+        let Embedded { mut img, mut txt, rope, timestep, grid } =
+            self.embed(b, x, sigmas, context, extras.references, extras.method)?;
+        for i in 0..self.config.layers {
+            (img, txt) = self.block(b, &block_prefix(i), &img, &txt, &timestep, &rope)?;
+            img = add_controls(b, &img, extras.controls, i)?;
         }
         drop(txt);
 
         // Final layer: adaLN with (scale, shift), scale first, then the projection to patches.
+        let cfg = &self.config;
         let layer = self.fetch(
             b,
             &["norm_out.linear.weight", "norm_out.linear.bias", "proj_out.weight", "proj_out.bias"],
         )?;
         let emb = b.linear(&timestep.silu, &layer.weight(0), Some(&layer.weight(1)))?;
         let (scale, shift) = (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
-        let img = if placed.is_empty() { img } else { b.slice(&img, 1, 0, image_len)? };
+        let img = if img.dim(1)? == grid.image_len() {
+            img
+        } else {
+            b.slice(&img, 1, 0, grid.image_len())?
+        };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
         let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
+        let Grid { batch, frames, rows, cols, h, w, rank } = grid;
         let mut outs = Vec::with_capacity(frames);
         for t in 0..frames {
             let tokens = b.slice(&y, 1, t * rows * cols, rows * cols)?;
             let mut out = unpatchify(b, &tokens, batch, rows, cols)?;
-            if hp > h {
+            if rows * PATCH > h {
                 out = b.slice(&out, 2, 0, h)?;
             }
-            if wp > w {
+            if cols * PATCH > w {
                 out = b.slice(&out, 3, 0, w)?;
             }
             outs.push(out);
         }
-        let out = match x_rank {
+        let out = match rank {
             5 => {
                 let framed: Vec<Tensor<B>> = outs
                     .iter()
@@ -206,6 +219,69 @@ impl QwenImage {
             _ => outs.remove(0),
         };
         Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// What the blocks take: the latents' tokens (each frame padded to even sides and patchified, then the
+    /// references' as `method` places them) through `img_in`, the text through `txt_norm` and `txt_in`, the
+    /// joint sequence's RoPE table and the timestep embedding.
+    pub(super) fn embed<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+        references: &[Tensor<B>],
+        method: Option<&str>,
+    ) -> Result<Embedded<B>> {
+        let (batch, frames, h, w) = self.check_inputs(x, sigmas, context)?;
+        let dt = b.compute_dtype();
+        let context = b.cast(context, dt)?;
+        let rank = x.shape().len();
+        let x = b.cast(x, dt)?;
+        // Each frame [B, 16, h, w], padded to even sides.
+        let mut frame_tokens = Vec::with_capacity(frames);
+        let (mut rows, mut cols) = (0, 0);
+        for t in 0..frames {
+            let frame = match rank {
+                5 => b.slice(&x, 2, t, 1)?.reshape(&[batch, LATENT_CHANNELS, h, w])?,
+                _ => x.clone(),
+            };
+            let (frame, r, c) = padded(b, &frame)?;
+            (rows, cols) = (r, c);
+            frame_tokens.push(patchify(b, &frame)?);
+        }
+        let grid = Grid { batch, frames, rows, cols, h, w, rank };
+
+        let method = method.unwrap_or(self.default_method);
+        // Edit 2511's method embeds the timesteps [t, 0] together, as ComfyUI does.
+        let timestep_zero = method == INDEX_TIMESTEP_ZERO && !references.is_empty();
+        let timesteps =
+            if timestep_zero { [sigmas, &vec![0.0; batch]].concat() } else { sigmas.to_vec() };
+        let temb = b.unary(&self.time_embedding(b, &timesteps)?, UnaryOp::Silu)?;
+        let placed = self.place_references(b, references, method, batch)?;
+        let img = {
+            let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
+            let mut tokens = frame_tokens;
+            for (reference, _) in &placed {
+                tokens.push(patchify(b, reference)?);
+            }
+            let tokens: Vec<&Tensor<B>> = tokens.iter().collect();
+            b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
+        };
+        let txt = {
+            let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
+            let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
+            b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
+        };
+        let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
+        let rope = self.rope(b, txt.dim(1)?, frames, rows, cols, &extra)?;
+        let timestep = if timestep_zero {
+            let zero = b.slice(&temb, 0, batch, batch)?;
+            Timestep { silu: b.slice(&temb, 0, 0, batch)?, zero: Some((grid.image_len(), zero)) }
+        } else {
+            Timestep { silu: temb, zero: None }
+        };
+        Ok(Embedded { img, txt, rope, timestep, grid })
     }
 
     /// Checks the input shapes: returns (batch, frames, h, w).
@@ -245,7 +321,7 @@ impl QwenImage {
     }
 
     /// Gets `names` on the device (one layer of the per-layer protocol).
-    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+    pub(super) fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
         Ok(self.weights.fetch(b, names)?)
     }
 
@@ -384,17 +460,17 @@ impl QwenImage {
         })
     }
 
-    /// Double-stream block `i` on the image and text tokens.
-    fn block<B: Backend>(
+    /// The double-stream block under `prefix` (`transformer_blocks.{i}`) on the image and text tokens.
+    pub(super) fn block<B: Backend>(
         &self,
         b: &B,
-        i: usize,
+        prefix: &str,
         img: &Tensor<B>,
         txt: &Tensor<B>,
         timestep: &Timestep<B>,
         rope: &Rope<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        let names = block_names(i);
+        let names = block_names(prefix);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let layer = self.fetch(b, &names)?;
         let w = |k: usize| layer.weight(k);
@@ -496,7 +572,7 @@ impl Positions {
 }
 
 /// `x` `[B, C, h, w]` padded circularly to even sides, and its token grid (rows, cols).
-fn padded<B: Backend>(b: &B, x: &Tensor<B>) -> Result<(Tensor<B>, usize, usize)> {
+pub(super) fn padded<B: Backend>(b: &B, x: &Tensor<B>) -> Result<(Tensor<B>, usize, usize)> {
     let (h, w) = (x.dim(2)?, x.dim(3)?);
     let (hp, wp) = (h.div_ceil(PATCH) * PATCH, w.div_ceil(PATCH) * PATCH);
     let mut x = x.clone();
@@ -511,7 +587,7 @@ fn padded<B: Backend>(b: &B, x: &Tensor<B>) -> Result<(Tensor<B>, usize, usize)>
 
 /// Latents `[B, C, H, W]` (H, W even) → tokens `[B, (H/2)·(W/2), 4C]`, token (r, s) row-major, feature
 /// `c·4 + py·2 + px` = x[c, 2r + py, 2s + px] (channel-major, unlike NextDiT's).
-fn patchify<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+pub(super) fn patchify<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
     let &[batch, c, h, w] = x.shape() else {
         return Err(Error::Invalid(format!("latents {:?} are not [B, C, H, W]", x.shape())));
     };

@@ -53,6 +53,7 @@ const ZIMAGE_LORA: &str = "zimage-lora";
 const WAN_VAE: &str = "wan21-vae";
 const QWEN_IMAGE: &str = "qwen-image";
 const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
+const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
@@ -69,6 +70,43 @@ pub enum SynthFamily {
     Lora(DiffusionFamily),
     /// One of Qwen-Image-Layered's own files.
     QwenImageLayered(LayeredFile),
+    /// A Qwen-Image ControlNet (`ControlNetLoader`), ComfyUI's names.
+    QwenImageControlNet(ControlNetFile),
+}
+
+/// The Qwen-Image ControlNets, each with the base model's widths and 5 blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControlNetFile {
+    /// InstantX's (`qwen-image-controlnet-instantx`).
+    InstantX,
+    /// InstantX's inpainting one, whose hint has the mask (`qwen-image-controlnet-inpaint`).
+    InstantXInpaint,
+    /// VideoX-Fun's union one (`qwen-image-controlnet-fun`).
+    Fun,
+}
+
+impl ControlNetFile {
+    /// Its config for a base model of `base`'s widths.
+    pub fn config(self, base: &qwen_image::Config) -> qwen_image::ControlConfig {
+        let kind = match self {
+            ControlNetFile::InstantX => qwen_image::ControlKind::InstantX { hint_channels: 16 },
+            ControlNetFile::InstantXInpaint => {
+                qwen_image::ControlKind::InstantX { hint_channels: 17 }
+            }
+            ControlNetFile::Fun => qwen_image::ControlKind::Fun { in_features: 132 },
+        };
+        let text_dim = match self {
+            ControlNetFile::Fun => base.dim,
+            _ => base.text_dim,
+        };
+        let body = qwen_image::Config {
+            layers: qwen_image::FUN_INJECTION_BLOCKS.len(),
+            text_dim,
+            additional_t_cond: false,
+            ..base.clone()
+        };
+        qwen_image::ControlConfig { kind, body }
+    }
 }
 
 /// Qwen-Image-Layered's files that differ from Qwen-Image's.
@@ -89,6 +127,10 @@ impl SynthFamily {
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
         all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
         all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
+        all.extend(
+            [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
+                .map(SynthFamily::QwenImageControlNet),
+        );
         all
     }
 
@@ -101,6 +143,13 @@ impl SynthFamily {
             SynthFamily::Lora(family) => family.synth_lora_name(),
             SynthFamily::QwenImageLayered(LayeredFile::Dit) => "qwen-image-layered",
             SynthFamily::QwenImageLayered(LayeredFile::Vae) => "qwen-image-layered-vae",
+            SynthFamily::QwenImageControlNet(ControlNetFile::InstantX) => {
+                "qwen-image-controlnet-instantx"
+            }
+            SynthFamily::QwenImageControlNet(ControlNetFile::InstantXInpaint) => {
+                "qwen-image-controlnet-inpaint"
+            }
+            SynthFamily::QwenImageControlNet(ControlNetFile::Fun) => "qwen-image-controlnet-fun",
         }
     }
 }
@@ -460,6 +509,18 @@ pub fn write_family(
         SynthFamily::QwenImageLayered(LayeredFile::Vae) => {
             let config = wan_vae::Config { in_channels: 4, out_channels: 4, ..set.wan_vae.clone() };
             write_wan_vae(path, &config, dtype, seed, progress)
+        }
+        SynthFamily::QwenImageControlNet(file) => {
+            let specs = specs_of(qwen_image::expected_control(&file.config(&set.qwen_image)));
+            write_one(
+                path,
+                &specs,
+                QWEN_IMAGE_CONTROLNET,
+                "Qwen-Image ControlNet",
+                dtype,
+                seed,
+                progress,
+            )
         }
     }
 }

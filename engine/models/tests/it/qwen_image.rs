@@ -131,6 +131,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             context: &context,
             references: &refs,
             reference_method: method,
+            controls: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -165,6 +166,7 @@ fn layered_frames_match_comfyui() {
             context: &context,
             references,
             reference_method: None,
+            controls: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

@@ -9,7 +9,8 @@ use kiln_compute::DType;
 use kiln_compute::dtype::{narrow, widen};
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::family::{
-    DiffusionDetected, DiffusionFamily, TextEncoderDetected, VaeDetected, VaeFamily,
+    ControlNetDetected, DiffusionDetected, DiffusionFamily, TextEncoderDetected, VaeDetected,
+    VaeFamily,
 };
 use kiln_models::synth::{
     self, LayeredFile, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet,
@@ -534,7 +535,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "z-image-lora",
             "qwen-image-lora",
             "qwen-image-layered",
-            "qwen-image-layered-vae"
+            "qwen-image-layered-vae",
+            "qwen-image-controlnet-instantx",
+            "qwen-image-controlnet-inpaint",
+            "qwen-image-controlnet-fun"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -571,6 +575,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
             synth::SynthFamily::QwenImageLayered(LayeredFile::Vae) => {
                 let found = VaeDetected::detect(&header).unwrap().unwrap();
                 assert!(matches!(found, VaeDetected::Wan21(c, _) if c.in_channels == 4));
+            }
+            synth::SynthFamily::QwenImageControlNet(file) => {
+                let found = ControlNetDetected::detect(&header).unwrap().unwrap();
+                let want = ControlNetDetected::QwenImage(file.config(&set.qwen_image));
+                assert_eq!(found, want, "{family}");
             }
         }
     }
