@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kiln_models::sampling::SamplerChoice;
 
-use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
+use crate::models::{Conditioning, ControlNet, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
 
 /// `LATENT`: ComfyUI's latent dict. Nodes that change the samples keep the rest, as ComfyUI's copy the dict.
@@ -57,6 +57,8 @@ pub enum Value {
     Clip(Arc<TextEncoder>),
     /// `VAE`: an autoencoder between images and latents.
     Vae(Arc<Vae>),
+    /// `CONTROL_NET`: a ControlNet (`ControlNetLoader`).
+    ControlNet(Arc<ControlNet>),
     /// `CONDITIONING`: encoded prompts.
     Conditioning(Arc<Conditioning>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
@@ -84,6 +86,7 @@ impl Value {
             Value::Model(_) => "MODEL",
             Value::Clip(_) => "CLIP",
             Value::Vae(_) => "VAE",
+            Value::ControlNet(_) => "CONTROL_NET",
             Value::Conditioning(_) => "CONDITIONING",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
@@ -111,7 +114,7 @@ impl Value {
             Value::Guider(_) => 0,
             // Weights live in the memory manager, which accounts for them; a cached model costs the cache
             // nothing of its own.
-            Value::Model(_) | Value::Clip(_) | Value::Vae(_) => 0,
+            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::ControlNet(_) => 0,
             Value::Conditioning(c) => c.byte_size(),
         }
     }
@@ -130,6 +133,7 @@ impl Value {
             Value::Model(_)
             | Value::Clip(_)
             | Value::Vae(_)
+            | Value::ControlNet(_)
             | Value::Conditioning(_)
             | Value::Sampler(_)
             | Value::Noise(_)
@@ -155,6 +159,7 @@ impl Value {
             Value::Model(_)
             | Value::Clip(_)
             | Value::Vae(_)
+            | Value::ControlNet(_)
             | Value::Conditioning(_)
             | Value::Sampler(_)
             | Value::Noise(_)

@@ -61,6 +61,10 @@ const kilnFiles = [
   // Qwen-Image's LoRAs, whatever their authors call them (not `qwen-360-diffusion-2512-int8-bf16`, whose int8
   // encoding Kiln has not seen).
   { folder: 'loras', stem: /qwen[_-]?image|qwen[_-]edit|_qwen\.|^firered-image-edit/i, family: 'qwen-image-lora' },
+  // Qwen-Image's ControlNets: InstantX's (the inpainting one with its mask channel) and VideoX-Fun's.
+  { folder: 'controlnet', stem: /^qwen-image-instantx-controlnet-inpainting/i, family: 'qwen-image-controlnet-inpaint' },
+  { folder: 'controlnet', stem: /^qwen-image-instantx-controlnet/i, family: 'qwen-image-controlnet-instantx' },
+  { folder: 'controlnet', stem: /^qwen-image(-2512)?-fun-controlnet/i, family: 'qwen-image-controlnet-fun' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

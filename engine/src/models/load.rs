@@ -9,15 +9,15 @@ use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::quant::Quant;
 use kiln_models::family::{
-    DiffusionDetected, DiffusionFamily, TextEncoderDetected, TextEncoderFamily, VaeDetected,
-    VaeFamily,
+    ControlNetDetected, DiffusionDetected, DiffusionFamily, TextEncoderDetected, TextEncoderFamily,
+    VaeDetected, VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::{LinearPath, Quantization};
 use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
-use super::{DiffusionModel, ModelEnv, TextEncoder, Vae};
+use super::{ControlNet, DiffusionModel, ModelEnv, TextEncoder, Vae};
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
 fn open(path: &Path) -> Result<SafetensorsFile, Error> {
@@ -308,6 +308,28 @@ pub fn load_vae(
 ) -> Result<Vae, Error> {
     let file = open(path)?;
     vae(env, &file, "", progress)
+}
+
+/// `ControlNetLoader`: a ControlNet file of a family Kiln runs (Qwen-Image's InstantX and Fun ControlNets),
+/// its weights read as ComfyUI's ControlNets compute (quantized ones dequantized).
+pub fn load_controlnet(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ControlNet, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let quant = formats(&file, &header)?;
+    let Some(found) = ControlNetDetected::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a ControlNet Kiln can run (Qwen-Image's InstantX and Fun ControlNets): found {}",
+            describe(&header)
+        )));
+    };
+    let mut plan = found.load_plan(&header);
+    quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(ControlNet { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
 }
 
 /// `CheckpointLoaderSimple`: one file holding the diffusion model (under ComfyUI's prefix rule) and, under the

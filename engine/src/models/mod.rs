@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::memory::lora::PatchSet;
-use kiln_models::family::{DiffusionNet, TextEncoderNet, VaeNet};
+use kiln_models::family::{ControlNetNet, DiffusionNet, TextEncoderNet, VaeNet};
 pub use kiln_models::latent::LatentFormat;
 use kiln_models::sampling::FlowSampling;
 use kiln_models::sampling::guidance::Guidance;
@@ -194,6 +194,45 @@ fn stack_patches(
     patches
 }
 
+/// `CONTROL_NET`: a ControlNet of any family.
+pub struct ControlNet {
+    /// The network.
+    pub net: Arc<ControlNetNet>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+/// A ControlNet applied to a prompt (`ControlNetApplyAdvanced`, `ControlNetInpaintingAliMamaApply`): the
+/// `control` of ComfyUI's conditioning dict with its `set_cond_hint` arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlApplication {
+    /// The network.
+    pub control_net: Arc<ControlNet>,
+    /// The control image `[B, H, W, C]` in 0..=1.
+    pub image: Tensor,
+    /// How much of its outputs the model adds.
+    pub strength: f64,
+    /// The part of sampling it acts in, as fractions of the schedule (`start_percent`, `end_percent`).
+    pub percent: (f64, f64),
+    /// The VAE that encodes the image into the model's latent space.
+    pub vae: Option<Arc<Vae>>,
+    /// The mask a ControlNet with a mask channel takes (`[B, 1, H, W]`, 1 where the image is kept); without
+    /// one, that channel is all ones.
+    pub mask: Option<Tensor>,
+    /// The image prepared for the model (encoded, at the latents' size, with the mask channel): set by the
+    /// sampler before its first step, once per run (ComfyUI's `cond_hint`).
+    pub hint: Option<Tensor>,
+}
+
+impl ControlApplication {
+    /// Bytes held by the tensors.
+    fn byte_size(&self) -> usize {
+        self.image.byte_size()
+            + self.mask.as_ref().map_or(0, Tensor::byte_size)
+            + self.hint.as_ref().map_or(0, Tensor::byte_size)
+    }
+}
+
 /// `VAE`: an autoencoder of any family.
 pub struct Vae {
     /// The network.
@@ -235,6 +274,9 @@ pub struct CondExtras {
     pub concat_latent_image: Option<Tensor>,
     /// The inpainting mask beside it, `[B, 1, H, W]` at the image's size.
     pub concat_mask: Option<Tensor>,
+    /// ControlNets applied to this prompt, in the order they were applied (ComfyUI's `control` chain, whose
+    /// outputs are summed).
+    pub controls: Vec<ControlApplication>,
 }
 
 impl CondExtras {
@@ -243,6 +285,7 @@ impl CondExtras {
         self.reference_latents.iter().map(Tensor::byte_size).sum::<usize>()
             + self.concat_latent_image.as_ref().map_or(0, Tensor::byte_size)
             + self.concat_mask.as_ref().map_or(0, Tensor::byte_size)
+            + self.controls.iter().map(ControlApplication::byte_size).sum::<usize>()
     }
 }
 
@@ -297,6 +340,18 @@ impl PartialEq for TextEncoder {
 impl std::fmt::Debug for TextEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "TextEncoder({})", self.path.display())
+    }
+}
+
+impl PartialEq for ControlNet {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for ControlNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ControlNet({})", self.path.display())
     }
 }
 

@@ -23,7 +23,7 @@ pub use spec::{
 
 use kiln_models::sampling::SamplerChoice;
 
-use crate::models::{Conditioning, DiffusionModel, Guider, Noise, TextEncoder, Vae};
+use crate::models::{Conditioning, ControlNet, DiffusionModel, Guider, Noise, TextEncoder, Vae};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
@@ -184,6 +184,14 @@ impl Inputs {
         match self.required(name)? {
             Value::Vae(v) => Ok(v),
             other => Err(self.wrong(name, "VAE", other)),
+        }
+    }
+
+    /// A `CONTROL_NET` input.
+    pub fn control_net(&self, name: &str) -> Result<&Arc<ControlNet>, NodeError> {
+        match self.required(name)? {
+            Value::ControlNet(c) => Ok(c),
+            other => Err(self.wrong(name, "CONTROL_NET", other)),
         }
     }
 

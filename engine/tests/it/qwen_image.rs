@@ -4,7 +4,9 @@
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
 use kiln_models::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
-use kiln_models::synth::{self, LayeredFile, SynthDtype, SynthFamily, ZImageTurboSet};
+use kiln_models::synth::{
+    self, ControlNetFile, LayeredFile, SynthDtype, SynthFamily, ZImageTurboSet,
+};
 use serde_json::json;
 
 use crate::harness::Harness;
@@ -227,4 +229,90 @@ fn issue_23_qwen_image_layered_decomposes_a_picture_into_rgba_layers() {
         assert_eq!(layer.color(), image::ColorType::Rgba8);
         assert_eq!((layer.width(), layer.height()), (40, 32));
     }
+}
+
+/// The ControlNet nodes as the Qwen-Image ControlNet templates wire them, on tiny files of each ControlNet
+/// (InstantX's, its inpainting one, VideoX-Fun's): the control image steers the result; strength 0, or a range
+/// no step falls in, gives the image without it; without a VAE the sampler fails with ComfyUI's message.
+#[test]
+fn issue_23_qwen_image_controlnets_steer_sampling() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_qwen_image(&models);
+    let set = ZImageTurboSet::tiny();
+    for (file, name) in [
+        (ControlNetFile::InstantX, "instantx.safetensors"),
+        (ControlNetFile::InstantXInpaint, "inpainting.safetensors"),
+        (ControlNetFile::Fun, "fun.safetensors"),
+    ] {
+        let path = models.join("controlnet").join(name);
+        let family = SynthFamily::QwenImageControlNet(file);
+        synth::write_family(&path, family, &set, SynthDtype::Bf16, 9, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+    // Text-to-image, with `apply` (a ControlNet node on ControlNet `net`) between the prompts and the sampler.
+    let mut run = |net: &str, apply: Option<serde_json::Value>| -> Result<Vec<u8>, String> {
+        let mut graph = json!({
+            "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+            "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
+            "3": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
+            "4": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0x3366cc}},
+            "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse", "clip": ["2", 0]}},
+            "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["2", 0]}},
+            "8": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 24, "batch_size": 1}},
+            "9": {"class_type": "KSampler", "inputs": {"seed": 5, "steps": 2, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["1", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["8", 0]}},
+            "10": {"class_type": "VAEDecode", "inputs": {"samples": ["9", 0], "vae": ["3", 0]}},
+            "11": {"class_type": "SaveImage", "inputs": {"filename_prefix": "control", "images": ["10", 0]}},
+            "12": {"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 64, "height": 48}},
+            "13": {"class_type": "ControlNetLoader", "inputs": {"control_net_name": net}},
+        });
+        if let Some(apply) = apply {
+            graph["20"] = apply;
+            graph["9"]["inputs"]["positive"] = json!(["20", 0]);
+            graph["9"]["inputs"]["negative"] = json!(["20", 1]);
+        }
+        let ran = h.run(graph);
+        match &ran.summary.outcome {
+            Outcome::Success => {}
+            Outcome::Failed(f) => return Err(format!("{}: {}", f.class_type, f.message)),
+            other => return Err(format!("{other:?}")),
+        }
+        let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("11")];
+        let image = image::open(h.roots.output.join(&ui.images[0].filename)).expect("a PNG");
+        Ok(image.to_rgb8().into_raw())
+    };
+    let advanced = |strength: f64, range: (f64, f64), vae: bool| {
+        let mut inputs = json!({"positive": ["6", 0], "negative": ["7", 0], "control_net": ["13", 0], "image": ["4", 0], "strength": strength, "start_percent": range.0, "end_percent": range.1});
+        if vae {
+            inputs["vae"] = json!(["3", 0]);
+        }
+        Some(json!({"class_type": "ControlNetApplyAdvanced", "inputs": inputs}))
+    };
+    let plain = run("instantx.safetensors", None).expect("runs without a ControlNet");
+    for net in ["instantx.safetensors", "inpainting.safetensors", "fun.safetensors"] {
+        let controlled = run(net, advanced(1.0, (0.0, 1.0), true)).expect(net);
+        assert_ne!(controlled, plain, "{net} steers the result");
+        assert_eq!(
+            run(net, advanced(0.0, (0.0, 1.0), true)).expect(net),
+            plain,
+            "{net} at strength 0"
+        );
+        // Two steps at sigmas 1 and ~0.76: a range of 0.9..1 holds neither.
+        assert_eq!(
+            run(net, advanced(1.0, (0.9, 1.0), true)).expect(net),
+            plain,
+            "{net} out of range"
+        );
+    }
+    let err = run("instantx.safetensors", advanced(1.0, (0.0, 1.0), false)).unwrap_err();
+    assert!(err.starts_with("KSampler: This Controlnet needs a VAE"), "{err}");
+
+    // The inpainting node: the image with the masked area black, and the mask, go to the inpainting
+    // ControlNet (the whole image masked here), which sees something else than through the plain node.
+    let inputs = json!({"positive": ["6", 0], "negative": ["7", 0], "control_net": ["13", 0], "vae": ["3", 0], "image": ["4", 0], "mask": ["12", 0], "strength": 1.0, "start_percent": 0.0, "end_percent": 1.0});
+    let inpainting =
+        Some(json!({"class_type": "ControlNetInpaintingAliMamaApply", "inputs": inputs}));
+    let masked = run("inpainting.safetensors", inpainting).expect("the inpainting node runs");
+    assert_ne!(masked, plain);
+    assert_ne!(masked, run("inpainting.safetensors", advanced(1.0, (0.0, 1.0), true)).unwrap());
 }

@@ -17,7 +17,12 @@ use crate::nodes::{
 use crate::value::Value;
 
 /// The path of a file chosen in a loader's combo.
-fn find(env: &ModelEnv, folder: &str, inputs: &Inputs, input: &str) -> Result<PathBuf, NodeError> {
+pub(super) fn find(
+    env: &ModelEnv,
+    folder: &str,
+    inputs: &Inputs,
+    input: &str,
+) -> Result<PathBuf, NodeError> {
     let name = inputs.string(input)?;
     env.files.find(folder, name).ok_or_else(|| {
         NodeError::of_kind(
@@ -28,7 +33,7 @@ fn find(env: &ModelEnv, folder: &str, inputs: &Inputs, input: &str) -> Result<Pa
 }
 
 /// Load progress, in bytes, as the node's progress bar.
-fn progress(ctx: &Context) -> impl FnMut(u64, u64) + '_ {
+pub(super) fn progress(ctx: &Context) -> impl FnMut(u64, u64) + '_ {
     |done, total| {
         if total > 0 {
             ctx.progress(done as f64, total as f64);

@@ -3,6 +3,7 @@
 
 mod compose;
 mod conditioning;
+mod controlnet;
 mod custom_sampling;
 mod expression;
 mod files;
@@ -46,6 +47,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(vae::VaeDecode::new(compute.clone()));
     registry.register(vae::VaeEncode::new(compute.clone()));
     registry.register(loaders::VaeLoader(models.clone()));
+    registry.register(controlnet::ControlNetLoader(models.clone()));
+    registry.register(controlnet::ControlNetApply::advanced());
+    registry.register(controlnet::ControlNetApply::inpainting());
     registry.register(latent::EmptyLatentImage::new());
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());

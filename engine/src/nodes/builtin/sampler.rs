@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::{Backend, DType};
-use kiln_models::family::DiffusionInput;
+use kiln_models::family::{ControlInput, DiffusionInput};
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
@@ -108,12 +108,38 @@ impl OnDevice for Forward<'_> {
                 b.from_f32(r.shape(), &values, b.compute_dtype())
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The ControlNets whose range this sigma is in (ComfyUI's `timestep_range`, compared in f32), each
+        // with its hint broadcast to the batch.
+        let mut hints = Vec::with_capacity(self.extras.controls.len());
+        for control in &self.extras.controls {
+            let sampling = &self.model.sampling;
+            let (start, end) = (control.percent.0, control.percent.1);
+            let (start, end) =
+                (sampling.percent_to_sigma(start) as f32, sampling.percent_to_sigma(end) as f32);
+            if self.sigma > start || self.sigma < end {
+                continue;
+            }
+            let hint = control.hint.as_ref().ok_or_else(|| {
+                kiln_models::Error::Invalid("a ControlNet's image was not prepared".to_owned())
+            })?;
+            let hint = super::controlnet::broadcast_hint(hint, batch, self.contexts.len());
+            hints.push((control, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?));
+        }
+        let controls: Vec<ControlInput<'_, B>> = hints
+            .iter()
+            .map(|(control, hint)| ControlInput {
+                net: &control.control_net.net,
+                hint,
+                strength: control.strength as f32,
+            })
+            .collect();
         let input = DiffusionInput {
             x: &x,
             timesteps: &timesteps,
             context: &context,
             references: &references,
             reference_method: self.extras.reference_latents_method.as_deref(),
+            controls: &controls,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -538,14 +564,28 @@ pub(super) fn sample(
         }
         None => None,
     };
+    // ControlNets' images, encoded once for the run; their weights readied beside the model's.
+    let mut prepared = Vec::new();
+    let mut with_hints = |c: &Conditioning| {
+        super::controlnet::with_hints(compute, model, c, &shape, &mut prepared, ctx)
+    };
+    let positive = with_hints(job.positive)?;
+    let negative = job.negative.map(&mut with_hints).transpose()?;
+    let dual = match job.dual {
+        Some(d) => Some(DualCfg { middle: Arc::new(with_hints(&d.middle)?), ..d.clone() }),
+        None => None,
+    };
+    for control in &prepared {
+        control.control_net.net.weights().activate().map_err(|e| node_error(e.into()))?;
+    }
     let mut denoiser = Guided {
         compute,
         model,
         shape: shape.clone(),
-        positive: job.positive,
-        negative: job.negative,
+        positive: &positive,
+        negative: negative.as_ref(),
         cfg: job.cfg,
-        dual: job.dual,
+        dual: dual.as_ref(),
         inpaint,
     };
     let interrupted = AtomicBool::new(false);
