@@ -12,7 +12,7 @@ use crate::sampling::FlowSampling;
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
 
-use super::{ControlInput, ControlNetNet, TextEncoderFamily, VaeFamily};
+use super::{ControlInput, ControlNetNet, ModelPatchNet, PatchInput, TextEncoderFamily, VaeFamily};
 
 /// A family of diffusion networks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,17 +182,25 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub reference_method: Option<&'a str>,
     /// ControlNets in the order they were applied (`ControlNetApplyAdvanced`), each of this family.
     pub controls: &'a [ControlInput<'a, B>],
+    /// Model patches in the order they were applied (`QwenImageDiffsynthControlnet`), each of this family.
+    pub patches: &'a [PatchInput<'a, B>],
 }
 
-/// Refuses ControlNets for a model of `family` that none of them controls.
+/// Refuses ControlNets and model patches of another family than `family`.
 fn refuse_controls<B: Backend>(
     family: DiffusionFamily,
     controls: &[ControlInput<'_, B>],
+    patches: &[PatchInput<'_, B>],
 ) -> Result<()> {
-    match controls.iter().find(|c| c.net.family() != family) {
-        Some(control) => Err(crate::Error::Invalid(format!(
-            "a {} ControlNet cannot control a {} model",
-            control.net.family().name(),
+    let other = controls
+        .iter()
+        .map(|c| (c.net.family(), "ControlNet"))
+        .chain(patches.iter().map(|p| (p.net.family(), "model patch")))
+        .find(|(f, _)| *f != family);
+    match other {
+        Some((other, what)) => Err(crate::Error::Invalid(format!(
+            "a {} {what} cannot control a {} model",
+            other.name(),
             family.name()
         ))),
         None => Ok(()),
@@ -228,7 +236,7 @@ impl DiffusionNet {
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
             DiffusionNet::ZImage(net) => {
-                refuse_controls(DiffusionFamily::ZImage, input.controls)?;
+                refuse_controls(DiffusionFamily::ZImage, input.controls, input.patches)?;
                 net.forward(b, input.x, input.timesteps, input.context)
             }
             DiffusionNet::QwenImage(net) => {
@@ -245,10 +253,21 @@ impl DiffusionNet {
                         control.strength,
                     )?);
                 }
+                let mut patches = Vec::with_capacity(input.patches.len());
+                for patch in input.patches {
+                    let ModelPatchNet::QwenImageBlockwise(net) = patch.net;
+                    let condition = net.condition(b, patch.hint)?;
+                    patches.push(qwen_image::BlockPatch {
+                        net,
+                        condition,
+                        strength: patch.strength,
+                    });
+                }
                 let extras = qwen_image::Extras {
                     references: input.references,
                     method: input.reference_method,
                     controls: &controls,
+                    patches: &patches,
                 };
                 net.forward_with_extras(b, input.x, input.timesteps, input.context, &extras)
             }

@@ -12,18 +12,21 @@
 //! - [`VaeFamily`] (`VAE`): detection, load plan, the loaded [`VaeNet`] and the latent format it encodes to.
 //!
 //! ControlNets (`CONTROL_NET`) are not a kind of their own: [`ControlNetDetected`] finds one for a diffusion
-//! family, and [`DiffusionInput::controls`] hands it to that family's forward pass.
+//! family, and [`DiffusionInput::controls`] hands it to that family's forward pass; model patches
+//! (`MODEL_PATCH`) likewise, through [`ModelPatchDetected`] and [`DiffusionInput::patches`].
 //!
 //! Each family's own facts (names, constants, config from shapes, key conversion) live in its folder
 //! (`zimage/`, `qwen3/`, `flux_vae/`); these modules only route to them.
 
 mod control;
 mod diffusion;
+mod patch;
 mod text_encoder;
 mod vae;
 
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
 pub use diffusion::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
+pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use text_encoder::{EditPrompt, TextEncoderDetected, TextEncoderFamily, TextEncoderNet};
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

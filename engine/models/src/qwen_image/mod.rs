@@ -8,14 +8,21 @@
 //!   [`QwenImage::forward_with_references`] adds Edit's reference latents by each of ComfyUI's methods,
 //!   [`QwenImage::forward_with_extras`] ControlNet outputs too.
 //! - [`detect_control`], [`control_load_plan`] and [`QwenImageControlNet`]: the InstantX and Fun ControlNets
-//!   (`ControlNetLoader`), whose [`QwenImageControlNet::residuals`] the base model adds after its blocks.
+//!   (`ControlNetLoader`), whose [`QwenImageControlNet::residuals`] the base model adds after its blocks;
+//!   [`detect_blockwise`] and [`QwenImageBlockwise`]: DiffSynth's block-wise ControlNet (`ModelPatchLoader`),
+//!   run after every block.
 
+mod blockwise;
 mod config;
 mod control;
 pub mod family;
 pub mod lora;
 mod model;
 
+pub(crate) use blockwise::expected_blockwise;
+pub use blockwise::{
+    BlockPatch, BlockwiseConfig, QwenImageBlockwise, blockwise_load_plan, detect_blockwise,
+};
 pub(crate) use config::expected;
 pub use config::{
     ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,

@@ -7,6 +7,7 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
 
+use super::blockwise::{BlockPatch, apply_patches};
 use super::config::{
     ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
     LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, block_names, block_prefix,
@@ -31,6 +32,8 @@ pub struct Extras<'a, B: Backend> {
     pub method: Option<&'a str>,
     /// ControlNet outputs, each added after the blocks it names.
     pub controls: &'a [ControlResiduals<B>],
+    /// Block-wise ControlNets (DiffSynth's model patches), each run after every block.
+    pub patches: &'a [BlockPatch<'a, B>],
 }
 
 /// The blocks' inputs: image tokens (the latents', then the references'), text tokens, RoPE and timestep.
@@ -158,12 +161,13 @@ impl QwenImage {
         references: &[Tensor<B>],
         method: Option<&str>,
     ) -> Result<Tensor<B>> {
-        let extras = Extras { references, method, controls: &[] };
+        let extras = Extras { references, method, controls: &[], patches: &[] };
         self.forward_with_extras(b, x, sigmas, context, &extras)
     }
 
-    /// [`QwenImage::forward_with_references`] with ControlNet outputs too: each of `extras.controls` is added
-    /// to the latents' tokens after the blocks it names, in order (ComfyUI's `control["input"]`).
+    /// [`QwenImage::forward_with_references`] with ControlNets too: after each block, every block-wise
+    /// ControlNet of `extras.patches` (ComfyUI's `double_block` patches), then each of `extras.controls`
+    /// where it names the block (ComfyUI's `control["input"]`), add to the latents' tokens, in order.
     pub fn forward_with_extras<B: Backend>(
         &self,
         b: &B,
@@ -176,6 +180,8 @@ impl QwenImage {
             self.embed(b, x, sigmas, context, extras.references, extras.method)?;
         for i in 0..self.config.layers {
             (img, txt) = self.block(b, &block_prefix(i), &img, &txt, &timestep, &rope)?;
+            // As ComfyUI: the block patches, then the ControlNets.
+            img = apply_patches(b, img, extras.patches, i)?;
             img = add_controls(b, &img, extras.controls, i)?;
         }
         drop(txt);

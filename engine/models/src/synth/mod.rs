@@ -72,6 +72,8 @@ pub enum SynthFamily {
     QwenImageLayered(LayeredFile),
     /// A Qwen-Image ControlNet (`ControlNetLoader`), ComfyUI's names.
     QwenImageControlNet(ControlNetFile),
+    /// DiffSynth's block-wise ControlNet for Qwen-Image (`ModelPatchLoader`), one block per base block.
+    QwenImageBlockwise,
 }
 
 /// The Qwen-Image ControlNets, each with the base model's widths and 5 blocks.
@@ -131,6 +133,7 @@ impl SynthFamily {
             [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
                 .map(SynthFamily::QwenImageControlNet),
         );
+        all.push(SynthFamily::QwenImageBlockwise);
         all
     }
 
@@ -150,6 +153,7 @@ impl SynthFamily {
                 "qwen-image-controlnet-inpaint"
             }
             SynthFamily::QwenImageControlNet(ControlNetFile::Fun) => "qwen-image-controlnet-fun",
+            SynthFamily::QwenImageBlockwise => "qwen-image-diffsynth-controlnet",
         }
     }
 }
@@ -522,7 +526,19 @@ pub fn write_family(
                 progress,
             )
         }
+        SynthFamily::QwenImageBlockwise => {
+            let config = blockwise_config(&set.qwen_image);
+            let specs = specs_of(qwen_image::expected_blockwise(&config));
+            let what = "Qwen-Image DiffSynth ControlNet";
+            write_one(path, &specs, QWEN_IMAGE_CONTROLNET, what, dtype, seed, progress)
+        }
     }
+}
+
+/// DiffSynth's block-wise ControlNet for a base model of `base`'s widths: a latent's 64 features in, one block
+/// per base block.
+pub fn blockwise_config(base: &qwen_image::Config) -> qwen_image::BlockwiseConfig {
+    qwen_image::BlockwiseConfig { dim: base.dim, in_features: 64, blocks: base.layers }
 }
 
 /// Writes one checkpoint holding all three models under ComfyUI's prefixes ([`CHECKPOINT_DIFFUSION_PREFIX`],

@@ -12,6 +12,7 @@ mod qwen25vl;
 mod qwen25vl_vision;
 mod qwen3;
 mod qwen_image;
+mod qwen_image_blockwise;
 mod qwen_image_controlnet;
 mod sampling;
 mod synth;

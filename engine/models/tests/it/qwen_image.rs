@@ -132,6 +132,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             references: &refs,
             reference_method: method,
             controls: &[],
+            patches: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -167,6 +168,7 @@ fn layered_frames_match_comfyui() {
             references,
             reference_method: None,
             controls: &[],
+            patches: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

@@ -86,6 +86,7 @@ fn controlnets_match_comfyui() {
             references: &[],
             reference_method: None,
             controls: &controls,
+            patches: &[],
         };
         let out = base_net.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);
@@ -118,6 +119,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         references: &[],
         reference_method: None,
         controls: &controls,
+        patches: &[],
     };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);

@@ -9,8 +9,8 @@ use kiln_compute::DType;
 use kiln_compute::dtype::{narrow, widen};
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::family::{
-    ControlNetDetected, DiffusionDetected, DiffusionFamily, TextEncoderDetected, VaeDetected,
-    VaeFamily,
+    ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
+    TextEncoderDetected, VaeDetected, VaeFamily,
 };
 use kiln_models::synth::{
     self, LayeredFile, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet,
@@ -538,7 +538,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-layered-vae",
             "qwen-image-controlnet-instantx",
             "qwen-image-controlnet-inpaint",
-            "qwen-image-controlnet-fun"
+            "qwen-image-controlnet-fun",
+            "qwen-image-diffsynth-controlnet"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -580,6 +581,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ControlNetDetected::detect(&header).unwrap().unwrap();
                 let want = ControlNetDetected::QwenImage(file.config(&set.qwen_image));
                 assert_eq!(found, want, "{family}");
+            }
+            synth::SynthFamily::QwenImageBlockwise => {
+                let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
+                let want = synth::blockwise_config(&set.qwen_image);
+                assert_eq!(found, ModelPatchDetected::QwenImageBlockwise(want));
             }
         }
     }

@@ -1,0 +1,86 @@
+//! [`ModelPatchDetected`]: the model patches (`MODEL_PATCH`, `ModelPatchLoader`) Kiln runs, and
+//! [`ModelPatchNet`], one loaded; each patches the diffusion models of one [`DiffusionFamily`].
+
+use kiln_compute::memory::{LoadPlan, Model};
+use kiln_compute::{Backend, Tensor};
+
+use crate::error::Result;
+use crate::header::Header;
+use crate::qwen_image::{self, BlockwiseConfig, QwenImageBlockwise};
+
+use super::DiffusionFamily;
+
+/// A model patch found in a header, before any weight is read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelPatchDetected {
+    /// DiffSynth's block-wise ControlNet for Qwen-Image.
+    QwenImageBlockwise(BlockwiseConfig),
+}
+
+impl ModelPatchDetected {
+    /// The model patch in `h`: `Ok(None)` when Kiln knows no patch like it.
+    pub fn detect(h: &Header) -> Result<Option<ModelPatchDetected>> {
+        Ok(qwen_image::detect_blockwise(h)?.map(ModelPatchDetected::QwenImageBlockwise))
+    }
+
+    /// The weights to load.
+    pub fn load_plan(&self, h: &Header) -> LoadPlan {
+        match self {
+            ModelPatchDetected::QwenImageBlockwise(config) => {
+                qwen_image::blockwise_load_plan(h, config)
+            }
+        }
+    }
+
+    /// The network with `weights` loaded from [`ModelPatchDetected::load_plan`].
+    pub fn build(self, weights: Model) -> ModelPatchNet {
+        match self {
+            ModelPatchDetected::QwenImageBlockwise(config) => {
+                ModelPatchNet::QwenImageBlockwise(QwenImageBlockwise { config, weights })
+            }
+        }
+    }
+}
+
+/// A loaded model patch.
+pub enum ModelPatchNet {
+    /// DiffSynth's block-wise ControlNet for Qwen-Image.
+    QwenImageBlockwise(QwenImageBlockwise),
+}
+
+impl ModelPatchNet {
+    /// The family of the models it patches.
+    pub fn family(&self) -> DiffusionFamily {
+        match self {
+            ModelPatchNet::QwenImageBlockwise(_) => DiffusionFamily::QwenImage,
+        }
+    }
+
+    /// The weights, under the memory manager.
+    pub fn weights(&self) -> &Model {
+        match self {
+            ModelPatchNet::QwenImageBlockwise(net) => &net.weights,
+        }
+    }
+
+    /// The channels of the control hint it takes beyond the latent's (a block-wise ControlNet's mask
+    /// channels).
+    pub fn mask_channels(&self) -> usize {
+        match self {
+            ModelPatchNet::QwenImageBlockwise(net) => {
+                net.config.hint_channels() - qwen_image::LATENT_CHANNELS
+            }
+        }
+    }
+}
+
+/// A model patch with its control hint (the control image in the model's latent space at the latents' size,
+/// then its mask channels, `[1 or B, C, h, w]`) and strength, for one model call.
+pub struct PatchInput<'a, B: Backend> {
+    /// The patch.
+    pub net: &'a ModelPatchNet,
+    /// The hint.
+    pub hint: &'a Tensor<B>,
+    /// The node's strength.
+    pub strength: f32,
+}
