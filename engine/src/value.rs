@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use kiln_models::sampling::SamplerChoice;
 
-use crate::models::{Conditioning, ControlNet, DiffusionModel, Guider, Noise, TextEncoder, Vae};
+use crate::models::{
+    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, Vae,
+};
 use crate::tensor::Tensor;
 
 /// `LATENT`: ComfyUI's latent dict. Nodes that change the samples keep the rest, as ComfyUI's copy the dict.
@@ -59,6 +61,8 @@ pub enum Value {
     Vae(Arc<Vae>),
     /// `CONTROL_NET`: a ControlNet (`ControlNetLoader`).
     ControlNet(Arc<ControlNet>),
+    /// `MODEL_PATCH`: a model patch (`ModelPatchLoader`).
+    ModelPatch(Arc<ModelPatch>),
     /// `CONDITIONING`: encoded prompts.
     Conditioning(Arc<Conditioning>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
@@ -87,6 +91,7 @@ impl Value {
             Value::Clip(_) => "CLIP",
             Value::Vae(_) => "VAE",
             Value::ControlNet(_) => "CONTROL_NET",
+            Value::ModelPatch(_) => "MODEL_PATCH",
             Value::Conditioning(_) => "CONDITIONING",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
@@ -114,7 +119,11 @@ impl Value {
             Value::Guider(_) => 0,
             // Weights live in the memory manager, which accounts for them; a cached model costs the cache
             // nothing of its own.
-            Value::Model(_) | Value::Clip(_) | Value::Vae(_) | Value::ControlNet(_) => 0,
+            Value::Model(_)
+            | Value::Clip(_)
+            | Value::Vae(_)
+            | Value::ControlNet(_)
+            | Value::ModelPatch(_) => 0,
             Value::Conditioning(c) => c.byte_size(),
         }
     }
@@ -134,6 +143,7 @@ impl Value {
             | Value::Clip(_)
             | Value::Vae(_)
             | Value::ControlNet(_)
+            | Value::ModelPatch(_)
             | Value::Conditioning(_)
             | Value::Sampler(_)
             | Value::Noise(_)
@@ -160,6 +170,7 @@ impl Value {
             | Value::Clip(_)
             | Value::Vae(_)
             | Value::ControlNet(_)
+            | Value::ModelPatch(_)
             | Value::Conditioning(_)
             | Value::Sampler(_)
             | Value::Noise(_)

@@ -12,6 +12,7 @@ const modelFile = /\.(safetensors|sft|gguf|ckpt|pt|pth|bin)$/i;
 const nodeWidgetFolders = {
   'CLIPVisionLoader.clip_name': 'clip_vision',
   'LatentUpscaleModelLoader.model_name': 'latent_upscale_models',
+  'ModelPatchLoader.name': 'model_patches',
   'StyleModelLoader.style_model_name': 'style_models',
 };
 
@@ -65,6 +66,8 @@ const kilnFiles = [
   { folder: 'controlnet', stem: /^qwen-image-instantx-controlnet-inpainting/i, family: 'qwen-image-controlnet-inpaint' },
   { folder: 'controlnet', stem: /^qwen-image-instantx-controlnet/i, family: 'qwen-image-controlnet-instantx' },
   { folder: 'controlnet', stem: /^qwen-image(-2512)?-fun-controlnet/i, family: 'qwen-image-controlnet-fun' },
+  // DiffSynth's block-wise ControlNets for Qwen-Image (model patches).
+  { folder: 'model_patches', stem: /^qwen_image_.*diffsynth_controlnet/i, family: 'qwen-image-diffsynth-controlnet' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -9,15 +9,15 @@ use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::quant::Quant;
 use kiln_models::family::{
-    ControlNetDetected, DiffusionDetected, DiffusionFamily, TextEncoderDetected, TextEncoderFamily,
-    VaeDetected, VaeFamily,
+    ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
+    TextEncoderDetected, TextEncoderFamily, VaeDetected, VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::{LinearPath, Quantization};
 use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
-use super::{ControlNet, DiffusionModel, ModelEnv, TextEncoder, Vae};
+use super::{ControlNet, DiffusionModel, ModelEnv, ModelPatch, TextEncoder, Vae};
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
 fn open(path: &Path) -> Result<SafetensorsFile, Error> {
@@ -185,6 +185,7 @@ fn diffusion_model(
         patches: Arc::default(),
         guidance: Guidance::default(),
         differential_diffusion: None,
+        model_patches: Vec::new(),
     })
 }
 
@@ -330,6 +331,51 @@ pub fn load_controlnet(
     quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(ControlNet { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
+}
+
+/// `ModelPatchLoader`: a model patch file of a kind Kiln runs (DiffSynth's block-wise ControlNet for
+/// Qwen-Image); the other kinds ComfyUI loads are refused naming what they are.
+pub fn load_model_patch(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ModelPatch, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let quant = formats(&file, &header)?;
+    let Some(found) = ModelPatchDetected::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a model patch Kiln can run (DiffSynth's Qwen-Image ControlNets): found {}",
+            describe_patch(&header)
+        )));
+    };
+    let mut plan = found.load_plan(&header);
+    quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(ModelPatch { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
+}
+
+/// What a model patch Kiln does not run is, by the keys ComfyUI's `ModelPatchLoader` tells them apart by.
+fn describe_patch(header: &Header<'_>) -> String {
+    let has = |key: &str| header.names().any(|n| n == key || n.ends_with(key));
+    let kind = if has("control_all_x_embedder.2-1.weight") {
+        "a Z-Image Fun ControlNet"
+    } else if has("lllite_conditioning1.conv1.weight") {
+        "an Anima LLLite patch"
+    } else if has("feature_embedder.mid_layer_norm.bias") {
+        "a USO style projector"
+    } else if has("controlnet_patch_embedding.weight") {
+        "a Wan Uni3C ControlNet"
+    } else if has("audio_proj.proj1.weight") {
+        "a MultiTalk patch"
+    } else if has("control_model.input_hint_block.0.weight") {
+        "a SUPIR patch"
+    } else if has("attention_pooler.query_tokens") {
+        "an LTX duration head"
+    } else {
+        return describe(header);
+    };
+    format!("{kind} ({} tensors), which Kiln does not run yet", header.names().count())
 }
 
 /// `CheckpointLoaderSimple`: one file holding the diffusion model (under ComfyUI's prefix rule) and, under the

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::memory::lora::PatchSet;
-use kiln_models::family::{ControlNetNet, DiffusionNet, TextEncoderNet, VaeNet};
+use kiln_models::family::{ControlNetNet, DiffusionNet, ModelPatchNet, TextEncoderNet, VaeNet};
 pub use kiln_models::latent::LatentFormat;
 use kiln_models::sampling::FlowSampling;
 use kiln_models::sampling::guidance::Guidance;
@@ -121,6 +121,8 @@ pub struct DiffusionModel {
     /// `DifferentialDiffusion`'s strength, when set: an inpainting mask is thresholded at each step by how far
     /// sampling has come (its `denoise_mask_function`).
     pub differential_diffusion: Option<f32>,
+    /// Model patches run after every block (`QwenImageDiffsynthControlnet`), in the order they were applied.
+    pub model_patches: Vec<ModelPatchApplication>,
 }
 
 impl DiffusionModel {
@@ -231,6 +233,33 @@ impl ControlApplication {
             + self.mask.as_ref().map_or(0, Tensor::byte_size)
             + self.hint.as_ref().map_or(0, Tensor::byte_size)
     }
+}
+
+/// `MODEL_PATCH`: a model patch of any family (`ModelPatchLoader`).
+pub struct ModelPatch {
+    /// The network.
+    pub net: Arc<ModelPatchNet>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+/// A model patch applied to a model with its control image (`QwenImageDiffsynthControlnet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPatchApplication {
+    /// The patch.
+    pub patch: Arc<ModelPatch>,
+    /// The control image `[B, H, W, C]` in 0..=1.
+    pub image: Tensor,
+    /// The VAE that encodes it into the model's latent space.
+    pub vae: Arc<Vae>,
+    /// How much of the patch's outputs the model adds.
+    pub strength: f64,
+    /// The mask a patch with mask channels takes (`[B, H, W]`, 1 where the image is kept); without one, those
+    /// channels are all ones.
+    pub mask: Option<Tensor>,
+    /// The image prepared for the model (encoded at the latents' size, in the model's latent space, with the
+    /// mask channels): set by the sampler before its first step, once per run.
+    pub hint: Option<Tensor>,
 }
 
 /// `VAE`: an autoencoder of any family.
@@ -352,6 +381,18 @@ impl PartialEq for ControlNet {
 impl std::fmt::Debug for ControlNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ControlNet({})", self.path.display())
+    }
+}
+
+impl PartialEq for ModelPatch {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for ModelPatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelPatch({})", self.path.display())
     }
 }
 

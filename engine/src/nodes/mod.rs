@@ -23,7 +23,9 @@ pub use spec::{
 
 use kiln_models::sampling::SamplerChoice;
 
-use crate::models::{Conditioning, ControlNet, DiffusionModel, Guider, Noise, TextEncoder, Vae};
+use crate::models::{
+    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, Vae,
+};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
@@ -192,6 +194,14 @@ impl Inputs {
         match self.required(name)? {
             Value::ControlNet(c) => Ok(c),
             other => Err(self.wrong(name, "CONTROL_NET", other)),
+        }
+    }
+
+    /// A `MODEL_PATCH` input.
+    pub fn model_patch(&self, name: &str) -> Result<&Arc<ModelPatch>, NodeError> {
+        match self.required(name)? {
+            Value::ModelPatch(p) => Ok(p),
+            other => Err(self.wrong(name, "MODEL_PATCH", other)),
         }
     }
 

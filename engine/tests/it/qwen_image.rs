@@ -316,3 +316,70 @@ fn issue_23_qwen_image_controlnets_steer_sampling() {
     assert_ne!(masked, plain);
     assert_ne!(masked, run("inpainting.safetensors", advanced(1.0, (0.0, 1.0), true)).unwrap());
 }
+
+/// DiffSynth's block-wise ControlNet as `image_qwen_image_controlnet_patch` wires it (`ModelPatchLoader`,
+/// `QwenImageDiffsynthControlnet` on the model), on a tiny file: the control image steers the result, strength
+/// 0 gives the image without it, and a model patch Kiln does not run is refused naming what it is.
+#[test]
+fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_qwen_image(&models);
+    let set = ZImageTurboSet::tiny();
+    let path = models.join("model_patches/qwen_image_canny_diffsynth_controlnet.safetensors");
+    synth::write_family(
+        &path,
+        SynthFamily::QwenImageBlockwise,
+        &set,
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    // A Z-Image Fun ControlNet's marker key, the one ComfyUI tells it by.
+    let zero = [0u8; 4];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &zero).unwrap();
+    let fun = models.join("model_patches/Z-Image-Turbo-Fun-Controlnet-Union.safetensors");
+    safetensors::serialize_to_file([("control_all_x_embedder.2-1.weight", view)], None, &fun)
+        .unwrap();
+
+    let mut run = |patch: &str, colour: i64, strength: f64| -> Result<Vec<u8>, String> {
+        let ran = h.run(json!({
+            "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+            "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
+            "3": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
+            "4": {"class_type": "EmptyImage", "inputs": {"width": 80, "height": 40, "batch_size": 1, "color": colour}},
+            "5": {"class_type": "ModelPatchLoader", "inputs": {"name": patch}},
+            "6": {"class_type": "QwenImageDiffsynthControlnet", "inputs": {"model": ["1", 0], "model_patch": ["5", 0], "vae": ["3", 0], "image": ["4", 0], "strength": strength}},
+            "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse", "clip": ["2", 0]}},
+            "8": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["2", 0]}},
+            "9": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 24, "batch_size": 1}},
+            "10": {"class_type": "KSampler", "inputs": {"seed": 5, "steps": 2, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["6", 0], "positive": ["7", 0], "negative": ["8", 0], "latent_image": ["9", 0]}},
+            "11": {"class_type": "VAEDecode", "inputs": {"samples": ["10", 0], "vae": ["3", 0]}},
+            "12": {"class_type": "SaveImage", "inputs": {"filename_prefix": "patch", "images": ["11", 0]}},
+        }));
+        match &ran.summary.outcome {
+            Outcome::Success => {}
+            Outcome::Failed(f) => return Err(format!("{}: {}", f.class_type, f.message)),
+            other => return Err(format!("{other:?}")),
+        }
+        let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("12")];
+        let image = image::open(h.roots.output.join(&ui.images[0].filename)).expect("a PNG");
+        Ok(image.to_rgb8().into_raw())
+    };
+    let patch = "qwen_image_canny_diffsynth_controlnet.safetensors";
+    let (blue, red) = (run(patch, 0x3366cc, 1.0).unwrap(), run(patch, 0xcc3333, 1.0).unwrap());
+    assert_ne!(blue, red, "the control image steers the result");
+    assert_ne!(run(patch, 0x3366cc, 0.0).unwrap(), blue, "strength matters");
+    assert_eq!(
+        run(patch, 0x3366cc, 0.0).unwrap(),
+        run(patch, 0xcc3333, 0.0).unwrap(),
+        "at 0 no image counts"
+    );
+    let err = run("Z-Image-Turbo-Fun-Controlnet-Union.safetensors", 0, 1.0).unwrap_err();
+    assert!(
+        err.starts_with("ModelPatchLoader: ") && err.contains("a Z-Image Fun ControlNet"),
+        "{err}"
+    );
+}

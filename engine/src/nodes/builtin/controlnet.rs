@@ -12,7 +12,7 @@ use super::mask::{mask, tensor};
 use super::resize::resize;
 use super::vae::encode;
 use crate::compute::Compute;
-use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, load};
+use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, Vae, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
@@ -251,24 +251,13 @@ fn hint(
              VAE input and connect it.",
         ));
     };
-    let (h, w) = match *latent_shape {
-        [_, _, h, w] | [_, _, 1, h, w] => (h, w),
-        ref other => {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("a ControlNet controls image latents [B, C, h, w], got {other:?}"),
-            ));
-        }
-    };
-    let scale = vae.net.family().latent().spatial_downscale;
-    let pixels = resize(&application.image, w * scale, h * scale, "nearest-exact", true)?;
-    let encoded = encode(compute, vae, &pixels, ctx)?;
-    let &[batch, channels, eh, ew] = encoded.shape() else {
+    let encoded =
+        encoded_hint(compute, model, vae, &application.image, latent_shape, "nearest-exact", ctx)?;
+    let &[_, _, eh, ew] = encoded.shape() else {
         return Err(NodeError::new(format!("an encoded hint {:?}", encoded.shape())));
     };
-    let values = model.latent.process_in(encoded.data(), encoded.shape());
     if !application.control_net.net.concat_mask() {
-        return tensor(vec![batch, channels, eh, ew], values);
+        return Ok(encoded);
     }
     // The mask channel: the mask (or ones) at the latents' size, repeated to the batch.
     let mask = match &application.mask {
@@ -281,14 +270,63 @@ fn hint(
         }
         None => Tensor::full(vec![1, eh, ew, 1], 1.0),
     };
-    let plane = eh * ew;
+    with_mask_channels(&encoded, &mask, 1)
+}
+
+/// `encoded` `[B, C, h, w]` with `copies` channels of `mask` `[Bm, h, w, 1]` after each sample's (the masks
+/// cycled over the batch, as ComfyUI's `repeat_to_batch_size`).
+pub(super) fn with_mask_channels(
+    encoded: &Tensor,
+    mask: &Tensor,
+    copies: usize,
+) -> Result<Tensor, NodeError> {
+    let &[batch, channels, h, w] = encoded.shape() else {
+        return Err(NodeError::new(format!("an encoded hint {:?}", encoded.shape())));
+    };
+    let plane = h * w;
     let masks = mask.shape()[0];
-    let mut out = Vec::with_capacity(batch * (channels + 1) * plane);
-    for (i, sample) in values.chunks_exact(channels * plane).enumerate() {
-        out.extend_from_slice(sample);
-        out.extend_from_slice(&mask.data()[(i % masks) * plane..][..plane]);
+    if mask.data().len() != masks * plane {
+        return Err(NodeError::new(format!(
+            "a mask {:?} for a hint {:?}",
+            mask.shape(),
+            encoded.shape()
+        )));
     }
-    tensor(vec![batch, channels + 1, eh, ew], out)
+    let mut out = Vec::with_capacity(batch * (channels + copies) * plane);
+    for (i, sample) in encoded.data().chunks_exact(channels * plane).enumerate() {
+        out.extend_from_slice(sample);
+        for _ in 0..copies {
+            out.extend_from_slice(&mask.data()[(i % masks) * plane..][..plane]);
+        }
+    }
+    tensor(vec![batch, channels + copies, h, w], out)
+}
+
+/// `image` resized by `method` (centre crop) to the size in pixels of latents of `latent_shape` (`[B, C, h, w]`
+/// or one frame), VAE-encoded and in `model`'s latent space: `[B, C, h, w]`.
+pub(super) fn encoded_hint(
+    compute: &Compute,
+    model: &DiffusionModel,
+    vae: &Vae,
+    image: &Tensor,
+    latent_shape: &[usize],
+    method: &str,
+    ctx: &Context,
+) -> Result<Tensor, NodeError> {
+    let (h, w) = match *latent_shape {
+        [_, _, h, w] | [_, _, 1, h, w] => (h, w),
+        ref other => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("a control image steers image latents [B, C, h, w], got {other:?}"),
+            ));
+        }
+    };
+    let scale = vae.net.family().latent().spatial_downscale;
+    let pixels = resize(image, w * scale, h * scale, method, true)?;
+    let encoded = encode(compute, vae, &pixels, ctx)?;
+    let values = model.latent.process_in(encoded.data(), encoded.shape());
+    tensor(encoded.shape().to_vec(), values)
 }
 
 /// A hint of `hb` samples for a model call of `batch` samples split into `parts` (positive and negative run

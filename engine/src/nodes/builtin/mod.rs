@@ -15,6 +15,7 @@ mod latent;
 mod loaders;
 mod logic;
 mod mask;
+mod model_patch;
 mod model_specs;
 mod primitives;
 mod pure;
@@ -50,6 +51,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(controlnet::ControlNetLoader(models.clone()));
     registry.register(controlnet::ControlNetApply::advanced());
     registry.register(controlnet::ControlNetApply::inpainting());
+    registry.register(model_patch::ModelPatchLoader(models.clone()));
+    registry.register(model_patch::QwenImageDiffsynthControlnet::new());
     registry.register(latent::EmptyLatentImage::new());
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::{Backend, DType};
-use kiln_models::family::{ControlInput, DiffusionInput};
+use kiln_models::family::{ControlInput, DiffusionInput, PatchInput};
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
@@ -125,6 +125,21 @@ impl OnDevice for Forward<'_> {
             let hint = super::controlnet::broadcast_hint(hint, batch, self.contexts.len());
             hints.push((control, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?));
         }
+        let patch_hints = self
+            .model
+            .model_patches
+            .iter()
+            .map(|p| {
+                let hint = p.hint.as_ref().ok_or_else(|| {
+                    kiln_models::Error::Invalid("a model patch's image was not prepared".to_owned())
+                })?;
+                Ok((p, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?))
+            })
+            .collect::<kiln_models::Result<Vec<_>>>()?;
+        let patches: Vec<PatchInput<'_, B>> = patch_hints
+            .iter()
+            .map(|(p, hint)| PatchInput { net: &p.patch.net, hint, strength: p.strength as f32 })
+            .collect();
         let controls: Vec<ControlInput<'_, B>> = hints
             .iter()
             .map(|(control, hint)| ControlInput {
@@ -140,6 +155,7 @@ impl OnDevice for Forward<'_> {
             references: &references,
             reference_method: self.extras.reference_latents_method.as_deref(),
             controls: &controls,
+            patches: &patches,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -564,7 +580,13 @@ pub(super) fn sample(
         }
         None => None,
     };
-    // ControlNets' images, encoded once for the run; their weights readied beside the model's.
+    // Model patches' and ControlNets' images, encoded once for the run; their weights readied beside the
+    // model's.
+    let patched = super::model_patch::with_hints(compute, model, &shape, ctx)?;
+    let model = &patched;
+    for application in &model.model_patches {
+        application.patch.net.weights().activate().map_err(|e| node_error(e.into()))?;
+    }
     let mut prepared = Vec::new();
     let mut with_hints = |c: &Conditioning| {
         super::controlnet::with_hints(compute, model, c, &shape, &mut prepared, ctx)

@@ -1,0 +1,160 @@
+//! Model patches (`comfy_extras.nodes_model_patch`): `ModelPatchLoader` loads one from `model_patches/`, and
+//! `QwenImageDiffsynthControlnet` puts DiffSynth's block-wise ControlNet with its control image on a Qwen-Image
+//! model. The sampler prepares the image once per run ([`with_hints`]: resized by area to the latents' size in
+//! pixels, VAE-encoded into the model's latent space, the mask channels added); the model runs the patch after
+//! every block.
+
+use std::sync::Arc;
+
+use super::controlnet::{encoded_hint, with_mask_channels};
+use super::loaders::{find, progress};
+use super::mask::{mask, tensor};
+use super::resize::resize;
+use crate::compute::Compute;
+use crate::models::{DiffusionModel, ModelEnv, ModelPatchApplication, load};
+use crate::nodes::error::node_error;
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// `ModelPatchLoader`: a model patch from `model_patches/`.
+pub(super) struct ModelPatchLoader(pub(super) ModelEnv);
+
+impl Node for ModelPatchLoader {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let files = self.0.files.list("model_patches");
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        Arc::new(
+            NodeSpec::new("ModelPatchLoader", "Load Model Patch", "model/loaders")
+                .python_module("comfy_extras.nodes_model_patch")
+                .experimental()
+                .input(InputDef::choices("name", &files))
+                .output(OutputDef::new("MODEL_PATCH"))
+                .shared_between_partitions(),
+        )
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let path = find(&self.0, "model_patches", inputs, "name")?;
+        let patch =
+            load::load_model_patch(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
+        Ok(NodeResult::values([Value::ModelPatch(Arc::new(patch))]))
+    }
+}
+
+/// `QwenImageDiffsynthControlnet`: the model with the patch and its control image (RGB) applied after the
+/// patches it has.
+pub(super) struct QwenImageDiffsynthControlnet(Arc<NodeSpec>);
+
+impl QwenImageDiffsynthControlnet {
+    pub(super) fn new() -> QwenImageDiffsynthControlnet {
+        let spec = NodeSpec::new(
+            "QwenImageDiffsynthControlnet",
+            "Apply Qwen Image DiffSynth ControlNet",
+            "model/patch/qwen",
+        )
+        .python_module("comfy_extras.nodes_model_patch")
+        .experimental()
+        .input(InputDef::typed("model", "MODEL"))
+        .input(InputDef::typed("model_patch", "MODEL_PATCH"))
+        .input(InputDef::typed("vae", "VAE"))
+        .input(InputDef::typed("image", "IMAGE"))
+        .input(InputDef::float("strength", 1.0, -10.0, 10.0).option("step", 0.01))
+        .optional(InputDef::typed("mask", "MASK"))
+        .output(OutputDef::new("MODEL"));
+        QwenImageDiffsynthControlnet(Arc::new(spec))
+    }
+}
+
+impl Node for QwenImageDiffsynthControlnet {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let model = inputs.model("model")?;
+        let patch = inputs.model_patch("model_patch")?.clone();
+        if patch.net.family() != model.net.family() {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "{} patches {} models; the model is {}",
+                    patch.path.display(),
+                    patch.net.family().name(),
+                    model.net.family().name()
+                ),
+            ));
+        }
+        let image = rgb(inputs.image("image")?)?;
+        // The mask says where to keep the image: the patch takes its complement.
+        let kept = match inputs.get("mask") {
+            Some(_) => {
+                let (m, [b, h, w]) = mask(inputs, "mask")?;
+                Some(tensor(vec![b, h, w], m.data().iter().map(|v| 1.0 - v).collect())?)
+            }
+            None => None,
+        };
+        let application = ModelPatchApplication {
+            patch,
+            image,
+            vae: inputs.vae("vae")?.clone(),
+            strength: inputs.float("strength")?,
+            mask: kept,
+            hint: None,
+        };
+        let mut patched = DiffusionModel::clone(model);
+        patched.model_patches.push(application);
+        Ok(NodeResult::values([Value::Model(Arc::new(patched))]))
+    }
+}
+
+/// The first three channels of an image.
+fn rgb(image: &Tensor) -> Result<Tensor, NodeError> {
+    let &[b, h, w, c] = image.shape() else {
+        return Err(NodeError::new(format!(
+            "expected an IMAGE [B, H, W, C], got {:?}",
+            image.shape()
+        )));
+    };
+    if c <= 3 {
+        return Ok(image.clone());
+    }
+    let data = image.data().chunks_exact(c).flat_map(|p| p[..3].iter().copied()).collect();
+    tensor(vec![b, h, w, 3], data)
+}
+
+/// `model` with each model patch's hint prepared for latents of `latent_shape`: the image resized by area
+/// (centre crop) to the latents' size in pixels, VAE-encoded, in the model's latent space, then the patch's
+/// mask channels (the mask bilinear at the latents' size, or ones). ComfyUI's `DiffSynthCnetPatch`.
+pub(super) fn with_hints(
+    compute: &Compute,
+    model: &DiffusionModel,
+    latent_shape: &[usize],
+    ctx: &Context,
+) -> Result<DiffusionModel, NodeError> {
+    let mut prepared = model.clone();
+    for application in &mut prepared.model_patches {
+        let (vae, image) = (&application.vae, &application.image);
+        let encoded = encoded_hint(compute, model, vae, image, latent_shape, "area", ctx)?;
+        let copies = application.patch.net.mask_channels();
+        if copies == 0 {
+            application.hint = Some(encoded);
+            continue;
+        }
+        let (h, w) = (encoded.shape()[2], encoded.shape()[3]);
+        // A mask is one channel (bilinear to the latents' size, no crop), whatever the patch's width; without
+        // one, every mask channel is ones.
+        let (mask, copies) = match &application.mask {
+            Some(m) => {
+                let (mb, mh, mw) = (m.shape()[0], m.shape()[1], m.shape()[2]);
+                let as_image = tensor(vec![mb, mh, mw, 1], m.data().to_vec())?;
+                (resize(&as_image, w, h, "bilinear", false)?, 1)
+            }
+            None => (Tensor::full(vec![1, h, w, 1], 1.0), copies),
+        };
+        application.hint = Some(with_mask_channels(&encoded, &mask, copies)?);
+    }
+    Ok(prepared)
+}
