@@ -7,8 +7,6 @@
 //! tokens x get `output_proj(GELU(input_proj(RMSNorm_x(x) + RMSNorm_y(c))))` · strength added, from the
 //! network's block i.
 
-use std::collections::BTreeSet;
-
 use kiln_compute::backend::{BinaryOp, UnaryOp};
 use kiln_compute::memory::{LoadPlan, Model, SlotPlan};
 use kiln_compute::{Backend, Tensor};
@@ -16,7 +14,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::{Error, Result};
 use crate::header::Header;
 
-use super::config::{EPS, LATENT_CHANNELS, PATCH};
+use super::config::{EPS, LATENT_CHANNELS, PATCH, count_blocks};
 use super::model::{padded, patchify};
 
 /// A block-wise ControlNet's widths.
@@ -59,11 +57,7 @@ pub fn detect_blockwise(h: &Header) -> Result<Option<BlockwiseConfig>> {
              patches) and whole mask channels beyond them"
         )));
     }
-    let indices: BTreeSet<usize> = h
-        .names()
-        .filter_map(|n| n.strip_prefix("controlnet_blocks.")?.split_once('.')?.0.parse().ok())
-        .collect();
-    let blocks = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
+    let blocks = count_blocks(h, "controlnet_blocks.");
     let config = BlockwiseConfig { dim, in_features, blocks };
     for (name, want) in expected_blockwise(&config) {
         let found = h.require(&name)?.shape.as_slice();

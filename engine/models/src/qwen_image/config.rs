@@ -163,8 +163,48 @@ pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
 }
 
 /// The shape of `name`, which must exist.
-fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
+pub(crate) fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
     Ok(h.require(name)?.shape.as_slice())
+}
+
+/// How many consecutive blocks `prefix0.`, `prefix1.`, ... the header has (`prefix` ends in a dot).
+pub(crate) fn count_blocks(h: &Header, prefix: &str) -> usize {
+    let indices: BTreeSet<usize> =
+        h.names().filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok()).collect();
+    indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
+}
+
+/// The config of `layers` MMDiT blocks of inner width `dim` on text of width `text_dim`, the head and MLP widths
+/// read from the block under `prefix` (`transformer_blocks.0`); the RoPE axes scale with the head.
+pub(crate) fn block_config(
+    h: &Header,
+    prefix: &str,
+    dim: usize,
+    text_dim: usize,
+    layers: usize,
+) -> Result<Config> {
+    let &[head_dim] = shape(h, &format!("{prefix}.attn.norm_q.weight"))? else {
+        return Err(h.unsupported(format!("`{prefix}.attn.norm_q.weight` is not a vector")));
+    };
+    let &[mlp_hidden, _] = shape(h, &format!("{prefix}.img_mlp.net.0.proj.weight"))? else {
+        return Err(h.unsupported(format!("`{prefix}.img_mlp.net.0.proj.weight` is not a matrix")));
+    };
+    if head_dim == 0 || head_dim % 16 != 0 || !dim.is_multiple_of(head_dim) || layers == 0 {
+        return Err(h.unsupported(format!(
+            "a Qwen-Image layout with inner width {dim}, head width {head_dim} and {layers} blocks: the \
+             head width must divide the inner width and be a multiple of 16 (for the RoPE axes)"
+        )));
+    }
+    Ok(Config {
+        dim,
+        heads: dim / head_dim,
+        head_dim,
+        layers,
+        mlp_hidden,
+        text_dim,
+        axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
+        additional_t_cond: false,
+    })
 }
 
 /// Recognises a Qwen-Image MMDiT (`Ok(None)` without `txt_norm.weight` and `img_in.weight`): its config and
@@ -186,34 +226,10 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
     let &[text_dim] = shape(h, "txt_norm.weight")? else {
         return Err(h.unsupported("`txt_norm.weight` is not a vector"));
     };
-    let layers = {
-        let indices: BTreeSet<usize> = h
-            .names()
-            .filter_map(|n| n.strip_prefix("transformer_blocks.")?.split_once('.')?.0.parse().ok())
-            .collect();
-        indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
-    };
-    let &[head_dim] = shape(h, "transformer_blocks.0.attn.norm_q.weight")? else {
-        return Err(h.unsupported("`transformer_blocks.0.attn.norm_q.weight` is not a vector"));
-    };
-    let &[mlp_hidden, _] = shape(h, "transformer_blocks.0.img_mlp.net.0.proj.weight")? else {
-        return Err(h.unsupported("`img_mlp.net.0.proj.weight` is not a matrix"));
-    };
-    if head_dim == 0 || head_dim % 16 != 0 || dim % head_dim != 0 || layers == 0 {
-        return Err(h.unsupported(format!(
-            "a Qwen-Image layout with inner width {dim}, head width {head_dim} and {layers} blocks: the \
-             head width must divide the inner width and be a multiple of 16 (for the RoPE axes)"
-        )));
-    }
+    let layers = count_blocks(h, "transformer_blocks.");
     let cfg = Config {
-        dim,
-        heads: dim / head_dim,
-        head_dim,
-        layers,
-        mlp_hidden,
-        text_dim,
-        axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
         additional_t_cond: h.has(ADDITION_T_EMBEDDING),
+        ..block_config(h, &block_prefix(0), dim, text_dim, layers)?
     };
     for (name, want) in expected(&cfg) {
         let found = shape(h, &name)?;

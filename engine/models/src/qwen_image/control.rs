@@ -12,8 +12,6 @@
 //! The hint is the control image VAE-encoded in the model's latent space at the latents' size (the engine
 //! prepares it); [`QwenImageControlNet::residuals`] turns it into what the base model adds after its blocks.
 
-use std::collections::BTreeSet;
-
 use kiln_compute::backend::{BinaryOp, PadMode};
 use kiln_compute::memory::{LoadPlan, Model, SlotPlan};
 use kiln_compute::{Backend, Tensor};
@@ -22,7 +20,8 @@ use crate::error::{Error, Result};
 use crate::header::Header;
 
 use super::config::{
-    Config, LATENT_CHANNELS, PATCH, block_names, block_prefix, block_shapes, embedding_shapes,
+    Config, LATENT_CHANNELS, PATCH, block_config, block_names, block_prefix, block_shapes,
+    count_blocks, embedding_shapes, shape,
 };
 use super::model::{Embedded, QwenImage, padded, patchify};
 
@@ -74,7 +73,7 @@ pub fn detect_control(h: &Header) -> Result<Option<ControlConfig>> {
     }
     let config = if instantx { detect_instantx(h)? } else { detect_fun(h)? };
     for (name, want) in expected_control(&config) {
-        let found = matrix(h, &name)?;
+        let found = shape(h, &name)?;
         if found != want.as_slice() {
             return Err(h.unsupported(format!(
                 "`{}` is {found:?}, expected {want:?} for this Qwen-Image ControlNet",
@@ -85,58 +84,14 @@ pub fn detect_control(h: &Header) -> Result<Option<ControlConfig>> {
     Ok(Some(config))
 }
 
-/// The shape of `name`, which must exist.
-fn matrix<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
-    Ok(h.require(name)?.shape.as_slice())
-}
-
-/// The consecutive blocks `prefix.0`, `prefix.1`, ... present.
-fn count_blocks(h: &Header, prefix: &str) -> usize {
-    let indices: BTreeSet<usize> =
-        h.names().filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok()).collect();
-    indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
-}
-
-/// The block widths from block 0 under `prefix`, for a model of inner width `dim`.
-fn body_config(
-    h: &Header,
-    prefix: &str,
-    dim: usize,
-    text_dim: usize,
-    layers: usize,
-) -> Result<Config> {
-    let &[head_dim] = matrix(h, &format!("{prefix}.attn.norm_q.weight"))? else {
-        return Err(h.unsupported(format!("`{prefix}.attn.norm_q.weight` is not a vector")));
-    };
-    let &[mlp_hidden, _] = matrix(h, &format!("{prefix}.img_mlp.net.0.proj.weight"))? else {
-        return Err(h.unsupported(format!("`{prefix}.img_mlp.net.0.proj.weight` is not a matrix")));
-    };
-    if head_dim == 0 || head_dim % 16 != 0 || !dim.is_multiple_of(head_dim) || layers == 0 {
-        return Err(h.unsupported(format!(
-            "a Qwen-Image ControlNet with inner width {dim}, head width {head_dim} and {layers} blocks: the \
-             head width must divide the inner width and be a multiple of 16"
-        )));
-    }
-    Ok(Config {
-        dim,
-        heads: dim / head_dim,
-        head_dim,
-        layers,
-        mlp_hidden,
-        text_dim,
-        axes_dims: [head_dim / 8, 7 * head_dim / 16, 7 * head_dim / 16],
-        additional_t_cond: false,
-    })
-}
-
 fn detect_instantx(h: &Header) -> Result<ControlConfig> {
-    let &[dim, _] = matrix(h, "img_in.weight")? else {
+    let &[dim, _] = shape(h, "img_in.weight")? else {
         return Err(h.unsupported("`img_in.weight` is not a matrix"));
     };
-    let &[text_dim] = matrix(h, "txt_norm.weight")? else {
+    let &[text_dim] = shape(h, "txt_norm.weight")? else {
         return Err(h.unsupported("`txt_norm.weight` is not a vector"));
     };
-    let &[_, features] = matrix(h, "controlnet_x_embedder.weight")? else {
+    let &[_, features] = shape(h, "controlnet_x_embedder.weight")? else {
         return Err(h.unsupported("`controlnet_x_embedder.weight` is not a matrix"));
     };
     // ComfyUI takes 64 features (the latent's patches) or 68 (the inpainting one's, with the mask).
@@ -148,12 +103,12 @@ fn detect_instantx(h: &Header) -> Result<ControlConfig> {
         )));
     }
     let layers = count_blocks(h, "transformer_blocks.");
-    let body = body_config(h, &block_prefix(0), dim, text_dim, layers)?;
+    let body = block_config(h, &block_prefix(0), dim, text_dim, layers)?;
     Ok(ControlConfig { kind: ControlKind::InstantX { hint_channels: features / patch }, body })
 }
 
 fn detect_fun(h: &Header) -> Result<ControlConfig> {
-    let &[dim, in_features] = matrix(h, "control_img_in.weight")? else {
+    let &[dim, in_features] = shape(h, "control_img_in.weight")? else {
         return Err(h.unsupported("`control_img_in.weight` is not a matrix"));
     };
     let blocks = count_blocks(h, "control_blocks.");
@@ -163,7 +118,7 @@ fn detect_fun(h: &Header) -> Result<ControlConfig> {
             FUN_INJECTION_BLOCKS.len()
         )));
     }
-    let body = body_config(h, &fun_block_prefix(0), dim, dim, blocks)?;
+    let body = block_config(h, &fun_block_prefix(0), dim, dim, blocks)?;
     Ok(ControlConfig { kind: ControlKind::Fun { in_features }, body })
 }
 
