@@ -64,16 +64,22 @@ pub(crate) fn resize(
     Tensor::new(vec![batch, height, width, c], out).map_err(|e| NodeError::new(e.to_string()))
 }
 
-/// The source box with the target's aspect ratio, centered (ComfyUI's `common_upscale` crop).
+/// The source box with the target's aspect ratio, centered, as ComfyUI's `common_upscale` crops: the offset
+/// rounded (half to even, Python's `round`) and the same margin cut from both sides.
 fn crop_box(w: usize, h: usize, width: usize, height: usize) -> (usize, usize, usize, usize) {
     let old = w as f64 / h as f64;
     let new = width as f64 / height as f64;
+    let margin = |side: usize, ratio: f64| {
+        let side_f = side as f64;
+        let m = ((side_f - side_f * ratio) / 2.0).round_ties_even() as usize;
+        m.min(side.saturating_sub(1) / 2)
+    };
     if old > new {
-        let cw = ((w as f64) * new / old).round().max(1.0) as usize;
-        ((w - cw) / 2, 0, cw, h)
+        let x = margin(w, new / old);
+        (x, 0, w - 2 * x, h)
     } else if old < new {
-        let ch = ((h as f64) * old / new).round().max(1.0) as usize;
-        (0, (h - ch) / 2, w, ch)
+        let y = margin(h, old / new);
+        (0, y, w, h - 2 * y)
     } else {
         (0, 0, w, h)
     }
@@ -174,7 +180,7 @@ fn weights(len_in: usize, len_out: usize, kernel: Kernel) -> Vec<Vec<(usize, f32
 
 #[cfg(test)]
 mod tests {
-    use super::{METHODS, resize};
+    use super::{METHODS, crop_box, resize};
     use crate::tensor::Tensor;
 
     #[test]
@@ -192,6 +198,15 @@ mod tests {
         let image = Tensor::new(vec![1, 1, 2, 1], vec![0.0, 1.0]).expect("shape");
         let out = resize(&image, 4, 1, "nearest-exact", false).expect("resizes");
         assert_eq!(out.data(), &[0.0, 0.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn center_crop_cuts_comfyuis_margins() {
+        // (w, h) → (width, height): ComfyUI's crop box, as `common_upscale` computes it.
+        assert_eq!(crop_box(1000, 1000, 1024, 576), (0, 219, 1000, 562));
+        assert_eq!(crop_box(1001, 1000, 64, 64), (0, 0, 1001, 1000), "a half rounds to even");
+        assert_eq!(crop_box(1080, 1920, 928, 1664), (5, 0, 1070, 1920));
+        assert_eq!(crop_box(64, 48, 32, 24), (0, 0, 64, 48));
     }
 
     #[test]
