@@ -237,7 +237,14 @@ impl DiffusionNet {
         match self {
             DiffusionNet::ZImage(net) => {
                 refuse_controls(DiffusionFamily::ZImage, input.controls, input.patches)?;
-                net.forward(b, input.x, input.timesteps, input.context)
+                let mut patches = Vec::with_capacity(input.patches.len());
+                for patch in input.patches {
+                    if let ModelPatchNet::ZImageFun(control) = patch.net {
+                        let (hint, strength) = (patch.hint, patch.strength);
+                        patches.push(zimage::FunPatch { net: control, hint, strength });
+                    }
+                }
+                net.forward_with_patches(b, input.x, input.timesteps, input.context, &patches)
             }
             DiffusionNet::QwenImage(net) => {
                 let mut controls = Vec::with_capacity(input.controls.len());
@@ -253,15 +260,14 @@ impl DiffusionNet {
                         control.strength,
                     )?);
                 }
+                refuse_controls(DiffusionFamily::QwenImage, &[], input.patches)?;
                 let mut patches = Vec::with_capacity(input.patches.len());
                 for patch in input.patches {
-                    let ModelPatchNet::QwenImageBlockwise(net) = patch.net;
-                    let condition = net.condition(b, patch.hint)?;
-                    patches.push(qwen_image::BlockPatch {
-                        net,
-                        condition,
-                        strength: patch.strength,
-                    });
+                    if let ModelPatchNet::QwenImageBlockwise(net) = patch.net {
+                        let condition = net.condition(b, patch.hint, input.x.dim(0)?)?;
+                        let strength = patch.strength;
+                        patches.push(qwen_image::BlockPatch { net, condition, strength });
+                    }
                 }
                 let extras = qwen_image::Extras {
                     references: input.references,

@@ -7,6 +7,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::Result;
 use crate::header::Header;
 use crate::qwen_image::{self, BlockwiseConfig, QwenImageBlockwise};
+use crate::zimage::{self, FunControlConfig, ZImageFunControl};
 
 use super::DiffusionFamily;
 
@@ -15,12 +16,17 @@ use super::DiffusionFamily;
 pub enum ModelPatchDetected {
     /// DiffSynth's block-wise ControlNet for Qwen-Image.
     QwenImageBlockwise(BlockwiseConfig),
+    /// The Z-Image Fun ControlNet.
+    ZImageFun(FunControlConfig),
 }
 
 impl ModelPatchDetected {
     /// The model patch in `h`: `Ok(None)` when Kiln knows no patch like it.
     pub fn detect(h: &Header) -> Result<Option<ModelPatchDetected>> {
-        Ok(qwen_image::detect_blockwise(h)?.map(ModelPatchDetected::QwenImageBlockwise))
+        if let Some(config) = qwen_image::detect_blockwise(h)? {
+            return Ok(Some(ModelPatchDetected::QwenImageBlockwise(config)));
+        }
+        Ok(zimage::detect_fun_control(h)?.map(ModelPatchDetected::ZImageFun))
     }
 
     /// The weights to load.
@@ -29,6 +35,7 @@ impl ModelPatchDetected {
             ModelPatchDetected::QwenImageBlockwise(config) => {
                 qwen_image::blockwise_load_plan(h, config)
             }
+            ModelPatchDetected::ZImageFun(config) => zimage::fun_control_load_plan(h, config),
         }
     }
 
@@ -38,6 +45,9 @@ impl ModelPatchDetected {
             ModelPatchDetected::QwenImageBlockwise(config) => {
                 ModelPatchNet::QwenImageBlockwise(QwenImageBlockwise { config, weights })
             }
+            ModelPatchDetected::ZImageFun(config) => {
+                ModelPatchNet::ZImageFun(Box::new(ZImageFunControl::new(config, weights)))
+            }
         }
     }
 }
@@ -46,6 +56,8 @@ impl ModelPatchDetected {
 pub enum ModelPatchNet {
     /// DiffSynth's block-wise ControlNet for Qwen-Image.
     QwenImageBlockwise(QwenImageBlockwise),
+    /// The Z-Image Fun ControlNet (boxed: its config is a whole NextDiT's).
+    ZImageFun(Box<ZImageFunControl>),
 }
 
 impl ModelPatchNet {
@@ -53,6 +65,7 @@ impl ModelPatchNet {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             ModelPatchNet::QwenImageBlockwise(_) => DiffusionFamily::QwenImage,
+            ModelPatchNet::ZImageFun(_) => DiffusionFamily::ZImage,
         }
     }
 
@@ -60,6 +73,7 @@ impl ModelPatchNet {
     pub fn weights(&self) -> &Model {
         match self {
             ModelPatchNet::QwenImageBlockwise(net) => &net.weights,
+            ModelPatchNet::ZImageFun(net) => net.weights(),
         }
     }
 
@@ -69,6 +83,19 @@ impl ModelPatchNet {
         match self {
             ModelPatchNet::QwenImageBlockwise(net) => {
                 net.config.hint_channels() - qwen_image::LATENT_CHANNELS
+            }
+            ModelPatchNet::ZImageFun(_) => 0,
+        }
+    }
+
+    /// The size `(h, w)` of the control latent it takes for latents of `h × w`: theirs, or for the Z-Image Fun
+    /// ControlNet theirs padded to the patch size, as ComfyUI encodes the image at the padded latents' size.
+    pub fn hint_size(&self, h: usize, w: usize) -> (usize, usize) {
+        match self {
+            ModelPatchNet::QwenImageBlockwise(_) => (h, w),
+            ModelPatchNet::ZImageFun(net) => {
+                let p = net.config.body.patch_size;
+                (h.div_ceil(p) * p, w.div_ceil(p) * p)
             }
         }
     }

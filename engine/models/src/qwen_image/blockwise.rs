@@ -127,15 +127,21 @@ pub struct BlockPatch<'a, B: Backend> {
 
 impl QwenImageBlockwise {
     /// The control tokens `[Bh, tokens, D]` of `hint` `[Bh, C, h, w]` (the latent's 16 channels in the model's
-    /// latent space, then the mask's), padded circularly to even sides, patchified like the latents and
-    /// through `img_in`.
-    pub fn condition<B: Backend>(&self, b: &B, hint: &Tensor<B>) -> Result<Tensor<B>> {
+    /// latent space, then the mask's; Bh 1 or the model call's `batch`), padded circularly to even sides,
+    /// patchified like the latents and through `img_in`.
+    pub fn condition<B: Backend>(
+        &self,
+        b: &B,
+        hint: &Tensor<B>,
+        batch: usize,
+    ) -> Result<Tensor<B>> {
         let want = self.config.hint_channels();
         match hint.shape() {
-            &[_, c, _, _] if c == want => {}
+            &[hb, c, _, _] if c == want && (hb == 1 || hb == batch) => {}
             other => {
                 return Err(Error::Invalid(format!(
-                    "a block-wise ControlNet takes a hint [B, {want}, h, w], got {other:?}"
+                    "a block-wise ControlNet takes a hint [1 or {batch}, {want}, h, w] for a batch of {batch}, \
+                     got {other:?}"
                 )));
             }
         }

@@ -84,6 +84,7 @@ pub fn detect_control(h: &Header) -> Result<Option<ControlConfig>> {
     Ok(Some(config))
 }
 
+/// An InstantX ControlNet's config: its MMDiT widths, its block count and its hint channels.
 fn detect_instantx(h: &Header) -> Result<ControlConfig> {
     let &[dim, _] = shape(h, "img_in.weight")? else {
         return Err(h.unsupported("`img_in.weight` is not a matrix"));
@@ -107,6 +108,7 @@ fn detect_instantx(h: &Header) -> Result<ControlConfig> {
     Ok(ControlConfig { kind: ControlKind::InstantX { hint_channels: features / patch }, body })
 }
 
+/// A Fun ControlNet's config: its blocks' widths (on the base model's text width) and `control_img_in`'s input.
 fn detect_fun(h: &Header) -> Result<ControlConfig> {
     let &[dim, in_features] = shape(h, "control_img_in.weight")? else {
         return Err(h.unsupported("`control_img_in.weight` is not a matrix"));
@@ -282,7 +284,8 @@ impl QwenImageControlNet {
         };
         if c != want || (hh, hw) != (h, w) || !(hb == 1 || hb == batch) {
             return Err(Error::Invalid(format!(
-                "a ControlNet hint {:?} for latents {:?}: it takes {want} channels at the latents' size",
+                "a ControlNet hint {:?} for latents {:?}: it takes {want} channels at the latents' size, one \
+                 sample or one per latent",
                 hint.shape(),
                 x.shape()
             )));

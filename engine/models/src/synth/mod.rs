@@ -54,6 +54,7 @@ const WAN_VAE: &str = "wan21-vae";
 const QWEN_IMAGE: &str = "qwen-image";
 const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
 const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
+const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
@@ -74,6 +75,9 @@ pub enum SynthFamily {
     QwenImageControlNet(ControlNetFile),
     /// DiffSynth's block-wise ControlNet for Qwen-Image (`ModelPatchLoader`), one block per base block.
     QwenImageBlockwise,
+    /// The Z-Image Fun ControlNet (`ModelPatchLoader`), the release's layout: 6 control layers, 2 refiner
+    /// blocks, diffusers' attention names.
+    ZImageFunControlNet,
 }
 
 /// The Qwen-Image ControlNets, each with the base model's widths and 5 blocks.
@@ -134,6 +138,7 @@ impl SynthFamily {
                 .map(SynthFamily::QwenImageControlNet),
         );
         all.push(SynthFamily::QwenImageBlockwise);
+        all.push(SynthFamily::ZImageFunControlNet);
         all
     }
 
@@ -154,6 +159,7 @@ impl SynthFamily {
             }
             SynthFamily::QwenImageControlNet(ControlNetFile::Fun) => "qwen-image-controlnet-fun",
             SynthFamily::QwenImageBlockwise => "qwen-image-diffsynth-controlnet",
+            SynthFamily::ZImageFunControlNet => "z-image-fun-controlnet",
         }
     }
 }
@@ -532,7 +538,40 @@ pub fn write_family(
             let what = "Qwen-Image DiffSynth ControlNet";
             write_one(path, &specs, QWEN_IMAGE_CONTROLNET, what, dtype, seed, progress)
         }
+        SynthFamily::ZImageFunControlNet => {
+            let specs = specs_of(zimage::fun_control_expected(&fun_control_config(&set.zimage)));
+            let what = "Z-Image Fun ControlNet";
+            write_one(path, &specs, ZIMAGE_CONTROLNET, what, dtype, seed, progress)
+        }
     }
+}
+
+/// The Z-Image Fun ControlNet for a NextDiT of `base`'s widths, as released: 6 control layers and 2 refiner
+/// blocks, diffusers' attention names, a 16-channel control latent.
+pub fn fun_control_config(base: &ZImageShape) -> zimage::FunControlConfig {
+    let head_dim = base.dim / base.heads;
+    let body = zimage::Config {
+        dim: base.dim,
+        heads: base.heads,
+        head_dim,
+        layers: 0,
+        noise_refiners: 0,
+        context_refiners: 0,
+        ffn_hidden: base.ffn_hidden,
+        cap_feat_dim: 0,
+        t_freq_dim: 0,
+        t_hidden: 0,
+        adaln_dim: base.adaln,
+        axes_dims: zimage::axes_dims(head_dim).unwrap_or([0; 3]),
+        rope_theta: 256.0,
+        pad_multiple: 1,
+        norm_eps: 1e-5,
+        qk_norm_eps: f32::EPSILON,
+        patch_size: 2,
+        in_channels: 16,
+        time_scale: 1000.0,
+    };
+    zimage::FunControlConfig { body, layout: zimage::Layout::Diffusers, layers: 6, refiners: 2 }
 }
 
 /// DiffSynth's block-wise ControlNet for a base model of `base`'s widths: a latent's 64 features in, one block

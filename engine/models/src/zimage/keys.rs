@@ -111,11 +111,60 @@ fn block(out: &mut Vec<Spec>, p: &str, cfg: &Config, layout: Layout, modulated: 
     }
 }
 
+/// Every weight of a Fun ControlNet (`control_all_x_embedder.2-1` over `in_features`, `refiners` plain
+/// noise-refiner blocks, `layers` control layers with `after_proj`, the first with `before_proj`) of `cfg`'s
+/// widths, its attention named as in `layout`.
+fn control_specs(
+    cfg: &Config,
+    layout: Layout,
+    layers: usize,
+    refiners: usize,
+    in_features: usize,
+) -> Vec<Spec> {
+    let d = cfg.dim;
+    let mut out = vec![
+        Spec::same("control_all_x_embedder.2-1.weight", &[d, in_features]),
+        Spec::same("control_all_x_embedder.2-1.bias", &[d]),
+    ];
+    for i in 0..refiners {
+        block(&mut out, &format!("{}.{i}", CONTROL_GROUPS[1]), cfg, layout, true);
+    }
+    for i in 0..layers {
+        let p = format!("{}.{i}", CONTROL_GROUPS[0]);
+        block(&mut out, &p, cfg, layout, true);
+        let projections: &[&str] =
+            if i == 0 { &["before_proj", "after_proj"] } else { &["after_proj"] };
+        for proj in projections {
+            out.push(Spec::same(&format!("{p}.{proj}.weight"), &[d, d]));
+            out.push(Spec::same(&format!("{p}.{proj}.bias"), &[d]));
+        }
+    }
+    out
+}
+
+/// The block groups of a Fun ControlNet: its control layers, its noise-refiner blocks.
+pub(crate) const CONTROL_GROUPS: [&str; 2] = ["control_layers", "control_noise_refiner"];
+
 /// Checks that every tensor the model needs is in `h` with the shape `cfg` implies, in a dtype Kiln computes
 /// with; else [`crate::Error::Unsupported`] naming the first offender.
 pub(crate) fn check(h: &Header, cfg: &Config, layout: Layout) -> Result<()> {
+    check_specs(h, specs(cfg, layout), cfg.dim)
+}
+
+/// [`check`] for a Fun ControlNet of `layers` control layers and `refiners` refiner blocks.
+pub(crate) fn check_control(
+    h: &Header,
+    cfg: &Config,
+    layout: Layout,
+    (layers, refiners, in_features): (usize, usize, usize),
+) -> Result<()> {
+    check_specs(h, control_specs(cfg, layout, layers, refiners, in_features), cfg.dim)
+}
+
+/// Checks that each of `specs` is in `h` in a dtype Kiln computes with and of its shape.
+fn check_specs(h: &Header, specs: Vec<Spec>, dim: usize) -> Result<()> {
     let unsupported: std::collections::BTreeMap<&str, &str> = h.unsupported_dtypes().collect();
-    for spec in specs(cfg, layout) {
+    for spec in specs {
         let mut part_shape = spec.shape.clone();
         part_shape[0] /= spec.parts.len();
         for part in &spec.parts {
@@ -129,9 +178,8 @@ pub(crate) fn check(h: &Header, cfg: &Config, layout: Layout) -> Result<()> {
             let got = &h.values_shape(part).unwrap_or_default();
             if *got != part_shape {
                 return Err(h.unsupported(format!(
-                    "`{}` is {got:?}, expected {part_shape:?} for a Z-Image model of dim {}",
+                    "`{}` is {got:?}, expected {part_shape:?} for a Z-Image model of dim {dim}",
                     h.key(part),
-                    cfg.dim
                 )));
             }
         }
@@ -142,11 +190,42 @@ pub(crate) fn check(h: &Header, cfg: &Config, layout: Layout) -> Result<()> {
 /// The plan that loads the model `detect` found in `h`: one slot per weight, named as in ComfyUI's layout
 /// without prefix, made of the file's tensors (full keys, prefix included).
 pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
-    let slots = specs(cfg, layout)
+    plan_of(h, specs(cfg, layout))
+}
+
+/// [`load_plan`] for a Fun ControlNet of `layers` control layers and `refiners` refiner blocks.
+pub(crate) fn control_load_plan(
+    h: &Header,
+    cfg: &Config,
+    layout: Layout,
+    (layers, refiners, in_features): (usize, usize, usize),
+) -> LoadPlan {
+    plan_of(h, control_specs(cfg, layout, layers, refiners, in_features))
+}
+
+/// One slot per spec, made of the file's tensors.
+fn plan_of(h: &Header, specs: Vec<Spec>) -> LoadPlan {
+    let slots = specs
         .into_iter()
         .map(|spec| {
             SlotPlan::new(spec.name, spec.parts.iter().map(|part| (0, h.key(part))).collect())
         })
         .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+/// Every weight of a Fun ControlNet with its shape, ComfyUI's names (for synth).
+pub(crate) fn control_expected(
+    cfg: &Config,
+    layout: Layout,
+    (layers, refiners, in_features): (usize, usize, usize),
+) -> Vec<(Vec<String>, Vec<usize>)> {
+    control_specs(cfg, layout, layers, refiners, in_features)
+        .into_iter()
+        .map(|spec| {
+            let mut shape = spec.shape;
+            shape[0] /= spec.parts.len();
+            (spec.parts, shape)
+        })
+        .collect()
 }

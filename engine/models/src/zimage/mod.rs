@@ -7,14 +7,20 @@
 //! - [`load_plan`] names the weights in ComfyUI's layout whatever the file's, so model code has one set of
 //!   names; diffusers' `to_q`/`to_k`/`to_v` are joined into the fused `qkv` by the loader.
 //! - [`ZImage::forward`] is ComfyUI's forward (caption first, learned pad tokens, 3-axis interleaved RoPE,
-//!   scale/tanh-gate modulation, sign-flipped output), one block's weights at a time.
+//!   scale/tanh-gate modulation, sign-flipped output), one block's weights at a time;
+//!   [`ZImage::forward_with_patches`] adds the Fun ControlNet's outputs ([`ZImageFunControl`], a model patch).
 
 mod config;
+mod control;
 pub mod family;
 mod keys;
 mod model;
 mod rope;
 
 pub use config::{Config, Layout, axes_dims, detect};
+pub(crate) use control::fun_control_expected;
+pub use control::{
+    FunControlConfig, FunPatch, ZImageFunControl, detect_fun_control, fun_control_load_plan,
+};
 pub use keys::load_plan;
 pub use model::ZImage;

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::header::Header;
 
 use super::config::{Config, detect};
+use super::control::FunPatch;
 use super::keys::{GROUPS, load_plan, modulated};
 use super::rope;
 
@@ -23,7 +24,7 @@ pub struct ZImage {
 }
 
 /// A RoPE table pair, `[tokens, head_dim / 2]` f32.
-struct Rope<B: Backend> {
+pub(super) struct Rope<B: Backend> {
     cos: Tensor<B>,
     sin: Tensor<B>,
 }
@@ -68,6 +69,19 @@ impl ZImage {
         x: &Tensor<B>,
         sigmas: &[f32],
         context: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        self.forward_with_patches(b, x, sigmas, context, &[])
+    }
+
+    /// [`ZImage::forward`] with Fun ControlNets (`patches`, in the order they were applied): each adds its
+    /// control layers' outputs to the image tokens after the main layers they belong to.
+    pub fn forward_with_patches<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        sigmas: &[f32],
+        context: &Tensor<B>,
+        patches: &[FunPatch<'_, B>],
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let (batch, h, w) = self.check_inputs(x, sigmas, context)?;
@@ -116,10 +130,22 @@ impl ZImage {
         for i in 0..cfg.noise_refiners {
             img = self.block(b, noise, i, &img, &img_rope, Some(&c))?;
         }
+        // The Fun ControlNets' outputs, from the main layers' input image tokens (ComfyUI's `img_input`).
+        let mut controls = Vec::with_capacity(patches.len());
+        if !patches.is_empty() {
+            let x_input = b.slice(&img, 1, 0, image_len)?;
+            let rope = part(caption_len, image_len)?;
+            for patch in patches {
+                controls.extend(patch.net.outputs(b, &x_input, &rope, &c, patch, cfg.layers)?);
+            }
+        }
         let mut joint_x = b.concat(&[&cap, &img], 1)?;
         drop((cap, img));
         for i in 0..cfg.layers {
             joint_x = self.block(b, main, i, &joint_x, &joint, Some(&c))?;
+            for (_, output) in controls.iter().filter(|(at, _)| *at == i) {
+                joint_x = add_at(b, &joint_x, output, caption_len)?;
+            }
         }
 
         // The final layer is per token: only the real image tokens are needed.
@@ -173,7 +199,7 @@ impl ZImage {
     }
 
     /// Gets `names` on the device (one layer of the per-layer protocol).
-    fn fetch<B: Backend>(&self, b: &B, names: &[String]) -> Result<Layer<'_>> {
+    pub(super) fn fetch<B: Backend>(&self, b: &B, names: &[String]) -> Result<Layer<'_>> {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         Ok(self.weights.fetch(b, &names)?)
     }
@@ -248,7 +274,7 @@ impl ZImage {
     }
 
     /// One transformer block (`{group}.{i}`), modulated by `c` when given (models.md §3.3).
-    fn block<B: Backend>(
+    pub(super) fn block<B: Backend>(
         &self,
         b: &B,
         group: &str,
@@ -399,4 +425,18 @@ impl ZImage {
         let y = b.modulate(&y, &scale, None)?;
         Ok(b.linear(&y, &layer.weight(0), Some(&layer.weight(1)))?)
     }
+}
+
+/// `joint` `[B, L, D]` with `output` `[B, n, D]` added to its n tokens from `at`.
+fn add_at<B: Backend>(
+    b: &B,
+    joint: &Tensor<B>,
+    output: &Tensor<B>,
+    at: usize,
+) -> Result<Tensor<B>> {
+    let (len, n) = (joint.dim(1)?, output.dim(1)?);
+    let head = b.slice(joint, 1, 0, at)?;
+    let middle = b.binary(&b.slice(joint, 1, at, n)?, output, BinaryOp::Add)?;
+    let tail = b.slice(joint, 1, at + n, len - at - n)?;
+    Ok(b.concat(&[&head, &middle, &tail], 1)?)
 }

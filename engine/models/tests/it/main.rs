@@ -18,4 +18,5 @@ mod sampling;
 mod synth;
 mod wan_vae;
 mod zimage;
+mod zimage_fun_controlnet;
 mod zimage_lora;

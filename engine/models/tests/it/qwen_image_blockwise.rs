@@ -42,8 +42,10 @@ fn blockwise_controlnets_match_comfyui() {
         values.extend(std::iter::repeat_n(1.0, mask_channels * plane));
         let hint =
             b.from_f32(&[1, 16 + mask_channels, shape[2], shape[3]], &values, DType::F32).unwrap();
-        let ModelPatchNet::QwenImageBlockwise(net) = &patch;
-        let condition = net.condition(&*b, &hint).unwrap();
+        let ModelPatchNet::QwenImageBlockwise(net) = &patch else {
+            panic!("a block-wise ControlNet")
+        };
+        let condition = net.condition(&*b, &hint, 2).unwrap();
         assert_close(name, &b.to_f32(&condition).unwrap(), &io[&format!("cond.{name}")].1, 1e-4);
 
         let patches = [PatchInput { net: &patch, hint: &hint, strength: 0.8 }];

@@ -539,7 +539,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-controlnet-instantx",
             "qwen-image-controlnet-inpaint",
             "qwen-image-controlnet-fun",
-            "qwen-image-diffsynth-controlnet"
+            "qwen-image-diffsynth-controlnet",
+            "z-image-fun-controlnet"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -586,6 +587,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
                 let want = synth::blockwise_config(&set.qwen_image);
                 assert_eq!(found, ModelPatchDetected::QwenImageBlockwise(want));
+            }
+            synth::SynthFamily::ZImageFunControlNet => {
+                let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
+                let want = synth::fun_control_config(&set.zimage);
+                assert_eq!(found, ModelPatchDetected::ZImageFun(want));
             }
         }
     }
