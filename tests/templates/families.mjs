@@ -68,6 +68,8 @@ const kilnFiles = [
   { folder: 'controlnet', stem: /^qwen-image(-2512)?-fun-controlnet/i, family: 'qwen-image-controlnet-fun' },
   // DiffSynth's block-wise ControlNets for Qwen-Image (model patches).
   { folder: 'model_patches', stem: /^qwen_image_.*diffsynth_controlnet/i, family: 'qwen-image-diffsynth-controlnet' },
+  // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
+  { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

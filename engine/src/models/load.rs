@@ -334,7 +334,7 @@ pub fn load_controlnet(
 }
 
 /// `ModelPatchLoader`: a model patch file of a kind Kiln runs (DiffSynth's block-wise ControlNet for
-/// Qwen-Image); the other kinds ComfyUI loads are refused naming what they are.
+/// Qwen-Image, the Z-Image Fun ControlNet); the other kinds ComfyUI loads are refused naming what they are.
 pub fn load_model_patch(
     env: &ModelEnv,
     path: &Path,
@@ -345,7 +345,8 @@ pub fn load_model_patch(
     let quant = formats(&file, &header)?;
     let Some(found) = ModelPatchDetected::detect(&header)? else {
         return Err(header.unsupported(format!(
-            "not a model patch Kiln can run (DiffSynth's Qwen-Image ControlNets): found {}",
+            "not a model patch Kiln can run (DiffSynth's Qwen-Image ControlNets, the Z-Image Fun ControlNet): \
+             found {}",
             describe_patch(&header)
         )));
     };
@@ -358,9 +359,7 @@ pub fn load_model_patch(
 /// What a model patch Kiln does not run is, by the keys ComfyUI's `ModelPatchLoader` tells them apart by.
 fn describe_patch(header: &Header<'_>) -> String {
     let has = |key: &str| header.names().any(|n| n == key || n.ends_with(key));
-    let kind = if has("control_all_x_embedder.2-1.weight") {
-        "a Z-Image Fun ControlNet"
-    } else if has("lllite_conditioning1.conv1.weight") {
+    let kind = if has("lllite_conditioning1.conv1.weight") {
         "an Anima LLLite patch"
     } else if has("feature_embedder.mid_layer_norm.bias") {
         "a USO style projector"

@@ -304,6 +304,12 @@ fn issue_23_qwen_image_controlnets_steer_sampling() {
             "{net} out of range"
         );
     }
+    // Steps at σ 1 and ~0.76 with a range ending at σ ~0.88 (30 %): the first step only.
+    let first = run("instantx.safetensors", advanced(1.0, (0.0, 0.3), true)).unwrap();
+    let whole = run("instantx.safetensors", advanced(1.0, (0.0, 1.0), true)).unwrap();
+    assert!(first != plain && first != whole, "a range covering one of two steps");
+    // A ControlNet without a VAE fails only when a step is in its range, as in ComfyUI.
+    assert_eq!(run("instantx.safetensors", advanced(1.0, (0.9, 1.0), false)).unwrap(), plain);
     let err = run("instantx.safetensors", advanced(1.0, (0.0, 1.0), false)).unwrap_err();
     assert!(err.starts_with("KSampler: This Controlnet needs a VAE"), "{err}");
 
@@ -336,12 +342,12 @@ fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
         &mut |_, _| {},
     )
     .expect("a tiny file");
-    // A Z-Image Fun ControlNet's marker key, the one ComfyUI tells it by.
+    // A USO style projector's marker key, the one ComfyUI tells it by.
     let zero = [0u8; 4];
     let view =
         safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &zero).unwrap();
-    let fun = models.join("model_patches/Z-Image-Turbo-Fun-Controlnet-Union.safetensors");
-    safetensors::serialize_to_file([("control_all_x_embedder.2-1.weight", view)], None, &fun)
+    let uso = models.join("model_patches/uso-flux1-projector-v1.safetensors");
+    safetensors::serialize_to_file([("feature_embedder.mid_layer_norm.bias", view)], None, &uso)
         .unwrap();
 
     let mut run = |patch: &str, colour: i64, strength: f64| -> Result<Vec<u8>, String> {
@@ -377,9 +383,9 @@ fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
         run(patch, 0xcc3333, 0.0).unwrap(),
         "at 0 no image counts"
     );
-    let err = run("Z-Image-Turbo-Fun-Controlnet-Union.safetensors", 0, 1.0).unwrap_err();
+    let err = run("uso-flux1-projector-v1.safetensors", 0, 1.0).unwrap_err();
     assert!(
-        err.starts_with("ModelPatchLoader: ") && err.contains("a Z-Image Fun ControlNet"),
+        err.starts_with("ModelPatchLoader: ") && err.contains("a USO style projector"),
         "{err}"
     );
 }

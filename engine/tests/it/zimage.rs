@@ -1119,3 +1119,41 @@ fn issue_21_latent_composite_and_blend_mix_encoded_images() {
     let mid = decoded(&mut h, blend(0.5));
     assert!(max_diff(&mid, &first) > 1 && max_diff(&mid, &second) > 1);
 }
+
+/// The Z-Image Fun ControlNet as `image_z_image_turbo_fun_union_controlnet` wires it (`ModelPatchLoader`,
+/// `QwenImageDiffsynthControlnet` on the model), on a tiny file of the release's layout: the control image
+/// steers the result and strength 0 gives the image without it. (Its forward pass is compared with ComfyUI's
+/// in kiln-models' tests.)
+#[test]
+fn issue_23_the_z_image_fun_controlnet_steers_sampling() {
+    let mut h = harness(SynthDtype::Bf16);
+    let path =
+        h.roots.input.join("models/model_patches/Z-Image-Turbo-Fun-Controlnet-Union.safetensors");
+    let family = synth::SynthFamily::ZImageFunControlNet;
+    synth::write_family(
+        &path,
+        family,
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        4,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let plain = {
+        let ran = h.run(graph(ksampler(7, 2, "euler")));
+        saved(&h, &ran)
+    };
+    let mut run = |colour: i64, strength: f64| {
+        let mut prompt = graph(ksampler(7, 2, "euler"));
+        prompt["80"] = json!({"class_type": "ModelPatchLoader", "inputs": {"name": "Z-Image-Turbo-Fun-Controlnet-Union.safetensors"}});
+        prompt["81"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}});
+        prompt["82"] = json!({"class_type": "QwenImageDiffsynthControlnet", "inputs": {"model": ["69", 0], "model_patch": ["80", 0], "vae": ["63", 0], "image": ["81", 0], "strength": strength}});
+        prompt["70"]["inputs"]["model"] = json!(["82", 0]);
+        let ran = h.run(prompt);
+        saved(&h, &ran)
+    };
+    let (blue, red) = (run(0x3366cc, 1.0), run(0xcc3333, 1.0));
+    assert_ne!(blue, plain, "the ControlNet steers the result");
+    assert_ne!(blue, red, "the control image matters");
+    assert_eq!(run(0x3366cc, 0.0), plain, "strength 0 adds nothing");
+}

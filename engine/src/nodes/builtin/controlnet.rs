@@ -6,19 +6,23 @@
 
 use std::sync::Arc;
 
+use super::hints::{encoded_hint, with_mask_channels};
 use super::image::dims;
 use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
 use super::resize::resize;
-use super::vae::encode;
 use crate::compute::Compute;
-use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, Vae, load};
+use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
 };
 use crate::tensor::Tensor;
 use crate::value::Value;
+
+/// ComfyUI's words when a ControlNet that encodes its image has no VAE.
+pub(super) const NEEDS_VAE: &str = "This Controlnet needs a VAE but none was provided, please use a \
+                                    ControlNetApply node with a VAE input and connect it.";
 
 /// `ControlNetLoader`: a ControlNet from `controlnet/`.
 pub(super) struct ControlNetLoader(pub(super) ModelEnv);
@@ -174,7 +178,7 @@ fn masked(image: &Tensor, keep: &Tensor) -> Result<Tensor, NodeError> {
     };
     let as_image = tensor(vec![mb, mh, mw, 1], keep.data().to_vec())?;
     let resized = resize(&as_image, w, h, "bilinear", true)?;
-    if !(mb == b || mb == 1 || b == 1) {
+    if b == 0 || mb == 0 || !(mb == b || mb == 1 || b == 1) {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
             format!("a mask of {mb} images for {b} images"),
@@ -196,7 +200,8 @@ fn masked(image: &Tensor, keep: &Tensor) -> Result<Tensor, NodeError> {
 /// `conditioning` with each ControlNet's hint prepared for latents of `latent_shape` (`[B, C, h, w]`, or one
 /// frame `[B, C, 1, h, w]`): the image resized (nearest, centre crop) to the latents' size in pixels,
 /// VAE-encoded, in the model's latent space, with the mask channel for a ControlNet that has one. A
-/// ControlNet applied to several prompts is encoded once (`done` holds the prepared ones).
+/// ControlNet applied to several prompts is encoded once (`done` holds the prepared ones); one without a VAE
+/// is left unprepared, and fails the first model call in its range with [`NEEDS_VAE`].
 pub(super) fn with_hints(
     compute: &Compute,
     model: &DiffusionModel,
@@ -208,6 +213,11 @@ pub(super) fn with_hints(
     let mut out = conditioning.clone();
     for entry in &mut out.entries {
         for application in &mut entry.extras.controls {
+            // Without a VAE there is nothing to encode with: the model call in its range fails, as ComfyUI's
+            // `get_control` does (a range no step falls in never asks).
+            if application.vae.is_none() {
+                continue;
+            }
             if let Some(prepared) = done.iter().find(|d| same_control(d, application)) {
                 application.hint.clone_from(&prepared.hint);
                 continue;
@@ -245,11 +255,7 @@ fn hint(
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
     let Some(vae) = &application.vae else {
-        return Err(NodeError::of_kind(
-            ErrorKind::InvalidValue,
-            "This Controlnet needs a VAE but none was provided, please use a ControlNetApply node with a \
-             VAE input and connect it.",
-        ));
+        return Err(NodeError::of_kind(ErrorKind::InvalidValue, NEEDS_VAE));
     };
     let encoded =
         encoded_hint(compute, model, vae, &application.image, latent_shape, "nearest-exact", ctx)?;
@@ -271,81 +277,4 @@ fn hint(
         None => Tensor::full(vec![1, eh, ew, 1], 1.0),
     };
     with_mask_channels(&encoded, &mask, 1)
-}
-
-/// `encoded` `[B, C, h, w]` with `copies` channels of `mask` `[Bm, h, w, 1]` after each sample's (the masks
-/// cycled over the batch, as ComfyUI's `repeat_to_batch_size`).
-pub(super) fn with_mask_channels(
-    encoded: &Tensor,
-    mask: &Tensor,
-    copies: usize,
-) -> Result<Tensor, NodeError> {
-    let &[batch, channels, h, w] = encoded.shape() else {
-        return Err(NodeError::new(format!("an encoded hint {:?}", encoded.shape())));
-    };
-    let plane = h * w;
-    let masks = mask.shape()[0];
-    if mask.data().len() != masks * plane {
-        return Err(NodeError::new(format!(
-            "a mask {:?} for a hint {:?}",
-            mask.shape(),
-            encoded.shape()
-        )));
-    }
-    let mut out = Vec::with_capacity(batch * (channels + copies) * plane);
-    for (i, sample) in encoded.data().chunks_exact(channels * plane).enumerate() {
-        out.extend_from_slice(sample);
-        for _ in 0..copies {
-            out.extend_from_slice(&mask.data()[(i % masks) * plane..][..plane]);
-        }
-    }
-    tensor(vec![batch, channels + copies, h, w], out)
-}
-
-/// `image` resized by `method` (centre crop) to the size in pixels of latents of `latent_shape` (`[B, C, h, w]`
-/// or one frame), VAE-encoded and in `model`'s latent space: `[B, C, h, w]`.
-pub(super) fn encoded_hint(
-    compute: &Compute,
-    model: &DiffusionModel,
-    vae: &Vae,
-    image: &Tensor,
-    latent_shape: &[usize],
-    method: &str,
-    ctx: &Context,
-) -> Result<Tensor, NodeError> {
-    let (h, w) = match *latent_shape {
-        [_, _, h, w] | [_, _, 1, h, w] => (h, w),
-        ref other => {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("a control image steers image latents [B, C, h, w], got {other:?}"),
-            ));
-        }
-    };
-    let scale = vae.net.family().latent().spatial_downscale;
-    let pixels = resize(image, w * scale, h * scale, method, true)?;
-    let encoded = encode(compute, vae, &pixels, ctx)?;
-    let values = model.latent.process_in(encoded.data(), encoded.shape());
-    tensor(encoded.shape().to_vec(), values)
-}
-
-/// A hint of `hb` samples for a model call of `batch` samples split into `parts` (positive and negative run
-/// together): ComfyUI's `broadcast_image_to`, each part getting the first samples (cycled); one sample serves
-/// every sample as it is.
-pub(super) fn broadcast_hint(hint: &Tensor, batch: usize, parts: usize) -> Tensor {
-    let hb = hint.shape()[0];
-    if hb == 1 || hb == batch {
-        return hint.clone();
-    }
-    let per_part = batch / parts.max(1);
-    let sample = hint.data().len() / hb.max(1);
-    let mut data = Vec::with_capacity(batch * sample);
-    for _ in 0..parts {
-        for i in 0..per_part {
-            data.extend_from_slice(&hint.data()[(i % hb) * sample..][..sample]);
-        }
-    }
-    let mut shape = hint.shape().to_vec();
-    shape[0] = per_part * parts;
-    Tensor::new(shape, data).unwrap_or_else(|_| hint.clone())
 }

@@ -9,6 +9,7 @@ mod expression;
 mod files;
 mod filters;
 mod guidance;
+mod hints;
 mod image;
 mod inpaint;
 mod latent;

@@ -1,12 +1,12 @@
 //! Model patches (`comfy_extras.nodes_model_patch`): `ModelPatchLoader` loads one from `model_patches/`, and
-//! `QwenImageDiffsynthControlnet` puts DiffSynth's block-wise ControlNet with its control image on a Qwen-Image
-//! model. The sampler prepares the image once per run ([`with_hints`]: resized by area to the latents' size in
+//! `QwenImageDiffsynthControlnet` puts one with its control image on a model (DiffSynth's block-wise ControlNet
+//! on Qwen-Image, the Fun ControlNet on Z-Image). The sampler prepares the image once per run ([`with_hints`]: resized by area to the latents' size in
 //! pixels, VAE-encoded into the model's latent space, the mask channels added); the model runs the patch after
 //! every block.
 
 use std::sync::Arc;
 
-use super::controlnet::{encoded_hint, with_mask_channels};
+use super::hints::{encoded_hint, with_mask_channels};
 use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
 use super::resize::resize;
@@ -137,7 +137,14 @@ pub(super) fn with_hints(
     let mut prepared = model.clone();
     for application in &mut prepared.model_patches {
         let (vae, image) = (&application.vae, &application.image);
-        let encoded = encoded_hint(compute, model, vae, image, latent_shape, "area", ctx)?;
+        // The latents' size, or theirs padded as the patch's model pads them.
+        let mut shape = latent_shape.to_vec();
+        let rank = shape.len();
+        if rank >= 2 {
+            let (h, w) = application.patch.net.hint_size(shape[rank - 2], shape[rank - 1]);
+            (shape[rank - 2], shape[rank - 1]) = (h, w);
+        }
+        let encoded = encoded_hint(compute, model, vae, image, &shape, "area", ctx)?;
         let copies = application.patch.net.mask_channels();
         if copies == 0 {
             application.hint = Some(encoded);

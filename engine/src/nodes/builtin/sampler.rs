@@ -119,10 +119,12 @@ impl OnDevice for Forward<'_> {
             if self.sigma > start || self.sigma < end {
                 continue;
             }
+            // Only a ControlNet without a VAE is left unprepared.
             let hint = control.hint.as_ref().ok_or_else(|| {
-                kiln_models::Error::Invalid("a ControlNet's image was not prepared".to_owned())
+                kiln_models::Error::Invalid(super::controlnet::NEEDS_VAE.to_owned())
             })?;
-            let hint = super::controlnet::broadcast_hint(hint, batch, self.contexts.len());
+            let hint = super::hints::broadcast_hint(hint, batch, self.contexts.len())
+                .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
             hints.push((control, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?));
         }
         let patch_hints = self
