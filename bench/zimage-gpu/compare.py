@@ -1,4 +1,5 @@
-"""Summarises one bench/zimage-gpu.sh run: Kiln's default Z-Image-Turbo workflow at VRAM budgets of 100, 50 and
+"""Summarises one bench/zimage-gpu.sh run (or bench/qwen-image-gpu.sh's, the same files for Qwen-Image's
+Lightning workflow, where 50 % is not run): Kiln's default Z-Image-Turbo workflow at VRAM budgets of 100, 50 and
 25 % of the DiT's weights (kiln-{100,50,25}.json, engine/benches/zimage.rs) against the same synthetic weights
 through diffusers (torch.json, torch_zimage.py), as the goals of issue #11 state them:
 
@@ -42,7 +43,8 @@ def step(r):
 
 
 out = sys.argv[1] if len(sys.argv) > 1 else "."
-kiln = {p: load(os.path.join(out, f"kiln-{p}.json")) for p in (100, 50, 25)}
+kiln = {p: load(os.path.join(out, f"kiln-{p}.json")) for p in (100, 50, 25)
+        if p != 50 or os.path.exists(os.path.join(out, "kiln-50.json"))}
 torch = load(os.path.join(out, "torch.json"))
 machine = ""
 try:
@@ -70,7 +72,8 @@ try:
     compute = None
     for pct, k in kiln.items():
         w, c = run(k, "warm"), first(k)
-        dit = k.get("files", {}).get("tensor_bytes", {}).get("diffusion_models/z_image_turbo_bf16.safetensors")
+        sizes = k.get("files", {}).get("tensor_bytes", {})
+        dit = next((v for name, v in sizes.items() if name.startswith("diffusion_models/")), None)
         resident = w.get("resident_weights_min_bytes")
         nonres = max(0, dit - min(resident, dit)) if dit is not None and resident is not None else None
         f = {

@@ -48,6 +48,52 @@ def rss_peak_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def h2d_pinned_gbps(dev):
+    """The link bandwidth the partial-residency goal divides by: pinned H2D, 1 GiB, median of 5 (after 2
+    warm-ups); the device's peak memory statistics are reset after."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty(n, dtype=torch.uint8, device=dev)
+    ts = []
+    for _ in range(7):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); dst.copy_(src, non_blocking=True); e.record(); torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return n / sorted(ts[2:])[2] / 1e9
+
+
+def finish(res, out_path):
+    """Adds the device's and the process's peak memory to `res`, writes it to `out_path` and prints it."""
+    if torch.cuda.is_available() and res.get("device", "").startswith("cuda"):
+        res["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        free, total = torch.cuda.mem_get_info()
+        res["driver_used_at_end_bytes"] = total - free
+    res["peak_rss_bytes"] = rss_peak_bytes()
+    with open(out_path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
+    for r in res["runs"]:
+        print(json.dumps({k: v for k, v in r.items() if k != "step_seconds"}))
+
+
+def step_figures(out, steps):
+    """The per-step figures of one run: every step, their median, and the median after the first."""
+    out["step_seconds"] = steps
+    out["step_seconds_median"] = sorted(steps)[len(steps) // 2]
+    rest = sorted(steps[1:])
+    out["step_seconds_median_after_first"] = rest[len(rest) // 2] if rest else None
+
+
+def flow_sigmas(shift, steps):
+    """ComfyUI's `simple` schedule of a flow model at `shift` (sigmas of the 1000-step table, evenly spaced)."""
+    table = [shift * (t / 1000) / (1 + (shift - 1) * (t / 1000)) for t in range(1, 1001)]
+    return [table[-1 - int(i * 1000 / steps)] for i in range(steps)] + [0.0]
+
+
 # ---- DiT: ComfyUI layout -> diffusers ZImageTransformer2DModel (models.md §2.3) ----
 
 def dit_to_diffusers(sd):
@@ -202,26 +248,11 @@ def main():
     if dev.type == "cuda":
         res["gpu"] = torch.cuda.get_device_name(0)
         torch.backends.cuda.matmul.allow_tf32 = True
-        # The link bandwidth the partial-residency goal divides by: pinned H2D, 1 GiB, median of 5.
-        n = 1 << 30
-        src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        dst = torch.empty(n, dtype=torch.uint8, device=dev)
-        ts = []
-        for _ in range(7):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); dst.copy_(src, non_blocking=True); e.record(); torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        res["h2d_pinned_1GiB_GBps"] = n / sorted(ts[2:])[2] / 1e9
-        del src, dst
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        res["h2d_pinned_1GiB_GBps"] = h2d_pinned_gbps(dev)
 
     ids = torch.tensor([tokenize(PROMPT)], device=dev)
     h = w = args.size // 8
-    shift = 3.0
-    # ComfyUI's `simple` schedule of a flow model at shift 3 (sigmas of the 1000-step table, evenly spaced).
-    table = [shift * (t / 1000) / (1 + (shift - 1) * (t / 1000)) for t in range(1, 1001)]
-    sigmas = [table[-1 - int(i * 1000 / args.steps)] for i in range(args.steps)] + [0.0]
+    sigmas = flow_sigmas(3.0, args.steps)
 
     loaded = {}
 
@@ -263,10 +294,7 @@ def main():
             image = vae.decode((x / FLUX_SCALE + FLUX_SHIFT).to(dtype)).sample
             image = ((image.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
             out["decode_s"] = time.perf_counter() - t
-        out["step_seconds"] = steps
-        out["step_seconds_median"] = sorted(steps)[len(steps) // 2]
-        rest = sorted(steps[1:])
-        out["step_seconds_median_after_first"] = rest[len(rest) // 2] if rest else None
+        step_figures(out, steps)
         out["seconds"] = time.perf_counter() - t_all
         out["image_shape"] = list(image.shape)
         return out
@@ -280,17 +308,7 @@ def main():
         import traceback
         res["error"] = traceback.format_exc()
         print(res["error"], file=sys.stderr)
-    if dev.type == "cuda":
-        res["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-        res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        free, total = torch.cuda.mem_get_info()
-        res["driver_used_at_end_bytes"] = total - free
-    res["peak_rss_bytes"] = rss_peak_bytes()
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
-    for r in res["runs"]:
-        print(json.dumps({k: v for k, v in r.items() if k != "step_seconds"}))
+    finish(res, args.out)
     sys.exit(1 if "error" in res else 0)
 
 

@@ -1,5 +1,6 @@
 //! The frontend's default Z-Image-Turbo workflow (issue #11), or Qwen-Image's text-to-image template
-//! (`--workflow qwen-image`, issue #23), run in-process through the engine's [`Executor`]:
+//! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23),
+//! run in-process through the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
 //! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
@@ -7,7 +8,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
 //!        [--out FILE] [--label TEXT]
 //! ```
@@ -55,6 +56,10 @@ enum Workflow {
     /// The Qwen-Image text-to-image template (`image_qwen_image`): euler, CFG 2.5 with a negative prompt, so
     /// two DiT calls a step (batched as one when the prompts' lengths agree, else two).
     QwenImage,
+    /// The same graph as the Lightning templates sample it: CFG 1, so one DiT call a step (the negative is
+    /// skipped). The Lightning LoRA itself is left out: merged into the weights once before sampling, it
+    /// changes no step's cost.
+    QwenImageLightning,
 }
 
 impl Workflow {
@@ -66,7 +71,7 @@ impl Workflow {
                 "text_encoders/qwen_3_4b.safetensors",
                 "vae/ae.safetensors",
             ],
-            Workflow::QwenImage => [
+            Workflow::QwenImage | Workflow::QwenImageLightning => [
                 "diffusion_models/qwen_image_fp8_e4m3fn.safetensors",
                 "text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
                 "vae/qwen_image_vae.safetensors",
@@ -83,7 +88,8 @@ impl Workflow {
     fn prompt(self, seed: u64, size: u32, steps: u32) -> Value {
         match self {
             Workflow::ZImage => default_workflow(seed, size, steps),
-            Workflow::QwenImage => qwen_image_workflow(seed, size, steps),
+            Workflow::QwenImage => qwen_image_workflow(seed, size, steps, 2.5),
+            Workflow::QwenImageLightning => qwen_image_workflow(seed, size, steps, 1.0),
         }
     }
 
@@ -95,6 +101,9 @@ impl Workflow {
             }),
             Workflow::QwenImage => json!({
                 "sampler": "euler", "scheduler": "simple", "cfg": 2.5, "dit_calls_per_step": 2,
+            }),
+            Workflow::QwenImageLightning => json!({
+                "sampler": "euler", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
             }),
         }
     }
@@ -146,7 +155,12 @@ fn parse_args() -> Result<Args, String> {
             "--workflow" => match value("--workflow")?.as_str() {
                 "zimage" => args.workflow = Workflow::ZImage,
                 "qwen-image" => args.workflow = Workflow::QwenImage,
-                other => return Err(format!("--workflow {other}: expected zimage or qwen-image")),
+                "qwen-image-lightning" => args.workflow = Workflow::QwenImageLightning,
+                other => {
+                    return Err(format!(
+                        "--workflow {other}: expected zimage, qwen-image or qwen-image-lightning"
+                    ));
+                }
             },
             "--size" => args.size = number("--size", value("--size")?)? as u32,
             "--steps" => args.steps = number("--steps", value("--steps")?)? as u32,
@@ -194,9 +208,9 @@ fn default_workflow(seed: u64, size: u32, steps: u32) -> Value {
     })
 }
 
-/// Qwen-Image's text-to-image template (`image_qwen_image`) at `size`² and `steps` steps, its nodes under
-/// the default graph's ids (loaders 66, 62, 63; the sampler 70).
-fn qwen_image_workflow(seed: u64, size: u32, steps: u32) -> Value {
+/// Qwen-Image's text-to-image template (`image_qwen_image`) at `size`², `steps` steps and `cfg`, its nodes
+/// under the default graph's ids (loaders 66, 62, 63; the sampler 70).
+fn qwen_image_workflow(seed: u64, size: u32, steps: u32, cfg: f64) -> Value {
     json!({
         "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
         "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
@@ -206,7 +220,7 @@ fn qwen_image_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse on a cliff at dusk, oil painting", "clip": ["62", 0]}},
         "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
         "69": {"class_type": "ModelSamplingAuraFlow", "inputs": {"shift": 3.1, "model": ["66", 0]}},
-        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 2.5, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": cfg, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
         "71": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["62", 0]}},
     })
 }
@@ -607,6 +621,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         "bench": match args.workflow {
             Workflow::ZImage => "zimage-default-workflow",
             Workflow::QwenImage => "qwen-image-text-to-image",
+            Workflow::QwenImageLightning => "qwen-image-lightning",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()
