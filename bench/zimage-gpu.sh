@@ -15,9 +15,8 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/zimage-gpu/out}
 mkdir -p "$OUT"
-BIN=bench/zimage-gpu/bin
+BIN=${BIN:-bench/zimage-gpu/bin}
 MODELS=${MODELS_DIR:-/tmp/kiln-zimage-models}
-LOG="$OUT/run.log"
 if [ "${1:-}" = "--dry-run" ]; then
   SIZE=tiny PX=64 STEPS=2 KILN_DEVICE=--cpu TORCH_DEVICE=cpu PY=${PYTHON:-python3}
   T_SYNTH=60 T_KILN=60 T_TORCH=120
@@ -25,21 +24,7 @@ else
   SIZE=real PX=1024 STEPS=8 KILN_DEVICE= TORCH_DEVICE=cuda PY=python3
   T_SYNTH=150 T_KILN=70 T_TORCH=110
 fi
-say() { echo "== $*" | tee -a "$LOG"; }
-: > "$LOG"
-
-{
-  date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
-  grep -m1 "model name" /proc/cpuinfo; nproc; grep MemTotal /proc/meminfo; df -h /tmp | tail -1
-  "$PY" -c 'import torch; print("torch", torch.__version__)' 2>&1
-} > "$OUT/machine.txt" 2>&1
-
-if [ -z "${PYTHON:-}" ] && ls bench/zimage-gpu/wheels/*.whl >/dev/null 2>&1; then
-  say "installing the carried wheels"
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    bench/zimage-gpu/wheels/*.whl >> "$LOG" 2>&1 && export PYTHONPATH=/tmp/site
-fi
+. bench/zimage-gpu/common.sh
 
 say "kiln model synth --size $SIZE --dtype bf16"
 rm -rf "$MODELS"

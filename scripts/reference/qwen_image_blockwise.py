@@ -37,7 +37,8 @@ STRENGTH = 0.8
 
 
 class StandInVae:
-    """What DiffSynthCnetPatch asks of a VAE: an encoding (here fixed) and its spatial compression."""
+    """What ComfyUI's ControlNet patches (DiffSynthCnetPatch, ZImageControlPatch) ask of a VAE: an encoding
+    (here fixed) and its spatial compression."""
 
     def __init__(self, latent):
         self.latent = latent
@@ -50,7 +51,7 @@ class StandInVae:
 
 
 class Patch:
-    """What DiffSynthCnetPatch asks of a MODEL_PATCH: the network."""
+    """What ComfyUI's ControlNet patches ask of a MODEL_PATCH: the network."""
 
     def __init__(self, model):
         self.model = model

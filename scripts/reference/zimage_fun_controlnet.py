@@ -30,31 +30,12 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
+from qwen_image_blockwise import Patch, StandInVae  # noqa: E402
 from qwen_image_controlnet import randomize  # noqa: E402
 
 OUT = "engine/models/tests/fixtures/zimage_fun_controlnet"
 BLOCK = dict(multiple_of=16, ffn_dim_multiplier=None, norm_eps=1e-5, qk_norm=True)
 STRENGTH = 0.75
-
-
-class StandInVae:
-    """What ZImageControlPatch asks of a VAE: an encoding (here fixed) and its spatial compression."""
-
-    def __init__(self, latent):
-        self.latent = latent
-
-    def encode(self, image):
-        return self.latent.clone()
-
-    def spacial_compression_encode(self):
-        return 8
-
-
-class Patch:
-    """What ZImageControlPatch asks of a MODEL_PATCH: the network."""
-
-    def __init__(self, model):
-        self.model = model
 
 
 def released_names(state):
