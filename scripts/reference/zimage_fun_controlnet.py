@@ -10,7 +10,7 @@ The tiny NextDiT has Z-Image's structure (z_image modulation, time scale 1000, R
 2 + 2 refiners) at dim 64 = 2 heads × 32 (axes 8/12/12), 6 main layers, FFN 176 (multiple of 16), captions of
 width 32, and a t-embedder of output 64 (ComfyUI's is 256 wide, which the modulations take as min(dim, 256)). The ControlNet is the first release's layout (the union one): 6 control layers and 2 plain noise
 refiner blocks, `control_all_x_embedder` over a 16-channel latent; ComfyUI adds control layer k after main layer
-5k (⌊30 / 6⌋), so layers 0 and 1 act here. The patch's VAE is a stand-in that hands back `latent` at the
+5k (round(30 / 6)), so layers 0 and 1 act here. The patch's VAE is a stand-in that hands back `latent` at the
 latents' size (the image's encoding is the VAE's own test). The ControlNet's attention names are the released
 file's (`to_q`/`to_k`/`to_v`, `to_out.0`, `norm_q`/`norm_k`), which ComfyUI fuses and renames on load.
 
@@ -19,7 +19,9 @@ Writes (weights bf16, the reference in f32 on their values):
 - control.safetensors: the ControlNet in the released file's layout.
 - io.safetensors (f32): `x` [2, 16, 8, 12], `sigma` [2], `context` [2, 7, 32], `latent` [1, 16, 8, 12] (VAE
   space) and `latent.model` (the same in the model's space: Flux's scale and shift), the base model's output
-  with the patch at strength 0.75 (`out.control`) and without (`out.none`).
+  with the patch at strength 0.75 (`out.control`) and without (`out.none`); and an odd latent, `x.odd`
+  [2, 16, 7, 11], which ComfyUI pads to 8 × 12 before the patch sees it, so the control latent is `latent`
+  again (`out.odd`).
 """
 
 import os
@@ -97,6 +99,11 @@ def main():
         # A second call gives the same (the patch starts over each call).
         again = base(x, sigma, context, context.shape[1], transformer_options=options)
         assert torch.equal(again, io["out.control"])
+        # An odd latent: padded to 8 x 12, where the control image (64 x 96 pixels) needs no re-encoding.
+        io["x.odd"] = torch.randn(2, 16, 7, 11, generator=g)
+        patch = ZImageControlPatch(Patch(control), StandInVae(latent), image, STRENGTH)
+        options = {"patches": {"noise_refiner": [patch], "double_block": [patch]}}
+        io["out.odd"] = base(io["x.odd"], sigma, context, context.shape[1], transformer_options=options)
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
 
 

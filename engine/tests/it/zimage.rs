@@ -1143,17 +1143,32 @@ fn issue_23_the_z_image_fun_controlnet_steers_sampling() {
         let ran = h.run(graph(ksampler(7, 2, "euler")));
         saved(&h, &ran)
     };
-    let mut run = |colour: i64, strength: f64| {
+    // The graph with the patch applied by `node` (its image input connected or not).
+    let prompt = |node: &str, colour: i64, strength: f64, image: bool| {
         let mut prompt = graph(ksampler(7, 2, "euler"));
         prompt["80"] = json!({"class_type": "ModelPatchLoader", "inputs": {"name": "Z-Image-Turbo-Fun-Controlnet-Union.safetensors"}});
         prompt["81"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}});
-        prompt["82"] = json!({"class_type": "QwenImageDiffsynthControlnet", "inputs": {"model": ["69", 0], "model_patch": ["80", 0], "vae": ["63", 0], "image": ["81", 0], "strength": strength}});
+        prompt["82"] = json!({"class_type": node, "inputs": {"model": ["69", 0], "model_patch": ["80", 0], "vae": ["63", 0], "strength": strength}});
+        if image {
+            prompt["82"]["inputs"]["image"] = json!(["81", 0]);
+        }
         prompt["70"]["inputs"]["model"] = json!(["82", 0]);
-        let ran = h.run(prompt);
+        prompt
+    };
+    let mut image = |node: &str, colour: i64, strength: f64| {
+        let ran = h.run(prompt(node, colour, strength, true));
         saved(&h, &ran)
     };
-    let (blue, red) = (run(0x3366cc, 1.0), run(0xcc3333, 1.0));
+    let diffsynth = "QwenImageDiffsynthControlnet";
+    let (blue, red) = (image(diffsynth, 0x3366cc, 1.0), image(diffsynth, 0xcc3333, 1.0));
     assert_ne!(blue, plain, "the ControlNet steers the result");
     assert_ne!(blue, red, "the control image matters");
-    assert_eq!(run(0x3366cc, 0.0), plain, "strength 0 adds nothing");
+    assert_eq!(image(diffsynth, 0x3366cc, 0.0), plain, "strength 0 adds nothing");
+    // Z-Image's own node does the same; without an image it says what is missing.
+    assert_eq!(image("ZImageFunControlnet", 0x3366cc, 1.0), blue);
+    let ran = h.run(prompt("ZImageFunControlnet", 0, 1.0, false));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("{:?}", ran.summary.outcome)
+    };
+    assert!(failure.message.contains("connect `image`"), "{}", failure.message);
 }

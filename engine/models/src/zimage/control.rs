@@ -6,7 +6,7 @@
 //! by `control_all_x_embedder.2-1`, refined by two plain modulated blocks, then runs through the control layers:
 //! the first adds `before_proj` of it to the main layers' input image tokens, each is a modulated NextDiT block
 //! over the image positions, and each one's `after_proj` output · strength is added to the image tokens after
-//! main layer k · ⌊30 / layers⌉ (5 for the release's 6 layers). The later releases (2.1: control in the noise
+//! main layer k · round(30 / layers) (5 for the release's 6 layers). The later releases (2.1: control in the noise
 //! refiner, inpainting channels) are refused by name.
 
 use kiln_compute::backend::BinaryOp;
@@ -59,8 +59,8 @@ pub fn detect_fun_control(h: &Header) -> Result<Option<FunControlConfig>> {
         || h.has("control_layers.14.adaLN_modulation.0.weight")
     {
         return Err(h.unsupported(
-            "a Z-Image Fun ControlNet 2.1 (control in the noise refiner, inpainting channels); Kiln runs the \
-             first release (6 control layers)",
+            "a later Z-Image Fun ControlNet (2.0's 15 control layers, or 2.1's control in the noise refiner \
+             and inpainting channels); Kiln runs the first release (6 control layers)",
         ));
     }
     let layout = if h.has("control_layers.0.attention.qkv.weight") {
@@ -92,15 +92,20 @@ pub fn detect_fun_control(h: &Header) -> Result<Option<FunControlConfig>> {
             "head width {head_dim} does not divide dim {dim} or is not a multiple of 16"
         )));
     };
-    let ffn_hidden = shape("control_layers.0.feed_forward.w1.weight")?[0];
-    let adaln_dim = *shape("control_layers.0.adaLN_modulation.0.weight")?.last().unwrap_or(&0);
+    let &[ffn_hidden, _] = shape("control_layers.0.feed_forward.w1.weight")?.as_slice() else {
+        return Err(h.unsupported("`control_layers.0.feed_forward.w1.weight` is not a matrix"));
+    };
+    let &[_, adaln_dim] = shape("control_layers.0.adaLN_modulation.0.weight")?.as_slice() else {
+        return Err(h.unsupported("`control_layers.0.adaLN_modulation.0.weight` is not a matrix"));
+    };
     let count = |group: &str| {
         (0..).take_while(|i| h.names().any(|n| n.starts_with(&format!("{group}.{i}.")))).count()
     };
     let (layers, refiners) = (count(CONTROL_GROUPS[0]), count(CONTROL_GROUPS[1]));
-    if layers != 6 {
+    if (layers, refiners) != (6, 2) {
         return Err(h.unsupported(format!(
-            "a Z-Image Fun ControlNet of {layers} control layers; the release Kiln runs has 6"
+            "a Z-Image Fun ControlNet of {layers} control layers and {refiners} refiner blocks; the release \
+             Kiln runs has 6 and 2"
         )));
     }
     let body = Config {

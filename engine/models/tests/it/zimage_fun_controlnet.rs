@@ -57,6 +57,21 @@ fn fun_controlnet_matches_comfyui() {
     let out = run(&[]).unwrap();
     assert_close("none", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);
 
+    // An odd latent (7 × 11): padded to 8 × 12 by the model, the size its control latent has.
+    let odd = tensor("x.odd");
+    let patches = [PatchInput { net: &patch, hint: &hint, strength: 0.75 }];
+    let input = DiffusionInput {
+        x: &odd,
+        timesteps: &io["sigma"].1,
+        context: &context,
+        references: &[],
+        reference_method: None,
+        controls: &[],
+        patches: &patches,
+    };
+    let out = base.forward(&*b, input).unwrap();
+    assert_close("odd", &b.to_f32(&out).unwrap(), &io["out.odd"].1, 1e-4);
+
     // A control latent of another size than the latents' is refused, naming both.
     let small = b.from_f32(&[1, 16, 4, 4], &[0.0; 256], DType::F32).unwrap();
     let err = run(&[PatchInput { net: &patch, hint: &small, strength: 1.0 }]).err().unwrap();

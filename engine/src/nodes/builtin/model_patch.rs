@@ -44,11 +44,13 @@ impl Node for ModelPatchLoader {
     }
 }
 
-/// `QwenImageDiffsynthControlnet`: the model with the patch and its control image (RGB) applied after the
-/// patches it has.
+/// `QwenImageDiffsynthControlnet` (any model patch with a control image) and `ZImageFunControlnet` (the same,
+/// its image optional beside an inpainting image and a mask, which only the Fun ControlNet's later releases
+/// read): the model with the patch and its control image (RGB) applied after the patches it has.
 pub(super) struct QwenImageDiffsynthControlnet(Arc<NodeSpec>);
 
 impl QwenImageDiffsynthControlnet {
+    /// `QwenImageDiffsynthControlnet`.
     pub(super) fn new() -> QwenImageDiffsynthControlnet {
         let spec = NodeSpec::new(
             "QwenImageDiffsynthControlnet",
@@ -61,11 +63,36 @@ impl QwenImageDiffsynthControlnet {
         .input(InputDef::typed("model_patch", "MODEL_PATCH"))
         .input(InputDef::typed("vae", "VAE"))
         .input(InputDef::typed("image", "IMAGE"))
-        .input(InputDef::float("strength", 1.0, -10.0, 10.0).option("step", 0.01))
+        .input(strength())
         .optional(InputDef::typed("mask", "MASK"))
         .output(OutputDef::new("MODEL"));
         QwenImageDiffsynthControlnet(Arc::new(spec))
     }
+
+    /// `ZImageFunControlnet`.
+    pub(super) fn z_image() -> QwenImageDiffsynthControlnet {
+        let spec = NodeSpec::new(
+            "ZImageFunControlnet",
+            "Apply Z-Image Fun ControlNet",
+            "model/patch/z-image",
+        )
+        .python_module("comfy_extras.nodes_model_patch")
+        .experimental()
+        .input(InputDef::typed("model", "MODEL"))
+        .input(InputDef::typed("model_patch", "MODEL_PATCH"))
+        .input(InputDef::typed("vae", "VAE"))
+        .input(strength())
+        .optional(InputDef::typed("image", "IMAGE"))
+        .optional(InputDef::typed("inpaint_image", "IMAGE"))
+        .optional(InputDef::typed("mask", "MASK"))
+        .output(OutputDef::new("MODEL"));
+        QwenImageDiffsynthControlnet(Arc::new(spec))
+    }
+}
+
+/// The patch nodes' `strength`.
+fn strength() -> InputDef {
+    InputDef::float("strength", 1.0, -10.0, 10.0).option("step", 0.01)
 }
 
 impl Node for QwenImageDiffsynthControlnet {
@@ -85,6 +112,14 @@ impl Node for QwenImageDiffsynthControlnet {
                     patch.net.family().name(),
                     model.net.family().name()
                 ),
+            ));
+        }
+        // The patches Kiln runs steer by the control image alone (the Fun ControlNet's inpainting image is
+        // read only by its later releases, which Kiln refuses at loading).
+        if inputs.get("image").is_none() {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("{} steers by a control image: connect `image`", patch.path.display()),
             ));
         }
         let image = rgb(inputs.image("image")?)?;
