@@ -18,6 +18,7 @@ mod logic;
 mod mask;
 mod model_patch;
 mod model_specs;
+mod pil_lanczos;
 mod primitives;
 mod pure;
 mod qwen;
