@@ -236,9 +236,9 @@ mod tests {
             let [method, crop, size] = parts[..] else { panic!("{name}") };
             let (w, h) = size.split_once('x').expect("WxH");
             let (w, h) = (w.parse().expect("W"), h.parse().expect("H"));
-            // Pillow 13 (the reference's) runs the vertical pass first for some shapes that grow in width
-            // and shrink in height, by a rule not pinned down here; Kiln runs Pillow's classic horizontal-first
-            // order, which every other shape here (and every proportional scale) gets.
+            // Pillow 13 (the reference's) runs the vertical pass first for some shapes whose height shrinks, by
+            // a rule not pinned down here; Kiln runs Pillow's classic horizontal-first order. Of this fixture's
+            // cases only the one that grows in width and shrinks in height is such.
             let (iw, ih) = (image.shape()[2], image.shape()[1]);
             if method == "lanczos" && crop == "disabled" && w > iw && h < ih {
                 continue;
