@@ -22,6 +22,7 @@ pub mod flux_vae;
 pub mod header;
 pub mod latent;
 pub mod lora;
+mod named;
 pub mod noise;
 pub mod quant;
 pub mod qwen3;

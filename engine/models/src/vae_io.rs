@@ -1,8 +1,6 @@
 //! What every autoencoder family does at its edges, as ComfyUI's `VAE` wrapper does: checking a latent
-//! before decoding, checking an image and centre-cropping it to the downscale before encoding, and fetching
-//! weights by name.
+//! before decoding, and checking an image and centre-cropping it to the downscale before encoding.
 
-use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
@@ -64,19 +62,4 @@ pub(crate) fn crop_center<B: Backend>(
     let (hh, ww) = (x.dim(2)?, x.dim(3)?);
     let x = if hh != h { b.slice(x, 2, (hh - h) / 2, h)? } else { x.clone() };
     Ok(if ww != w { b.slice(&x, 3, (ww - w) / 2, w)? } else { x })
-}
-
-/// `name.weight` and `name.bias`.
-pub(crate) fn weight_and_bias(name: &str) -> [String; 2] {
-    [format!("{name}.weight"), format!("{name}.bias")]
-}
-
-/// Fetches `names` (one layer of the per-layer protocol).
-pub(crate) fn fetch<'m, B: Backend>(
-    b: &B,
-    model: &'m Model,
-    names: &[String],
-) -> Result<Layer<'m>> {
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    Ok(model.fetch(b, &names)?)
 }

@@ -8,7 +8,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
 use kiln_compute::memory::Model;
 
 use crate::error::{Error, Result};
-use crate::vae_io::{fetch, weight_and_bias as wb};
+use crate::named::{fetch, weight_and_bias as wb};
 
 /// GroupNorm ε of every norm.
 const EPS: f32 = 1e-6;

@@ -13,6 +13,7 @@ use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::named::linear;
 
 use super::config::{EPS, LATENT_CHANNELS, PATCH, count_blocks};
 use super::model::{padded, patchify};
@@ -147,8 +148,7 @@ impl QwenImageBlockwise {
         }
         let hint = b.cast(hint, b.compute_dtype())?;
         let (hint, _, _) = padded(b, &hint)?;
-        let layer = self.weights.fetch(b, &["img_in.weight", "img_in.bias"])?;
-        Ok(b.linear(&patchify(b, &hint)?, &layer.weight(0), Some(&layer.weight(1)))?)
+        linear(b, &self.weights, "img_in", &patchify(b, &hint)?)
     }
 
     /// Block `i`'s output for the latents' image tokens `x` `[B, n, D]` and `condition` `[1 or B, n, D]`.

@@ -18,6 +18,7 @@ use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::named::linear;
 
 use super::config::{
     Config, LATENT_CHANNELS, PATCH, block_config, block_names, block_prefix, block_shapes,
@@ -308,24 +309,18 @@ impl QwenImageControlNet {
         context: &Tensor<B>,
         hint: &Tensor<B>,
     ) -> Result<Vec<Tensor<B>>> {
-        let body = &self.body;
+        let (body, weights) = (&self.body, self.weights());
         let Embedded { mut img, mut txt, rope, timestep, .. } =
             body.embed(b, x, sigmas, context, &[], None)?;
         {
             let (hint, _, _) = padded(b, hint)?;
-            let layer =
-                body.fetch(b, &["controlnet_x_embedder.weight", "controlnet_x_embedder.bias"])?;
-            let embedded =
-                b.linear(&patchify(b, &hint)?, &layer.weight(0), Some(&layer.weight(1)))?;
+            let embedded = linear(b, weights, "controlnet_x_embedder", &patchify(b, &hint)?)?;
             img = b.binary(&img, &embedded, BinaryOp::Add)?;
         }
         let mut outputs = Vec::with_capacity(self.config.body.layers);
         for i in 0..self.config.body.layers {
             (img, txt) = body.block(b, &block_prefix(i), &img, &txt, &timestep, &rope)?;
-            let names =
-                [format!("controlnet_blocks.{i}.weight"), format!("controlnet_blocks.{i}.bias")];
-            let layer = body.fetch(b, &names.each_ref().map(String::as_str))?;
-            outputs.push(b.linear(&img, &layer.weight(0), Some(&layer.weight(1)))?);
+            outputs.push(linear(b, weights, &format!("controlnet_blocks.{i}"), &img)?);
         }
         Ok(outputs)
     }
@@ -347,7 +342,7 @@ impl QwenImageControlNet {
     ) -> Result<Vec<Tensor<B>>> {
         let Embedded { img, mut txt, rope, timestep, .. } =
             base.embed(b, x, sigmas, context, &[], None)?;
-        let body = &self.body;
+        let (body, weights) = (&self.body, self.weights());
         let mut c = {
             let mut hint = hint.clone();
             for dim in [2, 3] {
@@ -362,24 +357,17 @@ impl QwenImageControlNet {
             } else {
                 b.slice(&tokens, 2, 0, in_features)?
             };
-            let layer = body.fetch(b, &["control_img_in.weight", "control_img_in.bias"])?;
-            b.linear(&tokens, &layer.weight(0), Some(&layer.weight(1)))?
+            linear(b, weights, "control_img_in", &tokens)?
         };
         let mut outputs = Vec::with_capacity(self.config.body.layers);
         for k in 0..self.config.body.layers {
             let prefix = fun_block_prefix(k);
             if k == 0 {
-                let names =
-                    [format!("{prefix}.before_proj.weight"), format!("{prefix}.before_proj.bias")];
-                let layer = body.fetch(b, &names.each_ref().map(String::as_str))?;
-                let projected = b.linear(&c, &layer.weight(0), Some(&layer.weight(1)))?;
+                let projected = linear(b, weights, &format!("{prefix}.before_proj"), &c)?;
                 c = b.binary(&projected, &img, BinaryOp::Add)?;
             }
             (c, txt) = body.block(b, &prefix, &c, &txt, &timestep, &rope)?;
-            let names =
-                [format!("{prefix}.after_proj.weight"), format!("{prefix}.after_proj.bias")];
-            let layer = body.fetch(b, &names.each_ref().map(String::as_str))?;
-            outputs.push(b.linear(&c, &layer.weight(0), Some(&layer.weight(1)))?);
+            outputs.push(linear(b, weights, &format!("{prefix}.after_proj"), &c)?);
         }
         Ok(outputs)
     }

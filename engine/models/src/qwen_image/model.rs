@@ -327,7 +327,7 @@ impl QwenImage {
     }
 
     /// Gets `names` on the device (one layer of the per-layer protocol).
-    pub(super) fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
         Ok(self.weights.fetch(b, names)?)
     }
 

@@ -550,28 +550,8 @@ pub fn write_family(
 /// blocks, diffusers' attention names, a 16-channel control latent.
 pub fn fun_control_config(base: &ZImageShape) -> zimage::FunControlConfig {
     let head_dim = base.dim / base.heads;
-    let body = zimage::Config {
-        dim: base.dim,
-        heads: base.heads,
-        head_dim,
-        layers: 0,
-        noise_refiners: 0,
-        context_refiners: 0,
-        ffn_hidden: base.ffn_hidden,
-        cap_feat_dim: 0,
-        t_freq_dim: 0,
-        t_hidden: 0,
-        adaln_dim: base.adaln,
-        axes_dims: zimage::axes_dims(head_dim).unwrap_or([0; 3]),
-        rope_theta: 256.0,
-        pad_multiple: 1,
-        norm_eps: 1e-5,
-        qk_norm_eps: f32::EPSILON,
-        patch_size: 2,
-        in_channels: 16,
-        time_scale: 1000.0,
-    };
-    zimage::FunControlConfig { body, layout: zimage::Layout::Diffusers, layers: 6, refiners: 2 }
+    let layout = zimage::Layout::Diffusers;
+    zimage::FunControlConfig::release(base.dim, head_dim, base.ffn_hidden, base.adaln, layout)
 }
 
 /// DiffSynth's block-wise ControlNet for a base model of `base`'s widths: a latent's 64 features in, one block

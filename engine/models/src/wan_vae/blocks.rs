@@ -8,7 +8,7 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
 
 use crate::error::{Error, Result};
-use crate::vae_io::{fetch, weight_and_bias as wb};
+use crate::named::{fetch, weight_and_bias as wb};
 
 /// What the norm adds under its square root: only keeps an all-zero position at zero (ComfyUI divides by
 /// `max(‖x‖, 1e-12)`), too small to move any other value.

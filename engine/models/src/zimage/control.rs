@@ -15,6 +15,7 @@ use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::named::linear;
 
 use super::config::{Config, Layout, axes_dims};
 use super::keys::{self, CONTROL_GROUPS};
@@ -22,6 +23,10 @@ use super::model::{Rope, ZImage};
 
 /// The main layers ComfyUI spreads the control layers over (its hard-coded 30).
 const SPREAD_OVER: f64 = 30.0;
+/// The first release's control layers and refiner blocks, and its control latent's channels.
+const RELEASE_LAYERS: usize = 6;
+const RELEASE_REFINERS: usize = 2;
+const LATENT_CHANNELS: usize = 16;
 
 /// A Fun ControlNet's layout and sizes.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +43,39 @@ pub struct FunControlConfig {
 }
 
 impl FunControlConfig {
+    /// The first release's layout (6 control layers, 2 refiner blocks, a 16-channel control latent) at these
+    /// widths, its attention named as in `layout`. `head_dim` must divide `dim` in a multiple of 16.
+    pub fn release(
+        dim: usize,
+        head_dim: usize,
+        ffn_hidden: usize,
+        adaln_dim: usize,
+        layout: Layout,
+    ) -> FunControlConfig {
+        let body = Config {
+            dim,
+            heads: dim / head_dim.max(1),
+            head_dim,
+            layers: 0,
+            noise_refiners: 0,
+            context_refiners: 0,
+            ffn_hidden,
+            cap_feat_dim: 0,
+            t_freq_dim: 0,
+            t_hidden: 0,
+            adaln_dim,
+            axes_dims: axes_dims(head_dim).unwrap_or([0; 3]),
+            rope_theta: 256.0,
+            pad_multiple: 1,
+            norm_eps: 1e-5,
+            qk_norm_eps: f32::EPSILON,
+            patch_size: 2,
+            in_channels: LATENT_CHANNELS,
+            time_scale: 1000.0,
+        };
+        FunControlConfig { body, layout, layers: RELEASE_LAYERS, refiners: RELEASE_REFINERS }
+    }
+
     /// What [`keys`] needs: (control layers, refiner blocks, embedder input width).
     fn sizes(&self) -> (usize, usize, usize) {
         (self.layers, self.refiners, 4 * self.body.in_channels)
@@ -73,7 +111,7 @@ pub fn detect_fun_control(h: &Header) -> Result<Option<FunControlConfig>> {
     let &[dim, in_features] = embedder.as_slice() else {
         return Err(h.unsupported("`control_all_x_embedder.2-1.weight` is not a matrix"));
     };
-    if in_features != 64 {
+    if in_features != 4 * LATENT_CHANNELS {
         return Err(h.unsupported(format!(
             "`control_all_x_embedder.2-1.weight` takes {in_features} features (inpainting channels); Kiln runs \
              the first release, whose control latent has 16 channels (64)"
@@ -86,12 +124,11 @@ pub fn detect_fun_control(h: &Header) -> Result<Option<FunControlConfig>> {
     let &[head_dim] = shape(q_norm)?.as_slice() else {
         return Err(h.unsupported(format!("`{q_norm}` is not a vector")));
     };
-    let axes = axes_dims(head_dim).filter(|_| head_dim > 0 && dim.is_multiple_of(head_dim));
-    let Some(axes_dims) = axes else {
+    if axes_dims(head_dim).is_none() || head_dim == 0 || !dim.is_multiple_of(head_dim) {
         return Err(h.unsupported(format!(
             "head width {head_dim} does not divide dim {dim} or is not a multiple of 16"
         )));
-    };
+    }
     let &[ffn_hidden, _] = shape("control_layers.0.feed_forward.w1.weight")?.as_slice() else {
         return Err(h.unsupported("`control_layers.0.feed_forward.w1.weight` is not a matrix"));
     };
@@ -102,34 +139,13 @@ pub fn detect_fun_control(h: &Header) -> Result<Option<FunControlConfig>> {
         (0..).take_while(|i| h.names().any(|n| n.starts_with(&format!("{group}.{i}.")))).count()
     };
     let (layers, refiners) = (count(CONTROL_GROUPS[0]), count(CONTROL_GROUPS[1]));
-    if (layers, refiners) != (6, 2) {
+    if (layers, refiners) != (RELEASE_LAYERS, RELEASE_REFINERS) {
         return Err(h.unsupported(format!(
             "a Z-Image Fun ControlNet of {layers} control layers and {refiners} refiner blocks; the release \
              Kiln runs has 6 and 2"
         )));
     }
-    let body = Config {
-        dim,
-        heads: dim / head_dim,
-        head_dim,
-        layers: 0,
-        noise_refiners: 0,
-        context_refiners: 0,
-        ffn_hidden,
-        cap_feat_dim: 0,
-        t_freq_dim: 0,
-        t_hidden: 0,
-        adaln_dim,
-        axes_dims,
-        rope_theta: 256.0,
-        pad_multiple: 1,
-        norm_eps: 1e-5,
-        qk_norm_eps: f32::EPSILON,
-        patch_size: 2,
-        in_channels: in_features / 4,
-        time_scale: 1000.0,
-    };
-    let config = FunControlConfig { body, layout, layers, refiners };
+    let config = FunControlConfig::release(dim, head_dim, ffn_hidden, adaln_dim, layout);
     keys::check_control(h, &config.body, layout, config.sizes())?;
     Ok(Some(config))
 }
@@ -219,13 +235,8 @@ impl ZImageFunControl {
         } else {
             b.concat(&std::iter::repeat_n(&hint, batch).collect::<Vec<_>>(), 0)?
         };
-        let body = &self.body;
-        let mut control = {
-            let names = ["control_all_x_embedder.2-1.weight", "control_all_x_embedder.2-1.bias"]
-                .map(String::from);
-            let layer = body.fetch(b, &names)?;
-            b.linear(&b.patchify(&hint, p)?, &layer.weight(0), Some(&layer.weight(1)))?
-        };
+        let (body, weights) = (&self.body, self.weights());
+        let mut control = linear(b, weights, "control_all_x_embedder.2-1", &b.patchify(&hint, p)?)?;
         let [layers_group, refiner_group] = CONTROL_GROUPS;
         for i in 0..cfg.refiners {
             control = body.block(b, refiner_group, i, &control, rope, Some(c))?;
@@ -234,16 +245,11 @@ impl ZImageFunControl {
         for k in (0..cfg.layers).take_while(|&k| cfg.main_layer(k) < main_layers) {
             let prefix = format!("{layers_group}.{k}");
             if k == 0 {
-                let names =
-                    ["before_proj.weight", "before_proj.bias"].map(|n| format!("{prefix}.{n}"));
-                let layer = body.fetch(b, &names)?;
-                let projected = b.linear(&control, &layer.weight(0), Some(&layer.weight(1)))?;
+                let projected = linear(b, weights, &format!("{prefix}.before_proj"), &control)?;
                 control = b.binary(&projected, x, BinaryOp::Add)?;
             }
             control = body.block(b, layers_group, k, &control, rope, Some(c))?;
-            let names = ["after_proj.weight", "after_proj.bias"].map(|n| format!("{prefix}.{n}"));
-            let layer = body.fetch(b, &names)?;
-            let skip = b.linear(&control, &layer.weight(0), Some(&layer.weight(1)))?;
+            let skip = linear(b, weights, &format!("{prefix}.after_proj"), &control)?;
             outputs.push((cfg.main_layer(k), b.affine(&skip, patch.strength, 0.0)?));
         }
         Ok(outputs)

@@ -199,7 +199,7 @@ impl ZImage {
     }
 
     /// Gets `names` on the device (one layer of the per-layer protocol).
-    pub(super) fn fetch<B: Backend>(&self, b: &B, names: &[String]) -> Result<Layer<'_>> {
+    fn fetch<B: Backend>(&self, b: &B, names: &[String]) -> Result<Layer<'_>> {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         Ok(self.weights.fetch(b, &names)?)
     }
