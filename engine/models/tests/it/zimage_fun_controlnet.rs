@@ -40,9 +40,9 @@ fn fun_controlnet_matches_comfyui() {
     let io = read_tensors("zimage_fun_controlnet/io.safetensors");
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, hint) = (tensor("x"), tensor("context"), tensor("latent.model"));
-    let run = |patches: &[PatchInput<'_, _>]| {
+    let run = |x: &_, patches: &[PatchInput<'_, _>]| {
         let input = DiffusionInput {
-            x: &x,
+            x,
             timesteps: &io["sigma"].1,
             context: &context,
             references: &[],
@@ -52,28 +52,18 @@ fn fun_controlnet_matches_comfyui() {
         };
         base.forward(&*b, input)
     };
-    let out = run(&[PatchInput { net: &patch, hint: &hint, strength: 0.75 }]).unwrap();
+    let controlled = [PatchInput { net: &patch, hint: &hint, strength: 0.75 }];
+    let out = run(&x, &controlled).unwrap();
     assert_close("control", &b.to_f32(&out).unwrap(), &io["out.control"].1, 1e-4);
-    let out = run(&[]).unwrap();
+    let out = run(&x, &[]).unwrap();
     assert_close("none", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);
 
     // An odd latent (7 × 11): padded to 8 × 12 by the model, the size its control latent has.
-    let odd = tensor("x.odd");
-    let patches = [PatchInput { net: &patch, hint: &hint, strength: 0.75 }];
-    let input = DiffusionInput {
-        x: &odd,
-        timesteps: &io["sigma"].1,
-        context: &context,
-        references: &[],
-        reference_method: None,
-        controls: &[],
-        patches: &patches,
-    };
-    let out = base.forward(&*b, input).unwrap();
+    let out = run(&tensor("x.odd"), &controlled).unwrap();
     assert_close("odd", &b.to_f32(&out).unwrap(), &io["out.odd"].1, 1e-4);
 
     // A control latent of another size than the latents' is refused, naming both.
     let small = b.from_f32(&[1, 16, 4, 4], &[0.0; 256], DType::F32).unwrap();
-    let err = run(&[PatchInput { net: &patch, hint: &small, strength: 1.0 }]).err().unwrap();
+    let err = run(&x, &[PatchInput { net: &patch, hint: &small, strength: 1.0 }]).err().unwrap();
     assert!(matches!(&err, Error::Invalid(m) if m.contains("[1, 16, 4, 4]")), "{err}");
 }

@@ -12,7 +12,7 @@ use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
 use super::resize::resize;
 use crate::compute::Compute;
-use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, load};
+use crate::models::{Conditioning, ControlApplication, DiffusionModel, ModelEnv, Vae, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
@@ -215,9 +215,9 @@ pub(super) fn with_hints(
         for application in &mut entry.extras.controls {
             // Without a VAE there is nothing to encode with: the model call in its range fails, as ComfyUI's
             // `get_control` does (a range no step falls in never asks).
-            if application.vae.is_none() {
+            let Some(vae) = application.vae.clone() else {
                 continue;
-            }
+            };
             if let Some(prepared) = done.iter().find(|d| same_control(d, application)) {
                 application.hint.clone_from(&prepared.hint);
                 continue;
@@ -234,7 +234,7 @@ pub(super) fn with_hints(
                     ),
                 ));
             }
-            application.hint = Some(hint(compute, model, application, latent_shape, ctx)?);
+            application.hint = Some(hint(compute, model, application, &vae, latent_shape, ctx)?);
             done.push(application.clone());
         }
     }
@@ -246,17 +246,16 @@ fn same_control(a: &ControlApplication, b: &ControlApplication) -> bool {
     ControlApplication { hint: None, ..a.clone() } == ControlApplication { hint: None, ..b.clone() }
 }
 
-/// The prepared hint `[B, C, h, w]` of one application (ComfyUI's `ControlNet.get_control` before the model).
+/// The prepared hint `[B, C, h, w]` of one application, its image encoded by `vae` (ComfyUI's
+/// `ControlNet.get_control` before the model).
 fn hint(
     compute: &Compute,
     model: &DiffusionModel,
     application: &ControlApplication,
+    vae: &Vae,
     latent_shape: &[usize],
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
-    let Some(vae) = &application.vae else {
-        return Err(NodeError::of_kind(ErrorKind::InvalidValue, NEEDS_VAE));
-    };
     let encoded =
         encoded_hint(compute, model, vae, &application.image, latent_shape, "nearest-exact", ctx)?;
     let &[_, _, eh, ew] = encoded.shape() else {
