@@ -12,7 +12,6 @@ per step is the measure; Kiln's report times its encode apart).
 Usage: python3 torch_qwen_image.py --models DIR [--size 1328] [--steps 8] [--device cuda|cpu] --out FILE.json
 (on the CPU it computes in f32: a dry run with `kiln model synth --size tiny` files).
 """
-import argparse
 import pathlib
 import sys
 import time
@@ -22,7 +21,7 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import assign, finish, flow_sigmas, h2d_pinned_gbps, read, step_figures, sync  # noqa: E402
+from torch_zimage import assign, cold_and_warm, flow_sigmas, read, setup, step_figures, sync  # noqa: E402
 
 DIT_FILE = "diffusion_models/qwen_image_fp8_e4m3fn.safetensors"
 VAE_FILE = "vae/qwen_image_vae.safetensors"
@@ -71,29 +70,8 @@ def build_vae(sd, dtype, dev):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", required=True)
-    ap.add_argument("--size", type=int, default=1328)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    dev = torch.device(args.device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    models = pathlib.Path(args.models)
-    res = {"bench": "qwen-image-torch", "torch": torch.__version__, "device": str(dev), "dtype": str(dtype),
-           "size": args.size, "steps": args.steps, "sampler": f"euler (flow, shift {SHIFT}), cfg 1",
-           "runs": []}
-    try:
-        import diffusers
-        res["diffusers"] = diffusers.__version__
-    except Exception as e:  # reported, not fatal: the build step below fails with the reason
-        res["import_error"] = repr(e)
-    if dev.type == "cuda":
-        res["gpu"] = torch.cuda.get_device_name(0)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        res["h2d_pinned_1GiB_GBps"] = h2d_pinned_gbps(dev)
-
+    args, dev, dtype, models, res = setup("qwen-image-torch", 1328, f"euler (flow, shift {SHIFT}), cfg 1",
+                                          ("diffusers",))
     h = w = args.size // 8
     sigmas = flow_sigmas(SHIFT, args.steps)
     mean = torch.tensor(WAN_MEAN, device=dev).view(1, 16, 1, 1, 1)
@@ -140,17 +118,7 @@ def main():
         out["image_shape"] = list(image.shape)
         return out
 
-    try:
-        res["runs"].append(run(42, "cold"))
-        res["runs"].append(run(43, "warm"))
-        res["weights_bytes"] = {k: sum(p.numel() * p.element_size() for p in m.parameters())
-                                for k, m in loaded.items()}
-    except Exception:  # the figures so far still go out
-        import traceback
-        res["error"] = traceback.format_exc()
-        print(res["error"], file=sys.stderr)
-    finish(res, args.out)
-    sys.exit(1 if "error" in res else 0)
+    cold_and_warm(res, run, loaded, args.out)
 
 
 if __name__ == "__main__":

@@ -227,28 +227,53 @@ def tokenize(prompt):
     return tok.encode(text, add_special_tokens=False).ids
 
 
-def main():
+def setup(bench, default_size, sampler, modules):
+    """The command line (`--models DIR [--size N] [--steps N] [--device cuda|cpu] --out FILE`), the device and
+    compute dtype (bf16 on CUDA, f32 on the CPU), and the report started: versions of torch and `modules`
+    (an import failure is reported, not fatal), and on CUDA the GPU, TF32 on and the pinned H2D bandwidth.
+    Returns (args, device, dtype, models folder, report)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", required=True)
-    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--size", type=int, default=default_size)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     dev = torch.device(args.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    models = pathlib.Path(args.models)
-    res = {"bench": "zimage-torch", "torch": torch.__version__, "device": str(dev), "dtype": str(dtype),
-           "size": args.size, "steps": args.steps, "sampler": "euler (flow, shift 3)", "runs": []}
+    res = {"bench": bench, "torch": torch.__version__, "device": str(dev), "dtype": str(dtype),
+           "size": args.size, "steps": args.steps, "sampler": sampler, "runs": []}
     try:
-        import diffusers, transformers
-        res["diffusers"], res["transformers"] = diffusers.__version__, transformers.__version__
-    except Exception as e:  # reported, not fatal: the build step below fails with the reason
+        for name in modules:
+            res[name] = __import__(name).__version__
+    except Exception as e:  # reported, not fatal: the build step fails with the reason
         res["import_error"] = repr(e)
     if dev.type == "cuda":
         res["gpu"] = torch.cuda.get_device_name(0)
         torch.backends.cuda.matmul.allow_tf32 = True
         res["h2d_pinned_1GiB_GBps"] = h2d_pinned_gbps(dev)
+    return args, dev, dtype, pathlib.Path(args.models), res
+
+
+def cold_and_warm(res, run, loaded, out_path):
+    """Runs `run` for the first prompt (loading included) and another seed, records the loaded models'
+    weight bytes, writes the report (what ran so far, with the error, if one failed) and exits 1 on an error."""
+    try:
+        res["runs"].append(run(42, "cold"))
+        res["runs"].append(run(43, "warm"))
+        res["weights_bytes"] = {k: sum(p.numel() * p.element_size() for p in m.parameters())
+                                for k, m in loaded.items() if hasattr(m, "parameters")}
+    except Exception:  # the figures so far still go out
+        import traceback
+        res["error"] = traceback.format_exc()
+        print(res["error"], file=sys.stderr)
+    finish(res, out_path)
+    sys.exit(1 if "error" in res else 0)
+
+
+def main():
+    args, dev, dtype, models, res = setup("zimage-torch", 1024, "euler (flow, shift 3)",
+                                          ("diffusers", "transformers"))
 
     ids = torch.tensor([tokenize(PROMPT)], device=dev)
     h = w = args.size // 8
@@ -299,17 +324,7 @@ def main():
         out["image_shape"] = list(image.shape)
         return out
 
-    try:
-        res["runs"].append(run(42, "cold"))
-        res["runs"].append(run(43, "warm"))
-        res["weights_bytes"] = {k: sum(p.numel() * p.element_size() for p in m.parameters())
-                                for k, m in loaded.items() if hasattr(m, "parameters")}
-    except Exception as e:  # the figures so far still go out
-        import traceback
-        res["error"] = traceback.format_exc()
-        print(res["error"], file=sys.stderr)
-    finish(res, args.out)
-    sys.exit(1 if "error" in res else 0)
+    cold_and_warm(res, run, loaded, args.out)
 
 
 if __name__ == "__main__":

@@ -53,18 +53,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(23)
     model = QwenImageTransformer2DModel(**CONFIG, operations=comfy.ops.disable_weight_init).eval()
-    stored = {}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or ".norm_" in name:
-                value = 1.0 + 0.2 * torch.randn_like(p)
-            elif name.endswith("bias"):
-                value = 0.1 * torch.randn_like(p)
-            else:
-                value = torch.randn_like(p) / max(1, p.shape[-1]) ** 0.5
-            s = value.to(torch.bfloat16)
-            p.copy_(s.float())
-            stored[name] = s.contiguous()
+    stored = randomize(model)
     save_file(stored, f"{OUT}/weights.safetensors")
 
     g = torch.Generator().manual_seed(7)
@@ -149,6 +138,27 @@ def main():
         for k in ["out.layered", "out.layered.ref"]:
             print(k, tuple(io[k].shape), float(io[k].abs().max()))
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+
+
+def randomize(module, seed=None):
+    """Random bf16-representable values for every parameter (norm weights near 1, small biases, weights scaled
+    by their fan-in), from the seed when one is given, else from torch's generator as it stands; sets them on
+    `module` and returns them in bf16 by name."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    stored = {}
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight") or ".norm_" in name:
+                value = 1.0 + 0.2 * torch.randn_like(p)
+            elif name.endswith("bias"):
+                value = 0.1 * torch.randn_like(p)
+            else:
+                value = torch.randn_like(p) / max(1, p.shape[-1]) ** 0.5
+            s = value.to(torch.bfloat16)
+            p.copy_(s.float())
+            stored[name] = s.contiguous()
+    return stored
 
 
 def pack(x):

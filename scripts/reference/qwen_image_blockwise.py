@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from qwen_image_controlnet import randomize  # noqa: E402
+from qwen_image import randomize  # noqa: E402
 
 BASE = "engine/models/tests/fixtures/qwen_image/weights.safetensors"
 OUT = "engine/models/tests/fixtures/qwen_image_blockwise"

@@ -31,30 +31,13 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
+from qwen_image import randomize  # noqa: E402
 
 BASE = "engine/models/tests/fixtures/qwen_image/weights.safetensors"
 OUT = "engine/models/tests/fixtures/qwen_image_controlnet"
 CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, attention_head_dim=32,
               num_attention_heads=2, joint_attention_dim=48, axes_dims_rope=(4, 14, 14))
 STRENGTH = 0.75
-
-
-def randomize(module, seed):
-    """Random bf16-representable values for every parameter; returns them in bf16 by name."""
-    torch.manual_seed(seed)
-    stored = {}
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("norm.weight") or ".norm_" in name:
-                value = 1.0 + 0.2 * torch.randn_like(p)
-            elif name.endswith("bias"):
-                value = 0.1 * torch.randn_like(p)
-            else:
-                value = torch.randn_like(p) / max(1, p.shape[-1]) ** 0.5
-            s = value.to(torch.bfloat16)
-            p.copy_(s.float())
-            stored[name] = s.contiguous()
-    return stored
 
 
 def main():

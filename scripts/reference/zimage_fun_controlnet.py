@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
 from qwen_image_blockwise import Patch, StandInVae  # noqa: E402
-from qwen_image_controlnet import randomize  # noqa: E402
+from qwen_image import randomize  # noqa: E402
 
 OUT = "engine/models/tests/fixtures/zimage_fun_controlnet"
 BLOCK = dict(multiple_of=16, ffn_dim_multiplier=None, norm_eps=1e-5, qk_norm=True)
