@@ -68,6 +68,13 @@ const kilnFiles = [
   { folder: 'controlnet', stem: /^qwen-image(-2512)?-fun-controlnet/i, family: 'qwen-image-controlnet-fun' },
   // DiffSynth's block-wise ControlNets for Qwen-Image (model patches).
   { folder: 'model_patches', stem: /^qwen_image_.*diffsynth_controlnet/i, family: 'qwen-image-diffsynth-controlnet' },
+  // FLUX.1: dev and its dev-architecture fine-tunes (Kontext, Krea), schnell (no guidance embedding), Fill (96
+  // input channels); its text encoders, CLIP-L and T5-XXL (`DualCLIPLoader`, type `flux`).
+  { folder: 'diffusion_models', stem: /^flux1-schnell[_.]/i, family: 'flux1-schnell' },
+  { folder: 'diffusion_models', stem: /^flux1-fill/i, family: 'flux1-fill' },
+  { folder: 'diffusion_models', stem: /^flux1-(dev|krea-dev)[_.-]/i, family: 'flux1' },
+  { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
+  { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];

@@ -17,13 +17,17 @@
 //! larger than the VRAM budget streams.
 
 pub mod brownian;
+pub mod clip_text;
 pub mod family;
+pub mod flux;
 pub mod flux_vae;
 pub mod header;
 pub mod latent;
+mod latent_tokens;
 pub mod lora;
 mod named;
 pub mod noise;
+pub mod prompt_weights;
 pub mod quant;
 pub mod qwen3;
 pub mod qwen_image;
@@ -31,6 +35,7 @@ pub mod qwen_vl;
 mod rope;
 pub mod sampling;
 pub mod synth;
+pub mod t5;
 pub mod textgen;
 mod timestep;
 mod vae_io;

@@ -10,7 +10,7 @@ use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::quant::Quant;
 use kiln_models::family::{
     ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
-    TextEncoderDetected, TextEncoderFamily, VaeDetected, VaeFamily,
+    TextEncoderDetected, TextEncoderFamily, TextEncoderNet, VaeDetected, VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::{LinearPath, Quantization};
@@ -176,10 +176,10 @@ fn diffusion_model(
         Some(dtype) => load_weights_as(env, &plan, dtype, progress)?,
         None => load_weights(env, &plan, progress)?,
     };
-    let family = found.family();
+    let (family, sampling) = (found.family(), found.sampling());
     Ok(DiffusionModel {
         net: Arc::new(found.build(weights)),
-        sampling: family.sampling(),
+        sampling,
         latent: family.latent(),
         path: file.path().to_path_buf(),
         patches: Arc::default(),
@@ -203,13 +203,13 @@ pub fn load_diffusion_model(
     diffusion_model(env, &file, &prefix, weight_dtype, progress)
 }
 
-/// Loads a text encoder under `prefix` of `file`.
-fn text_encoder(
+/// The text encoder under `prefix` of `file`, detected, and its weights loaded.
+fn text_encoder_part(
     env: &ModelEnv,
     file: &SafetensorsFile,
     prefix: &str,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<TextEncoder, Error> {
+) -> Result<(TextEncoderDetected, Model), Error> {
     let header = Header::new(file, prefix);
     let quant = formats(file, &header)?;
     let Some(found) = TextEncoderDetected::detect(&header)? else {
@@ -222,6 +222,17 @@ fn text_encoder(
     let mut plan = found.load_plan(&header);
     quant.apply(file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
+    Ok((found, weights))
+}
+
+/// Loads a text encoder under `prefix` of `file`.
+fn text_encoder(
+    env: &ModelEnv,
+    file: &SafetensorsFile,
+    prefix: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TextEncoder, Error> {
+    let (found, weights) = text_encoder_part(env, file, prefix, progress)?;
     Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
 
@@ -246,37 +257,24 @@ pub fn load_text_encoder(
 }
 
 /// `DualCLIPLoader`, `TripleCLIPLoader` and `QuadrupleCLIPLoader`: one `CLIP` made of several encoder files,
-/// which ComfyUI combines by `kind` (Flux's CLIP-L + T5-XXL, HiDream's four, ...). Each file is detected first,
-/// so a file of a family Kiln lacks is named as such; Kiln's families have no multi-encoder `CLIP` yet (the
-/// families that do, Flux.1 and HiDream, bring their combinations), so files it can run are refused naming
-/// what they are and the single-file loader to use.
-pub fn load_text_encoders(paths: &[PathBuf], kind: &str) -> Result<TextEncoder, Error> {
-    let mut found = Vec::with_capacity(paths.len());
+/// which ComfyUI combines by `kind` (FLUX.1's CLIP-L + T5-XXL, HiDream's four, ...). Each file is detected and
+/// loaded first, so a file of a family Kiln lacks is named as such; then the parts are combined
+/// ([`TextEncoderNet::combine`]: `flux` is the combination Kiln has).
+pub fn load_text_encoders(
+    env: &ModelEnv,
+    paths: &[PathBuf],
+    kind: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TextEncoder, Error> {
+    let first = paths.first().cloned().unwrap_or_default();
+    let mut parts = Vec::with_capacity(paths.len());
     for path in paths {
         let file = open(path)?;
-        let header = Header::new(&file, "");
-        match TextEncoderDetected::detect(&header)? {
-            Some(detected) => found.push(detected.family().name()),
-            None => {
-                return Err(header.unsupported(format!(
-                    "not a text encoder Kiln can run ({}): found {}",
-                    names(&TextEncoderFamily::ALL, TextEncoderFamily::name),
-                    describe(&header)
-                )));
-            }
-        }
+        parts.push(text_encoder_part(env, &file, "", progress)?);
     }
-    let first = paths.first().cloned().unwrap_or_default();
-    Err(Error::Unsupported {
-        path: first,
-        msg: format!(
-            "type `{kind}` of {} files ({}): Kiln has no text encoder combining these; a single \
-             {} encoder loads with CLIPLoader",
-            paths.len(),
-            found.join(" + "),
-            found.first().copied().unwrap_or("Qwen3"),
-        ),
-    })
+    let net = TextEncoderNet::combine(parts, kind)
+        .map_err(|e| Error::Unsupported { path: first.clone(), msg: e.to_string() })?;
+    Ok(TextEncoder::new(net, first))
 }
 
 /// Loads a VAE under `prefix` of `file`.
@@ -391,11 +389,20 @@ pub fn load_checkpoint(
     let model = diffusion_model(env, &file, &prefix, None, progress)?;
     let family = model.net.family();
     let has = |p: &str| names.iter().any(|n| n.starts_with(p));
-    let (_, text_encoder_prefix) = family.checkpoint_text_encoder();
-    let clip = if has(text_encoder_prefix) {
-        Some(text_encoder(env, &file, text_encoder_prefix, progress)?)
-    } else {
-        None
+    // The encoder's files, each under its prefix (FLUX.1's two); one the checkpoint lacks leaves the CLIP out.
+    let prefixes = family.checkpoint_text_encoders();
+    let clip = match prefixes {
+        [prefix] if has(prefix) => Some(text_encoder(env, &file, prefix, progress)?),
+        _ if prefixes.len() > 1 && prefixes.iter().all(|p| has(p)) => {
+            let mut parts = Vec::with_capacity(prefixes.len());
+            for prefix in prefixes {
+                parts.push(text_encoder_part(env, &file, prefix, progress)?);
+            }
+            let net = TextEncoderNet::combine(parts, family.checkpoint_text_encoder_kind())
+                .map_err(|e| Error::Unsupported { path: path.to_path_buf(), msg: e.to_string() })?;
+            Some(TextEncoder::new(net, path.to_path_buf()))
+        }
+        _ => None,
     };
     let (_, vae_prefix) = family.checkpoint_vae();
     let vae = if has(vae_prefix) { Some(vae(env, &file, vae_prefix, progress)?) } else { None };

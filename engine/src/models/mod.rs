@@ -176,7 +176,9 @@ impl TextEncoder {
     /// Readies the encoder to run, as ComfyUI loads a CLIP before it encodes: top residency priority for its
     /// weights, and this encoder's patches on them.
     pub fn activate(&self) -> Result<(), kiln_models::Error> {
-        self.net.weights().activate()?;
+        for weights in self.net.models() {
+            weights.activate()?;
+        }
         Ok(self.net.weights().set_patches(self.patches.as_ref().clone())?)
     }
 }

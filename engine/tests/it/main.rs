@@ -2,6 +2,7 @@
 
 mod exec;
 mod files;
+mod flux;
 mod fuzz;
 mod harness;
 mod memory;

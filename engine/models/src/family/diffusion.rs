@@ -4,6 +4,7 @@ use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::Result;
+use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
@@ -12,11 +13,14 @@ use crate::sampling::FlowSampling;
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
 
-use super::{ControlInput, ControlNetNet, ModelPatchNet, PatchInput, TextEncoderFamily, VaeFamily};
+use super::{ControlInput, ControlNetNet, ModelPatchNet, PatchInput, VaeFamily};
 
 /// A family of diffusion networks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DiffusionFamily {
+    /// FLUX.1 (dev, schnell, Kontext, Fill): Black Forest Labs' DiT on T5-XXL and CLIP-L in the Flux VAE's
+    /// latent space.
+    Flux,
     /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
     ZImage,
     /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
@@ -25,11 +29,13 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 2] = [DiffusionFamily::ZImage, DiffusionFamily::QwenImage];
+    pub const ALL: [DiffusionFamily; 3] =
+        [DiffusionFamily::ZImage, DiffusionFamily::Flux, DiffusionFamily::QwenImage];
 
     /// The family's name in messages (`Z-Image`).
     pub fn name(self) -> &'static str {
         match self {
+            DiffusionFamily::Flux => flux::family::NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
         }
@@ -38,15 +44,18 @@ impl DiffusionFamily {
     /// The latent space it denoises in.
     pub fn latent(self) -> LatentFormat {
         match self {
+            DiffusionFamily::Flux => flux::family::LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
         }
     }
 
-    /// The model sampling a loaded model starts with (ComfyUI's `sampling_settings` for the family); nodes
-    /// like `ModelSamplingAuraFlow` replace it.
+    /// The model sampling a loaded model of the family starts with (ComfyUI's `sampling_settings`; for FLUX.1
+    /// the guidance-distilled models', schnell's is [`DiffusionDetected::sampling`]'s); nodes like
+    /// `ModelSamplingAuraFlow` replace it.
     pub fn sampling(self) -> FlowSampling {
         match self {
+            DiffusionFamily::Flux => FlowSampling::flux(flux::family::FLUX_SHIFT),
             DiffusionFamily::ZImage => {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
             }
@@ -54,21 +63,31 @@ impl DiffusionFamily {
         }
     }
 
-    /// The text encoder a combined checkpoint of the family holds, and its key prefix there.
-    pub fn checkpoint_text_encoder(self) -> (TextEncoderFamily, &'static str) {
+    /// Where a combined checkpoint of the family keeps its text encoder's files: one prefix, or FLUX.1's two
+    /// (CLIP-L's, T5-XXL's), which [`TextEncoderNet::combine`](super::TextEncoderNet::combine) pairs by
+    /// [`DiffusionFamily::checkpoint_text_encoder_kind`].
+    pub fn checkpoint_text_encoders(self) -> &'static [&'static str] {
         match self {
-            DiffusionFamily::ZImage => {
-                (TextEncoderFamily::Qwen3, zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX)
+            DiffusionFamily::Flux => {
+                &[flux::family::CHECKPOINT_CLIP_L_PREFIX, flux::family::CHECKPOINT_T5_PREFIX]
             }
-            DiffusionFamily::QwenImage => {
-                (TextEncoderFamily::Qwen25Vl, qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX)
-            }
+            DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+        }
+    }
+
+    /// How a checkpoint's text encoder files combine (`DualCLIPLoader`'s type for them).
+    pub fn checkpoint_text_encoder_kind(self) -> &'static str {
+        match self {
+            DiffusionFamily::Flux => "flux",
+            DiffusionFamily::ZImage | DiffusionFamily::QwenImage => "",
         }
     }
 
     /// The autoencoder a combined checkpoint of the family holds, and its key prefix there.
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
+            DiffusionFamily::Flux => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::QwenImage => {
                 (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX)
@@ -85,6 +104,9 @@ impl DiffusionFamily {
         strength: f32,
     ) -> Result<LoraPatches> {
         match self {
+            DiffusionFamily::Flux => {
+                Err(crate::Error::Invalid("LoRAs for FLUX.1 are not supported yet".to_owned()))
+            }
             DiffusionFamily::ZImage => zimage_lora::patches(file, slots, strength),
             DiffusionFamily::QwenImage => qwen_image::lora::patches(file, slots, strength),
         }
@@ -93,6 +115,7 @@ impl DiffusionFamily {
     /// The name `kiln model synth --family` writes the network under (`z-image`).
     pub fn synth_name(self) -> &'static str {
         match self {
+            DiffusionFamily::Flux => flux::family::SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
         }
@@ -101,6 +124,7 @@ impl DiffusionFamily {
     /// The name `kiln model synth --family` writes a LoRA for the network under (`z-image-lora`).
     pub fn synth_lora_name(self) -> &'static str {
         match self {
+            DiffusionFamily::Flux => flux::family::SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
         }
@@ -109,6 +133,9 @@ impl DiffusionFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
         Ok(match self {
+            DiffusionFamily::Flux => {
+                flux::detect(h)?.map(|(config, layout)| DiffusionDetected::Flux(config, layout))
+            }
             DiffusionFamily::ZImage => {
                 zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
             }
@@ -121,6 +148,8 @@ impl DiffusionFamily {
 /// A diffusion network found in a header: its family, config and key layout, before any weight is read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DiffusionDetected {
+    /// FLUX.1.
+    Flux(flux::Config, flux::Layout),
     /// Z-Image.
     ZImage(zimage::Config, zimage::Layout),
     /// Qwen-Image, with its default reference method (`index_timestep_zero` for Edit 2511).
@@ -138,14 +167,27 @@ impl DiffusionDetected {
     /// The family.
     pub fn family(&self) -> DiffusionFamily {
         match self {
+            DiffusionDetected::Flux(..) => DiffusionFamily::Flux,
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
+        }
+    }
+
+    /// The model sampling the loaded model starts with: the family's, except schnell's
+    /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t).
+    pub fn sampling(&self) -> FlowSampling {
+        match self {
+            DiffusionDetected::Flux(config, _) if !config.guidance => {
+                FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
+            }
+            _ => self.family().sampling(),
         }
     }
 
     /// The weights to load, named in the family's layout whatever the file's.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
+            DiffusionDetected::Flux(config, layout) => flux::load_plan(h, config, *layout),
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
             DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
         }
@@ -154,6 +196,9 @@ impl DiffusionDetected {
     /// The network with `weights` loaded from [`DiffusionDetected::load_plan`].
     pub fn build(self, weights: Model) -> DiffusionNet {
         match self {
+            DiffusionDetected::Flux(config, layout) => {
+                DiffusionNet::Flux(Flux::new(config, layout, weights))
+            }
             DiffusionDetected::ZImage(config, _) => {
                 DiffusionNet::ZImage(ZImage::new(config, weights))
             }
@@ -174,6 +219,12 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub timesteps: &'a [f32],
     /// Text features `[B, N, D]`.
     pub context: &'a Tensor<B>,
+    /// The pooled text vector `[B, D]` of families that take one (FLUX.1: CLIP-L's); `None` where the
+    /// conditioning has none.
+    pub pooled: Option<&'a Tensor<B>>,
+    /// The distilled guidance per sample (`FluxGuidance`); `None` where the conditioning sets none (FLUX.1
+    /// then takes ComfyUI's default 3.5). Families without a guidance embedding ignore it.
+    pub guidance: Option<&'a [f32]>,
     /// Latents an edit model attends to (`ReferenceLatent`), in order, in model space, `[1 or B, C, h, w]`
     /// each; families without reference inputs ignore them, as ComfyUI's do.
     pub references: &'a [Tensor<B>],
@@ -209,6 +260,8 @@ fn refuse_controls<B: Backend>(
 
 /// A loaded diffusion network.
 pub enum DiffusionNet {
+    /// FLUX.1.
+    Flux(Flux),
     /// Z-Image.
     ZImage(ZImage),
     /// Qwen-Image.
@@ -219,6 +272,7 @@ impl DiffusionNet {
     /// The family.
     pub fn family(&self) -> DiffusionFamily {
         match self {
+            DiffusionNet::Flux(_) => DiffusionFamily::Flux,
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
         }
@@ -227,6 +281,7 @@ impl DiffusionNet {
     /// The weights, under the memory manager.
     pub fn weights(&self) -> &Model {
         match self {
+            DiffusionNet::Flux(net) => &net.weights,
             DiffusionNet::ZImage(net) => &net.weights,
             DiffusionNet::QwenImage(net) => &net.weights,
         }
@@ -235,6 +290,23 @@ impl DiffusionNet {
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
+            DiffusionNet::Flux(net) => {
+                refuse_controls(DiffusionFamily::Flux, input.controls, input.patches)?;
+                let batch = input.x.dim(0)?;
+                let default_guidance = vec![flux::family::DEFAULT_GUIDANCE; batch];
+                net.forward(
+                    b,
+                    &FluxInput {
+                        x: input.x,
+                        timesteps: input.timesteps,
+                        context: input.context,
+                        pooled: input.pooled,
+                        guidance: Some(input.guidance.unwrap_or(&default_guidance)),
+                        references: input.references,
+                        method: input.reference_method,
+                    },
+                )
+            }
             DiffusionNet::ZImage(net) => {
                 refuse_controls(DiffusionFamily::ZImage, input.controls, input.patches)?;
                 let mut patches = Vec::with_capacity(input.patches.len());

@@ -27,7 +27,9 @@ mod vae;
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
 pub use diffusion::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
-pub use text_encoder::{EditPrompt, TextEncoderDetected, TextEncoderFamily, TextEncoderNet};
+pub use text_encoder::{
+    EditPrompt, Encoded, PromptTokens, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+};
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 
 use crate::error::Result;

@@ -1,14 +1,21 @@
 //! [`TextEncoderFamily`]: the text encoders (`CLIP`) Kiln runs, and [`TextEncoderNet`], one loaded with its
 //! tokenizer.
+//!
+//! Most families are one file. FLUX.1's encoder is two, CLIP-L and T5-XXL (`DualCLIPLoader`, type `flux`):
+//! each file is detected on its own ([`TextEncoderFamily::ClipL`], [`TextEncoderFamily::T5Xxl`]) and
+//! [`TextEncoderNet::combine`] makes the pair ([`TextEncoderFamily::Flux`]).
 
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
 
-use crate::error::Result;
+use crate::clip_text::{self, ClipText};
+use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::lora::LoraPatches;
+use crate::prompt_weights::{self, Weighted};
 use crate::qwen_vl::{self, VisionConfig, VisionInput};
 use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
+use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
 /// A family of text encoders.
@@ -19,17 +26,32 @@ pub enum TextEncoderFamily {
     /// Qwen2.5-VL's language model (7B for Qwen-Image), its last hidden state after ComfyUI's Qwen-Image
     /// template with the template's prefix dropped.
     Qwen25Vl,
+    /// A CLIP text tower (CLIP-L), one half of FLUX.1's encoder.
+    ClipL,
+    /// The T5 v1.1 encoder (T5-XXL), the other half.
+    T5Xxl,
+    /// FLUX.1's pair: T5-XXL's last hidden state as the conditioning, CLIP-L's pooled vector beside it, with
+    /// ComfyUI's prompt weighting. Made by [`TextEncoderNet::combine`], never detected in one file.
+    Flux,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 2] = [TextEncoderFamily::Qwen3, TextEncoderFamily::Qwen25Vl];
+    pub const ALL: [TextEncoderFamily; 4] = [
+        TextEncoderFamily::Qwen3,
+        TextEncoderFamily::Qwen25Vl,
+        TextEncoderFamily::ClipL,
+        TextEncoderFamily::T5Xxl,
+    ];
 
     /// The family's name in messages (`Qwen3`).
     pub fn name(self) -> &'static str {
         match self {
             TextEncoderFamily::Qwen3 => qwen3::family::NAME,
             TextEncoderFamily::Qwen25Vl => qwen3::family::QWEN25VL_NAME,
+            TextEncoderFamily::ClipL => clip_text::family::NAME,
+            TextEncoderFamily::T5Xxl => t5::family::NAME,
+            TextEncoderFamily::Flux => "FLUX.1's CLIP-L + T5-XXL",
         }
     }
 
@@ -38,6 +60,10 @@ impl TextEncoderFamily {
         match self {
             TextEncoderFamily::Qwen3 => qwen3::family::SYNTH_NAME,
             TextEncoderFamily::Qwen25Vl => qwen3::family::QWEN25VL_SYNTH_NAME,
+            TextEncoderFamily::ClipL => clip_text::family::SYNTH_NAME,
+            TextEncoderFamily::T5Xxl => t5::family::SYNTH_NAME,
+            // Written as its two files.
+            TextEncoderFamily::Flux => "flux-text-encoders",
         }
     }
 
@@ -56,6 +82,14 @@ impl TextEncoderFamily {
             TextEncoderFamily::Qwen25Vl => {
                 qwen3::lora::patches(file, qwen3::lora::QWEN25_7B, slots, strength)
             }
+            // Kiln reads no LoRA keys for these encoders yet: every key is left unmatched (and logged).
+            TextEncoderFamily::ClipL | TextEncoderFamily::T5Xxl | TextEncoderFamily::Flux => {
+                let _ = (slots, strength);
+                Ok(LoraPatches {
+                    patches: Vec::new(),
+                    unmatched: file.names().map(str::to_owned).collect(),
+                })
+            }
         }
     }
 
@@ -67,6 +101,9 @@ impl TextEncoderFamily {
                 Some(config) => Some(TextEncoderDetected::Qwen25Vl(config, qwen_vl::detect(h)?)),
                 None => None,
             },
+            TextEncoderFamily::ClipL => clip_text::detect(h)?.map(TextEncoderDetected::ClipL),
+            TextEncoderFamily::T5Xxl => t5::detect(h)?.map(TextEncoderDetected::T5),
+            TextEncoderFamily::Flux => None,
         })
     }
 }
@@ -78,6 +115,10 @@ pub enum TextEncoderDetected {
     Qwen3(qwen3::Config),
     /// Qwen2.5-VL's language model, and its vision tower when the file has one.
     Qwen25Vl(qwen3::Config, Option<VisionConfig>),
+    /// A CLIP text tower.
+    ClipL(clip_text::Config),
+    /// A T5 encoder.
+    T5(t5::Config),
 }
 
 impl TextEncoderDetected {
@@ -92,6 +133,8 @@ impl TextEncoderDetected {
         match self {
             TextEncoderDetected::Qwen3(_) => TextEncoderFamily::Qwen3,
             TextEncoderDetected::Qwen25Vl(..) => TextEncoderFamily::Qwen25Vl,
+            TextEncoderDetected::ClipL(_) => TextEncoderFamily::ClipL,
+            TextEncoderDetected::T5(_) => TextEncoderFamily::T5Xxl,
         }
     }
 
@@ -106,12 +149,23 @@ impl TextEncoderDetected {
                     .extend(tower.map(|name| SlotPlan::new(name.clone(), vec![(0, h.key(&name))])));
                 plan
             }
+            TextEncoderDetected::ClipL(config) => clip_text::load_plan(h, config),
+            TextEncoderDetected::T5(config) => t5::load_plan(h, config),
         }
     }
 
-    /// The encoder with `weights` loaded from [`TextEncoderDetected::load_plan`], and its tokenizer.
+    /// The encoder with `weights` loaded from [`TextEncoderDetected::load_plan`], and its tokenizer. CLIP-L
+    /// and T5-XXL condition nothing Kiln runs on their own: they are an error naming the loader that pairs
+    /// them.
     pub fn build(self, weights: Model) -> Result<TextEncoderNet> {
         Ok(match self {
+            TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_) => {
+                return Err(Error::Invalid(format!(
+                    "a {} text encoder alone conditions no model Kiln runs; FLUX.1 takes CLIP-L and T5-XXL \
+                     together: load both with DualCLIPLoader, type `flux`",
+                    self.family().name()
+                )));
+            }
             TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
@@ -140,6 +194,49 @@ pub enum EditPrompt {
     },
 }
 
+/// A prompt as an encoder's tokenizer lays it out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptTokens {
+    /// One sequence of ids (the Qwen families' templates; no weighting).
+    Ids(Vec<u32>),
+    /// FLUX.1's: CLIP-L's and T5-XXL's weighted sections, as ComfyUI's `FluxTokenizer` makes them.
+    Flux {
+        /// CLIP-L's 77-token sections.
+        clip_l: Vec<Vec<Weighted>>,
+        /// T5-XXL's one section, padded to 256.
+        t5: Vec<Vec<Weighted>>,
+    },
+}
+
+/// What an encoder gives for a prompt: the conditioning `[1, N, D]` and, for families that have one, the
+/// pooled vector `[1, D']`.
+pub struct Encoded<B: Backend> {
+    /// The token states the model attends to.
+    pub cond: Tensor<B>,
+    /// The pooled vector (FLUX.1: CLIP-L's).
+    pub pooled: Option<Tensor<B>>,
+}
+
+/// CLIP-L's layout in ComfyUI's `SDTokenizer`: BOS, the prompt, EOS, EOS padding to 77 per section.
+const CLIP_L_LAYOUT: prompt_weights::Layout = prompt_weights::Layout {
+    start: Some(clip_text::BOS),
+    end: Some(clip_text::EOS),
+    pad: clip_text::EOS,
+    max_length: 77,
+    pad_to_max_length: true,
+    min_length: None,
+};
+
+/// T5-XXL's layout in ComfyUI's FLUX.1 tokenizer: no start, EOS, one section padded with 0 to 256 tokens.
+const T5_LAYOUT: prompt_weights::Layout = prompt_weights::Layout {
+    start: None,
+    end: Some(t5::EOS),
+    pad: t5::PAD,
+    max_length: 99_999_999,
+    pad_to_max_length: false,
+    min_length: Some(256),
+};
+
 /// A loaded text encoder with its tokenizer.
 pub enum TextEncoderNet {
     /// Qwen3.
@@ -159,6 +256,17 @@ pub enum TextEncoderNet {
         /// The vision tower's widths.
         vision: Option<VisionConfig>,
     },
+    /// FLUX.1's CLIP-L and T5-XXL, with their tokenizers.
+    Flux {
+        /// CLIP-L.
+        clip_l: ClipText,
+        /// T5-XXL.
+        t5: T5,
+        /// CLIP's tokenizer.
+        clip_tokenizer: clip_text::Tokenizer,
+        /// T5's tokenizer.
+        t5_tokenizer: t5::Tokenizer,
+    },
 }
 
 impl TextEncoderNet {
@@ -167,24 +275,92 @@ impl TextEncoderNet {
         match self {
             TextEncoderNet::Qwen3 { .. } => TextEncoderFamily::Qwen3,
             TextEncoderNet::Qwen25Vl { .. } => TextEncoderFamily::Qwen25Vl,
+            TextEncoderNet::Flux { .. } => TextEncoderFamily::Flux,
         }
     }
 
-    /// The weights, under the memory manager.
+    /// The weights, under the memory manager (FLUX.1's: T5-XXL's, the larger; [`TextEncoderNet::models`]
+    /// lists both).
     pub fn weights(&self) -> &Model {
         match self {
             TextEncoderNet::Qwen3 { model, .. } | TextEncoderNet::Qwen25Vl { model, .. } => {
                 &model.weights
             }
+            TextEncoderNet::Flux { t5, .. } => &t5.weights,
         }
     }
 
-    /// The token ids ComfyUI feeds the encoder for `prompt` (its template and weighting syntax applied).
-    pub fn tokenize(&self, prompt: &str) -> Result<Vec<u32>> {
+    /// Every file's weights.
+    pub fn models(&self) -> Vec<&Model> {
         match self {
-            TextEncoderNet::Qwen3 { tokenizer, .. } => tokenizer.zimage_prompt(prompt),
-            TextEncoderNet::Qwen25Vl { tokenizer, .. } => tokenizer.qwen_image_prompt(prompt),
+            TextEncoderNet::Flux { clip_l, t5, .. } => vec![&t5.weights, &clip_l.weights],
+            _ => vec![self.weights()],
         }
+    }
+
+    /// The encoder several files make together, as ComfyUI's `DualCLIPLoader` combines them by `kind` (its
+    /// `type`): `flux` takes one CLIP-L and one T5-XXL, in either order.
+    pub fn combine(parts: Vec<(TextEncoderDetected, Model)>, kind: &str) -> Result<TextEncoderNet> {
+        let found: Vec<&str> = parts.iter().map(|(d, _)| d.family().name()).collect();
+        let found = found.join(" + ");
+        let (mut clip_l, mut t5) = (None, None);
+        for (detected, weights) in parts {
+            match detected {
+                TextEncoderDetected::ClipL(config) if clip_l.is_none() => {
+                    clip_l = Some(ClipText::new(config, weights));
+                }
+                TextEncoderDetected::T5(config) if t5.is_none() => {
+                    t5 = Some(T5::new(config, weights))
+                }
+                _ => clip_l = None,
+            }
+        }
+        match (kind, clip_l, t5) {
+            ("flux", Some(clip_l), Some(t5)) => Ok(TextEncoderNet::Flux {
+                clip_l,
+                t5,
+                clip_tokenizer: clip_text::Tokenizer::bundled()?,
+                t5_tokenizer: t5::Tokenizer::bundled()?,
+            }),
+            ("flux", ..) => Err(Error::Invalid(format!(
+                "type `flux` takes a CLIP-L and a T5-XXL text encoder; these files are {found}"
+            ))),
+            _ => Err(Error::Invalid(format!(
+                "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
+                 CLIP-L + T5-XXL)"
+            ))),
+        }
+    }
+
+    /// The tokens ComfyUI feeds the encoder for `prompt` (its template and weighting syntax applied).
+    pub fn tokenize(&self, prompt: &str) -> Result<PromptTokens> {
+        match self {
+            TextEncoderNet::Qwen3 { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
+            }
+            TextEncoderNet::Qwen25Vl { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.qwen_image_prompt(prompt)?))
+            }
+            TextEncoderNet::Flux { .. } => self.tokenize_flux(prompt, prompt),
+        }
+    }
+
+    /// `CLIPTextEncodeFlux`'s tokens: `clip_l` through CLIP-L's tokenizer, `t5xxl` through T5-XXL's; an error
+    /// for an encoder that is not FLUX.1's.
+    pub fn tokenize_flux(&self, clip_l: &str, t5xxl: &str) -> Result<PromptTokens> {
+        let TextEncoderNet::Flux { clip_tokenizer, t5_tokenizer, .. } = self else {
+            return Err(Error::Invalid(format!(
+                "CLIPTextEncodeFlux needs FLUX.1's CLIP-L + T5-XXL text encoder (DualCLIPLoader, type \
+                 `flux`), not {}",
+                self.family().name()
+            )));
+        };
+        Ok(PromptTokens::Flux {
+            clip_l: prompt_weights::tokenize(clip_l, &CLIP_L_LAYOUT, |w| {
+                clip_tokenizer.word_ids(w)
+            })?,
+            t5: prompt_weights::tokenize(t5xxl, &T5_LAYOUT, |w| t5_tokenizer.word_ids(w))?,
+        })
     }
 
     /// The token ids of a Qwen-Image Edit node's prompt, as ComfyUI's Qwen-Image tokenizer makes them for
@@ -198,10 +374,12 @@ impl TextEncoderNet {
                 let numbers: Vec<usize> = (1..=3).filter(|&i| pictures[i - 1]).collect();
                 tokenizer.qwen_image_edit_plus_prompt(prompt, &numbers)
             }
-            (TextEncoderNet::Qwen3 { .. }, _) => Err(crate::Error::Invalid(format!(
-                "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
-                self.family().name()
-            ))),
+            (TextEncoderNet::Qwen3 { .. } | TextEncoderNet::Flux { .. }, _) => {
+                Err(crate::Error::Invalid(format!(
+                    "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
+                    self.family().name()
+                )))
+            }
         }
     }
 
@@ -226,6 +404,10 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Qwen-Image's Qwen2.5-VL encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(
+                "TextGenerate needs a language model (Qwen3); FLUX.1's CLIP-L + T5-XXL generate no text"
+                    .to_owned(),
+            )),
         }
     }
 
@@ -234,12 +416,16 @@ impl TextEncoderNet {
         match self {
             TextEncoderNet::Qwen3 { tokenizer, .. }
             | TextEncoderNet::Qwen25Vl { tokenizer, .. } => tokenizer.decode(ids),
+            TextEncoderNet::Flux { .. } => {
+                Err(Error::Invalid("FLUX.1's text encoder decodes no generated text".to_owned()))
+            }
         }
     }
 
-    /// The conditioning ComfyUI takes from the encoder for `ids`: `[1, N, D]`.
-    pub fn encode<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
-        self.encode_with_images(b, ids, &[])
+    /// The conditioning ComfyUI takes from the encoder for `tokens`: `[1, N, D]`, and the pooled vector of
+    /// families that have one.
+    pub fn encode<B: Backend>(&self, b: &B, tokens: &PromptTokens) -> Result<Encoded<B>> {
+        self.encode_with_images(b, tokens, &[])
     }
 
     /// `image` (`[height, width, channels]` in `[0, 1]`) as this encoder's vision tower reads it; an error for
@@ -259,7 +445,7 @@ impl TextEncoderNet {
                 "this Qwen2.5-VL file has no vision tower (`visual.*` weights), so it cannot read images"
                     .to_owned(),
             )),
-            TextEncoderNet::Qwen3 { .. } => Err(crate::Error::Invalid(format!(
+            TextEncoderNet::Qwen3 { .. } | TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -267,19 +453,44 @@ impl TextEncoderNet {
     }
 
     /// [`TextEncoderNet::encode`] with `images` (from [`TextEncoderNet::vision_input`]) in the prompt, each
-    /// where one of `ids`' `<|image_pad|>` tokens is, in order, as ComfyUI encodes a Qwen-Image Edit prompt.
+    /// where one of the ids' `<|image_pad|>` tokens is, in order, as ComfyUI encodes a Qwen-Image Edit prompt.
     pub fn encode_with_images<B: Backend>(
         &self,
         b: &B,
-        ids: &[u32],
+        tokens: &PromptTokens,
         images: &[VisionInput],
-    ) -> Result<Tensor<B>> {
-        match self {
-            TextEncoderNet::Qwen3 { model, .. } if images.is_empty() => model.hidden_state(b, ids),
-            TextEncoderNet::Qwen3 { .. } => Err(crate::Error::Invalid(format!(
-                "a {} text encoder reads no images",
-                self.family().name()
-            ))),
+    ) -> Result<Encoded<B>> {
+        let ids = match (self, tokens) {
+            (TextEncoderNet::Flux { clip_l, t5, .. }, PromptTokens::Flux { clip_l: l, t5: t }) => {
+                if !images.is_empty() {
+                    return Err(Error::Invalid("FLUX.1's text encoder reads no images".to_owned()));
+                }
+                return encode_flux(b, clip_l, t5, l, t);
+            }
+            (TextEncoderNet::Flux { .. }, PromptTokens::Ids(_)) => {
+                return Err(Error::Invalid(
+                    "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
+                        .to_owned(),
+                ));
+            }
+            (_, PromptTokens::Ids(ids)) => ids,
+            (_, PromptTokens::Flux { .. }) => {
+                return Err(Error::Invalid(format!(
+                    "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
+                    self.family().name()
+                )));
+            }
+        };
+        let cond = match self {
+            TextEncoderNet::Qwen3 { model, .. } if images.is_empty() => {
+                model.hidden_state(b, ids)?
+            }
+            TextEncoderNet::Qwen3 { .. } => {
+                return Err(crate::Error::Invalid(format!(
+                    "a {} text encoder reads no images",
+                    self.family().name()
+                )));
+            }
             // ComfyUI conditions Qwen-Image on the hidden states after the template's prefix (found in the
             // ids before the images take their place; they come after it).
             TextEncoderNet::Qwen25Vl { model, vision, .. } => {
@@ -300,8 +511,67 @@ impl TextEncoderNet {
                 let hidden = model.hidden_state_with_images(b, ids, &tokens)?;
                 let start = qwen3::qwen_image_conditioning_start(ids);
                 let n = hidden.dim(1)?;
-                Ok(b.slice(&hidden, 1, start, n - start)?)
+                b.slice(&hidden, 1, start, n - start)?
+            }
+            TextEncoderNet::Flux { .. } => unreachable!("handled above"),
+        };
+        Ok(Encoded { cond, pooled: None })
+    }
+}
+
+/// ComfyUI's `FluxClipModel.encode_token_weights`: T5-XXL's states of its one section with the prompt's
+/// weights applied against an empty prompt's (`(z − z_empty)·w + z_empty`, f32), and CLIP-L's pooled vector
+/// of its first section (weights do not touch it).
+fn encode_flux<B: Backend>(
+    b: &B,
+    clip_l: &ClipText,
+    t5: &T5,
+    clip_sections: &[Vec<Weighted>],
+    t5_sections: &[Vec<Weighted>],
+) -> Result<Encoded<B>> {
+    let first =
+        clip_sections.first().ok_or_else(|| Error::Invalid("no CLIP-L tokens".to_owned()))?;
+    let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
+    let pooled = b.cast(&clip_l.encode(b, &ids, None)?.pooled, kiln_compute::DType::F32)?;
+    let cond = weighted_states(b, t5_sections, &T5_LAYOUT, |ids| t5.hidden_state(b, ids))?;
+    Ok(Encoded { cond, pooled: Some(pooled) })
+}
+
+/// `sections` encoded by `encode` and joined along the tokens, f32, each weighted token moved from an empty
+/// prompt's state (laid out by `layout` to the longest section's length) by its weight, as ComfyUI's
+/// `ClipTokenWeightEncoder` does.
+fn weighted_states<B: Backend>(
+    b: &B,
+    sections: &[Vec<Weighted>],
+    layout: &prompt_weights::Layout,
+    encode: impl Fn(&[u32]) -> Result<Tensor<B>>,
+) -> Result<Tensor<B>> {
+    let longest = sections.iter().map(Vec::len).max().unwrap_or(0);
+    let empty = if prompt_weights::has_weights(sections) {
+        let z = encode(&prompt_weights::empty_tokens(layout, longest))?;
+        Some(b.to_f32(&b.cast(&z, kiln_compute::DType::F32)?)?)
+    } else {
+        None
+    };
+    let mut joined = Vec::new();
+    let mut width = 0;
+    for section in sections {
+        let ids: Vec<u32> = section.iter().map(|&(t, _)| t).collect();
+        let z = b.cast(&encode(&ids)?, kiln_compute::DType::F32)?;
+        width = z.dim(2)?;
+        let mut values = b.to_f32(&z)?;
+        if let Some(empty) = &empty {
+            for (j, &(_, w)) in section.iter().enumerate() {
+                if w != 1.0 {
+                    let row = j * width..(j + 1) * width;
+                    for (v, e) in values[row.clone()].iter_mut().zip(&empty[row]) {
+                        *v = (*v - e) * w + e;
+                    }
+                }
             }
         }
+        joined.extend(values);
     }
+    let tokens = joined.len() / width.max(1);
+    Ok(b.from_f32(&[1, tokens, width], &joined, kiln_compute::DType::F32)?)
 }

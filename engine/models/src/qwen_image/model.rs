@@ -1,11 +1,12 @@
 //! [`QwenImage`]: the MMDiT forward pass in ComfyUI's order (models-qwen-image.md §3.3), reading one block's
 //! weights at a time through [`Model::fetch`].
 
-use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
+use crate::latent_tokens;
 
 use super::blockwise::{BlockPatch, apply_patches};
 use super::config::{
@@ -205,7 +206,8 @@ impl QwenImage {
         let mut outs = Vec::with_capacity(frames);
         for t in 0..frames {
             let tokens = b.slice(&y, 1, t * rows * cols, rows * cols)?;
-            let mut out = unpatchify(b, &tokens, batch, rows, cols)?;
+            let mut out =
+                latent_tokens::unpatchify(b, &tokens, LATENT_CHANNELS, (rows, cols), PATCH)?;
             if rows * PATCH > h {
                 out = b.slice(&out, 2, 0, h)?;
             }
@@ -579,40 +581,10 @@ impl Positions {
 
 /// `x` `[B, C, h, w]` padded circularly to even sides, and its token grid (rows, cols).
 pub(super) fn padded<B: Backend>(b: &B, x: &Tensor<B>) -> Result<(Tensor<B>, usize, usize)> {
-    let (h, w) = (x.dim(2)?, x.dim(3)?);
-    let (hp, wp) = (h.div_ceil(PATCH) * PATCH, w.div_ceil(PATCH) * PATCH);
-    let mut x = x.clone();
-    if hp > h {
-        x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
-    }
-    if wp > w {
-        x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
-    }
-    Ok((x, hp / PATCH, wp / PATCH))
+    latent_tokens::padded(b, x, PATCH)
 }
 
-/// Latents `[B, C, H, W]` (H, W even) → tokens `[B, (H/2)·(W/2), 4C]`, token (r, s) row-major, feature
-/// `c·4 + py·2 + px` = x[c, 2r + py, 2s + px] (channel-major, unlike NextDiT's).
+/// Latents `[B, C, H, W]` (H, W even) → tokens `[B, (H/2)·(W/2), 4C]`, channel-major features.
 pub(super) fn patchify<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-    let &[batch, c, h, w] = x.shape() else {
-        return Err(Error::Invalid(format!("latents {:?} are not [B, C, H, W]", x.shape())));
-    };
-    let (rows, cols) = (h / PATCH, w / PATCH);
-    let t = x.reshape(&[batch, c, rows, PATCH, cols, PATCH])?;
-    let t = b.permute(&t, &[0, 2, 4, 1, 3, 5])?;
-    Ok(t.reshape(&[batch, rows * cols, c * PATCH * PATCH])?)
-}
-
-/// The inverse of [`patchify`]: tokens `[B, rows·cols, 4·16]` → latents `[B, 16, 2·rows, 2·cols]`.
-fn unpatchify<B: Backend>(
-    b: &B,
-    y: &Tensor<B>,
-    batch: usize,
-    rows: usize,
-    cols: usize,
-) -> Result<Tensor<B>> {
-    let c = LATENT_CHANNELS;
-    let t = y.reshape(&[batch, rows, cols, c, PATCH, PATCH])?;
-    let t = b.permute(&t, &[0, 3, 1, 4, 2, 5])?;
-    Ok(t.reshape(&[batch, c, rows * PATCH, cols * PATCH])?)
+    latent_tokens::patchify(b, x, PATCH)
 }

@@ -27,7 +27,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
-use crate::{qwen_image, qwen3, wan_vae, zimage};
+use crate::{clip_text, flux, qwen_image, qwen3, t5, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -56,6 +56,9 @@ const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
 const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
 const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
+const FLUX: &str = "flux1";
+const CLIP_L: &str = "clip-l";
+const T5XXL: &str = "t5xxl";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -78,6 +81,27 @@ pub enum SynthFamily {
     /// The Z-Image Fun ControlNet (`ModelPatchLoader`), the release's layout: 6 control layers, 2 refiner
     /// blocks, diffusers' attention names.
     ZImageFunControlNet,
+    /// A FLUX.1 variant other than dev (`--family flux1`), ComfyUI's names.
+    Flux(FluxFile),
+}
+
+/// The FLUX.1 variants beside dev, each at dev's widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FluxFile {
+    /// schnell: no guidance embedding (`flux1-schnell`).
+    Schnell,
+    /// Fill: 96 input channels (`flux1-fill`).
+    Fill,
+}
+
+impl FluxFile {
+    /// Its config at `dev`'s widths.
+    pub fn config(self, dev: &flux::Config) -> flux::Config {
+        match self {
+            FluxFile::Schnell => flux::Config { guidance: false, ..dev.clone() },
+            FluxFile::Fill => flux::Config { in_channels: 96, ..dev.clone() },
+        }
+    }
 }
 
 /// The Qwen-Image ControlNets, each with the base model's widths and 5 blocks.
@@ -131,7 +155,10 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
+        // FLUX.1 LoRAs are not read yet, so none is written.
+        let lora_families =
+            DiffusionFamily::ALL.into_iter().filter(|&f| f != DiffusionFamily::Flux);
+        all.extend(lora_families.map(SynthFamily::Lora));
         all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
         all.extend(
             [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
@@ -139,6 +166,7 @@ impl SynthFamily {
         );
         all.push(SynthFamily::QwenImageBlockwise);
         all.push(SynthFamily::ZImageFunControlNet);
+        all.extend([FluxFile::Schnell, FluxFile::Fill].map(SynthFamily::Flux));
         all
     }
 
@@ -160,6 +188,8 @@ impl SynthFamily {
             SynthFamily::QwenImageControlNet(ControlNetFile::Fun) => "qwen-image-controlnet-fun",
             SynthFamily::QwenImageBlockwise => "qwen-image-diffsynth-controlnet",
             SynthFamily::ZImageFunControlNet => "z-image-fun-controlnet",
+            SynthFamily::Flux(FluxFile::Schnell) => "flux1-schnell",
+            SynthFamily::Flux(FluxFile::Fill) => "flux1-fill",
         }
     }
 }
@@ -335,6 +365,13 @@ pub struct ZImageTurboSet {
     pub qwen25vl: qwen3::Config,
     /// Qwen2.5-VL's vision tower, written in the same file (its `out_hidden` should equal `qwen25vl.hidden`).
     pub qwen25vl_vision: VisionConfig,
+    /// FLUX.1 dev's DiT (`--family flux1`; schnell and Fill at its widths; its `text_dim` should equal
+    /// `t5.d_model`, its `vec_dim` `clip_l.hidden`).
+    pub flux: flux::Config,
+    /// CLIP-L's text tower (`--family clip-l`).
+    pub clip_l: clip_text::Config,
+    /// T5-XXL's encoder (`--family t5xxl`).
+    pub t5: t5::Config,
 }
 
 impl ZImageTurboSet {
@@ -364,6 +401,19 @@ impl ZImageTurboSet {
                 patch: 14,
                 temporal_patch: 2,
             },
+            flux: flux::Config {
+                dim: 3072,
+                heads: 24,
+                double_blocks: 19,
+                single_blocks: 38,
+                mlp_hidden: 12288,
+                in_channels: 16,
+                text_dim: 4096,
+                vec_dim: Some(768),
+                guidance: true,
+            },
+            clip_l: clip_l_config(768, 12, 3072),
+            t5: t5_config(4096, 24, 64, 64, 10240),
         }
     }
 
@@ -395,6 +445,22 @@ impl ZImageTurboSet {
                 patch: 14,
                 temporal_patch: 2,
             },
+            // One head of the released width (the RoPE axes fix it at 128).
+            flux: flux::Config {
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                mlp_hidden: 256,
+                in_channels: 16,
+                text_dim: 32,
+                vec_dim: Some(64),
+                guidance: true,
+            },
+            // The real vocabularies, so the real tokenizers' ids are valid; CLIP's heads are 64 wide and its
+            // detection reads layer 1.
+            clip_l: clip_l_config(64, 2, 128),
+            t5: t5_config(32, 2, 2, 16, 64),
         }
     }
 
@@ -543,6 +609,28 @@ pub fn write_family(
             let what = "Z-Image Fun ControlNet";
             write_one(path, &specs, ZIMAGE_CONTROLNET, what, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::Flux) => {
+            let specs = specs_of(flux::expected(&set.flux));
+            write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Flux(file) => {
+            let specs = specs_of(flux::expected(&file.config(&set.flux)));
+            write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::ClipL) => {
+            let specs = specs_of(set.clip_l.expected());
+            write_one(path, &specs, CLIP_L, "CLIP-L text encoder", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::T5Xxl) => {
+            let specs = specs_of(set.t5.expected());
+            write_one(path, &specs, T5XXL, "T5-XXL text encoder", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Flux) => Err(Error::Invalid(
+            "FLUX.1's text encoder is two files: write `clip-l` and `t5xxl`".to_owned(),
+        )),
+        SynthFamily::Lora(DiffusionFamily::Flux) => {
+            Err(Error::Invalid("LoRAs for FLUX.1 are not supported yet".to_owned()))
+        }
     }
 }
 
@@ -658,6 +746,49 @@ fn qwen25vl_config(
     }
 }
 
+/// Whether `name` is a lookup table rather than a Linear weight (token and position embeddings, T5's shared
+/// table and its relative position bias): drawn in ±1 and never quantized.
+fn is_embedding(name: &str) -> bool {
+    name.contains("embed_tokens")
+        || name.contains("embedding.weight")
+        || name == "shared.weight"
+        || name.contains("relative_attention_bias")
+}
+
+/// A CLIP-L text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
+/// vocabulary and 77 positions.
+fn clip_l_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text::Config {
+    clip_text::Config {
+        variant: clip_text::Variant::L,
+        vocab: 49_408,
+        hidden,
+        layers,
+        heads: hidden / clip_text::HEAD_DIM,
+        head_dim: clip_text::HEAD_DIM,
+        intermediate,
+        positions: 77,
+        activation: clip_text::Activation::QuickGelu,
+        eps: clip_text::LAYER_NORM_EPS,
+        eos: clip_text::EOS,
+    }
+}
+
+/// A T5 v1.1 encoder of `d_model`, `blocks`, `heads` × `d_kv` and a feed-forward of `d_ff`: the real
+/// vocabulary and 32 buckets.
+fn t5_config(d_model: usize, blocks: usize, heads: usize, d_kv: usize, d_ff: usize) -> t5::Config {
+    t5::Config {
+        vocab: 32_128,
+        d_model,
+        blocks,
+        heads,
+        d_kv,
+        d_ff,
+        buckets: 32,
+        max_distance: t5::MAX_DISTANCE,
+        rms_eps: t5::RMS_EPS,
+    }
+}
+
 /// Specs from a family's list of (name, shape): norm weights (1-D, or RMS-norm `.gamma`s of any rank) 1,
 /// biases 0, embeddings and weights uniform in ±1/√fan-in (±1 for an embedding table, as torch's N(0, 1) in
 /// order of magnitude).
@@ -669,7 +800,7 @@ fn specs_of(tensors: Vec<(String, Vec<usize>)>) -> Vec<Spec> {
                 Init::Zeros
             } else if shape.len() == 1 || name.ends_with(".gamma") {
                 Init::Ones
-            } else if name.contains("embed_tokens") {
+            } else if is_embedding(&name) {
                 Init::Uniform(1.0)
             } else {
                 Init::Uniform(layout::uniform_bound(shape[1..].iter().product()))
@@ -817,11 +948,7 @@ fn entries<'s>(
         // A Linear weight (2-D, drawn uniformly; the embedding table stays as it is) is quantized with the scale its
         // bound gives: every value fits e4m3fn's ±448.
         let bound = match spec.init {
-            Init::Uniform(bound)
-                if spec.shape.len() == 2 && !spec.name.contains("embed_tokens") =>
-            {
-                bound
-            }
+            Init::Uniform(bound) if spec.shape.len() == 2 && !is_embedding(&spec.name) => bound,
             Init::Uniform(_) | Init::Ones | Init::Zeros | Init::Fill(_) => {
                 entries.push(plain(spec, DType::BF16));
                 continue;

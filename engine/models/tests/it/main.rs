@@ -3,8 +3,10 @@
 //! within a relative error of 1e-4 in f32.
 
 mod brownian;
+mod clip_text;
 mod comfy_sampling;
 mod common;
+mod flux;
 mod flux_vae;
 mod noise;
 mod quant;
@@ -16,6 +18,7 @@ mod qwen_image_blockwise;
 mod qwen_image_controlnet;
 mod sampling;
 mod synth;
+mod t5;
 mod wan_vae;
 mod zimage;
 mod zimage_fun_controlnet;

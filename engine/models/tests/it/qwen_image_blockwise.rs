@@ -53,6 +53,8 @@ fn blockwise_controlnets_match_comfyui() {
             x: &x,
             timesteps: &io["sigma"].1,
             context: &context,
+            pooled: None,
+            guidance: None,
             references: &[],
             reference_method: None,
             controls: &[],

@@ -527,9 +527,12 @@ fn one_file_of_a_family_is_written_under_any_name() {
         names,
         [
             "z-image",
+            "flux1",
             "qwen-image",
             "qwen3",
             "qwen25vl",
+            "clip-l",
+            "t5xxl",
             "wan21-vae",
             "flux-vae",
             "z-image-lora",
@@ -540,7 +543,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-controlnet-inpaint",
             "qwen-image-controlnet-fun",
             "qwen-image-diffsynth-controlnet",
-            "z-image-fun-controlnet"
+            "z-image-fun-controlnet",
+            "flux1-schnell",
+            "flux1-fill"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -592,6 +597,14 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
                 let want = synth::fun_control_config(&set.zimage);
                 assert_eq!(found, ModelPatchDetected::ZImageFun(want));
+            }
+            synth::SynthFamily::Flux(file) => {
+                let found = DiffusionDetected::detect(&header).unwrap().unwrap();
+                let want = DiffusionDetected::Flux(
+                    file.config(&set.flux),
+                    kiln_models::flux::Layout::Comfy,
+                );
+                assert_eq!(found, want, "{family}");
             }
         }
     }

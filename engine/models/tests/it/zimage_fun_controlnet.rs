@@ -45,6 +45,8 @@ fn fun_controlnet_matches_comfyui() {
             x,
             timesteps: &io["sigma"].1,
             context: &context,
+            pooled: None,
+            guidance: None,
             references: &[],
             reference_method: None,
             controls: &[],

@@ -1,10 +1,12 @@
-//! Conditioning nodes: `CLIPTextEncode` (a prompt through the text encoder), `ConditioningZeroOut`,
+//! Conditioning nodes: `CLIPTextEncode` (a prompt through the text encoder), `CLIPTextEncodeFlux` (FLUX.1's
+//! two prompts), `ConditioningZeroOut`,
 //! `ConditioningCombine`, and the nodes that set what rides along with a prompt (`FluxGuidance`,
 //! `ReferenceLatent`, `FluxKontextMultiReferenceLatentMethod`).
 
 use std::sync::Arc;
 
 use kiln_compute::{Backend, DType};
+use kiln_models::family::PromptTokens;
 use kiln_models::qwen_vl::VisionInput;
 
 use super::model_specs;
@@ -17,24 +19,28 @@ use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeS
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-/// The text encoder's hidden state for token ids (with images where the ids have their slots), as a host
-/// tensor `[1, N, D]`.
+/// What the text encoder makes of a prompt's tokens (with images where the ids have their slots): the
+/// encoded prompt, its states `[1, N, D]` and pooled vector on the host.
 pub(super) struct Encode<'a> {
     pub(super) clip: &'a TextEncoder,
-    pub(super) ids: &'a [u32],
+    pub(super) tokens: &'a PromptTokens,
     pub(super) images: &'a [VisionInput],
 }
 
 impl OnDevice for Encode<'_> {
-    type Output = Result<Tensor, kiln_models::Error>;
+    type Output = Result<Cond, kiln_models::Error>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         // As ComfyUI loads the encoder before it encodes: top residency priority.
         self.clip.activate()?;
-        let hidden = self.clip.net.encode_with_images(b, self.ids, self.images)?;
-        let hidden = b.cast(&hidden, DType::F32)?;
-        let shape = hidden.shape().to_vec();
-        let values = b.to_f32(&hidden)?;
-        Tensor::new(shape, values).map_err(|e| kiln_models::Error::Invalid(e.to_string()))
+        let encoded = self.clip.net.encode_with_images(b, self.tokens, self.images)?;
+        let to_host = |t: &kiln_compute::Tensor<B>| -> Result<Tensor, kiln_models::Error> {
+            let t = b.cast(t, DType::F32)?;
+            let shape = t.shape().to_vec();
+            Tensor::new(shape, b.to_f32(&t)?)
+                .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
+        };
+        let pooled = encoded.pooled.as_ref().map(to_host).transpose()?;
+        Ok(Cond::new(to_host(&encoded.cond)?, pooled))
     }
 }
 
@@ -57,10 +63,50 @@ impl Node for ClipTextEncode {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
         let text = inputs.string("text")?;
-        let ids = clip.net.tokenize(text).map_err(node_error)?;
-        let cond = on_device(self.compute.device(), Encode { clip, ids: &ids, images: &[] })
+        let tokens = clip.net.tokenize(text).map_err(node_error)?;
+        let cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
             .map_err(node_error)?;
-        let conditioning = Conditioning { entries: vec![Cond::new(cond, None)] };
+        let conditioning = Conditioning { entries: vec![cond] };
+        Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
+    }
+}
+
+/// `CLIPTextEncodeFlux`: FLUX.1's two prompts, `clip_l` through CLIP-L (its pooled vector) and `t5xxl` through
+/// T5-XXL (the states), with the distilled guidance set.
+pub(super) struct ClipTextEncodeFlux {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl ClipTextEncodeFlux {
+    pub(super) fn new(compute: Arc<Compute>) -> ClipTextEncodeFlux {
+        let prompt = |name: &str| {
+            InputDef::typed(name, "STRING").option("multiline", true).option("dynamicPrompts", true)
+        };
+        let spec =
+            v3_spec("CLIPTextEncodeFlux", "", "model/conditioning/flux", "comfy_extras.nodes_flux")
+                .input(InputDef::typed("clip", "CLIP"))
+                .input(prompt("clip_l"))
+                .input(prompt("t5xxl"))
+                .input(InputDef::float("guidance", 3.5, 0.0, 100.0).option("step", 0.1))
+                .output(OutputDef::new("CONDITIONING"));
+        ClipTextEncodeFlux { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for ClipTextEncodeFlux {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let (clip_l, t5xxl) = (inputs.string("clip_l")?, inputs.string("t5xxl")?);
+        let tokens = clip.net.tokenize_flux(clip_l, t5xxl).map_err(node_error)?;
+        let mut cond =
+            on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
+                .map_err(node_error)?;
+        cond.extras.guidance = Some(inputs.float("guidance")?);
+        let conditioning = Conditioning { entries: vec![cond] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }
 }

@@ -266,7 +266,7 @@ impl Node for MultiClipLoader {
         Arc::new(spec.output(OutputDef::new("CLIP")).shared_between_partitions())
     }
 
-    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let paths = self
             .inputs()
             .iter()
@@ -277,7 +277,8 @@ impl Node for MultiClipLoader {
             MultiClip::Triple => "sd3",
             MultiClip::Quadruple => "hidream",
         };
-        let clip = load::load_text_encoders(&paths, kind).map_err(node_error)?;
+        let clip = load::load_text_encoders(&self.env, &paths, kind, &mut progress(ctx))
+            .map_err(node_error)?;
         Ok(NodeResult::values([Value::Clip(Arc::new(clip))]))
     }
 }

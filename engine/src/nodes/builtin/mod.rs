@@ -47,6 +47,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(sampler::KSampler::new(compute.clone()));
     registry.register(loaders::CheckpointLoaderSimple(models.clone()));
     registry.register(conditioning::ClipTextEncode::new(compute.clone()));
+    registry.register(conditioning::ClipTextEncodeFlux::new(compute.clone()));
     registry.register(vae::VaeDecode::new(compute.clone()));
     registry.register(vae::VaeEncode::new(compute.clone()));
     registry.register(loaders::VaeLoader(models.clone()));

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use kiln_models::family::EditPrompt;
+use kiln_models::family::{EditPrompt, PromptTokens};
 
 use super::conditioning::Encode;
 use super::pure::Pure;
@@ -14,7 +14,7 @@ use super::resize::resize;
 use super::vae;
 use crate::compute::Compute;
 use crate::models::device::on_device;
-use crate::models::{Cond, Conditioning, TextEncoder};
+use crate::models::{Conditioning, TextEncoder};
 use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
@@ -119,9 +119,9 @@ impl Node for TextEncodeQwenImageEdit {
         };
         let ids = clip.net.tokenize_edit(prompt, edit).map_err(node_error)?;
         ctx.check_interrupt()?;
-        let encode = Encode { clip, ids: &ids, images: &seen };
-        let cond = on_device(self.compute.device(), encode).map_err(node_error)?;
-        let mut cond = Cond::new(cond, None);
+        let tokens = PromptTokens::Ids(ids);
+        let encode = Encode { clip, tokens: &tokens, images: &seen };
+        let mut cond = on_device(self.compute.device(), encode).map_err(node_error)?;
         cond.extras.reference_latents = references;
         let conditioning = Conditioning { entries: vec![cond] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))

@@ -75,6 +75,8 @@ struct Forward<'a> {
     /// `[1, N, D]` each, of equal shapes: the batch is split evenly between them, in order, each part's
     /// samples with their context (several when positive and negative run as one batch).
     contexts: &'a [&'a Tensor],
+    /// Each context's pooled vector `[1, D]` (FLUX.1's CLIP-L one), in the same order; all present or none.
+    pooled: &'a [Option<&'a Tensor>],
     /// What rides along with the contexts (equal for every part of a batch): the reference latents.
     extras: &'a CondExtras,
 }
@@ -97,6 +99,20 @@ impl OnDevice for Forward<'_> {
         }
         context_shape[0] = batch;
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
+        let pooled = match self.pooled {
+            [Some(first), ..] if self.pooled.iter().all(Option::is_some) => {
+                let mut values = Vec::with_capacity(first.data().len() * batch);
+                for part in self.pooled.iter().flatten() {
+                    for _ in 0..per_context {
+                        values.extend_from_slice(part.data());
+                    }
+                }
+                let width = first.data().len();
+                Some(b.from_f32(&[batch, width], &values, b.compute_dtype())?)
+            }
+            _ => None,
+        };
+        let guidance = self.extras.guidance.map(|g| vec![g as f32; batch]);
         let timesteps = vec![self.model.sampling.timestep(self.sigma); batch];
         // References enter the model in its latent space, as ComfyUI's `process_latent_in` puts them.
         let references = self
@@ -154,6 +170,8 @@ impl OnDevice for Forward<'_> {
             x: &x,
             timesteps: &timesteps,
             context: &context,
+            pooled: pooled.as_ref(),
+            guidance: guidance.as_deref(),
             references: &references,
             reference_method: self.extras.reference_latents_method.as_deref(),
             controls: &controls,
@@ -289,12 +307,14 @@ impl Guided<'_> {
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
             let contexts = [&entry.cond];
+            let pooled = [entry.pooled.as_ref()];
             let forward = Forward {
                 model: self.model,
                 shape: &self.shape,
                 x,
                 sigma,
                 contexts: &contexts,
+                pooled: &pooled,
                 extras: &entry.extras,
             };
             let out = on_device(self.compute.device(), forward)?;
@@ -321,19 +341,25 @@ impl Guided<'_> {
         let ([pos], [neg]) = (&self.positive.entries[..], &negative.entries[..]) else {
             return Ok(None);
         };
-        if pos.cond.shape() != neg.cond.shape() || pos.extras != neg.extras {
+        let pooled_shape = |c: &crate::models::Cond| c.pooled.as_ref().map(|p| p.shape().to_vec());
+        if pos.cond.shape() != neg.cond.shape()
+            || pos.extras != neg.extras
+            || pooled_shape(pos) != pooled_shape(neg)
+        {
             return Ok(None);
         }
         let mut shape = self.shape.clone();
         shape[0] *= 2;
         let doubled: Vec<f32> = x.iter().chain(x).copied().collect();
         let contexts = [&pos.cond, &neg.cond];
+        let pooled = [pos.pooled.as_ref(), neg.pooled.as_ref()];
         let forward = Forward {
             model: self.model,
             shape: &shape,
             x: &doubled,
             sigma,
             contexts: &contexts,
+            pooled: &pooled,
             extras: &pos.extras,
         };
         let out = on_device(self.compute.device(), forward)?;

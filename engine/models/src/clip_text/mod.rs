@@ -1,0 +1,19 @@
+//! The CLIP text encoder (Flux.1's CLIP-L; CLIP-H and CLIP-G detected too) and its tokenizer
+//! (models-flux.md §5.1; ComfyUI's `comfy/clip_model.py`, `comfy/sd1_clip.py`).
+//!
+//! - [`Tokenizer`]: CLIP's byte-level BPE built from the bundled merges; [`Tokenizer::word_ids`] gives the ids
+//!   ComfyUI's SDTokenizer keeps of a piece of prompt (no [`BOS`] or [`EOS`]; weighting, 77-chunking and
+//!   padding are the caller's).
+//! - [`detect`] recognises a CLIP text file by ComfyUI's key `text_model.encoder.layers.1.mlp.fc1.weight` and
+//!   reads every width from its shapes; [`load_plan`] names the weights to load.
+//! - [`ClipText::encode`]: the final-normed states, the pooled vector (at the first EOS, unprojected) and
+//!   optionally one layer's output, all in f32 as ComfyUI computes CLIP.
+
+mod config;
+pub mod family;
+mod model;
+mod tokenizer;
+
+pub use config::{Activation, Config, HEAD_DIM, LAYER_NORM_EPS, Variant, detect, load_plan};
+pub use model::{ClipOutput, ClipText};
+pub use tokenizer::{BOS, EOS, Tokenizer};

@@ -1,0 +1,53 @@
+//! Latents as the MMDiTs' image tokens (Qwen-Image, FLUX.1): padded circularly to the patch size, then cut
+//! into `p × p` patches whose features are channel-major, `c·p² + py·p + px` (diffusers' packing, ComfyUI's
+//! `rearrange(x, "b c (h ph) (w pw) -> b (h w) (c ph pw)")`), unlike the backend's NextDiT order.
+
+use kiln_compute::backend::PadMode;
+use kiln_compute::{Backend, Tensor};
+
+use crate::error::{Error, Result};
+
+/// `x` `[B, C, h, w]` padded circularly at the bottom and right to multiples of `p` (ComfyUI's
+/// `pad_to_patch_size`), and its token grid (rows, cols).
+pub(crate) fn padded<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    p: usize,
+) -> Result<(Tensor<B>, usize, usize)> {
+    let (h, w) = (x.dim(2)?, x.dim(3)?);
+    let (hp, wp) = (h.div_ceil(p) * p, w.div_ceil(p) * p);
+    let mut x = x.clone();
+    if hp > h {
+        x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
+    }
+    if wp > w {
+        x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
+    }
+    Ok((x, hp / p, wp / p))
+}
+
+/// Latents `[B, C, H, W]` (H, W multiples of `p`) → tokens `[B, (H/p)·(W/p), C·p²]`, token (r, s) row-major,
+/// feature `c·p² + py·p + px` = x[c, p·r + py, p·s + px].
+pub(crate) fn patchify<B: Backend>(b: &B, x: &Tensor<B>, p: usize) -> Result<Tensor<B>> {
+    let &[batch, c, h, w] = x.shape() else {
+        return Err(Error::Invalid(format!("latents {:?} are not [B, C, H, W]", x.shape())));
+    };
+    let (rows, cols) = (h / p, w / p);
+    let t = x.reshape(&[batch, c, rows, p, cols, p])?;
+    let t = b.permute(&t, &[0, 2, 4, 1, 3, 5])?;
+    Ok(t.reshape(&[batch, rows * cols, c * p * p])?)
+}
+
+/// The inverse of [`patchify`]: tokens `[B, rows·cols, channels·p²]` → latents `[B, channels, p·rows, p·cols]`.
+pub(crate) fn unpatchify<B: Backend>(
+    b: &B,
+    y: &Tensor<B>,
+    channels: usize,
+    (rows, cols): (usize, usize),
+    p: usize,
+) -> Result<Tensor<B>> {
+    let batch = y.dim(0)?;
+    let t = y.reshape(&[batch, rows, cols, channels, p, p])?;
+    let t = b.permute(&t, &[0, 3, 1, 4, 2, 5])?;
+    Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
+}

@@ -1,0 +1,23 @@
+//! The T5 v1.1 encoder Flux.1 conditions on (T5-XXL in ComfyUI's `DualCLIPLoader` type `flux`), and its
+//! tokenizer (models-flux.md §5.1).
+//!
+//! - [`Tokenizer`]: the bundled T5 SentencePiece unigram model; [`Tokenizer::word_ids`] gives a text's ids as
+//!   ComfyUI's `T5XXLTokenizer` takes them from its HF tokenizer (no EOS; weighting and padding are the
+//!   caller's).
+//! - [`detect`] recognises a T5 v1.1 encoder by its keys and reads every width from its shapes; [`load_plan`]
+//!   names the weights to load.
+//! - [`T5::hidden_state`]: the last hidden state after the final norm, in f32 as ComfyUI computes it.
+
+mod config;
+pub mod family;
+mod model;
+mod tokenizer;
+
+pub use config::{Config, MAX_DISTANCE, RMS_EPS, detect, load_plan};
+pub use model::{T5, relative_position_bucket};
+pub use tokenizer::Tokenizer;
+
+/// `</s>`: the end of a prompt's ids (ComfyUI's `special_tokens["end"]`).
+pub const EOS: u32 = 1;
+/// `<pad>`: what ComfyUI pads a prompt's ids with (`special_tokens["pad"]`).
+pub const PAD: u32 = 0;
