@@ -71,8 +71,11 @@ const kilnFiles = [
   // FLUX.1: dev and its dev-architecture fine-tunes (Kontext, Krea), schnell (no guidance embedding), Fill (96
   // input channels); its text encoders, CLIP-L and T5-XXL (`DualCLIPLoader`, type `flux`).
   { folder: 'diffusion_models', stem: /^flux1-schnell[_.]/i, family: 'flux1-schnell' },
-  { folder: 'diffusion_models', stem: /^flux1-fill/i, family: 'flux1-fill' },
+  { folder: 'checkpoints', stem: /^flux1-schnell[_.-]/i, family: 'flux1-schnell-checkpoint' },
+  { folder: 'diffusion_models', stem: /^flux(1|\.1)-fill/i, family: 'flux1-fill' },
+  { folder: 'diffusion_models', stem: /^flux1-(canny|depth)-dev[_.]/i, family: 'flux1-canny' },
   { folder: 'diffusion_models', stem: /^flux1-(dev|krea-dev)[_.-]/i, family: 'flux1' },
+  { folder: 'loras', stem: /flux1[-_.]|flux\.1|removal_timestep_alpha/i, family: 'flux1-lora' },
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).

@@ -6,10 +6,12 @@
 //! is (`.lora_up.weight`, `.alpha`, `.hada_w1_a`, `.diff`, ...).
 //!
 //! **Fused weights.** A stem may name a row block of a fused weight ([`Target::Part`]: diffusers' `to_q`,
-//! `to_k`, `to_v` of Z-Image's `attention.qkv`); ComfyUI patches each on its row range. A patch here has no row
-//! offset, so the parts of one weight are fused into one adapter whose ΔW is the three stacked: LoRA and LoHa
-//! as block-diagonal `up` (each part's `strength`-free scale alpha/rank folded into its block, the fused
-//! adapter without alpha) over stacked `down`; a part without an adapter contributes zero rows. LoKr and diff
+//! `to_k`, `to_v` of Z-Image's `attention.qkv`, three equal blocks; FLUX.1's `to_q`, `to_k`, `to_v`, `proj_mlp`
+//! of a single block's `linear1`, blocks of the sizes [`Aliases::split`] gives); ComfyUI patches each on its row
+//! range. A patch here has no row offset, so the parts of one weight are fused into one adapter whose ΔW is the
+//! blocks stacked: LoRA and LoHa as block-diagonal `up` (each part's `strength`-free scale alpha/rank folded into
+//! its block, the fused adapter without alpha) over stacked `down`; a part without an adapter contributes zero
+//! rows. LoKr and diff
 //! parts become one full-size diff (computed on the host in f32). A DoRA or `set_weight` part cannot be fused
 //! and is refused.
 //!
@@ -76,10 +78,10 @@ pub fn patches(
 
     // One adapter per weight (or qkv part): the last stem wins.
     let mut whole: BTreeMap<usize, Adapter<PatchTensor>> = BTreeMap::new();
-    let mut parts: BTreeMap<usize, [Option<Keyed>; 3]> = BTreeMap::new();
+    let mut parts: BTreeMap<usize, Vec<Option<Keyed>>> = BTreeMap::new();
     for stem in stems.values() {
         let built = reader.stem(stem, &mut unmatched)?;
-        let target_shape = target_shape(slots, stem.target);
+        let target_shape = target_shape(slots, aliases, stem.target);
         if let Some((adapter, key)) = built.weight {
             check_fit(&reader, &adapter, &key, slots, stem.target, &target_shape)?;
             match stem.target {
@@ -87,7 +89,9 @@ pub fn patches(
                     whole.insert(slot, adapter);
                 }
                 Target::Part { slot, index } => {
-                    parts.entry(slot).or_default()[index] = Some((adapter, key));
+                    let count = aliases.rows(slot, slots[slot].1).len();
+                    parts.entry(slot).or_insert_with(|| vec![None; count])[index] =
+                        Some((adapter, key));
                 }
             }
         }
@@ -116,7 +120,7 @@ pub fn patches(
     for (i, (name, shape)) in slots.iter().enumerate() {
         let mut adapters: Vec<Adapter<PatchTensor>> = whole.remove(&i).into_iter().collect();
         if let Some(p) = parts.remove(&i) {
-            adapters.extend(fuse_parts(&reader, p, shape)?);
+            adapters.extend(fuse_parts(&reader, p, shape, &aliases.rows(i, shape))?);
         }
         if adapters.is_empty() {
             continue;
@@ -134,13 +138,17 @@ pub fn patches(
 fn lookup<'n>(aliases: &Aliases, name: &'n str) -> Option<(&'n str, Role, Target)> {
     SUFFIXES.iter().find_map(|&(suffix, role)| {
         let stem = name.strip_suffix(suffix)?;
-        aliases.0.get(stem).map(|&target| (stem, role, target))
+        aliases.stems.get(stem).map(|&target| (stem, role, target))
     })
 }
 
 /// Every stem a LoRA file may use for a model's weights, and the weight each adapts (built by the family).
 #[derive(Debug, Clone, Default)]
-pub struct Aliases(BTreeMap<String, Target>);
+pub struct Aliases {
+    stems: BTreeMap<String, Target>,
+    /// The row blocks of fused slots whose parts are not three equal blocks.
+    splits: BTreeMap<usize, Vec<usize>>,
+}
 
 impl Aliases {
     /// No stem yet.
@@ -150,7 +158,21 @@ impl Aliases {
 
     /// Adds `alias` for `target`; the first alias added for a stem wins.
     pub fn add(&mut self, alias: String, target: Target) {
-        self.0.entry(alias).or_insert(target);
+        self.stems.entry(alias).or_insert(target);
+    }
+
+    /// Says that slot `slot` is fused from row blocks of `rows` rows, in order ([`Target::Part`]'s `index`);
+    /// without it a fused slot is three equal blocks (q, k, v).
+    pub fn split(&mut self, slot: usize, rows: Vec<usize>) {
+        self.splits.insert(slot, rows);
+    }
+
+    /// The row blocks of slot `slot` of `shape`.
+    fn rows(&self, slot: usize, shape: &[usize]) -> Vec<usize> {
+        match self.splits.get(&slot) {
+            Some(rows) => rows.clone(),
+            None => vec![shape.first().copied().unwrap_or(0) / 3; 3],
+        }
     }
 }
 
@@ -159,11 +181,11 @@ impl Aliases {
 pub enum Target {
     /// A whole slot (by index).
     Whole(usize),
-    /// Row block `index` (q, k, v) of a fused qkv slot.
+    /// Row block `index` of a fused slot (q, k, v; FLUX.1's linear1 also its MLP input).
     Part {
         /// The fused slot.
         slot: usize,
-        /// Which block: 0 q, 1 k, 2 v.
+        /// Which block, in row order: 0 q, 1 k, 2 v, 3 FLUX.1's MLP input.
         index: usize,
     },
 }
@@ -274,12 +296,12 @@ struct Built {
 }
 
 /// The shape a target's adapter must produce.
-fn target_shape(slots: &[(&str, &[usize])], target: Target) -> Vec<usize> {
+fn target_shape(slots: &[(&str, &[usize])], aliases: &Aliases, target: Target) -> Vec<usize> {
     match target {
         Target::Whole(slot) => slots[slot].1.to_vec(),
-        Target::Part { slot, .. } => {
+        Target::Part { slot, index } => {
             let mut shape = slots[slot].1.to_vec();
-            shape[0] /= 3;
+            shape[0] = aliases.rows(slot, &shape).get(index).copied().unwrap_or(0);
             shape
         }
     }
@@ -472,7 +494,10 @@ fn check_fit(
     }
     let (slot, part) = match target {
         Target::Whole(slot) => (slot, String::new()),
-        Target::Part { slot, index } => (slot, format!(" (rows of {})", ["q", "k", "v"][index])),
+        Target::Part { slot, index } => {
+            let part = ["q", "k", "v", "the MLP input"].get(index).copied().unwrap_or("a part");
+            (slot, format!(" (rows of {part})"))
+        }
     };
     Err(reader.unsupported(format!(
         "`{key}` does not fit the model's `{}`{part} of shape {shape:?} (a LoRA for another model?)",
@@ -521,18 +546,21 @@ fn rank_scale(alpha: Option<f32>, rank: usize) -> f32 {
     }
 }
 
-/// The adapters that patch a fused qkv weight of `shape` as its q, k, v parts' adapters would patch their
-/// row blocks (see the module doc). Every part already fits its block.
+/// The adapters that patch a fused weight of `shape`, made of row blocks of `rows` rows, as its parts'
+/// adapters would patch their blocks (see the module doc). Every part already fits its block.
 fn fuse_parts(
     reader: &Reader<'_>,
-    parts: [Option<Keyed>; 3],
+    parts: Vec<Option<Keyed>>,
     shape: &[usize],
+    rows: &[usize],
 ) -> Result<Vec<Adapter<PatchTensor>>> {
-    let rows = shape[0] / 3;
-    let cols = numel(shape) / shape[0].max(1);
+    let total_rows = shape[0];
+    let cols = numel(shape) / total_rows.max(1);
+    let starts: Vec<usize> =
+        rows.iter().scan(0, |at, &r| Some(std::mem::replace(at, *at + r))).collect();
     // Per part: the LoRA pair; the LoHa's two pairs (w1a scaled).
-    let mut lora: [Option<Pair>; 3] = Default::default();
-    let mut loha: [Option<[Pair; 2]>; 3] = Default::default();
+    let mut lora: Vec<Option<Pair>> = vec![None; parts.len()];
+    let mut loha: Vec<Option<[Pair; 2]>> = vec![None; parts.len()];
     let mut diff: Option<Vec<f32>> = None;
     for (index, part) in parts.into_iter().enumerate() {
         let Some((adapter, key)) = part else { continue };
@@ -565,8 +593,8 @@ fn fuse_parts(
                 let (a, a0, a1, ra) = factor_matrix(&w1);
                 let (c, c0, c1, rc) = factor_matrix(&w2);
                 let scale = rc.or(ra).map_or(1.0, |rank| rank_scale(alpha, rank));
-                let d = diff.get_or_insert_with(|| vec![0f32; 3 * rows * cols]);
-                let block = &mut d[index * rows * cols..(index + 1) * rows * cols];
+                let d = diff.get_or_insert_with(|| vec![0f32; total_rows * cols]);
+                let block = &mut d[starts[index] * cols..(starts[index] + rows[index]) * cols];
                 for (i, j) in (0..a0).flat_map(|i| (0..a1).map(move |j| (i, j))) {
                     let x = a[i * a1 + j] * scale;
                     for (k, l) in (0..c0).flat_map(|k| (0..c1).map(move |l| (k, l))) {
@@ -575,8 +603,8 @@ fn fuse_parts(
                 }
             }
             Adapter::Diff(t) => {
-                let d = diff.get_or_insert_with(|| vec![0f32; 3 * rows * cols]);
-                let block = &mut d[index * rows * cols..(index + 1) * rows * cols];
+                let d = diff.get_or_insert_with(|| vec![0f32; total_rows * cols]);
+                let block = &mut d[starts[index] * cols..(starts[index] + rows[index]) * cols];
                 for (o, v) in block.iter_mut().zip(values(&t)) {
                     *o += v;
                 }
@@ -589,41 +617,44 @@ fn fuse_parts(
         out.push(Adapter::Lora { up, down, alpha: None, dora_scale: None });
     }
     if loha.iter().any(Option::is_some) {
-        let first = loha.each_ref().map(|p| p.as_ref().map(|[w1, _]| w1.clone()));
-        let second = loha.each_ref().map(|p| p.as_ref().map(|[_, w2]| w2.clone()));
+        let first: Vec<_> = loha.iter().map(|p| p.as_ref().map(|[w1, _]| w1.clone())).collect();
+        let second: Vec<_> = loha.iter().map(|p| p.as_ref().map(|[_, w2]| w2.clone())).collect();
         let (w1a, w1b) = block_diagonal(&first, rows, cols);
         let (w2a, w2b) = block_diagonal(&second, rows, cols);
         out.push(Adapter::LoHa { w1a, w1b, w2a, w2b, alpha: None, dora_scale: None });
     }
     if let Some(d) = diff {
-        out.push(Adapter::Diff(PatchTensor::from_f32(DType::F32, &[3 * rows, cols], &d)));
+        out.push(Adapter::Diff(PatchTensor::from_f32(DType::F32, &[total_rows, cols], &d)));
     }
     Ok(out)
 }
 
 /// The low-rank pair `(up, down)` whose product stacks each part's `up_p · down_p` in row block `p`
-/// (`rows` rows each; zero for an absent part): `up` block-diagonal `[3·rows, Σr]`, `down` stacked `[Σr, cols]`,
+/// (`rows[p]` rows; zero for an absent part): `up` block-diagonal `[Σrows, Σr]`, `down` stacked `[Σr, cols]`,
 /// both f32.
 fn block_diagonal(
-    parts: &[Option<Pair>; 3],
-    rows: usize,
+    parts: &[Option<Pair>],
+    rows: &[usize],
     cols: usize,
 ) -> (PatchTensor, PatchTensor) {
     let total: usize = parts.iter().flatten().map(|p| p.rank).sum();
-    let mut up = vec![0f32; 3 * rows * total];
+    let total_rows: usize = rows.iter().sum();
+    let mut up = vec![0f32; total_rows * total];
     let mut down = Vec::with_capacity(total * cols);
-    let mut offset = 0;
-    for (index, part) in parts.iter().enumerate() {
-        let Some(Pair { up: u, down: d, rank }) = part else { continue };
-        for r in 0..rows {
-            let dst = (index * rows + r) * total + offset;
-            up[dst..dst + rank].copy_from_slice(&u[r * rank..(r + 1) * rank]);
+    let (mut offset, mut start) = (0, 0);
+    for (part, &block_rows) in parts.iter().zip(rows) {
+        if let Some(Pair { up: u, down: d, rank }) = part {
+            for r in 0..block_rows {
+                let dst = (start + r) * total + offset;
+                up[dst..dst + rank].copy_from_slice(&u[r * rank..(r + 1) * rank]);
+            }
+            down.extend_from_slice(d);
+            offset += rank;
         }
-        down.extend_from_slice(d);
-        offset += rank;
+        start += block_rows;
     }
     (
-        PatchTensor::from_f32(DType::F32, &[3 * rows, total], &up),
+        PatchTensor::from_f32(DType::F32, &[total_rows, total], &up),
         PatchTensor::from_f32(DType::F32, &[total, cols], &down),
     )
 }

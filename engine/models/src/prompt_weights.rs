@@ -41,9 +41,10 @@ const MAX_WORD_LENGTH: usize = 8;
 /// with the escapes turned back into parentheses.
 pub fn segments(prompt: &str) -> Vec<(String, f32)> {
     let escaped = prompt.replace("\\)", "\0\u{1}").replace("\\(", "\0\u{2}");
+    // Python's floats are doubles: the weights nest in f64 and are rounded once.
     token_weights(&escaped, 1.0)
         .into_iter()
-        .map(|(text, w)| (text.replace("\0\u{1}", ")").replace("\0\u{2}", "("), w))
+        .map(|(text, w)| (text.replace("\0\u{1}", ")").replace("\0\u{2}", "("), w as f32))
         .collect()
 }
 
@@ -80,7 +81,7 @@ fn parse_parentheses(text: &str) -> Vec<String> {
 
 /// ComfyUI's `token_weights`: a group `(x)` weighs 1.1 × the enclosing weight, `(x:w)` weighs w when w
 /// parses as a Python float (after the last colon).
-fn token_weights(text: &str, weight: f32) -> Vec<(String, f32)> {
+fn token_weights(text: &str, weight: f64) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for part in parse_parentheses(text) {
         let Some(inner) =
@@ -102,15 +103,42 @@ fn token_weights(text: &str, weight: f32) -> Vec<(String, f32)> {
     out
 }
 
-/// Python's `float(s)` for the forms a weight takes (surrounding whitespace allowed, `inf`/`nan` too); `None`
-/// where Python raises.
-fn python_float(s: &str) -> Option<f32> {
-    let t = s.trim();
-    if t.is_empty() || t.contains("__") || t.starts_with('_') || t.ends_with('_') {
-        return None;
+/// Python's `float(s)`: surrounding whitespace allowed, `inf`/`nan` too, `_` only between two digits, and any
+/// Unicode decimal digit (full-width `１.５`, Arabic-Indic, Devanagari) read as its ASCII digit; `None` where
+/// Python raises.
+fn python_float(s: &str) -> Option<f64> {
+    let chars: Vec<char> = s.trim().chars().map(ascii_digit).collect();
+    let mut t = String::with_capacity(chars.len());
+    for (i, &c) in chars.iter().enumerate() {
+        if c == '_' {
+            let digit = |j: Option<&char>| j.is_some_and(char::is_ascii_digit);
+            if !(i > 0 && digit(chars.get(i - 1)) && digit(chars.get(i + 1))) {
+                return None;
+            }
+        } else {
+            t.push(c);
+        }
     }
-    let t = t.replace('_', "");
-    t.parse::<f64>().ok().map(|v| v as f32)
+    let lower = t.to_ascii_lowercase();
+    let word = lower.trim_start_matches(['+', '-']);
+    if matches!(word, "inf" | "infinity" | "nan")
+        || t.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c))
+    {
+        t.parse::<f64>().ok()
+    } else {
+        None
+    }
+}
+
+/// A Unicode decimal digit of the common scripts as its ASCII digit; other characters as they are.
+fn ascii_digit(c: char) -> char {
+    const ZEROS: [u32; 6] = [0x0660, 0x06F0, 0x0966, 0x09E6, 0x0E50, 0xFF10];
+    let code = c as u32;
+    ZEROS
+        .iter()
+        .find(|&&zero| (zero..zero + 10).contains(&code))
+        .and_then(|&zero| char::from_digit(code - zero, 10))
+        .unwrap_or(c)
 }
 
 /// The words ComfyUI tokenises for a segment: split before every whitespace-preceded `embedding:`, empty
@@ -143,16 +171,22 @@ fn words(segment: &str) -> Vec<String> {
 }
 
 /// What ComfyUI goes on tokenising after an embedding name it did not find (`_try_get_embedding`): the words
-/// after the name joined by spaces, with any `<…`/`[…` tail of the name, or its trailing commas, in front.
+/// after the name joined by spaces, with any `<…`/`[…` tail of the name, then the name's stripped commas, in
+/// front.
 fn embedding_leftover(rest: &str) -> String {
     let mut split = rest.split_whitespace();
-    let name = split.next().unwrap_or("");
+    let mut name = split.next().unwrap_or("");
     let after: Vec<&str> = split.collect();
-    let leftover = after.join(" ");
+    let mut leftover = after.join(" ");
     if let Some(at) = name.find(['<', '[']) {
         let tail = &name[at..];
-        return if leftover.is_empty() { tail.to_owned() } else { format!("{tail} {leftover}") };
+        leftover = if leftover.is_empty() { tail.to_owned() } else { format!("{tail} {leftover}") };
+        name = &name[..at];
     }
+    tracing::warn!(
+        embedding = name,
+        "textual-inversion embeddings are not loaded by Kiln; the name is ignored"
+    );
     let stripped = name.trim_matches(',');
     if stripped.len() < name.len() {
         // ComfyUI looks the name up without its commas and goes on with `name[len(stripped):]` (by
@@ -250,6 +284,16 @@ mod tests {
         // An unclosed group runs to the end, unweighted as a group.
         assert_eq!(segments("a (b"), vec![("a ".to_owned(), 1.0), ("(b".to_owned(), 1.0)]);
         assert_eq!(segments("(b: 2 )")[0].1, 2.0);
+        assert_eq!(segments("(b:１.５)")[0].1, 1.5);
+        assert_eq!(segments("(b:1_0)")[0].1, 10.0);
+        for text in ["1_.5", "1e_3", "_1", "in_f", "0x10", ""] {
+            assert_eq!(python_float(text), None, "{text}");
+        }
+        for (text, value) in
+            [("1e3", 1e3), (".5", 0.5), ("+2", 2.0), ("5.", 5.0), ("-inf", f64::NEG_INFINITY)]
+        {
+            assert_eq!(python_float(text), Some(value), "{text}");
+        }
     }
 
     #[test]
@@ -258,6 +302,8 @@ mod tests {
         assert_eq!(words("embedding:foo"), Vec::<String>::new());
         assert_eq!(words("xembedding:foo"), vec!["xembedding:foo".to_owned()]);
         assert_eq!(words("a embedding:foo<lora>"), vec!["a ".to_owned(), "<lora>".to_owned()]);
+        assert_eq!(words("embedding:foo,<x>"), vec![", <x>".to_owned()]);
+        assert_eq!(words("embedding:foo, b"), vec![", b".to_owned()]);
     }
 
     #[test]
@@ -277,9 +323,11 @@ mod tests {
             vec![vec![(100, 1.0), (1, 1.0), (2, 1.0), (101, 1.0), (101, 1.0), (101, 1.0)]]
         );
         // A short word that does not fit moves whole to the next section.
-        let s = tokenize("a bb (ccc dddd:2)", &clip, ids).unwrap();
+        // (A segment is tokenised whole: `ids` sees "a bb " and "ccc dddd eeeee".)
+        let s = tokenize("a bb (ccc dddd eeeee:2)", &clip, ids).unwrap();
         assert_eq!(s.len(), 2);
-        assert_eq!(s[1][1..3], [(3, 2.0), (4, 2.0)]);
+        assert_eq!(s[0], [(100, 1.0), (1, 1.0), (2, 1.0), (101, 1.0), (101, 1.0), (101, 1.0)]);
+        assert_eq!(s[1][1..4], [(3, 2.0), (4, 2.0), (5, 2.0)]);
         let t5 = Layout {
             start: None,
             end: Some(1),

@@ -267,10 +267,27 @@ pub fn load_text_encoders(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
     let first = paths.first().cloned().unwrap_or_default();
-    let mut parts = Vec::with_capacity(paths.len());
-    for path in paths {
-        let file = open(path)?;
-        parts.push(text_encoder_part(env, &file, "", progress)?);
+    let files = paths.iter().map(|p| open(p)).collect::<Result<Vec<_>, Error>>()?;
+    // Every file detected and the combination checked before any weight is read.
+    let mut detected = Vec::with_capacity(files.len());
+    for file in &files {
+        let header = Header::new(file, "");
+        match TextEncoderDetected::detect(&header)? {
+            Some(found) => detected.push(found),
+            None => {
+                return Err(header.unsupported(format!(
+                    "not a text encoder Kiln can run ({}): found {}",
+                    names(&TextEncoderFamily::ALL, TextEncoderFamily::name),
+                    describe(&header)
+                )));
+            }
+        }
+    }
+    TextEncoderNet::check_combination(&detected.iter().collect::<Vec<_>>(), kind)
+        .map_err(|e| Error::Unsupported { path: first.clone(), msg: e.to_string() })?;
+    let mut parts = Vec::with_capacity(files.len());
+    for file in &files {
+        parts.push(text_encoder_part(env, file, "", progress)?);
     }
     let net = TextEncoderNet::combine(parts, kind)
         .map_err(|e| Error::Unsupported { path: first.clone(), msg: e.to_string() })?;
@@ -425,7 +442,7 @@ pub fn load_lora_for_both(
         .names()
         .filter_map(|n| model_weights.info(n).map(|(_, shape)| (n, shape)))
         .collect();
-    let for_model = model.net.family().lora(&file, &model_slots, strength_model)?;
+    let for_model = model.net.lora(&file, &model_slots, strength_model)?;
     let clip_weights = clip.net.weights();
     let clip_slots: Vec<(&str, &[usize])> = clip_weights
         .names()
@@ -470,7 +487,7 @@ pub fn load_lora(
     let weights = model.net.weights();
     let slots: Vec<(&str, &[usize])> =
         weights.names().filter_map(|n| weights.info(n).map(|(_, shape)| (n, shape))).collect();
-    let found = model.net.family().lora(&file, &slots, strength)?;
+    let found = model.net.lora(&file, &slots, strength)?;
     if found.patches.is_empty() {
         return Err(Error::Unsupported {
             path: path.to_path_buf(),

@@ -148,3 +148,127 @@ fn issue_22_dual_clip_loader_names_what_it_cannot_combine() {
     };
     assert!(failure.message.contains("DualCLIPLoader"), "{}", failure.message);
 }
+
+/// FLUX.1 Fill as its outpaint template wires it (`flux_fill_outpaint_example`, without the noise mask):
+/// InpaintModelConditioning's image latent and mask reach the model as its 80 extra channels, so the mask
+/// steers the result; DifferentialDiffusion on the model.
+#[test]
+fn issue_22_flux_fill_reads_the_image_and_its_mask() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_flux(&models);
+    let set = ZImageTurboSet::tiny();
+    synth::write_family(
+        &models.join("diffusion_models/flux1-fill-dev.safetensors"),
+        SynthFamily::Flux(FluxFile::Fill),
+        &set,
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let mut run = |mask_value: f64, noise_mask: bool| {
+        let mut graph = dev_graph("flux1-fill-dev.safetensors", "a garden", Some(30.0), 6);
+        graph["20"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": 0x336699}});
+        graph["21"] = json!({"class_type": "SolidMask", "inputs": {"value": mask_value, "width": 48, "height": 32}});
+        graph["22"] = json!({"class_type": "InpaintModelConditioning", "inputs": {"positive": ["35", 0], "negative": ["52", 0], "vae": ["45", 0], "pixels": ["20", 0], "mask": ["21", 0], "noise_mask": noise_mask}});
+        graph["23"] = json!({"class_type": "DifferentialDiffusion", "inputs": {"model": ["46", 0], "strength": 1.0}});
+        let sampler = &mut graph["50"]["inputs"];
+        sampler["model"] = json!(["23", 0]);
+        sampler["positive"] = json!(["22", 0]);
+        sampler["negative"] = json!(["22", 1]);
+        sampler["latent_image"] = json!(["22", 2]);
+        image_of(&mut h, graph)
+    };
+    let (size, full) = run(1.0, false);
+    assert_eq!(size, (48, 32));
+    let (_, half) = run(0.5, false);
+    assert_ne!(full, half, "the mask reaches the model");
+    // With the noise mask on and nothing masked, the image is the input image through the VAE.
+    let (_, kept) = run(0.0, true);
+    assert_ne!(kept, full);
+}
+
+/// FLUX.1 Canny (`flux_canny_model_example`): InstructPixToPixConditioning's image latent is the model's 16
+/// extra channels, so the control image steers the result.
+#[test]
+fn issue_22_flux_canny_reads_its_control_image() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_flux(&models);
+    synth::write_family(
+        &models.join("diffusion_models/flux1-canny-dev.safetensors"),
+        SynthFamily::Flux(FluxFile::Canny),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let mut run = |colour: i64| {
+        let mut graph = dev_graph("flux1-canny-dev.safetensors", "a house", Some(30.0), 7);
+        graph["20"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": colour}});
+        graph["22"] = json!({"class_type": "InstructPixToPixConditioning", "inputs": {"positive": ["35", 0], "negative": ["52", 0], "vae": ["45", 0], "pixels": ["20", 0]}});
+        let sampler = &mut graph["50"]["inputs"];
+        sampler["positive"] = json!(["22", 0]);
+        sampler["negative"] = json!(["22", 1]);
+        sampler["latent_image"] = json!(["22", 2]);
+        image_of(&mut h, graph).1
+    };
+    assert_ne!(run(0x000000), run(0xffffff), "the control image steers the result");
+}
+
+/// A FLUX.1 LoRA in diffusers' names (ai-toolkit's `transformer.` prefix) patches the fused weights' row
+/// blocks: it changes the image at strength 1, and strength 0 leaves it as it was.
+#[test]
+fn issue_22_flux_lora_in_diffusers_names_applies() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_flux(&models);
+    synth::write_family(
+        &models.join("loras/flux_lora.safetensors"),
+        SynthFamily::Lora(DiffusionFamily::Flux),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let mut run = |strength: Option<f64>| {
+        let mut graph = dev_graph("flux1-dev.safetensors", "a lighthouse", None, 8);
+        if let Some(strength) = strength {
+            graph["60"] = json!({"class_type": "LoraLoaderModelOnly", "inputs": {"model": ["46", 0], "lora_name": "flux_lora.safetensors", "strength_model": strength}});
+            graph["50"]["inputs"]["model"] = json!(["60", 0]);
+        }
+        image_of(&mut h, graph).1
+    };
+    let plain = run(None);
+    assert_eq!(run(Some(0.0)), plain);
+    assert_ne!(run(Some(1.0)), plain, "the LoRA changes the image");
+}
+
+/// schnell's all-in-one checkpoint (`flux_schnell`): CheckpointLoaderSimple finds the DiT, pairs CLIP-L and
+/// T5-XXL from their two prefixes into one CLIP, and the VAE, and the template's graph runs.
+#[test]
+fn issue_22_flux_schnell_checkpoint_loads_all_four_networks() {
+    let mut h = Harness::new(CachePolicy::None);
+    synth::write_family(
+        &h.roots.input.join("models/checkpoints/flux1-schnell-fp8.safetensors"),
+        SynthFamily::Flux(FluxFile::SchnellCheckpoint),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Fp8E4m3fn,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    let ran = h.run(json!({
+        "30": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "flux1-schnell-fp8.safetensors"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat in a hat", "clip": ["30", 1]}},
+        "33": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["30", 1]}},
+        "27": {"class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
+        "31": {"class_type": "KSampler", "inputs": {"seed": 1, "steps": 2, "cfg": 1, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["30", 0], "positive": ["6", 0], "negative": ["33", 0], "latent_image": ["27", 0]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["31", 0], "vae": ["30", 2]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "schnell", "images": ["8", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+}

@@ -179,6 +179,17 @@ impl Config {
 /// that disagree is [`crate::Error::Unsupported`] naming the tensor. `text_projection.weight`, when present, is
 /// not read (Flux uses the unprojected pooled vector).
 pub fn detect(h: &Header) -> Result<Option<Config>> {
+    // Once the file looks like one, what is wrong with it is said as such.
+    detect_clip(h).map_err(|e| match e {
+        crate::Error::Unsupported { path, msg } if !msg.contains("a CLIP text encoder") => {
+            crate::Error::Unsupported { path, msg: format!("a CLIP text encoder file, but {msg}") }
+        }
+        e => e,
+    })
+}
+
+/// [`detect`] before its errors are worded.
+fn detect_clip(h: &Header) -> Result<Option<Config>> {
     let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
     if !present(MARKER) {
         return Ok(None);

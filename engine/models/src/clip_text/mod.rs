@@ -17,3 +17,14 @@ mod tokenizer;
 pub use config::{Activation, Config, HEAD_DIM, LAYER_NORM_EPS, Variant, detect, load_plan};
 pub use model::{ClipOutput, ClipText};
 pub use tokenizer::{BOS, EOS, Tokenizer};
+
+/// CLIP-L's prompt layout in ComfyUI's `SDTokenizer` ([`crate::prompt_weights`]): BOS, the prompt, EOS, EOS
+/// padding to 77 tokens per section.
+pub const PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::Layout {
+    start: Some(BOS),
+    end: Some(EOS),
+    pad: EOS,
+    max_length: 77,
+    pad_to_max_length: true,
+    min_length: None,
+};

@@ -5,18 +5,15 @@
 //! as ComfyUI runs CLIP (its embeddings come out in f32 and its manual-cast layers cast the weights to the
 //! input's type).
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
-
 use kiln_compute::backend::{AttentionMask, BinaryOp, UnaryOp};
 use kiln_compute::memory::Model;
-use kiln_compute::quant::Quant;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{
     Activation, Config, FINAL_NORM_BIAS, FINAL_NORM_WEIGHT, POSITION_EMBEDDING, TOKEN_EMBEDDING,
 };
 use crate::error::{Error, Result};
+use crate::named::embed_f32;
 
 /// The factor of quick-GELU: `x · sigmoid(1.702 x)`.
 const QUICK_GELU: f32 = 1.702;
@@ -184,22 +181,4 @@ impl ClipText {
         };
         Ok(b.binary(&x, &b.linear(&h, fc2_w, Some(fc2_b))?, BinaryOp::Add)?)
     }
-}
-
-/// The rows of `table` at `ids` `[N, hidden]`, widened exactly to f32 (ComfyUI's lookup with
-/// `out_dtype=torch.float32`): through the backend's lookup when its compute type holds the table's values
-/// exactly, else row by row (an fp16 table on a bf16 backend, a quantised one).
-fn embed_f32<B: Backend>(b: &B, table: &Weight<'_>, ids: &[u32]) -> Result<Tensor<B>> {
-    let compute = b.compute_dtype();
-    if table.quant() == Quant::None && (compute == DType::F32 || table.dtype() == compute) {
-        return Ok(b.cast(&b.embedding(ids, table)?, DType::F32)?);
-    }
-    let mut rows: BTreeMap<u32, Tensor<B>> = BTreeMap::new();
-    for &id in ids {
-        if let Entry::Vacant(slot) = rows.entry(id) {
-            slot.insert(b.weight_to_tensor(&table.rows(id as usize, 1)?, DType::F32)?);
-        }
-    }
-    let parts: Vec<&Tensor<B>> = ids.iter().map(|id| &rows[id]).collect();
-    Ok(b.concat(&parts, 0)?)
 }

@@ -95,23 +95,6 @@ impl DiffusionFamily {
         }
     }
 
-    /// The patches a LoRA file makes at `strength` for a model of this family whose weights are `slots`
-    /// (`(name, shape)` in the family's layout), with the file's keys that adapt none of them.
-    pub fn lora(
-        self,
-        file: &SafetensorsFile,
-        slots: &[(&str, &[usize])],
-        strength: f32,
-    ) -> Result<LoraPatches> {
-        match self {
-            DiffusionFamily::Flux => {
-                Err(crate::Error::Invalid("LoRAs for FLUX.1 are not supported yet".to_owned()))
-            }
-            DiffusionFamily::ZImage => zimage_lora::patches(file, slots, strength),
-            DiffusionFamily::QwenImage => qwen_image::lora::patches(file, slots, strength),
-        }
-    }
-
     /// The name `kiln model synth --family` writes the network under (`z-image`).
     pub fn synth_name(self) -> &'static str {
         match self {
@@ -284,6 +267,30 @@ impl DiffusionNet {
             DiffusionNet::Flux(net) => &net.weights,
             DiffusionNet::ZImage(net) => &net.weights,
             DiffusionNet::QwenImage(net) => &net.weights,
+        }
+    }
+
+    /// The patches a LoRA file makes at `strength` for this network, whose weights are `slots` (`(name,
+    /// shape)` in the family's layout), with the file's keys that adapt none of them.
+    pub fn lora(
+        &self,
+        file: &SafetensorsFile,
+        slots: &[(&str, &[usize])],
+        strength: f32,
+    ) -> Result<LoraPatches> {
+        match self {
+            DiffusionNet::Flux(net) => flux::lora::patches(file, &net.config, slots, strength),
+            DiffusionNet::ZImage(_) => zimage_lora::patches(file, slots, strength),
+            DiffusionNet::QwenImage(_) => qwen_image::lora::patches(file, slots, strength),
+        }
+    }
+
+    /// How many channels the network reads beside the latents (ComfyUI's `concat_cond`): FLUX.1 Fill's 80
+    /// (image latent and folded mask), Canny's and Depth's 16 (image latent); 0 for the others.
+    pub fn concat_channels(&self) -> usize {
+        match self {
+            DiffusionNet::Flux(net) => net.config.in_channels.saturating_sub(flux::LATENT_CHANNELS),
+            DiffusionNet::ZImage(_) | DiffusionNet::QwenImage(_) => 0,
         }
     }
 

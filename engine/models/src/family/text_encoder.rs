@@ -138,6 +138,14 @@ impl TextEncoderDetected {
         }
     }
 
+    /// What the file is, in messages (a CLIP text file by its variant: CLIP-L, CLIP-H, CLIP-G).
+    pub fn name(&self) -> &'static str {
+        match self {
+            TextEncoderDetected::ClipL(config) => config.variant.name(),
+            _ => self.family().name(),
+        }
+    }
+
     /// The weights to load, named in the family's layout.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
@@ -163,7 +171,7 @@ impl TextEncoderDetected {
                 return Err(Error::Invalid(format!(
                     "a {} text encoder alone conditions no model Kiln runs; FLUX.1 takes CLIP-L and T5-XXL \
                      together: load both with DualCLIPLoader, type `flux`",
-                    self.family().name()
+                    self.name()
                 )));
             }
             TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
@@ -216,26 +224,6 @@ pub struct Encoded<B: Backend> {
     /// The pooled vector (FLUX.1: CLIP-L's).
     pub pooled: Option<Tensor<B>>,
 }
-
-/// CLIP-L's layout in ComfyUI's `SDTokenizer`: BOS, the prompt, EOS, EOS padding to 77 per section.
-const CLIP_L_LAYOUT: prompt_weights::Layout = prompt_weights::Layout {
-    start: Some(clip_text::BOS),
-    end: Some(clip_text::EOS),
-    pad: clip_text::EOS,
-    max_length: 77,
-    pad_to_max_length: true,
-    min_length: None,
-};
-
-/// T5-XXL's layout in ComfyUI's FLUX.1 tokenizer: no start, EOS, one section padded with 0 to 256 tokens.
-const T5_LAYOUT: prompt_weights::Layout = prompt_weights::Layout {
-    start: None,
-    end: Some(t5::EOS),
-    pad: t5::PAD,
-    max_length: 99_999_999,
-    pad_to_max_length: false,
-    min_length: Some(256),
-};
 
 /// A loaded text encoder with its tokenizer.
 pub enum TextEncoderNet {
@@ -298,31 +286,20 @@ impl TextEncoderNet {
         }
     }
 
-    /// The encoder several files make together, as ComfyUI's `DualCLIPLoader` combines them by `kind` (its
-    /// `type`): `flux` takes one CLIP-L and one T5-XXL, in either order.
-    pub fn combine(parts: Vec<(TextEncoderDetected, Model)>, kind: &str) -> Result<TextEncoderNet> {
-        let found: Vec<&str> = parts.iter().map(|(d, _)| d.family().name()).collect();
+    /// Whether `parts` (detected, not yet loaded) make an encoder ComfyUI's `DualCLIPLoader` combines by `kind`
+    /// (its `type`): `flux` takes one CLIP-L and one T5-XXL, in either order. An error says what they are.
+    pub fn check_combination(parts: &[&TextEncoderDetected], kind: &str) -> Result<()> {
+        let found: Vec<&str> = parts.iter().map(|d| d.name()).collect();
         let found = found.join(" + ");
-        let (mut clip_l, mut t5) = (None, None);
-        for (detected, weights) in parts {
-            match detected {
-                TextEncoderDetected::ClipL(config) if clip_l.is_none() => {
-                    clip_l = Some(ClipText::new(config, weights));
-                }
-                TextEncoderDetected::T5(config) if t5.is_none() => {
-                    t5 = Some(T5::new(config, weights))
-                }
-                _ => clip_l = None,
-            }
-        }
-        match (kind, clip_l, t5) {
-            ("flux", Some(clip_l), Some(t5)) => Ok(TextEncoderNet::Flux {
-                clip_l,
-                t5,
-                clip_tokenizer: clip_text::Tokenizer::bundled()?,
-                t5_tokenizer: t5::Tokenizer::bundled()?,
-            }),
-            ("flux", ..) => Err(Error::Invalid(format!(
+        let flux_pair = matches!(
+            parts,
+            [TextEncoderDetected::ClipL(c), TextEncoderDetected::T5(_)]
+                | [TextEncoderDetected::T5(_), TextEncoderDetected::ClipL(c)]
+                if c.variant == clip_text::Variant::L
+        );
+        match (kind, flux_pair) {
+            ("flux", true) => Ok(()),
+            ("flux", false) => Err(Error::Invalid(format!(
                 "type `flux` takes a CLIP-L and a T5-XXL text encoder; these files are {found}"
             ))),
             _ => Err(Error::Invalid(format!(
@@ -330,6 +307,31 @@ impl TextEncoderNet {
                  CLIP-L + T5-XXL)"
             ))),
         }
+    }
+
+    /// The encoder `parts` make together, loaded, once [`TextEncoderNet::check_combination`] accepted them.
+    pub fn combine(parts: Vec<(TextEncoderDetected, Model)>, kind: &str) -> Result<TextEncoderNet> {
+        let detected: Vec<&TextEncoderDetected> = parts.iter().map(|(d, _)| d).collect();
+        TextEncoderNet::check_combination(&detected, kind)?;
+        let (mut clip_l, mut t5) = (None, None);
+        for (detected, weights) in parts {
+            match detected {
+                TextEncoderDetected::ClipL(config) => clip_l = Some(ClipText::new(config, weights)),
+                TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
+                TextEncoderDetected::Qwen3(_) | TextEncoderDetected::Qwen25Vl(..) => {}
+            }
+        }
+        let (Some(clip_l), Some(t5)) = (clip_l, t5) else {
+            return Err(Error::Invalid(
+                "type `flux` takes a CLIP-L and a T5-XXL text encoder".to_owned(),
+            ));
+        };
+        Ok(TextEncoderNet::Flux {
+            clip_l,
+            t5,
+            clip_tokenizer: clip_text::Tokenizer::bundled()?,
+            t5_tokenizer: t5::Tokenizer::bundled()?,
+        })
     }
 
     /// The tokens ComfyUI feeds the encoder for `prompt` (its template and weighting syntax applied).
@@ -356,10 +358,12 @@ impl TextEncoderNet {
             )));
         };
         Ok(PromptTokens::Flux {
-            clip_l: prompt_weights::tokenize(clip_l, &CLIP_L_LAYOUT, |w| {
+            clip_l: prompt_weights::tokenize(clip_l, &clip_text::PROMPT_LAYOUT, |w| {
                 clip_tokenizer.word_ids(w)
             })?,
-            t5: prompt_weights::tokenize(t5xxl, &T5_LAYOUT, |w| t5_tokenizer.word_ids(w))?,
+            t5: prompt_weights::tokenize(t5xxl, &t5::FLUX_PROMPT_LAYOUT, |w| {
+                t5_tokenizer.word_ids(w)
+            })?,
         })
     }
 
@@ -533,7 +537,8 @@ fn encode_flux<B: Backend>(
         clip_sections.first().ok_or_else(|| Error::Invalid("no CLIP-L tokens".to_owned()))?;
     let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
     let pooled = b.cast(&clip_l.encode(b, &ids, None)?.pooled, kiln_compute::DType::F32)?;
-    let cond = weighted_states(b, t5_sections, &T5_LAYOUT, |ids| t5.hidden_state(b, ids))?;
+    let cond =
+        weighted_states(b, t5_sections, &t5::FLUX_PROMPT_LAYOUT, |ids| t5.hidden_state(b, ids))?;
     Ok(Encoded { cond, pooled: Some(pooled) })
 }
 

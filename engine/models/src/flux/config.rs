@@ -90,6 +90,8 @@ struct Spec {
     name: String,
     parts: Vec<String>,
     shape: Vec<usize>,
+    /// Each part's rows (one part: the whole).
+    rows: Vec<usize>,
 }
 
 /// Pushes a linear layer's weight and bias named `name`, made of the file's `parts` (their row counts `rows`).
@@ -98,17 +100,19 @@ fn linear(out: &mut Vec<Spec>, name: &str, parts: &[String], rows: &[usize], col
         name: format!("{name}.weight"),
         parts: parts.iter().map(|p| format!("{p}.weight")).collect(),
         shape: vec![rows.iter().sum(), cols],
+        rows: rows.to_vec(),
     });
     out.push(Spec {
         name: format!("{name}.bias"),
         parts: parts.iter().map(|p| format!("{p}.bias")).collect(),
         shape: vec![rows.iter().sum()],
+        rows: rows.to_vec(),
     });
 }
 
 /// Pushes a q/k norm gain named `name`, the file's tensor `file`.
 fn gain(out: &mut Vec<Spec>, name: String, file: String) {
-    out.push(Spec { name, parts: vec![file], shape: vec![HEAD_DIM] });
+    out.push(Spec { name, parts: vec![file], shape: vec![HEAD_DIM], rows: vec![HEAD_DIM] });
 }
 
 /// Every weight of `cfg` in `layout`, in load order. `qk_suffix` is how the file names the q/k norm gains
@@ -282,6 +286,14 @@ fn matrix(h: &Header, name: &str) -> Result<(usize, usize)> {
 /// The layout of `h` if it holds a FLUX-family DiT, and the name it would carry under the other family
 /// members ComfyUI tells apart (FLUX.2, Chroma, Ovis, LongCat-Image) when Kiln does not run it.
 fn family_of(h: &Header) -> Option<(Layout, Option<&'static str>)> {
+    // Chroma's distilled guidance layer, with or without `img_in` (Chroma Radiance has none).
+    let chroma = ["distilled_guidance_layer.norms.0", "distilled_guidance_layer.0.norms.0"]
+        .iter()
+        .any(|p| h.has(&format!("{p}.scale")) || h.has(&format!("{p}.weight")))
+        || h.has("distilled_guidance_layer.in_proj.weight");
+    if chroma {
+        return Some((Layout::Comfy, Some("Chroma")));
+    }
     let comfy = h.has("img_in.weight")
         && (h.has("double_blocks.0.img_attn.norm.key_norm.weight")
             || h.has("double_blocks.0.img_attn.norm.key_norm.scale"));
@@ -294,11 +306,6 @@ fn family_of(h: &Header) -> Option<(Layout, Option<&'static str>)> {
             None
         };
         return Some((Layout::Comfy, other));
-    }
-    if h.has("distilled_guidance_layer.norms.0.scale")
-        || h.has("distilled_guidance_layer.in_proj.weight")
-    {
-        return Some((Layout::Comfy, Some("Chroma")));
     }
     if h.has("x_embedder.weight") && h.has("single_transformer_blocks.0.attn.norm_k.weight") {
         let other = h
@@ -429,4 +436,23 @@ pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
 /// Every weight of `cfg` with its shape, ComfyUI's names (what `kiln model synth` writes).
 pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     specs(cfg, Layout::Comfy, "scale").into_iter().map(|s| (s.parts.concat(), s.shape)).collect()
+}
+
+/// For each weight of `cfg` (ComfyUI's name, `.weight` included), the diffusers stems it is made of with their
+/// rows (one stem for a whole weight; `to_q`, `to_k`, `to_v`, `proj_mlp` for a fused one): the names LoRA files
+/// in diffusers' layout adapt it by.
+pub(crate) fn diffusers_stems(cfg: &Config) -> Vec<(String, Vec<(String, usize)>)> {
+    specs(cfg, Layout::Diffusers, "weight")
+        .into_iter()
+        .filter(|spec| spec.name.ends_with(".weight"))
+        .map(|spec| {
+            let stems = spec
+                .parts
+                .iter()
+                .map(|p| p.strip_suffix(".weight").unwrap_or(p).to_owned())
+                .zip(spec.rows.iter().copied())
+                .collect();
+            (spec.name, stems)
+        })
+        .collect()
 }

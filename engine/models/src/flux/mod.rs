@@ -10,9 +10,18 @@
 
 mod config;
 pub mod family;
+pub mod lora;
 mod model;
 
 pub(crate) use config::expected;
+
+/// Every weight of `cfg` with its shape, by ComfyUI's name (the slots a loaded model has).
+pub fn expected_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    config::expected(cfg)
+        .into_iter()
+        .map(|(name, shape)| (name.replace("_norm.scale", "_norm.weight"), shape))
+        .collect()
+}
 pub use config::{
     AXES_DIMS, Config, DEFAULT_REFERENCE_METHOD, EPS, HEAD_DIM, LATENT_CHANNELS, Layout, PATCH,
     ROPE_THETA, T_FREQ_DIM, detect, load_plan,

@@ -234,17 +234,17 @@ impl Layout {
     }
 }
 
-/// A LoRA's down and up matrices for the weight `name` `[out, inp]` at `rank`, diffusers' names under
-/// `diffusion_model.`: A uniform in ±1/√inp, B small (±0.01) so the patch is a small change.
+/// A LoRA's down and up matrices for the stem `name` (the key without `.lora_A.weight`) of a weight
+/// `[out, inp]` at `rank`: A uniform in ±1/√inp, B small (±0.01) so the patch is a small change.
 pub(crate) fn lora_pair(name: &str, out: usize, inp: usize, rank: usize) -> [Spec; 2] {
     [
         Spec {
-            name: format!("diffusion_model.{name}.lora_A.weight"),
+            name: format!("{name}.lora_A.weight"),
             shape: vec![rank, inp],
             init: Init::Uniform(uniform_bound(inp)),
         },
         Spec {
-            name: format!("diffusion_model.{name}.lora_B.weight"),
+            name: format!("{name}.lora_B.weight"),
             shape: vec![out, rank],
             init: Init::Uniform(0.01),
         },
@@ -313,7 +313,7 @@ pub(crate) fn zimage_lora_specs(shape: &ZImageShape) -> Result<Vec<Spec>> {
     let rank = zimage_lora_rank(shape);
     let mut l = Layout::new();
     let adapt = |l: &mut Layout, name: String, out: usize, inp: usize| {
-        l.specs.extend(lora_pair(&name, out, inp, rank));
+        l.specs.extend(lora_pair(&format!("diffusion_model.{name}"), out, inp, rank));
     };
     let blocks = (0..refiners)
         .map(|i| format!("noise_refiner.{i}"))

@@ -57,6 +57,7 @@ const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
 const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 const FLUX: &str = "flux1";
+const FLUX_LORA: &str = "flux1-lora";
 const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
 
@@ -92,6 +93,11 @@ pub enum FluxFile {
     Schnell,
     /// Fill: 96 input channels (`flux1-fill`).
     Fill,
+    /// Canny and Depth: 32 input channels (`flux1-canny`).
+    Canny,
+    /// schnell's all-in-one checkpoint (`flux1-schnell-checkpoint`, `CheckpointLoaderSimple`): the DiT, CLIP-L,
+    /// T5-XXL and the Flux VAE under ComfyUI's prefixes.
+    SchnellCheckpoint,
 }
 
 impl FluxFile {
@@ -100,6 +106,8 @@ impl FluxFile {
         match self {
             FluxFile::Schnell => flux::Config { guidance: false, ..dev.clone() },
             FluxFile::Fill => flux::Config { in_channels: 96, ..dev.clone() },
+            FluxFile::Canny => flux::Config { in_channels: 32, ..dev.clone() },
+            FluxFile::SchnellCheckpoint => flux::Config { guidance: false, ..dev.clone() },
         }
     }
 }
@@ -155,10 +163,7 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // FLUX.1 LoRAs are not read yet, so none is written.
-        let lora_families =
-            DiffusionFamily::ALL.into_iter().filter(|&f| f != DiffusionFamily::Flux);
-        all.extend(lora_families.map(SynthFamily::Lora));
+        all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
         all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
         all.extend(
             [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
@@ -166,7 +171,10 @@ impl SynthFamily {
         );
         all.push(SynthFamily::QwenImageBlockwise);
         all.push(SynthFamily::ZImageFunControlNet);
-        all.extend([FluxFile::Schnell, FluxFile::Fill].map(SynthFamily::Flux));
+        all.extend(
+            [FluxFile::Schnell, FluxFile::Fill, FluxFile::Canny, FluxFile::SchnellCheckpoint]
+                .map(SynthFamily::Flux),
+        );
         all
     }
 
@@ -190,6 +198,8 @@ impl SynthFamily {
             SynthFamily::ZImageFunControlNet => "z-image-fun-controlnet",
             SynthFamily::Flux(FluxFile::Schnell) => "flux1-schnell",
             SynthFamily::Flux(FluxFile::Fill) => "flux1-fill",
+            SynthFamily::Flux(FluxFile::Canny) => "flux1-canny",
+            SynthFamily::Flux(FluxFile::SchnellCheckpoint) => "flux1-schnell-checkpoint",
         }
     }
 }
@@ -613,6 +623,9 @@ pub fn write_family(
             let specs = specs_of(flux::expected(&set.flux));
             write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
         }
+        SynthFamily::Flux(FluxFile::SchnellCheckpoint) => {
+            write_flux_checkpoint(path, set, dtype, seed, progress)
+        }
         SynthFamily::Flux(file) => {
             let specs = specs_of(flux::expected(&file.config(&set.flux)));
             write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
@@ -629,7 +642,7 @@ pub fn write_family(
             "FLUX.1's text encoder is two files: write `clip-l` and `t5xxl`".to_owned(),
         )),
         SynthFamily::Lora(DiffusionFamily::Flux) => {
-            Err(Error::Invalid("LoRAs for FLUX.1 are not supported yet".to_owned()))
+            write_flux_lora(path, &set.flux, dtype, seed, progress)
         }
     }
 }
@@ -671,6 +684,32 @@ pub fn write_checkpoint(
         layers.extend(more_layers);
     }
     let metadata = metadata("Z-Image-Turbo checkpoint", seed, layers);
+    Plan::new(path, all, &metadata).write(seed, progress)
+}
+
+/// Writes FLUX.1 schnell's all-in-one checkpoint (`flux1-schnell-fp8.safetensors`): the DiT under
+/// [`CHECKPOINT_DIFFUSION_PREFIX`], CLIP-L and T5-XXL under ComfyUI's `text_encoders.` prefixes (all three in
+/// `dtype`) and the Flux VAE under `vae.` (in [`SynthDtype::for_vae`]).
+fn write_flux_checkpoint(
+    path: &Path,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let dit = specs_of(flux::expected(&FluxFile::SchnellCheckpoint.config(&set.flux)));
+    let (clip_l, t5, vae) =
+        (specs_of(set.clip_l.expected()), specs_of(set.t5.expected()), vae_specs(&set.vae)?);
+    let (mut all, mut layers) = entries(&dit, FLUX, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    for (more, more_layers) in [
+        entries(&clip_l, CLIP_L, flux::family::CHECKPOINT_CLIP_L_PREFIX, dtype),
+        entries(&t5, T5XXL, flux::family::CHECKPOINT_T5_PREFIX, dtype),
+        entries(&vae, VAE, flux::family::CHECKPOINT_VAE_PREFIX, dtype.for_vae()),
+    ] {
+        all.extend(more);
+        layers.extend(more_layers);
+    }
+    let metadata = metadata("FLUX.1 schnell checkpoint", seed, layers);
     Plan::new(path, all, &metadata).write(seed, progress)
 }
 
@@ -837,11 +876,43 @@ pub fn write_qwen_image_lora(
     let mut specs = Vec::new();
     for i in 0..config.layers {
         for part in ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj"] {
-            let name = format!("transformer_blocks.{i}.attn.{part}");
+            let name = format!("diffusion_model.transformer_blocks.{i}.attn.{part}");
             specs.extend(layout::lora_pair(&name, d, d, RANK));
         }
     }
     write_one(path, &specs, QWEN_IMAGE_LORA, "Qwen-Image LoRA", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for a FLUX.1 DiT of `config` to `path`, in diffusers' names as ai-toolkit
+/// writes them (`transformer.` prefix): every double block's image and text q, k, v (row blocks of the fused
+/// qkv) and every single block's q, k, v and MLP input (row blocks of linear1), rank 4.
+pub fn write_flux_lora(
+    path: &Path,
+    config: &flux::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.dim;
+    let mut layers = Vec::new();
+    for i in 0..config.double_blocks {
+        for part in ["to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"] {
+            layers.push((format!("transformer.transformer_blocks.{i}.attn.{part}"), d));
+        }
+    }
+    for i in 0..config.single_blocks {
+        let parts =
+            [("attn.to_q", d), ("attn.to_k", d), ("attn.to_v", d), ("proj_mlp", config.mlp_hidden)];
+        for (part, rows) in parts {
+            layers.push((format!("transformer.single_transformer_blocks.{i}.{part}"), rows));
+        }
+    }
+    let specs: Vec<Spec> = layers
+        .into_iter()
+        .flat_map(|(name, rows)| layout::lora_pair(&name, rows, d, RANK))
+        .collect();
+    write_one(path, &specs, FLUX_LORA, "FLUX.1 LoRA", dtype, seed, progress)
 }
 
 /// Writes a random-weight Qwen2.5-VL of `config` with the vision tower `vision` to `path` (ComfyUI's names).

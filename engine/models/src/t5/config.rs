@@ -107,6 +107,17 @@ impl Config {
 /// unsupported dtype or of a disagreeing shape; umT5 (Wan's encoder, a position bias in every block, another
 /// tokenizer); the ungated T5 v1.0 feed-forward (`DenseReluDense.wi`).
 pub fn detect(h: &Header) -> Result<Option<Config>> {
+    // Once the file looks like one, what is wrong with it is said as such.
+    detect_t5(h).map_err(|e| match e {
+        crate::Error::Unsupported { path, msg } if !msg.contains("a T5 encoder") => {
+            crate::Error::Unsupported { path, msg: format!("a T5 encoder file, but {msg}") }
+        }
+        e => e,
+    })
+}
+
+/// [`detect`] before its errors are worded.
+fn detect_t5(h: &Header) -> Result<Option<Config>> {
     let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
     if !present("encoder.block.0.layer.0.SelfAttention.q.weight") {
         return Ok(None);

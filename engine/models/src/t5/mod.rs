@@ -21,3 +21,14 @@ pub use tokenizer::Tokenizer;
 pub const EOS: u32 = 1;
 /// `<pad>`: what ComfyUI pads a prompt's ids with (`special_tokens["pad"]`).
 pub const PAD: u32 = 0;
+
+/// T5-XXL's prompt layout in ComfyUI's FLUX.1 tokenizer ([`crate::prompt_weights`]): no start token, EOS, one
+/// section padded with [`PAD`] to 256 tokens, never truncated.
+pub const FLUX_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::Layout {
+    start: None,
+    end: Some(EOS),
+    pad: PAD,
+    max_length: 99_999_999,
+    pad_to_max_length: false,
+    min_length: Some(256),
+};

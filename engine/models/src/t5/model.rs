@@ -5,16 +5,13 @@
 //! weight to the activations' type, so the whole encoder runs in f32 whatever the weights are stored in; the
 //! same holds here: every op follows its input's type, and the input is f32.
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
-
 use kiln_compute::backend::{BinaryOp, UnaryOp};
 use kiln_compute::memory::Model;
-use kiln_compute::quant::Quant;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{Config, EMBED, FINAL_NORM, POSITION_BIAS};
 use crate::error::{Error, Result};
+use crate::named::embed_f32;
 
 /// A T5 v1.1 encoder: its config and its weights under the memory manager (loaded from
 /// [`super::load_plan`]).
@@ -134,41 +131,6 @@ fn heads<B: Backend>(b: &B, h: &Tensor<B>, w: &Weight<'_>, cfg: &Config) -> Resu
     let n = h.dim(1)?;
     let t = b.linear(h, w, None)?.reshape(&[1, n, cfg.heads, cfg.d_kv])?;
     Ok(b.permute(&t, &[0, 2, 1, 3])?)
-}
-
-/// The rows of `table` at `ids` `[N, d]`, widened exactly to f32 (ComfyUI's lookup with
-/// `out_dtype=torch.float32`): through the backend's lookup when its compute type holds the table's values
-/// exactly, else row by row. An fp8 table's NaNs become 0 and its infinities the largest finite f32, as
-/// ComfyUI's `nan_to_num` does for a model stored in fp8.
-fn embed_f32<B: Backend>(b: &B, table: &Weight<'_>, ids: &[u32]) -> Result<Tensor<B>> {
-    let compute = b.compute_dtype();
-    let exact = table.quant() == Quant::None && (compute == DType::F32 || table.dtype() == compute);
-    let x = if exact {
-        b.cast(&b.embedding(ids, table)?, DType::F32)?
-    } else {
-        let mut rows: BTreeMap<u32, Tensor<B>> = BTreeMap::new();
-        for &id in ids {
-            if let Entry::Vacant(slot) = rows.entry(id) {
-                slot.insert(b.weight_to_tensor(&table.rows(id as usize, 1)?, DType::F32)?);
-            }
-        }
-        let parts: Vec<&Tensor<B>> = ids.iter().map(|id| &rows[id]).collect();
-        b.concat(&parts, 0)?
-    };
-    if !matches!(table.dtype(), DType::F8E4M3 | DType::F8E5M2) {
-        return Ok(x);
-    }
-    let values: Vec<f32> = b
-        .to_f32(&x)?
-        .into_iter()
-        .map(|v| match v {
-            v if v.is_nan() => 0.0,
-            f32::INFINITY => f32::MAX,
-            f32::NEG_INFINITY => f32::MIN,
-            v => v,
-        })
-        .collect();
-    Ok(b.from_f32(x.shape(), &values, DType::F32)?)
 }
 
 /// The bucket of a relative position (key position − query position) in T5's bidirectional relative

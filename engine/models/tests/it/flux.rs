@@ -326,4 +326,43 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
     let file = SafetensorsFile::open(&flux2.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&file, "")).unwrap_err();
     assert!(err.to_string().contains("FLUX.2"), "{err}");
+    // Chroma has FLUX.1's image input and q/k norms beside its distilled guidance layer.
+    let chroma = EditedWeights::new("chroma", |t| {
+        t.insert("distilled_guidance_layer.norms.0.scale".into(), (vec![128], vec![1.0; 128]));
+    });
+    let file = SafetensorsFile::open(&chroma.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&file, "")).unwrap_err();
+    assert!(err.to_string().contains("Chroma"), "{err}");
+}
+
+/// Every key of a diffusers-named FLUX.1 LoRA (synth's: the fused qkv's and linear1's row blocks, linear1's
+/// four of unequal sizes) adapts a weight, and each fused weight gets one patch of its full shape.
+#[test]
+fn a_diffusers_lora_patches_the_fused_weights_row_blocks() {
+    let dir = std::env::temp_dir().join(format!("kiln-flux-lora-{}", std::process::id()));
+    let path = dir.join("lora.safetensors");
+    let set = kiln_models::synth::ZImageTurboSet::tiny();
+    let family = kiln_models::synth::SynthFamily::Lora(DiffusionFamily::Flux);
+    kiln_models::synth::write_family(
+        &path,
+        family,
+        &set,
+        kiln_models::synth::SynthDtype::F32,
+        1,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let lora = SafetensorsFile::open(&path).unwrap();
+    let cfg = set.flux.clone();
+    let expected = kiln_models::flux::expected_shapes(&cfg);
+    let slots: Vec<(&str, &[usize])> =
+        expected.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let found = kiln_models::flux::lora::patches(&lora, &cfg, &slots, 1.0).unwrap();
+    assert!(found.unmatched.is_empty(), "{:?}", found.unmatched);
+    let patched: Vec<&str> = found.patches.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(patched.contains(&"double_blocks.0.img_attn.qkv.weight"), "{patched:?}");
+    assert!(patched.contains(&"double_blocks.0.txt_attn.qkv.weight"), "{patched:?}");
+    assert!(patched.contains(&"single_blocks.1.linear1.weight"), "{patched:?}");
+    assert_eq!(patched.len(), cfg.double_blocks * 2 + cfg.single_blocks);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,6 +7,7 @@ mod clip_text;
 mod comfy_sampling;
 mod common;
 mod flux;
+mod flux_tokens;
 mod flux_vae;
 mod noise;
 mod quant;

@@ -536,6 +536,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-vae",
             "flux-vae",
             "z-image-lora",
+            "flux1-lora",
             "qwen-image-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
@@ -545,7 +546,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-diffsynth-controlnet",
             "z-image-fun-controlnet",
             "flux1-schnell",
-            "flux1-fill"
+            "flux1-fill",
+            "flux1-canny",
+            "flux1-schnell-checkpoint"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -597,6 +600,13 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
                 let want = synth::fun_control_config(&set.zimage);
                 assert_eq!(found, ModelPatchDetected::ZImageFun(want));
+            }
+            synth::SynthFamily::Flux(kiln_models::synth::FluxFile::SchnellCheckpoint) => {
+                let prefix = kiln_models::header::diffusion_prefix(file.names());
+                let found =
+                    DiffusionDetected::detect(&Header::new(&file, &prefix)).unwrap().unwrap();
+                let want = kiln_models::synth::FluxFile::SchnellCheckpoint.config(&set.flux);
+                assert_eq!(found, DiffusionDetected::Flux(want, kiln_models::flux::Layout::Comfy));
             }
             synth::SynthFamily::Flux(file) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

@@ -2,6 +2,7 @@
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
 mod compose;
+mod concat;
 mod conditioning;
 mod controlnet;
 mod custom_sampling;

@@ -79,13 +79,18 @@ struct Forward<'a> {
     pooled: &'a [Option<&'a Tensor>],
     /// What rides along with the contexts (equal for every part of a batch): the reference latents.
     extras: &'a CondExtras,
+    /// The latent's noise mask at one part's latent shape, for a model that reads an inpainting mask.
+    denoise_mask: Option<&'a [f32]>,
 }
 
 impl OnDevice for Forward<'_> {
     type Output = kiln_models::Result<Vec<f32>>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         let batch = self.shape[0];
-        let x = b.from_f32(self.shape, self.x, b.compute_dtype())?;
+        let x = match self.with_concat()? {
+            Some((shape, values)) => b.from_f32(&shape, &values, b.compute_dtype())?,
+            None => b.from_f32(self.shape, self.x, b.compute_dtype())?,
+        };
         let first = self.contexts.first().ok_or_else(|| {
             kiln_models::Error::Invalid("a model call with no conditioning".to_owned())
         })?;
@@ -180,6 +185,32 @@ impl OnDevice for Forward<'_> {
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
+    }
+}
+
+impl Forward<'_> {
+    /// The latents with the channels a channel-concat model reads beside them (one part's, repeated to each
+    /// part of the batch), or `None` for a model that reads none.
+    fn with_concat(&self) -> kiln_models::Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let parts = self.contexts.len().max(1);
+        let mut part_shape = self.shape.to_vec();
+        part_shape[0] /= parts;
+        let concat =
+            super::concat::concat_channels(self.model, self.extras, &part_shape, self.denoise_mask)
+                .map_err(|e| kiln_models::Error::Invalid(e.message))?;
+        let Some(concat) = concat else {
+            return Ok(None);
+        };
+        let batch = self.shape[0];
+        let (sample, extra) = (self.x.len() / batch, concat.data().len() / part_shape[0]);
+        let mut values = Vec::with_capacity(batch * (sample + extra));
+        for i in 0..batch {
+            values.extend_from_slice(&self.x[i * sample..][..sample]);
+            values.extend_from_slice(&concat.data()[(i % part_shape[0]) * extra..][..extra]);
+        }
+        let mut shape = self.shape.to_vec();
+        shape[1] += concat.shape()[1];
+        Ok(Some((shape, values)))
     }
 }
 
@@ -316,6 +347,7 @@ impl Guided<'_> {
                 contexts: &contexts,
                 pooled: &pooled,
                 extras: &entry.extras,
+                denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
             };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
@@ -361,6 +393,7 @@ impl Guided<'_> {
             contexts: &contexts,
             pooled: &pooled,
             extras: &pos.extras,
+            denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
         };
         let out = on_device(self.compute.device(), forward)?;
         let (cond, uncond) = out.split_at(x.len());
