@@ -1,6 +1,6 @@
-//! The frontend's default Z-Image-Turbo workflow (issue #11), or Qwen-Image's text-to-image template
-//! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23),
-//! run in-process through the engine's [`Executor`]:
+//! The frontend's default Z-Image-Turbo workflow (issue #11), Qwen-Image's text-to-image template
+//! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
+//! FLUX.1 dev's (`--workflow flux-dev`; issue #22), run in-process through the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
 //! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
@@ -8,12 +8,12 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
 //!        [--out FILE] [--label TEXT]
 //! ```
 //!
-//! `DIR` is a models folder with the workflow's three files (`kiln model synth` writes them).
+//! `DIR` is a models folder with the workflow's files (`kiln model synth` writes them; FLUX.1 has four).
 //!
 //! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
 //! `weights` is the tensor bytes of the DiT file (`--vram-of dit`, the default: the model each sampler step
@@ -60,21 +60,31 @@ enum Workflow {
     /// skipped). The Lightning LoRA itself is left out: merged into the weights once before sampling, it
     /// changes no step's cost.
     QwenImageLightning,
+    /// FLUX.1 dev's text-to-image template (`flux_dev_full_text_to_image`): euler, CFG 1 (the zeroed negative
+    /// is skipped), guidance 3.5, one DiT call a step; CLIP-L and T5-XXL through DualCLIPLoader.
+    FluxDev,
 }
 
 impl Workflow {
-    /// The DiT, text encoder and VAE files under the models folder (the names `kiln model synth` writes).
-    fn files(self) -> [&'static str; 3] {
+    /// The DiT, the text encoder files and the VAE under the models folder (the names `kiln model synth`
+    /// writes), the DiT first, the VAE last.
+    fn files(self) -> &'static [&'static str] {
         match self {
-            Workflow::ZImage => [
+            Workflow::ZImage => &[
                 "diffusion_models/z_image_turbo_bf16.safetensors",
                 "text_encoders/qwen_3_4b.safetensors",
                 "vae/ae.safetensors",
             ],
-            Workflow::QwenImage | Workflow::QwenImageLightning => [
+            Workflow::QwenImage | Workflow::QwenImageLightning => &[
                 "diffusion_models/qwen_image_fp8_e4m3fn.safetensors",
                 "text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
                 "vae/qwen_image_vae.safetensors",
+            ],
+            Workflow::FluxDev => &[
+                "diffusion_models/flux1-dev-kontext_fp8_scaled.safetensors",
+                "text_encoders/clip_l.safetensors",
+                "text_encoders/t5xxl_fp8_e4m3fn_scaled.safetensors",
+                "vae/ae.safetensors",
             ],
         }
     }
@@ -90,6 +100,7 @@ impl Workflow {
             Workflow::ZImage => default_workflow(seed, size, steps),
             Workflow::QwenImage => qwen_image_workflow(seed, size, steps, 2.5),
             Workflow::QwenImageLightning => qwen_image_workflow(seed, size, steps, 1.0),
+            Workflow::FluxDev => flux_dev_workflow(seed, size, steps),
         }
     }
 
@@ -102,7 +113,7 @@ impl Workflow {
             Workflow::QwenImage => json!({
                 "sampler": "euler", "scheduler": "simple", "cfg": 2.5, "dit_calls_per_step": 2,
             }),
-            Workflow::QwenImageLightning => json!({
+            Workflow::QwenImageLightning | Workflow::FluxDev => json!({
                 "sampler": "euler", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
             }),
         }
@@ -156,9 +167,10 @@ fn parse_args() -> Result<Args, String> {
                 "zimage" => args.workflow = Workflow::ZImage,
                 "qwen-image" => args.workflow = Workflow::QwenImage,
                 "qwen-image-lightning" => args.workflow = Workflow::QwenImageLightning,
+                "flux-dev" => args.workflow = Workflow::FluxDev,
                 other => {
                     return Err(format!(
-                        "--workflow {other}: expected zimage, qwen-image or qwen-image-lightning"
+                        "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning or flux-dev"
                     ));
                 }
             },
@@ -225,13 +237,30 @@ fn qwen_image_workflow(seed: u64, size: u32, steps: u32, cfg: f64) -> Value {
     })
 }
 
-/// The loader node of each file, for the "RSS while loading" check (the same ids in both graphs).
+/// FLUX.1 dev's text-to-image template at `size`² and `steps` steps (the same node ids as the other graphs
+/// for the loaders and the sampler), on the fp8 scaled files the Kontext template names.
+fn flux_dev_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "DualCLIPLoader", "inputs": {"clip_name1": "clip_l.safetensors", "clip_name2": "t5xxl_fp8_e4m3fn_scaled.safetensors", "type": "flux", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "flux1-dev-kontext_fp8_scaled.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse on a cliff at dusk, oil painting", "clip": ["62", 0]}},
+        "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["66", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "71": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["67", 0]}},
+    })
+}
+
+/// The file a loader node loads, for the "RSS while loading" check (the same ids in every graph; FLUX.1's
+/// DualCLIPLoader loads two files, the first named).
 fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
-    let [dit, text_encoder, vae] = workflow.files();
+    let files = workflow.files();
     match node {
-        "66" => Some(dit),
-        "62" => Some(text_encoder),
-        "63" => Some(vae),
+        "66" => files.first().copied(),
+        "62" => files.get(1).copied(),
+        "63" => files.last().copied(),
         _ => None,
     }
 }
@@ -535,12 +564,8 @@ fn machine() -> Value {
 }
 
 fn bench(args: &Args) -> Result<Value, String> {
-    let file_bytes: BTreeMap<&str, u64> = args
-        .workflow
-        .files()
-        .into_iter()
-        .map(|f| (f, tensor_bytes(&args.models.join(f))))
-        .collect();
+    let file_bytes: BTreeMap<&str, u64> =
+        args.workflow.files().iter().map(|&f| (f, tensor_bytes(&args.models.join(f)))).collect();
     if let Some((missing, _)) = file_bytes.iter().find(|(_, b)| **b == 0) {
         return Err(format!("{} is missing or unreadable", args.models.join(missing).display()));
     }
@@ -622,6 +647,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::ZImage => "zimage-default-workflow",
             Workflow::QwenImage => "qwen-image-text-to-image",
             Workflow::QwenImageLightning => "qwen-image-lightning",
+            Workflow::FluxDev => "flux-dev-text-to-image",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()

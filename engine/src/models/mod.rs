@@ -294,8 +294,9 @@ impl Cond {
 /// those it has inputs for and ignores the others, as ComfyUI's `extra_conds` does (Z-Image reads none).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CondExtras {
-    /// The distilled-guidance strength (`FluxGuidance`, `CLIPTextEncodeFlux`).
-    pub guidance: Option<f64>,
+    /// The distilled-guidance strength (`FluxGuidance`, `CLIPTextEncodeFlux`): `None` unset (the model's
+    /// default), `Some(None)` disabled (`FluxDisableGuidance`).
+    pub guidance: Option<Option<f64>>,
     /// Latents an edit model attends to (`ReferenceLatent`, appended in order), VAE space.
     pub reference_latents: Vec<Tensor>,
     /// How reference latents are positioned (`FluxKontextMultiReferenceLatentMethod`).

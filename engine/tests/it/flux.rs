@@ -86,6 +86,13 @@ fn issue_22_flux_dev_text_to_image_runs_on_tiny_files() {
     let (_, other) =
         image_of(&mut h, dev_graph("flux1-dev.safetensors", "a fairy tale castle", Some(30.0), 3));
     assert_ne!(pixels, other, "the guidance steers the dev model");
+    // FluxDisableGuidance leaves the guidance embedding out: neither the default nor any value.
+    let mut disabled = dev_graph("flux1-dev.safetensors", "a fairy tale castle", None, 3);
+    disabled["35"] =
+        json!({"class_type": "FluxDisableGuidance", "inputs": {"conditioning": ["49", 0]}});
+    disabled["50"]["inputs"]["positive"] = json!(["35", 0]);
+    let (_, disabled) = image_of(&mut h, disabled);
+    assert!(disabled != pixels && disabled != other, "the guidance embedding is left out");
     // The prompt steers it, and so does its weighting (through T5-XXL's states).
     let (_, prompt) =
         image_of(&mut h, dev_graph("flux1-dev.safetensors", "a dark forest", None, 3));

@@ -205,9 +205,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// The pooled text vector `[B, D]` of families that take one (FLUX.1: CLIP-L's); `None` where the
     /// conditioning has none.
     pub pooled: Option<&'a Tensor<B>>,
-    /// The distilled guidance per sample (`FluxGuidance`); `None` where the conditioning sets none (FLUX.1
-    /// then takes ComfyUI's default 3.5). Families without a guidance embedding ignore it.
-    pub guidance: Option<&'a [f32]>,
+    /// The distilled guidance (`FluxGuidance`, `FluxDisableGuidance`). Families without a guidance embedding
+    /// ignore it.
+    pub guidance: DistilledGuidance<'a>,
     /// Latents an edit model attends to (`ReferenceLatent`), in order, in model space, `[1 or B, C, h, w]`
     /// each; families without reference inputs ignore them, as ComfyUI's do.
     pub references: &'a [Tensor<B>],
@@ -218,6 +218,18 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub controls: &'a [ControlInput<'a, B>],
     /// Model patches in the order they were applied (`QwenImageDiffsynthControlnet`), each of this family.
     pub patches: &'a [PatchInput<'a, B>],
+}
+
+/// What the conditioning says of a guidance-distilled model's guidance embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum DistilledGuidance<'a> {
+    /// Nothing: the model's default (FLUX.1: ComfyUI's 3.5).
+    #[default]
+    Unset,
+    /// One value per sample (`FluxGuidance`, `CLIPTextEncodeFlux`).
+    Set(&'a [f32]),
+    /// No guidance term at all (`FluxDisableGuidance`).
+    Disabled,
 }
 
 /// Refuses ControlNets and model patches of another family than `family`.
@@ -299,8 +311,12 @@ impl DiffusionNet {
         match self {
             DiffusionNet::Flux(net) => {
                 refuse_controls(DiffusionFamily::Flux, input.controls, input.patches)?;
-                let batch = input.x.dim(0)?;
-                let default_guidance = vec![flux::family::DEFAULT_GUIDANCE; batch];
+                let default_guidance = vec![flux::family::DEFAULT_GUIDANCE; input.x.dim(0)?];
+                let guidance = match input.guidance {
+                    DistilledGuidance::Unset => Some(default_guidance.as_slice()),
+                    DistilledGuidance::Set(values) => Some(values),
+                    DistilledGuidance::Disabled => None,
+                };
                 net.forward(
                     b,
                     &FluxInput {
@@ -308,7 +324,7 @@ impl DiffusionNet {
                         timesteps: input.timesteps,
                         context: input.context,
                         pooled: input.pooled,
-                        guidance: Some(input.guidance.unwrap_or(&default_guidance)),
+                        guidance,
                         references: input.references,
                         method: input.reference_method,
                     },

@@ -25,7 +25,9 @@ mod text_encoder;
 mod vae;
 
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
-pub use diffusion::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
+pub use diffusion::{
+    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
+};
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use text_encoder::{
     EditPrompt, Encoded, PromptTokens, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,

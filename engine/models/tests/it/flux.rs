@@ -10,7 +10,9 @@ use std::sync::Arc;
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
-use kiln_models::family::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
+use kiln_models::family::{
+    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
+};
 use kiln_models::flux::{self, Config, Flux, FluxInput, Layout};
 use kiln_models::header::diffusion_prefix;
 use kiln_models::{Error, Header};
@@ -288,7 +290,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         timesteps: &io["sigma.even"].1,
         context: &context,
         pooled: Some(&pooled),
-        guidance: None,
+        guidance: DistilledGuidance::Unset,
         references: &[],
         reference_method: None,
         controls: &[],

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
-use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet};
+use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet, DistilledGuidance};
 use kiln_models::header::diffusion_prefix;
 use kiln_models::qwen_image::{self, Config, QwenImage};
 use kiln_models::{Error, Header};
@@ -130,7 +130,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             timesteps: &io["sigma.odd"].1,
             context: &context,
             pooled: None,
-            guidance: None,
+            guidance: DistilledGuidance::Unset,
             references: &refs,
             reference_method: method,
             controls: &[],
@@ -168,7 +168,7 @@ fn layered_frames_match_comfyui() {
             timesteps: &io["sigma.layered"].1,
             context: &context,
             pooled: None,
-            guidance: None,
+            guidance: DistilledGuidance::Unset,
             references,
             reference_method: None,
             controls: &[],

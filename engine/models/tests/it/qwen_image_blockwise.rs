@@ -7,7 +7,7 @@ use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::Header;
 use kiln_models::family::{
-    DiffusionInput, DiffusionNet, ModelPatchDetected, ModelPatchNet, PatchInput,
+    DiffusionInput, DiffusionNet, DistilledGuidance, ModelPatchDetected, ModelPatchNet, PatchInput,
 };
 use kiln_models::qwen_image::{self, QwenImage};
 
@@ -54,7 +54,7 @@ fn blockwise_controlnets_match_comfyui() {
             timesteps: &io["sigma"].1,
             context: &context,
             pooled: None,
-            guidance: None,
+            guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
             controls: &[],

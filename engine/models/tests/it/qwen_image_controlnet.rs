@@ -10,6 +10,7 @@ use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_models::family::{
     ControlInput, ControlNetDetected, ControlNetNet, DiffusionInput, DiffusionNet,
+    DistilledGuidance,
 };
 use kiln_models::qwen_image::{self, ControlKind, QwenImage};
 use kiln_models::{Error, Header};
@@ -84,7 +85,7 @@ fn controlnets_match_comfyui() {
             timesteps: sigmas,
             context: &context,
             pooled: None,
-            guidance: None,
+            guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
             controls: &controls,
@@ -119,7 +120,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         timesteps: &io["sigma"].1,
         context: &context,
         pooled: None,
-        guidance: None,
+        guidance: DistilledGuidance::Unset,
         references: &[],
         reference_method: None,
         controls: &controls,

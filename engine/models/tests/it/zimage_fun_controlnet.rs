@@ -6,7 +6,8 @@ use kiln_compute::Backend as _;
 use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::family::{
-    DiffusionDetected, DiffusionInput, ModelPatchDetected, ModelPatchNet, PatchInput,
+    DiffusionDetected, DiffusionInput, DistilledGuidance, ModelPatchDetected, ModelPatchNet,
+    PatchInput,
 };
 use kiln_models::zimage::Layout;
 use kiln_models::{Error, Header};
@@ -46,7 +47,7 @@ fn fun_controlnet_matches_comfyui() {
             timesteps: &io["sigma"].1,
             context: &context,
             pooled: None,
-            guidance: None,
+            guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
             controls: &[],

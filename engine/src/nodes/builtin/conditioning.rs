@@ -105,7 +105,7 @@ impl Node for ClipTextEncodeFlux {
         let mut cond =
             on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
                 .map_err(node_error)?;
-        cond.extras.guidance = Some(inputs.float("guidance")?);
+        cond.extras.guidance = Some(Some(inputs.float("guidance")?));
         let conditioning = Conditioning { entries: vec![cond] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }
@@ -180,8 +180,17 @@ pub(super) fn extras_nodes() -> Vec<Pure> {
                 .output(OutputDef::new("CONDITIONING")),
             |inputs| {
                 let guidance = inputs.float("guidance")?;
-                set_extras(inputs, |e| e.guidance = Some(guidance))
+                set_extras(inputs, |e| e.guidance = Some(Some(guidance)))
             },
+        ),
+        Pure::new(
+            v3_spec("FluxDisableGuidance", "", "model/conditioning/flux", FLUX)
+                .description(
+                    "This node completely disables the guidance embed on Flux and Flux like models",
+                )
+                .input(InputDef::typed("conditioning", "CONDITIONING"))
+                .output(OutputDef::new("CONDITIONING")),
+            |inputs| set_extras(inputs, |e| e.guidance = Some(None)),
         ),
         Pure::new(
             v3_spec(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::{Backend, DType};
-use kiln_models::family::{ControlInput, DiffusionInput, PatchInput};
+use kiln_models::family::{ControlInput, DiffusionInput, DistilledGuidance, PatchInput};
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
@@ -117,7 +117,12 @@ impl OnDevice for Forward<'_> {
             }
             _ => None,
         };
-        let guidance = self.extras.guidance.map(|g| vec![g as f32; batch]);
+        let values = self.extras.guidance.flatten().map(|g| vec![g as f32; batch]);
+        let guidance = match (self.extras.guidance, &values) {
+            (None, _) => DistilledGuidance::Unset,
+            (Some(_), Some(values)) => DistilledGuidance::Set(values),
+            (Some(_), None) => DistilledGuidance::Disabled,
+        };
         let timesteps = vec![self.model.sampling.timestep(self.sigma); batch];
         // References enter the model in its latent space, as ComfyUI's `process_latent_in` puts them.
         let references = self
@@ -176,7 +181,7 @@ impl OnDevice for Forward<'_> {
             timesteps: &timesteps,
             context: &context,
             pooled: pooled.as_ref(),
-            guidance: guidance.as_deref(),
+            guidance,
             references: &references,
             reference_method: self.extras.reference_latents_method.as_deref(),
             controls: &controls,
