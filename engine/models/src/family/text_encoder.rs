@@ -464,63 +464,65 @@ impl TextEncoderNet {
         tokens: &PromptTokens,
         images: &[VisionInput],
     ) -> Result<Encoded<B>> {
-        let ids = match (self, tokens) {
+        let reads_no_images = || {
+            Err(Error::Invalid(format!("a {} text encoder reads no images", self.family().name())))
+        };
+        match (self, tokens) {
             (TextEncoderNet::Flux { clip_l, t5, .. }, PromptTokens::Flux { clip_l: l, t5: t }) => {
                 if !images.is_empty() {
-                    return Err(Error::Invalid("FLUX.1's text encoder reads no images".to_owned()));
+                    return reads_no_images();
                 }
-                return encode_flux(b, clip_l, t5, l, t);
+                encode_flux(b, clip_l, t5, l, t)
             }
-            (TextEncoderNet::Flux { .. }, PromptTokens::Ids(_)) => {
-                return Err(Error::Invalid(
-                    "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
-                        .to_owned(),
-                ));
-            }
-            (_, PromptTokens::Ids(ids)) => ids,
-            (_, PromptTokens::Flux { .. }) => {
-                return Err(Error::Invalid(format!(
-                    "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
-                    self.family().name()
-                )));
-            }
-        };
-        let cond = match self {
-            TextEncoderNet::Qwen3 { model, .. } if images.is_empty() => {
-                model.hidden_state(b, ids)?
-            }
-            TextEncoderNet::Qwen3 { .. } => {
-                return Err(crate::Error::Invalid(format!(
-                    "a {} text encoder reads no images",
-                    self.family().name()
-                )));
-            }
-            // ComfyUI conditions Qwen-Image on the hidden states after the template's prefix (found in the
-            // ids before the images take their place; they come after it).
-            TextEncoderNet::Qwen25Vl { model, vision, .. } => {
-                let mut tokens = Vec::with_capacity(images.len());
-                for input in images {
-                    let Some(vision) = vision else {
-                        return Err(crate::Error::Invalid(
-                            "this Qwen2.5-VL file has no vision tower (`visual.*` weights)"
-                                .to_owned(),
-                        ));
-                    };
-                    tokens.push(ImageTokens {
-                        embeds: qwen_vl::embed_image(b, &model.weights, vision, input)?,
-                        rows: input.grid_h / qwen_vl::MERGE,
-                        cols: input.grid_w / qwen_vl::MERGE,
-                    });
+            (TextEncoderNet::Qwen3 { model, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
                 }
-                let hidden = model.hidden_state_with_images(b, ids, &tokens)?;
-                let start = qwen3::qwen_image_conditioning_start(ids);
-                let n = hidden.dim(1)?;
-                b.slice(&hidden, 1, start, n - start)?
+                Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None })
             }
-            TextEncoderNet::Flux { .. } => unreachable!("handled above"),
-        };
-        Ok(Encoded { cond, pooled: None })
+            (TextEncoderNet::Qwen25Vl { model, vision, .. }, PromptTokens::Ids(ids)) => {
+                let cond = qwen_image_states(b, model, vision.as_ref(), ids, images)?;
+                Ok(Encoded { cond, pooled: None })
+            }
+            (TextEncoderNet::Flux { .. }, PromptTokens::Ids(_)) => Err(Error::Invalid(
+                "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
+                    .to_owned(),
+            )),
+            (_, PromptTokens::Flux { .. }) => Err(Error::Invalid(format!(
+                "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
+                self.family().name()
+            ))),
+        }
     }
+}
+
+/// The states ComfyUI conditions Qwen-Image on: Qwen2.5-VL's last hidden states of `ids` with `images` in
+/// their `<|image_pad|>` slots, after the template's prefix (found in the ids before the images take their
+/// place; they come after it).
+fn qwen_image_states<B: Backend>(
+    b: &B,
+    model: &Qwen3,
+    vision: Option<&VisionConfig>,
+    ids: &[u32],
+    images: &[VisionInput],
+) -> Result<Tensor<B>> {
+    let mut tokens = Vec::with_capacity(images.len());
+    for input in images {
+        let Some(vision) = vision else {
+            return Err(Error::Invalid(
+                "this Qwen2.5-VL file has no vision tower (`visual.*` weights)".to_owned(),
+            ));
+        };
+        tokens.push(ImageTokens {
+            embeds: qwen_vl::embed_image(b, &model.weights, vision, input)?,
+            rows: input.grid_h / qwen_vl::MERGE,
+            cols: input.grid_w / qwen_vl::MERGE,
+        });
+    }
+    let hidden = model.hidden_state_with_images(b, ids, &tokens)?;
+    let start = qwen3::qwen_image_conditioning_start(ids);
+    let n = hidden.dim(1)?;
+    Ok(b.slice(&hidden, 1, start, n - start)?)
 }
 
 /// ComfyUI's `FluxClipModel.encode_token_weights`: T5-XXL's states of its one section with the prompt's
