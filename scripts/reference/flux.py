@@ -128,10 +128,11 @@ def bfl_name(name):
     return name[:-len(".weight")] + ".scale" if name.endswith(("query_norm.weight", "key_norm.weight")) else name
 
 
-def to_diffusers(state):
+def to_diffusers(state, hidden=None, depth=None, single=None, mlp_ratio=None):
     """ComfyUI/BFL names to diffusers' FluxTransformer2DModel (models-flux.md 3.4): fused qkv and linear1 split by
-    rows, the final modulation's halves swapped (BFL shift | scale, diffusers scale | shift)."""
-    h = HIDDEN
+    rows, the final modulation's halves swapped (BFL shift | scale, diffusers scale | shift). The sizes default to
+    the fixture's; bench/flux-gpu/torch_flux.py passes a synthetic file's."""
+    h = hidden or HIDDEN
     out = {}
 
     def put(dst, src):
@@ -149,7 +150,7 @@ def to_diffusers(state):
     for dst, src in [("timestep", "time_in"), ("guidance", "guidance_in"), ("text", "vector_in")]:
         put(f"time_text_embed.{dst}_embedder.linear_1", f"{src}.in_layer")
         put(f"time_text_embed.{dst}_embedder.linear_2", f"{src}.out_layer")
-    for i in range(CONFIG["depth"]):
+    for i in range(depth or CONFIG["depth"]):
         d, s = f"transformer_blocks.{i}", f"double_blocks.{i}"
         put(f"{d}.norm1.linear", f"{s}.img_mod.lin")
         put(f"{d}.norm1_context.linear", f"{s}.txt_mod.lin")
@@ -165,8 +166,8 @@ def to_diffusers(state):
         put(f"{d}.ff.net.2", f"{s}.img_mlp.2")
         put(f"{d}.ff_context.net.0.proj", f"{s}.txt_mlp.0")
         put(f"{d}.ff_context.net.2", f"{s}.txt_mlp.2")
-    m = int(h * CONFIG["mlp_ratio"])
-    for i in range(CONFIG["depth_single_blocks"]):
+    m = int(h * (mlp_ratio or CONFIG["mlp_ratio"]))
+    for i in range(single or CONFIG["depth_single_blocks"]):
         d, s = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
         split([f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v", f"{d}.proj_mlp"], f"{s}.linear1", [h, h, h, m])
         put(f"{d}.attn.norm_q", f"{s}.norm.query_norm")
