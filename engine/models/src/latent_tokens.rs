@@ -1,6 +1,8 @@
 //! Latents as the MMDiTs' image tokens (Qwen-Image, FLUX.1): padded circularly to the patch size, then cut
 //! into `p × p` patches whose features are channel-major, `c·p² + py·p + px` (diffusers' packing, ComfyUI's
-//! `rearrange(x, "b c (h ph) (w pw) -> b (h w) (c ph pw)")`), unlike the backend's NextDiT order.
+//! `rearrange(x, "b c (h ph) (w pw) -> b (h w) (c ph pw)")`), unlike the backend's NextDiT order; and the
+//! reference latents an edit model appends after them (checked, batched, and placed side by side as ComfyUI's
+//! `offset` method places them).
 
 use kiln_compute::backend::PadMode;
 use kiln_compute::{Backend, Tensor};
@@ -50,4 +52,63 @@ pub(crate) fn unpatchify<B: Backend>(
     let t = y.reshape(&[batch, rows, cols, channels, p, p])?;
     let t = b.permute(&t, &[0, 3, 1, 4, 2, 5])?;
     Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
+}
+
+/// The sides `(h, w)` of a reference latent `[1 or batch, channels, h, w]`; an error for another shape.
+pub(crate) fn reference_sides<B: Backend>(
+    reference: &Tensor<B>,
+    batch: usize,
+    channels: usize,
+) -> Result<(usize, usize)> {
+    let &[rb, c, rh, rw] = reference.shape() else {
+        return Err(Error::Invalid(format!(
+            "a reference latent must be [B, {channels}, h, w], got {:?}",
+            reference.shape()
+        )));
+    };
+    if c != channels || !(rb == 1 || rb == batch) || rh == 0 || rw == 0 {
+        return Err(Error::Invalid(format!(
+            "a reference latent {:?} for latents of batch {batch} and {channels} channels",
+            reference.shape()
+        )));
+    }
+    Ok((rh, rw))
+}
+
+/// A reference latent (checked by [`reference_sides`]) in the compute type, repeated to `batch`, padded to
+/// `p`: the latent and its token grid (rows, cols).
+pub(crate) fn batched_reference<B: Backend>(
+    b: &B,
+    reference: &Tensor<B>,
+    batch: usize,
+    p: usize,
+) -> Result<(Tensor<B>, usize, usize)> {
+    let reference = b.cast(reference, b.compute_dtype())?;
+    let reference = if reference.dim(0)? < batch {
+        let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&reference, batch).collect();
+        b.concat(&copies, 0)?
+    } else {
+        reference
+    };
+    padded(b, &reference, p)
+}
+
+/// ComfyUI's `offset` placement of references (Flux Kontext's): each goes right of the union of those before
+/// it when that keeps the union squarer (its height plus the union's beats its width plus the union's), else
+/// below it.
+#[derive(Debug, Default)]
+pub(crate) struct SideBySide {
+    h: usize,
+    w: usize,
+}
+
+impl SideBySide {
+    /// The offset `(h, w)`, in latent pixels, of the next reference of sides `(rh, rw)`.
+    pub(crate) fn place(&mut self, rh: usize, rw: usize) -> (usize, usize) {
+        let (h_offset, w_offset) =
+            if rh + self.h > rw + self.w { (0, self.w) } else { (self.h, 0) };
+        self.h = self.h.max(rh + h_offset);
+        self.w = self.w.max(rw + w_offset);
+        (h_offset, w_offset)
+    }
 }

@@ -10,7 +10,9 @@ use super::config::{
     ROPE_THETA, T_FREQ_DIM,
 };
 use crate::error::{Error, Result};
-use crate::latent_tokens::{padded, patchify, unpatchify};
+use crate::latent_tokens::{
+    SideBySide, batched_reference, padded, patchify, reference_sides, unpatchify,
+};
 
 /// The q/k RMS norms' ε: ComfyUI's `RMSNorm` has none, so torch takes f32's machine epsilon (also for
 /// bf16 and f16 inputs, whose norm computes in f32).
@@ -284,20 +286,10 @@ impl Flux {
             )));
         }
         let (mut index, mut h, mut w) = (0i64, 0usize, 0usize);
+        let mut side_by_side = SideBySide::default();
         let mut placed = Vec::with_capacity(input.references.len());
         for reference in input.references {
-            let &[rb, c, rh, rw] = reference.shape() else {
-                return Err(Error::Invalid(format!(
-                    "a reference latent must be [B, 16, h, w], got {:?}",
-                    reference.shape()
-                )));
-            };
-            if c != LATENT_CHANNELS || !(rb == 1 || rb == batch) || rh == 0 || rw == 0 {
-                return Err(Error::Invalid(format!(
-                    "a reference latent {:?} for latents of batch {batch} and {LATENT_CHANNELS} channels",
-                    reference.shape()
-                )));
-            }
+            let (rh, rw) = reference_sides(reference, batch, LATENT_CHANNELS)?;
             let (mut h_offset, mut w_offset) = (0, 0);
             match method {
                 "index" => index += 1,
@@ -310,23 +302,10 @@ impl Flux {
                 }
                 _ => {
                     index = 1;
-                    if rh + h > rw + w {
-                        w_offset = w;
-                    } else {
-                        h_offset = h;
-                    }
-                    h = h.max(rh + h_offset);
-                    w = w.max(rw + w_offset);
+                    (h_offset, w_offset) = side_by_side.place(rh, rw);
                 }
             }
-            let reference = b.cast(reference, b.compute_dtype())?;
-            let reference = if rb < batch {
-                let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&reference, batch).collect();
-                b.concat(&copies, 0)?
-            } else {
-                reference
-            };
-            let (reference, ref_rows, ref_cols) = padded(b, &reference, PATCH)?;
+            let (reference, ref_rows, ref_cols) = batched_reference(b, reference, batch, PATCH)?;
             let place = Placement {
                 index,
                 rows: ref_rows,

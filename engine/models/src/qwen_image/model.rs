@@ -6,7 +6,7 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
-use crate::latent_tokens;
+use crate::latent_tokens::{self, SideBySide};
 
 use super::blockwise::{BlockPatch, apply_patches};
 use super::config::{
@@ -365,44 +365,22 @@ impl QwenImage {
         method: &str,
         batch: usize,
     ) -> Result<Vec<(Tensor<B>, Positions)>> {
-        let (mut index, mut h, mut w) = (0i64, 0usize, 0usize);
+        let mut index = 0i64;
+        let mut side_by_side = SideBySide::default();
         let mut placed = Vec::with_capacity(references.len());
         for reference in references {
-            let &[rb, c, rh, rw] = reference.shape() else {
-                return Err(Error::Invalid(format!(
-                    "a reference latent must be [B, 16, h, w], got {:?}",
-                    reference.shape()
-                )));
-            };
-            if c != LATENT_CHANNELS || !(rb == 1 || rb == batch) || rh == 0 || rw == 0 {
-                return Err(Error::Invalid(format!(
-                    "a reference latent {:?} for latents of batch {batch} and {LATENT_CHANNELS} channels",
-                    reference.shape()
-                )));
-            }
+            let (rh, rw) = latent_tokens::reference_sides(reference, batch, LATENT_CHANNELS)?;
             let (mut h_offset, mut w_offset) = (0, 0);
             match method {
                 "index" | INDEX_TIMESTEP_ZERO => index += 1,
                 "negative_index" => index -= 1,
                 _ => {
                     index = 1;
-                    if rh + h > rw + w {
-                        w_offset = w;
-                    } else {
-                        h_offset = h;
-                    }
-                    h = h.max(rh + h_offset);
-                    w = w.max(rw + w_offset);
+                    (h_offset, w_offset) = side_by_side.place(rh, rw);
                 }
             }
-            let reference = b.cast(reference, b.compute_dtype())?;
-            let reference = if rb < batch {
-                let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&reference, batch).collect();
-                b.concat(&copies, 0)?
-            } else {
-                reference
-            };
-            let (reference, rows, cols) = padded(b, &reference)?;
+            let (reference, rows, cols) =
+                latent_tokens::batched_reference(b, reference, batch, PATCH)?;
             let positions = Positions {
                 frame: index,
                 rows,
