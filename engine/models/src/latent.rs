@@ -28,6 +28,18 @@ impl LatentFormat {
         rgb: Some((&FLUX_RGB.0, FLUX_RGB.1)),
     };
 
+    /// The FLUX.2 VAE's latent space (ComfyUI's `Flux2`): 128 channels (32 patchified 2×2), 16× down, already
+    /// normalised by the VAE, so the map to the model's space is the identity. Previews average each 2×2
+    /// patch: ComfyUI's 32 rows, each a quarter, for the patch's 4 channels (ComfyUI unpatchifies first and
+    /// shows twice the resolution; the colours are the same up to that averaging).
+    pub const FLUX2: LatentFormat = LatentFormat {
+        channels: 128,
+        spatial_downscale: 16,
+        temporal_downscale: 1,
+        normalize: Normalize::Identity,
+        rgb: Some((&FLUX2_RGB_PATCHES, FLUX_RGB.1)),
+    };
+
     /// The Wan 2.1 VAE's latent space (Wan 2.1 and 2.2 A14B, Qwen-Image): 16 channels, 8× down in space and 4×
     /// in time, each channel normalised by its own mean and standard deviation (ComfyUI's `Wan21`).
     pub const WAN21: LatentFormat = LatentFormat {
@@ -41,6 +53,7 @@ impl LatentFormat {
     /// VAE space → model space, for latents `[B, C, …]` of `shape` (row-major `values`).
     pub fn process_in(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
         self.map(values, shape, |n, c, z| match n {
+            Normalize::Identity => z,
             Normalize::Affine { scale, shift } => (z - shift) * scale,
             Normalize::PerChannel { mean, std } => (z - mean[c]) / std[c],
         })
@@ -49,6 +62,7 @@ impl LatentFormat {
     /// Model space → VAE space, the inverse of [`LatentFormat::process_in`].
     pub fn process_out(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
         self.map(values, shape, |n, c, x| match n {
+            Normalize::Identity => x,
             Normalize::Affine { scale, shift } => x / scale + shift,
             Normalize::PerChannel { mean, std } => x * std[c] + mean[c],
         })
@@ -81,6 +95,8 @@ impl LatentFormat {
 /// How a latent space maps the VAE's values to the diffusion model's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Normalize {
+    /// The VAE's space is the model's (FLUX.2: the VAE normalises its own latent).
+    Identity,
     /// `(z − shift)·scale` for every value.
     Affine {
         /// Multiplies after the shift.
@@ -156,6 +172,56 @@ const FLUX_RGB: ([[f32; 3]; 16], [f32; 3]) = (
     [-0.0329, -0.0718, -0.0851],
 );
 
+/// The FLUX.2 latent space's linear map to RGB of its 32 unpatchified channels (ComfyUI's
+/// `Flux2.latent_rgb_factors`, measured constants; the bias is FLUX.1's).
+const FLUX2_RGB: [[f32; 3]; 32] = [
+    [0.0058, 0.0113, 0.0073],
+    [0.0495, 0.0443, 0.0836],
+    [-0.0099, 0.0096, 0.0644],
+    [0.2144, 0.3009, 0.3652],
+    [0.0166, -0.0039, -0.0054],
+    [0.0157, 0.0103, -0.0160],
+    [-0.0398, 0.0902, -0.0235],
+    [-0.0052, 0.0095, 0.0109],
+    [-0.3527, -0.2712, -0.1666],
+    [-0.0301, -0.0356, -0.0180],
+    [-0.0107, 0.0078, 0.0013],
+    [0.0746, 0.0090, -0.0941],
+    [0.0156, 0.0169, 0.0070],
+    [-0.0034, -0.0040, -0.0114],
+    [0.0032, 0.0181, 0.0080],
+    [-0.0939, -0.0008, 0.0186],
+    [0.0018, 0.0043, 0.0104],
+    [0.0284, 0.0056, -0.0127],
+    [-0.0024, -0.0022, -0.0030],
+    [0.1207, -0.0026, 0.0065],
+    [0.0128, 0.0101, 0.0142],
+    [0.0137, -0.0072, -0.0007],
+    [0.0095, 0.0092, -0.0059],
+    [0.0000, -0.0077, -0.0049],
+    [-0.0465, -0.0204, -0.0312],
+    [0.0095, 0.0012, -0.0066],
+    [0.0290, -0.0034, 0.0025],
+    [0.0220, 0.0169, -0.0048],
+    [-0.0332, -0.0457, -0.0468],
+    [-0.0085, 0.0389, 0.0609],
+    [-0.0076, 0.0003, -0.0043],
+    [-0.0111, -0.0460, -0.0614],
+];
+
+/// [`FLUX2_RGB`] for the patchified latent: channel `c·4 + p` (p the position in the 2×2 patch) gets a
+/// quarter of row c, so a latent position's colour is the mean of its patch's four.
+const FLUX2_RGB_PATCHES: [[f32; 3]; 128] = {
+    let mut rows = [[0.0; 3]; 128];
+    let mut i = 0;
+    while i < 128 {
+        let row = FLUX2_RGB[i / 4];
+        rows[i] = [row[0] / 4.0, row[1] / 4.0, row[2] / 4.0];
+        i += 1;
+    }
+    rows
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +232,20 @@ mod tests {
         assert_eq!(got, [0.0, 0.3611]);
         let back = LatentFormat::FLUX.process_out(&got, &[1, 2, 1, 1]);
         assert!((back[1] - 1.1159).abs() < 1e-6);
+    }
+
+    #[test]
+    fn flux2_is_the_identity_and_previews_each_patch_as_its_mean() {
+        let shape = [1, 128, 1, 2];
+        let values: Vec<f32> = (0..256).map(|i| i as f32 * 0.25 - 3.0).collect();
+        assert_eq!(LatentFormat::FLUX2.process_in(&values, &shape), values);
+        assert_eq!(LatentFormat::FLUX2.process_out(&values, &shape), values);
+        let (rows, bias) = LatentFormat::FLUX2.rgb.expect("a preview map");
+        assert_eq!((rows.len(), bias), (128, FLUX_RGB.1));
+        // Channels 12..16 are the patch of unpatchified channel 3: each a quarter of its row.
+        for row in &rows[12..16] {
+            assert_eq!(*row, [0.2144 / 4.0, 0.3009 / 4.0, 0.3652 / 4.0]);
+        }
     }
 
     #[test]

@@ -14,19 +14,24 @@ use crate::wan_vae::{self, WanVae};
 pub enum VaeFamily {
     /// The KL autoencoder of Flux.1 and Z-Image (16 channels, 8× down), and its SD-era relatives.
     Flux,
+    /// The FLUX.2 VAE: the same network with z 32 and quant convs, its latent 2×2-patchified to 128 channels
+    /// (16× down) and normalised by the BatchNorm statistics in the file, inside the VAE.
+    Flux2,
     /// The causal 3-D autoencoder of Wan 2.1 and Qwen-Image (16 channels, 8× down in space, 4× in time).
     Wan21,
 }
 
 impl VaeFamily {
     /// Every family, in the order detection tries them (the Wan VAE first: the Flux VAE's detection refuses
-    /// every file with 3-D convolutions).
-    pub const ALL: [VaeFamily; 2] = [VaeFamily::Wan21, VaeFamily::Flux];
+    /// every file with 3-D convolutions). The Flux VAE and the FLUX.2 VAE share one detection and each claims
+    /// only its own files (`bn.running_mean` present: FLUX.2), so their order does not matter.
+    pub const ALL: [VaeFamily; 3] = [VaeFamily::Wan21, VaeFamily::Flux, VaeFamily::Flux2];
 
     /// The family's name in messages (`the Flux VAE`).
     pub fn name(self) -> &'static str {
         match self {
             VaeFamily::Flux => flux_vae::family::NAME,
+            VaeFamily::Flux2 => flux_vae::family::FLUX2_NAME,
             VaeFamily::Wan21 => wan_vae::family::NAME,
         }
     }
@@ -35,6 +40,7 @@ impl VaeFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             VaeFamily::Flux => flux_vae::family::SYNTH_NAME,
+            VaeFamily::Flux2 => flux_vae::family::FLUX2_SYNTH_NAME,
             VaeFamily::Wan21 => wan_vae::family::SYNTH_NAME,
         }
     }
@@ -44,6 +50,7 @@ impl VaeFamily {
     pub fn latent(self) -> LatentFormat {
         match self {
             VaeFamily::Flux => LatentFormat::FLUX,
+            VaeFamily::Flux2 => LatentFormat::FLUX2,
             VaeFamily::Wan21 => LatentFormat::WAN21,
         }
     }
@@ -51,9 +58,9 @@ impl VaeFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<VaeDetected>> {
         Ok(match self {
-            VaeFamily::Flux => {
-                flux_vae::detect(h)?.map(|(config, layout)| VaeDetected::Flux(config, layout))
-            }
+            VaeFamily::Flux | VaeFamily::Flux2 => flux_vae::detect(h)?
+                .filter(|(config, _)| flux_family(config) == self)
+                .map(|(config, layout)| VaeDetected::Flux(config, layout)),
             VaeFamily::Wan21 => {
                 wan_vae::detect(h)?.map(|(config, layout)| VaeDetected::Wan21(config, layout))
             }
@@ -61,10 +68,15 @@ impl VaeFamily {
     }
 }
 
+/// The family of a KL autoencoder of `config`: FLUX.2's when its latent is BatchNorm-normalised.
+fn flux_family(config: &flux_vae::Config) -> VaeFamily {
+    if config.latent_bn { VaeFamily::Flux2 } else { VaeFamily::Flux }
+}
+
 /// An autoencoder found in a header, before any weight is read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VaeDetected {
-    /// The Flux VAE.
+    /// The Flux VAE or the FLUX.2 VAE (one network; [`flux_vae::Config::latent_bn`] tells them apart).
     Flux(flux_vae::Config, flux_vae::Layout),
     /// The Wan 2.1 VAE.
     Wan21(wan_vae::Config, wan_vae::Layout),
@@ -80,7 +92,7 @@ impl VaeDetected {
     /// The family.
     pub fn family(&self) -> VaeFamily {
         match self {
-            VaeDetected::Flux(..) => VaeFamily::Flux,
+            VaeDetected::Flux(config, _) => flux_family(config),
             VaeDetected::Wan21(..) => VaeFamily::Wan21,
         }
     }
@@ -104,7 +116,7 @@ impl VaeDetected {
 
 /// A loaded autoencoder.
 pub enum VaeNet {
-    /// The Flux VAE.
+    /// The Flux VAE or the FLUX.2 VAE.
     Flux(FluxVae),
     /// The Wan 2.1 VAE.
     Wan21(WanVae),
@@ -114,7 +126,7 @@ impl VaeNet {
     /// The family.
     pub fn family(&self) -> VaeFamily {
         match self {
-            VaeNet::Flux(_) => VaeFamily::Flux,
+            VaeNet::Flux(net) => flux_family(&net.config),
             VaeNet::Wan21(_) => VaeFamily::Wan21,
         }
     }
@@ -138,11 +150,20 @@ impl VaeNet {
     }
 
     /// Latents `[B, C, h, w]` in VAE space → images `[B, 3, H, W]` in about [−1, 1] (4 channels from an RGBA
-    /// VAE).
+    /// VAE), H and W the latent's times [`VaeNet::downscale`].
     pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
         match self {
             VaeNet::Flux(net) => net.decode(b, z),
             VaeNet::Wan21(net) => net.decode(b, z),
+        }
+    }
+
+    /// Pixels per latent position along each side of an image (8; 16 for the FLUX.2 VAE): what sizes are
+    /// cropped to before encoding, and what a tiled pass scales tiles by.
+    pub fn downscale(&self) -> usize {
+        match self {
+            VaeNet::Flux(net) => net.config.downscale(),
+            VaeNet::Wan21(net) => net.config.downscale(),
         }
     }
 

@@ -3,6 +3,13 @@
 //!
 //! One list, [`expected`], names every weight the network reads (LDM name, diffusers name, shape) for a config;
 //! detection checks the file against it and the load plan is made from it, so the two cannot drift apart.
+//!
+//! The FLUX.2 VAE is this autoencoder with z 32, both quant convs and the latent BatchNorm's running statistics
+//! (`bn.running_mean`, `bn.running_var`, 4·z each): their presence is what sets [`Config::latent_bn`], as in
+//! ComfyUI's `VAE` (`batch_norm_latent`). Its released file names the quant convs as BFL does
+//! (`encoder.quant_conv.*`, `decoder.post_quant_conv.*`); ComfyUI renames those to `quant_conv.*` /
+//! `post_quant_conv.*`, and both spellings are read here. Each side's widths come from its own tensors, so a
+//! decoder narrower than the encoder (`full_encoder_small_decoder.safetensors`) loads.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
@@ -24,8 +31,12 @@ pub enum Layout {
 /// The shape of a KL autoencoder, every width derived from its tensors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Width of the first level (the encoder's `conv_in` output; 128 for Flux).
+    /// Width of the encoder's first level (its `conv_in` output; 128 for Flux); in a file without an encoder,
+    /// the decoder's.
     pub ch: usize,
+    /// Width of the decoder's first level (its `conv_out` input): `ch` but in a file whose decoder is narrower
+    /// (FLUX.2's small-decoder file); in a file without a decoder, the encoder's.
+    pub decoder_ch: usize,
     /// Width of each level as a multiple of `ch` (`[1, 2, 4, 4]` for Flux); its length is the number of
     /// levels, so the spatial ratio is 2^(levels − 1).
     pub ch_mult: Vec<usize>,
@@ -47,12 +58,21 @@ pub struct Config {
     pub quant_conv: bool,
     /// Whether a 1×1 `post_quant_conv` precedes the decoder (SD VAEs; not Flux).
     pub post_quant_conv: bool,
+    /// The FLUX.2 latent: the encoder's mean 2×2-patchified to 4·z channels (channel `c·4 + py·2 + px` at
+    /// (r, s) is z[c, 2r + py, 2s + px]) and normalised by the BatchNorm statistics `bn.running_mean` and
+    /// `bn.running_var` (no affine, ε 1e-4); decoding undoes both first.
+    pub latent_bn: bool,
 }
 
 impl Config {
-    /// The width of level `i` (`ch · ch_mult[i]`).
+    /// The width of the encoder's level `i` (`ch · ch_mult[i]`).
     pub fn width(&self, level: usize) -> usize {
         self.ch * self.ch_mult[level]
+    }
+
+    /// The width of the decoder's level `i` (`decoder_ch · ch_mult[i]`).
+    pub fn decoder_width(&self, level: usize) -> usize {
+        self.decoder_ch * self.ch_mult[level]
     }
 
     /// The number of levels.
@@ -60,11 +80,26 @@ impl Config {
         self.ch_mult.len()
     }
 
-    /// Pixels per latent position along each side (8 for Flux).
+    /// Pixels per latent position along each side: 8 for Flux, 16 for FLUX.2 (the patchify halves the
+    /// latent again).
     pub fn downscale(&self) -> usize {
-        1 << (self.levels() - 1)
+        (1 << (self.levels() - 1)) * if self.latent_bn { PATCH } else { 1 }
+    }
+
+    /// Channels of the latent the VAE encodes to and decodes from: z, or 4·z for FLUX.2's patchified latent.
+    pub fn latent_channels(&self) -> usize {
+        self.z_channels * if self.latent_bn { PATCH * PATCH } else { 1 }
     }
 }
+
+/// The side of the FLUX.2 latent's patches.
+pub(crate) const PATCH: usize = 2;
+/// The latent BatchNorm's running mean, `[4·z]`.
+pub(crate) const BN_MEAN: &str = "bn.running_mean";
+/// The latent BatchNorm's running variance, `[4·z]`.
+pub(crate) const BN_VAR: &str = "bn.running_var";
+/// The BatchNorm's step counter (an int64 torch saves beside the statistics); never read.
+const BN_STEPS: &str = "bn.num_batches_tracked";
 
 /// One weight the network reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +113,9 @@ pub(crate) struct Expected {
     /// A mid-attention projection: stored `[C, C, 1, 1]` (LDM) or `[C, C]` (diffusers' Linear, and some LDM
     /// conversions); either is accepted in either layout.
     pub(crate) projection: bool,
+    /// Another name the file may give it (BFL's `encoder.quant_conv.*` and `decoder.post_quant_conv.*`, as
+    /// the FLUX.2 VAE is released), read when the first is absent.
+    pub(crate) alias: Option<String>,
 }
 
 impl Expected {
@@ -86,6 +124,15 @@ impl Expected {
         match layout {
             Layout::Ldm => &self.ldm,
             Layout::Diffusers => &self.diffusers,
+        }
+    }
+
+    /// Its name in `h`'s file of `layout`: [`Expected::name`], or the alias when only that is present.
+    fn name_in<'a>(&'a self, h: &Header, layout: Layout) -> &'a str {
+        let name = self.name(layout);
+        match &self.alias {
+            Some(alias) if !h.has(name) && h.has(alias) => alias,
+            _ => name,
         }
     }
 
@@ -100,7 +147,21 @@ struct List(Vec<Expected>);
 
 impl List {
     fn push(&mut self, ldm: String, diffusers: String, shape: Vec<usize>, projection: bool) {
-        self.0.push(Expected { ldm, diffusers, shape, projection });
+        self.0.push(Expected { ldm, diffusers, shape, projection, alias: None });
+    }
+
+    /// A 1×1 quant conv `name` (the same in both layouts) `out ← cin`, also read as BFL's `{side}.{name}`.
+    fn quant(&mut self, name: &str, side: &str, out: usize, cin: usize) {
+        self.conv(name, name, out, cin, 1);
+        let n = self.0.len();
+        for (e, suffix) in self.0[n - 2..].iter_mut().zip(["weight", "bias"]) {
+            e.alias = Some(format!("{side}.{name}.{suffix}"));
+        }
+    }
+
+    /// A 1-D statistic `name` of `c` values, the same in both layouts.
+    fn stat(&mut self, name: &str, c: usize) {
+        self.push(name.into(), name.into(), vec![c], false);
     }
 
     /// A conv's weight `[out, cin, k, k]` and bias.
@@ -180,18 +241,18 @@ pub(crate) fn expected(cfg: &Config) -> Vec<Expected> {
         list.norm("encoder.norm_out", "encoder.conv_norm_out", cin);
         list.conv("encoder.conv_out", "encoder.conv_out", 2 * z, cin, 3);
         if cfg.quant_conv {
-            list.conv("quant_conv", "quant_conv", 2 * z, 2 * z, 1);
+            list.quant("quant_conv", "encoder", 2 * z, 2 * z);
         }
     }
     if cfg.has_decoder {
         if cfg.post_quant_conv {
-            list.conv("post_quant_conv", "post_quant_conv", z, z, 1);
+            list.quant("post_quant_conv", "decoder", z, z);
         }
-        let mut cin = cfg.width(n - 1);
+        let mut cin = cfg.decoder_width(n - 1);
         list.conv("decoder.conv_in", "decoder.conv_in", cin, z, 3);
         list.mid("decoder", cin);
         for i in (0..n).rev() {
-            let cout = cfg.width(i);
+            let cout = cfg.decoder_width(i);
             let k = n - 1 - i;
             for j in 0..=cfg.num_res_blocks {
                 let (l, d) = (
@@ -212,22 +273,28 @@ pub(crate) fn expected(cfg: &Config) -> Vec<Expected> {
         list.norm("decoder.norm_out", "decoder.conv_norm_out", cin);
         list.conv("decoder.conv_out", "decoder.conv_out", cfg.out_channels, cin, 3);
     }
+    if cfg.latent_bn {
+        list.stat(BN_MEAN, cfg.latent_channels());
+        list.stat(BN_VAR, cfg.latent_channels());
+    }
     list.0
 }
 
-/// Recognises a KL autoencoder (the Flux VAE, and SD's with their quant convs) in either layout.
+/// Recognises a KL autoencoder (the Flux VAE, the FLUX.2 VAE, and SD's with their quant convs) in either
+/// layout.
 ///
 /// `Ok(None)`: nothing under the header's prefix is named `encoder.*` or `decoder.*`, so this is not a VAE.
 /// [`crate::Error::Unsupported`] (naming the file and what was found): a VAE Kiln cannot run — 5-D conv weights
 /// (video VAEs), a 64-channel latent (the 32×-downscale VAEs), a file with neither a classic encoder nor
 /// decoder (TAESD-like or other non-KL layouts), attention outside the mid block, widths 32 groups do not
-/// divide, or any weight missing or of the wrong shape.
+/// divide, an encoder and decoder whose levels are not the same multiples of their first widths, or any
+/// weight missing or of the wrong shape.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     let vae_like = |n: &str| n.starts_with("encoder.") || n.starts_with("decoder.");
     if !h.names().any(vae_like) && !h.unsupported_dtypes().any(|(n, _)| vae_like(n)) {
         return Ok(None);
     }
-    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
+    if let Some((name, dtype)) = h.unsupported_dtypes().find(|&(n, _)| n != BN_STEPS) {
         return Err(h.unsupported(format!(
             "`{}` is {dtype}, a type Kiln cannot compute with",
             h.key(name)
@@ -289,28 +356,40 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     }
     let encoder = if has_encoder { Some(levels(h, layout, Side::Encoder)?) } else { None };
     let decoder = if has_decoder { Some(levels(h, layout, Side::Decoder)?) } else { None };
-    let (widths, num_res_blocks) = match (&encoder, &decoder) {
+    // Each side's first width and its levels as multiples of it.
+    let multiples = |widths: &[usize]| -> Result<(usize, Vec<usize>)> {
+        let ch = widths[0];
+        if let Some(w) = widths.iter().find(|&&w| w == 0 || w % ch != 0 || w % GROUPS != 0) {
+            return Err(h.unsupported(format!(
+                "level widths {widths:?}: {w} is not a multiple of the first width and of {GROUPS} GroupNorm \
+                 groups"
+            )));
+        }
+        Ok((ch, widths.iter().map(|w| w / ch).collect()))
+    };
+    let (ch, decoder_ch, ch_mult, num_res_blocks) = match (&encoder, &decoder) {
         (Some(e), Some(d)) => {
-            if e.0 != d.0 || e.1 != d.1 {
+            let ((ch, e_mult), (decoder_ch, d_mult)) = (multiples(&e.0)?, multiples(&d.0)?);
+            if e_mult != d_mult || e.1 != d.1 {
                 return Err(h.unsupported(format!(
-                    "encoder (widths {:?}, {} resnets per level) and decoder (widths {:?}, {} + 1) disagree",
+                    "encoder (widths {:?}, {} resnets per level) and decoder (widths {:?}, {} + 1) disagree: \
+                     their levels must be the same multiples of their first widths",
                     e.0, e.1, d.0, d.1
                 )));
             }
-            e.clone()
+            (ch, decoder_ch, e_mult, e.1)
         }
-        (Some(s), None) | (None, Some(s)) => s.clone(),
+        (Some(s), None) | (None, Some(s)) => {
+            let (ch, mult) = multiples(&s.0)?;
+            (ch, ch, mult, s.1)
+        }
         (None, None) => return Err(h.unsupported("neither a KL encoder nor decoder")),
     };
-    let ch = widths[0];
-    if let Some(w) = widths.iter().find(|&&w| w == 0 || w % ch != 0 || w % GROUPS != 0) {
-        return Err(h.unsupported(format!(
-            "level widths {widths:?}: {w} is not a multiple of the first width and of {GROUPS} GroupNorm groups"
-        )));
-    }
+    let either = |name: &str, side: &str| h.has(name) || h.has(&format!("{side}.{name}"));
     let cfg = Config {
         ch,
-        ch_mult: widths.iter().map(|w| w / ch).collect(),
+        decoder_ch,
+        ch_mult,
         num_res_blocks,
         z_channels,
         in_channels: if has_encoder { dim(h, "encoder.conv_in.weight", 1, 4)? } else { 3 },
@@ -318,17 +397,20 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         groups: GROUPS,
         has_encoder,
         has_decoder,
-        quant_conv: has_encoder && h.has("quant_conv.weight"),
-        post_quant_conv: has_decoder && h.has("post_quant_conv.weight"),
+        quant_conv: has_encoder && either("quant_conv.weight", "encoder"),
+        post_quant_conv: has_decoder && either("post_quant_conv.weight", "decoder"),
+        latent_bn: h.has(BN_MEAN),
     };
     for e in expected(&cfg) {
-        let name = e.name(layout);
+        let name = e.name_in(h, layout);
         let found = h.require(name)?.shape.as_slice();
         if !e.fits(found) {
             return Err(h.unsupported(format!(
-                "`{}` is {found:?}, expected {:?} for a KL autoencoder of widths {widths:?}",
+                "`{}` is {found:?}, expected {:?} for a KL autoencoder of widths {:?} (decoder {:?})",
                 h.key(name),
-                e.shape
+                e.shape,
+                (0..cfg.levels()).map(|i| cfg.width(i)).collect::<Vec<_>>(),
+                (0..cfg.levels()).map(|i| cfg.decoder_width(i)).collect::<Vec<_>>(),
             )));
         }
     }
@@ -341,7 +423,7 @@ pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
     let slots = expected(cfg)
         .into_iter()
         .map(|e| {
-            let key = h.key(e.name(layout));
+            let key = h.key(e.name_in(h, layout));
             SlotPlan::new(e.ldm, vec![(0, key)])
         })
         .collect();
@@ -416,6 +498,7 @@ mod tests {
     fn flux() -> Config {
         Config {
             ch: 128,
+            decoder_ch: 128,
             ch_mult: vec![1, 2, 4, 4],
             num_res_blocks: 2,
             z_channels: 16,
@@ -426,6 +509,7 @@ mod tests {
             has_decoder: true,
             quant_conv: false,
             post_quant_conv: false,
+            latent_bn: false,
         }
     }
 
@@ -478,5 +562,41 @@ mod tests {
             Some("decoder.mid_block.attentions.0.to_out.0.weight")
         );
         assert_eq!(list.len(), 244);
+    }
+
+    /// FLUX.2: z 32, both quant convs (read under BFL's nested names too), the BatchNorm statistics of the
+    /// 128-channel latent; a narrower decoder changes only the decoder's shapes.
+    #[test]
+    fn flux2_keys_and_shapes() {
+        let cfg = Config {
+            z_channels: 32,
+            quant_conv: true,
+            post_quant_conv: true,
+            latent_bn: true,
+            ..flux()
+        };
+        assert_eq!((cfg.downscale(), cfg.latent_channels()), (16, 128));
+        let list = expected(&cfg);
+        assert_eq!(list.len(), 244 + 4 + 2);
+        assert_eq!(shape(&list, "quant_conv.weight"), [64, 64, 1, 1]);
+        assert_eq!(shape(&list, "post_quant_conv.weight"), [32, 32, 1, 1]);
+        assert_eq!(shape(&list, "decoder.conv_in.weight"), [512, 32, 3, 3]);
+        assert_eq!(shape(&list, "encoder.conv_out.weight"), [64, 512, 3, 3]);
+        assert_eq!(shape(&list, BN_MEAN), [128]);
+        assert_eq!(shape(&list, BN_VAR), [128]);
+        let alias = |ldm: &str| list.iter().find(|e| e.ldm == ldm).and_then(|e| e.alias.clone());
+        assert_eq!(alias("quant_conv.bias").as_deref(), Some("encoder.quant_conv.bias"));
+        assert_eq!(
+            alias("post_quant_conv.weight").as_deref(),
+            Some("decoder.post_quant_conv.weight")
+        );
+        assert_eq!(alias("decoder.conv_in.weight"), None);
+
+        let small = Config { decoder_ch: 64, ..cfg.clone() };
+        let narrow = expected(&small);
+        assert_eq!(shape(&narrow, "decoder.conv_in.weight"), [256, 32, 3, 3]);
+        assert_eq!(shape(&narrow, "decoder.conv_out.weight"), [3, 64, 3, 3]);
+        assert_eq!(shape(&narrow, "encoder.conv_out.weight"), [64, 512, 3, 3]);
+        assert_eq!(narrow.len(), list.len());
     }
 }

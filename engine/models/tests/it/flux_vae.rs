@@ -86,6 +86,7 @@ fn tiny_edited(
 fn tiny_config() -> Config {
     Config {
         ch: 32,
+        decoder_ch: 32,
         ch_mult: vec![1, 2, 1, 1],
         num_res_blocks: 1,
         z_channels: 16,
@@ -96,6 +97,7 @@ fn tiny_config() -> Config {
         has_decoder: true,
         quant_conv: false,
         post_quant_conv: false,
+        latent_bn: false,
     }
 }
 
@@ -213,6 +215,7 @@ fn detects_the_real_flux_vae() {
         map.iter().map(|(name, (_, shape))| (name.clone(), shape.clone())).collect();
     let flux = Config {
         ch: 128,
+        decoder_ch: 128,
         ch_mult: vec![1, 2, 4, 4],
         num_res_blocks: 2,
         z_channels: 16,
@@ -223,6 +226,7 @@ fn detects_the_real_flux_vae() {
         has_decoder: true,
         quant_conv: false,
         post_quant_conv: false,
+        latent_bn: false,
     };
     for (file, shapes, layout) in
         [("ldm", &ldm, Layout::Ldm), ("diffusers", &diffusers, Layout::Diffusers)]

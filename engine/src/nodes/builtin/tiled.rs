@@ -12,21 +12,21 @@ use kiln_models::family::VaeFamily;
 use crate::nodes::{ErrorKind, NodeError};
 use crate::tensor::Tensor;
 
-/// Which way through the VAE, with the factor sizes change by.
+/// Which way through the VAE, with the factor sizes change by (the VAE's downscale: 8, 16 for FLUX.2's).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scale {
-    /// Latent positions to pixels: × 8.
-    Up,
-    /// Pixels to latent positions: ÷ 8.
-    Down,
+    /// Latent positions to pixels: × the factor.
+    Up(usize),
+    /// Pixels to latent positions: ÷ the factor.
+    Down(usize),
 }
 
 impl Scale {
     /// `v` positions on the input side, on the output side (unrounded).
     fn of(self, v: usize) -> f64 {
         match self {
-            Scale::Up => v as f64 * 8.0,
-            Scale::Down => v as f64 / 8.0,
+            Scale::Up(factor) => v as f64 * factor as f64,
+            Scale::Down(factor) => v as f64 / factor as f64,
         }
     }
 
@@ -169,11 +169,11 @@ pub(super) fn tiled_pass(
         |rows: usize, cols: usize| tiled_scale(sample, [rows, cols], overlap, scale, pass);
     match family {
         VaeFamily::Wan21 => run(tile, tile),
-        VaeFamily::Flux => {
+        VaeFamily::Flux | VaeFamily::Flux2 => {
             // `tiled_scale(tile_x, tile_y)` tiles (rows, columns) = (tile_y, tile_x).
             let passes: [(usize, usize); 3] = match scale {
-                Scale::Up => [(tile * 2, tile / 2), (tile / 2, tile * 2), (tile, tile)],
-                Scale::Down => [(tile, tile), (tile / 2, tile * 2), (tile * 2, tile / 2)],
+                Scale::Up(_) => [(tile * 2, tile / 2), (tile / 2, tile * 2), (tile, tile)],
+                Scale::Down(_) => [(tile, tile), (tile / 2, tile * 2), (tile * 2, tile / 2)],
             };
             let mut sum: Option<Tensor> = None;
             for (rows, cols) in passes {
@@ -262,7 +262,7 @@ mod tests {
             let tile = dims("tile");
             let up = case["direction"] == "up";
             let sample = Tensor::new(shape, numbers("input")).expect("a tensor");
-            let scale = if up { Scale::Up } else { Scale::Down };
+            let scale = if up { Scale::Up(8) } else { Scale::Down(8) };
             let overlap = case["overlap"].as_u64().expect("overlap") as usize;
             let got = tiled_scale(&sample, [tile[0], tile[1]], overlap, scale, &mut stand_in(up))
                 .expect("tiled");
@@ -276,29 +276,31 @@ mod tests {
 
     #[test]
     fn a_pointwise_pass_is_unchanged_by_tiling() {
-        // A pass that scales each position ×8 nearest (a stand-in decoder): blending equal tiles gives the
-        // untiled output.
-        let (h, w) = (11, 13);
-        let sample =
-            Tensor::new(vec![1, 2, h, w], (0..2 * h * w).map(|i| (i as f32).sin()).collect())
-                .expect("a tensor");
-        let mut nearest = |t: &Tensor| {
-            let &[1, c, th, tw] = t.shape() else { unreachable!() };
-            let mut v = Vec::new();
-            for ch in 0..c {
-                for y in 0..th * 8 {
-                    for x in 0..tw * 8 {
-                        v.push(t.data()[(ch * th + y / 8) * tw + x / 8]);
+        // A pass that scales each position ×8 (×16, as FLUX.2's VAE) nearest (a stand-in decoder): blending
+        // equal tiles gives the untiled output.
+        for f in [8, 16] {
+            let (h, w) = (11, 13);
+            let sample =
+                Tensor::new(vec![1, 2, h, w], (0..2 * h * w).map(|i| (i as f32).sin()).collect())
+                    .expect("a tensor");
+            let mut nearest = |t: &Tensor| {
+                let &[1, c, th, tw] = t.shape() else { unreachable!() };
+                let mut v = Vec::new();
+                for ch in 0..c {
+                    for y in 0..th * f {
+                        for x in 0..tw * f {
+                            v.push(t.data()[(ch * th + y / f) * tw + x / f]);
+                        }
                     }
                 }
+                Ok(Tensor::new(vec![1, c, th * f, tw * f], v).expect("a tensor"))
+            };
+            let whole = nearest(&sample).expect("whole");
+            let tiled = tiled_scale(&sample, [4, 6], 2, Scale::Up(f), &mut nearest).expect("tiled");
+            assert_eq!(tiled.shape(), whole.shape());
+            for (a, b) in tiled.data().iter().zip(whole.data()) {
+                assert!((a - b).abs() < 1e-6, "×{f}: {a} vs {b}");
             }
-            Ok(Tensor::new(vec![1, c, th * 8, tw * 8], v).expect("a tensor"))
-        };
-        let whole = nearest(&sample).expect("whole");
-        let tiled = tiled_scale(&sample, [4, 6], 2, Scale::Up, &mut nearest).expect("tiled");
-        assert_eq!(tiled.shape(), whole.shape());
-        for (a, b) in tiled.data().iter().zip(whole.data()) {
-            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
     }
 }

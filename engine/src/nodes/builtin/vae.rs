@@ -124,7 +124,8 @@ fn decode(
         let rgb = match tiling {
             None => run(&latent)?,
             Some((tile, overlap)) => {
-                tiled_pass(vae.net.family(), &latent, tile, overlap, Scale::Up, &mut run)?
+                let scale = Scale::Up(vae.net.downscale());
+                tiled_pass(vae.net.family(), &latent, tile, overlap, scale, &mut run)?
             }
         };
         // [1, C, H, W] in [-1, 1] → [1, H, W, C] in [0, 1].
@@ -138,8 +139,8 @@ fn decode(
     .map_err(|e| NodeError::new(e.to_string()))
 }
 
-/// `VAEEncode`: images to latents (VAE space). Sizes that are not multiples of 8 are cropped to them,
-/// centred, as ComfyUI does.
+/// `VAEEncode`: images to latents (VAE space). Sizes that are not multiples of the VAE's downscale (8; 16 for
+/// FLUX.2's) are cropped to them, centred, as ComfyUI does.
 pub(super) struct VaeEncode {
     spec: Arc<NodeSpec>,
     compute: Arc<Compute>,
@@ -226,9 +227,11 @@ impl Node for VaeTiled {
         let overlap = usize::try_from(inputs.int("overlap")?).unwrap_or(0);
         Ok(NodeResult::values([match self.direction {
             Direction::Decode => {
-                // As ComfyUI: the overlap at most a quarter of the tile, both in latent positions.
+                // As ComfyUI: the overlap at most a quarter of the tile, both in latent positions (pixels over
+                // the VAE's downscale, 16 for FLUX.2's).
                 let overlap = if tile < overlap * 4 { tile / 4 } else { overlap };
-                let tiling = Some((tile / 8, overlap / 8));
+                let ratio = inputs.vae("vae")?.net.downscale();
+                let tiling = Some((tile / ratio, overlap / ratio));
                 Value::Image(decode(&self.compute, inputs, ctx, tiling)?)
             }
             Direction::Encode => {
@@ -241,8 +244,8 @@ impl Node for VaeTiled {
 }
 
 /// Images `[B, H, W, C]` in `[0, 1]` to latents (VAE space), one image at a time, as ComfyUI's `VAE.encode`:
-/// sizes that are not multiples of 8 are cropped to them, centred; channels past the VAE's are dropped, and
-/// missing ones padded as ComfyUI pads them.
+/// sizes that are not multiples of the VAE's downscale (8; 16 for FLUX.2's) are cropped to them, centred;
+/// channels past the VAE's are dropped, and missing ones padded as ComfyUI pads them.
 pub(super) fn encode(
     compute: &Compute,
     vae: &Vae,
@@ -266,11 +269,14 @@ fn encode_tiled(
             format!("expected an IMAGE [B, H, W, C], got {:?}", pixels.shape()),
         ));
     };
-    let (eh, ew) = (h / 8 * 8, w / 8 * 8);
+    let ratio = vae.net.downscale();
+    let (eh, ew) = (h / ratio * ratio, w / ratio * ratio);
     if batch == 0 || eh == 0 || ew == 0 {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
-            format!("cannot encode {batch} image(s) of {w}×{h}: at least one of 8×8 is needed"),
+            format!(
+                "cannot encode {batch} image(s) of {w}×{h}: at least one of {ratio}×{ratio} is needed"
+            ),
         ));
     }
     let (top, left) = ((h - eh) / 2, (w - ew) / 2);
@@ -309,7 +315,8 @@ fn encode_tiled(
         let latent = match tiling {
             None => run(&image)?,
             Some((tile, overlap)) => {
-                tiled_pass(vae.net.family(), &image, tile, overlap, Scale::Down, &mut run)?
+                let scale = Scale::Down(vae.net.downscale());
+                tiled_pass(vae.net.family(), &image, tile, overlap, scale, &mut run)?
             }
         };
         latent_shape = latent.shape().to_vec();
