@@ -8,7 +8,8 @@
 //! - [`zimage`]: the Z-Image NextDiT (ComfyUI's and diffusers' key layouts).
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
 //!   tokenizer.
-//! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder), decoder and encoder.
+//! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder) and the FLUX.2 VAE (its 128-channel, 16×
+//!   patchified and normalised sibling), decoder and encoder.
 //! - [`quant`]: ComfyUI's quantized weight files: which layers are quantized, and the scales weights carry.
 //! - [`noise`]: torch's CPU `randn`, bit for bit, so a seed gives ComfyUI's noise.
 //! - [`sampling`]: the flow model's sigma table, the schedulers and the samplers.

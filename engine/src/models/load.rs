@@ -49,7 +49,10 @@ fn formats(file: &SafetensorsFile, header: &Header<'_>) -> Result<Quantization, 
 fn refuse_unsupported_dtypes(header: &Header<'_>) -> Result<(), Error> {
     let found: Vec<(&str, &str)> = header
         .unsupported_dtypes()
-        .filter(|(name, _)| !Quantization::is_bookkeeping(name))
+        // BatchNorm's step counter (an int64 beside the FLUX.2 VAE's running statistics) is never read.
+        .filter(|(name, _)| {
+            !Quantization::is_bookkeeping(name) && !name.ends_with(".num_batches_tracked")
+        })
         .collect();
     if found.is_empty() {
         return Ok(());
@@ -73,6 +76,8 @@ fn describe(header: &Header<'_>) -> String {
         "a Stable Diffusion UNet"
     } else if has_prefix("joint_blocks.") {
         "an SD3 MMDiT"
+    } else if is_mistral_small(header) {
+        "FLUX.2 dev's Mistral Small 3.x text encoder, which Kiln does not run yet"
     } else if has_prefix("model.layers.") {
         "a language-model text encoder"
     } else if has_prefix("text_model.") || has_prefix("encoder.block.") {
@@ -85,6 +90,13 @@ fn describe(header: &Header<'_>) -> String {
     };
     let count = header.names().count();
     format!("{family} ({count} tensors)")
+}
+
+/// Whether `header` is FLUX.2 dev's Mistral Small 3.x text encoder as ComfyUI recognises it (`sd.py`
+/// `detect_te_model`): `model.layers.0.post_attention_layernorm.weight` 5120 wide and no q/k norms.
+fn is_mistral_small(header: &Header<'_>) -> bool {
+    header.shape("model.layers.0.post_attention_layernorm.weight") == Some(&[5120][..])
+        && !header.has("model.layers.0.self_attn.q_norm.weight")
 }
 
 /// The families' names for a refusal: `Z-Image` or `Z-Image, Flux`.
@@ -186,6 +198,7 @@ fn diffusion_model(
         guidance: Guidance::default(),
         differential_diffusion: None,
         model_patches: Vec::new(),
+        reference_kv_cache: false,
     })
 }
 
@@ -203,11 +216,13 @@ pub fn load_diffusion_model(
     diffusion_model(env, &file, &prefix, weight_dtype, progress)
 }
 
-/// The text encoder under `prefix` of `file`, detected, and its weights loaded.
+/// The text encoder under `prefix` of `file`, detected (as `CLIPLoader`'s `clip_type` makes it, when given),
+/// and its weights loaded.
 fn text_encoder_part(
     env: &ModelEnv,
     file: &SafetensorsFile,
     prefix: &str,
+    clip_type: Option<&str>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(TextEncoderDetected, Model), Error> {
     let header = Header::new(file, prefix);
@@ -218,6 +233,10 @@ fn text_encoder_part(
             names(&TextEncoderFamily::ALL, TextEncoderFamily::name),
             describe(&header)
         )));
+    };
+    let found = match clip_type {
+        Some(kind) => found.for_clip_type(kind).map_err(|e| header.unsupported(e.to_string()))?,
+        None => found,
     };
     let mut plan = found.load_plan(&header);
     quant.apply(file, &mut plan, LinearPath::Dequantized)?;
@@ -232,28 +251,23 @@ fn text_encoder(
     prefix: &str,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
-    let (found, weights) = text_encoder_part(env, file, prefix, progress)?;
+    let (found, weights) = text_encoder_part(env, file, prefix, None, progress)?;
     Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
 
-/// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`; for a Qwen3 encoder every
-/// type but `flux`/`flux2` means Z-Image's (ComfyUI's rule), and those two are refused.
+/// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`, which decides what a Qwen3 file
+/// is (ComfyUI's rule, [`TextEncoderDetected::for_clip_type`]): FLUX.2 Klein's encoder with `flux2`/`flux` or at
+/// Qwen3-8B's width, Z-Image's otherwise. Type `flux2` with another file is refused naming it (FLUX.2 dev's
+/// Mistral encoder among them).
 pub fn load_text_encoder(
     env: &ModelEnv,
     path: &Path,
     kind: &str,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
-    if matches!(kind, "flux" | "flux2") {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            msg: format!(
-                "type `{kind}` (the Flux 2 Klein encoder) is not supported; use `lumina2`"
-            ),
-        });
-    }
     let file = open(path)?;
-    text_encoder(env, &file, "", progress)
+    let (found, weights) = text_encoder_part(env, &file, "", Some(kind), progress)?;
+    Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
 
 /// `DualCLIPLoader`, `TripleCLIPLoader` and `QuadrupleCLIPLoader`: one `CLIP` made of several encoder files,
@@ -287,7 +301,7 @@ pub fn load_text_encoders(
         .map_err(|e| Error::Unsupported { path: first.clone(), msg: e.to_string() })?;
     let mut parts = Vec::with_capacity(files.len());
     for file in &files {
-        parts.push(text_encoder_part(env, file, "", progress)?);
+        parts.push(text_encoder_part(env, file, "", None, progress)?);
     }
     let net = TextEncoderNet::combine(parts, kind)
         .map_err(|e| Error::Unsupported { path: first.clone(), msg: e.to_string() })?;
@@ -413,7 +427,7 @@ pub fn load_checkpoint(
         _ if prefixes.len() > 1 && prefixes.iter().all(|p| has(p)) => {
             let mut parts = Vec::with_capacity(prefixes.len());
             for prefix in prefixes {
-                parts.push(text_encoder_part(env, &file, prefix, progress)?);
+                parts.push(text_encoder_part(env, &file, prefix, None, progress)?);
             }
             let net = TextEncoderNet::combine(parts, family.checkpoint_text_encoder_kind())
                 .map_err(|e| Error::Unsupported { path: path.to_path_buf(), msg: e.to_string() })?;
@@ -507,4 +521,49 @@ pub fn load_lora(
         );
     }
     Ok(model.with_patches(found.patches))
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_compute::memory::SafetensorsFile;
+    use kiln_models::Header;
+
+    use super::describe;
+
+    /// A safetensors file of zero-filled bf16 `tensors` (name, shape).
+    fn write(path: &std::path::Path, tensors: &[(&str, Vec<usize>)]) {
+        let zeros: Vec<Vec<u8>> =
+            tensors.iter().map(|(_, s)| vec![0; s.iter().product::<usize>() * 2]).collect();
+        let views: Vec<(&str, safetensors::tensor::TensorView<'_>)> = tensors
+            .iter()
+            .zip(&zeros)
+            .map(|((name, shape), data)| {
+                let view = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::BF16,
+                    shape.clone(),
+                    data,
+                )
+                .expect("a view");
+                (*name, view)
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, path).expect("a file");
+    }
+
+    #[test]
+    fn flux2_devs_mistral_encoder_is_named() {
+        let dir = std::env::temp_dir().join(format!("kiln-load-mistral-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mistral.safetensors");
+        let norm = "model.layers.0.post_attention_layernorm.weight";
+        write(&path, &[(norm, vec![5120]), ("model.embed_tokens.weight", vec![4, 5120])]);
+        let file = SafetensorsFile::open(&path).unwrap();
+        assert!(describe(&Header::new(&file, "")).contains("Mistral Small"));
+        // Another width is some other language model.
+        let path = dir.join("other.safetensors");
+        write(&path, &[(norm, vec![3072]), ("model.embed_tokens.weight", vec![4, 3072])]);
+        let file = SafetensorsFile::open(&path).unwrap();
+        assert!(describe(&Header::new(&file, "")).starts_with("a language-model text encoder"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -3,7 +3,9 @@
 //!
 //! Most families are one file. FLUX.1's encoder is two, CLIP-L and T5-XXL (`DualCLIPLoader`, type `flux`):
 //! each file is detected on its own ([`TextEncoderFamily::ClipL`], [`TextEncoderFamily::T5Xxl`]) and
-//! [`TextEncoderNet::combine`] makes the pair ([`TextEncoderFamily::Flux`]).
+//! [`TextEncoderNet::combine`] makes the pair ([`TextEncoderFamily::Flux`]). FLUX.2 Klein's encoder is a Qwen3
+//! file that `CLIPLoader`'s type (or, for Qwen3-8B, its width) makes Klein's rather than Z-Image's
+//! ([`TextEncoderDetected::for_clip_type`], [`TextEncoderFamily::Flux2Klein`]).
 
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
@@ -33,6 +35,10 @@ pub enum TextEncoderFamily {
     /// FLUX.1's pair: T5-XXL's last hidden state as the conditioning, CLIP-L's pooled vector beside it, with
     /// ComfyUI's prompt weighting. Made by [`TextEncoderNet::combine`], never detected in one file.
     Flux,
+    /// FLUX.2 Klein's: Qwen3 (4B or 8B), hidden states 9, 18 and 27 side by side over ComfyUI's Klein chat
+    /// template padded to 512 tokens, no pooled vector. A Qwen3 file made Klein's by
+    /// [`TextEncoderDetected::for_clip_type`], never detected as such.
+    Flux2Klein,
 }
 
 impl TextEncoderFamily {
@@ -52,6 +58,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::ClipL => clip_text::family::NAME,
             TextEncoderFamily::T5Xxl => t5::family::NAME,
             TextEncoderFamily::Flux => "FLUX.1's CLIP-L + T5-XXL",
+            TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_NAME,
         }
     }
 
@@ -64,6 +71,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::T5Xxl => t5::family::SYNTH_NAME,
             // Written as its two files.
             TextEncoderFamily::Flux => "flux-text-encoders",
+            // A Qwen3 file with at least 28 layers.
+            TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_SYNTH_NAME,
         }
     }
 
@@ -81,6 +90,15 @@ impl TextEncoderFamily {
             }
             TextEncoderFamily::Qwen25Vl => {
                 qwen3::lora::patches(file, qwen3::lora::QWEN25_7B, slots, strength)
+            }
+            TextEncoderFamily::Flux2Klein => {
+                // ComfyUI keeps Klein's encoder under its model type: `qwen3_8b` for Qwen3-8B's width.
+                let hidden = slots.iter().find(|(name, _)| *name == "model.embed_tokens.weight");
+                let clip_name = match hidden.and_then(|(_, shape)| shape.get(1)) {
+                    Some(&qwen3::family::QWEN3_8B_HIDDEN) => qwen3::lora::QWEN3_8B,
+                    _ => qwen3::lora::QWEN3_4B,
+                };
+                qwen3::lora::patches(file, clip_name, slots, strength)
             }
             // Kiln reads no LoRA keys for these encoders yet: every key is left unmatched (and logged).
             TextEncoderFamily::ClipL | TextEncoderFamily::T5Xxl | TextEncoderFamily::Flux => {
@@ -103,7 +121,7 @@ impl TextEncoderFamily {
             },
             TextEncoderFamily::ClipL => clip_text::detect(h)?.map(TextEncoderDetected::ClipL),
             TextEncoderFamily::T5Xxl => t5::detect(h)?.map(TextEncoderDetected::T5),
-            TextEncoderFamily::Flux => None,
+            TextEncoderFamily::Flux | TextEncoderFamily::Flux2Klein => None,
         })
     }
 }
@@ -119,6 +137,8 @@ pub enum TextEncoderDetected {
     ClipL(clip_text::Config),
     /// A T5 encoder.
     T5(t5::Config),
+    /// A Qwen3 file as FLUX.2 Klein's encoder (from [`TextEncoderDetected::for_clip_type`]).
+    Flux2Klein(qwen3::Config),
 }
 
 impl TextEncoderDetected {
@@ -135,6 +155,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen25Vl(..) => TextEncoderFamily::Qwen25Vl,
             TextEncoderDetected::ClipL(_) => TextEncoderFamily::ClipL,
             TextEncoderDetected::T5(_) => TextEncoderFamily::T5Xxl,
+            TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
         }
     }
 
@@ -149,7 +170,9 @@ impl TextEncoderDetected {
     /// The weights to load, named in the family's layout.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
-            TextEncoderDetected::Qwen3(config) => qwen3::load_plan(h, config),
+            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Flux2Klein(config) => {
+                qwen3::load_plan(h, config)
+            }
             TextEncoderDetected::Qwen25Vl(config, vision) => {
                 let mut plan = qwen3::load_plan(h, config);
                 let tower = vision.iter().flat_map(VisionConfig::weight_names);
@@ -159,6 +182,36 @@ impl TextEncoderDetected {
             }
             TextEncoderDetected::ClipL(config) => clip_text::load_plan(h, config),
             TextEncoderDetected::T5(config) => t5::load_plan(h, config),
+        }
+    }
+
+    /// What ComfyUI's `CLIPLoader` makes of this file with type `kind` (its `sd.py`): a Qwen3 becomes FLUX.2
+    /// Klein's encoder with type `flux2` or `flux`, and at Qwen3-8B's width with any type but `ideogram4` (Ideogram
+    /// 4's encoder, which Kiln lacks: an error); any other Qwen3 stays Z-Image's. Type `flux2` with a file that is
+    /// not Qwen3 is an error naming what the file is (FLUX.2 dev's Mistral encoder is not detected at all), and
+    /// so is a Qwen3 too shallow for Klein's taps (fewer than 27 layers); the other files are what they are.
+    pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
+        let klein_type = matches!(kind, "flux2" | "flux");
+        match self {
+            TextEncoderDetected::Qwen3(config)
+                if config.hidden == qwen3::family::QWEN3_8B_HIDDEN =>
+            {
+                if kind == "ideogram4" {
+                    return Err(Error::Invalid(
+                        "type `ideogram4` makes Qwen3-8B Ideogram 4's text encoder, which Kiln does not \
+                         run; FLUX.2 Klein 9B's encoder is the same file with type `flux2`"
+                            .to_owned(),
+                    ));
+                }
+                klein(config)
+            }
+            TextEncoderDetected::Qwen3(config) if klein_type => klein(config),
+            TextEncoderDetected::Flux2Klein(config) => klein(config),
+            other if kind == "flux2" => Err(Error::Invalid(format!(
+                "type `flux2` takes FLUX.2 Klein's Qwen3-4B or Qwen3-8B text encoder; this file is {}",
+                other.name()
+            ))),
+            other => Ok(other),
         }
     }
 
@@ -183,8 +236,26 @@ impl TextEncoderDetected {
                 tokenizer: Tokenizer::bundled()?,
                 vision,
             },
+            TextEncoderDetected::Flux2Klein(config) => TextEncoderNet::Flux2Klein {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+            },
         })
     }
+}
+
+/// A Qwen3 of `config` as FLUX.2 Klein's encoder; an error when it is too shallow for Klein's deepest tap (ComfyUI
+/// would fail only when encoding).
+fn klein(config: qwen3::Config) -> Result<TextEncoderDetected> {
+    let deepest = qwen3::KLEIN_TAPS[qwen3::KLEIN_TAPS.len() - 1];
+    if config.layers < deepest {
+        return Err(Error::Invalid(format!(
+            "FLUX.2 Klein's text encoder takes Qwen3's hidden states {:?}; this Qwen3 has only {} layers",
+            qwen3::KLEIN_TAPS,
+            config.layers
+        )));
+    }
+    Ok(TextEncoderDetected::Flux2Klein(config))
 }
 
 /// Which Qwen-Image Edit node's template a prompt takes.
@@ -205,7 +276,7 @@ pub enum EditPrompt {
 /// A prompt as an encoder's tokenizer lays it out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptTokens {
-    /// One sequence of ids (the Qwen families' templates; no weighting).
+    /// One sequence of ids (the Qwen families' templates, Klein's padded; no weighting).
     Ids(Vec<u32>),
     /// FLUX.1's: CLIP-L's and T5-XXL's weighted sections, as ComfyUI's `FluxTokenizer` makes them.
     Flux {
@@ -244,6 +315,13 @@ pub enum TextEncoderNet {
         /// The vision tower's widths.
         vision: Option<VisionConfig>,
     },
+    /// FLUX.2 Klein's Qwen3 (the same decoder code as [`TextEncoderNet::Qwen3`]) with the same tokenizer.
+    Flux2Klein {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+    },
     /// FLUX.1's CLIP-L and T5-XXL, with their tokenizers.
     Flux {
         /// CLIP-L.
@@ -264,6 +342,7 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { .. } => TextEncoderFamily::Qwen3,
             TextEncoderNet::Qwen25Vl { .. } => TextEncoderFamily::Qwen25Vl,
             TextEncoderNet::Flux { .. } => TextEncoderFamily::Flux,
+            TextEncoderNet::Flux2Klein { .. } => TextEncoderFamily::Flux2Klein,
         }
     }
 
@@ -271,9 +350,9 @@ impl TextEncoderNet {
     /// lists both).
     pub fn weights(&self) -> &Model {
         match self {
-            TextEncoderNet::Qwen3 { model, .. } | TextEncoderNet::Qwen25Vl { model, .. } => {
-                &model.weights
-            }
+            TextEncoderNet::Qwen3 { model, .. }
+            | TextEncoderNet::Qwen25Vl { model, .. }
+            | TextEncoderNet::Flux2Klein { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
         }
     }
@@ -318,7 +397,9 @@ impl TextEncoderNet {
             match detected {
                 TextEncoderDetected::ClipL(config) => clip_l = Some(ClipText::new(config, weights)),
                 TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
-                TextEncoderDetected::Qwen3(_) | TextEncoderDetected::Qwen25Vl(..) => {}
+                TextEncoderDetected::Qwen3(_)
+                | TextEncoderDetected::Qwen25Vl(..)
+                | TextEncoderDetected::Flux2Klein(_) => {}
             }
         }
         let (Some(clip_l), Some(t5)) = (clip_l, t5) else {
@@ -342,6 +423,9 @@ impl TextEncoderNet {
             }
             TextEncoderNet::Qwen25Vl { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.qwen_image_prompt(prompt)?))
+            }
+            TextEncoderNet::Flux2Klein { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.klein_prompt(prompt)?))
             }
             TextEncoderNet::Flux { .. } => self.tokenize_flux(prompt, prompt),
         }
@@ -378,12 +462,15 @@ impl TextEncoderNet {
                 let numbers: Vec<usize> = (1..=3).filter(|&i| pictures[i - 1]).collect();
                 tokenizer.qwen_image_edit_plus_prompt(prompt, &numbers)
             }
-            (TextEncoderNet::Qwen3 { .. } | TextEncoderNet::Flux { .. }, _) => {
-                Err(crate::Error::Invalid(format!(
-                    "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
-                    self.family().name()
-                )))
-            }
+            (
+                TextEncoderNet::Qwen3 { .. }
+                | TextEncoderNet::Flux2Klein { .. }
+                | TextEncoderNet::Flux { .. },
+                _,
+            ) => Err(crate::Error::Invalid(format!(
+                "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
+                self.family().name()
+            ))),
         }
     }
 
@@ -400,8 +487,14 @@ impl TextEncoderNet {
         let mut picker = TokenPicker::new(decoding);
         match self {
             TextEncoderNet::Qwen3 { model, tokenizer } => {
-                // ComfyUI's Z-Image tokenizer, whichever CLIPLoader type but `flux2` (refused at load).
+                // ComfyUI's Z-Image tokenizer: a Qwen3-4B's with any CLIPLoader type but `flux2`/`flux`.
                 let ids = tokenizer.zimage_prompt(prompt)?;
+                let pick = &mut |logits| picker.pick(logits);
+                model.generate(b, &ids, max_new, &qwen3::STOP_TOKENS, pick, on_token)
+            }
+            TextEncoderNet::Flux2Klein { model, tokenizer } => {
+                // ComfyUI's Klein tokenizer with `min_length=1`: the Klein template, no padding.
+                let ids = tokenizer.klein_unpadded(prompt)?;
                 let pick = &mut |logits| picker.pick(logits);
                 model.generate(b, &ids, max_new, &qwen3::STOP_TOKENS, pick, on_token)
             }
@@ -419,7 +512,8 @@ impl TextEncoderNet {
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         match self {
             TextEncoderNet::Qwen3 { tokenizer, .. }
-            | TextEncoderNet::Qwen25Vl { tokenizer, .. } => tokenizer.decode(ids),
+            | TextEncoderNet::Qwen25Vl { tokenizer, .. }
+            | TextEncoderNet::Flux2Klein { tokenizer, .. } => tokenizer.decode(ids),
             TextEncoderNet::Flux { .. } => {
                 Err(Error::Invalid("FLUX.1's text encoder decodes no generated text".to_owned()))
             }
@@ -449,7 +543,9 @@ impl TextEncoderNet {
                 "this Qwen2.5-VL file has no vision tower (`visual.*` weights), so it cannot read images"
                     .to_owned(),
             )),
-            TextEncoderNet::Qwen3 { .. } | TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(format!(
+            TextEncoderNet::Qwen3 { .. }
+            | TextEncoderNet::Flux2Klein { .. }
+            | TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -479,6 +575,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None })
+            }
+            (TextEncoderNet::Flux2Klein { model, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                let cond = model.tapped_hidden_states(
+                    b,
+                    ids,
+                    qwen3::attended_keys(ids),
+                    &qwen3::KLEIN_TAPS,
+                )?;
+                Ok(Encoded { cond, pooled: None })
             }
             (TextEncoderNet::Qwen25Vl { model, vision, .. }, PromptTokens::Ids(ids)) => {
                 let cond = qwen_image_states(b, model, vision.as_ref(), ids, images)?;

@@ -21,6 +21,12 @@ pub(super) const EMBED: &str = "model.embed_tokens.weight";
 /// The final norm (Qwen3's conditioning is taken before it; Qwen2.5-VL's after it).
 pub(super) const NORM: &str = "model.norm.weight";
 
+/// The output head of a Qwen3 whose embedding is not tied (Qwen3-8B), as Kiln loads it.
+pub(super) const LM_HEAD: &str = "lm_head.weight";
+
+/// The names a file may keep [`LM_HEAD`] under: Hugging Face's, and ComfyUI's (`model.lm_head.weight`).
+const LM_HEAD_NAMES: [&str; 2] = ["lm_head.weight", "model.lm_head.weight"];
+
 /// Qwen2.5-VL's head width (every released size; the shapes give only heads × width).
 pub const QWEN25_HEAD_DIM: usize = 128;
 
@@ -268,9 +274,10 @@ fn check_layers(h: &Header, config: &Config) -> Result<()> {
 }
 
 /// What to load: the embedding table, every layer and `model.norm` (when the file has it), under the file's
-/// names without the prefix. The conditioning uses layers `0..=layers − 2`; text generation runs them all, the
-/// norm, and the embedding as the output head (Qwen3-4B ties them; any `lm_head` is not loaded, as ComfyUI's
-/// Qwen3-4B ignores it).
+/// names without the prefix. The conditioning uses layers `0..=layers − 2` (Z-Image's) or `0..27` (Klein's);
+/// text generation runs them all, the norm, and an output head: the embedding (Qwen3-4B ties them, and ComfyUI's
+/// Qwen3-4B ignores any `lm_head`), or at Qwen3-8B's width the file's `lm_head` when it has one of
+/// `[vocab, hidden]` (ComfyUI's `Qwen3_8BConfig` has an untied head), loaded as `lm_head.weight`.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(EMBED.to_owned())];
@@ -279,6 +286,11 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     }
     if h.has(NORM) {
         slots.push(slot(NORM.to_owned()));
+    }
+    let untied = cfg.variant == Variant::Qwen3 && cfg.hidden == super::family::QWEN3_8B_HIDDEN;
+    let head_shape = Some(vec![cfg.vocab, cfg.hidden]);
+    if let Some(name) = LM_HEAD_NAMES.iter().find(|&&n| untied && h.values_shape(n) == head_shape) {
+        slots.push(SlotPlan::new(LM_HEAD.to_owned(), vec![(0, h.key(name))]));
     }
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }

@@ -8,3 +8,11 @@ pub const SYNTH_NAME: &str = "qwen3";
 pub const QWEN25VL_NAME: &str = "Qwen2.5-VL";
 /// The name `kiln model synth --family` writes Qwen2.5-VL's language model under.
 pub const QWEN25VL_SYNTH_NAME: &str = "qwen25vl";
+/// FLUX.2 Klein's encoder's name in messages (a Qwen3 file loaded with CLIPLoader type `flux2` or `flux`).
+pub const KLEIN_NAME: &str = "FLUX.2 Klein's Qwen3";
+/// Qwen3-8B's hidden width: ComfyUI makes any Qwen3 of this width FLUX.2 Klein's encoder (its `QWEN3_8B`),
+/// whatever the CLIPLoader type but `ideogram4`.
+pub const QWEN3_8B_HIDDEN: usize = 4096;
+/// The name `kiln model synth` gives FLUX.2 Klein's encoder: a Qwen3 file deep enough for Klein's taps (not yet
+/// a `--family` of its own: `SynthFamily::all` lists the detected families).
+pub const KLEIN_SYNTH_NAME: &str = "qwen3-klein";

@@ -1,4 +1,4 @@
-//! The stems a LoRA file may name the Qwen3-4B (or Qwen2.5-VL-7B) text encoder's weights by, as ComfyUI's
+//! The stems a LoRA file may name the Qwen3-4B (Qwen3-8B, Qwen2.5-VL-7B) text encoder's weights by, as ComfyUI's
 //! `LoraLoader` reads them for the CLIP it loads from `qwen_3_4b.safetensors` (its `model_lora_keys_clip`;
 //! ComfyUI's encoder holds the weights as `qwen3_4b.transformer.model.*`, `qwen25_7b.…` for Qwen-Image's);
 //! [`crate::lora`] reads the adapters.
@@ -14,6 +14,8 @@ use crate::lora::{self, Aliases, LoraPatches, Target};
 
 /// The name ComfyUI keeps Qwen3-4B under in its CLIP.
 pub const QWEN3_4B: &str = "qwen3_4b";
+/// The name ComfyUI keeps Qwen3-8B under in its CLIP (FLUX.2 Klein 9B's encoder).
+pub const QWEN3_8B: &str = "qwen3_8b";
 /// The name ComfyUI keeps Qwen2.5-VL-7B under in its CLIP.
 pub const QWEN25_7B: &str = "qwen25_7b";
 

@@ -1,11 +1,12 @@
-//! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2), and
-//! run whole to generate text (`TextGenerate`).
+//! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2), up to
+//! the hidden states FLUX.2 Klein conditions on (models-flux.md §5.3), and run whole to generate text
+//! (`TextGenerate`).
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{Config, EMBED, NORM, Variant};
+use super::config::{Config, EMBED, LM_HEAD, NORM, Variant};
 use crate::error::{Error, Result};
 
 /// A Qwen3 text encoder: its config and its weights under the memory manager (loaded from
@@ -80,7 +81,7 @@ impl Qwen3 {
             Variant::Qwen25Vl => cfg.layers,
         };
         for i in 0..layers {
-            x = self.layer(b, i, &x, &cos, &sin, None)?;
+            x = self.layer(b, i, &x, &cos, &sin, Keys::Causal)?;
         }
         if cfg.variant == Variant::Qwen25Vl {
             let norm = self.weights.fetch(b, &[NORM])?;
@@ -89,8 +90,73 @@ impl Qwen3 {
         Ok(b.cast(&x, DType::F32)?)
     }
 
+    /// The hidden states ComfyUI's FLUX.2 Klein encoder concatenates (`Flux2TEModel`): for each of `taps` in
+    /// Hugging Face's numbering (0 the embeddings, `t` the output of layer `t − 1`; no final norm, but for the
+    /// last layer's output, which ComfyUI and transformers both give through `model.norm` when the file has it),
+    /// the states of `ids` `[1, N, hidden]`, joined per token in the order of `taps` →
+    /// `[1, N, taps.len() · hidden]` f32.
+    ///
+    /// Only keys before `attended` are attended to, as ComfyUI's padding mask (added to the causal one) gives:
+    /// positions before `attended` attend causally; every position from `attended` on (the pads) attends to
+    /// keys `0..attended`, not to itself. Those rows are computed and returned too: ComfyUI passes them on.
+    pub fn tapped_hidden_states<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        attended: usize,
+        taps: &[usize],
+    ) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        if cfg.variant != Variant::Qwen3 {
+            return Err(Error::Invalid(
+                "tapped hidden states are Qwen3's, not Qwen2.5-VL's".into(),
+            ));
+        }
+        self.check_ids(ids)?;
+        let n = ids.len();
+        if attended == 0 || attended > n {
+            return Err(Error::Invalid(format!(
+                "{attended} attended keys for {n} tokens: at least one, at most all"
+            )));
+        }
+        let deepest = taps.iter().copied().max().ok_or_else(|| {
+            Error::Invalid("tapped hidden states need at least one tap".to_owned())
+        })?;
+        if deepest > cfg.layers {
+            return Err(Error::Invalid(format!(
+                "hidden state {deepest} of an encoder with {} layers (0 to {} exist)",
+                cfg.layers, cfg.layers
+            )));
+        }
+        let mut x = {
+            let layer = self.weights.fetch(b, &[EMBED])?;
+            b.embedding(ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+        };
+        let positions: Vec<[f32; 3]> = (0..n).map(|p| [p as f32; 3]).collect();
+        let (cos, sin) = rope_tables(b, cfg, &positions)?;
+        let mut states: Vec<Option<Tensor<B>>> = vec![None; taps.len()];
+        for i in 0..=deepest {
+            if i == cfg.layers && self.weights.info(NORM).is_some() {
+                let norm = self.weights.fetch(b, &[NORM])?;
+                x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
+            }
+            for (state, _) in states.iter_mut().zip(taps).filter(|&(_, &t)| t == i) {
+                *state = Some(b.cast(&x, DType::F32)?);
+            }
+            if i < deepest {
+                x = self.layer(b, i, &x, &cos, &sin, Keys::Before(attended))?;
+            }
+        }
+        let states: Vec<Tensor<B>> = states.into_iter().flatten().collect();
+        match states.as_slice() {
+            [one] => Ok(one.clone()),
+            many => Ok(b.concat(&many.iter().collect::<Vec<_>>(), 2)?),
+        }
+    }
+
     /// Generates text after `prompt` as ComfyUI's `BaseGenerate.generate` does: the prompt runs through every
-    /// layer and the final norm, the tied embedding gives the last position's logits (f32 `[vocab]`), `pick`
+    /// layer and the final norm, the output head (`lm_head.weight` when loaded, else the tied embedding) gives
+    /// the last position's logits (f32 `[vocab]`), `pick`
     /// chooses the next token, which runs alone at the next position against the cached keys and values.
     /// Stops after `max_new` tokens or after one in `stop`; returns the tokens, the stop token included.
     /// `on_token` hears of each token (for progress and interruption; an error from it ends the run).
@@ -120,14 +186,15 @@ impl Qwen3 {
             let cos = b.slice(&cos, 0, position, n)?;
             let sin = b.slice(&sin, 0, position, n)?;
             for (i, entry) in cache.iter_mut().enumerate() {
-                x = self.layer(b, i, &x, &cos, &sin, Some(entry))?;
+                x = self.layer(b, i, &x, &cos, &sin, Keys::Cached(entry))?;
             }
             let last = b.slice(&x, 1, n - 1, 1)?;
             let logits = {
                 let norm = self.weights.fetch(b, &[NORM])?;
                 let last = b.rms_norm(&last, Some(&norm.weight(0)), cfg.rms_eps)?;
-                let embed = self.weights.fetch(b, &[EMBED])?;
-                let logits = b.linear(&last, &embed.weight(0), None)?;
+                let head = if self.weights.info(LM_HEAD).is_some() { LM_HEAD } else { EMBED };
+                let head = self.weights.fetch(b, &[head])?;
+                let logits = b.linear(&last, &head.weight(0), None)?;
                 b.to_f32(&b.cast(&logits, DType::F32)?)?
             };
             let token = pick(logits);
@@ -157,8 +224,8 @@ impl Qwen3 {
         }
     }
 
-    /// Decoder layer `i` on x `[1, N, hidden]` at the positions of `cos`/`sin`; with a cache, the keys and
-    /// values of earlier positions are attended to and this call's are appended.
+    /// Decoder layer `i` on x `[1, N, hidden]` at the positions of `cos`/`sin`, attending to the keys `keys`
+    /// says.
     fn layer<B: Backend>(
         &self,
         b: &B,
@@ -166,7 +233,7 @@ impl Qwen3 {
         x: &Tensor<B>,
         cos: &Tensor<B>,
         sin: &Tensor<B>,
-        cache: Option<&mut Option<KvCache<B>>>,
+        keys: Keys<'_, B>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let n = x.dim(1)?;
@@ -184,15 +251,29 @@ impl Qwen3 {
         let k_norm = p.k_norm.map(|w| (w, eps));
         let mut k = heads(b, &h, p.k, k_norm, rope, cfg.kv_heads, hd)?;
         let mut v = heads(b, &h, p.v, None, None, cfg.kv_heads, hd)?;
-        if let Some(cache) = cache {
-            if let Some(past) = cache.take() {
-                k = b.concat(&[&past.keys, &k], 2)?;
-                v = b.concat(&[&past.values, &v], 2)?;
-            }
-            *cache = Some(KvCache { keys: k.clone(), values: v.clone() });
-        }
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
-        let a = b.attention(&q, &k, &v, AttentionMask::Causal, scale)?;
+        let a = match keys {
+            Keys::Causal => b.attention(&q, &k, &v, AttentionMask::Causal, scale)?,
+            Keys::Cached(cache) => {
+                if let Some(past) = cache.take() {
+                    k = b.concat(&[&past.keys, &k], 2)?;
+                    v = b.concat(&[&past.values, &v], 2)?;
+                }
+                *cache = Some(KvCache { keys: k.clone(), values: v.clone() });
+                b.attention(&q, &k, &v, AttentionMask::Causal, scale)?
+            }
+            Keys::Before(attended) if attended < n => {
+                // Rows before `attended` see a causal triangle of attended keys; the later rows see every
+                // attended key (all are earlier) and none of their own: ComfyUI's causal + padding mask.
+                let (k, v) = (b.slice(&k, 2, 0, attended)?, b.slice(&v, 2, 0, attended)?);
+                let head = b.slice(&q, 2, 0, attended)?;
+                let tail = b.slice(&q, 2, attended, n - attended)?;
+                let head = b.attention(&head, &k, &v, AttentionMask::Causal, scale)?;
+                let tail = b.attention(&tail, &k, &v, AttentionMask::None, scale)?;
+                b.concat(&[&head, &tail], 2)?
+            }
+            Keys::Before(_) => b.attention(&q, &k, &v, AttentionMask::Causal, scale)?,
+        };
         let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.heads * cfg.head_dim])?;
         let x = b.binary(x, &b.linear(&a, p.o, None)?, BinaryOp::Add)?;
 
@@ -257,6 +338,16 @@ impl<'a, 'w> Projections<'a, 'w> {
             _ => Err(Error::Invalid(format!("{} weights for a {variant:?} layer", w.len()))),
         }
     }
+}
+
+/// The keys a layer's queries attend to.
+enum Keys<'c, B: Backend> {
+    /// Their own positions' and earlier ones (no padding).
+    Causal,
+    /// [`Keys::Causal`] after the cached keys of earlier calls, this call's appended to the cache.
+    Cached(&'c mut Option<KvCache<B>>),
+    /// Only the first `n` positions' keys, causally (ComfyUI's padding mask from position `n` on).
+    Before(usize),
 }
 
 /// A layer's keys and values `[1, kv_heads, positions, head_dim]` so far (keys normalised and rotated).

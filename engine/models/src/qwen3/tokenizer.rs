@@ -1,5 +1,5 @@
-//! [`Tokenizer`]: the Qwen3 byte-level BPE bundled in the binary, and the Z-Image prompt as ComfyUI
-//! tokenises it (models.md §4.3, §4.4).
+//! [`Tokenizer`]: the Qwen3 byte-level BPE bundled in the binary, and the Z-Image, Qwen-Image and FLUX.2 Klein
+//! prompts as ComfyUI tokenises them (models.md §4.3, §4.4; models-flux.md §5.3).
 
 use std::io::Read as _;
 use std::sync::{Arc, OnceLock};
@@ -12,6 +12,17 @@ const BUNDLED_GZ: &[u8] = include_bytes!("../../data/qwen3-tokenizer/tokenizer.j
 
 /// The chat template around a Z-Image prompt (Qwen3's, with the generation prompt and no system turn).
 const ZIMAGE_TEMPLATE: (&str, &str) = ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n");
+
+/// ComfyUI's FLUX.2 Klein template around a prompt (`KleinTokenizer.llama_template`: Qwen3's chat template
+/// with the generation prompt and thinking disabled, as transformers' `enable_thinking=False` writes it).
+const KLEIN_TEMPLATE: (&str, &str) =
+    ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+
+/// `<|endoftext|>`: the pad token of ComfyUI's Qwen3 tokenizers, and where its attention mask starts masking.
+pub const ENDOFTEXT: u32 = 151_643;
+
+/// The length ComfyUI pads a FLUX.2 Klein prompt to (`Qwen3Tokenizer`'s `min_length`; it never truncates).
+pub const KLEIN_MIN_LENGTH: usize = 512;
 
 /// ComfyUI's Qwen-Image text-to-image template around a prompt (`QwenImageTokenizer.llama_template`).
 const QWEN_IMAGE_TEMPLATE: (&str, &str) = (
@@ -88,6 +99,26 @@ impl Tokenizer {
         self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
     }
 
+    /// The ids ComfyUI's FLUX.2 Klein text encoder runs on for `prompt`: the weights-disabled pre-pass of
+    /// [`Tokenizer::zimage_prompt`], then the prompt in Qwen3's chat template with thinking disabled (the user
+    /// turn, then `<|im_start|>assistant\n<think>\n\n</think>\n\n`) tokenised as one string (no BOS),
+    /// right-padded with [`ENDOFTEXT`] to [`KLEIN_MIN_LENGTH`] ids; a longer prompt is kept whole. The same
+    /// `embedding:` caveat as [`Tokenizer::zimage_prompt`].
+    pub fn klein_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut ids = self.klein_unpadded(prompt)?;
+        if ids.len() < KLEIN_MIN_LENGTH {
+            ids.resize(KLEIN_MIN_LENGTH, ENDOFTEXT);
+        }
+        Ok(ids)
+    }
+
+    /// [`Tokenizer::klein_prompt`] without the padding: what `TextGenerate` feeds a Klein encoder (it tokenises
+    /// with `min_length=1`).
+    pub fn klein_unpadded(&self, prompt: &str) -> Result<Vec<u32>> {
+        let (before, after) = KLEIN_TEMPLATE;
+        self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+    }
+
     /// The ids ComfyUI's Qwen-Image text encoder runs on for `prompt`: the same weights-disabled pre-pass as
     /// [`Tokenizer::zimage_prompt`], inside the Qwen-Image text-to-image chat template (system turn included),
     /// tokenised as one string; a prompt that starts with `<|im_start|>` (or `<|start_header_id|>`) is taken as
@@ -148,6 +179,17 @@ pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
     }
 }
 
+/// How many of `ids` ComfyUI's Qwen3 encoders attend to as keys (`SDClipModel.process_tokens` with no end token):
+/// those before the first [`ENDOFTEXT`], whether a pad or written in the prompt; the mask is 0 from there on.
+/// A sequence that starts with it (which no Klein template does) is ComfyUI's left padding, not handled here:
+/// then every id counts.
+pub fn attended_keys(ids: &[u32]) -> usize {
+    match ids.iter().position(|&id| id == ENDOFTEXT) {
+        Some(0) | None => ids.len(),
+        Some(at) => at,
+    }
+}
+
 /// Inflates and parses the bundled tokenizer.json.
 fn parse_bundled() -> std::result::Result<tokenizers::Tokenizer, String> {
     let mut json = Vec::with_capacity(12 << 20);
@@ -171,11 +213,20 @@ fn unescape_parentheses(prompt: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::unescape_parentheses;
+    use super::{ENDOFTEXT, attended_keys, unescape_parentheses};
 
     #[test]
     fn only_escaped_parentheses_change() {
         assert_eq!(unescape_parentheses(r"a \(b\) (c:1.2) \\( \x"), r"a (b) (c:1.2) \( \x");
         assert_eq!(unescape_parentheses("x\0\u{1}y"), "x)y");
+    }
+
+    #[test]
+    fn keys_are_attended_up_to_the_first_endoftext() {
+        assert_eq!(attended_keys(&[5, 6, 7]), 3);
+        assert_eq!(attended_keys(&[5, 6, ENDOFTEXT, ENDOFTEXT]), 2);
+        // One written in the prompt starts the mask too, as in ComfyUI; the real ids after it are masked.
+        assert_eq!(attended_keys(&[5, ENDOFTEXT, 6, ENDOFTEXT]), 1);
+        assert_eq!(attended_keys(&[ENDOFTEXT, 6]), 2);
     }
 }

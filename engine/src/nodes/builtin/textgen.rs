@@ -1,7 +1,8 @@
 //! `TextGenerate` (`comfy_extras.nodes_textgen`): text from the language model a `CLIP` is made of (Qwen3-4B
 //! for Z-Image and Flux.2 Klein), greedy or sampled as ComfyUI does on the CPU (`kiln_models::textgen`).
 //!
-//! As in ComfyUI, a Qwen3-4B `CLIP` puts the prompt in its Z-Image chat template and ignores `image`, `video`,
+//! As in ComfyUI, a Qwen3 `CLIP` puts the prompt in its chat template (Z-Image's, or FLUX.2 Klein's with thinking
+//! disabled, unpadded, for a `CLIPLoader` type `flux2` or a Qwen3-8B) and ignores `image`, `video`,
 //! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); the text comes back as
 //! generated, a `<think>` block included.
 
