@@ -1,10 +1,14 @@
 //! Multi-axis rotary position embeddings (the NextDiT / Flux / Qwen-Image form): each token's position on
-//! three axes, each axis owning a slice of the head's rotation pairs, as the cos/sin tables the backend's
+//! three or four axes, each axis owning a slice of the head's rotation pairs, as the cos/sin tables the backend's
 //! `rope` op takes, built on the host in f64 and stored as f32.
 
 /// cos and sin tables `[positions.len(), Σ axes / 2]`, row-major: for axis a of width d_a, angle
 /// p_a · θ^(−2k/d_a) for k < d_a/2, the axes' angles concatenated in order.
-pub(crate) fn tables(positions: &[[i64; 3]], axes: [usize; 3], theta: f64) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn tables<const N: usize>(
+    positions: &[[i64; N]],
+    axes: [usize; N],
+    theta: f64,
+) -> (Vec<f32>, Vec<f32>) {
     let freqs: Vec<(usize, f64)> = axes
         .iter()
         .enumerate()

@@ -21,6 +21,9 @@ pub enum DiffusionFamily {
     /// FLUX.1 (dev, schnell, Kontext, Fill): Black Forest Labs' DiT on T5-XXL and CLIP-L in the Flux VAE's
     /// latent space.
     Flux,
+    /// FLUX.2 (dev, Klein 4B/9B): the second-generation DiT on three hidden states of a language model
+    /// (Mistral Small for dev, Qwen3 for Klein) in the FLUX.2 VAE's 128-channel latent space.
+    Flux2,
     /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
     ZImage,
     /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
@@ -29,13 +32,18 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 3] =
-        [DiffusionFamily::ZImage, DiffusionFamily::Flux, DiffusionFamily::QwenImage];
+    pub const ALL: [DiffusionFamily; 4] = [
+        DiffusionFamily::ZImage,
+        DiffusionFamily::Flux,
+        DiffusionFamily::Flux2,
+        DiffusionFamily::QwenImage,
+    ];
 
     /// The family's name in messages (`Z-Image`).
     pub fn name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::NAME,
+            DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
         }
@@ -45,6 +53,7 @@ impl DiffusionFamily {
     pub fn latent(self) -> LatentFormat {
         match self {
             DiffusionFamily::Flux => flux::family::LATENT,
+            DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
         }
@@ -56,6 +65,7 @@ impl DiffusionFamily {
     pub fn sampling(self) -> FlowSampling {
         match self {
             DiffusionFamily::Flux => FlowSampling::flux(flux::family::FLUX_SHIFT),
+            DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT),
             DiffusionFamily::ZImage => {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
             }
@@ -71,6 +81,7 @@ impl DiffusionFamily {
             DiffusionFamily::Flux => {
                 &[flux::family::CHECKPOINT_CLIP_L_PREFIX, flux::family::CHECKPOINT_T5_PREFIX]
             }
+            DiffusionFamily::Flux2 => &[flux::family::CHECKPOINT_QWEN3_4B_PREFIX],
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
         }
@@ -80,6 +91,7 @@ impl DiffusionFamily {
     pub fn checkpoint_text_encoder_kind(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => "flux",
+            DiffusionFamily::Flux2 => "flux2",
             DiffusionFamily::ZImage | DiffusionFamily::QwenImage => "",
         }
     }
@@ -88,6 +100,7 @@ impl DiffusionFamily {
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
             DiffusionFamily::Flux => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Flux2 => (VaeFamily::Flux2, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::QwenImage => {
                 (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX)
@@ -99,6 +112,7 @@ impl DiffusionFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_NAME,
+            DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
         }
@@ -108,6 +122,7 @@ impl DiffusionFamily {
     pub fn synth_lora_name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
         }
@@ -116,9 +131,12 @@ impl DiffusionFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
         Ok(match self {
-            DiffusionFamily::Flux => {
-                flux::detect(h)?.map(|(config, layout)| DiffusionDetected::Flux(config, layout))
-            }
+            DiffusionFamily::Flux => flux::detect(h)?
+                .filter(|(config, _)| config.generation == flux::Generation::One)
+                .map(|(config, layout)| DiffusionDetected::Flux(config, layout)),
+            DiffusionFamily::Flux2 => flux::detect(h)?
+                .filter(|(config, _)| config.generation == flux::Generation::Two)
+                .map(|(config, layout)| DiffusionDetected::Flux2(config, layout)),
             DiffusionFamily::ZImage => {
                 zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
             }
@@ -133,6 +151,8 @@ impl DiffusionFamily {
 pub enum DiffusionDetected {
     /// FLUX.1.
     Flux(flux::Config, flux::Layout),
+    /// FLUX.2.
+    Flux2(flux::Config, flux::Layout),
     /// Z-Image.
     ZImage(zimage::Config, zimage::Layout),
     /// Qwen-Image, with its default reference method (`index_timestep_zero` for Edit 2511).
@@ -151,6 +171,7 @@ impl DiffusionDetected {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             DiffusionDetected::Flux(..) => DiffusionFamily::Flux,
+            DiffusionDetected::Flux2(..) => DiffusionFamily::Flux2,
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
         }
@@ -170,7 +191,9 @@ impl DiffusionDetected {
     /// The weights to load, named in the family's layout whatever the file's.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
-            DiffusionDetected::Flux(config, layout) => flux::load_plan(h, config, *layout),
+            DiffusionDetected::Flux(config, layout) | DiffusionDetected::Flux2(config, layout) => {
+                flux::load_plan(h, config, *layout)
+            }
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
             DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
         }
@@ -181,6 +204,9 @@ impl DiffusionDetected {
         match self {
             DiffusionDetected::Flux(config, layout) => {
                 DiffusionNet::Flux(Flux::new(config, layout, weights))
+            }
+            DiffusionDetected::Flux2(config, layout) => {
+                DiffusionNet::Flux2(Flux::new(config, layout, weights))
             }
             DiffusionDetected::ZImage(config, _) => {
                 DiffusionNet::ZImage(ZImage::new(config, weights))
@@ -214,6 +240,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// How the references are positioned (`FluxKontextMultiReferenceLatentMethod`); `None` for the
     /// model's default (the family's, or what its file marks: Qwen-Image-Edit 2511's `index_timestep_zero`).
     pub reference_method: Option<&'a str>,
+    /// `FluxKVCache`'s store for this sampling run (FLUX.2's reference keys and values); other families ignore
+    /// it.
+    pub kv_cache: Option<&'a flux::KvCache<B>>,
     /// ControlNets in the order they were applied (`ControlNetApplyAdvanced`), each of this family.
     pub controls: &'a [ControlInput<'a, B>],
     /// Model patches in the order they were applied (`QwenImageDiffsynthControlnet`), each of this family.
@@ -257,6 +286,8 @@ fn refuse_controls<B: Backend>(
 pub enum DiffusionNet {
     /// FLUX.1.
     Flux(Flux),
+    /// FLUX.2.
+    Flux2(Flux),
     /// Z-Image.
     ZImage(ZImage),
     /// Qwen-Image.
@@ -268,6 +299,7 @@ impl DiffusionNet {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             DiffusionNet::Flux(_) => DiffusionFamily::Flux,
+            DiffusionNet::Flux2(_) => DiffusionFamily::Flux2,
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
         }
@@ -276,7 +308,7 @@ impl DiffusionNet {
     /// The weights, under the memory manager.
     pub fn weights(&self) -> &Model {
         match self {
-            DiffusionNet::Flux(net) => &net.weights,
+            DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => &net.weights,
             DiffusionNet::ZImage(net) => &net.weights,
             DiffusionNet::QwenImage(net) => &net.weights,
         }
@@ -291,7 +323,9 @@ impl DiffusionNet {
         strength: f32,
     ) -> Result<LoraPatches> {
         match self {
-            DiffusionNet::Flux(net) => flux::lora::patches(file, &net.config, slots, strength),
+            DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => {
+                flux::lora::patches(file, &net.config, slots, strength)
+            }
             DiffusionNet::ZImage(_) => zimage_lora::patches(file, slots, strength),
             DiffusionNet::QwenImage(_) => qwen_image::lora::patches(file, slots, strength),
         }
@@ -302,15 +336,15 @@ impl DiffusionNet {
     pub fn concat_channels(&self) -> usize {
         match self {
             DiffusionNet::Flux(net) => net.config.in_channels.saturating_sub(flux::LATENT_CHANNELS),
-            DiffusionNet::ZImage(_) | DiffusionNet::QwenImage(_) => 0,
+            DiffusionNet::Flux2(_) | DiffusionNet::ZImage(_) | DiffusionNet::QwenImage(_) => 0,
         }
     }
 
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
         match self {
-            DiffusionNet::Flux(net) => {
-                refuse_controls(DiffusionFamily::Flux, input.controls, input.patches)?;
+            DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
                 let default_guidance = vec![flux::family::DEFAULT_GUIDANCE; input.x.dim(0)?];
                 let guidance = match input.guidance {
                     DistilledGuidance::Unset => Some(default_guidance.as_slice()),
@@ -327,6 +361,7 @@ impl DiffusionNet {
                         guidance,
                         references: input.references,
                         method: input.reference_method,
+                        kv_cache: input.kv_cache,
                     },
                 )
             }

@@ -17,63 +17,149 @@ use crate::header::Header;
 
 /// Head width: the RoPE axes' sum (ComfyUI derives the head count as hidden / Σaxes).
 pub const HEAD_DIM: usize = 128;
-/// RoPE dims per axis (index, row, column).
-pub const AXES_DIMS: [usize; 3] = [16, 56, 56];
-/// RoPE base θ.
-pub const ROPE_THETA: f64 = 10_000.0;
 /// LayerNorm ε of every norm (the q/k RMS norms take the compute type's machine epsilon, as ComfyUI's
 /// `RMSNorm` without an ε does).
 pub const EPS: f32 = 1e-6;
-/// Patch side.
-pub const PATCH: usize = 2;
-/// Latent channels (the output's; Fill's and the control models' inputs have more).
+/// FLUX.1's latent channels (the output's; Fill's and the control models' inputs have more).
 pub const LATENT_CHANNELS: usize = 16;
 /// Sinusoid width of the timestep and guidance embeddings.
 pub const T_FREQ_DIM: usize = 256;
-/// The reference method where the conditioning names none (Kontext's, ComfyUI's `default_ref_method`).
+/// The reference method where the conditioning names none for FLUX.1 (Kontext's, ComfyUI's
+/// `default_ref_method`).
 pub const DEFAULT_REFERENCE_METHOD: &str = "offset";
 
-/// A FLUX.1 DiT's hyperparameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// Hidden width (rows of `img_in.weight`; 3072).
-    pub dim: usize,
-    /// Attention heads (hidden / [`HEAD_DIM`]; 24).
-    pub heads: usize,
-    /// Double-stream blocks (19).
-    pub double_blocks: usize,
-    /// Single-stream blocks (38).
-    pub single_blocks: usize,
-    /// MLP hidden width (rows of `img_mlp.0`; 4 × hidden).
-    pub mlp_hidden: usize,
-    /// Latent channels the model reads (columns of `img_in.weight` / 4): 16, Fill's 96, the control models' 32.
-    pub in_channels: usize,
-    /// Text feature width (columns of `txt_in.weight`; T5-XXL's 4096).
-    pub text_dim: usize,
-    /// Pooled vector width (CLIP-L's 768), where the model has `vector_in`.
-    pub vec_dim: Option<usize>,
-    /// Whether the model embeds the distilled guidance (`guidance_in`: dev, Kontext, Fill; not schnell).
-    pub guidance: bool,
+/// Which FLUX a DiT is: the two generations share the blocks' structure and differ in the details ComfyUI's
+/// `FluxParams` lists (models-flux.md §3.2, §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Generation {
+    /// FLUX.1: per-block biased modulation, GELU MLPs, 2×2 patches of 16 channels, 3 RoPE axes.
+    One,
+    /// FLUX.2 (dev, Klein): three modulations shared by all blocks, SwiGLU MLPs, no biases, 1×1 patches of the
+    /// 128-channel latent, 4 RoPE axes with the text's position on the last.
+    Two,
 }
 
-impl Config {
-    /// The released variant this config is, in words (`FLUX.1 dev`, `FLUX.1 schnell`, `FLUX.1 Fill`).
-    pub fn variant(&self) -> &'static str {
-        match (self.guidance, self.in_channels) {
-            (false, _) => "FLUX.1 schnell",
-            (true, c) if c > 2 * LATENT_CHANNELS => "FLUX.1 Fill",
-            (true, c) if c > LATENT_CHANNELS => "FLUX.1 Canny/Depth",
-            (true, _) => "FLUX.1 dev",
+impl Generation {
+    /// The generation's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Generation::One => "FLUX.1",
+            Generation::Two => "FLUX.2",
+        }
+    }
+
+    /// Patch side (FLUX.1 2; FLUX.2 1, its VAE having patchified already).
+    pub fn patch(self) -> usize {
+        match self {
+            Generation::One => 2,
+            Generation::Two => 1,
+        }
+    }
+
+    /// The latent channels the model predicts.
+    pub fn latent_channels(self) -> usize {
+        match self {
+            Generation::One => LATENT_CHANNELS,
+            Generation::Two => 128,
+        }
+    }
+
+    /// RoPE dims per axis (index, row, column, text position); FLUX.1 has no fourth axis (width 0).
+    pub fn axes_dims(self) -> [usize; 4] {
+        match self {
+            Generation::One => [16, 56, 56, 0],
+            Generation::Two => [32, 32, 32, 32],
+        }
+    }
+
+    /// RoPE base θ.
+    pub fn rope_theta(self) -> f64 {
+        match self {
+            Generation::One => 10_000.0,
+            Generation::Two => 2_000.0,
+        }
+    }
+
+    /// Whether the linear layers have biases.
+    pub fn biases(self) -> bool {
+        self == Generation::One
+    }
+
+    /// The reference method where the conditioning names none (`offset` for Kontext, `index` for FLUX.2).
+    pub fn default_reference_method(self) -> &'static str {
+        match self {
+            Generation::One => DEFAULT_REFERENCE_METHOD,
+            Generation::Two => "index",
+        }
+    }
+
+    /// How far apart the `index` method places successive references on the first RoPE axis (ComfyUI's
+    /// `ref_index_scale`).
+    pub fn reference_index_scale(self) -> i64 {
+        match self {
+            Generation::One => 1,
+            Generation::Two => 10,
         }
     }
 }
 
-/// The key layout of a FLUX.1 file.
+/// A FLUX DiT's hyperparameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// FLUX.1 or FLUX.2.
+    pub generation: Generation,
+    /// Hidden width (rows of `img_in.weight`; 3072 for FLUX.1 and Klein 4B).
+    pub dim: usize,
+    /// Attention heads (hidden / [`HEAD_DIM`]; 24).
+    pub heads: usize,
+    /// Double-stream blocks (19 for FLUX.1, 5 for Klein 4B).
+    pub double_blocks: usize,
+    /// Single-stream blocks (38 for FLUX.1, 20 for Klein 4B).
+    pub single_blocks: usize,
+    /// MLP hidden width: FLUX.1's 4 × hidden (rows of `img_mlp.0`); FLUX.2's 3 × hidden, the SwiGLU's output
+    /// (half the rows of `img_mlp.0`).
+    pub mlp_hidden: usize,
+    /// Latent channels the model reads (columns of `img_in.weight` / patch²): FLUX.1's 16, Fill's 96, the
+    /// control models' 32; FLUX.2's 128.
+    pub in_channels: usize,
+    /// Text feature width (columns of `txt_in.weight`; T5-XXL's 4096, Klein 4B's 3 × 2560).
+    pub text_dim: usize,
+    /// Pooled vector width (CLIP-L's 768), where the model has `vector_in` (FLUX.1 only).
+    pub vec_dim: Option<usize>,
+    /// Whether the model embeds the distilled guidance (`guidance_in`: FLUX.1 dev, Kontext, Fill and FLUX.2
+    /// dev; not schnell or Klein).
+    pub guidance: bool,
+}
+
+impl Config {
+    /// The released variant this config is, in words (`FLUX.1 dev`, `FLUX.1 schnell`, `FLUX.2 Klein`).
+    pub fn variant(&self) -> &'static str {
+        match (self.generation, self.guidance, self.in_channels) {
+            (Generation::Two, true, _) => "FLUX.2 dev",
+            (Generation::Two, false, _) => "FLUX.2 Klein",
+            (Generation::One, false, _) => "FLUX.1 schnell",
+            (Generation::One, true, c) if c > 2 * LATENT_CHANNELS => "FLUX.1 Fill",
+            (Generation::One, true, c) if c > LATENT_CHANNELS => "FLUX.1 Canny/Depth",
+            (Generation::One, true, _) => "FLUX.1 dev",
+        }
+    }
+
+    /// The width of the text encoder's features it reads, in words for messages.
+    pub fn text_encoder(&self) -> &'static str {
+        match self.generation {
+            Generation::One => "T5-XXL's features",
+            Generation::Two if self.guidance => "Mistral Small's three hidden states",
+            Generation::Two => "Qwen3's three hidden states",
+        }
+    }
+}
+
+/// The key layout of a FLUX file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
     /// ComfyUI's and Black Forest Labs' (`double_blocks.0.img_attn.qkv`).
     Comfy,
-    /// diffusers' `FluxTransformer2DModel` (`transformer_blocks.0.attn.to_q`).
+    /// diffusers' `FluxTransformer2DModel` / `Flux2Transformer2DModel` (`transformer_blocks.0.attn.to_q`).
     Diffusers,
 }
 
@@ -96,16 +182,21 @@ struct Spec {
 
 /// Pushes a linear layer's weight and bias named `name`, made of the file's `parts` (their row counts `rows`).
 fn linear(out: &mut Vec<Spec>, name: &str, parts: &[String], rows: &[usize], cols: usize) {
-    out.push(Spec {
-        name: format!("{name}.weight"),
-        parts: parts.iter().map(|p| format!("{p}.weight")).collect(),
-        shape: vec![rows.iter().sum(), cols],
-        rows: rows.to_vec(),
-    });
+    weight(out, name, parts, rows, cols);
     out.push(Spec {
         name: format!("{name}.bias"),
         parts: parts.iter().map(|p| format!("{p}.bias")).collect(),
         shape: vec![rows.iter().sum()],
+        rows: rows.to_vec(),
+    });
+}
+
+/// Pushes a linear layer's weight alone (FLUX.2's layers have no biases).
+fn weight(out: &mut Vec<Spec>, name: &str, parts: &[String], rows: &[usize], cols: usize) {
+    out.push(Spec {
+        name: format!("{name}.weight"),
+        parts: parts.iter().map(|p| format!("{p}.weight")).collect(),
+        shape: vec![rows.iter().sum(), cols],
         rows: rows.to_vec(),
     });
 }
@@ -118,9 +209,18 @@ fn gain(out: &mut Vec<Spec>, name: String, file: String) {
 /// Every weight of `cfg` in `layout`, in load order. `qk_suffix` is how the file names the q/k norm gains
 /// (`scale` in ComfyUI's and BFL's files, ComfyUI renaming it to `weight` on load; `weight` in diffusers').
 fn specs(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
+    match cfg.generation {
+        Generation::One => specs_one(cfg, layout, qk_suffix),
+        Generation::Two => specs_two(cfg, layout, qk_suffix),
+    }
+}
+
+/// FLUX.1's weights (see [`specs`]).
+fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
     let (d, f) = (cfg.dim, cfg.mlp_hidden);
-    let patch_in = cfg.in_channels * PATCH * PATCH;
-    let patch_out = LATENT_CHANNELS * PATCH * PATCH;
+    let patch = Generation::One.patch();
+    let patch_in = cfg.in_channels * patch * patch;
+    let patch_out = LATENT_CHANNELS * patch * patch;
     let diffusers = layout == Layout::Diffusers;
     let mut out = Vec::new();
     let pick = |comfy: &str, diff: &str| vec![if diffusers { diff } else { comfy }.to_owned()];
@@ -267,6 +367,128 @@ fn specs(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
     out
 }
 
+/// FLUX.2's weights (see [`specs`]): no biases, the three shared modulations, SwiGLU MLPs of 2 × `mlp_hidden`
+/// rows in, single blocks whose `linear1` is one tensor in both layouts.
+fn specs_two(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
+    let (d, f) = (cfg.dim, cfg.mlp_hidden);
+    let diffusers = layout == Layout::Diffusers;
+    let mut out = Vec::new();
+    let pick = |comfy: &str, diff: &str| vec![if diffusers { diff } else { comfy }.to_owned()];
+    let embedder = |out: &mut Vec<Spec>, comfy: &str, diff: &str| {
+        let inner = pick(&format!("{comfy}.in_layer"), &format!("{diff}.linear_1"));
+        weight(out, &format!("{comfy}.in_layer"), &inner, &[d], T_FREQ_DIM);
+        let outer = pick(&format!("{comfy}.out_layer"), &format!("{diff}.linear_2"));
+        weight(out, &format!("{comfy}.out_layer"), &outer, &[d], d);
+    };
+    weight(&mut out, "img_in", &pick("img_in", "x_embedder"), &[d], cfg.in_channels);
+    embedder(&mut out, "time_in", "time_guidance_embed.timestep_embedder");
+    if cfg.guidance {
+        embedder(&mut out, "guidance_in", "time_guidance_embed.guidance_embedder");
+    }
+    weight(&mut out, "txt_in", &pick("txt_in", "context_embedder"), &[d], cfg.text_dim);
+    for (name, sets) in [
+        ("double_stream_modulation_img", 2),
+        ("double_stream_modulation_txt", 2),
+        ("single_stream_modulation", 1),
+    ] {
+        let file = pick(&format!("{name}.lin"), &format!("{name}.linear"));
+        weight(&mut out, &format!("{name}.lin"), &file, &[3 * sets * d], d);
+    }
+    for i in 0..cfg.double_blocks {
+        let p = format!("double_blocks.{i}");
+        let q = format!("transformer_blocks.{i}");
+        let file = |comfy: &str, diff: &[&str]| -> Vec<String> {
+            if diffusers {
+                diff.iter().map(|n| format!("{q}.{n}")).collect()
+            } else {
+                vec![format!("{p}.{comfy}")]
+            }
+        };
+        for stream in ["img", "txt"] {
+            let img = stream == "img";
+            let qkv: &[&str] = if img {
+                &["attn.to_q", "attn.to_k", "attn.to_v"]
+            } else {
+                &["attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"]
+            };
+            let (proj, ff) =
+                if img { ("attn.to_out.0", "ff") } else { ("attn.to_add_out", "ff_context") };
+            let name = |t: &str| format!("{p}.{stream}_{t}");
+            weight(
+                &mut out,
+                &name("attn.qkv"),
+                &file(&format!("{stream}_attn.qkv"), qkv),
+                &[d, d, d],
+                d,
+            );
+            weight(
+                &mut out,
+                &name("attn.proj"),
+                &file(&format!("{stream}_attn.proj"), &[proj]),
+                &[d],
+                d,
+            );
+            let mlp_in = format!("{ff}.linear_in");
+            weight(
+                &mut out,
+                &name("mlp.0"),
+                &file(&format!("{stream}_mlp.0"), &[&mlp_in]),
+                &[2 * f],
+                d,
+            );
+            let mlp_out = format!("{ff}.linear_out");
+            weight(
+                &mut out,
+                &name("mlp.2"),
+                &file(&format!("{stream}_mlp.2"), &[&mlp_out]),
+                &[d],
+                f,
+            );
+        }
+        for (norm, diff_q, diff_k) in [
+            ("img_attn.norm", "attn.norm_q", "attn.norm_k"),
+            ("txt_attn.norm", "attn.norm_added_q", "attn.norm_added_k"),
+        ] {
+            for (which, diff) in [("query_norm", diff_q), ("key_norm", diff_k)] {
+                let file = if diffusers {
+                    format!("{q}.{diff}.weight")
+                } else {
+                    format!("{p}.{norm}.{which}.{qk_suffix}")
+                };
+                gain(&mut out, format!("{p}.{norm}.{which}.weight"), file);
+            }
+        }
+    }
+    for i in 0..cfg.single_blocks {
+        let p = format!("single_blocks.{i}");
+        let q = format!("single_transformer_blocks.{i}");
+        let pick_block =
+            |comfy: &str, diff: &str| pick(&format!("{p}.{comfy}"), &format!("{q}.{diff}"));
+        let linear1 = pick_block("linear1", "attn.to_qkv_mlp_proj");
+        weight(&mut out, &format!("{p}.linear1"), &linear1, &[3 * d + 2 * f], d);
+        weight(
+            &mut out,
+            &format!("{p}.linear2"),
+            &pick_block("linear2", "attn.to_out"),
+            &[d],
+            d + f,
+        );
+        for (which, diff) in [("query_norm", "attn.norm_q"), ("key_norm", "attn.norm_k")] {
+            let file = if diffusers {
+                format!("{q}.{diff}.weight")
+            } else {
+                format!("{p}.norm.{which}.{qk_suffix}")
+            };
+            gain(&mut out, format!("{p}.norm.{which}.weight"), file);
+        }
+    }
+    let latent = Generation::Two.latent_channels();
+    weight(&mut out, "final_layer.linear", &pick("final_layer.linear", "proj_out"), &[latent], d);
+    let ada = pick("final_layer.adaLN_modulation.1", "norm_out.linear");
+    weight(&mut out, "final_layer.adaLN_modulation.1", &ada, &[2 * d], d);
+    out
+}
+
 /// How many consecutive blocks `prefix0.`, `prefix1.`, ... the header has (`prefix` ends in a dot).
 fn count_blocks(h: &Header, prefix: &str) -> usize {
     let indices: BTreeSet<usize> =
@@ -283,90 +505,111 @@ fn matrix(h: &Header, name: &str) -> Result<(usize, usize)> {
     }
 }
 
-/// The layout of `h` if it holds a FLUX-family DiT, and the name it would carry under the other family
-/// members ComfyUI tells apart (FLUX.2, Chroma, Ovis, LongCat-Image) when Kiln does not run it.
-fn family_of(h: &Header) -> Option<(Layout, Option<&'static str>)> {
+/// What [`family_of`] finds: the layout and generation of a FLUX DiT, or the name of a FLUX-family member
+/// Kiln does not run.
+enum Found {
+    /// A FLUX.1 or FLUX.2 DiT in `Layout`.
+    Flux(Layout, Generation),
+    /// Another member ComfyUI tells apart (Chroma, Ovis-Image).
+    Other(&'static str),
+}
+
+/// What `h` holds of the FLUX family, if anything.
+fn family_of(h: &Header) -> Option<Found> {
     // Chroma's distilled guidance layer, with or without `img_in` (Chroma Radiance has none).
     let chroma = ["distilled_guidance_layer.norms.0", "distilled_guidance_layer.0.norms.0"]
         .iter()
         .any(|p| h.has(&format!("{p}.scale")) || h.has(&format!("{p}.weight")))
         || h.has("distilled_guidance_layer.in_proj.weight");
     if chroma {
-        return Some((Layout::Comfy, Some("Chroma")));
+        return Some(Found::Other("Chroma"));
     }
     let comfy = h.has("img_in.weight")
         && (h.has("double_blocks.0.img_attn.norm.key_norm.weight")
             || h.has("double_blocks.0.img_attn.norm.key_norm.scale"));
     if comfy {
-        let other = if h.has("double_stream_modulation_img.lin.weight") {
-            Some("FLUX.2 (dev or Klein)")
+        return Some(if h.has("double_stream_modulation_img.lin.weight") {
+            Found::Flux(Layout::Comfy, Generation::Two)
         } else if h.has("double_blocks.0.img_mlp.gate_proj.weight") {
-            Some("Ovis-Image")
+            Found::Other("Ovis-Image")
         } else {
-            None
-        };
-        return Some((Layout::Comfy, other));
+            Found::Flux(Layout::Comfy, Generation::One)
+        });
     }
     if h.has("x_embedder.weight") && h.has("single_transformer_blocks.0.attn.norm_k.weight") {
-        let other = h
-            .has("single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight")
-            .then_some("FLUX.2 in diffusers' layout (ComfyUI loads FLUX.2 only in its own layout)");
-        return Some((Layout::Diffusers, other));
+        let generation = if h.has("single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight") {
+            Generation::Two
+        } else {
+            Generation::One
+        };
+        return Some(Found::Flux(Layout::Diffusers, generation));
     }
     None
 }
 
-/// Recognises a FLUX.1 DiT (`Ok(None)` for files of no FLUX family): its config and key layout. A FLUX-family
-/// file Kiln does not run (FLUX.2, Chroma, Ovis, LongCat-Image) is [`crate::Error::Unsupported`] naming it.
+/// Recognises a FLUX.1 or FLUX.2 DiT (`Ok(None)` for files of no FLUX family): its config and key layout. A
+/// FLUX-family file Kiln does not run (Chroma, Ovis, LongCat-Image) is [`crate::Error::Unsupported`] naming
+/// it.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
-    let Some((layout, other)) = family_of(h) else {
-        return Ok(None);
+    let (layout, generation) = match family_of(h) {
+        None => return Ok(None),
+        Some(Found::Other(other)) => {
+            return Err(
+                h.unsupported(format!("a {other} diffusion model, which Kiln does not run yet"))
+            );
+        }
+        Some(Found::Flux(layout, generation)) => (layout, generation),
     };
-    if let Some(other) = other {
-        return Err(
-            h.unsupported(format!("a {other} diffusion model, which Kiln does not run yet"))
-        );
-    }
     if let Some((name, dtype)) = h.unsupported_dtypes().next() {
         return Err(h.unsupported(format!(
             "`{}` is {dtype}, a type Kiln cannot compute with",
             h.key(name)
         )));
     }
+    let two = generation == Generation::Two;
     let diffusers = layout == Layout::Diffusers;
     let name = |comfy: &'static str, diff: &'static str| if diffusers { diff } else { comfy };
     let (dim, patch_in) = matrix(h, name("img_in.weight", "x_embedder.weight"))?;
     let (_, text_dim) = matrix(h, name("txt_in.weight", "context_embedder.weight"))?;
     let vec_name =
         name("vector_in.in_layer.weight", "time_text_embed.text_embedder.linear_1.weight");
-    let vec_dim = if h.has(vec_name) { Some(matrix(h, vec_name)?.1) } else { None };
-    let guidance = h.has(name(
-        "guidance_in.in_layer.weight",
-        "time_text_embed.guidance_embedder.linear_1.weight",
-    ));
-    let mlp_name =
-        name("double_blocks.0.img_mlp.0.weight", "transformer_blocks.0.ff.net.0.proj.weight");
-    let (mlp_hidden, _) = matrix(h, mlp_name)?;
+    let vec_dim = if !two && h.has(vec_name) { Some(matrix(h, vec_name)?.1) } else { None };
+    let guidance = h.has(match (generation, diffusers) {
+        (_, false) => "guidance_in.in_layer.weight",
+        (Generation::One, true) => "time_text_embed.guidance_embedder.linear_1.weight",
+        (Generation::Two, true) => "time_guidance_embed.guidance_embedder.linear_1.weight",
+    });
+    let mlp_name = match (generation, diffusers) {
+        (_, false) => "double_blocks.0.img_mlp.0.weight",
+        (Generation::One, true) => "transformer_blocks.0.ff.net.0.proj.weight",
+        (Generation::Two, true) => "transformer_blocks.0.ff.linear_in.weight",
+    };
+    let (mlp_rows, _) = matrix(h, mlp_name)?;
+    // FLUX.2's SwiGLU takes twice its output width in.
+    let mlp_hidden = if two { mlp_rows / 2 } else { mlp_rows };
     let (double_blocks, single_blocks) = if diffusers {
         (count_blocks(h, "transformer_blocks."), count_blocks(h, "single_transformer_blocks."))
     } else {
         (count_blocks(h, "double_blocks."), count_blocks(h, "single_blocks."))
     };
-    if vec_dim.is_none() && text_dim == 3584 {
+    if !two && vec_dim.is_none() && text_dim == 3584 {
         return Err(h.unsupported("a LongCat-Image diffusion model, which Kiln does not run yet"));
     }
-    let channels = patch_in / (PATCH * PATCH);
+    let (patch, latent) = (generation.patch(), generation.latent_channels());
+    let channels = patch_in / (patch * patch);
     if dim == 0
         || !dim.is_multiple_of(HEAD_DIM)
-        || patch_in % (PATCH * PATCH) != 0
-        || channels < LATENT_CHANNELS
+        || patch_in % (patch * patch) != 0
+        || channels < latent
     {
         return Err(h.unsupported(format!(
-            "a FLUX.1 layout with hidden width {dim} and {patch_in} patch features: the width must be a \
-             multiple of {HEAD_DIM} and the patches 2×2 of at least {LATENT_CHANNELS} channels"
+            "a {} layout with hidden width {dim} and {patch_in} patch features: the width must be a \
+             multiple of {HEAD_DIM} and the patches {patch}×{patch} of at least {latent} channels",
+            generation.name()
         )));
     }
     let cfg = Config {
+        generation,
         dim,
         heads: dim / HEAD_DIM,
         double_blocks,

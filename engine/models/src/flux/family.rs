@@ -1,5 +1,5 @@
-//! What the family layer needs to know of FLUX.1 beside the network: its names, latent space, default model
-//! sampling and what a combined checkpoint holds.
+//! What the family layer needs to know of FLUX.1 and FLUX.2 beside the network: their names, latent spaces,
+//! default model sampling and what a combined checkpoint holds.
 
 use crate::latent::LatentFormat;
 
@@ -26,3 +26,15 @@ pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
 /// The guidance a guidance-distilled model gets from a conditioning that sets none (ComfyUI's
 /// `Flux.extra_conds`).
 pub const DEFAULT_GUIDANCE: f32 = 3.5;
+/// FLUX.2's name in messages.
+pub const FLUX2_NAME: &str = "FLUX.2";
+/// The name `kiln model synth --family` writes a FLUX.2 Klein 4B DiT under.
+pub const FLUX2_SYNTH_NAME: &str = "flux2";
+/// The name `kiln model synth --family` writes a LoRA for FLUX.2 under.
+pub const FLUX2_SYNTH_LORA_NAME: &str = "flux2-lora";
+/// FLUX.2 denoises in the FLUX.2 VAE's latent space (already normalised by the VAE: identity here).
+pub const FLUX2_LATENT: LatentFormat = LatentFormat::FLUX2;
+/// ComfyUI's `ModelSamplingFlux` μ for FLUX.2 (`Flux2Scheduler` computes its own shift).
+pub const FLUX2_SHIFT: f64 = 2.02;
+/// Where a combined checkpoint keeps FLUX.2 Klein 4B's Qwen3 (ComfyUI's `text_encoders.qwen3_4b.transformer.`).
+pub const CHECKPOINT_QWEN3_4B_PREFIX: &str = "text_encoders.qwen3_4b.transformer.";

@@ -1,9 +1,10 @@
-//! The stems a LoRA file may name FLUX.1's weights by, as ComfyUI's `LoraLoaderModelOnly` reads them (its
+//! The stems a LoRA file may name a FLUX DiT's weights by (FLUX.1's and FLUX.2's alike), as ComfyUI's `LoraLoaderModelOnly` reads them (its
 //! generic `model_lora_keys_unet` and the Flux part, models-flux.md §8); [`crate::lora`] reads the adapters.
 //!
 //! For a weight `S.weight` of ComfyUI's (Black Forest Labs') layout: `lora_unet_S` with dots as underscores
 //! (kohya, ai-toolkit), `diffusion_model.S` and the bare `S`. For its diffusers name `N` (one stem, or the row
-//! blocks of a fused weight: `to_q`, `to_k`, `to_v` of `qkv`; and `proj_mlp` of a single block's `linear1`):
+//! blocks of a fused weight: `to_q`, `to_k`, `to_v` of `qkv`; and FLUX.1's `proj_mlp` of a single block's
+//! `linear1`, which FLUX.2's `to_qkv_mlp_proj` is whole):
 //! `transformer.N`, `N`, `lycoris_N` and `lora_transformer_N` (OneTrainer; dots as underscores).
 //!
 //! Not read: diffusers' `norm_out.linear`, whose halves ComfyUI swaps into `final_layer.adaLN_modulation.1`
@@ -15,7 +16,7 @@ use super::config::{Config, diffusers_stems};
 use crate::error::Result;
 use crate::lora::{self, Aliases, LoraPatches, Target};
 
-/// Every stem a LoRA file may use for a FLUX.1 model of `cfg` whose weights are `slots`.
+/// Every stem a LoRA file may use for a FLUX model of `cfg` whose weights are `slots`.
 pub fn aliases(cfg: &Config, slots: &[(&str, &[usize])]) -> Aliases {
     let mut aliases = Aliases::new();
     let slot_of = |name: &str| slots.iter().position(|(n, _)| *n == name);
@@ -52,7 +53,7 @@ pub fn aliases(cfg: &Config, slots: &[(&str, &[usize])]) -> Aliases {
     aliases
 }
 
-/// The patches the LoRA file `lora` makes at `strength` for a FLUX.1 model of `cfg` whose weights are `slots`.
+/// The patches the LoRA file `lora` makes at `strength` for a FLUX model of `cfg` whose weights are `slots`.
 pub fn patches(
     lora: &SafetensorsFile,
     cfg: &Config,

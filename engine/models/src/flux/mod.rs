@@ -1,7 +1,8 @@
-//! FLUX.1's DiT (`flux1-dev`, `flux1-schnell`, Kontext, Fill; ComfyUI's names are Black Forest Labs'):
-//! double-stream blocks over text and image tokens, then single-stream blocks over both, per-block adaLN
-//! modulation from the timestep, the distilled guidance and CLIP-L's pooled vector, and a 3-axis RoPE
-//! (models-flux.md §3, §4).
+//! The FLUX DiTs (ComfyUI's names are Black Forest Labs'): FLUX.1 (`flux1-dev`, `flux1-schnell`, Kontext,
+//! Fill) and FLUX.2 (dev, Klein 4B/9B). Double-stream blocks over text and image tokens, then single-stream
+//! blocks over both, adaLN modulation from the timestep (and the distilled guidance, and FLUX.1's CLIP-L pooled
+//! vector) — per block in FLUX.1, three modulations shared by all blocks in FLUX.2 — and a multi-axis RoPE
+//! (models-flux.md §3, §4). One code path; [`Generation`] holds what differs.
 //!
 //! - [`detect`] recognises the file in ComfyUI's or diffusers' layout and derives its [`Config`] from shapes;
 //!   [`load_plan`] names the weights in ComfyUI's layout whatever the file's.
@@ -23,7 +24,7 @@ pub fn expected_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         .collect()
 }
 pub use config::{
-    AXES_DIMS, Config, DEFAULT_REFERENCE_METHOD, EPS, HEAD_DIM, LATENT_CHANNELS, Layout, PATCH,
-    ROPE_THETA, T_FREQ_DIM, detect, load_plan,
+    Config, DEFAULT_REFERENCE_METHOD, EPS, Generation, HEAD_DIM, LATENT_CHANNELS, Layout,
+    T_FREQ_DIM, detect, load_plan,
 };
-pub use model::{Flux, FluxInput};
+pub use model::{Flux, FluxInput, KvCache};

@@ -1,14 +1,14 @@
-//! [`Flux`]: the FLUX.1 DiT forward pass in ComfyUI's order (models-flux.md §4.2), reading one block's weights
-//! at a time through [`Model::fetch`].
+//! [`Flux`]: the FLUX.1 and FLUX.2 DiT forward pass in ComfyUI's order (models-flux.md §4.2), reading one
+//! block's weights at a time through [`Model::fetch`].
 
-use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{
-    AXES_DIMS, Config, DEFAULT_REFERENCE_METHOD, EPS, HEAD_DIM, LATENT_CHANNELS, Layout, PATCH,
-    ROPE_THETA, T_FREQ_DIM,
-};
+use super::config::{Config, EPS, Generation, HEAD_DIM, Layout, T_FREQ_DIM};
 use crate::error::{Error, Result};
 use crate::latent_tokens::{
     SideBySide, batched_reference, padded, patchify, reference_sides, unpatchify,
@@ -18,7 +18,11 @@ use crate::latent_tokens::{
 /// bf16 and f16 inputs, whose norm computes in f32).
 const QK_EPS: f32 = f32::EPSILON;
 
-/// A FLUX.1 DiT: its config, the layout its file was in, and its weights (ComfyUI names, no prefix) under the
+/// The text length FLUX.2 sees: shorter conditionings are left-padded with zero rows (ComfyUI's
+/// `Flux2.extra_conds`).
+const FLUX2_TEXT_LEN: usize = 512;
+
+/// A FLUX DiT: its config, the layout its file was in, and its weights (ComfyUI names, no prefix) under the
 /// memory manager.
 pub struct Flux {
     /// The hyperparameters.
@@ -34,19 +38,85 @@ pub struct FluxInput<'a, B: Backend> {
     /// Latents `[B, in_channels, h, w]` in model space (Fill's and the control models' extra channels already
     /// joined), any float dtype.
     pub x: &'a Tensor<B>,
-    /// The model's timestep per sample (σ: both of FLUX.1's model samplings hand the net σ).
+    /// The model's timestep per sample (σ: the FLUX model samplings hand the net σ).
     pub timesteps: &'a [f32],
-    /// T5's features `[B, N, text_dim]`.
+    /// The text features `[B, N, text_dim]` (FLUX.1: T5-XXL's; FLUX.2: the encoder's three hidden states).
     pub context: &'a Tensor<B>,
-    /// CLIP-L's pooled vector `[B, ≥ vec_dim]` (`None`: zeros, as ComfyUI feeds a conditioning without one).
+    /// CLIP-L's pooled vector `[B, ≥ vec_dim]` (`None`: zeros, as ComfyUI feeds a conditioning without one);
+    /// FLUX.2 has no pooled input and ignores it.
     pub pooled: Option<&'a Tensor<B>>,
     /// The distilled guidance per sample; `None` leaves the guidance embedding out (`FluxDisableGuidance`).
-    /// Models without `guidance_in` (schnell) ignore it.
+    /// Models without `guidance_in` (schnell, Klein) ignore it.
     pub guidance: Option<&'a [f32]>,
-    /// Reference latents `[1 or B, 16, h, w]` in model space (Kontext), placed after the image's tokens.
+    /// Reference latents `[1 or B, C, h, w]` in model space (Kontext, FLUX.2 edits), placed after the image's
+    /// tokens.
     pub references: &'a [Tensor<B>],
-    /// How the references are placed (`offset`, Kontext's default; `index`; `uxo`).
+    /// How the references are placed (`offset`, Kontext's default; `index`, FLUX.2's; `uxo`;
+    /// `index_timestep_zero`, FLUX.2 only: as `index`, the references modulated at timestep 0).
     pub method: Option<&'a str>,
+    /// `FluxKVCache`'s store for this sampling run: the first call with references fills it with their keys
+    /// and values in every block; later calls leave the reference tokens out and attend to the stored ones.
+    pub kv_cache: Option<&'a KvCache<B>>,
+}
+
+/// `FluxKVCache`'s keys and values of the reference tokens, per block (`double_i`, `single_i`), as the first
+/// model call of a sampling run computed them: after the q/k norms, before RoPE, `[B, ref tokens, H, 128]`.
+pub struct KvCache<B: Backend> {
+    blocks: Mutex<KvBlocks<B>>,
+}
+
+/// Each block's stored (keys, values).
+type KvBlocks<B> = BTreeMap<String, (Tensor<B>, Tensor<B>)>;
+
+impl<B: Backend> Default for KvCache<B> {
+    fn default() -> Self {
+        KvCache { blocks: Mutex::new(BTreeMap::new()) }
+    }
+}
+
+impl<B: Backend> KvCache<B> {
+    /// An empty store (the next call with references fills it).
+    pub fn new() -> KvCache<B> {
+        KvCache::default()
+    }
+
+    /// Whether a call has filled it.
+    pub fn is_filled(&self) -> bool {
+        self.lock().map(|blocks| !blocks.is_empty()).unwrap_or(false)
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, KvBlocks<B>>> {
+        self.blocks
+            .lock()
+            .map_err(|_| Error::Invalid("a FLUX KV cache was poisoned by a failed call".to_owned()))
+    }
+}
+
+/// What a block's attention does with the KV cache this call.
+enum KvMode<'a, B: Backend> {
+    /// No cache, or no references: plain attention.
+    Off,
+    /// Store the last `ref_tokens` keys and values of each block.
+    Record { cache: &'a KvCache<B>, ref_tokens: usize },
+    /// The reference tokens are left out: append each block's stored keys and values.
+    Replay { cache: &'a KvCache<B> },
+}
+
+impl<B: Backend> Clone for KvMode<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for KvMode<'_, B> {}
+
+/// What every block of one call shares: SiLU(vec), FLUX.2's shared modulations, the RoPE table and the KV
+/// cache's mode.
+struct Block<'a, B: Backend> {
+    silu_vec: &'a Tensor<B>,
+    shared: Option<&'a SharedModulation<B>>,
+    rope: &'a Rope<B>,
+    kv: KvMode<'a, B>,
 }
 
 /// The joint sequence's RoPE table (text, then image, then references), `[tokens, 64]` f32 each.
@@ -69,11 +139,67 @@ impl<B: Backend> Modulation<B> {
         Ok(b.modulate(&n, &self.scale, Some(&self.shift))?)
     }
 
-    /// x + y · gate.
-    fn gated_add(&self, b: &B, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(b.binary(x, &b.binary(y, &self.gate, BinaryOp::Mul)?, BinaryOp::Add)?)
+    /// y · gate.
+    fn gated(&self, b: &B, y: &Tensor<B>) -> Result<Tensor<B>> {
+        Ok(b.binary(y, &self.gate, BinaryOp::Mul)?)
     }
 }
+
+/// The modulation of a run of tokens: one for all of them, or (`index_timestep_zero`) one for the first `at`
+/// tokens and another, at timestep 0, for the reference tokens after them.
+enum TokenModulation<B: Backend> {
+    /// Every token alike.
+    Uniform(Modulation<B>),
+    /// Tokens before `at` by `before`, the rest by `after`.
+    Split { at: usize, before: Modulation<B>, after: Modulation<B> },
+}
+
+impl<B: Backend> TokenModulation<B> {
+    /// `f(modulation, tokens)` for each run of `x` `[B, L, D]`, joined back along the tokens.
+    fn by_run(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        f: impl Fn(&Modulation<B>, &Tensor<B>) -> Result<Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        match self {
+            TokenModulation::Uniform(m) => f(m, x),
+            TokenModulation::Split { at, before, after } => {
+                let len = x.dim(1)?;
+                if *at >= len {
+                    return f(before, x);
+                }
+                let first = f(before, &b.slice(x, 1, 0, *at)?)?;
+                let rest = f(after, &b.slice(x, 1, *at, len - at)?)?;
+                Ok(b.concat(&[&first, &rest], 1)?)
+            }
+        }
+    }
+
+    /// LayerNorm(x) · (1 + scale) + shift, run by run.
+    fn modulated(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        self.by_run(b, x, |m, t| m.modulated(b, t))
+    }
+
+    /// x + y · gate, the gate run by run.
+    fn gated_add(&self, b: &B, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
+        let gated = self.by_run(b, y, |m, t| m.gated(b, t))?;
+        Ok(b.binary(x, &gated, BinaryOp::Add)?)
+    }
+}
+
+/// FLUX.2's three modulations, computed once per call and shared by every block.
+struct SharedModulation<B: Backend> {
+    /// The double blocks' image stream (attention, MLP).
+    img: [TokenModulation<B>; 2],
+    /// The double blocks' text stream.
+    txt: [TokenModulation<B>; 2],
+    /// The single blocks.
+    single: TokenModulation<B>,
+}
+
+/// References ready for patchifying, each with its placement.
+type Placed<B> = Vec<(Tensor<B>, Placement)>;
 
 /// Where a latent's token grid sits on the RoPE axes.
 #[derive(Debug, Clone, Copy)]
@@ -86,13 +212,69 @@ struct Placement {
 }
 
 impl Placement {
-    /// Appends the grid's positions, row-major: (index, r + row_offset, s + col_offset).
-    fn extend(&self, out: &mut Vec<[i64; 3]>) {
+    /// Appends the grid's positions, row-major: (index, r + row_offset, s + col_offset, 0).
+    fn extend(&self, out: &mut Vec<[i64; 4]>) {
         let (ro, co) = (self.row_offset as i64, self.col_offset as i64);
         for r in 0..self.rows as i64 {
-            out.extend((0..self.cols as i64).map(|s| [self.index, r + ro, s + co]));
+            out.extend((0..self.cols as i64).map(|s| [self.index, r + ro, s + co, 0]));
         }
     }
+}
+
+/// A linear layer's weight and bias (FLUX.2 has none) by their places in a fetched [`Layer`].
+#[derive(Debug, Clone, Copy)]
+struct Linear {
+    weight: usize,
+    bias: Option<usize>,
+}
+
+/// The names a block fetches, built with the places of its layers in the fetched [`Layer`].
+struct Names {
+    names: Vec<String>,
+    biases: bool,
+}
+
+impl Names {
+    fn new(generation: Generation) -> Names {
+        Names { names: Vec::with_capacity(32), biases: generation.biases() }
+    }
+
+    /// One tensor.
+    fn one(&mut self, name: String) -> usize {
+        self.names.push(name);
+        self.names.len() - 1
+    }
+
+    /// A linear layer `stem` (`.weight`, and `.bias` where the generation has biases).
+    fn linear(&mut self, stem: &str) -> Linear {
+        let weight = self.one(format!("{stem}.weight"));
+        let bias = self.biases.then(|| self.one(format!("{stem}.bias")));
+        Linear { weight, bias }
+    }
+
+    /// The names as the fetch takes them.
+    fn as_strs(&self) -> Vec<&str> {
+        self.names.iter().map(String::as_str).collect()
+    }
+}
+
+/// `layer`'s linear `lin` of `x`.
+fn apply<B: Backend>(b: &B, layer: &Layer<'_>, lin: Linear, x: &Tensor<B>) -> Result<Tensor<B>> {
+    let bias = lin.bias.map(|i| layer.weight(i));
+    Ok(b.linear(x, &layer.weight(lin.weight), bias.as_ref())?)
+}
+
+/// The weights of one stream of a double block.
+#[derive(Clone, Copy)]
+struct StreamWeights {
+    /// FLUX.1's own modulation (FLUX.2 shares one).
+    modulation: Option<Linear>,
+    qkv: Linear,
+    proj: Linear,
+    mlp_in: Linear,
+    mlp_out: Linear,
+    q_norm: usize,
+    k_norm: usize,
 }
 
 impl Flux {
@@ -101,72 +283,122 @@ impl Flux {
         Flux { config, layout, weights }
     }
 
-    /// ComfyUI's model output v = ε − x₀ (no sign flip) for `input`, f32 `[B, 16, h, w]`. Computes in
-    /// `b.compute_dtype()`; odd `h`/`w` are padded circularly and cropped back.
+    /// ComfyUI's model output v = ε − x₀ (no sign flip) for `input`, f32 `[B, C, h, w]` (16 channels for
+    /// FLUX.1, 128 for FLUX.2). Computes in `b.compute_dtype()`; odd `h`/`w` are padded circularly and cropped
+    /// back.
     pub fn forward<B: Backend>(&self, b: &B, input: &FluxInput<'_, B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
+        let generation = cfg.generation;
+        let patch = generation.patch();
         let (batch, h, w) = self.check_inputs(input)?;
         let dt = b.compute_dtype();
-        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, PATCH)?;
+        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, patch)?;
         let image_len = rows * cols;
-        let mut tokens = vec![patchify(b, &x, PATCH)?];
-        let mut positions: Vec<[i64; 3]> = vec![[0; 3]; input.context.dim(1)?];
+        let context = self.text_input(b, input.context)?;
+        let text_len = context.dim(1)?;
+        let mut tokens = vec![patchify(b, &x, patch)?];
+        let mut positions: Vec<[i64; 4]> = match generation {
+            Generation::One => vec![[0; 4]; text_len],
+            Generation::Two => (0..text_len as i64).map(|l| [0, 0, 0, l]).collect(),
+        };
         let image = Placement { index: 0, rows, cols, row_offset: 0, col_offset: 0 };
         image.extend(&mut positions);
-        for (reference, place) in self.place_references(b, input, batch, (rows, cols))? {
+        let (references, timestep_zero) = self.place_references(b, input, batch, (rows, cols))?;
+        let kv = match input.kv_cache {
+            Some(cache) if !references.is_empty() && cache.is_filled() => KvMode::Replay { cache },
+            Some(cache) if !references.is_empty() => KvMode::Record {
+                cache,
+                ref_tokens: references.iter().map(|(_, p)| p.rows * p.cols).sum(),
+            },
+            _ => KvMode::Off,
+        };
+        for (reference, place) in references {
             place.extend(&mut positions);
-            tokens.push(patchify(b, &reference, PATCH)?);
+            // ComfyUI's `post_input` patch drops the references' tokens once their keys and values are stored;
+            // their positions stay in the RoPE table, whose rows past the sequence belong to the stored keys.
+            if !matches!(kv, KvMode::Replay { .. }) {
+                tokens.push(patchify(b, &reference, patch)?);
+            }
         }
-        let rope = rope_table(b, &positions)?;
+        let rope = rope_table(b, &positions, generation)?;
 
-        let silu_vec = b.unary(&self.vector(b, input, batch)?, UnaryOp::Silu)?;
+        let vec = self.vector(b, input, input.timesteps, batch)?;
+        let silu_vec = b.unary(&vec, UnaryOp::Silu)?;
+        // FLUX.2's references under `index_timestep_zero` are modulated at timestep 0.
+        let silu_vec_zero = if timestep_zero {
+            let zeros = vec![0.0; batch];
+            Some(b.unary(&self.vector(b, input, &zeros, batch)?, UnaryOp::Silu)?)
+        } else {
+            None
+        };
+        let shared = match generation {
+            Generation::One => None,
+            Generation::Two => Some(self.shared_modulation(
+                b,
+                &silu_vec,
+                silu_vec_zero.as_ref(),
+                (text_len, image_len),
+            )?),
+        };
         let mut img = {
-            let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
+            let mut names = Names::new(generation);
+            let lin = names.linear("img_in");
+            let layer = self.fetch(b, &names.as_strs())?;
             let tokens: Vec<&Tensor<B>> = tokens.iter().collect();
-            b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
+            apply(b, &layer, lin, &b.concat(&tokens, 1)?)?
         };
         drop(tokens);
         let mut txt = {
-            let layer = self.fetch(b, &["txt_in.weight", "txt_in.bias"])?;
-            b.linear(&b.cast(input.context, dt)?, &layer.weight(0), Some(&layer.weight(1)))?
+            let mut names = Names::new(generation);
+            let lin = names.linear("txt_in");
+            let layer = self.fetch(b, &names.as_strs())?;
+            apply(b, &layer, lin, &context)?
         };
+        drop(context);
         for i in 0..cfg.double_blocks {
-            (img, txt) = self.double_block(b, i, &img, &txt, &silu_vec, &rope)?;
+            let block = Block { silu_vec: &silu_vec, shared: shared.as_ref(), rope: &rope, kv };
+            (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
         }
-        let text_len = txt.dim(1)?;
         let mut joint = b.concat(&[&txt, &img], 1)?;
         drop((img, txt));
         for i in 0..cfg.single_blocks {
-            joint = self.single_block(b, i, &joint, &silu_vec, &rope)?;
+            let block = Block { silu_vec: &silu_vec, shared: shared.as_ref(), rope: &rope, kv };
+            joint = self.single_block(b, i, &joint, &block)?;
         }
         let img = b.slice(&joint, 1, text_len, image_len)?;
         drop(joint);
 
         // Final layer: adaLN (shift, scale) in ComfyUI's files, then the projection to patches.
-        let layer = self.fetch(
-            b,
-            &[
-                "final_layer.adaLN_modulation.1.weight",
-                "final_layer.adaLN_modulation.1.bias",
-                "final_layer.linear.weight",
-                "final_layer.linear.bias",
-            ],
-        )?;
-        let emb = b.linear(&silu_vec, &layer.weight(0), Some(&layer.weight(1)))?;
+        let mut names = Names::new(generation);
+        let ada = names.linear("final_layer.adaLN_modulation.1");
+        let proj = names.linear("final_layer.linear");
+        let layer = self.fetch(b, &names.as_strs())?;
+        let emb = apply(b, &layer, ada, &silu_vec)?;
         let (first, second) =
             (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
         let (shift, scale) =
             if self.layout.final_scale_first() { (second, first) } else { (first, second) };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
-        let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
-        let mut out = unpatchify(b, &y, LATENT_CHANNELS, (rows, cols), PATCH)?;
-        if rows * PATCH > h {
+        let y = apply(b, &layer, proj, &y)?;
+        let mut out = unpatchify(b, &y, generation.latent_channels(), (rows, cols), patch)?;
+        if rows * patch > h {
             out = b.slice(&out, 2, 0, h)?;
         }
-        if cols * PATCH > w {
+        if cols * patch > w {
             out = b.slice(&out, 3, 0, w)?;
         }
         Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// The text features in the compute type; FLUX.2's left-padded with zero rows to 512 tokens, as ComfyUI's
+    /// `Flux2.extra_conds` pads a shorter conditioning.
+    fn text_input<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Tensor<B>> {
+        let context = b.cast(context, b.compute_dtype())?;
+        let len = context.dim(1)?;
+        if self.config.generation == Generation::Two && len < FLUX2_TEXT_LEN {
+            return Ok(b.pad(&context, 1, FLUX2_TEXT_LEN - len, 0, PadMode::Constant(0.0))?);
+        }
+        Ok(context)
     }
 
     /// Checks the inputs' shapes: returns (batch, h, w).
@@ -206,9 +438,10 @@ impl Flux {
             &[cb, n, width] if cb == batch && n > 0 && width == cfg.text_dim => {}
             other => {
                 return Err(Error::Invalid(format!(
-                    "{} conditioning must be [{batch}, N > 0, {}] (T5-XXL's features), got {other:?}",
+                    "{} conditioning must be [{batch}, N > 0, {}] ({}), got {other:?}",
                     cfg.variant(),
-                    cfg.text_dim
+                    cfg.text_dim,
+                    cfg.text_encoder()
                 )));
             }
         }
@@ -231,15 +464,16 @@ impl Flux {
         Ok(self.weights.fetch(b, names)?)
     }
 
-    /// vec `[B, D]`: time_in(E(σ)), plus guidance_in(E(g)) where the model and the input have guidance, plus
-    /// vector_in(pooled) where the model has `vector_in` (zeros without a pooled vector).
+    /// vec `[B, D]` at `timesteps`: time_in(E(t)), plus guidance_in(E(g)) where the model and the input have
+    /// guidance, plus vector_in(pooled) where the model has `vector_in` (zeros without a pooled vector).
     fn vector<B: Backend>(
         &self,
         b: &B,
         input: &FluxInput<'_, B>,
+        timesteps: &[f32],
         batch: usize,
     ) -> Result<Tensor<B>> {
-        let mut vec = self.embedder(b, "time_in", &sinusoid(b, input.timesteps)?)?;
+        let mut vec = self.embedder(b, "time_in", &sinusoid(b, timesteps)?)?;
         if self.config.guidance
             && let Some(g) = input.guidance
         {
@@ -259,26 +493,71 @@ impl Flux {
 
     /// An `MLPEmbedder` under `name`: out_layer(SiLU(in_layer(x))).
     fn embedder<B: Backend>(&self, b: &B, name: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let names = ["in_layer.weight", "in_layer.bias", "out_layer.weight", "out_layer.bias"]
-            .map(|n| format!("{name}.{n}"));
-        let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
-        let hidden =
-            b.unary(&b.linear(x, &layer.weight(0), Some(&layer.weight(1)))?, UnaryOp::Silu)?;
-        Ok(b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?)
+        let mut names = Names::new(self.config.generation);
+        let inner = names.linear(&format!("{name}.in_layer"));
+        let outer = names.linear(&format!("{name}.out_layer"));
+        let layer = self.fetch(b, &names.as_strs())?;
+        let hidden = b.unary(&apply(b, &layer, inner, x)?, UnaryOp::Silu)?;
+        apply(b, &layer, outer, &hidden)
+    }
+
+    /// FLUX.2's shared modulations of `silu_vec`; with `silu_vec_zero` (`index_timestep_zero`) the reference
+    /// tokens (after the image's in the image stream, after text and image in the single blocks) take theirs
+    /// from it.
+    fn shared_modulation<B: Backend>(
+        &self,
+        b: &B,
+        silu_vec: &Tensor<B>,
+        silu_vec_zero: Option<&Tensor<B>>,
+        (text_len, image_len): (usize, usize),
+    ) -> Result<SharedModulation<B>> {
+        let mut names = Names::new(Generation::Two);
+        let img = names.linear("double_stream_modulation_img.lin");
+        let txt = names.linear("double_stream_modulation_txt.lin");
+        let single = names.linear("single_stream_modulation.lin");
+        let layer = self.fetch(b, &names.as_strs())?;
+        let sets = |lin: Linear, v: &Tensor<B>, k: usize| -> Result<Vec<Modulation<B>>> {
+            self.modulation(b, v, &apply(b, &layer, lin, v)?, k)
+        };
+        let by_token = |lin: Linear, k: usize, at: usize| -> Result<Vec<TokenModulation<B>>> {
+            let main = sets(lin, silu_vec, k)?;
+            Ok(match silu_vec_zero {
+                None => main.into_iter().map(TokenModulation::Uniform).collect(),
+                Some(zero) => main
+                    .into_iter()
+                    .zip(sets(lin, zero, k)?)
+                    .map(|(before, after)| TokenModulation::Split { at, before, after })
+                    .collect(),
+            })
+        };
+        let [img_attn, img_mlp]: [TokenModulation<B>; 2] =
+            by_token(img, 2, image_len)?.try_into().map_err(|_| sets_error())?;
+        let [txt_attn, txt_mlp]: [TokenModulation<B>; 2] = sets(txt, silu_vec, 2)?
+            .into_iter()
+            .map(TokenModulation::Uniform)
+            .collect::<Vec<_>>()
+            .try_into()
+            .map_err(|_| sets_error())?;
+        let single = by_token(single, 1, text_len + image_len)?.remove(0);
+        Ok(SharedModulation { img: [img_attn, img_mlp], txt: [txt_attn, txt_mlp], single })
     }
 
     /// The references in the compute type, padded to the patch size and repeated to the batch, each with its
-    /// placement as ComfyUI's `_forward` gives it for the method (`offset` unless named otherwise; `index`:
-    /// index k for the k-th; `uxo`: index 0, diagonally beyond the image and the references before it).
+    /// placement as ComfyUI's `_forward` gives it for the method (the generation's default unless named:
+    /// `offset`; `index`: index k·scale for the k-th; `uxo`: index 0, diagonally beyond the image and the
+    /// references before it), and whether they are modulated at timestep 0 (`index_timestep_zero`).
     fn place_references<B: Backend>(
         &self,
         b: &B,
         input: &FluxInput<'_, B>,
         batch: usize,
         (rows, cols): (usize, usize),
-    ) -> Result<Vec<(Tensor<B>, Placement)>> {
-        let method = input.method.unwrap_or(DEFAULT_REFERENCE_METHOD);
-        if method == "index_timestep_zero" && !input.references.is_empty() {
+    ) -> Result<(Placed<B>, bool)> {
+        let generation = self.config.generation;
+        let patch = generation.patch();
+        let method = input.method.unwrap_or(generation.default_reference_method());
+        let timestep_zero = method == "index_timestep_zero" && !input.references.is_empty();
+        if timestep_zero && generation == Generation::One {
             return Err(Error::Invalid(format!(
                 "reference method `index_timestep_zero` is for FLUX.2 and Qwen-Image Edit; {} places \
                  references by `offset`, `index` or `uxo`",
@@ -289,14 +568,18 @@ impl Flux {
         let mut side_by_side = SideBySide::default();
         let mut placed = Vec::with_capacity(input.references.len());
         for reference in input.references {
-            let (rh, rw) = reference_sides(reference, batch, LATENT_CHANNELS)?;
+            let (rh, rw) = reference_sides(
+                reference,
+                batch,
+                self.config.in_channels.min(generation.latent_channels()),
+            )?;
             let (mut h_offset, mut w_offset) = (0, 0);
             match method {
-                "index" => index += 1,
+                "index" | "index_timestep_zero" => index += generation.reference_index_scale(),
                 "uxo" => {
                     index = 0;
-                    h_offset = rows * PATCH + h;
-                    w_offset = cols * PATCH + w;
+                    h_offset = rows * patch + h;
+                    w_offset = cols * patch + w;
                     h += rh;
                     w += rw;
                 }
@@ -305,32 +588,30 @@ impl Flux {
                     (h_offset, w_offset) = side_by_side.place(rh, rw);
                 }
             }
-            let (reference, ref_rows, ref_cols) = batched_reference(b, reference, batch, PATCH)?;
+            let (reference, ref_rows, ref_cols) = batched_reference(b, reference, batch, patch)?;
             let place = Placement {
                 index,
                 rows: ref_rows,
                 cols: ref_cols,
-                row_offset: (h_offset + PATCH / 2) / PATCH,
-                col_offset: (w_offset + PATCH / 2) / PATCH,
+                row_offset: (h_offset + patch / 2) / patch,
+                col_offset: (w_offset + patch / 2) / patch,
             };
             placed.push((reference, place));
         }
-        Ok(placed)
+        Ok((placed, timestep_zero))
     }
 
-    /// A modulation `lin` (`[k·3·D, D]` and bias) of `silu_vec`: k sets of (shift, scale, gate).
+    /// The `sets` sets of (shift, scale, gate) in a modulation's output `m` `[B, sets·3·D]`.
     fn modulation<B: Backend>(
         &self,
         b: &B,
-        silu_vec: &Tensor<B>,
-        weight: &Weight<'_>,
-        bias: &Weight<'_>,
+        _silu_vec: &Tensor<B>,
+        m: &Tensor<B>,
         sets: usize,
     ) -> Result<Vec<Modulation<B>>> {
         let d = self.config.dim;
-        let m = b.linear(silu_vec, weight, Some(bias))?;
         let batch = m.dim(0)?;
-        let chunk = |k: usize| b.slice(&m, -1, k * d, d);
+        let chunk = |k: usize| b.slice(m, -1, k * d, d);
         (0..sets)
             .map(|s| {
                 Ok(Modulation {
@@ -362,20 +643,62 @@ impl Flux {
     }
 
     /// Unmasked attention over a joint sequence: RoPE on q and k `[B, N, H, 128]`, then softmax(q·kᵀ/√128)·v,
-    /// back to `[B, N, D]`.
+    /// back to `[B, N, D]`. The KV cache's block `key` stores the reference tokens' keys and values (the last
+    /// ones) or adds the stored ones after the sequence's, whose RoPE rows follow the sequence's in the table.
     fn attention<B: Backend>(
         &self,
         b: &B,
         [q, k, v]: [Tensor<B>; 3],
-        rope: &Rope<B>,
+        block: &Block<'_, B>,
+        key: &str,
     ) -> Result<Tensor<B>> {
+        let (k, v) = match block.kv {
+            KvMode::Off => (k, v),
+            KvMode::Record { cache, ref_tokens } => {
+                let len = k.dim(1)?;
+                let start = len.checked_sub(ref_tokens).ok_or_else(|| {
+                    Error::Invalid(format!("{ref_tokens} reference tokens in a sequence of {len}"))
+                })?;
+                let stored =
+                    (b.slice(&k, 1, start, ref_tokens)?, b.slice(&v, 1, start, ref_tokens)?);
+                cache.lock()?.insert(key.to_owned(), stored);
+                (k, v)
+            }
+            KvMode::Replay { cache } => {
+                let batch = k.dim(0)?;
+                let (ck, cv) = cache.lock()?.get(key).cloned().ok_or_else(|| {
+                    Error::Invalid(format!("the FLUX KV cache holds nothing for block `{key}`"))
+                })?;
+                let (ck, cv) = (to_batch(b, &ck, batch)?, to_batch(b, &cv, batch)?);
+                (b.concat(&[&k, &ck], 1)?, b.concat(&[&v, &cv], 1)?)
+            }
+        };
+        let rope = block.rope;
+        let rows = |t: &Tensor<B>, n: usize| -> Result<Tensor<B>> {
+            if t.dim(0)? == n { Ok(t.clone()) } else { Ok(b.slice(t, 0, 0, n)?) }
+        };
         let heads_first = |t: &Tensor<B>| b.permute(t, &[0, 2, 1, 3]);
-        let q = heads_first(&b.rope(&q, &rope.cos, &rope.sin, RopeLayout::Interleaved)?)?;
-        let k = heads_first(&b.rope(&k, &rope.cos, &rope.sin, RopeLayout::Interleaved)?)?;
+        let (q_len, k_len) = (q.dim(1)?, k.dim(1)?);
+        let (q_cos, q_sin) = (rows(&rope.cos, q_len)?, rows(&rope.sin, q_len)?);
+        let (k_cos, k_sin) = (rows(&rope.cos, k_len)?, rows(&rope.sin, k_len)?);
+        let q = heads_first(&b.rope(&q, &q_cos, &q_sin, RopeLayout::Interleaved)?)?;
+        let k = heads_first(&b.rope(&k, &k_cos, &k_sin, RopeLayout::Interleaved)?)?;
         let v = heads_first(&v)?;
         let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (HEAD_DIM as f32).sqrt())?;
         let batch = o.dim(0)?;
         Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, usize::MAX, self.config.dim])?)
+    }
+
+    /// The MLP's activation: FLUX.1's GELU (tanh), FLUX.2's SwiGLU (SiLU of the first half times the second).
+    fn activation<B: Backend>(&self, b: &B, hidden: &Tensor<B>) -> Result<Tensor<B>> {
+        match self.config.generation {
+            Generation::One => Ok(b.unary(hidden, UnaryOp::GeluTanh)?),
+            Generation::Two => {
+                let f = self.config.mlp_hidden;
+                let gate = b.unary(&b.slice(hidden, -1, 0, f)?, UnaryOp::Silu)?;
+                Ok(b.binary(&gate, &b.slice(hidden, -1, f, f)?, BinaryOp::Mul)?)
+            }
+        }
     }
 
     /// Double-stream block `i` on the image and text tokens.
@@ -385,52 +708,66 @@ impl Flux {
         i: usize,
         img: &Tensor<B>,
         txt: &Tensor<B>,
-        silu_vec: &Tensor<B>,
-        rope: &Rope<B>,
+        block: &Block<'_, B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        let mut names = Vec::with_capacity(24);
-        for stream in ["img", "txt"] {
-            for t in ["mod.lin", "attn.qkv", "attn.proj", "mlp.0", "mlp.2"] {
-                names.push(format!("double_blocks.{i}.{stream}_{t}.weight"));
-                names.push(format!("double_blocks.{i}.{stream}_{t}.bias"));
+        let (silu_vec, shared) = (block.silu_vec, block.shared);
+        let mut names = Names::new(self.config.generation);
+        let [img_w, txt_w] = ["img", "txt"].map(|stream| {
+            let p = format!("double_blocks.{i}.{stream}");
+            StreamWeights {
+                modulation: shared.is_none().then(|| names.linear(&format!("{p}_mod.lin"))),
+                qkv: names.linear(&format!("{p}_attn.qkv")),
+                proj: names.linear(&format!("{p}_attn.proj")),
+                mlp_in: names.linear(&format!("{p}_mlp.0")),
+                mlp_out: names.linear(&format!("{p}_mlp.2")),
+                q_norm: names.one(format!("{p}_attn.norm.query_norm.weight")),
+                k_norm: names.one(format!("{p}_attn.norm.key_norm.weight")),
             }
-            for t in ["query_norm", "key_norm"] {
-                names.push(format!("double_blocks.{i}.{stream}_attn.norm.{t}.weight"));
+        });
+        let layer = self.fetch(b, &names.as_strs())?;
+        let own = |sw: &StreamWeights| -> Result<Option<[TokenModulation<B>; 2]>> {
+            let Some(lin) = sw.modulation else { return Ok(None) };
+            let m = apply(b, &layer, lin, silu_vec)?;
+            let mut sets =
+                self.modulation(b, silu_vec, &m, 2)?.into_iter().map(TokenModulation::Uniform);
+            match (sets.next(), sets.next()) {
+                (Some(attn), Some(mlp)) => Ok(Some([attn, mlp])),
+                _ => Err(sets_error()),
             }
-        }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let layer = self.fetch(b, &names)?;
-        let w = |k: usize| layer.weight(k);
-        // Per stream s (0: image, 1: text) the weights start at 12·s: mod.lin, qkv, proj, mlp.0, mlp.2 (weight
-        // and bias each), then the q and k norm gains.
-        let mods = [0, 12].map(|o| self.modulation(b, silu_vec, &w(o), &w(o + 1), 2));
-        let [img_mod, txt_mod] = mods;
-        let (img_mod, txt_mod) = (img_mod?, txt_mod?);
-        let qkv_of = |x: &Tensor<B>, m: &Modulation<B>, o: usize| -> Result<[Tensor<B>; 3]> {
-            let qkv = b.linear(&m.modulated(b, x)?, &w(o + 2), Some(&w(o + 3)))?;
-            self.split_qkv(b, &qkv, &w(o + 10), &w(o + 11))
         };
-        let [iq, ik, iv] = qkv_of(img, &img_mod[0], 0)?;
-        let [tq, tk, tv] = qkv_of(txt, &txt_mod[0], 12)?;
+        let (img_own, txt_own) = (own(&img_w)?, own(&txt_w)?);
+        let (img_mod, txt_mod) = match (shared, &img_own, &txt_own) {
+            (Some(s), _, _) => (&s.img, &s.txt),
+            (None, Some(i), Some(t)) => (i, t),
+            _ => return Err(sets_error()),
+        };
+        let qkv_of = |x: &Tensor<B>, m: &TokenModulation<B>, sw: &StreamWeights| {
+            let qkv = apply(b, &layer, sw.qkv, &m.modulated(b, x)?)?;
+            self.split_qkv(b, &qkv, &layer.weight(sw.q_norm), &layer.weight(sw.k_norm))
+        };
+        let [iq, ik, iv] = qkv_of(img, &img_mod[0], &img_w)?;
+        let [tq, tk, tv] = qkv_of(txt, &txt_mod[0], &txt_w)?;
         let joint = |t: &Tensor<B>, i: &Tensor<B>| b.concat(&[t, i], 1);
-        let attn =
-            self.attention(b, [joint(&tq, &iq)?, joint(&tk, &ik)?, joint(&tv, &iv)?], rope)?;
+        let qkv = [joint(&tq, &iq)?, joint(&tk, &ik)?, joint(&tv, &iv)?];
+        let attn = self.attention(b, qkv, block, &format!("double_{i}"))?;
         drop((iq, ik, iv, tq, tk, tv));
         let text_len = txt.dim(1)?;
         let txt_attn = b.slice(&attn, 1, 0, text_len)?;
         let img_attn = b.slice(&attn, 1, text_len, img.dim(1)?)?;
         drop(attn);
 
-        let stream =
-            |x: &Tensor<B>, a: &Tensor<B>, m: &[Modulation<B>], o: usize| -> Result<Tensor<B>> {
-                let x = m[0].gated_add(b, x, &b.linear(a, &w(o + 4), Some(&w(o + 5)))?)?;
-                let hidden = b.linear(&m[1].modulated(b, &x)?, &w(o + 6), Some(&w(o + 7)))?;
-                let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
-                let out = b.linear(&hidden, &w(o + 8), Some(&w(o + 9)))?;
-                m[1].gated_add(b, &x, &out)
-            };
-        let img = stream(img, &img_attn, &img_mod, 0)?;
-        let txt = stream(txt, &txt_attn, &txt_mod, 12)?;
+        let stream = |x: &Tensor<B>,
+                      a: &Tensor<B>,
+                      m: &[TokenModulation<B>; 2],
+                      sw: &StreamWeights|
+         -> Result<Tensor<B>> {
+            let x = m[0].gated_add(b, x, &apply(b, &layer, sw.proj, a)?)?;
+            let hidden = apply(b, &layer, sw.mlp_in, &m[1].modulated(b, &x)?)?;
+            let out = apply(b, &layer, sw.mlp_out, &self.activation(b, &hidden)?)?;
+            m[1].gated_add(b, &x, &out)
+        };
+        let img = stream(img, &img_attn, img_mod, &img_w)?;
+        let txt = stream(txt, &txt_attn, txt_mod, &txt_w)?;
         Ok((img, txt))
     }
 
@@ -440,34 +777,60 @@ impl Flux {
         b: &B,
         i: usize,
         x: &Tensor<B>,
-        silu_vec: &Tensor<B>,
-        rope: &Rope<B>,
+        block: &Block<'_, B>,
     ) -> Result<Tensor<B>> {
-        let names = [
-            "modulation.lin.weight",
-            "modulation.lin.bias",
-            "linear1.weight",
-            "linear1.bias",
-            "linear2.weight",
-            "linear2.bias",
-            "norm.query_norm.weight",
-            "norm.key_norm.weight",
-        ]
-        .map(|n| format!("single_blocks.{i}.{n}"));
-        let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
-        let w = |k: usize| layer.weight(k);
-        let m = self.modulation(b, silu_vec, &w(0), &w(1), 1)?.remove(0);
+        let (silu_vec, shared) = (block.silu_vec, block.shared);
+        let p = format!("single_blocks.{i}");
+        let mut names = Names::new(self.config.generation);
+        let modulation = shared.is_none().then(|| names.linear(&format!("{p}.modulation.lin")));
+        let linear1 = names.linear(&format!("{p}.linear1"));
+        let linear2 = names.linear(&format!("{p}.linear2"));
+        let q_norm = names.one(format!("{p}.norm.query_norm.weight"));
+        let k_norm = names.one(format!("{p}.norm.key_norm.weight"));
+        let layer = self.fetch(b, &names.as_strs())?;
+        let own = match modulation {
+            Some(lin) => {
+                let m = apply(b, &layer, lin, silu_vec)?;
+                let set = self.modulation(b, silu_vec, &m, 1)?.into_iter().next();
+                Some(TokenModulation::Uniform(set.ok_or_else(sets_error)?))
+            }
+            None => None,
+        };
+        let m = match (shared, &own) {
+            (Some(s), _) => &s.single,
+            (None, Some(own)) => own,
+            (None, None) => return Err(sets_error()),
+        };
         let d = self.config.dim;
-        let hidden = b.linear(&m.modulated(b, x)?, &w(2), Some(&w(3)))?;
+        let mlp_in = match self.config.generation {
+            Generation::One => self.config.mlp_hidden,
+            Generation::Two => 2 * self.config.mlp_hidden,
+        };
+        let hidden = apply(b, &layer, linear1, &m.modulated(b, x)?)?;
         let qkv = b.slice(&hidden, -1, 0, 3 * d)?;
-        let mlp = b.slice(&hidden, -1, 3 * d, self.config.mlp_hidden)?;
+        let mlp = b.slice(&hidden, -1, 3 * d, mlp_in)?;
         drop(hidden);
-        let attn = self.attention(b, self.split_qkv(b, &qkv, &w(6), &w(7))?, rope)?;
-        drop(qkv);
-        let mlp = b.unary(&mlp, UnaryOp::GeluTanh)?;
-        let out = b.linear(&b.concat(&[&attn, &mlp], 2)?, &w(4), Some(&w(5)))?;
+        let qkv = self.split_qkv(b, &qkv, &layer.weight(q_norm), &layer.weight(k_norm))?;
+        let attn = self.attention(b, qkv, block, &format!("single_{i}"))?;
+        let mlp = self.activation(b, &mlp)?;
+        let out = apply(b, &layer, linear2, &b.concat(&[&attn, &mlp], 2)?)?;
         m.gated_add(b, x, &out)
     }
+}
+
+/// `t` `[n, …]` as a batch of `batch` (ComfyUI's `repeat_to_batch_size`: repeated, or cut, to the size).
+fn to_batch<B: Backend>(b: &B, t: &Tensor<B>, batch: usize) -> Result<Tensor<B>> {
+    let n = t.dim(0)?;
+    if n == batch {
+        return Ok(t.clone());
+    }
+    let copies = vec![t; batch.div_ceil(n.max(1))];
+    Ok(b.slice(&b.concat(&copies, 0)?, 0, 0, batch)?)
+}
+
+/// A modulation with the wrong number of sets: a bug, not an input error.
+fn sets_error() -> Error {
+    Error::Invalid("internal: a FLUX modulation produced the wrong number of sets".to_owned())
 }
 
 /// `[ts.len(), 256]` in the compute type: ComfyUI's `timestep_embedding` of 1000·t (the product rounded to f32
@@ -478,9 +841,14 @@ fn sinusoid<B: Backend>(b: &B, ts: &[f32]) -> Result<Tensor<B>> {
     Ok(b.cast(&emb, b.compute_dtype())?)
 }
 
-/// The RoPE table of `positions` (adjacent feature pairs, the axes' angles in order).
-fn rope_table<B: Backend>(b: &B, positions: &[[i64; 3]]) -> Result<Rope<B>> {
-    let (cos, sin) = crate::rope::tables(positions, AXES_DIMS, ROPE_THETA);
+/// The RoPE table of `positions` (adjacent feature pairs, the generation's axes' angles in order).
+fn rope_table<B: Backend>(
+    b: &B,
+    positions: &[[i64; 4]],
+    generation: Generation,
+) -> Result<Rope<B>> {
+    let (cos, sin) =
+        crate::rope::tables(positions, generation.axes_dims(), generation.rope_theta());
     let half = HEAD_DIM / 2;
     Ok(Rope {
         cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,

@@ -115,12 +115,13 @@ impl Qwen3Shape {
     }
 
     /// A tiny encoder with the full structure and the real vocabulary (so the real tokenizer's ids are valid):
-    /// hidden 32, 3 layers, 4 query heads over 2 key/value heads of width 8, MLP 64.
+    /// hidden 32, 4 query heads over 2 key/value heads of width 8, MLP 64, and 28 layers, so FLUX.2 Klein's
+    /// encoder finds the hidden states it takes (after layers 9, 18 and 27) in the same file Z-Image reads.
     pub fn tiny() -> Qwen3Shape {
         Qwen3Shape {
             vocab: 151936,
             hidden: 32,
-            layers: 3,
+            layers: 28,
             heads: 4,
             kv_heads: 2,
             head_dim: 8,
@@ -411,5 +412,21 @@ pub(crate) fn vae_specs(shape: &VaeShape) -> Result<Vec<Spec>> {
     }
     l.norm("decoder.norm_out", ch, true);
     l.conv("decoder.conv_out", 3, ch, 3);
+    Ok(l.specs)
+}
+
+/// Latent channels of the FLUX.2 VAE before its 2×2 patchify.
+const FLUX2_Z: usize = 32;
+
+/// The FLUX.2 VAE (`flux2-vae.safetensors`, BFL's names) at `shape`'s widths with z 32: [`vae_specs`] plus
+/// `encoder.quant_conv` (1×1, 64 → 64), `decoder.post_quant_conv` (1×1, 32 → 32) and the latent BatchNorm's
+/// running statistics `bn.running_mean` (0) and `bn.running_var` (1), 128 each.
+pub(crate) fn flux2_vae_specs(shape: &VaeShape) -> Result<Vec<Spec>> {
+    let z = FLUX2_Z;
+    let mut l = Layout { specs: vae_specs(&VaeShape { z, ..shape.clone() })? };
+    l.conv("encoder.quant_conv", 2 * z, 2 * z, 1);
+    l.conv("decoder.post_quant_conv", z, z, 1);
+    l.push("bn.running_mean".into(), &[4 * z], Init::Zeros);
+    l.push("bn.running_var".into(), &[4 * z], Init::Ones);
     Ok(l.specs)
 }

@@ -49,6 +49,7 @@ pub const CHECKPOINT_VAE_PREFIX: &str = zimage::family::CHECKPOINT_VAE_PREFIX;
 const ZIMAGE: &str = "zimage";
 const QWEN3: &str = "qwen3";
 const VAE: &str = "vae";
+const FLUX2_VAE: &str = "flux2-vae";
 const ZIMAGE_LORA: &str = "zimage-lora";
 const WAN_VAE: &str = "wan21-vae";
 const QWEN_IMAGE: &str = "qwen-image";
@@ -58,6 +59,7 @@ const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 const FLUX: &str = "flux1";
 const FLUX_LORA: &str = "flux1-lora";
+const FLUX2: &str = "flux2";
 const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
 
@@ -84,6 +86,27 @@ pub enum SynthFamily {
     ZImageFunControlNet,
     /// A FLUX.1 variant other than dev (`--family flux1`), ComfyUI's names.
     Flux(FluxFile),
+    /// A FLUX.2 DiT other than Klein 4B (`--family flux2`), ComfyUI's names.
+    Flux2(Flux2File),
+}
+
+/// The FLUX.2 DiTs beside Klein 4B.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flux2File {
+    /// Klein 9B (`flux2-klein-9b`): wider and deeper, on Qwen3-8B's three hidden states.
+    Klein9b,
+    /// FLUX.2 dev (`flux2-dev`): 32 B parameters with a guidance embedding, on Mistral Small's hidden states.
+    Dev,
+}
+
+impl Flux2File {
+    /// Its config in `set` (the tiny set's are Klein 4B's widths, dev with its guidance embedding).
+    pub fn config(self, set: &ZImageTurboSet) -> flux::Config {
+        match self {
+            Flux2File::Klein9b => set.flux2_klein_9b.clone(),
+            Flux2File::Dev => set.flux2_dev.clone(),
+        }
+    }
 }
 
 /// The FLUX.1 variants beside dev, each at dev's widths.
@@ -175,6 +198,7 @@ impl SynthFamily {
             [FluxFile::Schnell, FluxFile::Fill, FluxFile::Canny, FluxFile::SchnellCheckpoint]
                 .map(SynthFamily::Flux),
         );
+        all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all
     }
 
@@ -200,6 +224,8 @@ impl SynthFamily {
             SynthFamily::Flux(FluxFile::Fill) => "flux1-fill",
             SynthFamily::Flux(FluxFile::Canny) => "flux1-canny",
             SynthFamily::Flux(FluxFile::SchnellCheckpoint) => "flux1-schnell-checkpoint",
+            SynthFamily::Flux2(Flux2File::Klein9b) => "flux2-klein-9b",
+            SynthFamily::Flux2(Flux2File::Dev) => "flux2-dev",
         }
     }
 }
@@ -378,6 +404,13 @@ pub struct ZImageTurboSet {
     /// FLUX.1 dev's DiT (`--family flux1`; schnell and Fill at its widths; its `text_dim` should equal
     /// `t5.d_model`, its `vec_dim` `clip_l.hidden`).
     pub flux: flux::Config,
+    /// FLUX.2 Klein 4B's DiT (`--family flux2`; its `text_dim` should be three times the Qwen3 encoder's
+    /// hidden width, Klein taking three of its hidden states).
+    pub flux2: flux::Config,
+    /// FLUX.2 Klein 9B's DiT (`--family flux2-klein-9b`; `text_dim` three times Qwen3-8B's hidden width).
+    pub flux2_klein_9b: flux::Config,
+    /// FLUX.2 dev's DiT (`--family flux2-dev`; `text_dim` three times Mistral Small's hidden width).
+    pub flux2_dev: flux::Config,
     /// CLIP-L's text tower (`--family clip-l`).
     pub clip_l: clip_text::Config,
     /// T5-XXL's encoder (`--family t5xxl`).
@@ -412,6 +445,7 @@ impl ZImageTurboSet {
                 temporal_patch: 2,
             },
             flux: flux::Config {
+                generation: flux::Generation::One,
                 dim: 3072,
                 heads: 24,
                 double_blocks: 19,
@@ -420,6 +454,42 @@ impl ZImageTurboSet {
                 in_channels: 16,
                 text_dim: 4096,
                 vec_dim: Some(768),
+                guidance: true,
+            },
+            flux2: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 3072,
+                heads: 24,
+                double_blocks: 5,
+                single_blocks: 20,
+                mlp_hidden: 9216,
+                in_channels: 128,
+                text_dim: 3 * 2560,
+                vec_dim: None,
+                guidance: false,
+            },
+            flux2_klein_9b: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 4096,
+                heads: 32,
+                double_blocks: 8,
+                single_blocks: 24,
+                mlp_hidden: 12288,
+                in_channels: 128,
+                text_dim: 3 * 4096,
+                vec_dim: None,
+                guidance: false,
+            },
+            flux2_dev: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 6144,
+                heads: 48,
+                double_blocks: 8,
+                single_blocks: 48,
+                mlp_hidden: 18432,
+                in_channels: 128,
+                text_dim: 3 * 5120,
+                vec_dim: None,
                 guidance: true,
             },
             clip_l: clip_l_config(768, 12, 3072),
@@ -457,6 +527,7 @@ impl ZImageTurboSet {
             },
             // One head of the released width (the RoPE axes fix it at 128).
             flux: flux::Config {
+                generation: flux::Generation::One,
                 dim: 128,
                 heads: 1,
                 double_blocks: 1,
@@ -465,6 +536,43 @@ impl ZImageTurboSet {
                 in_channels: 16,
                 text_dim: 32,
                 vec_dim: Some(64),
+                guidance: true,
+            },
+            flux2: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                mlp_hidden: 384,
+                in_channels: 128,
+                text_dim: 3 * 32,
+                vec_dim: None,
+                guidance: false,
+            },
+            // Klein 9B and dev at Klein 4B's tiny widths (every tiny encoder is 32 wide).
+            flux2_klein_9b: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                mlp_hidden: 384,
+                in_channels: 128,
+                text_dim: 3 * 32,
+                vec_dim: None,
+                guidance: false,
+            },
+            flux2_dev: flux::Config {
+                generation: flux::Generation::Two,
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                mlp_hidden: 384,
+                in_channels: 128,
+                text_dim: 3 * 32,
+                vec_dim: None,
                 guidance: true,
             },
             // The real vocabularies, so the real tokenizers' ids are valid; CLIP's heads are 64 wide and its
@@ -536,6 +644,21 @@ pub fn write_flux_vae(
     write_one(path, &vae_specs(shape)?, VAE, "Flux VAE", dtype, seed, progress)
 }
 
+/// Writes a random-weight FLUX.2 VAE at `shape`'s widths (z 32; see the layout's `flux2_vae_specs`) to
+/// `path` in the released layout, every tensor in `dtype` (f32, bf16 or f16); `progress(bytes written, file
+/// size)`.
+pub fn write_flux2_vae(
+    path: &Path,
+    shape: &VaeShape,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    check_vae_dtype(dtype)?;
+    let specs = layout::flux2_vae_specs(shape)?;
+    write_one(path, &specs, FLUX2_VAE, "FLUX.2 VAE", dtype, seed, progress)
+}
+
 /// Writes a random-weight LoRA for the DiT at `shape` to `path` (see the layout's `zimage_lora_specs`: every
 /// attention and SwiGLU weight adapted, diffusers' names), every tensor in `dtype`; `progress(bytes written,
 /// file size)`.
@@ -572,7 +695,17 @@ pub fn write_family(
         SynthFamily::TextEncoder(TextEncoderFamily::Qwen3) => {
             write_qwen3(path, &set.qwen3, dtype, seed, progress)
         }
+        // Klein's encoder is a Qwen3 file (CLIPLoader's type makes it Klein's) deep enough for its taps: the
+        // real Qwen3-4B, or the tiny widths over 28 layers.
+        SynthFamily::TextEncoder(TextEncoderFamily::Flux2Klein) => {
+            let deepest = crate::qwen3::KLEIN_TAPS[crate::qwen3::KLEIN_TAPS.len() - 1];
+            let shape = Qwen3Shape { layers: set.qwen3.layers.max(deepest + 1), ..set.qwen3 };
+            write_qwen3(path, &shape, dtype, seed, progress)
+        }
         SynthFamily::Vae(VaeFamily::Flux) => write_flux_vae(path, &set.vae, dtype, seed, progress),
+        SynthFamily::Vae(VaeFamily::Flux2) => {
+            write_flux2_vae(path, &set.vae, dtype, seed, progress)
+        }
         SynthFamily::Vae(VaeFamily::Wan21) => {
             write_wan_vae(path, &set.wan_vae, dtype, seed, progress)
         }
@@ -643,6 +776,17 @@ pub fn write_family(
         )),
         SynthFamily::Lora(DiffusionFamily::Flux) => {
             write_flux_lora(path, &set.flux, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Flux2) => {
+            let specs = specs_of(flux::expected(&set.flux2));
+            write_one(path, &specs, FLUX2, "FLUX.2 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Flux2(file) => {
+            let specs = specs_of(flux::expected(&file.config(set)));
+            write_one(path, &specs, FLUX2, "FLUX.2 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Flux2) => {
+            write_flux_lora(path, &set.flux2, dtype, seed, progress)
         }
     }
 }
@@ -883,7 +1027,7 @@ pub fn write_qwen_image_lora(
     write_one(path, &specs, QWEN_IMAGE_LORA, "Qwen-Image LoRA", dtype, seed, progress)
 }
 
-/// Writes a random-weight LoRA for a FLUX.1 DiT of `config` to `path`, in diffusers' names as ai-toolkit
+/// Writes a random-weight LoRA for a FLUX.1 or FLUX.2 DiT of `config` to `path`, in diffusers' names as ai-toolkit
 /// writes them (`transformer.` prefix): every double block's image and text q, k, v (row blocks of the fused
 /// qkv) and every single block's q, k, v and MLP input (row blocks of linear1), rank 4.
 pub fn write_flux_lora(
@@ -902,8 +1046,15 @@ pub fn write_flux_lora(
         }
     }
     for i in 0..config.single_blocks {
-        let parts =
-            [("attn.to_q", d), ("attn.to_k", d), ("attn.to_v", d), ("proj_mlp", config.mlp_hidden)];
+        let parts = match config.generation {
+            flux::Generation::One => vec![
+                ("attn.to_q", d),
+                ("attn.to_k", d),
+                ("attn.to_v", d),
+                ("proj_mlp", config.mlp_hidden),
+            ],
+            flux::Generation::Two => vec![("attn.to_qkv_mlp_proj", 3 * d + 2 * config.mlp_hidden)],
+        };
         for (part, rows) in parts {
             layers.push((format!("transformer.single_transformer_blocks.{i}.{part}"), rows));
         }
@@ -912,7 +1063,11 @@ pub fn write_flux_lora(
         .into_iter()
         .flat_map(|(name, rows)| layout::lora_pair(&name, rows, d, RANK))
         .collect();
-    write_one(path, &specs, FLUX_LORA, "FLUX.1 LoRA", dtype, seed, progress)
+    let what = match config.generation {
+        flux::Generation::One => "FLUX.1 LoRA",
+        flux::Generation::Two => "FLUX.2 LoRA",
+    };
+    write_one(path, &specs, FLUX_LORA, what, dtype, seed, progress)
 }
 
 /// Writes a random-weight Qwen2.5-VL of `config` with the vision tower `vision` to `path` (ComfyUI's names).

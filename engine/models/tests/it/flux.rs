@@ -24,6 +24,7 @@ const WEIGHTS: &str = "flux/weights.safetensors";
 /// The tiny reference model's config.
 fn tiny() -> Config {
     Config {
+        generation: flux::Generation::One,
         dim: 128,
         heads: 1,
         double_blocks: 2,
@@ -108,6 +109,7 @@ fn check(b: &Cpu, model: &Flux, case: &str, input: &str, refs: &[&str], method: 
                 guidance,
                 references: &references,
                 method,
+                kv_cache: None,
             },
         )
         .unwrap();
@@ -293,6 +295,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         guidance: DistilledGuidance::Unset,
         references: &[],
         reference_method: None,
+        kv_cache: None,
         controls: &[],
         patches: &[],
     };
@@ -313,12 +316,13 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
         guidance: None,
         references: &[],
         method: None,
+        kv_cache: None,
     };
     assert!(
         matches!(model.forward(&*b, &input), Err(Error::Invalid(m)) if m.contains("16 channels"))
     );
 
-    // A FLUX.2 file (its shared modulation) is named, not run as FLUX.1.
+    // A FLUX.1 file with FLUX.2's shared modulation is read as FLUX.2, whose 128-channel input it lacks.
     let flux2 = EditedWeights::new("flux2", |t| {
         t.insert(
             "double_stream_modulation_img.lin.weight".into(),
@@ -327,7 +331,10 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
     });
     let file = SafetensorsFile::open(&flux2.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&file, "")).unwrap_err();
-    assert!(err.to_string().contains("FLUX.2"), "{err}");
+    assert!(
+        err.to_string().contains("FLUX.2") && err.to_string().contains("128 channels"),
+        "{err}"
+    );
     // Chroma has FLUX.1's image input and q/k norms beside its distilled guidance layer.
     let chroma = EditedWeights::new("chroma", |t| {
         t.insert("distilled_guidance_layer.norms.0.scale".into(), (vec![128], vec![1.0; 128]));

@@ -133,6 +133,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             guidance: DistilledGuidance::Unset,
             references: &refs,
             reference_method: method,
+            kv_cache: None,
             controls: &[],
             patches: &[],
         };
@@ -171,6 +172,7 @@ fn layered_frames_match_comfyui() {
             guidance: DistilledGuidance::Unset,
             references,
             reference_method: None,
+            kv_cache: None,
             controls: &[],
             patches: &[],
         };

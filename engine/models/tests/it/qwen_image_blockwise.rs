@@ -57,6 +57,7 @@ fn blockwise_controlnets_match_comfyui() {
             guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
+            kv_cache: None,
             controls: &[],
             patches: &patches,
         };

@@ -88,6 +88,7 @@ fn controlnets_match_comfyui() {
             guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
+            kv_cache: None,
             controls: &controls,
             patches: &[],
         };
@@ -123,6 +124,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         guidance: DistilledGuidance::Unset,
         references: &[],
         reference_method: None,
+        kv_cache: None,
         controls: &controls,
         patches: &[],
     };

@@ -528,6 +528,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
         [
             "z-image",
             "flux1",
+            "flux2",
             "qwen-image",
             "qwen3",
             "qwen25vl",
@@ -535,8 +536,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "t5xxl",
             "wan21-vae",
             "flux-vae",
+            "flux2-vae",
             "z-image-lora",
             "flux1-lora",
+            "flux2-lora",
             "qwen-image-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
@@ -548,7 +551,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux1-schnell",
             "flux1-fill",
             "flux1-canny",
-            "flux1-schnell-checkpoint"
+            "flux1-schnell-checkpoint",
+            "flux2-klein-9b",
+            "flux2-dev"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -614,6 +619,12 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     file.config(&set.flux),
                     kiln_models::flux::Layout::Comfy,
                 );
+                assert_eq!(found, want, "{family}");
+            }
+            synth::SynthFamily::Flux2(file) => {
+                let found = DiffusionDetected::detect(&header).unwrap().unwrap();
+                let want =
+                    DiffusionDetected::Flux2(file.config(&set), kiln_models::flux::Layout::Comfy);
                 assert_eq!(found, want, "{family}");
             }
         }

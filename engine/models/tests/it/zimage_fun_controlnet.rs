@@ -50,6 +50,7 @@ fn fun_controlnet_matches_comfyui() {
             guidance: DistilledGuidance::Unset,
             references: &[],
             reference_method: None,
+            kv_cache: None,
             controls: &[],
             patches,
         };
