@@ -123,6 +123,9 @@ pub struct DiffusionModel {
     pub differential_diffusion: Option<f32>,
     /// Model patches run after every block (`QwenImageDiffsynthControlnet`), in the order they were applied.
     pub model_patches: Vec<ModelPatchApplication>,
+    /// `FluxKVCache`: each sampling run stores the reference latents' keys and values on its first model call
+    /// and leaves their tokens out of the later ones; the reference method defaults to `index_timestep_zero`.
+    pub reference_kv_cache: bool,
 }
 
 impl DiffusionModel {

@@ -3,6 +3,7 @@
 mod exec;
 mod files;
 mod flux;
+mod flux2;
 mod fuzz;
 mod harness;
 mod memory;

@@ -13,6 +13,7 @@ mod guidance;
 mod hints;
 mod image;
 mod inpaint;
+mod kv_cache;
 mod latent;
 mod loaders;
 mod logic;
@@ -135,6 +136,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Triple));
     registry.register(loaders::MultiClipLoader::new(models, loaders::MultiClip::Quadruple));
     registry.register(inpaint::differential_diffusion_node());
+    registry.register(kv_cache::flux_kv_cache_node());
     registry.register(files::MaskPreview::new());
     registry.register(files::ImageCompare::new());
     registry.register(textgen::TextGenerate::new(compute.clone()));

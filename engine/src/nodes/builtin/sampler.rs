@@ -4,11 +4,13 @@
 //! runs the diffusion model on the device and reads its prediction back. Noise comes from torch's CPU
 //! generator, bit for bit, so a seed gives ComfyUI's image.
 
-use std::sync::Arc;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use kiln_compute::{Backend, DType};
 use kiln_models::family::{ControlInput, DiffusionInput, DistilledGuidance, PatchInput};
+use kiln_models::flux;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
@@ -81,7 +83,16 @@ struct Forward<'a> {
     extras: &'a CondExtras,
     /// The latent's noise mask at one part's latent shape, for a model that reads an inpainting mask.
     denoise_mask: Option<&'a [f32]>,
+    /// The sampling run's `FluxKVCache` store, when the model has the patch.
+    kv_cache: Option<&'a KvSlot>,
 }
+
+/// A sampling run's `FluxKVCache` store: made on the first model call, on the device's backend (a
+/// `flux::KvCache<B>` for the backend `B` the calls run on).
+type KvSlot = OnceLock<Box<dyn Any + Send + Sync>>;
+
+/// The method `FluxKVCache` makes the default (ComfyUI patches `default_ref_method`).
+const KV_CACHE_REFERENCE_METHOD: &str = "index_timestep_zero";
 
 impl OnDevice for Forward<'_> {
     type Output = kiln_models::Result<Vec<f32>>;
@@ -176,6 +187,16 @@ impl OnDevice for Forward<'_> {
                 strength: control.strength as f32,
             })
             .collect();
+        let kv_cache = match self.kv_cache {
+            Some(slot) => {
+                let store = slot.get_or_init(|| Box::new(flux::KvCache::<B>::new()));
+                Some(store.downcast_ref::<flux::KvCache<B>>().ok_or_else(|| {
+                    kiln_models::Error::Invalid("a FLUX KV cache made on another device".to_owned())
+                })?)
+            }
+            None => None,
+        };
+        let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
             timesteps: &timesteps,
@@ -183,7 +204,8 @@ impl OnDevice for Forward<'_> {
             pooled: pooled.as_ref(),
             guidance,
             references: &references,
-            reference_method: self.extras.reference_latents_method.as_deref(),
+            reference_method: self.extras.reference_latents_method.as_deref().or(default_method),
+            kv_cache,
             controls: &controls,
             patches: &patches,
         };
@@ -231,6 +253,8 @@ struct Guided<'a> {
     dual: Option<&'a DualCfg>,
     /// The latent's noise mask, when it has one.
     inpaint: Option<Inpaint>,
+    /// The run's `FluxKVCache` store, when the model has the patch.
+    kv_cache: Option<KvSlot>,
 }
 
 /// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
@@ -353,6 +377,7 @@ impl Guided<'_> {
                 pooled: &pooled,
                 extras: &entry.extras,
                 denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
+                kv_cache: self.kv_cache.as_ref(),
             };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
@@ -399,6 +424,7 @@ impl Guided<'_> {
             pooled: &pooled,
             extras: &pos.extras,
             denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
+            kv_cache: self.kv_cache.as_ref(),
         };
         let out = on_device(self.compute.device(), forward)?;
         let (cond, uncond) = out.split_at(x.len());
@@ -675,6 +701,7 @@ pub(super) fn sample(
         cfg: job.cfg,
         dual: dual.as_ref(),
         inpaint,
+        kv_cache: model.reference_kv_cache.then(OnceLock::new),
     };
     let interrupted = AtomicBool::new(false);
     let mut last_denoised: Option<Vec<f32>> = None;
