@@ -1,6 +1,6 @@
 //! The frontend's default Z-Image-Turbo workflow (issue #11), Qwen-Image's text-to-image template
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
-//! FLUX.1 dev's (`--workflow flux-dev`; issue #22), run in-process through the engine's [`Executor`]:
+//! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), run in-process through the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
 //! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
@@ -8,7 +8,8 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev] [--size 1024] [--steps 8] [--cpu] [--no-pinned]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein] [--size 1024] [--steps 8]
+//!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
 //!        [--out FILE] [--label TEXT]
 //! ```
@@ -63,6 +64,10 @@ enum Workflow {
     /// FLUX.1 dev's text-to-image template (`flux_dev_full_text_to_image`): euler, CFG 1 (the zeroed negative
     /// is skipped), guidance 3.5, one DiT call a step; CLIP-L and T5-XXL through DualCLIPLoader.
     FluxDev,
+    /// FLUX.2 Klein 4B's text-to-image template (`image_flux2_klein_text_to_image`, the distilled model): euler
+    /// through SamplerCustomAdvanced, CFGGuider 1 (one DiT call a step), Flux2Scheduler; Qwen3-4B through
+    /// CLIPLoader type `flux2`; the FLUX.2 VAE.
+    Flux2Klein,
 }
 
 impl Workflow {
@@ -86,6 +91,11 @@ impl Workflow {
                 "text_encoders/t5xxl_fp8_e4m3fn_scaled.safetensors",
                 "vae/ae.safetensors",
             ],
+            Workflow::Flux2Klein => &[
+                "diffusion_models/flux-2-klein-4b.safetensors",
+                "text_encoders/qwen_3_4b.safetensors",
+                "vae/flux2-vae.safetensors",
+            ],
         }
     }
 
@@ -101,6 +111,7 @@ impl Workflow {
             Workflow::QwenImage => qwen_image_workflow(seed, size, steps, 2.5),
             Workflow::QwenImageLightning => qwen_image_workflow(seed, size, steps, 1.0),
             Workflow::FluxDev => flux_dev_workflow(seed, size, steps),
+            Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
         }
     }
 
@@ -115,6 +126,9 @@ impl Workflow {
             }),
             Workflow::QwenImageLightning | Workflow::FluxDev => json!({
                 "sampler": "euler", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
+            }),
+            Workflow::Flux2Klein => json!({
+                "sampler": "euler", "scheduler": "Flux2Scheduler", "cfg": 1, "dit_calls_per_step": 1,
             }),
         }
     }
@@ -168,9 +182,10 @@ fn parse_args() -> Result<Args, String> {
                 "qwen-image" => args.workflow = Workflow::QwenImage,
                 "qwen-image-lightning" => args.workflow = Workflow::QwenImageLightning,
                 "flux-dev" => args.workflow = Workflow::FluxDev,
+                "flux2-klein" => args.workflow = Workflow::Flux2Klein,
                 other => {
                     return Err(format!(
-                        "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning or flux-dev"
+                        "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev or flux2-klein"
                     ));
                 }
             },
@@ -250,6 +265,26 @@ fn flux_dev_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "68": {"class_type": "EmptySD3LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
         "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["66", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
         "71": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["67", 0]}},
+    })
+}
+
+/// FLUX.2 Klein 4B's text-to-image template at `size`² and `steps` steps (the loaders' and the sampler's node ids
+/// as in the other graphs), on the distilled model: CFGGuider 1 with the zeroed negative.
+fn flux2_klein_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_4b.safetensors", "type": "flux2", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "flux2-vae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "flux-2-klein-4b.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse on a cliff at dusk, oil painting", "clip": ["62", 0]}},
+        "68": {"class_type": "EmptyFlux2LatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
+        "69": {"class_type": "Flux2Scheduler", "inputs": {"steps": steps, "width": size, "height": size}},
+        "71": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["67", 0]}},
+        "72": {"class_type": "CFGGuider", "inputs": {"model": ["66", 0], "positive": ["67", 0], "negative": ["71", 0], "cfg": 1}},
+        "73": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "74": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
+        "70": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["74", 0], "guider": ["72", 0], "sampler": ["73", 0], "sigmas": ["69", 0], "latent_image": ["68", 0]}},
     })
 }
 
@@ -648,6 +683,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::QwenImage => "qwen-image-text-to-image",
             Workflow::QwenImageLightning => "qwen-image-lightning",
             Workflow::FluxDev => "flux-dev-text-to-image",
+            Workflow::Flux2Klein => "flux2-klein-text-to-image",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()

@@ -56,8 +56,10 @@ pub(crate) struct SynthArgs {
     /// Separate files or one checkpoint.
     #[arg(long, value_enum, default_value_t = Files::Separate, conflicts_with = "family")]
     files: Files,
-    /// Write one file of this family instead (z-image, qwen-image, qwen3, qwen25vl, wan21-vae, flux-vae,
-    /// z-image-lora, qwen-image-lora, qwen-image-layered, qwen-image-layered-vae), under `--name`.
+    /// Write one file of this family instead, under `--name`: z-image, flux1 (and its variants flux1-schnell,
+    /// flux1-fill, flux1-canny), flux2 (FLUX.2 Klein 4B), qwen-image, qwen3, qwen25vl, clip-l, t5xxl, the VAEs
+    /// (wan21-vae, flux-vae, flux2-vae), the LoRAs (z-image-lora, flux1-lora, flux2-lora, qwen-image-lora) and
+    /// the other files of those families; an unknown name lists them all.
     #[arg(long, requires = "name")]
     family: Option<SynthFamily>,
     /// The file's path inside the models folder, e.g. `loras/pixel_art_style_z_image_turbo.safetensors`.

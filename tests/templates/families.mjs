@@ -78,6 +78,13 @@ const kilnFiles = [
   { folder: 'loras', stem: /flux1[-_.]|flux\.1|removal_timestep_alpha/i, family: 'flux1-lora' },
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
+  // FLUX.2 Klein (4B and 9B, base and distilled, the KV variant): its DiT, Qwen3 encoders (CLIPLoader type
+  // `flux2`; the 8B file is Qwen3's shape at another width) and the FLUX.2 VAE (the small-decoder release too).
+  // FLUX.2 dev's Mistral encoder is not run yet, so its templates say so.
+  { folder: 'diffusion_models', stem: /^flux-2-klein-(base-)?9b/i, family: 'flux2-klein-9b' },
+  { folder: 'diffusion_models', stem: /^flux-2-klein-/i, family: 'flux2' },
+  { folder: 'text_encoders', stem: /^qwen_3_8b[_.]/, family: 'qwen3' },
+  { folder: 'vae', stem: /^(flux2-vae|full_encoder_small_decoder)\.safetensors$/, family: 'flux2-vae' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];
@@ -95,7 +102,7 @@ const familyRules = [
   [/^qwen_3_/i, 'Qwen3 text encoder'],
   [/qwen[_-]?image[_-]?2\.1|qwen3\.5_9b_qwen_image_2\.1/i, 'Qwen-Image 2.1'],
   [/qwen[_-]?image|qwen-edit|qwen_edit|firered|gummycandy_qwen|illustration-1\.0-qwen|qwen-360|marigold/i, 'Qwen-Image'],
-  [/flux-?2|flux2/i, 'Flux.2'],
+  [/flux[-_]?2|flux\.2/i, 'Flux.2'],
   [/flux3/i, 'FLUX 3'],
   [/chroma/i, 'Chroma'],
   [/flux|uso-flux1|removal_timestep/i, 'Flux.1'],
