@@ -8,6 +8,8 @@
 //! - [`zimage`]: the Z-Image NextDiT (ComfyUI's and diffusers' key layouts).
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
 //!   tokenizer.
+//! - [`mistral3`]: FLUX.2 dev's Mistral Small 3.x text encoder (the Qwen3 decoder code) and the Tekken
+//!   tokenizer its file carries.
 //! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder) and the FLUX.2 VAE (its 128-channel, 16×
 //!   patchified and normalised sibling), decoder and encoder.
 //! - [`quant`]: ComfyUI's quantized weight files: which layers are quantized, and the scales weights carry.
@@ -26,6 +28,7 @@ pub mod header;
 pub mod latent;
 mod latent_tokens;
 pub mod lora;
+pub mod mistral3;
 mod named;
 pub mod noise;
 pub mod prompt_weights;

@@ -77,7 +77,7 @@ fn describe(header: &Header<'_>) -> String {
     } else if has_prefix("joint_blocks.") {
         "an SD3 MMDiT"
     } else if is_mistral_small(header) {
-        "FLUX.2 dev's Mistral Small 3.x text encoder, which Kiln does not run yet"
+        "FLUX.2 dev's Mistral Small 3.x text encoder, incomplete"
     } else if has_prefix("model.layers.") {
         "a language-model text encoder"
     } else if has_prefix("text_model.") || has_prefix("encoder.block.") {
@@ -257,8 +257,8 @@ fn text_encoder(
 
 /// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`, which decides what a Qwen3 file
 /// is (ComfyUI's rule, [`TextEncoderDetected::for_clip_type`]): FLUX.2 Klein's encoder with `flux2`/`flux` or at
-/// Qwen3-8B's width, Z-Image's otherwise. Type `flux2` with another file is refused naming it (FLUX.2 dev's
-/// Mistral encoder among them).
+/// Qwen3-8B's width, Z-Image's otherwise; a Mistral Small 3.x file is FLUX.2 dev's encoder whatever the type.
+/// Type `flux2` with another file is refused naming it.
 pub fn load_text_encoder(
     env: &ModelEnv,
     path: &Path,

@@ -5,7 +5,8 @@
 //! each file is detected on its own ([`TextEncoderFamily::ClipL`], [`TextEncoderFamily::T5Xxl`]) and
 //! [`TextEncoderNet::combine`] makes the pair ([`TextEncoderFamily::Flux`]). FLUX.2 Klein's encoder is a Qwen3
 //! file that `CLIPLoader`'s type (or, for Qwen3-8B, its width) makes Klein's rather than Z-Image's
-//! ([`TextEncoderDetected::for_clip_type`], [`TextEncoderFamily::Flux2Klein`]).
+//! ([`TextEncoderDetected::for_clip_type`], [`TextEncoderFamily::Flux2Klein`]). FLUX.2 dev's is Mistral Small
+//! 3.x ([`TextEncoderFamily::Mistral3`]), whose file carries its tokenizer.
 
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
@@ -14,6 +15,7 @@ use crate::clip_text::{self, ClipText};
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::lora::LoraPatches;
+use crate::mistral3;
 use crate::prompt_weights::{self, Weighted};
 use crate::qwen_vl::{self, VisionConfig, VisionInput};
 use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
@@ -39,15 +41,19 @@ pub enum TextEncoderFamily {
     /// template padded to 512 tokens, no pooled vector. A Qwen3 file made Klein's by
     /// [`TextEncoderDetected::for_clip_type`], never detected as such.
     Flux2Klein,
+    /// FLUX.2 dev's: Mistral Small 3.x, hidden states 10, 20 and 30 side by side over ComfyUI's FLUX.2 template
+    /// (no padding), tokenised by the Tekken tokenizer its file carries; no pooled vector.
+    Mistral3,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 4] = [
+    pub const ALL: [TextEncoderFamily; 5] = [
         TextEncoderFamily::Qwen3,
         TextEncoderFamily::Qwen25Vl,
         TextEncoderFamily::ClipL,
         TextEncoderFamily::T5Xxl,
+        TextEncoderFamily::Mistral3,
     ];
 
     /// The family's name in messages (`Qwen3`).
@@ -59,6 +65,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::T5Xxl => t5::family::NAME,
             TextEncoderFamily::Flux => "FLUX.1's CLIP-L + T5-XXL",
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_NAME,
+            TextEncoderFamily::Mistral3 => mistral3::family::NAME,
         }
     }
 
@@ -73,6 +80,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux => "flux-text-encoders",
             // A Qwen3 file with at least 28 layers.
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_SYNTH_NAME,
+            TextEncoderFamily::Mistral3 => mistral3::family::SYNTH_NAME,
         }
     }
 
@@ -101,7 +109,10 @@ impl TextEncoderFamily {
                 qwen3::lora::patches(file, clip_name, slots, strength)
             }
             // Kiln reads no LoRA keys for these encoders yet: every key is left unmatched (and logged).
-            TextEncoderFamily::ClipL | TextEncoderFamily::T5Xxl | TextEncoderFamily::Flux => {
+            TextEncoderFamily::ClipL
+            | TextEncoderFamily::T5Xxl
+            | TextEncoderFamily::Flux
+            | TextEncoderFamily::Mistral3 => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -121,6 +132,7 @@ impl TextEncoderFamily {
             },
             TextEncoderFamily::ClipL => clip_text::detect(h)?.map(TextEncoderDetected::ClipL),
             TextEncoderFamily::T5Xxl => t5::detect(h)?.map(TextEncoderDetected::T5),
+            TextEncoderFamily::Mistral3 => mistral3::detect(h)?.map(TextEncoderDetected::Mistral3),
             TextEncoderFamily::Flux | TextEncoderFamily::Flux2Klein => None,
         })
     }
@@ -139,6 +151,8 @@ pub enum TextEncoderDetected {
     T5(t5::Config),
     /// A Qwen3 file as FLUX.2 Klein's encoder (from [`TextEncoderDetected::for_clip_type`]).
     Flux2Klein(qwen3::Config),
+    /// Mistral Small 3.x, FLUX.2 dev's encoder, and where its tokenizer is.
+    Mistral3(mistral3::Detected),
 }
 
 impl TextEncoderDetected {
@@ -156,6 +170,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::ClipL(_) => TextEncoderFamily::ClipL,
             TextEncoderDetected::T5(_) => TextEncoderFamily::T5Xxl,
             TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
+            TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
         }
     }
 
@@ -182,14 +197,16 @@ impl TextEncoderDetected {
             }
             TextEncoderDetected::ClipL(config) => clip_text::load_plan(h, config),
             TextEncoderDetected::T5(config) => t5::load_plan(h, config),
+            TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
         }
     }
 
     /// What ComfyUI's `CLIPLoader` makes of this file with type `kind` (its `sd.py`): a Qwen3 becomes FLUX.2
     /// Klein's encoder with type `flux2` or `flux`, and at Qwen3-8B's width with any type but `ideogram4` (Ideogram
-    /// 4's encoder, which Kiln lacks: an error); any other Qwen3 stays Z-Image's. Type `flux2` with a file that is
-    /// not Qwen3 is an error naming what the file is (FLUX.2 dev's Mistral encoder is not detected at all), and
-    /// so is a Qwen3 too shallow for Klein's taps (fewer than 27 layers); the other files are what they are.
+    /// 4's encoder, which Kiln lacks: an error); any other Qwen3 stays Z-Image's. Mistral Small 3.x is FLUX.2
+    /// dev's encoder whatever the type (ComfyUI picks it by the file alone). Type `flux2` with any other file is
+    /// an error naming what the file is, and so is a Qwen3 too shallow for Klein's taps (fewer than 27 layers);
+    /// the other files are what they are.
     pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
         let klein_type = matches!(kind, "flux2" | "flux");
         match self {
@@ -207,8 +224,10 @@ impl TextEncoderDetected {
             }
             TextEncoderDetected::Qwen3(config) if klein_type => klein(config),
             TextEncoderDetected::Flux2Klein(config) => klein(config),
+            TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
             other if kind == "flux2" => Err(Error::Invalid(format!(
-                "type `flux2` takes FLUX.2 Klein's Qwen3-4B or Qwen3-8B text encoder; this file is {}",
+                "type `flux2` takes FLUX.2 dev's Mistral Small 3 or FLUX.2 Klein's Qwen3-4B or Qwen3-8B text \
+                 encoder; this file is {}",
                 other.name()
             ))),
             other => Ok(other),
@@ -239,6 +258,10 @@ impl TextEncoderDetected {
             TextEncoderDetected::Flux2Klein(config) => TextEncoderNet::Flux2Klein {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
+            },
+            TextEncoderDetected::Mistral3(found) => TextEncoderNet::Mistral3 {
+                tokenizer: found.tokenizer()?,
+                model: Qwen3::new(found.config, weights),
             },
         })
     }
@@ -322,6 +345,13 @@ pub enum TextEncoderNet {
         /// Its tokenizer.
         tokenizer: Tokenizer,
     },
+    /// FLUX.2 dev's Mistral Small 3.x (the Qwen3 decoder code) with the Tekken tokenizer of its file.
+    Mistral3 {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: mistral3::Tokenizer,
+    },
     /// FLUX.1's CLIP-L and T5-XXL, with their tokenizers.
     Flux {
         /// CLIP-L.
@@ -343,6 +373,7 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { .. } => TextEncoderFamily::Qwen25Vl,
             TextEncoderNet::Flux { .. } => TextEncoderFamily::Flux,
             TextEncoderNet::Flux2Klein { .. } => TextEncoderFamily::Flux2Klein,
+            TextEncoderNet::Mistral3 { .. } => TextEncoderFamily::Mistral3,
         }
     }
 
@@ -352,7 +383,8 @@ impl TextEncoderNet {
         match self {
             TextEncoderNet::Qwen3 { model, .. }
             | TextEncoderNet::Qwen25Vl { model, .. }
-            | TextEncoderNet::Flux2Klein { model, .. } => &model.weights,
+            | TextEncoderNet::Flux2Klein { model, .. }
+            | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
         }
     }
@@ -399,7 +431,8 @@ impl TextEncoderNet {
                 TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Qwen25Vl(..)
-                | TextEncoderDetected::Flux2Klein(_) => {}
+                | TextEncoderDetected::Flux2Klein(_)
+                | TextEncoderDetected::Mistral3(_) => {}
             }
         }
         let (Some(clip_l), Some(t5)) = (clip_l, t5) else {
@@ -426,6 +459,9 @@ impl TextEncoderNet {
             }
             TextEncoderNet::Flux2Klein { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.klein_prompt(prompt)?))
+            }
+            TextEncoderNet::Mistral3 { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
             }
             TextEncoderNet::Flux { .. } => self.tokenize_flux(prompt, prompt),
         }
@@ -465,6 +501,7 @@ impl TextEncoderNet {
             (
                 TextEncoderNet::Qwen3 { .. }
                 | TextEncoderNet::Flux2Klein { .. }
+                | TextEncoderNet::Mistral3 { .. }
                 | TextEncoderNet::Flux { .. },
                 _,
             ) => Err(crate::Error::Invalid(format!(
@@ -501,6 +538,10 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Qwen-Image's Qwen2.5-VL encoder is not supported yet".to_owned(),
             )),
+            // ComfyUI's `Mistral3Small24B` generates nothing either (it is no `BaseGenerate`).
+            TextEncoderNet::Mistral3 { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with FLUX.2 dev's Mistral Small encoder is not supported".to_owned(),
+            )),
             TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(
                 "TextGenerate needs a language model (Qwen3); FLUX.1's CLIP-L + T5-XXL generate no text"
                     .to_owned(),
@@ -514,9 +555,9 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { tokenizer, .. }
             | TextEncoderNet::Qwen25Vl { tokenizer, .. }
             | TextEncoderNet::Flux2Klein { tokenizer, .. } => tokenizer.decode(ids),
-            TextEncoderNet::Flux { .. } => {
-                Err(Error::Invalid("FLUX.1's text encoder decodes no generated text".to_owned()))
-            }
+            TextEncoderNet::Flux { .. } | TextEncoderNet::Mistral3 { .. } => Err(Error::Invalid(
+                format!("{}'s text encoder decodes no generated text", self.family().name()),
+            )),
         }
     }
 
@@ -545,6 +586,7 @@ impl TextEncoderNet {
             )),
             TextEncoderNet::Qwen3 { .. }
             | TextEncoderNet::Flux2Klein { .. }
+            | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
@@ -586,6 +628,14 @@ impl TextEncoderNet {
                     qwen3::attended_keys(ids),
                     &qwen3::KLEIN_TAPS,
                 )?;
+                Ok(Encoded { cond, pooled: None })
+            }
+            (TextEncoderNet::Mistral3 { model, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                let attended = mistral3::attended_keys(ids);
+                let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
                 Ok(Encoded { cond, pooled: None })
             }
             (TextEncoderNet::Qwen25Vl { model, vision, .. }, PromptTokens::Ids(ids)) => {

@@ -40,6 +40,9 @@ pub enum Variant {
     /// final norm's output (models-qwen-image.md §4.1). Text positions only (M-RoPE with every position equal
     /// is plain RoPE).
     Qwen25Vl,
+    /// Mistral Small 3.x (FLUX.2 dev's text encoder, [`crate::mistral3`]): no biases, no q/k norms; its
+    /// conditioning is three hidden states, never through the final norm (models-flux.md §5.2).
+    Mistral3,
 }
 
 impl Variant {
@@ -48,9 +51,23 @@ impl Variant {
         match self {
             Variant::Qwen3 => &LAYER_TENSORS,
             Variant::Qwen25Vl => &QWEN25_LAYER_TENSORS,
+            Variant::Mistral3 => &MISTRAL3_LAYER_TENSORS,
         }
     }
 }
+
+/// [`LAYER_TENSORS`] of Mistral Small 3.x: Qwen3's without the q/k norms.
+const MISTRAL3_LAYER_TENSORS: [&str; 9] = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
 
 /// [`LAYER_TENSORS`] of Qwen2.5-VL's language model.
 const QWEN25_LAYER_TENSORS: [&str; 12] = [
@@ -147,6 +164,11 @@ impl Config {
                     vec![f, d],
                     vec![d, f],
                 ]
+            }
+            Variant::Mistral3 => {
+                let [in_norm, q, k, v, o, _, _, post_norm, gate, up, down] =
+                    self.qwen3_layer_shapes();
+                vec![in_norm, q, k, v, o, post_norm, gate, up, down]
             }
         }
     }
@@ -264,7 +286,7 @@ pub fn detect_qwen25vl(h: &Header) -> Result<Option<Config>> {
 }
 
 /// Checks every layer's tensors against `config`.
-fn check_layers(h: &Header, config: &Config) -> Result<()> {
+pub(crate) fn check_layers(h: &Header, config: &Config) -> Result<()> {
     for i in 0..config.layers {
         for (name, want) in config.layer_names(i).iter().zip(config.layer_shapes()) {
             check_shape(h, name, &want)?;
@@ -296,7 +318,7 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
 }
 
 /// The number of decoder layers: indices `model.layers.{i}.` must run 0, 1, … without a gap.
-fn count_layers(h: &Header) -> Result<usize> {
+pub(crate) fn count_layers(h: &Header) -> Result<usize> {
     let indices: BTreeSet<usize> = h
         .names()
         .chain(h.unsupported_dtypes().map(|(n, _)| n))

@@ -186,6 +186,8 @@ pub(crate) enum Init {
     Uniform(f32),
     /// Every element this value (a quantized weight's scale).
     Fill(f32),
+    /// These bytes, stored as U8 whatever the file's dtype (Mistral's `tekken_model` JSON).
+    Bytes(&'static [u8]),
 }
 
 /// One tensor of a layout.

@@ -57,6 +57,7 @@ const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
 const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
 const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
+const MISTRAL3: &str = "mistral3";
 const FLUX: &str = "flux1";
 const FLUX_LORA: &str = "flux1-lora";
 const FLUX2: &str = "flux2";
@@ -399,6 +400,9 @@ pub struct ZImageTurboSet {
     pub qwen_image: qwen_image::Config,
     /// Qwen2.5-VL's language model (`--family qwen25vl`).
     pub qwen25vl: qwen3::Config,
+    /// FLUX.2 dev's Mistral Small 3.x (`--family mistral3`; three times its hidden width should be FLUX.2
+    /// dev's `text_dim`).
+    pub mistral3: qwen3::Config,
     /// Qwen2.5-VL's vision tower, written in the same file (its `out_hidden` should equal `qwen25vl.hidden`).
     pub qwen25vl_vision: VisionConfig,
     /// FLUX.1 dev's DiT (`--family flux1`; schnell and Fill at its widths; its `text_dim` should equal
@@ -436,6 +440,7 @@ impl ZImageTurboSet {
                 additional_t_cond: false,
             },
             qwen25vl: qwen25vl_config(152_064, 3584, 28, 28, 4, 18944),
+            mistral3: mistral3_config(131_072, 5120, 40, 32, 8, 32768),
             qwen25vl_vision: VisionConfig {
                 hidden: 1280,
                 depth: 32,
@@ -516,6 +521,9 @@ impl ZImageTurboSet {
             },
             // The real vocabulary, so the real tokenizer's ids are valid; one head of the released width.
             qwen25vl: qwen25vl_config(152_064, 32, 2, 1, 1, 64),
+            // The synthetic tekken vocabulary's 1256 ids; 30 layers (the pruned file), one head of the released
+            // width; 32 wide, so its three taps are the tiny FLUX.2 dev's context.
+            mistral3: mistral3_config(1256, 32, 30, 1, 1, 64),
             // 16 heads of 4, as the released tower has 16; 8 blocks, so the eighth attends to the whole image.
             qwen25vl_vision: VisionConfig {
                 hidden: 64,
@@ -714,6 +722,9 @@ pub fn write_family(
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Qwen25Vl) => {
             write_qwen25vl(path, &set.qwen25vl, &set.qwen25vl_vision, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Mistral3) => {
+            write_mistral3(path, &set.mistral3, dtype, seed, progress)
         }
         SynthFamily::Lora(DiffusionFamily::QwenImage) => {
             write_qwen_image_lora(path, &set.qwen_image, dtype, seed, progress)
@@ -929,6 +940,29 @@ fn qwen25vl_config(
     }
 }
 
+/// Mistral Small 3.x of these widths (head width 128, as released).
+fn mistral3_config(
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    intermediate: usize,
+) -> qwen3::Config {
+    qwen3::Config {
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: crate::mistral3::HEAD_DIM,
+        intermediate,
+        rms_eps: crate::mistral3::RMS_EPS,
+        rope_theta: crate::mistral3::ROPE_THETA,
+        variant: qwen3::Variant::Mistral3,
+    }
+}
+
 /// Whether `name` is a lookup table rather than a Linear weight (token and position embeddings, T5's shared
 /// table and its relative position bias): drawn in ±1 and never quantized.
 fn is_embedding(name: &str) -> bool {
@@ -1097,6 +1131,32 @@ pub fn write_qwen25vl(
     )
 }
 
+/// Writes a random-weight Mistral Small 3.x of `config` to `path` under the released names, with a
+/// `tekken_model` tensor: a tekken JSON of the same schema whose vocabulary is the 256 bytes (ids 1000-1255) and
+/// whose 1000 special tokens are Mistral's, so any prompt tokenises within `config.vocab` (at least 1256).
+pub fn write_mistral3(
+    path: &Path,
+    config: &qwen3::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let mut tensors =
+        vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
+    for i in 0..config.layers {
+        tensors.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
+    }
+    tensors.push(("model.norm.weight".to_owned(), vec![config.hidden]));
+    let mut specs = specs_of(tensors);
+    let json = crate::mistral3::synth_tekken_json();
+    specs.push(Spec {
+        name: crate::mistral3::TEKKEN.to_owned(),
+        shape: vec![json.len()],
+        init: Init::Bytes(json),
+    });
+    write_one(path, &specs, MISTRAL3, "Mistral Small 3 text encoder", dtype, seed, progress)
+}
+
 /// The Wan 2.1 VAE of base width `dim` (96 released), both halves, RGB in and out.
 fn wan_vae_config(dim: usize) -> wan_vae::Config {
     wan_vae::Config {
@@ -1165,8 +1225,12 @@ fn entries<'s>(
         dtype,
         quantized: None,
     };
+    let stored = |spec: &Spec| match spec.init {
+        Init::Bytes(_) => DType::U8,
+        Init::Ones | Init::Zeros | Init::Uniform(_) | Init::Fill(_) => dtype.dtype(),
+    };
     if !dtype.is_scaled() {
-        return (specs.iter().map(|spec| plain(spec, dtype.dtype())).collect(), Layers::new());
+        return (specs.iter().map(|spec| plain(spec, stored(spec))).collect(), Layers::new());
     }
     let mut entries = Vec::with_capacity(specs.len() * 2);
     let mut layers = serde_json::Map::new();
@@ -1177,6 +1241,10 @@ fn entries<'s>(
             Init::Uniform(bound) if spec.shape.len() == 2 && !is_embedding(&spec.name) => bound,
             Init::Uniform(_) | Init::Ones | Init::Zeros | Init::Fill(_) => {
                 entries.push(plain(spec, DType::BF16));
+                continue;
+            }
+            Init::Bytes(_) => {
+                entries.push(plain(spec, DType::U8));
                 continue;
             }
         };

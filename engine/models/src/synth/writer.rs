@@ -114,7 +114,8 @@ fn write_all(
             let end = ((first + per_batch) * BLOCK).min(n);
             buf.resize((end - first * BLOCK) * size, 0);
             buf.par_chunks_mut(BLOCK * size).enumerate().for_each(|(i, out)| {
-                fill(entry, block_seed(seed, entry.stream, (first + i) as u64), out)
+                let block = first + i;
+                fill(entry, block, block_seed(seed, entry.stream, block as u64), out)
             });
             file.write_all(&buf).map_err(io)?;
             done += buf.len() as u64;
@@ -125,10 +126,14 @@ fn write_all(
     Ok(())
 }
 
-/// Fills `out` (whole elements of the entry's dtype) from one PRNG stream.
-fn fill(entry: &Entry<'_>, stream_seed: u64, out: &mut [u8]) {
+/// Fills `out` (whole elements of the entry's dtype, block `block` of the tensor) from one PRNG stream.
+fn fill(entry: &Entry<'_>, block: usize, stream_seed: u64, out: &mut [u8]) {
     let n = out.len() / entry.dtype.size();
     let values: Vec<f32> = match entry.spec.init {
+        Init::Bytes(bytes) => {
+            out.copy_from_slice(&bytes[block * BLOCK..block * BLOCK + n]);
+            return;
+        }
         Init::Ones => vec![1.0; n],
         Init::Zeros => vec![0.0; n],
         Init::Fill(value) => vec![value; n],

@@ -11,6 +11,7 @@ mod flux2;
 mod flux2_vae;
 mod flux_tokens;
 mod flux_vae;
+mod mistral3;
 mod noise;
 mod quant;
 mod qwen25vl;
