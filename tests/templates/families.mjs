@@ -78,9 +78,12 @@ const kilnFiles = [
   { folder: 'loras', stem: /flux1[-_.]|flux\.1|removal_timestep_alpha/i, family: 'flux1-lora' },
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
-  // FLUX.2 Klein (4B and 9B, base and distilled, the KV variant): its DiT, Qwen3 encoders (CLIPLoader type
-  // `flux2`; the 8B file is Qwen3's shape at another width) and the FLUX.2 VAE (the small-decoder release too).
-  // FLUX.2 dev's Mistral encoder is not run yet, so its templates say so.
+  // FLUX.2: dev (its Mistral Small encoder, whose Tekken tokenizer the synthetic file carries too, and its turbo
+  // LoRAs) and Klein (4B and 9B, base and distilled, the KV variant) with its Qwen3 encoders (CLIPLoader type
+  // `flux2`; the 8B file is Qwen3's shape at another width); the FLUX.2 VAE (the small-decoder release too).
+  { folder: 'diffusion_models', stem: /^flux2_dev[_.]/i, family: 'flux2-dev' },
+  { folder: 'text_encoders', stem: /^mistral_3_small_flux2[_.]/i, family: 'mistral3' },
+  { folder: 'loras', stem: /flux[_-]?2.*lora|flux2turbo/i, family: 'flux2-lora' },
   { folder: 'diffusion_models', stem: /^flux-2-klein-(base-)?9b/i, family: 'flux2-klein-9b' },
   { folder: 'diffusion_models', stem: /^flux-2-klein-/i, family: 'flux2' },
   { folder: 'text_encoders', stem: /^qwen_3_8b[_.]/, family: 'qwen3' },

@@ -56,6 +56,12 @@ pub struct Quantization {
     layers: BTreeMap<String, Layer>,
 }
 
+/// Whether `name` is bytes a file carries beside its weights, not a weight (FLUX.2 dev's Mistral file keeps its
+/// Tekken tokenizer's JSON in the uint8 tensor `tekken_model`).
+fn is_embedded_data(name: &str) -> bool {
+    name.rsplit('.').next() == Some(crate::mistral3::TEKKEN)
+}
+
 impl Quantization {
     /// Reads which layers of `file` are quantized, from whichever encoding it uses (none: no layer).
     pub fn read(file: &SafetensorsFile) -> Result<Quantization> {
@@ -153,6 +159,7 @@ impl Quantization {
             name.starts_with(prefix)
                 && matches!(info.dtype, DType::I8 | DType::U8)
                 && !Self::is_bookkeeping(name)
+                && !is_embedded_data(name)
                 && !name.strip_suffix(".weight").is_some_and(|l| self.layers.contains_key(l))
         });
         match stray {

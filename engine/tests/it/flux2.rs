@@ -154,3 +154,56 @@ fn issue_22_flux2_lora_in_diffusers_names_applies() {
     assert_eq!(plain, zero, "strength 0 changes nothing");
     assert_ne!(plain, full, "the LoRA reaches the weights");
 }
+
+/// FLUX.2 dev's templates (`image_flux2_text_to_image`, `image_flux2`): the Mistral Small encoder through
+/// CLIPLoader type `flux2` (its Tekken tokenizer read from the file), FluxGuidance into the guidance embedding
+/// (no FluxGuidance: ComfyUI's default 3.5), BasicGuider, and a reference image.
+#[test]
+fn issue_22_flux2_dev_runs_on_its_mistral_encoder_with_guidance_and_a_reference() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_klein(&models);
+    let set = ZImageTurboSet::tiny();
+    for (family, path) in [
+        (
+            SynthFamily::Flux2(synth::Flux2File::Dev),
+            "diffusion_models/flux2_dev_fp8mixed.safetensors",
+        ),
+        (
+            SynthFamily::TextEncoder(TextEncoderFamily::Mistral3),
+            "text_encoders/mistral_3_small_flux2_bf16.safetensors",
+        ),
+    ] {
+        synth::write_family(&models.join(path), family, &set, SynthDtype::Bf16, 9, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+    let dev = |prompt: &str, guidance: Option<f64>| {
+        let mut graph = klein_graph(prompt, 1.0, 2, 8);
+        graph["1"]["inputs"]["unet_name"] = json!("flux2_dev_fp8mixed.safetensors");
+        graph["2"]["inputs"]["clip_name"] = json!("mistral_3_small_flux2_bf16.safetensors");
+        graph["8"] = json!({"class_type": "BasicGuider", "inputs": {"model": ["1", 0], "conditioning": ["4", 0]}});
+        if let Some(g) = guidance {
+            graph["30"] = json!({"class_type": "FluxGuidance", "inputs": {"conditioning": ["4", 0], "guidance": g}});
+            graph["8"]["inputs"]["conditioning"] = json!(["30", 0]);
+        }
+        graph
+    };
+    let (size, pixels) = image_of(&mut h, dev("a red kite over the dunes", None));
+    assert_eq!(size, (64, 48));
+    assert!(pixels.iter().any(|&p| p != pixels[0]), "the image is not one flat colour");
+    let (_, explicit) = image_of(&mut h, dev("a red kite over the dunes", Some(3.5)));
+    assert_eq!(pixels, explicit, "no FluxGuidance is guidance 3.5");
+    let (_, four) = image_of(&mut h, dev("a red kite over the dunes", Some(4.0)));
+    assert_ne!(pixels, four, "the guidance embedding steers dev");
+    let (_, other) = image_of(&mut h, dev("a blue boat on a lake", Some(4.0)));
+    assert_ne!(four, other, "the prompt steers it through Mistral's hidden states");
+    let mut edit = dev("make it night", Some(4.0));
+    edit["20"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0x2266aa}});
+    edit["21"] =
+        json!({"class_type": "VAEEncode", "inputs": {"pixels": ["20", 0], "vae": ["3", 0]}});
+    edit["22"] = json!({"class_type": "ReferenceLatent", "inputs": {"conditioning": ["30", 0], "latent": ["21", 0]}});
+    edit["8"]["inputs"]["conditioning"] = json!(["22", 0]);
+    let (_, edited) = image_of(&mut h, edit);
+    let (_, unedited) = image_of(&mut h, dev("make it night", Some(4.0)));
+    assert_ne!(edited, unedited, "the reference reaches dev");
+}
