@@ -206,6 +206,27 @@ fn gain(out: &mut Vec<Spec>, name: String, file: String) {
     out.push(Spec { name, parts: vec![file], shape: vec![HEAD_DIM], rows: vec![HEAD_DIM] });
 }
 
+/// Pushes a block's q and k norm gains: ComfyUI's `{p}.{norm}.{query,key}_norm.weight`, from the file's
+/// `{p}.{norm}.…_norm.{qk_suffix}` or diffusers' `{q}.{diff_q,diff_k}.weight` (`layout`: whether the file is
+/// diffusers', and ComfyUI's suffix).
+fn qk_gains(
+    out: &mut Vec<Spec>,
+    p: &str,
+    q: &str,
+    norm: &str,
+    (diff_q, diff_k): (&str, &str),
+    (diffusers, qk_suffix): (bool, &str),
+) {
+    for (which, diff) in [("query_norm", diff_q), ("key_norm", diff_k)] {
+        let file = if diffusers {
+            format!("{q}.{diff}.weight")
+        } else {
+            format!("{p}.{norm}.{which}.{qk_suffix}")
+        };
+        gain(out, format!("{p}.{norm}.{which}.weight"), file);
+    }
+}
+
 /// Every weight of `cfg` in `layout`, in load order. `qk_suffix` is how the file names the q/k norm gains
 /// (`scale` in ComfyUI's and BFL's files, ComfyUI renaming it to `weight` on load; `weight` in diffusers').
 fn specs(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
@@ -302,19 +323,10 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
                 f,
             );
         }
-        for (norm, diff_q, diff_k) in [
-            ("img_attn.norm", "attn.norm_q", "attn.norm_k"),
-            ("txt_attn.norm", "attn.norm_added_q", "attn.norm_added_k"),
-        ] {
-            for (which, diff) in [("query_norm", diff_q), ("key_norm", diff_k)] {
-                let file = if diffusers {
-                    format!("{q}.{diff}.weight")
-                } else {
-                    format!("{p}.{norm}.{which}.{qk_suffix}")
-                };
-                gain(&mut out, format!("{p}.{norm}.{which}.weight"), file);
-            }
-        }
+        let layout = (diffusers, qk_suffix);
+        qk_gains(&mut out, &p, &q, "img_attn.norm", ("attn.norm_q", "attn.norm_k"), layout);
+        let added = ("attn.norm_added_q", "attn.norm_added_k");
+        qk_gains(&mut out, &p, &q, "txt_attn.norm", added, layout);
     }
     for i in 0..cfg.single_blocks {
         let p = format!("single_blocks.{i}");
@@ -341,14 +353,7 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             &[3 * d],
             d,
         );
-        for (which, diff) in [("query_norm", "attn.norm_q"), ("key_norm", "attn.norm_k")] {
-            let file = if diffusers {
-                format!("{q}.{diff}.weight")
-            } else {
-                format!("{p}.norm.{which}.{qk_suffix}")
-            };
-            gain(&mut out, format!("{p}.norm.{which}.weight"), file);
-        }
+        qk_gains(&mut out, &p, &q, "norm", ("attn.norm_q", "attn.norm_k"), (diffusers, qk_suffix));
     }
     linear(
         &mut out,
@@ -445,19 +450,10 @@ fn specs_two(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
                 f,
             );
         }
-        for (norm, diff_q, diff_k) in [
-            ("img_attn.norm", "attn.norm_q", "attn.norm_k"),
-            ("txt_attn.norm", "attn.norm_added_q", "attn.norm_added_k"),
-        ] {
-            for (which, diff) in [("query_norm", diff_q), ("key_norm", diff_k)] {
-                let file = if diffusers {
-                    format!("{q}.{diff}.weight")
-                } else {
-                    format!("{p}.{norm}.{which}.{qk_suffix}")
-                };
-                gain(&mut out, format!("{p}.{norm}.{which}.weight"), file);
-            }
-        }
+        let layout = (diffusers, qk_suffix);
+        qk_gains(&mut out, &p, &q, "img_attn.norm", ("attn.norm_q", "attn.norm_k"), layout);
+        let added = ("attn.norm_added_q", "attn.norm_added_k");
+        qk_gains(&mut out, &p, &q, "txt_attn.norm", added, layout);
     }
     for i in 0..cfg.single_blocks {
         let p = format!("single_blocks.{i}");
@@ -473,14 +469,7 @@ fn specs_two(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             &[d],
             d + f,
         );
-        for (which, diff) in [("query_norm", "attn.norm_q"), ("key_norm", "attn.norm_k")] {
-            let file = if diffusers {
-                format!("{q}.{diff}.weight")
-            } else {
-                format!("{p}.norm.{which}.{qk_suffix}")
-            };
-            gain(&mut out, format!("{p}.norm.{which}.weight"), file);
-        }
+        qk_gains(&mut out, &p, &q, "norm", ("attn.norm_q", "attn.norm_k"), (diffusers, qk_suffix));
     }
     let latent = Generation::Two.latent_channels();
     weight(&mut out, "final_layer.linear", &pick("final_layer.linear", "proj_out"), &[latent], d);

@@ -439,8 +439,8 @@ impl ZImageTurboSet {
                 axes_dims: [16, 56, 56],
                 additional_t_cond: false,
             },
-            qwen25vl: qwen25vl_config(152_064, 3584, 28, 28, 4, 18944),
-            mistral3: mistral3_config(131_072, 5120, 40, 32, 8, 32768),
+            qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 3584, 28, (28, 4), 18944),
+            mistral3: decoder_config(qwen3::Variant::Mistral3, 131_072, 5120, 40, (32, 8), 32768),
             qwen25vl_vision: VisionConfig {
                 hidden: 1280,
                 depth: 32,
@@ -520,10 +520,10 @@ impl ZImageTurboSet {
                 additional_t_cond: false,
             },
             // The real vocabulary, so the real tokenizer's ids are valid; one head of the released width.
-            qwen25vl: qwen25vl_config(152_064, 32, 2, 1, 1, 64),
+            qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 32, 2, (1, 1), 64),
             // The synthetic tekken vocabulary's 1256 ids; 30 layers (the pruned file), one head of the released
             // width; 32 wide, so its three taps are the tiny FLUX.2 dev's context.
-            mistral3: mistral3_config(1256, 32, 30, 1, 1, 64),
+            mistral3: decoder_config(qwen3::Variant::Mistral3, 1256, 32, 30, (1, 1), 64),
             // 16 heads of 4, as the released tower has 16; 8 blocks, so the eighth attends to the whole image.
             qwen25vl_vision: VisionConfig {
                 hidden: 64,
@@ -917,49 +917,33 @@ fn write_one(
     Plan::new(path, entries, &metadata(what, seed, layers)).write(seed, progress)
 }
 
-/// Qwen2.5-VL's language model of these widths (head width 128, as released).
-fn qwen25vl_config(
+/// A decoder language model of `variant` at these widths, with the rest as released: Qwen2.5-VL's (head width
+/// 128) or Mistral Small 3.x's (head width 128, its RMS ε and RoPE θ).
+fn decoder_config(
+    variant: qwen3::Variant,
     vocab: usize,
     hidden: usize,
     layers: usize,
-    heads: usize,
-    kv_heads: usize,
+    (heads, kv_heads): (usize, usize),
     intermediate: usize,
 ) -> qwen3::Config {
+    let (head_dim, rms_eps, rope_theta) = match variant {
+        qwen3::Variant::Mistral3 => {
+            (crate::mistral3::HEAD_DIM, crate::mistral3::RMS_EPS, crate::mistral3::ROPE_THETA)
+        }
+        _ => (qwen3::QWEN25_HEAD_DIM, qwen3::RMS_EPS, qwen3::ROPE_THETA),
+    };
     qwen3::Config {
         vocab,
         hidden,
         layers,
         heads,
         kv_heads,
-        head_dim: qwen3::QWEN25_HEAD_DIM,
+        head_dim,
         intermediate,
-        rms_eps: qwen3::RMS_EPS,
-        rope_theta: qwen3::ROPE_THETA,
-        variant: qwen3::Variant::Qwen25Vl,
-    }
-}
-
-/// Mistral Small 3.x of these widths (head width 128, as released).
-fn mistral3_config(
-    vocab: usize,
-    hidden: usize,
-    layers: usize,
-    heads: usize,
-    kv_heads: usize,
-    intermediate: usize,
-) -> qwen3::Config {
-    qwen3::Config {
-        vocab,
-        hidden,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: crate::mistral3::HEAD_DIM,
-        intermediate,
-        rms_eps: crate::mistral3::RMS_EPS,
-        rope_theta: crate::mistral3::ROPE_THETA,
-        variant: qwen3::Variant::Mistral3,
+        rms_eps,
+        rope_theta,
+        variant,
     }
 }
 

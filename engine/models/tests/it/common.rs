@@ -50,6 +50,40 @@ pub(crate) fn read_tensors(relative: &str) -> BTreeMap<String, (Vec<usize>, Vec<
         .collect()
 }
 
+/// A safetensors file of f32 tensors (name → shape and values) in the temporary folder, removed on drop.
+pub(crate) struct TempTensors(pub(crate) PathBuf);
+
+impl TempTensors {
+    /// Writes `tensors` to `kiln-<name>-<pid>.safetensors` in the temporary folder.
+    pub(crate) fn new(
+        name: &str,
+        tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    ) -> TempTensors {
+        let path =
+            std::env::temp_dir().join(format!("kiln-{name}-{}.safetensors", std::process::id()));
+        let data: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .into_iter()
+            .map(|(name, (shape, values))| {
+                (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            })
+            .collect();
+        let views = data.iter().map(|(name, shape, bytes)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                    .expect("a tensor");
+            (name.clone(), view)
+        });
+        safetensors::serialize_to_file(views, None, &path).expect("writes the file");
+        TempTensors(path)
+    }
+}
+
+impl Drop for TempTensors {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Asserts `got` is within relative error `tol` of `want`: ‖got − want‖∞ ≤ tol · max(‖want‖∞, 1e-6).
 #[track_caller]
 pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {

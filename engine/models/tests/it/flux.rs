@@ -4,7 +4,6 @@
 //! channels), Kontext's reference latents by `offset` and `index`, and the same weights in diffusers' layout.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::backend::cpu::Cpu;
@@ -17,7 +16,7 @@ use kiln_models::flux::{self, Config, Flux, FluxInput, Layout};
 use kiln_models::header::diffusion_prefix;
 use kiln_models::{Error, Header};
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors};
 
 const WEIGHTS: &str = "flux/weights.safetensors";
 
@@ -39,38 +38,13 @@ fn tiny() -> Config {
 
 /// The fixture's weights, changed by `edit` (name → values with shape), written to a temporary file removed
 /// on drop.
-struct EditedWeights(PathBuf);
-
-impl EditedWeights {
-    fn new(
-        variant: &str,
-        edit: impl FnOnce(&mut BTreeMap<String, (Vec<usize>, Vec<f32>)>),
-    ) -> EditedWeights {
-        let mut tensors = read_tensors(WEIGHTS);
-        edit(&mut tensors);
-        let path = std::env::temp_dir()
-            .join(format!("kiln-flux-{variant}-{}.safetensors", std::process::id()));
-        let data: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-            .into_iter()
-            .map(|(name, (shape, values))| {
-                (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
-            })
-            .collect();
-        let views = data.iter().map(|(name, shape, bytes)| {
-            let view =
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                    .expect("a tensor");
-            (name.clone(), view)
-        });
-        safetensors::serialize_to_file(views, None, &path).expect("writes the file");
-        EditedWeights(path)
-    }
-}
-
-impl Drop for EditedWeights {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+fn edited_weights(
+    variant: &str,
+    edit: impl FnOnce(&mut BTreeMap<String, (Vec<usize>, Vec<f32>)>),
+) -> TempTensors {
+    let mut tensors = read_tensors(WEIGHTS);
+    edit(&mut tensors);
+    TempTensors::new(&format!("flux-{variant}"), tensors)
 }
 
 /// The CPU backend the model in `path` was loaded on, and the model as detection and the loader see it.
@@ -135,8 +109,7 @@ fn outputs_match_comfyui() {
 
 #[test]
 fn schnell_has_no_guidance_embedding_and_its_own_sampling() {
-    let file =
-        EditedWeights::new("schnell", |t| t.retain(|name, _| !name.starts_with("guidance_in.")));
+    let file = edited_weights("schnell", |t| t.retain(|name, _| !name.starts_with("guidance_in.")));
     let (b, detected, model) = load(&file.0);
     assert_eq!(
         detected,
@@ -151,7 +124,7 @@ fn schnell_has_no_guidance_embedding_and_its_own_sampling() {
 #[test]
 fn fill_reads_96_channels() {
     let fill = read_tensors("flux/fill_img_in.safetensors");
-    let file = EditedWeights::new("fill", |t| {
+    let file = edited_weights("fill", |t| {
         t.insert("img_in.weight".into(), fill["fill.img_in.weight"].clone());
         t.insert("img_in.bias".into(), fill["fill.img_in.bias"].clone());
     });
@@ -266,7 +239,7 @@ fn to_diffusers(t: &mut BTreeMap<String, (Vec<usize>, Vec<f32>)>) {
 
 #[test]
 fn diffusers_layout_loads_to_the_same_model() {
-    let file = EditedWeights::new("diffusers", to_diffusers);
+    let file = edited_weights("diffusers", to_diffusers);
     let (b, detected, model) = load(&file.0);
     assert_eq!(detected, DiffusionDetected::Flux(tiny(), Layout::Diffusers));
     check(&b, &model, "even", "even", &[], None);
@@ -323,7 +296,7 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
     );
 
     // A FLUX.1 file with FLUX.2's shared modulation is read as FLUX.2, whose 128-channel input it lacks.
-    let flux2 = EditedWeights::new("flux2", |t| {
+    let flux2 = edited_weights("flux2", |t| {
         t.insert(
             "double_stream_modulation_img.lin.weight".into(),
             (vec![768, 128], vec![0.0; 768 * 128]),
@@ -336,7 +309,7 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
         "{err}"
     );
     // Chroma has FLUX.1's image input and q/k norms beside its distilled guidance layer.
-    let chroma = EditedWeights::new("chroma", |t| {
+    let chroma = edited_weights("chroma", |t| {
         t.insert("distilled_guidance_layer.norms.0.scale".into(), (vec![128], vec![1.0; 128]));
     });
     let file = SafetensorsFile::open(&chroma.0).unwrap();

@@ -5,7 +5,7 @@
 //! layout.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kiln_compute::backend::cpu::Cpu;
@@ -16,7 +16,7 @@ use kiln_models::flux::{self, Config, Flux, FluxInput, Generation, KvCache, Layo
 use kiln_models::header::diffusion_prefix;
 use kiln_models::{Error, Header};
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors};
 
 const WEIGHTS: &str = "flux2/weights.safetensors";
 
@@ -33,36 +33,6 @@ fn tiny() -> Config {
         text_dim: 96,
         vec_dim: None,
         guidance: false,
-    }
-}
-
-/// Tensors written to a temporary f32 file removed on drop.
-struct TempWeights(PathBuf);
-
-impl TempWeights {
-    fn new(variant: &str, tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>) -> TempWeights {
-        let path = std::env::temp_dir()
-            .join(format!("kiln-flux2-{variant}-{}.safetensors", std::process::id()));
-        let data: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-            .into_iter()
-            .map(|(name, (shape, values))| {
-                (name, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect())
-            })
-            .collect();
-        let views = data.iter().map(|(name, shape, bytes)| {
-            let view =
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                    .expect("a tensor");
-            (name.clone(), view)
-        });
-        safetensors::serialize_to_file(views, None, &path).expect("writes the file");
-        TempWeights(path)
-    }
-}
-
-impl Drop for TempWeights {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -162,7 +132,7 @@ fn kv_cache_stores_the_references_then_replays_them() {
 fn dev_embeds_the_guidance() {
     let mut tensors = read_tensors(WEIGHTS);
     tensors.extend(read_tensors("flux2/guidance_in.safetensors"));
-    let file = TempWeights::new("dev", tensors);
+    let file = TempTensors::new("flux2-dev", tensors);
     let (b, detected, model) = load(&file.0);
     assert_eq!(
         detected,
@@ -250,7 +220,7 @@ fn to_diffusers(
 
 #[test]
 fn diffusers_layout_gives_the_same_outputs() {
-    let file = TempWeights::new("diffusers", to_diffusers(read_tensors(WEIGHTS)));
+    let file = TempTensors::new("flux2-diffusers", to_diffusers(read_tensors(WEIGHTS)));
     let (b, detected, model) = load(&file.0);
     assert_eq!(detected, DiffusionDetected::Flux2(tiny(), Layout::Diffusers));
     check(&b, &model, "even", "even", &[], None);
