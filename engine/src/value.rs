@@ -5,7 +5,8 @@ use std::sync::Arc;
 use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{
-    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, Vae,
+    ClipVision, ClipVisionOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
+    Noise, StyleModel, TextEncoder, Vae,
 };
 use crate::tensor::Tensor;
 
@@ -65,6 +66,12 @@ pub enum Value {
     ModelPatch(Arc<ModelPatch>),
     /// `CONDITIONING`: encoded prompts.
     Conditioning(Arc<Conditioning>),
+    /// `CLIP_VISION`: a vision tower (`CLIPVisionLoader`).
+    ClipVision(Arc<ClipVision>),
+    /// `CLIP_VISION_OUTPUT`: an image through a vision tower (`CLIPVisionEncode`).
+    ClipVisionOutput(Arc<ClipVisionOutput>),
+    /// `STYLE_MODEL`: a style model (`StyleModelLoader`).
+    StyleModel(Arc<StyleModel>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
     Sampler(SamplerChoice),
     /// `SIGMAS`: the noise levels a sampler steps through, descending.
@@ -93,6 +100,9 @@ impl Value {
             Value::ControlNet(_) => "CONTROL_NET",
             Value::ModelPatch(_) => "MODEL_PATCH",
             Value::Conditioning(_) => "CONDITIONING",
+            Value::ClipVision(_) => "CLIP_VISION",
+            Value::ClipVisionOutput(_) => "CLIP_VISION_OUTPUT",
+            Value::StyleModel(_) => "STYLE_MODEL",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
             Value::Noise(_) => "NOISE",
@@ -123,8 +133,11 @@ impl Value {
             | Value::Clip(_)
             | Value::Vae(_)
             | Value::ControlNet(_)
-            | Value::ModelPatch(_) => 0,
+            | Value::ModelPatch(_)
+            | Value::ClipVision(_)
+            | Value::StyleModel(_) => 0,
             Value::Conditioning(c) => c.byte_size(),
+            Value::ClipVisionOutput(o) => o.byte_size(),
         }
     }
 
@@ -145,6 +158,9 @@ impl Value {
             | Value::ControlNet(_)
             | Value::ModelPatch(_)
             | Value::Conditioning(_)
+            | Value::ClipVision(_)
+            | Value::ClipVisionOutput(_)
+            | Value::StyleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_) => format!("<{}>", self.type_name()),
@@ -172,6 +188,9 @@ impl Value {
             | Value::ControlNet(_)
             | Value::ModelPatch(_)
             | Value::Conditioning(_)
+            | Value::ClipVision(_)
+            | Value::ClipVisionOutput(_)
+            | Value::StyleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_) => serde_json::Value::String(format!("<{}>", self.type_name())),

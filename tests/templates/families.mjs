@@ -78,6 +78,10 @@ const kilnFiles = [
   { folder: 'loras', stem: /flux1[-_.]|flux\.1|removal_timestep_alpha/i, family: 'flux1-lora' },
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
+  // CLIP vision towers (CLIPVisionLoader) and FLUX.1 Redux (StyleModelLoader).
+  { folder: 'clip_vision', stem: /^clip_vision_h\.safetensors$/, family: 'clip-vision-h' },
+  { folder: 'clip_vision', stem: /^sigclip_vision_patch14_384\.safetensors$/, family: 'siglip-384' },
+  { folder: 'style_models', stem: /^flux1-redux-dev\.safetensors$/, family: 'flux1-redux' },
   // FLUX.2: dev (its Mistral Small encoder, whose Tekken tokenizer the synthetic file carries too, and its turbo
   // LoRAs) and Klein (4B and 9B, base and distilled, the KV variant) with its Qwen3 encoders (CLIPLoader type
   // `flux2`; the 8B file is Qwen3's shape at another width); the FLUX.2 VAE (the small-decoder release too).

@@ -9,15 +9,18 @@ use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::quant::Quant;
 use kiln_models::family::{
-    ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
-    TextEncoderDetected, TextEncoderFamily, TextEncoderNet, VaeDetected, VaeFamily,
+    ClipVisionDetected, ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
+    StyleModelDetected, TextEncoderDetected, TextEncoderFamily, TextEncoderNet, VaeDetected,
+    VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::{LinearPath, Quantization};
 use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
-use super::{ControlNet, DiffusionModel, ModelEnv, ModelPatch, TextEncoder, Vae};
+use super::{
+    ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel, TextEncoder, Vae,
+};
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
 fn open(path: &Path) -> Result<SafetensorsFile, Error> {
@@ -383,6 +386,51 @@ pub fn load_model_patch(
     quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(ModelPatch { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
+}
+
+/// `CLIPVisionLoader`: a vision tower in the Hugging Face `vision_model.*` layout (OpenCLIP ViT-H/14, SigLIP,
+/// ViT-L, ViT-bigG), its weights read as ComfyUI's towers compute (quantized ones dequantized).
+pub fn load_clip_vision(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ClipVision, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let quant = formats(&file, &header)?;
+    let Some(found) = ClipVisionDetected::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a CLIP vision model Kiln can run (CLIP and SigLIP towers in the `vision_model.*` layout): \
+             found {}",
+            describe(&header)
+        )));
+    };
+    let mut plan = found.load_plan(&header);
+    quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(ClipVision { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
+}
+
+/// `StyleModelLoader`: a style model Kiln runs (FLUX.1 Redux); the SD1.x T2I style adapter ComfyUI also
+/// loads is refused naming it.
+pub fn load_style_model(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<StyleModel, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let quant = formats(&file, &header)?;
+    let Some(found) = StyleModelDetected::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not a style model Kiln can run (FLUX.1 Redux): found {}",
+            describe(&header)
+        )));
+    };
+    let mut plan = found.load_plan(&header);
+    quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(StyleModel { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
 }
 
 /// What a model patch Kiln does not run is, by the keys ComfyUI's `ModelPatchLoader` tells them apart by.

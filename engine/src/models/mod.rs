@@ -1,4 +1,4 @@
-//! The model values that flow on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`), how the loader nodes find and
+//! The model values that flow on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`, `CLIP_VISION`, `STYLE_MODEL`), how the loader nodes find and
 //! load model files ([`ModelFiles`], [`load`]), and running model code on the device the process chose
 //! (`device`).
 //!
@@ -16,7 +16,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::memory::lora::PatchSet;
-use kiln_models::family::{ControlNetNet, DiffusionNet, ModelPatchNet, TextEncoderNet, VaeNet};
+use kiln_models::family::{
+    ClipVisionNet, ControlNetNet, DiffusionNet, ModelPatchNet, StyleModelNet, TextEncoderNet,
+    VaeNet,
+};
 pub use kiln_models::latent::LatentFormat;
 use kiln_models::sampling::FlowSampling;
 use kiln_models::sampling::guidance::Guidance;
@@ -267,6 +270,42 @@ pub struct ModelPatchApplication {
     pub hint: Option<Tensor>,
 }
 
+/// `CLIP_VISION`: a vision tower (`CLIPVisionLoader`).
+pub struct ClipVision {
+    /// The network.
+    pub net: Arc<ClipVisionNet>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+/// `CLIP_VISION_OUTPUT`: what `CLIPVisionEncode` gives (ComfyUI's `Output` object), f32 on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClipVisionOutput {
+    /// `last_hidden_state` `[B, tokens, hidden]`.
+    pub last_hidden_state: Tensor,
+    /// `penultimate_hidden_states` `[B, tokens, hidden]` (`None` for a one-layer tower).
+    pub penultimate_hidden_states: Option<Tensor>,
+    /// `image_embeds`: `[B, projection]` for CLIP, `[B, tokens, hidden]` for SigLIP.
+    pub image_embeds: Tensor,
+}
+
+impl ClipVisionOutput {
+    /// Bytes held by the tensors.
+    pub fn byte_size(&self) -> usize {
+        self.last_hidden_state.byte_size()
+            + self.penultimate_hidden_states.as_ref().map_or(0, Tensor::byte_size)
+            + self.image_embeds.byte_size()
+    }
+}
+
+/// `STYLE_MODEL`: a style model (`StyleModelLoader`: FLUX.1 Redux).
+pub struct StyleModel {
+    /// The network.
+    pub net: Arc<StyleModelNet>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
 /// `VAE`: an autoencoder of any family.
 pub struct Vae {
     /// The network.
@@ -399,6 +438,30 @@ impl PartialEq for ModelPatch {
 impl std::fmt::Debug for ModelPatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ModelPatch({})", self.path.display())
+    }
+}
+
+impl PartialEq for ClipVision {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for ClipVision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClipVision({})", self.path.display())
+    }
+}
+
+impl PartialEq for StyleModel {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for StyleModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StyleModel({})", self.path.display())
     }
 }
 

@@ -1,5 +1,6 @@
 //! The engine's integration tests: validation, execution semantics, caches, files, and malformed input.
 
+mod clip_vision;
 mod exec;
 mod files;
 mod flux;

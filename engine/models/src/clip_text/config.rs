@@ -36,7 +36,7 @@ const LAYERS_PREFIX: &str = "text_model.encoder.layers.";
 
 /// The tensors of one encoder layer, after `text_model.encoder.layers.{i}.`, in the order the model fetches
 /// them.
-const LAYER_TENSORS: [&str; 16] = [
+pub(crate) const LAYER_TENSORS: [&str; 16] = [
     "layer_norm1.weight",
     "layer_norm1.bias",
     "self_attn.q_proj.weight",
@@ -95,6 +95,8 @@ pub enum Activation {
     QuickGelu,
     /// GELU with erf (torch's default; OpenCLIP's towers).
     Gelu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`: SigLIP's vision tower).
+    GeluTanh,
 }
 
 /// A CLIP text tower's hyperparameters (CLIP-L: vocab 49408, hidden 768, 12 layers, 12 heads of 64, MLP 3072,
@@ -150,26 +152,31 @@ impl Config {
 
     /// The shapes of one layer's weights, in [`Config::layer_names`] order.
     fn layer_shapes(&self) -> [Vec<usize>; 16] {
-        let (d, f) = (self.hidden, self.intermediate);
-        [
-            vec![d],
-            vec![d],
-            vec![d, d],
-            vec![d],
-            vec![d, d],
-            vec![d],
-            vec![d, d],
-            vec![d],
-            vec![d, d],
-            vec![d],
-            vec![d],
-            vec![d],
-            vec![f, d],
-            vec![f],
-            vec![d, f],
-            vec![d],
-        ]
+        layer_shapes(self.hidden, self.intermediate)
     }
+}
+
+/// The shapes of one CLIP encoder layer's weights `hidden` wide with an MLP of `intermediate`, in
+/// [`LAYER_TENSORS`] order (the text and the vision towers' alike).
+pub(crate) fn layer_shapes(d: usize, f: usize) -> [Vec<usize>; 16] {
+    [
+        vec![d],
+        vec![d],
+        vec![d, d],
+        vec![d],
+        vec![d, d],
+        vec![d],
+        vec![d, d],
+        vec![d],
+        vec![d, d],
+        vec![d],
+        vec![d],
+        vec![d],
+        vec![f, d],
+        vec![f],
+        vec![d, f],
+        vec![d],
+    ]
 }
 
 /// The config of a CLIP text tower (`None` when the file is not one: it lacks

@@ -15,7 +15,9 @@ mod model;
 mod tokenizer;
 
 pub use config::{Activation, Config, HEAD_DIM, LAYER_NORM_EPS, Variant, detect, load_plan};
+pub(crate) use config::{LAYER_TENSORS, layer_shapes};
 pub use model::{ClipOutput, ClipText};
+pub(crate) use model::{LayerShape, encoder_layer};
 pub use tokenizer::{BOS, EOS, Tokenizer};
 
 /// CLIP-L's prompt layout in ComfyUI's `SDTokenizer` ([`crate::prompt_weights`]): BOS, the prompt, EOS, EOS

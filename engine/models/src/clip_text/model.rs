@@ -128,57 +128,89 @@ impl ClipText {
         }
     }
 
-    /// Encoder layer `i` on x `[1, N, hidden]` (f32): pre-norm causal self-attention, then the pre-norm MLP,
-    /// each added back to the residual.
+    /// Encoder layer `i` on x `[1, N, hidden]` (f32) under the causal mask ([`encoder_layer`]).
     fn layer<B: Backend>(&self, b: &B, i: usize, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        let n = x.dim(1)?;
         let names = cfg.layer_names(i);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let w = self.weights.fetch(b, &names)?;
         let weights: Vec<Weight<'_>> = (0..names.len()).map(|j| w.weight(j)).collect();
-        let [
-            ln1_w,
-            ln1_b,
-            q_w,
-            q_b,
-            k_w,
-            k_b,
-            v_w,
-            v_b,
-            o_w,
-            o_b,
-            ln2_w,
-            ln2_b,
-            fc1_w,
-            fc1_b,
-            fc2_w,
-            fc2_b,
-        ] = weights.as_slice()
-        else {
-            return Err(Error::Invalid(format!("{} weights for a CLIP text layer", weights.len())));
+        let shape = LayerShape {
+            hidden: cfg.hidden,
+            heads: cfg.heads,
+            head_dim: cfg.head_dim,
+            activation: cfg.activation,
+            eps: cfg.eps,
         };
-
-        let h = b.layer_norm(x, Some(ln1_w), Some(ln1_b), cfg.eps)?;
-        let heads = |w: &Weight<'_>, bias: &Weight<'_>| -> Result<Tensor<B>> {
-            let t = b.linear(&h, w, Some(bias))?.reshape(&[1, n, cfg.heads, cfg.head_dim])?;
-            Ok(b.permute(&t, &[0, 2, 1, 3])?)
-        };
-        let (q, k, v) = (heads(q_w, q_b)?, heads(k_w, k_b)?, heads(v_w, v_b)?);
-        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
-        let a = b.attention(&q, &k, &v, AttentionMask::Causal, scale)?;
-        let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.hidden])?;
-        let x = b.binary(x, &b.linear(&a, o_w, Some(o_b))?, BinaryOp::Add)?;
-
-        let h = b.layer_norm(&x, Some(ln2_w), Some(ln2_b), cfg.eps)?;
-        let h = b.linear(&h, fc1_w, Some(fc1_b))?;
-        let h = match cfg.activation {
-            // sigmoid(1.702 x) · x: the gated op is unary(Sigmoid) and the product in one pass.
-            Activation::QuickGelu => {
-                b.gated(&b.affine(&h, QUICK_GELU, 0.0)?, &h, UnaryOp::Sigmoid)?
-            }
-            Activation::Gelu => b.unary(&h, UnaryOp::Gelu)?,
-        };
-        Ok(b.binary(&x, &b.linear(&h, fc2_w, Some(fc2_b))?, BinaryOp::Add)?)
+        encoder_layer(b, &weights, x, &shape, AttentionMask::Causal)
     }
+}
+
+/// The widths and choices of one CLIP encoder layer, shared by the text and vision towers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerShape {
+    /// Hidden width.
+    pub(crate) hidden: usize,
+    /// Attention heads.
+    pub(crate) heads: usize,
+    /// Width of one head.
+    pub(crate) head_dim: usize,
+    /// The MLP activation.
+    pub(crate) activation: Activation,
+    /// LayerNorm ε.
+    pub(crate) eps: f32,
+}
+
+/// One CLIP encoder layer (ComfyUI's `CLIPLayer`, the text and the vision towers' alike) on x `[B, N, hidden]`
+/// (f32): pre-norm self-attention under `mask`, then the pre-norm MLP, each added back to the residual. `w`
+/// holds the layer's 16 weights in [`super::Config::layer_names`] order.
+pub(crate) fn encoder_layer<B: Backend>(
+    b: &B,
+    w: &[Weight<'_>],
+    x: &Tensor<B>,
+    shape: &LayerShape,
+    mask: AttentionMask,
+) -> Result<Tensor<B>> {
+    let [
+        ln1_w,
+        ln1_b,
+        q_w,
+        q_b,
+        k_w,
+        k_b,
+        v_w,
+        v_b,
+        o_w,
+        o_b,
+        ln2_w,
+        ln2_b,
+        fc1_w,
+        fc1_b,
+        fc2_w,
+        fc2_b,
+    ] = w
+    else {
+        return Err(Error::Invalid(format!("{} weights for a CLIP layer", w.len())));
+    };
+    let (batch, n) = (x.dim(0)?, x.dim(1)?);
+    let h = b.layer_norm(x, Some(ln1_w), Some(ln1_b), shape.eps)?;
+    let heads = |w: &Weight<'_>, bias: &Weight<'_>| -> Result<Tensor<B>> {
+        let t = b.linear(&h, w, Some(bias))?.reshape(&[batch, n, shape.heads, shape.head_dim])?;
+        Ok(b.permute(&t, &[0, 2, 1, 3])?)
+    };
+    let (q, k, v) = (heads(q_w, q_b)?, heads(k_w, k_b)?, heads(v_w, v_b)?);
+    let scale = 1.0 / (shape.head_dim as f32).sqrt();
+    let a = b.attention(&q, &k, &v, mask, scale)?;
+    let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[batch, n, shape.hidden])?;
+    let x = b.binary(x, &b.linear(&a, o_w, Some(o_b))?, BinaryOp::Add)?;
+
+    let h = b.layer_norm(&x, Some(ln2_w), Some(ln2_b), shape.eps)?;
+    let h = b.linear(&h, fc1_w, Some(fc1_b))?;
+    let h = match shape.activation {
+        // sigmoid(1.702 x) · x: the gated op is unary(Sigmoid) and the product in one pass.
+        Activation::QuickGelu => b.gated(&b.affine(&h, QUICK_GELU, 0.0)?, &h, UnaryOp::Sigmoid)?,
+        Activation::Gelu => b.unary(&h, UnaryOp::Gelu)?,
+        Activation::GeluTanh => b.unary(&h, UnaryOp::GeluTanh)?,
+    };
+    Ok(b.binary(&x, &b.linear(&h, fc2_w, Some(fc2_b))?, BinaryOp::Add)?)
 }

@@ -11,6 +11,9 @@
 //!   ComfyUI's prompt template.
 //! - [`VaeFamily`] (`VAE`): detection, load plan, the loaded [`VaeNet`] and the latent format it encodes to.
 //!
+//! Vision towers (`CLIP_VISION`) and style models (`STYLE_MODEL`) feed prompts rather than a sampler:
+//! [`ClipVisionDetected`] and [`StyleModelDetected`] find them (`clip_vision.rs`).
+//!
 //! ControlNets (`CONTROL_NET`) are not a kind of their own: [`ControlNetDetected`] finds one for a diffusion
 //! family, and [`DiffusionInput::controls`] hands it to that family's forward pass; model patches
 //! (`MODEL_PATCH`) likewise, through [`ModelPatchDetected`] and [`DiffusionInput::patches`].
@@ -18,12 +21,14 @@
 //! Each family's own facts (names, constants, config from shapes, key conversion) live in its folder
 //! (`zimage/`, `qwen3/`, `flux_vae/`); these modules only route to them.
 
+mod clip_vision;
 mod control;
 mod diffusion;
 mod patch;
 mod text_encoder;
 mod vae;
 
+pub use clip_vision::{ClipVisionDetected, ClipVisionNet, StyleModelDetected, StyleModelNet};
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
 pub use diffusion::{
     DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,

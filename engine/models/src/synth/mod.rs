@@ -27,7 +27,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
-use crate::{clip_text, flux, qwen_image, qwen3, t5, wan_vae, zimage};
+use crate::{clip_text, clip_vision, flux, qwen_image, qwen3, t5, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -63,6 +63,8 @@ const FLUX_LORA: &str = "flux1-lora";
 const FLUX2: &str = "flux2";
 const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
+const CLIP_VISION: &str = "clip-vision";
+const FLUX_REDUX: &str = "flux1-redux";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -89,6 +91,29 @@ pub enum SynthFamily {
     Flux(FluxFile),
     /// A FLUX.2 DiT other than Klein 4B (`--family flux2`), ComfyUI's names.
     Flux2(Flux2File),
+    /// A vision tower (`CLIPVisionLoader`), the Hugging Face `vision_model.*` layout.
+    ClipVision(ClipVisionFile),
+    /// FLUX.1 Redux (`StyleModelLoader`), the release's names.
+    FluxRedux,
+}
+
+/// The vision towers the templates name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClipVisionFile {
+    /// OpenCLIP ViT-H/14 (`clip_vision_h`, `clip-vision-h`).
+    H,
+    /// SigLIP so400m patch14 384 (`sigclip_vision_patch14_384`, `siglip-384`).
+    Siglip384,
+}
+
+impl ClipVisionFile {
+    /// Its config in `set`.
+    pub fn config(self, set: &ZImageTurboSet) -> clip_vision::Config {
+        match self {
+            ClipVisionFile::H => set.clip_vision_h,
+            ClipVisionFile::Siglip384 => set.siglip,
+        }
+    }
 }
 
 /// The FLUX.2 DiTs beside Klein 4B.
@@ -200,6 +225,8 @@ impl SynthFamily {
                 .map(SynthFamily::Flux),
         );
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
+        all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
+        all.push(SynthFamily::FluxRedux);
         all
     }
 
@@ -227,6 +254,9 @@ impl SynthFamily {
             SynthFamily::Flux(FluxFile::SchnellCheckpoint) => "flux1-schnell-checkpoint",
             SynthFamily::Flux2(Flux2File::Klein9b) => "flux2-klein-9b",
             SynthFamily::Flux2(Flux2File::Dev) => "flux2-dev",
+            SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
+            SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
+            SynthFamily::FluxRedux => "flux1-redux",
         }
     }
 }
@@ -419,6 +449,12 @@ pub struct ZImageTurboSet {
     pub clip_l: clip_text::Config,
     /// T5-XXL's encoder (`--family t5xxl`).
     pub t5: t5::Config,
+    /// OpenCLIP ViT-H/14's vision tower (`--family clip-vision-h`).
+    pub clip_vision_h: clip_vision::Config,
+    /// SigLIP so400m's vision tower (`--family siglip-384`; its width should be `redux.input`).
+    pub siglip: clip_vision::Config,
+    /// FLUX.1 Redux (`--family flux1-redux`; its `output` should be the FLUX.1 DiT's `text_dim`).
+    pub redux: clip_vision::ReduxConfig,
 }
 
 impl ZImageTurboSet {
@@ -499,6 +535,9 @@ impl ZImageTurboSet {
             },
             clip_l: clip_l_config(768, 12, 3072),
             t5: t5_config(4096, 24, 64, 64, 10240),
+            clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
+            siglip: vision_config(clip_vision::Variant::Siglip, 1152, 27, 4304, 384, None),
+            redux: clip_vision::ReduxConfig { input: 1152, hidden: 3 * 4096, output: 4096 },
         }
     }
 
@@ -587,6 +626,11 @@ impl ZImageTurboSet {
             // detection reads layer 1.
             clip_l: clip_l_config(64, 2, 128),
             t5: t5_config(32, 2, 2, 16, 64),
+            // 16 heads of 4 (every released tower has 16), 2 × 2 patches of 14.
+            clip_vision_h: vision_config(clip_vision::Variant::H, 64, 2, 128, 28, Some(32)),
+            siglip: vision_config(clip_vision::Variant::Siglip, 64, 2, 128, 28, None),
+            // SigLIP's tiny width in, the tiny FLUX.1 DiT's text width out.
+            redux: clip_vision::ReduxConfig { input: 64, hidden: 3 * 32, output: 32 },
         }
     }
 
@@ -796,6 +840,14 @@ pub fn write_family(
             let specs = specs_of(flux::expected(&file.config(set)));
             write_one(path, &specs, FLUX2, "FLUX.2 DiT", dtype, seed, progress)
         }
+        SynthFamily::ClipVision(file) => {
+            let specs = specs_of(file.config(set).expected());
+            write_one(path, &specs, CLIP_VISION, "CLIP vision tower", dtype, seed, progress)
+        }
+        SynthFamily::FluxRedux => {
+            let specs = specs_of(set.redux.expected());
+            write_one(path, &specs, FLUX_REDUX, "FLUX.1 Redux", dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::Flux2) => {
             write_flux_lora(path, &set.flux2, dtype, seed, progress)
         }
@@ -971,6 +1023,29 @@ fn clip_l_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text
         activation: clip_text::Activation::QuickGelu,
         eps: clip_text::LAYER_NORM_EPS,
         eos: clip_text::EOS,
+    }
+}
+
+/// A vision tower of `variant`, `hidden` wide in 16 heads, `layers` deep, with an MLP of `intermediate`, patches
+/// of 14 over `image_size` pixels and a projection to `projection`.
+fn vision_config(
+    variant: clip_vision::Variant,
+    hidden: usize,
+    layers: usize,
+    intermediate: usize,
+    image_size: usize,
+    projection: Option<usize>,
+) -> clip_vision::Config {
+    clip_vision::Config {
+        variant,
+        hidden,
+        layers,
+        heads: clip_vision::HEADS,
+        intermediate,
+        patch: 14,
+        image_size,
+        projection,
+        eps: clip_vision::LAYER_NORM_EPS,
     }
 }
 

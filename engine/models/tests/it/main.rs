@@ -4,6 +4,7 @@
 
 mod brownian;
 mod clip_text;
+mod clip_vision;
 mod comfy_sampling;
 mod common;
 mod flux;

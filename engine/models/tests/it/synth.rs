@@ -554,7 +554,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux1-canny",
             "flux1-schnell-checkpoint",
             "flux2-klein-9b",
-            "flux2-dev"
+            "flux2-dev",
+            "clip-vision-h",
+            "siglip-384",
+            "flux1-redux"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -623,6 +626,20 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     kiln_models::flux::Layout::Comfy,
                 );
                 assert_eq!(found, want, "{family}");
+            }
+            synth::SynthFamily::ClipVision(file) => {
+                let found = kiln_models::family::ClipVisionDetected::detect(&header).unwrap();
+                let want = kiln_models::family::ClipVisionDetected::Vit(file.config(&set));
+                assert_eq!(found, Some(want), "{family}");
+            }
+            synth::SynthFamily::FluxRedux => {
+                let found = kiln_models::family::StyleModelDetected::detect(&header).unwrap();
+                let want = kiln_models::family::StyleModelDetected::FluxRedux(set.redux);
+                assert_eq!(found, Some(want), "{family}");
+                assert_eq!(
+                    (set.redux.input, set.redux.output),
+                    (set.siglip.hidden, set.flux.text_dim)
+                );
             }
             synth::SynthFamily::Flux2(file) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

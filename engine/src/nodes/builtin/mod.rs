@@ -1,6 +1,7 @@
 //! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod clip_vision;
 mod compose;
 mod concat;
 mod conditioning;
@@ -76,6 +77,10 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(loaders::UnetLoader(models.clone()));
     registry.register(loaders::LoraLoader(models.clone()));
     registry.register(loaders::MultiClipLoader::new(models.clone(), loaders::MultiClip::Dual));
+    registry.register(clip_vision::ClipVisionEncode::new(compute.clone()));
+    registry.register(clip_vision::StyleModelApply::new(compute.clone()));
+    registry.register(clip_vision::StyleModelLoader(models.clone()));
+    registry.register(clip_vision::ClipVisionLoader(models.clone()));
     registry.register(vae::VaeTiled::decode(compute.clone()));
     registry.register(vae::VaeTiled::encode(compute.clone()));
     registry.register(conditioning::ConditioningZeroOut::new());
