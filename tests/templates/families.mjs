@@ -72,6 +72,9 @@ const kilnFiles = [
   // input channels); its text encoders, CLIP-L and T5-XXL (`DualCLIPLoader`, type `flux`).
   { folder: 'diffusion_models', stem: /^flux1-schnell[_.]/i, family: 'flux1-schnell' },
   { folder: 'checkpoints', stem: /^flux1-schnell[_.-]/i, family: 'flux1-schnell-checkpoint' },
+  { folder: 'checkpoints', stem: /^flux1-dev[_.-]/i, family: 'flux1-dev-checkpoint' },
+  // USO's style projector (its DiT LoRA is a FLUX.1 LoRA by name).
+  { folder: 'model_patches', stem: /^uso-flux1-projector/i, family: 'uso-flux1-projector' },
   { folder: 'diffusion_models', stem: /^flux(1|\.1)-fill/i, family: 'flux1-fill' },
   { folder: 'diffusion_models', stem: /^flux1-(canny|depth)-dev[_.]/i, family: 'flux1-canny' },
   { folder: 'diffusion_models', stem: /^flux1-(dev|krea-dev)[_.-]/i, family: 'flux1' },

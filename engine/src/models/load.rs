@@ -202,6 +202,7 @@ fn diffusion_model(
         differential_diffusion: None,
         model_patches: Vec::new(),
         reference_kv_cache: false,
+        uso_styles: Vec::new(),
     })
 }
 

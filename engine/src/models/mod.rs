@@ -129,6 +129,9 @@ pub struct DiffusionModel {
     /// `FluxKVCache`: each sampling run stores the reference latents' keys and values on its first model call
     /// and leaves their tokens out of the later ones; the reference method defaults to `index_timestep_zero`.
     pub reference_kv_cache: bool,
+    /// `USOStyleReference`s in the order they were applied; each puts its style tokens before the text (so the
+    /// last applied comes first).
+    pub uso_styles: Vec<UsoStyle>,
 }
 
 impl DiffusionModel {
@@ -287,6 +290,9 @@ pub struct ClipVisionOutput {
     pub penultimate_hidden_states: Option<Tensor>,
     /// `image_embeds`: `[B, projection]` for CLIP, `[B, tokens, hidden]` for SigLIP.
     pub image_embeds: Tensor,
+    /// `all_hidden_states`: every layer's output `[B, tokens, hidden]` in order, for SigLIP (empty for CLIP, as
+    /// ComfyUI keeps them for SigLIP alone).
+    pub all_hidden_states: Vec<Tensor>,
 }
 
 impl ClipVisionOutput {
@@ -295,7 +301,18 @@ impl ClipVisionOutput {
         self.last_hidden_state.byte_size()
             + self.penultimate_hidden_states.as_ref().map_or(0, Tensor::byte_size)
             + self.image_embeds.byte_size()
+            + self.all_hidden_states.iter().map(Tensor::byte_size).sum::<usize>()
     }
+}
+
+/// `USOStyleReference`: USO's projector and the SigLIP states of a style image (layers −20, −11 and the
+/// penultimate one, `[B, tokens, hidden]` each), whose style tokens go before the prompt's in every model call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsoStyle {
+    /// The projector (`MODEL_PATCH`).
+    pub projector: Arc<ModelPatch>,
+    /// The three states: low (−20), mid (−11), high (penultimate).
+    pub states: [Tensor; 3],
 }
 
 /// `STYLE_MODEL`: a style model (`StyleModelLoader`: FLUX.1 Redux).

@@ -141,3 +141,39 @@ fn what_kiln_cannot_apply_is_refused_naming_it() {
     vit_h["38"]["inputs"]["clip_name"] = json!("clip_vision_h.safetensors");
     let _ = pixels(&mut h, vit_h);
 }
+
+/// FLUX.1 USO (`flux1_dev_uso_reference_image_gen`): USOStyleReference puts the projector's style tokens, made
+/// of SigLIP's hidden states of the style image, before the prompt; another style image gives another image, and
+/// a CLIP vision output without SigLIP's layers (ViT-H's) or a patch other than USO's is refused by name.
+#[test]
+fn flux_uso_steers_the_image_with_the_style_image() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_files(&h);
+    synth::write_family(
+        &h.roots.input.join("models/model_patches/uso-flux1-projector-v1.safetensors"),
+        SynthFamily::FluxUso,
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Bf16,
+        9,
+        &mut |_, _| {},
+    )
+    .expect("a tiny projector");
+    let uso = |image: &str, tower: &str| {
+        let mut graph = graph(None);
+        graph["38"] = json!({"class_type": "CLIPVisionLoader", "inputs": {"clip_name": tower}});
+        graph["40"] = json!({"class_type": "LoadImage", "inputs": {"image": image}});
+        graph["39"] = json!({"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["38", 0], "image": ["40", 0], "crop": "center"}});
+        graph["43"] = json!({"class_type": "ModelPatchLoader", "inputs": {"name": "uso-flux1-projector-v1.safetensors"}});
+        graph["44"] = json!({"class_type": "USOStyleReference", "inputs": {"model": ["12", 0], "model_patch": ["43", 0], "clip_vision_output": ["39", 0]}});
+        graph["3"]["inputs"]["model"] = json!(["44", 0]);
+        graph
+    };
+    let siglip = "sigclip_vision_patch14_384.safetensors";
+    let plain = pixels(&mut h, graph(None));
+    let first = pixels(&mut h, uso("reference_1.png", siglip));
+    let second = pixels(&mut h, uso("reference_2.png", siglip));
+    assert_ne!(plain, first, "the style tokens reach the model");
+    assert_ne!(first, second, "the style image's content matters");
+    let refused = failure(&mut h, uso("reference_1.png", "clip_vision_h.safetensors"));
+    assert!(refused.contains("USO reads a SigLIP tower"), "{refused}");
+}

@@ -35,6 +35,9 @@ pub struct VisionOutput<B: Backend> {
     /// `image_embeds`: CLIP's class token through the final LayerNorm and the projection `[B, projection]`
     /// (`[B, hidden]` without one); SigLIP's is `last` itself `[B, tokens, hidden]`.
     pub embeds: Tensor<B>,
+    /// `all_hidden_states`: every layer's output `[B, tokens, hidden]`, not normed, in order — SigLIP's only,
+    /// as ComfyUI keeps them for SigLIP alone (USO reads layers −20 and −11); empty for CLIP.
+    pub all: Vec<Tensor<B>>,
 }
 
 impl<B: Backend> std::fmt::Debug for VisionOutput<B> {
@@ -43,6 +46,7 @@ impl<B: Backend> std::fmt::Debug for VisionOutput<B> {
             .field("last", &self.last.shape())
             .field("penultimate", &self.penultimate.as_ref().map(Tensor::shape))
             .field("embeds", &self.embeds.shape())
+            .field("all", &self.all.len())
             .finish()
     }
 }
@@ -85,6 +89,7 @@ impl ClipVision {
             eps: cfg.eps,
         };
         let mut penultimate = None;
+        let mut all = Vec::new();
         for i in 0..cfg.layers {
             let names = cfg.layer_names(i);
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -94,6 +99,9 @@ impl ClipVision {
             if i + 2 == cfg.layers {
                 penultimate = Some(x.clone());
             }
+            if cfg.variant == Variant::Siglip {
+                all.push(b.cast(&x, DType::F32)?);
+            }
         }
         let norm = self.weights.fetch(b, &[POST_NORM_WEIGHT, POST_NORM_BIAS])?;
         let post_norm = |t: &Tensor<B>| -> Result<Tensor<B>> {
@@ -102,7 +110,7 @@ impl ClipVision {
         match cfg.variant {
             Variant::Siglip => {
                 let last = post_norm(&x)?;
-                Ok(VisionOutput { embeds: last.clone(), last, penultimate })
+                Ok(VisionOutput { embeds: last.clone(), last, penultimate, all })
             }
             Variant::L | Variant::H | Variant::G => {
                 let class = b.slice(&x, 1, 0, 1)?.reshape(&[batch, cfg.hidden])?;
@@ -114,7 +122,7 @@ impl ClipVision {
                     }
                     None => pooled,
                 };
-                Ok(VisionOutput { last: x, penultimate, embeds })
+                Ok(VisionOutput { last: x, penultimate, embeds, all })
             }
         }
     }

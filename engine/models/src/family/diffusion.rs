@@ -243,6 +243,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// `FluxKVCache`'s store for this sampling run (FLUX.2's reference keys and values); other families ignore
     /// it.
     pub kv_cache: Option<&'a flux::KvCache<B>>,
+    /// Tokens in the model's hidden space put before the text's (USO's style tokens, FLUX only)
+    /// `[1 or B, n, hidden]`; other families refuse them.
+    pub text_prefix: Option<&'a Tensor<B>>,
     /// ControlNets in the order they were applied (`ControlNetApplyAdvanced`), each of this family.
     pub controls: &'a [ControlInput<'a, B>],
     /// Model patches in the order they were applied (`QwenImageDiffsynthControlnet`), each of this family.
@@ -342,6 +345,12 @@ impl DiffusionNet {
 
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
+        if input.text_prefix.is_some() && !matches!(self, DiffusionNet::Flux(_)) {
+            return Err(crate::Error::Invalid(format!(
+                "USO's style tokens (USOStyleReference) are for FLUX.1; a {} model takes none",
+                self.family().name()
+            )));
+        }
         match self {
             DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => {
                 refuse_controls(self.family(), input.controls, input.patches)?;
@@ -362,6 +371,7 @@ impl DiffusionNet {
                         references: input.references,
                         method: input.reference_method,
                         kv_cache: input.kv_cache,
+                        text_prefix: input.text_prefix,
                     },
                 )
             }

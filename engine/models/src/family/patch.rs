@@ -5,6 +5,7 @@ use kiln_compute::memory::{LoadPlan, Model};
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::Result;
+use crate::flux::{self, UsoConfig, UsoProjector};
 use crate::header::Header;
 use crate::qwen_image::{self, BlockwiseConfig, QwenImageBlockwise};
 use crate::zimage::{self, FunControlConfig, ZImageFunControl};
@@ -18,6 +19,8 @@ pub enum ModelPatchDetected {
     QwenImageBlockwise(BlockwiseConfig),
     /// The Z-Image Fun ControlNet.
     ZImageFun(FunControlConfig),
+    /// USO's style projector for FLUX.1.
+    Uso(UsoConfig),
 }
 
 impl ModelPatchDetected {
@@ -25,6 +28,9 @@ impl ModelPatchDetected {
     pub fn detect(h: &Header) -> Result<Option<ModelPatchDetected>> {
         if let Some(config) = qwen_image::detect_blockwise(h)? {
             return Ok(Some(ModelPatchDetected::QwenImageBlockwise(config)));
+        }
+        if let Some(config) = flux::detect_uso(h)? {
+            return Ok(Some(ModelPatchDetected::Uso(config)));
         }
         Ok(zimage::detect_fun_control(h)?.map(ModelPatchDetected::ZImageFun))
     }
@@ -36,6 +42,7 @@ impl ModelPatchDetected {
                 qwen_image::blockwise_load_plan(h, config)
             }
             ModelPatchDetected::ZImageFun(config) => zimage::fun_control_load_plan(h, config),
+            ModelPatchDetected::Uso(config) => flux::uso_load_plan(h, config),
         }
     }
 
@@ -48,6 +55,7 @@ impl ModelPatchDetected {
             ModelPatchDetected::ZImageFun(config) => {
                 ModelPatchNet::ZImageFun(Box::new(ZImageFunControl::new(config, weights)))
             }
+            ModelPatchDetected::Uso(config) => ModelPatchNet::Uso(UsoProjector { config, weights }),
         }
     }
 }
@@ -58,6 +66,8 @@ pub enum ModelPatchNet {
     QwenImageBlockwise(QwenImageBlockwise),
     /// The Z-Image Fun ControlNet (boxed: its config is a whole NextDiT's).
     ZImageFun(Box<ZImageFunControl>),
+    /// USO's style projector: CLIP-vision (SigLIP) states to FLUX.1 text-prefix tokens, not an image hint.
+    Uso(UsoProjector),
 }
 
 impl ModelPatchNet {
@@ -66,6 +76,7 @@ impl ModelPatchNet {
         match self {
             ModelPatchNet::QwenImageBlockwise(_) => DiffusionFamily::QwenImage,
             ModelPatchNet::ZImageFun(_) => DiffusionFamily::ZImage,
+            ModelPatchNet::Uso(_) => DiffusionFamily::Flux,
         }
     }
 
@@ -74,6 +85,7 @@ impl ModelPatchNet {
         match self {
             ModelPatchNet::QwenImageBlockwise(net) => &net.weights,
             ModelPatchNet::ZImageFun(net) => net.weights(),
+            ModelPatchNet::Uso(net) => &net.weights,
         }
     }
 
@@ -84,7 +96,7 @@ impl ModelPatchNet {
             ModelPatchNet::QwenImageBlockwise(net) => {
                 net.config.hint_channels() - qwen_image::LATENT_CHANNELS
             }
-            ModelPatchNet::ZImageFun(_) => 0,
+            ModelPatchNet::ZImageFun(_) | ModelPatchNet::Uso(_) => 0,
         }
     }
 
@@ -92,7 +104,7 @@ impl ModelPatchNet {
     /// ControlNet theirs padded to the patch size, as ComfyUI encodes the image at the padded latents' size.
     pub fn hint_size(&self, h: usize, w: usize) -> (usize, usize) {
         match self {
-            ModelPatchNet::QwenImageBlockwise(_) => (h, w),
+            ModelPatchNet::QwenImageBlockwise(_) | ModelPatchNet::Uso(_) => (h, w),
             ModelPatchNet::ZImageFun(net) => {
                 let p = net.config.body.patch_size;
                 (h.div_ceil(p) * p, w.div_ceil(p) * p)

@@ -13,6 +13,7 @@ mod config;
 pub mod family;
 pub mod lora;
 mod model;
+mod uso;
 
 pub(crate) use config::expected;
 
@@ -28,3 +29,5 @@ pub use config::{
     T_FREQ_DIM, detect, load_plan,
 };
 pub use model::{Flux, FluxInput, KvCache};
+pub(crate) use uso::uso_expected;
+pub use uso::{USO_PREFIX, UsoConfig, UsoProjector, detect_uso, uso_load_plan};

@@ -57,6 +57,9 @@ pub struct FluxInput<'a, B: Backend> {
     /// `FluxKVCache`'s store for this sampling run: the first call with references fills it with their keys
     /// and values in every block; later calls leave the reference tokens out and attend to the stored ones.
     pub kv_cache: Option<&'a KvCache<B>>,
+    /// Tokens `[1 or B, n, dim]` already in the model's hidden space put before the text's after `txt_in`, at
+    /// position zero (USO's style tokens, which ComfyUI's `USOStyleReference` adds by a `post_input` patch).
+    pub text_prefix: Option<&'a Tensor<B>>,
 }
 
 /// `FluxKVCache`'s keys and values of the reference tokens, per block (`double_i`, `single_i`), as the first
@@ -295,12 +298,19 @@ impl Flux {
         let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, patch)?;
         let image_len = rows * cols;
         let context = self.text_input(b, input.context)?;
-        let text_len = context.dim(1)?;
-        let mut tokens = vec![patchify(b, &x, patch)?];
-        let mut positions: Vec<[i64; 4]> = match generation {
-            Generation::One => vec![[0; 4]; text_len],
-            Generation::Two => (0..text_len as i64).map(|l| [0, 0, 0, l]).collect(),
+        let prefix_len = match input.text_prefix {
+            Some(prefix) => prefix.dim(1)?,
+            None => 0,
         };
+        let text_len = prefix_len + context.dim(1)?;
+        let mut tokens = vec![patchify(b, &x, patch)?];
+        let mut positions: Vec<[i64; 4]> = vec![[0; 4]; prefix_len];
+        match generation {
+            Generation::One => positions.resize(text_len, [0; 4]),
+            Generation::Two => {
+                positions.extend((0..(text_len - prefix_len) as i64).map(|l| [0, 0, 0, l]))
+            }
+        }
         let image = Placement { index: 0, rows, cols, row_offset: 0, col_offset: 0 };
         image.extend(&mut positions);
         let (references, timestep_zero) = self.place_references(b, input, batch, (rows, cols))?;
@@ -352,7 +362,14 @@ impl Flux {
             let mut names = Names::new(generation);
             let lin = names.linear("txt_in");
             let layer = self.fetch(b, &names.as_strs())?;
-            apply(b, &layer, lin, &context)?
+            let txt = apply(b, &layer, lin, &context)?;
+            match input.text_prefix {
+                Some(prefix) => {
+                    let prefix = to_batch(b, &b.cast(prefix, dt)?, batch)?;
+                    b.concat(&[&prefix, &txt], 1)?
+                }
+                None => txt,
+            }
         };
         drop(context);
         for i in 0..cfg.double_blocks {
@@ -443,6 +460,18 @@ impl Flux {
                     cfg.text_dim,
                     cfg.text_encoder()
                 )));
+            }
+        }
+        if let Some(prefix) = input.text_prefix {
+            match prefix.shape() {
+                &[pb, _, width] if (pb == 1 || pb == batch) && width == cfg.dim => {}
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "{} takes text-prefix tokens [1 or {batch}, n, {}] (its hidden width), got {other:?}",
+                        cfg.variant(),
+                        cfg.dim
+                    )));
+                }
             }
         }
         if let (Some(pooled), Some(vec_dim)) = (input.pooled, cfg.vec_dim) {

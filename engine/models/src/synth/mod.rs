@@ -65,6 +65,7 @@ const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
 const CLIP_VISION: &str = "clip-vision";
 const FLUX_REDUX: &str = "flux1-redux";
+const FLUX_USO: &str = "uso-flux1-projector";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -95,6 +96,8 @@ pub enum SynthFamily {
     ClipVision(ClipVisionFile),
     /// FLUX.1 Redux (`StyleModelLoader`), the release's names.
     FluxRedux,
+    /// USO's style projector for FLUX.1 (`ModelPatchLoader`, `uso-flux1-projector`), the release's names.
+    FluxUso,
 }
 
 /// The vision towers the templates name.
@@ -147,6 +150,15 @@ pub enum FluxFile {
     /// schnell's all-in-one checkpoint (`flux1-schnell-checkpoint`, `CheckpointLoaderSimple`): the DiT, CLIP-L,
     /// T5-XXL and the Flux VAE under ComfyUI's prefixes.
     SchnellCheckpoint,
+    /// dev's all-in-one checkpoint (`flux1-dev-checkpoint`, as `flux1-dev-fp8.safetensors` in `checkpoints/`).
+    DevCheckpoint,
+}
+
+impl FluxFile {
+    /// Whether it is an all-in-one checkpoint.
+    fn is_checkpoint(self) -> bool {
+        matches!(self, FluxFile::SchnellCheckpoint | FluxFile::DevCheckpoint)
+    }
 }
 
 impl FluxFile {
@@ -157,6 +169,7 @@ impl FluxFile {
             FluxFile::Fill => flux::Config { in_channels: 96, ..dev.clone() },
             FluxFile::Canny => flux::Config { in_channels: 32, ..dev.clone() },
             FluxFile::SchnellCheckpoint => flux::Config { guidance: false, ..dev.clone() },
+            FluxFile::DevCheckpoint => dev.clone(),
         }
     }
 }
@@ -221,12 +234,19 @@ impl SynthFamily {
         all.push(SynthFamily::QwenImageBlockwise);
         all.push(SynthFamily::ZImageFunControlNet);
         all.extend(
-            [FluxFile::Schnell, FluxFile::Fill, FluxFile::Canny, FluxFile::SchnellCheckpoint]
-                .map(SynthFamily::Flux),
+            [
+                FluxFile::Schnell,
+                FluxFile::Fill,
+                FluxFile::Canny,
+                FluxFile::SchnellCheckpoint,
+                FluxFile::DevCheckpoint,
+            ]
+            .map(SynthFamily::Flux),
         );
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
         all.push(SynthFamily::FluxRedux);
+        all.push(SynthFamily::FluxUso);
         all
     }
 
@@ -252,11 +272,13 @@ impl SynthFamily {
             SynthFamily::Flux(FluxFile::Fill) => "flux1-fill",
             SynthFamily::Flux(FluxFile::Canny) => "flux1-canny",
             SynthFamily::Flux(FluxFile::SchnellCheckpoint) => "flux1-schnell-checkpoint",
+            SynthFamily::Flux(FluxFile::DevCheckpoint) => "flux1-dev-checkpoint",
             SynthFamily::Flux2(Flux2File::Klein9b) => "flux2-klein-9b",
             SynthFamily::Flux2(Flux2File::Dev) => "flux2-dev",
             SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
             SynthFamily::FluxRedux => "flux1-redux",
+            SynthFamily::FluxUso => "uso-flux1-projector",
         }
     }
 }
@@ -455,6 +477,9 @@ pub struct ZImageTurboSet {
     pub siglip: clip_vision::Config,
     /// FLUX.1 Redux (`--family flux1-redux`; its `output` should be the FLUX.1 DiT's `text_dim`).
     pub redux: clip_vision::ReduxConfig,
+    /// USO's style projector (`--family uso-flux1-projector`; its SigLIP widths should be `siglip`'s tokens and
+    /// width, its `hidden` the FLUX.1 DiT's).
+    pub uso: flux::UsoConfig,
 }
 
 impl ZImageTurboSet {
@@ -538,6 +563,12 @@ impl ZImageTurboSet {
             clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
             siglip: vision_config(clip_vision::Variant::Siglip, 1152, 27, 4304, 384, None),
             redux: clip_vision::ReduxConfig { input: 1152, hidden: 3 * 4096, output: 4096 },
+            uso: flux::UsoConfig {
+                siglip_tokens: 729,
+                style_tokens: 64,
+                siglip_dim: 1152,
+                hidden: 3072,
+            },
         }
     }
 
@@ -628,9 +659,11 @@ impl ZImageTurboSet {
             t5: t5_config(32, 2, 2, 16, 64),
             // 16 heads of 4 (every released tower has 16), 2 × 2 patches of 14.
             clip_vision_h: vision_config(clip_vision::Variant::H, 64, 2, 128, 28, Some(32)),
-            siglip: vision_config(clip_vision::Variant::Siglip, 64, 2, 128, 28, None),
+            // 20 layers: USO reads SigLIP's hidden states 20 and 11 from the end.
+            siglip: vision_config(clip_vision::Variant::Siglip, 64, 20, 128, 28, None),
             // SigLIP's tiny width in, the tiny FLUX.1 DiT's text width out.
             redux: clip_vision::ReduxConfig { input: 64, hidden: 3 * 32, output: 32 },
+            uso: flux::UsoConfig { siglip_tokens: 4, style_tokens: 4, siglip_dim: 64, hidden: 128 },
         }
     }
 
@@ -811,8 +844,8 @@ pub fn write_family(
             let specs = specs_of(flux::expected(&set.flux));
             write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
         }
-        SynthFamily::Flux(FluxFile::SchnellCheckpoint) => {
-            write_flux_checkpoint(path, set, dtype, seed, progress)
+        SynthFamily::Flux(file) if file.is_checkpoint() => {
+            write_flux_checkpoint(path, file, set, dtype, seed, progress)
         }
         SynthFamily::Flux(file) => {
             let specs = specs_of(flux::expected(&file.config(&set.flux)));
@@ -847,6 +880,13 @@ pub fn write_family(
         SynthFamily::FluxRedux => {
             let specs = specs_of(set.redux.expected());
             write_one(path, &specs, FLUX_REDUX, "FLUX.1 Redux", dtype, seed, progress)
+        }
+        SynthFamily::FluxUso => {
+            let named = flux::uso_expected(&set.uso)
+                .into_iter()
+                .map(|(name, shape)| (format!("{}{name}", flux::USO_PREFIX), shape));
+            let specs = specs_of(named.collect());
+            write_one(path, &specs, FLUX_USO, "USO style projector", dtype, seed, progress)
         }
         SynthFamily::Lora(DiffusionFamily::Flux2) => {
             write_flux_lora(path, &set.flux2, dtype, seed, progress)
@@ -899,12 +939,13 @@ pub fn write_checkpoint(
 /// `dtype`) and the Flux VAE under `vae.` (in [`SynthDtype::for_vae`]).
 fn write_flux_checkpoint(
     path: &Path,
+    file: FluxFile,
     set: &ZImageTurboSet,
     dtype: SynthDtype,
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    let dit = specs_of(flux::expected(&FluxFile::SchnellCheckpoint.config(&set.flux)));
+    let dit = specs_of(flux::expected(&file.config(&set.flux)));
     let (clip_l, t5, vae) =
         (specs_of(set.clip_l.expected()), specs_of(set.t5.expected()), vae_specs(&set.vae)?);
     let (mut all, mut layers) = entries(&dit, FLUX, CHECKPOINT_DIFFUSION_PREFIX, dtype);
@@ -916,7 +957,11 @@ fn write_flux_checkpoint(
         all.extend(more);
         layers.extend(more_layers);
     }
-    let metadata = metadata("FLUX.1 schnell checkpoint", seed, layers);
+    let what = match file {
+        FluxFile::DevCheckpoint => "FLUX.1 dev checkpoint",
+        _ => "FLUX.1 schnell checkpoint",
+    };
+    let metadata = metadata(what, seed, layers);
     Plan::new(path, all, &metadata).write(seed, progress)
 }
 

@@ -11,6 +11,7 @@ use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
 use kiln_models::family::{
     DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
+    ModelPatchDetected, ModelPatchNet,
 };
 use kiln_models::flux::{self, Config, Flux, FluxInput, Layout};
 use kiln_models::header::diffusion_prefix;
@@ -84,6 +85,7 @@ fn check(b: &Cpu, model: &Flux, case: &str, input: &str, refs: &[&str], method: 
                 references: &references,
                 method,
                 kv_cache: None,
+                text_prefix: None,
             },
         )
         .unwrap();
@@ -269,6 +271,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         references: &[],
         reference_method: None,
         kv_cache: None,
+        text_prefix: None,
         controls: &[],
         patches: &[],
     };
@@ -290,6 +293,7 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
         references: &[],
         method: None,
         kv_cache: None,
+        text_prefix: None,
     };
     assert!(
         matches!(model.forward(&*b, &input), Err(Error::Invalid(m)) if m.contains("16 channels"))
@@ -347,4 +351,58 @@ fn a_diffusers_lora_patches_the_fused_weights_row_blocks() {
     assert!(patched.contains(&"single_blocks.1.linear1.weight"), "{patched:?}");
     assert_eq!(patched.len(), cfg.double_blocks * 2 + cfg.single_blocks);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// USO's style projector (`scripts/reference/flux_uso.py`: ComfyUI's `SigLIPMultiFeatProjModel`) makes
+/// ComfyUI's style tokens of three SigLIP states, and the DiT with them before the text (what
+/// `USOStyleReference`'s patch does after `txt_in`) gives ComfyUI's output.
+#[test]
+fn uso_style_tokens_and_the_dit_with_them_match_comfyui() {
+    let (b, _, model) = load(&fixture(WEIGHTS));
+    let file = SafetensorsFile::open(fixture("flux_uso/projector.safetensors")).unwrap();
+    let header = Header::new(&file, "");
+    let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
+    let ModelPatchDetected::Uso(config) = &found else {
+        panic!("{found:?} is not USO's projector")
+    };
+    assert_eq!(
+        (config.siglip_tokens, config.style_tokens, config.siglip_dim, config.hidden),
+        (9, 4, 32, 128)
+    );
+    let manager = kiln_compute::memory::MemoryManager::new(
+        b.memory().clone(),
+        kiln_compute::memory::ManagerConfig::for_this_machine(false),
+    )
+    .unwrap();
+    let weights = manager.load(&found.load_plan(&header), &mut |_, _| {}).unwrap();
+    let net = found.build(weights);
+    assert_eq!(net.family(), DiffusionFamily::Flux);
+    let ModelPatchNet::Uso(projector) = &net else { unreachable!() };
+
+    let io = read_tensors("flux_uso/io.safetensors");
+    let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
+    let states = ["states.low", "states.mid", "states.high"].map(tensor);
+    let tokens = projector.forward(&*b, [&states[0], &states[1], &states[2]]).unwrap();
+    assert_close("style tokens", &b.to_f32(&tokens).unwrap(), &io["tokens"].1, 1e-4);
+
+    let flux = read_tensors("flux/io.safetensors");
+    let input = |name: &str| b.from_f32(&flux[name].0, &flux[name].1, DType::F32).unwrap();
+    let (x, context, pooled) = (input("x.even"), input("context.even"), input("y.even"));
+    let out = model
+        .forward(
+            &*b,
+            &FluxInput {
+                x: &x,
+                timesteps: &flux["sigma.even"].1,
+                context: &context,
+                pooled: Some(&pooled),
+                guidance: Some(&flux["guidance.even"].1),
+                references: &[],
+                method: None,
+                kv_cache: None,
+                text_prefix: Some(&tokens),
+            },
+        )
+        .unwrap();
+    assert_close("the DiT with USO's tokens", &b.to_f32(&out).unwrap(), &io["out"].1, 1e-4);
 }

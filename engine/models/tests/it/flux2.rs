@@ -84,6 +84,7 @@ fn check_at(
                 references: &references,
                 method,
                 kv_cache,
+                text_prefix: None,
             },
         )
         .unwrap();
@@ -244,6 +245,7 @@ fn wrong_conditioning_width_names_the_encoder() {
                 references: &[],
                 method: None,
                 kv_cache: None,
+                text_prefix: None,
             },
         )
         .expect_err("a 32-wide conditioning is refused");

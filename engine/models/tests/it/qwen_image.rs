@@ -134,6 +134,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             references: &refs,
             reference_method: method,
             kv_cache: None,
+            text_prefix: None,
             controls: &[],
             patches: &[],
         };
@@ -173,6 +174,7 @@ fn layered_frames_match_comfyui() {
             references,
             reference_method: None,
             kv_cache: None,
+            text_prefix: None,
             controls: &[],
             patches: &[],
         };

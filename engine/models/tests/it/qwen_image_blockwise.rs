@@ -58,6 +58,7 @@ fn blockwise_controlnets_match_comfyui() {
             references: &[],
             reference_method: None,
             kv_cache: None,
+            text_prefix: None,
             controls: &[],
             patches: &patches,
         };

@@ -89,6 +89,7 @@ fn controlnets_match_comfyui() {
             references: &[],
             reference_method: None,
             kv_cache: None,
+            text_prefix: None,
             controls: &controls,
             patches: &[],
         };
@@ -125,6 +126,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         references: &[],
         reference_method: None,
         kv_cache: None,
+        text_prefix: None,
         controls: &controls,
         patches: &[],
     };

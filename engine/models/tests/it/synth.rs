@@ -553,11 +553,13 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux1-fill",
             "flux1-canny",
             "flux1-schnell-checkpoint",
+            "flux1-dev-checkpoint",
             "flux2-klein-9b",
             "flux2-dev",
             "clip-vision-h",
             "siglip-384",
-            "flux1-redux"
+            "flux1-redux",
+            "uso-flux1-projector"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -612,11 +614,14 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let want = synth::fun_control_config(&set.zimage);
                 assert_eq!(found, ModelPatchDetected::ZImageFun(want));
             }
-            synth::SynthFamily::Flux(kiln_models::synth::FluxFile::SchnellCheckpoint) => {
+            synth::SynthFamily::Flux(
+                checkpoint @ (kiln_models::synth::FluxFile::SchnellCheckpoint
+                | kiln_models::synth::FluxFile::DevCheckpoint),
+            ) => {
                 let prefix = kiln_models::header::diffusion_prefix(file.names());
                 let found =
                     DiffusionDetected::detect(&Header::new(&file, &prefix)).unwrap().unwrap();
-                let want = kiln_models::synth::FluxFile::SchnellCheckpoint.config(&set.flux);
+                let want = checkpoint.config(&set.flux);
                 assert_eq!(found, DiffusionDetected::Flux(want, kiln_models::flux::Layout::Comfy));
             }
             synth::SynthFamily::Flux(file) => {
@@ -631,6 +636,15 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = kiln_models::family::ClipVisionDetected::detect(&header).unwrap();
                 let want = kiln_models::family::ClipVisionDetected::Vit(file.config(&set));
                 assert_eq!(found, Some(want), "{family}");
+            }
+            synth::SynthFamily::FluxUso => {
+                let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
+                assert_eq!(found, ModelPatchDetected::Uso(set.uso.clone()), "{family}");
+                let grid = set.siglip.image_size / set.siglip.patch;
+                assert_eq!(
+                    (set.uso.siglip_tokens, set.uso.siglip_dim, set.uso.hidden),
+                    (grid * grid, set.siglip.hidden, set.flux.dim)
+                );
             }
             synth::SynthFamily::FluxRedux => {
                 let found = kiln_models::family::StyleModelDetected::detect(&header).unwrap();

@@ -51,6 +51,7 @@ fn fun_controlnet_matches_comfyui() {
             references: &[],
             reference_method: None,
             kv_cache: None,
+            text_prefix: None,
             controls: &[],
             patches,
         };

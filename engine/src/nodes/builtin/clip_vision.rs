@@ -113,6 +113,7 @@ impl OnDevice for Encode<'_> {
                 .map(|t| to_host(b, t))
                 .transpose()?,
             image_embeds: to_host(b, &out.embeds)?,
+            all_hidden_states: out.all.iter().map(|t| to_host(b, t)).collect::<Result<_, _>>()?,
         })
     }
 }

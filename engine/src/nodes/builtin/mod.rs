@@ -60,6 +60,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(model_patch::ModelPatchLoader(models.clone()));
     registry.register(model_patch::QwenImageDiffsynthControlnet::new());
     registry.register(model_patch::QwenImageDiffsynthControlnet::z_image());
+    registry.register(model_patch::uso_style_reference_node());
     registry.register(latent::EmptyLatentImage::new());
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());

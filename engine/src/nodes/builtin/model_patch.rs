@@ -1,6 +1,7 @@
 //! Model patches (`comfy_extras.nodes_model_patch`): `ModelPatchLoader` loads one from `model_patches/`, and
 //! `QwenImageDiffsynthControlnet` puts one with its control image on a model (DiffSynth's block-wise ControlNet
-//! on Qwen-Image, the Fun ControlNet on Z-Image). The sampler prepares the image once per run ([`with_hints`]: resized by area to the latents' size in
+//! on Qwen-Image, the Fun ControlNet on Z-Image), and `USOStyleReference` puts USO's style projector with a
+//! style image's SigLIP states on a FLUX.1 model. The sampler prepares the image once per run ([`with_hints`]: resized by area to the latents' size in
 //! pixels, VAE-encoded into the model's latent space, the mask channels added); the model runs the patch after
 //! every block.
 
@@ -10,8 +11,10 @@ use super::hints::{encoded_hint, with_mask_channels};
 use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
 use super::resize::resize;
+use kiln_models::family::ModelPatchNet;
+
 use crate::compute::Compute;
-use crate::models::{DiffusionModel, ModelEnv, ModelPatchApplication, load};
+use crate::models::{DiffusionModel, ModelEnv, ModelPatchApplication, UsoStyle, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
@@ -103,6 +106,16 @@ impl Node for QwenImageDiffsynthControlnet {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let model = inputs.model("model")?;
         let patch = inputs.model_patch("model_patch")?.clone();
+        if matches!(patch.net.as_ref(), ModelPatchNet::Uso(_)) {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "{} is USO's style projector, which takes a CLIP vision output: apply it with \
+                     USOStyleReference",
+                    patch.path.display()
+                ),
+            ));
+        }
         if patch.net.family() != model.net.family() {
             return Err(NodeError::of_kind(
                 ErrorKind::InvalidValue,
@@ -199,4 +212,46 @@ pub(super) fn with_hints(
         application.hint = Some(with_mask_channels(&encoded, &mask, copies)?);
     }
     Ok(prepared)
+}
+
+/// `USOStyleReference`: the model with USO's style projector and a style image's SigLIP states (layers −20 and
+/// −11 of `all_hidden_states`, and the penultimate one), whose style tokens go before the prompt's.
+pub(super) fn uso_style_reference_node() -> super::pure::Pure {
+    super::pure::Pure::new(
+        NodeSpec::new("USOStyleReference", "Apply USO Style Reference", "model/patch/flux")
+            .python_module("comfy_extras.nodes_model_patch")
+            .experimental()
+            .input(InputDef::typed("model", "MODEL"))
+            .input(InputDef::typed("model_patch", "MODEL_PATCH"))
+            .input(InputDef::typed("clip_vision_output", "CLIP_VISION_OUTPUT"))
+            .output(OutputDef::new("MODEL")),
+        |inputs| {
+            let model = inputs.model("model")?;
+            let patch = inputs.model_patch("model_patch")?.clone();
+            let invalid = |msg: String| NodeError::of_kind(ErrorKind::InvalidValue, msg);
+            if !matches!(patch.net.as_ref(), ModelPatchNet::Uso(_)) {
+                return Err(invalid(format!(
+                    "{} is not USO's style projector (uso-flux1-projector)",
+                    patch.path.display()
+                )));
+            }
+            let Some(Value::ClipVisionOutput(vision)) = inputs.get("clip_vision_output") else {
+                return Err(invalid("`clip_vision_output` is not a CLIP vision output".to_owned()));
+            };
+            let all = &vision.all_hidden_states;
+            let (Some(penultimate), true) = (&vision.penultimate_hidden_states, all.len() >= 20)
+            else {
+                return Err(invalid(format!(
+                    "USO reads a SigLIP tower's hidden states of layers −20 and −11; this CLIP vision output \
+                     has {} (use sigclip_vision_patch14_384)",
+                    all.len()
+                )));
+            };
+            let states =
+                [all[all.len() - 20].clone(), all[all.len() - 11].clone(), penultimate.clone()];
+            let mut patched = model.as_ref().clone();
+            patched.uso_styles.push(UsoStyle { projector: patch, states });
+            Ok(vec![Value::Model(Arc::new(patched))])
+        },
+    )
 }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kiln_compute::{Backend, DType};
-use kiln_models::family::{ControlInput, DiffusionInput, DistilledGuidance, PatchInput};
+use kiln_models::family::{
+    ControlInput, DiffusionInput, DistilledGuidance, ModelPatchNet, PatchInput,
+};
 use kiln_models::flux;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
@@ -196,6 +198,7 @@ impl OnDevice for Forward<'_> {
             }
             None => None,
         };
+        let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -206,12 +209,42 @@ impl OnDevice for Forward<'_> {
             references: &references,
             reference_method: self.extras.reference_latents_method.as_deref().or(default_method),
             kv_cache,
+            text_prefix: text_prefix.as_ref(),
             controls: &controls,
             patches: &patches,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
+    }
+}
+
+/// The style tokens of `styles` (`USOStyleReference`s, in the order applied) as the DiT takes them before the
+/// text: each projector run on its SigLIP states, the last applied first (each patch puts its tokens before
+/// what is there), `None` without any.
+fn uso_tokens<B: Backend>(
+    b: &B,
+    styles: &[crate::models::UsoStyle],
+) -> kiln_models::Result<Option<kiln_compute::Tensor<B>>> {
+    let mut tokens = Vec::with_capacity(styles.len());
+    for style in styles.iter().rev() {
+        let ModelPatchNet::Uso(projector) = style.projector.net.as_ref() else {
+            return Err(kiln_models::Error::Invalid(format!(
+                "{} is not USO's style projector",
+                style.projector.path.display()
+            )));
+        };
+        let states = style
+            .states
+            .iter()
+            .map(|s| b.from_f32(s.shape(), s.data(), b.compute_dtype()))
+            .collect::<Result<Vec<_>, _>>()?;
+        tokens.push(projector.forward(b, [&states[0], &states[1], &states[2]])?);
+    }
+    match tokens.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        many => Ok(Some(b.concat(&many.iter().collect::<Vec<_>>(), 1)?)),
     }
 }
 
