@@ -439,8 +439,6 @@ fn describe_patch(header: &Header<'_>) -> String {
     let has = |key: &str| header.names().any(|n| n == key || n.ends_with(key));
     let kind = if has("lllite_conditioning1.conv1.weight") {
         "an Anima LLLite patch"
-    } else if has("feature_embedder.mid_layer_norm.bias") {
-        "a USO style projector"
     } else if has("controlnet_patch_embedding.weight") {
         "a Wan Uni3C ControlNet"
     } else if has("audio_proj.proj1.weight") {

@@ -325,7 +325,8 @@ fn issue_23_qwen_image_controlnets_steer_sampling() {
 
 /// DiffSynth's block-wise ControlNet as `image_qwen_image_controlnet_patch` wires it (`ModelPatchLoader`,
 /// `QwenImageDiffsynthControlnet` on the model), on a tiny file: the control image steers the result, strength
-/// 0 gives the image without it, and a model patch Kiln does not run is refused naming what it is.
+/// 0 gives the image without it, and a model patch without a control image (USO's projector) is refused naming
+/// the node that applies it.
 #[test]
 fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
     let mut h = Harness::new(CachePolicy::None);
@@ -342,13 +343,10 @@ fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
         &mut |_, _| {},
     )
     .expect("a tiny file");
-    // A USO style projector's marker key, the one ComfyUI tells it by.
-    let zero = [0u8; 4];
-    let view =
-        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &zero).unwrap();
+    // USO's style projector: a model patch, but not one with a control image.
     let uso = models.join("model_patches/uso-flux1-projector-v1.safetensors");
-    safetensors::serialize_to_file([("feature_embedder.mid_layer_norm.bias", view)], None, &uso)
-        .unwrap();
+    synth::write_family(&uso, SynthFamily::FluxUso, &set, SynthDtype::Bf16, 9, &mut |_, _| {})
+        .expect("a tiny projector");
 
     let mut run = |patch: &str, colour: i64, strength: f64| -> Result<Vec<u8>, String> {
         let ran = h.run(json!({
@@ -385,7 +383,9 @@ fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
     );
     let err = run("uso-flux1-projector-v1.safetensors", 0, 1.0).unwrap_err();
     assert!(
-        err.starts_with("ModelPatchLoader: ") && err.contains("a USO style projector"),
+        err.starts_with("QwenImageDiffsynthControlnet: ")
+            && err.contains("USO's style projector")
+            && err.contains("USOStyleReference"),
         "{err}"
     );
 }
