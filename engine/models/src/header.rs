@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kiln_compute::memory::{SafetensorsFile, TensorInfo};
+use kiln_compute::memory::{LoadPlan, SafetensorsFile, SlotPlan, TensorInfo};
 
 use crate::error::{Error, Result};
 
@@ -34,6 +34,47 @@ impl<'f> Header<'f> {
     /// The full key of `name` in the file (the prefix put back).
     pub fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
+    }
+
+    /// A load plan (this file alone) whose slots are `names`, each read from the tensor of that name.
+    pub fn plan_by_name(&self, names: impl IntoIterator<Item = String>) -> LoadPlan {
+        let slots = names
+            .into_iter()
+            .map(|name| {
+                let key = self.key(&name);
+                SlotPlan::new(name, vec![(0, key)])
+            })
+            .collect();
+        LoadPlan { files: vec![self.path().to_path_buf()], slots }
+    }
+
+    /// How many numbered blocks `prefix0.`, `prefix1.`, … the header has before the first gap (`prefix` ends in
+    /// a dot; tensors of any dtype count), and the first index after a gap, if any.
+    fn numbered(&self, prefix: &str) -> (usize, Option<usize>) {
+        let indices: std::collections::BTreeSet<usize> = self
+            .names()
+            .chain(self.unsupported_dtypes().map(|(n, _)| n))
+            .filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok())
+            .collect();
+        let count = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
+        (count, indices.iter().nth(count).copied())
+    }
+
+    /// How many blocks `prefix0.`, `prefix1.`, … run from 0 without a gap (`prefix` ends in a dot).
+    pub fn count_blocks(&self, prefix: &str) -> usize {
+        self.numbered(prefix).0
+    }
+
+    /// [`Header::count_blocks`], where a gap is [`Error::Unsupported`]: "`what` stop at N but go on at …"
+    /// (`what`: "a T5 layout whose blocks").
+    pub fn gapless_blocks(&self, prefix: &str, what: &str) -> Result<usize> {
+        match self.numbered(prefix) {
+            (count, None) => Ok(count),
+            (count, Some(gap)) => Err(self.unsupported(format!(
+                "{what} stop at {count} but go on at {}",
+                self.key(&format!("{prefix}{gap}."))
+            ))),
+        }
     }
 
     /// A tensor by its name under the prefix.

@@ -5,8 +5,6 @@
 //! position embedding the positions, `fc1` the MLP width, the layer keys the depth); only the head width (64)
 //! and the activation, which no shape shows, follow ComfyUI's configs.
 
-use std::collections::BTreeSet;
-
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
 use crate::error::Result;
@@ -256,17 +254,5 @@ pub fn load_plan(h: &Header, config: &Config) -> LoadPlan {
 
 /// The number of encoder layers: indices `text_model.encoder.layers.{i}.` must run 0, 1, … without a gap.
 fn count_layers(h: &Header) -> Result<usize> {
-    let indices: BTreeSet<usize> = h
-        .names()
-        .chain(h.unsupported_dtypes().map(|(n, _)| n))
-        .filter_map(|n| n.strip_prefix(LAYERS_PREFIX)?.split_once('.')?.0.parse().ok())
-        .collect();
-    let layers = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
-    match indices.iter().nth(layers) {
-        Some(gap) => Err(h.unsupported(format!(
-            "a CLIP text layout whose layers stop at {layers} but go on at {}",
-            h.key(&format!("{LAYERS_PREFIX}{gap}."))
-        ))),
-        None => Ok(layers),
-    }
+    h.gapless_blocks(LAYERS_PREFIX, "a CLIP text layout whose layers")
 }

@@ -7,9 +7,7 @@
 //! projection); the head count (16 in every one of ComfyUI's configs), the activation and the normalisation,
 //! which no shape shows, follow ComfyUI's configs.
 
-use std::collections::BTreeSet;
-
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
 use crate::clip_text::{self, Activation, LAYER_TENSORS};
 use crate::error::Result;
@@ -296,27 +294,10 @@ fn detect_vision(h: &Header) -> Result<Option<Config>> {
 /// What to load: the embeddings, every layer, the final LayerNorm and the projection, under the file's names
 /// without the prefix (SigLIP's pooling head is not loaded).
 pub fn load_plan(h: &Header, config: &Config) -> LoadPlan {
-    let slots = config
-        .expected()
-        .into_iter()
-        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(config.expected().into_iter().map(|(name, _)| name))
 }
 
 /// The number of encoder layers: indices `vision_model.encoder.layers.{i}.` must run 0, 1, … without a gap.
 fn count_layers(h: &Header) -> Result<usize> {
-    let indices: BTreeSet<usize> = h
-        .names()
-        .chain(h.unsupported_dtypes().map(|(n, _)| n))
-        .filter_map(|n| n.strip_prefix(LAYERS_PREFIX)?.split_once('.')?.0.parse().ok())
-        .collect();
-    let layers = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
-    match indices.iter().nth(layers) {
-        Some(gap) => Err(h.unsupported(format!(
-            "a vision tower whose layers stop at {layers} but go on at {}",
-            h.key(&format!("{LAYERS_PREFIX}{gap}."))
-        ))),
-        None => Ok(layers),
-    }
+    h.gapless_blocks(LAYERS_PREFIX, "a vision tower whose layers")
 }

@@ -7,7 +7,7 @@
 //! vision output.
 
 use kiln_compute::backend::UnaryOp;
-use kiln_compute::memory::{LoadPlan, Model, SlotPlan};
+use kiln_compute::memory::{LoadPlan, Model};
 use kiln_compute::{Backend, DType, Tensor};
 
 use crate::error::{Error, Result};
@@ -72,12 +72,7 @@ pub fn detect_redux(h: &Header) -> Result<Option<ReduxConfig>> {
 
 /// What to load: the two layers, under the file's names.
 pub fn redux_load_plan(h: &Header, config: &ReduxConfig) -> LoadPlan {
-    let slots = config
-        .expected()
-        .into_iter()
-        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(config.expected().into_iter().map(|(name, _)| name))
 }
 
 /// A loaded Redux image encoder.

@@ -8,8 +8,6 @@
 //! `proj_mlp` → a single block's `linear1`), so nothing is copied; its final modulation stores (scale, shift)
 //! where ComfyUI's stores (shift, scale), which [`Layout::final_scale_first`] tells the model.
 
-use std::collections::BTreeSet;
-
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
 use crate::error::Result;
@@ -478,13 +476,6 @@ fn specs_two(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
     out
 }
 
-/// How many consecutive blocks `prefix0.`, `prefix1.`, ... the header has (`prefix` ends in a dot).
-fn count_blocks(h: &Header, prefix: &str) -> usize {
-    let indices: BTreeSet<usize> =
-        h.names().filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok()).collect();
-    indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
-}
-
 /// A matrix's (rows, columns), the values' shape (an NVFP4 weight's columns are two per stored byte).
 fn matrix(h: &Header, name: &str) -> Result<(usize, usize)> {
     h.require(name)?;
@@ -577,9 +568,9 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     // FLUX.2's SwiGLU takes twice its output width in.
     let mlp_hidden = if two { mlp_rows / 2 } else { mlp_rows };
     let (double_blocks, single_blocks) = if diffusers {
-        (count_blocks(h, "transformer_blocks."), count_blocks(h, "single_transformer_blocks."))
+        (h.count_blocks("transformer_blocks."), h.count_blocks("single_transformer_blocks."))
     } else {
-        (count_blocks(h, "double_blocks."), count_blocks(h, "single_blocks."))
+        (h.count_blocks("double_blocks."), h.count_blocks("single_blocks."))
     };
     if !two && vec_dim.is_none() && text_dim == 3584 {
         return Err(h.unsupported("a LongCat-Image diffusion model, which Kiln does not run yet"));

@@ -3,8 +3,6 @@
 //! ([`detect_qwen25vl`], models-qwen-image.md §4.1), the decoder it shares everything with but q/k norms and
 //! q/k/v biases.
 
-use std::collections::BTreeSet;
-
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
 use crate::error::Result;
@@ -319,19 +317,7 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
 
 /// The number of decoder layers: indices `model.layers.{i}.` must run 0, 1, … without a gap.
 pub(crate) fn count_layers(h: &Header) -> Result<usize> {
-    let indices: BTreeSet<usize> = h
-        .names()
-        .chain(h.unsupported_dtypes().map(|(n, _)| n))
-        .filter_map(|n| n.strip_prefix("model.layers.")?.split_once('.')?.0.parse().ok())
-        .collect();
-    let layers = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
-    match indices.iter().nth(layers) {
-        Some(gap) => Err(h.unsupported(format!(
-            "a Qwen3 layout whose layers stop at {layers} but go on at {}",
-            h.key(&format!("model.layers.{gap}."))
-        ))),
-        None => Ok(layers),
-    }
+    h.gapless_blocks("model.layers.", "a Qwen3 layout whose layers")
 }
 
 /// The shape of a tensor that must exist with rank `N`.

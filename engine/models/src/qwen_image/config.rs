@@ -6,8 +6,6 @@
 //! same structure (the test fixtures) loads too. An Edit 2511 file (marked by `__index_timestep_zero__`) takes
 //! [`INDEX_TIMESTEP_ZERO`] as its default reference method; a Layered file has [`ADDITION_T_EMBEDDING`].
 
-use std::collections::BTreeSet;
-
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
 use crate::error::Result;
@@ -169,9 +167,7 @@ pub(crate) fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
 
 /// How many consecutive blocks `prefix0.`, `prefix1.`, ... the header has (`prefix` ends in a dot).
 pub(crate) fn count_blocks(h: &Header, prefix: &str) -> usize {
-    let indices: BTreeSet<usize> =
-        h.names().filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok()).collect();
-    indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count()
+    h.count_blocks(prefix)
 }
 
 /// The config of `layers` MMDiT blocks of inner width `dim` on text of width `text_dim`, the head and MLP widths

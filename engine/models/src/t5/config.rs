@@ -1,8 +1,6 @@
 //! [`Config`]: a T5 v1.1 encoder's widths, detected from a file's tensor shapes, and the [`LoadPlan`] of the
 //! weights its last hidden state needs (models-flux.md §5.1).
 
-use std::collections::BTreeSet;
-
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
 use crate::error::Result;
@@ -181,17 +179,5 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
 
 /// The number of encoder blocks: indices `encoder.block.{i}.` must run 0, 1, … without a gap.
 fn count_blocks(h: &Header) -> Result<usize> {
-    let indices: BTreeSet<usize> = h
-        .names()
-        .chain(h.unsupported_dtypes().map(|(n, _)| n))
-        .filter_map(|n| n.strip_prefix("encoder.block.")?.split_once('.')?.0.parse().ok())
-        .collect();
-    let blocks = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
-    match indices.iter().nth(blocks) {
-        Some(gap) => Err(h.unsupported(format!(
-            "a T5 layout whose blocks stop at {blocks} but go on at {}",
-            h.key(&format!("encoder.block.{gap}."))
-        ))),
-        None => Ok(blocks),
-    }
+    h.gapless_blocks("encoder.block.", "a T5 layout whose blocks")
 }
