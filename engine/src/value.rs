@@ -21,12 +21,16 @@ pub struct Latent {
     /// Which samples of a larger batch these are (`LatentFromBatch`): the starting noise is drawn for the
     /// whole batch and these taken, so a sample keeps its noise.
     pub batch_index: Option<Vec<i64>>,
+    /// Pixels per latent position the node that made this empty latent assumed (ComfyUI's
+    /// `downscale_ratio_spacial`: 8 from `EmptyLatentImage` and `EmptySD3LatentImage`): a sampler whose model's
+    /// latent space is coarser resizes the empty latent to it, and drops the key from what it returns.
+    pub downscale_ratio_spacial: Option<usize>,
 }
 
 impl Latent {
     /// Samples with nothing riding along.
     pub fn new(samples: Tensor) -> Latent {
-        Latent { samples, noise_mask: None, batch_index: None }
+        Latent { samples, noise_mask: None, batch_index: None, downscale_ratio_spacial: None }
     }
 
     /// The same latent with other samples (ComfyUI's `s = samples.copy(); s["samples"] = ...`).

@@ -207,3 +207,19 @@ fn issue_22_flux2_dev_runs_on_its_mistral_encoder_with_guidance_and_a_reference(
     let (_, unedited) = image_of(&mut h, dev("make it night", Some(4.0)));
     assert_ne!(edited, unedited, "the reference reaches dev");
 }
+
+/// An empty latent made for an 8× VAE (EmptySD3LatentImage, EmptyLatentImage) given to FLUX.2 becomes the
+/// 16× latent of the same image size, as ComfyUI's `fix_empty_latent_channels` resizes it: the image keeps the
+/// size asked for.
+#[test]
+fn issue_22_flux2_fits_an_eighth_scale_empty_latent_to_its_sixteenth() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_klein(&h.roots.input.join("models"));
+    for (node, channels_note) in [("EmptySD3LatentImage", "16"), ("EmptyLatentImage", "4")] {
+        let mut graph = klein_graph("a lighthouse at dusk", 1.0, 2, 5);
+        graph["6"] =
+            json!({"class_type": node, "inputs": {"width": 64, "height": 48, "batch_size": 1}});
+        let (size, _) = image_of(&mut h, graph);
+        assert_eq!(size, (64, 48), "{node} ({channels_note} channels at 1/8)");
+    }
+}

@@ -680,8 +680,8 @@ fn manual_sigmas(text: &str) -> Result<Vec<f32>, NodeError> {
 fn outputs(input: &Latent, sampled: Sampled) -> NodeResult {
     let denoised = sampled.denoised.unwrap_or_else(|| sampled.samples.clone());
     NodeResult::values([
-        Value::Latent(input.with_samples(sampled.samples)),
-        Value::Latent(input.with_samples(denoised)),
+        Value::Latent(super::sampler::sampled_latent(input, sampled.samples)),
+        Value::Latent(super::sampler::sampled_latent(input, denoised)),
     ])
 }
 

@@ -57,11 +57,15 @@ impl Node for EmptyLatentImage {
 }
 
 /// Zeros of `channels` latent channels the size of a `width` × `height` image, `batch_size` of them (an
-/// eighth of the pixels on each side).
+/// eighth of the pixels on each side, which the latent says: `downscale_ratio_spacial` 8).
 pub(super) fn empty_latent(inputs: &Inputs, channels: i64) -> Result<NodeResult, NodeError> {
     let (w, h, b) = (inputs.int("width")?, inputs.int("height")?, inputs.int("batch_size")?);
     let shape = [b, channels, h / 8, w / 8].map(|d| usize::try_from(d).unwrap_or(0));
-    Ok(NodeResult::values([Value::Latent(Latent::new(Tensor::full(shape.to_vec(), 0.0)))]))
+    let latent = Latent {
+        downscale_ratio_spacial: Some(8),
+        ..Latent::new(Tensor::full(shape.to_vec(), 0.0))
+    };
+    Ok(NodeResult::values([Value::Latent(latent)]))
 }
 
 /// `LatentUpscale`: resizes a latent to the size of a `width` × `height` image.

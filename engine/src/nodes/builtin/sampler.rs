@@ -13,6 +13,7 @@ use kiln_models::family::{
     ControlInput, DiffusionInput, DistilledGuidance, ModelPatchNet, PatchInput,
 };
 use kiln_models::flux;
+use kiln_models::latent::LatentFormat;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
@@ -618,6 +619,12 @@ pub(super) struct Sampling<'a> {
     pub(super) latent: &'a Latent,
 }
 
+/// A sampler's output LATENT: `input`'s noise mask and batch indices with `samples`, without the empty
+/// latent's `downscale_ratio_spacial` (ComfyUI's samplers pop it).
+pub(super) fn sampled_latent(input: &Latent, samples: Tensor) -> Latent {
+    Latent { downscale_ratio_spacial: None, ..input.with_samples(samples) }
+}
+
 /// What a run gives back, in VAE space: the final latent, and the model's last x̂₀ (`None` when no step ran).
 pub(super) struct Sampled {
     /// The sampler's result.
@@ -626,30 +633,42 @@ pub(super) struct Sampled {
     pub(super) denoised: Option<Tensor>,
 }
 
-/// The latent as the model expects it: an all-zero latent of another channel count (an `EmptyLatentImage`)
-/// becomes zeros of the model's channels, as ComfyUI's `fix_empty_latent_channels`.
-fn fit_channels(latent: &Tensor, channels: usize) -> Result<Tensor, NodeError> {
-    let shape = latent.shape();
+/// The latent as the model expects it, as ComfyUI's `fix_empty_latent_channels` makes it: an all-zero latent of
+/// another channel count (an `EmptyLatentImage`) becomes zeros of the model's channels, and one whose maker
+/// assumed another pixel ratio (`downscale_ratio_spacial` 8 given to FLUX.2's 16) is resized to the model's, so
+/// the image keeps the size asked for.
+fn fit_channels(latent: &Latent, format: &LatentFormat) -> Result<Tensor, NodeError> {
+    let samples = &latent.samples;
+    let shape = samples.shape();
     if !(4..=5).contains(&shape.len()) {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
             format!("expected a LATENT [B, C, H, W] or [B, C, T, H, W], got {shape:?}"),
         ));
     }
-    if shape[1] == channels {
-        return Ok(latent.clone());
+    let empty = samples.data().iter().all(|&v| v == 0.0);
+    let ratio = latent.downscale_ratio_spacial.filter(|&r| empty && r != format.spatial_downscale);
+    if shape[1] == format.channels && ratio.is_none() {
+        return Ok(samples.clone());
     }
-    if latent.data().iter().all(|&v| v == 0.0) {
+    if empty {
         let mut fitted = shape.to_vec();
-        fitted[1] = channels;
+        fitted[1] = format.channels;
+        if let Some(ratio) = ratio {
+            // `common_upscale` to round(side · ratio), Python's round (half to even); zeros stay zeros.
+            let scale = ratio as f64 / format.spatial_downscale as f64;
+            let n = fitted.len();
+            for side in &mut fitted[n - 2..] {
+                *side = (*side as f64 * scale).round_ties_even() as usize;
+            }
+        }
         return Ok(Tensor::full(fitted, 0.0));
     }
     Err(NodeError::of_kind(
         ErrorKind::InvalidValue,
         format!(
-            "the latent has {} channels but the model works in {channels}: encode the image with this \
-             model's VAE",
-            shape[1]
+            "the latent has {} channels but the model works in {}: encode the image with this model's VAE",
+            shape[1], format.channels
         ),
     ))
 }
@@ -663,7 +682,7 @@ pub(super) fn sample(
     ctx: &Context,
 ) -> Result<Sampled, NodeError> {
     let model = job.model;
-    let latent = fit_channels(&job.latent.samples, model.latent.channels)?;
+    let latent = fit_channels(job.latent, &model.latent)?;
     // The sampler may change the last sigma, as ComfyUI's do (UniPC); the inverse noise scaling reads it after.
     let mut sigmas = job.sigmas.to_vec();
     if sigmas.is_empty() {
@@ -854,7 +873,7 @@ fn ksample(
         if start + 1 < sigmas.len() {
             sigmas.drain(..start);
         } else {
-            return fit_channels(&request.latent.samples, model.latent.channels);
+            return fit_channels(request.latent, &model.latent);
         }
     }
     let job = Sampling {
@@ -935,7 +954,7 @@ impl Node for KSampler {
         };
         let input = request.latent;
         let latent = ksample(&self.compute, request, ctx)?;
-        Ok(NodeResult::values([Value::Latent(input.with_samples(latent))]))
+        Ok(NodeResult::values([Value::Latent(sampled_latent(input, latent))]))
     }
 }
 
@@ -966,6 +985,6 @@ impl Node for KSamplerAdvanced {
         };
         let input = request.latent;
         let latent = ksample(&self.compute, request, ctx)?;
-        Ok(NodeResult::values([Value::Latent(input.with_samples(latent))]))
+        Ok(NodeResult::values([Value::Latent(sampled_latent(input, latent))]))
     }
 }
