@@ -522,42 +522,9 @@ impl ZImageTurboSet {
                 vec_dim: Some(768),
                 guidance: true,
             },
-            flux2: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 3072,
-                heads: 24,
-                double_blocks: 5,
-                single_blocks: 20,
-                mlp_hidden: 9216,
-                in_channels: 128,
-                text_dim: 3 * 2560,
-                vec_dim: None,
-                guidance: false,
-            },
-            flux2_klein_9b: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 4096,
-                heads: 32,
-                double_blocks: 8,
-                single_blocks: 24,
-                mlp_hidden: 12288,
-                in_channels: 128,
-                text_dim: 3 * 4096,
-                vec_dim: None,
-                guidance: false,
-            },
-            flux2_dev: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 6144,
-                heads: 48,
-                double_blocks: 8,
-                single_blocks: 48,
-                mlp_hidden: 18432,
-                in_channels: 128,
-                text_dim: 3 * 5120,
-                vec_dim: None,
-                guidance: true,
-            },
+            flux2: flux2_config(3072, (5, 20), 3 * 2560, false),
+            flux2_klein_9b: flux2_config(4096, (8, 24), 3 * 4096, false),
+            flux2_dev: flux2_config(6144, (8, 48), 3 * 5120, true),
             clip_l: clip_l_config(768, 12, 3072),
             t5: t5_config(4096, 24, 64, 64, 10240),
             clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
@@ -616,43 +583,10 @@ impl ZImageTurboSet {
                 vec_dim: Some(64),
                 guidance: true,
             },
-            flux2: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 128,
-                heads: 1,
-                double_blocks: 1,
-                single_blocks: 2,
-                mlp_hidden: 384,
-                in_channels: 128,
-                text_dim: 3 * 32,
-                vec_dim: None,
-                guidance: false,
-            },
+            flux2: flux2_config(128, (1, 2), 3 * 32, false),
             // Klein 9B and dev at Klein 4B's tiny widths (every tiny encoder is 32 wide).
-            flux2_klein_9b: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 128,
-                heads: 1,
-                double_blocks: 1,
-                single_blocks: 2,
-                mlp_hidden: 384,
-                in_channels: 128,
-                text_dim: 3 * 32,
-                vec_dim: None,
-                guidance: false,
-            },
-            flux2_dev: flux::Config {
-                generation: flux::Generation::Two,
-                dim: 128,
-                heads: 1,
-                double_blocks: 1,
-                single_blocks: 2,
-                mlp_hidden: 384,
-                in_channels: 128,
-                text_dim: 3 * 32,
-                vec_dim: None,
-                guidance: true,
-            },
+            flux2_klein_9b: flux2_config(128, (1, 2), 3 * 32, false),
+            flux2_dev: flux2_config(128, (1, 2), 3 * 32, true),
             // The real vocabularies, so the real tokenizers' ids are valid; CLIP's heads are 64 wide and its
             // detection reads layer 1.
             clip_l: clip_l_config(64, 2, 128),
@@ -1012,6 +946,28 @@ fn write_one(
 ) -> Result<()> {
     let (entries, layers) = entries(specs, family, "", dtype);
     Plan::new(path, entries, &metadata(what, seed, layers)).write(seed, progress)
+}
+
+/// A FLUX.2 DiT of hidden width `dim` (heads of 128, a SwiGLU of 3 × `dim`, the VAE's 128 channels) with
+/// `(double, single)` blocks, reading text of width `text_dim`, with or without the guidance embedding.
+fn flux2_config(
+    dim: usize,
+    (double_blocks, single_blocks): (usize, usize),
+    text_dim: usize,
+    guidance: bool,
+) -> flux::Config {
+    flux::Config {
+        generation: flux::Generation::Two,
+        dim,
+        heads: dim / flux::HEAD_DIM,
+        double_blocks,
+        single_blocks,
+        mlp_hidden: 3 * dim,
+        in_channels: flux::Generation::Two.latent_channels(),
+        text_dim,
+        vec_dim: None,
+        guidance,
+    }
 }
 
 /// A decoder language model of `variant` at these widths, with the rest as released: Qwen2.5-VL's (head width
