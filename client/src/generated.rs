@@ -699,6 +699,8 @@ impl Client {
     /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
     /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
     /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    /// A file served as it is honours a single byte `Range` (`Accept-Ranges: bytes`), as aiohttp's file response
+    /// does, so `<video>` and `<audio>` elements can seek; previews and channel extracts are whole responses.
     ///
     ///
     /// Sends a `GET` request to `/api/view`
@@ -711,6 +713,10 @@ impl Client {
     /// - `preview`: Re-encode as `<format>;<quality>`, e.g. `webp;90` or `jpeg;80` (other formats become webp).
     /// - `subfolder`: A folder relative to the root.
     /// - `type_`: Which root to read from; `output` when absent.
+    /// - `range`: One byte range of the file, `bytes=<first>-[<last>]` or `bytes=-<suffix length>` (RFC 9110 §14.2),
+    /// honoured when the file is served as it is. A range that is malformed, reversed, lists several ranges
+    /// or starts past the end answers 416.
+    ///
     pub async fn view_file<'a>(
         &'a self,
         channel: Option<types::ImageChannel>,
@@ -718,13 +724,17 @@ impl Client {
         preview: Option<&'a str>,
         subfolder: Option<&'a str>,
         type_: Option<types::FileType>,
+        range: Option<&'a str>,
     ) -> Result<ResponseValue<ByteStream>, Error<()>> {
         let url = format!("{}/api/view", self.baseurl,);
-        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(2usize);
         header_map.append(
             ::reqwest::header::HeaderName::from_static("api-version"),
             ::reqwest::header::HeaderValue::from_static(Self::api_version()),
         );
+        if let Some(value) = range {
+            header_map.append("Range", value.to_string().try_into()?);
+        }
         #[allow(unused_mut)]
         let mut request = self
             .client
@@ -743,9 +753,11 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => Ok(ResponseValue::stream(response)),
+            206u16 => Ok(ResponseValue::stream(response)),
             400u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             403u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             404u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
+            416u16 => Err(Error::ErrorResponse(ResponseValue::empty(response))),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

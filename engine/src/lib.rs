@@ -6,6 +6,7 @@
 //! - [`exec`]: the executor and its events.
 //! - [`cache`]: cache keys and the classic, LRU, RAM-pressure and none caches.
 //! - [`queue`]: the prompt queue with a persistence trait.
+//! - [`media`]: video and audio values (`VIDEO`, `AUDIO`), H.264 and MP4.
 //! - [`roots`]: the input/output/temp folders and the one path check every file access uses.
 //! - [`preview`]: the images nodes show while they run, and latent previews.
 //! - [`models`]: the model values on links (`MODEL`, `CLIP`, `VAE`, `CONDITIONING`) and how loader nodes find
@@ -21,6 +22,7 @@ pub mod cache;
 pub mod compute;
 pub mod exec;
 pub mod graph;
+pub mod media;
 pub mod models;
 pub mod nodes;
 pub mod preview;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kiln_models::sampling::SamplerChoice;
 
+use crate::media::{Audio, Video};
 use crate::models::{
     ClipVision, ClipVisionOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
     Noise, StyleModel, TextEncoder, Vae,
@@ -84,6 +85,10 @@ pub enum Value {
     Noise(Noise),
     /// `GUIDER`: the model, conditioning and CFG a sampler denoises with.
     Guider(Arc<Guider>),
+    /// `VIDEO`: frames with audio and a frame rate, or a video file (`CreateVideo`, `LoadVideo`).
+    Video(Arc<Video>),
+    /// `AUDIO`: a waveform batch and its sample rate.
+    Audio(Arc<Audio>),
 }
 
 impl Value {
@@ -111,6 +116,8 @@ impl Value {
             Value::Sigmas(_) => "SIGMAS",
             Value::Noise(_) => "NOISE",
             Value::Guider(_) => "GUIDER",
+            Value::Video(_) => "VIDEO",
+            Value::Audio(_) => "AUDIO",
         }
     }
 
@@ -142,6 +149,8 @@ impl Value {
             | Value::StyleModel(_) => 0,
             Value::Conditioning(c) => c.byte_size(),
             Value::ClipVisionOutput(o) => o.byte_size(),
+            Value::Video(v) => v.byte_size(),
+            Value::Audio(a) => a.waveform().byte_size(),
         }
     }
 
@@ -167,7 +176,9 @@ impl Value {
             | Value::StyleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
-            | Value::Guider(_) => format!("<{}>", self.type_name()),
+            | Value::Guider(_)
+            | Value::Video(_)
+            | Value::Audio(_) => format!("<{}>", self.type_name()),
         }
     }
 
@@ -197,7 +208,9 @@ impl Value {
             | Value::StyleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
-            | Value::Guider(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
+            | Value::Guider(_)
+            | Value::Video(_)
+            | Value::Audio(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
         }
     }
 }

@@ -302,6 +302,8 @@ export interface paths {
          *     (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
          *     `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
          *     Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+         *     A file served as it is honours a single byte `Range` (`Accept-Ranges: bytes`), as aiohttp's file response
+         *     does, so `<video>` and `<audio>` elements can seek; previews and channel extracts are whole responses.
          */
         get: operations["viewFile"];
         put?: never;
@@ -3556,7 +3558,14 @@ export interface operations {
                 /** @description `rgba` (the raw file, default), `rgb` (PNG without alpha) or `a` (PNG of the alpha channel only). */
                 channel?: components["schemas"]["ImageChannel"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description One byte range of the file, `bytes=<first>-[<last>]` or `bytes=-<suffix length>` (RFC 9110 §14.2),
+                 *     honoured when the file is served as it is. A range that is malformed, reversed, lists several ranges
+                 *     or starts past the end answers 416.
+                 */
+                Range?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3565,10 +3574,30 @@ export interface operations {
             /**
              * @description The file bytes, typed by the file's extension (`image/png`, `image/gif`, `video/mp4`, `audio/flac`,
              *     `application/json`, `text/plain`, ...; `application/octet-stream` when unknown), or the re-encoded
-             *     `image/png`, `image/webp` or `image/jpeg`.
+             *     `image/png`, `image/webp` or `image/jpeg`. Media types: `video/mp4`, `video/webm`, `video/quicktime`,
+             *     `image/webp`, `audio/flac`, `audio/mpeg`, `audio/ogg` (Opus, Vorbis), `audio/mp4`, `audio/x-wav`.
              */
             200: {
                 headers: {
+                    /** @description `bytes` for a file served as it is (absent on previews and channel extracts). */
+                    "Accept-Ranges"?: string;
+                    /** @description `filename="<name>"`, with `attachment` for types that could run script. */
+                    "Content-Disposition"?: string;
+                    /** @description Always `nosniff`. */
+                    "X-Content-Type-Options"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": string;
+                };
+            };
+            /** @description The bytes of the `Range` asked for (at most the file's end), typed as the whole file would be. */
+            206: {
+                headers: {
+                    /** @description Always `bytes`. */
+                    "Accept-Ranges"?: string;
+                    /** @description `bytes <first>-<last>/<file size>`. */
+                    "Content-Range"?: string;
                     /** @description `filename="<name>"`, with `attachment` for types that could run script. */
                     "Content-Disposition"?: string;
                     /** @description Always `nosniff`. */
@@ -3599,6 +3628,18 @@ export interface operations {
             /** @description No file name, or no such file (empty body). */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /**
+             * @description The `Range` cannot be served: malformed, reversed, several ranges, or starting past the end of the
+             *     file (empty body).
+             */
+            416: {
+                headers: {
+                    /** @description `bytes *\/<file size>`. */
+                    "Content-Range"?: string;
                     [name: string]: unknown;
                 };
                 content?: never;

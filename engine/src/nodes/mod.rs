@@ -290,20 +290,28 @@ pub struct UiOutput {
     pub images: Vec<FileRef>,
     /// Text.
     pub text: Vec<String>,
-    /// Lists of files under names of the node's own (`ImageCompare`'s `a_images`, `b_images`), in order.
+    /// Lists of files under names of the node's own (`ImageCompare`'s `a_images`, `b_images`, the audio
+    /// nodes' `audio`), in order.
     pub named: Vec<(String, Vec<FileRef>)>,
+    /// ComfyUI's `animated` list: `[true]` when `images` are animations or videos (`SaveVideo`,
+    /// `SaveAnimatedWEBP`, ...).
+    pub animated: Vec<bool>,
 }
 
 impl UiOutput {
     /// Whether there is nothing to show.
     pub fn is_empty(&self) -> bool {
-        self.images.is_empty() && self.text.is_empty() && self.named.is_empty()
+        self.images.is_empty()
+            && self.text.is_empty()
+            && self.named.is_empty()
+            && self.animated.is_empty()
     }
 
     /// Appends another node call's UI output (list mapping calls a node several times).
     pub fn extend(&mut self, other: UiOutput) {
         self.images.extend(other.images);
         self.text.extend(other.text);
+        self.animated.extend(other.animated);
         for (name, files) in other.named {
             match self.named.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, existing)) => existing.extend(files),

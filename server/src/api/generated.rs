@@ -921,10 +921,26 @@ pub struct ViewFileQuery {
 pub enum ViewFileResponse {
     /// 200: The file bytes, typed by the file's extension (`image/png`, `image/gif`, `video/mp4`, `audio/flac`,
     /// `application/json`, `text/plain`, ...; `application/octet-stream` when unknown), or the re-encoded
-    /// `image/png`, `image/webp` or `image/jpeg`.
+    /// `image/png`, `image/webp` or `image/jpeg`. Media types: `video/mp4`, `video/webm`, `video/quicktime`,
+    /// `image/webp`, `audio/flac`, `audio/mpeg`, `audio/ogg` (Opus, Vorbis), `audio/mp4`, `audio/x-wav`.
     Ok {
         /// The body.
         body: Binary,
+        ///`Accept-Ranges`: `bytes` for a file served as it is (absent on previews and channel extracts).
+        accept_ranges: Option<String>,
+        ///`Content-Disposition`: `filename="<name>"`, with `attachment` for types that could run script.
+        content_disposition: Option<String>,
+        ///`X-Content-Type-Options`: Always `nosniff`.
+        x_content_type_options: Option<String>,
+    },
+    ///206: The bytes of the `Range` asked for (at most the file's end), typed as the whole file would be.
+    Status206 {
+        /// The body.
+        body: Binary,
+        ///`Accept-Ranges`: Always `bytes`.
+        accept_ranges: Option<String>,
+        ///`Content-Range`: `bytes <first>-<last>/<file size>`.
+        content_range: Option<String>,
         ///`Content-Disposition`: `filename="<name>"`, with `attachment` for types that could run script.
         content_disposition: Option<String>,
         ///`X-Content-Type-Options`: Always `nosniff`.
@@ -937,14 +953,41 @@ pub enum ViewFileResponse {
     Forbidden,
     ///404: No file name, or no such file (empty body).
     NotFound,
+    /// 416: The `Range` cannot be served: malformed, reversed, several ranges, or starting past the end of the
+    /// file (empty body).
+    Status416 {
+        ///`Content-Range`: `bytes */<file size>`.
+        content_range: Option<String>,
+    },
 }
 impl IntoResponse for ViewFileResponse {
     fn into_response(self) -> Response {
         match self {
-            Self::Ok { body, content_disposition, x_content_type_options } => {
+            Self::Ok { body, accept_ranges, content_disposition, x_content_type_options } => {
                 let mut response = body.into_response_with(
                     StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 );
+                support::set_header(&mut response, "Accept-Ranges", accept_ranges);
+                support::set_header(&mut response, "Content-Disposition", content_disposition);
+                support::set_header(
+                    &mut response,
+                    "X-Content-Type-Options",
+                    x_content_type_options,
+                );
+                response
+            }
+            Self::Status206 {
+                body,
+                accept_ranges,
+                content_range,
+                content_disposition,
+                x_content_type_options,
+            } => {
+                let mut response = body.into_response_with(
+                    StatusCode::from_u16(206u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                );
+                support::set_header(&mut response, "Accept-Ranges", accept_ranges);
+                support::set_header(&mut response, "Content-Range", content_range);
                 support::set_header(&mut response, "Content-Disposition", content_disposition);
                 support::set_header(
                     &mut response,
@@ -962,6 +1005,13 @@ impl IntoResponse for ViewFileResponse {
             Self::NotFound => StatusCode::from_u16(404u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 .into_response(),
+            Self::Status416 { content_range } => {
+                let mut response = StatusCode::from_u16(416u16)
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                    .into_response();
+                support::set_header(&mut response, "Content-Range", content_range);
+                response
+            }
         }
     }
 }
@@ -2625,12 +2675,15 @@ pub trait SharedApi: Send + Sync + 'static {
     /// (`name.png [input]`) that overrides `type`. A leading `/` or `..` in `filename` answers 400, a
     /// `subfolder` escaping its root 403, a missing `filename` or file 404; error responses have no body.
     /// Responses carry `X-Content-Type-Options: nosniff`; types that could run script are sent as attachments.
+    /// A file served as it is honours a single byte `Range` (`Accept-Ranges: bytes`), as aiohttp's file response
+    /// does, so `<video>` and `<audio>` elements can seek; previews and channel extracts are whole responses.
     ///
     /// `GET /api/view` (operationId `viewFile`), `x-runtime: [local, cloud]`.
     fn view_file(
         &self,
         parts: Parts,
         query: ViewFileQuery,
+        range: Option<String>,
     ) -> impl Future<Output = ViewFileResponse> + Send;
     /// Upload an image.
     ///
@@ -3386,7 +3439,8 @@ async fn handle_view_file<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts)
         Ok(query) => query,
         Err(problem) => return reject(problem),
     };
-    api.view_file(parts, query).await.into_response()
+    let range = support::header(&parts, "Range");
+    api.view_file(parts, query, range).await.into_response()
 }
 async fn handle_get_view_metadata<A: LocalApi>(
     State(api): State<Arc<A>>,

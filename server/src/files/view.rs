@@ -1,8 +1,9 @@
 //! `GET /view`: a file from a root, as ComfyUI serves it: `filename` may carry a `[input]`/`[output]`/`[temp]`
 //! annotation overriding `type`; only its base name is used; `preview=<format>;<quality>` re-encodes, and
-//! `channel=rgb|a` keeps the colour or the alpha channel.
+//! `channel=rgb|a` keeps the colour or the alpha channel. A file served as it is honours one byte `Range`, as
+//! aiohttp's `FileResponse` does (media elements seek with it); only the bytes asked for are read.
 
-use std::io::Cursor;
+use std::io::{Cursor, Read, Seek, SeekFrom};
 
 use kiln_engine::nodes::FileKind;
 use kiln_engine::roots::{Roots, within};
@@ -15,6 +16,8 @@ pub(crate) struct ViewRequest {
     pub(crate) subfolder: Option<String>,
     pub(crate) preview: Option<String>,
     pub(crate) channel: Option<String>,
+    /// The `Range` header.
+    pub(crate) range: Option<String>,
 }
 
 /// Why there is no file; ComfyUI answers each with an empty body.
@@ -28,6 +31,8 @@ pub(crate) enum ViewError {
     NotFound,
     /// 500: the file exists but could not be read or re-encoded.
     Unreadable(String),
+    /// 416: the range is malformed or starts past the end of the file of this size.
+    RangeNotSatisfiable { size: u64 },
 }
 
 /// A file to send.
@@ -37,6 +42,29 @@ pub(crate) struct ViewFile {
     pub(crate) content_type: String,
     /// `filename="..."`, with `attachment; ` for types that could run script in the browser.
     pub(crate) content_disposition: String,
+    /// How the bytes relate to the file: all of it as stored, a range of it, or a re-encoding.
+    pub(crate) extent: Extent,
+}
+
+/// What part of the file a [`ViewFile`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// The whole file as stored (ranges could have been asked for).
+    Whole,
+    /// Bytes `first..=last` of a file of `size` bytes.
+    Range { first: u64, last: u64, size: u64 },
+    /// A preview or channel extract made from the file.
+    Derived,
+}
+
+impl Extent {
+    /// The `Content-Range` value of a range.
+    pub(crate) fn content_range(self) -> Option<String> {
+        match self {
+            Extent::Range { first, last, size } => Some(format!("bytes {first}-{last}/{size}")),
+            Extent::Whole | Extent::Derived => None,
+        }
+    }
 }
 
 /// Types a browser could execute: served as a download, never rendered.
@@ -59,11 +87,17 @@ pub(crate) fn content_type(name: &str) -> &'static str {
         "bmp" => "image/bmp",
         "tif" | "tiff" => "image/tiff",
         "svg" => "image/svg+xml",
-        "mp4" => "video/mp4",
+        "mp4" | "m4v" => "video/mp4",
         "webm" => "video/webm",
+        "mov" | "qt" => "video/quicktime",
+        "mkv" => "video/x-matroska",
+        "avi" => "video/x-msvideo",
         "mp3" => "audio/mpeg",
         "wav" => "audio/x-wav",
         "flac" => "audio/flac",
+        "opus" | "ogg" | "oga" => "audio/ogg",
+        "m4a" => "audio/mp4",
+        "aac" => "audio/aac",
         "json" => "application/json",
         "txt" => "text/plain",
         "html" | "htm" => "text/html",
@@ -107,9 +141,13 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
         return Err(ViewError::NotFound);
     }
     within(root, &relative).ok_or(ViewError::OutsideRoot)?;
-    let bytes = std::fs::read(&path).map_err(|e| ViewError::Unreadable(e.to_string()))?;
 
     let channel = request.channel.as_deref().unwrap_or("rgba");
+    let derived = request.preview.is_some() || channel == "rgb" || channel == "a";
+    if !derived {
+        return as_stored(&path, base, request.range.as_deref());
+    }
+    let bytes = std::fs::read(&path).map_err(|e| ViewError::Unreadable(e.to_string()))?;
     if let Some(preview) = &request.preview {
         let (format, quality) = preview.split_once(';').unwrap_or((preview, "90"));
         let quality = quality.parse::<u8>().unwrap_or(90).clamp(1, 100);
@@ -132,6 +170,7 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
             bytes: encoded,
             content_type: ty.to_owned(),
             content_disposition: format!("filename=\"{}\"", quote(base)),
+            extent: Extent::Derived,
         });
     }
     let bytes = match channel {
@@ -149,13 +188,77 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
         }
         _ => bytes,
     };
-    let mut ty = if channel == "rgb" || channel == "a" { "image/png" } else { content_type(base) };
+    Ok(ViewFile {
+        bytes,
+        content_type: "image/png".to_owned(),
+        content_disposition: format!("filename=\"{}\"", quote(base)),
+        extent: Extent::Derived,
+    })
+}
+
+/// The file as stored, or the one range of it `range` asks for.
+fn as_stored(
+    path: &std::path::Path,
+    base: &str,
+    range: Option<&str>,
+) -> Result<ViewFile, ViewError> {
+    let unreadable = |e: std::io::Error| ViewError::Unreadable(e.to_string());
+    let mut ty = content_type(base);
     let mut disposition = format!("filename=\"{}\"", quote(base));
     if DANGEROUS.contains(&ty) {
         ty = "application/octet-stream";
         disposition = format!("attachment; {disposition}");
     }
-    Ok(ViewFile { bytes, content_type: ty.to_owned(), content_disposition: disposition })
+    let (bytes, extent) = match range {
+        None => (std::fs::read(path).map_err(unreadable)?, Extent::Whole),
+        Some(range) => {
+            let mut file = std::fs::File::open(path).map_err(unreadable)?;
+            let size = file.metadata().map_err(unreadable)?.len();
+            let (first, count) = byte_range(range, size)?;
+            let mut bytes = vec![0u8; count as usize];
+            file.seek(SeekFrom::Start(first)).map_err(unreadable)?;
+            file.read_exact(&mut bytes).map_err(unreadable)?;
+            (bytes, Extent::Range { first, last: first + count - 1, size })
+        }
+    };
+    Ok(ViewFile { bytes, content_type: ty.to_owned(), content_disposition: disposition, extent })
+}
+
+/// The first byte and byte count of a `Range` header on a file of `size` bytes, by aiohttp's rules: one
+/// `bytes=<first>-<last>` (either may be missing; `-<n>` is the last n bytes), the last byte clipped to the
+/// file; anything else, a reversed range, or a first byte past the end is not satisfiable.
+fn byte_range(header: &str, size: u64) -> Result<(u64, u64), ViewError> {
+    let refused = ViewError::RangeNotSatisfiable { size };
+    let spec = header.strip_prefix("bytes=").ok_or(refused.clone())?;
+    let (first, last) = spec.split_once('-').ok_or(refused.clone())?;
+    let number = |s: &str| -> Result<Option<u64>, ViewError> {
+        if s.is_empty() {
+            return Ok(None);
+        }
+        if !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ViewError::RangeNotSatisfiable { size });
+        }
+        s.parse().map(Some).map_err(|_| ViewError::RangeNotSatisfiable { size })
+    };
+    let (first, count) = match (number(first)?, number(last)?) {
+        (None, None) => return Err(refused),
+        // The last n bytes (all of them when the file is shorter; aiohttp reads `-0` as from 0).
+        (None, Some(suffix)) => {
+            let first = if suffix == 0 { 0 } else { size.saturating_sub(suffix) };
+            (first, size - first)
+        }
+        (Some(first), None) => (first, size.saturating_sub(first)),
+        (Some(first), Some(last)) => {
+            if first > last {
+                return Err(refused);
+            }
+            (first, (last + 1).min(size).saturating_sub(first))
+        }
+    };
+    if first >= size {
+        return Err(refused);
+    }
+    Ok((first, count))
 }
 
 fn decode(bytes: &[u8]) -> Result<image::DynamicImage, ViewError> {
@@ -177,4 +280,32 @@ fn encode(
     };
     result.map_err(|e| ViewError::Unreadable(format!("cannot encode: {e}")))?;
     Ok(out.into_inner())
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::{ViewError, byte_range};
+
+    #[test]
+    fn ranges_follow_aiohttp() {
+        let cases: [(&str, Option<(u64, u64)>); 11] = [
+            ("bytes=0-", Some((0, 100))),
+            ("bytes=0-9", Some((0, 10))),
+            ("bytes=90-200", Some((90, 10))),
+            ("bytes=-10", Some((90, 10))),
+            ("bytes=-1000", Some((0, 100))),
+            ("bytes=-0", Some((0, 100))),
+            ("bytes=100-", None),
+            ("bytes=9-3", None),
+            ("bytes=0-1,5-6", None),
+            ("items=0-1", None),
+            ("bytes=-", None),
+        ];
+        for (header, want) in cases {
+            let got = byte_range(header, 100)
+                .inspect_err(|e| assert_eq!(*e, ViewError::RangeNotSatisfiable { size: 100 }))
+                .ok();
+            assert_eq!(got, want, "{header}");
+        }
+    }
 }

@@ -24,7 +24,7 @@ use super::runtime::{Queued, Runtime};
 use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::convert;
-use crate::files::{self, Upload, UploadError, ViewError, ViewRequest};
+use crate::files::{self, Extent, Upload, UploadError, ViewError, ViewRequest};
 use crate::workspace::Caller;
 use crate::ws::Frame;
 
@@ -257,6 +257,11 @@ fn apply_mask(roots: &Roots, reference: &str, mask: &[u8]) -> Result<Vec<u8>, Re
             ViewError::Unreadable(why) => Refusal::BadRequest(error(
                 "invalid_image",
                 format!("cannot read the original: {why}"),
+            )),
+            // No range is asked for here.
+            ViewError::RangeNotSatisfiable { .. } => Refusal::BadRequest(error(
+                "invalid_image",
+                "cannot read the original: the byte range is not satisfiable",
             )),
         }
     })?;
@@ -810,26 +815,50 @@ impl SharedApi for LocalServer {
         })
     }
 
-    async fn view_file(&self, parts: Parts, query: ViewFileQuery) -> ViewFileResponse {
+    async fn view_file(
+        &self,
+        parts: Parts,
+        query: ViewFileQuery,
+        range: Option<String>,
+    ) -> ViewFileResponse {
         let request = ViewRequest {
             filename: query.filename,
             kind: query.type_.map(convert::file_kind),
             subfolder: query.subfolder,
             preview: query.preview,
             channel: query.channel.map(|c| c.to_string()),
+            range,
         };
         let roots = self.caller(&parts).workspace.roots().clone();
         match tokio::task::spawn_blocking(move || files::view(&roots, &request)).await {
-            Ok(Ok(file)) => ViewFileResponse::Ok {
-                body: Binary { content_type: file.content_type, bytes: file.bytes.into() },
-                content_disposition: Some(file.content_disposition),
-                x_content_type_options: Some("nosniff".to_owned()),
-            },
+            Ok(Ok(file)) => {
+                let body = Binary { content_type: file.content_type, bytes: file.bytes.into() };
+                let nosniff = Some("nosniff".to_owned());
+                let bytes_unit = Some("bytes".to_owned());
+                match file.extent {
+                    Extent::Range { .. } => ViewFileResponse::Status206 {
+                        body,
+                        accept_ranges: bytes_unit,
+                        content_range: file.extent.content_range(),
+                        content_disposition: Some(file.content_disposition),
+                        x_content_type_options: nosniff,
+                    },
+                    Extent::Whole | Extent::Derived => ViewFileResponse::Ok {
+                        body,
+                        accept_ranges: if file.extent == Extent::Whole { bytes_unit } else { None },
+                        content_disposition: Some(file.content_disposition),
+                        x_content_type_options: nosniff,
+                    },
+                }
+            }
             Ok(Err(ViewError::BadName)) | Ok(Err(ViewError::Unreadable(_))) | Err(_) => {
                 ViewFileResponse::BadRequest
             }
             Ok(Err(ViewError::OutsideRoot)) => ViewFileResponse::Forbidden,
             Ok(Err(ViewError::NotFound)) => ViewFileResponse::NotFound,
+            Ok(Err(ViewError::RangeNotSatisfiable { size })) => {
+                ViewFileResponse::Status416 { content_range: Some(format!("bytes */{size}")) }
+            }
         }
     }
 

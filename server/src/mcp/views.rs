@@ -163,7 +163,8 @@ pub(crate) async fn images(
             subfolder: Some(image.subfolder.clone()),
             ..Default::default()
         };
-        let ViewFileResponse::Ok { body, .. } = server.view_file(parts.clone(), query).await else {
+        let ViewFileResponse::Ok { body, .. } = server.view_file(parts.clone(), query, None).await
+        else {
             continue;
         };
         if !body.content_type.starts_with("image/") {

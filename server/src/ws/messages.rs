@@ -38,7 +38,7 @@ pub(crate) fn node_output(ui: &UiOutput) -> types::NodeOutput {
         })
         .collect();
     types::NodeOutput {
-        animated: Vec::new(),
+        animated: ui.animated.clone(),
         extra,
         images: ui.images.iter().map(file).collect(),
         text: ui.text.clone(),

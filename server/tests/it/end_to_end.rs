@@ -45,10 +45,17 @@ async fn a_workflow_runs_end_to_end_against_the_binary() {
 
     // The image is served by /view, inverted.
     let png = bytes(
-        kiln.view_file(None, Some("e2e_00001_.png"), None, None, Some(types::FileType::Output))
-            .await
-            .expect("view")
-            .into_inner(),
+        kiln.view_file(
+            None,
+            Some("e2e_00001_.png"),
+            None,
+            None,
+            Some(types::FileType::Output),
+            None,
+        )
+        .await
+        .expect("view")
+        .into_inner(),
     )
     .await;
     let decoded = image::load_from_memory(&png).expect("a PNG").to_rgb8();

@@ -11,6 +11,7 @@ mod execution_errors;
 mod frontend;
 mod golden;
 mod key_order;
+mod media;
 mod models;
 mod numbers;
 mod oauth;

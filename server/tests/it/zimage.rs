@@ -68,7 +68,7 @@ async fn issue_11_the_default_workflow_runs_on_tiny_synthetic_files() {
     let image = &run.history.outputs["9"].images[0];
     assert_eq!(image.filename, "ComfyUI_00001_.png");
     let png = kiln
-        .view_file(None, Some(&image.filename), None, None, Some(types::FileType::Output))
+        .view_file(None, Some(&image.filename), None, None, Some(types::FileType::Output), None)
         .await
         .expect("view");
     use futures::TryStreamExt as _;

@@ -463,7 +463,12 @@ impl SharedApi for Fixture {
         self.record("getUsers");
         GetUsersResponse::Ok(j(json!({"storage": "server", "migrated": true})))
     }
-    async fn view_file(&self, _: Parts, query: ViewFileQuery) -> ViewFileResponse {
+    async fn view_file(
+        &self,
+        _: Parts,
+        query: ViewFileQuery,
+        _: Option<String>,
+    ) -> ViewFileResponse {
         self.record("viewFile");
         match query.filename.as_deref() {
             None => ViewFileResponse::NotFound,
@@ -473,6 +478,7 @@ impl SharedApi for Fixture {
                     content_type: "image/png".to_owned(),
                     bytes: Bytes::from(format!("{name}:{:?}", query.type_)),
                 },
+                accept_ranges: Some("bytes".to_owned()),
                 content_disposition: Some(format!("filename=\"{name}\"")),
                 x_content_type_options: Some("nosniff".to_owned()),
             },

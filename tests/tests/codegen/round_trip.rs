@@ -109,7 +109,7 @@ async fn every_operation_round_trips_through_the_generated_client() {
 
     // Files.
     let view = local
-        .view_file(None, Some("a.png"), None, None, Some(types::FileType::Input))
+        .view_file(None, Some("a.png"), None, None, Some(types::FileType::Input), None)
         .await
         .expect("view");
     assert_eq!(
@@ -117,7 +117,7 @@ async fn every_operation_round_trips_through_the_generated_client() {
         Some("nosniff")
     );
     assert_eq!(bytes(view.into_inner()).await, b"a.png:Some(Input)");
-    match local.view_file(None, Some("../x"), None, None, None).await {
+    match local.view_file(None, Some("../x"), None, None, None, None).await {
         Err(Error::ErrorResponse(e)) => assert_eq!(e.status().as_u16(), 400),
         Err(other) => panic!("expected an empty 400, got {other}"),
         Ok(_) => panic!("expected an empty 400, got a file"),

@@ -431,8 +431,7 @@ fn save_pngs(
     save_pngs_as(images, prefix, root, kind, ctx, SAVE_IMAGE)
 }
 
-/// [`save_pngs`] with the naming and depth of `files`. (A counter is found only among names with the
-/// trailing underscore, as ComfyUI parses them, so `SaveImageAdvanced` starts at 1 each time, as there.)
+/// [`save_pngs`] with the naming and depth of `files`.
 fn save_pngs_as(
     images: &Tensor,
     prefix: &str,
@@ -441,35 +440,8 @@ fn save_pngs_as(
     ctx: &Context,
     files: PngFiles,
 ) -> Result<UiOutput, NodeError> {
-    let outside = || NodeError::new("Saving image outside the output folder is not allowed.");
-    let normalized: Vec<&str> =
-        prefix.split(['/', '\\']).filter(|p| !p.is_empty() && *p != ".").collect();
-    if prefix.starts_with(['/', '\\']) || normalized.contains(&"..") {
-        return Err(outside());
-    }
-    let (name, folders) = normalized
-        .split_last()
-        .ok_or_else(|| NodeError::of_kind(ErrorKind::InvalidValue, "filename_prefix is empty"))?;
-    let subfolder = folders.join("/");
-    let create = |dir: &Path| {
-        fs::create_dir_all(dir).map_err(|e| {
-            NodeError::of_kind(ErrorKind::Io, format!("cannot create {}: {e}", dir.display()))
-        })
-    };
-    // The root first: `within` resolves symlinks against it, so it must exist.
-    create(root)?;
-    let folder = if subfolder.is_empty() {
-        root.to_path_buf()
-    } else {
-        within(root, &subfolder).ok_or_else(outside)?
-    };
-    create(&folder)?;
-    if within(root, &subfolder).is_none() && !subfolder.is_empty() {
-        return Err(outside());
-    }
-    let first = next_counter(&folder, name);
-
     let (batch, h, w, c) = super::image::dims(images)?;
+    let SaveTarget { folder, name, subfolder, counter: first } = save_target(prefix, root, (w, h))?;
     let mut text_chunks: Vec<(String, String)> = Vec::new();
     if files.metadata {
         text_chunks.push(("prompt".to_owned(), ctx.prompt.to_string()));
@@ -492,7 +464,58 @@ fn save_pngs_as(
     Ok(ui)
 }
 
-/// One more than the highest counter of `<name>_<digits>_...` files in `folder` (1 when there is none).
+/// Where a save node writes (ComfyUI's `get_save_image_path`).
+pub(super) struct SaveTarget {
+    /// The folder the files go in.
+    pub(super) folder: PathBuf,
+    /// The file name's stem before the counter.
+    pub(super) name: String,
+    /// The folder relative to the root (`video`), as the UI names it.
+    pub(super) subfolder: String,
+    /// The first free counter.
+    pub(super) counter: u64,
+}
+
+/// The folder, name and first counter for `prefix` under `root`: `%width%`/`%height%` replaced, the
+/// subfolder created, the counter one past the highest `name_<digits>…` file there.
+pub(super) fn save_target(
+    prefix: &str,
+    root: &Path,
+    (width, height): (usize, usize),
+) -> Result<SaveTarget, NodeError> {
+    let prefix =
+        prefix.replace("%width%", &width.to_string()).replace("%height%", &height.to_string());
+    let outside = || NodeError::new("Saving image outside the output folder is not allowed.");
+    let parts: Vec<&str> =
+        prefix.split(['/', '\\']).filter(|p| !p.is_empty() && *p != ".").collect();
+    if prefix.starts_with(['/', '\\']) || parts.contains(&"..") {
+        return Err(outside());
+    }
+    let (name, folders) = parts
+        .split_last()
+        .ok_or_else(|| NodeError::of_kind(ErrorKind::InvalidValue, "filename_prefix is empty"))?;
+    let subfolder = folders.join("/");
+    let create = |dir: &Path| {
+        fs::create_dir_all(dir).map_err(|e| {
+            NodeError::of_kind(ErrorKind::Io, format!("cannot create {}: {e}", dir.display()))
+        })
+    };
+    // The root first: `within` resolves symlinks against it, so it must exist.
+    create(root)?;
+    let folder = if subfolder.is_empty() {
+        root.to_path_buf()
+    } else {
+        within(root, &subfolder).ok_or_else(outside)?
+    };
+    create(&folder)?;
+    if !subfolder.is_empty() && within(root, &subfolder).is_none() {
+        return Err(outside());
+    }
+    let counter = next_counter(&folder, name);
+    Ok(SaveTarget { folder, name: (*name).to_owned(), subfolder, counter })
+}
+
+/// One past the highest counter of `<name>_<digits>[_.]…` files in `folder` (1 when there is none).
 fn next_counter(folder: &Path, name: &str) -> u64 {
     fs::read_dir(folder)
         .into_iter()
@@ -501,7 +524,7 @@ fn next_counter(folder: &Path, name: &str) -> u64 {
         .filter_map(|e| e.file_name().into_string().ok())
         .filter_map(|file| {
             let rest = file.strip_prefix(name)?.strip_prefix('_')?;
-            rest.split('_').next()?.parse::<u64>().ok()
+            rest.split('.').next()?.split('_').next()?.parse::<u64>().ok()
         })
         .max()
         .map_or(1, |n| n + 1)
@@ -603,10 +626,14 @@ mod tests {
     fn counters_continue_after_the_highest() {
         let dir = std::env::temp_dir().join(format!("kiln-counter-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        for f in ["img_00001_.png", "img_00007_.png", "other_00009_.png", "img_x_.png"] {
+        // Digits before an underscore or a dot, as ComfyUI's `map_filename` reads them (audio files have no
+        // trailing underscore).
+        for f in
+            ["img_00001_.png", "img_00007_.png", "other_00009_.png", "img_x_.png", "img_00008.flac"]
+        {
             std::fs::write(dir.join(f), b"").expect("file");
         }
-        assert_eq!(next_counter(&dir, "img"), 8);
+        assert_eq!(next_counter(&dir, "img"), 9);
         assert_eq!(next_counter(&dir, "new"), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1,0 +1,36 @@
+//! Video and audio as data: the `VIDEO` and `AUDIO` values, and their files.
+//!
+//! - [`Video`], [`VideoComponents`]: ComfyUI's two kinds of video (from components, from a file) and what
+//!   they hold; [`Rational`], an exact frame rate.
+//! - [`Audio`]: a waveform batch and its sample rate.
+//! - `h264`: H.264 through OpenH264 (built from source with the C++ compiler); `colour`: RGB ↔ YUV 4:2:0;
+//!   `mp4`: the MP4 writer and reader (Kiln's own: FFmpeg's tag layout, fast start); `sound`: audio in video
+//!   files.
+//!
+//! Nothing here knows about nodes: the video and audio nodes turn [`MediaError`]s into node errors.
+
+mod animation;
+mod audio;
+mod colour;
+mod error;
+mod h264;
+mod mp4;
+mod rational;
+mod sound;
+mod tags;
+mod video;
+
+pub(crate) use animation::{animated_webp, apng, comf_chunks, webp_exif};
+pub use audio::Audio;
+pub use error::MediaError;
+pub use rational::Rational;
+pub(crate) use sound::flac_file;
+pub use sound::load_audio;
+pub(crate) use tags::save_tags;
+pub use video::{SaveOptions, Video, VideoComponents, VideoFile};
+
+/// The tags (`key`, `value`) of an MP4 file's movie metadata, in file order: what [`Video::save_mp4`] wrote
+/// there (`prompt`, `workflow`, ...).
+pub fn mp4_tags(bytes: &[u8]) -> Result<Vec<(String, String)>, MediaError> {
+    Ok(mp4::Movie::open(&mp4::Source::Bytes(bytes.into()))?.tags)
+}

@@ -1,0 +1,377 @@
+//! The audio nodes of `comfy_extras.nodes_audio`: `LoadAudio`, `SaveAudio` (FLAC), `SaveAudioAdvanced`,
+//! `PreviewAudio`, `TrimAudioDuration` and `AudioConcat`.
+//!
+//! Invariant: saved audio is one FLAC file per clip of the batch, named `<prefix>_<counter:05>.flac` (no
+//! trailing underscore, `%batch_num%` replaced), and listed under `audio` in the UI.
+
+use std::collections::hash_map::RandomState;
+use std::fs;
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::files::save_target;
+use super::video::{
+    MediaNode, VIDEO_EXTENSIONS, audio_input, input_files, input_path, media_error, tags,
+};
+use crate::media::{self, Audio};
+use crate::nodes::{
+    Context, DynamicOption, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, Inputs,
+    Node, NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
+};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// Extensions whose MIME type is `audio/*` (with the video ones, what `LoadAudio` lists).
+const AUDIO_EXTENSIONS: [&str; 16] = [
+    "wav", "flac", "mp3", "ogg", "oga", "opus", "m4a", "aac", "aif", "aiff", "aifc", "au", "snd",
+    "mp2", "wma", "3gp",
+];
+
+/// An `AUDIO` input that must be there (ComfyUI raises on `None`, e.g. a video without sound).
+fn audio(inputs: &Inputs, name: &str, node: &str) -> Result<Arc<Audio>, NodeError> {
+    audio_input(inputs, name)?.cloned().ok_or_else(|| {
+        NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("{node}: input audio is None (source video may have no audio track)."),
+        )
+    })
+}
+
+/// `LoadAudio`: an audio (or video) file of the input folder, decoded.
+pub(super) struct LoadAudio {
+    input_dir: PathBuf,
+}
+
+impl LoadAudio {
+    pub(super) fn new(input_dir: PathBuf) -> LoadAudio {
+        LoadAudio { input_dir }
+    }
+}
+
+impl Node for LoadAudio {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let extensions: Vec<&str> =
+            AUDIO_EXTENSIONS.iter().chain(&VIDEO_EXTENSIONS).copied().collect();
+        let file = InputDef::bare("audio", "COMBO")
+            .option("multiselect", false)
+            .option("options", input_files(&self.input_dir, &extensions))
+            .option("audio_upload", true);
+        Arc::new(
+            NodeSpec::new("LoadAudio", "Load Audio", "audio")
+                .python_module("comfy_extras.nodes_audio")
+                .v3()
+                .input(file)
+                .output(OutputDef::new("AUDIO"))
+                .validates(&["audio"])
+                .aliases(&["import audio", "open audio", "audio file"])
+                .essentials("Audio"),
+        )
+    }
+
+    fn validate(&self, inputs: &Inputs) -> Result<(), String> {
+        let name = inputs.string("audio").map_err(|e| e.message)?;
+        input_path(&self.input_dir, name)
+            .map(|_| ())
+            .ok_or_else(|| format!("Invalid audio file: {name}"))
+    }
+
+    fn fingerprint(&self, inputs: &Inputs) -> Fingerprint {
+        let Some(bytes) = inputs
+            .string("audio")
+            .ok()
+            .and_then(|n| input_path(&self.input_dir, n))
+            .and_then(|p| fs::read(p).ok())
+        else {
+            return Fingerprint::Always;
+        };
+        let mut hasher = DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        Fingerprint::Value(format!("{:016x}{}", hasher.finish(), bytes.len()))
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let name = inputs.string("audio")?;
+        let path = input_path(&self.input_dir, name).ok_or_else(|| {
+            NodeError::of_kind(ErrorKind::FileNotFound, format!("Invalid audio file: {name}"))
+        })?;
+        let audio = media::load_audio(&path).map_err(media_error)?;
+        Ok(NodeResult::values([Value::Audio(Arc::new(audio))]))
+    }
+}
+
+/// Writes each clip as `<prefix>_<counter>.flac` under `root` and lists the files.
+fn save_flac(
+    audio: &Audio,
+    prefix: &str,
+    root: &Path,
+    kind: FileKind,
+    ctx: &Context,
+) -> Result<UiOutput, NodeError> {
+    let target = save_target(prefix, root, (0, 0))?;
+    let tags = tags(ctx);
+    let mut files = Vec::new();
+    for (item, counter) in (0..audio.batch()).zip(target.counter..) {
+        ctx.check_interrupt()?;
+        let name = target.name.replace("%batch_num%", &item.to_string());
+        let filename = format!("{name}_{counter:05}.flac");
+        let path = target.folder.join(&filename);
+        let bytes = media::flac_file(audio, item, &tags).map_err(media_error)?;
+        fs::write(&path, bytes).map_err(|e| {
+            NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
+        })?;
+        files.push(FileRef { filename, subfolder: target.subfolder.clone(), kind });
+    }
+    Ok(UiOutput { named: vec![("audio".to_owned(), files)], ..UiOutput::default() })
+}
+
+fn prefix_input(tooltip: Option<&str>) -> InputDef {
+    let input = InputDef::bare("filename_prefix", "STRING");
+    let input = match tooltip {
+        Some(text) => input.tooltip(text),
+        None => input,
+    };
+    input.option("default", "audio/ComfyUI").option("multiline", false)
+}
+
+fn passes_through(audio: Arc<Audio>, ui: UiOutput) -> NodeResult {
+    NodeResult { outputs: vec![Output::One(Value::Audio(audio))], ui: Some(ui) }
+}
+
+/// `SaveAudio` (deprecated): FLAC files in the output folder.
+pub(super) fn save_audio() -> MediaNode {
+    let spec = NodeSpec::new("SaveAudio", "Save Audio (FLAC) (DEPRECATED)", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .deprecated()
+        .input(InputDef::typed("audio", "AUDIO").with_options())
+        .input(prefix_input(None))
+        .hidden("prompt", Hidden::Prompt)
+        .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+        .output(OutputDef::new("AUDIO").named("audio"))
+        .output_node()
+        .aliases(&["export flac"])
+        .essentials("Audio");
+    MediaNode::new(spec, |inputs, ctx| {
+        let audio = audio(inputs, "audio", "SaveAudio")?;
+        let ui = save_flac(
+            &audio,
+            inputs.string("filename_prefix")?,
+            &ctx.output_dir,
+            FileKind::Output,
+            ctx,
+        )?;
+        Ok(passes_through(audio, ui))
+    })
+}
+
+/// `SaveAudioAdvanced`: a choice of format; FLAC is written, MP3 and Opus are refused, naming the encoder
+/// Kiln lacks.
+pub(super) fn save_audio_advanced() -> MediaNode {
+    let quality = |choices: &[&str], default: &str| {
+        InputDef::bare("quality", "COMBO")
+            .option("default", default)
+            .option("multiselect", false)
+            .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>())
+    };
+    let option = |key, required| DynamicOption { key, required, optional: Vec::new() };
+    let spec = NodeSpec::new("SaveAudioAdvanced", "Save Audio (Advanced)", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .description("Saves the input audio to your ComfyUI output directory.")
+        .input(InputDef::typed("audio", "AUDIO").tooltip("The audio to save."))
+        .input(prefix_input(Some(
+            "The prefix for the file to save. May include formatting tokens such as %date:yyyy-MM-dd%.",
+        )))
+        .dynamic_combo_of(
+            InputDef::bare("format", crate::nodes::DYNAMIC_COMBO)
+                .tooltip("The file format in which to save the audio."),
+            &[
+                option("flac", Vec::new()),
+                option("mp3", vec![quality(&["V0", "128k", "320k"], "V0")]),
+                option("opus", vec![quality(&["64k", "96k", "128k", "192k", "320k"], "128k")]),
+            ],
+        )
+        .hidden("prompt", Hidden::Prompt)
+        .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+        .output(OutputDef::new("AUDIO").named("audio"))
+        .output_node()
+        .aliases(&["save audio", "export audio", "output audio", "write audio", "flac", "mp3", "opus"]);
+    MediaNode::new(spec, |inputs, ctx| {
+        let audio = audio(inputs, "audio", "SaveAudioAdvanced")?;
+        match inputs.string("format")? {
+            "flac" => {}
+            format @ ("mp3" | "opus") => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "saving {format} is not supported: Kiln has no {format} encoder; choose flac"
+                    ),
+                ));
+            }
+            other => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!("Unsupported audio format: '{other}'"),
+                ));
+            }
+        }
+        let ui = save_flac(
+            &audio,
+            inputs.string("filename_prefix")?,
+            &ctx.output_dir,
+            FileKind::Output,
+            ctx,
+        )?;
+        Ok(passes_through(audio, ui))
+    })
+}
+
+/// `PreviewAudio`: a FLAC file in the temp folder for the UI's player.
+pub(super) fn preview_audio() -> MediaNode {
+    let spec = NodeSpec::new("PreviewAudio", "Preview Audio", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .description("Preview the audio without saving it to the ComfyUI output directory.")
+        .input(InputDef::typed("audio", "AUDIO").with_options())
+        .hidden("prompt", Hidden::Prompt)
+        .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+        .output(OutputDef::new("AUDIO").named("audio"))
+        .output_node()
+        .aliases(&["play audio"]);
+    MediaNode::new(spec, |inputs, ctx| {
+        let audio = audio(inputs, "audio", "PreviewAudio")?;
+        let mut bits = RandomState::new().hash_one(&ctx.node);
+        let suffix: String = (0..5)
+            .map(|_| {
+                let c = (b'a' + (bits % 26) as u8) as char;
+                bits /= 26;
+                c
+            })
+            .collect();
+        let prefix = format!("ComfyUI_temp_{suffix}");
+        let ui = save_flac(&audio, &prefix, &ctx.temp_dir, FileKind::Temp, ctx)?;
+        Ok(passes_through(audio, ui))
+    })
+}
+
+/// `TrimAudioDuration`: samples from `start_index` seconds (negative: from the end) for `duration` seconds.
+pub(super) fn trim_audio_duration() -> MediaNode {
+    let spec = NodeSpec::new("TrimAudioDuration", "Trim Audio Duration", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .description("Trim audio tensor into chosen time range.")
+        .input(InputDef::typed("audio", "AUDIO").with_options())
+        .input(
+            InputDef::bare("start_index", "FLOAT")
+                .tooltip("Start time in seconds, can be negative to count from the end (supports sub-seconds).")
+                .option("default", 0.0)
+                .option("min", -(u64::MAX as f64))
+                .option("max", u64::MAX)
+                .option("step", 0.01),
+        )
+        .input(
+            InputDef::bare("duration", "FLOAT")
+                .tooltip("Duration in seconds")
+                .option("default", 60.0)
+                .option("min", 0.0)
+                .option("step", 0.01),
+        )
+        .output(OutputDef::new("AUDIO"))
+        .aliases(&["cut audio", "audio clip", "shorten audio"]);
+    MediaNode::new(spec, |inputs, _| {
+        let audio = audio(inputs, "audio", "TrimAudioDuration")?;
+        let length = audio.samples() as i64;
+        if length == 0 {
+            return Ok(NodeResult::values([Value::Audio(audio)]));
+        }
+        let rate = f64::from(audio.sample_rate());
+        let (start, duration) = (inputs.float("start_index")?, inputs.float("duration")?);
+        let offset = (start * rate).round() as i64;
+        let first = if start < 0.0 { length + offset } else { offset }.clamp(0, length);
+        let end = (first + (duration * rate).round() as i64).clamp(0, length);
+        if first >= end {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                "TrimAudioDuration: Start time must be less than end time and be within the audio length.",
+            ));
+        }
+        let trimmed = audio.slice(first as usize, end as usize).map_err(media_error)?;
+        Ok(NodeResult::values([Value::Audio(Arc::new(trimmed))]))
+    })
+}
+
+/// `AudioConcat`: `audio2` after or before `audio1` (mono made stereo first).
+pub(super) fn audio_concat() -> MediaNode {
+    let spec = NodeSpec::new("AudioConcat", "Concatenate Audio", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .description("Concatenates the audio1 to audio2 in the specified direction.")
+        .input(InputDef::typed("audio1", "AUDIO").with_options())
+        .input(InputDef::typed("audio2", "AUDIO").with_options())
+        .input(
+            InputDef::bare("direction", "COMBO")
+                .tooltip("Whether to append audio2 after or before audio1.")
+                .option("default", "after")
+                .option("multiselect", false)
+                .option("options", vec!["after", "before"]),
+        )
+        .output(OutputDef::new("AUDIO"))
+        .aliases(&["join audio", "combine audio", "append audio"]);
+    MediaNode::new(spec, |inputs, _| {
+        let first = stereo(&audio(inputs, "audio1", "AudioConcat")?)?;
+        let second = stereo(&audio(inputs, "audio2", "AudioConcat")?)?;
+        if first.sample_rate() != second.sample_rate() {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "AudioConcat: the sample rates differ ({} Hz and {} Hz) and Kiln does not resample audio yet",
+                    first.sample_rate(),
+                    second.sample_rate()
+                ),
+            ));
+        }
+        let (a, b) = match inputs.string("direction")? {
+            "before" => (&second, &first),
+            _ => (&first, &second),
+        };
+        if (a.batch(), a.channels()) != (b.batch(), b.channels()) {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "AudioConcat: cannot join {} clips of {} channels with {} clips of {} channels",
+                    a.batch(),
+                    a.channels(),
+                    b.batch(),
+                    b.channels()
+                ),
+            ));
+        }
+        let mut data = Vec::with_capacity(a.waveform().data().len() + b.waveform().data().len());
+        for item in 0..a.batch() {
+            for c in 0..a.channels() {
+                data.extend_from_slice(a.channel(item, c));
+                data.extend_from_slice(b.channel(item, c));
+            }
+        }
+        let shape = vec![a.batch(), a.channels(), a.samples() + b.samples()];
+        let waveform = Tensor::new(shape, data).map_err(|e| NodeError::new(e.to_string()))?;
+        let joined = Audio::new(waveform, a.sample_rate()).map_err(media_error)?;
+        Ok(NodeResult::values([Value::Audio(Arc::new(joined))]))
+    })
+}
+
+/// Mono audio with its channel doubled (ComfyUI's `repeat(1, 2, 1)`); other audio as it is.
+fn stereo(audio: &Arc<Audio>) -> Result<Arc<Audio>, NodeError> {
+    if audio.channels() != 1 {
+        return Ok(audio.clone());
+    }
+    let mut data = Vec::with_capacity(audio.waveform().data().len() * 2);
+    for item in 0..audio.batch() {
+        data.extend_from_slice(audio.channel(item, 0));
+        data.extend_from_slice(audio.channel(item, 0));
+    }
+    let waveform = Tensor::new(vec![audio.batch(), 2, audio.samples()], data)
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    Audio::new(waveform, audio.sample_rate()).map(Arc::new).map_err(media_error)
+}
