@@ -57,9 +57,11 @@ pub struct Quantization {
 }
 
 /// Whether `name` is bytes a file carries beside its weights, not a weight (FLUX.2 dev's Mistral file keeps its
-/// Tekken tokenizer's JSON in the uint8 tensor `tekken_model`).
+/// Tekken tokenizer's JSON in the uint8 tensor `tekken_model`, a umT5 file its SentencePiece model in
+/// `spiece_model`).
 fn is_embedded_data(name: &str) -> bool {
-    name.rsplit('.').next() == Some(crate::mistral3::TEKKEN)
+    let last = name.rsplit('.').next();
+    last == Some(crate::mistral3::TEKKEN) || last == Some(crate::t5::SPIECE_MODEL)
 }
 
 impl Quantization {

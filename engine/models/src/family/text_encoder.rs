@@ -6,7 +6,9 @@
 //! [`TextEncoderNet::combine`] makes the pair ([`TextEncoderFamily::Flux`]). FLUX.2 Klein's encoder is a Qwen3
 //! file that `CLIPLoader`'s type (or, for Qwen3-8B, its width) makes Klein's rather than Z-Image's
 //! ([`TextEncoderDetected::for_clip_type`], [`TextEncoderFamily::Flux2Klein`]). FLUX.2 dev's is Mistral Small
-//! 3.x ([`TextEncoderFamily::Mistral3`]), whose file carries its tokenizer.
+//! 3.x ([`TextEncoderFamily::Mistral3`]), whose file carries its tokenizer. Wan's is umT5-XXL
+//! ([`TextEncoderFamily::Umt5Xxl`], `CLIPLoader` type `wan`), T5's encoder with a position bias table per block,
+//! whose file carries its SentencePiece tokenizer.
 
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
@@ -44,14 +46,20 @@ pub enum TextEncoderFamily {
     /// FLUX.2 dev's: Mistral Small 3.x, hidden states 10, 20 and 30 side by side over ComfyUI's FLUX.2 template
     /// (no padding), tokenised by the Tekken tokenizer its file carries; no pooled vector.
     Mistral3,
+    /// Wan's umT5-XXL (`CLIPLoader` type `wan`): its last hidden state under ComfyUI's attention mask with the
+    /// rows after the first EOS zeroed, at least 512 tokens, prompt weights applied, tokenised by the
+    /// SentencePiece model its file carries; no pooled vector.
+    Umt5Xxl,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 5] = [
+    pub const ALL: [TextEncoderFamily; 6] = [
         TextEncoderFamily::Qwen3,
         TextEncoderFamily::Qwen25Vl,
         TextEncoderFamily::ClipL,
+        // Before T5-XXL, whose detection refuses a umT5 file.
+        TextEncoderFamily::Umt5Xxl,
         TextEncoderFamily::T5Xxl,
         TextEncoderFamily::Mistral3,
     ];
@@ -66,6 +74,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux => "FLUX.1's CLIP-L + T5-XXL",
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::NAME,
+            TextEncoderFamily::Umt5Xxl => t5::family::UMT5_NAME,
         }
     }
 
@@ -81,6 +90,7 @@ impl TextEncoderFamily {
             // A Qwen3 file with at least 28 layers.
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_SYNTH_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::SYNTH_NAME,
+            TextEncoderFamily::Umt5Xxl => t5::family::UMT5_SYNTH_NAME,
         }
     }
 
@@ -112,7 +122,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::ClipL
             | TextEncoderFamily::T5Xxl
             | TextEncoderFamily::Flux
-            | TextEncoderFamily::Mistral3 => {
+            | TextEncoderFamily::Mistral3
+            | TextEncoderFamily::Umt5Xxl => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -133,6 +144,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::ClipL => clip_text::detect(h)?.map(TextEncoderDetected::ClipL),
             TextEncoderFamily::T5Xxl => t5::detect(h)?.map(TextEncoderDetected::T5),
             TextEncoderFamily::Mistral3 => mistral3::detect(h)?.map(TextEncoderDetected::Mistral3),
+            TextEncoderFamily::Umt5Xxl => t5::Umt5File::detect(h)?.map(TextEncoderDetected::Umt5),
             TextEncoderFamily::Flux | TextEncoderFamily::Flux2Klein => None,
         })
     }
@@ -153,6 +165,8 @@ pub enum TextEncoderDetected {
     Flux2Klein(qwen3::Config),
     /// Mistral Small 3.x, FLUX.2 dev's encoder, and where its tokenizer is.
     Mistral3(mistral3::Detected),
+    /// umT5-XXL, Wan's encoder, and where its tokenizer is.
+    Umt5(t5::Umt5File),
 }
 
 impl TextEncoderDetected {
@@ -171,6 +185,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::T5(_) => TextEncoderFamily::T5Xxl,
             TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
             TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
+            TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
         }
     }
 
@@ -198,15 +213,18 @@ impl TextEncoderDetected {
             TextEncoderDetected::ClipL(config) => clip_text::load_plan(h, config),
             TextEncoderDetected::T5(config) => t5::load_plan(h, config),
             TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
+            TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
         }
     }
 
     /// What ComfyUI's `CLIPLoader` makes of this file with type `kind` (its `sd.py`): a Qwen3 becomes FLUX.2
     /// Klein's encoder with type `flux2` or `flux`, and at Qwen3-8B's width with any type but `ideogram4` (Ideogram
     /// 4's encoder, which Kiln lacks: an error); any other Qwen3 stays Z-Image's. Mistral Small 3.x is FLUX.2
-    /// dev's encoder whatever the type (ComfyUI picks it by the file alone). Type `flux2` with any other file is
-    /// an error naming what the file is, and so is a Qwen3 too shallow for Klein's taps (fewer than 27 layers);
-    /// the other files are what they are.
+    /// dev's encoder whatever the type (ComfyUI picks it by the file alone). umT5-XXL is Wan's encoder with type
+    /// `wan` and an error with any other (ComfyUI loads a T5-XXL-shaped file as T5-XXL then, and fails on umT5's
+    /// vocabulary); a T5-XXL file with type `wan` is an error too (ComfyUI fails on its vocabulary and missing
+    /// tokenizer). Type `flux2` with any other file is an error naming what the file is, and so is a Qwen3 too
+    /// shallow for Klein's taps (fewer than 27 layers); the other files are what they are.
     pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
         let klein_type = matches!(kind, "flux2" | "flux");
         match self {
@@ -225,6 +243,18 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3(config) if klein_type => klein(config),
             TextEncoderDetected::Flux2Klein(config) => klein(config),
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
+            TextEncoderDetected::Umt5(found) if kind == t5::family::WAN_CLIP_TYPE => {
+                Ok(TextEncoderDetected::Umt5(found))
+            }
+            TextEncoderDetected::Umt5(_) => Err(Error::Invalid(format!(
+                "type `{kind}` loads a T5-XXL-shaped file as T5-XXL, which this umT5-XXL file is not (another \
+                 vocabulary, a position bias per block); umT5-XXL is Wan's text encoder: load it with type `wan`"
+            ))),
+            TextEncoderDetected::T5(_) if kind == t5::family::WAN_CLIP_TYPE => Err(Error::Invalid(
+                "type `wan` takes Wan's umT5-XXL text encoder (umt5_xxl_*.safetensors); this file is T5-XXL, \
+                 FLUX.1's encoder"
+                    .to_owned(),
+            )),
             other if kind == "flux2" => Err(Error::Invalid(format!(
                 "type `flux2` takes FLUX.2 dev's Mistral Small 3 or FLUX.2 Klein's Qwen3-4B or Qwen3-8B text \
                  encoder; this file is {}",
@@ -262,6 +292,10 @@ impl TextEncoderDetected {
             TextEncoderDetected::Mistral3(found) => TextEncoderNet::Mistral3 {
                 tokenizer: found.tokenizer()?,
                 model: Qwen3::new(found.config, weights),
+            },
+            TextEncoderDetected::Umt5(found) => TextEncoderNet::Umt5 {
+                tokenizer: found.tokenizer()?,
+                model: T5::umt5(found.config, weights),
             },
         })
     }
@@ -308,6 +342,9 @@ pub enum PromptTokens {
         /// T5-XXL's one section, padded to 256.
         t5: Vec<Vec<Weighted>>,
     },
+    /// One encoder's weighted sections, as ComfyUI's `SDTokenizer` lays them out (umT5's: one section padded to
+    /// 512).
+    Weighted(Vec<Vec<Weighted>>),
 }
 
 /// What an encoder gives for a prompt: the conditioning `[1, N, D]` and, for families that have one, the
@@ -363,6 +400,13 @@ pub enum TextEncoderNet {
         /// T5's tokenizer.
         t5_tokenizer: t5::Tokenizer,
     },
+    /// Wan's umT5-XXL with the SentencePiece tokenizer of its file.
+    Umt5 {
+        /// The encoder.
+        model: T5,
+        /// Its tokenizer.
+        tokenizer: t5::SentencePiece,
+    },
 }
 
 impl TextEncoderNet {
@@ -374,6 +418,7 @@ impl TextEncoderNet {
             TextEncoderNet::Flux { .. } => TextEncoderFamily::Flux,
             TextEncoderNet::Flux2Klein { .. } => TextEncoderFamily::Flux2Klein,
             TextEncoderNet::Mistral3 { .. } => TextEncoderFamily::Mistral3,
+            TextEncoderNet::Umt5 { .. } => TextEncoderFamily::Umt5Xxl,
         }
     }
 
@@ -386,6 +431,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
+            TextEncoderNet::Umt5 { model, .. } => &model.weights,
         }
     }
 
@@ -432,7 +478,8 @@ impl TextEncoderNet {
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Qwen25Vl(..)
                 | TextEncoderDetected::Flux2Klein(_)
-                | TextEncoderDetected::Mistral3(_) => {}
+                | TextEncoderDetected::Mistral3(_)
+                | TextEncoderDetected::Umt5(_) => {}
             }
         }
         let (Some(clip_l), Some(t5)) = (clip_l, t5) else {
@@ -464,6 +511,9 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
             }
             TextEncoderNet::Flux { .. } => self.tokenize_flux(prompt, prompt),
+            TextEncoderNet::Umt5 { tokenizer, .. } => {
+                Ok(PromptTokens::Weighted(t5::umt5_tokens(prompt, |w| tokenizer.word_ids(w))?))
+            }
         }
     }
 
@@ -502,7 +552,8 @@ impl TextEncoderNet {
                 TextEncoderNet::Qwen3 { .. }
                 | TextEncoderNet::Flux2Klein { .. }
                 | TextEncoderNet::Mistral3 { .. }
-                | TextEncoderNet::Flux { .. },
+                | TextEncoderNet::Flux { .. }
+                | TextEncoderNet::Umt5 { .. },
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -546,6 +597,10 @@ impl TextEncoderNet {
                 "TextGenerate needs a language model (Qwen3); FLUX.1's CLIP-L + T5-XXL generate no text"
                     .to_owned(),
             )),
+            TextEncoderNet::Umt5 { .. } => Err(crate::Error::Invalid(
+                "TextGenerate needs a language model (Qwen3); Wan's umT5-XXL encoder generates no text"
+                    .to_owned(),
+            )),
         }
     }
 
@@ -555,9 +610,12 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { tokenizer, .. }
             | TextEncoderNet::Qwen25Vl { tokenizer, .. }
             | TextEncoderNet::Flux2Klein { tokenizer, .. } => tokenizer.decode(ids),
-            TextEncoderNet::Flux { .. } | TextEncoderNet::Mistral3 { .. } => Err(Error::Invalid(
-                format!("{}'s text encoder decodes no generated text", self.family().name()),
-            )),
+            TextEncoderNet::Flux { .. }
+            | TextEncoderNet::Mistral3 { .. }
+            | TextEncoderNet::Umt5 { .. } => Err(Error::Invalid(format!(
+                "{}'s text encoder decodes no generated text",
+                self.family().name()
+            ))),
         }
     }
 
@@ -587,7 +645,8 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { .. }
             | TextEncoderNet::Flux2Klein { .. }
             | TextEncoderNet::Mistral3 { .. }
-            | TextEncoderNet::Flux { .. } => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Flux { .. }
+            | TextEncoderNet::Umt5 { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -642,12 +701,29 @@ impl TextEncoderNet {
                 let cond = qwen_image_states(b, model, vision.as_ref(), ids, images)?;
                 Ok(Encoded { cond, pooled: None })
             }
+            (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                let cond = weighted_states(b, sections, &t5::UMT5_PROMPT_LAYOUT, |ids| {
+                    model.masked_hidden_state(b, ids, &t5::attention_mask(ids))
+                })?;
+                Ok(Encoded { cond, pooled: None })
+            }
             (TextEncoderNet::Flux { .. }, PromptTokens::Ids(_)) => Err(Error::Invalid(
                 "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
                     .to_owned(),
             )),
+            (TextEncoderNet::Umt5 { .. }, PromptTokens::Ids(_)) => Err(Error::Invalid(
+                "Wan's umT5-XXL text encoder takes weighted sections, not one id sequence"
+                    .to_owned(),
+            )),
             (_, PromptTokens::Flux { .. }) => Err(Error::Invalid(format!(
                 "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
+                self.family().name()
+            ))),
+            (_, PromptTokens::Weighted(_)) => Err(Error::Invalid(format!(
+                "umT5-XXL's weighted sections for a {} text encoder",
                 self.family().name()
             ))),
         }

@@ -1,5 +1,6 @@
 //! [`Config`]: a T5 v1.1 encoder's widths, detected from a file's tensor shapes, and the [`LoadPlan`] of the
-//! weights its last hidden state needs (models-flux.md §5.1).
+//! weights its last hidden state needs (models-flux.md §5.1); the same for umT5, T5 v1.1 with a relative position
+//! bias table in every block (models-wan-video.md §2.4), which [`detect`] refuses and [`detect_umt5`] claims.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
@@ -15,9 +16,13 @@ pub const MAX_DISTANCE: usize = 128;
 
 /// The token embedding table.
 pub(super) const EMBED: &str = "shared.weight";
-/// The relative position bias table `[buckets, heads]`, in block 0 only and shared by every block.
+/// The relative position bias table `[buckets, heads]`, in block 0 only and shared by every block (umT5: block
+/// 0's own, [`position_bias_name`]).
 pub(super) const POSITION_BIAS: &str =
     "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
+/// umT5's vocabulary (its SentencePiece model's 256 000 pieces, the embedding padded to a multiple of 128), by
+/// which a one-block file is known as umT5.
+pub const UMT5_VOCAB: usize = 256_384;
 /// The norm after the last block.
 pub(super) const FINAL_NORM: &str = "encoder.final_layer_norm.weight";
 
@@ -78,6 +83,18 @@ impl Config {
         all
     }
 
+    /// Every weight of a umT5 encoder of these widths with its shape, in load order: the embedding, each block
+    /// with its own position bias table, the final norm (what `kiln model synth` writes).
+    pub(crate) fn umt5_expected(&self) -> Vec<(String, Vec<usize>)> {
+        let mut all = vec![(EMBED.to_owned(), vec![self.vocab, self.d_model])];
+        for i in 0..self.blocks {
+            all.push((position_bias_name(i), vec![self.buckets, self.heads]));
+            all.extend(self.block_names(i).into_iter().zip(self.block_shapes()));
+        }
+        all.push((FINAL_NORM.to_owned(), vec![self.d_model]));
+        all
+    }
+
     /// The shapes of one block's weights, in [`Config::block_names`] order.
     fn block_shapes(&self) -> [Vec<usize>; 9] {
         let (d, inner, f) = (self.d_model, self.heads * self.d_kv, self.d_ff);
@@ -116,24 +133,76 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
 
 /// [`detect`] before its errors are worded.
 fn detect_t5(h: &Header) -> Result<Option<Config>> {
-    let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
-    if !present("encoder.block.0.layer.0.SelfAttention.q.weight") {
+    if !present(h, "encoder.block.0.layer.0.SelfAttention.q.weight") {
         return Ok(None);
     }
     let blocks = count_blocks(h)?;
-    if let Some(i) = (1..blocks).find(|i| {
-        present(&format!("encoder.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight"))
-    }) {
+    if let Some(i) = (1..blocks).find(|&i| present(h, &position_bias_name(i))) {
         return Err(h.unsupported(format!(
             "an umT5 encoder (block {i} has its own relative position bias; Wan's text encoder), not the T5 \
              v1.1 encoder Flux conditions on"
         )));
     }
-    if present("encoder.block.0.layer.1.DenseReluDense.wi.weight") {
+    check_gated(h)?;
+    read_config(h, blocks, Bias::Shared).map(Some)
+}
+
+/// The config of a umT5 encoder (`None` when the file is no umT5: it lacks
+/// `encoder.block.0.layer.0.SelfAttention.q.weight`, or block 1 has no relative position bias of its own and the
+/// vocabulary is not umT5's [`UMT5_VOCAB`]), every width derived from the shapes as [`detect`] derives them.
+/// Every block must have its own position bias table, all of one shape.
+///
+/// [`crate::Error::Unsupported`] names what is wrong with a umT5 layout Kiln cannot run, as for T5.
+pub fn detect_umt5(h: &Header) -> Result<Option<Config>> {
+    detect_umt5_unworded(h).map_err(|e| match e {
+        crate::Error::Unsupported { path, msg } if !msg.contains("an umT5 encoder") => {
+            crate::Error::Unsupported { path, msg: format!("an umT5 encoder file, but {msg}") }
+        }
+        e => e,
+    })
+}
+
+/// [`detect_umt5`] before its errors are worded.
+fn detect_umt5_unworded(h: &Header) -> Result<Option<Config>> {
+    if !present(h, "encoder.block.0.layer.0.SelfAttention.q.weight") {
+        return Ok(None);
+    }
+    let vocab = h.values_shape(EMBED).and_then(|shape| shape.first().copied());
+    if !present(h, &position_bias_name(1)) && vocab != Some(UMT5_VOCAB) {
+        return Ok(None);
+    }
+    let blocks = count_blocks(h)?;
+    check_gated(h)?;
+    read_config(h, blocks, Bias::PerBlock).map(Some)
+}
+
+/// Where a T5 layout keeps its relative position bias tables.
+#[derive(Clone, Copy)]
+enum Bias {
+    /// Block 0 only (T5 v1.1).
+    Shared,
+    /// Every block (umT5).
+    PerBlock,
+}
+
+/// Whether tensor `name` is in the file, whatever its dtype.
+fn present(h: &Header, name: &str) -> bool {
+    h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name)
+}
+
+/// An error for T5 v1.0's ungated feed-forward.
+fn check_gated(h: &Header) -> Result<()> {
+    if present(h, "encoder.block.0.layer.1.DenseReluDense.wi.weight") {
         return Err(h.unsupported(
             "a T5 encoder with an ungated feed-forward (`DenseReluDense.wi`, T5 v1.0), not T5 v1.1's gated-GELU",
         ));
     }
+    Ok(())
+}
+
+/// The widths of a T5 layout of `blocks` blocks with its position bias tables where `bias` says, every tensor's
+/// shape checked.
+fn read_config(h: &Header, blocks: usize, bias: Bias) -> Result<Config> {
     let [vocab, d_model] = dims(h, EMBED)?;
     let [buckets, heads] = dims(h, POSITION_BIAS)?;
     let [inner, _] = dims(h, "encoder.block.0.layer.0.SelfAttention.q.weight")?;
@@ -160,9 +229,17 @@ fn detect_t5(h: &Header) -> Result<Option<Config>> {
         for (name, want) in config.block_names(i).iter().zip(config.block_shapes()) {
             check_shape(h, name, &want)?;
         }
+        if matches!(bias, Bias::PerBlock) {
+            check_shape(h, &position_bias_name(i), &[buckets, heads])?;
+        }
     }
     check_shape(h, FINAL_NORM, &[d_model])?;
-    Ok(Some(config))
+    Ok(config)
+}
+
+/// The relative position bias table of block `i` (T5 v1.1 has block 0's only; umT5 every block's).
+pub(super) fn position_bias_name(i: usize) -> String {
+    format!("encoder.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight")
 }
 
 /// What to load: the embedding table, the position bias table, every block and the final norm, under the
@@ -171,6 +248,19 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(EMBED.to_owned()), slot(POSITION_BIAS.to_owned())];
     for i in 0..cfg.blocks {
+        slots.extend(cfg.block_names(i).into_iter().map(slot));
+    }
+    slots.push(slot(FINAL_NORM.to_owned()));
+    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+/// What to load of a umT5 encoder: the embedding table, every block with its own position bias table, and the
+/// final norm, under the file's names without the prefix (`spiece_model`, the tokenizer, is not a weight).
+pub fn umt5_load_plan(h: &Header, cfg: &Config) -> LoadPlan {
+    let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
+    let mut slots = vec![slot(EMBED.to_owned())];
+    for i in 0..cfg.blocks {
+        slots.push(slot(position_bias_name(i)));
         slots.extend(cfg.block_names(i).into_iter().map(slot));
     }
     slots.push(slot(FINAL_NORM.to_owned()));

@@ -1,5 +1,5 @@
 //! The T5 v1.1 encoder Flux.1 conditions on (T5-XXL in ComfyUI's `DualCLIPLoader` type `flux`), and its
-//! tokenizer (models-flux.md §5.1).
+//! tokenizer (models-flux.md §5.1); umT5-XXL, Wan's encoder, on the same code (models-wan-video.md §2.4, §5).
 //!
 //! - [`Tokenizer`]: the bundled T5 SentencePiece unigram model; [`Tokenizer::word_ids`] gives a text's ids as
 //!   ComfyUI's `T5XXLTokenizer` takes them from its HF tokenizer (no EOS; weighting and padding are the
@@ -7,15 +7,24 @@
 //! - [`detect`] recognises a T5 v1.1 encoder by its keys and reads every width from its shapes; [`load_plan`]
 //!   names the weights to load.
 //! - [`T5::hidden_state`]: the last hidden state after the final norm, in f32 as ComfyUI computes it.
+//! - umT5 (`umt5.rs`): [`Umt5File`] ([`detect_umt5`], [`umt5_load_plan`]) with the file's own SentencePiece
+//!   tokenizer ([`SentencePiece`], `spiece/`), [`T5::umt5`] (a position bias table per block) and
+//!   [`T5::masked_hidden_state`] under [`attention_mask`], prompts laid out by [`umt5_tokens`].
 
 mod config;
 pub mod family;
 mod model;
+mod spiece;
 mod tokenizer;
+mod umt5;
 
-pub use config::{Config, MAX_DISTANCE, RMS_EPS, detect, load_plan};
+pub use config::{
+    Config, MAX_DISTANCE, RMS_EPS, UMT5_VOCAB, detect, detect_umt5, load_plan, umt5_load_plan,
+};
 pub use model::{T5, relative_position_bucket};
+pub use spiece::{SYNTH_PIECES, SentencePiece, synth_model};
 pub use tokenizer::Tokenizer;
+pub use umt5::{SPIECE_MODEL, UMT5_PROMPT_LAYOUT, Umt5File, attention_mask, umt5_tokens};
 
 /// `</s>`: the end of a prompt's ids (ComfyUI's `special_tokens["end"]`).
 pub const EOS: u32 = 1;

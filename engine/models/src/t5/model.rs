@@ -1,5 +1,6 @@
 //! [`T5`]: the T5 v1.1 encoder run to its last hidden state, as ComfyUI's `comfy.text_encoders.t5.T5` runs it
-//! for Flux (models-flux.md §5.1).
+//! for Flux (models-flux.md §5.1), and umT5, the same encoder with a relative position bias table in every block,
+//! run under an attention mask as ComfyUI runs it for Wan (models-wan-video.md §5.2).
 //!
 //! ComfyUI looks the embeddings up in f32 (`out_dtype=torch.float32`) and its manual-cast layers cast each
 //! weight to the activations' type, so the whole encoder runs in f32 whatever the weights are stored in; the
@@ -9,32 +10,78 @@ use kiln_compute::backend::{BinaryOp, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{Config, EMBED, FINAL_NORM, POSITION_BIAS};
+use super::config::{Config, EMBED, FINAL_NORM, POSITION_BIAS, position_bias_name};
 use crate::error::{Error, Result};
 use crate::named::embed_f32;
 
-/// A T5 v1.1 encoder: its config and its weights under the memory manager (loaded from
-/// [`super::load_plan`]).
+/// A T5 v1.1 or umT5 encoder: its config and its weights under the memory manager (loaded from
+/// [`super::load_plan`] or [`super::umt5_load_plan`]).
 #[derive(Debug)]
 pub struct T5 {
     /// The hyperparameters.
     pub config: Config,
     /// The weights, by the file's names without prefix.
     pub weights: Model,
+    /// Where the relative position bias tables are.
+    bias: Bias,
+}
+
+/// Which relative position bias table a block adds to its attention scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bias {
+    /// Block 0's, in every block (T5 v1.1).
+    Shared,
+    /// The block's own (umT5).
+    PerBlock,
 }
 
 impl T5 {
-    /// The encoder made of `weights` (loaded from [`super::load_plan`] of the same config).
+    /// The T5 v1.1 encoder made of `weights` (loaded from [`super::load_plan`] of the same config).
     pub fn new(config: Config, weights: Model) -> T5 {
-        T5 { config, weights }
+        T5 { config, weights, bias: Bias::Shared }
+    }
+
+    /// The umT5 encoder made of `weights` (loaded from [`super::umt5_load_plan`] of the same config): each block
+    /// adds its own relative position bias.
+    pub fn umt5(config: Config, weights: Model) -> T5 {
+        T5 { config, weights, bias: Bias::PerBlock }
     }
 
     /// The last hidden state of `ids` `[1, N, d_model]` (f32): the embeddings, every block (pre-norm
-    /// self-attention with the relative position bias of block 0 and no score scaling, then the pre-norm
-    /// gated-GELU feed-forward, each added to the residual), then the final RMSNorm. Every position attends
-    /// to every other (no mask, as Flux's ComfyUI encoder runs with `attention_mask=False`). The ids are taken
-    /// as given: the caller adds the EOS and padding. One block's weights are on the device at a time.
+    /// self-attention with the relative position bias of block 0 (umT5: the block's own) and no score scaling,
+    /// then the pre-norm gated-GELU feed-forward, each added to the residual), then the final RMSNorm. Every
+    /// position attends to every other (no mask, as Flux's ComfyUI encoder runs with `attention_mask=False`).
+    /// The ids are taken as given: the caller adds the EOS and padding. One block's weights are on the device
+    /// at a time.
     pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
+        self.run(b, ids, None)
+    }
+
+    /// The last hidden state of `ids` `[1, N, d_model]` (f32) under ComfyUI's attention mask (`mask[j]` false: no
+    /// position attends to key j, whose scores get `−f32::MAX` added, as ComfyUI's `T5Stack` adds
+    /// `-finfo(float32).max`), with the rows of masked positions zeroed afterwards (`zero_out_masked`): how
+    /// ComfyUI's umT5 encodes a Wan prompt. `mask` has one entry per id.
+    pub fn masked_hidden_state<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        mask: &[bool],
+    ) -> Result<Tensor<B>> {
+        if mask.len() != ids.len() {
+            return Err(Error::Invalid(format!(
+                "an attention mask of {} entries for {} tokens",
+                mask.len(),
+                ids.len()
+            )));
+        }
+        let x = self.run(b, ids, Some(mask))?;
+        let keep: Vec<f32> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+        let keep = b.from_f32(&[1, ids.len(), 1], &keep, DType::F32)?;
+        Ok(b.binary(&x, &keep, BinaryOp::Mul)?)
+    }
+
+    /// The final-normed states of `ids`, keys outside `mask` (when given) never attended.
+    fn run<B: Backend>(&self, b: &B, ids: &[u32], mask: Option<&[bool]>) -> Result<Tensor<B>> {
         let cfg = &self.config;
         self.check_ids(ids)?;
         let n = ids.len();
@@ -42,9 +89,15 @@ impl T5 {
             let layer = self.weights.fetch(b, &[EMBED])?;
             embed_f32(b, &layer.weight(0), ids)?.reshape(&[1, n, cfg.d_model])?
         };
-        let bias = self.position_bias(b, n)?;
+        let shared = match self.bias {
+            Bias::Shared => {
+                let layer = self.weights.fetch(b, &[POSITION_BIAS])?;
+                Some(self.position_bias(b, &layer.weight(0), n, mask)?)
+            }
+            Bias::PerBlock => None,
+        };
         for i in 0..cfg.blocks {
-            x = self.block(b, i, &x, &bias)?;
+            x = self.block(b, i, &x, shared.as_ref(), mask)?;
         }
         let norm = self.weights.fetch(b, &[FINAL_NORM])?;
         Ok(b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?)
@@ -64,15 +117,19 @@ impl T5 {
         }
     }
 
-    /// The relative position bias `[1, heads, n, n]` (f32) every block adds to its attention scores: entry
-    /// (h, i, j) is row `bucket(j − i)`, column h of block 0's table, gathered on the host from the table's
-    /// exact values (ComfyUI's `compute_bias`, in the activations' f32).
-    fn position_bias<B: Backend>(&self, b: &B, n: usize) -> Result<Tensor<B>> {
+    /// The relative position bias `[1, heads, n, n]` (f32) a block adds to its attention scores: entry
+    /// (h, i, j) is row `bucket(j − i)`, column h of `table` (block 0's, or umT5's block's own), gathered on the
+    /// host from the table's exact values (ComfyUI's `compute_bias`, in the activations' f32), plus `−f32::MAX`
+    /// where `mask` leaves key j out.
+    fn position_bias<B: Backend>(
+        &self,
+        b: &B,
+        table: &Weight<'_>,
+        n: usize,
+        mask: Option<&[bool]>,
+    ) -> Result<Tensor<B>> {
         let cfg = &self.config;
-        let table = {
-            let layer = self.weights.fetch(b, &[POSITION_BIAS])?;
-            b.to_f32(&b.weight_to_tensor(&layer.weight(0), DType::F32)?)?
-        };
+        let table = b.to_f32(&b.weight_to_tensor(table, DType::F32)?)?;
         // The bucket of relative position r = j − i is at index r + n − 1.
         let buckets: Vec<usize> = (0..2 * n - 1)
             .map(|k| {
@@ -85,27 +142,44 @@ impl T5 {
             let (head, i) = (row / n, row % n);
             for (j, v) in out.iter_mut().enumerate() {
                 *v = table[buckets[j + n - 1 - i] * cfg.heads + head];
+                if mask.is_some_and(|m| !m[j]) {
+                    // ComfyUI's order: the mask plus the bias.
+                    *v += -f32::MAX;
+                }
             }
         }
         Ok(b.from_f32(&[1, cfg.heads, n, n], &values, DType::F32)?)
     }
 
-    /// Block `i` on x `[1, N, d_model]`, with the shared position bias `[1, heads, N, N]`.
+    /// Block `i` on x `[1, N, d_model]`, with the shared position bias `[1, heads, N, N]` (T5 v1.1), or its own
+    /// table's under `mask` (umT5: `shared` is `None`).
     fn block<B: Backend>(
         &self,
         b: &B,
         i: usize,
         x: &Tensor<B>,
-        bias: &Tensor<B>,
+        shared: Option<&Tensor<B>>,
+        mask: Option<&[bool]>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let n = x.dim(1)?;
-        let names = cfg.block_names(i);
+        let mut names = cfg.block_names(i);
+        if shared.is_none() {
+            names.push(position_bias_name(i));
+        }
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let layer = self.weights.fetch(b, &names)?;
         let weights: Vec<Weight<'_>> = (0..names.len()).map(|j| layer.weight(j)).collect();
-        let [attn_norm, q, k, v, o, ff_norm, wi_0, wi_1, wo] = &weights[..] else {
+        let [attn_norm, q, k, v, o, ff_norm, wi_0, wi_1, wo, own @ ..] = &weights[..] else {
             return Err(Error::Invalid(format!("{} weights for a T5 block", weights.len())));
+        };
+        let own = match (own, shared) {
+            ([], Some(_)) => None,
+            ([table], None) => Some(self.position_bias(b, table, n, mask)?),
+            _ => return Err(Error::Invalid(format!("{} weights for a T5 block", weights.len()))),
+        };
+        let Some(bias) = own.as_ref().or(shared) else {
+            return Err(Error::Invalid(format!("no position bias for T5 block {i}")));
         };
 
         // Self-attention: softmax(q·kᵀ + bias)·v, with no 1/√d_kv (T5 folds it into its initialisation).
