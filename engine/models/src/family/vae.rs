@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::flux_vae::{self, FluxVae};
 use crate::header::Header;
 use crate::latent::LatentFormat;
-use crate::wan_vae::{self, WanVae};
+use crate::wan_vae::{self, Wan22Vae, WanVae};
 
 /// A family of autoencoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,13 +19,17 @@ pub enum VaeFamily {
     Flux2,
     /// The causal 3-D autoencoder of Wan 2.1 and Qwen-Image (16 channels, 8× down in space, 4× in time).
     Wan21,
+    /// The Wan 2.2 VAE of Wan 2.2 TI2V 5B (48 channels, 16× down in space through a 2×2 patchify, 4× in time).
+    Wan22,
 }
 
 impl VaeFamily {
-    /// Every family, in the order detection tries them (the Wan VAE first: the Flux VAE's detection refuses
-    /// every file with 3-D convolutions). The Flux VAE and the FLUX.2 VAE share one detection and each claims
-    /// only its own files (`bn.running_mean` present: FLUX.2), so their order does not matter.
-    pub const ALL: [VaeFamily; 3] = [VaeFamily::Wan21, VaeFamily::Flux, VaeFamily::Flux2];
+    /// Every family, in the order detection tries them (the Wan VAEs first: the Flux VAE's detection refuses
+    /// every file with 3-D convolutions). The two Wan VAEs each claim only their own files (the 2.2 VAE's
+    /// residual blocks), as do the Flux VAE and the FLUX.2 VAE, which share one detection (`bn.running_mean`
+    /// present: FLUX.2), so the order within each pair does not matter.
+    pub const ALL: [VaeFamily; 4] =
+        [VaeFamily::Wan21, VaeFamily::Wan22, VaeFamily::Flux, VaeFamily::Flux2];
 
     /// The family's name in messages (`the Flux VAE`).
     pub fn name(self) -> &'static str {
@@ -33,6 +37,7 @@ impl VaeFamily {
             VaeFamily::Flux => flux_vae::family::NAME,
             VaeFamily::Flux2 => flux_vae::family::FLUX2_NAME,
             VaeFamily::Wan21 => wan_vae::family::NAME,
+            VaeFamily::Wan22 => wan_vae::family::WAN22_NAME,
         }
     }
 
@@ -42,6 +47,7 @@ impl VaeFamily {
             VaeFamily::Flux => flux_vae::family::SYNTH_NAME,
             VaeFamily::Flux2 => flux_vae::family::FLUX2_SYNTH_NAME,
             VaeFamily::Wan21 => wan_vae::family::SYNTH_NAME,
+            VaeFamily::Wan22 => wan_vae::family::WAN22_SYNTH_NAME,
         }
     }
 
@@ -52,6 +58,7 @@ impl VaeFamily {
             VaeFamily::Flux => LatentFormat::FLUX,
             VaeFamily::Flux2 => LatentFormat::FLUX2,
             VaeFamily::Wan21 => LatentFormat::WAN21,
+            VaeFamily::Wan22 => LatentFormat::WAN22,
         }
     }
 
@@ -64,6 +71,8 @@ impl VaeFamily {
             VaeFamily::Wan21 => {
                 wan_vae::detect(h)?.map(|(config, layout)| VaeDetected::Wan21(config, layout))
             }
+            VaeFamily::Wan22 => wan_vae::wan22::detect(h)?
+                .map(|(config, layout)| VaeDetected::Wan22(config, layout)),
         })
     }
 }
@@ -80,6 +89,8 @@ pub enum VaeDetected {
     Flux(flux_vae::Config, flux_vae::Layout),
     /// The Wan 2.1 VAE.
     Wan21(wan_vae::Config, wan_vae::Layout),
+    /// The Wan 2.2 VAE.
+    Wan22(wan_vae::wan22::Config, wan_vae::Layout),
 }
 
 impl VaeDetected {
@@ -94,6 +105,7 @@ impl VaeDetected {
         match self {
             VaeDetected::Flux(config, _) => flux_family(config),
             VaeDetected::Wan21(..) => VaeFamily::Wan21,
+            VaeDetected::Wan22(..) => VaeFamily::Wan22,
         }
     }
 
@@ -102,6 +114,7 @@ impl VaeDetected {
         match self {
             VaeDetected::Flux(config, layout) => flux_vae::load_plan(h, config, *layout),
             VaeDetected::Wan21(config, layout) => wan_vae::load_plan(h, config, *layout),
+            VaeDetected::Wan22(config, layout) => wan_vae::wan22::load_plan(h, config, *layout),
         }
     }
 
@@ -110,6 +123,7 @@ impl VaeDetected {
         match self {
             VaeDetected::Flux(config, _) => VaeNet::Flux(FluxVae::new(config, weights)),
             VaeDetected::Wan21(config, _) => VaeNet::Wan21(WanVae::new(config, weights)),
+            VaeDetected::Wan22(config, _) => VaeNet::Wan22(Wan22Vae::new(config, weights)),
         }
     }
 }
@@ -120,6 +134,8 @@ pub enum VaeNet {
     Flux(FluxVae),
     /// The Wan 2.1 VAE.
     Wan21(WanVae),
+    /// The Wan 2.2 VAE.
+    Wan22(Wan22Vae),
 }
 
 impl VaeNet {
@@ -128,6 +144,7 @@ impl VaeNet {
         match self {
             VaeNet::Flux(net) => flux_family(&net.config),
             VaeNet::Wan21(_) => VaeFamily::Wan21,
+            VaeNet::Wan22(_) => VaeFamily::Wan22,
         }
     }
 
@@ -136,16 +153,18 @@ impl VaeNet {
         match self {
             VaeNet::Flux(net) => &net.weights,
             VaeNet::Wan21(net) => &net.weights,
+            VaeNet::Wan22(net) => &net.weights,
         }
     }
 
     /// The channels of the images the encoder reads (3; 4, RGBA, for Qwen-Image-Layered's VAE), and what an
     /// image with fewer is padded with (ComfyUI's `pad_channel_value`: 1, an opaque alpha, for the Wan VAE;
-    /// none for Flux's).
+    /// none for Flux's or the Wan 2.2 VAE's).
     pub fn image_channels(&self) -> (usize, Option<f32>) {
         match self {
             VaeNet::Flux(net) => (net.config.in_channels, None),
             VaeNet::Wan21(net) => (net.config.in_channels, Some(1.0)),
+            VaeNet::Wan22(_) => (wan_vae::wan22::IMAGE_CHANNELS, None),
         }
     }
 
@@ -155,16 +174,71 @@ impl VaeNet {
         match self {
             VaeNet::Flux(net) => net.decode(b, z),
             VaeNet::Wan21(net) => net.decode(b, z),
+            VaeNet::Wan22(net) => net.decode(b, z),
         }
     }
 
-    /// Pixels per latent position along each side of an image (8; 16 for the FLUX.2 VAE): what sizes are
-    /// cropped to before encoding, and what a tiled pass scales tiles by.
+    /// Pixels per latent position along each side of an image (8; 16 for the FLUX.2 VAE and the Wan 2.2 VAE):
+    /// what sizes are cropped to before encoding, and what a tiled pass scales tiles by.
     pub fn downscale(&self) -> usize {
         match self {
             VaeNet::Flux(net) => net.config.downscale(),
             VaeNet::Wan21(net) => net.config.downscale(),
+            VaeNet::Wan22(net) => net.config.downscale(),
         }
+    }
+
+    /// Clip frames per latent frame of a video autoencoder (4 for the Wan VAEs), or `None` for an image one.
+    /// A video autoencoder encodes a batch of images as one clip (ComfyUI's batch-as-time), L frames to
+    /// ⌊(L − 1)/4⌋ + 1 latent frames, and decodes T latent frames to 4T − 3.
+    pub fn temporal_downscale(&self) -> Option<usize> {
+        match self {
+            VaeNet::Flux(_) => None,
+            VaeNet::Wan21(_) | VaeNet::Wan22(_) => Some(wan_vae::TEMPORAL_DOWNSCALE),
+        }
+    }
+
+    /// Decodes one clip z `[1, C, T, h, w]` in VAE space, `per_chunk` latent frames at a time after the first,
+    /// handing `out` each chunk's frames `[n, 3, H, W]` (f32, about [−1, 1]; 4T − 3 in all) as they are
+    /// finished; an error from `out` stops it. An image autoencoder refuses.
+    pub fn decode_video<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            VaeNet::Flux(_) => Err(self.not_video()),
+            VaeNet::Wan21(net) => net.decode_video_with(b, z, per_chunk, out),
+            VaeNet::Wan22(net) => net.decode_video_with(b, z, per_chunk, out),
+        }
+    }
+
+    /// Encodes one clip x `[1, 3, L, H, W]` in [−1, 1], `per_chunk` frames (a multiple of 4) at a time after the
+    /// first, handing `out` each chunk's latent frames `[n, C, h, w]` (f32, VAE space; ⌊(L − 1)/4⌋ + 1 in all;
+    /// later frames dropped, sizes centre-cropped to [`VaeNet::downscale`]); an error from `out` stops it. An
+    /// image autoencoder refuses.
+    pub fn encode_video<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            VaeNet::Flux(_) => Err(self.not_video()),
+            VaeNet::Wan21(net) => net.encode_video_with(b, x, per_chunk, out),
+            VaeNet::Wan22(net) => net.encode_video_with(b, x, per_chunk, out),
+        }
+    }
+
+    /// The refusal of a clip by an image autoencoder.
+    fn not_video(&self) -> crate::Error {
+        crate::Error::Invalid(format!(
+            "{} encodes and decodes images, not videos (a Wan VAE does video)",
+            self.family().name()
+        ))
     }
 
     /// Images `[B, 3, H, W]` in [−1, 1] → latents in VAE space.
@@ -172,6 +246,7 @@ impl VaeNet {
         match self {
             VaeNet::Flux(net) => net.encode(b, x),
             VaeNet::Wan21(net) => net.encode(b, x),
+            VaeNet::Wan22(net) => net.encode(b, x),
         }
     }
 }

@@ -1,12 +1,14 @@
-//! The Wan VAE's building blocks on single frames: the channel RMS norm, causal 3-D convolutions reduced to
-//! the one temporal tap a frame without history sees, residual blocks, the middle attention and the spatial
-//! resamples. Each fetches its weights (by ComfyUI name) through [`Model::fetch`] and drops them before
-//! returning.
+//! The Wan VAEs' building blocks on frames `[n, C, H, W]` (images, or a chunk of a clip as [`Time`] says): the
+//! channel RMS norm, residual blocks of causal convolutions, the middle attention (per frame), the resamples
+//! with their temporal halves, and the head. Each fetches its weights (by ComfyUI name) through
+//! [`Model::fetch`] and drops them before returning; a causal convolution's stream history is kept under its
+//! name.
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
-use kiln_compute::memory::{Layer, Model};
-use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
+use kiln_compute::memory::Model;
+use kiln_compute::{Backend, Tensor, Weight};
 
+use super::causal::{Time, conv_at, time_down, time_up};
 use crate::error::{Error, Result};
 use crate::named::{fetch, weight_and_bias as wb};
 
@@ -14,58 +16,17 @@ use crate::named::{fetch, weight_and_bias as wb};
 /// `max(‖x‖, 1e-12)`), too small to move any other value.
 const RMS_EPS: f32 = f32::MIN_POSITIVE;
 
-/// A convolution weight as the 2-D kernel a single frame sees: a 4-D weight as it is; of a causal 3-D weight
-/// `[O, I, kt, kh, kw]`, its last temporal tap (the frames before the first are zero padding), copied on the
-/// device.
-enum Kernel<'w> {
-    Plain(Weight<'w>),
-    Tap(OwnedWeight),
-}
-
-impl Kernel<'_> {
-    fn of<'w, B: Backend>(b: &B, w: Weight<'w>) -> Result<Kernel<'w>> {
-        match *w.shape() {
-            [_, _, _, _] => Ok(Kernel::Plain(w)),
-            [o, i, kt, kh, kw] => {
-                let full = b.weight_to_tensor(&w, DType::F32)?;
-                let tap = b.slice(&full.reshape(&[o * i, kt, kh * kw])?, 1, kt - 1, 1)?;
-                let tap = tap.reshape(&[o, i, kh, kw])?;
-                Ok(Kernel::Tap(OwnedWeight::from_tensor(b, &tap, DType::F32)?))
-            }
-            _ => Err(Error::Invalid(format!("a convolution weight of shape {:?}", w.shape()))),
-        }
-    }
-
-    fn view(&self) -> Weight<'_> {
-        match self {
-            Kernel::Plain(w) => w.clone(),
-            Kernel::Tap(w) => w.view(),
-        }
-    }
-}
-
-/// The convolution of `layer`'s weights `i` (weight) and `i + 1` (bias) on a single frame.
-fn conv_at<B: Backend>(
-    b: &B,
-    layer: &Layer<'_>,
-    i: usize,
-    x: &Tensor<B>,
-    params: Conv2dParams,
-) -> Result<Tensor<B>> {
-    let kernel = Kernel::of(b, layer.weight(i))?;
-    Ok(b.conv2d(x, &kernel.view(), Some(&layer.weight(i + 1)), params)?)
-}
-
-/// The convolution `name` (2-D, or causal 3-D on a single frame) with `params`.
+/// The convolution `name` (2-D, or causal 3-D) on frames `x` with `params`, in `time`.
 pub(crate) fn conv<B: Backend>(
     b: &B,
     model: &Model,
     name: &str,
     x: &Tensor<B>,
     params: Conv2dParams,
+    time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
     let layer = fetch(b, model, &wb(name))?;
-    conv_at(b, &layer, 0, x, params)
+    conv_at(b, &layer, 0, x, params, time, name)
 }
 
 /// The channel RMS norm: `x / ‖x‖ over channels · √C · γ` for `x` `[B, C, H, W]`.
@@ -93,6 +54,7 @@ pub(crate) fn residual<B: Backend>(
     model: &Model,
     prefix: &str,
     x: &Tensor<B>,
+    time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
     let shortcut = model.info(&format!("{prefix}.shortcut.weight")).is_some();
     let mut names = vec![format!("{prefix}.residual.0.gamma")];
@@ -103,11 +65,17 @@ pub(crate) fn residual<B: Backend>(
         names.extend(wb(&format!("{prefix}.shortcut")));
     }
     let layer = fetch(b, model, &names)?;
+    let same = Conv2dParams::same(1);
     let h = rms_silu(b, x, &layer.weight(0))?;
-    let h = conv_at(b, &layer, 1, &h, Conv2dParams::same(1))?;
+    let h = conv_at(b, &layer, 1, &h, same, time, &format!("{prefix}.residual.2"))?;
     let h = rms_silu(b, &h, &layer.weight(3))?;
-    let h = conv_at(b, &layer, 4, &h, Conv2dParams::same(1))?;
-    let skip = if shortcut { conv_at(b, &layer, 6, x, Conv2dParams::same(0))? } else { x.clone() };
+    let h = conv_at(b, &layer, 4, &h, same, time, &format!("{prefix}.residual.6"))?;
+    let skip = if shortcut {
+        let key = format!("{prefix}.shortcut");
+        conv_at(b, &layer, 6, x, Conv2dParams::same(0), time, &key)?
+    } else {
+        x.clone()
+    };
     Ok(b.binary(&skip, &h, BinaryOp::Add)?)
 }
 
@@ -148,29 +116,51 @@ pub(crate) fn attention<B: Backend>(
     Ok(b.binary(x, &o, BinaryOp::Add)?)
 }
 
-/// The encoder's spatial downsample `prefix`: zero-pad right and bottom by one, then `resample.1`, a 3×3
-/// convolution of stride 2. (A frame without history skips the temporal half of a `downsample3d`.)
+/// The encoder's downsample `prefix`: zero-pad right and bottom by one, then `resample.1`, a 3×3 convolution
+/// of stride 2, frame by frame; with `temporal`, then `time_conv` halves a clip's frames after the first (an
+/// image skips it).
 pub(crate) fn downsample<B: Backend>(
     b: &B,
     model: &Model,
     prefix: &str,
     x: &Tensor<B>,
+    temporal: bool,
+    time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
     let params = Conv2dParams { stride: 2, padding: [0, 1, 0, 1] };
-    conv(b, model, &format!("{prefix}.resample.1"), x, params)
+    let x = conv(b, model, &format!("{prefix}.resample.1"), x, params, time)?;
+    match time {
+        Time::Stream(stream) if temporal => {
+            let name = format!("{prefix}.time_conv");
+            let layer = fetch(b, model, &wb(&name))?;
+            time_down(b, &layer, 0, &x, stream, &name)
+        }
+        _ => Ok(x),
+    }
 }
 
-/// The decoder's spatial upsample `prefix`: nearest 2× (nearest-exact is nearest at an integer factor), then
-/// `resample.1`, a 3×3 convolution that halves the width. (The first latent frame skips the temporal half of an
-/// `upsample3d`.)
+/// The decoder's upsample `prefix`: with `temporal`, first `time_conv` doubles a clip's frames after the first
+/// (an image skips it); then, frame by frame, nearest 2× (nearest-exact is nearest at an integer factor) and
+/// `resample.1`, a 3×3 convolution (2.1's halves the width, 2.2's keeps it).
 pub(crate) fn upsample<B: Backend>(
     b: &B,
     model: &Model,
     prefix: &str,
     x: &Tensor<B>,
+    temporal: bool,
+    time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
-    let up = b.upsample_nearest2x(x)?;
-    conv(b, model, &format!("{prefix}.resample.1"), &up, Conv2dParams::same(1))
+    let x = match time {
+        Time::Stream(stream) if temporal => {
+            let name = format!("{prefix}.time_conv");
+            let layer = fetch(b, model, &wb(&name))?;
+            time_up(b, &layer, 0, x, stream, &name)?
+        }
+        _ => x.clone(),
+    };
+    let up = b.upsample_nearest2x(&x)?;
+    drop(x);
+    conv(b, model, &format!("{prefix}.resample.1"), &up, Conv2dParams::same(1), time)
 }
 
 /// The closing RMS norm, SiLU and causal 3³ convolution of `side`.
@@ -179,10 +169,24 @@ pub(crate) fn head<B: Backend>(
     model: &Model,
     side: &str,
     x: &Tensor<B>,
+    time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
     let h = {
         let layer = fetch(b, model, &[format!("{side}.head.0.gamma")])?;
         rms_silu(b, x, &layer.weight(0))?
     };
-    conv(b, model, &format!("{side}.head.2"), &h, Conv2dParams::same(1))
+    conv(b, model, &format!("{side}.head.2"), &h, Conv2dParams::same(1), time)
+}
+
+/// The middle of `side`: residual block, attention (per frame), residual block.
+pub(crate) fn middle<B: Backend>(
+    b: &B,
+    model: &Model,
+    side: &str,
+    x: &Tensor<B>,
+    time: &mut Time<'_, B>,
+) -> Result<Tensor<B>> {
+    let x = residual(b, model, &format!("{side}.middle.0"), x, time)?;
+    let x = attention(b, model, &format!("{side}.middle.1"), &x)?;
+    residual(b, model, &format!("{side}.middle.2"), &x, time)
 }

@@ -98,8 +98,8 @@ impl Expected {
     }
 }
 
-/// Builds the [`Expected`] list.
-struct List(Vec<Expected>);
+/// Builds an [`Expected`] list (the Wan 2.2 VAE's too: the same blocks under other names).
+pub(crate) struct List(pub(crate) Vec<Expected>);
 
 impl List {
     fn push(&mut self, comfy: String, diffusers: String, shape: Vec<usize>) {
@@ -107,7 +107,7 @@ impl List {
     }
 
     /// A convolution `comfy`/`diffusers` with weight `shape` and a bias of `shape[0]`.
-    fn conv(&mut self, comfy: &str, diffusers: &str, shape: Vec<usize>) {
+    pub(crate) fn conv(&mut self, comfy: &str, diffusers: &str, shape: Vec<usize>) {
         let out = shape[0];
         self.push(format!("{comfy}.weight"), format!("{diffusers}.weight"), shape);
         self.push(format!("{comfy}.bias"), format!("{diffusers}.bias"), vec![out]);
@@ -115,7 +115,7 @@ impl List {
 
     /// A residual block `cin → cout`: RMS, causal 3³ conv, RMS, causal 3³ conv, and a 1³ shortcut when the
     /// width changes.
-    fn residual(&mut self, comfy: &str, diffusers: &str, cin: usize, cout: usize) {
+    pub(crate) fn residual(&mut self, comfy: &str, diffusers: &str, cin: usize, cout: usize) {
         let gamma = |c: usize| vec![c, 1, 1, 1];
         self.push(
             format!("{comfy}.residual.0.gamma"),
@@ -138,7 +138,7 @@ impl List {
     }
 
     /// The middle: residual block, attention, residual block, all `c` wide.
-    fn middle(&mut self, side: &str, c: usize) {
+    pub(crate) fn middle(&mut self, side: &str, c: usize) {
         self.residual(&format!("{side}.middle.0"), &format!("{side}.mid_block.resnets.0"), c, c);
         let (a, d) = (format!("{side}.middle.1"), format!("{side}.mid_block.attentions.0"));
         self.push(format!("{a}.norm.gamma"), format!("{d}.norm.gamma"), vec![c, 1, 1]);
@@ -148,7 +148,7 @@ impl List {
     }
 
     /// The closing RMS norm and causal 3³ conv of a side.
-    fn head(&mut self, side: &str, cin: usize, cout: usize) {
+    pub(crate) fn head(&mut self, side: &str, cin: usize, cout: usize) {
         self.push(
             format!("{side}.head.0.gamma"),
             format!("{side}.norm_out.gamma"),
@@ -234,7 +234,7 @@ pub(crate) fn expected(cfg: &Config) -> Vec<Expected> {
 }
 
 /// Dimension `d` of a tensor that must have rank `rank`.
-fn dim(h: &Header, name: &str, d: usize, rank: usize) -> Result<usize> {
+pub(crate) fn dim(h: &Header, name: &str, d: usize, rank: usize) -> Result<usize> {
     let shape = h.require(name)?.shape.as_slice();
     if shape.len() != rank {
         return Err(h.unsupported(format!("`{}` is {shape:?}, expected rank {rank}", h.key(name))));
@@ -244,13 +244,17 @@ fn dim(h: &Header, name: &str, d: usize, rank: usize) -> Result<usize> {
 
 /// Recognises a Wan 2.1 VAE (Qwen-Image's too) in either layout.
 ///
-/// `Ok(None)`: no RMS-norm `gamma` of a Wan VAE's middle block, so this is not one. [`crate::Error::Unsupported`]
-/// (naming the file and what was found): the Wan 2.2 VAE (48 latent channels, or its `upsamples.N.upsamples`
-/// blocks), an unsupported dtype, or any weight missing or of the wrong shape.
+/// `Ok(None)`: no RMS-norm `gamma` of a Wan VAE's middle block, or the Wan 2.2 VAE's residual blocks
+/// ([`super::wan22::detect`] claims those). [`crate::Error::Unsupported`] (naming the file and what was found):
+/// a 48-channel latent without the Wan 2.2 VAE's blocks, an unsupported dtype, or any weight missing or of the
+/// wrong shape.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     let comfy = ["decoder.middle.0.residual.0.gamma", "encoder.middle.0.residual.0.gamma"];
     let diffusers =
         ["decoder.mid_block.resnets.0.norm1.gamma", "encoder.mid_block.resnets.0.norm1.gamma"];
+    if super::wan22::is_wan22(h) {
+        return Ok(None);
+    }
     let layout = if comfy.iter().any(|n| h.has(n)) {
         Layout::Comfy
     } else if diffusers.iter().any(|n| h.has(n)) {
@@ -258,15 +262,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     } else {
         return Ok(None);
     };
-    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
-        return Err(h.unsupported(format!(
-            "`{}` is {dtype}, a type Kiln cannot compute with",
-            h.key(name)
-        )));
-    }
-    if h.has("decoder.upsamples.0.upsamples.0.residual.2.weight") {
-        return Err(h.unsupported("the Wan 2.2 VAE (residual up blocks) is not supported yet"));
-    }
+    computable(h)?;
     let name = |comfy: &'static str, diffusers: &'static str| match layout {
         Layout::Comfy => comfy,
         Layout::Diffusers => diffusers,
@@ -283,7 +279,8 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     };
     if z_channels != 16 {
         return Err(h.unsupported(format!(
-            "a {z_channels}-channel latent: the Wan 2.1 VAE has 16 (48 is the Wan 2.2 VAE, not supported yet)"
+            "a {z_channels}-channel latent: the Wan 2.1 VAE has 16 (the Wan 2.2 VAE's 48 come with \
+             residual blocks this file lacks)"
         )));
     }
     let dim_of = if has_encoder {
@@ -303,24 +300,50 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         has_encoder,
         has_decoder,
     };
-    for e in expected(&cfg) {
+    check_shapes(h, &expected(&cfg), layout, &format!("a Wan 2.1 VAE of base width {}", cfg.dim))?;
+    Ok(Some((cfg, layout)))
+}
+
+/// [`crate::Error::Unsupported`] naming the first tensor of `h` of a type Kiln cannot compute with.
+pub(crate) fn computable(h: &Header) -> Result<()> {
+    match h.unsupported_dtypes().next() {
+        Some((name, dtype)) => Err(
+            h.unsupported(format!("`{}` is {dtype}, a type Kiln cannot compute with", h.key(name)))
+        ),
+        None => Ok(()),
+    }
+}
+
+/// [`crate::Error::Unsupported`] naming the first weight of `expected` missing from `h` (in `layout`) or of
+/// another shape than `what` has.
+pub(crate) fn check_shapes(
+    h: &Header,
+    expected: &[Expected],
+    layout: Layout,
+    what: &str,
+) -> Result<()> {
+    for e in expected {
         let name = e.name(layout);
         let found = h.require(name)?.shape.as_slice();
         if found != e.shape.as_slice() {
             return Err(h.unsupported(format!(
-                "`{}` is {found:?}, expected {:?} for a Wan 2.1 VAE of base width {}",
+                "`{}` is {found:?}, expected {:?} for {what}",
                 h.key(name),
-                e.shape,
-                cfg.dim
+                e.shape
             )));
         }
     }
-    Ok(Some((cfg, layout)))
+    Ok(())
 }
 
 /// The weights of `cfg` from `h`'s file, each under its ComfyUI name (no prefix).
 pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
-    let slots = expected(cfg)
+    plan(h, expected(cfg), layout)
+}
+
+/// The load plan of `expected` from `h`'s file in `layout`, each weight under its ComfyUI name.
+pub(crate) fn plan(h: &Header, expected: Vec<Expected>, layout: Layout) -> LoadPlan {
+    let slots = expected
         .into_iter()
         .map(|e| {
             let key = h.key(e.name(layout));

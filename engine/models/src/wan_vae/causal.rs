@@ -1,0 +1,310 @@
+//! Causal time in the Wan VAEs. Frames travel as the batch dimension, `[n, C, H, W]`; [`Time`] says whether
+//! they are separate one-frame clips (images) or consecutive frames of one clip, in which case a [`Stream`]
+//! carries what each causal convolution and temporal resample remembers from the chunks before (ComfyUI's
+//! `feat_cache`), so a clip goes through a chunk at a time with the result of the whole clip at once.
+//!
+//! A causal 3-D convolution of `kt` temporal taps pads time with `kt − 1` zero frames in front; here it is a sum
+//! of 2-D convolutions, one per tap, over the frames that tap reads, the zero frames skipped. Its stream history
+//! is its last `kt − 1` input frames. A frame with no history (an image, a clip's first frame) reads only the
+//! last tap, exactly the one convolution the image path has always made, so one-frame results are bit-identical
+//! however they are reached.
+//!
+//! The temporal resamples keep the first-frame rules of ComfyUI's `Resample`: the encoder's `time_conv`
+//! (stride 2, no padding) passes a clip's first frame through and convolves every later pair with the frame
+//! before it; the decoder's (C → 2C, causal) emits one frame for a clip's first frame and two for each later
+//! one, its convolution seeing only the frames after the first.
+
+use std::collections::BTreeMap;
+
+use kiln_compute::backend::{BinaryOp, Conv2dParams, PadMode};
+use kiln_compute::memory::Layer;
+use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
+
+use crate::error::{Error, Result};
+
+/// How the frames of a batch relate in time.
+pub(crate) enum Time<'s, B: Backend> {
+    /// Each frame is a clip of its own (an image): no history, no temporal resampling.
+    Alone,
+    /// The frames continue the clip of this stream.
+    Stream(&'s mut Stream<B>),
+}
+
+/// What a clip's earlier chunks left behind, by the name of the convolution (or resample) that keeps it.
+pub(crate) struct Stream<B: Backend> {
+    history: BTreeMap<String, History<B>>,
+}
+
+/// One convolution's memory of the clip.
+enum History<B: Backend> {
+    /// A temporal resample has passed the clip's first frame; its convolution has seen nothing yet.
+    Started,
+    /// The last input frames of a causal convolution (at most `kt − 1`), or the last frame an encoder's time
+    /// convolution read.
+    Frames(Tensor<B>),
+}
+
+impl<B: Backend> Stream<B> {
+    /// A clip at its first frame.
+    pub(crate) fn new() -> Stream<B> {
+        Stream { history: BTreeMap::new() }
+    }
+
+    /// Whether `key` has seen nothing of the clip yet.
+    pub(crate) fn fresh(&self, key: &str) -> bool {
+        !self.history.contains_key(key)
+    }
+
+    /// The frames `key` remembers, if any.
+    fn frames(&self, key: &str) -> Option<&Tensor<B>> {
+        match self.history.get(key) {
+            Some(History::Frames(t)) => Some(t),
+            Some(History::Started) | None => None,
+        }
+    }
+}
+
+/// Frames `start..start + len` of `x` `[n, ..]`.
+pub(crate) fn frames<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    start: usize,
+    len: usize,
+) -> Result<Tensor<B>> {
+    Ok(b.slice(x, 0, start, len)?)
+}
+
+/// A 2-D convolution weight: a 4-D weight as stored, or one temporal tap of a 3-D one, copied on the device.
+enum Kernel<'w> {
+    Plain(Weight<'w>),
+    Tap(OwnedWeight),
+}
+
+impl Kernel<'_> {
+    fn view(&self) -> Weight<'_> {
+        match self {
+            Kernel::Plain(w) => w.clone(),
+            Kernel::Tap(w) => w.view(),
+        }
+    }
+}
+
+/// The taps of a causal 3-D weight `[O, I, kt, kh, kw]`, widened to f32 once and cut out on demand.
+struct Taps<B: Backend> {
+    full: Tensor<B>,
+    shape: [usize; 5],
+}
+
+impl<B: Backend> Taps<B> {
+    fn of(b: &B, w: &Weight<'_>) -> Result<Taps<B>> {
+        let &[o, i, kt, kh, kw] = w.shape() else {
+            return Err(Error::Invalid(format!("a causal convolution of shape {:?}", w.shape())));
+        };
+        let full = b.weight_to_tensor(w, DType::F32)?.reshape(&[o * i, kt, kh * kw])?;
+        Ok(Taps { full, shape: [o, i, kt, kh, kw] })
+    }
+
+    /// Temporal taps.
+    fn len(&self) -> usize {
+        self.shape[2]
+    }
+
+    /// Tap `j` as a 2-D kernel `[O, I, kh, kw]`.
+    fn tap(&self, b: &B, j: usize) -> Result<Kernel<'static>> {
+        let [o, i, _, kh, kw] = self.shape;
+        let tap = b.slice(&self.full, 1, j, 1)?.reshape(&[o, i, kh, kw])?;
+        Ok(Kernel::Tap(OwnedWeight::from_tensor(b, &tap, DType::F32)?))
+    }
+}
+
+/// The convolution of `layer`'s weights `i` (weight) and `i + 1` (bias) on frames `x` `[n, C, H, W]`, `params`
+/// its spatial geometry: a 2-D weight frame by frame; a causal 3-D one as [`Time`] says, `key` naming its
+/// history in a stream.
+pub(crate) fn conv_at<B: Backend>(
+    b: &B,
+    layer: &Layer<'_>,
+    i: usize,
+    x: &Tensor<B>,
+    params: Conv2dParams,
+    time: &mut Time<'_, B>,
+    key: &str,
+) -> Result<Tensor<B>> {
+    let w = layer.weight(i);
+    let bias = layer.weight(i + 1);
+    match (w.shape().len(), time) {
+        (4, _) => Ok(b.conv2d(x, &Kernel::Plain(w).view(), Some(&bias), params)?),
+        (5, Time::Alone) => {
+            let taps = Taps::of(b, &w)?;
+            let last = taps.tap(b, taps.len() - 1)?;
+            Ok(b.conv2d(x, &last.view(), Some(&bias), params)?)
+        }
+        (5, Time::Stream(stream)) => causal(b, &w, &bias, x, params, stream, key),
+        _ => Err(Error::Invalid(format!("a convolution weight of shape {:?}", w.shape()))),
+    }
+}
+
+/// A causal 3-D convolution over a chunk of a clip: output frame k sums tap j over padded input frame
+/// k + j, the padded input being `kt − 1` zero frames, then the history, then `x`, less the zeros the history
+/// replaces; each tap is one 2-D convolution over the frames it reads (none over zeros).
+fn causal<B: Backend>(
+    b: &B,
+    w: &Weight<'_>,
+    bias: &Weight<'_>,
+    x: &Tensor<B>,
+    params: Conv2dParams,
+    stream: &mut Stream<B>,
+    key: &str,
+) -> Result<Tensor<B>> {
+    let taps = Taps::of(b, w)?;
+    let kt = taps.len();
+    let n = x.dim(0)?;
+    let history = stream.frames(key);
+    let p = history.map_or(Ok(0), |h| h.dim(0))?;
+    // The zero frames still in front: the history fills the rest of the padding.
+    let zeros = (kt - 1).checked_sub(p).ok_or_else(|| {
+        Error::Invalid(format!("{key}: {p} frames of history for a kernel of {kt}"))
+    })?;
+    // Frames `start..start + len` of the history followed by the chunk, copied no more than they must be.
+    let read = |start: usize, len: usize| -> Result<Tensor<B>> {
+        match history {
+            Some(h) if start < p && start + len > p => {
+                let (old, new) =
+                    (frames(b, h, start, p - start)?, frames(b, x, 0, start + len - p)?);
+                Ok(b.concat(&[&old, &new], 0)?)
+            }
+            Some(h) if start < p => frames(b, h, start, len),
+            _ if start == p && len == n => Ok(x.clone()),
+            _ => frames(b, x, start - p, len),
+        }
+    };
+    // The last tap reads the chunk itself, frame for frame; the bias goes with it.
+    let mut out = b.conv2d(x, &taps.tap(b, kt - 1)?.view(), Some(bias), params)?;
+    for j in 0..kt - 1 {
+        // Output k reads padded frame k + j: zero before `zeros`, then frame k + j − zeros of the history
+        // followed by the chunk.
+        let first = zeros.saturating_sub(j);
+        if first >= n {
+            continue;
+        }
+        let input = read(first + j - zeros, n - first)?;
+        let part = b.conv2d(&input, &taps.tap(b, j)?.view(), None, params)?;
+        let part =
+            if first > 0 { b.pad(&part, 0, first, 0, PadMode::Constant(0.0))? } else { part };
+        out = b.binary(&out, &part, BinaryOp::Add)?;
+    }
+    let keep = (kt - 1).min(p + n);
+    if keep > 0 {
+        let last = read(p + n - keep, keep)?;
+        stream.history.insert(key.to_owned(), History::Frames(last));
+    }
+    Ok(out)
+}
+
+/// The encoder's temporal downsample `time_conv` (`[C, C, 3, 1, 1]`, stride 2, no padding, weights `i` and
+/// `i + 1` of `layer`) on frames `x` of a clip: the clip's first frame passes through untouched; after it,
+/// frames come in pairs and output frame k is the convolution of frames 2k − 2, 2k − 1 and 2k.
+pub(crate) fn time_down<B: Backend>(
+    b: &B,
+    layer: &Layer<'_>,
+    i: usize,
+    x: &Tensor<B>,
+    stream: &mut Stream<B>,
+    key: &str,
+) -> Result<Tensor<B>> {
+    let mut out = Vec::new();
+    let mut rest = Some(x.clone());
+    if stream.fresh(key) {
+        let first = frames(b, x, 0, 1)?;
+        stream.history.insert(key.to_owned(), History::Frames(first.clone()));
+        out.push(first);
+        rest = after_first(b, x)?;
+    }
+    if let Some(rest) = rest {
+        let n = rest.dim(0)?;
+        if n % 2 != 0 {
+            return Err(Error::Invalid(format!(
+                "{key}: after a clip's first frame, frames reach a temporal downsample in pairs, got {n}"
+            )));
+        }
+        let Some(last) = stream.frames(key) else {
+            return Err(Error::Invalid(format!("{key}: no previous frame")));
+        };
+        let shape = rest.shape().to_vec();
+        let frame: usize = shape[1..].iter().product();
+        let m = n / 2;
+        let full = b.concat(&[last, &rest], 0)?;
+        // Tap 0 reads frames 0, 2, …; taps 1 and 2 read 1, 3, … and 2, 4, … of [previous, rest].
+        let even = frames(b, &full, 0, n)?.reshape(&[m, 2, frame])?;
+        let odd = frames(b, &full, 1, n)?.reshape(&[m, 2, frame])?;
+        let pick = |t: &Tensor<B>, k: usize| -> Result<Tensor<B>> {
+            let mut s = shape.clone();
+            s[0] = m;
+            Ok(b.slice(t, 1, k, 1)?.reshape(&s)?)
+        };
+        let reads = [pick(&even, 0)?, pick(&odd, 0)?, pick(&odd, 1)?];
+        let taps = Taps::of(b, &layer.weight(i))?;
+        let bias = layer.weight(i + 1);
+        let params = Conv2dParams::same(0);
+        let mut y = b.conv2d(&reads[2], &taps.tap(b, 2)?.view(), Some(&bias), params)?;
+        for (j, read) in reads.iter().enumerate().take(2) {
+            let part = b.conv2d(read, &taps.tap(b, j)?.view(), None, params)?;
+            y = b.binary(&y, &part, BinaryOp::Add)?;
+        }
+        let newest = frames(b, &rest, n - 1, 1)?;
+        stream.history.insert(key.to_owned(), History::Frames(newest));
+        out.push(y);
+    }
+    concat_frames(b, &out)
+}
+
+/// The decoder's temporal upsample `time_conv` (`[2C, C, 3, 1, 1]`, causal, weights `i` and `i + 1` of
+/// `layer`) on frames `x` of a clip: the clip's first frame passes through as one frame; every later frame
+/// becomes two, the two C-channel halves of the convolution (the first half the earlier frame), which sees
+/// the frames after the first only.
+pub(crate) fn time_up<B: Backend>(
+    b: &B,
+    layer: &Layer<'_>,
+    i: usize,
+    x: &Tensor<B>,
+    stream: &mut Stream<B>,
+    key: &str,
+) -> Result<Tensor<B>> {
+    let mut out = Vec::new();
+    let mut rest = Some(x.clone());
+    if stream.fresh(key) {
+        stream.history.insert(key.to_owned(), History::Started);
+        out.push(frames(b, x, 0, 1)?);
+        rest = after_first(b, x)?;
+    }
+    if let Some(rest) = rest {
+        let &[n, c, h, w] = rest.shape() else {
+            return Err(Error::Invalid(format!("frames {:?} are not [n, C, H, W]", rest.shape())));
+        };
+        let y = causal(
+            b,
+            &layer.weight(i),
+            &layer.weight(i + 1),
+            &rest,
+            Conv2dParams::same(0),
+            stream,
+            key,
+        )?;
+        // [n, 2C, H, W] → [n, 2, C, H, W] → frames (t, half).
+        out.push(y.reshape(&[2 * n, c, h, w])?);
+    }
+    concat_frames(b, &out)
+}
+
+/// The frames of `x` after its first, if there are any.
+fn after_first<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Option<Tensor<B>>> {
+    let n = x.dim(0)?;
+    if n > 1 { Ok(Some(frames(b, x, 1, n - 1)?)) } else { Ok(None) }
+}
+
+/// `parts` joined along the frame dimension.
+pub(crate) fn concat_frames<B: Backend>(b: &B, parts: &[Tensor<B>]) -> Result<Tensor<B>> {
+    match parts {
+        [one] => Ok(one.clone()),
+        _ => Ok(b.concat(&parts.iter().collect::<Vec<_>>(), 0)?),
+    }
+}

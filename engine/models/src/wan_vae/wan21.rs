@@ -1,0 +1,174 @@
+//! The Wan 2.1 VAE's network: [`WanVae`], its encoder and decoder on images and clips.
+
+use kiln_compute::backend::Conv2dParams;
+use kiln_compute::memory::Model;
+use kiln_compute::{Backend, DType, Tensor};
+
+use super::blocks::{conv, downsample, head, middle, residual, upsample};
+use super::causal::{Time, frames};
+use super::config::{
+    Config, DIM_MULT, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, decoder_index, encoder_index,
+};
+use super::video::{self, Chunked, DECODE_CHUNK, ENCODE_CHUNK};
+use crate::error::Result;
+
+/// A loaded Wan 2.1 VAE: its shape and its weights (under ComfyUI names, from [`super::load_plan`]).
+pub struct WanVae {
+    /// The shape.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+impl WanVae {
+    /// The autoencoder of `config` with `weights` loaded from [`super::load_plan`].
+    pub fn new(config: Config, weights: Model) -> WanVae {
+        WanVae { config, weights }
+    }
+
+    /// Decodes latents z `[B, 16, h, w]` in VAE space into images `[B, out_channels, 8h, 8w]`, f32, about
+    /// [−1, 1] but not clamped; each latent is a one-frame clip.
+    pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        video::decode_images(self, b, z)
+    }
+
+    /// Encodes images x `[B, in_channels, H, W]` with values in [−1, 1] into the latent mean
+    /// `[B, 16, H/8, W/8]`, f32, in VAE space; each image is a one-frame clip.
+    ///
+    /// H and W that are not multiples of 8 are cropped to the largest multiples, centred (offset
+    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`crate::Error::Invalid`].
+    pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        video::encode_images(self, b, x)
+    }
+
+    /// Decodes the clip z `[1, 16, T, h, w]` in VAE space into `[1, out_channels, 4T − 3, 8h, 8w]`, f32, one
+    /// latent frame at a time.
+    pub fn decode_video<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        video::collect(b, |out| self.decode_video_with(b, z, DECODE_CHUNK, out))
+    }
+
+    /// [`WanVae::decode_video`], `per_chunk` latent frames at a time after the first (any count gives the same
+    /// frames; more costs more memory), each chunk's frames `[n, out_channels, 8h, 8w]` (f32) handed to `out`
+    /// as they are finished; an error from `out` stops the decode.
+    pub fn decode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        video::decode_clip(self, b, z, per_chunk, out)
+    }
+
+    /// Encodes the clip x `[1, in_channels, L, H, W]` in [−1, 1] into the latent mean
+    /// `[1, 16, ⌊(L − 1)/4⌋ + 1, H/8, W/8]`, f32, in VAE space, 1 then 4, 4, … frames at a time. Frames past
+    /// the last 4k + 1 are dropped and sizes centre-cropped to multiples of 8, as ComfyUI does.
+    pub fn encode_video<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        video::collect(b, |out| self.encode_video_with(b, x, ENCODE_CHUNK, out))
+    }
+
+    /// [`WanVae::encode_video`], `per_chunk` frames (a multiple of 4) at a time after the first, each chunk's
+    /// latent frames `[n, 16, H/8, W/8]` (f32) handed to `out`; an error from `out` stops the encode.
+    pub fn encode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        video::encode_clip(self, b, x, per_chunk, out)
+    }
+
+    /// The decoder from level `level` on: its residual blocks and resamples, then the head. After a temporal
+    /// upsample, a clip's frames go on one at a time (exact: every layer is causal or per frame).
+    fn up_from<B: Backend>(
+        &self,
+        b: &B,
+        level: usize,
+        mut x: Tensor<B>,
+        time: &mut Time<'_, B>,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        let m = &self.weights;
+        let levels = DIM_MULT.len();
+        for i in level..levels {
+            for j in 0..=RES_BLOCKS {
+                let prefix = format!("decoder.upsamples.{}", decoder_index(i, j));
+                x = residual(b, m, &prefix, &x, time)?;
+            }
+            if i + 1 < levels {
+                let temporal = TEMPORAL_DOWNSAMPLE[levels - 2 - i];
+                let prefix = format!("decoder.upsamples.{}", decoder_index(i, RES_BLOCKS + 1));
+                x = upsample(b, m, &prefix, &x, temporal, time)?;
+                let n = x.dim(0)?;
+                if temporal && matches!(time, Time::Stream(_)) && n > 1 {
+                    for f in 0..n {
+                        self.up_from(b, i + 1, frames(b, &x, f, 1)?, time, out)?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        let x = head(b, m, "decoder", &x, time)?;
+        out(b.cast(&x, DType::F32)?)
+    }
+}
+
+impl Chunked for WanVae {
+    fn z_channels(&self) -> usize {
+        self.config.z_channels
+    }
+
+    fn image_channels(&self) -> usize {
+        self.config.in_channels
+    }
+
+    fn downscale(&self) -> usize {
+        self.config.downscale()
+    }
+
+    fn halves(&self) -> (bool, bool) {
+        (self.config.has_decoder, self.config.has_encoder)
+    }
+
+    fn decode_chunk<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        time: &mut Time<'_, B>,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        let m = &self.weights;
+        let x = conv(b, m, "conv2", z, Conv2dParams::same(0), time)?;
+        let x = conv(b, m, "decoder.conv1", &x, Conv2dParams::same(1), time)?;
+        let x = middle(b, m, "decoder", &x, time)?;
+        self.up_from(b, 0, x, time, out)
+    }
+
+    fn encode_chunk<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        time: &mut Time<'_, B>,
+    ) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let mut x = conv(b, m, "encoder.conv1", x, Conv2dParams::same(1), time)?;
+        let levels = DIM_MULT.len();
+        for i in 0..levels {
+            for j in 0..RES_BLOCKS {
+                let prefix = format!("encoder.downsamples.{}", encoder_index(i, j));
+                x = residual(b, m, &prefix, &x, time)?;
+            }
+            // Every level but the last ends with a downsample, temporal where the architecture says.
+            if let Some(&temporal) = TEMPORAL_DOWNSAMPLE.get(i) {
+                let prefix = format!("encoder.downsamples.{}", encoder_index(i, RES_BLOCKS));
+                x = downsample(b, m, &prefix, &x, temporal, time)?;
+            }
+        }
+        x = middle(b, m, "encoder", &x, time)?;
+        x = head(b, m, "encoder", &x, time)?;
+        x = conv(b, m, "conv1", &x, Conv2dParams::same(0), time)?;
+        let mean = b.slice(&x, 1, 0, self.config.z_channels)?;
+        Ok(b.cast(&mean, DType::F32)?)
+    }
+}
