@@ -45,6 +45,7 @@ pub mod t5;
 pub mod textgen;
 mod timestep;
 mod vae_io;
+pub mod wan;
 pub mod wan_vae;
 pub mod zimage;
 pub mod zimage_lora;

@@ -10,6 +10,7 @@ use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
 use crate::sampling::FlowSampling;
+use crate::wan::{self, Wan, WanInput};
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
 
@@ -28,15 +29,23 @@ pub enum DiffusionFamily {
     ZImage,
     /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
     QwenImage,
+    /// Wan 2.1 (ComfyUI's `WAN21` entries: T2V 1.3B/14B, I2V and FLF2V 14B, and the Wan 2.2 A14B experts): the
+    /// Wan video DiT on umT5-XXL's text (and CLIP-ViT-H's image states) in the Wan 2.1 VAE's latent space.
+    Wan21,
+    /// Wan 2.2 TI2V 5B (ComfyUI's `WAN22_T2V`): the Wan video DiT in the Wan 2.2 VAE's 48-channel latent space,
+    /// with a timestep per latent frame when a noise mask keeps frames.
+    Wan22,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 4] = [
+    pub const ALL: [DiffusionFamily; 6] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::Flux2,
         DiffusionFamily::QwenImage,
+        DiffusionFamily::Wan21,
+        DiffusionFamily::Wan22,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -46,6 +55,8 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
+            DiffusionFamily::Wan21 => wan::family::WAN21_NAME,
+            DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
         }
     }
 
@@ -56,6 +67,8 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
+            DiffusionFamily::Wan21 => wan::family::WAN21_LATENT,
+            DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
         }
     }
 
@@ -70,6 +83,9 @@ impl DiffusionFamily {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
             }
             DiffusionFamily::QwenImage => FlowSampling::flux(qwen_image::family::FLUX_SHIFT),
+            DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
+                FlowSampling::new(wan::family::SHIFT, wan::family::MULTIPLIER)
+            }
         }
     }
 
@@ -84,6 +100,9 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => &[flux::family::CHECKPOINT_QWEN3_4B_PREFIX],
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
+                &[wan::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
+            }
         }
     }
 
@@ -92,7 +111,10 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => "flux",
             DiffusionFamily::Flux2 => "flux2",
-            DiffusionFamily::ZImage | DiffusionFamily::QwenImage => "",
+            DiffusionFamily::ZImage
+            | DiffusionFamily::QwenImage
+            | DiffusionFamily::Wan21
+            | DiffusionFamily::Wan22 => "",
         }
     }
 
@@ -105,6 +127,8 @@ impl DiffusionFamily {
             DiffusionFamily::QwenImage => {
                 (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX)
             }
+            DiffusionFamily::Wan21 => (VaeFamily::Wan21, wan::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Wan22 => (VaeFamily::Wan22, wan::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -115,6 +139,8 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
+            DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_NAME,
+            DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
         }
     }
 
@@ -125,6 +151,8 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_LORA_NAME,
+            DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
         }
     }
 
@@ -142,6 +170,9 @@ impl DiffusionFamily {
             }
             DiffusionFamily::QwenImage => qwen_image::detect(h)?
                 .map(|(config, method)| DiffusionDetected::QwenImage(config, method)),
+            DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => wan::detect(h)?
+                .filter(|(config, _)| wan_family(config) == self)
+                .map(|(config, layout)| DiffusionDetected::Wan(config, layout)),
         })
     }
 }
@@ -157,6 +188,13 @@ pub enum DiffusionDetected {
     ZImage(zimage::Config, zimage::Layout),
     /// Qwen-Image, with its default reference method (`index_timestep_zero` for Edit 2511).
     QwenImage(qwen_image::Config, &'static str),
+    /// Wan 2.1 or 2.2 (the config says which: [`wan::Config::is_wan22`]).
+    Wan(wan::Config, wan::Layout),
+}
+
+/// The family of a Wan DiT: ComfyUI's `WAN22_T2V` entry for TI2V 5B, its `WAN21` ones for the others.
+fn wan_family(config: &wan::Config) -> DiffusionFamily {
+    if config.is_wan22() { DiffusionFamily::Wan22 } else { DiffusionFamily::Wan21 }
 }
 
 impl DiffusionDetected {
@@ -174,6 +212,7 @@ impl DiffusionDetected {
             DiffusionDetected::Flux2(..) => DiffusionFamily::Flux2,
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
+            DiffusionDetected::Wan(config, _) => wan_family(config),
         }
     }
 
@@ -196,6 +235,7 @@ impl DiffusionDetected {
             }
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
             DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
+            DiffusionDetected::Wan(config, layout) => wan::load_plan(h, config, *layout),
         }
     }
 
@@ -214,6 +254,7 @@ impl DiffusionDetected {
             DiffusionDetected::QwenImage(config, default_method) => {
                 DiffusionNet::QwenImage(QwenImage { config, weights, default_method })
             }
+            DiffusionDetected::Wan(config, _) => DiffusionNet::Wan(Wan::new(config, weights)),
         }
     }
 }
@@ -221,7 +262,8 @@ impl DiffusionDetected {
 /// What one diffusion model call takes: the latents in model space, one timestep per sample, and the
 /// conditioning.
 pub struct DiffusionInput<'a, B: Backend> {
-    /// Latents `[B, C, h, w]`, any float dtype.
+    /// Latents `[B, C, h, w]` (Wan: `[B, C, T, h, w]` with the conditioning channels concatenated), any float
+    /// dtype.
     pub x: &'a Tensor<B>,
     /// The model's timestep per sample: what the model sampling makes of σ (`FlowSampling::timestep`, σ·multiplier),
     /// as ComfyUI hands the network `model_sampling.timestep(σ)`.
@@ -250,6 +292,31 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub controls: &'a [ControlInput<'a, B>],
     /// Model patches in the order they were applied (`QwenImageDiffsynthControlnet`), each of this family.
     pub patches: &'a [PatchInput<'a, B>],
+    /// CLIP-vision penultimate hidden states `[1 or B, n, D]` (`CLIPVisionEncode`'s, through the Wan image
+    /// nodes' `clip_vision_output`); families without a CLIP branch ignore them.
+    pub clip_vision: Option<&'a Tensor<B>>,
+    /// The model's timesteps per latent frame, `B·T` sample-major, replacing `timesteps` (Wan 2.2 TI2V 5B with a
+    /// noise mask, ComfyUI's `WAN22.process_timestep`); other families ignore them.
+    pub frame_timesteps: Option<&'a [f32]>,
+    /// Blocks this call leaves out (`SkipLayerGuidanceDiT`'s extra pass); none for a plain call.
+    pub skipped_blocks: SkippedBlocks,
+}
+
+/// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
+/// of `double` for `("double_block", i)`, of `single` for `("single_block", i)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkippedBlocks {
+    /// Double-stream blocks (Wan's blocks).
+    pub double: u64,
+    /// Single-stream blocks (Wan has none: ignored there, as in ComfyUI).
+    pub single: u64,
+}
+
+impl SkippedBlocks {
+    /// Whether nothing is skipped.
+    pub fn is_empty(&self) -> bool {
+        self.double == 0 && self.single == 0
+    }
 }
 
 /// What the conditioning says of a guidance-distilled model's guidance embedding.
@@ -295,6 +362,8 @@ pub enum DiffusionNet {
     ZImage(ZImage),
     /// Qwen-Image.
     QwenImage(QwenImage),
+    /// Wan 2.1 or 2.2.
+    Wan(Wan),
 }
 
 impl DiffusionNet {
@@ -305,6 +374,7 @@ impl DiffusionNet {
             DiffusionNet::Flux2(_) => DiffusionFamily::Flux2,
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
+            DiffusionNet::Wan(net) => wan_family(&net.config),
         }
     }
 
@@ -314,6 +384,7 @@ impl DiffusionNet {
             DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => &net.weights,
             DiffusionNet::ZImage(net) => &net.weights,
             DiffusionNet::QwenImage(net) => &net.weights,
+            DiffusionNet::Wan(net) => &net.weights,
         }
     }
 
@@ -331,20 +402,43 @@ impl DiffusionNet {
             }
             DiffusionNet::ZImage(_) => zimage_lora::patches(file, slots, strength),
             DiffusionNet::QwenImage(_) => qwen_image::lora::patches(file, slots, strength),
+            DiffusionNet::Wan(_) => wan::lora::patches(file, slots, strength),
         }
     }
 
     /// How many channels the network reads beside the latents (ComfyUI's `concat_cond`): FLUX.1 Fill's 80
-    /// (image latent and folded mask), Canny's and Depth's 16 (image latent); 0 for the others.
+    /// (image latent and folded mask), Canny's and Depth's 16 (image latent), Wan's in − out channels (20 for
+    /// I2V, FLF2V and the 2.2 I2V experts: mask 4, image latent 16); 0 for the others.
     pub fn concat_channels(&self) -> usize {
         match self {
             DiffusionNet::Flux(net) => net.config.in_channels.saturating_sub(flux::LATENT_CHANNELS),
+            DiffusionNet::Wan(net) => net.config.concat_channels(),
             DiffusionNet::Flux2(_) | DiffusionNet::ZImage(_) | DiffusionNet::QwenImage(_) => 0,
         }
     }
 
-    /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]`.
+    /// For a Wan model, whether ComfyUI builds it with `image_to_video` (how its `concat_cond` treats a
+    /// conditioning without the 4 mask channels: [`wan::Config::image_to_video`]); `None` for other families.
+    pub fn wan_image_to_video(&self) -> Option<bool> {
+        match self {
+            DiffusionNet::Wan(net) => Some(net.config.image_to_video()),
+            DiffusionNet::Flux(_)
+            | DiffusionNet::Flux2(_)
+            | DiffusionNet::ZImage(_)
+            | DiffusionNet::QwenImage(_) => None,
+        }
+    }
+
+    /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]` (Wan:
+    /// `[B, C, T, h, w]`).
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
+        if !input.skipped_blocks.is_empty() && !matches!(self, DiffusionNet::Wan(_)) {
+            return Err(crate::Error::Invalid(format!(
+                "SkipLayerGuidanceDiT's pass leaves blocks out of Wan models; Kiln does not skip the blocks of a \
+                 {} model yet",
+                self.family().name()
+            )));
+        }
         if input.text_prefix.is_some() && !matches!(self, DiffusionNet::Flux(_)) {
             return Err(crate::Error::Invalid(format!(
                 "USO's style tokens (USOStyleReference) are for FLUX.1; a {} model takes none",
@@ -416,6 +510,17 @@ impl DiffusionNet {
                     patches: &patches,
                 };
                 net.forward_with_extras(b, input.x, input.timesteps, input.context, &extras)
+            }
+            DiffusionNet::Wan(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                let wan_input = WanInput {
+                    x: input.x,
+                    timesteps: input.frame_timesteps.unwrap_or(input.timesteps),
+                    context: input.context,
+                    clip: input.clip_vision,
+                    skip: input.skipped_blocks.double,
+                };
+                net.forward(b, &wan_input)
             }
         }
     }

@@ -32,6 +32,7 @@ pub use clip_vision::{ClipVisionDetected, ClipVisionNet, StyleModelDetected, Sty
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
 pub use diffusion::{
     DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
+    SkippedBlocks,
 };
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use text_encoder::{

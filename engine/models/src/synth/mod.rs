@@ -27,7 +27,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
-use crate::{clip_text, clip_vision, flux, qwen_image, qwen3, t5, wan_vae, zimage};
+use crate::{clip_text, clip_vision, flux, qwen_image, qwen3, t5, wan, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -52,6 +52,7 @@ const VAE: &str = "vae";
 const FLUX2_VAE: &str = "flux2-vae";
 const ZIMAGE_LORA: &str = "zimage-lora";
 const WAN_VAE: &str = "wan21-vae";
+const WAN22_VAE: &str = "wan22-vae";
 const QWEN_IMAGE: &str = "qwen-image";
 const QWEN_IMAGE_LORA: &str = "qwen-image-lora";
 const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
@@ -66,6 +67,9 @@ const T5XXL: &str = "t5xxl";
 const CLIP_VISION: &str = "clip-vision";
 const FLUX_REDUX: &str = "flux1-redux";
 const FLUX_USO: &str = "uso-flux1-projector";
+const UMT5: &str = "umt5-xxl";
+const WAN: &str = "wan";
+const WAN_LORA: &str = "wan-lora";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -98,6 +102,54 @@ pub enum SynthFamily {
     FluxRedux,
     /// USO's style projector for FLUX.1 (`ModelPatchLoader`, `uso-flux1-projector`), the release's names.
     FluxUso,
+    /// A Wan DiT other than 2.1 T2V 1.3B and 2.2 TI2V 5B (`--family wan21-t2v-1.3b`, `wan22-ti2v-5b`), ComfyUI's
+    /// names.
+    Wan(WanFile),
+}
+
+/// The released Wan DiTs beside 2.1 T2V 1.3B and 2.2 TI2V 5B, each at the 14B widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WanFile {
+    /// Wan 2.1 I2V 14B (`wan21-i2v-14b`): 36 channels in, the CLIP branch.
+    I2v14b,
+    /// Wan 2.1 FLF2V 14B (`wan21-flf2v-14b`): as I2V, with `emb_pos` for two images' 514 CLIP tokens.
+    Flf2v14b,
+    /// A Wan 2.2 T2V A14B expert (`wan22-t2v-a14b`; high and low noise share the structure).
+    T2vA14b,
+    /// A Wan 2.2 I2V A14B expert (`wan22-i2v-a14b`): 36 channels in, no CLIP branch.
+    I2vA14b,
+}
+
+impl WanFile {
+    /// Every file.
+    pub const ALL: [WanFile; 4] =
+        [WanFile::I2v14b, WanFile::Flf2v14b, WanFile::T2vA14b, WanFile::I2vA14b];
+
+    /// The name it is spelled with on the command line.
+    pub fn name(self) -> &'static str {
+        let [i2v, flf2v, t2v, i2v_a14b] = wan::family::SYNTH_NAMES;
+        match self {
+            WanFile::I2v14b => i2v,
+            WanFile::Flf2v14b => flf2v,
+            WanFile::T2vA14b => t2v,
+            WanFile::I2vA14b => i2v_a14b,
+        }
+    }
+
+    /// Its config in `set` (from its 14B widths).
+    pub fn config(self, set: &ZImageTurboSet) -> wan::Config {
+        let clip = wan::ImageEmbed { clip_dim: set.wan_clip_dim, pos_tokens: None };
+        let base = set.wan_14b.clone();
+        match self {
+            WanFile::I2v14b => wan::Config { in_channels: 36, image: Some(clip), ..base },
+            WanFile::Flf2v14b => {
+                let image = wan::ImageEmbed { pos_tokens: Some(514), ..clip };
+                wan::Config { in_channels: 36, image: Some(image), ..base }
+            }
+            WanFile::T2vA14b => base,
+            WanFile::I2vA14b => wan::Config { in_channels: 36, ..base },
+        }
+    }
 }
 
 /// The vision towers the templates name.
@@ -247,6 +299,7 @@ impl SynthFamily {
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
+        all.extend(WanFile::ALL.map(SynthFamily::Wan));
         all
     }
 
@@ -279,6 +332,7 @@ impl SynthFamily {
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
             SynthFamily::FluxRedux => "flux1-redux",
             SynthFamily::FluxUso => "uso-flux1-projector",
+            SynthFamily::Wan(file) => file.name(),
         }
     }
 }
@@ -448,6 +502,8 @@ pub struct ZImageTurboSet {
     pub vae: VaeShape,
     /// The Wan 2.1 VAE (not part of Z-Image-Turbo; `--family wan21-vae`).
     pub wan_vae: wan_vae::Config,
+    /// The Wan 2.2 VAE (`--family wan22-vae`).
+    pub wan22_vae: wan_vae::wan22::Config,
     /// Qwen-Image's MMDiT (`--family qwen-image`; its `text_dim` should equal `qwen25vl.hidden`).
     pub qwen_image: qwen_image::Config,
     /// Qwen2.5-VL's language model (`--family qwen25vl`).
@@ -471,6 +527,9 @@ pub struct ZImageTurboSet {
     pub clip_l: clip_text::Config,
     /// T5-XXL's encoder (`--family t5xxl`).
     pub t5: t5::Config,
+    /// Wan's umT5-XXL encoder (`--family umt5-xxl`; its `d_model` should be the Wan DiTs' `text_dim`, its
+    /// vocabulary at least the synthetic tokenizer's [`t5::SYNTH_PIECES`]).
+    pub umt5: t5::Config,
     /// OpenCLIP ViT-H/14's vision tower (`--family clip-vision-h`).
     pub clip_vision_h: clip_vision::Config,
     /// SigLIP so400m's vision tower (`--family siglip-384`; its width should be `redux.input`).
@@ -480,6 +539,14 @@ pub struct ZImageTurboSet {
     /// USO's style projector (`--family uso-flux1-projector`; its SigLIP widths should be `siglip`'s tokens and
     /// width, its `hidden` the FLUX.1 DiT's).
     pub uso: flux::UsoConfig,
+    /// Wan 2.1 T2V 1.3B (`--family wan21-t2v-1.3b`; its `text_dim` should be umT5-XXL's width).
+    pub wan21: wan::Config,
+    /// Wan 2.2 TI2V 5B (`--family wan22-ti2v-5b`).
+    pub wan22: wan::Config,
+    /// The Wan 14B DiTs' T2V widths (`--family wan22-t2v-a14b`; the other [`WanFile`]s from it).
+    pub wan_14b: wan::Config,
+    /// The CLIP vision width the Wan I2V and FLF2V DiTs read (CLIP-ViT-H's 1280).
+    pub wan_clip_dim: usize,
 }
 
 impl ZImageTurboSet {
@@ -490,6 +557,7 @@ impl ZImageTurboSet {
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
             wan_vae: wan_vae_config(96),
+            wan22_vae: wan_vae::wan22::Config::released(),
             qwen_image: qwen_image::Config {
                 dim: 3072,
                 heads: 24,
@@ -527,6 +595,7 @@ impl ZImageTurboSet {
             flux2_dev: flux2_config(6144, (8, 48), 3 * 5120, true),
             clip_l: clip_l_config(768, 12, 3072),
             t5: t5_config(4096, 24, 64, 64, 10240),
+            umt5: t5::Config { vocab: t5::UMT5_VOCAB, ..t5_config(4096, 24, 64, 64, 10240) },
             clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
             siglip: vision_config(clip_vision::Variant::Siglip, 1152, 27, 4304, 384, None),
             redux: clip_vision::ReduxConfig { input: 1152, hidden: 3 * 4096, output: 4096 },
@@ -536,6 +605,10 @@ impl ZImageTurboSet {
                 siglip_dim: 1152,
                 hidden: 3072,
             },
+            wan21: wan_config(1536, 8960, 30, (16, 16)),
+            wan22: wan_config(3072, 14336, 30, (48, 48)),
+            wan_14b: wan_config(5120, 13824, 40, (16, 16)),
+            wan_clip_dim: 1280,
         }
     }
 
@@ -546,6 +619,11 @@ impl ZImageTurboSet {
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
             wan_vae: wan_vae_config(8),
+            wan22_vae: wan_vae::wan22::Config {
+                dim: 4,
+                dec_dim: 8,
+                ..wan_vae::wan22::Config::released()
+            },
             qwen_image: qwen_image::Config {
                 dim: 64,
                 heads: 2,
@@ -591,6 +669,9 @@ impl ZImageTurboSet {
             // detection reads layer 1.
             clip_l: clip_l_config(64, 2, 128),
             t5: t5_config(32, 2, 2, 16, 64),
+            // The Wan DiTs' 4096-wide text (ComfyUI fixes it), two blocks (so block 1 has its own position bias),
+            // two heads of the released width, and the synthetic tokenizer's vocabulary rounded up to 128 rows.
+            umt5: t5::Config { vocab: 384, ..t5_config(4096, 2, 2, 64, 64) },
             // 16 heads of 4 (every released tower has 16), 2 × 2 patches of 14.
             clip_vision_h: vision_config(clip_vision::Variant::H, 64, 2, 128, 28, Some(32)),
             // 20 layers: USO reads SigLIP's hidden states 20 and 11 from the end.
@@ -598,6 +679,12 @@ impl ZImageTurboSet {
             // SigLIP's tiny width in, the tiny FLUX.1 DiT's text width out.
             redux: clip_vision::ReduxConfig { input: 64, hidden: 3 * 32, output: 32 },
             uso: flux::UsoConfig { siglip_tokens: 4, style_tokens: 4, siglip_dim: 64, hidden: 128 },
+            // Two heads of the released width (so the q/k norms span heads), the released text width, and the
+            // tiny CLIP vision H's width, so the tiny files run together as the templates wire them.
+            wan21: wan_config(256, 512, 2, (16, 16)),
+            wan22: wan_config(256, 512, 2, (48, 48)),
+            wan_14b: wan_config(256, 512, 2, (16, 16)),
+            wan_clip_dim: 64,
         }
     }
 
@@ -728,6 +815,9 @@ pub fn write_family(
         SynthFamily::Vae(VaeFamily::Wan21) => {
             write_wan_vae(path, &set.wan_vae, dtype, seed, progress)
         }
+        SynthFamily::Vae(VaeFamily::Wan22) => {
+            write_wan22_vae(path, &set.wan22_vae, dtype, seed, progress)
+        }
         SynthFamily::Diffusion(DiffusionFamily::QwenImage) => {
             write_qwen_image(path, &set.qwen_image, dtype, seed, progress)
         }
@@ -789,6 +879,9 @@ pub fn write_family(
             let specs = specs_of(set.clip_l.expected());
             write_one(path, &specs, CLIP_L, "CLIP-L text encoder", dtype, seed, progress)
         }
+        SynthFamily::TextEncoder(TextEncoderFamily::Umt5Xxl) => {
+            write_umt5(path, &set.umt5, dtype, seed, progress)
+        }
         SynthFamily::TextEncoder(TextEncoderFamily::T5Xxl) => {
             let specs = specs_of(set.t5.expected());
             write_one(path, &specs, T5XXL, "T5-XXL text encoder", dtype, seed, progress)
@@ -824,6 +917,19 @@ pub fn write_family(
         }
         SynthFamily::Lora(DiffusionFamily::Flux2) => {
             write_flux_lora(path, &set.flux2, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Wan21) => {
+            write_wan(path, &set.wan21, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Wan22) => {
+            write_wan(path, &set.wan22, dtype, seed, progress)
+        }
+        SynthFamily::Wan(file) => write_wan(path, &file.config(set), dtype, seed, progress),
+        SynthFamily::Lora(DiffusionFamily::Wan21) => {
+            write_wan_lora(path, &set.wan21, dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Wan22) => {
+            write_wan_lora(path, &set.wan22, dtype, seed, progress)
         }
     }
 }
@@ -1191,6 +1297,33 @@ pub fn write_qwen25vl(
     )
 }
 
+/// Writes a random-weight umT5-XXL encoder of `config` to `path` under ComfyUI's names (a position bias table in
+/// every block), with a `spiece_model` tensor: the synthetic SentencePiece model [`t5::synth_model`] (umT5's
+/// special ids, byte fallback), so any prompt tokenises within `config.vocab` (at least [`t5::SYNTH_PIECES`]).
+pub fn write_umt5(
+    path: &Path,
+    config: &t5::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    if config.vocab < t5::SYNTH_PIECES {
+        return Err(Error::Invalid(format!(
+            "a umT5 vocabulary of {} rows is smaller than the synthetic tokenizer's {} pieces",
+            config.vocab,
+            t5::SYNTH_PIECES
+        )));
+    }
+    let mut specs = specs_of(config.umt5_expected());
+    let model = t5::synth_model();
+    specs.push(Spec {
+        name: t5::SPIECE_MODEL.to_owned(),
+        shape: vec![model.len()],
+        init: Init::Bytes(model),
+    });
+    write_one(path, &specs, UMT5, "umT5-XXL text encoder", dtype, seed, progress)
+}
+
 /// Writes a random-weight Mistral Small 3.x of `config` to `path` under the released names, with a
 /// `tekken_model` tensor: a tekken JSON of the same schema whose vocabulary is the 256 bytes (ids 1000-1255) and
 /// whose 1000 special tokens are Mistral's, so any prompt tokenises within `config.vocab` (at least 1256).
@@ -1215,6 +1348,67 @@ pub fn write_mistral3(
         init: Init::Bytes(json),
     });
     write_one(path, &specs, MISTRAL3, "Mistral Small 3 text encoder", dtype, seed, progress)
+}
+
+/// A Wan DiT of width `dim` (heads of 128), feed-forward `ffn_dim`, `layers` blocks and `(in, out)` channels,
+/// on umT5-XXL's 4096-wide text, without the CLIP branch.
+fn wan_config(
+    dim: usize,
+    ffn_dim: usize,
+    layers: usize,
+    (inp, out): (usize, usize),
+) -> wan::Config {
+    wan::Config {
+        dim,
+        ffn_dim,
+        heads: dim / wan::HEAD_DIM,
+        layers,
+        in_channels: inp,
+        out_channels: out,
+        text_dim: 4096,
+        freq_dim: 256,
+        eps: wan::EPS,
+        image: None,
+    }
+}
+
+/// Writes a random-weight Wan DiT of `config` to `path` in ComfyUI's layout, the tensors detection expects (the
+/// patch embedding drawn like a Linear of its fan-in, not like an embedding table).
+pub fn write_wan(
+    path: &Path,
+    config: &wan::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let mut specs = specs_of(wan::expected_shapes(config));
+    for spec in specs.iter_mut().filter(|s| s.name == "patch_embedding.weight") {
+        spec.init = Init::Uniform(layout::uniform_bound(spec.shape[1..].iter().product()));
+    }
+    write_one(path, &specs, WAN, "Wan DiT", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for the Wan DiT of `config`: every block's self- and cross-attention q, k, v
+/// and o adapted at rank 4, ComfyUI's names under `diffusion_model.` (`lora_A`/`lora_B`).
+pub fn write_wan_lora(
+    path: &Path,
+    config: &wan::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.dim;
+    let mut specs = Vec::new();
+    for i in 0..config.layers {
+        for attn in ["self_attn", "cross_attn"] {
+            for p in ["q", "k", "v", "o"] {
+                let name = format!("diffusion_model.blocks.{i}.{attn}.{p}");
+                specs.extend(layout::lora_pair(&name, d, d, RANK));
+            }
+        }
+    }
+    write_one(path, &specs, WAN_LORA, "Wan LoRA", dtype, seed, progress)
 }
 
 /// The Wan 2.1 VAE of base width `dim` (96 released), both halves, RGB in and out.
@@ -1242,6 +1436,22 @@ pub fn write_wan_vae(
     let specs =
         specs_of(wan_vae::expected(config).into_iter().map(|e| (e.comfy, e.shape)).collect());
     write_one(path, &specs, WAN_VAE, "Wan 2.1 VAE", dtype, seed, progress)
+}
+
+/// Writes a random-weight Wan 2.2 VAE of `config` to `path` in ComfyUI's layout (RMS gammas 1, biases 0,
+/// weights uniform in ±1/√fan-in).
+pub fn write_wan22_vae(
+    path: &Path,
+    config: &wan_vae::wan22::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    check_vae_dtype(dtype)?;
+    let specs = specs_of(
+        wan_vae::wan22::expected(config).into_iter().map(|e| (e.comfy, e.shape)).collect(),
+    );
+    write_one(path, &specs, WAN22_VAE, "Wan 2.2 VAE", dtype, seed, progress)
 }
 
 fn check_vae_dtype(dtype: SynthDtype) -> Result<()> {

@@ -137,6 +137,9 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             text_prefix: None,
             controls: &[],
             patches: &[],
+            clip_vision: None,
+            frame_timesteps: None,
+            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -177,6 +180,9 @@ fn layered_frames_match_comfyui() {
             text_prefix: None,
             controls: &[],
             patches: &[],
+            clip_vision: None,
+            frame_timesteps: None,
+            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

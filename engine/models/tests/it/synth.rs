@@ -530,18 +530,24 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux1",
             "flux2",
             "qwen-image",
+            "wan21-t2v-1.3b",
+            "wan22-ti2v-5b",
             "qwen3",
             "qwen25vl",
             "clip-l",
+            "umt5-xxl",
             "t5xxl",
             "mistral3",
             "wan21-vae",
+            "wan22-vae",
             "flux-vae",
             "flux2-vae",
             "z-image-lora",
             "flux1-lora",
             "flux2-lora",
             "qwen-image-lora",
+            "wan21-lora",
+            "wan22-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
             "qwen-image-controlnet-instantx",
@@ -559,7 +565,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "clip-vision-h",
             "siglip-384",
             "flux1-redux",
-            "uso-flux1-projector"
+            "uso-flux1-projector",
+            "wan21-i2v-14b",
+            "wan21-flf2v-14b",
+            "wan22-t2v-a14b",
+            "wan22-i2v-a14b"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -573,8 +583,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
         };
         synth::write_family(&path, family, &set, dtype, 1, &mut |_, _| {}).unwrap();
         let file = SafetensorsFile::open(&path).unwrap();
-        // Mistral's tokenizer JSON (`tekken_model`) is bytes in every file.
-        let weight = |name: &str| name != kiln_models::mistral3::TEKKEN;
+        // Mistral's tokenizer JSON (`tekken_model`) and umT5's SentencePiece model are bytes in every file.
+        let weight = |name: &str| {
+            name != kiln_models::mistral3::TEKKEN && name != kiln_models::t5::SPIECE_MODEL
+        };
         assert!(file.tensors().all(|(n, t)| t.dtype == dtype.dtype() || !weight(n)), "{family}");
         // Loading reads the description synth wrote from: each file is detected as the family it names.
         let header = Header::new(&file, "");
@@ -654,6 +666,12 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     (set.redux.input, set.redux.output),
                     (set.siglip.hidden, set.flux.text_dim)
                 );
+            }
+            synth::SynthFamily::Wan(file) => {
+                let found = DiffusionDetected::detect(&header).unwrap().unwrap();
+                let want =
+                    DiffusionDetected::Wan(file.config(&set), kiln_models::wan::Layout::Comfy);
+                assert_eq!(found, want, "{family}");
             }
             synth::SynthFamily::Flux2(file) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

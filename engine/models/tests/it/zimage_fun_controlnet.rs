@@ -54,6 +54,9 @@ fn fun_controlnet_matches_comfyui() {
             text_prefix: None,
             controls: &[],
             patches,
+            clip_vision: None,
+            frame_timesteps: None,
+            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         };
         base.forward(&*b, input)
     };

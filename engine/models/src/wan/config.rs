@@ -1,0 +1,458 @@
+//! Detection of a Wan 2.1 / 2.2 DiT in either key layout (ComfyUI's, which is the original Wan release's, and
+//! diffusers' `WanTransformer3DModel`), its [`Config`] derived from shapes, and the [`LoadPlan`] naming every
+//! weight by its ComfyUI name (models-wan-video.md §2.1–§2.3).
+//!
+//! ComfyUI recognises Wan by `head.modulation` and reads the widths from the shapes but for three it fixes: the
+//! head width (128), the text width (4096) and the CLIP width (1280). Kiln reads those from the shapes too
+//! (`text_embedding.0.weight`, `img_emb.proj.0.weight`), so a shrunken model of the released structure (the test
+//! fixtures) loads. diffusers' names map one to one onto ComfyUI's, but for the two LayerNorms without weights,
+//! whose names the layouts swap: ComfyUI's affine cross-attention norm `norm3` is diffusers' `norm2`.
+//!
+//! The Wan-derived models ComfyUI tells apart by an extra tensor (VACE, Fun Camera, S2V, HuMo, Animate, SCAIL,
+//! WanDancer) are refused naming what they are.
+
+use kiln_compute::memory::{LoadPlan, SlotPlan};
+
+use crate::error::Result;
+use crate::header::Header;
+
+/// Head width (ComfyUI derives the head count as dim / 128).
+pub const HEAD_DIM: usize = 128;
+/// LayerNorm and RMSNorm ε of the blocks and the head.
+pub const EPS: f32 = 1e-6;
+/// LayerNorm ε of the CLIP projection (`img_emb`: torch's default).
+pub const IMAGE_EPS: f32 = 1e-5;
+/// Patch side in space (ComfyUI's patch size (1, 2, 2): one frame deep).
+pub const PATCH: usize = 2;
+/// RoPE base θ.
+pub const ROPE_THETA: f64 = 10_000.0;
+
+/// A Wan DiT's hyperparameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Inner width D (last dim of `head.modulation`; 1536, 3072 or 5120).
+    pub dim: usize,
+    /// Feed-forward width (rows of `blocks.0.ffn.0.weight`).
+    pub ffn_dim: usize,
+    /// Attention heads (D / [`HEAD_DIM`]).
+    pub heads: usize,
+    /// Blocks.
+    pub layers: usize,
+    /// Channels the patch embedding reads (the latent's, then the concatenated conditioning's: 16, 36, 48).
+    pub in_channels: usize,
+    /// Channels the model predicts (rows of `head.head.weight` / 4: 16, or 48 for Wan 2.2 TI2V 5B).
+    pub out_channels: usize,
+    /// Text feature width (columns of `text_embedding.0.weight`: umT5-XXL's 4096).
+    pub text_dim: usize,
+    /// Sinusoid width of the timestep embedding (columns of `time_embedding.0.weight`: 256).
+    pub freq_dim: usize,
+    /// The blocks' norm ε ([`EPS`]).
+    pub eps: f32,
+    /// The CLIP-vision branch of I2V and FLF2V models (`img_emb`).
+    pub image: Option<ImageEmbed>,
+}
+
+/// The CLIP-vision branch of an I2V or FLF2V model: `img_emb`, and `k_img`/`v_img` in every block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageEmbed {
+    /// CLIP feature width (of `img_emb.proj.0.weight`: CLIP-ViT-H's 1280).
+    pub clip_dim: usize,
+    /// The tokens of `img_emb.emb_pos` (FLF2V's 514: two images' 257), if the model has it.
+    pub pos_tokens: Option<usize>,
+}
+
+impl Config {
+    /// Whether this is ComfyUI's `WAN22_T2V` entry (Wan 2.2 TI2V 5B: no CLIP branch, 48 channels out), which
+    /// denoises in the Wan 2.2 VAE's latent space with per-frame timesteps; every other Wan file is a `WAN21`
+    /// model in the Wan 2.1 VAE's space (the 2.2 A14B experts included).
+    pub fn is_wan22(&self) -> bool {
+        self.image.is_none() && self.out_channels == WAN22_CHANNELS
+    }
+
+    /// The channels the model reads beside the noisy latent (ComfyUI's `concat_cond`): mask and image latent,
+    /// 20 for I2V, FLF2V and the 2.2 I2V experts; 0 for T2V and TI2V 5B.
+    pub fn concat_channels(&self) -> usize {
+        self.in_channels.saturating_sub(self.out_channels)
+    }
+
+    /// Whether ComfyUI builds the model with `image_to_video` (how `concat_cond` treats a conditioning without
+    /// the 4 mask channels): the 2.1 I2V/FLF2V models (CLIP branch, 36 channels in) and TI2V 5B.
+    pub fn image_to_video(&self) -> bool {
+        self.is_wan22() || (self.image.is_some() && self.in_channels == I2V_CHANNELS)
+    }
+
+    /// The released variant this config is, in words (`Wan 2.1 T2V`, `Wan 2.2 TI2V 5B`, ...).
+    pub fn variant(&self) -> &'static str {
+        match (self.image, self.in_channels) {
+            (Some(ImageEmbed { pos_tokens: Some(_), .. }), _) => "Wan 2.1 FLF2V",
+            (Some(_), I2V_CHANNELS) => "Wan 2.1 I2V",
+            (Some(_), _) => "Wan 2.1 Fun",
+            (None, _) if self.is_wan22() => "Wan 2.2 TI2V 5B",
+            (None, I2V_CHANNELS) => "Wan 2.2 I2V",
+            (None, _) => "Wan T2V",
+        }
+    }
+}
+
+/// The output channels of Wan 2.2 TI2V 5B (the Wan 2.2 VAE's latent).
+const WAN22_CHANNELS: usize = 48;
+/// The input channels of an I2V model: latent 16, mask 4, image latent 16.
+const I2V_CHANNELS: usize = 36;
+
+/// The key layout of a Wan file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// ComfyUI's and the original Wan release's (`blocks.0.self_attn.q`, `head.modulation`).
+    Comfy,
+    /// diffusers' `WanTransformer3DModel` (`blocks.0.attn1.to_q`, `scale_shift_table`).
+    Diffusers,
+}
+
+impl Layout {
+    /// The layout's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Comfy => "ComfyUI's",
+            Layout::Diffusers => "diffusers'",
+        }
+    }
+}
+
+/// The weights outside the blocks, by ComfyUI name, with their shapes for `cfg`.
+fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let d = cfg.dim;
+    let mut out: Vec<(&str, Vec<usize>)> = vec![
+        ("patch_embedding.weight", vec![d, cfg.in_channels, 1, PATCH, PATCH]),
+        ("patch_embedding.bias", vec![d]),
+        ("text_embedding.0.weight", vec![d, cfg.text_dim]),
+        ("text_embedding.0.bias", vec![d]),
+        ("text_embedding.2.weight", vec![d, d]),
+        ("text_embedding.2.bias", vec![d]),
+        ("time_embedding.0.weight", vec![d, cfg.freq_dim]),
+        ("time_embedding.0.bias", vec![d]),
+        ("time_embedding.2.weight", vec![d, d]),
+        ("time_embedding.2.bias", vec![d]),
+        ("time_projection.1.weight", vec![6 * d, d]),
+        ("time_projection.1.bias", vec![6 * d]),
+        ("head.modulation", vec![1, 2, d]),
+        ("head.head.weight", vec![PATCH * PATCH * cfg.out_channels, d]),
+        ("head.head.bias", vec![PATCH * PATCH * cfg.out_channels]),
+    ];
+    if let Some(image) = cfg.image {
+        let c = image.clip_dim;
+        out.extend([
+            ("img_emb.proj.0.weight", vec![c]),
+            ("img_emb.proj.0.bias", vec![c]),
+            ("img_emb.proj.1.weight", vec![c, c]),
+            ("img_emb.proj.1.bias", vec![c]),
+            ("img_emb.proj.3.weight", vec![d, c]),
+            ("img_emb.proj.3.bias", vec![d]),
+            ("img_emb.proj.4.weight", vec![d]),
+            ("img_emb.proj.4.bias", vec![d]),
+        ]);
+        if let Some(tokens) = image.pos_tokens {
+            out.push(("img_emb.emb_pos", vec![1, tokens, c]));
+        }
+    }
+    out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
+}
+
+/// The weights of block `i`, by ComfyUI name, with their shapes for `cfg`, in the order the model reads them
+/// ([`super::model`] indexes them by position).
+pub(crate) fn block_shapes(cfg: &Config, i: usize) -> Vec<(String, Vec<usize>)> {
+    let (d, f) = (cfg.dim, cfg.ffn_dim);
+    let mut out: Vec<(String, Vec<usize>)> = vec![("modulation".to_owned(), vec![1, 6, d])];
+    let mut linear = |name: &str, rows: usize, cols: usize| {
+        out.push((format!("{name}.weight"), vec![rows, cols]));
+        out.push((format!("{name}.bias"), vec![rows]));
+    };
+    for attn in ["self_attn", "cross_attn"] {
+        for p in ["q", "k", "v", "o"] {
+            linear(&format!("{attn}.{p}"), d, d);
+        }
+    }
+    if cfg.image.is_some() {
+        linear("cross_attn.k_img", d, d);
+        linear("cross_attn.v_img", d, d);
+    }
+    linear("ffn.0", f, d);
+    linear("ffn.2", d, f);
+    for norm in ["self_attn.norm_q", "self_attn.norm_k", "cross_attn.norm_q", "cross_attn.norm_k"] {
+        out.push((format!("{norm}.weight"), vec![d]));
+    }
+    if cfg.image.is_some() {
+        out.push(("cross_attn.norm_k_img.weight".to_owned(), vec![d]));
+    }
+    out.push(("norm3.weight".to_owned(), vec![d]));
+    out.push(("norm3.bias".to_owned(), vec![d]));
+    out.into_iter().map(|(name, shape)| (format!("blocks.{i}.{name}"), shape)).collect()
+}
+
+/// Every weight of `cfg` by its ComfyUI name with its shape: the globals, then each block's (what a loaded model
+/// has, and what `kiln model synth` writes).
+pub fn expected_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let mut all = global_shapes(cfg);
+    for i in 0..cfg.layers {
+        all.extend(block_shapes(cfg, i));
+    }
+    all
+}
+
+/// The diffusers name of the ComfyUI weight `name` (models-wan-video.md §2.3).
+fn diffusers_name(name: &str) -> String {
+    const GLOBALS: [(&str, &str); 12] = [
+        ("patch_embedding.", "patch_embedding."),
+        ("text_embedding.0.", "condition_embedder.text_embedder.linear_1."),
+        ("text_embedding.2.", "condition_embedder.text_embedder.linear_2."),
+        ("time_embedding.0.", "condition_embedder.time_embedder.linear_1."),
+        ("time_embedding.2.", "condition_embedder.time_embedder.linear_2."),
+        ("time_projection.1.", "condition_embedder.time_proj."),
+        ("head.head.", "proj_out."),
+        ("head.modulation", "scale_shift_table"),
+        ("img_emb.proj.0.", "condition_embedder.image_embedder.norm1."),
+        ("img_emb.proj.1.", "condition_embedder.image_embedder.ff.net.0.proj."),
+        ("img_emb.proj.3.", "condition_embedder.image_embedder.ff.net.2."),
+        ("img_emb.proj.4.", "condition_embedder.image_embedder.norm2."),
+    ];
+    const BLOCK: [(&str, &str); 19] = [
+        ("modulation", "scale_shift_table"),
+        ("self_attn.q.", "attn1.to_q."),
+        ("self_attn.k.", "attn1.to_k."),
+        ("self_attn.v.", "attn1.to_v."),
+        ("self_attn.o.", "attn1.to_out.0."),
+        ("self_attn.norm_q.", "attn1.norm_q."),
+        ("self_attn.norm_k.", "attn1.norm_k."),
+        ("cross_attn.q.", "attn2.to_q."),
+        ("cross_attn.k.", "attn2.to_k."),
+        ("cross_attn.v.", "attn2.to_v."),
+        ("cross_attn.o.", "attn2.to_out.0."),
+        ("cross_attn.norm_q.", "attn2.norm_q."),
+        ("cross_attn.norm_k.", "attn2.norm_k."),
+        ("cross_attn.k_img.", "attn2.add_k_proj."),
+        ("cross_attn.v_img.", "attn2.add_v_proj."),
+        ("cross_attn.norm_k_img.", "attn2.norm_added_k."),
+        ("norm3.", "norm2."),
+        ("ffn.0.", "ffn.net.0.proj."),
+        ("ffn.2.", "ffn.net.2."),
+    ];
+    if name == "img_emb.emb_pos" {
+        return "condition_embedder.image_embedder.pos_embed".to_owned();
+    }
+    let renamed = |rest: &str, table: &[(&str, &str)]| {
+        table
+            .iter()
+            .find_map(|(comfy, diff)| rest.strip_prefix(comfy).map(|tail| format!("{diff}{tail}")))
+    };
+    if let Some(rest) = name.strip_prefix("blocks.")
+        && let Some((i, rest)) = rest.split_once('.')
+    {
+        let tail = renamed(rest, &BLOCK).unwrap_or_else(|| rest.to_owned());
+        return format!("blocks.{i}.{tail}");
+    }
+    renamed(name, &GLOBALS).unwrap_or_else(|| name.to_owned())
+}
+
+/// The name of the ComfyUI weight `name` in a file of `layout`.
+fn file_name(name: &str, layout: Layout) -> String {
+    match layout {
+        Layout::Comfy => name.to_owned(),
+        Layout::Diffusers => diffusers_name(name),
+    }
+}
+
+/// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
+const DERIVED: [(&str, &str); 9] = [
+    ("vace_patch_embedding.weight", "a Wan VACE model (video control and editing)"),
+    ("control_adapter.conv.weight", "a Wan Fun Camera model (camera control)"),
+    ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
+    ("audio_proj.audio_proj_glob_1.layer.bias", "a HuMo model (human video from audio)"),
+    ("face_adapter.fuser_blocks.0.k_norm.weight", "a Wan 2.2 Animate model"),
+    ("patch_embedding_mask.weight", "a SCAIL-2 model"),
+    ("patch_embedding_pose.weight", "a SCAIL model"),
+    ("patch_embedding_global.weight", "a WanDancer model"),
+    ("ref_conv.weight", "a Wan Fun 1.1 model with a reference-image convolution"),
+];
+
+/// The layout of a Wan DiT in `h`, if it is one.
+fn layout_of(h: &Header) -> Option<Layout> {
+    if h.has("head.modulation") {
+        Some(Layout::Comfy)
+    } else if h.has("scale_shift_table")
+        && h.has("condition_embedder.time_proj.weight")
+        && h.has("blocks.0.attn1.to_q.weight")
+    {
+        Some(Layout::Diffusers)
+    } else {
+        None
+    }
+}
+
+/// A tensor's shape, which must exist.
+fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
+    Ok(h.require(name)?.shape.as_slice())
+}
+
+/// Recognises a Wan 2.1 / 2.2 DiT (`Ok(None)` for a file of another family): its config and key layout. A
+/// Wan-derived model Kiln does not run (VACE, Fun Camera, S2V, ...) is [`crate::Error::Unsupported`] naming it.
+pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
+    let Some(layout) = layout_of(h) else { return Ok(None) };
+    for (tensor, what) in DERIVED {
+        if h.has(tensor) {
+            return Err(h.unsupported(format!(
+                "{what} (it has `{}`), which Kiln does not run yet",
+                h.key(tensor)
+            )));
+        }
+    }
+    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
+        return Err(h.unsupported(format!(
+            "`{}` is {dtype}, a type Kiln cannot compute with",
+            h.key(name)
+        )));
+    }
+    let name = |comfy: &str| file_name(comfy, layout);
+    let matrix = |comfy: &str| -> Result<(usize, usize)> {
+        let file = name(comfy);
+        match h.values_shape(&file).as_deref() {
+            Some(&[rows, cols]) => Ok((rows, cols)),
+            Some(other) => {
+                Err(h.unsupported(format!("`{}` is {other:?}, not a matrix", h.key(&file))))
+            }
+            None => Err(h.unsupported(format!("no tensor `{}`", h.key(&file)))),
+        }
+    };
+    let dim = match *shape(h, &name("head.modulation"))? {
+        [1, 2, dim] => dim,
+        ref other => {
+            return Err(h.unsupported(format!(
+                "`{}` is {other:?}, expected [1, 2, dim]",
+                h.key(&name("head.modulation"))
+            )));
+        }
+    };
+    let in_channels = match *shape(h, &name("patch_embedding.weight"))? {
+        [_, c, 1, PATCH, PATCH] => c,
+        ref other => {
+            return Err(h.unsupported(format!(
+                "`{}` is {other:?}, expected [dim, channels, 1, 2, 2]",
+                h.key(&name("patch_embedding.weight"))
+            )));
+        }
+    };
+    let (head_rows, _) = matrix("head.head.weight")?;
+    let (ffn_dim, _) = matrix("blocks.0.ffn.0.weight")?;
+    let (_, text_dim) = matrix("text_embedding.0.weight")?;
+    let (_, freq_dim) = matrix("time_embedding.0.weight")?;
+    let layers = h.count_blocks("blocks.");
+    let image = if h.has(&name("img_emb.proj.0.weight")) {
+        let clip_dim = match *shape(h, &name("img_emb.proj.0.weight"))? {
+            [c] => c,
+            ref other => {
+                return Err(h.unsupported(format!(
+                    "`{}` is {other:?}, not a vector",
+                    h.key(&name("img_emb.proj.0.weight"))
+                )));
+            }
+        };
+        let pos_tokens = match h.shape(&name("img_emb.emb_pos")) {
+            None => None,
+            Some(&[1, tokens, _]) => Some(tokens),
+            Some(other) => {
+                return Err(h.unsupported(format!(
+                    "`{}` is {other:?}, expected [1, tokens, {clip_dim}]",
+                    h.key(&name("img_emb.emb_pos"))
+                )));
+            }
+        };
+        Some(ImageEmbed { clip_dim, pos_tokens })
+    } else {
+        None
+    };
+    if dim == 0
+        || !dim.is_multiple_of(HEAD_DIM)
+        || layers == 0
+        || !head_rows.is_multiple_of(PATCH * PATCH)
+        || freq_dim == 0
+        || !freq_dim.is_multiple_of(2)
+    {
+        return Err(h.unsupported(format!(
+            "a Wan layout with width {dim}, {layers} blocks, {head_rows} head outputs and a {freq_dim}-wide \
+             timestep sinusoid: the width must be a multiple of {HEAD_DIM}, the head outputs of {}, the \
+             sinusoid even",
+            PATCH * PATCH
+        )));
+    }
+    let cfg = Config {
+        dim,
+        ffn_dim,
+        heads: dim / HEAD_DIM,
+        layers,
+        in_channels,
+        out_channels: head_rows / (PATCH * PATCH),
+        text_dim,
+        freq_dim,
+        eps: EPS,
+        image,
+    };
+    if cfg.image.is_some() && !matches!(in_channels, 36 | 48) {
+        return Err(h.unsupported(format!(
+            "a Wan model with a CLIP branch and {in_channels} input channels (ComfyUI runs 36, I2V, and 48, Fun \
+             Control)"
+        )));
+    }
+    for (comfy, want) in expected_shapes(&cfg) {
+        let file = name(&comfy);
+        let Some(found) = h.values_shape(&file) else {
+            return Err(h.unsupported(format!(
+                "no tensor `{}` (a {} in {} layout has it)",
+                h.key(&file),
+                cfg.variant(),
+                layout.name()
+            )));
+        };
+        if found != want {
+            return Err(h.unsupported(format!(
+                "`{}` is {found:?}, expected {want:?} for a {} of width {dim}",
+                h.key(&file),
+                cfg.variant()
+            )));
+        }
+    }
+    Ok(Some((cfg, layout)))
+}
+
+/// Every weight by its ComfyUI name, read from the file's tensor of that weight in `layout`.
+pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
+    let slots = expected_shapes(cfg)
+        .into_iter()
+        .map(|(name, _)| {
+            let key = h.key(&file_name(&name, layout));
+            SlotPlan::new(name, vec![(0, key)])
+        })
+        .collect();
+    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diffusers_names_swap_the_norms_and_rename_the_rest() {
+        for (comfy, diffusers) in [
+            ("blocks.3.norm3.weight", "blocks.3.norm2.weight"),
+            ("blocks.0.ffn.2.bias", "blocks.0.ffn.net.2.bias"),
+            ("blocks.0.ffn.0.weight", "blocks.0.ffn.net.0.proj.weight"),
+            ("blocks.1.cross_attn.norm_k_img.weight", "blocks.1.attn2.norm_added_k.weight"),
+            ("blocks.1.self_attn.o.weight", "blocks.1.attn1.to_out.0.weight"),
+            ("blocks.12.modulation", "blocks.12.scale_shift_table"),
+            ("head.modulation", "scale_shift_table"),
+            ("head.head.bias", "proj_out.bias"),
+            ("img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"),
+            ("img_emb.proj.3.weight", "condition_embedder.image_embedder.ff.net.2.weight"),
+            ("time_projection.1.weight", "condition_embedder.time_proj.weight"),
+        ] {
+            assert_eq!(diffusers_name(comfy), diffusers, "{comfy}");
+        }
+    }
+}

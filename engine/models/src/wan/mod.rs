@@ -1,0 +1,24 @@
+//! The Wan 2.1 / 2.2 video diffusion transformer (`wan2.1_t2v_1.3B`, `wan2.1_i2v_480p_14B`,
+//! `wan2.1_flf2v_720p_14B`, `wan2.2_ti2v_5B`, the `wan2.2_{t2v,i2v}_{high,low}_noise_14B` experts): 1×2×2 patches
+//! of the video latent, one token sequence over all frames, blocks of self-attention with a 3-D RoPE, cross
+//! attention on umT5-XXL's text (and, for I2V and FLF2V, on CLIP-ViT-H's image states through their own keys and
+//! values), and a GELU feed-forward, modulated by the timestep (models-wan-video.md §2–§3).
+//!
+//! - [`detect`] recognises the file in ComfyUI's (the original Wan release's) layout or diffusers' and derives
+//!   its [`Config`] from shapes; [`load_plan`] names the weights by ComfyUI's names whatever the file's.
+//! - [`Wan::forward`]: ComfyUI's model output, the flow velocity v = ε − x₀, for latents already concatenated
+//!   with their conditioning channels, with one timestep per sample or (TI2V 5B) per latent frame.
+//! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
+//! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
+//!   `WAN22`.
+
+mod config;
+pub mod family;
+pub mod lora;
+mod model;
+
+pub use config::{
+    Config, EPS, HEAD_DIM, IMAGE_EPS, ImageEmbed, Layout, PATCH, ROPE_THETA, detect,
+    expected_shapes, load_plan,
+};
+pub use model::{Wan, WanInput};

@@ -1,0 +1,565 @@
+//! [`Wan`]: the Wan DiT's forward pass in ComfyUI's order (models-wan-video.md §3), one block's weights at a time
+//! through [`Model::fetch`], each sample of the batch through the blocks on its own (so a batch of two 33k-token
+//! videos holds one sample's attention activations at a time).
+//!
+//! What the blocks read is built once: the patch tokens (the patch embedding in f32, as ComfyUI runs it), the
+//! timestep embeddings (one per sample, or one per latent frame for Wan 2.2 TI2V 5B), the text (and CLIP)
+//! context and the 3-D RoPE table.
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::memory::{Layer, Model};
+use kiln_compute::{Backend, DType, Tensor, Weight};
+
+use crate::error::{Error, Result};
+use crate::latent_tokens;
+
+use super::config::{Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes};
+
+/// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are
+/// the block's largest, so a long video's are made a slice at a time.
+const FFN_CHUNK_ROWS: usize = 16_384;
+
+/// A Wan 2.1 / 2.2 DiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
+pub struct Wan {
+    /// The hyperparameters.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+/// What one call of [`Wan::forward`] takes.
+pub struct WanInput<'a, B: Backend> {
+    /// `[B, in_channels, T, H, W]`, any float dtype: the noisy latent already concatenated with the conditioning
+    /// channels (ComfyUI's `concat_cond`) by the caller.
+    pub x: &'a Tensor<B>,
+    /// σ·1000, one per sample (`B` values) or one per latent frame (`B·T`, sample-major: Wan 2.2 TI2V 5B with a
+    /// noise mask, models-wan-video.md §3.5).
+    pub timesteps: &'a [f32],
+    /// Text features `[B, L, text_dim]`.
+    pub context: &'a Tensor<B>,
+    /// CLIP-vision penultimate hidden states `[B or 1, n, clip_dim]` (n = 257, or 514 for a first and a last
+    /// frame); models without the CLIP branch ignore them.
+    pub clip: Option<&'a Tensor<B>>,
+    /// Bit i set: block i is left out, its input passed on (`SkipLayerGuidanceDiT`'s pass); 0 for a plain call.
+    pub skip: u64,
+}
+
+/// The latent's shape and token grid.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    batch: usize,
+    frames: usize,
+    /// The latent's sides.
+    h: usize,
+    w: usize,
+    /// Token rows and columns of a frame (the sides padded to even, halved).
+    rows: usize,
+    cols: usize,
+    /// Timestep embeddings per sample: 1, or `frames` for per-frame timesteps.
+    groups: usize,
+}
+
+impl Grid {
+    /// Tokens of one sample.
+    fn tokens(&self) -> usize {
+        self.frames * self.rows * self.cols
+    }
+}
+
+/// One sample's cross-attention context in the model's width: the text's tokens and, for a model with the CLIP
+/// branch, the image's (ComfyUI's `context_img_len` split).
+struct Context<B: Backend> {
+    text: Tensor<B>,
+    image: Option<Tensor<B>>,
+}
+
+/// The RoPE table of a sample's tokens, `[tokens, HEAD_DIM / 2]` f32 each.
+struct Rope<B: Backend> {
+    cos: Tensor<B>,
+    sin: Tensor<B>,
+}
+
+/// A block's six modulation vectors for one sample, each `[groups, D]` (one row per timestep embedding): shift,
+/// scale and gate of the self-attention, then of the feed-forward.
+struct Modulation<B: Backend> {
+    shift: [Tensor<B>; 2],
+    scale: [Tensor<B>; 2],
+    gate: [Tensor<B>; 2],
+}
+
+/// A block's weights, fetched as one layer, by their names under the block's prefix.
+struct BlockWeights<'a, 'm> {
+    layer: &'a Layer<'m>,
+    /// `blocks.{i}`.
+    prefix: &'a str,
+}
+
+impl<'a> BlockWeights<'a, '_> {
+    /// The weight `{prefix}.{name}`.
+    fn get(&self, name: &str) -> Result<Weight<'a>> {
+        Ok(self.layer.get(&format!("{}.{name}", self.prefix))?)
+    }
+}
+
+impl Wan {
+    /// A model from its config and loaded weights (see [`super::load_plan`]).
+    pub fn new(config: Config, weights: Model) -> Wan {
+        Wan { config, weights }
+    }
+
+    /// ComfyUI's model output for `input`: the flow velocity v = ε − x₀, f32 `[B, out_channels, T, H, W]`.
+    /// Computes in `b.compute_dtype()` (the patch embedding in f32); odd H and W are padded circularly and the
+    /// output cropped back.
+    pub fn forward<B: Backend>(&self, b: &B, input: &WanInput<'_, B>) -> Result<Tensor<B>> {
+        let grid = self.check(input)?;
+        let tokens = self.patch_embedding(b, input.x, &grid)?;
+        let (e, e0) = self.time_embedding(b, input.timesteps)?;
+        let text = self.text_embedding(b, input.context)?;
+        let image = self.image_embedding(b, input.clip, grid.batch)?;
+        let rope = self.rope(b, &grid)?;
+
+        let mut samples = Vec::with_capacity(grid.batch);
+        let mut contexts = Vec::with_capacity(grid.batch);
+        for s in 0..grid.batch {
+            samples.push(b.slice(&tokens, 0, s, 1)?);
+            contexts.push(self.context(b, &text, image.as_ref(), s)?);
+        }
+        drop((tokens, text, image));
+        let d = self.config.dim;
+        for i in 0..self.config.layers {
+            if i < 64 && input.skip & (1u64 << i) != 0 {
+                continue;
+            }
+            let names: Vec<String> =
+                block_shapes(&self.config, i).into_iter().map(|(name, _)| name).collect();
+            let layer = crate::named::fetch(b, &self.weights, &names)?;
+            let prefix = format!("blocks.{i}");
+            let w = BlockWeights { layer: &layer, prefix: &prefix };
+            let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
+            for (s, x) in samples.iter_mut().enumerate() {
+                let e0 = b.slice(&e0, 0, s * grid.groups, grid.groups)?;
+                let e0 = e0.reshape(&[grid.groups, 6, d])?;
+                let modulation = modulation(b, &b.binary(&e0, &table, BinaryOp::Add)?, d)?;
+                *x = self.block(b, &w, x, &modulation, &contexts[s], &rope)?;
+            }
+        }
+        drop(contexts);
+
+        let layer = crate::named::fetch(
+            b,
+            &self.weights,
+            &["head.modulation", "head.head.weight", "head.head.bias"].map(String::from),
+        )?;
+        let table = b.weight_to_tensor(&layer.weight(0), e.dtype())?;
+        let mut outs = Vec::with_capacity(grid.batch);
+        for (s, x) in samples.into_iter().enumerate() {
+            // (shift, scale) = head.modulation + e: ComfyUI's head reads e itself, before the SiLU.
+            let e = b.slice(&e, 0, s * grid.groups, grid.groups)?.reshape(&[grid.groups, 1, d])?;
+            let m = b.binary(&e, &table, BinaryOp::Add)?;
+            let shift = b.slice(&m, 1, 0, 1)?.reshape(&[grid.groups, d])?;
+            let scale = b.slice(&m, 1, 1, 1)?.reshape(&[grid.groups, d])?;
+            let y = modulate(b, &b.layer_norm(&x, None, None, self.config.eps)?, &scale, &shift)?;
+            let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
+            outs.push(self.unpatchify(b, &y, &grid)?);
+        }
+        let outs: Vec<&Tensor<B>> = outs.iter().collect();
+        Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
+    }
+
+    /// Checks the inputs' shapes against the model and each other.
+    fn check<B: Backend>(&self, input: &WanInput<'_, B>) -> Result<Grid> {
+        let cfg = &self.config;
+        let &[batch, channels, frames, h, w] = input.x.shape() else {
+            return Err(Error::Invalid(format!(
+                "Wan latents must be [B, {}, T, H, W], got {:?}",
+                cfg.in_channels,
+                input.x.shape()
+            )));
+        };
+        if channels != cfg.in_channels || batch == 0 || frames == 0 || h == 0 || w == 0 {
+            return Err(Error::Invalid(format!(
+                "{} takes non-empty latents of {} channels (the noisy latent's {} and {} of conditioning), \
+                 got {:?}",
+                cfg.variant(),
+                cfg.in_channels,
+                cfg.out_channels,
+                cfg.concat_channels(),
+                input.x.shape()
+            )));
+        }
+        let groups = match input.timesteps.len() {
+            n if n == batch => 1,
+            n if n == batch * frames => frames,
+            n => {
+                return Err(Error::Invalid(format!(
+                    "{n} timesteps for a batch of {batch} latents of {frames} frames: expected one per \
+                     sample ({batch}) or one per frame ({})",
+                    batch * frames
+                )));
+            }
+        };
+        match input.context.shape() {
+            &[cb, n, width] if cb == batch && n > 0 && width == cfg.text_dim => {}
+            other => {
+                return Err(Error::Invalid(format!(
+                    "Wan text conditioning must be [{batch}, N > 0, {}], got {other:?}",
+                    cfg.text_dim
+                )));
+            }
+        }
+        if let (Some(image), Some(clip)) = (cfg.image, input.clip) {
+            match clip.shape() {
+                &[cb, n, width] if (cb == 1 || cb == batch) && n > 0 && width == image.clip_dim => {
+                }
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "CLIP vision features for {} must be [{batch} or 1, N > 0, {}], got {other:?}",
+                        cfg.variant(),
+                        image.clip_dim
+                    )));
+                }
+            }
+        }
+        let (rows, cols) = (h.div_ceil(PATCH), w.div_ceil(PATCH));
+        Ok(Grid { batch, frames, h, w, rows, cols, groups })
+    }
+
+    /// The patch tokens `[B, T·rows·cols, D]` in the compute type: each frame padded circularly to even sides
+    /// and cut into 2×2 patches (features channel-major, as the Conv3d's kernel is laid out), then the patch
+    /// embedding in f32 (ComfyUI keeps that Conv3d in f32).
+    fn patch_embedding<B: Backend>(&self, b: &B, x: &Tensor<B>, grid: &Grid) -> Result<Tensor<B>> {
+        let Grid { batch, frames, h, w, rows, cols, .. } = *grid;
+        let c = self.config.in_channels;
+        let mut x = b.cast(x, DType::F32)?;
+        if rows * PATCH > h {
+            x = b.pad(&x, 3, 0, rows * PATCH - h, PadMode::Circular)?;
+        }
+        if cols * PATCH > w {
+            x = b.pad(&x, 4, 0, cols * PATCH - w, PadMode::Circular)?;
+        }
+        let x = b.permute(&x, &[0, 2, 1, 3, 4])?;
+        let x = x.reshape(&[batch * frames, c, rows * PATCH, cols * PATCH])?;
+        let patches = latent_tokens::patchify(b, &x, PATCH)?;
+        let patches = patches.reshape(&[batch, grid.tokens(), c * PATCH * PATCH])?;
+        let layer = crate::named::fetch(
+            b,
+            &self.weights,
+            &crate::named::weight_and_bias("patch_embedding"),
+        )?;
+        let weight = layer.weight(0).reshape(&[self.config.dim, c * PATCH * PATCH])?;
+        let tokens = b.linear(&patches, &weight, Some(&layer.weight(1)))?;
+        Ok(b.cast(&tokens, b.compute_dtype())?)
+    }
+
+    /// The timestep embeddings of `timesteps` (one per sample or per frame): e `[n, D]` and ComfyUI's e0 =
+    /// `time_projection(e)` `[n, 6·D]`, in the compute type.
+    fn time_embedding<B: Backend>(
+        &self,
+        b: &B,
+        timesteps: &[f32],
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let freq = self.config.freq_dim;
+        let emb = sinusoid(timesteps, freq / 2);
+        let emb = b.from_f32(&[timesteps.len(), freq], &emb, DType::F32)?;
+        let emb = b.cast(&emb, b.compute_dtype())?;
+        let m = &self.weights;
+        let hidden = crate::named::linear(b, m, "time_embedding.0", &emb)?;
+        let e = crate::named::linear(b, m, "time_embedding.2", &b.unary(&hidden, UnaryOp::Silu)?)?;
+        let e0 = crate::named::linear(b, m, "time_projection.1", &b.unary(&e, UnaryOp::Silu)?)?;
+        Ok((e, e0))
+    }
+
+    /// The text in the model's width: Linear, GELU (tanh), Linear.
+    fn text_embedding<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let context = b.cast(context, b.compute_dtype())?;
+        let hidden = crate::named::linear(b, m, "text_embedding.0", &context)?;
+        let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
+        crate::named::linear(b, m, "text_embedding.2", &hidden)
+    }
+
+    /// The CLIP states in the model's width `[B, n', D]` with ComfyUI's `context_img_len` (the CLIP token count
+    /// n), for a model with the CLIP branch given them: FLF2V's `emb_pos` added to the first tokens (as many as
+    /// both have), then LayerNorm, Linear, GELU, Linear, LayerNorm; batch 1 repeated to the batch.
+    fn image_embedding<B: Backend>(
+        &self,
+        b: &B,
+        clip: Option<&Tensor<B>>,
+        batch: usize,
+    ) -> Result<Option<(Tensor<B>, usize)>> {
+        let (Some(image), Some(clip)) = (self.config.image, clip) else { return Ok(None) };
+        let n = clip.dim(1)?;
+        let mut clip = b.cast(clip, b.compute_dtype())?;
+        if let Some(pos) = image.pos_tokens {
+            let layer = crate::named::fetch(b, &self.weights, &["img_emb.emb_pos".to_owned()])?;
+            let table = b.weight_to_tensor(&layer.weight(0), clip.dtype())?;
+            let m = n.min(pos);
+            clip =
+                b.binary(&b.slice(&clip, 1, 0, m)?, &b.slice(&table, 1, 0, m)?, BinaryOp::Add)?;
+        }
+        let names: Vec<String> = ["0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"]
+            .into_iter()
+            .chain(["4.weight", "4.bias"])
+            .map(|n| format!("img_emb.proj.{n}"))
+            .collect();
+        let layer = crate::named::fetch(b, &self.weights, &names)?;
+        let w = |i: usize| layer.weight(i);
+        let x = b.layer_norm(&clip, Some(&w(0)), Some(&w(1)), IMAGE_EPS)?;
+        let x = b.unary(&b.linear(&x, &w(2), Some(&w(3)))?, UnaryOp::Gelu)?;
+        let x = b.linear(&x, &w(4), Some(&w(5)))?;
+        let x = b.layer_norm(&x, Some(&w(6)), Some(&w(7)), IMAGE_EPS)?;
+        let x = if x.dim(0)? < batch {
+            let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&x, batch).collect();
+            b.concat(&copies, 0)?
+        } else {
+            x
+        };
+        Ok(Some((x, n)))
+    }
+
+    /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at
+    /// `context_img_len`: a model with the CLIP branch given no CLIP states splits nothing off, and its image
+    /// attention reads the text too.
+    fn context<B: Backend>(
+        &self,
+        b: &B,
+        text: &Tensor<B>,
+        image: Option<&(Tensor<B>, usize)>,
+        s: usize,
+    ) -> Result<Context<B>> {
+        let text = b.slice(text, 0, s, 1)?;
+        if self.config.image.is_none() {
+            return Ok(Context { text, image: None });
+        }
+        let Some((image, n)) = image else {
+            return Ok(Context { image: Some(text.clone()), text });
+        };
+        let image = b.slice(image, 0, s, 1)?;
+        if image.dim(1)? == *n {
+            return Ok(Context { text, image: Some(image) });
+        }
+        // FLF2V's emb_pos covers fewer tokens than were given: the split still counts the tokens given.
+        let joint = b.concat(&[&image, &text], 1)?;
+        let len = joint.dim(1)?;
+        let at = (*n).min(len);
+        Ok(Context {
+            image: Some(b.slice(&joint, 1, 0, at)?),
+            text: b.slice(&joint, 1, at, len - at)?,
+        })
+    }
+
+    /// The RoPE table of a sample's tokens: token (f, i, j) at positions (f, i, j) on axes of 44, 42 and 42 of
+    /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs.
+    fn rope<B: Backend>(&self, b: &B, grid: &Grid) -> Result<Rope<B>> {
+        let third = HEAD_DIM / 6;
+        let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
+        let mut positions = Vec::with_capacity(grid.tokens());
+        for f in 0..grid.frames as i64 {
+            for i in 0..grid.rows as i64 {
+                positions.extend((0..grid.cols as i64).map(|j| [f, i, j]));
+            }
+        }
+        let (cos, sin) = crate::rope::tables(&positions, axes, ROPE_THETA);
+        let shape = [positions.len(), HEAD_DIM / 2];
+        Ok(Rope {
+            cos: b.from_f32(&shape, &cos, DType::F32)?,
+            sin: b.from_f32(&shape, &sin, DType::F32)?,
+        })
+    }
+
+    /// Block `w` on one sample's tokens `x` `[1, N, D]`.
+    fn block<B: Backend>(
+        &self,
+        b: &B,
+        w: &BlockWeights<'_, '_>,
+        x: &Tensor<B>,
+        m: &Modulation<B>,
+        context: &Context<B>,
+        rope: &Rope<B>,
+    ) -> Result<Tensor<B>> {
+        let eps = self.config.eps;
+
+        // Self-attention, modulated and gated.
+        let h = modulate(b, &b.layer_norm(x, None, None, eps)?, &m.scale[0], &m.shift[0])?;
+        let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
+        let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
+        let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
+        drop(h);
+        let o = self.attend(b, &q, &k, &v)?;
+        drop((q, k, v));
+        let y = b.linear(&o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
+        let x = gated_add(b, x, &y, &m.gate[0])?;
+        drop((o, y));
+
+        // Cross-attention on the text (and the image): no modulation, no gate.
+        let h =
+            b.layer_norm(&x, Some(&w.get("norm3.weight")?), Some(&w.get("norm3.bias")?), eps)?;
+        let q = self.heads(b, &h, w, "cross_attn.q", Some("cross_attn.norm_q"), None)?;
+        drop(h);
+        let k = self.heads(b, &context.text, w, "cross_attn.k", Some("cross_attn.norm_k"), None)?;
+        let v = self.heads(b, &context.text, w, "cross_attn.v", None, None)?;
+        let mut o = self.attend(b, &q, &k, &v)?;
+        if let Some(image) = &context.image {
+            let norm = Some("cross_attn.norm_k_img");
+            let k = self.heads(b, image, w, "cross_attn.k_img", norm, None)?;
+            let v = self.heads(b, image, w, "cross_attn.v_img", None, None)?;
+            o = b.binary(&o, &self.attend(b, &q, &k, &v)?, BinaryOp::Add)?;
+        }
+        drop((q, k, v));
+        let y = b.linear(&o, &w.get("cross_attn.o.weight")?, Some(&w.get("cross_attn.o.bias")?))?;
+        let x = b.binary(&x, &y, BinaryOp::Add)?;
+        drop((o, y));
+
+        // Feed-forward, modulated and gated.
+        let h = modulate(b, &b.layer_norm(&x, None, None, eps)?, &m.scale[1], &m.shift[1])?;
+        let y = self.ffn(b, &h, w)?;
+        gated_add(b, &x, &y, &m.gate[1])
+    }
+
+    /// `x` `[1, N, D]` through the Linear `proj` of `w`, RMS-normed across the whole width by `norm` (before the
+    /// split into heads, as ComfyUI's `rms_norm_across_heads`), rotated by `rope`, as heads `[1, H, N, 128]`.
+    fn heads<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        w: &BlockWeights<'_, '_>,
+        proj: &str,
+        norm: Option<&str>,
+        rope: Option<&Rope<B>>,
+    ) -> Result<Tensor<B>> {
+        let (batch, len) = (x.dim(0)?, x.dim(1)?);
+        let weight = w.get(&format!("{proj}.weight"))?;
+        let mut t = b.linear(x, &weight, Some(&w.get(&format!("{proj}.bias"))?))?;
+        if let Some(norm) = norm {
+            t = b.rms_norm(&t, Some(&w.get(&format!("{norm}.weight"))?), self.config.eps)?;
+        }
+        let mut t = t.reshape(&[batch, len, self.config.heads, HEAD_DIM])?;
+        if let Some(rope) = rope {
+            t = b.rope(&t, &rope.cos, &rope.sin, RopeLayout::Interleaved)?;
+        }
+        Ok(b.permute(&t, &[0, 2, 1, 3])?)
+    }
+
+    /// Unmasked attention of heads `[1, H, N, 128]` over `k`, `v`, back to tokens `[1, N, D]`.
+    fn attend<B: Backend>(
+        &self,
+        b: &B,
+        q: &Tensor<B>,
+        k: &Tensor<B>,
+        v: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+        let o = b.attention(q, k, v, AttentionMask::None, scale)?;
+        let (batch, len) = (o.dim(0)?, o.dim(2)?);
+        Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, len, self.config.dim])?)
+    }
+
+    /// The feed-forward `Linear(GELU_tanh(Linear(h)))` of `w` on `h` `[1, N, D]`, [`FFN_CHUNK_ROWS`] tokens at
+    /// a time.
+    fn ffn<B: Backend>(&self, b: &B, h: &Tensor<B>, w: &BlockWeights<'_, '_>) -> Result<Tensor<B>> {
+        let [w0, b0, w2, b2] =
+            ["ffn.0.weight", "ffn.0.bias", "ffn.2.weight", "ffn.2.bias"].map(|n| w.get(n));
+        let (w0, b0, w2, b2) = (w0?, b0?, w2?, b2?);
+        let shape = h.shape().to_vec();
+        let rows = h.numel() / self.config.dim;
+        let flat = h.reshape(&[rows, self.config.dim])?;
+        let mut parts = Vec::with_capacity(rows.div_ceil(FFN_CHUNK_ROWS));
+        for start in (0..rows).step_by(FFN_CHUNK_ROWS) {
+            let len = FFN_CHUNK_ROWS.min(rows - start);
+            let chunk = if len == rows { flat.clone() } else { b.slice(&flat, 0, start, len)? };
+            let hidden = b.unary(&b.linear(&chunk, &w0, Some(&b0))?, UnaryOp::GeluTanh)?;
+            parts.push(b.linear(&hidden, &w2, Some(&b2))?);
+        }
+        let y = match parts.len() {
+            1 => parts.remove(0),
+            _ => b.concat(&parts.iter().collect::<Vec<_>>(), 0)?,
+        };
+        Ok(y.reshape(&shape)?)
+    }
+
+    /// One sample's head output `[1, T·rows·cols, 4·out]` as the latent `[1, out, T, H, W]`: token (f, i, j),
+    /// feature (q·2 + r)·out + c → out[c, f, 2i + q, 2j + r], cropped to the unpadded sides.
+    fn unpatchify<B: Backend>(&self, b: &B, y: &Tensor<B>, grid: &Grid) -> Result<Tensor<B>> {
+        let Grid { frames, h, w, rows, cols, .. } = *grid;
+        let c = self.config.out_channels;
+        let y = y.reshape(&[frames, rows * cols, c * PATCH * PATCH])?;
+        let out = b.unpatchify(&y, PATCH, c, rows * PATCH, cols * PATCH)?;
+        let out = b.permute(&out, &[1, 0, 2, 3])?;
+        let mut out = out.reshape(&[1, c, frames, rows * PATCH, cols * PATCH])?;
+        if rows * PATCH > h {
+            out = b.slice(&out, 3, 0, h)?;
+        }
+        if cols * PATCH > w {
+            out = b.slice(&out, 4, 0, w)?;
+        }
+        Ok(out)
+    }
+}
+
+/// ComfyUI's sinusoidal timestep features `[ts.len(), 2·half]`: cos then sin of t · 10000^(−k/half), k < half,
+/// in f32 as ComfyUI computes them (`torch.pow`, not diffusers' `exp`).
+fn sinusoid(ts: &[f32], half: usize) -> Vec<f32> {
+    let freqs: Vec<f32> = (0..half).map(|k| 10000f32.powf(-(k as f32 / half as f32))).collect();
+    let mut out = Vec::with_capacity(ts.len() * 2 * half);
+    for &t in ts {
+        out.extend(freqs.iter().map(|f| (t * f).cos()));
+        out.extend(freqs.iter().map(|f| (t * f).sin()));
+    }
+    out
+}
+
+/// A block's modulation from `m` = `modulation + e0` `[groups, 6, D]`, in ComfyUI's order: shift, scale, gate of
+/// the self-attention, then of the feed-forward.
+fn modulation<B: Backend>(b: &B, m: &Tensor<B>, d: usize) -> Result<Modulation<B>> {
+    let groups = m.dim(0)?;
+    let chunk = |k: usize| -> Result<Tensor<B>> { Ok(b.slice(m, 1, k, 1)?.reshape(&[groups, d])?) };
+    Ok(Modulation {
+        shift: [chunk(0)?, chunk(3)?],
+        scale: [chunk(1)?, chunk(4)?],
+        gate: [chunk(2)?, chunk(5)?],
+    })
+}
+
+/// `x · (1 + scale) + shift` for a sample's tokens `x` `[1, N, D]` and `[groups, D]` vectors, each applying to
+/// its own N / groups consecutive tokens (its frame's).
+fn modulate<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    scale: &Tensor<B>,
+    shift: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    let shape = x.shape().to_vec();
+    let groups = scale.dim(0)?;
+    let d = scale.dim(1)?;
+    let grouped = x.reshape(&[groups, x.numel() / (groups * d), d])?;
+    Ok(b.modulate(&grouped, scale, Some(shift))?.reshape(&shape)?)
+}
+
+/// `x + y · gate` for a sample's tokens `[1, N, D]` and a `[groups, D]` gate (used as is, no tanh), each row
+/// for its own N / groups consecutive tokens.
+fn gated_add<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    y: &Tensor<B>,
+    gate: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    let (groups, d) = (gate.dim(0)?, gate.dim(1)?);
+    let grouped = y.reshape(&[groups, y.numel() / (groups * d), d])?;
+    let gated = b.binary(&grouped, &gate.reshape(&[groups, 1, d])?, BinaryOp::Mul)?;
+    Ok(b.binary(x, &gated.reshape(x.shape())?, BinaryOp::Add)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinusoid_is_cos_then_sin_of_powers_of_ten_thousand() {
+        let emb = sinusoid(&[2.0], 4);
+        let freqs = [1.0f64, 0.1, 0.01, 0.001];
+        for (k, f) in freqs.iter().enumerate() {
+            assert!((f64::from(emb[k]) - (2.0 * f).cos()).abs() < 1e-6, "cos {k}");
+            assert!((f64::from(emb[4 + k]) - (2.0 * f).sin()).abs() < 1e-6, "sin {k}");
+        }
+    }
+}

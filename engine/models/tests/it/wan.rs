@@ -1,0 +1,519 @@
+//! The Wan 2.1 / 2.2 DiT against `scripts/reference/wan.py`'s fixtures: diffusers' `WanTransformer3DModel`
+//! (cross-checked there with ComfyUI's `WanModel`) on one tiny random model and the variants made from it —
+//! T2V (with a padded odd latent), I2V (with and without CLIP states), FLF2V, a 2.2 I2V expert and TI2V 5B
+//! (per-frame and per-sample timesteps) — the same weights in diffusers' layout, detection of every released
+//! configuration, the refusal of Wan-derived models, and LoRAs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_compute::backend::cpu::Cpu;
+use kiln_compute::memory::{MemoryManager, SafetensorsFile};
+use kiln_compute::{Backend as _, DType, Tensor};
+use kiln_models::family::{
+    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
+};
+use kiln_models::header::diffusion_prefix;
+use kiln_models::synth::{self, SynthDtype, SynthFamily, WanFile, ZImageTurboSet};
+use kiln_models::wan::{self, Config, ImageEmbed, Layout, WanInput};
+use kiln_models::{Error, Header};
+
+use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors, write_header_only};
+
+type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// The fixture's variants (see `wan.py`): which tensors of `weights.safetensors` each keeps or replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Flf2v,
+    I2v,
+    Expert,
+    T2v,
+    Ti2v,
+}
+
+impl Variant {
+    /// The variant's config: the tiny model's widths with its channels and CLIP branch.
+    fn config(self) -> Config {
+        let base = Config {
+            dim: 256,
+            ffn_dim: 128,
+            heads: 2,
+            layers: 2,
+            in_channels: 36,
+            out_channels: 16,
+            text_dim: 32,
+            freq_dim: 256,
+            eps: 1e-6,
+            image: None,
+        };
+        let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
+        match self {
+            Variant::Flf2v => {
+                Config { image: Some(ImageEmbed { pos_tokens: Some(10), ..clip }), ..base }
+            }
+            Variant::I2v => Config { image: Some(clip), ..base },
+            Variant::Expert => base,
+            Variant::T2v => Config { in_channels: 16, ..base },
+            Variant::Ti2v => Config { in_channels: 48, out_channels: 48, ..base },
+        }
+    }
+
+    /// The variant's weights, from the fixture's.
+    fn tensors(self) -> Tensors {
+        let mut t = read_tensors("wan/weights.safetensors");
+        if self == Variant::Flf2v {
+            return t;
+        }
+        t.remove("img_emb.emb_pos");
+        if self == Variant::I2v {
+            return t;
+        }
+        t.retain(|name, _| !name.starts_with("img_emb.") && !name.contains("_img."));
+        if self == Variant::Expert {
+            return t;
+        }
+        let patch = t.get_mut("patch_embedding.weight").expect("the patch embedding");
+        let (rows, cols) = (patch.0[0], patch.0[1..].iter().product::<usize>());
+        let keep = 16 * cols / patch.0[1];
+        patch.1 = (0..rows).flat_map(|r| patch.1[r * cols..][..keep].to_vec()).collect();
+        patch.0[1] = 16;
+        if self == Variant::T2v {
+            return t;
+        }
+        t.extend(read_tensors("wan/ti2v.safetensors"));
+        t
+    }
+}
+
+/// The CPU backend and the model in `path` as detection and the loader see it.
+fn load(path: &Path) -> (Arc<Cpu>, DiffusionDetected, DiffusionNet) {
+    let (b, manager) = cpu(256 << 20);
+    let (detected, net) = load_on(&manager, path);
+    (b, detected, net)
+}
+
+/// The model in `path` loaded by `manager` (whose backend must run it: weights live in its device memory).
+fn load_on(manager: &Arc<MemoryManager>, path: &Path) -> (DiffusionDetected, DiffusionNet) {
+    let file = SafetensorsFile::open(path).unwrap();
+    let prefix = diffusion_prefix(file.names());
+    let header = Header::new(&file, &prefix);
+    let detected = DiffusionDetected::detect(&header).unwrap().expect("a Wan DiT");
+    let weights = manager.load(&detected.load_plan(&header), &mut |_, _| {}).unwrap();
+    (detected.clone(), detected.build(weights))
+}
+
+/// The tensor `name` of the fixture's io file on `b`.
+fn io_tensor(b: &Cpu, io: &Tensors, name: &str) -> Tensor<Cpu> {
+    b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap()
+}
+
+/// Runs `net` on case `case` (reading the inputs of case `inputs`, and its CLIP states if `clip`) through the
+/// family layer; `t.<case>` of two dimensions goes in as per-frame timesteps.
+fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec<f32> {
+    let io = read_tensors("wan/io.safetensors");
+    let x = io_tensor(b, &io, &format!("x.{inputs}"));
+    let context = io_tensor(b, &io, &format!("context.{inputs}"));
+    let clip_states = (clip && io.contains_key(&format!("clip.{inputs}")))
+        .then(|| io_tensor(b, &io, &format!("clip.{inputs}")));
+    let (t_shape, t) = io.get(&format!("t.{case}")).unwrap_or(&io[&format!("t.{inputs}")]);
+    let per_frame = t_shape.len() == 2;
+    let sample_t = vec![0.0; x.dim(0).unwrap()];
+    let input = DiffusionInput {
+        x: &x,
+        timesteps: if per_frame { &sample_t } else { t },
+        context: &context,
+        pooled: None,
+        guidance: DistilledGuidance::Unset,
+        references: &[],
+        reference_method: None,
+        kv_cache: None,
+        text_prefix: None,
+        controls: &[],
+        patches: &[],
+        clip_vision: clip_states.as_ref(),
+        frame_timesteps: per_frame.then_some(t.as_slice()),
+        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+    };
+    let out = net.forward(b, input).unwrap();
+    assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
+    b.to_f32(&out).unwrap()
+}
+
+/// Checks `net` on case `case` against the fixture.
+fn check(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) {
+    let io = read_tensors("wan/io.safetensors");
+    assert_close(case, &run(b, net, case, inputs, clip), &io[&format!("out.{case}")].1, 1e-4);
+}
+
+#[test]
+fn every_variant_matches_diffusers() {
+    // (case, the case whose inputs it reads, whether it passes the CLIP states)
+    type Runs = &'static [(&'static str, &'static str, bool)];
+    let cases: [(Variant, DiffusionFamily, Runs); 5] = [
+        (
+            Variant::T2v,
+            DiffusionFamily::Wan21,
+            &[("t2v", "t2v", false), ("ragged", "ragged", false)],
+        ),
+        (
+            Variant::I2v,
+            DiffusionFamily::Wan21,
+            &[("i2v", "i2v", true), ("i2v_noclip", "i2v", false)],
+        ),
+        (Variant::Flf2v, DiffusionFamily::Wan21, &[("flf2v", "flf2v", true)]),
+        (Variant::Expert, DiffusionFamily::Wan21, &[("expert", "expert", false)]),
+        (
+            Variant::Ti2v,
+            DiffusionFamily::Wan22,
+            &[("ti2v", "ti2v", false), ("ti2v_sample", "ti2v", false)],
+        ),
+    ];
+    for (variant, family, runs) in cases {
+        let file = TempTensors::new(&format!("wan-{variant:?}"), variant.tensors());
+        let (b, detected, net) = load(&file.0);
+        assert_eq!(
+            detected,
+            DiffusionDetected::Wan(variant.config(), Layout::Comfy),
+            "{variant:?}"
+        );
+        assert_eq!((detected.family(), net.family()), (family, family), "{variant:?}");
+        assert_eq!(
+            net.concat_channels(),
+            variant.config().in_channels - variant.config().out_channels
+        );
+        for &(case, inputs, clip) in runs {
+            check(&b, &net, case, inputs, clip);
+        }
+    }
+}
+
+#[test]
+fn clip_states_go_to_the_clip_branch_only() {
+    let file = TempTensors::new("wan-expert-clip", Variant::Expert.tensors());
+    let (b, _, net) = load(&file.0);
+    // The expert (no img_emb) reads no CLIP states: passing some changes nothing, as in ComfyUI's t2v cross
+    // attention.
+    let io = read_tensors("wan/io.safetensors");
+    let x = io_tensor(&b, &io, "x.expert");
+    let context = io_tensor(&b, &io, "context.expert");
+    let clip = b.full(&[1, 5, 32], 1.0, DType::F32).unwrap();
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let input = WanInput {
+        x: &x,
+        timesteps: &io["t.expert"].1,
+        context: &context,
+        clip: Some(&clip),
+        skip: 0,
+    };
+    let out = model.forward(&*b, &input).unwrap();
+    assert_close("expert with CLIP", &b.to_f32(&out).unwrap(), &io["out.expert"].1, 1e-4);
+}
+
+#[test]
+fn diffusers_layout_loads_to_the_same_model() {
+    let names: BTreeMap<String, (String, Vec<usize>)> = serde_json::from_slice(
+        &std::fs::read(fixture("wan/diffusers_names.json")).expect("the names"),
+    )
+    .expect("a JSON map");
+    let to_diffusers: BTreeMap<&str, &str> =
+        names.iter().map(|(d, (comfy, _))| (comfy.as_str(), d.as_str())).collect();
+    let tensors: Tensors = Variant::Flf2v
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| (to_diffusers[name.as_str()].to_owned(), t))
+        .collect();
+    let file = TempTensors::new("wan-diffusers", tensors);
+    let (b, detected, net) = load(&file.0);
+    assert_eq!(detected, DiffusionDetected::Wan(Variant::Flf2v.config(), Layout::Diffusers));
+    check(&b, &net, "flf2v", "flf2v", true);
+}
+
+/// One released configuration as `released.json` lists ComfyUI's module: every weight's name and shape,
+/// sorted.
+fn released(name: &str) -> Vec<(String, Vec<usize>)> {
+    let all: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("wan/released.json")).expect("the list"))
+            .expect("JSON");
+    let r = &all[name];
+    let shapes = |v: &serde_json::Value| -> Vec<(String, Vec<usize>)> {
+        let map = v.as_object().expect("a map of shapes");
+        map.iter()
+            .map(|(n, s)| {
+                let dims = s.as_array().expect("a shape");
+                (n.clone(), dims.iter().map(|d| d.as_u64().expect("a size") as usize).collect())
+            })
+            .collect()
+    };
+    let mut out = shapes(&r["globals"]);
+    let block = shapes(&r["block"]);
+    for i in 0..r["blocks"].as_u64().expect("a count") {
+        out.extend(block.iter().map(|(n, s)| (format!("blocks.{i}.{n}"), s.clone())));
+    }
+    assert_eq!(out.len() as u64, r["keys"].as_u64().expect("a count"), "{name}");
+    out.sort();
+    out
+}
+
+/// A scratch folder under the test binary's temporary folder.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wan").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+#[test]
+fn released_configurations_are_synths_and_are_detected() {
+    let dir = scratch("released");
+    let set = ZImageTurboSet::real();
+    let configs = [
+        ("t2v_1_3b", set.wan21.clone(), DiffusionFamily::Wan21, 825),
+        ("t2v_14b", WanFile::T2vA14b.config(&set), DiffusionFamily::Wan21, 1095),
+        ("i2v_14b", WanFile::I2v14b.config(&set), DiffusionFamily::Wan21, 1303),
+        ("flf2v_14b", WanFile::Flf2v14b.config(&set), DiffusionFamily::Wan21, 1304),
+        ("i2v_a14b", WanFile::I2vA14b.config(&set), DiffusionFamily::Wan21, 1095),
+        ("ti2v_5b", set.wan22.clone(), DiffusionFamily::Wan22, 825),
+    ];
+    for (name, config, family, keys) in configs {
+        let comfy = released(name);
+        let mut synth = wan::expected_shapes(&config);
+        synth.sort();
+        assert_eq!(synth, comfy, "{name}: synth's tensors are ComfyUI's module's");
+        assert_eq!(synth.len(), keys, "{name}");
+        let path = dir.join(format!("{name}.safetensors"));
+        write_header_only(&path, &comfy);
+        let file = SafetensorsFile::open(&path).unwrap();
+        let header = Header::new(&file, "");
+        let detected = DiffusionDetected::detect(&header).unwrap().expect("a Wan DiT");
+        assert_eq!(detected, DiffusionDetected::Wan(config.clone(), Layout::Comfy), "{name}");
+        assert_eq!(detected.family(), family, "{name}");
+        assert_eq!(detected.sampling().shift(), 8.0, "{name}");
+        assert_eq!(detected.load_plan(&header).slots.len(), keys, "{name}");
+        drop(file);
+        std::fs::remove_file(&path).expect("removes the file");
+    }
+    assert_eq!(set.wan21.variant(), "Wan T2V");
+    assert_eq!(WanFile::I2v14b.config(&set).variant(), "Wan 2.1 I2V");
+    assert_eq!(WanFile::Flf2v14b.config(&set).variant(), "Wan 2.1 FLF2V");
+    assert_eq!(WanFile::I2vA14b.config(&set).variant(), "Wan 2.2 I2V");
+    assert_eq!(set.wan22.variant(), "Wan 2.2 TI2V 5B");
+    assert!(set.wan22.image_to_video() && WanFile::I2v14b.config(&set).image_to_video());
+    assert!(!WanFile::I2vA14b.config(&set).image_to_video() && !set.wan21.image_to_video());
+}
+
+#[test]
+fn tiny_synth_files_are_detected_as_their_configuration() {
+    let dir = scratch("tiny");
+    let set = ZImageTurboSet::tiny();
+    let files = [
+        (SynthFamily::Diffusion(DiffusionFamily::Wan21), set.wan21.clone()),
+        (SynthFamily::Diffusion(DiffusionFamily::Wan22), set.wan22.clone()),
+    ]
+    .into_iter()
+    .chain(WanFile::ALL.map(|f| (SynthFamily::Wan(f), f.config(&set))));
+    for (family, config) in files {
+        let path = dir.join(format!("{family}.safetensors"));
+        synth::write_family(&path, family, &set, SynthDtype::Bf16, 3, &mut |_, _| {}).unwrap();
+        let file = SafetensorsFile::open(&path).unwrap();
+        let detected = DiffusionDetected::detect(&Header::new(&file, "")).unwrap();
+        assert_eq!(detected, Some(DiffusionDetected::Wan(config, Layout::Comfy)), "{family}");
+    }
+}
+
+#[test]
+fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
+    let mut vace = Variant::T2v.tensors();
+    vace.insert(
+        "vace_patch_embedding.weight".into(),
+        (vec![256, 96, 1, 2, 2], vec![0.0; 256 * 96 * 4]),
+    );
+    let file = TempTensors::new("wan-vace", vace);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
+    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
+    assert!(
+        err.to_string().contains("VACE") && err.to_string().contains("vace_patch_embedding"),
+        "{err}"
+    );
+
+    let mut missing = Variant::I2v.tensors();
+    missing.remove("blocks.1.cross_attn.k_img.weight");
+    let file = TempTensors::new("wan-missing", missing);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
+    assert!(err.to_string().contains("blocks.1.cross_attn.k_img.weight"), "{err}");
+
+    let file = TempTensors::new("wan-bad-inputs", Variant::T2v.tensors());
+    let (b, _, net) = load(&file.0);
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let context = b.full(&[1, 3, 32], 0.0, DType::F32).unwrap();
+    let x = b.full(&[1, 36, 1, 2, 2], 0.0, DType::F32).unwrap();
+    let input = WanInput { x: &x, timesteps: &[500.0], context: &context, clip: None, skip: 0 };
+    let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
+    assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
+    let x = b.full(&[1, 16, 3, 2, 2], 0.0, DType::F32).unwrap();
+    let input = WanInput { x: &x, timesteps: &[1.0, 2.0], context: &context, clip: None, skip: 0 };
+    let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
+    assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
+}
+
+/// A deterministic source of values in [-scale, scale).
+fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Every tensor of an f32 safetensors file.
+fn read_f32(path: &Path) -> Tensors {
+    let bytes = std::fs::read(path).expect("the file");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+#[test]
+fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
+    let dir = scratch("lora");
+    let set = ZImageTurboSet::tiny();
+    let (model_path, lora_path) = (dir.join("wan21.safetensors"), dir.join("lora.safetensors"));
+    let write = |path: &Path, family| {
+        synth::write_family(path, family, &set, SynthDtype::F32, 5, &mut |_, _| {}).unwrap();
+    };
+    write(&model_path, SynthFamily::Diffusion(DiffusionFamily::Wan21));
+    write(&lora_path, SynthFamily::Lora(DiffusionFamily::Wan21));
+
+    // W + strength · B·A by hand, for every pair the LoRA file has.
+    let strength = 0.8;
+    let mut merged = read_f32(&model_path);
+    let lora = read_f32(&lora_path);
+    let mut adapted = 0;
+    for (name, (a_shape, a)) in &lora {
+        let Some(stem) = name.strip_suffix(".lora_A.weight") else { continue };
+        let (b_shape, up) = &lora[&format!("{stem}.lora_B.weight")];
+        let (rows, rank, cols) = (b_shape[0], a_shape[0], a_shape[1]);
+        let target =
+            format!("{}.weight", stem.strip_prefix("diffusion_model.").expect("the prefix"));
+        let w = &mut merged.get_mut(&target).expect("the adapted weight").1;
+        for i in 0..rows {
+            for j in 0..cols {
+                w[i * cols + j] +=
+                    strength * (0..rank).map(|r| up[i * rank + r] * a[r * cols + j]).sum::<f32>();
+            }
+        }
+        adapted += 1;
+    }
+    assert_eq!(adapted, set.wan21.layers * 8);
+    let hand = TempTensors::new("wan-lora-hand", merged);
+
+    let (b, manager) = cpu(256 << 20);
+    let (_, net) = load_on(&manager, &model_path);
+    let slots: Vec<(&str, &[usize])> =
+        net.weights().names().map(|n| (n, net.weights().info(n).expect("a slot").1)).collect();
+    let patches =
+        net.lora(&SafetensorsFile::open(&lora_path).unwrap(), &slots, strength).expect("patches");
+    assert!(patches.unmatched.is_empty(), "{:?}", patches.unmatched);
+    assert_eq!(patches.patches.len(), adapted);
+    let (_, hand_net) = load_on(&manager, &hand.0);
+
+    let mut seed = 17;
+    let x =
+        b.from_f32(&[1, 16, 2, 4, 6], &values(&mut seed, 16 * 2 * 4 * 6, 1.0), DType::F32).unwrap();
+    let context = b.from_f32(&[1, 3, 4096], &values(&mut seed, 3 * 4096, 1.0), DType::F32).unwrap();
+    let forward = |net: &DiffusionNet| {
+        let DiffusionNet::Wan(model) = net else { panic!("a Wan DiT") };
+        let input = WanInput { x: &x, timesteps: &[640.0], context: &context, clip: None, skip: 0 };
+        b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
+    };
+    let plain = forward(&net);
+    net.weights().set_patches(patches.patches).expect("patches set");
+    let patched = forward(&net);
+    let want = forward(&hand_net);
+    assert_close("patched vs merged", &patched, &want, 1e-4);
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let moved = plain.iter().zip(&want).fold(0f32, |m, (p, w)| m.max((p - w).abs()));
+    assert!(moved > 1e-3 * scale, "the LoRA moved the output by {moved} (scale {scale})");
+}
+
+#[test]
+fn lora_key_forms_name_comfyuis_weights() {
+    let config = Variant::I2v.config();
+    let shapes = wan::expected_shapes(&config);
+    let slots: Vec<(&str, &[usize])> =
+        shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let d = config.dim;
+    let mut seed = 3;
+    let mut tensors: Tensors = BTreeMap::new();
+    let mut add = |name: &str, shape: Vec<usize>| {
+        let n = shape.iter().product();
+        tensors.insert(name.to_owned(), (shape, values(&mut seed, n, 0.1)));
+    };
+    // ComfyUI's own names, kohya's, Wan Fun's doubled underscore (read because its marker key is there), a
+    // bias diff, a whole-tensor diff of a modulation table, and a diffusers name ComfyUI does not read.
+    add("diffusion_model.blocks.0.self_attn.q.lora_down.weight", vec![2, d]);
+    add("diffusion_model.blocks.0.self_attn.q.lora_up.weight", vec![d, 2]);
+    add("diffusion_model.blocks.0.self_attn.q.alpha", vec![]);
+    add("diffusion_model.blocks.0.self_attn.q.diff_b", vec![d]);
+    add("lora_unet_blocks_1_ffn_0.lora_A.weight", vec![2, d]);
+    add("lora_unet_blocks_1_ffn_0.lora_B.weight", vec![config.ffn_dim, 2]);
+    add("lora_unet__blocks_0_cross_attn_k.lora_down.weight", vec![2, d]);
+    add("lora_unet__blocks_0_cross_attn_k.lora_up.weight", vec![d, 2]);
+    add("lora_unet__blocks_1_cross_attn_v_img.lora_down.weight", vec![2, d]);
+    add("lora_unet__blocks_1_cross_attn_v_img.lora_up.weight", vec![d, 2]);
+    add("diffusion_model.blocks.1.modulation.diff", vec![1, 6, d]);
+    add("diffusion_model.img_emb.emb_pos.diff", vec![1, 10, 32]);
+    add("transformer.blocks.0.attn1.to_k.lora_A.weight", vec![2, d]);
+    add("transformer.blocks.0.attn1.to_k.lora_B.weight", vec![d, 2]);
+    let file = TempTensors::new("wan-lora-forms", tensors.clone());
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let patches = wan::lora::patches(&sf, &slots, 1.0).expect("patches");
+    let names: Vec<&str> = patches.patches.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want = vec![
+        "blocks.0.self_attn.q.weight",
+        "blocks.0.self_attn.q.bias",
+        "blocks.0.cross_attn.k.weight",
+        "blocks.1.modulation",
+        "blocks.1.cross_attn.v_img.weight",
+        "blocks.1.ffn.0.weight",
+    ];
+    // (The model above has no emb_pos: that diff names no weight.)
+    let mut got = names.clone();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(
+        patches.unmatched,
+        [
+            "diffusion_model.img_emb.emb_pos.diff",
+            "transformer.blocks.0.attn1.to_k.lora_A.weight",
+            "transformer.blocks.0.attn1.to_k.lora_B.weight"
+        ]
+    );
+
+    // Without Wan Fun's marker key, the doubled underscore names nothing, as in ComfyUI.
+    tensors.retain(|name, _| !name.starts_with("lora_unet__blocks_0_cross_attn_k"));
+    let file = TempTensors::new("wan-lora-no-marker", tensors);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let patches = wan::lora::patches(&sf, &slots, 1.0).expect("patches");
+    assert!(patches.patches.iter().all(|(n, _)| n != "blocks.1.cross_attn.v_img.weight"));
+    assert!(
+        patches.unmatched.iter().any(|n| n.starts_with("lora_unet__blocks_1_cross_attn_v_img"))
+    );
+}

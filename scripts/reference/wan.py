@@ -1,0 +1,337 @@
+"""Fixtures for Kiln's Wan 2.1 / 2.2 diffusion transformer (engine/models/tests/fixtures/wan/), from diffusers'
+WanTransformer3DModel, cross-checked with ComfyUI's own WanModel (comfy/ldm/wan/model.py at 0f1fa67a).
+
+Run from the repository root:
+    COMFYUI_DIR=... $(scripts/reference/setup.sh) scripts/reference/wan.py
+(ComfyUI's imports need the extra pins listed in comfy_sampling.py: einops, comfy-kitchen, ...)
+
+One tiny random FLF2V-shaped model holds every weight the cases use; the other variants are that model with
+tensors left out or replaced (models-wan-video.md 2.2), as the Rust test rebuilds them:
+- flf2v: the whole file (in 36, out 16, img_emb with emb_pos);
+- i2v: without `img_emb.emb_pos` (2.1 I2V);
+- expert: without `img_emb.*` and the blocks' `cross_attn.{k_img,v_img,norm_k_img}` (a 2.2 I2V A14B expert: 36
+  channels in, no CLIP branch, detected by ComfyUI as t2v);
+- t2v: the expert with `patch_embedding.weight` cut to its first 16 input channels (2.1 T2V);
+- ti2v: t2v with `patch_embedding.*` and `head.head.*` from ti2v.safetensors (2.2 TI2V 5B: 48 in and out).
+
+Sizes: dim 256 = 2 heads x 128 (so the RoPE split 44/42/42 and the q/k RMSNorm across both heads are the
+released ones), ffn 128, 2 blocks, text width 32, CLIP width 32 (ComfyUI hard-codes 1280 in MLPProj; its module
+gets a 32-wide one swapped in, which changes nothing else), 5 CLIP tokens per image (10 for FLF2V's two images,
+so emb_pos is [1, 10, 32]).
+
+Writes:
+- weights.safetensors: the FLF2V-shaped model in ComfyUI's (original Wan) names, bf16. Every value random (norm
+  gains 1 + 0.2 N, biases 0.1 N, modulation tables N / sqrt(dim), emb_pos 0.1 N, weights N / sqrt(fan-in)); the
+  references run in f32 on exactly these bf16 values.
+- ti2v.safetensors: `patch_embedding.{weight,bias}` [256, 48, 1, 2, 2] / [256] and `head.head.{weight,bias}`
+  [192, 256] / [192] of the TI2V-shaped variant (bf16).
+- diffusers_names.json: {diffusers name: [ComfyUI name, shape]} for every weight of weights.safetensors (the
+  conversion this script loads diffusers with), so the test rebuilds the file in diffusers' layout.
+- released.json: for each released configuration, ComfyUI's module built on the meta device: its weights outside
+  the blocks and those of block 0 (name -> shape; every block has the same), and the block count.
+- io.safetensors (f32), per case c: `x.<c>` [B, C, T, H, W] (the channels the DiT reads), `t.<c>` (sigma x 1000:
+  [B], or [B, T] per latent frame for ti2v), `context.<c>` [B, L, 32], `clip.<c>` where the case has CLIP
+  features, and the output `out.<c>` [B, out, T, H, W]:
+  t2v (B 2, 16 x 3 x 4 x 6, L 7, t 900 / 250); ragged (B 1, 16 x 2 x 5 x 7: ComfyUI pads H and W circularly to
+  even and crops the output; diffusers gets the padded latent and its output is cropped the same way, L 4, t 500);
+  i2v (B 2, 36 x 2 x 4 x 4, L 512, clip [1, 5, 32] repeated to the batch as ComfyUI's CONDRegular does,
+  t 700 / 300); i2v_noclip (only `out`: the i2v inputs without the CLIP features; ComfyUI then splits nothing
+  off and the image attention reads the text too; recorded from ComfyUI, diffusers has no such call); flf2v (B 1,
+  36 x 2 x 4 x 6, L 512, clip [1, 10, 32] = both images' tokens, t 600); expert (B 1, 36 x 2 x 4 x 4, L 6,
+  t 875); ti2v (B 2, 48 x 3 x 4 x 4, L 5, per-frame t [[0, 800, 800], [0, 300, 300]] as a noise mask with a
+  clean first frame gives); ti2v_sample (only `t` and `out`: the ti2v x and context, t 800 / 300 per sample).
+
+diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
+text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
+the CLIP states as [2B, 5, 32]; its TI2V path takes a timestep per token, so each frame's t is repeated over the
+frame's tokens. Every case diffusers can run is recorded from diffusers and must agree with ComfyUI's module
+within 1e-5 of the output's largest magnitude; ComfyUI's detection must give WAN21_I2V (flf2v, i2v), WAN21_T2V
+(expert, t2v) and WAN22_T2V (ti2v) for the variants, and refuse none of them.
+"""
+
+import json
+import os
+import sys
+
+import torch
+from diffusers import WanTransformer3DModel
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
+
+OUT = "engine/models/tests/fixtures/wan"
+DIM, HEADS, FFN, LAYERS, TEXT, CLIP, CLIP_TOKENS = 256, 2, 128, 2, 32, 32, 5
+DIFFUSERS = dict(patch_size=(1, 2, 2), num_attention_heads=HEADS, attention_head_dim=DIM // HEADS, in_channels=36,
+                 out_channels=16, text_dim=TEXT, freq_dim=256, ffn_dim=FFN, num_layers=LAYERS, cross_attn_norm=True,
+                 qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=CLIP, added_kv_proj_dim=DIM,
+                 pos_embed_seq_len=2 * CLIP_TOKENS)
+# ComfyUI's WanModel for each released configuration (models-wan-video.md 2.2).
+RELEASED = {
+    "t2v_1_3b": dict(model_type="t2v", dim=1536, ffn_dim=8960, num_heads=12, num_layers=30, in_dim=16, out_dim=16),
+    "t2v_14b": dict(model_type="t2v", dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=16, out_dim=16),
+    "i2v_14b": dict(model_type="i2v", dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36, out_dim=16),
+    "flf2v_14b": dict(model_type="i2v", dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36, out_dim=16,
+                      flf_pos_embed_token_number=514),
+    "i2v_a14b": dict(model_type="t2v", dim=5120, ffn_dim=13824, num_heads=40, num_layers=40, in_dim=36, out_dim=16),
+    "ti2v_5b": dict(model_type="t2v", dim=3072, ffn_dim=14336, num_heads=24, num_layers=30, in_dim=48, out_dim=48),
+}
+
+
+def comfy_name(name):
+    """diffusers WanTransformer3DModel name -> ComfyUI / original Wan name (models-wan-video.md 2.3; note the
+    norm2/norm3 swap: diffusers' affine cross-attention norm is norm2, ComfyUI's norm3)."""
+    top = [("condition_embedder.time_embedder.linear_1.", "time_embedding.0."),
+           ("condition_embedder.time_embedder.linear_2.", "time_embedding.2."),
+           ("condition_embedder.time_proj.", "time_projection.1."),
+           ("condition_embedder.text_embedder.linear_1.", "text_embedding.0."),
+           ("condition_embedder.text_embedder.linear_2.", "text_embedding.2."),
+           ("condition_embedder.image_embedder.norm1.", "img_emb.proj.0."),
+           ("condition_embedder.image_embedder.ff.net.0.proj.", "img_emb.proj.1."),
+           ("condition_embedder.image_embedder.ff.net.2.", "img_emb.proj.3."),
+           ("condition_embedder.image_embedder.norm2.", "img_emb.proj.4."),
+           ("proj_out.", "head.head."), ("patch_embedding.", "patch_embedding.")]
+    for old, new in top:
+        if name.startswith(old):
+            return new + name[len(old):]
+    exact = {"condition_embedder.image_embedder.pos_embed": "img_emb.emb_pos", "scale_shift_table": "head.modulation"}
+    if name in exact:
+        return exact[name]
+    _, i, rest = name.split(".", 2)
+    block = [("attn1.to_q.", "self_attn.q."), ("attn1.to_k.", "self_attn.k."), ("attn1.to_v.", "self_attn.v."),
+             ("attn1.to_out.0.", "self_attn.o."), ("attn1.norm_q.", "self_attn.norm_q."),
+             ("attn1.norm_k.", "self_attn.norm_k."), ("attn2.to_q.", "cross_attn.q."), ("attn2.to_k.", "cross_attn.k."),
+             ("attn2.to_v.", "cross_attn.v."), ("attn2.to_out.0.", "cross_attn.o."),
+             ("attn2.norm_q.", "cross_attn.norm_q."), ("attn2.norm_k.", "cross_attn.norm_k."),
+             ("attn2.add_k_proj.", "cross_attn.k_img."), ("attn2.add_v_proj.", "cross_attn.v_img."),
+             ("attn2.norm_added_k.", "cross_attn.norm_k_img."), ("norm2.", "norm3."),
+             ("ffn.net.0.proj.", "ffn.0."), ("ffn.net.2.", "ffn.2."), ("scale_shift_table", "modulation")]
+    for old, new in block:
+        if rest.startswith(old):
+            return f"blocks.{i}.{new}{rest[len(old):]}"
+    raise KeyError(name)
+
+
+def random_values(name, shape):
+    """A bf16 value for a diffusers parameter: norm gains near 1, small biases, modulation tables like diffusers'
+    init, weights scaled by their fan-in."""
+    if name.endswith("bias"):
+        value = 0.1 * torch.randn(shape)
+    elif len(shape) == 1:
+        value = 1.0 + 0.2 * torch.randn(shape)
+    elif name.endswith("scale_shift_table"):
+        value = torch.randn(shape) / DIM ** 0.5
+    elif name.endswith("pos_embed"):
+        value = 0.1 * torch.randn(shape)
+    else:
+        fan_in = 1
+        for s in shape[1:]:
+            fan_in *= s
+        value = torch.randn(shape) / fan_in ** 0.5
+    return value.to(torch.bfloat16).contiguous()
+
+
+def variant(state, name, ti2v):
+    """The ComfyUI-named weights of a variant (see the module comment) from the base model's."""
+    if name == "flf2v":
+        return dict(state)
+    out = {k: v for k, v in state.items() if k != "img_emb.emb_pos"}
+    if name == "i2v":
+        return out
+    out = {k: v for k, v in out.items() if not k.startswith("img_emb.") and "_img." not in k}
+    if name == "expert":
+        return out
+    out["patch_embedding.weight"] = out["patch_embedding.weight"][:, :16].contiguous()
+    if name == "t2v":
+        return out
+    return {**out, **ti2v}
+
+
+# Each variant's diffusers config beside the base's, and which ComfyUI supported-model entry detects it.
+VARIANTS = {
+    "flf2v": ({}, "WAN21_I2V"),
+    "i2v": ({"pos_embed_seq_len": None}, "WAN21_I2V"),
+    "expert": ({"image_dim": None, "added_kv_proj_dim": None, "pos_embed_seq_len": None}, "WAN21_T2V"),
+    "t2v": ({"image_dim": None, "added_kv_proj_dim": None, "pos_embed_seq_len": None, "in_channels": 16},
+            "WAN21_T2V"),
+    "ti2v": ({"image_dim": None, "added_kv_proj_dim": None, "pos_embed_seq_len": None, "in_channels": 48,
+              "out_channels": 48}, "WAN22_T2V"),
+}
+# case: (variant, batch, channels, frames, h, w, text tokens, timesteps, CLIP tokens or None)
+CASES = {
+    "t2v": ("t2v", 2, 16, 3, 4, 6, 7, [900.0, 250.0], None),
+    "ragged": ("t2v", 1, 16, 2, 5, 7, 4, [500.0], None),
+    "i2v": ("i2v", 2, 36, 2, 4, 4, 512, [700.0, 300.0], CLIP_TOKENS),
+    "flf2v": ("flf2v", 1, 36, 2, 4, 6, 512, [600.0], 2 * CLIP_TOKENS),
+    "expert": ("expert", 1, 36, 2, 4, 4, 6, [875.0], None),
+    "ti2v": ("ti2v", 2, 48, 3, 4, 4, 5, [[0.0, 800.0, 800.0], [0.0, 300.0, 300.0]], None),
+    "ti2v_sample": ("ti2v", 2, 48, 3, 4, 4, 5, [800.0, 300.0], None),
+}
+
+
+# Cases that read another case's inputs: i2v_noclip all of i2v's but the CLIP states, ti2v_sample ti2v's x and
+# context with its own t.
+SHARED_INPUTS = {"i2v_noclip": "i2v", "ti2v_sample": "ti2v"}
+
+
+def main():
+    import_comfyui()
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(41)
+    base = WanTransformer3DModel(**DIFFUSERS)
+    shapes = {k: tuple(v.shape) for k, v in base.state_dict().items()}
+    stored = {comfy_name(k): random_values(k, s) for k, s in shapes.items()}
+    assert len(stored) == len(shapes)
+    ti2v = {"patch_embedding.weight": random_values("patch_embedding.weight", (DIM, 48, 1, 2, 2)),
+            "patch_embedding.bias": random_values("patch_embedding.bias", (DIM,)),
+            "head.head.weight": random_values("proj_out.weight", (4 * 48, DIM)),
+            "head.head.bias": random_values("proj_out.bias", (4 * 48,))}
+    save_file(stored, f"{OUT}/weights.safetensors")
+    save_file(ti2v, f"{OUT}/ti2v.safetensors")
+    with open(f"{OUT}/diffusers_names.json", "w") as f:
+        json.dump({k: [comfy_name(k), list(s)] for k, s in sorted(shapes.items())}, f, indent=0, sort_keys=True)
+        f.write("\n")
+
+    g = torch.Generator().manual_seed(7)
+    io = {}
+    for case, (_, b, c, t, h, w, n, steps, clip) in CASES.items():
+        io[f"t.{case}"] = torch.tensor(steps)
+        if case in SHARED_INPUTS:
+            continue
+        io[f"x.{case}"] = torch.randn(b, c, t, h, w, generator=g)
+        io[f"context.{case}"] = torch.randn(b, n, TEXT, generator=g)
+        if clip is not None:
+            io[f"clip.{case}"] = torch.randn(1, clip, CLIP, generator=g)
+
+    with torch.no_grad():
+        nets = {name: diffusers_net(name, stored, ti2v) for name in VARIANTS}
+        for case, spec in CASES.items():
+            io[f"out.{case}"] = diffusers_call(nets[spec[0]], io, case)
+        comfy = {name: comfy_net(name, stored, ti2v) for name in VARIANTS}
+        for case, spec in CASES.items():
+            got = comfy_call(comfy[spec[0]], io, case)
+            want = io[f"out.{case}"]
+            diff = float((got - want).abs().max())
+            rel = diff / float(want.abs().max())
+            print(f"ComfyUI vs diffusers, {case:12} {str(tuple(want.shape)):20} max |out| "
+                  f"{float(want.abs().max()):.3f}, max |difference| {diff:.2e} (relative {rel:.2e})")
+            assert rel < 1e-5, case
+        io["out.i2v_noclip"] = comfy_call(comfy["i2v"], io, "i2v_noclip", clip=False)
+        with_clip = io["out.i2v"]
+        moved = float((io["out.i2v_noclip"] - with_clip).abs().max())
+        print(f"ComfyUI, i2v without CLIP features: differs from i2v by {moved:.3f}")
+        detection_check(stored, ti2v)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+    released()
+    sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
+    print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
+
+
+def diffusers_net(name, stored, ti2v):
+    """diffusers' model of a variant, loaded with its weights renamed from ComfyUI's."""
+    net = WanTransformer3DModel(**{**DIFFUSERS, **VARIANTS[name][0]}).eval()
+    state = {k: v.float() for k, v in variant(stored, name, ti2v).items()}
+    names = {comfy_name(k): k for k in net.state_dict()}
+    result = net.load_state_dict({names[k]: v for k, v in state.items()}, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    return net
+
+
+def diffusers_call(net, io, case):
+    """diffusers' output for a case: the latent circularly padded to even H and W (ComfyUI's pad_to_patch_size;
+    diffusers' own patch embedding would drop the odd row and column) and the output cropped back."""
+    x, t, context, clip = inputs(io, case)
+    b, _, frames, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (0, w % 2, 0, h % 2, 0, 0), mode="circular")
+    if t.ndim == 2:
+        # One timestep per token: each frame's repeated over its (H/2)(W/2) tokens.
+        per_frame = padded.shape[3] * padded.shape[4] // 4
+        t = t.repeat_interleave(per_frame, dim=1)
+    if clip is not None:
+        clip = clip.repeat(b, 1, 1)
+        if clip.shape[1] == 2 * CLIP_TOKENS:
+            clip = clip.reshape(2 * b, CLIP_TOKENS, CLIP)
+    out = net(padded, t, context, encoder_hidden_states_image=clip, return_dict=False)[0]
+    return out[:, :, :frames, :h, :w].contiguous()
+
+
+def comfy_net(name, stored, ti2v, device=None):
+    """ComfyUI's WanModel of a variant with its (ComfyUI-named) weights, the MLPProj swapped for a 32-wide one."""
+    import comfy.ops
+    from comfy.ldm.wan.model import MLPProj, WanModel
+
+    ops = comfy.ops.disable_weight_init
+    config = {**DIFFUSERS, **VARIANTS[name][0]}
+    image = config["image_dim"] is not None
+    pos = config["pos_embed_seq_len"]
+    net = WanModel(model_type="i2v" if image else "t2v", patch_size=(1, 2, 2), in_dim=config["in_channels"], dim=DIM,
+                   ffn_dim=FFN, freq_dim=256, text_dim=TEXT, out_dim=config["out_channels"], num_heads=HEADS,
+                   num_layers=LAYERS, eps=1e-6, flf_pos_embed_token_number=pos, operations=ops).eval()
+    if image:
+        net.img_emb = MLPProj(CLIP, DIM, flf_pos_embed_token_number=pos,
+                              operation_settings={"operations": ops, "device": None, "dtype": None})
+    state = {k: v.float() for k, v in variant(stored, name, ti2v).items()}
+    result = net.load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    return net
+
+
+def comfy_call(net, io, case, clip=True):
+    """ComfyUI's output, called as model_base.WAN21 calls it: t = sigma x 1000 ([B], or [B, T] from WAN22's
+    process_timestep), clip_fea = the CLIP penultimate states repeated to the batch (none without `clip`)."""
+    x, t, context, clip_fea = inputs(io, case)
+    if clip_fea is not None and clip:
+        clip_fea = clip_fea.repeat(x.shape[0], 1, 1)
+    else:
+        clip_fea = None
+    return net(x, t, context, clip_fea=clip_fea, transformer_options={})
+
+
+def inputs(io, case):
+    """A case's latent, timesteps, text and CLIP states (those of the case it shares them with, if any; its own
+    timesteps where it has them)."""
+    source = SHARED_INPUTS.get(case, case)
+    t = io.get(f"t.{case}", io[f"t.{source}"])
+    return io[f"x.{source}"], t, io[f"context.{source}"], io.get(f"clip.{source}")
+
+
+def detection_check(stored, ti2v):
+    """ComfyUI's detection on each variant's file: the supported-model entry and the widths it reads."""
+    import comfy.model_detection
+
+    for name, (changes, kind) in VARIANTS.items():
+        state = variant(stored, name, ti2v)
+        config = comfy.model_detection.model_config_from_unet(dict(state), "")
+        assert type(config).__name__ == kind, (name, type(config).__name__)
+        unet = config.unet_config
+        want = {**DIFFUSERS, **changes}
+        assert (unet["dim"], unet["num_heads"], unet["ffn_dim"], unet["num_layers"], unet["in_dim"],
+                unet["out_dim"]) == (DIM, HEADS, FFN, LAYERS, want["in_channels"], want["out_channels"]), unet
+        assert unet.get("flf_pos_embed_token_number") == want["pos_embed_seq_len"], unet
+        print(f"ComfyUI detects {name:7} as {kind}")
+
+
+def released():
+    """released.json: ComfyUI's module of each released configuration on the meta device."""
+    import comfy.ops
+    from comfy.ldm.wan.model import WanModel
+
+    out = {}
+    for name, config in RELEASED.items():
+        net = WanModel(**config, text_dim=4096, freq_dim=256, patch_size=(1, 2, 2), eps=1e-6, device="meta",
+                       operations=comfy.ops.disable_weight_init)
+        state = {k: list(v.shape) for k, v in net.state_dict().items()}
+        blocks = [{k.split(".", 2)[2]: s for k, s in state.items() if k.startswith(f"blocks.{i}.")}
+                  for i in range(config["num_layers"])]
+        assert all(b == blocks[0] for b in blocks), name
+        out[name] = {"globals": {k: s for k, s in sorted(state.items()) if not k.startswith("blocks.")},
+                     "block": dict(sorted(blocks[0].items())), "blocks": config["num_layers"],
+                     "keys": len(state)}
+        print(f"released {name:10} {len(state)} weights")
+    with open(f"{OUT}/released.json", "w") as f:
+        json.dump(out, f, indent=0, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
