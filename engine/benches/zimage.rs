@@ -1,6 +1,8 @@
 //! The frontend's default Z-Image-Turbo workflow (issue #11), Qwen-Image's text-to-image template
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
-//! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), run in-process through the engine's [`Executor`]:
+//! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), or Wan 2.2
+//! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), run in-process through
+//! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
 //! for the process), the memory manager's device usage, and the VRAM budget it ran under. Prints JSON.
@@ -8,7 +10,8 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein] [--size 1024] [--steps 8]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b]
+//!        [--size 1024] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
 //!        [--out FILE] [--label TEXT]
@@ -68,6 +71,10 @@ enum Workflow {
     /// through SamplerCustomAdvanced, CFGGuider 1 (one DiT call a step), Flux2Scheduler; Qwen3-4B through
     /// CLIPLoader type `flux2`; the FLUX.2 VAE.
     Flux2Klein,
+    /// Wan 2.2 TI2V 5B's text-to-video template (`video_wan2_2_5B_ti2v`, its start image bypassed) on a
+    /// `size`² clip of 5 frames (2 latent frames): uni_pc, simple, CFG 5 with the stock negative (two DiT calls
+    /// a step, batched), ModelSamplingSD3 8; umT5-XXL through CLIPLoader type `wan`; the Wan 2.2 VAE.
+    Wan22Ti2v,
 }
 
 impl Workflow {
@@ -96,6 +103,11 @@ impl Workflow {
                 "text_encoders/qwen_3_4b.safetensors",
                 "vae/flux2-vae.safetensors",
             ],
+            Workflow::Wan22Ti2v => &[
+                "diffusion_models/wan2.2_ti2v_5B_fp16.safetensors",
+                "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+                "vae/wan2.2_vae.safetensors",
+            ],
         }
     }
 
@@ -112,6 +124,7 @@ impl Workflow {
             Workflow::QwenImageLightning => qwen_image_workflow(seed, size, steps, 1.0),
             Workflow::FluxDev => flux_dev_workflow(seed, size, steps),
             Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
+            Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
         }
     }
 
@@ -129,6 +142,10 @@ impl Workflow {
             }),
             Workflow::Flux2Klein => json!({
                 "sampler": "euler", "scheduler": "Flux2Scheduler", "cfg": 1, "dit_calls_per_step": 1,
+            }),
+            Workflow::Wan22Ti2v => json!({
+                "sampler": "uni_pc", "scheduler": "simple", "cfg": 5, "dit_calls_per_step": 2,
+                "frames": WAN_FRAMES,
             }),
         }
     }
@@ -183,9 +200,11 @@ fn parse_args() -> Result<Args, String> {
                 "qwen-image-lightning" => args.workflow = Workflow::QwenImageLightning,
                 "flux-dev" => args.workflow = Workflow::FluxDev,
                 "flux2-klein" => args.workflow = Workflow::Flux2Klein,
+                "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
                 other => {
                     return Err(format!(
-                        "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev or flux2-klein"
+                        "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
+                         flux2-klein or wan22-5b"
                     ));
                 }
             },
@@ -285,6 +304,30 @@ fn flux2_klein_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "73": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
         "74": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
         "70": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["74", 0], "guider": ["72", 0], "sampler": ["73", 0], "sigmas": ["69", 0], "latent_image": ["68", 0]}},
+    })
+}
+
+/// Frames of the Wan clip (`--workflow wan22-5b`): 5, two latent frames.
+const WAN_FRAMES: u32 = 5;
+
+/// Wan's stock negative prompt, as the templates carry it.
+const WAN_NEGATIVE: &str = "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量，JPEG压缩残留，丑陋的，残缺的，多余的手指，画得不好的手部，画得不好的脸部，畸形的，毁容的，形态畸形的肢体，手指融合，静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走";
+
+/// Wan 2.2 TI2V 5B's text-to-video template (its start image bypassed) on a `size`² clip of [`WAN_FRAMES`]
+/// frames at `steps` steps, the loaders' and the sampler's node ids as in the other graphs; the frames are saved
+/// as images.
+fn wan22_ti2v_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "wan2.2_vae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.2_ti2v_5B_fp16.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox running through fresh snow, tracking shot", "clip": ["62", 0]}},
+        "68": {"class_type": "Wan22ImageToVideoLatent", "inputs": {"width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "vae": ["63", 0]}},
+        "69": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8, "model": ["66", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 5, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": WAN_NEGATIVE, "clip": ["62", 0]}},
     })
 }
 
@@ -684,6 +727,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::QwenImageLightning => "qwen-image-lightning",
             Workflow::FluxDev => "flux-dev-text-to-image",
             Workflow::Flux2Klein => "flux2-klein-text-to-image",
+            Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()

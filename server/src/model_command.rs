@@ -57,9 +57,11 @@ pub(crate) struct SynthArgs {
     #[arg(long, value_enum, default_value_t = Files::Separate, conflicts_with = "family")]
     files: Files,
     /// Write one file of this family instead, under `--name`: z-image, flux1 (and its variants flux1-schnell,
-    /// flux1-fill, flux1-canny), flux2 (FLUX.2 Klein 4B), qwen-image, qwen3, qwen25vl, clip-l, t5xxl, the VAEs
-    /// (wan21-vae, flux-vae, flux2-vae), the LoRAs (z-image-lora, flux1-lora, flux2-lora, qwen-image-lora) and
-    /// the other files of those families; an unknown name lists them all.
+    /// flux1-fill, flux1-canny), flux2 (FLUX.2 Klein 4B), qwen-image, the Wan DiTs (wan21-t2v-1.3b,
+    /// wan21-i2v-14b, wan21-flf2v-14b, wan22-ti2v-5b, wan22-t2v-a14b, wan22-i2v-a14b), qwen3, qwen25vl, clip-l,
+    /// t5xxl, umt5-xxl, the VAEs (wan21-vae, wan22-vae, flux-vae, flux2-vae), the LoRAs (z-image-lora,
+    /// flux1-lora, flux2-lora, qwen-image-lora, wan21-lora, wan22-lora) and the other files of those families;
+    /// an unknown name lists them all.
     #[arg(long, requires = "name")]
     family: Option<SynthFamily>,
     /// The file's path inside the models folder, e.g. `loras/pixel_art_style_z_image_turbo.safetensors`.

@@ -58,7 +58,7 @@ const kilnFiles = [
   // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl' },
-  { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae)\.safetensors$/, family: 'wan21-vae' },
+  { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae|Wan2_1_VAE_bf16)\.safetensors$/, family: 'wan21-vae' },
   // Qwen-Image's LoRAs, whatever their authors call them (not `qwen-360-diffusion-2512-int8-bf16`, whose int8
   // encoding Kiln has not seen).
   { folder: 'loras', stem: /qwen[_-]?image|qwen[_-]edit|_qwen\.|^firered-image-edit/i, family: 'qwen-image-lora' },
@@ -95,6 +95,21 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^flux-2-klein-/i, family: 'flux2' },
   { folder: 'text_encoders', stem: /^qwen_3_8b[_.]/, family: 'qwen3' },
   { folder: 'vae', stem: /^(flux2-vae|full_encoder_small_decoder)\.safetensors$/, family: 'flux2-vae' },
+  // Wan 2.1 and 2.2: the DiTs by variant (the 2.1 T2V 14B and the A14B T2V experts share a structure; the high-
+  // and low-noise experts differ only in their weights), umT5-XXL (CLIPLoader type `wan`), the Wan 2.2 VAE, and
+  // the step-distillation and CausVid LoRAs (the tiny 14B and 1.3B DiTs share their widths).
+  { folder: 'diffusion_models', stem: /^wan2\.1_t2v_1\.3B[_.]/i, family: 'wan21-t2v-1.3b' },
+  { folder: 'diffusion_models', stem: /^wan2\.1_t2v_14B[_.]/i, family: 'wan22-t2v-a14b' },
+  { folder: 'diffusion_models', stem: /^(wan2\.1_i2v_(480p|720p)_14B|Wan2_1-I2V-14B-(480p|720p))[_.]/i, family: 'wan21-i2v-14b' },
+  { folder: 'diffusion_models', stem: /^wan2\.1_flf2v_720p_14B[_.]/i, family: 'wan21-flf2v-14b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_ti2v_5B[_.]/i, family: 'wan22-ti2v-5b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_t2v_(high|low)_noise_14B[_.]/i, family: 'wan22-t2v-a14b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_(i2v|fun_inpaint)_(high|low)_noise_14B[_.]/i, family: 'wan22-i2v-a14b' },
+  // Wan 2.1 Fun InP 1.3B: the I2V structure (36 channels in, the CLIP branch) at 1.3B's widths.
+  { folder: 'diffusion_models', stem: /^wan2\.1_fun_inp_1\.3B[_.]/i, family: 'wan21-i2v-14b' },
+  { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
+  { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
+  { folder: 'loras', stem: /lightx2v|causvid/i, family: 'wan21-lora' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];

@@ -363,8 +363,12 @@ pub struct CondExtras {
     /// The image latent an inpaint or instruct model is conditioned on (`InpaintModelConditioning`,
     /// `InstructPixToPixConditioning`), VAE space.
     pub concat_latent_image: Option<Tensor>,
-    /// The inpainting mask beside it, `[B, 1, H, W]` at the image's size.
+    /// The inpainting mask beside it, `[B, 1, H, W]` at the image's size (Wan's: `[1, 1 or 4, T, h, w]`, 0
+    /// where a frame is given).
     pub concat_mask: Option<Tensor>,
+    /// The CLIP vision states an image-to-video model attends to (`WanImageToVideo`'s `clip_vision_output`:
+    /// its `penultimate_hidden_states`, `[B, tokens, hidden]`; first and last frame's joined on tokens).
+    pub clip_vision: Option<Tensor>,
     /// ControlNets applied to this prompt, in the order they were applied (ComfyUI's `control` chain, whose
     /// outputs are summed).
     pub controls: Vec<ControlApplication>,
@@ -376,6 +380,7 @@ impl CondExtras {
         self.reference_latents.iter().map(Tensor::byte_size).sum::<usize>()
             + self.concat_latent_image.as_ref().map_or(0, Tensor::byte_size)
             + self.concat_mask.as_ref().map_or(0, Tensor::byte_size)
+            + self.clip_vision.as_ref().map_or(0, Tensor::byte_size)
             + self.controls.iter().map(ControlApplication::byte_size).sum::<usize>()
     }
 }

@@ -1,6 +1,7 @@
 //! How the conditional and unconditional predictions combine: ComfyUI's `cfg_function` with the hooks model
 //! patches install in `model_options` — one `sampler_cfg_function` replacing CFG (`RescaleCFG`, `CFGNorm` with
-//! `pre_cfg`) and a list of `sampler_post_cfg_function`s applied after it in order (`CFGNorm`, `CFGZeroStar`).
+//! `pre_cfg`) and a list of `sampler_post_cfg_function`s applied after it in order (`CFGNorm`, `CFGZeroStar`,
+//! `SkipLayerGuidanceDiT`, whose hook asks the caller for one more model pass).
 //!
 //! Predictions are x̂₀ (ComfyUI's `cond_denoised`), laid out `[B, C, ...]`; each op is the torch op's f32
 //! arithmetic, reductions summed in index order (equal up to rounding).
@@ -32,6 +33,34 @@ pub enum PostCfg {
     },
     /// `CFGZeroStar`: the unconditional prediction projected onto the conditional noise direction.
     ZeroStar,
+    /// `SkipLayerGuidanceDiT`: inside its σ range, the conditional prediction of a pass without some blocks is
+    /// pushed away from.
+    SkipLayer(SkipLayers),
+}
+
+/// `SkipLayerGuidanceDiT`'s hook: which blocks its extra conditional pass leaves out, when it runs and how its
+/// difference is added (`result + (cond − skipped)·scale`, then optionally rescaled to the conditional's std).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SkipLayers {
+    /// Bit i set: the pass skips double-stream block i (ComfyUI's `double_block`, Wan's blocks).
+    pub double: u64,
+    /// Bit i set: the pass skips single-stream block i (ComfyUI's `single_block`).
+    pub single: u64,
+    /// How strongly the difference is added; 0 turns the hook off.
+    pub scale: f32,
+    /// The σ range the hook runs in, inclusive: from `start_percent` (the larger σ) to `end_percent`.
+    pub sigma_start: f32,
+    /// See `sigma_start`.
+    pub sigma_end: f32,
+    /// `rescaling_scale`: 0 leaves the result's scale; 1 rescales it to the conditional prediction's std.
+    pub rescaling: f32,
+}
+
+impl SkipLayers {
+    /// Whether the hook runs at `sigma` (ComfyUI compares the first sample's σ).
+    pub fn active(&self, sigma: f32) -> bool {
+        self.scale > 0.0 && sigma >= self.sigma_end && sigma <= self.sigma_start
+    }
 }
 
 /// The hooks a model carries.
@@ -66,8 +95,39 @@ impl Guidance {
         self.cfg_function.is_none() && self.post_cfg.is_empty()
     }
 
-    /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook.
+    /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook. A `SkipLayer` hook is
+    /// left out here (it needs a model pass: [`Guidance::combine_with`]).
     pub fn combine(&self, p: Predictions<'_>) -> Vec<f32> {
+        self.combine_passes(p, &mut |_| None)
+    }
+
+    /// [`Guidance::combine`], with `skipped` making the conditional prediction of the pass a `SkipLayer` hook
+    /// asks for. The first error it returns ends the combination.
+    pub fn combine_with(
+        &self,
+        p: Predictions<'_>,
+        skipped: &mut dyn FnMut(&SkipLayers) -> Result<Vec<f32>, crate::Error>,
+    ) -> Result<Vec<f32>, crate::Error> {
+        let mut failed = None;
+        let out = self.combine_passes(p, &mut |layers| match skipped(layers) {
+            Ok(pass) => Some(pass),
+            Err(e) => {
+                failed.get_or_insert(e);
+                None
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// The combination, with `skipped` giving a `SkipLayer` hook's pass (`None`: the hook leaves the result).
+    fn combine_passes(
+        &self,
+        p: Predictions<'_>,
+        skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
+    ) -> Vec<f32> {
         let zeros;
         let uncond = match p.uncond {
             Some(u) => u,
@@ -85,10 +145,36 @@ impl Guidance {
             out = match *hook {
                 PostCfg::Norm { strength } => cfg_norm(&p, &out, strength),
                 PostCfg::ZeroStar => zero_star(&p, uncond, &out),
+                PostCfg::SkipLayer(layers) if layers.active(p.sigma) => match skipped(&layers) {
+                    Some(pass) => skip_layer(&p, &out, &pass, &layers),
+                    None => out,
+                },
+                PostCfg::SkipLayer(_) => out,
             };
         }
         out
     }
+}
+
+/// `SkipLayerGuidanceDiT`'s hook: `out + (cond − skipped)·scale`, then with `rescaling` the result scaled
+/// towards the conditional prediction's std over the whole batch (torch's unbiased `std()`).
+fn skip_layer(p: &Predictions<'_>, out: &[f32], skipped: &[f32], layers: &SkipLayers) -> Vec<f32> {
+    let mut result: Vec<f32> =
+        out.iter().zip(p.cond).zip(skipped).map(|((o, c), s)| o + (c - s) * layers.scale).collect();
+    if layers.rescaling != 0.0 {
+        let factor = std(p.cond) / std(&result);
+        let factor = layers.rescaling * factor + (1.0 - layers.rescaling);
+        result.iter_mut().for_each(|v| *v *= factor);
+    }
+    result
+}
+
+/// The unbiased standard deviation of `v` (torch's `std()`), accumulated in f64.
+fn std(v: &[f32]) -> f32 {
+    let n = v.len() as f64;
+    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    var.sqrt() as f32
 }
 
 /// The batch size, the channel count and the positions per channel of `shape`.
@@ -218,4 +304,44 @@ fn rescale_cfg(p: &Predictions<'_>, uncond: &[f32], multiplier: f32) -> Vec<f32>
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers(scale: f32, rescaling: f32) -> SkipLayers {
+        SkipLayers { double: 1, single: 0, scale, sigma_start: 0.9, sigma_end: 0.1, rescaling }
+    }
+
+    #[test]
+    fn skip_layer_guidance_adds_the_difference_inside_its_range_and_rescales() {
+        let (x, cond, uncond) = ([0.0f32; 4], [1.0f32, 2.0, 3.0, 4.0], [0.0f32; 4]);
+        let p = |sigma| Predictions {
+            x: &x,
+            cond: &cond,
+            uncond: Some(&uncond),
+            cfg: 1.0,
+            sigma,
+            shape: &[1, 4],
+        };
+        let skipped = [0.5f32, 1.5, 2.5, 3.5];
+        let hooked =
+            |l: SkipLayers| Guidance { cfg_function: None, post_cfg: vec![PostCfg::SkipLayer(l)] };
+        let pass = &mut |_: &SkipLayers| -> Result<Vec<f32>, crate::Error> { Ok(skipped.to_vec()) };
+        // CFG 1 gives cond; the hook adds (cond − skipped)·2 = 1.
+        let out = hooked(layers(2.0, 0.0)).combine_with(p(0.5), pass).unwrap();
+        assert_eq!(out, [2.0, 3.0, 4.0, 5.0]);
+        // Outside the σ range, or without a pass (`combine`), the hook leaves the result.
+        assert_eq!(hooked(layers(2.0, 0.0)).combine_with(p(0.95), pass).unwrap(), cond);
+        assert_eq!(hooked(layers(2.0, 0.0)).combine(p(0.5)), cond);
+        // Full rescaling brings the std back to the conditional's: a shift by 1 keeps it, so the factor is 1.
+        let out = hooked(layers(2.0, 1.0)).combine_with(p(0.5), pass).unwrap();
+        assert!(out.iter().zip([2.0, 3.0, 4.0, 5.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{out:?}");
+        // A failing pass is the combination's error.
+        let failing = &mut |_: &SkipLayers| -> Result<Vec<f32>, crate::Error> {
+            Err(crate::Error::Invalid("no pass".to_owned()))
+        };
+        assert!(hooked(layers(2.0, 0.0)).combine_with(p(0.5), failing).is_err());
+    }
 }

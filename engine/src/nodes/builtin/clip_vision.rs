@@ -30,7 +30,7 @@ fn clip_vision<'a>(inputs: &'a Inputs, name: &str) -> Result<&'a Arc<ClipVision>
 }
 
 /// A `CLIP_VISION_OUTPUT` input.
-fn vision_output<'a>(
+pub(super) fn vision_output<'a>(
     inputs: &'a Inputs,
     name: &str,
 ) -> Result<&'a Arc<ClipVisionOutput>, NodeError> {

@@ -1,7 +1,8 @@
 //! The channels a channel-concat model reads beside the latents (FLUX.1 Fill's 80, Canny's and Depth's 16), as
 //! ComfyUI's `Flux.concat_cond` builds them from the conditioning: the image latent (`InpaintModelConditioning`,
 //! `InstructPixToPixConditioning`; zeros without one) resized to the latents and put in the model's latent space,
-//! then for an inpainting model the mask, resized to the pixels and folded 8 × 8 into 64 channels.
+//! then for an inpainting model the mask, resized to the pixels and folded 8 × 8 into 64 channels. Wan's are
+//! built by [`super::wan_concat`].
 
 use super::latent::transpose;
 use super::resize::resize;
@@ -18,7 +19,18 @@ pub(super) fn concat_channels(
     shape: &[usize],
     denoise_mask: Option<&[f32]>,
 ) -> Result<Option<Tensor>, NodeError> {
-    build(model.net.concat_channels(), &model.latent, extras, shape, denoise_mask)
+    let extra = model.net.concat_channels();
+    if let Some(image_to_video) = model.net.wan_image_to_video() {
+        return super::wan_concat::build(
+            extra,
+            image_to_video,
+            &model.latent,
+            extras,
+            shape,
+            denoise_mask,
+        );
+    }
+    build(extra, &model.latent, extras, shape, denoise_mask)
 }
 
 /// [`concat_channels`] for a model that reads `extra` channels beside latents in the space of `latent`.
@@ -112,7 +124,7 @@ fn fold_8x8(mask: &Tensor) -> Result<Tensor, NodeError> {
 }
 
 /// ComfyUI's `resize_to_batch_size`: `batch` samples picked evenly from `t`'s.
-fn resize_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
+pub(super) fn resize_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
     let n = t.shape()[0];
     if n == batch {
         return Ok(t.clone());
@@ -135,8 +147,8 @@ fn resize_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
     tensor(shape, out)
 }
 
-/// `a` `[B, Ca, h, w]` and `b` `[B, Cb, h, w]` joined along the channels.
-fn join_channels(a: &Tensor, b: &Tensor) -> Result<Tensor, NodeError> {
+/// `a` `[B, Ca, …]` and `b` `[B, Cb, …]` (the same trailing sizes) joined along the channels.
+pub(super) fn join_channels(a: &Tensor, b: &Tensor) -> Result<Tensor, NodeError> {
     let (sa, sb) = (a.shape(), b.shape());
     let batch = sa[0];
     let (pa, pb) = (a.data().len() / batch, b.data().len() / batch);
@@ -145,7 +157,9 @@ fn join_channels(a: &Tensor, b: &Tensor) -> Result<Tensor, NodeError> {
         out.extend_from_slice(&a.data()[i * pa..][..pa]);
         out.extend_from_slice(&b.data()[i * pb..][..pb]);
     }
-    tensor(vec![batch, sa[1] + sb[1], sa[2], sa[3]], out)
+    let mut shape = sa.to_vec();
+    shape[1] = sa[1] + sb[1];
+    tensor(shape, out)
 }
 
 /// A host tensor, or the error of a shape that does not fit its values.

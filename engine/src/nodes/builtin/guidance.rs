@@ -1,12 +1,13 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
-//! (`comfy_extras.nodes_cfg`, V3) and `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1). Each returns a
+//! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1) and
+//! `SkipLayerGuidanceDiT` (`comfy_extras.nodes_slg`, V3). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
 //! `set_model_sampler_post_cfg_function` (appending) do; the sampler applies them
 //! (`kiln_models::sampling::guidance`).
 
 use std::sync::Arc;
 
-use kiln_models::sampling::guidance::{CfgFunction, PostCfg};
+use kiln_models::sampling::guidance::{CfgFunction, PostCfg, SkipLayers};
 
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::value::Value;
@@ -20,6 +21,8 @@ enum Hook {
     ZeroStar,
     /// `RescaleCFG`: the CFG function.
     Rescale,
+    /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
+    SkipLayers,
 }
 
 /// A node that returns its model with a CFG hook set.
@@ -72,7 +75,57 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             ),
             hook: Hook::Rescale,
         },
+        CfgPatch { spec: Arc::new(skip_layer_guidance_spec()), hook: Hook::SkipLayers },
     ]
+}
+
+/// `SkipLayerGuidanceDiT`'s declaration.
+fn skip_layer_guidance_spec() -> NodeSpec {
+    // ComfyUI serialises `advanced` first.
+    let layers = |name: &str| {
+        InputDef::bare(name, "STRING")
+            .option("advanced", true)
+            .option("default", "7, 8, 9")
+            .option("multiline", false)
+    };
+    let percent = |name: &str, default: f64| {
+        InputDef::bare(name, "FLOAT")
+            .option("advanced", true)
+            .option("default", default)
+            .option("min", 0.0)
+            .option("max", 1.0)
+            .option("step", 0.001)
+    };
+    NodeSpec::new("SkipLayerGuidanceDiT", "", "advanced/guidance")
+        .python_module("comfy_extras.nodes_slg")
+        .v3()
+        .experimental()
+        .description(
+            "Generic version of SkipLayerGuidance node that can be used on every DiT model.",
+        )
+        .input(InputDef::typed("model", "MODEL"))
+        .input(layers("double_layers"))
+        .input(layers("single_layers"))
+        .input(InputDef::float("scale", 3.0, 0.0, 10.0).option("step", 0.1))
+        .input(percent("start_percent", 0.01))
+        .input(percent("end_percent", 0.15))
+        .input(InputDef::float("rescaling_scale", 0.0, 0.0, 10.0).option("step", 0.01))
+        .output(OutputDef::new("MODEL"))
+}
+
+/// The block indices in `text` (every run of digits, as ComfyUI's `re.findall(r'\d+')`) as a bit set.
+fn block_set(text: &str, input: &str) -> Result<u64, NodeError> {
+    let mut set = 0u64;
+    for digits in text.split(|c: char| !c.is_ascii_digit()).filter(|d| !d.is_empty()) {
+        let block: u32 = digits.parse().unwrap_or(u32::MAX);
+        if block >= 64 {
+            return Err(NodeError::new(format!(
+                "`{input}` names block {digits}; no model Kiln runs has more than 64 blocks"
+            )));
+        }
+        set |= 1 << block;
+    }
+    Ok(set)
 }
 
 impl Node for CfgPatch {
@@ -96,6 +149,22 @@ impl Node for CfgPatch {
             Hook::Rescale => {
                 let multiplier = inputs.float("multiplier")? as f32;
                 guidance.cfg_function = Some(CfgFunction::Rescale { multiplier });
+            }
+            Hook::SkipLayers => {
+                let double = block_set(inputs.string("double_layers")?, "double_layers")?;
+                let single = block_set(inputs.string("single_layers")?, "single_layers")?;
+                if double == 0 && single == 0 {
+                    return Ok(NodeResult::values([Value::Model(Arc::clone(model))]));
+                }
+                let sampling = &model.sampling;
+                guidance.post_cfg.push(PostCfg::SkipLayer(SkipLayers {
+                    double,
+                    single,
+                    scale: inputs.float("scale")? as f32,
+                    sigma_start: sampling.percent_to_sigma(inputs.float("start_percent")?) as f32,
+                    sigma_end: sampling.percent_to_sigma(inputs.float("end_percent")?) as f32,
+                    rescaling: inputs.float("rescaling_scale")? as f32,
+                }));
             }
         }
         Ok(NodeResult::values([Value::Model(Arc::new(model.with_guidance(guidance)))]))

@@ -1,6 +1,8 @@
 //! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod attention_multiply;
+mod audio;
 mod clip_vision;
 mod compose;
 mod concat;
@@ -33,6 +35,9 @@ mod text;
 mod textgen;
 mod tiled;
 mod vae;
+mod video;
+mod wan;
+mod wan_concat;
 mod websocket;
 
 use std::path::PathBuf;
@@ -65,7 +70,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
-    registry.register(files::LoadImage::new(input_dir));
+    registry.register(files::LoadImage::new(input_dir.clone()));
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
     registry.register(image::ImageInvert::new());
@@ -99,6 +104,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(logic::custom_combo());
     registry.register(logic::CreateList::new());
     registry.register(websocket::SaveImageWebsocket::new());
+    registry.register(video::save_animated_webp());
+    registry.register(video::save_animated_png());
     registry.register(files::SaveImageAdvanced::new());
     registry.register(custom_sampling::ModelSamplingSd3::new());
     registry.register(custom_sampling::ModelSamplingFlux::new());
@@ -126,6 +133,13 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(qwen::TextEncodeQwenImageEdit::edit(compute.clone()));
     registry.register(qwen::TextEncodeQwenImageEdit::plus(compute.clone()));
     registry.register(qwen::empty_layered_latent());
+    registry.register(wan::empty_hunyuan_latent_video());
+    registry.register(wan::WanImageToVideo::start(compute.clone()));
+    registry.register(wan::WanImageToVideo::first_last(compute.clone()));
+    registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
+    registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
+    registry.register(wan::trim_video_latent());
+    registry.register(attention_multiply::unet_temporal_attention_multiply());
     for node in latent::empty_nodes() {
         registry.register(node);
     }
@@ -143,6 +157,17 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(loaders::MultiClipLoader::new(models, loaders::MultiClip::Quadruple));
     registry.register(inpaint::differential_diffusion_node());
     registry.register(kv_cache::flux_kv_cache_node());
+    registry.register(audio::save_audio());
+    registry.register(audio::save_audio_advanced());
+    registry.register(audio::LoadAudio::new(input_dir.clone()));
+    registry.register(audio::preview_audio());
+    registry.register(audio::trim_audio_duration());
+    registry.register(audio::audio_concat());
+    registry.register(video::save_video());
+    registry.register(video::create_video());
+    registry.register(video::get_video_components());
+    registry.register(video::LoadVideo::new(input_dir));
+    registry.register(video::video_slice());
     registry.register(files::MaskPreview::new());
     registry.register(files::ImageCompare::new());
     registry.register(textgen::TextGenerate::new(compute.clone()));

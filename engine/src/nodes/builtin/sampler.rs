@@ -10,7 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use kiln_compute::{Backend, DType};
 use kiln_models::family::{
-    ControlInput, DiffusionInput, DistilledGuidance, ModelPatchNet, PatchInput,
+    ControlInput, DiffusionFamily, DiffusionInput, DistilledGuidance, ModelPatchNet, PatchInput,
+    SkippedBlocks,
 };
 use kiln_models::flux;
 use kiln_models::latent::LatentFormat;
@@ -88,6 +89,8 @@ struct Forward<'a> {
     denoise_mask: Option<&'a [f32]>,
     /// The sampling run's `FluxKVCache` store, when the model has the patch.
     kv_cache: Option<&'a KvSlot>,
+    /// Blocks the call leaves out (`SkipLayerGuidanceDiT`'s pass).
+    skipped: SkippedBlocks,
 }
 
 /// A sampling run's `FluxKVCache` store: made on the first model call, on the device's backend (a
@@ -200,6 +203,19 @@ impl OnDevice for Forward<'_> {
             None => None,
         };
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
+        // CLIP vision states (Wan's image-to-video), and Wan 2.2's per-frame timesteps under a noise mask.
+        let clip_vision = match &self.extras.clip_vision {
+            Some(states) => Some(b.from_f32(states.shape(), states.data(), b.compute_dtype())?),
+            None => None,
+        };
+        let frame_timesteps = match (self.model.net.family(), self.denoise_mask) {
+            (DiffusionFamily::Wan22, Some(mask)) => {
+                let mut part_shape = self.shape.to_vec();
+                part_shape[0] /= self.contexts.len().max(1);
+                frame_timesteps(&part_shape, mask, batch, timesteps[0])
+            }
+            _ => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -213,6 +229,9 @@ impl OnDevice for Forward<'_> {
             text_prefix: text_prefix.as_ref(),
             controls: &controls,
             patches: &patches,
+            clip_vision: clip_vision.as_ref(),
+            frame_timesteps: frame_timesteps.as_deref(),
+            skipped_blocks: self.skipped,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -302,6 +321,9 @@ struct Inpaint {
     noise: Vec<f32>,
     /// `DifferentialDiffusion`, when the model has it.
     differential: Option<Differential>,
+    /// Where the mask is 0 the model sees the input latent itself, not noised to σ (Wan 2.2's
+    /// `scale_latent_inpaint`: its given frames stay clean and get timestep 0).
+    clean: bool,
 }
 
 /// `DifferentialDiffusion`'s mask function: at each step the mask becomes 1 where it reaches how far sampling
@@ -353,6 +375,9 @@ impl Inpaint {
 
     /// x where the mask is 1, the input noised to `sigma` where it is 0: `x·m + noise_scaling(σ)·(1 − m)`.
     fn input(&self, sampling: &FlowSampling, x: &[f32], sigma: f32, mask: &[f32]) -> Vec<f32> {
+        if self.clean {
+            return blend(x, &self.latent, mask);
+        }
         let kept = sampling.noise_scaling(sigma, &self.noise, &self.latent);
         blend(x, &kept, mask)
     }
@@ -371,6 +396,9 @@ fn blend(a: &[f32], b: &[f32], mask: &[f32]) -> Vec<f32> {
 /// ComfyUI's `reshape_mask`: a noise mask (`[B, 1, H, W]`, `[B, H, W]` or `[H, W]`) resized bilinearly to the
 /// latent's `h × w`, repeated over its channels and to its batch.
 fn denoise_mask(mask: &Tensor, shape: &[usize]) -> Result<Vec<f32>, NodeError> {
+    if shape.len() == 5 {
+        return denoise_mask_video(mask, shape);
+    }
     let &[batch, channels, h, w] = shape else {
         return Err(NodeError::new(format!("a noise mask for a latent of shape {shape:?}")));
     };
@@ -395,9 +423,94 @@ fn denoise_mask(mask: &Tensor, shape: &[usize]) -> Result<Vec<f32>, NodeError> {
     Ok(out)
 }
 
+/// Wan 2.2's per-frame timesteps (ComfyUI's `WAN22.process_timestep`): each sample's `timestep` times the
+/// mean of its noise mask over each latent frame's channels and pixels, so a given (kept) frame is at t = 0.
+/// `mask` is at one part's latent shape `[B', C, T, h, w]`; the batch of `batch` samples cycles through its
+/// parts. `None` for a latent that is not a video.
+fn frame_timesteps(
+    part_shape: &[usize],
+    mask: &[f32],
+    batch: usize,
+    timestep: f32,
+) -> Option<Vec<f32>> {
+    let &[part_batch, channels, frames, h, w] = part_shape else {
+        return None;
+    };
+    let plane = h * w;
+    let per_frame = (channels * plane) as f32;
+    let mut out = Vec::with_capacity(batch * frames);
+    for i in 0..batch {
+        let sample = &mask[(i % part_batch.max(1)) * channels * frames * plane..]
+            [..channels * frames * plane];
+        for f in 0..frames {
+            let sum: f32 = (0..channels)
+                .map(|c| sample[(c * frames + f) * plane..][..plane].iter().sum::<f32>())
+                .sum();
+            out.push(sum / per_frame * timestep);
+        }
+    }
+    Some(out)
+}
+
+/// [`denoise_mask`] for a video latent `[B, C, T, h, w]`: a mask `[B, C', T', H, W]` (or one of fewer
+/// dimensions, whose leading entries become the frames of one sample) resized trilinearly to `T × h × w`,
+/// then repeated over the channels (cut to C) and to the batch, as ComfyUI's `reshape_mask`.
+fn denoise_mask_video(mask: &Tensor, shape: &[usize]) -> Result<Vec<f32>, NodeError> {
+    let &[batch, channels, frames, h, w] = shape else {
+        return Err(NodeError::new(format!("a noise mask for a latent of shape {shape:?}")));
+    };
+    let dims = mask.shape();
+    let (mb, mc, mt, mh, mw) = match *dims {
+        [b, c, t, mh, mw] => (b, c, t, mh, mw),
+        [.., mh, mw] if dims.len() >= 2 => (1, 1, mask.data().len() / (mh * mw).max(1), mh, mw),
+        _ => return Err(NodeError::new(format!("a noise mask of shape {dims:?}"))),
+    };
+    if mb * mc * mt == 0 || frames == 0 {
+        return Err(NodeError::new(format!("an empty noise mask {dims:?} for a latent {shape:?}")));
+    }
+    // Space: each frame bilinearly, as the image path.
+    let as_image = Tensor::new(vec![mb * mc * mt, mh, mw, 1], mask.data().to_vec())
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    let spatial = super::resize::resize(&as_image, w, h, "bilinear", false)?;
+    let plane = h * w;
+    // Time: linear with half-pixel centres (align_corners=False), as torch's trilinear.
+    let scale = mt as f64 / frames as f64;
+    let mut resized = Vec::with_capacity(mb * mc * frames * plane);
+    for series in spatial.data().chunks_exact(mt * plane) {
+        for t in 0..frames {
+            let src = ((t as f64 + 0.5) * scale - 0.5).max(0.0);
+            let i0 = (src.floor() as usize).min(mt - 1);
+            let i1 = (i0 + 1).min(mt - 1);
+            let lambda = (src - i0 as f64) as f32;
+            let (a, b) = (&series[i0 * plane..][..plane], &series[i1 * plane..][..plane]);
+            resized.extend(a.iter().zip(b).map(|(a, b)| a * (1.0 - lambda) + b * lambda));
+        }
+    }
+    let per_channel = frames * plane;
+    let mut out = Vec::with_capacity(batch * channels * per_channel);
+    for b in 0..batch {
+        let sample = &resized[(b % mb) * mc * per_channel..][..mc * per_channel];
+        for c in 0..channels {
+            out.extend_from_slice(&sample[(c % mc) * per_channel..][..per_channel]);
+        }
+    }
+    Ok(out)
+}
+
 impl Guided<'_> {
     /// The mean x̂₀ over the entries of one side.
     fn predict(&self, side: &Conditioning, x: &[f32], sigma: f32) -> kiln_models::Result<Vec<f32>> {
+        self.predict_skipping(side, x, sigma, SkippedBlocks::default())
+    }
+
+    /// [`Guided::predict`] with `skipped` blocks left out of the model.
+    fn predict_skipping(
+        &self,
+        side: &Conditioning,
+        x: &[f32],
+        sigma: f32,
+        skipped: SkippedBlocks,
+    ) -> kiln_models::Result<Vec<f32>> {
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
             let contexts = [&entry.cond];
@@ -412,6 +525,7 @@ impl Guided<'_> {
                 extras: &entry.extras,
                 denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
                 kv_cache: self.kv_cache.as_ref(),
+                skipped,
             };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
@@ -459,6 +573,7 @@ impl Guided<'_> {
             extras: &pos.extras,
             denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
             kv_cache: self.kv_cache.as_ref(),
+            skipped: SkippedBlocks::default(),
         };
         let out = on_device(self.compute.device(), forward)?;
         let (cond, uncond) = out.split_at(x.len());
@@ -541,14 +656,19 @@ impl Guided<'_> {
             // CFG with the skipped negative as zeros gives the conditional prediction itself.
             return Ok((cond, None));
         }
-        let combined = guidance.combine(Predictions {
+        let predictions = Predictions {
             x,
             cond: &cond,
             uncond: uncond.as_deref(),
             cfg: self.cfg as f32,
             sigma,
             shape: &self.shape,
-        });
+        };
+        // `SkipLayerGuidanceDiT`'s hook runs the positive once more without its blocks.
+        let combined = guidance.combine_with(predictions, &mut |layers| {
+            let skipped = SkippedBlocks { double: layers.double, single: layers.single };
+            self.predict_skipping(self.positive, x, sigma, skipped)
+        })?;
         Ok((combined, uncond))
     }
 
@@ -720,6 +840,7 @@ pub(super) fn sample(
                 latent: start.clone(),
                 noise,
                 differential,
+                clean: model.net.family() == DiffusionFamily::Wan22,
             })
         }
         None => None,

@@ -1,0 +1,504 @@
+//! The Wan video nodes: `EmptyHunyuanLatentVideo` (the empty video latent every Wan 2.1 and A14B template
+//! starts from), `WanImageToVideo`, `WanFirstLastFrameToVideo` and `WanFunInpaintToVideo` (a conditioning
+//! video of the given frames, grey elsewhere, VAE-encoded, with the mask of which frames were given and the CLIP
+//! vision states, set on both prompts; `comfy_extras.nodes_wan`), `Wan22ImageToVideoLatent` (Wan 2.2 TI2V 5B:
+//! the given frames encoded into the latent itself, kept by a noise mask) and `TrimVideoLatent`.
+
+use std::sync::Arc;
+
+use super::clip_vision::vision_output;
+use super::pure::Pure;
+use super::resize::resize;
+use super::vae::encode_video;
+use crate::compute::Compute;
+use crate::models::{ClipVisionOutput, Conditioning};
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::tensor::Tensor;
+use crate::value::{Latent, Value};
+
+/// ComfyUI's `MAX_RESOLUTION`.
+const MAX_RESOLUTION: i64 = 16384;
+/// Frames per latent frame along time (the Wan VAEs').
+const TEMPORAL: usize = 4;
+/// Channels of the Wan 2.1 latent the 2.1 nodes make.
+const WAN21_CHANNELS: usize = 16;
+/// Channels and pixels per latent position of the Wan 2.2 VAE's latent.
+const WAN22_CHANNELS: usize = 48;
+const WAN22_DOWNSCALE: usize = 16;
+
+/// Latent frames of a clip of `length` frames: ⌊(length − 1) / 4⌋ + 1.
+fn latent_frames(length: usize) -> usize {
+    (length.saturating_sub(1)) / TEMPORAL + 1
+}
+
+/// A non-negative size input.
+fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+    usize::try_from(inputs.int(name)?)
+        .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
+}
+
+/// The width, height, length and batch inputs every node here declares, with `width`/`height` defaults,
+/// minimum and step, and `length`'s default.
+fn video_inputs(
+    spec: NodeSpec,
+    (width, height): (i64, i64),
+    min_step: (i64, i64),
+    length: i64,
+) -> NodeSpec {
+    let (min, step) = min_step;
+    spec.input(InputDef::int("width", width, min, MAX_RESOLUTION).option("step", step))
+        .input(InputDef::int("height", height, min, MAX_RESOLUTION).option("step", step))
+        .input(InputDef::int("length", length, 1, MAX_RESOLUTION).option("step", 4))
+        .input(InputDef::int("batch_size", 1, 1, 4096))
+}
+
+/// `EmptyHunyuanLatentVideo` ("Empty HunyuanVideo 1.0 Latent"): zeros `[batch, 16, ⌊(length − 1)/4⌋ + 1,
+/// height / 8, width / 8]`, marked as made for an 8× VAE so Wan 2.2 5B's sampler refits it to its own space.
+pub(super) fn empty_hunyuan_latent_video() -> Pure {
+    let spec = NodeSpec::new(
+        "EmptyHunyuanLatentVideo",
+        "Empty HunyuanVideo 1.0 Latent",
+        "model/latent/hunyuan video",
+    )
+    .python_module("comfy_extras.nodes_hunyuan")
+    .v3();
+    let spec = video_inputs(spec, (848, 480), (16, 16), 25).output(OutputDef::new("LATENT"));
+    Pure::new(spec, |inputs| {
+        let shape = vec![
+            size(inputs, "batch_size")?,
+            WAN21_CHANNELS,
+            latent_frames(size(inputs, "length")?),
+            size(inputs, "height")? / 8,
+            size(inputs, "width")? / 8,
+        ];
+        let latent =
+            Latent { downscale_ratio_spacial: Some(8), ..Latent::new(Tensor::full(shape, 0.0)) };
+        Ok(vec![Value::Latent(latent)])
+    })
+}
+
+/// Which of the two conditioning nodes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `WanImageToVideo`: an optional start image and CLIP vision output.
+    Start,
+    /// `WanFirstLastFrameToVideo`: optional start and end images, each with its CLIP vision output.
+    FirstLast,
+    /// `WanFunInpaintToVideo`: `WanFirstLastFrameToVideo` with one CLIP vision output, the start image's.
+    FunInpaint,
+}
+
+/// `WanImageToVideo` or `WanFirstLastFrameToVideo`.
+pub(super) struct WanImageToVideo {
+    spec: Arc<NodeSpec>,
+    kind: Kind,
+    compute: Arc<Compute>,
+}
+
+impl WanImageToVideo {
+    /// `WanImageToVideo`.
+    pub(super) fn start(compute: Arc<Compute>) -> WanImageToVideo {
+        let optional = ["clip_vision_output", "start_image"];
+        let spec = conditioning_spec("WanImageToVideo", "model/conditioning/wan", &optional);
+        WanImageToVideo { spec: Arc::new(spec), kind: Kind::Start, compute }
+    }
+
+    /// `WanFirstLastFrameToVideo`.
+    pub(super) fn first_last(compute: Arc<Compute>) -> WanImageToVideo {
+        let optional =
+            ["clip_vision_start_image", "clip_vision_end_image", "start_image", "end_image"];
+        let spec =
+            conditioning_spec("WanFirstLastFrameToVideo", "model/conditioning/wan", &optional);
+        WanImageToVideo { spec: Arc::new(spec), kind: Kind::FirstLast, compute }
+    }
+
+    /// `WanFunInpaintToVideo`.
+    pub(super) fn fun_inpaint(compute: Arc<Compute>) -> WanImageToVideo {
+        let optional = ["clip_vision_output", "start_image", "end_image"];
+        let category = "model/conditioning/wan/fun inpaint";
+        let spec = conditioning_spec("WanFunInpaintToVideo", category, &optional);
+        WanImageToVideo { spec: Arc::new(spec), kind: Kind::FunInpaint, compute }
+    }
+}
+
+/// The conditioning nodes' declaration: the prompts, the VAE, the sizes, then `optional` (CLIP vision
+/// outputs, then images, by their names).
+fn conditioning_spec(name: &str, category: &str, optional: &[&str]) -> NodeSpec {
+    let spec = NodeSpec::new(name, "", category)
+        .python_module("comfy_extras.nodes_wan")
+        .v3()
+        .input(InputDef::typed("positive", "CONDITIONING"))
+        .input(InputDef::typed("negative", "CONDITIONING"))
+        .input(InputDef::typed("vae", "VAE"));
+    let mut spec = video_inputs(spec, (832, 480), (16, 16), 81);
+    for input in optional {
+        let ty = if input.starts_with("clip_vision") { "CLIP_VISION_OUTPUT" } else { "IMAGE" };
+        spec = spec.optional(InputDef::typed(input, ty));
+    }
+    spec.output(OutputDef::new("CONDITIONING").named("positive"))
+        .output(OutputDef::new("CONDITIONING").named("negative"))
+        .output(OutputDef::new("LATENT").named("latent"))
+}
+
+impl Node for WanImageToVideo {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let vae = inputs.vae("vae")?;
+        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
+        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let frames = latent_frames(length);
+        let image = |name: &str| -> Result<Option<Tensor>, NodeError> {
+            match inputs.get(name) {
+                Some(_) => Ok(Some(inputs.image(name)?.clone())),
+                None => Ok(None),
+            }
+        };
+        let (start, end) = (image("start_image")?, image("end_image")?);
+        let start = start.map(|s| fit_frames(&s, ..length, width, height)).transpose()?;
+        let end = end.map(|e| fit_frames(&e, length.., width, height)).transpose()?;
+        let clip = |name: &str| -> Result<Option<&Arc<ClipVisionOutput>>, NodeError> {
+            match inputs.get(name) {
+                Some(_) => Ok(Some(vision_output(inputs, name)?)),
+                None => Ok(None),
+            }
+        };
+        let clip_vision = match self.kind {
+            Kind::Start => penultimate(clip("clip_vision_output")?.map(|o| o.as_ref()))?,
+            Kind::FirstLast => {
+                let first = penultimate(clip("clip_vision_start_image")?.map(|o| o.as_ref()))?;
+                let last = penultimate(clip("clip_vision_end_image")?.map(|o| o.as_ref()))?;
+                match (first, last) {
+                    (Some(first), Some(last)) => Some(join_tokens(&first, &last)?),
+                    (first, last) => first.or(last),
+                }
+            }
+            Kind::FunInpaint => penultimate(clip("clip_vision_output")?.map(|o| o.as_ref()))?,
+        };
+        let (channels, scale) = match self.kind {
+            Kind::Start => (WAN21_CHANNELS, 8),
+            Kind::FirstLast | Kind::FunInpaint => {
+                (vae.net.family().latent().channels, vae.net.downscale())
+            }
+        };
+        let latent =
+            Tensor::full(vec![batch, channels, frames, height / scale, width / scale], 0.0);
+        // The conditioning video: grey (0 in the VAE's [-1, 1]) with the given frames in place, encoded, and
+        // which latent frames the model is given.
+        let concat = match (self.kind, &start, &end) {
+            (Kind::Start, None, _) => None,
+            (Kind::Start, Some(start), _) => {
+                let video = grey_video(length, height, width, Some(start), None)?;
+                let encoded = encode_video(&self.compute, vae, &video, ctx)?;
+                let given = latent_frames(start.shape()[0]);
+                let mask = frame_mask(&encoded, frames, |f| f < given)?;
+                Some((encoded, mask))
+            }
+            (Kind::FirstLast | Kind::FunInpaint, start, end) => {
+                let video = grey_video(length, height, width, start.as_ref(), end.as_ref())?;
+                let encoded = encode_video(&self.compute, vae, &video, ctx)?;
+                let mask = first_last_mask(&encoded, frames, start.as_ref(), end.as_ref())?;
+                Some((encoded, mask))
+            }
+        };
+        let set = |c: &Conditioning| {
+            c.with_extras(|extras| {
+                if let Some((image, mask)) = &concat {
+                    extras.concat_latent_image = Some(image.clone());
+                    extras.concat_mask = Some(mask.clone());
+                }
+                if let Some(states) = &clip_vision {
+                    extras.clip_vision = Some(states.clone());
+                }
+            })
+        };
+        let positive = set(inputs.conditioning("positive")?);
+        let negative = set(inputs.conditioning("negative")?);
+        Ok(NodeResult::values([
+            Value::Conditioning(Arc::new(positive)),
+            Value::Conditioning(Arc::new(negative)),
+            Value::Latent(Latent::new(latent)),
+        ]))
+    }
+}
+
+/// `image`'s frames in `range` (clamped to the batch; `length..` means the last `length`) resized bilinearly
+/// with a centre crop to `width` × `height`, as the nodes' `common_upscale(image[:length])` /
+/// `image[-length:]`.
+fn fit_frames(
+    image: &Tensor,
+    range: impl std::ops::RangeBounds<usize>,
+    width: usize,
+    height: usize,
+) -> Result<Tensor, NodeError> {
+    let &[n, h, w, c] = image.shape() else {
+        return Err(NodeError::new(format!(
+            "expected an IMAGE [B, H, W, C], got {:?}",
+            image.shape()
+        )));
+    };
+    let (from, to) = match (range.start_bound(), range.end_bound()) {
+        // `..length`: the first frames.
+        (std::ops::Bound::Unbounded, std::ops::Bound::Excluded(&end)) => (0, end.min(n)),
+        // `length..`: the last frames.
+        (std::ops::Bound::Included(&last), _) => (n.saturating_sub(last), n),
+        _ => (0, n),
+    };
+    let per = h * w * c;
+    let frames = Tensor::new(vec![to - from, h, w, c], image.data()[from * per..to * per].to_vec())
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    resize(&frames, width, height, "bilinear", true)
+}
+
+/// `length` grey frames (0.5) `[length, height, width, 3]` with `start`'s frames at the front and `end`'s at
+/// the back (RGB only).
+fn grey_video(
+    length: usize,
+    height: usize,
+    width: usize,
+    start: Option<&Tensor>,
+    end: Option<&Tensor>,
+) -> Result<Tensor, NodeError> {
+    let frame = height * width * 3;
+    let mut video = vec![0.5f32; length * frame];
+    let mut put = |image: &Tensor, at_end: bool| {
+        let n = image.shape()[0].min(length);
+        let c = image.shape()[3];
+        let first = if at_end { length - n } else { 0 };
+        for i in 0..n {
+            let src = &image.data()[i * height * width * c..][..height * width * c];
+            let dst = &mut video[(first + i) * frame..][..frame];
+            for (d, s) in dst.chunks_exact_mut(3).zip(src.chunks_exact(c)) {
+                d.copy_from_slice(&s[..3.min(c)]);
+            }
+        }
+    };
+    if let Some(start) = start {
+        put(start, false);
+    }
+    if let Some(end) = end {
+        put(end, true);
+    }
+    Tensor::new(vec![length, height, width, 3], video).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `[1, 1, frames, h, w]` (h, w of `encoded` `[1, C, T, h, w]`): 0 on the latent frames `given` says were
+/// given, 1 elsewhere.
+fn frame_mask(
+    encoded: &Tensor,
+    frames: usize,
+    given: impl Fn(usize) -> bool,
+) -> Result<Tensor, NodeError> {
+    let (h, w) = spatial(encoded)?;
+    let values = (0..frames)
+        .flat_map(|f| std::iter::repeat_n(if given(f) { 0.0 } else { 1.0 }, h * w))
+        .collect();
+    Tensor::new(vec![1, 1, frames, h, w], values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `WanFirstLastFrameToVideo`'s mask `[1, 4, frames, h, w]`: one value per pixel frame (4 per latent frame),
+/// 0 on the start image's frames and the 3 after them and on the end image's frames, 1 elsewhere; pixel frame
+/// 4t + k is channel k of latent frame t.
+fn first_last_mask(
+    encoded: &Tensor,
+    frames: usize,
+    start: Option<&Tensor>,
+    end: Option<&Tensor>,
+) -> Result<Tensor, NodeError> {
+    let (h, w) = spatial(encoded)?;
+    let pixel_frames = frames * TEMPORAL;
+    let mut given = vec![false; pixel_frames];
+    if let Some(start) = start {
+        given.iter_mut().take(start.shape()[0] + 3).for_each(|g| *g = true);
+    }
+    if let Some(end) = end {
+        given.iter_mut().rev().take(end.shape()[0]).for_each(|g| *g = true);
+    }
+    let mut values = Vec::with_capacity(pixel_frames * h * w);
+    for k in 0..TEMPORAL {
+        for t in 0..frames {
+            let v = if given[t * TEMPORAL + k] { 0.0 } else { 1.0 };
+            values.extend(std::iter::repeat_n(v, h * w));
+        }
+    }
+    Tensor::new(vec![1, TEMPORAL, frames, h, w], values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// The height and width of a `[B, C, T, h, w]` latent.
+fn spatial(latent: &Tensor) -> Result<(usize, usize), NodeError> {
+    match *latent.shape() {
+        [_, _, _, h, w] => Ok((h, w)),
+        ref other => {
+            Err(NodeError::new(format!("expected a video latent [B, C, T, h, w], got {other:?}")))
+        }
+    }
+}
+
+/// The penultimate hidden states of a CLIP vision output, which Wan attends to.
+fn penultimate(output: Option<&ClipVisionOutput>) -> Result<Option<Tensor>, NodeError> {
+    match output {
+        None => Ok(None),
+        Some(output) => output.penultimate_hidden_states.clone().map(Some).ok_or_else(|| {
+            NodeError::new(
+                "this CLIP vision output has no penultimate hidden states (a one-layer tower); Wan needs \
+                 a CLIP vision model such as clip_vision_h",
+            )
+        }),
+    }
+}
+
+/// `a` `[B, n, D]` and `b` `[B, m, D]` joined on the tokens.
+fn join_tokens(a: &Tensor, b: &Tensor) -> Result<Tensor, NodeError> {
+    let (sa, sb) = (a.shape(), b.shape());
+    if sa.len() != 3 || sb.len() != 3 || sa[0] != sb[0] || sa[2] != sb[2] {
+        return Err(NodeError::new(format!(
+            "the start and end images' CLIP vision states {sa:?} and {sb:?} cannot be joined"
+        )));
+    }
+    let (pa, pb) = (sa[1] * sa[2], sb[1] * sb[2]);
+    let mut out = Vec::with_capacity(a.data().len() + b.data().len());
+    for i in 0..sa[0] {
+        out.extend_from_slice(&a.data()[i * pa..][..pa]);
+        out.extend_from_slice(&b.data()[i * pb..][..pb]);
+    }
+    Tensor::new(vec![sa[0], sa[1] + sb[1], sa[2]], out).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `Wan22ImageToVideoLatent`: Wan 2.2 TI2V 5B's latent `[1, 48, ⌊(length − 1)/4⌋ + 1, height / 16, width /
+/// 16]`. Without an image, zeros. With one, its frames encoded into the first latent frames, the rest the
+/// latent space's zero (each channel's mean, in VAE space), repeated to the batch, with a noise mask of 0 on
+/// the given frames so sampling keeps them.
+pub(super) struct Wan22ImageToVideoLatent {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl Wan22ImageToVideoLatent {
+    pub(super) fn new(compute: Arc<Compute>) -> Wan22ImageToVideoLatent {
+        let spec = NodeSpec::new("Wan22ImageToVideoLatent", "", "model/conditioning/wan")
+            .python_module("comfy_extras.nodes_wan")
+            .v3()
+            .input(InputDef::typed("vae", "VAE"));
+        let spec = video_inputs(spec, (1280, 704), (32, 32), 49)
+            .optional(InputDef::typed("start_image", "IMAGE"))
+            .output(OutputDef::new("LATENT"));
+        Wan22ImageToVideoLatent { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for Wan22ImageToVideoLatent {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let vae = inputs.vae("vae")?;
+        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
+        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let (frames, h, w) =
+            (latent_frames(length), height / WAN22_DOWNSCALE, width / WAN22_DOWNSCALE);
+        let shape = vec![1, WAN22_CHANNELS, frames, h, w];
+        if inputs.get("start_image").is_none() {
+            return Ok(NodeResult::values([Value::Latent(Latent::new(Tensor::full(shape, 0.0)))]));
+        }
+        let start = fit_frames(inputs.image("start_image")?, ..length, width, height)?;
+        let encoded = encode_video(&self.compute, vae, &start, ctx)?;
+        let es = encoded.shape().to_vec();
+        if es.len() != 5 || es[1] != WAN22_CHANNELS || es[3] != h || es[4] != w {
+            return Err(NodeError::new(format!(
+                "Wan22ImageToVideoLatent needs the Wan 2.2 VAE (48 channels, 16× down); this VAE made a latent \
+                 of shape {es:?} for a {width}×{height} image"
+            )));
+        }
+        let given = es[2].min(frames);
+        let plane = h * w;
+        // Given frames: the encoded latent; the rest: the latent space's zero in VAE space.
+        let zero =
+            vae.net.family().latent().process_out(&[0.0; WAN22_CHANNELS], &[1, WAN22_CHANNELS]);
+        let mut samples = Vec::with_capacity(WAN22_CHANNELS * frames * plane);
+        for (c, &zero) in zero.iter().enumerate() {
+            for f in 0..frames {
+                if f < given {
+                    samples.extend_from_slice(&encoded.data()[(c * es[2] + f) * plane..][..plane]);
+                } else {
+                    samples.extend(std::iter::repeat_n(zero, plane));
+                }
+            }
+        }
+        let mask: Vec<f32> = (0..frames)
+            .flat_map(|f| std::iter::repeat_n(if f < given { 0.0 } else { 1.0 }, plane))
+            .collect();
+        let repeat = |values: &[f32]| values.repeat(batch);
+        let to_tensor = |shape: Vec<usize>, values: Vec<f32>| {
+            Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
+        };
+        let latent = Latent {
+            noise_mask: Some(to_tensor(vec![batch, 1, frames, h, w], repeat(&mask))?),
+            ..Latent::new(to_tensor(vec![batch, WAN22_CHANNELS, frames, h, w], repeat(&samples))?)
+        };
+        Ok(NodeResult::values([Value::Latent(latent)]))
+    }
+}
+
+/// `TrimVideoLatent` ("Trim Video Latent"): the latent without its first `trim_amount` frames (the rest of the
+/// latent dict unchanged).
+pub(super) fn trim_video_latent() -> Pure {
+    let spec = NodeSpec::new("TrimVideoLatent", "Trim Video Latent", "model/latent")
+        .python_module("comfy_extras.nodes_wan")
+        .v3()
+        .input(InputDef::typed("samples", "LATENT"))
+        .input(InputDef::int("trim_amount", 0, 0, 99999))
+        .output(OutputDef::new("LATENT"));
+    Pure::new(spec, |inputs| {
+        let latent = inputs.latent("samples")?;
+        let trim = size(inputs, "trim_amount")?;
+        let s = latent.samples.shape();
+        let &[b, c, frames, h, w] = s else {
+            return Err(NodeError::new(format!(
+                "TrimVideoLatent takes a video latent [B, C, T, h, w], got {s:?}"
+            )));
+        };
+        let (trim, kept) = (trim.min(frames), frames - trim.min(frames));
+        let plane = h * w;
+        let mut values = Vec::with_capacity(b * c * kept * plane);
+        for series in latent.samples.data().chunks_exact(frames * plane) {
+            values.extend_from_slice(&series[trim * plane..]);
+        }
+        let samples = Tensor::new(vec![b, c, kept, h, w], values)
+            .map_err(|e| NodeError::new(e.to_string()))?;
+        Ok(vec![Value::Latent(latent.with_samples(samples))])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clip_of_length_frames_has_a_latent_frame_per_four_plus_one() {
+        assert_eq!([1, 4, 5, 33, 81, 121].map(latent_frames), [1, 1, 2, 9, 21, 31]);
+    }
+
+    #[test]
+    fn first_last_masks_the_start_and_three_after_it_and_the_end() {
+        let encoded = Tensor::full(vec![1, 16, 3, 1, 1], 0.0);
+        let start = Tensor::full(vec![1, 2, 2, 3], 0.0);
+        let end = Tensor::full(vec![1, 2, 2, 3], 0.0);
+        let mask = first_last_mask(&encoded, 3, Some(&start), Some(&end)).unwrap();
+        assert_eq!(mask.shape(), &[1, 4, 3, 1, 1]);
+        // Pixel frames 0..4 given (start + 3), 11 (end); channel k, latent frame t = pixel frame 4t + k.
+        let at = |k: usize, t: usize| mask.data()[k * 3 + t];
+        assert_eq!([at(0, 0), at(1, 0), at(2, 0), at(3, 0)], [0.0; 4]);
+        assert_eq!([at(0, 1), at(3, 1), at(0, 2), at(2, 2), at(3, 2)], [1.0, 1.0, 1.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn the_grey_video_holds_the_start_in_front_and_the_end_at_the_back() {
+        let start = Tensor::full(vec![1, 1, 1, 4], 1.0);
+        let end = Tensor::full(vec![1, 1, 1, 3], 0.0);
+        let video = grey_video(3, 1, 1, Some(&start), Some(&end)).unwrap();
+        assert_eq!(video.data(), &[1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0]);
+    }
+}

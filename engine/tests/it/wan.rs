@@ -1,0 +1,252 @@
+//! Wan's templates on tiny random-weight files of its families (`kiln_models::synth`: the DiTs, umT5 through
+//! CLIPLoader type `wan`, the Wan 2.1 and 2.2 VAEs, CLIP vision H), through the executor on the CPU: text to
+//! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
+//! kept by the noise mask, and the A14B pair handing the latent from the high-noise expert to the low-noise one.
+
+use kiln_engine::cache::CachePolicy;
+use kiln_engine::exec::Outcome;
+use kiln_engine::graph::NodeId;
+use kiln_models::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
+use kiln_models::synth::{self, ClipVisionFile, SynthDtype, SynthFamily, WanFile, ZImageTurboSet};
+use serde_json::{Value, json};
+
+use crate::harness::Harness;
+
+/// The stock negative prompt of Wan's templates.
+const NEGATIVE: &str = "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量";
+
+/// Writes tiny Wan files under `models`, named as the templates name them.
+fn write_tiny_wan(models: &std::path::Path) {
+    let set = ZImageTurboSet::tiny();
+    for (family, path, dtype) in [
+        (
+            SynthFamily::Diffusion(DiffusionFamily::Wan21),
+            "diffusion_models/wan2.1_t2v_1.3B_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::Wan(WanFile::I2v14b),
+            "diffusion_models/wan2.1_i2v_480p_14B_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::Wan(WanFile::Flf2v14b),
+            "diffusion_models/wan2.1_flf2v_720p_14B_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::Diffusion(DiffusionFamily::Wan22),
+            "diffusion_models/wan2.2_ti2v_5B_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::Wan(WanFile::T2vA14b),
+            "diffusion_models/wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors",
+            SynthDtype::Fp8Scaled,
+        ),
+        (
+            SynthFamily::TextEncoder(TextEncoderFamily::Umt5Xxl),
+            "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+            SynthDtype::Fp8Scaled,
+        ),
+        (SynthFamily::Vae(VaeFamily::Wan21), "vae/wan_2.1_vae.safetensors", SynthDtype::Bf16),
+        (SynthFamily::Vae(VaeFamily::Wan22), "vae/wan2.2_vae.safetensors", SynthDtype::Bf16),
+        (
+            SynthFamily::ClipVision(ClipVisionFile::H),
+            "clip_vision/clip_vision_h.safetensors",
+            SynthDtype::F16,
+        ),
+    ] {
+        synth::write_family(&models.join(path), family, &set, dtype, 11, &mut |_, _| {})
+            .expect("a tiny file");
+    }
+    // The low-noise expert: another draw of the same structure.
+    synth::write_family(
+        &models.join("diffusion_models/wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"),
+        SynthFamily::Wan(WanFile::T2vA14b),
+        &set,
+        SynthDtype::Fp8Scaled,
+        12,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+}
+
+/// `text_to_video_wan`'s graph at 32×32, `length` frames, 2 uni_pc steps: the frames saved as images (node 9)
+/// and as an MP4 (node 50).
+fn text_to_video(unet: &str, vae: &str, length: u64) -> Value {
+    json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": vae}},
+        "48": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8.0, "model": ["37", 0]}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox running through snow", "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": NEGATIVE, "clip": ["38", 0]}},
+        "40": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 32, "height": 32, "length": length, "batch_size": 1}},
+        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": 6.0, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["40", 0]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "wan", "images": ["8", 0]}},
+        "49": {"class_type": "CreateVideo", "inputs": {"images": ["8", 0], "fps": 16.0}},
+        "50": {"class_type": "SaveVideo", "inputs": {"video": ["49", 0], "filename_prefix": "video/ComfyUI", "format": "auto", "codec": "auto"}},
+    })
+}
+
+/// Runs `graph`, asserts it succeeded, and returns the saved frames' pixels (node 9's images, in order).
+fn frames_of(h: &mut Harness, graph: Value) -> Vec<Vec<u8>> {
+    let ran = h.run(graph);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    let ui = &ran.summary.outputs[&NodeId::from("9")];
+    ui.images
+        .iter()
+        .map(|saved| {
+            let image = image::open(h.roots.output.join(&saved.filename)).expect("a PNG");
+            assert_eq!((image.width(), image.height()), (32, 32));
+            image.to_rgb8().into_raw()
+        })
+        .collect()
+}
+
+#[test]
+fn issue_24_wan21_text_to_video_makes_a_clip_of_the_frames_asked_for() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let graph = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 9);
+    let ran = h.run(graph.clone());
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    // 9 frames → 3 latent frames → 9 frames again.
+    assert_eq!(ran.summary.outputs[&NodeId::from("9")].images.len(), 9);
+    let video = &ran.summary.outputs[&NodeId::from("50")];
+    assert_eq!(video.images.len(), 1);
+    assert!(video.images[0].filename.ends_with(".mp4"), "{:?}", video.images[0]);
+    assert_eq!(video.animated, [true]);
+    let mp4 = std::fs::read(h.roots.output.join("video").join(&video.images[0].filename))
+        .expect("the MP4");
+    assert!(mp4.len() > 100, "an MP4 with frames");
+    // A seed is a clip: the same graph again gives the same frames.
+    let first = frames_of(&mut h, graph.clone());
+    assert_eq!(frames_of(&mut h, graph), first);
+}
+
+/// `graph` with WanImageToVideo (or, with `end`, WanFirstLastFrameToVideo) between the prompts and the
+/// sampler: a start image (and an end image) of colour `colour`, seen by CLIP vision H.
+fn image_to_video(mut graph: Value, unet: &str, colour: u32, end: bool) -> Value {
+    graph["37"]["inputs"]["unet_name"] = json!(unet);
+    graph["52"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}});
+    graph["53"] = json!({"class_type": "CLIPVisionLoader", "inputs": {"clip_name": "clip_vision_h.safetensors"}});
+    graph["51"] = json!({"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["53", 0], "image": ["52", 0], "crop": "none"}});
+    graph["54"] = if end {
+        json!({"class_type": "WanFirstLastFrameToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+            "batch_size": 1, "clip_vision_start_image": ["51", 0], "clip_vision_end_image": ["51", 0],
+            "start_image": ["52", 0], "end_image": ["52", 0]}})
+    } else {
+        json!({"class_type": "WanImageToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+            "batch_size": 1, "clip_vision_output": ["51", 0], "start_image": ["52", 0]}})
+    };
+    graph["3"]["inputs"]["positive"] = json!(["54", 0]);
+    graph["3"]["inputs"]["negative"] = json!(["54", 1]);
+    graph["3"]["inputs"]["latent_image"] = json!(["54", 2]);
+    graph
+}
+
+#[test]
+fn issue_24_wan21_image_to_video_and_first_last_frame_follow_their_images() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let base = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 9);
+    for (unet, end) in [
+        ("wan2.1_i2v_480p_14B_fp16.safetensors", false),
+        ("wan2.1_flf2v_720p_14B_fp16.safetensors", true),
+    ] {
+        let red = frames_of(&mut h, image_to_video(base.clone(), unet, 0xD02020, end));
+        let blue = frames_of(&mut h, image_to_video(base.clone(), unet, 0x2020D0, end));
+        assert_eq!((red.len(), blue.len()), (9, 9), "{unet}");
+        // The image reaches the model (through the concat channels and CLIP vision): the clips differ.
+        assert_ne!(red, blue, "{unet}: the start image changes the clip");
+    }
+}
+
+#[test]
+fn issue_24_wan22_ti2v_keeps_its_start_frame_and_runs_from_an_empty_hunyuan_latent() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    // Text to video from EmptyHunyuanLatentVideo: the 16-channel 8× latent becomes the 5B's 48-channel 16× one.
+    let t2v = text_to_video("wan2.2_ti2v_5B_fp16.safetensors", "wan2.2_vae.safetensors", 5);
+    assert_eq!(frames_of(&mut h, t2v.clone()).len(), 5);
+    // Image to video: Wan22ImageToVideoLatent encodes the start frame into the latent and masks it, so the
+    // sampled clip's first frame is the start image's decode, untouched by the sampler.
+    let mut i2v = t2v;
+    i2v["52"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": 0x30A050}});
+    i2v["40"] = json!({"class_type": "Wan22ImageToVideoLatent", "inputs": {"vae": ["39", 0], "width": 32, "height": 32, "length": 5, "batch_size": 1, "start_image": ["52", 0]}});
+    i2v["60"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["40", 0], "vae": ["39", 0]}});
+    i2v["61"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "start", "images": ["60", 0]}});
+    let sampled = frames_of(&mut h, i2v.clone());
+    let ran = h.run(i2v);
+    let start = &ran.summary.outputs[&NodeId::from("61")].images[0];
+    let start =
+        image::open(h.roots.output.join(&start.filename)).expect("a PNG").to_rgb8().into_raw();
+    // Kept up to the sampler's last step (uni_pc ends at σ 0.001, as ComfyUI's; nothing blends it back after).
+    let mean_diff = |a: &[u8], b: &[u8]| {
+        a.iter().zip(b).map(|(x, y)| f64::from(x.abs_diff(*y))).sum::<f64>() / a.len() as f64
+    };
+    let (kept, sampled_later) = (mean_diff(&sampled[0], &start), mean_diff(&sampled[4], &start));
+    assert!(kept < 1.0, "the start frame is kept: mean difference {kept}");
+    assert!(sampled_later > 10.0 * kept.max(0.1), "later frames are sampled: {sampled_later}");
+}
+
+#[test]
+fn issue_24_wan22_a14b_experts_hand_the_latent_over_between_two_samplers() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let mut graph = text_to_video(
+        "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors",
+        "wan_2.1_vae.safetensors",
+        5,
+    );
+    graph["76"] = json!({"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors", "weight_dtype": "default"}});
+    graph["86"] =
+        json!({"class_type": "ModelSamplingSD3", "inputs": {"shift": 5.0, "model": ["76", 0]}});
+    graph["48"]["inputs"]["shift"] = json!(5.0);
+    graph["3"] = json!({"class_type": "KSamplerAdvanced", "inputs": {
+        "add_noise": "enable", "noise_seed": 3, "steps": 4, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple",
+        "start_at_step": 0, "end_at_step": 2, "return_with_leftover_noise": "enable",
+        "model": ["48", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["40", 0]}});
+    graph["78"] = json!({"class_type": "KSamplerAdvanced", "inputs": {
+        "add_noise": "disable", "noise_seed": 0, "steps": 4, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple",
+        "start_at_step": 2, "end_at_step": 10000, "return_with_leftover_noise": "disable",
+        "model": ["86", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["3", 0]}});
+    graph["8"]["inputs"]["samples"] = json!(["78", 0]);
+    let both = frames_of(&mut h, graph.clone());
+    assert_eq!(both.len(), 5);
+    // The low-noise expert runs the second half: the clip is not the high-noise expert's alone.
+    graph["78"]["inputs"]["model"] = json!(["48", 0]);
+    assert_ne!(frames_of(&mut h, graph), both);
+}
+
+#[test]
+fn issue_24_skip_layer_guidance_pushes_away_from_a_pass_without_the_blocks_named() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let plain = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 5);
+    let with_slg = |scale: f64, layers: &str| {
+        let mut graph = plain.clone();
+        graph["90"] = json!({"class_type": "SkipLayerGuidanceDiT", "inputs": {
+            "model": ["37", 0], "double_layers": layers, "single_layers": "", "scale": scale,
+            "start_percent": 0.0, "end_percent": 1.0, "rescaling_scale": 0.0}});
+        graph["48"]["inputs"]["model"] = json!(["90", 0]);
+        graph
+    };
+    let reference = frames_of(&mut h, plain.clone());
+    // Scale 0 and no layers leave the model as it was.
+    assert_eq!(frames_of(&mut h, with_slg(0.0, "1")), reference);
+    assert_eq!(frames_of(&mut h, with_slg(3.0, "")), reference);
+    // Skipping block 1 in the extra pass changes the clip, and which block is skipped matters.
+    let skip_one = frames_of(&mut h, with_slg(3.0, "1"));
+    assert_ne!(skip_one, reference);
+    assert_ne!(frames_of(&mut h, with_slg(3.0, "0")), skip_one);
+    // A block index no model has is an error naming it.
+    let ran = h.run(with_slg(3.0, "70"));
+    assert!(format!("{:?}", ran.summary.outcome).contains("block 70"), "{:?}", ran.summary.outcome);
+}
