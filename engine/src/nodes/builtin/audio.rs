@@ -10,10 +10,8 @@ use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::files::save_target;
-use super::video::{
-    MediaNode, VIDEO_EXTENSIONS, audio_input, input_files, input_path, media_error, tags,
-};
+use super::files::{input_files, save_target};
+use super::video::{MediaNode, VIDEO_EXTENSIONS, audio_input, input_path, media_error, tags};
 use crate::media::{self, Audio};
 use crate::nodes::{
     Context, DynamicOption, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, Inputs,

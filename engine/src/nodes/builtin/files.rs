@@ -32,21 +32,7 @@ impl LoadImage {
     }
 
     fn files(&self) -> Vec<String> {
-        let mut files: Vec<String> = fs::read_dir(&self.input_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| {
-                Path::new(name)
-                    .extension()
-                    .and_then(|x| x.to_str())
-                    .is_some_and(|x| IMAGE_EXTENSIONS.contains(&x.to_ascii_lowercase().as_str()))
-            })
-            .collect();
-        files.sort();
-        files
+        input_files(&self.input_dir, &IMAGE_EXTENSIONS)
     }
 
     fn path(&self, name: &str) -> Option<PathBuf> {
@@ -462,6 +448,25 @@ fn save_pngs_as(
         ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
     }
     Ok(ui)
+}
+
+/// Files directly in `dir` whose extension is one of `extensions`, sorted.
+pub(super) fn input_files(dir: &Path, extensions: &[&str]) -> Vec<String> {
+    let mut files: Vec<String> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| {
+            Path::new(name)
+                .extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| extensions.contains(&x.to_ascii_lowercase().as_str()))
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// Where a save node writes (ComfyUI's `get_save_image_path`).

@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::files::save_target;
+use super::files::{input_files, save_target};
 use crate::roots::within;
 use std::sync::Arc;
 
@@ -289,25 +289,6 @@ pub(super) fn get_video_components() -> MediaNode {
             Value::Int(i64::from(bit_depth)),
         ]))
     })
-}
-
-/// Files directly in `dir` whose extension is one of `extensions`, sorted.
-pub(super) fn input_files(dir: &Path, extensions: &[&str]) -> Vec<String> {
-    let mut files: Vec<String> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| {
-            Path::new(name)
-                .extension()
-                .and_then(|x| x.to_str())
-                .is_some_and(|x| extensions.contains(&x.to_ascii_lowercase().as_str()))
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 /// An input file's path from a combo value (`name` or `name [input]`), if it exists inside the folder.
