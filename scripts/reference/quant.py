@@ -40,6 +40,11 @@ def quantize(w, dtype):
 
 
 def comfy_linear(path, x, n=N, k=K):
+    with torch.no_grad():
+        return comfy_layer(path, n, k)(x)
+
+
+def comfy_layer(path, n=N, k=K):
     sd, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
     sd, metadata = comfy.utils.convert_old_quants(sd, model_prefix="", metadata=metadata)
     # The operations ComfyUI picks for a quantized model on the CPU: mixed precision, the fp8 formats emulated
@@ -51,8 +56,28 @@ def comfy_linear(path, x, n=N, k=K):
     missing, unexpected = [], []
     layer._load_from_state_dict(sd, "layer.", {}, True, missing, unexpected, [])
     assert not missing, missing
+    return layer
+
+
+def lora_on_scaled(path, x, g):
+    """A LoRA on a per-tensor scaled fp8 weight, as ComfyUI patches one: the weight dequantized, the LoRA
+    added by comfy.lora.calculate_weight in f32, then the layer's set_weight, which re-quantizes it with a
+    recalculated scale and stochastic rounding seeded from the key."""
+    from comfy.weight_adapter.lora import LoRAAdapter
+    import comfy.lora
+
+    layer = comfy_layer(path)
+    up = torch.randn((N, 2), generator=g) * 0.3
+    down = torch.randn((2, K), generator=g) * 0.3
+    alpha, strength = 1.0, 0.8
     with torch.no_grad():
-        return layer(x)
+        weight = layer.convert_weight(layer.weight).float()
+        patches = [(strength, LoRAAdapter(set(), (up, down, alpha, None, None, None)), 1.0, None, None)]
+        exact = comfy.lora.calculate_weight(patches, weight.clone(), "layer.weight")
+        layer.set_weight(exact.clone(), seed=comfy.utils.string_to_seed("layer.weight"))
+        return {"up": up, "down": down, "alpha": torch.tensor([alpha]), "strength": torch.tensor([strength]),
+                "exact": exact, "scale": layer.weight._params.scale.reshape(1).float(),
+                "weight": layer.convert_weight(layer.weight).float(), "y": layer(x).float()}
 
 
 def int8(per_row=True, convrot=None):
@@ -113,6 +138,8 @@ def main():
         path = os.path.join(OUT, f"{name}.safetensors")
         save_file(tensors, path, metadata=metadata)
         reference[f"y/{name}"] = comfy_linear(path, x).float()
+        for key, value in lora_on_scaled(path, x, torch.Generator().manual_seed(7)).items():
+            reference[f"lora/{name}/{key}"] = value
         cases.append({"name": name, "file": f"{name}.safetensors"})
     # The formats with their own layouts, at sizes their blocks and rotation groups divide; 160 rows and 5 blocks
     # a row reach every term of the block scales' swizzle (a second 128-row tile, 32-row quarters, 4-block columns).

@@ -278,6 +278,55 @@ pub fn apply<B: Backend>(
     patches: &[Patch<Weight<'_>>],
     seed: u64,
 ) -> Result<()> {
+    let w = patched(b, target, patches)?;
+    b.store(&w, target.ptr(), target.dtype(), Some(seed))
+}
+
+/// Patches a per-tensor scaled fp8 weight ([`crate::quant::Quant::Tensor`]) in place the way ComfyUI
+/// re-quantizes one (`requantize_from_float` with `scale="recalculate"`): its values times their scale,
+/// patched in f32 as [`apply`] does, a new scale — the patched weight's largest magnitude over the largest
+/// finite value of the fp8 type — and `W · (1/scale)` stored with stochastic rounding. Returns the new scale,
+/// which the weight's readers must use from then on.
+///
+/// `known` is the scale an earlier application of the same patches to the same original found: the result is
+/// a function of those, so a weight patched again at each fetch (streamed, not resident) skips reading the
+/// patched values back to find their largest magnitude.
+pub fn apply_requantized<B: Backend>(
+    b: &B,
+    target: &Weight<'_>,
+    patches: &[Patch<Weight<'_>>],
+    seed: u64,
+    known: Option<f32>,
+) -> Result<f32> {
+    let largest = match target.dtype() {
+        DType::F8E4M3 => 448.0,
+        DType::F8E5M2 => 57344.0,
+        other => {
+            return Err(Error::Unsupported(format!(
+                "re-quantizing a patched {other} weight with a per-tensor scale (fp8 only)"
+            )));
+        }
+    };
+    let w = patched(b, target, patches)?;
+    let scale = match known {
+        Some(scale) => scale,
+        None => {
+            let amax = b.to_f32(&w)?.iter().fold(0f32, |m, v| m.max(v.abs()));
+            // An all-zero weight stays zero under any scale; ComfyUI's 0 would divide by zero.
+            if amax > 0.0 { amax / largest } else { 1.0 }
+        }
+    };
+    let scaled = b.affine(&w, 1.0 / scale, 0.0)?;
+    b.store(&scaled, target.ptr(), target.dtype(), Some(seed))?;
+    Ok(scale)
+}
+
+/// The weight's values (its quantization scale applied) with every patch applied, in f32.
+fn patched<B: Backend>(
+    b: &B,
+    target: &Weight<'_>,
+    patches: &[Patch<Weight<'_>>],
+) -> Result<Tensor<B>> {
     let mut w = b.weight_to_tensor(target, DType::F32)?;
     for patch in patches {
         if patch.strength_model != 1.0 {
@@ -285,7 +334,7 @@ pub fn apply<B: Backend>(
         }
         w = apply_one(b, &w, patch)?;
     }
-    b.store(&w, target.ptr(), target.dtype(), Some(seed))
+    Ok(w)
 }
 
 fn f32_of<B: Backend>(b: &B, t: &Weight<'_>) -> Result<Tensor<B>> {

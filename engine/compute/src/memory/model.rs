@@ -14,20 +14,21 @@
 //! if it has no pin, into the VBAR. Offloaded: copy it into the lane's scratch. Copies go on the lane's
 //! offload stream; one event, and the compute stream waits on it (the CPU never does). Patched weights
 //! (LoRA, §6) get their patch image in one copy and are patched in place on the device; a resident weight is
-//! patched once and stays patched until the patch set changes. Dropping the [`Layer`] unpins the VBAR ranges
-//! and makes the offload stream wait for the compute stream, so the next copies cannot overwrite bytes still
-//! being read. On CUDA every step is asynchronous, so fetching layer i+1 while layer i computes overlaps the
-//! copy with the compute (the prefetch); the CPU backend's device completes each step at once.
+//! patched once and stays patched until the patch set changes. A per-tensor scaled fp8 weight is re-quantized
+//! with a new scale when patched, as ComfyUI does, and read with that scale. Dropping the [`Layer`] unpins the
+//! VBAR ranges and makes the offload stream wait for the compute stream, so the next copies cannot overwrite
+//! bytes still being read. On CUDA every step is asynchronous, so fetching layer i+1 while layer i computes
+//! overlaps the copy with the compute (the prefetch); the CPU backend's device completes each step at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use indexmap::IndexMap;
 
 use super::device::{DevPtr, DeviceMemory, StreamId};
 use super::loader::{LoadStats, SafetensorsFile};
-use super::lora::{PatchLayout, PatchSet, apply, seed_for_key};
+use super::lora::{PatchLayout, PatchSet, apply, apply_requantized, seed_for_key};
 use super::manager::{Lane, MemoryManager};
 use super::pins::{ModelId, ModuleId, PinOutcome, Subset};
 use super::vram::{Fault, Signature, VbarId};
@@ -144,6 +145,9 @@ struct PackedPatches {
     layout: PatchLayout,
     /// Names this image (unique in the process): the manager rewrites a patch pin that holds another one.
     generation: u64,
+    /// The scale a per-tensor scaled fp8 weight was re-quantized with when first patched with this image
+    /// ([`apply_requantized`]); its readers use it instead of the file's.
+    scale: OnceLock<f32>,
 }
 
 /// The next [`PackedPatches::generation`].
@@ -515,13 +519,18 @@ impl Model {
                         "a patch for {name}, which the model does not have"
                     )));
                 }
-                Some(slot) if slot.quant != Quant::None && !set.patches.is_empty() => {
-                    // ComfyUI re-quantizes a patched quantized weight with a new scale; Kiln does not yet.
+                Some(slot)
+                    if !matches!(slot.quant, Quant::None | Quant::Tensor(_))
+                        && !set.patches.is_empty() =>
+                {
+                    // Per-tensor scaled fp8 is re-quantized with a new scale, as ComfyUI does; the row and
+                    // block formats would need their own re-quantization.
                     return Err(Error::Unsupported(format!(
-                        "a LoRA on {name}, a quantized ({} {}) weight: patching quantized weights is not \
-                         supported yet; use a bf16 or plain fp8 model file",
+                        "a LoRA on {name}, a quantized ({} {}) weight: patching {} weights is not supported \
+                         yet; use a bf16, fp8 or scaled fp8 model file",
                         slot.quant.name(),
-                        slot.dtype
+                        slot.dtype,
+                        slot.quant.name()
                     )));
                 }
                 Some(_) => {}
@@ -535,7 +544,12 @@ impl Model {
                 Some(set) => {
                     let (image, layout) = set.pack()?;
                     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
-                    Some(Arc::new(PackedPatches { image, layout, generation }))
+                    Some(Arc::new(PackedPatches {
+                        image,
+                        layout,
+                        generation,
+                        scale: OnceLock::new(),
+                    }))
                 }
                 None => None,
             };
@@ -592,6 +606,7 @@ impl<'m> Layer<'m> {
         let stream = lane.stream;
         let mut to_patch = Vec::new();
         let mut valid_after = Vec::new();
+        let mut fetched = Vec::with_capacity(names.len());
         for name in names {
             let (index, _, slot) = state
                 .slots
@@ -646,7 +661,7 @@ impl<'m> Layer<'m> {
                     }
                 }
             };
-            self.weights.push((index, ptr));
+            fetched.push((index, ptr, patches));
         }
         // Patch images: one copy each, into the lane's scratch.
         let mut patch_views = Vec::with_capacity(to_patch.len());
@@ -666,8 +681,19 @@ impl<'m> Layer<'m> {
         memory.wait_event(StreamId::COMPUTE, copied.as_ref())?;
         for (index, dst, packed, at) in patch_views {
             let slot = &state.slots[index];
-            let target = Weight::new(dst, slot.dtype, slot.shape.clone());
-            apply(b, &target, &packed.layout.views(at), seed_for_key(&slot.name))?;
+            let (views, seed) = (packed.layout.views(at), seed_for_key(&slot.name));
+            if let Quant::Tensor(_) = slot.quant {
+                let target = Weight::new(dst, slot.dtype, slot.shape.clone())
+                    .with_quant(slot.quant, dst.offset(slot.values));
+                let known = packed.scale.get().copied();
+                let scale = apply_requantized(b, &target, &views, seed, known)?;
+                let _ = packed.scale.set(scale);
+            } else {
+                apply(b, &Weight::new(dst, slot.dtype, slot.shape.clone()), &views, seed)?;
+            }
+        }
+        for (index, ptr, patches) in fetched {
+            self.weights.push((index, ptr, state.slots[index].quant_read(patches.as_deref())?));
         }
         for (index, signature) in valid_after {
             match (&state.slots[index].place, signature) {
@@ -683,6 +709,22 @@ impl<'m> Layer<'m> {
 }
 
 impl Slot {
+    /// The quantization its readers see: a per-tensor scaled weight patched with `patches` has the scale it
+    /// was re-quantized with.
+    fn quant_read(&self, patches: Option<&PackedPatches>) -> Result<Quant> {
+        match (self.quant, patches) {
+            (Quant::Tensor(_), Some(p)) => {
+                p.scale.get().map(|&s| Quant::Tensor(s)).ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "{}: a patched scaled weight without its new scale",
+                        self.name
+                    ))
+                })
+            }
+            (quant, _) => Ok(quant),
+        }
+    }
+
     /// Forgets that the device copy is valid (the patch set changed): the next fetch copies the original
     /// again and re-applies the patches — the restore.
     fn invalidate(&self, memory: &dyn DeviceMemory) {
@@ -773,7 +815,8 @@ impl Drop for ModelState {
 pub struct Layer<'m> {
     state: &'m ModelState,
     lane: Option<MutexGuard<'m, Lane>>,
-    weights: Vec<(usize, DevPtr)>,
+    /// `(slot index, address, quantization as read)`.
+    weights: Vec<(usize, DevPtr, Quant)>,
     /// VBAR ranges faulted resident (unpinned on drop).
     pinned: Vec<(u64, u64)>,
     /// Whether the fetch finished (else the compute stream has not waited for the lane's copies yet).
@@ -783,7 +826,7 @@ pub struct Layer<'m> {
 impl std::fmt::Debug for Layer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> =
-            self.weights.iter().map(|&(index, _)| self.state.slots[index].name.as_str()).collect();
+            self.weights.iter().map(|&(index, ..)| self.state.slots[index].name.as_str()).collect();
         write!(f, "Layer({names:?})")
     }
 }
@@ -791,10 +834,9 @@ impl std::fmt::Debug for Layer<'_> {
 impl Layer<'_> {
     /// The i-th weight asked for.
     pub fn weight(&self, i: usize) -> Weight<'_> {
-        let (index, ptr) = self.weights[i];
+        let (index, ptr, quant) = self.weights[i];
         let slot = &self.state.slots[index];
-        Weight::new(ptr, slot.dtype, slot.shape.clone())
-            .with_quant(slot.quant, ptr.offset(slot.values))
+        Weight::new(ptr, slot.dtype, slot.shape.clone()).with_quant(quant, ptr.offset(slot.values))
     }
 
     /// A weight by name (one of the names fetched).
@@ -802,8 +844,10 @@ impl Layer<'_> {
         let i = self
             .weights
             .iter()
-            .position(|&(index, _)| self.state.slots[index].name == name)
-            .ok_or_else(|| Error::Unsupported(format!("{name} was not fetched with this layer")))?;
+            .position(|&(index, ..)| self.state.slots[index].name == name)
+            .ok_or_else(|| {
+            Error::Unsupported(format!("{name} was not fetched with this layer"))
+        })?;
         Ok(self.weight(i))
     }
 

@@ -2,7 +2,8 @@
 //! Linear stored as legacy scaled fp8, in the mixed-precision map (e4m3fn, e5m2), as int8 (a tensor scale,
 //! per-row scales, ConvRot at groups of 64 and 256), MXFP8 or NVFP4 loads quantized and gives ComfyUI's CPU
 //! output (comfy-kitchen's eager kernels); the formats Kiln cannot run are refused by name, before anything
-//! is read, and a LoRA on a quantized weight is refused rather than applied wrongly.
+//! is read; a LoRA on a per-tensor scaled fp8 weight is re-quantized with a new scale as ComfyUI does, one on
+//! the row and block formats is refused rather than applied wrongly.
 
 use std::collections::HashMap;
 
@@ -176,15 +177,104 @@ fn formats_kiln_cannot_run_are_refused_by_name() {
     }
 }
 
+/// The spacing of `dtype`'s grid around `q` (one step between the two fp8 neighbours of `q`).
+fn fp8_step(dtype: kiln_compute::DType, q: f32) -> f32 {
+    let (mantissa_bits, min_exponent) = match dtype {
+        kiln_compute::DType::F8E4M3 => (3, -6),
+        _ => (2, -14),
+    };
+    let exponent = (q.abs().log2().floor() as i32).max(min_exponent);
+    2f32.powi(exponent - mantissa_bits)
+}
+
 #[test]
-fn a_lora_on_a_scaled_weight_is_refused() {
-    let (_b, model) = load("scaled_fp8");
-    let delta = PatchTensor::from_f32(kiln_compute::DType::F32, &[8, 32], &[0.01; 8 * 32]);
+fn a_lora_on_a_scaled_fp8_weight_is_requantized_as_comfyui_does() {
+    let reference = read_tensors("quant/reference.safetensors");
+    for (name, dtype) in [
+        ("scaled_fp8", kiln_compute::DType::F8E4M3),
+        ("mixed_e4m3fn", kiln_compute::DType::F8E4M3),
+        ("mixed_e5m2", kiln_compute::DType::F8E5M2),
+    ] {
+        let (b, model) = load(name);
+        let get = |key: &str| &reference[&format!("lora/{name}/{key}")];
+        let tensor = |key: &str| {
+            let (shape, values) = get(key);
+            PatchTensor::from_f32(kiln_compute::DType::F32, shape, values)
+        };
+        let original = model.fetch(&*b, &["layer.weight"]).expect("fetch").weight(0).scale();
+        let adapter = Adapter::Lora {
+            up: tensor("up"),
+            down: tensor("down"),
+            alpha: Some(get("alpha").1[0]),
+            dora_scale: None,
+        };
+        let set = PatchSet {
+            patches: vec![Patch { strength: get("strength").1[0], strength_model: 1.0, adapter }],
+        };
+        model.set_patches(vec![("layer.weight".into(), set)]).expect("a LoRA on scaled fp8");
+        // Fetched twice: the second reads the weight patched by the first (resident) or patches it again.
+        for _ in 0..2 {
+            let layer = model.fetch(&*b, &["layer.weight", "layer.bias"]).expect("fetch");
+            let weight = layer.weight(0);
+            // The new scale is ComfyUI's: the patched weight's largest magnitude over the type's largest value.
+            let scale = weight.scale().expect("still scaled");
+            let want_scale = get("scale").1[0];
+            assert!(
+                (scale - want_scale).abs() <= want_scale * 1e-6,
+                "{name}: {scale} vs {want_scale}"
+            );
+            // Each value is one of the two fp8 neighbours of the exact patched value (stochastic rounding),
+            // as ComfyUI's are (its own random draws pick other neighbours).
+            let got = b
+                .weight_to_tensor(&weight, kiln_compute::DType::F32)
+                .and_then(|t| b.to_f32(&t))
+                .expect("read the patched weight");
+            let exact = &get("exact").1;
+            for (who, values) in [("kiln", &got), ("comfyui", &get("weight").1)] {
+                for (i, (v, e)) in values.iter().zip(exact).enumerate() {
+                    let step = fp8_step(dtype, e / scale) * scale;
+                    assert!(
+                        (v - e).abs() <= step * 1.000_01,
+                        "{name} {who} [{i}]: {v} vs exact {e}"
+                    );
+                }
+            }
+            // The layer reads the weight with its new scale.
+            let (x_shape, x) = &reference["x"];
+            let xs = b.from_f32(x_shape, x, kiln_compute::DType::F32).expect("x");
+            let y = b
+                .linear(&xs, &weight, Some(&layer.weight(1)))
+                .and_then(|y| b.to_f32(&y))
+                .expect("linear");
+            let bias = b
+                .weight_to_tensor(&layer.weight(1), kiln_compute::DType::F32)
+                .and_then(|t| b.to_f32(&t))
+                .expect("bias");
+            let (rows, n, k) = (x_shape[0], bias.len(), x_shape[1]);
+            let want: Vec<f32> = (0..rows * n)
+                .map(|i| {
+                    let (r, o) = (i / n, i % n);
+                    (0..k).map(|j| x[r * k + j] * got[o * k + j]).sum::<f32>() + bias[o]
+                })
+                .collect();
+            assert_close(name, &y, &want, 1e-5);
+        }
+        // Without patches the weight is the file's again, with the file's scale.
+        model.set_patches(Vec::new()).expect("unpatch");
+        let restored = model.fetch(&*b, &["layer.weight"]).expect("fetch").weight(0).scale();
+        assert_eq!(restored, original, "{name}: restored");
+    }
+}
+
+#[test]
+fn a_lora_on_an_int8_weight_is_refused_by_name() {
+    let (_b, model) = load("int8_tensorwise");
+    let delta = PatchTensor::from_f32(kiln_compute::DType::F32, &[8, 64], &[0.01; 8 * 64]);
     let set = PatchSet {
         patches: vec![Patch { strength: 1.0, strength_model: 1.0, adapter: Adapter::Diff(delta) }],
     };
     let err = model.set_patches(vec![("layer.weight".into(), set)]).expect_err("refused");
-    assert!(err.to_string().contains("quantized"), "{err}");
-    // The bias is not quantized: an empty patch list for the weight changes nothing either.
+    assert!(err.to_string().contains("int8_tensorwise"), "{err}");
+    // An empty patch list for the weight changes nothing.
     model.set_patches(vec![("layer.weight".into(), PatchSet::default())]).expect("no patch");
 }
