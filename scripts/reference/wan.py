@@ -222,6 +222,7 @@ def main():
         print(f"ComfyUI, i2v without CLIP features: differs from i2v by {moved:.3f}")
         detection_check(stored, ti2v)
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+    reference_image(stored, ti2v)
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -293,6 +294,34 @@ def inputs(io, case):
     source = SHARED_INPUTS.get(case, case)
     t = io.get(f"t.{case}", io[f"t.{source}"])
     return io[f"x.{source}"], t, io[f"context.{source}"], io.get(f"clip.{source}")
+
+
+def reference_image(stored, ti2v):
+    """ComfyUI's WanModel with the reference-image convolution (Wan 2.2 Fun Control, `in_dim_ref_conv`; diffusers
+    has no such model): the expert variant plus a random `ref_conv` (16 channels), called as WAN21 calls it with
+    `reference_latent` (the last reference latent's first frame, [B, 16, H, W]). Written to ref_conv.safetensors:
+    `ref_conv.{weight,bias}` (bf16) and, in f32, `x` [1, 36, 2, 4, 6], `t` [1] (650), `context` [1, 6, 32],
+    `reference` [1, 16, 4, 6], `out` [1, 16, 2, 4, 6], and `out_plain` (the same call without the reference)."""
+    import comfy.ops
+    from comfy.ldm.wan.model import WanModel
+
+    g = torch.Generator().manual_seed(11)
+    weights = {"ref_conv.weight": (torch.randn(DIM, 16, 2, 2, generator=g) / 8.0).to(torch.bfloat16),
+               "ref_conv.bias": (torch.randn(DIM, generator=g) * 0.1).to(torch.bfloat16)}
+    io = {"x": torch.randn(1, 36, 2, 4, 6, generator=g), "t": torch.tensor([650.0]),
+          "context": torch.randn(1, 6, TEXT, generator=g), "reference": torch.randn(1, 16, 4, 6, generator=g)}
+    net = WanModel(model_type="t2v", patch_size=(1, 2, 2), in_dim=36, dim=DIM, ffn_dim=FFN, freq_dim=256,
+                   text_dim=TEXT, out_dim=16, num_heads=HEADS, num_layers=LAYERS, eps=1e-6, in_dim_ref_conv=16,
+                   operations=comfy.ops.disable_weight_init).eval()
+    state = {k: v.float() for k, v in {**variant(stored, "expert", ti2v), **weights}.items()}
+    result = net.load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    with torch.no_grad():
+        io["out"] = net(io["x"], io["t"], io["context"], reference_latent=io["reference"], transformer_options={})
+        io["out_plain"] = net(io["x"], io["t"], io["context"], transformer_options={})
+    moved = float((io["out"] - io["out_plain"]).abs().max())
+    print(f"ComfyUI, expert with a reference latent: differs from without by {moved:.3f}")
+    save_file({**weights, **{k: v.contiguous() for k, v in io.items()}}, f"{OUT}/ref_conv.safetensors")
 
 
 def detection_check(stored, ti2v):

@@ -518,6 +518,8 @@ impl DiffusionNet {
                     timesteps: input.frame_timesteps.unwrap_or(input.timesteps),
                     context: input.context,
                     clip: input.clip_vision,
+                    // ComfyUI's `reference_latent`: the last reference latent.
+                    reference: input.references.last(),
                     skip: input.skipped_blocks.double,
                 };
                 net.forward(b, &wan_input)

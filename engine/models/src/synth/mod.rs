@@ -118,29 +118,64 @@ pub enum WanFile {
     T2vA14b,
     /// A Wan 2.2 I2V A14B expert (`wan22-i2v-a14b`): 36 channels in, no CLIP branch.
     I2vA14b,
+    /// Wan 2.1 Fun Control 1.3B (`wan21-fun-control-1.3b`): the 1.3B widths, the CLIP branch, 48 channels in
+    /// (latent, control latent, start image latent).
+    FunControl13b,
+    /// A Wan 2.2 Fun Control A14B expert (`wan22-fun-control-a14b`): 52 channels in (latent, control latent,
+    /// 4 mask channels, start image latent) and the reference-image convolution.
+    FunControlA14b,
+    /// Wan 2.2 Fun Control 5B (`wan22-fun-control-5b`): the TI2V 5B widths, 148 channels in (as A14B's in the
+    /// Wan 2.2 VAE's 48 channels) and the reference-image convolution.
+    FunControl5b,
+    /// Wan 2.2 Fun InP 5B (`wan22-fun-inpaint-5b`): the TI2V 5B widths, 100 channels in (latent, 4 mask
+    /// channels, image latent).
+    FunInpaint5b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 4] =
-        [WanFile::I2v14b, WanFile::Flf2v14b, WanFile::T2vA14b, WanFile::I2vA14b];
+    pub const ALL: [WanFile; 8] = [
+        WanFile::I2v14b,
+        WanFile::Flf2v14b,
+        WanFile::T2vA14b,
+        WanFile::I2vA14b,
+        WanFile::FunControl13b,
+        WanFile::FunControlA14b,
+        WanFile::FunControl5b,
+        WanFile::FunInpaint5b,
+    ];
 
     /// The name it is spelled with on the command line.
     pub fn name(self) -> &'static str {
-        let [i2v, flf2v, t2v, i2v_a14b] = wan::family::SYNTH_NAMES;
+        let [i2v, flf2v, t2v, i2v_a14b, control_13b, control_a14b, control_5b, inpaint_5b] =
+            wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
             WanFile::Flf2v14b => flf2v,
             WanFile::T2vA14b => t2v,
             WanFile::I2vA14b => i2v_a14b,
+            WanFile::FunControl13b => control_13b,
+            WanFile::FunControlA14b => control_a14b,
+            WanFile::FunControl5b => control_5b,
+            WanFile::FunInpaint5b => inpaint_5b,
         }
     }
 
-    /// Its config in `set` (from its 14B widths).
+    /// Its config in `set` (from the widths of the 14B, 1.3B or 5B release it is built on).
     pub fn config(self, set: &ZImageTurboSet) -> wan::Config {
         let clip = wan::ImageEmbed { clip_dim: set.wan_clip_dim, pos_tokens: None };
         let base = set.wan_14b.clone();
         match self {
+            WanFile::FunControl13b => {
+                wan::Config { in_channels: 48, image: Some(clip), ..set.wan21.clone() }
+            }
+            WanFile::FunControlA14b => {
+                wan::Config { in_channels: 52, ref_channels: Some(16), ..base }
+            }
+            WanFile::FunControl5b => {
+                wan::Config { in_channels: 148, ref_channels: Some(48), ..set.wan22.clone() }
+            }
+            WanFile::FunInpaint5b => wan::Config { in_channels: 100, ..set.wan22.clone() },
             WanFile::I2v14b => wan::Config { in_channels: 36, image: Some(clip), ..base },
             WanFile::Flf2v14b => {
                 let image = wan::ImageEmbed { pos_tokens: Some(514), ..clip };
@@ -1369,6 +1404,7 @@ fn wan_config(
         freq_dim: 256,
         eps: wan::EPS,
         image: None,
+        ref_channels: None,
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Config {
     pub eps: f32,
     /// The CLIP-vision branch of I2V and FLF2V models (`img_emb`).
     pub image: Option<ImageEmbed>,
+    /// The channels of the reference-image convolution of the Fun 1.1 and Wan 2.2 Fun models (`ref_conv`, a
+    /// 2×2 stride-2 Conv2d over the reference latent's first frame, whose tokens go before the video's).
+    pub ref_channels: Option<usize>,
 }
 
 /// The CLIP-vision branch of an I2V or FLF2V model: `img_emb`, and `k_img`/`v_img` in every block.
@@ -87,7 +90,9 @@ impl Config {
             (Some(ImageEmbed { pos_tokens: Some(_), .. }), _) => "Wan 2.1 FLF2V",
             (Some(_), I2V_CHANNELS) => "Wan 2.1 I2V",
             (Some(_), _) => "Wan 2.1 Fun",
+            (None, _) if self.is_wan22() && self.in_channels > WAN22_CHANNELS => "Wan 2.2 Fun 5B",
             (None, _) if self.is_wan22() => "Wan 2.2 TI2V 5B",
+            (None, _) if self.ref_channels.is_some() => "Wan 2.2 Fun",
             (None, I2V_CHANNELS) => "Wan 2.2 I2V",
             (None, _) => "Wan T2V",
         }
@@ -153,6 +158,9 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         if let Some(tokens) = image.pos_tokens {
             out.push(("img_emb.emb_pos", vec![1, tokens, c]));
         }
+    }
+    if let Some(c) = cfg.ref_channels {
+        out.extend([("ref_conv.weight", vec![d, c, PATCH, PATCH]), ("ref_conv.bias", vec![d])]);
     }
     out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
 }
@@ -261,7 +269,7 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 9] = [
+const DERIVED: [(&str, &str); 8] = [
     ("vace_patch_embedding.weight", "a Wan VACE model (video control and editing)"),
     ("control_adapter.conv.weight", "a Wan Fun Camera model (camera control)"),
     ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
@@ -270,7 +278,6 @@ const DERIVED: [(&str, &str); 9] = [
     ("patch_embedding_mask.weight", "a SCAIL-2 model"),
     ("patch_embedding_pose.weight", "a SCAIL model"),
     ("patch_embedding_global.weight", "a WanDancer model"),
-    ("ref_conv.weight", "a Wan Fun 1.1 model with a reference-image convolution"),
 ];
 
 /// The layout of a Wan DiT in `h`, if it is one.
@@ -382,6 +389,16 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             PATCH * PATCH
         )));
     }
+    let ref_channels = match h.shape(&name("ref_conv.weight")) {
+        None => None,
+        Some(&[_, c, PATCH, PATCH]) => Some(c),
+        Some(other) => {
+            return Err(h.unsupported(format!(
+                "`{}` is {other:?}, expected [dim, channels, 2, 2]",
+                h.key(&name("ref_conv.weight"))
+            )));
+        }
+    };
     let cfg = Config {
         dim,
         ffn_dim,
@@ -393,6 +410,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         freq_dim,
         eps: EPS,
         image,
+        ref_channels,
     };
     if cfg.image.is_some() && !matches!(in_channels, 36 | 48) {
         return Err(h.unsupported(format!(

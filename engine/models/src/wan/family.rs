@@ -19,9 +19,19 @@ pub const WAN21_SYNTH_LORA_NAME: &str = "wan21-lora";
 /// The name `kiln model synth --family` writes a LoRA for Wan 2.2 TI2V 5B under.
 pub const WAN22_SYNTH_LORA_NAME: &str = "wan22-lora";
 /// The names `kiln model synth --family` writes the other released DiTs under: 2.1 I2V 14B (with the CLIP
-/// branch), 2.1 FLF2V 14B (with `emb_pos` for 514 tokens), and the 2.2 A14B T2V and I2V experts.
-pub const SYNTH_NAMES: [&str; 4] =
-    ["wan21-i2v-14b", "wan21-flf2v-14b", "wan22-t2v-a14b", "wan22-i2v-a14b"];
+/// branch), 2.1 FLF2V 14B (with `emb_pos` for 514 tokens), the 2.2 A14B T2V and I2V experts, and the Fun
+/// models: 2.1 Fun Control 1.3B, 2.2 Fun Control A14B and 5B (with the reference-image convolution), 2.2 Fun
+/// InP 5B.
+pub const SYNTH_NAMES: [&str; 8] = [
+    "wan21-i2v-14b",
+    "wan21-flf2v-14b",
+    "wan22-t2v-a14b",
+    "wan22-i2v-a14b",
+    "wan21-fun-control-1.3b",
+    "wan22-fun-control-a14b",
+    "wan22-fun-control-5b",
+    "wan22-fun-inpaint-5b",
+];
 /// `WAN21` models denoise in the Wan 2.1 VAE's latent space.
 pub const WAN21_LATENT: LatentFormat = LatentFormat::WAN21;
 /// `WAN22` (TI2V 5B) denoises in the Wan 2.2 VAE's latent space.

@@ -40,6 +40,10 @@ pub struct WanInput<'a, B: Backend> {
     /// CLIP-vision penultimate hidden states `[B or 1, n, clip_dim]` (n = 257, or 514 for a first and a last
     /// frame); models without the CLIP branch ignore them.
     pub clip: Option<&'a Tensor<B>>,
+    /// The reference latent of a model with the reference-image convolution (`Wan22FunControlToVideo`'s
+    /// `ref_image`, in the model's latent space): `[B or 1, C, T, H, W]` or `[B or 1, C, H, W]`, its first frame
+    /// read; models without the convolution ignore it.
+    pub reference: Option<&'a Tensor<B>>,
     /// Bit i set: block i is left out, its input passed on (`SkipLayerGuidanceDiT`'s pass); 0 for a plain call.
     pub skip: u64,
 }
@@ -116,15 +120,24 @@ impl Wan {
         let (e, e0) = self.time_embedding(b, input.timesteps)?;
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
-        let rope = self.rope(b, &grid)?;
+        let reference = self.reference_tokens(b, input.reference, &grid)?;
+        // The reference's tokens go first, at the positions of a frame before the video's (ComfyUI encodes
+        // the RoPE of one frame more).
+        let extra_frames = usize::from(reference.is_some());
+        let rope = self.rope(b, &grid, extra_frames)?;
 
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
-            samples.push(b.slice(&tokens, 0, s, 1)?);
+            let sample = b.slice(&tokens, 0, s, 1)?;
+            samples.push(match &reference {
+                Some(r) => b.concat(&[&b.slice(r, 0, s.min(r.dim(0)? - 1), 1)?, &sample], 1)?,
+                None => sample,
+            });
             contexts.push(self.context(b, &text, image.as_ref(), s)?);
         }
-        drop((tokens, text, image));
+        drop((tokens, text, image, reference));
+        let reference_tokens = extra_frames * grid.rows * grid.cols;
         let d = self.config.dim;
         for i in 0..self.config.layers {
             if i < 64 && input.skip & (1u64 << i) != 0 {
@@ -158,6 +171,7 @@ impl Wan {
             let m = b.binary(&e, &table, BinaryOp::Add)?;
             let shift = b.slice(&m, 1, 0, 1)?.reshape(&[grid.groups, d])?;
             let scale = b.slice(&m, 1, 1, 1)?.reshape(&[grid.groups, d])?;
+            let x = b.slice(&x, 1, reference_tokens, grid.tokens())?;
             let y = modulate(b, &b.layer_norm(&x, None, None, self.config.eps)?, &scale, &shift)?;
             let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
             outs.push(self.unpatchify(b, &y, &grid)?);
@@ -249,6 +263,54 @@ impl Wan {
         let weight = layer.weight(0).reshape(&[self.config.dim, c * PATCH * PATCH])?;
         let tokens = b.linear(&patches, &weight, Some(&layer.weight(1)))?;
         Ok(b.cast(&tokens, b.compute_dtype())?)
+    }
+
+    /// The tokens of the reference latent `[B', rows·cols, D]` (ComfyUI's `ref_conv`: a 2×2 stride-2 Conv2d on
+    /// its first frame, in the compute type), for a model with the convolution given one; `None` otherwise.
+    fn reference_tokens<B: Backend>(
+        &self,
+        b: &B,
+        reference: Option<&Tensor<B>>,
+        grid: &Grid,
+    ) -> Result<Option<Tensor<B>>> {
+        let (Some(c), Some(reference)) = (self.config.ref_channels, reference) else {
+            return Ok(None);
+        };
+        let (first, [n, rc, h, w]) = match *reference.shape() {
+            [n, rc, _, h, w] => (b.slice(reference, 2, 0, 1)?.reshape(&[n, rc, h, w])?, [n, rc, h, w]),
+            [n, rc, h, w] => (reference.clone(), [n, rc, h, w]),
+            ref other => {
+                return Err(Error::Invalid(format!(
+                    "a Wan reference latent must be [B, C, T, H, W] or [B, C, H, W], got {other:?}"
+                )));
+            }
+        };
+        if rc != c || (n != 1 && n != grid.batch) || (h, w) != (grid.h, grid.w) || h % PATCH != 0 || w % PATCH != 0
+        {
+            return Err(Error::Invalid(format!(
+                "{} reads a reference latent of {c} channels at the latent's even size [{} or 1, {c}, {}, {}], \
+                 got {:?}",
+                self.config.variant(),
+                grid.batch,
+                grid.h,
+                grid.w,
+                reference.shape()
+            )));
+        }
+        if grid.groups != 1 {
+            return Err(Error::Invalid(
+                "a reference image with per-frame timesteps (a noise mask on a Wan 2.2 Fun 5B latent) is not \
+                 supported"
+                    .to_owned(),
+            ));
+        }
+        let x = b.cast(&first, b.compute_dtype())?;
+        let patches = latent_tokens::patchify(b, &x, PATCH)?;
+        let patches = patches.reshape(&[n, grid.rows * grid.cols, c * PATCH * PATCH])?;
+        let layer =
+            crate::named::fetch(b, &self.weights, &crate::named::weight_and_bias("ref_conv"))?;
+        let weight = layer.weight(0).reshape(&[self.config.dim, c * PATCH * PATCH])?;
+        Ok(Some(b.linear(&patches, &weight, Some(&layer.weight(1)))?))
     }
 
     /// The timestep embeddings of `timesteps` (one per sample or per frame): e `[n, D]` and ComfyUI's e0 =
@@ -349,12 +411,14 @@ impl Wan {
     }
 
     /// The RoPE table of a sample's tokens: token (f, i, j) at positions (f, i, j) on axes of 44, 42 and 42 of
-    /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs.
-    fn rope<B: Backend>(&self, b: &B, grid: &Grid) -> Result<Rope<B>> {
+    /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames` more frames first
+    /// (a reference image's tokens).
+    fn rope<B: Backend>(&self, b: &B, grid: &Grid, extra_frames: usize) -> Result<Rope<B>> {
         let third = HEAD_DIM / 6;
         let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
-        let mut positions = Vec::with_capacity(grid.tokens());
-        for f in 0..grid.frames as i64 {
+        let frames = grid.frames + extra_frames;
+        let mut positions = Vec::with_capacity(frames * grid.rows * grid.cols);
+        for f in 0..frames as i64 {
             for i in 0..grid.rows as i64 {
                 positions.extend((0..grid.cols as i64).map(|j| [f, i, j]));
             }

@@ -47,6 +47,7 @@ impl Variant {
             freq_dim: 256,
             eps: 1e-6,
             image: None,
+            ref_channels: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -190,6 +191,39 @@ fn every_variant_matches_diffusers() {
 }
 
 #[test]
+fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
+    // The expert with ComfyUI's reference-image convolution (Wan 2.2 Fun Control): detected with it, and its
+    // output with a reference latent is ComfyUI's `WanModel(in_dim_ref_conv=16)` (`wan.py`).
+    let fixture = read_tensors("wan/ref_conv.safetensors");
+    let mut tensors = Variant::Expert.tensors();
+    for name in ["ref_conv.weight", "ref_conv.bias"] {
+        tensors.insert(name.to_owned(), fixture[name].clone());
+    }
+    let file = TempTensors::new("wan-ref-conv", tensors);
+    let (b, detected, net) = load(&file.0);
+    let config = Config { ref_channels: Some(16), ..Variant::Expert.config() };
+    assert_eq!(detected, DiffusionDetected::Wan(config.clone(), Layout::Comfy));
+    assert_eq!(config.variant(), "Wan 2.2 Fun");
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let x = io_tensor(&b, &fixture, "x");
+    let context = io_tensor(&b, &fixture, "context");
+    let reference = io_tensor(&b, &fixture, "reference");
+    let t = &fixture["t"].1;
+    for (with, want) in [(Some(&reference), "out"), (None, "out_plain")] {
+        let input = WanInput { x: &x, timesteps: t, context: &context, clip: None, reference: with, skip: 0 };
+        let out = model.forward(&*b, &input).unwrap();
+        assert_eq!(out.shape(), fixture[want].0.as_slice());
+        assert_close(want, &b.to_f32(&out).unwrap(), &fixture[want].1, 1e-4);
+    }
+    // A reference of another size is refused, naming what the model reads.
+    let small = b.full(&[1, 16, 2, 2], 0.0, DType::F32).unwrap();
+    let input =
+        WanInput { x: &x, timesteps: t, context: &context, clip: None, reference: Some(&small), skip: 0 };
+    let err = model.forward(&*b, &input).err().expect("refused").to_string();
+    assert!(err.contains("reference latent of 16 channels"), "{err}");
+}
+
+#[test]
 fn clip_states_go_to_the_clip_branch_only() {
     let file = TempTensors::new("wan-expert-clip", Variant::Expert.tensors());
     let (b, _, net) = load(&file.0);
@@ -205,6 +239,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         timesteps: &io["t.expert"].1,
         context: &context,
         clip: Some(&clip),
+        reference: None,
         skip: 0,
     };
     let out = model.forward(&*b, &input).unwrap();
@@ -350,11 +385,11 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
     let context = b.full(&[1, 3, 32], 0.0, DType::F32).unwrap();
     let x = b.full(&[1, 36, 1, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput { x: &x, timesteps: &[500.0], context: &context, clip: None, skip: 0 };
+    let input = WanInput { x: &x, timesteps: &[500.0], context: &context, clip: None, reference: None, skip: 0 };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
     let x = b.full(&[1, 16, 3, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput { x: &x, timesteps: &[1.0, 2.0], context: &context, clip: None, skip: 0 };
+    let input = WanInput { x: &x, timesteps: &[1.0, 2.0], context: &context, clip: None, reference: None, skip: 0 };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
 }
@@ -439,7 +474,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
     let context = b.from_f32(&[1, 3, 4096], &values(&mut seed, 3 * 4096, 1.0), DType::F32).unwrap();
     let forward = |net: &DiffusionNet| {
         let DiffusionNet::Wan(model) = net else { panic!("a Wan DiT") };
-        let input = WanInput { x: &x, timesteps: &[640.0], context: &context, clip: None, skip: 0 };
+        let input = WanInput { x: &x, timesteps: &[640.0], context: &context, clip: None, reference: None, skip: 0 };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };
     let plain = forward(&net);
