@@ -107,6 +107,12 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^wan2\.2_(i2v|fun_inpaint)_(high|low)_noise_14B[_.]/i, family: 'wan22-i2v-a14b' },
   // Wan 2.1 Fun InP 1.3B: the I2V structure (36 channels in, the CLIP branch) at 1.3B's widths.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_inp_1\.3B[_.]/i, family: 'wan21-i2v-14b' },
+  // The Fun Control models (2.1 1.3B with the CLIP branch; 2.2 A14B and 5B with the reference convolution) and
+  // 2.2 Fun InP 5B.
+  { folder: 'diffusion_models', stem: /^wan2\.1_fun_control_1\.3B[_.]/i, family: 'wan21-fun-control-1.3b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_fun_control_(high|low)_noise_14B[_.]/i, family: 'wan22-fun-control-a14b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_fun_control_5B[_.]/i, family: 'wan22-fun-control-5b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_fun_inpaint_5B[_.]/i, family: 'wan22-fun-inpaint-5b' },
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
   { folder: 'loras', stem: /lightx2v|causvid/i, family: 'wan21-lora' },

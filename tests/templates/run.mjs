@@ -11,7 +11,7 @@
 //    its own `graphToPrompt` (convert.mjs);
 // 2. every model file the template names is written by `kiln model synth --size tiny --family F --name FILE`
 //    under that exact name, for the families Kiln runs (families.mjs), and every image a LoadImage names as a
-//    small PNG;
+//    small PNG, every video a LoadVideo names as a short MP4;
 // 3. the prompt is shrunk in the one documented way (shrink.mjs) and queued; the suite waits for its history.
 //
 // Each template ends as one of: `ran` (every output node produced its output), `missing nodes`, `missing
@@ -119,6 +119,17 @@ function prepareFiles(result, prompt, dataDir, written) {
     if (written.has(path)) continue;
     mkdirSync(dirname(path), { recursive: true });
     copyFileSync(join(here, '..', 'browser', 'kiln-input.png'), path);
+    written.add(path);
+  }
+  // Every video a LoadVideo names: a short x264 High clip with AAC audio (the engine's decoder fixture).
+  for (const node of Object.values(prompt)) {
+    const file = node.inputs.file;
+    if (node.class_type !== 'LoadVideo' || typeof file !== 'string') continue;
+    const [, name, folder] = file.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
+    const path = join(dataDir, folder ?? 'input', name);
+    if (written.has(path)) continue;
+    mkdirSync(dirname(path), { recursive: true });
+    copyFileSync(join(here, '..', '..', 'engine', 'tests', 'fixtures', 'video', 'x264_high_aac.mp4'), path);
     written.add(path);
   }
   return null;

@@ -366,6 +366,9 @@ pub struct CondExtras {
     /// The inpainting mask beside it, `[B, 1, H, W]` at the image's size (Wan's: `[1, 1 or 4, T, h, w]`, 0
     /// where a frame is given).
     pub concat_mask: Option<Tensor>,
+    /// Where the mask goes among the image latent's channels (`Wan22FunControlToVideo`: after the control
+    /// latent's); `None` before them all.
+    pub concat_mask_index: Option<usize>,
     /// The CLIP vision states an image-to-video model attends to (`WanImageToVideo`'s `clip_vision_output`:
     /// its `penultimate_hidden_states`, `[B, tokens, hidden]`; first and last frame's joined on tokens).
     pub clip_vision: Option<Tensor>,

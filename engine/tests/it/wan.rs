@@ -1,7 +1,8 @@
 //! Wan's templates on tiny random-weight files of its families (`kiln_models::synth`: the DiTs, umT5 through
 //! CLIPLoader type `wan`, the Wan 2.1 and 2.2 VAEs, CLIP vision H), through the executor on the CPU: text to
 //! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
-//! kept by the noise mask, and the A14B pair handing the latent from the high-noise expert to the low-noise one.
+//! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
+//! Wan 2.2 Fun Control reading its control video and reference image.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -249,4 +250,47 @@ fn issue_24_skip_layer_guidance_pushes_away_from_a_pass_without_the_blocks_named
     // A block index no model has is an error naming it.
     let ran = h.run(with_slg(3.0, "70"));
     assert!(format!("{:?}", ran.summary.outcome).contains("block 70"), "{:?}", ran.summary.outcome);
+}
+
+#[test]
+fn issue_24_wan22_fun_control_reads_its_control_video_and_reference_image() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_wan(&models);
+    let unet = "wan2.2_fun_control_high_noise_14B_fp8_scaled.safetensors";
+    synth::write_family(
+        &models.join("diffusion_models").join(unet),
+        SynthFamily::Wan(WanFile::FunControlA14b),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Fp8Scaled,
+        13,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    // `video_wan2_2_14B_fun_control`'s wiring: a control video and a reference image into
+    // Wan22FunControlToVideo, its prompts and latent into the sampler.
+    let graph = |control: u32, reference: u32| {
+        let mut graph = text_to_video(unet, "wan_2.1_vae.safetensors", 9);
+        graph["52"] = json!({"class_type": "EmptyImage", "inputs": {"width": 40, "height": 40, "batch_size": 9, "color": control}});
+        graph["55"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 48, "batch_size": 1, "color": reference}});
+        graph["54"] = json!({"class_type": "Wan22FunControlToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+            "batch_size": 1, "ref_image": ["55", 0], "control_video": ["52", 0]}});
+        graph["3"]["inputs"]["positive"] = json!(["54", 0]);
+        graph["3"]["inputs"]["negative"] = json!(["54", 1]);
+        graph["3"]["inputs"]["latent_image"] = json!(["54", 2]);
+        graph
+    };
+    let base = frames_of(&mut h, graph(0x808080, 0xD02020));
+    assert_eq!(base.len(), 9);
+    assert_ne!(
+        frames_of(&mut h, graph(0x20D020, 0xD02020)),
+        base,
+        "the control video reaches the model"
+    );
+    assert_ne!(
+        frames_of(&mut h, graph(0x808080, 0x2020D0)),
+        base,
+        "the reference image reaches the model"
+    );
 }

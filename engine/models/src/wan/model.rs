@@ -277,7 +277,9 @@ impl Wan {
             return Ok(None);
         };
         let (first, [n, rc, h, w]) = match *reference.shape() {
-            [n, rc, _, h, w] => (b.slice(reference, 2, 0, 1)?.reshape(&[n, rc, h, w])?, [n, rc, h, w]),
+            [n, rc, _, h, w] => {
+                (b.slice(reference, 2, 0, 1)?.reshape(&[n, rc, h, w])?, [n, rc, h, w])
+            }
             [n, rc, h, w] => (reference.clone(), [n, rc, h, w]),
             ref other => {
                 return Err(Error::Invalid(format!(
@@ -285,7 +287,11 @@ impl Wan {
                 )));
             }
         };
-        if rc != c || (n != 1 && n != grid.batch) || (h, w) != (grid.h, grid.w) || h % PATCH != 0 || w % PATCH != 0
+        if rc != c
+            || (n != 1 && n != grid.batch)
+            || (h, w) != (grid.h, grid.w)
+            || h % PATCH != 0
+            || w % PATCH != 0
         {
             return Err(Error::Invalid(format!(
                 "{} reads a reference latent of {c} channels at the latent's even size [{} or 1, {c}, {}, {}], \

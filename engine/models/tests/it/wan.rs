@@ -210,16 +210,29 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
     let reference = io_tensor(&b, &fixture, "reference");
     let t = &fixture["t"].1;
     for (with, want) in [(Some(&reference), "out"), (None, "out_plain")] {
-        let input = WanInput { x: &x, timesteps: t, context: &context, clip: None, reference: with, skip: 0 };
+        let input = WanInput {
+            x: &x,
+            timesteps: t,
+            context: &context,
+            clip: None,
+            reference: with,
+            skip: 0,
+        };
         let out = model.forward(&*b, &input).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
         assert_close(want, &b.to_f32(&out).unwrap(), &fixture[want].1, 1e-4);
     }
     // A reference of another size is refused, naming what the model reads.
     let small = b.full(&[1, 16, 2, 2], 0.0, DType::F32).unwrap();
-    let input =
-        WanInput { x: &x, timesteps: t, context: &context, clip: None, reference: Some(&small), skip: 0 };
-    let err = model.forward(&*b, &input).err().expect("refused").to_string();
+    let input = WanInput {
+        x: &x,
+        timesteps: t,
+        context: &context,
+        clip: None,
+        reference: Some(&small),
+        skip: 0,
+    };
+    let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
 }
 
@@ -385,11 +398,25 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
     let context = b.full(&[1, 3, 32], 0.0, DType::F32).unwrap();
     let x = b.full(&[1, 36, 1, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput { x: &x, timesteps: &[500.0], context: &context, clip: None, reference: None, skip: 0 };
+    let input = WanInput {
+        x: &x,
+        timesteps: &[500.0],
+        context: &context,
+        clip: None,
+        reference: None,
+        skip: 0,
+    };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
     let x = b.full(&[1, 16, 3, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput { x: &x, timesteps: &[1.0, 2.0], context: &context, clip: None, reference: None, skip: 0 };
+    let input = WanInput {
+        x: &x,
+        timesteps: &[1.0, 2.0],
+        context: &context,
+        clip: None,
+        reference: None,
+        skip: 0,
+    };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
 }
@@ -474,7 +501,14 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
     let context = b.from_f32(&[1, 3, 4096], &values(&mut seed, 3 * 4096, 1.0), DType::F32).unwrap();
     let forward = |net: &DiffusionNet| {
         let DiffusionNet::Wan(model) = net else { panic!("a Wan DiT") };
-        let input = WanInput { x: &x, timesteps: &[640.0], context: &context, clip: None, reference: None, skip: 0 };
+        let input = WanInput {
+            x: &x,
+            timesteps: &[640.0],
+            context: &context,
+            clip: None,
+            reference: None,
+            skip: 0,
+        };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };
     let plain = forward(&net);

@@ -38,6 +38,7 @@ mod vae;
 mod video;
 mod wan;
 mod wan_concat;
+mod wan_fun_control;
 mod websocket;
 
 use std::path::PathBuf;
@@ -138,6 +139,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
+    registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
+    registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
     for node in latent::empty_nodes() {

@@ -21,18 +21,18 @@ const MAX_RESOLUTION: i64 = 16384;
 /// Frames per latent frame along time (the Wan VAEs').
 const TEMPORAL: usize = 4;
 /// Channels of the Wan 2.1 latent the 2.1 nodes make.
-const WAN21_CHANNELS: usize = 16;
+pub(super) const WAN21_CHANNELS: usize = 16;
 /// Channels and pixels per latent position of the Wan 2.2 VAE's latent.
 const WAN22_CHANNELS: usize = 48;
 const WAN22_DOWNSCALE: usize = 16;
 
 /// Latent frames of a clip of `length` frames: ⌊(length − 1) / 4⌋ + 1.
-fn latent_frames(length: usize) -> usize {
+pub(super) fn latent_frames(length: usize) -> usize {
     (length.saturating_sub(1)) / TEMPORAL + 1
 }
 
 /// A non-negative size input.
-fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+pub(super) fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
     usize::try_from(inputs.int(name)?)
         .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
 }
@@ -123,7 +123,7 @@ impl WanImageToVideo {
 
 /// The conditioning nodes' declaration: the prompts, the VAE, the sizes, then `optional` (CLIP vision
 /// outputs, then images, by their names).
-fn conditioning_spec(name: &str, category: &str, optional: &[&str]) -> NodeSpec {
+pub(super) fn conditioning_spec(name: &str, category: &str, optional: &[&str]) -> NodeSpec {
     let spec = NodeSpec::new(name, "", category)
         .python_module("comfy_extras.nodes_wan")
         .v3()
@@ -199,7 +199,8 @@ impl Node for WanImageToVideo {
             (Kind::FirstLast | Kind::FunInpaint, start, end) => {
                 let video = grey_video(length, height, width, start.as_ref(), end.as_ref())?;
                 let encoded = encode_video(&self.compute, vae, &video, ctx)?;
-                let mask = first_last_mask(&encoded, frames, start.as_ref(), end.as_ref())?;
+                let mask =
+                    first_last_mask(spatial(&encoded)?, frames, start.as_ref(), end.as_ref())?;
                 Some((encoded, mask))
             }
         };
@@ -227,7 +228,7 @@ impl Node for WanImageToVideo {
 /// `image`'s frames in `range` (clamped to the batch; `length..` means the last `length`) resized bilinearly
 /// with a centre crop to `width` × `height`, as the nodes' `common_upscale(image[:length])` /
 /// `image[-length:]`.
-fn fit_frames(
+pub(super) fn fit_frames(
     image: &Tensor,
     range: impl std::ops::RangeBounds<usize>,
     width: usize,
@@ -298,16 +299,15 @@ fn frame_mask(
     Tensor::new(vec![1, 1, frames, h, w], values).map_err(|e| NodeError::new(e.to_string()))
 }
 
-/// `WanFirstLastFrameToVideo`'s mask `[1, 4, frames, h, w]`: one value per pixel frame (4 per latent frame),
+/// `WanFirstLastFrameToVideo`'s mask `[1, 4, frames, h, w]` at latent sides `h` × `w`: one value per pixel frame (4 per latent frame),
 /// 0 on the start image's frames and the 3 after them and on the end image's frames, 1 elsewhere; pixel frame
 /// 4t + k is channel k of latent frame t.
-fn first_last_mask(
-    encoded: &Tensor,
+pub(super) fn first_last_mask(
+    (h, w): (usize, usize),
     frames: usize,
     start: Option<&Tensor>,
     end: Option<&Tensor>,
 ) -> Result<Tensor, NodeError> {
-    let (h, w) = spatial(encoded)?;
     let pixel_frames = frames * TEMPORAL;
     let mut given = vec![false; pixel_frames];
     if let Some(start) = start {
@@ -327,7 +327,7 @@ fn first_last_mask(
 }
 
 /// The height and width of a `[B, C, T, h, w]` latent.
-fn spatial(latent: &Tensor) -> Result<(usize, usize), NodeError> {
+pub(super) fn spatial(latent: &Tensor) -> Result<(usize, usize), NodeError> {
     match *latent.shape() {
         [_, _, _, h, w] => Ok((h, w)),
         ref other => {
@@ -337,7 +337,7 @@ fn spatial(latent: &Tensor) -> Result<(usize, usize), NodeError> {
 }
 
 /// The penultimate hidden states of a CLIP vision output, which Wan attends to.
-fn penultimate(output: Option<&ClipVisionOutput>) -> Result<Option<Tensor>, NodeError> {
+pub(super) fn penultimate(output: Option<&ClipVisionOutput>) -> Result<Option<Tensor>, NodeError> {
     match output {
         None => Ok(None),
         Some(output) => output.penultimate_hidden_states.clone().map(Some).ok_or_else(|| {
@@ -483,10 +483,9 @@ mod tests {
 
     #[test]
     fn first_last_masks_the_start_and_three_after_it_and_the_end() {
-        let encoded = Tensor::full(vec![1, 16, 3, 1, 1], 0.0);
         let start = Tensor::full(vec![1, 2, 2, 3], 0.0);
         let end = Tensor::full(vec![1, 2, 2, 3], 0.0);
-        let mask = first_last_mask(&encoded, 3, Some(&start), Some(&end)).unwrap();
+        let mask = first_last_mask((1, 1), 3, Some(&start), Some(&end)).unwrap();
         assert_eq!(mask.shape(), &[1, 4, 3, 1, 1]);
         // Pixel frames 0..4 given (start + 3), 11 (end); channel k, latent frame t = pixel frame 4t + k.
         let at = |k: usize, t: usize| mask.data()[k * 3 + t];

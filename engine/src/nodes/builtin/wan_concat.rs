@@ -71,7 +71,19 @@ pub(super) fn build(
             resize_to_batch(&mask, batch)?
         }
     };
-    check(join_channels(&mask, &image)?, extra, frames)
+    // `concat_mask_index` (Wan 2.2 Fun Control: the control latent's channels): the mask goes after that many
+    // of the image's channels rather than before them all.
+    let kept = image.shape()[1];
+    let joined = match extras.concat_mask_index.unwrap_or(0) {
+        0 => join_channels(&mask, &image)?,
+        index if index >= kept => join_channels(&image, &mask)?,
+        index => {
+            let head = channel_range(&image, 0, index)?;
+            let tail = channel_range(&image, index, kept - index)?;
+            join_channels(&join_channels(&head, &mask)?, &tail)?
+        }
+    };
+    check(joined, extra, frames)
 }
 
 /// `t` as the model reads it, or the error of channels or frames that do not fit.
@@ -133,13 +145,20 @@ fn process_in_groups(latent: &LatentFormat, t: &Tensor) -> Result<Tensor, NodeEr
 
 /// The first `n` channels of `t` `[B, C, …]`.
 fn first_channels(t: &Tensor, n: usize) -> Result<Tensor, NodeError> {
+    channel_range(t, 0, n)
+}
+
+/// Channels `start..start + n` of `t` `[B, C, …]`.
+fn channel_range(t: &Tensor, start: usize, n: usize) -> Result<Tensor, NodeError> {
     let s = t.shape();
-    if n == s[1] {
+    if (start, n) == (0, s[1]) {
         return Ok(t.clone());
     }
     let plane: usize = s[2..].iter().product();
     let per = s[1] * plane;
-    let values = (0..s[0]).flat_map(|b| t.data()[b * per..][..n * plane].iter().copied()).collect();
+    let values = (0..s[0])
+        .flat_map(|b| t.data()[b * per + start * plane..][..n * plane].iter().copied())
+        .collect();
     let mut shape = s.to_vec();
     shape[1] = n;
     tensor(shape, values)
@@ -240,6 +259,31 @@ mod tests {
         // Image channel 5 (output channel 9), first frame, first pixel: 0.6 in VAE space, normalised by
         // Wan 2.1's mean and std of that channel; the batch repeats the one image.
         assert!((at(1, 9, 0) - (0.6 - 0.9653) / 1.7708).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_mask_index_puts_the_mask_between_the_control_and_the_start_latents() {
+        // Wan22FunControlToVideo on a Wan 2.1-space model (52 channels in): control 16, mask 4, start 16.
+        let format = LatentFormat::WAN21;
+        let image = latent(vec![1, 32, 2, 1, 1], |i| if i < 32 { 1.0 } else { 2.0 });
+        let extras = CondExtras {
+            concat_latent_image: Some(image.clone()),
+            concat_mask: Some(Tensor::full(vec![1, 4, 2, 1, 1], 1.0)),
+            concat_mask_index: Some(16),
+            ..CondExtras::default()
+        };
+        let out = build(36, false, &format, &extras, &[1, 16, 2, 1, 1], None).unwrap().unwrap();
+        assert_eq!(out.shape(), &[1, 36, 2, 1, 1]);
+        let processed = process_in_groups(&format, &image).unwrap();
+        let channel = |t: &Tensor, c: usize| t.data()[c * 2..][..2].to_vec();
+        for c in 0..16 {
+            assert_eq!(channel(&out, c), channel(&processed, c), "control channel {c}");
+            assert_eq!(channel(&out, 20 + c), channel(&processed, 16 + c), "start channel {c}");
+        }
+        // The nodes' 1 (nothing given) is the model's 0.
+        for c in 16..20 {
+            assert_eq!(channel(&out, c), vec![0.0, 0.0], "mask channel {c}");
+        }
     }
 
     #[test]
