@@ -223,6 +223,7 @@ def main():
         detection_check(stored, ti2v)
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
     reference_image(stored, ti2v)
+    vace(stored, ti2v)
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -322,6 +323,50 @@ def reference_image(stored, ti2v):
     moved = float((io["out"] - io["out_plain"]).abs().max())
     print(f"ComfyUI, expert with a reference latent: differs from without by {moved:.3f}")
     save_file({**weights, **{k: v.contiguous() for k, v in io.items()}}, f"{OUT}/ref_conv.safetensors")
+
+
+def vace_weights(t2v):
+    """The VACE weights of the tiny VACE model, made of the t2v variant's own tensors so the fixture stays small
+    (the Rust test builds them the same way): VACE block 0 is block 1 renamed, VACE block 1 is block 0; block 0's
+    `before_proj` is block 0's self-attention output projection, each `after_proj` its block's cross-attention
+    output projection; `vace_patch_embedding` is the TI2V patch embedding (48 channels) twice over (96)."""
+    out = {}
+    for n, source in ((0, 1), (1, 0)):
+        for k, v in t2v.items():
+            if k.startswith(f"blocks.{source}."):
+                out[f"vace_blocks.{n}." + k[len(f"blocks.{source}."):]] = v
+        for part in ("weight", "bias"):
+            out[f"vace_blocks.{n}.after_proj.{part}"] = t2v[f"blocks.{source}.cross_attn.o.{part}"]
+    for part in ("weight", "bias"):
+        out[f"vace_blocks.0.before_proj.{part}"] = t2v[f"blocks.0.self_attn.o.{part}"]
+    return out
+
+
+def vace(stored, ti2v):
+    """ComfyUI's VaceWanModel (2 blocks, 2 VACE blocks, 96-channel contexts) on the t2v variant's weights and
+    vace_weights(), called as WAN21_Vace calls it: two control contexts with strengths 1.0 and 0.5. Written to
+    vace.safetensors (f32): `x` [1, 16, 2, 4, 6], `t` [1] (550), `context` [1, 6, 32], `vace_context`
+    [1, 2, 96, 2, 4, 6], `vace_strength` [2], `out` [1, 16, 2, 4, 6]."""
+    import comfy.ops
+    from comfy.ldm.wan.model import VaceWanModel
+
+    t2v = variant(stored, "t2v", ti2v)
+    weights = {**t2v, **vace_weights(t2v)}
+    weights["vace_patch_embedding.weight"] = torch.cat([ti2v["patch_embedding.weight"]] * 2, dim=1)
+    weights["vace_patch_embedding.bias"] = ti2v["patch_embedding.bias"]
+    g = torch.Generator().manual_seed(12)
+    io = {"x": torch.randn(1, 16, 2, 4, 6, generator=g), "t": torch.tensor([550.0]),
+          "context": torch.randn(1, 6, TEXT, generator=g),
+          "vace_context": torch.randn(1, 2, 96, 2, 4, 6, generator=g), "vace_strength": torch.tensor([1.0, 0.5])}
+    net = VaceWanModel(patch_size=(1, 2, 2), in_dim=16, dim=DIM, ffn_dim=FFN, freq_dim=256, text_dim=TEXT,
+                       out_dim=16, num_heads=HEADS, num_layers=LAYERS, eps=1e-6, vace_layers=2, vace_in_dim=96,
+                       operations=comfy.ops.disable_weight_init).eval()
+    result = net.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    with torch.no_grad():
+        io["out"] = net(io["x"], io["t"], io["context"], vace_context=io["vace_context"],
+                        vace_strength=io["vace_strength"].tolist(), transformer_options={})
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/vace.safetensors")
 
 
 def detection_check(stored, ti2v):

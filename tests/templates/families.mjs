@@ -113,6 +113,8 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_control_(high|low)_noise_14B[_.]/i, family: 'wan22-fun-control-a14b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_control_5B[_.]/i, family: 'wan22-fun-control-5b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_inpaint_5B[_.]/i, family: 'wan22-fun-inpaint-5b' },
+  // Wan 2.1 VACE 14B (the 14B T2V structure and the VACE branch).
+  { folder: 'diffusion_models', stem: /^wan2\.1_vace_14B[_.]/i, family: 'wan21-vace-14b' },
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
   { folder: 'loras', stem: /lightx2v|causvid/i, family: 'wan21-lora' },

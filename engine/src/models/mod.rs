@@ -375,6 +375,20 @@ pub struct CondExtras {
     /// ControlNets applied to this prompt, in the order they were applied (ComfyUI's `control` chain, whose
     /// outputs are summed).
     pub controls: Vec<ControlApplication>,
+    /// The control contexts a Wan VACE model reads (`WanVaceToVideo`, appended in order).
+    pub vace: Vec<VaceControl>,
+}
+
+/// One `WanVaceToVideo` control for a Wan VACE model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VaceControl {
+    /// The inactive and reactive latents `[1, 32, T, h, w]`, VAE space (the reference image's first, when
+    /// given).
+    pub frames: Tensor,
+    /// The mask `[1, 64, T, h, w]`: each latent position's 8×8 pixels, 1 where the model makes the video.
+    pub mask: Tensor,
+    /// How strongly its VACE blocks' outputs are added.
+    pub strength: f64,
 }
 
 impl CondExtras {
@@ -385,6 +399,7 @@ impl CondExtras {
             + self.concat_mask.as_ref().map_or(0, Tensor::byte_size)
             + self.clip_vision.as_ref().map_or(0, Tensor::byte_size)
             + self.controls.iter().map(ControlApplication::byte_size).sum::<usize>()
+            + self.vace.iter().map(|v| v.frames.byte_size() + v.mask.byte_size()).sum::<usize>()
     }
 }
 

@@ -2,7 +2,7 @@
 //! CLIPLoader type `wan`, the Wan 2.1 and 2.2 VAEs, CLIP vision H), through the executor on the CPU: text to
 //! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
 //! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
-//! Wan 2.2 Fun Control reading its control video and reference image.
+//! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -292,5 +292,56 @@ fn issue_24_wan22_fun_control_reads_its_control_video_and_reference_image() {
         frames_of(&mut h, graph(0x808080, 0x2020D0)),
         base,
         "the reference image reaches the model"
+    );
+}
+
+#[test]
+fn issue_24_wan_vace_follows_its_control_video_and_reference_and_trims_the_reference() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_wan(&models);
+    let unet = "wan2.1_vace_14B_fp16.safetensors";
+    synth::write_family(
+        &models.join("diffusion_models").join(unet),
+        SynthFamily::Wan(WanFile::Vace14b),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::F16,
+        14,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    // `video_wan_vace_14B_ref2v`'s wiring: WanVaceToVideo's prompts and latent into the sampler, the sampled
+    // latent trimmed of the reference frame before the decode.
+    let graph = |control: u32, reference: Option<u32>| {
+        let mut graph = text_to_video(unet, "wan_2.1_vae.safetensors", 9);
+        graph["52"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 5, "color": control}});
+        graph["54"] = json!({"class_type": "WanVaceToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+            "batch_size": 1, "strength": 1.0, "control_video": ["52", 0]}});
+        if let Some(colour) = reference {
+            graph["55"] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": colour}});
+            graph["54"]["inputs"]["reference_image"] = json!(["55", 0]);
+        }
+        graph["3"]["inputs"]["positive"] = json!(["54", 0]);
+        graph["3"]["inputs"]["negative"] = json!(["54", 1]);
+        graph["3"]["inputs"]["latent_image"] = json!(["54", 2]);
+        graph["56"] = json!({"class_type": "TrimVideoLatent", "inputs": {"samples": ["3", 0], "trim_amount": ["54", 3]}});
+        graph["8"]["inputs"]["samples"] = json!(["56", 0]);
+        graph
+    };
+    let grey = frames_of(&mut h, graph(0x808080, None));
+    assert_eq!(grey.len(), 9);
+    assert_ne!(
+        frames_of(&mut h, graph(0x20D020, None)),
+        grey,
+        "the control video reaches the model"
+    );
+    let red = frames_of(&mut h, graph(0x808080, Some(0xD02020)));
+    // The reference frame is sampled with the video and trimmed after: 9 frames still.
+    assert_eq!(red.len(), 9);
+    assert_ne!(
+        red,
+        frames_of(&mut h, graph(0x808080, Some(0x2020D0))),
+        "the reference reaches the model"
     );
 }

@@ -300,6 +300,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub frame_timesteps: Option<&'a [f32]>,
     /// Blocks this call leaves out (`SkipLayerGuidanceDiT`'s extra pass); none for a plain call.
     pub skipped_blocks: SkippedBlocks,
+    /// A Wan VACE model's control contexts with their strengths (`WanVaceToVideo`; see
+    /// [`DiffusionNet::vace_channels`]); other models ignore them.
+    pub vace: &'a [(Tensor<B>, f32)],
 }
 
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
@@ -417,6 +420,18 @@ impl DiffusionNet {
         }
     }
 
+    /// The channels of a Wan VACE model's control context (96: two 16-channel latents and 64 mask channels);
+    /// `None` for a model without VACE.
+    pub fn vace_channels(&self) -> Option<usize> {
+        match self {
+            DiffusionNet::Wan(net) => net.config.vace.map(|v| v.in_channels),
+            DiffusionNet::Flux(_)
+            | DiffusionNet::Flux2(_)
+            | DiffusionNet::ZImage(_)
+            | DiffusionNet::QwenImage(_) => None,
+        }
+    }
+
     /// For a Wan model, whether ComfyUI builds it with `image_to_video` (how its `concat_cond` treats a
     /// conditioning without the 4 mask channels: [`wan::Config::image_to_video`]); `None` for other families.
     pub fn wan_image_to_video(&self) -> Option<bool> {
@@ -520,6 +535,7 @@ impl DiffusionNet {
                     clip: input.clip_vision,
                     // ComfyUI's `reference_latent`: the last reference latent.
                     reference: input.references.last(),
+                    vace: input.vace,
                     skip: input.skipped_blocks.double,
                 };
                 net.forward(b, &wan_input)

@@ -130,11 +130,14 @@ pub enum WanFile {
     /// Wan 2.2 Fun InP 5B (`wan22-fun-inpaint-5b`): the TI2V 5B widths, 100 channels in (latent, 4 mask
     /// channels, image latent).
     FunInpaint5b,
+    /// Wan 2.1 VACE 14B (`wan21-vace-14b`): the 14B T2V widths and the VACE branch (96-channel contexts, one
+    /// VACE block per 5 blocks; one per 2 in the tiny set).
+    Vace14b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 8] = [
+    pub const ALL: [WanFile; 9] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -143,11 +146,12 @@ impl WanFile {
         WanFile::FunControlA14b,
         WanFile::FunControl5b,
         WanFile::FunInpaint5b,
+        WanFile::Vace14b,
     ];
 
     /// The name it is spelled with on the command line.
     pub fn name(self) -> &'static str {
-        let [i2v, flf2v, t2v, i2v_a14b, control_13b, control_a14b, control_5b, inpaint_5b] =
+        let [i2v, flf2v, t2v, i2v_a14b, control_13b, control_a14b, control_5b, inpaint_5b, vace] =
             wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -158,6 +162,7 @@ impl WanFile {
             WanFile::FunControlA14b => control_a14b,
             WanFile::FunControl5b => control_5b,
             WanFile::FunInpaint5b => inpaint_5b,
+            WanFile::Vace14b => vace,
         }
     }
 
@@ -176,6 +181,10 @@ impl WanFile {
                 wan::Config { in_channels: 148, ref_channels: Some(48), ..set.wan22.clone() }
             }
             WanFile::FunInpaint5b => wan::Config { in_channels: 100, ..set.wan22.clone() },
+            WanFile::Vace14b => {
+                let blocks = (base.layers / 5).max(1);
+                wan::Config { vace: Some(wan::Vace { in_channels: 96, blocks }), ..base }
+            }
             WanFile::I2v14b => wan::Config { in_channels: 36, image: Some(clip), ..base },
             WanFile::Flf2v14b => {
                 let image = wan::ImageEmbed { pos_tokens: Some(514), ..clip };
@@ -1405,6 +1414,7 @@ fn wan_config(
         eps: wan::EPS,
         image: None,
         ref_channels: None,
+        vace: None,
     }
 }
 

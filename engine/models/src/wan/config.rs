@@ -53,6 +53,28 @@ pub struct Config {
     /// The channels of the reference-image convolution of the Fun 1.1 and Wan 2.2 Fun models (`ref_conv`, a
     /// 2×2 stride-2 Conv2d over the reference latent's first frame, whose tokens go before the video's).
     pub ref_channels: Option<usize>,
+    /// The VACE branch (video control and editing: `vace_patch_embedding`, `vace_blocks`).
+    pub vace: Option<Vace>,
+}
+
+/// The VACE branch of a Wan VACE model: its control context is patch-embedded, then run through its own blocks
+/// beside every `layers / blocks`-th main block, each adding its output (after `after_proj`, times the
+/// context's strength) to the main stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vace {
+    /// Channels of the control context (96: inactive and reactive latents, 16 each, and 64 mask channels).
+    pub in_channels: usize,
+    /// VACE blocks.
+    pub blocks: usize,
+}
+
+impl Vace {
+    /// The VACE block that runs after main block `i` of a model of `layers` blocks (ComfyUI's
+    /// `vace_layers_mapping`: every `layers / blocks`-th block from the first).
+    pub fn block_after(&self, i: usize, layers: usize) -> Option<usize> {
+        let step = (layers / self.blocks.max(1)).max(1);
+        (i.is_multiple_of(step) && i / step < self.blocks).then_some(i / step)
+    }
 }
 
 /// The CLIP-vision branch of an I2V or FLF2V model: `img_emb`, and `k_img`/`v_img` in every block.
@@ -90,6 +112,7 @@ impl Config {
             (Some(ImageEmbed { pos_tokens: Some(_), .. }), _) => "Wan 2.1 FLF2V",
             (Some(_), I2V_CHANNELS) => "Wan 2.1 I2V",
             (Some(_), _) => "Wan 2.1 Fun",
+            (None, _) if self.vace.is_some() => "Wan 2.1 VACE",
             (None, _) if self.is_wan22() && self.in_channels > WAN22_CHANNELS => "Wan 2.2 Fun 5B",
             (None, _) if self.is_wan22() => "Wan 2.2 TI2V 5B",
             (None, _) if self.ref_channels.is_some() => "Wan 2.2 Fun",
@@ -162,12 +185,38 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     if let Some(c) = cfg.ref_channels {
         out.extend([("ref_conv.weight", vec![d, c, PATCH, PATCH]), ("ref_conv.bias", vec![d])]);
     }
+    if let Some(vace) = cfg.vace {
+        out.extend([
+            ("vace_patch_embedding.weight", vec![d, vace.in_channels, 1, PATCH, PATCH]),
+            ("vace_patch_embedding.bias", vec![d]),
+        ]);
+    }
     out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
 }
 
 /// The weights of block `i`, by ComfyUI name, with their shapes for `cfg`, in the order the model reads them
 /// ([`super::model`] indexes them by position).
 pub(crate) fn block_shapes(cfg: &Config, i: usize) -> Vec<(String, Vec<usize>)> {
+    block_shapes_under(cfg, &format!("blocks.{i}"), cfg.image.is_some())
+}
+
+/// The weights of VACE block `n`, by ComfyUI name, with their shapes for `cfg`: a main block's without the
+/// image attention, then `before_proj` (block 0 only) and `after_proj`, in the order the model reads them.
+pub(crate) fn vace_block_shapes(cfg: &Config, n: usize) -> Vec<(String, Vec<usize>)> {
+    let prefix = format!("vace_blocks.{n}");
+    let mut out = block_shapes_under(cfg, &prefix, false);
+    let d = cfg.dim;
+    let projections: &[&str] =
+        if n == 0 { &["before_proj", "after_proj"] } else { &["after_proj"] };
+    for proj in projections {
+        out.push((format!("{prefix}.{proj}.weight"), vec![d, d]));
+        out.push((format!("{prefix}.{proj}.bias"), vec![d]));
+    }
+    out
+}
+
+/// A block's weights under `prefix`, with the image attention when `image`.
+fn block_shapes_under(cfg: &Config, prefix: &str, image: bool) -> Vec<(String, Vec<usize>)> {
     let (d, f) = (cfg.dim, cfg.ffn_dim);
     let mut out: Vec<(String, Vec<usize>)> = vec![("modulation".to_owned(), vec![1, 6, d])];
     let mut linear = |name: &str, rows: usize, cols: usize| {
@@ -179,7 +228,7 @@ pub(crate) fn block_shapes(cfg: &Config, i: usize) -> Vec<(String, Vec<usize>)> 
             linear(&format!("{attn}.{p}"), d, d);
         }
     }
-    if cfg.image.is_some() {
+    if image {
         linear("cross_attn.k_img", d, d);
         linear("cross_attn.v_img", d, d);
     }
@@ -188,12 +237,12 @@ pub(crate) fn block_shapes(cfg: &Config, i: usize) -> Vec<(String, Vec<usize>)> 
     for norm in ["self_attn.norm_q", "self_attn.norm_k", "cross_attn.norm_q", "cross_attn.norm_k"] {
         out.push((format!("{norm}.weight"), vec![d]));
     }
-    if cfg.image.is_some() {
+    if image {
         out.push(("cross_attn.norm_k_img.weight".to_owned(), vec![d]));
     }
     out.push(("norm3.weight".to_owned(), vec![d]));
     out.push(("norm3.bias".to_owned(), vec![d]));
-    out.into_iter().map(|(name, shape)| (format!("blocks.{i}.{name}"), shape)).collect()
+    out.into_iter().map(|(name, shape)| (format!("{prefix}.{name}"), shape)).collect()
 }
 
 /// Every weight of `cfg` by its ComfyUI name with its shape: the globals, then each block's (what a loaded model
@@ -202,6 +251,9 @@ pub fn expected_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     let mut all = global_shapes(cfg);
     for i in 0..cfg.layers {
         all.extend(block_shapes(cfg, i));
+    }
+    for n in 0..cfg.vace.map_or(0, |v| v.blocks) {
+        all.extend(vace_block_shapes(cfg, n));
     }
     all
 }
@@ -269,8 +321,7 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 8] = [
-    ("vace_patch_embedding.weight", "a Wan VACE model (video control and editing)"),
+const DERIVED: [(&str, &str); 7] = [
     ("control_adapter.conv.weight", "a Wan Fun Camera model (camera control)"),
     ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
     ("audio_proj.audio_proj_glob_1.layer.bias", "a HuMo model (human video from audio)"),
@@ -399,6 +450,24 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             )));
         }
     };
+    let vace = match h.shape(&name("vace_patch_embedding.weight")) {
+        None => None,
+        Some(&[_, c, 1, PATCH, PATCH]) => {
+            Some(Vace { in_channels: c, blocks: h.count_blocks("vace_blocks.") })
+        }
+        Some(other) => {
+            return Err(h.unsupported(format!(
+                "`{}` is {other:?}, expected [dim, channels, 1, 2, 2]",
+                h.key(&name("vace_patch_embedding.weight"))
+            )));
+        }
+    };
+    if vace.is_some_and(|v| v.blocks == 0 || v.blocks > layers) {
+        return Err(h.unsupported(format!(
+            "a Wan VACE model with {} VACE blocks for {layers} blocks",
+            vace.map_or(0, |v| v.blocks)
+        )));
+    }
     let cfg = Config {
         dim,
         ffn_dim,
@@ -411,6 +480,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         eps: EPS,
         image,
         ref_channels,
+        vace,
     };
     if cfg.image.is_some() && !matches!(in_channels, 36 | 48) {
         return Err(h.unsupported(format!(

@@ -13,7 +13,9 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 use crate::error::{Error, Result};
 use crate::latent_tokens;
 
-use super::config::{Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes};
+use super::config::{
+    Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes, vace_block_shapes,
+};
 
 /// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are
 /// the block's largest, so a long video's are made a slice at a time.
@@ -44,6 +46,9 @@ pub struct WanInput<'a, B: Backend> {
     /// `ref_image`, in the model's latent space): `[B or 1, C, T, H, W]` or `[B or 1, C, H, W]`, its first frame
     /// read; models without the convolution ignore it.
     pub reference: Option<&'a Tensor<B>>,
+    /// The VACE control contexts of a VACE model, each `[B or 1, vace channels, T, H, W]` (already in the
+    /// model's latent space, the mask channels after) with its strength; models without VACE ignore them.
+    pub vace: &'a [(Tensor<B>, f32)],
     /// Bit i set: block i is left out, its input passed on (`SkipLayerGuidanceDiT`'s pass); 0 for a plain call.
     pub skip: u64,
 }
@@ -91,6 +96,14 @@ struct Modulation<B: Backend> {
     gate: [Tensor<B>; 2],
 }
 
+/// What a VACE model's blocks read beside the main stream, per sample.
+struct VaceStreams<B: Backend> {
+    /// Each sample's patch tokens before the blocks `[1, N, D]`.
+    patches: Vec<Tensor<B>>,
+    /// Each sample's VACE contexts `[1, N, D]` as the VACE blocks have made them so far, with their strengths.
+    contexts: Vec<Vec<(Tensor<B>, f32)>>,
+}
+
 /// A block's weights, fetched as one layer, by their names under the block's prefix.
 struct BlockWeights<'a, 'm> {
     layer: &'a Layer<'m>,
@@ -116,7 +129,7 @@ impl Wan {
     /// output cropped back.
     pub fn forward<B: Backend>(&self, b: &B, input: &WanInput<'_, B>) -> Result<Tensor<B>> {
         let grid = self.check(input)?;
-        let tokens = self.patch_embedding(b, input.x, &grid)?;
+        let tokens = self.patch_embedding(b, input.x, &grid, "patch_embedding")?;
         let (e, e0) = self.time_embedding(b, input.timesteps)?;
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
@@ -137,26 +150,53 @@ impl Wan {
             contexts.push(self.context(b, &text, image.as_ref(), s)?);
         }
         drop((tokens, text, image, reference));
+        let mut vace = self.vace_streams(b, input.vace, &grid, &samples)?;
         let reference_tokens = extra_frames * grid.rows * grid.cols;
         let d = self.config.dim;
         for i in 0..self.config.layers {
-            if i < 64 && input.skip & (1u64 << i) != 0 {
-                continue;
+            if i >= 64 || input.skip & (1u64 << i) == 0 {
+                let names: Vec<String> =
+                    block_shapes(&self.config, i).into_iter().map(|(name, _)| name).collect();
+                let layer = crate::named::fetch(b, &self.weights, &names)?;
+                let prefix = format!("blocks.{i}");
+                let w = BlockWeights { layer: &layer, prefix: &prefix };
+                let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
+                for (s, x) in samples.iter_mut().enumerate() {
+                    let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
+                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope)?;
+                }
             }
+            // The VACE block after this one (a skipped block's too, as ComfyUI replaces only the main block).
+            let (Some(streams), Some(config)) = (vace.as_mut(), self.config.vace) else { continue };
+            let Some(n) = config.block_after(i, self.config.layers) else { continue };
             let names: Vec<String> =
-                block_shapes(&self.config, i).into_iter().map(|(name, _)| name).collect();
+                vace_block_shapes(&self.config, n).into_iter().map(|(name, _)| name).collect();
             let layer = crate::named::fetch(b, &self.weights, &names)?;
-            let prefix = format!("blocks.{i}");
+            let prefix = format!("vace_blocks.{n}");
             let w = BlockWeights { layer: &layer, prefix: &prefix };
             let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
             for (s, x) in samples.iter_mut().enumerate() {
-                let e0 = b.slice(&e0, 0, s * grid.groups, grid.groups)?;
-                let e0 = e0.reshape(&[grid.groups, 6, d])?;
-                let modulation = modulation(b, &b.binary(&e0, &table, BinaryOp::Add)?, d)?;
-                *x = self.block(b, &w, x, &modulation, &contexts[s], &rope)?;
+                let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
+                for (c, strength) in streams.contexts[s].iter_mut() {
+                    if n == 0 {
+                        let projected = b.linear(
+                            c,
+                            &w.get("before_proj.weight")?,
+                            Some(&w.get("before_proj.bias")?),
+                        )?;
+                        *c = b.binary(&projected, &streams.patches[s], BinaryOp::Add)?;
+                    }
+                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope)?;
+                    let skip = b.linear(
+                        c,
+                        &w.get("after_proj.weight")?,
+                        Some(&w.get("after_proj.bias")?),
+                    )?;
+                    *x = b.binary(x, &b.affine(&skip, *strength, 0.0)?, BinaryOp::Add)?;
+                }
             }
         }
-        drop(contexts);
+        drop((contexts, vace));
 
         let layer = crate::named::fetch(
             b,
@@ -238,12 +278,62 @@ impl Wan {
         Ok(Grid { batch, frames, h, w, rows, cols, groups })
     }
 
-    /// The patch tokens `[B, T·rows·cols, D]` in the compute type: each frame padded circularly to even sides
-    /// and cut into 2×2 patches (features channel-major, as the Conv3d's kernel is laid out), then the patch
-    /// embedding in f32 (ComfyUI keeps that Conv3d in f32).
-    fn patch_embedding<B: Backend>(&self, b: &B, x: &Tensor<B>, grid: &Grid) -> Result<Tensor<B>> {
-        let Grid { batch, frames, h, w, rows, cols, .. } = *grid;
-        let c = self.config.in_channels;
+    /// The VACE streams of a VACE model given control contexts: each sample's patch tokens before the blocks
+    /// (what VACE block 0 adds to its projected context) and its contexts' tokens with their strengths (the
+    /// contexts embedded by `vace_patch_embedding`, batch 1 shared by every sample); `None` for another model
+    /// or no context.
+    fn vace_streams<B: Backend>(
+        &self,
+        b: &B,
+        contexts: &[(Tensor<B>, f32)],
+        grid: &Grid,
+        samples: &[Tensor<B>],
+    ) -> Result<Option<VaceStreams<B>>> {
+        let Some(vace) = self.config.vace else { return Ok(None) };
+        if contexts.is_empty() {
+            return Ok(None);
+        }
+        let mut per_sample = vec![Vec::with_capacity(contexts.len()); grid.batch];
+        for (context, strength) in contexts {
+            match *context.shape() {
+                [n, c, t, h, w]
+                    if (n == 1 || n == grid.batch)
+                        && c == vace.in_channels
+                        && (t, h, w) == (grid.frames, grid.h, grid.w) => {}
+                ref other => {
+                    return Err(Error::Invalid(format!(
+                        "{} reads VACE contexts of [{} or 1, {}, {}, {}, {}], got {other:?}",
+                        self.config.variant(),
+                        grid.batch,
+                        vace.in_channels,
+                        grid.frames,
+                        grid.h,
+                        grid.w
+                    )));
+                }
+            }
+            let tokens = self.patch_embedding(b, context, grid, "vace_patch_embedding")?;
+            for (s, sample) in per_sample.iter_mut().enumerate() {
+                let row = s.min(tokens.dim(0)? - 1);
+                sample.push((b.slice(&tokens, 0, row, 1)?, *strength));
+            }
+        }
+        Ok(Some(VaceStreams { patches: samples.to_vec(), contexts: per_sample }))
+    }
+
+    /// The patch tokens `[B', T·rows·cols, D]` of `x` `[B', C, T, H, W]` (the grid's frames and sides) in the
+    /// compute type through the embedding `name` (`patch_embedding`, or VACE's): each frame padded circularly
+    /// to even sides and cut into 2×2 patches (features channel-major, as the Conv3d's kernel is laid out),
+    /// then the embedding in f32 (ComfyUI keeps those Conv3ds in f32).
+    fn patch_embedding<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        grid: &Grid,
+        name: &str,
+    ) -> Result<Tensor<B>> {
+        let Grid { frames, h, w, rows, cols, .. } = *grid;
+        let (batch, c) = (x.dim(0)?, x.dim(1)?);
         let mut x = b.cast(x, DType::F32)?;
         if rows * PATCH > h {
             x = b.pad(&x, 3, 0, rows * PATCH - h, PadMode::Circular)?;
@@ -255,11 +345,7 @@ impl Wan {
         let x = x.reshape(&[batch * frames, c, rows * PATCH, cols * PATCH])?;
         let patches = latent_tokens::patchify(b, &x, PATCH)?;
         let patches = patches.reshape(&[batch, grid.tokens(), c * PATCH * PATCH])?;
-        let layer = crate::named::fetch(
-            b,
-            &self.weights,
-            &crate::named::weight_and_bias("patch_embedding"),
-        )?;
+        let layer = crate::named::fetch(b, &self.weights, &crate::named::weight_and_bias(name))?;
         let weight = layer.weight(0).reshape(&[self.config.dim, c * PATCH * PATCH])?;
         let tokens = b.linear(&patches, &weight, Some(&layer.weight(1)))?;
         Ok(b.cast(&tokens, b.compute_dtype())?)
@@ -576,6 +662,20 @@ fn sinusoid(ts: &[f32], half: usize) -> Vec<f32> {
         out.extend(freqs.iter().map(|f| (t * f).sin()));
     }
     out
+}
+
+/// Sample `s`'s modulation for a block whose table is `table`: its timestep embeddings' rows of `e0` (`groups`
+/// of them) plus the table.
+fn sample_modulation<B: Backend>(
+    b: &B,
+    e0: &Tensor<B>,
+    table: &Tensor<B>,
+    s: usize,
+    groups: usize,
+    d: usize,
+) -> Result<Modulation<B>> {
+    let e0 = b.slice(e0, 0, s * groups, groups)?.reshape(&[groups, 6, d])?;
+    modulation(b, &b.binary(&e0, table, BinaryOp::Add)?, d)
 }
 
 /// A block's modulation from `m` = `modulation + e0` `[groups, 6, D]`, in ComfyUI's order: shift, scale, gate of

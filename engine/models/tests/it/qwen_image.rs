@@ -140,6 +140,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             clip_vision: None,
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+            vace: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -183,6 +184,7 @@ fn layered_frames_match_comfyui() {
             clip_vision: None,
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+            vace: &[],
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

@@ -64,6 +64,7 @@ fn blockwise_controlnets_match_comfyui() {
             clip_vision: None,
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+            vace: &[],
         };
         let out = base.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);

@@ -95,6 +95,7 @@ fn controlnets_match_comfyui() {
             clip_vision: None,
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+            vace: &[],
         };
         let out = base_net.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);
@@ -135,6 +136,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         clip_vision: None,
         frame_timesteps: None,
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+        vace: &[],
     };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);

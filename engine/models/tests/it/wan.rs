@@ -48,6 +48,7 @@ impl Variant {
             eps: 1e-6,
             image: None,
             ref_channels: None,
+            vace: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -136,6 +137,7 @@ fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec
         clip_vision: clip_states.as_ref(),
         frame_timesteps: per_frame.then_some(t.as_slice()),
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+        vace: &[],
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -216,6 +218,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
             context: &context,
             clip: None,
             reference: with,
+            vace: &[],
             skip: 0,
         };
         let out = model.forward(&*b, &input).unwrap();
@@ -230,10 +233,95 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
         context: &context,
         clip: None,
         reference: Some(&small),
+        vace: &[],
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
+}
+
+/// The tiny VACE model's weights, built from the t2v variant's as `wan.py`'s `vace_weights` builds them.
+fn vace_tensors() -> Tensors {
+    let mut t = Variant::T2v.tensors();
+    let mut extra = Tensors::new();
+    for (n, source) in [(0, 1), (1, 0)] {
+        let from = format!("blocks.{source}.");
+        for (name, value) in &t {
+            if let Some(rest) = name.strip_prefix(&from) {
+                extra.insert(format!("vace_blocks.{n}.{rest}"), value.clone());
+            }
+        }
+        for part in ["weight", "bias"] {
+            let o = t[&format!("blocks.{source}.cross_attn.o.{part}")].clone();
+            extra.insert(format!("vace_blocks.{n}.after_proj.{part}"), o);
+        }
+    }
+    for part in ["weight", "bias"] {
+        let o = t[&format!("blocks.0.self_attn.o.{part}")].clone();
+        extra.insert(format!("vace_blocks.0.before_proj.{part}"), o);
+    }
+    let ti2v = read_tensors("wan/ti2v.safetensors");
+    let (shape, values) = &ti2v["patch_embedding.weight"];
+    let per_row = values.len() / shape[0];
+    let doubled = values.chunks(per_row).flat_map(|row| row.iter().chain(row)).copied().collect();
+    extra.insert(
+        "vace_patch_embedding.weight".to_owned(),
+        (vec![shape[0], 2 * shape[1], 1, 2, 2], doubled),
+    );
+    extra.insert("vace_patch_embedding.bias".to_owned(), ti2v["patch_embedding.bias"].clone());
+    t.extend(extra);
+    t
+}
+
+#[test]
+fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
+    let file = TempTensors::new("wan-vace", vace_tensors());
+    let (b, detected, net) = load(&file.0);
+    let vace = kiln_models::wan::Vace { in_channels: 96, blocks: 2 };
+    let config = Config { vace: Some(vace), ..Variant::T2v.config() };
+    assert_eq!(detected, DiffusionDetected::Wan(config.clone(), Layout::Comfy));
+    assert_eq!((config.variant(), net.vace_channels()), ("Wan 2.1 VACE", Some(96)));
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let fixture = read_tensors("wan/vace.safetensors");
+    let x = io_tensor(&b, &fixture, "x");
+    let context = io_tensor(&b, &fixture, "context");
+    // [1, 2, 96, T, H, W]: the two contexts side by side, each with its strength.
+    let (shape, values) = &fixture["vace_context"];
+    let per = values.len() / shape[1];
+    let contexts: Vec<(Tensor<Cpu>, f32)> = (0..shape[1])
+        .map(|j| {
+            let dims = [1, shape[2], shape[3], shape[4], shape[5]];
+            let t = b.from_f32(&dims, &values[j * per..][..per], DType::F32).unwrap();
+            (t, fixture["vace_strength"].1[j])
+        })
+        .collect();
+    let input = WanInput {
+        x: &x,
+        timesteps: &fixture["t"].1,
+        context: &context,
+        clip: None,
+        reference: None,
+        vace: &contexts,
+        skip: 0,
+    };
+    let out = model.forward(&*b, &input).unwrap();
+    assert_close("vace", &b.to_f32(&out).unwrap(), &fixture["out"].1, 1e-4);
+    // A context of the wrong size is refused by name.
+    let small = vec![(b.full(&[1, 96, 1, 4, 6], 0.0, DType::F32).unwrap(), 1.0)];
+    let input = WanInput { vace: &small, ..input };
+    let err = model.forward(&*b, &input).expect_err("refused").to_string();
+    assert!(err.contains("VACE contexts of"), "{err}");
+}
+
+#[test]
+fn vace_blocks_follow_every_nth_block_from_the_first() {
+    // The released 14B: 8 VACE blocks after blocks 0, 5, ..., 35; 1.3B: 15 after the even ones of 30.
+    let vace = kiln_models::wan::Vace { in_channels: 96, blocks: 8 };
+    let after: Vec<_> = (0..40).filter_map(|i| vace.block_after(i, 40).map(|n| (i, n))).collect();
+    assert_eq!(after, (0..8).map(|n| (5 * n, n)).collect::<Vec<_>>());
+    let vace = kiln_models::wan::Vace { in_channels: 96, blocks: 15 };
+    assert_eq!((0..30).filter(|&i| vace.block_after(i, 30).is_some()).count(), 15);
+    assert_eq!(vace.block_after(28, 30), Some(14));
 }
 
 #[test]
@@ -253,6 +341,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         context: &context,
         clip: Some(&clip),
         reference: None,
+        vace: &[],
         skip: 0,
     };
     let out = model.forward(&*b, &input).unwrap();
@@ -372,6 +461,17 @@ fn tiny_synth_files_are_detected_as_their_configuration() {
 
 #[test]
 fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
+    let mut camera = Variant::T2v.tensors();
+    camera.insert("control_adapter.conv.weight".into(), (vec![4, 4], vec![0.0; 16]));
+    let file = TempTensors::new("wan-camera", camera);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
+    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
+    assert!(
+        err.to_string().contains("Fun Camera") && err.to_string().contains("control_adapter"),
+        "{err}"
+    );
+    // A VACE embedding without VACE blocks is no model ComfyUI builds.
     let mut vace = Variant::T2v.tensors();
     vace.insert(
         "vace_patch_embedding.weight".into(),
@@ -380,11 +480,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     let file = TempTensors::new("wan-vace", vace);
     let sf = SafetensorsFile::open(&file.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
-    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
-    assert!(
-        err.to_string().contains("VACE") && err.to_string().contains("vace_patch_embedding"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("0 VACE blocks"), "{err}");
 
     let mut missing = Variant::I2v.tensors();
     missing.remove("blocks.1.cross_attn.k_img.weight");
@@ -404,6 +500,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         context: &context,
         clip: None,
         reference: None,
+        vace: &[],
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
@@ -415,6 +512,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         context: &context,
         clip: None,
         reference: None,
+        vace: &[],
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
@@ -507,6 +605,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
             context: &context,
             clip: None,
             reference: None,
+            vace: &[],
             skip: 0,
         };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()

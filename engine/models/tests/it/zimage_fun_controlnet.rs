@@ -57,6 +57,7 @@ fn fun_controlnet_matches_comfyui() {
             clip_vision: None,
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+            vace: &[],
         };
         base.forward(&*b, input)
     };

@@ -39,6 +39,7 @@ mod video;
 mod wan;
 mod wan_concat;
 mod wan_fun_control;
+mod wan_vace;
 mod websocket;
 
 use std::path::PathBuf;
@@ -141,6 +142,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
+    registry.register(wan_vace::WanVaceToVideo::new(compute.clone()));
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
     for node in latent::empty_nodes() {

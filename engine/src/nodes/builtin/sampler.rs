@@ -216,6 +216,10 @@ impl OnDevice for Forward<'_> {
             }
             _ => None,
         };
+        let vace = match self.model.net.vace_channels() {
+            Some(_) => vace_contexts(b, &self.model.latent, &self.extras.vace, self.shape)?,
+            None => Vec::new(),
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -232,11 +236,55 @@ impl OnDevice for Forward<'_> {
             clip_vision: clip_vision.as_ref(),
             frame_timesteps: frame_timesteps.as_deref(),
             skipped_blocks: self.skipped,
+            vace: &vace,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
     }
+}
+
+/// A Wan VACE model's control contexts `[1, 96, T, h, w]` with their strengths, as ComfyUI's `WAN21_Vace`
+/// builds them: each control's two latents moved into the model's space 16 channels at a time, its mask after
+/// them; without any control, zero latents (in VAE space, so not zero after) and a mask of ones, strength 1.
+fn vace_contexts<B: Backend>(
+    b: &B,
+    latent: &LatentFormat,
+    controls: &[crate::models::VaceControl],
+    shape: &[usize],
+) -> kiln_models::Result<Vec<(kiln_compute::Tensor<B>, f32)>> {
+    let &[_, _, frames, h, w] = shape else {
+        return Err(kiln_models::Error::Invalid(format!(
+            "a Wan VACE model takes video latents [B, C, T, h, w], not {shape:?}"
+        )));
+    };
+    let plane = frames * h * w;
+    let group = latent.channels;
+    let default = [crate::models::VaceControl {
+        frames: Tensor::full(vec![1, 2 * group, frames, h, w], 0.0),
+        mask: Tensor::full(vec![1, 64, frames, h, w], 1.0),
+        strength: 1.0,
+    }];
+    let controls = if controls.is_empty() { &default[..] } else { controls };
+    let mut out = Vec::with_capacity(controls.len());
+    for control in controls {
+        let (fs, ms) = (control.frames.shape(), control.mask.shape());
+        if fs.len() != 5 || ms.len() != 5 || fs[2..] != [frames, h, w] || ms[2..] != [frames, h, w]
+        {
+            return Err(kiln_models::Error::Invalid(format!(
+                "a VACE control of {fs:?} with a mask of {ms:?} for latents of {frames} frames at {h}×{w}: \
+                 make the latent with the same WanVaceToVideo (and trim it after sampling)"
+            )));
+        }
+        let mut values = Vec::with_capacity((fs[1] + ms[1]) * plane);
+        for chunk in control.frames.data()[..fs[1] * plane].chunks(group * plane) {
+            values.extend(latent.process_in(chunk, &[1, chunk.len() / plane, frames, h, w]));
+        }
+        values.extend_from_slice(&control.mask.data()[..ms[1] * plane]);
+        let context = b.from_f32(&[1, fs[1] + ms[1], frames, h, w], &values, b.compute_dtype())?;
+        out.push((context, control.strength as f32));
+    }
+    Ok(out)
 }
 
 /// The style tokens of `styles` (`USOStyleReference`s, in the order applied) as the DiT takes them before the
