@@ -569,7 +569,12 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-i2v-14b",
             "wan21-flf2v-14b",
             "wan22-t2v-a14b",
-            "wan22-i2v-a14b"
+            "wan22-i2v-a14b",
+            "wan21-fun-control-1.3b",
+            "wan22-fun-control-a14b",
+            "wan22-fun-control-5b",
+            "wan22-fun-inpaint-5b",
+            "wan21-vace-14b"
         ]
     );
     for family in synth::SynthFamily::all() {
