@@ -18,7 +18,8 @@ use progenitor_client::{ClientHooks, OperationInfo, RequestBuilderExt, encode_pa
 ///
 /// Paths. Local routes are documented in their `/api/...` form. The server also answers every one of them at
 /// the bare path without `/api` (ComfyUI serves both); those aliases are router aliases, not separate
-/// operations. `/ws` and `/internal/...` have no `/api` form.
+/// operations. `/ws`, `/internal/...` and the operators' probes and metrics (`/healthz`, `/readyz`, `/metrics`)
+/// have no `/api` form.
 ///
 /// Security. The security requirements describe the cloud runtime. The local runtime accepts anonymous
 /// requests; it rejects cross-origin requests to a loopback host (an `Origin` naming another host answers 403)
@@ -1900,6 +1901,96 @@ impl Client {
         let response = result?;
         match response.status().as_u16() {
             200u16 => ResponseValue::from_response(response).await,
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Liveness probe
+    ///
+    /// Answers `ok` while the process serves HTTP, draining or not: a liveness probe restarts a process that
+    /// stopped answering, never one that is draining. Kiln-native (ComfyUI has no such route); no `/api` form.
+    ///
+    ///
+    /// Sends a `GET` request to `/healthz`
+    ///
+    pub async fn get_liveness<'a>(&'a self) -> Result<ResponseValue<ByteStream>, Error<()>> {
+        let url = format!("{}/healthz", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self.client.get(url).headers(header_map).build()?;
+        let info = OperationInfo { operation_id: "get_liveness" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => Ok(ResponseValue::stream(response)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Readiness probe
+    ///
+    /// Answers `ready` while the server takes new work, and 503 while it does not: after SIGTERM or SIGINT,
+    /// while it drains (it finishes the running prompt, or hands it back to the queue, before it stops), and
+    /// while the database cannot take writes. A load balancer or orchestrator stops sending clients to a server
+    /// that is not ready. Kiln-native; no `/api` form.
+    ///
+    ///
+    /// Sends a `GET` request to `/readyz`
+    ///
+    pub async fn get_readiness<'a>(
+        &'a self,
+    ) -> Result<ResponseValue<ByteStream>, Error<types::ErrorResponse>> {
+        let url = format!("{}/readyz", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self.client.get(url).headers(header_map).build()?;
+        let info = OperationInfo { operation_id: "get_readiness" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => Ok(ResponseValue::stream(response)),
+            503u16 => Err(Error::ErrorResponse(ResponseValue::from_response(response).await?)),
+            _ => Err(Error::UnexpectedResponse(response)),
+        }
+    }
+    /// Prometheus metrics
+    ///
+    /// The server's metrics in the OpenMetrics text format (`application/openmetrics-text; version=1.0.0`),
+    /// which Prometheus scrapes: queue depth, prompts accepted and rejected, prompts finished by outcome,
+    /// accept latency and run time histograms, the worker's state, the memory manager's device, pinned and
+    /// host memory, model loads and node cache hits. Every metric is named `kiln_*`; none is labelled by
+    /// workspace or user. Open on both runtimes (no credentials), as scrape targets are: keep the port off
+    /// the public internet or filter the path in front of the server. Kiln-native; no `/api` form.
+    ///
+    ///
+    /// Sends a `GET` request to `/metrics`
+    ///
+    pub async fn get_metrics<'a>(&'a self) -> Result<ResponseValue<ByteStream>, Error<()>> {
+        let url = format!("{}/metrics", self.baseurl,);
+        let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+        header_map.append(
+            ::reqwest::header::HeaderName::from_static("api-version"),
+            ::reqwest::header::HeaderValue::from_static(Self::api_version()),
+        );
+        #[allow(unused_mut)]
+        let mut request = self.client.get(url).headers(header_map).build()?;
+        let info = OperationInfo { operation_id: "get_metrics" };
+        self.pre(&mut request, &info).await?;
+        let result = self.exec(request, &info).await;
+        self.post(&result, &info).await?;
+        let response = result?;
+        match response.status().as_u16() {
+            200u16 => Ok(ResponseValue::stream(response)),
             _ => Err(Error::UnexpectedResponse(response)),
         }
     }

@@ -27,6 +27,9 @@ use crate::storage::Storage;
 use crate::workspace::{DEFAULT_WORKSPACE, Workspaces};
 use crate::ws::{Audience, Hub};
 
+/// How long a drain waits for an interrupted prompt to stop before it says so in the log.
+const HAND_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A started server: its routes, and the worker that runs prompts.
 pub struct Server {
     router: Router,
@@ -156,6 +159,8 @@ impl Server {
             unload_requested: AtomicBool::new(false),
             free_requested: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            drain: crate::drain::Drain::default(),
+            metrics: crate::metrics::Metrics::default(),
             logs,
             log_subscribers: Mutex::new(Default::default()),
             storage,
@@ -214,15 +219,20 @@ impl Server {
         };
         // Every request runs in a span naming its method and the route it matched (the spec path, not the
         // client's), so a line logged while handling it says which operation it was.
-        let router = router.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
-            |request: &Request| {
-                let route = request
-                    .extensions()
-                    .get::<axum::extract::MatchedPath>()
-                    .map_or("(no route)", |path| path.as_str());
-                tracing::info_span!("request", method = %request.method(), %route)
-            },
-        ));
+        // 500 to 502 are logged as failures; 503 is what `/readyz` answers by design while the server drains,
+        // and a probe every few seconds must not fill the log with errors.
+        let failures = tower_http::classify::StatusInRangeAsFailures::new(500..=502);
+        let router = router.layer(
+            tower_http::trace::TraceLayer::new(failures.into_make_classifier()).make_span_with(
+                |request: &Request| {
+                    let route = request
+                        .extensions()
+                        .get::<axum::extract::MatchedPath>()
+                        .map_or("(no route)", |path| path.as_str());
+                    tracing::info_span!("request", method = %request.method(), %route)
+                },
+            ),
+        );
         let router = match &config.api_key {
             Some(key) => {
                 let key = Arc::new(key.clone());
@@ -289,6 +299,40 @@ impl Server {
             for client in &subscribers {
                 runtime.hub.publish(DEFAULT_WORKSPACE, Some(client), &message, Audience::Owner);
             }
+        }
+    }
+
+    /// Drains (see `drain.rs`): the worker takes no new prompt and `/readyz` answers 503, while the routes keep
+    /// serving. Returns once nothing runs: the running prompt finished, or, after `timeout` or once `stop_now`
+    /// resolves (a second signal), was interrupted and handed back to the queue.
+    pub async fn drain(&self, timeout: std::time::Duration, stop_now: impl Future<Output = ()>) {
+        let runtime = &self.runtime;
+        runtime.drain.start();
+        let worker_stopped = async {
+            while !runtime.drain.worker_stopped() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::pin!(worker_stopped);
+        if runtime.queue.running().is_some() {
+            tracing::info!(
+                timeout_s = timeout.as_secs_f64(),
+                "draining: waiting for the running prompt to finish (a second signal hands it back to the queue)"
+            );
+        }
+        tokio::select! {
+            () = &mut worker_stopped => return,
+            () = tokio::time::sleep(timeout) => tracing::info!("drain timeout: handing the running prompt back"),
+            () = stop_now => tracing::info!("second signal: handing the running prompt back"),
+        }
+        runtime.hand_back_running();
+        // A node stops at its next interruption point. (A process killed before that records the prompt as
+        // interrupted at the next start, as after any crash.)
+        if tokio::time::timeout(HAND_BACK_WAIT, &mut worker_stopped).await.is_err() {
+            tracing::warn!(
+                "the running prompt has not stopped yet (a node between interruption points); waiting"
+            );
+            worker_stopped.await;
         }
     }
 

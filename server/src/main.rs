@@ -1,4 +1,4 @@
-//! The `kiln` binary: parses the command line, sets up logging and serves until Ctrl-C.
+//! The `kiln` binary: parses the command line, sets up logging and serves until SIGTERM or Ctrl-C, then drains.
 
 use std::io::IsTerminal as _;
 use std::net::{IpAddr, SocketAddr};
@@ -123,6 +123,23 @@ struct Args {
     /// `Authorization: Bearer`, for a server reachable from a network.
     #[arg(long, value_name = "FILE")]
     api_key_file: Option<PathBuf>,
+    /// After SIGTERM or SIGINT, how long the running prompt may take to finish before it is interrupted and
+    /// handed back to the queue (it runs again at the next start). A second signal hands it back at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    drain_timeout: f64,
+    /// How the log is written to stderr: text for people, or JSON lines (one object per event, with the
+    /// request's span and the prompt id) for log collectors.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The log's format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines (colours on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// ComfyUI's `--preview-method` names.
@@ -288,19 +305,27 @@ enum KeysCommand {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
     let logs = LogRing::new();
+    let json = args.log_format == LogFormat::Json;
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with(
+        .with((!json).then(|| {
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
+                .with_ansi(std::io::stderr().is_terminal())
+        }))
+        .with(json.then(|| {
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .with_writer(std::io::stderr)
+        }))
         .with(logs.layer())
         .init();
-    let mut args = Args::parse();
     match args.command.take() {
         Some(Command::Model(command)) => {
             return tokio::task::spawn_blocking(move || model_command::run(command))
@@ -313,12 +338,17 @@ async fn main() -> anyhow::Result<()> {
         }
         None => {}
     }
+    let drain_timeout = std::time::Duration::try_from_secs_f64(args.drain_timeout)
+        .context("--drain-timeout must be a number of seconds, 0 or more")?;
     let config = args.into_config()?;
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!("cannot create the data directory {}", config.data_dir.display())
     })?;
     let server = Server::start(&config, logs).await.context("cannot start the server")?;
 
+    let mut signals = Signals::new()?;
+    // Tells the listeners to stop, once the drain is over.
+    let (stop_serving, serving) = tokio::sync::watch::channel(false);
     let mut listeners = tokio::task::JoinSet::new();
     for addr in &config.listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -326,30 +356,74 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         info!("listening on http://{}", listener.local_addr()?);
         let app = server.router();
+        let mut serving = serving.clone();
         listeners.spawn(async move {
             // The peer address: the cloud runtime limits client registrations per address.
             let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
+            let stopped = async move {
+                let _ = serving.wait_for(|stop| *stop).await;
+            };
+            axum::serve(listener, app).with_graceful_shutdown(stopped).await
         });
     }
     server.install_templates();
+    let serve = async {
+        while let Some(result) = listeners.join_next().await {
+            result.context("a listener task panicked")?.context("serving failed")?;
+        }
+        anyhow::Ok(())
+    };
+    tokio::pin!(serve);
     tokio::select! {
         () = server.forward_logs() => {}
-        result = async {
-            while let Some(result) = listeners.join_next().await {
-                result.context("a listener task panicked")?.context("serving failed")?;
-            }
-            anyhow::Ok(())
-        } => result?,
+        result = &mut serve => result?,
+        () = signals.next() => {
+            // The routes keep serving while the server drains: clients follow the running prompt to its end.
+            server.drain(drain_timeout, signals.next()).await;
+            let _ = stop_serving.send(true);
+            serve.await?;
+        }
     }
     server.shutdown();
     info!("stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    // If the handler cannot be installed, serve until killed.
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
+/// SIGTERM and SIGINT (Ctrl-C), either of which starts the drain; the second one ends it.
+struct Signals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                terminate: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// Resolves at the next signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            let name = tokio::select! {
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.interrupt.recv() => "SIGINT",
+            };
+            info!(signal = name, "stopping");
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }

@@ -125,6 +125,16 @@ impl Storage {
         self.writer.submit(write, Durability::Wal)
     }
 
+    /// Puts a running prompt back to pending (a draining server handing it back), answered once on disk.
+    pub(crate) fn hand_back(&self, id: &str) -> Pending {
+        self.writer.submit(Write::HandBack(id.to_owned()), Durability::Disk)
+    }
+
+    /// Whether the database takes writes (its writer has not stopped).
+    pub(crate) fn is_writable(&self) -> bool {
+        self.writer.is_running()
+    }
+
     /// Removes history entries of a workspace.
     pub(crate) async fn delete_history(
         &self,

@@ -867,6 +867,75 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/healthz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Liveness probe
+         * @description Answers `ok` while the process serves HTTP, draining or not: a liveness probe restarts a process that
+         *     stopped answering, never one that is draining. Kiln-native (ComfyUI has no such route); no `/api` form.
+         */
+        get: operations["getLiveness"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/readyz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Readiness probe
+         * @description Answers `ready` while the server takes new work, and 503 while it does not: after SIGTERM or SIGINT,
+         *     while it drains (it finishes the running prompt, or hands it back to the queue, before it stops), and
+         *     while the database cannot take writes. A load balancer or orchestrator stops sending clients to a server
+         *     that is not ready. Kiln-native; no `/api` form.
+         */
+        get: operations["getReadiness"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics
+         * @description The server's metrics in the OpenMetrics text format (`application/openmetrics-text; version=1.0.0`),
+         *     which Prometheus scrapes: queue depth, prompts accepted and rejected, prompts finished by outcome,
+         *     accept latency and run time histograms, the worker's state, the memory manager's device, pinned and
+         *     host memory, model loads and node cache hits. Every metric is named `kiln_*`; none is labelled by
+         *     workspace or user. Open on both runtimes (no credentials), as scrape targets are: keep the port off
+         *     the public internet or filter the path in front of the server. Kiln-native; no `/api` form.
+         */
+        get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/internal/logs": {
         parameters: {
             query?: never;
@@ -4690,6 +4759,78 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["OpenApiDocument"];
+                };
+            };
+        };
+    };
+    getLiveness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The process serves (`ok`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Ready (`ready`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /**
+             * @description Not ready: `draining` (the server is stopping) or `database_unavailable` (the database writer has
+             *     stopped: nothing new can be accepted).
+             */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metrics, ending with `# EOF`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/openmetrics-text": string;
                 };
             };
         };

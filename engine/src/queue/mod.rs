@@ -462,6 +462,12 @@ impl<P: Clone + Send> PromptQueue<P> {
         lock(&self.state).remaining()
     }
 
+    /// How many prompts are pending and how many run (0 or 1), read together.
+    pub fn counts(&self) -> (usize, usize) {
+        let state = lock(&self.state);
+        (state.pending.len(), usize::from(state.running.is_some()))
+    }
+
     /// Pending plus running prompts whose payload `matches`.
     pub fn remaining_where(&self, matches: impl Fn(&P) -> bool) -> usize {
         Snapshot(&*lock(&self.state)).remaining_where(matches)

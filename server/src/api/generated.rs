@@ -350,6 +350,27 @@ pub const OPERATIONS: &[OperationInfo] = &[
         security: &[],
     },
     OperationInfo {
+        id: "getLiveness",
+        method: "GET",
+        path: "/healthz",
+        runtimes: &["local", "cloud"],
+        security: &[],
+    },
+    OperationInfo {
+        id: "getReadiness",
+        method: "GET",
+        path: "/readyz",
+        runtimes: &["local", "cloud"],
+        security: &[],
+    },
+    OperationInfo {
+        id: "getMetrics",
+        method: "GET",
+        path: "/metrics",
+        runtimes: &["local", "cloud"],
+        security: &[],
+    },
+    OperationInfo {
         id: "getLogs",
         method: "GET",
         path: "/internal/logs",
@@ -1784,6 +1805,60 @@ impl IntoResponse for GetOpenApiDocumentResponse {
         }
     }
 }
+///The responses of `getLiveness` (`GET /healthz`).
+#[derive(Debug)]
+pub enum GetLivenessResponse {
+    ///200: The process serves (`ok`).
+    Ok(String),
+}
+impl IntoResponse for GetLivenessResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::text(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+        }
+    }
+}
+///The responses of `getReadiness` (`GET /readyz`).
+#[derive(Debug)]
+pub enum GetReadinessResponse {
+    ///200: Ready (`ready`).
+    Ok(String),
+    /// 503: Not ready: `draining` (the server is stopping) or `database_unavailable` (the database writer has
+    /// stopped: nothing new can be accepted).
+    ServiceUnavailable(types::ErrorResponse),
+}
+impl IntoResponse for GetReadinessResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => support::text(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+            ),
+            Self::ServiceUnavailable(body) => support::json(
+                StatusCode::from_u16(503u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &body,
+            ),
+        }
+    }
+}
+///The responses of `getMetrics` (`GET /metrics`).
+#[derive(Debug)]
+pub enum GetMetricsResponse {
+    ///200: The metrics, ending with `# EOF`.
+    Ok(Binary),
+}
+impl IntoResponse for GetMetricsResponse {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(body) => body.into_response_with(
+                StatusCode::from_u16(200u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            ),
+        }
+    }
+}
 ///The responses of `getLogs` (`GET /internal/logs`).
 #[derive(Debug)]
 pub enum GetLogsResponse {
@@ -2941,6 +3016,33 @@ pub trait SharedApi: Send + Sync + 'static {
         &self,
         parts: Parts,
     ) -> impl Future<Output = GetOpenApiDocumentResponse> + Send;
+    /// Liveness probe.
+    ///
+    /// Answers `ok` while the process serves HTTP, draining or not: a liveness probe restarts a process that
+    /// stopped answering, never one that is draining. Kiln-native (ComfyUI has no such route); no `/api` form.
+    ///
+    /// `GET /healthz` (operationId `getLiveness`), `x-runtime: [local, cloud]`.
+    fn get_liveness(&self, parts: Parts) -> impl Future<Output = GetLivenessResponse> + Send;
+    /// Readiness probe.
+    ///
+    /// Answers `ready` while the server takes new work, and 503 while it does not: after SIGTERM or SIGINT,
+    /// while it drains (it finishes the running prompt, or hands it back to the queue, before it stops), and
+    /// while the database cannot take writes. A load balancer or orchestrator stops sending clients to a server
+    /// that is not ready. Kiln-native; no `/api` form.
+    ///
+    /// `GET /readyz` (operationId `getReadiness`), `x-runtime: [local, cloud]`.
+    fn get_readiness(&self, parts: Parts) -> impl Future<Output = GetReadinessResponse> + Send;
+    /// Prometheus metrics.
+    ///
+    /// The server's metrics in the OpenMetrics text format (`application/openmetrics-text; version=1.0.0`),
+    /// which Prometheus scrapes: queue depth, prompts accepted and rejected, prompts finished by outcome,
+    /// accept latency and run time histograms, the worker's state, the memory manager's device, pinned and
+    /// host memory, model loads and node cache hits. Every metric is named `kiln_*`; none is labelled by
+    /// workspace or user. Open on both runtimes (no credentials), as scrape targets are: keep the port off
+    /// the public internet or filter the path in front of the server. Kiln-native; no `/api` form.
+    ///
+    /// `GET /metrics` (operationId `getMetrics`), `x-runtime: [local, cloud]`.
+    fn get_metrics(&self, parts: Parts) -> impl Future<Output = GetMetricsResponse> + Send;
     /// Open the server-to-client event stream.
     ///
     /// Opens the session's event stream (Streamable HTTP, protocol versions before 2026-07-28). Same
@@ -3756,6 +3858,15 @@ async fn handle_get_open_api_document<A: SharedApi>(
 ) -> Response {
     api.get_open_api_document(parts).await.into_response()
 }
+async fn handle_get_liveness<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_liveness(parts).await.into_response()
+}
+async fn handle_get_readiness<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_readiness(parts).await.into_response()
+}
+async fn handle_get_metrics<A: SharedApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
+    api.get_metrics(parts).await.into_response()
+}
 async fn handle_get_logs<A: LocalApi>(State(api): State<Arc<A>>, parts: Parts) -> Response {
     api.get_logs(parts).await.into_response()
 }
@@ -4086,6 +4197,12 @@ pub fn local_router<A: SharedApi + LocalApi>(api: Arc<A>) -> Router {
         router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
     let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_liveness::<A>);
+    let router = router.route("/healthz", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_readiness::<A>);
+    let router = router.route("/readyz", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_metrics::<A>);
+    let router = router.route("/metrics", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_logs::<A>);
     let router = router.route("/internal/logs", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_raw_logs::<A>);
@@ -4206,6 +4323,12 @@ pub fn cloud_router<A: SharedApi + CloudApi>(api: Arc<A>) -> Router {
         router.route("/node_replacements", route.clone()).route("/api/node_replacements", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_open_api_document::<A>);
     let router = router.route("/openapi.json", route.clone()).route("/api/openapi.json", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_liveness::<A>);
+    let router = router.route("/healthz", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_readiness::<A>);
+    let router = router.route("/readyz", route);
+    let route: MethodRouter<Arc<A>> = MethodRouter::new().get(handle_get_metrics::<A>);
+    let router = router.route("/metrics", route);
     let route: MethodRouter<Arc<A>> = MethodRouter::new()
         .get(handle_get_session::<A>)
         .post(handle_create_session::<A>)

@@ -381,6 +381,41 @@ impl SharedApi for LocalServer {
         GetOpenApiDocumentResponse::Ok(self.0.openapi.clone())
     }
 
+    async fn get_liveness(&self, _: Parts) -> GetLivenessResponse {
+        GetLivenessResponse::Ok("ok".to_owned())
+    }
+
+    async fn get_readiness(&self, _: Parts) -> GetReadinessResponse {
+        let not_ready = |code: &str, message: &str| {
+            GetReadinessResponse::ServiceUnavailable(types::ErrorResponse {
+                code: code.to_owned(),
+                message: message.to_owned(),
+                details: None,
+            })
+        };
+        if self.0.drain.is_draining() {
+            return not_ready(
+                "draining",
+                "the server is stopping: it runs no new prompt (prompts accepted now run at the next start)",
+            );
+        }
+        if !self.0.storage.is_writable() {
+            return not_ready(
+                "database_unavailable",
+                "the database writer has stopped: no prompt can be accepted",
+            );
+        }
+        GetReadinessResponse::Ok("ready".to_owned())
+    }
+
+    async fn get_metrics(&self, _: Parts) -> GetMetricsResponse {
+        let text = self.0.metrics.encode(&self.0.snapshot());
+        GetMetricsResponse::Ok(Binary {
+            content_type: crate::metrics::CONTENT_TYPE.to_owned(),
+            bytes: text.into(),
+        })
+    }
+
     async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
         GetFeaturesResponse::Ok(self.0.features.clone())
     }

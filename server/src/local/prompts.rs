@@ -15,6 +15,7 @@ use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::runtime::{Queued, Runtime, now_ms};
+use crate::metrics::Submitted;
 use crate::storage::StorageError;
 use crate::workspace::Caller;
 
@@ -86,8 +87,27 @@ pub(crate) fn owned(caller: &Caller, entry: &QueueEntry<Queued>) -> bool {
 
 impl Runtime {
     /// Validates a prompt in the caller's workspace and queues it durably at `number` (taken by the handler
-    /// first, as ComfyUI takes it even for a prompt it then rejects).
+    /// first, as ComfyUI takes it even for a prompt it then rejects); counted in the metrics.
     pub(crate) async fn submit(
+        &self,
+        caller: &Caller,
+        number: f64,
+        request: types::PromptRequest,
+        usage_source: Option<String>,
+    ) -> Result<Accepted, SubmitError> {
+        let started = std::time::Instant::now();
+        let result = self.accept(caller, number, request, usage_source).await;
+        let submitted = match &result {
+            Ok(_) => Submitted::Accepted,
+            Err(SubmitError::Failed { .. }) => Submitted::Failed,
+            Err(_) => Submitted::Rejected,
+        };
+        self.metrics.submitted(submitted, started.elapsed());
+        result
+    }
+
+    /// [`Runtime::submit`] without the counting.
+    async fn accept(
         &self,
         caller: &Caller,
         number: f64,
@@ -191,6 +211,13 @@ impl Runtime {
             tracing::info!(target, "interrupt ignored: that prompt is not running");
         }
         interrupted
+    }
+
+    /// Interrupts the running prompt, whoever owns it, to hand it back to the queue (a draining server that
+    /// will not wait longer); whether one was running.
+    pub(crate) fn hand_back_running(&self) -> bool {
+        self.drain.hand_back();
+        self.interrupt_running(|_| true)
     }
 
     /// Interrupts the running prompt if `chosen` says so; the check and the flag happen under the interrupt

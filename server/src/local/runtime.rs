@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use super::history::{Histories, Record};
 pub(crate) use super::queued::Queued;
+use crate::metrics::{Finished, Snapshot, WorkerState};
 use crate::workspace::Workspaces;
 use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
 
@@ -65,6 +66,10 @@ pub(crate) struct Runtime {
     /// `/free` asked to free memory: unload the models and drop the node result cache.
     pub(crate) free_requested: AtomicBool,
     pub(crate) stop: AtomicBool,
+    /// The drain after SIGTERM or SIGINT (the worker takes no new prompt; `/readyz` answers 503).
+    pub(crate) drain: crate::drain::Drain,
+    /// What `/metrics` counts.
+    pub(crate) metrics: crate::metrics::Metrics,
     pub(crate) logs: crate::logs::LogRing,
     pub(crate) storage: crate::storage::Storage,
     pub(crate) log_subscribers: Mutex<std::collections::HashSet<String>>,
@@ -78,6 +83,36 @@ impl Runtime {
     /// Every workspace's history, locked.
     pub(crate) fn history(&self) -> MutexGuard<'_, Histories> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What `/metrics` reports as held now: the queue, the worker, sockets and memory.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let (pending, running) = self.queue.counts();
+        let worker = match (self.drain.is_draining(), running) {
+            (true, _) => WorkerState::Draining,
+            (false, 0) => WorkerState::Idle,
+            (false, _) => WorkerState::Running,
+        };
+        let memory = self.compute.manager().stats();
+        let host = crate::system::Memory::read();
+        let bytes = |b: i64| u64::try_from(b).unwrap_or(0);
+        Snapshot {
+            pending,
+            running,
+            worker,
+            websockets: self.hub.len(),
+            device_used: memory.usage,
+            device_budget: memory.budget,
+            device_capacity: memory.capacity,
+            device_weights: memory.resident_weights,
+            host_weights: memory.host_bytes,
+            pinned_weights: memory.registered_bytes,
+            pageable_copies: memory.pageable_copies,
+            models: memory.models as u64,
+            model_loads: memory.loads,
+            host_total: bytes(host.total),
+            host_available: bytes(host.available),
+        }
     }
 
     /// A workspace's pending plus running prompts, as its `queue_remaining`.
@@ -161,6 +196,12 @@ pub(crate) fn start_worker(
 
 fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
     while !runtime.stop.load(Ordering::SeqCst) {
+        if runtime.drain.is_draining() {
+            // Between prompts: nothing runs, and nothing more is taken.
+            runtime.drain.note_worker_stopped();
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         let free = runtime.free_requested.swap(false, Ordering::SeqCst);
         if runtime.unload_requested.swap(false, Ordering::SeqCst) || free {
             runtime.compute.unload_models();
@@ -177,9 +218,15 @@ fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
                 continue;
             }
         };
-        {
+        let handing_back = {
             let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
             runtime.interrupt.store(false, Ordering::SeqCst);
+            // Read under the gate: a hand-back that comes after this finds the prompt running and interrupts it.
+            runtime.drain.is_handing_back()
+        };
+        if handing_back {
+            hand_back(&runtime, &entry.id, &entry.payload.workspace.id);
+            continue;
         }
         run_one(&runtime, &mut executor, entry);
     }
@@ -212,9 +259,26 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
         scope: Some(&queued.workspace.scope),
     };
     let _span = tracing::info_span!("prompt", id = %entry.id, %workspace).entered();
+    let started = std::time::Instant::now();
     let summary = executor.run(&run, recorder.clone());
     // The run's share of the prompt JSON goes, so the history record takes it without a copy.
     drop(run);
+    let finished = match &summary.outcome {
+        Outcome::Success => Finished::Success,
+        Outcome::Failed(_) => Finished::Error,
+        Outcome::Interrupted { .. } if runtime.drain.is_handing_back() => Finished::HandedBack,
+        Outcome::Interrupted { .. } => Finished::Interrupted,
+    };
+    runtime.metrics.finished(
+        finished,
+        started.elapsed(),
+        summary.executed.len(),
+        summary.cached.len(),
+    );
+    if finished == Finished::HandedBack {
+        hand_back(runtime, &entry.id, &workspace);
+        return;
+    }
     match &summary.outcome {
         Outcome::Success => tracing::info!(
             executed = summary.executed.len(),
@@ -261,6 +325,19 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
     runtime.hub.set_running(&workspace, None, None, false);
     let done = executing(None, Some(prompt_id));
     runtime.hub.publish(&workspace, client_id.as_deref(), &done, Audience::Owner);
+}
+
+/// Puts a prompt a draining server interrupted back in the queue: pending again on disk (it runs again at the
+/// next start), no history entry, and its held terminal event never sent.
+fn hand_back(runtime: &Runtime, id: &str, workspace: &Arc<str>) {
+    match runtime.storage.hand_back(id).wait() {
+        Ok(()) => {
+            tracing::info!("prompt handed back to the queue: it runs again at the next start")
+        }
+        Err(error) => tracing::error!(%error, "cannot hand the prompt back to the queue"),
+    }
+    runtime.queue.retire(id);
+    runtime.hub.set_running(workspace, None, None, false);
 }
 
 /// The worker's cache for a mode: RAM pressure reads the machine's RAM (cgroup limits included) and uses

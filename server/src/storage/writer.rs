@@ -64,6 +64,9 @@ pub(crate) enum Write {
     Counter(u64),
     /// A queued prompt started running.
     Running(String),
+    /// A running prompt was handed back by a draining server: it is pending again (and runs again at the
+    /// next start instead of being recorded as interrupted).
+    HandBack(String),
     /// Pending prompts removed by a client (one statement for all of them).
     Dequeue(Vec<String>),
     /// A history entry, stored or replaced, and the prompt's queue row removed with it (if any).
@@ -202,6 +205,11 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let job = Job { write, durability, reply: Some(reply) };
         Pending(self.jobs.send(job).is_ok().then_some(answer))
+    }
+
+    /// Whether the writer still takes writes (its thread has not stopped).
+    pub(crate) fn is_running(&self) -> bool {
+        !self.jobs.is_closed()
     }
 
     /// Queues a write nobody waits for (it commits with the next group, in order).
@@ -365,6 +373,10 @@ fn statements(group: &[Job]) -> Result<(String, SqliteArguments), sqlx::error::B
             Write::Counter(next) => counter = counter.max(Some(*next)),
             Write::Running(id) => {
                 sql.push_str("UPDATE queue SET running = 1 WHERE id = ?;");
+                arguments.add(id.clone())?;
+            }
+            Write::HandBack(id) => {
+                sql.push_str("UPDATE queue SET running = 0 WHERE id = ?;");
                 arguments.add(id.clone())?;
             }
             Write::Dequeue(ids) => {

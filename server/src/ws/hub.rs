@@ -292,7 +292,6 @@ impl Hub {
     }
 
     /// Number of registered sockets.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().sockets.len()
     }

@@ -32,6 +32,29 @@ impl Server {
         self.child.id()
     }
 
+    /// Sends SIGTERM (what an orchestrator sends to stop a server).
+    pub(crate) fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM was sent");
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; its exit status, or `None` if it still runs.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the process can be waited for") {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The lines the server has logged so far.
     pub(crate) fn log(&self) -> Vec<String> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -114,8 +137,9 @@ fn launch(
         let line =
             lines.next().expect("kiln logged an address before exiting").expect("stderr is UTF-8");
         log.lock().unwrap_or_else(|p| p.into_inner()).push(line.clone());
+        // The address ends where the text line does, or at the closing quote of a JSON log line.
         if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
+            break rest.split('"').next().unwrap_or(rest).trim().to_owned();
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.

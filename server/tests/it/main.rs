@@ -16,6 +16,7 @@ mod models;
 mod numbers;
 mod oauth;
 mod openapi;
+mod operations;
 mod settings;
 mod slow_client;
 mod spec_agreement;

@@ -163,6 +163,23 @@ impl SharedApi for Fixture {
         self.record("getOpenApiDocument");
         GetOpenApiDocumentResponse::Ok(document(Runtime::Local).expect("the spec reduces"))
     }
+    async fn get_liveness(&self, _: Parts) -> GetLivenessResponse {
+        self.record("getLiveness");
+        GetLivenessResponse::Ok("ok".to_owned())
+    }
+    async fn get_readiness(&self, _: Parts) -> GetReadinessResponse {
+        self.record("getReadiness");
+        GetReadinessResponse::ServiceUnavailable(j(
+            json!({"code": "draining", "message": "the server is stopping"}),
+        ))
+    }
+    async fn get_metrics(&self, _: Parts) -> GetMetricsResponse {
+        self.record("getMetrics");
+        GetMetricsResponse::Ok(Binary {
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8".to_owned(),
+            bytes: Bytes::from_static(b"# TYPE kiln_websockets gauge\nkiln_websockets 0\n# EOF\n"),
+        })
+    }
     async fn get_features(&self, _: Parts) -> GetFeaturesResponse {
         self.record("getFeatures");
         GetFeaturesResponse::Ok(j(

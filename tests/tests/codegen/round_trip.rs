@@ -230,6 +230,18 @@ async fn every_operation_round_trips_through_the_generated_client() {
         other => panic!("expected a path, got {other:?}"),
     }
 
+    // Operators' routes.
+    assert_eq!(bytes(local.get_liveness().await.expect("liveness").into_inner()).await, b"ok");
+    match local.get_readiness().await {
+        Err(Error::ErrorResponse(e)) => {
+            assert_eq!((e.status().as_u16(), e.code.as_str()), (503, "draining"))
+        }
+        Err(other) => panic!("expected 503, got {other:?}"),
+        Ok(_) => panic!("expected 503, got 200"),
+    }
+    let metrics = bytes(local.get_metrics().await.expect("metrics").into_inner()).await;
+    assert!(metrics.ends_with(b"# EOF\n"));
+
     // Internal routes.
     assert_eq!(bytes(local.get_logs().await.expect("logs").into_inner()).await, b"started\n");
     assert_eq!(local.get_raw_logs().await.expect("raw logs").size.cols, 80);

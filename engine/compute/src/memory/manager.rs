@@ -88,6 +88,8 @@ pub struct ManagerStats {
     pub registered_bytes: u64,
     /// Copies that could not use registered memory (each one logged).
     pub pageable_copies: u64,
+    /// Models built since the manager started (every load of a file counts, a reload too).
+    pub loads: u64,
 }
 
 /// The memory manager of one device.
@@ -533,6 +535,7 @@ impl MemoryManager {
             host_bytes: models.iter().map(|m| m.host_bytes()).sum(),
             registered_bytes: models.iter().map(|m| m.registered_bytes()).sum(),
             pageable_copies: self.pageable_copies.load(Ordering::Relaxed),
+            loads: self.next_model.load(Ordering::Relaxed).saturating_sub(1),
         }
     }
 }
