@@ -6,6 +6,7 @@
 
 use futures::{Stream, StreamExt as _};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 
 use crate::{Client, types};
 
@@ -34,6 +35,9 @@ pub enum EventsError {
     /// The websocket failed.
     #[error("websocket error")]
     WebSocket(#[source] tokio_tungstenite::tungstenite::Error),
+    /// The client's credentials cannot be sent in a header.
+    #[error("the credentials cannot be sent in a header")]
+    Credentials(#[source] reqwest::header::InvalidHeaderValue),
     /// A text frame is not JSON.
     #[error("the server sent a text frame that is not JSON")]
     NotJson(#[source] serde_json::Error),
@@ -41,7 +45,8 @@ pub enum EventsError {
 
 impl Client {
     /// Opens `/ws?clientId=<client_id>`: every event of prompts submitted with this `client_id`, plus the
-    /// broadcast ones (`status`, `progress_state`). The first event is `status` with `sid`.
+    /// broadcast ones (`status`, `progress_state`). The first event is `status` with `sid`. The handshake
+    /// carries the client's [`crate::Credentials`].
     pub async fn events(
         &self,
         client_id: &str,
@@ -52,8 +57,12 @@ impl Client {
             .strip_prefix("http://")
             .ok_or_else(|| EventsError::UnsupportedUrl(self.baseurl.clone()))?;
         let url = format!("ws://{rest}/ws?clientId={}", encode_query(client_id));
+        let mut request = url.into_client_request().map_err(EventsError::WebSocket)?;
+        if let Some((name, value)) = self.inner.header().map_err(EventsError::Credentials)? {
+            request.headers_mut().insert(name, value);
+        }
         let (socket, _) =
-            tokio_tungstenite::connect_async(url).await.map_err(EventsError::WebSocket)?;
+            tokio_tungstenite::connect_async(request).await.map_err(EventsError::WebSocket)?;
         Ok(Box::pin(socket.filter_map(|frame| async move {
             match frame {
                 Ok(Message::Text(text)) => Some(parse_text(text.as_str())),

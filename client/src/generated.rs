@@ -42,6 +42,7 @@ use progenitor_client::{ClientHooks, OperationInfo, RequestBuilderExt, encode_pa
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
+    pub(crate) inner: crate::Credentials,
 }
 impl Client {
     /// Create a new client.
@@ -49,7 +50,7 @@ impl Client {
     /// `baseurl` is the base URL provided to the internal
     /// `reqwest::Client`, and should include a scheme and hostname,
     /// as well as port and a path stem if applicable.
-    pub fn new(baseurl: &str) -> Self {
+    pub fn new(baseurl: &str, inner: crate::Credentials) -> Self {
         #[cfg(not(target_arch = "wasm32"))]
         let client = {
             let dur = ::std::time::Duration::from_secs(15u64);
@@ -57,7 +58,7 @@ impl Client {
         };
         #[cfg(target_arch = "wasm32")]
         let client = reqwest::ClientBuilder::new();
-        Self::new_with_client(baseurl, client.build().unwrap())
+        Self::new_with_client(baseurl, client.build().unwrap(), inner)
     }
     /// Construct a new client with an existing `reqwest::Client`,
     /// allowing more control over its configuration.
@@ -65,11 +66,15 @@ impl Client {
     /// `baseurl` is the base URL provided to the internal
     /// `reqwest::Client`, and should include a scheme and hostname,
     /// as well as port and a path stem if applicable.
-    pub fn new_with_client(baseurl: &str, client: reqwest::Client) -> Self {
-        Self { baseurl: baseurl.to_string(), client }
+    pub fn new_with_client(
+        baseurl: &str,
+        client: reqwest::Client,
+        inner: crate::Credentials,
+    ) -> Self {
+        Self { baseurl: baseurl.to_string(), client, inner }
     }
 }
-impl ClientInfo<()> for Client {
+impl ClientInfo<crate::Credentials> for Client {
     fn api_version() -> &'static str {
         "0.1.0"
     }
@@ -79,11 +84,11 @@ impl ClientInfo<()> for Client {
     fn client(&self) -> &reqwest::Client {
         &self.client
     }
-    fn inner(&self) -> &() {
-        &()
+    fn inner(&self) -> &crate::Credentials {
+        &self.inner
     }
 }
-impl ClientHooks<()> for &Client {}
+impl ClientHooks<crate::Credentials> for &Client {}
 #[allow(clippy::all)]
 impl Client {
     /// Queue counter

@@ -81,7 +81,10 @@ pub(crate) fn generate(spec: &OpenAPI) -> Result<proc_macro2::TokenStream, Error
         .with_interface(progenitor::InterfaceStyle::Positional)
         .with_tag(progenitor::TagStyle::Merged)
         // The same map type as the shared wire types (`kiln_codegen::generate_types`).
-        .with_map_type("::indexmap::IndexMap");
+        .with_map_type("::indexmap::IndexMap")
+        // The client keeps its credentials (`client/src/connect.rs`): HTTP requests carry them as the
+        // reqwest client's default headers, the hand-written websocket reads them here.
+        .with_inner_type(quote!(crate::Credentials));
     let mut generator = progenitor::Generator::new(&settings);
     let tokens =
         generator.generate_tokens(&lowered).map_err(|e| Error::Progenitor(e.to_string()))?;
