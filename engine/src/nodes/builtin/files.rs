@@ -481,15 +481,39 @@ pub(super) struct SaveTarget {
     pub(super) counter: u64,
 }
 
-/// The folder, name and first counter for `prefix` under `root`: `%width%`/`%height%` replaced, the
-/// subfolder created, the counter one past the highest `name_<digits>…` file there.
+/// ComfyUI's variables in a filename prefix (`compute_vars` of `get_save_image_path`): `%width%` and
+/// `%height%` of what is saved, and the local time as `%year%`, `%month%`, `%day%`, `%hour%`, `%minute%`,
+/// `%second%` (two digits but the year). (`%date:…%` and `%Node.widget%` are the frontend's: it replaces
+/// them before it queues the prompt.)
+fn prefix_vars(
+    prefix: &str,
+    (width, height): (usize, usize),
+    now: &chrono::DateTime<chrono::Local>,
+) -> String {
+    use chrono::{Datelike as _, Timelike as _};
+    if !prefix.contains('%') {
+        return prefix.to_owned();
+    }
+    let two = |n: u32| format!("{n:02}");
+    prefix
+        .replace("%width%", &width.to_string())
+        .replace("%height%", &height.to_string())
+        .replace("%year%", &now.year().to_string())
+        .replace("%month%", &two(now.month()))
+        .replace("%day%", &two(now.day()))
+        .replace("%hour%", &two(now.hour()))
+        .replace("%minute%", &two(now.minute()))
+        .replace("%second%", &two(now.second()))
+}
+
+/// The folder, name and first counter for `prefix` under `root`: ComfyUI's variables replaced
+/// ([`prefix_vars`]), the subfolder created, the counter one past the highest `name_<digits>…` file there.
 pub(super) fn save_target(
     prefix: &str,
     root: &Path,
-    (width, height): (usize, usize),
+    dimensions: (usize, usize),
 ) -> Result<SaveTarget, NodeError> {
-    let prefix =
-        prefix.replace("%width%", &width.to_string()).replace("%height%", &height.to_string());
+    let prefix = prefix_vars(prefix, dimensions, &chrono::Local::now());
     let outside = || NodeError::new("Saving image outside the output folder is not allowed.");
     let parts: Vec<&str> =
         prefix.split(['/', '\\']).filter(|p| !p.is_empty() && *p != ".").collect();
@@ -625,7 +649,34 @@ fn encode_png16(
 
 #[cfg(test)]
 mod tests {
-    use super::next_counter;
+    use super::{next_counter, prefix_vars, save_target};
+
+    #[test]
+    fn prefix_variables_are_comfyuis() {
+        use chrono::TimeZone as _;
+        let now =
+            chrono::Local.with_ymd_and_hms(2026, 3, 4, 5, 6, 7).single().expect("a local time");
+        assert_eq!(
+            prefix_vars(
+                "%year%-%month%-%day%/%hour%%minute%%second%_%width%x%height%",
+                (640, 48),
+                &now
+            ),
+            "2026-03-04/050607_640x48"
+        );
+        // Unknown names and the frontend's `%date:…%` stay as they are.
+        assert_eq!(prefix_vars("a_%date:yyyy%_%foo%", (1, 1), &now), "a_%date:yyyy%_%foo%");
+    }
+
+    #[test]
+    fn a_dated_prefix_saves_into_a_dated_subfolder() {
+        let root = std::env::temp_dir().join(format!("kiln-dated-{}", std::process::id()));
+        let target = save_target("%year%/img", &root, (8, 8)).expect("target");
+        let year = chrono::Datelike::year(&chrono::Local::now());
+        assert_eq!(target.subfolder, year.to_string());
+        assert!(root.join(year.to_string()).is_dir());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn counters_continue_after_the_highest() {
