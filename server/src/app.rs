@@ -19,10 +19,10 @@ use kiln_spec::types;
 use crate::api::{cloud_router, local_router};
 use crate::config::Config;
 use crate::config::GIB;
-use crate::local::api::LocalServer;
-use crate::local::history::{Histories, Record};
-use crate::local::runtime::{Queued, Runtime, cache, now_ms, start_worker};
 use crate::logs::LogRing;
+use crate::service::api::LocalServer;
+use crate::service::history::{Histories, Record};
+use crate::service::worker::{Queued, Service, cache, now_ms, start_worker};
 use crate::storage::Storage;
 use crate::workspace::{DEFAULT_WORKSPACE, Workspaces};
 use crate::ws::{Audience, Hub};
@@ -33,7 +33,7 @@ const HAND_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// A started server: its routes, and the worker that runs prompts.
 pub struct Server {
     router: Router,
-    runtime: Arc<Runtime>,
+    runtime: Arc<Service>,
     worker: Option<std::thread::JoinHandle<()>>,
     /// Where the runtime's workflow templates are installed from, once the server listens.
     templates_source: Option<crate::templates::TemplatesSource>,
@@ -140,7 +140,7 @@ impl Server {
             .as_ref()
             .map(|_| Arc::new(crate::templates::Templates::open(&config.data_dir)));
         // The MCP endpoint's tools hold the runtime weakly (the runtime holds the endpoint).
-        let runtime = Arc::new_cyclic(|runtime| Runtime {
+        let runtime = Arc::new_cyclic(|runtime| Service {
             workspaces,
             fallback,
             preview_method: config.preview_method,
@@ -201,7 +201,7 @@ impl Server {
         let router = router
             .layer(middleware::from_fn_with_state(
                 runtime.clone(),
-                crate::local::numbering::count_rejected,
+                crate::service::numbering::count_rejected,
             ))
             .layer(DefaultBodyLimit::max(config.max_upload_size as usize));
         let router = match (&runtime.cloud, config.cors_origin.clone()) {
@@ -237,7 +237,7 @@ impl Server {
             Some(key) => {
                 let key = Arc::new(key.clone());
                 router.layer(middleware::from_fn(move |request, next| {
-                    crate::local::api_key::require(key.clone(), request, next)
+                    crate::service::api_key::require(key.clone(), request, next)
                 }))
             }
             None => router,
@@ -262,7 +262,7 @@ impl Server {
 
     /// The runtime, for the crate's own tests.
     #[cfg(test)]
-    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+    pub(crate) fn runtime(&self) -> &Arc<Service> {
         &self.runtime
     }
 

@@ -16,7 +16,7 @@
 //! are part of it, as in ComfyUI (`os.walk(followlinks=True)`): that is how model files are shared between
 //! installs, and only someone who can write the directory can place them. Listings and metadata reads follow
 //! them; a link that leads back to one of its own parent directories is skipped, so listing always ends.
-//! Preview images are the exception (see `local/models.rs`): like ComfyUI's `is_within_directory`, they must
+//! Preview images are the exception (see `service/models.rs`): like ComfyUI's `is_within_directory`, they must
 //! resolve inside the directory.
 
 use std::collections::BTreeSet;

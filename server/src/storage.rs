@@ -17,8 +17,8 @@ use serde_json::{Map, Value};
 use sqlx::Row as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use crate::local::history::Record;
-use crate::local::queued::Queued;
+use crate::service::history::Record;
+use crate::service::queued::Queued;
 use crate::workspace::Workspaces;
 
 mod writer;

@@ -10,7 +10,7 @@ use super::{Cloud, SESSION_COOKIE};
 use crate::accounts::{AccountError, ApiKeyId, ApiKeyInfo, Session, WorkspaceId};
 use crate::api::*;
 use crate::auth::tokens::NewToken;
-use crate::local::api::{LocalServer, error};
+use crate::service::api::{LocalServer, error};
 
 fn time(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(seconds, 0).unwrap_or_default()

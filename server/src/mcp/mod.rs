@@ -40,7 +40,7 @@ use self::access::Refusal;
 pub(crate) use self::access::challenge;
 use self::sessions::SessionOwners;
 use self::tools::KilnTools;
-use crate::local::runtime::Runtime;
+use crate::service::worker::Service;
 use crate::workspace::Caller;
 
 /// The scope of the reading tools: list node types, list models, job status, outputs and images.
@@ -113,7 +113,7 @@ pub(crate) struct McpEndpoint {
 
 impl McpEndpoint {
     /// The endpoint over the runtime `server`.
-    pub(crate) fn new(runtime: Weak<Runtime>, config: McpConfig) -> Self {
+    pub(crate) fn new(runtime: Weak<Service>, config: McpConfig) -> Self {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(SESSION_IDLE);
         let sessions = Arc::new(manager);

@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 
 use super::{McpConfig, McpEndpoint, McpPrincipal, SCOPE_READ};
 use crate::config::{CacheMode, Config};
-use crate::local::runtime::Runtime;
+use crate::service::worker::Service;
 use crate::workspace::{Caller, Role};
 
 /// A started server (CPU, no cache) in a temporary data directory, and its runtime.
 struct Harness {
-    runtime: Arc<Runtime>,
+    runtime: Arc<Service>,
     server: Option<crate::Server>,
     dir: tempfile::TempDir,
 }

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 
 use super::views;
 use crate::api::{ExecutePromptResponse, GetModelFilesResponse, SharedApi as _};
-use crate::local::api::LocalServer;
-use crate::local::runtime::Runtime;
+use crate::service::api::LocalServer;
+use crate::service::worker::Service;
 
 /// The longest `queue_prompt` may wait for its job.
 const MAX_WAIT_SECONDS: f64 = 600.0;
@@ -238,12 +238,12 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
 /// the endpoint, and a strong reference back would keep both alive forever.
 #[derive(Clone)]
 pub(crate) struct KilnTools {
-    runtime: Weak<Runtime>,
+    runtime: Weak<Service>,
 }
 
 impl KilnTools {
     /// The tools over `runtime`.
-    pub(crate) fn new(runtime: Weak<Runtime>) -> KilnTools {
+    pub(crate) fn new(runtime: Weak<Service>) -> KilnTools {
         KilnTools { runtime }
     }
 }

@@ -8,7 +8,7 @@ use rmcp::model::ContentBlock;
 use serde_json::{Map, Value, json};
 
 use crate::api::{SharedApi as _, ViewFileQuery, ViewFileResponse};
-use crate::local::api::LocalServer;
+use crate::service::api::LocalServer;
 
 /// The most image bytes one `get_job` answer attaches (before base64); further images are only listed.
 const IMAGE_BUDGET: usize = 16 * 1024 * 1024;

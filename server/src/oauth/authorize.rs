@@ -14,7 +14,7 @@ use super::{AuthorizationServer, SCOPES, given, redirect, resource};
 use crate::accounts::{Session, csrf_matches, csrf_token};
 use crate::api::{OauthAuthorizeDecisionResponse, OauthAuthorizeQuery, OauthAuthorizeResponse};
 use crate::cloud::{SESSION_COOKIE, gate::cookie};
-use crate::local::api::error;
+use crate::service::api::error;
 
 /// What the consent page shows, or why it cannot.
 #[derive(Debug)]

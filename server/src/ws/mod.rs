@@ -1,6 +1,6 @@
 //! The websocket side of the server: engine events as `Ws*` messages and binary preview frames (`messages.rs`),
 //! the hub that routes them to sockets by client id (`hub.rs`), and each socket's bounded send queue
-//! (`outbox.rs`). The axum handler that pumps a hub connection into a real socket is in `local/api.rs`.
+//! (`outbox.rs`). The axum handler that pumps a hub connection into a real socket is in `service/api.rs`.
 
 mod hub;
 mod messages;

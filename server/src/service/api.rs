@@ -20,8 +20,8 @@ use super::jobs::{self, Filter, Queued as QueuedJob, Source};
 use super::models;
 use super::numbering;
 use super::prompts::{self, SubmitError};
-use super::runtime::{Queued, Runtime};
 use super::userdata::{self, UserDataError};
+use super::worker::{Queued, Service};
 use crate::api::*;
 use crate::convert;
 use crate::files::{self, Extent, Upload, UploadError, ViewError, ViewRequest};
@@ -30,7 +30,7 @@ use crate::ws::Frame;
 
 /// The local runtime behind the generated router.
 #[derive(Clone)]
-pub(crate) struct LocalServer(pub(crate) Arc<Runtime>);
+pub(crate) struct LocalServer(pub(crate) Arc<Service>);
 
 /// An `ErrorResponse` with a code and a message.
 pub(crate) fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
@@ -303,7 +303,7 @@ fn user_data_error<T>(
 /// Moves a hub connection's frames into the socket and the client's messages into the hub, until the client
 /// closes, a send fails, or the hub drops the socket because its client stopped reading (then the socket is
 /// closed at once, even with a send blocked on the full connection, and the frames still queued are freed).
-async fn pump(socket: WebSocket, runtime: Arc<Runtime>, connection: crate::ws::Connection) {
+async fn pump(socket: WebSocket, runtime: Arc<Service>, connection: crate::ws::Connection) {
     let crate::ws::Connection { id, sid, mut frames } = connection;
     let (mut sender, mut receiver) = socket.split();
     tracing::debug!(%sid, "websocket connected");

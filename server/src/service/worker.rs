@@ -1,4 +1,4 @@
-//! The local runtime's shared state and its worker thread, which runs queued prompts one at a time.
+//! The service's shared state ([`Service`]) and its worker thread, which runs queued prompts one at a time.
 //!
 //! Order of a run's last frames, as ComfyUI's (comfy-api.md §8.2): `execution_success` (or `execution_error`,
 //! `execution_interrupted`), then `status` to everyone, then `executing {node: null}` to the owner.
@@ -34,8 +34,8 @@ fn preview_method(extra_data: &Map<String, Value>, server: PreviewMethod) -> Pre
         .unwrap_or(server)
 }
 
-/// Everything the local runtime's handlers and worker share.
-pub(crate) struct Runtime {
+/// Everything the handlers of both runtimes and the worker share.
+pub(crate) struct Service {
     /// The workspaces (one on the local runtime): registries, file roots, user directories.
     pub(crate) workspaces: Arc<Workspaces>,
     /// The caller of a request without one ([`crate::workspace::Workspaces::fallback_caller`]).
@@ -79,7 +79,7 @@ pub(crate) struct Runtime {
     pub(crate) mcp: crate::mcp::McpEndpoint,
 }
 
-impl Runtime {
+impl Service {
     /// Every workspace's history, locked.
     pub(crate) fn history(&self) -> MutexGuard<'_, Histories> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
@@ -130,7 +130,7 @@ pub(crate) fn now_ms() -> i64 {
 /// terminal event (`execution_success`, `execution_error`, `execution_interrupted`) is held until
 /// [`HubSink::release`], once the history entry is stored.
 struct HubSink {
-    runtime: Arc<Runtime>,
+    runtime: Arc<Service>,
     workspace: Arc<str>,
     client_id: Option<String>,
     prompt_id: uuid::Uuid,
@@ -185,7 +185,7 @@ impl EventSink for HubSink {
 
 /// Starts the worker thread; it runs until `runtime.stop` is set.
 pub(crate) fn start_worker(
-    runtime: Arc<Runtime>,
+    runtime: Arc<Service>,
     executor: Executor,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
@@ -194,7 +194,7 @@ pub(crate) fn start_worker(
         .unwrap_or_else(|e| panic!("cannot start the worker thread: {e}"))
 }
 
-fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
+fn worker(runtime: Arc<Service>, mut executor: Executor) {
     while !runtime.stop.load(Ordering::SeqCst) {
         if runtime.drain.is_draining() {
             // Between prompts: nothing runs, and nothing more is taken.
@@ -232,7 +232,7 @@ fn worker(runtime: Arc<Runtime>, mut executor: Executor) {
     }
 }
 
-fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Queued>) {
+fn run_one(runtime: &Arc<Service>, executor: &mut Executor, entry: QueueEntry<Queued>) {
     let queued = entry.payload;
     let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
     let client_id = queued.client_id.clone();
@@ -329,7 +329,7 @@ fn run_one(runtime: &Arc<Runtime>, executor: &mut Executor, entry: QueueEntry<Qu
 
 /// Puts a prompt a draining server interrupted back in the queue: pending again on disk (it runs again at the
 /// next start), no history entry, and its held terminal event never sent.
-fn hand_back(runtime: &Runtime, id: &str, workspace: &Arc<str>) {
+fn hand_back(runtime: &Service, id: &str, workspace: &Arc<str>) {
     match runtime.storage.hand_back(id).wait() {
         Ok(()) => {
             tracing::info!("prompt handed back to the queue: it runs again at the next start")

@@ -19,14 +19,14 @@ use bytes::Bytes;
 use kiln_engine::queue::Placement;
 use serde_json::Value;
 
-use super::runtime::Runtime;
+use super::worker::Service;
 
 /// Set on a `POST /prompt` request once its number is taken.
 #[derive(Clone, Default)]
 pub(crate) struct Numbered(Arc<AtomicBool>);
 
 /// Takes the number of a prompt request (the client's, or the counter's) and records that it was taken.
-pub(crate) fn take(runtime: &Runtime, parts: &Parts, placement: Placement) -> f64 {
+pub(crate) fn take(runtime: &Service, parts: &Parts, placement: Placement) -> f64 {
     if let Some(numbered) = parts.extensions.get::<Numbered>() {
         numbered.0.store(true, Ordering::SeqCst);
     }
@@ -53,7 +53,7 @@ fn takes_number(body: &[u8]) -> bool {
 /// taking a number, takes the one ComfyUI would have taken. Must sit inside the body limit layer, whose limit
 /// it reads the body under.
 pub(crate) async fn count_rejected(
-    State(runtime): State<Arc<Runtime>>,
+    State(runtime): State<Arc<Service>>,
     request: Request,
     next: Next,
 ) -> Response {

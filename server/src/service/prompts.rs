@@ -14,7 +14,7 @@ use kiln_engine::queue::{QueueEntry, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
 
-use super::runtime::{Queued, Runtime, now_ms};
+use super::worker::{Queued, Service, now_ms};
 use crate::metrics::Submitted;
 use crate::storage::StorageError;
 use crate::workspace::Caller;
@@ -85,7 +85,7 @@ pub(crate) fn owned(caller: &Caller, entry: &QueueEntry<Queued>) -> bool {
     entry.payload.in_workspace(caller.workspace_id())
 }
 
-impl Runtime {
+impl Service {
     /// Validates a prompt in the caller's workspace and queues it durably at `number` (taken by the handler
     /// first, as ComfyUI takes it even for a prompt it then rejects); counted in the metrics.
     pub(crate) async fn submit(
@@ -106,7 +106,7 @@ impl Runtime {
         result
     }
 
-    /// [`Runtime::submit`] without the counting.
+    /// [`Service::submit`] without the counting.
     async fn accept(
         &self,
         caller: &Caller,
