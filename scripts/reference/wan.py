@@ -224,6 +224,7 @@ def main():
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
     reference_image(stored, ti2v)
     vace(stored, ti2v)
+    camera(stored, ti2v)
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -323,6 +324,43 @@ def reference_image(stored, ti2v):
     moved = float((io["out"] - io["out_plain"]).abs().max())
     print(f"ComfyUI, expert with a reference latent: differs from without by {moved:.3f}")
     save_file({**weights, **{k: v.contiguous() for k, v in io.items()}}, f"{OUT}/ref_conv.safetensors")
+
+
+def camera(stored, ti2v):
+    """ComfyUI's CameraWanModel as a Wan 2.2 Fun Camera model (the expert variant: 36 channels in, no CLIP; its
+    `model_type="camera_2.2"`) with a camera adapter reading 1 embedding channel (the released ones read 24; the
+    adapter is the same for any count), its weights made of the fixture's own so the fixture stays small (the
+    Rust test builds them the same way): `control_adapter.conv` is block 1's `self_attn.v` ([256, 256] viewed as
+    [256, 64, 2, 2]), the residual block's two 3x3 convolutions block 0's `self_attn.q` and `self_attn.k` (each
+    weight on all nine taps, divided by 3); the biases those layers'. Called as WAN21_Camera calls it, with
+    `camera_conditions`. Written to camera.safetensors (f32): `x` [1, 36, 2, 4, 6], `t` [1] (720), `context`
+    [1, 6, 32], `camera` [1, 1, 2, 32, 48] (16x the latent's sides), `out` [1, 16, 2, 4, 6] and `out_plain`
+    (without the camera)."""
+    import comfy.ops
+    from comfy.ldm.wan.model import CameraWanModel
+
+    g = torch.Generator().manual_seed(13)
+    expert = variant(stored, "expert", ti2v)
+    derived = {"control_adapter.conv.weight": expert["blocks.1.self_attn.v.weight"].float().reshape(DIM, 64, 2, 2),
+               "control_adapter.conv.bias": expert["blocks.1.self_attn.v.bias"].float()}
+    for conv, source in (("conv1", "q"), ("conv2", "k")):
+        w = expert[f"blocks.0.self_attn.{source}.weight"].float()
+        derived[f"control_adapter.residual_blocks.0.{conv}.weight"] = w[:, :, None, None].expand(-1, -1, 3, 3) / 3.0
+        derived[f"control_adapter.residual_blocks.0.{conv}.bias"] = expert[f"blocks.0.self_attn.{source}.bias"].float()
+    io = {"x": torch.randn(1, 36, 2, 4, 6, generator=g), "t": torch.tensor([720.0]),
+          "context": torch.randn(1, 6, TEXT, generator=g), "camera": torch.randn(1, 1, 2, 32, 48, generator=g)}
+    net = CameraWanModel(model_type="camera_2.2", patch_size=(1, 2, 2), in_dim=36, dim=DIM, ffn_dim=FFN, freq_dim=256,
+                         text_dim=TEXT, out_dim=16, num_heads=HEADS, num_layers=LAYERS, eps=1e-6,
+                         in_dim_control_adapter=1, operations=comfy.ops.disable_weight_init).eval()
+    state = {k: v.float() for k, v in {**expert, **derived}.items()}
+    result = net.load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    with torch.no_grad():
+        io["out"] = net(io["x"], io["t"], io["context"], camera_conditions=io["camera"], transformer_options={})
+        io["out_plain"] = net(io["x"], io["t"], io["context"], transformer_options={})
+    moved = float((io["out"] - io["out_plain"]).abs().max())
+    print(f"ComfyUI, Fun Camera with a camera embedding: differs from without by {moved:.3f}")
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/camera.safetensors")
 
 
 def vace_weights(t2v):

@@ -44,6 +44,8 @@ pub enum UnaryOp {
     Exp,
     /// -x.
     Neg,
+    /// max(x, 0).
+    Relu,
 }
 
 /// Elementwise functions of two tensors, with numpy broadcasting (shapes aligned from the right; a dimension

@@ -454,6 +454,7 @@ mod gpu {
             12 => b.affine(&x, 0.5, -1.25),
             13 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 21, 1.0), dt), UnaryOp::Silu),
             14 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 22, 1.0), dt), UnaryOp::GeluTanh),
+            16 => b.unary(&x, UnaryOp::Relu),
             _ => {
                 let x = x.reshape(&[2, 12, 5]).expect("view");
                 let scale = up(b, &[2, 5], &values(10, 23, 1.0), dt);
@@ -470,7 +471,7 @@ mod gpu {
     fn elementwise_ops_match_the_cpu_with_broadcasting() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..16 {
+            for which in 0..17 {
                 let (atol, rtol) = tol(dt);
                 assert_close(
                     &format!("elementwise {which} {dt}"),

@@ -784,10 +784,11 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sigmoid => sigmoid(x),
         UnaryOp::Exp => x.exp(),
         UnaryOp::Neg => -x,
+        UnaryOp::Relu => x.max(0.0),
     }
 }
 
-const UNARY_OPS: [UnaryOp; 7] = [
+const UNARY_OPS: [UnaryOp; 8] = [
     UnaryOp::Silu,
     UnaryOp::Gelu,
     UnaryOp::GeluTanh,
@@ -795,6 +796,7 @@ const UNARY_OPS: [UnaryOp; 7] = [
     UnaryOp::Sigmoid,
     UnaryOp::Exp,
     UnaryOp::Neg,
+    UnaryOp::Relu,
 ];
 
 #[test]

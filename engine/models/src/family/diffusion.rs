@@ -303,6 +303,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// A Wan VACE model's control contexts with their strengths (`WanVaceToVideo`; see
     /// [`DiffusionNet::vace_channels`]); other models ignore them.
     pub vace: &'a [(Tensor<B>, f32)],
+    /// A Wan Fun Camera model's camera embedding (`WanCameraImageToVideo`'s `camera_conditions`); other models
+    /// ignore it.
+    pub camera: Option<&'a Tensor<B>>,
 }
 
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
@@ -536,6 +539,7 @@ impl DiffusionNet {
                     // ComfyUI's `reference_latent`: the last reference latent.
                     reference: input.references.last(),
                     vace: input.vace,
+                    camera: input.camera,
                     skip: input.skipped_blocks.double,
                 };
                 net.forward(b, &wan_input)

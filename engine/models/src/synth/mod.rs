@@ -1415,6 +1415,7 @@ fn wan_config(
         image: None,
         ref_channels: None,
         vace: None,
+        camera: None,
     }
 }
 

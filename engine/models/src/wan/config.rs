@@ -8,8 +8,8 @@
 //! fixtures) loads. diffusers' names map one to one onto ComfyUI's, but for the two LayerNorms without weights,
 //! whose names the layouts swap: ComfyUI's affine cross-attention norm `norm3` is diffusers' `norm2`.
 //!
-//! The Wan-derived models ComfyUI tells apart by an extra tensor (VACE, Fun Camera, S2V, HuMo, Animate, SCAIL,
-//! WanDancer) are refused naming what they are.
+//! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE and Fun Camera run; S2V, HuMo,
+//! Animate, SCAIL and WanDancer are refused naming what they are.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
@@ -55,7 +55,15 @@ pub struct Config {
     pub ref_channels: Option<usize>,
     /// The VACE branch (video control and editing: `vace_patch_embedding`, `vace_blocks`).
     pub vace: Option<Vace>,
+    /// The channels of the camera embedding a Fun Camera model reads (`control_adapter`: 24, Plücker rays of
+    /// four frames): each frame pixel-unshuffled by [`CAMERA_UNSHUFFLE`], a 2×2 stride-2 Conv2d and a residual
+    /// block, added to the patch tokens.
+    pub camera: Option<usize>,
 }
+
+/// The pixel-unshuffle factor of the camera adapter (the camera embedding is at pixel resolution, the latent
+/// at 1/8).
+pub const CAMERA_UNSHUFFLE: usize = 8;
 
 /// The VACE branch of a Wan VACE model: its control context is patch-embedded, then run through its own blocks
 /// beside every `layers / blocks`-th main block, each adding its output (after `after_proj`, times the
@@ -109,6 +117,8 @@ impl Config {
     /// The released variant this config is, in words (`Wan 2.1 T2V`, `Wan 2.2 TI2V 5B`, ...).
     pub fn variant(&self) -> &'static str {
         match (self.image, self.in_channels) {
+            (Some(_), _) if self.camera.is_some() => "Wan 2.1 Fun Camera",
+            (None, _) if self.camera.is_some() => "Wan 2.2 Fun Camera",
             (Some(ImageEmbed { pos_tokens: Some(_), .. }), _) => "Wan 2.1 FLF2V",
             (Some(_), I2V_CHANNELS) => "Wan 2.1 I2V",
             (Some(_), _) => "Wan 2.1 Fun",
@@ -191,7 +201,24 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
             ("vace_patch_embedding.bias", vec![d]),
         ]);
     }
+    if let Some(c) = cfg.camera {
+        out.extend(camera_adapter_shapes(d, c));
+    }
     out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
+}
+
+/// The camera adapter's weights (ComfyUI's `WanCamAdapter` with one residual block), in the order the model
+/// reads them.
+pub(crate) fn camera_adapter_shapes(d: usize, channels: usize) -> [(&'static str, Vec<usize>); 6] {
+    let unshuffled = channels * CAMERA_UNSHUFFLE * CAMERA_UNSHUFFLE;
+    [
+        ("control_adapter.conv.weight", vec![d, unshuffled, PATCH, PATCH]),
+        ("control_adapter.conv.bias", vec![d]),
+        ("control_adapter.residual_blocks.0.conv1.weight", vec![d, d, 3, 3]),
+        ("control_adapter.residual_blocks.0.conv1.bias", vec![d]),
+        ("control_adapter.residual_blocks.0.conv2.weight", vec![d, d, 3, 3]),
+        ("control_adapter.residual_blocks.0.conv2.bias", vec![d]),
+    ]
 }
 
 /// The weights of block `i`, by ComfyUI name, with their shapes for `cfg`, in the order the model reads them
@@ -321,8 +348,7 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 7] = [
-    ("control_adapter.conv.weight", "a Wan Fun Camera model (camera control)"),
+const DERIVED: [(&str, &str); 6] = [
     ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
     ("audio_proj.audio_proj_glob_1.layer.bias", "a HuMo model (human video from audio)"),
     ("face_adapter.fuser_blocks.0.k_norm.weight", "a Wan 2.2 Animate model"),
@@ -351,7 +377,7 @@ fn shape<'h>(h: &'h Header, name: &str) -> Result<&'h [usize]> {
 }
 
 /// Recognises a Wan 2.1 / 2.2 DiT (`Ok(None)` for a file of another family): its config and key layout. A
-/// Wan-derived model Kiln does not run (VACE, Fun Camera, S2V, ...) is [`crate::Error::Unsupported`] naming it.
+/// Wan-derived model Kiln does not run (S2V, Animate, ...) is [`crate::Error::Unsupported`] naming it.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     let Some(layout) = layout_of(h) else { return Ok(None) };
     for (tensor, what) in DERIVED {
@@ -450,6 +476,17 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             )));
         }
     };
+    let unshuffle = CAMERA_UNSHUFFLE * CAMERA_UNSHUFFLE;
+    let camera = match h.shape(&name("control_adapter.conv.weight")) {
+        None => None,
+        Some(&[_, c, PATCH, PATCH]) if c % unshuffle == 0 => Some(c / unshuffle),
+        Some(other) => {
+            return Err(h.unsupported(format!(
+                "`{}` is {other:?}, expected [dim, channels × {unshuffle}, 2, 2]",
+                h.key(&name("control_adapter.conv.weight"))
+            )));
+        }
+    };
     let vace = match h.shape(&name("vace_patch_embedding.weight")) {
         None => None,
         Some(&[_, c, 1, PATCH, PATCH]) => {
@@ -481,11 +518,12 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         image,
         ref_channels,
         vace,
+        camera,
     };
-    if cfg.image.is_some() && !matches!(in_channels, 36 | 48) {
+    if cfg.image.is_some() && !matches!((in_channels, camera), (36 | 48, _) | (32, Some(_))) {
         return Err(h.unsupported(format!(
-            "a Wan model with a CLIP branch and {in_channels} input channels (ComfyUI runs 36, I2V, and 48, Fun \
-             Control)"
+            "a Wan model with a CLIP branch and {in_channels} input channels (ComfyUI runs 36, I2V, 48, Fun \
+             Control, and 32, Fun Camera)"
         )));
     }
     for (comfy, want) in expected_shapes(&cfg) {

@@ -18,7 +18,7 @@ pub mod lora;
 mod model;
 
 pub use config::{
-    Config, EPS, HEAD_DIM, IMAGE_EPS, ImageEmbed, Layout, PATCH, ROPE_THETA, Vace, detect,
-    expected_shapes, load_plan,
+    CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, IMAGE_EPS, ImageEmbed, Layout, PATCH, ROPE_THETA,
+    Vace, detect, expected_shapes, load_plan,
 };
 pub use model::{Wan, WanInput};

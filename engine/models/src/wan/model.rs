@@ -6,7 +6,7 @@
 //! timestep embeddings (one per sample, or one per latent frame for Wan 2.2 TI2V 5B), the text (and CLIP)
 //! context and the 3-D RoPE table.
 
-use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::latent_tokens;
 
 use super::config::{
-    Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes, vace_block_shapes,
+    CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
+    camera_adapter_shapes, vace_block_shapes,
 };
 
 /// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are
@@ -49,6 +50,9 @@ pub struct WanInput<'a, B: Backend> {
     /// The VACE control contexts of a VACE model, each `[B or 1, vace channels, T, H, W]` (already in the
     /// model's latent space, the mask channels after) with its strength; models without VACE ignore them.
     pub vace: &'a [(Tensor<B>, f32)],
+    /// The camera embedding of a Fun Camera model (`WanCameraEmbedding`): `[B or 1, channels, T, 16·rows,
+    /// 16·cols]`, Plücker rays at pixel resolution for each latent frame; other models ignore it.
+    pub camera: Option<&'a Tensor<B>>,
     /// Bit i set: block i is left out, its input passed on (`SkipLayerGuidanceDiT`'s pass); 0 for a plain call.
     pub skip: u64,
 }
@@ -130,6 +134,10 @@ impl Wan {
     pub fn forward<B: Backend>(&self, b: &B, input: &WanInput<'_, B>) -> Result<Tensor<B>> {
         let grid = self.check(input)?;
         let tokens = self.patch_embedding(b, input.x, &grid, "patch_embedding")?;
+        let tokens = match self.camera_tokens(b, input.camera, &grid)? {
+            Some(camera) => b.binary(&tokens, &camera, BinaryOp::Add)?,
+            None => tokens,
+        };
         let (e, e0) = self.time_embedding(b, input.timesteps)?;
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
@@ -349,6 +357,70 @@ impl Wan {
         let weight = layer.weight(0).reshape(&[self.config.dim, c * PATCH * PATCH])?;
         let tokens = b.linear(&patches, &weight, Some(&layer.weight(1)))?;
         Ok(b.cast(&tokens, b.compute_dtype())?)
+    }
+
+    /// The camera adapter's tokens `[B', T·rows·cols, D]` for a Fun Camera model given a camera embedding
+    /// (ComfyUI's `WanCamAdapter`, in the compute type): each frame pixel-unshuffled by 8, a 2×2 stride-2
+    /// Conv2d, then a residual block (3×3 conv, ReLU, 3×3 conv, plus its input); `None` otherwise.
+    fn camera_tokens<B: Backend>(
+        &self,
+        b: &B,
+        camera: Option<&Tensor<B>>,
+        grid: &Grid,
+    ) -> Result<Option<Tensor<B>>> {
+        let (Some(channels), Some(camera)) = (self.config.camera, camera) else {
+            return Ok(None);
+        };
+        let side = CAMERA_UNSHUFFLE * PATCH;
+        let n = match *camera.shape() {
+            [n, c, t, h, w]
+                if (n == 1 || n == grid.batch)
+                    && c == channels
+                    && t == grid.frames
+                    && (h, w) == (grid.rows * side, grid.cols * side) =>
+            {
+                n
+            }
+            ref other => {
+                return Err(Error::Invalid(format!(
+                    "{} reads a camera embedding of [{} or 1, {channels}, {}, {}, {}] (the latent's frames at \
+                     8× its even size), got {other:?}",
+                    self.config.variant(),
+                    grid.batch,
+                    grid.frames,
+                    grid.rows * side,
+                    grid.cols * side
+                )));
+            }
+        };
+        let (frames, rows, cols, d) = (grid.frames, grid.rows, grid.cols, self.config.dim);
+        let (h, w, r) = (rows * PATCH, cols * PATCH, CAMERA_UNSHUFFLE);
+        let x = b.cast(camera, b.compute_dtype())?;
+        // [n, c, t, H, W] → frames as the batch [n·t, c, H, W] → pixel unshuffle [n·t, c·r·r, H/r, W/r]
+        // (channel c·r² + ry·r + rx, as torch's PixelUnshuffle).
+        let x = b.permute(&x, &[0, 2, 1, 3, 4])?;
+        let x = x.reshape(&[n * frames * channels, h, r, w, r])?;
+        let x = b.permute(&x, &[0, 2, 4, 1, 3])?;
+        let x = x.reshape(&[n * frames, channels * r * r, h, w])?;
+        let names: Vec<String> = camera_adapter_shapes(d, channels)
+            .into_iter()
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let layer = crate::named::fetch(b, &self.weights, &names)?;
+        let w = |i: usize| layer.weight(i);
+        let x =
+            b.conv2d(&x, &w(0), Some(&w(1)), Conv2dParams { stride: PATCH, padding: [0; 4] })?;
+        let hidden =
+            b.unary(&b.conv2d(&x, &w(2), Some(&w(3)), Conv2dParams::same(1))?, UnaryOp::Relu)?;
+        let x = b.binary(
+            &b.conv2d(&hidden, &w(4), Some(&w(5)), Conv2dParams::same(1))?,
+            &x,
+            BinaryOp::Add,
+        )?;
+        // [n·t, D, rows, cols] → tokens [n, t·rows·cols, D] (frame-major, as the patch tokens).
+        let x = x.reshape(&[n, frames, d, rows * cols])?;
+        let x = b.permute(&x, &[0, 1, 3, 2])?;
+        Ok(Some(x.reshape(&[n, frames * rows * cols, d])?))
     }
 
     /// The tokens of the reference latent `[B', rows·cols, D]` (ComfyUI's `ref_conv`: a 2×2 stride-2 Conv2d on

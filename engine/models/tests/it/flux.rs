@@ -278,6 +278,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         frame_timesteps: None,
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         vace: &[],
+        camera: None,
     };
     let out = net.forward(&*b, input).unwrap();
     assert_close("default guidance", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);

@@ -65,6 +65,7 @@ fn blockwise_controlnets_match_comfyui() {
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
+            camera: None,
         };
         let out = base.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);

@@ -49,6 +49,7 @@ impl Variant {
             image: None,
             ref_channels: None,
             vace: None,
+            camera: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -138,6 +139,7 @@ fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec
         frame_timesteps: per_frame.then_some(t.as_slice()),
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         vace: &[],
+        camera: None,
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -219,6 +221,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
             clip: None,
             reference: with,
             vace: &[],
+            camera: None,
             skip: 0,
         };
         let out = model.forward(&*b, &input).unwrap();
@@ -234,10 +237,66 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
         clip: None,
         reference: Some(&small),
         vace: &[],
+        camera: None,
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
+}
+
+/// The tiny Fun Camera model's weights: the expert variant's plus a camera adapter reading one channel, built
+/// from the variant's own tensors as `wan.py`'s `camera` builds them.
+fn camera_tensors() -> Tensors {
+    let mut t = Variant::Expert.tensors();
+    let (_, v) = t["blocks.1.self_attn.v.weight"].clone();
+    let v_bias = t["blocks.1.self_attn.v.bias"].clone();
+    t.insert("control_adapter.conv.weight".to_owned(), (vec![256, 64, 2, 2], v));
+    t.insert("control_adapter.conv.bias".to_owned(), v_bias);
+    for (conv, source) in [("conv1", "q"), ("conv2", "k")] {
+        let (_, w) = t[&format!("blocks.0.self_attn.{source}.weight")].clone();
+        let spread: Vec<f32> = w.iter().flat_map(|&x| [x / 3.0; 9]).collect();
+        let bias = t[&format!("blocks.0.self_attn.{source}.bias")].clone();
+        let name = format!("control_adapter.residual_blocks.0.{conv}");
+        t.insert(format!("{name}.weight"), (vec![256, 256, 3, 3], spread));
+        t.insert(format!("{name}.bias"), bias);
+    }
+    t
+}
+
+#[test]
+fn the_fun_camera_adapter_matches_comfyui() {
+    // ComfyUI's `CameraWanModel` (`wan.py`'s `camera`): the camera embedding, pixel-unshuffled, convolved and
+    // through the residual block, is added to the patch tokens.
+    let fixture = read_tensors("wan/camera.safetensors");
+    let file = TempTensors::new("wan-camera", camera_tensors());
+    let (b, detected, net) = load(&file.0);
+    let config = Config { camera: Some(1), ..Variant::Expert.config() };
+    assert_eq!(detected, DiffusionDetected::Wan(config.clone(), Layout::Comfy));
+    assert_eq!(config.variant(), "Wan 2.2 Fun Camera");
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let x = io_tensor(&b, &fixture, "x");
+    let context = io_tensor(&b, &fixture, "context");
+    let camera = io_tensor(&b, &fixture, "camera");
+    let t = &fixture["t"].1;
+    let input = |camera| WanInput {
+        x: &x,
+        timesteps: t,
+        context: &context,
+        clip: None,
+        reference: None,
+        vace: &[],
+        camera,
+        skip: 0,
+    };
+    for (with, want) in [(Some(&camera), "out"), (None, "out_plain")] {
+        let out = model.forward(&*b, &input(with)).unwrap();
+        assert_eq!(out.shape(), fixture[want].0.as_slice());
+        assert_close(want, &b.to_f32(&out).unwrap(), &fixture[want].1, 1e-4);
+    }
+    // An embedding of another size is refused, naming what the model reads.
+    let small = b.full(&[1, 1, 2, 16, 16], 0.0, DType::F32).unwrap();
+    let err = model.forward(&*b, &input(Some(&small))).expect_err("refused").to_string();
+    assert!(err.contains("camera embedding of [1 or 1, 1, 2, 32, 48]"), "{err}");
 }
 
 /// The tiny VACE model's weights, built from the t2v variant's as `wan.py`'s `vace_weights` builds them.
@@ -302,6 +361,7 @@ fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
         clip: None,
         reference: None,
         vace: &contexts,
+        camera: None,
         skip: 0,
     };
     let out = model.forward(&*b, &input).unwrap();
@@ -342,6 +402,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         clip: Some(&clip),
         reference: None,
         vace: &[],
+        camera: None,
         skip: 0,
     };
     let out = model.forward(&*b, &input).unwrap();
@@ -461,16 +522,23 @@ fn tiny_synth_files_are_detected_as_their_configuration() {
 
 #[test]
 fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
+    let mut s2v = Variant::T2v.tensors();
+    s2v.insert(
+        "casual_audio_encoder.encoder.final_linear.weight".into(),
+        (vec![4, 4], vec![0.0; 16]),
+    );
+    let file = TempTensors::new("wan-s2v", s2v);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
+    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("S2V") && err.to_string().contains("casual_audio"), "{err}");
+    // A camera adapter whose convolution is no 2×2 one over 64-channel groups is refused, naming the tensor.
     let mut camera = Variant::T2v.tensors();
     camera.insert("control_adapter.conv.weight".into(), (vec![4, 4], vec![0.0; 16]));
     let file = TempTensors::new("wan-camera", camera);
     let sf = SafetensorsFile::open(&file.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
-    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
-    assert!(
-        err.to_string().contains("Fun Camera") && err.to_string().contains("control_adapter"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("`control_adapter.conv.weight` is [4, 4]"), "{err}");
     // A VACE embedding without VACE blocks is no model ComfyUI builds.
     let mut vace = Variant::T2v.tensors();
     vace.insert(
@@ -501,6 +569,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         clip: None,
         reference: None,
         vace: &[],
+        camera: None,
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
@@ -513,6 +582,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         clip: None,
         reference: None,
         vace: &[],
+        camera: None,
         skip: 0,
     };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
@@ -606,6 +676,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
             clip: None,
             reference: None,
             vace: &[],
+            camera: None,
             skip: 0,
         };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()

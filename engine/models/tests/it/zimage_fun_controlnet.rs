@@ -58,6 +58,7 @@ fn fun_controlnet_matches_comfyui() {
             frame_timesteps: None,
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
+            camera: None,
         };
         base.forward(&*b, input)
     };

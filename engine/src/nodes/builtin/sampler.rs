@@ -237,6 +237,7 @@ impl OnDevice for Forward<'_> {
             frame_timesteps: frame_timesteps.as_deref(),
             skipped_blocks: self.skipped,
             vace: &vace,
+            camera: None,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;

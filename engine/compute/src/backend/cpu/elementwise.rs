@@ -20,6 +20,7 @@ fn unary_slice(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         UnaryOp::Exp => simd::exp_slice(x, out),
         UnaryOp::Tanh => out.iter_mut().zip(x).for_each(|(o, v)| *o = v.tanh()),
         UnaryOp::Neg => out.iter_mut().zip(x).for_each(|(o, v)| *o = -v),
+        UnaryOp::Relu => out.iter_mut().zip(x).for_each(|(o, v)| *o = v.max(0.0)),
     }
 }
 

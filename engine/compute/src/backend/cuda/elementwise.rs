@@ -16,6 +16,7 @@ fn unary_code(op: UnaryOp) -> i32 {
         UnaryOp::Sigmoid => 4,
         UnaryOp::Exp => 5,
         UnaryOp::Neg => 6,
+        UnaryOp::Relu => 7,
     }
 }
 

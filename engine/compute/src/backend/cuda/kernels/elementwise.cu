@@ -8,6 +8,7 @@
 #define OP_SIGMOID 4
 #define OP_EXP 5
 #define OP_NEG 6
+#define OP_RELU 7
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -22,6 +23,7 @@ __device__ __forceinline__ float apply_unary(int op, float x) {
     case OP_TANH: return tanhf(x);
     case OP_SIGMOID: return sigmoid(x);
     case OP_EXP: return expf(x);
+    case OP_RELU: return fmaxf(x, 0.0f);
     default: return -x;
     }
 }
