@@ -89,6 +89,9 @@ pub enum Value {
     Video(Arc<Video>),
     /// `AUDIO`: a waveform batch and its sample rate.
     Audio(Arc<Audio>),
+    /// `WAN_CAMERA_EMBEDDING`: a Wan Fun Camera model's camera trajectory as Plücker rays
+    /// (`WanCameraEmbedding`), `[1, 24, latent frames, height, width]`.
+    WanCameraEmbedding(Tensor),
 }
 
 impl Value {
@@ -118,13 +121,14 @@ impl Value {
             Value::Guider(_) => "GUIDER",
             Value::Video(_) => "VIDEO",
             Value::Audio(_) => "AUDIO",
+            Value::WanCameraEmbedding(_) => "WAN_CAMERA_EMBEDDING",
         }
     }
 
     /// Bytes held by tensors (what RAM-pressure eviction counts).
     pub fn byte_size(&self) -> usize {
         match self {
-            Value::Image(t) | Value::Mask(t) => t.byte_size(),
+            Value::Image(t) | Value::Mask(t) | Value::WanCameraEmbedding(t) => t.byte_size(),
             Value::Latent(l) => {
                 l.samples.byte_size() + l.noise_mask.as_ref().map_or(0, Tensor::byte_size)
             }
@@ -161,7 +165,9 @@ impl Value {
             Value::Float(v) => python_float(*v),
             Value::String(v) => v.clone(),
             Value::Bool(v) => if *v { "True" } else { "False" }.to_owned(),
-            Value::Image(t) | Value::Mask(t) => format!("tensor{:?}", t.shape()),
+            Value::Image(t) | Value::Mask(t) | Value::WanCameraEmbedding(t) => {
+                format!("tensor{:?}", t.shape())
+            }
             Value::Latent(l) => format!("tensor{:?}", l.samples.shape()),
             Value::Json(v) => v.to_string(),
             Value::Sigmas(s) => format!("tensor{s:?}"),
@@ -191,7 +197,9 @@ impl Value {
             }
             Value::String(v) => v.clone().into(),
             Value::Bool(v) => (*v).into(),
-            Value::Image(t) | Value::Mask(t) => serde_json::json!({"tensor": t.shape()}),
+            Value::Image(t) | Value::Mask(t) | Value::WanCameraEmbedding(t) => {
+                serde_json::json!({"tensor": t.shape()})
+            }
             Value::Latent(l) => serde_json::json!({"tensor": l.samples.shape()}),
             Value::Json(v) => (**v).clone(),
             Value::Sigmas(s) => {

@@ -115,6 +115,10 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_inpaint_5B[_.]/i, family: 'wan22-fun-inpaint-5b' },
   // Wan 2.1 VACE 14B (the 14B T2V structure and the VACE branch).
   { folder: 'diffusion_models', stem: /^wan2\.1_vace_14B[_.]/i, family: 'wan21-vace-14b' },
+  // The Fun Camera models: 2.1 (1.3B and 14B, whose tiny widths are the same) with the CLIP branch, 2.2's A14B
+  // experts without it.
+  { folder: 'diffusion_models', stem: /^wan2\.1_fun_camera_v1\.1_(1\.3B|14B)[_.]/i, family: 'wan21-fun-camera-1.3b' },
+  { folder: 'diffusion_models', stem: /^wan2\.2_fun_camera_(high|low)_noise_14B[_.]/i, family: 'wan22-fun-camera-a14b' },
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
   { folder: 'loras', stem: /lightx2v|causvid/i, family: 'wan21-lora' },

@@ -377,6 +377,8 @@ pub struct CondExtras {
     pub controls: Vec<ControlApplication>,
     /// The control contexts a Wan VACE model reads (`WanVaceToVideo`, appended in order).
     pub vace: Vec<VaceControl>,
+    /// The camera embedding a Wan Fun Camera model reads (`WanCameraImageToVideo`'s `camera_conditions`).
+    pub camera: Option<Tensor>,
 }
 
 /// One `WanVaceToVideo` control for a Wan VACE model.
@@ -400,6 +402,7 @@ impl CondExtras {
             + self.clip_vision.as_ref().map_or(0, Tensor::byte_size)
             + self.controls.iter().map(ControlApplication::byte_size).sum::<usize>()
             + self.vace.iter().map(|v| v.frames.byte_size() + v.mask.byte_size()).sum::<usize>()
+            + self.camera.as_ref().map_or(0, Tensor::byte_size)
     }
 }
 

@@ -2,7 +2,8 @@
 //! CLIPLoader type `wan`, the Wan 2.1 and 2.2 VAEs, CLIP vision H), through the executor on the CPU: text to
 //! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
 //! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
-//! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images.
+//! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images, Wan 2.2 Fun Camera its
+//! camera motion.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -292,6 +293,60 @@ fn issue_24_wan22_fun_control_reads_its_control_video_and_reference_image() {
         frames_of(&mut h, graph(0x808080, 0x2020D0)),
         base,
         "the reference image reaches the model"
+    );
+}
+
+#[test]
+fn issue_24_wan_fun_camera_follows_its_camera_motion_and_start_image() {
+    let mut h = Harness::new(CachePolicy::None);
+    let models = h.roots.input.join("models");
+    write_tiny_wan(&models);
+    let unet = "wan2.2_fun_camera_high_noise_14B_fp8_scaled.safetensors";
+    synth::write_family(
+        &models.join("diffusion_models").join(unet),
+        SynthFamily::Wan(WanFile::FunCameraA14b),
+        &ZImageTurboSet::tiny(),
+        SynthDtype::Fp8Scaled,
+        14,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
+    // `video_wan2_2_14B_fun_camera`'s wiring: WanCameraEmbedding's embedding and sizes into
+    // WanCameraImageToVideo with a start image, its prompts and latent into the sampler.
+    let graph = |pose: &str, start: u32| {
+        let mut graph = text_to_video(unet, "wan_2.1_vae.safetensors", 9);
+        graph["60"] = json!({"class_type": "WanCameraEmbedding", "inputs": {
+            "camera_pose": pose, "width": 32, "height": 32, "length": 9, "speed": 1.0}});
+        graph["61"] = json!({"class_type": "EmptyImage", "inputs": {"width": 32, "height": 32, "batch_size": 1, "color": start}});
+        graph["62"] = json!({"class_type": "WanCameraImageToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": ["60", 1], "height": ["60", 2],
+            "length": ["60", 3], "batch_size": 1, "start_image": ["61", 0], "camera_conditions": ["60", 0]}});
+        graph["3"]["inputs"]["positive"] = json!(["62", 0]);
+        graph["3"]["inputs"]["negative"] = json!(["62", 1]);
+        graph["3"]["inputs"]["latent_image"] = json!(["62", 2]);
+        graph
+    };
+    let base = frames_of(&mut h, graph("Zoom In", 0xD02020));
+    assert_eq!(base.len(), 9);
+    assert_ne!(
+        frames_of(&mut h, graph("Pan Left", 0xD02020)),
+        base,
+        "the camera motion reaches the model"
+    );
+    assert_ne!(
+        frames_of(&mut h, graph("Zoom In", 0x2020D0)),
+        base,
+        "the start image reaches the model"
+    );
+    // An embedding made for another size than the video's is refused, naming what the model reads.
+    let mut other = graph("Zoom In", 0xD02020);
+    other["60"]["inputs"]["width"] = json!(64);
+    other["62"]["inputs"]["width"] = json!(32);
+    let ran = h.run(other);
+    assert!(
+        format!("{:?}", ran.summary.outcome).contains("camera embedding of"),
+        "{:?}",
+        ran.summary.outcome
     );
 }
 

@@ -107,6 +107,10 @@ pub enum SynthFamily {
     Wan(WanFile),
 }
 
+/// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
+/// frames).
+const CAMERA_CHANNELS: usize = 24;
+
 /// The released Wan DiTs beside 2.1 T2V 1.3B and 2.2 TI2V 5B, each at the 14B widths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WanFile {
@@ -133,11 +137,17 @@ pub enum WanFile {
     /// Wan 2.1 VACE 14B (`wan21-vace-14b`): the 14B T2V widths and the VACE branch (96-channel contexts, one
     /// VACE block per 5 blocks; one per 2 in the tiny set).
     Vace14b,
+    /// Wan 2.1 Fun Camera 1.3B (`wan21-fun-camera-1.3b`): the 1.3B widths, the CLIP branch, 32 channels in
+    /// (latent, start image latent) and the camera adapter (24-channel embeddings).
+    FunCamera13b,
+    /// A Wan 2.2 Fun Camera A14B expert (`wan22-fun-camera-a14b`): 36 channels in (latent, 4 mask channels,
+    /// start image latent) and the camera adapter.
+    FunCameraA14b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 9] = [
+    pub const ALL: [WanFile; 11] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -147,12 +157,25 @@ impl WanFile {
         WanFile::FunControl5b,
         WanFile::FunInpaint5b,
         WanFile::Vace14b,
+        WanFile::FunCamera13b,
+        WanFile::FunCameraA14b,
     ];
 
     /// The name it is spelled with on the command line.
     pub fn name(self) -> &'static str {
-        let [i2v, flf2v, t2v, i2v_a14b, control_13b, control_a14b, control_5b, inpaint_5b, vace] =
-            wan::family::SYNTH_NAMES;
+        let [
+            i2v,
+            flf2v,
+            t2v,
+            i2v_a14b,
+            control_13b,
+            control_a14b,
+            control_5b,
+            inpaint_5b,
+            vace,
+            camera_13b,
+            camera_a14b,
+        ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
             WanFile::Flf2v14b => flf2v,
@@ -163,6 +186,8 @@ impl WanFile {
             WanFile::FunControl5b => control_5b,
             WanFile::FunInpaint5b => inpaint_5b,
             WanFile::Vace14b => vace,
+            WanFile::FunCamera13b => camera_13b,
+            WanFile::FunCameraA14b => camera_a14b,
         }
     }
 
@@ -184,6 +209,15 @@ impl WanFile {
             WanFile::Vace14b => {
                 let blocks = (base.layers / 5).max(1);
                 wan::Config { vace: Some(wan::Vace { in_channels: 96, blocks }), ..base }
+            }
+            WanFile::FunCamera13b => wan::Config {
+                in_channels: 32,
+                image: Some(clip),
+                camera: Some(CAMERA_CHANNELS),
+                ..set.wan21.clone()
+            },
+            WanFile::FunCameraA14b => {
+                wan::Config { in_channels: 36, camera: Some(CAMERA_CHANNELS), ..base }
             }
             WanFile::I2v14b => wan::Config { in_channels: 36, image: Some(clip), ..base },
             WanFile::Flf2v14b => {

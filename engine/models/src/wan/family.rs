@@ -21,8 +21,8 @@ pub const WAN22_SYNTH_LORA_NAME: &str = "wan22-lora";
 /// The names `kiln model synth --family` writes the other released DiTs under: 2.1 I2V 14B (with the CLIP
 /// branch), 2.1 FLF2V 14B (with `emb_pos` for 514 tokens), the 2.2 A14B T2V and I2V experts, and the Fun
 /// models: 2.1 Fun Control 1.3B, 2.2 Fun Control A14B and 5B (with the reference-image convolution), 2.2 Fun
-/// InP 5B; and 2.1 VACE 14B.
-pub const SYNTH_NAMES: [&str; 9] = [
+/// InP 5B; 2.1 VACE 14B; 2.1 Fun Camera 1.3B (with the CLIP branch) and a 2.2 Fun Camera A14B expert.
+pub const SYNTH_NAMES: [&str; 11] = [
     "wan21-i2v-14b",
     "wan21-flf2v-14b",
     "wan22-t2v-a14b",
@@ -32,6 +32,8 @@ pub const SYNTH_NAMES: [&str; 9] = [
     "wan22-fun-control-5b",
     "wan22-fun-inpaint-5b",
     "wan21-vace-14b",
+    "wan21-fun-camera-1.3b",
+    "wan22-fun-camera-a14b",
 ];
 /// `WAN21` models denoise in the Wan 2.1 VAE's latent space.
 pub const WAN21_LATENT: LatentFormat = LatentFormat::WAN21;

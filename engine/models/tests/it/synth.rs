@@ -574,7 +574,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan22-fun-control-a14b",
             "wan22-fun-control-5b",
             "wan22-fun-inpaint-5b",
-            "wan21-vace-14b"
+            "wan21-vace-14b",
+            "wan21-fun-camera-1.3b",
+            "wan22-fun-camera-a14b"
         ]
     );
     for family in synth::SynthFamily::all() {

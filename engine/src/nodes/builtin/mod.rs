@@ -37,6 +37,7 @@ mod tiled;
 mod vae;
 mod video;
 mod wan;
+mod wan_camera;
 mod wan_concat;
 mod wan_fun_control;
 mod wan_vace;
@@ -143,6 +144,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
     registry.register(wan_vace::WanVaceToVideo::new(compute.clone()));
+    registry.register(wan_camera::wan_camera_embedding());
+    registry.register(wan_camera::WanCameraImageToVideo::new(compute.clone()));
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
     for node in latent::empty_nodes() {

@@ -220,6 +220,10 @@ impl OnDevice for Forward<'_> {
             Some(_) => vace_contexts(b, &self.model.latent, &self.extras.vace, self.shape)?,
             None => Vec::new(),
         };
+        let camera = match &self.extras.camera {
+            Some(camera) => Some(b.from_f32(camera.shape(), camera.data(), b.compute_dtype())?),
+            None => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -237,7 +241,7 @@ impl OnDevice for Forward<'_> {
             frame_timesteps: frame_timesteps.as_deref(),
             skipped_blocks: self.skipped,
             vace: &vace,
-            camera: None,
+            camera: camera.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
