@@ -11,7 +11,7 @@ use super::pure::Pure;
 use super::resize::resize;
 use super::vae::encode_video;
 use crate::compute::Compute;
-use crate::models::{ClipVisionOutput, Conditioning};
+use crate::models::{ClipVisionOutput, CondExtras, Vae};
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
@@ -35,6 +35,45 @@ pub(super) fn latent_frames(length: usize) -> usize {
 pub(super) fn size(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
     usize::try_from(inputs.int(name)?)
         .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
+}
+
+/// What every Wan conditioning node reads first: its VAE and the video's size.
+pub(super) struct VideoRequest<'a> {
+    pub(super) vae: &'a Arc<Vae>,
+    pub(super) width: usize,
+    pub(super) height: usize,
+    /// Frames.
+    pub(super) length: usize,
+    pub(super) batch: usize,
+}
+
+impl<'a> VideoRequest<'a> {
+    /// The `vae`, `width`, `height`, `length` and `batch_size` inputs.
+    pub(super) fn read(inputs: &'a Inputs) -> Result<VideoRequest<'a>, NodeError> {
+        Ok(VideoRequest {
+            vae: inputs.vae("vae")?,
+            width: size(inputs, "width")?,
+            height: size(inputs, "height")?,
+            length: size(inputs, "length")?,
+            batch: size(inputs, "batch_size")?,
+        })
+    }
+}
+
+/// The outputs every Wan conditioning node starts with: both prompts with `set` applied to their extras
+/// (ComfyUI's `conditioning_set_values` on each), then the latent.
+pub(super) fn conditioned(
+    inputs: &Inputs,
+    set: impl Fn(&mut CondExtras),
+    latent: Tensor,
+) -> Result<[Value; 3], NodeError> {
+    let positive = inputs.conditioning("positive")?.with_extras(&set);
+    let negative = inputs.conditioning("negative")?.with_extras(&set);
+    Ok([
+        Value::Conditioning(Arc::new(positive)),
+        Value::Conditioning(Arc::new(negative)),
+        Value::Latent(Latent::new(latent)),
+    ])
 }
 
 /// The width, height, length and batch inputs every node here declares, with `width`/`height` defaults,
@@ -146,9 +185,7 @@ impl Node for WanImageToVideo {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
-        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let VideoRequest { vae, width, height, length, batch } = VideoRequest::read(inputs)?;
         let frames = latent_frames(length);
         let image = |name: &str| -> Result<Option<Tensor>, NodeError> {
             match inputs.get(name) {
@@ -204,24 +241,16 @@ impl Node for WanImageToVideo {
                 Some((encoded, mask))
             }
         };
-        let set = |c: &Conditioning| {
-            c.with_extras(|extras| {
-                if let Some((image, mask)) = &concat {
-                    extras.concat_latent_image = Some(image.clone());
-                    extras.concat_mask = Some(mask.clone());
-                }
-                if let Some(states) = &clip_vision {
-                    extras.clip_vision = Some(states.clone());
-                }
-            })
+        let set = |extras: &mut CondExtras| {
+            if let Some((image, mask)) = &concat {
+                extras.concat_latent_image = Some(image.clone());
+                extras.concat_mask = Some(mask.clone());
+            }
+            if let Some(states) = &clip_vision {
+                extras.clip_vision = Some(states.clone());
+            }
         };
-        let positive = set(inputs.conditioning("positive")?);
-        let negative = set(inputs.conditioning("negative")?);
-        Ok(NodeResult::values([
-            Value::Conditioning(Arc::new(positive)),
-            Value::Conditioning(Arc::new(negative)),
-            Value::Latent(Latent::new(latent)),
-        ]))
+        Ok(NodeResult::values(conditioned(inputs, set, latent)?))
     }
 }
 
@@ -394,9 +423,7 @@ impl Node for Wan22ImageToVideoLatent {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
-        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let VideoRequest { vae, width, height, length, batch } = VideoRequest::read(inputs)?;
         let (frames, h, w) =
             (latent_frames(length), height / WAN22_DOWNSCALE, width / WAN22_DOWNSCALE);
         let shape = vec![1, WAN22_CHANNELS, frames, h, w];

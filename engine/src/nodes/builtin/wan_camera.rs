@@ -11,14 +11,14 @@ use super::clip_vision::vision_output;
 use super::pure::Pure;
 use super::vae::encode_video;
 use super::wan::{
-    WAN21_CHANNELS, conditioning_spec, first_last_mask, fit_frames, latent_frames, penultimate,
-    size,
+    VideoRequest, WAN21_CHANNELS, conditioned, conditioning_spec, first_last_mask, fit_frames,
+    latent_frames, penultimate, size,
 };
 use crate::compute::Compute;
-use crate::models::Conditioning;
+use crate::models::CondExtras;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
-use crate::value::{Latent, Value};
+use crate::value::Value;
 
 /// ComfyUI's `MAX_RESOLUTION`.
 const MAX_RESOLUTION: i64 = 16384;
@@ -233,9 +233,7 @@ impl Node for WanCameraImageToVideo {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
-        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let VideoRequest { vae, width, height, length, batch } = VideoRequest::read(inputs)?;
         let (frames, h, w) = (latent_frames(length), height / 8, width / 8);
         let latent = Tensor::full(vec![batch, WAN21_CHANNELS, frames, h, w], 0.0);
         let concat = match inputs.get("start_image") {
@@ -262,27 +260,19 @@ impl Node for WanCameraImageToVideo {
             }
             None => None,
         };
-        let set = |c: &Conditioning| {
-            c.with_extras(|extras| {
-                if let Some((image, mask)) = &concat {
-                    extras.concat_latent_image = Some(image.clone());
-                    extras.concat_mask = Some(mask.clone());
-                }
-                if let Some(camera) = &camera {
-                    extras.camera = Some(camera.clone());
-                }
-                if let Some(states) = &clip_vision {
-                    extras.clip_vision = Some(states.clone());
-                }
-            })
+        let set = |extras: &mut CondExtras| {
+            if let Some((image, mask)) = &concat {
+                extras.concat_latent_image = Some(image.clone());
+                extras.concat_mask = Some(mask.clone());
+            }
+            if let Some(camera) = &camera {
+                extras.camera = Some(camera.clone());
+            }
+            if let Some(states) = &clip_vision {
+                extras.clip_vision = Some(states.clone());
+            }
         };
-        let positive = set(inputs.conditioning("positive")?);
-        let negative = set(inputs.conditioning("negative")?);
-        Ok(NodeResult::values([
-            Value::Conditioning(Arc::new(positive)),
-            Value::Conditioning(Arc::new(negative)),
-            Value::Latent(Latent::new(latent)),
-        ]))
+        Ok(NodeResult::values(conditioned(inputs, set, latent)?))
     }
 }
 

@@ -10,14 +10,13 @@ use std::sync::Arc;
 use super::clip_vision::vision_output;
 use super::vae::encode_video;
 use super::wan::{
-    WAN21_CHANNELS, conditioning_spec, first_last_mask, fit_frames, latent_frames, penultimate,
-    size,
+    VideoRequest, WAN21_CHANNELS, conditioned, conditioning_spec, first_last_mask, fit_frames,
+    latent_frames, penultimate,
 };
 use crate::compute::Compute;
-use crate::models::{Conditioning, LatentFormat};
+use crate::models::{CondExtras, LatentFormat};
 use crate::nodes::{Context, Inputs, Node, NodeError, NodeResult, NodeSpec};
 use crate::tensor::Tensor;
-use crate::value::{Latent, Value};
 
 /// `WanFunControlToVideo` (Wan 2.1) or `Wan22FunControlToVideo`.
 pub(super) struct WanFunControlToVideo {
@@ -50,9 +49,7 @@ impl Node for WanFunControlToVideo {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
-        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let VideoRequest { vae, width, height, length, batch } = VideoRequest::read(inputs)?;
         let frames = latent_frames(length);
         // Wan 2.1's node makes the 2.1 latent whatever the VAE; 2.2's the VAE's own.
         let (format, scale) = if self.wan22 {
@@ -98,29 +95,21 @@ impl Node for WanFunControlToVideo {
             None => None,
         };
         let concat = concat.into_tensor()?;
-        let set = |c: &Conditioning| {
-            c.with_extras(|extras| {
-                extras.concat_latent_image = Some(concat.clone());
-                if let Some(mask) = &mask {
-                    extras.concat_mask = Some(mask.clone());
-                    extras.concat_mask_index = Some(channels);
-                }
-                if let Some(reference) = &reference {
-                    extras.reference_latents.push(reference.clone());
-                }
-                if let Some(states) = &clip_vision {
-                    extras.clip_vision = Some(states.clone());
-                }
-            })
+        let set = |extras: &mut CondExtras| {
+            extras.concat_latent_image = Some(concat.clone());
+            if let Some(mask) = &mask {
+                extras.concat_mask = Some(mask.clone());
+                extras.concat_mask_index = Some(channels);
+            }
+            if let Some(reference) = &reference {
+                extras.reference_latents.push(reference.clone());
+            }
+            if let Some(states) = &clip_vision {
+                extras.clip_vision = Some(states.clone());
+            }
         };
-        let positive = set(inputs.conditioning("positive")?);
-        let negative = set(inputs.conditioning("negative")?);
         let latent = Tensor::full(vec![batch, channels, frames, h, w], 0.0);
-        Ok(NodeResult::values([
-            Value::Conditioning(Arc::new(positive)),
-            Value::Conditioning(Arc::new(negative)),
-            Value::Latent(Latent::new(latent)),
-        ]))
+        Ok(NodeResult::values(conditioned(inputs, set, latent)?))
     }
 }
 

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use super::mask::mask;
 use super::resize::resize;
 use super::vae::encode_video;
-use super::wan::{conditioning_spec, fit_frames, latent_frames, size};
+use super::wan::{VideoRequest, conditioned, conditioning_spec, fit_frames, latent_frames};
 use crate::compute::Compute;
-use crate::models::{Conditioning, VaceControl};
+use crate::models::{CondExtras, VaceControl};
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
-use crate::value::{Latent, Value};
+use crate::value::Value;
 
 /// The Wan 2.1 VAE's spatial downscale, which the masks are folded by.
 const STRIDE: usize = 8;
@@ -51,9 +51,7 @@ impl Node for WanVaceToVideo {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let vae = inputs.vae("vae")?;
-        let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
-        let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
+        let VideoRequest { vae, width, height, length, batch } = VideoRequest::read(inputs)?;
         let strength = inputs.float("strength")?;
         let (h, w) = (height / STRIDE, width / STRIDE);
         if length == 0 || h == 0 || w == 0 || height % STRIDE != 0 || width % STRIDE != 0 {
@@ -127,16 +125,10 @@ impl Node for WanVaceToVideo {
         let mask = Tensor::new(vec![1, STRIDE * STRIDE, latent_length, h, w], mask)
             .map_err(|e| NodeError::new(e.to_string()))?;
         let control = VaceControl { frames, mask, strength };
-        let set = |c: &Conditioning| c.with_extras(|extras| extras.vace.push(control.clone()));
-        let positive = set(inputs.conditioning("positive")?);
-        let negative = set(inputs.conditioning("negative")?);
+        let set = |extras: &mut CondExtras| extras.vace.push(control.clone());
         let latent = Tensor::full(vec![batch, CHANNELS, latent_length, h, w], 0.0);
-        Ok(NodeResult::values([
-            Value::Conditioning(Arc::new(positive)),
-            Value::Conditioning(Arc::new(negative)),
-            Value::Latent(Latent::new(latent)),
-            Value::Int(trim as i64),
-        ]))
+        let [positive, negative, latent] = conditioned(inputs, set, latent)?;
+        Ok(NodeResult::values([positive, negative, latent, Value::Int(trim as i64)]))
     }
 }
 
