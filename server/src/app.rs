@@ -20,7 +20,7 @@ use crate::api::{cloud_router, local_router};
 use crate::config::Config;
 use crate::config::GIB;
 use crate::logs::LogRing;
-use crate::service::api::LocalServer;
+use crate::service::api::ApiServer;
 use crate::service::history::{Histories, Record};
 use crate::service::worker::{Queued, Service, cache, now_ms, start_worker};
 use crate::storage::Storage;
@@ -179,7 +179,7 @@ impl Server {
             }
         }));
         let worker = start_worker(runtime.clone(), executor);
-        let api = Arc::new(LocalServer(runtime.clone()));
+        let api = Arc::new(ApiServer(runtime.clone()));
         let mut router = match &runtime.cloud {
             None => local_router(api),
             Some(_) => cloud_router(api)

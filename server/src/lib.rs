@@ -37,7 +37,7 @@ mod ws;
 pub use accounts::{
     API_KEY_PREFIX, AccountError, Accounts, ApiKeyId, ApiKeyInfo, ApiKeyPrincipal, Member,
     Membership, Role, SESSION_ABSOLUTE_SECONDS, SESSION_IDLE_SECONDS, Session, User, UserId,
-    Workspace, WorkspaceId, WorkspaceMembers, csrf_matches, csrf_token,
+    WorkspaceId, WorkspaceMembers, WorkspaceRecord, csrf_matches, csrf_token,
 };
 pub use api::Runtime;
 pub use app::Server;

@@ -164,9 +164,10 @@ pub struct User {
     pub created_at: i64,
 }
 
-/// A workspace: the unit that owns prompts, history and files in the cloud runtime.
+/// A workspace's account record (its id and name): the unit that owns prompts, history and files in the cloud
+/// runtime. What a running server opens for it is `workspace::Workspace`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Workspace {
+pub struct WorkspaceRecord {
     /// The id.
     pub id: WorkspaceId,
     /// The unique name.
@@ -216,7 +217,7 @@ impl std::fmt::Display for Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     /// The workspace.
-    pub workspace: Workspace,
+    pub workspace: WorkspaceRecord,
     /// The user's role in it.
     pub role: Role,
 }
@@ -234,7 +235,7 @@ pub struct Member {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceMembers {
     /// The workspace.
-    pub workspace: Workspace,
+    pub workspace: WorkspaceRecord,
     /// Its members, by username.
     pub members: Vec<Member>,
 }

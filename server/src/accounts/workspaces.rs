@@ -4,8 +4,8 @@
 //! needed; nothing caches it. Removing a membership also ends the user's browser sessions in that workspace.
 
 use super::{
-    AccountError, Accounts, Member, Membership, Role, UserId, Workspace, WorkspaceId,
-    WorkspaceMembers, check_name, is_unique_violation, new_id, now, users::user_from_row,
+    AccountError, Accounts, Member, Membership, Role, UserId, WorkspaceId, WorkspaceMembers,
+    WorkspaceRecord, check_name, is_unique_violation, new_id, now, users::user_from_row,
 };
 
 /// The columns of a workspace, as selected (`id, name, created_at`).
@@ -16,16 +16,16 @@ type WorkspaceMemberRow =
     (String, String, i64, Option<String>, Option<String>, Option<i64>, Option<String>);
 
 /// Builds a [`Workspace`] from its selected columns.
-fn workspace_from_row((id, name, created_at): WorkspaceRow) -> Workspace {
-    Workspace { id: WorkspaceId(id), name, created_at }
+fn workspace_from_row((id, name, created_at): WorkspaceRow) -> WorkspaceRecord {
+    WorkspaceRecord { id: WorkspaceId(id), name, created_at }
 }
 
 impl Accounts {
     /// Adds a workspace with no members. A taken name is [`AccountError::Exists`].
-    pub async fn add_workspace(&self, name: &str) -> Result<Workspace, AccountError> {
+    pub async fn add_workspace(&self, name: &str) -> Result<WorkspaceRecord, AccountError> {
         check_name("workspace", name)?;
         let workspace =
-            Workspace { id: WorkspaceId(new_id()), name: name.to_owned(), created_at: now() };
+            WorkspaceRecord { id: WorkspaceId(new_id()), name: name.to_owned(), created_at: now() };
         let inserted =
             sqlx::query("INSERT INTO workspaces (id, name, created_at) VALUES (?, ?, ?)")
                 .bind(workspace.id.as_str())
@@ -43,7 +43,7 @@ impl Accounts {
     }
 
     /// The workspace with this name ([`AccountError::NotFound`] if none).
-    pub async fn workspace(&self, name: &str) -> Result<Workspace, AccountError> {
+    pub async fn workspace(&self, name: &str) -> Result<WorkspaceRecord, AccountError> {
         let row: Option<WorkspaceRow> =
             sqlx::query_as("SELECT id, name, created_at FROM workspaces WHERE name = ?")
                 .bind(name)

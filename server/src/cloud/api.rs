@@ -10,7 +10,7 @@ use super::{Cloud, SESSION_COOKIE};
 use crate::accounts::{AccountError, ApiKeyId, ApiKeyInfo, Session, WorkspaceId};
 use crate::api::*;
 use crate::auth::tokens::NewToken;
-use crate::service::api::{LocalServer, error};
+use crate::service::api::{ApiServer, error};
 
 fn time(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(seconds, 0).unwrap_or_default()
@@ -47,7 +47,7 @@ fn api_key(info: ApiKeyInfo) -> types::ApiKey {
     }
 }
 
-impl LocalServer {
+impl ApiServer {
     /// The cloud state; the cloud routes are mounted only on the cloud runtime, which has it.
     fn cloud(&self) -> Option<&Cloud> {
         self.0.cloud.as_deref()
@@ -78,7 +78,7 @@ fn unauthenticated() -> types::ErrorResponse {
     error("unauthenticated", "sign in first")
 }
 
-impl CloudApi for LocalServer {
+impl CloudApi for ApiServer {
     async fn create_session(
         &self,
         _: Parts,

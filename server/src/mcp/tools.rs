@@ -1,5 +1,5 @@
 //! Kiln's MCP tools: the rmcp [`ServerHandler`] that lists them and dispatches their calls onto the runtime's
-//! own operations ([`SharedApi`] on [`LocalServer`]), so a tool sees exactly what the matching HTTP route of
+//! own operations ([`SharedApi`] on [`ApiServer`]), so a tool sees exactly what the matching HTTP route of
 //! the caller would.
 //!
 //! Invariant: the caller (workspace, user) comes from the HTTP request of each call (the [`Parts`] rmcp puts
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::views;
 use crate::api::{ExecutePromptResponse, GetModelFilesResponse, SharedApi as _};
-use crate::service::api::LocalServer;
+use crate::service::api::ApiServer;
 use crate::service::worker::Service;
 
 /// The longest `queue_prompt` may wait for its job.
@@ -250,7 +250,7 @@ impl KilnTools {
 
 /// The tools during one call, over the live runtime.
 struct Tools {
-    server: LocalServer,
+    server: ApiServer,
 }
 
 impl Tools {
@@ -407,7 +407,7 @@ impl ServerHandler for KilnTools {
         let Some(runtime) = self.runtime.upgrade() else {
             return Err(ErrorData::internal_error("the server is shutting down", None));
         };
-        let tools = Tools { server: LocalServer(runtime) };
+        let tools = Tools { server: ApiServer(runtime) };
         let args = request.arguments;
         let result = async {
             match name {

@@ -8,7 +8,7 @@ use rmcp::model::ContentBlock;
 use serde_json::{Map, Value, json};
 
 use crate::api::{SharedApi as _, ViewFileQuery, ViewFileResponse};
-use crate::service::api::LocalServer;
+use crate::service::api::ApiServer;
 
 /// The most image bytes one `get_job` answer attaches (before base64); further images are only listed.
 const IMAGE_BUDGET: usize = 16 * 1024 * 1024;
@@ -149,7 +149,7 @@ pub(crate) fn job(detail: &types::JobDetail) -> Value {
 
 /// The job's output images as image content, read through the caller's `/view`, within [`IMAGE_BUDGET`].
 pub(crate) async fn images(
-    server: &LocalServer,
+    server: &ApiServer,
     parts: &Parts,
     detail: &types::JobDetail,
 ) -> Vec<ContentBlock> {

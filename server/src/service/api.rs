@@ -28,9 +28,10 @@ use crate::files::{self, Extent, Upload, UploadError, ViewError, ViewRequest};
 use crate::workspace::Caller;
 use crate::ws::Frame;
 
-/// The local runtime behind the generated router.
+/// The service behind the generated router: the shared and local operations of both runtimes (the cloud
+/// runtime's own are `cloud::api`).
 #[derive(Clone)]
-pub(crate) struct LocalServer(pub(crate) Arc<Service>);
+pub(crate) struct ApiServer(pub(crate) Arc<Service>);
 
 /// An `ErrorResponse` with a code and a message.
 pub(crate) fn error(code: &str, message: impl Into<String>) -> types::ErrorResponse {
@@ -116,7 +117,7 @@ async fn read_upload(
     Ok(upload)
 }
 
-impl LocalServer {
+impl ApiServer {
     /// Who is asking: the caller the authentication layer put into the request, else the runtime's fallback
     /// (the local caller; on the cloud runtime, one that sees nothing).
     /// Answers a request to `/mcp` with the runtime's MCP endpoint.
@@ -338,7 +339,7 @@ async fn pump(socket: WebSocket, runtime: Arc<Service>, connection: crate::ws::C
     runtime.hub.disconnect(id);
 }
 
-impl SharedApi for LocalServer {
+impl SharedApi for ApiServer {
     async fn mcp_post(&self, request: axum::extract::Request) -> axum::response::Response {
         self.mcp(request).await
     }

@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 use axum::http::request::Parts;
 use kiln_spec::types;
 
-use super::api::{LocalServer, error};
+use super::api::{ApiServer, error};
 use super::models;
 use super::userdata::{self, UserDataError};
 use crate::api::*;
 use crate::convert;
 
-impl LocalApi for LocalServer {
+impl LocalApi for ApiServer {
     async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
         // As ComfyUI, the worker acts before it takes the next prompt: `unload_models` unloads every model;
         // `free_memory` also drops the node result cache (and implies `unload_models`).
