@@ -200,50 +200,48 @@ impl Metrics {
             "Nodes of finished prompts, executed or served from the node cache (cache hits)",
             self.nodes.clone(),
         );
-        let queue: Family<Label, Gauge> = Family::default();
-        queue.get_or_create(&[("state", "pending")]).set(gauge(now.pending as u64));
-        queue.get_or_create(&[("state", "running")]).set(gauge(now.running as u64));
-        registry.register("queue_prompts", "Prompts in the queue, pending or running", queue);
-        let worker: Family<Label, Gauge> = Family::default();
-        for state in WorkerState::ALL {
-            worker.get_or_create(&[("state", state.label())]).set(i64::from(now.worker == state));
-        }
-        registry.register("worker_state", "The worker's state (1 for the current one)", worker);
+        let queue =
+            [("pending", gauge(now.pending as u64)), ("running", gauge(now.running as u64))];
+        registry.register(
+            "queue_prompts",
+            "Prompts in the queue, pending or running",
+            labelled("state", queue),
+        );
+        let worker = WorkerState::ALL.map(|state| (state.label(), i64::from(now.worker == state)));
+        registry.register(
+            "worker_state",
+            "The worker's state (1 for the current one)",
+            labelled("state", worker),
+        );
         registry.register(
             "websockets",
             "Open event websockets",
             ConstGauge::new(gauge(now.websockets as u64)),
         );
-        let device: Family<Label, Gauge> = Family::default();
-        for (kind, bytes) in [
+        let device = [
             ("used", now.device_used),
             ("budget", now.device_budget),
             ("capacity", now.device_capacity),
             ("weights", now.device_weights),
-        ] {
-            device.get_or_create(&[("kind", kind)]).set(gauge(bytes));
-        }
+        ];
         registry.register_with_unit(
             "device_memory",
             "The memory manager's device memory: used (what the budget counts), the budget, the device's \
              capacity, and the weights resident",
             Unit::Bytes,
-            device,
+            labelled("kind", device.map(|(kind, bytes)| (kind, gauge(bytes)))),
         );
-        let host: Family<Label, Gauge> = Family::default();
-        for (kind, bytes) in [
+        let host = [
             ("weights", now.host_weights),
             ("pinned", now.pinned_weights),
             ("total", now.host_total),
             ("available", now.host_available),
-        ] {
-            host.get_or_create(&[("kind", kind)]).set(gauge(bytes));
-        }
+        ];
         registry.register_with_unit(
             "host_memory",
             "Host memory: weights held, of those pinned (page-locked), the host's total and available",
             Unit::Bytes,
-            host,
+            labelled("kind", host.map(|(kind, bytes)| (kind, gauge(bytes)))),
         );
         registry.register(
             "pageable_copies",
@@ -267,6 +265,18 @@ impl Metrics {
         }
         text
     }
+}
+
+/// A gauge family of one label `key`, a series per `(value, reading)`.
+fn labelled<const N: usize>(
+    key: &'static str,
+    series: [(&'static str, i64); N],
+) -> Family<Label, Gauge> {
+    let family: Family<Label, Gauge> = Family::default();
+    for (value, reading) in series {
+        family.get_or_create(&[(key, value)]).set(reading);
+    }
+    family
 }
 
 /// A byte count or count as a gauge's value.

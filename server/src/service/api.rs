@@ -387,13 +387,8 @@ impl SharedApi for ApiServer {
     }
 
     async fn get_readiness(&self, _: Parts) -> GetReadinessResponse {
-        let not_ready = |code: &str, message: &str| {
-            GetReadinessResponse::ServiceUnavailable(types::ErrorResponse {
-                code: code.to_owned(),
-                message: message.to_owned(),
-                details: None,
-            })
-        };
+        let not_ready =
+            |code, message| GetReadinessResponse::ServiceUnavailable(error(code, message));
         if self.0.drain.is_draining() {
             return not_ready(
                 "draining",
