@@ -168,7 +168,7 @@ impl OnDevice for Forward<'_> {
             })?;
             let hint = super::hints::broadcast_hint(hint, batch, self.contexts.len())
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
-            hints.push((control, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?));
+            hints.push((control, upload(b, &hint)?));
         }
         let patch_hints = self
             .model
@@ -178,7 +178,7 @@ impl OnDevice for Forward<'_> {
                 let hint = p.hint.as_ref().ok_or_else(|| {
                     kiln_models::Error::Invalid("a model patch's image was not prepared".to_owned())
                 })?;
-                Ok((p, b.from_f32(hint.shape(), hint.data(), b.compute_dtype())?))
+                Ok((p, upload(b, hint)?))
             })
             .collect::<kiln_models::Result<Vec<_>>>()?;
         let patches: Vec<PatchInput<'_, B>> = patch_hints
@@ -204,10 +204,7 @@ impl OnDevice for Forward<'_> {
         };
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
         // CLIP vision states (Wan's image-to-video), and Wan 2.2's per-frame timesteps under a noise mask.
-        let clip_vision = match &self.extras.clip_vision {
-            Some(states) => Some(b.from_f32(states.shape(), states.data(), b.compute_dtype())?),
-            None => None,
-        };
+        let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
         let frame_timesteps = match (self.model.net.family(), self.denoise_mask) {
             (DiffusionFamily::Wan22, Some(mask)) => {
                 let mut part_shape = self.shape.to_vec();
@@ -220,10 +217,7 @@ impl OnDevice for Forward<'_> {
             Some(_) => vace_contexts(b, &self.model.latent, &self.extras.vace, self.shape)?,
             None => Vec::new(),
         };
-        let camera = match &self.extras.camera {
-            Some(camera) => Some(b.from_f32(camera.shape(), camera.data(), b.compute_dtype())?),
-            None => None,
-        };
+        let camera = self.extras.camera.as_ref().map(|t| upload(b, t)).transpose()?;
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -247,6 +241,11 @@ impl OnDevice for Forward<'_> {
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
     }
+}
+
+/// A host tensor on `b` in its compute type (what a model call reads beside the latent).
+fn upload<B: Backend>(b: &B, t: &Tensor) -> kiln_compute::Result<kiln_compute::Tensor<B>> {
+    b.from_f32(t.shape(), t.data(), b.compute_dtype())
 }
 
 /// A Wan VACE model's control contexts `[1, 96, T, h, w]` with their strengths, as ComfyUI's `WAN21_Vace`
@@ -307,11 +306,7 @@ fn uso_tokens<B: Backend>(
                 style.projector.path.display()
             )));
         };
-        let states = style
-            .states
-            .iter()
-            .map(|s| b.from_f32(s.shape(), s.data(), b.compute_dtype()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let states = style.states.iter().map(|s| upload(b, s)).collect::<Result<Vec<_>, _>>()?;
         tokens.push(projector.forward(b, [&states[0], &states[1], &states[2]])?);
     }
     match tokens.as_slice() {

@@ -11,7 +11,7 @@ use super::pure::Pure;
 use super::resize::resize;
 use super::vae::encode_video;
 use crate::compute::Compute;
-use crate::models::{ClipVisionOutput, CondExtras, Vae};
+use crate::models::{CondExtras, LatentFormat, Vae};
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
@@ -196,23 +196,17 @@ impl Node for WanImageToVideo {
         let (start, end) = (image("start_image")?, image("end_image")?);
         let start = start.map(|s| fit_frames(&s, ..length, width, height)).transpose()?;
         let end = end.map(|e| fit_frames(&e, length.., width, height)).transpose()?;
-        let clip = |name: &str| -> Result<Option<&Arc<ClipVisionOutput>>, NodeError> {
-            match inputs.get(name) {
-                Some(_) => Ok(Some(vision_output(inputs, name)?)),
-                None => Ok(None),
-            }
-        };
         let clip_vision = match self.kind {
-            Kind::Start => penultimate(clip("clip_vision_output")?.map(|o| o.as_ref()))?,
+            Kind::Start => penultimate(inputs, "clip_vision_output")?,
             Kind::FirstLast => {
-                let first = penultimate(clip("clip_vision_start_image")?.map(|o| o.as_ref()))?;
-                let last = penultimate(clip("clip_vision_end_image")?.map(|o| o.as_ref()))?;
+                let first = penultimate(inputs, "clip_vision_start_image")?;
+                let last = penultimate(inputs, "clip_vision_end_image")?;
                 match (first, last) {
                     (Some(first), Some(last)) => Some(join_tokens(&first, &last)?),
                     (first, last) => first.or(last),
                 }
             }
-            Kind::FunInpaint => penultimate(clip("clip_vision_output")?.map(|o| o.as_ref()))?,
+            Kind::FunInpaint => penultimate(inputs, "clip_vision_output")?,
         };
         let (channels, scale) = match self.kind {
             Kind::Start => (WAN21_CHANNELS, 8),
@@ -365,17 +359,19 @@ pub(super) fn spatial(latent: &Tensor) -> Result<(usize, usize), NodeError> {
     }
 }
 
-/// The penultimate hidden states of a CLIP vision output, which Wan attends to.
-pub(super) fn penultimate(output: Option<&ClipVisionOutput>) -> Result<Option<Tensor>, NodeError> {
-    match output {
-        None => Ok(None),
-        Some(output) => output.penultimate_hidden_states.clone().map(Some).ok_or_else(|| {
+/// The penultimate hidden states, which Wan attends to, of the optional CLIP vision output input `name`;
+/// `None` when it is not connected.
+pub(super) fn penultimate(inputs: &Inputs, name: &str) -> Result<Option<Tensor>, NodeError> {
+    if inputs.get(name).is_none() {
+        return Ok(None);
+    }
+    let output = vision_output(inputs, name)?;
+    output.penultimate_hidden_states.clone().map(Some).ok_or_else(|| {
             NodeError::new(
                 "this CLIP vision output has no penultimate hidden states (a one-layer tower); Wan needs \
                  a CLIP vision model such as clip_vision_h",
-            )
-        }),
-    }
+        )
+    })
 }
 
 /// `a` `[B, n, D]` and `b` `[B, m, D]` joined on the tokens.
@@ -441,19 +437,7 @@ impl Node for Wan22ImageToVideoLatent {
         }
         let given = es[2].min(frames);
         let plane = h * w;
-        // Given frames: the encoded latent; the rest: the latent space's zero in VAE space.
-        let zero =
-            vae.net.family().latent().process_out(&[0.0; WAN22_CHANNELS], &[1, WAN22_CHANNELS]);
-        let mut samples = Vec::with_capacity(WAN22_CHANNELS * frames * plane);
-        for (c, &zero) in zero.iter().enumerate() {
-            for f in 0..frames {
-                if f < given {
-                    samples.extend_from_slice(&encoded.data()[(c * es[2] + f) * plane..][..plane]);
-                } else {
-                    samples.extend(std::iter::repeat_n(zero, plane));
-                }
-            }
-        }
+        let samples = encoded_then_zero(&encoded, &vae.net.family().latent(), frames)?;
         let mask: Vec<f32> = (0..frames)
             .flat_map(|f| std::iter::repeat_n(if f < given { 0.0 } else { 1.0 }, plane))
             .collect();
@@ -467,6 +451,30 @@ impl Node for Wan22ImageToVideoLatent {
         };
         Ok(NodeResult::values([Value::Latent(latent)]))
     }
+}
+
+/// The `[C, frames, h, w]` values of a latent whose first frames are `encoded`'s (`[1, C, n, h, w]`, as many
+/// as fit) and the rest `format`'s zero in VAE space (each channel's mean: what `process_out` makes of zeros).
+pub(super) fn encoded_then_zero(
+    encoded: &Tensor,
+    format: &LatentFormat,
+    frames: usize,
+) -> Result<Vec<f32>, NodeError> {
+    let &[1, channels, n, h, w] = encoded.shape() else {
+        return Err(NodeError::new(format!(
+            "expected an encoded video [1, C, T, h, w], got {:?}",
+            encoded.shape()
+        )));
+    };
+    let plane = h * w;
+    let given = n.min(frames);
+    let zero = format.process_out(&vec![0.0; channels], &[1, channels]);
+    let mut values = Vec::with_capacity(channels * frames * plane);
+    for (c, &zero) in zero.iter().enumerate() {
+        values.extend_from_slice(&encoded.data()[c * n * plane..][..given * plane]);
+        values.extend(std::iter::repeat_n(zero, (frames - given) * plane));
+    }
+    Ok(values)
 }
 
 /// `TrimVideoLatent` ("Trim Video Latent"): the latent without its first `trim_amount` frames (the rest of the

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use kiln_models::latent::LatentFormat;
 
-use super::clip_vision::vision_output;
 use super::pure::Pure;
 use super::vae::encode_video;
 use super::wan::{
-    VideoRequest, WAN21_CHANNELS, conditioned, conditioning_spec, first_last_mask, fit_frames,
-    latent_frames, penultimate, size,
+    VideoRequest, WAN21_CHANNELS, conditioned, conditioning_spec, encoded_then_zero,
+    first_last_mask, fit_frames, latent_frames, penultimate, size,
 };
 use crate::compute::Compute;
 use crate::models::CondExtras;
@@ -246,10 +245,7 @@ impl Node for WanCameraImageToVideo {
                 Some((image, mask))
             }
         };
-        let clip_vision = match inputs.get("clip_vision_output") {
-            Some(_) => penultimate(Some(vision_output(inputs, "clip_vision_output")?))?,
-            None => None,
-        };
+        let clip_vision = penultimate(inputs, "clip_vision_output")?;
         let camera = match inputs.get("camera_conditions") {
             Some(Value::WanCameraEmbedding(camera)) => Some(camera.clone()),
             Some(other) => {
@@ -283,7 +279,7 @@ fn start_latent(
     encoded: &Tensor,
     (frames, h, w): (usize, usize, usize),
 ) -> Result<Tensor, NodeError> {
-    let &[1, WAN21_CHANNELS, n, eh, ew] = encoded.shape() else {
+    let &[1, WAN21_CHANNELS, _, eh, ew] = encoded.shape() else {
         return Err(NodeError::new(format!(
             "WanCameraImageToVideo needs a Wan 2.1 VAE (16 channels); this one made {:?}",
             encoded.shape()
@@ -294,14 +290,7 @@ fn start_latent(
             "the start image's latent is {eh}×{ew}, the video's {h}×{w}"
         )));
     }
-    let zero = LatentFormat::WAN21.process_out(&[0.0; WAN21_CHANNELS], &[1, WAN21_CHANNELS]);
-    let plane = h * w;
-    let given = n.min(frames);
-    let mut values = Vec::with_capacity(WAN21_CHANNELS * frames * plane);
-    for (c, &zero) in zero.iter().enumerate() {
-        values.extend_from_slice(&encoded.data()[c * n * plane..][..given * plane]);
-        values.extend(std::iter::repeat_n(zero, (frames - given) * plane));
-    }
+    let values = encoded_then_zero(encoded, &LatentFormat::WAN21, frames)?;
     Tensor::new(vec![1, WAN21_CHANNELS, frames, h, w], values)
         .map_err(|e| NodeError::new(e.to_string()))
 }

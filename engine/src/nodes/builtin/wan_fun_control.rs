@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use super::clip_vision::vision_output;
 use super::vae::encode_video;
 use super::wan::{
     VideoRequest, WAN21_CHANNELS, conditioned, conditioning_spec, first_last_mask, fit_frames,
@@ -90,10 +89,7 @@ impl Node for WanFunControlToVideo {
         } else {
             None
         };
-        let clip_vision = match inputs.get("clip_vision_output") {
-            Some(_) => penultimate(Some(vision_output(inputs, "clip_vision_output")?.as_ref()))?,
-            None => None,
-        };
+        let clip_vision = penultimate(inputs, "clip_vision_output")?;
         let concat = concat.into_tensor()?;
         let set = |extras: &mut CondExtras| {
             extras.concat_latent_image = Some(concat.clone());
