@@ -14,6 +14,10 @@
 //! 4. **Clear**: on a fresh server, prompts are posted until [`CLEAR_PENDING`] are pending, then
 //!    `POST /api/queue {"clear": true}` is timed.
 //!
+//! With `KILN_BENCH_POSTGRES=1`, this build is also measured on Postgres (`--database-url`, a fresh database of
+//! a throwaway cluster for each start, `kiln_tests::postgres`), alternating with the others, and the ratios
+//! to the embedded SQLite database are printed.
+//!
 //! Figures depend on the machine (the load generator shares it with kiln): compare builds in one run.
 
 // A benchmark's report is its output.
@@ -25,6 +29,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use kiln_tests::postgres::Postgres;
 
 /// Concurrent closed-loop connections posting prompts.
 const CONCURRENCY: usize = 8;
@@ -56,12 +62,21 @@ impl Drop for Kiln {
     }
 }
 
-fn start(binary: &Path, label: &str) -> Kiln {
+/// Starts `binary` on a fresh data dir, and on a fresh database of `postgres` if given.
+fn start(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Kiln {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
     let data_dir = std::env::temp_dir().join(format!("kiln-load-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let mut child = Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .args(["--port", "0", "--cache-classic", "--disable-front-end", "--data-dir"])
-        .arg(&data_dir)
+        .arg(&data_dir);
+    if let Some(postgres) = postgres {
+        let database =
+            postgres.database(&format!("load{}", STARTS.fetch_add(1, Ordering::Relaxed)));
+        command.args(["--database-url", &database]);
+    }
+    let mut child = command
         .env("RUST_LOG", "warn,kiln=info,kiln_server=warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -170,8 +185,8 @@ struct Figures {
     clear_ms: f64,
 }
 
-async fn measure(binary: &Path, label: &str) -> Figures {
-    let kiln = start(binary, label);
+async fn measure(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Figures {
+    let kiln = start(binary, label, postgres);
     let addr = kiln.addr.clone();
     let http = reqwest::Client::new();
     let mut figures = Figures::default();
@@ -223,7 +238,7 @@ async fn measure(binary: &Path, label: &str) -> Figures {
 
     // 4: on a fresh server, fill the queue to CLEAR_PENDING and clear it.
     drop(kiln);
-    let kiln = start(binary, label);
+    let kiln = start(binary, label, postgres);
     let addr = kiln.addr.clone();
     let fill = Flood::start(&addr);
     while remaining(&http, &addr).await < CLEAR_PENDING {
@@ -259,19 +274,25 @@ fn print(label: &str, f: &Figures) {
 async fn main() {
     let current = PathBuf::from(env!("CARGO_BIN_EXE_kiln"));
     let baseline = std::env::var_os("KILN_BASELINE_BIN").map(PathBuf::from);
+    let postgres = std::env::var_os("KILN_BENCH_POSTGRES").map(|_| Postgres::start("load"));
     println!(
         "closed loop, {CONCURRENCY} connections, {FLOOD:?} flood, idle drain over {DRAIN:?}, clear of {CLEAR_PENDING}; {ROUNDS} rounds"
     );
     let mut runs: Vec<(&str, Figures)> = Vec::new();
     for round in 1..=ROUNDS {
         if let Some(baseline) = &baseline {
-            let f = measure(baseline, "baseline").await;
+            let f = measure(baseline, "baseline", None).await;
             print(&format!("baseline{round}"), &f);
             runs.push(("baseline", f));
         }
-        let f = measure(&current, "current").await;
+        let f = measure(&current, "current", None).await;
         print(&format!("current{round}"), &f);
         runs.push(("current", f));
+        if let Some(postgres) = &postgres {
+            let f = measure(&current, "postgres", Some(postgres)).await;
+            print(&format!("postgres{round}"), &f);
+            runs.push(("postgres", f));
+        }
     }
     let median = |label: &str, pick: fn(&Figures) -> f64| {
         let mut values: Vec<f64> =
@@ -283,14 +304,21 @@ async fn main() {
             n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
         }
     };
-    if baseline.is_some() {
-        let ratio = |pick: fn(&Figures) -> f64| median("current", pick) / median("baseline", pick);
+    let compare = |label: &str, base: &str| {
+        let ratio = |pick: fn(&Figures) -> f64| median(label, pick) / median(base, pick);
         println!(
-            "current / baseline: accept {:.2}x, p99 {:.2}x, worker under flood {:.2}x, clear time {:.3}x",
+            "{label} / {base}: accept {:.2}x, p99 {:.2}x, worker under flood {:.2}x, worker idle {:.2}x, clear time {:.3}x",
             ratio(|f| f.accept_per_s),
             ratio(|f| f.p99_ms),
             ratio(|f| f.flood_pace),
+            ratio(|f| f.idle_pace),
             ratio(|f| f.clear_ms),
         );
+    };
+    if baseline.is_some() {
+        compare("current", "baseline");
+    }
+    if postgres.is_some() {
+        compare("postgres", "current");
     }
 }

@@ -63,7 +63,9 @@ impl Server {
                 tracing::warn!(%folder, %path, "extra model path is not a directory (yet)");
             }
         }
-        let storage = Storage::open(&config.data_dir).await.map_err(std::io::Error::other)?;
+        let storage = Storage::open(&config.data_dir, &config.database)
+            .await
+            .map_err(std::io::Error::other)?;
         let roots = Roots {
             input: config.input_dir.clone(),
             output: config.output_dir.clone(),

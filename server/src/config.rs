@@ -73,6 +73,54 @@ impl Default for ComputeConfig {
     }
 }
 
+/// Where Kiln keeps its queue, history and prompt counter.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// The embedded SQLite database, `DATA_DIR/kiln.sqlite` (the default).
+    Embedded,
+    /// A Postgres database (`--database-url postgres://…`).
+    Postgres(String),
+}
+
+impl Database {
+    /// Reads `--database-url`: a `postgres://` or `postgresql://` URL.
+    pub fn from_url(url: &str) -> Result<Database, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Database::Postgres(url.to_owned()))
+        } else {
+            Err(format!(
+                "--database-url takes a postgres:// URL, not {:?} (without it, Kiln keeps its state in the \
+                 embedded SQLite database DATA_DIR/kiln.sqlite)",
+                url.split(':').next().unwrap_or_default()
+            ))
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    /// Never shows the URL: it may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Embedded => f.write_str("Embedded"),
+            Database::Postgres(_) => f.write_str("Postgres(..)"),
+        }
+    }
+}
+
+/// `arg` with the password of a URL in it (`scheme://user:password@host…`) replaced by `***`, for the command
+/// line Kiln reports.
+pub fn hide_password(arg: &str) -> String {
+    let Some(scheme_end) = arg.find("://") else { return arg.to_owned() };
+    let authority_start = scheme_end + 3;
+    let authority_end =
+        arg[authority_start..].find('/').map_or(arg.len(), |end| authority_start + end);
+    let authority = &arg[authority_start..authority_end];
+    let Some(at) = authority.rfind('@') else { return arg.to_owned() };
+    let Some(colon) = authority[..at].find(':') else { return arg.to_owned() };
+    let password = authority_start + colon + 1..authority_start + at;
+    format!("{}***{}", &arg[..password.start], &arg[password.end..])
+}
+
 /// Everything the server needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -80,6 +128,8 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// Where Kiln keeps its own state.
     pub data_dir: PathBuf,
+    /// The database of the queue, the history and the prompt counter.
+    pub database: Database,
     /// Input files (uploads, LoadImage).
     pub input_dir: PathBuf,
     /// Output files (SaveImage).
@@ -136,6 +186,7 @@ impl Config {
             models_dir: data_dir.join("models"),
             extra_model_paths: Vec::new(),
             data_dir,
+            database: Database::Embedded,
             max_upload_size: 100 * 1024 * 1024,
             cache: CacheMode::RamPressure { active_gb: None, inactive_gb: None },
             compute: ComputeConfig::default(),

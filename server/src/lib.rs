@@ -41,7 +41,10 @@ pub use accounts::{
 };
 pub use api::Runtime;
 pub use app::Server;
-pub use config::{CacheMode, ComputeConfig, Config, FrontEnd, check_issuer, is_loopback_http};
+pub use config::{
+    CacheMode, ComputeConfig, Config, Database, FrontEnd, check_issuer, hide_password,
+    is_loopback_http,
+};
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};
 pub use logs::{LogRing, RingLayer};

@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln_engine::nodes::PreviewMethod;
 use kiln_server::{
-    CacheMode, ComputeConfig, Config, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
+    CacheMode, ComputeConfig, Config, Database, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
     FrontEndVersion, LogRing, Runtime, Server, TemplatesSource,
 };
 use tracing::info;
@@ -123,6 +123,11 @@ struct Args {
     /// `Authorization: Bearer`, for a server reachable from a network.
     #[arg(long, value_name = "FILE")]
     api_key_file: Option<PathBuf>,
+    /// Keep the queue, the history and the prompt counter in this Postgres database (postgres://USER:PASSWORD@
+    /// HOST:PORT/DATABASE) instead of the embedded SQLite database DATA_DIR/kiln.sqlite. The local runtime only,
+    /// for now. Its password is never reported (`/api/system_stats` shows the command line with it hidden).
+    #[arg(long, value_name = "URL", env = "KILN_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     /// After SIGTERM or SIGINT, how long the running prompt may take to finish before it is interrupted and
     /// handed back to the queue (it runs again at the next start). A second signal hands it back at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
@@ -177,7 +182,11 @@ impl Args {
         if !(self.max_upload_size.is_finite() && self.max_upload_size > 0.0) {
             bail!("--max-upload-size: must be a positive number of MB");
         }
-        let mut config = Config::under(self.data_dir, listen, std::env::args().collect());
+        let argv = std::env::args().map(|arg| kiln_server::hide_password(&arg)).collect();
+        let mut config = Config::under(self.data_dir, listen, argv);
+        if let Some(url) = &self.database_url {
+            config.database = Database::from_url(url).map_err(anyhow::Error::msg)?;
+        }
         config.runtime = match self.runtime {
             RuntimeArg::Local => Runtime::Local,
             RuntimeArg::Cloud => Runtime::Cloud,
@@ -198,6 +207,12 @@ impl Args {
                 );
             }
             config.cimd_allow_loopback_http = true;
+        }
+        if config.runtime == Runtime::Cloud && config.database != Database::Embedded {
+            bail!(
+                "--database-url: the cloud runtime keeps its accounts in DATA_DIR/kiln.sqlite and runs on the \
+                 embedded database only, for now"
+            );
         }
         if let Some(file) = &self.api_key_file {
             if config.runtime == Runtime::Cloud {

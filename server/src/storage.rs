@@ -1,10 +1,11 @@
-//! Durable state in SQLite under `--data-dir` (`kiln.sqlite`): the queue, the history and the prompt counter,
-//! so accepted prompts survive a restart, a prompt that was running when the process died is recorded as
-//! interrupted, and prompt numbers keep growing across restarts.
+//! Durable state: the queue, the history and the prompt counter, so accepted prompts survive a restart, a
+//! prompt that was running when the process died is recorded as interrupted, and prompt numbers keep growing
+//! across restarts. In SQLite under `--data-dir` (`kiln.sqlite`, the default) or in Postgres
+//! (`--database-url`); the same tables in both (`migrations/sqlite`, `migrations/postgres`).
 //!
 //! Every write goes through one [`Writer`] (`writer.rs`), which commits the writes that arrive together as one
-//! transaction; the pool's connection only reads, at startup. The engine's queue calls its store
-//! synchronously; [`SqliteQueueStore`] waits for the writer's answer, so it must be called from a thread that
+//! transaction; the pool only reads, at startup (and for `/readyz`). The engine's queue calls its store
+//! synchronously; [`StoredQueue`] waits for the writer's answer, so it must be called from a thread that
 //! is not running async tasks (the worker thread, or `spawn_blocking`). Handlers await the writer directly.
 
 use std::path::Path;
@@ -14,9 +15,10 @@ use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
-use sqlx::Row as _;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
+use crate::config::Database;
 use crate::service::history::Record;
 use crate::service::queued::Queued;
 use crate::workspace::Workspaces;
@@ -28,9 +30,13 @@ pub(crate) use writer::{Durability, Pending, Write, WriteError, Writer};
 /// Why the database could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// SQLite failed.
+    /// The database failed.
     #[error("the database failed")]
     Sqlite(#[from] sqlx::Error),
+    /// The Postgres database named by `--database-url` cannot be reached (the message names it, without
+    /// its password).
+    #[error("cannot connect to the database {0}")]
+    Connect(String, #[source] sqlx::Error),
     /// A migration failed.
     #[error("the database schema could not be brought up to date")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -45,7 +51,7 @@ impl From<WriteError> for StorageError {
     }
 }
 
-/// The database: a reading pool (one connection, used at startup) and the [`Writer`] every change goes
+/// The database: a reading pool (used at startup and by `/readyz`) and the [`Writer`] every change goes
 /// through.
 ///
 /// What a client is told is done (an accepted prompt, a deletion) is on disk before the answer
@@ -57,23 +63,61 @@ impl From<WriteError> for StorageError {
 /// instead of recording it as interrupted.
 #[derive(Clone)]
 pub(crate) struct Storage {
-    pool: SqlitePool,
+    reader: Reader,
     handle: tokio::runtime::Handle,
     writer: Writer,
 }
 
+/// The reading pool of either database.
+#[derive(Clone)]
+pub(crate) enum Reader {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// How long `/readyz` and a read wait for a Postgres connection.
+const POSTGRES_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Storage {
-    /// Opens (or creates) `kiln.sqlite` in `data_dir`, brings its schema up to date and starts the writer.
-    pub(crate) async fn open(data_dir: &Path) -> Result<Storage, StorageError> {
-        let file = data_dir.join("kiln.sqlite");
-        let options = SqliteConnectOptions::new()
-            .filename(&file)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal);
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        let writer = Writer::start(&file).await?;
-        Ok(Storage { pool, handle: tokio::runtime::Handle::current(), writer })
+    /// Opens the database (creating `kiln.sqlite` in `data_dir` if it is the embedded one), brings its schema up
+    /// to date and starts the writer.
+    pub(crate) async fn open(
+        data_dir: &Path,
+        database: &Database,
+    ) -> Result<Storage, StorageError> {
+        let (reader, writer) = match database {
+            Database::Embedded => {
+                let file = data_dir.join("kiln.sqlite");
+                let options = SqliteConnectOptions::new()
+                    .filename(&file)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal);
+                let pool =
+                    SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
+                sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+                (Reader::Sqlite(pool), writer::start_sqlite(&file).await?)
+            }
+            Database::Postgres(url) => {
+                let options: PgConnectOptions = url.parse()?;
+                let name = format!(
+                    "postgres://{}:{}/{}",
+                    options.get_host(),
+                    options.get_port(),
+                    options.get_database().unwrap_or_default()
+                );
+                let connect_failed = |error| StorageError::Connect(name.clone(), error);
+                let pool = PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(POSTGRES_WAIT)
+                    .connect_with(options.clone())
+                    .await
+                    .map_err(connect_failed)?;
+                sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+                let writer = writer::start_postgres(options).await.map_err(connect_failed)?;
+                (Reader::Postgres(pool), writer)
+            }
+        };
+        Ok(Storage { reader, handle: tokio::runtime::Handle::current(), writer })
     }
 
     /// Runs a future to completion from a thread that is not running async tasks.
@@ -130,9 +174,19 @@ impl Storage {
         self.writer.submit(Write::HandBack(id.to_owned()), Durability::Disk)
     }
 
-    /// Whether the database takes writes (its writer has not stopped).
-    pub(crate) fn is_writable(&self) -> bool {
-        self.writer.is_running()
+    /// Whether the database takes writes: its writer has not stopped and, for Postgres, the server answers.
+    pub(crate) async fn is_writable(&self) -> bool {
+        if !self.writer.is_running() {
+            return false;
+        }
+        match &self.reader {
+            Reader::Sqlite(_) => true,
+            Reader::Postgres(pool) => {
+                let answered =
+                    tokio::time::timeout(POSTGRES_WAIT, sqlx::query("SELECT 1").execute(pool));
+                matches!(answered.await, Ok(Ok(_)))
+            }
+        }
     }
 
     /// Removes history entries of a workspace.
@@ -156,28 +210,76 @@ impl Storage {
 
     /// Every stored history entry, oldest first.
     pub(crate) async fn load_history(&self) -> Result<Vec<Record>, StorageError> {
-        let rows = sqlx::query("SELECT workspace, id, number, entry FROM history ORDER BY seq")
-            .fetch_all(&self.pool)
+        let rows: Vec<HistoryRow> = self
+            .reader
+            .fetch_all("SELECT workspace, id, number, entry FROM history ORDER BY seq")
             .await?;
         Ok(rows
             .iter()
             .filter_map(|row| {
-                let id: String = row.get("id");
-                let entry: types::HistoryEntry =
-                    serde_json::from_str(row.get::<&str, _>("entry")).ok()?;
-                Record::from_entry(row.get::<&str, _>("workspace"), &id, &entry)
+                let entry: types::HistoryEntry = serde_json::from_str(&row.entry).ok()?;
+                Record::from_entry(&row.workspace, &row.id, &entry)
             })
             .collect())
     }
 
+    /// The reading pool (tests look at the tables).
+    #[cfg(test)]
+    pub(crate) fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
     /// The queue store over this database; stored prompts are validated again in their workspace.
-    pub(crate) fn queue_store(&self, workspaces: Arc<Workspaces>) -> SqliteQueueStore {
-        SqliteQueueStore { storage: self.clone(), workspaces }
+    pub(crate) fn queue_store(&self, workspaces: Arc<Workspaces>) -> StoredQueue {
+        StoredQueue { storage: self.clone(), workspaces }
+    }
+}
+
+/// A stored history entry.
+#[derive(sqlx::FromRow)]
+struct HistoryRow {
+    workspace: String,
+    id: String,
+    entry: String,
+}
+
+/// A stored queue row.
+#[derive(sqlx::FromRow)]
+struct QueueRow {
+    workspace: String,
+    id: String,
+    number: f64,
+    seq: i64,
+    running: bool,
+    payload: String,
+}
+
+impl Reader {
+    /// The rows a query without parameters returns (the same SQL on both databases).
+    pub(crate) async fn fetch_all<T>(&self, sql: &'static str) -> Result<Vec<T>, sqlx::Error>
+    where
+        T: Send + Unpin,
+        T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        match self {
+            Reader::Sqlite(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+            Reader::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+        }
+    }
+
+    /// The next prompt number the counter holds.
+    pub(crate) async fn counter(&self) -> Result<i64, sqlx::Error> {
+        const SQL: &str = "SELECT next FROM counter";
+        match self {
+            Reader::Sqlite(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
+            Reader::Postgres(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
+        }
     }
 }
 
 /// The engine's queue store, in the `queue` table.
-pub(crate) struct SqliteQueueStore {
+pub(crate) struct StoredQueue {
     storage: Storage,
     workspaces: Arc<Workspaces>,
 }
@@ -186,7 +288,7 @@ fn failed(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
 
-impl QueueStore<Queued> for SqliteQueueStore {
+impl QueueStore<Queued> for StoredQueue {
     fn insert(&self, entry: &QueueEntry<Queued>) -> Result<(), StoreError> {
         self.storage.insert_queued(entry).wait().map_err(failed)
     }
@@ -205,28 +307,22 @@ impl QueueStore<Queued> for SqliteQueueStore {
     }
 
     fn load_counter(&self) -> Result<Option<u64>, StoreError> {
-        let next: i64 = self
-            .storage
-            .block_on(sqlx::query_scalar("SELECT next FROM counter").fetch_one(&self.storage.pool))
-            .map_err(failed)?;
+        let next = self.storage.block_on(self.storage.reader.counter()).map_err(failed)?;
         Ok(Some(next.max(0) as u64))
     }
 
     fn load(&self) -> Result<Vec<(QueueEntry<Queued>, bool)>, StoreError> {
-        let rows = self
+        let rows: Vec<QueueRow> = self
             .storage
-            .block_on(
-                sqlx::query(
-                    "SELECT workspace, id, number, seq, running, payload FROM queue ORDER BY seq",
-                )
-                .fetch_all(&self.storage.pool),
-            )
+            .block_on(self.storage.reader.fetch_all(
+                "SELECT workspace, id, number, seq, running <> 0 AS running, payload \
+                 FROM queue ORDER BY seq",
+            ))
             .map_err(failed)?;
         let mut entries = Vec::new();
         for row in rows {
-            let id: String = row.get("id");
-            let payload: Value =
-                serde_json::from_str(row.get::<&str, _>("payload")).unwrap_or_default();
+            let id = row.id;
+            let payload: Value = serde_json::from_str(&row.payload).unwrap_or_default();
             let Ok(prompt) = Prompt::from_json(&payload["prompt"]) else {
                 tracing::warn!(%id, "dropping a stored prompt that is not an object");
                 continue;
@@ -237,7 +333,7 @@ impl QueueStore<Queued> for SqliteQueueStore {
                 .flatten()
                 .filter_map(|o| o.as_str().map(|s| kiln_engine::graph::NodeId(s.to_owned())))
                 .collect();
-            let workspace = match self.workspaces.get(row.get::<&str, _>("workspace")) {
+            let workspace = match self.workspaces.get(&row.workspace) {
                 Ok(workspace) => workspace,
                 Err(error) => {
                     tracing::warn!(%id, %error, "dropping a stored prompt whose workspace cannot open");
@@ -259,13 +355,8 @@ impl QueueStore<Queued> for SqliteQueueStore {
                 client_id: payload["client_id"].as_str().map(str::to_owned),
                 outputs: outputs.into_iter().map(|o| o.0).collect(),
             };
-            let entry = QueueEntry {
-                id,
-                number: row.get("number"),
-                seq: row.get::<i64, _>("seq") as u64,
-                payload: queued,
-            };
-            entries.push((entry, row.get::<i64, _>("running") != 0));
+            let entry = QueueEntry { id, number: row.number, seq: row.seq as u64, payload: queued };
+            entries.push((entry, row.running));
         }
         Ok(entries)
     }

@@ -6,6 +6,7 @@
 
 pub mod contract;
 pub mod key_order;
+pub mod postgres;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! Accounts for the cloud runtime: users, workspaces and memberships, browser sessions and API keys, in the
-//! same `kiln.sqlite` as the queue (tables from `migrations/0004_accounts.sql`).
+//! same `kiln.sqlite` as the queue (tables from `migrations/sqlite/0004_accounts.sql`).
 //!
 //! The invariant a reader must not break: **no secret is stored or logged.** Passwords are kept as argon2id
 //! hashes (`password.rs`); session cookies and API keys are 32 random bytes, base64url, and only their SHA-256
@@ -327,7 +327,7 @@ impl Accounts {
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         let at_once = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
         let accounts = Accounts { pool, hashing: Arc::new(Semaphore::new(at_once)) };
         // The stand-in hash for unknown users, made now so the first failed login costs what the others do.

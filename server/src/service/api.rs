@@ -395,10 +395,10 @@ impl SharedApi for ApiServer {
                 "the server is stopping: it runs no new prompt (prompts accepted now run at the next start)",
             );
         }
-        if !self.0.storage.is_writable() {
+        if !self.0.storage.is_writable().await {
             return not_ready(
                 "database_unavailable",
-                "the database writer has stopped: no prompt can be accepted",
+                "the database takes no writes (its writer stopped, or it cannot be reached): no prompt can be accepted",
             );
         }
         GetReadinessResponse::Ok("ready".to_owned())

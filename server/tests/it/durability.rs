@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::binary::{start, temp_dir};
+use crate::binary::{start_with, temp_dir};
 
 async fn post(http: &reqwest::Client, addr: &str, prompt: Value) -> String {
     let response = http
@@ -26,8 +26,17 @@ async fn get(http: &reqwest::Client, addr: &str, path: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_keeps_its_queue_and_records_the_running_prompt_as_interrupted() {
     let data_dir = temp_dir("durability");
+    killed_server_keeps_its_queue(&data_dir, &[]).await;
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+/// The scenario of the test above, with `args` on both starts (the database to use).
+pub(crate) async fn killed_server_keeps_its_queue(
+    data_dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) {
     let http = reqwest::Client::new();
-    let (server, addr) = start(&data_dir);
+    let (server, addr) = start_with(data_dir, args);
 
     // A slow prompt: a large lanczos upscale.
     let slow = post(&http, &addr, json!({
@@ -58,7 +67,7 @@ async fn a_killed_server_keeps_its_queue_and_records_the_running_prompt_as_inter
     assert_eq!(queue["queue_running"][0][1], slow.as_str(), "the slow prompt still runs");
     drop(server); // SIGKILL
 
-    let (_server, addr) = start(&data_dir);
+    let (_server, addr) = start_with(data_dir, args);
     let deadline = Instant::now() + Duration::from_secs(120);
     while get(&http, &addr, "/api/prompt").await["exec_info"]["queue_remaining"] != 0 {
         assert!(Instant::now() < deadline, "the restored queue did not drain");
@@ -76,5 +85,4 @@ async fn a_killed_server_keeps_its_queue_and_records_the_running_prompt_as_inter
     assert_eq!(interrupted["status"]["messages"][0][0], "execution_interrupted");
     let job = get(&http, &addr, &format!("/api/jobs/{slow}")).await;
     assert_eq!(job["status"], "cancelled");
-    let _ = std::fs::remove_dir_all(&data_dir);
 }

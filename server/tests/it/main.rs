@@ -17,6 +17,7 @@ mod numbers;
 mod oauth;
 mod openapi;
 mod operations;
+mod postgres;
 mod sdk_credentials;
 mod settings;
 mod slow_client;

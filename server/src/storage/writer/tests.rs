@@ -1,10 +1,16 @@
-use super::{Durability, Write};
-use crate::storage::Storage;
+//! The writer's behaviour, each scenario on SQLite and on Postgres (a throwaway cluster per test).
 
-/// A fresh database in its own directory (removed on drop).
+use kiln_tests::postgres::Postgres;
+
+use super::{Durability, Write};
+use crate::config::Database;
+use crate::storage::{Reader, Storage};
+
+/// A fresh database in its own directory (removed on drop), with its Postgres cluster if it is one.
 struct Db {
     dir: std::path::PathBuf,
     storage: Storage,
+    _postgres: Option<Postgres>,
 }
 
 impl Drop for Db {
@@ -13,12 +19,32 @@ impl Drop for Db {
     }
 }
 
-async fn db(name: &str) -> Db {
+async fn open(name: &str, postgres: Option<Postgres>) -> Db {
     let dir = std::env::temp_dir().join(format!("kiln-writer-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let storage = Storage::open(&dir).await.expect("opens");
-    Db { dir, storage }
+    let database = match &postgres {
+        Some(cluster) => Database::Postgres(cluster.url()),
+        None => Database::Embedded,
+    };
+    let storage = Storage::open(&dir, &database).await.expect("opens");
+    Db { dir, storage, _postgres: postgres }
+}
+
+/// The embedded database.
+async fn sqlite(name: &str) -> Db {
+    open(name, None).await
+}
+
+/// A Postgres database.
+async fn postgres(name: &str) -> Db {
+    let cluster = tokio::task::spawn_blocking({
+        let name = name.to_owned();
+        move || Postgres::start(&name)
+    })
+    .await
+    .expect("the cluster starts");
+    open(&format!("{name}-postgres"), Some(cluster)).await
 }
 
 fn queued(id: &str, seq: u64) -> Write {
@@ -31,22 +57,31 @@ fn queued(id: &str, seq: u64) -> Write {
     }
 }
 
+/// One column of text rows.
+#[derive(sqlx::FromRow)]
+struct Id {
+    id: String,
+}
+
+async fn ids(db: &Db, sql: &'static str) -> Vec<String> {
+    let rows: Vec<Id> = db.storage.reader().fetch_all(sql).await.expect("reads");
+    rows.into_iter().map(|row| row.id).collect()
+}
+
 async fn queue_ids(db: &Db) -> Vec<String> {
-    sqlx::query_scalar("SELECT id FROM queue ORDER BY seq")
-        .fetch_all(&db.storage.pool)
-        .await
-        .expect("reads")
+    ids(db, "SELECT id FROM queue ORDER BY seq").await
+}
+
+async fn running_ids(db: &Db) -> Vec<String> {
+    ids(db, "SELECT id FROM queue WHERE running = 1 ORDER BY seq").await
 }
 
 async fn history_ids(db: &Db) -> Vec<String> {
-    sqlx::query_scalar("SELECT id FROM history ORDER BY seq")
-        .fetch_all(&db.storage.pool)
-        .await
-        .expect("reads")
+    ids(db, "SELECT id FROM history ORDER BY seq").await
 }
 
 async fn counter(db: &Db) -> i64 {
-    sqlx::query_scalar("SELECT next FROM counter").fetch_one(&db.storage.pool).await.expect("reads")
+    db.storage.reader().counter().await.expect("reads")
 }
 
 fn history(id: &str) -> Write {
@@ -58,13 +93,72 @@ fn history(id: &str) -> Write {
     }
 }
 
-/// Makes the writes submitted next wait together, as one group: the test takes SQLite's write lock, and the
-/// writer, given a first write of no consequence here (history is empty), waits for the lock with it. The writes
-/// are released together when the returned connection commits. (The writer has its own thread, so without this
-/// it could take the first of them before the others are submitted.)
-async fn holding_the_writer(db: &Db) -> sqlx::pool::PoolConnection<sqlx::Sqlite> {
-    let mut lock = db.storage.pool.acquire().await.expect("a connection");
-    sqlx::query("BEGIN IMMEDIATE").execute(&mut *lock).await.expect("the write lock");
+/// A real database failure in the middle of a group: a trigger refuses the queue row `poison`.
+async fn poison(db: &Db) {
+    match db.storage.reader() {
+        Reader::Sqlite(pool) => {
+            sqlx::query(
+                "CREATE TRIGGER poison BEFORE INSERT ON queue WHEN NEW.id = 'poison' \
+                 BEGIN SELECT RAISE(ABORT, 'poisoned row'); END",
+            )
+            .execute(pool)
+            .await
+            .expect("trigger");
+        }
+        Reader::Postgres(pool) => {
+            sqlx::raw_sql(
+                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER poison BEFORE INSERT ON queue FOR EACH ROW EXECUTE FUNCTION poison();",
+            )
+            .execute(pool)
+            .await
+            .expect("trigger");
+        }
+    }
+}
+
+/// A transaction holding the lock [`holding_the_writer`] took.
+enum Lock {
+    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Postgres(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+impl Lock {
+    /// Commits, releasing the writes that waited.
+    async fn release(self) {
+        match self {
+            Lock::Sqlite(mut c) => {
+                sqlx::query("COMMIT").execute(&mut *c).await.expect("released");
+            }
+            Lock::Postgres(mut c) => {
+                sqlx::query("COMMIT").execute(&mut *c).await.expect("released");
+            }
+        }
+    }
+}
+
+/// Makes the writes submitted next wait together, as one group: the test takes the write lock (SQLite's, or
+/// Postgres' on the history table), and the writer, given a first write of no consequence here (history is
+/// empty), waits for the lock with it. The writes are released together by [`Lock::release`]. (The writer has
+/// its own thread, so without this it could take the first of them before the others are submitted.)
+async fn holding_the_writer(db: &Db) -> Lock {
+    let lock = match db.storage.reader() {
+        Reader::Sqlite(pool) => {
+            let mut lock = pool.acquire().await.expect("a connection");
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *lock).await.expect("the write lock");
+            Lock::Sqlite(lock)
+        }
+        Reader::Postgres(pool) => {
+            let mut lock = pool.acquire().await.expect("a connection");
+            sqlx::query("BEGIN").execute(&mut *lock).await.expect("a transaction");
+            sqlx::query("LOCK TABLE history IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *lock)
+                .await
+                .expect("the table lock");
+            Lock::Postgres(lock)
+        }
+    };
     drop(db.storage.writer.submit(Write::ClearHistory("default".to_owned()), Durability::Disk));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     lock
@@ -72,17 +166,18 @@ async fn holding_the_writer(db: &Db) -> sqlx::pool::PoolConnection<sqlx::Sqlite>
 
 #[tokio::test]
 async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
-    let db = db("failed-group").await;
-    // A real SQLite failure in the middle of the group: a trigger refuses one row.
-    sqlx::query(
-        "CREATE TRIGGER poison BEFORE INSERT ON queue WHEN NEW.id = 'poison' \
-         BEGIN SELECT RAISE(ABORT, 'poisoned row'); END",
-    )
-    .execute(&db.storage.pool)
-    .await
-    .expect("trigger");
+    a_failed_group_applies_nothing(sqlite("failed-group").await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_failed_group_answers_every_write_with_the_error_and_applies_none() {
+    a_failed_group_applies_nothing(postgres("failed-group").await).await;
+}
+
+async fn a_failed_group_applies_nothing(db: Db) {
+    poison(&db).await;
     let writer = &db.storage.writer;
-    let mut lock = holding_the_writer(&db).await;
+    let lock = holding_the_writer(&db).await;
     let answers = [
         writer.submit(queued("a", 0), Durability::Disk),
         writer.submit(queued("poison", 1), Durability::Disk),
@@ -94,8 +189,7 @@ async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
     ];
     // The worker's bookkeeping that arrived with them is its own group, and commits.
     let bookkeeping = writer.submit(history("h"), Durability::Wal);
-    sqlx::query("COMMIT").execute(&mut *lock).await.expect("the lock released");
-    drop(lock);
+    lock.release().await;
     for answer in answers {
         let error = answer.done().await.expect_err("the whole group fails");
         assert!(error.to_string().contains("poisoned row"), "{error}");
@@ -111,7 +205,15 @@ async fn a_failed_group_answers_every_write_with_the_error_and_applies_none() {
 
 #[tokio::test]
 async fn a_group_applies_its_writes_in_arrival_order() {
-    let db = db("order").await;
+    arrival_order(sqlite("order").await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_group_applies_its_writes_in_arrival_order() {
+    arrival_order(postgres("order").await).await;
+}
+
+async fn arrival_order(db: Db) {
     let writer = &db.storage.writer;
     let answers = [
         writer.submit(queued("a", 0), Durability::Disk),
@@ -135,18 +237,22 @@ async fn a_group_applies_its_writes_in_arrival_order() {
         answer.done().await.expect("commits");
     }
     assert_eq!(queue_ids(&db).await, ["a", "c"], "b left with its history entry");
-    let running: Vec<String> = sqlx::query_scalar("SELECT id FROM queue WHERE running = 1")
-        .fetch_all(&db.storage.pool)
-        .await
-        .expect("reads");
-    assert_eq!(running, ["c"]);
+    assert_eq!(running_ids(&db).await, ["c"]);
     assert_eq!(history_ids(&db).await, ["b"]);
     assert_eq!(counter(&db).await, 9, "the counter only grows");
 }
 
 #[tokio::test]
 async fn a_dequeue_removes_every_id_in_one_statement() {
-    let db = db("dequeue").await;
+    dequeue(sqlite("dequeue").await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_dequeue_removes_every_id_in_one_statement() {
+    dequeue(postgres("dequeue").await).await;
+}
+
+async fn dequeue(db: Db) {
     let writer = &db.storage.writer;
     let answers: Vec<_> =
         (0..2000).map(|i| writer.submit(queued(&format!("p{i}"), i), Durability::Disk)).collect();
@@ -162,18 +268,22 @@ async fn a_dequeue_removes_every_id_in_one_statement() {
 
 #[tokio::test]
 async fn a_note_with_nothing_to_ride_along_with_commits_on_its_own() {
-    let db = db("note").await;
+    lone_note(sqlite("note").await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_note_with_nothing_to_ride_along_with_commits_on_its_own() {
+    lone_note(postgres("note").await).await;
+}
+
+async fn lone_note(db: Db) {
     let writer = &db.storage.writer;
     writer.submit(queued("a", 0), Durability::Disk).done().await.expect("commits");
     writer.send(Write::Running("a".to_owned()));
     writer.send(Write::Counter(3));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let running: Vec<String> = sqlx::query_scalar("SELECT id FROM queue WHERE running = 1")
-            .fetch_all(&db.storage.pool)
-            .await
-            .expect("reads");
-        if running == ["a"] && counter(&db).await == 3 {
+        if running_ids(&db).await == ["a"] && counter(&db).await == 3 {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the notes were never committed");

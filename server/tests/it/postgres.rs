@@ -1,0 +1,184 @@
+//! Kiln on Postgres (`--database-url`), through the real binary, each test on a throwaway cluster of its own
+//! (`kiln_tests::postgres`): the queue, the history and the prompt numbers live in the database, not in the
+//! data directory; a killed server loses nothing accepted; `/readyz` follows the database's availability and
+//! the server recovers when it comes back; a bad URL is refused at startup, and the password is never shown.
+
+use std::ffi::OsStr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiln_tests::postgres::Postgres;
+use serde_json::{Value, json};
+
+use crate::binary::{start_with, temp_dir};
+use crate::durability::killed_server_keeps_its_queue;
+
+async fn post(http: &reqwest::Client, addr: &str, prompt: Value) -> reqwest::Response {
+    http.post(format!("http://{addr}/api/prompt"))
+        .json(&json!({"prompt": prompt}))
+        .send()
+        .await
+        .expect("sent")
+}
+
+async fn get(http: &reqwest::Client, addr: &str, path: &str) -> reqwest::Response {
+    http.get(format!("http://{addr}{path}")).send().await.expect("kiln answers")
+}
+
+async fn json(http: &reqwest::Client, addr: &str, path: &str) -> Value {
+    get(http, addr, path).await.json().await.expect("JSON")
+}
+
+/// A prompt that saves one tiny image.
+fn tiny(prefix: &str) -> Value {
+    json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 7}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": prefix}},
+    })
+}
+
+/// Queues `prompt`; its id and number.
+async fn queue(http: &reqwest::Client, addr: &str, prompt: Value) -> (String, i64) {
+    let response = post(http, addr, prompt).await;
+    assert_eq!(response.status().as_u16(), 200, "the prompt is accepted");
+    let body: Value = response.json().await.expect("JSON");
+    (
+        body["prompt_id"].as_str().expect("an id").to_owned(),
+        body["number"].as_i64().expect("a number"),
+    )
+}
+
+/// Waits until the history says the prompt succeeded.
+async fn succeeded(http: &reqwest::Client, addr: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let history = json(http, addr, &format!("/api/history/{id}")).await;
+        if history[id]["status"]["status_str"] == "success" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "prompt {id} did not succeed: {history}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn database_url(url: &str) -> [&OsStr; 2] {
+    [OsStr::new("--database-url"), OsStr::new(url)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_killed_server_keeps_its_queue_and_records_the_running_prompt_as_interrupted()
+{
+    let postgres = Postgres::start("durability");
+    let url = postgres.database("kiln");
+    let data_dir = temp_dir("postgres-durability");
+    killed_server_keeps_its_queue(&data_dir, &database_url(&url)).await;
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_history_and_the_prompt_numbers_live_in_the_database() {
+    let postgres = Postgres::start("state");
+    // Trust authentication takes any password: this one is only there to be hidden.
+    let url = postgres.database("kiln").replace("postgres@", "postgres:hunter2-secret@");
+    let http = reqwest::Client::new();
+    let dirs =
+        [temp_dir("postgres-state-a"), temp_dir("postgres-state-b"), temp_dir("postgres-state-c")];
+
+    let (server, addr) = start_with(&dirs[0], &database_url(&url));
+    let stats = json(&http, &addr, "/api/system_stats").await;
+    let argv = stats["system"]["argv"].to_string();
+    assert!(!argv.contains("hunter2"), "the password is shown: {argv}");
+    assert!(argv.contains("postgres://postgres:***@127.0.0.1:"), "{argv}");
+    let (first, number) = queue(&http, &addr, tiny("first")).await;
+    succeeded(&http, &addr, &first).await;
+    drop(server);
+
+    // Another data directory, the same database: the history and the numbers carry on.
+    let (server, addr) = start_with(&dirs[1], &database_url(&url));
+    let history = json(&http, &addr, "/api/history").await;
+    assert_eq!(history[&first]["status"]["status_str"], "success", "{history}");
+    let (second, next) = queue(&http, &addr, tiny("second")).await;
+    assert_eq!(next, number + 1, "numbers keep growing across servers");
+    succeeded(&http, &addr, &second).await;
+    let deleted = http
+        .post(format!("http://{addr}/api/history"))
+        .json(&json!({"delete": [first]}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(deleted.status().as_u16(), 200);
+    drop(server);
+
+    let (_server, addr) = start_with(&dirs[2], &database_url(&url));
+    let history = json(&http, &addr, "/api/history").await;
+    let ids: Vec<&String> = history.as_object().expect("an object").keys().collect();
+    assert_eq!(ids, [&second], "the deletion is in the database");
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_database_and_the_server_recovers_when_postgres_comes_back() {
+    let postgres = Postgres::start("readyz");
+    let url = postgres.database("kiln");
+    let data_dir = temp_dir("postgres-readyz");
+    let http = reqwest::Client::new();
+    let (_server, addr) = start_with(&data_dir, &database_url(&url));
+    assert_eq!(get(&http, &addr, "/readyz").await.status().as_u16(), 200);
+    let (before, _) = queue(&http, &addr, tiny("before")).await;
+    succeeded(&http, &addr, &before).await;
+
+    postgres.stop();
+    let ready = get(&http, &addr, "/readyz").await;
+    assert_eq!(ready.status().as_u16(), 503);
+    let refusal: Value = ready.json().await.expect("JSON");
+    assert_eq!(refusal["code"], "database_unavailable", "{refusal}");
+    assert_eq!(get(&http, &addr, "/healthz").await.status().as_u16(), 200, "the process is alive");
+    // A prompt that cannot be stored is refused, not half accepted.
+    let refused = post(&http, &addr, tiny("refused")).await;
+    assert_eq!(refused.status().as_u16(), 500);
+    let body: Value = refused.json().await.expect("JSON");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("queue store")), "{body}");
+    assert_eq!(json(&http, &addr, "/api/queue").await["queue_pending"], json!([]));
+
+    postgres.start_again();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&http, &addr, "/readyz").await.status().as_u16() != 200 {
+        assert!(Instant::now() < deadline, "/readyz did not recover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The first write after the restart goes through: the writer connects again by itself.
+    let (after, _) = queue(&http, &addr, tiny("after")).await;
+    succeeded(&http, &addr, &after).await;
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+#[test]
+fn a_database_url_kiln_cannot_use_is_refused_at_startup_with_a_clear_message() {
+    let refusal = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["--port", "0", "--disable-front-end", "--data-dir"])
+            .arg(temp_dir("postgres-refusals"))
+            .args(args)
+            .output()
+            .expect("kiln runs");
+        assert!(!output.status.success(), "kiln started with {args:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refusal(&["--database-url", "mysql://kiln@db/kiln"]);
+    assert!(stderr.contains("--database-url takes a postgres:// URL, not \"mysql\""), "{stderr}");
+    // Nothing listens on port 1; the message names the database without its password.
+    let stderr = refusal(&["--database-url", "postgres://kiln:hunter2@127.0.0.1:1/queue"]);
+    assert!(
+        stderr.contains("cannot connect to the database postgres://127.0.0.1:1/queue"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let stderr =
+        refusal(&["--runtime", "cloud", "--database-url", "postgres://kiln@127.0.0.1:1/queue"]);
+    assert!(
+        stderr.contains("the cloud runtime keeps its accounts in DATA_DIR/kiln.sqlite"),
+        "{stderr}"
+    );
+}
