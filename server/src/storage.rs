@@ -32,7 +32,7 @@ pub(crate) use writer::{Durability, Pending, Write, WriteError, Writer};
 pub enum StorageError {
     /// The database failed.
     #[error("the database failed")]
-    Sqlite(#[from] sqlx::Error),
+    Database(#[from] sqlx::Error),
     /// The Postgres database named by `--database-url` cannot be reached (the message names it, without
     /// its password).
     #[error("cannot connect to the database {0}")]
@@ -71,7 +71,9 @@ pub(crate) struct Storage {
 /// The reading pool of either database.
 #[derive(Clone)]
 pub(crate) enum Reader {
+    /// `kiln.sqlite` (one connection).
     Sqlite(SqlitePool),
+    /// The `--database-url` database.
     Postgres(PgPool),
 }
 

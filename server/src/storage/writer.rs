@@ -160,12 +160,33 @@ pub(crate) use sqlite::start as start_sqlite;
 
 /// A database the writer commits its groups to.
 trait Commit {
-    /// Commits one group as one transaction and answers every write in it (each with the error if the group
-    /// failed: then none of it is applied).
-    async fn commit_group(&mut self, group: Vec<Job>);
+    /// Commits one group as one transaction (when it fails, none of it is applied).
+    async fn commit(&mut self, group: &[Job]) -> Result<(), WriteError>;
+
+    /// Answers the disk writes of a committed group, once they are on disk.
+    fn answer_on_disk(&mut self, replies: Vec<Reply>);
 
     /// Lets go of the connection: the writer stops.
     async fn close(self);
+}
+
+/// Commits one group and answers it: the bookkeeping now, the disk writes once on disk, every write with the
+/// error if the group failed.
+async fn commit_group(database: &mut impl Commit, group: Vec<Job>) {
+    let started = std::time::Instant::now();
+    let result = database.commit(&group).await;
+    tracing::debug!(
+        writes = group.len(),
+        micros = started.elapsed().as_micros(),
+        "group committed"
+    );
+    if let Err(error) = &result {
+        tracing::error!(%error, "a group of database writes failed and was rolled back");
+    }
+    let on_disk = answer(group, &result);
+    if !on_disk.is_empty() {
+        database.answer_on_disk(on_disk);
+    }
 }
 
 /// Runs `writer` on a thread of its own with its own runtime, connecting first with `connect`; answers once
@@ -246,12 +267,12 @@ async fn writer(mut database: impl Commit, mut queue: mpsc::UnboundedReceiver<Jo
         };
         for group in [bookkeeping, clients] {
             if !group.is_empty() {
-                database.commit_group(group).await;
+                commit_group(&mut database, group).await;
             }
         }
     }
     if !notes.is_empty() {
-        database.commit_group(notes).await;
+        commit_group(&mut database, notes).await;
     }
     database.close().await;
 }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::binary::{Server, start, start_cloud, start_with, temp_dir};
 
-async fn post(http: &reqwest::Client, addr: &str, prompt: Value) -> reqwest::Response {
+pub(crate) async fn post(http: &reqwest::Client, addr: &str, prompt: Value) -> reqwest::Response {
     http.post(format!("http://{addr}/api/prompt"))
         .json(&json!({"prompt": prompt}))
         .send()
@@ -22,7 +22,7 @@ async fn queue(http: &reqwest::Client, addr: &str, prompt: Value) -> String {
     body["prompt_id"].as_str().expect("an id").to_owned()
 }
 
-async fn get(http: &reqwest::Client, addr: &str, path: &str) -> reqwest::Response {
+pub(crate) async fn get(http: &reqwest::Client, addr: &str, path: &str) -> reqwest::Response {
     http.get(format!("http://{addr}{path}")).send().await.expect("kiln answers")
 }
 

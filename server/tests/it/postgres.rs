@@ -12,18 +12,7 @@ use serde_json::{Value, json};
 
 use crate::binary::{start_with, temp_dir};
 use crate::durability::killed_server_keeps_its_queue;
-
-async fn post(http: &reqwest::Client, addr: &str, prompt: Value) -> reqwest::Response {
-    http.post(format!("http://{addr}/api/prompt"))
-        .json(&json!({"prompt": prompt}))
-        .send()
-        .await
-        .expect("sent")
-}
-
-async fn get(http: &reqwest::Client, addr: &str, path: &str) -> reqwest::Response {
-    http.get(format!("http://{addr}{path}")).send().await.expect("kiln answers")
-}
+use crate::operations::{get, post};
 
 async fn json(http: &reqwest::Client, addr: &str, path: &str) -> Value {
     get(http, addr, path).await.json().await.expect("JSON")

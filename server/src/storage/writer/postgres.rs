@@ -16,7 +16,7 @@
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _};
 
-use super::{Commit, Durability, Job, Write, WriteError, Writer, answer};
+use super::{Commit, Durability, Job, Reply, Write, WriteError, Writer};
 
 /// Starts the writer on its own connection to the database `options` name (migrated already).
 pub(crate) async fn start(options: PgConnectOptions) -> Result<Writer, sqlx::Error> {
@@ -34,28 +34,25 @@ struct Postgres {
 }
 
 impl Commit for Postgres {
-    async fn commit_group(&mut self, group: Vec<Job>) {
-        let started = std::time::Instant::now();
-        let mut result = self.commit(&group).await;
+    async fn commit(&mut self, group: &[Job]) -> Result<(), WriteError> {
+        let mut result = self.transaction(group).await;
         if let Err(error) = &result
             && !matches!(error, sqlx::Error::Database(_))
         {
             tracing::warn!(%error, "the database connection broke; trying the group again on a new one");
             self.connection = None;
-            result = self.commit(&group).await;
+            result = self.transaction(group).await;
         }
-        let result = result.map_err(WriteError::new);
-        tracing::debug!(
-            writes = group.len(),
-            micros = started.elapsed().as_micros(),
-            "group committed"
-        );
-        if let Err(error) = &result {
-            tracing::error!(%error, "a group of database writes failed and was rolled back");
+        if result.is_err() {
             self.connection = None;
         }
-        for reply in answer(group, &result) {
-            let _ = reply.send(result.clone());
+        result.map_err(WriteError::new)
+    }
+
+    /// Answers at once: the commit has returned, so Postgres has flushed it.
+    fn answer_on_disk(&mut self, replies: Vec<Reply>) {
+        for reply in replies {
+            let _ = reply.send(Ok(()));
         }
     }
 
@@ -68,15 +65,17 @@ impl Commit for Postgres {
 
 impl Postgres {
     /// One transaction for the group, on the connection (opened first if there is none).
-    async fn commit(&mut self, group: &[Job]) -> Result<(), sqlx::Error> {
+    async fn transaction(&mut self, group: &[Job]) -> Result<(), sqlx::Error> {
         let connection = match &mut self.connection {
             Some(connection) => connection,
             slot => slot.insert(self.options.connect().await?),
         };
-        let mut transaction = connection.begin().await?;
-        if group.iter().all(|job| job.durability == Durability::Wal) {
-            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *transaction).await?;
-        }
+        // One round trip either way (a custom `BEGIN` goes as one simple query).
+        let mut transaction = if group.iter().all(|job| job.durability == Durability::Wal) {
+            connection.begin_with("BEGIN; SET LOCAL synchronous_commit = off").await?
+        } else {
+            connection.begin().await?
+        };
         apply(&mut transaction, group).await?;
         // Dropped without a commit (an error above), the transaction rolls back.
         transaction.commit().await
@@ -121,7 +120,8 @@ async fn apply(connection: &mut PgConnection, group: &[Job]) -> Result<(), sqlx:
             }
             Write::History { workspace, id, number, entry } => {
                 sqlx::query(
-                    "INSERT INTO history (workspace, id, number, entry) VALUES ($1, $2, $3, $4) \
+                    "WITH dequeued AS (DELETE FROM queue WHERE id = $2) \
+                     INSERT INTO history (workspace, id, number, entry) VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (workspace, id) DO UPDATE \
                      SET seq = excluded.seq, number = excluded.number, entry = excluded.entry",
                 )
@@ -131,10 +131,6 @@ async fn apply(connection: &mut PgConnection, group: &[Job]) -> Result<(), sqlx:
                 .bind(entry)
                 .execute(&mut *connection)
                 .await?;
-                sqlx::query("DELETE FROM queue WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *connection)
-                    .await?;
             }
             Write::DeleteHistory { workspace, ids } => {
                 sqlx::query("DELETE FROM history WHERE workspace = $1 AND id = ANY($2)")

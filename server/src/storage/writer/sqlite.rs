@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteSynchronous};
 use sqlx::{Arguments as _, AssertSqlSafe, ConnectOptions as _, Connection as _};
 
-use super::{Commit, Job, Reply, Write, WriteError, Writer, answer};
+use super::{Commit, Job, Reply, Write, WriteError, Writer};
 
 /// How often the WAL is copied into the database.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -94,21 +94,13 @@ async fn checkpointer(mut connection: SqliteConnection) {
 }
 
 impl Commit for Sqlite {
-    /// Commits one group and answers it: `Durability::Wal` writes now, `Durability::Disk` ones through the
-    /// syncer once the WAL is on disk, every write with the error if the group failed.
-    async fn commit_group(&mut self, group: Vec<Job>) {
-        let started = std::time::Instant::now();
-        let result = commit(&mut self.connection, &group).await;
-        tracing::debug!(
-            writes = group.len(),
-            micros = started.elapsed().as_micros(),
-            "group committed"
-        );
-        if let Err(error) = &result {
-            tracing::error!(%error, "a group of database writes failed and was rolled back");
-        }
-        let on_disk = answer(group, &result);
-        if !on_disk.is_empty() && self.to_sync.send(on_disk).is_err() {
+    async fn commit(&mut self, group: &[Job]) -> Result<(), WriteError> {
+        commit(&mut self.connection, group).await
+    }
+
+    /// Hands the answers to the syncer, which answers them once the WAL is on disk.
+    fn answer_on_disk(&mut self, replies: Vec<Reply>) {
+        if self.to_sync.send(replies).is_err() {
             tracing::error!("the database syncer has stopped");
         }
     }
