@@ -10,11 +10,11 @@
 //! note on standard error that it cannot be shown again.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
-use kiln_server::{AccountError, Accounts, ApiKeyId, Role};
+use kiln_server::{AccountError, Accounts, ApiKeyId, Database, Role};
 
 /// The account subcommands (flattened into `kiln`'s own, so they are `kiln user`, `kiln workspace` and
 /// `kiln key`).
@@ -31,9 +31,18 @@ pub(crate) enum AccountCommand {
 /// Where the accounts are.
 #[derive(Debug, Args)]
 pub(crate) struct DataDir {
-    /// Where Kiln keeps its state (the accounts are in DATA_DIR/kiln.sqlite).
+    /// Where Kiln keeps its state (the accounts are in DATA_DIR/kiln.sqlite unless --database-url says otherwise).
     #[arg(long, global = true, default_value = "kiln-data")]
     data_dir: PathBuf,
+    /// The Postgres database the server keeps its accounts in (as `kiln --database-url`).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "KILN_DATABASE_URL",
+        hide_env_values = true
+    )]
+    database_url: Option<String>,
 }
 
 /// `kiln user`.
@@ -145,12 +154,12 @@ pub(crate) enum KeyCommand {
 
 /// Runs an account subcommand.
 pub(crate) async fn run(command: AccountCommand) -> anyhow::Result<()> {
-    let data_dir = match &command {
-        AccountCommand::User(args) => &args.store.data_dir,
-        AccountCommand::Workspace(args) => &args.store.data_dir,
-        AccountCommand::Key(args) => &args.store.data_dir,
+    let store = match &command {
+        AccountCommand::User(args) => &args.store,
+        AccountCommand::Workspace(args) => &args.store,
+        AccountCommand::Key(args) => &args.store,
     };
-    let accounts = open(data_dir).await?;
+    let accounts = open(store).await?;
     match command {
         AccountCommand::User(args) => user(&accounts, args.command).await,
         AccountCommand::Workspace(args) => workspace(&accounts, args.command).await,
@@ -158,13 +167,23 @@ pub(crate) async fn run(command: AccountCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Opens the accounts under `data_dir`, creating the directory if needed.
-async fn open(data_dir: &Path) -> anyhow::Result<Accounts> {
+/// Opens the accounts in the database (under `data_dir` unless a URL is given), creating the directory if
+/// needed.
+async fn open(store: &DataDir) -> anyhow::Result<Accounts> {
+    let data_dir = &store.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    Accounts::open(data_dir)
+    let database = match &store.database_url {
+        Some(url) => Database::from_url(url).map_err(anyhow::Error::msg)?,
+        None => Database::Embedded,
+    };
+    let place = match &database {
+        Database::Embedded => data_dir.join("kiln.sqlite").display().to_string(),
+        Database::Postgres(url) => kiln_server::hide_password(url),
+    };
+    Accounts::open(data_dir, &database)
         .await
-        .with_context(|| format!("cannot open the accounts in {}", data_dir.display()))
+        .with_context(|| format!("cannot open the accounts in {place}"))
 }
 
 async fn user(accounts: &Accounts, command: UserCommand) -> anyhow::Result<()> {
@@ -406,7 +425,7 @@ mod tests {
         else {
             panic!("not a user command");
         };
-        assert_eq!(args.store.data_dir, Path::new("/srv/kiln"));
+        assert_eq!(args.store.data_dir, std::path::Path::new("/srv/kiln"));
         assert!(matches!(
             args.command,
             UserCommand::Add { ref name, ref workspace, role: Role::Member }
@@ -417,7 +436,7 @@ mod tests {
         else {
             panic!("not a workspace command");
         };
-        assert_eq!(args.store.data_dir, Path::new("kiln-data"));
+        assert_eq!(args.store.data_dir, std::path::Path::new("kiln-data"));
         assert!(matches!(args.command, WorkspaceCommand::Grant { role: Role::Owner, .. }));
         assert!(matches!(
             parse(&["key", "add", "bob", "--workspace", "team", "--name", "ci"]),

@@ -97,6 +97,7 @@ impl Server {
             crate::api::Runtime::Cloud => Some(Arc::new(
                 crate::cloud::Cloud::open(
                     &config.data_dir,
+                    &config.database,
                     &config.issuer,
                     config.cimd_allow_loopback_http,
                 )

@@ -123,9 +123,10 @@ struct Args {
     /// `Authorization: Bearer`, for a server reachable from a network.
     #[arg(long, value_name = "FILE")]
     api_key_file: Option<PathBuf>,
-    /// Keep the queue, the history and the prompt counter in this Postgres database (postgres://USER:PASSWORD@
-    /// HOST:PORT/DATABASE) instead of the embedded SQLite database DATA_DIR/kiln.sqlite. The local runtime only,
-    /// for now. Its password is never reported (`/api/system_stats` shows the command line with it hidden).
+    /// Keep the queue, the history, the prompt counter and the cloud runtime's accounts and OAuth grants in this
+    /// Postgres database (postgres://USER:PASSWORD@HOST:PORT/DATABASE) instead of the embedded SQLite database
+    /// DATA_DIR/kiln.sqlite. Its password is never reported (`/api/system_stats` shows the command line with it
+    /// hidden).
     #[arg(long, value_name = "URL", env = "KILN_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// After SIGTERM or SIGINT, how long the running prompt may take to finish before it is interrupted and
@@ -207,12 +208,6 @@ impl Args {
                 );
             }
             config.cimd_allow_loopback_http = true;
-        }
-        if config.runtime == Runtime::Cloud && config.database != Database::Embedded {
-            bail!(
-                "--database-url: the cloud runtime keeps its accounts in DATA_DIR/kiln.sqlite and runs on the \
-                 embedded database only, for now"
-            );
         }
         if let Some(file) = &self.api_key_file {
             if config.runtime == Runtime::Cloud {

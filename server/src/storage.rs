@@ -15,6 +15,9 @@ use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
 use serde_json::{Map, Value};
+use sqlx::AnyPool;
+use sqlx::ConnectOptions as _;
+use sqlx::any::AnyPoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
@@ -235,6 +238,36 @@ impl Storage {
     pub(crate) fn queue_store(&self, workspaces: Arc<Workspaces>) -> StoredQueue {
         StoredQueue { storage: self.clone(), workspaces }
     }
+}
+
+/// A pool on the database for the stores that keep their tables beside the queue's (the accounts, the OAuth
+/// server), through sqlx's `Any` driver so that their SQL (`$N` parameters, portable statements) serves both
+/// databases; the schema is brought up to date first. On SQLite: `kiln.sqlite` in `data_dir` (created if
+/// needed) with sqlx's defaults, a 5 s busy timeout and foreign keys on.
+pub(crate) async fn shared_pool(
+    data_dir: &Path,
+    database: &Database,
+    connections: u32,
+) -> Result<AnyPool, sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    let url = match database {
+        Database::Embedded => SqliteConnectOptions::new()
+            .filename(data_dir.join("kiln.sqlite"))
+            .create_if_missing(true)
+            .to_url_lossy()
+            .to_string(),
+        Database::Postgres(url) => url.clone(),
+    };
+    let pool = AnyPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(POSTGRES_WAIT)
+        .connect(&url)
+        .await?;
+    match database {
+        Database::Embedded => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
+        Database::Postgres(_) => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
+    }
+    Ok(pool)
 }
 
 /// A stored history entry.

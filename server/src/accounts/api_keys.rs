@@ -74,8 +74,8 @@ impl Accounts {
         };
         let inserted = sqlx::query(
             "INSERT INTO api_keys (id, user_id, workspace_id, name, secret_hash, hint, created_at) \
-             SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS \
-             (SELECT 1 FROM memberships WHERE user_id = ? AND workspace_id = ?)",
+             SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
+             (SELECT 1 FROM memberships WHERE user_id = $8 AND workspace_id = $9)",
         )
         .bind(info.id.as_str())
         .bind(user_id.as_str())
@@ -116,7 +116,7 @@ impl Accounts {
             "SELECT k.id, u.id, u.username, u.created_at, k.workspace_id, m.role, k.last_used_at \
                  FROM api_keys k JOIN users u ON u.id = k.user_id \
                  JOIN memberships m ON m.user_id = k.user_id AND m.workspace_id = k.workspace_id \
-                 WHERE k.secret_hash = ? AND k.revoked_at IS NULL",
+                 WHERE k.secret_hash = $1 AND k.revoked_at IS NULL",
         )
         .bind(secret::hash(secret))
         .fetch_optional(&self.pool)
@@ -126,7 +126,7 @@ impl Accounts {
             return Ok(None);
         };
         if last_used.is_none_or(|last| now - last >= TOUCH_EVERY_SECONDS) {
-            sqlx::query("UPDATE api_keys SET last_used_at = ? WHERE id = ?")
+            sqlx::query("UPDATE api_keys SET last_used_at = $1 WHERE id = $2")
                 .bind(now)
                 .bind(&key_id)
                 .execute(&self.pool)
@@ -144,7 +144,7 @@ impl Accounts {
     pub async fn list_api_keys(&self, user_id: &UserId) -> Result<Vec<ApiKeyInfo>, AccountError> {
         let rows: Vec<ApiKeyRow> = sqlx::query_as(
             "SELECT id, name, workspace_id, hint, created_at, last_used_at, revoked_at \
-             FROM api_keys WHERE user_id = ? ORDER BY created_at, id",
+             FROM api_keys WHERE user_id = $1 ORDER BY created_at, id",
         )
         .bind(user_id.as_str())
         .fetch_all(&self.pool)
@@ -160,7 +160,7 @@ impl Accounts {
         key_id: &ApiKeyId,
     ) -> Result<bool, AccountError> {
         let updated = sqlx::query(
-            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND user_id = ?",
+            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND user_id = $3",
         )
         .bind(now())
         .bind(key_id.as_str())

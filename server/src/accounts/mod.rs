@@ -1,5 +1,7 @@
 //! Accounts for the cloud runtime: users, workspaces and memberships, browser sessions and API keys, in the
-//! same `kiln.sqlite` as the queue (tables from `migrations/sqlite/0004_accounts.sql`).
+//! same database as the queue: `kiln.sqlite` (tables from `migrations/sqlite/0004_accounts.sql`) or the
+//! Postgres database of `--database-url` (`migrations/postgres/0002_accounts_and_oauth.sql`). The SQL is the
+//! same for both (`$N` parameters), run through sqlx's `Any` driver.
 //!
 //! The invariant a reader must not break: **no secret is stored or logged.** Passwords are kept as argon2id
 //! hashes (`password.rs`); session cookies and API keys are 32 random bytes, base64url, and only their SHA-256
@@ -13,8 +15,9 @@
 //! given (`Alice` and `alice` are two users). The workspace `default` (id `default`) exists from the migration
 //! on: the queue and history of the local runtime belong to it.
 //!
-//! [`Accounts`] has its own small pool on the database file (WAL, a busy timeout, so it shares the file with
-//! the queue's writer) and writes with single statements or short transactions that start with a write.
+//! [`Accounts`] has its own small pool on the database (on SQLite: the file in WAL mode, sqlx's 5 s busy timeout
+//! and foreign keys, so it shares the file with the queue's writer) and writes with single statements or short
+//! transactions that start with a write.
 //! Password hashing is CPU-bound, so it runs on blocking threads behind a semaphore.
 //!
 //! Times are unix seconds. Each time-dependent operation has a `pub(crate)` `…_at(…, now)` twin that the
@@ -22,10 +25,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::AnyPool;
 use tokio::sync::Semaphore;
+
+use crate::config::Database;
 
 mod api_keys;
 mod password;
@@ -304,7 +309,7 @@ pub struct ApiKeyPrincipal {
 /// The accounts store.
 #[derive(Clone)]
 pub struct Accounts {
-    pool: SqlitePool,
+    pool: AnyPool,
     /// Bounds the password hashes computed at once (each takes ~19 MiB and a core for tens of milliseconds).
     hashing: Arc<Semaphore>,
 }
@@ -316,18 +321,12 @@ impl std::fmt::Debug for Accounts {
 }
 
 impl Accounts {
-    /// Opens `kiln.sqlite` in `data_dir` (creating it if needed) and brings the schema up to date (the same
-    /// migrations `Storage::open` runs; running them again is a no-op, but two openings must not migrate a
-    /// new database at the same moment: open this after `Storage::open` has returned, not alongside it).
-    pub async fn open(data_dir: &Path) -> Result<Accounts, AccountError> {
-        let options = SqliteConnectOptions::new()
-            .filename(data_dir.join("kiln.sqlite"))
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+    /// Opens the accounts in `database` (`kiln.sqlite` in `data_dir` is created if needed) and brings the schema
+    /// up to date (the same migrations `Storage::open` runs; running them again is a no-op, but two openings
+    /// must not migrate a new database at the same moment: open this after `Storage::open` has returned, not
+    /// alongside it).
+    pub async fn open(data_dir: &Path, database: &Database) -> Result<Accounts, AccountError> {
+        let pool = crate::storage::shared_pool(data_dir, database, 4).await?;
         let at_once = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
         let accounts = Accounts { pool, hashing: Arc::new(Semaphore::new(at_once)) };
         // The stand-in hash for unknown users, made now so the first failed login costs what the others do.
@@ -337,7 +336,7 @@ impl Accounts {
 
     /// The pool on the database file, for the stores that keep their tables beside the accounts (the OAuth
     /// server's clients, grants and refresh tokens).
-    pub(crate) fn pool(&self) -> &SqlitePool {
+    pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
 

@@ -30,7 +30,7 @@ impl Accounts {
         workspace_id: &WorkspaceId,
         now: i64,
     ) -> Result<(String, Session), AccountError> {
-        sqlx::query("DELETE FROM web_sessions WHERE expires_at <= ?")
+        sqlx::query("DELETE FROM web_sessions WHERE expires_at <= $1")
             .bind(now)
             .execute(&self.pool)
             .await?;
@@ -39,8 +39,8 @@ impl Accounts {
         let inserted = sqlx::query(
             "INSERT INTO web_sessions \
              (id_hash, user_id, workspace_id, created_at, last_seen_at, expires_at, absolute_expires_at) \
-             SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS \
-             (SELECT 1 FROM memberships WHERE user_id = ? AND workspace_id = ?)",
+             SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
+             (SELECT 1 FROM memberships WHERE user_id = $8 AND workspace_id = $9)",
         )
         .bind(secret::hash(&secret))
         .bind(user_id.as_str())
@@ -84,7 +84,7 @@ impl Accounts {
              s.last_seen_at, s.expires_at, s.absolute_expires_at \
              FROM web_sessions s JOIN users u ON u.id = s.user_id \
              LEFT JOIN memberships m ON m.user_id = s.user_id AND m.workspace_id = s.workspace_id \
-             WHERE s.id_hash = ?",
+             WHERE s.id_hash = $1",
         )
         .bind(&id_hash)
         .fetch_optional(&self.pool)
@@ -95,7 +95,7 @@ impl Accounts {
             return Ok(None);
         };
         if now >= expires || now >= absolute {
-            sqlx::query("DELETE FROM web_sessions WHERE id_hash = ?")
+            sqlx::query("DELETE FROM web_sessions WHERE id_hash = $1")
                 .bind(&id_hash)
                 .execute(&self.pool)
                 .await?;
@@ -108,7 +108,7 @@ impl Accounts {
         if now - last_seen >= TOUCH_EVERY_SECONDS {
             expires_at = (now + SESSION_IDLE_SECONDS).min(absolute);
             sqlx::query(
-                "UPDATE web_sessions SET last_seen_at = ?, expires_at = ? WHERE id_hash = ?",
+                "UPDATE web_sessions SET last_seen_at = $1, expires_at = $2 WHERE id_hash = $3",
             )
             .bind(now)
             .bind(expires_at)
@@ -128,7 +128,7 @@ impl Accounts {
 
     /// Ends the session with this cookie secret (logout); whether there was one.
     pub async fn end_session(&self, secret: &str) -> Result<bool, AccountError> {
-        let deleted = sqlx::query("DELETE FROM web_sessions WHERE id_hash = ?")
+        let deleted = sqlx::query("DELETE FROM web_sessions WHERE id_hash = $1")
             .bind(secret::hash(secret))
             .execute(&self.pool)
             .await?;
@@ -137,7 +137,7 @@ impl Accounts {
 
     /// Ends every session of the user; how many there were.
     pub async fn end_sessions_of(&self, user_id: &UserId) -> Result<u64, AccountError> {
-        let deleted = sqlx::query("DELETE FROM web_sessions WHERE user_id = ?")
+        let deleted = sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
             .bind(user_id.as_str())
             .execute(&self.pool)
             .await?;

@@ -27,7 +27,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// An opened store with the user `alice` (password `correct horse`), a member of `default`.
 async fn with_alice(name: &str) -> (PathBuf, Accounts, User) {
     let dir = data_dir(name);
-    let accounts = Accounts::open(&dir).await.unwrap();
+    let accounts = Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
     let alice = accounts.add_user("alice", "correct horse").await.unwrap();
     accounts.grant("default", "alice", Role::Member).await.unwrap();
     (dir, accounts, alice)
@@ -36,8 +36,8 @@ async fn with_alice(name: &str) -> (PathBuf, Accounts, User) {
 #[tokio::test]
 async fn the_default_workspace_exists_after_migration_and_opening_twice_is_harmless() {
     let dir = data_dir("default");
-    Accounts::open(&dir).await.unwrap();
-    let accounts = Accounts::open(&dir).await.unwrap();
+    Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
+    let accounts = Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
     let default = accounts.workspace("default").await.unwrap();
     assert_eq!(default.id, WorkspaceId::default_workspace());
     let list = accounts.list_workspaces().await.unwrap();
@@ -51,10 +51,10 @@ async fn accounts_share_the_database_with_the_queue_storage() {
     let dir = data_dir("shared");
     let storage =
         crate::storage::Storage::open(&dir, &crate::config::Database::Embedded).await.unwrap();
-    let accounts = Accounts::open(&dir).await.unwrap();
+    let accounts = Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
     accounts.add_user("alice", "correct horse").await.unwrap();
     storage.clear_history("default").await.unwrap();
-    let reopened = Accounts::open(&dir).await.unwrap();
+    let reopened = Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
     assert_eq!(reopened.user("alice").await.unwrap().username, "alice");
 }
 

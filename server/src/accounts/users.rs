@@ -25,7 +25,7 @@ impl Accounts {
         let hash = self.blocking_hash(move || password::hash(&secret)).await?;
         let user = User { id: UserId(new_id()), username: username.to_owned(), created_at: now() };
         let inserted = sqlx::query(
-            "INSERT INTO users (id, username, password_hash, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO users (id, username, password_hash, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(user.id.as_str())
         .bind(&user.username)
@@ -50,7 +50,7 @@ impl Accounts {
         let secret = password.to_owned();
         let hash = self.blocking_hash(move || password::hash(&secret)).await?;
         let mut transaction = self.pool.begin().await?;
-        let updated = sqlx::query("UPDATE users SET password_hash = ? WHERE id = ?")
+        let updated = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(&hash)
             .bind(user.id.as_str())
             .execute(&mut *transaction)
@@ -58,13 +58,13 @@ impl Accounts {
         if updated.rows_affected() == 0 {
             return Err(AccountError::NotFound(format!("the user `{username}`")));
         }
-        sqlx::query("DELETE FROM web_sessions WHERE user_id = ?")
+        sqlx::query("DELETE FROM web_sessions WHERE user_id = $1")
             .bind(user.id.as_str())
             .execute(&mut *transaction)
             .await?;
         // Whoever knew the old password may have approved OAuth clients (RFC 9700 §4.14.2).
         sqlx::query(
-            "UPDATE oauth_grants SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL",
+            "UPDATE oauth_grants SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL",
         )
         .bind(super::now())
         .bind(user.id.as_str())
@@ -77,7 +77,7 @@ impl Accounts {
     /// The user with this username ([`AccountError::NotFound`] if none).
     pub async fn user(&self, username: &str) -> Result<User, AccountError> {
         let row: Option<UserRow> =
-            sqlx::query_as("SELECT id, username, created_at FROM users WHERE username = ?")
+            sqlx::query_as("SELECT id, username, created_at FROM users WHERE username = $1")
                 .bind(username)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -102,7 +102,7 @@ impl Accounts {
             return Err(AccountError::BadCredentials);
         }
         let row: Option<(String, String, i64, String)> = sqlx::query_as(
-            "SELECT id, username, created_at, password_hash FROM users WHERE username = ?",
+            "SELECT id, username, created_at, password_hash FROM users WHERE username = $1",
         )
         .bind(username)
         .fetch_optional(&self.pool)

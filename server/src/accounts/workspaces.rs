@@ -27,7 +27,7 @@ impl Accounts {
         let workspace =
             WorkspaceRecord { id: WorkspaceId(new_id()), name: name.to_owned(), created_at: now() };
         let inserted =
-            sqlx::query("INSERT INTO workspaces (id, name, created_at) VALUES (?, ?, ?)")
+            sqlx::query("INSERT INTO workspaces (id, name, created_at) VALUES ($1, $2, $3)")
                 .bind(workspace.id.as_str())
                 .bind(&workspace.name)
                 .bind(workspace.created_at)
@@ -45,7 +45,7 @@ impl Accounts {
     /// The workspace with this name ([`AccountError::NotFound`] if none).
     pub async fn workspace(&self, name: &str) -> Result<WorkspaceRecord, AccountError> {
         let row: Option<WorkspaceRow> =
-            sqlx::query_as("SELECT id, name, created_at FROM workspaces WHERE name = ?")
+            sqlx::query_as("SELECT id, name, created_at FROM workspaces WHERE name = $1")
                 .bind(name)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -63,7 +63,7 @@ impl Accounts {
         let workspace = self.workspace(workspace_name).await?;
         let user = self.user(username).await?;
         sqlx::query(
-            "INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, ?) \
+            "INSERT INTO memberships (workspace_id, user_id, role) VALUES ($1, $2, $3) \
              ON CONFLICT (workspace_id, user_id) DO UPDATE SET role = excluded.role",
         )
         .bind(workspace.id.as_str())
@@ -80,18 +80,19 @@ impl Accounts {
         let workspace = self.workspace(workspace_name).await?;
         let user = self.user(username).await?;
         let mut transaction = self.pool.begin().await?;
-        let removed = sqlx::query("DELETE FROM memberships WHERE workspace_id = ? AND user_id = ?")
-            .bind(workspace.id.as_str())
-            .bind(user.id.as_str())
-            .execute(&mut *transaction)
-            .await?;
+        let removed =
+            sqlx::query("DELETE FROM memberships WHERE workspace_id = $1 AND user_id = $2")
+                .bind(workspace.id.as_str())
+                .bind(user.id.as_str())
+                .execute(&mut *transaction)
+                .await?;
         if removed.rows_affected() == 0 {
             return Err(AccountError::NotMember {
                 user: username.to_owned(),
                 workspace: workspace_name.to_owned(),
             });
         }
-        sqlx::query("DELETE FROM web_sessions WHERE workspace_id = ? AND user_id = ?")
+        sqlx::query("DELETE FROM web_sessions WHERE workspace_id = $1 AND user_id = $2")
             .bind(workspace.id.as_str())
             .bind(user.id.as_str())
             .execute(&mut *transaction)
@@ -132,7 +133,7 @@ impl Accounts {
         let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
             "SELECT w.id, w.name, w.created_at, m.role \
              FROM memberships m JOIN workspaces w ON w.id = m.workspace_id \
-             WHERE m.user_id = ? ORDER BY w.name",
+             WHERE m.user_id = $1 ORDER BY w.name",
         )
         .bind(user_id.as_str())
         .fetch_all(&self.pool)
@@ -154,7 +155,7 @@ impl Accounts {
         workspace_id: &WorkspaceId,
     ) -> Result<Option<Role>, AccountError> {
         let role: Option<String> = sqlx::query_scalar(
-            "SELECT role FROM memberships WHERE user_id = ? AND workspace_id = ?",
+            "SELECT role FROM memberships WHERE user_id = $1 AND workspace_id = $2",
         )
         .bind(user_id.as_str())
         .bind(workspace_id.as_str())

@@ -35,15 +35,16 @@ pub(crate) struct Cloud {
 }
 
 impl Cloud {
-    /// Opens the account store and the signing keys (created on first start) under `data_dir`; tokens name
+    /// Opens the account store in `database` and the signing keys (created on first start) under `data_dir`; tokens name
     /// `issuer` and are for `<issuer>/api` (API tokens) or `<issuer>/mcp` (OAuth access tokens).
     /// `documents_over_loopback_http` is the test mode of client metadata documents.
     pub(crate) async fn open(
         data_dir: &std::path::Path,
+        database: &crate::config::Database,
         issuer: &str,
         documents_over_loopback_http: bool,
     ) -> std::io::Result<Cloud> {
-        let accounts = Accounts::open(data_dir).await.map_err(std::io::Error::other)?;
+        let accounts = Accounts::open(data_dir, database).await.map_err(std::io::Error::other)?;
         let keys = Arc::new(SigningKeys::load_or_create(data_dir).map_err(std::io::Error::other)?);
         let tokens = TokenIssuer::new(keys.clone(), issuer, format!("{issuer}/api"));
         let documents = crate::oauth::cimd::CimdPolicy {

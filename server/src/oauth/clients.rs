@@ -10,7 +10,7 @@
 use kiln_spec::types::{
     self, OAuthApplicationType, OAuthRegisterResponseTokenEndpointAuthMethod as AuthMethod,
 };
-use sqlx::SqlitePool;
+use sqlx::AnyPool;
 use subtle::ConstantTimeEq as _;
 
 use super::redirect;
@@ -198,13 +198,13 @@ struct ClientRow {
 /// The clients table.
 #[derive(Debug, Clone)]
 pub(crate) struct Clients {
-    pool: SqlitePool,
+    pool: AnyPool,
     issuer: String,
 }
 
 impl Clients {
     /// The clients of the server with this issuer, in `pool`'s database.
-    pub(crate) fn new(pool: SqlitePool, issuer: &str) -> Self {
+    pub(crate) fn new(pool: AnyPool, issuer: &str) -> Self {
         Clients { pool, issuer: issuer.to_owned() }
     }
 
@@ -252,7 +252,7 @@ impl Clients {
         }
         sqlx::query(
             "INSERT INTO oauth_clients (client_id, metadata, auth_method, secret_hash, \
-             registration_token_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+             registration_token_hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(&answer.client_id)
         .bind(metadata)
@@ -273,7 +273,7 @@ impl Clients {
 
     /// Removes the clients registered more than [`ORPHAN_SECONDS`] before `now` that no user approved.
     async fn forget_orphans(&self, now: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM oauth_clients WHERE approved_at IS NULL AND created_at < ?")
+        sqlx::query("DELETE FROM oauth_clients WHERE approved_at IS NULL AND created_at < $1")
             .bind(now - ORPHAN_SECONDS)
             .execute(&self.pool)
             .await?;
@@ -288,7 +288,7 @@ impl Clients {
     ) -> Result<Option<(types::OAuthRegisterResponse, Option<String>, String)>, StoreError> {
         let row: Option<ClientRow> = sqlx::query_as(
             "SELECT metadata, secret_hash, registration_token_hash, created_at, approved_at \
-             FROM oauth_clients WHERE client_id = ?",
+             FROM oauth_clients WHERE client_id = $1",
         )
         .bind(client_id)
         .fetch_optional(&self.pool)
@@ -342,7 +342,7 @@ impl Clients {
     /// Records that a user approved the client (it is no longer an orphan).
     pub(crate) async fn approved(&self, client_id: &str, now: i64) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE oauth_clients SET approved_at = ? WHERE client_id = ? AND approved_at IS NULL",
+            "UPDATE oauth_clients SET approved_at = $1 WHERE client_id = $2 AND approved_at IS NULL",
         )
         .bind(now)
         .bind(client_id)

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
-use sqlx::SqlitePool;
+use sqlx::AnyPool;
 
 use super::clients::{Client, StoreError};
 use crate::accounts::{new_secret, secret_hash};
@@ -375,7 +375,7 @@ fn seal(successor: &str, token: &str) -> Option<String> {
 /// The grants and refresh tokens in the database.
 #[derive(Debug, Clone)]
 pub(crate) struct Grants {
-    pool: SqlitePool,
+    pool: AnyPool,
 }
 
 /// A refresh token's row joined with its grant's.
@@ -397,7 +397,7 @@ struct RefreshRow {
 
 impl Grants {
     /// The grants in `pool`'s database.
-    pub(crate) fn new(pool: SqlitePool) -> Self {
+    pub(crate) fn new(pool: AnyPool) -> Self {
         Grants { pool }
     }
 
@@ -413,13 +413,13 @@ impl Grants {
         // Dead grants go, with their refresh tokens (cascade): a revoked or ended grant is refused whether its
         // row is there or not, and used refresh tokens are kept only while their grant lives, for reuse
         // detection.
-        sqlx::query("DELETE FROM oauth_grants WHERE revoked_at IS NOT NULL OR expires_at <= ?")
+        sqlx::query("DELETE FROM oauth_grants WHERE revoked_at IS NOT NULL OR expires_at <= $1")
             .bind(now)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
             "INSERT INTO oauth_grants (id, client_id, user_id, workspace_id, scope, resource, created_at, \
-             expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&id)
         .bind(&code.client_id)
@@ -445,7 +445,7 @@ impl Grants {
 
     /// Revokes a grant: its refresh tokens and access tokens stop working.
     pub(crate) async fn revoke(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+        sqlx::query("UPDATE oauth_grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(now)
             .bind(grant_id)
             .execute(&self.pool)
@@ -456,7 +456,7 @@ impl Grants {
     /// Whether a grant is live (not revoked, not past its end) at `now`.
     pub(crate) async fn is_live(&self, grant_id: &str, now: i64) -> Result<bool, StoreError> {
         let live: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM oauth_grants WHERE id = ? AND revoked_at IS NULL AND expires_at > ?",
+            "SELECT 1 FROM oauth_grants WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2",
         )
         .bind(grant_id)
         .bind(now)
@@ -478,15 +478,17 @@ impl Grants {
         let mut tx = self.pool.begin().await?;
         // A write first, so the transaction holds the write lock before it reads (two refreshes of one token
         // are then serialised, and the second sees the first's rotation).
-        sqlx::query("UPDATE oauth_refresh_tokens SET token_hash = token_hash WHERE token_hash = ?")
-            .bind(secret_hash(token))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE oauth_refresh_tokens SET token_hash = token_hash WHERE token_hash = $1",
+        )
+        .bind(secret_hash(token))
+        .execute(&mut *tx)
+        .await?;
         let row: Option<RefreshRow> = sqlx::query_as(
             "SELECT g.id, g.client_id, g.user_id, g.workspace_id, g.scope, g.resource, \
              g.expires_at AS grant_expires_at, g.revoked_at, t.expires_at AS token_expires_at, t.used_at, \
              t.successor_hash, t.successor_sealed \
-             FROM oauth_refresh_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = ?",
+             FROM oauth_refresh_tokens t JOIN oauth_grants g ON g.id = t.grant_id WHERE t.token_hash = $1",
         )
         .bind(secret_hash(token))
         .fetch_optional(&mut *tx)
@@ -518,7 +520,7 @@ impl Grants {
         if let Some(used_at) = used_at {
             let successor_unused = match &successor_hash {
                 Some(hash) => sqlx::query_scalar::<_, Option<i64>>(
-                    "SELECT used_at FROM oauth_refresh_tokens WHERE token_hash = ?",
+                    "SELECT used_at FROM oauth_refresh_tokens WHERE token_hash = $1",
                 )
                 .bind(hash)
                 .fetch_optional(&mut *tx)
@@ -535,7 +537,7 @@ impl Grants {
                 return Ok(Refreshed::Rotated(grant, successor, scope));
             }
             sqlx::query(
-                "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                "UPDATE oauth_grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
             )
             .bind(now)
             .bind(&grant.id)
@@ -548,8 +550,8 @@ impl Grants {
         let successor = new_secret()?;
         insert_token(&mut tx, &successor, &grant.id, now).await?;
         sqlx::query(
-            "UPDATE oauth_refresh_tokens SET used_at = ?, successor_hash = ?, successor_sealed = ? \
-             WHERE token_hash = ?",
+            "UPDATE oauth_refresh_tokens SET used_at = $1, successor_hash = $2, successor_sealed = $3 \
+             WHERE token_hash = $4",
         )
         .bind(now)
         .bind(secret_hash(&successor))
@@ -563,14 +565,15 @@ impl Grants {
 }
 
 async fn insert_token(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     token: &str,
     grant_id: &str,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_refresh_tokens (token_hash, grant_id, created_at, expires_at) \
-         VALUES (?, ?, ?, (SELECT MIN(?, expires_at) FROM oauth_grants WHERE id = ?))",
+         VALUES ($1, $2, $3, \
+         (SELECT CASE WHEN $4 < expires_at THEN $4 ELSE expires_at END FROM oauth_grants WHERE id = $5))",
     )
     .bind(secret_hash(token))
     .bind(grant_id)

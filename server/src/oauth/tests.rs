@@ -1,4 +1,7 @@
-//! The authorization server's stores on a real database: codes, grants and refresh-token rotation.
+//! The authorization server's stores on a real database (SQLite, and Postgres for the grants): codes, grants and
+//! refresh-token rotation.
+
+use kiln_tests::postgres::Postgres;
 
 use super::grants::{
     CodeGrant, Codes, Grants, Redemption, RefreshRefusal, RefreshWanted, Refreshed,
@@ -22,14 +25,37 @@ fn code_grant(client: &str) -> CodeGrant {
     }
 }
 
-async fn grants() -> (tempfile::TempDir, Grants) {
+/// The grant store, with its user `u1`, in `kiln.sqlite` of a temporary directory or in a Postgres cluster's
+/// database (kept running as long as the returned store's [`Stores`] lives).
+async fn grants_in(postgres: Option<Postgres>) -> (Stores, Grants) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let accounts = crate::accounts::Accounts::open(dir.path()).await.expect("accounts");
+    let database = match &postgres {
+        Some(cluster) => crate::config::Database::Postgres(cluster.url()),
+        None => crate::config::Database::Embedded,
+    };
+    let accounts = crate::accounts::Accounts::open(dir.path(), &database).await.expect("accounts");
     sqlx::query("INSERT INTO users (id, username, password_hash, created_at) VALUES ('u1', 'alice', 'x', 0)")
         .execute(accounts.pool())
         .await
         .expect("user");
-    (dir, Grants::new(accounts.pool().clone()))
+    (Stores { dir, _postgres: postgres }, Grants::new(accounts.pool().clone()))
+}
+
+/// What a test's stores live in.
+struct Stores {
+    dir: tempfile::TempDir,
+    _postgres: Option<Postgres>,
+}
+
+async fn grants() -> (Stores, Grants) {
+    grants_in(None).await
+}
+
+async fn grants_on_postgres() -> (Stores, Grants) {
+    let cluster = tokio::task::spawn_blocking(|| Postgres::start("grants"))
+        .await
+        .expect("the cluster starts");
+    grants_in(Some(cluster)).await
 }
 
 #[test]
@@ -69,7 +95,16 @@ fn codes_are_bound_single_use_and_expire() {
 
 #[tokio::test]
 async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
-    let (_dir, grants) = await_grants().await;
+    rotate_and_reuse(grants().await.1).await;
+}
+
+#[tokio::test]
+async fn on_postgres_refresh_tokens_rotate_and_reuse_revokes_the_grant() {
+    let (_stores, grants) = grants_on_postgres().await;
+    rotate_and_reuse(grants).await;
+}
+
+async fn rotate_and_reuse(grants: Grants) {
     let (grant, rt1) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
     // A refused refresh (wider scope, other resource) leaves the token usable.
     let wider = RefreshWanted { scope: Some("kiln:read admin"), resource: None };
@@ -103,7 +138,16 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_grant() {
 
 #[tokio::test]
 async fn a_used_token_after_the_grace_window_is_reuse() {
-    let (_dir, grants) = await_grants().await;
+    late_reuse(grants().await.1).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_used_token_after_the_grace_window_is_reuse() {
+    let (_stores, grants) = grants_on_postgres().await;
+    late_reuse(grants).await;
+}
+
+async fn late_reuse(grants: Grants) {
     let (grant, rt1) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
     assert!(matches!(grants.refresh(&rt1, "a", ANY, 1000).await, Ok(Refreshed::Rotated(..))));
     let late = 1001 + super::grants::REFRESH_GRACE_SECONDS;
@@ -113,14 +157,14 @@ async fn a_used_token_after_the_grace_window_is_reuse() {
 
 #[tokio::test]
 async fn only_hashes_are_stored() {
-    let (dir, grants) = await_grants().await;
+    let (stores, grants) = grants().await;
     let (_, rt) = grants.create("g1".into(), &code_grant("a"), 1000).await.expect("grant");
     let Ok(Refreshed::Rotated(_, successor, _)) = grants.refresh(&rt, "a", ANY, 1001).await else {
         panic!("refresh")
     };
     drop(grants);
     let mut stored = Vec::new();
-    for entry in std::fs::read_dir(dir.path()).expect("dir") {
+    for entry in std::fs::read_dir(stores.dir.path()).expect("dir") {
         let path = entry.expect("entry").path();
         if path.is_file() {
             stored.extend(std::fs::read(path).expect("read"));
@@ -128,10 +172,6 @@ async fn only_hashes_are_stored() {
     }
     let text = String::from_utf8_lossy(&stored);
     assert!(!text.contains(&rt) && !text.contains(&successor), "refresh tokens must not be stored");
-}
-
-async fn await_grants() -> (tempfile::TempDir, Grants) {
-    grants().await
 }
 
 #[test]

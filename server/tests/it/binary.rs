@@ -105,7 +105,17 @@ pub(crate) fn start_with(
 /// [`start`] with `--runtime cloud`: every answer is checked against the cloud runtime's operations. The
 /// accounts (`kiln_server::Accounts` on `data_dir`) are made before it starts.
 pub(crate) fn start_cloud(data_dir: &std::path::Path) -> (Server, String) {
-    launch(data_dir, &[std::ffi::OsStr::new("--runtime"), std::ffi::OsStr::new("cloud")], "cloud")
+    start_cloud_with(data_dir, &[])
+}
+
+/// [`start_cloud`] with more command-line arguments.
+pub(crate) fn start_cloud_with(
+    data_dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) -> (Server, String) {
+    let mut all = vec![std::ffi::OsStr::new("--runtime"), std::ffi::OsStr::new("cloud")];
+    all.extend_from_slice(args);
+    launch(data_dir, &all, "cloud")
 }
 
 /// Starts kiln with `args` behind a proxy that checks answers against the operations `runtime` mounts.

@@ -28,7 +28,9 @@ const SLOW_STEPS: usize = 14;
 /// Makes alice (owner of workspace `a`) and bob (owner of workspace `b`) in `data_dir`; their API keys.
 pub(crate) async fn accounts(data_dir: &std::path::Path) -> (String, String) {
     std::fs::create_dir_all(data_dir).expect("the data directory");
-    let accounts = Accounts::open(data_dir).await.expect("the account store opens");
+    let accounts = Accounts::open(data_dir, &kiln_server::Database::Embedded)
+        .await
+        .expect("the account store opens");
     let mut keys = Vec::new();
     for (user, workspace) in [("alice", "a"), ("bob", "b")] {
         let added = accounts.add_user(user, "correct horse battery").await.expect("user");

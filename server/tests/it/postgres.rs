@@ -164,10 +164,92 @@ fn a_database_url_kiln_cannot_use_is_refused_at_startup_with_a_clear_message() {
         "{stderr}"
     );
     assert!(!stderr.contains("hunter2"), "{stderr}");
-    let stderr =
-        refusal(&["--runtime", "cloud", "--database-url", "postgres://kiln@127.0.0.1:1/queue"]);
-    assert!(
-        stderr.contains("the cloud runtime keeps its accounts in DATA_DIR/kiln.sqlite"),
-        "{stderr}"
-    );
+}
+
+/// Runs `kiln ARGS --database-url URL` (an account command), `stdin` on its standard input; its stdout.
+fn account_command(args: &[&str], url: &str, stdin: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .args(["--data-dir"])
+        .arg(temp_dir("postgres-accounts-cli"))
+        .env("KILN_DATABASE_URL", url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kiln runs");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("written");
+    let output = child.wait_with_output().expect("kiln exits");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_runtime_keeps_its_accounts_and_each_workspaces_state_in_postgres() {
+    let postgres = Postgres::start("cloud");
+    let url = postgres.database("kiln");
+    // The operator's commands, against the database (KILN_DATABASE_URL), not a data directory.
+    account_command(&["workspace", "add", "a"], &url, "");
+    account_command(&["workspace", "add", "b"], &url, "");
+    let mut keys = Vec::new();
+    for (user, workspace) in [("alice", "a"), ("bob", "b")] {
+        let add = ["user", "add", user, "--workspace", workspace, "--role", "owner"];
+        account_command(&add, &url, "correct horse battery\n");
+        let out = account_command(
+            &["key", "add", user, "--workspace", workspace, "--name", "test"],
+            &url,
+            "",
+        );
+        keys.push(out.trim().to_owned());
+    }
+    let users = account_command(&["user", "list"], &url, "");
+    assert!(users.contains("alice") && users.contains("bob"), "{users}");
+
+    let http = reqwest::Client::new();
+    let call = |addr: &str, key: &str, path: &str| {
+        http.get(format!("http://{addr}{path}")).header("x-api-key", key).send()
+    };
+    let dirs = [temp_dir("postgres-cloud-a"), temp_dir("postgres-cloud-b")];
+    let (server, addr) = crate::binary::start_cloud_with(&dirs[0], &database_url(&url));
+    let submitted: Value = http
+        .post(format!("http://{addr}/api/prompt"))
+        .header("x-api-key", &keys[0])
+        .json(&json!({"prompt": tiny("alice")}))
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("JSON");
+    let id = submitted["prompt_id"].as_str().expect("alice's prompt is accepted").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let history: Value = call(&addr, &keys[0], &format!("/api/history/{id}"))
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("JSON");
+        if history[&id]["status"]["status_str"] == "success" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alice's prompt did not succeed: {history}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(server);
+
+    // Another data directory, the same database: the keys still work, each workspace sees its own history.
+    let (_server, addr) = crate::binary::start_cloud_with(&dirs[1], &database_url(&url));
+    let history = |key: usize| {
+        let request = call(&addr, &keys[key], "/api/history");
+        async move { request.await.expect("answers").json::<Value>().await.expect("JSON") }
+    };
+    assert_eq!(history(0).await[&id]["status"]["status_str"], "success");
+    assert_eq!(history(1).await, json!({}), "bob sees none of alice's history");
+    let refused = call(&addr, "comfyui-not-a-key", "/api/history").await.expect("answers");
+    assert_eq!(refused.status().as_u16(), 401);
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
