@@ -40,6 +40,10 @@ Writes:
   36 x 2 x 4 x 6, L 512, clip [1, 10, 32] = both images' tokens, t 600); expert (B 1, 36 x 2 x 4 x 4, L 6,
   t 875); ti2v (B 2, 48 x 3 x 4 x 4, L 5, per-frame t [[0, 800, 800], [0, 300, 300]] as a noise mask with a
   clean first frame gives); ti2v_sample (only `t` and `out`: the ti2v x and context, t 800 / 300 per sample).
+- rope.safetensors (f32): `out`, ComfyUI's t2v output on the t2v case's inputs with ScaleROPE's
+  `transformer_options["rope_options"]` (ROPE_OPTIONS: time stretched 7x as ChronoEdit's template does, fractional
+  scales and shifts on every axis); diffusers has no such option, so it is ComfyUI's alone. `wan.py rope` writes
+  only this file, from the fixtures already there.
 
 diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
 text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
@@ -225,6 +229,7 @@ def main():
     reference_image(stored, ti2v)
     vace(stored, ti2v)
     camera(stored, ti2v)
+    scaled_rope()
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -363,6 +368,28 @@ def camera(stored, ti2v):
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/camera.safetensors")
 
 
+# ScaleROPE's options for the rope fixture: ChronoEdit's stretched time axis, fractional scales and shifts.
+ROPE_OPTIONS = {"scale_t": 7.0, "shift_t": 0.5, "scale_y": 1.5, "shift_y": -2.0, "scale_x": 0.5, "shift_x": 3.0}
+
+
+def scaled_rope():
+    """ComfyUI's t2v WanModel on the `t2v` case's inputs with `transformer_options["rope_options"]` (what
+    `ScaleROPE` sets): rope.safetensors holds `out` [2, 16, 3, 4, 6] (f32). Reads the weights and inputs already
+    written, so it runs on its own too (`wan.py rope`)."""
+    from safetensors.torch import load_file
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    io = load_file(f"{OUT}/io.safetensors")
+    net = comfy_net("t2v", stored, ti2v)
+    x, t, context, _ = inputs(io, "t2v")
+    with torch.no_grad():
+        out = net(x, t, context, transformer_options={"rope_options": dict(ROPE_OPTIONS)})
+    moved = float((out - io["out.t2v"]).abs().max())
+    print(f"ComfyUI, t2v with {ROPE_OPTIONS}: differs from plain t2v by {moved:.3f}")
+    save_file({"out": out.contiguous()}, f"{OUT}/rope.safetensors")
+
+
 def vace_weights(t2v):
     """The VACE weights of the tiny VACE model, made of the t2v variant's own tensors so the fixture stays small
     (the Rust test builds them the same way): VACE block 0 is block 1 renamed, VACE block 1 is block 0; block 0's
@@ -446,4 +473,8 @@ def released():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["rope"]:
+        import_comfyui()
+        scaled_rope()
+    else:
+        main()

@@ -119,9 +119,11 @@ const kilnFiles = [
   // experts without it.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_camera_v1\.1_(1\.3B|14B)[_.]/i, family: 'wan21-fun-camera-1.3b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_camera_(high|low)_noise_14B[_.]/i, family: 'wan22-fun-camera-a14b' },
+  // ChronoEdit 14B: a finetune of Wan 2.1 I2V 14B 720P (its structure, the CLIP branch), and its distillation LoRA.
+  { folder: 'diffusion_models', stem: /^chrono_edit_14B[_.]/i, family: 'wan21-i2v-14b' },
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
-  { folder: 'loras', stem: /lightx2v|causvid/i, family: 'wan21-lora' },
+  { folder: 'loras', stem: /lightx2v|causvid|^chronoedit_distill_lora/i, family: 'wan21-lora' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];

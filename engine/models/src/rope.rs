@@ -9,6 +9,16 @@ pub(crate) fn tables<const N: usize>(
     axes: [usize; N],
     theta: f64,
 ) -> (Vec<f32>, Vec<f32>) {
+    let positions: Vec<[f64; N]> = positions.iter().map(|p| p.map(|v| v as f64)).collect();
+    tables_at(&positions, axes, theta)
+}
+
+/// [`tables`] for positions that need not be whole (a scaled or shifted RoPE, [`RopeOptions`]).
+pub(crate) fn tables_at<const N: usize>(
+    positions: &[[f64; N]],
+    axes: [usize; N],
+    theta: f64,
+) -> (Vec<f32>, Vec<f32>) {
     let freqs: Vec<(usize, f64)> = axes
         .iter()
         .enumerate()
@@ -18,7 +28,7 @@ pub(crate) fn tables<const N: usize>(
     let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for p in positions {
         for &(a, f) in &freqs {
-            let angle = p[a] as f64 * f;
+            let angle = p[a] * f;
             cos.push(angle.cos() as f32);
             sin.push(angle.sin() as f32);
         }
@@ -26,9 +36,66 @@ pub(crate) fn tables<const N: usize>(
     (cos, sin)
 }
 
+/// `ScaleROPE`'s options (ComfyUI's `transformer_options["rope_options"]`): on each axis the token positions
+/// 0, 1, 2, … become shift, shift + scale, shift + 2·scale, …
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeOptions {
+    /// The scales of the frame (t), row (y) and column (x) axes.
+    pub scale: [f64; 3],
+    /// The shifts of the frame (t), row (y) and column (x) axes.
+    pub shift: [f64; 3],
+}
+
+impl Default for RopeOptions {
+    fn default() -> RopeOptions {
+        RopeOptions { scale: [1.0; 3], shift: [0.0; 3] }
+    }
+}
+
+impl RopeOptions {
+    /// Whether the positions stay as they are.
+    pub fn is_identity(&self) -> bool {
+        *self == RopeOptions::default()
+    }
+
+    /// The `steps` positions of axis `axis` (0 t, 1 y, 2 x) starting at `start`, as ComfyUI's Wan builds them:
+    /// `torch.linspace(start + shift, start + shift + (steps − 1)·scale, steps)` in float32 (its halfway
+    /// formula, so the values are float32's).
+    pub fn positions(&self, axis: usize, start: f64, steps: usize) -> impl Iterator<Item = f64> {
+        let first = (start + self.shift[axis]) as f32;
+        let last = (start + self.shift[axis] + (steps as f64 - 1.0) * self.scale[axis]) as f32;
+        let step = if steps > 1 { (last - first) / (steps - 1) as f32 } else { 0.0 };
+        let half = steps / 2;
+        (0..steps).map(move |i| {
+            let value = if i < half {
+                first + step * i as f32
+            } else {
+                last - step * (steps - i - 1) as f32
+            };
+            f64::from(value)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_are_scaled_and_shifted_as_comfyuis_linspace() {
+        let identity = RopeOptions::default();
+        assert_eq!(identity.positions(0, 0.0, 4).collect::<Vec<_>>(), [0.0, 1.0, 2.0, 3.0]);
+        let chrono = RopeOptions { scale: [7.0, 1.0, 1.0], shift: [0.0, 2.0, 0.0] };
+        assert_eq!(chrono.positions(0, 0.0, 2).collect::<Vec<_>>(), [0.0, 7.0]);
+        assert_eq!(chrono.positions(1, 0.0, 3).collect::<Vec<_>>(), [2.0, 3.0, 4.0]);
+        assert_eq!(chrono.positions(0, 1.0, 1).collect::<Vec<_>>(), [1.0]);
+        // float32 values, both halves reaching the ends exactly.
+        let third = RopeOptions { scale: [1.0 / 3.0, 1.0, 1.0], shift: [0.0; 3] };
+        let got: Vec<f64> = third.positions(0, 0.0, 4).collect();
+        assert_eq!(got[0], 0.0);
+        assert_eq!(got[3], f64::from(1.0f32));
+        assert_eq!(got[1], f64::from((1.0f32 / 3.0f32) * 1.0));
+    }
 
     #[test]
     fn tables_concatenate_axes() {

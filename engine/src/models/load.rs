@@ -203,6 +203,7 @@ fn diffusion_model(
         model_patches: Vec::new(),
         reference_kv_cache: false,
         uso_styles: Vec::new(),
+        rope: kiln_models::RopeOptions::default(),
     })
 }
 

@@ -132,6 +132,8 @@ pub struct DiffusionModel {
     /// `USOStyleReference`s in the order they were applied; each puts its style tokens before the text (so the
     /// last applied comes first).
     pub uso_styles: Vec<UsoStyle>,
+    /// `ScaleROPE`'s scales and shifts of the token positions (the identity unless it was applied).
+    pub rope: kiln_models::RopeOptions,
 }
 
 impl DiffusionModel {

@@ -9,6 +9,7 @@ use crate::header::Header;
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
+use crate::rope::RopeOptions;
 use crate::sampling::FlowSampling;
 use crate::wan::{self, Wan, WanInput};
 use crate::zimage::{self, ZImage};
@@ -306,6 +307,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// A Wan Fun Camera model's camera embedding (`WanCameraImageToVideo`'s `camera_conditions`); other models
     /// ignore it.
     pub camera: Option<&'a Tensor<B>>,
+    /// `ScaleROPE`'s scales and shifts of the token positions: Wan applies them; Qwen-Image ignores them, as
+    /// ComfyUI's does; FLUX and Z-Image refuse any but the identity (ComfyUI applies them there; Kiln not yet).
+    pub rope: RopeOptions,
 }
 
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
@@ -457,6 +461,14 @@ impl DiffusionNet {
                 self.family().name()
             )));
         }
+        let honours_rope = matches!(self, DiffusionNet::Wan(_) | DiffusionNet::QwenImage(_));
+        if !input.rope.is_identity() && !honours_rope {
+            return Err(crate::Error::Invalid(format!(
+                "ScaleROPE's scales and shifts are applied to Wan models; Kiln does not apply them to a {} model \
+                 yet",
+                self.family().name()
+            )));
+        }
         if input.text_prefix.is_some() && !matches!(self, DiffusionNet::Flux(_)) {
             return Err(crate::Error::Invalid(format!(
                 "USO's style tokens (USOStyleReference) are for FLUX.1; a {} model takes none",
@@ -541,6 +553,7 @@ impl DiffusionNet {
                     vace: input.vace,
                     camera: input.camera,
                     skip: input.skipped_blocks.double,
+                    rope: input.rope,
                 };
                 net.forward(b, &wan_input)
             }

@@ -12,6 +12,7 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
 use crate::latent_tokens;
+use crate::rope::RopeOptions;
 
 use super::config::{
     CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
@@ -55,6 +56,8 @@ pub struct WanInput<'a, B: Backend> {
     pub camera: Option<&'a Tensor<B>>,
     /// Bit i set: block i is left out, its input passed on (`SkipLayerGuidanceDiT`'s pass); 0 for a plain call.
     pub skip: u64,
+    /// `ScaleROPE`'s scales and shifts of the token positions (the identity for a plain model).
+    pub rope: RopeOptions,
 }
 
 /// The latent's shape and token grid.
@@ -145,7 +148,7 @@ impl Wan {
         // The reference's tokens go first, at the positions of a frame before the video's (ComfyUI encodes
         // the RoPE of one frame more).
         let extra_frames = usize::from(reference.is_some());
-        let rope = self.rope(b, &grid, extra_frames)?;
+        let rope = self.rope(b, &grid, extra_frames, &input.rope)?;
 
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);
@@ -576,18 +579,26 @@ impl Wan {
 
     /// The RoPE table of a sample's tokens: token (f, i, j) at positions (f, i, j) on axes of 44, 42 and 42 of
     /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames` more frames first
-    /// (a reference image's tokens).
-    fn rope<B: Backend>(&self, b: &B, grid: &Grid, extra_frames: usize) -> Result<Rope<B>> {
+    /// (a reference image's tokens). `options` scale and shift the positions of each axis (`ScaleROPE`).
+    fn rope<B: Backend>(
+        &self,
+        b: &B,
+        grid: &Grid,
+        extra_frames: usize,
+        options: &RopeOptions,
+    ) -> Result<Rope<B>> {
         let third = HEAD_DIM / 6;
         let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
         let frames = grid.frames + extra_frames;
+        let rows: Vec<f64> = options.positions(1, 0.0, grid.rows).collect();
+        let cols: Vec<f64> = options.positions(2, 0.0, grid.cols).collect();
         let mut positions = Vec::with_capacity(frames * grid.rows * grid.cols);
-        for f in 0..frames as i64 {
-            for i in 0..grid.rows as i64 {
-                positions.extend((0..grid.cols as i64).map(|j| [f, i, j]));
+        for f in options.positions(0, 0.0, frames) {
+            for &i in &rows {
+                positions.extend(cols.iter().map(|&j| [f, i, j]));
             }
         }
-        let (cos, sin) = crate::rope::tables(&positions, axes, ROPE_THETA);
+        let (cos, sin) = crate::rope::tables_at(&positions, axes, ROPE_THETA);
         let shape = [positions.len(), HEAD_DIM / 2];
         Ok(Rope {
             cos: b.from_f32(&shape, &cos, DType::F32)?,

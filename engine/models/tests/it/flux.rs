@@ -262,7 +262,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
     let io = read_tensors("flux/io.safetensors");
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, pooled) = (tensor("x.even"), tensor("context.even"), tensor("y.even"));
-    let input = DiffusionInput {
+    let input = |rope| DiffusionInput {
         x: &x,
         timesteps: &io["sigma.even"].1,
         context: &context,
@@ -279,9 +279,15 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         vace: &[],
         camera: None,
+        rope,
     };
-    let out = net.forward(&*b, input).unwrap();
+    let out = net.forward(&*b, input(kiln_models::RopeOptions::default())).unwrap();
     assert_close("default guidance", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);
+    // ComfyUI's FLUX moves its positions by ScaleROPE's options; Kiln does not yet, and says so rather than
+    // ignoring them.
+    let rope = kiln_models::RopeOptions { scale: [1.0, 2.0, 1.0], shift: [0.0; 3] };
+    let err = net.forward(&*b, input(rope)).expect_err("refused").to_string();
+    assert!(err.contains("ScaleROPE") && err.contains("FLUX"), "{err}");
 }
 
 #[test]

@@ -142,6 +142,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
             camera: None,
+            rope: Default::default(),
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -187,6 +188,7 @@ fn layered_frames_match_comfyui() {
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
             camera: None,
+            rope: Default::default(),
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

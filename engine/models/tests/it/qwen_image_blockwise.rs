@@ -66,6 +66,7 @@ fn blockwise_controlnets_match_comfyui() {
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
             camera: None,
+            rope: Default::default(),
         };
         let out = base.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);

@@ -97,6 +97,7 @@ fn controlnets_match_comfyui() {
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
             camera: None,
+            rope: Default::default(),
         };
         let out = base_net.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);
@@ -139,6 +140,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         vace: &[],
         camera: None,
+        rope: Default::default(),
     };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);

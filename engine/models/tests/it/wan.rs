@@ -17,7 +17,7 @@ use kiln_models::family::{
 use kiln_models::header::diffusion_prefix;
 use kiln_models::synth::{self, SynthDtype, SynthFamily, WanFile, ZImageTurboSet};
 use kiln_models::wan::{self, Config, ImageEmbed, Layout, WanInput};
-use kiln_models::{Error, Header};
+use kiln_models::{Error, Header, RopeOptions};
 
 use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors, write_header_only};
 
@@ -115,6 +115,18 @@ fn io_tensor(b: &Cpu, io: &Tensors, name: &str) -> Tensor<Cpu> {
 /// Runs `net` on case `case` (reading the inputs of case `inputs`, and its CLIP states if `clip`) through the
 /// family layer; `t.<case>` of two dimensions goes in as per-frame timesteps.
 fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec<f32> {
+    run_with(b, net, case, inputs, clip, RopeOptions::default())
+}
+
+/// [`run`] with `ScaleROPE`'s options.
+fn run_with(
+    b: &Cpu,
+    net: &DiffusionNet,
+    case: &str,
+    inputs: &str,
+    clip: bool,
+    rope: RopeOptions,
+) -> Vec<f32> {
     let io = read_tensors("wan/io.safetensors");
     let x = io_tensor(b, &io, &format!("x.{inputs}"));
     let context = io_tensor(b, &io, &format!("context.{inputs}"));
@@ -140,6 +152,7 @@ fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec
         skipped_blocks: kiln_models::family::SkippedBlocks::default(),
         vace: &[],
         camera: None,
+        rope,
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -195,6 +208,22 @@ fn every_variant_matches_diffusers() {
 }
 
 #[test]
+fn scale_rope_moves_the_token_positions_as_comfyui_does() {
+    // ComfyUI's t2v output with `rope_options` (`wan.py`'s ROPE_OPTIONS): time stretched 7x as ChronoEdit's
+    // template does, fractional scales and shifts on every axis.
+    let file = TempTensors::new("wan-rope", Variant::T2v.tensors());
+    let (b, _, net) = load(&file.0);
+    let rope = RopeOptions { scale: [7.0, 1.5, 0.5], shift: [0.5, -2.0, 3.0] };
+    let want = read_tensors("wan/rope.safetensors");
+    assert_close(
+        "t2v with ScaleROPE",
+        &run_with(&b, &net, "t2v", "t2v", false, rope),
+        &want["out"].1,
+        1e-4,
+    );
+}
+
+#[test]
 fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
     // The expert with ComfyUI's reference-image convolution (Wan 2.2 Fun Control): detected with it, and its
     // output with a reference latent is ComfyUI's `WanModel(in_dim_ref_conv=16)` (`wan.py`).
@@ -223,6 +252,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
             vace: &[],
             camera: None,
             skip: 0,
+            rope: RopeOptions::default(),
         };
         let out = model.forward(&*b, &input).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
@@ -239,6 +269,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
         vace: &[],
         camera: None,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
@@ -287,6 +318,7 @@ fn the_fun_camera_adapter_matches_comfyui() {
         vace: &[],
         camera,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     for (with, want) in [(Some(&camera), "out"), (None, "out_plain")] {
         let out = model.forward(&*b, &input(with)).unwrap();
@@ -363,6 +395,7 @@ fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
         vace: &contexts,
         camera: None,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("vace", &b.to_f32(&out).unwrap(), &fixture["out"].1, 1e-4);
@@ -404,6 +437,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         vace: &[],
         camera: None,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("expert with CLIP", &b.to_f32(&out).unwrap(), &io["out.expert"].1, 1e-4);
@@ -571,6 +605,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         vace: &[],
         camera: None,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
@@ -584,6 +619,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         vace: &[],
         camera: None,
         skip: 0,
+        rope: RopeOptions::default(),
     };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
@@ -678,6 +714,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
             vace: &[],
             camera: None,
             skip: 0,
+            rope: RopeOptions::default(),
         };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };

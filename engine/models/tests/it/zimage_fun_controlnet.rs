@@ -59,6 +59,7 @@ fn fun_controlnet_matches_comfyui() {
             skipped_blocks: kiln_models::family::SkippedBlocks::default(),
             vace: &[],
             camera: None,
+            rope: Default::default(),
         };
         base.forward(&*b, input)
     };

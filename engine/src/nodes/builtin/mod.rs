@@ -28,6 +28,7 @@ mod primitives;
 mod pure;
 mod qwen;
 mod resize;
+mod rope;
 mod sampler;
 mod scale;
 mod stitch;
@@ -148,6 +149,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_camera::WanCameraImageToVideo::new(compute.clone()));
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
+    registry.register(rope::scale_rope());
     for node in latent::empty_nodes() {
         registry.register(node);
     }

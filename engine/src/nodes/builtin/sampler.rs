@@ -236,6 +236,7 @@ impl OnDevice for Forward<'_> {
             skipped_blocks: self.skipped,
             vace: &vace,
             camera: camera.as_ref(),
+            rope: self.model.rope,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
