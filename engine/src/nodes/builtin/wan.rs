@@ -78,7 +78,7 @@ pub(super) fn conditioned(
 
 /// The width, height, length and batch inputs every node here declares, with `width`/`height` defaults,
 /// minimum and step, and `length`'s default.
-fn video_inputs(
+pub(super) fn video_inputs(
     spec: NodeSpec,
     (width, height): (i64, i64),
     min_step: (i64, i64),
@@ -278,7 +278,7 @@ pub(super) fn fit_frames(
 
 /// `length` grey frames (0.5) `[length, height, width, 3]` with `start`'s frames at the front and `end`'s at
 /// the back (RGB only).
-fn grey_video(
+pub(super) fn grey_video(
     length: usize,
     height: usize,
     width: usize,
