@@ -21,6 +21,7 @@ mod latent;
 mod loaders;
 mod logic;
 mod mask;
+mod mask_ops;
 mod model_patch;
 mod model_specs;
 mod pil_lanczos;
@@ -126,6 +127,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     for node in mask::nodes() {
+        registry.register(node);
+    }
+    for node in mask_ops::nodes() {
         registry.register(node);
     }
     for node in latent::nodes() {
