@@ -21,6 +21,8 @@
 pub mod cache;
 pub mod compute;
 pub mod exec;
+#[cfg(test)]
+mod fixtures;
 pub mod graph;
 pub mod media;
 pub mod models;

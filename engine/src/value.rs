@@ -92,6 +92,22 @@ pub enum Value {
     /// `WAN_CAMERA_EMBEDDING`: a Wan Fun Camera model's camera trajectory as Plücker rays
     /// (`WanCameraEmbedding`), `[1, 24, latent frames, height, width]`.
     WanCameraEmbedding(Tensor),
+    /// `TRACKS`: point tracks over a clip's frames (`GenerateTracks`, for Wan Move).
+    Tracks(Arc<Tracks>),
+}
+
+/// `TRACKS`: where each of `count` points is on each of `frames` frames, in pixels, and whether it is
+/// visible there (ComfyUI's `{"track_path": [T, N, 2], "track_visibility": [T, N]}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tracks {
+    /// Frames.
+    pub frames: usize,
+    /// Points (tracks).
+    pub count: usize,
+    /// `(x, y)` of point n on frame t at `t · count + n`.
+    pub path: Vec<[f32; 2]>,
+    /// Whether point n is visible on frame t, at `t · count + n`.
+    pub visible: Vec<bool>,
 }
 
 impl Value {
@@ -122,6 +138,7 @@ impl Value {
             Value::Video(_) => "VIDEO",
             Value::Audio(_) => "AUDIO",
             Value::WanCameraEmbedding(_) => "WAN_CAMERA_EMBEDDING",
+            Value::Tracks(_) => "TRACKS",
         }
     }
 
@@ -155,6 +172,7 @@ impl Value {
             Value::ClipVisionOutput(o) => o.byte_size(),
             Value::Video(v) => v.byte_size(),
             Value::Audio(a) => a.waveform().byte_size(),
+            Value::Tracks(t) => t.path.len() * 8 + t.visible.len(),
         }
     }
 
@@ -184,7 +202,8 @@ impl Value {
             | Value::Noise(_)
             | Value::Guider(_)
             | Value::Video(_)
-            | Value::Audio(_) => format!("<{}>", self.type_name()),
+            | Value::Audio(_)
+            | Value::Tracks(_) => format!("<{}>", self.type_name()),
         }
     }
 
@@ -218,7 +237,8 @@ impl Value {
             | Value::Noise(_)
             | Value::Guider(_)
             | Value::Video(_)
-            | Value::Audio(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
+            | Value::Audio(_)
+            | Value::Tracks(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
         }
     }
 }

@@ -119,9 +119,9 @@ const kilnFiles = [
   // experts without it.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_camera_v1\.1_(1\.3B|14B)[_.]/i, family: 'wan21-fun-camera-1.3b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_fun_camera_(high|low)_noise_14B[_.]/i, family: 'wan22-fun-camera-a14b' },
-  // ChronoEdit 14B and ATI 14B: finetunes of Wan 2.1 I2V 14B (its structure, the CLIP branch; ATI's tracks enter
-  // through the conditioning latent), and ChronoEdit's distillation LoRA.
-  { folder: 'diffusion_models', stem: /^(chrono_edit_14B|Wan2_1-I2V-ATI-14B)[_.]/i, family: 'wan21-i2v-14b' },
+  // ChronoEdit 14B, ATI 14B and Wan Move: finetunes of Wan 2.1 I2V 14B (its structure, the CLIP branch; ATI's and
+  // Wan Move's tracks enter through the conditioning latent), and ChronoEdit's distillation LoRA.
+  { folder: 'diffusion_models', stem: /^(chrono_edit_14B|Wan2_1-I2V-ATI-14B|Wan21-WanMove)[_.]/i, family: 'wan21-i2v-14b' },
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
   { folder: 'loras', stem: /lightx2v|causvid|^chronoedit_distill_lora/i, family: 'wan21-lora' },

@@ -39,7 +39,7 @@ pub mod qwen3;
 pub mod qwen_image;
 pub mod qwen_vl;
 mod rope;
-pub use rope::RopeOptions;
+pub use rope::{RopeOptions, linspace};
 pub mod sampling;
 pub mod synth;
 pub mod t5;

@@ -64,17 +64,22 @@ impl RopeOptions {
     pub fn positions(&self, axis: usize, start: f64, steps: usize) -> impl Iterator<Item = f64> {
         let first = (start + self.shift[axis]) as f32;
         let last = (start + self.shift[axis] + (steps as f64 - 1.0) * self.scale[axis]) as f32;
-        let step = if steps > 1 { (last - first) / (steps - 1) as f32 } else { 0.0 };
-        let half = steps / 2;
-        (0..steps).map(move |i| {
-            let value = if i < half {
-                first + step * i as f32
-            } else {
-                last - step * (steps - i - 1) as f32
-            };
-            f64::from(value)
-        })
+        linspace(first, last, steps).map(f64::from)
     }
+}
+
+/// `torch.linspace(start, end, steps)` in float32: its values exactly (the kernel's halfway formula, each half
+/// counted from its own end; one step is `start`).
+pub fn linspace(start: f32, end: f32, steps: usize) -> impl Iterator<Item = f32> {
+    let step = if steps > 1 { (end - start) / (steps - 1) as f32 } else { 0.0 };
+    let half = steps / 2;
+    (0..steps).map(move |i| {
+        if steps == 1 || i < half {
+            start + step * i as f32
+        } else {
+            end - step * (steps - i - 1) as f32
+        }
+    })
 }
 
 #[cfg(test)]
@@ -95,6 +100,13 @@ mod tests {
         assert_eq!(got[0], 0.0);
         assert_eq!(got[3], f64::from(1.0f32));
         assert_eq!(got[1], f64::from((1.0f32 / 3.0f32) * 1.0));
+    }
+
+    #[test]
+    fn linspace_is_torchs() {
+        assert_eq!(linspace(0.0, 1.0, 1).collect::<Vec<_>>(), [0.0]);
+        assert_eq!(linspace(-1.0, 1.0, 3).collect::<Vec<_>>(), [-1.0, 0.0, 1.0]);
+        assert_eq!(linspace(2.0, 2.0, 0).count(), 0);
     }
 
     #[test]

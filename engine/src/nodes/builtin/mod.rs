@@ -42,6 +42,7 @@ mod wan;
 mod wan_camera;
 mod wan_concat;
 mod wan_fun_control;
+mod wan_move;
 mod wan_track;
 mod wan_vace;
 mod websocket;
@@ -153,6 +154,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_camera::wan_camera_embedding());
     registry.register(wan_camera::WanCameraImageToVideo::new(compute.clone()));
     registry.register(wan_track::WanTrackToVideo::new(compute.clone()));
+    registry.register(wan_move::WanMoveTrackToVideo::new(compute.clone()));
+    registry.register(wan_move::concat_tracks());
+    registry.register(wan_move::generate_tracks());
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
     registry.register(rope::scale_rope());

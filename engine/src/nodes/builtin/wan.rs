@@ -76,6 +76,26 @@ pub(super) fn conditioned(
     ])
 }
 
+/// [`conditioned`] with what the image-to-video nodes set: the conditioning latent and its mask (ComfyUI's
+/// `concat_latent_image` and `concat_mask`) and the CLIP vision states, each where given.
+pub(super) fn image_conditioned(
+    inputs: &Inputs,
+    concat: Option<(Tensor, Tensor)>,
+    clip_vision: Option<Tensor>,
+    latent: Tensor,
+) -> Result<[Value; 3], NodeError> {
+    let set = |extras: &mut CondExtras| {
+        if let Some((image, mask)) = &concat {
+            extras.concat_latent_image = Some(image.clone());
+            extras.concat_mask = Some(mask.clone());
+        }
+        if let Some(states) = &clip_vision {
+            extras.clip_vision = Some(states.clone());
+        }
+    };
+    conditioned(inputs, set, latent)
+}
+
 /// The width, height, length and batch inputs every node here declares, with `width`/`height` defaults,
 /// minimum and step, and `length`'s default.
 pub(super) fn video_inputs(
@@ -221,11 +241,7 @@ impl Node for WanImageToVideo {
         let concat = match (self.kind, &start, &end) {
             (Kind::Start, None, _) => None,
             (Kind::Start, Some(start), _) => {
-                let video = grey_video(length, height, width, Some(start), None)?;
-                let encoded = encode_video(&self.compute, vae, &video, ctx)?;
-                let given = latent_frames(start.shape()[0]);
-                let mask = frame_mask(&encoded, frames, |f| f < given)?;
-                Some((encoded, mask))
+                Some(start_clip(&self.compute, vae, start, [length, height, width], ctx)?)
             }
             (Kind::FirstLast | Kind::FunInpaint, start, end) => {
                 let video = grey_video(length, height, width, start.as_ref(), end.as_ref())?;
@@ -235,17 +251,25 @@ impl Node for WanImageToVideo {
                 Some((encoded, mask))
             }
         };
-        let set = |extras: &mut CondExtras| {
-            if let Some((image, mask)) = &concat {
-                extras.concat_latent_image = Some(image.clone());
-                extras.concat_mask = Some(mask.clone());
-            }
-            if let Some(states) = &clip_vision {
-                extras.clip_vision = Some(states.clone());
-            }
-        };
-        Ok(NodeResult::values(conditioned(inputs, set, latent)?))
+        Ok(NodeResult::values(image_conditioned(inputs, concat, clip_vision, latent)?))
     }
+}
+
+/// `WanImageToVideo`'s conditioning for a start image already fitted to the clip (`fit_frames`): a grey clip
+/// of `length` frames of `height` × `width` with the start's frames in front, encoded, and the mask
+/// `[1, 1, latent frames, h, w]` that is 0 on the latent frames the start covers.
+pub(super) fn start_clip(
+    compute: &Compute,
+    vae: &Vae,
+    start: &Tensor,
+    [length, height, width]: [usize; 3],
+    ctx: &Context,
+) -> Result<(Tensor, Tensor), NodeError> {
+    let video = grey_video(length, height, width, Some(start), None)?;
+    let encoded = encode_video(compute, vae, &video, ctx)?;
+    let given = latent_frames(start.shape()[0]);
+    let mask = frame_mask(&encoded, latent_frames(length), |f| f < given)?;
+    Ok((encoded, mask))
 }
 
 /// `image`'s frames in `range` (clamped to the batch; `length..` means the last `length`) resized bilinearly

@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 use super::vae::encode_video;
 use super::wan::{
-    VideoRequest, WanImageToVideo, conditioned, fit_frames, grey_video, latent_frames, penultimate,
-    video_inputs,
+    VideoRequest, WanImageToVideo, fit_frames, grey_video, image_conditioned, latent_frames,
+    penultimate, video_inputs,
 };
+use kiln_models::linspace;
+
 use crate::compute::Compute;
-use crate::models::{CondExtras, LatentFormat};
+use crate::models::LatentFormat;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 
@@ -156,15 +158,8 @@ impl Node for WanTrackToVideo {
         };
         let (image, mask) = (tensor(CHANNELS, features)?, tensor(TEMPORAL, masks)?);
         let clip_vision = penultimate(inputs, "clip_vision_output")?;
-        let set = |extras: &mut CondExtras| {
-            extras.concat_latent_image = Some(image.clone());
-            extras.concat_mask = Some(mask.clone());
-            if let Some(states) = &clip_vision {
-                extras.clip_vision = Some(states.clone());
-            }
-        };
         let latent = Tensor::full(vec![batch, CHANNELS, frames, h, w], 0.0);
-        Ok(NodeResult::values(conditioned(inputs, set, latent)?))
+        Ok(NodeResult::values(image_conditioned(inputs, Some((image, mask)), clip_vision, latent)?))
     }
 }
 
@@ -267,15 +262,6 @@ fn track_rows(tracks: &[Track], width: usize, height: usize, frames: usize) -> T
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// `torch.linspace(start, end, steps)` in float32 (its halfway formula).
-fn linspace(start: f32, end: f32, steps: usize) -> impl Iterator<Item = f32> {
-    let step = if steps > 1 { (end - start) / (steps - 1) as f32 } else { 0.0 };
-    let half = steps / 2;
-    (0..steps).map(move |i| {
-        if i < half { start + step * i as f32 } else { end - step * (steps - i - 1) as f32 }
-    })
 }
 
 /// ComfyUI's `_patch_motion_single` on one latent `y` `[C, T, H, W]` (model space) and its tracks' rows

@@ -12,14 +12,7 @@ const CASES: [Case; 4] = [
 ];
 
 fn fixture(name: &str) -> Tensor {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/wan_camera/io.safetensors");
-    let bytes = std::fs::read(&path).expect("the wan_camera fixture");
-    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-    let view = file.tensor(name).expect(name);
-    let values: Vec<f32> =
-        view.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Tensor::new(view.shape().to_vec(), values).expect("a tensor")
+    crate::fixtures::tensors("wan_camera/io.safetensors")[name].clone()
 }
 
 /// Every case against ComfyUI's own `WanCameraEmbedding` (`scripts/reference/wan_camera.py`).

@@ -1,17 +1,8 @@
 use super::{Track, TrackRows, batch_index, parse_tracks, patch_motion, track_rows};
 use crate::tensor::Tensor;
 
-fn fixture_path(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wan_track").join(name)
-}
-
 fn tensor(name: &str) -> Tensor {
-    let bytes = std::fs::read(fixture_path("io.safetensors")).expect("the wan_track fixture");
-    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-    let view = file.tensor(name).expect(name);
-    let values: Vec<f32> =
-        view.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Tensor::new(view.shape().to_vec(), values).expect("a tensor")
+    crate::fixtures::tensors("wan_track/io.safetensors")[name].clone()
 }
 
 fn worst(got: &[f32], want: &[f32]) -> f32 {
@@ -23,7 +14,7 @@ fn worst(got: &[f32], want: &[f32]) -> f32 {
 /// `process_tracks` and `patch_motion`.
 #[test]
 fn tracks_and_the_patched_latent_match_comfyuis_functions() {
-    let text = std::fs::read_to_string(fixture_path("cases.json")).expect("cases.json");
+    let text = crate::fixtures::text("wan_track/cases.json");
     let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     for (case, c) in cases.as_object().expect("an object") {
         let number = |key: &str| c[key].as_f64().expect(key);

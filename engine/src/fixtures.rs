@@ -1,0 +1,30 @@
+//! Test support: the f32 tensors of a fixture file under `engine/tests/fixtures/` (written by a
+//! `scripts/reference/` script from the reference's own code).
+
+use std::collections::BTreeMap;
+
+use crate::tensor::Tensor;
+
+/// Every tensor of `tests/fixtures/<path>` (a safetensors file of f32 tensors), by name.
+pub(crate) fn tensors(path: &str) -> BTreeMap<String, Tensor> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let read = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    read.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values: Vec<f32> = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (name, Tensor::new(view.shape().to_vec(), values).expect("a tensor"))
+        })
+        .collect()
+}
+
+/// The text of `tests/fixtures/<path>`.
+pub(crate) fn text(path: &str) -> String {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
