@@ -12,8 +12,10 @@
 // - generated text (`TextGenerate`'s `max_length`, in tokens) to 8.
 //
 // Only literal values are changed: on the node itself, or on the primitive node (`PrimitiveInt`,
-// `PrimitiveFloat`) a link brings the value from. Everything else (seeds, prompts, samplers, strengths) is sent
-// as the frontend converted it.
+// `PrimitiveFloat`) a link brings the value from. A size or frame count that a `ComfyMathExpression` of one
+// linked variable computes from a primitive (`max(4, a // 16 * 16)`, `a * 16 + 1`) shrinks through that
+// primitive: to 64 for a size, to 1 for a frame count (the smallest value such a formula surely takes
+// positive). Everything else (seeds, prompts, samplers, strengths) is sent as the frontend converted it.
 
 const primitives = new Set(['PrimitiveInt', 'PrimitiveFloat']);
 
@@ -65,6 +67,15 @@ export function shrink(prompt, objectInfo) {
       return at ? [at] : switched(from, branch);
     });
   };
+  /** The primitive a value comes from through a math expression of one linked variable. */
+  const throughExpression = (id, input) => {
+    const value = original[id].inputs[input];
+    if (!Array.isArray(value) || original[value[0]]?.class_type !== 'ComfyMathExpression') return null;
+    const expression = String(value[0]);
+    const linked = Object.entries(original[expression].inputs)
+      .filter(([name, v]) => name.startsWith('values.') && Array.isArray(v));
+    return linked.length === 1 ? source(expression, linked[0][0]) : null;
+  };
   const literal = (id, input) => {
     const at = source(id, input);
     return at ? [at, original[at[0]].inputs[at[1]]] : [null, undefined];
@@ -74,10 +85,14 @@ export function shrink(prompt, objectInfo) {
     for (const input of ['width', 'height']) {
       const [at, value] = literal(id, input);
       if (at && value > SIZE) set(...at, min(input, SIZE));
+      const via = at ? null : throughExpression(id, input);
+      if (via && original[via[0]].inputs[via[1]] > SIZE) set(...via, SIZE);
     }
     for (const input of ['length', 'frames', 'num_frames', 'video_frames']) {
       const [at] = literal(id, input);
       if (at) set(...at, minimum(objectInfo, node.class_type, input) ?? 1);
+      const via = at ? null : throughExpression(id, input);
+      if (via && original[via[0]].inputs[via[1]] > 1) set(...via, 1);
     }
     const [pixelsAt, pixels] = literal(id, 'megapixels');
     if (pixelsAt && pixels > MEGAPIXELS) set(...pixelsAt, min('megapixels', MEGAPIXELS));
