@@ -193,22 +193,10 @@ mod tests {
     /// image latent and mask at other sizes, with the noise mask or neither, across batch sizes, and Canny.
     #[test]
     fn matches_comfyuis_flux_concat_cond() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/flux_concat/cases.safetensors");
-        let bytes = std::fs::read(&path).expect("the flux_concat fixture");
-        let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-        let tensor = |name: &str| -> Option<Tensor> {
-            let view = file.tensor(name).ok()?;
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            Some(Tensor::new(view.shape().to_vec(), values).expect("a tensor"))
-        };
-        let mut cases: Vec<String> = file
-            .names()
-            .into_iter()
+        let fixture = crate::fixtures::tensors("flux_concat/cases.safetensors");
+        let tensor = |name: &str| fixture.get(name).cloned();
+        let mut cases: Vec<String> = fixture
+            .keys()
             .filter_map(|name| name.strip_suffix(".out").map(str::to_string))
             .collect();
         cases.sort();

@@ -215,22 +215,11 @@ mod tests {
     /// (`scripts/reference/common_upscale.py`).
     #[test]
     fn every_method_matches_comfyuis_common_upscale() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/common_upscale/io.safetensors");
-        let bytes = std::fs::read(&path).expect("the common_upscale fixture");
-        let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-        let tensor = |name: &str| {
-            let view = file.tensor(name).expect(name);
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            Tensor::new(view.shape().to_vec(), values).expect("a tensor")
-        };
+        let fixture = crate::fixtures::tensors("common_upscale/io.safetensors");
+        let tensor = |name: &str| fixture[name].clone();
         let image = tensor("image");
         let mut failures = Vec::new();
-        for (name, _) in file.tensors() {
+        for name in fixture.keys() {
             let Some(case) = name.strip_prefix("out.") else { continue };
             let parts: Vec<&str> = case.split('.').collect();
             let [method, crop, size] = parts[..] else { panic!("{name}") };
@@ -244,7 +233,7 @@ mod tests {
                 continue;
             }
             let got = resize(&image, w, h, method, crop == "center").expect("resizes");
-            let want = tensor(&name);
+            let want = tensor(name);
             assert_eq!(got.shape(), want.shape(), "{name}");
             let worst =
                 got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
