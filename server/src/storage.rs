@@ -40,6 +40,12 @@ pub enum StorageError {
     /// its password).
     #[error("cannot connect to the database {0}")]
     Connect(String, #[source] sqlx::Error),
+    /// Another Kiln server holds the Postgres database (the message names it, without its password).
+    #[error(
+        "another kiln server is using the database {0}: run one server per database (API nodes and workers \
+         sharing one are not there yet)"
+    )]
+    InUse(String),
     /// A migration failed.
     #[error("the database schema could not be brought up to date")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -69,7 +75,17 @@ pub(crate) struct Storage {
     reader: Reader,
     handle: tokio::runtime::Handle,
     writer: Writer,
+    /// On Postgres, the connection holding [`SERVER_LOCK`] for as long as the server runs.
+    _server_lock: Option<Arc<std::sync::Mutex<sqlx::PgConnection>>>,
 }
+
+/// The session-level advisory lock a Kiln server holds on its Postgres database, so that a second server on the
+/// same database is refused rather than running the same queue ("kiln" in ASCII).
+const SERVER_LOCK: i64 = 0x6b69_6c6e;
+
+/// How long a starting server waits for the lock (a server killed a moment ago: Postgres ends its session when
+/// it sees the connection closed).
+const SERVER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The reading pool of either database.
 #[derive(Clone)]
@@ -90,6 +106,7 @@ impl Storage {
         data_dir: &Path,
         database: &Database,
     ) -> Result<Storage, StorageError> {
+        let mut server_lock = None;
         let (reader, writer) = match database {
             Database::Embedded => {
                 let file = data_dir.join("kiln.sqlite");
@@ -111,6 +128,22 @@ impl Storage {
                     options.get_database().unwrap_or_default()
                 );
                 let connect_failed = |error| StorageError::Connect(name.clone(), error);
+                let mut lock = options.connect().await.map_err(connect_failed)?;
+                let deadline = tokio::time::Instant::now() + SERVER_LOCK_WAIT;
+                loop {
+                    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                        .bind(SERVER_LOCK)
+                        .fetch_one(&mut lock)
+                        .await?;
+                    if held {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(StorageError::InUse(name));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                server_lock = Some(Arc::new(std::sync::Mutex::new(lock)));
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(POSTGRES_WAIT)
@@ -122,7 +155,12 @@ impl Storage {
                 (Reader::Postgres(pool), writer)
             }
         };
-        Ok(Storage { reader, handle: tokio::runtime::Handle::current(), writer })
+        Ok(Storage {
+            reader,
+            handle: tokio::runtime::Handle::current(),
+            writer,
+            _server_lock: server_lock,
+        })
     }
 
     /// Runs a future to completion from a thread that is not running async tasks.

@@ -253,3 +253,31 @@ async fn the_cloud_runtime_keeps_its_accounts_and_each_workspaces_state_in_postg
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_database_is_refused_while_the_first_runs() {
+    let postgres = Postgres::start("one-server");
+    let url = postgres.database("kiln");
+    let dirs = [temp_dir("postgres-one-a"), temp_dir("postgres-one-b")];
+    let (first, _) = start_with(&dirs[0], &database_url(&url));
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["--port", "0", "--disable-front-end", "--data-dir"])
+        .arg(&dirs[1])
+        .args(database_url(&url))
+        .output()
+        .expect("kiln runs");
+    assert!(!output.status.success(), "a second server started on the same database");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("another kiln server is using the database postgres://127.0.0.1:"),
+        "{stderr}"
+    );
+    // Once the first is gone (killed: Postgres ends its session), the next one starts.
+    drop(first);
+    let (_second, addr) = start_with(&dirs[1], &database_url(&url));
+    let http = reqwest::Client::new();
+    assert_eq!(get(&http, &addr, "/readyz").await.status().as_u16(), 200);
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
