@@ -3,6 +3,7 @@
 
 use super::mask::{mask, tensor};
 use super::pure::Pure;
+use super::wan::size;
 use crate::nodes::{InputDef, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
@@ -20,12 +21,6 @@ fn pixels(name: &str) -> InputDef {
     InputDef::int(name, 0, 0, MAX_RESOLUTION).option("step", 1)
 }
 
-/// A pixel count input as a size (its declared range keeps it at 0 or more).
-fn count(inputs: &crate::nodes::Inputs, name: &str) -> Result<usize, NodeError> {
-    usize::try_from(inputs.int(name)?)
-        .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
-}
-
 /// The nodes, in ComfyUI's registration order.
 pub(super) fn nodes() -> Vec<Pure> {
     vec![
@@ -41,7 +36,7 @@ pub(super) fn nodes() -> Vec<Pure> {
             |inputs| {
                 let (destination, [b, h, w]) = mask(inputs, "destination")?;
                 let (source, source_dims) = mask(inputs, "source")?;
-                let at = (count(inputs, "x")?, count(inputs, "y")?);
+                let at = (size(inputs, "x")?, size(inputs, "y")?);
                 let combined = composite(
                     (destination.data(), [b, h, w]),
                     (source.data(), source_dims),
@@ -62,7 +57,7 @@ pub(super) fn nodes() -> Vec<Pure> {
                 .aliases(&["soft edge mask", "blur mask edges", "gradient mask edge"]),
             |inputs| {
                 let (m, dims) = mask(inputs, "mask")?;
-                let edges = ["left", "top", "right", "bottom"].map(|name| count(inputs, name));
+                let edges = ["left", "top", "right", "bottom"].map(|name| size(inputs, name));
                 let [left, top, right, bottom] = edges;
                 let feathered = feather(m.data(), dims, [left?, top?, right?, bottom?]);
                 Ok(vec![Value::Mask(tensor(dims.to_vec(), feathered)?)])

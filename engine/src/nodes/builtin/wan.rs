@@ -19,7 +19,7 @@ use crate::value::{Latent, Value};
 /// ComfyUI's `MAX_RESOLUTION`.
 const MAX_RESOLUTION: i64 = 16384;
 /// Frames per latent frame along time (the Wan VAEs').
-const TEMPORAL: usize = 4;
+pub(super) const TEMPORAL: usize = 4;
 /// Channels of the Wan 2.1 latent the 2.1 nodes make.
 pub(super) const WAN21_CHANNELS: usize = 16;
 /// Channels and pixels per latent position of the Wan 2.2 VAE's latent.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::mask::mask;
 use super::pure::Pure;
 use super::wan::{
-    VideoRequest, fit_frames, image_conditioned, latent_frames, penultimate, start_clip,
+    VideoRequest, WAN21_CHANNELS as CHANNELS, fit_frames, image_conditioned, latent_frames,
+    penultimate, start_clip, video_inputs,
 };
 use kiln_models::linspace;
 
@@ -26,11 +27,8 @@ mod tests;
 
 const MODULE: &str = "comfy_extras.nodes_wanmove";
 const CATEGORY: &str = "model/conditioning/wan/move";
-const MAX_RESOLUTION: i64 = 16384;
 /// Frames, rows and columns per latent position (the Wan 2.1 VAE's).
 const DOWNSAMPLE: [usize; 3] = [4, 8, 8];
-/// Channels of the Wan 2.1 latent.
-const CHANNELS: usize = 16;
 
 /// A `FLOAT` input whose tooltip ComfyUI writes before its range.
 fn described_float(name: &str, default: f64, step: f64, tooltip: &str) -> InputDef {
@@ -265,11 +263,8 @@ impl WanMoveTrackToVideo {
                     .option("min", 0.0)
                     .option("max", 100.0)
                     .option("step", 0.01),
-            )
-            .input(InputDef::int("width", 832, 16, MAX_RESOLUTION).option("step", 16))
-            .input(InputDef::int("height", 480, 16, MAX_RESOLUTION).option("step", 16))
-            .input(InputDef::int("length", 81, 1, MAX_RESOLUTION).option("step", 4))
-            .input(InputDef::int("batch_size", 1, 1, 4096))
+            );
+        let spec = video_inputs(spec, (832, 480), (16, 16), 81)
             .input(InputDef::typed("start_image", "IMAGE"))
             .optional(InputDef::typed("tracks", "TRACKS"))
             .optional(InputDef::typed("clip_vision_output", "CLIP_VISION_OUTPUT"))

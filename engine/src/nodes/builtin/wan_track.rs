@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use super::vae::encode_video;
 use super::wan::{
-    VideoRequest, WanImageToVideo, fit_frames, grey_video, image_conditioned, latent_frames,
-    penultimate, video_inputs,
+    TEMPORAL, VideoRequest, WAN21_CHANNELS as CHANNELS, WanImageToVideo, fit_frames, grey_video,
+    image_conditioned, latent_frames, penultimate, video_inputs,
 };
 use kiln_models::linspace;
 
@@ -28,10 +28,6 @@ mod tests;
 
 /// Points a track is padded or cut to (121 frames at 24 fps: five seconds).
 const TRACK_POINTS: usize = 121;
-/// Frames per latent frame along time.
-const TEMPORAL: usize = 4;
-/// Channels of the Wan 2.1 latent.
-const CHANNELS: usize = 16;
 
 /// A track: its points (x, y) in pixels.
 type Track = Vec<(f32, f32)>;
