@@ -59,8 +59,9 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl' },
   { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae|Wan2_1_VAE_bf16)\.safetensors$/, family: 'wan21-vae' },
-  // Qwen-Image's LoRAs, whatever their authors call them (not `qwen-360-diffusion-2512-int8-bf16`, whose int8
-  // encoding Kiln has not seen).
+  // Qwen-Image's LoRAs, whatever their authors call them. Qwen 360 Diffusion's `int8-bf16` names the int8 base
+  // it was trained against (its model card, and the template's note on the "int8-trained" LoRA); the file is bf16.
+  { folder: 'loras', stem: /^qwen-360-diffusion/i, family: 'qwen-image-lora', dtype: 'bf16' },
   { folder: 'loras', stem: /qwen[_-]?image|qwen[_-]edit|_qwen\.|^firered-image-edit/i, family: 'qwen-image-lora' },
   // Qwen-Image's ControlNets: InstantX's (the inpainting one with its mask channel) and VideoX-Fun's.
   { folder: 'controlnet', stem: /^qwen-image-instantx-controlnet-inpainting/i, family: 'qwen-image-controlnet-inpaint' },
