@@ -1,4 +1,5 @@
-//! CPU op benchmarks at Z-Image shapes: `linear` with bf16 weights, attention and a VAE conv. Each case runs
+//! CPU op benchmarks at Z-Image shapes: `linear` with bf16 weights, attention and a VAE conv; `linear` with fp8
+//! weights at Qwen-Image's shapes for few rows. Each case runs
 //! once to warm up, then several times; the median (and the fastest run) is reported. Prints one JSON object (seconds per case)
 //! on stdout; `bench/cpu/run.sh` compares it with torch's figures for the same cases.
 //!
@@ -94,6 +95,21 @@ fn main() -> Result<()> {
                 pair(f32_secs.median, bf16_secs.median),
                 pair(f32_secs.min, bf16_secs.min),
             ));
+        }
+    }
+    // fp8 weights at Qwen-Image's MMDiT shapes (hidden 3072, MLP 12288) times the few rows of a 64² image
+    // (16 tokens) or a short prompt: the rows where packing the weight costs as much as the product (#23).
+    for (n, k) in [(3072, 3072), (12288, 3072), (3072, 12288)] {
+        let w = OwnedWeight::from_f32(cpu.memory(), DType::F8E4M3, &[n, k], &values(n * k, 3))?;
+        for m in [1, 4, 8, 16] {
+            let name = format!("linear_fp8_w{n}x{k}_m{m}");
+            if !wanted(&name) {
+                continue;
+            }
+            let x = cpu.from_f32(&[m, k], &values(m * k, 4), DType::F32)?;
+            let secs = time(9, &mut || cpu.linear(&x, &w.view(), None))?;
+            eprintln!("{name}: {secs}");
+            results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
         }
     }
     let mut run =

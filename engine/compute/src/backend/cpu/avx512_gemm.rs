@@ -43,7 +43,7 @@ const NC: usize = NR * 8;
 /// Output columns per task for `m × n` outputs: 8 panels for many rows, 4 for few; with [`Threads::All`]
 /// narrower where that splits the panels evenly over the rayon pool's threads (60 panels in tasks of 8 leave
 /// one of two threads idle for the last half task) or gives each thread at least four tasks.
-fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
+pub(super) fn task_cols(m: usize, n: usize, threads: Threads) -> usize {
     let widest = if m >= 1024 { NC } else { NC / 2 } / NR;
     let per_task = match threads {
         Threads::One => widest,
@@ -69,7 +69,7 @@ const MB: usize = MR * 8;
 const PACK_STEPS: usize = 64;
 
 /// Whether this CPU has AVX512F (checked once).
-fn has_avx512f() -> bool {
+pub(super) fn has_avx512f() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     #[cfg(target_arch = "x86_64")]
     return *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"));
@@ -301,7 +301,7 @@ impl Kind for F32 {
 }
 
 /// [`crate::dtype::widen_into`], then times `scale` if given, compiled for AVX-512: the fp8 decode runs 16 lanes at a time.
-fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+pub(super) fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
     #[inline(always)]
     fn body(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
         widen_into_inline(dtype, bytes, out);
@@ -491,12 +491,12 @@ thread_local! {
     static PACK_BF16: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     /// The stored bytes of a [`matmul_bt`] task's weight rows, reused across calls on a thread, so a large
     /// weight's rows are not a fresh allocation (zeroed and page-faulted) per call.
-    static ROW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    pub(super) static ROW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer `key`, or on a new one while the thread's is in use (a rayon task that
 /// waits inside it, say while a weight is read in parallel, may run another task of the same product here).
-fn with_thread_buffer<T: 'static, R>(
+pub(super) fn with_thread_buffer<T: 'static, R>(
     key: &'static std::thread::LocalKey<RefCell<Vec<T>>>,
     f: impl FnOnce(&mut Vec<T>) -> R,
 ) -> R {
@@ -678,7 +678,7 @@ unsafe fn transpose16_avx512(rows: [*const u8; 16], dst: *mut u32, stride: usize
 
 /// `len` elements of `v` starting at a 64-byte boundary (growing `v` as needed), so every 16-lane load of a
 /// packed panel reads one cache line rather than two.
-fn aligned<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+pub(super) fn aligned<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     let slack = 64 / std::mem::size_of::<T>();
     if v.len() < len + slack {
         v.resize(len + slack, T::default());
@@ -689,12 +689,12 @@ fn aligned<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 
 /// The output's base pointer, shared by the tasks (each writes its own columns).
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
+pub(super) struct SendPtr(pub(super) *mut f32);
 
 impl SendPtr {
     /// The address `i` elements on. A method, so closures capture the whole `SendPtr` (which is `Sync`),
     /// not its raw-pointer field.
-    fn at(self, i: usize) -> *mut f32 {
+    pub(super) fn at(self, i: usize) -> *mut f32 {
         self.0.wrapping_add(i)
     }
 }

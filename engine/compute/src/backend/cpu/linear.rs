@@ -1,7 +1,8 @@
 //! Products on the CPU: `linear` (activations times a stored weight), batched `matmul` and `embedding`.
 //!
 //! On CPUs with AVX-512, `linear` runs [`super::avx512_gemm`]: the weight is widened while it is packed for
-//! the micro-kernel, and bf16 activations times bf16 weights skip widening altogether (AVX512-BF16). Elsewhere
+//! the micro-kernel (for a few rows of activations, [`super::skinny`] widens it in place without packing), and
+//! bf16 activations times bf16 weights skip widening altogether (AVX512-BF16). Elsewhere
 //! the weight `[N, K]` is widened to f32 in blocks of rows, each block multiplied with the `gemm` crate as
 //! soon as it is widened, so no `N × K` f32 buffer is allocated for a large weight.
 
@@ -11,6 +12,7 @@ use rayon::prelude::*;
 use super::Cpu;
 use super::avx512_gemm::{self, Bf16, F32, Kind};
 use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::skinny;
 use super::storage::{Data, data, read_f32, tensor_from_f32};
 use super::weights::{vector, widen_range};
 use crate::dtype::DType;
@@ -83,22 +85,12 @@ pub(crate) fn linear(
                 }
                 Ok(())
             };
-            avx512_gemm::matmul_bt::<F32>(
-                &read_f32(x, OP)?,
-                m,
-                n,
-                k,
-                (DType::F32, None),
-                &read_values,
-                &mut out,
-            )?;
+            f32_product(&read_f32(x, OP)?, (m, n, k), (DType::F32, None), &read_values, &mut out)?;
         }
         _ if F32::available() => {
-            avx512_gemm::matmul_bt::<F32>(
+            f32_product(
                 &read_f32(x, OP)?,
-                m,
-                n,
-                k,
+                (m, n, k),
                 (w.dtype(), w.scale()),
                 &read_rows,
                 &mut out,
@@ -116,6 +108,22 @@ pub(crate) fn linear(
     let mut shape = lead.to_vec();
     shape.push(n);
     tensor_from_f32(shape, out, x.dtype(), OP)
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` on AVX-512 for f32 activations: few rows without packing ([`skinny`]), more
+/// through the packed micro-kernels.
+fn f32_product(
+    x: &[f32],
+    (m, n, k): (usize, usize, usize),
+    stored: (DType, Option<f32>),
+    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    out: &mut [f32],
+) -> Result<()> {
+    if m <= skinny::MAX_ROWS && skinny::available() {
+        skinny::matmul_bt(x, m, n, k, stored, read_rows, out)
+    } else {
+        avx512_gemm::matmul_bt::<F32>(x, m, n, k, stored, read_rows, out)
+    }
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` with `w` `[n, k]` widened in blocks of about `block_elems` elements.

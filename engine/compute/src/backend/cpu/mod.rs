@@ -6,7 +6,8 @@
 //! and are widened each time an op reads them. Ops run synchronously on the calling thread and the rayon pool.
 //!
 //! One module per op family: `storage` (buffers and dtype conversion), `weights` (reading weights), `gemm`
-//! (the checked GEMM front), `avx512_gemm` (AVX-512 micro-kernels), `linear`, `attention`, `norm`,
+//! (the checked GEMM front), `avx512_gemm` (AVX-512 micro-kernels), `skinny` (products of few rows without
+//! packing), `linear`, `attention`, `norm`,
 //! `elementwise`, `quant` (the row and block formats of quantized weights), `rope`, `conv`, `image`, `layout` and `store`; `simd` holds the vectorised inner loops.
 
 mod attention;
@@ -21,6 +22,7 @@ mod norm;
 mod quant;
 mod rope;
 mod simd;
+mod skinny;
 mod storage;
 mod store;
 mod weights;

@@ -1,0 +1,276 @@
+//! `x · wᵀ` for a few rows of x with AVX-512, without packing: the path of `linear` when at most
+//! [`MAX_ROWS`] rows meet each weight (the one row of a modulation or a timestep embedding, a short prompt).
+//!
+//! With few rows each weight element is used only a few times, so packing it into micro-panels (widen, then
+//! transpose, then read back) costs as much as the product (issue #23: 17 % of a Qwen-Image step at 64² went to
+//! packing, beside 20 % to widening). Here each task widens [`J`] weight rows at a time into an L1/L2-sized
+//! scratch, in their stored order, and multiplies them with up to [`R`] rows of x in a register tile of
+//! `R × J` 16-lane accumulators that run along k; each accumulator is summed across its lanes at the end.
+//!
+//! The widened values are those the packing path multiplies ([`super::avx512_gemm::widen_avx512`], scale
+//! included), so a weight file and its dequantized f32 twin still give the same bits; the summation order
+//! differs from the packing path's, as any two GEMM kernels' do.
+//!
+//! Invariant: AVX-512 code runs only after [`available`] said the CPU has it, and every pointer a kernel reads
+//! is derived from a slice whose length was checked against the indices it covers.
+
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::avx512_gemm::{
+    ROW_BYTES, SendPtr, aligned, has_avx512f, task_cols, widen_avx512, with_thread_buffer,
+};
+use super::gemm::Threads;
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// The most rows of x this path takes. Measured against the packing path of [`super::avx512_gemm`] on
+/// Qwen-Image's shapes (`benches/cpu_ops.rs`, cases `linear_fp8_*`): 2.2–2.6× as fast for one row (the
+/// modulation linears, a third of the MMDiT's weights), 1.3–1.5× for 8, even at 16, slower at 32.
+pub(crate) const MAX_ROWS: usize = 8;
+
+/// Rows of x per register tile.
+const R: usize = 6;
+/// Weight rows per register tile: `R × J` accumulators, J weight vectors and one x vector fit the 32 zmm
+/// registers.
+const J: usize = 4;
+/// Lanes of a zmm register (f32).
+const LANES: usize = 16;
+
+thread_local! {
+    /// A task's J widened weight rows, reused across calls on a thread.
+    static WIDENED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this CPU runs this path.
+pub(crate) fn available() -> bool {
+    has_avx512f()
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` (times `scale` if given) read
+/// by `read_rows(row, bytes)`, which fills `bytes` with the stored bytes of weight rows `row..`.
+///
+/// The caller checks [`available`]; without it this returns without computing, which the caller's tests would
+/// catch.
+pub(crate) fn matmul_bt(
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    (dtype, scale): (DType, Option<f32>),
+    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    out: &mut [f32],
+) -> Result<()> {
+    assert!(x.len() >= m * k && out.len() >= m * n, "skinny matmul: buffers too short");
+    if !available() || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let size = dtype.size();
+    // Widened rows are padded with zeros to whole vectors, so the kernel's last weight loads need no mask.
+    let stride = k.next_multiple_of(LANES);
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let nc = task_cols(m, n, Threads::All);
+    (0..n.div_ceil(nc)).into_par_iter().try_for_each(|t| {
+        let n0 = t * nc;
+        let cols = nc.min(n - n0);
+        with_thread_buffer(&ROW_BYTES, |bytes| {
+            if bytes.len() < cols * k * size {
+                bytes.resize(cols * k * size, 0);
+            }
+            let bytes = &mut bytes[..cols * k * size];
+            read_rows(n0, bytes)?;
+            with_thread_buffer(&WIDENED, |widened| {
+                let widened = aligned(widened, J * stride);
+                for j0 in (0..cols).step_by(J) {
+                    let rows = J.min(cols - j0);
+                    for (j, dst) in widened.chunks_exact_mut(stride).enumerate() {
+                        if j < rows {
+                            let at = (j0 + j) * k * size;
+                            widen_avx512(dtype, &bytes[at..at + k * size], &mut dst[..k], scale);
+                            dst[k..].fill(0.0);
+                        } else {
+                            dst.fill(0.0);
+                        }
+                    }
+                    let mut m0 = 0;
+                    while m0 < m {
+                        let tile_rows = R.min(m - m0);
+                        let mut tile = [[0.0f32; J]; R];
+                        // SAFETY: `available()` said this CPU has AVX512F; x holds rows m0..m0 + tile_rows
+                        // of k elements (m·k asserted above) and `widened` holds J rows of `stride` ≥ k.
+                        unsafe {
+                            run_kernel(tile_rows, &x[m0 * k..], k, widened, stride, &mut tile)
+                        };
+                        for (r, values) in tile.iter().enumerate().take(tile_rows) {
+                            // SAFETY: row m0 + r < m and columns n0 + j0..n0 + j0 + rows ≤ n0 + cols belong to
+                            // this task, which no other task writes, while `out` is borrowed by this call.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    out_ptr.at((m0 + r) * n + n0 + j0),
+                                    rows,
+                                )
+                            };
+                            dst.copy_from_slice(&values[..rows]);
+                        }
+                        m0 += tile_rows;
+                    }
+                }
+            });
+            Ok(())
+        })
+    })
+}
+
+const _: () = assert!(R == 6, "run_kernel has one arm per row count up to R");
+
+/// Runs the kernel for `rows` (1..=R) rows of x.
+///
+/// # Safety
+/// As [`kernel`] for that row count.
+unsafe fn run_kernel(
+    rows: usize,
+    x: &[f32],
+    ldx: usize,
+    w: &[f32],
+    stride: usize,
+    tile: &mut [[f32; J]; R],
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's promise for this row count.
+    unsafe {
+        match rows {
+            6 => kernel::<6>(x, ldx, w, stride, tile),
+            5 => kernel::<5>(x, ldx, w, stride, tile),
+            4 => kernel::<4>(x, ldx, w, stride, tile),
+            3 => kernel::<3>(x, ldx, w, stride, tile),
+            2 => kernel::<2>(x, ldx, w, stride, tile),
+            _ => kernel::<1>(x, ldx, w, stride, tile),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (rows, x, ldx, w, stride, tile);
+        unreachable!("available() is false off x86-64")
+    }
+}
+
+/// `tile[r][j] = Σ_l x[r·ldx + l] · w[j·stride + l]` over l < ldx (= k) for `RR` rows of x and [`J`] widened
+/// weight rows.
+///
+/// # Safety
+/// AVX512F is available; `x.len() ≥ (RR − 1)·ldx + ldx`; `w.len() ≥ J·stride` with `stride` a multiple of 16
+/// and at least ldx.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel<const RR: usize>(
+    x: &[f32],
+    ldx: usize,
+    w: &[f32],
+    stride: usize,
+    tile: &mut [[f32; J]; R],
+) {
+    use std::arch::x86_64::*;
+    let k = ldx;
+    assert!(RR <= R && x.len() >= RR * k && w.len() >= J * stride && stride >= k);
+    assert!(stride.is_multiple_of(LANES));
+    let mut acc = [[_mm512_setzero_ps(); J]; RR];
+    let (xp, wp) = (x.as_ptr(), w.as_ptr());
+    let full = k / LANES * LANES;
+    for l in (0..full).step_by(LANES) {
+        // SAFETY: l + 16 ≤ full ≤ k ≤ stride, so each load stays inside row j of w (J·stride elements,
+        // asserted) and row r of x (RR·k elements, asserted). Loads are unaligned.
+        unsafe {
+            let wv: [__m512; J] = std::array::from_fn(|j| _mm512_loadu_ps(wp.add(j * stride + l)));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let xv = _mm512_loadu_ps(xp.add(r * k + l));
+                for (a, &wvj) in acc_r.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(xv, wvj, *a);
+                }
+            }
+        }
+    }
+    if full < k {
+        // The last k − full inputs: x through a mask (its lanes past k are neither read nor faulted), w as
+        // a whole vector (its padding is zeros, inside `stride`).
+        let mask: __mmask16 = (1u16 << (k - full)) - 1;
+        // SAFETY: full + 16 ≤ stride, so the weight loads stay inside row j of w; the masked x loads read
+        // only lanes below k − full, inside row r of x.
+        unsafe {
+            let wv: [__m512; J] =
+                std::array::from_fn(|j| _mm512_loadu_ps(wp.add(j * stride + full)));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let xv = _mm512_maskz_loadu_ps(mask, xp.add(r * k + full));
+                for (a, &wvj) in acc_r.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(xv, wvj, *a);
+                }
+            }
+        }
+    }
+    for (dst, acc_r) in tile.iter_mut().zip(&acc) {
+        for (d, &a) in dst.iter_mut().zip(acc_r) {
+            *d = _mm512_reduce_add_ps(a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_loops_for_every_weight_dtype_and_row_count() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
+            // Row counts below, at and above a tile (6); weight rows that do and do not fill a tile (4) and a
+            // task; k below one vector, at one, and with a tail.
+            for (m, n, k) in [(1, 50, 64), (6, 64, 1), (7, 200, 1030), (13, 5, 7), (32, 300, 16)] {
+                let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
+                let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+                let wbytes = crate::dtype::narrow(dtype, &wv);
+                let wr = crate::dtype::widen(dtype, &wbytes);
+                let size = dtype.size();
+                let read = |row: usize, dst: &mut [u8]| -> Result<()> {
+                    dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
+                    Ok(())
+                };
+                for scale in [None, Some(0.375f32)] {
+                    let mut out = vec![f32::NAN; m * n];
+                    matmul_bt(&xv, m, n, k, (dtype, scale), &read, &mut out).expect("matmul");
+                    let s = f64::from(scale.unwrap_or(1.0));
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]) * s)
+                                .sum();
+                            let got = f64::from(out[i * n + j]);
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "{dtype} ({m}, {n}, {k}) scale {scale:?} at ({i}, {j}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_weight_read_error_is_returned() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let read = |_: usize, _: &mut [u8]| -> Result<()> {
+            Err(crate::error::Error::shape("test", "the weight cannot be read"))
+        };
+        let mut out = vec![0.0f32; 4];
+        let result = matmul_bt(&[1.0; 8], 2, 2, 4, (DType::F32, None), &read, &mut out);
+        assert!(result.is_err(), "the read error reaches the caller");
+    }
+}
