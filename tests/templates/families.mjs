@@ -126,6 +126,11 @@ const kilnFiles = [
   { folder: 'text_encoders', stem: /^umt5_xxl_(fp16|bf16|fp8_e4m3fn_scaled)\.safetensors$/, family: 'umt5-xxl' },
   { folder: 'vae', stem: /^wan2\.2_vae\.safetensors$/, family: 'wan22-vae' },
   { folder: 'loras', stem: /lightx2v|causvid|^chronoedit_distill_lora/i, family: 'wan21-lora' },
+  // Wan-Alpha (RGBA video from Wan 2.1 T2V 14B): a DoRA on the DiT (written here as a plain LoRA of the same
+  // layout; DoRA's magnitudes go through the same adapter code, tested on its own) and two Wan 2.1 VAEs whose
+  // decoders were tuned for the RGB and the alpha channel.
+  { folder: 'loras', stem: /^wan_alpha_2\.1_rgba_lora\.safetensors$/, family: 'wan21-lora' },
+  { folder: 'vae', stem: /^wan_alpha_2\.1_vae_(rgb|alpha)_channel\.safetensors$/, family: 'wan21-vae' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
 ];
