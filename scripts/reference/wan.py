@@ -44,6 +44,8 @@ Writes:
   `transformer_options["rope_options"]` (ROPE_OPTIONS: time stretched 7x as ChronoEdit's template does, fractional
   scales and shifts on every axis); diffusers has no such option, so it is ComfyUI's alone. `wan.py rope` writes
   only this file, from the fixtures already there.
+- bernini.safetensors (f32): ComfyUI's t2v output on the t2v case's inputs with two in-context latents
+  (`context_latents`, BerniniConditioning's; see `bernini()`); ComfyUI's alone too. `wan.py bernini` writes only it.
 
 diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
 text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
@@ -230,6 +232,7 @@ def main():
     vace(stored, ti2v)
     camera(stored, ti2v)
     scaled_rope()
+    bernini()
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -390,6 +393,29 @@ def scaled_rope():
     save_file({"out": out.contiguous()}, f"{OUT}/rope.safetensors")
 
 
+def bernini():
+    """ComfyUI's t2v WanModel on the `t2v` case's inputs with BerniniConditioning's in-context latents
+    (`context_latents`, what `WAN21.extra_conds` hands the model): a 2-frame source video and a 1-frame
+    reference of odd sides (padded circularly), one per sample. bernini.safetensors holds `context.0` [2, 16, 2,
+    4, 6], `context.1` [2, 16, 1, 3, 5] and `out` [2, 16, 3, 4, 6] (f32). Reads the weights and inputs already
+    written, so it runs on its own too (`wan.py bernini`)."""
+    from safetensors.torch import load_file
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    io = load_file(f"{OUT}/io.safetensors")
+    net = comfy_net("t2v", stored, ti2v)
+    x, t, context, _ = inputs(io, "t2v")
+    g = torch.Generator().manual_seed(13)
+    latents = [torch.randn(2, 16, 2, 4, 6, generator=g), torch.randn(2, 16, 1, 3, 5, generator=g)]
+    with torch.no_grad():
+        out = net(x, t, context, transformer_options={}, context_latents=latents)
+    moved = float((out - io["out.t2v"]).abs().max())
+    print(f"ComfyUI, t2v with two in-context latents: differs from plain t2v by {moved:.3f}")
+    save_file({"context.0": latents[0], "context.1": latents[1], "out": out.contiguous()},
+              f"{OUT}/bernini.safetensors")
+
+
 def vace_weights(t2v):
     """The VACE weights of the tiny VACE model, made of the t2v variant's own tensors so the fixture stays small
     (the Rust test builds them the same way): VACE block 0 is block 1 renamed, VACE block 1 is block 0; block 0's
@@ -476,5 +502,8 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["rope"]:
         import_comfyui()
         scaled_rope()
+    elif sys.argv[1:] == ["bernini"]:
+        import_comfyui()
+        bernini()
     else:
         main()

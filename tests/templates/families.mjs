@@ -105,6 +105,8 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^wan2\.1_flf2v_720p_14B[_.]/i, family: 'wan21-flf2v-14b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_ti2v_5B[_.]/i, family: 'wan22-ti2v-5b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_t2v_(high|low)_noise_14B[_.]/i, family: 'wan22-t2v-a14b' },
+  // Bernini-R: a fine-tune of the A14B T2V pair that reads BerniniConditioning's in-context latents.
+  { folder: 'diffusion_models', stem: /^wan2\.2_bernini_r_(high|low)_noise[_.]/i, family: 'wan22-t2v-a14b' },
   { folder: 'diffusion_models', stem: /^wan2\.2_(i2v|fun_inpaint)_(high|low)_noise_14B[_.]/i, family: 'wan22-i2v-a14b' },
   // Wan 2.1 Fun InP 1.3B: the I2V structure (36 channels in, the CLIP branch) at 1.3B's widths.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_inp_1\.3B[_.]/i, family: 'wan21-i2v-14b' },

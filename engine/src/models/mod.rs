@@ -381,6 +381,9 @@ pub struct CondExtras {
     pub vace: Vec<VaceControl>,
     /// The camera embedding a Wan Fun Camera model reads (`WanCameraImageToVideo`'s `camera_conditions`).
     pub camera: Option<Tensor>,
+    /// The in-context latents a Wan model attends to (`BerniniConditioning`'s `context_latents`: the source
+    /// video, then the reference video, then each reference image), VAE space, each `[1, C, T, h, w]`.
+    pub context_latents: Vec<Tensor>,
 }
 
 /// One `WanVaceToVideo` control for a Wan VACE model.
@@ -405,6 +408,7 @@ impl CondExtras {
             + self.controls.iter().map(ControlApplication::byte_size).sum::<usize>()
             + self.vace.iter().map(|v| v.frames.byte_size() + v.mask.byte_size()).sum::<usize>()
             + self.camera.as_ref().map_or(0, Tensor::byte_size)
+            + self.context_latents.iter().map(Tensor::byte_size).sum::<usize>()
     }
 }
 

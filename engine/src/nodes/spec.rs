@@ -498,6 +498,22 @@ impl NodeSpec {
         self.grow(name, template, config, grown, min)
     }
 
+    /// [`NodeSpec::autogrow_prefix`] declared among the optional inputs (`io.Autogrow.Input(optional=True)`,
+    /// with `min` 0 so that none of the grown inputs is required).
+    pub fn optional_autogrow_prefix(
+        self,
+        name: &str,
+        template: InputDef,
+        prefix: &str,
+        max: usize,
+    ) -> NodeSpec {
+        let mut spec = self.autogrow_prefix(name, template, prefix, (0, max));
+        if let Some(declared) = spec.required.pop() {
+            spec.optional.push(declared);
+        }
+        spec
+    }
+
     /// Adds a required V3 `DynamicCombo` input `name` (type [`DYNAMIC_COMBO`]): a choice among `options`, each
     /// bringing its own inputs, which the frontend sends as `name.<input>` (the chosen option's only).
     /// Validation sees `name` as a combo of the option keys and each `name.<input>` as optional, a combo of every

@@ -310,6 +310,10 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// `ScaleROPE`'s scales and shifts of the token positions: Wan applies them; Qwen-Image ignores them, as
     /// ComfyUI's does; FLUX and Z-Image refuse any but the identity (ComfyUI applies them there; Kiln not yet).
     pub rope: RopeOptions,
+    /// In-context latents in model space (`BerniniConditioning`'s `context_latents`), each `[1 or B, C, T, h,
+    /// w]`: Wan reads them (see [`crate::wan::WanInput::context_latents`]); other families ignore them, as
+    /// ComfyUI's do.
+    pub context_latents: &'a [Tensor<B>],
 }
 
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
@@ -554,6 +558,7 @@ impl DiffusionNet {
                     camera: input.camera,
                     skip: input.skipped_blocks.double,
                     rope: input.rope,
+                    context_latents: input.context_latents,
                 };
                 net.forward(b, &wan_input)
             }

@@ -58,6 +58,11 @@ pub struct WanInput<'a, B: Backend> {
     pub skip: u64,
     /// `ScaleROPE`'s scales and shifts of the token positions (the identity for a plain model).
     pub rope: RopeOptions,
+    /// In-context latents (`BerniniConditioning`'s source video and references, in the model's latent space),
+    /// each `[B or 1, in_channels, T, H, W]` of its own size: their patch tokens follow the video's, each stream
+    /// at its own positions turned by its source id (1, 2, …), and their outputs are dropped. VACE and Fun Camera
+    /// models ignore them, as ComfyUI's do.
+    pub context_latents: &'a [Tensor<B>],
 }
 
 /// The latent's shape and token grid.
@@ -145,22 +150,29 @@ impl Wan {
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
         let reference = self.reference_tokens(b, input.reference, &grid)?;
+        let in_context = self.context_tokens(b, input.context_latents, &grid)?;
         // The reference's tokens go first, at the positions of a frame before the video's (ComfyUI encodes
-        // the RoPE of one frame more).
+        // the RoPE of one frame more); the in-context streams' follow the video's.
         let extra_frames = usize::from(reference.is_some());
-        let rope = self.rope(b, &grid, extra_frames, &input.rope)?;
+        let streams: Vec<Grid> = in_context.iter().map(|(_, g)| *g).collect();
+        let rope = self.rope(b, &grid, extra_frames, &streams, &input.rope)?;
 
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
             let sample = b.slice(&tokens, 0, s, 1)?;
-            samples.push(match &reference {
+            let mut sample = match &reference {
                 Some(r) => b.concat(&[&b.slice(r, 0, s.min(r.dim(0)? - 1), 1)?, &sample], 1)?,
                 None => sample,
-            });
+            };
+            for (tokens, _) in &in_context {
+                let row = b.slice(tokens, 0, s.min(tokens.dim(0)? - 1), 1)?;
+                sample = b.concat(&[&sample, &row], 1)?;
+            }
+            samples.push(sample);
             contexts.push(self.context(b, &text, image.as_ref(), s)?);
         }
-        drop((tokens, text, image, reference));
+        drop((tokens, text, image, reference, in_context));
         let mut vace = self.vace_streams(b, input.vace, &grid, &samples)?;
         let reference_tokens = extra_frames * grid.rows * grid.cols;
         let d = self.config.dim;
@@ -579,31 +591,82 @@ impl Wan {
 
     /// The RoPE table of a sample's tokens: token (f, i, j) at positions (f, i, j) on axes of 44, 42 and 42 of
     /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames` more frames first
-    /// (a reference image's tokens). `options` scale and shift the positions of each axis (`ScaleROPE`).
+    /// (a reference image's tokens), then each in-context stream of `streams` at its own positions from 0,
+    /// turned by its source id ([`turn_by_source`]). `options` scale and shift the positions of each axis
+    /// (`ScaleROPE`), the streams' too.
     fn rope<B: Backend>(
         &self,
         b: &B,
         grid: &Grid,
         extra_frames: usize,
+        streams: &[Grid],
         options: &RopeOptions,
     ) -> Result<Rope<B>> {
         let third = HEAD_DIM / 6;
         let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
-        let frames = grid.frames + extra_frames;
-        let rows: Vec<f64> = options.positions(1, 0.0, grid.rows).collect();
-        let cols: Vec<f64> = options.positions(2, 0.0, grid.cols).collect();
-        let mut positions = Vec::with_capacity(frames * grid.rows * grid.cols);
-        for f in options.positions(0, 0.0, frames) {
-            for &i in &rows {
-                positions.extend(cols.iter().map(|&j| [f, i, j]));
+        let table = |frames: usize, rows: usize, cols: usize| {
+            let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
+            let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
+            let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
+            for f in options.positions(0, 0.0, frames) {
+                for &i in &rows {
+                    positions.extend(cols.iter().map(|&j| [f, i, j]));
+                }
             }
+            crate::rope::tables_at(&positions, axes, ROPE_THETA)
+        };
+        let (mut cos, mut sin) = table(grid.frames + extra_frames, grid.rows, grid.cols);
+        for (i, stream) in streams.iter().enumerate() {
+            let (mut c, mut s) = table(stream.frames, stream.rows, stream.cols);
+            turn_by_source(&mut c, &mut s, i + 1);
+            cos.extend(c);
+            sin.extend(s);
         }
-        let (cos, sin) = crate::rope::tables_at(&positions, axes, ROPE_THETA);
-        let shape = [positions.len(), HEAD_DIM / 2];
+        let shape = [cos.len() / (HEAD_DIM / 2), HEAD_DIM / 2];
         Ok(Rope {
             cos: b.from_f32(&shape, &cos, DType::F32)?,
             sin: b.from_f32(&shape, &sin, DType::F32)?,
         })
+    }
+
+    /// Each in-context latent's patch tokens `[B or 1, T·rows·cols, D]` (through the video's own patch
+    /// embedding) with its token grid; none for a VACE or Fun Camera model, whose ComfyUI forward passes
+    /// never read them.
+    fn context_tokens<B: Backend>(
+        &self,
+        b: &B,
+        latents: &[Tensor<B>],
+        grid: &Grid,
+    ) -> Result<Vec<(Tensor<B>, Grid)>> {
+        if self.config.vace.is_some() || self.config.camera.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut streams = Vec::with_capacity(latents.len());
+        for latent in latents {
+            let stream = match *latent.shape() {
+                [n, c, frames, h, w]
+                    if (n == 1 || n == grid.batch)
+                        && c == self.config.in_channels
+                        && frames > 0
+                        && h > 0
+                        && w > 0 =>
+                {
+                    let (rows, cols) = (h.div_ceil(PATCH), w.div_ceil(PATCH));
+                    Grid { batch: n, frames, h, w, rows, cols, groups: 1 }
+                }
+                ref other => {
+                    return Err(Error::Invalid(format!(
+                        "{} reads in-context latents (BerniniConditioning's) of [{} or 1, {}, T, H, W], got \
+                         {other:?}",
+                        self.config.variant(),
+                        grid.batch,
+                        self.config.in_channels
+                    )));
+                }
+            };
+            streams.push((self.patch_embedding(b, latent, &stream, "patch_embedding")?, stream));
+        }
+        Ok(streams)
     }
 
     /// Block `w` on one sample's tokens `x` `[1, N, D]`.
@@ -745,6 +808,26 @@ fn sinusoid(ts: &[f32], half: usize) -> Vec<f32> {
         out.extend(freqs.iter().map(|f| (t * f).sin()));
     }
     out
+}
+
+/// Turns an in-context stream's RoPE table (`[tokens, HEAD_DIM / 2]` cos and sin) by its source id, as ComfyUI's
+/// `rope_encode(source_id=…)` composes each pair's rotation with `rope([[id]], HEAD_DIM, θ)`'s: pair p turns
+/// id·θ^(−2p / HEAD_DIM) more, over the head's whole width (the time pairs too), the product taken in f32.
+fn turn_by_source(cos: &mut [f32], sin: &mut [f32], id: usize) {
+    let pairs = HEAD_DIM / 2;
+    let turns: Vec<(f32, f32)> = (0..pairs)
+        .map(|p| {
+            let angle = id as f64 * ROPE_THETA.powf(-2.0 * p as f64 / HEAD_DIM as f64);
+            (angle.cos() as f32, angle.sin() as f32)
+        })
+        .collect();
+    for (c_row, s_row) in cos.chunks_exact_mut(pairs).zip(sin.chunks_exact_mut(pairs)) {
+        for ((c, s), &(tc, ts)) in c_row.iter_mut().zip(s_row.iter_mut()).zip(&turns) {
+            let (c0, s0) = (*c, *s);
+            *c = c0 * tc - s0 * ts;
+            *s = s0 * tc + c0 * ts;
+        }
+    }
 }
 
 /// Sample `s`'s modulation for a block whose table is `table`: its timestep embeddings' rows of `e0` (`groups`

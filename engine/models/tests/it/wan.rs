@@ -115,10 +115,10 @@ fn io_tensor(b: &Cpu, io: &Tensors, name: &str) -> Tensor<Cpu> {
 /// Runs `net` on case `case` (reading the inputs of case `inputs`, and its CLIP states if `clip`) through the
 /// family layer; `t.<case>` of two dimensions goes in as per-frame timesteps.
 fn run(b: &Cpu, net: &DiffusionNet, case: &str, inputs: &str, clip: bool) -> Vec<f32> {
-    run_with(b, net, case, inputs, clip, RopeOptions::default())
+    run_with(b, net, case, inputs, clip, RopeOptions::default(), &[])
 }
 
-/// [`run`] with `ScaleROPE`'s options.
+/// [`run`] with `ScaleROPE`'s options and in-context latents.
 fn run_with(
     b: &Cpu,
     net: &DiffusionNet,
@@ -126,6 +126,7 @@ fn run_with(
     inputs: &str,
     clip: bool,
     rope: RopeOptions,
+    context_latents: &[Tensor<Cpu>],
 ) -> Vec<f32> {
     let io = read_tensors("wan/io.safetensors");
     let x = io_tensor(b, &io, &format!("x.{inputs}"));
@@ -153,6 +154,7 @@ fn run_with(
         vace: &[],
         camera: None,
         rope,
+        context_latents,
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -217,10 +219,50 @@ fn scale_rope_moves_the_token_positions_as_comfyui_does() {
     let want = read_tensors("wan/rope.safetensors");
     assert_close(
         "t2v with ScaleROPE",
-        &run_with(&b, &net, "t2v", "t2v", false, rope),
+        &run_with(&b, &net, "t2v", "t2v", false, rope, &[]),
         &want["out"].1,
         1e-4,
     );
+}
+
+#[test]
+fn in_context_latents_follow_the_video_at_their_source_positions_as_comfyui_does() {
+    // ComfyUI's t2v output with BerniniConditioning's `context_latents` (`wan.py`'s `bernini()`): a 2-frame
+    // source video and a 1-frame reference of odd sides, a different one per sample.
+    let file = TempTensors::new("wan-bernini", Variant::T2v.tensors());
+    let (b, _, net) = load(&file.0);
+    let want = read_tensors("wan/bernini.safetensors");
+    let latents = [io_tensor(&b, &want, "context.0"), io_tensor(&b, &want, "context.1")];
+    let rope = RopeOptions::default();
+    let got = run_with(&b, &net, "t2v", "t2v", false, rope, &latents);
+    assert_close("t2v with in-context latents", &got, &want["out"].1, 1e-4);
+
+    // A latent the patch embedding cannot take is refused, naming what it reads.
+    let io = read_tensors("wan/io.safetensors");
+    let wrong = b.from_f32(&[1, 4, 1, 2, 2], &[0.0; 16], DType::F32).unwrap();
+    let input = DiffusionInput {
+        x: &io_tensor(&b, &io, "x.t2v"),
+        timesteps: &io["t.t2v"].1,
+        context: &io_tensor(&b, &io, "context.t2v"),
+        pooled: None,
+        guidance: DistilledGuidance::Unset,
+        references: &[],
+        reference_method: None,
+        kv_cache: None,
+        text_prefix: None,
+        controls: &[],
+        patches: &[],
+        clip_vision: None,
+        frame_timesteps: None,
+        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
+        vace: &[],
+        camera: None,
+        rope,
+        context_latents: std::slice::from_ref(&wrong),
+    };
+    let Err(err) = net.forward(&*b, input) else { panic!("a 4-channel latent is refused") };
+    let err = err.to_string();
+    assert!(err.contains("in-context latents") && err.contains("16"), "{err}");
 }
 
 #[test]
@@ -253,6 +295,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
             camera: None,
             skip: 0,
             rope: RopeOptions::default(),
+            context_latents: &[],
         };
         let out = model.forward(&*b, &input).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
@@ -270,6 +313,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
         camera: None,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
@@ -319,6 +363,7 @@ fn the_fun_camera_adapter_matches_comfyui() {
         camera,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     for (with, want) in [(Some(&camera), "out"), (None, "out_plain")] {
         let out = model.forward(&*b, &input(with)).unwrap();
@@ -396,6 +441,7 @@ fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
         camera: None,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("vace", &b.to_f32(&out).unwrap(), &fixture["out"].1, 1e-4);
@@ -438,6 +484,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         camera: None,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("expert with CLIP", &b.to_f32(&out).unwrap(), &io["out.expert"].1, 1e-4);
@@ -606,6 +653,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         camera: None,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
@@ -620,6 +668,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         camera: None,
         skip: 0,
         rope: RopeOptions::default(),
+        context_latents: &[],
     };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
@@ -715,6 +764,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
             camera: None,
             skip: 0,
             rope: RopeOptions::default(),
+            context_latents: &[],
         };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };

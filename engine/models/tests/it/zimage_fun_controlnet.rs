@@ -60,6 +60,7 @@ fn fun_controlnet_matches_comfyui() {
             vace: &[],
             camera: None,
             rope: Default::default(),
+            context_latents: &[],
         };
         base.forward(&*b, input)
     };

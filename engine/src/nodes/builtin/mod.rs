@@ -3,6 +3,7 @@
 
 mod attention_multiply;
 mod audio;
+mod bernini;
 mod clip_vision;
 mod compose;
 mod concat;
@@ -155,6 +156,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_camera::WanCameraImageToVideo::new(compute.clone()));
     registry.register(wan_track::WanTrackToVideo::new(compute.clone()));
     registry.register(wan_move::WanMoveTrackToVideo::new(compute.clone()));
+    registry.register(bernini::BerniniConditioning::new(compute.clone()));
     registry.register(wan_move::concat_tracks());
     registry.register(wan_move::generate_tracks());
     registry.register(wan::trim_video_latent());

@@ -141,16 +141,7 @@ impl OnDevice for Forward<'_> {
             (Some(_), None) => DistilledGuidance::Disabled,
         };
         let timesteps = vec![self.model.sampling.timestep(self.sigma); batch];
-        // References enter the model in its latent space, as ComfyUI's `process_latent_in` puts them.
-        let references = self
-            .extras
-            .reference_latents
-            .iter()
-            .map(|r| {
-                let values = self.model.latent.process_in(r.data(), r.shape());
-                b.from_f32(r.shape(), &values, b.compute_dtype())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let references = self.in_model_space(b, &self.extras.reference_latents)?;
         // The ControlNets whose range this sigma is in (ComfyUI's `timestep_range`, compared in f32), each
         // with its hint broadcast to the batch.
         let mut hints = Vec::with_capacity(self.extras.controls.len());
@@ -218,6 +209,7 @@ impl OnDevice for Forward<'_> {
             None => Vec::new(),
         };
         let camera = self.extras.camera.as_ref().map(|t| upload(b, t)).transpose()?;
+        let context_latents = self.in_model_space(b, &self.extras.context_latents)?;
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -237,6 +229,7 @@ impl OnDevice for Forward<'_> {
             vace: &vace,
             camera: camera.as_ref(),
             rope: self.model.rope,
+            context_latents: &context_latents,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -318,6 +311,22 @@ fn uso_tokens<B: Backend>(
 }
 
 impl Forward<'_> {
+    /// Latents riding with the conditioning (`ReferenceLatent`'s, `BerniniConditioning`'s) on `b` in the
+    /// model's latent space, as ComfyUI's `process_latent_in` puts them.
+    fn in_model_space<B: Backend>(
+        &self,
+        b: &B,
+        latents: &[Tensor],
+    ) -> kiln_compute::Result<Vec<kiln_compute::Tensor<B>>> {
+        latents
+            .iter()
+            .map(|r| {
+                let values = self.model.latent.process_in(r.data(), r.shape());
+                b.from_f32(r.shape(), &values, b.compute_dtype())
+            })
+            .collect()
+    }
+
     /// The latents with the channels a channel-concat model reads beside them (one part's, repeated to each
     /// part of the batch), or `None` for a model that reads none.
     fn with_concat(&self) -> kiln_models::Result<Option<(Vec<usize>, Vec<f32>)>> {

@@ -281,6 +281,15 @@ pub(super) fn fit_frames(
     width: usize,
     height: usize,
 ) -> Result<Tensor, NodeError> {
+    resize(&frame_range(image, range)?, width, height, "bilinear", true)
+}
+
+/// `image`'s frames in `range`, clamped to the batch: `..length` the first `length`, `length..` the last
+/// `length`, `a..b` frames a to b.
+pub(super) fn frame_range(
+    image: &Tensor,
+    range: impl std::ops::RangeBounds<usize>,
+) -> Result<Tensor, NodeError> {
     let &[n, h, w, c] = image.shape() else {
         return Err(NodeError::new(format!(
             "expected an IMAGE [B, H, W, C], got {:?}",
@@ -291,13 +300,18 @@ pub(super) fn fit_frames(
         // `..length`: the first frames.
         (std::ops::Bound::Unbounded, std::ops::Bound::Excluded(&end)) => (0, end.min(n)),
         // `length..`: the last frames.
-        (std::ops::Bound::Included(&last), _) => (n.saturating_sub(last), n),
+        (std::ops::Bound::Included(&last), std::ops::Bound::Unbounded) => {
+            (n.saturating_sub(last), n)
+        }
+        // `a..b`: those frames.
+        (std::ops::Bound::Included(&a), std::ops::Bound::Excluded(&b)) => {
+            (a.min(n), b.min(n).max(a.min(n)))
+        }
         _ => (0, n),
     };
     let per = h * w * c;
-    let frames = Tensor::new(vec![to - from, h, w, c], image.data()[from * per..to * per].to_vec())
-        .map_err(|e| NodeError::new(e.to_string()))?;
-    resize(&frames, width, height, "bilinear", true)
+    Tensor::new(vec![to - from, h, w, c], image.data()[from * per..to * per].to_vec())
+        .map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// `length` grey frames (0.5) `[length, height, width, 3]` with `start`'s frames at the front and `end`'s at
