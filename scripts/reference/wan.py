@@ -46,6 +46,9 @@ Writes:
   only this file, from the fixtures already there.
 - bernini.safetensors (f32): ComfyUI's t2v output on the t2v case's inputs with two in-context latents
   (`context_latents`, BerniniConditioning's; see `bernini()`); ComfyUI's alone too. `wan.py bernini` writes only it.
+- causal.safetensors (f32): ComfyUI's `ar_video` sampler (`sample_ar_video`) on its CausalWanModel with the t2v
+  variant's weights, for an image-to-video run framewise and a text-to-video run chunkwise (see `causal()`);
+  ComfyUI's alone (diffusers has no causal Wan). `wan.py causal` writes only it.
 
 diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
 text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
@@ -233,6 +236,7 @@ def main():
     camera(stored, ti2v)
     scaled_rope()
     bernini()
+    causal()
     released()
     sizes = {f: os.path.getsize(f"{OUT}/{f}") for f in sorted(os.listdir(OUT))}
     print(f"fixtures: {sizes}, {sum(sizes.values()) / 1e6:.2f} MB in all")
@@ -416,6 +420,74 @@ def bernini():
               f"{OUT}/bernini.safetensors")
 
 
+# ComfyUI's mark of a causal Wan file: its metadata `config`, whose `transformer` entries detection merges in.
+CAUSAL_METADATA = {"config": json.dumps({"transformer": {"causal_ar": True}})}
+
+
+def causal():
+    """ComfyUI's `ar_video` sampler (comfy/k_diffusion/sampling.py `sample_ar_video`) on its CausalWanModel
+    (comfy/ldm/wan/ar_model.py) with the t2v variant's weights, detected as WAN21_CausalAR_T2V (shift 5) from a
+    file carrying CAUSAL_METADATA. The sampler's model is ComfyUI's at CFG 1: x - sigma * v, the DiT reading
+    sigma * 1000. Two runs on one 4-frame latent [1, 16, 4, 4, 6] with the sigmas of the simple scheduler at
+    shift 5, 3 steps: `i2v`, framewise (1 frame per block) after a start latent [1, 16, 1, 4, 6] (in model space:
+    the wrapper's process_latent_in is the identity), seed 42; `t2v`, chunkwise (2 frames per block), seed 7.
+    causal.safetensors holds `sigmas`, `noise` [1, 16, 4, 4, 6] (the noise-scaled x at sigma 1), `context`
+    [1, 6, 32], `initial`, `out.i2v` and `out.t2v` (f32)."""
+    from types import SimpleNamespace
+
+    import comfy.model_detection
+    import comfy.ops
+    import comfy.samplers
+    from comfy.k_diffusion.sampling import sample_ar_video
+    from comfy.ldm.wan.ar_model import CausalWanModel
+    from safetensors.torch import load_file
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    weights = variant(stored, "t2v", ti2v)
+    config = comfy.model_detection.model_config_from_unet(dict(weights), "", metadata=CAUSAL_METADATA)
+    assert type(config).__name__ == "WAN21_CausalAR_T2V", type(config).__name__
+    assert config.sampling_settings["shift"] == 5.0
+    plain = comfy.model_detection.model_config_from_unet(dict(weights), "")
+    assert type(plain).__name__ == "WAN21_T2V", type(plain).__name__
+
+    net = CausalWanModel(model_type="t2v", patch_size=(1, 2, 2), in_dim=16, dim=DIM, ffn_dim=FFN, freq_dim=256,
+                         text_dim=TEXT, out_dim=16, num_heads=HEADS, num_layers=LAYERS, eps=1e-6,
+                         operations=comfy.ops.disable_weight_init).eval()
+    result = net.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+
+    sampling = comfy.model_sampling.ModelSamplingDiscreteFlow(SimpleNamespace(sampling_settings={"shift": 5.0}))
+    sigmas = comfy.samplers.calculate_sigmas(sampling, "simple", 3).float()
+    g = torch.Generator().manual_seed(17)
+    noise = torch.randn(1, 16, 4, 4, 6, generator=g)
+    context = torch.randn(1, 6, TEXT, generator=g)
+    initial = torch.randn(1, 16, 1, 4, 6, generator=g)
+
+    inner = SimpleNamespace(diffusion_model=net, get_dtype=lambda: torch.float32,
+                            process_latent_in=lambda latent: latent)
+
+    class Denoiser:
+        """ComfyUI's CFG-1 model function: x - sigma * v, v the DiT's output at t = sigma * 1000."""
+        inner_model = SimpleNamespace(inner_model=inner)
+
+        def __call__(self, x, sigma, model_options=None, seed=None):
+            options = model_options["transformer_options"]
+            v = net(x, sigma * 1000.0, context, transformer_options=options)
+            return x - v * sigma.view(sigma.shape[:1] + (1,) * (v.ndim - 1))
+
+    out = {"sigmas": sigmas, "noise": noise, "context": context, "initial": initial}
+    for case, per_block, seed, start in (("i2v", 1, 42, initial), ("t2v", 2, 7, None)):
+        options = {"transformer_options": {"ar_config": {"initial_latent": start}} if start is not None else {}}
+        # The sampler takes x noise-scaled at the first sigma (1: the noise itself).
+        x = comfy.model_sampling.CONST().noise_scaling(sigmas[0], noise, torch.zeros_like(noise))
+        with torch.no_grad():
+            out[f"out.{case}"] = sample_ar_video(Denoiser(), x, sigmas, extra_args={"model_options": options,
+                                                 "seed": seed}, disable=True, num_frame_per_block=per_block)
+        print(f"ComfyUI ar_video {case}: max |out| {float(out[f'out.{case}'].abs().max()):.3f}")
+    save_file({k: v.contiguous() for k, v in out.items()}, f"{OUT}/causal.safetensors")
+
+
 def vace_weights(t2v):
     """The VACE weights of the tiny VACE model, made of the t2v variant's own tensors so the fixture stays small
     (the Rust test builds them the same way): VACE block 0 is block 1 renamed, VACE block 1 is block 0; block 0's
@@ -505,5 +577,8 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["bernini"]:
         import_comfyui()
         bernini()
+    elif sys.argv[1:] == ["causal"]:
+        import_comfyui()
+        causal()
     else:
         main()

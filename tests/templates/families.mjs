@@ -100,6 +100,8 @@ const kilnFiles = [
   // and low-noise experts differ only in their weights), umT5-XXL (CLIPLoader type `wan`), the Wan 2.2 VAE, and
   // the step-distillation and CausVid LoRAs (the tiny 14B and 1.3B DiTs share their widths).
   { folder: 'diffusion_models', stem: /^wan2\.1_t2v_1\.3B[_.]/i, family: 'wan21-t2v-1.3b' },
+  // Causal Forcing: Wan 2.1 T2V 1.3B's weights, marked causal in the file's metadata (the ar_video sampler).
+  { folder: 'diffusion_models', stem: /^causal_forcing-(framewise|chunkwise)[_.]/i, family: 'wan21-causal-t2v-1.3b' },
   { folder: 'diffusion_models', stem: /^wan2\.1_t2v_14B[_.]/i, family: 'wan22-t2v-a14b' },
   { folder: 'diffusion_models', stem: /^(wan2\.1_i2v_(480p|720p)_14B|Wan2_1-I2V-14B-(480p|720p))[_.]/i, family: 'wan21-i2v-14b' },
   { folder: 'diffusion_models', stem: /^wan2\.1_flf2v_720p_14B[_.]/i, family: 'wan21-flf2v-14b' },

@@ -26,6 +26,11 @@ impl<'f> Header<'f> {
         self.file.path()
     }
 
+    /// The value of the file's header metadata entry `key` (`__metadata__`), if it has one.
+    pub fn metadata(&self, key: &str) -> Option<&'f str> {
+        self.file.metadata().get(key).map(String::as_str)
+    }
+
     /// The prefix.
     pub fn prefix(&self) -> &str {
         self.prefix

@@ -204,6 +204,7 @@ fn diffusion_model(
         reference_kv_cache: false,
         uso_styles: Vec::new(),
         rope: kiln_models::RopeOptions::default(),
+        ar_start: None,
     })
 }
 

@@ -134,6 +134,9 @@ pub struct DiffusionModel {
     pub uso_styles: Vec<UsoStyle>,
     /// `ScaleROPE`'s scales and shifts of the token positions (the identity unless it was applied).
     pub rope: kiln_models::RopeOptions,
+    /// `ARVideoI2V`'s start image latent `[1, C, n, h, w]` (VAE space): the `ar_video` sampler shows it to a
+    /// causal model first and keeps it as the video's first frames.
+    pub ar_start: Option<Arc<Tensor>>,
 }
 
 impl DiffusionModel {

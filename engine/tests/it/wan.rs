@@ -3,7 +3,7 @@
 //! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
 //! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
 //! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images, Wan 2.2 Fun Camera its
-//! camera motion.
+//! camera motion, and Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -62,6 +62,16 @@ fn write_tiny_wan(models: &std::path::Path) {
         synth::write_family(&models.join(path), family, &set, dtype, 11, &mut |_, _| {})
             .expect("a tiny file");
     }
+    // Causal Forcing's file: 2.1 T2V 1.3B's weights marked causal.
+    synth::write_family(
+        &models.join("diffusion_models/causal_forcing-framewise.safetensors"),
+        SynthFamily::Wan(WanFile::CausalT2v13b),
+        &set,
+        SynthDtype::Bf16,
+        13,
+        &mut |_, _| {},
+    )
+    .expect("a tiny file");
     // The low-noise expert: another draw of the same structure.
     synth::write_family(
         &models.join("diffusion_models/wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"),
@@ -399,4 +409,49 @@ fn issue_24_wan_vace_follows_its_control_video_and_reference_and_trims_the_refer
         frames_of(&mut h, graph(0x808080, Some(0x2020D0))),
         "the reference reaches the model"
     );
+}
+
+/// `video_causal_forcing_i2v`'s graph at 32×32 and 9 frames (3 latent frames), 2 steps: `ARVideoI2V` with a start
+/// image of `colour`, the `ar_video` sampler at `frames_per_block` under a CFGGuider at `cfg`, on `unet`.
+fn causal_forcing(unet: &str, colour: u32, frames_per_block: u64, cfg: f64) -> Value {
+    json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a girl rides a white wolf", "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": NEGATIVE, "clip": ["38", 0]}},
+        "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}},
+        "54": {"class_type": "ARVideoI2V", "inputs": {"model": ["37", 0], "vae": ["39", 0], "start_image": ["52", 0], "width": 32, "height": 32, "length": 9, "batch_size": 1}},
+        "60": {"class_type": "SamplerARVideo", "inputs": {"num_frame_per_block": frames_per_block}},
+        "61": {"class_type": "RandomNoise", "inputs": {"noise_seed": 5}},
+        "62": {"class_type": "BasicScheduler", "inputs": {"model": ["54", 0], "scheduler": "simple", "steps": 2, "denoise": 1.0}},
+        "63": {"class_type": "CFGGuider", "inputs": {"model": ["54", 0], "positive": ["6", 0], "negative": ["7", 0], "cfg": cfg}},
+        "3": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["61", 0], "guider": ["63", 0], "sampler": ["60", 0], "sigmas": ["62", 0], "latent_image": ["54", 1]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "causal", "images": ["8", 0]}},
+    })
+}
+
+#[test]
+fn issue_24_causal_forcing_runs_block_by_block_after_its_start_image() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let causal = "causal_forcing-framewise.safetensors";
+    let red = frames_of(&mut h, causal_forcing(causal, 0xD02020, 1, 1.0));
+    assert_eq!(red.len(), 9);
+    // The start image is the clip's first latent frame, and every block after attends to it.
+    let blue = frames_of(&mut h, causal_forcing(causal, 0x2020D0, 1, 1.0));
+    assert_ne!(red[0], blue[0]);
+    assert_ne!(red[8], blue[8], "the last block follows the start image");
+    // Two frames a block: the start frame is the same (the VAE decodes causally), the frames after are not.
+    let chunked = frames_of(&mut h, causal_forcing(causal, 0xD02020, 2, 1.0));
+    assert_eq!(chunked[0], red[0]);
+    assert_ne!(chunked[8], red[8]);
+
+    // CFG other than 1 and a model that is not causal are refused, naming the problem.
+    let error = |graph: Value, h: &mut Harness| format!("{:?}", h.run(graph).summary.outcome);
+    let cfg = error(causal_forcing(causal, 0xD02020, 1, 3.0), &mut h);
+    assert!(cfg.contains("CFG 1") && cfg.contains("cfg 3"), "{cfg}");
+    let plain = error(causal_forcing("wan2.1_t2v_1.3B_fp16.safetensors", 0xD02020, 1, 1.0), &mut h);
+    assert!(plain.contains("ar_video") && plain.contains("Wan T2V is not one"), "{plain}");
 }

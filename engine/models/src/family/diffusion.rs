@@ -218,11 +218,14 @@ impl DiffusionDetected {
     }
 
     /// The model sampling the loaded model starts with: the family's, except schnell's
-    /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t).
+    /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t) and a causal Wan's (shift 5).
     pub fn sampling(&self) -> FlowSampling {
         match self {
             DiffusionDetected::Flux(config, _) if !config.guidance => {
                 FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
+            }
+            DiffusionDetected::Wan(config, _) if config.causal => {
+                FlowSampling::new(wan::family::CAUSAL_SHIFT, wan::family::MULTIPLIER)
             }
             _ => self.family().sampling(),
         }
@@ -314,6 +317,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// w]`: Wan reads them (see [`crate::wan::WanInput::context_latents`]); other families ignore them, as
     /// ComfyUI's do.
     pub context_latents: &'a [Tensor<B>],
+    /// One block of frames of a causal Wan model's autoregressive run (the `ar_video` sampler; see
+    /// [`crate::wan::WanInput::causal`]); other families refuse it.
+    pub causal: Option<wan::CausalStep<'a, B>>,
 }
 
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
@@ -473,6 +479,13 @@ impl DiffusionNet {
                 self.family().name()
             )));
         }
+        if input.causal.is_some() && !matches!(self, DiffusionNet::Wan(_)) {
+            return Err(crate::Error::Invalid(format!(
+                "the ar_video sampler runs a causal Wan model (Causal Forcing) a block of frames at a time; a {} \
+                 model is not one: choose another sampler",
+                self.family().name()
+            )));
+        }
         if input.text_prefix.is_some() && !matches!(self, DiffusionNet::Flux(_)) {
             return Err(crate::Error::Invalid(format!(
                 "USO's style tokens (USOStyleReference) are for FLUX.1; a {} model takes none",
@@ -559,6 +572,7 @@ impl DiffusionNet {
                     skip: input.skipped_blocks.double,
                     rope: input.rope,
                     context_latents: input.context_latents,
+                    causal: input.causal,
                 };
                 net.forward(b, &wan_input)
             }

@@ -5,12 +5,15 @@
 //!   `ModelSamplingAuraFlow` installs for Z-Image).
 //! - [`Scheduler`]: the KSampler schedulers Kiln offers, and [`denoise_sigmas`] for `denoise < 1`.
 //! - [`Sampler`] and [`sample`]: the KSampler samplers, driving a [`Denoiser`].
+//! - [`sample_ar_video`]: the `ar_video` sampler of causal video models, driving a [`BlockDenoiser`] a block of
+//!   frames at a time.
 //! - [`guidance`]: how conditional and unconditional predictions combine (CFG and the hooks model patches set).
 //!
 //! Arithmetic follows ComfyUI's torch code on the CPU in f32 (the sigma tensors and latents are f32 there),
 //! operation by operation, so results match ComfyUI's to the last bit or within an ulp where torch's scalar
 //! `log`/`exp` may round differently from the C library's.
 
+mod ar_video;
 mod beta;
 mod cfg_pp;
 mod dpm_solver;
@@ -27,6 +30,7 @@ mod second_order;
 mod seeds;
 mod unipc;
 
+pub use ar_video::{ArVideo, BlockDenoiser, sample_ar_video};
 pub use flow::FlowSampling;
 pub use samplers::{
     AdaptiveSettings, Denoiser, ErSdeScaler, SaSolverSettings, Sampler, SamplerChoice,

@@ -138,6 +138,9 @@ pub enum Sampler {
     UniPc,
     /// UniPC with B(h) = eʰ − 1 (`uni_pc_bh2`).
     UniPcBh2,
+    /// The autoregressive sampler of causal video models (`ar_video`, `SamplerARVideo`'s; not in KSampler's
+    /// list): [`super::sample_ar_video`], which the caller runs with the model's cache, not [`sample_with`].
+    ArVideo,
 }
 
 impl Sampler {
@@ -236,6 +239,7 @@ impl Sampler {
             Sampler::Ddim => "ddim",
             Sampler::UniPc => "uni_pc",
             Sampler::UniPcBh2 => "uni_pc_bh2",
+            Sampler::ArVideo => "ar_video",
         }
     }
 
@@ -274,6 +278,8 @@ pub struct SamplerSettings {
     pub adaptive: AdaptiveSettings,
     /// SA-Solver's (`SamplerSASolver`).
     pub sa_solver: SaSolverSettings,
+    /// `ar_video`'s latent frames per block (`SamplerARVideo`'s `num_frame_per_block`: 1).
+    pub frames_per_block: usize,
 }
 
 /// SA-Solver's settings (`SamplerSASolver`; KSampler's `sa_solver` and `sa_solver_pece` are the defaults, the
@@ -360,6 +366,7 @@ impl Default for SamplerSettings {
             phi_2: false,
             adaptive: AdaptiveSettings::default(),
             sa_solver: SaSolverSettings::default(),
+            frames_per_block: 1,
         }
     }
 }
@@ -542,6 +549,11 @@ pub fn sample_with(
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
         Sampler::UniPcBh2 => unipc::sample(&mut run, unipc::Variant::Bh2, x, sigmas),
+        Sampler::ArVideo => Err(crate::Error::Invalid(
+            "the ar_video sampler runs a causal video model a block of frames at a time (sample_ar_video), \
+             not through sample_with"
+                .to_owned(),
+        )),
     }
 }
 

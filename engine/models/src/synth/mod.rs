@@ -143,11 +143,14 @@ pub enum WanFile {
     /// A Wan 2.2 Fun Camera A14B expert (`wan22-fun-camera-a14b`): 36 channels in (latent, 4 mask channels,
     /// start image latent) and the camera adapter.
     FunCameraA14b,
+    /// The causal Wan 2.1 T2V 1.3B of Causal Forcing (`wan21-causal-t2v-1.3b`): 2.1 T2V 1.3B's weights, its
+    /// metadata marking it causal as ComfyUI reads it.
+    CausalT2v13b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 11] = [
+    pub const ALL: [WanFile; 12] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -159,6 +162,7 @@ impl WanFile {
         WanFile::Vace14b,
         WanFile::FunCamera13b,
         WanFile::FunCameraA14b,
+        WanFile::CausalT2v13b,
     ];
 
     /// The name it is spelled with on the command line.
@@ -175,6 +179,7 @@ impl WanFile {
             vace,
             camera_13b,
             camera_a14b,
+            causal,
         ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -188,6 +193,7 @@ impl WanFile {
             WanFile::Vace14b => vace,
             WanFile::FunCamera13b => camera_13b,
             WanFile::FunCameraA14b => camera_a14b,
+            WanFile::CausalT2v13b => causal,
         }
     }
 
@@ -226,6 +232,7 @@ impl WanFile {
             }
             WanFile::T2vA14b => base,
             WanFile::I2vA14b => wan::Config { in_channels: 36, ..base },
+            WanFile::CausalT2v13b => wan::Config { causal: true, ..set.wan21.clone() },
         }
     }
 }
@@ -1450,6 +1457,7 @@ fn wan_config(
         ref_channels: None,
         vace: None,
         camera: None,
+        causal: false,
     }
 }
 
@@ -1466,7 +1474,12 @@ pub fn write_wan(
     for spec in specs.iter_mut().filter(|s| s.name == "patch_embedding.weight") {
         spec.init = Init::Uniform(layout::uniform_bound(spec.shape[1..].iter().product()));
     }
-    write_one(path, &specs, WAN, "Wan DiT", dtype, seed, progress)
+    let (entries, layers) = entries(&specs, WAN, "", dtype);
+    let mut metadata = metadata("Wan DiT", seed, layers);
+    if config.causal {
+        metadata.push(wan::causal_metadata());
+    }
+    Plan::new(path, entries, &metadata).write(seed, progress)
 }
 
 /// Writes a random-weight LoRA for the Wan DiT of `config`: every block's self- and cross-attention q, k, v

@@ -59,6 +59,11 @@ pub struct Config {
     /// four frames): each frame pixel-unshuffled by [`CAMERA_UNSHUFFLE`], a 2×2 stride-2 Conv2d and a residual
     /// block, added to the patch tokens.
     pub camera: Option<usize>,
+    /// A causal (autoregressive) Wan 2.1 T2V of Causal Forcing or Self-Forcing (ComfyUI's `WAN21_CausalAR_T2V`):
+    /// the weights of a T2V model, marked by the file's metadata (`config` → `transformer.causal_ar`). The
+    /// `ar_video` sampler runs it a block of frames at a time on its keys and values of the frames before
+    /// ([`super::CausalStep`]); any other sampler runs it as a plain T2V model, as ComfyUI does.
+    pub causal: bool,
 }
 
 /// The pixel-unshuffle factor of the camera adapter (the camera embedding is at pixel resolution, the latent
@@ -102,6 +107,17 @@ impl Config {
         self.image.is_none() && self.out_channels == WAN22_CHANNELS
     }
 
+    /// Whether this is a plain text-to-video `WAN21` model (ComfyUI's `model_type` `t2v` outside Wan 2.2 TI2V
+    /// 5B): no CLIP branch, no conditioning channels, no VACE, camera or reference convolution.
+    pub fn is_wan21_t2v(&self) -> bool {
+        !self.is_wan22()
+            && self.image.is_none()
+            && self.in_channels == self.out_channels
+            && self.vace.is_none()
+            && self.camera.is_none()
+            && self.ref_channels.is_none()
+    }
+
     /// The channels the model reads beside the noisy latent (ComfyUI's `concat_cond`): mask and image latent,
     /// 20 for I2V, FLF2V and the 2.2 I2V experts; 0 for T2V and TI2V 5B.
     pub fn concat_channels(&self) -> usize {
@@ -126,6 +142,7 @@ impl Config {
             (None, _) if self.is_wan22() && self.in_channels > WAN22_CHANNELS => "Wan 2.2 Fun 5B",
             (None, _) if self.is_wan22() => "Wan 2.2 TI2V 5B",
             (None, _) if self.ref_channels.is_some() => "Wan 2.2 Fun",
+            (None, _) if self.causal => "Wan 2.1 causal T2V",
             (None, I2V_CHANNELS) => "Wan 2.2 I2V",
             (None, _) => "Wan T2V",
         }
@@ -519,7 +536,10 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         ref_channels,
         vace,
         camera,
+        causal: false,
     };
+    // ComfyUI's causal entry is a Wan 2.1 `t2v` model: a mark on any other keeps it what it is.
+    let cfg = Config { causal: causal_marked(h) && cfg.is_wan21_t2v(), ..cfg };
     if cfg.image.is_some() && !matches!((in_channels, camera), (36 | 48, _) | (32, Some(_))) {
         return Err(h.unsupported(format!(
             "a Wan model with a CLIP branch and {in_channels} input channels (ComfyUI runs 36, I2V, 48, Fun \
@@ -545,6 +565,25 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         }
     }
     Ok(Some((cfg, layout)))
+}
+
+/// The metadata key whose JSON's `transformer` object ComfyUI merges into a Wan file's detected config.
+const METADATA_CONFIG: &str = "config";
+
+/// The metadata entry that marks a causal model, as the Causal Forcing files carry it (what `kiln model synth`
+/// writes for one).
+pub fn causal_metadata() -> (String, String) {
+    let config = serde_json::json!({"transformer": {"causal_ar": true}});
+    (METADATA_CONFIG.to_owned(), config.to_string())
+}
+
+/// Whether the file's metadata marks a causal (autoregressive) model: `config` → `transformer.causal_ar` true, as
+/// the Causal Forcing files ComfyUI runs carry it.
+fn causal_marked(h: &Header) -> bool {
+    h.metadata(METADATA_CONFIG)
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+        .and_then(|config| config.pointer("/transformer/causal_ar").and_then(|v| v.as_bool()))
+        .unwrap_or(false)
 }
 
 /// Every weight by its ComfyUI name, read from the file's tensor of that weight in `layout`.

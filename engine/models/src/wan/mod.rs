@@ -8,6 +8,8 @@
 //!   its [`Config`] from shapes; [`load_plan`] names the weights by ComfyUI's names whatever the file's.
 //! - [`Wan::forward`]: ComfyUI's model output, the flow velocity v = ε − x₀, for latents already concatenated
 //!   with their conditioning channels, with one timestep per sample or (TI2V 5B) per latent frame.
+//! - [`CausalCache`] and [`CausalStep`]: a causal model (Causal Forcing) run a block of frames at a time by the
+//!   `ar_video` sampler, its self-attention reading the keys and values of the frames before.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
@@ -19,6 +21,6 @@ mod model;
 
 pub use config::{
     CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, IMAGE_EPS, ImageEmbed, Layout, PATCH, ROPE_THETA,
-    Vace, detect, expected_shapes, load_plan,
+    Vace, causal_metadata, detect, expected_shapes, load_plan,
 };
-pub use model::{Wan, WanInput};
+pub use model::{CausalCache, CausalStep, Wan, WanInput};

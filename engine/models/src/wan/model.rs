@@ -6,6 +6,8 @@
 //! timestep embeddings (one per sample, or one per latent frame for Wan 2.2 TI2V 5B), the text (and CLIP)
 //! context and the 3-D RoPE table.
 
+use std::sync::{Mutex, MutexGuard};
+
 use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
@@ -63,6 +65,74 @@ pub struct WanInput<'a, B: Backend> {
     /// at its own positions turned by its source id (1, 2, …), and their outputs are dropped. VACE and Fun Camera
     /// models ignore them, as ComfyUI's do.
     pub context_latents: &'a [Tensor<B>],
+    /// One block of frames of a causal model's autoregressive run (the `ar_video` sampler): `x` holds the
+    /// frames from [`CausalStep::start_frame`] on, their RoPE positions start there, and their self-attention
+    /// reads the keys and values of the frames before from the cache, to which this call's are added. As
+    /// ComfyUI's `CausalWanModel.forward_block`, such a call applies no `ScaleROPE` and reads no in-context
+    /// latents. `None`: an ordinary call over the whole video.
+    pub causal: Option<CausalStep<'a, B>>,
+}
+
+/// One call of a causal Wan model in an autoregressive run: where its frames start and the keys and values of
+/// the frames before.
+pub struct CausalStep<'a, B: Backend> {
+    /// The latent frame the call's first frame is: the call reads the cache's first `start_frame` frames and
+    /// replaces what it held from there on (a block run again at the next sigma, as ComfyUI's sampler rewinds
+    /// its cache), so it cannot be past the frames held.
+    pub start_frame: usize,
+    /// The run's cache.
+    pub cache: &'a CausalCache<B>,
+}
+
+/// The keys and values a causal Wan model's self-attention has seen in an autoregressive run (ComfyUI's
+/// `kv_caches` of the `ar_video` sampler): per sample and block, the roped keys and the values of every token
+/// so far, as heads `[1, H, N, 128]`, each call's from its [`CausalStep::start_frame`] on.
+pub struct CausalCache<B: Backend> {
+    state: Mutex<CacheState<B>>,
+}
+
+/// One sample's keys and values in one block, `[1, H, N, 128]` each (`None` before the first call).
+type KeysValues<B> = Option<(Tensor<B>, Tensor<B>)>;
+
+/// What a [`CausalCache`] holds.
+struct CacheState<B: Backend> {
+    /// Per sample, per block.
+    entries: Vec<Vec<KeysValues<B>>>,
+    /// The frames that count; entries beyond were rewound.
+    frames: usize,
+    /// The tokens of a frame (0 before the first call).
+    frame_tokens: usize,
+}
+
+impl<B: Backend> Default for CausalCache<B> {
+    fn default() -> Self {
+        CausalCache {
+            state: Mutex::new(CacheState { entries: Vec::new(), frames: 0, frame_tokens: 0 }),
+        }
+    }
+}
+
+impl<B: Backend> CausalCache<B> {
+    /// An empty cache.
+    pub fn new() -> CausalCache<B> {
+        CausalCache::default()
+    }
+
+    /// The latent frames held.
+    pub fn frames(&self) -> usize {
+        self.lock().frames
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CacheState<B>> {
+        // A panic while held leaves whole tensors behind: the state stays usable.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One sample's cache slots in one block, and the tokens before this call.
+struct CausalSlot<'s, B: Backend> {
+    entry: &'s mut KeysValues<B>,
+    tokens: usize,
 }
 
 /// The latent's shape and token grid.
@@ -141,6 +211,40 @@ impl Wan {
     /// output cropped back.
     pub fn forward<B: Backend>(&self, b: &B, input: &WanInput<'_, B>) -> Result<Tensor<B>> {
         let grid = self.check(input)?;
+        let mut cache = match &input.causal {
+            Some(_) if !self.config.causal => {
+                return Err(Error::Invalid(format!(
+                    "the ar_video sampler runs a causal Wan model (Causal Forcing, Self-Forcing) a block of \
+                     frames at a time; {} is not one: choose another sampler",
+                    self.config.variant()
+                )));
+            }
+            Some(step) => {
+                let mut state = step.cache.lock();
+                let frame_tokens = grid.rows * grid.cols;
+                if step.start_frame > state.frames
+                    || (step.start_frame > 0
+                        && (state.frame_tokens != frame_tokens
+                            || state.entries.len() != grid.batch))
+                {
+                    return Err(Error::Invalid(format!(
+                        "a causal Wan block of {} frames at frame {} of {frame_tokens} tokens, batch {}, after a \
+                         cache of {} frames of {} tokens, batch {}: blocks follow one another at one size",
+                        grid.frames,
+                        step.start_frame,
+                        grid.batch,
+                        state.frames,
+                        state.frame_tokens,
+                        state.entries.len()
+                    )));
+                }
+                state.frames = step.start_frame;
+                state.frame_tokens = frame_tokens;
+                state.entries.resize_with(grid.batch, || vec![None; self.config.layers]);
+                Some((state, step.start_frame))
+            }
+            None => None,
+        };
         let tokens = self.patch_embedding(b, input.x, &grid, "patch_embedding")?;
         let tokens = match self.camera_tokens(b, input.camera, &grid)? {
             Some(camera) => b.binary(&tokens, &camera, BinaryOp::Add)?,
@@ -150,12 +254,18 @@ impl Wan {
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
         let reference = self.reference_tokens(b, input.reference, &grid)?;
-        let in_context = self.context_tokens(b, input.context_latents, &grid)?;
+        let in_context = match cache {
+            Some(_) => Vec::new(),
+            None => self.context_tokens(b, input.context_latents, &grid)?,
+        };
         // The reference's tokens go first, at the positions of a frame before the video's (ComfyUI encodes
         // the RoPE of one frame more); the in-context streams' follow the video's.
         let extra_frames = usize::from(reference.is_some());
         let streams: Vec<Grid> = in_context.iter().map(|(_, g)| *g).collect();
-        let rope = self.rope(b, &grid, extra_frames, &streams, &input.rope)?;
+        let rope = match &cache {
+            Some((_, start)) => self.rope(b, &grid, *start, 0, &[], &RopeOptions::default())?,
+            None => self.rope(b, &grid, 0, extra_frames, &streams, &input.rope)?,
+        };
 
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);
@@ -186,7 +296,11 @@ impl Wan {
                 let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
                 for (s, x) in samples.iter_mut().enumerate() {
                     let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
-                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope)?;
+                    let slot = cache.as_mut().map(|(state, _)| {
+                        let tokens = state.frames * state.frame_tokens;
+                        CausalSlot { entry: &mut state.entries[s][i], tokens }
+                    });
+                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot)?;
                 }
             }
             // The VACE block after this one (a skipped block's too, as ComfyUI replaces only the main block).
@@ -209,7 +323,7 @@ impl Wan {
                         )?;
                         *c = b.binary(&projected, &streams.patches[s], BinaryOp::Add)?;
                     }
-                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope)?;
+                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope, None)?;
                     let skip = b.linear(
                         c,
                         &w.get("after_proj.weight")?,
@@ -220,6 +334,10 @@ impl Wan {
             }
         }
         drop((contexts, vace));
+        if let Some((state, _)) = cache.as_mut() {
+            state.frames += grid.frames;
+        }
+        drop(cache);
 
         let layer = crate::named::fetch(
             b,
@@ -589,7 +707,7 @@ impl Wan {
         })
     }
 
-    /// The RoPE table of a sample's tokens: token (f, i, j) at positions (f, i, j) on axes of 44, 42 and 42 of
+    /// The RoPE table of a sample's tokens: token (f, i, j) at positions (`first_frame` + f, i, j) on axes of 44, 42 and 42 of
     /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames` more frames first
     /// (a reference image's tokens), then each in-context stream of `streams` at its own positions from 0,
     /// turned by its source id ([`turn_by_source`]). `options` scale and shift the positions of each axis
@@ -598,26 +716,28 @@ impl Wan {
         &self,
         b: &B,
         grid: &Grid,
+        first_frame: usize,
         extra_frames: usize,
         streams: &[Grid],
         options: &RopeOptions,
     ) -> Result<Rope<B>> {
         let third = HEAD_DIM / 6;
         let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
-        let table = |frames: usize, rows: usize, cols: usize| {
+        let table = |first: usize, frames: usize, rows: usize, cols: usize| {
             let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
             let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
             let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
-            for f in options.positions(0, 0.0, frames) {
+            for f in options.positions(0, first as f64, frames) {
                 for &i in &rows {
                     positions.extend(cols.iter().map(|&j| [f, i, j]));
                 }
             }
             crate::rope::tables_at(&positions, axes, ROPE_THETA)
         };
-        let (mut cos, mut sin) = table(grid.frames + extra_frames, grid.rows, grid.cols);
+        let (mut cos, mut sin) =
+            table(first_frame, grid.frames + extra_frames, grid.rows, grid.cols);
         for (i, stream) in streams.iter().enumerate() {
-            let (mut c, mut s) = table(stream.frames, stream.rows, stream.cols);
+            let (mut c, mut s) = table(0, stream.frames, stream.rows, stream.cols);
             turn_by_source(&mut c, &mut s, i + 1);
             cos.extend(c);
             sin.extend(s);
@@ -669,7 +789,9 @@ impl Wan {
         Ok(streams)
     }
 
-    /// Block `w` on one sample's tokens `x` `[1, N, D]`.
+    /// Block `w` on one sample's tokens `x` `[1, N, D]`; with `causal`, its self-attention also reads the keys
+    /// and values held for the tokens before and adds this call's to them.
+    #[allow(clippy::too_many_arguments)]
     fn block<B: Backend>(
         &self,
         b: &B,
@@ -678,6 +800,7 @@ impl Wan {
         m: &Modulation<B>,
         context: &Context<B>,
         rope: &Rope<B>,
+        causal: Option<CausalSlot<'_, B>>,
     ) -> Result<Tensor<B>> {
         let eps = self.config.eps;
 
@@ -687,6 +810,10 @@ impl Wan {
         let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
         let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
         drop(h);
+        let (k, v) = match causal {
+            Some(slot) => with_cached(b, slot, k, v)?,
+            None => (k, v),
+        };
         let o = self.attend(b, &q, &k, &v)?;
         drop((q, k, v));
         let y = b.linear(&o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
@@ -796,6 +923,31 @@ impl Wan {
         }
         Ok(out)
     }
+}
+
+/// A causal call's keys and values `[1, H, n, 128]` after the `slot.tokens` held before (ComfyUI writes them
+/// into its cache at `end` and attends over `[:end + n]`), kept in the slot for the calls after.
+fn with_cached<B: Backend>(
+    b: &B,
+    slot: CausalSlot<'_, B>,
+    k: Tensor<B>,
+    v: Tensor<B>,
+) -> Result<(Tensor<B>, Tensor<B>)> {
+    let joined = match (slot.entry.take(), slot.tokens) {
+        (_, 0) => (k, v),
+        (Some((held_k, held_v)), tokens) if held_k.dim(2)? >= tokens => {
+            let keep = |t: &Tensor<B>| b.slice(t, 2, 0, tokens);
+            (b.concat(&[&keep(&held_k)?, &k], 2)?, b.concat(&[&keep(&held_v)?, &v], 2)?)
+        }
+        (held, tokens) => {
+            return Err(Error::Invalid(format!(
+                "a causal Wan cache that counts {tokens} tokens holds {} for a block",
+                held.map_or(Ok(0), |(k, _)| k.dim(2))?
+            )));
+        }
+    };
+    *slot.entry = Some(joined.clone());
+    Ok(joined)
 }
 
 /// ComfyUI's sinusoidal timestep features `[ts.len(), 2·half]`: cos then sin of t · 10000^(−k/half), k < half,

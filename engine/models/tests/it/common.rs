@@ -59,6 +59,15 @@ impl TempTensors {
         name: &str,
         tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
     ) -> TempTensors {
+        TempTensors::with_metadata(name, tensors, &[])
+    }
+
+    /// [`TempTensors::new`] with header metadata entries.
+    pub(crate) fn with_metadata(
+        name: &str,
+        tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+        metadata: &[(&str, &str)],
+    ) -> TempTensors {
         let path =
             std::env::temp_dir().join(format!("kiln-{name}-{}.safetensors", std::process::id()));
         let data: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
@@ -73,7 +82,9 @@ impl TempTensors {
                     .expect("a tensor");
             (name.clone(), view)
         });
-        safetensors::serialize_to_file(views, None, &path).expect("writes the file");
+        let metadata = (!metadata.is_empty())
+            .then(|| metadata.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        safetensors::serialize_to_file(views, metadata, &path).expect("writes the file");
         TempTensors(path)
     }
 }

@@ -281,6 +281,7 @@ fn the_family_forward_defaults_guidance_to_3_5() {
         camera: None,
         rope,
         context_latents: &[],
+        causal: None,
     };
     let out = net.forward(&*b, input(kiln_models::RopeOptions::default())).unwrap();
     assert_close("default guidance", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);

@@ -144,6 +144,7 @@ fn edit_2511_defaults_to_index_timestep_zero() {
             camera: None,
             rope: Default::default(),
             context_latents: &[],
+            causal: None,
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -191,6 +192,7 @@ fn layered_frames_match_comfyui() {
             camera: None,
             rope: Default::default(),
             context_latents: &[],
+            causal: None,
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

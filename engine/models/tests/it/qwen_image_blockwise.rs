@@ -68,6 +68,7 @@ fn blockwise_controlnets_match_comfyui() {
             camera: None,
             rope: Default::default(),
             context_latents: &[],
+            causal: None,
         };
         let out = base.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);

@@ -99,6 +99,7 @@ fn controlnets_match_comfyui() {
             camera: None,
             rope: Default::default(),
             context_latents: &[],
+            causal: None,
         };
         let out = base_net.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);
@@ -143,6 +144,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         camera: None,
         rope: Default::default(),
         context_latents: &[],
+        causal: None,
     };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);

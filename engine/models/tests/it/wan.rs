@@ -15,8 +15,9 @@ use kiln_models::family::{
     DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
 };
 use kiln_models::header::diffusion_prefix;
+use kiln_models::sampling::{ArVideo, BlockDenoiser, Scheduler, sample_ar_video};
 use kiln_models::synth::{self, SynthDtype, SynthFamily, WanFile, ZImageTurboSet};
-use kiln_models::wan::{self, Config, ImageEmbed, Layout, WanInput};
+use kiln_models::wan::{self, CausalCache, CausalStep, Config, ImageEmbed, Layout, WanInput};
 use kiln_models::{Error, Header, RopeOptions};
 
 use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors, write_header_only};
@@ -50,6 +51,7 @@ impl Variant {
             ref_channels: None,
             vace: None,
             camera: None,
+            causal: false,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -155,6 +157,7 @@ fn run_with(
         camera: None,
         rope,
         context_latents,
+        causal: None,
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -259,6 +262,7 @@ fn in_context_latents_follow_the_video_at_their_source_positions_as_comfyui_does
         camera: None,
         rope,
         context_latents: std::slice::from_ref(&wrong),
+        causal: None,
     };
     let Err(err) = net.forward(&*b, input) else { panic!("a 4-channel latent is refused") };
     let err = err.to_string();
@@ -296,6 +300,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
             skip: 0,
             rope: RopeOptions::default(),
             context_latents: &[],
+            causal: None,
         };
         let out = model.forward(&*b, &input).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
@@ -314,6 +319,7 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
@@ -364,6 +370,7 @@ fn the_fun_camera_adapter_matches_comfyui() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     for (with, want) in [(Some(&camera), "out"), (None, "out_plain")] {
         let out = model.forward(&*b, &input(with)).unwrap();
@@ -442,6 +449,7 @@ fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("vace", &b.to_f32(&out).unwrap(), &fixture["out"].1, 1e-4);
@@ -485,6 +493,7 @@ fn clip_states_go_to_the_clip_branch_only() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("expert with CLIP", &b.to_f32(&out).unwrap(), &io["out.expert"].1, 1e-4);
@@ -654,6 +663,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
@@ -669,6 +679,7 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
         skip: 0,
         rope: RopeOptions::default(),
         context_latents: &[],
+        causal: None,
     };
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
@@ -765,6 +776,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
             skip: 0,
             rope: RopeOptions::default(),
             context_latents: &[],
+            causal: None,
         };
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };
@@ -842,4 +854,89 @@ fn lora_key_forms_name_comfyuis_weights() {
     assert!(
         patches.unmatched.iter().any(|n| n.starts_with("lora_unet__blocks_1_cross_attn_v_img"))
     );
+}
+
+/// The causal model as the `ar_video` sampler sees it, at CFG 1: x̂₀ = x − σ·v, the DiT reading σ·1000 on
+/// the fixture's text.
+struct CausalDenoiser<'a> {
+    b: &'a Cpu,
+    model: &'a kiln_models::wan::Wan,
+    cache: &'a CausalCache<Cpu>,
+    context: &'a Tensor<Cpu>,
+}
+
+impl BlockDenoiser for CausalDenoiser<'_> {
+    fn denoise_block(
+        &mut self,
+        x: &[f32],
+        frames: usize,
+        start_frame: usize,
+        sigma: f32,
+    ) -> kiln_models::Result<Vec<f32>> {
+        let latent = self.b.from_f32(&[1, 16, frames, 4, 6], x, DType::F32)?;
+        let input = WanInput {
+            x: &latent,
+            timesteps: &[sigma * 1000.0],
+            context: self.context,
+            clip: None,
+            reference: None,
+            vace: &[],
+            camera: None,
+            skip: 0,
+            rope: RopeOptions::default(),
+            context_latents: &[],
+            causal: Some(CausalStep { start_frame, cache: self.cache }),
+        };
+        let v = self.b.to_f32(&self.model.forward(self.b, &input)?)?;
+        Ok(x.iter().zip(v).map(|(x, v)| x - v * sigma).collect())
+    }
+}
+
+#[test]
+fn the_ar_video_sampler_runs_a_causal_model_block_by_block_as_comfyui_does() {
+    // ComfyUI's `sample_ar_video` on its CausalWanModel (`wan.py`'s `causal()`): an image-to-video run framewise
+    // after a start latent, and a text-to-video run two frames a block.
+    let metadata = [("config", r#"{"transformer": {"causal_ar": true}}"#)];
+    let file = TempTensors::with_metadata("wan-causal", Variant::T2v.tensors(), &metadata);
+    let (b, detected, net) = load(&file.0);
+    let DiffusionDetected::Wan(config, _) = &detected else { panic!("a Wan DiT") };
+    assert!(config.causal, "the metadata marks a causal model");
+    assert_eq!(config.variant(), "Wan 2.1 causal T2V");
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let want = read_tensors("wan/causal.safetensors");
+    let context = io_tensor(&b, &want, "context");
+    let sigmas = &want["sigmas"].1;
+    // The model starts at shift 5, as ComfyUI's causal entry: its simple schedule is the fixture's.
+    assert_eq!(sigmas, &Scheduler::Simple.sigmas(&detected.sampling(), 3));
+    for (case, frames_per_block, seed, initial) in
+        [("i2v", 1, 42, Some(want["initial"].1.as_slice())), ("t2v", 2, 7, None)]
+    {
+        let cache = CausalCache::new();
+        let mut denoiser = CausalDenoiser { b: &b, model, cache: &cache, context: &context };
+        let run = ArVideo { shape: [1, 16, 4, 4, 6], frames_per_block, seed, initial };
+        let mut steps = 0;
+        let out = sample_ar_video(&mut denoiser, run, &want["noise"].1, sigmas, &mut |step| {
+            assert_eq!(step.total, 3);
+            steps += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_close(case, &out, &want[&format!("out.{case}")].1, 1e-4);
+        assert_eq!(cache.frames(), 4, "{case}: the whole video is held, clean");
+        assert_eq!(
+            steps,
+            3 * if initial.is_some() { 3 } else { 2 },
+            "{case}: one step per sigma and block"
+        );
+    }
+
+    // The same weights without the mark are a plain T2V model, which refuses a block of a causal run.
+    let plain = TempTensors::new("wan-causal-plain", Variant::T2v.tensors());
+    let (b, _, net) = load(&plain.0);
+    let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+    let context = io_tensor(&b, &want, "context");
+    let cache = CausalCache::new();
+    let mut denoiser = CausalDenoiser { b: &b, model, cache: &cache, context: &context };
+    let err = denoiser.denoise_block(&[0.0; 16 * 24], 1, 0, 1.0).expect_err("refused").to_string();
+    assert!(err.contains("ar_video") && err.contains("Wan T2V is not one"), "{err}");
 }

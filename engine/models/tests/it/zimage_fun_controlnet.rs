@@ -61,6 +61,7 @@ fn fun_controlnet_matches_comfyui() {
             camera: None,
             rope: Default::default(),
             context_latents: &[],
+            causal: None,
         };
         base.forward(&*b, input)
     };

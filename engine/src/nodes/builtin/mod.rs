@@ -1,6 +1,7 @@
 //! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod ar_video;
 mod attention_multiply;
 mod audio;
 mod bernini;
@@ -157,6 +158,10 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_track::WanTrackToVideo::new(compute.clone()));
     registry.register(wan_move::WanMoveTrackToVideo::new(compute.clone()));
     registry.register(bernini::BerniniConditioning::new(compute.clone()));
+    for node in ar_video::builders() {
+        registry.register(node);
+    }
+    registry.register(ar_video::ArVideoI2v::new(compute.clone()));
     registry.register(wan_move::concat_tracks());
     registry.register(wan_move::generate_tracks());
     registry.register(wan::trim_video_latent());

@@ -13,13 +13,13 @@ use kiln_models::family::{
     ControlInput, DiffusionFamily, DiffusionInput, DistilledGuidance, ModelPatchNet, PatchInput,
     SkippedBlocks,
 };
-use kiln_models::flux;
 use kiln_models::latent::LatentFormat;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
-    self, Denoiser, FlowSampling, Sampler, SamplerChoice, Scheduler, Step,
+    self, BlockDenoiser, Denoiser, FlowSampling, Sampler, SamplerChoice, Scheduler, Step,
 };
+use kiln_models::{flux, wan};
 
 use super::latent::empty_latent;
 use super::model_specs;
@@ -91,6 +91,16 @@ struct Forward<'a> {
     kv_cache: Option<&'a KvSlot>,
     /// Blocks the call leaves out (`SkipLayerGuidanceDiT`'s pass).
     skipped: SkippedBlocks,
+    /// A causal Wan model's block of frames in an `ar_video` run.
+    causal: Option<CausalCall<'a>>,
+}
+
+/// One call of a causal Wan model in an `ar_video` run: the run's cache (a `wan::CausalCache<B>` made on the
+/// first call, for the backend `B` the calls run on) and where the call's frames start.
+#[derive(Clone, Copy)]
+struct CausalCall<'a> {
+    slot: &'a KvSlot,
+    start_frame: usize,
 }
 
 /// A sampling run's `FluxKVCache` store: made on the first model call, on the device's backend (a
@@ -193,6 +203,18 @@ impl OnDevice for Forward<'_> {
             }
             None => None,
         };
+        let causal = match self.causal {
+            Some(call) => {
+                let store = call.slot.get_or_init(|| Box::new(wan::CausalCache::<B>::new()));
+                let cache = store.downcast_ref::<wan::CausalCache<B>>().ok_or_else(|| {
+                    kiln_models::Error::Invalid(
+                        "a causal Wan cache made on another device".to_owned(),
+                    )
+                })?;
+                Some(wan::CausalStep { start_frame: call.start_frame, cache })
+            }
+            None => None,
+        };
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
         // CLIP vision states (Wan's image-to-video), and Wan 2.2's per-frame timesteps under a noise mask.
         let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
@@ -230,6 +252,7 @@ impl OnDevice for Forward<'_> {
             camera: camera.as_ref(),
             rope: self.model.rope,
             context_latents: &context_latents,
+            causal,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -366,6 +389,8 @@ struct Guided<'a> {
     inpaint: Option<Inpaint>,
     /// The run's `FluxKVCache` store, when the model has the patch.
     kv_cache: Option<KvSlot>,
+    /// The call's block of frames, in an `ar_video` run.
+    causal: Option<CausalCall<'a>>,
 }
 
 /// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
@@ -584,6 +609,7 @@ impl Guided<'_> {
                 denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
                 kv_cache: self.kv_cache.as_ref(),
                 skipped,
+                causal: self.causal,
             };
             let out = on_device(self.compute.device(), forward)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
@@ -632,6 +658,7 @@ impl Guided<'_> {
             denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
             kv_cache: self.kv_cache.as_ref(),
             skipped: SkippedBlocks::default(),
+            causal: self.causal,
         };
         let out = on_device(self.compute.device(), forward)?;
         let (cond, uncond) = out.split_at(x.len());
@@ -933,14 +960,21 @@ pub(super) fn sample(
         dual: dual.as_ref(),
         inpaint,
         kv_cache: model.reference_kv_cache.then(OnceLock::new),
+        causal: None,
     };
     let interrupted = AtomicBool::new(false);
-    let mut last_denoised: Option<Vec<f32>> = None;
+    let mut last_denoised: Option<(Vec<f32>, Vec<usize>)> = None;
     let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
-        // As ComfyUI's callback: keep this step's x̂₀, preview it, then report progress.
-        last_denoised = Some(step.denoised.to_vec());
+        // An `ar_video` step sees one block of the video's frames.
+        let mut step_shape = shape.clone();
+        if let [b, c, _, h, w] = step_shape[..] {
+            step_shape[2] = step.denoised.len() / (b * c * h * w).max(1);
+        }
+        // As ComfyUI's callback: keep this step's x̂₀ (a block's, for `ar_video`), preview it, then report
+        // progress.
+        last_denoised = Some((step.denoised.to_vec(), step_shape.clone()));
         if ctx.preview_method == PreviewMethod::Latent2Rgb
-            && let Some(preview) = latent_preview(&format, step.denoised, &shape)
+            && let Some(preview) = latent_preview(&format, step.denoised, &step_shape)
         {
             ctx.preview(preview);
         }
@@ -951,15 +985,21 @@ pub(super) fn sample(
         }
         Ok(())
     };
-    let result = sampling::sample_with(
-        job.sampler,
-        &model.sampling,
-        &mut denoiser,
-        x,
-        &mut sigmas,
-        job.noise.seed(),
-        &mut on_step,
-    );
+    let result = if job.sampler.sampler == Sampler::ArVideo {
+        let slot = KvSlot::new();
+        let run = ArVideoRun { job: &job, model, shape: &shape, seed: job.noise.seed() };
+        run.sample(ArBlocks { guided: denoiser, slot: &slot }, &x, &sigmas, &mut on_step)
+    } else {
+        sampling::sample_with(
+            job.sampler,
+            &model.sampling,
+            &mut denoiser,
+            x,
+            &mut sigmas,
+            job.noise.seed(),
+            &mut on_step,
+        )
+    };
     let x = match result {
         Ok(x) => x,
         Err(_) if interrupted.load(Ordering::Relaxed) => {
@@ -968,14 +1008,107 @@ pub(super) fn sample(
         Err(e) => return Err(node_error(e)),
     };
     let last = sigmas[sigmas.len() - 1];
-    let to_vae = |values: Vec<f32>| -> Result<Tensor, NodeError> {
+    let to_vae = |(values, shape): (Vec<f32>, Vec<usize>)| -> Result<Tensor, NodeError> {
         let out = format.process_out(&values, &shape);
-        Tensor::new(shape.clone(), out).map_err(|e| NodeError::new(e.to_string()))
+        Tensor::new(shape, out).map_err(|e| NodeError::new(e.to_string()))
     };
     Ok(Sampled {
-        samples: to_vae(model.sampling.inverse_noise_scaling(last, &x))?,
+        samples: to_vae((model.sampling.inverse_noise_scaling(last, &x), shape.clone()))?,
         denoised: last_denoised.map(to_vae).transpose()?,
     })
+}
+
+/// An `ar_video` run (`SamplerARVideo`): what [`sampling::sample_ar_video`] takes beside the model.
+struct ArVideoRun<'a> {
+    job: &'a Sampling<'a>,
+    /// The model with its hints prepared.
+    model: &'a DiffusionModel,
+    /// The latent's shape.
+    shape: &'a [usize],
+    seed: u64,
+}
+
+impl ArVideoRun<'_> {
+    /// Runs the sampler from `x` (noise-scaled) with `blocks`, after checking what it cannot take: a latent that
+    /// is not a video, a noise mask, CFG other than 1 (ComfyUI's cache holds one batch, so its run fails on
+    /// the batched negative).
+    fn sample(
+        &self,
+        mut blocks: ArBlocks<'_>,
+        x: &[f32],
+        sigmas: &[f32],
+        on_step: &mut dyn FnMut(Step<'_>) -> kiln_models::Result<()>,
+    ) -> kiln_models::Result<Vec<f32>> {
+        let invalid = |msg: String| Err(kiln_models::Error::Invalid(msg));
+        let &[batch, channels, frames, h, w] = self.shape else {
+            return invalid(format!(
+                "the ar_video sampler takes a video latent [B, C, T, H, W] (EmptyARVideoLatent's, \
+                 ARVideoI2V's), got {:?}",
+                self.shape
+            ));
+        };
+        if self.job.latent.noise_mask.is_some() {
+            return invalid(
+                "the ar_video sampler takes no noise mask: remove SetLatentNoiseMask".to_owned(),
+            );
+        }
+        let guided = &blocks.guided;
+        let negative_runs = guided.negative.is_some_and(|n| !n.entries.is_empty());
+        if guided.dual.is_some() || (negative_runs && (guided.cfg - 1.0).abs() > 1e-9) {
+            return invalid(format!(
+                "the ar_video sampler runs a causal model at CFG 1 (its cache holds one prompt's keys and \
+                 values), got cfg {}: set the guider's cfg to 1",
+                guided.cfg
+            ));
+        }
+        let initial = match &self.model.ar_start {
+            Some(start) => {
+                let s = start.shape();
+                if s.len() != 5
+                    || s[0] != 1
+                    || s[1] != channels
+                    || s[3..] != [h, w]
+                    || s[2] > frames
+                {
+                    return invalid(format!(
+                        "ARVideoI2V's start latent is {s:?}, the latent [{batch}, {channels}, {frames}, {h}, \
+                         {w}]: make the latent with the same ARVideoI2V"
+                    ));
+                }
+                let one = self.model.latent.process_in(start.data(), s);
+                Some(one.repeat(batch))
+            }
+            None => None,
+        };
+        let run = sampling::ArVideo {
+            shape: [batch, channels, frames, h, w],
+            frames_per_block: self.job.sampler.settings.frames_per_block,
+            seed: self.seed,
+            initial: initial.as_deref(),
+        };
+        sampling::sample_ar_video(&mut blocks, run, x, sigmas, on_step)
+    }
+}
+
+/// The guided model as the `ar_video` sampler calls it: one block of frames at a time, the causal model reading
+/// the run's cache.
+struct ArBlocks<'a> {
+    guided: Guided<'a>,
+    slot: &'a KvSlot,
+}
+
+impl BlockDenoiser for ArBlocks<'_> {
+    fn denoise_block(
+        &mut self,
+        x: &[f32],
+        frames: usize,
+        start_frame: usize,
+        sigma: f32,
+    ) -> kiln_models::Result<Vec<f32>> {
+        self.guided.shape[2] = frames;
+        self.guided.causal = Some(CausalCall { slot: self.slot, start_frame });
+        self.guided.denoise(x, sigma)
+    }
 }
 
 /// What a sampler node asks for.
