@@ -51,6 +51,12 @@ fn write_tiny_wan(models: &std::path::Path) {
             "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
             SynthDtype::Fp8Scaled,
         ),
+        // Causal Forcing's: 2.1 T2V 1.3B's weights marked causal.
+        (
+            SynthFamily::Wan(WanFile::CausalT2v13b),
+            "diffusion_models/causal_forcing-framewise.safetensors",
+            SynthDtype::Bf16,
+        ),
         (SynthFamily::Vae(VaeFamily::Wan21), "vae/wan_2.1_vae.safetensors", SynthDtype::Bf16),
         (SynthFamily::Vae(VaeFamily::Wan22), "vae/wan2.2_vae.safetensors", SynthDtype::Bf16),
         (
@@ -62,16 +68,6 @@ fn write_tiny_wan(models: &std::path::Path) {
         synth::write_family(&models.join(path), family, &set, dtype, 11, &mut |_, _| {})
             .expect("a tiny file");
     }
-    // Causal Forcing's file: 2.1 T2V 1.3B's weights marked causal.
-    synth::write_family(
-        &models.join("diffusion_models/causal_forcing-framewise.safetensors"),
-        SynthFamily::Wan(WanFile::CausalT2v13b),
-        &set,
-        SynthDtype::Bf16,
-        13,
-        &mut |_, _| {},
-    )
-    .expect("a tiny file");
     // The low-noise expert: another draw of the same structure.
     synth::write_family(
         &models.join("diffusion_models/wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"),
