@@ -7,7 +7,7 @@ use kiln_models::sampling::SamplerChoice;
 use crate::media::{Audio, Video};
 use crate::models::{
     ClipVision, ClipVisionOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
-    Noise, StyleModel, TextEncoder, Vae,
+    Noise, StyleModel, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
 
@@ -77,6 +77,8 @@ pub enum Value {
     ClipVisionOutput(Arc<ClipVisionOutput>),
     /// `STYLE_MODEL`: a style model (`StyleModelLoader`).
     StyleModel(Arc<StyleModel>),
+    /// `UPSCALE_MODEL`: an image upscale model (`UpscaleModelLoader`).
+    UpscaleModel(Arc<UpscaleModel>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
     Sampler(SamplerChoice),
     /// `SIGMAS`: the noise levels a sampler steps through, descending.
@@ -131,6 +133,7 @@ impl Value {
             Value::ClipVision(_) => "CLIP_VISION",
             Value::ClipVisionOutput(_) => "CLIP_VISION_OUTPUT",
             Value::StyleModel(_) => "STYLE_MODEL",
+            Value::UpscaleModel(_) => "UPSCALE_MODEL",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
             Value::Noise(_) => "NOISE",
@@ -167,7 +170,8 @@ impl Value {
             | Value::ControlNet(_)
             | Value::ModelPatch(_)
             | Value::ClipVision(_)
-            | Value::StyleModel(_) => 0,
+            | Value::StyleModel(_)
+            | Value::UpscaleModel(_) => 0,
             Value::Conditioning(c) => c.byte_size(),
             Value::ClipVisionOutput(o) => o.byte_size(),
             Value::Video(v) => v.byte_size(),
@@ -198,6 +202,7 @@ impl Value {
             | Value::ClipVision(_)
             | Value::ClipVisionOutput(_)
             | Value::StyleModel(_)
+            | Value::UpscaleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)
@@ -233,6 +238,7 @@ impl Value {
             | Value::ClipVision(_)
             | Value::ClipVisionOutput(_)
             | Value::StyleModel(_)
+            | Value::UpscaleModel(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)

@@ -83,6 +83,8 @@ const kilnFiles = [
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
   // CLIP vision towers (CLIPVisionLoader) and FLUX.1 Redux (StyleModelLoader).
+  // ESRGAN upscale models (Real-ESRGAN ×4's RRDBNet; its ×2 and the ESRGAN+ variants are refused by name).
+  { folder: 'upscale_models', stem: /^(RealESRGAN_x4plus(_anime_6B)?|4x[-_]?(UltraSharp|NMKD|foolhardy|Remacri)|ESRGAN_4x|BSRGAN)[_.]/i, family: 'esrgan-x4' },
   { folder: 'clip_vision', stem: /^clip_vision_h\.safetensors$/, family: 'clip-vision-h' },
   { folder: 'clip_vision', stem: /^sigclip_vision_patch14_384\.safetensors$/, family: 'siglip-384' },
   { folder: 'style_models', stem: /^flux1-redux-dev\.safetensors$/, family: 'flux1-redux' },

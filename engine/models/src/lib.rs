@@ -11,6 +11,7 @@
 //! - [`mistral3`]: FLUX.2 dev's Mistral Small 3.x text encoder (the Qwen3 decoder code) and the Tekken
 //!   tokenizer its file carries.
 //! - [`clip_vision`]: CLIP and SigLIP vision towers (`CLIPVisionEncode`) and FLUX.1 Redux (`StyleModelApply`).
+//! - [`esrgan`]: ESRGAN upscale models (RRDBNet: ESRGAN, Real-ESRGAN, BSRGAN), `ImageUpscaleWithModel`'s.
 //! - [`flux_vae`]: the Flux VAE (16-channel KL autoencoder) and the FLUX.2 VAE (its 128-channel, 16×
 //!   patchified and normalised sibling), decoder and encoder.
 //! - [`quant`]: ComfyUI's quantized weight files: which layers are quantized, and the scales weights carry.
@@ -23,6 +24,7 @@
 pub mod brownian;
 pub mod clip_text;
 pub mod clip_vision;
+pub mod esrgan;
 pub mod family;
 pub mod flux;
 pub mod flux_vae;

@@ -19,7 +19,8 @@ use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
 use super::{
-    ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel, TextEncoder, Vae,
+    ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel, TextEncoder,
+    UpscaleModel, Vae,
 };
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
@@ -412,6 +413,29 @@ pub fn load_clip_vision(
     quant.apply(&file, &mut plan, LinearPath::Dequantized)?;
     let weights = load_weights(env, &plan, progress)?;
     Ok(ClipVision { net: Arc::new(found.build(weights)), path: file.path().to_path_buf() })
+}
+
+/// `UpscaleModelLoader`: an ESRGAN upscale model (ESRGAN, Real-ESRGAN ×4, BSRGAN in any of their key layouts);
+/// other upscale models spandrel knows are refused naming what Kiln runs.
+pub fn load_upscale_model(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<UpscaleModel, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let Some((config, layout)) = kiln_models::esrgan::detect(&header)? else {
+        return Err(header.unsupported(format!(
+            "not an upscale model Kiln can run (ESRGAN, Real-ESRGAN and BSRGAN's RRDBNet): found {}",
+            describe(&header)
+        )));
+    };
+    let plan = kiln_models::esrgan::load_plan(&header, &config, layout);
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(UpscaleModel {
+        net: Arc::new(kiln_models::esrgan::Esrgan::new(config, weights)),
+        path: file.path().to_path_buf(),
+    })
 }
 
 /// `StyleModelLoader`: a style model Kiln runs (FLUX.1 Redux); the SD1.x T2I style adapter ComfyUI also

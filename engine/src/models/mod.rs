@@ -328,6 +328,14 @@ pub struct StyleModel {
     pub path: PathBuf,
 }
 
+/// `UPSCALE_MODEL`: an image upscale model (`UpscaleModelLoader`: ESRGAN's RRDBNet).
+pub struct UpscaleModel {
+    /// The network.
+    pub net: Arc<kiln_models::esrgan::Esrgan>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
 /// `VAE`: an autoencoder of any family.
 pub struct Vae {
     /// The network.
@@ -514,6 +522,18 @@ impl PartialEq for StyleModel {
 impl std::fmt::Debug for StyleModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "StyleModel({})", self.path.display())
+    }
+}
+
+impl PartialEq for UpscaleModel {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for UpscaleModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UpscaleModel({})", self.path.display())
     }
 }
 

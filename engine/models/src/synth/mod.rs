@@ -27,7 +27,7 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
-use crate::{clip_text, clip_vision, flux, qwen_image, qwen3, t5, wan, wan_vae, zimage};
+use crate::{clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, zimage};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -70,6 +70,7 @@ const FLUX_USO: &str = "uso-flux1-projector";
 const UMT5: &str = "umt5-xxl";
 const WAN: &str = "wan";
 const WAN_LORA: &str = "wan-lora";
+const ESRGAN: &str = "esrgan";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -105,6 +106,8 @@ pub enum SynthFamily {
     /// A Wan DiT other than 2.1 T2V 1.3B and 2.2 TI2V 5B (`--family wan21-t2v-1.3b`, `wan22-ti2v-5b`), ComfyUI's
     /// names.
     Wan(WanFile),
+    /// An ESRGAN ×4 upscale model (`UpscaleModelLoader`, `esrgan-x4`), Real-ESRGAN's names.
+    Esrgan,
 }
 
 /// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
@@ -385,6 +388,7 @@ impl SynthFamily {
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
         all.extend(WanFile::ALL.map(SynthFamily::Wan));
+        all.push(SynthFamily::Esrgan);
         all
     }
 
@@ -418,6 +422,7 @@ impl SynthFamily {
             SynthFamily::FluxRedux => "flux1-redux",
             SynthFamily::FluxUso => "uso-flux1-projector",
             SynthFamily::Wan(file) => file.name(),
+            SynthFamily::Esrgan => "esrgan-x4",
         }
     }
 }
@@ -632,6 +637,8 @@ pub struct ZImageTurboSet {
     pub wan_14b: wan::Config,
     /// The CLIP vision width the Wan I2V and FLF2V DiTs read (CLIP-ViT-H's 1280).
     pub wan_clip_dim: usize,
+    /// The ESRGAN ×4 upscale model (`--family esrgan-x4`: Real-ESRGAN x4plus).
+    pub esrgan: esrgan::Config,
 }
 
 impl ZImageTurboSet {
@@ -694,6 +701,7 @@ impl ZImageTurboSet {
             wan22: wan_config(3072, 14336, 30, (48, 48)),
             wan_14b: wan_config(5120, 13824, 40, (16, 16)),
             wan_clip_dim: 1280,
+            esrgan: esrgan::Config::x4plus(),
         }
     }
 
@@ -770,6 +778,7 @@ impl ZImageTurboSet {
             wan22: wan_config(256, 512, 2, (48, 48)),
             wan_14b: wan_config(256, 512, 2, (16, 16)),
             wan_clip_dim: 64,
+            esrgan: esrgan::Config { filters: 8, blocks: 1, ..esrgan::Config::x4plus() },
         }
     }
 
@@ -1010,6 +1019,10 @@ pub fn write_family(
             write_wan(path, &set.wan22, dtype, seed, progress)
         }
         SynthFamily::Wan(file) => write_wan(path, &file.config(set), dtype, seed, progress),
+        SynthFamily::Esrgan => {
+            let specs = specs_of(esrgan::expected_shapes(&set.esrgan));
+            write_one(path, &specs, ESRGAN, "ESRGAN upscale model", dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::Wan21) => {
             write_wan_lora(path, &set.wan21, dtype, seed, progress)
         }

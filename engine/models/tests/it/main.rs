@@ -7,6 +7,7 @@ mod clip_text;
 mod clip_vision;
 mod comfy_sampling;
 mod common;
+mod esrgan;
 mod flux;
 mod flux2;
 mod flux2_vae;

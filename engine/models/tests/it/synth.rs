@@ -576,7 +576,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan22-fun-inpaint-5b",
             "wan21-vace-14b",
             "wan21-fun-camera-1.3b",
-            "wan22-fun-camera-a14b"
+            "wan22-fun-camera-a14b",
+            "wan21-causal-t2v-1.3b",
+            "esrgan-x4"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -673,6 +675,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     (set.redux.input, set.redux.output),
                     (set.siglip.hidden, set.flux.text_dim)
                 );
+            }
+            synth::SynthFamily::Esrgan => {
+                let found = kiln_models::esrgan::detect(&header).unwrap();
+                assert_eq!(found, Some((set.esrgan, kiln_models::esrgan::Layout::RealEsrgan)));
             }
             synth::SynthFamily::Wan(file) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

@@ -38,6 +38,7 @@ mod stitch;
 mod text;
 mod textgen;
 mod tiled;
+mod upscale;
 mod vae;
 mod video;
 mod wan;
@@ -96,6 +97,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(clip_vision::StyleModelApply::new(compute.clone()));
     registry.register(clip_vision::StyleModelLoader(models.clone()));
     registry.register(clip_vision::ClipVisionLoader(models.clone()));
+    registry.register(upscale::UpscaleModelLoader(models.clone()));
+    registry.register(upscale::ImageUpscaleWithModel::new(compute.clone()));
     registry.register(vae::VaeTiled::decode(compute.clone()));
     registry.register(vae::VaeTiled::encode(compute.clone()));
     registry.register(conditioning::ConditioningZeroOut::new());
