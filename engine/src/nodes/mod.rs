@@ -24,7 +24,8 @@ pub use spec::{
 use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{
-    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, Vae,
+    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, UpscaleModel,
+    Vae,
 };
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
@@ -186,6 +187,14 @@ impl Inputs {
         match self.required(name)? {
             Value::Vae(v) => Ok(v),
             other => Err(self.wrong(name, "VAE", other)),
+        }
+    }
+
+    /// An `UPSCALE_MODEL` input.
+    pub fn upscale_model(&self, name: &str) -> Result<&Arc<UpscaleModel>, NodeError> {
+        match self.required(name)? {
+            Value::UpscaleModel(m) => Ok(m),
+            other => Err(self.wrong(name, "UPSCALE_MODEL", other)),
         }
     }
 

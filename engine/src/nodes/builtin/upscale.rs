@@ -88,18 +88,7 @@ impl Node for ImageUpscaleWithModel {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let model = match inputs.get("upscale_model") {
-            Some(Value::UpscaleModel(m)) => m,
-            other => {
-                return Err(NodeError::of_kind(
-                    ErrorKind::WrongType,
-                    format!(
-                        "input `upscale_model` should be UPSCALE_MODEL, got {}",
-                        other.map_or("nothing", Value::type_name)
-                    ),
-                ));
-            }
-        };
+        let model = inputs.upscale_model("upscale_model")?;
         let image = inputs.image("image")?;
         let out = upscale(&self.compute, model, image, &mut |done, total| {
             ctx.progress(done as f64, total as f64)
