@@ -260,6 +260,34 @@ fn issue_24_skip_layer_guidance_pushes_away_from_a_pass_without_the_blocks_named
 }
 
 #[test]
+fn issue_24_simple_skip_layer_guidance_makes_the_negative_without_the_blocks_named() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let plain = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 5);
+    let with_simple = |layers: &str, start: f64, end: f64, cfg: f64| {
+        let mut graph = plain.clone();
+        graph["90"] = json!({"class_type": "SkipLayerGuidanceDiTSimple", "inputs": {
+            "model": ["37", 0], "double_layers": layers, "single_layers": "",
+            "start_percent": start, "end_percent": end}});
+        graph["48"]["inputs"]["model"] = json!(["90", 0]);
+        graph["3"]["inputs"]["cfg"] = json!(cfg);
+        graph
+    };
+    let reference = frames_of(&mut h, plain.clone());
+    // No layers, or a σ range no step is in, leave the model as it was.
+    assert_eq!(frames_of(&mut h, with_simple("", 0.0, 1.0, 6.0)), reference);
+    assert_eq!(frames_of(&mut h, with_simple("1", 1.0, 1.0, 6.0)), reference);
+    // The negative's pass without block 1 changes the clip; which block matters.
+    let skip_one = frames_of(&mut h, with_simple("1", 0.0, 1.0, 6.0));
+    assert_ne!(skip_one, reference);
+    assert_ne!(frames_of(&mut h, with_simple("0", 0.0, 1.0, 6.0)), skip_one);
+    // At CFG 1 the negative is not evaluated, so nothing changes (ComfyUI's hook sees no negative).
+    let mut cfg_one = plain.clone();
+    cfg_one["3"]["inputs"]["cfg"] = json!(1.0);
+    assert_eq!(frames_of(&mut h, with_simple("1", 0.0, 1.0, 1.0)), frames_of(&mut h, cfg_one));
+}
+
+#[test]
 fn issue_24_wan22_fun_control_reads_its_control_video_and_reference_image() {
     let mut h = Harness::new(CachePolicy::None);
     let models = h.roots.input.join("models");

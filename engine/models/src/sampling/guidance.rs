@@ -63,6 +63,27 @@ impl SkipLayers {
     }
 }
 
+/// `SkipLayerGuidanceDiTSimple`'s hook (ComfyUI's `calc_cond_batch_function`): inside its σ range the
+/// unconditional prediction comes from a pass that leaves these blocks out; the conditional one is the model's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UncondSkip {
+    /// Bit i set: the pass skips double-stream block i (Wan's blocks).
+    pub double: u64,
+    /// Bit i set: the pass skips single-stream block i.
+    pub single: u64,
+    /// The σ range it runs in, inclusive: from `start_percent` (the larger σ) to `end_percent`.
+    pub sigma_start: f32,
+    /// See `sigma_start`.
+    pub sigma_end: f32,
+}
+
+impl UncondSkip {
+    /// Whether the hook runs at `sigma` (ComfyUI compares the first sample's σ).
+    pub fn active(&self, sigma: f32) -> bool {
+        sigma >= self.sigma_end && sigma <= self.sigma_start
+    }
+}
+
 /// The hooks a model carries.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Guidance {
@@ -70,6 +91,9 @@ pub struct Guidance {
     pub cfg_function: Option<CfgFunction>,
     /// Applied after CFG, in order.
     pub post_cfg: Vec<PostCfg>,
+    /// How the unconditional prediction is made, when `SkipLayerGuidanceDiTSimple` set it (the last one
+    /// applied: ComfyUI's hook replaces).
+    pub uncond_skip: Option<UncondSkip>,
 }
 
 /// One model call's predictions to combine.
@@ -90,7 +114,8 @@ pub struct Predictions<'a> {
 }
 
 impl Guidance {
-    /// Whether no hook is set (plain CFG).
+    /// Whether no hook changes how predictions combine (plain CFG; [`Guidance::uncond_skip`] changes only how
+    /// the unconditional one is made).
     pub fn is_plain(&self) -> bool {
         self.cfg_function.is_none() && self.post_cfg.is_empty()
     }
@@ -326,8 +351,10 @@ mod tests {
             shape: &[1, 4],
         };
         let skipped = [0.5f32, 1.5, 2.5, 3.5];
-        let hooked =
-            |l: SkipLayers| Guidance { cfg_function: None, post_cfg: vec![PostCfg::SkipLayer(l)] };
+        let hooked = |l: SkipLayers| Guidance {
+            post_cfg: vec![PostCfg::SkipLayer(l)],
+            ..Guidance::default()
+        };
         let pass = &mut |_: &SkipLayers| -> Result<Vec<f32>, crate::Error> { Ok(skipped.to_vec()) };
         // CFG 1 gives cond; the hook adds (cond − skipped)·2 = 1.
         let out = hooked(layers(2.0, 0.0)).combine_with(p(0.5), pass).unwrap();

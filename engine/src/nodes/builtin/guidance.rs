@@ -1,13 +1,13 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
 //! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1) and
-//! `SkipLayerGuidanceDiT` (`comfy_extras.nodes_slg`, V3). Each returns a
+//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
 //! `set_model_sampler_post_cfg_function` (appending) do; the sampler applies them
 //! (`kiln_models::sampling::guidance`).
 
 use std::sync::Arc;
 
-use kiln_models::sampling::guidance::{CfgFunction, PostCfg, SkipLayers};
+use kiln_models::sampling::guidance::{CfgFunction, PostCfg, SkipLayers, UncondSkip};
 
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::value::Value;
@@ -23,6 +23,8 @@ enum Hook {
     Rescale,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
     SkipLayers,
+    /// `SkipLayerGuidanceDiTSimple`: the unconditional prediction from a pass leaving some blocks out.
+    SkipLayersUncond,
 }
 
 /// A node that returns its model with a CFG hook set.
@@ -31,7 +33,7 @@ pub(super) struct CfgPatch {
     hook: Hook,
 }
 
-/// The three patch nodes, in ComfyUI's registration order within their modules.
+/// The patch nodes, in ComfyUI's registration order within their modules.
 pub(super) fn nodes() -> Vec<CfgPatch> {
     let cfg_node = |name: &str| {
         NodeSpec::new(name, "", "advanced/guidance")
@@ -76,26 +78,47 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             hook: Hook::Rescale,
         },
         CfgPatch { spec: Arc::new(skip_layer_guidance_spec()), hook: Hook::SkipLayers },
+        CfgPatch { spec: Arc::new(skip_layer_guidance_simple_spec()), hook: Hook::SkipLayersUncond },
     ]
+}
+
+/// The block-list input of the skip-layer nodes (ComfyUI serialises `advanced` first).
+fn layers(name: &str) -> InputDef {
+    InputDef::bare(name, "STRING")
+        .option("advanced", true)
+        .option("default", "7, 8, 9")
+        .option("multiline", false)
+}
+
+/// A σ-range input of the skip-layer nodes.
+fn percent(name: &str, default: f64) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", 0.0)
+        .option("max", 1.0)
+        .option("step", 0.001)
+}
+
+/// `SkipLayerGuidanceDiTSimple`'s declaration.
+fn skip_layer_guidance_simple_spec() -> NodeSpec {
+    NodeSpec::new("SkipLayerGuidanceDiTSimple", "", "advanced/guidance")
+        .python_module("comfy_extras.nodes_slg")
+        .v3()
+        .experimental()
+        .description(
+            "Simple version of the SkipLayerGuidanceDiT node that only modifies the uncond pass.",
+        )
+        .input(InputDef::typed("model", "MODEL"))
+        .input(layers("double_layers"))
+        .input(layers("single_layers"))
+        .input(percent("start_percent", 0.0))
+        .input(percent("end_percent", 1.0))
+        .output(OutputDef::new("MODEL"))
 }
 
 /// `SkipLayerGuidanceDiT`'s declaration.
 fn skip_layer_guidance_spec() -> NodeSpec {
-    // ComfyUI serialises `advanced` first.
-    let layers = |name: &str| {
-        InputDef::bare(name, "STRING")
-            .option("advanced", true)
-            .option("default", "7, 8, 9")
-            .option("multiline", false)
-    };
-    let percent = |name: &str, default: f64| {
-        InputDef::bare(name, "FLOAT")
-            .option("advanced", true)
-            .option("default", default)
-            .option("min", 0.0)
-            .option("max", 1.0)
-            .option("step", 0.001)
-    };
     NodeSpec::new("SkipLayerGuidanceDiT", "", "advanced/guidance")
         .python_module("comfy_extras.nodes_slg")
         .v3()
@@ -165,6 +188,20 @@ impl Node for CfgPatch {
                     sigma_end: sampling.percent_to_sigma(inputs.float("end_percent")?) as f32,
                     rescaling: inputs.float("rescaling_scale")? as f32,
                 }));
+            }
+            Hook::SkipLayersUncond => {
+                let double = block_set(inputs.string("double_layers")?, "double_layers")?;
+                let single = block_set(inputs.string("single_layers")?, "single_layers")?;
+                if double == 0 && single == 0 {
+                    return Ok(NodeResult::values([Value::Model(Arc::clone(model))]));
+                }
+                let sampling = &model.sampling;
+                guidance.uncond_skip = Some(UncondSkip {
+                    double,
+                    single,
+                    sigma_start: sampling.percent_to_sigma(inputs.float("start_percent")?) as f32,
+                    sigma_end: sampling.percent_to_sigma(inputs.float("end_percent")?) as f32,
+                });
             }
         }
         Ok(NodeResult::values([Value::Model(Arc::new(model.with_guidance(guidance)))]))

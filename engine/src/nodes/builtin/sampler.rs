@@ -728,8 +728,13 @@ impl Guided<'_> {
         // cfg 1 does not evaluate the negative (ComfyUI's cfg1 optimisation), nor does an empty one, unless a
         // CFG++ sampler needs it (an empty one is zeros then).
         let evaluate = cfg_pp || ((self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty());
+        let skip = self.model.guidance.uncond_skip.filter(|s| s.active(sigma));
         let (cond, uncond) = if !evaluate {
             (cond()?, None)
+        } else if let Some(skip) = skip {
+            // `SkipLayerGuidanceDiTSimple`: the negative from a pass without its blocks.
+            let skipped = SkippedBlocks { double: skip.double, single: skip.single };
+            (cond()?, Some(self.predict_skipping(negative, x, sigma, skipped)?))
         } else if let Some((cond, uncond)) = self.pair(negative, x, sigma)? {
             // One model call for both sides, as ComfyUI batches them.
             (cond, Some(uncond))
