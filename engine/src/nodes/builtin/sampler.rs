@@ -194,25 +194,15 @@ impl OnDevice for Forward<'_> {
                 strength: control.strength as f32,
             })
             .collect();
-        let kv_cache = match self.kv_cache {
-            Some(slot) => {
-                let store = slot.get_or_init(|| Box::new(flux::KvCache::<B>::new()));
-                Some(store.downcast_ref::<flux::KvCache<B>>().ok_or_else(|| {
-                    kiln_models::Error::Invalid("a FLUX KV cache made on another device".to_owned())
-                })?)
-            }
-            None => None,
-        };
+        let kv_cache = self
+            .kv_cache
+            .map(|slot| stored::<flux::KvCache<B>>(slot, "a FLUX KV cache"))
+            .transpose()?;
         let causal = match self.causal {
-            Some(call) => {
-                let store = call.slot.get_or_init(|| Box::new(wan::CausalCache::<B>::new()));
-                let cache = store.downcast_ref::<wan::CausalCache<B>>().ok_or_else(|| {
-                    kiln_models::Error::Invalid(
-                        "a causal Wan cache made on another device".to_owned(),
-                    )
-                })?;
-                Some(wan::CausalStep { start_frame: call.start_frame, cache })
-            }
+            Some(call) => Some(wan::CausalStep {
+                start_frame: call.start_frame,
+                cache: stored::<wan::CausalCache<B>>(call.slot, "a causal Wan cache")?,
+            }),
             None => None,
         };
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
@@ -258,6 +248,16 @@ impl OnDevice for Forward<'_> {
         let out = b.cast(&out, DType::F32)?;
         Ok(b.to_f32(&out)?)
     }
+}
+
+/// The store a run keeps in `slot` (`what` in messages): made on the first call, on the backend the calls run on.
+fn stored<'s, T: Default + Send + Sync + 'static>(
+    slot: &'s KvSlot,
+    what: &str,
+) -> kiln_models::Result<&'s T> {
+    slot.get_or_init(|| Box::new(T::default()))
+        .downcast_ref::<T>()
+        .ok_or_else(|| kiln_models::Error::Invalid(format!("{what} made on another device")))
 }
 
 /// A host tensor on `b` in its compute type (what a model call reads beside the latent).
@@ -692,6 +692,12 @@ impl Denoiser for Guided<'_> {
 }
 
 impl Guided<'_> {
+    /// Whether CFG evaluates the negative: ComfyUI's cfg1 optimisation skips it at cfg 1, and an empty one is
+    /// not evaluated either.
+    fn cfg_reads_negative(&self) -> bool {
+        self.negative.is_some_and(|n| !n.entries.is_empty()) && (self.cfg - 1.0).abs() > 1e-9
+    }
+
     /// The guided x̂₀ with the latent's noise mask applied around the model (ComfyUI's `KSamplerX0Inpaint`),
     /// and the unconditional prediction as a post-CFG hook sees it (unmasked).
     fn masked(
@@ -725,9 +731,8 @@ impl Guided<'_> {
         let Some(negative) = self.negative else {
             return Ok((cond()?, None));
         };
-        // cfg 1 does not evaluate the negative (ComfyUI's cfg1 optimisation), nor does an empty one, unless a
-        // CFG++ sampler needs it (an empty one is zeros then).
-        let evaluate = cfg_pp || ((self.cfg - 1.0).abs() > 1e-9 && !negative.entries.is_empty());
+        // An empty one is zeros when a CFG++ sampler needs it.
+        let evaluate = cfg_pp || self.cfg_reads_negative();
         let skip = self.model.guidance.uncond_skip.filter(|s| s.active(sigma));
         let (cond, uncond) = if !evaluate {
             (cond()?, None)
@@ -992,7 +997,7 @@ pub(super) fn sample(
     };
     let result = if job.sampler.sampler == Sampler::ArVideo {
         let slot = KvSlot::new();
-        let run = ArVideoRun { job: &job, model, shape: &shape, seed: job.noise.seed() };
+        let run = ArVideoRun { job: &job, model, shape: &shape };
         run.sample(ArBlocks { guided: denoiser, slot: &slot }, &x, &sigmas, &mut on_step)
     } else {
         sampling::sample_with(
@@ -1030,7 +1035,6 @@ struct ArVideoRun<'a> {
     model: &'a DiffusionModel,
     /// The latent's shape.
     shape: &'a [usize],
-    seed: u64,
 }
 
 impl ArVideoRun<'_> {
@@ -1058,8 +1062,7 @@ impl ArVideoRun<'_> {
             );
         }
         let guided = &blocks.guided;
-        let negative_runs = guided.negative.is_some_and(|n| !n.entries.is_empty());
-        if guided.dual.is_some() || (negative_runs && (guided.cfg - 1.0).abs() > 1e-9) {
+        if guided.dual.is_some() || guided.cfg_reads_negative() {
             return invalid(format!(
                 "the ar_video sampler runs a causal model at CFG 1 (its cache holds one prompt's keys and \
                  values), got cfg {}: set the guider's cfg to 1",
@@ -1088,7 +1091,7 @@ impl ArVideoRun<'_> {
         let run = sampling::ArVideo {
             shape: [batch, channels, frames, h, w],
             frames_per_block: self.job.sampler.settings.frames_per_block,
-            seed: self.seed,
+            seed: self.job.noise.seed(),
             initial: initial.as_deref(),
         };
         sampling::sample_ar_video(&mut blocks, run, x, sigmas, on_step)
