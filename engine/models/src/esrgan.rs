@@ -169,7 +169,9 @@ fn conv_shape(h: &Header, name: &str) -> Result<[usize; 2]> {
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     let Some(layout) = layout_of(h) else { return Ok(None) };
     if h.has("model.1.sub.0.RDB1.conv1x1.weight") {
-        return Err(h.unsupported("an ESRGAN+ model (its dense blocks have 1×1 convolutions), which Kiln does not run yet"));
+        return Err(h.unsupported(
+            "an ESRGAN+ model (its dense blocks have 1×1 convolutions), which Kiln does not run yet",
+        ));
     }
     let blocks = match layout {
         Layout::RealEsrgan => h.count_blocks("body."),

@@ -5,8 +5,8 @@
 //! The model keeps the keys and values of what it has seen ([`BlockDenoiser`]), each call replacing what it held
 //! from the call's first frame on: a block's noisy calls replace one another, and once the block is done it
 //! runs once more at σ = 0 on its result, so the frames after attend to clean frames (ComfyUI rewinds its cache
-//! after each call of a block instead; the keys and values read are the same). An image-to-video run first shows the model the start image's latent
-//! frames at σ = 0 and keeps them as the output's first frames.
+//! after each call of a block instead; the keys and values read are the same). An image-to-video run first
+//! shows the model the start image's latent frames at σ = 0 and keeps them as the output's first frames.
 
 use super::Step;
 use crate::Result;

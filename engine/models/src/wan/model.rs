@@ -241,7 +241,7 @@ impl Wan {
                 state.frames = step.start_frame;
                 state.frame_tokens = frame_tokens;
                 state.entries.resize_with(grid.batch, || vec![None; self.config.layers]);
-                Some((state, step.start_frame))
+                Some(state)
             }
             None => None,
         };
@@ -263,7 +263,7 @@ impl Wan {
         let extra_frames = usize::from(reference.is_some());
         let streams: Vec<Grid> = in_context.iter().map(|(_, g)| *g).collect();
         let rope = match &cache {
-            Some((_, start)) => self.rope(b, &grid, *start, 0, &[], &RopeOptions::default())?,
+            Some(state) => self.rope(b, &grid, state.frames, 0, &[], &RopeOptions::default())?,
             None => self.rope(b, &grid, 0, extra_frames, &streams, &input.rope)?,
         };
 
@@ -296,7 +296,7 @@ impl Wan {
                 let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
                 for (s, x) in samples.iter_mut().enumerate() {
                     let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
-                    let slot = cache.as_mut().map(|(state, _)| {
+                    let slot = cache.as_mut().map(|state| {
                         let tokens = state.frames * state.frame_tokens;
                         CausalSlot { entry: &mut state.entries[s][i], tokens }
                     });
@@ -334,7 +334,7 @@ impl Wan {
             }
         }
         drop((contexts, vace));
-        if let Some((state, _)) = cache.as_mut() {
+        if let Some(state) = cache.as_mut() {
             state.frames += grid.frames;
         }
         drop(cache);
@@ -707,11 +707,11 @@ impl Wan {
         })
     }
 
-    /// The RoPE table of a sample's tokens: token (f, i, j) at positions (`first_frame` + f, i, j) on axes of 44, 42 and 42 of
-    /// the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames` more frames first
-    /// (a reference image's tokens), then each in-context stream of `streams` at its own positions from 0,
-    /// turned by its source id ([`turn_by_source`]). `options` scale and shift the positions of each axis
-    /// (`ScaleROPE`), the streams' too.
+    /// The RoPE table of a sample's tokens: token (f, i, j) at positions (`first_frame` + f, i, j) on axes of
+    /// 44, 42 and 42 of the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames`
+    /// more frames first (a reference image's tokens), then each in-context stream of `streams` at its own
+    /// positions from 0, turned by its source id ([`turn_by_source`]). `options` scale and shift the positions of
+    /// each axis (`ScaleROPE`), the streams' too.
     fn rope<B: Backend>(
         &self,
         b: &B,
