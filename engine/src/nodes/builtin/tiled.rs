@@ -64,6 +64,25 @@ pub(super) struct Axis {
     pub(super) scale: Scale,
 }
 
+impl Axis {
+    /// Where the tiles along a dimension of `size` input positions start (before the last is moved back to end
+    /// at the edge): every `tile − overlap`, or one tile when the dimension fits one.
+    fn starts(&self, size: usize) -> Vec<usize> {
+        if size > self.tile {
+            (0..size - self.overlap).step_by(self.tile - self.overlap).collect()
+        } else {
+            vec![0]
+        }
+    }
+}
+
+/// How many tiles [`tiled_scale`] runs for a sample of `size` (the dimensions after `[1, C]`), for progress.
+/// ComfyUI's `get_tiled_scale_steps` counts ⌈side / (tile − overlap)⌉ per side, which can exceed the tiles run
+/// (a side between 481 and 512 is one tile); Kiln counts the tiles, so progress ends at its total.
+pub(super) fn tile_count(size: &[usize], axes: &[Axis]) -> usize {
+    size.iter().zip(axes).map(|(&s, a)| a.starts(s).len()).product()
+}
+
 /// Row-major strides of `size`.
 fn strides(size: &[usize]) -> Vec<usize> {
     let mut s = vec![1; size.len()];
@@ -132,17 +151,7 @@ pub(super) fn tiled_scale(
     let mut out_channels = None;
     let mut out = Vec::new();
     let mut weight = vec![0f32; out_plane];
-    let starts: Vec<Vec<usize>> = size
-        .iter()
-        .zip(axes)
-        .map(|(&s, a)| {
-            if s > a.tile {
-                (0..s - a.overlap).step_by(a.tile - a.overlap).collect()
-            } else {
-                vec![0]
-            }
-        })
-        .collect();
+    let starts: Vec<Vec<usize>> = size.iter().zip(axes).map(|(&s, a)| a.starts(s)).collect();
     let feathers: Vec<usize> = axes.iter().map(|a| round(a.scale.size(a.overlap))).collect();
     for it in rows(&starts.iter().map(Vec::len).chain([1]).collect::<Vec<_>>()) {
         let pos: Vec<usize> = (0..size.len())

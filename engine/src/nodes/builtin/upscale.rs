@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kiln_compute::{Backend, DType};
 
 use super::loaders::{find, progress};
-use super::tiled::{Axis, Scale, tiled_scale};
+use super::tiled::{Axis, Scale, tile_count, tiled_scale};
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
 use crate::models::{ModelEnv, UpscaleModel, load};
@@ -120,10 +120,7 @@ fn upscale(
     }
     let scale = config.scale();
     let axis = Axis { tile: TILE, overlap: OVERLAP, scale: Scale::Up(scale) };
-    let tiles_along = |side: usize| {
-        if side <= TILE { 1 } else { (side - OVERLAP).div_ceil(TILE - OVERLAP) }
-    };
-    let total = batch * tiles_along(h) * tiles_along(w);
+    let total = batch * tile_count(&[h, w], &[axis, axis]);
     let mut done = 0;
     let plane = h * w;
     let mut out = Vec::with_capacity(image.data().len() * scale * scale);
