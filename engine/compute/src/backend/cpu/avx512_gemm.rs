@@ -858,6 +858,54 @@ fn store_tile<const R: usize>(
     }
 }
 
+/// An f32 product with a stored weight, as [`matmul_bt`] and `skinny::matmul_bt` take one.
+#[cfg(test)]
+pub(super) type F32Product = dyn Fn(
+    &[f32],
+    usize,
+    usize,
+    usize,
+    (DType, Option<f32>),
+    &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    &mut [f32],
+) -> Result<()>;
+
+/// Checks `product` against f64 loops for each `(m, n, k)` of `cases`, every weight dtype, with and without a
+/// scale (small values over powers of two; within 1e-4 relative).
+#[cfg(test)]
+pub(super) fn check_f32_product(cases: &[(usize, usize, usize)], product: &F32Product) {
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
+        for &(m, n, k) in cases {
+            let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
+            let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+            let wbytes = crate::dtype::narrow(dtype, &wv);
+            let wr = crate::dtype::widen(dtype, &wbytes);
+            let size = dtype.size();
+            let read = |row: usize, dst: &mut [u8]| -> Result<()> {
+                dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
+                Ok(())
+            };
+            for scale in [None, Some(0.375f32)] {
+                let mut out = vec![f32::NAN; m * n];
+                product(&xv, m, n, k, (dtype, scale), &read, &mut out).expect("matmul");
+                let s = f64::from(scale.unwrap_or(1.0));
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]) * s)
+                            .sum();
+                        let got = f64::from(out[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{dtype} ({m}, {n}, {k}) scale {scale:?} at ({i}, {j}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -918,36 +966,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
-        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
-            for (m, n, k) in [(11, 50, 64), (6, 64, 1), (3, 200, 1030), (17, 5, 7)] {
-                let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
-                let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
-                let wbytes = crate::dtype::narrow(dtype, &wv);
-                let wr = crate::dtype::widen(dtype, &wbytes);
-                let size = dtype.size();
-                let read = |row: usize, dst: &mut [u8]| -> Result<()> {
-                    dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
-                    Ok(())
-                };
-                for scale in [None, Some(0.375f32)] {
-                    let mut out = vec![f32::NAN; m * n];
-                    matmul_bt::<F32>(&xv, m, n, k, (dtype, scale), &read, &mut out)
-                        .expect("matmul");
-                    let s = f64::from(scale.unwrap_or(1.0));
-                    for i in 0..m {
-                        for j in 0..n {
-                            let want: f64 = (0..k)
-                                .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]) * s)
-                                .sum();
-                            let got = f64::from(out[i * n + j]);
-                            assert!(
-                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "{dtype} ({m}, {n}, {k}) scale {scale:?} at ({i}, {j})"
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        let cases = [(11, 50, 64), (6, 64, 1), (3, 200, 1030), (17, 5, 7)];
+        check_f32_product(&cases, &matmul_bt::<F32>);
     }
 }

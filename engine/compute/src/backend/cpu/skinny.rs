@@ -226,38 +226,10 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
-        for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2] {
-            // Row counts below, at and above a tile (6); weight rows that do and do not fill a tile (4) and a
-            // task; k below one vector, at one, and with a tail.
-            for (m, n, k) in [(1, 50, 64), (6, 64, 1), (7, 200, 1030), (13, 5, 7), (32, 300, 16)] {
-                let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
-                let wv: Vec<f32> = (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
-                let wbytes = crate::dtype::narrow(dtype, &wv);
-                let wr = crate::dtype::widen(dtype, &wbytes);
-                let size = dtype.size();
-                let read = |row: usize, dst: &mut [u8]| -> Result<()> {
-                    dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
-                    Ok(())
-                };
-                for scale in [None, Some(0.375f32)] {
-                    let mut out = vec![f32::NAN; m * n];
-                    matmul_bt(&xv, m, n, k, (dtype, scale), &read, &mut out).expect("matmul");
-                    let s = f64::from(scale.unwrap_or(1.0));
-                    for i in 0..m {
-                        for j in 0..n {
-                            let want: f64 = (0..k)
-                                .map(|l| f64::from(xv[i * k + l]) * f64::from(wr[j * k + l]) * s)
-                                .sum();
-                            let got = f64::from(out[i * n + j]);
-                            assert!(
-                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                                "{dtype} ({m}, {n}, {k}) scale {scale:?} at ({i}, {j}): {got} vs {want}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        // Row counts below, at and above a tile (6); weight rows that do and do not fill a tile (4) and a
+        // task; k below one vector, at one, and with a tail.
+        let cases = [(1, 50, 64), (6, 64, 1), (7, 200, 1030), (13, 5, 7), (32, 300, 16)];
+        crate::backend::cpu::avx512_gemm::check_f32_product(&cases, &matmul_bt);
     }
 
     #[test]
