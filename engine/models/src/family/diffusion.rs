@@ -322,6 +322,34 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub causal: Option<wan::CausalStep<'a, B>>,
 }
 
+impl<'a, B: Backend> DiffusionInput<'a, B> {
+    /// A plain call: latents `x`, one timestep per sample, text `context`, and nothing else (no guidance set,
+    /// references, controls, patches, skipped blocks or in-context latents; the identity RoPE).
+    pub fn new(x: &'a Tensor<B>, timesteps: &'a [f32], context: &'a Tensor<B>) -> Self {
+        DiffusionInput {
+            x,
+            timesteps,
+            context,
+            pooled: None,
+            guidance: DistilledGuidance::Unset,
+            references: &[],
+            reference_method: None,
+            kv_cache: None,
+            text_prefix: None,
+            controls: &[],
+            patches: &[],
+            clip_vision: None,
+            frame_timesteps: None,
+            skipped_blocks: SkippedBlocks::default(),
+            vace: &[],
+            camera: None,
+            rope: RopeOptions::default(),
+            context_latents: &[],
+            causal: None,
+        }
+    }
+}
+
 /// The blocks a call leaves out, as ComfyUI's `patches_replace["dit"]` entries that return their input: bit i
 /// of `double` for `("double_block", i)`, of `single` for `("single_block", i)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

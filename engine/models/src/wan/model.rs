@@ -73,6 +73,26 @@ pub struct WanInput<'a, B: Backend> {
     pub causal: Option<CausalStep<'a, B>>,
 }
 
+impl<'a, B: Backend> WanInput<'a, B> {
+    /// A plain call: latents `x`, its timesteps and text `context`, nothing else (no CLIP states, reference,
+    /// VACE, camera, skipped blocks or in-context latents; the identity RoPE; not causal).
+    pub fn new(x: &'a Tensor<B>, timesteps: &'a [f32], context: &'a Tensor<B>) -> Self {
+        WanInput {
+            x,
+            timesteps,
+            context,
+            clip: None,
+            reference: None,
+            vace: &[],
+            camera: None,
+            skip: 0,
+            rope: RopeOptions::default(),
+            context_latents: &[],
+            causal: None,
+        }
+    }
+}
+
 /// One call of a causal Wan model in an autoregressive run: where its frames start and the keys and values of
 /// the frames before.
 pub struct CausalStep<'a, B: Backend> {

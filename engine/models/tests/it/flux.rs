@@ -10,8 +10,8 @@ use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
 use kiln_models::family::{
-    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
-    ModelPatchDetected, ModelPatchNet,
+    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, ModelPatchDetected,
+    ModelPatchNet,
 };
 use kiln_models::flux::{self, Config, Flux, FluxInput, Layout};
 use kiln_models::header::diffusion_prefix;
@@ -263,25 +263,9 @@ fn the_family_forward_defaults_guidance_to_3_5() {
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, pooled) = (tensor("x.even"), tensor("context.even"), tensor("y.even"));
     let input = |rope| DiffusionInput {
-        x: &x,
-        timesteps: &io["sigma.even"].1,
-        context: &context,
         pooled: Some(&pooled),
-        guidance: DistilledGuidance::Unset,
-        references: &[],
-        reference_method: None,
-        kv_cache: None,
-        text_prefix: None,
-        controls: &[],
-        patches: &[],
-        clip_vision: None,
-        frame_timesteps: None,
-        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-        vace: &[],
-        camera: None,
         rope,
-        context_latents: &[],
-        causal: None,
+        ..DiffusionInput::new(&x, &io["sigma.even"].1, &context)
     };
     let out = net.forward(&*b, input(kiln_models::RopeOptions::default())).unwrap();
     assert_close("default guidance", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);

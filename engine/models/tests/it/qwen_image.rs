@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
-use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet, DistilledGuidance};
+use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet};
 use kiln_models::header::diffusion_prefix;
 use kiln_models::qwen_image::{self, Config, QwenImage};
 use kiln_models::{Error, Header};
@@ -126,25 +126,9 @@ fn edit_2511_defaults_to_index_timestep_zero() {
     let refs = [tensor("ref.1"), tensor("ref.2")];
     for (method, want) in [(None, "index_timestep_zero"), (Some("index"), "index")] {
         let input = DiffusionInput {
-            x: &x,
-            timesteps: &io["sigma.odd"].1,
-            context: &context,
-            pooled: None,
-            guidance: DistilledGuidance::Unset,
             references: &refs,
             reference_method: method,
-            kv_cache: None,
-            text_prefix: None,
-            controls: &[],
-            patches: &[],
-            clip_vision: None,
-            frame_timesteps: None,
-            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-            vace: &[],
-            camera: None,
-            rope: Default::default(),
-            context_latents: &[],
-            causal: None,
+            ..DiffusionInput::new(&x, &io["sigma.odd"].1, &context)
         };
         let out = net.forward(&*b, input).unwrap();
         assert_close(want, &b.to_f32(&out).unwrap(), &io[&format!("out.refs.{want}")].1, 1e-4);
@@ -174,25 +158,8 @@ fn layered_frames_match_comfyui() {
     let refs = [tensor("ref.2")];
     for (references, want) in [(&refs[..0], "out.layered"), (&refs[..], "out.layered.ref")] {
         let input = DiffusionInput {
-            x: &x,
-            timesteps: &io["sigma.layered"].1,
-            context: &context,
-            pooled: None,
-            guidance: DistilledGuidance::Unset,
             references,
-            reference_method: None,
-            kv_cache: None,
-            text_prefix: None,
-            controls: &[],
-            patches: &[],
-            clip_vision: None,
-            frame_timesteps: None,
-            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-            vace: &[],
-            camera: None,
-            rope: Default::default(),
-            context_latents: &[],
-            causal: None,
+            ..DiffusionInput::new(&x, &io["sigma.layered"].1, &context)
         };
         let out = net.forward(&*b, input).unwrap();
         assert_eq!(out.shape(), io[want].0.as_slice(), "{want}");

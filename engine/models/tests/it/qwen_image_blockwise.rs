@@ -7,7 +7,7 @@ use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::Header;
 use kiln_models::family::{
-    DiffusionInput, DiffusionNet, DistilledGuidance, ModelPatchDetected, ModelPatchNet, PatchInput,
+    DiffusionInput, DiffusionNet, ModelPatchDetected, ModelPatchNet, PatchInput,
 };
 use kiln_models::qwen_image::{self, QwenImage};
 
@@ -50,25 +50,8 @@ fn blockwise_controlnets_match_comfyui() {
 
         let patches = [PatchInput { net: &patch, hint: &hint, strength: 0.8 }];
         let input = DiffusionInput {
-            x: &x,
-            timesteps: &io["sigma"].1,
-            context: &context,
-            pooled: None,
-            guidance: DistilledGuidance::Unset,
-            references: &[],
-            reference_method: None,
-            kv_cache: None,
-            text_prefix: None,
-            controls: &[],
             patches: &patches,
-            clip_vision: None,
-            frame_timesteps: None,
-            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-            vace: &[],
-            camera: None,
-            rope: Default::default(),
-            context_latents: &[],
-            causal: None,
+            ..DiffusionInput::new(&x, &io["sigma"].1, &context)
         };
         let out = base.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);

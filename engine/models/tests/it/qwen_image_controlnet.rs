@@ -10,7 +10,6 @@ use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_models::family::{
     ControlInput, ControlNetDetected, ControlNetNet, DiffusionInput, DiffusionNet,
-    DistilledGuidance,
 };
 use kiln_models::qwen_image::{self, ControlKind, QwenImage};
 use kiln_models::{Error, Header};
@@ -80,27 +79,8 @@ fn controlnets_match_comfyui() {
 
         // The base model with it applied, through the family's entry point.
         let controls = [ControlInput { net: &control, hint: &hint, strength: STRENGTH }];
-        let input = DiffusionInput {
-            x: &x,
-            timesteps: sigmas,
-            context: &context,
-            pooled: None,
-            guidance: DistilledGuidance::Unset,
-            references: &[],
-            reference_method: None,
-            kv_cache: None,
-            text_prefix: None,
-            controls: &controls,
-            patches: &[],
-            clip_vision: None,
-            frame_timesteps: None,
-            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-            vace: &[],
-            camera: None,
-            rope: Default::default(),
-            context_latents: &[],
-            causal: None,
-        };
+        let input =
+            DiffusionInput { controls: &controls, ..DiffusionInput::new(&x, sigmas, &context) };
         let out = base_net.forward(&*b, input).unwrap();
         assert_close(name, &b.to_f32(&out).unwrap(), &io[&format!("out.{name}")].1, 1e-4);
     }
@@ -125,27 +105,8 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
     let (x, context, hint) =
         (tensor(&b, &io["x"]), tensor(&b, &io["context"]), tensor(&b, &io["hint"]));
     let controls = [ControlInput { net: &control, hint: &hint, strength: 0.0 }];
-    let input = DiffusionInput {
-        x: &x,
-        timesteps: &io["sigma"].1,
-        context: &context,
-        pooled: None,
-        guidance: DistilledGuidance::Unset,
-        references: &[],
-        reference_method: None,
-        kv_cache: None,
-        text_prefix: None,
-        controls: &controls,
-        patches: &[],
-        clip_vision: None,
-        frame_timesteps: None,
-        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-        vace: &[],
-        camera: None,
-        rope: Default::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input =
+        DiffusionInput { controls: &controls, ..DiffusionInput::new(&x, &io["sigma"].1, &context) };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);
 }

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_compute::{Backend as _, DType, Tensor};
-use kiln_models::family::{
-    DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
-};
+use kiln_models::family::{DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet};
 use kiln_models::header::diffusion_prefix;
 use kiln_models::sampling::{ArVideo, BlockDenoiser, Scheduler, sample_ar_video};
 use kiln_models::synth::{self, SynthDtype, SynthFamily, WanFile, ZImageTurboSet};
@@ -139,25 +137,11 @@ fn run_with(
     let per_frame = t_shape.len() == 2;
     let sample_t = vec![0.0; x.dim(0).unwrap()];
     let input = DiffusionInput {
-        x: &x,
-        timesteps: if per_frame { &sample_t } else { t },
-        context: &context,
-        pooled: None,
-        guidance: DistilledGuidance::Unset,
-        references: &[],
-        reference_method: None,
-        kv_cache: None,
-        text_prefix: None,
-        controls: &[],
-        patches: &[],
         clip_vision: clip_states.as_ref(),
         frame_timesteps: per_frame.then_some(t.as_slice()),
-        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-        vace: &[],
-        camera: None,
         rope,
         context_latents,
-        causal: None,
+        ..DiffusionInput::new(&x, if per_frame { &sample_t } else { t }, &context)
     };
     let out = net.forward(b, input).unwrap();
     assert_eq!(out.shape(), io[&format!("out.{case}")].0.as_slice(), "{case}");
@@ -243,26 +227,11 @@ fn in_context_latents_follow_the_video_at_their_source_positions_as_comfyui_does
     // A latent the patch embedding cannot take is refused, naming what it reads.
     let io = read_tensors("wan/io.safetensors");
     let wrong = b.from_f32(&[1, 4, 1, 2, 2], &[0.0; 16], DType::F32).unwrap();
+    let (x, context) = (io_tensor(&b, &io, "x.t2v"), io_tensor(&b, &io, "context.t2v"));
     let input = DiffusionInput {
-        x: &io_tensor(&b, &io, "x.t2v"),
-        timesteps: &io["t.t2v"].1,
-        context: &io_tensor(&b, &io, "context.t2v"),
-        pooled: None,
-        guidance: DistilledGuidance::Unset,
-        references: &[],
-        reference_method: None,
-        kv_cache: None,
-        text_prefix: None,
-        controls: &[],
-        patches: &[],
-        clip_vision: None,
-        frame_timesteps: None,
-        skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-        vace: &[],
-        camera: None,
         rope,
         context_latents: std::slice::from_ref(&wrong),
-        causal: None,
+        ..DiffusionInput::new(&x, &io["t.t2v"].1, &context)
     };
     let Err(err) = net.forward(&*b, input) else { panic!("a 4-channel latent is refused") };
     let err = err.to_string();
@@ -289,38 +258,14 @@ fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
     let reference = io_tensor(&b, &fixture, "reference");
     let t = &fixture["t"].1;
     for (with, want) in [(Some(&reference), "out"), (None, "out_plain")] {
-        let input = WanInput {
-            x: &x,
-            timesteps: t,
-            context: &context,
-            clip: None,
-            reference: with,
-            vace: &[],
-            camera: None,
-            skip: 0,
-            rope: RopeOptions::default(),
-            context_latents: &[],
-            causal: None,
-        };
+        let input = WanInput { reference: with, ..WanInput::new(&x, t, &context) };
         let out = model.forward(&*b, &input).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
         assert_close(want, &b.to_f32(&out).unwrap(), &fixture[want].1, 1e-4);
     }
     // A reference of another size is refused, naming what the model reads.
     let small = b.full(&[1, 16, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput {
-        x: &x,
-        timesteps: t,
-        context: &context,
-        clip: None,
-        reference: Some(&small),
-        vace: &[],
-        camera: None,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = WanInput { reference: Some(&small), ..WanInput::new(&x, t, &context) };
     let err = model.forward(&*b, &input).expect_err("refused").to_string();
     assert!(err.contains("reference latent of 16 channels"), "{err}");
 }
@@ -359,19 +304,7 @@ fn the_fun_camera_adapter_matches_comfyui() {
     let context = io_tensor(&b, &fixture, "context");
     let camera = io_tensor(&b, &fixture, "camera");
     let t = &fixture["t"].1;
-    let input = |camera| WanInput {
-        x: &x,
-        timesteps: t,
-        context: &context,
-        clip: None,
-        reference: None,
-        vace: &[],
-        camera,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = |camera| WanInput { camera, ..WanInput::new(&x, t, &context) };
     for (with, want) in [(Some(&camera), "out"), (None, "out_plain")] {
         let out = model.forward(&*b, &input(with)).unwrap();
         assert_eq!(out.shape(), fixture[want].0.as_slice());
@@ -438,19 +371,7 @@ fn vace_contexts_run_through_their_blocks_as_comfyuis_vace_model() {
             (t, fixture["vace_strength"].1[j])
         })
         .collect();
-    let input = WanInput {
-        x: &x,
-        timesteps: &fixture["t"].1,
-        context: &context,
-        clip: None,
-        reference: None,
-        vace: &contexts,
-        camera: None,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = WanInput { vace: &contexts, ..WanInput::new(&x, &fixture["t"].1, &context) };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("vace", &b.to_f32(&out).unwrap(), &fixture["out"].1, 1e-4);
     // A context of the wrong size is refused by name.
@@ -482,19 +403,7 @@ fn clip_states_go_to_the_clip_branch_only() {
     let context = io_tensor(&b, &io, "context.expert");
     let clip = b.full(&[1, 5, 32], 1.0, DType::F32).unwrap();
     let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
-    let input = WanInput {
-        x: &x,
-        timesteps: &io["t.expert"].1,
-        context: &context,
-        clip: Some(&clip),
-        reference: None,
-        vace: &[],
-        camera: None,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = WanInput { clip: Some(&clip), ..WanInput::new(&x, &io["t.expert"].1, &context) };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("expert with CLIP", &b.to_f32(&out).unwrap(), &io["out.expert"].1, 1e-4);
 }
@@ -652,35 +561,11 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
     let context = b.full(&[1, 3, 32], 0.0, DType::F32).unwrap();
     let x = b.full(&[1, 36, 1, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput {
-        x: &x,
-        timesteps: &[500.0],
-        context: &context,
-        clip: None,
-        reference: None,
-        vace: &[],
-        camera: None,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = WanInput::new(&x, &[500.0], &context);
     let err = model.forward(&*b, &input).expect_err("36 channels for T2V");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("16 channels")), "{err}");
     let x = b.full(&[1, 16, 3, 2, 2], 0.0, DType::F32).unwrap();
-    let input = WanInput {
-        x: &x,
-        timesteps: &[1.0, 2.0],
-        context: &context,
-        clip: None,
-        reference: None,
-        vace: &[],
-        camera: None,
-        skip: 0,
-        rope: RopeOptions::default(),
-        context_latents: &[],
-        causal: None,
-    };
+    let input = WanInput::new(&x, &[1.0, 2.0], &context);
     let err = model.forward(&*b, &input).expect_err("two timesteps for three frames");
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
 }
@@ -765,19 +650,7 @@ fn a_synth_lora_changes_the_output_as_its_merged_weights_do() {
     let context = b.from_f32(&[1, 3, 4096], &values(&mut seed, 3 * 4096, 1.0), DType::F32).unwrap();
     let forward = |net: &DiffusionNet| {
         let DiffusionNet::Wan(model) = net else { panic!("a Wan DiT") };
-        let input = WanInput {
-            x: &x,
-            timesteps: &[640.0],
-            context: &context,
-            clip: None,
-            reference: None,
-            vace: &[],
-            camera: None,
-            skip: 0,
-            rope: RopeOptions::default(),
-            context_latents: &[],
-            causal: None,
-        };
+        let input = WanInput::new(&x, &[640.0], &context);
         b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
     };
     let plain = forward(&net);
@@ -874,18 +747,10 @@ impl BlockDenoiser for CausalDenoiser<'_> {
         sigma: f32,
     ) -> kiln_models::Result<Vec<f32>> {
         let latent = self.b.from_f32(&[1, 16, frames, 4, 6], x, DType::F32)?;
+        let timesteps = [sigma * 1000.0];
         let input = WanInput {
-            x: &latent,
-            timesteps: &[sigma * 1000.0],
-            context: self.context,
-            clip: None,
-            reference: None,
-            vace: &[],
-            camera: None,
-            skip: 0,
-            rope: RopeOptions::default(),
-            context_latents: &[],
             causal: Some(CausalStep { start_frame, cache: self.cache }),
+            ..WanInput::new(&latent, &timesteps, self.context)
         };
         let v = self.b.to_f32(&self.model.forward(self.b, &input)?)?;
         Ok(x.iter().zip(v).map(|(x, v)| x - v * sigma).collect())

@@ -6,8 +6,7 @@ use kiln_compute::Backend as _;
 use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::family::{
-    DiffusionDetected, DiffusionInput, DistilledGuidance, ModelPatchDetected, ModelPatchNet,
-    PatchInput,
+    DiffusionDetected, DiffusionInput, ModelPatchDetected, ModelPatchNet, PatchInput,
 };
 use kiln_models::zimage::Layout;
 use kiln_models::{Error, Header};
@@ -42,27 +41,7 @@ fn fun_controlnet_matches_comfyui() {
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, hint) = (tensor("x"), tensor("context"), tensor("latent.model"));
     let run = |x: &_, patches: &[PatchInput<'_, _>]| {
-        let input = DiffusionInput {
-            x,
-            timesteps: &io["sigma"].1,
-            context: &context,
-            pooled: None,
-            guidance: DistilledGuidance::Unset,
-            references: &[],
-            reference_method: None,
-            kv_cache: None,
-            text_prefix: None,
-            controls: &[],
-            patches,
-            clip_vision: None,
-            frame_timesteps: None,
-            skipped_blocks: kiln_models::family::SkippedBlocks::default(),
-            vace: &[],
-            camera: None,
-            rope: Default::default(),
-            context_latents: &[],
-            causal: None,
-        };
+        let input = DiffusionInput { patches, ..DiffusionInput::new(x, &io["sigma"].1, &context) };
         base.forward(&*b, input)
     };
     let controlled = [PatchInput { net: &patch, hint: &hint, strength: 0.75 }];
