@@ -101,7 +101,7 @@ fn sde_sampler(inputs: &Inputs, cpu: Sampler, gpu: Sampler) -> Result<Vec<Value>
 }
 
 /// An advanced fraction of the schedule (0..=1, step 0.001).
-fn percent(name: &str, default: f64) -> InputDef {
+pub(super) fn percent(name: &str, default: f64) -> InputDef {
     InputDef::bare(name, "FLOAT")
         .option("advanced", true)
         .option("default", default)

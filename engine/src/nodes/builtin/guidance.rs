@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use kiln_models::sampling::guidance::{CfgFunction, PostCfg, SkipLayers, UncondSkip};
 
+use super::custom_sampling::percent;
+
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::value::Value;
 
@@ -88,16 +90,6 @@ fn layers(name: &str) -> InputDef {
         .option("advanced", true)
         .option("default", "7, 8, 9")
         .option("multiline", false)
-}
-
-/// A σ-range input of the skip-layer nodes.
-fn percent(name: &str, default: f64) -> InputDef {
-    InputDef::bare(name, "FLOAT")
-        .option("advanced", true)
-        .option("default", default)
-        .option("min", 0.0)
-        .option("max", 1.0)
-        .option("step", 0.001)
 }
 
 /// `SkipLayerGuidanceDiTSimple`'s declaration.
