@@ -40,6 +40,7 @@ pub mod quant;
 pub mod qwen3;
 pub mod qwen_image;
 pub mod qwen_vl;
+pub mod resample;
 mod rope;
 pub use rope::{RopeOptions, linspace};
 pub mod sampling;
@@ -50,6 +51,7 @@ mod timestep;
 mod vae_io;
 pub mod wan;
 pub mod wan_vae;
+pub mod whisper;
 pub mod zimage;
 pub mod zimage_lora;
 

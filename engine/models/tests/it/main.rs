@@ -30,6 +30,7 @@ mod umt5;
 mod wan;
 mod wan_vae;
 mod wan_vae_video;
+mod whisper;
 mod zimage;
 mod zimage_fun_controlnet;
 mod zimage_lora;
