@@ -6,8 +6,8 @@ use kiln_models::sampling::SamplerChoice;
 
 use crate::media::{Audio, Video};
 use crate::models::{
-    ClipVision, ClipVisionOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
-    Noise, StyleModel, TextEncoder, UpscaleModel, Vae,
+    AudioEncoder, AudioEncoderOutput, ClipVision, ClipVisionOutput, Conditioning, ControlNet,
+    DiffusionModel, Guider, ModelPatch, Noise, StyleModel, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
 
@@ -79,6 +79,10 @@ pub enum Value {
     StyleModel(Arc<StyleModel>),
     /// `UPSCALE_MODEL`: an image upscale model (`UpscaleModelLoader`).
     UpscaleModel(Arc<UpscaleModel>),
+    /// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`: Whisper).
+    AudioEncoder(Arc<AudioEncoder>),
+    /// `AUDIO_ENCODER_OUTPUT`: a clip through an audio encoder (`AudioEncoderEncode`).
+    AudioEncoderOutput(Arc<AudioEncoderOutput>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
     Sampler(SamplerChoice),
     /// `SIGMAS`: the noise levels a sampler steps through, descending.
@@ -134,6 +138,8 @@ impl Value {
             Value::ClipVisionOutput(_) => "CLIP_VISION_OUTPUT",
             Value::StyleModel(_) => "STYLE_MODEL",
             Value::UpscaleModel(_) => "UPSCALE_MODEL",
+            Value::AudioEncoder(_) => "AUDIO_ENCODER",
+            Value::AudioEncoderOutput(_) => "AUDIO_ENCODER_OUTPUT",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
             Value::Noise(_) => "NOISE",
@@ -171,7 +177,9 @@ impl Value {
             | Value::ModelPatch(_)
             | Value::ClipVision(_)
             | Value::StyleModel(_)
-            | Value::UpscaleModel(_) => 0,
+            | Value::UpscaleModel(_)
+            | Value::AudioEncoder(_) => 0,
+            Value::AudioEncoderOutput(o) => o.byte_size(),
             Value::Conditioning(c) => c.byte_size(),
             Value::ClipVisionOutput(o) => o.byte_size(),
             Value::Video(v) => v.byte_size(),
@@ -203,6 +211,8 @@ impl Value {
             | Value::ClipVisionOutput(_)
             | Value::StyleModel(_)
             | Value::UpscaleModel(_)
+            | Value::AudioEncoder(_)
+            | Value::AudioEncoderOutput(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)
@@ -239,6 +249,8 @@ impl Value {
             | Value::ClipVisionOutput(_)
             | Value::StyleModel(_)
             | Value::UpscaleModel(_)
+            | Value::AudioEncoder(_)
+            | Value::AudioEncoderOutput(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)

@@ -49,6 +49,9 @@ Writes:
 - causal.safetensors (f32): ComfyUI's `ar_video` sampler (`sample_ar_video`) on its CausalWanModel with the t2v
   variant's weights, for an image-to-video run framewise and a text-to-video run chunkwise (see `causal()`);
   ComfyUI's alone (diffusers has no causal Wan). `wan.py causal` writes only it.
+- humo.safetensors (f32): ComfyUI's HumoWanModel (17B- and 1.7B-shaped, from the expert's and t2v's weights with
+  tiny audio weights) with a reference latent and audio, see `humo()`; ComfyUI's alone (diffusers has no HuMo).
+  `wan.py humo` writes only it.
 
 diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
 text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
@@ -488,6 +491,105 @@ def causal():
     save_file({k: v.contiguous() for k, v in out.items()}, f"{OUT}/causal.safetensors")
 
 
+# HuMo's audio branch at tiny widths: features 4 wide (Whisper's 1280), a 32-wide projection (512), audio tokens
+# 24 wide (1536); 16 tokens per latent frame, as ComfyUI's gather attention hard-codes.
+HUMO_CHANNELS, HUMO_HIDDEN, HUMO_AUDIO, HUMO_TOKENS = 4, 32, 24, 16
+
+
+def humo():
+    """ComfyUI's HumoWanModel (comfy/ldm/wan/model.py) with the expert's weights (36 channels in: HuMo 17B) and
+    the t2v variant's (16: HuMo 1.7B), plus random audio weights: `audio_proj` and every block's
+    `audio_cross_attn_wrapper` at the tiny widths above (ComfyUI hard-codes the released widths in its
+    constructors, so the modules are swapped for tiny ones built by the same classes). Detection by ComfyUI's own
+    model_config_from_unet must give WAN21_HuMo for both.
+
+    humo.safetensors (f32) holds the audio weights (ComfyUI names, bf16 values) and three cases, each with `x.<c>`
+    (the channels the DiT reads: the 17B's are the noise then WAN21_HuMo's c_concat), `t.<c>`, `context.<c>`,
+    `reference.<c>` (the 16-channel reference latent in model space, as WanHuMoImageToVideo's conditioning gives
+    it; the 17B model is handed WAN21_HuMo's 36-channel form of it), `audio.<c>` [B, F, 8, 5, 4] and `out.<c>`:
+    `17b` (B 1, 2 latent frames of 4 x 4, one reference frame, audio for 2 frames: the model pads it for the
+    reference), `1_7b` (B 2, 3 frames of 4 x 6, the audio's batch 1 repeated as CONDRegular does, t 700 / 300) and
+    `1_7b_silent` (the 1_7b inputs without audio: no audio attention)."""
+    import comfy.model_base
+    import comfy.model_detection
+    import comfy.ops
+    from comfy.ldm.wan.model import AudioCrossAttentionWrapper, AudioProjModel, HumoWanModel
+    from safetensors.torch import load_file
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    ops = comfy.ops.disable_weight_init
+    settings = {"operations": ops, "device": None, "dtype": None}
+    g = torch.Generator().manual_seed(23)
+
+    def nets(in_dim):
+        net = HumoWanModel(patch_size=(1, 2, 2), in_dim=in_dim, dim=DIM, ffn_dim=FFN, freq_dim=256, text_dim=TEXT,
+                           out_dim=16, num_heads=HEADS, num_layers=LAYERS, eps=1e-6, operations=ops).eval()
+        net.audio_proj = AudioProjModel(seq_len=8, blocks=5, channels=HUMO_CHANNELS, intermediate_dim=HUMO_HIDDEN,
+                                        output_dim=HUMO_AUDIO, context_tokens=HUMO_TOKENS, operations=ops)
+        for block in net.blocks:
+            block.audio_cross_attn_wrapper = AudioCrossAttentionWrapper(DIM, HUMO_AUDIO, HEADS, True, 1e-6,
+                                                                        operation_settings=settings)
+        return net
+
+    # The audio weights, drawn once for the 36-channel net's names; the 16-channel net has the same ones.
+    template = nets(36)
+    audio = {}
+    for name, p in template.state_dict().items():
+        if not (name.startswith("audio_proj.") or ".audio_cross_attn_wrapper." in name):
+            continue
+        if name.endswith("bias"):
+            value = 0.1 * torch.randn(p.shape, generator=g)
+        elif p.ndim == 1:
+            value = 1.0 + 0.2 * torch.randn(p.shape, generator=g)
+        else:
+            value = torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5
+        audio[name] = value.to(torch.bfloat16)
+
+    out = {k: v.float().contiguous() for k, v in audio.items()}
+    cases = (("17b", "expert", 1, (2, 4, 4), 1, [875.0]),
+             ("1_7b", "t2v", 2, (3, 4, 6), 1, [700.0, 300.0]))
+    for case, name, batch, (frames, h, w), audio_batch, t in cases:
+        weights = {**variant(stored, name, ti2v), **audio}
+        config = comfy.model_detection.model_config_from_unet(dict(weights), "")
+        assert type(config).__name__ == "WAN21_HuMo", type(config).__name__
+        in_dim = weights["patch_embedding.weight"].shape[1]
+        net = nets(in_dim)
+        result = net.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+        assert not result.missing_keys and not result.unexpected_keys, result
+        noise = torch.randn(batch, 16, frames, h, w, generator=g)
+        reference = torch.randn(1, 16, 1, h, w, generator=g)
+        sound = torch.randn(audio_batch, frames, 8, 5, HUMO_CHANNELS, generator=g)
+        context = torch.randn(batch, 6, TEXT, generator=g)
+        if in_dim == 36:
+            # WAN21_HuMo.extra_conds: c_concat (4 zeros, then the empty video's latents per frame) and the
+            # reference as 16 zeros, 4 ones and the latent.
+            model = comfy.model_base.WAN21_HuMo(config)
+            conds = model.extra_conds(noise=noise, device="cpu", reference_latents=[reference])
+            concat = conds["c_concat"].cond
+            assert concat.shape == (batch, 20, frames, h, w), concat.shape
+            x = torch.cat([noise, concat], dim=1)
+            ref_in = torch.cat([torch.zeros(1, 16, 1, h, w), torch.ones(1, 4, 1, h, w), reference], dim=1)
+            # (extra_conds moves the latent into model space; the cases hand the net one already there.)
+            want = torch.cat([ref_in[:, :20], model.process_latent_in(reference)], dim=1)
+            assert torch.equal(conds["reference_latent"].cond, want)
+        else:
+            x, ref_in = noise, reference
+        timesteps = torch.tensor(t)
+        with torch.no_grad():
+            got = net(x, timesteps, context, transformer_options={}, audio_embed=sound.repeat(
+                batch // audio_batch, 1, 1, 1, 1), reference_latent=ref_in.repeat(batch, 1, 1, 1, 1))
+            out.update({f"x.{case}": x, f"t.{case}": timesteps, f"context.{case}": context,
+                        f"reference.{case}": reference, f"audio.{case}": sound, f"out.{case}": got})
+            if case == "1_7b":
+                silent = net(x, timesteps, context, transformer_options={},
+                             reference_latent=ref_in.repeat(batch, 1, 1, 1, 1))
+                out["out.1_7b_silent"] = silent
+                print(f"HuMo 1.7B: audio moves the output by {float((got - silent).abs().max()):.3f}")
+        print(f"HuMo {case}: max |out| {float(got.abs().max()):.3f}")
+    save_file({k: v.contiguous() for k, v in out.items()}, f"{OUT}/humo.safetensors")
+
+
 def vace_weights(t2v):
     """The VACE weights of the tiny VACE model, made of the t2v variant's own tensors so the fixture stays small
     (the Rust test builds them the same way): VACE block 0 is block 1 renamed, VACE block 1 is block 0; block 0's
@@ -580,5 +682,8 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["causal"]:
         import_comfyui()
         causal()
+    elif sys.argv[1:] == ["humo"]:
+        import_comfyui()
+        humo()
     else:
         main()

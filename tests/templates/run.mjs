@@ -132,7 +132,41 @@ function prepareFiles(result, prompt, dataDir, written) {
     copyFileSync(join(here, '..', '..', 'engine', 'tests', 'fixtures', 'video', 'x264_high_aac.mp4'), path);
     written.add(path);
   }
+  // Every audio file a LoadAudio names: a second of a 440 Hz tone, 16-bit PCM WAV at 24 kHz (so an audio encoder
+  // resamples it).
+  for (const node of Object.values(prompt)) {
+    const audio = node.inputs.audio;
+    if (node.class_type !== 'LoadAudio' || typeof audio !== 'string') continue;
+    const [, name, folder] = audio.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
+    const path = join(dataDir, folder ?? 'input', name);
+    if (written.has(path)) continue;
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, toneWav(24000, 1));
+    written.add(path);
+  }
   return null;
+}
+
+/** A mono 16-bit PCM WAV file of `seconds` of a 440 Hz tone at `rate` Hz. */
+function toneWav(rate, seconds) {
+  const samples = rate * seconds;
+  const wav = Buffer.alloc(44 + 2 * samples);
+  wav.write('RIFF', 0);
+  wav.writeUInt32LE(36 + 2 * samples, 4);
+  wav.write('WAVEfmt ', 8);
+  wav.writeUInt32LE(16, 16);
+  wav.writeUInt16LE(1, 20); // PCM
+  wav.writeUInt16LE(1, 22); // mono
+  wav.writeUInt32LE(rate, 24);
+  wav.writeUInt32LE(2 * rate, 28);
+  wav.writeUInt16LE(2, 32);
+  wav.writeUInt16LE(16, 34);
+  wav.write('data', 36);
+  wav.writeUInt32LE(2 * samples, 40);
+  for (let i = 0; i < samples; i++) {
+    wav.writeInt16LE(Math.round(8000 * Math.sin((2 * Math.PI * 440 * i) / rate)), 44 + 2 * i);
+  }
+  return wav;
 }
 
 /** Queues `prompt` and waits for its history entry; resolves to the outcome and its reason. */

@@ -19,8 +19,8 @@ use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
 use super::{
-    ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel, TextEncoder,
-    UpscaleModel, Vae,
+    AudioEncoder, ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel,
+    TextEncoder, UpscaleModel, Vae,
 };
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
@@ -434,6 +434,36 @@ pub fn load_upscale_model(
     let weights = load_weights(env, &plan, progress)?;
     Ok(UpscaleModel {
         net: Arc::new(kiln_models::esrgan::Esrgan::new(config, weights)),
+        path: file.path().to_path_buf(),
+    })
+}
+
+/// `AudioEncoderLoader`: an audio encoder Kiln runs (Whisper large-v3, in the released `model.encoder.*` layout
+/// or bare `encoder.*`); the wav2vec2 encoders ComfyUI also loads are refused naming what Kiln runs.
+pub fn load_audio_encoder(
+    env: &ModelEnv,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<AudioEncoder, Error> {
+    let file = open(path)?;
+    let header = Header::new(&file, "");
+    let Some((config, layout)) = kiln_models::whisper::detect(&header)? else {
+        let what = if header.has("encoder.layer_norm.bias")
+            || header.has("wav2vec2.encoder.layer_norm.bias")
+        {
+            "a wav2vec2 encoder (Wan S2V's and InfiniteTalk's), which Kiln does not run yet"
+                .to_owned()
+        } else {
+            describe(&header)
+        };
+        return Err(header.unsupported(format!(
+            "not an audio encoder Kiln can run (Whisper large-v3): found {what}"
+        )));
+    };
+    let plan = kiln_models::whisper::load_plan(&header, &config, layout);
+    let weights = load_weights(env, &plan, progress)?;
+    Ok(AudioEncoder {
+        net: Arc::new(kiln_models::whisper::Whisper::new(config, weights)),
         path: file.path().to_path_buf(),
     })
 }

@@ -336,6 +336,46 @@ pub struct UpscaleModel {
     pub path: PathBuf,
 }
 
+/// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`: Whisper large-v3, whose states HuMo reads).
+pub struct AudioEncoder {
+    /// The network.
+    pub net: Arc<kiln_models::whisper::Whisper>,
+    /// The file it came from.
+    pub path: PathBuf,
+}
+
+impl PartialEq for AudioEncoder {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl std::fmt::Debug for AudioEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AudioEncoder({})", self.path.display())
+    }
+}
+
+/// `AUDIO_ENCODER_OUTPUT`: a clip through an audio encoder (`AudioEncoderEncode`), on the host: ComfyUI's
+/// `encoded_audio`, `encoded_audio_all_layers` and `audio_samples`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioEncoderOutput {
+    /// The last hidden state `[B, tokens, width]`.
+    pub last: Tensor,
+    /// Every layer's state, as ComfyUI's tuple: each layer's input, then the last (normed) state, each
+    /// `[B, tokens, width]`.
+    pub layers: Vec<Tensor>,
+    /// Samples of the clip after resampling to the encoder's rate (16 kHz).
+    pub samples: usize,
+}
+
+impl AudioEncoderOutput {
+    /// Bytes held by the tensors.
+    pub fn byte_size(&self) -> usize {
+        self.last.byte_size() + self.layers.iter().map(Tensor::byte_size).sum::<usize>()
+    }
+}
+
 /// `VAE`: an autoencoder of any family.
 pub struct Vae {
     /// The network.
@@ -395,6 +435,9 @@ pub struct CondExtras {
     /// The in-context latents a Wan model attends to (`BerniniConditioning`'s `context_latents`: the source
     /// video, then the reference video, then each reference image), VAE space, each `[1, C, T, h, w]`.
     pub context_latents: Vec<Tensor>,
+    /// HuMo's audio embedding (`WanHuMoImageToVideo`'s `audio_embed`: a window of Whisper features per latent
+    /// frame, `[B, F, 8, 5, C]`; zeros on the negative prompt).
+    pub audio_embed: Option<Tensor>,
 }
 
 /// One `WanVaceToVideo` control for a Wan VACE model.
@@ -420,6 +463,7 @@ impl CondExtras {
             + self.vace.iter().map(|v| v.frames.byte_size() + v.mask.byte_size()).sum::<usize>()
             + self.camera.as_ref().map_or(0, Tensor::byte_size)
             + self.context_latents.iter().map(Tensor::byte_size).sum::<usize>()
+            + self.audio_embed.as_ref().map_or(0, Tensor::byte_size)
     }
 }
 

@@ -24,8 +24,8 @@ pub use spec::{
 use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{
-    Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch, Noise, TextEncoder, UpscaleModel,
-    Vae,
+    AudioEncoder, AudioEncoderOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
+    Noise, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
@@ -195,6 +195,22 @@ impl Inputs {
         match self.required(name)? {
             Value::UpscaleModel(m) => Ok(m),
             other => Err(self.wrong(name, "UPSCALE_MODEL", other)),
+        }
+    }
+
+    /// An `AUDIO_ENCODER` input.
+    pub fn audio_encoder(&self, name: &str) -> Result<&Arc<AudioEncoder>, NodeError> {
+        match self.required(name)? {
+            Value::AudioEncoder(e) => Ok(e),
+            other => Err(self.wrong(name, "AUDIO_ENCODER", other)),
+        }
+    }
+
+    /// An `AUDIO_ENCODER_OUTPUT` input.
+    pub fn audio_encoder_output(&self, name: &str) -> Result<&Arc<AudioEncoderOutput>, NodeError> {
+        match self.required(name)? {
+            Value::AudioEncoderOutput(o) => Ok(o),
+            other => Err(self.wrong(name, "AUDIO_ENCODER_OUTPUT", other)),
         }
     }
 

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::harness::Harness;
 
 /// A 16-bit PCM WAV of `samples` (mono) at `rate`.
-fn wav(samples: &[i16], rate: u32) -> Vec<u8> {
+pub(crate) fn wav(samples: &[i16], rate: u32) -> Vec<u8> {
     let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     let mut out = b"RIFF".to_vec();
     out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());

@@ -3,7 +3,8 @@
 //! video (2.1), image to video with CLIP vision (2.1 I2V), first and last frame, TI2V 5B with its start frame
 //! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
 //! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images, Wan 2.2 Fun Camera its
-//! camera motion, and Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler.
+//! camera motion, Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler, and
+//! HuMo 17B following its reference image and the audio Whisper heard.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -57,6 +58,12 @@ fn write_tiny_wan(models: &std::path::Path) {
             "diffusion_models/causal_forcing-framewise.safetensors",
             SynthDtype::Bf16,
         ),
+        (
+            SynthFamily::Wan(WanFile::Humo17b),
+            "diffusion_models/humo_17B_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (SynthFamily::Whisper, "audio_encoders/whisper_large_v3_fp16.safetensors", SynthDtype::F16),
         (SynthFamily::Vae(VaeFamily::Wan21), "vae/wan_2.1_vae.safetensors", SynthDtype::Bf16),
         (SynthFamily::Vae(VaeFamily::Wan22), "vae/wan2.2_vae.safetensors", SynthDtype::Bf16),
         (
@@ -478,4 +485,51 @@ fn issue_24_causal_forcing_runs_block_by_block_after_its_start_image() {
     assert!(cfg.contains("CFG 1") && cfg.contains("cfg 3"), "{cfg}");
     let plain = error(causal_forcing("wan2.1_t2v_1.3B_fp16.safetensors", 0xD02020, 1, 1.0), &mut h);
     assert!(plain.contains("ar_video") && plain.contains("Wan T2V is not one"), "{plain}");
+}
+
+/// `video_humo`'s graph at 32×32, 9 frames, 2 uni_pc steps at CFG `cfg`: a reference image of colour `colour`
+/// and `audio` (a WAV in the input folder) heard by Whisper large-v3, through HuMo 17B.
+fn humo(colour: u32, audio: &str, cfg: f64) -> Value {
+    json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "humo_17B_fp16.safetensors", "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "48": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8.0, "model": ["37", 0]}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a boy talking to the camera", "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": NEGATIVE, "clip": ["38", 0]}},
+        "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}},
+        "70": {"class_type": "LoadAudio", "inputs": {"audio": audio}},
+        "71": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "whisper_large_v3_fp16.safetensors"}},
+        "72": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["70", 0]}},
+        "54": {"class_type": "WanHuMoImageToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+            "batch_size": 1, "audio_encoder_output": ["72", 0], "ref_image": ["52", 0]}},
+        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": cfg, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["54", 0], "negative": ["54", 1], "latent_image": ["54", 2]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "humo", "images": ["8", 0]}},
+    })
+}
+
+#[test]
+fn issue_24_humo_follows_its_reference_image_and_the_audio_whisper_heard() {
+    // The classic cache keeps each clip's Whisper states between the runs.
+    let mut h = Harness::new(CachePolicy::Classic);
+    write_tiny_wan(&h.roots.input.join("models"));
+    // One second of two tones at 24 kHz (resampled to Whisper's 16 kHz).
+    let tone = |step: f32| -> Vec<i16> {
+        (0..24000).map(|i| ((i as f32 * step).sin() * 12000.0) as i16).collect()
+    };
+    std::fs::write(h.roots.input.join("low.wav"), crate::audio::wav(&tone(0.05), 24000))
+        .expect("write");
+    std::fs::write(h.roots.input.join("high.wav"), crate::audio::wav(&tone(0.4), 24000))
+        .expect("write");
+    let red_low = frames_of(&mut h, humo(0xD02020, "low.wav", 4.0));
+    assert_eq!(red_low.len(), 9);
+    let blue_low = frames_of(&mut h, humo(0x2020D0, "low.wav", 4.0));
+    assert_ne!(red_low, blue_low, "the reference image changes the clip");
+    let red_high = frames_of(&mut h, humo(0xD02020, "high.wav", 4.0));
+    assert_ne!(red_low, red_high, "the audio changes the clip");
+    // At CFG 1 only the positive prompt (with the audio) is evaluated; the clip still follows the audio.
+    let once = frames_of(&mut h, humo(0xD02020, "low.wav", 1.0));
+    assert_ne!(once, frames_of(&mut h, humo(0xD02020, "high.wav", 1.0)));
 }

@@ -320,6 +320,8 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// One block of frames of a causal Wan model's autoregressive run (the `ar_video` sampler; see
     /// [`crate::wan::WanInput::causal`]); other families refuse it.
     pub causal: Option<wan::CausalStep<'a, B>>,
+    /// HuMo's audio embedding (`WanHuMoImageToVideo`'s, `[B or 1, F, 8, 5, C]`); other models ignore it.
+    pub audio: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -346,6 +348,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             rope: RopeOptions::default(),
             context_latents: &[],
             causal: None,
+            audio: None,
         }
     }
 }
@@ -489,6 +492,12 @@ impl DiffusionNet {
         }
     }
 
+    /// Whether this is a HuMo model (a Wan DiT with HuMo's audio branch), whose 17B variant reads fixed
+    /// conditioning channels ([`wan::humo::concat_channels`]).
+    pub fn is_humo(&self) -> bool {
+        matches!(self, DiffusionNet::Wan(net) if net.config.humo.is_some())
+    }
+
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]` (Wan:
     /// `[B, C, T, h, w]`).
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
@@ -601,6 +610,7 @@ impl DiffusionNet {
                     rope: input.rope,
                     context_latents: input.context_latents,
                     causal: input.causal,
+                    audio: input.audio,
                 };
                 net.forward(b, &wan_input)
             }

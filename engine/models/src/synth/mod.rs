@@ -27,7 +27,9 @@ pub use layout::{Qwen3Shape, VaeShape, ZImageShape};
 use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
-use crate::{clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, zimage};
+use crate::{
+    clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, whisper, zimage,
+};
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
 
@@ -71,6 +73,7 @@ const UMT5: &str = "umt5-xxl";
 const WAN: &str = "wan";
 const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
+const WHISPER: &str = "whisper";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -108,6 +111,9 @@ pub enum SynthFamily {
     Wan(WanFile),
     /// An ESRGAN ×4 upscale model (`UpscaleModelLoader`, `esrgan-x4`), Real-ESRGAN's names.
     Esrgan,
+    /// The Whisper large-v3 encoder (`AudioEncoderLoader`, `whisper-large-v3`), the released file's
+    /// `model.encoder.*` names.
+    Whisper,
 }
 
 /// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
@@ -149,11 +155,14 @@ pub enum WanFile {
     /// The causal Wan 2.1 T2V 1.3B of Causal Forcing (`wan21-causal-t2v-1.3b`): 2.1 T2V 1.3B's weights, its
     /// metadata marking it causal as ComfyUI reads it.
     CausalT2v13b,
+    /// HuMo 17B (`humo-17b`): the 14B widths, 36 channels in, HuMo's audio branch reading the set's Whisper
+    /// features.
+    Humo17b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 12] = [
+    pub const ALL: [WanFile; 13] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -166,6 +175,7 @@ impl WanFile {
         WanFile::FunCamera13b,
         WanFile::FunCameraA14b,
         WanFile::CausalT2v13b,
+        WanFile::Humo17b,
     ];
 
     /// The name it is spelled with on the command line.
@@ -183,6 +193,7 @@ impl WanFile {
             camera_13b,
             camera_a14b,
             causal,
+            humo,
         ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -197,6 +208,7 @@ impl WanFile {
             WanFile::FunCamera13b => camera_13b,
             WanFile::FunCameraA14b => camera_a14b,
             WanFile::CausalT2v13b => causal,
+            WanFile::Humo17b => humo,
         }
     }
 
@@ -236,6 +248,7 @@ impl WanFile {
             WanFile::T2vA14b => base,
             WanFile::I2vA14b => wan::Config { in_channels: 36, ..base },
             WanFile::CausalT2v13b => wan::Config { causal: true, ..set.wan21.clone() },
+            WanFile::Humo17b => wan::Config { in_channels: 36, humo: Some(set.humo), ..base },
         }
     }
 }
@@ -389,6 +402,7 @@ impl SynthFamily {
         all.push(SynthFamily::FluxUso);
         all.extend(WanFile::ALL.map(SynthFamily::Wan));
         all.push(SynthFamily::Esrgan);
+        all.push(SynthFamily::Whisper);
         all
     }
 
@@ -423,6 +437,7 @@ impl SynthFamily {
             SynthFamily::FluxUso => "uso-flux1-projector",
             SynthFamily::Wan(file) => file.name(),
             SynthFamily::Esrgan => "esrgan-x4",
+            SynthFamily::Whisper => "whisper-large-v3",
         }
     }
 }
@@ -639,6 +654,10 @@ pub struct ZImageTurboSet {
     pub wan_clip_dim: usize,
     /// The ESRGAN ×4 upscale model (`--family esrgan-x4`: Real-ESRGAN x4plus).
     pub esrgan: esrgan::Config,
+    /// The Whisper encoder (`--family whisper-large-v3`); its width is the features HuMo reads.
+    pub whisper: whisper::Config,
+    /// HuMo's audio branch (`--family humo-17b`), reading the Whisper encoder's width.
+    pub humo: wan::Humo,
 }
 
 impl ZImageTurboSet {
@@ -702,6 +721,8 @@ impl ZImageTurboSet {
             wan_14b: wan_config(5120, 13824, 40, (16, 16)),
             wan_clip_dim: 1280,
             esrgan: esrgan::Config::x4plus(),
+            whisper: whisper::Config::large_v3(),
+            humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
         }
     }
 
@@ -779,6 +800,9 @@ impl ZImageTurboSet {
             wan_14b: wan_config(256, 512, 2, (16, 16)),
             wan_clip_dim: 64,
             esrgan: esrgan::Config { filters: 8, blocks: 1, ..esrgan::Config::x4plus() },
+            // 32 layers: HuMo reads 33 states; 20 heads of 2.
+            whisper: whisper::Config { mels: 128, width: 40, layers: 32 },
+            humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
         }
     }
 
@@ -1019,6 +1043,10 @@ pub fn write_family(
             write_wan(path, &set.wan22, dtype, seed, progress)
         }
         SynthFamily::Wan(file) => write_wan(path, &file.config(set), dtype, seed, progress),
+        SynthFamily::Whisper => {
+            let specs = specs_of(whisper::expected_shapes(&set.whisper));
+            write_one(path, &specs, WHISPER, "Whisper encoder", dtype, seed, progress)
+        }
         SynthFamily::Esrgan => {
             let specs = specs_of(esrgan::expected_shapes(&set.esrgan));
             write_one(path, &specs, ESRGAN, "ESRGAN upscale model", dtype, seed, progress)
@@ -1471,6 +1499,7 @@ fn wan_config(
         vace: None,
         camera: None,
         causal: false,
+        humo: None,
     }
 }
 

@@ -8,7 +8,7 @@
 //! fixtures) loads. diffusers' names map one to one onto ComfyUI's, but for the two LayerNorms without weights,
 //! whose names the layouts swap: ComfyUI's affine cross-attention norm `norm3` is diffusers' `norm2`.
 //!
-//! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE and Fun Camera run; S2V, HuMo,
+//! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE, Fun Camera and HuMo run; S2V,
 //! Animate, SCAIL and WanDancer are refused naming what they are.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
@@ -64,6 +64,38 @@ pub struct Config {
     /// `ar_video` sampler runs it a block of frames at a time on its keys and values of the frames before
     /// ([`super::CausalStep`]); any other sampler runs it as a plain T2V model, as ComfyUI does.
     pub causal: bool,
+    /// HuMo's audio branch (`audio_proj`, and an audio cross-attention in every block): a Wan 2.1 T2V body
+    /// (1.7B, 16 channels in) or one reading 20 more channels (17B), with its reference latent's tokens after
+    /// the video's.
+    pub humo: Option<Humo>,
+}
+
+/// HuMo's audio branch: `audio_proj` turns each latent frame's window of Whisper features (8 feature frames of
+/// 5 layer groups, `channels` wide) into `tokens` audio tokens `audio_dim` wide, which every block's
+/// `audio_cross_attn_wrapper` reads, each latent frame's video tokens attending to that frame's audio tokens
+/// only (ComfyUI's `HumoWanModel`, `AudioProjModel`, `WanT2VCrossAttentionGather`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Humo {
+    /// Width of one feature (Whisper large-v3's 1280).
+    pub channels: usize,
+    /// Width of the projection's hidden layers (512).
+    pub hidden: usize,
+    /// Width of an audio token (1536).
+    pub audio_dim: usize,
+    /// Audio tokens per latent frame (16).
+    pub tokens: usize,
+}
+
+impl Humo {
+    /// Feature frames in one latent frame's window (ComfyUI's `seq_len`).
+    pub const WINDOW: usize = 8;
+    /// Layer groups of a feature (ComfyUI's `blocks`: four means of 8 Whisper layers and the last state).
+    pub const GROUPS: usize = 5;
+
+    /// The width `audio_proj` reads per latent frame.
+    pub fn input_width(&self) -> usize {
+        Self::WINDOW * Self::GROUPS * self.channels
+    }
 }
 
 /// The pixel-unshuffle factor of the camera adapter (the camera embedding is at pixel resolution, the latent
@@ -116,6 +148,7 @@ impl Config {
             && self.vace.is_none()
             && self.camera.is_none()
             && self.ref_channels.is_none()
+            && self.humo.is_none()
     }
 
     /// The channels the model reads beside the noisy latent (ComfyUI's `concat_cond`): mask and image latent,
@@ -133,6 +166,8 @@ impl Config {
     /// The released variant this config is, in words (`Wan 2.1 T2V`, `Wan 2.2 TI2V 5B`, ...).
     pub fn variant(&self) -> &'static str {
         match (self.image, self.in_channels) {
+            (None, I2V_CHANNELS) if self.humo.is_some() => "HuMo 17B",
+            (None, _) if self.humo.is_some() => "HuMo 1.7B",
             (Some(_), _) if self.camera.is_some() => "Wan 2.1 Fun Camera",
             (None, _) if self.camera.is_some() => "Wan 2.2 Fun Camera",
             (Some(ImageEmbed { pos_tokens: Some(_), .. }), _) => "Wan 2.1 FLF2V",
@@ -221,6 +256,18 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     if let Some(c) = cfg.camera {
         out.extend(camera_adapter_shapes(d, c));
     }
+    if let Some(h) = cfg.humo {
+        out.extend([
+            ("audio_proj.audio_proj_glob_1.layer.weight", vec![h.hidden, h.input_width()]),
+            ("audio_proj.audio_proj_glob_1.layer.bias", vec![h.hidden]),
+            ("audio_proj.audio_proj_glob_2.layer.weight", vec![h.hidden, h.hidden]),
+            ("audio_proj.audio_proj_glob_2.layer.bias", vec![h.hidden]),
+            ("audio_proj.audio_proj_glob_3.layer.weight", vec![h.tokens * h.audio_dim, h.hidden]),
+            ("audio_proj.audio_proj_glob_3.layer.bias", vec![h.tokens * h.audio_dim]),
+            ("audio_proj.audio_proj_glob_norm.layer.weight", vec![h.audio_dim]),
+            ("audio_proj.audio_proj_glob_norm.layer.bias", vec![h.audio_dim]),
+        ]);
+    }
     out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
 }
 
@@ -241,7 +288,32 @@ pub(crate) fn camera_adapter_shapes(d: usize, channels: usize) -> [(&'static str
 /// The weights of block `i`, by ComfyUI name, with their shapes for `cfg`, in the order the model reads them
 /// ([`super::model`] indexes them by position).
 pub(crate) fn block_shapes(cfg: &Config, i: usize) -> Vec<(String, Vec<usize>)> {
-    block_shapes_under(cfg, &format!("blocks.{i}"), cfg.image.is_some())
+    let prefix = format!("blocks.{i}");
+    let mut out = block_shapes_under(cfg, &prefix, cfg.image.is_some());
+    if let Some(humo) = cfg.humo {
+        out.extend(audio_attention_shapes(cfg.dim, humo.audio_dim, &prefix));
+    }
+    out
+}
+
+/// Where a HuMo block keeps its audio cross-attention.
+pub(crate) const AUDIO_ATTENTION: &str = "audio_cross_attn_wrapper";
+
+/// A HuMo block's audio cross-attention under `prefix`, in the order the model reads them: the LayerNorm
+/// before it, then q, k, v, o and the q/k RMSNorms.
+fn audio_attention_shapes(d: usize, audio_dim: usize, prefix: &str) -> Vec<(String, Vec<usize>)> {
+    let attn = format!("{prefix}.{AUDIO_ATTENTION}.audio_cross_attn");
+    let mut out = vec![
+        (format!("{prefix}.{AUDIO_ATTENTION}.norm1_audio.weight"), vec![d]),
+        (format!("{prefix}.{AUDIO_ATTENTION}.norm1_audio.bias"), vec![d]),
+    ];
+    for (p, cols) in [("q", d), ("k", audio_dim), ("v", audio_dim), ("o", d)] {
+        out.push((format!("{attn}.{p}.weight"), vec![d, cols]));
+        out.push((format!("{attn}.{p}.bias"), vec![d]));
+    }
+    out.push((format!("{attn}.norm_q.weight"), vec![d]));
+    out.push((format!("{attn}.norm_k.weight"), vec![d]));
+    out
 }
 
 /// The weights of VACE block `n`, by ComfyUI name, with their shapes for `cfg`: a main block's without the
@@ -365,9 +437,8 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 6] = [
+const DERIVED: [(&str, &str); 5] = [
     ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
-    ("audio_proj.audio_proj_glob_1.layer.bias", "a HuMo model (human video from audio)"),
     ("face_adapter.fuser_blocks.0.k_norm.weight", "a Wan 2.2 Animate model"),
     ("patch_embedding_mask.weight", "a SCAIL-2 model"),
     ("patch_embedding_pose.weight", "a SCAIL model"),
@@ -516,6 +587,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             )));
         }
     };
+    let humo = humo_config(h)?;
     if vace.is_some_and(|v| v.blocks == 0 || v.blocks > layers) {
         return Err(h.unsupported(format!(
             "a Wan VACE model with {} VACE blocks for {layers} blocks",
@@ -537,6 +609,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         vace,
         camera,
         causal: false,
+        humo,
     };
     // ComfyUI's causal entry is a Wan 2.1 `t2v` model: a mark on any other keeps it what it is.
     let cfg = Config { causal: causal_marked(h) && cfg.is_wan21_t2v(), ..cfg };
@@ -565,6 +638,29 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         }
     }
     Ok(Some((cfg, layout)))
+}
+
+/// HuMo's audio branch from the shapes of `audio_proj` (ComfyUI's detection key: `audio_proj_glob_1`'s bias),
+/// `None` for a model without it.
+fn humo_config(h: &Header) -> Result<Option<Humo>> {
+    const FIRST: &str = "audio_proj.audio_proj_glob_1.layer.weight";
+    const LAST: &str = "audio_proj.audio_proj_glob_3.layer.weight";
+    const NORM: &str = "audio_proj.audio_proj_glob_norm.layer.weight";
+    if !h.has("audio_proj.audio_proj_glob_1.layer.bias") {
+        return Ok(None);
+    }
+    let window = Humo::WINDOW * Humo::GROUPS;
+    match (h.shape(FIRST), h.shape(LAST), h.shape(NORM)) {
+        (Some(&[hidden, input]), Some(&[out, _]), Some(&[audio_dim]))
+            if input % window == 0 && audio_dim > 0 && out % audio_dim == 0 =>
+        {
+            Ok(Some(Humo { channels: input / window, hidden, audio_dim, tokens: out / audio_dim }))
+        }
+        (first, last, norm) => Err(h.unsupported(format!(
+            "a HuMo audio projection of `{FIRST}` {first:?}, `{LAST}` {last:?} and `{NORM}` {norm:?}: expected \
+             [hidden, {window}·channels], [tokens·width, hidden] and [width]"
+        ))),
+    }
 }
 
 /// The metadata key whose JSON's `transformer` object ComfyUI merges into a Wan file's detected config.

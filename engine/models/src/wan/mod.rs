@@ -10,17 +10,20 @@
 //!   with their conditioning channels, with one timestep per sample or (TI2V 5B) per latent frame.
 //! - [`CausalCache`] and [`CausalStep`]: a causal model (Causal Forcing) run a block of frames at a time by the
 //!   `ar_video` sampler, its self-attention reading the keys and values of the frames before.
+//! - [`humo`]: HuMo (human video from text, a reference image and audio): its audio projection and audio
+//!   cross-attention, its reference latent after the video, and the 17B model's conditioning channels.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
 
 mod config;
 pub mod family;
+pub mod humo;
 pub mod lora;
 mod model;
 
 pub use config::{
-    CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, IMAGE_EPS, ImageEmbed, Layout, PATCH, ROPE_THETA,
-    Vace, causal_metadata, detect, expected_shapes, load_plan,
+    CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, Humo, IMAGE_EPS, ImageEmbed, Layout, PATCH,
+    ROPE_THETA, Vace, causal_metadata, detect, expected_shapes, load_plan,
 };
 pub use model::{CausalCache, CausalStep, Wan, WanInput};

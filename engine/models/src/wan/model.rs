@@ -71,6 +71,10 @@ pub struct WanInput<'a, B: Backend> {
     /// ComfyUI's `CausalWanModel.forward_block`, such a call applies no `ScaleROPE` and reads no in-context
     /// latents. `None`: an ordinary call over the whole video.
     pub causal: Option<CausalStep<'a, B>>,
+    /// HuMo's audio embedding `[B or 1, F, 8, 5, C]` (`WanHuMoImageToVideo`'s: a window of Whisper features per
+    /// latent frame); other models ignore it. A HuMo model reads [`WanInput::reference`] as its reference
+    /// latent `[B or 1, 16, T, H, W]`, whose tokens follow the video's at the frames after it.
+    pub audio: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> WanInput<'a, B> {
@@ -89,6 +93,7 @@ impl<'a, B: Backend> WanInput<'a, B> {
             rope: RopeOptions::default(),
             context_latents: &[],
             causal: None,
+            audio: None,
         }
     }
 }
@@ -157,17 +162,17 @@ struct CausalSlot<'s, B: Backend> {
 
 /// The latent's shape and token grid.
 #[derive(Debug, Clone, Copy)]
-struct Grid {
-    batch: usize,
-    frames: usize,
+pub(super) struct Grid {
+    pub(super) batch: usize,
+    pub(super) frames: usize,
     /// The latent's sides.
-    h: usize,
-    w: usize,
+    pub(super) h: usize,
+    pub(super) w: usize,
     /// Token rows and columns of a frame (the sides padded to even, halved).
-    rows: usize,
-    cols: usize,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
     /// Timestep embeddings per sample: 1, or `frames` for per-frame timesteps.
-    groups: usize,
+    pub(super) groups: usize,
 }
 
 impl Grid {
@@ -207,7 +212,7 @@ struct VaceStreams<B: Backend> {
 }
 
 /// A block's weights, fetched as one layer, by their names under the block's prefix.
-struct BlockWeights<'a, 'm> {
+pub(super) struct BlockWeights<'a, 'm> {
     layer: &'a Layer<'m>,
     /// `blocks.{i}`.
     prefix: &'a str,
@@ -215,7 +220,7 @@ struct BlockWeights<'a, 'm> {
 
 impl<'a> BlockWeights<'a, '_> {
     /// The weight `{prefix}.{name}`.
-    fn get(&self, name: &str) -> Result<Weight<'a>> {
+    pub(super) fn get(&self, name: &str) -> Result<Weight<'a>> {
         Ok(self.layer.get(&format!("{}.{name}", self.prefix))?)
     }
 }
@@ -274,6 +279,9 @@ impl Wan {
         let text = self.text_embedding(b, input.context)?;
         let image = self.image_embedding(b, input.clip, grid.batch)?;
         let reference = self.reference_tokens(b, input.reference, &grid)?;
+        let humo_reference = self.humo_reference(b, input.reference, &grid)?;
+        let after_frames = humo_reference.as_ref().map_or(0, |(_, frames)| *frames);
+        let audio = self.humo_audio(b, input.audio, after_frames, grid.batch)?;
         let in_context = match cache {
             Some(_) => Vec::new(),
             None => self.context_tokens(b, input.context_latents, &grid)?,
@@ -283,8 +291,8 @@ impl Wan {
         let extra_frames = usize::from(reference.is_some());
         let streams: Vec<Grid> = in_context.iter().map(|(_, g)| *g).collect();
         let rope = match &cache {
-            Some(state) => self.rope(b, &grid, state.frames, 0, &[], &RopeOptions::default())?,
-            None => self.rope(b, &grid, 0, extra_frames, &streams, &input.rope)?,
+            Some(state) => self.rope(b, &grid, state.frames, 0, 0, &[], &RopeOptions::default())?,
+            None => self.rope(b, &grid, 0, extra_frames, after_frames, &streams, &input.rope)?,
         };
 
         let mut samples = Vec::with_capacity(grid.batch);
@@ -295,14 +303,21 @@ impl Wan {
                 Some(r) => b.concat(&[&b.slice(r, 0, s.min(r.dim(0)? - 1), 1)?, &sample], 1)?,
                 None => sample,
             };
-            for (tokens, _) in &in_context {
+            let after = humo_reference.iter().map(|(tokens, _)| tokens);
+            for tokens in in_context.iter().map(|(tokens, _)| tokens).chain(after) {
                 let row = b.slice(tokens, 0, s.min(tokens.dim(0)? - 1), 1)?;
                 sample = b.concat(&[&sample, &row], 1)?;
             }
             samples.push(sample);
             contexts.push(self.context(b, &text, image.as_ref(), s)?);
         }
-        drop((tokens, text, image, reference, in_context));
+        drop((tokens, text, image, reference, in_context, humo_reference));
+        let audio = match &audio {
+            Some(a) => (0..grid.batch)
+                .map(|s| Ok(Some(b.slice(a, 0, s.min(a.dim(0)? - 1), 1)?)))
+                .collect::<Result<Vec<_>>>()?,
+            None => vec![None; grid.batch],
+        };
         let mut vace = self.vace_streams(b, input.vace, &grid, &samples)?;
         let reference_tokens = extra_frames * grid.rows * grid.cols;
         let d = self.config.dim;
@@ -320,7 +335,8 @@ impl Wan {
                         let tokens = state.frames * state.frame_tokens;
                         CausalSlot { entry: &mut state.entries[s][i], tokens }
                     });
-                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot)?;
+                    let audio = audio[s].as_ref();
+                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot, audio)?;
                 }
             }
             // The VACE block after this one (a skipped block's too, as ComfyUI replaces only the main block).
@@ -343,7 +359,7 @@ impl Wan {
                         )?;
                         *c = b.binary(&projected, &streams.patches[s], BinaryOp::Add)?;
                     }
-                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope, None)?;
+                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope, None, None)?;
                     let skip = b.linear(
                         c,
                         &w.get("after_proj.weight")?,
@@ -486,7 +502,7 @@ impl Wan {
     /// compute type through the embedding `name` (`patch_embedding`, or VACE's): each frame padded circularly
     /// to even sides and cut into 2×2 patches (features channel-major, as the Conv3d's kernel is laid out),
     /// then the embedding in f32 (ComfyUI keeps those Conv3ds in f32).
-    fn patch_embedding<B: Backend>(
+    pub(super) fn patch_embedding<B: Backend>(
         &self,
         b: &B,
         x: &Tensor<B>,
@@ -731,34 +747,48 @@ impl Wan {
     /// 44, 42 and 42 of the head's 128 dims (d − 4⌊d/6⌋, 2⌊d/6⌋, 2⌊d/6⌋), interleaved pairs; `extra_frames`
     /// more frames first (a reference image's tokens), then each in-context stream of `streams` at its own
     /// positions from 0, turned by its source id ([`turn_by_source`]). `options` scale and shift the positions of
-    /// each axis (`ScaleROPE`), the streams' too.
+    /// each axis (`ScaleROPE`), the streams' too. Then `after_frames` frames (HuMo's reference) at the frames
+    /// after the video's, unscaled (ComfyUI encodes them without the options).
+    #[allow(clippy::too_many_arguments)]
     fn rope<B: Backend>(
         &self,
         b: &B,
         grid: &Grid,
         first_frame: usize,
         extra_frames: usize,
+        after_frames: usize,
         streams: &[Grid],
         options: &RopeOptions,
     ) -> Result<Rope<B>> {
         let third = HEAD_DIM / 6;
         let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
-        let table = |first: usize, frames: usize, rows: usize, cols: usize| {
-            let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
-            let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
-            let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
-            for f in options.positions(0, first as f64, frames) {
-                for &i in &rows {
-                    positions.extend(cols.iter().map(|&j| [f, i, j]));
+        let table_with =
+            |options: &RopeOptions, first: usize, frames: usize, rows: usize, cols: usize| {
+                let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
+                let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
+                let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
+                for f in options.positions(0, first as f64, frames) {
+                    for &i in &rows {
+                        positions.extend(cols.iter().map(|&j| [f, i, j]));
+                    }
                 }
-            }
-            crate::rope::tables_at(&positions, axes, ROPE_THETA)
+                crate::rope::tables_at(&positions, axes, ROPE_THETA)
+            };
+        let table = |first: usize, frames: usize, rows: usize, cols: usize| {
+            table_with(options, first, frames, rows, cols)
         };
         let (mut cos, mut sin) =
             table(first_frame, grid.frames + extra_frames, grid.rows, grid.cols);
         for (i, stream) in streams.iter().enumerate() {
             let (mut c, mut s) = table(0, stream.frames, stream.rows, stream.cols);
             turn_by_source(&mut c, &mut s, i + 1);
+            cos.extend(c);
+            sin.extend(s);
+        }
+        if after_frames > 0 {
+            let first = first_frame + grid.frames;
+            let identity = RopeOptions::default();
+            let (c, s) = table_with(&identity, first, after_frames, grid.rows, grid.cols);
             cos.extend(c);
             sin.extend(s);
         }
@@ -770,7 +800,7 @@ impl Wan {
     }
 
     /// Each in-context latent's patch tokens `[B or 1, T·rows·cols, D]` (through the video's own patch
-    /// embedding) with its token grid; none for a VACE or Fun Camera model, whose ComfyUI forward passes
+    /// embedding) with its token grid; none for a VACE, Fun Camera or HuMo model, whose ComfyUI forward passes
     /// never read them.
     fn context_tokens<B: Backend>(
         &self,
@@ -778,7 +808,8 @@ impl Wan {
         latents: &[Tensor<B>],
         grid: &Grid,
     ) -> Result<Vec<(Tensor<B>, Grid)>> {
-        if self.config.vace.is_some() || self.config.camera.is_some() {
+        if self.config.vace.is_some() || self.config.camera.is_some() || self.config.humo.is_some()
+        {
             return Ok(Vec::new());
         }
         let mut streams = Vec::with_capacity(latents.len());
@@ -810,7 +841,8 @@ impl Wan {
     }
 
     /// Block `w` on one sample's tokens `x` `[1, N, D]`; with `causal`, its self-attention also reads the keys
-    /// and values held for the tokens before and adds this call's to them.
+    /// and values held for the tokens before and adds this call's to them; with `audio` (HuMo's tokens of this
+    /// sample), its audio cross-attention follows the text's.
     #[allow(clippy::too_many_arguments)]
     fn block<B: Backend>(
         &self,
@@ -821,6 +853,7 @@ impl Wan {
         context: &Context<B>,
         rope: &Rope<B>,
         causal: Option<CausalSlot<'_, B>>,
+        audio: Option<&Tensor<B>>,
     ) -> Result<Tensor<B>> {
         let eps = self.config.eps;
 
@@ -858,6 +891,10 @@ impl Wan {
         let y = b.linear(&o, &w.get("cross_attn.o.weight")?, Some(&w.get("cross_attn.o.bias")?))?;
         let x = b.binary(&x, &y, BinaryOp::Add)?;
         drop((o, y));
+        let x = match audio {
+            Some(audio) => self.audio_attention(b, w, &x, audio)?,
+            None => x,
+        };
 
         // Feed-forward, modulated and gated.
         let h = modulate(b, &b.layer_norm(&x, None, None, eps)?, &m.scale[1], &m.shift[1])?;

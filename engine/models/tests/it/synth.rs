@@ -578,7 +578,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-fun-camera-1.3b",
             "wan22-fun-camera-a14b",
             "wan21-causal-t2v-1.3b",
-            "esrgan-x4"
+            "humo-17b",
+            "esrgan-x4",
+            "whisper-large-v3"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -679,6 +681,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
             synth::SynthFamily::Esrgan => {
                 let found = kiln_models::esrgan::detect(&header).unwrap();
                 assert_eq!(found, Some((set.esrgan, kiln_models::esrgan::Layout::RealEsrgan)));
+            }
+            synth::SynthFamily::Whisper => {
+                let found = kiln_models::whisper::detect(&header).unwrap();
+                assert_eq!(found, Some((set.whisper, kiln_models::whisper::Layout::Hf)));
             }
             synth::SynthFamily::Wan(file) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

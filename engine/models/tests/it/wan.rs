@@ -50,6 +50,7 @@ impl Variant {
             vace: None,
             camera: None,
             causal: false,
+            humo: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -517,6 +518,67 @@ fn tiny_synth_files_are_detected_as_their_configuration() {
         let detected = DiffusionDetected::detect(&Header::new(&file, "")).unwrap();
         assert_eq!(detected, Some(DiffusionDetected::Wan(config, Layout::Comfy)), "{family}");
     }
+}
+
+#[test]
+fn humo_attends_to_each_frames_audio_and_reads_its_reference_after_the_video_as_comfyui_does() {
+    // ComfyUI's HumoWanModel (`wan.py humo`): the expert's and the t2v variant's weights with tiny audio
+    // weights are HuMo 17B and 1.7B; each with a reference latent and audio, the 1.7B also without audio.
+    let fixture = read_tensors("wan/humo.safetensors");
+    let audio_weights = || {
+        fixture
+            .iter()
+            .filter(|(name, _)| {
+                name.starts_with("audio_proj.") || name.contains(".audio_cross_attn_")
+            })
+            .map(|(name, t)| (name.clone(), t.clone()))
+    };
+    let humo = wan::Humo { channels: 4, hidden: 32, audio_dim: 24, tokens: 16 };
+    for (variant, runs, name) in [
+        (Variant::Expert, &["17b"][..], "HuMo 17B"),
+        (Variant::T2v, &["1_7b", "1_7b_silent"][..], "HuMo 1.7B"),
+    ] {
+        let mut tensors = variant.tensors();
+        tensors.extend(audio_weights());
+        let file = TempTensors::new(&format!("wan-humo-{variant:?}"), tensors);
+        let (b, detected, net) = load(&file.0);
+        let config = Config { humo: Some(humo), ..variant.config() };
+        assert_eq!(config.variant(), name);
+        assert_eq!(detected, DiffusionDetected::Wan(config, Layout::Comfy));
+        for &case in runs {
+            let inputs = case.trim_end_matches("_silent");
+            let io = |n: &str| io_tensor(&b, &fixture, &format!("{n}.{inputs}"));
+            let (x, context, audio) = (io("x"), io("context"), io("audio"));
+            let references = [io("reference")];
+            let input = DiffusionInput {
+                references: &references,
+                audio: (case == inputs).then_some(&audio),
+                ..DiffusionInput::new(&x, &fixture[&format!("t.{inputs}")].1, &context)
+            };
+            let got = b.to_f32(&net.forward(&*b, input).unwrap()).unwrap();
+            assert_close(case, &got, &fixture[&format!("out.{case}")].1, 1e-4);
+        }
+    }
+
+    // The 17B model's conditioning channels are ComfyUI's c_concat (the case's x holds them after the noise).
+    let x = &fixture["x.17b"];
+    let [_, _, frames, h, w] = x.0[..] else { panic!("a video latent") };
+    let plane = frames * h * w;
+    let concat = wan::humo::concat_channels(1, frames, h, w);
+    assert_eq!(&x.1[16 * plane..], concat.as_slice());
+
+    // Audio whose frames do not split the video's tokens is refused, naming the node that makes both.
+    let mut tensors = Variant::T2v.tensors();
+    tensors.extend(audio_weights());
+    let file = TempTensors::new("wan-humo-bad", tensors);
+    let (b, _, net) = load(&file.0);
+    let io = |n: &str| io_tensor(&b, &fixture, &format!("{n}.1_7b"));
+    let (x, context) = (io("x"), io("context"));
+    let audio = b.full(&[1, 5, 8, 5, 4], 0.0, DType::F32).unwrap();
+    let input =
+        DiffusionInput { audio: Some(&audio), ..DiffusionInput::new(&x, &[1.0, 2.0], &context) };
+    let Err(err) = net.forward(&*b, input) else { panic!("5 audio frames for 3 latent frames") };
+    assert!(err.to_string().contains("WanHuMoImageToVideo"), "{err}");
 }
 
 #[test]

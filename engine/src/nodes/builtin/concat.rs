@@ -2,7 +2,7 @@
 //! ComfyUI's `Flux.concat_cond` builds them from the conditioning: the image latent (`InpaintModelConditioning`,
 //! `InstructPixToPixConditioning`; zeros without one) resized to the latents and put in the model's latent space,
 //! then for an inpainting model the mask, resized to the pixels and folded 8 × 8 into 64 channels. Wan's are
-//! built by [`super::wan_concat`].
+//! built by [`super::wan_concat`], HuMo 17B's are fixed ones.
 
 use super::latent::transpose;
 use super::resize::resize;
@@ -20,6 +20,9 @@ pub(super) fn concat_channels(
     denoise_mask: Option<&[f32]>,
 ) -> Result<Option<Tensor>, NodeError> {
     let extra = model.net.concat_channels();
+    if model.net.is_humo() && extra > 0 {
+        return humo_channels(extra, shape).map(Some);
+    }
     if let Some(image_to_video) = model.net.wan_image_to_video() {
         return super::wan_concat::build(
             extra,
@@ -31,6 +34,25 @@ pub(super) fn concat_channels(
         );
     }
     build(extra, &model.latent, extras, shape, denoise_mask)
+}
+
+/// HuMo 17B's channels beside latents of `shape` `[B, C, T, h, w]` ([`kiln_models::wan::humo::concat_channels`]:
+/// ComfyUI's `WAN21_HuMo` sets them whatever the conditioning holds).
+fn humo_channels(extra: usize, shape: &[usize]) -> Result<Tensor, NodeError> {
+    use kiln_models::wan::humo;
+    let &[batch, _, frames, h, w] = shape else {
+        return Err(NodeError::new(format!(
+            "a HuMo model takes video latents [B, C, T, h, w], not {shape:?}"
+        )));
+    };
+    if extra != humo::CONCAT_CHANNELS {
+        return Err(NodeError::new(format!(
+            "a HuMo model reading {extra} channels beside the latents (HuMo 17B reads {})",
+            humo::CONCAT_CHANNELS
+        )));
+    }
+    let values = humo::concat_channels(batch, frames, h, w);
+    tensor(vec![batch, extra, frames, h, w], values)
 }
 
 /// [`concat_channels`] for a model that reads `extra` channels beside latents in the space of `latent`.

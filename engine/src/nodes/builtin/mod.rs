@@ -4,6 +4,7 @@
 mod ar_video;
 mod attention_multiply;
 mod audio;
+mod audio_encoder;
 mod bernini;
 mod clip_vision;
 mod compose;
@@ -16,6 +17,7 @@ mod files;
 mod filters;
 mod guidance;
 mod hints;
+mod humo;
 mod image;
 mod inpaint;
 mod kv_cache;
@@ -98,6 +100,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(clip_vision::StyleModelLoader(models.clone()));
     registry.register(clip_vision::ClipVisionLoader(models.clone()));
     registry.register(upscale::UpscaleModelLoader(models.clone()));
+    registry.register(audio_encoder::AudioEncoderLoader(models.clone()));
+    registry.register(audio_encoder::AudioEncoderEncode::new(compute.clone()));
     registry.register(upscale::ImageUpscaleWithModel::new(compute.clone()));
     registry.register(vae::VaeTiled::decode(compute.clone()));
     registry.register(vae::VaeTiled::encode(compute.clone()));
@@ -153,6 +157,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
+    registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
     registry.register(wan_vace::WanVaceToVideo::new(compute.clone()));

@@ -222,6 +222,7 @@ impl OnDevice for Forward<'_> {
         };
         let camera = self.extras.camera.as_ref().map(|t| upload(b, t)).transpose()?;
         let context_latents = self.in_model_space(b, &self.extras.context_latents)?;
+        let audio = self.extras.audio_embed.as_ref().map(|t| upload(b, t)).transpose()?;
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -243,6 +244,7 @@ impl OnDevice for Forward<'_> {
             rope: self.model.rope,
             context_latents: &context_latents,
             causal,
+            audio: audio.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
