@@ -42,7 +42,7 @@ const MASK_CHANNELS: usize = 4;
 const LATENT_CHANNELS: usize = 16;
 
 /// The channels beside the noisy latent of HuMo 17B for latents `[batch, _, frames, h, w]`, as ComfyUI's
-/// `WAN21_HuMo.extra_conds` replaces `c_concat`: 4 zero channels, then [`ZERO_VIDEO`]'s 16 per frame; values
+/// `WAN21_HuMo.extra_conds` replaces `c_concat`: 4 zero channels, then the empty video's 16 per frame (`ZERO_VIDEO`); values
 /// `[batch, 20, frames, h, w]`.
 pub fn concat_channels(batch: usize, frames: usize, h: usize, w: usize) -> Vec<f32> {
     let plane = h * w;

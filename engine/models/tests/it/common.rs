@@ -98,8 +98,14 @@ impl Drop for TempTensors {
 /// Asserts `got` is within relative error `tol` of `want`: ‖got − want‖∞ ≤ tol · max(‖want‖∞, 1e-6).
 #[track_caller]
 pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: {} values, want {}", got.len(), want.len());
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    assert_within(what, got, want, tol * scale);
+}
+
+/// Asserts every value of `got` is within `tol` of `want`'s (an absolute bound; NaN fails).
+#[track_caller]
+pub(crate) fn assert_within(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: {} values, want {}", got.len(), want.len());
     let (worst, at) = got
         .iter()
         .zip(want)
@@ -107,8 +113,8 @@ pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
         .map(|(i, (g, w))| ((g - w).abs(), i))
         .fold((0f32, 0), |a, b| if b.0 > a.0 || b.0.is_nan() { b } else { a });
     assert!(
-        worst <= tol * scale,
-        "{what}: max error {worst} at {at} (got {}, want {}) exceeds {tol} × {scale}",
+        worst <= tol,
+        "{what}: max error {worst} at {at} (got {}, want {}) exceeds {tol}",
         got[at],
         want[at]
     );

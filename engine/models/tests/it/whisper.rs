@@ -11,25 +11,12 @@ use kiln_models::Header;
 use kiln_models::resample::{Resampler, resample};
 use kiln_models::whisper::{self, Config, FRAMES, Layout, Whisper};
 
-use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors};
+use crate::common::{TempTensors, assert_close, assert_within, cpu, fixture, read_tensors};
 
 type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// The fixture's tiny encoder.
 const TINY: Config = Config { mels: 128, width: 80, layers: 3 };
-
-/// Asserts every value of `got` is within `tol` of `want`'s.
-#[track_caller]
-fn assert_within(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: {} values, want {}", got.len(), want.len());
-    let (worst, at) = got
-        .iter()
-        .zip(want)
-        .enumerate()
-        .map(|(i, (g, w))| ((g - w).abs(), i))
-        .fold((0f32, 0), |a, b| if b.0 > a.0 || b.0.is_nan() { b } else { a });
-    assert!(worst <= tol, "{what}: error {worst} at {at} (got {}, want {})", got[at], want[at]);
-}
 
 /// `features` `[B, mels, FRAMES]` split into its first `head` frames `[B, mels, head]` and the rest.
 fn split_frames(features: &[f32], head: usize) -> (Vec<f32>, Vec<f32>) {
