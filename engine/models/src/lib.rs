@@ -51,6 +51,7 @@ mod timestep;
 mod vae_io;
 pub mod wan;
 pub mod wan_vae;
+pub mod wav2vec2;
 pub mod whisper;
 pub mod zimage;
 pub mod zimage_lora;

@@ -30,6 +30,7 @@ mod umt5;
 mod wan;
 mod wan_vae;
 mod wan_vae_video;
+mod wav2vec2;
 mod whisper;
 mod zimage;
 mod zimage_fun_controlnet;
