@@ -125,6 +125,9 @@ const kilnFiles = [
   // HuMo 17B (a Wan 2.1 14B body with HuMo's audio branch) and the Whisper large-v3 encoder whose states it reads.
   { folder: 'diffusion_models', stem: /^humo_17B[_.]/i, family: 'humo-17b' },
   { folder: 'audio_encoders', stem: /^whisper_large_v3[_.]/i, family: 'whisper-large-v3' },
+  // The wav2vec2 encoders of Wan 2.2 S2V (large, English) and InfiniteTalk (base, Chinese).
+  { folder: 'audio_encoders', stem: /^wav2vec2_large_english[_.]/i, family: 'wav2vec2-large-english' },
+  { folder: 'audio_encoders', stem: /^wav2vec2-chinese-base[_.]/i, family: 'wav2vec2-chinese-base' },
   // The Fun Camera models: 2.1 (1.3B and 14B, whose tiny widths are the same) with the CLIP branch, 2.2's A14B
   // experts without it.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_camera_v1\.1_(1\.3B|14B)[_.]/i, family: 'wan21-fun-camera-1.3b' },

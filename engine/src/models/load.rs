@@ -19,8 +19,8 @@ use kiln_models::sampling::guidance::Guidance;
 use kiln_models::{Error, Header};
 
 use super::{
-    AudioEncoder, ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch, StyleModel,
-    TextEncoder, UpscaleModel, Vae,
+    AudioEncoder, AudioEncoderNet, ClipVision, ControlNet, DiffusionModel, ModelEnv, ModelPatch,
+    StyleModel, TextEncoder, UpscaleModel, Vae,
 };
 
 /// Opens a model file's header, refusing what is not a safetensors file with a message that says what it is.
@@ -438,8 +438,8 @@ pub fn load_upscale_model(
     })
 }
 
-/// `AudioEncoderLoader`: an audio encoder Kiln runs (Whisper large-v3, in the released `model.encoder.*` layout
-/// or bare `encoder.*`); the wav2vec2 encoders ComfyUI also loads are refused naming what Kiln runs.
+/// `AudioEncoderLoader`: an audio encoder ComfyUI loads: Whisper large-v3 (`model.encoder.*`, or bare
+/// `encoder.*`) or wav2vec2, large or base (with or without the `wav2vec2.` prefix).
 pub fn load_audio_encoder(
     env: &ModelEnv,
     path: &Path,
@@ -447,25 +447,21 @@ pub fn load_audio_encoder(
 ) -> Result<AudioEncoder, Error> {
     let file = open(path)?;
     let header = Header::new(&file, "");
-    let Some((config, layout)) = kiln_models::whisper::detect(&header)? else {
-        let what = if header.has("encoder.layer_norm.bias")
-            || header.has("wav2vec2.encoder.layer_norm.bias")
-        {
-            "a wav2vec2 encoder (Wan S2V's and InfiniteTalk's), which Kiln does not run yet"
-                .to_owned()
-        } else {
-            describe(&header)
-        };
+    let net = if let Some((config, layout)) = kiln_models::whisper::detect(&header)? {
+        let plan = kiln_models::whisper::load_plan(&header, &config, layout);
+        let weights = load_weights(env, &plan, progress)?;
+        AudioEncoderNet::Whisper(kiln_models::whisper::Whisper::new(config, weights))
+    } else if let Some((config, layout)) = kiln_models::wav2vec2::detect(&header)? {
+        let plan = kiln_models::wav2vec2::load_plan(&header, &config, layout);
+        let weights = load_weights(env, &plan, progress)?;
+        AudioEncoderNet::Wav2Vec2(kiln_models::wav2vec2::Wav2Vec2::new(config, weights))
+    } else {
         return Err(header.unsupported(format!(
-            "not an audio encoder Kiln can run (Whisper large-v3): found {what}"
+            "not an audio encoder Kiln can run (Whisper large-v3, wav2vec2): found {}",
+            describe(&header)
         )));
     };
-    let plan = kiln_models::whisper::load_plan(&header, &config, layout);
-    let weights = load_weights(env, &plan, progress)?;
-    Ok(AudioEncoder {
-        net: Arc::new(kiln_models::whisper::Whisper::new(config, weights)),
-        path: file.path().to_path_buf(),
-    })
+    Ok(AudioEncoder { net: Arc::new(net), path: file.path().to_path_buf() })
 }
 
 /// `StyleModelLoader`: a style model Kiln runs (FLUX.1 Redux); the SD1.x T2I style adapter ComfyUI also

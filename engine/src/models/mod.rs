@@ -336,12 +336,21 @@ pub struct UpscaleModel {
     pub path: PathBuf,
 }
 
-/// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`: Whisper large-v3, whose states HuMo reads).
+/// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`).
 pub struct AudioEncoder {
     /// The network.
-    pub net: Arc<kiln_models::whisper::Whisper>,
+    pub net: Arc<AudioEncoderNet>,
     /// The file it came from.
     pub path: PathBuf,
+}
+
+/// The audio encoders ComfyUI loads: Whisper large-v3 (whose states HuMo reads) and wav2vec2, large (Wan 2.2
+/// S2V's) and base (InfiniteTalk's).
+pub enum AudioEncoderNet {
+    /// Whisper large-v3's encoder.
+    Whisper(kiln_models::whisper::Whisper),
+    /// A wav2vec2 encoder.
+    Wav2Vec2(kiln_models::wav2vec2::Wav2Vec2),
 }
 
 impl PartialEq for AudioEncoder {

@@ -28,7 +28,8 @@ use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
 use crate::{
-    clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, whisper, zimage,
+    clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, wav2vec2, whisper,
+    zimage,
 };
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
@@ -74,6 +75,7 @@ const WAN: &str = "wan";
 const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
 const WHISPER: &str = "whisper";
+const WAV2VEC2: &str = "wav2vec2";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -114,6 +116,10 @@ pub enum SynthFamily {
     /// The Whisper large-v3 encoder (`AudioEncoderLoader`, `whisper-large-v3`), the released file's
     /// `model.encoder.*` names.
     Whisper,
+    /// A wav2vec2 encoder (`AudioEncoderLoader`): the large English one of Wan 2.2 S2V
+    /// (`wav2vec2-large-english`) or the Chinese base one of InfiniteTalk (`wav2vec2-chinese-base`), the released
+    /// files' `wav2vec2.*` names.
+    Wav2Vec2(wav2vec2::Variant),
 }
 
 /// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
@@ -403,6 +409,8 @@ impl SynthFamily {
         all.extend(WanFile::ALL.map(SynthFamily::Wan));
         all.push(SynthFamily::Esrgan);
         all.push(SynthFamily::Whisper);
+        all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Large));
+        all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Base));
         all
     }
 
@@ -438,6 +446,8 @@ impl SynthFamily {
             SynthFamily::Wan(file) => file.name(),
             SynthFamily::Esrgan => "esrgan-x4",
             SynthFamily::Whisper => "whisper-large-v3",
+            SynthFamily::Wav2Vec2(wav2vec2::Variant::Large) => "wav2vec2-large-english",
+            SynthFamily::Wav2Vec2(wav2vec2::Variant::Base) => "wav2vec2-chinese-base",
         }
     }
 }
@@ -658,6 +668,8 @@ pub struct ZImageTurboSet {
     pub whisper: whisper::Config,
     /// HuMo's audio branch (`--family humo-17b`), reading the Whisper encoder's width.
     pub humo: wan::Humo,
+    /// The wav2vec2 encoders (`--family wav2vec2-large-english`, `wav2vec2-chinese-base`), large then base.
+    pub wav2vec2: [wav2vec2::Config; 2],
 }
 
 impl ZImageTurboSet {
@@ -723,6 +735,7 @@ impl ZImageTurboSet {
             esrgan: esrgan::Config::x4plus(),
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
+            wav2vec2: [wav2vec2::Config::large(), wav2vec2::Config::base()],
         }
     }
 
@@ -803,6 +816,8 @@ impl ZImageTurboSet {
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
             whisper: whisper::Config { mels: 128, width: 40, layers: 32 },
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
+            wav2vec2: [wav2vec2::Variant::Large, wav2vec2::Variant::Base]
+                .map(|variant| wav2vec2::Config { width: 64, conv_dim: 32, layers: 2, variant }),
         }
     }
 
@@ -1046,6 +1061,14 @@ pub fn write_family(
         SynthFamily::Whisper => {
             let specs = specs_of(whisper::expected_shapes(&set.whisper));
             write_one(path, &specs, WHISPER, "Whisper encoder", dtype, seed, progress)
+        }
+        SynthFamily::Wav2Vec2(variant) => {
+            let config = match variant {
+                wav2vec2::Variant::Large => &set.wav2vec2[0],
+                wav2vec2::Variant::Base => &set.wav2vec2[1],
+            };
+            let specs = specs_of(wav2vec2::expected_shapes(config));
+            write_one(path, &specs, WAV2VEC2, "wav2vec2 encoder", dtype, seed, progress)
         }
         SynthFamily::Esrgan => {
             let specs = specs_of(esrgan::expected_shapes(&set.esrgan));

@@ -580,7 +580,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-causal-t2v-1.3b",
             "humo-17b",
             "esrgan-x4",
-            "whisper-large-v3"
+            "whisper-large-v3",
+            "wav2vec2-large-english",
+            "wav2vec2-chinese-base"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -681,6 +683,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
             synth::SynthFamily::Esrgan => {
                 let found = kiln_models::esrgan::detect(&header).unwrap();
                 assert_eq!(found, Some((set.esrgan, kiln_models::esrgan::Layout::RealEsrgan)));
+            }
+            synth::SynthFamily::Wav2Vec2(variant) => {
+                let found = kiln_models::wav2vec2::detect(&header).unwrap().expect("wav2vec2");
+                assert_eq!(found.0.variant, variant);
+                assert!(set.wav2vec2.contains(&found.0), "{:?}", found.0);
             }
             synth::SynthFamily::Whisper => {
                 let found = kiln_models::whisper::detect(&header).unwrap();

@@ -1,7 +1,9 @@
 //! Audio encoders (`comfy_extras.nodes_audio_encoder`): `AudioEncoderLoader` loads one from `audio_encoders/`
-//! (Whisper large-v3, [`kiln_models::whisper`]), and `AudioEncoderEncode` runs a clip through it as ComfyUI's
-//! `encode_audio` does: resampled to 16 kHz, the channels averaged, padded or cut to 30 s, log-mel features,
-//! the encoder; its output is every layer's state (what HuMo reads) and the resampled clip's length.
+//! (Whisper large-v3, [`kiln_models::whisper`], or wav2vec2, [`kiln_models::wav2vec2`]), and
+//! `AudioEncoderEncode` runs a clip through it as ComfyUI's `encode_audio` does: resampled to 16 kHz, then the
+//! encoder (Whisper: the channels averaged, padded or cut to 30 s, log-mel features; wav2vec2: the channels
+//! averaged, the raw waveform); its output is every layer's state (what HuMo reads) and the resampled clip's
+//! length.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use super::video::audio_input;
 use crate::compute::Compute;
 use crate::media::Audio;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{AudioEncoder, AudioEncoderOutput, ModelEnv, load};
+use crate::models::{AudioEncoder, AudioEncoderNet, AudioEncoderOutput, ModelEnv, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
@@ -99,22 +101,80 @@ struct Encode<'a> {
 impl OnDevice for Encode<'_> {
     type Output = Result<AudioEncoderOutput, kiln_models::Error>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
-        // As ComfyUI loads the model before it encodes: top residency priority.
-        self.encoder.net.weights.activate()?;
         let waveform = self.audio.waveform();
         let shape = [self.audio.batch(), self.audio.channels(), self.audio.samples()];
-        let encoding =
-            self.encoder.net.encode_audio(b, waveform.data(), shape, self.audio.sample_rate())?;
+        let rate = self.audio.sample_rate();
+        // As ComfyUI loads the model before it encodes: top residency priority.
+        let (last, states, samples) = match self.encoder.net.as_ref() {
+            AudioEncoderNet::Whisper(net) => {
+                net.weights.activate()?;
+                let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
+                (encoding.output.last, encoding.output.states, encoding.samples)
+            }
+            AudioEncoderNet::Wav2Vec2(net) => {
+                net.weights.activate()?;
+                let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
+                (encoding.output.last, encoding.output.states, encoding.samples)
+            }
+        };
         let host = |t: &kiln_compute::Tensor<B>| -> kiln_models::Result<Tensor> {
             let values = b.to_f32(&b.cast(t, DType::F32)?)?;
             Tensor::new(t.shape().to_vec(), values)
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
         };
-        let output = encoding.output;
         Ok(AudioEncoderOutput {
-            last: host(&output.last)?,
-            layers: output.states.iter().map(host).collect::<kiln_models::Result<_>>()?,
-            samples: encoding.samples,
+            last: host(&last)?,
+            layers: states.iter().map(host).collect::<kiln_models::Result<_>>()?,
+            samples,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `AudioEncoderLoader` takes a Whisper file and both wav2vec2 configurations, and `AudioEncoderEncode` gives
+    /// ComfyUI's states on a stereo 24 kHz clip (kiln-models' fixtures, recorded from ComfyUI's own encoders by
+    /// `scripts/reference/whisper.py` and `wav2vec2.py`).
+    #[test]
+    fn whisper_and_wav2vec2_files_encode_a_clip_as_comfyui() {
+        let dir = std::env::temp_dir().join(format!("kiln-audio-encoders-{}", std::process::id()));
+        let folder = dir.join("audio_encoders");
+        std::fs::create_dir_all(&folder).unwrap();
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures");
+        let env = ModelEnv::cpu(&dir);
+        for (weights, io, prefix) in [
+            ("whisper/weights.safetensors", "whisper/io.safetensors", ""),
+            ("wav2vec2/large.safetensors", "wav2vec2/io.safetensors", "large."),
+            ("wav2vec2/base.safetensors", "wav2vec2/io.safetensors", "base."),
+        ] {
+            let path = folder.join(weights.replace('/', "-"));
+            std::fs::copy(fixtures.join(weights), &path).unwrap();
+            let encoder = load::load_audio_encoder(&env, &path, &mut |_, _| {}).unwrap();
+            let io = crate::fixtures::tensors(&format!("../../models/tests/fixtures/{io}"));
+            let audio = Audio::new(io["audio"].clone(), 24000).unwrap();
+            let output = encode(&env.compute, &encoder, &audio).unwrap();
+            assert_eq!(output.samples, audio.samples() * 2 / 3, "{weights}");
+            for (i, state) in output.layers.iter().enumerate() {
+                let want = &io[&format!("{prefix}state.{i}")];
+                assert_eq!(state.shape(), want.shape(), "{weights} state {i}");
+                let scale = want.data().iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+                let worst = state
+                    .data()
+                    .iter()
+                    .zip(want.data())
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst <= 1e-4 * scale, "{weights} state {i}: max |difference| {worst}");
+            }
+            assert_eq!(output.last, output.layers[output.layers.len() - 1], "{weights}");
+        }
+        // Another file is refused, naming what Kiln runs.
+        let other = fixtures.join("wan/humo.safetensors");
+        let err = load::load_audio_encoder(&env, &other, &mut |_, _| {}).unwrap_err().to_string();
+        assert!(err.contains("Whisper large-v3, wav2vec2"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
