@@ -95,8 +95,8 @@ fn node_info_v1(spec: &NodeSpec) -> types::NodeInfo {
 }
 
 /// A V3 class as ComfyUI dumps it: every field present, `null` where the node declares nothing; inputs always
-/// `[TYPE, options]`; hidden inputs valued `[KIND]`. Kiln has no developer-only or API nodes, no price badges
-/// and no intermediate outputs, so those are `false` or `null`.
+/// `[TYPE, options]`; hidden inputs valued `[KIND]`. Kiln has no developer-only or API nodes and no price
+/// badges, so those are `false` or `null`.
 fn node_info_v3(spec: &NodeSpec) -> types::NodeInfoV3 {
     let declared =
         |defs: &[InputDef]| defs.iter().map(|d| (d.name.clone(), input_spec(d, false))).collect();
@@ -109,7 +109,7 @@ fn node_info_v3(spec: &NodeSpec) -> types::NodeInfoV3 {
         display_name: spec.declared_display_name().map(str::to_owned),
         essentials_category: spec.essentials_category.clone(),
         experimental: spec.experimental,
-        has_intermediate_output: false,
+        has_intermediate_output: spec.intermediate_output,
         input: types::NodeInputsV3 {
             hidden: spec
                 .hidden

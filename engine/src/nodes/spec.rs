@@ -298,6 +298,9 @@ pub struct NodeSpec {
     /// server's; a cache hit on one can tell a workspace that the file was loaded recently). Every other node's
     /// results are kept per partition.
     pub shared_between_partitions: bool,
+    /// Whether ComfyUI marks the node as showing an output while it runs (`has_intermediate_output`: a
+    /// preview from a node that is not an output node, such as `Painter`'s).
+    pub intermediate_output: bool,
 }
 
 impl NodeSpec {
@@ -326,7 +329,14 @@ impl NodeSpec {
             grown: Vec::new(),
             v3: false,
             shared_between_partitions: false,
+            intermediate_output: false,
         }
+    }
+
+    /// Marks the node as showing an output while it runs (see `intermediate_output`).
+    pub fn intermediate_output(mut self) -> NodeSpec {
+        self.intermediate_output = true;
+        self
     }
 
     /// Marks the node's cached results as shared between partitions (see `shared_between_partitions`).

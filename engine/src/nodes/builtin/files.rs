@@ -286,9 +286,14 @@ impl Node for PreviewImage {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let images = inputs.image("images")?;
-        let ui = preview_pngs(images, "ComfyUI", ctx, SAVE_IMAGE)?;
+        let ui = preview(images, ctx)?;
         Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
     }
+}
+
+/// `images` previewed as `PreviewImage` writes them (a V3 node's `UI.PreviewImage`).
+pub(super) fn preview(images: &Tensor, ctx: &Context) -> Result<UiOutput, NodeError> {
+    preview_pngs(images, "ComfyUI", ctx, SAVE_IMAGE)
 }
 
 /// Writes a preview into the temp directory as `<prefix>_temp_<5 random letters>_<counter>_.png`.

@@ -28,6 +28,7 @@ mod mask;
 mod mask_ops;
 mod model_patch;
 mod model_specs;
+mod painter;
 mod pil_lanczos;
 mod primitives;
 mod pure;
@@ -83,6 +84,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
     registry.register(files::LoadImage::new(input_dir.clone()));
+    registry.register(painter::Painter::new(input_dir.clone()));
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
     registry.register(image::ImageInvert::new());

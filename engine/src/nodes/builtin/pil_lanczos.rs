@@ -81,7 +81,18 @@ pub(crate) fn resize(
     width: usize,
     height: usize,
 ) -> Vec<f32> {
-    let mut bytes: Vec<u8> = image.iter().map(|&v| (255.0 * v).clamp(0.0, 255.0) as u8).collect();
+    let bytes: Vec<u8> = image.iter().map(|&v| (255.0 * v).clamp(0.0, 255.0) as u8).collect();
+    resize_bytes(bytes, (h, w, c), width, height).iter().map(|&b| f32::from(b) / 255.0).collect()
+}
+
+/// An 8-bit image (`h × w` pixels of `c` channels, row-major; four channels are RGBA) resized to
+/// `width × height` as Pillow's `Image.LANCZOS` does.
+pub(crate) fn resize_bytes(
+    mut bytes: Vec<u8>,
+    (h, w, c): (usize, usize, usize),
+    width: usize,
+    height: usize,
+) -> Vec<u8> {
     if c == 4 {
         premultiply(&mut bytes);
     }
@@ -103,7 +114,7 @@ pub(crate) fn resize(
     if c == 4 {
         unpremultiply(&mut bytes);
     }
-    bytes.iter().map(|&b| f32::from(b) / 255.0).collect()
+    bytes
 }
 
 /// Pillow's `rgbA2rgba`: each colour times alpha / 255, rounded as its `MULDIV255`.
