@@ -79,7 +79,7 @@ pub enum Value {
     StyleModel(Arc<StyleModel>),
     /// `UPSCALE_MODEL`: an image upscale model (`UpscaleModelLoader`).
     UpscaleModel(Arc<UpscaleModel>),
-    /// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`: Whisper).
+    /// `AUDIO_ENCODER`: an audio encoder (`AudioEncoderLoader`: Whisper large-v3 or wav2vec2).
     AudioEncoder(Arc<AudioEncoder>),
     /// `AUDIO_ENCODER_OUTPUT`: a clip through an audio encoder (`AudioEncoderEncode`).
     AudioEncoderOutput(Arc<AudioEncoderOutput>),

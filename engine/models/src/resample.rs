@@ -118,6 +118,31 @@ pub fn resample(x: &[f32], orig: u32, new: u32) -> Result<Vec<f32>> {
     Ok(Resampler::new(orig, new)?.apply(x))
 }
 
+/// Every channel of `audio` `[B, C, T]` (row-major) resampled from `orig` Hz to `new` Hz as [`resample`] does
+/// one: the values `[B, C, T']` and T' (what ComfyUI's audio encoders do first).
+pub fn resample_clips(
+    audio: &[f32],
+    shape: [usize; 3],
+    orig: u32,
+    new: u32,
+) -> Result<(Vec<f32>, usize)> {
+    let [batch, channels, samples] = shape;
+    if audio.len() != batch * channels * samples {
+        return Err(Error::Invalid(format!(
+            "audio of shape {shape:?} has {} values, not {}",
+            audio.len(),
+            batch * channels * samples
+        )));
+    }
+    let resampler = Resampler::new(orig, new)?;
+    let len = resampler.output_len(samples);
+    let mut out = Vec::with_capacity(batch * channels * len);
+    for channel in audio.chunks_exact(samples.max(1)).take(batch * channels) {
+        out.extend(resampler.apply(channel));
+    }
+    Ok((out, len))
+}
+
 /// The greatest common divisor.
 fn gcd(mut a: u32, mut b: u32) -> u32 {
     while b != 0 {

@@ -369,10 +369,8 @@ impl std::fmt::Debug for AudioEncoder {
 /// `encoded_audio`, `encoded_audio_all_layers` and `audio_samples`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AudioEncoderOutput {
-    /// The last hidden state `[B, tokens, width]`.
-    pub last: Tensor,
-    /// Every layer's state, as ComfyUI's tuple: each layer's input, then the last (normed) state, each
-    /// `[B, tokens, width]`.
+    /// Every layer's state, as ComfyUI's tuple (`encoded_audio_all_layers`), each `[B, tokens, width]`; the
+    /// last is the encoder's output (`encoded_audio`).
     pub layers: Vec<Tensor>,
     /// Samples of the clip after resampling to the encoder's rate (16 kHz).
     pub samples: usize,
@@ -381,7 +379,7 @@ pub struct AudioEncoderOutput {
 impl AudioEncoderOutput {
     /// Bytes held by the tensors.
     pub fn byte_size(&self) -> usize {
-        self.last.byte_size() + self.layers.iter().map(Tensor::byte_size).sum::<usize>()
+        self.layers.iter().map(Tensor::byte_size).sum::<usize>()
     }
 }
 

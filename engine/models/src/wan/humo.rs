@@ -42,8 +42,8 @@ const MASK_CHANNELS: usize = 4;
 const LATENT_CHANNELS: usize = 16;
 
 /// The channels beside the noisy latent of HuMo 17B for latents `[batch, _, frames, h, w]`, as ComfyUI's
-/// `WAN21_HuMo.extra_conds` replaces `c_concat`: 4 zero channels, then the empty video's 16 per frame (`ZERO_VIDEO`); values
-/// `[batch, 20, frames, h, w]`.
+/// `WAN21_HuMo.extra_conds` replaces `c_concat`: 4 zero channels, then the empty video's 16 per frame
+/// (`ZERO_VIDEO`); values `[batch, 20, frames, h, w]`.
 pub fn concat_channels(batch: usize, frames: usize, h: usize, w: usize) -> Vec<f32> {
     let plane = h * w;
     let mut one = vec![0.0f32; MASK_CHANNELS * frames * plane];
@@ -60,8 +60,8 @@ pub const CONCAT_CHANNELS: usize = MASK_CHANNELS + LATENT_CHANNELS;
 
 impl Wan {
     /// HuMo's reference latent as tokens `[B', T·rows·cols, D]` with its frames T, for a HuMo model given one:
-    /// `[B or 1, 16, T, H, W]` in the model's space at the latent's size; the 17B model reads it as 36 channels
-    /// (16 zeros, 4 ones, then the latent), as ComfyUI's `WAN21_HuMo` builds them.
+    /// `[B', 16, T, H, W]` in the model's space at the latent's size (sample s reads row s mod B'); the 17B
+    /// model reads it as 36 channels (16 zeros, 4 ones, then the latent), as ComfyUI's `WAN21_HuMo` builds them.
     pub(super) fn humo_reference<B: Backend>(
         &self,
         b: &B,
@@ -73,20 +73,14 @@ impl Wan {
         };
         let latent = self.config.out_channels;
         let (n, frames) = match *reference.shape() {
-            [n, c, t, h, w]
-                if (n == 1 || n == grid.batch)
-                    && c == latent
-                    && t > 0
-                    && (h, w) == (grid.h, grid.w) =>
-            {
+            [n, c, t, h, w] if n > 0 && c == latent && t > 0 && (h, w) == (grid.h, grid.w) => {
                 (n, t)
             }
             ref other => {
                 return Err(Error::Invalid(format!(
-                    "{} reads a reference latent of [{} or 1, {latent}, T, {}, {}] (WanHuMoImageToVideo's), got \
+                    "{} reads a reference latent of [B, {latent}, T, {}, {}] (WanHuMoImageToVideo's), got \
                      {other:?}",
                     self.config.variant(),
-                    grid.batch,
                     grid.h,
                     grid.w
                 )));
@@ -117,27 +111,27 @@ impl Wan {
         Ok(Some((self.patch_embedding(b, &x, &ref_grid, "patch_embedding")?, frames)))
     }
 
-    /// HuMo's audio tokens `[B', F·tokens, audio_dim]` of the audio embedding `[B or 1, F, 8, 5, C]` (F latent
-    /// frames), its windows first padded with `extra_frames` zero windows (the reference's frames), through
-    /// `audio_proj`; `None` for a model without the branch or no audio.
+    /// HuMo's audio tokens `[B', F·tokens, audio_dim]` of the audio embedding `[B', F, 8, 5, C]` (F latent
+    /// frames; sample s reads row s mod B', as ComfyUI repeats a conditioning to the batch), its windows first
+    /// padded with `extra_frames` zero windows (the reference's frames), through `audio_proj`; `None` for a
+    /// model without the branch or no audio.
     pub(super) fn humo_audio<B: Backend>(
         &self,
         b: &B,
         audio: Option<&Tensor<B>>,
         extra_frames: usize,
-        batch: usize,
     ) -> Result<Option<Tensor<B>>> {
         let (Some(humo), Some(audio)) = (self.config.humo, audio) else { return Ok(None) };
         let (n, frames) = match *audio.shape() {
             [n, f, window, groups, c]
-                if (n == 1 || n == batch) && f > 0 && window * groups * c == humo.input_width() =>
+                if n > 0 && f > 0 && window * groups * c == humo.input_width() =>
             {
                 (n, f)
             }
             ref other => {
                 return Err(Error::Invalid(format!(
-                    "{} reads an audio embedding of [{batch} or 1, frames, {}, {}, {}] \
-                     (WanHuMoImageToVideo's), got {other:?}",
+                    "{} reads an audio embedding of [B, frames, {}, {}, {}] (WanHuMoImageToVideo's), got \
+                     {other:?}",
                     self.config.variant(),
                     Humo::WINDOW,
                     Humo::GROUPS,
@@ -155,12 +149,11 @@ impl Wan {
             }
         };
         let frames = frames + extra_frames;
-        let names: Vec<String> = [1, 2, 3]
+        let names: Vec<String> = ["1", "2", "3", "norm"]
             .iter()
             .flat_map(|i| {
-                ["weight", "bias"].map(|p| format!("audio_proj.audio_proj_glob_{i}.layer.{p}"))
+                crate::named::weight_and_bias(&format!("audio_proj.audio_proj_glob_{i}.layer"))
             })
-            .chain(["weight", "bias"].map(|p| format!("audio_proj.audio_proj_glob_norm.layer.{p}")))
             .collect();
         let layer = crate::named::fetch(b, &self.weights, &names)?;
         let w = |i: usize| layer.weight(i);
@@ -187,8 +180,11 @@ impl Wan {
         let frames = audio.dim(1)? / humo.tokens;
         if frames == 0 || !tokens.is_multiple_of(frames) {
             return Err(Error::Invalid(format!(
-                "HuMo's audio covers {frames} latent frames, which do not split the video's {tokens} tokens \
-                 evenly: make the latent and the audio embedding with the same WanHuMoImageToVideo"
+                "HuMo's audio embedding covers {frames} latent frames (the reference's included), which do not \
+                 split the {tokens} tokens of the video and its reference evenly, as ComfyUI's HuMo needs: \
+                 WanHuMoImageToVideo without audio makes one frame more than the video has (as ComfyUI's \
+                 does), so connect its audio_encoder_output; otherwise make the latent with the same \
+                 WanHuMoImageToVideo"
             )));
         }
         let wrapper = |name: &str| w.get(&format!("{AUDIO_ATTENTION}.{name}"));

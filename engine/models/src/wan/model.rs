@@ -71,9 +71,10 @@ pub struct WanInput<'a, B: Backend> {
     /// ComfyUI's `CausalWanModel.forward_block`, such a call applies no `ScaleROPE` and reads no in-context
     /// latents. `None`: an ordinary call over the whole video.
     pub causal: Option<CausalStep<'a, B>>,
-    /// HuMo's audio embedding `[B or 1, F, 8, 5, C]` (`WanHuMoImageToVideo`'s: a window of Whisper features per
-    /// latent frame); other models ignore it. A HuMo model reads [`WanInput::reference`] as its reference
-    /// latent `[B or 1, 16, T, H, W]`, whose tokens follow the video's at the frames after it.
+    /// HuMo's audio embedding `[B', F, 8, 5, C]` (`WanHuMoImageToVideo`'s: a window of Whisper features per
+    /// latent frame; sample s reads row s mod B'); other models ignore it. A HuMo model reads
+    /// [`WanInput::reference`] as its reference latent `[B', 16, T, H, W]`, whose tokens follow the video's at the
+    /// frames after it.
     pub audio: Option<&'a Tensor<B>>,
 }
 
@@ -281,7 +282,7 @@ impl Wan {
         let reference = self.reference_tokens(b, input.reference, &grid)?;
         let humo_reference = self.humo_reference(b, input.reference, &grid)?;
         let after_frames = humo_reference.as_ref().map_or(0, |(_, frames)| *frames);
-        let audio = self.humo_audio(b, input.audio, after_frames, grid.batch)?;
+        let audio = self.humo_audio(b, input.audio, after_frames)?;
         let in_context = match cache {
             Some(_) => Vec::new(),
             None => self.context_tokens(b, input.context_latents, &grid)?,
@@ -303,9 +304,13 @@ impl Wan {
                 Some(r) => b.concat(&[&b.slice(r, 0, s.min(r.dim(0)? - 1), 1)?, &sample], 1)?,
                 None => sample,
             };
-            let after = humo_reference.iter().map(|(tokens, _)| tokens);
-            for tokens in in_context.iter().map(|(tokens, _)| tokens).chain(after) {
+            for (tokens, _) in &in_context {
                 let row = b.slice(tokens, 0, s.min(tokens.dim(0)? - 1), 1)?;
+                sample = b.concat(&[&sample, &row], 1)?;
+            }
+            if let Some((tokens, _)) = &humo_reference {
+                // ComfyUI repeats a conditioning's rows to the batch (`repeat_to_batch_size`).
+                let row = b.slice(tokens, 0, s % tokens.dim(0)?, 1)?;
                 sample = b.concat(&[&sample, &row], 1)?;
             }
             samples.push(sample);
@@ -314,7 +319,7 @@ impl Wan {
         drop((tokens, text, image, reference, in_context, humo_reference));
         let audio = match &audio {
             Some(a) => (0..grid.batch)
-                .map(|s| Ok(Some(b.slice(a, 0, s.min(a.dim(0)? - 1), 1)?)))
+                .map(|s| Ok(Some(b.slice(a, 0, s % a.dim(0)?, 1)?)))
                 .collect::<Result<Vec<_>>>()?,
             None => vec![None; grid.batch],
         };

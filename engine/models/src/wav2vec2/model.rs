@@ -23,7 +23,7 @@ use super::config::{
     POS_CONV_KERNEL, POS_CONV_V, SAMPLE_RATE, Variant, conv_names, frames, layer_names,
 };
 use crate::error::{Error, Result};
-use crate::resample::Resampler;
+use crate::resample::resample_clips;
 
 /// A loaded wav2vec2 encoder: its config and its weights (named as in ComfyUI's model, the weight norm's by
 /// its legacy names) under the memory manager.
@@ -88,20 +88,8 @@ impl Wav2Vec2 {
         shape: [usize; 3],
         sample_rate: u32,
     ) -> Result<AudioEncoding<B>> {
-        let [batch, channels, samples] = shape;
-        if audio.len() != batch * channels * samples {
-            return Err(Error::Invalid(format!(
-                "audio of shape {shape:?} has {} values, not {}",
-                audio.len(),
-                batch * channels * samples
-            )));
-        }
-        let resampler = Resampler::new(sample_rate, SAMPLE_RATE)?;
-        let resampled_len = resampler.output_len(samples);
-        let mut resampled = Vec::with_capacity(batch * channels * resampled_len);
-        for channel in audio.chunks_exact(samples.max(1)).take(batch * channels) {
-            resampled.extend(resampler.apply(channel));
-        }
+        let [batch, channels, _] = shape;
+        let (resampled, resampled_len) = resample_clips(audio, shape, sample_rate, SAMPLE_RATE)?;
         let x = b.from_f32(&[batch, channels, resampled_len], &resampled, DType::F32)?;
         Ok(AudioEncoding { output: self.forward(b, &x)?, samples: resampled_len })
     }

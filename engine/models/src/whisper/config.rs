@@ -25,7 +25,7 @@ pub struct Config {
 
 impl Config {
     /// Whisper large-v3's encoder, ComfyUI's only configuration: 128 mels, width 1280, 32 layers.
-    pub fn large_v3() -> Config {
+    pub const fn large_v3() -> Config {
         Config { mels: 128, width: 1280, layers: 32 }
     }
 

@@ -4,7 +4,8 @@
 //!
 //! - [`detect`] recognises the encoder in the Hugging Face / ComfyUI layout (`model.encoder.*`, beside the
 //!   decoder's `model.decoder.*`, which is ignored) or a bare `encoder.*` one, and reads the widths from its
-//!   shapes; [`load_plan`] names the weights to load.
+//!   shapes; [`load_plan`] names the weights to load. (ComfyUI builds only large-v3's shapes, and reads a bare
+//!   `encoder.*` file as wav2vec2 and fails on it; Kiln runs both, so tiny test models load.)
 //! - [`log_mel`]: the feature extractor on the host (channels averaged, 30 s windows, torchaudio's slaney mel
 //!   spectrogram, Whisper's log scaling).
 //! - [`Whisper::forward`]: the encoder on a backend, giving ComfyUI's last hidden state and its tuple of every

@@ -16,7 +16,7 @@ use kiln_compute::{Backend, DType, Tensor};
 use super::config::{Config, HEADS, LAYER_NORM_EPS, POSITIONS, layer_names};
 use super::features::{FRAMES, SAMPLE_RATE, log_mel};
 use crate::error::{Error, Result};
-use crate::resample::Resampler;
+use crate::resample::resample_clips;
 
 /// A loaded Whisper encoder: its config and its weights (named without the encoder's prefix) under the
 /// memory manager.
@@ -80,20 +80,8 @@ impl Whisper {
         shape: [usize; 3],
         sample_rate: u32,
     ) -> Result<AudioEncoding<B>> {
-        let [batch, channels, samples] = shape;
-        if audio.len() != batch * channels * samples {
-            return Err(Error::Invalid(format!(
-                "audio of shape {shape:?} has {} values, not {}",
-                audio.len(),
-                batch * channels * samples
-            )));
-        }
-        let resampler = Resampler::new(sample_rate, SAMPLE_RATE)?;
-        let resampled_len = resampler.output_len(samples);
-        let mut resampled = Vec::with_capacity(batch * channels * resampled_len);
-        for channel in audio.chunks_exact(samples.max(1)).take(batch * channels) {
-            resampled.extend(resampler.apply(channel));
-        }
+        let [batch, channels, _] = shape;
+        let (resampled, resampled_len) = resample_clips(audio, shape, sample_rate, SAMPLE_RATE)?;
         let features = log_mel(&resampled, [batch, channels, resampled_len], self.config.mels)?;
         let mel = b.from_f32(&[batch, self.config.mels, FRAMES], &features, DType::F32)?;
         Ok(AudioEncoding { output: self.forward(b, &mel)?, samples: resampled_len })

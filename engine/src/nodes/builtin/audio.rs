@@ -27,7 +27,7 @@ const AUDIO_EXTENSIONS: [&str; 16] = [
 ];
 
 /// An `AUDIO` input that must be there (ComfyUI raises on `None`, e.g. a video without sound).
-fn audio(inputs: &Inputs, name: &str, node: &str) -> Result<Arc<Audio>, NodeError> {
+pub(super) fn audio(inputs: &Inputs, name: &str, node: &str) -> Result<Arc<Audio>, NodeError> {
     audio_input(inputs, name)?.cloned().ok_or_else(|| {
         NodeError::of_kind(
             ErrorKind::InvalidValue,

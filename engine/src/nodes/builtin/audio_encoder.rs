@@ -9,16 +9,14 @@ use std::sync::Arc;
 
 use kiln_compute::{Backend, DType};
 
+use super::audio::audio;
 use super::loaders::{find, progress};
-use super::video::audio_input;
 use crate::compute::Compute;
 use crate::media::Audio;
 use crate::models::device::{OnDevice, on_device};
 use crate::models::{AudioEncoder, AudioEncoderNet, AudioEncoderOutput, ModelEnv, load};
 use crate::nodes::error::node_error;
-use crate::nodes::{
-    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
-};
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -75,10 +73,8 @@ impl Node for AudioEncoderEncode {
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let encoder = inputs.audio_encoder("audio_encoder")?;
-        let audio = audio_input(inputs, "audio")?.ok_or_else(|| {
-            NodeError::of_kind(ErrorKind::WrongType, "input `audio` is missing".to_owned())
-        })?;
-        let output = encode(&self.compute, encoder, audio)?;
+        let audio = audio(inputs, "audio", "AudioEncoderEncode")?;
+        let output = encode(&self.compute, encoder, &audio)?;
         Ok(NodeResult::values([Value::AudioEncoderOutput(Arc::new(output))]))
     }
 }
@@ -105,16 +101,17 @@ impl OnDevice for Encode<'_> {
         let shape = [self.audio.batch(), self.audio.channels(), self.audio.samples()];
         let rate = self.audio.sample_rate();
         // As ComfyUI loads the model before it encodes: top residency priority.
-        let (last, states, samples) = match self.encoder.net.as_ref() {
+        // (The last state is ComfyUI's `encoded_audio` too: the last of `states`.)
+        let (states, samples) = match self.encoder.net.as_ref() {
             AudioEncoderNet::Whisper(net) => {
                 net.weights.activate()?;
                 let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
-                (encoding.output.last, encoding.output.states, encoding.samples)
+                (encoding.output.states, encoding.samples)
             }
             AudioEncoderNet::Wav2Vec2(net) => {
                 net.weights.activate()?;
                 let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
-                (encoding.output.last, encoding.output.states, encoding.samples)
+                (encoding.output.states, encoding.samples)
             }
         };
         let host = |t: &kiln_compute::Tensor<B>| -> kiln_models::Result<Tensor> {
@@ -123,7 +120,6 @@ impl OnDevice for Encode<'_> {
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
         };
         Ok(AudioEncoderOutput {
-            last: host(&last)?,
             layers: states.iter().map(host).collect::<kiln_models::Result<_>>()?,
             samples,
         })
@@ -169,7 +165,6 @@ mod tests {
                     .fold(0f32, f32::max);
                 assert!(worst <= 1e-4 * scale, "{weights} state {i}: max |difference| {worst}");
             }
-            assert_eq!(output.last, output.layers[output.layers.len() - 1], "{weights}");
         }
         // Another file is refused, naming what Kiln runs.
         let other = fixtures.join("wan/humo.safetensors");

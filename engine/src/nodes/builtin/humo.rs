@@ -12,6 +12,8 @@
 
 use std::sync::Arc;
 
+use kiln_models::wan::Humo;
+
 use super::vae::encode_video;
 use super::wan::{VideoRequest, WAN21_CHANNELS, fit_frames, latent_frames, video_inputs};
 use crate::compute::Compute;
@@ -29,14 +31,14 @@ const VIDEO_FPS: f64 = 25.0;
 /// Resampled audio samples per Whisper frame pair: ComfyUI keeps `2·⌊samples / 640⌋` frames.
 const SAMPLES_PER_FRAME_PAIR: usize = 640;
 /// Feature frames in a latent frame's window, and layer groups of a feature (HuMo's `audio_proj` input).
-const WINDOW: usize = 8;
-const GROUPS: usize = 5;
+const WINDOW: usize = Humo::WINDOW;
+const GROUPS: usize = Humo::GROUPS;
 /// Whisper layers averaged per group; the fifth group is the last state.
 const LAYERS_PER_GROUP: usize = 8;
 /// The states HuMo reads: 32 layers' inputs and the last state (Whisper large-v3's).
 const STATES: usize = 4 * LAYERS_PER_GROUP + 1;
 /// The feature width of the zero embedding without audio (ComfyUI's fixed 1280, Whisper large-v3's).
-const SILENT_CHANNELS: usize = 1280;
+const SILENT_CHANNELS: usize = kiln_models::whisper::Config::large_v3().width;
 
 /// `WanHuMoImageToVideo`.
 pub(super) struct WanHuMoImageToVideo {
@@ -135,6 +137,17 @@ fn audio_embed(output: &AudioEncoderOutput, length: usize) -> Result<Tensor, Nod
         )));
     };
     let kept = tokens.min(output.samples / SAMPLES_PER_FRAME_PAIR * 2);
+    if kept == 0 {
+        // ComfyUI's interpolation to no frames raises.
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!(
+                "HuMo needs at least 40 ms of audio ({SAMPLES_PER_FRAME_PAIR} samples at 16 kHz); this clip has {} \
+                 after resampling",
+                output.samples
+            ),
+        ));
+    }
     // The first clip's first `kept` frames of a state, `[kept, C]`.
     let state = |i: usize| &output.layers[i].data()[..kept * channels];
     let mut features = Vec::with_capacity(GROUPS);
@@ -214,7 +227,7 @@ mod tests {
         let io = crate::fixtures::tensors("humo/audio.safetensors");
         let layers: Vec<Tensor> = (0..STATES).map(|i| io[&format!("layer.{i}")].clone()).collect();
         let samples = io["samples"].data()[0] as usize;
-        let output = AudioEncoderOutput { last: layers[STATES - 1].clone(), layers, samples };
+        let output = AudioEncoderOutput { layers, samples };
         for case in ["long", "short"] {
             let length = io[&format!("length.{case}")].data()[0] as usize;
             let got = audio_embed(&output, length).unwrap();
@@ -224,8 +237,11 @@ mod tests {
                 got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(worst < 1e-5, "{case}: max |difference| {worst}");
         }
-        let short = AudioEncoderOutput { layers: output.layers[..3].to_vec(), ..output };
+        let short = AudioEncoderOutput { samples: 639, ..output.clone() };
         let err = audio_embed(&short, 9).unwrap_err().to_string();
+        assert!(err.contains("40 ms") && err.contains("639"), "{err}");
+        let shallow = AudioEncoderOutput { layers: output.layers[..3].to_vec(), ..output };
+        let err = audio_embed(&shallow, 9).unwrap_err().to_string();
         assert!(err.contains("33 states") && err.contains("gives 3"), "{err}");
     }
 }

@@ -87,13 +87,13 @@ impl Node for Painter {
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let base = match inputs.get("image") {
-            Some(_) => first_rgb(inputs.image("image")?)?,
+            Some(_) => first(inputs.image("image")?)?,
             None => {
                 let side = |name: &str| -> Result<usize, NodeError> {
                     usize::try_from(inputs.int(name)?)
                         .map_err(|_| NodeError::new(format!("`{name}` must be positive")))
                 };
-                canvas(side("width")?, side("height")?, &colour(inputs))?
+                canvas(side("width")?, side("height")?, &colour(inputs)?)?
             }
         };
         let name = inputs.string("mask")?;
@@ -110,11 +110,11 @@ impl Node for Painter {
     }
 }
 
-/// `base` (`[1, h, w, 3]`) with the painting at `painting` (its path and name) laid over it, and the mask;
-/// without a painting, `base` and a zero mask.
+/// `base` (`[1, h, w, c]`) with the painting at `painting` (its path and name) laid over it, and the mask;
+/// without a painting, `base` as it is and a zero mask.
 fn paint(base: Tensor, painting: Option<(&Path, &str)>) -> Result<(Tensor, Tensor), NodeError> {
-    let &[1, h, w, 3] = base.shape() else {
-        return Err(NodeError::new(format!("a base image [1, H, W, 3], got {:?}", base.shape())));
+    let &[1, h, w, _] = base.shape() else {
+        return Err(NodeError::new(format!("a base image [1, H, W, C], got {:?}", base.shape())));
     };
     match painting {
         None => Ok((base, Tensor::full(vec![1, h, w], 0.0))),
@@ -142,23 +142,30 @@ fn annotated(
     })
 }
 
-/// `bg_color` as RGB in 0..1 (ComfyUI's `hex_to_rgb`: `#rrggbb`, black for anything else).
-fn colour(inputs: &Inputs) -> [f32; 3] {
+/// `bg_color` as RGB in 0..1, as ComfyUI's `hex_to_rgb` reads it: `#rrggbb` (the `#` optional), black for a
+/// length other than 6, refused for six characters that are not hex digits (ComfyUI's `int(…, 16)` raises).
+fn colour(inputs: &Inputs) -> Result<[f32; 3], NodeError> {
     let text = match inputs.get("bg_color") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Json(j)) => j.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
     let hex = text.trim_start_matches('#');
+    if hex.chars().count() != 6 {
+        return Ok([0.0; 3]);
+    }
     let channel = |i: usize| {
         hex.get(2 * i..2 * i + 2)
             .and_then(|c| u8::from_str_radix(c, 16).ok())
             .map(|v| f32::from(v) / 255.0)
+            .ok_or_else(|| {
+                NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!("Painter: bg_color `{text}` is not a colour (#rrggbb in hex digits)"),
+                )
+            })
     };
-    match (hex.len(), channel(0), channel(1), channel(2)) {
-        (6, Some(r), Some(g), Some(b)) => [r, g, b],
-        _ => [0.0; 3],
-    }
+    Ok([channel(0)?, channel(1)?, channel(2)?])
 }
 
 /// A `width` × `height` canvas of `rgb`, `[1, h, w, 3]`.
@@ -167,19 +174,18 @@ fn canvas(width: usize, height: usize, rgb: &[f32; 3]) -> Result<Tensor, NodeErr
     Tensor::new(vec![1, height, width, 3], values).map_err(|e| NodeError::new(e.to_string()))
 }
 
-/// The first image of a batch, `[1, H, W, 3]` (ComfyUI's `image[:1]`; a fourth channel cannot be composited
-/// and is refused).
-fn first_rgb(image: &Tensor) -> Result<Tensor, NodeError> {
-    let &[_, h, w, c] = image.shape() else {
+/// The first image of a batch, `[1, H, W, C]` (ComfyUI's `image[:1]`).
+fn first(image: &Tensor) -> Result<Tensor, NodeError> {
+    let &[n, h, w, c] = image.shape() else {
         return Err(NodeError::new(format!("an IMAGE [B, H, W, C], got {:?}", image.shape())));
     };
-    if c != 3 {
+    if n == 0 {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
-            format!("Painter paints over RGB images; this one has {c} channels"),
+            "Painter: the image batch is empty",
         ));
     }
-    Tensor::new(vec![1, h, w, 3], image.data()[..h * w * 3].to_vec())
+    Tensor::new(vec![1, h, w, c], image.data()[..h * w * c].to_vec())
         .map_err(|e| NodeError::new(e.to_string()))
 }
 
@@ -205,19 +211,29 @@ fn read_rgba(path: &Path, name: &str, (w, h): (usize, usize)) -> Result<Vec<f32>
     Ok(bytes.into_iter().map(|v| f32::from(v) / 255.0).collect())
 }
 
-/// The painting (RGBA, `[h·w·4]`) over `base` (`[1, h, w, 3]`): rgb·α + base·(1 − α), and α as the mask.
+/// The painting (RGBA, `[h·w·4]`) over `base` (`[1, h, w, c]`, c = 3, or 1 broadcast as numpy does): rgb·α +
+/// base·(1 − α) `[1, h, w, 3]`, and α as the mask. Other channel counts do not broadcast (ComfyUI raises).
 fn composite(base: &Tensor, painting: &[f32]) -> Result<(Tensor, Tensor), NodeError> {
-    let shape = base.shape().to_vec();
-    let mut image = Vec::with_capacity(base.data().len());
-    let mut mask = Vec::with_capacity(painting.len() / 4);
-    for (pixel, under) in painting.chunks_exact(4).zip(base.data().chunks_exact(3)) {
+    let &[1, h, w, c] = base.shape() else {
+        return Err(NodeError::new(format!("a base image [1, H, W, C], got {:?}", base.shape())));
+    };
+    if c != 3 && c != 1 {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("Painter paints over RGB (or one-channel) images; this one has {c} channels"),
+        ));
+    }
+    let mut image = Vec::with_capacity(h * w * 3);
+    let mut mask = Vec::with_capacity(h * w);
+    for (pixel, under) in painting.chunks_exact(4).zip(base.data().chunks_exact(c)) {
         let alpha = pixel[3];
-        image.extend(pixel[..3].iter().zip(under).map(|(p, b)| p * alpha + b * (1.0 - alpha)));
+        for (ch, p) in pixel[..3].iter().enumerate() {
+            image.push(p * alpha + under[ch.min(c - 1)] * (1.0 - alpha));
+        }
         mask.push(alpha);
     }
-    let image = Tensor::new(shape.clone(), image).map_err(|e| NodeError::new(e.to_string()))?;
-    let mask = Tensor::new(vec![1, shape[1], shape[2]], mask)
-        .map_err(|e| NodeError::new(e.to_string()))?;
+    let image = Tensor::new(vec![1, h, w, 3], image).map_err(|e| NodeError::new(e.to_string()))?;
+    let mask = Tensor::new(vec![1, h, w], mask).map_err(|e| NodeError::new(e.to_string()))?;
     Ok((image, mask))
 }
 
@@ -234,7 +250,7 @@ mod tests {
         let blue = [0x33, 0x66, 0xcc].map(|v| f32::from(v as u8) / 255.0);
         let cases = [
             ("canvas", canvas(64, 48, &blue).unwrap(), true),
-            ("over", first_rgb(&io["base"]).unwrap(), true),
+            ("over", first(&io["base"]).unwrap(), true),
             ("exact", canvas(40, 30, &[0.0; 3]).unwrap(), true),
             ("empty", canvas(64, 48, &blue).unwrap(), false),
         ];
@@ -270,8 +286,25 @@ mod tests {
                 Inputs::from_values([("bg_color".to_owned(), Value::String(text.to_owned()))]);
             super::colour(&inputs)
         };
-        assert_eq!(colour("#ff0080"), [1.0, 0.0, 128.0 / 255.0]);
-        assert_eq!(colour("#fff"), [0.0; 3]);
-        assert_eq!(colour("red"), [0.0; 3]);
+        assert_eq!(colour("#ff0080").unwrap(), [1.0, 0.0, 128.0 / 255.0]);
+        assert_eq!(colour("#fff").unwrap(), [0.0; 3]);
+        assert_eq!(colour("red").unwrap(), [0.0; 3]);
+        let err = colour("#gggggg").unwrap_err().message;
+        assert!(err.contains("#gggggg") && err.contains("not a colour"), "{err}");
+
+        // Without a painting the image passes as it is, alpha channel and all; a one-channel image is
+        // broadcast under a painting, a four-channel one refused there.
+        let rgba = Tensor::full(vec![2, 30, 40, 4], 0.5);
+        let (image, mask) = paint(first(&rgba).unwrap(), None).unwrap();
+        assert_eq!((image.shape(), mask.shape()), (&[1, 30, 40, 4][..], &[1, 30, 40][..]));
+        let painting = dir.join("painter/painting.png");
+        let grey = Tensor::full(vec![1, 30, 40, 1], 0.25);
+        let (image, _) = paint(grey, Some((&painting, "painting.png"))).unwrap();
+        assert_eq!(image.shape(), [1, 30, 40, 3]);
+        assert_eq!(image.data()[..3], [0.25; 3], "the transparent left third shows the base");
+        let err = paint(first(&rgba).unwrap(), Some((&painting, "painting.png"))).unwrap_err();
+        assert!(err.message.contains("4 channels"), "{}", err.message);
+        let empty = Tensor::new(vec![0, 30, 40, 3], vec![]).unwrap();
+        assert!(first(&empty).unwrap_err().message.contains("empty"));
     }
 }
