@@ -1,7 +1,8 @@
 //! The frontend's default Z-Image-Turbo workflow (issue #11), Qwen-Image's text-to-image template
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
 //! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), or Wan 2.2
-//! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), run in-process through
+//! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or HuMo 17B's
+//! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
@@ -10,7 +11,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo]
 //!        [--size 1024] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -75,6 +76,11 @@ enum Workflow {
     /// `size`² clip of 5 frames (2 latent frames): uni_pc, simple, CFG 5 with the stock negative (two DiT calls
     /// a step, batched), ModelSamplingSD3 8; umT5-XXL through CLIPLoader type `wan`; the Wan 2.2 VAE.
     Wan22Ti2v,
+    /// HuMo 17B's template (`video_humo`, its lightx2v LoRA left out: merged once, it changes no step's cost) on
+    /// a `size`² clip of 5 frames: a reference image, one second of a 440 Hz tone at 24 kHz through Whisper
+    /// large-v3 (`AudioEncoderEncode` on the DiT's device), uni_pc, simple, CFG 1 (one DiT call a step, as the
+    /// template samples with its step-distillation LoRA), ModelSamplingSD3 8; umT5-XXL; the Wan 2.1 VAE.
+    Humo,
 }
 
 impl Workflow {
@@ -108,6 +114,12 @@ impl Workflow {
                 "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
                 "vae/wan2.2_vae.safetensors",
             ],
+            Workflow::Humo => &[
+                "diffusion_models/humo_17B_fp8_e4m3fn.safetensors",
+                "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+                "audio_encoders/whisper_large_v3_fp16.safetensors",
+                "vae/wan_2.1_vae.safetensors",
+            ],
         }
     }
 
@@ -125,6 +137,7 @@ impl Workflow {
             Workflow::FluxDev => flux_dev_workflow(seed, size, steps),
             Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
             Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
+            Workflow::Humo => humo_workflow(seed, size, steps),
         }
     }
 
@@ -146,6 +159,10 @@ impl Workflow {
             Workflow::Wan22Ti2v => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 5, "dit_calls_per_step": 2,
                 "frames": WAN_FRAMES,
+            }),
+            Workflow::Humo => json!({
+                "sampler": "uni_pc", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
+                "frames": WAN_FRAMES, "audio_seconds": 1,
             }),
         }
     }
@@ -201,10 +218,11 @@ fn parse_args() -> Result<Args, String> {
                 "flux-dev" => args.workflow = Workflow::FluxDev,
                 "flux2-klein" => args.workflow = Workflow::Flux2Klein,
                 "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
+                "humo" => args.workflow = Workflow::Humo,
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein or wan22-5b"
+                         flux2-klein, wan22-5b or humo"
                     ));
                 }
             },
@@ -331,6 +349,58 @@ fn wan22_ti2v_workflow(seed: u64, size: u32, steps: u32) -> Value {
     })
 }
 
+/// The input audio of the HuMo graph (written into the input folder before the runs).
+const HUMO_AUDIO: &str = "humo_tone.wav";
+
+/// `video_humo`'s graph (see [`Workflow::Humo`]).
+fn humo_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "humo_17B_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a young boy talking to the camera in an alien desert", "clip": ["62", 0]}},
+        "68": {"class_type": "WanHuMoImageToVideo", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "audio_encoder_output": ["74", 0], "ref_image": ["75", 0]}},
+        "69": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8, "model": ["66", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["68", 0], "negative": ["68", 1], "latent_image": ["68", 2]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": WAN_NEGATIVE, "clip": ["62", 0]}},
+        "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
+        "73": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "whisper_large_v3_fp16.safetensors"}},
+        "74": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["73", 0], "audio": ["72", 0]}},
+        "75": {"class_type": "EmptyImage", "inputs": {"width": size, "height": size, "batch_size": 1, "color": 0x8040c0}},
+    })
+}
+
+/// A mono 16-bit PCM WAV of one second of a 440 Hz tone at 24 kHz.
+fn tone_wav() -> Vec<u8> {
+    let rate = 24_000u32;
+    let data: Vec<u8> = (0..rate)
+        .flat_map(|i| {
+            let v = (8000.0
+                * (2.0 * std::f64::consts::PI * 440.0 * f64::from(i) / f64::from(rate)).sin())
+                as i16;
+            v.to_le_bytes()
+        })
+        .collect();
+    let mut out = b"RIFF".to_vec();
+    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    for field in
+        [16u32.to_le_bytes().to_vec(), 1u16.to_le_bytes().to_vec(), 1u16.to_le_bytes().to_vec()]
+    {
+        out.extend_from_slice(&field);
+    }
+    out.extend_from_slice(&rate.to_le_bytes());
+    out.extend_from_slice(&(rate * 2).to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
 /// The file a loader node loads, for the "RSS while loading" check (the same ids in every graph; FLUX.1's
 /// DualCLIPLoader loads two files, the first named).
 fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
@@ -339,6 +409,7 @@ fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
         "66" => files.first().copied(),
         "62" => files.get(1).copied(),
         "63" => files.last().copied(),
+        "73" => files.get(2).copied(),
         _ => None,
     }
 }
@@ -676,6 +747,10 @@ fn bench(args: &Args) -> Result<Value, String> {
     for dir in [&roots.input, &roots.output, &roots.temp] {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
+    if args.workflow == Workflow::Humo {
+        let wav = roots.input.join(HUMO_AUDIO);
+        std::fs::write(&wav, tone_wav()).map_err(|e| format!("{}: {e}", wav.display()))?;
+    }
     let env = ModelEnv { files: Arc::new(FolderTree::new(&args.models)), compute: compute.clone() };
     let registry = Arc::new(builtin_registry(roots.input.clone(), env));
     let mut executor = Executor::new(registry.clone(), Cache::new(CachePolicy::Classic), roots);
@@ -728,6 +803,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::FluxDev => "flux-dev-text-to-image",
             Workflow::Flux2Klein => "flux2-klein-text-to-image",
             Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
+            Workflow::Humo => "humo-17b-audio-to-video",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()
