@@ -17,4 +17,4 @@ pub use config::{
     CONV_DIM, Config, HEAD_DIM, Layout, POS_CONV_GROUPS, POS_CONV_KERNEL, Prefix, SAMPLE_RATE,
     Variant, WeightNorm, detect, expected_shapes, frames, load_plan,
 };
-pub use model::{AudioEncoding, Wav2Vec2, Wav2Vec2Output};
+pub use model::Wav2Vec2;

@@ -22,6 +22,7 @@ use super::config::{
     CONV_LAYERS, Config, HEAD_DIM, NORM_EPS, NORMALIZE_EPS, POS_CONV_G, POS_CONV_GROUPS,
     POS_CONV_KERNEL, POS_CONV_V, SAMPLE_RATE, Variant, conv_names, frames, layer_names,
 };
+use crate::audio_encoding::{AudioEncoding, EncoderStates};
 use crate::error::{Error, Result};
 use crate::resample::resample_clips;
 
@@ -33,44 +34,6 @@ pub struct Wav2Vec2 {
     pub config: Config,
     /// The weights.
     pub weights: Model,
-}
-
-/// What [`Wav2Vec2::forward`] gives, all f32 `[B, frames, width]`: ComfyUI's `(x, all_x)`.
-#[derive(Clone)]
-pub struct Wav2Vec2Output<B: Backend> {
-    /// The last hidden state: the last layer's output, through the final LayerNorm in the large model.
-    pub last: Tensor<B>,
-    /// ComfyUI's tuple of states, `layers + 1` of them: each layer's input, then [`Wav2Vec2Output::last`].
-    /// The first is the projected features plus the positional convolution, in the base model through the
-    /// encoder's LayerNorm.
-    pub states: Vec<Tensor<B>>,
-}
-
-impl<B: Backend> std::fmt::Debug for Wav2Vec2Output<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wav2Vec2Output")
-            .field("last", &self.last.shape())
-            .field("states", &self.states.len())
-            .finish()
-    }
-}
-
-/// What [`Wav2Vec2::encode_audio`] gives: ComfyUI's `encode_audio` dictionary.
-#[derive(Clone)]
-pub struct AudioEncoding<B: Backend> {
-    /// `encoded_audio` ([`Wav2Vec2Output::last`]) and `encoded_audio_all_layers` ([`Wav2Vec2Output::states`]).
-    pub output: Wav2Vec2Output<B>,
-    /// `audio_samples`: the audio's length after resampling to 16 kHz.
-    pub samples: usize,
-}
-
-impl<B: Backend> std::fmt::Debug for AudioEncoding<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AudioEncoding")
-            .field("output", &self.output)
-            .field("samples", &self.samples)
-            .finish()
-    }
 }
 
 impl Wav2Vec2 {
@@ -97,7 +60,7 @@ impl Wav2Vec2 {
     /// The encoder on `audio` `[B, C, T]` at 16 kHz (ComfyUI's `Wav2Vec2Model.forward`): the channels
     /// averaged, then [`frames`](super::frames)`(T)` frames per item. Fewer than 400 samples is
     /// [`Error::Invalid`].
-    pub fn forward<B: Backend>(&self, b: &B, audio: &Tensor<B>) -> Result<Wav2Vec2Output<B>> {
+    pub fn forward<B: Backend>(&self, b: &B, audio: &Tensor<B>) -> Result<EncoderStates<B>> {
         let cfg = &self.config;
         let (batch, channels, samples) = match *audio.shape() {
             [batch, channels, samples] if batch > 0 && channels > 0 => (batch, channels, samples),
@@ -167,7 +130,7 @@ impl Wav2Vec2 {
             Variant::Base => x,
         };
         states.push(last.clone());
-        Ok(Wav2Vec2Output { last, states })
+        Ok(EncoderStates { last, states })
     }
 
     /// The encoder's LayerNorm on x `[B, N, width]`.

@@ -18,4 +18,4 @@ mod model;
 
 pub use config::{Config, HEADS, Layout, POSITIONS, detect, expected_shapes, load_plan};
 pub use features::{FRAMES, HOP, N_FFT, SAMPLE_RATE, WINDOW_SAMPLES, log_mel};
-pub use model::{AudioEncoding, Whisper, WhisperOutput};
+pub use model::Whisper;

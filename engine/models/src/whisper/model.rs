@@ -15,6 +15,7 @@ use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::{Config, HEADS, LAYER_NORM_EPS, POSITIONS, layer_names};
 use super::features::{FRAMES, SAMPLE_RATE, log_mel};
+use crate::audio_encoding::{AudioEncoding, EncoderStates};
 use crate::error::{Error, Result};
 use crate::resample::resample_clips;
 
@@ -26,43 +27,6 @@ pub struct Whisper {
     pub config: Config,
     /// The weights.
     pub weights: Model,
-}
-
-/// What [`Whisper::forward`] gives, all f32 `[B, POSITIONS, width]`: ComfyUI's `(x, all_x)`.
-#[derive(Clone)]
-pub struct WhisperOutput<B: Backend> {
-    /// The last hidden state: the last layer's output through the final LayerNorm.
-    pub last: Tensor<B>,
-    /// ComfyUI's tuple of states, `layers + 1` of them: each layer's input (the first is the convolutions'
-    /// output plus the positions), then [`WhisperOutput::last`].
-    pub states: Vec<Tensor<B>>,
-}
-
-impl<B: Backend> std::fmt::Debug for WhisperOutput<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WhisperOutput")
-            .field("last", &self.last.shape())
-            .field("states", &self.states.len())
-            .finish()
-    }
-}
-
-/// What [`Whisper::encode_audio`] gives: ComfyUI's `encode_audio` dictionary.
-#[derive(Clone)]
-pub struct AudioEncoding<B: Backend> {
-    /// `encoded_audio` ([`WhisperOutput::last`]) and `encoded_audio_all_layers` ([`WhisperOutput::states`]).
-    pub output: WhisperOutput<B>,
-    /// `audio_samples`: the audio's length after resampling to 16 kHz (before the 30-second padding or cut).
-    pub samples: usize,
-}
-
-impl<B: Backend> std::fmt::Debug for AudioEncoding<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AudioEncoding")
-            .field("output", &self.output)
-            .field("samples", &self.samples)
-            .finish()
-    }
 }
 
 impl Whisper {
@@ -88,7 +52,7 @@ impl Whisper {
     }
 
     /// The encoder on log-mel features `mel` `[B, mels, FRAMES]` ([`super::log_mel`]).
-    pub fn forward<B: Backend>(&self, b: &B, mel: &Tensor<B>) -> Result<WhisperOutput<B>> {
+    pub fn forward<B: Backend>(&self, b: &B, mel: &Tensor<B>) -> Result<EncoderStates<B>> {
         let cfg = &self.config;
         let batch = match *mel.shape() {
             [batch, mels, FRAMES] if batch > 0 && mels == cfg.mels => batch,
@@ -116,7 +80,7 @@ impl Whisper {
         let last =
             b.layer_norm(&x, Some(&norm.weight(0)), Some(&norm.weight(1)), LAYER_NORM_EPS)?;
         states.push(last.clone());
-        Ok(WhisperOutput { last, states })
+        Ok(EncoderStates { last, states })
     }
 
     /// The convolution `name` (kernel 3, padding 1) with `stride` along time, on x `[B, C, 1, T]`.

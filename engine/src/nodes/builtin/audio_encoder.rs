@@ -101,17 +101,14 @@ impl OnDevice for Encode<'_> {
         let shape = [self.audio.batch(), self.audio.channels(), self.audio.samples()];
         let rate = self.audio.sample_rate();
         // As ComfyUI loads the model before it encodes: top residency priority.
-        // (The last state is ComfyUI's `encoded_audio` too: the last of `states`.)
-        let (states, samples) = match self.encoder.net.as_ref() {
+        let encoding = match self.encoder.net.as_ref() {
             AudioEncoderNet::Whisper(net) => {
                 net.weights.activate()?;
-                let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
-                (encoding.output.states, encoding.samples)
+                net.encode_audio(b, waveform.data(), shape, rate)?
             }
             AudioEncoderNet::Wav2Vec2(net) => {
                 net.weights.activate()?;
-                let encoding = net.encode_audio(b, waveform.data(), shape, rate)?;
-                (encoding.output.states, encoding.samples)
+                net.encode_audio(b, waveform.data(), shape, rate)?
             }
         };
         let host = |t: &kiln_compute::Tensor<B>| -> kiln_models::Result<Tensor> {
@@ -119,9 +116,10 @@ impl OnDevice for Encode<'_> {
             Tensor::new(t.shape().to_vec(), values)
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
         };
+        // (The last state, ComfyUI's `encoded_audio`, is the last of the states.)
         Ok(AudioEncoderOutput {
-            layers: states.iter().map(host).collect::<kiln_models::Result<_>>()?,
-            samples,
+            layers: encoding.output.states.iter().map(host).collect::<kiln_models::Result<_>>()?,
+            samples: encoding.samples,
         })
     }
 }
