@@ -70,14 +70,7 @@ impl Node for LoadImage {
     }
 
     fn fingerprint(&self, inputs: &Inputs) -> Fingerprint {
-        let Some(bytes) =
-            inputs.string("image").ok().and_then(|n| self.path(n)).and_then(|p| fs::read(p).ok())
-        else {
-            return Fingerprint::Always;
-        };
-        let mut hasher = DefaultHasher::new();
-        bytes.hash(&mut hasher);
-        Fingerprint::Value(format!("{:016x}{}", hasher.finish(), bytes.len()))
+        file_fingerprint(inputs.string("image").ok().and_then(|n| self.path(n)).as_deref())
     }
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
@@ -113,6 +106,17 @@ impl Node for LoadImage {
         };
         Ok(NodeResult::values([Value::Image(image), Value::Mask(mask)]))
     }
+}
+
+/// A file input's fingerprint: its bytes' hash and length, so a new file under the same name runs the node
+/// again (ComfyUI hashes the file in `IS_CHANGED`); a file that cannot be read is read at every run.
+pub(super) fn file_fingerprint(path: Option<&Path>) -> Fingerprint {
+    let Some(bytes) = path.and_then(|p| fs::read(p).ok()) else {
+        return Fingerprint::Always;
+    };
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    Fingerprint::Value(format!("{:016x}{}", hasher.finish(), bytes.len()))
 }
 
 /// `SaveImage`: writes PNGs into the output directory.

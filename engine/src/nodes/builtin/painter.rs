@@ -4,11 +4,10 @@
 //! canvas of `bg_color`), resized with PIL's Lanczos when its size differs, and gives the composite and the
 //! painting's alpha as the mask, with the composite as its preview.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::files::preview;
+use super::files::{file_fingerprint, preview};
 use super::pil_lanczos;
 use crate::nodes::{
     Context, ErrorKind, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
@@ -75,14 +74,7 @@ impl Node for Painter {
         if name.trim().is_empty() {
             return Fingerprint::Value(String::new());
         }
-        let Some(bytes) =
-            annotated(name, &self.input_dir, None, None).ok().and_then(|p| std::fs::read(p).ok())
-        else {
-            return Fingerprint::Always;
-        };
-        let mut hasher = DefaultHasher::new();
-        bytes.hash(&mut hasher);
-        Fingerprint::Value(format!("{:016x}{}", hasher.finish(), bytes.len()))
+        file_fingerprint(annotated(name, &self.input_dir, None, None).ok().as_deref())
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
