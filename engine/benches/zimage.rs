@@ -2,7 +2,8 @@
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
 //! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), or Wan 2.2
 //! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or HuMo 17B's
-//! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), run in-process through
+//! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or that
+//! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
@@ -11,7 +12,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|whisper]
 //!        [--size 1024] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -81,6 +82,9 @@ enum Workflow {
     /// large-v3 (`AudioEncoderEncode` on the DiT's device), uni_pc, simple, CFG 1 (one DiT call a step, as the
     /// template samples with its step-distillation LoRA), ModelSamplingSD3 8; umT5-XXL; the Wan 2.1 VAE.
     Humo,
+    /// The HuMo template's audio encode alone: a second of the tone through Whisper large-v3 (which encodes a
+    /// 30-s window whatever the clip), previewed as text. No sampler: its time is `AudioEncoderEncode`'s node.
+    Whisper,
 }
 
 impl Workflow {
@@ -120,6 +124,7 @@ impl Workflow {
                 "audio_encoders/whisper_large_v3_fp16.safetensors",
                 "vae/wan_2.1_vae.safetensors",
             ],
+            Workflow::Whisper => &["audio_encoders/whisper_large_v3_fp16.safetensors"],
         }
     }
 
@@ -138,6 +143,12 @@ impl Workflow {
             Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
             Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
             Workflow::Humo => humo_workflow(seed, size, steps),
+            Workflow::Whisper => json!({
+                "9": {"class_type": "PreviewAny", "inputs": {"source": ["74", 0]}},
+                "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
+                "73": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "whisper_large_v3_fp16.safetensors"}},
+                "74": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["73", 0], "audio": ["72", 0]}},
+            }),
         }
     }
 
@@ -164,6 +175,7 @@ impl Workflow {
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
                 "frames": WAN_FRAMES, "audio_seconds": 1,
             }),
+            Workflow::Whisper => json!({"audio_seconds": 1}),
         }
     }
 }
@@ -219,10 +231,11 @@ fn parse_args() -> Result<Args, String> {
                 "flux2-klein" => args.workflow = Workflow::Flux2Klein,
                 "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
                 "humo" => args.workflow = Workflow::Humo,
+                "whisper" => args.workflow = Workflow::Whisper,
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein, wan22-5b or humo"
+                         flux2-klein, wan22-5b, humo or whisper"
                     ));
                 }
             },
@@ -409,7 +422,7 @@ fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
         "66" => files.first().copied(),
         "62" => files.get(1).copied(),
         "63" => files.last().copied(),
-        "73" => files.get(2).copied(),
+        "73" => files.iter().copied().find(|f| f.starts_with("audio_encoders/")),
         _ => None,
     }
 }
@@ -747,7 +760,7 @@ fn bench(args: &Args) -> Result<Value, String> {
     for dir in [&roots.input, &roots.output, &roots.temp] {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    if args.workflow == Workflow::Humo {
+    if matches!(args.workflow, Workflow::Humo | Workflow::Whisper) {
         let wav = roots.input.join(HUMO_AUDIO);
         std::fs::write(&wav, tone_wav()).map_err(|e| format!("{}: {e}", wav.display()))?;
     }
@@ -804,6 +817,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::Flux2Klein => "flux2-klein-text-to-image",
             Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
             Workflow::Humo => "humo-17b-audio-to-video",
+            Workflow::Whisper => "whisper-large-v3-audio-encode",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()
