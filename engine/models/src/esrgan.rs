@@ -200,20 +200,11 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         )));
     }
     let cfg = Config { in_channels, out_channels, filters, blocks, upsamplings };
+    let what = format!("an RRDBNet of {filters} filters");
     for (name, [o, i]) in convolutions(&cfg) {
         let file = file_name(&name, layout, &cfg);
         for (part, want) in [("weight", vec![o, i, 3, 3]), ("bias", vec![o])] {
-            let key = format!("{file}.{part}");
-            match h.shape(&key) {
-                Some(found) if found == want.as_slice() => {}
-                Some(found) => {
-                    return Err(h.unsupported(format!(
-                        "`{}` is {found:?}, expected {want:?} for an RRDBNet of {filters} filters",
-                        h.key(&key)
-                    )));
-                }
-                None => return Err(h.unsupported(format!("no tensor `{}`", h.key(&key)))),
-            }
+            h.expect_shape(&format!("{file}.{part}"), &want, &what)?;
         }
     }
     Ok(Some((cfg, layout)))

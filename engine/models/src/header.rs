@@ -136,6 +136,19 @@ impl<'f> Header<'f> {
     pub fn unsupported(&self, msg: impl Into<String>) -> Error {
         Error::Unsupported { path: self.path().to_path_buf(), msg: msg.into() }
     }
+
+    /// Checks that tensor `name` is there with shape `want`: [`Error::Unsupported`] naming it otherwise (`no
+    /// tensor …`, or `… is [found], expected [want] for {what}`).
+    pub fn expect_shape(&self, name: &str, want: &[usize], what: &str) -> Result<()> {
+        match self.shape(name) {
+            Some(found) if found == want => Ok(()),
+            Some(found) => Err(self.unsupported(format!(
+                "`{}` is {found:?}, expected {want:?} for {what}",
+                self.key(name)
+            ))),
+            None => Err(self.unsupported(format!("no tensor `{}`", self.key(name)))),
+        }
+    }
 }
 
 /// The key prefix of a diffusion model in a file (ComfyUI's `unet_prefix_from_state_dict`, models.md §2.2 step 1): of `model.diffusion_model.`,

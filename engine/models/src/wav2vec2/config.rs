@@ -325,19 +325,9 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         }
     }
     let cfg = Config { width, conv_dim, layers, variant };
+    let what = format!("a wav2vec2 encoder {width} wide with {conv_dim} convolution channels");
     for (name, want) in weight_shapes(&cfg) {
-        let key = layout.key(&name);
-        match h.shape(&key) {
-            Some(found) if found == want.as_slice() => {}
-            Some(found) => {
-                return Err(h.unsupported(format!(
-                    "`{}` is {found:?}, expected {want:?} for a wav2vec2 encoder {width} wide with \
-                     {conv_dim} convolution channels",
-                    h.key(&key)
-                )));
-            }
-            None => return Err(h.unsupported(format!("no tensor `{}`", h.key(&key)))),
-        }
+        h.expect_shape(&layout.key(&name), &want, &what)?;
     }
     Ok(Some((cfg, layout)))
 }

@@ -171,17 +171,9 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         return Err(h.unsupported("a Whisper encoder without layers"));
     }
     let cfg = Config { mels, width, layers };
+    let what = format!("a Whisper encoder {width} wide with {mels} mels");
     for (name, want) in weight_shapes(&cfg) {
-        match h.shape(&key(&name)) {
-            Some(found) if found == want.as_slice() => {}
-            Some(found) => {
-                return Err(h.unsupported(format!(
-                    "`{}` is {found:?}, expected {want:?} for a Whisper encoder {width} wide with {mels} mels",
-                    h.key(&key(&name))
-                )));
-            }
-            None => return Err(h.unsupported(format!("no tensor `{}`", h.key(&key(&name))))),
-        }
+        h.expect_shape(&key(&name), &want, &what)?;
     }
     Ok(Some((cfg, layout)))
 }
