@@ -78,16 +78,7 @@ impl Node for LoadImage {
         let path = self.path(name).ok_or_else(|| {
             NodeError::of_kind(ErrorKind::FileNotFound, format!("Invalid image file: {name}"))
         })?;
-        let decoded = image::ImageReader::open(&path)
-            .and_then(|r| r.with_guessed_format())
-            .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
-            .decode()
-            .map_err(|e| {
-                NodeError::of_kind(
-                    ErrorKind::ImageDecode,
-                    format!("cannot identify image file '{name}': {e}"),
-                )
-            })?;
+        let decoded = decode_image(&path, name)?;
         let has_alpha = decoded.color().has_alpha();
         let rgba = decoded.to_rgba32f();
         let (w, h) = (rgba.width() as usize, rgba.height() as usize);
@@ -106,6 +97,21 @@ impl Node for LoadImage {
         };
         Ok(NodeResult::values([Value::Image(image), Value::Mask(mask)]))
     }
+}
+
+/// The image file at `path` (`name` in messages) decoded whatever its extension says, as PIL opens it: an I/O
+/// error or an undecodable file is the node's error, as ComfyUI's message words it.
+pub(super) fn decode_image(path: &Path, name: &str) -> Result<image::DynamicImage, NodeError> {
+    image::ImageReader::open(path)
+        .and_then(|r| r.with_guessed_format())
+        .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
+        .decode()
+        .map_err(|e| {
+            NodeError::of_kind(
+                ErrorKind::ImageDecode,
+                format!("cannot identify image file '{name}': {e}"),
+            )
+        })
 }
 
 /// A file input's fingerprint: its bytes' hash and length, so a new file under the same name runs the node

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::files::{file_fingerprint, preview};
+use super::files::{decode_image, file_fingerprint, preview};
 use super::pil_lanczos;
 use crate::nodes::{
     Context, ErrorKind, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
@@ -184,17 +184,7 @@ fn first(image: &Tensor) -> Result<Tensor, NodeError> {
 /// The painting at `path` as RGBA in 0..1 (8 bits a channel, as ComfyUI reads it through PIL), resized to
 /// `w` × `h` with PIL's Lanczos when its size differs.
 fn read_rgba(path: &Path, name: &str, (w, h): (usize, usize)) -> Result<Vec<f32>, NodeError> {
-    let decoded = image::ImageReader::open(path)
-        .and_then(|r| r.with_guessed_format())
-        .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
-        .decode()
-        .map_err(|e| {
-            NodeError::of_kind(
-                ErrorKind::ImageDecode,
-                format!("cannot identify image file '{name}': {e}"),
-            )
-        })?
-        .to_rgba8();
+    let decoded = decode_image(path, name)?.to_rgba8();
     let (pw, ph) = (decoded.width() as usize, decoded.height() as usize);
     let mut bytes = decoded.into_raw();
     if (pw, ph) != (w, h) {
