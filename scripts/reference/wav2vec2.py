@@ -43,6 +43,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
+from audio_clips import clip  # noqa: E402
 
 OUT = "engine/models/tests/fixtures/wav2vec2"
 WIDTH, HEADS, LAYERS, CONV_DIM = 128, 2, 2, 32
@@ -101,19 +102,6 @@ def load(model, sd):
     assert not missing and not unexpected, (missing, unexpected)
 
 
-def clip(channels, samples, rate, g, gain=1.0):
-    """[channels, samples] within [-1, 1]: two tones and a chirp per channel, and a little noise."""
-    t = torch.arange(samples, dtype=torch.float64) / rate
-    out = []
-    for c in range(channels):
-        f1, f2 = 220.0 * (c + 1), 1750.0 + 400.0 * c
-        x = (0.35 * torch.sin(2 * math.pi * f1 * t) + 0.2 * torch.sin(2 * math.pi * f2 * t + 0.3 * c)
-             + 0.15 * torch.sin(2 * math.pi * (300.0 * t + 1500.0 * t * t)))
-        x = x + 0.05 * torch.randn(samples, generator=g, dtype=torch.float64)
-        out.append(gain * x.clamp(-1, 1) + 0.02 * c)
-    return torch.stack(out).float()
-
-
 def main():
     import_comfyui()
     import torchaudio
@@ -121,7 +109,7 @@ def main():
     assert torchaudio.__version__.startswith("2.11.1"), torchaudio.__version__
     os.makedirs(OUT, exist_ok=True)
     g = torch.Generator().manual_seed(23)
-    io = {"audio": clip(2, RATE, RATE, g)[None]}
+    io = {"audio": clip(2, RATE, RATE, g, channel_offset=0.02)[None]}
     io["batch.audio"] = torch.stack([clip(1, 6400, 16000, g), clip(1, 6400, 16000, g, gain=1e-2)])
     resampled = torchaudio.functional.resample(io["audio"], RATE, 16000)
     assert resampled.shape == (1, 2, 16000), resampled.shape

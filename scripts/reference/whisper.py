@@ -37,6 +37,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
+from audio_clips import clip  # noqa: E402
 
 OUT = "engine/models/tests/fixtures/whisper"
 WIDTH, LAYERS, MELS, CTX = 80, 3, 128, 1500
@@ -74,19 +75,6 @@ def weights(g):
         sd[f"{p}fc2.weight"] = randn(WIDTH, 4 * WIDTH) / math.sqrt(4 * WIDTH)
         sd[f"{p}fc2.bias"] = randn(WIDTH, scale=0.05)
     return {f"model.encoder.{k}": v.float().contiguous() for k, v in sd.items()}
-
-
-def clip(channels, samples, rate, g, gain=1.0):
-    """[channels, samples] within [-1, 1]: two tones and a chirp per channel, and a little noise."""
-    t = torch.arange(samples, dtype=torch.float64) / rate
-    out = []
-    for c in range(channels):
-        f1, f2 = 220.0 * (c + 1), 1750.0 + 400.0 * c
-        x = (0.35 * torch.sin(2 * math.pi * f1 * t) + 0.2 * torch.sin(2 * math.pi * f2 * t + 0.3 * c)
-             + 0.15 * torch.sin(2 * math.pi * (300.0 * t + 1500.0 * t * t)))
-        x = x + 0.05 * torch.randn(samples, generator=g, dtype=torch.float64)
-        out.append(gain * x.clamp(-1, 1))
-    return torch.stack(out).float()
 
 
 def rel(a, b):
