@@ -154,7 +154,9 @@ impl Ord for Key {
 struct State<P> {
     /// Pending entries in run order.
     pending: BTreeMap<Key, QueueEntry<P>>,
-    running: Option<QueueEntry<P>>,
+    /// Running entries, in the order they started (one on a single worker; one per worker in a mirror of a
+    /// shared queue, [`PromptQueue::sync`]).
+    running: Vec<QueueEntry<P>>,
     /// Ids pending, running, or reserved and being stored.
     in_use: HashSet<String>,
     counter: u64,
@@ -163,7 +165,7 @@ struct State<P> {
 
 impl<P> State<P> {
     fn remaining(&self) -> usize {
-        self.pending.len() + usize::from(self.running.is_some())
+        self.pending.len() + self.running.len()
     }
 
     fn make_pending(&mut self, entry: QueueEntry<P>) {
@@ -191,6 +193,19 @@ impl Ticket {
     }
 }
 
+/// A row of a queue kept elsewhere, for [`PromptQueue::sync`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncRow {
+    /// The prompt id.
+    pub id: String,
+    /// Its priority.
+    pub number: f64,
+    /// Its arrival order.
+    pub seq: u64,
+    /// Whether it runs.
+    pub running: bool,
+}
+
 /// Shown the queue after every change.
 pub type ChangeListener<P> = Box<dyn Fn(&Snapshot<'_, P>) + Send + Sync>;
 
@@ -206,7 +221,7 @@ impl<P> Snapshot<'_, P> {
     /// Pending plus running prompts whose payload `matches` (one pass over the pending prompts).
     pub fn remaining_where(&self, matches: impl Fn(&P) -> bool) -> usize {
         let pending = self.0.pending.values().filter(|e| matches(&e.payload)).count();
-        pending + usize::from(self.0.running.as_ref().is_some_and(|e| matches(&e.payload)))
+        pending + self.0.running.iter().filter(|e| matches(&e.payload)).count()
     }
 }
 
@@ -238,7 +253,7 @@ impl<P: Clone + Send> PromptQueue<P> {
     ) -> Result<(PromptQueue<P>, Vec<QueueEntry<P>>), StoreError> {
         let mut state = State {
             pending: BTreeMap::new(),
-            running: None,
+            running: Vec::new(),
             in_use: HashSet::new(),
             counter: 0,
             seq: 0,
@@ -358,12 +373,12 @@ impl<P: Clone + Send> PromptQueue<P> {
         let Some((_, entry)) = state.pending.pop_first() else {
             return Ok(None);
         };
-        state.running = Some(entry.clone());
+        state.running.push(entry.clone());
         self.changed(&state);
         drop(state);
         if let Err(error) = self.store.mark_running(&entry.id) {
             let mut state = lock(&self.state);
-            state.running = None;
+            state.running.retain(|r| r.id != entry.id);
             state.make_pending(entry);
             self.changed(&state);
             return Err(error);
@@ -381,8 +396,8 @@ impl<P: Clone + Send> PromptQueue<P> {
     /// so in the transaction that stores its history entry): it leaves memory only.
     pub fn retire(&self, id: &str) {
         let mut state = lock(&self.state);
-        if state.running.as_ref().is_some_and(|r| r.id == id) {
-            state.running = None;
+        if let Some(at) = state.running.iter().position(|r| r.id == id) {
+            state.running.remove(at);
             state.in_use.remove(id);
         }
         self.changed(&state);
@@ -452,9 +467,45 @@ impl<P: Clone + Send> PromptQueue<P> {
         lock(&self.state).pending.values().cloned().collect()
     }
 
-    /// The running prompt.
-    pub fn running(&self) -> Option<QueueEntry<P>> {
+    /// The running prompts, in the order they started.
+    pub fn running(&self) -> Vec<QueueEntry<P>> {
         lock(&self.state).running.clone()
+    }
+
+    /// The ids of the prompts pending or running.
+    pub fn ids(&self) -> HashSet<String> {
+        let state = lock(&self.state);
+        state.pending.values().chain(&state.running).map(|e| e.id.clone()).collect()
+    }
+
+    /// Makes this queue a mirror of a queue kept elsewhere (several processes sharing one database): pending
+    /// and running become `rows` (id, number, arrival, whether it runs), each with the payload it already has
+    /// here or, for a prompt new to this queue, the one in `new`; a row with neither is left out (it comes
+    /// with the next sync). Reserved places are kept, and listeners hear of the change.
+    pub fn sync(&self, rows: &[SyncRow], mut new: std::collections::HashMap<String, P>) {
+        let mut state = lock(&self.state);
+        let mut known: std::collections::HashMap<String, P> = std::mem::take(&mut state.pending)
+            .into_values()
+            .chain(std::mem::take(&mut state.running))
+            .map(|e| {
+                state.in_use.remove(&e.id);
+                (e.id, e.payload)
+            })
+            .collect();
+        for row in rows {
+            let Some(payload) = known.remove(&row.id).or_else(|| new.remove(&row.id)) else {
+                continue;
+            };
+            let entry =
+                QueueEntry { id: row.id.clone(), number: row.number, seq: row.seq, payload };
+            if row.running {
+                state.in_use.insert(entry.id.clone());
+                state.running.push(entry);
+            } else {
+                state.make_pending(entry);
+            }
+        }
+        self.changed(&state);
     }
 
     /// Pending plus running.
@@ -462,10 +513,10 @@ impl<P: Clone + Send> PromptQueue<P> {
         lock(&self.state).remaining()
     }
 
-    /// How many prompts are pending and how many run (0 or 1), read together.
+    /// How many prompts are pending and how many run, read together.
     pub fn counts(&self) -> (usize, usize) {
         let state = lock(&self.state);
-        (state.pending.len(), usize::from(state.running.is_some()))
+        (state.pending.len(), state.running.len())
     }
 
     /// Pending plus running prompts whose payload `matches`.

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::{
     InUse, MemoryStore, Placement, PromptQueue, PushError, QueueEntry, QueueStore, StoreError,
+    SyncRow,
 };
 
 /// A store shared between two queue "processes", to test restore.
@@ -71,7 +72,7 @@ fn delete_and_clear_touch_only_pending_prompts() {
         1,
         "a runs; zzz is unknown"
     );
-    assert_eq!(q.running().map(|e| e.id), Some(running.id.clone()));
+    assert_eq!(q.running().into_iter().map(|e| e.id).collect::<Vec<_>>(), [running.id.clone()]);
     assert_eq!(q.remaining(), 2);
     assert_eq!(q.clear().expect("ok").len(), 1);
     assert_eq!(q.remaining(), 1, "the running prompt is not cleared");
@@ -349,4 +350,39 @@ impl QueueStore<&'static str> for Failing {
     fn load(&self) -> Result<Vec<(QueueEntry<&'static str>, bool)>, StoreError> {
         Ok(Vec::new())
     }
+}
+
+fn row(id: &str, number: f64, seq: u64, running: bool) -> SyncRow {
+    SyncRow { id: id.to_owned(), number, seq, running }
+}
+
+#[test]
+fn a_mirror_follows_the_shared_queue_keeping_payloads_and_reservations() {
+    let q = queue();
+    let changes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = changes.clone();
+    q.on_change(Box::new(move |_| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
+    let new = |pairs: &[(&str, &'static str)]| {
+        pairs.iter().map(|(id, p)| ((*id).to_owned(), *p)).collect()
+    };
+    q.sync(
+        &[row("a", 1.0, 1, true), row("b", 2.0, 2, false), row("c", 3.0, 3, true)],
+        new(&[("a", "pa"), ("b", "pb"), ("c", "pc")]),
+    );
+    assert_eq!(q.counts(), (1, 2), "two workers run a and c");
+    assert_eq!(changes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // A place reserved by a submission in flight survives a sync that does not list it yet.
+    let ticket = q.reserve("d".into(), 4.0).expect("free");
+    // a finished elsewhere; b started; e arrived without its payload yet (left for the next sync).
+    q.sync(&[row("b", 2.0, 2, true), row("c", 3.0, 3, true), row("e", 5.0, 5, false)], new(&[]));
+    let running: Vec<_> = q.running().into_iter().map(|e| (e.id, e.payload)).collect();
+    assert_eq!(running, [("b".to_owned(), "pb"), ("c".to_owned(), "pc")], "payloads kept");
+    assert!(q.pending().is_empty());
+    assert!(matches!(q.reserve("d".into(), 4.0), Err(InUse(_))), "d stays reserved");
+    assert!(matches!(q.reserve("b".into(), 4.0), Err(InUse(_))), "b runs");
+    q.admit(ticket.entry("pd"));
+    assert_eq!(q.pending().into_iter().map(|e| e.id).collect::<Vec<_>>(), ["d"]);
+    assert!(q.reserve("a".into(), 1.0).is_ok(), "a is gone");
 }
