@@ -12,17 +12,20 @@ use axum::response::Response;
 use kiln_engine::compute::{Compute, ComputeOptions};
 use kiln_engine::exec::Executor;
 use kiln_engine::models::ModelEnv;
-use kiln_engine::queue::{PromptQueue, QueueEntry};
+use kiln_engine::queue::{MemoryStore, PromptQueue, QueueStore};
 use kiln_engine::roots::Roots;
 use kiln_spec::types;
 
 use crate::api::{cloud_router, local_router};
-use crate::config::Config;
+use crate::cluster::{
+    Cluster, MirrorStore, follow_events, follow_queue, latest_event, sweep_forever,
+};
 use crate::config::GIB;
+use crate::config::{Config, Database, ProcessRole};
 use crate::logs::LogRing;
 use crate::service::api::ApiServer;
 use crate::service::history::{Histories, Record};
-use crate::service::worker::{Queued, Service, cache, now_ms, start_worker};
+use crate::service::worker::{Queued, Service, cache, start_worker};
 use crate::storage::Storage;
 use crate::workspace::{DEFAULT_WORKSPACE, Workspaces};
 use crate::ws::{Audience, Hub};
@@ -63,9 +66,22 @@ impl Server {
                 tracing::warn!(%folder, %path, "extra model path is not a directory (yet)");
             }
         }
-        let storage = Storage::open(&config.data_dir, &config.database)
+        let storage = Storage::open(&config.data_dir, &config.database, config.role.in_cluster())
             .await
             .map_err(std::io::Error::other)?;
+        let cluster = match (config.role, &config.database) {
+            (ProcessRole::All, _) => None,
+            (role, Database::Postgres(url)) => Some(
+                Cluster::open(url, role, config.worker_lease, config.max_attempts)
+                    .await
+                    .map_err(std::io::Error::other)?,
+            ),
+            (_, Database::Embedded) => {
+                return Err(std::io::Error::other(
+                    "--role api and --role worker share a Postgres database: add --database-url",
+                ));
+            }
+        };
         let roots = Roots {
             input: config.input_dir.clone(),
             output: config.output_dir.clone(),
@@ -78,7 +94,8 @@ impl Server {
             _ => 0,
         };
         let compute = Arc::new(Compute::start(ComputeOptions {
-            force_cpu: config.compute.force_cpu,
+            // An API node runs nothing: it leaves the device to the workers.
+            force_cpu: config.compute.force_cpu || config.role == ProcessRole::Api,
             cuda_device: config.compute.cuda_device,
             reserve: config.compute.reserve_vram_gb.map(|gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
@@ -109,21 +126,43 @@ impl Server {
             cache,
             fallback.workspace.roots().clone(),
         );
-        // Restoring reads the store synchronously: off the async threads.
-        let store = storage.queue_store(workspaces.clone());
-        let (queue, interrupted) =
-            tokio::task::spawn_blocking(move || PromptQueue::restore(Box::new(store)))
-                .await
-                .map_err(std::io::Error::other)?
-                .map_err(std::io::Error::other)?;
+        // Restoring reads the store synchronously: off the async threads. An API node's queue mirrors the
+        // shared table (filled by its first sync); a worker's holds the prompt it runs.
+        let store: Box<dyn QueueStore<Queued>> = match (&cluster, config.role) {
+            (Some(cluster), ProcessRole::Api) => Box::new(MirrorStore::new(cluster.clone())),
+            (Some(_), _) => Box::new(MemoryStore::default()),
+            (None, _) => Box::new(storage.queue_store(workspaces.clone())),
+        };
+        let (queue, interrupted) = tokio::task::spawn_blocking(move || PromptQueue::restore(store))
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)?;
+        // An API node delivers the events after the newest one now: whatever a worker stores while the
+        // history loads arrives through them.
+        let events_cursor = match &cluster {
+            Some(cluster) if config.role == ProcessRole::Api => {
+                Some(latest_event(cluster).await.map_err(std::io::Error::other)?)
+            }
+            _ => None,
+        };
         let mut history = Histories::default();
-        for record in storage.load_history().await.map_err(std::io::Error::other)? {
-            history.insert(record);
+        if config.role != ProcessRole::Worker {
+            for record in storage.load_history().await.map_err(std::io::Error::other)? {
+                history.insert(record);
+            }
         }
         // Prompts that were running when the previous process stopped did not finish: record them as interrupted,
         // then let go of their queue rows (a crash before that records them again, under the same id).
         for entry in &interrupted {
-            let record = interrupted_record(entry);
+            let queued = &entry.payload;
+            let record = Record::interrupted(
+                &queued.workspace.id,
+                &entry.id,
+                entry.number,
+                queued.prompt_json.clone(),
+                queued.extra_data.clone(),
+                queued.outputs.clone(),
+            );
             tracing::warn!(prompt = %entry.id, "a prompt was running when kiln stopped; recorded as interrupted");
             storage.insert_history(&record).done().await.map_err(std::io::Error::other)?;
             history.insert(record);
@@ -169,6 +208,7 @@ impl Server {
             storage,
             cloud,
             mcp: crate::mcp::McpEndpoint::new(runtime.clone(), mcp_config),
+            cluster: cluster.clone(),
         });
         // Every queue change is announced to every socket, with its own workspace's counter, in the order of
         // the changes.
@@ -181,7 +221,25 @@ impl Server {
                 runtime.hub.broadcast_status(remaining, tenants);
             }
         }));
-        let worker = start_worker(runtime.clone(), executor);
+        let worker = match config.role {
+            ProcessRole::Api => {
+                // Nothing runs here: a drain has no prompt to wait for.
+                runtime.drain.note_worker_stopped();
+                None
+            }
+            ProcessRole::All | ProcessRole::Worker => Some(start_worker(runtime.clone(), executor)),
+        };
+        if let Some(cluster) = &cluster {
+            if let Some(cursor) = events_cursor {
+                crate::cluster::sync_queue(&runtime, cluster)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                tokio::spawn(follow_queue(runtime.clone(), cluster.clone()));
+                tokio::spawn(follow_events(runtime.clone(), cluster.clone(), cursor));
+            }
+            tokio::spawn(sweep_forever(runtime.clone(), cluster.clone()));
+            tracing::info!(role = ?config.role, node = %cluster.node, "in a cluster on the shared database");
+        }
         let api = Arc::new(ApiServer(runtime.clone()));
         let mut router = match &runtime.cloud {
             None => local_router(api),
@@ -246,7 +304,11 @@ impl Server {
             None => router,
         };
         let templates_source = config.templates.clone();
-        Ok(Server { router, runtime, worker: Some(worker), templates_source })
+        let router = match config.role {
+            ProcessRole::Worker => router.layer(middleware::from_fn(worker_routes)),
+            ProcessRole::All | ProcessRole::Api => router,
+        };
+        Ok(Server { router, runtime, worker, templates_source })
     }
 
     /// Starts installing the workflow templates that are not there yet, in the background (one log line when it
@@ -317,7 +379,7 @@ impl Server {
             }
         };
         tokio::pin!(worker_stopped);
-        if runtime.queue.running().is_some() {
+        if self.worker.is_some() && !runtime.queue.running().is_empty() {
             tracing::info!(
                 timeout_s = timeout.as_secs_f64(),
                 "draining: waiting for the running prompt to finish (a second signal hands it back to the queue)"
@@ -349,22 +411,18 @@ impl Server {
     }
 }
 
-/// The history record of a prompt that was running when the process stopped.
-fn interrupted_record(entry: &QueueEntry<Queued>) -> Record {
-    let now = now_ms();
-    let data = serde_json::json!({
-        "prompt_id": entry.id, "node_id": "", "node_type": "", "executed": [], "timestamp": now,
-    });
-    Record {
-        workspace: entry.payload.workspace.id.clone(),
-        prompt_id: entry.id.clone(),
-        number: entry.number,
-        prompt: entry.payload.prompt_json.clone(),
-        extra_data: entry.payload.extra_data.clone(),
-        outputs_to_execute: entry.payload.outputs.clone(),
-        outputs: Default::default(),
-        success: false,
-        messages: vec![("execution_interrupted".to_owned(), data)],
+/// A worker of a cluster serves the probes and `/metrics` only: clients talk to the API nodes.
+async fn worker_routes(request: Request, next: Next) -> Response {
+    match request.uri().path() {
+        "/healthz" | "/readyz" | "/metrics" => next.run(request).await,
+        path => crate::api::refuse(
+            StatusCode::NOT_FOUND,
+            "worker_node",
+            &format!(
+                "{path}: this is a worker of a Kiln cluster (--role worker), which serves only /healthz, \
+                 /readyz and /metrics; send API requests to an API node"
+            ),
+        ),
     }
 }
 

@@ -73,6 +73,26 @@ impl Default for ComputeConfig {
     }
 }
 
+/// What a process does (`--role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcessRole {
+    /// Everything in one process, with the database to itself (the default).
+    #[default]
+    All,
+    /// An API node of a cluster on Postgres: serves the clients and runs no prompt.
+    Api,
+    /// A worker of a cluster on Postgres: runs the prompts it claims from the shared queue; its HTTP port
+    /// answers only the probes and `/metrics`.
+    Worker,
+}
+
+impl ProcessRole {
+    /// Whether the process is one of several on a shared database.
+    pub fn in_cluster(self) -> bool {
+        self != ProcessRole::All
+    }
+}
+
 /// Where Kiln keeps its queue, history and prompt counter.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Database {
@@ -170,6 +190,14 @@ pub struct Config {
     /// The key every API request must carry on the local runtime (`--api-key-file`), as `X-API-Key` or a bearer
     /// token; `None`: anonymous requests, as ComfyUI.
     pub api_key: Option<String>,
+    /// What this process does (`--role`).
+    pub role: ProcessRole,
+    /// How long a worker's claim on a prompt lasts without a heartbeat (`--worker-lease`): a prompt whose
+    /// worker died is taken back after this.
+    pub worker_lease: std::time::Duration,
+    /// How many times a worker's prompt may be claimed (`--max-attempts`): a prompt whose worker died runs
+    /// again until it has had this many, and is then recorded as interrupted.
+    pub max_attempts: u32,
     /// The command line, reported by `/api/system_stats`.
     pub argv: Vec<String>,
 }
@@ -200,6 +228,9 @@ impl Config {
             issuer: "http://127.0.0.1:8188".to_owned(),
             cimd_allow_loopback_http: false,
             api_key: None,
+            role: ProcessRole::All,
+            worker_lease: std::time::Duration::from_secs(10),
+            max_attempts: 1,
             argv,
         }
     }

@@ -14,6 +14,7 @@ pub mod api;
 mod app;
 mod auth;
 mod cloud;
+mod cluster;
 mod config;
 mod convert;
 mod drain;
@@ -42,7 +43,7 @@ pub use accounts::{
 pub use api::Runtime;
 pub use app::Server;
 pub use config::{
-    CacheMode, ComputeConfig, Config, Database, FrontEnd, check_issuer, hide_password,
+    CacheMode, ComputeConfig, Config, Database, FrontEnd, ProcessRole, check_issuer, hide_password,
     is_loopback_http,
 };
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kiln_engine::nodes::PreviewMethod;
 use kiln_server::{
     CacheMode, ComputeConfig, Config, Database, FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEnd,
-    FrontEndVersion, LogRing, Runtime, Server, TemplatesSource,
+    FrontEndVersion, LogRing, ProcessRole, Runtime, Server, TemplatesSource,
 };
 use tracing::info;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -129,6 +129,19 @@ struct Args {
     /// hidden).
     #[arg(long, value_name = "URL", env = "KILN_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// What this process does: all (one server with the database to itself), or, in a cluster sharing one
+    /// Postgres database (--database-url) and one --data-dir, api (serves the clients, runs nothing) or worker
+    /// (runs the prompts it claims from the shared queue; serves only /healthz, /readyz and /metrics).
+    #[arg(long, value_enum, default_value_t = RoleArg::All)]
+    role: RoleArg,
+    /// Worker: how long a claimed prompt stays this worker's without a heartbeat (renewed every half second
+    /// while it runs); a prompt whose worker died is taken back after this.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    worker_lease: f64,
+    /// Worker: how many times a prompt may be claimed. A prompt whose worker died runs again on another
+    /// worker until it has had this many attempts, and is then recorded as interrupted.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    max_attempts: u32,
     /// After SIGTERM or SIGINT, how long the running prompt may take to finish before it is interrupted and
     /// handed back to the queue (it runs again at the next start). A second signal hands it back at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
@@ -161,6 +174,17 @@ enum PreviewArg {
     Taesd,
 }
 
+/// `--role`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RoleArg {
+    /// Everything in one process.
+    All,
+    /// An API node of a cluster.
+    Api,
+    /// A worker of a cluster.
+    Worker,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum RuntimeArg {
     /// The single-user local server (ComfyUI's API).
@@ -188,6 +212,26 @@ impl Args {
         if let Some(url) = &self.database_url {
             config.database = Database::from_url(url).map_err(anyhow::Error::msg)?;
         }
+        config.role = match self.role {
+            RoleArg::All => ProcessRole::All,
+            RoleArg::Api => ProcessRole::Api,
+            RoleArg::Worker => ProcessRole::Worker,
+        };
+        if config.role.in_cluster() && config.database == Database::Embedded {
+            bail!(
+                "--role {:?}: the API nodes and workers of a cluster share a Postgres database; add \
+                 --database-url postgres://…",
+                self.role
+            );
+        }
+        config.worker_lease = std::time::Duration::try_from_secs_f64(self.worker_lease)
+            .ok()
+            .filter(|lease| *lease >= std::time::Duration::from_millis(500))
+            .context("--worker-lease must be a number of seconds, 0.5 or more")?;
+        if self.max_attempts == 0 {
+            bail!("--max-attempts must be 1 or more");
+        }
+        config.max_attempts = self.max_attempts;
         config.runtime = match self.runtime {
             RuntimeArg::Local => Runtime::Local,
             RuntimeArg::Cloud => Runtime::Cloud,

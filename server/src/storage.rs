@@ -11,10 +11,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::queue::{QueueEntry, QueueStore, StoreError};
 use kiln_spec::types;
-use serde_json::{Map, Value};
 use sqlx::AnyPool;
 use sqlx::ConnectOptions as _;
 use sqlx::any::AnyPoolOptions;
@@ -42,8 +40,8 @@ pub enum StorageError {
     Connect(String, #[source] sqlx::Error),
     /// Another Kiln server holds the Postgres database (the message names it, without its password).
     #[error(
-        "another kiln server is using the database {0}: run one server per database (API nodes and workers \
-         sharing one are not there yet)"
+        "another kiln server is using the database {0}: a single server (--role all) needs the database to \
+         itself; the API nodes and workers of a cluster (--role api, --role worker) share one"
     )]
     InUse(String),
     /// A migration failed.
@@ -101,10 +99,13 @@ const POSTGRES_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Storage {
     /// Opens the database (creating `kiln.sqlite` in `data_dir` if it is the embedded one), brings its schema up
-    /// to date and starts the writer.
+    /// to date and starts the writer. On Postgres a single server holds [`SERVER_LOCK`] exclusively; the
+    /// processes of a cluster (`in_cluster`) hold it shared, so a single server and a cluster never run on one
+    /// database together.
     pub(crate) async fn open(
         data_dir: &Path,
         database: &Database,
+        in_cluster: bool,
     ) -> Result<Storage, StorageError> {
         let mut server_lock = None;
         let (reader, writer) = match database {
@@ -131,10 +132,13 @@ impl Storage {
                 let mut lock = options.connect().await.map_err(connect_failed)?;
                 let deadline = tokio::time::Instant::now() + SERVER_LOCK_WAIT;
                 loop {
-                    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                        .bind(SERVER_LOCK)
-                        .fetch_one(&mut lock)
-                        .await?;
+                    let sql = if in_cluster {
+                        "SELECT pg_try_advisory_lock_shared($1)"
+                    } else {
+                        "SELECT pg_try_advisory_lock($1)"
+                    };
+                    let held: bool =
+                        sqlx::query_scalar(sql).bind(SERVER_LOCK).fetch_one(&mut lock).await?;
                     if held {
                         break;
                     }
@@ -172,18 +176,12 @@ impl Storage {
     /// accept path that takes a place with `PromptQueue::reserve` and admits the prompt after this). Prompts
     /// stored at the same time share one transaction and one fsync.
     pub(crate) fn insert_queued(&self, entry: &QueueEntry<Queued>) -> Pending {
-        let payload = serde_json::json!({
-            "prompt": entry.payload.prompt_json,
-            "extra_data": entry.payload.extra_data,
-            "client_id": entry.payload.client_id,
-            "outputs": entry.payload.outputs,
-        });
         let write = Write::Queue {
             workspace: entry.payload.workspace.id.to_string(),
             id: entry.id.clone(),
             number: entry.number,
             seq: entry.seq,
-            payload: payload.to_string(),
+            payload: entry.payload.stored_payload(),
         };
         self.writer.submit(write, Durability::Disk)
     }
@@ -395,41 +393,14 @@ impl QueueStore<Queued> for StoredQueue {
         let mut entries = Vec::new();
         for row in rows {
             let id = row.id;
-            let payload: Value = serde_json::from_str(&row.payload).unwrap_or_default();
-            let Ok(prompt) = Prompt::from_json(&payload["prompt"]) else {
-                tracing::warn!(%id, "dropping a stored prompt that is not an object");
-                continue;
-            };
-            let outputs: Vec<kiln_engine::graph::NodeId> = payload["outputs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|o| o.as_str().map(|s| kiln_engine::graph::NodeId(s.to_owned())))
-                .collect();
-            let workspace = match self.workspaces.get(&row.workspace) {
-                Ok(workspace) => workspace,
-                Err(error) => {
-                    tracing::warn!(%id, %error, "dropping a stored prompt whose workspace cannot open");
-                    continue;
+            match Queued::from_stored(&self.workspaces, &row.workspace, &row.payload) {
+                Ok(queued) => {
+                    let entry =
+                        QueueEntry { id, number: row.number, seq: row.seq as u64, payload: queued };
+                    entries.push((entry, row.running));
                 }
-            };
-            let validated = match validate(&prompt, workspace.registry(), Some(&outputs)) {
-                Ok(validated) => validated,
-                Err(rejection) => {
-                    tracing::warn!(%id, error = %rejection.error.message, "dropping a stored prompt that no longer validates");
-                    continue;
-                }
-            };
-            let queued = Queued {
-                workspace,
-                prompt_json: payload["prompt"].clone(),
-                prompt: Arc::new(validated),
-                extra_data: payload["extra_data"].as_object().cloned().unwrap_or_else(Map::new),
-                client_id: payload["client_id"].as_str().map(str::to_owned),
-                outputs: outputs.into_iter().map(|o| o.0).collect(),
-            };
-            let entry = QueueEntry { id, number: row.number, seq: row.seq as u64, payload: queued };
-            entries.push((entry, row.running));
+                Err(error) => tracing::warn!(%id, %error, "dropping a stored prompt"),
+            }
         }
         Ok(entries)
     }

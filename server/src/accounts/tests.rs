@@ -49,8 +49,9 @@ async fn the_default_workspace_exists_after_migration_and_opening_twice_is_harml
 #[tokio::test]
 async fn accounts_share_the_database_with_the_queue_storage() {
     let dir = data_dir("shared");
-    let storage =
-        crate::storage::Storage::open(&dir, &crate::config::Database::Embedded).await.unwrap();
+    let storage = crate::storage::Storage::open(&dir, &crate::config::Database::Embedded, false)
+        .await
+        .unwrap();
     let accounts = Accounts::open(&dir, &crate::config::Database::Embedded).await.unwrap();
     accounts.add_user("alice", "correct horse").await.unwrap();
     storage.clear_history("default").await.unwrap();

@@ -607,7 +607,14 @@ impl SharedApi for ApiServer {
             (None, Some(true), false) => Placement::Front,
             (None, _, false) => Placement::Back,
         };
-        let number = numbering::take(&self.0, &parts, placement);
+        let number = match numbering::take(&self.0, &parts, placement).await {
+            Ok(number) => number,
+            Err(error) => {
+                let failed =
+                    SubmitError::Failed { what: "the shared counter", cause: error.to_string() };
+                return failed.into();
+            }
+        };
         match self.0.submit(&self.caller(&parts), number, body, comfy_usage_source).await {
             Ok(accepted) => ExecutePromptResponse::Ok(types::PromptResponse {
                 node_errors: accepted.node_errors,

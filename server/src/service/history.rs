@@ -103,6 +103,33 @@ impl Record {
         })
     }
 
+    /// The record of a prompt that was running when its process stopped (or its worker died): interrupted,
+    /// with ComfyUI's `execution_interrupted` message naming no node.
+    pub(crate) fn interrupted(
+        workspace: &str,
+        prompt_id: &str,
+        number: f64,
+        prompt: Value,
+        extra_data: Map<String, Value>,
+        outputs_to_execute: Vec<String>,
+    ) -> Record {
+        let data = serde_json::json!({
+            "prompt_id": prompt_id, "node_id": "", "node_type": "", "executed": [],
+            "timestamp": super::worker::now_ms(),
+        });
+        Record {
+            workspace: workspace.into(),
+            prompt_id: prompt_id.to_owned(),
+            number,
+            prompt,
+            extra_data,
+            outputs_to_execute,
+            outputs: IndexMap::default(),
+            success: false,
+            messages: vec![("execution_interrupted".to_owned(), data)],
+        }
+    }
+
     /// The data of a status message, if the record has it.
     pub(crate) fn message(&self, name: &str) -> Option<&Value> {
         self.messages.iter().find(|(n, _)| n == name).map(|(_, d)| d)

@@ -26,15 +26,27 @@ use super::worker::Service;
 pub(crate) struct Numbered(Arc<AtomicBool>);
 
 /// Takes the number of a prompt request (the client's, or the counter's) and records that it was taken.
-pub(crate) fn take(runtime: &Service, parts: &Parts, placement: Placement) -> f64 {
+pub(crate) async fn take(
+    runtime: &Service,
+    parts: &Parts,
+    placement: Placement,
+) -> Result<f64, sqlx::Error> {
     if let Some(numbered) = parts.extensions.get::<Numbered>() {
         numbered.0.store(true, Ordering::SeqCst);
+    }
+    take_number(runtime, placement).await
+}
+
+/// The next number: from this server's counter (stored without waiting), or from a cluster's shared one.
+async fn take_number(runtime: &Service, placement: Placement) -> Result<f64, sqlx::Error> {
+    if let Some(cluster) = &runtime.cluster {
+        return cluster.take_number(placement).await;
     }
     let number = runtime.queue.take_number(placement);
     if !matches!(placement, Placement::Number(_)) {
         runtime.storage.note_counter(runtime.queue.counter());
     }
-    number
+    Ok(number)
 }
 
 /// Whether ComfyUI's `post_prompt` takes a number from its counter for this body: a JSON object without a
@@ -70,9 +82,11 @@ pub(crate) async fn count_rejected(
     let mut request = Request::from_parts(parts, Body::from(bytes.clone()));
     request.extensions_mut().insert(numbered.clone());
     let response = next.run(request).await;
-    if !numbered.0.load(Ordering::SeqCst) && takes_number(&bytes) {
-        runtime.queue.take_number(Placement::Back);
-        runtime.storage.note_counter(runtime.queue.counter());
+    if !numbered.0.load(Ordering::SeqCst)
+        && takes_number(&bytes)
+        && let Err(error) = take_number(&runtime, Placement::Back).await
+    {
+        tracing::warn!(%error, "cannot take the number of a rejected prompt request");
     }
     response
 }

@@ -15,9 +15,11 @@ use kiln_spec::types;
 use serde_json::{Map, Value};
 
 use super::worker::{Queued, Service, now_ms};
+use crate::config::ProcessRole;
 use crate::metrics::Submitted;
 use crate::storage::StorageError;
 use crate::workspace::Caller;
+use crate::ws::Delivery;
 
 /// Prompts with at most this many nodes are validated on the request's own task (about 0.1 ms).
 const INLINE_VALIDATION_NODES: usize = 32;
@@ -168,10 +170,36 @@ impl Service {
         };
         // Queued means durable: the prompt is stored (with the prompts that arrive with it, in one group
         // commit) before it is admitted and answered. Only taking the place holds the queue.
-        let entry = match self.queue.reserve(prompt_id.clone(), number) {
-            Ok(ticket) => ticket.entry(queued),
+        let ticket = match self.queue.reserve(prompt_id.clone(), number) {
+            Ok(ticket) => ticket,
             Err(e) => return Err(SubmitError::InUse(e.to_string())),
         };
+        if let Some(cluster) = &self.cluster {
+            // In a cluster the shared table is the queue: the prompt takes its arrival from it.
+            let payload = queued.stored_payload();
+            let workspace = &queued.workspace.id;
+            let failed = |e: sqlx::Error| SubmitError::Failed {
+                what: "the shared queue",
+                cause: e.to_string(),
+            };
+            let seq = cluster.enqueue(workspace, &prompt_id, number, &payload).await;
+            let seq = match seq.map_err(failed) {
+                Ok(Some(seq)) => seq,
+                Ok(None) => {
+                    self.queue.abandon(&prompt_id);
+                    return Err(SubmitError::InUse(format!(
+                        "a prompt with id {prompt_id} is already queued or running"
+                    )));
+                }
+                Err(error) => {
+                    self.queue.abandon(&prompt_id);
+                    return Err(error);
+                }
+            };
+            self.queue.admit(kiln_engine::queue::Ticket { seq, ..ticket }.entry(queued));
+            return Ok(Accepted { prompt_id, number, node_errors });
+        }
+        let entry = ticket.entry(queued);
         if let Err(e) = self.storage.insert_queued(&entry).done().await {
             self.storage.forget_queued(&entry.id);
             self.queue.abandon(&entry.id);
@@ -224,11 +252,24 @@ impl Service {
     /// gate, so the flag never outlives the prompt it was meant for.
     fn interrupt_running(&self, chosen: impl Fn(&QueueEntry<Queued>) -> bool) -> bool {
         let _gate = self.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
-        let hit = self.queue.running().is_some_and(|running| chosen(&running));
-        if hit {
-            self.interrupt.store(true, Ordering::SeqCst);
+        let hits: Vec<String> =
+            self.queue.running().into_iter().filter(|r| chosen(r)).map(|r| r.id).collect();
+        match &self.cluster {
+            // On an API node the prompt runs on a worker, which reads the flag with its next heartbeat.
+            Some(cluster) if cluster.role == ProcessRole::Api => {
+                for id in hits.clone() {
+                    let cluster = cluster.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = cluster.interrupt(&id).await {
+                            tracing::error!(%error, prompt = %id, "cannot ask the worker to interrupt");
+                        }
+                    });
+                }
+            }
+            _ if !hits.is_empty() => self.interrupt.store(true, Ordering::SeqCst),
+            _ => {}
         }
-        hit
+        !hits.is_empty()
     }
 
     /// Removes the caller's pending prompts: all of them with `clear`, and those named in `ids`. Returns the
@@ -259,12 +300,22 @@ impl Service {
             self.storage.clear_history(workspace).await?;
         }
         self.storage.delete_history(workspace, ids).await?;
-        let mut histories = self.history();
-        let history = histories.of_mut(workspace);
-        if clear {
-            history.clear();
+        {
+            let mut histories = self.history();
+            let history = histories.of_mut(workspace);
+            if clear {
+                history.clear();
+            }
+            history.delete(ids);
         }
-        history.delete(ids);
+        if let Some(cluster) = &self.cluster {
+            let removed = Delivery::HistoryRemoved {
+                workspace: workspace.to_owned(),
+                clear,
+                ids: ids.to_vec(),
+            };
+            cluster.announce(&[removed]).await.map_err(StorageError::Database)?;
+        }
         Ok(())
     }
 }

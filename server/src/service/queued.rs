@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use kiln_engine::graph::ValidatedPrompt;
+use kiln_engine::graph::{NodeId, Prompt, ValidatedPrompt, validate};
 use serde_json::{Map, Value};
 
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, Workspaces};
 
 /// A queued prompt, as the worker needs it and the queue and jobs views show it.
 #[derive(Clone)]
@@ -29,5 +29,72 @@ impl Queued {
     /// Whether it was submitted in `workspace`.
     pub(crate) fn in_workspace(&self, workspace: &str) -> bool {
         &*self.workspace.id == workspace
+    }
+
+    /// The queue row's payload: what [`Queued::from_stored`] reads back.
+    pub(crate) fn stored_payload(&self) -> String {
+        serde_json::json!({
+            "prompt": self.prompt_json,
+            "extra_data": self.extra_data,
+            "client_id": self.client_id,
+            "outputs": self.outputs,
+        })
+        .to_string()
+    }
+
+    /// A stored prompt of `workspace` back from its payload, validated again in its workspace (whose nodes may
+    /// have changed since it was queued); the error says why it cannot run.
+    pub(crate) fn from_stored(
+        workspaces: &Workspaces,
+        workspace: &str,
+        payload: &str,
+    ) -> Result<Queued, String> {
+        let stored = StoredPrompt::parse(payload);
+        let prompt = Prompt::from_json(&stored.prompt)
+            .map_err(|_| "the stored prompt is not an object".to_owned())?;
+        let workspace = workspaces
+            .get(workspace)
+            .map_err(|error| format!("its workspace cannot open: {error}"))?;
+        let outputs: Vec<NodeId> = stored.outputs.iter().cloned().map(NodeId).collect();
+        let validated = validate(&prompt, workspace.registry(), Some(&outputs))
+            .map_err(|rejection| format!("it no longer validates: {}", rejection.error.message))?;
+        Ok(Queued {
+            workspace,
+            prompt_json: stored.prompt,
+            prompt: Arc::new(validated),
+            extra_data: stored.extra_data,
+            client_id: stored.client_id,
+            outputs: stored.outputs,
+        })
+    }
+}
+
+/// A queue row's payload as stored, not validated: enough to record what became of a prompt that never ran.
+pub(crate) struct StoredPrompt {
+    /// The prompt as the client sent it.
+    pub(crate) prompt: Value,
+    /// Its `extra_data`.
+    pub(crate) extra_data: Map<String, Value>,
+    /// Its owner.
+    pub(crate) client_id: Option<String>,
+    /// The output nodes to run.
+    pub(crate) outputs: Vec<String>,
+}
+
+impl StoredPrompt {
+    /// Reads a payload; what is missing or malformed reads as empty.
+    pub(crate) fn parse(payload: &str) -> StoredPrompt {
+        let mut payload: Value = serde_json::from_str(payload).unwrap_or_default();
+        StoredPrompt {
+            prompt: payload["prompt"].take(),
+            extra_data: payload["extra_data"].as_object().cloned().unwrap_or_default(),
+            client_id: payload["client_id"].as_str().map(str::to_owned),
+            outputs: payload["outputs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str().map(str::to_owned))
+                .collect(),
+        }
     }
 }

@@ -20,9 +20,12 @@ use serde_json::{Map, Value};
 
 use super::history::{Histories, Record};
 pub(crate) use super::queued::Queued;
+use crate::config::ProcessRole;
 use crate::metrics::{Finished, Snapshot, WorkerState};
 use crate::workspace::Workspaces;
-use crate::ws::{Audience, Hub, ProgressState, executing, message, node_output, preview_frames};
+use crate::ws::{
+    Audience, Delivery, Hub, ProgressState, executing, message, node_output, preview_frames,
+};
 
 /// The prompt's `extra_data.preview_method` when it names a method (the frontend sends it unless its setting
 /// is "default"), else the server's `--preview-method`.
@@ -77,6 +80,8 @@ pub(crate) struct Service {
     pub(crate) cloud: Option<Arc<crate::cloud::Cloud>>,
     /// The MCP endpoint (`/mcp`; its tools hold the runtime weakly).
     pub(crate) mcp: crate::mcp::McpEndpoint,
+    /// This process's part in a cluster (`--role api|worker`); `None` for a single server.
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Service {
@@ -115,6 +120,15 @@ impl Service {
         }
     }
 
+    /// Hands a run's delivery to the sockets: this server's own, or, on a worker of a cluster, every API
+    /// node's through the database.
+    pub(crate) fn deliver(&self, delivery: Delivery) {
+        match &self.cluster {
+            Some(cluster) if cluster.role == ProcessRole::Worker => cluster.deliver(delivery),
+            _ => self.hub.deliver(&delivery),
+        }
+    }
+
     /// A workspace's pending plus running prompts, as its `queue_remaining`.
     pub(crate) fn remaining(&self, workspace: &str) -> i64 {
         self.queue.remaining_where(|q| q.in_workspace(workspace)) as i64
@@ -139,36 +153,41 @@ struct HubSink {
 }
 
 impl HubSink {
-    /// Sends the held terminal event, if any, with the time it happened.
-    fn release(&self) {
-        let held = self.terminal.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some((event, timestamp)) = held
-            && let Some((message, audience)) = message(self.prompt_id, &event, timestamp)
-        {
-            self.runtime.hub.publish(
-                &self.workspace,
-                self.client_id.as_deref(),
-                &message,
-                audience,
-            );
+    /// The held terminal event, if any, with the time it happened.
+    fn terminal(&self) -> Option<Delivery> {
+        let (event, timestamp) = self.terminal.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        let (message, audience) = message(self.prompt_id, &event, timestamp)?;
+        Delivery::message(&self.workspace, self.client_id.as_deref(), &message, audience)
+    }
+
+    fn publish(&self, client_id: Option<&str>, message: &types::WsMessage, audience: Audience) {
+        if let Some(delivery) = Delivery::message(&self.workspace, client_id, message, audience) {
+            self.runtime.deliver(delivery);
         }
     }
 }
 
 impl EventSink for HubSink {
-    fn emit(&self, _: &str, event: Event) {
-        let hub = &self.runtime.hub;
+    fn emit(&self, prompt_id: &str, event: Event) {
         if let Some(state) =
             self.progress.lock().unwrap_or_else(|p| p.into_inner()).update(self.prompt_id, &event)
         {
-            hub.publish(&self.workspace, None, &state, Audience::All);
+            self.publish(None, &state, Audience::All);
         }
+        let client_id = self.client_id.as_deref();
         if let Event::Executing { node } = &event {
-            hub.set_running(&self.workspace, self.client_id.as_deref(), Some(&node.0), true);
+            let running =
+                Delivery::running(&self.workspace, prompt_id, client_id, Some(&node.0), true);
+            self.runtime.deliver(running);
         }
         if let Event::Preview { node, preview } = &event {
             let (plain, with_metadata) = preview_frames(self.prompt_id, node, preview);
-            hub.send_preview(&self.workspace, self.client_id.as_deref(), &plain, &with_metadata);
+            self.runtime.deliver(Delivery::Preview {
+                workspace: self.workspace.to_string(),
+                client_id: self.client_id.clone(),
+                plain,
+                with_metadata,
+            });
         }
         if matches!(
             event,
@@ -178,7 +197,7 @@ impl EventSink for HubSink {
             return;
         }
         if let Some((message, audience)) = message(self.prompt_id, &event, now_ms()) {
-            hub.publish(&self.workspace, self.client_id.as_deref(), &message, audience);
+            self.publish(client_id, &message, audience);
         }
     }
 }
@@ -188,13 +207,37 @@ pub(crate) fn start_worker(
     runtime: Arc<Service>,
     executor: Executor,
 ) -> std::thread::JoinHandle<()> {
+    // The thread runs no async task, but it starts some (a claim's heartbeat) and owns connections that
+    // need the runtime when they close.
+    let handle = tokio::runtime::Handle::current();
     std::thread::Builder::new()
         .name("kiln-worker".to_owned())
-        .spawn(move || worker(runtime, executor))
+        .spawn(move || {
+            let _runtime = handle.enter();
+            worker(runtime, executor)
+        })
         .unwrap_or_else(|e| panic!("cannot start the worker thread: {e}"))
 }
 
+/// Where the worker takes its prompts: this server's queue, or, on a worker of a cluster, the shared one.
+enum Source {
+    Queue,
+    Cluster(Arc<crate::cluster::Cluster>, Option<sqlx::postgres::PgListener>),
+}
+
+/// A prompt the worker took, and in a cluster its claim's attempt number.
+struct Taken {
+    entry: QueueEntry<Queued>,
+    attempt: Option<i32>,
+}
+
 fn worker(runtime: Arc<Service>, mut executor: Executor) {
+    let mut source = match &runtime.cluster {
+        Some(cluster) if cluster.role == ProcessRole::Worker => {
+            Source::Cluster(cluster.clone(), None)
+        }
+        _ => Source::Queue,
+    };
     while !runtime.stop.load(Ordering::SeqCst) {
         if runtime.drain.is_draining() {
             // Between prompts: nothing runs, and nothing more is taken.
@@ -209,15 +252,7 @@ fn worker(runtime: Arc<Service>, mut executor: Executor) {
         if free {
             executor.cache_mut().clear();
         }
-        let entry = match runtime.queue.pop(Duration::from_millis(200)) {
-            Ok(Some(entry)) => entry,
-            Ok(None) => continue,
-            Err(error) => {
-                tracing::error!(%error, "cannot take the next prompt");
-                std::thread::sleep(Duration::from_secs(1));
-                continue;
-            }
-        };
+        let Some(taken) = take(&runtime, &mut source) else { continue };
         let handing_back = {
             let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
             runtime.interrupt.store(false, Ordering::SeqCst);
@@ -225,19 +260,133 @@ fn worker(runtime: Arc<Service>, mut executor: Executor) {
             runtime.drain.is_handing_back()
         };
         if handing_back {
-            hand_back(&runtime, &entry.id, &entry.payload.workspace.id);
+            hand_back(&runtime, &taken.entry.id, &taken.entry.payload.workspace.id, taken.attempt);
             continue;
         }
-        run_one(&runtime, &mut executor, entry);
+        run_one(&runtime, &mut executor, taken);
     }
 }
 
-fn run_one(runtime: &Arc<Service>, executor: &mut Executor, entry: QueueEntry<Queued>) {
+/// The next prompt, waiting a little for one; `None` if none came (or taking failed, logged).
+fn take(runtime: &Arc<Service>, source: &mut Source) -> Option<Taken> {
+    let (cluster, listener) = match source {
+        Source::Queue => {
+            return match runtime.queue.pop(Duration::from_millis(200)) {
+                Ok(entry) => entry.map(|entry| Taken { entry, attempt: None }),
+                Err(error) => {
+                    tracing::error!(%error, "cannot take the next prompt");
+                    std::thread::sleep(Duration::from_secs(1));
+                    None
+                }
+            };
+        }
+        Source::Cluster(cluster, listener) => (cluster, listener),
+    };
+    let claim = cluster.claim(&runtime.workspaces, listener, Duration::from_millis(200));
+    let claimed = match runtime.storage.block_on(claim) {
+        Ok(claimed) => claimed?,
+        Err(error) => {
+            tracing::error!(%error, "cannot claim the next prompt");
+            std::thread::sleep(Duration::from_secs(1));
+            return None;
+        }
+    };
+    match claimed.prompt {
+        Ok(entry) => {
+            // This worker's own queue holds the prompt it runs (for `/metrics` and the drain).
+            runtime.queue.admit(entry);
+            let entry = runtime.queue.pop(Duration::ZERO).ok().flatten()?;
+            Some(Taken { entry, attempt: Some(claimed.attempt) })
+        }
+        Err(unrunnable) => {
+            record_unrunnable(runtime, cluster, &claimed.id, claimed.attempt, unrunnable);
+            None
+        }
+    }
+}
+
+/// Records as failed a claimed prompt this worker cannot run, and tells its owner.
+fn record_unrunnable(
+    runtime: &Service,
+    cluster: &crate::cluster::Cluster,
+    id: &str,
+    attempt: i32,
+    unrunnable: crate::cluster::Unrunnable,
+) {
+    tracing::warn!(prompt = %id, why = %unrunnable.why, "a claimed prompt cannot run here; recorded as failed");
+    let prompt_id = id.parse::<uuid::Uuid>().unwrap_or_default();
+    let failure = kiln_engine::exec::NodeFailure {
+        node: kiln_engine::graph::NodeId(String::new()),
+        class_type: String::new(),
+        executed: Vec::new(),
+        message: format!("this worker cannot run the prompt: {}", unrunnable.why),
+        kind: kiln_engine::nodes::ErrorKind::Failed,
+        current_inputs: Default::default(),
+        current_outputs: Vec::new(),
+    };
+    let timestamp = now_ms();
+    let error = Event::ExecutionError(Box::new(failure));
+    let client_id = unrunnable.stored.client_id.clone();
+    let mut closing: Vec<Delivery> = message(prompt_id, &error, timestamp)
+        .and_then(|(m, audience)| {
+            Delivery::message(&unrunnable.workspace, client_id.as_deref(), &m, audience)
+        })
+        .into_iter()
+        .collect();
+    closing.extend(last_words(&unrunnable.workspace, id, client_id.as_deref()));
+    let messages = message(prompt_id, &error, timestamp)
+        .and_then(|(wire, _)| serde_json::to_value(wire).ok())
+        .map(|v| vec![("execution_error".to_owned(), v["data"].clone())])
+        .unwrap_or_default();
+    let record = Record {
+        workspace: unrunnable.workspace.as_str().into(),
+        prompt_id: id.to_owned(),
+        number: unrunnable.number,
+        prompt: unrunnable.stored.prompt,
+        extra_data: unrunnable.stored.extra_data,
+        outputs_to_execute: unrunnable.stored.outputs,
+        outputs: Default::default(),
+        success: false,
+        messages,
+    };
+    if let Err(error) = runtime.storage.block_on(cluster.finish(attempt, &record, &closing)) {
+        tracing::error!(%error, "cannot record the prompt as failed");
+    }
+}
+
+/// What follows a run's terminal event: the prompt no longer runs, then `executing` null to its owner.
+fn last_words(workspace: &str, id: &str, client_id: Option<&str>) -> Vec<Delivery> {
+    let prompt_id = id.parse::<uuid::Uuid>().ok();
+    let mut words = vec![Delivery::running(workspace, id, None, None, false)];
+    words.extend(Delivery::message(
+        workspace,
+        client_id,
+        &executing(None, prompt_id),
+        Audience::Owner,
+    ));
+    words
+}
+
+fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
+    let Taken { entry, attempt } = taken;
     let queued = entry.payload;
     let prompt_id = entry.id.parse::<uuid::Uuid>().unwrap_or_default();
     let client_id = queued.client_id.clone();
     let workspace = queued.workspace.id.clone();
-    runtime.hub.set_running(&workspace, client_id.as_deref(), None, true);
+    runtime.deliver(Delivery::running(&workspace, &entry.id, client_id.as_deref(), None, true));
+    let heartbeat = match (&runtime.cluster, attempt) {
+        (Some(cluster), Some(attempt)) => {
+            let runtime = Arc::downgrade(runtime);
+            Some(cluster.heartbeat(&entry.id, attempt, move |stopped| {
+                let Some(runtime) = runtime.upgrade() else { return };
+                let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
+                if !stopped.load(Ordering::SeqCst) {
+                    runtime.interrupt.store(true, Ordering::SeqCst);
+                }
+            }))
+        }
+        _ => None,
+    };
     let sink = Arc::new(HubSink {
         runtime: runtime.clone(),
         workspace: workspace.clone(),
@@ -263,7 +412,13 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, entry: QueueEntry<Qu
     let summary = executor.run(&run, recorder.clone());
     // The run's share of the prompt JSON goes, so the history record takes it without a copy.
     drop(run);
+    if let Some(heartbeat) = &heartbeat {
+        let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
+        heartbeat.stop();
+    }
+    let lost = heartbeat.as_ref().is_some_and(|h| h.lost());
     let finished = match &summary.outcome {
+        _ if lost => Finished::HandedBack,
         Outcome::Success => Finished::Success,
         Outcome::Failed(_) => Finished::Error,
         Outcome::Interrupted { .. } if runtime.drain.is_handing_back() => Finished::HandedBack,
@@ -275,8 +430,13 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, entry: QueueEntry<Qu
         summary.executed.len(),
         summary.cached.len(),
     );
+    if lost {
+        // Another worker has the prompt now, or the sweeper recorded it: nothing of this run is kept.
+        runtime.queue.retire(&entry.id);
+        return;
+    }
     if finished == Finished::HandedBack {
-        hand_back(runtime, &entry.id, &workspace);
+        hand_back(runtime, &entry.id, &workspace, attempt);
         return;
     }
     match &summary.outcome {
@@ -315,29 +475,50 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, entry: QueueEntry<Qu
         success: summary.outcome == Outcome::Success,
         messages,
     };
+    let terminal = sink.terminal();
+    let last = last_words(&workspace, &entry.id, client_id.as_deref());
     // Store first (the history entry and the removal of the queue row, in one transaction), then announce.
+    if let (Some(cluster), Some(attempt)) = (&runtime.cluster, attempt) {
+        let mut closing: Vec<Delivery> = terminal.into_iter().collect();
+        closing.extend(last);
+        match runtime.storage.block_on(cluster.finish(attempt, &record, &closing)) {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "the claim was taken back as the prompt ended; its result is dropped"
+            ),
+            Err(error) => tracing::error!(%error, "cannot store the history entry"),
+        }
+        runtime.queue.retire(&entry.id);
+        return;
+    }
     if let Err(error) = runtime.storage.insert_history(&record).wait() {
         tracing::error!(error = %error, "cannot store the history entry");
     }
     runtime.history().insert(record);
-    sink.release();
+    if let Some(terminal) = terminal {
+        runtime.deliver(terminal);
+    }
     runtime.queue.retire(&entry.id);
-    runtime.hub.set_running(&workspace, None, None, false);
-    let done = executing(None, Some(prompt_id));
-    runtime.hub.publish(&workspace, client_id.as_deref(), &done, Audience::Owner);
+    for delivery in last {
+        runtime.deliver(delivery);
+    }
 }
 
 /// Puts a prompt a draining server interrupted back in the queue: pending again on disk (it runs again at the
-/// next start), no history entry, and its held terminal event never sent.
-fn hand_back(runtime: &Service, id: &str, workspace: &Arc<str>) {
-    match runtime.storage.hand_back(id).wait() {
-        Ok(()) => {
-            tracing::info!("prompt handed back to the queue: it runs again at the next start")
+/// next start, or on another worker of a cluster), no history entry, and its held terminal event never sent.
+fn hand_back(runtime: &Service, id: &str, workspace: &str, attempt: Option<i32>) {
+    let handed = match (&runtime.cluster, attempt) {
+        (Some(cluster), Some(attempt)) => {
+            runtime.storage.block_on(cluster.hand_back(id, attempt)).map_err(|e| e.to_string())
         }
+        _ => runtime.storage.hand_back(id).wait().map_err(|e| e.to_string()),
+    };
+    match handed {
+        Ok(()) => tracing::info!("prompt handed back to the queue"),
         Err(error) => tracing::error!(%error, "cannot hand the prompt back to the queue"),
     }
     runtime.queue.retire(id);
-    runtime.hub.set_running(workspace, None, None, false);
+    runtime.deliver(Delivery::running(workspace, id, None, None, false));
 }
 
 /// The worker's cache for a mode: RAM pressure reads the machine's RAM (cgroup limits included) and uses

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use kiln_spec::types;
 
+use super::delivery::Delivery;
 use super::messages::{Audience, executing, status};
 use super::outbox::{Outbox, Outgoing, Refused, queue};
 
@@ -64,7 +65,8 @@ struct Inner {
     next_id: u64,
     sockets: HashMap<u64, Socket>,
     by_sid: HashMap<(Arc<str>, String), u64>,
-    running: Option<Running>,
+    /// The prompts running, by id (one on a single server; one per worker on an API node of a cluster).
+    running: HashMap<String, Running>,
     /// The counter each workspace's last `status` broadcast carried.
     last_status: HashMap<Arc<str>, i64>,
 }
@@ -103,7 +105,8 @@ pub(crate) struct Hub {
     inner: Mutex<Inner>,
 }
 
-fn json(message: &types::WsMessage) -> Option<String> {
+/// A message's JSON text as it goes on the wire.
+pub(crate) fn json(message: &types::WsMessage) -> Option<String> {
     let value = serde_json::to_value(message)
         .map_err(|e| tracing::error!(error = %e, "a websocket message did not serialize"))
         .ok()?;
@@ -152,15 +155,13 @@ impl Hub {
         if let Some(text) = json(&status(queue_remaining, Some(&sid))) {
             inner.deliver(id, Frame::Text(text));
         }
-        if let Some(Running {
-            workspace: running_in,
-            client_id: Some(owner),
-            last_node: Some(node),
-        }) = &inner.running
-            && *owner == sid
-            && running_in == workspace
-            && let Some(text) = json(&executing(Some(node), None))
-        {
+        let resumed: Vec<String> = inner
+            .running
+            .values()
+            .filter(|r| r.workspace == *workspace && r.client_id.as_deref() == Some(sid.as_str()))
+            .filter_map(|r| json(&executing(Some(r.last_node.as_deref()?), None)))
+            .collect();
+        for text in resumed {
             inner.deliver(id, Frame::Text(text));
         }
         Connection { id, sid, frames }
@@ -215,7 +216,40 @@ impl Hub {
         audience: Audience,
     ) {
         let Some(text) = json(message) else { return };
-        self.send(workspace, client_id, audience, |_| Frame::Text(text.clone()));
+        self.publish_text(workspace, client_id, &text, audience);
+    }
+
+    /// [`Hub::publish`] of a message already in its JSON text ([`Delivery::text`]).
+    fn publish_text(
+        &self,
+        workspace: &str,
+        client_id: Option<&str>,
+        text: &str,
+        audience: Audience,
+    ) {
+        self.send(workspace, client_id, audience, |_| Frame::Text(text.to_owned()));
+    }
+
+    /// Does what a [`Delivery`] says (one that is no business of the sockets is ignored).
+    pub(crate) fn deliver(&self, delivery: &Delivery) {
+        match delivery {
+            Delivery::Message { workspace, client_id, text, audience } => {
+                self.publish_text(workspace, client_id.as_deref(), text, *audience);
+            }
+            Delivery::Preview { workspace, client_id, plain, with_metadata } => {
+                self.send_preview(workspace, client_id.as_deref(), plain, with_metadata);
+            }
+            Delivery::Running { workspace, prompt_id, client_id, node, running } => {
+                self.set_running(
+                    prompt_id,
+                    workspace,
+                    client_id.as_deref(),
+                    node.as_deref(),
+                    *running,
+                );
+            }
+            Delivery::HistoryStored { .. } | Delivery::HistoryRemoved { .. } => {}
+        }
     }
 
     /// Queues for every socket of the audience in `workspace` the frame `frame_for` makes for it; sockets that
@@ -274,21 +308,27 @@ impl Hub {
         }
     }
 
-    /// Records which prompt runs, in which workspace, for whom, and on which node (for reconnecting owners);
-    /// `None` when idle.
+    /// Records that a prompt runs, in which workspace, for whom, and on which node (for reconnecting owners),
+    /// or with `running` false that it stopped.
     pub(crate) fn set_running(
         &self,
-        workspace: &Arc<str>,
+        prompt_id: &str,
+        workspace: &str,
         client_id: Option<&str>,
         node: Option<&str>,
         running: bool,
     ) {
         let mut inner = self.lock();
-        inner.running = running.then(|| Running {
-            workspace: workspace.clone(),
+        if !running {
+            inner.running.remove(prompt_id);
+            return;
+        }
+        let entry = Running {
+            workspace: Arc::from(workspace),
             client_id: client_id.map(str::to_owned),
             last_node: node.map(str::to_owned),
-        });
+        };
+        inner.running.insert(prompt_id.to_owned(), entry);
     }
 
     /// Number of registered sockets.

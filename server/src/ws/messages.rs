@@ -12,7 +12,8 @@ use kiln_spec::types;
 use crate::convert;
 
 /// Who receives a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Audience {
     /// Only the prompt's owner; dropped when the prompt has no `client_id`.
     Owner,

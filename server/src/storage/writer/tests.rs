@@ -27,7 +27,7 @@ async fn open(name: &str, postgres: Option<Postgres>) -> Db {
         Some(cluster) => Database::Postgres(cluster.url()),
         None => Database::Embedded,
     };
-    let storage = Storage::open(&dir, &database).await.expect("opens");
+    let storage = Storage::open(&dir, &database, false).await.expect("opens");
     Db { dir, storage, _postgres: postgres }
 }
 

@@ -137,7 +137,7 @@ fn only_the_first_client_message_is_read_as_feature_flags() {
 #[test]
 fn a_reconnecting_owner_resumes_on_the_running_node() {
     let hub = Hub::default();
-    hub.set_running(&ws(), Some("tab"), Some("7"), true);
+    hub.set_running("p", &ws(), Some("tab"), Some("7"), true);
     let mut socket = hub.connect(&ws(), Some("tab"), 1);
     let frames = drain(&mut socket);
     assert_eq!(types_of(&frames), ["status", "executing"]);
@@ -330,7 +330,7 @@ fn messages_stay_in_their_workspace_even_under_the_same_client_id() {
     hub.broadcast_status(|workspace| if workspace == "a" { 2 } else { 1 }, false);
     assert_eq!(counter(&mut owner), 2);
     // A prompt running in a, re-announced to a reconnecting owner of a only.
-    hub.set_running(&a, Some("tab"), Some("7"), true);
+    hub.set_running("p", &a, Some("tab"), Some("7"), true);
     let mut stranger = hub.connect(&b, Some("tab"), 0);
     assert_eq!(drain(&mut stranger).len(), 1, "only its status");
 }

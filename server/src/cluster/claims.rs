@@ -1,0 +1,238 @@
+//! A worker's hold on the prompts it runs: the claim (the first pending prompt in ComfyUI's order, with one
+//! `FOR UPDATE SKIP LOCKED` statement, so workers never wait on each other's claims), the lease it renews
+//! while the prompt runs (which also brings it a client's interrupt), and the end of the claim: finished in one
+//! transaction with the history entry and the run's last events, or handed back to the queue. Every write
+//! after the claim names its attempt number: a worker whose lease was taken back (it stalled past the lease,
+//! and the prompt went to another worker or into the history) changes nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kiln_engine::queue::QueueEntry;
+use sqlx::postgres::PgListener;
+
+use super::{Cluster, POLL, QUEUE_CHANNEL, notify, store_history, wait_for};
+use crate::service::history::Record;
+use crate::service::queued::{Queued, StoredPrompt};
+use crate::workspace::Workspaces;
+use crate::ws::Delivery;
+
+/// A prompt this worker claimed.
+pub(crate) struct Claimed {
+    /// The prompt's id.
+    pub(crate) id: String,
+    /// The claim's attempt number (1 for the first claim of the prompt).
+    pub(crate) attempt: i32,
+    /// The prompt, ready to run; or why this worker cannot run it (it is recorded as failed).
+    pub(crate) prompt: Result<QueueEntry<Queued>, Unrunnable>,
+}
+
+/// A claimed prompt this worker cannot run (its workspace does not open, or it no longer validates).
+pub(crate) struct Unrunnable {
+    /// Its workspace.
+    pub(crate) workspace: String,
+    /// Its number.
+    pub(crate) number: f64,
+    /// What was stored.
+    pub(crate) stored: StoredPrompt,
+    /// Why.
+    pub(crate) why: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimRow {
+    id: String,
+    workspace: String,
+    number: f64,
+    seq: i64,
+    attempt: i32,
+    payload: String,
+}
+
+impl Cluster {
+    /// Claims the first pending prompt (number, then arrival), waiting up to `wait` for one; `None` if none
+    /// came.
+    pub(crate) async fn claim(
+        &self,
+        workspaces: &Workspaces,
+        listener: &mut Option<PgListener>,
+        wait: Duration,
+    ) -> Result<Option<Claimed>, sqlx::Error> {
+        if listener.is_none() {
+            *listener = super::listener(&self.pool, QUEUE_CHANNEL).await;
+        }
+        let row = match self.claim_row().await? {
+            Some(row) => row,
+            None => {
+                wait_for(listener, &self.pool, QUEUE_CHANNEL, wait.min(POLL)).await;
+                match self.claim_row().await? {
+                    Some(row) => row,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let prompt = match Queued::from_stored(workspaces, &row.workspace, &row.payload) {
+            Ok(queued) => Ok(QueueEntry {
+                id: row.id.clone(),
+                number: row.number,
+                seq: row.seq.max(0) as u64,
+                payload: queued,
+            }),
+            Err(why) => Err(Unrunnable {
+                workspace: row.workspace,
+                number: row.number,
+                stored: StoredPrompt::parse(&row.payload),
+                why,
+            }),
+        };
+        Ok(Some(Claimed { id: row.id, attempt: row.attempt, prompt }))
+    }
+
+    async fn claim_row(&self) -> Result<Option<ClaimRow>, sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        let row: Option<ClaimRow> = sqlx::query_as(
+            "UPDATE queue SET running = 1, attempt = attempt + 1, max_attempts = $1, worker = $2, \
+             lease_until = now() + make_interval(secs => $3), interrupt = FALSE \
+             WHERE id = (SELECT id FROM queue WHERE running = 0 ORDER BY number, seq \
+                         LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, workspace, number, seq, attempt, payload",
+        )
+        .bind(self.max_attempts as i32)
+        .bind(&self.node)
+        .bind(self.lease.as_secs_f64())
+        .fetch_optional(&mut *transaction)
+        .await?;
+        if row.is_some() {
+            notify(&mut transaction, QUEUE_CHANNEL).await?;
+        }
+        transaction.commit().await?;
+        Ok(row)
+    }
+
+    /// Renews the lease of a claim: whether a client asked to interrupt the prompt, or `None` if the claim
+    /// is no longer this worker's.
+    async fn renew(&self, id: &str, attempt: i32) -> Result<Option<bool>, sqlx::Error> {
+        sqlx::query_scalar(
+            "UPDATE queue SET lease_until = now() + make_interval(secs => $3) \
+             WHERE id = $1 AND attempt = $2 AND running = 1 RETURNING interrupt",
+        )
+        .bind(id)
+        .bind(attempt)
+        .bind(self.lease.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    /// Ends a claim: the prompt leaves the queue, its history entry is stored and `closing` (the run's last
+    /// events, after everything it sent before) is written, in one transaction. `false` if the claim was no
+    /// longer this worker's (nothing is written).
+    pub(crate) async fn finish(
+        &self,
+        attempt: i32,
+        record: &Record,
+        closing: &[Delivery],
+    ) -> Result<bool, sqlx::Error> {
+        if let Some(events) = &self.events {
+            events.flush().await;
+        }
+        let mut transaction = self.pool.begin().await?;
+        let ours = sqlx::query("DELETE FROM queue WHERE id = $1 AND attempt = $2 AND running = 1")
+            .bind(&record.prompt_id)
+            .bind(attempt)
+            .execute(&mut *transaction)
+            .await?
+            .rows_affected()
+            == 1;
+        if !ours {
+            transaction.rollback().await?;
+            return Ok(false);
+        }
+        store_history(&mut transaction, record).await?;
+        let stored = Delivery::HistoryStored {
+            workspace: record.workspace.to_string(),
+            prompt_id: record.prompt_id.clone(),
+        };
+        let mut deliveries = vec![stored];
+        deliveries.extend_from_slice(closing);
+        super::events::insert(&mut transaction, &deliveries).await?;
+        notify(&mut transaction, QUEUE_CHANNEL).await?;
+        transaction.commit().await?;
+        Ok(true)
+    }
+
+    /// Puts a claimed prompt back in the queue, at its place, without counting the attempt (a draining worker
+    /// that will not wait for it).
+    pub(crate) async fn hand_back(&self, id: &str, attempt: i32) -> Result<(), sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE queue SET running = 0, attempt = attempt - 1, worker = NULL, lease_until = NULL \
+             WHERE id = $1 AND attempt = $2 AND running = 1",
+        )
+        .bind(id)
+        .bind(attempt)
+        .execute(&mut *transaction)
+        .await?;
+        notify(&mut transaction, QUEUE_CHANNEL).await?;
+        transaction.commit().await
+    }
+
+    /// Renews a claim's lease until the returned [`Heartbeat`] is stopped, and calls `interrupt` when a
+    /// client asks for it or the claim is lost (taken back after the lease ran out), with the heartbeat's
+    /// stopped flag: `interrupt` must check it under the same lock [`Heartbeat::stop`] is called under, so an
+    /// interrupt meant for this prompt never stops the next one.
+    pub(crate) fn heartbeat(
+        self: &Arc<Cluster>,
+        id: &str,
+        attempt: i32,
+        interrupt: impl Fn(&AtomicBool) + Send + Sync + 'static,
+    ) -> Heartbeat {
+        let stopped = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicBool::new(false));
+        let beat = Heartbeat { stopped: stopped.clone(), lost: lost.clone() };
+        let cluster = self.clone();
+        let id = id.to_owned();
+        // Often enough that an interrupt is felt within half a second, and the lease renewed well before it ends.
+        let every = (self.lease / 4).min(Duration::from_millis(500));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                match cluster.renew(&id, attempt).await {
+                    Ok(Some(false)) => {}
+                    Ok(Some(true)) => interrupt(&stopped),
+                    Ok(None) => {
+                        tracing::warn!(prompt = %id, "the claim on the running prompt was taken back; stopping it");
+                        lost.store(true, Ordering::SeqCst);
+                        interrupt(&stopped);
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot renew the lease of the running prompt")
+                    }
+                }
+            }
+        });
+        beat
+    }
+}
+
+/// The lease renewal of a running prompt ([`Cluster::heartbeat`]).
+pub(crate) struct Heartbeat {
+    stopped: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
+}
+
+impl Heartbeat {
+    /// Stops renewing (the prompt ended).
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the claim was taken back while the prompt ran.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}

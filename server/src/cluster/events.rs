@@ -1,0 +1,223 @@
+//! The events table: a worker appends what its runs tell the clients ([`Delivery`]), every API node reads the
+//! rows in id order and hands them to its hub.
+//!
+//! A worker's events go through one [`Writer`] task, in batches (one transaction and one NOTIFY each, committed
+//! without waiting for the WAL flush: progress that a Postgres crash loses is harmless); a run's last events are
+//! written in the transaction that finishes it, after [`Writer::flush`], so they follow its progress.
+//!
+//! Ids come from a sequence, taken when a row is inserted, while rows become visible when their transaction
+//! commits: two workers committing at once can make id 8 visible before id 7. A reader therefore stops at a gap
+//! and waits for it to fill, up to [`GAP_WAIT`] (a gap that stays is a rolled-back transaction's).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgPool;
+use sqlx::{Postgres, Transaction};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Cluster, EVENTS_CHANNEL, POLL, listener, notify, wait_for};
+use crate::service::history::Record;
+use crate::service::worker::Service;
+use crate::ws::Delivery;
+
+/// How long a reader waits for a missing id before it reads past it.
+const GAP_WAIT: Duration = Duration::from_secs(2);
+/// Rows read at once.
+const BATCH: i64 = 500;
+
+/// Writes the deliveries of one transaction, in order, and notifies the API nodes at its commit.
+pub(super) async fn insert(
+    transaction: &mut Transaction<'_, Postgres>,
+    deliveries: &[Delivery],
+) -> Result<(), sqlx::Error> {
+    let bodies: Vec<String> =
+        deliveries.iter().filter_map(|d| serde_json::to_string(d).ok()).collect();
+    if bodies.is_empty() {
+        return Ok(());
+    }
+    // `WITH ORDINALITY`: the ids follow the order of the array.
+    sqlx::query(
+        "INSERT INTO events (body) SELECT body FROM UNNEST($1::text[]) WITH ORDINALITY AS t(body, n) \
+         ORDER BY n",
+    )
+    .bind(&bodies)
+    .execute(&mut **transaction)
+    .await?;
+    notify(transaction, EVENTS_CHANNEL).await
+}
+
+enum Command {
+    Deliver(Delivery),
+    Flush(oneshot::Sender<()>),
+}
+
+/// A worker's events writer: [`Writer::send`] never waits; a task writes what has arrived in batches.
+pub(super) struct Writer {
+    sender: mpsc::UnboundedSender<Command>,
+}
+
+impl Writer {
+    /// Starts the task on the current runtime.
+    pub(super) fn start(pool: PgPool) -> Writer {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(write_batches(pool, receiver));
+        Writer { sender }
+    }
+
+    /// Queues a delivery.
+    pub(super) fn send(&self, delivery: Delivery) {
+        let _ = self.sender.send(Command::Deliver(delivery));
+    }
+
+    /// Waits until everything sent before is written (or given up on).
+    pub(super) async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.sender.send(Command::Flush(done)).is_ok() {
+            let _ = written.await;
+        }
+    }
+}
+
+async fn write_batches(pool: PgPool, mut receiver: mpsc::UnboundedReceiver<Command>) {
+    let mut batch = Vec::new();
+    let mut flushed = Vec::new();
+    while let Some(first) = receiver.recv().await {
+        let mut next = Some(first);
+        while let Some(command) = next.take().or_else(|| receiver.try_recv().ok()) {
+            match command {
+                Command::Deliver(delivery) => batch.push(delivery),
+                Command::Flush(done) => flushed.push(done),
+            }
+            if batch.len() >= 256 {
+                break;
+            }
+        }
+        write_batch(&pool, &batch).await;
+        batch.clear();
+        for done in flushed.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Writes one batch, trying a few times while the database is away; dropped after that (logged): they are
+/// progress messages, and the history keeps every outcome.
+async fn write_batch(pool: &PgPool, batch: &[Delivery]) {
+    if batch.is_empty() {
+        return;
+    }
+    for attempt in 1..=5u32 {
+        let written = async {
+            let mut transaction = pool.begin().await?;
+            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *transaction).await?;
+            insert(&mut transaction, batch).await?;
+            transaction.commit().await
+        };
+        match written.await {
+            Ok(()) => return,
+            Err(error) if attempt == 5 => {
+                tracing::error!(%error, events = batch.len(), "cannot write events; dropping them")
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot write events; trying again");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            }
+        }
+    }
+}
+
+/// The id of the newest event, where a starting API node begins to read (taken before it loads the history,
+/// so what a worker stores meanwhile arrives through the events).
+pub(crate) async fn latest_event(cluster: &Cluster) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events").fetch_one(&cluster.pool).await
+}
+
+/// An API node's reader: hands every event after `cursor` to the runtime, in order, until the server stops.
+pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, mut cursor: i64) {
+    let mut listener = listener(&cluster.pool, EVENTS_CHANNEL).await;
+    let mut gap_since: Option<Instant> = None;
+    while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let rows: Vec<(i64, String)> =
+            match sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
+                .bind(cursor)
+                .bind(BATCH)
+                .fetch_all(&cluster.pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the events");
+                    tokio::time::sleep(POLL).await;
+                    continue;
+                }
+            };
+        let full = rows.len() as i64 == BATCH;
+        let mut stalled = false;
+        for (id, body) in rows {
+            if id != cursor + 1 {
+                let since = *gap_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < GAP_WAIT {
+                    stalled = true;
+                    break;
+                }
+            }
+            gap_since = None;
+            cursor = id;
+            match serde_json::from_str::<Delivery>(&body) {
+                Ok(delivery) => apply(&runtime, &cluster, delivery).await,
+                Err(error) => tracing::warn!(id, %error, "skipping an event this node cannot read"),
+            }
+        }
+        if full && !stalled {
+            continue;
+        }
+        let wait = if stalled { Duration::from_millis(20) } else { POLL };
+        wait_for(&mut listener, &cluster.pool, EVENTS_CHANNEL, wait).await;
+    }
+}
+
+/// What an API node does with an event.
+async fn apply(runtime: &Service, cluster: &Cluster, delivery: Delivery) {
+    match &delivery {
+        Delivery::HistoryStored { workspace, prompt_id } => {
+            match load_history(cluster, workspace, prompt_id).await {
+                Ok(Some(record)) => runtime.history().insert(record),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, prompt_id, "cannot read a stored history entry")
+                }
+            }
+        }
+        Delivery::HistoryRemoved { workspace, clear, ids } => {
+            let mut histories = runtime.history();
+            let history = histories.of_mut(workspace);
+            if *clear {
+                history.clear();
+            }
+            history.delete(ids);
+        }
+        Delivery::Running { prompt_id, running: false, .. } => {
+            runtime.hub.deliver(&delivery);
+            // Gone from this node's queue now, so its `status` comes before the run's last `executing`.
+            runtime.queue.retire(prompt_id);
+        }
+        _ => runtime.hub.deliver(&delivery),
+    }
+}
+
+async fn load_history(
+    cluster: &Cluster,
+    workspace: &str,
+    id: &str,
+) -> Result<Option<Record>, sqlx::Error> {
+    let entry: Option<String> =
+        sqlx::query_scalar("SELECT entry FROM history WHERE workspace = $1 AND id = $2")
+            .bind(workspace)
+            .bind(id)
+            .fetch_optional(&cluster.pool)
+            .await?;
+    Ok(entry
+        .and_then(|entry| serde_json::from_str(&entry).ok())
+        .and_then(|entry| Record::from_entry(workspace, id, &entry)))
+}

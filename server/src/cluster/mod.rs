@@ -1,0 +1,226 @@
+//! Several Kiln processes on one Postgres database (`kiln --role api|worker`): API nodes serve the clients,
+//! workers run the prompts, and the database is the system of record for the queue, the history and the prompt
+//! counter (the processes also share one data directory: inputs, outputs, keys).
+//!
+//! - The queue table is the queue: an API node inserts an accepted prompt (numbered from the shared counter,
+//!   arrival from the `queue_seq` sequence) and keeps a mirror of the table for `/queue`, `/api/jobs` and the
+//!   `status` counters (`mirror.rs`); a worker claims the first pending prompt in ComfyUI's order with one
+//!   `FOR UPDATE SKIP LOCKED` statement, holds it with a lease it renews, and finishes it in one transaction
+//!   fenced by the claim's attempt number (`claims.rs`).
+//! - The events table carries what a run tells the clients ([`Delivery`]): workers append, every API node reads
+//!   the rows after the last one it delivered and hands them to its hub (`events.rs`).
+//! - The sweeper takes back claims whose lease ran out (the worker died): queued again, or recorded as
+//!   interrupted once the prompt had its attempts; and it drops old events (`sweeper.rs`).
+//!
+//! NOTIFY `kiln_queue` follows every change of the queue table and `kiln_events` every batch of events: wake-up
+//! hints only (a listener that reconnects has missed them), so every reader also polls.
+
+mod claims;
+mod events;
+mod mirror;
+mod sweeper;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_engine::queue::Placement;
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+
+use crate::config::ProcessRole;
+use crate::ws::Delivery;
+
+pub(crate) use claims::Unrunnable;
+pub(crate) use events::{follow as follow_events, latest_event};
+pub(crate) use mirror::{MirrorStore, follow as follow_queue, sync as sync_queue};
+pub(crate) use sweeper::sweep_forever;
+
+/// The channel notified after every change of the queue table.
+const QUEUE_CHANNEL: &str = "kiln_queue";
+/// The channel notified after events are written.
+const EVENTS_CHANNEL: &str = "kiln_events";
+/// How often a reader looks without a notification.
+const POLL: Duration = Duration::from_secs(1);
+
+/// This process's part in a cluster, and its connections to the shared database.
+pub(crate) struct Cluster {
+    /// API node or worker.
+    pub(crate) role: ProcessRole,
+    pool: PgPool,
+    /// The name this process claims prompts under (the `worker` column, the log).
+    pub(crate) node: String,
+    /// How long a claim lasts without a heartbeat.
+    lease: Duration,
+    /// How many claims a prompt of this worker may have.
+    max_attempts: u32,
+    /// A worker's writer of events.
+    events: Option<events::Writer>,
+}
+
+impl Cluster {
+    /// Connects as `role` (a worker also starts its events writer) and moves the arrival sequence past the
+    /// prompts a single server queued on this database before.
+    pub(crate) async fn open(
+        url: &str,
+        role: ProcessRole,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> Result<Arc<Cluster>, sqlx::Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect(url)
+            .await?;
+        sqlx::query(
+            "SELECT setval('queue_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM queue), \
+             (SELECT last_value FROM queue_seq)))",
+        )
+        .execute(&pool)
+        .await?;
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "kiln".to_owned());
+        let node = format!(
+            "{host}-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let events = (role == ProcessRole::Worker).then(|| events::Writer::start(pool.clone()));
+        Ok(Arc::new(Cluster { role, pool, node, lease, max_attempts: max_attempts.max(1), events }))
+    }
+
+    /// The number of a new prompt request (see `PromptQueue::take_number`), from the shared counter.
+    pub(crate) async fn take_number(&self, placement: Placement) -> Result<f64, sqlx::Error> {
+        if let Placement::Number(number) = placement {
+            return Ok(number);
+        }
+        let taken: i64 =
+            sqlx::query_scalar("UPDATE counter SET next = next + 1 RETURNING next - 1")
+                .fetch_one(&self.pool)
+                .await?;
+        let taken = taken as f64;
+        // ComfyUI negates an int, so the first front prompt is 0, not -0.
+        Ok(if placement == Placement::Front && taken > 0.0 { -taken } else { taken })
+    }
+
+    /// Queues a prompt: its arrival order, or `None` if a prompt with this id is queued or running already.
+    pub(crate) async fn enqueue(
+        &self,
+        workspace: &str,
+        id: &str,
+        number: f64,
+        payload: &str,
+    ) -> Result<Option<u64>, sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        let seq: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO queue (workspace, id, number, seq, payload) \
+             VALUES ($1, $2, $3, nextval('queue_seq'), $4) ON CONFLICT (id) DO NOTHING RETURNING seq",
+        )
+        .bind(workspace)
+        .bind(id)
+        .bind(number)
+        .bind(payload)
+        .fetch_optional(&mut *transaction)
+        .await?;
+        notify(&mut transaction, QUEUE_CHANNEL).await?;
+        transaction.commit().await?;
+        Ok(seq.map(|seq| seq as u64))
+    }
+
+    /// Removes pending prompts (a prompt a worker claimed meanwhile stays: it runs).
+    pub(crate) async fn dequeue(&self, ids: &[String]) -> Result<(), sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("DELETE FROM queue WHERE id = ANY($1) AND running = 0")
+            .bind(ids)
+            .execute(&mut *transaction)
+            .await?;
+        notify(&mut transaction, QUEUE_CHANNEL).await?;
+        transaction.commit().await
+    }
+
+    /// Asks the worker running a prompt to interrupt it (it reads the flag with its next heartbeat).
+    pub(crate) async fn interrupt(&self, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE queue SET interrupt = TRUE WHERE id = $1 AND running = 1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map(drop)
+    }
+
+    /// Tells every API node (this one included) what happened, through the events table.
+    pub(crate) async fn announce(&self, deliveries: &[Delivery]) -> Result<(), sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        events::insert(&mut transaction, deliveries).await?;
+        transaction.commit().await
+    }
+
+    /// A worker's events: sent in order, without waiting (see `events.rs`).
+    pub(crate) fn deliver(&self, delivery: Delivery) {
+        if let Some(events) = &self.events {
+            events.send(delivery);
+        }
+    }
+}
+
+/// A listener on `channel`; `None` while the database cannot be reached (the caller polls, and
+/// [`wait_for`] tries again).
+async fn listener(pool: &PgPool, channel: &'static str) -> Option<PgListener> {
+    let listening = async {
+        let mut listener = PgListener::connect_with(pool).await?;
+        listener.listen(channel).await?;
+        Ok::<_, sqlx::Error>(listener)
+    };
+    match listening.await {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%error, channel, "cannot listen for notifications; polling");
+            None
+        }
+    }
+}
+
+/// Waits for a notification on `channel` (taking the others already there) or `timeout`.
+async fn wait_for(
+    listener: &mut Option<PgListener>,
+    pool: &PgPool,
+    channel: &'static str,
+    timeout: Duration,
+) {
+    let Some(listening) = listener else {
+        tokio::time::sleep(timeout).await;
+        *listener = self::listener(pool, channel).await;
+        return;
+    };
+    match tokio::time::timeout(timeout, listening.try_recv()).await {
+        // The connection was lost: listen again (what was sent meanwhile is lost; the caller reads anyway).
+        Ok(Ok(None)) | Ok(Err(_)) => *listener = self::listener(pool, channel).await,
+        Ok(Ok(Some(_))) => while listening.next_buffered().is_some() {},
+        Err(_) => {}
+    }
+}
+
+/// Notifies a channel when the transaction commits.
+async fn notify(
+    connection: &mut sqlx::PgConnection,
+    channel: &'static str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, '')").bind(channel).execute(connection).await.map(drop)
+}
+
+/// Stores a history entry (replacing one under the same id, which then moves to the end, as the single
+/// server's writer does).
+async fn store_history(
+    connection: &mut sqlx::PgConnection,
+    record: &crate::service::history::Record,
+) -> Result<(), sqlx::Error> {
+    let entry = serde_json::to_string(&record.entry()).unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO history (workspace, id, number, entry) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (workspace, id) DO UPDATE \
+         SET seq = excluded.seq, number = excluded.number, entry = excluded.entry",
+    )
+    .bind(&*record.workspace)
+    .bind(&record.prompt_id)
+    .bind(record.number)
+    .bind(entry)
+    .execute(connection)
+    .await
+    .map(drop)
+}
