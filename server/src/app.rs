@@ -72,9 +72,7 @@ impl Server {
         let cluster = match (config.role, &config.database) {
             (ProcessRole::All, _) => None,
             (role, Database::Postgres(url)) => Some(
-                Cluster::open(url, role, config.worker_lease, config.max_attempts)
-                    .await
-                    .map_err(std::io::Error::other)?,
+                Cluster::open(url, role, &config.claims).await.map_err(std::io::Error::other)?,
             ),
             (_, Database::Embedded) => {
                 return Err(std::io::Error::other(

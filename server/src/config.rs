@@ -93,6 +93,30 @@ impl ProcessRole {
     }
 }
 
+/// How a worker of a cluster claims and holds prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claims {
+    /// How long a claim lasts without a heartbeat (`--worker-lease`): a prompt whose worker died is taken
+    /// back after this.
+    pub lease: std::time::Duration,
+    /// How many times a prompt may be claimed (`--max-attempts`): a prompt whose worker died runs again until
+    /// it has had this many, and is then recorded as interrupted.
+    pub max_attempts: u32,
+    /// How long a prompt may wait while the worker takes later prompts whose model files it holds
+    /// (`--affinity-wait`; zero keeps strict order).
+    pub affinity_wait: std::time::Duration,
+}
+
+impl Default for Claims {
+    fn default() -> Claims {
+        Claims {
+            lease: std::time::Duration::from_secs(10),
+            max_attempts: 1,
+            affinity_wait: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
 /// Where Kiln keeps its queue, history and prompt counter.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Database {
@@ -192,12 +216,8 @@ pub struct Config {
     pub api_key: Option<String>,
     /// What this process does (`--role`).
     pub role: ProcessRole,
-    /// How long a worker's claim on a prompt lasts without a heartbeat (`--worker-lease`): a prompt whose
-    /// worker died is taken back after this.
-    pub worker_lease: std::time::Duration,
-    /// How many times a worker's prompt may be claimed (`--max-attempts`): a prompt whose worker died runs
-    /// again until it has had this many, and is then recorded as interrupted.
-    pub max_attempts: u32,
+    /// How a worker of a cluster claims and holds prompts.
+    pub claims: Claims,
     /// The command line, reported by `/api/system_stats`.
     pub argv: Vec<String>,
 }
@@ -229,8 +249,7 @@ impl Config {
             cimd_allow_loopback_http: false,
             api_key: None,
             role: ProcessRole::All,
-            worker_lease: std::time::Duration::from_secs(10),
-            max_attempts: 1,
+            claims: Claims::default(),
             argv,
         }
     }

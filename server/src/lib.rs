@@ -43,8 +43,8 @@ pub use accounts::{
 pub use api::Runtime;
 pub use app::Server;
 pub use config::{
-    CacheMode, ComputeConfig, Config, Database, FrontEnd, ProcessRole, check_issuer, hide_password,
-    is_loopback_http,
+    CacheMode, Claims, ComputeConfig, Config, Database, FrontEnd, ProcessRole, check_issuer,
+    hide_password, is_loopback_http,
 };
 pub use extra_model_paths::{ExtraModelPath, ExtraModelPathsError, read_extra_model_paths};
 pub use frontend_package::{FRONTEND_VERSION, FRONTEND_WHEEL_URL, FrontEndVersion};

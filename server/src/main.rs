@@ -142,6 +142,11 @@ struct Args {
     /// worker until it has had this many attempts, and is then recorded as interrupted.
     #[arg(long, value_name = "N", default_value_t = 1)]
     max_attempts: u32,
+    /// Worker: model affinity. The worker first takes the prompts whose model files it holds (those of the
+    /// prompt it ran last), in order; an earlier prompt that needs other files waits at most this long before
+    /// it comes first again. 0 keeps ComfyUI's strict order.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    affinity_wait: f64,
     /// After SIGTERM or SIGINT, how long the running prompt may take to finish before it is interrupted and
     /// handed back to the queue (it runs again at the next start). A second signal hands it back at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
@@ -224,14 +229,16 @@ impl Args {
                 self.role
             );
         }
-        config.worker_lease = std::time::Duration::try_from_secs_f64(self.worker_lease)
+        config.claims.lease = std::time::Duration::try_from_secs_f64(self.worker_lease)
             .ok()
             .filter(|lease| *lease >= std::time::Duration::from_millis(500))
             .context("--worker-lease must be a number of seconds, 0.5 or more")?;
         if self.max_attempts == 0 {
             bail!("--max-attempts must be 1 or more");
         }
-        config.max_attempts = self.max_attempts;
+        config.claims.max_attempts = self.max_attempts;
+        config.claims.affinity_wait = std::time::Duration::try_from_secs_f64(self.affinity_wait)
+            .context("--affinity-wait must be a number of seconds, 0 or more")?;
         config.runtime = match self.runtime {
             RuntimeArg::Local => Runtime::Local,
             RuntimeArg::Cloud => Runtime::Cloud,

@@ -23,3 +23,9 @@ CREATE TABLE events (
     at TIMESTAMPTZ NOT NULL DEFAULT now(),
     body TEXT NOT NULL
 );
+
+-- Model affinity: the model files a prompt names, and when it was queued. A worker takes first the prompts whose
+-- files it holds (or that name none), in order, and a prompt that waited longer than the affinity wait joins
+-- them, so nobody starves (`claims.rs`).
+ALTER TABLE queue ADD COLUMN models TEXT[] NOT NULL DEFAULT '{}';
+ALTER TABLE queue ADD COLUMN queued_at TIMESTAMPTZ NOT NULL DEFAULT now();

@@ -40,14 +40,16 @@ pub(crate) struct Unrunnable {
     pub(crate) why: String,
 }
 
+/// A claimed queue row.
 #[derive(sqlx::FromRow)]
-struct ClaimRow {
-    id: String,
+pub(super) struct ClaimRow {
+    pub(super) id: String,
     workspace: String,
     number: f64,
     seq: i64,
-    attempt: i32,
+    pub(super) attempt: i32,
     payload: String,
+    models: Vec<String>,
 }
 
 impl Cluster {
@@ -89,24 +91,37 @@ impl Cluster {
         Ok(Some(Claimed { id: row.id, attempt: row.attempt, prompt }))
     }
 
-    async fn claim_row(&self) -> Result<Option<ClaimRow>, sqlx::Error> {
+    /// Claims the first pending prompt in ComfyUI's order among those this worker is best placed to run:
+    /// the prompts whose model files it holds (all of them: the files of the prompt it ran last), or that
+    /// name none, or that have waited longer than the affinity wait; then the others. Holds the claimed
+    /// prompt's files from then on.
+    pub(super) async fn claim_row(&self) -> Result<Option<ClaimRow>, sqlx::Error> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut transaction = self.pool.begin().await?;
         let row: Option<ClaimRow> = sqlx::query_as(
             "UPDATE queue SET running = 1, attempt = attempt + 1, max_attempts = $1, worker = $2, \
              lease_until = now() + make_interval(secs => $3), interrupt = FALSE \
-             WHERE id = (SELECT id FROM queue WHERE running = 0 ORDER BY number, seq \
+             WHERE id = (SELECT id FROM queue WHERE running = 0 \
+                         ORDER BY (models <@ $4::text[] \
+                                   OR queued_at <= now() - make_interval(secs => $5)) DESC, \
+                                  number, seq \
                          LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING id, workspace, number, seq, attempt, payload",
+             RETURNING id, workspace, number, seq, attempt, payload, models",
         )
         .bind(self.max_attempts as i32)
         .bind(&self.node)
         .bind(self.lease.as_secs_f64())
+        .bind(&held)
+        .bind(self.affinity_wait.as_secs_f64())
         .fetch_optional(&mut *transaction)
         .await?;
         if row.is_some() {
             notify(&mut transaction, QUEUE_CHANNEL).await?;
         }
         transaction.commit().await?;
+        if let Some(row) = &row {
+            *self.held.lock().unwrap_or_else(|p| p.into_inner()) = row.models.clone();
+        }
         Ok(row)
     }
 

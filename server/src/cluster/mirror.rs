@@ -32,14 +32,8 @@ fn failed(error: sqlx::Error) -> StoreError {
 
 impl QueueStore<Queued> for MirrorStore {
     fn insert(&self, entry: &QueueEntry<Queued>) -> Result<(), StoreError> {
-        let payload = entry.payload.stored_payload();
-        let workspace = &entry.payload.workspace.id;
-        let queued = self.handle.block_on(self.cluster.enqueue(
-            workspace,
-            &entry.id,
-            entry.number,
-            &payload,
-        ));
+        let queued =
+            self.handle.block_on(self.cluster.enqueue(&entry.id, entry.number, &entry.payload));
         match queued.map_err(failed)? {
             Some(_) => Ok(()),
             None => Err(StoreError(format!("a prompt with id {} is already queued", entry.id))),

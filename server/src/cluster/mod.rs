@@ -19,6 +19,8 @@ mod claims;
 mod events;
 mod mirror;
 mod sweeper;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +28,7 @@ use std::time::Duration;
 use kiln_engine::queue::Placement;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 
-use crate::config::ProcessRole;
+use crate::config::{Claims, ProcessRole};
 use crate::ws::Delivery;
 
 pub(crate) use claims::Unrunnable;
@@ -52,6 +54,10 @@ pub(crate) struct Cluster {
     lease: Duration,
     /// How many claims a prompt of this worker may have.
     max_attempts: u32,
+    /// How long a prompt may wait while workers holding other models pass it by (model affinity).
+    affinity_wait: Duration,
+    /// The model files a worker holds: those of the prompt it claimed last.
+    held: std::sync::Mutex<Vec<String>>,
     /// A worker's writer of events.
     events: Option<events::Writer>,
 }
@@ -62,8 +68,7 @@ impl Cluster {
     pub(crate) async fn open(
         url: &str,
         role: ProcessRole,
-        lease: Duration,
-        max_attempts: u32,
+        claims: &Claims,
     ) -> Result<Arc<Cluster>, sqlx::Error> {
         let pool = PgPoolOptions::new()
             .max_connections(8)
@@ -83,7 +88,16 @@ impl Cluster {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
         let events = (role == ProcessRole::Worker).then(|| events::Writer::start(pool.clone()));
-        Ok(Arc::new(Cluster { role, pool, node, lease, max_attempts: max_attempts.max(1), events }))
+        Ok(Arc::new(Cluster {
+            role,
+            pool,
+            node,
+            lease: claims.lease,
+            max_attempts: claims.max_attempts.max(1),
+            affinity_wait: claims.affinity_wait,
+            held: std::sync::Mutex::new(Vec::new()),
+            events,
+        }))
     }
 
     /// The number of a new prompt request (see `PromptQueue::take_number`), from the shared counter.
@@ -103,20 +117,20 @@ impl Cluster {
     /// Queues a prompt: its arrival order, or `None` if a prompt with this id is queued or running already.
     pub(crate) async fn enqueue(
         &self,
-        workspace: &str,
         id: &str,
         number: f64,
-        payload: &str,
+        queued: &crate::service::queued::Queued,
     ) -> Result<Option<u64>, sqlx::Error> {
         let mut transaction = self.pool.begin().await?;
         let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO queue (workspace, id, number, seq, payload) \
-             VALUES ($1, $2, $3, nextval('queue_seq'), $4) ON CONFLICT (id) DO NOTHING RETURNING seq",
+            "INSERT INTO queue (workspace, id, number, seq, payload, models) \
+             VALUES ($1, $2, $3, nextval('queue_seq'), $4, $5) ON CONFLICT (id) DO NOTHING RETURNING seq",
         )
-        .bind(workspace)
+        .bind(&*queued.workspace.id)
         .bind(id)
         .bind(number)
-        .bind(payload)
+        .bind(queued.stored_payload())
+        .bind(queued.model_files())
         .fetch_optional(&mut *transaction)
         .await?;
         notify(&mut transaction, QUEUE_CHANNEL).await?;

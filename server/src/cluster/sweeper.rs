@@ -11,7 +11,7 @@ use super::{Cluster, QUEUE_CHANNEL, notify, store_history};
 use crate::service::history::Record;
 use crate::service::queued::StoredPrompt;
 use crate::service::worker::Service;
-use crate::ws::{Audience, Delivery, executing};
+use crate::ws::{Audience, Delivery};
 
 /// The transaction-level advisory lock one sweeper holds at a time ("swee" in ASCII).
 const SWEEP_LOCK: i64 = 0x7377_6565;
@@ -101,7 +101,6 @@ pub(crate) async fn sweep(cluster: &Cluster) -> Result<(), sqlx::Error> {
 /// (to everyone when the prompt has no owner, as ComfyUI), the prompt no longer runs, `executing` null.
 fn interrupted(record: &Record, client_id: Option<&str>) -> Vec<Delivery> {
     let workspace = &*record.workspace;
-    let prompt_id = record.prompt_id.parse::<uuid::Uuid>().ok();
     let mut deliveries = vec![Delivery::HistoryStored {
         workspace: workspace.to_owned(),
         prompt_id: record.prompt_id.clone(),
@@ -114,12 +113,6 @@ fn interrupted(record: &Record, client_id: Option<&str>) -> Vec<Delivery> {
         text: message.to_string(),
         audience: Audience::OwnerOrAll,
     });
-    deliveries.push(Delivery::running(workspace, &record.prompt_id, client_id, None, false));
-    deliveries.extend(Delivery::message(
-        workspace,
-        client_id,
-        &executing(None, prompt_id),
-        Audience::Owner,
-    ));
+    deliveries.extend(Delivery::ended(workspace, &record.prompt_id, client_id));
     deliveries
 }

@@ -176,13 +176,11 @@ impl Service {
         };
         if let Some(cluster) = &self.cluster {
             // In a cluster the shared table is the queue: the prompt takes its arrival from it.
-            let payload = queued.stored_payload();
-            let workspace = &queued.workspace.id;
             let failed = |e: sqlx::Error| SubmitError::Failed {
                 what: "the shared queue",
                 cause: e.to_string(),
             };
-            let seq = cluster.enqueue(workspace, &prompt_id, number, &payload).await;
+            let seq = cluster.enqueue(&prompt_id, number, &queued).await;
             let seq = match seq.map_err(failed) {
                 Ok(Some(seq)) => seq,
                 Ok(None) => {

@@ -31,6 +31,30 @@ impl Queued {
         &*self.workspace.id == workspace
     }
 
+    /// The model files the prompt names (its inputs that are file names with a model file's extension), sorted:
+    /// what a worker of a cluster that loaded them runs sooner.
+    pub(crate) fn model_files(&self) -> Vec<String> {
+        const EXTENSIONS: [&str; 7] =
+            [".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf"];
+        let mut files: Vec<String> = self
+            .prompt_json
+            .as_object()
+            .into_iter()
+            .flat_map(|nodes| nodes.values())
+            .filter_map(|node| node.get("inputs")?.as_object())
+            .flat_map(|inputs| inputs.values())
+            .filter_map(Value::as_str)
+            .filter(|value| {
+                let lower = value.to_ascii_lowercase();
+                EXTENSIONS.iter().any(|extension| lower.ends_with(extension))
+            })
+            .map(str::to_owned)
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        files
+    }
+
     /// The queue row's payload: what [`Queued::from_stored`] reads back.
     pub(crate) fn stored_payload(&self) -> String {
         serde_json::json!({

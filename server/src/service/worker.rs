@@ -23,9 +23,7 @@ pub(crate) use super::queued::Queued;
 use crate::config::ProcessRole;
 use crate::metrics::{Finished, Snapshot, WorkerState};
 use crate::workspace::Workspaces;
-use crate::ws::{
-    Audience, Delivery, Hub, ProgressState, executing, message, node_output, preview_frames,
-};
+use crate::ws::{Audience, Delivery, Hub, ProgressState, message, node_output, preview_frames};
 
 /// The prompt's `extra_data.preview_method` when it names a method (the frontend sends it unless its setting
 /// is "default"), else the server's `--preview-method`.
@@ -333,7 +331,7 @@ fn record_unrunnable(
         })
         .into_iter()
         .collect();
-    closing.extend(last_words(&unrunnable.workspace, id, client_id.as_deref()));
+    closing.extend(Delivery::ended(&unrunnable.workspace, id, client_id.as_deref()));
     let messages = message(prompt_id, &error, timestamp)
         .and_then(|(wire, _)| serde_json::to_value(wire).ok())
         .map(|v| vec![("execution_error".to_owned(), v["data"].clone())])
@@ -352,19 +350,6 @@ fn record_unrunnable(
     if let Err(error) = runtime.storage.block_on(cluster.finish(attempt, &record, &closing)) {
         tracing::error!(%error, "cannot record the prompt as failed");
     }
-}
-
-/// What follows a run's terminal event: the prompt no longer runs, then `executing` null to its owner.
-fn last_words(workspace: &str, id: &str, client_id: Option<&str>) -> Vec<Delivery> {
-    let prompt_id = id.parse::<uuid::Uuid>().ok();
-    let mut words = vec![Delivery::running(workspace, id, None, None, false)];
-    words.extend(Delivery::message(
-        workspace,
-        client_id,
-        &executing(None, prompt_id),
-        Audience::Owner,
-    ));
-    words
 }
 
 fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
@@ -476,7 +461,7 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
         messages,
     };
     let terminal = sink.terminal();
-    let last = last_words(&workspace, &entry.id, client_id.as_deref());
+    let last = Delivery::ended(&workspace, &entry.id, client_id.as_deref());
     // Store first (the history entry and the removal of the queue row, in one transaction), then announce.
     if let (Some(cluster), Some(attempt)) = (&runtime.cluster, attempt) {
         let mut closing: Vec<Delivery> = terminal.into_iter().collect();

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::Audience;
 use super::hub::json;
+use super::{Audience, executing};
 use kiln_spec::types;
 
 /// One thing a run tells the sockets (or, in a cluster, the other API nodes).
@@ -100,6 +100,19 @@ impl Delivery {
             node: node.map(str::to_owned),
             running,
         }
+    }
+}
+
+impl Delivery {
+    /// What follows a run's terminal event: the prompt no longer runs, then `executing` null to its owner
+    /// (only sent when it has one: nobody else would receive it).
+    pub(crate) fn ended(workspace: &str, id: &str, client_id: Option<&str>) -> Vec<Delivery> {
+        let mut ended = vec![Delivery::running(workspace, id, None, None, false)];
+        if client_id.is_some() {
+            let done = executing(None, id.parse::<uuid::Uuid>().ok());
+            ended.extend(Delivery::message(workspace, client_id, &done, Audience::Owner));
+        }
+        ended
     }
 }
 
