@@ -72,7 +72,7 @@ fn delete_and_clear_touch_only_pending_prompts() {
         1,
         "a runs; zzz is unknown"
     );
-    assert_eq!(q.running().into_iter().map(|e| e.id).collect::<Vec<_>>(), [running.id.clone()]);
+    assert_eq!(q.running().into_iter().map(|e| e.id).collect::<Vec<_>>(), [running.id]);
     assert_eq!(q.remaining(), 2);
     assert_eq!(q.clear().expect("ok").len(), 1);
     assert_eq!(q.remaining(), 1, "the running prompt is not cleared");

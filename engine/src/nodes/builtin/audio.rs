@@ -7,6 +7,7 @@
 use std::collections::hash_map::RandomState;
 use std::fs;
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -109,16 +110,22 @@ fn save_flac(
     let target = save_target(prefix, root, (0, 0))?;
     let tags = tags(ctx);
     let mut files = Vec::new();
-    for (item, counter) in (0..audio.batch()).zip(target.counter..) {
+    let mut next = target.counter;
+    for item in 0..audio.batch() {
         ctx.check_interrupt()?;
         let name = target.name.replace("%batch_num%", &item.to_string());
-        let filename = format!("{name}_{counter:05}.flac");
-        let path = target.folder.join(&filename);
         let bytes = media::flac_file(audio, item, &tags).map_err(media_error)?;
-        fs::write(&path, bytes).map_err(|e| {
-            NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
+        let mut claimed = target.claim(next, |counter| format!("{name}_{counter:05}.flac"))?;
+        next = claimed.counter + 1;
+        claimed.file.write_all(&bytes).map_err(|e| {
+            let path = claimed.path.display();
+            NodeError::of_kind(ErrorKind::Io, format!("cannot write {path}: {e}"))
         })?;
-        files.push(FileRef { filename, subfolder: target.subfolder.clone(), kind });
+        files.push(FileRef {
+            filename: claimed.filename,
+            subfolder: target.subfolder.clone(),
+            kind,
+        });
     }
     Ok(UiOutput { named: vec![("audio".to_owned(), files)], ..UiOutput::default() })
 }

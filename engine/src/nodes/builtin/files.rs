@@ -442,7 +442,8 @@ fn save_pngs_as(
     files: PngFiles,
 ) -> Result<UiOutput, NodeError> {
     let (batch, h, w, c) = super::image::dims(images)?;
-    let SaveTarget { folder, name, subfolder, counter: first } = save_target(prefix, root, (w, h))?;
+    let target = save_target(prefix, root, (w, h))?;
+    let (name, subfolder, first) = (&target.name, &target.subfolder, target.counter);
     let mut text_chunks: Vec<(String, String)> = Vec::new();
     if files.metadata {
         text_chunks.push(("prompt".to_owned(), ctx.prompt.to_string()));
@@ -451,16 +452,20 @@ fn save_pngs_as(
         }
     }
     let mut ui = UiOutput::default();
-    for (b, counter) in (0..batch).zip(first..) {
+    let mut next = first;
+    for b in 0..batch {
         ctx.check_interrupt()?;
         let pixels = &images.data()[b * h * w * c..(b + 1) * h * w * c];
-        let filename = if files.trailing_underscore {
-            format!("{name}_{counter:05}_.png")
-        } else {
-            format!("{name}_{counter:05}.png")
-        };
-        write_png(&folder.join(&filename), pixels, (w, h, c), &text_chunks, files.sixteen_bit)?;
-        ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
+        let claimed = target.claim(next, |counter| {
+            if files.trailing_underscore {
+                format!("{name}_{counter:05}_.png")
+            } else {
+                format!("{name}_{counter:05}.png")
+            }
+        })?;
+        next = claimed.counter + 1;
+        write_png(&claimed.path, claimed.file, pixels, (w, h, c), &text_chunks, files.sixteen_bit)?;
+        ui.images.push(FileRef { filename: claimed.filename, subfolder: subfolder.clone(), kind });
     }
     Ok(ui)
 }
@@ -494,6 +499,46 @@ pub(super) struct SaveTarget {
     pub(super) subfolder: String,
     /// The first free counter.
     pub(super) counter: u64,
+}
+
+/// A file a save node claimed: created empty, under a name no other writer holds.
+pub(super) struct ClaimedFile {
+    /// Its name.
+    pub(super) filename: String,
+    /// Its counter.
+    pub(super) counter: u64,
+    /// Its path.
+    pub(super) path: PathBuf,
+    /// The file, open for writing.
+    pub(super) file: fs::File,
+}
+
+impl SaveTarget {
+    /// Creates the file `name_of(counter)` for the first counter from `from` whose file does not exist yet
+    /// (created exclusively): ComfyUI's counter, except that writers saving under the same prefix at once
+    /// (the workers of a cluster on one output folder) each get their own file instead of overwriting
+    /// one.
+    pub(super) fn claim(
+        &self,
+        from: u64,
+        name_of: impl Fn(u64) -> String,
+    ) -> Result<ClaimedFile, NodeError> {
+        let mut counter = from;
+        loop {
+            let filename = name_of(counter);
+            let path = self.folder.join(&filename);
+            match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => return Ok(ClaimedFile { filename, counter, path, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => counter += 1,
+                Err(e) => {
+                    return Err(NodeError::of_kind(
+                        ErrorKind::Io,
+                        format!("cannot write {}: {e}", path.display()),
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// ComfyUI's variables in a filename prefix (`compute_vars` of `get_save_image_path`): `%width%` and
@@ -576,14 +621,12 @@ fn next_counter(folder: &Path, name: &str) -> u64 {
 
 fn write_png(
     path: &Path,
+    file: fs::File,
     pixels: &[f32],
     (w, h, c): (usize, usize, usize),
     text: &[(String, String)],
     sixteen_bit: bool,
 ) -> Result<(), NodeError> {
-    let file = fs::File::create(path).map_err(|e| {
-        NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
-    })?;
     let out = BufWriter::new(file);
     let encoded = if sixteen_bit {
         encode_png16(out, pixels, (w, h, c), text)
@@ -707,5 +750,41 @@ mod tests {
         assert_eq!(next_counter(&dir, "img"), 9);
         assert_eq!(next_counter(&dir, "new"), 1);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn writers_saving_under_one_prefix_at_once_each_get_their_own_file() {
+        let root = std::env::temp_dir().join(format!("kiln-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // Both see the same first counter, as two workers on one output folder would.
+        let targets = [save_target("img", &root, (8, 8)), save_target("img", &root, (8, 8))];
+        let names: Vec<String> = std::thread::scope(|scope| {
+            let writers: Vec<_> = targets
+                .iter()
+                .map(|target| {
+                    let target = target.as_ref().expect("target");
+                    scope.spawn(move || {
+                        (0..50)
+                            .map(|_| {
+                                let file = target
+                                    .claim(target.counter, |n| {
+                                        format!("{}_{n:05}_.png", target.name)
+                                    })
+                                    .expect("claimed");
+                                file.filename
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            writers.into_iter().flat_map(|w| w.join().expect("joins")).collect()
+        });
+        let mut distinct = names.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 100, "no file was claimed twice: {names:?}");
+        assert_eq!(distinct.first().map(String::as_str), Some("img_00001_.png"));
+        assert_eq!(distinct.last().map(String::as_str), Some("img_00100_.png"));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

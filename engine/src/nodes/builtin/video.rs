@@ -247,9 +247,9 @@ pub(super) fn save_video() -> MediaNode {
         };
         let dimensions = video.dimensions().map_err(media_error)?;
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, dimensions)?;
-        let filename = format!("{}_{:05}_.mp4", target.name, target.counter);
-        let path = target.folder.join(&filename);
         ctx.check_interrupt()?;
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.mp4", target.name))?;
+        let (filename, path) = (claimed.filename, claimed.path);
         video.save_mp4(&path, &SaveOptions { crf, tags: tags(ctx) }).map_err(media_error)?;
         let ui = UiOutput {
             images: vec![FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output }],
@@ -461,8 +461,8 @@ pub(super) fn save_animated_webp() -> MediaNode {
         let fps = inputs.float("fps")?;
         let (n, h, w, c, bytes) = frames_u8(images)?;
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
-        let filename = format!("{}_{:05}_.webp", target.name, target.counter);
-        let path = target.folder.join(&filename);
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webp", target.name))?;
+        let (filename, path) = (claimed.filename, claimed.path);
         let delay = (1000.0 / fps) as u32;
         let frame_len = h * w * c;
         let frames: Vec<&[u8]> = bytes.chunks_exact(frame_len).collect();
@@ -498,8 +498,8 @@ pub(super) fn save_animated_png() -> MediaNode {
         let level = inputs.int("compress_level")?.clamp(0, 9) as u8;
         let (n, h, w, c, bytes) = frames_u8(images)?;
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
-        let filename = format!("{}_{:05}_.png", target.name, target.counter);
-        let path = target.folder.join(&filename);
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.png", target.name))?;
+        let (filename, path) = (claimed.filename, claimed.path);
         let frames: Vec<&[u8]> = bytes.chunks_exact(h * w * c).collect();
         let chunks = media::comf_chunks(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::apng(&frames, (w, h, c), (1000.0 / fps) as u32, level, &chunks)
