@@ -18,6 +18,12 @@
 //! a throwaway cluster for each start, `kiln_tests::postgres`), alternating with the others, and the ratios
 //! to the embedded SQLite database are printed.
 //!
+//! With `KILN_BENCH_CLUSTER=1`, a cluster on Postgres is measured too, for 1, 2 and 4 workers (one API node,
+//! `--role worker` processes, a fresh database each): the accept flood against the API node, the workers' pace
+//! draining the backlog (prompts finished a second), and the claim latency of an idle cluster (from a
+//! prompt's `create_time` to its `execution_start`, one prompt at a time, [`LATENCY_SAMPLES`] of them), the
+//! same latency measured on the single server (SQLite) in the same run.
+//!
 //! Figures depend on the machine (the load generator shares it with kiln): compare builds in one run.
 
 // A benchmark's report is its output.
@@ -42,6 +48,8 @@ const SETTLE: Duration = Duration::from_millis(500);
 const DRAIN: Duration = Duration::from_secs(3);
 /// Pending prompts for the clear.
 const CLEAR_PENDING: i64 = 10_000;
+/// Prompts submitted one at a time for the claim latency.
+const LATENCY_SAMPLES: usize = 40;
 /// Measurement rounds (each runs every binary once, alternating).
 const ROUNDS: usize = 3;
 
@@ -62,19 +70,31 @@ impl Drop for Kiln {
     }
 }
 
+/// A fresh database of `postgres`.
+fn fresh_database(postgres: &Postgres) -> String {
+    static DATABASES: AtomicUsize = AtomicUsize::new(0);
+    postgres.database(&format!("load{}", DATABASES.fetch_add(1, Ordering::Relaxed)))
+}
+
 /// Starts `binary` on a fresh data dir, and on a fresh database of `postgres` if given.
 fn start(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Kiln {
-    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let database = postgres.map(fresh_database);
     let data_dir = std::env::temp_dir().join(format!("kiln-load-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
+    spawn(binary, &data_dir, database.as_deref(), &[])
+}
+
+/// Starts `binary` on `data_dir` (and `database`) with `args`; the process is killed and `data_dir`
+/// removed when the returned `Kiln` drops.
+fn spawn(binary: &Path, data_dir: &Path, database: Option<&str>, args: &[&str]) -> Kiln {
+    let data_dir = data_dir.to_path_buf();
     let mut command = Command::new(binary);
     command
         .args(["--port", "0", "--cache-classic", "--disable-front-end", "--data-dir"])
-        .arg(&data_dir);
-    if let Some(postgres) = postgres {
-        let database =
-            postgres.database(&format!("load{}", STARTS.fetch_add(1, Ordering::Relaxed)));
-        command.args(["--database-url", &database]);
+        .arg(&data_dir)
+        .args(args);
+    if let Some(database) = database {
+        command.args(["--database-url", database]);
     }
     let mut child = command
         .env("RUST_LOG", "warn,kiln=info,kiln_server=warn")
@@ -256,6 +276,104 @@ async fn measure(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Fig
     figures
 }
 
+/// A cluster's figures.
+#[derive(Debug, Default, Clone, Copy)]
+struct ClusterFigures {
+    accept_per_s: f64,
+    p99_ms: f64,
+    pace: f64,
+    claim_p50_ms: f64,
+    claim_p99_ms: f64,
+}
+
+/// The claim latency of an idle server: `LATENCY_SAMPLES` prompts, one at a time, each from its
+/// `create_time` to its `execution_start` (both stamped by Kiln, in milliseconds); sorted.
+async fn claim_latencies(http: &reqwest::Client, addr: &str) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for _ in 0..LATENCY_SAMPLES {
+        let answer: serde_json::Value = http
+            .post(format!("http://{addr}/api/prompt"))
+            .body(PROMPT)
+            .send()
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("JSON");
+        let id = answer["prompt_id"].as_str().expect("an id").to_owned();
+        let entry = loop {
+            let history: serde_json::Value = http
+                .get(format!("http://{addr}/api/history/{id}"))
+                .send()
+                .await
+                .expect("answers")
+                .json()
+                .await
+                .expect("JSON");
+            if let Some(entry) = history.get(&id) {
+                break entry.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let created = entry["prompt"][3]["create_time"].as_i64().expect("create_time");
+        let started = entry["status"]["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m[0] == "execution_start")
+            .and_then(|m| m[1]["timestamp"].as_i64())
+            .expect("execution_start");
+        latencies.push(Duration::from_millis((started - created).max(0) as u64));
+    }
+    latencies.sort();
+    latencies
+}
+
+/// One API node and `workers` workers of `binary` on a fresh database of `postgres`.
+async fn measure_cluster(binary: &Path, postgres: &Postgres, workers: usize) -> ClusterFigures {
+    let database = fresh_database(postgres);
+    let data_dir =
+        std::env::temp_dir().join(format!("kiln-load-cluster{workers}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let api = spawn(binary, &data_dir, Some(&database), &["--role", "api"]);
+    let _workers: Vec<Kiln> = (0..workers)
+        .map(|_| spawn(binary, &data_dir, Some(&database), &["--role", "worker"]))
+        .collect();
+    let addr = api.addr.clone();
+    let http = reqwest::Client::new();
+    let mut figures = ClusterFigures::default();
+    let warm = Flood::start(&addr);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm.stop().await;
+    while remaining(&http, &addr).await > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let flood = Flood::start(&addr);
+    let started = Instant::now();
+    tokio::time::sleep(FLOOD).await;
+    let latencies = flood.stop().await;
+    figures.accept_per_s = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    figures.p99_ms = ms(percentile(&latencies, 0.99));
+    // The workers' pace with nothing arriving: the backlog drained over DRAIN (or to its end).
+    let (d0, r0) = (Instant::now(), remaining(&http, &addr).await);
+    let mut last = (d0, r0);
+    while d0.elapsed() < DRAIN && last.1 > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        last = (Instant::now(), remaining(&http, &addr).await);
+    }
+    figures.pace = (r0 - last.1) as f64 / (last.0 - d0).as_secs_f64();
+    clear(&http, &addr).await;
+    while remaining(&http, &addr).await > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let claims = claim_latencies(&http, &addr).await;
+    figures.claim_p50_ms = ms(percentile(&claims, 0.50));
+    figures.claim_p99_ms = ms(percentile(&claims, 0.99));
+    drop(api);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    figures
+}
+
 fn print(label: &str, f: &Figures) {
     println!(
         "{label:>9}: accept {:>5.0}/s p50 {:.2} ms p99 {:.2} ms | worker flood {:>5.0}/s idle {:>5.0}/s ({:.0} %) | clear {} in {:.1} ms",
@@ -320,5 +438,32 @@ async fn main() {
     }
     if postgres.is_some() {
         compare("postgres", "current");
+    }
+    if std::env::var_os("KILN_BENCH_CLUSTER").is_some() {
+        cluster(&current).await;
+    }
+}
+
+/// The cluster's figures for 1, 2 and 4 workers, and the single server's claim latency, in one run.
+async fn cluster(binary: &Path) {
+    let postgres = Postgres::start("load-cluster");
+    let single = start(binary, "single", None);
+    let claims = claim_latencies(&reqwest::Client::new(), &single.addr).await;
+    drop(single);
+    let (single_p50, single_p99) = (ms(percentile(&claims, 0.50)), ms(percentile(&claims, 0.99)));
+    println!(
+        "single server (SQLite): claim latency p50 {single_p50:.1} ms p99 {single_p99:.1} ms (create_time to execution_start, idle)"
+    );
+    for workers in [1, 2, 4] {
+        let f = measure_cluster(binary, &postgres, workers).await;
+        println!(
+            "cluster, {workers} worker(s): accept {:>5.0}/s p99 {:.2} ms | workers drain {:>5.0}/s | claim latency p50 {:.1} ms p99 {:.1} ms ({:.2}x the single server's p50)",
+            f.accept_per_s,
+            f.p99_ms,
+            f.pace,
+            f.claim_p50_ms,
+            f.claim_p99_ms,
+            f.claim_p50_ms / single_p50.max(0.1),
+        );
     }
 }

@@ -133,14 +133,37 @@ pub(crate) async fn latest_event(cluster: &Cluster) -> Result<i64, sqlx::Error> 
     sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events").fetch_one(&cluster.pool).await
 }
 
+/// Where a reader is in the events: the last id it delivered, and since when it waits at a gap after it.
+#[derive(Debug)]
+struct Cursor {
+    at: i64,
+    gap_since: Option<Instant>,
+}
+
+impl Cursor {
+    /// Whether the next row read, `id`, may be delivered now (the cursor then moves to it): it follows the
+    /// last one, or the reader has waited [`GAP_WAIT`] for the ids between.
+    fn admit(&mut self, id: i64, now: Instant) -> bool {
+        if id != self.at + 1 {
+            let since = *self.gap_since.get_or_insert(now);
+            if now.duration_since(since) < GAP_WAIT {
+                return false;
+            }
+        }
+        self.gap_since = None;
+        self.at = id;
+        true
+    }
+}
+
 /// An API node's reader: hands every event after `cursor` to the runtime, in order, until the server stops.
-pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, mut cursor: i64) {
+pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor: i64) {
     let mut listener = listener(&cluster.pool, EVENTS_CHANNEL).await;
-    let mut gap_since: Option<Instant> = None;
+    let mut cursor = Cursor { at: cursor, gap_since: None };
     while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
         let rows: Vec<(i64, String)> =
             match sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
-                .bind(cursor)
+                .bind(cursor.at)
                 .bind(BATCH)
                 .fetch_all(&cluster.pool)
                 .await
@@ -155,15 +178,10 @@ pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, mut cur
         let full = rows.len() as i64 == BATCH;
         let mut stalled = false;
         for (id, body) in rows {
-            if id != cursor + 1 {
-                let since = *gap_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < GAP_WAIT {
-                    stalled = true;
-                    break;
-                }
+            if !cursor.admit(id, Instant::now()) {
+                stalled = true;
+                break;
             }
-            gap_since = None;
-            cursor = id;
             match serde_json::from_str::<Delivery>(&body) {
                 Ok(delivery) => apply(&runtime, &cluster, delivery).await,
                 Err(error) => tracing::warn!(id, %error, "skipping an event this node cannot read"),
@@ -220,4 +238,29 @@ async fn load_history(
     Ok(entry
         .and_then(|entry| serde_json::from_str(&entry).ok())
         .and_then(|entry| Record::from_entry(workspace, id, &entry)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Cursor, GAP_WAIT};
+
+    #[test]
+    fn a_reader_waits_at_a_gap_for_a_late_commit_then_reads_past_it() {
+        let start = Instant::now();
+        let mut cursor = Cursor { at: 4, gap_since: None };
+        assert!(cursor.admit(5, start), "the next id");
+        // 7 committed before 6: wait for 6.
+        assert!(!cursor.admit(7, start));
+        assert!(!cursor.admit(7, start + GAP_WAIT / 2), "still waiting");
+        assert!(cursor.admit(6, start + GAP_WAIT / 2), "6 arrived");
+        assert!(cursor.admit(7, start + GAP_WAIT / 2));
+        // 9 never comes (a rolled-back transaction): read past it after the wait.
+        assert!(!cursor.admit(10, start + GAP_WAIT));
+        assert!(!cursor.admit(10, start + GAP_WAIT + GAP_WAIT / 2));
+        assert!(cursor.admit(10, start + GAP_WAIT * 2 + Duration::from_millis(1)));
+        assert_eq!(cursor.at, 10);
+        assert!(cursor.gap_since.is_none(), "a new gap waits its own time");
+    }
 }

@@ -1,4 +1,5 @@
-//! Claims whose lease ran out: their worker died or lost the database. Every node of a cluster sweeps
+//! Claims whose lease ran out: their worker died or lost the database. (A running row without a lease is a
+//! single server's that died: a single server and a cluster never run on one database together.) Every node of a cluster sweeps
 //! periodically, one at a time (behind a transaction-level advisory lock): a prompt with attempts left goes
 //! back to its place in the queue; one that had them all is recorded as interrupted (its history entry and the
 //! run's last events, as a single server records a prompt that was running when it died). Events older than
@@ -52,7 +53,7 @@ pub(crate) async fn sweep(cluster: &Cluster) -> Result<(), sqlx::Error> {
     }
     let expired: Vec<Expired> = sqlx::query_as(
         "SELECT id, workspace, number, attempt, max_attempts, worker, payload FROM queue \
-         WHERE running = 1 AND lease_until < now() FOR UPDATE SKIP LOCKED",
+         WHERE running = 1 AND (lease_until < now() OR lease_until IS NULL) FOR UPDATE SKIP LOCKED",
     )
     .fetch_all(&mut *transaction)
     .await?;
