@@ -5,6 +5,7 @@ mod bad_input;
 mod binary;
 mod cloud;
 mod cloud_isolation;
+mod cluster;
 mod durability;
 mod end_to_end;
 mod execution_errors;
