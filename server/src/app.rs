@@ -371,6 +371,10 @@ impl Server {
     pub async fn drain(&self, timeout: std::time::Duration, stop_now: impl Future<Output = ()>) {
         let runtime = &self.runtime;
         runtime.drain.start();
+        if self.worker.is_none() {
+            // An API node runs nothing: the prompts running on the workers are theirs to finish.
+            return;
+        }
         let worker_stopped = async {
             while !runtime.drain.worker_stopped() {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -339,12 +339,19 @@ impl Reader {
         }
     }
 
-    /// The next prompt number the counter holds.
+    /// The next prompt number the counter holds (on Postgres, past the numbers a cluster took from its
+    /// sequence too).
     pub(crate) async fn counter(&self) -> Result<i64, sqlx::Error> {
-        const SQL: &str = "SELECT next FROM counter";
         match self {
-            Reader::Sqlite(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
-            Reader::Postgres(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
+            Reader::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT next FROM counter").fetch_one(pool).await
+            }
+            Reader::Postgres(pool) => sqlx::query_scalar(
+                "SELECT GREATEST(next, (SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END \
+                     FROM prompt_number)) FROM counter",
+            )
+            .fetch_one(pool)
+            .await,
         }
     }
 }

@@ -472,10 +472,26 @@ impl<P: Clone + Send> PromptQueue<P> {
         lock(&self.state).running.clone()
     }
 
-    /// The ids of the prompts pending or running.
-    pub fn ids(&self) -> HashSet<String> {
+    /// The prompts pending or running, by id: whether each runs.
+    pub fn states(&self) -> std::collections::HashMap<String, bool> {
         let state = lock(&self.state);
-        state.pending.values().chain(&state.running).map(|e| e.id.clone()).collect()
+        let pending = state.pending.values().map(|e| (e.id.clone(), false));
+        pending.chain(state.running.iter().map(|e| (e.id.clone(), true))).collect()
+    }
+
+    /// [`PromptQueue::admit`], unless a prompt with this id is pending or running already (a mirror that a
+    /// sync brought it to first); whether it was admitted. The reservation ends either way.
+    pub fn admit_new(&self, entry: QueueEntry<P>) -> bool {
+        let mut state = lock(&self.state);
+        let known = state.running.iter().chain(state.pending.values()).any(|e| e.id == entry.id);
+        if known {
+            return false;
+        }
+        state.make_pending(entry);
+        self.changed(&state);
+        drop(state);
+        self.ready.notify_one();
+        true
     }
 
     /// Makes this queue a mirror of a queue kept elsewhere (several processes sharing one database): pending

@@ -384,5 +384,15 @@ fn a_mirror_follows_the_shared_queue_keeping_payloads_and_reservations() {
     assert!(matches!(q.reserve("b".into(), 4.0), Err(InUse(_))), "b runs");
     q.admit(ticket.entry("pd"));
     assert_eq!(q.pending().into_iter().map(|e| e.id).collect::<Vec<_>>(), ["d"]);
+    assert_eq!(q.states().get("d"), Some(&false));
+    // A submission whose prompt a sync brought in (and a worker started) first is not admitted twice.
+    let ticket = q.reserve("f".into(), 6.0).expect("free");
+    q.sync(
+        &[row("b", 2.0, 2, true), row("c", 3.0, 3, true), row("f", 6.0, 6, true)],
+        new(&[("f", "pf")]),
+    );
+    assert!(!q.admit_new(ticket.entry("pf")));
+    assert_eq!(q.counts(), (0, 3), "f runs, once (d left the shared queue)");
+    assert_eq!(q.states().get("f"), Some(&true));
     assert!(q.reserve("a".into(), 1.0).is_ok(), "a is gone");
 }

@@ -15,6 +15,10 @@ CREATE INDEX queue_pending ON queue (number, seq) WHERE running = 0;
 -- Arrival order across API nodes (a single server numbers arrivals in memory, continuing after the stored ones).
 CREATE SEQUENCE queue_seq;
 
+-- ComfyUI's prompt numbers across API nodes: a sequence, so taking one neither waits on a row lock nor on a
+-- commit (a single server keeps its counter in `counter`; each mode starts past the other's numbers).
+CREATE SEQUENCE prompt_number MINVALUE 0 START 0;
+
 -- The outbox: what workers tell the clients (websocket messages, previews, which prompt runs where) and what
 -- every API node must learn (a history entry stored or removed), in commit order. NOTIFY `kiln_events` is only a
 -- wake-up hint: API nodes read the rows after the last one they delivered. Rows older than a few minutes go.

@@ -97,7 +97,6 @@ impl Cluster {
     /// prompt's files from then on.
     pub(super) async fn claim_row(&self) -> Result<Option<ClaimRow>, sqlx::Error> {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut transaction = self.pool.begin().await?;
         let row: Option<ClaimRow> = sqlx::query_as(
             "UPDATE queue SET running = 1, attempt = attempt + 1, max_attempts = $1, worker = $2, \
              lease_until = now() + make_interval(secs => $3), interrupt = FALSE \
@@ -113,13 +112,12 @@ impl Cluster {
         .bind(self.lease.as_secs_f64())
         .bind(&held)
         .bind(self.affinity_wait.as_secs_f64())
-        .fetch_optional(&mut *transaction)
+        .fetch_optional(&self.pool)
         .await?;
-        if row.is_some() {
-            notify(&mut transaction, QUEUE_CHANNEL).await?;
-        }
-        transaction.commit().await?;
         if let Some(row) = &row {
+            // The API nodes' mirrors show it running (only after a claim: an idle worker's empty claims
+            // must not wake the others).
+            notify(&mut *self.pool.acquire().await?, QUEUE_CHANNEL).await?;
             *self.held.lock().unwrap_or_else(|p| p.into_inner()) = row.models.clone();
         }
         Ok(row)
@@ -177,8 +175,17 @@ impl Cluster {
     }
 
     /// Puts a claimed prompt back in the queue, at its place, without counting the attempt (a draining worker
-    /// that will not wait for it).
-    pub(crate) async fn hand_back(&self, id: &str, attempt: i32) -> Result<(), sqlx::Error> {
+    /// that will not wait for it); the API nodes hear that it stopped running in the same transaction, so that
+    /// comes before its next claim's events.
+    pub(crate) async fn hand_back(
+        &self,
+        id: &str,
+        workspace: &str,
+        attempt: i32,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(events) = &self.events {
+            events.flush().await;
+        }
         let mut transaction = self.pool.begin().await?;
         sqlx::query(
             "UPDATE queue SET running = 0, attempt = attempt - 1, worker = NULL, lease_until = NULL \
@@ -188,13 +195,16 @@ impl Cluster {
         .bind(attempt)
         .execute(&mut *transaction)
         .await?;
+        let stopped = Delivery::running(workspace, id, None, None, false);
+        super::events::insert(&mut transaction, &[stopped]).await?;
         notify(&mut transaction, QUEUE_CHANNEL).await?;
         transaction.commit().await
     }
 
-    /// Renews a claim's lease until the returned [`Heartbeat`] is stopped, and calls `interrupt` when a
-    /// client asks for it or the claim is lost (taken back after the lease ran out), with the heartbeat's
-    /// stopped flag: `interrupt` must check it under the same lock [`Heartbeat::stop`] is called under, so an
+    /// Renews a claim's lease until the returned [`Heartbeat`] is stopped or dropped, and calls
+    /// `interrupt` when a client asks for it or the claim is lost (taken back, or not renewed for a whole
+    /// lease: the database is out of reach, and another worker may get the prompt), with the heartbeat's
+    /// quiet flag: `interrupt` must check it under the same lock [`Heartbeat::quiet`] is called under, so an
     /// interrupt meant for this prompt never stops the next one.
     pub(crate) fn heartbeat(
         self: &Arc<Cluster>,
@@ -202,27 +212,37 @@ impl Cluster {
         attempt: i32,
         interrupt: impl Fn(&AtomicBool) + Send + Sync + 'static,
     ) -> Heartbeat {
-        let stopped = Arc::new(AtomicBool::new(false));
-        let lost = Arc::new(AtomicBool::new(false));
-        let beat = Heartbeat { stopped: stopped.clone(), lost: lost.clone() };
+        let beat = Heartbeat {
+            stopped: Arc::new(AtomicBool::new(false)),
+            quiet: Arc::new(AtomicBool::new(false)),
+            lost: Arc::new(AtomicBool::new(false)),
+        };
+        let (stopped, quiet, lost) = (beat.stopped.clone(), beat.quiet.clone(), beat.lost.clone());
         let cluster = self.clone();
         let id = id.to_owned();
         // Often enough that an interrupt is felt within half a second, and the lease renewed well before it ends.
         let every = (self.lease / 4).min(Duration::from_millis(500));
         tokio::spawn(async move {
+            let mut renewed = std::time::Instant::now();
             loop {
                 tokio::time::sleep(every).await;
                 if stopped.load(Ordering::SeqCst) {
                     return;
                 }
+                let lose = |why: &str| {
+                    tracing::warn!(prompt = %id, "{why}; stopping the running prompt");
+                    lost.store(true, Ordering::SeqCst);
+                    interrupt(&quiet);
+                };
                 match cluster.renew(&id, attempt).await {
-                    Ok(Some(false)) => {}
-                    Ok(Some(true)) => interrupt(&stopped),
-                    Ok(None) => {
-                        tracing::warn!(prompt = %id, "the claim on the running prompt was taken back; stopping it");
-                        lost.store(true, Ordering::SeqCst);
-                        interrupt(&stopped);
-                        return;
+                    Ok(Some(false)) => renewed = std::time::Instant::now(),
+                    Ok(Some(true)) => {
+                        renewed = std::time::Instant::now();
+                        interrupt(&quiet);
+                    }
+                    Ok(None) => return lose("the claim on the running prompt was taken back"),
+                    Err(_) if renewed.elapsed() >= cluster.lease => {
+                        return lose("the claim could not be renewed for a whole lease");
                     }
                     Err(error) => {
                         tracing::warn!(%error, "cannot renew the lease of the running prompt")
@@ -234,20 +254,27 @@ impl Cluster {
     }
 }
 
-/// The lease renewal of a running prompt ([`Cluster::heartbeat`]).
+/// The lease renewal of a running prompt ([`Cluster::heartbeat`]); it stops when dropped.
 pub(crate) struct Heartbeat {
     stopped: Arc<AtomicBool>,
+    quiet: Arc<AtomicBool>,
     lost: Arc<AtomicBool>,
 }
 
 impl Heartbeat {
-    /// Stops renewing (the prompt ended).
-    pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
+    /// The run ended: no more interrupts (the lease is still renewed until the claim ends).
+    pub(crate) fn quiet(&self) {
+        self.quiet.store(true, Ordering::SeqCst);
     }
 
-    /// Whether the claim was taken back while the prompt ran.
+    /// Whether the claim was lost while the prompt ran.
     pub(crate) fn lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
     }
 }

@@ -133,34 +133,55 @@ pub(crate) async fn latest_event(cluster: &Cluster) -> Result<i64, sqlx::Error> 
     sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events").fetch_one(&cluster.pool).await
 }
 
-/// Where a reader is in the events: the last id it delivered, and since when it waits at a gap after it.
+/// How long ids read past stay looked for (a transaction that commits later than [`GAP_WAIT`]).
+const LATE_WAIT: Duration = Duration::from_secs(120);
+/// The most ids of one gap looked for later (a wider gap is rolled-back transactions').
+const LATE_IDS: i64 = 256;
+
+/// Where a reader is in the events: the last id it delivered, since when it waits at a gap after it, and the
+/// ids it read past, still looked for in case their transaction commits late.
 #[derive(Debug)]
 struct Cursor {
     at: i64,
     gap_since: Option<Instant>,
+    late: std::collections::BTreeMap<i64, Instant>,
 }
 
 impl Cursor {
+    fn new(at: i64) -> Cursor {
+        Cursor { at, gap_since: None, late: Default::default() }
+    }
+
     /// Whether the next row read, `id`, may be delivered now (the cursor then moves to it): it follows the
-    /// last one, or the reader has waited [`GAP_WAIT`] for the ids between.
+    /// last one, or the reader has waited [`GAP_WAIT`] for the ids between (which it then looks for late).
     fn admit(&mut self, id: i64, now: Instant) -> bool {
         if id != self.at + 1 {
             let since = *self.gap_since.get_or_insert(now);
             if now.duration_since(since) < GAP_WAIT {
                 return false;
             }
+            for missing in (self.at + 1).max(id - LATE_IDS)..id {
+                self.late.insert(missing, now);
+            }
         }
         self.gap_since = None;
         self.at = id;
         true
+    }
+
+    /// The ids still looked for (those looked for longer than [`LATE_WAIT`] are given up).
+    fn late_ids(&mut self, now: Instant) -> Vec<i64> {
+        self.late.retain(|_, since| now.duration_since(*since) < LATE_WAIT);
+        self.late.keys().copied().collect()
     }
 }
 
 /// An API node's reader: hands every event after `cursor` to the runtime, in order, until the server stops.
 pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor: i64) {
     let mut listener = listener(&cluster.pool, EVENTS_CHANNEL).await;
-    let mut cursor = Cursor { at: cursor, gap_since: None };
+    let mut cursor = Cursor::new(cursor);
     while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        deliver_late(&runtime, &cluster, &mut cursor).await;
         let rows: Vec<(i64, String)> =
             match sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
                 .bind(cursor.at)
@@ -195,16 +216,50 @@ pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor:
     }
 }
 
+/// Delivers the rows read past that have committed since (out of order, rather than never).
+async fn deliver_late(runtime: &Service, cluster: &Cluster, cursor: &mut Cursor) {
+    let late = cursor.late_ids(Instant::now());
+    if late.is_empty() {
+        return;
+    }
+    let rows: Vec<(i64, String)> =
+        match sqlx::query_as("SELECT id, body FROM events WHERE id = ANY($1) ORDER BY id")
+            .bind(&late)
+            .fetch_all(&cluster.pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(_) => return,
+        };
+    for (id, body) in rows {
+        cursor.late.remove(&id);
+        tracing::debug!(id, "an event committed late");
+        if let Ok(delivery) = serde_json::from_str::<Delivery>(&body) {
+            apply(runtime, cluster, delivery).await;
+        }
+    }
+}
+
 /// What an API node does with an event.
 async fn apply(runtime: &Service, cluster: &Cluster, delivery: Delivery) {
     match &delivery {
         Delivery::HistoryStored { workspace, prompt_id } => {
-            match load_history(cluster, workspace, prompt_id).await {
-                Ok(Some(record)) => runtime.history().insert(record),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::warn!(%error, prompt_id, "cannot read a stored history entry")
+            // Before what follows: the owner fetches the entry when it hears the prompt ended.
+            for attempt in 1..=3u64 {
+                match load_history(cluster, workspace, prompt_id).await {
+                    Ok(Some(record)) => runtime.history().insert(record),
+                    Ok(None) => {}
+                    Err(error) if attempt < 3 => {
+                        tracing::debug!(%error, prompt_id, "cannot read a stored history entry yet");
+                        tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                        continue;
+                    }
+                    // `/history/{id}` reads it from the database when asked.
+                    Err(error) => {
+                        tracing::warn!(%error, prompt_id, "cannot read a stored history entry")
+                    }
                 }
+                break;
             }
         }
         Delivery::HistoryRemoved { workspace, clear, ids } => {
@@ -224,7 +279,8 @@ async fn apply(runtime: &Service, cluster: &Cluster, delivery: Delivery) {
     }
 }
 
-async fn load_history(
+/// A stored history entry.
+pub(crate) async fn load_history(
     cluster: &Cluster,
     workspace: &str,
     id: &str,
@@ -249,7 +305,7 @@ mod tests {
     #[test]
     fn a_reader_waits_at_a_gap_for_a_late_commit_then_reads_past_it() {
         let start = Instant::now();
-        let mut cursor = Cursor { at: 4, gap_since: None };
+        let mut cursor = Cursor::new(4);
         assert!(cursor.admit(5, start), "the next id");
         // 7 committed before 6: wait for 6.
         assert!(!cursor.admit(7, start));
@@ -262,5 +318,9 @@ mod tests {
         assert!(cursor.admit(10, start + GAP_WAIT * 2 + Duration::from_millis(1)));
         assert_eq!(cursor.at, 10);
         assert!(cursor.gap_since.is_none(), "a new gap waits its own time");
+        // 8 and 9 were read past: looked for a while, in case their transaction commits late.
+        let later = start + GAP_WAIT * 2 + Duration::from_millis(1);
+        assert_eq!(cursor.late_ids(later), [8, 9]);
+        assert!(cursor.late_ids(later + super::LATE_WAIT).is_empty(), "then given up");
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kiln_engine::queue::{QueueEntry, QueueStore, StoreError, SyncRow};
 
@@ -62,16 +63,59 @@ struct Row {
     running: bool,
 }
 
+/// How long a prompt that left the table stays running in the mirror, waiting for the event that it stopped
+/// (so `status` follows its terminal frame, as on a single server).
+const LEAVING_WAIT: Duration = Duration::from_secs(10);
+
+/// What a mirror remembers between syncs.
+#[derive(Default)]
+pub(crate) struct MirrorState {
+    /// Prompts running here that left the table, since when.
+    leaving: HashMap<String, Instant>,
+    /// Rows this node cannot show (their workspace does not open or they do not validate here).
+    unshowable: HashSet<String>,
+}
+
 /// Brings the runtime's queue up to the table once: the rows' places and states, the payloads of the prompts
 /// new to this node (validated in their workspace off the async threads).
 pub(crate) async fn sync(runtime: &Arc<Service>, cluster: &Cluster) -> Result<(), sqlx::Error> {
-    let rows: Vec<Row> =
+    let table: Vec<Row> =
         sqlx::query_as("SELECT id, number, seq, running <> 0 AS running FROM queue")
             .fetch_all(&cluster.pool)
             .await?;
-    let known = runtime.queue.ids();
+    let states = runtime.queue.states();
+    let in_table: HashSet<&str> = table.iter().map(|row| row.id.as_str()).collect();
+    let mut mirror = std::mem::take(&mut *cluster.mirror.lock().unwrap_or_else(|p| p.into_inner()));
+    mirror.unshowable.retain(|id| in_table.contains(id.as_str()));
+    let mut rows: Vec<SyncRow> = table
+        .iter()
+        .filter(|row| !mirror.unshowable.contains(&row.id))
+        .map(|row| SyncRow {
+            id: row.id.clone(),
+            number: row.number,
+            seq: row.seq.max(0) as u64,
+            running: row.running,
+        })
+        .collect();
+    // A prompt that ended stays running here until the event that says so, or LEAVING_WAIT.
+    let now = Instant::now();
+    for entry in runtime.queue.running() {
+        if in_table.contains(entry.id.as_str()) {
+            continue;
+        }
+        let since = *mirror.leaving.entry(entry.id.clone()).or_insert(now);
+        if now.duration_since(since) < LEAVING_WAIT {
+            rows.push(SyncRow {
+                id: entry.id,
+                number: entry.number,
+                seq: entry.seq,
+                running: true,
+            });
+        }
+    }
+    mirror.leaving.retain(|id, _| states.get(id) == Some(&true));
     let unknown: Vec<String> =
-        rows.iter().filter(|row| !known.contains(&row.id)).map(|row| row.id.clone()).collect();
+        rows.iter().filter(|row| !states.contains_key(&row.id)).map(|row| row.id.clone()).collect();
     let mut new = HashMap::new();
     if !unknown.is_empty() {
         let payloads: Vec<(String, String, String)> =
@@ -80,37 +124,31 @@ pub(crate) async fn sync(runtime: &Arc<Service>, cluster: &Cluster) -> Result<()
                 .fetch_all(&cluster.pool)
                 .await?;
         let workspaces = runtime.workspaces.clone();
-        new = tokio::task::spawn_blocking(move || {
-            payloads
-                .into_iter()
-                .filter_map(|(id, workspace, payload)| {
-                    match Queued::from_stored(&workspaces, &workspace, &payload) {
-                        Ok(queued) => Some((id, queued)),
-                        Err(error) => {
-                            tracing::debug!(%id, %error, "a queued prompt this node cannot show");
-                            None
-                        }
+        let (shown, unshowable) = tokio::task::spawn_blocking(move || {
+            let mut shown = HashMap::new();
+            let mut unshowable = Vec::new();
+            for (id, workspace, payload) in payloads {
+                match Queued::from_stored(&workspaces, &workspace, &payload) {
+                    Ok(queued) => {
+                        shown.insert(id, queued);
                     }
-                })
-                .collect()
+                    Err(error) => {
+                        tracing::warn!(%id, %error, "a queued prompt this node cannot show");
+                        unshowable.push(id);
+                    }
+                }
+            }
+            (shown, unshowable)
         })
         .await
         .unwrap_or_default();
+        new = shown;
+        mirror.unshowable.extend(unshowable);
     }
-    let rows: Vec<SyncRow> = rows
-        .into_iter()
-        .map(|row| SyncRow {
-            id: row.id,
-            number: row.number,
-            seq: row.seq.max(0) as u64,
-            running: row.running,
-        })
-        .collect();
-    let changed = rows.len() != known.len() || rows.iter().any(|row| !known.contains(&row.id));
-    let running_now: HashSet<String> =
-        runtime.queue.running().into_iter().map(|entry| entry.id).collect();
-    let runs_changed = rows.iter().any(|row| row.running != running_now.contains(&row.id));
-    if changed || runs_changed {
+    let changed = rows.len() != states.len()
+        || rows.iter().any(|row| states.get(&row.id) != Some(&row.running));
+    *cluster.mirror.lock().unwrap_or_else(|p| p.into_inner()) = mirror;
+    if changed {
         runtime.queue.sync(&rows, new);
     }
     Ok(())

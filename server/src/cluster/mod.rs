@@ -26,13 +26,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::queue::Placement;
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::config::{Claims, ProcessRole};
 use crate::ws::Delivery;
 
 pub(crate) use claims::Unrunnable;
-pub(crate) use events::{follow as follow_events, latest_event};
+pub(crate) use events::{follow as follow_events, latest_event, load_history};
 pub(crate) use mirror::{MirrorStore, follow as follow_queue, sync as sync_queue};
 pub(crate) use sweeper::sweep_forever;
 
@@ -58,6 +58,8 @@ pub(crate) struct Cluster {
     affinity_wait: Duration,
     /// The model files a worker holds: those of the prompt it claimed last.
     held: std::sync::Mutex<Vec<String>>,
+    /// An API node's mirror's memory between syncs (taken while a sync runs).
+    mirror: std::sync::Mutex<mirror::MirrorState>,
     /// A worker's writer of events.
     events: Option<events::Writer>,
 }
@@ -70,14 +72,29 @@ impl Cluster {
         role: ProcessRole,
         claims: &Claims,
     ) -> Result<Arc<Cluster>, sqlx::Error> {
+        let mut options: PgConnectOptions = url.parse()?;
+        if role == ProcessRole::Worker {
+            // A worker's writes are bookkeeping, as the single server's (`storage.rs`): committed when
+            // answered, flushed by Postgres within its `wal_writer_delay`. A claim lost to a crash of Postgres
+            // is taken again; a lost finish runs the prompt again.
+            options = options.options([("synchronous_commit", "off")]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(3))
-            .connect(url)
+            .connect_with(options)
             .await?;
+        // Arrivals and numbers continue past what a single server stored on this database before.
+        // Only ever forward: a node starting while others take values must not set them back.
         sqlx::query(
-            "SELECT setval('queue_seq', GREATEST((SELECT COALESCE(MAX(seq), 0) FROM queue), \
-             (SELECT last_value FROM queue_seq)))",
+            "SELECT setval('queue_seq', stored) FROM (SELECT MAX(seq) AS stored FROM queue) AS q \
+             WHERE stored > (SELECT last_value FROM queue_seq)",
+        )
+        .execute(&pool)
+        .await?;
+        sqlx::query(
+            "SELECT setval('prompt_number', next, false) FROM counter \
+             WHERE next > (SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM prompt_number)",
         )
         .execute(&pool)
         .await?;
@@ -96,6 +113,7 @@ impl Cluster {
             max_attempts: claims.max_attempts.max(1),
             affinity_wait: claims.affinity_wait,
             held: std::sync::Mutex::new(Vec::new()),
+            mirror: std::sync::Mutex::new(mirror::MirrorState::default()),
             events,
         }))
     }
@@ -106,9 +124,7 @@ impl Cluster {
             return Ok(number);
         }
         let taken: i64 =
-            sqlx::query_scalar("UPDATE counter SET next = next + 1 RETURNING next - 1")
-                .fetch_one(&self.pool)
-                .await?;
+            sqlx::query_scalar("SELECT nextval('prompt_number')").fetch_one(&self.pool).await?;
         let taken = taken as f64;
         // ComfyUI negates an int, so the first front prompt is 0, not -0.
         Ok(if placement == Placement::Front && taken > 0.0 { -taken } else { taken })
@@ -121,30 +137,34 @@ impl Cluster {
         number: f64,
         queued: &crate::service::queued::Queued,
     ) -> Result<Option<u64>, sqlx::Error> {
-        let mut transaction = self.pool.begin().await?;
+        // One statement, one commit: the notification goes out with it.
         let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO queue (workspace, id, number, seq, payload, models) \
-             VALUES ($1, $2, $3, nextval('queue_seq'), $4, $5) ON CONFLICT (id) DO NOTHING RETURNING seq",
+            "WITH queued AS (INSERT INTO queue (workspace, id, number, seq, payload, models) \
+             VALUES ($1, $2, $3, nextval('queue_seq'), $4, $5) ON CONFLICT (id) DO NOTHING RETURNING seq) \
+             SELECT seq FROM queued, pg_notify('kiln_queue', '') AS notified",
         )
         .bind(&*queued.workspace.id)
         .bind(id)
         .bind(number)
         .bind(queued.stored_payload())
         .bind(queued.model_files())
-        .fetch_optional(&mut *transaction)
+        .fetch_optional(&self.pool)
         .await?;
-        notify(&mut transaction, QUEUE_CHANNEL).await?;
-        transaction.commit().await?;
         Ok(seq.map(|seq| seq as u64))
     }
 
-    /// Removes pending prompts (a prompt a worker claimed meanwhile stays: it runs).
+    /// Removes pending prompts; one that a worker claimed since the client saw it pending is interrupted
+    /// instead (it was taken out of the client's queue: it must not run to its end).
     pub(crate) async fn dequeue(&self, ids: &[String]) -> Result<(), sqlx::Error> {
         let mut transaction = self.pool.begin().await?;
-        sqlx::query("DELETE FROM queue WHERE id = ANY($1) AND running = 0")
-            .bind(ids)
-            .execute(&mut *transaction)
-            .await?;
+        sqlx::query(
+            "WITH removed AS (DELETE FROM queue WHERE id = ANY($1) AND running = 0 RETURNING id) \
+             UPDATE queue SET interrupt = TRUE WHERE id = ANY($1) AND running = 1 \
+             AND id NOT IN (SELECT id FROM removed)",
+        )
+        .bind(ids)
+        .execute(&mut *transaction)
+        .await?;
         notify(&mut transaction, QUEUE_CHANNEL).await?;
         transaction.commit().await
     }

@@ -91,11 +91,13 @@ pub(crate) async fn sweep(cluster: &Cluster) -> Result<(), sqlx::Error> {
     if !expired.is_empty() {
         notify(&mut transaction, QUEUE_CHANNEL).await?;
     }
+    transaction.commit().await?;
+    // Apart, so the events above commit at once (readers wait only briefly for ids committed late).
     sqlx::query("DELETE FROM events WHERE at < now() - make_interval(secs => $1)")
         .bind(EVENTS_KEPT.as_secs_f64())
-        .execute(&mut *transaction)
-        .await?;
-    transaction.commit().await
+        .execute(&cluster.pool)
+        .await
+        .map(drop)
 }
 
 /// What the owner of a prompt recorded as interrupted hears: the entry is stored, `execution_interrupted`

@@ -453,6 +453,7 @@ impl SharedApi for ApiServer {
         prompt_id: String,
     ) -> GetHistoryForPromptResponse {
         let caller = self.caller(&parts);
+        self.0.catch_up_history(&caller, &prompt_id).await;
         let histories = self.0.history();
         let history = histories.of(caller.workspace_id());
         let entries =
@@ -523,6 +524,7 @@ impl SharedApi for ApiServer {
             return GetJobResponse::BadRequest(simple("Invalid job id"));
         }
         let caller = self.caller(&parts);
+        self.0.catch_up_history(&caller, &job_id).await;
         let queued = self.0.queued(&caller);
         let histories = self.0.history();
         let sources = Self::jobs_sources(histories.of(caller.workspace_id()), &queued);

@@ -194,7 +194,7 @@ impl Service {
                     return Err(error);
                 }
             };
-            self.queue.admit(kiln_engine::queue::Ticket { seq, ..ticket }.entry(queued));
+            self.queue.admit_new(kiln_engine::queue::Ticket { seq, ..ticket }.entry(queued));
             return Ok(Accepted { prompt_id, number, node_errors });
         }
         let entry = ticket.entry(queued);
@@ -242,6 +242,9 @@ impl Service {
     /// Interrupts the running prompt, whoever owns it, to hand it back to the queue (a draining server that
     /// will not wait longer); whether one was running.
     pub(crate) fn hand_back_running(&self) -> bool {
+        if self.cluster.as_ref().is_some_and(|c| c.role == ProcessRole::Api) {
+            return false;
+        }
         self.drain.hand_back();
         self.interrupt_running(|_| true)
     }
@@ -283,6 +286,23 @@ impl Service {
         let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
         removed.extend(self.queue.delete_where(|e| ids.contains(e.id.as_str()) && mine(e))?);
         Ok(removed)
+    }
+
+    /// Makes sure this API node of a cluster holds a prompt's history entry if the database has it (its
+    /// events reader may be behind the node the owner heard the prompt end on). Nothing on a single server.
+    pub(crate) async fn catch_up_history(&self, caller: &Caller, id: &str) {
+        let Some(cluster) = self.cluster.as_ref().filter(|c| c.role == ProcessRole::Api) else {
+            return;
+        };
+        let workspace = caller.workspace_id();
+        if !canonical_uuid(id) || self.history().of(workspace).get(id).is_some() {
+            return;
+        }
+        match crate::cluster::load_history(cluster, workspace, id).await {
+            Ok(Some(record)) => self.history().insert(record),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, prompt = id, "cannot read a history entry"),
+        }
     }
 
     /// Removes history entries of the caller's workspace: all with `clear`, and those named in `ids`; stored

@@ -362,10 +362,10 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
     let heartbeat = match (&runtime.cluster, attempt) {
         (Some(cluster), Some(attempt)) => {
             let runtime = Arc::downgrade(runtime);
-            Some(cluster.heartbeat(&entry.id, attempt, move |stopped| {
+            Some(cluster.heartbeat(&entry.id, attempt, move |quiet| {
                 let Some(runtime) = runtime.upgrade() else { return };
                 let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
-                if !stopped.load(Ordering::SeqCst) {
+                if !quiet.load(Ordering::SeqCst) {
                     runtime.interrupt.store(true, Ordering::SeqCst);
                 }
             }))
@@ -399,7 +399,7 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
     drop(run);
     if let Some(heartbeat) = &heartbeat {
         let _gate = runtime.interrupt_gate.lock().unwrap_or_else(|p| p.into_inner());
-        heartbeat.stop();
+        heartbeat.quiet();
     }
     let lost = heartbeat.as_ref().is_some_and(|h| h.lost());
     let finished = match &summary.outcome {
@@ -493,9 +493,10 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
 /// next start, or on another worker of a cluster), no history entry, and its held terminal event never sent.
 fn hand_back(runtime: &Service, id: &str, workspace: &str, attempt: Option<i32>) {
     let handed = match (&runtime.cluster, attempt) {
-        (Some(cluster), Some(attempt)) => {
-            runtime.storage.block_on(cluster.hand_back(id, attempt)).map_err(|e| e.to_string())
-        }
+        (Some(cluster), Some(attempt)) => runtime
+            .storage
+            .block_on(cluster.hand_back(id, workspace, attempt))
+            .map_err(|e| e.to_string()),
         _ => runtime.storage.hand_back(id).wait().map_err(|e| e.to_string()),
     };
     match handed {
@@ -503,7 +504,9 @@ fn hand_back(runtime: &Service, id: &str, workspace: &str, attempt: Option<i32>)
         Err(error) => tracing::error!(%error, "cannot hand the prompt back to the queue"),
     }
     runtime.queue.retire(id);
-    runtime.deliver(Delivery::running(workspace, id, None, None, false));
+    if attempt.is_none() {
+        runtime.deliver(Delivery::running(workspace, id, None, None, false));
+    }
 }
 
 /// The worker's cache for a mode: RAM pressure reads the machine's RAM (cgroup limits included) and uses

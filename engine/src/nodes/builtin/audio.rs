@@ -115,17 +115,14 @@ fn save_flac(
         ctx.check_interrupt()?;
         let name = target.name.replace("%batch_num%", &item.to_string());
         let bytes = media::flac_file(audio, item, &tags).map_err(media_error)?;
-        let mut claimed = target.claim(next, |counter| format!("{name}_{counter:05}.flac"))?;
+        let claimed = target.claim(next, |counter| format!("{name}_{counter:05}.flac"))?;
         next = claimed.counter + 1;
-        claimed.file.write_all(&bytes).map_err(|e| {
-            let path = claimed.path.display();
-            NodeError::of_kind(ErrorKind::Io, format!("cannot write {path}: {e}"))
+        let filename = claimed.fill(|path, mut file| {
+            file.write_all(&bytes).map_err(|e| {
+                NodeError::of_kind(ErrorKind::Io, format!("cannot write {}: {e}", path.display()))
+            })
         })?;
-        files.push(FileRef {
-            filename: claimed.filename,
-            subfolder: target.subfolder.clone(),
-            kind,
-        });
+        files.push(FileRef { filename, subfolder: target.subfolder.clone(), kind });
     }
     Ok(UiOutput { named: vec![("audio".to_owned(), files)], ..UiOutput::default() })
 }

@@ -464,8 +464,10 @@ fn save_pngs_as(
             }
         })?;
         next = claimed.counter + 1;
-        write_png(&claimed.path, claimed.file, pixels, (w, h, c), &text_chunks, files.sixteen_bit)?;
-        ui.images.push(FileRef { filename: claimed.filename, subfolder: subfolder.clone(), kind });
+        let filename = claimed.fill(|path, file| {
+            write_png(path, file, pixels, (w, h, c), &text_chunks, files.sixteen_bit)
+        })?;
+        ui.images.push(FileRef { filename, subfolder: subfolder.clone(), kind });
     }
     Ok(ui)
 }
@@ -511,6 +513,23 @@ pub(super) struct ClaimedFile {
     pub(super) path: PathBuf,
     /// The file, open for writing.
     pub(super) file: fs::File,
+}
+
+impl ClaimedFile {
+    /// Writes the file with `write` (given its path and the open file) and returns its name; on failure the
+    /// claimed file goes, so no empty or partial file is left under the name.
+    pub(super) fn fill(
+        self,
+        write: impl FnOnce(&Path, fs::File) -> Result<(), NodeError>,
+    ) -> Result<String, NodeError> {
+        match write(&self.path, self.file) {
+            Ok(()) => Ok(self.filename),
+            Err(error) => {
+                let _ = fs::remove_file(&self.path);
+                Err(error)
+            }
+        }
+    }
 }
 
 impl SaveTarget {

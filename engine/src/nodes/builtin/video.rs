@@ -7,6 +7,7 @@
 //! subfolder that leads out of the root through a symlink, are refused before anything is created.
 
 use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::files::{input_files, save_target};
@@ -249,8 +250,9 @@ pub(super) fn save_video() -> MediaNode {
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, dimensions)?;
         ctx.check_interrupt()?;
         let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.mp4", target.name))?;
-        let (filename, path) = (claimed.filename, claimed.path);
-        video.save_mp4(&path, &SaveOptions { crf, tags: tags(ctx) }).map_err(media_error)?;
+        let filename = claimed.fill(|path, _| {
+            video.save_mp4(path, &SaveOptions { crf, tags: tags(ctx) }).map_err(media_error)
+        })?;
         let ui = UiOutput {
             images: vec![FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output }],
             animated: vec![true],
@@ -461,15 +463,15 @@ pub(super) fn save_animated_webp() -> MediaNode {
         let fps = inputs.float("fps")?;
         let (n, h, w, c, bytes) = frames_u8(images)?;
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
-        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webp", target.name))?;
-        let (filename, path) = (claimed.filename, claimed.path);
         let delay = (1000.0 / fps) as u32;
         let frame_len = h * w * c;
         let frames: Vec<&[u8]> = bytes.chunks_exact(frame_len).collect();
         let exif = media::webp_exif(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::animated_webp(&frames, (w, h, c), delay, &exif)
-            .map_err(|e| NodeError::new(format!("cannot encode {filename}: {e}")))?;
-        fs::write(&path, file).map_err(|e| io_error(&path, e))?;
+            .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webp", target.name))?;
+        let filename =
+            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
         let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
         Ok(NodeResult {
             outputs: vec![Output::One(Value::Image(images.clone()))],
@@ -498,13 +500,13 @@ pub(super) fn save_animated_png() -> MediaNode {
         let level = inputs.int("compress_level")?.clamp(0, 9) as u8;
         let (n, h, w, c, bytes) = frames_u8(images)?;
         let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
-        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.png", target.name))?;
-        let (filename, path) = (claimed.filename, claimed.path);
         let frames: Vec<&[u8]> = bytes.chunks_exact(h * w * c).collect();
         let chunks = media::comf_chunks(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::apng(&frames, (w, h, c), (1000.0 / fps) as u32, level, &chunks)
-            .map_err(|e| NodeError::new(format!("cannot encode {filename}: {e}")))?;
-        fs::write(&path, file).map_err(|e| io_error(&path, e))?;
+            .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.png", target.name))?;
+        let filename =
+            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
         let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
         Ok(NodeResult {
             outputs: vec![Output::One(Value::Image(images.clone()))],
