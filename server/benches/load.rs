@@ -50,7 +50,7 @@ const DRAIN: Duration = Duration::from_secs(3);
 const CLEAR_PENDING: i64 = 10_000;
 /// Prompts submitted one at a time for the claim latency.
 const LATENCY_SAMPLES: usize = 40;
-/// Measurement rounds (each runs every binary once, alternating).
+/// Measurement rounds (each runs every binary once, alternating); `KILN_BENCH_ROUNDS` overrides it.
 const ROUNDS: usize = 3;
 
 const PROMPT: &str = r#"{"prompt": {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}}"#;
@@ -397,7 +397,10 @@ async fn main() {
         "closed loop, {CONCURRENCY} connections, {FLOOD:?} flood, idle drain over {DRAIN:?}, clear of {CLEAR_PENDING}; {ROUNDS} rounds"
     );
     let mut runs: Vec<(&str, Figures)> = Vec::new();
-    for round in 1..=ROUNDS {
+    // KILN_BENCH_ROUNDS=0 measures the cluster alone.
+    let rounds =
+        std::env::var("KILN_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(ROUNDS);
+    for round in 1..=rounds {
         if let Some(baseline) = &baseline {
             let f = measure(baseline, "baseline", None).await;
             print(&format!("baseline{round}"), &f);
@@ -433,10 +436,10 @@ async fn main() {
             ratio(|f| f.clear_ms),
         );
     };
-    if baseline.is_some() {
+    if baseline.is_some() && rounds > 0 {
         compare("current", "baseline");
     }
-    if postgres.is_some() {
+    if postgres.is_some() && rounds > 0 {
         compare("postgres", "current");
     }
     if std::env::var_os("KILN_BENCH_CLUSTER").is_some() {

@@ -94,17 +94,19 @@ impl Cluster {
     /// Claims the first pending prompt in ComfyUI's order among those this worker is best placed to run:
     /// the prompts whose model files it holds (all of them: the files of the prompt it ran last), or that
     /// name none, or that have waited longer than the affinity wait; then the others. Holds the claimed
-    /// prompt's files from then on.
+    /// prompt's files from then on. Both scans walk the pending index in order and stop at the first row
+    /// they can take (the head, usually), whatever the queue's length.
     pub(super) async fn claim_row(&self) -> Result<Option<ClaimRow>, sqlx::Error> {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let row: Option<ClaimRow> = sqlx::query_as(
             "UPDATE queue SET running = 1, attempt = attempt + 1, max_attempts = $1, worker = $2, \
              lease_until = now() + make_interval(secs => $3), interrupt = FALSE \
-             WHERE id = (SELECT id FROM queue WHERE running = 0 \
-                         ORDER BY (models <@ $4::text[] \
-                                   OR queued_at <= now() - make_interval(secs => $5)) DESC, \
-                                  number, seq \
-                         LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             WHERE id = COALESCE( \
+                 (SELECT id FROM queue WHERE running = 0 \
+                  AND (models <@ $4::text[] OR queued_at <= now() - make_interval(secs => $5)) \
+                  ORDER BY number, seq LIMIT 1 FOR UPDATE SKIP LOCKED), \
+                 (SELECT id FROM queue WHERE running = 0 \
+                  ORDER BY number, seq LIMIT 1 FOR UPDATE SKIP LOCKED)) \
              RETURNING id, workspace, number, seq, attempt, payload, models",
         )
         .bind(self.max_attempts as i32)

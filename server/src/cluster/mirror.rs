@@ -63,6 +63,9 @@ struct Row {
     running: bool,
 }
 
+/// The shortest time between two syncs.
+const SYNC_EVERY: Duration = Duration::from_millis(100);
+
 /// How long a prompt that left the table stays running in the mirror, waiting for the event that it stopped
 /// (so `status` follows its terminal frame, as on a single server).
 const LEAVING_WAIT: Duration = Duration::from_secs(10);
@@ -161,6 +164,8 @@ pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>) {
         if let Err(error) = sync(&runtime, &cluster).await {
             tracing::warn!(%error, "cannot read the shared queue");
         }
+        // At most SYNC_EVERY apart: under a flood every insert notifies, and a sync reads the whole table.
+        tokio::time::sleep(SYNC_EVERY).await;
         wait_for(&mut listener, &cluster.pool, QUEUE_CHANNEL, POLL).await;
     }
 }

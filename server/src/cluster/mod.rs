@@ -137,11 +137,9 @@ impl Cluster {
         number: f64,
         queued: &crate::service::queued::Queued,
     ) -> Result<Option<u64>, sqlx::Error> {
-        // One statement, one commit: the notification goes out with it.
         let seq: Option<i64> = sqlx::query_scalar(
-            "WITH queued AS (INSERT INTO queue (workspace, id, number, seq, payload, models) \
-             VALUES ($1, $2, $3, nextval('queue_seq'), $4, $5) ON CONFLICT (id) DO NOTHING RETURNING seq) \
-             SELECT seq FROM queued, pg_notify('kiln_queue', '') AS notified",
+            "INSERT INTO queue (workspace, id, number, seq, payload, models) \
+             VALUES ($1, $2, $3, nextval('queue_seq'), $4, $5) ON CONFLICT (id) DO NOTHING RETURNING seq",
         )
         .bind(&*queued.workspace.id)
         .bind(id)
@@ -150,6 +148,12 @@ impl Cluster {
         .bind(queued.model_files())
         .fetch_optional(&self.pool)
         .await?;
+        // Notified apart: a commit that notifies holds Postgres' notification lock through its WAL flush, so
+        // inserts that notified would each wait for the one before (no group commit); a notification
+        // alone writes no WAL.
+        if seq.is_some() {
+            notify(&mut *self.pool.acquire().await?, QUEUE_CHANNEL).await?;
+        }
         Ok(seq.map(|seq| seq as u64))
     }
 

@@ -696,3 +696,93 @@ async fn killing_an_api_node_under_load_loses_no_accepted_prompt() {
     drop(api_a);
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+/// The ids in `node`'s `/api/queue`: (running, pending), each in the order shown.
+async fn queue_ids(http: &reqwest::Client, node: &Node) -> (Vec<String>, Vec<String>) {
+    let queue = json(http, node, "/api/queue").await;
+    let ids = |key: &str| -> Vec<String> {
+        queue[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item[1].as_str().map(str::to_owned))
+            .collect()
+    };
+    (ids("queue_running"), ids("queue_pending"))
+}
+
+/// Polls `node`'s queue until `expected` (running, pending) shows, for up to 10 s.
+async fn queue_shows(http: &reqwest::Client, node: &Node, expected: (&[&str], &[&str])) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (running, pending) = queue_ids(http, node).await;
+        if running == expected.0 && pending == expected.1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} shows running {running:?} pending {pending:?}, not {expected:?}",
+            node.name
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_reach_them_all() {
+    let postgres = Postgres::start("cluster-queue");
+    let url = postgres.database("kiln");
+    let data_dir = temp_dir("cluster-queue");
+    let a = node("api-a", "api", &data_dir, &url, &[]);
+    let b = node("api-b", "api", &data_dir, &url, &[]);
+    let http = reqwest::Client::new();
+
+    // No worker: everything stays pending. Numbers come from one counter, whichever node takes them; a
+    // client's own number and `front` place a prompt as ComfyUI would.
+    let first = submit(&http, &a, tiny("q", 1), None).await;
+    let second = submit(&http, &b, tiny("q", 2), None).await;
+    let post = |node: &Node, body: Value| {
+        let request = http.post(format!("http://{}/api/prompt", node.addr)).json(&body).send();
+        async move {
+            let answer: Value = request.await.expect("sent").json().await.expect("JSON");
+            answer["prompt_id"].as_str().expect("an id").to_owned()
+        }
+    };
+    let urgent = post(&b, json!({"prompt": tiny("q", 3), "front": true})).await;
+    let numbered = post(&a, json!({"prompt": tiny("q", 4), "number": 1.5})).await;
+    // Numbers: first 0, second 1, urgent -2 (front), numbered 1.5.
+    let order = [urgent.as_str(), first.as_str(), second.as_str(), numbered.as_str()];
+    queue_shows(&http, &a, (&[], &order)).await;
+    queue_shows(&http, &b, (&[], &order)).await;
+
+    // Removed through one node, gone from both.
+    let response = http
+        .post(format!("http://{}/api/queue", b.addr))
+        .json(&json!({"delete": [first.clone()]}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status().as_u16(), 200);
+    let left = [urgent.as_str(), second.as_str(), numbered.as_str()];
+    queue_shows(&http, &a, (&[], &left)).await;
+    let response = http
+        .post(format!("http://{}/api/queue", a.addr))
+        .json(&json!({"clear": true}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status().as_u16(), 200);
+    queue_shows(&http, &b, (&[], &[])).await;
+
+    // A worker started now finds the queue empty; one queued afterwards runs and both nodes see it end.
+    let _worker = node("worker", "worker", &data_dir, &url, &[]);
+    let last = submit(&http, &b, tiny("q", 5), None).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while outcome(&json(&http, &a, &format!("/api/history/{last}")).await[&last]) != "success" {
+        assert!(Instant::now() < deadline, "{last} did not run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    queue_shows(&http, &a, (&[], &[])).await;
+    assert_eq!(history(&http, &b).await.len(), 1, "only the last prompt ran");
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
