@@ -135,6 +135,17 @@ async fn remaining(http: &reqwest::Client, addr: &str) -> i64 {
     info["exec_info"]["queue_remaining"].as_i64().expect("a count")
 }
 
+/// Warms a server up (connections, caches, the database file) with half a second of flood, then waits for
+/// its queue to empty.
+async fn warm_up(http: &reqwest::Client, addr: &str) {
+    let warm = Flood::start(addr);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm.stop().await;
+    while remaining(http, addr).await > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `POST /api/queue {"clear": true}`.
 async fn clear(http: &reqwest::Client, addr: &str) {
     let response = http
@@ -211,13 +222,7 @@ async fn measure(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Fig
     let http = reqwest::Client::new();
     let mut figures = Figures::default();
 
-    // Warm up (connections, caches, the database file), then start from an empty queue.
-    let warm = Flood::start(&addr);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    warm.stop().await;
-    while remaining(&http, &addr).await > 0 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    warm_up(&http, &addr).await;
 
     // 1 and 2: the flood, and the worker's pace while it lasts.
     let flood = Flood::start(&addr);
@@ -281,6 +286,7 @@ async fn measure(binary: &Path, label: &str, postgres: Option<&Postgres>) -> Fig
 struct ClusterFigures {
     accept_per_s: f64,
     p99_ms: f64,
+    flood_pace: f64,
     pace: f64,
     claim_p50_ms: f64,
     claim_p99_ms: f64,
@@ -342,18 +348,17 @@ async fn measure_cluster(binary: &Path, postgres: &Postgres, workers: usize) -> 
     let addr = api.addr.clone();
     let http = reqwest::Client::new();
     let mut figures = ClusterFigures::default();
-    let warm = Flood::start(&addr);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    warm.stop().await;
-    while remaining(&http, &addr).await > 0 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    warm_up(&http, &addr).await;
     let flood = Flood::start(&addr);
     let started = Instant::now();
     tokio::time::sleep(FLOOD).await;
     let latencies = flood.stop().await;
-    figures.accept_per_s = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed();
+    figures.accept_per_s = latencies.len() as f64 / elapsed.as_secs_f64();
     figures.p99_ms = ms(percentile(&latencies, 0.99));
+    // Finished during the flood: accepted, less what remained at its end.
+    figures.flood_pace =
+        (latencies.len() as f64 - remaining(&http, &addr).await as f64) / elapsed.as_secs_f64();
     // The workers' pace with nothing arriving: the backlog drained over DRAIN (or to its end).
     let (d0, r0) = (Instant::now(), remaining(&http, &addr).await);
     let mut last = (d0, r0);
@@ -361,7 +366,9 @@ async fn measure_cluster(binary: &Path, postgres: &Postgres, workers: usize) -> 
         tokio::time::sleep(Duration::from_millis(50)).await;
         last = (Instant::now(), remaining(&http, &addr).await);
     }
-    figures.pace = (r0 - last.1) as f64 / (last.0 - d0).as_secs_f64();
+    // Without a backlog (the workers kept up with the flood) there is no idle pace to measure.
+    figures.pace =
+        if r0 >= 100 { (r0 - last.1) as f64 / (last.0 - d0).as_secs_f64() } else { f64::NAN };
     clear(&http, &addr).await;
     while remaining(&http, &addr).await > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -460,9 +467,10 @@ async fn cluster(binary: &Path) {
     for workers in [1, 2, 4] {
         let f = measure_cluster(binary, &postgres, workers).await;
         println!(
-            "cluster, {workers} worker(s): accept {:>5.0}/s p99 {:.2} ms | workers drain {:>5.0}/s | claim latency p50 {:.1} ms p99 {:.1} ms ({:.2}x the single server's p50)",
+            "cluster, {workers} worker(s): accept {:>5.0}/s p99 {:.2} ms | workers under the flood {:>5.0}/s, drain {:>5.0}/s (NaN: no backlog) | claim latency p50 {:.1} ms p99 {:.1} ms ({:.2}x the single server's p50)",
             f.accept_per_s,
             f.p99_ms,
+            f.flood_pace,
             f.pace,
             f.claim_p50_ms,
             f.claim_p99_ms,

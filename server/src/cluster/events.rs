@@ -321,9 +321,16 @@ async fn apply(
             history.delete(ids);
         }
         Delivery::Running { prompt_id, running: false, .. } => {
+            let now = Instant::now();
+            cluster.ended.lock().unwrap_or_else(|p| p.into_inner()).insert(prompt_id.clone(), now);
             runtime.hub.deliver(&delivery);
             // Gone from this node's queue now, so its `status` comes before the run's last `executing`.
             runtime.queue.retire(prompt_id);
+        }
+        Delivery::Running { prompt_id, running: true, .. } => {
+            // Running again (claimed anew after a hand-back).
+            cluster.ended.lock().unwrap_or_else(|p| p.into_inner()).remove(prompt_id);
+            runtime.hub.deliver(&delivery);
         }
         _ => runtime.hub.deliver(&delivery),
     }

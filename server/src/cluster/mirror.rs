@@ -63,6 +63,9 @@ struct Row {
     running: bool,
 }
 
+/// How long a prompt heard to have stopped is kept out of the mirror (longer than a sync's read can lag).
+const ENDED_KEPT: Duration = Duration::from_secs(30);
+
 /// The shortest time between two syncs.
 const SYNC_EVERY: Duration = Duration::from_millis(100);
 
@@ -90,9 +93,16 @@ pub(crate) async fn sync(runtime: &Arc<Service>, cluster: &Cluster) -> Result<()
     let in_table: HashSet<&str> = table.iter().map(|row| row.id.as_str()).collect();
     let mut mirror = std::mem::take(&mut *cluster.mirror.lock().unwrap_or_else(|p| p.into_inner()));
     mirror.unshowable.retain(|id| in_table.contains(id.as_str()));
+    let ended: HashSet<String> = {
+        let mut ended = cluster.ended.lock().unwrap_or_else(|p| p.into_inner());
+        ended.retain(|_, at| at.elapsed() < ENDED_KEPT);
+        ended.keys().cloned().collect()
+    };
     let mut rows: Vec<SyncRow> = table
         .iter()
         .filter(|row| !mirror.unshowable.contains(&row.id))
+        // A stale read of a prompt that ended since (one handed back shows pending again).
+        .filter(|row| !(row.running && ended.contains(&row.id)))
         .map(|row| SyncRow {
             id: row.id.clone(),
             number: row.number,
@@ -103,7 +113,7 @@ pub(crate) async fn sync(runtime: &Arc<Service>, cluster: &Cluster) -> Result<()
     // A prompt that ended stays running here until the event that says so, or LEAVING_WAIT.
     let now = Instant::now();
     for entry in runtime.queue.running() {
-        if in_table.contains(entry.id.as_str()) {
+        if in_table.contains(entry.id.as_str()) || ended.contains(&entry.id) {
             continue;
         }
         let since = *mirror.leaving.entry(entry.id.clone()).or_insert(now);

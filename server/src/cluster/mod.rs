@@ -22,6 +22,7 @@ mod sweeper;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +61,9 @@ pub(crate) struct Cluster {
     held: std::sync::Mutex<Vec<String>>,
     /// An API node's mirror's memory between syncs (taken while a sync runs).
     mirror: std::sync::Mutex<mirror::MirrorState>,
+    /// Prompts an API node heard stop running, and when: a sync that read the table before they ended
+    /// must not bring them back.
+    ended: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// A worker's writer of events.
     events: Option<events::Writer>,
 }
@@ -114,6 +118,7 @@ impl Cluster {
             affinity_wait: claims.affinity_wait,
             held: std::sync::Mutex::new(Vec::new()),
             mirror: std::sync::Mutex::new(mirror::MirrorState::default()),
+            ended: std::sync::Mutex::new(HashMap::new()),
             events,
         }))
     }

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +50,20 @@ fn node(name: &str, role: &str, data_dir: &Path, url: &str, args: &[&str]) -> No
     let all: Vec<&OsStr> = all.iter().map(OsStr::new).collect();
     let (server, addr) = start_with(data_dir, &all);
     Node { server, addr, name: name.to_owned() }
+}
+
+/// One API node and two workers started with `worker_flags`, on a new Postgres cluster (kept running while
+/// the first value lives) and a new data directory.
+fn api_and_two_workers(name: &str, worker_flags: &[&str]) -> (Postgres, PathBuf, Node, [Node; 2]) {
+    let postgres = Postgres::start(name);
+    let url = postgres.database("kiln");
+    let data_dir = temp_dir(name);
+    let api = node("api", "api", &data_dir, &url, &[]);
+    let workers = [
+        node("worker-1", "worker", &data_dir, &url, worker_flags),
+        node("worker-2", "worker", &data_dir, &url, worker_flags),
+    ];
+    (postgres, data_dir, api, workers)
 }
 
 /// Kills `node` with SIGKILL (`kill -9`) and waits until it is gone.
@@ -526,16 +540,9 @@ async fn a_cluster_of_two_api_nodes_and_two_workers_runs_every_clients_prompts()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_mid_prompt_loses_nothing_and_records_the_running_prompt() {
-    let postgres = Postgres::start("cluster-kill-worker");
-    let url = postgres.database("kiln");
-    let data_dir = temp_dir("cluster-kill-worker");
+    let (_postgres, data_dir, api, mut workers) =
+        api_and_two_workers("cluster-kill-worker", &["--worker-lease", "2"]);
     let http = reqwest::Client::new();
-    let api = node("api", "api", &data_dir, &url, &[]);
-    let lease = ["--worker-lease", "2"];
-    let mut workers = [
-        node("worker-1", "worker", &data_dir, &url, &lease),
-        node("worker-2", "worker", &data_dir, &url, &lease),
-    ];
 
     let slow = submit(&http, &api, endless(), None).await;
     until_running(&http, &api, &slow).await;
@@ -574,16 +581,9 @@ async fn killing_a_worker_mid_prompt_loses_nothing_and_records_the_running_promp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_max_attempts_2_a_killed_workers_prompt_runs_again_elsewhere() {
-    let postgres = Postgres::start("cluster-attempts");
-    let url = postgres.database("kiln");
-    let data_dir = temp_dir("cluster-attempts");
+    let (_postgres, data_dir, api, mut workers) =
+        api_and_two_workers("cluster-attempts", &["--worker-lease", "2", "--max-attempts", "2"]);
     let http = reqwest::Client::new();
-    let api = node("api", "api", &data_dir, &url, &[]);
-    let flags = ["--worker-lease", "2", "--max-attempts", "2"];
-    let mut workers = [
-        node("worker-1", "worker", &data_dir, &url, &flags),
-        node("worker-2", "worker", &data_dir, &url, &flags),
-    ];
 
     let id = submit(&http, &api, seconds("again"), None).await;
     until_running(&http, &api, &id).await;
