@@ -12,7 +12,7 @@ use std::time::Duration;
 use kiln_engine::queue::QueueEntry;
 use sqlx::postgres::PgListener;
 
-use super::{Cluster, POLL, QUEUE_CHANNEL, notify, store_history, wait_for};
+use super::{Cluster, FREE_CHANNEL, POLL, QUEUE_CHANNEL, notify, store_history, wait_for};
 use crate::service::history::Record;
 use crate::service::queued::{Queued, StoredPrompt};
 use crate::workspace::Workspaces;
@@ -52,7 +52,18 @@ pub(super) struct ClaimRow {
     models: Vec<String>,
 }
 
+/// What a worker listens to: the queue's changes, and `/free`.
+const WORKER_CHANNELS: &[&str] = &[QUEUE_CHANNEL, FREE_CHANNEL];
+
 impl Cluster {
+    /// Notes the `/free` requests among notifications, for [`Cluster::take_free_request`].
+    fn note_free_requests(&self, came: &[sqlx::postgres::PgNotification]) {
+        for notification in came.iter().filter(|n| n.channel() == FREE_CHANNEL) {
+            let bit = if notification.payload() == "free" { 2 } else { 1 };
+            self.free_asked.fetch_or(bit, Ordering::SeqCst);
+        }
+    }
+
     /// Claims the first pending prompt (number, then arrival), waiting up to `wait` for one; `None` if none
     /// came.
     pub(crate) async fn claim(
@@ -62,12 +73,13 @@ impl Cluster {
         wait: Duration,
     ) -> Result<Option<Claimed>, sqlx::Error> {
         if listener.is_none() {
-            *listener = super::listener(&self.pool, QUEUE_CHANNEL).await;
+            *listener = super::listener(&self.pool, WORKER_CHANNELS).await;
         }
         let row = match self.claim_row().await? {
             Some(row) => row,
             None => {
-                wait_for(listener, &self.pool, QUEUE_CHANNEL, wait.min(POLL)).await;
+                let came = wait_for(listener, &self.pool, WORKER_CHANNELS, wait.min(POLL)).await;
+                self.note_free_requests(&came);
                 match self.claim_row().await? {
                     Some(row) => row,
                     None => return Ok(None),

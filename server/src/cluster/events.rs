@@ -179,7 +179,7 @@ impl Cursor {
 
 /// An API node's reader: hands every event after `cursor` to the runtime, in order, until the server stops.
 pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor: i64) {
-    let mut listener = listener(&cluster.pool, EVENTS_CHANNEL).await;
+    let mut listener = listener(&cluster.pool, &[EVENTS_CHANNEL]).await;
     let mut cursor = Cursor::new(cursor);
     while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
         deliver_late(&runtime, &cluster, &mut cursor).await;
@@ -219,7 +219,7 @@ pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor:
             tokio::time::sleep(Duration::from_millis(2)).await;
             continue;
         }
-        wait_for(&mut listener, &cluster.pool, EVENTS_CHANNEL, POLL).await;
+        wait_for(&mut listener, &cluster.pool, &[EVENTS_CHANNEL], POLL).await;
     }
 }
 

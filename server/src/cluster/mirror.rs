@@ -169,13 +169,13 @@ pub(crate) async fn sync(runtime: &Arc<Service>, cluster: &Cluster) -> Result<()
 
 /// Follows the queue table until the server stops.
 pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>) {
-    let mut listener = listener(&cluster.pool, QUEUE_CHANNEL).await;
+    let mut listener = listener(&cluster.pool, &[QUEUE_CHANNEL]).await;
     while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
         if let Err(error) = sync(&runtime, &cluster).await {
             tracing::warn!(%error, "cannot read the shared queue");
         }
         // At most SYNC_EVERY apart: under a flood every insert notifies, and a sync reads the whole table.
         tokio::time::sleep(SYNC_EVERY).await;
-        wait_for(&mut listener, &cluster.pool, QUEUE_CHANNEL, POLL).await;
+        wait_for(&mut listener, &cluster.pool, &[QUEUE_CHANNEL], POLL).await;
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::queue::Placement;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgNotification, PgPool, PgPoolOptions};
 
 use crate::config::{Claims, ProcessRole};
 use crate::ws::Delivery;
@@ -41,6 +41,8 @@ pub(crate) use sweeper::sweep_forever;
 const QUEUE_CHANNEL: &str = "kiln_queue";
 /// The channel notified after events are written.
 const EVENTS_CHANNEL: &str = "kiln_events";
+/// The channel of `/free` for the workers: `unload` or `free` (unload and drop the node result cache).
+const FREE_CHANNEL: &str = "kiln_free";
 /// How often a reader looks without a notification.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -66,6 +68,8 @@ pub(crate) struct Cluster {
     ended: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// A worker's writer of events.
     events: Option<events::Writer>,
+    /// What `/free` asked of a worker and it has not done yet: 1 unload, 2 free.
+    free_asked: std::sync::atomic::AtomicU8,
 }
 
 impl Cluster {
@@ -120,6 +124,7 @@ impl Cluster {
             mirror: std::sync::Mutex::new(mirror::MirrorState::default()),
             ended: std::sync::Mutex::new(HashMap::new()),
             events,
+            free_asked: std::sync::atomic::AtomicU8::new(0),
         }))
     }
 
@@ -194,6 +199,30 @@ impl Cluster {
         transaction.commit().await
     }
 
+    /// Tells every worker what `/free` asked (a worker acts between prompts, as a single server does).
+    pub(crate) async fn ask_workers_to_free(
+        &self,
+        unload: bool,
+        free: bool,
+    ) -> Result<(), sqlx::Error> {
+        for (asked, payload) in [(unload, "unload"), (free, "free")] {
+            if asked {
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(FREE_CHANNEL)
+                    .bind(payload)
+                    .execute(&self.pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What `/free` asked of this worker since the last call: (unload the models, also drop the cache).
+    pub(crate) fn take_free_request(&self) -> (bool, bool) {
+        let asked = self.free_asked.swap(0, std::sync::atomic::Ordering::SeqCst);
+        (asked & 1 != 0, asked & 2 != 0)
+    }
+
     /// A worker's events: sent in order, without waiting (see `events.rs`).
     pub(crate) fn deliver(&self, delivery: Delivery) {
         if let Some(events) = &self.events {
@@ -202,40 +231,48 @@ impl Cluster {
     }
 }
 
-/// A listener on `channel`; `None` while the database cannot be reached (the caller polls, and
+/// A listener on `channels`; `None` while the database cannot be reached (the caller polls, and
 /// [`wait_for`] tries again).
-async fn listener(pool: &PgPool, channel: &'static str) -> Option<PgListener> {
+async fn listener(pool: &PgPool, channels: &'static [&'static str]) -> Option<PgListener> {
     let listening = async {
         let mut listener = PgListener::connect_with(pool).await?;
-        listener.listen(channel).await?;
+        listener.listen_all(channels.iter().copied()).await?;
         Ok::<_, sqlx::Error>(listener)
     };
     match listening.await {
         Ok(listener) => Some(listener),
         Err(error) => {
-            tracing::warn!(%error, channel, "cannot listen for notifications; polling");
+            tracing::warn!(%error, ?channels, "cannot listen for notifications; polling");
             None
         }
     }
 }
 
-/// Waits for a notification on `channel` (taking the others already there) or `timeout`.
+/// Waits for a notification on `channels` or `timeout`; the notifications that came (with those already
+/// there).
 async fn wait_for(
     listener: &mut Option<PgListener>,
     pool: &PgPool,
-    channel: &'static str,
+    channels: &'static [&'static str],
     timeout: Duration,
-) {
+) -> Vec<PgNotification> {
     let Some(listening) = listener else {
         tokio::time::sleep(timeout).await;
-        *listener = self::listener(pool, channel).await;
-        return;
+        *listener = self::listener(pool, channels).await;
+        return Vec::new();
     };
     match tokio::time::timeout(timeout, listening.try_recv()).await {
         // The connection was lost: listen again (what was sent meanwhile is lost; the caller reads anyway).
-        Ok(Ok(None)) | Ok(Err(_)) => *listener = self::listener(pool, channel).await,
-        Ok(Ok(Some(_))) => while listening.next_buffered().is_some() {},
-        Err(_) => {}
+        Ok(Ok(None)) | Ok(Err(_)) => {
+            *listener = self::listener(pool, channels).await;
+            Vec::new()
+        }
+        Ok(Ok(Some(first))) => {
+            let mut came = vec![first];
+            came.extend(std::iter::from_fn(|| listening.next_buffered()));
+            came
+        }
+        Err(_) => Vec::new(),
     }
 }
 

@@ -15,7 +15,17 @@ use crate::convert;
 impl LocalApi for ApiServer {
     async fn free_memory(&self, _: Parts, body: types::FreeRequest) -> FreeMemoryResponse {
         // As ComfyUI, the worker acts before it takes the next prompt: `unload_models` unloads every model;
-        // `free_memory` also drops the node result cache (and implies `unload_models`).
+        // `free_memory` also drops the node result cache (and implies `unload_models`). An API node of a
+        // cluster passes it on to every worker.
+        let (unload, free) = (body.unload_models == Some(true), body.free_memory == Some(true));
+        if let Some(cluster) = &self.0.cluster
+            && cluster.role == crate::config::ProcessRole::Api
+        {
+            if let Err(error) = cluster.ask_workers_to_free(unload, free).await {
+                tracing::error!(%error, "cannot pass /free on to the workers");
+            }
+            return FreeMemoryResponse::Ok;
+        }
         if body.unload_models == Some(true) {
             self.0.unload_requested.store(true, Ordering::SeqCst);
         }

@@ -243,8 +243,15 @@ fn worker(runtime: Arc<Service>, mut executor: Executor) {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
+        if let Source::Cluster(cluster, _) = &source {
+            // `/free` on an API node reaches the workers through the database.
+            let (unload, free) = cluster.take_free_request();
+            runtime.unload_requested.fetch_or(unload, Ordering::SeqCst);
+            runtime.free_requested.fetch_or(free, Ordering::SeqCst);
+        }
         let free = runtime.free_requested.swap(false, Ordering::SeqCst);
         if runtime.unload_requested.swap(false, Ordering::SeqCst) || free {
+            tracing::info!(free, "unloading every model, as /free asked");
             runtime.compute.unload_models();
         }
         if free {

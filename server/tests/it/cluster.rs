@@ -729,7 +729,8 @@ async fn queue_shows(http: &reqwest::Client, node: &Node, expected: (&[&str], &[
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_reach_them_all() {
+async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_and_free_reach_them_all()
+ {
     let postgres = Postgres::start("cluster-queue");
     let url = postgres.database("kiln");
     let data_dir = temp_dir("cluster-queue");
@@ -775,7 +776,7 @@ async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_re
     queue_shows(&http, &b, (&[], &[])).await;
 
     // A worker started now finds the queue empty; one queued afterwards runs and both nodes see it end.
-    let _worker = node("worker", "worker", &data_dir, &url, &[]);
+    let worker = node("worker", "worker", &data_dir, &url, &[]);
     let last = submit(&http, &b, tiny("q", 5), None).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while outcome(&json(&http, &a, &format!("/api/history/{last}")).await[&last]) != "success" {
@@ -784,5 +785,23 @@ async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_re
     }
     queue_shows(&http, &a, (&[], &[])).await;
     assert_eq!(history(&http, &b).await.len(), 1, "only the last prompt ran");
+
+    // `/free` on an API node reaches the worker.
+    let response = http
+        .post(format!("http://{}/api/free", a.addr))
+        .json(&json!({"unload_models": true}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status().as_u16(), 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !worker.server.log().iter().any(|line| line.contains("as /free asked")) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never heard /free: {:?}",
+            worker.server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let _ = std::fs::remove_dir_all(&data_dir);
 }
