@@ -805,3 +805,33 @@ async fn every_api_node_shows_the_shared_queue_in_comfyuis_order_and_removals_an
     }
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_worker_hands_its_running_prompt_back_to_another_worker() {
+    // The running prompt outlasts the drain timeout: handed back (not an attempt), run by the other worker.
+    let (_postgres, data_dir, api, mut workers) =
+        api_and_two_workers("cluster-drain", &["--drain-timeout", "0.3"]);
+    let http = reqwest::Client::new();
+    let id = submit(&http, &api, seconds("drained"), None).await;
+    until_running(&http, &api, &id).await;
+    let busy = running_worker(&http, &workers).await;
+    workers[busy].server.terminate();
+    let status = workers[busy].server.wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "{} exits after its drain", workers[busy].name);
+    assert!(
+        workers[busy].server.log().iter().any(|line| line.contains("handed back")),
+        "{} handed the prompt back: {:?}",
+        workers[busy].name,
+        workers[busy].server.log()
+    );
+
+    let entries = settled(&http, &api, std::slice::from_ref(&id), RECOVERY).await;
+    let entry = &entries[&id];
+    assert_eq!(outcome(entry), "success", "{id} ran on the other worker: {entry}");
+    let survivor = &workers[1 - busy];
+    assert_eq!(successes(&http, survivor).await, 1.0, "{} ran {id}", survivor.name);
+    queue_empties(&http, &api).await;
+    drop(workers);
+    drop(api);
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
