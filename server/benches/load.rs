@@ -122,16 +122,14 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// A request's JSON answer.
+async fn answer(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.expect("answers").json().await.expect("JSON")
+}
+
 /// Pending plus running prompts.
 async fn remaining(http: &reqwest::Client, addr: &str) -> i64 {
-    let info: serde_json::Value = http
-        .get(format!("http://{addr}/api/prompt"))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
+    let info = answer(http.get(format!("http://{addr}/api/prompt"))).await;
     info["exec_info"]["queue_remaining"].as_i64().expect("a count")
 }
 
@@ -297,25 +295,10 @@ struct ClusterFigures {
 async fn claim_latencies(http: &reqwest::Client, addr: &str) -> Vec<Duration> {
     let mut latencies = Vec::new();
     for _ in 0..LATENCY_SAMPLES {
-        let answer: serde_json::Value = http
-            .post(format!("http://{addr}/api/prompt"))
-            .body(PROMPT)
-            .send()
-            .await
-            .expect("answers")
-            .json()
-            .await
-            .expect("JSON");
-        let id = answer["prompt_id"].as_str().expect("an id").to_owned();
+        let accepted = answer(http.post(format!("http://{addr}/api/prompt")).body(PROMPT)).await;
+        let id = accepted["prompt_id"].as_str().expect("an id").to_owned();
         let entry = loop {
-            let history: serde_json::Value = http
-                .get(format!("http://{addr}/api/history/{id}"))
-                .send()
-                .await
-                .expect("answers")
-                .json()
-                .await
-                .expect("JSON");
+            let history = answer(http.get(format!("http://{addr}/api/history/{id}"))).await;
             if let Some(entry) = history.get(&id) {
                 break entry.clone();
             }
