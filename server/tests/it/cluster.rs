@@ -4,7 +4,8 @@
 //! connected to, and no one else; its history entry and outputs can be read through every API node. A worker
 //! killed mid-prompt loses nothing: its prompt is recorded as interrupted once its lease (`--worker-lease`) runs
 //! out or, with `--max-attempts 2`, runs again on another worker; an API node killed under load loses no prompt
-//! it accepted.
+//! it accepted; a draining worker hands its prompt back; `/free` reaches the workers; the cloud runtime takes a
+//! key on any API node.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -19,8 +20,9 @@ use kiln_tests::postgres::Postgres;
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::binary::{Server, start_with, temp_dir};
+use crate::binary::{Server, start_cloud_with, start_with, temp_dir};
 use crate::operations::get;
+use crate::postgres::account_command;
 
 /// The frames only a prompt's owner may receive.
 const OWNER_ONLY: [&str; 6] = [
@@ -833,5 +835,67 @@ async fn a_draining_worker_hands_its_running_prompt_back_to_another_worker() {
     queue_empties(&http, &api).await;
     drop(workers);
     drop(api);
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_cluster_takes_a_key_on_any_api_node() {
+    let postgres = Postgres::start("cluster-cloud");
+    let url = postgres.database("kiln");
+    account_command(&["workspace", "add", "a"], &url, "");
+    let add = ["user", "add", "alice", "--workspace", "a", "--role", "owner"];
+    account_command(&add, &url, "correct horse battery\n");
+    let key =
+        account_command(&["key", "add", "alice", "--workspace", "a", "--name", "t"], &url, "");
+    let key = key.trim().to_owned();
+    let data_dir = temp_dir("cluster-cloud");
+    let cloud = |role: &str| {
+        let args = ["--role", role, "--database-url", &url];
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        start_cloud_with(&data_dir, &args)
+    };
+    let (_a, a) = cloud("api");
+    let (_b, b) = cloud("api");
+    let (_worker, _) = cloud("worker");
+    let http = reqwest::Client::new();
+
+    // Accepted on A with the key, run by the worker in the key's workspace, read on B, its file through A.
+    let accepted: Value = http
+        .post(format!("http://{a}/api/prompt"))
+        .header("x-api-key", &key)
+        .json(&json!({"prompt": tiny("cloudy", 1)}))
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("JSON");
+    let id = accepted["prompt_id"].as_str().expect("accepted").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let entry = loop {
+        let history: Value = http
+            .get(format!("http://{b}/api/history/{id}"))
+            .header("x-api-key", &key)
+            .send()
+            .await
+            .expect("sent")
+            .json()
+            .await
+            .expect("JSON");
+        if outcome(&history[&id]) == "success" {
+            break history[&id].clone();
+        }
+        assert!(Instant::now() < deadline, "{id} did not run: {history}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let file = entry["outputs"]["2"]["images"][0]["filename"].as_str().expect("a file");
+    let view = http
+        .get(format!("http://{a}/api/view?filename={file}&type=output"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(view.status().as_u16(), 200, "{file} through node A");
+    assert!(view.bytes().await.expect("bytes").starts_with(b"\x89PNG"), "a PNG");
     let _ = std::fs::remove_dir_all(&data_dir);
 }

@@ -167,7 +167,7 @@ fn a_database_url_kiln_cannot_use_is_refused_at_startup_with_a_clear_message() {
 }
 
 /// Runs `kiln ARGS --database-url URL` (an account command), `stdin` on its standard input; its stdout.
-fn account_command(args: &[&str], url: &str, stdin: &str) -> String {
+pub(crate) fn account_command(args: &[&str], url: &str, stdin: &str) -> String {
     use std::io::Write as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(args)
