@@ -233,9 +233,10 @@ async fn successes(http: &reqwest::Client, worker: &Node) -> f64 {
     metric(http, worker, r#"kiln_prompts_finished_total{outcome="success"}"#).await.unwrap_or(0.0)
 }
 
-/// The index of the one worker whose `/metrics` says it runs a prompt (`kiln_worker_state{state="running"}`),
-/// while exactly one prompt runs in the cluster.
-async fn running_worker(http: &reqwest::Client, workers: &[Node]) -> usize {
+/// Waits until `api` shows prompt `id` running, then the index of the one worker whose `/metrics` says it
+/// runs a prompt (`kiln_worker_state{state="running"}`): `id` must be the only prompt running in the cluster.
+async fn running_worker(http: &reqwest::Client, api: &Node, workers: &[Node], id: &str) -> usize {
+    until_running(http, api, id).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut states = Vec::new();
@@ -547,8 +548,7 @@ async fn killing_a_worker_mid_prompt_loses_nothing_and_records_the_running_promp
     let http = reqwest::Client::new();
 
     let slow = submit(&http, &api, endless(), None).await;
-    until_running(&http, &api, &slow).await;
-    let busy = running_worker(&http, &workers).await;
+    let busy = running_worker(&http, &api, &workers, &slow).await;
     let mut tiny_ids = Vec::new();
     for n in 0..20 {
         tiny_ids.push(submit(&http, &api, tiny("before", n), None).await);
@@ -588,8 +588,7 @@ async fn with_max_attempts_2_a_killed_workers_prompt_runs_again_elsewhere() {
     let http = reqwest::Client::new();
 
     let id = submit(&http, &api, seconds("again"), None).await;
-    until_running(&http, &api, &id).await;
-    let busy = running_worker(&http, &workers).await;
+    let busy = running_worker(&http, &api, &workers, &id).await;
     kill9(&mut workers[busy]);
     let early = json(&http, &api, &format!("/api/history/{id}")).await;
     assert_eq!(early, json!({}), "{id} ended before its worker was killed: make the prompt slower");
@@ -815,8 +814,7 @@ async fn a_draining_worker_hands_its_running_prompt_back_to_another_worker() {
         api_and_two_workers("cluster-drain", &["--drain-timeout", "0.3"]);
     let http = reqwest::Client::new();
     let id = submit(&http, &api, seconds("drained"), None).await;
-    until_running(&http, &api, &id).await;
-    let busy = running_worker(&http, &workers).await;
+    let busy = running_worker(&http, &api, &workers, &id).await;
     workers[busy].server.terminate();
     let status = workers[busy].server.wait_exit(Duration::from_secs(30));
     assert!(status.is_some_and(|s| s.success()), "{} exits after its drain", workers[busy].name);
