@@ -46,6 +46,27 @@ impl Roots {
     }
 }
 
+/// Where the files of the roots live beyond this machine (the server's object store, which the workers of a
+/// cluster share): a save node claims its file's name there as well as in its folder, so that no two machines
+/// write one name, and publishes the file there once it is written. Calls block; nodes make them.
+pub trait SharedFiles: Send + Sync {
+    /// The names of the shared files of `kind` directly in `subfolder` (`""`: the root) that start with
+    /// `prefix`.
+    fn names(&self, kind: FileKind, subfolder: &str, prefix: &str) -> std::io::Result<Vec<String>>;
+    /// Claims `filename` in `subfolder` of `kind`: false when a file of that name exists there already.
+    fn claim(&self, kind: FileKind, subfolder: &str, filename: &str) -> std::io::Result<bool>;
+    /// Publishes the file written at `path` under the name claimed.
+    fn publish(
+        &self,
+        kind: FileKind,
+        subfolder: &str,
+        filename: &str,
+        path: &Path,
+    ) -> std::io::Result<()>;
+    /// Gives a claimed name up (its file could not be written).
+    fn release(&self, kind: FileKind, subfolder: &str, filename: &str);
+}
+
 /// `root/relative` if `relative` is a plain relative path (no `..`, not absolute) that, once symlinks are
 /// resolved as far as the path exists, stays inside `root` (which must exist).
 pub fn within(root: &Path, relative: &str) -> Option<PathBuf> {

@@ -100,11 +100,22 @@ impl Server {
             ram_cache_headroom,
         }));
         let models = ModelEnv { files: model_folders.clone(), compute: compute.clone() };
+        let files = match &config.store {
+            Some(url) => {
+                let store = crate::store::Store::open(url).await.map_err(std::io::Error::other)?;
+                tracing::info!(
+                    store = store.shown(),
+                    "inputs, outputs and temp files in the object store"
+                );
+                Some(store)
+            }
+            None => None,
+        };
         let workspaces = Arc::new(match config.runtime {
             crate::api::Runtime::Local => {
-                Workspaces::local(roots.clone(), config.user_dir.clone(), models)
+                Workspaces::local(roots.clone(), config.user_dir.clone(), models, files)
             }
-            crate::api::Runtime::Cloud => Workspaces::cloud(config.data_dir.clone(), models),
+            crate::api::Runtime::Cloud => Workspaces::cloud(config.data_dir.clone(), models, files),
         });
         let fallback = workspaces.fallback_caller()?;
         let cloud = match config.runtime {

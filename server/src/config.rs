@@ -174,6 +174,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The database of the queue, the history and the prompt counter.
     pub database: Database,
+    /// The object store of inputs, outputs and temp files (`--store`), beside the local folders.
+    pub store: Option<String>,
     /// Input files (uploads, LoadImage).
     pub input_dir: PathBuf,
     /// Output files (SaveImage).
@@ -235,6 +237,7 @@ impl Config {
             extra_model_paths: Vec::new(),
             data_dir,
             database: Database::Embedded,
+            store: None,
             max_upload_size: 100 * 1024 * 1024,
             cache: CacheMode::RamPressure { active_gb: None, inactive_gb: None },
             compute: ComputeConfig::default(),

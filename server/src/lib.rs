@@ -29,6 +29,7 @@ mod model_folders;
 mod oauth;
 mod service;
 mod storage;
+mod store;
 mod system;
 mod templates;
 mod wheel;

@@ -129,8 +129,14 @@ struct Args {
     /// hidden).
     #[arg(long, value_name = "URL", env = "KILN_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// Keep inputs, outputs and temp files in this object store as well as in the local folders, which become
+    /// its working copy: file:///ABSOLUTE/PATH (a folder, perhaps on a shared file system) or
+    /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R&…] (the object_store crate's S3 settings; credentials from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). The nodes of a cluster share files through it.
+    #[arg(long, value_name = "URL", env = "KILN_STORE")]
+    store: Option<String>,
     /// What this process does: all (one server with the database to itself), or, in a cluster sharing one
-    /// Postgres database (--database-url) and one --data-dir, api (serves the clients, runs nothing) or worker
+    /// Postgres database (--database-url) and its files (one --store, or one --data-dir), api (serves the clients, runs nothing) or worker
     /// (runs the prompts it claims from the shared queue; serves only /healthz, /readyz and /metrics).
     #[arg(long, value_enum, default_value_t = RoleArg::All)]
     role: RoleArg,
@@ -217,6 +223,7 @@ impl Args {
         if let Some(url) = &self.database_url {
             config.database = Database::from_url(url).map_err(anyhow::Error::msg)?;
         }
+        config.store = self.store;
         config.role = match self.role {
             RoleArg::All => ProcessRole::All,
             RoleArg::Api => ProcessRole::Api,

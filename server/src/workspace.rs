@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use kiln_engine::exec::Scope;
 use kiln_engine::models::ModelEnv;
 use kiln_engine::nodes::{Registry, builtin_registry};
-use kiln_engine::roots::Roots;
+use kiln_engine::roots::{Roots, SharedFiles};
+
+use crate::store::{Store, WorkspaceFiles};
 
 /// The workspace of the local runtime, and of queue and history rows stored before workspaces existed.
 pub(crate) const DEFAULT_WORKSPACE: &str = "default";
@@ -36,6 +38,8 @@ pub(crate) struct Workspace {
     pub(crate) id: Arc<str>,
     /// What its prompts run in.
     pub(crate) scope: Scope,
+    /// Its files in the object store (`--store`), if there is one.
+    pub(crate) stored: Option<Arc<WorkspaceFiles>>,
 }
 
 impl Workspace {
@@ -84,15 +88,23 @@ enum Layout {
 pub(crate) struct Workspaces {
     layout: Layout,
     models: ModelEnv,
+    store: Option<Arc<Store>>,
     open: Mutex<HashMap<String, Arc<Workspace>>>,
 }
 
 impl Workspaces {
-    /// The local runtime's single workspace over `roots` (the registry's `LoadImage` reads `roots.input`).
-    pub(crate) fn local(roots: Roots, user_dir: PathBuf, models: ModelEnv) -> Workspaces {
+    /// The local runtime's single workspace over `roots` (the registry's `LoadImage` reads `roots.input`),
+    /// its files kept in `store` too when there is one.
+    pub(crate) fn local(
+        roots: Roots,
+        user_dir: PathBuf,
+        models: ModelEnv,
+        store: Option<Arc<Store>>,
+    ) -> Workspaces {
         let workspaces = Workspaces {
             layout: Layout::Local { user_dir },
             models,
+            store,
             open: Mutex::new(HashMap::new()),
         };
         let default = workspaces.build(DEFAULT_WORKSPACE, roots);
@@ -100,9 +112,18 @@ impl Workspaces {
         workspaces
     }
 
-    /// The cloud runtime's workspaces, under `data_dir`.
-    pub(crate) fn cloud(data_dir: PathBuf, models: ModelEnv) -> Workspaces {
-        Workspaces { layout: Layout::Cloud { data_dir }, models, open: Mutex::new(HashMap::new()) }
+    /// The cloud runtime's workspaces, under `data_dir`, their files kept in `store` too when there is one.
+    pub(crate) fn cloud(
+        data_dir: PathBuf,
+        models: ModelEnv,
+        store: Option<Arc<Store>>,
+    ) -> Workspaces {
+        Workspaces {
+            layout: Layout::Cloud { data_dir },
+            models,
+            store,
+            open: Mutex::new(HashMap::new()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Workspace>>> {
@@ -111,9 +132,16 @@ impl Workspaces {
 
     fn build(&self, id: &str, roots: Roots) -> Arc<Workspace> {
         let registry = Arc::new(builtin_registry(roots.input.clone(), self.models.clone()));
+        let id: Arc<str> = id.into();
+        let stored = self
+            .store
+            .as_ref()
+            .map(|store| Arc::new(WorkspaceFiles::new(store.clone(), id.clone(), roots.clone())));
+        let shared = stored.clone().map(|files| files as Arc<dyn SharedFiles>);
         Arc::new(Workspace {
-            id: id.into(),
-            scope: Scope { registry, roots, partition: id.to_owned() },
+            scope: Scope { registry, roots, partition: id.to_string(), shared },
+            id,
+            stored,
         })
     }
 
@@ -216,7 +244,7 @@ mod tests {
     #[test]
     fn cloud_workspaces_have_their_own_roots_and_users_their_own_directory() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let workspaces = Workspaces::cloud(dir.path().to_path_buf(), models(dir.path()));
+        let workspaces = Workspaces::cloud(dir.path().to_path_buf(), models(dir.path()), None);
         let a = workspaces.caller("a", "alice", Role::Member).expect("a");
         let b = workspaces.caller("b", "bob", Role::Owner).expect("b");
         assert_ne!(a.workspace.roots().input, b.workspace.roots().input);
@@ -240,7 +268,7 @@ mod tests {
             temp: dir.path().join("tmp"),
         };
         let workspaces =
-            Workspaces::local(roots.clone(), dir.path().join("user"), models(dir.path()));
+            Workspaces::local(roots.clone(), dir.path().join("user"), models(dir.path()), None);
         let caller = workspaces.local_caller().expect("local");
         assert_eq!(caller.workspace_id(), DEFAULT_WORKSPACE);
         assert_eq!(caller.workspace.roots().input, roots.input);

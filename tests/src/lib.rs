@@ -8,6 +8,7 @@ pub mod contract;
 pub mod key_order;
 pub mod postgres;
 pub mod proxy;
+pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -31,7 +31,7 @@ use crate::nodes::{
     Context, ErrorKind, Inputs, NodeError, NodeSpec, Output, PreviewMethod, ProgressSink, Registry,
     UiOutput,
 };
-use crate::roots::Roots;
+use crate::roots::{Roots, SharedFiles};
 use crate::value::Value;
 
 /// How a run ended.
@@ -97,6 +97,8 @@ pub struct Scope {
     pub roots: Roots,
     /// The cache partition (a workspace id).
     pub partition: String,
+    /// Where saved files are shared beyond this machine, if anywhere.
+    pub shared: Option<Arc<dyn SharedFiles>>,
 }
 
 /// Runs prompts one at a time, keeping the cache between them.
@@ -147,9 +149,9 @@ impl Executor {
     pub fn run(&mut self, run: &Run<'_>, sink: Arc<dyn EventSink>) -> RunSummary {
         self.interrupt.store(false, Ordering::SeqCst);
         let prompt = &run.prompt.prompt;
-        let (registry, roots) = match run.scope {
-            Some(scope) => (scope.registry.clone(), scope.roots.clone()),
-            None => (self.registry.clone(), self.roots.clone()),
+        let (registry, roots, shared) = match run.scope {
+            Some(scope) => (scope.registry.clone(), scope.roots.clone(), scope.shared.clone()),
+            None => (self.registry.clone(), self.roots.clone(), None),
         };
         let keys = compute_keys(prompt, &registry, run.scope.map(|s| s.partition.as_str()));
         self.cache.begin_prompt(keys.values());
@@ -285,6 +287,7 @@ impl Executor {
                 input_dir: roots.input.clone(),
                 output_dir: roots.output.clone(),
                 temp_dir: roots.temp.clone(),
+                shared: shared.clone(),
                 preview_method: run.preview_method,
                 interrupt: self.interrupt.clone(),
                 progress: progress.clone(),

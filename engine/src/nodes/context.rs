@@ -1,12 +1,13 @@
 //! What a running node can reach: its id, the prompt and `extra_pnginfo` (for file metadata), the file roots,
 //! progress and preview reporting, and the interrupt flag.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::NodeId;
 use crate::preview::{Preview, PreviewMethod};
+use crate::roots::{FileKind, SharedFiles};
 
 /// Receives progress and previews from inside nodes.
 pub trait ProgressSink: Send + Sync {
@@ -35,6 +36,8 @@ pub struct Context {
     pub output_dir: PathBuf,
     /// The temp directory.
     pub temp_dir: PathBuf,
+    /// Where saved files are shared beyond this machine (an object store), if anywhere.
+    pub shared: Option<Arc<dyn SharedFiles>>,
     /// How to show latent previews.
     pub preview_method: PreviewMethod,
     pub(crate) interrupt: Arc<AtomicBool>,
@@ -42,6 +45,15 @@ pub struct Context {
 }
 
 impl Context {
+    /// The directory of one kind of file.
+    pub fn dir(&self, kind: FileKind) -> &Path {
+        match kind {
+            FileKind::Input => &self.input_dir,
+            FileKind::Output => &self.output_dir,
+            FileKind::Temp => &self.temp_dir,
+        }
+    }
+
     /// Reports progress; long nodes call it as they go.
     pub fn progress(&self, value: f64, max: f64) {
         self.progress.progress(&self.node, value, max);

@@ -365,6 +365,7 @@ fn scopes_share_no_results_but_those_of_shared_nodes() {
     let scope = |partition: &str| Scope {
         registry: h.registry.clone(),
         roots: h.roots.clone(),
+        shared: None,
         partition: partition.to_owned(),
     };
     let (a, b) = (scope("a"), scope("b"));

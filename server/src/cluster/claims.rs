@@ -68,7 +68,7 @@ impl Cluster {
     /// came.
     pub(crate) async fn claim(
         &self,
-        workspaces: &Workspaces,
+        workspaces: &Arc<Workspaces>,
         listener: &mut Option<PgListener>,
         wait: Duration,
     ) -> Result<Option<Claimed>, sqlx::Error> {
@@ -86,7 +86,15 @@ impl Cluster {
                 }
             }
         };
-        let prompt = match Queued::from_stored(workspaces, &row.workspace, &row.payload) {
+        // Off the async threads: a workspace with an object store brings in the files the prompt names first.
+        let (reading, workspace, payload) =
+            (workspaces.clone(), row.workspace.clone(), row.payload.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            Queued::from_stored(&reading, &workspace, &payload)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("reading it failed: {e}")));
+        let prompt = match read {
             Ok(queued) => Ok(QueueEntry {
                 id: row.id.clone(),
                 number: row.number,

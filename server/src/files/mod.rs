@@ -9,7 +9,7 @@ mod upload;
 mod view;
 
 pub(crate) use upload::{Upload, UploadError, store_upload};
-pub(crate) use view::{Extent, ViewError, ViewRequest, view};
+pub(crate) use view::{Extent, ViewError, ViewRequest, view_stored};
 
 #[cfg(test)]
 mod tests;

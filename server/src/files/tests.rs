@@ -6,7 +6,8 @@ use kiln_engine::nodes::FileKind;
 use kiln_engine::roots::Roots;
 
 use super::upload::Stored;
-use super::{Upload, UploadError, ViewError, ViewRequest, store_upload, view};
+use super::view::view;
+use super::{Upload, UploadError, ViewError, ViewRequest, store_upload};
 
 fn roots(name: &str) -> Roots {
     let base = std::env::temp_dir().join(format!("kiln-files-{name}-{}", std::process::id()));
@@ -98,7 +99,7 @@ fn symlinks_out_of_a_root_are_refused() {
         subfolder: "link",
         overwrite: false,
     };
-    assert!(matches!(store_upload(&roots, &upload), Err(UploadError::OutsideRoot(..))));
+    assert!(matches!(store_upload(&roots, &upload, None), Err(UploadError::OutsideRoot(..))));
     assert!(!outside.join("x.png").exists(), "nothing was written outside the root");
 }
 
@@ -141,6 +142,7 @@ fn uploads_dedup_rename_overwrite_and_create_subfolders() {
         store_upload(
             &roots,
             &Upload { filename: "tiny.png", bytes, kind: FileKind::Input, subfolder, overwrite },
+            None,
         )
     };
     let stored = |name: &str, subfolder: &str| Stored {
@@ -173,6 +175,7 @@ fn uploads_outside_the_root_or_without_a_name_are_refused() {
         store_upload(
             &roots,
             &Upload { filename, bytes: b"x", kind: FileKind::Input, subfolder, overwrite: false },
+            None,
         )
     };
     assert_eq!(up("", ""), Err(UploadError::EmptyName));

@@ -1,11 +1,14 @@
 //! `POST /upload/image`: stores an uploaded file under a root, as ComfyUI does: without `overwrite`, a name that
 //! exists with the same content is reused without writing and one with other content becomes `name (1).ext`,
-//! `name (2).ext`, ...; the subfolder is created; the content is not checked.
+//! `name (2).ext`, ...; the subfolder is created; the content is not checked. With an object store, names are
+//! taken there (the store holds what every node uploaded) and the local file is its copy.
 
 use std::path::Path;
 
 use kiln_engine::nodes::FileKind;
 use kiln_engine::roots::{Roots, within};
+
+use crate::store::{StoredRead, WorkspaceFiles};
 
 /// An upload.
 #[derive(Debug, Clone)]
@@ -36,8 +39,12 @@ pub(crate) enum UploadError {
     Io(String),
 }
 
-/// Stores an upload.
-pub(crate) fn store_upload(roots: &Roots, upload: &Upload<'_>) -> Result<Stored, UploadError> {
+/// Stores an upload, named against the object store too when there is one (`stored`) and put there.
+pub(crate) fn store_upload(
+    roots: &Roots,
+    upload: &Upload<'_>,
+    stored: Option<&WorkspaceFiles>,
+) -> Result<Stored, UploadError> {
     if upload.filename.is_empty() {
         return Err(UploadError::EmptyName);
     }
@@ -65,25 +72,59 @@ pub(crate) fn store_upload(roots: &Roots, upload: &Upload<'_>) -> Result<Stored,
         _ => (upload.filename.to_owned(), String::new()),
     };
     let mut name = upload.filename.to_owned();
-    let mut duplicate = false;
-    if !upload.overwrite {
-        let mut n = 1;
-        while folder.join(&name).exists() {
-            if same_content(&folder.join(&name), upload.bytes) {
-                duplicate = true;
-                break;
-            }
-            name = format!("{stem} ({n}){ext}");
-            n += 1;
-        }
-    }
-    if !duplicate {
+    let mut n = 1;
+    loop {
         let path = folder.join(&name);
-        let temporary = folder.join(format!(".{name}.kiln-upload"));
-        std::fs::write(&temporary, upload.bytes).map_err(|e| UploadError::Io(e.to_string()))?;
-        std::fs::rename(&temporary, &path).map_err(|e| UploadError::Io(e.to_string()))?;
+        let stored_as = relative(&name);
+        if !upload.overwrite {
+            let held = match stored {
+                Some(files) => files.compare(upload.kind, &stored_as, upload.bytes).map_err(io)?,
+                None => StoredRead::Absent,
+            };
+            // A local file the store does not hold (written before there was a store) counts too.
+            let held = match held {
+                StoredRead::Absent if path.exists() => {
+                    if same_content(&path, upload.bytes) {
+                        StoredRead::Same
+                    } else {
+                        StoredRead::Different
+                    }
+                }
+                held => held,
+            };
+            match held {
+                StoredRead::Same => break,
+                StoredRead::Different => {
+                    name = format!("{stem} ({n}){ext}");
+                    n += 1;
+                    continue;
+                }
+                StoredRead::Absent => {}
+            }
+        }
+        match stored {
+            // Created only if still free: another API node may have taken the name meanwhile.
+            Some(files) => {
+                if !files
+                    .put(upload.kind, &stored_as, upload.bytes, !upload.overwrite)
+                    .map_err(io)?
+                {
+                    continue;
+                }
+            }
+            None => {
+                let temporary = folder.join(format!(".{name}.kiln-upload"));
+                std::fs::write(&temporary, upload.bytes).map_err(io)?;
+                std::fs::rename(&temporary, &path).map_err(io)?;
+            }
+        }
+        break;
     }
     Ok(Stored { name, subfolder: upload.subfolder.to_owned(), kind: upload.kind })
+}
+
+fn io(e: impl std::fmt::Display) -> UploadError {
+    UploadError::Io(e.to_string())
 }
 
 fn same_content(path: &Path, bytes: &[u8]) -> bool {

@@ -8,6 +8,8 @@ use std::io::{Cursor, Read, Seek, SeekFrom};
 use kiln_engine::nodes::FileKind;
 use kiln_engine::roots::{Roots, within};
 
+use crate::store::WorkspaceFiles;
+
 /// What was asked for.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ViewRequest {
@@ -113,8 +115,9 @@ fn quote(name: &str) -> String {
     name.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// Finds and reads the file a `/view` request names.
-pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, ViewError> {
+/// The file a `/view` request names: its kind, its base name and its path relative to the root, by
+/// ComfyUI's rules (an annotation overrides `type`, only the name's last component counts).
+pub(crate) fn located(request: &ViewRequest) -> Result<(FileKind, &str, String), ViewError> {
     let raw = request.filename.as_deref().ok_or(ViewError::NotFound)?;
     let (name, annotated) = match raw.rsplit_once(" [") {
         Some((name, "input]")) => (name, Some(FileKind::Input)),
@@ -126,15 +129,33 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
         return Err(ViewError::BadName);
     }
     let kind = annotated.or(request.kind).unwrap_or(FileKind::Output);
-    let root = roots.get(kind);
-    let folder = match request.subfolder.as_deref().filter(|s| !s.is_empty()) {
-        Some(subfolder) => within(root, subfolder).ok_or(ViewError::OutsideRoot)?,
-        None => root.to_path_buf(),
-    };
     let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
     let relative = match request.subfolder.as_deref().filter(|s| !s.is_empty()) {
         Some(subfolder) => format!("{subfolder}/{base}"),
         None => base.to_owned(),
+    };
+    Ok((kind, base, relative))
+}
+
+/// [`view`], the file brought in from the object store first when there is one (`stored`).
+pub(crate) fn view_stored(
+    roots: &Roots,
+    stored: Option<&WorkspaceFiles>,
+    request: &ViewRequest,
+) -> Result<ViewFile, ViewError> {
+    if let (Some(files), Ok((kind, _, relative))) = (stored, located(request)) {
+        files.bring(kind, &relative).map_err(|e| ViewError::Unreadable(e.to_string()))?;
+    }
+    view(roots, request)
+}
+
+/// Finds and reads the file a `/view` request names.
+pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, ViewError> {
+    let (kind, base, relative) = located(request)?;
+    let root = roots.get(kind);
+    let folder = match request.subfolder.as_deref().filter(|s| !s.is_empty()) {
+        Some(subfolder) => within(root, subfolder).ok_or(ViewError::OutsideRoot)?,
+        None => root.to_path_buf(),
     };
     let path = folder.join(base);
     if !path.is_file() {

@@ -190,37 +190,41 @@ impl ApiServer {
             }
         };
         let roots = caller.workspace.roots().clone();
-        let bytes = if mask {
+        let stored = caller.workspace.stored.clone();
+        let subfolder = form.subfolder;
+        let overwrite = form.overwrite;
+        let original = if mask {
             let reference = form
                 .original_ref
                 .ok_or_else(|| error("no_original_ref", "the form has no `original_ref`"))?;
-            apply_mask(&roots, &reference, &form.bytes)?
+            Some(reference)
         } else {
-            form.bytes.to_vec()
+            None
         };
-        let subfolder = form.subfolder;
-        let overwrite = form.overwrite;
         let stored = tokio::task::spawn_blocking(move || {
-            files::store_upload(
-                &roots,
-                &Upload {
-                    filename: &filename,
-                    bytes: &bytes,
-                    kind,
-                    subfolder: &subfolder,
-                    overwrite,
-                },
-            )
+            let bytes = match original {
+                Some(reference) => apply_mask(&roots, stored.as_deref(), &reference, &form.bytes)?,
+                None => form.bytes.to_vec(),
+            };
+            let upload = Upload {
+                filename: &filename,
+                bytes: &bytes,
+                kind,
+                subfolder: &subfolder,
+                overwrite,
+            };
+            files::store_upload(&roots, &upload, stored.as_deref()).map_err(|e| match e {
+                UploadError::EmptyName => {
+                    Refusal::BadRequest(error("empty_filename", e.to_string()))
+                }
+                UploadError::OutsideRoot(..) => {
+                    Refusal::BadRequest(error("path_escape", e.to_string()))
+                }
+                UploadError::Io(_) => Refusal::Failed(internal("writing the upload", e)),
+            })
         })
         .await
-        .map_err(|e| Refusal::Failed(internal("storing the upload", e)))?
-        .map_err(|e| match e {
-            UploadError::EmptyName => Refusal::BadRequest(error("empty_filename", e.to_string())),
-            UploadError::OutsideRoot(..) => {
-                Refusal::BadRequest(error("path_escape", e.to_string()))
-            }
-            UploadError::Io(_) => Refusal::Failed(internal("writing the upload", e)),
-        })?;
+        .map_err(|e| Refusal::Failed(internal("storing the upload", e)))??;
         Ok(types::UploadImageResponse {
             name: stored.name,
             subfolder: stored.subfolder,
@@ -229,8 +233,25 @@ impl ApiServer {
     }
 }
 
+/// Brings in the top level of the caller's `kind` folder from the object store (when there is one), so that
+/// its listings show the files uploaded through other nodes; a failing store leaves the local listing, with one
+/// log line.
+pub(crate) async fn bring_folder(caller: &Caller, kind: FileKind) {
+    let Some(stored) = caller.workspace.stored.clone() else { return };
+    let brought = tokio::task::spawn_blocking(move || stored.bring_folder(kind)).await;
+    match brought.map_err(|e| e.to_string()).and_then(|b| b.map_err(|e| e.to_string())) {
+        Ok(()) => {}
+        Err(error) => tracing::warn!(%error, folder = kind.name(), "cannot list the object store"),
+    }
+}
+
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).
-fn apply_mask(roots: &Roots, reference: &str, mask: &[u8]) -> Result<Vec<u8>, Refusal> {
+fn apply_mask(
+    roots: &Roots,
+    stored: Option<&crate::store::WorkspaceFiles>,
+    reference: &str,
+    mask: &[u8],
+) -> Result<Vec<u8>, Refusal> {
     let shape = "original_ref must be JSON of the form {\"filename\", \"subfolder\"?, \"type\"?}";
     let original: types::MaskOriginal = serde_json::from_str(reference)
         .map_err(|e| e.to_string())
@@ -243,7 +264,7 @@ fn apply_mask(roots: &Roots, reference: &str, mask: &[u8]) -> Result<Vec<u8>, Re
         subfolder: original.subfolder,
         ..Default::default()
     };
-    let source = files::view(roots, &request).map_err(|e| {
+    let source = files::view_stored(roots, stored, &request).map_err(|e| {
         let refused =
             |message: &str| error("invalid_original_ref", format!("original_ref: {message}"));
         match e {
@@ -567,6 +588,7 @@ impl SharedApi for ApiServer {
 
     async fn get_object_info(&self, parts: Parts) -> GetObjectInfoResponse {
         let caller = self.caller(&parts);
+        bring_folder(&caller, FileKind::Input).await;
         let all = caller
             .workspace
             .registry()
@@ -578,6 +600,7 @@ impl SharedApi for ApiServer {
 
     async fn get_node_info(&self, parts: Parts, node_class: String) -> GetNodeInfoResponse {
         let caller = self.caller(&parts);
+        bring_folder(&caller, FileKind::Input).await;
         let one = caller
             .workspace
             .registry()
@@ -869,8 +892,10 @@ impl SharedApi for ApiServer {
             channel: query.channel.map(|c| c.to_string()),
             range,
         };
-        let roots = self.caller(&parts).workspace.roots().clone();
-        match tokio::task::spawn_blocking(move || files::view(&roots, &request)).await {
+        let workspace = self.caller(&parts).workspace;
+        let read =
+            move || files::view_stored(workspace.roots(), workspace.stored.as_deref(), &request);
+        match tokio::task::spawn_blocking(read).await {
             Ok(Ok(file)) => {
                 let body = Binary { content_type: file.content_type, bytes: file.bytes.into() };
                 let nosniff = Some("nosniff".to_owned());

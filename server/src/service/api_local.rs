@@ -131,7 +131,9 @@ impl LocalApi for ApiServer {
         directory_type: types::FileType,
     ) -> GetDirectoryFilesResponse {
         let caller = self.caller(&parts);
-        let root = caller.workspace.roots().get(convert::file_kind(directory_type)).to_path_buf();
+        let kind = convert::file_kind(directory_type);
+        super::api::bring_folder(&caller, kind).await;
+        let root = caller.workspace.roots().get(kind).to_path_buf();
         let mut files: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&root)
             .into_iter()
             .flatten()

@@ -36,14 +36,7 @@ impl Queued {
     pub(crate) fn model_files(&self) -> Vec<String> {
         const EXTENSIONS: [&str; 7] =
             [".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf"];
-        let mut files: Vec<String> = self
-            .prompt_json
-            .as_object()
-            .into_iter()
-            .flat_map(|nodes| nodes.values())
-            .filter_map(|node| node.get("inputs")?.as_object())
-            .flat_map(|inputs| inputs.values())
-            .filter_map(Value::as_str)
+        let mut files: Vec<String> = string_inputs(&self.prompt_json)
             .filter(|value| {
                 let lower = value.to_ascii_lowercase();
                 EXTENSIONS.iter().any(|extension| lower.ends_with(extension))
@@ -68,6 +61,7 @@ impl Queued {
 
     /// A stored prompt of `workspace` back from its payload, validated again in its workspace (whose nodes may
     /// have changed since it was queued); the error says why it cannot run.
+    /// Blocks (on the object store, when the workspace has one): call it from a blocking thread.
     pub(crate) fn from_stored(
         workspaces: &Workspaces,
         workspace: &str,
@@ -79,6 +73,12 @@ impl Queued {
         let workspace = workspaces
             .get(workspace)
             .map_err(|error| format!("its workspace cannot open: {error}"))?;
+        if let Some(files) = &workspace.stored {
+            // Files uploaded through another node of a cluster: here before LoadImage checks for them.
+            files
+                .bring_named(&stored.prompt)
+                .map_err(|error| format!("its files cannot be brought in: {error}"))?;
+        }
         let outputs: Vec<NodeId> = stored.outputs.iter().cloned().map(NodeId).collect();
         let validated = validate(&prompt, workspace.registry(), Some(&outputs))
             .map_err(|rejection| format!("it no longer validates: {}", rejection.error.message))?;
@@ -121,4 +121,15 @@ impl StoredPrompt {
                 .collect(),
         }
     }
+}
+
+/// The string values of a prompt's (API format) node inputs.
+pub(crate) fn string_inputs(prompt: &Value) -> impl Iterator<Item = &str> {
+    prompt
+        .as_object()
+        .into_iter()
+        .flat_map(|nodes| nodes.values())
+        .filter_map(|node| node.get("inputs")?.as_object())
+        .flat_map(|inputs| inputs.values())
+        .filter_map(Value::as_str)
 }

@@ -8,7 +8,7 @@ use std::collections::hash_map::RandomState;
 use std::fs;
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::files::{input_files, save_target};
@@ -99,15 +99,14 @@ impl Node for LoadAudio {
     }
 }
 
-/// Writes each clip as `<prefix>_<counter>.flac` under `root` and lists the files.
+/// Writes each clip as `<prefix>_<counter>.flac` in the directory of `kind` and lists the files.
 fn save_flac(
     audio: &Audio,
     prefix: &str,
-    root: &Path,
     kind: FileKind,
     ctx: &Context,
 ) -> Result<UiOutput, NodeError> {
-    let target = save_target(prefix, root, (0, 0))?;
+    let target = save_target(prefix, ctx, kind, (0, 0))?;
     let tags = tags(ctx);
     let mut files = Vec::new();
     let mut next = target.counter;
@@ -156,13 +155,7 @@ pub(super) fn save_audio() -> MediaNode {
         .essentials("Audio");
     MediaNode::new(spec, |inputs, ctx| {
         let audio = audio(inputs, "audio", "SaveAudio")?;
-        let ui = save_flac(
-            &audio,
-            inputs.string("filename_prefix")?,
-            &ctx.output_dir,
-            FileKind::Output,
-            ctx,
-        )?;
+        let ui = save_flac(&audio, inputs.string("filename_prefix")?, FileKind::Output, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }
@@ -218,13 +211,7 @@ pub(super) fn save_audio_advanced() -> MediaNode {
                 ));
             }
         }
-        let ui = save_flac(
-            &audio,
-            inputs.string("filename_prefix")?,
-            &ctx.output_dir,
-            FileKind::Output,
-            ctx,
-        )?;
+        let ui = save_flac(&audio, inputs.string("filename_prefix")?, FileKind::Output, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }
@@ -252,7 +239,7 @@ pub(super) fn preview_audio() -> MediaNode {
             })
             .collect();
         let prefix = format!("ComfyUI_temp_{suffix}");
-        let ui = save_flac(&audio, &prefix, &ctx.temp_dir, FileKind::Temp, ctx)?;
+        let ui = save_flac(&audio, &prefix, FileKind::Temp, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }

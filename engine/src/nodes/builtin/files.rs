@@ -15,7 +15,7 @@ use crate::nodes::{
     Context, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node,
     NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
-use crate::roots::within;
+use crate::roots::{SharedFiles, within};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -153,13 +153,7 @@ impl Node for SaveImage {
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let images = inputs.image("images")?;
-        let ui = save_pngs(
-            images,
-            inputs.string("filename_prefix")?,
-            &ctx.output_dir,
-            FileKind::Output,
-            ctx,
-        )?;
+        let ui = save_pngs(images, inputs.string("filename_prefix")?, FileKind::Output, ctx)?;
         Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
     }
 }
@@ -257,7 +251,7 @@ impl Node for SaveImageAdvanced {
         };
         let files = PngFiles { trailing_underscore: false, sixteen_bit, metadata: true };
         let prefix = inputs.string("filename_prefix")?;
-        let ui = save_pngs_as(images, prefix, &ctx.output_dir, FileKind::Output, ctx, files)?;
+        let ui = save_pngs_as(images, prefix, FileKind::Output, ctx, files)?;
         Ok(NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) })
     }
 }
@@ -322,7 +316,7 @@ fn preview_pngs(
         })
         .collect();
     let prefix = format!("{prefix}_temp_{suffix}");
-    save_pngs_as(images, &prefix, &ctx.temp_dir, FileKind::Temp, ctx, files)
+    save_pngs_as(images, &prefix, FileKind::Temp, ctx, files)
 }
 
 /// `MaskPreview` (`comfy_extras.nodes_mask`): the masks previewed as grey images; passes the mask on.
@@ -420,29 +414,27 @@ struct PngFiles {
 const SAVE_IMAGE: PngFiles =
     PngFiles { trailing_underscore: true, sixteen_bit: false, metadata: true };
 
-/// Writes each image of a batch as `<prefix>_<counter:05>_.png` under `root`, continuing after the highest
-/// counter already there, with the prompt and `extra_pnginfo` as PNG text chunks.
+/// Writes each image of a batch as `<prefix>_<counter:05>_.png` in the directory of `kind`, continuing after
+/// the highest counter already there, with the prompt and `extra_pnginfo` as PNG text chunks.
 fn save_pngs(
     images: &Tensor,
     prefix: &str,
-    root: &Path,
     kind: FileKind,
     ctx: &Context,
 ) -> Result<UiOutput, NodeError> {
-    save_pngs_as(images, prefix, root, kind, ctx, SAVE_IMAGE)
+    save_pngs_as(images, prefix, kind, ctx, SAVE_IMAGE)
 }
 
 /// [`save_pngs`] with the naming and depth of `files`.
 fn save_pngs_as(
     images: &Tensor,
     prefix: &str,
-    root: &Path,
     kind: FileKind,
     ctx: &Context,
     files: PngFiles,
 ) -> Result<UiOutput, NodeError> {
     let (batch, h, w, c) = super::image::dims(images)?;
-    let target = save_target(prefix, root, (w, h))?;
+    let target = save_target(prefix, ctx, kind, (w, h))?;
     let (name, subfolder, first) = (&target.name, &target.subfolder, target.counter);
     let mut text_chunks: Vec<(String, String)> = Vec::new();
     if files.metadata {
@@ -501,6 +493,8 @@ pub(super) struct SaveTarget {
     pub(super) subfolder: String,
     /// The first free counter.
     pub(super) counter: u64,
+    /// Where the names are shared beyond this machine, and as which kind of file.
+    shared: Option<(Arc<dyn SharedFiles>, FileKind)>,
 }
 
 /// A file a save node claimed: created empty, under a name no other writer holds.
@@ -513,6 +507,8 @@ pub(super) struct ClaimedFile {
     pub(super) path: PathBuf,
     /// The file, open for writing.
     pub(super) file: fs::File,
+    /// The shared files that hold its name too, its subfolder and kind there.
+    shared: Option<(Arc<dyn SharedFiles>, String, FileKind)>,
 }
 
 impl ClaimedFile {
@@ -522,10 +518,24 @@ impl ClaimedFile {
         self,
         write: impl FnOnce(&Path, fs::File) -> Result<(), NodeError>,
     ) -> Result<String, NodeError> {
-        match write(&self.path, self.file) {
+        let written = write(&self.path, self.file).and_then(|()| match &self.shared {
+            Some((shared, subfolder, kind)) => {
+                shared.publish(*kind, subfolder, &self.filename, &self.path).map_err(|e| {
+                    NodeError::of_kind(
+                        ErrorKind::Io,
+                        format!("cannot store {}: {e}", self.filename),
+                    )
+                })
+            }
+            None => Ok(()),
+        });
+        match written {
             Ok(()) => Ok(self.filename),
             Err(error) => {
                 let _ = fs::remove_file(&self.path);
+                if let Some((shared, subfolder, kind)) = &self.shared {
+                    shared.release(*kind, subfolder, &self.filename);
+                }
                 Err(error)
             }
         }
@@ -534,9 +544,9 @@ impl ClaimedFile {
 
 impl SaveTarget {
     /// Creates the file `name_of(counter)` for the first counter from `from` whose file does not exist yet
-    /// (created exclusively): ComfyUI's counter, except that writers saving under the same prefix at once
-    /// (the workers of a cluster on one output folder) each get their own file instead of overwriting
-    /// one.
+    /// (created exclusively, and claimed in the shared files too): ComfyUI's counter, except that writers saving
+    /// under the same prefix at once (the workers of a cluster on one output folder or one object store) each
+    /// get their own file instead of overwriting one.
     pub(super) fn claim(
         &self,
         from: u64,
@@ -547,7 +557,30 @@ impl SaveTarget {
             let filename = name_of(counter);
             let path = self.folder.join(&filename);
             match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(file) => return Ok(ClaimedFile { filename, counter, path, file }),
+                Ok(file) => {
+                    let Some((shared, kind)) = &self.shared else {
+                        return Ok(ClaimedFile { filename, counter, path, file, shared: None });
+                    };
+                    match shared.claim(*kind, &self.subfolder, &filename) {
+                        Ok(true) => {
+                            let shared = Some((shared.clone(), self.subfolder.clone(), *kind));
+                            return Ok(ClaimedFile { filename, counter, path, file, shared });
+                        }
+                        Ok(false) => {
+                            drop(file);
+                            let _ = fs::remove_file(&path);
+                            counter += 1;
+                        }
+                        Err(e) => {
+                            drop(file);
+                            let _ = fs::remove_file(&path);
+                            return Err(NodeError::of_kind(
+                                ErrorKind::Io,
+                                format!("cannot claim {filename} in the object store: {e}"),
+                            ));
+                        }
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => counter += 1,
                 Err(e) => {
                     return Err(NodeError::of_kind(
@@ -585,9 +618,29 @@ fn prefix_vars(
         .replace("%second%", &two(now.second()))
 }
 
+/// The folder, name and first counter for `prefix` in the directory of `kind`: as [`local_target`], the
+/// counter also past those of the shared files, whose names the target claims too.
+pub(super) fn save_target(
+    prefix: &str,
+    ctx: &Context,
+    kind: FileKind,
+    dimensions: (usize, usize),
+) -> Result<SaveTarget, NodeError> {
+    let mut target = local_target(prefix, ctx.dir(kind), dimensions)?;
+    if let Some(shared) = &ctx.shared {
+        let names = shared.names(kind, &target.subfolder, &target.name).map_err(|e| {
+            NodeError::of_kind(ErrorKind::Io, format!("cannot list the object store: {e}"))
+        })?;
+        let highest = names.iter().filter_map(|file| counter_of(file, &target.name)).max();
+        target.counter = target.counter.max(highest.map_or(1, |n| n + 1));
+        target.shared = Some((shared.clone(), kind));
+    }
+    Ok(target)
+}
+
 /// The folder, name and first counter for `prefix` under `root`: ComfyUI's variables replaced
 /// ([`prefix_vars`]), the subfolder created, the counter one past the highest `name_<digits>…` file there.
-pub(super) fn save_target(
+fn local_target(
     prefix: &str,
     root: &Path,
     dimensions: (usize, usize),
@@ -620,7 +673,7 @@ pub(super) fn save_target(
         return Err(outside());
     }
     let counter = next_counter(&folder, name);
-    Ok(SaveTarget { folder, name: (*name).to_owned(), subfolder, counter })
+    Ok(SaveTarget { folder, name: (*name).to_owned(), subfolder, counter, shared: None })
 }
 
 /// One past the highest counter of `<name>_<digits>[_.]…` files in `folder` (1 when there is none).
@@ -630,12 +683,15 @@ fn next_counter(folder: &Path, name: &str) -> u64 {
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter_map(|file| {
-            let rest = file.strip_prefix(name)?.strip_prefix('_')?;
-            rest.split('.').next()?.split('_').next()?.parse::<u64>().ok()
-        })
+        .filter_map(|file| counter_of(&file, name))
         .max()
         .map_or(1, |n| n + 1)
+}
+
+/// The counter of a `<name>_<digits>[_.]…` file name.
+fn counter_of(file: &str, name: &str) -> Option<u64> {
+    let rest = file.strip_prefix(name)?.strip_prefix('_')?;
+    rest.split('.').next()?.split('_').next()?.parse::<u64>().ok()
 }
 
 fn write_png(
@@ -726,7 +782,7 @@ fn encode_png16(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_counter, prefix_vars, save_target};
+    use super::{local_target, next_counter, prefix_vars};
 
     #[test]
     fn prefix_variables_are_comfyuis() {
@@ -748,7 +804,7 @@ mod tests {
     #[test]
     fn a_dated_prefix_saves_into_a_dated_subfolder() {
         let root = std::env::temp_dir().join(format!("kiln-dated-{}", std::process::id()));
-        let target = save_target("%year%/img", &root, (8, 8)).expect("target");
+        let target = local_target("%year%/img", &root, (8, 8)).expect("target");
         let year = chrono::Datelike::year(&chrono::Local::now());
         assert_eq!(target.subfolder, year.to_string());
         assert!(root.join(year.to_string()).is_dir());
@@ -776,7 +832,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("kiln-claim-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         // Both see the same first counter, as two workers on one output folder would.
-        let targets = [save_target("img", &root, (8, 8)), save_target("img", &root, (8, 8))];
+        let targets = [local_target("img", &root, (8, 8)), local_target("img", &root, (8, 8))];
         let names: Vec<String> = std::thread::scope(|scope| {
             let writers: Vec<_> = targets
                 .iter()

@@ -247,7 +247,8 @@ pub(super) fn save_video() -> MediaNode {
             }
         };
         let dimensions = video.dimensions().map_err(media_error)?;
-        let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, dimensions)?;
+        let target =
+            save_target(inputs.string("filename_prefix")?, ctx, FileKind::Output, dimensions)?;
         ctx.check_interrupt()?;
         let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.mp4", target.name))?;
         let filename = claimed.fill(|path, _| {
@@ -462,7 +463,7 @@ pub(super) fn save_animated_webp() -> MediaNode {
         let images = inputs.image("images")?;
         let fps = inputs.float("fps")?;
         let (n, h, w, c, bytes) = frames_u8(images)?;
-        let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
+        let target = save_target(inputs.string("filename_prefix")?, ctx, FileKind::Output, (w, h))?;
         let delay = (1000.0 / fps) as u32;
         let frame_len = h * w * c;
         let frames: Vec<&[u8]> = bytes.chunks_exact(frame_len).collect();
@@ -499,7 +500,7 @@ pub(super) fn save_animated_png() -> MediaNode {
         let fps = inputs.float("fps")?;
         let level = inputs.int("compress_level")?.clamp(0, 9) as u8;
         let (n, h, w, c, bytes) = frames_u8(images)?;
-        let target = save_target(inputs.string("filename_prefix")?, &ctx.output_dir, (w, h))?;
+        let target = save_target(inputs.string("filename_prefix")?, ctx, FileKind::Output, (w, h))?;
         let frames: Vec<&[u8]> = bytes.chunks_exact(h * w * c).collect();
         let chunks = media::comf_chunks(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::apng(&frames, (w, h, c), (1000.0 / fps) as u32, level, &chunks)
