@@ -99,7 +99,16 @@ pub(crate) fn start_with(
     data_dir: &std::path::Path,
     args: &[&std::ffi::OsStr],
 ) -> (Server, String) {
-    launch(data_dir, args, "local")
+    launch(data_dir, args, "local", &[])
+}
+
+/// [`start_with`] with environment variables set for the process.
+pub(crate) fn start_with_env(
+    data_dir: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &str)],
+) -> (Server, String) {
+    launch(data_dir, args, "local", env)
 }
 
 /// [`start`] with `--runtime cloud`: every answer is checked against the cloud runtime's operations. The
@@ -115,7 +124,7 @@ pub(crate) fn start_cloud_with(
 ) -> (Server, String) {
     let mut all = vec![std::ffi::OsStr::new("--runtime"), std::ffi::OsStr::new("cloud")];
     all.extend_from_slice(args);
-    launch(data_dir, &all, "cloud")
+    launch(data_dir, &all, "cloud", &[])
 }
 
 /// Starts kiln with `args` behind a proxy that checks answers against the operations `runtime` mounts.
@@ -123,11 +132,13 @@ fn launch(
     data_dir: &std::path::Path,
     args: &[&std::ffi::OsStr],
     runtime: &str,
+    env: &[(&str, &str)],
 ) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["--port", "0", "--disable-front-end", "--data-dir"])
         .arg(data_dir)
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

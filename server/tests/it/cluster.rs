@@ -1,5 +1,6 @@
 //! A cluster on Postgres (`--role api` and `--role worker`), through the real binary: API nodes and workers as
-//! separate processes on one throwaway database (`kiln_tests::postgres`) and one data directory. Every accepted
+//! separate processes on one throwaway database (`kiln_tests::postgres`) and either one data directory or, in the
+//! first test, a data directory each and one S3 store (`kiln_tests::s3`, `--store`). Every accepted
 //! prompt runs once, on some worker; its events reach its owner on whichever API node the owner's socket is
 //! connected to, and no one else; its history entry and outputs can be read through every API node. A worker
 //! killed mid-prompt loses nothing: its prompt is recorded as interrupted once its lease (`--worker-lease`) runs
@@ -17,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use kiln_tests::postgres::Postgres;
+use kiln_tests::s3::S3Server;
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::binary::{Server, start_cloud_with, start_with, temp_dir};
+use crate::binary::{Server, start_cloud_with, start_with, start_with_env, temp_dir};
 use crate::operations::get;
 use crate::postgres::account_command;
 
@@ -51,6 +53,15 @@ fn node(name: &str, role: &str, data_dir: &Path, url: &str, args: &[&str]) -> No
     all.extend_from_slice(args);
     let all: Vec<&OsStr> = all.iter().map(OsStr::new).collect();
     let (server, addr) = start_with(data_dir, &all);
+    Node { server, addr, name: name.to_owned() }
+}
+
+/// [`node`] with a data directory of its own (`DATA_DIR/<name>`) and its files in `s3` (`--store`, the
+/// credentials in the environment).
+fn stored_node(name: &str, role: &str, data_dir: &Path, url: &str, s3: &S3Server) -> Node {
+    let store = s3.store_url();
+    let all = ["--role", role, "--database-url", url, "--store", &store].map(OsStr::new);
+    let (server, addr) = start_with_env(&data_dir.join(name), &all, &s3.credentials());
     Node { server, addr, name: name.to_owned() }
 }
 
@@ -338,15 +349,17 @@ async fn a_cluster_of_two_api_nodes_and_two_workers_runs_every_clients_prompts()
     const PER_CLIENT: usize = 125;
     let postgres = Postgres::start("cluster");
     let url = postgres.database("kiln");
+    let s3 = S3Server::start("cluster");
+    // Each process has a data directory of its own: files go between them only through the store.
     let data_dir = temp_dir("cluster");
     let http = reqwest::Client::new();
     let apis = Arc::new([
-        node("api-a", "api", &data_dir, &url, &[]),
-        node("api-b", "api", &data_dir, &url, &[]),
+        stored_node("api-a", "api", &data_dir, &url, &s3),
+        stored_node("api-b", "api", &data_dir, &url, &s3),
     ]);
     let workers = [
-        node("worker-1", "worker", &data_dir, &url, &[]),
-        node("worker-2", "worker", &data_dir, &url, &[]),
+        stored_node("worker-1", "worker", &data_dir, &url, &s3),
+        stored_node("worker-2", "worker", &data_dir, &url, &s3),
     ];
 
     // A worker's port answers the probes and /metrics, and nothing else.
@@ -507,23 +520,58 @@ async fn a_cluster_of_two_api_nodes_and_two_workers_runs_every_clients_prompts()
         }
     }
     assert_eq!(files.len(), CLIENTS * PER_CLIENT, "one file a prompt");
+    let stored = |name: &str| s3.object_file(&format!("default/output/{name}"));
     for name in files.keys() {
-        assert!(data_dir.join("output").join(name).is_file(), "{name} is not in the output folder");
+        assert!(stored(name).is_file(), "{name} is not in the store");
     }
 
-    // A few outputs download through the API node that did not accept them.
+    // A few outputs download through either API node, neither of which ran them.
     for client in &clients {
-        let other = &apis[1 - client.node];
-        for prompt in client.prompts.iter().step_by(40) {
-            let name = files.iter().find(|(_, p)| *p == prompt).map(|(n, _)| n).expect("a file");
-            let path = format!("/api/view?filename={name}&type=output&subfolder=");
-            let response = get(&http, &other.addr, &path).await;
-            assert_eq!(response.status().as_u16(), 200, "{}: GET {path}", other.name);
-            let bytes = response.bytes().await.expect("bytes");
-            let on_disk = std::fs::read(data_dir.join("output").join(name)).expect("the file");
-            assert!(bytes[..] == on_disk[..], "{}: {name} is not the file on disk", other.name);
+        for api in apis.iter() {
+            for prompt in client.prompts.iter().step_by(40) {
+                let name =
+                    files.iter().find(|(_, p)| *p == prompt).map(|(n, _)| n).expect("a file");
+                let path = format!("/api/view?filename={name}&type=output&subfolder=");
+                let response = get(&http, &api.addr, &path).await;
+                assert_eq!(response.status().as_u16(), 200, "{}: GET {path}", api.name);
+                let bytes = response.bytes().await.expect("bytes");
+                let in_store = std::fs::read(stored(name)).expect("the object");
+                assert!(bytes[..] == in_store[..], "{}: {name} is not the stored file", api.name);
+            }
         }
     }
+
+    // An image uploaded through one API node is listed by the other and runs there: the prompt that loads it
+    // is validated by api-b and run by a worker, neither of which saw the upload.
+    let (first, _) = files.iter().next().expect("an output");
+    let image = std::fs::read(stored(first)).expect("the object");
+    let form = reqwest::multipart::Form::new()
+        .part("image", reqwest::multipart::Part::bytes(image.clone()).file_name("cluster-cat.png"));
+    let uploaded = http
+        .post(format!("http://{}/api/upload/image", apis[0].addr))
+        .multipart(form)
+        .send()
+        .await
+        .expect("uploaded");
+    assert_eq!(uploaded.status().as_u16(), 200, "api-a: upload");
+    let info = json(&http, &apis[1], "/api/object_info/LoadImage").await;
+    let listed = &info["LoadImage"]["input"]["required"]["image"][0];
+    assert!(
+        listed.as_array().is_some_and(|names| names.iter().any(|n| n == "cluster-cat.png")),
+        "api-b lists the upload: {listed}"
+    );
+    let loads = json!({
+        "1": {"class_type": "LoadImage", "inputs": {"image": "cluster-cat.png"}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "loaded"}},
+    });
+    let id = submit(&http, &apis[1], loads, None).await;
+    let entries =
+        settled(&http, &apis[0], std::slice::from_ref(&id), Duration::from_secs(60)).await;
+    assert_eq!(outcome(&entries[&id]), "success", "{}", entries[&id]);
+    let saved = entries[&id]["outputs"]["2"]["images"][0]["filename"].as_str().expect("a file");
+    let response =
+        get(&http, &apis[0].addr, &format!("/api/view?filename={saved}&type=output")).await;
+    assert_eq!(response.status().as_u16(), 200, "api-a: the loaded image's output");
 
     // Both workers ran prompts, and each prompt ran once; nothing is left in the queue.
     let mut ran = Vec::new();
@@ -532,7 +580,9 @@ async fn a_cluster_of_two_api_nodes_and_two_workers_runs_every_clients_prompts()
     }
     assert!(ran.iter().all(|&n| n > 0.0), "each worker ran prompts: {ran:?}");
     let total: f64 = ran.iter().sum();
-    assert_eq!(total, (CLIENTS * PER_CLIENT) as f64, "prompts run to success, by worker: {ran:?}");
+    // The clients' prompts and the one that loaded the upload.
+    let expected = (CLIENTS * PER_CLIENT + 1) as f64;
+    assert_eq!(total, expected, "prompts run to success, by worker: {ran:?}");
     for api in apis.iter() {
         queue_empties(&http, api).await;
     }
