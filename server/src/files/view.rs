@@ -137,16 +137,36 @@ pub(crate) fn located(request: &ViewRequest) -> Result<(FileKind, &str, String),
     Ok((kind, base, relative))
 }
 
-/// [`view`], the file brought in from the object store first when there is one (`stored`).
+/// [`view`] through the object store when there is one (`stored`): a file served as stored is read from the
+/// store (a range read for a range request), nothing written locally; a preview or channel extract is made from
+/// the file brought in. A file the store does not hold is looked for locally.
 pub(crate) fn view_stored(
     roots: &Roots,
     stored: Option<&WorkspaceFiles>,
     request: &ViewRequest,
 ) -> Result<ViewFile, ViewError> {
-    if let (Some(files), Ok((kind, _, relative))) = (stored, located(request)) {
-        files.bring(kind, &relative).map_err(|e| ViewError::Unreadable(e.to_string()))?;
+    let Some(files) = stored else { return view(roots, request) };
+    let (kind, base, relative) = located(request)?;
+    if within(roots.get(kind), &relative).is_none() {
+        return Err(ViewError::OutsideRoot);
     }
-    view(roots, request)
+    let failed = |e: crate::store::StoreError| ViewError::Unreadable(e.to_string());
+    if derived(request) {
+        files.bring(kind, &relative).map_err(failed)?;
+        return view(roots, request);
+    }
+    match files.size(kind, &relative).map_err(failed)? {
+        Some(size) => as_stored(base, request.range.as_deref(), size, |first, count| {
+            files.read(kind, &relative, first..first + count).map_err(failed)
+        }),
+        None => view(roots, request),
+    }
+}
+
+/// Whether the request asks for a preview or a channel extract rather than the file as stored.
+fn derived(request: &ViewRequest) -> bool {
+    let channel = request.channel.as_deref().unwrap_or("rgba");
+    request.preview.is_some() || channel == "rgb" || channel == "a"
 }
 
 /// Finds and reads the file a `/view` request names.
@@ -164,9 +184,16 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
     within(root, &relative).ok_or(ViewError::OutsideRoot)?;
 
     let channel = request.channel.as_deref().unwrap_or("rgba");
-    let derived = request.preview.is_some() || channel == "rgb" || channel == "a";
-    if !derived {
-        return as_stored(&path, base, request.range.as_deref());
+    if !derived(request) {
+        let unreadable = |e: std::io::Error| ViewError::Unreadable(e.to_string());
+        let size = std::fs::metadata(&path).map_err(unreadable)?.len();
+        return as_stored(base, request.range.as_deref(), size, |first, count| {
+            let mut file = std::fs::File::open(&path).map_err(unreadable)?;
+            let mut bytes = vec![0u8; count as usize];
+            file.seek(SeekFrom::Start(first)).map_err(unreadable)?;
+            file.read_exact(&mut bytes).map_err(unreadable)?;
+            Ok(bytes)
+        });
     }
     let bytes = std::fs::read(&path).map_err(|e| ViewError::Unreadable(e.to_string()))?;
     if let Some(preview) = &request.preview {
@@ -217,13 +244,14 @@ pub(crate) fn view(roots: &Roots, request: &ViewRequest) -> Result<ViewFile, Vie
     })
 }
 
-/// The file as stored, or the one range of it `range` asks for.
+/// The file as stored, or the one range of it `range` asks for: `size` bytes, of which `read(first, count)`
+/// reads some.
 fn as_stored(
-    path: &std::path::Path,
     base: &str,
     range: Option<&str>,
+    size: u64,
+    read: impl FnOnce(u64, u64) -> Result<Vec<u8>, ViewError>,
 ) -> Result<ViewFile, ViewError> {
-    let unreadable = |e: std::io::Error| ViewError::Unreadable(e.to_string());
     let mut ty = content_type(base);
     let mut disposition = format!("filename=\"{}\"", quote(base));
     if DANGEROUS.contains(&ty) {
@@ -231,15 +259,10 @@ fn as_stored(
         disposition = format!("attachment; {disposition}");
     }
     let (bytes, extent) = match range {
-        None => (std::fs::read(path).map_err(unreadable)?, Extent::Whole),
+        None => (read(0, size)?, Extent::Whole),
         Some(range) => {
-            let mut file = std::fs::File::open(path).map_err(unreadable)?;
-            let size = file.metadata().map_err(unreadable)?.len();
             let (first, count) = byte_range(range, size)?;
-            let mut bytes = vec![0u8; count as usize];
-            file.seek(SeekFrom::Start(first)).map_err(unreadable)?;
-            file.read_exact(&mut bytes).map_err(unreadable)?;
-            (bytes, Extent::Range { first, last: first + count - 1, size })
+            (read(first, count)?, Extent::Range { first, last: first + count - 1, size })
         }
     };
     Ok(ViewFile { bytes, content_type: ty.to_owned(), content_disposition: disposition, extent })

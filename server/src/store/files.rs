@@ -44,6 +44,25 @@ impl WorkspaceFiles {
         self.store.bring(&key(&self.workspace, kind, relative), &local)
     }
 
+    /// The size of `relative` of `kind` in the store, or `None` when the store does not hold it (or the path
+    /// leaves the root).
+    pub(crate) fn size(&self, kind: FileKind, relative: &str) -> Result<Option<u64>, StoreError> {
+        if within(self.roots.get(kind), relative).is_none() {
+            return Ok(None);
+        }
+        self.store.size(&key(&self.workspace, kind, relative))
+    }
+
+    /// Bytes `range` of `relative` of `kind` in the store.
+    pub(crate) fn read(
+        &self,
+        kind: FileKind,
+        relative: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.store.read(&key(&self.workspace, kind, relative), range)
+    }
+
     /// Brings in every file `prompt` (API format) names: each string input that reads as a file name, in the
     /// folder a `[input]`, `[output]` or `[temp]` annotation names (input without one).
     pub(crate) fn bring_named(&self, prompt: &serde_json::Value) -> Result<(), StoreError> {

@@ -169,6 +169,25 @@ impl Store {
         self.copies.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The object's size, or `None` when there is no such object.
+    fn size(&self, key: &Path) -> Result<Option<u64>, StoreError> {
+        match self.block_on(self.objects.head(key)) {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// Bytes `range` of the object (all of an empty object for an empty range).
+    fn read(&self, key: &Path, range: std::ops::Range<u64>) -> Result<Vec<u8>, StoreError> {
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bytes =
+            self.block_on(self.objects.get_range(key, range)).map_err(|e| self.failed(e))?;
+        Ok(bytes.to_vec())
+    }
+
     /// The object's version, or `None` when there is no such object.
     fn version(&self, key: &Path) -> Result<Option<String>, StoreError> {
         match self.block_on(self.objects.head(key)) {

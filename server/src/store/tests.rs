@@ -10,7 +10,7 @@ use kiln_tests::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use serde_json::json;
 
 use super::{Store, WorkspaceFiles};
-use crate::files::{Upload, ViewRequest, store_upload, view_stored};
+use crate::files::{Upload, ViewError, ViewRequest, store_upload, view_stored};
 
 /// A node's local folders.
 fn roots(dir: &std::path::Path, node: &str) -> Roots {
@@ -82,6 +82,15 @@ fn two_nodes_share_files(url: String) {
     };
     let served = view_stored(&roots_b, Some(&b), &request).expect("served from the store");
     assert_eq!(served.bytes, b"pixels");
+    assert!(!roots_b.output.join("ComfyUI_00001_.png").exists(), "read from the store, not copied");
+    let range = ViewRequest { range: Some("bytes=1-3".to_owned()), ..request.clone() };
+    let served = view_stored(&roots_b, Some(&b), &range).expect("a range from the store");
+    assert_eq!(
+        (served.bytes.as_slice(), served.extent.content_range()),
+        (&b"ixe"[..], Some("bytes 1-3/6".to_owned()))
+    );
+    let escape = ViewRequest { subfolder: Some("../../a/input".to_owned()), ..request.clone() };
+    assert_eq!(view_stored(&roots_b, Some(&b), &escape).unwrap_err(), ViewError::OutsideRoot);
     // A subfolder's names, and a claim given up.
     assert!(a.claim(FileKind::Temp, "previews", "p_00001_.png").expect("claimed"));
     assert_eq!(b.names(FileKind::Temp, "previews", "p_").expect("names"), ["p_00001_.png"]);
