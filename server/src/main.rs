@@ -131,8 +131,9 @@ struct Args {
     database_url: Option<String>,
     /// Keep inputs, outputs and temp files in this object store as well as in the local folders, which become
     /// its working copy: file:///ABSOLUTE/PATH (a folder, perhaps on a shared file system) or
-    /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R&…] (the object_store crate's S3 settings; credentials from
-    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). The nodes of a cluster share files through it.
+    /// s3://BUCKET/PREFIX?endpoint=URL&region=R (prefix and query optional; the query takes the object_store
+    /// crate's S3 settings; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). The nodes of a
+    /// cluster share files through it.
     #[arg(long, value_name = "URL", env = "KILN_STORE")]
     store: Option<String>,
     /// What this process does: all (one server with the database to itself), or, in a cluster sharing one
