@@ -85,6 +85,11 @@ const SERVER_LOCK: i64 = 0x6b69_6c6e;
 /// it sees the connection closed).
 const SERVER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The number a cluster's sequence `prompt_number` gives next (a query of one value): where a single server's
+/// counter must continue, and below which the sequence must never be set.
+pub(crate) const NEXT_FROM_SEQUENCE: &str =
+    "SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM prompt_number";
+
 /// The reading pool of either database.
 #[derive(Clone)]
 pub(crate) enum Reader {
@@ -346,12 +351,10 @@ impl Reader {
             Reader::Sqlite(pool) => {
                 sqlx::query_scalar("SELECT next FROM counter").fetch_one(pool).await
             }
-            Reader::Postgres(pool) => sqlx::query_scalar(
-                "SELECT GREATEST(next, (SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END \
-                     FROM prompt_number)) FROM counter",
-            )
-            .fetch_one(pool)
-            .await,
+            Reader::Postgres(pool) => {
+                let sql = format!("SELECT GREATEST(next, ({NEXT_FROM_SEQUENCE})) FROM counter");
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(pool).await
+            }
         }
     }
 }

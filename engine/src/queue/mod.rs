@@ -244,6 +244,18 @@ pub enum Placement {
     Number(f64),
 }
 
+impl Placement {
+    /// The number of a prompt placed so when the counter gave `taken`: `taken` at the back, negated at the
+    /// front (ComfyUI negates an int, so the first front prompt is 0, not -0), the client's own number as is.
+    pub fn number(self, taken: u64) -> f64 {
+        match self {
+            Placement::Number(number) => number,
+            Placement::Front if taken > 0 => -(taken as f64),
+            Placement::Back | Placement::Front => taken as f64,
+        }
+    }
+}
+
 impl<P: Clone + Send> PromptQueue<P> {
     /// A queue over a store, restored from it. Returns the queue and the entries that were running when the
     /// previous process stopped: they did not finish, and stay in the store until the caller has recorded them
@@ -317,13 +329,11 @@ impl<P: Clone + Send> PromptQueue<P> {
     /// `front`). Taken before the prompt is validated, as ComfyUI does, so a rejected prompt uses one too.
     pub fn take_number(&self, placement: Placement) -> f64 {
         let mut state = lock(&self.state);
-        let taken = state.counter as f64;
-        match placement {
-            Placement::Number(n) => return n,
-            Placement::Back | Placement::Front => state.counter += 1,
+        let taken = state.counter;
+        if !matches!(placement, Placement::Number(_)) {
+            state.counter += 1;
         }
-        // ComfyUI negates an int, so the first front prompt is 0, not -0.
-        if placement == Placement::Front && taken > 0.0 { -taken } else { taken }
+        placement.number(taken)
     }
 
     /// The next number the counter gives (what a store keeps to continue after a restart).

@@ -100,10 +100,11 @@ impl Cluster {
         )
         .execute(&pool)
         .await?;
-        sqlx::query(
-            "SELECT setval('prompt_number', next, false) FROM counter \
-             WHERE next > (SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM prompt_number)",
-        )
+        // Built from constants only.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT setval('prompt_number', next, false) FROM counter WHERE next > ({})",
+            crate::storage::NEXT_FROM_SEQUENCE
+        )))
         .execute(&pool)
         .await?;
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "kiln".to_owned());
@@ -135,9 +136,7 @@ impl Cluster {
         }
         let taken: i64 =
             sqlx::query_scalar("SELECT nextval('prompt_number')").fetch_one(&self.pool).await?;
-        let taken = taken as f64;
-        // ComfyUI negates an int, so the first front prompt is 0, not -0.
-        Ok(if placement == Placement::Front && taken > 0.0 { -taken } else { taken })
+        Ok(placement.number(taken.max(0) as u64))
     }
 
     /// Queues a prompt: its arrival order, or `None` if a prompt with this id is queued or running already.
