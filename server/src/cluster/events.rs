@@ -48,6 +48,25 @@ pub(super) async fn insert(
     notify(transaction, EVENTS_CHANNEL).await
 }
 
+/// Where a worker's events go on their way to the API nodes, in order: [`Writer`], into the events table. A
+/// message bus (NATS) can carry them instead; the events written with a prompt's finish (its last frames and
+/// history announcement, in the finishing transaction) then reach it from the table as an outbox.
+#[async_trait::async_trait]
+pub(crate) trait EventSink: Send + Sync {
+    /// Sends a delivery without waiting.
+    fn send(&self, delivery: Delivery);
+    /// Waits until everything sent before is where the API nodes read (or given up on).
+    async fn flush(&self);
+}
+
+/// Where an API node reads the cluster's events, in the order they were written: [`TableFeed`], the events
+/// table; a message bus (NATS) later.
+#[async_trait::async_trait]
+pub(crate) trait EventFeed: Send {
+    /// The next events in order; empty when none came within a poll interval.
+    async fn next(&mut self) -> Vec<Delivery>;
+}
+
 enum Command {
     Deliver(Delivery),
     Flush(oneshot::Sender<()>),
@@ -65,14 +84,15 @@ impl Writer {
         tokio::spawn(write_batches(pool, receiver));
         Writer { sender }
     }
+}
 
-    /// Queues a delivery.
-    pub(super) fn send(&self, delivery: Delivery) {
+#[async_trait::async_trait]
+impl EventSink for Writer {
+    fn send(&self, delivery: Delivery) {
         let _ = self.sender.send(Command::Deliver(delivery));
     }
 
-    /// Waits until everything sent before is written (or given up on).
-    pub(super) async fn flush(&self) {
+    async fn flush(&self) {
         let (done, written) = oneshot::channel();
         if self.sender.send(Command::Flush(done)).is_ok() {
             let _ = written.await;
@@ -177,74 +197,105 @@ impl Cursor {
     }
 }
 
-/// An API node's reader: hands every event after `cursor` to the runtime, in order, until the server stops.
-pub(crate) async fn follow(runtime: Arc<Service>, cluster: Arc<Cluster>, cursor: i64) {
-    let mut listener = listener(&cluster.pool, &[EVENTS_CHANNEL]).await;
-    let mut cursor = Cursor::new(cursor);
+/// An API node's reader: hands every event `feed` gives to the runtime, in order, until the server stops.
+pub(crate) async fn follow(
+    runtime: Arc<Service>,
+    cluster: Arc<Cluster>,
+    mut feed: Box<dyn EventFeed>,
+) {
     while !runtime.stop.load(std::sync::atomic::Ordering::SeqCst) {
-        deliver_late(&runtime, &cluster, &mut cursor).await;
+        let deliveries = feed.next().await;
+        deliver_all(&runtime, &cluster, deliveries).await;
+    }
+}
+
+/// The events table read in id order from a cursor, waiting briefly at gaps (see the module's note), woken by
+/// NOTIFY and polling.
+pub(crate) struct TableFeed {
+    pool: PgPool,
+    listener: Option<sqlx::postgres::PgListener>,
+    cursor: Cursor,
+    /// The last read found everything there was: wait for a notification before reading again.
+    caught_up: bool,
+}
+
+impl TableFeed {
+    /// A feed of the events after id `cursor` (from [`latest_event`]).
+    pub(crate) async fn open(cluster: &Cluster, cursor: i64) -> TableFeed {
+        TableFeed {
+            pool: cluster.pool.clone(),
+            listener: listener(&cluster.pool, &[EVENTS_CHANNEL]).await,
+            cursor: Cursor::new(cursor),
+            caught_up: false,
+        }
+    }
+
+    /// The rows read past that have committed since (out of order, rather than never).
+    async fn late(&mut self) -> Vec<Delivery> {
+        let late = self.cursor.late_ids(Instant::now());
+        if late.is_empty() {
+            return Vec::new();
+        }
+        let rows: Vec<(i64, String)> =
+            match sqlx::query_as("SELECT id, body FROM events WHERE id = ANY($1) ORDER BY id")
+                .bind(&late)
+                .fetch_all(&self.pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(_) => return Vec::new(),
+            };
+        let mut deliveries = Vec::new();
+        for (id, body) in rows {
+            self.cursor.late.remove(&id);
+            tracing::debug!(id, "an event committed late");
+            deliveries.extend(serde_json::from_str::<Delivery>(&body).ok());
+        }
+        deliveries
+    }
+}
+
+#[async_trait::async_trait]
+impl EventFeed for TableFeed {
+    async fn next(&mut self) -> Vec<Delivery> {
+        if std::mem::take(&mut self.caught_up) {
+            wait_for(&mut self.listener, &self.pool, &[EVENTS_CHANNEL], POLL).await;
+        }
+        let mut deliveries = self.late().await;
         let rows: Vec<(i64, String)> =
             match sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
-                .bind(cursor.at)
+                .bind(self.cursor.at)
                 .bind(BATCH)
-                .fetch_all(&cluster.pool)
+                .fetch_all(&self.pool)
                 .await
             {
                 Ok(rows) => rows,
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the events");
                     tokio::time::sleep(POLL).await;
-                    continue;
+                    return deliveries;
                 }
             };
         let full = rows.len() as i64 == BATCH;
         let mut stalled = false;
-        let mut admitted = Vec::new();
         for (id, body) in rows {
-            if !cursor.admit(id, Instant::now()) {
+            if !self.cursor.admit(id, Instant::now()) {
                 stalled = true;
                 break;
             }
             match serde_json::from_str::<Delivery>(&body) {
-                Ok(delivery) => admitted.push(delivery),
+                Ok(delivery) => deliveries.push(delivery),
                 Err(error) => tracing::warn!(id, %error, "skipping an event this node cannot read"),
             }
-        }
-        deliver_all(&runtime, &cluster, admitted).await;
-        if full && !stalled {
-            continue;
         }
         if stalled {
             // A gap is nearly always a commit in flight that lands within a millisecond or two.
             tokio::time::sleep(Duration::from_millis(2)).await;
-            continue;
+        } else if !full {
+            self.caught_up = true;
         }
-        wait_for(&mut listener, &cluster.pool, &[EVENTS_CHANNEL], POLL).await;
+        deliveries
     }
-}
-
-/// Delivers the rows read past that have committed since (out of order, rather than never).
-async fn deliver_late(runtime: &Service, cluster: &Cluster, cursor: &mut Cursor) {
-    let late = cursor.late_ids(Instant::now());
-    if late.is_empty() {
-        return;
-    }
-    let rows: Vec<(i64, String)> =
-        match sqlx::query_as("SELECT id, body FROM events WHERE id = ANY($1) ORDER BY id")
-            .bind(&late)
-            .fetch_all(&cluster.pool)
-            .await
-        {
-            Ok(rows) => rows,
-            Err(_) => return,
-        };
-    let mut deliveries = Vec::new();
-    for (id, body) in rows {
-        cursor.late.remove(&id);
-        tracing::debug!(id, "an event committed late");
-        deliveries.extend(serde_json::from_str::<Delivery>(&body).ok());
-    }
-    deliver_all(runtime, cluster, deliveries).await;
 }
 
 /// The history entries a batch of events announces, read in one query: (workspace, id) → entry.

@@ -33,7 +33,9 @@ use crate::config::{Claims, ProcessRole};
 use crate::ws::Delivery;
 
 pub(crate) use claims::Unrunnable;
-pub(crate) use events::{follow as follow_events, latest_event, load_history};
+pub(crate) use events::{
+    EventSink, TableFeed, follow as follow_events, latest_event, load_history,
+};
 pub(crate) use mirror::{MirrorStore, follow as follow_queue, sync as sync_queue};
 pub(crate) use sweeper::sweep_forever;
 
@@ -66,8 +68,8 @@ pub(crate) struct Cluster {
     /// Prompts an API node heard stop running, and when: a sync that read the table before they ended
     /// must not bring them back.
     ended: std::sync::Mutex<HashMap<String, std::time::Instant>>,
-    /// A worker's writer of events.
-    events: Option<events::Writer>,
+    /// Where a worker's events go.
+    events: Option<Box<dyn EventSink>>,
     /// What `/free` asked of a worker and it has not done yet: 1 unload, 2 free.
     free_asked: std::sync::atomic::AtomicU8,
 }
@@ -113,7 +115,8 @@ impl Cluster {
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let events = (role == ProcessRole::Worker).then(|| events::Writer::start(pool.clone()));
+        let events = (role == ProcessRole::Worker)
+            .then(|| Box::new(events::Writer::start(pool.clone())) as Box<dyn EventSink>);
         Ok(Arc::new(Cluster {
             role,
             pool,
