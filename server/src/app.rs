@@ -18,7 +18,7 @@ use kiln_spec::types;
 
 use crate::api::{cloud_router, local_router};
 use crate::cluster::{
-    Cluster, MirrorStore, follow_events, follow_queue, latest_event, sweep_forever,
+    Cluster, MirrorStore, TableFeed, follow_events, follow_queue, latest_event, sweep_forever,
 };
 use crate::config::GIB;
 use crate::config::{Config, Database, ProcessRole};
@@ -244,7 +244,8 @@ impl Server {
                     .await
                     .map_err(std::io::Error::other)?;
                 tokio::spawn(follow_queue(runtime.clone(), cluster.clone()));
-                tokio::spawn(follow_events(runtime.clone(), cluster.clone(), cursor));
+                let feed = Box::new(TableFeed::open(cluster, cursor).await);
+                tokio::spawn(follow_events(runtime.clone(), cluster.clone(), feed));
             }
             tokio::spawn(sweep_forever(runtime.clone(), cluster.clone()));
             tracing::info!(role = ?config.role, node = %cluster.node, "in a cluster on the shared database");

@@ -151,18 +151,42 @@ impl std::fmt::Debug for Database {
     }
 }
 
-/// `arg` with the password of a URL in it (`scheme://user:password@host…`) replaced by `***`, for the command
-/// line Kiln reports.
+/// `arg` with the password of a URL in it (`scheme://user:password@host…`) and the values of its query keys
+/// that name a secret, a token or a password (`--store s3://…?secret_access_key=…`) replaced by `***`, for the
+/// command line Kiln reports.
 pub fn hide_password(arg: &str) -> String {
-    let Some(scheme_end) = arg.find("://") else { return arg.to_owned() };
+    let arg = hide_query_secrets(arg);
+    let Some(scheme_end) = arg.find("://") else { return arg };
     let authority_start = scheme_end + 3;
     let authority_end =
         arg[authority_start..].find('/').map_or(arg.len(), |end| authority_start + end);
     let authority = &arg[authority_start..authority_end];
-    let Some(at) = authority.rfind('@') else { return arg.to_owned() };
-    let Some(colon) = authority[..at].find(':') else { return arg.to_owned() };
+    let Some(at) = authority.rfind('@') else { return arg };
+    let Some(colon) = authority[..at].find(':') else { return arg };
     let password = authority_start + colon + 1..authority_start + at;
     format!("{}***{}", &arg[..password.start], &arg[password.end..])
+}
+
+/// A URL's query with the values of keys naming a secret, a token or a password replaced by `***`.
+fn hide_query_secrets(arg: &str) -> String {
+    let Some((before, query)) = arg.split_once('?').filter(|(before, _)| before.contains("://"))
+    else {
+        return arg.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _))
+                if ["secret", "token", "password"]
+                    .iter()
+                    .any(|word| key.to_ascii_lowercase().contains(word)) =>
+            {
+                format!("{key}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", pairs.join("&"))
 }
 
 /// Everything the server needs to start.
@@ -350,5 +374,26 @@ mod issuer_tests {
             !is_loopback_http("https://127.0.0.1")
                 && !is_loopback_http("http://127.0.0.1.evil.example")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hide_password;
+
+    #[test]
+    fn reported_arguments_hide_passwords_and_secret_query_values() {
+        assert_eq!(
+            hide_password("postgres://kiln:pw@db:5432/kiln"),
+            "postgres://kiln:***@db:5432/kiln"
+        );
+        assert_eq!(
+            hide_password(
+                "s3://b?endpoint=http://s3:9000&secret_access_key=abc&aws_session_token=t"
+            ),
+            "s3://b?endpoint=http://s3:9000&secret_access_key=***&aws_session_token=***"
+        );
+        assert_eq!(hide_password("--store"), "--store");
+        assert_eq!(hide_password("a cat? token=1"), "a cat? token=1", "not a URL");
     }
 }

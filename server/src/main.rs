@@ -134,7 +134,7 @@ struct Args {
     /// s3://BUCKET/PREFIX?endpoint=URL&region=R (prefix and query optional; the query takes the object_store
     /// crate's S3 settings; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). The nodes of a
     /// cluster share files through it.
-    #[arg(long, value_name = "URL", env = "KILN_STORE")]
+    #[arg(long, value_name = "URL", env = "KILN_STORE", hide_env_values = true)]
     store: Option<String>,
     /// What this process does: all (one server with the database to itself), or, in a cluster sharing one
     /// Postgres database (--database-url) and its files (one --store, or one --data-dir), api (serves the clients, runs nothing) or worker

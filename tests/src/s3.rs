@@ -6,6 +6,7 @@
 //! puts one at a time.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::error_handling::HandleError;
@@ -28,6 +29,7 @@ pub struct S3Server {
     dir: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    gets: Arc<AtomicUsize>,
 }
 
 impl S3Server {
@@ -46,6 +48,8 @@ impl S3Server {
         let port = listener.local_addr().expect("its address").port();
         let backend = s3s_fs::FileSystem::new(&dir).expect("the s3s-fs backend");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let gets = Arc::new(AtomicUsize::new(0));
+        let counted = gets.clone();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -56,6 +60,7 @@ impl S3Server {
                 let mut builder = s3s::service::S3ServiceBuilder::new(AtomicPuts {
                     inner: backend,
                     puts: tokio::sync::Mutex::new(()),
+                    gets: counted,
                 });
                 builder.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
                 let service = HandleError::new(builder.build(), |e: s3s::HttpError| async move {
@@ -70,7 +75,7 @@ impl S3Server {
                 serve.await.expect("the S3 server");
             });
         });
-        S3Server { port, dir, stop: Some(stop), thread: Some(thread) }
+        S3Server { port, dir, stop: Some(stop), thread: Some(thread), gets }
     }
 
     /// The server's URL.
@@ -86,6 +91,11 @@ impl S3Server {
     /// The environment a Kiln process needs to sign its requests.
     pub fn credentials(&self) -> [(&'static str, &'static str); 2] {
         [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY)]
+    }
+
+    /// How many `GetObject` requests the server has answered (range reads included).
+    pub fn gets(&self) -> usize {
+        self.gets.load(Ordering::SeqCst)
     }
 
     /// The folder of an object's file (`key` as stored: `workspace/output/name.png`), to look at directly.
@@ -106,10 +116,12 @@ impl Drop for S3Server {
     }
 }
 
-/// s3s-fs with puts made one at a time (see the module's note); the operations `object_store` uses.
+/// s3s-fs with puts made one at a time (see the module's note) and gets counted; the operations
+/// `object_store` uses.
 struct AtomicPuts {
     inner: s3s_fs::FileSystem,
     puts: tokio::sync::Mutex<()>,
+    gets: Arc<AtomicUsize>,
 }
 
 #[async_trait::async_trait]
@@ -140,6 +152,7 @@ impl S3 for AtomicPuts {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
         self.inner.get_object(req).await
     }
 

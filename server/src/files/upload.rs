@@ -71,57 +71,58 @@ pub(crate) fn store_upload(
         Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), format!(".{ext}")),
         _ => (upload.filename.to_owned(), String::new()),
     };
+    let stored_as = |name: &str| Stored {
+        name: name.to_owned(),
+        subfolder: upload.subfolder.to_owned(),
+        kind: upload.kind,
+    };
     let mut name = upload.filename.to_owned();
-    let mut n = 1;
-    loop {
+    for n in 1..=MAX_NAMES {
         let path = folder.join(&name);
-        let stored_as = relative(&name);
-        if !upload.overwrite {
-            let held = match stored {
-                Some(files) => files.compare(upload.kind, &stored_as, upload.bytes).map_err(io)?,
-                None => StoredRead::Absent,
-            };
-            // A local file the store does not hold (written before there was a store) counts too.
-            let held = match held {
-                StoredRead::Absent if path.exists() => {
-                    if same_content(&path, upload.bytes) {
-                        StoredRead::Same
-                    } else {
-                        StoredRead::Different
-                    }
-                }
-                held => held,
-            };
-            match held {
-                StoredRead::Same => break,
-                StoredRead::Different => {
-                    name = format!("{stem} ({n}){ext}");
-                    n += 1;
-                    continue;
-                }
-                StoredRead::Absent => {}
+        let key = relative(&name);
+        let in_store = match stored {
+            Some(files) if !upload.overwrite => {
+                files.compare(upload.kind, &key, upload.bytes).map_err(io)?
             }
-        }
-        match stored {
-            // Created only if still free: another API node may have taken the name meanwhile.
-            Some(files) => {
-                if !files
-                    .put(upload.kind, &stored_as, upload.bytes, !upload.overwrite)
-                    .map_err(io)?
-                {
-                    continue;
+            _ => StoredRead::Absent,
+        };
+        // A local file the store does not hold (written before there was a store) counts too.
+        let held = match in_store {
+            StoredRead::Absent if !upload.overwrite && path.exists() => {
+                if same_content(&path, upload.bytes) {
+                    StoredRead::Same
+                } else {
+                    StoredRead::Different
                 }
             }
-            None => {
+            held => held,
+        };
+        let taken = match (held, stored) {
+            (StoredRead::Different, _) => true,
+            (StoredRead::Same, _) if in_store == StoredRead::Same => false,
+            (StoredRead::Same, None) => false,
+            // Absent, or the same bytes only here: into the store (created only if still free: another node
+            // may have taken the name meanwhile, or a folder holds it).
+            (_, Some(files)) => {
+                !files.put(upload.kind, &key, upload.bytes, !upload.overwrite).map_err(io)?
+            }
+            (StoredRead::Absent, None) => {
                 let temporary = folder.join(format!(".{name}.kiln-upload"));
                 std::fs::write(&temporary, upload.bytes).map_err(io)?;
                 std::fs::rename(&temporary, &path).map_err(io)?;
+                false
             }
+        };
+        if !taken {
+            return Ok(stored_as(&name));
         }
-        break;
+        name = format!("{stem} ({n}){ext}");
     }
-    Ok(Stored { name, subfolder: upload.subfolder.to_owned(), kind: upload.kind })
+    Err(UploadError::Io(format!("no free name for {} in {MAX_NAMES} tries", upload.filename)))
 }
+
+/// How many names an upload tries (`name.ext`, `name (1).ext`, …) before it gives up.
+const MAX_NAMES: usize = 10_000;
 
 fn io(e: impl std::fmt::Display) -> UploadError {
     UploadError::Io(e.to_string())

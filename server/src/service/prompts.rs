@@ -137,13 +137,15 @@ impl Service {
         let targets: Option<Vec<NodeId>> =
             request.partial_execution_targets.map(|t| t.into_iter().map(NodeId).collect());
         if let Some(stored) = caller.workspace.stored.clone() {
-            // The files the prompt names, uploaded through any node: here before LoadImage checks for them.
+            // The files the prompt names, uploaded through any node: here before LoadImage checks for them. One
+            // that did not come fails validation, naming it (a string that only looks like a file name is no
+            // reason to refuse the prompt).
             let named = prompt_json.clone();
-            tokio::task::spawn_blocking(move || stored.bring_named(&named))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|brought| brought.map_err(|e| e.to_string()))
-                .map_err(|cause| SubmitError::Failed { what: "bringing in its files", cause })?;
+            let brought = tokio::task::spawn_blocking(move || stored.bring_named(&named)).await;
+            match brought.map_err(|e| e.to_string()).and_then(|b| b.map_err(|e| e.to_string())) {
+                Ok(()) => {}
+                Err(error) => tracing::warn!(%error, "cannot bring in a prompt's files"),
+            }
         }
         let registry = caller.workspace.registry().clone();
         // Validation costs about 3 µs a node: typical prompts are validated in place (a hop to the blocking

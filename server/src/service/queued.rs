@@ -73,11 +73,11 @@ impl Queued {
         let workspace = workspaces
             .get(workspace)
             .map_err(|error| format!("its workspace cannot open: {error}"))?;
-        if let Some(files) = &workspace.stored {
-            // Files uploaded through another node of a cluster: here before LoadImage checks for them.
-            files
-                .bring_named(&stored.prompt)
-                .map_err(|error| format!("its files cannot be brought in: {error}"))?;
+        if let Some(files) = &workspace.stored
+            && let Err(error) = files.bring_named(&stored.prompt)
+        {
+            // A file that did not come fails validation below, naming it; the others may all be here.
+            tracing::warn!(%error, "cannot bring in a queued prompt's files");
         }
         let outputs: Vec<NodeId> = stored.outputs.iter().cloned().map(NodeId).collect();
         let validated = validate(&prompt, workspace.registry(), Some(&outputs))

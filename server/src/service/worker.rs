@@ -401,13 +401,6 @@ fn run_one(runtime: &Arc<Service>, executor: &mut Executor, taken: Taken) {
     };
     let _span = tracing::info_span!("prompt", id = %entry.id, %workspace).entered();
     let started = std::time::Instant::now();
-    // On a worker of a cluster the files it names may have been uploaded through any API node. A file the
-    // store cannot give fails its node with the node's own message.
-    if let Some(stored) = &queued.workspace.stored
-        && let Err(error) = stored.bring_named(&prompt_json)
-    {
-        tracing::warn!(%error, "cannot bring in the prompt's files");
-    }
     let summary = executor.run(&run, recorder.clone());
     // The run's share of the prompt JSON goes, so the history record takes it without a copy.
     drop(run);

@@ -114,11 +114,11 @@ impl WorkspaceFiles {
         create: bool,
     ) -> Result<bool, StoreError> {
         let local = self.roots.get(kind).join(relative);
+        let _one_at_a_time = self.store.lock(&local);
         let key = key(&self.workspace, kind, relative);
-        if !self.store.put(&key, bytes.to_vec(), create, &local)? {
-            return Ok(false);
-        }
+        let Some(version) = self.store.put(&key, bytes.to_vec(), create)? else { return Ok(false) };
         write_replacing(&local, bytes)?;
+        self.store.record(&local, version);
         Ok(true)
     }
 
@@ -148,8 +148,8 @@ impl SharedFiles for WorkspaceFiles {
     }
 
     fn claim(&self, kind: FileKind, subfolder: &str, filename: &str) -> std::io::Result<bool> {
-        let local = self.roots.get(kind).join(subfolder).join(filename);
-        Ok(self.store.put(&self.folder_key(kind, subfolder, filename), Vec::new(), true, &local)?)
+        let key = self.folder_key(kind, subfolder, filename);
+        Ok(self.store.put(&key, Vec::new(), true)?.is_some())
     }
 
     fn publish(
@@ -160,7 +160,10 @@ impl SharedFiles for WorkspaceFiles {
         path: &LocalPath,
     ) -> std::io::Result<()> {
         let bytes = std::fs::read(path)?;
-        self.store.put(&self.folder_key(kind, subfolder, filename), bytes, false, path)?;
+        let key = self.folder_key(kind, subfolder, filename);
+        if let Some(version) = self.store.put(&key, bytes, false)? {
+            self.store.record(path, version);
+        }
         Ok(())
     }
 
@@ -178,8 +181,8 @@ fn named_file(value: &str) -> Option<(FileKind, &str)> {
         Some((name, "temp]")) => (name, FileKind::Temp),
         _ => (value, FileKind::Input),
     };
-    if name.is_empty() || name.len() > 1024 || name.contains(['\n', '\r']) || name.starts_with('/')
-    {
+    // 255 bytes: a file name's limit on common file systems (an S3 key of 1024 bytes holds it encoded).
+    if name.is_empty() || name.len() > 255 || name.contains(['\n', '\r']) || name.starts_with('/') {
         return None;
     }
     let (_, extension) = name.rsplit_once('.')?;

@@ -69,6 +69,8 @@ pub(crate) struct Store {
     /// The store's version (e-tag) of each local copy this process brought in or wrote itself: a copy whose
     /// object has another version is brought in again.
     copies: Mutex<HashMap<PathBuf, String>>,
+    /// Locks of local paths, by hash ([`Store::lock`]).
+    locks: [Mutex<()>; 64],
 }
 
 impl std::fmt::Debug for Store {
@@ -83,7 +85,10 @@ impl Store {
     /// (`endpoint`, `region`, `allow_http`, …) and credentials from the usual `AWS_*` variables; then lists its
     /// root once, so that a store Kiln cannot reach stops the start with a message naming it.
     pub(crate) async fn open(url: &str) -> Result<Arc<Store>, StoreError> {
-        let parsed = url::Url::parse(url).map_err(|e| StoreError::Url(format!("{url:?}: {e}")))?;
+        // Messages show the URL without its query: it may carry a secret key.
+        let unqueried = url.split('?').next().unwrap_or_default();
+        let parsed =
+            url::Url::parse(url).map_err(|e| StoreError::Url(format!("{unqueried:?}: {e}")))?;
         let shown = format!(
             "{}://{}{}",
             parsed.scheme(),
@@ -92,9 +97,9 @@ impl Store {
         );
         let objects: Arc<dyn ObjectStore> = match parsed.scheme() {
             "file" => {
-                let folder = parsed
-                    .to_file_path()
-                    .map_err(|()| StoreError::Url(format!("{url:?}: not an absolute path")))?;
+                let folder = parsed.to_file_path().map_err(|()| {
+                    StoreError::Url(format!("{unqueried:?}: not an absolute path"))
+                })?;
                 std::fs::create_dir_all(&folder)?;
                 Arc::new(
                     LocalFileSystem::new_with_prefix(&folder)
@@ -147,8 +152,20 @@ impl Store {
             shown,
             runtime: tokio::runtime::Handle::current(),
             copies: Mutex::new(HashMap::new()),
+            locks: std::array::from_fn(|_| Mutex::new(())),
         };
-        store.objects.list_with_delimiter(None).await.map_err(|e| store.failed(e))?;
+        let reached =
+            tokio::time::timeout(REQUEST_TIMEOUT, store.objects.list_with_delimiter(None));
+        match reached.await {
+            Ok(listed) => listed.map_err(|e| store.failed(e))?,
+            Err(_) => {
+                return Err(StoreError::Url(format!(
+                    "{}: no answer within {} s",
+                    store.shown,
+                    REQUEST_TIMEOUT.as_secs()
+                )));
+            }
+        };
         Ok(Arc::new(store))
     }
 
@@ -161,102 +178,123 @@ impl Store {
         StoreError::Request { store: self.shown.clone(), source }
     }
 
-    fn block_on<T>(&self, work: impl Future<Output = T>) -> T {
-        self.runtime.block_on(work)
+    /// Runs one request to the store, body included, within [`REQUEST_TIMEOUT`].
+    fn request<T>(
+        &self,
+        work: impl Future<Output = object_store::Result<T>>,
+    ) -> object_store::Result<T> {
+        // The timer is made inside the runtime (it needs its clock).
+        let timed =
+            self.runtime.block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, work).await });
+        timed.unwrap_or_else(|_| {
+            Err(object_store::Error::Generic {
+                store: "store",
+                source: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()).into(),
+            })
+        })
     }
 
     fn copies(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, String>> {
         self.copies.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The object's size, or `None` when there is no such object.
-    fn size(&self, key: &Path) -> Result<Option<u64>, StoreError> {
-        match self.block_on(self.objects.head(key)) {
-            Ok(meta) => Ok(Some(meta.size)),
+    /// The lock of one local path: a copy is fetched, written and recorded by one thread at a time.
+    fn lock(&self, local: &LocalPath) -> std::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        local.hash(&mut hasher);
+        let stripe = &self.locks[hasher.finish() as usize % self.locks.len()];
+        stripe.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that the local copy at `local` is the object's `version`.
+    fn record(&self, local: &LocalPath, version: String) {
+        self.copies().insert(local.to_path_buf(), version);
+    }
+
+    /// The object's metadata, or `None` when there is no such object or it is an empty placeholder (a save
+    /// node's claimed name whose file is not written yet, or never was).
+    fn head(&self, key: &Path) -> Result<Option<object_store::ObjectMeta>, StoreError> {
+        match self.request(self.objects.head(key)) {
+            Ok(meta) if meta.size == 0 => Ok(None),
+            Ok(meta) => Ok(Some(meta)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.failed(e)),
         }
     }
 
-    /// Bytes `range` of the object (all of an empty object for an empty range).
+    /// The object's size, or `None` (see [`Store::head`]).
+    fn size(&self, key: &Path) -> Result<Option<u64>, StoreError> {
+        Ok(self.head(key)?.map(|meta| meta.size))
+    }
+
+    /// Bytes `range` of the object (nothing for an empty range).
     fn read(&self, key: &Path, range: std::ops::Range<u64>) -> Result<Vec<u8>, StoreError> {
         if range.is_empty() {
             return Ok(Vec::new());
         }
-        let bytes =
-            self.block_on(self.objects.get_range(key, range)).map_err(|e| self.failed(e))?;
+        let bytes = self.request(self.objects.get_range(key, range)).map_err(|e| self.failed(e))?;
         Ok(bytes.to_vec())
-    }
-
-    /// The object's version, or `None` when there is no such object.
-    fn version(&self, key: &Path) -> Result<Option<String>, StoreError> {
-        match self.block_on(self.objects.head(key)) {
-            Ok(meta) => Ok(Some(version_of(meta.e_tag, meta.size, meta.last_modified))),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.failed(e)),
-        }
     }
 
     /// Brings object `key` into `local` unless the local copy is the store's current version: whether the
     /// store has the object.
     fn bring(&self, key: &Path, local: &LocalPath) -> Result<bool, StoreError> {
-        match self.version(key)? {
-            Some(version) => self.bring_version(key, version, local),
-            None => Ok(false),
-        }
+        self.bring_version(key, None, local)
     }
 
-    /// [`Store::bring`] for an object whose current version is known (from a listing).
+    /// [`Store::bring`], the object's current version known already when a listing gave it.
     fn bring_version(
         &self,
         key: &Path,
-        version: String,
+        listed: Option<String>,
         local: &LocalPath,
     ) -> Result<bool, StoreError> {
+        let _one_at_a_time = self.lock(local);
+        let version = match listed {
+            Some(version) => version,
+            None => match self.head(key)? {
+                Some(meta) => version_of(meta.e_tag, meta.size, meta.last_modified),
+                None => return Ok(false),
+            },
+        };
         if local.is_file() && self.copies().get(local) == Some(&version) {
             return Ok(true);
         }
-        let bytes = match self.block_on(async { self.objects.get(key).await?.bytes().await }) {
-            Ok(bytes) => bytes,
+        let fetched = self.request(async {
+            let got = self.objects.get(key).await?;
+            let meta = got.meta.clone();
+            Ok((meta, got.bytes().await?))
+        });
+        let (meta, bytes) = match fetched {
+            Ok((_, bytes)) if bytes.is_empty() => return Ok(false),
+            Ok(fetched) => fetched,
             Err(object_store::Error::NotFound { .. }) => return Ok(false),
             Err(e) => return Err(self.failed(e)),
         };
         write_replacing(local, &bytes)?;
-        self.copies().insert(local.to_path_buf(), version);
+        // The version of the bytes fetched (the object may have changed since the head).
+        self.record(local, version_of(meta.e_tag, meta.size, meta.last_modified));
         Ok(true)
     }
 
-    /// Puts `bytes` under `key`; with `create`, only if no object has that key (false then).
-    fn put(
-        &self,
-        key: &Path,
-        bytes: Vec<u8>,
-        create: bool,
-        local: &LocalPath,
-    ) -> Result<bool, StoreError> {
-        let size = bytes.len() as u64;
+    /// Puts `bytes` under `key`; with `create`, only if no object has that key. The new object's version
+    /// (`Some("")` when the store gives none), or `None` when `create` found the key taken.
+    fn put(&self, key: &Path, bytes: Vec<u8>, create: bool) -> Result<Option<String>, StoreError> {
         let mode = if create { PutMode::Create } else { PutMode::Overwrite };
         let options = PutOptions { mode, ..PutOptions::default() };
-        match self.block_on(self.objects.put_opts(key, PutPayload::from(bytes), options)) {
-            Ok(put) => {
-                // The version a later head reports: the e-tag, or what `version_of` makes of size and time
-                // (stores without e-tags are brought in again once).
-                if let Some(tag) = put.e_tag {
-                    let version = version_of(Some(tag), size, chrono::DateTime::UNIX_EPOCH);
-                    self.copies().insert(local.to_path_buf(), version);
-                }
-                Ok(true)
-            }
+        match self.request(self.objects.put_opts(key, PutPayload::from(bytes), options)) {
+            Ok(put) => Ok(Some(put.e_tag.unwrap_or_default())),
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
-            ) if create => Ok(false),
+            ) if create => Ok(None),
             Err(e) => Err(self.failed(e)),
         }
     }
 
     fn delete(&self, key: &Path) {
-        if let Err(e) = self.block_on(self.objects.delete(key)) {
+        if let Err(e) = self.request(self.objects.delete(key)) {
             tracing::warn!(store = %self.shown, key = %key, error = %e, "cannot delete a claimed name");
         }
     }
@@ -264,15 +302,14 @@ impl Store {
     /// The objects directly under `folder`, their names decoded.
     fn list(&self, folder: &Path) -> Result<Vec<Listed>, StoreError> {
         let listed = self
-            .block_on(self.objects.list_with_delimiter(Some(folder)))
+            .request(self.objects.list_with_delimiter(Some(folder)))
             .map_err(|e| self.failed(e))?;
         Ok(listed
             .objects
             .into_iter()
             .filter_map(|meta| {
                 let name = decoded(meta.location.filename()?);
-                let version = version_of(meta.e_tag, meta.size, meta.last_modified);
-                Some(Listed { name, key: meta.location, version })
+                Some(Listed { name, key: meta.location, version: meta.e_tag })
             })
             .collect())
     }
@@ -284,9 +321,12 @@ struct Listed {
     name: String,
     /// Its key.
     key: Path,
-    /// Its version.
-    version: String,
+    /// Its version (e-tag), if the listing gives it (some stores list none: a head then asks).
+    version: Option<String>,
 }
+
+/// How long one request to the store may take, its body included.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// An object's version: its e-tag, or its size and modification time for stores without one.
 fn version_of(e_tag: Option<String>, size: u64, modified: chrono::DateTime<chrono::Utc>) -> String {
@@ -328,8 +368,10 @@ fn write_replacing(path: &LocalPath, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    static WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let temporary = path.with_file_name(format!(".{name}.kiln-store"));
+    let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = path.with_file_name(format!(".{name}.{}-{n}.kiln-store", std::process::id()));
     std::fs::write(&temporary, bytes)?;
     std::fs::rename(&temporary, path)
 }

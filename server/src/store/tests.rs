@@ -111,6 +111,38 @@ fn nodes_share_files_through_s3() {
 }
 
 #[test]
+fn an_unchanged_copy_is_not_fetched_again() {
+    let server = S3Server::start("fresh");
+    let url =
+        format!("{}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}", server.store_url());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let store: Arc<Store> = runtime.block_on(Store::open(&url)).expect("the store opens");
+    let dir = tempfile::tempdir().expect("a folder");
+    let (roots_a, roots_b) = (roots(dir.path(), "a"), roots(dir.path(), "b"));
+    let a = WorkspaceFiles::new(store.clone(), "default".into(), roots_a.clone());
+    let b = WorkspaceFiles::new(store, "default".into(), roots_b.clone());
+    store_upload(&roots_a, &upload("dog.png", b"woof", false), Some(&a)).expect("up");
+    let prompt = json!({"1": {"class_type": "LoadImage", "inputs": {"image": "dog.png"}}});
+    let gets = server.gets();
+    b.bring_named(&prompt).expect("brought");
+    assert_eq!(server.gets(), gets + 1, "fetched once");
+    b.bring_named(&prompt).expect("brought");
+    b.bring_folder(FileKind::Input).expect("listed");
+    a.bring_named(&prompt).expect("brought");
+    assert_eq!(server.gets(), gets + 1, "neither node fetches a copy it has again");
+    // An upload of other bytes under the same name (overwrite) is fetched once more, by the other node only.
+    store_upload(&roots_a, &upload("dog.png", b"grr", true), Some(&a)).expect("overwrite");
+    b.bring_named(&prompt).expect("brought");
+    a.bring_named(&prompt).expect("brought");
+    assert_eq!(server.gets(), gets + 2);
+    assert_eq!(std::fs::read(roots_b.input.join("dog.png")).expect("copy"), b"grr");
+    // A claimed name whose file never came is no file to bring or serve.
+    assert!(a.claim(FileKind::Output, "", "x_00001_.png").expect("claimed"));
+    assert!(!b.bring(FileKind::Output, "x_00001_.png").expect("asked"));
+    assert_eq!(b.size(FileKind::Output, "x_00001_.png").expect("asked"), None);
+}
+
+#[test]
 fn nodes_share_files_through_a_folder() {
     let dir = tempfile::tempdir().expect("a folder");
     two_nodes_share_files(format!("file://{}", dir.path().join("store").display()));
@@ -132,4 +164,19 @@ fn store_urls_kiln_does_not_read_are_refused_by_name() {
         "{}",
         refused(unreachable)
     );
+}
+
+#[test]
+fn an_upload_whose_name_is_a_folder_in_the_store_takes_the_next_name() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let dir = tempfile::tempdir().expect("a folder");
+    let url = format!("file://{}", dir.path().join("store").display());
+    let store: Arc<Store> = runtime.block_on(Store::open(&url)).expect("the store opens");
+    let (roots_a, roots_b) = (roots(dir.path(), "a"), roots(dir.path(), "b"));
+    let a = WorkspaceFiles::new(store.clone(), "default".into(), roots_a.clone());
+    let b = WorkspaceFiles::new(store, "default".into(), roots_b.clone());
+    let in_folder = Upload { subfolder: "pic.png", ..upload("x.png", b"x", false) };
+    store_upload(&roots_a, &in_folder, Some(&a)).expect("up");
+    let stored = store_upload(&roots_b, &upload("pic.png", b"y", false), Some(&b)).expect("up");
+    assert_eq!(stored.name, "pic (1).png");
 }

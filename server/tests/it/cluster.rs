@@ -537,6 +537,7 @@ async fn a_cluster_of_two_api_nodes_and_two_workers_runs_every_clients_prompts()
                 let bytes = response.bytes().await.expect("bytes");
                 let in_store = std::fs::read(stored(name)).expect("the object");
                 assert!(bytes[..] == in_store[..], "{}: {name} is not the stored file", api.name);
+                assert!(bytes.starts_with(b"\x89PNG"), "{}: {name} is not a PNG", api.name);
             }
         }
     }
