@@ -107,9 +107,7 @@ pub(crate) fn store_upload(
                 !files.put(upload.kind, &key, upload.bytes, !upload.overwrite).map_err(io)?
             }
             (StoredRead::Absent, None) => {
-                let temporary = folder.join(format!(".{name}.kiln-upload"));
-                std::fs::write(&temporary, upload.bytes).map_err(io)?;
-                std::fs::rename(&temporary, &path).map_err(io)?;
+                super::write_atomically(&path, upload.bytes).map_err(io)?;
                 false
             }
         };

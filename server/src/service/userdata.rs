@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 
 use kiln_engine::roots::within;
 
+use crate::files::write_atomically;
+
 /// Why a user data request failed, with ComfyUI's status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum UserDataError {
@@ -58,20 +60,7 @@ pub(crate) fn update_settings(
     let root = user_root(user_dir);
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec_pretty(&current).map_err(|e| e.to_string())?;
-    write_atomically(&root.join("comfy.settings.json"), &bytes)
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    // A name of its own per write: another request writing the same file renames only its own temporary.
-    let temporary =
-        path.with_file_name(format!(".{name}.{}.kiln-tmp", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&temporary, bytes).map_err(|e| e.to_string())?;
-    std::fs::rename(&temporary, path).map_err(|e| {
-        // Nothing half-done is left behind (e.g. when `path` is a directory).
-        let _ = std::fs::remove_file(&temporary);
-        e.to_string()
-    })
+    write_atomically(&root.join("comfy.settings.json"), &bytes).map_err(|e| e.to_string())
 }
 
 fn millis(time: std::io::Result<std::time::SystemTime>) -> Option<f64> {
@@ -215,7 +204,7 @@ pub(crate) fn write(
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| UserDataError::Forbidden(e.to_string()))?;
     }
-    write_atomically(&path, bytes).map_err(UserDataError::Forbidden)?;
+    write_atomically(&path, bytes).map_err(|e| UserDataError::Forbidden(e.to_string()))?;
     Ok(written(&path, file, full_info))
 }
 

@@ -363,17 +363,12 @@ fn decoded(part: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Writes `bytes` to `path` through a temporary file renamed into place, so a reader never sees half a file.
+/// Writes `bytes` to `path` as [`crate::files::write_atomically`] does, creating its folder first.
 fn write_replacing(path: &LocalPath, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    static WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temporary = path.with_file_name(format!(".{name}.{}-{n}.kiln-store", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, path)
+    crate::files::write_atomically(path, bytes)
 }
 
 #[cfg(test)]
