@@ -34,13 +34,8 @@ impl Queued {
     /// The model files the prompt names (its inputs that are file names with a model file's extension), sorted:
     /// what a worker of a cluster that loaded them runs sooner.
     pub(crate) fn model_files(&self) -> Vec<String> {
-        const EXTENSIONS: [&str; 7] =
-            [".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf"];
         let mut files: Vec<String> = string_inputs(&self.prompt_json)
-            .filter(|value| {
-                let lower = value.to_ascii_lowercase();
-                EXTENSIONS.iter().any(|extension| lower.ends_with(extension))
-            })
+            .filter(|value| is_model_file(value))
             .map(str::to_owned)
             .collect();
         files.sort_unstable();
@@ -132,4 +127,12 @@ pub(crate) fn string_inputs(prompt: &Value) -> impl Iterator<Item = &str> {
         .filter_map(|node| node.get("inputs")?.as_object())
         .flat_map(|inputs| inputs.values())
         .filter_map(Value::as_str)
+}
+
+/// Whether a string input names a model file (by its extension): what a worker holds for model affinity, and
+/// what is never looked for among the input files.
+pub(crate) fn is_model_file(name: &str) -> bool {
+    const EXTENSIONS: [&str; 7] = ["safetensors", "sft", "ckpt", "pt", "pth", "bin", "gguf"];
+    name.rsplit_once('.')
+        .is_some_and(|(_, extension)| EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str()))
 }

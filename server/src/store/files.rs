@@ -9,9 +9,6 @@ use kiln_engine::roots::{Roots, SharedFiles, within};
 
 use super::{Store, StoreError, key, write_replacing};
 
-/// Model files: never an input, so a prompt's model names are not looked for in the store.
-const MODEL_EXTENSIONS: [&str; 7] = ["safetensors", "sft", "ckpt", "pt", "pth", "bin", "gguf"];
-
 /// What the store holds under a name, against an upload's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StoredRead {
@@ -186,9 +183,10 @@ fn named_file(value: &str) -> Option<(FileKind, &str)> {
         return None;
     }
     let (_, extension) = name.rsplit_once('.')?;
+    // Model files are never inputs: their names are not looked for in the store.
     let plain = (1..=5).contains(&extension.len())
         && extension.chars().all(|c| c.is_ascii_alphanumeric())
-        && !MODEL_EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str());
+        && !crate::service::queued::is_model_file(name);
     plain.then_some((kind, name))
 }
 
