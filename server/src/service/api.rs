@@ -238,11 +238,7 @@ impl ApiServer {
 /// log line.
 pub(crate) async fn bring_folder(caller: &Caller, kind: FileKind) {
     let Some(stored) = caller.workspace.stored.clone() else { return };
-    let brought = tokio::task::spawn_blocking(move || stored.bring_folder(kind)).await;
-    match brought.map_err(|e| e.to_string()).and_then(|b| b.map_err(|e| e.to_string())) {
-        Ok(()) => {}
-        Err(error) => tracing::warn!(%error, folder = kind.name(), "cannot list the object store"),
-    }
+    crate::store::logged("cannot list the object store", move || stored.bring_folder(kind)).await;
 }
 
 /// Copies the alpha channel of `mask` onto the image `original_ref` names (ComfyUI's `/upload/mask`).

@@ -141,11 +141,8 @@ impl Service {
             // that did not come fails validation, naming it (a string that only looks like a file name is no
             // reason to refuse the prompt).
             let named = prompt_json.clone();
-            let brought = tokio::task::spawn_blocking(move || stored.bring_named(&named)).await;
-            match brought.map_err(|e| e.to_string()).and_then(|b| b.map_err(|e| e.to_string())) {
-                Ok(()) => {}
-                Err(error) => tracing::warn!(%error, "cannot bring in a prompt's files"),
-            }
+            let bring = move || stored.bring_named(&named);
+            crate::store::logged("cannot bring in a prompt's files", bring).await;
         }
         let registry = caller.workspace.registry().clone();
         // Validation costs about 3 µs a node: typical prompts are validated in place (a hop to the blocking

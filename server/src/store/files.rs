@@ -91,12 +91,10 @@ impl WorkspaceFiles {
         relative: &str,
         bytes: &[u8],
     ) -> Result<StoredRead, StoreError> {
-        let Some(local) = within(self.roots.get(kind), relative) else {
-            return Ok(StoredRead::Absent);
-        };
-        if !self.store.bring(&key(&self.workspace, kind, relative), &local)? {
+        if !self.bring(kind, relative)? {
             return Ok(StoredRead::Absent);
         }
+        let local = self.roots.get(kind).join(relative);
         let same = std::fs::read(&local).is_ok_and(|existing| existing == bytes);
         Ok(if same { StoredRead::Same } else { StoredRead::Different })
     }
@@ -166,6 +164,18 @@ impl SharedFiles for WorkspaceFiles {
 
     fn release(&self, kind: FileKind, subfolder: &str, filename: &str) {
         self.store.delete(&self.folder_key(kind, subfolder, filename));
+    }
+}
+
+/// Runs `work` (a store call) on the blocking pool and logs its failure as `what`: for a request that goes on
+/// without what the store could not give (a listing shows the local files, validation names a missing file).
+pub(crate) async fn logged(
+    what: &'static str,
+    work: impl FnOnce() -> Result<(), StoreError> + Send + 'static,
+) {
+    let done = tokio::task::spawn_blocking(work).await;
+    if let Err(error) = done.map_err(|e| e.to_string()).and_then(|d| d.map_err(|e| e.to_string())) {
+        tracing::warn!(%error, "{what}");
     }
 }
 

@@ -30,7 +30,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPay
 
 use kiln_engine::nodes::FileKind;
 
-pub(crate) use files::{StoredRead, WorkspaceFiles};
+pub(crate) use files::{StoredRead, WorkspaceFiles, logged};
 
 /// Why the store could not be opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -154,18 +154,7 @@ impl Store {
             copies: Mutex::new(HashMap::new()),
             locks: std::array::from_fn(|_| Mutex::new(())),
         };
-        let reached =
-            tokio::time::timeout(REQUEST_TIMEOUT, store.objects.list_with_delimiter(None));
-        match reached.await {
-            Ok(listed) => listed.map_err(|e| store.failed(e))?,
-            Err(_) => {
-                return Err(StoreError::Url(format!(
-                    "{}: no answer within {} s",
-                    store.shown,
-                    REQUEST_TIMEOUT.as_secs()
-                )));
-            }
-        };
+        timed(store.objects.list_with_delimiter(None)).await.map_err(|e| store.failed(e))?;
         Ok(Arc::new(store))
     }
 
@@ -183,15 +172,7 @@ impl Store {
         &self,
         work: impl Future<Output = object_store::Result<T>>,
     ) -> object_store::Result<T> {
-        // The timer is made inside the runtime (it needs its clock).
-        let timed =
-            self.runtime.block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, work).await });
-        timed.unwrap_or_else(|_| {
-            Err(object_store::Error::Generic {
-                store: "store",
-                source: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()).into(),
-            })
-        })
+        self.runtime.block_on(timed(work))
     }
 
     fn copies(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, String>> {
@@ -327,6 +308,16 @@ struct Listed {
 
 /// How long one request to the store may take, its body included.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// `work` within [`REQUEST_TIMEOUT`]: its result, or an error saying the store did not answer.
+async fn timed<T>(work: impl Future<Output = object_store::Result<T>>) -> object_store::Result<T> {
+    tokio::time::timeout(REQUEST_TIMEOUT, work).await.unwrap_or_else(|_| {
+        Err(object_store::Error::Generic {
+            store: "store",
+            source: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()).into(),
+        })
+    })
+}
 
 /// An object's version: its e-tag, or its size and modification time for stores without one.
 fn version_of(e_tag: Option<String>, size: u64, modified: chrono::DateTime<chrono::Utc>) -> String {
