@@ -556,37 +556,37 @@ impl SaveTarget {
         loop {
             let filename = name_of(counter);
             let path = self.folder.join(&filename);
-            match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(file) => {
-                    let Some((shared, kind)) = &self.shared else {
-                        return Ok(ClaimedFile { filename, counter, path, file, shared: None });
-                    };
-                    match shared.claim(*kind, &self.subfolder, &filename) {
-                        Ok(true) => {
-                            let shared = Some((shared.clone(), self.subfolder.clone(), *kind));
-                            return Ok(ClaimedFile { filename, counter, path, file, shared });
-                        }
-                        Ok(false) => {
-                            drop(file);
-                            let _ = fs::remove_file(&path);
-                            counter += 1;
-                        }
-                        Err(e) => {
-                            drop(file);
-                            let _ = fs::remove_file(&path);
-                            return Err(NodeError::of_kind(
-                                ErrorKind::Io,
-                                format!("cannot claim {filename} in the object store: {e}"),
-                            ));
-                        }
-                    }
+            let file = match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    counter += 1;
+                    continue;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => counter += 1,
                 Err(e) => {
                     return Err(NodeError::of_kind(
                         ErrorKind::Io,
                         format!("cannot write {}: {e}", path.display()),
                     ));
+                }
+            };
+            let Some((shared, kind)) = &self.shared else {
+                return Ok(ClaimedFile { filename, counter, path, file, shared: None });
+            };
+            match shared.claim(*kind, &self.subfolder, &filename) {
+                Ok(true) => {
+                    let shared = Some((shared.clone(), self.subfolder.clone(), *kind));
+                    return Ok(ClaimedFile { filename, counter, path, file, shared });
+                }
+                claimed => {
+                    drop(file);
+                    let _ = fs::remove_file(&path);
+                    if let Err(e) = claimed {
+                        return Err(NodeError::of_kind(
+                            ErrorKind::Io,
+                            format!("cannot claim {filename} in the object store: {e}"),
+                        ));
+                    }
+                    counter += 1;
                 }
             }
         }
