@@ -128,6 +128,8 @@ const kilnFiles = [
   // The wav2vec2 encoders of Wan 2.2 S2V (large, English) and InfiniteTalk (base, Chinese).
   { folder: 'audio_encoders', stem: /^wav2vec2_large_english[_.]/i, family: 'wav2vec2-large-english' },
   { folder: 'audio_encoders', stem: /^wav2vec2-chinese-base[_.]/i, family: 'wav2vec2-chinese-base' },
+  // InfiniteTalk's patches for Wan 2.1 I2V 14B (one speaker, two speakers: one layout).
+  { folder: 'model_patches', stem: /^wan2\.1_infiniteTalk_(single|multi)[_.]/i, family: 'wan21-infinitetalk' },
   // The Fun Camera models: 2.1 (1.3B and 14B, whose tiny widths are the same) with the CLIP branch, 2.2's A14B
   // experts without it.
   { folder: 'diffusion_models', stem: /^wan2\.1_fun_camera_v1\.1_(1\.3B|14B)[_.]/i, family: 'wan21-fun-camera-1.3b' },

@@ -7,7 +7,8 @@
 //   (a stage that had steps keeps at least one), so a two-stage template keeps its split; a `SplitSigmas` then
 //   splits at step 1, so both halves have a step; steps a `ComfySwitchNode` chooses (a template's "fast
 //   LoRA on/off" switch) shrink on both of its branches;
-// - frames (`length`, `frames`, `num_frames`, `video_frames`) to the node's minimum (1 when it has none);
+// - frames (`length`, `frames`, `num_frames`, `video_frames`, and `motion_frame_count`, the frames an
+//   InfiniteTalk continuation reads of the clip before) to the node's minimum (1 when it has none);
 // - batches (`batch_size`) to 1;
 // - generated text (`TextGenerate`'s `max_length`, in tokens) to 8.
 //
@@ -88,7 +89,7 @@ export function shrink(prompt, objectInfo) {
       const via = at ? null : throughExpression(id, input);
       if (via && original[via[0]].inputs[via[1]] > SIZE) set(...via, SIZE);
     }
-    for (const input of ['length', 'frames', 'num_frames', 'video_frames']) {
+    for (const input of ['length', 'frames', 'num_frames', 'video_frames', 'motion_frame_count']) {
       const [at] = literal(id, input);
       if (at) set(...at, minimum(objectInfo, node.class_type, input) ?? 1);
       const via = at ? null : throughExpression(id, input);

@@ -206,6 +206,7 @@ fn diffusion_model(
         uso_styles: Vec::new(),
         rope: kiln_models::RopeOptions::default(),
         ar_start: None,
+        infinite_talk: None,
     })
 }
 

@@ -137,6 +137,27 @@ pub struct DiffusionModel {
     /// `ARVideoI2V`'s start image latent `[1, C, n, h, w]` (VAE space): the `ar_video` sampler shows it to a
     /// causal model first and keeps it as the video's first frames.
     pub ar_start: Option<Arc<Tensor>>,
+    /// `WanInfiniteTalkToVideo`'s InfiniteTalk patch with the audio it projected (the negative reads it too).
+    pub infinite_talk: Option<Arc<TalkApplication>>,
+}
+
+/// InfiniteTalk on a model (`WanInfiniteTalkToVideo`): its patch and projected audio, which every block attends
+/// to, and the motion latent every model call sees as the video's first frames.
+pub struct TalkApplication {
+    /// The patch (`MODEL_PATCH`).
+    pub patch: Arc<ModelPatch>,
+    /// The projected audio `[1, latent frames, speakers · tokens, width]`.
+    pub audio: Tensor,
+    /// How much of the audio attention is added.
+    pub scale: f32,
+    /// Two speakers' token masks `[2, rows · cols]` (1 where a token of the first frame is the speaker's).
+    pub masks: Option<Tensor>,
+    /// The latent `[1, C, m, h, w]` (VAE space) put over the first m frames of what the model sees at every call
+    /// (ComfyUI's `MultiTalkApplyModelWrapper`): the start image's, or the previous clip's last frames'.
+    pub motion: Tensor,
+    /// Whether this continues a previous clip: the sampled latent's first m frames are then the motion latent
+    /// itself (ComfyUI's `InfiniteTalkOuterSampleWrapper` with `is_extend`).
+    pub extend: bool,
 }
 
 impl DiffusionModel {

@@ -4,7 +4,8 @@
 //! kept by the noise mask, the A14B pair handing the latent from the high-noise expert to the low-noise one, and
 //! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images, Wan 2.2 Fun Camera its
 //! camera motion, Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler, and
-//! HuMo 17B following its reference image and the audio Whisper heard.
+//! HuMo 17B following its reference image and the audio Whisper heard, and InfiniteTalk's patch on Wan 2.1 I2V
+//! 14B following one or two speakers' audio (wav2vec2) and continuing a clip from its last frames.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -64,6 +65,16 @@ fn write_tiny_wan(models: &std::path::Path) {
             SynthDtype::F16,
         ),
         (SynthFamily::Whisper, "audio_encoders/whisper_large_v3_fp16.safetensors", SynthDtype::F16),
+        (
+            SynthFamily::Wav2Vec2(kiln_models::wav2vec2::Variant::Base),
+            "audio_encoders/wav2vec2-chinese-base_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::WanInfiniteTalk,
+            "model_patches/wan2.1_infiniteTalk_multi_fp16.safetensors",
+            SynthDtype::F16,
+        ),
         (SynthFamily::Vae(VaeFamily::Wan21), "vae/wan_2.1_vae.safetensors", SynthDtype::Bf16),
         (SynthFamily::Vae(VaeFamily::Wan22), "vae/wan2.2_vae.safetensors", SynthDtype::Bf16),
         (
@@ -532,4 +543,110 @@ fn issue_24_humo_follows_its_reference_image_and_the_audio_whisper_heard() {
     // At CFG 1 only the positive prompt (with the audio) is evaluated; the clip still follows the audio.
     let once = frames_of(&mut h, humo(0xD02020, "low.wav", 1.0));
     assert_ne!(once, frames_of(&mut h, humo(0xD02020, "high.wav", 1.0)));
+}
+
+/// `video_wan2_1_infinitetalk`'s base stage at 32×32, 5 frames, 2 euler steps at CFG 1 (its lightx2v LoRA left
+/// out): a start image of colour `colour` and `audio` (a WAV in the input folder) heard by the base wav2vec2,
+/// through InfiniteTalk's patch on Wan 2.1 I2V 14B. With `second`, two speakers: that WAV after the first, the
+/// first speaker on the left half, the second on the right.
+fn infinite_talk(colour: u32, audio: &str, second: Option<&str>) -> Value {
+    let mut graph = json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.1_i2v_480p_14B_fp16.safetensors", "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "two people talking", "clip": ["38", 0]}},
+        "7": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["6", 0]}},
+        "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}},
+        "70": {"class_type": "LoadAudio", "inputs": {"audio": audio}},
+        "71": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "wav2vec2-chinese-base_fp16.safetensors"}},
+        "72": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["70", 0]}},
+        "73": {"class_type": "ModelPatchLoader", "inputs": {"name": "wan2.1_infiniteTalk_multi_fp16.safetensors"}},
+        "54": {"class_type": "WanInfiniteTalkToVideo", "inputs": {
+            "mode": "single_speaker", "model": ["37", 0], "model_patch": ["73", 0], "positive": ["6", 0],
+            "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 5,
+            "start_image": ["52", 0], "audio_encoder_output_1": ["72", 0], "motion_frame_count": 1,
+            "audio_scale": 1.0}},
+        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0, "model": ["54", 0], "positive": ["54", 1], "negative": ["54", 2], "latent_image": ["54", 3]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "talk", "images": ["8", 0]}},
+    });
+    if let Some(second) = second {
+        graph["80"] = json!({"class_type": "LoadAudio", "inputs": {"audio": second}});
+        graph["81"] = json!({"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["80", 0]}});
+        graph["82"] =
+            json!({"class_type": "SolidMask", "inputs": {"value": 0.0, "width": 32, "height": 32}});
+        graph["83"] =
+            json!({"class_type": "SolidMask", "inputs": {"value": 1.0, "width": 16, "height": 32}});
+        graph["84"] = json!({"class_type": "MaskComposite", "inputs": {"destination": ["82", 0], "source": ["83", 0], "x": 0, "y": 0, "operation": "add"}});
+        graph["85"] = json!({"class_type": "MaskComposite", "inputs": {"destination": ["82", 0], "source": ["83", 0], "x": 16, "y": 0, "operation": "add"}});
+        let talk = graph["54"]["inputs"].as_object_mut().expect("inputs");
+        talk.insert("mode".into(), json!("two_speakers"));
+        talk.insert("mode.audio_encoder_output_2".into(), json!(["81", 0]));
+        talk.insert("mode.mask_1".into(), json!(["84", 0]));
+        talk.insert("mode.mask_2".into(), json!(["85", 0]));
+    }
+    graph
+}
+
+#[test]
+fn issue_24_infinite_talk_follows_the_speakers_audio_and_continues_a_clip() {
+    // The classic cache keeps each clip's wav2vec2 states between the runs.
+    let mut h = Harness::new(CachePolicy::Classic);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let tone = |step: f32| -> Vec<i16> {
+        (0..16000).map(|i| ((i as f32 * step).sin() * 12000.0) as i16).collect()
+    };
+    for (name, step) in [("low.wav", 0.05), ("high.wav", 0.4)] {
+        std::fs::write(h.roots.input.join(name), crate::audio::wav(&tone(step), 16000))
+            .expect("write");
+    }
+    let low = frames_of(&mut h, infinite_talk(0xD02020, "low.wav", None));
+    assert_eq!(low.len(), 5);
+    assert_ne!(
+        low,
+        frames_of(&mut h, infinite_talk(0xD02020, "high.wav", None)),
+        "the audio moves the clip"
+    );
+    assert_ne!(
+        low,
+        frames_of(&mut h, infinite_talk(0x2020D0, "low.wav", None)),
+        "so does the start image"
+    );
+    let two = frames_of(&mut h, infinite_talk(0xD02020, "low.wav", Some("high.wav")));
+    assert_eq!(two.len(), 5);
+    assert_ne!(two, low, "a second speaker is heard");
+
+    // Continuing: the next clip reads the last frame of this one as its motion frame (and the audio from
+    // there), keeps it as its first latent frame, and says how many frames to trim.
+    let mut graph = infinite_talk(0xD02020, "low.wav", None);
+    graph["55"] = graph["54"].clone();
+    graph["55"]["inputs"]["previous_frames"] = json!(["8", 0]);
+    graph["55"]["inputs"]["model"] = json!(["37", 0]);
+    graph["56"] = json!({"class_type": "KSampler", "inputs": {"seed": 8, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0, "model": ["55", 0], "positive": ["55", 1], "negative": ["55", 2], "latent_image": ["55", 3]}});
+    graph["57"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["56", 0], "vae": ["39", 0]}});
+    graph["58"] = json!({"class_type": "PreviewAny", "inputs": {"source": ["55", 4]}});
+    graph["9"]["inputs"]["images"] = json!(["57", 0]);
+    let ran = h.run(graph);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    assert_eq!(ran.summary.outputs[&NodeId::from("58")].text, ["1"]);
+    assert_eq!(ran.summary.outputs[&NodeId::from("9")].images.len(), 5);
+
+    // Bad combinations are refused with ComfyUI's messages, or one naming what is missing.
+    let error = |graph: Value, h: &mut Harness| format!("{:?}", h.run(graph).summary.outcome);
+    let mut no_masks = infinite_talk(0xD02020, "low.wav", Some("high.wav"));
+    let talk = no_masks["54"]["inputs"].as_object_mut().expect("inputs");
+    talk.remove("mode.mask_1");
+    talk.remove("mode.mask_2");
+    let err = error(no_masks, &mut h);
+    assert!(err.contains("Masks must be provided if two audio encoder outputs are used."), "{err}");
+    let mut no_start = infinite_talk(0xD02020, "low.wav", None);
+    no_start["54"]["inputs"].as_object_mut().expect("inputs").remove("start_image");
+    let err = error(no_start, &mut h);
+    assert!(err.contains("start_image") && err.contains("previous_frames"), "{err}");
+    let mut too_few = infinite_talk(0xD02020, "low.wav", None);
+    too_few["54"]["inputs"]["previous_frames"] = json!(["52", 0]);
+    too_few["54"]["inputs"]["motion_frame_count"] = json!(2);
+    let err = error(too_few, &mut h);
+    assert!(err.contains("Not enough previous frames provided."), "{err}");
 }

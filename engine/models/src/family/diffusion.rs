@@ -322,6 +322,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub causal: Option<wan::CausalStep<'a, B>>,
     /// HuMo's audio embedding (`WanHuMoImageToVideo`'s, `[B or 1, F, 8, 5, C]`); other models ignore it.
     pub audio: Option<&'a Tensor<B>>,
+    /// InfiniteTalk's audio (`WanInfiniteTalkToVideo`; see [`crate::wan::WanInput::talk`]); other families refuse
+    /// it.
+    pub talk: Option<wan::infinite_talk::TalkInput<'a, B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -349,6 +352,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             context_latents: &[],
             causal: None,
             audio: None,
+            talk: None,
         }
     }
 }
@@ -529,6 +533,12 @@ impl DiffusionNet {
                 self.family().name()
             )));
         }
+        if input.talk.is_some() && !matches!(self, DiffusionNet::Wan(_)) {
+            return Err(crate::Error::Invalid(format!(
+                "InfiniteTalk's audio (WanInfiniteTalkToVideo) is for Wan 2.1; a {} model takes none",
+                self.family().name()
+            )));
+        }
         match self {
             DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => {
                 refuse_controls(self.family(), input.controls, input.patches)?;
@@ -611,6 +621,7 @@ impl DiffusionNet {
                     context_latents: input.context_latents,
                     causal: input.causal,
                     audio: input.audio,
+                    talk: input.talk,
                 };
                 net.forward(b, &wan_input)
             }

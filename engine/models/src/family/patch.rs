@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::flux::{self, UsoConfig, UsoProjector};
 use crate::header::Header;
 use crate::qwen_image::{self, BlockwiseConfig, QwenImageBlockwise};
+use crate::wan::infinite_talk::{self, InfiniteTalk, TalkConfig};
 use crate::zimage::{self, FunControlConfig, ZImageFunControl};
 
 use super::DiffusionFamily;
@@ -21,6 +22,8 @@ pub enum ModelPatchDetected {
     ZImageFun(FunControlConfig),
     /// USO's style projector for FLUX.1.
     Uso(UsoConfig),
+    /// InfiniteTalk's audio projection and audio cross-attention for Wan 2.1.
+    InfiniteTalk(TalkConfig),
 }
 
 impl ModelPatchDetected {
@@ -31,6 +34,9 @@ impl ModelPatchDetected {
         }
         if let Some(config) = flux::detect_uso(h)? {
             return Ok(Some(ModelPatchDetected::Uso(config)));
+        }
+        if let Some(config) = infinite_talk::detect_infinite_talk(h)? {
+            return Ok(Some(ModelPatchDetected::InfiniteTalk(config)));
         }
         Ok(zimage::detect_fun_control(h)?.map(ModelPatchDetected::ZImageFun))
     }
@@ -43,6 +49,9 @@ impl ModelPatchDetected {
             }
             ModelPatchDetected::ZImageFun(config) => zimage::fun_control_load_plan(h, config),
             ModelPatchDetected::Uso(config) => flux::uso_load_plan(h, config),
+            ModelPatchDetected::InfiniteTalk(config) => {
+                infinite_talk::infinite_talk_load_plan(h, config)
+            }
         }
     }
 
@@ -56,6 +65,9 @@ impl ModelPatchDetected {
                 ModelPatchNet::ZImageFun(Box::new(ZImageFunControl::new(config, weights)))
             }
             ModelPatchDetected::Uso(config) => ModelPatchNet::Uso(UsoProjector { config, weights }),
+            ModelPatchDetected::InfiniteTalk(config) => {
+                ModelPatchNet::InfiniteTalk(InfiniteTalk { config, weights })
+            }
         }
     }
 }
@@ -68,6 +80,9 @@ pub enum ModelPatchNet {
     ZImageFun(Box<ZImageFunControl>),
     /// USO's style projector: CLIP-vision (SigLIP) states to FLUX.1 text-prefix tokens, not an image hint.
     Uso(UsoProjector),
+    /// InfiniteTalk: audio to the tokens a Wan 2.1 model's blocks attend to (`WanInfiniteTalkToVideo`), not an
+    /// image hint.
+    InfiniteTalk(InfiniteTalk),
 }
 
 impl ModelPatchNet {
@@ -77,6 +92,7 @@ impl ModelPatchNet {
             ModelPatchNet::QwenImageBlockwise(_) => DiffusionFamily::QwenImage,
             ModelPatchNet::ZImageFun(_) => DiffusionFamily::ZImage,
             ModelPatchNet::Uso(_) => DiffusionFamily::Flux,
+            ModelPatchNet::InfiniteTalk(_) => DiffusionFamily::Wan21,
         }
     }
 
@@ -86,6 +102,7 @@ impl ModelPatchNet {
             ModelPatchNet::QwenImageBlockwise(net) => &net.weights,
             ModelPatchNet::ZImageFun(net) => net.weights(),
             ModelPatchNet::Uso(net) => &net.weights,
+            ModelPatchNet::InfiniteTalk(net) => &net.weights,
         }
     }
 
@@ -96,7 +113,9 @@ impl ModelPatchNet {
             ModelPatchNet::QwenImageBlockwise(net) => {
                 net.config.hint_channels() - qwen_image::LATENT_CHANNELS
             }
-            ModelPatchNet::ZImageFun(_) | ModelPatchNet::Uso(_) => 0,
+            ModelPatchNet::ZImageFun(_)
+            | ModelPatchNet::Uso(_)
+            | ModelPatchNet::InfiniteTalk(_) => 0,
         }
     }
 
@@ -104,7 +123,9 @@ impl ModelPatchNet {
     /// ControlNet theirs padded to the patch size, as ComfyUI encodes the image at the padded latents' size.
     pub fn hint_size(&self, h: usize, w: usize) -> (usize, usize) {
         match self {
-            ModelPatchNet::QwenImageBlockwise(_) | ModelPatchNet::Uso(_) => (h, w),
+            ModelPatchNet::QwenImageBlockwise(_)
+            | ModelPatchNet::Uso(_)
+            | ModelPatchNet::InfiniteTalk(_) => (h, w),
             ModelPatchNet::ZImageFun(net) => {
                 let p = net.config.body.patch_size;
                 (h.div_ceil(p) * p, w.div_ceil(p) * p)

@@ -76,6 +76,7 @@ const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
 const WHISPER: &str = "whisper";
 const WAV2VEC2: &str = "wav2vec2";
+const WAN_INFINITE_TALK: &str = "wan21-infinitetalk";
 
 /// The kind of file `kiln model synth --family` writes: one network of a family Kiln runs, or a LoRA for a
 /// diffusion family. Named by the families' own descriptions.
@@ -120,6 +121,9 @@ pub enum SynthFamily {
     /// (`wav2vec2-large-english`) or the Chinese base one of InfiniteTalk (`wav2vec2-chinese-base`), the released
     /// files' `wav2vec2.*` names.
     Wav2Vec2(wav2vec2::Variant),
+    /// InfiniteTalk's patch for Wan 2.1 I2V 14B (`ModelPatchLoader`, `wan21-infinitetalk`), the release's
+    /// names.
+    WanInfiniteTalk,
 }
 
 /// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
@@ -411,6 +415,7 @@ impl SynthFamily {
         all.push(SynthFamily::Whisper);
         all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Large));
         all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Base));
+        all.push(SynthFamily::WanInfiniteTalk);
         all
     }
 
@@ -448,6 +453,7 @@ impl SynthFamily {
             SynthFamily::Whisper => "whisper-large-v3",
             SynthFamily::Wav2Vec2(wav2vec2::Variant::Large) => "wav2vec2-large-english",
             SynthFamily::Wav2Vec2(wav2vec2::Variant::Base) => "wav2vec2-chinese-base",
+            SynthFamily::WanInfiniteTalk => WAN_INFINITE_TALK,
         }
     }
 }
@@ -670,6 +676,9 @@ pub struct ZImageTurboSet {
     pub humo: wan::Humo,
     /// The wav2vec2 encoders (`--family wav2vec2-large-english`, `wav2vec2-chinese-base`), large then base.
     pub wav2vec2: [wav2vec2::Config; 2],
+    /// InfiniteTalk's patch (`--family wan21-infinitetalk`): the 14B DiTs' width, reading the base wav2vec2's
+    /// states after the first.
+    pub infinite_talk: wan::infinite_talk::TalkConfig,
 }
 
 impl ZImageTurboSet {
@@ -736,6 +745,14 @@ impl ZImageTurboSet {
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
             wav2vec2: [wav2vec2::Config::large(), wav2vec2::Config::base()],
+            infinite_talk: wan::infinite_talk::TalkConfig {
+                dim: 5120,
+                hidden: 512,
+                features: 12 * 768,
+                tokens: 32,
+                audio_dim: 768,
+                blocks: 40,
+            },
         }
     }
 
@@ -818,6 +835,15 @@ impl ZImageTurboSet {
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
             wav2vec2: [wav2vec2::Variant::Large, wav2vec2::Variant::Base]
                 .map(|variant| wav2vec2::Config { width: 64, conv_dim: 32, layers: 2, variant }),
+            // The tiny 14B width; the tiny base wav2vec2's 2 layers of 64.
+            infinite_talk: wan::infinite_talk::TalkConfig {
+                dim: 256,
+                hidden: 16,
+                features: 2 * 64,
+                tokens: 4,
+                audio_dim: 16,
+                blocks: 2,
+            },
         }
     }
 
@@ -1058,6 +1084,10 @@ pub fn write_family(
             write_wan(path, &set.wan22, dtype, seed, progress)
         }
         SynthFamily::Wan(file) => write_wan(path, &file.config(set), dtype, seed, progress),
+        SynthFamily::WanInfiniteTalk => {
+            let specs = specs_of(wan::infinite_talk::talk_expected(&set.infinite_talk));
+            write_one(path, &specs, WAN_INFINITE_TALK, "InfiniteTalk patch", dtype, seed, progress)
+        }
         SynthFamily::Whisper => {
             let specs = specs_of(whisper::expected_shapes(&set.whisper));
             write_one(path, &specs, WHISPER, "Whisper encoder", dtype, seed, progress)

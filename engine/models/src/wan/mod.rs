@@ -12,6 +12,8 @@
 //!   `ar_video` sampler, its self-attention reading the keys and values of the frames before.
 //! - [`humo`]: HuMo (human video from text, a reference image and audio): its audio projection and audio
 //!   cross-attention, its reference latent after the video, and the 17B model's conditioning channels.
+//! - [`infinite_talk`]: InfiniteTalk's model patch (talking video from one or two speakers' audio): its audio
+//!   projection and the audio cross-attention it adds to every block.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
@@ -19,6 +21,7 @@
 mod config;
 pub mod family;
 pub mod humo;
+pub mod infinite_talk;
 pub mod lora;
 mod model;
 

@@ -20,6 +20,7 @@ use super::config::{
     CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
     camera_adapter_shapes, vace_block_shapes,
 };
+use super::infinite_talk::{InfiniteTalk, TalkInput, speaker_positions};
 
 /// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are
 /// the block's largest, so a long video's are made a slice at a time.
@@ -76,6 +77,9 @@ pub struct WanInput<'a, B: Backend> {
     /// [`WanInput::reference`] as its reference latent `[B', 16, T, H, W]`, whose tokens follow the video's at the
     /// frames after it.
     pub audio: Option<&'a Tensor<B>>,
+    /// InfiniteTalk's audio, which every block's audio cross-attention reads after the text's (a Wan 2.1 model
+    /// of the patch's width; not with HuMo, VACE, a camera, a reference, in-context latents or a causal run).
+    pub talk: Option<TalkInput<'a, B>>,
 }
 
 impl<'a, B: Backend> WanInput<'a, B> {
@@ -95,6 +99,7 @@ impl<'a, B: Backend> WanInput<'a, B> {
             context_latents: &[],
             causal: None,
             audio: None,
+            talk: None,
         }
     }
 }
@@ -212,6 +217,17 @@ struct VaceStreams<B: Backend> {
     contexts: Vec<Vec<(Tensor<B>, f32)>>,
 }
 
+/// The sound a block attends to after the text, if any.
+#[derive(Clone, Copy)]
+enum BlockAudio<'x, B: Backend> {
+    /// None.
+    Silent,
+    /// HuMo's audio tokens of this sample `[1, F·tokens, audio_dim]`.
+    Humo(&'x Tensor<B>),
+    /// InfiniteTalk's audio with the patch's weights of this block.
+    Talk(&'x TalkInput<'x, B>, &'x BlockWeights<'x, 'x>),
+}
+
 /// A block's weights, fetched as one layer, by their names under the block's prefix.
 pub(super) struct BlockWeights<'a, 'm> {
     layer: &'a Layer<'m>,
@@ -237,6 +253,9 @@ impl Wan {
     /// output cropped back.
     pub fn forward<B: Backend>(&self, b: &B, input: &WanInput<'_, B>) -> Result<Tensor<B>> {
         let grid = self.check(input)?;
+        if let Some(talk) = &input.talk {
+            self.check_talk(input, talk, &grid)?;
+        }
         let mut cache = match &input.causal {
             Some(_) if !self.config.causal => {
                 return Err(Error::Invalid(format!(
@@ -334,14 +353,28 @@ impl Wan {
                 let prefix = format!("blocks.{i}");
                 let w = BlockWeights { layer: &layer, prefix: &prefix };
                 let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
+                let talk_layer = match &input.talk {
+                    Some(talk) => Some(crate::named::fetch(
+                        b,
+                        &talk.patch.weights,
+                        &InfiniteTalk::block_names(i),
+                    )?),
+                    None => None,
+                };
+                let talk_weights =
+                    talk_layer.as_ref().map(|layer| BlockWeights { layer, prefix: &prefix });
                 for (s, x) in samples.iter_mut().enumerate() {
                     let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
                     let slot = cache.as_mut().map(|state| {
                         let tokens = state.frames * state.frame_tokens;
                         CausalSlot { entry: &mut state.entries[s][i], tokens }
                     });
-                    let audio = audio[s].as_ref();
-                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot, audio)?;
+                    let sound = match (&audio[s], &input.talk, &talk_weights) {
+                        (Some(audio), _, _) => BlockAudio::Humo(audio),
+                        (None, Some(talk), Some(weights)) => BlockAudio::Talk(talk, weights),
+                        _ => BlockAudio::Silent,
+                    };
+                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot, sound)?;
                 }
             }
             // The VACE block after this one (a skipped block's too, as ComfyUI replaces only the main block).
@@ -364,7 +397,16 @@ impl Wan {
                         )?;
                         *c = b.binary(&projected, &streams.patches[s], BinaryOp::Add)?;
                     }
-                    *c = self.block(b, &w, c, &modulation, &contexts[s], &rope, None, None)?;
+                    *c = self.block(
+                        b,
+                        &w,
+                        c,
+                        &modulation,
+                        &contexts[s],
+                        &rope,
+                        None,
+                        BlockAudio::Silent,
+                    )?;
                     let skip = b.linear(
                         c,
                         &w.get("after_proj.weight")?,
@@ -458,6 +500,78 @@ impl Wan {
         }
         let (rows, cols) = (h.div_ceil(PATCH), w.div_ceil(PATCH));
         Ok(Grid { batch, frames, h, w, rows, cols, groups })
+    }
+
+    /// Checks InfiniteTalk's audio against the model and the call: a plain Wan 2.1 body of the patch's width
+    /// and no more blocks than it has, one audio frame per latent frame, speaker masks for two speakers only.
+    fn check_talk<B: Backend>(
+        &self,
+        input: &WanInput<'_, B>,
+        talk: &TalkInput<'_, B>,
+        grid: &Grid,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let patch = &talk.patch.config;
+        let other = if cfg.humo.is_some() {
+            Some("HuMo")
+        } else if cfg.vace.is_some() {
+            Some("VACE")
+        } else if cfg.camera.is_some() {
+            Some("Fun Camera")
+        } else if input.causal.is_some() {
+            Some("the ar_video sampler")
+        } else if !input.context_latents.is_empty() {
+            Some("in-context latents")
+        } else if cfg.ref_channels.is_some() && input.reference.is_some() {
+            Some("a reference image")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            return Err(Error::Invalid(format!(
+                "InfiniteTalk patches a plain Wan 2.1 model; it does not run with {other}"
+            )));
+        }
+        if patch.dim != cfg.dim || patch.blocks < cfg.layers {
+            return Err(Error::Invalid(format!(
+                "the InfiniteTalk patch is for a Wan model {} wide with up to {} blocks; {} is {} wide with {} \
+                 blocks (InfiniteTalk patches the Wan 2.1 I2V 14B)",
+                patch.dim,
+                patch.blocks,
+                cfg.variant(),
+                cfg.dim,
+                cfg.layers
+            )));
+        }
+        let speakers = match *talk.audio.shape() {
+            [frames, tokens, width]
+                if frames == grid.frames
+                    && width == patch.audio_dim
+                    && tokens % patch.tokens == 0
+                    && (1..=2).contains(&(tokens / patch.tokens)) =>
+            {
+                tokens / patch.tokens
+            }
+            ref other => {
+                return Err(Error::Invalid(format!(
+                    "InfiniteTalk's audio must be [{} latent frames, 1 or 2 × {} tokens, {}], got {other:?}: make \
+                     the latent with the same WanInfiniteTalkToVideo",
+                    grid.frames, patch.tokens, patch.audio_dim
+                )));
+            }
+        };
+        if (speakers == 2) != talk.masks.is_some() {
+            return Err(Error::Invalid(format!(
+                "InfiniteTalk with {speakers} speaker(s) {} speaker masks",
+                if speakers == 2 { "needs" } else { "takes no" }
+            )));
+        }
+        if grid.groups != 1 {
+            return Err(Error::Invalid(
+                "InfiniteTalk takes one timestep per sample, not one per frame".to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// The VACE streams of a VACE model given control contexts: each sample's patch tokens before the blocks
@@ -846,8 +960,8 @@ impl Wan {
     }
 
     /// Block `w` on one sample's tokens `x` `[1, N, D]`; with `causal`, its self-attention also reads the keys
-    /// and values held for the tokens before and adds this call's to them; with `audio` (HuMo's tokens of this
-    /// sample), its audio cross-attention follows the text's.
+    /// and values held for the tokens before and adds this call's to them; with `sound` (HuMo's tokens of this
+    /// sample, or InfiniteTalk's audio), its audio cross-attention follows the text's.
     #[allow(clippy::too_many_arguments)]
     fn block<B: Backend>(
         &self,
@@ -858,7 +972,7 @@ impl Wan {
         context: &Context<B>,
         rope: &Rope<B>,
         causal: Option<CausalSlot<'_, B>>,
-        audio: Option<&Tensor<B>>,
+        sound: BlockAudio<'_, B>,
     ) -> Result<Tensor<B>> {
         let eps = self.config.eps;
 
@@ -873,6 +987,18 @@ impl Wan {
             None => (k, v),
         };
         let o = self.attend(b, &q, &k, &v)?;
+        // Two speakers: where each token looks in the first frame, from this self-attention's queries and keys.
+        let positions = match sound {
+            BlockAudio::Talk(talk, _) => match talk.masks {
+                Some(masks) => {
+                    let frame_tokens = q.dim(2)? / talk.audio.dim(0)?.max(1);
+                    let map = InfiniteTalk::attention_map(b, &q, &k, masks, frame_tokens)?;
+                    Some(speaker_positions(&map))
+                }
+                None => None,
+            },
+            _ => None,
+        };
         drop((q, k, v));
         let y = b.linear(&o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
         let x = gated_add(b, x, &y, &m.gate[0])?;
@@ -896,9 +1022,12 @@ impl Wan {
         let y = b.linear(&o, &w.get("cross_attn.o.weight")?, Some(&w.get("cross_attn.o.bias")?))?;
         let x = b.binary(&x, &y, BinaryOp::Add)?;
         drop((o, y));
-        let x = match audio {
-            Some(audio) => self.audio_attention(b, w, &x, audio)?,
-            None => x,
+        let x = match sound {
+            BlockAudio::Silent => x,
+            BlockAudio::Humo(audio) => self.audio_attention(b, w, &x, audio)?,
+            BlockAudio::Talk(talk, weights) => {
+                talk.patch.attention(b, weights, &x, talk, positions.as_deref())?
+            }
         };
 
         // Feed-forward, modulated and gated.

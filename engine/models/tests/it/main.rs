@@ -13,6 +13,7 @@ mod flux2;
 mod flux2_vae;
 mod flux_tokens;
 mod flux_vae;
+mod infinite_talk;
 mod mistral3;
 mod noise;
 mod quant;

@@ -582,7 +582,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "esrgan-x4",
             "whisper-large-v3",
             "wav2vec2-large-english",
-            "wav2vec2-chinese-base"
+            "wav2vec2-chinese-base",
+            "wan21-infinitetalk"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -661,6 +662,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = kiln_models::family::ClipVisionDetected::detect(&header).unwrap();
                 let want = kiln_models::family::ClipVisionDetected::Vit(file.config(&set));
                 assert_eq!(found, Some(want), "{family}");
+            }
+            synth::SynthFamily::WanInfiniteTalk => {
+                let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
+                assert_eq!(found, ModelPatchDetected::InfiniteTalk(set.infinite_talk), "{family}");
             }
             synth::SynthFamily::FluxUso => {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();

@@ -20,11 +20,11 @@ use kiln_models::{Error, Header, RopeOptions};
 
 use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors, write_header_only};
 
-type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+pub(crate) type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// The fixture's variants (see `wan.py`): which tensors of `weights.safetensors` each keeps or replaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
+pub(crate) enum Variant {
     Flf2v,
     I2v,
     Expert,
@@ -34,7 +34,7 @@ enum Variant {
 
 impl Variant {
     /// The variant's config: the tiny model's widths with its channels and CLIP branch.
-    fn config(self) -> Config {
+    pub(crate) fn config(self) -> Config {
         let base = Config {
             dim: 256,
             ffn_dim: 128,
@@ -65,7 +65,7 @@ impl Variant {
     }
 
     /// The variant's weights, from the fixture's.
-    fn tensors(self) -> Tensors {
+    pub(crate) fn tensors(self) -> Tensors {
         let mut t = read_tensors("wan/weights.safetensors");
         if self == Variant::Flf2v {
             return t;
@@ -92,14 +92,17 @@ impl Variant {
 }
 
 /// The CPU backend and the model in `path` as detection and the loader see it.
-fn load(path: &Path) -> (Arc<Cpu>, DiffusionDetected, DiffusionNet) {
+pub(crate) fn load(path: &Path) -> (Arc<Cpu>, DiffusionDetected, DiffusionNet) {
     let (b, manager) = cpu(256 << 20);
     let (detected, net) = load_on(&manager, path);
     (b, detected, net)
 }
 
 /// The model in `path` loaded by `manager` (whose backend must run it: weights live in its device memory).
-fn load_on(manager: &Arc<MemoryManager>, path: &Path) -> (DiffusionDetected, DiffusionNet) {
+pub(crate) fn load_on(
+    manager: &Arc<MemoryManager>,
+    path: &Path,
+) -> (DiffusionDetected, DiffusionNet) {
     let file = SafetensorsFile::open(path).unwrap();
     let prefix = diffusion_prefix(file.names());
     let header = Header::new(&file, &prefix);
@@ -109,7 +112,7 @@ fn load_on(manager: &Arc<MemoryManager>, path: &Path) -> (DiffusionDetected, Dif
 }
 
 /// The tensor `name` of the fixture's io file on `b`.
-fn io_tensor(b: &Cpu, io: &Tensors, name: &str) -> Tensor<Cpu> {
+pub(crate) fn io_tensor(b: &Cpu, io: &Tensors, name: &str) -> Tensor<Cpu> {
     b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap()
 }
 
@@ -434,7 +437,12 @@ fn released(name: &str) -> Vec<(String, Vec<usize>)> {
     let all: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fixture("wan/released.json")).expect("the list"))
             .expect("JSON");
-    let r = &all[name];
+    weight_list(&all[name], name)
+}
+
+/// The weights a reference script lists for a module (`globals`, then `block` once per block of `blocks`,
+/// `keys` in all): names and shapes, sorted.
+pub(crate) fn weight_list(r: &serde_json::Value, name: &str) -> Vec<(String, Vec<usize>)> {
     let shapes = |v: &serde_json::Value| -> Vec<(String, Vec<usize>)> {
         let map = v.as_object().expect("a map of shapes");
         map.iter()

@@ -7,17 +7,16 @@
 
 use std::sync::Arc;
 
-use kiln_compute::{Backend, DType};
+use kiln_compute::Backend;
 
 use super::audio::audio;
 use super::loaders::{find, progress};
 use crate::compute::Compute;
 use crate::media::Audio;
-use crate::models::device::{OnDevice, on_device};
+use crate::models::device::{OnDevice, on_device, to_host};
 use crate::models::{AudioEncoder, AudioEncoderNet, AudioEncoderOutput, ModelEnv, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
-use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// ComfyUI's module of these nodes.
@@ -111,17 +110,42 @@ impl OnDevice for Encode<'_> {
                 net.encode_audio(b, waveform.data(), shape, rate)?
             }
         };
-        let host = |t: &kiln_compute::Tensor<B>| -> kiln_models::Result<Tensor> {
-            let values = b.to_f32(&b.cast(t, DType::F32)?)?;
-            Tensor::new(t.shape().to_vec(), values)
-                .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
-        };
         // (The last state, ComfyUI's `encoded_audio`, is the last of the states.)
         Ok(AudioEncoderOutput {
-            layers: encoding.output.states.iter().map(host).collect::<kiln_models::Result<_>>()?,
+            layers: encoding
+                .output
+                .states
+                .iter()
+                .map(|t| to_host(b, t))
+                .collect::<kiln_models::Result<_>>()?,
             samples: encoding.samples,
         })
     }
+}
+
+/// Encoder frames per second (Whisper's and wav2vec2's 20 ms hop).
+const ENCODER_FPS: f64 = 50.0;
+/// Feature frames per second the Wan audio models read (their videos' 25 fps).
+const VIDEO_FPS: f64 = 25.0;
+
+/// ComfyUI's `linear_interpolation(features, 50, 25)` (nodes_wan's, for HuMo's and InfiniteTalk's audio): `frames` feature frames `[frames, C]` resampled to
+/// ⌊frames / 50 · 25⌋ by `F.interpolate(mode="linear", align_corners=True)` (f32 positions, as torch computes
+/// them).
+pub(super) fn resample_frames(features: &[f32], frames: usize, channels: usize) -> Vec<f32> {
+    let out_frames = (frames as f64 / ENCODER_FPS * VIDEO_FPS) as usize;
+    let scale =
+        if out_frames > 1 { (frames as f32 - 1.0) / (out_frames as f32 - 1.0) } else { 0.0 };
+    let mut out = Vec::with_capacity(out_frames * channels);
+    for i in 0..out_frames {
+        let position = scale * i as f32;
+        let at = (position.floor() as usize).min(frames.saturating_sub(1));
+        let next = if at + 1 < frames { at + 1 } else { at };
+        let lambda = position - at as f32;
+        let (a, b) =
+            (&features[at * channels..][..channels], &features[next * channels..][..channels]);
+        out.extend(a.iter().zip(b).map(|(a, b)| (1.0 - lambda) * a + lambda * b));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use kiln_compute::{Backend, DType};
 
 use super::loaders::{find, progress};
 use crate::compute::Compute;
-use crate::models::device::{OnDevice, on_device};
+use crate::models::device::{OnDevice, on_device, to_host};
 use crate::models::{ClipVision, ClipVisionOutput, Cond, Conditioning, ModelEnv, StyleModel, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{
@@ -55,13 +55,6 @@ fn wrong(name: &str, expected: &str, got: Option<&Value>) -> NodeError {
         None => format!("input `{name}` is missing"),
     };
     NodeError::of_kind(ErrorKind::WrongType, message)
-}
-
-/// A device tensor on the host, f32.
-fn to_host<B: Backend>(b: &B, t: &kiln_compute::Tensor<B>) -> Result<Tensor, kiln_models::Error> {
-    let t = b.cast(t, DType::F32)?;
-    Tensor::new(t.shape().to_vec(), b.to_f32(&t)?)
-        .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
 }
 
 /// `CLIPVisionLoader`: a vision tower from `clip_vision/`.

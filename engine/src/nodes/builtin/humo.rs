@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use kiln_models::wan::Humo;
 
+use super::audio_encoder::resample_frames;
 use super::vae::encode_video;
 use super::wan::{VideoRequest, WAN21_CHANNELS, fit_frames, latent_frames, video_inputs};
 use crate::compute::Compute;
@@ -24,10 +25,6 @@ use crate::nodes::{
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
-/// Whisper frames per second (its 20 ms hop after the stride-2 convolution).
-const AUDIO_FPS: f64 = 50.0;
-/// Feature frames per second HuMo reads (its videos' 25 fps).
-const VIDEO_FPS: f64 = 25.0;
 /// Resampled audio samples per Whisper frame pair: ComfyUI keeps `2·⌊samples / 640⌋` frames.
 const SAMPLES_PER_FRAME_PAIR: usize = 640;
 /// Feature frames in a latent frame's window, and layer groups of a feature (HuMo's `audio_proj` input).
@@ -194,26 +191,6 @@ fn audio_embed(output: &AudioEncoderOutput, length: usize) -> Result<Tensor, Nod
     }
     Tensor::new(vec![1, frames, WINDOW, GROUPS, channels], values)
         .map_err(|e| NodeError::new(e.to_string()))
-}
-
-/// ComfyUI's `linear_interpolation(features, 50, 25)`: `frames` feature frames `[frames, C]` resampled to
-/// ⌊frames / 50 · 25⌋ by `F.interpolate(mode="linear", align_corners=True)` (f32 positions, as torch computes
-/// them).
-fn resample_frames(features: &[f32], frames: usize, channels: usize) -> Vec<f32> {
-    let out_frames = (frames as f64 / AUDIO_FPS * VIDEO_FPS) as usize;
-    let scale =
-        if out_frames > 1 { (frames as f32 - 1.0) / (out_frames as f32 - 1.0) } else { 0.0 };
-    let mut out = Vec::with_capacity(out_frames * channels);
-    for i in 0..out_frames {
-        let position = scale * i as f32;
-        let at = (position.floor() as usize).min(frames.saturating_sub(1));
-        let next = if at + 1 < frames { at + 1 } else { at };
-        let lambda = position - at as f32;
-        let (a, b) =
-            (&features[at * channels..][..channels], &features[next * channels..][..channels]);
-        out.extend(a.iter().zip(b).map(|(a, b)| (1.0 - lambda) * a + lambda * b));
-    }
-    out
 }
 
 #[cfg(test)]

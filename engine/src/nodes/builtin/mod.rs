@@ -19,6 +19,7 @@ mod guidance;
 mod hints;
 mod humo;
 mod image;
+mod infinite_talk;
 mod inpaint;
 mod kv_cache;
 mod latent;
@@ -160,6 +161,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
     registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
+    registry.register(infinite_talk::WanInfiniteTalkToVideo::new(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
     registry.register(wan_vace::WanVaceToVideo::new(compute.clone()));

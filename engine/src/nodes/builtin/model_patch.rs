@@ -106,14 +106,19 @@ impl Node for QwenImageDiffsynthControlnet {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let model = inputs.model("model")?;
         let patch = inputs.model_patch("model_patch")?.clone();
-        if matches!(patch.net.as_ref(), ModelPatchNet::Uso(_)) {
+        let other_node = match patch.net.as_ref() {
+            ModelPatchNet::Uso(_) => Some(
+                "USO's style projector, which takes a CLIP vision output: apply it with USOStyleReference",
+            ),
+            ModelPatchNet::InfiniteTalk(_) => {
+                Some("InfiniteTalk, which takes audio: apply it with WanInfiniteTalkToVideo")
+            }
+            _ => None,
+        };
+        if let Some(other_node) = other_node {
             return Err(NodeError::of_kind(
                 ErrorKind::InvalidValue,
-                format!(
-                    "{} is USO's style projector, which takes a CLIP vision output: apply it with \
-                     USOStyleReference",
-                    patch.path.display()
-                ),
+                format!("{} is {other_node}", patch.path.display()),
             ));
         }
         if patch.net.family() != model.net.family() {

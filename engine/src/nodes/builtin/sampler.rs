@@ -223,6 +223,27 @@ impl OnDevice for Forward<'_> {
         let camera = self.extras.camera.as_ref().map(|t| upload(b, t)).transpose()?;
         let context_latents = self.in_model_space(b, &self.extras.context_latents)?;
         let audio = self.extras.audio_embed.as_ref().map(|t| upload(b, t)).transpose()?;
+        let talk_audio = match &self.model.infinite_talk {
+            Some(talk) => {
+                let audio = upload(b, &talk.audio)?;
+                let shape = audio.shape()[1..].to_vec();
+                Some(audio.reshape(&shape)?)
+            }
+            None => None,
+        };
+        let talk = match (&self.model.infinite_talk, &talk_audio) {
+            (Some(talk), Some(audio)) => {
+                let ModelPatchNet::InfiniteTalk(patch) = talk.patch.net.as_ref() else {
+                    return Err(kiln_models::Error::Invalid(format!(
+                        "{} is not an InfiniteTalk patch",
+                        talk.patch.path.display()
+                    )));
+                };
+                let masks = talk.masks.as_ref().map(|m| m.data());
+                Some(wan::infinite_talk::TalkInput { patch, audio, scale: talk.scale, masks })
+            }
+            _ => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -245,6 +266,7 @@ impl OnDevice for Forward<'_> {
             context_latents: &context_latents,
             causal,
             audio: audio.as_ref(),
+            talk,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -393,6 +415,9 @@ struct Guided<'a> {
     kv_cache: Option<KvSlot>,
     /// The call's block of frames, in an `ar_video` run.
     causal: Option<CausalCall<'a>>,
+    /// InfiniteTalk's motion latent in model space and its frames, put over the first frames of every model
+    /// call's latent.
+    motion: Option<(Vec<f32>, usize)>,
 }
 
 /// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
@@ -596,6 +621,7 @@ impl Guided<'_> {
         sigma: f32,
         skipped: SkippedBlocks,
     ) -> kiln_models::Result<Vec<f32>> {
+        let x = &self.with_motion(x)?;
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
             let contexts = [&entry.cond];
@@ -644,9 +670,10 @@ impl Guided<'_> {
         {
             return Ok(None);
         }
+        let x = &self.with_motion(x)?;
         let mut shape = self.shape.clone();
         shape[0] *= 2;
-        let doubled: Vec<f32> = x.iter().chain(x).copied().collect();
+        let doubled: Vec<f32> = x.iter().chain(x.iter()).copied().collect();
         let contexts = [&pos.cond, &neg.cond];
         let pooled = [pos.pooled.as_ref(), neg.pooled.as_ref()];
         let forward = Forward {
@@ -669,6 +696,34 @@ impl Guided<'_> {
             sampling.calculate_denoised(sigma, x, cond),
             sampling.calculate_denoised(sigma, x, uncond),
         )))
+    }
+}
+
+impl Guided<'_> {
+    /// What the model is shown of `x`: with InfiniteTalk, its first frames replaced by the motion latent in every
+    /// sample (ComfyUI's `MultiTalkApplyModelWrapper`: the prediction of x̂₀ reads the replaced latent too).
+    fn with_motion<'x>(&self, x: &'x [f32]) -> kiln_models::Result<std::borrow::Cow<'x, [f32]>> {
+        let Some((motion, frames)) = &self.motion else { return Ok(std::borrow::Cow::Borrowed(x)) };
+        let &[batch, channels, total, h, w] = self.shape.as_slice() else {
+            return Err(kiln_models::Error::Invalid(format!(
+                "InfiniteTalk samples a video latent [B, C, T, H, W], got {:?}",
+                self.shape
+            )));
+        };
+        let plane = h * w;
+        if *frames > total
+            || motion.len() != channels * frames * plane
+            || x.len() != batch * channels * total * plane
+        {
+            return Err(kiln_models::Error::Invalid(format!(
+                "InfiniteTalk's motion latent of {frames} frames does not fit a latent of {:?}: make the latent \
+                 with the same WanInfiniteTalkToVideo",
+                self.shape
+            )));
+        }
+        let mut out = x.to_vec();
+        overwrite_leading_frames(&mut out, channels, total * plane, motion, frames * plane);
+        Ok(std::borrow::Cow::Owned(out))
     }
 }
 
@@ -949,6 +1004,16 @@ pub(super) fn sample(
     for application in &model.model_patches {
         application.patch.net.weights().activate().map_err(|e| node_error(e.into()))?;
     }
+    if let Some(talk) = &model.infinite_talk {
+        if job.sampler.sampler == Sampler::ArVideo {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                "InfiniteTalk's model (WanInfiniteTalkToVideo) is not a causal one: choose another sampler than \
+                 ar_video",
+            ));
+        }
+        talk.patch.net.weights().activate().map_err(|e| node_error(e.into()))?;
+    }
     let mut prepared = Vec::new();
     let mut with_hints = |c: &Conditioning| {
         super::controlnet::with_hints(compute, model, c, &shape, &mut prepared, ctx)
@@ -973,6 +1038,10 @@ pub(super) fn sample(
         inpaint,
         kv_cache: model.reference_kv_cache.then(OnceLock::new),
         causal: None,
+        motion: model.infinite_talk.as_ref().map(|talk| {
+            let shape = talk.motion.shape();
+            (format.process_in(talk.motion.data(), shape), shape.get(2).copied().unwrap_or(0))
+        }),
     };
     let interrupted = AtomicBool::new(false);
     let mut last_denoised: Option<(Vec<f32>, Vec<usize>)> = None;
@@ -1024,10 +1093,47 @@ pub(super) fn sample(
         let out = format.process_out(&values, &shape);
         Tensor::new(shape, out).map_err(|e| NodeError::new(e.to_string()))
     };
-    Ok(Sampled {
-        samples: to_vae((model.sampling.inverse_noise_scaling(last, &x), shape.clone()))?,
-        denoised: last_denoised.map(to_vae).transpose()?,
-    })
+    let mut samples = to_vae((model.sampling.inverse_noise_scaling(last, &x), shape.clone()))?;
+    if let Some(talk) = model.infinite_talk.as_ref().filter(|t| t.extend) {
+        samples = with_leading_frames(&samples, &talk.motion)?;
+    }
+    Ok(Sampled { samples, denoised: last_denoised.map(to_vae).transpose()? })
+}
+
+/// `latent` `[B, C, T, h, w]` with its first m frames replaced by `frames` `[1, C, m, h, w]` in every sample
+/// (InfiniteTalk's continuation keeps the previous clip's motion latent as it was).
+fn with_leading_frames(latent: &Tensor, frames: &Tensor) -> Result<Tensor, NodeError> {
+    let (ls, fs) = (latent.shape(), frames.shape());
+    let (&[_, channels, total, h, w], &[1, fc, m, fh, fw]) = (ls, fs) else {
+        return Err(NodeError::new(format!(
+            "InfiniteTalk's motion latent {fs:?} does not fit the sampled latent {ls:?}"
+        )));
+    };
+    if (fc, fh, fw) != (channels, h, w) || m > total {
+        return Err(NodeError::new(format!(
+            "InfiniteTalk's motion latent {fs:?} does not fit the sampled latent {ls:?}"
+        )));
+    }
+    let plane = h * w;
+    let mut values = latent.data().to_vec();
+    overwrite_leading_frames(&mut values, channels, total * plane, frames.data(), m * plane);
+    Tensor::new(ls.to_vec(), values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// Puts `leading` (`[C, n]`: each channel's first n values) over the start of each channel's `per_channel`
+/// values in every sample of `values` (`[B, C, per_channel]`).
+fn overwrite_leading_frames(
+    values: &mut [f32],
+    channels: usize,
+    per_channel: usize,
+    leading: &[f32],
+    n: usize,
+) {
+    for sample in values.chunks_exact_mut(channels * per_channel) {
+        for (c, series) in sample.chunks_exact_mut(per_channel).enumerate() {
+            series[..n].copy_from_slice(&leading[c * n..][..n]);
+        }
+    }
 }
 
 /// An `ar_video` run (`SamplerARVideo`): what [`sampling::sample_ar_video`] takes beside the model.
