@@ -78,7 +78,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from wan import DIM, HEADS, OUT, TEXT, comfy_net, variant  # noqa: E402
+from wan import DIM, HEADS, OUT, TEXT, comfy_net, variant, weight_listing  # noqa: E402
 
 # The patch's tiny sizes (released: 12 layers of 768 features, 512 intermediate, 768 out, 40 heads, 40 blocks).
 FEATURE_LAYERS, FEATURE_WIDTH, HIDDEN, AUDIO_OUT, AUDIO_TOKENS, BLOCKS = 3, 4, 16, 8, 32, 2
@@ -345,13 +345,9 @@ def released():
     from comfy_extras.nodes_model_patch import MultiTalkModelPatch
 
     net = MultiTalkModelPatch(device="meta", operations=comfy.ops.disable_weight_init)
-    state = {k: list(v.shape) for k, v in net.state_dict().items()}
     count = len(net.blocks)
-    blocks = [{k.split(".", 2)[2]: s for k, s in state.items() if k.startswith(f"blocks.{i}.")} for i in range(count)]
-    assert all(b == blocks[0] for b in blocks)
-    result = {"globals": {k: s for k, s in sorted(state.items()) if not k.startswith("blocks.")},
-              "block": dict(sorted(blocks[0].items())), "blocks": count, "keys": len(state)}
-    print(f"released MultiTalkModelPatch: {len(state)} weights, {count} blocks")
+    result = weight_listing(net, count)
+    print(f"released MultiTalkModelPatch: {result['keys']} weights, {count} blocks")
     with open(f"{OUT}/infinite_talk_released.json", "w") as f:
         json.dump(result, f, indent=0, sort_keys=True)
         f.write("\n")

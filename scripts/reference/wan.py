@@ -650,6 +650,17 @@ def detection_check(stored, ti2v):
         print(f"ComfyUI detects {name:7} as {kind}")
 
 
+def weight_listing(net, count):
+    """A module's weights as the Rust tests read them: {"globals": {name: shape} outside the blocks, "block":
+    block 0's {name after `blocks.0.`: shape}, "blocks": count, "keys": how many in all}, checking every block
+    `blocks.{i}.` has block 0's."""
+    state = {k: list(v.shape) for k, v in net.state_dict().items()}
+    blocks = [{k.split(".", 2)[2]: s for k, s in state.items() if k.startswith(f"blocks.{i}.")} for i in range(count)]
+    assert all(b == blocks[0] for b in blocks)
+    return {"globals": {k: s for k, s in sorted(state.items()) if not k.startswith("blocks.")},
+            "block": dict(sorted(blocks[0].items())), "blocks": count, "keys": len(state)}
+
+
 def released():
     """released.json: ComfyUI's module of each released configuration on the meta device."""
     import comfy.ops
@@ -659,14 +670,8 @@ def released():
     for name, config in RELEASED.items():
         net = WanModel(**config, text_dim=4096, freq_dim=256, patch_size=(1, 2, 2), eps=1e-6, device="meta",
                        operations=comfy.ops.disable_weight_init)
-        state = {k: list(v.shape) for k, v in net.state_dict().items()}
-        blocks = [{k.split(".", 2)[2]: s for k, s in state.items() if k.startswith(f"blocks.{i}.")}
-                  for i in range(config["num_layers"])]
-        assert all(b == blocks[0] for b in blocks), name
-        out[name] = {"globals": {k: s for k, s in sorted(state.items()) if not k.startswith("blocks.")},
-                     "block": dict(sorted(blocks[0].items())), "blocks": config["num_layers"],
-                     "keys": len(state)}
-        print(f"released {name:10} {len(state)} weights")
+        out[name] = weight_listing(net, config["num_layers"])
+        print(f"released {name:10} {out[name]['keys']} weights")
     with open(f"{OUT}/released.json", "w") as f:
         json.dump(out, f, indent=0, sort_keys=True)
         f.write("\n")

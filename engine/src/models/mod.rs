@@ -464,8 +464,14 @@ pub struct CondExtras {
     /// video, then the reference video, then each reference image), VAE space, each `[1, C, T, h, w]`.
     pub context_latents: Vec<Tensor>,
     /// HuMo's audio embedding (`WanHuMoImageToVideo`'s `audio_embed`: a window of Whisper features per latent
-    /// frame, `[B, F, 8, 5, C]`; zeros on the negative prompt).
+    /// frame, `[B, F, 8, 5, C]`; zeros on the negative prompt), or Wan 2.2 S2V's (`WanSoundImageToVideo`'s:
+    /// wav2vec2's states per video frame at 16 a second, `[1, layers, width, frames]`).
     pub audio_embed: Option<Tensor>,
+    /// Wan 2.2 S2V's motion latent (`WanSoundImageToVideo`'s `reference_motion`: the last 19 latent frames of
+    /// the video before), VAE space.
+    pub reference_motion: Option<Tensor>,
+    /// Wan 2.2 S2V's control video latent (`WanSoundImageToVideo`'s `control_video`), VAE space.
+    pub control_video: Option<Tensor>,
 }
 
 /// One `WanVaceToVideo` control for a Wan VACE model.
@@ -492,6 +498,8 @@ impl CondExtras {
             + self.camera.as_ref().map_or(0, Tensor::byte_size)
             + self.context_latents.iter().map(Tensor::byte_size).sum::<usize>()
             + self.audio_embed.as_ref().map_or(0, Tensor::byte_size)
+            + self.reference_motion.as_ref().map_or(0, Tensor::byte_size)
+            + self.control_video.as_ref().map_or(0, Tensor::byte_size)
     }
 }
 

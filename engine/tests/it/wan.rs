@@ -5,7 +5,8 @@
 //! Wan 2.2 Fun Control and Wan 2.1 VACE reading their control videos and reference images, Wan 2.2 Fun Camera its
 //! camera motion, Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler, and
 //! HuMo 17B following its reference image and the audio Whisper heard, and InfiniteTalk's patch on Wan 2.1 I2V
-//! 14B following one or two speakers' audio (wav2vec2) and continuing a clip from its last frames.
+//! 14B following one or two speakers' audio (wav2vec2) and continuing a clip from its last frames, and Wan 2.2
+//! S2V following its reference image and the audio, then extending its clip.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -65,6 +66,16 @@ fn write_tiny_wan(models: &std::path::Path) {
             SynthDtype::F16,
         ),
         (SynthFamily::Whisper, "audio_encoders/whisper_large_v3_fp16.safetensors", SynthDtype::F16),
+        (
+            SynthFamily::Wav2Vec2(kiln_models::wav2vec2::Variant::Large),
+            "audio_encoders/wav2vec2_large_english_fp16.safetensors",
+            SynthDtype::F16,
+        ),
+        (
+            SynthFamily::Wan(WanFile::S2v14b),
+            "diffusion_models/wan2.2_s2v_14B_fp8_scaled.safetensors",
+            SynthDtype::Fp8Scaled,
+        ),
         (
             SynthFamily::Wav2Vec2(kiln_models::wav2vec2::Variant::Base),
             "audio_encoders/wav2vec2-chinese-base_fp16.safetensors",
@@ -501,23 +512,37 @@ fn issue_24_causal_forcing_runs_block_by_block_after_its_start_image() {
 /// `video_humo`'s graph at 32×32, 9 frames, 2 uni_pc steps at CFG `cfg`: a reference image of colour `colour`
 /// and `audio` (a WAV in the input folder) heard by Whisper large-v3, through HuMo 17B.
 fn humo(colour: u32, audio: &str, cfg: f64) -> Value {
+    let mut graph = audio_graph(
+        "humo_17B_fp16.safetensors",
+        "whisper_large_v3_fp16.safetensors",
+        audio,
+        colour,
+    );
+    graph["54"] = json!({"class_type": "WanHuMoImageToVideo", "inputs": {
+        "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
+        "batch_size": 1, "audio_encoder_output": ["72", 0], "ref_image": ["52", 0]}});
+    graph["3"] = json!({"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": cfg, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["54", 0], "negative": ["54", 1], "latent_image": ["54", 2]}});
+    graph["8"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}});
+    graph["9"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "humo", "images": ["8", 0]}});
+    graph
+}
+
+/// The nodes the audio-driven Wan templates start with: `unet` (shift 8), umT5, the Wan 2.1 VAE, a prompt and the
+/// stock negative, an image of colour `colour` (node 52), and `audio` (a WAV in the input folder) through
+/// `encoder` (node 72).
+fn audio_graph(unet: &str, encoder: &str, audio: &str, colour: u32) -> Value {
     json!({
-        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "humo_17B_fp16.safetensors", "weight_dtype": "default"}},
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
         "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
         "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
         "48": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8.0, "model": ["37", 0]}},
-        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a boy talking to the camera", "clip": ["38", 0]}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a person talking to the camera", "clip": ["38", 0]}},
         "7": {"class_type": "CLIPTextEncode", "inputs": {"text": NEGATIVE, "clip": ["38", 0]}},
         "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}},
         "70": {"class_type": "LoadAudio", "inputs": {"audio": audio}},
-        "71": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "whisper_large_v3_fp16.safetensors"}},
+        "71": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": encoder}},
         "72": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["70", 0]}},
-        "54": {"class_type": "WanHuMoImageToVideo", "inputs": {
-            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 9,
-            "batch_size": 1, "audio_encoder_output": ["72", 0], "ref_image": ["52", 0]}},
-        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": cfg, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["54", 0], "negative": ["54", 1], "latent_image": ["54", 2]}},
-        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
-        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "humo", "images": ["8", 0]}},
     })
 }
 
@@ -550,26 +575,19 @@ fn issue_24_humo_follows_its_reference_image_and_the_audio_whisper_heard() {
 /// through InfiniteTalk's patch on Wan 2.1 I2V 14B. With `second`, two speakers: that WAV after the first, the
 /// first speaker on the left half, the second on the right.
 fn infinite_talk(colour: u32, audio: &str, second: Option<&str>) -> Value {
-    let mut graph = json!({
-        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.1_i2v_480p_14B_fp16.safetensors", "weight_dtype": "default"}},
-        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
-        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
-        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "two people talking", "clip": ["38", 0]}},
-        "7": {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["6", 0]}},
-        "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}},
-        "70": {"class_type": "LoadAudio", "inputs": {"audio": audio}},
-        "71": {"class_type": "AudioEncoderLoader", "inputs": {"audio_encoder_name": "wav2vec2-chinese-base_fp16.safetensors"}},
-        "72": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["70", 0]}},
-        "73": {"class_type": "ModelPatchLoader", "inputs": {"name": "wan2.1_infiniteTalk_multi_fp16.safetensors"}},
-        "54": {"class_type": "WanInfiniteTalkToVideo", "inputs": {
-            "mode": "single_speaker", "model": ["37", 0], "model_patch": ["73", 0], "positive": ["6", 0],
-            "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 5,
-            "start_image": ["52", 0], "audio_encoder_output_1": ["72", 0], "motion_frame_count": 1,
-            "audio_scale": 1.0}},
-        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0, "model": ["54", 0], "positive": ["54", 1], "negative": ["54", 2], "latent_image": ["54", 3]}},
-        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}},
-        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "talk", "images": ["8", 0]}},
-    });
+    let unet = "wan2.1_i2v_480p_14B_fp16.safetensors";
+    let mut graph = audio_graph(unet, "wav2vec2-chinese-base_fp16.safetensors", audio, colour);
+    graph["7"] = json!({"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["6", 0]}});
+    graph["73"] = json!({"class_type": "ModelPatchLoader", "inputs": {"name": "wan2.1_infiniteTalk_multi_fp16.safetensors"}});
+    graph["54"] = json!({"class_type": "WanInfiniteTalkToVideo", "inputs": {
+        "mode": "single_speaker", "model": ["48", 0], "model_patch": ["73", 0], "positive": ["6", 0],
+        "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 5,
+        "start_image": ["52", 0], "audio_encoder_output_1": ["72", 0], "motion_frame_count": 1,
+        "audio_scale": 1.0}});
+    graph["3"] = json!({"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0, "model": ["54", 0], "positive": ["54", 1], "negative": ["54", 2], "latent_image": ["54", 3]}});
+    graph["8"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["39", 0]}});
+    graph["9"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "talk", "images": ["8", 0]}});
     if let Some(second) = second {
         graph["80"] = json!({"class_type": "LoadAudio", "inputs": {"audio": second}});
         graph["81"] = json!({"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["71", 0], "audio": ["80", 0]}});
@@ -593,13 +611,7 @@ fn issue_24_infinite_talk_follows_the_speakers_audio_and_continues_a_clip() {
     // The classic cache keeps each clip's wav2vec2 states between the runs.
     let mut h = Harness::new(CachePolicy::Classic);
     write_tiny_wan(&h.roots.input.join("models"));
-    let tone = |step: f32| -> Vec<i16> {
-        (0..16000).map(|i| ((i as f32 * step).sin() * 12000.0) as i16).collect()
-    };
-    for (name, step) in [("low.wav", 0.05), ("high.wav", 0.4)] {
-        std::fs::write(h.roots.input.join(name), crate::audio::wav(&tone(step), 16000))
-            .expect("write");
-    }
+    write_tones(&h);
     let low = frames_of(&mut h, infinite_talk(0xD02020, "low.wav", None));
     assert_eq!(low.len(), 5);
     assert_ne!(
@@ -621,7 +633,7 @@ fn issue_24_infinite_talk_follows_the_speakers_audio_and_continues_a_clip() {
     let mut graph = infinite_talk(0xD02020, "low.wav", None);
     graph["55"] = graph["54"].clone();
     graph["55"]["inputs"]["previous_frames"] = json!(["8", 0]);
-    graph["55"]["inputs"]["model"] = json!(["37", 0]);
+    graph["55"]["inputs"]["model"] = json!(["48", 0]);
     graph["56"] = json!({"class_type": "KSampler", "inputs": {"seed": 8, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0, "model": ["55", 0], "positive": ["55", 1], "negative": ["55", 2], "latent_image": ["55", 3]}});
     graph["57"] =
         json!({"class_type": "VAEDecode", "inputs": {"samples": ["56", 0], "vae": ["39", 0]}});
@@ -649,4 +661,68 @@ fn issue_24_infinite_talk_follows_the_speakers_audio_and_continues_a_clip() {
     too_few["54"]["inputs"]["motion_frame_count"] = json!(2);
     let err = error(too_few, &mut h);
     assert!(err.contains("Not enough previous frames provided."), "{err}");
+}
+
+/// `video_wan2_2_14B_s2v`'s graph at 64×64, 5 frames, 2 uni_pc steps at CFG `cfg`: a reference image of colour
+/// `colour` and `audio` (a WAV in the input folder) heard by the large wav2vec2, through Wan 2.2 S2V (fp8 scaled),
+/// then one `WanSoundImageToVideoExtend` piece of 5 frames joined after it: 4 latent frames, which node 9 saves
+/// decoded as 13 frames.
+fn s2v(colour: u32, audio: &str, cfg: f64) -> Value {
+    let unet = "wan2.2_s2v_14B_fp8_scaled.safetensors";
+    let mut graph = audio_graph(unet, "wav2vec2_large_english_fp16.safetensors", audio, colour);
+    let sampler = |seed: u64, conditioning: &str| json!({"class_type": "KSampler", "inputs": {"seed": seed, "steps": 2, "cfg": cfg, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": [conditioning, 0], "negative": [conditioning, 1], "latent_image": [conditioning, 2]}});
+    graph["54"] = json!({"class_type": "WanSoundImageToVideo", "inputs": {
+        "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 64, "height": 64, "length": 5,
+        "batch_size": 1, "audio_encoder_output": ["72", 0], "ref_image": ["52", 0]}});
+    graph["3"] = sampler(7, "54");
+    graph["76"] = json!({"class_type": "WanSoundImageToVideoExtend", "inputs": {
+        "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "length": 5, "video_latent": ["3", 0],
+        "audio_encoder_output": ["72", 0], "ref_image": ["52", 0]}});
+    graph["77"] = sampler(8, "76");
+    graph["78"] = json!({"class_type": "LatentConcat", "inputs": {"samples1": ["3", 0], "samples2": ["77", 0], "dim": "t"}});
+    graph["8"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["78", 0], "vae": ["39", 0]}});
+    graph["9"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "s2v", "images": ["8", 0]}});
+    graph
+}
+
+#[test]
+fn issue_24_s2v_follows_its_reference_image_and_the_audio_and_extends_its_clip() {
+    // The classic cache keeps each clip's wav2vec2 states between the runs.
+    let mut h = Harness::new(CachePolicy::Classic);
+    write_tiny_wan(&h.roots.input.join("models"));
+    write_tones(&h);
+    let frames = |h: &mut Harness, graph: Value| -> Vec<Vec<u8>> {
+        let ran = h.run(graph);
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+        let ui = &ran.summary.outputs[&NodeId::from("9")];
+        ui.images
+            .iter()
+            .map(|saved| {
+                let image = image::open(h.roots.output.join(&saved.filename)).expect("a PNG");
+                image.to_rgb8().into_raw()
+            })
+            .collect()
+    };
+    let red_low = frames(&mut h, s2v(0xD02020, "low.wav", 4.0));
+    assert_eq!(red_low.len(), 13, "the clip and its extension");
+    assert_ne!(
+        red_low,
+        frames(&mut h, s2v(0x2020D0, "low.wav", 4.0)),
+        "the reference image moves the clip"
+    );
+    let red_high = frames(&mut h, s2v(0xD02020, "high.wav", 4.0));
+    assert_ne!(red_low[..5], red_high[..5], "the audio moves the clip");
+    assert_ne!(red_low[9..], red_high[9..], "and its extension");
+}
+
+/// One second of a low and a high tone at 16 kHz in the input folder, `low.wav` and `high.wav`.
+fn write_tones(h: &Harness) {
+    let tone = |step: f32| -> Vec<i16> {
+        (0..16000).map(|i| ((i as f32 * step).sin() * 12000.0) as i16).collect()
+    };
+    for (name, step) in [("low.wav", 0.05), ("high.wav", 0.4)] {
+        std::fs::write(h.roots.input.join(name), crate::audio::wav(&tone(step), 16000))
+            .expect("write");
+    }
 }

@@ -325,6 +325,11 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// InfiniteTalk's audio (`WanInfiniteTalkToVideo`; see [`crate::wan::WanInput::talk`]); other families refuse
     /// it.
     pub talk: Option<wan::infinite_talk::TalkInput<'a, B>>,
+    /// Wan 2.2 S2V's motion latent (`reference_motion`, in the model's space; see
+    /// [`crate::wan::WanInput::motion`]); other models ignore it.
+    pub motion: Option<&'a Tensor<B>>,
+    /// Wan 2.2 S2V's control video latent (`control_video`, in the model's space); other models ignore it.
+    pub control: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -353,6 +358,8 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             causal: None,
             audio: None,
             talk: None,
+            motion: None,
+            control: None,
         }
     }
 }
@@ -622,6 +629,8 @@ impl DiffusionNet {
                     causal: input.causal,
                     audio: input.audio,
                     talk: input.talk,
+                    motion: input.motion,
+                    control: input.control,
                 };
                 net.forward(b, &wan_input)
             }

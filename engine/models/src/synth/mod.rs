@@ -168,11 +168,14 @@ pub enum WanFile {
     /// HuMo 17B (`humo-17b`): the 14B widths, 36 channels in, HuMo's audio branch reading the set's Whisper
     /// features.
     Humo17b,
+    /// Wan 2.2 S2V 14B (`wan22-s2v-14b`): the 14B T2V widths with S2V's audio encoder and injectors (reading
+    /// the set's large wav2vec2), frame packer and control encoder.
+    S2v14b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 13] = [
+    pub const ALL: [WanFile; 14] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -186,6 +189,7 @@ impl WanFile {
         WanFile::FunCameraA14b,
         WanFile::CausalT2v13b,
         WanFile::Humo17b,
+        WanFile::S2v14b,
     ];
 
     /// The name it is spelled with on the command line.
@@ -204,6 +208,7 @@ impl WanFile {
             camera_a14b,
             causal,
             humo,
+            s2v,
         ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -219,6 +224,7 @@ impl WanFile {
             WanFile::FunCameraA14b => camera_a14b,
             WanFile::CausalT2v13b => causal,
             WanFile::Humo17b => humo,
+            WanFile::S2v14b => s2v,
         }
     }
 
@@ -259,6 +265,7 @@ impl WanFile {
             WanFile::I2vA14b => wan::Config { in_channels: 36, ..base },
             WanFile::CausalT2v13b => wan::Config { causal: true, ..set.wan21.clone() },
             WanFile::Humo17b => wan::Config { in_channels: 36, humo: Some(set.humo), ..base },
+            WanFile::S2v14b => wan::Config { s2v: Some(set.s2v), ..base },
         }
     }
 }
@@ -676,6 +683,8 @@ pub struct ZImageTurboSet {
     pub humo: wan::Humo,
     /// The wav2vec2 encoders (`--family wav2vec2-large-english`, `wav2vec2-chinese-base`), large then base.
     pub wav2vec2: [wav2vec2::Config; 2],
+    /// Wan 2.2 S2V's parts (`--family wan22-s2v-14b`), reading the large wav2vec2's states.
+    pub s2v: wan::s2v::S2v,
     /// InfiniteTalk's patch (`--family wan21-infinitetalk`): the 14B DiTs' width, reading the base wav2vec2's
     /// states after the first.
     pub infinite_talk: wan::infinite_talk::TalkConfig,
@@ -745,6 +754,13 @@ impl ZImageTurboSet {
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
             wav2vec2: [wav2vec2::Config::large(), wav2vec2::Config::base()],
+            s2v: wan::s2v::S2v {
+                audio_dim: 1024,
+                audio_layers: 25,
+                audio_tokens: 4,
+                injectors: 12,
+                cond_channels: 16,
+            },
             infinite_talk: wan::infinite_talk::TalkConfig {
                 dim: 5120,
                 hidden: 512,
@@ -835,6 +851,14 @@ impl ZImageTurboSet {
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
             wav2vec2: [wav2vec2::Variant::Large, wav2vec2::Variant::Base]
                 .map(|variant| wav2vec2::Config { width: 64, conv_dim: 32, layers: 2, variant }),
+            // The tiny large wav2vec2's 3 states of 64; one injector (the tiny 14B has 2 blocks).
+            s2v: wan::s2v::S2v {
+                audio_dim: 64,
+                audio_layers: 3,
+                audio_tokens: 4,
+                injectors: 1,
+                cond_channels: 16,
+            },
             // The tiny 14B width; the tiny base wav2vec2's 2 layers of 64.
             infinite_talk: wan::infinite_talk::TalkConfig {
                 dim: 256,
@@ -1553,6 +1577,7 @@ fn wan_config(
         camera: None,
         causal: false,
         humo: None,
+        s2v: None,
     }
 }
 

@@ -8,11 +8,12 @@
 //! fixtures) loads. diffusers' names map one to one onto ComfyUI's, but for the two LayerNorms without weights,
 //! whose names the layouts swap: ComfyUI's affine cross-attention norm `norm3` is diffusers' `norm2`.
 //!
-//! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE, Fun Camera and HuMo run; S2V,
+//! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE, Fun Camera, HuMo and S2V run;
 //! Animate, SCAIL and WanDancer are refused naming what they are.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
+use super::s2v::{S2v, s2v_config, s2v_shapes};
 use crate::error::Result;
 use crate::header::Header;
 
@@ -68,6 +69,9 @@ pub struct Config {
     /// (1.7B, 16 channels in) or one reading 20 more channels (17B), with its reference latent's tokens after
     /// the video's.
     pub humo: Option<Humo>,
+    /// Wan 2.2 S2V's parts (speech to video: `casual_audio_encoder`, the audio injectors, the frame packer of
+    /// the motion latent, `cond_encoder` of the control video) on a Wan 2.1 T2V body.
+    pub s2v: Option<S2v>,
 }
 
 /// HuMo's audio branch: `audio_proj` turns each latent frame's window of Whisper features (8 feature frames of
@@ -149,6 +153,7 @@ impl Config {
             && self.camera.is_none()
             && self.ref_channels.is_none()
             && self.humo.is_none()
+            && self.s2v.is_none()
     }
 
     /// The channels the model reads beside the noisy latent (ComfyUI's `concat_cond`): mask and image latent,
@@ -166,6 +171,7 @@ impl Config {
     /// The released variant this config is, in words (`Wan 2.1 T2V`, `Wan 2.2 TI2V 5B`, ...).
     pub fn variant(&self) -> &'static str {
         match (self.image, self.in_channels) {
+            (None, _) if self.s2v.is_some() => "Wan 2.2 S2V",
             (None, I2V_CHANNELS) if self.humo.is_some() => "HuMo 17B",
             (None, _) if self.humo.is_some() => "HuMo 1.7B",
             (Some(_), _) if self.camera.is_some() => "Wan 2.1 Fun Camera",
@@ -268,7 +274,12 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
             ("audio_proj.audio_proj_glob_norm.layer.bias", vec![h.audio_dim]),
         ]);
     }
-    out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect()
+    let mut out: Vec<(String, Vec<usize>)> =
+        out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect();
+    if let Some(s2v) = cfg.s2v {
+        out.extend(s2v_shapes(d, &s2v));
+    }
+    out
 }
 
 /// The camera adapter's weights (ComfyUI's `WanCamAdapter` with one residual block), in the order the model
@@ -437,8 +448,7 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 5] = [
-    ("casual_audio_encoder.encoder.final_linear.weight", "a Wan 2.2 S2V model (speech to video)"),
+const DERIVED: [(&str, &str); 4] = [
     ("face_adapter.fuser_blocks.0.k_norm.weight", "a Wan 2.2 Animate model"),
     ("patch_embedding_mask.weight", "a SCAIL-2 model"),
     ("patch_embedding_pose.weight", "a SCAIL model"),
@@ -588,6 +598,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         }
     };
     let humo = humo_config(h)?;
+    let s2v = s2v_config(h, dim)?;
     if vace.is_some_and(|v| v.blocks == 0 || v.blocks > layers) {
         return Err(h.unsupported(format!(
             "a Wan VACE model with {} VACE blocks for {layers} blocks",
@@ -610,6 +621,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         camera,
         causal: false,
         humo,
+        s2v,
     };
     // ComfyUI's causal entry is a Wan 2.1 `t2v` model: a mark on any other keeps it what it is.
     let cfg = Config { causal: causal_marked(h) && cfg.is_wan21_t2v(), ..cfg };

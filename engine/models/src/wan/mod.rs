@@ -14,6 +14,8 @@
 //!   cross-attention, its reference latent after the video, and the 17B model's conditioning channels.
 //! - [`infinite_talk`]: InfiniteTalk's model patch (talking video from one or two speakers' audio): its audio
 //!   projection and the audio cross-attention it adds to every block.
+//! - [`s2v`]: Wan 2.2 S2V (speech to video): its audio encoder and injectors, the packed motion latent, the
+//!   reference and control video, and the timesteps it spreads over all of them.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
@@ -24,6 +26,7 @@ pub mod humo;
 pub mod infinite_talk;
 pub mod lora;
 mod model;
+pub mod s2v;
 
 pub use config::{
     CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, Humo, IMAGE_EPS, ImageEmbed, Layout, PATCH,

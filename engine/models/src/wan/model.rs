@@ -80,6 +80,14 @@ pub struct WanInput<'a, B: Backend> {
     /// InfiniteTalk's audio, which every block's audio cross-attention reads after the text's (a Wan 2.1 model
     /// of the patch's width; not with HuMo, VACE, a camera, a reference, in-context latents or a causal run).
     pub talk: Option<TalkInput<'a, B>>,
+    /// Wan 2.2 S2V's motion latent `[B or 1, 16, M, H, W]` (the frames before the clip, in the model's space):
+    /// packed into tokens after the video's and the reference's; other models ignore it. An S2V model reads
+    /// [`WanInput::audio`] as its encoder states `[B or 1, layers, width, frames]` and [`WanInput::reference`] as
+    /// its reference latent.
+    pub motion: Option<&'a Tensor<B>>,
+    /// Wan 2.2 S2V's control video latent `[B or 1, 16, T, H, W]` (in the model's space), added to the patch
+    /// tokens through `cond_encoder`; other models ignore it.
+    pub control: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> WanInput<'a, B> {
@@ -100,6 +108,8 @@ impl<'a, B: Backend> WanInput<'a, B> {
             causal: None,
             audio: None,
             talk: None,
+            motion: None,
+            control: None,
         }
     }
 }
@@ -161,7 +171,7 @@ impl<B: Backend> CausalCache<B> {
 }
 
 /// One sample's cache slots in one block, and the tokens before this call.
-struct CausalSlot<'s, B: Backend> {
+pub(super) struct CausalSlot<'s, B: Backend> {
     entry: &'s mut KeysValues<B>,
     tokens: usize,
 }
@@ -183,30 +193,33 @@ pub(super) struct Grid {
 
 impl Grid {
     /// Tokens of one sample.
-    fn tokens(&self) -> usize {
+    pub(super) fn tokens(&self) -> usize {
         self.frames * self.rows * self.cols
     }
 }
 
 /// One sample's cross-attention context in the model's width: the text's tokens and, for a model with the CLIP
 /// branch, the image's (ComfyUI's `context_img_len` split).
-struct Context<B: Backend> {
+pub(super) struct Context<B: Backend> {
     text: Tensor<B>,
     image: Option<Tensor<B>>,
 }
 
 /// The RoPE table of a sample's tokens, `[tokens, HEAD_DIM / 2]` f32 each.
-struct Rope<B: Backend> {
+pub(super) struct Rope<B: Backend> {
     cos: Tensor<B>,
     sin: Tensor<B>,
 }
 
 /// A block's six modulation vectors for one sample, each `[groups, D]` (one row per timestep embedding): shift,
 /// scale and gate of the self-attention, then of the feed-forward.
-struct Modulation<B: Backend> {
+pub(super) struct Modulation<B: Backend> {
     shift: [Tensor<B>; 2],
     scale: [Tensor<B>; 2],
     gate: [Tensor<B>; 2],
+    /// The tokens each row applies to, in order (S2V's runs of tokens of one timestep); `None`: the tokens split
+    /// evenly between the rows.
+    pub(super) chunks: Option<Vec<usize>>,
 }
 
 /// What a VACE model's blocks read beside the main stream, per sample.
@@ -219,7 +232,7 @@ struct VaceStreams<B: Backend> {
 
 /// The sound a block attends to after the text, if any.
 #[derive(Clone, Copy)]
-enum BlockAudio<'x, B: Backend> {
+pub(super) enum BlockAudio<'x, B: Backend> {
     /// None.
     Silent,
     /// HuMo's audio tokens of this sample `[1, F·tokens, audio_dim]`.
@@ -233,6 +246,13 @@ pub(super) struct BlockWeights<'a, 'm> {
     layer: &'a Layer<'m>,
     /// `blocks.{i}`.
     prefix: &'a str,
+}
+
+impl<'a, 'm> BlockWeights<'a, 'm> {
+    /// The weights of `layer` under `prefix` (`blocks.{i}`).
+    pub(super) fn new(layer: &'a Layer<'m>, prefix: &'a str) -> BlockWeights<'a, 'm> {
+        BlockWeights { layer, prefix }
+    }
 }
 
 impl<'a> BlockWeights<'a, '_> {
@@ -255,6 +275,9 @@ impl Wan {
         let grid = self.check(input)?;
         if let Some(talk) = &input.talk {
             self.check_talk(input, talk, &grid)?;
+        }
+        if let Some(s2v) = self.config.s2v {
+            return self.forward_s2v(b, input, &grid, &s2v);
         }
         let mut cache = match &input.causal {
             Some(_) if !self.config.causal => {
@@ -436,7 +459,8 @@ impl Wan {
             let shift = b.slice(&m, 1, 0, 1)?.reshape(&[grid.groups, d])?;
             let scale = b.slice(&m, 1, 1, 1)?.reshape(&[grid.groups, d])?;
             let x = b.slice(&x, 1, reference_tokens, grid.tokens())?;
-            let y = modulate(b, &b.layer_norm(&x, None, None, self.config.eps)?, &scale, &shift)?;
+            let y =
+                modulate(b, &b.layer_norm(&x, None, None, self.config.eps)?, &scale, &shift, None)?;
             let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
             outs.push(self.unpatchify(b, &y, &grid)?);
         }
@@ -767,7 +791,7 @@ impl Wan {
 
     /// The timestep embeddings of `timesteps` (one per sample or per frame): e `[n, D]` and ComfyUI's e0 =
     /// `time_projection(e)` `[n, 6·D]`, in the compute type.
-    fn time_embedding<B: Backend>(
+    pub(super) fn time_embedding<B: Backend>(
         &self,
         b: &B,
         timesteps: &[f32],
@@ -784,7 +808,11 @@ impl Wan {
     }
 
     /// The text in the model's width: Linear, GELU (tanh), Linear.
-    fn text_embedding<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Tensor<B>> {
+    pub(super) fn text_embedding<B: Backend>(
+        &self,
+        b: &B,
+        context: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
         let m = &self.weights;
         let context = b.cast(context, b.compute_dtype())?;
         let hidden = crate::named::linear(b, m, "text_embedding.0", &context)?;
@@ -834,7 +862,7 @@ impl Wan {
     /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at
     /// `context_img_len`: a model with the CLIP branch given no CLIP states splits nothing off, and its image
     /// attention reads the text too.
-    fn context<B: Backend>(
+    pub(super) fn context<B: Backend>(
         &self,
         b: &B,
         text: &Tensor<B>,
@@ -879,19 +907,9 @@ impl Wan {
         streams: &[Grid],
         options: &RopeOptions,
     ) -> Result<Rope<B>> {
-        let third = HEAD_DIM / 6;
-        let axes = [HEAD_DIM - 4 * third, 2 * third, 2 * third];
         let table_with =
             |options: &RopeOptions, first: usize, frames: usize, rows: usize, cols: usize| {
-                let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
-                let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
-                let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
-                for f in options.positions(0, first as f64, frames) {
-                    for &i in &rows {
-                        positions.extend(cols.iter().map(|&j| [f, i, j]));
-                    }
-                }
-                crate::rope::tables_at(&positions, axes, ROPE_THETA)
+                rope_tables(&grid_positions(options, first, frames, rows, cols))
             };
         let table = |first: usize, frames: usize, rows: usize, cols: usize| {
             table_with(options, first, frames, rows, cols)
@@ -911,11 +929,7 @@ impl Wan {
             cos.extend(c);
             sin.extend(s);
         }
-        let shape = [cos.len() / (HEAD_DIM / 2), HEAD_DIM / 2];
-        Ok(Rope {
-            cos: b.from_f32(&shape, &cos, DType::F32)?,
-            sin: b.from_f32(&shape, &sin, DType::F32)?,
-        })
+        Rope::upload(b, &cos, &sin)
     }
 
     /// Each in-context latent's patch tokens `[B or 1, T·rows·cols, D]` (through the video's own patch
@@ -963,7 +977,7 @@ impl Wan {
     /// and values held for the tokens before and adds this call's to them; with `sound` (HuMo's tokens of this
     /// sample, or InfiniteTalk's audio), its audio cross-attention follows the text's.
     #[allow(clippy::too_many_arguments)]
-    fn block<B: Backend>(
+    pub(super) fn block<B: Backend>(
         &self,
         b: &B,
         w: &BlockWeights<'_, '_>,
@@ -977,7 +991,8 @@ impl Wan {
         let eps = self.config.eps;
 
         // Self-attention, modulated and gated.
-        let h = modulate(b, &b.layer_norm(x, None, None, eps)?, &m.scale[0], &m.shift[0])?;
+        let chunks = m.chunks.as_deref();
+        let h = modulate(b, &b.layer_norm(x, None, None, eps)?, &m.scale[0], &m.shift[0], chunks)?;
         let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
         let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
         let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
@@ -1001,7 +1016,7 @@ impl Wan {
         };
         drop((q, k, v));
         let y = b.linear(&o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
-        let x = gated_add(b, x, &y, &m.gate[0])?;
+        let x = gated_add(b, x, &y, &m.gate[0], chunks)?;
         drop((o, y));
 
         // Cross-attention on the text (and the image): no modulation, no gate.
@@ -1031,9 +1046,9 @@ impl Wan {
         };
 
         // Feed-forward, modulated and gated.
-        let h = modulate(b, &b.layer_norm(&x, None, None, eps)?, &m.scale[1], &m.shift[1])?;
+        let h = modulate(b, &b.layer_norm(&x, None, None, eps)?, &m.scale[1], &m.shift[1], chunks)?;
         let y = self.ffn(b, &h, w)?;
-        gated_add(b, &x, &y, &m.gate[1])
+        gated_add(b, &x, &y, &m.gate[1], chunks)
     }
 
     /// `x` `[1, N, D]` through the Linear `proj` of `w`, RMS-normed across the whole width by `norm` (before the
@@ -1099,7 +1114,12 @@ impl Wan {
 
     /// One sample's head output `[1, T·rows·cols, 4·out]` as the latent `[1, out, T, H, W]`: token (f, i, j),
     /// feature (q·2 + r)·out + c → out[c, f, 2i + q, 2j + r], cropped to the unpadded sides.
-    fn unpatchify<B: Backend>(&self, b: &B, y: &Tensor<B>, grid: &Grid) -> Result<Tensor<B>> {
+    pub(super) fn unpatchify<B: Backend>(
+        &self,
+        b: &B,
+        y: &Tensor<B>,
+        grid: &Grid,
+    ) -> Result<Tensor<B>> {
         let Grid { frames, h, w, rows, cols, .. } = *grid;
         let c = self.config.out_channels;
         let y = y.reshape(&[frames, rows * cols, c * PATCH * PATCH])?;
@@ -1114,6 +1134,43 @@ impl Wan {
         }
         Ok(out)
     }
+}
+
+impl<B: Backend> Rope<B> {
+    /// The table of host cosines and sines `[tokens · HEAD_DIM / 2]` each, on `b`.
+    pub(super) fn upload(b: &B, cos: &[f32], sin: &[f32]) -> Result<Rope<B>> {
+        let shape = [cos.len() / (HEAD_DIM / 2), HEAD_DIM / 2];
+        Ok(Rope {
+            cos: b.from_f32(&shape, cos, DType::F32)?,
+            sin: b.from_f32(&shape, sin, DType::F32)?,
+        })
+    }
+}
+
+/// The (frame, row, column) positions of a grid of tokens, frame-major, its frames from `first`, each axis
+/// through `options` (`ScaleROPE`'s).
+pub(super) fn grid_positions(
+    options: &RopeOptions,
+    first: usize,
+    frames: usize,
+    rows: usize,
+    cols: usize,
+) -> Vec<[f64; 3]> {
+    let rows: Vec<f64> = options.positions(1, 0.0, rows).collect();
+    let cols: Vec<f64> = options.positions(2, 0.0, cols).collect();
+    let mut positions = Vec::with_capacity(frames * rows.len() * cols.len());
+    for f in options.positions(0, first as f64, frames) {
+        for &i in &rows {
+            positions.extend(cols.iter().map(|&j| [f, i, j]));
+        }
+    }
+    positions
+}
+
+/// The 3-D RoPE's cosines and sines of `positions` (44 time, 42 row and 42 column features of a head).
+pub(super) fn rope_tables(positions: &[[f64; 3]]) -> (Vec<f32>, Vec<f32>) {
+    let third = HEAD_DIM / 6;
+    crate::rope::tables_at(positions, [HEAD_DIM - 4 * third, 2 * third, 2 * third], ROPE_THETA)
 }
 
 /// A causal call's keys and values `[1, H, n, 128]` after the `slot.tokens` held before (ComfyUI writes them
@@ -1189,24 +1246,39 @@ fn sample_modulation<B: Backend>(
 
 /// A block's modulation from `m` = `modulation + e0` `[groups, 6, D]`, in ComfyUI's order: shift, scale, gate of
 /// the self-attention, then of the feed-forward.
-fn modulation<B: Backend>(b: &B, m: &Tensor<B>, d: usize) -> Result<Modulation<B>> {
+impl<B: Backend> Modulation<B> {
+    /// This modulation with its rows applying to runs of `chunks` tokens.
+    pub(super) fn with_chunks(self, chunks: Vec<usize>) -> Modulation<B> {
+        Modulation { chunks: Some(chunks), ..self }
+    }
+}
+
+pub(super) fn modulation<B: Backend>(b: &B, m: &Tensor<B>, d: usize) -> Result<Modulation<B>> {
     let groups = m.dim(0)?;
     let chunk = |k: usize| -> Result<Tensor<B>> { Ok(b.slice(m, 1, k, 1)?.reshape(&[groups, d])?) };
     Ok(Modulation {
         shift: [chunk(0)?, chunk(3)?],
         scale: [chunk(1)?, chunk(4)?],
         gate: [chunk(2)?, chunk(5)?],
+        chunks: None,
     })
 }
 
 /// `x · (1 + scale) + shift` for a sample's tokens `x` `[1, N, D]` and `[groups, D]` vectors, each applying to
-/// its own N / groups consecutive tokens (its frame's).
-fn modulate<B: Backend>(
+/// its own N / groups consecutive tokens (its frame's), or with `chunks` to as many as its chunk says.
+pub(super) fn modulate<B: Backend>(
     b: &B,
     x: &Tensor<B>,
     scale: &Tensor<B>,
     shift: &Tensor<B>,
+    chunks: Option<&[usize]>,
 ) -> Result<Tensor<B>> {
+    if let Some(chunks) = chunks {
+        return by_chunks(b, x, chunks, |part, r| {
+            let (scale, shift) = (b.slice(scale, 0, r, 1)?, b.slice(shift, 0, r, 1)?);
+            modulate(b, part, &scale, &shift, None)
+        });
+    }
     let shape = x.shape().to_vec();
     let groups = scale.dim(0)?;
     let d = scale.dim(1)?;
@@ -1215,17 +1287,44 @@ fn modulate<B: Backend>(
 }
 
 /// `x + y · gate` for a sample's tokens `[1, N, D]` and a `[groups, D]` gate (used as is, no tanh), each row
-/// for its own N / groups consecutive tokens.
+/// for its own N / groups consecutive tokens, or with `chunks` for as many as its chunk says.
 fn gated_add<B: Backend>(
     b: &B,
     x: &Tensor<B>,
     y: &Tensor<B>,
     gate: &Tensor<B>,
+    chunks: Option<&[usize]>,
 ) -> Result<Tensor<B>> {
+    if let Some(chunks) = chunks {
+        let gated = by_chunks(b, y, chunks, |part, r| {
+            Ok(b.binary(part, &b.slice(gate, 0, r, 1)?, BinaryOp::Mul)?)
+        })?;
+        return Ok(b.binary(x, &gated, BinaryOp::Add)?);
+    }
     let (groups, d) = (gate.dim(0)?, gate.dim(1)?);
     let grouped = y.reshape(&[groups, y.numel() / (groups * d), d])?;
     let gated = b.binary(&grouped, &gate.reshape(&[groups, 1, d])?, BinaryOp::Mul)?;
     Ok(b.binary(x, &gated.reshape(x.shape())?, BinaryOp::Add)?)
+}
+
+/// `f` applied to consecutive chunks of `x`'s tokens (`[1, N, D]`, chunk r of `chunks[r]` tokens, the chunks
+/// covering N), joined back.
+fn by_chunks<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    chunks: &[usize],
+    f: impl Fn(&Tensor<B>, usize) -> Result<Tensor<B>>,
+) -> Result<Tensor<B>> {
+    let mut parts = Vec::with_capacity(chunks.len());
+    let mut at = 0;
+    for (r, &len) in chunks.iter().enumerate().filter(|(_, len)| **len > 0) {
+        parts.push(f(&b.slice(x, 1, at, len)?, r)?);
+        at += len;
+    }
+    match parts.len() {
+        1 => Ok(parts.remove(0)),
+        _ => Ok(b.concat(&parts.iter().collect::<Vec<_>>(), 1)?),
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ impl Variant {
             camera: None,
             causal: false,
             humo: None,
+            s2v: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
@@ -591,6 +592,17 @@ fn humo_attends_to_each_frames_audio_and_reads_its_reference_after_the_video_as_
 
 #[test]
 fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
+    let mut animate = Variant::T2v.tensors();
+    animate.insert("face_adapter.fuser_blocks.0.k_norm.weight".into(), (vec![4], vec![0.0; 4]));
+    let file = TempTensors::new("wan-animate", animate);
+    let sf = SafetensorsFile::open(&file.0).unwrap();
+    let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
+    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
+    assert!(
+        err.to_string().contains("Animate") && err.to_string().contains("face_adapter"),
+        "{err}"
+    );
+    // An S2V model without its audio encoder's other tensors is refused, naming them.
     let mut s2v = Variant::T2v.tensors();
     s2v.insert(
         "casual_audio_encoder.encoder.final_linear.weight".into(),
@@ -599,7 +611,6 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     let file = TempTensors::new("wan-s2v", s2v);
     let sf = SafetensorsFile::open(&file.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&sf, "")).unwrap_err();
-    assert!(matches!(&err, Error::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("S2V") && err.to_string().contains("casual_audio"), "{err}");
     // A camera adapter whose convolution is no 2×2 one over 64-channel groups is refused, naming the tensor.
     let mut camera = Variant::T2v.tensors();
@@ -874,4 +885,84 @@ fn the_ar_video_sampler_runs_a_causal_model_block_by_block_as_comfyui_does() {
     let mut denoiser = CausalDenoiser { b: &b, model, cache: &cache, context: &context };
     let err = denoiser.denoise_block(&[0.0; 16 * 24], 1, 0, 1.0).expect_err("refused").to_string();
     assert!(err.contains("ar_video") && err.contains("Wan T2V is not one"), "{err}");
+}
+
+#[test]
+fn s2v_reads_audio_reference_motion_and_control_as_comfyui_does() {
+    // ComfyUI's WanModel_S2V at tiny widths (`wan_s2v.py`): 5 blocks of one 128-wide head, its injectors after
+    // blocks 0 and 4, 3 encoder states 8 wide.
+    let (b, detected, net) = load(&fixture("wan/s2v_weights.safetensors"));
+    let DiffusionDetected::Wan(config, Layout::Comfy) = detected else { panic!("a Wan DiT") };
+    assert_eq!(config.variant(), "Wan 2.2 S2V");
+    let s2v = wan::s2v::S2v {
+        audio_dim: 8,
+        audio_layers: 3,
+        audio_tokens: 4,
+        injectors: 2,
+        cond_channels: 16,
+    };
+    assert_eq!((config.dim, config.layers, config.s2v), (128, 5, Some(s2v)));
+    let io = read_tensors("wan/s2v.safetensors");
+    let t = |name: &str| io_tensor(&b, &io, name);
+    let (audio, reference, control) = (t("audio"), t("reference"), t("control"));
+    let (motion, long) = (t("motion"), t("motion_long"));
+    let run = |x: &str, ts: &str, context: &str, with: &[&str], motion: &Tensor<Cpu>| {
+        let (x, context) = (t(x), t(context));
+        let references = [reference.clone()];
+        let has = |what: &str| with.contains(&what);
+        let input = DiffusionInput {
+            references: if has("reference") { &references } else { &[] },
+            audio: has("audio").then_some(&audio),
+            motion: has("motion").then_some(motion),
+            control: has("control").then_some(&control),
+            ..DiffusionInput::new(&x, &io[ts].1, &context)
+        };
+        b.to_f32(&net.forward(&*b, input).unwrap()).unwrap()
+    };
+    let all = ["audio", "reference", "motion", "control"];
+    for (case, with, motion) in [
+        ("full", &all[..], &motion),
+        ("long_motion", &all[..], &long),
+        ("no_motion", &["audio", "reference", "control"][..], &motion),
+        ("no_audio", &["reference", "motion", "control"][..], &motion),
+        ("plain", &[][..], &motion),
+    ] {
+        assert_close(
+            case,
+            &run("x", "t", "context", with, motion),
+            &io[&format!("out.{case}")].1,
+            1e-4,
+        );
+    }
+    let got = run("x2", "t2", "context2", &all, &motion);
+    assert_close("batch2", &got, &io["out.batch2"].1, 1e-4);
+
+    // Audio for fewer latent frames than the video has is refused, naming the node that makes both.
+    let short = b.slice(&audio, 3, 0, 8).unwrap();
+    let (x, context) = (t("x"), t("context"));
+    let input =
+        DiffusionInput { audio: Some(&short), ..DiffusionInput::new(&x, &io["t"].1, &context) };
+    let Err(err) = net.forward(&*b, input) else { panic!("8 audio frames for 3 latent frames") };
+    assert!(err.to_string().contains("WanSoundImageToVideo"), "{err}");
+}
+
+#[test]
+fn the_released_s2v_layout_is_detected_with_its_widths() {
+    let all: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("wan/s2v_released.json")).expect("the list"))
+            .expect("JSON");
+    let shapes = weight_list(&all, "WanModel_S2V");
+    let dir = scratch("s2v-released");
+    let path = dir.join("wan2.2_s2v_14B_bf16.safetensors");
+    write_header_only(&path, &shapes);
+    let file = SafetensorsFile::open(&path).unwrap();
+    let (config, _) = wan::detect(&Header::new(&file, "")).unwrap().expect("a Wan DiT");
+    let set = ZImageTurboSet::real();
+    let want = WanFile::S2v14b.config(&set);
+    assert_eq!(config, want);
+    assert_eq!(config.variant(), "Wan 2.2 S2V");
+    // The synthetic release writes exactly ComfyUI's weights.
+    let mut synth: Vec<(String, Vec<usize>)> = wan::expected_shapes(&want);
+    synth.sort();
+    assert_eq!(synth, shapes);
 }

@@ -125,14 +125,19 @@ impl OnDevice for Encode<'_> {
 
 /// Encoder frames per second (Whisper's and wav2vec2's 20 ms hop).
 const ENCODER_FPS: f64 = 50.0;
-/// Feature frames per second the Wan audio models read (their videos' 25 fps).
-const VIDEO_FPS: f64 = 25.0;
+/// Feature frames per second HuMo and InfiniteTalk read (their videos' 25 fps).
+pub(super) const VIDEO_FPS: f64 = 25.0;
 
-/// ComfyUI's `linear_interpolation(features, 50, 25)` (nodes_wan's, for HuMo's and InfiniteTalk's audio): `frames` feature frames `[frames, C]` resampled to
-/// ⌊frames / 50 · 25⌋ by `F.interpolate(mode="linear", align_corners=True)` (f32 positions, as torch computes
-/// them).
-pub(super) fn resample_frames(features: &[f32], frames: usize, channels: usize) -> Vec<f32> {
-    let out_frames = (frames as f64 / ENCODER_FPS * VIDEO_FPS) as usize;
+/// ComfyUI's `linear_interpolation(features, 50, fps)` (nodes_wan's, for HuMo's, InfiniteTalk's and S2V's
+/// audio): `frames` feature frames `[frames, C]` resampled to ⌊frames / 50 · fps⌋ by
+/// `F.interpolate(mode="linear", align_corners=True)` (f32 positions, as torch computes them).
+pub(super) fn resample_frames(
+    features: &[f32],
+    frames: usize,
+    channels: usize,
+    fps: f64,
+) -> Vec<f32> {
+    let out_frames = (frames as f64 / ENCODER_FPS * fps) as usize;
     let scale =
         if out_frames > 1 { (frames as f32 - 1.0) / (out_frames as f32 - 1.0) } else { 0.0 };
     let mut out = Vec::with_capacity(out_frames * channels);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use kiln_models::wan::Humo;
 
-use super::audio_encoder::resample_frames;
+use super::audio_encoder::{VIDEO_FPS, resample_frames};
 use super::vae::encode_video;
 use super::wan::{VideoRequest, WAN21_CHANNELS, fit_frames, latent_frames, video_inputs};
 use crate::compute::Compute;
@@ -162,7 +162,7 @@ fn audio_embed(output: &AudioEncoderOutput, length: usize) -> Result<Tensor, Nod
         if count > 1.0 {
             mean.iter_mut().for_each(|m| *m /= count);
         }
-        features.push(resample_frames(&mean, kept, channels));
+        features.push(resample_frames(&mean, kept, channels, VIDEO_FPS));
     }
     let resampled = features[0].len() / channels;
     // Feature frame i of group g, or zeros outside the clip.

@@ -20,7 +20,7 @@ use kiln_compute::Backend;
 use kiln_models::family::{DiffusionNet, ModelPatchNet};
 use kiln_models::wan::infinite_talk::{self, AudioWindows, InfiniteTalk, SpeakerFeatures};
 
-use super::audio_encoder::resample_frames;
+use super::audio_encoder::{VIDEO_FPS, resample_frames};
 use super::mask::mask;
 use super::vae::encode_video;
 use super::wan::{WAN21_CHANNELS, fit_frames, image_conditioned, latent_frames, penultimate, size};
@@ -282,7 +282,7 @@ fn speaker_features(output: &AudioEncoderOutput, features: usize) -> Result<Vec<
     }
     let resampled: Vec<Vec<f32>> = layers[1..]
         .iter()
-        .map(|state| resample_frames(&state.data()[..tokens * width], tokens, width))
+        .map(|state| resample_frames(&state.data()[..tokens * width], tokens, width, VIDEO_FPS))
         .collect();
     let frames = resampled[0].len() / width;
     if frames == 0 {

@@ -50,6 +50,7 @@ mod wan_camera;
 mod wan_concat;
 mod wan_fun_control;
 mod wan_move;
+mod wan_sound;
 mod wan_track;
 mod wan_vace;
 mod websocket;
@@ -162,6 +163,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
     registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
     registry.register(infinite_talk::WanInfiniteTalkToVideo::new(compute.clone()));
+    registry.register(wan_sound::WanSoundImageToVideo::new(compute.clone()));
+    registry.register(wan_sound::WanSoundImageToVideo::extend(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan22(compute.clone()));
     registry.register(wan_vace::WanVaceToVideo::new(compute.clone()));

@@ -244,6 +244,12 @@ impl OnDevice for Forward<'_> {
             }
             _ => None,
         };
+        let in_model_space =
+            |t: &Option<Tensor>| -> kiln_compute::Result<Option<kiln_compute::Tensor<B>>> {
+                Ok(self.in_model_space(b, t.as_slice())?.pop())
+            };
+        let motion = in_model_space(&self.extras.reference_motion)?;
+        let control = in_model_space(&self.extras.control_video)?;
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -267,6 +273,8 @@ impl OnDevice for Forward<'_> {
             causal,
             audio: audio.as_ref(),
             talk,
+            motion: motion.as_ref(),
+            control: control.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;

@@ -1,0 +1,323 @@
+//! `WanSoundImageToVideo` and `WanSoundImageToVideoExtend` (`comfy_extras.nodes_wan`): Wan 2.2 S2V's
+//! conditioning, as ComfyUI's `wan_sound_to_video` builds it. An empty Wan 2.1 latent, and on both prompts:
+//!
+//! - the audio: every wav2vec2 state of the first clip resampled from 50 to 30 frames a second, then one
+//!   audio frame per video frame at 16 a second (`get_audio_embed_bucket_fps`: frame i reads audio frame
+//!   round(i · 30 / 16), zeros past the audio, whole clips of the video's length), the clip's frames from
+//!   `frame_offset` on, `[1, states, width, frames]` (zeros on the negative prompt); none past the audio's end;
+//! - the reference image (its first frame, resized bilinearly with a centre crop), encoded, appended to the
+//!   reference latents;
+//! - the motion latent: the last 73 frames of `ref_motion` (grey frames in front of fewer) encoded, its last
+//!   19 latent frames; the extending node takes the video latent's last 19 frames and reads the audio from
+//!   where that latent ends;
+//! - the control video encoded over its first frames, the rest the VAE's zero latent.
+
+use std::sync::Arc;
+
+use super::audio_encoder::resample_frames;
+use super::vae::encode_video;
+use super::wan::{WAN21_CHANNELS, fit_frames, grey_video, latent_frames, size};
+use crate::compute::Compute;
+use crate::models::{AudioEncoderOutput, CondExtras};
+use crate::nodes::{
+    Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
+};
+use crate::tensor::Tensor;
+use crate::value::{Latent, Value};
+
+/// The audio's frames a second after resampling, and the video's (S2V's 16 fps).
+const AUDIO_FPS: f64 = 30.0;
+const VIDEO_FPS: f64 = 16.0;
+/// The motion frames the S2V model reads: the last 73 video frames, 19 latent frames.
+const MOTION_FRAMES: usize = 73;
+const MOTION_LATENT_FRAMES: usize = 19;
+
+/// `WanSoundImageToVideo`, or (`extend`) `WanSoundImageToVideoExtend`.
+pub(super) struct WanSoundImageToVideo {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+    extend: bool,
+}
+
+impl WanSoundImageToVideo {
+    /// `WanSoundImageToVideo`.
+    pub(super) fn new(compute: Arc<Compute>) -> WanSoundImageToVideo {
+        let spec = spec("WanSoundImageToVideo")
+            .input(InputDef::int("width", 832, 16, 16384).option("step", 16))
+            .input(InputDef::int("height", 480, 16, 16384).option("step", 16))
+            .input(length())
+            .input(InputDef::int("batch_size", 1, 1, 4096));
+        let spec = optional(spec).optional(InputDef::typed("ref_motion", "IMAGE"));
+        WanSoundImageToVideo { spec: Arc::new(outputs(spec)), compute, extend: false }
+    }
+
+    /// `WanSoundImageToVideoExtend`.
+    pub(super) fn extend(compute: Arc<Compute>) -> WanSoundImageToVideo {
+        let spec = spec("WanSoundImageToVideoExtend")
+            .input(length())
+            .input(InputDef::typed("video_latent", "LATENT"));
+        WanSoundImageToVideo { spec: Arc::new(outputs(optional(spec))), compute, extend: true }
+    }
+}
+
+/// Both nodes' first inputs.
+fn spec(name: &str) -> NodeSpec {
+    NodeSpec::new(name, "", "model/conditioning/wan/sound")
+        .python_module("comfy_extras.nodes_wan")
+        .v3()
+        .input(InputDef::typed("positive", "CONDITIONING"))
+        .input(InputDef::typed("negative", "CONDITIONING"))
+        .input(InputDef::typed("vae", "VAE"))
+}
+
+fn length() -> InputDef {
+    InputDef::int("length", 77, 1, 16384).option("step", 4)
+}
+
+/// Both nodes' optional inputs (before `ref_motion`).
+fn optional(spec: NodeSpec) -> NodeSpec {
+    spec.optional(InputDef::typed("audio_encoder_output", "AUDIO_ENCODER_OUTPUT"))
+        .optional(InputDef::typed("ref_image", "IMAGE"))
+        .optional(InputDef::typed("control_video", "IMAGE"))
+}
+
+fn outputs(spec: NodeSpec) -> NodeSpec {
+    spec.output(OutputDef::new("CONDITIONING").named("positive"))
+        .output(OutputDef::new("CONDITIONING").named("negative"))
+        .output(OutputDef::new("LATENT").named("latent"))
+}
+
+impl Node for WanSoundImageToVideo {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let vae = inputs.vae("vae")?;
+        let length = size(inputs, "length")?;
+        let image = |name: &str| -> Result<Option<&Tensor>, NodeError> {
+            inputs.get(name).map(|_| inputs.image(name)).transpose()
+        };
+        let encode = |video: &Tensor| encode_video(&self.compute, vae, video, ctx);
+        let (width, height, batch, frame_offset, motion) = if self.extend {
+            let video = &inputs.latent("video_latent")?.samples;
+            let &[n, _, frames, h, w] = video.shape() else {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "video_latent must be a video latent [B, C, T, H, W], got {:?}",
+                        video.shape()
+                    ),
+                ));
+            };
+            (w * 8, h * 8, n, frames * 4, Some(last_frames(video, MOTION_LATENT_FRAMES)?))
+        } else {
+            let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
+            let motion = match image("ref_motion")? {
+                Some(images) => {
+                    let fitted = fit_frames(images, MOTION_FRAMES.., width, height)?;
+                    let clip = match fitted.shape()[0] {
+                        n if n < MOTION_FRAMES => {
+                            grey_video(MOTION_FRAMES, height, width, None, Some(&fitted))?
+                        }
+                        _ => fitted,
+                    };
+                    Some(last_frames(&encode(&clip)?, MOTION_LATENT_FRAMES)?)
+                }
+                None => None,
+            };
+            (width, height, size(inputs, "batch_size")?, 0, motion)
+        };
+        let frames = latent_frames(length);
+        let (h, w) = (height / 8, width / 8);
+        let audio = match inputs.get("audio_encoder_output") {
+            Some(_) => {
+                let output = inputs.audio_encoder_output("audio_encoder_output")?;
+                sound_embed(output, frames * 4, frame_offset)?
+            }
+            None => None,
+        };
+        let reference = match image("ref_image")? {
+            Some(image) => Some(encode(&fit_frames(image, ..1, width, height)?)?),
+            None => None,
+        };
+        // The control latent: the VAE's zero latent, the control video's encoded over its first frames.
+        let shape = [batch, WAN21_CHANNELS, frames, h, w];
+        let zeros = vec![0.0; shape.iter().product()];
+        let mut control = kiln_models::wan::family::WAN21_LATENT.process_out(&zeros, &shape);
+        if let Some(video) = image("control_video")? {
+            let encoded = encode(&fit_frames(video, ..length, width, height)?)?;
+            put_leading_frames(&mut control, &shape, &encoded)?;
+        }
+        let control =
+            Tensor::new(shape.to_vec(), control).map_err(|e| NodeError::new(e.to_string()))?;
+        let set = |audio: Option<Tensor>| {
+            let (reference, motion, control) = (reference.clone(), motion.clone(), control.clone());
+            move |extras: &mut CondExtras| {
+                if let Some(audio) = &audio {
+                    extras.audio_embed = Some(audio.clone());
+                }
+                if let Some(reference) = &reference {
+                    extras.reference_latents.push(reference.clone());
+                }
+                if let Some(motion) = &motion {
+                    extras.reference_motion = Some(motion.clone());
+                }
+                extras.control_video = Some(control.clone());
+            }
+        };
+        let silent = audio.as_ref().map(|a| Tensor::full(a.shape().to_vec(), 0.0));
+        let positive = inputs.conditioning("positive")?.with_extras(set(audio));
+        let negative = inputs.conditioning("negative")?.with_extras(set(silent));
+        let latent = Tensor::full(shape.to_vec(), 0.0);
+        Ok(NodeResult::values([
+            Value::Conditioning(Arc::new(positive)),
+            Value::Conditioning(Arc::new(negative)),
+            Value::Latent(Latent::new(latent)),
+        ]))
+    }
+}
+
+/// The audio S2V reads for the video frames `offset..offset + frames` of a clip made in pieces of `frames`
+/// (see the module's doc), `[1, states, width, n]`; `None` past the audio's last piece.
+fn sound_embed(
+    output: &AudioEncoderOutput,
+    frames: usize,
+    offset: usize,
+) -> Result<Option<Tensor>, NodeError> {
+    let (tokens, width) = match output.layers.first().map(Tensor::shape) {
+        Some(&[_, tokens, width]) if tokens > 0 => (tokens, width),
+        other => {
+            return Err(NodeError::new(format!(
+                "audio encoder states [B, frames, width], got {other:?}"
+            )));
+        }
+    };
+    let states: Vec<Vec<f32>> = output
+        .layers
+        .iter()
+        .map(|l| resample_frames(&l.data()[..tokens * width], tokens, width, AUDIO_FPS))
+        .collect();
+    let audio_frames = states[0].len() / width;
+    let indices = bucket_indices(audio_frames, frames);
+    let kept: Vec<usize> = (offset..indices.len().min(offset + frames)).collect();
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    let mut values = Vec::with_capacity(states.len() * width * kept.len());
+    for state in &states {
+        for c in 0..width {
+            values.extend(kept.iter().map(|&k| match indices[k] {
+                Some(i) => state[i * width + c],
+                None => 0.0,
+            }));
+        }
+    }
+    let shape = vec![1, states.len(), width, kept.len()];
+    Tensor::new(shape, values).map(Some).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// The audio frame each video frame reads (`None` past the audio) for an audio of `audio_frames` frames at 30 a
+/// second cut into clips of `frames` video frames at 16 a second, as ComfyUI's `get_audio_embed_bucket_fps`
+/// (m = 0) and `get_sample_indices` compute them: enough whole clips to cover the audio and then some, video
+/// frame i at audio frame round(i · step · 30) with numpy's float64 `linspace` step and half-to-even rounding.
+fn bucket_indices(audio_frames: usize, frames: usize) -> Vec<Option<usize>> {
+    let scale = AUDIO_FPS / VIDEO_FPS;
+    let clips = (audio_frames as f64 / (frames as f64 * scale)) as usize + 1;
+    let samples = clips * frames;
+    let padded = ((samples as f64 / VIDEO_FPS * AUDIO_FPS).ceil() as usize).max(audio_frames);
+    let step = (samples as f64 / VIDEO_FPS) / samples as f64;
+    (0..samples)
+        .map(|i| {
+            let at = (i as f64 * step * AUDIO_FPS).round_ties_even() as usize;
+            Some(at.min(padded - 1)).filter(|&at| at < audio_frames)
+        })
+        .collect()
+}
+
+/// A video latent's last `n` frames (all of them when it has fewer).
+fn last_frames(latent: &Tensor, n: usize) -> Result<Tensor, NodeError> {
+    let &[b, c, t, h, w] = latent.shape() else {
+        return Err(NodeError::new(format!("expected a video latent, got {:?}", latent.shape())));
+    };
+    let (kept, plane) = (n.min(t), h * w);
+    let mut values = Vec::with_capacity(b * c * kept * plane);
+    for series in latent.data().chunks_exact(t * plane) {
+        values.extend_from_slice(&series[(t - kept) * plane..]);
+    }
+    Tensor::new(vec![b, c, kept, h, w], values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `encoded` `[1, C, n, h, w]` over the first n frames of every sample of `values` (`shape` `[B, C, T, h, w]`).
+fn put_leading_frames(
+    values: &mut [f32],
+    shape: &[usize; 5],
+    encoded: &Tensor,
+) -> Result<(), NodeError> {
+    let [_, c, t, h, w] = *shape;
+    let (es, plane) = (encoded.shape(), h * w);
+    if es.len() != 5 || es[1] != c || es[3..] != [h, w] {
+        return Err(NodeError::new(format!(
+            "the control video's latent {es:?} does not fit the clip's {shape:?}"
+        )));
+    }
+    let n = es[2].min(t) * plane;
+    for sample in values.chunks_exact_mut(c * t * plane) {
+        for (ch, series) in sample.chunks_exact_mut(t * plane).enumerate() {
+            series[..n].copy_from_slice(&encoded.data()[ch * es[2] * plane..][..n]);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `scripts/reference/wan_s2v.py`'s fixture (kiln-models'), from ComfyUI's own node functions.
+    #[test]
+    fn the_audio_is_bucketed_per_video_frame_as_comfyui_does() {
+        let io = crate::fixtures::tensors("../../models/tests/fixtures/wan/s2v.safetensors");
+        let states = &io["bucket.states"];
+        let [count, tokens, width] = states.shape()[..] else { panic!("[states, T, C]") };
+        let layers = states
+            .data()
+            .chunks_exact(tokens * width)
+            .map(|s| Tensor::new(vec![1, tokens, width], s.to_vec()).unwrap())
+            .collect();
+        let output = AudioEncoderOutput { layers, samples: tokens * 320 };
+        let interp: Vec<f32> = output
+            .layers
+            .iter()
+            .flat_map(|l| resample_frames(l.data(), tokens, width, AUDIO_FPS))
+            .collect();
+        let close = |what: &str, got: &[f32], want: &[f32]| {
+            assert_eq!(got.len(), want.len(), "{what}");
+            let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst < 1e-5, "{what}: max |difference| {worst}");
+        };
+        close("interp", &interp, io["interp"].data());
+        assert_eq!(count, 3);
+        for case in ["first", "next", "long"] {
+            let length = io[&format!("bucket.length.{case}")].data()[0] as usize;
+            let offset = io[&format!("bucket.offset.{case}")].data()[0] as usize;
+            let got = sound_embed(&output, latent_frames(length) * 4, offset).unwrap().unwrap();
+            let want = &io[&format!("bucket.embed.{case}")];
+            assert_eq!(got.shape(), want.shape(), "{case}");
+            close(case, got.data(), want.data());
+        }
+        // Past the audio's last clip there is nothing to read.
+        assert!(sound_embed(&output, 12, 48).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_control_default_is_the_vaes_zero_latent() {
+        let io = crate::fixtures::tensors("../../models/tests/fixtures/wan/s2v.safetensors");
+        let want = &io["control_default"];
+        let shape = [1, 16, 3, 8, 8];
+        let got =
+            kiln_models::wan::family::WAN21_LATENT.process_out(&vec![0.0; 16 * 3 * 64], &shape);
+        let worst = got.iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-6, "max |difference| {worst}");
+    }
+}
