@@ -9,15 +9,30 @@
 /**
  * Runs in the page: opens template `name` and converts it. Resolves to `{ prompt, nodes }` (`nodes`: every
  * node the frontend sends, as `{ id, type, known, widgets: [[name, value]], values, models }`), or to
- * `{ error }` when loading or converting throws.
+ * `{ error, unknown }` when loading or converting throws (`unknown`: the node types of the workflow, its
+ * subgraphs' included, that the frontend does not know, leaving out muted and bypassed nodes; a frontend that
+ * lacks a node's type may fail to convert its links).
  */
 export async function convertInPage(name) {
   const NEVER = 2;
   const BYPASS = 4;
+  const unknownTypes = (workflow) => {
+    const subgraphs = workflow.definitions?.subgraphs ?? [];
+    const ids = new Set(subgraphs.map((s) => s.id));
+    const types = new Set();
+    for (const graph of [workflow, ...subgraphs]) {
+      for (const node of graph.nodes ?? []) {
+        if (node.mode === NEVER || node.mode === BYPASS || ids.has(node.type)) continue;
+        if (window.LiteGraph.registered_node_types[node.type] === undefined) types.add(node.type);
+      }
+    }
+    return [...types].sort();
+  };
+  let workflow = null;
   try {
     const response = await fetch(`/templates/${name}.json`);
     if (!response.ok) return { error: `GET /templates/${name}.json answered ${response.status}` };
-    const workflow = await response.json();
+    workflow = await response.json();
     await window.app.loadGraphData(workflow, true, true, null);
     const { output } = await window.app.graphToPrompt();
     const nodes = [];
@@ -44,6 +59,7 @@ export async function convertInPage(name) {
     walk(window.app.graph, []);
     return { prompt: output, nodes };
   } catch (error) {
-    return { error: `${error?.name ?? 'Error'}: ${error?.message ?? error}` };
+    const unknown = workflow ? unknownTypes(workflow) : [];
+    return { error: `${error?.name ?? 'Error'}: ${error?.message ?? error}`, unknown };
   }
 }

@@ -64,8 +64,17 @@ async function getJson(url, path) {
 
 /** One line of what the frontend's conversion says about a template: the outcome before any run. */
 function classify(converted) {
-  if (converted.error) return { outcome: 'conversion failed', detail: converted.error, missingNodes: [], files: [] };
-  const missingNodes = [...new Set(converted.nodes.filter((n) => !n.known).map((n) => n.type))].sort();
+  const unknownTypes = (nodes) => [...new Set(nodes.filter((n) => !n.known).map((n) => n.type))].sort();
+  if (converted.error) {
+    // A frontend that lacks a node type may fail on that node's links: name the types it lacks.
+    const missingNodes = converted.unknown ?? unknownTypes(converted.nodes ?? []);
+    if (missingNodes.length > 0) {
+      const detail = `${missingNodes.join(', ')} (the frontend's conversion failed without them: ${converted.error})`;
+      return { outcome: 'missing nodes', detail, missingNodes, files: [] };
+    }
+    return { outcome: 'conversion failed', detail: converted.error, missingNodes: [], files: [] };
+  }
+  const missingNodes = unknownTypes(converted.nodes);
   const files = modelFiles(converted.nodes);
   const result = { missingNodes, files };
   if (Object.keys(converted.prompt).length === 0) {
