@@ -324,17 +324,14 @@ impl InfiniteTalk {
         let v = b.from_f32(&[1, heads, frame_tokens, 2], &values, q.dtype())?;
         let scale = 1.0 / (HEAD_DIM as f32).sqrt();
         let o = b.attention(q, &first, &v, AttentionMask::None, scale)?;
-        let o = b.to_f32(&b.cast(&o, DType::F32)?)?;
+        // Summed over the heads on the device (a row of ones times [H, N·2]), so only [N, 2] comes back.
+        let ones = b.full(&[1, 1, heads], 1.0, o.dtype())?;
+        let summed = b.matmul(&ones, &o.reshape(&[1, heads, tokens * 2])?, false)?;
+        let summed = b.to_f32(&b.cast(&summed, DType::F32)?)?;
         let counts: [f32; 2] =
             std::array::from_fn(|c| masks[c * frame_tokens..][..frame_tokens].iter().sum());
         Ok(std::array::from_fn(|c| {
-            (0..tokens)
-                .map(|n| {
-                    let mean =
-                        (0..heads).map(|h| o[(h * tokens + n) * 2 + c]).sum::<f32>() / heads as f32;
-                    mean / (counts[c] + 1e-8)
-                })
-                .collect()
+            (0..tokens).map(|n| summed[n * 2 + c] / heads as f32 / (counts[c] + 1e-8)).collect()
         }))
     }
 

@@ -538,6 +538,8 @@ impl Wan {
         let patch = &talk.patch.config;
         let other = if cfg.humo.is_some() {
             Some("HuMo")
+        } else if cfg.s2v.is_some() {
+            Some("S2V")
         } else if cfg.vace.is_some() {
             Some("VACE")
         } else if cfg.camera.is_some() {

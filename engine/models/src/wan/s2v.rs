@@ -183,15 +183,17 @@ impl Wan {
         let mask_row =
             |i: usize| -> Result<Tensor<B>> { Ok(b.slice(&mask, 0, i, 1)?.reshape(&[1, 1, d])?) };
         let video = self.patch_embedding(b, input.x, grid, "patch_embedding")?;
-        let video = match input.control {
+        let video = b.binary(&video, &mask_row(0)?, BinaryOp::Add)?;
+        // Sample s reads row s mod n of a conditioning latent of n rows (ComfyUI repeats a conditioning to the
+        // batch, which holds both prompts when they run together).
+        let control = match input.control {
             Some(control) => {
                 check_latent(control, grid, grid.frames, s2v.cond_channels, "control video")?;
-                let tokens = self.patch_embedding(b, control, grid, "cond_encoder")?;
-                b.binary(&video, &tokens, BinaryOp::Add)?
+                let control_grid = Grid { batch: control.dim(0)?, ..*grid };
+                Some(self.patch_embedding(b, control, &control_grid, "cond_encoder")?)
             }
-            None => video,
+            None => None,
         };
-        let video = b.binary(&video, &mask_row(0)?, BinaryOp::Add)?;
         let reference = match input.reference {
             Some(r) => {
                 let [_, _, frames, _, _] =
@@ -239,7 +241,12 @@ impl Wan {
         let mut contexts = Vec::with_capacity(grid.batch);
         let mut embeddings = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
-            let mut parts = vec![b.slice(&video, 0, s, 1)?];
+            let mut parts = vec![match &control {
+                Some(control) => {
+                    b.binary(&b.slice(&video, 0, s, 1)?, &row(control, s)?, BinaryOp::Add)?
+                }
+                None => b.slice(&video, 0, s, 1)?,
+            }];
             if let Some((tokens, _)) = &reference {
                 parts.push(row(tokens, s)?);
             }
@@ -259,25 +266,27 @@ impl Wan {
             samples.push(stream.tokens);
             contexts.push(self.context(b, &text, None, s)?);
         }
-        drop((video, reference, motion, text));
+        drop((video, control, reference, motion, text));
 
         for i in 0..cfg.layers {
-            if i < 64 && input.skip & (1u64 << i) != 0 {
-                continue;
-            }
-            let names: Vec<String> =
-                super::config::block_shapes(cfg, i).into_iter().map(|(name, _)| name).collect();
-            let layer = crate::named::fetch(b, &self.weights, &names)?;
-            let prefix = format!("blocks.{i}");
-            let w = BlockWeights::new(&layer, &prefix);
-            let table = b.weight_to_tensor(&w.get("modulation")?, b.compute_dtype())?;
             let injector = INJECTED_BLOCKS[..s2v.injectors].iter().position(|&block| block == i);
+            if i >= 64 || input.skip & (1u64 << i) == 0 {
+                let names: Vec<String> =
+                    super::config::block_shapes(cfg, i).into_iter().map(|(name, _)| name).collect();
+                let layer = crate::named::fetch(b, &self.weights, &names)?;
+                let prefix = format!("blocks.{i}");
+                let w = BlockWeights::new(&layer, &prefix);
+                let table = b.weight_to_tensor(&w.get("modulation")?, b.compute_dtype())?;
+                for (s, x) in samples.iter_mut().enumerate() {
+                    let (_, e0, chunks) = &embeddings[s];
+                    let rows = e0.dim(0)?;
+                    let m = b.binary(&e0.reshape(&[rows, 6, d])?, &table, BinaryOp::Add)?;
+                    let m = modulation(b, &m, d)?.with_chunks(chunks.clone());
+                    *x = self.block(b, &w, x, &m, &contexts[s], &rope, None, BlockAudio::Silent)?;
+                }
+            }
+            // The injector after a block left out runs too (ComfyUI replaces only the block).
             for (s, x) in samples.iter_mut().enumerate() {
-                let (_, e0, chunks) = &embeddings[s];
-                let rows = e0.dim(0)?;
-                let m = b.binary(&e0.reshape(&[rows, 6, d])?, &table, BinaryOp::Add)?;
-                let m = modulation(b, &m, d)?.with_chunks(chunks.clone());
-                *x = self.block(b, &w, x, &m, &contexts[s], &rope, None, BlockAudio::Silent)?;
                 if let (Some(j), Some((local, global))) = (injector, &audio) {
                     let (local, global) = (row(local, s)?, row(global, s)?);
                     *x = self.inject_audio(b, j, x, &local, &global, video_tokens)?;
@@ -394,7 +403,8 @@ impl Wan {
         let weights = b.to_f32(&b.weight_to_tensor(&layer.weight(0), DType::F32)?)?;
         let weights: Vec<f32> = weights.iter().map(|&w| w / (1.0 + (-w).exp())).collect();
         let sum: f32 = weights.iter().sum();
-        let audio = b.cast(&b.slice(audio, 3, 0, wanted)?, b.compute_dtype())?;
+        // Mixed in f32 (ComfyUI weighs and sums the states in one reduction), then in the compute type.
+        let audio = b.cast(&b.slice(audio, 3, 0, wanted)?, DType::F32)?;
         let mut mixed: Option<Tensor<B>> = None;
         for (l, weight) in weights.iter().enumerate().take(layers) {
             let part = b.affine(&b.slice(&audio, 1, l, 1)?, weight / sum, 0.0)?;
@@ -404,7 +414,7 @@ impl Wan {
             });
         }
         let x = mixed.ok_or_else(|| Error::Invalid("S2V's audio has no states".to_owned()))?;
-        let x = x.reshape(&[n, s2v.audio_dim, wanted])?;
+        let x = b.cast(&x, b.compute_dtype())?.reshape(&[n, s2v.audio_dim, wanted])?;
         let d = self.config.dim;
         let k = s2v.audio_tokens;
         let names: Vec<String> = ["conv1_local", "conv1_global", "conv2", "conv3"]
@@ -516,8 +526,8 @@ fn causal_conv<B: Backend>(
     Ok(y.reshape(&[n, out, len])?)
 }
 
-/// Checks a latent S2V reads beside the video: `[B or 1, channels, T, H, W]` at the video's size, with `frames`
-/// frames unless 0.
+/// Checks a latent S2V reads beside the video: `[n, channels, T, H, W]` at the video's size (sample s reads row
+/// s mod n), with `frames` frames unless 0.
 fn check_latent<B: Backend>(
     t: &Tensor<B>,
     grid: &Grid,
@@ -527,7 +537,7 @@ fn check_latent<B: Backend>(
 ) -> Result<[usize; 5]> {
     match *t.shape() {
         [n, c, f, h, w]
-            if (n == 1 || n == grid.batch)
+            if n > 0
                 && c == channels
                 && f > 0
                 && (frames == 0 || f == frames)
@@ -536,9 +546,8 @@ fn check_latent<B: Backend>(
             Ok([n, c, f, h, w])
         }
         ref other => Err(Error::Invalid(format!(
-            "Wan 2.2 S2V's {what} must be [{} or 1, {channels}, {}, {}, {}], got {other:?}: make it with \
+            "Wan 2.2 S2V's {what} must be [B, {channels}, {}, {}, {}], got {other:?}: make it with \
              WanSoundImageToVideo for this latent",
-            grid.batch,
             if frames == 0 { "T".to_owned() } else { frames.to_string() },
             grid.h,
             grid.w
@@ -591,12 +600,14 @@ fn timestep_runs<B: Backend>(
     let per = match (g, tokens / g) {
         (1, _) => tokens,
         (_, per) if per * g == tokens => per,
-        (_, per) if per > 1 => per + 1,
-        _ => {
+        (_, 1) => {
+            // ComfyUI's `repeat_e` leaves the timesteps as they are, which its modulation cannot apply.
             return Err(Error::Invalid(format!(
-                "Wan 2.2 S2V spreads {g} timesteps over {tokens} tokens, too few for ComfyUI's model to run"
+                "Wan 2.2 S2V cannot spread {g} timesteps over {tokens} tokens (ComfyUI's model fails there \
+                 too): make the video larger"
             )));
         }
+        (_, per) => per + 1,
     };
     let mut runs: Vec<(f32, usize)> = Vec::new();
     let mut left = tokens;

@@ -129,6 +129,14 @@ fn wan_with_the_patch_attends_to_one_or_two_speakers_as_comfyui_does() {
     assert!(err.contains("WanInfiniteTalkToVideo") && err.contains("3 latent frames"), "{err}");
     let err = refused(with(&single, 1.0, Some(masks)));
     assert!(err.contains("takes no speaker masks"), "{err}");
+
+    // Wan 2.2 S2V is no model the patch runs on (its forward pass would never read the audio).
+    let (_, s2v) = load_on(&manager, &crate::common::fixture("wan/s2v_weights.safetensors"));
+    let x = b.full(&[1, 16, 3, 8, 8], 0.0, DType::F32).unwrap();
+    let input =
+        DiffusionInput { talk: with(&single, 1.0, None), ..DiffusionInput::new(&x, t, &context) };
+    let Err(err) = s2v.forward(&*b, input) else { panic!("InfiniteTalk on S2V") };
+    assert!(err.to_string().contains("S2V"), "{err}");
 }
 
 #[test]

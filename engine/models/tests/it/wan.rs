@@ -936,6 +936,25 @@ fn s2v_reads_audio_reference_motion_and_control_as_comfyui_does() {
     }
     let got = run("x2", "t2", "context2", &all, &motion);
     assert_close("batch2", &got, &io["out.batch2"].1, 1e-4);
+    // Both prompts in one batch of 4: each conditioning of 2 rows is read by sample s as row s mod 2.
+    let twice = |name: &str| {
+        let t = t(name);
+        b.concat(&[&t, &t], 0).unwrap()
+    };
+    let (x4, context4, control2) = (twice("x2"), twice("context2"), twice("control"));
+    let (audio2, reference2, motion2) = (twice("audio"), twice("reference"), twice("motion"));
+    let t4: Vec<f32> = io["t2"].1.iter().chain(&io["t2"].1).copied().collect();
+    let references = [reference2];
+    let input = DiffusionInput {
+        references: &references,
+        audio: Some(&audio2),
+        motion: Some(&motion2),
+        control: Some(&control2),
+        ..DiffusionInput::new(&x4, &t4, &context4)
+    };
+    let got = b.to_f32(&net.forward(&*b, input).unwrap()).unwrap();
+    let want: Vec<f32> = io["out.batch2"].1.iter().chain(&io["out.batch2"].1).copied().collect();
+    assert_close("batch4", &got, &want, 1e-4);
 
     // Audio for fewer latent frames than the video has is refused, naming the node that makes both.
     let short = b.slice(&audio, 3, 0, 8).unwrap();

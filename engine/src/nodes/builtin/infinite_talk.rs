@@ -236,6 +236,7 @@ fn talk_patch<'p>(
     let fits = match model.net.as_ref() {
         DiffusionNet::Wan(wan) => {
             !wan.config.is_wan22()
+                && wan.config.s2v.is_none()
                 && wan.config.dim == net.config.dim
                 && wan.config.layers <= net.config.blocks
         }

@@ -4,7 +4,8 @@
 //! - the audio: every wav2vec2 state of the first clip resampled from 50 to 30 frames a second, then one
 //!   audio frame per video frame at 16 a second (`get_audio_embed_bucket_fps`: frame i reads audio frame
 //!   round(i · 30 / 16), zeros past the audio, whole clips of the video's length), the clip's frames from
-//!   `frame_offset` on, `[1, states, width, frames]` (zeros on the negative prompt); none past the audio's end;
+//!   `frame_offset` on, `[1, states, width, frames]` (zeros on the negative prompt; zeros past the pieces where
+//!   an extension of another length runs beyond them); none past the audio's end;
 //! - the reference image (its first frame, resized bilinearly with a centre crop), encoded, appended to the
 //!   reference latents;
 //! - the motion latent: the last 73 frames of `ref_motion` (grey frames in front of fewer) encoded, its last
@@ -179,7 +180,7 @@ impl Node for WanSoundImageToVideo {
 }
 
 /// The audio S2V reads for the video frames `offset..offset + frames` of a clip made in pieces of `frames`
-/// (see the module's doc), `[1, states, width, n]`; `None` past the audio's last piece.
+/// (see the module's doc), `[1, states, width, frames]`; `None` past the audio's last piece.
 fn sound_embed(
     output: &AudioEncoderOutput,
     frames: usize,
@@ -200,20 +201,20 @@ fn sound_embed(
         .collect();
     let audio_frames = states[0].len() / width;
     let indices = bucket_indices(audio_frames, frames);
-    let kept: Vec<usize> = (offset..indices.len().min(offset + frames)).collect();
-    if kept.is_empty() {
+    if offset >= indices.len() {
         return Ok(None);
     }
-    let mut values = Vec::with_capacity(states.len() * width * kept.len());
+    // A clip that runs past the last whole piece (an extension of another length) reads zeros there, as the
+    // pieces do past the audio; ComfyUI hands the model the shorter audio, which its injectors cannot split.
+    let kept: Vec<Option<usize>> =
+        (offset..offset + frames).map(|k| indices.get(k).copied().flatten()).collect();
+    let mut values = Vec::with_capacity(states.len() * width * frames);
     for state in &states {
         for c in 0..width {
-            values.extend(kept.iter().map(|&k| match indices[k] {
-                Some(i) => state[i * width + c],
-                None => 0.0,
-            }));
+            values.extend(kept.iter().map(|at| at.map_or(0.0, |i| state[i * width + c])));
         }
     }
-    let shape = vec![1, states.len(), width, kept.len()];
+    let shape = vec![1, states.len(), width, frames];
     Tensor::new(shape, values).map(Some).map_err(|e| NodeError::new(e.to_string()))
 }
 
@@ -308,6 +309,11 @@ mod tests {
         }
         // Past the audio's last clip there is nothing to read.
         assert!(sound_embed(&output, 12, 48).unwrap().is_none());
+        // A clip running past the last whole piece (2 pieces of 8 here) reads zeros beyond it, keeping its length.
+        let partial = sound_embed(&output, 8, 12).unwrap().unwrap();
+        assert_eq!(partial.shape(), [1, 3, 8, 8]);
+        let at = |c: usize, k: usize| partial.data()[c * 8 + k];
+        assert!((0..4).any(|k| at(0, k) != 0.0) && (4..8).all(|k| at(0, k) == 0.0));
     }
 
     #[test]
