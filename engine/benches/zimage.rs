@@ -2,7 +2,9 @@
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
 //! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), or Wan 2.2
 //! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or HuMo 17B's
-//! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or that
+//! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or Wan
+//! 2.2 S2V 14B's (`video_wan2_2_14B_s2v`: a reference image and a second of audio through wav2vec2 large,
+//! `--workflow s2v`), or that
 //! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
@@ -12,7 +14,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|whisper]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|s2v|whisper]
 //!        [--size 1024] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -82,6 +84,11 @@ enum Workflow {
     /// large-v3 (`AudioEncoderEncode` on the DiT's device), uni_pc, simple, CFG 1 (one DiT call a step, as the
     /// template samples with its step-distillation LoRA), ModelSamplingSD3 8; umT5-XXL; the Wan 2.1 VAE.
     Humo,
+    /// Wan 2.2 S2V 14B's template (`video_wan2_2_14B_s2v`, its first clip) on a `size`² clip of 5 frames: a
+    /// reference image, one second of the tone through wav2vec2 large, uni_pc, simple, CFG 6 (two DiT calls a
+    /// step: the negative's audio is zeros, so the prompts do not batch), ModelSamplingSD3 8; umT5-XXL; the Wan
+    /// 2.1 VAE.
+    S2v,
     /// The HuMo template's audio encode alone: a second of the tone through Whisper large-v3 (which encodes a
     /// 30-s window whatever the clip), previewed as text. No sampler: its time is `AudioEncoderEncode`'s node.
     Whisper,
@@ -124,6 +131,12 @@ impl Workflow {
                 "audio_encoders/whisper_large_v3_fp16.safetensors",
                 "vae/wan_2.1_vae.safetensors",
             ],
+            Workflow::S2v => &[
+                "diffusion_models/wan2.2_s2v_14B_fp8_scaled.safetensors",
+                "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+                "audio_encoders/wav2vec2_large_english_fp16.safetensors",
+                "vae/wan_2.1_vae.safetensors",
+            ],
             Workflow::Whisper => &["audio_encoders/whisper_large_v3_fp16.safetensors"],
         }
     }
@@ -143,6 +156,7 @@ impl Workflow {
             Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
             Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
             Workflow::Humo => humo_workflow(seed, size, steps),
+            Workflow::S2v => s2v_workflow(seed, size, steps),
             Workflow::Whisper => json!({
                 "9": {"class_type": "PreviewAny", "inputs": {"source": ["74", 0]}},
                 "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
@@ -173,6 +187,10 @@ impl Workflow {
             }),
             Workflow::Humo => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
+                "frames": WAN_FRAMES, "audio_seconds": 1,
+            }),
+            Workflow::S2v => json!({
+                "sampler": "uni_pc", "scheduler": "simple", "cfg": 6, "dit_calls_per_step": 2,
                 "frames": WAN_FRAMES, "audio_seconds": 1,
             }),
             Workflow::Whisper => json!({"audio_seconds": 1}),
@@ -231,11 +249,12 @@ fn parse_args() -> Result<Args, String> {
                 "flux2-klein" => args.workflow = Workflow::Flux2Klein,
                 "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
                 "humo" => args.workflow = Workflow::Humo,
+                "s2v" => args.workflow = Workflow::S2v,
                 "whisper" => args.workflow = Workflow::Whisper,
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein, wan22-5b, humo or whisper"
+                         flux2-klein, wan22-5b, humo, s2v or whisper"
                     ));
                 }
             },
@@ -383,6 +402,16 @@ fn humo_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "74": {"class_type": "AudioEncoderEncode", "inputs": {"audio_encoder": ["73", 0], "audio": ["72", 0]}},
         "75": {"class_type": "EmptyImage", "inputs": {"width": size, "height": size, "batch_size": 1, "color": 0x8040c0}},
     })
+}
+
+/// `video_wan2_2_14B_s2v`'s first clip (see [`Workflow::S2v`]).
+fn s2v_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    let mut graph = humo_workflow(seed, size, steps);
+    graph["66"]["inputs"]["unet_name"] = json!("wan2.2_s2v_14B_fp8_scaled.safetensors");
+    graph["73"]["inputs"]["audio_encoder_name"] = json!("wav2vec2_large_english_fp16.safetensors");
+    graph["68"] = json!({"class_type": "WanSoundImageToVideo", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "audio_encoder_output": ["74", 0], "ref_image": ["75", 0]}});
+    graph["70"]["inputs"]["cfg"] = json!(6);
+    graph
 }
 
 /// A mono 16-bit PCM WAV of one second of a 440 Hz tone at 24 kHz.
@@ -760,7 +789,7 @@ fn bench(args: &Args) -> Result<Value, String> {
     for dir in [&roots.input, &roots.output, &roots.temp] {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    if matches!(args.workflow, Workflow::Humo | Workflow::Whisper) {
+    if matches!(args.workflow, Workflow::Humo | Workflow::S2v | Workflow::Whisper) {
         let wav = roots.input.join(HUMO_AUDIO);
         std::fs::write(&wav, tone_wav()).map_err(|e| format!("{}: {e}", wav.display()))?;
     }
@@ -817,6 +846,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::Flux2Klein => "flux2-klein-text-to-image",
             Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
             Workflow::Humo => "humo-17b-audio-to-video",
+            Workflow::S2v => "wan22-s2v-14b-audio-to-video",
             Workflow::Whisper => "whisper-large-v3-audio-encode",
         },
         "label": args.label,
