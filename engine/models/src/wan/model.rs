@@ -445,27 +445,45 @@ impl Wan {
         }
         drop(cache);
 
-        let layer = crate::named::fetch(
-            b,
-            &self.weights,
-            &["head.modulation", "head.head.weight", "head.head.bias"].map(String::from),
-        )?;
-        let table = b.weight_to_tensor(&layer.weight(0), e.dtype())?;
+        let head = self.head_weights(b)?;
         let mut outs = Vec::with_capacity(grid.batch);
         for (s, x) in samples.into_iter().enumerate() {
-            // (shift, scale) = head.modulation + e: ComfyUI's head reads e itself, before the SiLU.
-            let e = b.slice(&e, 0, s * grid.groups, grid.groups)?.reshape(&[grid.groups, 1, d])?;
-            let m = b.binary(&e, &table, BinaryOp::Add)?;
-            let shift = b.slice(&m, 1, 0, 1)?.reshape(&[grid.groups, d])?;
-            let scale = b.slice(&m, 1, 1, 1)?.reshape(&[grid.groups, d])?;
+            let e = b.slice(&e, 0, s * grid.groups, grid.groups)?;
             let x = b.slice(&x, 1, reference_tokens, grid.tokens())?;
-            let y =
-                modulate(b, &b.layer_norm(&x, None, None, self.config.eps)?, &scale, &shift, None)?;
-            let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
-            outs.push(self.unpatchify(b, &y, &grid)?);
+            outs.push(self.head(b, &head, &e, &x, None, &grid)?);
         }
         let outs: Vec<&Tensor<B>> = outs.iter().collect();
         Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
+    }
+
+    /// The head's weights: `head.modulation`, `head.head`'s weight and bias.
+    pub(super) fn head_weights<'m, B: Backend>(&'m self, b: &B) -> Result<Layer<'m>> {
+        let names = ["head.modulation", "head.head.weight", "head.head.bias"].map(String::from);
+        crate::named::fetch(b, &self.weights, &names)
+    }
+
+    /// The head (`layer`: [`Wan::head_weights`]) on one sample's video tokens `x` `[1, N, D]`: LayerNorm,
+    /// scaled and shifted by `head.modulation` + `e` (`[rows, D]`: ComfyUI's head reads e itself, before the
+    /// SiLU; its rows for even groups of the tokens, or for runs of `chunks` tokens), `head.head`, unpatchified
+    /// to `[1, out, T, H, W]`.
+    pub(super) fn head<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        e: &Tensor<B>,
+        x: &Tensor<B>,
+        chunks: Option<&[usize]>,
+        grid: &Grid,
+    ) -> Result<Tensor<B>> {
+        let (rows, d) = (e.dim(0)?, self.config.dim);
+        let table = b.weight_to_tensor(&layer.weight(0), e.dtype())?;
+        let m = b.binary(&e.reshape(&[rows, 1, d])?, &table, BinaryOp::Add)?;
+        let shift = b.slice(&m, 1, 0, 1)?.reshape(&[rows, d])?;
+        let scale = b.slice(&m, 1, 1, 1)?.reshape(&[rows, d])?;
+        let y =
+            modulate(b, &b.layer_norm(x, None, None, self.config.eps)?, &scale, &shift, chunks)?;
+        let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
+        self.unpatchify(b, &y, grid)
     }
 
     /// Checks the inputs' shapes against the model and each other.
@@ -1268,7 +1286,7 @@ pub(super) fn modulation<B: Backend>(b: &B, m: &Tensor<B>, d: usize) -> Result<M
 
 /// `x · (1 + scale) + shift` for a sample's tokens `x` `[1, N, D]` and `[groups, D]` vectors, each applying to
 /// its own N / groups consecutive tokens (its frame's), or with `chunks` to as many as its chunk says.
-pub(super) fn modulate<B: Backend>(
+fn modulate<B: Backend>(
     b: &B,
     x: &Tensor<B>,
     scale: &Tensor<B>,

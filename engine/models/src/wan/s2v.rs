@@ -23,8 +23,7 @@ use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::{HEAD_DIM, PATCH};
 use super::model::{
-    BlockAudio, BlockWeights, Grid, Rope, Wan, WanInput, grid_positions, modulate, modulation,
-    rope_tables,
+    BlockAudio, BlockWeights, Grid, Rope, Wan, WanInput, grid_positions, modulation, rope_tables,
 };
 use crate::error::{Error, Result};
 use crate::header::Header;
@@ -294,26 +293,14 @@ impl Wan {
             }
         }
 
-        let layer = crate::named::fetch(
-            b,
-            &self.weights,
-            &["head.modulation", "head.head.weight", "head.head.bias"].map(String::from),
-        )?;
-        let table = b.weight_to_tensor(&layer.weight(0), b.compute_dtype())?;
+        let head = self.head_weights(b)?;
         let mut outs = Vec::with_capacity(grid.batch);
         for (s, x) in samples.into_iter().enumerate() {
+            // The head runs on the video's tokens, its modulation by their runs of timesteps.
             let (e, _, chunks) = &embeddings[s];
-            let rows = e.dim(0)?;
-            // (shift, scale) = head.modulation + e, per run of tokens; the head keeps the video's tokens.
-            let m = b.binary(&e.reshape(&[rows, 1, d])?, &table, BinaryOp::Add)?;
-            let shift = b.slice(&m, 1, 0, 1)?.reshape(&[rows, d])?;
-            let scale = b.slice(&m, 1, 1, 1)?.reshape(&[rows, d])?;
             let x = b.slice(&x, 1, 0, video_tokens)?;
             let kept = first_tokens(chunks, video_tokens);
-            let y =
-                modulate(b, &b.layer_norm(&x, None, None, cfg.eps)?, &scale, &shift, Some(&kept))?;
-            let y = b.linear(&y, &layer.weight(1), Some(&layer.weight(2)))?;
-            outs.push(self.unpatchify(b, &y, grid)?);
+            outs.push(self.head(b, &head, e, &x, Some(&kept), grid)?);
         }
         let outs: Vec<&Tensor<B>> = outs.iter().collect();
         Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
