@@ -17,6 +17,7 @@ use crate::models::device::{OnDevice, on_device, to_host};
 use crate::models::{AudioEncoder, AudioEncoderNet, AudioEncoderOutput, ModelEnv, load};
 use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// ComfyUI's module of these nodes.
@@ -151,6 +152,28 @@ pub(super) fn resample_frames(
         out.extend(a.iter().zip(b).map(|(a, b)| (1.0 - lambda) * a + lambda * b));
     }
     out
+}
+
+/// The encoder's states from `first` on, each the first clip's `[frames, width]` resampled from 50 frames a
+/// second to `fps` ([`resample_frames`]), with the states' width.
+pub(super) fn resampled_states(
+    output: &AudioEncoderOutput,
+    first: usize,
+    fps: f64,
+) -> Result<(Vec<Vec<f32>>, usize), NodeError> {
+    let (tokens, width) = match output.layers.first().map(Tensor::shape) {
+        Some(&[_, tokens, width]) if tokens > 0 => (tokens, width),
+        other => {
+            return Err(NodeError::new(format!(
+                "audio encoder states [B, frames, width], got {other:?}"
+            )));
+        }
+    };
+    let states = output.layers[first.min(output.layers.len())..]
+        .iter()
+        .map(|state| resample_frames(&state.data()[..tokens * width], tokens, width, fps))
+        .collect();
+    Ok((states, width))
 }
 
 #[cfg(test)]

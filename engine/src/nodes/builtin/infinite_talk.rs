@@ -20,10 +20,13 @@ use kiln_compute::Backend;
 use kiln_models::family::{DiffusionNet, ModelPatchNet};
 use kiln_models::wan::infinite_talk::{self, AudioWindows, InfiniteTalk, SpeakerFeatures};
 
-use super::audio_encoder::{VIDEO_FPS, resample_frames};
+use super::audio_encoder::{VIDEO_FPS, resampled_states};
 use super::mask::mask;
 use super::vae::encode_video;
-use super::wan::{WAN21_CHANNELS, fit_frames, image_conditioned, latent_frames, penultimate, size};
+use super::wan::{
+    WAN21_CHANNELS, fit_frames, image_conditioned, latent_frame_range, latent_frames, penultimate,
+    size,
+};
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device, to_host};
 use crate::models::{AudioEncoderOutput, DiffusionModel, ModelPatch, TalkApplication};
@@ -173,7 +176,7 @@ impl Node for WanInfiniteTalkToVideo {
                 let motion = encode_video(&self.compute, vae, &last, ctx)?;
                 (previous.shape()[0] - motion_frames, motion, motion_frames)
             }
-            (None, Some((encoded, _))) => (0, first_frames(encoded, 1)?, 0),
+            (None, Some((encoded, _))) => (0, latent_frame_range(encoded, 0..1)?, 0),
             (None, None) => {
                 return Err(invalid(
                     "WanInfiniteTalkToVideo needs a start_image (or previous_frames to continue a video): \
@@ -260,32 +263,21 @@ fn talk_patch<'p>(
 /// after the first (wav2vec2's 12 layers), each resampled from the encoder's 50 frames a second, layer-major
 /// per frame (ComfyUI's `linear_interpolation(stack(states)[1:], 50, 25).movedim(0, 1)`).
 fn speaker_features(output: &AudioEncoderOutput, features: usize) -> Result<Vec<f32>, NodeError> {
-    let layers = &output.layers;
-    let (tokens, width) = match layers.first().map(Tensor::shape) {
-        Some(&[_, tokens, width]) if tokens > 0 => (tokens, width),
-        other => {
-            return Err(NodeError::new(format!(
-                "audio encoder states [B, frames, width], got {other:?}"
-            )));
-        }
-    };
-    if (layers.len().saturating_sub(1)) * width != features {
+    let (resampled, width) = resampled_states(output, 1, VIDEO_FPS)?;
+    let states = output.layers.len();
+    if states.saturating_sub(1) * width != features {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
             format!(
                 "this InfiniteTalk patch reads {} values of audio features a frame; the audio encoder gives {} \
                  states of {width} ({} after the first): encode the audio with wav2vec2 (base, 768 wide)",
                 features,
-                layers.len(),
-                layers.len().saturating_sub(1)
+                states,
+                states.saturating_sub(1)
             ),
         ));
     }
-    let resampled: Vec<Vec<f32>> = layers[1..]
-        .iter()
-        .map(|state| resample_frames(&state.data()[..tokens * width], tokens, width, VIDEO_FPS))
-        .collect();
-    let frames = resampled[0].len() / width;
+    let frames = resampled.first().map_or(0, |state| state.len() / width);
     if frames == 0 {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
@@ -347,19 +339,6 @@ fn token_masks(
         }
     }
     Tensor::new(vec![2, rows * cols], values).map_err(|e| NodeError::new(e.to_string()))
-}
-
-/// A latent's first `n` frames, `[B, C, n, h, w]`.
-fn first_frames(latent: &Tensor, n: usize) -> Result<Tensor, NodeError> {
-    let &[b, c, t, h, w] = latent.shape() else {
-        return Err(NodeError::new(format!("expected a video latent, got {:?}", latent.shape())));
-    };
-    let plane = h * w;
-    let mut values = Vec::with_capacity(b * c * n * plane);
-    for series in latent.data().chunks_exact(t * plane) {
-        values.extend_from_slice(&series[..n.min(t) * plane]);
-    }
-    Tensor::new(vec![b, c, n.min(t), h, w], values).map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// The audio through the patch's projection on the device, back on the host.
@@ -536,7 +515,7 @@ mod tests {
         };
         let seed = io["sample.seed"].data()[0] as u64;
         for (case, motion, extend) in [
-            ("base", first_frames(&concat, 1).unwrap(), false),
+            ("base", latent_frame_range(&concat, 0..1).unwrap(), false),
             ("extend", io["sample.motion.extend"].clone(), true),
         ] {
             let application = TalkApplication {

@@ -23,6 +23,7 @@ use kiln_models::{flux, wan};
 
 use super::latent::empty_latent;
 use super::model_specs;
+use super::wan::{overwrite_leading_frames, with_leading_frames};
 use crate::compute::Compute;
 use crate::models::device::{OnDevice, on_device};
 use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise};
@@ -1103,45 +1104,9 @@ pub(super) fn sample(
     };
     let mut samples = to_vae((model.sampling.inverse_noise_scaling(last, &x), shape.clone()))?;
     if let Some(talk) = model.infinite_talk.as_ref().filter(|t| t.extend) {
-        samples = with_leading_frames(&samples, &talk.motion)?;
+        samples = with_leading_frames(&samples, &talk.motion, "InfiniteTalk's motion latent")?;
     }
     Ok(Sampled { samples, denoised: last_denoised.map(to_vae).transpose()? })
-}
-
-/// `latent` `[B, C, T, h, w]` with its first m frames replaced by `frames` `[1, C, m, h, w]` in every sample
-/// (InfiniteTalk's continuation keeps the previous clip's motion latent as it was).
-fn with_leading_frames(latent: &Tensor, frames: &Tensor) -> Result<Tensor, NodeError> {
-    let (ls, fs) = (latent.shape(), frames.shape());
-    let (&[_, channels, total, h, w], &[1, fc, m, fh, fw]) = (ls, fs) else {
-        return Err(NodeError::new(format!(
-            "InfiniteTalk's motion latent {fs:?} does not fit the sampled latent {ls:?}"
-        )));
-    };
-    if (fc, fh, fw) != (channels, h, w) || m > total {
-        return Err(NodeError::new(format!(
-            "InfiniteTalk's motion latent {fs:?} does not fit the sampled latent {ls:?}"
-        )));
-    }
-    let plane = h * w;
-    let mut values = latent.data().to_vec();
-    overwrite_leading_frames(&mut values, channels, total * plane, frames.data(), m * plane);
-    Tensor::new(ls.to_vec(), values).map_err(|e| NodeError::new(e.to_string()))
-}
-
-/// Puts `leading` (`[C, n]`: each channel's first n values) over the start of each channel's `per_channel`
-/// values in every sample of `values` (`[B, C, per_channel]`).
-fn overwrite_leading_frames(
-    values: &mut [f32],
-    channels: usize,
-    per_channel: usize,
-    leading: &[f32],
-    n: usize,
-) {
-    for sample in values.chunks_exact_mut(channels * per_channel) {
-        for (c, series) in sample.chunks_exact_mut(per_channel).enumerate() {
-            series[..n].copy_from_slice(&leading[c * n..][..n]);
-        }
-    }
 }
 
 /// An `ar_video` run (`SamplerARVideo`): what [`sampling::sample_ar_video`] takes beside the model.

@@ -528,21 +528,69 @@ pub(super) fn trim_video_latent() -> Pure {
         let latent = inputs.latent("samples")?;
         let trim = size(inputs, "trim_amount")?;
         let s = latent.samples.shape();
-        let &[b, c, frames, h, w] = s else {
+        let &[_, _, frames, _, _] = s else {
             return Err(NodeError::new(format!(
                 "TrimVideoLatent takes a video latent [B, C, T, h, w], got {s:?}"
             )));
         };
-        let (trim, kept) = (trim.min(frames), frames - trim.min(frames));
-        let plane = h * w;
-        let mut values = Vec::with_capacity(b * c * kept * plane);
-        for series in latent.samples.data().chunks_exact(frames * plane) {
-            values.extend_from_slice(&series[trim * plane..]);
-        }
-        let samples = Tensor::new(vec![b, c, kept, h, w], values)
-            .map_err(|e| NodeError::new(e.to_string()))?;
+        let samples = latent_frame_range(&latent.samples, trim..frames)?;
         Ok(vec![Value::Latent(latent.with_samples(samples))])
     })
+}
+
+/// A video latent `[B, C, T, h, w]`'s frames in `range` (clamped to its T frames).
+pub(super) fn latent_frame_range(
+    latent: &Tensor,
+    range: std::ops::Range<usize>,
+) -> Result<Tensor, NodeError> {
+    let &[b, c, t, h, w] = latent.shape() else {
+        return Err(NodeError::new(format!("expected a video latent, got {:?}", latent.shape())));
+    };
+    let (from, to) = (range.start.min(t), range.end.clamp(range.start.min(t), t));
+    let plane = h * w;
+    let mut values = Vec::with_capacity(b * c * (to - from) * plane);
+    for series in latent.data().chunks_exact(t * plane) {
+        values.extend_from_slice(&series[from * plane..to * plane]);
+    }
+    Tensor::new(vec![b, c, to - from, h, w], values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// `latent` `[B, C, T, h, w]` with its first m frames replaced by `frames` `[1, C, m, h, w]` in every sample
+/// (`what` names the frames in the error when they do not fit).
+pub(super) fn with_leading_frames(
+    latent: &Tensor,
+    frames: &Tensor,
+    what: &str,
+) -> Result<Tensor, NodeError> {
+    let (ls, fs) = (latent.shape(), frames.shape());
+    let fits = matches!(
+        (ls, fs),
+        (&[_, c, t, h, w], &[1, fc, m, fh, fw]) if (fc, fh, fw) == (c, h, w) && m <= t
+    );
+    if !fits {
+        return Err(NodeError::new(format!("{what} {fs:?} does not fit the latent {ls:?}")));
+    }
+    let (channels, per_channel) = (ls[1], ls[2] * ls[3] * ls[4]);
+    let mut values = latent.data().to_vec();
+    let n = frames.data().len() / channels;
+    overwrite_leading_frames(&mut values, channels, per_channel, frames.data(), n);
+    Tensor::new(ls.to_vec(), values).map_err(|e| NodeError::new(e.to_string()))
+}
+
+/// Puts `leading` (`[C, n]`: each channel's first n values) over the start of each channel's `per_channel`
+/// values in every sample of `values` (`[B, C, per_channel]`).
+pub(super) fn overwrite_leading_frames(
+    values: &mut [f32],
+    channels: usize,
+    per_channel: usize,
+    leading: &[f32],
+    n: usize,
+) {
+    for sample in values.chunks_exact_mut(channels * per_channel) {
+        for (c, series) in sample.chunks_exact_mut(per_channel).enumerate() {
+            series[..n].copy_from_slice(&leading[c * n..][..n]);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,9 +15,12 @@
 
 use std::sync::Arc;
 
-use super::audio_encoder::resample_frames;
+use super::audio_encoder::resampled_states;
 use super::vae::encode_video;
-use super::wan::{WAN21_CHANNELS, fit_frames, grey_video, latent_frames, size};
+use super::wan::{
+    WAN21_CHANNELS, fit_frames, grey_video, latent_frame_range, latent_frames, size,
+    with_leading_frames,
+};
 use crate::compute::Compute;
 use crate::models::{AudioEncoderOutput, CondExtras};
 use crate::nodes::{
@@ -145,13 +148,13 @@ impl Node for WanSoundImageToVideo {
         // The control latent: the VAE's zero latent, the control video's encoded over its first frames.
         let shape = [batch, WAN21_CHANNELS, frames, h, w];
         let zeros = vec![0.0; shape.iter().product()];
-        let mut control = kiln_models::wan::family::WAN21_LATENT.process_out(&zeros, &shape);
+        let control = kiln_models::wan::family::WAN21_LATENT.process_out(&zeros, &shape);
+        let mut control =
+            Tensor::new(shape.to_vec(), control).map_err(|e| NodeError::new(e.to_string()))?;
         if let Some(video) = image("control_video")? {
             let encoded = encode(&fit_frames(video, ..length, width, height)?)?;
-            put_leading_frames(&mut control, &shape, &encoded)?;
+            control = with_leading_frames(&control, &encoded, "the control video's latent")?;
         }
-        let control =
-            Tensor::new(shape.to_vec(), control).map_err(|e| NodeError::new(e.to_string()))?;
         let set = |audio: Option<Tensor>| {
             let (reference, motion, control) = (reference.clone(), motion.clone(), control.clone());
             move |extras: &mut CondExtras| {
@@ -179,6 +182,12 @@ impl Node for WanSoundImageToVideo {
     }
 }
 
+/// A video latent's last `n` frames (all of them when it has fewer).
+fn last_frames(latent: &Tensor, n: usize) -> Result<Tensor, NodeError> {
+    let t = latent.dim(2);
+    latent_frame_range(latent, t.saturating_sub(n)..t)
+}
+
 /// The audio S2V reads for the video frames `offset..offset + frames` of a clip made in pieces of `frames`
 /// (see the module's doc), `[1, states, width, frames]`; `None` past the audio's last piece.
 fn sound_embed(
@@ -186,19 +195,7 @@ fn sound_embed(
     frames: usize,
     offset: usize,
 ) -> Result<Option<Tensor>, NodeError> {
-    let (tokens, width) = match output.layers.first().map(Tensor::shape) {
-        Some(&[_, tokens, width]) if tokens > 0 => (tokens, width),
-        other => {
-            return Err(NodeError::new(format!(
-                "audio encoder states [B, frames, width], got {other:?}"
-            )));
-        }
-    };
-    let states: Vec<Vec<f32>> = output
-        .layers
-        .iter()
-        .map(|l| resample_frames(&l.data()[..tokens * width], tokens, width, AUDIO_FPS))
-        .collect();
+    let (states, width) = resampled_states(output, 0, AUDIO_FPS)?;
     let audio_frames = states[0].len() / width;
     let indices = bucket_indices(audio_frames, frames);
     if offset >= indices.len() {
@@ -236,43 +233,9 @@ fn bucket_indices(audio_frames: usize, frames: usize) -> Vec<Option<usize>> {
         .collect()
 }
 
-/// A video latent's last `n` frames (all of them when it has fewer).
-fn last_frames(latent: &Tensor, n: usize) -> Result<Tensor, NodeError> {
-    let &[b, c, t, h, w] = latent.shape() else {
-        return Err(NodeError::new(format!("expected a video latent, got {:?}", latent.shape())));
-    };
-    let (kept, plane) = (n.min(t), h * w);
-    let mut values = Vec::with_capacity(b * c * kept * plane);
-    for series in latent.data().chunks_exact(t * plane) {
-        values.extend_from_slice(&series[(t - kept) * plane..]);
-    }
-    Tensor::new(vec![b, c, kept, h, w], values).map_err(|e| NodeError::new(e.to_string()))
-}
-
-/// `encoded` `[1, C, n, h, w]` over the first n frames of every sample of `values` (`shape` `[B, C, T, h, w]`).
-fn put_leading_frames(
-    values: &mut [f32],
-    shape: &[usize; 5],
-    encoded: &Tensor,
-) -> Result<(), NodeError> {
-    let [_, c, t, h, w] = *shape;
-    let (es, plane) = (encoded.shape(), h * w);
-    if es.len() != 5 || es[1] != c || es[3..] != [h, w] {
-        return Err(NodeError::new(format!(
-            "the control video's latent {es:?} does not fit the clip's {shape:?}"
-        )));
-    }
-    let n = es[2].min(t) * plane;
-    for sample in values.chunks_exact_mut(c * t * plane) {
-        for (ch, series) in sample.chunks_exact_mut(t * plane).enumerate() {
-            series[..n].copy_from_slice(&encoded.data()[ch * es[2] * plane..][..n]);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::audio_encoder::resample_frames;
     use super::*;
 
     /// `scripts/reference/wan_s2v.py`'s fixture (kiln-models'), from ComfyUI's own node functions.
