@@ -68,7 +68,6 @@ on the meta device: {"globals": audio_proj weight -> shape, "block": block 0's w
 shape, "blocks": 40, "keys": the weight count}.
 """
 
-import json
 import os
 import sys
 
@@ -78,7 +77,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from wan import DIM, HEADS, OUT, TEXT, comfy_net, variant, weight_listing  # noqa: E402
+from wan import DIM, HEADS, OUT, TEXT, comfy_net, variant, weight_listing, write_listing  # noqa: E402
 
 # The patch's tiny sizes (released: 12 layers of 768 features, 512 intermediate, 768 out, 40 heads, 40 blocks).
 FEATURE_LAYERS, FEATURE_WIDTH, HIDDEN, AUDIO_OUT, AUDIO_TOKENS, BLOCKS = 3, 4, 16, 8, 32, 2
@@ -348,9 +347,7 @@ def released():
     count = len(net.blocks)
     result = weight_listing(net, count)
     print(f"released MultiTalkModelPatch: {result['keys']} weights, {count} blocks")
-    with open(f"{OUT}/infinite_talk_released.json", "w") as f:
-        json.dump(result, f, indent=0, sort_keys=True)
-        f.write("\n")
+    write_listing(f"{OUT}/infinite_talk_released.json", result)
 
 
 def main():

@@ -661,6 +661,13 @@ def weight_listing(net, count):
             "block": dict(sorted(blocks[0].items())), "blocks": count, "keys": len(state)}
 
 
+def write_listing(path, listing):
+    """Writes a weight listing (or a map of them) as the Rust tests read it: sorted JSON, a newline after."""
+    with open(path, "w") as f:
+        json.dump(listing, f, indent=0, sort_keys=True)
+        f.write("\n")
+
+
 def released():
     """released.json: ComfyUI's module of each released configuration on the meta device."""
     import comfy.ops
@@ -672,9 +679,7 @@ def released():
                        operations=comfy.ops.disable_weight_init)
         out[name] = weight_listing(net, config["num_layers"])
         print(f"released {name:10} {out[name]['keys']} weights")
-    with open(f"{OUT}/released.json", "w") as f:
-        json.dump(out, f, indent=0, sort_keys=True)
-        f.write("\n")
+    write_listing(f"{OUT}/released.json", out)
 
 
 if __name__ == "__main__":

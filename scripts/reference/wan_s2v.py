@@ -65,7 +65,6 @@ Writes s2v_released.json: ComfyUI's real WanModel_S2V at the released S2V 14B co
 "blocks": 40, "keys": the weight count}; every block has the same weights.
 """
 
-import json
 import math
 import os
 import sys
@@ -75,7 +74,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from wan import weight_listing  # noqa: E402
+from wan import weight_listing, write_listing  # noqa: E402
 
 OUT = "engine/models/tests/fixtures/wan"
 DIM, FFN, HEADS, LAYERS, TEXT = 128, 64, 1, 5, 32
@@ -278,9 +277,7 @@ def released():
     count = RELEASED["num_layers"]
     result = weight_listing(net, count)
     print(f"released WanModel_S2V: {result['keys']} weights, {count} blocks, {len(result['globals'])} outside them")
-    with open(f"{OUT}/s2v_released.json", "w") as f:
-        json.dump(result, f, indent=0, sort_keys=True)
-        f.write("\n")
+    write_listing(f"{OUT}/s2v_released.json", result)
 
 
 def main():

@@ -128,8 +128,13 @@ fn text_to_video(unet: &str, vae: &str, length: u64) -> Value {
     })
 }
 
-/// Runs `graph`, asserts it succeeded, and returns the saved frames' pixels (node 9's images, in order).
+/// Runs `graph`, asserts it succeeded, and returns the saved frames' pixels (node 9's images, in order, 32×32).
 fn frames_of(h: &mut Harness, graph: Value) -> Vec<Vec<u8>> {
+    frames_of_side(h, graph, 32)
+}
+
+/// [`frames_of`] for frames of `side` × `side`.
+fn frames_of_side(h: &mut Harness, graph: Value, side: u32) -> Vec<Vec<u8>> {
     let ran = h.run(graph);
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
     let ui = &ran.summary.outputs[&NodeId::from("9")];
@@ -137,7 +142,7 @@ fn frames_of(h: &mut Harness, graph: Value) -> Vec<Vec<u8>> {
         .iter()
         .map(|saved| {
             let image = image::open(h.roots.output.join(&saved.filename)).expect("a PNG");
-            assert_eq!((image.width(), image.height()), (32, 32));
+            assert_eq!((image.width(), image.height()), (side, side));
             image.to_rgb8().into_raw()
         })
         .collect()
@@ -692,18 +697,7 @@ fn issue_24_s2v_follows_its_reference_image_and_the_audio_and_extends_its_clip()
     let mut h = Harness::new(CachePolicy::Classic);
     write_tiny_wan(&h.roots.input.join("models"));
     write_tones(&h);
-    let frames = |h: &mut Harness, graph: Value| -> Vec<Vec<u8>> {
-        let ran = h.run(graph);
-        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
-        let ui = &ran.summary.outputs[&NodeId::from("9")];
-        ui.images
-            .iter()
-            .map(|saved| {
-                let image = image::open(h.roots.output.join(&saved.filename)).expect("a PNG");
-                image.to_rgb8().into_raw()
-            })
-            .collect()
-    };
+    let frames = |h: &mut Harness, graph: Value| frames_of_side(h, graph, 64);
     let red_low = frames(&mut h, s2v(0xD02020, "low.wav", 4.0));
     assert_eq!(red_low.len(), 13, "the clip and its extension");
     assert_ne!(
