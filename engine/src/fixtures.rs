@@ -28,3 +28,11 @@ pub(crate) fn text(path: &str) -> String {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
     std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
+
+/// Asserts `got` has `want`'s length and every value within `tol` of it (`what` names the case).
+#[track_caller]
+pub(crate) fn assert_within(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < tol, "{what}: max |difference| {worst}");
+}

@@ -365,9 +365,7 @@ mod tests {
     }
 
     fn close(what: &str, got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len(), "{what}");
-        let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst < 1e-5, "{what}: max |difference| {worst}");
+        crate::fixtures::assert_within(what, got, want, 1e-5);
     }
 
     #[test]
