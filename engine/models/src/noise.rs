@@ -104,6 +104,17 @@ impl TorchGenerator {
         (hi << 32) | lo
     }
 
+    /// `torch.randperm(n, generator=…)` on the CPU (n < 2³² / 20): 0..n shuffled by Fisher–Yates, position i
+    /// swapped with i + `random() % (n − i)`.
+    pub fn randperm(&mut self, n: usize) -> Vec<usize> {
+        let mut perm: Vec<usize> = (0..n).collect();
+        for i in 0..n.saturating_sub(1) {
+            let z = (u64::from(self.next_u32()) % (n - i) as u64) as usize;
+            perm.swap(i, i + z);
+        }
+        perm
+    }
+
     /// `n` values of the unit exponential distribution, as one f32 `torch.empty(n).exponential_()` call on
     /// the CPU makes them: per value one f64 uniform u (two outputs, 53 bits), −ln(1 − u) in f64, rounded.
     pub fn exponential(&mut self, n: usize) -> Vec<f32> {

@@ -330,6 +330,8 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub motion: Option<&'a Tensor<B>>,
     /// Wan 2.2 S2V's control video latent (`control_video`, in the model's space); other models ignore it.
     pub control: Option<&'a Tensor<B>>,
+    /// Wan Animate 2's pose branch and strengths; other models ignore it.
+    pub animate: Option<wan::animate2::Animate2Input<'a, B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -360,6 +362,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             talk: None,
             motion: None,
             control: None,
+            animate: None,
         }
     }
 }
@@ -631,6 +634,7 @@ impl DiffusionNet {
                     talk: input.talk,
                     motion: input.motion,
                     control: input.control,
+                    animate: input.animate,
                 };
                 net.forward(b, &wan_input)
             }

@@ -171,11 +171,14 @@ pub enum WanFile {
     /// Wan 2.2 S2V 14B (`wan22-s2v-14b`): the 14B T2V widths with S2V's audio encoder and injectors (reading
     /// the set's large wav2vec2), frame packer and control encoder.
     S2v14b,
+    /// Wan Animate 2 (`wan21-animate2-14b`): Wan 2.1 I2V 14B's structure, its metadata marking it Animate 2 as
+    /// ComfyUI reads it.
+    Animate2,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 14] = [
+    pub const ALL: [WanFile; 15] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -190,6 +193,7 @@ impl WanFile {
         WanFile::CausalT2v13b,
         WanFile::Humo17b,
         WanFile::S2v14b,
+        WanFile::Animate2,
     ];
 
     /// The name it is spelled with on the command line.
@@ -209,6 +213,7 @@ impl WanFile {
             causal,
             humo,
             s2v,
+            animate2,
         ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -225,6 +230,7 @@ impl WanFile {
             WanFile::CausalT2v13b => causal,
             WanFile::Humo17b => humo,
             WanFile::S2v14b => s2v,
+            WanFile::Animate2 => animate2,
         }
     }
 
@@ -266,6 +272,9 @@ impl WanFile {
             WanFile::CausalT2v13b => wan::Config { causal: true, ..set.wan21.clone() },
             WanFile::Humo17b => wan::Config { in_channels: 36, humo: Some(set.humo), ..base },
             WanFile::S2v14b => wan::Config { s2v: Some(set.s2v), ..base },
+            WanFile::Animate2 => {
+                wan::Config { in_channels: 36, image: Some(clip), animate2: true, ..base }
+            }
         }
     }
 }
@@ -1578,6 +1587,7 @@ fn wan_config(
         causal: false,
         humo: None,
         s2v: None,
+        animate2: false,
     }
 }
 
@@ -1598,6 +1608,9 @@ pub fn write_wan(
     let mut metadata = metadata("Wan DiT", seed, layers);
     if config.causal {
         metadata.push(wan::causal_metadata());
+    }
+    if config.animate2 {
+        metadata.push(wan::animate2_metadata());
     }
     Plan::new(path, entries, &metadata).write(seed, progress)
 }

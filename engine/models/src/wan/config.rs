@@ -9,7 +9,8 @@
 //! whose names the layouts swap: ComfyUI's affine cross-attention norm `norm3` is diffusers' `norm2`.
 //!
 //! Of the Wan-derived models ComfyUI tells apart by an extra tensor, VACE, Fun Camera, HuMo and S2V run;
-//! Animate, SCAIL and WanDancer are refused naming what they are.
+//! Animate, SCAIL and WanDancer are refused naming what they are. Two are I2V or T2V files marked in their
+//! metadata, as ComfyUI reads them: Wan Animate 2 and the causal T2V of Causal Forcing.
 
 use kiln_compute::memory::{LoadPlan, SlotPlan};
 
@@ -72,6 +73,10 @@ pub struct Config {
     /// Wan 2.2 S2V's parts (speech to video: `casual_audio_encoder`, the audio injectors, the frame packer of
     /// the motion latent, `cond_encoder` of the control video) on a Wan 2.1 T2V body.
     pub s2v: Option<S2v>,
+    /// Wan Animate 2 (ComfyUI's `WAN_Animate2`): the weights of a Wan 2.1 I2V model, marked by the file's
+    /// metadata (`config` → `transformer.model_type` `animate2`), run with a pose branch over the driving
+    /// video's latents that feeds every block's self-attention its keys and values ([`super::animate2`]).
+    pub animate2: bool,
 }
 
 /// HuMo's audio branch: `audio_proj` turns each latent frame's window of Whisper features (8 feature frames of
@@ -143,6 +148,19 @@ impl Config {
         self.image.is_none() && self.out_channels == WAN22_CHANNELS
     }
 
+    /// Whether this is a Wan 2.1 image-to-video model (ComfyUI's `model_type` `i2v`): the CLIP branch without
+    /// FLF2V's position table, 36 channels in, no other branch.
+    pub fn is_wan21_i2v(&self) -> bool {
+        matches!(self.image, Some(ImageEmbed { pos_tokens: None, .. }))
+            && self.in_channels == I2V_CHANNELS
+            && self.out_channels != WAN22_CHANNELS
+            && self.vace.is_none()
+            && self.camera.is_none()
+            && self.ref_channels.is_none()
+            && self.humo.is_none()
+            && self.s2v.is_none()
+    }
+
     /// Whether this is a plain text-to-video `WAN21` model (ComfyUI's `model_type` `t2v` outside Wan 2.2 TI2V
     /// 5B): no CLIP branch, no conditioning channels, no VACE, camera or reference convolution.
     pub fn is_wan21_t2v(&self) -> bool {
@@ -172,6 +190,7 @@ impl Config {
     pub fn variant(&self) -> &'static str {
         match (self.image, self.in_channels) {
             (None, _) if self.s2v.is_some() => "Wan 2.2 S2V",
+            (Some(_), _) if self.animate2 => "Wan Animate 2",
             (None, I2V_CHANNELS) if self.humo.is_some() => "HuMo 17B",
             (None, _) if self.humo.is_some() => "HuMo 1.7B",
             (Some(_), _) if self.camera.is_some() => "Wan 2.1 Fun Camera",
@@ -622,9 +641,12 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         causal: false,
         humo,
         s2v,
+        animate2: false,
     };
     // ComfyUI's causal entry is a Wan 2.1 `t2v` model: a mark on any other keeps it what it is.
     let cfg = Config { causal: causal_marked(h) && cfg.is_wan21_t2v(), ..cfg };
+    // ComfyUI's Animate 2 entry builds an I2V model: a mark on any other keeps it what it is.
+    let cfg = Config { animate2: animate2_marked(h) && cfg.is_wan21_i2v(), ..cfg };
     if cfg.image.is_some() && !matches!((in_channels, camera), (36 | 48, _) | (32, Some(_))) {
         return Err(h.unsupported(format!(
             "a Wan model with a CLIP branch and {in_channels} input channels (ComfyUI runs 36, I2V, 48, Fun \
@@ -685,11 +707,32 @@ pub fn causal_metadata() -> (String, String) {
     (METADATA_CONFIG.to_owned(), config.to_string())
 }
 
+/// The metadata entry that marks a Wan Animate 2 model, as its released files carry it (what `kiln model synth`
+/// writes for one).
+pub fn animate2_metadata() -> (String, String) {
+    let config = serde_json::json!({"transformer": {"model_type": "animate2"}});
+    (METADATA_CONFIG.to_owned(), config.to_string())
+}
+
+/// Whether the file's metadata marks a Wan Animate 2 model: `config` → `transformer.model_type` `animate2`.
+fn animate2_marked(h: &Header) -> bool {
+    metadata_config(h)
+        .and_then(|config| {
+            config.pointer("/transformer/model_type").and_then(|v| v.as_str().map(str::to_owned))
+        })
+        .is_some_and(|t| t == "animate2")
+}
+
+/// The JSON of the file's `config` metadata, if it has one that parses.
+fn metadata_config(h: &Header) -> Option<serde_json::Value> {
+    h.metadata(METADATA_CONFIG)
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+}
+
 /// Whether the file's metadata marks a causal (autoregressive) model: `config` → `transformer.causal_ar` true, as
 /// the Causal Forcing files ComfyUI runs carry it.
 fn causal_marked(h: &Header) -> bool {
-    h.metadata(METADATA_CONFIG)
-        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+    metadata_config(h)
         .and_then(|config| config.pointer("/transformer/causal_ar").and_then(|v| v.as_bool()))
         .unwrap_or(false)
 }

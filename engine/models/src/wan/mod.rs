@@ -16,20 +16,25 @@
 //!   projection and the audio cross-attention it adds to every block.
 //! - [`s2v`]: Wan 2.2 S2V (speech to video): its audio encoder and injectors, the packed motion latent, the
 //!   reference and control video, and the timesteps it spreads over all of them.
+//! - [`animate2`]: Wan Animate 2 (a character animated by a driving video): its pose branch feeding each block's
+//!   self-attention, frame by frame; [`PoseCache`] keeps the branch's block inputs across a run's steps.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
 
+pub mod animate2;
 mod config;
 pub mod family;
 pub mod humo;
 pub mod infinite_talk;
 pub mod lora;
 mod model;
+mod pose_cache;
 pub mod s2v;
 
 pub use config::{
     CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, Humo, IMAGE_EPS, ImageEmbed, Layout, PATCH,
-    ROPE_THETA, Vace, causal_metadata, detect, expected_shapes, load_plan,
+    ROPE_THETA, Vace, animate2_metadata, causal_metadata, detect, expected_shapes, load_plan,
 };
 pub use model::{CausalCache, CausalStep, Wan, WanInput};
+pub use pose_cache::{CacheDtype, CacheSettings, PoseCache, pose_key};

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::latent_tokens;
 use crate::rope::RopeOptions;
 
+use super::animate2::Animate2Input;
 use super::config::{
     CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
     camera_adapter_shapes, vace_block_shapes,
@@ -88,6 +89,8 @@ pub struct WanInput<'a, B: Backend> {
     /// Wan 2.2 S2V's control video latent `[B or 1, 16, T, H, W]` (in the model's space), added to the patch
     /// tokens through `cond_encoder`; other models ignore it.
     pub control: Option<&'a Tensor<B>>,
+    /// Wan Animate 2's pose branch and strengths; other models ignore it.
+    pub animate: Option<Animate2Input<'a, B>>,
 }
 
 impl<'a, B: Backend> WanInput<'a, B> {
@@ -110,6 +113,7 @@ impl<'a, B: Backend> WanInput<'a, B> {
             talk: None,
             motion: None,
             control: None,
+            animate: None,
         }
     }
 }
@@ -278,6 +282,9 @@ impl Wan {
         }
         if let Some(s2v) = self.config.s2v {
             return self.forward_s2v(b, input, &grid, &s2v);
+        }
+        if self.config.animate2 {
+            return self.forward_animate2(b, input, &grid);
         }
         let mut cache = match &input.causal {
             Some(_) if !self.config.causal => {
@@ -843,7 +850,7 @@ impl Wan {
     /// The CLIP states in the model's width `[B, n', D]` with ComfyUI's `context_img_len` (the CLIP token count
     /// n), for a model with the CLIP branch given them: FLF2V's `emb_pos` added to the first tokens (as many as
     /// both have), then LayerNorm, Linear, GELU, Linear, LayerNorm; batch 1 repeated to the batch.
-    fn image_embedding<B: Backend>(
+    pub(super) fn image_embedding<B: Backend>(
         &self,
         b: &B,
         clip: Option<&Tensor<B>>,
@@ -1008,11 +1015,7 @@ impl Wan {
         causal: Option<CausalSlot<'_, B>>,
         sound: BlockAudio<'_, B>,
     ) -> Result<Tensor<B>> {
-        let eps = self.config.eps;
-
-        // Self-attention, modulated and gated.
-        let chunks = m.chunks.as_deref();
-        let h = modulate(b, &b.layer_norm(x, None, None, eps)?, &m.scale[0], &m.shift[0], chunks)?;
+        let h = self.self_attention_input(b, x, m)?;
         let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
         let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
         let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
@@ -1035,9 +1038,47 @@ impl Wan {
             _ => None,
         };
         drop((q, k, v));
-        let y = b.linear(&o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
+        self.finish_block(b, w, x, &o, m, context, sound, positions.as_deref())
+    }
+
+    /// What a block's self-attention projects: `x` `[1, N, D]` layer-normed, scaled and shifted by the block's
+    /// first modulation.
+    pub(super) fn self_attention_input<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        m: &Modulation<B>,
+    ) -> Result<Tensor<B>> {
+        let chunks = m.chunks.as_deref();
+        modulate(
+            b,
+            &b.layer_norm(x, None, None, self.config.eps)?,
+            &m.scale[0],
+            &m.shift[0],
+            chunks,
+        )
+    }
+
+    /// The rest of block `w` on tokens `x` once its self-attention has given `o` (`[1, N, D]`, before the output
+    /// projection): the projection, gated; the cross-attention on `context`; the audio cross-attention of
+    /// `sound` (InfiniteTalk's two speakers at `positions`); the feed-forward, modulated and gated.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn finish_block<B: Backend>(
+        &self,
+        b: &B,
+        w: &BlockWeights<'_, '_>,
+        x: &Tensor<B>,
+        o: &Tensor<B>,
+        m: &Modulation<B>,
+        context: &Context<B>,
+        sound: BlockAudio<'_, B>,
+        positions: Option<&[f32]>,
+    ) -> Result<Tensor<B>> {
+        let eps = self.config.eps;
+        let chunks = m.chunks.as_deref();
+        let y = b.linear(o, &w.get("self_attn.o.weight")?, Some(&w.get("self_attn.o.bias")?))?;
         let x = gated_add(b, x, &y, &m.gate[0], chunks)?;
-        drop((o, y));
+        drop(y);
 
         // Cross-attention on the text (and the image): no modulation, no gate.
         let h =
@@ -1061,7 +1102,7 @@ impl Wan {
             BlockAudio::Silent => x,
             BlockAudio::Humo(audio) => self.audio_attention(b, w, &x, audio)?,
             BlockAudio::Talk(talk, weights) => {
-                talk.patch.attention(b, weights, &x, talk, positions.as_deref())?
+                talk.patch.attention(b, weights, &x, talk, positions)?
             }
         };
 
@@ -1073,7 +1114,7 @@ impl Wan {
 
     /// `x` `[1, N, D]` through the Linear `proj` of `w`, RMS-normed across the whole width by `norm` (before the
     /// split into heads, as ComfyUI's `rms_norm_across_heads`), rotated by `rope`, as heads `[1, H, N, 128]`.
-    fn heads<B: Backend>(
+    pub(super) fn heads<B: Backend>(
         &self,
         b: &B,
         x: &Tensor<B>,
@@ -1096,7 +1137,7 @@ impl Wan {
     }
 
     /// Unmasked attention of heads `[1, H, N, 128]` over `k`, `v`, back to tokens `[1, N, D]`.
-    fn attend<B: Backend>(
+    pub(super) fn attend<B: Backend>(
         &self,
         b: &B,
         q: &Tensor<B>,
@@ -1252,7 +1293,7 @@ fn turn_by_source(cos: &mut [f32], sin: &mut [f32], id: usize) {
 
 /// Sample `s`'s modulation for a block whose table is `table`: its timestep embeddings' rows of `e0` (`groups`
 /// of them) plus the table.
-fn sample_modulation<B: Backend>(
+pub(super) fn sample_modulation<B: Backend>(
     b: &B,
     e0: &Tensor<B>,
     table: &Tensor<B>,

@@ -52,6 +52,7 @@ impl Variant {
             causal: false,
             humo: None,
             s2v: None,
+            animate2: false,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {
