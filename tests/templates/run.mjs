@@ -281,6 +281,11 @@ try {
     const begun = Date.now();
     pageErrors.length = 0;
     const converted = await page.evaluate(convertInPage, template.name);
+    // Errors the loaded graph throws after the conversion returns (its nodes' connection handlers run on later
+    // frames) belong to this template, not to the next one: let them land before reading them.
+    await page.evaluate(
+      () => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(resolve)))),
+    );
     if (pageErrors.length > 0 && !converted.error) converted.error = `page error: ${pageErrors.join('; ')}`;
     const result = { name: template.name, title: template.title, ...classify(converted), shrunk: [] };
     result.family = templateFamily(result.files);

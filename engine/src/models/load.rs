@@ -207,6 +207,8 @@ fn diffusion_model(
         rope: kiln_models::RopeOptions::default(),
         ar_start: None,
         infinite_talk: None,
+        pose_cache: None,
+        context_windows: None,
     })
 }
 

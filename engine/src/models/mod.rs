@@ -6,6 +6,7 @@
 //! ComfyUI's model folders, its prefix and detection rules, and the sampling settings and patches a `MODEL`
 //! carries. The values dispatch on `kiln_models::family`'s enums, so they hold a network of any family.
 
+pub mod context_windows;
 pub(crate) mod device;
 mod guidance;
 pub mod load;
@@ -139,6 +140,11 @@ pub struct DiffusionModel {
     pub ar_start: Option<Arc<Tensor>>,
     /// `WanInfiniteTalkToVideo`'s InfiniteTalk patch with the audio it projected (the negative reads it too).
     pub infinite_talk: Option<Arc<TalkApplication>>,
+    /// Wan Animate 2's pose-branch cache (`WanAnimate2Cache`): where and how a sampling run keeps the branch's
+    /// block inputs.
+    pub pose_cache: Option<kiln_models::wan::CacheSettings>,
+    /// `ContextWindowsManual`'s windows: the sampler calls the model on windows of the latent's frames.
+    pub context_windows: Option<Arc<context_windows::ContextWindows>>,
 }
 
 /// InfiniteTalk on a model (`WanInfiniteTalkToVideo`): its patch and projected audio, which every block attends
@@ -472,6 +478,26 @@ pub struct CondExtras {
     pub reference_motion: Option<Tensor>,
     /// Wan 2.2 S2V's control video latent (`WanSoundImageToVideo`'s `control_video`), VAE space.
     pub control_video: Option<Tensor>,
+    /// Wan Animate 2's pose branch (`WanAnimate2ToVideo`'s pose values).
+    pub animate_pose: Option<AnimatePose>,
+    /// Wan Animate 2's scale of the reference frame's values (`reference_image_strength`); `None` is 1.
+    pub reference_strength: Option<f64>,
+}
+
+/// What `WanAnimate2ToVideo` hands a Wan Animate 2 model's pose branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnimatePose {
+    /// The driving video's latents `[1, 16, T − 1, h, w]` (one frame fewer than the latent), VAE space; `None`
+    /// without a pose video (the branch does not run).
+    pub latent: Option<Tensor>,
+    /// The CLIP vision states the branch attends to (`clip_vision_output_pose`, else the reference's).
+    pub clip_vision: Option<Tensor>,
+    /// The text the branch attends to (`positive_pose`'s first prompt, else the positive's).
+    pub context: Option<Tensor>,
+    /// Scales the branch's values (`pose_strength`).
+    pub strength: f64,
+    /// The part of sampling the branch runs in, as percents (`pose_start_percent`, `pose_end_percent`).
+    pub percent: (f64, f64),
 }
 
 /// One `WanVaceToVideo` control for a Wan VACE model.
@@ -500,6 +526,13 @@ impl CondExtras {
             + self.audio_embed.as_ref().map_or(0, Tensor::byte_size)
             + self.reference_motion.as_ref().map_or(0, Tensor::byte_size)
             + self.control_video.as_ref().map_or(0, Tensor::byte_size)
+            + self.animate_pose.as_ref().map_or(0, |p| {
+                [&p.latent, &p.clip_vision, &p.context]
+                    .into_iter()
+                    .flatten()
+                    .map(Tensor::byte_size)
+                    .sum()
+            })
     }
 }
 

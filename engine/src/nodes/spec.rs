@@ -98,6 +98,21 @@ impl InputDef {
             .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>())
     }
 
+    /// A V3 `COMBO` input with a tooltip and a default, in the order V3 writes them (`tooltip`, `default`,
+    /// `multiselect`, `options`).
+    pub fn v3_combo_described(
+        name: &str,
+        choices: &[&str],
+        tooltip: &str,
+        default: &str,
+    ) -> InputDef {
+        InputDef::new(name, InputType::Named("COMBO".to_owned()))
+            .tooltip(tooltip)
+            .option("default", default)
+            .option("multiselect", false)
+            .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>())
+    }
+
     /// A bare input of a type (`INT`, `STRING`, ...) whose options the caller adds in the order ComfyUI
     /// declares them (V3 writes `tooltip` before `default`; some primitives declare no default).
     pub fn bare(name: &str, ty: &str) -> InputDef {

@@ -6,7 +6,8 @@
 //! camera motion, Causal Forcing's causal model run a block of frames at a time by the `ar_video` sampler, and
 //! HuMo 17B following its reference image and the audio Whisper heard, and InfiniteTalk's patch on Wan 2.1 I2V
 //! 14B following one or two speakers' audio (wav2vec2) and continuing a clip from its last frames, and Wan 2.2
-//! S2V following its reference image and the audio, then extending its clip.
+//! S2V following its reference image and the audio, then extending its clip, and Wan Animate 2 following its
+//! reference image and pose video in context windows with its pose-branch cache, then continuing its clip.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -80,6 +81,12 @@ fn write_tiny_wan(models: &std::path::Path) {
             SynthFamily::Wav2Vec2(kiln_models::wav2vec2::Variant::Base),
             "audio_encoders/wav2vec2-chinese-base_fp16.safetensors",
             SynthDtype::F16,
+        ),
+        // Wan Animate 2: 2.1 I2V 14B's structure marked Animate 2, in ComfyUI's int8 with ConvRot as released.
+        (
+            SynthFamily::Wan(WanFile::Animate2),
+            "diffusion_models/wan_animate_2_distill_int8_convrot.safetensors",
+            SynthDtype::Int8Convrot,
         ),
         (
             SynthFamily::WanInfiniteTalk,
@@ -708,6 +715,84 @@ fn issue_24_s2v_follows_its_reference_image_and_the_audio_and_extends_its_clip()
     let red_high = frames(&mut h, s2v(0xD02020, "high.wav", 4.0));
     assert_ne!(red_low[..5], red_high[..5], "the audio moves the clip");
     assert_ne!(red_low[9..], red_high[9..], "and its extension");
+}
+
+/// `video_wan_animate2_distilled`'s graph at 32×32, 13 frames (a reference slot and 4 latent frames), 2 lcm
+/// steps at CFG 1: the model in context windows of 3 latent frames overlapping by 1 (the template's static
+/// windows with FreeNoise, the reference retained, the causal fix) with the int8 pose-branch cache; a reference
+/// image of colour `reference` and a pose video of 15 frames of colour `pose`, seen by CLIP vision H; the
+/// reference slot trimmed before decoding (node 9 saves the frames).
+fn animate2(reference: u32, pose: u32) -> Value {
+    json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan_animate_2_distill_int8_convrot.safetensors", "weight_dtype": "default"}},
+        "40": {"class_type": "ContextWindowsManual", "inputs": {"model": ["37", 0], "context_length": 3, "context_overlap": 1, "context_schedule": "standard_static", "context_stride": 1, "closed_loop": false, "fuse_method": "pyramid", "dim": 2, "freenoise": true, "cond_retain_index_list": "0", "split_conds_to_windows": false, "latent_retain_index_list": "", "causal_window_fix": true}},
+        "41": {"class_type": "WanAnimate2Cache", "inputs": {"model": ["40", 0], "device": "gpu", "dtype": "int8"}},
+        "48": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 5.0, "model": ["41", 0]}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a toy figure on a rainy street", "clip": ["38", 0]}},
+        "7": {"class_type": "CLIPTextEncode", "inputs": {"text": NEGATIVE, "clip": ["38", 0]}},
+        "5": {"class_type": "CLIPTextEncode", "inputs": {"text": "a person dancing", "clip": ["38", 0]}},
+        "52": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": reference}},
+        "60": {"class_type": "EmptyImage", "inputs": {"width": 40, "height": 40, "batch_size": 15, "color": pose}},
+        "53": {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": "clip_vision_h.safetensors"}},
+        "51": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["53", 0], "image": ["52", 0], "crop": "none"}},
+        "54": {"class_type": "WanAnimate2ToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32, "length": 13,
+            "batch_size": 1, "reference_image": ["52", 0], "pose_video": ["60", 0], "clip_vision_output": ["51", 0],
+            "positive_pose": ["5", 0], "video_frame_offset": 0, "pose_strength": 1.0, "pose_start_percent": 0.0,
+            "pose_end_percent": 1.0, "reference_image_strength": 1.0}},
+        "3": {"class_type": "KSampler", "inputs": {"seed": 7, "steps": 2, "cfg": 1.0, "sampler_name": "lcm", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["54", 0], "negative": ["54", 1], "latent_image": ["54", 2]}},
+        "10": {"class_type": "TrimVideoLatent", "inputs": {"samples": ["3", 0], "trim_amount": ["54", 3]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["10", 0], "vae": ["39", 0]}},
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "animate", "images": ["8", 0]}},
+    })
+}
+
+#[test]
+fn issue_24_wan_animate2_follows_its_reference_and_pose_video_in_windows_and_continues() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let red = frames_of(&mut h, animate2(0xD02020, 0x20D020));
+    assert_eq!(red.len(), 13, "the reference slot trimmed");
+    assert_ne!(
+        red,
+        frames_of(&mut h, animate2(0x2020D0, 0x20D020)),
+        "the reference image moves the clip"
+    );
+    assert_ne!(red, frames_of(&mut h, animate2(0xD02020, 0xF0F0F0)), "so does the pose video");
+    let mut unwindowed = animate2(0xD02020, 0x20D020);
+    unwindowed["41"]["inputs"]["model"] = json!(["37", 0]);
+    assert_ne!(red, frames_of(&mut h, unwindowed), "the windows (and FreeNoise) change the clip");
+
+    // Continuing: the next clip starts from the last frame, reads the pose video from where the first left
+    // off (less the overlapping frame), and says to trim that frame.
+    let mut graph = animate2(0xD02020, 0x20D020);
+    graph["55"] = graph["54"].clone();
+    graph["55"]["inputs"]["continue_motion"] = json!(["8", 0]);
+    graph["55"]["inputs"]["video_frame_offset"] = json!(["54", 5]);
+    graph["56"] = json!({"class_type": "KSampler", "inputs": {"seed": 8, "steps": 2, "cfg": 1.0, "sampler_name": "lcm", "scheduler": "simple", "denoise": 1.0, "model": ["48", 0], "positive": ["55", 0], "negative": ["55", 1], "latent_image": ["55", 2]}});
+    graph["57"] = json!({"class_type": "TrimVideoLatent", "inputs": {"samples": ["56", 0], "trim_amount": ["55", 3]}});
+    graph["58"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["57", 0], "vae": ["39", 0]}});
+    graph["9"]["inputs"]["images"] = json!(["58", 0]);
+    graph["59"] = json!({"class_type": "PreviewAny", "inputs": {"source": ["55", 4]}});
+    graph["61"] = json!({"class_type": "PreviewAny", "inputs": {"source": ["55", 5]}});
+    let ran = h.run(graph.clone());
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    assert_eq!(ran.summary.outputs[&NodeId::from("59")].text, ["1"], "trim_image");
+    assert_eq!(
+        ran.summary.outputs[&NodeId::from("61")].text,
+        ["25"],
+        "video_frame_offset: 13 − 1 + 13"
+    );
+    assert_eq!(ran.summary.outputs[&NodeId::from("9")].images.len(), 13);
+
+    // A pose video with nothing left to read is refused with ComfyUI's message.
+    graph["55"]["inputs"]["video_frame_offset"] = json!(40);
+    graph["55"]["inputs"].as_object_mut().expect("inputs").remove("continue_motion");
+    let outcome = format!("{:?}", h.run(graph).summary.outcome);
+    assert!(outcome.contains("pose_video has 15 frames but video_frame_offset is 40"), "{outcome}");
 }
 
 /// One second of a low and a high tone at 16 kHz in the input folder, `low.wav` and `high.wav`.

@@ -10,6 +10,7 @@ mod clip_vision;
 mod compose;
 mod concat;
 mod conditioning;
+mod context_windows;
 mod controlnet;
 mod custom_sampling;
 mod expression;
@@ -46,6 +47,7 @@ mod upscale;
 mod vae;
 mod video;
 mod wan;
+mod wan_animate;
 mod wan_camera;
 mod wan_concat;
 mod wan_fun_control;
@@ -54,6 +56,7 @@ mod wan_sound;
 mod wan_track;
 mod wan_vace;
 mod websocket;
+mod windowed;
 
 use std::path::PathBuf;
 
@@ -163,6 +166,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
     registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
     registry.register(infinite_talk::WanInfiniteTalkToVideo::new(compute.clone()));
+    registry.register(wan_animate::WanAnimate2ToVideo::new(compute.clone()));
+    registry.register(wan_animate::wan_animate2_cache());
+    registry.register(context_windows::context_windows_manual());
     registry.register(wan_sound::WanSoundImageToVideo::new(compute.clone()));
     registry.register(wan_sound::WanSoundImageToVideo::extend(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));

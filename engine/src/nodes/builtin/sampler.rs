@@ -24,7 +24,9 @@ use kiln_models::{flux, wan};
 use super::latent::empty_latent;
 use super::model_specs;
 use super::wan::{overwrite_leading_frames, with_leading_frames};
+use super::windowed::{Fusion, WindowRun, gather_frames, without_anchor};
 use crate::compute::Compute;
+use crate::models::context_windows::Window;
 use crate::models::device::{OnDevice, on_device};
 use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise};
 use crate::nodes::error::node_error;
@@ -74,6 +76,7 @@ impl Node for ModelSamplingAuraFlow {
 }
 
 /// One diffusion model call: ComfyUI's model output for latent `x` at `sigma` with `contexts`.
+#[derive(Clone, Copy)]
 struct Forward<'a> {
     model: &'a DiffusionModel,
     shape: &'a [usize],
@@ -94,6 +97,12 @@ struct Forward<'a> {
     skipped: SkippedBlocks,
     /// A causal Wan model's block of frames in an `ar_video` run.
     causal: Option<CausalCall<'a>>,
+    /// The context window this call reads of the whole latent `x` (`ContextWindowsManual`): the call cuts the
+    /// latent and what rides with it to the window's frames and returns the window's output.
+    window: Option<&'a Window>,
+    /// The run's Wan Animate 2 pose-branch cache (a `wan::PoseCache<B>` made on the first call), when the model
+    /// has `WanAnimate2Cache`.
+    pose_cache: Option<&'a KvSlot>,
 }
 
 /// One call of a causal Wan model in an `ar_video` run: the run's cache (a `wan::CausalCache<B>` made on the
@@ -115,10 +124,9 @@ impl OnDevice for Forward<'_> {
     type Output = kiln_models::Result<Vec<f32>>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         let batch = self.shape[0];
-        let x = match self.with_concat()? {
-            Some((shape, values)) => b.from_f32(&shape, &values, b.compute_dtype())?,
-            None => b.from_f32(self.shape, self.x, b.compute_dtype())?,
-        };
+        let view = self.window_view()?;
+        let (x_shape, x_values) = self.model_input(&view)?;
+        let x = b.from_f32(&x_shape, &x_values, b.compute_dtype())?;
         let first = self.contexts.first().ok_or_else(|| {
             kiln_models::Error::Invalid("a model call with no conditioning".to_owned())
         })?;
@@ -209,9 +217,9 @@ impl OnDevice for Forward<'_> {
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
         // CLIP vision states (Wan's image-to-video), and Wan 2.2's per-frame timesteps under a noise mask.
         let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
-        let frame_timesteps = match (self.model.net.family(), self.denoise_mask) {
+        let frame_timesteps = match (self.model.net.family(), view.mask.as_deref()) {
             (DiffusionFamily::Wan22, Some(mask)) => {
-                let mut part_shape = self.shape.to_vec();
+                let mut part_shape = view.shape.clone();
                 part_shape[0] /= self.contexts.len().max(1);
                 frame_timesteps(&part_shape, mask, batch, timesteps[0])
             }
@@ -251,6 +259,11 @@ impl OnDevice for Forward<'_> {
             };
         let motion = in_model_space(&self.extras.reference_motion)?;
         let control = in_model_space(&self.extras.control_video)?;
+        let animate = self.animate_input(b)?;
+        let animate_input = match &animate {
+            Some(a) => Some(a.input(b)?),
+            None => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -276,6 +289,7 @@ impl OnDevice for Forward<'_> {
             talk,
             motion: motion.as_ref(),
             control: control.as_ref(),
+            animate: animate_input,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -383,28 +397,202 @@ impl Forward<'_> {
             .collect()
     }
 
-    /// The latents with the channels a channel-concat model reads beside them (one part's, repeated to each
-    /// part of the batch), or `None` for a model that reads none.
-    fn with_concat(&self) -> kiln_models::Result<Option<(Vec<usize>, Vec<f32>)>> {
+    /// The latent the call reads and what rides with it frame by frame: the whole's, or a context window's.
+    fn window_view(&self) -> kiln_models::Result<WindowView> {
+        let mask = self.denoise_mask.map(<[f32]>::to_vec);
+        let Some(window) = self.window else {
+            return Ok(WindowView { shape: self.shape.to_vec(), mask });
+        };
+        let windows = self.model.context_windows.as_deref().ok_or_else(|| {
+            kiln_models::Error::Invalid(
+                "a windowed call of a model without context windows".to_owned(),
+            )
+        })?;
+        self.refuse_unwindowed()?;
+        let (dim, read) = (windows.dim, window.read());
+        let mut shape = self.shape.to_vec();
+        shape[dim] = read.len();
+        let mask = self.denoise_mask.map(|mask| {
+            let mut part_shape = self.shape.to_vec();
+            part_shape[0] /= self.contexts.len().max(1);
+            gather_frames(mask, &part_shape, dim, &read, &windows.cond_retain).1
+        });
+        Ok(WindowView { shape, mask })
+    }
+
+    /// What a windowed call cannot cut to its frames (ComfyUI slices these by their own time axes; Kiln
+    /// does not yet).
+    fn refuse_unwindowed(&self) -> kiln_models::Result<()> {
+        let e = &self.extras;
+        let what = [
+            (!e.vace.is_empty(), "WanVaceToVideo's control video"),
+            (e.camera.is_some(), "a camera embedding"),
+            (e.audio_embed.is_some(), "an audio embedding (HuMo, S2V)"),
+            (e.reference_motion.is_some(), "S2V's motion latent"),
+            (e.control_video.is_some(), "S2V's control video"),
+            (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
+            (self.causal.is_some(), "an ar_video run"),
+        ];
+        match what.iter().find(|(present, _)| *present) {
+            Some((_, name)) => Err(kiln_models::Error::Invalid(format!(
+                "ContextWindowsManual cannot cut {name} to its windows yet: sample without context windows"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The latents the model reads: with the channels a channel-concat model reads beside them (one part's,
+    /// repeated to each part of the batch), cut to the call's window when it has one (the latent with
+    /// `latent_retain`, the concatenated channels with `cond_retain`).
+    fn model_input(&self, view: &WindowView) -> kiln_models::Result<(Vec<usize>, Vec<f32>)> {
         let parts = self.contexts.len().max(1);
         let mut part_shape = self.shape.to_vec();
         part_shape[0] /= parts;
         let concat =
             super::concat::concat_channels(self.model, self.extras, &part_shape, self.denoise_mask)
                 .map_err(|e| kiln_models::Error::Invalid(e.message))?;
-        let Some(concat) = concat else {
-            return Ok(None);
+        let windows = self.model.context_windows.as_deref();
+        let (x_shape, x) = match (self.window, windows) {
+            (Some(window), Some(w)) => {
+                gather_frames(self.x, self.shape, w.dim, &window.read(), &w.latent_retain)
+            }
+            _ => (self.shape.to_vec(), self.x.to_vec()),
         };
-        let batch = self.shape[0];
-        let (sample, extra) = (self.x.len() / batch, concat.data().len() / part_shape[0]);
+        debug_assert_eq!(x_shape, view.shape);
+        let Some(concat) = concat else {
+            return Ok((x_shape, x));
+        };
+        let (concat_shape, concat) = match (self.window, windows) {
+            (Some(window), Some(w)) => {
+                gather_frames(concat.data(), concat.shape(), w.dim, &window.read(), &w.cond_retain)
+            }
+            _ => (concat.shape().to_vec(), concat.data().to_vec()),
+        };
+        let batch = x_shape[0];
+        let (sample, extra) = (x.len() / batch, concat.len() / concat_shape[0]);
         let mut values = Vec::with_capacity(batch * (sample + extra));
         for i in 0..batch {
-            values.extend_from_slice(&self.x[i * sample..][..sample]);
-            values.extend_from_slice(&concat.data()[(i % part_shape[0]) * extra..][..extra]);
+            values.extend_from_slice(&x[i * sample..][..sample]);
+            values.extend_from_slice(&concat[(i % concat_shape[0]) * extra..][..extra]);
         }
-        let mut shape = self.shape.to_vec();
-        shape[1] += concat.shape()[1];
-        Ok(Some((shape, values)))
+        let mut shape = x_shape;
+        shape[1] += concat_shape[1];
+        Ok((shape, values))
+    }
+
+    /// Wan Animate 2's pose branch and strengths for this call (`None` when the conditioning sets neither): the
+    /// pose latents in model space, cut to the window (their frames start one after the latent's), and only
+    /// within the pose's part of sampling.
+    fn animate_input<B: Backend>(&self, b: &B) -> kiln_models::Result<Option<AnimateCall<'_, B>>> {
+        let pose = self.extras.animate_pose.as_ref();
+        let reference_strength = self.extras.reference_strength.unwrap_or(1.0) as f32;
+        if pose.is_none() && self.extras.reference_strength.is_none() {
+            return Ok(None);
+        }
+        let sampling = &self.model.sampling;
+        let active = pose.filter(|p| {
+            let (start, end) = (
+                sampling.percent_to_sigma(p.percent.0) as f32,
+                sampling.percent_to_sigma(p.percent.1) as f32,
+            );
+            !(self.sigma > start || self.sigma < end)
+        });
+        let upload = |t: &Option<Tensor>| t.as_ref().map(|t| upload(b, t)).transpose();
+        let mut call = AnimateCall {
+            pose: None,
+            key: None,
+            context: None,
+            clip: None,
+            pose_strength: 1.0,
+            reference_strength,
+            cache: None,
+            windowed: self.window.is_some(),
+        };
+        let Some(active) = active else { return Ok(Some(call)) };
+        let Some(latent) = &active.latent else { return Ok(Some(call)) };
+        let values = self.model.latent.process_in(latent.data(), latent.shape());
+        // The pose latents' frames are their dimension 2, one fewer than the latent's along the windows'.
+        let frames = latent.shape().get(2).copied();
+        let (shape, values) = match (self.window, self.model.context_windows.as_deref()) {
+            (Some(window), Some(w)) if frames.is_some_and(|f| f + 1 == self.shape[w.dim]) => {
+                let frames = pose_frames(window, frames.unwrap_or(0));
+                gather_frames(&values, latent.shape(), 2, &frames, &[])
+            }
+            _ => (latent.shape().to_vec(), values),
+        };
+        call.key = Some(wan::pose_key(&shape, &values));
+        call.pose = Some(b.from_f32(&shape, &values, b.compute_dtype())?);
+        call.context = upload(&active.context)?;
+        call.clip = upload(&active.clip_vision)?;
+        call.pose_strength = active.strength as f32;
+        call.cache = match (self.pose_cache, self.model.pose_cache) {
+            (Some(slot), Some(settings)) => Some(
+                slot.get_or_init(|| Box::new(wan::PoseCache::<B>::new(settings)))
+                    .downcast_ref::<wan::PoseCache<B>>()
+                    .ok_or_else(|| {
+                        kiln_models::Error::Invalid(
+                            "a Wan Animate 2 cache made on another device".to_owned(),
+                        )
+                    })?,
+            ),
+            _ => None,
+        };
+        Ok(Some(call))
+    }
+}
+
+/// The frames a windowed call's pose latents give (ComfyUI's `slice_cond` with a temporal offset of 1): the
+/// pose frame before each of the window's frames, past the reference slot (the anchor's, or the window's first
+/// frame without one), those inside the `frames` the pose latents have.
+fn pose_frames(window: &Window, frames: usize) -> Vec<usize> {
+    let skip = usize::from(window.anchor.is_none());
+    window
+        .frames
+        .iter()
+        .skip(skip)
+        .filter_map(|&i| i.checked_sub(1))
+        .filter(|&i| i < frames)
+        .collect()
+}
+
+/// What a call reads of the latent: its shape (the window's) and the noise mask at one part's shape cut the same.
+struct WindowView {
+    shape: Vec<usize>,
+    mask: Option<Vec<f32>>,
+}
+
+/// A call's Wan Animate 2 inputs on the device.
+struct AnimateCall<'c, B: Backend> {
+    pose: Option<kiln_compute::Tensor<B>>,
+    key: Option<(Vec<usize>, Vec<f32>)>,
+    context: Option<kiln_compute::Tensor<B>>,
+    clip: Option<kiln_compute::Tensor<B>>,
+    pose_strength: f32,
+    reference_strength: f32,
+    cache: Option<&'c wan::PoseCache<B>>,
+    windowed: bool,
+}
+
+impl<'c, B: Backend> AnimateCall<'c, B> {
+    /// The model's view of these inputs.
+    fn input<'s>(&'s self, _: &B) -> kiln_models::Result<wan::animate2::Animate2Input<'s, B>>
+    where
+        'c: 's,
+    {
+        let cache = match (self.cache, &self.key) {
+            (Some(cache), Some(key)) => {
+                Some(wan::animate2::CacheCall { cache, key, windowed: self.windowed })
+            }
+            _ => None,
+        };
+        Ok(wan::animate2::Animate2Input {
+            pose: self.pose.as_ref(),
+            context: self.context.as_ref(),
+            clip: self.clip.as_ref(),
+            pose_strength: self.pose_strength,
+            reference_strength: self.reference_strength,
+            cache,
+        })
     }
 }
 
@@ -427,6 +615,10 @@ struct Guided<'a> {
     /// InfiniteTalk's motion latent in model space and its frames, put over the first frames of every model
     /// call's latent.
     motion: Option<(Vec<f32>, usize)>,
+    /// The run's context windows, when the model has `ContextWindowsManual`.
+    windows: Option<WindowRun>,
+    /// The run's Wan Animate 2 pose-branch cache, when the model has `WanAnimate2Cache`.
+    pose_cache: Option<KvSlot>,
 }
 
 /// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
@@ -631,30 +823,87 @@ impl Guided<'_> {
         skipped: SkippedBlocks,
     ) -> kiln_models::Result<Vec<f32>> {
         let x = &self.with_motion(x)?;
+        // `split_conds_to_windows`: each window reads the prompt of its region alone.
+        let split = self.windows.as_ref().is_some_and(|w| w.windows.split_conds);
+        if let (true, [first, _, ..]) = (split, side.entries.as_slice()) {
+            let (contexts, pooled) = ([&first.cond], [first.pooled.as_ref()]);
+            let whole = self.forward(x, sigma, &contexts, &pooled, &first.extras, skipped);
+            let out = self.windowed(whole, Some(&side.entries))?;
+            return Ok(self.model.sampling.calculate_denoised(sigma, x, &out));
+        }
         let mut sum = vec![0f32; x.len()];
         for entry in &side.entries {
-            let contexts = [&entry.cond];
-            let pooled = [entry.pooled.as_ref()];
-            let forward = Forward {
-                model: self.model,
-                shape: &self.shape,
-                x,
-                sigma,
-                contexts: &contexts,
-                pooled: &pooled,
-                extras: &entry.extras,
-                denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
-                kv_cache: self.kv_cache.as_ref(),
-                skipped,
-                causal: self.causal,
-            };
-            let out = on_device(self.compute.device(), forward)?;
+            let (contexts, pooled) = ([&entry.cond], [entry.pooled.as_ref()]);
+            let whole = self.forward(x, sigma, &contexts, &pooled, &entry.extras, skipped);
+            let out = self.windowed(whole, None)?;
             let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
             sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
         }
         let n = side.entries.len().max(1) as f32;
         sum.iter_mut().for_each(|s| *s /= n);
         Ok(sum)
+    }
+
+    /// A call of the model on `x` at `sigma` with `contexts` (and their pooled vectors) and `extras`, `skipped`
+    /// blocks left out, with the run's noise mask, caches and block of frames.
+    fn forward<'f>(
+        &'f self,
+        x: &'f [f32],
+        sigma: f32,
+        contexts: &'f [&'f Tensor],
+        pooled: &'f [Option<&'f Tensor>],
+        extras: &'f CondExtras,
+        skipped: SkippedBlocks,
+    ) -> Forward<'f> {
+        Forward {
+            model: self.model,
+            shape: &self.shape,
+            x,
+            sigma,
+            contexts,
+            pooled,
+            extras,
+            denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
+            kv_cache: self.kv_cache.as_ref(),
+            skipped,
+            causal: self.causal,
+            window: None,
+            pose_cache: self.pose_cache.as_ref(),
+        }
+    }
+
+    /// The model output of the call `whole`: that call itself, or, when the model has context windows and the
+    /// latent is longer than one, the calls on the windows of this step fused; with `split`, each window's call
+    /// reads the prompt of `split` its place picks (`split_conds_to_windows`).
+    fn windowed(
+        &self,
+        whole: Forward<'_>,
+        split: Option<&[crate::models::Cond]>,
+    ) -> kiln_models::Result<Vec<f32>> {
+        let device = self.compute.device();
+        let Some(run) = &self.windows else { return on_device(device, whole) };
+        let windows =
+            run.windows_of(whole.shape, whole.sigma).map_err(kiln_models::Error::Invalid)?;
+        let Some(windows) = windows else { return on_device(device, whole) };
+        let settings = &run.windows;
+        let total = whole.shape[settings.dim];
+        let mut fusion = Fusion::new(whole.shape, settings);
+        for window in &windows {
+            let entry = split.map(|entries| &entries[window.region(entries.len(), total)]);
+            let contexts = entry.map(|e| [&e.cond]);
+            let pooled = entry.map(|e| [e.pooled.as_ref()]);
+            let mut call = Forward { window: Some(window), ..whole };
+            if let (Some(entry), Some(contexts), Some(pooled)) = (entry, &contexts, &pooled) {
+                call.contexts = contexts;
+                call.pooled = pooled;
+                call.extras = &entry.extras;
+            }
+            let mut read_shape = whole.shape.to_vec();
+            read_shape[settings.dim] = window.read().len();
+            let out = on_device(device, call)?;
+            fusion.add(settings, window, &without_anchor(out, &read_shape, settings.dim, window));
+        }
+        Ok(fusion.finish())
     }
 }
 
@@ -697,8 +946,10 @@ impl Guided<'_> {
             kv_cache: self.kv_cache.as_ref(),
             skipped: SkippedBlocks::default(),
             causal: self.causal,
+            window: None,
+            pose_cache: self.pose_cache.as_ref(),
         };
-        let out = on_device(self.compute.device(), forward)?;
+        let out = self.windowed(forward, None)?;
         let (cond, uncond) = out.split_at(x.len());
         let sampling = &self.model.sampling;
         Ok(Some((
@@ -971,12 +1222,16 @@ pub(super) fn sample(
     }
     model.activate().map_err(node_error)?;
     let shape = latent.shape().to_vec();
-    let noise = match job.noise {
+    let mut noise = match job.noise {
         Noise::Random(seed) => {
             initial_noise(seed, &shape, job.latent.batch_index.as_deref()).map_err(node_error)?
         }
         Noise::Disabled => vec![0.0; latent.data().len()],
     };
+    // FreeNoise: the context windows' later frames start from shuffled copies of earlier frames' noise.
+    if let Some(windows) = model.context_windows.as_ref().filter(|w| w.freenoise) {
+        windows.freenoise(&mut noise, &shape, job.noise.seed());
+    }
     let format = model.latent;
     // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
     let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
@@ -1051,6 +1306,8 @@ pub(super) fn sample(
             let shape = talk.motion.shape();
             (format.process_in(talk.motion.data(), shape), shape.get(2).copied().unwrap_or(0))
         }),
+        windows: model.context_windows.as_ref().map(|w| WindowRun::new(w.clone(), &sigmas)),
+        pose_cache: model.pose_cache.map(|_| OnceLock::new()),
     };
     let interrupted = AtomicBool::new(false);
     let mut last_denoised: Option<(Vec<f32>, Vec<usize>)> = None;
