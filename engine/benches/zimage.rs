@@ -4,7 +4,8 @@
 //! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or HuMo 17B's
 //! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or Wan
 //! 2.2 S2V 14B's (`video_wan2_2_14B_s2v`: a reference image and a second of audio through wav2vec2 large,
-//! `--workflow s2v`), or that
+//! `--workflow s2v`), or Wan Animate 2's (`video_wan_animate2_distilled`: a reference image and a pose video, in
+//! context windows with the int8 pose-branch cache, `--workflow animate2`), or that
 //! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
@@ -14,7 +15,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|s2v|whisper]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|s2v|animate2|whisper]
 //!        [--size 1024] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -89,6 +90,12 @@ enum Workflow {
     /// step: the negative's audio is zeros, so the prompts do not batch), ModelSamplingSD3 8; umT5-XXL; the Wan
     /// 2.1 VAE.
     S2v,
+    /// Wan Animate 2's distilled template (`video_wan_animate2_distilled`) on a `size`² clip of 5 frames: a
+    /// reference image and a pose video of 5 frames seen by CLIP vision H, the model in the template's context
+    /// windows (21 latent frames, so one window at this length) with the int8 pose-branch cache, lcm, simple,
+    /// CFG 1 (one DiT call a step, the pose branch run on the first and read from the cache after),
+    /// ModelSamplingSD3 5; umT5-XXL; the Wan 2.1 VAE.
+    Animate2,
     /// The HuMo template's audio encode alone: a second of the tone through Whisper large-v3 (which encodes a
     /// 30-s window whatever the clip), previewed as text. No sampler: its time is `AudioEncoderEncode`'s node.
     Whisper,
@@ -137,6 +144,12 @@ impl Workflow {
                 "audio_encoders/wav2vec2_large_english_fp16.safetensors",
                 "vae/wan_2.1_vae.safetensors",
             ],
+            Workflow::Animate2 => &[
+                "diffusion_models/wan_animate_2_distill_int8_convrot.safetensors",
+                "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+                "clip_vision/clip_vision_h.safetensors",
+                "vae/wan_2.1_vae.safetensors",
+            ],
             Workflow::Whisper => &["audio_encoders/whisper_large_v3_fp16.safetensors"],
         }
     }
@@ -157,6 +170,7 @@ impl Workflow {
             Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
             Workflow::Humo => humo_workflow(seed, size, steps),
             Workflow::S2v => s2v_workflow(seed, size, steps),
+            Workflow::Animate2 => animate2_workflow(seed, size, steps),
             Workflow::Whisper => json!({
                 "9": {"class_type": "PreviewAny", "inputs": {"source": ["74", 0]}},
                 "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
@@ -192,6 +206,10 @@ impl Workflow {
             Workflow::S2v => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 6, "dit_calls_per_step": 2,
                 "frames": WAN_FRAMES, "audio_seconds": 1,
+            }),
+            Workflow::Animate2 => json!({
+                "sampler": "lcm", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
+                "frames": WAN_FRAMES, "pose_cache": "int8", "context_windows": "21/8 static",
             }),
             Workflow::Whisper => json!({"audio_seconds": 1}),
         }
@@ -250,11 +268,12 @@ fn parse_args() -> Result<Args, String> {
                 "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
                 "humo" => args.workflow = Workflow::Humo,
                 "s2v" => args.workflow = Workflow::S2v,
+                "animate2" => args.workflow = Workflow::Animate2,
                 "whisper" => args.workflow = Workflow::Whisper,
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein, wan22-5b, humo, s2v or whisper"
+                         flux2-klein, wan22-5b, humo, s2v, animate2 or whisper"
                     ));
                 }
             },
@@ -412,6 +431,32 @@ fn s2v_workflow(seed: u64, size: u32, steps: u32) -> Value {
     graph["68"] = json!({"class_type": "WanSoundImageToVideo", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "audio_encoder_output": ["74", 0], "ref_image": ["75", 0]}});
     graph["70"]["inputs"]["cfg"] = json!(6);
     graph
+}
+
+/// `video_wan_animate2_distilled`'s motion transfer (see [`Workflow::Animate2`]).
+fn animate2_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "64": {"class_type": "TrimVideoLatent", "inputs": {"samples": ["70", 0], "trim_amount": ["68", 3]}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["64", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan_animate_2_distill_int8_convrot.safetensors", "weight_dtype": "default"}},
+        "76": {"class_type": "ContextWindowsManual", "inputs": {"model": ["66", 0], "context_length": 21, "context_overlap": 8, "context_schedule": "standard_static", "context_stride": 1, "closed_loop": false, "fuse_method": "pyramid", "dim": 2, "freenoise": true, "cond_retain_index_list": "0", "split_conds_to_windows": false, "latent_retain_index_list": "", "causal_window_fix": true}},
+        "77": {"class_type": "WanAnimate2Cache", "inputs": {"model": ["76", 0], "device": "gpu", "dtype": "int8"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "Character appearance description: a designer toy figure of a street dancer. Background description: a rainy neon-lit street at night.", "clip": ["62", 0]}},
+        "78": {"class_type": "CLIPTextEncode", "inputs": {"text": "a person doing energetic street dance", "clip": ["62", 0]}},
+        "68": {"class_type": "WanAnimate2ToVideo", "inputs": {"positive": ["67", 0], "negative": ["71", 0], "vae": ["63", 0], "width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "reference_image": ["75", 0], "pose_video": ["79", 0], "clip_vision_output": ["81", 0], "positive_pose": ["78", 0], "clip_vision_output_pose": ["82", 0], "video_frame_offset": 0, "pose_strength": 1, "pose_start_percent": 0, "pose_end_percent": 1, "reference_image_strength": 1}},
+        "69": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 5, "model": ["77", 0]}},
+        "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 1, "sampler_name": "lcm", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["68", 0], "negative": ["68", 1], "latent_image": ["68", 2]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": WAN_NEGATIVE, "clip": ["62", 0]}},
+        "75": {"class_type": "EmptyImage", "inputs": {"width": size, "height": size, "batch_size": 1, "color": 0x8040c0}},
+        "79": {"class_type": "EmptyImage", "inputs": {"width": size, "height": size, "batch_size": WAN_FRAMES, "color": 0x40c080}},
+        "80": {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": "clip_vision_h.safetensors"}},
+        "81": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["80", 0], "image": ["75", 0], "crop": "none"}},
+        "82": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["80", 0], "image": ["83", 0], "crop": "none"}},
+        "83": {"class_type": "ImageFromBatch", "inputs": {"image": ["79", 0], "batch_index": 0, "length": 1}},
+    })
 }
 
 /// A mono 16-bit PCM WAV of one second of a 440 Hz tone at 24 kHz.
@@ -847,6 +892,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
             Workflow::Humo => "humo-17b-audio-to-video",
             Workflow::S2v => "wan22-s2v-14b-audio-to-video",
+            Workflow::Animate2 => "wan-animate2-motion-transfer",
             Workflow::Whisper => "whisper-large-v3-audio-encode",
         },
         "label": args.label,

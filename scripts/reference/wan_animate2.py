@@ -115,6 +115,13 @@ process_latent_in), `context.positive` [1, 6, 32], `context.negative` [1, 6, 32]
   ModelSamplingSD3; the template's cache is on "gpu").
 - `out.windows_uniform`: "standard_uniform", fuse "overlap-linear", freenoise False, cond_retain "", causal fix False.
 - `out.windows_relative`: "standard_static", fuse "relative", freenoise True, cond_retain "0", causal fix True.
+- `out.pose_window`: no windows; the node's pose_start_percent 0.25 and pose_end_percent 0.75 (each prompt split
+  into the pose's part and its complements), sampled over `sigmas4` (4 steps, simple, shift 5: 1, 0.9375, 0.8333,
+  0.625, 0), whose 0.9375 and 0.625 are the part's ends, where both the pose's and a complement's conditioning
+  are in range and ComfyUI averages their predictions.
+- `out.windows_latent_retain`: "standard_static", fuse "pyramid", freenoise False, cond_retain "0", causal fix False,
+  latent_retain_index_list "0": each window's first latent frame is the whole latent's frame 0 (the x̂₀ of a
+  window is computed from the window's own latent, then fused).
 - `out.cache`: WanAnimate2Cache(cpu, int8) alone, no windows.
 """
 
@@ -524,11 +531,11 @@ def sample(patcher, positive, negative, noise, sigmas, trace, received=None):
     return result.float()
 
 
-def windows_node(patcher, schedule, fuse, freenoise, cond_retain, causal_fix):
+def windows_node(patcher, schedule, fuse, freenoise, cond_retain, causal_fix, latent_retain=""):
     from comfy_extras.nodes_context_windows import ContextWindowsManualNode
 
     return ContextWindowsManualNode.execute(patcher, 3, 1, schedule, 1, False, fuse, 2, freenoise, cond_retain,
-                                            False, "", causal_fix).result[0]
+                                            False, latent_retain, causal_fix).result[0]
 
 
 def cache_node(patcher):
@@ -579,6 +586,7 @@ def sampling(weights, net, data):
         "windows_cache": lambda: cache_node(windows_node(base, "standard_static", "pyramid", True, "0", True)),
         "windows_uniform": lambda: windows_node(base, "standard_uniform", "overlap-linear", False, "", False),
         "windows_relative": lambda: windows_node(base, "standard_static", "relative", True, "0", True),
+        "windows_latent_retain": lambda: windows_node(base, "standard_static", "pyramid", False, "0", False, "0"),
         "cache": lambda: cache_node(base),
     }
     traces = {}
@@ -596,6 +604,18 @@ def sampling(weights, net, data):
               f"c_concat frames, pose frames, cache):\n    " +
               "\n    ".join(f"{c['sigma']:.4f} b{c['batch']} {c['window']} {c['anchor']} {c['concat']} {c['pose']} "
                             f"{c['cache']}" for c in traces[case]))
+    # The pose in part of sampling: the node splits each prompt into the pose's part and its complements by
+    # timestep range; with 4 steps at shift 5 the sigmas 0.9375 and 0.625 are exactly the range's ends, where
+    # ComfyUI averages the prediction with the pose and the one without.
+    vae = StandInVae([reference, video, pose_latent], [1, 13, 13])
+    positive, negative, _, _, _, _ = WanAnimate2ToVideo.execute(
+        [[positive_context, {}]], [[negative_context, {}]], vae, 48, 32, 13, 1, 0,
+        reference_image=torch.zeros(1, 32, 48, 3), pose_video=torch.zeros(13, 32, 48, 3),
+        clip_vision_output=clip_vision, pose_start_percent=0.25, pose_end_percent=0.75).result
+    assert len(positive) == 3 and len(negative) == 3
+    sigmas4 = comfy.samplers.calculate_sigmas(base.get_model_object("model_sampling"), "simple", 4).float()
+    out["sigmas4"] = sigmas4
+    out["out.pose_window"] = sample(base, positive, negative, noise, sigmas4, Trace(concat, pose))
     plain = out["out.plain"]
     for case in runs:
         if case != "plain":

@@ -218,7 +218,7 @@ impl DiffusionDetected {
     }
 
     /// The model sampling the loaded model starts with: the family's, except schnell's
-    /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t) and a causal Wan's (shift 5).
+    /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t), a causal Wan's and Wan Animate 2's (shift 5).
     pub fn sampling(&self) -> FlowSampling {
         match self {
             DiffusionDetected::Flux(config, _) if !config.guidance => {
@@ -226,6 +226,9 @@ impl DiffusionDetected {
             }
             DiffusionDetected::Wan(config, _) if config.causal => {
                 FlowSampling::new(wan::family::CAUSAL_SHIFT, wan::family::MULTIPLIER)
+            }
+            DiffusionDetected::Wan(config, _) if config.animate2 => {
+                FlowSampling::new(wan::family::ANIMATE2_SHIFT, wan::family::MULTIPLIER)
             }
             _ => self.family().sampling(),
         }

@@ -16,7 +16,6 @@ use super::pose_cache::PoseCache;
 use crate::error::{Error, Result};
 use crate::rope::RopeOptions;
 use crate::wan::Wan;
-use crate::wan::config::block_shapes;
 
 /// The latent channels of the pose video (the Wan 2.1 VAE's).
 const POSE_CHANNELS: usize = 16;
@@ -360,13 +359,6 @@ impl Wan {
             parts.push(o);
         }
         Ok(b.concat(&parts.iter().collect::<Vec<_>>(), 1)?)
-    }
-
-    /// Block `i`'s weights, fetched.
-    fn block_layer<B: Backend>(&self, b: &B, i: usize) -> Result<kiln_compute::memory::Layer<'_>> {
-        let names: Vec<String> =
-            block_shapes(&self.config, i).into_iter().map(|(n, _)| n).collect();
-        crate::named::fetch(b, &self.weights, &names)
     }
 
     /// Block `w`'s modulation for the one-row embedding projection `e0` `[1, 6·D]`.

@@ -45,11 +45,14 @@ pub const SYNTH_NAMES: [&str; 15] = [
 pub const WAN21_LATENT: LatentFormat = LatentFormat::WAN21;
 /// `WAN22` (TI2V 5B) denoises in the Wan 2.2 VAE's latent space.
 pub const WAN22_LATENT: LatentFormat = LatentFormat::WAN22;
-/// ComfyUI's `sampling_settings` for every Wan entry but the causal one ([`CAUSAL_SHIFT`]):
+/// ComfyUI's `sampling_settings` for every Wan entry but the causal one ([`CAUSAL_SHIFT`]) and Animate 2's
+/// ([`ANIMATE2_SHIFT`]):
 /// `ModelSamplingDiscreteFlow` with shift 8.0 (the templates' `ModelSamplingSD3` replaces it).
 pub const SHIFT: f64 = 8.0;
 /// The shift of ComfyUI's causal entry (`WAN21_CausalAR_T2V`, Causal Forcing).
 pub const CAUSAL_SHIFT: f64 = 5.0;
+/// The shift of ComfyUI's Wan Animate 2 entry (`WAN_Animate2`).
+pub const ANIMATE2_SHIFT: f64 = 5.0;
 /// The timestep multiplier of every Wan entry: the DiT reads σ·1000.
 pub const MULTIPLIER: f64 = 1000.0;
 /// Where a combined checkpoint keeps the text encoder (umT5-XXL, ComfyUI's `text_encoders.umt5xxl.transformer.`).

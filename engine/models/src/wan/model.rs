@@ -377,9 +377,7 @@ impl Wan {
         let d = self.config.dim;
         for i in 0..self.config.layers {
             if i >= 64 || input.skip & (1u64 << i) == 0 {
-                let names: Vec<String> =
-                    block_shapes(&self.config, i).into_iter().map(|(name, _)| name).collect();
-                let layer = crate::named::fetch(b, &self.weights, &names)?;
+                let layer = self.block_layer(b, i)?;
                 let prefix = format!("blocks.{i}");
                 let w = BlockWeights { layer: &layer, prefix: &prefix };
                 let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
@@ -461,6 +459,13 @@ impl Wan {
         }
         let outs: Vec<&Tensor<B>> = outs.iter().collect();
         Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
+    }
+
+    /// Block `i`'s weights, fetched as one layer.
+    pub(super) fn block_layer<B: Backend>(&self, b: &B, i: usize) -> Result<Layer<'_>> {
+        let names: Vec<String> =
+            block_shapes(&self.config, i).into_iter().map(|(name, _)| name).collect();
+        crate::named::fetch(b, &self.weights, &names)
     }
 
     /// The head's weights: `head.modulation`, `head.head`'s weight and bias.

@@ -62,6 +62,13 @@ struct Slot<B: Backend> {
     blocks: Vec<Entry<B>>,
 }
 
+impl<B: Backend> Slot<B> {
+    /// The bytes its entries hold.
+    fn bytes(&self) -> u64 {
+        self.blocks.iter().map(Entry::bytes).sum()
+    }
+}
+
 /// One stored block input.
 enum Entry<B: Backend> {
     /// As computed, on the device.
@@ -71,6 +78,17 @@ enum Entry<B: Backend> {
     /// Quantized per row of `[N, D]` after rotating each group of `group` values: row r is
     /// `codes[r·D..] · scales[r]`, rotated back.
     Quantized { shape: Vec<usize>, codes: Vec<i8>, scales: Vec<f32>, group: usize },
+}
+
+impl<B: Backend> Entry<B> {
+    /// The bytes it holds.
+    fn bytes(&self) -> u64 {
+        match self {
+            Entry::Device(t) => (t.numel() * t.dtype().size()) as u64,
+            Entry::Host { values, .. } => (values.len() * 4) as u64,
+            Entry::Quantized { codes, scales, .. } => (codes.len() + scales.len() * 4) as u64,
+        }
+    }
 }
 
 impl<B: Backend> PoseCache<B> {
@@ -83,9 +101,15 @@ impl<B: Backend> PoseCache<B> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How many block inputs the slot of `key` holds (0 for a pose sequence not seen yet).
+    /// How many block inputs the slot of `key` holds (0 for a pose sequence not seen yet); the slot becomes
+    /// the most recently used.
     pub fn filled(&self, key: &(Vec<usize>, Vec<f32>)) -> usize {
-        self.lock().iter().find(|s| s.key == *key).map_or(0, |s| s.blocks.len())
+        let mut slots = self.lock();
+        let Some(i) = slots.iter().position(|s| s.key == *key) else { return 0 };
+        let slot = slots.remove(i);
+        let filled = slot.blocks.len();
+        slots.push(slot);
+        filled
     }
 
     /// Keeps `x` `[1, N, D]` as block `block`'s input for the pose sequence `key`; the blocks of a slot come
@@ -102,6 +126,7 @@ impl<B: Backend> PoseCache<B> {
         let slot = match slots.iter().position(|s| s.key == *key) {
             Some(i) => &mut slots[i],
             None => {
+                self.make_room(b, &mut slots)?;
                 slots.push(Slot { key: key.clone(), blocks: Vec::new() });
                 let last = slots.len() - 1;
                 &mut slots[last]
@@ -118,6 +143,26 @@ impl<B: Backend> PoseCache<B> {
         }
         slot.blocks.push(entry);
         Ok(())
+    }
+
+    /// Room for one more slot, as ComfyUI's cache makes it: while the store has less free than 1.5 times the
+    /// largest slot, the least recently used slots go.
+    fn make_room(&self, b: &B, slots: &mut Vec<Slot<B>>) -> Result<()> {
+        let largest = slots.iter().map(Slot::bytes).max().unwrap_or(0);
+        let wanted = largest + largest / 2;
+        while !slots.is_empty() && self.free_bytes(b)? < wanted {
+            slots.remove(0);
+        }
+        Ok(())
+    }
+
+    /// Free bytes where the entries are kept: the device's, or the host RAM this process may still use.
+    fn free_bytes(&self, b: &B) -> Result<u64> {
+        if self.settings.on_device && self.settings.dtype == CacheDtype::Default {
+            return Ok(b.memory().mem_info()?.free);
+        }
+        let ram = kiln_compute::memory::pressure::SystemRam::new().snapshot();
+        Ok(ram.map_or(u64::MAX, |r| r.available))
     }
 
     /// Block `block`'s input for the pose sequence `key`, on `b` in its compute type.

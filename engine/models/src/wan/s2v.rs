@@ -270,9 +270,7 @@ impl Wan {
         for i in 0..cfg.layers {
             let injector = INJECTED_BLOCKS[..s2v.injectors].iter().position(|&block| block == i);
             if i >= 64 || input.skip & (1u64 << i) == 0 {
-                let names: Vec<String> =
-                    super::config::block_shapes(cfg, i).into_iter().map(|(name, _)| name).collect();
-                let layer = crate::named::fetch(b, &self.weights, &names)?;
+                let layer = self.block_layer(b, i)?;
                 let prefix = format!("blocks.{i}");
                 let w = BlockWeights::new(&layer, &prefix);
                 let table = b.weight_to_tensor(&w.get("modulation")?, b.compute_dtype())?;

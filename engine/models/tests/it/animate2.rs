@@ -15,11 +15,13 @@ fn fixture_tensors() -> Tensors {
     read_tensors("wan/animate2.safetensors")
 }
 
-/// The tiny I2V weights with the Animate 2 mark, loaded.
+/// The tiny I2V weights with the Animate 2 mark, loaded; detected as ComfyUI's `WAN_Animate2`, whose model
+/// sampling has shift 5.
 fn animate2_net(manager: &std::sync::Arc<kiln_compute::memory::MemoryManager>) -> DiffusionNet {
     let (key, value) = animate2_metadata();
     let file = TempTensors::with_metadata("animate2", Variant::I2v.tensors(), &[(&key, &value)]);
-    let (_, net) = load_on(manager, &file.0);
+    let (detected, net) = load_on(manager, &file.0);
+    assert_eq!(detected.sampling(), kiln_models::sampling::FlowSampling::new(5.0, 1000.0));
     net
 }
 

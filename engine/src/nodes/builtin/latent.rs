@@ -362,7 +362,7 @@ fn narrow(t: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor, No
 }
 
 /// `a` and `b` joined along `dim` (torch's `cat`); the other dimensions must agree.
-fn cat(a: &Tensor, b: &Tensor, dim: usize) -> Result<Tensor, NodeError> {
+pub(super) fn cat(a: &Tensor, b: &Tensor, dim: usize) -> Result<Tensor, NodeError> {
     let (sa, sb) = (a.shape(), b.shape());
     let agree =
         sa.len() == sb.len() && sa.iter().zip(sb).enumerate().all(|(i, (x, y))| i == dim || x == y);

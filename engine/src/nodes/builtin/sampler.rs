@@ -103,6 +103,19 @@ struct Forward<'a> {
     /// The run's Wan Animate 2 pose-branch cache (a `wan::PoseCache<B>` made on the first call), when the model
     /// has `WanAnimate2Cache`.
     pose_cache: Option<&'a KvSlot>,
+    /// Whether Wan Animate 2's pose branch runs.
+    pose: PoseMode,
+}
+
+/// Whether a call runs Wan Animate 2's pose branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoseMode {
+    /// Within the pose's part of sampling (`pose_start_percent`, `pose_end_percent`).
+    ByRange,
+    /// Always (the pose's conditioning at a boundary of its part).
+    On,
+    /// Never (its complement's at that boundary).
+    Off,
 }
 
 /// One call of a causal Wan model in an `ar_video` run: the run's cache (a `wan::CausalCache<B>` made on the
@@ -432,6 +445,7 @@ impl Forward<'_> {
             (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
             (self.causal.is_some(), "an ar_video run"),
+            (!e.context_latents.is_empty(), "BerniniConditioning's in-context latents"),
         ];
         match what.iter().find(|(present, _)| *present) {
             Some((_, name)) => Err(kiln_models::Error::Invalid(format!(
@@ -490,12 +504,16 @@ impl Forward<'_> {
             return Ok(None);
         }
         let sampling = &self.model.sampling;
-        let active = pose.filter(|p| {
-            let (start, end) = (
-                sampling.percent_to_sigma(p.percent.0) as f32,
-                sampling.percent_to_sigma(p.percent.1) as f32,
-            );
-            !(self.sigma > start || self.sigma < end)
+        let active = pose.filter(|p| match self.pose {
+            PoseMode::On => true,
+            PoseMode::Off => false,
+            PoseMode::ByRange => {
+                let (start, end) = (
+                    sampling.percent_to_sigma(p.percent.0) as f32,
+                    sampling.percent_to_sigma(p.percent.1) as f32,
+                );
+                !(self.sigma > start || self.sigma < end)
+            }
         });
         let upload = |t: &Option<Tensor>| t.as_ref().map(|t| upload(b, t)).transpose();
         let mut call = AnimateCall {
@@ -824,40 +842,70 @@ impl Guided<'_> {
     ) -> kiln_models::Result<Vec<f32>> {
         let x = &self.with_motion(x)?;
         // `split_conds_to_windows`: each window reads the prompt of its region alone.
-        let split = self.windows.as_ref().is_some_and(|w| w.windows.split_conds);
-        if let (true, [first, _, ..]) = (split, side.entries.as_slice()) {
+        if let (true, [first, _, ..]) = (self.splits_prompts(), side.entries.as_slice()) {
             let (contexts, pooled) = ([&first.cond], [first.pooled.as_ref()]);
-            let whole = self.forward(x, sigma, &contexts, &pooled, &first.extras, skipped);
-            let out = self.windowed(whole, Some(&side.entries))?;
-            return Ok(self.model.sampling.calculate_denoised(sigma, x, &out));
+            let whole =
+                self.forward(&self.shape, x, sigma, (&contexts, &pooled, &first.extras), skipped);
+            return self.windowed(whole, Some(&side.entries));
         }
         let mut sum = vec![0f32; x.len()];
+        let mut terms = 0usize;
         for entry in &side.entries {
             let (contexts, pooled) = ([&entry.cond], [entry.pooled.as_ref()]);
-            let whole = self.forward(x, sigma, &contexts, &pooled, &entry.extras, skipped);
-            let out = self.windowed(whole, None)?;
-            let denoised = self.model.sampling.calculate_denoised(sigma, x, &out);
-            sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
+            let whole =
+                self.forward(&self.shape, x, sigma, (&contexts, &pooled, &entry.extras), skipped);
+            // At a boundary of the pose's part of sampling, ComfyUI's conditioning with the pose and its
+            // complement without are both in range: both count.
+            let modes: &[PoseMode] = if self.pose_at_boundary(&entry.extras, sigma) {
+                &[PoseMode::On, PoseMode::Off]
+            } else {
+                &[PoseMode::ByRange]
+            };
+            for &pose in modes {
+                let denoised = self.windowed(Forward { pose, ..whole }, None)?;
+                sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
+                terms += 1;
+            }
         }
-        let n = side.entries.len().max(1) as f32;
+        let n = terms.max(1) as f32;
         sum.iter_mut().for_each(|s| *s /= n);
         Ok(sum)
     }
 
-    /// A call of the model on `x` at `sigma` with `contexts` (and their pooled vectors) and `extras`, `skipped`
-    /// blocks left out, with the run's noise mask, caches and block of frames.
+    /// Whether the run's context windows split a side's prompts among the windows (`split_conds_to_windows`,
+    /// with a latent longer than a window).
+    fn splits_prompts(&self) -> bool {
+        self.windows.as_ref().is_some_and(|run| {
+            let w = &run.windows;
+            w.split_conds && self.shape.get(w.dim).is_some_and(|&frames| w.applies(frames))
+        })
+    }
+
+    /// Whether `sigma` is where Wan Animate 2's pose starts or stops (`pose_start_percent` above 0,
+    /// `pose_end_percent` below 1).
+    fn pose_at_boundary(&self, extras: &CondExtras, sigma: f32) -> bool {
+        let Some(pose) = extras.animate_pose.as_ref().filter(|p| p.latent.is_some()) else {
+            return false;
+        };
+        let sampling = &self.model.sampling;
+        let (start, end) = pose.percent;
+        (start > 0.0 && sigma == sampling.percent_to_sigma(start) as f32)
+            || (end < 1.0 && sigma == sampling.percent_to_sigma(end) as f32)
+    }
+
+    /// A call of the model on `x` (of `shape`) at `sigma` with a prompt's contexts, pooled vectors and extras,
+    /// `skipped` blocks left out, with the run's noise mask, caches and block of frames.
     fn forward<'f>(
         &'f self,
+        shape: &'f [usize],
         x: &'f [f32],
         sigma: f32,
-        contexts: &'f [&'f Tensor],
-        pooled: &'f [Option<&'f Tensor>],
-        extras: &'f CondExtras,
+        (contexts, pooled, extras): (&'f [&'f Tensor], &'f [Option<&'f Tensor>], &'f CondExtras),
         skipped: SkippedBlocks,
     ) -> Forward<'f> {
         Forward {
             model: self.model,
-            shape: &self.shape,
+            shape,
             x,
             sigma,
             contexts,
@@ -869,22 +917,27 @@ impl Guided<'_> {
             causal: self.causal,
             window: None,
             pose_cache: self.pose_cache.as_ref(),
+            pose: PoseMode::ByRange,
         }
     }
 
-    /// The model output of the call `whole`: that call itself, or, when the model has context windows and the
-    /// latent is longer than one, the calls on the windows of this step fused; with `split`, each window's call
-    /// reads the prompt of `split` its place picks (`split_conds_to_windows`).
+    /// The x̂₀ of the call `whole`: that call's, or, when the model has context windows and the latent is longer
+    /// than one, the x̂₀ of the calls on this step's windows (each from its own window of the latent), fused; with
+    /// `split`, each window's call reads the prompt of `split` its place picks (`split_conds_to_windows`).
     fn windowed(
         &self,
         whole: Forward<'_>,
         split: Option<&[crate::models::Cond]>,
     ) -> kiln_models::Result<Vec<f32>> {
         let device = self.compute.device();
-        let Some(run) = &self.windows else { return on_device(device, whole) };
+        let sampling = &self.model.sampling;
+        let plain = |call: Forward<'_>| -> kiln_models::Result<Vec<f32>> {
+            Ok(sampling.calculate_denoised(call.sigma, call.x, &on_device(device, call)?))
+        };
+        let Some(run) = &self.windows else { return plain(whole) };
         let windows =
             run.windows_of(whole.shape, whole.sigma).map_err(kiln_models::Error::Invalid)?;
-        let Some(windows) = windows else { return on_device(device, whole) };
+        let Some(windows) = windows else { return plain(whole) };
         let settings = &run.windows;
         let total = whole.shape[settings.dim];
         let mut fusion = Fusion::new(whole.shape, settings);
@@ -898,10 +951,20 @@ impl Guided<'_> {
                 call.pooled = pooled;
                 call.extras = &entry.extras;
             }
-            let mut read_shape = whole.shape.to_vec();
-            read_shape[settings.dim] = window.read().len();
+            let (read_shape, read) = gather_frames(
+                whole.x,
+                whole.shape,
+                settings.dim,
+                &window.read(),
+                &settings.latent_retain,
+            );
             let out = on_device(device, call)?;
-            fusion.add(settings, window, &without_anchor(out, &read_shape, settings.dim, window));
+            let denoised = sampling.calculate_denoised(whole.sigma, &read, &out);
+            fusion.add(
+                settings,
+                window,
+                &without_anchor(denoised, &read_shape, settings.dim, window),
+            );
         }
         Ok(fusion.finish())
     }
@@ -910,8 +973,9 @@ impl Guided<'_> {
 impl Guided<'_> {
     /// The positive's and the negative's x̂₀ from one model call with both in the batch, as ComfyUI's
     /// `calc_cond_batch` runs them, when they can share it: one prompt each, with contexts of one shape
-    /// (ComfyUI's `can_concat`). `None` when they cannot (several prompts on a side, different lengths).
-    /// Each sample of a batch is computed on its own, so the predictions are those of two calls.
+    /// (ComfyUI's `can_concat`). `None` when they cannot (several prompts on a side, different lengths, a pose
+    /// boundary, context windows across the batch). Each sample of a batch is computed on its own, so the
+    /// predictions are those of two calls.
     fn pair(
         &self,
         negative: &Conditioning,
@@ -922,9 +986,12 @@ impl Guided<'_> {
             return Ok(None);
         };
         let pooled_shape = |c: &crate::models::Cond| c.pooled.as_ref().map(|p| p.shape().to_vec());
+        let windows_cut_batch = self.windows.as_ref().is_some_and(|w| w.windows.dim == 0);
         if pos.cond.shape() != neg.cond.shape()
             || pos.extras != neg.extras
             || pooled_shape(pos) != pooled_shape(neg)
+            || self.pose_at_boundary(&pos.extras, sigma)
+            || windows_cut_batch
         {
             return Ok(None);
         }
@@ -934,28 +1001,11 @@ impl Guided<'_> {
         let doubled: Vec<f32> = x.iter().chain(x.iter()).copied().collect();
         let contexts = [&pos.cond, &neg.cond];
         let pooled = [pos.pooled.as_ref(), neg.pooled.as_ref()];
-        let forward = Forward {
-            model: self.model,
-            shape: &shape,
-            x: &doubled,
-            sigma,
-            contexts: &contexts,
-            pooled: &pooled,
-            extras: &pos.extras,
-            denoise_mask: self.inpaint.as_ref().map(|i| i.mask.as_slice()),
-            kv_cache: self.kv_cache.as_ref(),
-            skipped: SkippedBlocks::default(),
-            causal: self.causal,
-            window: None,
-            pose_cache: self.pose_cache.as_ref(),
-        };
-        let out = self.windowed(forward, None)?;
-        let (cond, uncond) = out.split_at(x.len());
-        let sampling = &self.model.sampling;
-        Ok(Some((
-            sampling.calculate_denoised(sigma, x, cond),
-            sampling.calculate_denoised(sigma, x, uncond),
-        )))
+        let prompts = (&contexts[..], &pooled[..], &pos.extras);
+        let forward = self.forward(&shape, &doubled, sigma, prompts, SkippedBlocks::default());
+        let denoised = self.windowed(forward, None)?;
+        let (cond, uncond) = denoised.split_at(x.len());
+        Ok(Some((cond.to_vec(), uncond.to_vec())))
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use super::latent::cat;
 use super::pure::Pure;
 use super::resize::resize;
 use super::vae::encode_video;
@@ -188,7 +189,7 @@ impl Node for WanAnimate2ToVideo {
             Some(image) => fit(&frame_range(image, ..1)?)?,
             None => Tensor::full(vec![1, height, width, 3], 0.0),
         };
-        let reference = encode(&rgb(&reference)?)?;
+        let reference = encode(&reference)?;
         let trim_latent = reference.dim(2);
         // The video: grey, the continued frame in front.
         let (video, continued) = match image("continue_motion")? {
@@ -201,7 +202,7 @@ impl Node for WanAnimate2ToVideo {
             }
             None => (grey_video(length, height, width, None, None)?, 0),
         };
-        let concat = concat_frames(&reference, &encode(&video)?)?;
+        let concat = cat(&reference, &encode(&video)?, 2)?;
         let (h, w) = (height / 8, width / 8);
         let given = trim_latent + continued;
         let mask: Vec<f32> = (0..frames + trim_latent)
@@ -266,11 +267,6 @@ impl Node for WanAnimate2ToVideo {
     }
 }
 
-/// An IMAGE's first three channels.
-fn rgb(image: &Tensor) -> Result<Tensor, NodeError> {
-    grey_video(image.dim(0), image.dim(1), image.dim(2), Some(image), None)
-}
-
 /// `frames` with its last frame repeated to `length` frames (ComfyUI's padding of a short pose video).
 fn hold_last_frame(frames: &Tensor, length: usize) -> Result<Tensor, NodeError> {
     let n = frames.dim(0);
@@ -286,29 +282,6 @@ fn hold_last_frame(frames: &Tensor, length: usize) -> Result<Tensor, NodeError> 
     let mut shape = frames.shape().to_vec();
     shape[0] = length;
     Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
-}
-
-/// Two `[1, C, T, h, w]` latents joined on the frames.
-fn concat_frames(a: &Tensor, b: &Tensor) -> Result<Tensor, NodeError> {
-    let (sa, sb) = (a.shape(), b.shape());
-    let (&[1, c, ta, h, w], &[1, c2, tb, h2, w2]) = (sa, sb) else {
-        return Err(NodeError::new(format!(
-            "cannot join the latents {sa:?} and {sb:?} on their frames"
-        )));
-    };
-    if (c, h, w) != (c2, h2, w2) {
-        return Err(NodeError::new(format!(
-            "cannot join the latents {sa:?} and {sb:?} on their frames"
-        )));
-    }
-    let plane = ta * h * w;
-    let other = tb * h * w;
-    let mut values = Vec::with_capacity(a.data().len() + b.data().len());
-    for ch in 0..c {
-        values.extend_from_slice(&a.data()[ch * plane..][..plane]);
-        values.extend_from_slice(&b.data()[ch * other..][..other]);
-    }
-    Tensor::new(vec![1, c, ta + tb, h, w], values).map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// `WanAnimate2Cache`: the model with the pose-branch cache (`kiln_models::wan::PoseCache`), made for each
@@ -414,8 +387,9 @@ mod tests {
 
     /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny Animate 2 model with `WanAnimate2ToVideo`'s
     /// conditioning, plain, with `ContextWindowsManual` (the template's static windows with FreeNoise, the causal
-    /// fix and the reference retained; uniform windows with the overlap-linear fuse; the relative fuse) and with
-    /// `WanAnimate2Cache` (int8), alone and under windows: the engine's `sample()` gives ComfyUI's latents.
+    /// fix and the reference retained; uniform windows with the overlap-linear fuse; the relative fuse; the
+    /// latent's first frame retained in every window) and with `WanAnimate2Cache` (int8), alone and under
+    /// windows: the engine's `sample()` gives ComfyUI's latents.
     #[test]
     fn windowed_and_cached_sampling_follow_comfyui() {
         let io = fixture();
@@ -456,6 +430,11 @@ mod tests {
         };
         let int8 = Some(CacheSettings { dtype: CacheDtype::Int8, on_device: false });
         let template = windows(Schedule::StaticStandard, Fuse::Pyramid, true, true);
+        let retain_latent = ContextWindows {
+            cond_retain: vec![0],
+            latent_retain: vec![0],
+            ..windows(Schedule::StaticStandard, Fuse::Pyramid, false, false)
+        };
         let cases = [
             ("plain", None, None),
             ("windows", Some(template.clone()), None),
@@ -470,23 +449,22 @@ mod tests {
                 Some(windows(Schedule::StaticStandard, Fuse::Relative, true, true)),
                 None,
             ),
+            ("windows_latent_retain", Some(retain_latent), None),
             ("cache", None, int8),
         ];
         let seed = io["seed"].data()[0] as u64;
-        for (case, windows, cache) in cases {
-            let patched = DiffusionModel {
-                context_windows: windows.map(Arc::new),
-                pose_cache: cache,
-                ..model.clone()
-            };
+        let run = |model: &DiffusionModel,
+                   sides: (&Conditioning, &Conditioning),
+                   sigmas: &str,
+                   case: &str| {
             let job = super::super::sampler::Sampling {
-                model: &patched,
-                positive: &positive,
-                negative: Some(&negative),
+                model,
+                positive: sides.0,
+                negative: Some(sides.1),
                 cfg: 2.0,
                 dual: None,
                 sampler: Sampler::Euler.into(),
-                sigmas: io["sigmas"].data(),
+                sigmas: io[sigmas].data(),
                 noise: Noise::Random(seed),
                 latent: &latent,
             };
@@ -497,7 +475,25 @@ mod tests {
             let worst =
                 got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(worst <= 1e-4 * scale, "{case}: max |difference| {worst} of {scale}");
+        };
+        for (case, windows, cache) in cases {
+            let patched = DiffusionModel {
+                context_windows: windows.map(Arc::new),
+                pose_cache: cache,
+                ..model.clone()
+            };
+            run(&patched, (&positive, &negative), "sigmas", case);
         }
+        // The pose in a part of sampling whose ends are two of the sigmas: there the predictions with and
+        // without the pose are averaged, as ComfyUI's two conditionings in range are.
+        let window = |side: &Conditioning| {
+            side.with_extras(|e| {
+                if let Some(pose) = e.animate_pose.as_mut() {
+                    pose.percent = (0.25, 0.75);
+                }
+            })
+        };
+        run(&model, (&window(&positive), &window(&negative)), "sigmas4", "pose_window");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
