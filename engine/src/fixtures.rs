@@ -36,3 +36,36 @@ pub(crate) fn assert_within(what: &str, got: &[f32], want: &[f32], tol: f32) {
     let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < tol, "{what}: max |difference| {worst}");
 }
+
+/// Asserts `got` has `want`'s length and every value within `tol` times `want`'s largest magnitude of it.
+#[track_caller]
+pub(crate) fn assert_relative(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert_within(what, got, want, tol * scale);
+}
+
+/// No progress reporting (a node run outside the executor).
+struct Quiet;
+
+impl crate::nodes::ProgressSink for Quiet {
+    fn progress(&self, _: &crate::graph::NodeId, _: f64, _: f64) {}
+    fn preview(&self, _: &crate::graph::NodeId, _: crate::preview::Preview) {}
+}
+
+/// A node's context outside the executor: node 1 of an empty prompt, every folder `dir`, no previews, no
+/// progress reporting.
+pub(crate) fn quiet_context(dir: &std::path::Path) -> crate::nodes::Context {
+    use std::sync::Arc;
+    crate::nodes::Context {
+        node: crate::graph::NodeId::from("1"),
+        prompt: Arc::new(serde_json::Value::Null),
+        extra_pnginfo: Arc::new(serde_json::Value::Null),
+        input_dir: dir.to_path_buf(),
+        output_dir: dir.to_path_buf(),
+        temp_dir: dir.to_path_buf(),
+        shared: None,
+        preview_method: crate::preview::PreviewMethod::None,
+        interrupt: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        progress: Arc::new(Quiet),
+    }
+}

@@ -413,14 +413,6 @@ mod tests {
         assert!(err.contains("one mask per speaker"), "{err}");
     }
 
-    /// No progress reporting (a sampling run outside the executor).
-    struct Quiet;
-
-    impl crate::nodes::context::ProgressSink for Quiet {
-        fn progress(&self, _: &crate::graph::NodeId, _: f64, _: f64) {}
-        fn preview(&self, _: &crate::graph::NodeId, _: crate::preview::Preview) {}
-    }
-
     /// The tiny Wan DiT's expert variant (kiln-models' `wan/weights.safetensors` without the CLIP branch) and
     /// the fixture's tiny InfiniteTalk patch, written under `dir`.
     fn write_models(dir: &std::path::Path, io: &std::collections::BTreeMap<String, Tensor>) {
@@ -499,18 +491,7 @@ mod tests {
         let positive = side(context.clone());
         let negative = side(Tensor::full(context.shape().to_vec(), 0.0));
         let latent = Latent::new(Tensor::full(vec![1, 16, 3, 4, 6], 0.0));
-        let ctx = Context {
-            node: crate::graph::NodeId::from("1"),
-            prompt: Arc::new(serde_json::Value::Null),
-            extra_pnginfo: Arc::new(serde_json::Value::Null),
-            input_dir: dir.clone(),
-            output_dir: dir.clone(),
-            temp_dir: dir.clone(),
-            shared: None,
-            preview_method: crate::preview::PreviewMethod::None,
-            interrupt: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            progress: Arc::new(Quiet),
-        };
+        let ctx = crate::fixtures::quiet_context(&dir);
         let seed = io["sample.seed"].data()[0] as u64;
         for (case, motion, extend) in [
             ("base", latent_frame_range(&concat, 0..1).unwrap(), false),
@@ -540,10 +521,7 @@ mod tests {
             let got = super::super::sampler::sample(&env.compute, job, &ctx).unwrap().samples;
             let want = &io[&format!("sample.out.{case}")];
             assert_eq!(got.shape(), want.shape(), "{case}");
-            let scale = want.data().iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst =
-                got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(worst <= 1e-4 * scale, "{case}: max |difference| {worst} of {scale}");
+            crate::fixtures::assert_relative(case, got.data(), want.data(), 1e-4);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

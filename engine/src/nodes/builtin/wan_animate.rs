@@ -344,14 +344,6 @@ mod tests {
         crate::fixtures::tensors("context_windows/sampling.safetensors")
     }
 
-    /// No progress reporting (a sampling run outside the executor).
-    struct Quiet;
-
-    impl crate::nodes::context::ProgressSink for Quiet {
-        fn progress(&self, _: &crate::graph::NodeId, _: f64, _: f64) {}
-        fn preview(&self, _: &crate::graph::NodeId, _: crate::preview::Preview) {}
-    }
-
     /// The tiny Wan DiT's I2V variant (kiln-models' `wan/weights.safetensors` without FLF2V's `emb_pos`) marked
     /// as Wan Animate 2, written under `dir`.
     fn write_model(dir: &std::path::Path) -> std::path::PathBuf {
@@ -416,18 +408,7 @@ mod tests {
         };
         let (positive, negative) = (side("context.positive"), side("context.negative"));
         let latent = Latent::new(Tensor::full(vec![1, 16, 5, 4, 6], 0.0));
-        let ctx = Context {
-            node: crate::graph::NodeId::from("1"),
-            prompt: Arc::new(serde_json::Value::Null),
-            extra_pnginfo: Arc::new(serde_json::Value::Null),
-            input_dir: dir.clone(),
-            output_dir: dir.clone(),
-            temp_dir: dir.clone(),
-            shared: None,
-            preview_method: crate::preview::PreviewMethod::None,
-            interrupt: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            progress: Arc::new(Quiet),
-        };
+        let ctx = crate::fixtures::quiet_context(&dir);
         let int8 = Some(CacheSettings { dtype: CacheDtype::Int8, on_device: false });
         let template = windows(Schedule::StaticStandard, Fuse::Pyramid, true, true);
         let retain_latent = ContextWindows {
@@ -471,10 +452,7 @@ mod tests {
             let got = super::super::sampler::sample(&env.compute, job, &ctx).unwrap().samples;
             let want = &io[&format!("out.{case}")];
             assert_eq!(got.shape(), want.shape(), "{case}");
-            let scale = want.data().iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst =
-                got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(worst <= 1e-4 * scale, "{case}: max |difference| {worst} of {scale}");
+            crate::fixtures::assert_relative(case, got.data(), want.data(), 1e-4);
         };
         for (case, windows, cache) in cases {
             let patched = DiffusionModel {
