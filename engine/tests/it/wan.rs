@@ -764,6 +764,11 @@ fn issue_24_wan_animate2_follows_its_reference_and_pose_video_in_windows_and_con
     let mut unwindowed = animate2(0xD02020, 0x20D020);
     unwindowed["41"]["inputs"]["model"] = json!(["37", 0]);
     assert_ne!(red, frames_of(&mut h, unwindowed), "the windows (and FreeNoise) change the clip");
+    // WanContextWindowsManual counts pixel frames: 9 frames overlapping by 4 are the 3 latent frames
+    // overlapping by 1 above, the first frame's conditioning retained.
+    let mut wan_windows = animate2(0xD02020, 0x20D020);
+    wan_windows["40"] = json!({"class_type": "WanContextWindowsManual", "inputs": {"model": ["37", 0], "context_length": 9, "context_overlap": 4, "context_schedule": "standard_static", "context_stride": 1, "closed_loop": false, "fuse_method": "pyramid", "freenoise": true, "retain_first_frame": true, "split_conds_to_windows": false}});
+    assert_eq!(red, frames_of(&mut h, wan_windows), "the same windows in pixel frames");
 
     // Continuing: the next clip starts from the last frame, reads the pose video from where the first left
     // off (less the overlapping frame), and says to trim that frame.

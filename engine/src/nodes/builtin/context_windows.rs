@@ -1,12 +1,12 @@
-//! `ContextWindowsManual` (`comfy_extras.nodes_context_windows`): the model with context windows, which the
-//! sampler reads (`crate::models::context_windows`).
+//! `ContextWindowsManual` and `WanContextWindowsManual` (`comfy_extras.nodes_context_windows`): the model with
+//! context windows, which the sampler reads (`crate::models::context_windows`).
 
 use std::sync::Arc;
 
 use super::pure::Pure;
 use crate::models::DiffusionModel;
 use crate::models::context_windows::{ContextWindows, Fuse, Schedule, parse_index_list};
-use crate::nodes::{ErrorKind, InputDef, NodeError, NodeSpec, OutputDef};
+use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
 /// The schedules and fuse methods, in ComfyUI's order.
@@ -102,35 +102,157 @@ pub(super) fn context_windows_manual() -> Pure {
             OutputDef::new("MODEL").tooltip("The model with context windows applied during sampling."),
         );
     Pure::new(spec, |inputs| {
-        let invalid = |message: String| NodeError::of_kind(ErrorKind::InvalidValue, message);
-        let count = |name: &str| -> Result<usize, NodeError> {
-            usize::try_from(inputs.int(name)?)
-                .map_err(|_| invalid(format!("{name} must not be negative")))
-        };
         let list = |name: &str| -> Result<Vec<usize>, NodeError> {
             parse_index_list(inputs.string(name)?).map_err(|e| invalid(format!("{name}: {e}")))
         };
-        let schedule = inputs.string("context_schedule")?;
-        let fuse = inputs.string("fuse_method")?;
         let windows = ContextWindows {
-            schedule: Schedule::from_name(schedule)
-                .ok_or_else(|| invalid(format!("Unknown context_schedule '{schedule}'.")))?,
-            fuse: Fuse::from_name(fuse)
-                .ok_or_else(|| invalid(format!("Unknown fuse_method '{fuse}'.")))?,
-            length: count("context_length")?.max(1),
-            overlap: count("context_overlap")?,
-            stride: count("context_stride")?.max(1),
-            closed_loop: inputs.bool("closed_loop")?,
-            dim: count("dim")?,
-            freenoise: inputs.bool("freenoise")?,
+            length: count(inputs, "context_length")?.max(1),
+            overlap: count(inputs, "context_overlap")?,
+            dim: count(inputs, "dim")?,
             cond_retain: list("cond_retain_index_list")?,
-            split_conds: inputs.bool("split_conds_to_windows")?,
             latent_retain: list("latent_retain_index_list")?,
             causal_fix: inputs.bool("causal_window_fix")?,
+            ..shared_settings(inputs)?
         };
-        let model = inputs.model("model")?;
-        let patched =
-            DiffusionModel { context_windows: Some(Arc::new(windows)), ..model.as_ref().clone() };
-        Ok(vec![Value::Model(Arc::new(patched))])
+        with_windows(inputs, windows)
     })
+}
+
+/// `WanContextWindowsManual`: `ContextWindowsManual` in a Wan video's pixel frames (a window of `4n + 1` frames
+/// is n + 1 latent frames, an overlap of k frames ⌊k / 4⌋), on the latent's frames (dimension 2), the first
+/// frame's conditioning retained in every window when asked.
+pub(super) fn wan_context_windows_manual() -> Pure {
+    let advanced_int = |name: &str, tooltip: &str| {
+        InputDef::bare(name, "INT").tooltip(tooltip).option("advanced", true)
+    };
+    let boolean = |name: &str, tooltip: &str, default: bool| {
+        InputDef::bare(name, "BOOLEAN").tooltip(tooltip).option("default", default)
+    };
+    let spec = NodeSpec::new("WanContextWindowsManual", "Wan Context Windows", "model/patch/wan")
+        .python_module("comfy_extras.nodes_context_windows")
+        .v3()
+        .experimental()
+        .description("Set context windows for Wan-like models.")
+        .input(
+            InputDef::typed("model", "MODEL")
+                .tooltip("The model to apply context windows to during sampling."),
+        )
+        .input(
+            InputDef::bare("context_length", "INT")
+                .tooltip("The length of the context window in real frames. Must be 4*n + 1.")
+                .option("default", 81)
+                .option("min", 1)
+                .option("max", 16384)
+                .option("step", 4),
+        )
+        .input(
+            InputDef::bare("context_overlap", "INT")
+                .tooltip("The overlap of the context window in real frames.")
+                .option("default", 30)
+                .option("min", 0),
+        )
+        .input(InputDef::v3_combo_described(
+            "context_schedule",
+            &SCHEDULES,
+            "Step-dependent scheduling algorithm for context windows.",
+            "standard_uniform",
+        ))
+        .input(
+            advanced_int(
+                "context_stride",
+                "The stride of the context window; only applicable to uniform schedules.",
+            )
+            .option("default", 1)
+            .option("min", 1),
+        )
+        .input(
+            InputDef::bare("closed_loop", "BOOLEAN")
+                .tooltip(
+                    "Whether to close the context window loop; only applicable to looped schedules.",
+                )
+                .option("advanced", true)
+                .option("default", false),
+        )
+        .input(InputDef::v3_combo_described(
+            "fuse_method",
+            &FUSES,
+            "The method to use to fuse the context windows.",
+            "pyramid",
+        ))
+        .input(
+            InputDef::bare("freenoise", "BOOLEAN")
+                .tooltip("Whether to apply FreeNoise noise shuffling, improves window blending.")
+                .option("advanced", true)
+                .option("default", true),
+        )
+        .input(boolean(
+            "retain_first_frame",
+            "Retain the first I2V frame in every context window (may help retain initial reference).",
+            false,
+        ))
+        .input(
+            InputDef::bare("split_conds_to_windows", "BOOLEAN")
+                .tooltip(
+                    "Whether to split multiple conditionings (created by ConditionCombine) to each window \
+                     based on region index.",
+                )
+                .option("advanced", true)
+                .option("default", false),
+        )
+        .output(
+            OutputDef::new("MODEL").tooltip("The model with context windows applied during sampling."),
+        );
+    Pure::new(spec, |inputs| {
+        let frames = count(inputs, "context_length")?;
+        let windows = ContextWindows {
+            length: (frames.saturating_sub(1) / 4 + 1).max(1),
+            overlap: count(inputs, "context_overlap")? / 4,
+            dim: 2,
+            cond_retain: if inputs.bool("retain_first_frame")? { vec![0] } else { Vec::new() },
+            latent_retain: Vec::new(),
+            causal_fix: true,
+            ..shared_settings(inputs)?
+        };
+        with_windows(inputs, windows)
+    })
+}
+
+fn invalid(message: String) -> NodeError {
+    NodeError::of_kind(ErrorKind::InvalidValue, message)
+}
+
+/// The non-negative integer input `name`.
+fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+    usize::try_from(inputs.int(name)?).map_err(|_| invalid(format!("{name} must not be negative")))
+}
+
+/// The settings both nodes read alike: the schedule, its stride and loop, the fuse method, FreeNoise and the
+/// prompts' split (the rest left to each node).
+fn shared_settings(inputs: &Inputs) -> Result<ContextWindows, NodeError> {
+    let schedule = inputs.string("context_schedule")?;
+    let fuse = inputs.string("fuse_method")?;
+    Ok(ContextWindows {
+        schedule: Schedule::from_name(schedule)
+            .ok_or_else(|| invalid(format!("Unknown context_schedule '{schedule}'.")))?,
+        fuse: Fuse::from_name(fuse)
+            .ok_or_else(|| invalid(format!("Unknown fuse_method '{fuse}'.")))?,
+        length: 1,
+        overlap: 0,
+        stride: count(inputs, "context_stride")?.max(1),
+        closed_loop: inputs.bool("closed_loop")?,
+        dim: 0,
+        freenoise: inputs.bool("freenoise")?,
+        cond_retain: Vec::new(),
+        split_conds: inputs.bool("split_conds_to_windows")?,
+        latent_retain: Vec::new(),
+        causal_fix: true,
+    })
+}
+
+/// The node's `MODEL` with `windows`.
+fn with_windows(inputs: &Inputs, windows: ContextWindows) -> Result<Vec<Value>, NodeError> {
+    let model = inputs.model("model")?;
+    let patched =
+        DiffusionModel { context_windows: Some(Arc::new(windows)), ..model.as_ref().clone() };
+    Ok(vec![Value::Model(Arc::new(patched))])
 }

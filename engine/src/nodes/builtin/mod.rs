@@ -169,6 +169,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan_animate::WanAnimate2ToVideo::new(compute.clone()));
     registry.register(wan_animate::wan_animate2_cache());
     registry.register(context_windows::context_windows_manual());
+    registry.register(context_windows::wan_context_windows_manual());
     registry.register(wan_sound::WanSoundImageToVideo::new(compute.clone()));
     registry.register(wan_sound::WanSoundImageToVideo::extend(compute.clone()));
     registry.register(wan_fun_control::WanFunControlToVideo::wan21(compute.clone()));
