@@ -177,8 +177,7 @@ pub(crate) fn linear_int8(
                 qx.chunks_exact(k).zip(block.chunks_exact_mut(rows)).enumerate()
             {
                 for (j, (o, wrow)) in orow.iter_mut().zip(wq.chunks_exact(k)).enumerate() {
-                    let acc: i32 =
-                        xrow.iter().zip(wrow).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum();
+                    let acc = super::simd::dot_i8(xrow, wrow);
                     *o = acc as f32 * (sx[i] * sw[j0 + j]);
                 }
             }
