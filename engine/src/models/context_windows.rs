@@ -154,10 +154,7 @@ impl ContextWindows {
         }
         let lists = match self.schedule {
             Schedule::StaticStandard if self.overlap >= self.length && frames > self.length => {
-                return Err(format!(
-                    "context windows of {} frames cannot overlap by {}: the overlap must be shorter than the window",
-                    self.length, self.overlap
-                ));
+                return Err(self.overlap_too_long());
             }
             Schedule::StaticStandard => static_standard(frames, self.length, self.overlap),
             Schedule::Batched => batched(frames, self.length),
@@ -174,6 +171,14 @@ impl ContextWindows {
                 Window { frames: frames_of, anchor }
             })
             .collect())
+    }
+
+    /// Why windows that overlap by their whole length (or more) cannot be made.
+    fn overlap_too_long(&self) -> String {
+        format!(
+            "context windows of {} frames cannot overlap by {}: the overlap must be shorter than the window",
+            self.length, self.overlap
+        )
     }
 
     /// The weights of a window's frames for the pyramid, flat and overlap-linear fuses (a window of `len`
@@ -233,9 +238,6 @@ impl ContextWindows {
     /// `standard_uniform`: the uniform windows, those that wrap moved to end at the last frame (a window starting
     /// where the wrap began inserted after it when the next lacks that frame), duplicates dropped.
     fn uniform_standard(&self, frames: usize, step: usize) -> Result<Vec<Vec<usize>>, String> {
-        if frames <= self.length {
-            return Ok(vec![(0..frames).collect()]);
-        }
         let mut windows = self.uniform(frames, step, false, false)?;
         let mut duplicates = Vec::new();
         let mut i = 0;
@@ -283,10 +285,7 @@ impl ContextWindows {
             let end = frames as i64 + pad - if closed { 0 } else { self.overlap as i64 };
             let jump = (self.length * context_step) as i64 - self.overlap as i64;
             if jump <= 0 {
-                return Err(format!(
-                    "context windows of {} frames cannot overlap by {}: the overlap must be shorter than the window",
-                    self.length, self.overlap
-                ));
+                return Err(self.overlap_too_long());
             }
             let mut j = start;
             while j < end {

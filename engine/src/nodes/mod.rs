@@ -158,6 +158,11 @@ impl Inputs {
         }
     }
 
+    /// An optional `IMAGE` input: `None` when it is not connected.
+    pub fn optional_image(&self, name: &str) -> Result<Option<&Tensor>, NodeError> {
+        self.get(name).map(|_| self.image(name)).transpose()
+    }
+
     /// A `LATENT` input.
     pub fn latent(&self, name: &str) -> Result<&Latent, NodeError> {
         match self.required(name)? {

@@ -145,13 +145,7 @@ impl Wan {
             };
             for (s, x) in samples.iter_mut().enumerate() {
                 let m = super::model::sample_modulation(b, &e0, &table, s, 1, d)?;
-                let h = self.self_attention_input(b, x, &m)?;
-                let q =
-                    self.heads(b, &h, &w, "self_attn.q", Some("self_attn.norm_q"), Some(&rope))?;
-                let k =
-                    self.heads(b, &h, &w, "self_attn.k", Some("self_attn.norm_k"), Some(&rope))?;
-                let mut v = self.heads(b, &h, &w, "self_attn.v", None, None)?;
-                drop(h);
+                let (q, k, mut v) = self.self_attention_heads(b, &w, x, &m, &rope)?;
                 if reference_strength != 1.0 {
                     v = scale_leading_tokens(b, &v, frame_tokens, reference_strength)?;
                 }
@@ -320,11 +314,7 @@ impl Wan {
         context: &Context<B>,
         rope: &Rope<B>,
     ) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
-        let h = self.self_attention_input(b, x, m)?;
-        let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
-        let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
-        let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
-        drop(h);
+        let (q, k, v) = self.self_attention_heads(b, w, x, m, rope)?;
         let o = self.attend(b, &q, &k, &v)?;
         drop(q);
         let x = self.finish_block(b, w, x, &o, m, context, BlockAudio::Silent, None)?;

@@ -1020,11 +1020,7 @@ impl Wan {
         causal: Option<CausalSlot<'_, B>>,
         sound: BlockAudio<'_, B>,
     ) -> Result<Tensor<B>> {
-        let h = self.self_attention_input(b, x, m)?;
-        let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
-        let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
-        let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
-        drop(h);
+        let (q, k, v) = self.self_attention_heads(b, w, x, m, rope)?;
         let (k, v) = match causal {
             Some(slot) => with_cached(b, slot, k, v)?,
             None => (k, v),
@@ -1044,6 +1040,23 @@ impl Wan {
         };
         drop((q, k, v));
         self.finish_block(b, w, x, &o, m, context, sound, positions.as_deref())
+    }
+
+    /// Block `w`'s self-attention queries, keys (both RMS-normed and rotated by `rope`) and values of tokens `x`
+    /// `[1, N, D]` under modulation `m`, as heads `[1, H, N, 128]`.
+    pub(super) fn self_attention_heads<B: Backend>(
+        &self,
+        b: &B,
+        w: &BlockWeights<'_, '_>,
+        x: &Tensor<B>,
+        m: &Modulation<B>,
+        rope: &Rope<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
+        let h = self.self_attention_input(b, x, m)?;
+        let q = self.heads(b, &h, w, "self_attn.q", Some("self_attn.norm_q"), Some(rope))?;
+        let k = self.heads(b, &h, w, "self_attn.k", Some("self_attn.norm_k"), Some(rope))?;
+        let v = self.heads(b, &h, w, "self_attn.v", None, None)?;
+        Ok((q, k, v))
     }
 
     /// What a block's self-attention projects: `x` `[1, N, D]` layer-normed, scaled and shifted by the block's

@@ -94,9 +94,7 @@ impl Node for BerniniConditioning {
             Some(_) => size(inputs, "ref_max_size")?,
             None => REF_MAX_SIZE,
         };
-        let image = |name: &str| -> Result<Option<&Tensor>, NodeError> {
-            inputs.get(name).map(|_| inputs.image(name)).transpose()
-        };
+        let image = |name: &str| inputs.optional_image(name);
         // The streams in ComfyUI's order: source video, reference video, then each reference image (by input
         // name, each image of a batch on its own).
         let mut streams = Vec::new();

@@ -5,6 +5,7 @@
 //! generator, bit for bit, so a seed gives ComfyUI's image.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -138,7 +139,7 @@ impl OnDevice for Forward<'_> {
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         let batch = self.shape[0];
         let view = self.window_view()?;
-        let (x_shape, x_values) = self.model_input(&view)?;
+        let (x_shape, x_values) = self.model_input()?;
         let x = b.from_f32(&x_shape, &x_values, b.compute_dtype())?;
         let first = self.contexts.first().ok_or_else(|| {
             kiln_models::Error::Invalid("a model call with no conditioning".to_owned())
@@ -273,10 +274,6 @@ impl OnDevice for Forward<'_> {
         let motion = in_model_space(&self.extras.reference_motion)?;
         let control = in_model_space(&self.extras.control_video)?;
         let animate = self.animate_input(b)?;
-        let animate_input = match &animate {
-            Some(a) => Some(a.input(b)?),
-            None => None,
-        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -302,7 +299,7 @@ impl OnDevice for Forward<'_> {
             talk,
             motion: motion.as_ref(),
             control: control.as_ref(),
-            animate: animate_input,
+            animate: animate.as_ref().map(AnimateCall::input),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -411,8 +408,8 @@ impl Forward<'_> {
     }
 
     /// The latent the call reads and what rides with it frame by frame: the whole's, or a context window's.
-    fn window_view(&self) -> kiln_models::Result<WindowView> {
-        let mask = self.denoise_mask.map(<[f32]>::to_vec);
+    fn window_view(&self) -> kiln_models::Result<WindowView<'_>> {
+        let mask = self.denoise_mask.map(Cow::Borrowed);
         let Some(window) = self.window else {
             return Ok(WindowView { shape: self.shape.to_vec(), mask });
         };
@@ -428,7 +425,7 @@ impl Forward<'_> {
         let mask = self.denoise_mask.map(|mask| {
             let mut part_shape = self.shape.to_vec();
             part_shape[0] /= self.contexts.len().max(1);
-            gather_frames(mask, &part_shape, dim, &read, &windows.cond_retain).1
+            Cow::Owned(gather_frames(mask, &part_shape, dim, &read, &windows.cond_retain).1)
         });
         Ok(WindowView { shape, mask })
     }
@@ -458,7 +455,7 @@ impl Forward<'_> {
     /// The latents the model reads: with the channels a channel-concat model reads beside them (one part's,
     /// repeated to each part of the batch), cut to the call's window when it has one (the latent with
     /// `latent_retain`, the concatenated channels with `cond_retain`).
-    fn model_input(&self, view: &WindowView) -> kiln_models::Result<(Vec<usize>, Vec<f32>)> {
+    fn model_input(&self) -> kiln_models::Result<(Vec<usize>, Cow<'_, [f32]>)> {
         let parts = self.contexts.len().max(1);
         let mut part_shape = self.shape.to_vec();
         part_shape[0] /= parts;
@@ -468,19 +465,23 @@ impl Forward<'_> {
         let windows = self.model.context_windows.as_deref();
         let (x_shape, x) = match (self.window, windows) {
             (Some(window), Some(w)) => {
-                gather_frames(self.x, self.shape, w.dim, &window.read(), &w.latent_retain)
+                let (shape, x) =
+                    gather_frames(self.x, self.shape, w.dim, &window.read(), &w.latent_retain);
+                (shape, Cow::Owned(x))
             }
-            _ => (self.shape.to_vec(), self.x.to_vec()),
+            _ => (self.shape.to_vec(), Cow::Borrowed(self.x)),
         };
-        debug_assert_eq!(x_shape, view.shape);
         let Some(concat) = concat else {
             return Ok((x_shape, x));
         };
         let (concat_shape, concat) = match (self.window, windows) {
             (Some(window), Some(w)) => {
-                gather_frames(concat.data(), concat.shape(), w.dim, &window.read(), &w.cond_retain)
+                let read = window.read();
+                let (shape, values) =
+                    gather_frames(concat.data(), concat.shape(), w.dim, &read, &w.cond_retain);
+                (shape, Cow::Owned(values))
             }
-            _ => (concat.shape().to_vec(), concat.data().to_vec()),
+            _ => (concat.shape().to_vec(), Cow::Borrowed(concat.data())),
         };
         let batch = x_shape[0];
         let (sample, extra) = (x.len() / batch, concat.len() / concat_shape[0]);
@@ -491,7 +492,7 @@ impl Forward<'_> {
         }
         let mut shape = x_shape;
         shape[1] += concat_shape[1];
-        Ok((shape, values))
+        Ok((shape, Cow::Owned(values)))
     }
 
     /// Wan Animate 2's pose branch and strengths for this call (`None` when the conditioning sets neither): the
@@ -574,9 +575,9 @@ fn pose_frames(window: &Window, frames: usize) -> Vec<usize> {
 }
 
 /// What a call reads of the latent: its shape (the window's) and the noise mask at one part's shape cut the same.
-struct WindowView {
+struct WindowView<'a> {
     shape: Vec<usize>,
-    mask: Option<Vec<f32>>,
+    mask: Option<Cow<'a, [f32]>>,
 }
 
 /// A call's Wan Animate 2 inputs on the device.
@@ -593,7 +594,7 @@ struct AnimateCall<'c, B: Backend> {
 
 impl<'c, B: Backend> AnimateCall<'c, B> {
     /// The model's view of these inputs.
-    fn input<'s>(&'s self, _: &B) -> kiln_models::Result<wan::animate2::Animate2Input<'s, B>>
+    fn input<'s>(&'s self) -> wan::animate2::Animate2Input<'s, B>
     where
         'c: 's,
     {
@@ -603,14 +604,14 @@ impl<'c, B: Backend> AnimateCall<'c, B> {
             }
             _ => None,
         };
-        Ok(wan::animate2::Animate2Input {
+        wan::animate2::Animate2Input {
             pose: self.pose.as_ref(),
             context: self.context.as_ref(),
             clip: self.clip.as_ref(),
             pose_strength: self.pose_strength,
             reference_strength: self.reference_strength,
             cache,
-        })
+        }
     }
 }
 
@@ -695,7 +696,7 @@ impl Differential {
 
 impl Inpaint {
     /// The mask at `sigma`: the noise mask, or what `DifferentialDiffusion` makes of it.
-    fn mask_at(&self, sigma: f32) -> std::borrow::Cow<'_, [f32]> {
+    fn mask_at(&self, sigma: f32) -> Cow<'_, [f32]> {
         match &self.differential {
             Some(d) => d.mask(&self.mask, sigma).into(),
             None => self.mask.as_slice().into(),
@@ -1012,8 +1013,8 @@ impl Guided<'_> {
 impl Guided<'_> {
     /// What the model is shown of `x`: with InfiniteTalk, its first frames replaced by the motion latent in every
     /// sample (ComfyUI's `MultiTalkApplyModelWrapper`: the prediction of x̂₀ reads the replaced latent too).
-    fn with_motion<'x>(&self, x: &'x [f32]) -> kiln_models::Result<std::borrow::Cow<'x, [f32]>> {
-        let Some((motion, frames)) = &self.motion else { return Ok(std::borrow::Cow::Borrowed(x)) };
+    fn with_motion<'x>(&self, x: &'x [f32]) -> kiln_models::Result<Cow<'x, [f32]>> {
+        let Some((motion, frames)) = &self.motion else { return Ok(Cow::Borrowed(x)) };
         let &[batch, channels, total, h, w] = self.shape.as_slice() else {
             return Err(kiln_models::Error::Invalid(format!(
                 "InfiniteTalk samples a video latent [B, C, T, H, W], got {:?}",
@@ -1033,7 +1034,7 @@ impl Guided<'_> {
         }
         let mut out = x.to_vec();
         overwrite_leading_frames(&mut out, channels, total * plane, motion, frames * plane);
-        Ok(std::borrow::Cow::Owned(out))
+        Ok(Cow::Owned(out))
     }
 }
 

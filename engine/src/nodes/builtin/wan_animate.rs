@@ -177,9 +177,7 @@ impl Node for WanAnimate2ToVideo {
         let (width, height) = (size(inputs, "width")?, size(inputs, "height")?);
         let (length, batch) = (size(inputs, "length")?, size(inputs, "batch_size")?);
         let mut offset = size(inputs, "video_frame_offset")?;
-        let image = |name: &str| -> Result<Option<&Tensor>, NodeError> {
-            inputs.get(name).map(|_| inputs.image(name)).transpose()
-        };
+        let image = |name: &str| inputs.optional_image(name);
         let fit = |frames: &Tensor| resize(frames, width, height, "area", true);
         let encode = |video: &Tensor| encode_video(&self.compute, vae, video, ctx);
         let frames = latent_frames(length);

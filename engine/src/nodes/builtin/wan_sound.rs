@@ -99,9 +99,7 @@ impl Node for WanSoundImageToVideo {
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let vae = inputs.vae("vae")?;
         let length = size(inputs, "length")?;
-        let image = |name: &str| -> Result<Option<&Tensor>, NodeError> {
-            inputs.get(name).map(|_| inputs.image(name)).transpose()
-        };
+        let image = |name: &str| inputs.optional_image(name);
         let encode = |video: &Tensor| encode_video(&self.compute, vae, video, ctx);
         let (width, height, batch, frame_offset, motion) = if self.extend {
             let video = &inputs.latent("video_latent")?.samples;

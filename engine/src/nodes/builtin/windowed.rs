@@ -130,14 +130,11 @@ impl Fusion {
                     (1.0, weights[pos])
                 }
             };
+            // keep is 1 for the weighted sums: d · 1 is d exactly.
             for o in 0..outer {
                 let dst = &mut self.sum[(o * frames + idx) * inner..][..inner];
                 let src = &out[(o * n + pos) * inner..][..inner];
-                if self.fuse == Fuse::Relative {
-                    dst.iter_mut().zip(src).for_each(|(d, s)| *d = *d * keep + s * add);
-                } else {
-                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s * add);
-                }
+                dst.iter_mut().zip(src).for_each(|(d, s)| *d = *d * keep + s * add);
             }
         }
     }
