@@ -26,7 +26,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   T_SYNTH=60 T_KILN=120 T_TORCH=120
 else
   SIZE=real PX=1328 STEPS=8 KILN_DEVICE= TORCH_DEVICE=cuda PY=python3
-  T_SYNTH=180 T_KILN=80 T_TORCH=130
+  T_SYNTH=${T_SYNTH:-180} T_KILN=${T_KILN:-80} T_TORCH=${T_TORCH:-130}
 fi
 . bench/zimage-gpu/common.sh
 

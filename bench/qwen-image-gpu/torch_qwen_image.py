@@ -66,7 +66,7 @@ def build_vae(sd, dtype, dev):
                                    temperal_downsample=[False, True, True])
     state = {name: sd[comfy_name(name)].reshape(p.shape).to(dtype) for name, p in model.state_dict().items()}
     model.load_state_dict(state, strict=True)
-    return model.to(dev).eval()
+    return model.to(dev, dtype).eval()  # load_state_dict kept the model's f32 parameters
 
 
 def main():

@@ -216,7 +216,7 @@ def build_vae(sd, dtype, dev):
         t = sd[ldm_name(name, levels)]
         state[name] = t.reshape(param.shape).to(dtype)
     model.load_state_dict(state, strict=True)
-    return model.to(dev).eval()
+    return model.to(dev, dtype).eval()  # load_state_dict kept the model's f32 parameters
 
 
 def tokenize(prompt):
@@ -227,8 +227,9 @@ def tokenize(prompt):
     return tok.encode(text, add_special_tokens=False).ids
 
 
-def setup(bench, default_size, sampler, modules):
-    """The command line (`--models DIR [--size N] [--steps N] [--device cuda|cpu] --out FILE`), the device and
+def setup(bench, default_size, sampler, modules, extra_options=None):
+    """The command line (`--models DIR [--size N] [--steps N] [--device cuda|cpu] --out FILE`, and what
+    `extra_options(parser)` adds), the device and
     compute dtype (bf16 on CUDA, f32 on the CPU), and the report started: versions of torch and `modules`
     (an import failure is reported, not fatal), and on CUDA the GPU, TF32 on and the pinned H2D bandwidth.
     Returns (args, device, dtype, models folder, report)."""
@@ -238,6 +239,8 @@ def setup(bench, default_size, sampler, modules):
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", required=True)
+    if extra_options:
+        extra_options(ap)
     args = ap.parse_args()
     dev = torch.device(args.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32

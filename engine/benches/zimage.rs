@@ -1,7 +1,9 @@
 //! The frontend's default Z-Image-Turbo workflow (issue #11), Qwen-Image's text-to-image template
 //! (`--workflow qwen-image`, or at CFG 1 as the Lightning templates sample: `qwen-image-lightning`; issue #23), or
 //! FLUX.1 dev's (`--workflow flux-dev`) or FLUX.2 Klein 4B's (`--workflow flux2-klein`; issue #22), or Wan 2.2
-//! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or HuMo 17B's
+//! TI2V 5B's text-to-video template on a 5-frame clip (`--workflow wan22-5b`; issue #24), or Wan 2.2 A14B's
+//! (`video_wan2_2_14B_t2v`: the high-noise and the low-noise expert, each a KSamplerAdvanced over half the steps,
+//! `--workflow wan22-a14b`), or HuMo 17B's
 //! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or Wan
 //! 2.2 S2V 14B's (`video_wan2_2_14B_s2v`: a reference image and a second of audio through wav2vec2 large,
 //! `--workflow s2v`), or Wan Animate 2's (`video_wan_animate2_distilled`: a reference image and a pose video, in
@@ -15,18 +17,20 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|humo|s2v|animate2|whisper]
-//!        [--size 1024] [--steps 8]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|wan22-a14b|humo|s2v|animate2|whisper]
+//!        [--size 1024] [--height H] [--frames N] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
 //!        [--out FILE] [--label TEXT]
 //! ```
 //!
 //! `DIR` is a models folder with the workflow's files (`kiln model synth` writes them; FLUX.1 has four).
+//! `--size` is the width (and the height unless `--height` is given); `--frames` the length of a video
+//! workflow's clip (default 5).
 //!
 //! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
-//! `weights` is the tensor bytes of the DiT file (`--vram-of dit`, the default: the model each sampler step
-//! streams) or of all three files (`--vram-of all`), and `extra` (`--vram-extra-gib`, default 1 GiB) is room
+//! `weights` is the tensor bytes of the DiT files (`--vram-of dit`, the default: the models the sampler steps
+//! stream; both experts of Wan 2.2 A14B) or of all three files (`--vram-of all`), and `extra` (`--vram-extra-gib`, default 1 GiB) is room
 //! for activations and the offload lanes' scratch. It is applied as ComfyUI's `--reserve-vram` is: the
 //! arbiter's headroom becomes `capacity − budget` ([`Arbiter::set_headroom`], what `ComputeOptions.reserve`
 //! sets at start), so weights that do not fit are evicted and streamed from the pinned host pool per step.
@@ -54,8 +58,8 @@ use serde_json::{Value, json};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// The KSampler's node id in both graphs.
-const SAMPLER: &str = "70";
+/// The KSampler's node id in every graph; the second sampler of a two-expert graph (Wan 2.2 A14B).
+const SAMPLERS: [&str; 2] = ["70", "78"];
 
 /// The workflow measured (`--workflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +84,11 @@ enum Workflow {
     /// `size`² clip of 5 frames (2 latent frames): uni_pc, simple, CFG 5 with the stock negative (two DiT calls
     /// a step, batched), ModelSamplingSD3 8; umT5-XXL through CLIPLoader type `wan`; the Wan 2.2 VAE.
     Wan22Ti2v,
+    /// Wan 2.2 A14B's text-to-video template (`video_wan2_2_14B_t2v`, without its optional 4-step LoRAs): the
+    /// high-noise expert's KSamplerAdvanced over the first half of the steps (returning the leftover noise),
+    /// the low-noise expert's over the rest, euler, simple, CFG 3.5 with the stock negative (two DiT calls a
+    /// step, batched), ModelSamplingSD3 8 on each; umT5-XXL; the Wan 2.1 VAE.
+    Wan22A14b,
     /// HuMo 17B's template (`video_humo`, its lightx2v LoRA left out: merged once, it changes no step's cost) on
     /// a `size`² clip of 5 frames: a reference image, one second of a 440 Hz tone at 24 kHz through Whisper
     /// large-v3 (`AudioEncoderEncode` on the DiT's device), uni_pc, simple, CFG 1 (one DiT call a step, as the
@@ -132,6 +141,12 @@ impl Workflow {
                 "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
                 "vae/wan2.2_vae.safetensors",
             ],
+            Workflow::Wan22A14b => &[
+                "diffusion_models/wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors",
+                "diffusion_models/wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors",
+                "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+                "vae/wan_2.1_vae.safetensors",
+            ],
             Workflow::Humo => &[
                 "diffusion_models/humo_17B_fp8_e4m3fn.safetensors",
                 "text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
@@ -154,13 +169,34 @@ impl Workflow {
         }
     }
 
-    /// The DiT's file.
-    fn dit(self) -> &'static str {
-        self.files()[0]
+    /// The DiT files (the diffusion models the sampler steps run; two for Wan 2.2 A14B).
+    fn dits(self) -> impl Iterator<Item = &'static str> {
+        self.files().iter().copied().filter(|f| f.starts_with("diffusion_models/"))
     }
 
-    /// The graph's prompt at `size`² and `steps` steps, as the frontend sends it.
-    fn prompt(self, seed: u64, size: u32, steps: u32) -> Value {
+    /// The graph's prompt at `size`² and `steps` steps, as the frontend sends it, its latent (node 68)
+    /// `height` high and a video's `frames` long where given.
+    fn prompt(
+        self,
+        seed: u64,
+        size: u32,
+        steps: u32,
+        height: Option<u32>,
+        frames: Option<u32>,
+    ) -> Value {
+        let mut graph = self.graph(seed, size, steps);
+        let latent = &mut graph["68"]["inputs"];
+        if let Some(height) = height {
+            latent["height"] = json!(height);
+        }
+        if let Some(frames) = frames {
+            latent["length"] = json!(frames);
+        }
+        graph
+    }
+
+    /// The graph at `size`² and `steps` steps.
+    fn graph(self, seed: u64, size: u32, steps: u32) -> Value {
         match self {
             Workflow::ZImage => default_workflow(seed, size, steps),
             Workflow::QwenImage => qwen_image_workflow(seed, size, steps, 2.5),
@@ -168,6 +204,7 @@ impl Workflow {
             Workflow::FluxDev => flux_dev_workflow(seed, size, steps),
             Workflow::Flux2Klein => flux2_klein_workflow(seed, size, steps),
             Workflow::Wan22Ti2v => wan22_ti2v_workflow(seed, size, steps),
+            Workflow::Wan22A14b => wan22_a14b_workflow(seed, size, steps),
             Workflow::Humo => humo_workflow(seed, size, steps),
             Workflow::S2v => s2v_workflow(seed, size, steps),
             Workflow::Animate2 => animate2_workflow(seed, size, steps),
@@ -180,8 +217,8 @@ impl Workflow {
         }
     }
 
-    /// The sampling settings, for the report.
-    fn sampling(self) -> Value {
+    /// The sampling settings, for the report (`frames`: the clip's length of a video workflow).
+    fn sampling(self, frames: u32) -> Value {
         match self {
             Workflow::ZImage => json!({
                 "sampler": "res_multistep", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
@@ -197,19 +234,23 @@ impl Workflow {
             }),
             Workflow::Wan22Ti2v => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 5, "dit_calls_per_step": 2,
-                "frames": WAN_FRAMES,
+                "frames": frames,
+            }),
+            Workflow::Wan22A14b => json!({
+                "sampler": "euler", "scheduler": "simple", "cfg": 3.5, "dit_calls_per_step": 2,
+                "frames": frames, "experts": "high noise for the first half of the steps, low noise after",
             }),
             Workflow::Humo => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
-                "frames": WAN_FRAMES, "audio_seconds": 1,
+                "frames": frames, "audio_seconds": 1,
             }),
             Workflow::S2v => json!({
                 "sampler": "uni_pc", "scheduler": "simple", "cfg": 6, "dit_calls_per_step": 2,
-                "frames": WAN_FRAMES, "audio_seconds": 1,
+                "frames": frames, "audio_seconds": 1,
             }),
             Workflow::Animate2 => json!({
                 "sampler": "lcm", "scheduler": "simple", "cfg": 1, "dit_calls_per_step": 1,
-                "frames": WAN_FRAMES, "pose_cache": "int8", "context_windows": "21/8 static",
+                "frames": frames, "pose_cache": "int8", "context_windows": "21/8 static",
             }),
             Workflow::Whisper => json!({"audio_seconds": 1}),
         }
@@ -221,6 +262,8 @@ struct Args {
     workflow: Workflow,
     models: PathBuf,
     size: u32,
+    height: Option<u32>,
+    frames: Option<u32>,
     steps: u32,
     cpu: bool,
     pinned: bool,
@@ -239,6 +282,8 @@ fn parse_args() -> Result<Args, String> {
         workflow: Workflow::ZImage,
         models: PathBuf::new(),
         size: 1024,
+        height: None,
+        frames: None,
         steps: 8,
         cpu: false,
         pinned: true,
@@ -266,6 +311,7 @@ fn parse_args() -> Result<Args, String> {
                 "flux-dev" => args.workflow = Workflow::FluxDev,
                 "flux2-klein" => args.workflow = Workflow::Flux2Klein,
                 "wan22-5b" => args.workflow = Workflow::Wan22Ti2v,
+                "wan22-a14b" => args.workflow = Workflow::Wan22A14b,
                 "humo" => args.workflow = Workflow::Humo,
                 "s2v" => args.workflow = Workflow::S2v,
                 "animate2" => args.workflow = Workflow::Animate2,
@@ -273,11 +319,13 @@ fn parse_args() -> Result<Args, String> {
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein, wan22-5b, humo, s2v, animate2 or whisper"
+                         flux2-klein, wan22-5b, wan22-a14b, humo, s2v, animate2 or whisper"
                     ));
                 }
             },
             "--size" => args.size = number("--size", value("--size")?)? as u32,
+            "--height" => args.height = Some(number("--height", value("--height")?)? as u32),
+            "--frames" => args.frames = Some(number("--frames", value("--frames")?)? as u32),
             "--steps" => args.steps = number("--steps", value("--steps")?)? as u32,
             "--cpu" => args.cpu = true,
             "--no-pinned" => args.pinned = false,
@@ -304,6 +352,9 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     args.models = models.ok_or("--models DIR is required")?;
+    if args.frames.is_some() && args.workflow.sampling(WAN_FRAMES).get("frames").is_none() {
+        return Err("--frames is for the video workflows".into());
+    }
     Ok(args)
 }
 
@@ -376,7 +427,7 @@ fn flux2_klein_workflow(seed: u64, size: u32, steps: u32) -> Value {
     })
 }
 
-/// Frames of the Wan clip (`--workflow wan22-5b`): 5, two latent frames.
+/// Frames of a video workflow's clip unless `--frames` says otherwise: 5, two latent frames.
 const WAN_FRAMES: u32 = 5;
 
 /// Wan's stock negative prompt, as the templates carry it.
@@ -397,6 +448,27 @@ fn wan22_ti2v_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "69": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8, "model": ["66", 0]}},
         "70": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 5, "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1, "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
         "71": {"class_type": "CLIPTextEncode", "inputs": {"text": WAN_NEGATIVE, "clip": ["62", 0]}},
+    })
+}
+
+/// Wan 2.2 A14B's text-to-video template (see [`Workflow::Wan22A14b`]) on a `size`² clip of [`WAN_FRAMES`]
+/// frames at `steps` steps: the high-noise expert's sampler is node 70, the low-noise one's 78.
+fn wan22_a14b_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    let split = steps / 2;
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+        "62": {"class_type": "CLIPLoader", "inputs": {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}},
+        "63": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+        "65": {"class_type": "VAEDecode", "inputs": {"samples": ["78", 0], "vae": ["63", 0]}},
+        "66": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors", "weight_dtype": "default"}},
+        "67": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox running through fresh snow, tracking shot", "clip": ["62", 0]}},
+        "68": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1}},
+        "69": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8, "model": ["66", 0]}},
+        "70": {"class_type": "KSamplerAdvanced", "inputs": {"add_noise": "enable", "noise_seed": seed, "steps": steps, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple", "start_at_step": 0, "end_at_step": split, "return_with_leftover_noise": "enable", "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}},
+        "71": {"class_type": "CLIPTextEncode", "inputs": {"text": WAN_NEGATIVE, "clip": ["62", 0]}},
+        "76": {"class_type": "UNETLoader", "inputs": {"unet_name": "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors", "weight_dtype": "default"}},
+        "77": {"class_type": "ModelSamplingSD3", "inputs": {"shift": 8, "model": ["76", 0]}},
+        "78": {"class_type": "KSamplerAdvanced", "inputs": {"add_noise": "disable", "noise_seed": 0, "steps": steps, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple", "start_at_step": split, "end_at_step": 10000, "return_with_leftover_noise": "disable", "model": ["77", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["70", 0]}},
     })
 }
 
@@ -492,9 +564,11 @@ fn tone_wav() -> Vec<u8> {
 /// DualCLIPLoader loads two files, the first named).
 fn loader_file(workflow: Workflow, node: &str) -> Option<&'static str> {
     let files = workflow.files();
+    let first = |prefix: &str| files.iter().copied().find(|f| f.starts_with(prefix));
     match node {
-        "66" => files.first().copied(),
-        "62" => files.get(1).copied(),
+        "66" => workflow.dits().next(),
+        "76" => workflow.dits().nth(1),
+        "62" => first("text_encoders/"),
         "63" => files.last().copied(),
         "73" => files.iter().copied().find(|f| f.starts_with("audio_encoders/")),
         _ => None,
@@ -626,7 +700,7 @@ impl EventSink for Probe {
                 let rss_before = proc_status_bytes("VmRSS");
                 self.rss.take();
                 let now = Instant::now();
-                if node.0 == SAMPLER {
+                if SAMPLERS.contains(&node.0.as_str()) {
                     seen.last_step = Some(now);
                     seen.last_work = work::work();
                 }
@@ -635,11 +709,18 @@ impl EventSink for Probe {
                 self.poll_device(&mut seen);
             }
             Event::Progress { node, .. } => {
-                if node.0 == SAMPLER
+                if SAMPLERS.contains(&node.0.as_str())
                     && let Some(last) = seen.last_step
                 {
                     let now = Instant::now();
                     seen.steps.push((now - last).as_secs_f64());
+                    // On stderr as it happens, so a run cut short by a timeout still tells its steps.
+                    eprintln!(
+                        "step {} of node {}: {:.3} s",
+                        seen.steps.len(),
+                        node.0,
+                        (now - last).as_secs_f64()
+                    );
                     seen.last_step = Some(now);
                     let done = work::work();
                     let step = done - seen.last_work;
@@ -683,7 +764,7 @@ fn run_prompt(
     label: &str,
     file_bytes: &BTreeMap<&str, u64>,
 ) -> Result<Value, String> {
-    let json = args.workflow.prompt(seed, args.size, args.steps);
+    let json = args.workflow.prompt(seed, args.size, args.steps, args.height, args.frames);
     let prompt = Prompt::from_json(&json).map_err(|e| format!("{e:?}"))?;
     let validated =
         validate(&prompt, registry, None).map_err(|e| format!("the prompt is refused: {e:?}"))?;
@@ -707,12 +788,13 @@ fn run_prompt(
     let total_s = t.elapsed().as_secs_f64();
     let mut seen = probe.seen.lock().unwrap_or_else(|p| p.into_inner());
     probe.finish_node(&mut seen);
-    if let Outcome::Failed(failure) = &summary.outcome {
-        return Err(format!("node {} failed: {}", failure.node.0, failure.message));
-    }
-    if let Some(error) = &seen.error {
-        return Err(error.clone());
-    }
+    // A failed run still reports what it measured (the steps before a failing decode, say).
+    let error = match &summary.outcome {
+        Outcome::Failed(failure) => {
+            Some(format!("node {} failed: {}", failure.node.0, failure.message))
+        }
+        _ => seen.error.clone(),
+    };
     let class = |id: &str| json[id]["class_type"].as_str().unwrap_or("?").to_owned();
     let nodes: Vec<Value> = seen
         .nodes
@@ -747,12 +829,14 @@ fn run_prompt(
         .filter(|n| loader_file(args.workflow, &n.id).is_some())
         .map(|n| n.peak_rss)
         .max();
-    let sampler = seen.nodes.iter().find(|n| n.id == SAMPLER);
+    let samplers: Vec<&NodeRun> =
+        seen.nodes.iter().filter(|n| SAMPLERS.contains(&n.id.as_str())).collect();
     let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
     let resident_min = seen.resident_at_steps.iter().min().copied();
     Ok(json!({
         "label": label,
         "seed": seed,
+        "error": error,
         "seconds": total_s,
         "executed": summary.executed.iter().map(|n| n.0.clone()).collect::<Vec<_>>(),
         "cached": summary.cached.iter().map(|n| n.0.clone()).collect::<Vec<_>>(),
@@ -764,7 +848,7 @@ fn run_prompt(
         // The CPU backend's products in each step (zero on a GPU).
         "step_flops": seen.step_work.iter().map(|w| w.flops).collect::<Vec<_>>(),
         "step_weight_bytes": seen.step_work.iter().map(|w| w.weight_bytes).collect::<Vec<_>>(),
-        "sampler_seconds": sampler.map(|n| n.seconds),
+        "sampler_seconds": (!samplers.is_empty()).then(|| samplers.iter().map(|n| n.seconds).sum::<f64>()),
         "nodes": nodes,
         "loads": loads,
         "loading_peak_rss_bytes": loading_peak,
@@ -806,8 +890,9 @@ fn bench(args: &Args) -> Result<Value, String> {
         return Err(format!("{} is missing or unreadable", args.models.join(missing).display()));
     }
     let all_bytes: u64 = file_bytes.values().sum();
-    let dit_bytes = file_bytes[args.workflow.dit()];
-    let dtype = SafetensorsFile::open(args.models.join(args.workflow.dit()))
+    let dit_bytes: u64 = args.workflow.dits().map(|f| file_bytes[f]).sum();
+    let first_dit = args.workflow.dits().next().unwrap_or_default();
+    let dtype = SafetensorsFile::open(args.models.join(first_dit))
         .ok()
         .and_then(|f| f.tensors().map(|(_, t)| t.dtype.to_string()).max_by_key(|d| d.clone()));
 
@@ -858,7 +943,9 @@ fn bench(args: &Args) -> Result<Value, String> {
         cold_label,
         &file_bytes,
     )?);
-    if args.warm {
+    eprintln!("{}", json!({"run": runs[0]}));
+    let failed = runs[0]["error"].as_str().map(str::to_owned);
+    if args.warm && failed.is_none() {
         runs.push(run_prompt(
             &mut executor,
             &registry,
@@ -872,7 +959,7 @@ fn bench(args: &Args) -> Result<Value, String> {
     let end = compute.manager().stats();
     let _ = std::fs::remove_dir_all(&scratch);
     let roofline = if report.kind == "cpu" {
-        roofline(&runs, &args.models.join(args.workflow.dit()))?
+        roofline(&runs, &args.models.join(args.workflow.dits().next().unwrap_or_default()))?
     } else {
         Value::Null
     };
@@ -883,6 +970,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         .chain([proc_status_bytes("VmHWM")])
         .max();
     Ok(json!({
+        "error": failed,
         "bench": match args.workflow {
             Workflow::ZImage => "zimage-default-workflow",
             Workflow::QwenImage => "qwen-image-text-to-image",
@@ -890,6 +978,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::FluxDev => "flux-dev-text-to-image",
             Workflow::Flux2Klein => "flux2-klein-text-to-image",
             Workflow::Wan22Ti2v => "wan22-ti2v-5b-text-to-video",
+            Workflow::Wan22A14b => "wan22-a14b-text-to-video",
             Workflow::Humo => "humo-17b-audio-to-video",
             Workflow::S2v => "wan22-s2v-14b-audio-to-video",
             Workflow::Animate2 => "wan-animate2-motion-transfer",
@@ -902,7 +991,12 @@ fn bench(args: &Args) -> Result<Value, String> {
             .unwrap_or(0),
         "machine": machine(),
         "device": {"kind": report.kind, "name": report.name, "total_bytes": report.total},
-        "workflow": {"size": args.size, "steps": args.steps, "sampling": args.workflow.sampling()},
+        "workflow": {
+            "size": args.size,
+            "height": args.height.unwrap_or(args.size),
+            "steps": args.steps,
+            "sampling": args.workflow.sampling(args.frames.unwrap_or(WAN_FRAMES)),
+        },
         "files": {
             "models_dir": args.models.display().to_string(),
             "dit_dtype": dtype,
@@ -1021,7 +1115,7 @@ fn main() {
     }
     use std::io::Write as _;
     let _ = writeln!(std::io::stdout(), "{text}");
-    if report.get("error").is_some() {
+    if !report["error"].is_null() {
         std::process::exit(1);
     }
 }

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One call on the GPU machine that runs several of the GPU checks in order, within BUDGET_S seconds in all
+# (default 520): each part starts only with enough time left, gets timeouts that fit what is left, and writes
+# under one work folder, packed into $OUT/results.tgz after every part (the device tool returns at most 8 files;
+# a call cut short still returns what finished). Parts (PARTS, in order; default "ops smoke qwen-image"):
+#
+#   ops          the CUDA op tests (bench/gpu/bin/kiln-compute-it: each op on CUDA against the CPU backend)
+#   smoke        every benchmarked workflow end to end on CUDA on tiny synthetic files (64², 2 steps): the
+#                engine's CUDA path per family, before the real-size runs
+#   qwen-image   bench/qwen-image-gpu.sh (issue #23: 1328², 8-step Lightning at 100 % and 25 %, beside diffusers)
+#   wan22-5b     bench/wan-gpu.sh (issue #24: TI2V 5B, 1280×704, 33 frames, at 100 % and 25 %, beside diffusers)
+#   wan22-a14b   bench/wan-gpu.sh WORKFLOW=wan22-a14b (the two experts at 832×480, 17 frames, 25 %)
+#   executor     bench/gpu.sh (the executor's transfer and streaming benchmark beside torch's baseline)
+#
+# A family part runs only if its smoke (when one ran) ran on CUDA without an error.
+#
+# Build first, here: bench/gpu/build.sh and bench/zimage-gpu/build.sh, then `bench/device-pack.sh
+# --hide-fixtures` (the binaries xz-compressed into .device/, the fixtures out of the index for the call: the
+# device tool's 64 MiB). Then, with the device tool: run `PARTS="…" bash bench/device.sh`, carry [".device"],
+# timeout_s at least BUDGET_S + 30; afterwards `bench/device-pack.sh --restore`.
+set -u
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+BUDGET=${BUDGET_S:-520}
+PARTS=${PARTS:-ops smoke qwen-image}
+DEST=${OUT:-bench/device-out}
+mkdir -p "$DEST"
+WORK=${WORK:-/tmp/kiln-device}
+rm -rf "$WORK"
+mkdir -p "$WORK"
+BIN=bench/zimage-gpu/bin
+
+# The carried pack (bench/device-pack.sh): the binaries xz-compressed, to fit the tool's 64 MiB with the tree.
+if [ -d .device ]; then
+  mkdir -p bench/gpu/bin "$BIN" bench/zimage-gpu/wheels
+  python3 - <<'PY'
+import lzma, os, pathlib, shutil
+for f in pathlib.Path(".device").iterdir():
+    if f.suffix == ".xz":
+        dest = pathlib.Path("bench/gpu/bin" if f.stem in ("kiln-gpu-bench", "kiln-compute-it") else "bench/zimage-gpu/bin") / f.stem
+        dest.write_bytes(lzma.decompress(f.read_bytes()))
+        os.chmod(dest, 0o755)
+    elif f.suffix == ".whl":
+        shutil.copy(f, "bench/zimage-gpu/wheels/")
+PY
+fi
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# The smaller of $1 and the fraction $2 (percent) of the time left.
+fit() { local l; l=$(($(left) * $2 / 100)); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+pack() { tar czf "$DEST/results.tgz" -C "$WORK" . 2>/dev/null; }
+log() { echo "== [$(( $(date +%s) - START )) s] $*" | tee -a "$WORK/device.log"; }
+
+nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
+# cudarc opens libcuda, cuBLASLt and NVRTC by name: the driver's folder, the toolkit's, and the CUDA 13 wheels
+# of the image's PyTorch (what scripts/test compiles the kernels with) on the search path.
+NV=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/nvidia
+LD_LIBRARY_PATH="$(ls -d "$NV"/cu13/lib "$NV"/*/lib /usr/local/cuda/lib64 /usr/local/nvidia/lib64 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH
+{ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldconfig -p | grep -E 'libcuda\.so|cublasLt|nvrtc'
+  ls "$NV"/cu13/lib 2>&1 | head -30; } > "$WORK/libraries.txt" 2>&1
+
+# Tiny files of each workflow (the names engine/benches/zimage.rs reads), written in parallel.
+smoke_synth() {
+  local dir=$WORK/smoke-models
+  s() { local m=$1; shift; "$BIN/kiln" model synth --size tiny --models-dir "$dir/$m" "$@" >> "$WORK/smoke-synth.log" 2>&1 \
+    || echo "synth $m $* failed" | tee -a "$WORK/device.log"; }
+  s zimage --dtype bf16 &
+  s qwen-image-lightning --dtype fp8_e4m3fn --family qwen-image --name diffusion_models/qwen_image_fp8_e4m3fn.safetensors &
+  s qwen-image-lightning --dtype fp8_scaled --family qwen25vl --name text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors &
+  s qwen-image-lightning --dtype bf16 --family wan21-vae --name vae/qwen_image_vae.safetensors &
+  s wan22-5b --dtype f16 --family wan22-ti2v-5b --name diffusion_models/wan2.2_ti2v_5B_fp16.safetensors &
+  s wan22-5b --dtype fp8_scaled --family umt5-xxl --name text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors &
+  s wan22-5b --dtype bf16 --family wan22-vae --name vae/wan2.2_vae.safetensors &
+  wait
+  for e in high low; do
+    s wan22-a14b --dtype fp8_scaled --family wan22-t2v-a14b --name "diffusion_models/wan2.2_t2v_${e}_noise_14B_fp8_scaled.safetensors" &
+  done
+  s wan22-a14b --dtype bf16 --family wan21-vae --name vae/wan_2.1_vae.safetensors &
+  s flux-dev --dtype fp8_scaled --family flux1 --name diffusion_models/flux1-dev-kontext_fp8_scaled.safetensors &
+  s flux-dev --dtype fp8_scaled --family t5xxl --name text_encoders/t5xxl_fp8_e4m3fn_scaled.safetensors &
+  s flux-dev --dtype f16 --family clip-l --name text_encoders/clip_l.safetensors &
+  s flux-dev --dtype f32 --family flux-vae --name vae/ae.safetensors &
+  s animate2 --dtype int8_convrot --family wan21-animate2-14b --name diffusion_models/wan_animate_2_distill_int8_convrot.safetensors &
+  s animate2 --dtype f16 --family clip-vision-h --name clip_vision/clip_vision_h.safetensors &
+  s animate2 --dtype bf16 --family wan21-vae --name vae/wan_2.1_vae.safetensors &
+  wait
+  mkdir -p "$dir/wan22-a14b/text_encoders" "$dir/animate2/text_encoders"
+  for m in wan22-a14b animate2; do
+    cp "$dir/wan22-5b/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors" "$dir/$m/text_encoders/"
+  done
+}
+
+for part in $PARTS; do
+  l=$(left)
+  case "$part" in
+    ops)
+      [ "$l" -ge 30 ] || { log "ops skipped: $l s left"; continue; }
+      log "ops"
+      timeout "$(fit 90 60)" bench/gpu/bin/kiln-compute-it cuda --test-threads=1 > "$WORK/ops.txt" 2>&1
+      echo "rc=$?" >> "$WORK/ops.txt"
+      grep -E "^test |test result|panicked|rc=" "$WORK/ops.txt" | tee -a "$WORK/device.log" ;;
+    smoke)
+      [ "$l" -ge 60 ] || { log "smoke skipped: $l s left"; continue; }
+      log "smoke: tiny files"
+      smoke_synth
+      for wf in zimage qwen-image-lightning wan22-5b wan22-a14b flux-dev animate2; do
+        [ "$(left)" -ge 20 ] || { log "smoke $wf skipped"; continue; }
+        log "smoke $wf on CUDA"
+        timeout "$(fit 40 30)" "$BIN/kiln-zimage-bench" --workflow "$wf" --models "$WORK/smoke-models/$wf" --size 64 \
+          --steps 2 --label "smoke-$wf" --out "$WORK/smoke-$wf.json" > /dev/null 2> "$WORK/smoke-$wf.log"
+        echo "smoke $wf rc=$?" | tee -a "$WORK/device.log"
+        python3 - "$WORK/smoke-$wf.json" "$WORK/smoke-ok" "$wf" <<'PY' 2>&1 | tee -a "$WORK/device.log"
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+    last = (r.get("runs") or [{}])[-1]
+    kind, error = r.get("device", {}).get("kind"), r.get("error") or last.get("error")
+    print("  device", kind, "steps", last.get("step_seconds"), "seconds", last.get("seconds"), "error", error)
+    if kind == "cuda" and not error:
+        with open(sys.argv[2], "a") as f:
+            print(sys.argv[3], file=f)
+except Exception as e:
+    print("  no report:", e)
+PY
+        grep -iE "error|panic" "$WORK/smoke-$wf.log" | head -3 | cut -c1-400 | tee -a "$WORK/device.log"
+      done
+      rm -rf "$WORK/smoke-models" ;;
+    qwen-image | wan22-5b | wan22-a14b)
+      [ "$l" -ge 200 ] || { log "$part skipped: $l s left"; continue; }
+      # After a smoke, only a workflow that ran on CUDA goes on to real size.
+      smoke=$part; [ "$part" = qwen-image ] && smoke=qwen-image-lightning
+      if [ -f "$WORK/smoke-$smoke.json" ] && ! grep -qx "$smoke" "$WORK/smoke-ok" 2>/dev/null; then
+        log "$part skipped: its smoke did not run on CUDA"; continue
+      fi
+      log "$part (left $l s)"
+      export T_SYNTH T_TORCH T_KILN
+      T_SYNTH=$(fit 150 35) T_TORCH=$(fit 120 25) T_KILN=$(fit 90 18)
+      log "timeouts: synth $T_SYNTH, diffusers $T_TORCH, each Kiln run $T_KILN"
+      mkdir -p "$WORK/$part"
+      if [ "$part" = qwen-image ]; then
+        OUT="$WORK/$part" bash bench/qwen-image-gpu.sh > "$WORK/$part/stdout.txt" 2>&1
+      else
+        OUT="$WORK/$part" WORKFLOW=$part bash bench/wan-gpu.sh > "$WORK/$part/stdout.txt" 2>&1
+      fi
+      grep -E "^== |rc=|synth_s|met|_step|error" "$WORK/$part/stdout.txt" | head -40 | tee -a "$WORK/device.log" ;;
+    executor)
+      [ "$l" -ge 120 ] || { log "executor skipped: $l s left"; continue; }
+      log "executor"
+      OUT="$WORK/executor" timeout "$(fit 300 95)" bash bench/gpu.sh > "$WORK/executor.txt" 2>&1
+      tail -20 "$WORK/executor.txt" | tee -a "$WORK/device.log" ;;
+    *) log "unknown part $part" ;;
+  esac
+  pack
+done
+log "done"
+pack
