@@ -11,6 +11,8 @@
 #   wan22-5b     bench/wan-gpu.sh (issue #24: TI2V 5B, 1280×704, 33 frames, at 100 % and 25 %, beside diffusers)
 #   wan22-a14b   bench/wan-gpu.sh WORKFLOW=wan22-a14b (the two experts at 832×480, 17 frames, 25 %)
 #   executor     bench/gpu.sh (the executor's transfer and streaming benchmark beside torch's baseline)
+#   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm or mma); with
+#                attention=auto, mma if the op tests' attention test passed (it checks both paths), else gemm
 #
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
@@ -149,6 +151,16 @@ PY
       log "executor"
       OUT="$WORK/executor" timeout "$(fit 300 95)" bash bench/gpu.sh > "$WORK/executor.txt" 2>&1
       tail -20 "$WORK/executor.txt" | tee -a "$WORK/device.log" ;;
+    attention=auto)
+      if grep -q "attention_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" 2>/dev/null; then
+        export KILN_CUDA_ATTENTION=mma
+      else
+        export KILN_CUDA_ATTENTION=gemm
+      fi
+      log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION" ;;
+    attention=*)
+      export KILN_CUDA_ATTENTION=${part#attention=}
+      log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION" ;;
     *) log "unknown part $part" ;;
   esac
   pack

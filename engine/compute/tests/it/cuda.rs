@@ -44,7 +44,7 @@ mod gpu {
     use std::sync::{Arc, OnceLock};
 
     use kiln_compute::backend::cpu::Cpu;
-    use kiln_compute::backend::cuda::{Cuda, missing_library};
+    use kiln_compute::backend::cuda::{Cuda, LongAttention, missing_library};
     use kiln_compute::backend::{
         AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp,
     };
@@ -53,10 +53,12 @@ mod gpu {
     use kiln_compute::{Backend, OwnedWeight, Tensor};
 
     struct Env {
-        /// bf16 compute (the default).
+        /// bf16 compute (the default), long attention as GEMMs.
         gpu: Cuda,
         /// f32 compute.
         gpu32: Cuda,
+        /// bf16 compute with long attention on the tensor-core flash kernel.
+        gpu_mma: Cuda,
         cpu: Cpu,
     }
 
@@ -67,10 +69,15 @@ mod gpu {
             if let Some(lib) = missing_library() {
                 return Err(format!("the CUDA library {lib} was not found"));
             }
-            let gpu = Cuda::new(0).map_err(|e| format!("no usable CUDA device: {e}"))?;
+            let gpu = Cuda::new(0)
+                .map_err(|e| format!("no usable CUDA device: {e}"))?
+                .with_long_attention(LongAttention::Gemm);
             let gpu32 = Cuda::with_dtype(0, DType::F32)
                 .map_err(|e| format!("no usable CUDA device: {e}"))?;
-            Ok(Env { gpu, gpu32, cpu: Cpu::new(4 << 30) })
+            let gpu_mma = Cuda::new(0)
+                .map_err(|e| format!("no usable CUDA device: {e}"))?
+                .with_long_attention(LongAttention::Mma);
+            Ok(Env { gpu, gpu32, gpu_mma, cpu: Cpu::new(4 << 30) })
         });
         match env {
             Ok(env) => Some(env),
@@ -365,37 +372,52 @@ mod gpu {
     fn attention_case<B: Backend>(
         b: &B,
         dt: DType,
+        batch: usize,
         (hq, hkv): (usize, usize),
         (nq, nk): (usize, usize),
         (d, dv): (usize, usize),
         mask: AttentionMask,
     ) -> Vec<f32> {
-        let q = up(b, &[1, hq, nq, d], &values(hq * nq * d, 14, 1.0), dt);
-        let k = up(b, &[1, hkv, nk, d], &values(hkv * nk * d, 15, 1.0), dt);
-        let v = up(b, &[1, hkv, nk, dv], &values(hkv * nk * dv, 16, 1.0), dt);
+        let q = up(b, &[batch, hq, nq, d], &values(batch * hq * nq * d, 14, 1.0), dt);
+        let k = up(b, &[batch, hkv, nk, d], &values(batch * hkv * nk * d, 15, 1.0), dt);
+        let v = up(b, &[batch, hkv, nk, dv], &values(batch * hkv * nk * dv, 16, 1.0), dt);
         let o = b.attention(&q, &k, &v, mask, 1.0 / (d as f32).sqrt()).expect("attention");
-        assert_eq!(o.shape(), [1, hq, nq, dv]);
+        assert_eq!(o.shape(), [batch, hq, nq, dv]);
         get(b, &o)
     }
 
     #[test]
     fn attention_matches_the_cpu_with_gqa_and_causal_masks() {
         let Some(e) = env() else { return };
+        // Long sequences and heads over 256 features run as GEMMs (4 200 queries: two chunks of at most 4 096
+        // rows; the first 1 200 causal rows see no key; 401 keys: rows padded to 408), or with `gpu_mma` on the
+        // tensor-core kernel where it fits (16-bit, heads of 64 or 128); the short ones on the flash kernel.
         let cases = [
-            (DType::BF16, (8, 2), (3000, 3000), (64, 64), AttentionMask::Causal),
-            (DType::BF16, (4, 4), (2048, 2048), (128, 128), AttentionMask::None),
-            (DType::F32, (4, 1), (333, 1000), (80, 80), AttentionMask::Causal),
-            (DType::F16, (2, 1), (500, 200), (256, 256), AttentionMask::Causal),
-            (DType::F32, (3, 3), (70, 90), (32, 48), AttentionMask::None),
+            (DType::BF16, 1, (8, 2), (4200, 3000), (64, 64), AttentionMask::Causal),
+            (DType::BF16, 1, (4, 4), (2048, 2048), (128, 128), AttentionMask::None),
+            (DType::F32, 1, (4, 1), (333, 1000), (80, 80), AttentionMask::Causal),
+            (DType::F16, 1, (2, 1), (500, 200), (256, 256), AttentionMask::Causal),
+            (DType::F32, 1, (3, 3), (70, 90), (32, 48), AttentionMask::None),
+            (DType::BF16, 2, (6, 3), (300, 400), (64, 64), AttentionMask::Causal),
+            (DType::BF16, 3, (1, 1), (1024, 1024), (384, 384), AttentionMask::None),
+            (DType::F32, 1, (2, 2), (40, 300), (512, 512), AttentionMask::None),
+            (DType::BF16, 2, (6, 3), (40, 50), (64, 64), AttentionMask::Causal),
+            (DType::F16, 1, (2, 1), (20, 500), (128, 128), AttentionMask::None),
+            (DType::BF16, 2, (6, 3), (300, 401), (64, 64), AttentionMask::Causal),
+            (DType::F16, 1, (2, 1), (60, 40), (256, 256), AttentionMask::Causal),
+            (DType::F32, 1, (3, 3), (50, 60), (32, 48), AttentionMask::None),
+            (DType::F16, 2, (4, 2), (1000, 777), (128, 128), AttentionMask::Causal),
+            (DType::BF16, 1, (24, 24), (700, 700), (128, 128), AttentionMask::None),
         ];
-        for (dt, heads, n, dims, mask) in cases {
-            let what = format!("attention {dt} heads {heads:?} n {n:?} dims {dims:?} {mask:?}");
-            assert_close(
-                &what,
-                &attention_case(&e.gpu, dt, heads, n, dims, mask),
-                &attention_case(&e.cpu, dt, heads, n, dims, mask),
-                tol(dt),
-            );
+        for (dt, batch, heads, n, dims, mask) in cases {
+            let want = attention_case(&e.cpu, dt, batch, heads, n, dims, mask);
+            for (path, gpu) in [("gemm", &e.gpu), ("mma", &e.gpu_mma)] {
+                let what = format!(
+                    "attention ({path}) {dt} batch {batch} heads {heads:?} n {n:?} dims {dims:?} {mask:?}"
+                );
+                let got = attention_case(gpu, dt, batch, heads, n, dims, mask);
+                assert_close(&what, &got, &want, tol(dt));
+            }
         }
     }
 

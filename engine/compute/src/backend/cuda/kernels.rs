@@ -31,8 +31,10 @@ pub(crate) enum KernelFile {
     Elementwise,
     /// RMS, layer and group norm, softmax.
     Norm,
-    /// Flash attention.
+    /// Flash attention on CUDA cores, the GEMM path's softmax.
     Attention,
+    /// Flash attention on tensor cores (sm_80 and later).
+    AttentionMma,
     /// Rotary position embedding.
     Rope,
     /// Concat, slice, pad, permute, upsampling, patchify, embedding.
@@ -47,11 +49,12 @@ pub(crate) enum KernelFile {
 
 impl KernelFile {
     /// Every kernel file.
-    const ALL: [KernelFile; 9] = [
+    const ALL: [KernelFile; 10] = [
         KernelFile::Cast,
         KernelFile::Elementwise,
         KernelFile::Norm,
         KernelFile::Attention,
+        KernelFile::AttentionMma,
         KernelFile::Rope,
         KernelFile::Layout,
         KernelFile::Conv,
@@ -65,6 +68,7 @@ impl KernelFile {
             KernelFile::Elementwise => "elementwise.cu",
             KernelFile::Norm => "norm.cu",
             KernelFile::Attention => "attention.cu",
+            KernelFile::AttentionMma => "attention_mma.cu",
             KernelFile::Rope => "rope.cu",
             KernelFile::Layout => "layout.cu",
             KernelFile::Conv => "conv.cu",
@@ -84,6 +88,7 @@ impl KernelFile {
             KernelFile::Elementwise => include_str!("kernels/elementwise.cu"),
             KernelFile::Norm => include_str!("kernels/norm.cu"),
             KernelFile::Attention => include_str!("kernels/attention.cu"),
+            KernelFile::AttentionMma => include_str!("kernels/attention_mma.cu"),
             KernelFile::Rope => include_str!("kernels/rope.cu"),
             KernelFile::Layout => include_str!("kernels/layout.cu"),
             KernelFile::Conv => include_str!("kernels/conv.cu"),
@@ -326,6 +331,11 @@ impl Kernels {
         })
     }
 
+    /// The device's compute capability (major, minor).
+    pub(crate) fn arch(&self) -> (i32, i32) {
+        self.arch
+    }
+
     /// The most dynamic shared memory a block may ask for.
     pub(crate) fn max_shared(&self) -> u32 {
         self.max_shared_optin
@@ -425,7 +435,8 @@ mod tests {
                 &["unary", "binary", "affine", "gated", "modulate", "bias_add"],
             ),
             (KernelFile::Norm, &["rms_norm", "layer_norm", "group_norm", "softmax"]),
-            (KernelFile::Attention, &["attention"]),
+            (KernelFile::Attention, &["attention", "attention_softmax"]),
+            (KernelFile::AttentionMma, &["attention_mma_64", "attention_mma_128"]),
             (KernelFile::Rope, &["rope"]),
             (
                 KernelFile::Layout,

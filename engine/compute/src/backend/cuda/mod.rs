@@ -79,6 +79,33 @@ pub struct Cuda {
     kernels: Kernels,
     gemm: gemm::Gemm,
     hadamards: quant::Hadamards,
+    long_attention: LongAttention,
+}
+
+/// How the CUDA backend runs attention over long sequences (short ones take the flash kernel on CUDA cores
+/// either way; `attention.rs` has the details).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LongAttention {
+    /// Chunked cuBLASLt GEMMs around a masked row softmax.
+    #[default]
+    Gemm,
+    /// The tensor-core flash kernel (`attention_mma.cu`) where it applies (sm_80 and later; q, k and v of one
+    /// 16-bit type; heads of 64 or 128 features), the GEMMs elsewhere. Chosen with `KILN_CUDA_ATTENTION=mma`.
+    Mma,
+}
+
+impl LongAttention {
+    /// The choice `KILN_CUDA_ATTENTION` names (`gemm` or `mma`), the default when it is unset; another value is
+    /// an error naming it.
+    pub fn from_env() -> Result<LongAttention> {
+        match std::env::var("KILN_CUDA_ATTENTION").as_deref() {
+            Err(_) | Ok("") | Ok("gemm") => Ok(LongAttention::Gemm),
+            Ok("mma") => Ok(LongAttention::Mma),
+            Ok(other) => Err(Error::Unsupported(format!(
+                "KILN_CUDA_ATTENTION={other} (expected gemm or mma)"
+            ))),
+        }
+    }
 }
 
 impl Cuda {
@@ -87,8 +114,10 @@ impl Cuda {
         Cuda::with_dtype(ordinal, DType::BF16)
     }
 
-    /// Opens CUDA device `ordinal`, computing activations in `dtype` (f32, f16 or bf16).
+    /// Opens CUDA device `ordinal`, computing activations in `dtype` (f32, f16 or bf16), with long attention
+    /// as `KILN_CUDA_ATTENTION` says ([`LongAttention::from_env`]).
     pub fn with_dtype(ordinal: usize, dtype: DType) -> Result<Cuda> {
+        let long_attention = LongAttention::from_env()?;
         if !dtype.is_compute() {
             return Err(Error::Unsupported(format!("computing in {dtype}")));
         }
@@ -117,7 +146,14 @@ impl Cuda {
             kernels,
             gemm,
             hadamards,
+            long_attention,
         })
+    }
+
+    /// This backend with long attention run as `path` says.
+    pub fn with_long_attention(mut self, path: LongAttention) -> Cuda {
+        self.long_attention = path;
+        self
     }
 
     /// What the device is.

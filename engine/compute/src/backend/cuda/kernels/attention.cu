@@ -1,4 +1,5 @@
-// Flash attention: softmax(q·kᵀ·scale + mask)·v with an online softmax, O(N) memory, f32 accumulation.
+// Attention: the flash kernel (softmax(q·kᵀ·scale + mask)·v with an online softmax, O(N) memory, f32 accumulation)
+// and the GEMM path's row softmax (attention_softmax, at the end; attention.rs says which runs when).
 //
 // Grid (ceil(Nq / QB), Hq, B); block = `warps` warps; QB = warps × ATT_R query rows, ATT_R per warp. Each step loads
 // a tile of ATT_BK = 32 keys and values into shared memory as f32; lane j of a warp scores key j against the warp's
@@ -118,6 +119,33 @@ extern "C" __global__ void attention(const void* q, const void* k, const void* v
         for (int c = 0; c < ATT_DV_CHUNKS; ++c) {
             int col = lane + 32 * c;
             if (col < dv) st(o, qdt, (qbase + qi) * dv + col, acc[r][c] * inv);
+        }
+    }
+}
+
+// The GEMM path's softmax (attention.rs): `rows` rows of f32 scores `s` (nk of them, rows `ld` apart; the chunk
+// holds `per_head` rows of each head, so row r is query q0 + r % per_head) → probabilities `p` (the same layout) in `dt`: softmax(s·scale) over the keys
+// the query sees (every key, or with `causal` keys 0 ..= qi + (Nk − Nq)), zeros at the others and across a row
+// that sees none (as `attention`).
+extern "C" __global__ void attention_softmax(const float* s, void* p, int dt, i64 rows, i64 per_head, i64 nk, i64 ld,
+                                             i64 nq, i64 q0, float scale, int causal) {
+    __shared__ float scratch[32];
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float* sr = s + row * ld;
+        i64 seen = nk;
+        if (causal) {
+            i64 e = q0 + row % per_head + (nk - nq) + 1;
+            seen = e < 0 ? 0 : (e < nk ? e : nk);
+        }
+        float m = NEG_INF;
+        for (i64 c = threadIdx.x; c < seen; c += blockDim.x) m = fmaxf(m, sr[c] * scale);
+        m = block_max(m, scratch);
+        float sum = 0.0f;
+        for (i64 c = threadIdx.x; c < seen; c += blockDim.x) sum += expf(sr[c] * scale - m);
+        sum = block_sum(sum, scratch);
+        float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (i64 c = threadIdx.x; c < nk; c += blockDim.x) {
+            st(p, dt, row * ld + c, c < seen ? expf(sr[c] * scale - m) * inv : 0.0f);
         }
     }
 }
