@@ -378,7 +378,9 @@ mod gpu {
         (d, dv): (usize, usize),
         mask: AttentionMask,
     ) -> Vec<f32> {
-        let q = up(b, &[batch, hq, nq, d], &values(batch * hq * nq * d, 14, 1.0), dt);
+        // Queries four times the keys' scale, so the softmax is far from uniform and a wrong temperature or a
+        // misplaced probability shows (with logits of unit scale every output is near the mean of v).
+        let q = up(b, &[batch, hq, nq, d], &values(batch * hq * nq * d, 14, 4.0), dt);
         let k = up(b, &[batch, hkv, nk, d], &values(batch * hkv * nk * d, 15, 1.0), dt);
         let v = up(b, &[batch, hkv, nk, dv], &values(batch * hkv * nk * dv, 16, 1.0), dt);
         let o = b.attention(&q, &k, &v, mask, 1.0 / (d as f32).sqrt()).expect("attention");
@@ -408,6 +410,8 @@ mod gpu {
             (DType::F32, 1, (3, 3), (50, 60), (32, 48), AttentionMask::None),
             (DType::F16, 2, (4, 2), (1000, 777), (128, 128), AttentionMask::Causal),
             (DType::BF16, 1, (24, 24), (700, 700), (128, 128), AttentionMask::None),
+            (DType::F16, 1, (4, 1), (300, 300), (64, 64), AttentionMask::None),
+            (DType::BF16, 1, (8, 1), (333, 333), (128, 128), AttentionMask::Causal),
         ];
         for (dt, batch, heads, n, dims, mask) in cases {
             let want = attention_case(&e.cpu, dt, batch, heads, n, dims, mask);

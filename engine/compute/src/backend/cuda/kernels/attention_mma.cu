@@ -43,7 +43,7 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
     constexpr int KS = D / 16;  // k-steps of q·kᵀ
     constexpr int NT = D / 8;   // 8-wide column tiles of the output
     constexpr int STRIDE = D + MMA_PAD;
-    extern __shared__ u16 tiles[];
+    extern __shared__ __align__(16) u16 tiles[];
     u16* ks = tiles;
     u16* vs = tiles + MMA_KEYS * STRIDE;
 
@@ -124,9 +124,9 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
             }
         }
 #pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, o));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, o));
+        for (int lanes = 1; lanes < 4; lanes <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, lanes));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, lanes));
         }
         float new0 = fmaxf(m0, mx0), new1 = fmaxf(m1, mx1);
         float base0 = new0 == NEG_INF ? 0.0f : new0, base1 = new1 == NEG_INF ? 0.0f : new1;
@@ -146,9 +146,9 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
             pa[n / 2][(n & 1) * 2 + 1] = pack2(p2, p3, dt);
         }
 #pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            sum0 += __shfl_xor_sync(FULL_MASK, sum0, o);
-            sum1 += __shfl_xor_sync(FULL_MASK, sum1, o);
+        for (int lanes = 1; lanes < 4; lanes <<= 1) {
+            sum0 += __shfl_xor_sync(FULL_MASK, sum0, lanes);
+            sum1 += __shfl_xor_sync(FULL_MASK, sum1, lanes);
         }
         l0 = l0 * corr0 + sum0;
         l1 = l1 * corr1 + sum1;
