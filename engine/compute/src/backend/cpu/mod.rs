@@ -16,6 +16,7 @@ mod conv;
 mod elementwise;
 mod gemm;
 mod image;
+mod int8_dots;
 mod layout;
 mod linear;
 mod norm;

@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::int8_dots::{self, I8Rows};
 use crate::error::{Error, Result};
 use crate::memory::SimDevice;
 use crate::quant::{self, Quant};
@@ -164,6 +165,7 @@ pub(crate) fn linear_int8(
         .zip(x.par_chunks(k.max(1)))
         .for_each(|((q, s), row)| *s = quant::quantize_row_i8(row, q));
     let sw = int8_scales(&table(sim, w, n, k)?, n);
+    let xrows = I8Rows::new(&qx, k);
     let blocks: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(INT8_ROWS))
         .into_par_iter()
         .map(|b| {
@@ -171,16 +173,15 @@ pub(crate) fn linear_int8(
             let rows = INT8_ROWS.min(n - j0);
             let mut bytes = vec![0u8; rows * k];
             sim.read(w.ptr().offset((j0 * k) as u64), &mut bytes)?;
-            let wq: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
-            let mut block = vec![0.0f32; m * rows];
-            for (i, (xrow, orow)) in
-                qx.chunks_exact(k).zip(block.chunks_exact_mut(rows)).enumerate()
-            {
-                for (j, (o, wrow)) in orow.iter_mut().zip(wq.chunks_exact(k)).enumerate() {
-                    let acc = super::simd::dot_i8(xrow, wrow);
-                    *o = acc as f32 * (sx[i] * sw[j0 + j]);
-                }
-            }
+            let wq: Vec<i8> = bytes.into_iter().map(|b| b as i8).collect();
+            let mut acc = vec![0i32; m * rows];
+            int8_dots::dots(&xrows, &wq, &mut acc);
+            let (sx, sw) = (&sx, &sw[j0..j0 + rows]);
+            let block = acc
+                .chunks_exact(rows)
+                .zip(sx)
+                .flat_map(|(row, &s)| row.iter().zip(sw).map(move |(&a, &t)| a as f32 * (s * t)))
+                .collect();
             Ok((j0, block))
         })
         .collect::<Result<_>>()?;
