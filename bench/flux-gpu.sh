@@ -44,10 +44,6 @@ if [ "$SYNTH" = 1 ]; then
   say "kiln model synth --size $SIZE (the four files, in parallel)"
   rm -rf "$MODELS"
   t0=$(date +%s)
-  synth() {
-    timeout "$T_SYNTH" "$BIN/kiln" model synth --size "$SIZE" --models-dir "$MODELS" "$@" >> "$LOG" 2>&1
-    echo "synth $* rc=$?" | tee -a "$LOG"
-  }
   synth --dtype fp8_scaled --family flux1 --name diffusion_models/flux1-dev-kontext_fp8_scaled.safetensors &
   synth --dtype fp8_scaled --family t5xxl --name text_encoders/t5xxl_fp8_e4m3fn_scaled.safetensors &
   synth --dtype f16 --family clip-l --name text_encoders/clip_l.safetensors &

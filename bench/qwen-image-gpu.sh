@@ -33,10 +33,6 @@ fi
 say "kiln model synth --size $SIZE (the three files, in parallel)"
 rm -rf "$MODELS"
 t0=$(date +%s)
-synth() {
-  timeout "$T_SYNTH" "$BIN/kiln" model synth --size "$SIZE" --models-dir "$MODELS" "$@" >> "$LOG" 2>&1
-  echo "synth $* rc=$?" | tee -a "$LOG"
-}
 synth --dtype fp8_e4m3fn --family qwen-image --name diffusion_models/qwen_image_fp8_e4m3fn.safetensors &
 synth --dtype fp8_scaled --family qwen25vl --name text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors &
 synth --dtype bf16 --family wan21-vae --name vae/qwen_image_vae.safetensors &

@@ -47,10 +47,6 @@ if [ "$SYNTH" = 1 ]; then
   say "kiln model synth --size $SIZE ($WORKFLOW's files, in parallel)"
   rm -rf "$MODELS"
   t0=$(date +%s)
-  synth() {
-    timeout "$T_SYNTH" "$BIN/kiln" model synth --size "$SIZE" --models-dir "$MODELS" "$@" >> "$LOG" 2>&1
-    echo "synth $* rc=$?" | tee -a "$LOG"
-  }
   synth --dtype fp8_scaled --family umt5-xxl --name text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors &
   if [ "$WORKFLOW" = wan22-5b ]; then
     synth --dtype f16 --family wan22-ti2v-5b --name diffusion_models/wan2.2_ti2v_5B_fp16.safetensors &

@@ -1,8 +1,13 @@
-# Sourced by bench/zimage-gpu.sh and bench/qwen-image-gpu.sh (run from the repository root, with OUT set): the
-# log and its `say`, the machine's description (OUT/machine.txt), and the carried diffusers wheel installed for
-# the GPU image's Python (not with PYTHON set: a dry run brings its own). PY must be set.
+# Sourced by the family GPU scripts (bench/zimage-gpu.sh, qwen-image-gpu.sh, flux-gpu.sh, wan-gpu.sh; run from
+# the repository root, with OUT set): the log and its `say`, `synth` (one `kiln model synth` of SIZE into MODELS
+# under T_SYNTH, its exit status logged), the machine's description (OUT/machine.txt), and the carried diffusers
+# wheel installed for the GPU image's Python (not with PYTHON set: a dry run brings its own). PY must be set.
 LOG="$OUT/run.log"
 say() { echo "== $*" | tee -a "$LOG"; }
+synth() {
+  timeout "$T_SYNTH" "$BIN/kiln" model synth --size "$SIZE" --models-dir "$MODELS" "$@" >> "$LOG" 2>&1
+  echo "synth $* rc=$?" | tee -a "$LOG"
+}
 : > "$LOG"
 
 {
