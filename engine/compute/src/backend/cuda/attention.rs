@@ -220,78 +220,48 @@ impl Cuda {
         k: &Tensor<Cuda>,
         v: &Tensor<Cuda>,
         out: &Tensor<Cuda>,
-        Sizes { b, hq, hkv, nq, nk, d, dv }: Sizes,
+        sizes: Sizes,
         mask: AttentionMask,
         scale: f32,
     ) -> Result<()> {
         let dt = out.dtype();
-        let esize = dt.size();
         let (q32, k32) = (self.op_cast(q, DType::F32)?, self.op_cast(k, DType::F32)?);
-        let g = hq / hkv;
-        let batch = b * hkv;
-        let chunk = chunk_rows(batch, nk, esize, nq);
-        let ld = score_stride(nk);
-        let scores = self.alloc((batch * chunk * ld * 4) as u64)?;
-        let probs = self.alloc((batch * chunk * ld * esize) as u64)?;
-        let (qp, kp, vp, op) =
-            (q32.buf().ptr().0, k32.buf().ptr().0, v.buf().ptr().0, out.buf().ptr().0);
-        for j in 0..g {
-            for q0 in (0..nq).step_by(chunk) {
-                let rows = chunk.min(nq - q0);
-                self.gemm(&GemmArgs {
-                    dtype: DType::F32,
-                    tf32: dt != DType::F32,
-                    m: rows,
-                    n: nk,
-                    k: d,
-                    a: qp + ((j * nq + q0) * d * 4) as u64,
-                    lda: d,
-                    b: kp,
-                    ldb: d,
-                    b_transposed: true,
-                    c: scores.ptr().0,
-                    ldc: ld,
-                    batch,
-                    stride_a: g * nq * d,
-                    stride_b: nk * d,
-                    stride_c: rows * ld,
-                })?;
-                self.launch(
+        let (chunk, ld) = (
+            chunk_rows(sizes.b * sizes.hkv, sizes.nk, dt.size(), sizes.nq),
+            score_stride(sizes.nk),
+        );
+        let scratch = sizes.b * sizes.hkv * chunk * ld;
+        let scores = self.alloc((scratch * 4) as u64)?;
+        let probs = self.alloc((scratch * dt.size()) as u64)?;
+        let at = GemmAddresses {
+            q32: q32.buf().ptr().0,
+            k32: k32.buf().ptr().0,
+            v: v.buf().ptr().0,
+            out: out.buf().ptr().0,
+            scores: scores.ptr().0,
+            probs: probs.ptr().0,
+        };
+        for step in gemm_plan(sizes, dt, chunk, at) {
+            match step {
+                GemmStep::Product(g) => self.gemm(&g)?,
+                GemmStep::Softmax { rows, per_head, q0 } => self.launch(
                     KernelFile::Attention,
                     "attention_softmax",
-                    Grid::rows(batch * rows, 256),
+                    Grid::rows(rows, 256),
                     &[
-                        Arg::Ptr(scores.ptr().0),
-                        Arg::Ptr(probs.ptr().0),
+                        Arg::Ptr(at.scores),
+                        Arg::Ptr(at.probs),
                         Arg::I32(dtype_code(dt)),
-                        Arg::n(batch * rows),
                         Arg::n(rows),
-                        Arg::n(nk),
+                        Arg::n(per_head),
+                        Arg::n(sizes.nk),
                         Arg::n(ld),
-                        Arg::n(nq),
+                        Arg::n(sizes.nq),
                         Arg::n(q0),
                         Arg::F32(scale),
                         Arg::I32(i32::from(mask == AttentionMask::Causal)),
                     ],
-                )?;
-                self.gemm(&GemmArgs {
-                    dtype: dt,
-                    tf32: false,
-                    m: rows,
-                    n: dv,
-                    k: nk,
-                    a: probs.ptr().0,
-                    lda: ld,
-                    b: vp,
-                    ldb: dv,
-                    b_transposed: false,
-                    c: op + ((j * nq + q0) * dv * esize) as u64,
-                    ldc: dv,
-                    batch,
-                    stride_a: rows * ld,
-                    stride_b: nk * dv,
-                    stride_c: g * nq * dv,
-                })?;
+                )?,
             }
         }
         Ok(())
@@ -346,6 +316,79 @@ impl Cuda {
     }
 }
 
+/// The device addresses the GEMM path works on: f32 copies of q and k, v and the output in the compute type, a
+/// chunk's f32 scores and its probabilities in the compute type.
+#[derive(Debug, Clone, Copy)]
+struct GemmAddresses {
+    q32: u64,
+    k32: u64,
+    v: u64,
+    out: u64,
+    scores: u64,
+    probs: u64,
+}
+
+/// One launch of the GEMM path.
+#[derive(Debug, Clone, Copy)]
+enum GemmStep {
+    /// A chunk's scores `q·kᵀ` (f32) or its output `p·v` (the compute type).
+    Product(GemmArgs),
+    /// `attention_softmax` over a chunk's `rows` score rows, `per_head` of each head, from query `q0`.
+    Softmax { rows: usize, per_head: usize, q0: usize },
+}
+
+/// The launches of the GEMM path for `sizes` in the compute type `dt`, chunks of `chunk` query rows (see
+/// [`Cuda::attention_by_gemm`]): for each query head `j` of a kv group and each chunk, the scores, the
+/// softmax and the output.
+fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<GemmStep> {
+    let Sizes { b, hq, hkv, nq, nk, d, dv } = sizes;
+    let (g, batch, esize, ld) = (hq / hkv, b * hkv, dt.size(), score_stride(nk));
+    let mut steps = Vec::new();
+    for j in 0..g {
+        for q0 in (0..nq).step_by(chunk.max(1)) {
+            let rows = chunk.min(nq - q0);
+            steps.push(GemmStep::Product(GemmArgs {
+                dtype: DType::F32,
+                tf32: dt != DType::F32,
+                m: rows,
+                n: nk,
+                k: d,
+                a: at.q32 + ((j * nq + q0) * d * 4) as u64,
+                lda: d,
+                b: at.k32,
+                ldb: d,
+                b_transposed: true,
+                c: at.scores,
+                ldc: ld,
+                batch,
+                stride_a: g * nq * d,
+                stride_b: nk * d,
+                stride_c: rows * ld,
+            }));
+            steps.push(GemmStep::Softmax { rows: batch * rows, per_head: rows, q0 });
+            steps.push(GemmStep::Product(GemmArgs {
+                dtype: dt,
+                tf32: false,
+                m: rows,
+                n: dv,
+                k: nk,
+                a: at.probs,
+                lda: ld,
+                b: at.v,
+                ldb: dv,
+                b_transposed: false,
+                c: at.out + ((j * nq + q0) * dv * esize) as u64,
+                ldc: dv,
+                batch,
+                stride_a: rows * ld,
+                stride_b: nk * dv,
+                stride_c: g * nq * dv,
+            }));
+        }
+    }
+    steps
+}
+
 /// The sizes of one attention call.
 #[derive(Debug, Clone, Copy)]
 struct Sizes {
@@ -360,7 +403,180 @@ struct Sizes {
 
 #[cfg(test)]
 mod tests {
-    use super::{by_gemm, chunk_rows, score_stride, shared_bytes};
+    use super::{
+        GemmAddresses, GemmStep, Sizes, by_gemm, chunk_rows, gemm_plan, score_stride, shared_bytes,
+    };
+    use crate::dtype::DType;
+
+    /// Host memory for running a GEMM plan: buffers at distinct base addresses, each holding f32 values but
+    /// addressed with the element size the device buffer would have. Every access is bounds-checked.
+    struct Host {
+        /// (base address, element size, values)
+        bufs: Vec<(u64, usize, Vec<f64>)>,
+    }
+
+    impl Host {
+        fn add(&mut self, esize: usize, values: Vec<f64>) -> u64 {
+            let base = (self.bufs.len() as u64 + 1) << 40;
+            self.bufs.push((base, esize, values));
+            base
+        }
+
+        /// The buffer and element an address `addr` plus `i` elements of `esize` bytes falls on.
+        fn slot(&self, addr: u64, esize: usize, i: usize) -> (usize, usize) {
+            let (n, &(base, size, ref v)) = self
+                .bufs
+                .iter()
+                .enumerate()
+                .find(|(_, (base, _, _))| addr >= *base && addr < base + (1 << 40))
+                .expect("an address inside a buffer");
+            assert_eq!(size, esize, "a buffer of {size}-byte elements read as {esize}-byte ones");
+            let off = (addr - base) as usize;
+            assert_eq!(off % esize, 0, "a misaligned address");
+            let e = off / esize + i;
+            assert!(e < v.len(), "element {e} past the end of a buffer of {}", v.len());
+            (n, e)
+        }
+
+        fn get(&self, addr: u64, esize: usize, i: usize) -> f64 {
+            let (n, e) = self.slot(addr, esize, i);
+            self.bufs[n].2[e]
+        }
+
+        fn set(&mut self, addr: u64, esize: usize, i: usize, v: f64) {
+            let (n, e) = self.slot(addr, esize, i);
+            self.bufs[n].2[e] = v;
+        }
+    }
+
+    /// `GemmArgs`' row-major contract (gemm.rs): c[b] = a[b] · op(b[b]).
+    fn product(host: &mut Host, g: &super::GemmArgs) {
+        let es = g.dtype.size();
+        for bi in 0..g.batch {
+            for r in 0..g.m {
+                for c in 0..g.n {
+                    let mut acc = 0.0;
+                    for k in 0..g.k {
+                        let a = host.get(g.a, es, bi * g.stride_a + r * g.lda + k);
+                        let b = if g.b_transposed {
+                            host.get(g.b, es, bi * g.stride_b + c * g.ldb + k)
+                        } else {
+                            host.get(g.b, es, bi * g.stride_b + k * g.ldb + c)
+                        };
+                        acc += a * b;
+                    }
+                    host.set(g.c, es, bi * g.stride_c + r * g.ldc + c, acc);
+                }
+            }
+        }
+    }
+
+    /// `attention_softmax` (attention.cu) on the host.
+    #[allow(clippy::too_many_arguments)]
+    fn softmax(
+        host: &mut Host,
+        at: &GemmAddresses,
+        esize: usize,
+        (rows, per_head, q0): (usize, usize, usize),
+        (nq, nk, ld): (usize, usize, usize),
+        scale: f64,
+        causal: bool,
+    ) {
+        for r in 0..rows {
+            let e = q0 as i64 + (r % per_head) as i64 + nk as i64 - nq as i64 + 1;
+            let seen = if causal { e.clamp(0, nk as i64) as usize } else { nk };
+            let s: Vec<f64> = (0..nk).map(|c| host.get(at.scores, 4, r * ld + c) * scale).collect();
+            let m = s[..seen].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = s[..seen].iter().map(|x| (x - m).exp()).sum();
+            for (c, x) in s.iter().enumerate() {
+                let p = if c < seen { (x - m).exp() / sum } else { 0.0 };
+                host.set(at.probs, esize, r * ld + c, p);
+            }
+        }
+    }
+
+    #[test]
+    fn the_gemm_plan_computes_attention_for_every_head_chunk_and_mask() {
+        // (dtype, b, hq, hkv, nq, nk, d, dv, causal, chunk): GQA at batch 2, chunks that do not divide the
+        // queries, unpadded and padded score rows, causal with Nq < Nk and Nq > Nk (rows that see no key).
+        let cases = [
+            (DType::BF16, 2, 6, 3, 37, 29, 8, 12, true, 5),
+            (DType::F32, 1, 4, 1, 20, 33, 16, 16, false, 7),
+            (DType::F16, 1, 2, 2, 50, 30, 8, 8, true, 16),
+            (DType::BF16, 3, 2, 1, 9, 64, 4, 6, false, 9),
+        ];
+        for (dt, b, hq, hkv, nq, nk, d, dv, causal, chunk) in cases {
+            let what = format!(
+                "{dt} b {b} heads {hq}/{hkv} n {nq}/{nk} d {d}/{dv} causal {causal} chunk {chunk}"
+            );
+            let val = |n: usize, seed: usize| -> Vec<f64> {
+                (0..n)
+                    .map(|i| (((i * 7919 + seed * 104_729) % 1000) as f64 / 500.0) - 1.0)
+                    .collect()
+            };
+            let (q, k, v) =
+                (val(b * hq * nq * d, 1), val(b * hkv * nk * d, 2), val(b * hkv * nk * dv, 3));
+            let es = dt.size();
+            let ld = score_stride(nk);
+            let mut host = Host { bufs: Vec::new() };
+            let at = GemmAddresses {
+                q32: host.add(4, q.clone()),
+                k32: host.add(4, k.clone()),
+                v: host.add(es, v.clone()),
+                out: host.add(es, vec![f64::NAN; b * hq * nq * dv]),
+                scores: host.add(4, vec![f64::NAN; b * hkv * chunk * ld]),
+                probs: host.add(es, vec![f64::NAN; b * hkv * chunk * ld]),
+            };
+            let scale = 1.0 / (d as f64).sqrt();
+            for step in gemm_plan(Sizes { b, hq, hkv, nq, nk, d, dv }, dt, chunk, at) {
+                match step {
+                    GemmStep::Product(g) => product(&mut host, &g),
+                    GemmStep::Softmax { rows, per_head, q0 } => softmax(
+                        &mut host,
+                        &at,
+                        es,
+                        (rows, per_head, q0),
+                        (nq, nk, ld),
+                        scale,
+                        causal,
+                    ),
+                }
+            }
+            let got = host.bufs[3].2.clone();
+            for bi in 0..b {
+                for h in 0..hq {
+                    let kh = bi * hkv + h / (hq / hkv);
+                    for i in 0..nq {
+                        let qi = &q[((bi * hq + h) * nq + i) * d..][..d];
+                        let last =
+                            if causal { i as i64 + nk as i64 - nq as i64 } else { nk as i64 - 1 };
+                        let keys: Vec<usize> = (0..nk).filter(|&j| j as i64 <= last).collect();
+                        let s: Vec<f64> = keys
+                            .iter()
+                            .map(|&j| {
+                                let kj = &k[(kh * nk + j) * d..][..d];
+                                qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>() * scale
+                            })
+                            .collect();
+                        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let sum: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                        for c in 0..dv {
+                            let want: f64 = keys
+                                .iter()
+                                .zip(&s)
+                                .map(|(&j, x)| (x - m).exp() / sum * v[(kh * nk + j) * dv + c])
+                                .sum();
+                            let o = got[((bi * hq + h) * nq + i) * dv + c];
+                            assert!(
+                                (o - want).abs() < 1e-9,
+                                "{what}: out[{bi},{h},{i},{c}] {o} want {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn long_sequences_and_wide_heads_run_as_gemms_in_bounded_chunks() {
