@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what bench/device.sh needs on the GPU machine into .device/ (ignored by git through .git/info/exclude):
 # the release binaries of bench/gpu/build.sh and bench/zimage-gpu/build.sh xz-compressed (~24 MB instead of
-# ~72 MB) and the diffusers wheel, and reports what would travel. The device tool sends the tracked files too,
+# ~72 MB) and the diffusers wheel, and reports what would travel. `--build` first runs both build scripts
+# (`bench/device-pack.sh --build --hide-fixtures` is the whole preparation of a device call). The device tool sends the tracked files too,
 # and the test fixtures alone (~68 MB) are over its 64 MiB: with `--hide-fixtures` they (but the quantized
 # formats' the CUDA op tests read) leave the index (kept on disk, excluded) for the call; `--restore` puts them
 # back. Never commit while they are hidden.
@@ -10,6 +11,11 @@ cd "$(dirname "$0")/.."
 # Every fixture folder but the quantized formats' (the CUDA op tests read those).
 mapfile -t FIXTURES < <(ls -d engine/models/tests/fixtures/*/ engine/tests/fixtures | sed 's#/$##' | grep -v '/quant$')
 exclude() { grep -qxF "$1" .git/info/exclude 2>/dev/null || echo "$1" >> .git/info/exclude; }
+if [ "${1:-}" = "--build" ]; then
+  shift
+  bench/gpu/build.sh
+  bench/zimage-gpu/build.sh
+fi
 case "${1:-}" in
   --restore)
     git reset -q HEAD -- "${FIXTURES[@]}"
