@@ -143,6 +143,10 @@ pub fn decode_nvfp4(
     }
 }
 
+/// ConvRot's 4 × 4 Hadamard block h₄: its `g × g` matrix is `h₄ ⊗ h₄ ⊗ …` divided by √g.
+const H4: [[f32; 4]; 4] =
+    [[1., 1., 1., -1.], [1., 1., -1., 1.], [1., -1., 1., 1.], [-1., 1., 1., 1.]];
+
 /// ConvRot's normalised `g × g` Hadamard matrix (row-major): `h₄ ⊗ h₄ ⊗ …` divided by √g, with h₄ =
 /// `[[1,1,1,−1],[1,1,−1,1],[1,−1,1,1],[−1,1,1,1]]`; symmetric and its own inverse. `None` unless g is a power
 /// of 4 (at least 4).
@@ -150,8 +154,6 @@ pub fn hadamard(g: usize) -> Option<Vec<f32>> {
     if g < 4 || !g.is_power_of_two() || !g.trailing_zeros().is_multiple_of(2) {
         return None;
     }
-    const H4: [[f32; 4]; 4] =
-        [[1., 1., 1., -1.], [1., 1., -1., 1.], [1., -1., 1., 1.], [-1., 1., 1., 1.]];
     let norm = (g as f32).sqrt();
     let mut h = vec![0.0f32; g * g];
     for (i, row) in h.chunks_exact_mut(g).enumerate() {
@@ -169,6 +171,32 @@ pub fn hadamard(g: usize) -> Option<Vec<f32>> {
     Some(h)
 }
 
+/// Each group of `g` values of `values` (g a power of 4) through ConvRot's [`hadamard`] matrix, as its Kronecker
+/// structure allows: h₄ along each base-4 digit of the index in turn, then 1/√g; 4·log₄ g multiply-adds a value
+/// instead of g. The matrix is symmetric and its own inverse, so this also turns rotated values back.
+pub fn hadamard_rotate(values: &mut [f32], g: usize) {
+    let norm = 1.0 / (g as f32).sqrt();
+    for chunk in values.chunks_exact_mut(g) {
+        let mut stride = 1;
+        while stride < g {
+            for base in (0..g).step_by(4 * stride) {
+                for o in base..base + stride {
+                    let x =
+                        [chunk[o], chunk[o + stride], chunk[o + 2 * stride], chunk[o + 3 * stride]];
+                    for (t, h) in H4.iter().enumerate() {
+                        chunk[o + t * stride] =
+                            h[0] * x[0] + h[1] * x[1] + h[2] * x[2] + h[3] * x[3];
+                    }
+                }
+            }
+            stride *= 4;
+        }
+        for v in chunk {
+            *v *= norm;
+        }
+    }
+}
+
 /// comfy-kitchen's dynamic per-row int8 quantization of activations (`quantize_int8_rowwise`): the row's
 /// scale `s = max(max|x| / 127, 1e-30)` (f32), then `clamp(round_half_even(x / s), −128, 127)`. Returns s.
 pub fn quantize_row_i8(x: &[f32], q: &mut [i8]) -> f32 {
@@ -183,6 +211,33 @@ pub fn quantize_row_i8(x: &[f32], q: &mut [i8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fast_rotation_is_the_hadamard_product() {
+        for group in [4, 16, 64, 256] {
+            let h = hadamard(group).expect("a power of 4");
+            let x: Vec<f32> = (0..3 * group).map(|i| ((i * 53 % 97) as f32 - 48.0) / 9.0).collect();
+            let mut fast = x.clone();
+            hadamard_rotate(&mut fast, group);
+            for (chunk, got) in x.chunks(group).zip(fast.chunks(group)) {
+                for (j, &g) in got.iter().enumerate() {
+                    let want: f64 = chunk
+                        .iter()
+                        .zip(&h[j * group..][..group])
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    assert!(
+                        (f64::from(g) - want).abs() < 1e-4,
+                        "group {group} at {j}: {g} vs {want}"
+                    );
+                }
+            }
+            hadamard_rotate(&mut fast, group);
+            for (a, b) in x.iter().zip(&fast) {
+                assert!((a - b).abs() < 1e-4, "group {group}: not its own inverse");
+            }
+        }
+    }
 
     #[test]
     fn hadamard_is_orthonormal_and_symmetric() {

@@ -9,6 +9,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use kiln_compute::quant::hadamard_rotate;
 use kiln_compute::{Backend, Tensor};
 use rayon::prelude::*;
 
@@ -218,36 +219,6 @@ fn convrot_group(width: usize) -> usize {
     g
 }
 
-/// ConvRot's 4 × 4 Hadamard block: its `g × g` matrix is h₄ ⊗ h₄ ⊗ … / √g (`kiln_compute::quant::hadamard`).
-const H4: [[f32; 4]; 4] =
-    [[1., 1., 1., -1.], [1., 1., -1., 1.], [1., -1., 1., 1.], [-1., 1., 1., 1.]];
-
-/// Each group of `group` values (a power of 4) of a row through ConvRot's Hadamard matrix (symmetric and its
-/// own inverse), as its Kronecker structure allows: h₄ along each base-4 digit of the index in turn, then 1/√g;
-/// 4·log₄ g multiply-adds a value instead of g.
-fn rotate(values: &mut [f32], group: usize) {
-    let norm = 1.0 / (group as f32).sqrt();
-    for chunk in values.chunks_exact_mut(group) {
-        let mut stride = 1;
-        while stride < group {
-            for base in (0..group).step_by(4 * stride) {
-                for o in base..base + stride {
-                    let x =
-                        [chunk[o], chunk[o + stride], chunk[o + 2 * stride], chunk[o + 3 * stride]];
-                    for (t, h) in H4.iter().enumerate() {
-                        chunk[o + t * stride] =
-                            h[0] * x[0] + h[1] * x[1] + h[2] * x[2] + h[3] * x[3];
-                    }
-                }
-            }
-            stride *= 4;
-        }
-        for v in chunk {
-            *v *= norm;
-        }
-    }
-}
-
 /// Rows of `width` values rotated, then quantized per row: int8 as comfy-kitchen's `quantize_int8_rowwise`
 /// (s = max(max|x| / 127, 1e-30)), int4 as its `quantize_signed_int4_rowwise` (s = max(max|x|, 1e-10) / 7,
 /// codes clamped to ±7); rounding half to even.
@@ -258,7 +229,7 @@ fn quantize(values: &[f32], group: usize, width: usize, int4: bool) -> (Vec<i8>,
         .par_chunks_exact_mut(width)
         .zip(codes.par_chunks_exact_mut(width))
         .map(|(row, q)| {
-            rotate(row, group);
+            hadamard_rotate(row, group);
             if int4 {
                 let max = row.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-10);
                 let scale = max / 7.0;
@@ -280,7 +251,7 @@ fn dequantize(codes: &[i8], scales: &[f32], group: usize, width: usize) -> Vec<f
     for (row, &scale) in codes.chunks_exact(width).zip(scales) {
         out.extend(row.iter().map(|&q| f32::from(q) * scale));
     }
-    out.par_chunks_exact_mut(width).for_each(|row| rotate(row, group));
+    out.par_chunks_exact_mut(width).for_each(|row| hadamard_rotate(row, group));
     out
 }
 
@@ -297,33 +268,6 @@ pub fn pose_key(shape: &[usize], values: &[f32]) -> (Vec<usize>, Vec<f32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fast_rotation_is_the_hadamard_product() {
-        for group in [4, 16, 64, 256] {
-            let h = kiln_compute::quant::hadamard(group).expect("a power of 4");
-            let x: Vec<f32> = (0..3 * group).map(|i| ((i * 53 % 97) as f32 - 48.0) / 9.0).collect();
-            let mut fast = x.clone();
-            rotate(&mut fast, group);
-            for (chunk, got) in x.chunks(group).zip(fast.chunks(group)) {
-                for (j, &g) in got.iter().enumerate() {
-                    let want: f64 = chunk
-                        .iter()
-                        .zip(&h[j * group..][..group])
-                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
-                    assert!(
-                        (f64::from(g) - want).abs() < 1e-4,
-                        "group {group} at {j}: {g} vs {want}"
-                    );
-                }
-            }
-            rotate(&mut fast, group);
-            for (a, b) in x.iter().zip(&fast) {
-                assert!((a - b).abs() < 1e-4, "group {group}: not its own inverse");
-            }
-        }
-    }
 
     #[test]
     fn groups_quarter_until_they_divide_the_width() {

@@ -96,24 +96,26 @@ impl Cuda {
             <[usize; 4]>::try_from(k.shape()).map_err(|_| bad())?,
             <[usize; 4]>::try_from(v.shape()).map_err(|_| bad())?,
         );
-        if kb != b || vb != b || vh != hkv || vn != nk || kd != d || hkv == 0 || hq % hkv != 0 {
+        if kb != b
+            || vb != b
+            || vh != hkv
+            || vn != nk
+            || kd != d
+            || d == 0
+            || hkv == 0
+            || hq % hkv != 0
+        {
             return Err(bad());
         }
-        if d == 0 {
-            return Err(bad());
-        }
-        let out = self.empty(vec![b, hq, nq, dv], dt)?;
-        if out.numel() == 0 {
-            return Ok(out);
-        }
+        let shape = vec![b, hq, nq, dv];
         let sizes = Sizes { b, hq, hkv, nq, nk, d, dv };
         let mixed = k.dtype() != dt || v.dtype() != dt;
         let wide = d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM;
-        if by_gemm(nq, nk, d, dv) && (wide || !mixed) {
+        if b * hq * nq * dv > 0 && by_gemm(nq, nk, d, dv) && (wide || !mixed) {
             if mixed {
                 // Wide heads of mixed types: every operand in f32, so each is read exactly.
                 let f32s = |t: &Tensor<Cuda>| self.op_cast(t, DType::F32);
-                let out32 = self.empty(vec![b, hq, nq, dv], DType::F32)?;
+                let out32 = self.empty(shape, DType::F32)?;
                 self.attention_by_gemm(
                     &f32s(q)?,
                     &f32s(k)?,
@@ -125,6 +127,7 @@ impl Cuda {
                 )?;
                 return self.op_cast(&out32, dt);
             }
+            let out = self.empty(shape, dt)?;
             let sm80 = self.kernels.arch() >= (8, 0);
             let mma = mma_kernel(d).filter(|_| {
                 self.long_attention == LongAttention::Mma && sm80 && dt != DType::F32 && d == dv
@@ -133,6 +136,10 @@ impl Cuda {
                 Some(kernel) => self.attention_mma(kernel, q, k, v, &out, sizes, mask, scale)?,
                 None => self.attention_by_gemm(q, k, v, &out, sizes, mask, scale)?,
             }
+            return Ok(out);
+        }
+        let out = self.empty(shape, dt)?;
+        if out.numel() == 0 {
             return Ok(out);
         }
         let mut warps = 8;
@@ -209,10 +216,10 @@ impl Cuda {
         )
     }
 
-    /// The GEMM path (see the module docs) into `out` `[B, Hq, Nq, Dv]`: q, k and v of `out`'s type. Query head `h` of batch `b` reads kv
-    /// head `h / g` (g = Hq / Hkv): for each `j < g` one strided batch over the B·Hkv kv heads covers query heads
-    /// `i·g + j` (i the kv head's index over the batch), so the scores of a chunk are `[B·Hkv, rows, Nk]` (rows
-    /// [`score_stride`] apart).
+    /// The GEMM path (see the module docs) into `out` `[B, Hq, Nq, Dv]`: q, k and v of `out`'s type. Query head
+    /// `h` of batch `b` reads kv head `h / g` (g = Hq / Hkv): for each `j < g` one strided batch over the B·Hkv
+    /// kv heads covers query heads `i·g + j` (i the kv head's index over the batch), so the scores of a chunk are
+    /// `[B·Hkv, rows, Nk]` (rows [`score_stride`] apart).
     #[allow(clippy::too_many_arguments)]
     fn attention_by_gemm(
         &self,

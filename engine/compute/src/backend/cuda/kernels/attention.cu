@@ -124,9 +124,9 @@ extern "C" __global__ void attention(const void* q, const void* k, const void* v
 }
 
 // The GEMM path's softmax (attention.rs): `rows` rows of f32 scores `s` (nk of them, rows `ld` apart; the chunk
-// holds `per_head` rows of each head, so row r is query q0 + r % per_head) → probabilities `p` (the same layout) in `dt`: softmax(s·scale) over the keys
-// the query sees (every key, or with `causal` keys 0 ..= qi + (Nk − Nq)), zeros at the others and across a row
-// that sees none (as `attention`).
+// holds `per_head` rows of each head, so row r is query q0 + r % per_head) → probabilities `p` (the same layout)
+// in `dt`: softmax(s·scale) over the keys the query sees (every key, or with `causal` keys 0 ..= qi + (Nk − Nq)),
+// zeros at the others and across a row that sees none (as `attention`).
 extern "C" __global__ void attention_softmax(const float* s, void* p, int dt, i64 rows, i64 per_head, i64 nk, i64 ld,
                                              i64 nq, i64 q0, float scale, int causal) {
     __shared__ float scratch[32];
