@@ -72,16 +72,7 @@ if [ "$TORCH" = 1 ]; then
   echo "rc=$?" | tee -a "$LOG"
 fi
 
-for pct in $PCTS; do
-  say "kiln at $pct % of the DiT weights"
-  frac=$(awk "BEGIN{print $pct/100}")
-  timeout "$T_KILN" "$BIN/kiln-zimage-bench" --workflow "$WORKFLOW" --models "$MODELS" --size "$PX" \
-    --height "$HEIGHT" --frames "$FRAMES" --steps "$STEPS" $KILN_DEVICE --vram-fraction "$frac" --vram-of dit \
-    --label "vram-$pct" --out "$OUT/kiln-$pct.json" > /dev/null 2>> "$LOG"
-  echo "rc=$?" | tee -a "$LOG"
-done
+kiln_at_budgets "$PCTS" "$WORKFLOW" --height "$HEIGHT" --frames "$FRAMES"
 
-python3 bench/zimage-gpu/compare.py "$OUT" > "$OUT/summary.json"
-python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s.pop("raw",None); print(json.dumps(s,indent=1))' \
-  "$OUT/summary.json"
+summarise
 [ "$KEEP" = 1 ] || rm -rf "$MODELS"

@@ -40,15 +40,7 @@ PYTHONUNBUFFERED=1 timeout "$T_TORCH" "$PY" bench/zimage-gpu/torch_zimage.py --m
   --steps "$STEPS" --device "$TORCH_DEVICE" --out "$OUT/torch.json" >> "$LOG" 2>&1
 echo "rc=$?" | tee -a "$LOG"
 
-for pct in 100 25 50; do
-  say "kiln at $pct % of the DiT's weights"
-  frac=$(awk "BEGIN{print $pct/100}")
-  timeout "$T_KILN" "$BIN/kiln-zimage-bench" --models "$MODELS" --size "$PX" --steps "$STEPS" $KILN_DEVICE \
-    --vram-fraction "$frac" --vram-of dit --label "vram-$pct" --out "$OUT/kiln-$pct.json" > /dev/null 2>> "$LOG"
-  echo "rc=$?" | tee -a "$LOG"
-done
+kiln_at_budgets "100 25 50" zimage
 
-python3 bench/zimage-gpu/compare.py "$OUT" > "$OUT/summary.json"
-python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s.pop("raw",None); print(json.dumps(s,indent=1))' \
-  "$OUT/summary.json"
+summarise
 rm -rf "$MODELS"

@@ -25,8 +25,8 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import (FLUX_SCALE, FLUX_SHIFT, assign, build_vae, cold_and_warm, read, setup,  # noqa: E402
-                          step_figures, sync)
+from torch_zimage import (FLUX_SCALE, FLUX_SHIFT, assign, build_vae, cold_and_warm, pixels, read,  # noqa: E402
+                          setup, step_figures, sync)
 import flux  # noqa: E402  (the fixture script: imports no ComfyUI until its main runs)
 
 DIT_FILE = "diffusion_models/flux1-dev-kontext_fp8_scaled.safetensors"
@@ -137,7 +137,7 @@ def main():
             out["sample_s"] = time.perf_counter() - t_sample
             t = time.perf_counter()
             image = vae.decode((x / FLUX_SCALE + FLUX_SHIFT).to(dtype)).sample
-            image = ((image.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+            image = pixels(image)
             out["decode_s"] = time.perf_counter() - t
         step_figures(out, steps)
         out["seconds"] = time.perf_counter() - t_all

@@ -21,7 +21,8 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import assign, cold_and_warm, flow_sigmas, read, setup, step_figures, sync  # noqa: E402
+from torch_zimage import (assign, cold_and_warm, flow_sigmas, pixels, read, setup, step_figures,  # noqa: E402
+                          sync)
 
 DIT_FILE = "diffusion_models/qwen_image_fp8_e4m3fn.safetensors"
 VAE_FILE = "vae/qwen_image_vae.safetensors"
@@ -111,7 +112,7 @@ def main():
             t = time.perf_counter()
             z = x.unsqueeze(2) * std + mean
             image = vae.decode(z.to(dtype)).sample
-            image = ((image.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+            image = pixels(image)
             out["decode_s"] = time.perf_counter() - t
         step_figures(out, steps)
         out["seconds"] = time.perf_counter() - t_all

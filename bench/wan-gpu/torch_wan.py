@@ -25,7 +25,7 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import cold_and_warm, flow_sigmas, read, setup, step_figures, sync  # noqa: E402
+from torch_zimage import cold_and_warm, flow_sigmas, pixels, read, setup, step_figures, sync  # noqa: E402
 
 SHIFT = 8.0
 HEAD_DIM = 128
@@ -143,7 +143,7 @@ def main():
             out["sample_s"] = time.perf_counter() - t_sample
             start = time.perf_counter()
             video = loaded["vae"].decode(x.to(dtype)).sample
-            video = ((video.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+            video = pixels(video)
             out["decode_s"] = time.perf_counter() - start
         step_figures(out, steps)
         out["seconds"] = time.perf_counter() - t_all

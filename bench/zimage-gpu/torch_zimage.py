@@ -88,6 +88,11 @@ def step_figures(out, steps):
     out["step_seconds_median_after_first"] = rest[len(rest) // 2] if rest else None
 
 
+def pixels(decoded):
+    """A VAE's output in [-1, 1] as 8-bit pixels on the host (the work a SaveImage does before encoding)."""
+    return ((decoded.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+
+
 def flow_sigmas(shift, steps):
     """ComfyUI's `simple` schedule of a flow model at `shift` (sigmas of the 1000-step table, evenly spaced)."""
     table = [shift * (t / 1000) / (1 + (shift - 1) * (t / 1000)) for t in range(1, 1001)]
@@ -320,7 +325,7 @@ def main():
             out["sample_s"] = time.perf_counter() - t_sample
             t = time.perf_counter()
             image = vae.decode((x / FLUX_SCALE + FLUX_SHIFT).to(dtype)).sample
-            image = ((image.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+            image = pixels(image)
             out["decode_s"] = time.perf_counter() - t
         step_figures(out, steps)
         out["seconds"] = time.perf_counter() - t_all
