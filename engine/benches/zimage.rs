@@ -30,8 +30,8 @@
 //!
 //! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
 //! `weights` is the tensor bytes of the DiT files (`--vram-of dit`, the default: the models the sampler steps
-//! stream; both experts of Wan 2.2 A14B) or of all three files (`--vram-of all`), and `extra` (`--vram-extra-gib`, default 1 GiB) is room
-//! for activations and the offload lanes' scratch. It is applied as ComfyUI's `--reserve-vram` is: the
+//! stream; both experts of Wan 2.2 A14B) or of all three files (`--vram-of all`), and `extra`
+//! (`--vram-extra-gib`, default 1 GiB) is room for activations and the offload lanes' scratch. It is applied as ComfyUI's `--reserve-vram` is: the
 //! arbiter's headroom becomes `capacity − budget` ([`Arbiter::set_headroom`], what `ComputeOptions.reserve`
 //! sets at start), so weights that do not fit are evicted and streamed from the pinned host pool per step.
 //! The budget is capped by the device's capacity (on the CPU: the simulated 2 GiB device).
@@ -60,6 +60,11 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// The KSampler's node id in every graph; the second sampler of a two-expert graph (Wan 2.2 A14B).
 const SAMPLERS: [&str; 2] = ["70", "78"];
+
+/// Whether node `id` is one of the graph's samplers ([`SAMPLERS`]).
+fn is_sampler(id: &str) -> bool {
+    SAMPLERS.contains(&id)
+}
 
 /// The workflow measured (`--workflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -700,7 +705,7 @@ impl EventSink for Probe {
                 let rss_before = proc_status_bytes("VmRSS");
                 self.rss.take();
                 let now = Instant::now();
-                if SAMPLERS.contains(&node.0.as_str()) {
+                if is_sampler(&node.0) {
                     seen.last_step = Some(now);
                     seen.last_work = work::work();
                 }
@@ -709,7 +714,7 @@ impl EventSink for Probe {
                 self.poll_device(&mut seen);
             }
             Event::Progress { node, .. } => {
-                if SAMPLERS.contains(&node.0.as_str())
+                if is_sampler(&node.0)
                     && let Some(last) = seen.last_step
                 {
                     let now = Instant::now();
@@ -829,8 +834,7 @@ fn run_prompt(
         .filter(|n| loader_file(args.workflow, &n.id).is_some())
         .map(|n| n.peak_rss)
         .max();
-    let samplers: Vec<&NodeRun> =
-        seen.nodes.iter().filter(|n| SAMPLERS.contains(&n.id.as_str())).collect();
+    let samplers: Vec<&NodeRun> = seen.nodes.iter().filter(|n| is_sampler(&n.id)).collect();
     let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
     let resident_min = seen.resident_at_steps.iter().min().copied();
     Ok(json!({
