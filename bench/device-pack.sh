@@ -2,10 +2,10 @@
 # Packs what bench/device.sh needs on the GPU machine into .device/ (ignored by git through .git/info/exclude):
 # the release binaries of bench/gpu/build.sh and bench/zimage-gpu/build.sh xz-compressed (~24 MB instead of
 # ~72 MB) and the diffusers wheel, and reports what would travel. `--build` first runs both build scripts
-# (`bench/device-pack.sh --build --hide-fixtures` is the whole preparation of a device call). The device tool sends the tracked files too,
-# and the test fixtures alone (~68 MB) are over its 64 MiB: with `--hide-fixtures` they (but the quantized
-# formats' the CUDA op tests read) leave the index (kept on disk, excluded) for the call; `--restore` puts them
-# back. Never commit while they are hidden.
+# (`bench/device-pack.sh --build --hide-fixtures` is the whole preparation of a device call). The device tool
+# sends the tracked files too, and the test fixtures alone (~68 MB) are over its 64 MiB: with `--hide-fixtures`
+# they (but the quantized formats' the CUDA op tests read) leave the index (kept on disk, excluded) for the call;
+# `--restore` puts them back. Never commit while they are hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every fixture folder but the quantized formats' (the CUDA op tests read those).
@@ -30,8 +30,9 @@ exclude "/.device/"
 mkdir -p .device
 for b in bench/gpu/bin/kiln-gpu-bench bench/gpu/bin/kiln-compute-it bench/zimage-gpu/bin/kiln \
   bench/zimage-gpu/bin/kiln-zimage-bench; do
-  if [ ! -f ".device/$(basename "$b").xz" ] || [ "$b" -nt ".device/$(basename "$b").xz" ]; then
-    xz -T0 -6 -c "$b" > ".device/$(basename "$b").xz"
+  packed=".device/$(basename "$b").xz"
+  if [ ! -f "$packed" ] || [ "$b" -nt "$packed" ]; then
+    xz -T0 -6 -c "$b" > "$packed"
   fi
 done
 cp bench/zimage-gpu/wheels/*.whl .device/

@@ -17,8 +17,9 @@
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
 # Prepare here: `bench/device-pack.sh --build --hide-fixtures` (bench/gpu/build.sh and bench/zimage-gpu/build.sh,
-# the binaries xz-compressed into .device/, the fixtures out of the index for the call: the device tool's 64 MiB). Then, with the device tool: run `PARTS="…" bash bench/device.sh`, carry [".device"],
-# timeout_s at least BUDGET_S + 30; afterwards `bench/device-pack.sh --restore`.
+# the binaries xz-compressed into .device/, the fixtures out of the index for the call: the device tool's
+# 64 MiB). Then, with the device tool: run `PARTS="…" bash bench/device.sh`, carry [".device"], timeout_s at
+# least BUDGET_S + 30; afterwards `bench/device-pack.sh --restore`.
 set -u
 cd "$(dirname "$0")/.."
 START=$(date +%s)
