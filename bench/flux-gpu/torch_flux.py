@@ -25,8 +25,8 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import (FLUX_SCALE, FLUX_SHIFT, assign, build_vae, cold_and_warm, pixels, read,  # noqa: E402
-                          setup, step_figures, sync)
+from torch_zimage import (FLUX_SCALE, FLUX_SHIFT, assign, build_vae, cold_and_warm, dequantized, pixels,  # noqa: E402
+                          read, setup, step_figures, sync)
 import flux  # noqa: E402  (the fixture script: imports no ComfyUI until its main runs)
 
 DIT_FILE = "diffusion_models/flux1-dev-kontext_fp8_scaled.safetensors"
@@ -41,28 +41,6 @@ def flux_sigmas(mu, steps):
     σ(t) = e^μ / (e^μ + (1/t − 1)), t = (j+1)/10000, read evenly from the top, then 0."""
     table = [math.exp(mu) / (math.exp(mu) + (1 / ((j + 1) / 10000) - 1)) for j in range(10000)]
     return [table[-1 - int(k * 10000 / steps)] for k in range(steps)] + [0.0]
-
-
-def dequantized(sd, dtype, dev):
-    """ComfyUI's legacy scaled fp8 (weight-formats.md §3.2) widened on the device, one tensor at a time (the host
-    holds the fp8 file, never a wide copy): each `<L>.weight` with a `<L>.scale_weight` is W.float() · scale, every
-    tensor then cast to `dtype`; the `scaled_fp8` marker and any `scale_input` are dropped, and the q/k-norm gains'
-    `.scale` renamed `.weight` (ComfyUI's rename on load)."""
-    scales = {k[:-len(".scale_weight")]: sd.pop(k) for k in list(sd) if k.endswith(".scale_weight")}
-    for k in [k for k in sd if k == "scaled_fp8" or k.endswith(".scale_input") or k.startswith("__")]:
-        del sd[k]
-    state = {}
-    for k in list(sd):
-        t = sd.pop(k).to(dev)
-        layer = k[:-len(".weight")] if k.endswith(".weight") else None
-        if layer in scales:
-            t = t.float() * scales.pop(layer).to(dev, torch.float32)
-        if k.endswith(("query_norm.scale", "key_norm.scale")):
-            k = k[:-len(".scale")] + ".weight"
-        state[k] = t.to(dtype)
-    if scales:
-        raise ValueError(f"scale_weight without a weight: {list(scales)[:5]}")
-    return state
 
 
 def build_dit(sd, dtype, dev):

@@ -25,10 +25,11 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "zimage-gpu"))
 sys.path.insert(0, str(HERE.parents[1] / "scripts/reference"))
-from torch_zimage import cold_and_warm, flow_sigmas, pixels, read, setup, step_figures, sync  # noqa: E402
+from torch_zimage import (cold_and_warm, dequantized, flow_sigmas, pixels, read, setup, step_figures,  # noqa: E402
+                          sync)
 
 SHIFT = 8.0
-HEAD_DIM = 128
+HEAD_DIM = 128  # in every release, and in the tiny files
 TEXT_TOKENS = 512
 # Per workflow: the DiT files (the experts in the order they sample), the VAE file, CFG, the VAE's
 # (spatial, temporal) compression and latent channels.
@@ -41,39 +42,24 @@ WORKFLOWS = {
 }
 
 
-def widened(sd, dtype, dev):
-    """The file's weights in `dtype` on `dev`, one tensor at a time: scaled fp8 (`<layer>.scale_weight`,
-    ComfyUI's layout) multiplied out, the `scaled_fp8` marker and input scales dropped."""
-    out = {}
-    for name in list(sd):
-        if name == "scaled_fp8" or name.endswith((".scale_weight", ".scale_input")) or name.startswith("__"):
-            continue
-        t = sd.pop(name).to(dev)
-        scale = sd.get(name[: -len("weight")] + "scale_weight") if name.endswith(".weight") else None
-        t = t.to(torch.float32) * scale.to(dev, torch.float32) if scale is not None else t
-        out[name] = t.to(dtype)
-    return out
-
-
 def build_dit(sd, dtype, dev):
     from diffusers import WanTransformer3DModel
     from wan import comfy_name
 
     dim = sd["patch_embedding.weight"].shape[0]
-    head_dim = HEAD_DIM  # in every release, and in the tiny files
     layers = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
     with torch.device("meta"):
         model = WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=dim // head_dim, attention_head_dim=head_dim,
+            patch_size=(1, 2, 2), num_attention_heads=dim // HEAD_DIM, attention_head_dim=HEAD_DIM,
             in_channels=sd["patch_embedding.weight"].shape[1], out_channels=sd["head.head.weight"].shape[0] // 4,
             text_dim=sd["text_embedding.0.weight"].shape[1], freq_dim=256, ffn_dim=sd["blocks.0.ffn.0.weight"].shape[0],
             num_layers=layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
-    state = widened(sd, dtype, dev)
+    state = dequantized(sd, dtype, dev)
     names = {comfy_name(k): k for k in model.state_dict()}
     model.load_state_dict({names[k]: v for k, v in state.items()}, strict=True, assign=True)
     # The RoPE tables are buffers built at construction: rebuild them off the meta device.
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
-    model.rope = WanRotaryPosEmbed(head_dim, (1, 2, 2), 1024)
+    model.rope = WanRotaryPosEmbed(HEAD_DIM, (1, 2, 2), 1024)
     return model.to(dev).eval()
 
 

@@ -88,6 +88,28 @@ def step_figures(out, steps):
     out["step_seconds_median_after_first"] = rest[len(rest) // 2] if rest else None
 
 
+def dequantized(sd, dtype, dev):
+    """ComfyUI's legacy scaled fp8 (weight-formats.md §3.2) widened on the device, one tensor at a time (the host
+    holds the fp8 file, never a wide copy): each `<L>.weight` with a `<L>.scale_weight` is W.float() · scale, every
+    tensor then cast to `dtype`; the `scaled_fp8` marker and any `scale_input` are dropped, and the q/k-norm gains'
+    `.scale` renamed `.weight` (ComfyUI's rename on load)."""
+    scales = {k[:-len(".scale_weight")]: sd.pop(k) for k in list(sd) if k.endswith(".scale_weight")}
+    for k in [k for k in sd if k == "scaled_fp8" or k.endswith(".scale_input") or k.startswith("__")]:
+        del sd[k]
+    state = {}
+    for k in list(sd):
+        t = sd.pop(k).to(dev)
+        layer = k[:-len(".weight")] if k.endswith(".weight") else None
+        if layer in scales:
+            t = t.float() * scales.pop(layer).to(dev, torch.float32)
+        if k.endswith(("query_norm.scale", "key_norm.scale")):
+            k = k[:-len(".scale")] + ".weight"
+        state[k] = t.to(dtype)
+    if scales:
+        raise ValueError(f"scale_weight without a weight: {list(scales)[:5]}")
+    return state
+
+
 def pixels(decoded):
     """A VAE's output in [-1, 1] as 8-bit pixels on the host (the work a SaveImage does before encoding)."""
     return ((decoded.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
