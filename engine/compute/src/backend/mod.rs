@@ -131,8 +131,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The device memory weights live in (shared with the memory manager).
     fn memory(&self) -> &Arc<dyn DeviceMemory>;
 
-    /// The type activations are computed in by default (f32 on the CPU, bf16 on CUDA).
+    /// The type activations are computed in by default (f32 on the CPU, bf16 on CUDA, unless this backend was
+    /// made by [`Backend::with_compute_dtype`]).
     fn compute_dtype(&self) -> DType;
+
+    /// This backend with `dtype` as its [`Backend::compute_dtype`], sharing the device, its memory and its
+    /// allocator with `self`: how a model runs in the type its family computes in on this device. An error for a
+    /// storage-only type.
+    fn with_compute_dtype(&self, dtype: DType) -> Result<Self>;
 
     /// Waits until every op queued so far has finished (a no-op where ops are synchronous).
     fn synchronize(&self) -> Result<()>;

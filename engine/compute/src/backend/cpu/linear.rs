@@ -15,6 +15,7 @@ use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::skinny;
 use super::storage::{Data, data, read_f32, tensor_from_f32};
 use super::weights::{vector, widen_range};
+use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant::Quant;
@@ -235,13 +236,12 @@ pub(crate) fn embedding(cpu: &Cpu, ids: &[u32], table: &Weight<'_>) -> Result<Te
             .zip(ids.par_iter())
             .try_for_each(|(row, &id)| widen_range(cpu.sim(), table, id as usize * d, row))?;
     }
-    tensor_from_f32(vec![ids.len(), d], out, DType::F32, OP)
+    tensor_from_f32(vec![ids.len(), d], out, cpu.compute_dtype(), OP)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::tensor::OwnedWeight;
 
     #[test]

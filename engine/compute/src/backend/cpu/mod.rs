@@ -41,10 +41,12 @@ use crate::error::Result;
 use crate::memory::{DevPtr, DeviceMemory, SimDevice};
 use crate::tensor::{Tensor, Weight, numel};
 
-/// The CPU backend.
+/// The CPU backend. It computes every op in f32; activations are stored in its compute type (f32 unless made
+/// by [`Backend::with_compute_dtype`], which rounds each op's output to f16 or bf16 as a GPU's would be).
 pub struct Cpu {
     sim: Arc<SimDevice>,
     memory: Arc<dyn DeviceMemory>,
+    dtype: DType,
 }
 
 impl Cpu {
@@ -53,7 +55,7 @@ impl Cpu {
     pub fn new(capacity: u64) -> Cpu {
         let sim = Arc::new(SimDevice::reading_files_in_place(capacity));
         let memory: Arc<dyn DeviceMemory> = sim.clone();
-        Cpu { sim, memory }
+        Cpu { sim, memory, dtype: DType::F32 }
     }
 
     /// A CPU backend whose simulated device behaves as a GPU's: weights are copied into it (resident, pinned
@@ -62,7 +64,7 @@ impl Cpu {
     pub fn simulating_gpu(capacity: u64) -> Cpu {
         let sim = Arc::new(SimDevice::new(capacity));
         let memory: Arc<dyn DeviceMemory> = sim.clone();
-        Cpu { sim, memory }
+        Cpu { sim, memory, dtype: DType::F32 }
     }
 
     /// The simulated device memory (for tests that inspect it).
@@ -84,7 +86,12 @@ impl Backend for Cpu {
     }
 
     fn compute_dtype(&self) -> DType {
-        DType::F32
+        self.dtype
+    }
+
+    fn with_compute_dtype(&self, dtype: DType) -> Result<Cpu> {
+        compute_dtype("with_compute_dtype", dtype)?;
+        Ok(Cpu { sim: self.sim.clone(), memory: self.memory.clone(), dtype })
     }
 
     fn synchronize(&self) -> Result<()> {

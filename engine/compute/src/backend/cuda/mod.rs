@@ -68,10 +68,17 @@ pub fn missing_library() -> Option<&'static str> {
     None
 }
 
-/// The CUDA backend on one device.
+/// The CUDA backend on one device: a view of the device's shared state ([`CudaCore`]) that computes activations
+/// in its own default type. [`Backend::with_compute_dtype`] makes another view of the same device.
 pub struct Cuda {
-    info: DeviceInfo,
+    core: Arc<CudaCore>,
     dtype: DType,
+    long_attention: LongAttention,
+}
+
+/// What every [`Cuda`] view of one device shares: its memory, kernels, cuBLASLt handle and allocator.
+pub struct CudaCore {
+    info: DeviceInfo,
     mem: Arc<CudaMemory>,
     memory: Arc<dyn DeviceMemory>,
     /// Where activations and per-op scratch come from: `mem` until [`Backend::set_allocator`].
@@ -79,7 +86,14 @@ pub struct Cuda {
     kernels: Kernels,
     gemm: gemm::Gemm,
     hadamards: quant::Hadamards,
-    long_attention: LongAttention,
+}
+
+impl std::ops::Deref for Cuda {
+    type Target = CudaCore;
+
+    fn deref(&self) -> &CudaCore {
+        &self.core
+    }
 }
 
 /// How the CUDA backend runs attention over long sequences (short ones take the flash kernel on CUDA cores
@@ -137,17 +151,9 @@ impl Cuda {
         let gemm = gemm::Gemm::new(Allocation::new(&plain, gemm::WORKSPACE)?)?;
         let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
         let hadamards = quant::Hadamards::default();
-        Ok(Cuda {
-            info,
-            dtype,
-            mem,
-            memory,
-            allocator: RwLock::new(plain),
-            kernels,
-            gemm,
-            hadamards,
-            long_attention,
-        })
+        let core =
+            CudaCore { info, mem, memory, allocator: RwLock::new(plain), kernels, gemm, hadamards };
+        Ok(Cuda { core: Arc::new(core), dtype, long_attention })
     }
 
     /// This backend with long attention run as `path` says.
@@ -281,6 +287,11 @@ impl Backend for Cuda {
 
     fn compute_dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn with_compute_dtype(&self, dtype: DType) -> Result<Cuda> {
+        Self::compute_type("with_compute_dtype", dtype)?;
+        Ok(Cuda { core: self.core.clone(), dtype, long_attention: self.long_attention })
     }
 
     fn synchronize(&self) -> Result<()> {
