@@ -51,6 +51,19 @@ impl DType {
         }
     }
 
+    /// The largest finite value of this type.
+    pub fn max_finite(self) -> f32 {
+        match self {
+            DType::F32 => f32::MAX,
+            DType::F16 => f16::MAX.to_f32(),
+            DType::BF16 => bf16::MAX.to_f32(),
+            DType::F8E4M3 => 448.0,
+            DType::F8E5M2 => 57344.0,
+            DType::I8 => 127.0,
+            DType::U8 => 255.0,
+        }
+    }
+
     /// Whether activations may be held in this type (fp8 and the integer types are storage only).
     pub fn is_compute(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)

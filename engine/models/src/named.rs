@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
+use kiln_compute::backend::UnaryOp;
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::quant::Quant;
 use kiln_compute::{Backend, DType, Tensor, Weight};
@@ -58,15 +59,5 @@ pub(crate) fn embed_f32<B: Backend>(b: &B, table: &Weight<'_>, ids: &[u32]) -> R
     if !matches!(table.dtype(), DType::F8E4M3 | DType::F8E5M2) {
         return Ok(x);
     }
-    let values: Vec<f32> = b
-        .to_f32(&x)?
-        .into_iter()
-        .map(|v| match v {
-            v if v.is_nan() => 0.0,
-            f32::INFINITY => f32::MAX,
-            f32::NEG_INFINITY => f32::MIN,
-            v => v,
-        })
-        .collect();
-    Ok(b.from_f32(x.shape(), &values, DType::F32)?)
+    Ok(b.unary(&x, UnaryOp::NanToNum)?)
 }

@@ -46,6 +46,9 @@ pub enum UnaryOp {
     Neg,
     /// max(x, 0).
     Relu,
+    /// x with NaN as 0 and ±∞ as ± the largest finite value of x's dtype (torch's `nan_to_num` defaults; what
+    /// ComfyUI's FLUX blocks apply to f16 activations, with ±65504).
+    NanToNum,
 }
 
 /// Elementwise functions of two tensors, with numpy broadcasting (shapes aligned from the right; a dimension

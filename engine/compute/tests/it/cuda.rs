@@ -481,6 +481,12 @@ mod gpu {
             13 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 21, 1.0), dt), UnaryOp::Silu),
             14 => b.gated(&x, &up(b, &[2, 3, 4, 5], &values(120, 22, 1.0), dt), UnaryOp::GeluTanh),
             16 => b.unary(&x, UnaryOp::Relu),
+            17 => {
+                // x / 0: ±inf, and NaN where x is 0.
+                let zeros = b.affine(&x, 0.0, 0.0).expect("affine");
+                let x = b.binary(&x, &zeros, BinaryOp::Div).expect("binary");
+                b.unary(&x, UnaryOp::NanToNum)
+            }
             _ => {
                 let x = x.reshape(&[2, 12, 5]).expect("view");
                 let scale = up(b, &[2, 5], &values(10, 23, 1.0), dt);
@@ -497,7 +503,7 @@ mod gpu {
     fn elementwise_ops_match_the_cpu_with_broadcasting() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..17 {
+            for which in 0..18 {
                 let (atol, rtol) = tol(dt);
                 assert_close(
                     &format!("elementwise {which} {dt}"),

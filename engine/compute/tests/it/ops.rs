@@ -785,10 +785,11 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Exp => x.exp(),
         UnaryOp::Neg => -x,
         UnaryOp::Relu => x.max(0.0),
+        UnaryOp::NanToNum => x,
     }
 }
 
-const UNARY_OPS: [UnaryOp; 8] = [
+const UNARY_OPS: [UnaryOp; 9] = [
     UnaryOp::Silu,
     UnaryOp::Gelu,
     UnaryOp::GeluTanh,
@@ -797,7 +798,23 @@ const UNARY_OPS: [UnaryOp; 8] = [
     UnaryOp::Exp,
     UnaryOp::Neg,
     UnaryOp::Relu,
+    UnaryOp::NanToNum,
 ];
+
+#[test]
+fn nan_to_num_makes_nan_zero_and_infinities_the_dtypes_largest_finite_values() {
+    let cpu = cpu();
+    // 1e5 is past f16's range: it is +inf once stored in f16.
+    let xv = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.5, -2.25, 1e5];
+    for (dt, max) in [(DType::F32, f32::MAX), (DType::F16, 65504.0), (DType::BF16, 3.3895314e38)] {
+        let x = tensor(&cpu, &[2, 3], &xv, dt);
+        let y = cpu.to_f32(&cpu.unary(&x, UnaryOp::NanToNum).expect("nan_to_num")).expect("to_f32");
+        let big = if dt == DType::F16 { max } else { 1e5 };
+        let want = [0.0, max, -max, 1.5, -2.25, big];
+        let want: Vec<f32> = want.iter().map(|&v| rounded(&[v], dt)[0]).collect();
+        assert_eq!(y, want, "{dt}");
+    }
+}
 
 #[test]
 fn unary_ops_match_the_reference() {

@@ -10,8 +10,8 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, numel};
 
-/// `op` of each element of `x` into `out` (equal lengths).
-fn unary_slice(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+/// `op` of each element of `x` into `out` (equal lengths), for a tensor whose largest finite value is `max`.
+fn unary_slice(op: UnaryOp, max: f32, x: &[f32], out: &mut [f32]) {
     match op {
         UnaryOp::Silu => simd::silu(x, out),
         UnaryOp::Gelu => simd::gelu_erf(x, out),
@@ -21,6 +21,10 @@ fn unary_slice(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         UnaryOp::Tanh => out.iter_mut().zip(x).for_each(|(o, v)| *o = v.tanh()),
         UnaryOp::Neg => out.iter_mut().zip(x).for_each(|(o, v)| *o = -v),
         UnaryOp::Relu => out.iter_mut().zip(x).for_each(|(o, v)| *o = v.max(0.0)),
+        UnaryOp::NanToNum => out
+            .iter_mut()
+            .zip(x)
+            .for_each(|(o, v)| *o = if v.is_nan() { 0.0 } else { v.clamp(-max, max) }),
     }
 }
 
@@ -34,7 +38,8 @@ fn map_chunks(x: &[f32], f: impl Fn(&[f32], &mut [f32]) + Sync) -> Vec<f32> {
 /// `op(x)` (see [`crate::Backend::unary`]).
 pub(crate) fn unary(x: &Tensor<Cpu>, op: UnaryOp) -> Result<Tensor<Cpu>> {
     let xs = read_f32(x, "unary")?;
-    let out = map_chunks(&xs, |i, o| unary_slice(op, i, o));
+    let max = x.dtype().max_finite();
+    let out = map_chunks(&xs, |i, o| unary_slice(op, max, i, o));
     tensor_from_f32(x.shape().to_vec(), out, x.dtype(), "unary")
 }
 
@@ -55,12 +60,13 @@ pub(crate) fn gated(gate: &Tensor<Cpu>, up: &Tensor<Cpu>, act: UnaryOp) -> Resul
         ));
     }
     let (g, u) = (read_f32(gate, OP)?, read_f32(up, OP)?);
+    let max = gate.dtype().max_finite();
     let mut out = vec![0.0f32; g.len()];
     out.par_chunks_mut(PAR_CHUNK)
         .zip(g.par_chunks(PAR_CHUNK))
         .zip(u.par_chunks(PAR_CHUNK))
         .for_each(|((o, g), u)| {
-            unary_slice(act, g, o);
+            unary_slice(act, max, g, o);
             o.iter_mut().zip(u).for_each(|(o, &u)| *o *= u);
         });
     tensor_from_f32(gate.shape().to_vec(), out, gate.dtype(), OP)

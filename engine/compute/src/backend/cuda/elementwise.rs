@@ -17,6 +17,7 @@ fn unary_code(op: UnaryOp) -> i32 {
         UnaryOp::Exp => 5,
         UnaryOp::Neg => 6,
         UnaryOp::Relu => 7,
+        UnaryOp::NanToNum => 8,
     }
 }
 

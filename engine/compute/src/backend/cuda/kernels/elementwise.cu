@@ -9,10 +9,16 @@
 #define OP_EXP 5
 #define OP_NEG 6
 #define OP_RELU 7
+#define OP_NAN_TO_NUM 8
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__device__ __forceinline__ float apply_unary(int op, float x) {
+// The largest finite value of compute type `dt` (what `nan_to_num` turns +inf into).
+__device__ __forceinline__ float max_finite(int dt) {
+    return dt == DT_F16 ? 65504.0f : dt == DT_BF16 ? 3.3895313892515355e38f : 3.4028234663852886e38f;
+}
+
+__device__ __forceinline__ float apply_unary(int op, int dt, float x) {
     switch (op) {
     case OP_SILU: return x * sigmoid(x);
     case OP_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
@@ -24,12 +30,13 @@ __device__ __forceinline__ float apply_unary(int op, float x) {
     case OP_SIGMOID: return sigmoid(x);
     case OP_EXP: return expf(x);
     case OP_RELU: return fmaxf(x, 0.0f);
+    case OP_NAN_TO_NUM: return isnan(x) ? 0.0f : fminf(fmaxf(x, -max_finite(dt)), max_finite(dt));
     default: return -x;
     }
 }
 
 extern "C" __global__ void unary(const void* x, void* out, int dt, i64 n, int op) {
-    GRID_STRIDE(i, n) { st(out, dt, i, apply_unary(op, ld(x, dt, i))); }
+    GRID_STRIDE(i, n) { st(out, dt, i, apply_unary(op, dt, ld(x, dt, i))); }
 }
 
 // out (shape `dims`, rank `rank`) = a op b, where a and b are read at strides `as` and `bs` per output dimension
@@ -61,7 +68,7 @@ extern "C" __global__ void affine(const void* x, void* out, int dt, i64 n, float
 }
 
 extern "C" __global__ void gated(const void* gate, int gdt, const void* up, int udt, void* out, i64 n, int op) {
-    GRID_STRIDE(i, n) { st(out, gdt, i, apply_unary(op, ld(gate, gdt, i)) * ld(up, udt, i)); }
+    GRID_STRIDE(i, n) { st(out, gdt, i, apply_unary(op, gdt, ld(gate, gdt, i)) * ld(up, udt, i)); }
 }
 
 // x [B, N, D] · (1 + scale[b, d]) + shift[b, d]; `shift` may be null.
