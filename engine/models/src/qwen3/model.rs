@@ -45,6 +45,9 @@ impl Qwen3 {
         ids: &[u32],
         images: &[ImageTokens<B>],
     ) -> Result<Tensor<B>> {
+        // ComfyUI runs its text encoders in f32 on every device (`SDClipModel` embeds with
+        // `out_dtype=torch.float32` and each layer's weights are cast to the activations' type).
+        let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
         if !images.is_empty() && cfg.variant != Variant::Qwen25Vl {
             return Err(Error::Invalid("a Qwen3 text encoder reads no images".into()));
@@ -112,6 +115,8 @@ impl Qwen3 {
         attended: usize,
         taps: &[usize],
     ) -> Result<Tensor<B>> {
+        // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
+        let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
         if cfg.variant == Variant::Qwen25Vl {
             return Err(Error::Invalid(
@@ -177,6 +182,8 @@ impl Qwen3 {
         pick: &mut dyn FnMut(Vec<f32>) -> u32,
         on_token: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<Vec<u32>> {
+        // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
+        let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
         self.check_ids(prompt)?;
         let positions: Vec<[f32; 3]> = (0..prompt.len() + max_new).map(|p| [p as f32; 3]).collect();

@@ -16,14 +16,16 @@ use super::config::{
 use super::preprocess::VisionInput;
 use crate::error::{Error, Result};
 
-/// The image's tokens for the language model, `[input.tokens(), cfg.out_hidden]` in the compute type, in
-/// image order (merged units row by row). `weights` holds the tower under its file names (`visual.*`).
+/// The image's tokens for the language model, `[input.tokens(), cfg.out_hidden]` in f32, in image order (merged
+/// units row by row). `weights` holds the tower under its file names (`visual.*`). The tower computes in f32
+/// on every device, as ComfyUI's does (it takes the pixels as `torch.float32`, its weights cast to them).
 pub fn embed_image<B: Backend>(
     b: &B,
     weights: &Model,
     cfg: &VisionConfig,
     input: &VisionInput,
 ) -> Result<Tensor<B>> {
+    let b = &b.with_compute_dtype(DType::F32)?;
     let per_patch = cfg.patch_values();
     if input.is_empty()
         || !input.grid_h.is_multiple_of(MERGE)

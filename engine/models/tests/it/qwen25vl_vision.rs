@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use kiln_compute::Backend as _;
 use kiln_compute::memory::SafetensorsFile;
+use kiln_compute::{Backend as _, DType};
 use kiln_models::qwen_vl::{self, VisionConfig, VisionInput};
 use kiln_models::qwen3::{self, IMAGE_PAD, ImageTokens, Qwen3};
 use kiln_models::{Error, Header};
@@ -65,6 +65,10 @@ fn images_become_comfyui_patches_and_transformers_tokens() {
         let got = qwen_vl::embed_image(&*b, &weights, &TINY, &input).unwrap();
         assert_eq!(got.shape(), shape.as_slice(), "{case}");
         assert_close(&format!("vision.{case}"), &b.to_f32(&got).unwrap(), want, 1e-4);
+        // The tower computes in f32 on every device, as ComfyUI's does: a bf16 backend gives the same tokens.
+        let bf16 = b.with_compute_dtype(DType::BF16).unwrap();
+        let again = qwen_vl::embed_image(&bf16, &weights, &TINY, &input).unwrap();
+        assert_eq!(b.to_f32(&again).unwrap(), b.to_f32(&got).unwrap(), "{case} on bf16");
     }
 
     let model = Qwen3::new(config, weights);

@@ -141,6 +141,9 @@ fn check_hidden_states(b: &Cpu, manager: &Arc<MemoryManager>) {
 fn hidden_state_matches_transformers() {
     let (b, manager) = cpu(1 << 30);
     check_hidden_states(&b, &manager);
+    // ComfyUI computes text encoders in f32 on every device: on a backend whose activations are bf16 (CUDA's
+    // default) the hidden states are still the f32 ones.
+    check_hidden_states(&b.with_compute_dtype(DType::BF16).unwrap(), &manager);
 }
 
 #[test]
