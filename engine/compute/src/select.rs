@@ -38,6 +38,16 @@ impl Device {
             Device::Cuda(_) => "cuda",
         }
     }
+
+    /// Whether models compute in 16-bit types here, as ComfyUI's `should_use_fp16` and `should_use_bf16` answer:
+    /// on CUDA (sm_80 and later, the GPUs Kiln's kernels are built for), not on the CPU, which computes in f32.
+    pub fn computes_in_16_bits(&self) -> bool {
+        match self {
+            Device::Cpu(_) => false,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => true,
+        }
+    }
 }
 
 /// Why the CPU was chosen, or `None` when CUDA was.

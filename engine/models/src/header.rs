@@ -113,6 +113,21 @@ impl<'f> Header<'f> {
         Some(shape)
     }
 
+    /// The dtype that holds the most elements under the prefix (ComfyUI's `weight_dtype`, which picks the type a
+    /// model computes in); `None` for an empty header. A tie goes to the type named first in the file.
+    pub fn weight_dtype(&self) -> Option<kiln_compute::DType> {
+        let mut counts: Vec<(kiln_compute::DType, usize)> = Vec::new();
+        for (_, info) in self.file.tensors().filter(|(name, _)| name.starts_with(self.prefix)) {
+            let n = info.shape.iter().product::<usize>();
+            match counts.iter_mut().find(|(dt, _)| *dt == info.dtype) {
+                Some((_, count)) => *count += n,
+                None => counts.push((info.dtype, n)),
+            }
+        }
+        let most = counts.iter().map(|&(_, n)| n).max()?;
+        counts.into_iter().find(|&(_, n)| n == most).map(|(dt, _)| dt)
+    }
+
     /// A tensor that must exist: its absence is [`Error::Unsupported`] naming the file and the key.
     pub fn require(&self, name: &str) -> Result<&'f TensorInfo> {
         self.get(name).ok_or_else(|| self.unsupported(format!("no tensor `{}`", self.key(name))))

@@ -193,9 +193,12 @@ fn diffusion_model(
         None => load_weights(env, &plan, progress)?,
     };
     let (family, sampling) = (found.family(), found.sampling());
+    let half = env.compute.device().computes_in_16_bits();
+    let compute_dtype = found.compute_dtype(weight_dtype.or(header.weight_dtype()), half);
     Ok(DiffusionModel {
         net: Arc::new(found.build(weights)),
         sampling,
+        compute_dtype,
         latent: family.latent(),
         path: file.path().to_path_buf(),
         patches: Arc::default(),

@@ -16,6 +16,7 @@ pub use guidance::{DualCfg, Guider, Noise};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kiln_compute::DType;
 use kiln_compute::memory::lora::PatchSet;
 use kiln_models::family::{
     ClipVisionNet, ControlNetNet, DiffusionNet, ModelPatchNet, StyleModelNet, TextEncoderNet,
@@ -114,6 +115,9 @@ pub struct DiffusionModel {
     pub net: Arc<DiffusionNet>,
     /// The sigma schedule's model side (shift, multiplier).
     pub sampling: FlowSampling,
+    /// The type its activations are computed in on this device, as ComfyUI picks it
+    /// ([`kiln_models::family::DiffusionDetected::compute_dtype`]: f16 for Wan on CUDA, f32 on the CPU).
+    pub compute_dtype: DType,
     /// The latent space it denoises in.
     pub latent: LatentFormat,
     /// The file it came from (for messages).

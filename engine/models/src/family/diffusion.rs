@@ -1,7 +1,7 @@
 //! [`DiffusionFamily`]: the diffusion networks (`MODEL`) Kiln runs, and [`DiffusionNet`], one loaded.
 
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
-use kiln_compute::{Backend, Tensor};
+use kiln_compute::{Backend, DType, Tensor};
 
 use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
@@ -232,6 +232,36 @@ impl DiffusionDetected {
             }
             _ => self.family().sampling(),
         }
+    }
+
+    /// The types ComfyUI lets this network compute in, in its order of preference (its model config's
+    /// `supported_inference_dtypes`): Wan's start with f16; FLUX.1 Fill's, Z-Image's and Qwen-Image's have none.
+    /// (ComfyUI adds f16 to Z-Image's for files whose weights pass a test of their spread; Kiln does not.)
+    pub fn inference_dtypes(&self) -> &'static [DType] {
+        const BF16_FIRST: &[DType] = &[DType::BF16, DType::F16, DType::F32];
+        const NO_F16: &[DType] = &[DType::BF16, DType::F32];
+        match self {
+            DiffusionDetected::Flux(config, _) if config.is_fill() => NO_F16,
+            DiffusionDetected::Flux(..) | DiffusionDetected::Flux2(..) => BF16_FIRST,
+            DiffusionDetected::ZImage(..) | DiffusionDetected::QwenImage(..) => NO_F16,
+            DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
+        }
+    }
+
+    /// The type ComfyUI computes this network in (`unet_dtype`, then `unet_manual_cast`), for a file holding most
+    /// of its elements as `weights` (ComfyUI's `weight_dtype`; the cast UNETLoader asks for, when it asks for one),
+    /// on a device that computes in 16-bit types (`half`: CUDA) or not (the CPU, where it is f32): f16 for a
+    /// mostly-f16 file when the family allows f16, else the first 16-bit type the family allows.
+    pub fn compute_dtype(&self, weights: Option<DType>, half: bool) -> DType {
+        let supported = self.inference_dtypes();
+        if !half {
+            return DType::F32;
+        }
+        if weights == Some(DType::F16) && supported.contains(&DType::F16) {
+            return DType::F16;
+        }
+        let half_types = [DType::F16, DType::BF16];
+        supported.iter().copied().find(|dt| half_types.contains(dt)).unwrap_or(DType::F32)
     }
 
     /// The weights to load, named in the family's layout whatever the file's.

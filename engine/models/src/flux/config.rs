@@ -142,6 +142,11 @@ impl Config {
         }
     }
 
+    /// Whether this is FLUX.1 Fill: 96 latent channels, what ComfyUI's `FluxInpaint` config matches.
+    pub fn is_fill(&self) -> bool {
+        self.generation == Generation::One && self.in_channels == 6 * LATENT_CHANNELS
+    }
+
     /// The width of the text encoder's features it reads, in words for messages.
     pub fn text_encoder(&self) -> &'static str {
         match self.generation {

@@ -376,6 +376,7 @@ impl Flux {
             let block = Block { silu_vec: &silu_vec, shared: shared.as_ref(), rope: &rope, kv };
             (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
         }
+        let img = finite_in_f16(b, img)?;
         let mut joint = b.concat(&[&txt, &img], 1)?;
         drop((img, txt));
         for i in 0..cfg.single_blocks {
@@ -796,7 +797,7 @@ impl Flux {
             m[1].gated_add(b, &x, &out)
         };
         let img = stream(img, &img_attn, img_mod, &img_w)?;
-        let txt = stream(txt, &txt_attn, txt_mod, &txt_w)?;
+        let txt = finite_in_f16(b, stream(txt, &txt_attn, txt_mod, &txt_w)?)?;
         Ok((img, txt))
     }
 
@@ -843,8 +844,15 @@ impl Flux {
         let attn = self.attention(b, qkv, block, &format!("single_{i}"))?;
         let mlp = self.activation(b, &mlp)?;
         let out = apply(b, &layer, linear2, &b.concat(&[&attn, &mlp], 2)?)?;
-        m.gated_add(b, x, &out)
+        finite_in_f16(b, m.gated_add(b, x, &out)?)
     }
+}
+
+/// ComfyUI's guard on f16 activations in FLUX's blocks (the text stream after each double block, the image
+/// stream after the last, the joint sequence after each single block): NaN as 0 and ±∞ as ±65504
+/// (`nan_to_num`). Activations of other types pass as they are.
+fn finite_in_f16<B: Backend>(b: &B, x: Tensor<B>) -> Result<Tensor<B>> {
+    if x.dtype() == DType::F16 { Ok(b.unary(&x, UnaryOp::NanToNum)?) } else { Ok(x) }
 }
 
 /// `t` `[n, …]` as a batch of `batch` (ComfyUI's `repeat_to_batch_size`: repeated, or cut, to the size).

@@ -64,6 +64,20 @@ fn load(path: &std::path::Path) -> (Arc<Cpu>, DiffusionDetected, Flux) {
 
 /// Runs `model` on the fixture's case `case` (inputs `x.<input>` ...) with `refs` and compares with `out.<case>`.
 fn check(b: &Cpu, model: &Flux, case: &str, input: &str, refs: &[&str], method: Option<&str>) {
+    let (shape, want) = &read_tensors("flux/io.safetensors")[&format!("out.{case}")];
+    let (got_shape, got) = output(b, model, input, refs, method);
+    assert_eq!(&got_shape, shape, "{case}");
+    assert_close(case, &got, want, 1e-4);
+}
+
+/// `model`'s output (shape, values) on the fixture's inputs `x.<input>` ... with `refs`.
+fn output(
+    b: &Cpu,
+    model: &Flux,
+    input: &str,
+    refs: &[&str],
+    method: Option<&str>,
+) -> (Vec<usize>, Vec<f32>) {
     let io = read_tensors("flux/io.safetensors");
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, pooled) = (
@@ -89,9 +103,7 @@ fn check(b: &Cpu, model: &Flux, case: &str, input: &str, refs: &[&str], method: 
             },
         )
         .unwrap();
-    let (shape, want) = &io[&format!("out.{case}")];
-    assert_eq!(out.shape(), shape.as_slice(), "{case}");
-    assert_close(case, &b.to_f32(&out).unwrap(), want, 1e-4);
+    (out.shape().to_vec(), b.to_f32(&out).unwrap())
 }
 
 #[test]
@@ -107,6 +119,40 @@ fn outputs_match_comfyui() {
     check(&b, &model, "refs.offset", "odd", &["ref.1", "ref.2"], None);
     check(&b, &model, "refs.offset", "odd", &["ref.1", "ref.2"], Some("offset"));
     check(&b, &model, "refs.index", "odd", &["ref.1", "ref.2"], Some("index"));
+}
+
+#[test]
+fn an_f16_file_computes_in_f16_on_a_gpu_behind_comfyuis_nan_to_num_guards() {
+    let (b, detected, model) = load(&fixture(WEIGHTS));
+    // FLUX.1's supported types start with bf16: on CUDA an f16 file computes in f16 (ComfyUI keeps the file's
+    // type), any other in bf16; Fill has no f16; on the CPU everything computes in f32.
+    for (weights, want) in [
+        (Some(DType::F16), DType::F16),
+        (Some(DType::BF16), DType::BF16),
+        (Some(DType::F8E4M3), DType::BF16),
+        (Some(DType::F32), DType::BF16),
+        (None, DType::BF16),
+    ] {
+        assert_eq!(detected.compute_dtype(weights, true), want, "{weights:?}");
+        assert_eq!(detected.compute_dtype(weights, false), DType::F32, "{weights:?}");
+    }
+    let fill = DiffusionDetected::Flux(Config { in_channels: 96, ..tiny() }, Layout::Comfy);
+    assert_eq!(fill.compute_dtype(Some(DType::F16), true), DType::BF16);
+
+    let half = b.with_compute_dtype(DType::F16).unwrap();
+    let io = read_tensors("flux/io.safetensors");
+    let (_, got) = output(&half, &model, "even", &[], None);
+    assert_close("even in f16", &got, &io["out.even"].1, 2e-2);
+
+    // A text stream past f16's range: ComfyUI's guards turn its infinities into ±65504 after each block, so the
+    // prediction stays finite where unguarded f16 would end in NaN.
+    let loud = edited_weights("f16-overflow", |t| {
+        let (_, w) = t.get_mut("double_blocks.0.txt_mlp.2.weight").unwrap();
+        w.iter_mut().for_each(|v| *v *= 1e6);
+    });
+    let (b, _, model) = load(&loud.0);
+    let (_, got) = output(&b.with_compute_dtype(DType::F16).unwrap(), &model, "even", &[], None);
+    assert!(got.iter().all(|v| v.is_finite()), "an f16 run without guards");
 }
 
 #[test]

@@ -203,6 +203,29 @@ fn every_variant_matches_diffusers() {
 }
 
 #[test]
+fn on_a_gpu_wan_computes_in_f16_as_comfyui_does_and_stays_near_the_reference() {
+    let file = TempTensors::new("wan-f16", Variant::T2v.tensors());
+    let (b, detected, net) = load(&file.0);
+    // ComfyUI's `supported_inference_dtypes` for Wan start with f16: on CUDA every Wan file computes in f16,
+    // whatever its weights; on the CPU in f32.
+    for weights in
+        [Some(DType::F16), Some(DType::BF16), Some(DType::F8E4M3), Some(DType::F32), None]
+    {
+        assert_eq!(detected.compute_dtype(weights, true), DType::F16, "{weights:?}");
+        assert_eq!(detected.compute_dtype(weights, false), DType::F32, "{weights:?}");
+    }
+    // The forward pass on a backend computing in f16 runs the whole model in f16 and lands within f16's
+    // rounding of the f32 reference.
+    let half = b.with_compute_dtype(DType::F16).unwrap();
+    let io = read_tensors("wan/io.safetensors");
+    let got = run(&half, &net, "t2v", "t2v", false);
+    assert!(got.iter().all(|v| v.is_finite()));
+    assert_close("t2v in f16", &got, &io["out.t2v"].1, 2e-2);
+    let exact = run(&b, &net, "t2v", "t2v", false);
+    assert!(got != exact, "the f16 run rounds somewhere");
+}
+
+#[test]
 fn scale_rope_moves_the_token_positions_as_comfyui_does() {
     // ComfyUI's t2v output with `rope_options` (`wan.py`'s ROPE_OPTIONS): time stretched 7x as ChronoEdit's
     // template does, fractional scales and shifts on every axis.

@@ -137,6 +137,7 @@ const KV_CACHE_REFERENCE_METHOD: &str = "index_timestep_zero";
 impl OnDevice for Forward<'_> {
     type Output = kiln_models::Result<Vec<f32>>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
+        let b = &b.with_compute_dtype(self.model.compute_dtype)?;
         let batch = self.shape[0];
         let view = self.window_view()?;
         let (x_shape, x_values) = self.model_input()?;
