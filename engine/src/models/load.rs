@@ -194,7 +194,16 @@ fn diffusion_model(
     };
     let (family, sampling) = (found.family(), found.sampling());
     let half = env.compute.device().computes_in_16_bits();
-    let compute_dtype = found.compute_dtype(weight_dtype.or(header.weight_dtype()), half);
+    let stored = weight_dtype.or(header.weight_dtype());
+    let compute_dtype = found.compute_dtype(stored, half);
+    // ComfyUI logs the same choice ("model weight dtype …, manual cast: …").
+    tracing::info!(
+        path = %file.path().display(),
+        family = family.name(),
+        weights = stored.map_or("none", DType::name),
+        compute = compute_dtype.name(),
+        "loaded a diffusion model"
+    );
     Ok(DiffusionModel {
         net: Arc::new(found.build(weights)),
         sampling,
