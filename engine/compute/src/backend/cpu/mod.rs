@@ -41,8 +41,9 @@ use crate::error::Result;
 use crate::memory::{DevPtr, DeviceMemory, SimDevice};
 use crate::tensor::{Tensor, Weight, numel};
 
-/// The CPU backend. It computes every op in f32; activations are stored in its compute type (f32 unless made
-/// by [`Backend::with_compute_dtype`], which rounds each op's output to f16 or bf16 as a GPU's would be).
+/// The CPU backend. It computes every op in f32 with the weights' exact values; activations are stored in its
+/// compute type (f32 unless made by [`Backend::with_compute_dtype`], whose views round each op's output to f16
+/// or bf16 as a GPU's would be; unlike CUDA's GEMMs, they do not round a weight of another type to it first).
 pub struct Cpu {
     sim: Arc<SimDevice>,
     memory: Arc<dyn DeviceMemory>,

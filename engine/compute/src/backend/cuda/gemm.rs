@@ -1,14 +1,10 @@
 //! GEMM on cuBLASLt (bf16/f16 inputs with f32 accumulation, f32 as plain f32), and the ops built on it: linear,
 //! batched matmul and conv2d (im2col into scratch, then a GEMM per sample and chunk of output pixels).
 //!
-//! Weights are read exactly in their stored type, as the CPU backend does ([`weight_path`]): a weight whose
-//! every value the activation type holds (fp8 into bf16 or f16, anything into f32) is cast into it and the GEMM
-//! runs in the activation type; otherwise (f16 weights with bf16 activations and the reverse, f32 weights with
-//! 16-bit activations) both operands are widened to f32, the GEMM runs on f32 (on TF32 tensor cores when both
-//! types are 16-bit, which TF32 holds exactly; in full f32 for f32 weights) and the result is rounded once to the
-//! activation type, after the bias. The widened path costs a GEMM at TF32 or f32 speed and f32 copies of the
-//! operands; a model that wants bf16 speed stores its weights in bf16 (the loader's choice, as in ComfyUI,
-//! where weights are cast to the compute type when loaded).
+//! A weight stored in another type than the activations is cast to the activations' type first and the GEMM runs
+//! in that type, as ComfyUI's `cast_bias_weight` does (`weight.to(input.dtype)`; a weight it converted at load
+//! went to that type too): fp8 exactly, an f16 weight under bf16 activations (or the reverse) and an f32 weight
+//! under 16-bit ones rounded to nearest even. A scaled or block-quantized weight is dequantized into that type.
 //!
 //! Problems are stated row-major, as the tensors are: `c[b] (M×N, row stride ldc) = a[b] (M×K) · op(b[b])`, with
 //! `b` stored `[K, N]` or, transposed, `[N, K]`. cuBLASLt is column-major, so the call computes `cᵀ = op(b)ᵀ · aᵀ`:
@@ -110,31 +106,6 @@ fn blas(call: &'static str, e: lt::CublasError) -> Error {
 fn alignment(ptr: u64, stride_bytes: u64, batch: usize) -> u32 {
     let bits = if batch > 1 { ptr | stride_bytes } else { ptr };
     if bits == 0 { 256 } else { (1u64 << bits.trailing_zeros().min(8)) as u32 }
-}
-
-/// How a GEMM reads a weight of type `weight` against activations of type `act` without rounding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WeightPath {
-    /// Every value of the weight type is exact in the activation type: cast the weight, GEMM in `act`.
-    Direct,
-    /// Widen both operands to f32 and run the GEMM on f32, with TF32 tensor cores when `tf32` (both types hold
-    /// at most 11 significant bits, so TF32 loses nothing); round the result to `act` once.
-    Wide {
-        /// Whether TF32 holds every operand value exactly.
-        tf32: bool,
-    },
-}
-
-/// The [`WeightPath`] for activations of type `act` (a compute type) and a weight stored as `weight`.
-pub(crate) fn weight_path(act: DType, weight: DType) -> WeightPath {
-    match (act, weight) {
-        (a, w) if a == w => WeightPath::Direct,
-        (DType::F32, _) | (_, DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8) => {
-            WeightPath::Direct
-        }
-        (_, DType::F32) => WeightPath::Wide { tf32: false },
-        _ => WeightPath::Wide { tf32: true },
-    }
 }
 
 impl Gemm {
@@ -286,14 +257,6 @@ impl Gemm {
     }
 }
 
-/// The type a GEMM of `act` activations with a `weight`-typed weight runs in, and whether it may use TF32.
-fn gemm_type(act: DType, weight: DType) -> (DType, bool) {
-    match weight_path(act, weight) {
-        WeightPath::Direct => (act, false),
-        WeightPath::Wide { tf32 } => (DType::F32, tf32),
-    }
-}
-
 /// The sizes of `x · Wᵀ`: m rows of k inputs, n outputs, and the output's shape.
 pub(crate) struct LinearShape {
     pub(crate) m: usize,
@@ -385,16 +348,14 @@ impl Cuda {
         }
         let dtype = Self::compute_type("linear", x.dtype())?;
         let LinearShape { m, n, k, out: shape } = linear_shape(x, w, bias)?;
-        let (gdt, tf32) = gemm_type(dtype, w.dtype());
-        let x = self.op_cast(x, gdt)?;
-        let out = self.empty(shape, gdt)?;
-        let (wptr, _scratch) = self.weight_as(w, gdt)?;
+        let out = self.empty(shape, dtype)?;
+        let (wptr, _scratch) = self.weight_as(w, dtype)?;
         if k == 0 {
-            self.fill_ptr(out.buf().ptr().0, gdt, out.numel(), 0.0)?;
+            self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
         } else {
             self.gemm(&GemmArgs {
-                dtype: gdt,
-                tf32,
+                dtype,
+                tf32: false,
                 m,
                 n,
                 k,
@@ -414,7 +375,7 @@ impl Cuda {
         if let Some(b) = bias {
             self.bias_add(&out, b, n, 1)?;
         }
-        self.op_cast(&out, dtype)
+        Ok(out)
     }
 
     pub(crate) fn op_matmul(
@@ -504,11 +465,9 @@ impl Cuda {
         let wo = (wd + pl + pr - kw) / s + 1;
         let pixels = ho * wo;
         let ckk = c * kh * kw;
-        let (gdt, tf32) = gemm_type(dtype, w.dtype());
-        let x = self.op_cast(x, gdt)?;
-        let out = self.empty(vec![bsz, o, ho, wo], gdt)?;
-        let (wptr, _scratch) = self.weight_as(w, gdt)?;
-        let esize = gdt.size();
+        let out = self.empty(vec![bsz, o, ho, wo], dtype)?;
+        let (wptr, _scratch) = self.weight_as(w, dtype)?;
+        let esize = dtype.size();
         let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..bsz {
@@ -540,8 +499,8 @@ impl Cuda {
                 )?;
                 // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
                 self.gemm(&GemmArgs {
-                    dtype: gdt,
-                    tf32,
+                    dtype,
+                    tf32: false,
                     m: o,
                     n: np,
                     k: ckk,
@@ -563,7 +522,7 @@ impl Cuda {
         if let Some(bw) = bias {
             self.bias_add(&out, bw, o, pixels)?;
         }
-        self.op_cast(&out, dtype)
+        Ok(out)
     }
 
     /// In place: `out[i] += bias[(i / inner) % channels]`.
@@ -594,52 +553,7 @@ impl Cuda {
 
 #[cfg(test)]
 mod tests {
-    use super::{WeightPath, alignment, weight_path};
-    use crate::dtype::{DType, round_to, widen};
-
-    /// Every finite value of an 8- or 16-bit type, as f32.
-    fn values(dt: DType) -> Vec<f32> {
-        let bytes: Vec<u8> = match dt.size() {
-            1 => (0..=u8::MAX).collect(),
-            _ => (0..=u16::MAX).flat_map(u16::to_le_bytes).collect(),
-        };
-        widen(dt, &bytes).into_iter().filter(|v| v.is_finite()).collect()
-    }
-
-    #[test]
-    fn weight_paths_read_every_weight_value_exactly_and_widen_only_when_needed() {
-        let all = [DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2];
-        for act in [DType::F32, DType::F16, DType::BF16] {
-            for w in all {
-                let path = weight_path(act, w);
-                // Whether casting the weight to the activation type would round some value.
-                let lossy = if w == DType::F32 {
-                    act != DType::F32
-                } else {
-                    values(w).into_iter().any(|v| round_to(act, v) != v)
-                };
-                match path {
-                    WeightPath::Direct => assert!(!lossy, "{w} weights cast to {act} lose values"),
-                    WeightPath::Wide { tf32 } => {
-                        assert!(lossy, "{w} weights with {act} activations widened needlessly");
-                        assert_eq!(tf32, w != DType::F32, "TF32 only for 16-bit weights");
-                        if tf32 {
-                            // TF32 keeps 10 fraction bits: the low 13 of an f32 must be zero.
-                            for dt in [act, w] {
-                                assert_eq!(dt.size(), 2, "{dt}");
-                                let bad =
-                                    values(dt).into_iter().find(|v| v.to_bits() & 0x1fff != 0);
-                                assert_eq!(bad, None, "a {dt} value TF32 cannot hold");
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        assert_eq!(weight_path(DType::BF16, DType::F16), WeightPath::Wide { tf32: true });
-        assert_eq!(weight_path(DType::BF16, DType::F32), WeightPath::Wide { tf32: false });
-        assert_eq!(weight_path(DType::BF16, DType::F8E4M3), WeightPath::Direct);
-    }
+    use super::alignment;
 
     #[test]
     fn alignment_is_the_largest_power_of_two_up_to_256() {
