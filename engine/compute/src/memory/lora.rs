@@ -299,8 +299,7 @@ pub fn apply_requantized<B: Backend>(
     known: Option<f32>,
 ) -> Result<f32> {
     let largest = match target.dtype() {
-        DType::F8E4M3 => 448.0,
-        DType::F8E5M2 => 57344.0,
+        fp8 @ (DType::F8E4M3 | DType::F8E5M2) => fp8.max_finite(),
         other => {
             return Err(Error::Unsupported(format!(
                 "re-quantizing a patched {other} weight with a per-tensor scale (fp8 only)"
