@@ -253,10 +253,10 @@ impl DiffusionDetected {
     /// on a device that computes in 16-bit types (`half`: CUDA) or not (the CPU, where it is f32): f16 for a
     /// mostly-f16 file when the family allows f16, else the first 16-bit type the family allows.
     pub fn compute_dtype(&self, weights: Option<DType>, half: bool) -> DType {
-        let supported = self.inference_dtypes();
         if !half {
             return DType::F32;
         }
+        let supported = self.inference_dtypes();
         if weights == Some(DType::F16) && supported.contains(&DType::F16) {
             return DType::F16;
         }
