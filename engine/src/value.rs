@@ -6,7 +6,7 @@ use kiln_models::sampling::SamplerChoice;
 
 use crate::media::{Audio, Video};
 use crate::models::{
-    AudioEncoder, AudioEncoderOutput, ClipVision, ClipVisionOutput, Conditioning, ControlNet,
+    AudioEncoder, AudioEncoderOutput, ClipVision, DancerMusic, ClipVisionOutput, Conditioning, ControlNet,
     DiffusionModel, Guider, ModelPatch, Noise, StyleModel, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
@@ -83,6 +83,9 @@ pub enum Value {
     AudioEncoder(Arc<AudioEncoder>),
     /// `AUDIO_ENCODER_OUTPUT`: a clip through an audio encoder (`AudioEncoderEncode`).
     AudioEncoderOutput(Arc<AudioEncoderOutput>),
+    /// `AUDIO_ENCODER_OUTPUT` of `WanDancerEncodeAudio`: a song's music features, which only `WanDancerVideo`
+    /// reads.
+    DancerMusic(Arc<DancerMusic>),
     /// `SAMPLER`: a sampling method (`KSamplerSelect`).
     Sampler(SamplerChoice),
     /// `SIGMAS`: the noise levels a sampler steps through, descending.
@@ -139,7 +142,7 @@ impl Value {
             Value::StyleModel(_) => "STYLE_MODEL",
             Value::UpscaleModel(_) => "UPSCALE_MODEL",
             Value::AudioEncoder(_) => "AUDIO_ENCODER",
-            Value::AudioEncoderOutput(_) => "AUDIO_ENCODER_OUTPUT",
+            Value::AudioEncoderOutput(_) | Value::DancerMusic(_) => "AUDIO_ENCODER_OUTPUT",
             Value::Sampler(_) => "SAMPLER",
             Value::Sigmas(_) => "SIGMAS",
             Value::Noise(_) => "NOISE",
@@ -180,6 +183,7 @@ impl Value {
             | Value::UpscaleModel(_)
             | Value::AudioEncoder(_) => 0,
             Value::AudioEncoderOutput(o) => o.byte_size(),
+            Value::DancerMusic(m) => m.features.byte_size(),
             Value::Conditioning(c) => c.byte_size(),
             Value::ClipVisionOutput(o) => o.byte_size(),
             Value::Video(v) => v.byte_size(),
@@ -213,6 +217,7 @@ impl Value {
             | Value::UpscaleModel(_)
             | Value::AudioEncoder(_)
             | Value::AudioEncoderOutput(_)
+            | Value::DancerMusic(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)
@@ -251,6 +256,7 @@ impl Value {
             | Value::UpscaleModel(_)
             | Value::AudioEncoder(_)
             | Value::AudioEncoderOutput(_)
+            | Value::DancerMusic(_)
             | Value::Sampler(_)
             | Value::Noise(_)
             | Value::Guider(_)

@@ -486,6 +486,23 @@ pub struct CondExtras {
     pub animate_pose: Option<AnimatePose>,
     /// Wan Animate 2's scale of the reference frame's values (`reference_image_strength`); `None` is 1.
     pub reference_strength: Option<f64>,
+    /// WanDancer's reference image's CLIP vision states (`WanDancerVideo`'s `clip_vision_output_ref`: its
+    /// `penultimate_hidden_states`).
+    pub clip_vision_reference: Option<Tensor>,
+    /// WanDancer's music (`WanDancerVideo`'s `audio_embed`, `fps` and `audio_inject_scale`).
+    pub dancer_music: Option<DancerMusic>,
+}
+
+/// What `WanDancerEncodeAudio` makes of a song (its `AUDIO_ENCODER_OUTPUT`), which `WanDancerVideo` hands a
+/// WanDancer model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DancerMusic {
+    /// The music features `[1, frames, 35]` at 30 frames a second of the song.
+    pub features: Tensor,
+    /// The frame rate the song plays the clip at: 30 / round(feature frames / video frames).
+    pub fps: f64,
+    /// Scales the music where the model injects it (`audio_inject_scale`).
+    pub scale: f64,
 }
 
 /// What `WanAnimate2ToVideo` hands a Wan Animate 2 model's pose branch.
@@ -530,6 +547,8 @@ impl CondExtras {
             + self.audio_embed.as_ref().map_or(0, Tensor::byte_size)
             + self.reference_motion.as_ref().map_or(0, Tensor::byte_size)
             + self.control_video.as_ref().map_or(0, Tensor::byte_size)
+            + self.clip_vision_reference.as_ref().map_or(0, Tensor::byte_size)
+            + self.dancer_music.as_ref().map_or(0, |m| m.features.byte_size())
             + self.animate_pose.as_ref().map_or(0, |p| {
                 [&p.latent, &p.clip_vision, &p.context]
                     .into_iter()

@@ -24,7 +24,7 @@ pub use spec::{
 use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{
-    AudioEncoder, AudioEncoderOutput, Conditioning, ControlNet, DiffusionModel, Guider, ModelPatch,
+    AudioEncoder, AudioEncoderOutput, Conditioning, DancerMusic, ControlNet, DiffusionModel, Guider, ModelPatch,
     Noise, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
@@ -215,6 +215,28 @@ impl Inputs {
     pub fn audio_encoder_output(&self, name: &str) -> Result<&Arc<AudioEncoderOutput>, NodeError> {
         match self.required(name)? {
             Value::AudioEncoderOutput(o) => Ok(o),
+            Value::DancerMusic(_) => Err(NodeError::of_kind(
+                ErrorKind::WrongType,
+                format!(
+                    "input `{name}` is WanDancerEncodeAudio's music features, which only WanDancerVideo reads: \
+                     connect AudioEncoderEncode's output"
+                ),
+            )),
+            other => Err(self.wrong(name, "AUDIO_ENCODER_OUTPUT", other)),
+        }
+    }
+
+    /// An `AUDIO_ENCODER_OUTPUT` input made by `WanDancerEncodeAudio`.
+    pub fn dancer_music(&self, name: &str) -> Result<&Arc<DancerMusic>, NodeError> {
+        match self.required(name)? {
+            Value::DancerMusic(m) => Ok(m),
+            Value::AudioEncoderOutput(_) => Err(NodeError::of_kind(
+                ErrorKind::WrongType,
+                format!(
+                    "input `{name}` is an audio encoder's states; WanDancerVideo reads the music features of \
+                     WanDancerEncodeAudio"
+                ),
+            )),
             other => Err(self.wrong(name, "AUDIO_ENCODER_OUTPUT", other)),
         }
     }

@@ -365,6 +365,8 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub control: Option<&'a Tensor<B>>,
     /// Wan Animate 2's pose branch and strengths; other models ignore it.
     pub animate: Option<wan::animate2::Animate2Input<'a, B>>,
+    /// WanDancer's music, frame rate and reference image; other models ignore it.
+    pub dancer: Option<wan::dancer::DancerInput<'a, B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -396,6 +398,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             motion: None,
             control: None,
             animate: None,
+            dancer: None,
         }
     }
 }
@@ -668,6 +671,7 @@ impl DiffusionNet {
                     motion: input.motion,
                     control: input.control,
                     animate: input.animate,
+                    dancer: input.dancer,
                 };
                 net.forward(b, &wan_input)
             }

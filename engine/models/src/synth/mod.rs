@@ -174,11 +174,14 @@ pub enum WanFile {
     /// Wan Animate 2 (`wan21-animate2-14b`): Wan 2.1 I2V 14B's structure, its metadata marking it Animate 2 as
     /// ComfyUI reads it.
     Animate2,
+    /// WanDancer (`wan22-dancer-14b`, its global and local files alike): Wan 2.1 I2V 14B's structure with the
+    /// reference-image convolution and the music branch.
+    Dancer14b,
 }
 
 impl WanFile {
     /// Every file.
-    pub const ALL: [WanFile; 15] = [
+    pub const ALL: [WanFile; 16] = [
         WanFile::I2v14b,
         WanFile::Flf2v14b,
         WanFile::T2vA14b,
@@ -194,6 +197,7 @@ impl WanFile {
         WanFile::Humo17b,
         WanFile::S2v14b,
         WanFile::Animate2,
+        WanFile::Dancer14b,
     ];
 
     /// The name it is spelled with on the command line.
@@ -214,6 +218,7 @@ impl WanFile {
             humo,
             s2v,
             animate2,
+            dancer,
         ] = wan::family::SYNTH_NAMES;
         match self {
             WanFile::I2v14b => i2v,
@@ -231,6 +236,7 @@ impl WanFile {
             WanFile::Humo17b => humo,
             WanFile::S2v14b => s2v,
             WanFile::Animate2 => animate2,
+            WanFile::Dancer14b => dancer,
         }
     }
 
@@ -275,6 +281,13 @@ impl WanFile {
             WanFile::Animate2 => {
                 wan::Config { in_channels: 36, image: Some(clip), animate2: true, ..base }
             }
+            WanFile::Dancer14b => wan::Config {
+                in_channels: 36,
+                image: Some(clip),
+                ref_channels: Some(16),
+                dancer: Some(wan::Dancer { clip_dim: set.wan_clip_dim, ..set.dancer }),
+                ..base
+            },
         }
     }
 }
@@ -697,6 +710,9 @@ pub struct ZImageTurboSet {
     /// InfiniteTalk's patch (`--family wan21-infinitetalk`): the 14B DiTs' width, reading the base wav2vec2's
     /// states after the first.
     pub infinite_talk: wan::infinite_talk::TalkConfig,
+    /// WanDancer's music branch (`--family wan22-dancer-14b`), its reference projection reading the CLIP
+    /// width the Wan I2V DiTs read.
+    pub dancer: wan::Dancer,
 }
 
 impl ZImageTurboSet {
@@ -777,6 +793,14 @@ impl ZImageTurboSet {
                 tokens: 32,
                 audio_dim: 768,
                 blocks: 40,
+            },
+            dancer: wan::Dancer {
+                features: 35,
+                width: 256,
+                ffn: 1024,
+                layers: 2,
+                injectors: 8,
+                clip_dim: 1280,
             },
         }
     }
@@ -876,6 +900,15 @@ impl ZImageTurboSet {
                 tokens: 4,
                 audio_dim: 16,
                 blocks: 2,
+            },
+            // Four heads of 8; one injector (the tiny 14B has 2 blocks, and ComfyUI's injectors start at block 0).
+            dancer: wan::Dancer {
+                features: 35,
+                width: 32,
+                ffn: 64,
+                layers: 2,
+                injectors: 1,
+                clip_dim: 64,
             },
         }
     }
@@ -1588,6 +1621,7 @@ fn wan_config(
         humo: None,
         s2v: None,
         animate2: false,
+        dancer: None,
     }
 }
 

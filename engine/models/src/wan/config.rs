@@ -77,6 +77,36 @@ pub struct Config {
     /// metadata (`config` → `transformer.model_type` `animate2`), run with a pose branch over the driving
     /// video's latents that feeds every block's self-attention its keys and values ([`super::animate2`]).
     pub animate2: bool,
+    /// WanDancer's parts (ComfyUI's `WAN22_WanDancer`, marked by `patch_embedding_global`) on a Wan 2.1 I2V
+    /// body: the music encoder and injectors, a second patch embedding and head for music at another frame
+    /// rate, and a second CLIP projection for the reference image ([`super::dancer`]).
+    pub dancer: Option<Dancer>,
+}
+
+/// WanDancer's music branch, from its weights' shapes: `music_projection` turns each frame's music features
+/// into `width`-wide tokens, `layers` encoder layers (4 heads, RoPE over the frames) run over them, and
+/// `injectors` cross-attentions add them to the video tokens after blocks 0, 4, 8, 12, 16, 20, 24 and 27.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dancer {
+    /// Music features per frame (35: onset, 20 MFCCs, 12 chroma, peak, beat).
+    pub features: usize,
+    /// Width of the music encoder (256).
+    pub width: usize,
+    /// Feed-forward width of its layers (1024).
+    pub ffn: usize,
+    /// Its layers (2).
+    pub layers: usize,
+    /// Music injectors (8).
+    pub injectors: usize,
+    /// CLIP feature width of the reference image's projection (`img_emb_refimage`: 1280).
+    pub clip_dim: usize,
+}
+
+impl Dancer {
+    /// The music encoder's heads (ComfyUI builds it with 4; the weights do not say).
+    pub const HEADS: usize = 4;
+    /// The blocks after which the injectors run, in order (ComfyUI's `audio_inject_layers`).
+    pub const INJECTED_BLOCKS: [usize; 8] = [0, 4, 8, 12, 16, 20, 24, 27];
 }
 
 /// HuMo's audio branch: `audio_proj` turns each latent frame's window of Whisper features (8 feature frames of
@@ -159,6 +189,7 @@ impl Config {
             && self.ref_channels.is_none()
             && self.humo.is_none()
             && self.s2v.is_none()
+            && self.dancer.is_none()
     }
 
     /// Whether this is a plain text-to-video `WAN21` model (ComfyUI's `model_type` `t2v` outside Wan 2.2 TI2V
@@ -172,6 +203,7 @@ impl Config {
             && self.ref_channels.is_none()
             && self.humo.is_none()
             && self.s2v.is_none()
+            && self.dancer.is_none()
     }
 
     /// The channels the model reads beside the noisy latent (ComfyUI's `concat_cond`): mask and image latent,
@@ -189,6 +221,7 @@ impl Config {
     /// The released variant this config is, in words (`Wan 2.1 T2V`, `Wan 2.2 TI2V 5B`, ...).
     pub fn variant(&self) -> &'static str {
         match (self.image, self.in_channels) {
+            _ if self.dancer.is_some() => "WanDancer",
             (None, _) if self.s2v.is_some() => "Wan 2.2 S2V",
             (Some(_), _) if self.animate2 => "Wan Animate 2",
             (None, I2V_CHANNELS) if self.humo.is_some() => "HuMo 17B",
@@ -253,21 +286,8 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         ("head.head.weight", vec![PATCH * PATCH * cfg.out_channels, d]),
         ("head.head.bias", vec![PATCH * PATCH * cfg.out_channels]),
     ];
-    if let Some(image) = cfg.image {
-        let c = image.clip_dim;
-        out.extend([
-            ("img_emb.proj.0.weight", vec![c]),
-            ("img_emb.proj.0.bias", vec![c]),
-            ("img_emb.proj.1.weight", vec![c, c]),
-            ("img_emb.proj.1.bias", vec![c]),
-            ("img_emb.proj.3.weight", vec![d, c]),
-            ("img_emb.proj.3.bias", vec![d]),
-            ("img_emb.proj.4.weight", vec![d]),
-            ("img_emb.proj.4.bias", vec![d]),
-        ]);
-        if let Some(tokens) = image.pos_tokens {
-            out.push(("img_emb.emb_pos", vec![1, tokens, c]));
-        }
+    if let Some(ImageEmbed { clip_dim: c, pos_tokens: Some(tokens) }) = cfg.image {
+        out.push(("img_emb.emb_pos", vec![1, tokens, c]));
     }
     if let Some(c) = cfg.ref_channels {
         out.extend([("ref_conv.weight", vec![d, c, PATCH, PATCH]), ("ref_conv.bias", vec![d])]);
@@ -295,10 +315,108 @@ fn global_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     }
     let mut out: Vec<(String, Vec<usize>)> =
         out.into_iter().map(|(name, shape)| (name.to_owned(), shape)).collect();
+    if let Some(image) = cfg.image {
+        out.extend(clip_projection_shapes("img_emb", image.clip_dim, d));
+    }
     if let Some(s2v) = cfg.s2v {
         out.extend(s2v_shapes(d, &s2v));
     }
+    if let Some(dancer) = cfg.dancer {
+        out.extend(dancer_shapes(cfg, &dancer));
+    }
     out
+}
+
+/// The CLIP projection (ComfyUI's `MLPProj`: LayerNorm, Linear, GELU, Linear, LayerNorm) under `prefix`, from
+/// `clip` features to the model's width `d`, in the order the model reads them.
+fn clip_projection_shapes(prefix: &str, clip: usize, d: usize) -> Vec<(String, Vec<usize>)> {
+    [
+        ("0.weight", vec![clip]),
+        ("0.bias", vec![clip]),
+        ("1.weight", vec![clip, clip]),
+        ("1.bias", vec![clip]),
+        ("3.weight", vec![d, clip]),
+        ("3.bias", vec![d]),
+        ("4.weight", vec![d]),
+        ("4.bias", vec![d]),
+    ]
+    .into_iter()
+    .map(|(name, shape)| (format!("{prefix}.proj.{name}"), shape))
+    .collect()
+}
+
+/// WanDancer's weights outside the blocks, by ComfyUI name (the released files' `in_proj` of each music
+/// encoder layer, which ComfyUI splits into q, k and v at load), with their shapes.
+fn dancer_shapes(cfg: &Config, dancer: &Dancer) -> Vec<(String, Vec<usize>)> {
+    let (d, w) = (cfg.dim, dancer.width);
+    let mut out = vec![
+        ("patch_embedding_global.weight".to_owned(), vec![d, cfg.in_channels, 1, PATCH, PATCH]),
+        ("patch_embedding_global.bias".to_owned(), vec![d]),
+        ("head_global.modulation".to_owned(), vec![1, 2, d]),
+        ("head_global.head.weight".to_owned(), vec![PATCH * PATCH * cfg.out_channels, d]),
+        ("head_global.head.bias".to_owned(), vec![PATCH * PATCH * cfg.out_channels]),
+        ("music_projection.weight".to_owned(), vec![w, dancer.features]),
+        ("music_projection.bias".to_owned(), vec![w]),
+    ];
+    out.extend(clip_projection_shapes("img_emb_refimage", dancer.clip_dim, d));
+    for l in 0..dancer.layers {
+        let layer = |name: &str| format!("music_encoder.{l}.{name}");
+        out.extend([
+            (layer("self_attn.in_proj_weight"), vec![3 * w, w]),
+            (layer("self_attn.in_proj_bias"), vec![3 * w]),
+            (layer("self_attn.out_proj.weight"), vec![w, w]),
+            (layer("self_attn.out_proj.bias"), vec![w]),
+            (layer("linear1.weight"), vec![dancer.ffn, w]),
+            (layer("linear1.bias"), vec![dancer.ffn]),
+            (layer("linear2.weight"), vec![w, dancer.ffn]),
+            (layer("linear2.bias"), vec![w]),
+            (layer("norm1.weight"), vec![w]),
+            (layer("norm1.bias"), vec![w]),
+            (layer("norm2.weight"), vec![w]),
+            (layer("norm2.bias"), vec![w]),
+        ]);
+    }
+    for j in 0..dancer.injectors {
+        let injector = |name: &str| format!("music_injector.injector.{j}.{name}");
+        for p in ["q", "k", "v", "o"] {
+            out.push((injector(&format!("{p}.weight")), vec![d, d]));
+            out.push((injector(&format!("{p}.bias")), vec![d]));
+        }
+        out.push((injector("norm_q.weight"), vec![d]));
+        out.push((injector("norm_k.weight"), vec![d]));
+    }
+    out
+}
+
+/// WanDancer's music branch from the shapes (`patch_embedding_global` marks it, as in ComfyUI's detection),
+/// `None` for a model without it.
+fn dancer_config(h: &Header) -> Result<Option<Dancer>> {
+    const PROJECTION: &str = "music_projection.weight";
+    const LINEAR1: &str = "music_encoder.0.linear1.weight";
+    const REFERENCE: &str = "img_emb_refimage.proj.0.weight";
+    if !h.has("patch_embedding_global.weight") {
+        return Ok(None);
+    }
+    let (layers, injectors) =
+        (h.count_blocks("music_encoder."), h.count_blocks("music_injector.injector."));
+    match (h.shape(PROJECTION), h.shape(LINEAR1), h.shape(REFERENCE)) {
+        (Some(&[width, features]), Some(&[ffn, _]), Some(&[clip_dim]))
+            if width > 0
+                && width.is_multiple_of(2 * Dancer::HEADS)
+                && layers > 0
+                && injectors <= Dancer::INJECTED_BLOCKS.len() =>
+        {
+            Ok(Some(Dancer { features, width, ffn, layers, injectors, clip_dim }))
+        }
+        (projection, linear1, reference) => Err(h.unsupported(format!(
+            "a WanDancer model whose `{PROJECTION}` is {projection:?}, `{LINEAR1}` {linear1:?} and \
+             `{REFERENCE}` {reference:?}, with {layers} music encoder layers and {injectors} injectors: \
+             expected [width, features] with the width a multiple of {}, [ffn, width], [clip width], at least \
+             one layer and at most {} injectors",
+            2 * Dancer::HEADS,
+            Dancer::INJECTED_BLOCKS.len()
+        ))),
+    }
 }
 
 /// The camera adapter's weights (ComfyUI's `WanCamAdapter` with one residual block), in the order the model
@@ -467,11 +585,10 @@ fn file_name(name: &str, layout: Layout) -> String {
 }
 
 /// The Wan-derived models ComfyUI detects by a tensor of their own, which Kiln does not run: (tensor, what).
-const DERIVED: [(&str, &str); 4] = [
+const DERIVED: [(&str, &str); 3] = [
     ("face_adapter.fuser_blocks.0.k_norm.weight", "a Wan 2.2 Animate model"),
     ("patch_embedding_mask.weight", "a SCAIL-2 model"),
     ("patch_embedding_pose.weight", "a SCAIL model"),
-    ("patch_embedding_global.weight", "a WanDancer model"),
 ];
 
 /// The layout of a Wan DiT in `h`, if it is one.
@@ -618,6 +735,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     };
     let humo = humo_config(h)?;
     let s2v = s2v_config(h, dim)?;
+    let dancer = dancer_config(h)?;
     if vace.is_some_and(|v| v.blocks == 0 || v.blocks > layers) {
         return Err(h.unsupported(format!(
             "a Wan VACE model with {} VACE blocks for {layers} blocks",
@@ -642,6 +760,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         humo,
         s2v,
         animate2: false,
+        dancer,
     };
     // ComfyUI's causal entry is a Wan 2.1 `t2v` model: a mark on any other keeps it what it is.
     let cfg = Config { causal: causal_marked(h) && cfg.is_wan21_t2v(), ..cfg };

@@ -23,8 +23,8 @@ pub const WAN22_SYNTH_LORA_NAME: &str = "wan22-lora";
 /// models: 2.1 Fun Control 1.3B, 2.2 Fun Control A14B and 5B (with the reference-image convolution), 2.2 Fun
 /// InP 5B; 2.1 VACE 14B; 2.1 Fun Camera 1.3B (with the CLIP branch) and a 2.2 Fun Camera A14B expert; the
 /// causal 2.1 T2V 1.3B of Causal Forcing (marked in its metadata); HuMo 17B; 2.2 S2V 14B; Wan Animate 2 (2.1
-/// I2V 14B's structure, marked in its metadata).
-pub const SYNTH_NAMES: [&str; 15] = [
+/// I2V 14B's structure, marked in its metadata); WanDancer 14B.
+pub const SYNTH_NAMES: [&str; 16] = [
     "wan21-i2v-14b",
     "wan21-flf2v-14b",
     "wan22-t2v-a14b",
@@ -40,6 +40,7 @@ pub const SYNTH_NAMES: [&str; 15] = [
     "humo-17b",
     "wan22-s2v-14b",
     "wan21-animate2-14b",
+    "wan22-dancer-14b",
 ];
 /// `WAN21` models denoise in the Wan 2.1 VAE's latent space.
 pub const WAN21_LATENT: LatentFormat = LatentFormat::WAN21;

@@ -18,12 +18,15 @@
 //!   reference and control video, and the timesteps it spreads over all of them.
 //! - [`animate2`]: Wan Animate 2 (a character animated by a driving video): its pose branch feeding each block's
 //!   self-attention, frame by frame; [`PoseCache`] keeps the branch's block inputs across a run's steps.
+//! - [`dancer`]: WanDancer, a Wan 2.1 I2V body dancing to music: the music encoder and its injectors, a
+//!   second patch embedding and head for music at another frame rate, the reference image's CLIP projection.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
 
 pub mod animate2;
 mod config;
+pub mod dancer;
 pub mod family;
 pub mod humo;
 pub mod infinite_talk;
@@ -33,7 +36,7 @@ mod pose_cache;
 pub mod s2v;
 
 pub use config::{
-    CAMERA_UNSHUFFLE, Config, EPS, HEAD_DIM, Humo, IMAGE_EPS, ImageEmbed, Layout, PATCH,
+    CAMERA_UNSHUFFLE, Config, Dancer, EPS, HEAD_DIM, Humo, IMAGE_EPS, ImageEmbed, Layout, PATCH,
     ROPE_THETA, Vace, animate2_metadata, causal_metadata, detect, expected_shapes, load_plan,
 };
 pub use model::{CausalCache, CausalStep, Wan, WanInput};

@@ -17,6 +17,7 @@ use crate::latent_tokens;
 use crate::rope::RopeOptions;
 
 use super::animate2::Animate2Input;
+use super::dancer::DancerInput;
 use super::config::{
     CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
     camera_adapter_shapes, vace_block_shapes,
@@ -91,6 +92,8 @@ pub struct WanInput<'a, B: Backend> {
     pub control: Option<&'a Tensor<B>>,
     /// Wan Animate 2's pose branch and strengths; other models ignore it.
     pub animate: Option<Animate2Input<'a, B>>,
+    /// WanDancer's music, frame rate and reference image; other models ignore it.
+    pub dancer: Option<DancerInput<'a, B>>,
 }
 
 impl<'a, B: Backend> WanInput<'a, B> {
@@ -114,6 +117,7 @@ impl<'a, B: Backend> WanInput<'a, B> {
             motion: None,
             control: None,
             animate: None,
+            dancer: None,
         }
     }
 }
@@ -285,6 +289,9 @@ impl Wan {
         }
         if self.config.animate2 {
             return self.forward_animate2(b, input, &grid);
+        }
+        if let Some(dancer) = self.config.dancer {
+            return self.forward_dancer(b, input, &grid, &dancer);
         }
         let mut cache = match &input.causal {
             Some(_) if !self.config.causal => {
@@ -470,7 +477,17 @@ impl Wan {
 
     /// The head's weights: `head.modulation`, `head.head`'s weight and bias.
     pub(super) fn head_weights<'m, B: Backend>(&'m self, b: &B) -> Result<Layer<'m>> {
-        let names = ["head.modulation", "head.head.weight", "head.head.bias"].map(String::from);
+        self.head_weights_under(b, "head")
+    }
+
+    /// A head's weights under `prefix` (`head`, WanDancer's `head_global`): its modulation, its Linear's weight
+    /// and bias.
+    pub(super) fn head_weights_under<'m, B: Backend>(
+        &'m self,
+        b: &B,
+        prefix: &str,
+    ) -> Result<Layer<'m>> {
+        let names = ["modulation", "head.weight", "head.bias"].map(|n| format!("{prefix}.{n}"));
         crate::named::fetch(b, &self.weights, &names)
     }
 
@@ -871,24 +888,35 @@ impl Wan {
             clip =
                 b.binary(&b.slice(&clip, 1, 0, m)?, &b.slice(&table, 1, 0, m)?, BinaryOp::Add)?;
         }
+        Ok(Some((self.clip_projection(b, "img_emb", &clip, batch)?, n)))
+    }
+
+    /// CLIP states `[1 or B, n, clip]` in the model's width through the projection under `prefix` (ComfyUI's
+    /// `MLPProj`: LayerNorm, Linear, GELU, Linear, LayerNorm), batch 1 repeated to `batch`.
+    pub(super) fn clip_projection<B: Backend>(
+        &self,
+        b: &B,
+        prefix: &str,
+        clip: &Tensor<B>,
+        batch: usize,
+    ) -> Result<Tensor<B>> {
         let names: Vec<String> = ["0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"]
             .into_iter()
             .chain(["4.weight", "4.bias"])
-            .map(|n| format!("img_emb.proj.{n}"))
+            .map(|n| format!("{prefix}.proj.{n}"))
             .collect();
         let layer = crate::named::fetch(b, &self.weights, &names)?;
         let w = |i: usize| layer.weight(i);
-        let x = b.layer_norm(&clip, Some(&w(0)), Some(&w(1)), IMAGE_EPS)?;
+        let x = b.layer_norm(clip, Some(&w(0)), Some(&w(1)), IMAGE_EPS)?;
         let x = b.unary(&b.linear(&x, &w(2), Some(&w(3)))?, UnaryOp::Gelu)?;
         let x = b.linear(&x, &w(4), Some(&w(5)))?;
         let x = b.layer_norm(&x, Some(&w(6)), Some(&w(7)), IMAGE_EPS)?;
-        let x = if x.dim(0)? < batch {
+        Ok(if x.dim(0)? < batch {
             let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&x, batch).collect();
             b.concat(&copies, 0)?
         } else {
             x
-        };
-        Ok(Some((x, n)))
+        })
     }
 
     /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at

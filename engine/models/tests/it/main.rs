@@ -8,6 +8,7 @@ mod clip_text;
 mod clip_vision;
 mod comfy_sampling;
 mod common;
+mod dancer;
 mod esrgan;
 mod flux;
 mod flux2;

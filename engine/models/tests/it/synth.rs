@@ -581,6 +581,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "humo-17b",
             "wan22-s2v-14b",
             "wan21-animate2-14b",
+            "wan22-dancer-14b",
             "esrgan-x4",
             "whisper-large-v3",
             "wav2vec2-large-english",

@@ -53,6 +53,7 @@ impl Variant {
             humo: None,
             s2v: None,
             animate2: false,
+            dancer: None,
         };
         let clip = ImageEmbed { clip_dim: 32, pos_tokens: None };
         match self {

@@ -275,6 +275,19 @@ impl OnDevice for Forward<'_> {
         let motion = in_model_space(&self.extras.reference_motion)?;
         let control = in_model_space(&self.extras.control_video)?;
         let animate = self.animate_input(b)?;
+        let music = self.extras.dancer_music.as_ref();
+        let music_features = music.map(|m| upload(b, &m.features)).transpose()?;
+        let clip_reference =
+            self.extras.clip_vision_reference.as_ref().map(|t| upload(b, t)).transpose()?;
+        let dancer = (music.is_some() || clip_reference.is_some()).then(|| {
+            let plain = wan::dancer::DancerInput::<B>::default();
+            wan::dancer::DancerInput {
+                music: music_features.as_ref(),
+                fps: music.map_or(plain.fps, |m| m.fps),
+                scale: music.map_or(plain.scale, |m| m.scale as f32),
+                clip_reference: clip_reference.as_ref(),
+            }
+        });
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -301,6 +314,7 @@ impl OnDevice for Forward<'_> {
             motion: motion.as_ref(),
             control: control.as_ref(),
             animate: animate.as_ref().map(AnimateCall::input),
+            dancer,
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -439,6 +453,7 @@ impl Forward<'_> {
             (!e.vace.is_empty(), "WanVaceToVideo's control video"),
             (e.camera.is_some(), "a camera embedding"),
             (e.audio_embed.is_some(), "an audio embedding (HuMo, S2V)"),
+            (e.dancer_music.is_some(), "WanDancer's music"),
             (e.reference_motion.is_some(), "S2V's motion latent"),
             (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
