@@ -1,5 +1,5 @@
 //! [`Header`]: the tensors of a safetensors file seen under a key prefix, as detection reads them (names,
-//! dtypes, shapes; never the weights).
+//! dtypes, shapes; the values of a small tensor only where ComfyUI's detection reads them).
 
 use std::path::Path;
 
@@ -126,6 +126,18 @@ impl<'f> Header<'f> {
         }
         let most = counts.iter().map(|&(_, n)| n).max()?;
         counts.into_iter().find(|&(_, n)| n == most).map(|(dt, _)| dt)
+    }
+
+    /// The values of a float tensor (f32, f16 or bf16) as f32 with its stored type, read from the file (ComfyUI's
+    /// detection reads a few small ones); `None` when it is missing, of another type, or cannot be read.
+    pub fn float_values(&self, name: &str) -> Option<(kiln_compute::DType, Vec<f32>)> {
+        use kiln_compute::DType;
+        let info = self.get(name)?;
+        if !matches!(info.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return None;
+        }
+        let bytes = self.file.raw_bytes(&self.key(name)).ok()?;
+        Some((info.dtype, kiln_compute::dtype::widen(info.dtype, &bytes)))
     }
 
     /// A tensor that must exist: its absence is [`Error::Unsupported`] naming the file and the key.

@@ -29,6 +29,7 @@ pub mod esrgan;
 pub mod family;
 pub mod flux;
 pub mod flux_vae;
+mod fp16;
 pub mod header;
 pub mod latent;
 mod latent_tokens;

@@ -235,14 +235,15 @@ impl DiffusionDetected {
     }
 
     /// The types ComfyUI lets this network compute in, in its order of preference (its model config's
-    /// `supported_inference_dtypes`): Wan's start with f16; FLUX.1 Fill's, Z-Image's and Qwen-Image's have none.
-    /// (ComfyUI adds f16 to Z-Image's for files whose weights pass a test of their spread; Kiln does not.)
+    /// `supported_inference_dtypes`): Wan's start with f16; FLUX.1 Fill's and Qwen-Image's have none, nor
+    /// Z-Image's unless its norms spread little ([`zimage::Config::allow_fp16`]: then f16 after bf16).
     pub fn inference_dtypes(&self) -> &'static [DType] {
         const BF16_FIRST: &[DType] = &[DType::BF16, DType::F16, DType::F32];
         const NO_F16: &[DType] = &[DType::BF16, DType::F32];
         match self {
             DiffusionDetected::Flux(config, _) if config.is_fill() => NO_F16,
             DiffusionDetected::Flux(..) | DiffusionDetected::Flux2(..) => BF16_FIRST,
+            DiffusionDetected::ZImage(config, _) if config.allow_fp16 => BF16_FIRST,
             DiffusionDetected::ZImage(..) | DiffusionDetected::QwenImage(..) => NO_F16,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
         }

@@ -9,6 +9,7 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{Config, EPS, Generation, HEAD_DIM, Layout, T_FREQ_DIM};
+use crate::fp16::finite_in_f16;
 use crate::error::{Error, Result};
 use crate::latent_tokens::{
     SideBySide, batched_reference, padded, patchify, reference_sides, unpatchify,
@@ -846,13 +847,6 @@ impl Flux {
         let out = apply(b, &layer, linear2, &b.concat(&[&attn, &mlp], 2)?)?;
         finite_in_f16(b, m.gated_add(b, x, &out)?)
     }
-}
-
-/// ComfyUI's guard on f16 activations in FLUX's blocks (the text stream after each double block, the image
-/// stream after the last, the joint sequence after each single block): NaN as 0 and ±∞ as ±65504
-/// (`nan_to_num`). Activations of other types pass as they are.
-fn finite_in_f16<B: Backend>(b: &B, x: Tensor<B>) -> Result<Tensor<B>> {
-    if x.dtype() == DType::F16 { Ok(b.unary(&x, UnaryOp::NanToNum)?) } else { Ok(x) }
 }
 
 /// `t` `[n, …]` as a batch of `batch` (ComfyUI's `repeat_to_batch_size`: repeated, or cut, to the size).

@@ -69,7 +69,14 @@ pub struct Config {
     pub in_channels: usize,
     /// Timestep scale: the t-embedder sees `time_scale · (1 − σ)` (1000).
     pub time_scale: f32,
+    /// ComfyUI's `allow_fp16`: the weights of the second-to-last block's `ffn_norm1` spread little enough
+    /// (population standard deviation, in their stored type, under 0.42) for the model to compute
+    /// in f16, which a mostly-f16 file then does on a GPU.
+    pub allow_fp16: bool,
 }
+
+/// The spread of `layers[n − 2].ffn_norm1`'s weights under which ComfyUI lets Z-Image compute in f16.
+const FP16_SPREAD: f64 = 0.42;
 
 /// Whether `h` holds a Z-Image NextDiT, in which layout, and its config. `Ok(None)`: not a Lumina 2-family DiT
 /// at all (another family). `Err(Unsupported)`: a Lumina 2-family file Kiln cannot run, or one with tensors
@@ -186,7 +193,28 @@ fn derive(h: &Header, layout: Layout) -> Result<Config> {
         patch_size,
         in_channels: x_emb[1] / patch_area,
         time_scale: 1000.0,
+        allow_fp16: allows_fp16(h, blocks[0]),
     })
+}
+
+/// ComfyUI's `allow_fp16` test (`model_detection.py`): the population standard deviation of block
+/// `layers − 2`'s `ffn_norm1` weights, as torch computes it in their type, under [`FP16_SPREAD`]; false when
+/// the tensor cannot be read (ComfyUI's `except: pass`).
+fn allows_fp16(h: &Header, layers: usize) -> bool {
+    let Some(block) = layers.checked_sub(2) else { return false };
+    let Some((dtype, values)) = h.float_values(&format!("layers.{block}.ffn_norm1.weight")) else {
+        return false;
+    };
+    if values.is_empty() {
+        return false;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let variance = values.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+    // torch answers in the tensor's type: the spread rounded to it.
+    let std = variance.sqrt() as f32;
+    let std = kiln_compute::dtype::widen(dtype, &kiln_compute::dtype::narrow(dtype, &[std]))[0];
+    f64::from(std) < FP16_SPREAD
 }
 
 /// RoPE dims per axis for a head width: Z-Image's [32, 48, 48] at 128, the same proportions elsewhere.

@@ -72,6 +72,7 @@ impl FunControlConfig {
             patch_size: 2,
             in_channels: LATENT_CHANNELS,
             time_scale: 1000.0,
+            allow_fp16: false,
         };
         FunControlConfig { body, layout, layers: RELEASE_LAYERS, refiners: RELEASE_REFINERS }
     }

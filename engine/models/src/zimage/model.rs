@@ -7,6 +7,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
+use crate::fp16::finite_in_f16;
 use crate::error::{Error, Result};
 use crate::header::Header;
 
@@ -324,7 +325,9 @@ impl ZImage {
             Some(m) => b.modulate(&h, &m.attn_scale, None)?,
             None => h,
         };
-        let a = self.attention(b, &layer, &p, &h, rope)?;
+        // ComfyUI's `clamp_fp16` on the attention's output, on the SwiGLU's gated product, and on a modulated
+        // block's feed-forward output (an f16 model's; Lumina 2's `JointTransformerBlock`).
+        let a = finite_in_f16(b, self.attention(b, &layer, &p, &h, rope)?)?;
         let a = b.rms_norm(&a, Some(&w("attention_norm2.weight")?), eps)?;
         let a = match &modulation {
             Some(m) => b.binary(&a, &m.attn_gate, BinaryOp::Mul)?,
@@ -339,8 +342,9 @@ impl ZImage {
         };
         let gate = b.linear(&h, &w("feed_forward.w1.weight")?, None)?;
         let up = b.linear(&h, &w("feed_forward.w3.weight")?, None)?;
-        let f =
-            b.linear(&b.gated(&gate, &up, UnaryOp::Silu)?, &w("feed_forward.w2.weight")?, None)?;
+        let gated = finite_in_f16(b, b.gated(&gate, &up, UnaryOp::Silu)?)?;
+        let f = b.linear(&gated, &w("feed_forward.w2.weight")?, None)?;
+        let f = if modulation.is_some() { finite_in_f16(b, f)? } else { f };
         let f = b.rms_norm(&f, Some(&w("ffn_norm2.weight")?), eps)?;
         let f = match &modulation {
             Some(m) => b.binary(&f, &m.ffn_gate, BinaryOp::Mul)?,

@@ -56,6 +56,7 @@ fn detects_both_layouts_with_the_same_config() {
         patch_size: 2,
         in_channels: 16,
         time_scale: 1000.0,
+        allow_fp16: true,
     };
     assert_eq!(comfy, want);
 }
@@ -327,4 +328,50 @@ fn no_pad_tokens_means_no_padding() {
     let (_, result) = detect_edited("nopad", "", |t| t.retain(|(n, _)| !n.ends_with("pad_token")));
     let (cfg, _) = result.expect("detects").expect("a Z-Image model");
     assert_eq!(cfg.pad_multiple, 1);
+}
+
+#[test]
+fn a_file_whose_norms_spread_little_may_compute_in_f16_as_comfyui_allows() {
+    use kiln_models::family::DiffusionDetected;
+
+    // The fixture's second-to-last block (of 2) has `ffn_norm1` weights of spread 0.163: ComfyUI adds f16 to
+    // Z-Image's inference types, so a mostly-f16 file computes in f16 on a GPU. Tripled (0.49), it does not.
+    let detected = |scale: f32| {
+        let mut tensors = read_tensors("zimage/comfy.safetensors");
+        let norm = tensors.get_mut("layers.0.ffn_norm1.weight").expect("the norm");
+        norm.1.iter_mut().for_each(|v| *v *= scale);
+        let file = crate::common::TempTensors::new(&format!("zimage-spread-{scale}"), tensors);
+        let opened = SafetensorsFile::open(&file.0).unwrap();
+        DiffusionDetected::detect(&Header::new(&opened, "")).unwrap().expect("a Z-Image model")
+    };
+    let narrow = detected(1.0);
+    assert_eq!(narrow.inference_dtypes(), [DType::BF16, DType::F16, DType::F32]);
+    assert_eq!(narrow.compute_dtype(Some(DType::F16), true), DType::F16);
+    assert_eq!(narrow.compute_dtype(Some(DType::BF16), true), DType::BF16);
+    let wide = detected(3.0);
+    assert_eq!(wide.inference_dtypes(), [DType::BF16, DType::F32]);
+    assert_eq!(wide.compute_dtype(Some(DType::F16), true), DType::BF16);
+}
+
+#[test]
+fn an_f16_run_stays_finite_behind_comfyuis_clamp_fp16() {
+    // A feed-forward whose output leaves f16's range in the first main block: ComfyUI's `clamp_fp16` makes its
+    // infinities ±65504 before the RMSNorm after it, so the prediction stays finite where unguarded f16 would
+    // end in NaN.
+    let mut tensors = read_tensors("zimage/comfy.safetensors");
+    let (_, w2) = tensors.get_mut("layers.0.feed_forward.w2.weight").expect("w2");
+    w2.iter_mut().for_each(|v| *v *= 1e6);
+    let file = crate::common::TempTensors::new("zimage-f16-overflow", tensors);
+    let (b, manager) = cpu(1 << 30);
+    let opened = SafetensorsFile::open(&file.0).expect("opens");
+    let model = ZImage::load(&manager, &Header::new(&opened, ""), &mut |_, _| {}).expect("loads");
+    let cases = read_tensors("zimage/cases.safetensors");
+    let (x_shape, x) = &cases["s1.x"];
+    let (c_shape, context) = &cases["s1.context"];
+    let half = b.with_compute_dtype(DType::F16).expect("an f16 view");
+    let x = half.from_f32(x_shape, x, DType::F32).expect("x");
+    let context = half.from_f32(c_shape, context, DType::F32).expect("context");
+    let out = model.forward(&half, &x, &cases["s1.sigmas"].1, &context).expect("forward");
+    let got = half.to_f32(&out).expect("read back");
+    assert!(got.iter().all(|v| v.is_finite()), "an f16 run without clamp_fp16");
 }
