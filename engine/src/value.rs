@@ -6,8 +6,9 @@ use kiln_models::sampling::SamplerChoice;
 
 use crate::media::{Audio, Video};
 use crate::models::{
-    AudioEncoder, AudioEncoderOutput, ClipVision, DancerMusic, ClipVisionOutput, Conditioning, ControlNet,
-    DiffusionModel, Guider, ModelPatch, Noise, StyleModel, TextEncoder, UpscaleModel, Vae,
+    AudioEncoder, AudioEncoderOutput, ClipVision, ClipVisionOutput, Conditioning, ControlNet,
+    DancerMusic, DiffusionModel, Guider, ModelPatch, Noise, StyleModel, TextEncoder, UpscaleModel,
+    Vae,
 };
 use crate::tensor::Tensor;
 

@@ -24,8 +24,8 @@ pub use spec::{
 use kiln_models::sampling::SamplerChoice;
 
 use crate::models::{
-    AudioEncoder, AudioEncoderOutput, Conditioning, DancerMusic, ControlNet, DiffusionModel, Guider, ModelPatch,
-    Noise, TextEncoder, UpscaleModel, Vae,
+    AudioEncoder, AudioEncoderOutput, Conditioning, ControlNet, DancerMusic, DiffusionModel,
+    Guider, ModelPatch, Noise, TextEncoder, UpscaleModel, Vae,
 };
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};

@@ -9,8 +9,8 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{Config, EPS, Generation, HEAD_DIM, Layout, T_FREQ_DIM};
-use crate::fp16::finite_in_f16;
 use crate::error::{Error, Result};
+use crate::fp16::finite_in_f16;
 use crate::latent_tokens::{
     SideBySide, batched_reference, padded, patchify, reference_sides, unpatchify,
 };

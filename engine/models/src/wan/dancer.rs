@@ -75,7 +75,8 @@ impl Wan {
             // ComfyUI's WanDancerModel encodes RoPE for the video's tokens only, so a reference latent's
             // tokens before them cannot run there either.
             return Err(Error::Invalid(
-                "WanDancer does not read a reference latent (ReferenceLatent): remove it".to_owned(),
+                "WanDancer does not read a reference latent (ReferenceLatent): remove it"
+                    .to_owned(),
             ));
         }
         let plain = DancerInput::default();
@@ -310,7 +311,9 @@ fn bilinear(x: &[f32], [h, w]: [usize; 2], [out_h, out_w]: [usize; 2]) -> Vec<f3
     for &(r0, r1, h0, h1) in &rows {
         for &(c0, c1, w0, w1) in &cols {
             let at = |r: usize, c: usize| x[r * w + c];
-            out.push(h0 * (w0 * at(r0, c0) + w1 * at(r0, c1)) + h1 * (w0 * at(r1, c0) + w1 * at(r1, c1)));
+            out.push(
+                h0 * (w0 * at(r0, c0) + w1 * at(r0, c1)) + h1 * (w0 * at(r1, c0) + w1 * at(r1, c1)),
+            );
         }
     }
     out

@@ -17,11 +17,11 @@ use crate::latent_tokens;
 use crate::rope::RopeOptions;
 
 use super::animate2::Animate2Input;
-use super::dancer::DancerInput;
 use super::config::{
     CAMERA_UNSHUFFLE, Config, HEAD_DIM, IMAGE_EPS, PATCH, ROPE_THETA, block_shapes,
     camera_adapter_shapes, vace_block_shapes,
 };
+use super::dancer::DancerInput;
 use super::infinite_talk::{InfiniteTalk, TalkInput, speaker_positions};
 
 /// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are

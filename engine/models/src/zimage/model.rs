@@ -7,8 +7,8 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use crate::fp16::finite_in_f16;
 use crate::error::{Error, Result};
+use crate::fp16::finite_in_f16;
 use crate::header::Header;
 
 use super::config::{Config, detect};

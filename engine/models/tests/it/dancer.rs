@@ -24,11 +24,13 @@ fn fixture() -> (Tensors, TempTensors) {
 fn music_drives_the_blocks_as_comfyuis_dancer_does() {
     let (f, file) = fixture();
     let (b, manager) = cpu(256 << 20);
-    let (detected, net) = load_on(&manager, &file.0);
+    let (_, net) = load_on(&manager, &file.0);
     let DiffusionNet::Wan(wan) = &net else { panic!("not a Wan model") };
     assert_eq!(wan.config.variant(), "WanDancer");
-    assert_eq!(wan.config.dancer.map(|d| (d.width, d.ffn, d.layers, d.injectors)), Some((32, 1024, 2, 1)));
-    drop(detected);
+    assert_eq!(
+        wan.config.dancer.map(|d| (d.width, d.ffn, d.layers, d.injectors)),
+        Some((32, 1024, 2, 1))
+    );
     let io = |name: &str| io_tensor(&b, &f, name);
     let (x, context, clip, clip_ref, music) =
         (io("x"), io("context"), io("clip"), io("clip_ref"), io("music"));
@@ -48,9 +50,24 @@ fn music_drives_the_blocks_as_comfyuis_dancer_does() {
         clip_reference: reference.then_some(&clip_ref),
     };
     assert_close("plain", &run(&x, t, &context, None), &f["out.plain"].1, 1e-4);
-    assert_close("music", &run(&x, t, &context, Some(with(30.0, 1.0, false))), &f["out.music"].1, 1e-4);
-    assert_close("global", &run(&x, t, &context, Some(with(15.0, 0.7, true))), &f["out.global"].1, 1e-4);
-    assert_close("fps10", &run(&x, t, &context, Some(with(10.0, 1.0, true))), &f["out.fps10"].1, 1e-4);
+    assert_close(
+        "music",
+        &run(&x, t, &context, Some(with(30.0, 1.0, false))),
+        &f["out.music"].1,
+        1e-4,
+    );
+    assert_close(
+        "global",
+        &run(&x, t, &context, Some(with(15.0, 0.7, true))),
+        &f["out.global"].1,
+        1e-4,
+    );
+    assert_close(
+        "fps10",
+        &run(&x, t, &context, Some(with(10.0, 1.0, true))),
+        &f["out.fps10"].1,
+        1e-4,
+    );
     let (x2, context2) = (io("x2"), io("context2"));
     let got = run(&x2, &f["t2"].1, &context2, Some(with(15.0, 1.0, true)));
     assert_close("batch2", &got, &f["out.batch2"].1, 1e-4);
@@ -62,10 +79,12 @@ fn a_frame_the_music_rows_cannot_split_is_refused() {
     let (b, manager) = cpu(256 << 20);
     let (_, net) = load_on(&manager, &file.0);
     // 6 × 6 latents: 3 × 3 patches a frame, not a multiple of the 8 rows each latent frame's music becomes.
-    let x = b.from_f32(&[1, 36, 3, 6, 6], &vec![0.1; 36 * 3 * 36], kiln_compute::DType::F32).unwrap();
+    let x =
+        b.from_f32(&[1, 36, 3, 6, 6], &vec![0.1; 36 * 3 * 36], kiln_compute::DType::F32).unwrap();
     let (context, music) = (io_tensor(&b, &f, "context"), io_tensor(&b, &f, "music"));
     let dancer = DancerInput { music: Some(&music), ..DancerInput::default() };
-    let input = DiffusionInput { dancer: Some(dancer), ..DiffusionInput::new(&x, &f["t"].1, &context) };
+    let input =
+        DiffusionInput { dancer: Some(dancer), ..DiffusionInput::new(&x, &f["t"].1, &context) };
     let err = net.forward(&*b, input).unwrap_err().to_string();
     assert!(err.contains("multiple of 8 patches"), "{err}");
 }
