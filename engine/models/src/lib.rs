@@ -35,6 +35,7 @@ pub mod latent;
 mod latent_tokens;
 pub mod lora;
 pub mod mistral3;
+pub mod music_features;
 mod named;
 pub mod noise;
 pub mod prompt_weights;

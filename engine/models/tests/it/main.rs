@@ -17,6 +17,7 @@ mod flux_tokens;
 mod flux_vae;
 mod infinite_talk;
 mod mistral3;
+mod music_features;
 mod noise;
 mod quant;
 mod qwen25vl;
