@@ -128,6 +128,8 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^wan2\.2_s2v_14B[_.]/i, family: 'wan22-s2v-14b' },
   // Wan Animate 2 (and its distilled release): Wan 2.1 I2V 14B's structure, marked Animate 2 in its metadata.
   { folder: 'diffusion_models', stem: /^wan_animate_2(_distill)?[_.]/i, family: 'wan21-animate2-14b' },
+  // WanDancer's global and local models (Wan 2.1 I2V 14B's structure with the music branch).
+  { folder: 'diffusion_models', stem: /^wan2\.2_dancer_14b_(global|local)[_.]/i, family: 'wan22-dancer-14b' },
   { folder: 'audio_encoders', stem: /^whisper_large_v3[_.]/i, family: 'whisper-large-v3' },
   // The wav2vec2 encoders of Wan 2.2 S2V (large, English) and InfiniteTalk (base, Chinese).
   { folder: 'audio_encoders', stem: /^wav2vec2_large_english[_.]/i, family: 'wav2vec2-large-english' },

@@ -50,6 +50,7 @@ mod wan;
 mod wan_animate;
 mod wan_camera;
 mod wan_concat;
+mod wan_dancer;
 mod wan_fun_control;
 mod wan_move;
 mod wan_sound;
@@ -165,6 +166,10 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
     registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
+    registry.register(wan_dancer::WanDancerEncodeAudio::new());
+    registry.register(wan_dancer::WanDancerVideo::new(compute.clone()));
+    registry.register(wan_dancer::WanDancerPadKeyframes::single());
+    registry.register(wan_dancer::WanDancerPadKeyframes::list());
     registry.register(infinite_talk::WanInfiniteTalkToVideo::new(compute.clone()));
     registry.register(wan_animate::WanAnimate2ToVideo::new(compute.clone()));
     registry.register(wan_animate::wan_animate2_cache());

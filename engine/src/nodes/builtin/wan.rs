@@ -323,8 +323,20 @@ pub(super) fn grey_video(
     start: Option<&Tensor>,
     end: Option<&Tensor>,
 ) -> Result<Tensor, NodeError> {
+    filled_video(0.5, length, height, width, start, end)
+}
+
+/// [`grey_video`] with frames of `fill` (WanDancer's are black, 0).
+pub(super) fn filled_video(
+    fill: f32,
+    length: usize,
+    height: usize,
+    width: usize,
+    start: Option<&Tensor>,
+    end: Option<&Tensor>,
+) -> Result<Tensor, NodeError> {
     let frame = height * width * 3;
-    let mut video = vec![0.5f32; length * frame];
+    let mut video = vec![fill; length * frame];
     let mut put = |image: &Tensor, at_end: bool| {
         let n = image.shape()[0].min(length);
         let c = image.shape()[3];
