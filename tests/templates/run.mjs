@@ -80,7 +80,6 @@ function classify(converted) {
   if (Object.keys(converted.prompt).length === 0) {
     return { ...result, outcome: 'conversion failed', detail: 'the frontend sent no node' };
   }
-  if (missingNodes.length > 0) return { ...result, outcome: 'missing nodes', detail: missingNodes.join(', ') };
   const unknown = new Map();
   const unsupported = [];
   for (const file of files) {
@@ -92,10 +91,13 @@ function classify(converted) {
       unsupported.push(`${file.name} (${known.unsupported})`);
     }
   }
-  if (unknown.size > 0) {
-    const detail = [...unknown.entries()].map(([family, names]) => `${family} (${names.join(', ')})`).join('; ');
-    return { ...result, outcome: 'missing family', detail };
+  const families = [...unknown.entries()].map(([family, names]) => `${family} (${names.join(', ')})`).join('; ');
+  if (missingNodes.length > 0) {
+    // Name the families it lacks too, so the line says everything the template needs.
+    const detail = missingNodes.join(', ') + (families ? `; also missing family: ${families}` : '');
+    return { ...result, outcome: 'missing nodes', detail };
   }
+  if (unknown.size > 0) return { ...result, outcome: 'missing family', detail: families };
   if (unsupported.length > 0) return { ...result, outcome: 'unsupported file format', detail: unsupported.join(', ') };
   return { ...result, outcome: 'to run' };
 }
