@@ -84,16 +84,23 @@ pub(super) fn image_conditioned(
     clip_vision: Option<Tensor>,
     latent: Tensor,
 ) -> Result<[Value; 3], NodeError> {
-    let set = |extras: &mut CondExtras| {
-        if let Some((image, mask)) = &concat {
-            extras.concat_latent_image = Some(image.clone());
-            extras.concat_mask = Some(mask.clone());
-        }
-        if let Some(states) = &clip_vision {
-            extras.clip_vision = Some(states.clone());
-        }
-    };
-    conditioned(inputs, set, latent)
+    conditioned(inputs, |extras| set_image(extras, concat.as_ref(), clip_vision.as_ref()), latent)
+}
+
+/// What the image-to-video nodes set on a prompt: the conditioning latent and its mask and the CLIP vision
+/// states, each where given.
+pub(super) fn set_image(
+    extras: &mut CondExtras,
+    concat: Option<&(Tensor, Tensor)>,
+    clip_vision: Option<&Tensor>,
+) {
+    if let Some((image, mask)) = concat {
+        extras.concat_latent_image = Some(image.clone());
+        extras.concat_mask = Some(mask.clone());
+    }
+    if let Some(states) = clip_vision {
+        extras.clip_vision = Some(states.clone());
+    }
 }
 
 /// The width, height, length and batch inputs every node here declares, with `width`/`height` defaults,

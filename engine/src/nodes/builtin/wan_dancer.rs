@@ -222,12 +222,8 @@ impl Node for WanDancerVideo {
             None => None,
         };
         let set = |extras: &mut CondExtras| {
-            if let Some((image, mask)) = &concat {
-                extras.concat_latent_image = Some(image.clone());
-                extras.concat_mask = Some(mask.clone());
-            }
-            if let Some(states) = &clip_vision {
-                extras.clip_vision = Some(states.clone());
+            super::wan::set_image(extras, concat.as_ref(), clip_vision.as_ref());
+            if clip_vision.is_some() {
                 extras.clip_vision_reference = clip_reference.clone();
             }
             if let Some(music) = &music {
