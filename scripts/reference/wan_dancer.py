@@ -24,6 +24,8 @@ Writes engine/models/tests/fixtures/wan/dancer.safetensors (f32):
   - `out.global`: music at fps 15 (the _global patch embedding and head, time positions 0, 2, 4 -> last
     int(2 * 3 + 0.5) - 1 = 5), audio_inject_scale 0.7, clip_ref;
   - `out.fps10`: music at fps 10 (positions 0, 3, 6 -> last int(3 * 3 + 0.5) - 1 = 8), clip_ref;
+  - `out.noclip`: music at fps 30 without either CLIP input (context_img_len 0: the image attention reads no
+    tokens, where a plain WanModel I2V call reads the text there);
   - `out.batch2`: x2, t2, context2 with music, clip and clip_ref repeated to 2 (CONDRegular.process_cond), fps 15.
 """
 
@@ -154,9 +156,10 @@ def main():
     io["out.music"] = call(net, x, t, context, clip, music=music, fps=30.0)
     io["out.global"] = call(net, x, t, context, clip, clip_ref, music, fps=15.0, scale=0.7)
     io["out.fps10"] = call(net, x, t, context, clip, clip_ref, music, fps=10.0)
+    io["out.noclip"] = call(net, x, t, context, None, music=music, fps=30.0)
     two = lambda v: v.repeat(2, 1, 1)  # noqa: E731
     io["out.batch2"] = call(net, io["x2"], io["t2"], io["context2"], two(clip), two(clip_ref), two(music), fps=15.0)
-    for case in ("music", "global", "fps10"):
+    for case in ("music", "global", "fps10", "noclip"):
         moved = float((io[f"out.{case}"] - io["out.plain"]).abs().max())
         assert moved > 1e-3, f"{case} does not move the output ({moved})"
     tensors = {k: v.float().contiguous() for k, v in io.items()}

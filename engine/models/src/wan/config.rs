@@ -774,7 +774,11 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     }
     for (comfy, want) in expected_shapes(&cfg) {
         let file = name(&comfy);
-        let Some(found) = h.values_shape(&file) else {
+        let found = match split_in_proj(h, &comfy) {
+            Some(parts) => joined_shape(h, &parts),
+            None => h.values_shape(&file),
+        };
+        let Some(found) = found else {
             return Err(h.unsupported(format!(
                 "no tensor `{}` (a {} in {} layout has it)",
                 h.key(&file),
@@ -856,16 +860,45 @@ fn causal_marked(h: &Header) -> bool {
         .unwrap_or(false)
 }
 
-/// Every weight by its ComfyUI name, read from the file's tensor of that weight in `layout`.
+/// Every weight by its ComfyUI name, read from the file's tensor of that weight in `layout` (a WanDancer music
+/// layer's `in_proj` from its q, k and v, joined, where the file holds them apart).
 pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
     let slots = expected_shapes(cfg)
         .into_iter()
         .map(|(name, _)| {
-            let key = h.key(&file_name(&name, layout));
-            SlotPlan::new(name, vec![(0, key)])
+            let parts = match split_in_proj(h, &name) {
+                Some(parts) => parts.iter().map(|part| (0, h.key(part))).collect(),
+                None => vec![(0, h.key(&file_name(&name, layout)))],
+            };
+            SlotPlan::new(name, parts)
         })
         .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+/// The q, k and v tensors a WanDancer music layer's `self_attn.in_proj_weight` / `in_proj_bias` `name` is made of
+/// in a file that holds them apart (as ComfyUI saves the model: its `process_unet_state_dict` splits a released
+/// file's `in_proj`); `None` for any other weight, or a file that holds `in_proj` itself.
+fn split_in_proj(h: &Header, name: &str) -> Option<[String; 3]> {
+    let (layer, suffix) = name.strip_prefix("music_encoder.")?.split_once(".self_attn.in_proj_")?;
+    if h.has(name) {
+        return None;
+    }
+    let parts =
+        ["q", "k", "v"].map(|p| format!("music_encoder.{layer}.self_attn.{p}_proj.{suffix}"));
+    parts.iter().all(|part| h.has(part)).then_some(parts)
+}
+
+/// The shape of `parts` joined along their first dimension, if each exists and the rest of their shapes agree.
+fn joined_shape(h: &Header, parts: &[String]) -> Option<Vec<usize>> {
+    let shapes: Vec<&[usize]> = parts.iter().map(|p| h.shape(p)).collect::<Option<_>>()?;
+    let (first, rest) = shapes.split_first()?;
+    let tail = first.get(1..)?;
+    if rest.iter().any(|s| s.get(1..) != Some(tail)) {
+        return None;
+    }
+    let rows = shapes.iter().map(|s| s.first().copied()).sum::<Option<usize>>()?;
+    Some([&[rows][..], tail].concat())
 }
 
 #[cfg(test)]

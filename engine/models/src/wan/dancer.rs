@@ -14,6 +14,7 @@
 //!   (`img_emb_refimage`), before the first frame's in the image part of the cross-attention context.
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
+use kiln_compute::dtype::{narrow, widen};
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::Dancer;
@@ -94,8 +95,21 @@ impl Wan {
         let image = self.image_embedding(b, input.clip, grid.batch)?;
         let reference = match call.clip_reference {
             Some(clip) => {
+                let n = match *clip.shape() {
+                    [cb, n, width]
+                        if (cb == 1 || cb == grid.batch) && n > 0 && width == dancer.clip_dim =>
+                    {
+                        n
+                    }
+                    ref other => {
+                        return Err(Error::Invalid(format!(
+                            "WanDancer's reference CLIP vision states must be [{} or 1, N > 0, {}] (a CLIP \
+                             vision model such as clip_vision_h), got {other:?}",
+                            grid.batch, dancer.clip_dim
+                        )));
+                    }
+                };
                 let clip = b.cast(clip, b.compute_dtype())?;
-                let n = clip.dim(1)?;
                 Some((self.clip_projection(b, "img_emb_refimage", &clip, grid.batch)?, n))
             }
             None => None,
@@ -114,7 +128,12 @@ impl Wan {
         let mut rows = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
             samples.push(b.slice(&tokens, 0, s, 1)?);
-            contexts.push(self.context(b, &text, image.as_ref(), s)?);
+            // Without either CLIP input ComfyUI's dancer passes `context_img_len` 0: the image attention reads
+            // no tokens (a plain Wan I2V call reads the text there instead).
+            contexts.push(match &image {
+                Some(_) => self.context(b, &text, image.as_ref(), s)?,
+                None => self.text_context(b, &text, s)?,
+            });
             if let Some(music) = &music {
                 rows.push(b.slice(music, 0, s % music.dim(0)?, 1)?);
             }
@@ -187,8 +206,16 @@ impl Wan {
         let head_dim = width / Dancer::HEADS;
         let x = b.cast(music, b.compute_dtype())?;
         let mut x = crate::named::linear(b, m, "music_projection", &x)?;
-        let ids: Vec<[i64; 1]> = (0..frames as i64).map(|p| [p]).collect();
-        let (cos, sin) = crate::rope::tables(&ids, [head_dim], MUSIC_THETA);
+        // ComfyUI makes the positions in the features' type (the compute type): past 2048 in f16 (256 in bf16)
+        // they round.
+        let dtype = b.compute_dtype();
+        let ids: Vec<[f64; 1]> = (0..frames)
+            .map(|p| {
+                let rounded = widen(dtype, &narrow(dtype, &[p as f32]))[0];
+                [f64::from(rounded)]
+            })
+            .collect();
+        let (cos, sin) = crate::rope::tables_at(&ids, [head_dim], MUSIC_THETA);
         let cos = b.from_f32(&[frames, head_dim / 2], &cos, DType::F32)?;
         let sin = b.from_f32(&[frames, head_dim / 2], &sin, DType::F32)?;
         for l in 0..dancer.layers {

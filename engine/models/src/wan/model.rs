@@ -587,6 +587,8 @@ impl Wan {
             Some("HuMo")
         } else if cfg.s2v.is_some() {
             Some("S2V")
+        } else if cfg.dancer.is_some() {
+            Some("WanDancer")
         } else if cfg.vace.is_some() {
             Some("VACE")
         } else if cfg.camera.is_some() {
@@ -917,6 +919,17 @@ impl Wan {
         } else {
             x
         })
+    }
+
+    /// Sample `s`'s cross-attention context of text alone: the image attention of a model with the CLIP branch
+    /// then adds nothing (ComfyUI's `context_img_len` 0, as WanDancer's forward passes it without CLIP states).
+    pub(super) fn text_context<B: Backend>(
+        &self,
+        b: &B,
+        text: &Tensor<B>,
+        s: usize,
+    ) -> Result<Context<B>> {
+        Ok(Context { text: b.slice(text, 0, s, 1)?, image: None })
     }
 
     /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at

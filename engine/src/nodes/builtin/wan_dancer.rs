@@ -197,7 +197,8 @@ impl Node for WanDancerVideo {
                 let (h, w) = super::wan::spatial(&encoded)?;
                 let concat_mask = match inputs.get("mask") {
                     None => {
-                        let given = latent_frames(start.shape()[0]);
+                        // ComfyUI's ((n − 1) // 4) + 1: none for an empty batch of start images.
+                        let given = start.shape()[0].checked_sub(1).map_or(0, |n| n / TEMPORAL + 1);
                         let values = (0..frames)
                             .flat_map(|f| {
                                 std::iter::repeat_n(if f < given { 0.0 } else { 1.0 }, h * w)
@@ -245,6 +246,11 @@ fn frame_mask(mask: &Tensor, length: usize, (h, w): (usize, usize)) -> Result<Te
             mask.shape()
         )));
     };
+    if mh == 0 || mw == 0 || h == 0 || w == 0 {
+        return Err(invalid(format!(
+            "WanDancerVideo: a mask of {mh} × {mw} pixels cannot be resized to the latent's {h} × {w}"
+        )));
+    }
     let frames = n.min(length);
     if frames == 0 || !(frames + TEMPORAL - 1).is_multiple_of(TEMPORAL) {
         return Err(invalid(format!(
