@@ -14,7 +14,7 @@
 //!   (`img_emb_refimage`), before the first frame's in the image part of the cross-attention context.
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
-use kiln_compute::dtype::{narrow, widen};
+use kiln_compute::dtype::round_to;
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::Dancer;
@@ -209,12 +209,8 @@ impl Wan {
         // ComfyUI makes the positions in the features' type (the compute type): past 2048 in f16 (256 in bf16)
         // they round.
         let dtype = b.compute_dtype();
-        let ids: Vec<[f64; 1]> = (0..frames)
-            .map(|p| {
-                let rounded = widen(dtype, &narrow(dtype, &[p as f32]))[0];
-                [f64::from(rounded)]
-            })
-            .collect();
+        let ids: Vec<[f64; 1]> =
+            (0..frames).map(|p| [f64::from(round_to(dtype, p as f32))]).collect();
         let (cos, sin) = crate::rope::tables_at(&ids, [head_dim], MUSIC_THETA);
         let cos = b.from_f32(&[frames, head_dim / 2], &cos, DType::F32)?;
         let sin = b.from_f32(&[frames, head_dim / 2], &sin, DType::F32)?;

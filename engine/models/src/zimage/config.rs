@@ -213,7 +213,7 @@ fn allows_fp16(h: &Header, layers: usize) -> bool {
     let variance = values.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
     // torch answers in the tensor's type: the spread rounded to it.
     let std = variance.sqrt() as f32;
-    let std = kiln_compute::dtype::widen(dtype, &kiln_compute::dtype::narrow(dtype, &[std]))[0];
+    let std = kiln_compute::dtype::round_to(dtype, std);
     f64::from(std) < FP16_SPREAD
 }
 
