@@ -31,6 +31,7 @@ pub mod flux;
 pub mod flux_vae;
 mod fp16;
 pub mod header;
+mod interpolate;
 pub mod latent;
 mod latent_tokens;
 pub mod lora;

@@ -42,8 +42,8 @@ impl VisionInput {
             )));
         }
         let (rows, cols) = resized_size(height, width, cfg.patch * MERGE);
-        let ys = bilinear_taps(height, rows);
-        let xs = bilinear_taps(width, cols);
+        let ys = crate::interpolate::bilinear_taps(height, rows);
+        let xs = crate::interpolate::bilinear_taps(width, cols);
         // Resized and normalised planes [3, rows, cols].
         let mut planes = vec![0f32; 3 * rows * cols];
         for (c, plane) in planes.chunks_exact_mut(rows * cols).enumerate() {
@@ -114,20 +114,6 @@ fn resized_size(height: usize, width: usize, factor: usize) -> (usize, usize) {
     } else {
         (rows, cols)
     }
-}
-
-/// For each of `len_out` output positions, the two source positions and the second's weight, as torch's
-/// bilinear `interpolate` with `align_corners=False`: the source coordinate `(o + ½)·in/out − ½`, clamped at 0.
-fn bilinear_taps(len_in: usize, len_out: usize) -> Vec<(usize, usize, f32)> {
-    let scale = len_in as f32 / len_out as f32;
-    (0..len_out)
-        .map(|o| {
-            let src = ((o as f32 + 0.5) * scale - 0.5).max(0.0);
-            let i0 = (src.floor() as usize).min(len_in - 1);
-            let i1 = (i0 + 1).min(len_in - 1);
-            (i0, i1, src - i0 as f32)
-        })
-        .collect()
 }
 
 #[cfg(test)]

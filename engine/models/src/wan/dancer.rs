@@ -259,7 +259,7 @@ impl Wan {
         let d = self.config.dim;
         let mut stretched = Vec::with_capacity(n * rows * d);
         for sample in host.chunks_exact(frames * width) {
-            stretched.extend(bilinear(sample, [frames, width], [rows, d]));
+            stretched.extend(crate::interpolate::bilinear(sample, [frames, width], [rows, d]));
         }
         Ok(b.from_f32(&[n, rows, d], &stretched, b.compute_dtype())?)
     }
@@ -312,51 +312,4 @@ fn dancer_positions<B: Backend>(
         .enumerate()
         .map(|(k, [_, i, j])| [f64::from(times[k / per_frame]), i, j])
         .collect()
-}
-
-/// torch's bilinear `interpolate` (corners not aligned, no antialias) of one `[h, w]` plane of f32 to `size`,
-/// in f32 as its CPU kernel computes it.
-fn bilinear(x: &[f32], [h, w]: [usize; 2], [out_h, out_w]: [usize; 2]) -> Vec<f32> {
-    let taps = |input: usize, output: usize| -> Vec<(usize, usize, f32, f32)> {
-        let scale = input as f32 / output as f32;
-        (0..output)
-            .map(|o| {
-                let src = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
-                let i0 = (src as usize).min(input - 1);
-                let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
-                let l1 = src - i0 as f32;
-                (i0, i1, 1.0 - l1, l1)
-            })
-            .collect()
-    };
-    let (rows, cols) = (taps(h, out_h), taps(w, out_w));
-    let mut out = Vec::with_capacity(out_h * out_w);
-    for &(r0, r1, h0, h1) in &rows {
-        for &(c0, c1, w0, w1) in &cols {
-            let at = |r: usize, c: usize| x[r * w + c];
-            out.push(
-                h0 * (w0 * at(r0, c0) + w1 * at(r0, c1)) + h1 * (w0 * at(r1, c0) + w1 * at(r1, c1)),
-            );
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bilinear_matches_torch_on_a_small_stretch() {
-        // torch.nn.functional.interpolate(torch.tensor([[[[0., 1.], [2., 3.]]]]), size=(3, 4), mode='bilinear')
-        let got = bilinear(&[0.0, 1.0, 2.0, 3.0], [2, 2], [3, 4]);
-        let want = [
-            0.0, 0.25, 0.75, 1.0, //
-            1.0, 1.25, 1.75, 2.0, //
-            2.0, 2.25, 2.75, 3.0,
-        ];
-        for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-6, "{got:?}");
-        }
-    }
 }
