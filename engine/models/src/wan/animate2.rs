@@ -9,7 +9,7 @@
 //! scales its values; `reference_strength` scales the values of frame 0's tokens. [`super::PoseCache`] keeps the
 //! branch's block inputs across a run's steps.
 
-use kiln_compute::{Backend, DType, Tensor};
+use kiln_compute::{Backend, Tensor};
 
 use super::model::{BlockAudio, BlockWeights, Context, Grid, Rope, grid_positions, rope_tables};
 use super::pose_cache::PoseCache;
@@ -171,14 +171,8 @@ impl Wan {
         }
         drop((contexts, pose));
 
-        let head = self.head_weights(b)?;
-        let mut outs = Vec::with_capacity(grid.batch);
-        for (s, x) in samples.into_iter().enumerate() {
-            let e = b.slice(&e, 0, s, 1)?;
-            outs.push(self.head(b, &head, &e, &x, None, grid)?);
-        }
-        let outs: Vec<&Tensor<B>> = outs.iter().collect();
-        Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
+        // One timestep per sample (checked above), so `grid.groups` is 1.
+        self.sample_heads(b, &self.head_weights(b)?, &e, samples, 0, grid)
     }
 
     /// The pose branch of a call with pose latents `pose`: its token streams (one per sample whose pose inputs

@@ -162,13 +162,7 @@ impl Wan {
         drop((contexts, rows));
 
         let head = self.head_weights_under(b, &format!("head{suffix}"))?;
-        let mut outs = Vec::with_capacity(grid.batch);
-        for (s, x) in samples.into_iter().enumerate() {
-            let e = b.slice(&e, 0, s * grid.groups, grid.groups)?;
-            outs.push(self.head(b, &head, &e, &x, None, grid)?);
-        }
-        let outs: Vec<&Tensor<B>> = outs.iter().collect();
-        Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
+        self.sample_heads(b, &head, &e, samples, 0, grid)
     }
 
     /// The music features `[n, frames, features]` through the projection and the music encoder, stretched to

@@ -457,12 +457,30 @@ impl Wan {
         }
         drop(cache);
 
-        let head = self.head_weights(b)?;
-        let mut outs = Vec::with_capacity(grid.batch);
+        self.sample_heads(b, &self.head_weights(b)?, &e, samples, reference_tokens, &grid)
+    }
+
+    /// Each sample's video tokens (`grid.tokens()` of them from token `skip`, where the sample holds other
+    /// tokens too) through the head `layer` ([`Wan::head`]) with its rows of `e` (`grid.groups` a sample),
+    /// joined on the batch in f32.
+    pub(super) fn sample_heads<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        e: &Tensor<B>,
+        samples: Vec<Tensor<B>>,
+        skip: usize,
+        grid: &Grid,
+    ) -> Result<Tensor<B>> {
+        let mut outs = Vec::with_capacity(samples.len());
         for (s, x) in samples.into_iter().enumerate() {
-            let e = b.slice(&e, 0, s * grid.groups, grid.groups)?;
-            let x = b.slice(&x, 1, reference_tokens, grid.tokens())?;
-            outs.push(self.head(b, &head, &e, &x, None, &grid)?);
+            let e = b.slice(e, 0, s * grid.groups, grid.groups)?;
+            let x = if skip == 0 && x.dim(1)? == grid.tokens() {
+                x
+            } else {
+                b.slice(&x, 1, skip, grid.tokens())?
+            };
+            outs.push(self.head(b, layer, &e, &x, None, grid)?);
         }
         let outs: Vec<&Tensor<B>> = outs.iter().collect();
         Ok(b.cast(&b.concat(&outs, 0)?, DType::F32)?)
