@@ -367,7 +367,7 @@ pub(super) fn filled_video(
 
 /// `[1, 1, frames, h, w]` (h, w of `encoded` `[1, C, T, h, w]`): 0 on the latent frames `given` says were
 /// given, 1 elsewhere.
-fn frame_mask(
+pub(super) fn frame_mask(
     encoded: &Tensor,
     frames: usize,
     given: impl Fn(usize) -> bool,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use kiln_models::music_features::{FEATURES, music_features};
 
 use super::audio::audio;
-use super::mask::mask;
+use super::mask::{mask, tensor};
 use super::vae::encode_video;
 use super::wan::{WAN21_CHANNELS, fit_frames, latent_frames, penultimate, size};
 use crate::compute::Compute;
@@ -39,10 +39,6 @@ const TEMPORAL: usize = super::wan::TEMPORAL;
 
 fn invalid(message: String) -> NodeError {
     NodeError::of_kind(ErrorKind::InvalidValue, message)
-}
-
-fn tensor(shape: Vec<usize>, values: Vec<f32>) -> Result<Tensor, NodeError> {
-    Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// `WanDancerEncodeAudio`.
@@ -194,19 +190,16 @@ impl Node for WanDancerVideo {
                 let video =
                     super::wan::filled_video(0.0, length, height, width, Some(&start), None)?;
                 let encoded = encode_video(&self.compute, vae, &video, ctx)?;
-                let (h, w) = super::wan::spatial(&encoded)?;
                 let concat_mask = match inputs.get("mask") {
                     None => {
                         // ComfyUI's ((n − 1) // 4) + 1: none for an empty batch of start images.
                         let given = start.shape()[0].checked_sub(1).map_or(0, |n| n / TEMPORAL + 1);
-                        let values = (0..frames)
-                            .flat_map(|f| {
-                                std::iter::repeat_n(if f < given { 0.0 } else { 1.0 }, h * w)
-                            })
-                            .collect();
-                        tensor(vec![1, 1, frames, h, w], values)?
+                        super::wan::frame_mask(&encoded, frames, |f| f < given)?
                     }
-                    Some(_) => frame_mask(&mask(inputs, "mask")?.0, length, (h, w))?,
+                    Some(_) => {
+                        let spatial = super::wan::spatial(&encoded)?;
+                        keyframe_mask(&mask(inputs, "mask")?.0, length, spatial)?
+                    }
                 };
                 Some((encoded, concat_mask))
             }
@@ -239,7 +232,11 @@ impl Node for WanDancerVideo {
 /// frame is kept), as ComfyUI builds it: 1 − the first `length` frames, resized nearest-exact to `w` rows of `h`
 /// columns (ComfyUI passes the latent's height as the width) and read back as `h` × `w`, the first frame
 /// repeated to 4, then every 4 pixel frames one latent frame's 4 channels.
-fn frame_mask(mask: &Tensor, length: usize, (h, w): (usize, usize)) -> Result<Tensor, NodeError> {
+fn keyframe_mask(
+    mask: &Tensor,
+    length: usize,
+    (h, w): (usize, usize),
+) -> Result<Tensor, NodeError> {
     let &[n, mh, mw] = mask.shape() else {
         return Err(invalid(format!(
             "WanDancerVideo: a MASK is [B, H, W], got {:?}",
@@ -499,7 +496,7 @@ mod tests {
         let values: Vec<f32> =
             (0..5).flat_map(|f| (0..4).map(move |p| if p == f % 4 { 1.0 } else { 0.0 })).collect();
         let mask = Tensor::new(vec![5, 2, 2], values).unwrap();
-        let out = frame_mask(&mask, 5, (2, 2)).unwrap();
+        let out = keyframe_mask(&mask, 5, (2, 2)).unwrap();
         assert_eq!(out.shape(), &[1, 4, 2, 2, 2]);
         // Latent frame 0 is pixel frame 0 four times; latent frame 1's channel k is pixel frame k + 1.
         for k in 0..4 {
