@@ -40,6 +40,16 @@ impl LatentFormat {
         rgb: Some((&FLUX2_RGB_PATCHES, FLUX_RGB.1)),
     };
 
+    /// SD 1.x's KL autoencoder's latent space (ComfyUI's `SD15`; Lotus and SD 2 use it too): 4 channels, 8×
+    /// down, scale 0.18215, no shift.
+    pub const SD15: LatentFormat = LatentFormat {
+        channels: 4,
+        spatial_downscale: 8,
+        temporal_downscale: 1,
+        normalize: Normalize::Affine { scale: 0.18215, shift: 0.0 },
+        rgb: Some((&SD15_RGB, [0.0; 3])),
+    };
+
     /// The Wan 2.1 VAE's latent space (Wan 2.1 and 2.2 A14B, Qwen-Image): 16 channels, 8× down in space and 4×
     /// in time, each channel normalised by its own mean and standard deviation (ComfyUI's `Wan21`).
     pub const WAN21: LatentFormat = LatentFormat {
@@ -227,6 +237,15 @@ const WAN22_RGB: ([[f32; 3]; 48], [f32; 3]) = (
     ],
     [0.0317, -0.0878, -0.1388],
 );
+
+/// The SD 1.x latent space's linear map to RGB (ComfyUI's `SD15.latent_rgb_factors`, no bias): measured
+/// constants, like the Flux VAE's below.
+const SD15_RGB: [[f32; 3]; 4] = [
+    [0.3512, 0.2297, 0.3227],
+    [0.3250, 0.4974, 0.2350],
+    [-0.2829, 0.1762, 0.2721],
+    [-0.2120, -0.2616, -0.7177],
+];
 
 /// The Flux VAE latent space's linear map to RGB in [-1, 1]: one row per channel, then the bias. These are
 /// measured constants of that latent space (the least-squares fit of decoded colours on latents that ComfyUI

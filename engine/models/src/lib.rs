@@ -52,6 +52,7 @@ pub mod synth;
 pub mod t5;
 pub mod textgen;
 mod timestep;
+pub mod unet;
 mod vae_io;
 pub mod wan;
 pub mod wan_vae;

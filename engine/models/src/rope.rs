@@ -82,6 +82,19 @@ pub fn linspace(start: f32, end: f32, steps: usize) -> impl Iterator<Item = f32>
     })
 }
 
+/// [`linspace`] in float64 (`torch.linspace(.., dtype=torch.float64)`, as ComfyUI's beta schedule makes it).
+pub(crate) fn linspace_f64(start: f64, end: f64, steps: usize) -> impl Iterator<Item = f64> {
+    let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
+    let half = steps / 2;
+    (0..steps).map(move |i| {
+        if steps == 1 || i < half {
+            start + step * i as f64
+        } else {
+            end - step * (steps - i - 1) as f64
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use kiln_models::family::{
     VaeNet,
 };
 pub use kiln_models::latent::LatentFormat;
-use kiln_models::sampling::FlowSampling;
+use kiln_models::sampling::ModelSampling;
 use kiln_models::sampling::guidance::Guidance;
 
 use crate::compute::Compute;
@@ -113,8 +113,8 @@ impl std::fmt::Debug for ModelEnv {
 pub struct DiffusionModel {
     /// The network (weights under the memory manager).
     pub net: Arc<DiffusionNet>,
-    /// The sigma schedule's model side (shift, multiplier).
-    pub sampling: FlowSampling,
+    /// The sigma schedule's model side (flow shift and multiplier, or the discrete table).
+    pub sampling: ModelSampling,
     /// The type its activations are computed in on this device, as ComfyUI picks it
     /// ([`kiln_models::family::DiffusionDetected::compute_dtype`]: f16 for Wan on CUDA, f32 on the CPU).
     pub compute_dtype: DType,
@@ -172,7 +172,8 @@ pub struct TalkApplication {
 
 impl DiffusionModel {
     /// A copy with other sampling settings (the network and the patches are shared).
-    pub fn with_sampling(&self, sampling: FlowSampling) -> DiffusionModel {
+    pub fn with_sampling(&self, sampling: impl Into<ModelSampling>) -> DiffusionModel {
+        let sampling = sampling.into();
         DiffusionModel { sampling, ..self.clone() }
     }
 

@@ -10,7 +10,8 @@ use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
 use crate::rope::RopeOptions;
-use crate::sampling::FlowSampling;
+use crate::sampling::{DiscreteSampling, FlowSampling, ModelSampling, Prediction};
+use crate::unet::{self, Unet};
 use crate::wan::{self, Wan, WanInput};
 use crate::zimage::{self, ZImage};
 use crate::zimage_lora;
@@ -36,17 +37,21 @@ pub enum DiffusionFamily {
     /// Wan 2.2 TI2V 5B (ComfyUI's `WAN22_T2V`): the Wan video DiT in the Wan 2.2 VAE's 48-channel latent space,
     /// with a timestep per latent frame when a noise mask keeps frames.
     Wan22,
+    /// Lotus depth (ComfyUI's `LotusD`): SD 2's UNet predicting a depth latent from an image latent, in SD's
+    /// latent space, with discrete-time sampling.
+    Lotus,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 6] = [
+    pub const ALL: [DiffusionFamily; 7] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::Flux2,
         DiffusionFamily::QwenImage,
         DiffusionFamily::Wan21,
         DiffusionFamily::Wan22,
+        DiffusionFamily::Lotus,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -58,6 +63,7 @@ impl DiffusionFamily {
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
+            DiffusionFamily::Lotus => unet::family::NAME,
         }
     }
 
@@ -70,23 +76,25 @@ impl DiffusionFamily {
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
             DiffusionFamily::Wan21 => wan::family::WAN21_LATENT,
             DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
+            DiffusionFamily::Lotus => unet::family::LATENT,
         }
     }
 
     /// The model sampling a loaded model of the family starts with (ComfyUI's `sampling_settings`; for FLUX.1
     /// the guidance-distilled models', schnell's is [`DiffusionDetected::sampling`]'s); nodes like
     /// `ModelSamplingAuraFlow` replace it.
-    pub fn sampling(self) -> FlowSampling {
+    pub fn sampling(self) -> ModelSampling {
         match self {
-            DiffusionFamily::Flux => FlowSampling::flux(flux::family::FLUX_SHIFT),
-            DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT),
+            DiffusionFamily::Flux => FlowSampling::flux(flux::family::FLUX_SHIFT).into(),
+            DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT).into(),
             DiffusionFamily::ZImage => {
-                FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER)
+                FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER).into()
             }
-            DiffusionFamily::QwenImage => FlowSampling::flux(qwen_image::family::FLUX_SHIFT),
+            DiffusionFamily::QwenImage => FlowSampling::flux(qwen_image::family::FLUX_SHIFT).into(),
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
-                FlowSampling::new(wan::family::SHIFT, wan::family::MULTIPLIER)
+                FlowSampling::new(wan::family::SHIFT, wan::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Lotus => DiscreteSampling::new(Prediction::ImageToImage).into(),
         }
     }
 
@@ -104,6 +112,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
                 &[wan::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
             }
+            DiffusionFamily::Lotus => &[],
         }
     }
 
@@ -115,7 +124,8 @@ impl DiffusionFamily {
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
-            | DiffusionFamily::Wan22 => "",
+            | DiffusionFamily::Wan22
+            | DiffusionFamily::Lotus => "",
         }
     }
 
@@ -130,6 +140,7 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Wan21 => (VaeFamily::Wan21, wan::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Wan22 => (VaeFamily::Wan22, wan::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Lotus => (VaeFamily::Flux, unet::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -142,6 +153,7 @@ impl DiffusionFamily {
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
+            DiffusionFamily::Lotus => unet::family::SYNTH_NAME,
         }
     }
 
@@ -154,6 +166,7 @@ impl DiffusionFamily {
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_LORA_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
+            DiffusionFamily::Lotus => unet::family::SYNTH_LORA_NAME,
         }
     }
 
@@ -174,6 +187,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => wan::detect(h)?
                 .filter(|(config, _)| wan_family(config) == self)
                 .map(|(config, layout)| DiffusionDetected::Wan(config, layout)),
+            DiffusionFamily::Lotus => unet::detect(h)?.map(DiffusionDetected::Unet),
         })
     }
 }
@@ -191,6 +205,8 @@ pub enum DiffusionDetected {
     QwenImage(qwen_image::Config, &'static str),
     /// Wan 2.1 or 2.2 (the config says which: [`wan::Config::is_wan22`]).
     Wan(wan::Config, wan::Layout),
+    /// Lotus depth's UNet.
+    Unet(unet::Config),
 }
 
 /// The family of a Wan DiT: ComfyUI's `WAN22_T2V` entry for TI2V 5B, its `WAN21` ones for the others.
@@ -214,21 +230,23 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
             DiffusionDetected::Wan(config, _) => wan_family(config),
+            DiffusionDetected::Unet(_) => DiffusionFamily::Lotus,
         }
     }
 
     /// The model sampling the loaded model starts with: the family's, except schnell's
     /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t), a causal Wan's and Wan Animate 2's (shift 5).
-    pub fn sampling(&self) -> FlowSampling {
+    pub fn sampling(&self) -> ModelSampling {
         match self {
             DiffusionDetected::Flux(config, _) if !config.guidance => {
                 FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
+                    .into()
             }
             DiffusionDetected::Wan(config, _) if config.causal => {
-                FlowSampling::new(wan::family::CAUSAL_SHIFT, wan::family::MULTIPLIER)
+                FlowSampling::new(wan::family::CAUSAL_SHIFT, wan::family::MULTIPLIER).into()
             }
             DiffusionDetected::Wan(config, _) if config.animate2 => {
-                FlowSampling::new(wan::family::ANIMATE2_SHIFT, wan::family::MULTIPLIER)
+                FlowSampling::new(wan::family::ANIMATE2_SHIFT, wan::family::MULTIPLIER).into()
             }
             _ => self.family().sampling(),
         }
@@ -246,6 +264,8 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(config, _) if config.allow_fp16 => BF16_FIRST,
             DiffusionDetected::ZImage(..) | DiffusionDetected::QwenImage(..) => NO_F16,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
+            // `SD20`'s: f16 first.
+            DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
         }
     }
 
@@ -274,6 +294,7 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(config, layout) => zimage::load_plan(h, config, *layout),
             DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
             DiffusionDetected::Wan(config, layout) => wan::load_plan(h, config, *layout),
+            DiffusionDetected::Unet(config) => unet::load_plan(h, config),
         }
     }
 
@@ -293,6 +314,7 @@ impl DiffusionDetected {
                 DiffusionNet::QwenImage(QwenImage { config, weights, default_method })
             }
             DiffusionDetected::Wan(config, _) => DiffusionNet::Wan(Wan::new(config, weights)),
+            DiffusionDetected::Unet(config) => DiffusionNet::Unet(Unet::new(config, weights)),
         }
     }
 }
@@ -466,6 +488,8 @@ pub enum DiffusionNet {
     QwenImage(QwenImage),
     /// Wan 2.1 or 2.2.
     Wan(Wan),
+    /// Lotus depth's UNet.
+    Unet(Unet),
 }
 
 impl DiffusionNet {
@@ -477,6 +501,7 @@ impl DiffusionNet {
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
             DiffusionNet::Wan(net) => wan_family(&net.config),
+            DiffusionNet::Unet(_) => DiffusionFamily::Lotus,
         }
     }
 
@@ -487,6 +512,7 @@ impl DiffusionNet {
             DiffusionNet::ZImage(net) => &net.weights,
             DiffusionNet::QwenImage(net) => &net.weights,
             DiffusionNet::Wan(net) => &net.weights,
+            DiffusionNet::Unet(net) => &net.weights,
         }
     }
 
@@ -505,6 +531,9 @@ impl DiffusionNet {
             DiffusionNet::ZImage(_) => zimage_lora::patches(file, slots, strength),
             DiffusionNet::QwenImage(_) => qwen_image::lora::patches(file, slots, strength),
             DiffusionNet::Wan(_) => wan::lora::patches(file, slots, strength),
+            DiffusionNet::Unet(_) => Err(crate::Error::Invalid(
+                "Kiln applies no LoRA to Lotus depth's UNet yet".to_owned(),
+            )),
         }
     }
 
@@ -515,7 +544,10 @@ impl DiffusionNet {
         match self {
             DiffusionNet::Flux(net) => net.config.in_channels.saturating_sub(flux::LATENT_CHANNELS),
             DiffusionNet::Wan(net) => net.config.concat_channels(),
-            DiffusionNet::Flux2(_) | DiffusionNet::ZImage(_) | DiffusionNet::QwenImage(_) => 0,
+            DiffusionNet::Flux2(_)
+            | DiffusionNet::ZImage(_)
+            | DiffusionNet::QwenImage(_)
+            | DiffusionNet::Unet(_) => 0,
         }
     }
 
@@ -527,7 +559,8 @@ impl DiffusionNet {
             DiffusionNet::Flux(_)
             | DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
-            | DiffusionNet::QwenImage(_) => None,
+            | DiffusionNet::QwenImage(_)
+            | DiffusionNet::Unet(_) => None,
         }
     }
 
@@ -539,7 +572,8 @@ impl DiffusionNet {
             DiffusionNet::Flux(_)
             | DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
-            | DiffusionNet::QwenImage(_) => None,
+            | DiffusionNet::QwenImage(_)
+            | DiffusionNet::Unet(_) => None,
         }
     }
 
@@ -675,6 +709,16 @@ impl DiffusionNet {
                     dancer: input.dancer,
                 };
                 net.forward(b, &wan_input)
+            }
+            DiffusionNet::Unet(net) => {
+                refuse_controls(DiffusionFamily::Lotus, input.controls, input.patches)?;
+                let y = if net.config.is_lotus() {
+                    let task = unet::lotus_task_embedding();
+                    Some(b.from_f32(&[1, task.len()], &task, DType::F32)?)
+                } else {
+                    None
+                };
+                net.forward(b, input.x, input.timesteps, input.context, y.as_ref())
             }
         }
     }

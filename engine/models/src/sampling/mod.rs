@@ -1,8 +1,9 @@
-//! Sampling for flow models as ComfyUI does it: the model sampling object (sigma table, noise scaling), the
-//! schedulers that pick the sigmas, and the samplers that step a latent through them.
+//! Sampling as ComfyUI does it (flow models, and the discrete-time Lotus): the model sampling object (sigma
+//! table, noise scaling), the schedulers that pick the sigmas, and the samplers that step a latent through them.
 //!
-//! - [`FlowSampling`]: ComfyUI's `ModelSamplingDiscreteFlow` with the `CONST` parameterisation (what
-//!   `ModelSamplingAuraFlow` installs for Z-Image).
+//! - [`ModelSampling`]: a model's sampling object, [`FlowSampling`] (ComfyUI's `ModelSamplingDiscreteFlow` with
+//!   the `CONST` parameterisation, what `ModelSamplingAuraFlow` installs for Z-Image) or [`DiscreteSampling`]
+//!   (`ModelSamplingDiscrete`, SD's schedule: Lotus).
 //! - [`Scheduler`]: the KSampler schedulers Kiln offers, and [`denoise_sigmas`] for `denoise < 1`.
 //! - [`Sampler`] and [`sample`]: the KSampler samplers, driving a [`Denoiser`].
 //! - [`sample_ar_video`]: the `ar_video` sampler of causal video models, driving a [`BlockDenoiser`] a block of
@@ -16,11 +17,13 @@
 mod ar_video;
 mod beta;
 mod cfg_pp;
+mod discrete;
 mod dpm_solver;
 mod er_sde;
 mod flow;
 pub mod guidance;
 mod linalg;
+mod model_sampling;
 mod multistep;
 mod sa_solver;
 mod samplers;
@@ -31,7 +34,9 @@ mod seeds;
 mod unipc;
 
 pub use ar_video::{ArVideo, BlockDenoiser, sample_ar_video};
+pub use discrete::{DiscreteSampling, Prediction};
 pub use flow::FlowSampling;
+pub use model_sampling::ModelSampling;
 pub use samplers::{
     AdaptiveSettings, Denoiser, ErSdeScaler, SaSolverSettings, Sampler, SamplerChoice,
     SamplerSettings, Step, sample, sample_with,

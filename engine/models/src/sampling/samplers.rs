@@ -1,10 +1,10 @@
 //! The KSampler samplers, as ComfyUI's `comfy/k_diffusion/sampling.py` runs them for a flow (`CONST`) model.
 //!
-//! Every sampler works on x already noise-scaled by the caller ([`super::FlowSampling::noise_scaling`] at the
+//! Every sampler works on x already noise-scaled by the caller ([`super::ModelSampling::noise_scaling`] at the
 //! first sigma) and returns the latent at the last sigma, before `inverse_noise_scaling`. The scalar maths on
 //! sigmas is f32, like torch's 0-dim f32 sigma tensors, and each elementwise torch op is one rounded f32 op here.
 
-use super::FlowSampling;
+use super::ModelSampling;
 use super::cfg_pp;
 use super::dpm_solver;
 use super::er_sde;
@@ -19,7 +19,7 @@ use crate::noise::TorchGenerator;
 
 /// The model as the sampler sees it: the denoised estimate x̂₀ for latent `x` at noise level `sigma`, already
 /// CFG-combined (the caller runs the model, converts its output with
-/// [`super::FlowSampling::calculate_denoised`] and applies CFG).
+/// [`super::ModelSampling::calculate_denoised`] and applies CFG).
 pub trait Denoiser {
     /// x̂₀ for `x` at `sigma` (same length as `x`).
     fn denoise(&mut self, x: &[f32], sigma: f32) -> Result<Vec<f32>>;
@@ -249,6 +249,27 @@ impl Sampler {
         matches!(self, Sampler::Dpm2 | Sampler::Dpm2Ancestral | Sampler::UniPc | Sampler::UniPcBh2)
     }
 
+    /// Whether Kiln runs this sampler on a model with discrete-time sampling (Lotus): those whose ComfyUI code
+    /// reads only sigmas and x̂₀ (or the model's own noise scaling), never a flow model's half-log-SNR or its
+    /// `CONST` branch.
+    pub fn runs_discrete_models(self) -> bool {
+        matches!(
+            self,
+            Sampler::Euler
+                | Sampler::Ddim
+                | Sampler::Heun
+                | Sampler::Heunpp2
+                | Sampler::Dpm2
+                | Sampler::Lms
+                | Sampler::Dpmpp2m
+                | Sampler::Ipndm
+                | Sampler::IpndmV
+                | Sampler::Deis
+                | Sampler::GradientEstimation
+                | Sampler::Lcm
+        )
+    }
+
     /// The sampler ComfyUI calls `name`, if Kiln has it.
     pub fn from_name(name: &str) -> Option<Sampler> {
         Sampler::ALL.into_iter().find(|s| s.name() == name)
@@ -430,8 +451,8 @@ impl From<Sampler> for SamplerChoice {
 
 /// Runs `sampler` from `x` through `sigmas` (descending, usually ending in 0) and returns the final latent.
 ///
-/// `x` is already noise-scaled (σ₀·noise + (1−σ₀)·latent, see [`FlowSampling::noise_scaling`]); the result is
-/// before [`FlowSampling::inverse_noise_scaling`]. `ms` is the model sampling (`dpmpp_2m_sde` moves a first sigma
+/// `x` is already noise-scaled (see [`ModelSampling::noise_scaling`]); the result is
+/// before [`ModelSampling::inverse_noise_scaling`]. `ms` is the model sampling (`dpmpp_2m_sde` moves a first sigma
 /// of 1 to `percent_to_sigma(1e-4)`; `lcm` re-noises with its noise scaling). `on_step` is called once per step
 /// after the step's first model call; an error from it (an interrupt) stops sampling and is returned.
 ///
@@ -444,7 +465,7 @@ impl From<Sampler> for SamplerChoice {
 /// noise scaling then uses that (read the last sigma after sampling).
 pub fn sample(
     sampler: Sampler,
-    ms: &FlowSampling,
+    ms: &ModelSampling,
     denoiser: &mut dyn Denoiser,
     x: Vec<f32>,
     sigmas: &mut [f32],
@@ -457,7 +478,7 @@ pub fn sample(
 /// [`sample`] with the settings a sampler node gave (`choice.settings`).
 pub fn sample_with(
     choice: SamplerChoice,
-    ms: &FlowSampling,
+    ms: &ModelSampling,
     denoiser: &mut dyn Denoiser,
     x: Vec<f32>,
     sigmas: &mut [f32],
@@ -468,6 +489,10 @@ pub fn sample_with(
         return Ok(x);
     }
     let SamplerChoice { sampler, settings: set } = choice;
+    if ms.flow().is_none() && !sampler.runs_discrete_models() {
+        return Err(refuse_discrete(sampler));
+    }
+    let flow = || ms.flow().ok_or_else(|| refuse_discrete(sampler));
     let mut run = Run { denoiser, on_step, total: sigmas.len() - 1 };
     let noise = || TorchGenerator::new(seed.wrapping_add(1));
     match sampler {
@@ -482,10 +507,10 @@ pub fn sample_with(
         Sampler::Heun => heun(&mut run, x, sigmas),
         Sampler::Heunpp2 => second_order::heunpp2(&mut run, x, sigmas),
         Sampler::ExpHeun2X0 => {
-            seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::EXP_HEUN, &mut noise())
+            seeds::seeds_2(&mut run, flow()?, x, sigmas, Seeds2::EXP_HEUN, &mut noise())
         }
         Sampler::ExpHeun2X0Sde => {
-            seeds::seeds_2(&mut run, ms, x, sigmas, Seeds2::EXP_HEUN_SDE, &mut noise())
+            seeds::seeds_2(&mut run, flow()?, x, sigmas, Seeds2::EXP_HEUN_SDE, &mut noise())
         }
         Sampler::Dpm2 => second_order::dpm_2(&mut run, x, sigmas),
         Sampler::Dpm2Ancestral => second_order::dpm_2_ancestral(&mut run, x, sigmas, &mut noise()),
@@ -504,16 +529,16 @@ pub fn sample_with(
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mCfgPp => cfg_pp::dpmpp_2m(&mut run, x, sigmas),
         Sampler::DpmppSde | Sampler::DpmppSdeGpu => {
-            sde::dpmpp_sde(&mut run, ms, x, sigmas, seed, &set)
+            sde::dpmpp_sde(&mut run, flow()?, x, sigmas, seed, &set)
         }
         Sampler::Dpmpp2mSde | Sampler::Dpmpp2mSdeGpu => {
-            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, (seed, &set), SolverType::Midpoint)
+            sde::dpmpp_2m_sde(&mut run, flow()?, x, sigmas, (seed, &set), SolverType::Midpoint)
         }
         Sampler::Dpmpp2mSdeHeun | Sampler::Dpmpp2mSdeHeunGpu => {
-            sde::dpmpp_2m_sde(&mut run, ms, x, sigmas, (seed, &set), SolverType::Heun)
+            sde::dpmpp_2m_sde(&mut run, flow()?, x, sigmas, (seed, &set), SolverType::Heun)
         }
         Sampler::Dpmpp3mSde | Sampler::Dpmpp3mSdeGpu => {
-            sde::dpmpp_3m_sde(&mut run, ms, x, sigmas, seed, &set)
+            sde::dpmpp_3m_sde(&mut run, flow()?, x, sigmas, seed, &set)
         }
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
@@ -532,19 +557,19 @@ pub fn sample_with(
         Sampler::GradientEstimationCfgPp => {
             multistep::gradient_estimation(&mut run, x, sigmas, true)
         }
-        Sampler::ErSde => er_sde::er_sde(&mut run, ms, x, sigmas, &set, &mut noise()),
+        Sampler::ErSde => er_sde::er_sde(&mut run, flow()?, x, sigmas, &set, &mut noise()),
         Sampler::Seeds2 => {
             let solver = if set.phi_2 { seeds::Solver::Phi2 } else { seeds::Solver::Phi1 };
             let variant = Seeds2 { eta: set.eta, s_noise: set.s_noise, r: set.r, solver };
-            seeds::seeds_2(&mut run, ms, x, sigmas, variant, &mut noise())
+            seeds::seeds_2(&mut run, flow()?, x, sigmas, variant, &mut noise())
         }
-        Sampler::Seeds3 => seeds::seeds_3(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Seeds3 => seeds::seeds_3(&mut run, flow()?, x, sigmas, &mut noise()),
         Sampler::SaSolver => {
-            sa_solver::sa_solver(&mut run, ms, x, sigmas, &set.sa_solver, &mut noise())
+            sa_solver::sa_solver(&mut run, flow()?, x, sigmas, &set.sa_solver, &mut noise())
         }
         Sampler::SaSolverPece => {
             let pece = SaSolverSettings { use_pece: true, ..set.sa_solver };
-            sa_solver::sa_solver(&mut run, ms, x, sigmas, &pece, &mut noise())
+            sa_solver::sa_solver(&mut run, flow()?, x, sigmas, &pece, &mut noise())
         }
         Sampler::Ddim => euler(&mut run, x, sigmas),
         Sampler::UniPc => unipc::sample(&mut run, unipc::Variant::Bh1, x, sigmas),
@@ -555,6 +580,18 @@ pub fn sample_with(
                 .to_owned(),
         )),
     }
+}
+
+/// The error for `sampler` on a discrete-time model, naming the samplers that run one.
+fn refuse_discrete(sampler: Sampler) -> crate::Error {
+    let names: Vec<&str> =
+        Sampler::ALL.iter().filter(|s| s.runs_discrete_models()).map(|s| s.name()).collect();
+    crate::Error::Invalid(format!(
+        "Kiln runs the {} sampler on flow models only; for a model with discrete-time sampling (Lotus) choose \
+         one of {}",
+        sampler.name(),
+        names.join(", ")
+    ))
 }
 
 /// The model and the callback, for one run.
@@ -709,7 +746,7 @@ fn dpmpp_2m(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f3
 /// `sample_lcm` (s_noise = 1): x̂₀, then the flow noise scaling to the next sigma with fresh noise.
 fn lcm(
     run: &mut Run<'_>,
-    ms: &FlowSampling,
+    ms: &ModelSampling,
     mut x: Vec<f32>,
     sigmas: &[f32],
     noise: &mut TorchGenerator,
@@ -720,7 +757,7 @@ fn lcm(
         let next = sigmas[i + 1];
         if next > 0.0 {
             let n = noise.randn(x.len());
-            x = ms.noise_scaling(next, &n, &x);
+            x = ms.noise_at(next, &n, &x, false);
         }
     }
     Ok(x)

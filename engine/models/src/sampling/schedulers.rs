@@ -1,7 +1,7 @@
 //! The KSampler schedulers: which sigmas a run of `steps` steps visits (ComfyUI's `comfy/samplers.py`
 //! `calculate_sigmas`, and k-diffusion's Karras and exponential schedules).
 
-use super::FlowSampling;
+use super::ModelSampling;
 use super::beta::beta_ppf;
 use super::samplers::Sampler;
 
@@ -64,7 +64,7 @@ impl Scheduler {
 
     /// The `steps + 1` sigmas of a run (descending, ending in 0.0), as ComfyUI's `calculate_sigmas` makes them
     /// for flow model sampling `ms`. `steps` 0 gives `[0.0]` (ComfyUI's widgets never ask for it).
-    pub fn sigmas(self, ms: &FlowSampling, steps: usize) -> Vec<f32> {
+    pub fn sigmas(self, ms: &ModelSampling, steps: usize) -> Vec<f32> {
         if steps == 0 {
             return vec![0.0];
         }
@@ -91,7 +91,7 @@ impl Scheduler {
 /// `steps + 1` sigmas of the schedule for ⌊steps/denoise⌋ steps.
 pub fn denoise_sigmas(
     scheduler: Scheduler,
-    ms: &FlowSampling,
+    ms: &ModelSampling,
     steps: usize,
     denoise: f64,
 ) -> Vec<f32> {
@@ -104,7 +104,7 @@ pub fn denoise_sigmas(
 pub fn ksampler_sigmas(
     scheduler: Scheduler,
     sampler: Sampler,
-    ms: &FlowSampling,
+    ms: &ModelSampling,
     steps: usize,
     denoise: f64,
 ) -> Vec<f32> {
@@ -136,7 +136,7 @@ fn tail_for_denoise(steps: usize, denoise: f64, schedule: impl Fn(usize) -> Vec<
 }
 
 /// `simple_scheduler`: entry 999 − ⌊k·1000/steps⌋ of the table for k = 0..steps, then 0.
-fn simple(ms: &FlowSampling, steps: usize) -> Vec<f32> {
+fn simple(ms: &ModelSampling, steps: usize) -> Vec<f32> {
     let table = ms.sigmas();
     let stride = table.len() as f64 / steps as f64;
     let mut sigmas: Vec<f32> =
@@ -148,7 +148,7 @@ fn simple(ms: &FlowSampling, steps: usize) -> Vec<f32> {
 /// `normal_scheduler`: timesteps evenly spaced from timestep(σ_max) to timestep(σ_min) (`steps` of them, or
 /// `steps + 1` with the last dropped for `sgm_uniform`), each mapped back to σ, then 0. (ComfyUI takes one more
 /// step instead of appending 0 when σ at the last timestep is 0, which a flow table never has.)
-fn normal(ms: &FlowSampling, steps: usize, sgm: bool) -> Vec<f32> {
+fn normal(ms: &ModelSampling, steps: usize, sgm: bool) -> Vec<f32> {
     let start = ms.timestep(ms.sigma_max());
     let end = ms.timestep(ms.sigma_min());
     let timesteps = if sgm {
@@ -164,7 +164,7 @@ fn normal(ms: &FlowSampling, steps: usize, sgm: bool) -> Vec<f32> {
 }
 
 /// `beta_scheduler`: table entries at round(ppf(1 − k/steps)·999), repeats dropped, then 0.
-pub fn beta_sigmas(ms: &FlowSampling, steps: usize, alpha: f64, beta: f64) -> Vec<f32> {
+pub fn beta_sigmas(ms: &ModelSampling, steps: usize, alpha: f64, beta: f64) -> Vec<f32> {
     let table = ms.sigmas();
     let total = (table.len() - 1) as f64;
     let step = 1.0 / steps as f64;
@@ -221,7 +221,7 @@ pub fn polyexponential_sigmas(steps: usize, sigma_min: f64, sigma_max: f64, rho:
 
 /// `SDTurboScheduler`: `steps` of the timesteps 999, 899, ..., 99, starting `10 − ⌊10·denoise⌋` in, each
 /// through the model sampling's `sigma`, then 0.
-pub fn turbo_sigmas(ms: &FlowSampling, steps: usize, denoise: f64) -> Vec<f32> {
+pub fn turbo_sigmas(ms: &ModelSampling, steps: usize, denoise: f64) -> Vec<f32> {
     let start = 10usize.saturating_sub((10.0 * denoise) as usize);
     let mut sigmas: Vec<f32> = (0..10)
         .rev()
@@ -235,7 +235,7 @@ pub fn turbo_sigmas(ms: &FlowSampling, steps: usize, denoise: f64) -> Vec<f32> {
 
 /// `ddim_scheduler`: table entries 1, 1 + ⌊len/steps⌋, ... (the table has no 0 at index 1 for a flow model, so
 /// a 0 is put first), reversed.
-fn ddim_uniform(ms: &FlowSampling, steps: usize) -> Vec<f32> {
+fn ddim_uniform(ms: &ModelSampling, steps: usize) -> Vec<f32> {
     let table = ms.sigmas();
     let (mut steps, mut sigmas) = (steps, vec![0.0f32]);
     if table.len() > 1 && table[1].abs() <= 1e-5 {
@@ -250,7 +250,7 @@ fn ddim_uniform(ms: &FlowSampling, steps: usize) -> Vec<f32> {
 
 /// `linear_quadratic_schedule` (threshold 0.025, half the steps linear): in f64 as Python computes it, then
 /// f32 times σ_max.
-fn linear_quadratic(ms: &FlowSampling, steps: usize) -> Vec<f32> {
+fn linear_quadratic(ms: &ModelSampling, steps: usize) -> Vec<f32> {
     let schedule: Vec<f64> = if steps == 1 {
         vec![1.0, 0.0]
     } else {

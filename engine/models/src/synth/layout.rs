@@ -417,6 +417,16 @@ pub(crate) fn vae_specs(shape: &VaeShape) -> Result<Vec<Spec>> {
     Ok(l.specs)
 }
 
+/// SD's KL autoencoder (`vae-ft-mse-840000-ema-pruned.safetensors`, LDM names) at `shape`'s widths and z:
+/// [`vae_specs`] plus `quant_conv` (1×1, 2z → 2z) and `post_quant_conv` (1×1, z → z).
+pub(crate) fn sd_vae_specs(shape: &VaeShape) -> Result<Vec<Spec>> {
+    let z = shape.z;
+    let mut l = Layout { specs: vae_specs(shape)? };
+    l.conv("quant_conv", 2 * z, 2 * z, 1);
+    l.conv("post_quant_conv", z, z, 1);
+    Ok(l.specs)
+}
+
 /// Latent channels of the FLUX.2 VAE before its 2×2 patchify.
 const FLUX2_Z: usize = 32;
 

@@ -74,6 +74,10 @@ const UMT5: &str = "umt5-xxl";
 const WAN: &str = "wan";
 const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
+const UNET: &str = "unet";
+/// SD's latent channels.
+const SD_VAE_Z: usize = 4;
+const SD_VAE: &str = "sd-vae";
 const WHISPER: &str = "whisper";
 const WAV2VEC2: &str = "wav2vec2";
 const WAN_INFINITE_TALK: &str = "wan21-infinitetalk";
@@ -124,6 +128,9 @@ pub enum SynthFamily {
     /// InfiniteTalk's patch for Wan 2.1 I2V 14B (`ModelPatchLoader`, `wan21-infinitetalk`), the release's
     /// names.
     WanInfiniteTalk,
+    /// SD's KL autoencoder (`VAELoader`, `sd-vae`: `vae-ft-mse-840000-ema-pruned`): the Flux VAE's network with
+    /// z 4 and both 1×1 quant convs, LDM names.
+    SdVae,
 }
 
 /// The channels of the camera embedding the released Fun Camera models read (six Plücker components of four
@@ -417,7 +424,13 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        all.extend(DiffusionFamily::ALL.into_iter().map(SynthFamily::Lora));
+        // Kiln applies no LoRA to Lotus, so it has no synthetic one.
+        all.extend(
+            DiffusionFamily::ALL
+                .into_iter()
+                .filter(|&f| f != DiffusionFamily::Lotus)
+                .map(SynthFamily::Lora),
+        );
         all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
         all.extend(
             [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
@@ -445,6 +458,7 @@ impl SynthFamily {
         all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Large));
         all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Base));
         all.push(SynthFamily::WanInfiniteTalk);
+        all.push(SynthFamily::SdVae);
         all
     }
 
@@ -483,6 +497,7 @@ impl SynthFamily {
             SynthFamily::Wav2Vec2(wav2vec2::Variant::Large) => "wav2vec2-large-english",
             SynthFamily::Wav2Vec2(wav2vec2::Variant::Base) => "wav2vec2-chinese-base",
             SynthFamily::WanInfiniteTalk => WAN_INFINITE_TALK,
+            SynthFamily::SdVae => "sd-vae",
         }
     }
 }
@@ -713,6 +728,10 @@ pub struct ZImageTurboSet {
     /// WanDancer's music branch (`--family wan22-dancer-14b`), its reference projection reading the CLIP
     /// width the Wan I2V DiTs read.
     pub dancer: wan::Dancer,
+    /// Lotus depth's UNet (`--family lotus-depth`), its context as wide as `LotusConditioning`'s (1024).
+    pub lotus: crate::unet::Shape,
+    /// SD's KL autoencoder (`--family sd-vae`; z is always 4).
+    pub sd_vae: VaeShape,
 }
 
 impl ZImageTurboSet {
@@ -776,6 +795,8 @@ impl ZImageTurboSet {
             wan_14b: wan_config(5120, 13824, 40, (16, 16)),
             wan_clip_dim: 1280,
             esrgan: esrgan::Config::x4plus(),
+            lotus: crate::unet::Shape::lotus(),
+            sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::real() },
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
             wav2vec2: [wav2vec2::Config::large(), wav2vec2::Config::base()],
@@ -879,6 +900,15 @@ impl ZImageTurboSet {
             wan_14b: wan_config(256, 512, 2, (16, 16)),
             wan_clip_dim: 64,
             esrgan: esrgan::Config { filters: 8, blocks: 1, ..esrgan::Config::x4plus() },
+            // Heads of 64 (detection's width), so the narrowest level is 64 wide.
+            lotus: crate::unet::Shape {
+                model_channels: 64,
+                channel_mult: vec![1, 2],
+                res_blocks: 1,
+                attention_levels: 2,
+                ..crate::unet::Shape::lotus()
+            },
+            sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::tiny() },
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
             whisper: whisper::Config { mels: 128, width: 40, layers: 32 },
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
@@ -1165,6 +1195,18 @@ pub fn write_family(
             };
             let specs = specs_of(wav2vec2::expected_shapes(config));
             write_one(path, &specs, WAV2VEC2, "wav2vec2 encoder", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Lotus) => {
+            let specs = specs_of(crate::unet::tensors(&crate::unet::Config::build(&set.lotus)));
+            write_one(path, &specs, UNET, "Lotus depth UNet", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Lotus) => {
+            Err(Error::Invalid("Kiln has no Lotus depth LoRA to write".to_owned()))
+        }
+        SynthFamily::SdVae => {
+            check_vae_dtype(dtype)?;
+            let specs = layout::sd_vae_specs(&set.sd_vae)?;
+            write_one(path, &specs, SD_VAE, "SD VAE", dtype, seed, progress)
         }
         SynthFamily::Esrgan => {
             let specs = specs_of(esrgan::expected_shapes(&set.esrgan));

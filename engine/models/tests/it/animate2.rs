@@ -21,7 +21,7 @@ fn animate2_net(manager: &std::sync::Arc<kiln_compute::memory::MemoryManager>) -
     let (key, value) = animate2_metadata();
     let file = TempTensors::with_metadata("animate2", Variant::I2v.tensors(), &[(&key, &value)]);
     let (detected, net) = load_on(manager, &file.0);
-    assert_eq!(detected.sampling(), kiln_models::sampling::FlowSampling::new(5.0, 1000.0));
+    assert_eq!(detected.sampling(), kiln_models::sampling::FlowSampling::new(5.0, 1000.0).into());
     net
 }
 

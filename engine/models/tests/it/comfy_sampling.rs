@@ -6,8 +6,8 @@
 
 use kiln_models::Result;
 use kiln_models::sampling::{
-    AdaptiveSettings, Denoiser, FlowSampling, SaSolverSettings, Sampler, SamplerChoice,
-    SamplerSettings, Scheduler, ksampler_sigmas, sample, sample_with,
+    AdaptiveSettings, Denoiser, FlowSampling, ModelSampling, SaSolverSettings, Sampler,
+    SamplerChoice, SamplerSettings, Scheduler, ksampler_sigmas, sample, sample_with,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -81,7 +81,7 @@ fn every_comfyui_sampler_and_scheduler_is_offered_or_listed_as_missing() {
 #[test]
 fn schedulers_give_comfyuis_sigmas() {
     let t = read_tensors(FIXTURE);
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     for case in cases()["schedules"].as_array().expect("schedules") {
         let key = case["key"].as_str().expect("key");
         let Some(scheduler) = Scheduler::from_name(case["name"].as_str().expect("name")) else {
@@ -89,7 +89,7 @@ fn schedulers_give_comfyuis_sigmas() {
         };
         let steps = case["steps"].as_u64().expect("steps") as usize;
         let sampling = match case["flux_shift"].as_f64() {
-            Some(mu) => FlowSampling::flux(mu),
+            Some(mu) => FlowSampling::flux(mu).into(),
             None => ms.clone(),
         };
         let got = scheduler.sigmas(&sampling, steps);
@@ -109,7 +109,7 @@ fn samplers_give_comfyuis_latents() {
     let cases = cases();
     let seed = cases["seed"].as_u64().expect("seed");
     let noise = &t["noise"].1;
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     let mut checked = 0;
     for case in cases["runs"].as_array().expect("runs") {
         let name = case["sampler"].as_str().expect("sampler");
@@ -127,7 +127,7 @@ fn samplers_give_comfyuis_latents() {
             "{key}: sigmas"
         );
         let zeros = vec![0.0; noise.len()];
-        let x = ms.noise_scaling(sigmas[0], noise, &zeros);
+        let x = ms.noise_scaling(&sigmas, noise, &zeros);
         let mut toy = Toy { calls: 0 };
         let out = sample(sampler, &ms, &mut toy, x, &mut sigmas, seed, &mut |_| Ok(()))
             .unwrap_or_else(|e| panic!("{key}: {e}"));
@@ -285,7 +285,7 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
         }
         "SamplerSASolver" => {
             // The node's SDE interval in sigmas, from the toy's model sampling.
-            let ms = FlowSampling::new(3.0, 1.0);
+            let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
             let g = |k: &str| inputs[k].as_f64().expect(k);
             let n = |k: &str| inputs[k].as_u64().expect(k) as usize;
             let sa_solver = SaSolverSettings {
@@ -314,7 +314,7 @@ fn sampler_nodes_settings_give_comfyuis_latents() {
     let seed = cases()["seed"].as_u64().expect("seed");
     let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let noise = &read_tensors(FIXTURE)["noise"].1;
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     let cases = cases.as_array().expect("cases");
     assert!(cases.len() >= 20);
     for case in cases {
@@ -322,7 +322,7 @@ fn sampler_nodes_settings_give_comfyuis_latents() {
         let choice = node_choice(case["node"].as_str().expect("node"), &case["inputs"]);
         let steps = case["steps"].as_u64().expect("steps") as usize;
         let mut sigmas = Scheduler::Simple.sigmas(&ms, steps);
-        let x = ms.noise_scaling(sigmas[0], noise, &vec![0.0; noise.len()]);
+        let x = ms.noise_scaling(&sigmas, noise, &vec![0.0; noise.len()]);
         let mut toy = Toy { calls: 0 };
         let out = sample_with(choice, &ms, &mut toy, x, &mut sigmas, seed, &mut |_| Ok(()))
             .unwrap_or_else(|e| panic!("{key}: {e}"));

@@ -111,7 +111,10 @@ fn outputs_match_comfyui() {
     let (b, detected, model) = load(&fixture(WEIGHTS));
     assert_eq!(detected, DiffusionDetected::Flux(tiny(), Layout::Comfy));
     assert_eq!(detected.family(), DiffusionFamily::Flux);
-    assert_eq!(detected.sampling().shift(), flux::family::FLUX_SHIFT);
+    assert_eq!(
+        detected.sampling().flow().expect("flow sampling").shift(),
+        flux::family::FLUX_SHIFT
+    );
     for case in ["even", "odd", "ragged"] {
         check(&b, &model, case, case, &[], None);
     }
@@ -165,7 +168,7 @@ fn schnell_has_no_guidance_embedding_and_its_own_sampling() {
     );
     assert_eq!(model.config.variant(), "FLUX.1 schnell");
     // ModelSamplingDiscreteFlow with shift 1: σ(t) = t.
-    assert_eq!(detected.sampling().shift(), 1.0);
+    assert_eq!(detected.sampling().flow().expect("flow sampling").shift(), 1.0);
     check(&b, &model, "schnell", "schnell", &[], None);
 }
 

@@ -99,7 +99,10 @@ fn outputs_match_comfyui() {
     assert_eq!(detected, DiffusionDetected::Flux2(tiny(), Layout::Comfy));
     assert_eq!(detected.family(), DiffusionFamily::Flux2);
     assert_eq!(model.config.variant(), "FLUX.2 Klein");
-    assert_eq!(detected.sampling().shift(), flux::family::FLUX2_SHIFT);
+    assert_eq!(
+        detected.sampling().flow().expect("flow sampling").shift(),
+        flux::family::FLUX2_SHIFT
+    );
     assert_eq!(detected.family().checkpoint_vae().0, VaeFamily::Flux2);
     for case in ["even", "odd"] {
         check(&b, &model, case, case, &[], None);

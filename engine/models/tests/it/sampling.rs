@@ -4,8 +4,8 @@
 
 use kiln_models::Result;
 use kiln_models::sampling::{
-    Denoiser, FlowSampling, Sampler, Scheduler, Step, denoise_sigmas, exponential_sigmas,
-    karras_sigmas, polyexponential_sigmas, sample, turbo_sigmas,
+    Denoiser, FlowSampling, ModelSampling, Sampler, Scheduler, Step, denoise_sigmas,
+    exponential_sigmas, karras_sigmas, polyexponential_sigmas, sample, turbo_sigmas,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -45,14 +45,14 @@ fn sigma_tables_match() {
     ] {
         assert_eq!(ms.sigmas(), &t[key].1[..], "{key}");
     }
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     assert_eq!(ms.sigma_max(), 1.0);
     assert!((ms.sigma_min() - 0.002_994).abs() < 1e-6);
 }
 
 #[test]
 fn simple_at_8_steps_shift_3_is_the_documented_list() {
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     let want = [1.0, 0.954_545_4, 0.9, 0.833_333_3, 0.75, 0.642_857_1, 0.5, 0.3, 0.0];
     let got = Scheduler::Simple.sigmas(&ms, 8);
     assert_eq!(got.len(), 9);
@@ -69,10 +69,10 @@ fn schedulers_match() {
         let key = case["key"].as_str().expect("key");
         let scheduler =
             Scheduler::from_name(case["name"].as_str().expect("name")).expect("scheduler");
-        let ms = FlowSampling::new(
+        let ms = ModelSampling::from(FlowSampling::new(
             case["shift"].as_f64().expect("shift"),
             case["multiplier"].as_f64().expect("multiplier"),
-        );
+        ));
         let steps = case["steps"].as_u64().expect("steps") as usize;
         let got = scheduler.sigmas(&ms, steps);
         let want = &t[key].1;
@@ -101,9 +101,11 @@ fn the_scheduler_nodes_match_k_diffusion_and_comfyui() {
             "polyexponential" => {
                 polyexponential_sigmas(steps, f("sigma_min"), f("sigma_max"), f("rho"))
             }
-            "sd_turbo" => {
-                turbo_sigmas(&FlowSampling::new(f("shift"), f("multiplier")), steps, f("denoise"))
-            }
+            "sd_turbo" => turbo_sigmas(
+                &FlowSampling::new(f("shift"), f("multiplier")).into(),
+                steps,
+                f("denoise"),
+            ),
             other => panic!("{key}: unknown schedule {other}"),
         };
         let want = &t[key].1;
@@ -120,7 +122,7 @@ fn the_scheduler_nodes_match_k_diffusion_and_comfyui() {
 
 #[test]
 fn denoise_keeps_the_tail_of_a_longer_schedule() {
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     let full = Scheduler::Simple.sigmas(&ms, 16);
     assert_eq!(denoise_sigmas(Scheduler::Simple, &ms, 8, 0.5), full[8..].to_vec());
     assert_eq!(denoise_sigmas(Scheduler::Simple, &ms, 8, 1.0), Scheduler::Simple.sigmas(&ms, 8));
@@ -136,7 +138,7 @@ fn samplers_match() {
     let cases = cases();
     let seed = cases["seed"].as_u64().expect("seed");
     let x0 = t["x0"].1.clone();
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     for case in cases["runs"].as_array().expect("runs") {
         let key = case["key"].as_str().expect("key");
         let sampler =
@@ -166,7 +168,7 @@ fn samplers_match() {
 
 #[test]
 fn an_error_from_on_step_stops_sampling() {
-    let ms = FlowSampling::new(3.0, 1.0);
+    let ms = ModelSampling::from(FlowSampling::new(3.0, 1.0));
     let sigmas = Scheduler::Simple.sigmas(&ms, 8);
     let mut toy = Toy { calls: 0 };
     let mut on_step = |s: Step<'_>| {

@@ -532,6 +532,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image",
             "wan21-t2v-1.3b",
             "wan22-ti2v-5b",
+            "lotus-depth",
             "qwen3",
             "qwen25vl",
             "clip-l",
@@ -586,7 +587,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "whisper-large-v3",
             "wav2vec2-large-english",
             "wav2vec2-chinese-base",
-            "wan21-infinitetalk"
+            "wan21-infinitetalk",
+            "sd-vae"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -619,6 +621,12 @@ fn one_file_of_a_family_is_written_under_any_name() {
             }
             synth::SynthFamily::Lora(_) => {
                 assert!(DiffusionDetected::detect(&header).unwrap().is_none());
+            }
+            synth::SynthFamily::SdVae => {
+                let found = VaeDetected::detect(&header).unwrap().unwrap();
+                assert!(
+                    matches!(found, VaeDetected::Flux(c, _) if c.z_channels == 4 && c.quant_conv)
+                );
             }
             synth::SynthFamily::QwenImageLayered(LayeredFile::Dit) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

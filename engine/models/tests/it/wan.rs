@@ -521,7 +521,7 @@ fn released_configurations_are_synths_and_are_detected() {
         let detected = DiffusionDetected::detect(&header).unwrap().expect("a Wan DiT");
         assert_eq!(detected, DiffusionDetected::Wan(config.clone(), Layout::Comfy), "{name}");
         assert_eq!(detected.family(), family, "{name}");
-        assert_eq!(detected.sampling().shift(), 8.0, "{name}");
+        assert_eq!(detected.sampling().flow().expect("flow sampling").shift(), 8.0, "{name}");
         assert_eq!(detected.load_plan(&header).slots.len(), keys, "{name}");
         drop(file);
         std::fs::remove_file(&path).expect("removes the file");

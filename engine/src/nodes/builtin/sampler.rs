@@ -18,7 +18,8 @@ use kiln_models::latent::LatentFormat;
 use kiln_models::noise::initial_noise;
 use kiln_models::sampling::guidance::Predictions;
 use kiln_models::sampling::{
-    self, BlockDenoiser, Denoiser, FlowSampling, Sampler, SamplerChoice, Scheduler, Step,
+    self, BlockDenoiser, Denoiser, FlowSampling, ModelSampling, Sampler, SamplerChoice, Scheduler,
+    Step,
 };
 use kiln_models::{flux, wan};
 
@@ -681,11 +682,11 @@ struct Differential {
     ts_from: f32,
     ts_to: f32,
     /// σ → timestep.
-    sampling: FlowSampling,
+    sampling: ModelSampling,
 }
 
 impl Differential {
-    fn new(sampling: &FlowSampling, sigmas: &[f32], strength: f32) -> Differential {
+    fn new(sampling: &ModelSampling, sigmas: &[f32], strength: f32) -> Differential {
         let last = sigmas[sigmas.len() - 1];
         let sigma_to = if last > sampling.sigma_min() { last } else { sampling.sigma_min() };
         Differential {
@@ -720,11 +721,11 @@ impl Inpaint {
     }
 
     /// x where the mask is 1, the input noised to `sigma` where it is 0: `x·m + noise_scaling(σ)·(1 − m)`.
-    fn input(&self, sampling: &FlowSampling, x: &[f32], sigma: f32, mask: &[f32]) -> Vec<f32> {
+    fn input(&self, sampling: &ModelSampling, x: &[f32], sigma: f32, mask: &[f32]) -> Vec<f32> {
         if self.clean {
             return blend(x, &self.latent, mask);
         }
-        let kept = sampling.noise_scaling(sigma, &self.noise, &self.latent);
+        let kept = sampling.noise_at(sigma, &self.noise, &self.latent, false);
         blend(x, &kept, mask)
     }
 
@@ -1306,7 +1307,7 @@ pub(super) fn sample(
     } else {
         latent.data().to_vec()
     };
-    let x = model.sampling.noise_scaling(sigmas[0], &noise, &start);
+    let x = model.sampling.noise_scaling(&sigmas, &noise, &start);
     let inpaint = match &job.latent.noise_mask {
         Some(mask) => {
             // ddim re-noises the kept area with its own noise (ComfyUI's `inpaint_options["random"]`).

@@ -1,0 +1,125 @@
+//! [`ModelSampling`]: the model sampling object a loaded model carries (ComfyUI's `model_sampling`), flow or
+//! discrete, and what the schedulers and the sampler loop ask of it.
+
+use super::discrete::DiscreteSampling;
+use super::flow::FlowSampling;
+
+/// A model's sampling: how σ maps to its timestep and how noise, latent and its output combine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelSampling {
+    /// A flow model's (`ModelSamplingDiscreteFlow`/`ModelSamplingFlux` + `CONST`).
+    Flow(FlowSampling),
+    /// A DDPM-trained model's (`ModelSamplingDiscrete`: Lotus).
+    Discrete(DiscreteSampling),
+}
+
+impl From<FlowSampling> for ModelSampling {
+    fn from(flow: FlowSampling) -> ModelSampling {
+        ModelSampling::Flow(flow)
+    }
+}
+
+impl From<DiscreteSampling> for ModelSampling {
+    fn from(discrete: DiscreteSampling) -> ModelSampling {
+        ModelSampling::Discrete(discrete)
+    }
+}
+
+impl ModelSampling {
+    /// The flow sampling, for the samplers and nodes that work in a flow model's terms; `None` for a discrete
+    /// model.
+    pub fn flow(&self) -> Option<&FlowSampling> {
+        match self {
+            ModelSampling::Flow(flow) => Some(flow),
+            ModelSampling::Discrete(_) => None,
+        }
+    }
+
+    /// The sigma table, ascending.
+    pub fn sigmas(&self) -> &[f32] {
+        match self {
+            ModelSampling::Flow(flow) => flow.sigmas(),
+            ModelSampling::Discrete(discrete) => discrete.sigmas(),
+        }
+    }
+
+    /// The smallest sigma of the table.
+    pub fn sigma_min(&self) -> f32 {
+        self.sigmas()[0]
+    }
+
+    /// The largest sigma of the table.
+    pub fn sigma_max(&self) -> f32 {
+        self.sigmas()[self.sigmas().len() - 1]
+    }
+
+    /// The timestep the model is given for `sigma`.
+    pub fn timestep(&self, sigma: f32) -> f32 {
+        match self {
+            ModelSampling::Flow(flow) => flow.timestep(sigma),
+            ModelSampling::Discrete(discrete) => discrete.timestep(sigma),
+        }
+    }
+
+    /// The sigma of a timestep.
+    pub fn sigma_of_timestep(&self, timestep: f32) -> f32 {
+        match self {
+            ModelSampling::Flow(flow) => flow.sigma_of_timestep(timestep),
+            ModelSampling::Discrete(discrete) => discrete.sigma_of_timestep(timestep),
+        }
+    }
+
+    /// ComfyUI's `percent_to_sigma`.
+    pub fn percent_to_sigma(&self, percent: f64) -> f64 {
+        match self {
+            ModelSampling::Flow(flow) => flow.percent_to_sigma(percent),
+            ModelSampling::Discrete(discrete) => discrete.percent_to_sigma(percent),
+        }
+    }
+
+    /// Whether a run over `sigmas` starts at the table's largest sigma or above (ComfyUI's `max_denoise`:
+    /// within a relative 1e-5 of it, or greater).
+    pub fn max_denoise(&self, sigmas: &[f32]) -> bool {
+        let (max, first) =
+            (f64::from(self.sigma_max()), sigmas.first().map_or(0.0, |&s| f64::from(s)));
+        (first - max).abs() <= 1e-5 * first.abs().max(max.abs()) || first > max
+    }
+
+    /// The sampler's starting latent from `noise` and `latent` at σ₀ = `sigmas[0]`.
+    pub fn noise_scaling(&self, sigmas: &[f32], noise: &[f32], latent: &[f32]) -> Vec<f32> {
+        let sigma = sigmas.first().copied().unwrap_or(0.0);
+        self.noise_at(sigma, noise, latent, self.max_denoise(sigmas))
+    }
+
+    /// `noise_scaling` at `sigma` (a re-noise inside a run, never the start: no `max_denoise`, unless asked).
+    pub fn noise_at(
+        &self,
+        sigma: f32,
+        noise: &[f32],
+        latent: &[f32],
+        max_denoise: bool,
+    ) -> Vec<f32> {
+        match self {
+            ModelSampling::Flow(flow) => flow.noise_scaling(sigma, noise, latent),
+            ModelSampling::Discrete(discrete) => {
+                discrete.noise_scaling(sigma, noise, latent, max_denoise)
+            }
+        }
+    }
+
+    /// Undoes the noise scaling on the sampler's output at the last sigma.
+    pub fn inverse_noise_scaling(&self, sigma: f32, x: &[f32]) -> Vec<f32> {
+        match self {
+            ModelSampling::Flow(flow) => flow.inverse_noise_scaling(sigma, x),
+            ModelSampling::Discrete(_) => x.to_vec(),
+        }
+    }
+
+    /// x̂₀ from the model's output at `sigma` for input `x`.
+    pub fn calculate_denoised(&self, sigma: f32, x: &[f32], model_out: &[f32]) -> Vec<f32> {
+        match self {
+            ModelSampling::Flow(flow) => flow.calculate_denoised(sigma, x, model_out),
+            ModelSampling::Discrete(discrete) => discrete.calculate_denoised(sigma, x, model_out),
+        }
+    }
+}
