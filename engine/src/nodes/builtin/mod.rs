@@ -26,6 +26,7 @@ mod kv_cache;
 mod latent;
 mod loaders;
 mod logic;
+mod lotus;
 mod mask;
 mod mask_ops;
 mod model_patch;
@@ -114,6 +115,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(vae::VaeTiled::decode(compute.clone()));
     registry.register(vae::VaeTiled::encode(compute.clone()));
     registry.register(conditioning::ConditioningZeroOut::new());
+    registry.register(lotus::LotusConditioning::new());
     registry.register(loaders::LoraLoaderModelOnly(models.clone()));
     registry.register(inpaint::InpaintModelConditioning::new(compute.clone()));
     registry.register(inpaint::pad_node());
