@@ -153,6 +153,9 @@ const kilnFiles = [
   { folder: 'vae', stem: /^wan_alpha_2\.1_vae_(rgb|alpha)_channel\.safetensors$/, family: 'wan21-vae' },
   // The Z-Image Fun ControlNet's first release (its 2.1 releases are refused by name).
   { folder: 'model_patches', stem: /^z-image-turbo-fun-controlnet-union\.safetensors$/i, family: 'z-image-fun-controlnet' },
+  // Lotus depth (SD 2's UNet, discrete-time sampling) and the SD VAE its templates decode with (f32 as released).
+  { folder: 'diffusion_models', stem: /^lotus-depth-d-v1-1[_.]/i, family: 'lotus-depth' },
+  { folder: 'vae', stem: /^vae-ft-mse-840000-ema-pruned\.safetensors$/, family: 'sd-vae', dtype: 'f32' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */
@@ -180,7 +183,7 @@ const familyRules = [
   [/hidream/i, 'HiDream'],
   [/sd_xl|sdxl|svd_xt|clip_vision_g/i, 'SDXL'],
   [/sd3\.5|sd3/i, 'SD3.5'],
-  [/lotus/i, 'Lotus depth'],
+  [/lotus|vae-ft-mse-840000/i, 'Lotus depth'],
   [/ace_?step|acestep|ace_1\.5|ace15/i, 'ACE-Step'],
   [/stable[-_]audio/i, 'Stable Audio'],
   [/minimax_h3|fasth3/i, 'MiniMax H3'],
