@@ -120,6 +120,11 @@ mod tests {
         assert_eq!(linspace(0.0, 1.0, 1).collect::<Vec<_>>(), [0.0]);
         assert_eq!(linspace(-1.0, 1.0, 3).collect::<Vec<_>>(), [-1.0, 0.0, 1.0]);
         assert_eq!(linspace(2.0, 2.0, 0).count(), 0);
+        assert_eq!(
+            linspace(0.0, 1.0, 4).collect::<Vec<_>>(),
+            [0.0, 1.0 / 3.0, 1.0 - 1.0 / 3.0, 1.0]
+        );
+        assert_eq!(linspace(-0.0, 2.5, 2).collect::<Vec<_>>(), [0.0, 2.5]);
     }
 
     #[test]

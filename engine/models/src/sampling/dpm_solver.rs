@@ -107,27 +107,13 @@ fn span(sigmas: &[f32]) -> (f32, f32) {
     (-sigmas[0].ln(), -sigma_min.ln())
 }
 
-/// torch's CPU `linspace` in f32: from the start for the first half, from the end for the rest.
-fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
-    if steps == 1 {
-        return vec![start];
-    }
-    let step = (end - start) / (steps - 1) as f32;
-    let halfway = steps / 2;
-    (0..steps)
-        .map(|i| {
-            if i < halfway { start + step * i as f32 } else { end - step * (steps - i - 1) as f32 }
-        })
-        .collect()
-}
-
 /// `sample_dpm_fast`: as many model calls as steps, in steps of order 3 on an even grid of t, the last of
 /// order `nfe mod 3` (or 2 then 1).
 pub(super) fn dpm_fast(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
     let nfe = sigmas.len() - 1;
     let (t_start, t_end) = span(sigmas);
     let m = nfe / 3 + 1;
-    let ts = linspace(t_start, t_end, m + 1);
+    let ts: Vec<f32> = crate::rope::linspace(t_start, t_end, m + 1).collect();
     let orders: Vec<usize> = if nfe.is_multiple_of(3) {
         std::iter::repeat_n(3, m - 2).chain([2, 1]).collect()
     } else {
@@ -236,16 +222,4 @@ pub(super) fn dpm_adaptive(
         attempt += 1;
     }
     Ok(x)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn linspace_meets_both_ends_as_torch_does() {
-        let v = linspace(0.0, 1.0, 4);
-        assert_eq!(v, [0.0, 1.0 / 3.0, 1.0 - 1.0 / 3.0, 1.0]);
-        assert_eq!(linspace(-0.0, 2.5, 2), [0.0, 2.5]);
-    }
 }

@@ -118,8 +118,7 @@ fn mel_filters(mels: usize) -> Vec<f64> {
     let logstep = 6.4f64.ln() / 27.0;
     let top = min_log_mel + (F_MAX / 1000.0).ln() / logstep;
     let steps = mels + 2;
-    let points: Vec<f32> = linspace_f32(0.0, top as f32, steps)
-        .into_iter()
+    let points: Vec<f32> = crate::rope::linspace(0.0, top as f32, steps)
         .map(|mel| {
             if mel >= min_log_mel as f32 {
                 // `min_log_hz * torch.exp(logstep * (mels - min_log_mel))`; torch's f32 exp rounds as a
@@ -131,7 +130,7 @@ fn mel_filters(mels: usize) -> Vec<f64> {
             }
         })
         .collect();
-    let freqs = linspace_f32(0.0, (SAMPLE_RATE / 2) as f32, BINS);
+    let freqs: Vec<f32> = crate::rope::linspace(0.0, (SAMPLE_RATE / 2) as f32, BINS).collect();
     let mut out = vec![0f64; BINS * mels];
     for (k, &freq) in freqs.iter().enumerate() {
         for m in 0..mels {
@@ -142,21 +141,6 @@ fn mel_filters(mels: usize) -> Vec<f64> {
         }
     }
     out
-}
-
-/// torch's `linspace(start, end, steps)` in f32: the step `(end − start) / (steps − 1)`, the first half
-/// counted up from `start`, the rest down from `end`.
-fn linspace_f32(start: f32, end: f32, steps: usize) -> Vec<f32> {
-    let step = (end - start) / (steps - 1) as f32;
-    (0..steps)
-        .map(|i| {
-            if i < steps / 2 {
-                start + step * i as f32
-            } else {
-                end - step * (steps - i - 1) as f32
-            }
-        })
-        .collect()
 }
 
 /// torch's `hann_window(N_FFT)` (periodic) in f32: `0.5 − 0.5·cos(n · 2π/N)`, each operation rounded to f32.
