@@ -1,4 +1,5 @@
-//! The KSampler samplers, as ComfyUI's `comfy/k_diffusion/sampling.py` runs them for a flow (`CONST`) model.
+//! The KSampler samplers, as ComfyUI's `comfy/k_diffusion/sampling.py` runs them for a flow (`CONST`) model, and
+//! those without a `CONST` branch for a discrete-time one too ([`Sampler::runs_discrete_models`]).
 //!
 //! Every sampler works on x already noise-scaled by the caller ([`super::ModelSampling::noise_scaling`] at the
 //! first sigma) and returns the latent at the last sigma, before `inverse_noise_scaling`. The scalar maths on
@@ -249,9 +250,11 @@ impl Sampler {
         matches!(self, Sampler::Dpm2 | Sampler::Dpm2Ancestral | Sampler::UniPc | Sampler::UniPcBh2)
     }
 
-    /// Whether Kiln runs this sampler on a model with discrete-time sampling (Lotus): those whose ComfyUI code
-    /// reads only sigmas and x̂₀ (or the model's own noise scaling), never a flow model's half-log-SNR or its
-    /// `CONST` branch.
+    /// Whether Kiln runs this sampler on a model with discrete-time sampling (Lotus): those whose ComfyUI code has
+    /// no `CONST` branch (it reads only sigmas and x̂₀, or the model's own noise scaling). The others Kiln has
+    /// in their flow form only: the ancestral samplers ComfyUI switches to their `_RF` form for flow models, and
+    /// those that read a flow model's half-log-SNR (the SDE, SEEDS, ER-SDE, SA-Solver and exponential-Heun
+    /// samplers, `euler_cfg_pp` and `euler_ancestral_cfg_pp`).
     pub fn runs_discrete_models(self) -> bool {
         matches!(
             self,
@@ -261,12 +264,24 @@ impl Sampler {
                 | Sampler::Heunpp2
                 | Sampler::Dpm2
                 | Sampler::Lms
+                | Sampler::DpmFast
+                | Sampler::DpmAdaptive
                 | Sampler::Dpmpp2m
+                | Sampler::Dpmpp2mCfgPp
+                | Sampler::Dpmpp2sAncestralCfgPp
+                | Sampler::Ddpm
+                | Sampler::Lcm
                 | Sampler::Ipndm
                 | Sampler::IpndmV
                 | Sampler::Deis
+                | Sampler::ResMultistep
+                | Sampler::ResMultistepCfgPp
+                | Sampler::ResMultistepAncestral
+                | Sampler::ResMultistepAncestralCfgPp
                 | Sampler::GradientEstimation
-                | Sampler::Lcm
+                | Sampler::GradientEstimationCfgPp
+                | Sampler::UniPc
+                | Sampler::UniPcBh2
         )
     }
 

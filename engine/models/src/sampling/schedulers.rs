@@ -63,7 +63,7 @@ impl Scheduler {
     }
 
     /// The `steps + 1` sigmas of a run (descending, ending in 0.0), as ComfyUI's `calculate_sigmas` makes them
-    /// for flow model sampling `ms`. `steps` 0 gives `[0.0]` (ComfyUI's widgets never ask for it).
+    /// for model sampling `ms`. `steps` 0 gives `[0.0]` (ComfyUI's widgets never ask for it).
     pub fn sigmas(self, ms: &ModelSampling, steps: usize) -> Vec<f32> {
         if steps == 0 {
             return vec![0.0];

@@ -184,11 +184,16 @@ impl<'h, 'f> Names<'h, 'f> {
         }
     }
 
-    /// A tensor that must exist: its shape, or [`crate::Error::Unsupported`] naming it.
-    fn require(&self, ldm: &str) -> Result<&'f [usize]> {
-        self.shape(ldm).ok_or_else(|| {
-            self.h.unsupported(format!("no tensor `{}`", self.h.key(self.file_name(ldm))))
-        })
+    /// A tensor that must exist with `rank` dimensions: its shape, or [`crate::Error::Unsupported`] naming it.
+    fn require(&self, ldm: &str, rank: usize) -> Result<&'f [usize]> {
+        let key = || self.h.key(self.file_name(ldm));
+        match self.shape(ldm) {
+            Some(shape) if shape.len() == rank => Ok(shape),
+            Some(shape) => {
+                Err(self.h.unsupported(format!("`{}` is {shape:?}, expected rank {rank}", key())))
+            }
+            None => Err(self.h.unsupported(format!("no tensor `{}`", key()))),
+        }
     }
 
     /// Checks tensor `ldm` has shape `want`.
@@ -236,6 +241,9 @@ fn ldm_name(name: &str, res_blocks: usize, h: &Header) -> Option<String> {
         ("time_embedding.linear_2.", "time_embed.2."),
         ("class_embedding.linear_1.", "label_emb.0.0."),
         ("class_embedding.linear_2.", "label_emb.0.2."),
+        // SDXL's (ComfyUI maps it to the same module), so such a file is refused by its own name.
+        ("add_embedding.linear_1.", "label_emb.0.0."),
+        ("add_embedding.linear_2.", "label_emb.0.2."),
         ("conv_norm_out.", "out.0."),
         ("conv_out.", "out.2."),
     ];
@@ -292,36 +300,35 @@ fn depth(names: &Names, prefix: &str) -> usize {
 
 /// A ResBlock's (input, output) channels, from its first conv.
 fn res_channels(names: &Names, prefix: &str) -> Result<(usize, usize)> {
-    let conv1 = names.require(&format!("{prefix}.in_layers.2.weight"))?;
-    if conv1.len() != 4 {
-        return Err(names
-            .h
-            .unsupported(format!("`{prefix}.in_layers.2.weight` is {conv1:?}, not a 2-D conv")));
-    }
+    let conv1 = names.require(&format!("{prefix}.in_layers.2.weight"), 4)?;
     Ok((conv1[1], conv1[0]))
 }
 
 /// The widths and structure of a UNet file, from its shapes.
 fn derive(names: &Names) -> Result<Config> {
     let h = names.h;
-    let conv_in = names.require("input_blocks.0.0.weight")?;
+    let conv_in = names.require("input_blocks.0.0.weight", 4)?;
     let (model_channels, in_channels) = (conv_in[0], conv_in[1]);
-    let time = names.require("time_embed.0.weight")?;
+    let time = names.require("time_embed.0.weight", 2)?;
     let time_embed_dim = time[0];
     if time[1] != model_channels || !model_channels.is_multiple_of(2) {
         return Err(h.unsupported(format!(
             "the time embedding is {time:?}: not the embedding of {model_channels}-wide timestep features"
         )));
     }
-    let adm_in_channels = names.shape("label_emb.0.0.weight").map(|s| s[1]);
-    let out_channels = names.require("out.2.weight")?[0];
+    let adm_in_channels = match names.has("label_emb.0.0.weight") {
+        true => Some(names.require("label_emb.0.0.weight", 2)?[1]),
+        false => None,
+    };
+    let out_channels = names.require("out.2.weight", 4)?[0];
 
     let mut input_blocks = Vec::new();
     let mut transformer = None;
     for i in 1..names.count_blocks("input_blocks.") {
         let prefix = format!("input_blocks.{i}");
-        if let Some(op) = names.shape(&format!("{prefix}.0.op.weight")) {
-            input_blocks.push(InputBlock::Down { channels: op[0] });
+        let op = format!("{prefix}.0.op.weight");
+        if names.has(&op) {
+            input_blocks.push(InputBlock::Down { channels: names.require(&op, 4)?[0] });
             continue;
         }
         let (channels_in, channels_out) = res_channels(names, &format!("{prefix}.0"))?;
@@ -355,8 +362,9 @@ fn derive(names: &Names) -> Result<Config> {
         )));
     }
     let transformer = transformer.unwrap_or_else(|| "middle_block.1".to_owned());
-    let to_k = names.require(&format!("{transformer}.transformer_blocks.0.attn2.to_k.weight"))?;
-    let proj_in = names.require(&format!("{transformer}.proj_in.weight"))?;
+    let to_k =
+        names.require(&format!("{transformer}.transformer_blocks.0.attn2.to_k.weight"), 2)?;
+    let proj_in = names.shape(&format!("{transformer}.proj_in.weight")).unwrap_or_default();
     Ok(Config {
         in_channels,
         out_channels,

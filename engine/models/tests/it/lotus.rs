@@ -48,13 +48,19 @@ fn tiny_tensors() -> BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)>
 
 /// Writes the fixture's tensors under the names `rename` gives (`None` drops one) to `path`.
 fn rewrite(path: &Path, rename: impl Fn(&str) -> Option<String>) {
+    reshape(path, |name, shape| Some((rename(name)?, shape.to_vec())));
+}
+
+/// Writes the fixture's tensors under the names and shapes `edit` gives (`None` drops one) to `path`.
+fn reshape(path: &Path, edit: impl Fn(&str, &[usize]) -> Option<(String, Vec<usize>)>) {
     let tensors = tiny_tensors();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
         .filter_map(|(name, (dtype, shape, bytes))| {
-            let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
+            let (name, shape) = edit(name, shape)?;
+            let view = safetensors::tensor::TensorView::new(*dtype, shape, bytes)
                 .expect("a consistent tensor");
-            Some((rename(name)?, view))
+            Some((name, view))
         })
         .collect();
     safetensors::serialize_to_file(views, None, path).expect("writing a safetensors file");
@@ -162,6 +168,19 @@ fn other_unets_are_refused() {
     let file = SafetensorsFile::open(&broken).expect("open");
     let err = DiffusionDetected::detect(&Header::new(&file, "")).expect_err("refused");
     assert!(err.to_string().contains("output_blocks.5"), "{err}");
+
+    // A tensor of another rank is named, not indexed past its end.
+    let flat = dir.join("flat.safetensors");
+    reshape(&flat, |name, shape| {
+        let shape = match name {
+            "time_embed.0.weight" => vec![shape.iter().product()],
+            _ => shape.to_vec(),
+        };
+        Some((name.to_owned(), shape))
+    });
+    let file = SafetensorsFile::open(&flat).expect("open");
+    let err = DiffusionDetected::detect(&Header::new(&file, "")).expect_err("refused");
+    assert!(err.to_string().contains("`time_embed.0.weight` is [4096], expected rank 2"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
