@@ -37,6 +37,18 @@ pub(crate) fn linear<B: Backend>(
     Ok(b.linear(x, &layer.weight(0), Some(&layer.weight(1)))?)
 }
 
+/// The 2-D convolution `name` of `model` (`name.weight`, `name.bias`) with `params`.
+pub(crate) fn conv2d<B: Backend>(
+    b: &B,
+    model: &Model,
+    name: &str,
+    x: &Tensor<B>,
+    params: kiln_compute::backend::Conv2dParams,
+) -> Result<Tensor<B>> {
+    let layer = fetch(b, model, &weight_and_bias(name))?;
+    Ok(b.conv2d(x, &layer.weight(0), Some(&layer.weight(1)), params)?)
+}
+
 /// The rows of `table` at `ids` `[N, d]`, widened exactly to f32 (ComfyUI's lookup with
 /// `out_dtype=torch.float32`): through the backend's lookup when its compute type holds the table's values
 /// exactly, else row by row. An fp8 table's NaNs become 0 and its infinities the largest finite f32, as

@@ -8,22 +8,10 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
 use kiln_compute::memory::Model;
 
 use crate::error::{Error, Result};
-use crate::named::{fetch, weight_and_bias as wb};
+use crate::named::{conv2d, fetch, weight_and_bias as wb};
 
 /// GroupNorm ε of every norm.
 const EPS: f32 = 1e-6;
-
-/// The conv `name` (weight and bias) with `params`.
-pub(crate) fn conv<B: Backend>(
-    b: &B,
-    model: &Model,
-    name: &str,
-    x: &Tensor<B>,
-    params: Conv2dParams,
-) -> Result<Tensor<B>> {
-    let layer = fetch(b, model, &wb(name))?;
-    Ok(b.conv2d(x, &layer.weight(0), Some(&layer.weight(1)), params)?)
-}
 
 /// The 3×3 "same" conv `name`.
 pub(crate) fn conv3<B: Backend>(
@@ -32,7 +20,7 @@ pub(crate) fn conv3<B: Backend>(
     name: &str,
     x: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    conv(b, model, name, x, Conv2dParams::same(1))
+    conv2d(b, model, name, x, Conv2dParams::same(1))
 }
 
 /// The encoder's downsample `name`: zero-pad right and bottom by one, then a 3×3 conv of stride 2.
@@ -42,7 +30,7 @@ pub(crate) fn downsample<B: Backend>(
     name: &str,
     x: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    conv(b, model, name, x, Conv2dParams { stride: 2, padding: [0, 1, 0, 1] })
+    conv2d(b, model, name, x, Conv2dParams { stride: 2, padding: [0, 1, 0, 1] })
 }
 
 /// The decoder's upsample `name`: nearest 2×, then a 3×3 conv.

@@ -60,7 +60,7 @@ impl FluxVae {
             x = self.unnormalize(b, &x)?;
         }
         if cfg.post_quant_conv {
-            x = blocks::conv(b, m, "post_quant_conv", &x, Conv2dParams::same(0))?;
+            x = crate::named::conv2d(b, m, "post_quant_conv", &x, Conv2dParams::same(0))?;
         }
         x = blocks::conv3(b, m, "decoder.conv_in", &x)?;
         x = self.mid(b, "decoder", &x)?;
@@ -100,7 +100,7 @@ impl FluxVae {
         x = self.mid(b, "encoder", &x)?;
         x = blocks::head(b, m, "encoder", g, &x)?;
         if cfg.quant_conv {
-            x = blocks::conv(b, m, "quant_conv", &x, Conv2dParams::same(0))?;
+            x = crate::named::conv2d(b, m, "quant_conv", &x, Conv2dParams::same(0))?;
         }
         let mean = b.cast(&b.slice(&x, 1, 0, cfg.z_channels)?, DType::F32)?;
         if cfg.latent_bn { self.normalize(b, &mean) } else { Ok(mean) }

@@ -7,7 +7,7 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
-use crate::named::{fetch, weight_and_bias as wb};
+use crate::named::{conv2d, fetch, weight_and_bias as wb};
 
 /// GroupNorm groups of every norm.
 pub(crate) const GROUPS: usize = 32;
@@ -33,8 +33,7 @@ pub(crate) fn conv3<B: Backend>(
     name: &str,
     x: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    let layer = fetch(b, model, &wb(name))?;
-    Ok(b.conv2d(x, &layer.weight(0), Some(&layer.weight(1)), Conv2dParams::same(1))?)
+    conv2d(b, model, name, x, Conv2dParams::same(1))
 }
 
 /// The Downsample `name` (`.op`): a 3×3 conv of stride 2, padding 1 on every side.
@@ -44,9 +43,7 @@ pub(crate) fn downsample<B: Backend>(
     name: &str,
     x: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    let layer = fetch(b, model, &wb(name))?;
-    let params = Conv2dParams { stride: 2, padding: [1, 1, 1, 1] };
-    Ok(b.conv2d(x, &layer.weight(0), Some(&layer.weight(1)), params)?)
+    conv2d(b, model, name, x, Conv2dParams { stride: 2, padding: [1, 1, 1, 1] })
 }
 
 /// The Upsample `name` (`.conv`): nearest to `size` (the skip's height and width; 2× the input, or one less
