@@ -69,3 +69,101 @@ pub(crate) fn quiet_context(dir: &std::path::Path) -> crate::nodes::Context {
         progress: Arc::new(Quiet),
     }
 }
+
+/// The tensors of a kiln-models fixture (`engine/models/tests/fixtures/<path>`, f32 or bf16) as f32 with their
+/// shapes, by name.
+pub(crate) fn model_tensors(path: &str) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures").join(path);
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let read = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    read.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values = match view.dtype() {
+                safetensors::Dtype::BF16 => view
+                    .data()
+                    .chunks_exact(2)
+                    .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                    .collect(),
+                safetensors::Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                other => panic!("{path}: {name} is {other:?}"),
+            };
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// The tiny Wan DiT's expert variant (`scripts/reference/wan.py`'s `variant(.., "expert", ..)`): kiln-models'
+/// `wan/weights.safetensors` without the image branch (36 channels in: latent, mask and image latent).
+pub(crate) fn tiny_wan_expert() -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    model_tensors("wan/weights.safetensors")
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("img_emb.") && !name.contains("_img."))
+        .collect()
+}
+
+/// The tiny Wan DiT's t2v variant (`wan.py`'s `variant(.., "t2v", ..)`): the expert variant with its patch
+/// embedding cut to the 16 latent channels.
+pub(crate) fn tiny_wan_t2v() -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let mut t = tiny_wan_expert();
+    let (shape, values) = t["patch_embedding.weight"].clone();
+    let row = values.len() / shape[0];
+    let keep = 16 * row / shape[1];
+    let latent_only = values.chunks(row).flat_map(|r| r[..keep].iter().copied()).collect();
+    let mut cut = shape.clone();
+    cut[1] = 16;
+    t.insert("patch_embedding.weight".into(), (cut, latent_only));
+    t
+}
+
+/// Writes f32 `tensors` (name → shape and values) to `path` as a safetensors file, creating its folder.
+pub(crate) fn write_f32(
+    path: &std::path::Path,
+    tensors: &BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+) {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, (shape, values))| {
+            (name.clone(), shape.clone(), values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(name, shape, data)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .expect("a consistent tensor");
+            (name.clone(), view)
+        })
+        .collect();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("the fixture's folder");
+    }
+    safetensors::serialize_to_file(views, None, path).expect("writing a safetensors file");
+}
+
+/// The context windows the Wan window fixtures use (`scripts/reference/wan_windows.py`): 3 latent frames
+/// overlapping by 1, static standard schedule, pyramid fuse, no FreeNoise, the first frame's conditioning
+/// retained, the causal fix.
+pub(crate) fn wan_windows() -> crate::models::context_windows::ContextWindows {
+    use crate::models::context_windows::{ContextWindows, Fuse, Schedule};
+    ContextWindows {
+        schedule: Schedule::StaticStandard,
+        fuse: Fuse::Pyramid,
+        length: 3,
+        overlap: 1,
+        stride: 1,
+        closed_loop: false,
+        dim: 2,
+        freenoise: false,
+        cond_retain: vec![0],
+        split_conds: false,
+        latent_retain: Vec::new(),
+        causal_fix: true,
+    }
+}

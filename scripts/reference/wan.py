@@ -341,6 +341,17 @@ def reference_image(stored, ti2v):
     save_file({**weights, **{k: v.contiguous() for k, v in io.items()}}, f"{OUT}/ref_conv.safetensors")
 
 
+def camera_weights(expert):
+    """The camera adapter's weights (1 embedding channel) made of the expert variant's own, as `camera` describes."""
+    derived = {"control_adapter.conv.weight": expert["blocks.1.self_attn.v.weight"].float().reshape(DIM, 64, 2, 2),
+               "control_adapter.conv.bias": expert["blocks.1.self_attn.v.bias"].float()}
+    for conv, source in (("conv1", "q"), ("conv2", "k")):
+        w = expert[f"blocks.0.self_attn.{source}.weight"].float()
+        derived[f"control_adapter.residual_blocks.0.{conv}.weight"] = w[:, :, None, None].expand(-1, -1, 3, 3) / 3.0
+        derived[f"control_adapter.residual_blocks.0.{conv}.bias"] = expert[f"blocks.0.self_attn.{source}.bias"].float()
+    return derived
+
+
 def camera(stored, ti2v):
     """ComfyUI's CameraWanModel as a Wan 2.2 Fun Camera model (the expert variant: 36 channels in, no CLIP; its
     `model_type="camera_2.2"`) with a camera adapter reading 1 embedding channel (the released ones read 24; the
@@ -356,12 +367,7 @@ def camera(stored, ti2v):
 
     g = torch.Generator().manual_seed(13)
     expert = variant(stored, "expert", ti2v)
-    derived = {"control_adapter.conv.weight": expert["blocks.1.self_attn.v.weight"].float().reshape(DIM, 64, 2, 2),
-               "control_adapter.conv.bias": expert["blocks.1.self_attn.v.bias"].float()}
-    for conv, source in (("conv1", "q"), ("conv2", "k")):
-        w = expert[f"blocks.0.self_attn.{source}.weight"].float()
-        derived[f"control_adapter.residual_blocks.0.{conv}.weight"] = w[:, :, None, None].expand(-1, -1, 3, 3) / 3.0
-        derived[f"control_adapter.residual_blocks.0.{conv}.bias"] = expert[f"blocks.0.self_attn.{source}.bias"].float()
+    derived = camera_weights(expert)
     io = {"x": torch.randn(1, 36, 2, 4, 6, generator=g), "t": torch.tensor([720.0]),
           "context": torch.randn(1, 6, TEXT, generator=g), "camera": torch.randn(1, 1, 2, 32, 48, generator=g)}
     net = CameraWanModel(model_type="camera_2.2", patch_size=(1, 2, 2), in_dim=36, dim=DIM, ffn_dim=FFN, freq_dim=256,

@@ -145,6 +145,22 @@ fn long_edge_at_most(images: &Tensor, max_size: usize) -> Result<Tensor, NodeErr
 mod tests {
     use super::*;
 
+    /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny Wan t2v model with two in-context latents, one as
+    /// long as the latent and one frame, plain and in context windows of 3 latent frames: the engine's sampler
+    /// cuts the long one to each window (with the retained first frame) and keeps the image whole, as ComfyUI
+    /// does, and gives ComfyUI's latents (`scripts/reference/wan_windows.py`).
+    #[test]
+    fn context_latents_are_cut_to_context_windows_as_comfyuis() {
+        let io = crate::fixtures::tensors("context_windows/bernini.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-bernini-windows-{}", std::process::id()));
+        let path = dir.join("t2v.safetensors");
+        crate::fixtures::write_f32(&path, &crate::fixtures::tiny_wan_t2v());
+        let latents = vec![io["context_latent.video"].clone(), io["context_latent.image"].clone()];
+        let extras = crate::models::CondExtras { context_latents: latents, ..Default::default() };
+        super::super::windowed::check_wan_windows(&path, &io, &extras);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn the_long_edge_is_capped_and_sides_snap_to_16_as_comfyui_does() {
         let image = |h: usize, w: usize| Tensor::full(vec![1, h, w, 3], 0.5);

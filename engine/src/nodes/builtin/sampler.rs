@@ -242,11 +242,20 @@ impl OnDevice for Forward<'_> {
             _ => None,
         };
         let vace = match self.model.net.vace_channels() {
-            Some(_) => vace_contexts(b, &self.model.latent, &self.extras.vace, self.shape)?,
+            Some(_) => {
+                let controls = self.windowed_vace()?;
+                let mut part_shape = view.shape.clone();
+                part_shape[0] /= self.contexts.len().max(1);
+                vace_contexts(b, &self.model.latent, &controls, &part_shape)?
+            }
             None => Vec::new(),
         };
-        let camera = self.extras.camera.as_ref().map(|t| upload(b, t)).transpose()?;
-        let context_latents = self.in_model_space(b, &self.extras.context_latents)?;
+        // Cut to the call's window as ComfyUI's generic branch of `get_resized_cond` cuts `camera_conditions`.
+        let camera = match &self.extras.camera {
+            Some(t) => Some(upload(b, &self.window_cut(t)?.unwrap_or_else(|| t.clone()))?),
+            None => None,
+        };
+        let context_latents = self.in_model_space(b, &self.windowed_context_latents()?)?;
         let audio = self.extras.audio_embed.as_ref().map(|t| upload(b, t)).transpose()?;
         let talk_audio = match &self.model.infinite_talk {
             Some(talk) => {
@@ -446,20 +455,79 @@ impl Forward<'_> {
         Ok(WindowView { shape, mask })
     }
 
+    /// `t` cut to the call's context window along the windows' time axis, with the retained conditioning frames,
+    /// when its frames are the latent's (`window.get_tensor(.., retain_index_list)`); `None` without a window
+    /// or for a tensor of another length, which ComfyUI leaves whole.
+    fn window_cut(&self, t: &Tensor) -> kiln_models::Result<Option<Tensor>> {
+        let (Some(window), Some(windows)) = (self.window, self.model.context_windows.as_deref())
+        else {
+            return Ok(None);
+        };
+        let dim = windows.dim;
+        if t.shape().get(dim) != Some(&self.shape[dim]) {
+            return Ok(None);
+        }
+        let (shape, values) =
+            gather_frames(t.data(), t.shape(), dim, &window.read(), &windows.cond_retain);
+        Tensor::new(shape, values).map(Some).map_err(|e| kiln_models::Error::Invalid(e.to_string()))
+    }
+
+    /// The VACE controls the call reads: each cut to the call's context window as
+    /// `WAN21_Vace.resize_cond_for_context_window` cuts its `vace_context` ([`Forward::window_cut`]).
+    fn windowed_vace(&self) -> kiln_models::Result<Cow<'_, [crate::models::VaceControl]>> {
+        if self.window.is_none() {
+            return Ok(Cow::Borrowed(&self.extras.vace));
+        }
+        let cut = |t: &Tensor| -> kiln_models::Result<Tensor> {
+            Ok(self.window_cut(t)?.unwrap_or_else(|| t.clone()))
+        };
+        let controls = self
+            .extras
+            .vace
+            .iter()
+            .map(|c| {
+                Ok(crate::models::VaceControl {
+                    frames: cut(&c.frames)?,
+                    mask: cut(&c.mask)?,
+                    strength: c.strength,
+                })
+            })
+            .collect::<kiln_models::Result<Vec<_>>>()?;
+        Ok(Cow::Owned(controls))
+    }
+
+    /// `BerniniConditioning`'s in-context latents the call reads: each longer than one frame cut to the call's
+    /// context window ([`Forward::window_cut`]), as `WAN21.resize_cond_for_context_window` cuts them; a
+    /// single-frame one (an image) whole.
+    fn windowed_context_latents(&self) -> kiln_models::Result<Cow<'_, [Tensor]>> {
+        if self.window.is_none() {
+            return Ok(Cow::Borrowed(&self.extras.context_latents));
+        }
+        let dim = self.model.context_windows.as_deref().map_or(2, |w| w.dim);
+        let latents = self
+            .extras
+            .context_latents
+            .iter()
+            .map(|t| {
+                let long = t.shape().get(dim).is_some_and(|&frames| frames > 1);
+                let cut = if long { self.window_cut(t)? } else { None };
+                Ok(cut.unwrap_or_else(|| t.clone()))
+            })
+            .collect::<kiln_models::Result<Vec<_>>>()?;
+        Ok(Cow::Owned(latents))
+    }
+
     /// What a windowed call cannot cut to its frames (ComfyUI slices these by their own time axes; Kiln
     /// does not yet).
     fn refuse_unwindowed(&self) -> kiln_models::Result<()> {
         let e = &self.extras;
         let what = [
-            (!e.vace.is_empty(), "WanVaceToVideo's control video"),
-            (e.camera.is_some(), "a camera embedding"),
             (e.audio_embed.is_some(), "an audio embedding (HuMo, S2V)"),
             (e.dancer_music.is_some(), "WanDancer's music"),
             (e.reference_motion.is_some(), "S2V's motion latent"),
             (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
             (self.causal.is_some(), "an ar_video run"),
-            (!e.context_latents.is_empty(), "BerniniConditioning's in-context latents"),
         ];
         match what.iter().find(|(present, _)| *present) {
             Some((_, name)) => Err(kiln_models::Error::Invalid(format!(

@@ -184,6 +184,59 @@ fn fold_mask(masks: &[f32], length: usize, frames: usize, h: usize, w: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// The tiny VACE model (`wan_windows.py`'s: the t2v variant with the VACE blocks `wan.py`'s `vace_weights`
+    /// makes of its own tensors), f32, written under `dir`.
+    fn write_vace_model(dir: &std::path::Path) -> std::path::PathBuf {
+        let mut t = crate::fixtures::tiny_wan_t2v();
+        let mut extra = std::collections::BTreeMap::new();
+        for (n, source) in [(0, 1), (1, 0)] {
+            let from = format!("blocks.{source}.");
+            for (name, value) in &t {
+                if let Some(rest) = name.strip_prefix(&from) {
+                    extra.insert(format!("vace_blocks.{n}.{rest}"), value.clone());
+                }
+            }
+            for part in ["weight", "bias"] {
+                let o = t[&format!("blocks.{source}.cross_attn.o.{part}")].clone();
+                extra.insert(format!("vace_blocks.{n}.after_proj.{part}"), o);
+            }
+        }
+        for part in ["weight", "bias"] {
+            let o = t[&format!("blocks.0.self_attn.o.{part}")].clone();
+            extra.insert(format!("vace_blocks.0.before_proj.{part}"), o);
+        }
+        let ti2v = crate::fixtures::model_tensors("wan/ti2v.safetensors");
+        let (shape, values) = &ti2v["patch_embedding.weight"];
+        let row = values.len() / shape[0];
+        let doubled = values.chunks(row).flat_map(|r| r.iter().chain(r)).copied().collect();
+        let mut doubled_shape = shape.clone();
+        doubled_shape[1] *= 2;
+        extra.insert("vace_patch_embedding.weight".into(), (doubled_shape, doubled));
+        extra.insert("vace_patch_embedding.bias".into(), ti2v["patch_embedding.bias"].clone());
+        t.extend(extra);
+        let path = dir.join("vace.safetensors");
+        crate::fixtures::write_f32(&path, &t);
+        path
+    }
+
+    /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny VACE model with a control video and its mask,
+    /// plain and in context windows of 3 latent frames (the first frame's conditioning retained, the causal fix):
+    /// the engine's sampler cuts the VACE control to each window as ComfyUI does and gives ComfyUI's latents
+    /// (`scripts/reference/wan_windows.py`).
+    #[test]
+    fn vace_controls_are_cut_to_context_windows_as_comfyuis() {
+        let io = crate::fixtures::tensors("context_windows/vace.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-vace-windows-{}", std::process::id()));
+        let path = write_vace_model(&dir);
+        let control = VaceControl {
+            frames: io["vace_frames"].clone(),
+            mask: io["vace_mask"].clone(),
+            strength: 0.8,
+        };
+        let extras = CondExtras { vace: vec![control], ..CondExtras::default() };
+        super::super::windowed::check_wan_windows(&path, &io, &extras);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn masks_fold_each_latent_positions_pixels_into_channels_and_frames_by_nearest() {

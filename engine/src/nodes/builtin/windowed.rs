@@ -171,6 +171,51 @@ pub(super) fn without_anchor(
 }
 
 #[cfg(test)]
+/// Samples `model` with CFGGuider (cfg 2, euler) as `scripts/reference/wan_windows.py` does for the fixture
+/// `io` (its contexts, noise seed 11, sigmas and a zero latent [1, 16, 5, 4, 6]), with `extras` on both sides,
+/// plain and in [`wan_windows`], and checks ComfyUI's `out.plain` and `out.windows` within 1e-4.
+pub(super) fn check_wan_windows(
+    path: &std::path::Path,
+    io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
+    extras: &crate::models::CondExtras,
+) {
+    use std::sync::Arc;
+
+    use crate::models::{Cond, Conditioning, DiffusionModel, Noise, load};
+    use crate::value::Latent;
+
+    let dir = path.parent().expect("the model's folder");
+    let env = crate::models::ModelEnv::cpu(dir);
+    let model = load::load_diffusion_model(&env, path, None, &mut |_, _| {}).expect("load");
+    let side = |name: &str| Conditioning {
+        entries: vec![Cond { cond: io[name].clone(), pooled: None, extras: extras.clone() }],
+    };
+    let (positive, negative) = (side("context.positive"), side("context.negative"));
+    let latent = Latent::new(crate::tensor::Tensor::full(vec![1, 16, 5, 4, 6], 0.0));
+    let ctx = crate::fixtures::quiet_context(dir);
+    for (case, windows) in
+        [("plain", None), ("windows", Some(Arc::new(crate::fixtures::wan_windows())))]
+    {
+        let model = DiffusionModel { context_windows: windows, ..model.clone() };
+        let job = super::sampler::Sampling {
+            model: &model,
+            positive: &positive,
+            negative: Some(&negative),
+            cfg: 2.0,
+            dual: None,
+            sampler: kiln_models::sampling::Sampler::Euler.into(),
+            sigmas: io["sigmas"].data(),
+            noise: Noise::Random(11),
+            latent: &latent,
+        };
+        let got = super::sampler::sample(&env.compute, job, &ctx).expect("sample").samples;
+        let want = &io[&format!("out.{case}")];
+        assert_eq!(got.shape(), want.shape(), "{case}");
+        crate::fixtures::assert_relative(case, got.data(), want.data(), 1e-4);
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::models::context_windows::Schedule;

@@ -1,0 +1,136 @@
+"""Fixtures for Wan conditioning cut to context windows (engine/src/nodes/builtin/wan_vace.rs, bernini.rs): ComfyUI's
+own Wan models, CFGGuider and ContextWindowsManual on wan.py's tiny models.
+
+Run from the repository root (ComfyUI at 0f1fa67a, see comfyui.py; needs wan.py's fixtures first):
+    COMFYUI_DIR=/path/to/ComfyUI $(scripts/reference/setup.sh) scripts/reference/wan_windows.py
+
+Each model is loaded as ComfyUI's loader does (model_detection; shift 8), and each case samples with CFGGuider
+(cfg 2, euler, simple 3 steps) from a zero latent [1, 16, 5, 4, 6] and seeded noise, without windows (`out.plain`)
+and with ContextWindowsManual (`out.windows`: 3 frames overlapping by 1, static standard schedule, pyramid fuse,
+no FreeNoise, the first frame retained in every window's conditioning, the causal fix). Each file also holds
+`context.positive`, `context.negative` [1, 6, 32], `noise` and `sigmas`.
+
+- engine/tests/fixtures/context_windows/vace.safetensors: wan.py's t2v variant with the VACE blocks `vace_weights`
+  makes (WAN21_Vace) and what WanVaceToVideo sets: `vace_frames` [1, 32, 5, 4, 6] (inactive and reactive
+  latents), `vace_mask` [1, 64, 5, 4, 6], strength 0.8. WAN21_Vace cuts `vace_context` to each window along its
+  time axis.
+- engine/tests/fixtures/context_windows/bernini.safetensors: the t2v variant (WAN21_T2V) with
+  BerniniConditioning's `context_latents`: `context_latent.video` [1, 16, 5, 4, 6] (as long as the latent: cut
+  to each window) and `context_latent.image` [1, 16, 1, 4, 6] (one frame: kept whole).
+- engine/tests/fixtures/context_windows/camera.safetensors: wan.py's Fun Camera model (the expert variant with
+  `camera_weights`: WAN22_Camera, `camera_2.2`) with WanCameraImageToVideo's conditioning: `concat_latent_image`
+  [1, 16, 5, 4, 6], `concat_mask` [1, 1, 5, 4, 6] and `camera` [1, 1, 5, 32, 48], which ComfyUI cuts to each
+  window along its time axis (the generic branch of `get_resized_cond`).
+"""
+
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
+from wan import OUT, TEXT, camera_weights, vace_weights, variant  # noqa: E402
+
+WINDOWS_OUT = "engine/tests/fixtures/context_windows"
+SEED = 11
+
+
+def tiny_t2v():
+    """wan.py's t2v variant (ComfyUI names, bf16) and the TI2V weights the VACE embedding is made of."""
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    return variant(stored, "t2v", ti2v), ti2v
+
+
+def patcher_of(weights, kind, **unet_config):
+    """A ModelPatcher around the model ComfyUI's loader builds for `weights` (its config `kind`, with `unet_config`
+    where detection assumes the released widths), f32 on the CPU."""
+    import comfy.model_detection
+    import comfy.model_patcher
+
+    config = comfy.model_detection.model_config_from_unet(dict(weights), "")
+    assert type(config).__name__ == kind, type(config).__name__
+    # Detection leaves the text width at WanModel's default 4096 (umT5-XXL's); the tiny model's is 32.
+    config.unet_config["text_dim"] = TEXT
+    config.unet_config.update(unet_config)
+    config.set_inference_dtype(torch.float32, None)
+    model = config.get_model(weights, "")
+    model.load_model_weights({k: v.float() for k, v in weights.items()}, "")
+    cpu = torch.device("cpu")
+    return comfy.model_patcher.ModelPatcher(model, load_device=cpu, offload_device=cpu)
+
+
+def vace_patcher():
+    t2v, ti2v = tiny_t2v()
+    weights = {**t2v, **vace_weights(t2v)}
+    weights["vace_patch_embedding.weight"] = torch.cat([ti2v["patch_embedding.weight"]] * 2, dim=1)
+    weights["vace_patch_embedding.bias"] = ti2v["patch_embedding.bias"]
+    return patcher_of(weights, "WAN21_Vace")
+
+
+def run(patcher, io, extras, name, g):
+    """Samples `patcher` with `extras` on both sides, plain and windowed, into io and the fixture `name`."""
+    import comfy.samplers
+    from comfy_extras.nodes_context_windows import ContextWindowsManualNode
+
+    io["context.positive"] = torch.randn(1, 6, TEXT, generator=g)
+    io["context.negative"] = torch.randn(1, 6, TEXT, generator=g)
+    io["noise"] = torch.randn(1, 16, 5, 4, 6, generator=torch.Generator().manual_seed(SEED))
+    sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 3)
+    io["sigmas"] = sigmas.float()
+    positive = [[io["context.positive"], dict(extras)]]
+    negative = [[io["context.negative"], dict(extras)]]
+
+    def sample(p):
+        guider = comfy.samplers.CFGGuider(p)
+        guider.set_conds(positive, negative)
+        guider.set_cfg(2.0)
+        with torch.no_grad():
+            out = guider.sample(io["noise"].clone(), torch.zeros_like(io["noise"]),
+                                comfy.samplers.sampler_object("euler"), sigmas.clone(), disable_pbar=True, seed=SEED)
+        return out.float()
+
+    io["out.plain"] = sample(patcher)
+    windowed = ContextWindowsManualNode.execute(patcher, 3, 1, "standard_static", 1, False, "pyramid", 2, False,
+                                                "0", False, "", True).result[0]
+    io["out.windows"] = sample(windowed)
+    gap = (io["out.windows"] - io["out.plain"]).abs().max()
+    print(f"{name}: plain max {io['out.plain'].abs().max():.4f}, windows differ from plain by {gap:.4f}")
+    assert gap > 1e-3, "the windows should change the result"
+    os.makedirs(WINDOWS_OUT, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{WINDOWS_OUT}/{name}.safetensors")
+    print(os.path.getsize(f"{WINDOWS_OUT}/{name}.safetensors"), "bytes")
+
+
+def main():
+    import_comfyui(node_modules=True)
+
+    g = torch.Generator().manual_seed(3)
+    io = {"vace_frames": torch.randn(1, 32, 5, 4, 6, generator=g),
+          "vace_mask": (torch.rand(1, 64, 5, 4, 6, generator=g) > 0.5).float()}
+    extras = {"vace_frames": [io["vace_frames"]], "vace_mask": [io["vace_mask"]], "vace_strength": [0.8]}
+    run(vace_patcher(), io, extras, "vace", g)
+
+    g = torch.Generator().manual_seed(5)
+    io = {"context_latent.video": torch.randn(1, 16, 5, 4, 6, generator=g),
+          "context_latent.image": torch.randn(1, 16, 1, 4, 6, generator=g)}
+    extras = {"context_latents": [io["context_latent.video"], io["context_latent.image"]]}
+    run(patcher_of(tiny_t2v()[0], "WAN21_T2V"), io, extras, "bernini", g)
+
+    g = torch.Generator().manual_seed(9)
+    io = {"concat_latent_image": torch.randn(1, 16, 5, 4, 6, generator=g),
+          "concat_mask": (torch.rand(1, 1, 5, 4, 6, generator=g) > 0.5).float(),
+          "camera": torch.randn(1, 1, 5, 32, 48, generator=g)}
+    extras = {"concat_latent_image": io["concat_latent_image"], "concat_mask": io["concat_mask"],
+              "camera_conditions": io["camera"]}
+    stored = load_file(f"{OUT}/weights.safetensors")
+    expert = variant(stored, "expert", load_file(f"{OUT}/ti2v.safetensors"))
+    # Detection assumes the released adapter's 24 embedding channels; the tiny one reads 1.
+    patcher = patcher_of({**expert, **camera_weights(expert)}, "WAN22_Camera", in_dim_control_adapter=1)
+    run(patcher, io, extras, "camera", g)
+
+
+if __name__ == "__main__":
+    main()
