@@ -21,6 +21,11 @@ no FreeNoise, the first frame retained in every window's conditioning, the causa
   `camera_weights`: WAN22_Camera, `camera_2.2`) with WanCameraImageToVideo's conditioning: `concat_latent_image`
   [1, 16, 5, 4, 6], `concat_mask` [1, 1, 5, 4, 6] and `camera` [1, 1, 5, 32, 48], which ComfyUI cuts to each
   window along its time axis (the generic branch of `get_resized_cond`).
+- engine/tests/fixtures/context_windows/dancer.safetensors: wan_dancer.py's tiny WanDancer (the i2v variant with
+  the parts it draws: WAN22_WanDancer, its 32-wide MLPProjs swapped in as there) with WanDancerVideo's
+  conditioning at fps 15: `concat_latent_image`, `concat_mask`, `clip`, `clip_ref` [1, 5, 32] and `music`
+  [1, 40, 35], on a latent [1, 16, 5, 8, 8]. The music is not as long as the latent, so ComfyUI hands every window
+  the whole song (`get_resized_cond`'s `audio_embed` branch), which the model stretches over the window's frames.
 """
 
 import os
@@ -31,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from wan import OUT, TEXT, camera_weights, vace_weights, variant  # noqa: E402
+from wan import CLIP, DIM, OUT, TEXT, camera_weights, vace_weights, variant  # noqa: E402
 
 WINDOWS_OUT = "engine/tests/fixtures/context_windows"
 SEED = 11
@@ -70,14 +75,14 @@ def vace_patcher():
     return patcher_of(weights, "WAN21_Vace")
 
 
-def run(patcher, io, extras, name, g):
+def run(patcher, io, extras, name, g, frames=(16, 5, 4, 6)):
     """Samples `patcher` with `extras` on both sides, plain and windowed, into io and the fixture `name`."""
     import comfy.samplers
     from comfy_extras.nodes_context_windows import ContextWindowsManualNode
 
     io["context.positive"] = torch.randn(1, 6, TEXT, generator=g)
     io["context.negative"] = torch.randn(1, 6, TEXT, generator=g)
-    io["noise"] = torch.randn(1, 16, 5, 4, 6, generator=torch.Generator().manual_seed(SEED))
+    io["noise"] = torch.randn(1, *frames, generator=torch.Generator().manual_seed(SEED))
     sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 3)
     io["sigmas"] = sigmas.float()
     positive = [[io["context.positive"], dict(extras)]]
@@ -130,6 +135,54 @@ def main():
     # Detection assumes the released adapter's 24 embedding channels; the tiny one reads 1.
     patcher = patcher_of({**expert, **camera_weights(expert)}, "WAN22_Camera", in_dim_control_adapter=1)
     run(patcher, io, extras, "camera", g)
+
+    dancer()
+
+
+class ClipStates:
+    """What ComfyUI's CLIPVisionEncode hands on: the penultimate hidden states."""
+
+    def __init__(self, states):
+        self.penultimate_hidden_states = states
+
+
+def dancer_patcher():
+    """A ModelPatcher around model_base.WAN22_WanDancer on wan_dancer.py's tiny weights, f32 on the CPU."""
+    import comfy.model_detection
+    import comfy.model_patcher
+    import comfy.ops
+    from comfy.ldm.wan.model import MLPProj
+    from wan_dancer import MUSIC_FEATURES, MUSIC_WIDTH, dancer_parts, released
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    body = variant(stored, "i2v", load_file(f"{OUT}/ti2v.safetensors"))
+    weights = {**{k: v.float() for k, v in body.items()}, **released(dancer_parts())}
+    config = comfy.model_detection.model_config_from_unet(dict(weights), "")
+    assert type(config).__name__ == "WAN22_WanDancer", type(config).__name__
+    config.unet_config.update({"text_dim": TEXT, "music_dim": MUSIC_WIDTH, "music_heads": 4,
+                               "music_feature_dim": MUSIC_FEATURES, "music_latent_dim": MUSIC_WIDTH})
+    config.set_inference_dtype(torch.float32, None)
+    model = config.get_model(weights, "")
+    settings = {"operations": comfy.ops.disable_weight_init, "device": None, "dtype": torch.float32}
+    model.diffusion_model.img_emb = MLPProj(CLIP, DIM, operation_settings=settings)
+    model.diffusion_model.img_emb_refimage = MLPProj(CLIP, DIM, operation_settings=settings)
+    model.load_model_weights(weights, "")
+    cpu = torch.device("cpu")
+    return comfy.model_patcher.ModelPatcher(model, load_device=cpu, offload_device=cpu)
+
+
+def dancer():
+    from wan_dancer import MUSIC_FEATURES
+
+    g = torch.Generator().manual_seed(15)
+    io = {"concat_latent_image": torch.randn(1, 16, 5, 8, 8, generator=g),
+          "concat_mask": (torch.rand(1, 1, 5, 8, 8, generator=g) > 0.5).float(),
+          "clip": torch.randn(1, 5, CLIP, generator=g), "clip_ref": torch.randn(1, 5, CLIP, generator=g),
+          "music": torch.randn(1, 40, MUSIC_FEATURES, generator=g)}
+    extras = {"concat_latent_image": io["concat_latent_image"], "concat_mask": io["concat_mask"],
+              "clip_vision_output": ClipStates(io["clip"]), "clip_vision_output_ref": ClipStates(io["clip_ref"]),
+              "audio_embed": io["music"], "fps": 15.0, "audio_inject_scale": 0.7}
+    run(dancer_patcher(), io, extras, "dancer", g, frames=(16, 5, 8, 8))
 
 
 if __name__ == "__main__":

@@ -286,7 +286,10 @@ impl OnDevice for Forward<'_> {
         let control = in_model_space(&self.extras.control_video)?;
         let animate = self.animate_input(b)?;
         let music = self.extras.dancer_music.as_ref();
-        let music_features = music.map(|m| upload(b, &m.features)).transpose()?;
+        let music_features = match music {
+            Some(m) => Some(upload(b, self.window_music(&m.features)?.as_ref())?),
+            None => None,
+        };
         let clip_reference =
             self.extras.clip_vision_reference.as_ref().map(|t| upload(b, t)).transpose()?;
         let dancer = (music.is_some() || clip_reference.is_some()).then(|| {
@@ -517,13 +520,31 @@ impl Forward<'_> {
         Ok(Cow::Owned(latents))
     }
 
+    /// WanDancer's music features `[1, frames, 35]` for the call: cut along their frames (axis 1, no retained
+    /// frames) to the context window only when there are as many as the latent's, as `get_resized_cond`'s
+    /// `audio_embed` branch does; a song of any other length goes to every window whole, and the model stretches
+    /// it over the window's frames.
+    fn window_music<'t>(&self, features: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
+        let (Some(window), Some(windows)) = (self.window, self.model.context_windows.as_deref())
+        else {
+            return Ok(Cow::Borrowed(features));
+        };
+        if features.shape().get(1) != Some(&self.shape[windows.dim]) {
+            return Ok(Cow::Borrowed(features));
+        }
+        let (shape, values) =
+            gather_frames(features.data(), features.shape(), 1, &window.read(), &[]);
+        let cut =
+            Tensor::new(shape, values).map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
+        Ok(Cow::Owned(cut))
+    }
+
     /// What a windowed call cannot cut to its frames (ComfyUI slices these by their own time axes; Kiln
     /// does not yet).
     fn refuse_unwindowed(&self) -> kiln_models::Result<()> {
         let e = &self.extras;
         let what = [
             (e.audio_embed.is_some(), "an audio embedding (HuMo, S2V)"),
-            (e.dancer_music.is_some(), "WanDancer's music"),
             (e.reference_motion.is_some(), "S2V's motion latent"),
             (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),

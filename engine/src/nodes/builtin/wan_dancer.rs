@@ -456,6 +456,46 @@ impl Node for WanDancerPadKeyframes {
 mod tests {
     use super::*;
 
+    /// `wan_dancer.py`'s tiny WanDancer (the tiny Wan's i2v variant with the music parts its fixture holds in the
+    /// released form), f32, written under `dir`.
+    fn write_dancer_model(dir: &std::path::Path) -> std::path::PathBuf {
+        let mut t: std::collections::BTreeMap<_, _> =
+            crate::fixtures::model_tensors("wan/weights.safetensors")
+                .into_iter()
+                .filter(|(name, _)| name != "img_emb.emb_pos")
+                .collect();
+        for (name, value) in crate::fixtures::model_tensors("wan/dancer.safetensors") {
+            if let Some(part) = name.strip_prefix("w.") {
+                t.insert(part.to_owned(), value);
+            }
+        }
+        let path = dir.join("dancer.safetensors");
+        crate::fixtures::write_f32(&path, &t);
+        path
+    }
+
+    /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny WanDancer with WanDancerVideo's conditioning
+    /// (image latent and mask, both CLIP states, 40 frames of music at fps 15, scale 0.7), plain and in context
+    /// windows of 3 latent frames: every window gets the whole song, which the model stretches over its frames,
+    /// as ComfyUI does (`scripts/reference/wan_windows.py`).
+    #[test]
+    fn the_whole_song_goes_to_every_context_window_as_comfyuis() {
+        let io = crate::fixtures::tensors("context_windows/dancer.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-dancer-windows-{}", std::process::id()));
+        let path = write_dancer_model(&dir);
+        let music = DancerMusic { features: io["music"].clone(), fps: 15.0, scale: 0.7 };
+        let extras = CondExtras {
+            concat_latent_image: Some(io["concat_latent_image"].clone()),
+            concat_mask: Some(io["concat_mask"].clone()),
+            clip_vision: Some(io["clip"].clone()),
+            clip_vision_reference: Some(io["clip_ref"].clone()),
+            dancer_music: Some(music),
+            ..CondExtras::default()
+        };
+        super::super::windowed::check_wan_windows(&path, &io, &extras);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     fn song(seconds: f64) -> Audio {
         let rate = 100;
         let samples = (seconds * rate as f64) as usize;

@@ -172,7 +172,7 @@ pub(super) fn without_anchor(
 
 #[cfg(test)]
 /// Samples `model` with CFGGuider (cfg 2, euler) as `scripts/reference/wan_windows.py` does for the fixture
-/// `io` (its contexts, noise seed 11, sigmas and a zero latent [1, 16, 5, 4, 6]), with `extras` on both sides,
+/// `io` (its contexts, noise seed 11, sigmas and a zero latent of the noise's shape), with `extras` on both sides,
 /// plain and in [`wan_windows`], and checks ComfyUI's `out.plain` and `out.windows` within 1e-4.
 pub(super) fn check_wan_windows(
     path: &std::path::Path,
@@ -191,7 +191,7 @@ pub(super) fn check_wan_windows(
         entries: vec![Cond { cond: io[name].clone(), pooled: None, extras: extras.clone() }],
     };
     let (positive, negative) = (side("context.positive"), side("context.negative"));
-    let latent = Latent::new(crate::tensor::Tensor::full(vec![1, 16, 5, 4, 6], 0.0));
+    let latent = Latent::new(crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0));
     let ctx = crate::fixtures::quiet_context(dir);
     for (case, windows) in
         [("plain", None), ("windows", Some(Arc::new(crate::fixtures::wan_windows())))]
