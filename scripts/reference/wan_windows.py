@@ -26,6 +26,9 @@ no FreeNoise, the first frame retained in every window's conditioning, the causa
   conditioning at fps 15: `concat_latent_image`, `concat_mask`, `clip`, `clip_ref` [1, 5, 32] and `music`
   [1, 40, 35], on a latent [1, 16, 5, 8, 8]. The music is not as long as the latent, so ComfyUI hands every window
   the whole song (`get_resized_cond`'s `audio_embed` branch), which the model stretches over the window's frames.
+- engine/tests/fixtures/context_windows/humo.safetensors: wan.py's HuMo 1.7B (the t2v variant with the audio
+  weights of humo.safetensors, its tiny audio modules swapped in as there: WAN21_HuMo) with `audio`
+  [1, 5, 8, 5, 4], as many frames as the latent, which WAN21_HuMo cuts to each window (no retained frames).
 """
 
 import os
@@ -36,7 +39,9 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from comfyui import import_comfyui  # noqa: E402
-from wan import CLIP, DIM, OUT, TEXT, camera_weights, vace_weights, variant  # noqa: E402
+from wan import (  # noqa: E402
+    CLIP, DIM, HEADS, HUMO_AUDIO, HUMO_CHANNELS, HUMO_HIDDEN, HUMO_TOKENS, OUT, TEXT, camera_weights, vace_weights,
+    variant)
 
 WINDOWS_OUT = "engine/tests/fixtures/context_windows"
 SEED = 11
@@ -137,6 +142,7 @@ def main():
     run(patcher, io, extras, "camera", g)
 
     dancer()
+    humo()
 
 
 class ClipStates:
@@ -169,6 +175,42 @@ def dancer_patcher():
     model.load_model_weights(weights, "")
     cpu = torch.device("cpu")
     return comfy.model_patcher.ModelPatcher(model, load_device=cpu, offload_device=cpu)
+
+
+def humo_patcher():
+    """A ModelPatcher around model_base.WAN21_HuMo on wan.py's tiny HuMo 1.7B, f32 on the CPU."""
+    import comfy.model_detection
+    import comfy.model_patcher
+    import comfy.ops
+    from comfy.ldm.wan.model import AudioCrossAttentionWrapper, AudioProjModel
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    fixture = load_file(f"{OUT}/humo.safetensors")
+    audio = {k: v for k, v in fixture.items() if k.startswith("audio_proj.") or ".audio_cross_attn_wrapper." in k}
+    weights = {**{k: v.float() for k, v in variant(stored, "t2v", load_file(f"{OUT}/ti2v.safetensors")).items()},
+               **audio}
+    config = comfy.model_detection.model_config_from_unet(dict(weights), "")
+    assert type(config).__name__ == "WAN21_HuMo", type(config).__name__
+    config.unet_config["text_dim"] = TEXT
+    config.set_inference_dtype(torch.float32, None)
+    model = config.get_model(weights, "")
+    ops = comfy.ops.disable_weight_init
+    net = model.diffusion_model
+    net.audio_proj = AudioProjModel(seq_len=8, blocks=5, channels=HUMO_CHANNELS, intermediate_dim=HUMO_HIDDEN,
+                                    output_dim=HUMO_AUDIO, context_tokens=HUMO_TOKENS, operations=ops)
+    settings = {"operations": ops, "device": None, "dtype": torch.float32}
+    for block in net.blocks:
+        block.audio_cross_attn_wrapper = AudioCrossAttentionWrapper(DIM, HUMO_AUDIO, HEADS, True, 1e-6,
+                                                                    operation_settings=settings)
+    model.load_model_weights(weights, "")
+    cpu = torch.device("cpu")
+    return comfy.model_patcher.ModelPatcher(model, load_device=cpu, offload_device=cpu)
+
+
+def humo():
+    g = torch.Generator().manual_seed(17)
+    io = {"audio": torch.randn(1, 5, 8, 5, HUMO_CHANNELS, generator=g)}
+    run(humo_patcher(), io, {"audio_embed": io["audio"]}, "humo", g)
 
 
 def dancer():

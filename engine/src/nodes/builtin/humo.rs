@@ -197,6 +197,37 @@ fn audio_embed(output: &AudioEncoderOutput, length: usize) -> Result<Tensor, Nod
 mod tests {
     use super::*;
 
+    /// `wan.py`'s tiny HuMo 1.7B (the t2v variant with the audio weights its `humo.safetensors` holds), f32,
+    /// written under `dir`.
+    fn write_humo_model(dir: &std::path::Path) -> std::path::PathBuf {
+        let mut t = crate::fixtures::tiny_wan_t2v();
+        for (name, value) in crate::fixtures::model_tensors("wan/humo.safetensors") {
+            if name.starts_with("audio_proj.") || name.contains(".audio_cross_attn_wrapper.") {
+                t.insert(name, value);
+            }
+        }
+        let path = dir.join("humo.safetensors");
+        crate::fixtures::write_f32(&path, &t);
+        path
+    }
+
+    /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny HuMo 1.7B with an audio embedding of the latent's
+    /// 5 frames, plain and in context windows of 3 latent frames: the engine's sampler cuts the audio to each
+    /// window (without the retained frame) as `WAN21_HuMo` does and gives ComfyUI's latents
+    /// (`scripts/reference/wan_windows.py`).
+    #[test]
+    fn audio_is_cut_to_context_windows_as_comfyuis() {
+        let io = crate::fixtures::tensors("context_windows/humo.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-humo-windows-{}", std::process::id()));
+        let path = write_humo_model(&dir);
+        let extras = crate::models::CondExtras {
+            audio_embed: Some(io["audio"].clone()),
+            ..crate::models::CondExtras::default()
+        };
+        super::super::windowed::check_wan_windows(&path, &io, &extras);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// ComfyUI's own `WanHuMoImageToVideo` on random Whisper states (`scripts/reference/humo_audio.py`): the
     /// audio embedding of the positive prompt, for a clip whose windows run past the audio and one within it.
     #[test]

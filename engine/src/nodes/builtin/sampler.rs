@@ -256,7 +256,10 @@ impl OnDevice for Forward<'_> {
             None => None,
         };
         let context_latents = self.in_model_space(b, &self.windowed_context_latents()?)?;
-        let audio = self.extras.audio_embed.as_ref().map(|t| upload(b, t)).transpose()?;
+        let audio = match &self.extras.audio_embed {
+            Some(t) => Some(upload(b, self.window_audio(t)?.as_ref())?),
+            None => None,
+        };
         let talk_audio = match &self.model.infinite_talk {
             Some(talk) => {
                 let audio = upload(b, &talk.audio)?;
@@ -287,7 +290,7 @@ impl OnDevice for Forward<'_> {
         let animate = self.animate_input(b)?;
         let music = self.extras.dancer_music.as_ref();
         let music_features = match music {
-            Some(m) => Some(upload(b, self.window_music(&m.features)?.as_ref())?),
+            Some(m) => Some(upload(b, self.window_audio(&m.features)?.as_ref())?),
             None => None,
         };
         let clip_reference =
@@ -520,20 +523,19 @@ impl Forward<'_> {
         Ok(Cow::Owned(latents))
     }
 
-    /// WanDancer's music features `[1, frames, 35]` for the call: cut along their frames (axis 1, no retained
-    /// frames) to the context window only when there are as many as the latent's, as `get_resized_cond`'s
-    /// `audio_embed` branch does; a song of any other length goes to every window whole, and the model stretches
-    /// it over the window's frames.
-    fn window_music<'t>(&self, features: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
+    /// An audio embedding for the call (HuMo's `[B, frames, 8, 5, C]`, WanDancer's music `[1, frames, 35]`):
+    /// cut along its frames (axis 1, no retained frames) to the context window only when there are as many as
+    /// the latent's, as `slice_cond(.., temporal_dim=1)` and `get_resized_cond`'s `audio_embed` branch do; one of
+    /// any other length goes to every window whole (WanDancer stretches its song over the window's frames).
+    fn window_audio<'t>(&self, audio: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
         let (Some(window), Some(windows)) = (self.window, self.model.context_windows.as_deref())
         else {
-            return Ok(Cow::Borrowed(features));
+            return Ok(Cow::Borrowed(audio));
         };
-        if features.shape().get(1) != Some(&self.shape[windows.dim]) {
-            return Ok(Cow::Borrowed(features));
+        if audio.shape().get(1) != Some(&self.shape[windows.dim]) {
+            return Ok(Cow::Borrowed(audio));
         }
-        let (shape, values) =
-            gather_frames(features.data(), features.shape(), 1, &window.read(), &[]);
+        let (shape, values) = gather_frames(audio.data(), audio.shape(), 1, &window.read(), &[]);
         let cut =
             Tensor::new(shape, values).map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
         Ok(Cow::Owned(cut))
@@ -544,7 +546,7 @@ impl Forward<'_> {
     fn refuse_unwindowed(&self) -> kiln_models::Result<()> {
         let e = &self.extras;
         let what = [
-            (e.audio_embed.is_some(), "an audio embedding (HuMo, S2V)"),
+            (e.audio_embed.is_some() && !self.model.net.is_humo(), "S2V's audio embedding"),
             (e.reference_motion.is_some(), "S2V's motion latent"),
             (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
