@@ -29,6 +29,12 @@ no FreeNoise, the first frame retained in every window's conditioning, the causa
 - engine/tests/fixtures/context_windows/humo.safetensors: wan.py's HuMo 1.7B (the t2v variant with the audio
   weights of humo.safetensors, its tiny audio modules swapped in as there: WAN21_HuMo) with `audio`
   [1, 5, 8, 5, 4], as many frames as the latent, which WAN21_HuMo cuts to each window (no retained frames).
+- engine/tests/fixtures/context_windows/s2v.safetensors: wan_s2v.py's tiny S2V (s2v_weights.safetensors, its tiny
+  audio encoder swapped in as there: WAN22_S2V) with WanSoundImageToVideo's conditioning on a latent
+  [1, 16, 5, 8, 8]: `audio` [1, 3, 8, 20] (encoder layers, width, audio frames), `reference` [1, 16, 1, 8, 8],
+  `motion` [1, 16, 7, 8, 8] and `control` [1, 16, 5, 8, 8] (VAE space). Under windows ComfyUI cuts only the
+  control video (its frames are the latent's); the audio (its axis 1 is not the latent's frames), the reference
+  and the motion latent reach every window whole, and the model keeps the first 4 audio frames a latent frame.
 """
 
 import os
@@ -143,6 +149,7 @@ def main():
 
     dancer()
     humo()
+    s2v()
 
 
 class ClipStates:
@@ -211,6 +218,37 @@ def humo():
     g = torch.Generator().manual_seed(17)
     io = {"audio": torch.randn(1, 5, 8, 5, HUMO_CHANNELS, generator=g)}
     run(humo_patcher(), io, {"audio_embed": io["audio"]}, "humo", g)
+
+
+def s2v_patcher():
+    """A ModelPatcher around model_base.WAN22_S2V on wan_s2v.py's tiny S2V, f32 on the CPU."""
+    import comfy.model_detection
+    import comfy.model_patcher
+    from wan_s2v import AUDIO_WIDTH, INJECT, tiny_audio_encoder
+
+    weights = load_file(f"{OUT}/s2v_weights.safetensors")
+    config = comfy.model_detection.model_config_from_unet(dict(weights), "")
+    assert type(config).__name__ == "WAN22_S2V", type(config).__name__
+    config.unet_config.update(text_dim=TEXT, audio_dim=AUDIO_WIDTH, audio_inject_layers=INJECT)
+    config.set_inference_dtype(torch.float32, None)
+    model = config.get_model(weights, "")
+    model.diffusion_model.casual_audio_encoder = tiny_audio_encoder()
+    model.load_model_weights({k: v.float() for k, v in weights.items()}, "")
+    cpu = torch.device("cpu")
+    return comfy.model_patcher.ModelPatcher(model, load_device=cpu, offload_device=cpu)
+
+
+def s2v():
+    from wan_s2v import AUDIO_LAYERS, AUDIO_WIDTH
+
+    g = torch.Generator().manual_seed(19)
+    io = {"audio": torch.randn(1, AUDIO_LAYERS, AUDIO_WIDTH, 20, generator=g),
+          "reference": torch.randn(1, 16, 1, 8, 8, generator=g),
+          "motion": torch.randn(1, 16, 7, 8, 8, generator=g),
+          "control": torch.randn(1, 16, 5, 8, 8, generator=g)}
+    extras = {"audio_embed": io["audio"], "reference_latents": [io["reference"]], "reference_motion": io["motion"],
+              "control_video": io["control"]}
+    run(s2v_patcher(), io, extras, "s2v", g, frames=(16, 5, 8, 8))
 
 
 def dancer():

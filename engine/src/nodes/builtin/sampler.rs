@@ -285,8 +285,17 @@ impl OnDevice for Forward<'_> {
             |t: &Option<Tensor>| -> kiln_compute::Result<Option<kiln_compute::Tensor<B>>> {
                 Ok(self.in_model_space(b, t.as_slice())?.pop())
             };
-        let motion = in_model_space(&self.extras.reference_motion)?;
-        let control = in_model_space(&self.extras.control_video)?;
+        // S2V's motion and control latents cut to the call's window where their frames are the latent's, as
+        // ComfyUI's generic branch of `get_resized_cond` cuts them (the control video; the motion latent only when
+        // it happens to be as long).
+        let windowed = |t: &Option<Tensor>| -> kiln_models::Result<Option<Tensor>> {
+            Ok(match t {
+                Some(t) => Some(self.window_cut(t)?.unwrap_or_else(|| t.clone())),
+                None => None,
+            })
+        };
+        let motion = in_model_space(&windowed(&self.extras.reference_motion)?)?;
+        let control = in_model_space(&windowed(&self.extras.control_video)?)?;
         let animate = self.animate_input(b)?;
         let music = self.extras.dancer_music.as_ref();
         let music_features = match music {
@@ -544,11 +553,7 @@ impl Forward<'_> {
     /// What a windowed call cannot cut to its frames (ComfyUI slices these by their own time axes; Kiln
     /// does not yet).
     fn refuse_unwindowed(&self) -> kiln_models::Result<()> {
-        let e = &self.extras;
         let what = [
-            (e.audio_embed.is_some() && !self.model.net.is_humo(), "S2V's audio embedding"),
-            (e.reference_motion.is_some(), "S2V's motion latent"),
-            (e.control_video.is_some(), "S2V's control video"),
             (self.model.infinite_talk.is_some(), "InfiniteTalk's audio"),
             (self.causal.is_some(), "an ar_video run"),
         ];

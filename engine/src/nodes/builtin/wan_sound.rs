@@ -236,6 +236,30 @@ mod tests {
     use super::super::audio_encoder::resample_frames;
     use super::*;
 
+    /// ComfyUI's CFGGuider (cfg 2, euler, 3 steps) on the tiny S2V (`wan_s2v.py`'s `s2v_weights.safetensors`) with
+    /// WanSoundImageToVideo's audio, reference, motion latent and control video, plain and in context windows of 3
+    /// latent frames: the engine's sampler cuts the control video to each window and hands every window the
+    /// rest whole, as ComfyUI does (`scripts/reference/wan_windows.py`).
+    #[test]
+    fn s2v_conditioning_follows_context_windows_as_comfyuis() {
+        let io = crate::fixtures::tensors("context_windows/s2v.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-s2v-windows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models/tests/fixtures/wan/s2v_weights.safetensors");
+        let path = dir.join("s2v.safetensors");
+        std::fs::copy(&fixture, &path).unwrap();
+        let extras = crate::models::CondExtras {
+            audio_embed: Some(io["audio"].clone()),
+            reference_latents: vec![io["reference"].clone()],
+            reference_motion: Some(io["motion"].clone()),
+            control_video: Some(io["control"].clone()),
+            ..crate::models::CondExtras::default()
+        };
+        super::super::windowed::check_wan_windows(&path, &io, &extras);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// `scripts/reference/wan_s2v.py`'s fixture (kiln-models'), from ComfyUI's own node functions.
     #[test]
     fn the_audio_is_bucketed_per_video_frame_as_comfyui_does() {
