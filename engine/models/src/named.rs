@@ -49,6 +49,16 @@ pub(crate) fn conv2d<B: Backend>(
     Ok(b.conv2d(x, &layer.weight(0), Some(&layer.weight(1)), params)?)
 }
 
+/// The 3×3 "same" convolution `name` of `model` (padding 1, stride 1).
+pub(crate) fn conv3<B: Backend>(
+    b: &B,
+    model: &Model,
+    name: &str,
+    x: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    conv2d(b, model, name, x, kiln_compute::backend::Conv2dParams::same(1))
+}
+
 /// The rows of `table` at `ids` `[N, d]`, widened exactly to f32 (ComfyUI's lookup with
 /// `out_dtype=torch.float32`): through the backend's lookup when its compute type holds the table's values
 /// exactly, else row by row. An fp8 table's NaNs become 0 and its infinities the largest finite f32, as

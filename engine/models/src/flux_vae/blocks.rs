@@ -8,20 +8,11 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
 use kiln_compute::memory::Model;
 
 use crate::error::{Error, Result};
+pub(crate) use crate::named::conv3;
 use crate::named::{conv2d, fetch, weight_and_bias as wb};
 
 /// GroupNorm ε of every norm.
 const EPS: f32 = 1e-6;
-
-/// The 3×3 "same" conv `name`.
-pub(crate) fn conv3<B: Backend>(
-    b: &B,
-    model: &Model,
-    name: &str,
-    x: &Tensor<B>,
-) -> Result<Tensor<B>> {
-    conv2d(b, model, name, x, Conv2dParams::same(1))
-}
 
 /// The encoder's downsample `name`: zero-pad right and bottom by one, then a 3×3 conv of stride 2.
 pub(crate) fn downsample<B: Backend>(

@@ -7,6 +7,7 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::{Error, Result};
+pub(crate) use crate::named::conv3;
 use crate::named::{conv2d, fetch, weight_and_bias as wb};
 
 /// GroupNorm groups of every norm.
@@ -24,16 +25,6 @@ fn dims4<B: Backend>(x: &Tensor<B>) -> Result<[usize; 4]> {
         [n, c, h, w] => Ok([n, c, h, w]),
         ref other => Err(Error::Invalid(format!("UNet features {other:?} are not [B, C, H, W]"))),
     }
-}
-
-/// The 3×3 "same" conv `name` (weight and bias).
-pub(crate) fn conv3<B: Backend>(
-    b: &B,
-    model: &Model,
-    name: &str,
-    x: &Tensor<B>,
-) -> Result<Tensor<B>> {
-    conv2d(b, model, name, x, Conv2dParams::same(1))
 }
 
 /// The Downsample `name` (`.op`): a 3×3 conv of stride 2, padding 1 on every side.
