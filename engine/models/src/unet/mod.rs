@@ -2,13 +2,15 @@
 //! (`lotus-depth-d-v1-1.safetensors`, ComfyUI's `LotusD`), SD 2's UNet that predicts a depth latent from an
 //! image latent in one step.
 //!
-//! - [`detect`] reads the structure and widths from the LDM keys and refuses the other SD UNets by name;
-//!   [`load_plan`] names every weight.
+//! - [`detect`] reads the structure and widths from the LDM keys (diffusers' names mapped onto them) and refuses
+//!   the other SD UNets by name; [`load_plan`] names every weight; [`Config::build`] and [`tensors`] lay out a UNet
+//!   from its widths (the synthetic files, and the released structure's weight count).
 //! - [`Unet::forward`] is ComfyUI's `_forward`: sinusoidal timestep features (cos first) through `time_embed`,
 //!   plus `label_emb` of the class vector; the input blocks keep every output as a skip; the middle block;
 //!   the output blocks join each skip along the channels, the Upsample going to the next skip's size (so odd
 //!   sides round-trip); GroupNorm, SiLU and a conv out.
-//! - [`family`]: its facts as a family (name, latent format, model sampling).
+//! - [`family`]: its facts as a family (name, latent format, synth name); its model sampling, ComfyUI's
+//!   `ModelSamplingDiscrete` with `IMG_TO_IMG`, is [`crate::family::DiffusionFamily::sampling`]'s.
 //!
 //! Invariant: weights are read only through `Model::fetch`, one layer at a time.
 
