@@ -252,7 +252,7 @@ impl OnDevice for Forward<'_> {
         };
         // Cut to the call's window as ComfyUI's generic branch of `get_resized_cond` cuts `camera_conditions`.
         let camera = match &self.extras.camera {
-            Some(t) => Some(upload(b, &self.window_cut(t)?.unwrap_or_else(|| t.clone()))?),
+            Some(t) => Some(upload(b, self.window_cut(t)?.as_ref())?),
             None => None,
         };
         let context_latents = self.in_model_space(b, &self.windowed_context_latents()?)?;
@@ -281,21 +281,20 @@ impl OnDevice for Forward<'_> {
             }
             _ => None,
         };
-        let in_model_space =
-            |t: &Option<Tensor>| -> kiln_compute::Result<Option<kiln_compute::Tensor<B>>> {
-                Ok(self.in_model_space(b, t.as_slice())?.pop())
+        // S2V's motion and control latents in the model's space, cut to the call's window where their frames are
+        // the latent's, as ComfyUI's generic branch of `get_resized_cond` cuts them (the control video; the motion
+        // latent only when it happens to be as long).
+        let windowed_latent =
+            |t: &Option<Tensor>| -> kiln_models::Result<Option<kiln_compute::Tensor<B>>> {
+                match t {
+                    Some(t) => {
+                        Ok(self.in_model_space(b, &[self.window_cut(t)?.into_owned()])?.pop())
+                    }
+                    None => Ok(None),
+                }
             };
-        // S2V's motion and control latents cut to the call's window where their frames are the latent's, as
-        // ComfyUI's generic branch of `get_resized_cond` cuts them (the control video; the motion latent only when
-        // it happens to be as long).
-        let windowed = |t: &Option<Tensor>| -> kiln_models::Result<Option<Tensor>> {
-            Ok(match t {
-                Some(t) => Some(self.window_cut(t)?.unwrap_or_else(|| t.clone())),
-                None => None,
-            })
-        };
-        let motion = in_model_space(&windowed(&self.extras.reference_motion)?)?;
-        let control = in_model_space(&windowed(&self.extras.control_video)?)?;
+        let motion = windowed_latent(&self.extras.reference_motion)?;
+        let control = windowed_latent(&self.extras.control_video)?;
         let animate = self.animate_input(b)?;
         let music = self.extras.dancer_music.as_ref();
         let music_features = match music {
@@ -470,21 +469,46 @@ impl Forward<'_> {
         Ok(WindowView { shape, mask })
     }
 
-    /// `t` cut to the call's context window along the windows' time axis, with the retained conditioning frames,
-    /// when its frames are the latent's (`window.get_tensor(.., retain_index_list)`); `None` without a window
-    /// or for a tensor of another length, which ComfyUI leaves whole.
-    fn window_cut(&self, t: &Tensor) -> kiln_models::Result<Option<Tensor>> {
+    /// `t` cut to the call's context window along `axis` (keeping the conditioning frames `retain` lists) when
+    /// that axis is as long as the latent's frames (`window.get_tensor(.., dim=axis, retain_index_list)`); `t`
+    /// itself without a window or for a tensor of another length, which ComfyUI leaves whole.
+    fn cut_to_window<'t>(
+        &self,
+        t: &'t Tensor,
+        axis: usize,
+        retain: &[usize],
+    ) -> kiln_models::Result<Cow<'t, Tensor>> {
         let (Some(window), Some(windows)) = (self.window, self.model.context_windows.as_deref())
         else {
-            return Ok(None);
+            return Ok(Cow::Borrowed(t));
         };
-        let dim = windows.dim;
-        if t.shape().get(dim) != Some(&self.shape[dim]) {
-            return Ok(None);
+        if t.shape().get(axis) != Some(&self.shape[windows.dim]) {
+            return Ok(Cow::Borrowed(t));
         }
-        let (shape, values) =
-            gather_frames(t.data(), t.shape(), dim, &window.read(), &windows.cond_retain);
-        Tensor::new(shape, values).map(Some).map_err(|e| kiln_models::Error::Invalid(e.to_string()))
+        let (shape, values) = gather_frames(t.data(), t.shape(), axis, &window.read(), retain);
+        let cut =
+            Tensor::new(shape, values).map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
+        Ok(Cow::Owned(cut))
+    }
+
+    /// A conditioning tensor laid out as the latent (`[B, C, T, h, w]`) cut to the call's context window along the
+    /// windows' time axis with the retained conditioning frames ([`Forward::cut_to_window`]): what
+    /// `slice_cond` and the generic branch of `get_resized_cond` do (VACE's controls, Bernini's latents, the
+    /// camera embedding, S2V's motion and control latents).
+    fn window_cut<'t>(&self, t: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
+        match self.model.context_windows.as_deref() {
+            Some(windows) => self.cut_to_window(t, windows.dim, &windows.cond_retain),
+            None => Ok(Cow::Borrowed(t)),
+        }
+    }
+
+    /// An audio embedding for the call (HuMo's `[B, frames, 8, 5, C]`, S2V's `[B, layers, C, frames]`,
+    /// WanDancer's music `[1, frames, 35]`) cut along axis 1, without retained frames, only when that axis is as
+    /// long as the latent's frames ([`Forward::cut_to_window`]), as `slice_cond(.., temporal_dim=1)` and
+    /// `get_resized_cond`'s `audio_embed` branch do; otherwise every window gets it whole (WanDancer stretches
+    /// its song over the window's frames).
+    fn window_audio<'t>(&self, audio: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
+        self.cut_to_window(audio, 1, &[])
     }
 
     /// The VACE controls the call reads: each cut to the call's context window as
@@ -493,17 +517,14 @@ impl Forward<'_> {
         if self.window.is_none() {
             return Ok(Cow::Borrowed(&self.extras.vace));
         }
-        let cut = |t: &Tensor| -> kiln_models::Result<Tensor> {
-            Ok(self.window_cut(t)?.unwrap_or_else(|| t.clone()))
-        };
         let controls = self
             .extras
             .vace
             .iter()
             .map(|c| {
                 Ok(crate::models::VaceControl {
-                    frames: cut(&c.frames)?,
-                    mask: cut(&c.mask)?,
+                    frames: self.window_cut(&c.frames)?.into_owned(),
+                    mask: self.window_cut(&c.mask)?.into_owned(),
                     strength: c.strength,
                 })
             })
@@ -525,29 +546,10 @@ impl Forward<'_> {
             .iter()
             .map(|t| {
                 let long = t.shape().get(dim).is_some_and(|&frames| frames > 1);
-                let cut = if long { self.window_cut(t)? } else { None };
-                Ok(cut.unwrap_or_else(|| t.clone()))
+                Ok(if long { self.window_cut(t)?.into_owned() } else { t.clone() })
             })
             .collect::<kiln_models::Result<Vec<_>>>()?;
         Ok(Cow::Owned(latents))
-    }
-
-    /// An audio embedding for the call (HuMo's `[B, frames, 8, 5, C]`, WanDancer's music `[1, frames, 35]`):
-    /// cut along its frames (axis 1, no retained frames) to the context window only when there are as many as
-    /// the latent's, as `slice_cond(.., temporal_dim=1)` and `get_resized_cond`'s `audio_embed` branch do; one of
-    /// any other length goes to every window whole (WanDancer stretches its song over the window's frames).
-    fn window_audio<'t>(&self, audio: &'t Tensor) -> kiln_models::Result<Cow<'t, Tensor>> {
-        let (Some(window), Some(windows)) = (self.window, self.model.context_windows.as_deref())
-        else {
-            return Ok(Cow::Borrowed(audio));
-        };
-        if audio.shape().get(1) != Some(&self.shape[windows.dim]) {
-            return Ok(Cow::Borrowed(audio));
-        }
-        let (shape, values) = gather_frames(audio.data(), audio.shape(), 1, &window.read(), &[]);
-        let cut =
-            Tensor::new(shape, values).map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
-        Ok(Cow::Owned(cut))
     }
 
     /// What a windowed call cannot cut to its frames (ComfyUI slices these by their own time axes; Kiln
