@@ -8,17 +8,33 @@ use crate::tensor::Tensor;
 /// Every tensor of `tests/fixtures/<path>` (a safetensors file of f32 tensors), by name.
 pub(crate) fn tensors(path: &str) -> BTreeMap<String, Tensor> {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
-    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    read_f32(&file)
+        .into_iter()
+        .map(|(name, (shape, values))| (name, Tensor::new(shape, values).expect("a tensor")))
+        .collect()
+}
+
+/// Every tensor of the safetensors file `file` (f32 or bf16) as f32 with its shape, by name.
+fn read_f32(file: &std::path::Path) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let read = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
     read.tensors()
         .into_iter()
         .map(|(name, view)| {
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            (name, Tensor::new(view.shape().to_vec(), values).expect("a tensor"))
+            let values = match view.dtype() {
+                safetensors::Dtype::BF16 => view
+                    .data()
+                    .chunks_exact(2)
+                    .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                    .collect(),
+                safetensors::Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                other => panic!("{}: {name} is {other:?}", file.display()),
+            };
+            (name, (view.shape().to_vec(), values))
         })
         .collect()
 }
@@ -73,29 +89,9 @@ pub(crate) fn quiet_context(dir: &std::path::Path) -> crate::nodes::Context {
 /// The tensors of a kiln-models fixture (`engine/models/tests/fixtures/<path>`, f32 or bf16) as f32 with their
 /// shapes, by name.
 pub(crate) fn model_tensors(path: &str) -> BTreeMap<String, (Vec<usize>, Vec<f32>)> {
-    let file =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures").join(path);
-    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let read = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
-    read.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let values = match view.dtype() {
-                safetensors::Dtype::BF16 => view
-                    .data()
-                    .chunks_exact(2)
-                    .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-                    .collect(),
-                safetensors::Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-                other => panic!("{path}: {name} is {other:?}"),
-            };
-            (name, (view.shape().to_vec(), values))
-        })
-        .collect()
+    read_f32(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures").join(path),
+    )
 }
 
 /// The tiny Wan DiT's expert variant (`scripts/reference/wan.py`'s `variant(.., "expert", ..)`): kiln-models'
