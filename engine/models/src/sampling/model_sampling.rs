@@ -85,14 +85,20 @@ impl ModelSampling {
         (first - max).abs() <= 1e-5 * first.abs().max(max.abs()) || first > max
     }
 
-    /// The sampler's starting latent from `noise` and `latent` at σ₀ = `sigmas[0]`.
+    /// The sampler's starting latent from `noise` and `latent` at σ₀ = `sigmas[0]` (with `max_denoise` when the
+    /// run starts at the table's largest sigma).
     pub fn noise_scaling(&self, sigmas: &[f32], noise: &[f32], latent: &[f32]) -> Vec<f32> {
         let sigma = sigmas.first().copied().unwrap_or(0.0);
-        self.noise_at(sigma, noise, latent, self.max_denoise(sigmas))
+        self.scale_noise(sigma, noise, latent, self.max_denoise(sigmas))
     }
 
-    /// `noise_scaling` at `sigma` (a re-noise inside a run, never the start: no `max_denoise`, unless asked).
-    pub fn noise_at(
+    /// `noise_scaling` at `sigma` inside a run (a re-noise, an inpainting's kept area): never `max_denoise`.
+    pub fn noise_at(&self, sigma: f32, noise: &[f32], latent: &[f32]) -> Vec<f32> {
+        self.scale_noise(sigma, noise, latent, false)
+    }
+
+    /// The model's `noise_scaling` at `sigma`.
+    fn scale_noise(
         &self,
         sigma: f32,
         noise: &[f32],

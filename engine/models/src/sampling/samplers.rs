@@ -772,7 +772,7 @@ fn lcm(
         let next = sigmas[i + 1];
         if next > 0.0 {
             let n = noise.randn(x.len());
-            x = ms.noise_at(next, &n, &x, false);
+            x = ms.noise_at(next, &n, &x);
         }
     }
     Ok(x)

@@ -823,7 +823,7 @@ impl Inpaint {
         if self.clean {
             return blend(x, &self.latent, mask);
         }
-        let kept = sampling.noise_at(sigma, &self.noise, &self.latent, false);
+        let kept = sampling.noise_at(sigma, &self.noise, &self.latent);
         blend(x, &kept, mask)
     }
 
