@@ -113,6 +113,19 @@ fn int8_mxfp8_and_nvfp4_layers_give_comfyuis_cpu_output() {
     drop(layer);
     let (x_shape, x) = &reference["x/nvfp4"];
     assert_close("nvfp4", &run(&b, &model, x_shape, x), &reference["y/nvfp4"].1, 1e-6);
+    // Its values as a tensor are the unpacked matrix (two values a byte), whose product is the layer's.
+    let layer = model.fetch(&*b, &["layer.weight"]).expect("fetch");
+    let w = b.weight_to_tensor(&layer.weight(0), kiln_compute::DType::F32).expect("values");
+    let (rows, cols) = (w.shape()[0], w.shape()[1]);
+    assert_eq!((rows, cols * x_shape[0]), (160, x.len()), "the values' shape");
+    let w = b.to_f32(&w).expect("values");
+    let y: Vec<f32> = x
+        .chunks_exact(cols)
+        .flat_map(|xr| w.chunks_exact(cols).map(|wr| xr.iter().zip(wr).map(|(a, b)| a * b).sum()))
+        .collect();
+    let xs = b.from_f32(x_shape, x, kiln_compute::DType::F32).expect("x");
+    let want = b.linear(&xs, &layer.weight(0), None).and_then(|y| b.to_f32(&y)).expect("linear");
+    assert_close("nvfp4 values", &y, &want, 1e-5);
 }
 
 #[test]

@@ -39,6 +39,7 @@ use crate::backend::{
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::memory::{DevPtr, DeviceMemory, SimDevice};
+use crate::quant::Quant;
 use crate::tensor::{Tensor, Weight, numel};
 
 /// The CPU backend. It computes every op in f32 with the weights' exact values; activations are stored in its
@@ -114,12 +115,15 @@ impl Backend for Cpu {
 
     fn weight_to_tensor(&self, w: &Weight<'_>, dtype: DType) -> Result<Tensor<Self>> {
         compute_dtype("weight_to_tensor", dtype)?;
-        tensor_from_f32(
-            w.shape().to_vec(),
-            weights::widen(&self.sim, w)?,
-            dtype,
-            "weight_to_tensor",
-        )
+        // NVFP4 packs two values a byte: the values' shape is the matrix, not the stored bytes'.
+        let shape = match w.quant() {
+            Quant::Nvfp4 { .. } => {
+                let (rows, cols) = w.matrix("weight_to_tensor")?;
+                vec![rows, cols]
+            }
+            _ => w.shape().to_vec(),
+        };
+        tensor_from_f32(shape, weights::widen(&self.sim, w)?, dtype, "weight_to_tensor")
     }
 
     fn cast(&self, x: &Tensor<Self>, dtype: DType) -> Result<Tensor<Self>> {
