@@ -36,6 +36,10 @@
 //! sets at start), so weights that do not fit are evicted and streamed from the pinned host pool per step.
 //! The budget is capped by the device's capacity (on the CPU: the simulated 2 GiB device).
 //!
+//! **The op profile.** With `KILN_CUDA_PROFILE=1` (a `cuda` build on a GPU), each run's report has a
+//! `cuda_profile`: every kernel's and GEMM's calls, seconds and (where known) TFLOP/s, the most time first. The
+//! backend then waits for each op, so the step times of such a run are not the plain ones.
+//!
 //! [`Executor`]: kiln_engine::exec::Executor
 //! [`Arbiter::set_headroom`]: kiln_engine::kiln_compute::memory::Arbiter::set_headroom
 
@@ -947,6 +951,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         cold_label,
         &file_bytes,
     )?);
+    runs[0]["cuda_profile"] = cuda_profile();
     eprintln!("{}", json!({"run": runs[0]}));
     let failed = runs[0]["error"].as_str().map(str::to_owned);
     if args.warm && failed.is_none() {
@@ -959,6 +964,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             "warm",
             &file_bytes,
         )?);
+        runs[1]["cuda_profile"] = cuda_profile();
     }
     let end = compute.manager().stats();
     let _ = std::fs::remove_dir_all(&scratch);
@@ -1026,6 +1032,25 @@ fn bench(args: &Args) -> Result<Value, String> {
             "pageable_copies": end.pageable_copies, "models": end.models,
         },
     }))
+}
+
+/// The CUDA ops' times since the last call, the most time first (`KILN_CUDA_PROFILE=1`; null when off).
+fn cuda_profile() -> Value {
+    #[cfg(feature = "cuda")]
+    {
+        use kiln_engine::kiln_compute::backend::cuda::profile;
+        if profile::enabled() {
+            let ops: Vec<Value> = profile::take()
+                .into_iter()
+                .map(|op| {
+                    let tflops = (op.flops > 0.0).then(|| op.flops / op.seconds / 1e12);
+                    json!({"name": op.name, "calls": op.calls, "seconds": op.seconds, "tflops": tflops})
+                })
+                .collect();
+            return Value::Array(ops);
+        }
+    }
+    Value::Null
 }
 
 /// The CPU's bound for a DiT call, measured now: its f32 FMA peak on every thread and the rate at which the

@@ -196,7 +196,8 @@ impl Cuda {
             block: (128, 1, 1),
             shared: (2 * MMA_KEYS * (d + MMA_PAD) * 2) as u32,
         };
-        self.launch(
+        let flops = 4.0 * (b * hq * nq * nk * d) as f64;
+        self.launch_counted(
             KernelFile::AttentionMma,
             kernel,
             grid,
@@ -213,6 +214,7 @@ impl Cuda {
                 Arg::F32(scale),
                 Arg::I32(i32::from(mask == AttentionMask::Causal)),
             ],
+            flops,
         )
     }
 
@@ -355,6 +357,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
         for q0 in (0..nq).step_by(chunk.max(1)) {
             let rows = chunk.min(nq - q0);
             steps.push(GemmStep::Product(GemmArgs {
+                op: "attention q·k",
                 dtype: DType::F32,
                 tf32: dt != DType::F32,
                 m: rows,
@@ -374,6 +377,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
             }));
             steps.push(GemmStep::Softmax { rows: batch * rows, per_head: rows, q0 });
             steps.push(GemmStep::Product(GemmArgs {
+                op: "attention p·v",
                 dtype: dt,
                 tf32: false,
                 m: rows,

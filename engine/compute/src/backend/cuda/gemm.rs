@@ -37,6 +37,8 @@ const IM2COL_CHUNK: usize = 64 << 20;
 /// One GEMM, row-major (see the module docs). Leading dimensions and strides are in elements.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GemmArgs {
+    /// What the product is for (`linear`, `conv2d`, …): its name in the [`super::profile`].
+    pub(crate) op: &'static str,
     pub(crate) dtype: DType,
     /// With f32 operands: let cuBLASLt use TF32 tensor cores (only when every operand value is exact in TF32).
     pub(crate) tf32: bool,
@@ -295,6 +297,12 @@ impl Cuda {
         if g.m == 0 || g.n == 0 || g.batch == 0 {
             return Ok(());
         }
+        let flops = 2.0 * (g.m * g.n * g.k * g.batch) as f64;
+        let name = || format!("gemm {} {}{}", g.op, g.dtype, if g.tf32 { " tf32" } else { "" });
+        super::profile::timed(self.stream(), name, flops, || self.gemm_now(g))
+    }
+
+    fn gemm_now(&self, g: &GemmArgs) -> Result<()> {
         if g.k > 0 {
             match self.gemm.cublaslt(self.stream(), g) {
                 Ok(()) => return Ok(()),
@@ -310,7 +318,9 @@ impl Cuda {
             block: (16, 16, 1),
             shared: 0,
         };
-        self.launch(
+        // Not `self.launch`: the profile times the fallback as this GEMM.
+        self.kernels.launch(
+            self.stream(),
             KernelFile::Gemm,
             "gemm_fallback",
             grid,
@@ -354,6 +364,7 @@ impl Cuda {
             self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
         } else {
             self.gemm(&GemmArgs {
+                op: "linear",
                 dtype,
                 tf32: false,
                 m,
@@ -411,6 +422,7 @@ impl Cuda {
             return Ok(out);
         }
         self.gemm(&GemmArgs {
+            op: "matmul",
             dtype,
             tf32: false,
             m,
@@ -499,6 +511,7 @@ impl Cuda {
                 )?;
                 // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
                 self.gemm(&GemmArgs {
+                    op: "conv2d",
                     dtype,
                     tf32: false,
                     m: o,

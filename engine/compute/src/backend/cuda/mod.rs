@@ -26,6 +26,7 @@ mod kernels;
 mod layout;
 pub mod memory;
 mod norm;
+pub mod profile;
 mod quant;
 mod ranges;
 
@@ -177,7 +178,24 @@ impl Cuda {
     }
 
     fn launch(&self, file: KernelFile, name: &'static str, grid: Grid, args: &[Arg]) -> Result<()> {
-        self.kernels.launch(self.stream(), file, name, grid, args)
+        self.launch_counted(file, name, grid, args, 0.0)
+    }
+
+    /// [`Cuda::launch`] of a kernel that does `flops` operations (for the [`profile`]).
+    fn launch_counted(
+        &self,
+        file: KernelFile,
+        name: &'static str,
+        grid: Grid,
+        args: &[Arg],
+        flops: f64,
+    ) -> Result<()> {
+        profile::timed(
+            self.stream(),
+            || name.to_owned(),
+            flops,
+            || self.kernels.launch(self.stream(), file, name, grid, args),
+        )
     }
 
     /// `bytes` of device memory for activations or per-op scratch, from the allocator now in force.
