@@ -11,8 +11,13 @@
 #   wan22-5b     bench/wan-gpu.sh (issue #24: TI2V 5B, 1280×704, 33 frames, at 100 % and 25 %, beside diffusers)
 #   wan22-a14b   bench/wan-gpu.sh WORKFLOW=wan22-a14b (the two experts at 832×480, 17 frames, 25 %)
 #   executor     bench/gpu.sh (the executor's transfer and streaming benchmark beside torch's baseline)
+#   attention-bench  long attention alone at the real runs' shapes on both paths (`kiln-gpu-bench --attention`)
+#   profile      the family parts after it run as a profile: KILN_CUDA_PROFILE=1 (each run's report lists every
+#                kernel's and GEMM's time), 2 steps, Kiln alone (no diffusers) at 100 %, one run (--no-warm),
+#                and they start with at least 60 s left instead of 200
 #   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm or mma); with
-#                attention=auto, mma if the op tests' attention test passed (it checks both paths), else gemm
+#                attention=auto, mma if the op tests' attention test passed (it checks both paths) and, when
+#                attention-bench ran before, mma was the faster at each of its shapes; else gemm
 #
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
@@ -129,7 +134,7 @@ PY
       done
       rm -rf "$WORK/smoke-models" ;;
     qwen-image | wan22-5b | wan22-a14b)
-      [ "$l" -ge 200 ] || { log "$part skipped: $l s left"; continue; }
+      [ "$l" -ge "${FAMILY_MIN_S:-200}" ] || { log "$part skipped: $l s left"; continue; }
       # After a smoke, only a workflow that ran on CUDA goes on to real size.
       smoke=$part; [ "$part" = qwen-image ] && smoke=qwen-image-lightning
       if [ -f "$WORK/smoke-$smoke.json" ] && ! grep -qx "$smoke" "$WORK/smoke-ok" 2>/dev/null; then
@@ -137,7 +142,11 @@ PY
       fi
       log "$part (left $l s)"
       export T_SYNTH T_TORCH T_KILN
-      T_SYNTH=$(fit 150 35) T_TORCH=$(fit 120 25) T_KILN=$(fit 90 18)
+      if [ -n "${KILN_CUDA_PROFILE:-}" ]; then  # no diffusers run, one Kiln run: more time to each
+        T_SYNTH=$(fit 150 55) T_TORCH=0 T_KILN=$(fit 90 40)
+      else
+        T_SYNTH=$(fit 150 35) T_TORCH=$(fit 120 25) T_KILN=$(fit 90 18)
+      fi
       log "timeouts: synth $T_SYNTH, diffusers $T_TORCH, each Kiln run $T_KILN"
       mkdir -p "$WORK/$part"
       if [ "$part" = qwen-image ]; then
@@ -151,11 +160,30 @@ PY
       log "executor"
       OUT="$WORK/executor" timeout "$(fit 300 95)" bash bench/gpu.sh > "$WORK/executor.txt" 2>&1
       tail -20 "$WORK/executor.txt" | tee -a "$WORK/device.log" ;;
+    attention-bench)
+      [ "$l" -ge 30 ] || { log "attention-bench skipped: $l s left"; continue; }
+      log "attention-bench"
+      timeout "$(fit 60 40)" bench/gpu/bin/kiln-gpu-bench --attention "$WORK/attention.json" > "$WORK/attention.txt" 2>&1
+      echo "rc=$?" >> "$WORK/attention.txt"
+      tail -5 "$WORK/attention.txt" | cut -c1-400 | tee -a "$WORK/device.log" ;;
+    profile)
+      export KILN_CUDA_PROFILE=1 TORCH=0 STEPS=2 PCTS=100 KILN_ARGS=--no-warm FAMILY_MIN_S=60
+      log "profiling: $KILN_CUDA_PROFILE, 2 steps, Kiln alone at 100 %" ;;
     attention=auto)
+      # mma only if the op tests passed it and, where attention-bench ran, it was the faster at every shape.
+      export KILN_CUDA_ATTENTION=gemm
       if grep -q "attention_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" 2>/dev/null; then
-        export KILN_CUDA_ATTENTION=mma
-      else
-        export KILN_CUDA_ATTENTION=gemm
+        KILN_CUDA_ATTENTION=$(python3 - "$WORK/attention.json" <<'PY'
+import json, sys
+try:
+    cases = json.load(open(sys.argv[1])).values()
+    print("mma" if all(c["mma"]["seconds"] < c["gemm"]["seconds"] for c in cases) else "gemm")
+except FileNotFoundError:
+    print("mma")
+except Exception:
+    print("gemm")
+PY
+)
       fi
       log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION" ;;
     attention=*)

@@ -13,6 +13,8 @@
 # "bench/zimage-gpu/wheels"], timeout_s 540. Results go to $OUT (the device tool's output folder), or
 # bench/qwen-image-gpu/out/ by hand.
 #
+# STEPS, TORCH=0 (no diffusers) and PCTS (the budgets, default "100 25") can be set, as bench/wan-gpu.sh's.
+#
 # `--dry-run` runs the same path on the CPU with tiny files at 64², 2 steps (Kiln with --cpu, torch on the CPU in
 # f32): PYTHON=/path/to/python with torch and diffusers (no wheels installed then).
 set -u
@@ -25,7 +27,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   SIZE=tiny PX=64 STEPS=2 KILN_DEVICE=--cpu TORCH_DEVICE=cpu PY=${PYTHON:-python3}
   T_SYNTH=60 T_KILN=120 T_TORCH=120
 else
-  SIZE=real PX=1328 STEPS=8 KILN_DEVICE= TORCH_DEVICE=cuda PY=python3
+  SIZE=real PX=1328 STEPS=${STEPS:-8} KILN_DEVICE= TORCH_DEVICE=cuda PY=python3
   T_SYNTH=${T_SYNTH:-180} T_KILN=${T_KILN:-80} T_TORCH=${T_TORCH:-130}
 fi
 . bench/zimage-gpu/common.sh
@@ -42,12 +44,14 @@ du -sb "$MODELS"/*/* 2>&1 | tee -a "$LOG"
 
 # The baseline first (every later figure is compared with it), then Kiln: 100 % (the compute the partial budget
 # is measured against), then 25 % (the goal).
-say "diffusers"
-PYTHONUNBUFFERED=1 timeout "$T_TORCH" "$PY" bench/qwen-image-gpu/torch_qwen_image.py --models "$MODELS" \
-  --size "$PX" --steps "$STEPS" --device "$TORCH_DEVICE" --out "$OUT/torch.json" >> "$LOG" 2>&1
-echo "rc=$?" | tee -a "$LOG"
+if [ "${TORCH:-1}" = 1 ]; then
+  say "diffusers"
+  PYTHONUNBUFFERED=1 timeout "$T_TORCH" "$PY" bench/qwen-image-gpu/torch_qwen_image.py --models "$MODELS" \
+    --size "$PX" --steps "$STEPS" --device "$TORCH_DEVICE" --out "$OUT/torch.json" >> "$LOG" 2>&1
+  echo "rc=$?" | tee -a "$LOG"
+fi
 
-kiln_at_budgets "100 25" qwen-image-lightning
+kiln_at_budgets "${PCTS:-100 25}" qwen-image-lightning
 
 summarise
 rm -rf "$MODELS"

@@ -12,7 +12,7 @@ synth() {
 }
 # `kiln_at_budgets "PCT..." WORKFLOW [BENCH ARGS...]`: the bench on MODELS at PX, STEPS (KILN_DEVICE, under
 # T_KILN) with the VRAM budget at each PCT % of the DiT weights, the first the compute the others are measured
-# against; each report in OUT/kiln-PCT.json.
+# against; each report in OUT/kiln-PCT.json. KILN_ARGS adds bench arguments (e.g. --no-warm).
 kiln_at_budgets() {
   local pcts=$1 workflow=$2 pct
   shift 2
@@ -20,7 +20,7 @@ kiln_at_budgets() {
     say "kiln at $pct % of the DiT weights"
     timeout "$T_KILN" "$BIN/kiln-zimage-bench" --workflow "$workflow" --models "$MODELS" --size "$PX" \
       --steps "$STEPS" $KILN_DEVICE --vram-fraction "$(awk "BEGIN{print $pct/100}")" --vram-of dit \
-      --label "vram-$pct" --out "$OUT/kiln-$pct.json" "$@" > /dev/null 2>> "$LOG"
+      --label "vram-$pct" --out "$OUT/kiln-$pct.json" ${KILN_ARGS:-} "$@" > /dev/null 2>> "$LOG"
     echo "rc=$?" | tee -a "$LOG"
   done
 }

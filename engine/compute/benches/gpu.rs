@@ -3,7 +3,8 @@
 //! JSON keys as the PyTorch baseline (`bench/gpu/torch_streaming_baseline.py`) so one run compares both.
 //!
 //! Usage: `gpu [OUT.json]` (build with `--features cuda`; `bench/gpu.sh` runs it beside the baseline). Without
-//! a usable GPU it writes `{"skipped": "<why>"}` and exits 0.
+//! a usable GPU it writes `{"skipped": "<why>"}` and exits 0. `gpu --attention [OUT.json]` measures long
+//! attention alone instead (below).
 //!
 //! Measured:
 //! - `h2d_pool_{64MB,1024MB}_GBps`: copies from a registered `HostBuffer` (the pinned pool).
@@ -13,11 +14,19 @@
 //!   with nothing resident, and partially resident at budgets holding 25/50/75 % of the weights; ratios to
 //!   the bound (and, for the partial passes, to the copy time of the non-resident bytes); `rel_err` against the
 //!   resident pass; resident TFLOP/s.
+//!
+//! With `--attention`: long attention at the shapes of the real-size runs (Qwen-Image at 1328², Wan 2.2 5B at
+//! 1280×704×33, Z-Image at 1024²; bf16, heads of 128) on each long-attention path (GEMMs, the tensor-core kernel):
+//! seconds, TFLOP/s, and the largest difference between the two paths' outputs.
 
 #[cfg(feature = "cuda")]
 fn main() {
-    let out = std::env::args().nth(1).unwrap_or_else(|| "kiln-gpu.json".to_owned());
-    let report = match bench::run() {
+    let attention = std::env::args().any(|a| a == "--attention");
+    let out = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .unwrap_or_else(|| "kiln-gpu.json".to_owned());
+    let report = match if attention { bench::attention() } else { bench::run() } {
         Ok(report) => report,
         Err(e) => format!("{{\"skipped\": {:?}}}", e.to_string()),
     };
@@ -196,6 +205,62 @@ mod bench {
         }
         file.flush().map_err(io)?;
         Ok(())
+    }
+
+    /// The `--attention` report (see the module docs).
+    pub(super) fn attention() -> Result<String> {
+        use kiln_compute::backend::AttentionMask;
+        use kiln_compute::backend::cuda::LongAttention;
+        if let Some(lib) = missing_library() {
+            return Err(kiln_compute::Error::Unsupported(format!("{lib} not found")));
+        }
+        let mut json = String::from("{\n");
+        // (name, batch, heads, tokens): every one with heads of 128 features.
+        let cases = [
+            ("qwen_image_1328", 1, 24, 6903),
+            ("wan22_5b_1280x704x33", 1, 24, 7920),
+            ("zimage_1024", 1, 30, 4128),
+        ];
+        for (i, (name, b, h, n)) in cases.into_iter().enumerate() {
+            let d = 128;
+            let len = b * h * n * d;
+            let values = |seed: usize| -> Vec<f32> {
+                (0..len)
+                    .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
+                    .collect()
+            };
+            let flops = 4.0 * (b * h * n * n * d) as f64;
+            let mut outputs = Vec::new();
+            let mut parts = Vec::new();
+            for (path, long) in [("gemm", LongAttention::Gemm), ("mma", LongAttention::Mma)] {
+                let cuda = Cuda::new(0)?.with_long_attention(long);
+                let up = |seed| cuda.from_f32(&[b, h, n, d], &values(seed), DType::BF16);
+                let (q, k, v) = (up(1)?, up(2)?, up(3)?);
+                let scale = 1.0 / (d as f32).sqrt();
+                let s = timed(&cuda, 5, || {
+                    cuda.attention(&q, &k, &v, AttentionMask::None, scale).map(|_| ())
+                })?;
+                let out = cuda.attention(&q, &k, &v, AttentionMask::None, scale)?;
+                outputs.push(cuda.to_f32(&out)?);
+                parts.push(format!(
+                    "\"{path}\": {{\"seconds\": {s:.6}, \"tflops\": {:.1}}}",
+                    flops / s / 1e12
+                ));
+            }
+            let diff = outputs[0]
+                .iter()
+                .zip(&outputs[1])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            let comma = if i + 1 < cases.len() { "," } else { "" };
+            let _ = writeln!(
+                json,
+                " \"{name}\": {{\"shape\": [{b}, {h}, {n}, {d}], {}, \"max_abs_diff\": {diff:e}}}{comma}",
+                parts.join(", ")
+            );
+        }
+        json.push('}');
+        Ok(json)
     }
 
     fn names() -> Vec<String> {
