@@ -12,8 +12,9 @@
 //! would not pay (text encoders' short prompts, tiny test models), and those whose q, k and v differ in type
 //! (it reads each exactly); wide heads of mixed types run the GEMMs in f32.
 //!
-//! With [`LongAttention::Mma`] the long problems it fits (sm_80 and later, q, k and v of one 16-bit type, heads
-//! of 64 or 128) run on the tensor-core flash kernel (`attention_mma.cu`) instead: the scores stay in registers.
+//! With [`LongAttention::Mma`] the long problems it fits (sm_80 and later, q, k and v of one 16-bit type,
+//! 16-byte aligned, heads of 64 or 128) run on the tensor-core flash kernel (`attention_mma.cu`) instead: the scores
+//! stay in registers, and the key and value tiles are copied with `cp.async` one tile ahead of their use.
 
 use super::gemm::GemmArgs;
 use super::kernels::{Arg, Grid, KernelFile, dtype_code};
@@ -129,8 +130,14 @@ impl Cuda {
             }
             let out = self.empty(shape, dt)?;
             let sm80 = self.kernels.arch() >= (8, 0);
+            // The kernel copies rows of keys and values 16 bytes at a time.
+            let aligned = [q, k, v].iter().all(|t| t.buf().ptr().0 % 16 == 0);
             let mma = mma_kernel(d).filter(|_| {
-                self.long_attention == LongAttention::Mma && sm80 && dt != DType::F32 && d == dv
+                self.long_attention == LongAttention::Mma
+                    && sm80
+                    && dt != DType::F32
+                    && d == dv
+                    && aligned
             });
             match mma {
                 Some(kernel) => self.attention_mma(kernel, q, k, v, &out, sizes, mask, scale)?,
@@ -194,7 +201,8 @@ impl Cuda {
         let grid = Grid {
             grid: (nq.div_ceil(MMA_ROWS) as u32, hq as u32, b as u32),
             block: (128, 1, 1),
-            shared: (2 * MMA_KEYS * (d + MMA_PAD) * 2) as u32,
+            // Two stages of a key tile and a value tile.
+            shared: (4 * MMA_KEYS * (d + MMA_PAD) * 2) as u32,
         };
         let flops = 4.0 * (b * hq * nq * nk * d) as f64;
         self.launch_counted(
