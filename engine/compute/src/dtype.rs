@@ -237,32 +237,25 @@ pub fn f8e4m3_to_f32(b: u8) -> f32 {
 /// f32 to fp8 e4m3fn, round to nearest even, saturating to ±448 (torch saturates only with `saturate=True`;
 /// finite weights never exceed the range, and saturation keeps an out-of-range value finite). NaN stays NaN.
 pub fn f32_to_f8e4m3(v: f32) -> u8 {
-    if v.is_nan() {
+    let bits = v.to_bits();
+    let sign = ((bits >> 24) & 0x80) as u8;
+    let a = bits & 0x7fff_ffff;
+    if a > 0x7f80_0000 {
         return 0x7f;
     }
-    let sign: u8 = if v.is_sign_negative() { 0x80 } else { 0 };
-    let a = v.abs();
-    if a >= 448.0 {
+    if a >= 0x43e0_0000 {
+        // |v| >= 448 (infinity included): saturate.
         return sign | 0x7e;
     }
-    // The smallest normal is 2^-6; below it the step is 2^-9.
-    let (exp, step) = if a < 2f32.powi(-6) {
-        (0, 2f32.powi(-9))
-    } else {
-        let e = a.log2().floor() as i32;
-        (e + 7, 2f32.powi(e - 3))
-    };
-    let q = round_half_even(a / step);
-    if exp == 0 {
-        // Subnormal: q in 0..=8; q == 8 is the smallest normal.
-        return sign | q as u8;
+    if a < 0x3c80_0000 {
+        // Below the smallest normal, 2^-6: multiples of 2^-9, 0 ..= 8 of them (8 is the smallest normal). The
+        // product is exact (a power-of-two scaling of a value this small).
+        return sign | (f32::from_bits(a) * 512.0).round_ties_even() as u8;
     }
-    // Normal: q in 8..=16 (16 carries into the next exponent).
-    let (exp, q) = if q >= 16.0 { (exp + 1, 8.0) } else { (exp, q) };
-    if exp > 15 || (exp == 15 && q - 8.0 > 6.0) {
-        return sign | 0x7e;
-    }
-    sign | ((exp as u8) << 3) | (q as u8 - 8)
+    // A normal: keep 3 of f32's 23 mantissa bits, rounding the dropped 20 to nearest even (a carry moves into
+    // the exponent, as it should); the exponent's bias goes from 127 to 7. Below 448 the result is at most 0x7e.
+    let rounded = (a + 0x7_ffff + ((a >> 20) & 1)) >> 20;
+    sign | (rounded - (120 << 3)) as u8
 }
 
 /// f32 to fp8 e5m2 (the top byte of an f16, rounded to nearest even on the dropped byte).
@@ -312,6 +305,53 @@ mod tests {
         assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(1.1875)), 1.25);
         assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(1000.0)), 448.0);
         assert_eq!(f8e4m3_to_f32(f32_to_f8e4m3(-0.3)), -0.3125);
+    }
+
+    /// The nearest e4m3fn value by search over every finite byte (ties to the even mantissa, saturating).
+    fn nearest_e4m3(v: f32) -> u8 {
+        if v.is_nan() {
+            return 0x7f;
+        }
+        let sign = if v.is_sign_negative() { 0x80 } else { 0 };
+        let a = f64::from(v.abs());
+        let mut best = 0u8;
+        for b in 1u8..=0x7e {
+            let (d, db) = (
+                (f64::from(f8e4m3_to_f32(b)) - a).abs(),
+                (f64::from(f8e4m3_to_f32(best)) - a).abs(),
+            );
+            if d < db || (d == db && b % 2 == 0) {
+                best = b;
+            }
+        }
+        sign | best
+    }
+
+    #[test]
+    fn e4m3_is_the_nearest_value_for_every_kind_of_f32() {
+        // A stride through every bit pattern, then each midpoint between neighbouring values and one ulp either
+        // side of it, and the edges.
+        let mut values: Vec<f32> =
+            (0..u32::MAX / 65_521).map(|i| f32::from_bits(i * 65_521)).collect();
+        for b in 0u8..0x7e {
+            let mid = (f8e4m3_to_f32(b) + f8e4m3_to_f32(b + 1)) / 2.0;
+            for m in [mid, mid.next_down(), mid.next_up()] {
+                values.extend([m, -m]);
+            }
+        }
+        values.extend([
+            0.0,
+            -0.0,
+            448.0,
+            464.0,
+            1e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+        ]);
+        for v in values {
+            assert_eq!(f32_to_f8e4m3(v), nearest_e4m3(v), "{v:e} ({:#010x})", v.to_bits());
+        }
     }
 
     #[test]
