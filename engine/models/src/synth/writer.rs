@@ -104,26 +104,60 @@ fn write_all(
     let mut done = 8 + header.len() as u64;
     progress(done, total);
 
-    let mut buf = Vec::new();
-    for entry in entries {
-        let n: usize = entry.spec.shape.iter().product();
-        let size = entry.dtype.size();
-        let blocks = n.div_ceil(BLOCK);
-        let per_batch = (BATCH_BYTES / (BLOCK * size)).max(1);
-        for first in (0..blocks).step_by(per_batch) {
-            let end = ((first + per_batch) * BLOCK).min(n);
-            buf.resize((end - first * BLOCK) * size, 0);
-            buf.par_chunks_mut(BLOCK * size).enumerate().for_each(|(i, out)| {
-                let block = first + i;
-                fill(entry, block, block_seed(seed, entry.stream, block as u64), out)
-            });
-            file.write_all(&buf).map_err(io)?;
-            done += buf.len() as u64;
-            progress(done, total);
-        }
+    // Batch i + 1 is generated (on every thread) while batch i is written.
+    let batches = batches(entries);
+    let (mut current, mut next) = (Vec::new(), Vec::new());
+    if let Some(first) = batches.first() {
+        generate(entries, first, seed, &mut current);
+    }
+    for i in 0..batches.len() {
+        let (written, ()) = rayon::join(
+            || file.write_all(&current),
+            || {
+                if let Some(batch) = batches.get(i + 1) {
+                    generate(entries, batch, seed, &mut next);
+                }
+            },
+        );
+        written.map_err(io)?;
+        done += current.len() as u64;
+        progress(done, total);
+        std::mem::swap(&mut current, &mut next);
     }
     file.flush().map_err(io)?;
     Ok(())
+}
+
+/// Blocks `first..end` of entry `entry`: one batch of about [`BATCH_BYTES`].
+struct Batch {
+    entry: usize,
+    first: usize,
+    end: usize,
+}
+
+/// The entries' blocks in file order, in batches.
+fn batches(entries: &[Entry<'_>]) -> Vec<Batch> {
+    let mut out = Vec::new();
+    for (entry, e) in entries.iter().enumerate() {
+        let blocks = e.spec.shape.iter().product::<usize>().div_ceil(BLOCK);
+        let per_batch = (BATCH_BYTES / (BLOCK * e.dtype.size())).max(1);
+        for first in (0..blocks).step_by(per_batch) {
+            out.push(Batch { entry, first, end: (first + per_batch).min(blocks) });
+        }
+    }
+    out
+}
+
+/// The bytes of `batch` into `buf` (resized to them), its blocks drawn in parallel.
+fn generate(entries: &[Entry<'_>], batch: &Batch, seed: u64, buf: &mut Vec<u8>) {
+    let entry = &entries[batch.entry];
+    let n: usize = entry.spec.shape.iter().product();
+    let size = entry.dtype.size();
+    buf.resize(((batch.end * BLOCK).min(n) - batch.first * BLOCK) * size, 0);
+    buf.par_chunks_mut(BLOCK * size).enumerate().for_each(|(i, out)| {
+        let block = batch.first + i;
+        fill(entry, block, block_seed(seed, entry.stream, block as u64), out)
+    });
 }
 
 /// Fills `out` (whole elements of the entry's dtype, block `block` of the tensor) from one PRNG stream.
