@@ -15,6 +15,8 @@
 #   profile      the family parts after it run as a profile: KILN_CUDA_PROFILE=1 (each run's report lists every
 #                kernel's and GEMM's time), 2 steps, Kiln alone (no diffusers) at 100 %, one run (--no-warm),
 #                and they start with at least 60 s left instead of 200
+#   profile-after  each family part after it is followed, on the same files, by such a profiled run (in
+#                FAMILY/profile/), when 40 s are left
 #   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm or mma); with
 #                attention=auto, mma if the op tests' attention test passed (it checks both paths) and, when
 #                attention-bench ran before, mma was the faster at each of its shapes; else gemm
@@ -53,6 +55,15 @@ PY
 fi
 
 left() { echo $((BUDGET - ($(date +%s) - START))); }
+# `family PART DIR`: the family script of PART (qwen-image, wan22-5b, wan22-a14b) with its results in DIR; its files
+# in /tmp/kiln-PART-models.
+family() {
+  if [ "$1" = qwen-image ]; then
+    OUT="$2" MODELS_DIR=/tmp/kiln-qwen-image-models bash bench/qwen-image-gpu.sh > "$2/stdout.txt" 2>&1
+  else
+    OUT="$2" WORKFLOW=$1 MODELS_DIR="/tmp/kiln-$1-models" bash bench/wan-gpu.sh > "$2/stdout.txt" 2>&1
+  fi
+}
 # The smaller of $1 and the fraction $2 (percent) of the time left.
 fit() { local l; l=$(($(left) * $2 / 100)); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 pack() { tar czf "$DEST/results.tgz" -C "$WORK" . 2>/dev/null; }
@@ -149,12 +160,21 @@ PY
       fi
       log "timeouts: synth $T_SYNTH, diffusers $T_TORCH, each Kiln run $T_KILN"
       mkdir -p "$WORK/$part"
-      if [ "$part" = qwen-image ]; then
-        OUT="$WORK/$part" bash bench/qwen-image-gpu.sh > "$WORK/$part/stdout.txt" 2>&1
-      else
-        OUT="$WORK/$part" WORKFLOW=$part bash bench/wan-gpu.sh > "$WORK/$part/stdout.txt" 2>&1
-      fi
-      grep -E "^== |rc=|synth_s|met|_step|error" "$WORK/$part/stdout.txt" | head -40 | tee -a "$WORK/device.log" ;;
+      KEEP=${PROFILE_AFTER:-0} family "$part" "$WORK/$part"
+      grep -E "^== |rc=|synth_s|met|_step|error" "$WORK/$part/stdout.txt" | head -40 | tee -a "$WORK/device.log"
+      if [ -n "${PROFILE_AFTER:-}" ]; then
+        if [ "$(left)" -ge 40 ]; then
+          # The same files again, profiled: 2 steps, Kiln alone at 100 %, one run.
+          log "$part profiled (left $(left) s)"
+          mkdir -p "$WORK/$part/profile"
+          SYNTH=0 TORCH=0 PCTS=100 STEPS=2 KILN_ARGS=--no-warm KILN_CUDA_PROFILE=1 T_KILN=$(fit 90 70) \
+            family "$part" "$WORK/$part/profile"
+          grep -E "rc=" "$WORK/$part/profile/stdout.txt" | tee -a "$WORK/device.log"
+        else
+          log "$part profile skipped: $(left) s left"
+        fi
+        rm -rf "/tmp/kiln-$part-models"
+      fi ;;
     executor)
       [ "$l" -ge 120 ] || { log "executor skipped: $l s left"; continue; }
       log "executor"
@@ -169,6 +189,9 @@ PY
     profile)
       export KILN_CUDA_PROFILE=1 TORCH=0 STEPS=2 PCTS=100 KILN_ARGS=--no-warm FAMILY_MIN_S=60
       log "profiling: $KILN_CUDA_PROFILE, 2 steps, Kiln alone at 100 %" ;;
+    profile-after)
+      export PROFILE_AFTER=1
+      log "each family part is followed by a profiled run" ;;
     attention=auto)
       # mma only if the op tests passed it and, where attention-bench ran, it was the faster at every shape.
       export KILN_CUDA_ATTENTION=gemm

@@ -13,7 +13,8 @@
 # "bench/zimage-gpu/wheels"], timeout_s 540. Results go to $OUT (the device tool's output folder), or
 # bench/qwen-image-gpu/out/ by hand.
 #
-# STEPS, TORCH=0 (no diffusers) and PCTS (the budgets, default "100 25") can be set, as bench/wan-gpu.sh's.
+# STEPS, TORCH=0 (no diffusers), PCTS (the budgets, default "100 25"), SYNTH=0 (the files of an earlier call
+# kept with KEEP=1) can be set, as bench/wan-gpu.sh's.
 #
 # `--dry-run` runs the same path on the CPU with tiny files at 64², 2 steps (Kiln with --cpu, torch on the CPU in
 # f32): PYTHON=/path/to/python with torch and diffusers (no wheels installed then).
@@ -32,14 +33,16 @@ else
 fi
 . bench/zimage-gpu/common.sh
 
-say "kiln model synth --size $SIZE (the three files, in parallel)"
-rm -rf "$MODELS"
-t0=$(date +%s)
-synth --dtype fp8_e4m3fn --family qwen-image --name diffusion_models/qwen_image_fp8_e4m3fn.safetensors &
-synth --dtype fp8_scaled --family qwen25vl --name text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors &
-synth --dtype bf16 --family wan21-vae --name vae/qwen_image_vae.safetensors &
-wait
-echo "synth_s=$(( $(date +%s) - t0 ))" | tee -a "$LOG"
+if [ "${SYNTH:-1}" = 1 ]; then
+  say "kiln model synth --size $SIZE (the three files, in parallel)"
+  rm -rf "$MODELS"
+  t0=$(date +%s)
+  synth --dtype fp8_e4m3fn --family qwen-image --name diffusion_models/qwen_image_fp8_e4m3fn.safetensors &
+  synth --dtype fp8_scaled --family qwen25vl --name text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors &
+  synth --dtype bf16 --family wan21-vae --name vae/qwen_image_vae.safetensors &
+  wait
+  echo "synth_s=$(( $(date +%s) - t0 ))" | tee -a "$LOG"
+fi
 du -sb "$MODELS"/*/* 2>&1 | tee -a "$LOG"
 
 # The baseline first (every later figure is compared with it), then Kiln: 100 % (the compute the partial budget
@@ -54,4 +57,4 @@ fi
 kiln_at_budgets "${PCTS:-100 25}" qwen-image-lightning
 
 summarise
-rm -rf "$MODELS"
+[ "${KEEP:-0}" = 1 ] || rm -rf "$MODELS"
