@@ -14,6 +14,7 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -58,10 +59,25 @@ pub(crate) struct GemmArgs {
     pub(crate) stride_c: usize,
 }
 
-/// A cuBLASLt handle and its workspace.
+/// A cuBLASLt handle, its workspace, and the algorithm its heuristic chose for each kind of problem.
 pub(crate) struct Gemm {
     handle: Mutex<Handle>,
     workspace: Allocation,
+    /// The heuristic's choice per [`AlgoKey`]: asked once per kind of problem instead of at every call (tens of
+    /// microseconds of host time each, thousands of GEMMs a step).
+    algos: Mutex<HashMap<AlgoKey, ltsys::cublasLtMatmulAlgo_t>>,
+}
+
+/// Everything cuBLASLt's heuristic is told about a problem: its types, sizes, layouts and operand alignments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct AlgoKey {
+    dtype: DType,
+    tf32: bool,
+    sizes: [usize; 4],
+    leading: [usize; 3],
+    strides: [usize; 3],
+    b_transposed: bool,
+    alignments: [u32; 4],
 }
 
 struct Handle(ltsys::cublasLtHandle_t);
@@ -113,7 +129,7 @@ fn alignment(ptr: u64, stride_bytes: u64, batch: usize) -> u32 {
 impl Gemm {
     pub(crate) fn new(workspace: Allocation) -> Result<Gemm> {
         let handle = lt::create_handle().map_err(|e| blas("cublasLtCreate", e))?;
-        Ok(Gemm { handle: Mutex::new(Handle(handle)), workspace })
+        Ok(Gemm { handle: Mutex::new(Handle(handle)), workspace, algos: Mutex::default() })
     }
 
     /// Queues the GEMM on cuBLASLt; an error means it queued nothing.
@@ -191,44 +207,32 @@ impl Gemm {
             .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
         }
 
-        let pref =
-            Pref(lt::create_matmul_pref().map_err(|e| blas("cublasLtMatmulPreferenceCreate", e))?);
-        let workspace = WORKSPACE;
-        let aligns = [
-            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.b, g.stride_b as u64 * esize, g.batch)),
-            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.a, g.stride_a as u64 * esize, g.batch)),
-            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.c, g.stride_c as u64 * esize, g.batch)),
-            (ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.c, g.stride_c as u64 * esize, g.batch)),
+        let alignments = [
+            alignment(g.b, g.stride_b as u64 * esize, g.batch),
+            alignment(g.a, g.stride_a as u64 * esize, g.batch),
+            alignment(g.c, g.stride_c as u64 * esize, g.batch),
+            alignment(g.c, g.stride_c as u64 * esize, g.batch),
         ];
-        // SAFETY: MAX_WORKSPACE_BYTES takes a uint64 and the MIN_ALIGNMENT attributes a uint32, the types passed;
-        // the preference is alive.
-        unsafe {
-            lt::set_matmul_pref_attribute(
-                pref.0,
-                ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&workspace as *const u64).cast(),
-                size_of::<u64>(),
-            )
-            .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
-            for (attr, value) in &aligns {
-                lt::set_matmul_pref_attribute(
-                    pref.0,
-                    *attr,
-                    (value as *const u32).cast(),
-                    size_of::<u32>(),
-                )
-                .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
-            }
-        }
-
+        let key = AlgoKey {
+            dtype: g.dtype,
+            tf32: g.tf32,
+            sizes: [g.m, g.n, g.k, g.batch],
+            leading: [g.lda, g.ldb, g.ldc],
+            strides: [g.stride_a, g.stride_b, g.stride_c],
+            b_transposed: g.b_transposed,
+            alignments,
+        };
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: every descriptor is alive and describes the operands as laid out above.
-        let heuristic = unsafe {
-            lt::get_matmul_algo_heuristic(
-                handle.0, desc.0, a_layout.0, b_layout.0, c_layout.0, c_layout.0, pref.0,
-            )
-        }
-        .map_err(|e| blas("cublasLtMatmulAlgoGetHeuristic", e))?;
+        let cached = self.algos.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+        let algo = match cached {
+            Some(algo) => algo,
+            None => {
+                let algo =
+                    self.heuristic(&handle, &desc, [&a_layout, &b_layout, &c_layout], alignments)?;
+                self.algos.lock().unwrap_or_else(|p| p.into_inner()).insert(key, algo);
+                algo
+            }
+        };
         let alpha = 1.0f32;
         let beta = 0.0f32;
         // SAFETY: the operand addresses hold the matrices the layouts describe (the caller checked the shapes and
@@ -249,13 +253,61 @@ impl Gemm {
                 c_layout.0,
                 g.c as *mut c_void,
                 c_layout.0,
-                &heuristic.algo,
+                &algo,
                 self.workspace.ptr().0 as *mut c_void,
                 WORKSPACE as usize,
                 stream.cu_stream() as ltsys::cudaStream_t,
             )
         }
         .map_err(|e| blas("cublasLtMatmul", e))
+    }
+
+    /// The algorithm cuBLASLt's heuristic picks first for a GEMM of these descriptors (layouts A, B and C = D)
+    /// within [`WORKSPACE`] bytes, at operand alignments A, B, C, D.
+    fn heuristic(
+        &self,
+        handle: &Handle,
+        desc: &Desc,
+        [a, b, c]: [&Layout; 3],
+        alignments: [u32; 4],
+    ) -> Result<ltsys::cublasLtMatmulAlgo_t> {
+        let pref =
+            Pref(lt::create_matmul_pref().map_err(|e| blas("cublasLtMatmulPreferenceCreate", e))?);
+        let workspace = WORKSPACE;
+        let aligns = [
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ]
+        .into_iter()
+        .zip(alignments);
+        // SAFETY: MAX_WORKSPACE_BYTES takes a uint64 and the MIN_ALIGNMENT attributes a uint32, the types passed;
+        // the preference is alive.
+        unsafe {
+            lt::set_matmul_pref_attribute(
+                pref.0,
+                ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&workspace as *const u64).cast(),
+                size_of::<u64>(),
+            )
+            .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
+            for (attr, value) in aligns {
+                lt::set_matmul_pref_attribute(
+                    pref.0,
+                    attr,
+                    (&value as *const u32).cast(),
+                    size_of::<u32>(),
+                )
+                .map_err(|e| blas("cublasLtMatmulPreferenceSetAttribute", e))?;
+            }
+        }
+
+        // SAFETY: every descriptor is alive and describes the operands of the GEMM it is asked for.
+        let heuristic =
+            unsafe { lt::get_matmul_algo_heuristic(handle.0, desc.0, a.0, b.0, c.0, c.0, pref.0) }
+                .map_err(|e| blas("cublasLtMatmulAlgoGetHeuristic", e))?;
+        Ok(heuristic.algo)
     }
 }
 
