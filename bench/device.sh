@@ -6,7 +6,8 @@
 #
 #   ops          the CUDA op tests (bench/gpu/bin/kiln-compute-it: each op on CUDA against the CPU backend)
 #   smoke        every benchmarked workflow end to end on CUDA on tiny synthetic files (64², 2 steps): the
-#                engine's CUDA path per family, before the real-size runs
+#                engine's CUDA path per family, before the real-size runs (SMOKE_WORKFLOWS: which; SMOKE_ARGS:
+#                more bench arguments, `--cpu` to check the part here)
 #   qwen-image   bench/qwen-image-gpu.sh (issue #23: 1328², 8-step Lightning at 100 % and 25 %, beside diffusers)
 #   wan22-5b     bench/wan-gpu.sh (issue #24: TI2V 5B, 1280×704, 33 frames, at 100 % and 25 %, beside diffusers)
 #   wan22-a14b   bench/wan-gpu.sh WORKFLOW=wan22-a14b (the two experts at 832×480, 17 frames, 25 %)
@@ -103,8 +104,21 @@ smoke_synth() {
   s animate2 --dtype f16 --family clip-vision-h --name clip_vision/clip_vision_h.safetensors &
   s animate2 --dtype bf16 --family wan21-vae --name vae/wan_2.1_vae.safetensors &
   wait
-  mkdir -p "$dir/wan22-a14b/text_encoders" "$dir/animate2/text_encoders"
-  for m in wan22-a14b animate2; do
+  s flux2-klein --dtype bf16 --family flux2 --name diffusion_models/flux-2-klein-4b.safetensors &
+  s flux2-klein --dtype bf16 --family qwen3 --name text_encoders/qwen_3_4b.safetensors &
+  s flux2-klein --dtype f32 --family flux2-vae --name vae/flux2-vae.safetensors &
+  s humo --dtype fp8_e4m3fn --family humo-17b --name diffusion_models/humo_17B_fp8_e4m3fn.safetensors &
+  s humo --dtype f16 --family whisper-large-v3 --name audio_encoders/whisper_large_v3_fp16.safetensors &
+  s humo --dtype bf16 --family wan21-vae --name vae/wan_2.1_vae.safetensors &
+  s s2v --dtype fp8_scaled --family wan22-s2v-14b --name diffusion_models/wan2.2_s2v_14B_fp8_scaled.safetensors &
+  s s2v --dtype f16 --family wav2vec2-large-english --name audio_encoders/wav2vec2_large_english_fp16.safetensors &
+  s s2v --dtype bf16 --family wan21-vae --name vae/wan_2.1_vae.safetensors &
+  s lotus --dtype f16 --family lotus-depth --name diffusion_models/lotus-depth-d-v1-1.safetensors &
+  s lotus --dtype f32 --family sd-vae --name vae/vae-ft-mse-840000-ema-pruned.safetensors &
+  wait
+  mkdir -p "$dir/wan22-a14b/text_encoders" "$dir/animate2/text_encoders" "$dir/humo/text_encoders" \
+    "$dir/s2v/text_encoders"
+  for m in wan22-a14b animate2 humo s2v; do
     cp "$dir/wan22-5b/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors" "$dir/$m/text_encoders/"
   done
 }
@@ -122,11 +136,11 @@ for part in $PARTS; do
       [ "$l" -ge 60 ] || { log "smoke skipped: $l s left"; continue; }
       log "smoke: tiny files"
       smoke_synth
-      for wf in zimage qwen-image-lightning wan22-5b wan22-a14b flux-dev animate2; do
+      for wf in ${SMOKE_WORKFLOWS:-zimage qwen-image-lightning wan22-5b wan22-a14b flux-dev animate2 flux2-klein humo s2v lotus}; do
         [ "$(left)" -ge 20 ] || { log "smoke $wf skipped"; continue; }
         log "smoke $wf on CUDA"
         timeout "$(fit 40 30)" "$BIN/kiln-zimage-bench" --workflow "$wf" --models "$WORK/smoke-models/$wf" --size 64 \
-          --steps 2 --label "smoke-$wf" --out "$WORK/smoke-$wf.json" > /dev/null 2> "$WORK/smoke-$wf.log"
+          --steps 2 --label "smoke-$wf" --out "$WORK/smoke-$wf.json" ${SMOKE_ARGS:-} > /dev/null 2> "$WORK/smoke-$wf.log"
         echo "smoke $wf rc=$?" | tee -a "$WORK/device.log"
         python3 - "$WORK/smoke-$wf.json" "$WORK/smoke-ok" "$wf" <<'PY' 2>&1 | tee -a "$WORK/device.log"
 import json, sys

@@ -7,7 +7,8 @@
 //! (`video_humo`: a reference image and a second of audio through Whisper large-v3, `--workflow humo`), or Wan
 //! 2.2 S2V 14B's (`video_wan2_2_14B_s2v`: a reference image and a second of audio through wav2vec2 large,
 //! `--workflow s2v`), or Wan Animate 2's (`video_wan_animate2_distilled`: a reference image and a pose video, in
-//! context windows with the int8 pose-branch cache, `--workflow animate2`), or that
+//! context windows with the int8 pose-branch cache, `--workflow animate2`), or Lotus depth's
+//! (`image_lotus_depth_v1_1` on a flat grey picture, `--workflow lotus`), or that
 //! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
@@ -17,7 +18,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|wan22-a14b|humo|s2v|animate2|whisper]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|wan22-a14b|humo|s2v|animate2|whisper|lotus]
 //!        [--size 1024] [--height H] [--frames N] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -117,6 +118,10 @@ enum Workflow {
     /// The HuMo template's audio encode alone: a second of the tone through Whisper large-v3 (which encodes a
     /// 30-s window whatever the clip), previewed as text. No sampler: its time is `AudioEncoderEncode`'s node.
     Whisper,
+    /// Lotus depth's template (`image_lotus_depth_v1_1`, a flat grey picture in place of its input): VAEEncode
+    /// with SD's KL autoencoder, LotusConditioning, BasicGuider, the `normal` schedule with its first σ set to 999,
+    /// euler without noise through SamplerCustomAdvanced (one UNet call a step), VAEDecode, ImageInvert.
+    Lotus,
 }
 
 impl Workflow {
@@ -175,6 +180,10 @@ impl Workflow {
                 "vae/wan_2.1_vae.safetensors",
             ],
             Workflow::Whisper => &["audio_encoders/whisper_large_v3_fp16.safetensors"],
+            Workflow::Lotus => &[
+                "diffusion_models/lotus-depth-d-v1-1.safetensors",
+                "vae/vae-ft-mse-840000-ema-pruned.safetensors",
+            ],
         }
     }
 
@@ -217,6 +226,7 @@ impl Workflow {
             Workflow::Humo => humo_workflow(seed, size, steps),
             Workflow::S2v => s2v_workflow(seed, size, steps),
             Workflow::Animate2 => animate2_workflow(seed, size, steps),
+            Workflow::Lotus => lotus_workflow(seed, size, steps),
             Workflow::Whisper => json!({
                 "9": {"class_type": "PreviewAny", "inputs": {"source": ["74", 0]}},
                 "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
@@ -262,6 +272,9 @@ impl Workflow {
                 "frames": frames, "pose_cache": "int8", "context_windows": "21/8 static",
             }),
             Workflow::Whisper => json!({"audio_seconds": 1}),
+            Workflow::Lotus => json!({
+                "sampler": "euler", "scheduler": "normal, first sigma 999", "cfg": 1, "dit_calls_per_step": 1,
+            }),
         }
     }
 }
@@ -325,10 +338,11 @@ fn parse_args() -> Result<Args, String> {
                 "s2v" => args.workflow = Workflow::S2v,
                 "animate2" => args.workflow = Workflow::Animate2,
                 "whisper" => args.workflow = Workflow::Whisper,
+                "lotus" => args.workflow = Workflow::Lotus,
                 other => {
                     return Err(format!(
                         "--workflow {other}: expected zimage, qwen-image, qwen-image-lightning, flux-dev, \
-                         flux2-klein, wan22-5b, wan22-a14b, humo, s2v, animate2 or whisper"
+                         flux2-klein, wan22-5b, wan22-a14b, humo, s2v, animate2, whisper or lotus"
                     ));
                 }
             },
@@ -433,6 +447,29 @@ fn flux2_klein_workflow(seed: u64, size: u32, steps: u32) -> Value {
         "73": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
         "74": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
         "70": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["74", 0], "guider": ["72", 0], "sampler": ["73", 0], "sigmas": ["69", 0], "latent_image": ["68", 0]}},
+    })
+}
+
+/// Lotus depth's template graph on a `size`² flat grey picture (node 68, so `--height` reaches it) at `steps`
+/// steps; the sampler is node 70 as in the other graphs. The graph has no seed: the grey's shade follows `seed`,
+/// so a second prompt with another seed runs again instead of coming from the cache.
+fn lotus_workflow(seed: u64, size: u32, steps: u32) -> Value {
+    let color = 0x80_8080 + seed % 16;
+    json!({
+        "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["22", 0]}},
+        "10": {"class_type": "UNETLoader", "inputs": {"unet_name": "lotus-depth-d-v1-1.safetensors", "weight_dtype": "default"}},
+        "14": {"class_type": "VAELoader", "inputs": {"vae_name": "vae-ft-mse-840000-ema-pruned.safetensors"}},
+        "68": {"class_type": "EmptyImage", "inputs": {"width": size, "height": size, "batch_size": 1, "color": color}},
+        "23": {"class_type": "VAEEncode", "inputs": {"pixels": ["68", 0], "vae": ["14", 0]}},
+        "69": {"class_type": "LotusConditioning", "inputs": {}},
+        "19": {"class_type": "BasicGuider", "inputs": {"model": ["10", 0], "conditioning": ["69", 0]}},
+        "20": {"class_type": "BasicScheduler", "inputs": {"model": ["10", 0], "scheduler": "normal", "steps": steps, "denoise": 1}},
+        "28": {"class_type": "SetFirstSigma", "inputs": {"sigmas": ["20", 0], "sigma": 999.000_000_000_000_2}},
+        "21": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "18": {"class_type": "DisableNoise", "inputs": {}},
+        "70": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["18", 0], "guider": ["19", 0], "sampler": ["21", 0], "sigmas": ["28", 0], "latent_image": ["23", 0]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["14", 0]}},
+        "22": {"class_type": "ImageInvert", "inputs": {"image": ["8", 0]}},
     })
 }
 
@@ -993,6 +1030,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::S2v => "wan22-s2v-14b-audio-to-video",
             Workflow::Animate2 => "wan-animate2-motion-transfer",
             Workflow::Whisper => "whisper-large-v3-audio-encode",
+            Workflow::Lotus => "lotus-depth-image-to-depth",
         },
         "label": args.label,
         "unix_time": std::time::SystemTime::now()
