@@ -2,7 +2,7 @@
 // or 128 features (FlashAttention-2's forward pass): the scores never leave registers.
 //
 // Grid (ceil(Nq / 64), Hq, B); block = 4 warps, each owning 16 query rows. The keys and values come in tiles of 64
-// rows, copied into shared memory with cp.async two tiles ahead of their use (double buffering: the copy of tile
+// rows, copied into shared memory with cp.async one tile ahead of its use (double buffering: the copy of tile
 // i + 1 runs while tile i is computed; rows padded by 8 elements, so the 8 rows ldmatrix reads at once hit distinct
 // banks). Per tile each warp computes its 16 × 64 scores with mma.sync m16n8k16 (f32 accumulation; the B fragments of
 // kᵀ by ldmatrix.x4), updates its rows' running maximum and sum (an online softmax in base 2), rounds the
@@ -12,6 +12,14 @@
 // and 2t+8, 2t+9 of column (n) g; C holds rows g and g + 8 at columns 2t, 2t+1. The C fragments of two adjacent
 // score tiles are exactly the A fragment of p for the next product.
 // Causal: query i sees keys 0 ..= i + (Nk − Nq); a row that sees no key is written as zeros.
+
+// Blocks per SM the register budget is sized for: three 68 KB blocks fit Hopper's shared memory; on sm_8x (100 to
+// 164 KB) one or two do, and a tighter register cap would only spill.
+#if __CUDA_ARCH__ >= 900
+#define MMA_MIN_BLOCKS 3
+#else
+#define MMA_MIN_BLOCKS 2
+#endif
 
 #define MMA_ROWS 64
 #define MMA_KEYS 64
@@ -256,13 +264,13 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
     }
 }
 
-extern "C" __launch_bounds__(128, 3) __global__ void attention_mma_64(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
+extern "C" __launch_bounds__(128, MMA_MIN_BLOCKS) __global__ void attention_mma_64(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
                                             i64 nq, i64 nk, float scale, int causal) {
     if (dt == DT_F16) attention_mma<64, true>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
     else attention_mma<64, false>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
 }
 
-extern "C" __launch_bounds__(128, 3) __global__ void attention_mma_128(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
+extern "C" __launch_bounds__(128, MMA_MIN_BLOCKS) __global__ void attention_mma_128(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
                                              i64 nq, i64 nk, float scale, int causal) {
     if (dt == DT_F16) attention_mma<128, true>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
     else attention_mma<128, false>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
