@@ -14,10 +14,11 @@
 #   executor     bench/gpu.sh (the executor's transfer and streaming benchmark beside torch's baseline)
 #   attention-bench  long attention alone at the real runs' shapes on both paths (`kiln-gpu-bench --attention`)
 #   profile      the family parts after it run as a profile: KILN_CUDA_PROFILE=1 (each run's report lists every
-#                kernel's and GEMM's time), 2 steps, Kiln alone (no diffusers) at 100 %, one run (--no-warm),
-#                and they start with at least 60 s left instead of 200
+#                kernel's and GEMM's time; the warm run's is the steady state, the first's includes compiling the
+#                kernels), 2 steps, Kiln alone (no diffusers) at 100 %, and they start with at least 60 s left
+#                instead of 200; the other parts are not profiled
 #   profile-after  each family part after it is followed, on the same files, by such a profiled run (in
-#                FAMILY/profile/), when 40 s are left
+#                FAMILY/profile/), when 60 s are left
 #   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm or mma); with
 #                attention=auto, mma if the op tests' attention test passed (it checks both paths) and, when
 #                attention-bench ran before, mma was the faster at each of its shapes; else gemm
@@ -159,7 +160,8 @@ PY
       done
       rm -rf "$WORK/smoke-models" ;;
     qwen-image | wan22-5b | wan22-a14b)
-      [ "$l" -ge "${FAMILY_MIN_S:-200}" ] || { log "$part skipped: $l s left"; continue; }
+      min=200; [ -n "${PROFILE_FAMILIES:-}" ] && min=60
+      [ "$l" -ge "$min" ] || { log "$part skipped: $l s left"; continue; }
       # After a smoke, only a workflow that ran on CUDA goes on to real size.
       smoke=$part; [ "$part" = qwen-image ] && smoke=qwen-image-lightning
       if [ -f "$WORK/smoke-$smoke.json" ] && ! grep -qx "$smoke" "$WORK/smoke-ok" 2>/dev/null; then
@@ -167,21 +169,25 @@ PY
       fi
       log "$part (left $l s)"
       export T_SYNTH T_TORCH T_KILN
-      if [ -n "${KILN_CUDA_PROFILE:-}" ]; then  # no diffusers run, one Kiln run: more time to each
-        T_SYNTH=$(fit 150 55) T_TORCH=0 T_KILN=$(fit 90 40)
+      if [ -n "${PROFILE_FAMILIES:-}" ]; then  # no diffusers run, one Kiln budget: more time to each
+        T_SYNTH=$(fit 150 55) T_TORCH=1 T_KILN=$(fit 90 40)
       else
         T_SYNTH=$(fit 150 35) T_TORCH=$(fit 120 25) T_KILN=$(fit 90 18)
       fi
       log "timeouts: synth $T_SYNTH, diffusers $T_TORCH, each Kiln run $T_KILN"
       mkdir -p "$WORK/$part"
-      KEEP=${PROFILE_AFTER:-0} family "$part" "$WORK/$part"
+      if [ -n "${PROFILE_FAMILIES:-}" ]; then
+        KILN_CUDA_PROFILE=1 TORCH=0 STEPS=2 PCTS=100 family "$part" "$WORK/$part"
+      else
+        KEEP=${PROFILE_AFTER:-0} family "$part" "$WORK/$part"
+      fi
       grep -E "^== |rc=|synth_s|met|_step|error" "$WORK/$part/stdout.txt" | head -40 | tee -a "$WORK/device.log"
-      if [ -n "${PROFILE_AFTER:-}" ]; then
-        if [ "$(left)" -ge 40 ]; then
-          # The same files again, profiled: 2 steps, Kiln alone at 100 %, one run.
+      if [ -n "${PROFILE_AFTER:-}" ] && [ -z "${PROFILE_FAMILIES:-}" ]; then
+        if [ "$(left)" -ge 60 ]; then
+          # The same files again, profiled: 2 steps, Kiln alone at 100 %, a first and a warm run.
           log "$part profiled (left $(left) s)"
           mkdir -p "$WORK/$part/profile"
-          SYNTH=0 TORCH=0 PCTS=100 STEPS=2 KILN_ARGS=--no-warm KILN_CUDA_PROFILE=1 T_KILN=$(fit 90 70) \
+          SYNTH=0 TORCH=0 PCTS=100 STEPS=2 KILN_CUDA_PROFILE=1 T_KILN=$(fit 90 80) \
             family "$part" "$WORK/$part/profile"
           grep -E "rc=" "$WORK/$part/profile/stdout.txt" | tee -a "$WORK/device.log"
         else
@@ -201,22 +207,24 @@ PY
       echo "rc=$?" >> "$WORK/attention.txt"
       tail -5 "$WORK/attention.txt" | cut -c1-400 | tee -a "$WORK/device.log" ;;
     profile)
-      export KILN_CUDA_PROFILE=1 TORCH=0 STEPS=2 PCTS=100 KILN_ARGS=--no-warm FAMILY_MIN_S=60
-      log "profiling: $KILN_CUDA_PROFILE, 2 steps, Kiln alone at 100 %" ;;
+      PROFILE_FAMILIES=1
+      log "profiling the family parts: 2 steps, Kiln alone at 100 %" ;;
     profile-after)
-      export PROFILE_AFTER=1
+      PROFILE_AFTER=1
       log "each family part is followed by a profiled run" ;;
     attention=auto)
       # mma only if the op tests passed it and, where attention-bench ran, it was the faster at every shape.
       export KILN_CUDA_ATTENTION=gemm
       if grep -q "attention_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" 2>/dev/null; then
-        KILN_CUDA_ATTENTION=$(python3 - "$WORK/attention.json" <<'PY'
-import json, sys
+        # attention-bench always writes attention.txt: without it the part did not run (mma on correctness
+        # alone); with it but no report (killed, crashed) gemm.
+        KILN_CUDA_ATTENTION=$(python3 - "$WORK/attention.json" "$WORK/attention.txt" <<'PY'
+import json, os, sys
 try:
     cases = json.load(open(sys.argv[1])).values()
     print("mma" if all(c["mma"]["seconds"] < c["gemm"]["seconds"] for c in cases) else "gemm")
 except FileNotFoundError:
-    print("mma")
+    print("gemm" if os.path.exists(sys.argv[2]) else "mma")
 except Exception:
     print("gemm")
 PY

@@ -204,7 +204,7 @@ impl Cuda {
             // Two stages of a key tile and a value tile.
             shared: (4 * MMA_KEYS * (d + MMA_PAD) * 2) as u32,
         };
-        let flops = 4.0 * (b * hq * nq * nk * d) as f64;
+        let flops = 4.0 * (b * hq * d) as f64 * visible_pairs(nq, nk, mask);
         self.launch_counted(
             KernelFile::AttentionMma,
             kernel,
@@ -408,6 +408,18 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
     steps
 }
 
+/// How many (query, key) pairs attention of `nq` queries over `nk` keys computes: all of them, or under a causal
+/// mask those with key `j <= i + (nk − nq)` (the kernels skip the rest), for the profile's operation count.
+fn visible_pairs(nq: usize, nk: usize, mask: AttentionMask) -> f64 {
+    if mask != AttentionMask::Causal {
+        return nq as f64 * nk as f64;
+    }
+    // Row i sees clamp(i + nk − nq + 1, 0, nk) keys: the sum over x = i + nk − nq + 1 of the clamp.
+    let (nk, lo, hi) = (nk as i128, nk as i128 - nq as i128 + 1, nk as i128);
+    let sum = |a: i128, b: i128| if a > b { 0 } else { (a + b) * (b - a + 1) / 2 };
+    (sum(lo.max(1), hi.min(nk)) + nk * (hi - lo.max(nk + 1) + 1).max(0)) as f64
+}
+
 /// The sizes of one attention call.
 #[derive(Debug, Clone, Copy)]
 struct Sizes {
@@ -609,6 +621,24 @@ mod tests {
         assert_eq!(chunk_rows(1, 100, 2, 10_000), 4096, "at most MAX_CHUNK_ROWS");
         assert_eq!(chunk_rows(1, 100, 2, 70), 70, "never more than the queries");
         assert_eq!(chunk_rows(100_000, 100_000, 4, 10), 1, "at least one row");
+    }
+
+    #[test]
+    fn causal_attention_counts_only_the_pairs_it_computes() {
+        use crate::backend::AttentionMask;
+        for nq in 0..40 {
+            for nk in 0..40 {
+                let seen: usize = (0..nq)
+                    .map(|i| (i as i64 + nk as i64 - nq as i64 + 1).clamp(0, nk as i64) as usize)
+                    .sum();
+                assert_eq!(
+                    super::visible_pairs(nq, nk, AttentionMask::Causal),
+                    seen as f64,
+                    "{nq} {nk}"
+                );
+                assert_eq!(super::visible_pairs(nq, nk, AttentionMask::None), (nq * nk) as f64);
+            }
+        }
     }
 
     #[test]

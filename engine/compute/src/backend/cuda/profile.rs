@@ -2,7 +2,9 @@
 //! `KILN_CUDA_PROFILE=1` every kernel launch and every GEMM waits for the compute stream before and after it, and
 //! its time is added to its name's total (with the GEMMs' operations, so their rate shows). Waiting costs a few
 //! microseconds an op and serialises the CPU with the GPU, so profiled runs are slower than plain ones; without
-//! the variable nothing is recorded and nothing waits.
+//! the variable nothing is recorded and nothing waits. A process's first launch of each kernel file includes
+//! compiling it with NVRTC, and a GEMM's first of its kind the cuBLASLt heuristic: a second, warm run's profile is
+//! the steady state.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -22,7 +24,8 @@ pub struct OpTime {
     pub calls: u64,
     /// Its seconds in all, from before its launch to the end of its work on the device.
     pub seconds: f64,
-    /// Its floating-point operations in all, where they are known (GEMMs and the attention kernels), else 0.
+    /// Its floating-point operations in all, where they are known (GEMMs and the tensor-core attention kernel),
+    /// else 0.
     pub flops: f64,
 }
 
