@@ -169,4 +169,12 @@ __device__ float block_max(float v, float* scratch) {
     return t;
 }
 
+// i / d and i % d for the index arithmetic of the element loops. A 64-bit division is a long software routine on
+// the GPU (tens of instructions; a copy decomposing its index into four dimensions spends far more time dividing
+// than moving bytes). When i and d both fit in 31 bits (every index of a tensor under 2^31 elements) the 32-bit
+// division gives the same quotient and remainder for a fraction of that; otherwise, or for a negative i, the 64-bit
+// one runs. The test is uniform across a warp in practice, so both branches cost nothing extra.
+__device__ __forceinline__ i64 idiv(i64 i, i64 d) { return ((i | d) >> 31) == 0 ? (i64)((u32)i / (u32)d) : i / d; }
+__device__ __forceinline__ i64 imod(i64 i, i64 d) { return ((i | d) >> 31) == 0 ? (i64)((u32)i % (u32)d) : i % d; }
+
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

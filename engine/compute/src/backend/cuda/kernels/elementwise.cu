@@ -47,8 +47,8 @@ extern "C" __global__ void binary(const void* a, int adt, const void* b, int bdt
         i64 rem = i, ai = 0, bi = 0;
         for (int d = rank - 1; d >= 0; --d) {
             i64 size = (i64)dims.v[d];
-            i64 c = rem % size;
-            rem /= size;
+            i64 c = imod(rem, size);
+            rem = idiv(rem, size);
             ai += c * (i64)as.v[d];
             bi += c * (i64)bs.v[d];
         }
@@ -76,8 +76,8 @@ extern "C" __global__ void modulate(const void* x, int xdt, const void* scale, i
                                     void* out, i64 batch, i64 tokens, i64 dim) {
     i64 n = batch * tokens * dim;
     GRID_STRIDE(i, n) {
-        i64 d = i % dim;
-        i64 b = i / (tokens * dim);
+        i64 d = imod(i, dim);
+        i64 b = idiv(i, tokens * dim);
         i64 p = b * dim + d;
         float v = ld(x, xdt, i) * (1.0f + ld(scale, sdt, p));
         if (shift) v += ld(shift, hdt, p);
@@ -88,7 +88,7 @@ extern "C" __global__ void modulate(const void* x, int xdt, const void* scale, i
 // In place: out[i] += bias[(i / inner) % channels] (a linear's bias with inner = 1, a conv's with inner = H'·W').
 extern "C" __global__ void bias_add(void* out, int odt, const void* bias, int bdt, i64 n, i64 channels, i64 inner) {
     GRID_STRIDE(i, n) {
-        i64 c = (i / inner) % channels;
+        i64 c = imod(idiv(i, inner), channels);
         st(out, odt, i, ld(out, odt, i) + ld(bias, bdt, c));
     }
 }

@@ -6,9 +6,9 @@ extern "C" __global__ void copy_dim(const void* src, void* dst, i64 outer, i64 l
                                     i64 ddim, i64 doff, int esize) {
     i64 n = outer * len * inner;
     GRID_STRIDE(i, n) {
-        i64 r = i % inner;
-        i64 j = (i / inner) % len;
-        i64 o = i / (inner * len);
+        i64 r = imod(i, inner);
+        i64 j = imod(idiv(i, inner), len);
+        i64 o = idiv(i, inner * len);
         mv(dst, (o * ddim + doff + j) * inner + r, src, (o * sdim + soff + j) * inner + r, esize);
     }
 }
@@ -20,9 +20,9 @@ extern "C" __global__ void pad(const void* src, void* dst, int dt, i64 outer, i6
     i64 ddim = before + sdim + after;
     i64 n = outer * ddim * inner;
     GRID_STRIDE(i, n) {
-        i64 r = i % inner;
-        i64 j = (i / inner) % ddim;
-        i64 o = i / (inner * ddim);
+        i64 r = imod(i, inner);
+        i64 j = imod(idiv(i, inner), ddim);
+        i64 o = idiv(i, inner * ddim);
         i64 s = j - before;
         if (s < 0 || s >= sdim) {
             if (mode == 0) {
@@ -44,8 +44,8 @@ extern "C" __global__ void permute(const void* src, void* dst, i64 n, int rank, 
         i64 rem = i, si = 0;
         for (int d = rank - 1; d >= 0; --d) {
             i64 size = (i64)dims.v[d];
-            si += (rem % size) * (i64)strides.v[d];
-            rem /= size;
+            si += imod(rem, size) * (i64)strides.v[d];
+            rem = idiv(rem, size);
         }
         mv(dst, i, src, si, esize);
     }
@@ -55,9 +55,9 @@ extern "C" __global__ void permute(const void* src, void* dst, i64 n, int rank, 
 extern "C" __global__ void upsample2x(const void* src, void* dst, i64 planes, i64 h, i64 w, int esize) {
     i64 n = planes * 4 * h * w;
     GRID_STRIDE(i, n) {
-        i64 x = i % (2 * w);
-        i64 y = (i / (2 * w)) % (2 * h);
-        i64 pl = i / (4 * h * w);
+        i64 x = imod(i, 2 * w);
+        i64 y = imod(idiv(i, 2 * w), 2 * h);
+        i64 pl = idiv(i, 4 * h * w);
         mv(dst, i, src, (pl * h + y / 2) * w + x / 2, esize);
     }
 }
@@ -69,11 +69,11 @@ extern "C" __global__ void patchify(const void* src, void* dst, i64 batch, i64 c
     i64 feats = p * p * c;
     i64 n = batch * tokens * feats;
     GRID_STRIDE(i, n) {
-        i64 f = i % feats;
-        i64 t = (i / feats) % tokens;
-        i64 b = i / (feats * tokens);
-        i64 ch = f % c, px = (f / c) % p, py = f / (c * p);
-        i64 y = (t / wp) * p + py, x = (t % wp) * p + px;
+        i64 f = imod(i, feats);
+        i64 t = imod(idiv(i, feats), tokens);
+        i64 b = idiv(i, feats * tokens);
+        i64 ch = imod(f, c), px = imod(idiv(f, c), p), py = idiv(f, c * p);
+        i64 y = idiv(t, wp) * p + py, x = imod(t, wp) * p + px;
         mv(dst, i, src, ((b * c + ch) * h + y) * w + x, esize);
     }
 }
@@ -85,12 +85,12 @@ extern "C" __global__ void unpatchify(const void* src, void* dst, i64 batch, i64
     i64 feats = p * p * c;
     i64 n = batch * c * h * w;
     GRID_STRIDE(i, n) {
-        i64 x = i % w;
-        i64 y = (i / w) % h;
-        i64 ch = (i / (w * h)) % c;
-        i64 b = i / (w * h * c);
-        i64 t = (y / p) * wp + x / p;
-        i64 f = ((y % p) * p + x % p) * c + ch;
+        i64 x = imod(i, w);
+        i64 y = imod(idiv(i, w), h);
+        i64 ch = imod(idiv(i, w * h), c);
+        i64 b = idiv(i, w * h * c);
+        i64 t = idiv(y, p) * wp + idiv(x, p);
+        i64 f = (imod(y, p) * p + imod(x, p)) * c + ch;
         mv(dst, i, src, (b * tokens + t) * feats + f, esize);
     }
 }
@@ -100,7 +100,7 @@ extern "C" __global__ void embedding(const u32* ids, const void* table, int tdt,
                                      i64 dim) {
     i64 n = count * dim;
     GRID_STRIDE(i, n) {
-        i64 row = i / dim, col = i % dim;
+        i64 row = idiv(i, dim), col = imod(i, dim);
         st(out, odt, i, ld(table, tdt, (i64)ids[row] * dim + col));
     }
 }

@@ -53,7 +53,7 @@ extern "C" __global__ void group_norm(const void* x, int xdt, const void* w, int
     i64 cpg = channels / groups;
     i64 len = cpg * spatial;
     for (i64 bg = blockIdx.x; bg < batch * groups; bg += gridDim.x) {
-        i64 g = bg % groups;
+        i64 g = imod(bg, groups);
         i64 base = bg * len;
         float s = 0.0f;
         for (i64 j = threadIdx.x; j < len; j += blockDim.x) s += ld(x, xdt, base + j);
@@ -65,7 +65,7 @@ extern "C" __global__ void group_norm(const void* x, int xdt, const void* w, int
         }
         float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)len + eps);
         for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-            i64 c = g * cpg + j / spatial;
+            i64 c = g * cpg + idiv(j, spatial);
             float v = (ld(x, xdt, base + j) - mean) * inv;
             if (w) v *= ld(w, wdt, c);
             if (b) v += ld(b, bdt, c);

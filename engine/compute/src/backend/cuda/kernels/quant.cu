@@ -32,7 +32,7 @@ extern "C" __global__ void dequant_mxfp8(const u8* q, const u8* table, void* dst
                                          i64 row0) {
     i64 tcols = (cols / 32 + 3) / 4 * 4;
     GRID_STRIDE(i, rows * cols) {
-        i64 r = i / cols, c = i % cols;
+        i64 r = idiv(i, cols), c = imod(i, cols);
         st(dst, ddt, i, e4m3_to_f32(q[i]) * e8m0_to_f32(table[swizzled(row0 + r, c / 32, tcols)]));
     }
 }
@@ -44,7 +44,7 @@ extern "C" __global__ void dequant_nvfp4(const u8* q, const u8* table, float glo
     i64 tcols = (cols / 16 + 3) / 4 * 4;
     float g = round_to(ddt, global);
     GRID_STRIDE(i, rows * cols) {
-        i64 r = i / cols, c = i % cols;
+        i64 r = idiv(i, cols), c = imod(i, cols);
         u8 byte = q[r * (cols / 2) + c / 2];
         u32 code = (c % 2 == 0) ? (u32)(byte >> 4) : (u32)(byte & 15u);
         float block = round_to(ddt, e4m3_to_f32(table[swizzled(row0 + r, c / 16, tcols)]));
@@ -56,7 +56,7 @@ extern "C" __global__ void dequant_nvfp4(const u8* q, const u8* table, float glo
 // rotated back by the caller (a GEMM with the Hadamard matrix).
 extern "C" __global__ void dequant_int8(const signed char* q, const float* scales, int per_row, float* dst, i64 rows,
                                         i64 cols) {
-    GRID_STRIDE(i, rows * cols) { dst[i] = (float)q[i] * scales[per_row ? i / cols : 0]; }
+    GRID_STRIDE(i, rows * cols) { dst[i] = (float)q[i] * scales[per_row ? idiv(i, cols) : 0]; }
 }
 
 // comfy-kitchen's per-row quantization of activations: s = max(max|x| / 127, 1e-30) in f32, kept in `scales`; the

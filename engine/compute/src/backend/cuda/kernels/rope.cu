@@ -6,9 +6,9 @@ extern "C" __global__ void rope(const void* x, int xdt, const void* cs, const vo
     i64 half = dim / 2;
     i64 pairs = batch * tokens * heads * half;
     GRID_STRIDE(i, pairs) {
-        i64 m = i % half;
-        i64 row = i / half;  // (b, n, h)
-        i64 n = (row / heads) % tokens;
+        i64 m = imod(i, half);
+        i64 row = idiv(i, half);  // (b, n, h)
+        i64 n = imod(idiv(row, heads), tokens);
         i64 base = row * dim;
         i64 i0 = interleaved ? base + 2 * m : base + m;
         i64 i1 = interleaved ? base + 2 * m + 1 : base + m + half;
