@@ -3,8 +3,8 @@
 //!
 //! **Two paths.** A problem with at least [`GEMM_MIN_TOKENS`] queries and keys, or a head wider than the flash
 //! kernel holds (a VAE's single head of 384 to 1024 features), runs as cuBLASLt GEMMs over chunks of query rows:
-//! the scores `q·kᵀ` in f32 (from f32 copies of q and k on TF32 tensor cores when they are 16-bit, which TF32
-//! holds exactly: exact products summed in f32, the flash kernel's arithmetic), a row softmax of `scores·scale`
+//! the scores `q·kᵀ` in f32 (16-bit q and k on the tensor cores with the f32 accumulation written out: exact
+//! products summed in f32, the flash kernel's arithmetic), a row softmax of `scores·scale`
 //! with the mask into probabilities of the compute type (`attention_softmax`), and `p·v` in the compute type with
 //! f32 accumulation (probabilities rounded to bf16 before the second product, as FlashAttention and PyTorch's SDPA,
 //! which ComfyUI runs on a GPU, do). The score chunk is at most [`SCORE_CHUNK_BYTES`] and [`MAX_CHUNK_ROWS`]
@@ -242,7 +242,6 @@ impl Cuda {
         scale: f32,
     ) -> Result<()> {
         let dt = out.dtype();
-        let (q32, k32) = (self.op_cast(q, DType::F32)?, self.op_cast(k, DType::F32)?);
         let (chunk, ld) = (
             chunk_rows(sizes.b * sizes.hkv, sizes.nk, dt.size(), sizes.nq),
             score_stride(sizes.nk),
@@ -251,8 +250,8 @@ impl Cuda {
         let scores = self.alloc((scratch * 4) as u64)?;
         let probs = self.alloc((scratch * dt.size()) as u64)?;
         let at = GemmAddresses {
-            q32: q32.buf().ptr().0,
-            k32: k32.buf().ptr().0,
+            q: q.buf().ptr().0,
+            k: k.buf().ptr().0,
             v: v.buf().ptr().0,
             out: out.buf().ptr().0,
             scores: scores.ptr().0,
@@ -333,12 +332,12 @@ impl Cuda {
     }
 }
 
-/// The device addresses the GEMM path works on: f32 copies of q and k, v and the output in the compute type, a
-/// chunk's f32 scores and its probabilities in the compute type.
+/// The device addresses the GEMM path works on: q, k, v and the output in the compute type, a chunk's f32 scores
+/// and its probabilities in the compute type.
 #[derive(Debug, Clone, Copy)]
 struct GemmAddresses {
-    q32: u64,
-    k32: u64,
+    q: u64,
+    k: u64,
     v: u64,
     out: u64,
     scores: u64,
@@ -366,14 +365,14 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
             let rows = chunk.min(nq - q0);
             steps.push(GemmStep::Product(GemmArgs {
                 op: "attention q·k",
-                dtype: DType::F32,
-                tf32: dt != DType::F32,
+                dtype: dt,
+                out: DType::F32,
                 m: rows,
                 n: nk,
                 k: d,
-                a: at.q32 + ((j * nq + q0) * d * 4) as u64,
+                a: at.q + ((j * nq + q0) * d * esize) as u64,
                 lda: d,
-                b: at.k32,
+                b: at.k,
                 ldb: d,
                 b_transposed: true,
                 c: at.scores,
@@ -387,7 +386,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
             steps.push(GemmStep::Product(GemmArgs {
                 op: "attention p·v",
                 dtype: dt,
-                tf32: false,
+                out: dt,
                 m: rows,
                 n: dv,
                 k: nk,
@@ -496,7 +495,7 @@ mod tests {
                         };
                         acc += a * b;
                     }
-                    host.set(g.c, es, bi * g.stride_c + r * g.ldc + c, acc);
+                    host.set(g.c, g.out.size(), bi * g.stride_c + r * g.ldc + c, acc);
                 }
             }
         }
@@ -551,8 +550,8 @@ mod tests {
             let ld = score_stride(nk);
             let mut host = Host { bufs: Vec::new() };
             let at = GemmAddresses {
-                q32: host.add(4, q.clone()),
-                k32: host.add(4, k.clone()),
+                q: host.add(es, q.clone()),
+                k: host.add(es, k.clone()),
                 v: host.add(es, v.clone()),
                 out: host.add(es, vec![f64::NAN; b * hq * nq * dv]),
                 scores: host.add(4, vec![f64::NAN; b * hkv * chunk * ld]),

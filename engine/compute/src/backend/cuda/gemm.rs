@@ -40,9 +40,10 @@ const IM2COL_CHUNK: usize = 64 << 20;
 pub(crate) struct GemmArgs {
     /// What the product is for (`linear`, `conv2d`, …): its name in the [`super::profile`].
     pub(crate) op: &'static str,
+    /// The type of `a` and `b`.
     pub(crate) dtype: DType,
-    /// With f32 operands: let cuBLASLt use TF32 tensor cores (only when every operand value is exact in TF32).
-    pub(crate) tf32: bool,
+    /// The type of `c`: `dtype`, or f32 for 16-bit operands whose f32 accumulation is kept (attention's scores).
+    pub(crate) out: DType,
     pub(crate) m: usize,
     pub(crate) n: usize,
     pub(crate) k: usize,
@@ -72,7 +73,7 @@ pub(crate) struct Gemm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct AlgoKey {
     dtype: DType,
-    tf32: bool,
+    out: DType,
     sizes: [usize; 4],
     leading: [usize; 3],
     strides: [usize; 3],
@@ -134,16 +135,23 @@ impl Gemm {
 
     /// Queues the GEMM on cuBLASLt; an error means it queued nothing.
     fn cublaslt(&self, stream: &cudarc::driver::CudaStream, g: &GemmArgs) -> Result<()> {
-        let ty = match g.dtype {
-            DType::F32 => ltsys::cudaDataType_t::CUDA_R_32F,
-            DType::F16 => ltsys::cudaDataType_t::CUDA_R_16F,
-            DType::BF16 => ltsys::cudaDataType_t::CUDA_R_16BF,
+        let data_type = |dtype: DType| match dtype {
+            DType::F32 => Ok(ltsys::cudaDataType_t::CUDA_R_32F),
+            DType::F16 => Ok(ltsys::cudaDataType_t::CUDA_R_16F),
+            DType::BF16 => Ok(ltsys::cudaDataType_t::CUDA_R_16BF),
             DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => {
-                return Err(Error::Unsupported(format!("a GEMM on {} operands", g.dtype)));
+                Err(Error::Unsupported(format!("a GEMM on {dtype} operands")))
             }
         };
-        let esize = g.dtype.size() as u64;
-        let layout = |rows: usize, cols: usize, ld: usize, stride: usize| -> Result<Layout> {
+        if g.out != g.dtype && g.out != DType::F32 {
+            return Err(Error::Unsupported(format!(
+                "a GEMM of {} operands into {}",
+                g.dtype, g.out
+            )));
+        }
+        let (ty, out_ty) = (data_type(g.dtype)?, data_type(g.out)?);
+        let (esize, out_size) = (g.dtype.size() as u64, g.out.size() as u64);
+        let layout = |ty, rows: usize, cols: usize, ld: usize, stride: usize| -> Result<Layout> {
             let l = Layout(
                 lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
                     .map_err(|e| blas("cublasLtMatrixLayoutCreate", e))?,
@@ -174,18 +182,16 @@ impl Gemm {
         };
         // cuBLASLt's A is our b: stored N×K column-major (our [K, N] row-major), or K×N when transposed.
         let (a_rows, a_cols) = if g.b_transposed { (g.k, g.n) } else { (g.n, g.k) };
-        let a_layout = layout(a_rows, a_cols, g.ldb, g.stride_b)?;
-        let b_layout = layout(g.k, g.m, g.lda, g.stride_a)?;
-        let c_layout = layout(g.n, g.m, g.ldc, g.stride_c)?;
+        let a_layout = layout(ty, a_rows, a_cols, g.ldb, g.stride_b)?;
+        let b_layout = layout(ty, g.k, g.m, g.lda, g.stride_a)?;
+        let c_layout = layout(out_ty, g.n, g.m, g.ldc, g.stride_c)?;
 
-        let compute = if g.tf32 && g.dtype == DType::F32 {
-            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-        } else {
-            ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
-        };
         let desc = Desc(
-            lt::create_matmul_desc(compute, ltsys::cudaDataType_t::CUDA_R_32F)
-                .map_err(|e| blas("cublasLtMatmulDescCreate", e))?,
+            lt::create_matmul_desc(
+                ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                ltsys::cudaDataType_t::CUDA_R_32F,
+            )
+            .map_err(|e| blas("cublasLtMatmulDescCreate", e))?,
         );
         let trans_a: i32 = i32::from(g.b_transposed);
         let trans_b: i32 = 0;
@@ -210,12 +216,12 @@ impl Gemm {
         let alignments = [
             alignment(g.b, g.stride_b as u64 * esize, g.batch),
             alignment(g.a, g.stride_a as u64 * esize, g.batch),
-            alignment(g.c, g.stride_c as u64 * esize, g.batch),
-            alignment(g.c, g.stride_c as u64 * esize, g.batch),
+            alignment(g.c, g.stride_c as u64 * out_size, g.batch),
+            alignment(g.c, g.stride_c as u64 * out_size, g.batch),
         ];
         let key = AlgoKey {
             dtype: g.dtype,
-            tf32: g.tf32,
+            out: g.out,
             sizes: [g.m, g.n, g.k, g.batch],
             leading: [g.lda, g.ldb, g.ldc],
             strides: [g.stride_a, g.stride_b, g.stride_c],
@@ -350,7 +356,10 @@ impl Cuda {
             return Ok(());
         }
         let flops = 2.0 * (g.m * g.n * g.k * g.batch) as f64;
-        let name = || format!("gemm {} {}{}", g.op, g.dtype, if g.tf32 { " tf32" } else { "" });
+        let name = || {
+            let out = if g.out == g.dtype { String::new() } else { format!(" → {}", g.out) };
+            format!("gemm {} {}{out}", g.op, g.dtype)
+        };
         super::profile::timed(self.stream(), name, flops, || self.gemm_now(g))
     }
 
@@ -382,7 +391,7 @@ impl Cuda {
                 Arg::Ptr(g.b),
                 Arg::I32(dt),
                 Arg::Ptr(g.c),
-                Arg::I32(dt),
+                Arg::I32(dtype_code(g.out)),
                 Arg::n(g.m),
                 Arg::n(g.n),
                 Arg::n(g.k),
@@ -418,7 +427,7 @@ impl Cuda {
             self.gemm(&GemmArgs {
                 op: "linear",
                 dtype,
-                tf32: false,
+                out: dtype,
                 m,
                 n,
                 k,
@@ -476,7 +485,7 @@ impl Cuda {
         self.gemm(&GemmArgs {
             op: "matmul",
             dtype,
-            tf32: false,
+            out: dtype,
             m,
             n,
             k,
@@ -532,6 +541,34 @@ impl Cuda {
         let out = self.empty(vec![bsz, o, ho, wo], dtype)?;
         let (wptr, _scratch) = self.weight_as(w, dtype)?;
         let esize = dtype.size();
+        if kh == 1 && kw == 1 && s == 1 && params.padding == [0; 4] {
+            // A 1×1 convolution reads x [C, H·W] as it is: one GEMM per sample, no column buffer.
+            for b in 0..bsz {
+                self.gemm(&GemmArgs {
+                    op: "conv2d 1x1",
+                    dtype,
+                    out: dtype,
+                    m: o,
+                    n: pixels,
+                    k: c,
+                    a: wptr,
+                    lda: c,
+                    b: x.buf().ptr().0 + (b * c * pixels * esize) as u64,
+                    ldb: pixels,
+                    b_transposed: false,
+                    c: out.buf().ptr().0 + (b * o * pixels * esize) as u64,
+                    ldc: pixels,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                })?;
+            }
+            if let Some(bw) = bias {
+                self.bias_add(&out, bw, o, pixels)?;
+            }
+            return Ok(out);
+        }
         let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..bsz {
@@ -543,7 +580,11 @@ impl Cuda {
                 self.launch(
                     KernelFile::Conv,
                     "im2col",
-                    Grid::linear(ckk * np),
+                    Grid {
+                        grid: (np.div_ceil(256).min(65_535) as u32, ckk.min(65_535) as u32, 1),
+                        block: (256, 1, 1),
+                        shared: 0,
+                    },
                     &[
                         Arg::Ptr(xb),
                         Arg::Ptr(col.ptr().0),
@@ -565,7 +606,7 @@ impl Cuda {
                 self.gemm(&GemmArgs {
                     op: "conv2d",
                     dtype,
-                    tf32: false,
+                    out: dtype,
                     m: o,
                     n: np,
                     k: ckk,
