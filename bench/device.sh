@@ -19,9 +19,9 @@
 #                instead of 200; the other parts are not profiled
 #   profile-after  each family part after it is followed, on the same files, by such a profiled run (in
 #                FAMILY/profile/), when 60 s are left
-#   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm or mma); with
-#                attention=auto, mma if the op tests' attention test passed (it checks both paths) and, when
-#                attention-bench ran before, mma was the faster at each of its shapes; else gemm
+#   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm, mma or mma2); with
+#                attention=auto, if the op tests' attention test passed (it checks every path): when
+#                attention-bench ran before, the path of the least time over its shapes, else mma; otherwise gemm
 #
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
@@ -213,7 +213,7 @@ PY
       PROFILE_AFTER=1
       log "each family part is followed by a profiled run" ;;
     attention=auto)
-      # mma only if the op tests passed it and, where attention-bench ran, it was the faster at every shape.
+      # A kernel only if the op tests passed it; where attention-bench ran, the fastest path over its shapes.
       export KILN_CUDA_ATTENTION=gemm
       if grep -q "attention_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" 2>/dev/null; then
         # attention-bench always writes attention.txt: without it the part did not run (mma on correctness
@@ -222,7 +222,8 @@ PY
 import json, os, sys
 try:
     cases = json.load(open(sys.argv[1])).values()
-    print("mma" if all(c["mma"]["seconds"] < c["gemm"]["seconds"] for c in cases) else "gemm")
+    paths = [p for p in ("gemm", "mma", "mma2") if all(p in c for c in cases)]
+    print(min(paths, key=lambda p: sum(c[p]["seconds"] for c in cases)))
 except FileNotFoundError:
     print("gemm" if os.path.exists(sys.argv[2]) else "mma")
 except Exception:

@@ -16,8 +16,9 @@
 //!   resident pass; resident TFLOP/s.
 //!
 //! With `--attention`: long attention at the shapes of the real-size runs (Qwen-Image at 1328², Wan 2.2 5B at
-//! 1280×704×33, Z-Image at 1024²; bf16, heads of 128) on each long-attention path (GEMMs, the tensor-core kernel):
-//! seconds, TFLOP/s, and the largest difference between the two paths' outputs.
+//! 1280×704×33, Z-Image at 1024²; bf16, heads of 128) on each long-attention path (GEMMs, the tensor-core kernel's
+//! one- and two-m-tile forms): seconds, TFLOP/s, and the largest difference of a kernel form's output from the
+//! GEMM path's.
 
 #[cfg(feature = "cuda")]
 fn main() {
@@ -232,7 +233,12 @@ mod bench {
             let flops = 4.0 * (b * h * n * n * d) as f64;
             let mut outputs = Vec::new();
             let mut parts = Vec::new();
-            for (path, long) in [("gemm", LongAttention::Gemm), ("mma", LongAttention::Mma)] {
+            let paths = [
+                ("gemm", LongAttention::Gemm),
+                ("mma", LongAttention::Mma),
+                ("mma2", LongAttention::Mma2),
+            ];
+            for (path, long) in paths {
                 let cuda = Cuda::new(0)?.with_long_attention(long);
                 let up = |seed| cuda.from_f32(&[b, h, n, d], &values(seed), DType::BF16);
                 let (q, k, v) = (up(1)?, up(2)?, up(3)?);
@@ -247,10 +253,10 @@ mod bench {
                     flops / s / 1e12
                 ));
             }
-            let diff = outputs[0]
+            // The largest difference of either kernel form from the GEMM path.
+            let diff = outputs[1..]
                 .iter()
-                .zip(&outputs[1])
-                .map(|(a, b)| (a - b).abs())
+                .flat_map(|o| o.iter().zip(&outputs[0]).map(|(a, b)| (a - b).abs()))
                 .fold(0.0f32, f32::max);
             let comma = if i + 1 < cases.len() { "," } else { "" };
             let _ = writeln!(

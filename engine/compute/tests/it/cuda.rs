@@ -59,6 +59,8 @@ mod gpu {
         gpu32: Cuda,
         /// bf16 compute with long attention on the tensor-core flash kernel.
         gpu_mma: Cuda,
+        /// The same with the kernel's two-m-tile form.
+        gpu_mma2: Cuda,
         cpu: Cpu,
     }
 
@@ -77,7 +79,10 @@ mod gpu {
             let gpu_mma = Cuda::new(0)
                 .map_err(|e| format!("no usable CUDA device: {e}"))?
                 .with_long_attention(LongAttention::Mma);
-            Ok(Env { gpu, gpu32, gpu_mma, cpu: Cpu::new(4 << 30) })
+            let gpu_mma2 = Cuda::new(0)
+                .map_err(|e| format!("no usable CUDA device: {e}"))?
+                .with_long_attention(LongAttention::Mma2);
+            Ok(Env { gpu, gpu32, gpu_mma, gpu_mma2, cpu: Cpu::new(4 << 30) })
         });
         match env {
             Ok(env) => Some(env),
@@ -392,8 +397,9 @@ mod gpu {
     fn attention_matches_the_cpu_with_gqa_and_causal_masks() {
         let Some(e) = env() else { return };
         // Long sequences and heads over 256 features run as GEMMs (4 200 queries: two chunks of at most 4 096
-        // rows; the first 1 200 causal rows see no key; 401 keys: rows padded to 408), or with `gpu_mma` on the
-        // tensor-core kernel where it fits (16-bit, heads of 64 or 128); the short ones on the flash kernel.
+        // rows; the first 1 200 causal rows see no key; 401 keys: rows padded to 408), or with `gpu_mma` and
+        // `gpu_mma2` on the tensor-core kernel's two forms where they fit (16-bit, heads of 64 or 128); the short
+        // ones on the flash kernel.
         let cases = [
             (DType::BF16, 1, (8, 2), (4200, 3000), (64, 64), AttentionMask::Causal),
             (DType::BF16, 1, (4, 4), (2048, 2048), (128, 128), AttentionMask::None),
@@ -415,7 +421,7 @@ mod gpu {
         ];
         for (dt, batch, heads, n, dims, mask) in cases {
             let want = attention_case(&e.cpu, dt, batch, heads, n, dims, mask);
-            for (path, gpu) in [("gemm", &e.gpu), ("mma", &e.gpu_mma)] {
+            for (path, gpu) in [("gemm", &e.gpu), ("mma", &e.gpu_mma), ("mma2", &e.gpu_mma2)] {
                 let what = format!(
                     "attention ({path}) {dt} batch {batch} heads {heads:?} n {n:?} dims {dims:?} {mask:?}"
                 );

@@ -14,7 +14,9 @@
 //!
 //! With [`LongAttention::Mma`] the long problems it fits (sm_80 and later, q, k and v of one 16-bit type,
 //! 16-byte aligned, heads of 64 or 128) run on the tensor-core flash kernel (`attention_mma.cu`) instead: the scores
-//! stay in registers, and the key and value tiles are copied with `cp.async` one tile ahead of their use.
+//! stay in registers, and the key and value tiles are copied with `cp.async` one tile ahead of their use. With
+//! [`LongAttention::Mma2`] its two-m-tile form runs them (128 query rows a block), where the device's shared
+//! memory holds its block.
 
 use super::gemm::GemmArgs;
 use super::kernels::{Arg, Grid, KernelFile, dtype_code};
@@ -47,19 +49,37 @@ fn score_stride(nk: usize) -> usize {
     nk.next_multiple_of(8)
 }
 
-/// Query rows of one block of the tensor-core kernel (`MMA_ROWS`: 4 warps of 16).
+/// Query rows of one m-tile a warp of the tensor-core kernel (`MMA_ROWS`: 4 warps of 16).
 const MMA_ROWS: usize = 64;
-/// Keys per tile of the tensor-core kernel (`MMA_KEYS`) and the padding of its shared-memory rows (`MMA_PAD`).
+/// Keys per tile of the tensor-core kernel (`MMA_KEYS`; `MMA2_KEYS_128` for two m-tiles of 128 features) and the
+/// padding of its shared-memory rows (`MMA_PAD`).
 const MMA_KEYS: usize = 64;
+const MMA2_KEYS_128: usize = 32;
 const MMA_PAD: usize = 8;
 
-/// The tensor-core kernel for heads of `d` features, if there is one.
-fn mma_kernel(d: usize) -> Option<&'static str> {
-    match d {
-        64 => Some("attention_mma_64"),
-        128 => Some("attention_mma_128"),
-        _ => None,
-    }
+/// One form of the tensor-core kernel (`attention_mma.cu`): its entry point and block geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MmaKernel {
+    name: &'static str,
+    /// Query rows of a block.
+    rows: usize,
+    /// Dynamic shared memory of a block: two stages of a key and a value tile, and with two m-tiles the block's q.
+    shared: usize,
+}
+
+/// The tensor-core kernel for heads of `d` features with `m_tiles` (1 or 2) m-tiles a warp, if there is one.
+fn mma_kernel(d: usize, m_tiles: usize) -> Option<MmaKernel> {
+    let name = match (d, m_tiles) {
+        (64, 1) => "attention_mma_64",
+        (128, 1) => "attention_mma_128",
+        (64, 2) => "attention_mma2_64",
+        (128, 2) => "attention_mma2_128",
+        _ => return None,
+    };
+    let keys = if (d, m_tiles) == (128, 2) { MMA2_KEYS_128 } else { MMA_KEYS };
+    let rows = MMA_ROWS * m_tiles;
+    let q = if m_tiles > 1 { rows } else { 0 };
+    Some(MmaKernel { name, rows, shared: (4 * keys + q) * (d + MMA_PAD) * 2 })
 }
 
 /// Query rows per chunk of the GEMM path: `batch` heads of `nk` keys, probabilities of `esize` bytes.
@@ -132,13 +152,15 @@ impl Cuda {
             let sm80 = self.kernels.arch() >= (8, 0);
             // The kernel copies rows of keys and values 16 bytes at a time.
             let aligned = [q, k, v].iter().all(|t| t.buf().ptr().0 % 16 == 0);
-            let mma = mma_kernel(d).filter(|_| {
-                self.long_attention == LongAttention::Mma
-                    && sm80
-                    && dt != DType::F32
-                    && d == dv
-                    && aligned
-            });
+            let max_shared = self.kernels.max_shared() as usize;
+            let mma = match self.long_attention {
+                LongAttention::Gemm => None,
+                LongAttention::Mma => mma_kernel(d, 1),
+                LongAttention::Mma2 => {
+                    mma_kernel(d, 2).filter(|k| k.shared <= max_shared).or(mma_kernel(d, 1))
+                }
+            }
+            .filter(|_| sm80 && dt != DType::F32 && d == dv && aligned);
             match mma {
                 Some(kernel) => self.attention_mma(kernel, q, k, v, &out, sizes, mask, scale)?,
                 None => self.attention_by_gemm(q, k, v, &out, sizes, mask, scale)?,
@@ -189,7 +211,7 @@ impl Cuda {
     #[allow(clippy::too_many_arguments)]
     fn attention_mma(
         &self,
-        kernel: &'static str,
+        kernel: MmaKernel,
         q: &Tensor<Cuda>,
         k: &Tensor<Cuda>,
         v: &Tensor<Cuda>,
@@ -199,15 +221,14 @@ impl Cuda {
         scale: f32,
     ) -> Result<()> {
         let grid = Grid {
-            grid: (nq.div_ceil(MMA_ROWS) as u32, hq as u32, b as u32),
+            grid: (nq.div_ceil(kernel.rows) as u32, hq as u32, b as u32),
             block: (128, 1, 1),
-            // Two stages of a key tile and a value tile.
-            shared: (4 * MMA_KEYS * (d + MMA_PAD) * 2) as u32,
+            shared: kernel.shared as u32,
         };
         let flops = 4.0 * (b * hq * d) as f64 * visible_pairs(nq, nk, mask);
         self.launch_counted(
             KernelFile::AttentionMma,
-            kernel,
+            kernel.name,
             grid,
             &[
                 Arg::Ptr(q.buf().ptr().0),
@@ -638,6 +659,22 @@ mod tests {
                 assert_eq!(super::visible_pairs(nq, nk, AttentionMask::None), (nq * nk) as f64);
             }
         }
+    }
+
+    #[test]
+    fn the_tensor_core_kernels_fit_the_shared_memory_they_are_sized_for() {
+        let k = |d, m| super::mma_kernel(d, m).expect("a kernel");
+        // One m-tile: two stages of 64 keys and values, 68 KB at 128 features (three blocks an SM on sm_90).
+        assert_eq!(k(128, 1).shared, 4 * 64 * 136 * 2);
+        assert_eq!((k(64, 1).rows, k(128, 2).rows), (64, 128));
+        // Two m-tiles at 128 features: 32-key tiles and the block's 128 q rows, 68 KB; at 64, 64-key tiles, 55 KB.
+        assert_eq!(k(128, 2).shared, (4 * 32 + 128) * 136 * 2);
+        assert_eq!(k(64, 2).shared, (4 * 64 + 128) * 72 * 2);
+        // Every form fits sm_86/89's 99 KB a block, two blocks of each Hopper's 227 KB.
+        for (d, m) in [(64, 1), (128, 1), (64, 2), (128, 2)] {
+            assert!(k(d, m).shared <= 99 * 1024 && 2 * k(d, m).shared <= 227 * 1024, "{d} {m}");
+        }
+        assert_eq!(super::mma_kernel(96, 1), None);
     }
 
     #[test]

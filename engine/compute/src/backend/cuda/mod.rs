@@ -107,17 +107,21 @@ pub enum LongAttention {
     /// The tensor-core flash kernel (`attention_mma.cu`) where it applies (sm_80 and later; q, k and v of one
     /// 16-bit type; heads of 64 or 128 features), the GEMMs elsewhere. Chosen with `KILN_CUDA_ATTENTION=mma`.
     Mma,
+    /// The same kernel with two m-tiles a warp (128 query rows a block, FlashAttention-2's shape) where its shared
+    /// memory fits the device, else as [`LongAttention::Mma`]. Chosen with `KILN_CUDA_ATTENTION=mma2`.
+    Mma2,
 }
 
 impl LongAttention {
-    /// The choice `KILN_CUDA_ATTENTION` names (`gemm` or `mma`), the default when it is unset; another value is
-    /// an error naming it.
+    /// The choice `KILN_CUDA_ATTENTION` names (`gemm`, `mma` or `mma2`), the default when it is unset; another
+    /// value is an error naming it.
     pub fn from_env() -> Result<LongAttention> {
         match std::env::var("KILN_CUDA_ATTENTION").as_deref() {
             Err(_) | Ok("") | Ok("gemm") => Ok(LongAttention::Gemm),
             Ok("mma") => Ok(LongAttention::Mma),
+            Ok("mma2") => Ok(LongAttention::Mma2),
             Ok(other) => Err(Error::Unsupported(format!(
-                "KILN_CUDA_ATTENTION={other} (expected gemm or mma)"
+                "KILN_CUDA_ATTENTION={other} (expected gemm, mma or mma2)"
             ))),
         }
     }

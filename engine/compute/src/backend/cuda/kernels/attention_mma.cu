@@ -1,13 +1,16 @@
 // Attention on tensor cores (sm_80 and later): softmax(q·kᵀ·scale + mask)·v for 16-bit q, k, v with heads of D = 64
 // or 128 features (FlashAttention-2's forward pass): the scores never leave registers.
 //
-// Grid (ceil(Nq / 64), Hq, B); block = 4 warps, each owning 16 query rows. The keys and values come in tiles of 64
-// rows, copied into shared memory with cp.async one tile ahead of its use (double buffering: the copy of tile
-// i + 1 runs while tile i is computed; rows padded by 8 elements, so the 8 rows ldmatrix reads at once hit distinct
-// banks). Per tile each warp computes its 16 × 64 scores with mma.sync m16n8k16 (f32 accumulation; the B fragments of
-// kᵀ by ldmatrix.x4), updates its rows' running maximum and sum (an online softmax in base 2), rounds the
-// probabilities to the input type (as FlashAttention does) and accumulates p·v with mma.sync into 16 × D f32
-// accumulators (the B fragments of v by ldmatrix.x4.trans). Fragment layouts are PTX's for m16n8k16: lane = 4·g + t;
+// Grid (ceil(Nq / (64·MT)), Hq, B); block = 4 warps, each owning MT m-tiles of 16 query rows (MT = 1: q's A
+// fragments held in registers; MT = 2, FlashAttention-2's shape: q copied into shared memory once and its fragments
+// read by ldmatrix.x4, so every B fragment of k and v feeds two products). The keys and values come in tiles of
+// KEYS rows (64; 32 for MT = 2 at D = 128, so the scores fit the registers), copied into shared memory with cp.async
+// one tile ahead of its use (double buffering: the copy of tile i + 1 runs while tile i is computed; rows padded by
+// 8 elements, so the 8 rows ldmatrix reads at once hit distinct banks). Per tile each warp computes its 16 × KEYS
+// scores per m-tile with mma.sync m16n8k16 (f32 accumulation; the B fragments of kᵀ by ldmatrix.x4), updates its
+// rows' running maximum and sum (an online softmax in base 2), rounds the probabilities to the input type (as
+// FlashAttention does) and accumulates p·v with mma.sync into 16 × D f32 accumulators per m-tile (the B fragments
+// of v by ldmatrix.x4.trans). Fragment layouts are PTX's for m16n8k16: lane = 4·g + t;
 // A (16×16, row) holds rows g and g + 8 at columns 2t, 2t+1 and 2t+8, 2t+9; B (16×8, col) holds rows (k) 2t, 2t+1
 // and 2t+8, 2t+9 of column (n) g; C holds rows g and g + 8 at columns 2t, 2t+1. The C fragments of two adjacent
 // score tiles are exactly the A fragment of p for the next product.
@@ -24,6 +27,9 @@
 #define MMA_ROWS 64
 #define MMA_KEYS 64
 #define MMA_PAD 8
+// Keys per tile of the two-m-tile kernel at D = 128: 32, so its scores fit the registers beside 2 × 16 × 128
+// accumulators.
+#define MMA2_KEYS_128 32
 
 // Two f32 values rounded to nearest even into one register of two 16-bit values (lo in the low half).
 template <bool F16>
@@ -88,41 +94,45 @@ __device__ __forceinline__ void copies_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-template <int D, bool F16>
+template <int D, bool F16, int MT, int KEYS>
 __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, int hq, int hkv, i64 nq, i64 nk,
                               float scale, int causal) {
     constexpr int KS = D / 16;  // k-steps of q·kᵀ
     constexpr int NT = D / 8;   // 8-wide column tiles of the output
     constexpr int STRIDE = D + MMA_PAD;
-    constexpr int TILE = MMA_KEYS * STRIDE;  // elements of one tile of keys (or values)
+    constexpr int TILE = KEYS * STRIDE;  // elements of one tile of keys (or values)
     constexpr int CHUNKS = D / 8;            // 16-byte pieces of a row
-    extern __shared__ __align__(16) u16 tiles[];  // [stage][k, v][MMA_KEYS][STRIDE]
+    constexpr int ROWS = MMA_ROWS * MT;      // query rows of the block
+    constexpr bool QS = MT > 1;              // q's A fragments from shared memory (else held in registers)
+    extern __shared__ __align__(16) u16 tiles[];  // [stage][k, v][KEYS][STRIDE], then q [ROWS][STRIDE] if QS
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (hq / hkv);
-    const i64 q0 = (i64)blockIdx.x * MMA_ROWS;
+    const i64 q0 = (i64)blockIdx.x * ROWS;
     const u16* qh = q + ((i64)b * hq + h) * nq * D;
     const u16* kh = k + ((i64)b * hkv + hk) * nk * D;
     const u16* vh = v + ((i64)b * hkv + hk) * nk * D;
-    const i64 row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+    // Row r (0 or 1: g or g + 8) of this warp's m-tile m.
+    const i64 wrow = q0 + warp * 16 * MT + g;
     const u32 base = shared_address(tiles);
+    const u32 qs = base + (u32)(4 * TILE) * 2;
 
     i64 kend = nk;
     if (causal) {
-        i64 qlast = q0 + MMA_ROWS - 1 < nq ? q0 + MMA_ROWS - 1 : nq - 1;
+        i64 qlast = q0 + ROWS - 1 < nq ? q0 + ROWS - 1 : nq - 1;
         i64 e = qlast + (nk - nq) + 1;
         kend = e < 0 ? 0 : (e < nk ? e : nk);
     }
-    const i64 tiles_n = (kend + MMA_KEYS - 1) / MMA_KEYS;
+    const i64 tiles_n = (kend + KEYS - 1) / KEYS;
 
     // Queues the copy of tile `i` (keys and values; zeros past the last key) into stage i % 2.
     auto load = [&](i64 i) {
         const u32 ks = base + (u32)((i & 1) * 2 * TILE) * 2, vs = ks + TILE * 2;
-        for (int c = threadIdx.x; c < MMA_KEYS * CHUNKS; c += blockDim.x) {
+        for (int c = threadIdx.x; c < KEYS * CHUNKS; c += blockDim.x) {
             const int j = c / CHUNKS, col = (c - j * CHUNKS) * 8;
-            const i64 kj = i * MMA_KEYS + j;
+            const i64 kj = i * KEYS + j;
             const bool in = kj < nk;
             const i64 at = (in ? kj : 0) * D + col;
             const u32 off = (u32)(j * STRIDE + col) * 2;
@@ -131,147 +141,224 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
         }
         copies_commit();
     };
-    if (tiles_n > 0) load(0);
-
-    // This warp's q rows as A fragments, straight from global memory (zeros past the last query).
-    u32 qa[KS][4];
-#pragma unroll
-    for (int s = 0; s < KS; ++s) {
-        int c = s * 16 + 2 * t;
-        qa[s][0] = row0 < nq ? *(const u32*)(qh + row0 * D + c) : 0u;
-        qa[s][1] = row1 < nq ? *(const u32*)(qh + row1 * D + c) : 0u;
-        qa[s][2] = row0 < nq ? *(const u32*)(qh + row0 * D + c + 8) : 0u;
-        qa[s][3] = row1 < nq ? *(const u32*)(qh + row1 * D + c + 8) : 0u;
+    if (tiles_n > 0) {
+        if (QS) {
+            // The block's q rows (zeros past the last query), in the same group of copies as tile 0.
+            for (int c = threadIdx.x; c < ROWS * CHUNKS; c += blockDim.x) {
+                const int j = c / CHUNKS, col = (c - j * CHUNKS) * 8;
+                const bool in = q0 + j < nq;
+                copy16(qs + (u32)(j * STRIDE + col) * 2, qh + (in ? q0 + j : 0) * D + col, in ? 16 : 0);
+            }
+        }
+        load(0);
     }
 
-    float acc[NT][4];
+    // Without QS, this warp's q rows as A fragments, straight from global memory (zeros past the last query).
+    u32 qa[QS ? 1 : KS][4];
+    if constexpr (!QS) {
 #pragma unroll
-    for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+        for (int s = 0; s < KS; ++s) {
+            int c = s * 16 + 2 * t;
+            qa[s][0] = wrow < nq ? *(const u32*)(qh + wrow * D + c) : 0u;
+            qa[s][1] = wrow + 8 < nq ? *(const u32*)(qh + (wrow + 8) * D + c) : 0u;
+            qa[s][2] = wrow < nq ? *(const u32*)(qh + wrow * D + c + 8) : 0u;
+            qa[s][3] = wrow + 8 < nq ? *(const u32*)(qh + (wrow + 8) * D + c + 8) : 0u;
+        }
+    }
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+    // Running maximum and sum of rows g (index 0) and g + 8 (index 1) of each m-tile.
+    float mx[MT][2], sum[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) mx[m][0] = mx[m][1] = NEG_INF, sum[m][0] = sum[m][1] = 0.0f;
+    // Keys past the last one every row sees, counted from k0 = 0: row wrow + x sees keys up to
+    // causal_end + x − 1 (without a mask, all nk).
+    const i64 causal_end = wrow + (nk - nq) + 1;
     const float scale2 = scale * 1.4426950408889634f;  // log2(e): exp(x) = exp2(x·log2 e)
-    // The last key each row sees.
-    const i64 last0 = causal && row0 + (nk - nq) < nk - 1 ? row0 + (nk - nq) : nk - 1;
-    const i64 last1 = causal && row1 + (nk - nq) < nk - 1 ? row1 + (nk - nq) : nk - 1;
 
     // ldmatrix row addresses (lane l gives row l % 8 of matrix l / 8):
     // kᵀ: matrix i of k-steps s, s + 1 is keys 8n + (l % 8), features 16s + 8i ..;
-    // v: matrix i of k-step s, column tiles n, n + 1 is keys 16s + 8(i & 1) + (l % 8), features 8(n + i / 2) ...
+    // v: matrix i of k-step s, column tiles n, n + 1 is keys 16s + 8(i & 1) + (l % 8), features 8(n + i / 2) ..;
+    // q (A of a 16 × 16 k-step): matrix i is rows 8(i & 1) + (l % 8), features 16s + 8(i / 2) .., the same
+    // pattern as v's.
     const int lr = lane & 7, li = lane >> 3;
     const u32 k_lane = (u32)(lr * STRIDE + li * 8) * 2;
     const u32 v_lane = (u32)(((li & 1) * 8 + lr) * STRIDE + (li >> 1) * 8) * 2;
+    const u32 q_lane = qs + v_lane + (u32)(warp * 16 * MT * STRIDE) * 2;
 
     for (i64 i = 0; i < tiles_n; ++i) {
-        const i64 k0 = i * MMA_KEYS;
+        const i64 k0 = i * KEYS;
         if (i + 1 < tiles_n) {
             load(i + 1);
             copies_wait<1>();
         } else {
             copies_wait<0>();
         }
-        __syncthreads();  // tile i is in shared memory for every warp
+        __syncthreads();  // tile i (and with QS, q) is in shared memory for every warp
         const u32 ks = base + (u32)((i & 1) * 2 * TILE) * 2, vs = ks + TILE * 2;
 
-        // Scores: 8 tiles of 8 keys, each a 16 × 8 C fragment.
-        float sc[MMA_KEYS / 8][4];
+        // Scores: per m-tile 8 tiles of 8 keys, each a 16 × 8 C fragment; two k-steps at a time, each B
+        // fragment of kᵀ serving every m-tile.
+        float sc[MT][KEYS / 8][4];
 #pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; ++n) sc[m][n][0] = sc[m][n][1] = sc[m][n][2] = sc[m][n][3] = 0.0f;
+        if constexpr (QS) {
 #pragma unroll
             for (int s = 0; s < KS; s += 2) {
-                u32 kb[4];
-                ldmatrix_x4(kb, ks + k_lane + (u32)(n * 8 * STRIDE + s * 16) * 2);
-                mma16816<F16>(sc[n], qa[s], kb[0], kb[1]);
-                mma16816<F16>(sc[n], qa[s + 1], kb[2], kb[3]);
+                u32 a[MT][2][4];
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    ldmatrix_x4(a[m][0], q_lane + (u32)(m * 16 * STRIDE + s * 16) * 2);
+                    ldmatrix_x4(a[m][1], q_lane + (u32)(m * 16 * STRIDE + (s + 1) * 16) * 2);
+                }
+#pragma unroll
+                for (int n = 0; n < KEYS / 8; ++n) {
+                    u32 kb[4];
+                    ldmatrix_x4(kb, ks + k_lane + (u32)(n * 8 * STRIDE + s * 16) * 2);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        mma16816<F16>(sc[m][n], a[m][0], kb[0], kb[1]);
+                        mma16816<F16>(sc[m][n], a[m][1], kb[2], kb[3]);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; ++n) {
+#pragma unroll
+                for (int s = 0; s < KS; s += 2) {
+                    u32 kb[4];
+                    ldmatrix_x4(kb, ks + k_lane + (u32)(n * 8 * STRIDE + s * 16) * 2);
+                    mma16816<F16>(sc[0][n], qa[s], kb[0], kb[1]);
+                    mma16816<F16>(sc[0][n], qa[s + 1], kb[2], kb[3]);
+                }
             }
         }
 
-        // Mask (each row sees the tile's first `seen` keys), then the online softmax of rows g (elements 0, 1)
-        // and g + 8 (elements 2, 3).
-        const i64 r0 = last0 - k0 + 1, r1 = last1 - k0 + 1;
-        const int seen0 = r0 < 0 ? 0 : (r0 > MMA_KEYS ? MMA_KEYS : (int)r0);
-        const int seen1 = r1 < 0 ? 0 : (r1 > MMA_KEYS ? MMA_KEYS : (int)r1);
-        float mx0 = NEG_INF, mx1 = NEG_INF;
+        // Per m-tile: the mask (each row sees the tile's first `seen` keys), the online softmax of rows g
+        // (elements 0, 1) and g + 8 (elements 2, 3), the probabilities as A fragments of p·v.
+        u32 pa[MT][KEYS / 16][4];
 #pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+        for (int m = 0; m < MT; ++m) {
+            int seen[2];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + (e & 1);
-                float s2 = j < (e < 2 ? seen0 : seen1) ? sc[n][e] * scale2 : NEG_INF;
-                sc[n][e] = s2;
-                if (e < 2) mx0 = fmaxf(mx0, s2);
-                else mx1 = fmaxf(mx1, s2);
+            for (int r = 0; r < 2; ++r) {
+                const i64 end = causal ? causal_end + m * 16 + r * 8 : nk;
+                const i64 rs = (end < nk ? end : nk) - k0;
+                seen[r] = rs < 0 ? 0 : (rs > KEYS ? KEYS : (int)rs);
+            }
+            float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = n * 8 + 2 * t + (e & 1);
+                    const float s2 = j < seen[e >> 1] ? sc[m][n][e] * scale2 : NEG_INF;
+                    sc[m][n][e] = s2;
+                    tmax[e >> 1] = fmaxf(tmax[e >> 1], s2);
+                }
+            }
+            float corr[2], base2[2], tsum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                for (int lanes = 1; lanes < 4; lanes <<= 1)
+                    tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(FULL_MASK, tmax[r], lanes));
+                const float now = fmaxf(mx[m][r], tmax[r]);
+                base2[r] = now == NEG_INF ? 0.0f : now;
+                corr[r] = exp2f(mx[m][r] - base2[r]);
+                mx[m][r] = now;
+            }
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; ++n) {
+                const float p0 = exp2f(sc[m][n][0] - base2[0]), p1 = exp2f(sc[m][n][1] - base2[0]);
+                const float p2 = exp2f(sc[m][n][2] - base2[1]), p3 = exp2f(sc[m][n][3] - base2[1]);
+                tsum[0] += p0 + p1;
+                tsum[1] += p2 + p3;
+                // Tile n is keys 8n .. 8n + 7: the low (n even) or high (n odd) half of k-step n / 2.
+                pa[m][n / 2][(n & 1) * 2 + 0] = pack2<F16>(p0, p1);
+                pa[m][n / 2][(n & 1) * 2 + 1] = pack2<F16>(p2, p3);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                for (int lanes = 1; lanes < 4; lanes <<= 1)
+                    tsum[r] += __shfl_xor_sync(FULL_MASK, tsum[r], lanes);
+                sum[m][r] = sum[m][r] * corr[r] + tsum[r];
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                acc[m][n][0] *= corr[0];
+                acc[m][n][1] *= corr[0];
+                acc[m][n][2] *= corr[1];
+                acc[m][n][3] *= corr[1];
             }
         }
-#pragma unroll
-        for (int lanes = 1; lanes < 4; lanes <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, lanes));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, lanes));
-        }
-        float new0 = fmaxf(m0, mx0), new1 = fmaxf(m1, mx1);
-        float base0 = new0 == NEG_INF ? 0.0f : new0, base1 = new1 == NEG_INF ? 0.0f : new1;
-        float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-        m0 = new0;
-        m1 = new1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        u32 pa[MMA_KEYS / 16][4];
-#pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
-            float p0 = exp2f(sc[n][0] - base0), p1 = exp2f(sc[n][1] - base0);
-            float p2 = exp2f(sc[n][2] - base1), p3 = exp2f(sc[n][3] - base1);
-            sum0 += p0 + p1;
-            sum1 += p2 + p3;
-            // Tile n is keys 8n .. 8n + 7: the low (n even) or high (n odd) half of k-step n / 2.
-            pa[n / 2][(n & 1) * 2 + 0] = pack2<F16>(p0, p1);
-            pa[n / 2][(n & 1) * 2 + 1] = pack2<F16>(p2, p3);
-        }
-#pragma unroll
-        for (int lanes = 1; lanes < 4; lanes <<= 1) {
-            sum0 += __shfl_xor_sync(FULL_MASK, sum0, lanes);
-            sum1 += __shfl_xor_sync(FULL_MASK, sum1, lanes);
-        }
-        l0 = l0 * corr0 + sum0;
-        l1 = l1 * corr1 + sum1;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            acc[n][0] *= corr0;
-            acc[n][1] *= corr0;
-            acc[n][2] *= corr1;
-            acc[n][3] *= corr1;
-        }
 
-        // p·v: k-steps of 16 keys; each ldmatrix.x4.trans gives the B fragments of two column tiles.
+        // p·v: k-steps of 16 keys; each ldmatrix.x4.trans gives the B fragments of two column tiles, for every
+        // m-tile.
 #pragma unroll
-        for (int s = 0; s < MMA_KEYS / 16; ++s) {
+        for (int s = 0; s < KEYS / 16; ++s) {
 #pragma unroll
             for (int n = 0; n < NT; n += 2) {
                 u32 vb[4];
                 ldmatrix_x4_trans(vb, vs + v_lane + (u32)(s * 16 * STRIDE + n * 8) * 2);
-                mma16816<F16>(acc[n], pa[s], vb[0], vb[1]);
-                mma16816<F16>(acc[n + 1], pa[s], vb[2], vb[3]);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    mma16816<F16>(acc[m][n], pa[m][s], vb[0], vb[1]);
+                    mma16816<F16>(acc[m][n + 1], pa[m][s], vb[2], vb[3]);
+                }
             }
         }
         __syncthreads();  // every warp is done with stage i % 2 before tile i + 2 is copied into it
     }
 
     // Rows past the last query are not written; a row that saw no key is zeros.
-    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     u16* oh = o + ((i64)b * hq + h) * nq * D;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        int c = n * 8 + 2 * t;
-        if (row0 < nq) *(u32*)(oh + row0 * D + c) = pack2<F16>(acc[n][0] * inv0, acc[n][1] * inv0);
-        if (row1 < nq) *(u32*)(oh + row1 * D + c) = pack2<F16>(acc[n][2] * inv1, acc[n][3] * inv1);
+    for (int m = 0; m < MT; ++m) {
+        const i64 row0 = wrow + m * 16, row1 = row0 + 8;
+        const float inv0 = sum[m][0] > 0.0f ? 1.0f / sum[m][0] : 0.0f;
+        const float inv1 = sum[m][1] > 0.0f ? 1.0f / sum[m][1] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            int c = n * 8 + 2 * t;
+            if (row0 < nq) *(u32*)(oh + row0 * D + c) = pack2<F16>(acc[m][n][0] * inv0, acc[m][n][1] * inv0);
+            if (row1 < nq) *(u32*)(oh + row1 * D + c) = pack2<F16>(acc[m][n][2] * inv1, acc[m][n][3] * inv1);
+        }
     }
 }
 
+// One m-tile per warp (64 query rows a block, q in registers; 68 KB of shared memory at D = 128).
 extern "C" __launch_bounds__(128, MMA_MIN_BLOCKS) __global__ void attention_mma_64(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
                                             i64 nq, i64 nk, float scale, int causal) {
-    if (dt == DT_F16) attention_mma<64, true>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
-    else attention_mma<64, false>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    if (dt == DT_F16) attention_mma<64, true, 1, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    else attention_mma<64, false, 1, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
 }
 
 extern "C" __launch_bounds__(128, MMA_MIN_BLOCKS) __global__ void attention_mma_128(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
                                              i64 nq, i64 nk, float scale, int causal) {
-    if (dt == DT_F16) attention_mma<128, true>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
-    else attention_mma<128, false>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    if (dt == DT_F16) attention_mma<128, true, 1, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    else attention_mma<128, false, 1, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+}
+
+// Two m-tiles per warp (128 query rows a block, FlashAttention-2's shape): every B fragment of k and v read from
+// shared memory feeds two products, half the shared-memory traffic per product; q's fragments come from shared
+// memory (102 KB at D = 128, two blocks an SM on Hopper).
+extern "C" __launch_bounds__(128, 2) __global__ void attention_mma2_64(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
+                                            i64 nq, i64 nk, float scale, int causal) {
+    if (dt == DT_F16) attention_mma<64, true, 2, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    else attention_mma<64, false, 2, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+}
+
+extern "C" __launch_bounds__(128, 2) __global__ void attention_mma2_128(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
+                                             i64 nq, i64 nk, float scale, int causal) {
+    if (dt == DT_F16) attention_mma<128, true, 2, MMA2_KEYS_128>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
+    else attention_mma<128, false, 2, MMA2_KEYS_128>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
 }
