@@ -436,7 +436,15 @@ mod tests {
             ),
             (KernelFile::Norm, &["rms_norm", "layer_norm", "group_norm", "softmax"]),
             (KernelFile::Attention, &["attention", "attention_softmax"]),
-            (KernelFile::AttentionMma, &["attention_mma_64", "attention_mma_128"]),
+            (
+                KernelFile::AttentionMma,
+                &[
+                    "attention_mma_64",
+                    "attention_mma_128",
+                    "attention_mma2_64",
+                    "attention_mma2_128",
+                ],
+            ),
             (KernelFile::Rope, &["rope"]),
             (
                 KernelFile::Layout,

@@ -1,19 +1,19 @@
 // Attention on tensor cores (sm_80 and later): softmax(q·kᵀ·scale + mask)·v for 16-bit q, k, v with heads of D = 64
 // or 128 features (FlashAttention-2's forward pass): the scores never leave registers.
 //
-// Grid (ceil(Nq / (64·MT)), Hq, B); block = 4 warps, each owning MT m-tiles of 16 query rows (MT = 1: q's A
-// fragments held in registers; MT = 2, FlashAttention-2's shape: q copied into shared memory once and its fragments
-// read by ldmatrix.x4, so every B fragment of k and v feeds two products). The keys and values come in tiles of
+// Grid (ceil(Nq / (64·MT)), Hq, B); block = 4 warps, each owning MT m-tiles of 16 query rows (MT = 1: q's A fragments
+// held in registers; MT = 2, FlashAttention-2's shape: q copied into shared memory once and its fragments read by
+// ldmatrix.x4 per key tile, so every B fragment of k and v feeds two products). The keys and values come in tiles of
 // KEYS rows (64; 32 for MT = 2 at D = 128, so the scores fit the registers), copied into shared memory with cp.async
-// one tile ahead of its use (double buffering: the copy of tile i + 1 runs while tile i is computed; rows padded by
-// 8 elements, so the 8 rows ldmatrix reads at once hit distinct banks). Per tile each warp computes its 16 × KEYS
-// scores per m-tile with mma.sync m16n8k16 (f32 accumulation; the B fragments of kᵀ by ldmatrix.x4), updates its
-// rows' running maximum and sum (an online softmax in base 2), rounds the probabilities to the input type (as
-// FlashAttention does) and accumulates p·v with mma.sync into 16 × D f32 accumulators per m-tile (the B fragments
-// of v by ldmatrix.x4.trans). Fragment layouts are PTX's for m16n8k16: lane = 4·g + t;
-// A (16×16, row) holds rows g and g + 8 at columns 2t, 2t+1 and 2t+8, 2t+9; B (16×8, col) holds rows (k) 2t, 2t+1
-// and 2t+8, 2t+9 of column (n) g; C holds rows g and g + 8 at columns 2t, 2t+1. The C fragments of two adjacent
-// score tiles are exactly the A fragment of p for the next product.
+// one tile ahead of its use (double buffering: the copy of tile i + 1 runs while tile i is computed; rows padded by 8
+// elements, so the 8 rows ldmatrix reads at once hit distinct banks). Per tile each warp computes its 16 × KEYS scores
+// per m-tile with mma.sync m16n8k16 (f32 accumulation; the B fragments of kᵀ by ldmatrix.x4), updates its rows' running
+// maximum and sum (an online softmax in base 2), rounds the probabilities to the input type (as FlashAttention does)
+// and accumulates p·v with mma.sync into 16 × D f32 accumulators per m-tile (the B fragments of v by
+// ldmatrix.x4.trans). Fragment layouts are PTX's for m16n8k16: lane = 4·g + t; A (16×16, row) holds rows g and g + 8 at
+// columns 2t, 2t+1 and 2t+8, 2t+9; B (16×8, col) holds rows (k) 2t, 2t+1 and 2t+8, 2t+9 of column (n) g; C holds rows g
+// and g + 8 at columns 2t, 2t+1. The C fragments of two adjacent score tiles are exactly the A fragment of p for the
+// next product.
 // Causal: query i sees keys 0 ..= i + (Nk − Nq); a row that sees no key is written as zeros.
 
 // Blocks per SM the register budget is sized for: three 68 KB blocks fit Hopper's shared memory; on sm_8x (100 to
@@ -201,7 +201,7 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
         __syncthreads();  // tile i (and with QS, q) is in shared memory for every warp
         const u32 ks = base + (u32)((i & 1) * 2 * TILE) * 2, vs = ks + TILE * 2;
 
-        // Scores: per m-tile 8 tiles of 8 keys, each a 16 × 8 C fragment; two k-steps at a time, each B
+        // Scores: per m-tile KEYS / 8 tiles of 8 keys, each a 16 × 8 C fragment; two k-steps at a time, each B
         // fragment of kᵀ serving every m-tile.
         float sc[MT][KEYS / 8][4];
 #pragma unroll
@@ -349,8 +349,9 @@ extern "C" __launch_bounds__(128, MMA_MIN_BLOCKS) __global__ void attention_mma_
 }
 
 // Two m-tiles per warp (128 query rows a block, FlashAttention-2's shape): every B fragment of k and v read from
-// shared memory feeds two products, half the shared-memory traffic per product; q's fragments come from shared
-// memory (102 KB at D = 128, two blocks an SM on Hopper).
+// shared memory feeds two products; q's fragments are read from shared memory too, once per key tile, so the
+// shared-memory reads per product fall by 25 % at D = 128 and 37.5 % at D = 64. 68 KB of shared memory at D = 128
+// (32-key tiles), 55 KB at 64; about 255 registers, so two blocks (8 warps) an SM.
 extern "C" __launch_bounds__(128, 2) __global__ void attention_mma2_64(const u16* q, const u16* k, const u16* v, u16* o, int dt, int hq, int hkv,
                                             i64 nq, i64 nk, float scale, int causal) {
     if (dt == DT_F16) attention_mma<64, true, 2, MMA_KEYS>(q, k, v, o, hq, hkv, nq, nk, scale, causal);
