@@ -569,6 +569,12 @@ impl Cuda {
             }
             return Ok(out);
         }
+        if pt == pb && pl == pr && self.conv_on_cudnn(x, wptr, &out, [kh, kw], [pt, pl], s)? {
+            if let Some(bw) = bias {
+                self.bias_add(&out, bw, o, pixels)?;
+            }
+            return Ok(out);
+        }
         let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..bsz {
@@ -629,6 +635,54 @@ impl Cuda {
             self.bias_add(&out, bw, o, pixels)?;
         }
         Ok(out)
+    }
+
+    /// `out = conv(x, w)` on cuDNN (see cudnn.rs) with symmetric `pad` (rows, columns): whether it ran; `false`
+    /// (nothing queued) where cuDNN is absent or declines the problem.
+    fn conv_on_cudnn(
+        &self,
+        x: &Tensor<Cuda>,
+        w: u64,
+        out: &Tensor<Cuda>,
+        kernel: [usize; 2],
+        pad: [usize; 2],
+        stride: usize,
+    ) -> Result<bool> {
+        let Some(convolutions) =
+            self.convolutions.get_or_init(|| super::cudnn::Convolutions::open(self.stream()))
+        else {
+            return Ok(false);
+        };
+        let (&[batch, channels, height, width], &[_, out_channels, ho, wo]) =
+            (x.shape(), out.shape())
+        else {
+            return Ok(false);
+        };
+        let shape = super::cudnn::ConvShape {
+            dtype: out.dtype(),
+            batch,
+            channels,
+            height,
+            width,
+            out_channels,
+            kernel,
+            pad,
+            stride,
+        };
+        let flops =
+            2.0 * (batch * out_channels * ho * wo * channels * kernel[0] * kernel[1]) as f64;
+        let name = || format!("cudnn conv2d {}", out.dtype());
+        let ran = super::profile::timed(self.stream(), name, flops, || {
+            convolutions
+                .forward(&shape, x.buf().ptr().0, w, out.buf().ptr().0, |bytes| self.alloc(bytes))
+        });
+        match ran {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::debug!(error = %e, ?shape, "cuDNN declined; im2col and GEMM");
+                Ok(false)
+            }
+        }
     }
 
     /// In place: `out[i] += bias[(i / inner) % channels]`.

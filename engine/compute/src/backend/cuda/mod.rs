@@ -20,6 +20,7 @@
 
 mod attention;
 mod buf;
+mod cudnn;
 mod elementwise;
 mod gemm;
 mod kernels;
@@ -86,6 +87,8 @@ pub struct CudaCore {
     allocator: RwLock<Arc<dyn DeviceAllocator>>,
     kernels: Kernels,
     gemm: gemm::Gemm,
+    /// cuDNN for convolutions, opened at the first one; `None` where the library is absent.
+    convolutions: std::sync::OnceLock<Option<cudnn::Convolutions>>,
     hadamards: quant::Hadamards,
 }
 
@@ -156,8 +159,16 @@ impl Cuda {
         let gemm = gemm::Gemm::new(Allocation::new(&plain, gemm::WORKSPACE)?)?;
         let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
         let hadamards = quant::Hadamards::default();
-        let core =
-            CudaCore { info, mem, memory, allocator: RwLock::new(plain), kernels, gemm, hadamards };
+        let core = CudaCore {
+            info,
+            mem,
+            memory,
+            allocator: RwLock::new(plain),
+            kernels,
+            gemm,
+            convolutions: std::sync::OnceLock::new(),
+            hadamards,
+        };
         Ok(Cuda { core: Arc::new(core), dtype, long_attention })
     }
 

@@ -1,0 +1,349 @@
+//! Convolutions on cuDNN, where the library is installed (PyTorch's CUDA wheels bring it; Kiln does not need it):
+//! its implicit-GEMM kernels read the input where it lies, instead of gemm.rs's im2col path, which first writes
+//! every output pixel's window (`C·kh·kw` values a pixel: nine times a 3×3 conv's input) into a column buffer and
+//! reads it back. A VAE decoding 720p video runs hundreds of such convolutions, so there the column buffer's traffic
+//! is most of the time.
+//!
+//! The library is loaded at the first convolution ([`Convolutions::open`]); without it (or with `KILN_CUDA_CUDNN=0`,
+//! to compare the two paths), or for a problem cuDNN declines (an error from any call, asymmetric padding, tensors
+//! of 2³¹ elements or more), the im2col path runs.
+//! 16-bit data computes on the tensor cores with f32 accumulation (rounded once into the output, as cuBLASLt's
+//! GEMMs); f32 data computes with FMA only, never TF32, as the im2col GEMM does. The algorithm is cuDNN's heuristic
+//! first choice within [`MAX_WORKSPACE`] bytes of scratch, asked once per shape.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use cudarc::cudnn::result as dnn;
+use cudarc::cudnn::sys;
+use cudarc::driver::CudaStream;
+
+use super::buf::Allocation;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// The most scratch an algorithm may ask for.
+const MAX_WORKSPACE: usize = 1 << 30;
+
+/// One convolution: NCHW input `[batch, channels, height, width]`, weight `[out_channels, channels, kh, kw]`,
+/// symmetric zero padding, one stride both ways, no dilation; every tensor in `dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ConvShape {
+    pub(crate) dtype: DType,
+    pub(crate) batch: usize,
+    pub(crate) channels: usize,
+    pub(crate) height: usize,
+    pub(crate) width: usize,
+    pub(crate) out_channels: usize,
+    pub(crate) kernel: [usize; 2],
+    pub(crate) pad: [usize; 2],
+    pub(crate) stride: usize,
+}
+
+impl ConvShape {
+    /// The output's height and width.
+    pub(crate) fn out_size(&self) -> [usize; 2] {
+        let out = |size: usize, k: usize, p: usize| (size + 2 * p - k) / self.stride + 1;
+        [
+            out(self.height, self.kernel[0], self.pad[0]),
+            out(self.width, self.kernel[1], self.pad[1]),
+        ]
+    }
+
+    /// The dimensions cuDNN is given (ints), or why it is not asked: a tensor of 2³¹ elements or more.
+    fn dims(&self) -> Result<[[i32; 4]; 3]> {
+        let [ho, wo] = self.out_size();
+        let x = [self.batch, self.channels, self.height, self.width];
+        let w = [self.out_channels, self.channels, self.kernel[0], self.kernel[1]];
+        let y = [self.batch, self.out_channels, ho, wo];
+        let int = |d: [usize; 4]| -> Result<[i32; 4]> {
+            if d.iter()
+                .try_fold(1usize, |n, &v| n.checked_mul(v))
+                .is_none_or(|n| n > i32::MAX as usize)
+            {
+                return Err(Error::Unsupported(format!("a cuDNN convolution over {d:?}")));
+            }
+            Ok(d.map(|v| v as i32))
+        };
+        Ok([int(x)?, int(w)?, int(y)?])
+    }
+}
+
+/// cuDNN's handle on the compute stream and the algorithm chosen for each shape (`None`: cuDNN has none that fits,
+/// the im2col path runs).
+pub(crate) struct Convolutions {
+    handle: Mutex<Handle>,
+    choices: Mutex<HashMap<ConvShape, Option<Choice>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Choice {
+    algo: sys::cudnnConvolutionFwdAlgo_t,
+    workspace: usize,
+}
+
+struct Handle(sys::cudnnHandle_t);
+
+// SAFETY: a cuDNN handle is not tied to the thread that created it; every use goes through the mutex, so it is
+// never used from two threads at once.
+unsafe impl Send for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreate`, destroyed once, here.
+        let _ = unsafe { dnn::destroy_handle(self.0) };
+    }
+}
+
+/// RAII guards for cuDNN descriptors.
+struct TensorDesc(sys::cudnnTensorDescriptor_t);
+impl Drop for TensorDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreateTensorDescriptor`, destroyed once.
+        let _ = unsafe { dnn::destroy_tensor_descriptor(self.0) };
+    }
+}
+struct FilterDesc(sys::cudnnFilterDescriptor_t);
+impl Drop for FilterDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreateFilterDescriptor`, destroyed once.
+        let _ = unsafe { dnn::destroy_filter_descriptor(self.0) };
+    }
+}
+struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
+impl Drop for ConvDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreateConvolutionDescriptor`, destroyed once.
+        let _ = unsafe { dnn::destroy_convolution_descriptor(self.0) };
+    }
+}
+
+fn failed(call: &'static str, e: dnn::CudnnError) -> Error {
+    Error::driver(call, format!("{e:?}"))
+}
+
+/// The descriptors of one convolution.
+struct Descriptors {
+    x: TensorDesc,
+    w: FilterDesc,
+    conv: ConvDesc,
+    y: TensorDesc,
+}
+
+impl Descriptors {
+    fn new(s: &ConvShape) -> Result<Descriptors> {
+        let (data, math) = match s.dtype {
+            DType::F32 => {
+                (sys::cudnnDataType_t::CUDNN_DATA_FLOAT, sys::cudnnMathType_t::CUDNN_FMA_MATH)
+            }
+            DType::F16 => {
+                (sys::cudnnDataType_t::CUDNN_DATA_HALF, sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH)
+            }
+            DType::BF16 => (
+                sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+                sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+            ),
+            other => return Err(Error::Unsupported(format!("a cuDNN convolution in {other}"))),
+        };
+        let [xd, wd, yd] = s.dims()?;
+        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let tensor = |dims: [i32; 4]| -> Result<TensorDesc> {
+            let t = TensorDesc(
+                dnn::create_tensor_descriptor()
+                    .map_err(|e| failed("cudnnCreateTensorDescriptor", e))?,
+            );
+            // SAFETY: the descriptor was just created and is alive.
+            unsafe { dnn::set_tensor4d_descriptor(t.0, nchw, data, dims) }
+                .map_err(|e| failed("cudnnSetTensor4dDescriptor", e))?;
+            Ok(t)
+        };
+        let x = tensor(xd)?;
+        let y = tensor(yd)?;
+        let w = FilterDesc(
+            dnn::create_filter_descriptor()
+                .map_err(|e| failed("cudnnCreateFilterDescriptor", e))?,
+        );
+        // SAFETY: the descriptor was just created and is alive.
+        unsafe { dnn::set_filter4d_descriptor(w.0, data, nchw, wd) }
+            .map_err(|e| failed("cudnnSetFilter4dDescriptor", e))?;
+        let conv = ConvDesc(
+            dnn::create_convolution_descriptor()
+                .map_err(|e| failed("cudnnCreateConvolutionDescriptor", e))?,
+        );
+        let int = |v: usize| v as i32; // pads and strides are at most a side of a tensor under 2³¹ elements
+        // SAFETY: the descriptor was just created and is alive.
+        unsafe {
+            dnn::set_convolution2d_descriptor(
+                conv.0,
+                int(s.pad[0]),
+                int(s.pad[1]),
+                int(s.stride),
+                int(s.stride),
+                1,
+                1,
+                sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+            )
+            .map_err(|e| failed("cudnnSetConvolution2dDescriptor", e))?;
+            dnn::set_convolution_math_type(conv.0, math)
+                .map_err(|e| failed("cudnnSetConvolutionMathType", e))?;
+        }
+        Ok(Descriptors { x, w, conv, y })
+    }
+}
+
+impl Convolutions {
+    /// cuDNN on `stream`, or `None` when the library is not installed, does not start (the reason is logged) or
+    /// `KILN_CUDA_CUDNN=0` turns it off.
+    pub(crate) fn open(stream: &CudaStream) -> Option<Convolutions> {
+        if std::env::var("KILN_CUDA_CUDNN").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        // SAFETY: this only tries to dlopen the library and reports whether it loaded.
+        if !unsafe { sys::is_culib_present() } {
+            tracing::debug!("libcudnn not found: convolutions run as im2col and GEMM");
+            return None;
+        }
+        let open = || -> Result<Convolutions> {
+            stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
+            let handle = Handle(dnn::create_handle().map_err(|e| failed("cudnnCreate", e))?);
+            // SAFETY: the handle is alive and the stream belongs to the context bound to this thread.
+            unsafe { dnn::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }
+                .map_err(|e| failed("cudnnSetStream", e))?;
+            Ok(Convolutions { handle: Mutex::new(handle), choices: Mutex::default() })
+        };
+        match open() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "cuDNN did not start: convolutions run as im2col and GEMM");
+                None
+            }
+        }
+    }
+
+    /// Queues `y = conv(x, w)` (no bias) on the stream the handle was opened on; `scratch` allocates the
+    /// algorithm's workspace. An error means nothing was queued (the caller runs the im2col path).
+    pub(crate) fn forward(
+        &self,
+        s: &ConvShape,
+        x: u64,
+        w: u64,
+        y: u64,
+        scratch: impl FnOnce(u64) -> Result<Allocation>,
+    ) -> Result<()> {
+        let d = Descriptors::new(s)?;
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = self.choices.lock().unwrap_or_else(|p| p.into_inner()).get(s).copied();
+        let choice = match cached {
+            Some(c) => c,
+            None => {
+                let c = self.heuristic(&handle, &d)?;
+                self.choices.lock().unwrap_or_else(|p| p.into_inner()).insert(*s, c);
+                c
+            }
+        };
+        let Some(choice) = choice else {
+            return Err(Error::Unsupported(format!("cuDNN has no algorithm for {s:?}")));
+        };
+        let workspace =
+            if choice.workspace > 0 { Some(scratch(choice.workspace as u64)?) } else { None };
+        let (ws_ptr, ws_len) = workspace
+            .as_ref()
+            .map_or((std::ptr::null_mut(), 0), |a| (a.ptr().0 as *mut c_void, choice.workspace));
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the descriptors describe the tensors at x, w and y (the caller checked the shapes and keeps the
+        // buffers alive until the stream has run the convolution; they and the workspace are freed stream-ordered);
+        // alpha and beta are floats, as cuDNN takes them for half, bfloat16 and float data; the workspace holds
+        // `ws_len` bytes.
+        unsafe {
+            dnn::convolution_forward(
+                handle.0,
+                (&alpha as *const f32).cast(),
+                d.x.0,
+                x as *const c_void,
+                d.w.0,
+                w as *const c_void,
+                d.conv.0,
+                choice.algo,
+                ws_ptr,
+                ws_len,
+                (&beta as *const f32).cast(),
+                d.y.0,
+                y as *mut c_void,
+            )
+        }
+        .map_err(|e| failed("cudnnConvolutionForward", e))
+    }
+
+    /// The heuristic's first algorithm that succeeds within [`MAX_WORKSPACE`], with the scratch it needs.
+    fn heuristic(&self, handle: &Handle, d: &Descriptors) -> Result<Option<Choice>> {
+        const COUNT: usize =
+            sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT as usize;
+        // SAFETY: an all-zero perf struct is a valid value of this plain C struct (cuDNN overwrites it).
+        let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; COUNT] = unsafe { std::mem::zeroed() };
+        let mut returned = 0;
+        // SAFETY: the handle and descriptors are alive; `perf` holds COUNT entries and `returned` is written.
+        unsafe {
+            dnn::get_convolution_forward_algorithm(
+                handle.0,
+                d.x.0,
+                d.w.0,
+                d.conv.0,
+                d.y.0,
+                COUNT as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+            )
+        }
+        .map_err(|e| failed("cudnnGetConvolutionForwardAlgorithm_v7", e))?;
+        let returned = (returned.max(0) as usize).min(COUNT);
+        Ok(perf[..returned]
+            .iter()
+            .find(|p| {
+                p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE
+            })
+            .map(|p| Choice { algo: p.algo, workspace: p.memory }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvShape;
+    use crate::dtype::DType;
+
+    fn shape(batch: usize, c: usize, hw: usize, k: usize, pad: usize, stride: usize) -> ConvShape {
+        ConvShape {
+            dtype: DType::BF16,
+            batch,
+            channels: c,
+            height: hw,
+            width: hw + 1,
+            out_channels: 7,
+            kernel: [k, k],
+            pad: [pad, pad],
+            stride,
+        }
+    }
+
+    #[test]
+    fn the_output_size_is_the_padded_windows_at_the_stride() {
+        assert_eq!(shape(1, 3, 10, 3, 1, 1).out_size(), [10, 11]);
+        assert_eq!(shape(1, 3, 10, 3, 0, 2).out_size(), [4, 5]);
+        assert_eq!(shape(1, 3, 9, 4, 2, 2).out_size(), [5, 6]);
+    }
+
+    #[test]
+    fn tensors_of_two_to_the_31_elements_are_not_given_to_cudnn() {
+        assert!(shape(4, 128, 1000, 3, 1, 1).dims().is_ok());
+        let dims = shape(2, 3, 10, 3, 1, 1).dims().expect("small");
+        assert_eq!(dims, [[2, 3, 10, 11], [7, 3, 3, 3], [2, 7, 10, 11]]);
+        // 2 × 1024 × 1024 × 1025 elements of input.
+        assert!(shape(2, 1024, 1024, 3, 1, 1).dims().is_err());
+    }
+}
