@@ -402,6 +402,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
                 stride_a: g * nq * d,
                 stride_b: nk * d,
                 stride_c: rows * ld,
+                bias: None,
             }));
             steps.push(GemmStep::Softmax { rows: batch * rows, per_head: rows, q0 });
             steps.push(GemmStep::Product(GemmArgs {
@@ -422,6 +423,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
                 stride_a: rows * ld,
                 stride_b: nk * dv,
                 stride_c: g * nq * dv,
+                bias: None,
             }));
         }
     }

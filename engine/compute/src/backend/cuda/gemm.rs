@@ -58,6 +58,9 @@ pub(crate) struct GemmArgs {
     pub(crate) stride_a: usize,
     pub(crate) stride_b: usize,
     pub(crate) stride_c: usize,
+    /// A vector of `n` values of `out`'s type added to every row of `c` (16-byte aligned): by cuBLASLt's bias
+    /// epilogue, to the f32 accumulation before its one rounding, as PyTorch's `addmm` does for a linear layer.
+    pub(crate) bias: Option<u64>,
 }
 
 /// A cuBLASLt handle, its workspace, and the algorithm its heuristic chose for each kind of problem.
@@ -79,6 +82,7 @@ struct AlgoKey {
     strides: [usize; 3],
     b_transposed: bool,
     alignments: [u32; 4],
+    bias: bool,
 }
 
 struct Handle(ltsys::cublasLtHandle_t);
@@ -212,6 +216,27 @@ impl Gemm {
             )
             .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
         }
+        if let Some(bias) = g.bias {
+            let epilogue = ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32;
+            // SAFETY: EPILOGUE takes a uint32 (cublasLtEpilogue_t) and BIAS_POINTER a device pointer, the types
+            // passed; the descriptor is alive; the caller keeps the bias alive until the stream has run the GEMM.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    desc.0,
+                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                    (&epilogue as *const u32).cast(),
+                    size_of::<u32>(),
+                )
+                .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
+                lt::set_matmul_desc_attribute(
+                    desc.0,
+                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (&bias as *const u64).cast(),
+                    size_of::<u64>(),
+                )
+                .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
+            }
+        }
 
         let alignments = [
             alignment(g.b, g.stride_b as u64 * esize, g.batch),
@@ -227,6 +252,7 @@ impl Gemm {
             strides: [g.stride_a, g.stride_b, g.stride_c],
             b_transposed: g.b_transposed,
             alignments,
+            bias: g.bias.is_some(),
         };
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         let cached = self.algos.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
@@ -364,6 +390,9 @@ impl Cuda {
     }
 
     fn gemm_now(&self, g: &GemmArgs) -> Result<()> {
+        if g.bias.is_some() && (g.batch != 1 || g.ldc != g.n) {
+            return Err(Error::Unsupported("a GEMM bias on a batched or strided output".into()));
+        }
         if g.k > 0 {
             match self.gemm.cublaslt(self.stream(), g) {
                 Ok(()) => return Ok(()),
@@ -379,7 +408,7 @@ impl Cuda {
             block: (16, 16, 1),
             shared: 0,
         };
-        // Not `self.launch`: the profile times the fallback as this GEMM.
+        // Not `self.launch`: the profile times the fallback (and its bias) as this GEMM.
         self.kernels.launch(
             self.stream(),
             KernelFile::Gemm,
@@ -404,6 +433,24 @@ impl Cuda {
                 Arg::n(g.stride_c),
                 Arg::n(g.ldc),
             ],
+        )?;
+        let Some(bias) = g.bias else { return Ok(()) };
+        let out = dtype_code(g.out);
+        let n = g.m * g.n;
+        self.kernels.launch(
+            self.stream(),
+            KernelFile::Elementwise,
+            "bias_add",
+            Grid::linear(n),
+            &[
+                Arg::Ptr(g.c),
+                Arg::I32(out),
+                Arg::Ptr(bias),
+                Arg::I32(out),
+                Arg::n(n),
+                Arg::n(g.n),
+                Arg::n(1),
+            ],
         )
     }
 
@@ -421,6 +468,15 @@ impl Cuda {
         let LinearShape { m, n, k, out: shape } = linear_shape(x, w, bias)?;
         let out = self.empty(shape, dtype)?;
         let (wptr, _scratch) = self.weight_as(w, dtype)?;
+        // The bias in the compute type (as ComfyUI casts it) goes into the GEMM's epilogue where it is aligned.
+        let fused = match bias {
+            Some(b) if k > 0 => {
+                b.require_unscaled("linear")?;
+                let (ptr, scratch) = self.weight_as(b, dtype)?;
+                (ptr % 16 == 0).then_some((ptr, scratch))
+            }
+            _ => None,
+        };
         if k == 0 {
             self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
         } else {
@@ -442,9 +498,10 @@ impl Cuda {
                 stride_a: 0,
                 stride_b: 0,
                 stride_c: 0,
+                bias: fused.as_ref().map(|(ptr, _)| *ptr),
             })?;
         }
-        if let Some(b) = bias {
+        if let (Some(b), None) = (bias, &fused) {
             self.bias_add(&out, b, n, 1)?;
         }
         Ok(out)
@@ -500,6 +557,7 @@ impl Cuda {
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            bias: None,
         })?;
         Ok(out)
     }
@@ -562,6 +620,7 @@ impl Cuda {
                     stride_a: 0,
                     stride_b: 0,
                     stride_c: 0,
+                    bias: None,
                 })?;
             }
             if let Some(bw) = bias {
@@ -627,6 +686,7 @@ impl Cuda {
                     stride_a: 0,
                     stride_b: 0,
                     stride_c: 0,
+                    bias: None,
                 })?;
                 p0 += np;
             }
