@@ -572,6 +572,8 @@ mod gpu {
             8 => b.pad(&x, 2, 3, 2, PadMode::Circular),
             9 => b.pad(&x, 3, 1, 4, PadMode::Replicate),
             10 => b.permute(&x, &[0, 2, 3, 1]),
+            // A batched transpose over several 32 × 32 tiles, the last ones partial.
+            11 => b.permute(&up(b, &[3, 37, 70], &values(3 * 37 * 70, 30, 2.0), dt), &[0, 2, 1]),
             _ => b.permute(&x, &[3, 1, 0, 2]),
         };
         let y = y.expect("layout op");
@@ -584,7 +586,7 @@ mod gpu {
     fn layout_ops_match_the_cpu_exactly() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..12 {
+            for which in 0..13 {
                 assert_eq!(
                     layout_case(&e.gpu, dt, which),
                     layout_case(&e.cpu, dt, which),

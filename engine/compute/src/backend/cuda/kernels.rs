@@ -452,6 +452,7 @@ mod tests {
                     "copy_dim",
                     "pad",
                     "permute",
+                    "transpose",
                     "upsample2x",
                     "patchify",
                     "unpatchify",

@@ -216,6 +216,28 @@ impl Cuda {
         let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
         let out = self.empty(dims.clone(), dt)?;
         let n = out.numel();
+        if let Some((batch, rows, cols)) = batched_transpose(&dims, &strides) {
+            let tiles = |v: usize| v.div_ceil(32).clamp(1, 65_535) as u32;
+            return self
+                .launch(
+                    KernelFile::Layout,
+                    "transpose",
+                    Grid {
+                        grid: (tiles(cols), tiles(rows), batch.clamp(1, 65_535) as u32),
+                        block: (32, 8, 1),
+                        shared: 0,
+                    },
+                    &[
+                        Arg::Ptr(x.buf().ptr().0),
+                        Arg::Ptr(out.buf().ptr().0),
+                        Arg::n(batch),
+                        Arg::n(rows),
+                        Arg::n(cols),
+                        Arg::I32(dt.size() as i32),
+                    ],
+                )
+                .map(|()| out);
+        }
         self.launch(
             KernelFile::Layout,
             "permute",
@@ -321,5 +343,69 @@ impl Cuda {
                 Arg::I32(x.dtype().size() as i32),
             ],
         )
+    }
+}
+
+/// A permutation that is a batched 2D transpose, as `(batch, rows, cols)`: the output (dims `dims`, read at input
+/// strides `strides` per output dimension) is `[batch, cols, rows]` of a contiguous input `[batch, rows, cols]`,
+/// once size-1 dimensions are dropped and dimensions contiguous in the input merged (the channel-last and
+/// channel-first swaps of the VAEs' norms and attention). `None` for any other permutation, and for a transpose
+/// of one row or column (a plain copy).
+fn batched_transpose(dims: &[usize], strides: &[usize]) -> Option<(usize, usize, usize)> {
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (&d, &s) in dims.iter().zip(strides).filter(|(d, _)| **d != 1) {
+        match merged.last_mut() {
+            // The previous dimension steps over exactly this one: one dimension of their product.
+            Some((ld, ls)) if *ls == s * d => {
+                *ld *= d;
+                *ls = s;
+            }
+            _ => merged.push((d, s)),
+        }
+    }
+    let (batch, (cols, cs), (rows, rs)) = match *merged.as_slice() {
+        [c, r] => (1, c, r),
+        [(b, bs), c, r] if bs == c.0 * r.0 => (b, c, r),
+        _ => return None,
+    };
+    (cs == 1 && rs == cols).then_some((batch, rows, cols))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batched_transpose;
+
+    /// The output dims and input strides of permuting a contiguous `shape` by `perm`.
+    fn permuted(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let mut strides = vec![1; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        (perm.iter().map(|&p| shape[p]).collect(), perm.iter().map(|&p| strides[p]).collect())
+    }
+
+    #[test]
+    fn channel_swaps_are_batched_transposes_and_head_swaps_are_not() {
+        let t = |shape: &[usize], perm: &[usize]| {
+            let (d, s) = permuted(shape, perm);
+            batched_transpose(&d, &s)
+        };
+        // A VAE's channel RMS norm: [frames, C, H·W] ⇄ [frames, H·W, C].
+        assert_eq!(t(&[4, 128, 900], &[0, 2, 1]), Some((4, 128, 900)));
+        assert_eq!(t(&[4, 900, 128], &[0, 2, 1]), Some((4, 900, 128)));
+        // [B, C, H, W] → [B, H, W, C]: H and W merge into one dimension of rows.
+        assert_eq!(t(&[2, 3, 4, 6], &[0, 2, 3, 1]), Some((2, 3, 24)));
+        assert_eq!(t(&[5, 7], &[1, 0]), Some((1, 5, 7)));
+        // Size-1 dimensions are dropped: one batch, or a plain matrix.
+        assert_eq!(t(&[1, 8, 1, 9], &[0, 3, 2, 1]), Some((1, 8, 9)));
+        // A DiT's head swap keeps the head's features contiguous: the generic kernel.
+        assert_eq!(t(&[2, 100, 24, 128], &[0, 2, 1, 3]), None);
+        // Not a transpose of the last two dimensions with the rest in order.
+        assert_eq!(t(&[2, 3, 4, 6], &[3, 1, 0, 2]), None);
+        assert_eq!(t(&[2, 3, 4], &[1, 0, 2]), None);
+        assert_eq!(t(&[2, 3, 4], &[1, 2, 0]), Some((1, 2, 12)));
+        // The identity, and a "transpose" of a vector: no tiles needed.
+        assert_eq!(t(&[2, 3, 4], &[0, 1, 2]), None);
+        assert_eq!(t(&[1, 9], &[1, 0]), None);
     }
 }

@@ -1,5 +1,6 @@
-// Data movement: concat and slice (a copy between runs of one dimension), pad, permute, nearest 2x upsampling,
-// patchify and unpatchify, and the embedding gather. Byte moves keep the element type; pad and embedding convert.
+// Data movement: concat and slice (a copy between runs of one dimension), pad, permute (and its batched
+// transposes), nearest 2x upsampling, patchify and unpatchify, and the embedding gather. Byte moves keep the element
+// type; pad and embedding convert.
 
 // dst[o, doff + j, r] = src[o, soff + j, r] for o < outer, j < len, r < inner.
 extern "C" __global__ void copy_dim(const void* src, void* dst, i64 outer, i64 len, i64 inner, i64 sdim, i64 soff,
@@ -49,6 +50,38 @@ extern "C" __global__ void permute(const void* src, void* dst, i64 n, int rank, 
         }
         mv(dst, i, src, si, esize);
     }
+}
+
+// dst [batch, cols, rows] = src [batch, rows, cols] transposed through 32 × 32 tiles of shared memory, so both the
+// reads and the writes are coalesced (`permute` reads one of them at a stride). Block (32, 8); grid x over column
+// tiles, y over row tiles, z over the batch (each looping past the grid's limits).
+template <typename T>
+__device__ void transpose_tiles(const T* src, T* dst, i64 batch, i64 rows, i64 cols) {
+    __shared__ T tile[32][33];
+    for (i64 b = blockIdx.z; b < batch; b += gridDim.z) {
+        const T* s = src + b * rows * cols;
+        T* d = dst + b * rows * cols;
+        for (i64 r0 = (i64)blockIdx.y * 32; r0 < rows; r0 += (i64)gridDim.y * 32) {
+            for (i64 c0 = (i64)blockIdx.x * 32; c0 < cols; c0 += (i64)gridDim.x * 32) {
+                for (int j = threadIdx.y; j < 32; j += 8) {
+                    const i64 r = r0 + j, c = c0 + threadIdx.x;
+                    if (r < rows && c < cols) tile[j][threadIdx.x] = s[r * cols + c];
+                }
+                __syncthreads();
+                for (int j = threadIdx.y; j < 32; j += 8) {
+                    const i64 c = c0 + j, r = r0 + threadIdx.x;
+                    if (r < rows && c < cols) d[c * rows + r] = tile[threadIdx.x][j];
+                }
+                __syncthreads();  // the tile is read before the next one is written
+            }
+        }
+    }
+}
+
+extern "C" __global__ void transpose(const void* src, void* dst, i64 batch, i64 rows, i64 cols, int esize) {
+    if (esize == 4) transpose_tiles((const u32*)src, (u32*)dst, batch, rows, cols);
+    else if (esize == 2) transpose_tiles((const u16*)src, (u16*)dst, batch, rows, cols);
+    else transpose_tiles((const u8*)src, (u8*)dst, batch, rows, cols);
 }
 
 // src [planes, H, W] -> dst [planes, 2H, 2W].
