@@ -107,6 +107,18 @@ impl Drop for Layout {
     }
 }
 struct Desc(ltsys::cublasLtMatmulDesc_t);
+impl Desc {
+    /// Sets `attr` to `value`: `T` must be the type cuBLASLt documents for the attribute (int32 for an operation,
+    /// uint32 for an epilogue, a 64-bit device address for a pointer).
+    fn set<T: Copy>(&self, attr: ltsys::cublasLtMatmulDescAttributes_t, value: &T) -> Result<()> {
+        // SAFETY: the descriptor is alive and `value` points to size_of::<T>() readable bytes; cuBLASLt reads no
+        // more than that and refuses a size that is not its attribute's.
+        unsafe {
+            lt::set_matmul_desc_attribute(self.0, attr, (value as *const T).cast(), size_of::<T>())
+        }
+        .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))
+    }
+}
 impl Drop for Desc {
     fn drop(&mut self) {
         // SAFETY: created by `cublasLtMatmulDescCreate`, destroyed once.
@@ -197,45 +209,18 @@ impl Gemm {
             )
             .map_err(|e| blas("cublasLtMatmulDescCreate", e))?,
         );
-        let trans_a: i32 = i32::from(g.b_transposed);
-        let trans_b: i32 = 0;
-        // SAFETY: TRANSA and TRANSB take a cublasOperation_t (int32: 0 = N, 1 = T); the descriptor is alive.
-        unsafe {
-            lt::set_matmul_desc_attribute(
-                desc.0,
-                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                (&trans_a as *const i32).cast(),
-                size_of::<i32>(),
-            )
-            .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
-            lt::set_matmul_desc_attribute(
-                desc.0,
-                ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
-                (&trans_b as *const i32).cast(),
-                size_of::<i32>(),
-            )
-            .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
-        }
+        use ltsys::cublasLtMatmulDescAttributes_t as Attr;
+        // TRANSA and TRANSB take a cublasOperation_t (int32: 0 = N, 1 = T).
+        desc.set(Attr::CUBLASLT_MATMUL_DESC_TRANSA, &i32::from(g.b_transposed))?;
+        desc.set(Attr::CUBLASLT_MATMUL_DESC_TRANSB, &0i32)?;
         if let Some(bias) = g.bias {
-            let epilogue = ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32;
-            // SAFETY: EPILOGUE takes a uint32 (cublasLtEpilogue_t) and BIAS_POINTER a device pointer, the types
-            // passed; the descriptor is alive; the caller keeps the bias alive until the stream has run the GEMM.
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    desc.0,
-                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
-                    (&epilogue as *const u32).cast(),
-                    size_of::<u32>(),
-                )
-                .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
-                lt::set_matmul_desc_attribute(
-                    desc.0,
-                    ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    (&bias as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-                .map_err(|e| blas("cublasLtMatmulDescSetAttribute", e))?;
-            }
+            // EPILOGUE takes a uint32 (cublasLtEpilogue_t), BIAS_POINTER a device pointer (the caller keeps the
+            // bias alive until the stream has run the GEMM).
+            desc.set(
+                Attr::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                &(ltsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32),
+            )?;
+            desc.set(Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)?;
         }
 
         let alignments = [
