@@ -429,7 +429,7 @@ mod tests {
     #[test]
     fn every_kernel_file_is_embedded_and_names_its_kernels() {
         let files = [
-            (KernelFile::Cast, &["cast", "cast_scaled", "fill", "store"][..]),
+            (KernelFile::Cast, &["cast", "cast_scaled", "cast_f8x4", "fill", "store"][..]),
             (
                 KernelFile::Elementwise,
                 &["unary", "binary", "affine", "gated", "modulate", "bias_add"],

@@ -245,6 +245,9 @@ impl Cuda {
     }
 
     fn cast_ptr(&self, src: u64, sdt: DType, dst: u64, ddt: DType, n: usize) -> Result<()> {
+        if self.cast_f8x4(src, sdt, dst, ddt, n, 1.0)? {
+            return Ok(());
+        }
         self.launch(
             KernelFile::Cast,
             "cast",
@@ -257,6 +260,41 @@ impl Cuda {
                 Arg::n(n),
             ],
         )
+    }
+
+    /// `dst = src · scale` four values a thread (`cast_f8x4`) for an fp8 source and a 16-bit destination, aligned and
+    /// a multiple of four long: whether it ran (`false`: nothing queued, the caller casts one value a thread).
+    fn cast_f8x4(
+        &self,
+        src: u64,
+        sdt: DType,
+        dst: u64,
+        ddt: DType,
+        n: usize,
+        scale: f32,
+    ) -> Result<bool> {
+        let fits = matches!(sdt, DType::F8E4M3 | DType::F8E5M2)
+            && matches!(ddt, DType::F16 | DType::BF16)
+            && n.is_multiple_of(4)
+            && src.is_multiple_of(4)
+            && dst.is_multiple_of(8);
+        if !fits {
+            return Ok(false);
+        }
+        self.launch(
+            KernelFile::Cast,
+            "cast_f8x4",
+            Grid::linear(n / 4),
+            &[
+                Arg::Ptr(src),
+                Arg::I32(dtype_code(sdt)),
+                Arg::Ptr(dst),
+                Arg::I32(dtype_code(ddt)),
+                Arg::n(n / 4),
+                Arg::F32(scale),
+            ],
+        )?;
+        Ok(true)
     }
 
     /// The weight's elements as `dtype`: its own bytes when it is stored so, else a cast into scratch (returned
@@ -281,6 +319,9 @@ impl Cuda {
             return self.cast_ptr(w.ptr().0, w.dtype(), dst, dtype, w.numel());
         };
         let scale = crate::dtype::round_to(dtype, scale);
+        if self.cast_f8x4(w.ptr().0, w.dtype(), dst, dtype, w.numel(), scale)? {
+            return Ok(());
+        }
         self.launch(
             KernelFile::Cast,
             "cast_scaled",
