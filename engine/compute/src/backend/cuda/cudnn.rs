@@ -8,8 +8,10 @@
 //! to compare the two paths), or for a problem cuDNN declines (an error from any call, asymmetric padding, tensors
 //! of 2³¹ elements or more), the im2col path runs.
 //! 16-bit data computes on the tensor cores with f32 accumulation (rounded once into the output, as cuBLASLt's
-//! GEMMs); f32 data computes with FMA only, never TF32, as the im2col GEMM does. The algorithm is cuDNN's heuristic
-//! first choice within [`MAX_WORKSPACE`] bytes of scratch, asked once per shape.
+//! GEMMs); f32 data computes with FMA only, never TF32, as the im2col GEMM does. The algorithm (and the math type it
+//! was rated with, as PyTorch applies it) is cuDNN's heuristic first choice within [`MAX_WORKSPACE`] bytes of
+//! scratch, asked once per shape; a shape cuDNN fails on once runs as im2col from then on. Only cuDNN 9 is used
+//! (the bindings' status codes are 9's).
 
 #![allow(unsafe_code)]
 
@@ -25,8 +27,8 @@ use super::buf::Allocation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// The most scratch an algorithm may ask for.
-const MAX_WORKSPACE: usize = 1 << 30;
+/// The most scratch an algorithm may ask for (taken from the activations' budget at each call).
+const MAX_WORKSPACE: usize = 256 << 20;
 
 /// One convolution: NCHW input `[batch, channels, height, width]`, weight `[out_channels, channels, kh, kw]`,
 /// symmetric zero padding, one stride both ways, no dilation; every tensor in `dtype`.
@@ -82,7 +84,52 @@ pub(crate) struct Convolutions {
 #[derive(Debug, Clone, Copy)]
 struct Choice {
     algo: sys::cudnnConvolutionFwdAlgo_t,
+    math: sys::cudnnMathType_t,
     workspace: usize,
+}
+
+/// `cudnnConvolutionFwdAlgoPerf_t` with its enums as plain integers, so a value this build's bindings do not know
+/// (a newer cuDNN's) is read safely and skipped.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct AlgoPerf {
+    algo: i32,
+    status: i32,
+    time: f32,
+    memory: usize,
+    determinism: i32,
+    math_type: i32,
+    reserved: [i32; 3],
+}
+
+impl AlgoPerf {
+    /// The algorithm and math type this entry rates, if it succeeded within `max_workspace` in a math type allowed
+    /// for the data (FMA only for f32: never TF32).
+    fn choice(&self, max_workspace: usize, f32_data: bool) -> Option<Choice> {
+        use sys::cudnnConvolutionFwdAlgo_t as A;
+        use sys::cudnnMathType_t as M;
+        if self.status != 0 || self.memory > max_workspace {
+            return None;
+        }
+        let algo = match self.algo {
+            0 => A::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            1 => A::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+            2 => A::CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+            3 => A::CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
+            4 => A::CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+            5 => A::CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+            6 => A::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+            7 => A::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+            _ => return None,
+        };
+        let math = match (self.math_type, f32_data) {
+            (3, _) => M::CUDNN_FMA_MATH,
+            (0, false) => M::CUDNN_DEFAULT_MATH,
+            (1, false) => M::CUDNN_TENSOR_OP_MATH,
+            _ => return None,
+        };
+        Some(Choice { algo, math, workspace: self.memory })
+    }
 }
 
 struct Handle(sys::cudnnHandle_t);
@@ -207,6 +254,11 @@ impl Convolutions {
             tracing::debug!("libcudnn not found: convolutions run as im2col and GEMM");
             return None;
         }
+        let version = dnn::get_version();
+        if !(90_000..100_000).contains(&version) {
+            tracing::info!(version, "cuDNN is not version 9: convolutions run as im2col and GEMM");
+            return None;
+        }
         let open = || -> Result<Convolutions> {
             stream
                 .context()
@@ -237,13 +289,23 @@ impl Convolutions {
         y: u64,
         scratch: impl FnOnce(u64) -> Result<Allocation>,
     ) -> Result<()> {
+        if [x, w, y].iter().any(|p| p % 16 != 0) {
+            // cuDNN 9 refuses misaligned tensors; a weight at an odd offset of its file runs as im2col.
+            return Err(Error::Unsupported("a cuDNN convolution of tensors not 16-byte aligned".into()));
+        }
+        let cached = self.choices.lock().unwrap_or_else(|p| p.into_inner()).get(s).copied();
+        if let Some(None) = cached {
+            return Err(Error::Unsupported(format!("cuDNN has no algorithm for {s:?}")));
+        }
         let d = Descriptors::new(s)?;
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
-        let cached = self.choices.lock().unwrap_or_else(|p| p.into_inner()).get(s).copied();
         let choice = match cached {
             Some(c) => c,
             None => {
-                let c = self.heuristic(&handle, &d)?;
+                let c = self.heuristic(&handle, &d, s.dtype == DType::F32).unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "cuDNN's heuristic failed");
+                    None
+                });
                 self.choices.lock().unwrap_or_else(|p| p.into_inner()).insert(*s, c);
                 c
             }
@@ -251,6 +313,25 @@ impl Convolutions {
         let Some(choice) = choice else {
             return Err(Error::Unsupported(format!("cuDNN has no algorithm for {s:?}")));
         };
+        let ran = Self::run(&handle, &d, choice, [x, w, y], scratch);
+        if ran.is_err() {
+            // Not again for this shape: each try would build the descriptors and take the workspace anew.
+            self.choices.lock().unwrap_or_else(|p| p.into_inner()).insert(*s, None);
+        }
+        ran
+    }
+
+    /// Queues the convolution `d` of the tensors at `[x, w, y]` with `choice`.
+    fn run(
+        handle: &Handle,
+        d: &Descriptors,
+        choice: Choice,
+        [x, w, y]: [u64; 3],
+        scratch: impl FnOnce(u64) -> Result<Allocation>,
+    ) -> Result<()> {
+        // SAFETY: the descriptor is alive.
+        unsafe { dnn::set_convolution_math_type(d.conv.0, choice.math) }
+            .map_err(|e| failed("cudnnSetConvolutionMathType", e))?;
         let workspace =
             if choice.workspace > 0 { Some(scratch(choice.workspace as u64)?) } else { None };
         let (ws_ptr, ws_len) = workspace
@@ -281,14 +362,23 @@ impl Convolutions {
         .map_err(|e| failed("cudnnConvolutionForward", e))
     }
 
-    /// The heuristic's first algorithm that succeeds within [`MAX_WORKSPACE`], with the scratch it needs.
-    fn heuristic(&self, handle: &Handle, d: &Descriptors) -> Result<Option<Choice>> {
-        const COUNT: usize =
-            sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT as usize;
-        // SAFETY: an all-zero perf struct is a valid value of this plain C struct (cuDNN overwrites it).
-        let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; COUNT] = unsafe { std::mem::zeroed() };
+    /// The heuristic's first algorithm that succeeds within [`MAX_WORKSPACE`] (for f32 data, with FMA math), with
+    /// the math type it was rated with and the scratch it needs.
+    fn heuristic(
+        &self,
+        handle: &Handle,
+        d: &Descriptors,
+        f32_data: bool,
+    ) -> Result<Option<Choice>> {
+        let mut count = 0;
+        // SAFETY: the handle is alive and `count` is written.
+        unsafe { sys::cudnnGetConvolutionForwardAlgorithmMaxCount(handle.0, &mut count) }
+            .result()
+            .map_err(|e| failed("cudnnGetConvolutionForwardAlgorithmMaxCount", e))?;
+        let mut perf = vec![AlgoPerf::default(); count.clamp(1, 64) as usize];
         let mut returned = 0;
-        // SAFETY: the handle and descriptors are alive; `perf` holds COUNT entries and `returned` is written.
+        // SAFETY: the handle and descriptors are alive; `perf` holds `perf.len()` entries laid out as
+        // cudnnConvolutionFwdAlgoPerf_t (the same C layout, its enums as the ints they are); `returned` is written.
         unsafe {
             dnn::get_convolution_forward_algorithm(
                 handle.0,
@@ -296,19 +386,14 @@ impl Convolutions {
                 d.w.0,
                 d.conv.0,
                 d.y.0,
-                COUNT as i32,
+                perf.len() as i32,
                 &mut returned,
-                perf.as_mut_ptr(),
+                perf.as_mut_ptr().cast(),
             )
         }
         .map_err(|e| failed("cudnnGetConvolutionForwardAlgorithm_v7", e))?;
-        let returned = (returned.max(0) as usize).min(COUNT);
-        Ok(perf[..returned]
-            .iter()
-            .find(|p| {
-                p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE
-            })
-            .map(|p| Choice { algo: p.algo, workspace: p.memory }))
+        let returned = (returned.max(0) as usize).min(perf.len());
+        Ok(perf[..returned].iter().find_map(|p| p.choice(MAX_WORKSPACE, f32_data)))
     }
 }
 
@@ -336,6 +421,44 @@ mod tests {
         assert_eq!(shape(1, 3, 10, 3, 1, 1).out_size(), [10, 11]);
         assert_eq!(shape(1, 3, 10, 3, 0, 2).out_size(), [4, 5]);
         assert_eq!(shape(1, 3, 9, 4, 2, 2).out_size(), [5, 6]);
+    }
+
+    #[test]
+    fn an_algorithm_is_taken_only_when_it_succeeded_within_the_workspace_in_an_allowed_math_type() {
+        use super::AlgoPerf;
+        let perf = |algo, status, memory, math_type| AlgoPerf {
+            algo,
+            status,
+            memory,
+            math_type,
+            ..AlgoPerf::default()
+        };
+        let max = 1 << 30;
+        let c = perf(1, 0, 1000, 1).choice(max, false).expect("tensor ops for bf16");
+        assert_eq!((c.algo as i32, c.math as i32, c.workspace), (1, 1, 1000));
+        assert!(
+            perf(1, 0, 1000, 1).choice(max, true).is_none(),
+            "tensor ops (TF32) refused for f32"
+        );
+        assert!(
+            perf(1, 0, 1000, 0).choice(max, true).is_none(),
+            "default math may be TF32 for f32"
+        );
+        assert_eq!(
+            perf(0, 0, 0, 3).choice(max, true).map(|c| c.math as i32),
+            Some(3),
+            "FMA for f32"
+        );
+        assert!(perf(1, 9, 0, 1).choice(max, false).is_none(), "a failed status");
+        assert!(perf(1, 0, max + 1, 1).choice(max, false).is_none(), "over the workspace");
+        assert!(
+            perf(8, 0, 0, 1).choice(max, false).is_none(),
+            "an algorithm this build does not know"
+        );
+        assert!(
+            perf(1, 0, 0, 7).choice(max, false).is_none(),
+            "a math type this build does not know"
+        );
     }
 
     #[test]

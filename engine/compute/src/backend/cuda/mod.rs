@@ -80,6 +80,9 @@ pub struct Cuda {
 
 /// What every [`Cuda`] view of one device shares: its memory, kernels, cuBLASLt handle and allocator.
 pub struct CudaCore {
+    /// cuDNN for convolutions, opened at the first one; `None` where the library is absent. First, so it is
+    /// destroyed before the stream and context it uses (fields drop in order).
+    convolutions: std::sync::OnceLock<Option<cudnn::Convolutions>>,
     info: DeviceInfo,
     mem: Arc<CudaMemory>,
     memory: Arc<dyn DeviceMemory>,
@@ -87,8 +90,6 @@ pub struct CudaCore {
     allocator: RwLock<Arc<dyn DeviceAllocator>>,
     kernels: Kernels,
     gemm: gemm::Gemm,
-    /// cuDNN for convolutions, opened at the first one; `None` where the library is absent.
-    convolutions: std::sync::OnceLock<Option<cudnn::Convolutions>>,
     hadamards: quant::Hadamards,
 }
 
@@ -160,13 +161,13 @@ impl Cuda {
         let info = DeviceInfo { kind: "cuda", index: ordinal, name, total_memory: total };
         let hadamards = quant::Hadamards::default();
         let core = CudaCore {
+            convolutions: std::sync::OnceLock::new(),
             info,
             mem,
             memory,
             allocator: RwLock::new(plain),
             kernels,
             gemm,
-            convolutions: std::sync::OnceLock::new(),
             hadamards,
         };
         Ok(Cuda { core: Arc::new(core), dtype, long_attention })
