@@ -20,8 +20,9 @@
 #   profile-after  each family part after it is followed, on the same files, by such a profiled run (in
 #                FAMILY/profile/), when 60 s are left
 #   attention=P  the parts after it run long attention as KILN_CUDA_ATTENTION=P says (gemm, mma or mma2); with
-#                attention=auto, if the op tests' attention test passed (it checks every path): when
-#                attention-bench ran before, the path of the least time over its shapes, else mma; otherwise gemm
+#                attention=auto, among gemm and the kernel forms whose op test passed (one test a path): when
+#                attention-bench ran before, the one of least time over its shapes, else mma (or mma2) if it
+#                passed, else gemm
 #
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
@@ -213,25 +214,30 @@ PY
       PROFILE_AFTER=1
       log "each family part is followed by a profiled run" ;;
     attention=auto)
-      # A kernel only if the op tests passed it; where attention-bench ran, the fastest path over its shapes.
-      export KILN_CUDA_ATTENTION=gemm
-      if grep -q "attention_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" 2>/dev/null; then
-        # attention-bench always writes attention.txt: without it the part did not run (mma on correctness
-        # alone); with it but no report (killed, crashed) gemm.
-        KILN_CUDA_ATTENTION=$(python3 - "$WORK/attention.json" "$WORK/attention.txt" <<'PY'
+      # A kernel form only if its op test passed; where attention-bench ran, the fastest of those over its shapes.
+      passed=gemm
+      for p in mma mma2; do
+        grep -q "attention_on_the_${p}_kernel_matches_the_cpu_with_gqa_and_causal_masks ... ok" "$WORK/ops.txt" \
+          2>/dev/null && passed="$passed $p"
+      done
+      # attention-bench always writes attention.txt: without it the part did not run (a kernel on correctness
+      # alone, if one passed); with it but no report (killed, crashed) gemm.
+      KILN_CUDA_ATTENTION=$(python3 - "$WORK/attention.json" "$WORK/attention.txt" $passed <<'PY'
 import json, os, sys
+passed = sys.argv[3:]
 try:
     cases = json.load(open(sys.argv[1])).values()
-    paths = [p for p in ("gemm", "mma", "mma2") if all(p in c for c in cases)]
+    paths = [p for p in passed if all(p in c for c in cases)]
     print(min(paths, key=lambda p: sum(c[p]["seconds"] for c in cases)))
 except FileNotFoundError:
-    print("gemm" if os.path.exists(sys.argv[2]) else "mma")
+    kernels = [p for p in ("mma", "mma2") if p in passed]
+    print("gemm" if os.path.exists(sys.argv[2]) or not kernels else kernels[0])
 except Exception:
     print("gemm")
 PY
 )
-      fi
-      log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION" ;;
+      export KILN_CUDA_ATTENTION
+      log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION (op tests passed: $passed)" ;;
     attention=*)
       export KILN_CUDA_ATTENTION=${part#attention=}
       log "KILN_CUDA_ATTENTION=$KILN_CUDA_ATTENTION" ;;

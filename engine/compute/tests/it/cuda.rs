@@ -393,13 +393,12 @@ mod gpu {
         get(b, &o)
     }
 
-    #[test]
-    fn attention_matches_the_cpu_with_gqa_and_causal_masks() {
-        let Some(e) = env() else { return };
-        // Long sequences and heads over 256 features run as GEMMs (4 200 queries: two chunks of at most 4 096
-        // rows; the first 1 200 causal rows see no key; 401 keys: rows padded to 408), or with `gpu_mma` and
-        // `gpu_mma2` on the tensor-core kernel's two forms where they fit (16-bit, heads of 64 or 128); the short
-        // ones on the flash kernel.
+    /// Attention on `gpu` against the CPU. Long sequences and heads over 256 features run as GEMMs (4 200 queries:
+    /// two chunks of at most 4 096 rows; the first 1 200 causal rows see no key; 401 keys: rows padded to 408), or
+    /// with `gpu_mma` and `gpu_mma2` on the tensor-core kernel's two forms where they fit (16-bit, heads of 64 or
+    /// 128); the short ones on the flash kernel. One test a path, so that bench/device.sh can take a kernel whose
+    /// test passed even when another's failed.
+    fn attention_matches_the_cpu(e: &Env, path: &str, gpu: &Cuda) {
         let cases = [
             (DType::BF16, 1, (8, 2), (4200, 3000), (64, 64), AttentionMask::Causal),
             (DType::BF16, 1, (4, 4), (2048, 2048), (128, 128), AttentionMask::None),
@@ -421,14 +420,30 @@ mod gpu {
         ];
         for (dt, batch, heads, n, dims, mask) in cases {
             let want = attention_case(&e.cpu, dt, batch, heads, n, dims, mask);
-            for (path, gpu) in [("gemm", &e.gpu), ("mma", &e.gpu_mma), ("mma2", &e.gpu_mma2)] {
-                let what = format!(
-                    "attention ({path}) {dt} batch {batch} heads {heads:?} n {n:?} dims {dims:?} {mask:?}"
-                );
-                let got = attention_case(gpu, dt, batch, heads, n, dims, mask);
-                assert_close(&what, &got, &want, tol(dt));
-            }
+            let what = format!(
+                "attention ({path}) {dt} batch {batch} heads {heads:?} n {n:?} dims {dims:?} {mask:?}"
+            );
+            let got = attention_case(gpu, dt, batch, heads, n, dims, mask);
+            assert_close(&what, &got, &want, tol(dt));
         }
+    }
+
+    #[test]
+    fn attention_on_gemms_matches_the_cpu_with_gqa_and_causal_masks() {
+        let Some(e) = env() else { return };
+        attention_matches_the_cpu(e, "gemm", &e.gpu);
+    }
+
+    #[test]
+    fn attention_on_the_mma_kernel_matches_the_cpu_with_gqa_and_causal_masks() {
+        let Some(e) = env() else { return };
+        attention_matches_the_cpu(e, "mma", &e.gpu_mma);
+    }
+
+    #[test]
+    fn attention_on_the_mma2_kernel_matches_the_cpu_with_gqa_and_causal_masks() {
+        let Some(e) = env() else { return };
+        attention_matches_the_cpu(e, "mma2", &e.gpu_mma2);
     }
 
     fn rope_case<B: Backend>(b: &B, dt: DType, layout: RopeLayout) -> Vec<f32> {

@@ -291,7 +291,9 @@ impl Convolutions {
     ) -> Result<()> {
         if [x, w, y].iter().any(|p| p % 16 != 0) {
             // cuDNN 9 refuses misaligned tensors; a weight at an odd offset of its file runs as im2col.
-            return Err(Error::Unsupported("a cuDNN convolution of tensors not 16-byte aligned".into()));
+            return Err(Error::Unsupported(
+                "a cuDNN convolution of tensors not 16-byte aligned".into(),
+            ));
         }
         let cached = self.choices.lock().unwrap_or_else(|p| p.into_inner()).get(s).copied();
         if let Some(None) = cached {
