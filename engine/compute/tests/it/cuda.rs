@@ -353,6 +353,18 @@ mod gpu {
             3 => b.layer_norm(&x, None, None, 1e-5),
             4 => b.group_norm(&x, 4, Some(&gw.view()), Some(&gb.view()), 1e-5),
             5 => b.group_norm(&x, 2, None, None, 1e-6),
+            // Rows past the one-warp kernels' limit: a block per row.
+            7 | 8 => {
+                let long = up(b, &[3, 5000], &values(15_000, 31, 3.0), dt);
+                let lw = weight(b, DType::BF16, &[5000], &values(5000, 32, 1.0));
+                if which == 7 {
+                    b.rms_norm(&long, Some(&lw.view()), 1e-6)
+                } else {
+                    b.layer_norm(&long, Some(&lw.view()), None, 1e-5)
+                }
+            }
+            // Rows of a head's width: four values a lane.
+            9 => b.rms_norm(&up(b, &[70, 128], &values(8960, 33, 3.0), dt), None, 1e-6),
             _ => b.softmax(&x),
         };
         get(b, &y.expect("norm"))
@@ -362,7 +374,7 @@ mod gpu {
     fn norms_and_softmax_match_the_cpu() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..7 {
+            for which in 0..10 {
                 assert_close(
                     &format!("norm {which} {dt}"),
                     &norm_case(&e.gpu, dt, which),

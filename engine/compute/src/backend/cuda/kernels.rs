@@ -434,7 +434,17 @@ mod tests {
                 KernelFile::Elementwise,
                 &["unary", "binary", "affine", "gated", "modulate", "bias_add"],
             ),
-            (KernelFile::Norm, &["rms_norm", "layer_norm", "group_norm", "softmax"]),
+            (
+                KernelFile::Norm,
+                &[
+                    "rms_norm",
+                    "layer_norm",
+                    "rms_norm_rows",
+                    "layer_norm_rows",
+                    "group_norm",
+                    "softmax",
+                ],
+            ),
             (KernelFile::Attention, &["attention", "attention_softmax"]),
             (
                 KernelFile::AttentionMma,

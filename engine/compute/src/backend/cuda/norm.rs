@@ -1,12 +1,15 @@
-//! Normalisations and softmax on CUDA (`norm.cu`): one block per row or group, statistics in f32.
+//! Normalisations and softmax on CUDA (`norm.cu`): statistics in f32; a warp per row for RMS and layer norms of rows
+//! up to [`WARP_ROW_MAX`] values, else one block per row or group.
 
 use super::Cuda;
 use super::kernels::{Arg, Grid, KernelFile, dtype_code};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight};
 
-/// Threads per row block.
+/// Threads per row block (or per block of eight one-warp rows).
 const THREADS: u32 = 256;
+/// The longest row a warp normalises alone (`rms_norm_rows`, `layer_norm_rows`): 128 values a lane.
+const WARP_ROW_MAX: usize = 4096;
 
 /// A weight's address and type code, or a null pointer.
 fn opt(w: Option<&Weight<'_>>) -> (Arg, Arg) {
@@ -75,7 +78,13 @@ impl Cuda {
             args.extend([p, t]);
         }
         args.extend([Arg::Ptr(out.buf().ptr().0), Arg::n(rows), Arg::n(d), Arg::F32(eps)]);
-        self.launch(KernelFile::Norm, op, Grid::rows(rows, THREADS), &args)?;
+        if d <= WARP_ROW_MAX {
+            let kernel = if op == "rms_norm" { "rms_norm_rows" } else { "layer_norm_rows" };
+            let grid = Grid::rows(rows.div_ceil((THREADS / 32) as usize), THREADS);
+            self.launch(KernelFile::Norm, kernel, grid, &args)?;
+        } else {
+            self.launch(KernelFile::Norm, op, Grid::rows(rows, THREADS), &args)?;
+        }
         Ok(out)
     }
 

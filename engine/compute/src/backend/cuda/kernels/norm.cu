@@ -45,6 +45,53 @@ extern "C" __global__ void layer_norm(const void* x, int xdt, const void* w, int
     }
 }
 
+// The same two for rows of at most a few thousand values (every hidden state, a head's q or k, a VAE pixel's
+// channels): a warp per row, its statistics by shuffles alone. With a block per row, a 128-value row left half the
+// block idle and waited at six barriers; hundreds of thousands of such rows a call ran a few hundred at a time.
+extern "C" __global__ void rms_norm_rows(const void* x, int xdt, const void* w, int wdt, void* out, i64 rows, i64 dim,
+                                         float eps) {
+    const int lane = threadIdx.x & 31;
+    const i64 per_block = blockDim.x >> 5, warps = (i64)gridDim.x * per_block;
+    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps) {
+        const i64 base = row * dim;
+        float ss = 0.0f;
+        for (i64 c = lane; c < dim; c += 32) {
+            const float v = ld(x, xdt, base + c);
+            ss += v * v;
+        }
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dim + eps);
+        for (i64 c = lane; c < dim; c += 32) {
+            float v = ld(x, xdt, base + c) * inv;
+            if (w) v *= ld(w, wdt, c);
+            st(out, xdt, base + c, v);
+        }
+    }
+}
+
+extern "C" __global__ void layer_norm_rows(const void* x, int xdt, const void* w, int wdt, const void* b, int bdt,
+                                           void* out, i64 rows, i64 dim, float eps) {
+    const int lane = threadIdx.x & 31;
+    const i64 per_block = blockDim.x >> 5, warps = (i64)gridDim.x * per_block;
+    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps) {
+        const i64 base = row * dim;
+        float s = 0.0f;
+        for (i64 c = lane; c < dim; c += 32) s += ld(x, xdt, base + c);
+        const float mean = warp_sum(s) / (float)dim;
+        float ss = 0.0f;
+        for (i64 c = lane; c < dim; c += 32) {
+            const float d = ld(x, xdt, base + c) - mean;
+            ss += d * d;
+        }
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dim + eps);
+        for (i64 c = lane; c < dim; c += 32) {
+            float v = (ld(x, xdt, base + c) - mean) * inv;
+            if (w) v *= ld(w, wdt, c);
+            if (b) v += ld(b, bdt, c);
+            st(out, xdt, base + c, v);
+        }
+    }
+}
+
 // GroupNorm of x [B, C, S] (S = the product of the spatial dims): block (b, g) normalises the contiguous run of
 // C/G channels × S values of group g, then applies the per-channel affine.
 extern "C" __global__ void group_norm(const void* x, int xdt, const void* w, int wdt, const void* b, int bdt,
