@@ -160,7 +160,8 @@ impl Cuda {
                     mma_kernel(d, 2).filter(|k| k.shared <= max_shared).or(mma_kernel(d, 1))
                 }
             }
-            .filter(|_| sm80 && dt != DType::F32 && d == dv && aligned);
+            // The kernel counts a tile's visible keys in 32 bits.
+            .filter(|_| sm80 && dt != DType::F32 && d == dv && aligned && nq.max(nk) < 1 << 30);
             match mma {
                 Some(kernel) => self.attention_mma(kernel, q, k, v, &out, sizes, mask, scale)?,
                 None => self.attention_by_gemm(q, k, v, &out, sizes, mask, scale)?,

@@ -249,9 +249,9 @@ __device__ void attention_mma(const u16* q, const u16* k, const u16* v, u16* o, 
             int seen[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const i64 end = causal ? causal_end + m * 16 + r * 8 : nk;
-                const i64 rs = (end < nk ? end : nk) - k0;
-                seen[r] = rs < 0 ? 0 : (rs > KEYS ? KEYS : (int)rs);
+                // Within ±2³¹: the host sends this kernel fewer than 2³⁰ queries and keys.
+                const int rs = (int)((causal ? min(causal_end + m * 16 + r * 8, nk) : nk) - k0);
+                seen[r] = rs < 0 ? 0 : (rs > KEYS ? KEYS : rs);
             }
             float tmax[2] = {NEG_INF, NEG_INF};
 #pragma unroll
