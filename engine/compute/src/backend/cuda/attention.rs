@@ -281,7 +281,9 @@ impl Cuda {
         };
         for step in gemm_plan(sizes, dt, chunk, at) {
             match step {
-                GemmStep::Product(g) => self.gemm(&g)?,
+                GemmStep::Product(g) => {
+                    self.gemm(&g)?;
+                }
                 GemmStep::Softmax { rows, per_head, q0 } => self.launch(
                     KernelFile::Attention,
                     "attention_softmax",

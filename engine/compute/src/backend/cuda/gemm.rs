@@ -58,8 +58,9 @@ pub(crate) struct GemmArgs {
     pub(crate) stride_a: usize,
     pub(crate) stride_b: usize,
     pub(crate) stride_c: usize,
-    /// A vector of `n` values of `out`'s type added to every row of `c` (16-byte aligned): by cuBLASLt's bias
+    /// A vector of `n` values of `out`'s type to add to every row of `c` (16-byte aligned): by cuBLASLt's bias
     /// epilogue, to the f32 accumulation before its one rounding, as PyTorch's `addmm` does for a linear layer.
+    /// [`Cuda::gemm`] says whether it was added (the fallback kernel leaves it to the caller).
     pub(crate) bias: Option<u64>,
 }
 
@@ -361,10 +362,11 @@ pub(crate) fn linear_shape(
 }
 
 impl Cuda {
-    /// Queues one GEMM: cuBLASLt, or the fallback kernel where cuBLASLt has no algorithm.
-    pub(crate) fn gemm(&self, g: &GemmArgs) -> Result<()> {
+    /// Queues one GEMM: cuBLASLt, or the fallback kernel where cuBLASLt has no algorithm. Whether `g.bias` was
+    /// added (only by cuBLASLt's epilogue).
+    pub(crate) fn gemm(&self, g: &GemmArgs) -> Result<bool> {
         if g.m == 0 || g.n == 0 || g.batch == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let flops = 2.0 * (g.m * g.n * g.k * g.batch) as f64;
         let name = || {
@@ -374,13 +376,10 @@ impl Cuda {
         super::profile::timed(self.stream(), name, flops, || self.gemm_now(g))
     }
 
-    fn gemm_now(&self, g: &GemmArgs) -> Result<()> {
-        if g.bias.is_some() && (g.batch != 1 || g.ldc != g.n) {
-            return Err(Error::Unsupported("a GEMM bias on a batched or strided output".into()));
-        }
+    fn gemm_now(&self, g: &GemmArgs) -> Result<bool> {
         if g.k > 0 {
             match self.gemm.cublaslt(self.stream(), g) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(g.bias.is_some()),
                 Err(e) => {
                     tracing::debug!(error = %e, m = g.m, n = g.n, k = g.k, "cuBLASLt declined; fallback GEMM")
                 }
@@ -393,7 +392,7 @@ impl Cuda {
             block: (16, 16, 1),
             shared: 0,
         };
-        // Not `self.launch`: the profile times the fallback (and its bias) as this GEMM.
+        // Not `self.launch`: the profile times the fallback as this GEMM.
         self.kernels.launch(
             self.stream(),
             KernelFile::Gemm,
@@ -419,24 +418,7 @@ impl Cuda {
                 Arg::n(g.ldc),
             ],
         )?;
-        let Some(bias) = g.bias else { return Ok(()) };
-        let out = dtype_code(g.out);
-        let n = g.m * g.n;
-        self.kernels.launch(
-            self.stream(),
-            KernelFile::Elementwise,
-            "bias_add",
-            Grid::linear(n),
-            &[
-                Arg::Ptr(g.c),
-                Arg::I32(out),
-                Arg::Ptr(bias),
-                Arg::I32(out),
-                Arg::n(n),
-                Arg::n(g.n),
-                Arg::n(1),
-            ],
-        )
+        Ok(false)
     }
 
     pub(crate) fn op_linear(
@@ -462,8 +444,9 @@ impl Cuda {
             }
             _ => None,
         };
-        if k == 0 {
+        let added = if k == 0 {
             self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
+            false
         } else {
             self.gemm(&GemmArgs {
                 op: "linear",
@@ -484,9 +467,11 @@ impl Cuda {
                 stride_b: 0,
                 stride_c: 0,
                 bias: fused.as_ref().map(|(ptr, _)| *ptr),
-            })?;
-        }
-        if let (Some(b), None) = (bias, &fused) {
+            })?
+        };
+        if let Some(b) = bias
+            && !added
+        {
             self.bias_add(&out, b, n, 1)?;
         }
         Ok(out)
@@ -608,72 +593,67 @@ impl Cuda {
                     bias: None,
                 })?;
             }
-            if let Some(bw) = bias {
-                self.bias_add(&out, bw, o, pixels)?;
-            }
-            return Ok(out);
-        }
-        if pt == pb && pl == pr && self.conv_on_cudnn(x, wptr, &out, [kh, kw], [pt, pl], s)? {
-            if let Some(bw) = bias {
-                self.bias_add(&out, bw, o, pixels)?;
-            }
-            return Ok(out);
-        }
-        let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
-        let col = self.alloc((ckk * chunk * esize) as u64)?;
-        for b in 0..bsz {
-            let xb = x.buf().ptr().0 + (b * c * h * wd * esize) as u64;
-            let ob = out.buf().ptr().0 + (b * o * pixels * esize) as u64;
-            let mut p0 = 0;
-            while p0 < pixels {
-                let np = chunk.min(pixels - p0);
-                self.launch(
-                    KernelFile::Conv,
-                    "im2col",
-                    Grid {
-                        grid: (np.div_ceil(256).min(65_535) as u32, ckk.min(65_535) as u32, 1),
-                        block: (256, 1, 1),
-                        shared: 0,
-                    },
-                    &[
-                        Arg::Ptr(xb),
-                        Arg::Ptr(col.ptr().0),
-                        Arg::n(c),
-                        Arg::n(h),
-                        Arg::n(wd),
-                        Arg::n(kh),
-                        Arg::n(kw),
-                        Arg::n(s),
-                        Arg::n(pt),
-                        Arg::n(pl),
-                        Arg::n(wo),
-                        Arg::n(p0),
-                        Arg::n(np),
-                        Arg::I32(esize as i32),
-                    ],
-                )?;
-                // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
-                self.gemm(&GemmArgs {
-                    op: "conv2d",
-                    dtype,
-                    out: dtype,
-                    m: o,
-                    n: np,
-                    k: ckk,
-                    a: wptr,
-                    lda: ckk,
-                    b: col.ptr().0,
-                    ldb: np,
-                    b_transposed: false,
-                    c: ob + (p0 * esize) as u64,
-                    ldc: pixels,
-                    batch: 1,
-                    stride_a: 0,
-                    stride_b: 0,
-                    stride_c: 0,
-                    bias: None,
-                })?;
-                p0 += np;
+        } else if !(pt == pb
+            && pl == pr
+            && self.conv_on_cudnn(x, wptr, &out, [kh, kw], [pt, pl], s)?)
+        {
+            // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
+            let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
+            let col = self.alloc((ckk * chunk * esize) as u64)?;
+            for b in 0..bsz {
+                let xb = x.buf().ptr().0 + (b * c * h * wd * esize) as u64;
+                let ob = out.buf().ptr().0 + (b * o * pixels * esize) as u64;
+                let mut p0 = 0;
+                while p0 < pixels {
+                    let np = chunk.min(pixels - p0);
+                    self.launch(
+                        KernelFile::Conv,
+                        "im2col",
+                        Grid {
+                            grid: (np.div_ceil(256).min(65_535) as u32, ckk.min(65_535) as u32, 1),
+                            block: (256, 1, 1),
+                            shared: 0,
+                        },
+                        &[
+                            Arg::Ptr(xb),
+                            Arg::Ptr(col.ptr().0),
+                            Arg::n(c),
+                            Arg::n(h),
+                            Arg::n(wd),
+                            Arg::n(kh),
+                            Arg::n(kw),
+                            Arg::n(s),
+                            Arg::n(pt),
+                            Arg::n(pl),
+                            Arg::n(wo),
+                            Arg::n(p0),
+                            Arg::n(np),
+                            Arg::I32(esize as i32),
+                        ],
+                    )?;
+                    // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
+                    self.gemm(&GemmArgs {
+                        op: "conv2d",
+                        dtype,
+                        out: dtype,
+                        m: o,
+                        n: np,
+                        k: ckk,
+                        a: wptr,
+                        lda: ckk,
+                        b: col.ptr().0,
+                        ldb: np,
+                        b_transposed: false,
+                        c: ob + (p0 * esize) as u64,
+                        ldc: pixels,
+                        batch: 1,
+                        stride_a: 0,
+                        stride_b: 0,
+                        stride_c: 0,
+                        bias: None,
+                    })?;
+                    p0 += np;
+                }
             }
         }
         if let Some(bw) = bias {

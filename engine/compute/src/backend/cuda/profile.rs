@@ -45,17 +45,17 @@ pub fn enabled() -> bool {
 }
 
 /// Runs `queue` (which queues work on `stream`) and, when profiling, adds the time it and its work on the device
-/// take to `name`'s totals with `flops` operations.
-pub(crate) fn timed(
+/// take to `name`'s totals with `flops` operations. Returns what `queue` returns.
+pub(crate) fn timed<T>(
     stream: &CudaStream,
     name: impl FnOnce() -> String,
     flops: f64,
-    queue: impl FnOnce() -> Result<()>,
-) -> Result<()> {
+    queue: impl FnOnce() -> Result<T>,
+) -> Result<T> {
     let Some(table) = table() else { return queue() };
     stream.synchronize().map_err(|e| drv("cuStreamSynchronize", e))?;
     let start = Instant::now();
-    queue()?;
+    let queued = queue()?;
     stream.synchronize().map_err(|e| drv("cuStreamSynchronize", e))?;
     let seconds = start.elapsed().as_secs_f64();
     let name = name();
@@ -65,7 +65,7 @@ pub(crate) fn timed(
     entry.calls += 1;
     entry.seconds += seconds;
     entry.flops += flops;
-    Ok(())
+    Ok(queued)
 }
 
 /// The totals since the last call (the most time first), emptying the profile; empty when it is off.
