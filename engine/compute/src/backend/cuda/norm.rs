@@ -44,7 +44,7 @@ impl Cuda {
         w: Option<&Weight<'_>>,
         eps: f32,
     ) -> Result<Tensor<Cuda>> {
-        self.row_norm("rms_norm", x, &[w], eps)
+        self.row_norm(["rms_norm", "rms_norm_rows"], x, &[w], eps)
     }
 
     pub(crate) fn op_layer_norm(
@@ -54,14 +54,15 @@ impl Cuda {
         b: Option<&Weight<'_>>,
         eps: f32,
     ) -> Result<Tensor<Cuda>> {
-        self.row_norm("layer_norm", x, &[w, b], eps)
+        self.row_norm(["layer_norm", "layer_norm_rows"], x, &[w, b], eps)
     }
 
-    /// A normalisation of each row (last dimension) of `x` by kernel `op`, whose parameters are x, its type
-    /// code, a pointer and type code per `affine` tensor (each `[d]` or absent), out, rows, d and eps.
+    /// A normalisation of each row (last dimension) of `x` by kernel `op` (a block per row) or, for rows of at
+    /// most [`WARP_ROW_MAX`] values, `warp_op` (a warp per row); their parameters are x, its type code, a pointer
+    /// and type code per `affine` tensor (each `[d]` or absent), out, rows, d and eps.
     fn row_norm(
         &self,
-        op: &'static str,
+        [op, warp_op]: [&'static str; 2],
         x: &Tensor<Cuda>,
         affine: &[Option<&Weight<'_>>],
         eps: f32,
@@ -79,9 +80,8 @@ impl Cuda {
         }
         args.extend([Arg::Ptr(out.buf().ptr().0), Arg::n(rows), Arg::n(d), Arg::F32(eps)]);
         if d <= WARP_ROW_MAX {
-            let kernel = if op == "rms_norm" { "rms_norm_rows" } else { "layer_norm_rows" };
             let grid = Grid::rows(rows.div_ceil((THREADS / 32) as usize), THREADS);
-            self.launch(KernelFile::Norm, kernel, grid, &args)?;
+            self.launch(KernelFile::Norm, warp_op, grid, &args)?;
         } else {
             self.launch(KernelFile::Norm, op, Grid::rows(rows, THREADS), &args)?;
         }

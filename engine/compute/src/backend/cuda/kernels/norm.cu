@@ -1,95 +1,80 @@
-// Normalisations and softmax: one block per row (or per group), f32 statistics, two passes for mean and variance.
+// Normalisations and softmax: a block per row (or per group; a warp per row for short rows), f32 statistics, two
+// passes for mean and variance.
 
-// RMSNorm over rows of length `dim`: x / sqrt(mean(x^2) + eps) * w (w may be null).
+// One row of RMSNorm: x / sqrt(mean(x^2) + eps) * w (w may be null). The row's `dim` values are shared by the
+// threads `first`, `first + step`, …, and `sum` adds a value over all of them (a block's or a warp's reduction).
+template <typename Sum>
+__device__ __forceinline__ void rms_norm_row(const void* x, int xdt, const void* w, int wdt, void* out, i64 base,
+                                             i64 dim, float eps, i64 first, i64 step, Sum sum) {
+    float ss = 0.0f;
+    for (i64 c = first; c < dim; c += step) {
+        const float v = ld(x, xdt, base + c);
+        ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(sum(ss) / (float)dim + eps);
+    for (i64 c = first; c < dim; c += step) {
+        float v = ld(x, xdt, base + c) * inv;
+        if (w) v *= ld(w, wdt, c);
+        st(out, xdt, base + c, v);
+    }
+}
+
+// One row of LayerNorm (biased variance), optional affine w and b; threads and `sum` as rms_norm_row's.
+template <typename Sum>
+__device__ __forceinline__ void layer_norm_row(const void* x, int xdt, const void* w, int wdt, const void* b,
+                                               int bdt, void* out, i64 base, i64 dim, float eps, i64 first, i64 step,
+                                               Sum sum) {
+    float s = 0.0f;
+    for (i64 c = first; c < dim; c += step) s += ld(x, xdt, base + c);
+    const float mean = sum(s) / (float)dim;
+    float ss = 0.0f;
+    for (i64 c = first; c < dim; c += step) {
+        const float d = ld(x, xdt, base + c) - mean;
+        ss += d * d;
+    }
+    const float inv = 1.0f / sqrtf(sum(ss) / (float)dim + eps);
+    for (i64 c = first; c < dim; c += step) {
+        float v = (ld(x, xdt, base + c) - mean) * inv;
+        if (w) v *= ld(w, wdt, c);
+        if (b) v += ld(b, bdt, c);
+        st(out, xdt, base + c, v);
+    }
+}
+
+// A block per row (long rows).
 extern "C" __global__ void rms_norm(const void* x, int xdt, const void* w, int wdt, void* out, i64 rows, i64 dim,
                                     float eps) {
     __shared__ float scratch[32];
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        i64 base = row * dim;
-        float ss = 0.0f;
-        for (i64 c = threadIdx.x; c < dim; c += blockDim.x) {
-            float v = ld(x, xdt, base + c);
-            ss += v * v;
-        }
-        ss = block_sum(ss, scratch);
-        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-        for (i64 c = threadIdx.x; c < dim; c += blockDim.x) {
-            float v = ld(x, xdt, base + c) * inv;
-            if (w) v *= ld(w, wdt, c);
-            st(out, xdt, base + c, v);
-        }
-    }
+    const auto sum = [&](float v) { return block_sum(v, scratch); };
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x)
+        rms_norm_row(x, xdt, w, wdt, out, row * dim, dim, eps, threadIdx.x, blockDim.x, sum);
 }
 
-// LayerNorm over rows of length `dim` (biased variance), optional affine w and b.
 extern "C" __global__ void layer_norm(const void* x, int xdt, const void* w, int wdt, const void* b, int bdt,
                                       void* out, i64 rows, i64 dim, float eps) {
     __shared__ float scratch[32];
-    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        i64 base = row * dim;
-        float s = 0.0f;
-        for (i64 c = threadIdx.x; c < dim; c += blockDim.x) s += ld(x, xdt, base + c);
-        float mean = block_sum(s, scratch) / (float)dim;
-        float ss = 0.0f;
-        for (i64 c = threadIdx.x; c < dim; c += blockDim.x) {
-            float d = ld(x, xdt, base + c) - mean;
-            ss += d * d;
-        }
-        float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)dim + eps);
-        for (i64 c = threadIdx.x; c < dim; c += blockDim.x) {
-            float v = (ld(x, xdt, base + c) - mean) * inv;
-            if (w) v *= ld(w, wdt, c);
-            if (b) v += ld(b, bdt, c);
-            st(out, xdt, base + c, v);
-        }
-    }
+    const auto sum = [&](float v) { return block_sum(v, scratch); };
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x)
+        layer_norm_row(x, xdt, w, wdt, b, bdt, out, row * dim, dim, eps, threadIdx.x, blockDim.x, sum);
 }
 
-// The same two for rows of at most a few thousand values (every hidden state, a head's q or k, a VAE pixel's
-// channels): a warp per row, its statistics by shuffles alone. With a block per row, a 128-value row left half the
-// block idle and waited at six barriers; hundreds of thousands of such rows a call ran a few hundred at a time.
+// A warp per row, for rows of at most a few thousand values (every hidden state, a head's q or k, a VAE pixel's
+// channels): statistics by shuffles alone. With a block per row, a 128-value row left half the block idle and
+// waited at six barriers; hundreds of thousands of such rows a call ran a few hundred at a time.
 extern "C" __global__ void rms_norm_rows(const void* x, int xdt, const void* w, int wdt, void* out, i64 rows, i64 dim,
                                          float eps) {
-    const int lane = threadIdx.x & 31;
     const i64 per_block = blockDim.x >> 5, warps = (i64)gridDim.x * per_block;
-    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps) {
-        const i64 base = row * dim;
-        float ss = 0.0f;
-        for (i64 c = lane; c < dim; c += 32) {
-            const float v = ld(x, xdt, base + c);
-            ss += v * v;
-        }
-        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dim + eps);
-        for (i64 c = lane; c < dim; c += 32) {
-            float v = ld(x, xdt, base + c) * inv;
-            if (w) v *= ld(w, wdt, c);
-            st(out, xdt, base + c, v);
-        }
-    }
+    const auto sum = [](float v) { return warp_sum(v); };
+    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps)
+        rms_norm_row(x, xdt, w, wdt, out, row * dim, dim, eps, threadIdx.x & 31, 32, sum);
 }
 
 extern "C" __global__ void layer_norm_rows(const void* x, int xdt, const void* w, int wdt, const void* b, int bdt,
                                            void* out, i64 rows, i64 dim, float eps) {
-    const int lane = threadIdx.x & 31;
     const i64 per_block = blockDim.x >> 5, warps = (i64)gridDim.x * per_block;
-    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps) {
-        const i64 base = row * dim;
-        float s = 0.0f;
-        for (i64 c = lane; c < dim; c += 32) s += ld(x, xdt, base + c);
-        const float mean = warp_sum(s) / (float)dim;
-        float ss = 0.0f;
-        for (i64 c = lane; c < dim; c += 32) {
-            const float d = ld(x, xdt, base + c) - mean;
-            ss += d * d;
-        }
-        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dim + eps);
-        for (i64 c = lane; c < dim; c += 32) {
-            float v = (ld(x, xdt, base + c) - mean) * inv;
-            if (w) v *= ld(w, wdt, c);
-            if (b) v += ld(b, bdt, c);
-            st(out, xdt, base + c, v);
-        }
-    }
+    const auto sum = [](float v) { return warp_sum(v); };
+    for (i64 row = (i64)blockIdx.x * per_block + (threadIdx.x >> 5); row < rows; row += warps)
+        layer_norm_row(x, xdt, w, wdt, b, bdt, out, row * dim, dim, eps, threadIdx.x & 31, 32, sum);
 }
 
 // GroupNorm of x [B, C, S] (S = the product of the spatial dims): block (b, g) normalises the contiguous run of
