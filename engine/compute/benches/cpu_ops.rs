@@ -1,5 +1,5 @@
 //! CPU op benchmarks at Z-Image shapes: `linear` with bf16 weights, attention and a VAE conv; `linear` with fp8
-//! weights at Qwen-Image's shapes for few rows. Each case runs
+//! weights at Qwen-Image's shapes for few rows, and with f16 weights at Wan 2.2 5B's. Each case runs
 //! once to warm up, then several times; the median (and the fastest run) is reported. Prints one JSON object (seconds per case)
 //! on stdout; `bench/cpu/run.sh` compares it with torch's figures for the same cases.
 //!
@@ -108,6 +108,21 @@ fn main() -> Result<()> {
             }
             let x = cpu.from_f32(&[m, k], &values(m * k, 4), DType::F32)?;
             let secs = time(9, &mut || cpu.linear(&x, &w.view(), None))?;
+            eprintln!("{name}: {secs}");
+            results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
+        }
+    }
+    // f16 weights at Wan 2.2 TI2V 5B's shapes (hidden 3072, MLP 14336): a 64² clip's 16 image tokens, and the
+    // 1024 text tokens (512 a prompt, positive and negative) its cross-attention keys and values project.
+    for (n, k) in [(3072, 3072), (14336, 3072)] {
+        let w = OwnedWeight::from_f32(cpu.memory(), DType::F16, &[n, k], &values(n * k, 5))?;
+        for m in [16, 1024] {
+            let name = format!("linear_f16_w{n}x{k}_m{m}");
+            if !wanted(&name) {
+                continue;
+            }
+            let x = cpu.from_f32(&[m, k], &values(m * k, 6), DType::F32)?;
+            let secs = time(5, &mut || cpu.linear(&x, &w.view(), None))?;
             eprintln!("{name}: {secs}");
             results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
         }

@@ -313,12 +313,18 @@ pub(super) fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: O
     {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
         fn wide(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
-            if dtype == DType::F8E4M3 {
-                let whole = out.len() / 16 * 16;
-                e4m3_via_f16(&bytes[..whole], &mut out[..whole], scale);
-                return body(dtype, &bytes[whole..], &mut out[whole..], scale);
+            let whole = out.len() / 16 * 16;
+            match dtype {
+                DType::F8E4M3 => {
+                    e4m3_via_f16(&bytes[..whole], &mut out[..whole], scale);
+                    body(dtype, &bytes[whole..], &mut out[whole..], scale)
+                }
+                DType::F16 => {
+                    f16_wide(&bytes[..2 * whole], &mut out[..whole], scale);
+                    body(dtype, &bytes[2 * whole..], &mut out[whole..], scale)
+                }
+                _ => body(dtype, bytes, out, scale),
             }
-            body(dtype, bytes, out, scale);
         }
         if has_avx512bw() {
             // SAFETY: `has_avx512bw` checked at run time that this CPU has the features `wide` was compiled
@@ -357,6 +363,26 @@ fn e4m3_via_f16(bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
                 dst.as_mut_ptr(),
                 _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(f32::NAN)),
             );
+        }
+    }
+}
+
+/// f16 values widened 16 at a time by the hardware conversion (`out.len()` a multiple of 16, `bytes` at least
+/// twice as long), times `scale` if given (`f32(h) · scale`, one rounding). The conversion is exact, as
+/// [`crate::dtype::widen_into`]'s; done value by value in software, it was most of the packing of an f16
+/// weight.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn f16_wide(bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+    use std::arch::x86_64::*;
+    assert!(out.len().is_multiple_of(16) && bytes.len() >= 2 * out.len(), "f16_wide: lengths");
+    let factor = _mm512_set1_ps(scale.unwrap_or(1.0));
+    for (src, dst) in bytes.chunks_exact(32).zip(out.chunks_exact_mut(16)) {
+        // SAFETY: `src` holds 32 bytes (16 f16) and `dst` 16 f32s (chunks_exact); unaligned loads and stores.
+        unsafe {
+            let v = _mm512_cvtph_ps(_mm256_loadu_si256(src.as_ptr().cast()));
+            let v = if scale.is_some() { _mm512_mul_ps(v, factor) } else { v };
+            _mm512_storeu_ps(dst.as_mut_ptr(), v);
         }
     }
 }
@@ -964,6 +990,29 @@ mod tests {
                 assert!(
                     got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
                     "byte {b:#04x} scale {scale:?}: {got} != {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn f16_widens_to_exactly_the_scalar_values() {
+        if !has_avx512bw() {
+            eprintln!("skipped: this CPU has no AVX-512 BW");
+            return;
+        }
+        // Every f16 bit pattern (subnormals, infinities and NaNs included), then 5 more in the scalar tail.
+        let halves: Vec<u16> =
+            (0..=u16::MAX).chain([0x0001, 0x03ff, 0x7c00, 0xfbff, 0x8000]).collect();
+        let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
+        for scale in [None, Some(0.37f32)] {
+            let mut fast = vec![0.0f32; halves.len()];
+            widen_avx512(DType::F16, &bytes, &mut fast, scale);
+            for (&h, &got) in halves.iter().zip(&fast) {
+                let want = half::f16::from_bits(h).to_f32() * scale.unwrap_or(1.0);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "f16 {h:#06x} scale {scale:?}: {got} != {want}"
                 );
             }
         }
