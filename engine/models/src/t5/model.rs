@@ -6,7 +6,7 @@
 //! weight to the activations' type, so the whole encoder runs in f32 whatever the weights are stored in; the
 //! same holds here: every op follows its input's type, and the input is f32.
 
-use kiln_compute::backend::{BinaryOp, UnaryOp};
+use kiln_compute::backend::{BinaryOp, PadMode, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
@@ -60,7 +60,8 @@ impl T5 {
     /// The last hidden state of `ids` `[1, N, d_model]` (f32) under ComfyUI's attention mask (`mask[j]` false: no
     /// position attends to key j, whose scores get `−f32::MAX` added, as ComfyUI's `T5Stack` adds
     /// `-finfo(float32).max`), with the rows of masked positions zeroed afterwards (`zero_out_masked`): how
-    /// ComfyUI's umT5 encodes a Wan prompt. `mask` has one entry per id.
+    /// ComfyUI's umT5 encodes a Wan prompt. `mask` has one entry per id. A mask that attends a run of tokens and
+    /// then none is encoded over that run alone, which gives the same states.
     pub fn masked_hidden_state<B: Backend>(
         &self,
         b: &B,
@@ -73,6 +74,15 @@ impl T5 {
                 mask.len(),
                 ids.len()
             )));
+        }
+        // The usual prompt is a run of attended tokens, then padding nobody attends: the attended rows never
+        // read the padding (each of its keys weighs exactly 0 in their softmax) and the padding's rows come
+        // out zero, so encoding the run alone and appending zero rows gives the same states, without the
+        // padding's share of the work (a short Wan prompt is padded to 512 tokens).
+        let attended = mask.iter().take_while(|&&m| m).count();
+        if attended > 0 && mask[attended..].iter().all(|&m| !m) {
+            let x = self.run(b, &ids[..attended], None)?;
+            return Ok(b.pad(&x, 1, 0, ids.len() - attended, PadMode::Constant(0.0))?);
         }
         let x = self.run(b, ids, Some(mask))?;
         let keep: Vec<f32> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
