@@ -219,7 +219,7 @@ impl Wan {
         let image = self.image_embedding(b, clip, 1)?;
         let mut contexts = Vec::with_capacity(count);
         for s in 0..count {
-            let text_row = b.slice(&text, 0, s % text.dim(0)?, 1)?;
+            let text_row = text.row(b, s % text.states.dim(0)?)?;
             let image_row = match &image {
                 Some((states, n)) => Some((b.slice(states, 0, s % states.dim(0)?, 1)?, *n)),
                 None => None,

@@ -210,7 +210,70 @@ impl Grid {
 /// branch, the image's (ComfyUI's `context_img_len` split).
 pub(super) struct Context<B: Backend> {
     text: Tensor<B>,
+    /// The text rows the others repeat: every row from `text_rows − 1` on equals that row (see [`Text`]).
+    text_rows: usize,
     image: Option<Tensor<B>>,
+}
+
+impl<B: Backend> Context<B> {
+    /// A projection of the text by `project` (a per-row map to heads `[1, H, rows, 128]`), computed on the rows
+    /// the others repeat and the last of them repeated to the text's length: the same heads as projecting every
+    /// row.
+    fn text_heads(
+        &self,
+        b: &B,
+        project: impl Fn(&Tensor<B>) -> Result<Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        let len = self.text.dim(1)?;
+        if self.text_rows >= len {
+            return project(&self.text);
+        }
+        let heads = project(&b.slice(&self.text, 1, 0, self.text_rows)?)?;
+        Ok(b.pad(&heads, 2, 0, len - self.text_rows, PadMode::Replicate)?)
+    }
+}
+
+/// The text in the model's width `[B, L, D]`, and how many of its first rows the rest repeat: ComfyUI pads a Wan
+/// prompt's umT5 states to 512 rows with zeros, so every row after the prompt's is the same row, and so is every
+/// per-row map of it (the embedding, each block's cross-attention keys and values). Those are computed on the
+/// first `distinct` rows and the last of them repeated: the same values, without the padding's work, which at a
+/// small size was most of a step (64² on the CPU: 1024 text rows against 16 image rows).
+pub(super) struct Text<B: Backend> {
+    pub(super) states: Tensor<B>,
+    pub(super) distinct: usize,
+}
+
+impl<B: Backend> Text<B> {
+    /// Sample `s` alone.
+    pub(super) fn row(&self, b: &B, s: usize) -> Result<Text<B>> {
+        Ok(Text { states: b.slice(&self.states, 0, s, 1)?, distinct: self.distinct })
+    }
+}
+
+/// The rows of `context` `[B, L, W]` every later row repeats, bit for bit, in every sample: at least 1, L when
+/// the last two rows differ somewhere.
+fn distinct_rows<B: Backend>(b: &B, context: &Tensor<B>) -> Result<usize> {
+    let &[batch, len, width] = context.shape() else {
+        return Err(Error::Invalid(format!(
+            "Wan text must be [B, L, W], got {:?}",
+            context.shape()
+        )));
+    };
+    if len < 2 || width == 0 {
+        return Ok(len);
+    }
+    let values = b.to_f32(context)?;
+    let same = |a: &[f32], c: &[f32]| a.iter().zip(c).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut distinct = 1;
+    for sample in values.chunks_exact(len * width).take(batch) {
+        let last = &sample[(len - 1) * width..];
+        let mut first = len - 1;
+        while first > 0 && same(&sample[(first - 1) * width..first * width], last) {
+            first -= 1;
+        }
+        distinct = distinct.max(first + 1);
+    }
+    Ok(distinct)
 }
 
 /// The RoPE table of a sample's tokens, `[tokens, HEAD_DIM / 2]` f32 each.
@@ -876,17 +939,19 @@ impl Wan {
         Ok((e, e0))
     }
 
-    /// The text in the model's width: Linear, GELU (tanh), Linear.
-    pub(super) fn text_embedding<B: Backend>(
-        &self,
-        b: &B,
-        context: &Tensor<B>,
-    ) -> Result<Tensor<B>> {
+    /// The text in the model's width: Linear, GELU (tanh), Linear, computed on the rows the others repeat.
+    pub(super) fn text_embedding<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Text<B>> {
         let m = &self.weights;
-        let context = b.cast(context, b.compute_dtype())?;
+        let (len, distinct) = (context.dim(1)?, distinct_rows(b, context)?);
+        let context = b.cast(&b.slice(context, 1, 0, distinct)?, b.compute_dtype())?;
         let hidden = crate::named::linear(b, m, "text_embedding.0", &context)?;
         let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
-        crate::named::linear(b, m, "text_embedding.2", &hidden)
+        let states = crate::named::linear(b, m, "text_embedding.2", &hidden)?;
+        let states = match len - distinct {
+            0 => states,
+            more => b.pad(&states, 1, 0, more, PadMode::Replicate)?,
+        };
+        Ok(Text { states, distinct })
     }
 
     /// The CLIP states in the model's width `[B, n', D]` with ComfyUI's `context_img_len` (the CLIP token count
@@ -944,10 +1009,11 @@ impl Wan {
     pub(super) fn text_context<B: Backend>(
         &self,
         b: &B,
-        text: &Tensor<B>,
+        text: &Text<B>,
         s: usize,
     ) -> Result<Context<B>> {
-        Ok(Context { text: b.slice(text, 0, s, 1)?, image: None })
+        let text_rows = text.distinct;
+        Ok(Context { text: b.slice(&text.states, 0, s, 1)?, text_rows, image: None })
     }
 
     /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at
@@ -956,29 +1022,29 @@ impl Wan {
     pub(super) fn context<B: Backend>(
         &self,
         b: &B,
-        text: &Tensor<B>,
+        text: &Text<B>,
         image: Option<&(Tensor<B>, usize)>,
         s: usize,
     ) -> Result<Context<B>> {
-        let text = b.slice(text, 0, s, 1)?;
+        let (text_rows, text) = (text.distinct, b.slice(&text.states, 0, s, 1)?);
         if self.config.image.is_none() {
-            return Ok(Context { text, image: None });
+            return Ok(Context { text, text_rows, image: None });
         }
         let Some((image, n)) = image else {
-            return Ok(Context { image: Some(text.clone()), text });
+            return Ok(Context { image: Some(text.clone()), text, text_rows });
         };
         let image = b.slice(image, 0, s, 1)?;
         if image.dim(1)? == *n {
-            return Ok(Context { text, image: Some(image) });
+            return Ok(Context { text, text_rows, image: Some(image) });
         }
         // FLF2V's emb_pos covers fewer tokens than were given: the split still counts the tokens given.
         let joint = b.concat(&[&image, &text], 1)?;
         let len = joint.dim(1)?;
         let at = (*n).min(len);
-        Ok(Context {
-            image: Some(b.slice(&joint, 1, 0, at)?),
-            text: b.slice(&joint, 1, at, len - at)?,
-        })
+        let text = b.slice(&joint, 1, at, len - at)?;
+        // The split moves rows of the image into the text: every row is computed.
+        let text_rows = text.dim(1)?;
+        Ok(Context { image: Some(b.slice(&joint, 1, 0, at)?), text, text_rows })
     }
 
     /// The RoPE table of a sample's tokens: token (f, i, j) at positions (`first_frame` + f, i, j) on axes of
@@ -1162,8 +1228,10 @@ impl Wan {
             b.layer_norm(&x, Some(&w.get("norm3.weight")?), Some(&w.get("norm3.bias")?), eps)?;
         let q = self.heads(b, &h, w, "cross_attn.q", Some("cross_attn.norm_q"), None)?;
         drop(h);
-        let k = self.heads(b, &context.text, w, "cross_attn.k", Some("cross_attn.norm_k"), None)?;
-        let v = self.heads(b, &context.text, w, "cross_attn.v", None, None)?;
+        let k = context.text_heads(b, |text| {
+            self.heads(b, text, w, "cross_attn.k", Some("cross_attn.norm_k"), None)
+        })?;
+        let v = context.text_heads(b, |text| self.heads(b, text, w, "cross_attn.v", None, None))?;
         let mut o = self.attend(b, &q, &k, &v)?;
         if let Some(image) = &context.image {
             let norm = Some("cross_attn.norm_k_img");

@@ -676,6 +676,43 @@ fn wan_derived_models_and_bad_inputs_are_refused_by_name() {
     assert!(matches!(&err, Error::Invalid(m) if m.contains("one per frame (3)")), "{err}");
 }
 
+#[test]
+fn text_padded_with_repeated_rows_gives_what_computing_every_row_gives() {
+    // ComfyUI pads a Wan prompt's umT5 states with zero rows; the model computes the text's per-row maps (its
+    // embedding, each block's cross-attention keys and values) up to the first repeated row and repeats that.
+    // Moved before the prompt, the padding repeats nothing at the end, so every row is computed; cross-attention
+    // does not depend on the order of its keys. Two samples with prompts of different lengths; the I2V model
+    // without CLIP states also reads the text in its image attention.
+    for variant in [Variant::T2v, Variant::I2v] {
+        let file = TempTensors::new("wan-padded-text", variant.tensors());
+        let (b, _, net) = load(&file.0);
+        let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+        let (len, width) = (12, 32);
+        let mut seed = 11;
+        let (mut padded, mut moved) = (vec![0.0; 2 * len * width], vec![0.0; 2 * len * width]);
+        for (s, rows) in [(0, 3), (1, 7)] {
+            let prompt = values(&mut seed, rows * width, 1.0);
+            let sample = s * len * width;
+            padded[sample..sample + rows * width].copy_from_slice(&prompt);
+            moved[sample + (len - rows) * width..sample + len * width].copy_from_slice(&prompt);
+        }
+        let channels = variant.config().in_channels;
+        let x = b
+            .from_f32(
+                &[2, channels, 2, 4, 4],
+                &values(&mut seed, 2 * channels * 32, 1.0),
+                DType::F32,
+            )
+            .unwrap();
+        let out = |context: &[f32]| {
+            let context = b.from_f32(&[2, len, width], context, DType::F32).unwrap();
+            let y = model.forward(&*b, &WanInput::new(&x, &[500.0, 250.0], &context)).unwrap();
+            b.to_f32(&y).unwrap()
+        };
+        assert_close(&format!("{variant:?} with padded text"), &out(&padded), &out(&moved), 1e-5);
+    }
+}
+
 /// A deterministic source of values in [-scale, scale).
 fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
