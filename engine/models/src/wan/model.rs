@@ -233,26 +233,35 @@ impl<B: Backend> Context<B> {
     }
 }
 
-/// The text in the model's width `[B, L, D]`, and how many of its first rows the rest repeat: ComfyUI pads a Wan
-/// prompt's umT5 states to 512 rows with zeros, so every row after the prompt's is the same row, and so is every
-/// per-row map of it (the embedding, each block's cross-attention keys and values). Those are computed on the
-/// first `distinct` rows and the last of them repeated: the same values, without the padding's work, which at a
-/// small size was most of a step (64² on the CPU: 1024 text rows against 16 image rows).
+/// The text in the model's width `[B, L, D]`, and for each sample how many of its first rows the rest repeat:
+/// ComfyUI pads a Wan prompt's umT5 states to 512 rows with zeros, so every row after the prompt's is the same
+/// row, and so is every per-row map of it (the embedding, each block's cross-attention keys and values). Those
+/// are computed on a sample's first `distinct` rows and the last of them repeated: the same values, without the
+/// padding's work, which at a small size was most of a step (64² on the CPU: 1024 text rows against 16 image
+/// rows).
 pub(super) struct Text<B: Backend> {
     pub(super) states: Tensor<B>,
-    pub(super) distinct: usize,
+    pub(super) distinct: Vec<usize>,
 }
 
 impl<B: Backend> Text<B> {
     /// Sample `s` alone.
     pub(super) fn row(&self, b: &B, s: usize) -> Result<Text<B>> {
-        Ok(Text { states: b.slice(&self.states, 0, s, 1)?, distinct: self.distinct })
+        let distinct = vec![self.rows(s)?];
+        Ok(Text { states: b.slice(&self.states, 0, s, 1)?, distinct })
+    }
+
+    /// The rows sample `s`'s others repeat.
+    fn rows(&self, s: usize) -> Result<usize> {
+        self.distinct.get(s).copied().ok_or_else(|| {
+            Error::Invalid(format!("no sample {s} in a text of {} samples", self.distinct.len()))
+        })
     }
 }
 
-/// The rows of `context` `[B, L, W]` every later row repeats, bit for bit, in every sample: at least 1, L when
-/// the last two rows differ somewhere.
-fn distinct_rows<B: Backend>(b: &B, context: &Tensor<B>) -> Result<usize> {
+/// For each sample of `context` `[B, L, W]`, the rows every later row repeats, bit for bit: at least 1, L when
+/// its last two rows differ.
+fn distinct_rows<B: Backend>(b: &B, context: &Tensor<B>) -> Result<Vec<usize>> {
     let &[batch, len, width] = context.shape() else {
         return Err(Error::Invalid(format!(
             "Wan text must be [B, L, W], got {:?}",
@@ -260,20 +269,22 @@ fn distinct_rows<B: Backend>(b: &B, context: &Tensor<B>) -> Result<usize> {
         )));
     };
     if len < 2 || width == 0 {
-        return Ok(len);
+        return Ok(vec![len; batch]);
     }
     let values = b.to_f32(context)?;
     let same = |a: &[f32], c: &[f32]| a.iter().zip(c).all(|(x, y)| x.to_bits() == y.to_bits());
-    let mut distinct = 1;
-    for sample in values.chunks_exact(len * width).take(batch) {
-        let last = &sample[(len - 1) * width..];
-        let mut first = len - 1;
-        while first > 0 && same(&sample[(first - 1) * width..first * width], last) {
-            first -= 1;
-        }
-        distinct = distinct.max(first + 1);
-    }
-    Ok(distinct)
+    Ok(values
+        .chunks_exact(len * width)
+        .take(batch)
+        .map(|sample| {
+            let last = &sample[(len - 1) * width..];
+            let mut first = len - 1;
+            while first > 0 && same(&sample[(first - 1) * width..first * width], last) {
+                first -= 1;
+            }
+            first + 1
+        })
+        .collect())
 }
 
 /// The RoPE table of a sample's tokens, `[tokens, HEAD_DIM / 2]` f32 each.
@@ -943,11 +954,12 @@ impl Wan {
     pub(super) fn text_embedding<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Text<B>> {
         let m = &self.weights;
         let (len, distinct) = (context.dim(1)?, distinct_rows(b, context)?);
-        let context = b.cast(&b.slice(context, 1, 0, distinct)?, b.compute_dtype())?;
+        let rows = distinct.iter().copied().max().unwrap_or(len);
+        let context = b.cast(&b.slice(context, 1, 0, rows)?, b.compute_dtype())?;
         let hidden = crate::named::linear(b, m, "text_embedding.0", &context)?;
         let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
         let states = crate::named::linear(b, m, "text_embedding.2", &hidden)?;
-        let states = match len - distinct {
+        let states = match len - rows {
             0 => states,
             more => b.pad(&states, 1, 0, more, PadMode::Replicate)?,
         };
@@ -1012,7 +1024,7 @@ impl Wan {
         text: &Text<B>,
         s: usize,
     ) -> Result<Context<B>> {
-        let text_rows = text.distinct;
+        let text_rows = text.rows(s)?;
         Ok(Context { text: b.slice(&text.states, 0, s, 1)?, text_rows, image: None })
     }
 
@@ -1026,7 +1038,7 @@ impl Wan {
         image: Option<&(Tensor<B>, usize)>,
         s: usize,
     ) -> Result<Context<B>> {
-        let (text_rows, text) = (text.distinct, b.slice(&text.states, 0, s, 1)?);
+        let (text_rows, text) = (text.rows(s)?, b.slice(&text.states, 0, s, 1)?);
         if self.config.image.is_none() {
             return Ok(Context { text, text_rows, image: None });
         }
