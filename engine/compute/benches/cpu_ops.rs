@@ -99,32 +99,25 @@ fn main() -> Result<()> {
     }
     // fp8 weights at Qwen-Image's MMDiT shapes (hidden 3072, MLP 12288) times the few rows of a 64² image
     // (16 tokens) or a short prompt: the rows where packing the weight costs as much as the product (#23).
-    for (n, k) in [(3072, 3072), (12288, 3072), (3072, 12288)] {
-        let w = OwnedWeight::from_f32(cpu.memory(), DType::F8E4M3, &[n, k], &values(n * k, 3))?;
-        for m in [1, 4, 8, 16] {
-            let name = format!("linear_fp8_w{n}x{k}_m{m}");
-            if !wanted(&name) {
-                continue;
-            }
-            let x = cpu.from_f32(&[m, k], &values(m * k, 4), DType::F32)?;
-            let secs = time(9, &mut || cpu.linear(&x, &w.view(), None))?;
-            eprintln!("{name}: {secs}");
-            results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
-        }
-    }
     // f16 weights at Wan 2.2 TI2V 5B's shapes (hidden 3072, MLP 14336): a 64² clip's 16 image tokens, and the
-    // 1024 text tokens (512 a prompt, positive and negative) its cross-attention keys and values project.
-    for (n, k) in [(3072, 3072), (14336, 3072)] {
-        let w = OwnedWeight::from_f32(cpu.memory(), DType::F16, &[n, k], &values(n * k, 5))?;
-        for m in [16, 1024] {
-            let name = format!("linear_f16_w{n}x{k}_m{m}");
-            if !wanted(&name) {
-                continue;
+    // 1024 text tokens (512 a prompt, positive and negative) its cross-attention keys and values project (#24).
+    let few_rows: [(DType, &str, &[(usize, usize)], &[usize], usize); 2] = [
+        (DType::F8E4M3, "fp8", &[(3072, 3072), (12288, 3072), (3072, 12288)], &[1, 4, 8, 16], 9),
+        (DType::F16, "f16", &[(3072, 3072), (14336, 3072)], &[16, 1024], 5),
+    ];
+    for (seed, (dtype, label, shapes, rows, runs)) in (3..).step_by(2).zip(few_rows) {
+        for &(n, k) in shapes {
+            let w = OwnedWeight::from_f32(cpu.memory(), dtype, &[n, k], &values(n * k, seed))?;
+            for &m in rows {
+                let name = format!("linear_{label}_w{n}x{k}_m{m}");
+                if !wanted(&name) {
+                    continue;
+                }
+                let x = cpu.from_f32(&[m, k], &values(m * k, seed + 1), DType::F32)?;
+                let secs = time(runs, &mut || cpu.linear(&x, &w.view(), None))?;
+                eprintln!("{name}: {secs}");
+                results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
             }
-            let x = cpu.from_f32(&[m, k], &values(m * k, 6), DType::F32)?;
-            let secs = time(5, &mut || cpu.linear(&x, &w.view(), None))?;
-            eprintln!("{name}: {secs}");
-            results.push((name, format!("{:.6}", secs.median), format!("{:.6}", secs.min)));
         }
     }
     let mut run =
