@@ -15,6 +15,7 @@
 //! one, its convolution seeing only the frames after the first.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use kiln_compute::backend::{BinaryOp, Conv2dParams, PadMode};
 use kiln_compute::memory::Layer;
@@ -33,6 +34,8 @@ pub(crate) enum Time<'s, B: Backend> {
 /// What a clip's earlier chunks left behind, by the name of the convolution (or resample) that keeps it.
 pub(crate) struct Stream<B: Backend> {
     history: BTreeMap<String, History<B>>,
+    /// Each causal convolution's taps, reordered on its first chunk.
+    taps: BTreeMap<String, Rc<Taps>>,
 }
 
 /// One convolution's memory of the clip.
@@ -47,12 +50,22 @@ enum History<B: Backend> {
 impl<B: Backend> Stream<B> {
     /// A clip at its first frame.
     pub(crate) fn new() -> Stream<B> {
-        Stream { history: BTreeMap::new() }
+        Stream { history: BTreeMap::new(), taps: BTreeMap::new() }
     }
 
     /// Whether `key` has seen nothing of the clip yet.
     pub(crate) fn fresh(&self, key: &str) -> bool {
         !self.history.contains_key(key)
+    }
+
+    /// The taps of `key`'s weight `w`, reordered on its first use in the clip.
+    fn taps(&mut self, b: &B, key: &str, w: &Weight<'_>) -> Result<Rc<Taps>> {
+        if let Some(taps) = self.taps.get(key) {
+            return Ok(taps.clone());
+        }
+        let taps = Rc::new(Taps::of(b, w)?);
+        self.taps.insert(key.to_owned(), taps.clone());
+        Ok(taps)
     }
 
     /// The frames `key` remembers, if any.
@@ -74,34 +87,29 @@ pub(crate) fn frames<B: Backend>(
     Ok(b.slice(x, 0, start, len)?)
 }
 
-/// A 2-D convolution weight: a 4-D weight as stored, or one temporal tap of a 3-D one, copied on the device.
-enum Kernel<'w> {
-    Plain(Weight<'w>),
-    Tap(OwnedWeight),
-}
-
-impl Kernel<'_> {
-    fn view(&self) -> Weight<'_> {
-        match self {
-            Kernel::Plain(w) => w.clone(),
-            Kernel::Tap(w) => w.view(),
-        }
-    }
-}
-
-/// The taps of a causal 3-D weight `[O, I, kt, kh, kw]`, widened to f32 once and cut out on demand.
-struct Taps<B: Backend> {
-    full: Tensor<B>,
+/// The taps of a causal 3-D weight `[O, I, kt, kh, kw]` as 2-D kernels `[O, I, kh, kw]`: the weight reordered
+/// once to `[kt, O, I, kh, kw]` on the device, in its own dtype (the same values), so that tap j is a view of its
+/// j-th block. A [`Stream`] keeps each convolution's, so a clip's later chunks reorder nothing.
+struct Taps {
+    reordered: OwnedWeight,
     shape: [usize; 5],
 }
 
-impl<B: Backend> Taps<B> {
-    fn of(b: &B, w: &Weight<'_>) -> Result<Taps<B>> {
+impl Taps {
+    fn of<B: Backend>(b: &B, w: &Weight<'_>) -> Result<Taps> {
         let &[o, i, kt, kh, kw] = w.shape() else {
             return Err(Error::Invalid(format!("a causal convolution of shape {:?}", w.shape())));
         };
+        w.require_unscaled("a causal convolution")?;
         let full = b.weight_to_tensor(w, DType::F32)?.reshape(&[o * i, kt, kh * kw])?;
-        Ok(Taps { full, shape: [o, i, kt, kh, kw] })
+        let reordered = b.permute(&full, &[1, 0, 2])?;
+        // Float weights keep their dtype, which holds their values exactly.
+        let dtype = match w.dtype() {
+            d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2) => d,
+            _ => DType::F32,
+        };
+        let reordered = OwnedWeight::from_tensor(b, &reordered, dtype)?;
+        Ok(Taps { reordered, shape: [o, i, kt, kh, kw] })
     }
 
     /// Temporal taps.
@@ -110,10 +118,9 @@ impl<B: Backend> Taps<B> {
     }
 
     /// Tap `j` as a 2-D kernel `[O, I, kh, kw]`.
-    fn tap(&self, b: &B, j: usize) -> Result<Kernel<'static>> {
+    fn tap(&self, j: usize) -> Result<Weight<'_>> {
         let [o, i, _, kh, kw] = self.shape;
-        let tap = b.slice(&self.full, 1, j, 1)?.reshape(&[o, i, kh, kw])?;
-        Ok(Kernel::Tap(OwnedWeight::from_tensor(b, &tap, DType::F32)?))
+        Ok(self.reordered.view().rows(j, 1)?.reshape(&[o, i, kh, kw])?)
     }
 }
 
@@ -132,11 +139,10 @@ pub(crate) fn conv_at<B: Backend>(
     let w = layer.weight(i);
     let bias = layer.weight(i + 1);
     match (w.shape().len(), time) {
-        (4, _) => Ok(b.conv2d(x, &Kernel::Plain(w).view(), Some(&bias), params)?),
+        (4, _) => Ok(b.conv2d(x, &w, Some(&bias), params)?),
         (5, Time::Alone) => {
             let taps = Taps::of(b, &w)?;
-            let last = taps.tap(b, taps.len() - 1)?;
-            Ok(b.conv2d(x, &last.view(), Some(&bias), params)?)
+            Ok(b.conv2d(x, &taps.tap(taps.len() - 1)?, Some(&bias), params)?)
         }
         (5, Time::Stream(stream)) => causal(b, &w, &bias, x, params, stream, key),
         _ => Err(Error::Invalid(format!("a convolution weight of shape {:?}", w.shape()))),
@@ -155,7 +161,7 @@ fn causal<B: Backend>(
     stream: &mut Stream<B>,
     key: &str,
 ) -> Result<Tensor<B>> {
-    let taps = Taps::of(b, w)?;
+    let taps = stream.taps(b, key, w)?;
     let kt = taps.len();
     let n = x.dim(0)?;
     let history = stream.frames(key);
@@ -178,7 +184,7 @@ fn causal<B: Backend>(
         }
     };
     // The last tap reads the chunk itself, frame for frame; the bias goes with it.
-    let mut out = b.conv2d(x, &taps.tap(b, kt - 1)?.view(), Some(bias), params)?;
+    let mut out = b.conv2d(x, &taps.tap(kt - 1)?, Some(bias), params)?;
     for j in 0..kt - 1 {
         // Output k reads padded frame k + j: zero before `zeros`, then frame k + j − zeros of the history
         // followed by the chunk.
@@ -187,7 +193,7 @@ fn causal<B: Backend>(
             continue;
         }
         let input = read(first + j - zeros, n - first)?;
-        let part = b.conv2d(&input, &taps.tap(b, j)?.view(), None, params)?;
+        let part = b.conv2d(&input, &taps.tap(j)?, None, params)?;
         let part =
             if first > 0 { b.pad(&part, 0, first, 0, PadMode::Constant(0.0))? } else { part };
         out = b.binary(&out, &part, BinaryOp::Add)?;
@@ -242,12 +248,12 @@ pub(crate) fn time_down<B: Backend>(
             Ok(b.slice(t, 1, k, 1)?.reshape(&s)?)
         };
         let reads = [pick(&even, 0)?, pick(&odd, 0)?, pick(&odd, 1)?];
-        let taps = Taps::of(b, &layer.weight(i))?;
+        let taps = stream.taps(b, key, &layer.weight(i))?;
         let bias = layer.weight(i + 1);
         let params = Conv2dParams::same(0);
-        let mut y = b.conv2d(&reads[2], &taps.tap(b, 2)?.view(), Some(&bias), params)?;
+        let mut y = b.conv2d(&reads[2], &taps.tap(2)?, Some(&bias), params)?;
         for (j, read) in reads.iter().enumerate().take(2) {
-            let part = b.conv2d(read, &taps.tap(b, j)?.view(), None, params)?;
+            let part = b.conv2d(read, &taps.tap(j)?, None, params)?;
             y = b.binary(&y, &part, BinaryOp::Add)?;
         }
         let newest = frames(b, &rest, n - 1, 1)?;
