@@ -68,6 +68,15 @@ impl std::fmt::Display for Secs {
     }
 }
 
+/// `linear` cases of one weight dtype: weights `[n, k]` of `shapes` times each count of `rows`.
+struct FewRows {
+    dtype: DType,
+    label: &'static str,
+    shapes: &'static [(usize, usize)],
+    rows: &'static [usize],
+    runs: usize,
+}
+
 fn main() -> Result<()> {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
     let cpu = Cpu::new(1 << 30);
@@ -101,11 +110,23 @@ fn main() -> Result<()> {
     // (16 tokens) or a short prompt: the rows where packing the weight costs as much as the product (#23).
     // f16 weights at Wan 2.2 TI2V 5B's shapes (hidden 3072, MLP 14336): a 64² clip's 16 image tokens, and the
     // 1024 text tokens (512 a prompt, positive and negative) its cross-attention keys and values project (#24).
-    let few_rows: [(DType, &str, &[(usize, usize)], &[usize], usize); 2] = [
-        (DType::F8E4M3, "fp8", &[(3072, 3072), (12288, 3072), (3072, 12288)], &[1, 4, 8, 16], 9),
-        (DType::F16, "f16", &[(3072, 3072), (14336, 3072)], &[16, 1024], 5),
+    let few_rows = [
+        FewRows {
+            dtype: DType::F8E4M3,
+            label: "fp8",
+            shapes: &[(3072, 3072), (12288, 3072), (3072, 12288)],
+            rows: &[1, 4, 8, 16],
+            runs: 9,
+        },
+        FewRows {
+            dtype: DType::F16,
+            label: "f16",
+            shapes: &[(3072, 3072), (14336, 3072)],
+            rows: &[16, 1024],
+            runs: 5,
+        },
     ];
-    for (seed, (dtype, label, shapes, rows, runs)) in (3..).step_by(2).zip(few_rows) {
+    for (seed, FewRows { dtype, label, shapes, rows, runs }) in (3..).step_by(2).zip(few_rows) {
         for &(n, k) in shapes {
             let w = OwnedWeight::from_f32(cpu.memory(), dtype, &[n, k], &values(n * k, seed))?;
             for &m in rows {
