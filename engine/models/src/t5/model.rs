@@ -82,7 +82,10 @@ impl T5 {
         let attended = mask.iter().take_while(|&&m| m).count();
         if attended > 0 && mask[attended..].iter().all(|&m| !m) {
             let x = self.run(b, &ids[..attended], None)?;
-            return Ok(b.pad(&x, 1, 0, ids.len() - attended, PadMode::Constant(0.0))?);
+            return Ok(match ids.len() - attended {
+                0 => x,
+                more => b.pad(&x, 1, 0, more, PadMode::Constant(0.0))?,
+            });
         }
         let x = self.run(b, ids, Some(mask))?;
         let keep: Vec<f32> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
