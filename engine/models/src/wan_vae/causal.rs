@@ -19,6 +19,7 @@ use std::rc::Rc;
 
 use kiln_compute::backend::{BinaryOp, Conv2dParams, PadMode};
 use kiln_compute::memory::Layer;
+use kiln_compute::quant::Quant;
 use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
 
 use crate::error::{Error, Result};
@@ -63,7 +64,7 @@ impl<B: Backend> Stream<B> {
         if let Some(taps) = self.taps.get(key) {
             return Ok(taps.clone());
         }
-        let taps = Rc::new(Taps::of(b, w)?);
+        let taps = Rc::new(Taps::of(b, w, 0)?);
         self.taps.insert(key.to_owned(), taps.clone());
         Ok(taps)
     }
@@ -93,23 +94,34 @@ pub(crate) fn frames<B: Backend>(
 struct Taps {
     reordered: OwnedWeight,
     shape: [usize; 5],
+    /// The first tap kept (an image's convolution keeps only the last).
+    first: usize,
 }
 
 impl Taps {
-    fn of<B: Backend>(b: &B, w: &Weight<'_>) -> Result<Taps> {
+    /// Taps `first..` of `w`.
+    fn of<B: Backend>(b: &B, w: &Weight<'_>, first: usize) -> Result<Taps> {
         let &[o, i, kt, kh, kw] = w.shape() else {
             return Err(Error::Invalid(format!("a causal convolution of shape {:?}", w.shape())));
         };
-        w.require_unscaled("a causal convolution")?;
+        if first >= kt {
+            return Err(Error::Invalid(format!("tap {first} of a causal convolution of {kt}")));
+        }
         let full = b.weight_to_tensor(w, DType::F32)?.reshape(&[o * i, kt, kh * kw])?;
-        let reordered = b.permute(&full, &[1, 0, 2])?;
-        // Float weights keep their dtype, which holds their values exactly.
+        let kept = b.slice(&full, 1, first, kt - first)?;
+        let reordered = b.permute(&kept, &[1, 0, 2])?;
+        // Plain float weights keep their dtype, which holds their values exactly; a scaled or quantized one
+        // is kept dequantized.
         let dtype = match w.dtype() {
-            d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2) => d,
+            d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
+                if w.quant() == Quant::None =>
+            {
+                d
+            }
             _ => DType::F32,
         };
         let reordered = OwnedWeight::from_tensor(b, &reordered, dtype)?;
-        Ok(Taps { reordered, shape: [o, i, kt, kh, kw] })
+        Ok(Taps { reordered, shape: [o, i, kt, kh, kw], first })
     }
 
     /// Temporal taps.
@@ -120,7 +132,10 @@ impl Taps {
     /// Tap `j` as a 2-D kernel `[O, I, kh, kw]`.
     fn tap(&self, j: usize) -> Result<Weight<'_>> {
         let [o, i, _, kh, kw] = self.shape;
-        Ok(self.reordered.view().rows(j, 1)?.reshape(&[o, i, kh, kw])?)
+        let kept = j.checked_sub(self.first).ok_or_else(|| {
+            Error::Invalid(format!("tap {j} of a convolution that kept taps {}..", self.first))
+        })?;
+        Ok(self.reordered.view().rows(kept, 1)?.reshape(&[o, i, kh, kw])?)
     }
 }
 
@@ -141,8 +156,11 @@ pub(crate) fn conv_at<B: Backend>(
     match (w.shape().len(), time) {
         (4, _) => Ok(b.conv2d(x, &w, Some(&bias), params)?),
         (5, Time::Alone) => {
-            let taps = Taps::of(b, &w)?;
-            Ok(b.conv2d(x, &taps.tap(taps.len() - 1)?, Some(&bias), params)?)
+            let last = w.shape()[2].checked_sub(1).ok_or_else(|| {
+                Error::Invalid(format!("a causal convolution of shape {:?}", w.shape()))
+            })?;
+            let taps = Taps::of(b, &w, last)?;
+            Ok(b.conv2d(x, &taps.tap(last)?, Some(&bias), params)?)
         }
         (5, Time::Stream(stream)) => causal(b, &w, &bias, x, params, stream, key),
         _ => Err(Error::Invalid(format!("a convolution weight of shape {:?}", w.shape()))),
