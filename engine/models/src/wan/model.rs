@@ -954,14 +954,26 @@ impl Wan {
     pub(super) fn text_embedding<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Text<B>> {
         let m = &self.weights;
         let (len, distinct) = (context.dim(1)?, distinct_rows(b, context)?);
-        let rows = distinct.iter().copied().max().unwrap_or(len);
-        let context = b.cast(&b.slice(context, 1, 0, rows)?, b.compute_dtype())?;
-        let hidden = crate::named::linear(b, m, "text_embedding.0", &context)?;
-        let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
-        let states = crate::named::linear(b, m, "text_embedding.2", &hidden)?;
-        let states = match len - rows {
-            0 => states,
-            more => b.pad(&states, 1, 0, more, PadMode::Replicate)?,
+        // Sample by sample, each on its own rows: the products a call with that sample alone makes.
+        let mut samples = Vec::with_capacity(distinct.len());
+        for (s, &rows) in distinct.iter().enumerate() {
+            let sample = b.slice(&b.slice(context, 0, s, 1)?, 1, 0, rows)?;
+            let hidden = crate::named::linear(
+                b,
+                m,
+                "text_embedding.0",
+                &b.cast(&sample, b.compute_dtype())?,
+            )?;
+            let hidden = b.unary(&hidden, UnaryOp::GeluTanh)?;
+            let states = crate::named::linear(b, m, "text_embedding.2", &hidden)?;
+            samples.push(match len - rows {
+                0 => states,
+                more => b.pad(&states, 1, 0, more, PadMode::Replicate)?,
+            });
+        }
+        let states = match &samples[..] {
+            [one] => one.clone(),
+            many => b.concat(&many.iter().collect::<Vec<_>>(), 0)?,
         };
         Ok(Text { states, distinct })
     }
