@@ -328,8 +328,11 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// The model's timestep per sample: what the model sampling makes of σ (`FlowSampling::timestep`, σ·multiplier),
     /// as ComfyUI hands the network `model_sampling.timestep(σ)`.
     pub timesteps: &'a [f32],
-    /// Text features `[B, N, D]`.
+    /// Text features `[B, N, D]`, or with `text_lens` `[1, ΣNᵢ, D]`.
     pub context: &'a Tensor<B>,
+    /// Each sample's rows of `context` when the prompts differ in length (one pass over the weights for prompts
+    /// ComfyUI would run as separate calls; see [`DiffusionNet::takes_ragged_text`]). `None`: `[B, N, D]`.
+    pub text_lens: Option<&'a [usize]>,
     /// The pooled text vector `[B, D]` of families that take one (FLUX.1: CLIP-L's); `None` where the
     /// conditioning has none.
     pub pooled: Option<&'a Tensor<B>>,
@@ -400,6 +403,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             x,
             timesteps,
             context,
+            text_lens: None,
             pooled: None,
             guidance: DistilledGuidance::Unset,
             references: &[],
@@ -583,9 +587,23 @@ impl DiffusionNet {
         matches!(self, DiffusionNet::Wan(net) if net.config.humo.is_some())
     }
 
+    /// Whether one call takes prompts of different lengths ([`DiffusionInput::text_lens`]): Qwen-Image, whose
+    /// samples share nothing but the weights, so the positive and negative prompts of CFG read each weight once
+    /// a step where ComfyUI's two calls read it twice.
+    pub fn takes_ragged_text(&self) -> bool {
+        matches!(self, DiffusionNet::QwenImage(_))
+    }
+
     /// ComfyUI's model output for `input` (what `calculate_denoised` turns into x̂₀), f32 `[B, C, h, w]` (Wan:
     /// `[B, C, T, h, w]`).
     pub fn forward<B: Backend>(&self, b: &B, input: DiffusionInput<'_, B>) -> Result<Tensor<B>> {
+        if input.text_lens.is_some() && !self.takes_ragged_text() {
+            return Err(crate::Error::Invalid(format!(
+                "prompts of different lengths run in one call only on Qwen-Image; a {} model takes them as \
+                 separate calls",
+                self.family().name()
+            )));
+        }
         if !input.skipped_blocks.is_empty() && !matches!(self, DiffusionNet::Wan(_)) {
             return Err(crate::Error::Invalid(format!(
                 "SkipLayerGuidanceDiT's pass leaves blocks out of Wan models; Kiln does not skip the blocks of a \
@@ -664,7 +682,7 @@ impl DiffusionNet {
                         net,
                         input.x,
                         input.timesteps,
-                        input.context,
+                        qwen_image::Text { features: input.context, lens: input.text_lens },
                         control.hint,
                         control.strength,
                     )?);
@@ -683,6 +701,7 @@ impl DiffusionNet {
                     method: input.reference_method,
                     controls: &controls,
                     patches: &patches,
+                    text_lens: input.text_lens,
                 };
                 net.forward_with_extras(b, input.x, input.timesteps, input.context, &extras)
             }

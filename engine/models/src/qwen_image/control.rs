@@ -24,7 +24,7 @@ use super::config::{
     Config, LATENT_CHANNELS, PATCH, block_config, block_names, block_prefix, block_shapes,
     count_blocks, embedding_shapes, shape,
 };
-use super::model::{Embedded, QwenImage, padded, patchify};
+use super::model::{Embedded, QwenImage, Text, padded, patchify};
 
 /// How many base blocks ComfyUI spreads a ControlNet's outputs over (its `main_model_double`).
 pub const BASE_BLOCKS: usize = 60;
@@ -220,7 +220,7 @@ impl QwenImageControlNet {
     }
 
     /// The outputs for latents `x` `[B, 16, h, w]` (or one frame of `[B, 16, 1, h, w]`) at `sigmas` with
-    /// `context`, as `base` (the model it controls) takes them, for `hint` `[1 or B, C, h, w]` (C: 16, or 17
+    /// `text`, as `base` (the model it controls) takes them, for `hint` `[1 or B, C, h, w]` (C: 16, or 17
     /// with the mask), scaled by [`QwenImageControlNet::output_scale`] of `strength`.
     #[allow(clippy::too_many_arguments)]
     pub fn residuals<B: Backend>(
@@ -229,7 +229,7 @@ impl QwenImageControlNet {
         base: &QwenImage,
         x: &Tensor<B>,
         sigmas: &[f32],
-        context: &Tensor<B>,
+        text: Text<'_, B>,
         hint: &Tensor<B>,
         strength: f32,
     ) -> Result<ControlResiduals<B>> {
@@ -245,9 +245,9 @@ impl QwenImageControlNet {
         let hint = self.check_hint(b, &x, hint)?;
         let scale = self.output_scale(strength);
         let outputs = match self.config.kind {
-            ControlKind::InstantX { .. } => self.instantx(b, &x, sigmas, context, &hint)?,
+            ControlKind::InstantX { .. } => self.instantx(b, &x, sigmas, text, &hint)?,
             ControlKind::Fun { in_features } => {
-                self.fun(b, base, &x, sigmas, context, &hint, in_features)?
+                self.fun(b, base, &x, sigmas, text, &hint, in_features)?
             }
         };
         let outputs = outputs
@@ -306,12 +306,12 @@ impl QwenImageControlNet {
         b: &B,
         x: &Tensor<B>,
         sigmas: &[f32],
-        context: &Tensor<B>,
+        text: Text<'_, B>,
         hint: &Tensor<B>,
     ) -> Result<Vec<Tensor<B>>> {
         let (body, weights) = (&self.body, self.weights());
-        let Embedded { mut img, mut txt, rope, timestep, .. } =
-            body.embed(b, x, sigmas, context, &[], None)?;
+        let Embedded { mut img, mut txt, seq, timestep, .. } =
+            body.embed(b, x, sigmas, text, &[], None)?;
         {
             let (hint, _, _) = padded(b, hint)?;
             let embedded = linear(b, weights, "controlnet_x_embedder", &patchify(b, &hint)?)?;
@@ -319,7 +319,7 @@ impl QwenImageControlNet {
         }
         let mut outputs = Vec::with_capacity(self.config.body.layers);
         for i in 0..self.config.body.layers {
-            (img, txt) = body.block(b, &block_prefix(i), &img, &txt, &timestep, &rope)?;
+            (img, txt) = body.block(b, &block_prefix(i), &img, &txt, &timestep, &seq)?;
             outputs.push(linear(b, weights, &format!("controlnet_blocks.{i}"), &img)?);
         }
         Ok(outputs)
@@ -336,12 +336,12 @@ impl QwenImageControlNet {
         base: &QwenImage,
         x: &Tensor<B>,
         sigmas: &[f32],
-        context: &Tensor<B>,
+        text: Text<'_, B>,
         hint: &Tensor<B>,
         in_features: usize,
     ) -> Result<Vec<Tensor<B>>> {
-        let Embedded { img, mut txt, rope, timestep, .. } =
-            base.embed(b, x, sigmas, context, &[], None)?;
+        let Embedded { img, mut txt, seq, timestep, .. } =
+            base.embed(b, x, sigmas, text, &[], None)?;
         let (body, weights) = (&self.body, self.weights());
         let mut c = {
             let mut hint = hint.clone();
@@ -366,7 +366,7 @@ impl QwenImageControlNet {
                 let projected = linear(b, weights, &format!("{prefix}.before_proj"), &c)?;
                 c = b.binary(&projected, &img, BinaryOp::Add)?;
             }
-            (c, txt) = body.block(b, &prefix, &c, &txt, &timestep, &rope)?;
+            (c, txt) = body.block(b, &prefix, &c, &txt, &timestep, &seq)?;
             outputs.push(linear(b, weights, &format!("{prefix}.after_proj"), &c)?);
         }
         Ok(outputs)

@@ -33,4 +33,4 @@ pub use control::{
     BASE_BLOCKS, ControlConfig, ControlKind, ControlResiduals, FUN_INJECTION_BLOCKS,
     QwenImageControlNet, control_load_plan, detect_control,
 };
-pub use model::{Extras, QwenImage};
+pub use model::{Extras, QwenImage, Text};

@@ -35,13 +35,51 @@ pub struct Extras<'a, B: Backend> {
     pub controls: &'a [ControlResiduals<B>],
     /// Block-wise ControlNets (DiffSynth's model patches), each run after every block.
     pub patches: &'a [BlockPatch<'a, B>],
+    /// Each sample's text rows when the prompts differ in length (see [`Text`]); `None`: the text is
+    /// `[B, N, text_dim]`.
+    pub text_lens: Option<&'a [usize]>,
 }
 
-/// The blocks' inputs: image tokens (the latents', then the references'), text tokens, RoPE and timestep.
+impl<B: Backend> Default for Extras<'_, B> {
+    fn default() -> Self {
+        Extras { references: &[], method: None, controls: &[], patches: &[], text_lens: None }
+    }
+}
+
+/// A call's text features: `[B, N, text_dim]`, or a ragged batch's `[1, ΣNᵢ, text_dim]` (each sample's Nᵢ
+/// rows in turn, `lens` giving each Nᵢ): prompts of different lengths in one pass over the weights. ComfyUI
+/// runs such prompts as separate calls (its `can_concat`); here every per-row map (the linears, the norms)
+/// runs on the samples' rows together and each sample attends over its own joint sequence, so each sample's
+/// values are those of its own call (up to rounding: joined rows may take another GEMM kernel than a sample's
+/// alone) while each weight is read once.
+pub struct Text<'a, B: Backend> {
+    /// The features.
+    pub features: &'a Tensor<B>,
+    /// Each sample's rows in a ragged batch; `None` for `[B, N, text_dim]`.
+    pub lens: Option<&'a [usize]>,
+}
+
+impl<B: Backend> Clone for Text<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Text<'_, B> {}
+
+impl<'a, B: Backend> Text<'a, B> {
+    /// Text `[B, N, text_dim]`, every sample as long.
+    pub fn uniform(features: &'a Tensor<B>) -> Self {
+        Text { features, lens: None }
+    }
+}
+
+/// The blocks' inputs: image tokens (the latents', then the references'), text tokens (`[B, N, D]`, or a
+/// ragged batch's `[1, ΣNᵢ, D]`), each sample's joint sequence and the timestep.
 pub(super) struct Embedded<B: Backend> {
     pub(super) img: Tensor<B>,
     pub(super) txt: Tensor<B>,
-    pub(super) rope: Rope<B>,
+    pub(super) seq: Sequence<B>,
     pub(super) timestep: Timestep<B>,
     pub(super) grid: Grid,
 }
@@ -74,12 +112,47 @@ pub(super) struct Rope<B: Backend> {
     sin: Tensor<B>,
 }
 
+/// Each sample's joint sequence (its text rows, then the image's): how the text rows split among the samples,
+/// and the RoPE tables.
+pub(super) struct Sequence<B: Backend> {
+    /// Each sample's text rows in a ragged batch (text `[1, ΣNᵢ, D]`); `None`: text `[B, N, D]`.
+    lens: Option<Vec<usize>>,
+    /// The table of every sample (`None` lens), or of each sample in turn.
+    ropes: Vec<Rope<B>>,
+}
+
+impl<B: Backend> Sequence<B> {
+    /// Each sample's first text row and row count in a ragged batch.
+    fn ragged(&self) -> Option<impl Iterator<Item = (usize, usize)> + '_> {
+        let lens = self.lens.as_ref()?;
+        Some(lens.iter().scan(0, |start, &n| {
+            let at = *start;
+            *start += n;
+            Some((at, n))
+        }))
+    }
+}
+
 /// One stream's modulation from `Linear(SiLU(temb))`: shift, scale `[B, D]` and gate `[B, 1, D]` for the
 /// attention (`.0`) and the MLP (`.1`) sub-layers.
 struct Modulation<B: Backend> {
     shift: [Tensor<B>; 2],
     scale: [Tensor<B>; 2],
     gate: [Tensor<B>; 2],
+}
+
+impl<B: Backend> Modulation<B> {
+    /// Sample `i`'s modulation alone (batch 1).
+    fn sample(&self, b: &B, i: usize) -> Result<Modulation<B>> {
+        let row = |t: &[Tensor<B>; 2]| -> Result<[Tensor<B>; 2]> {
+            Ok([b.slice(&t[0], 0, i, 1)?, b.slice(&t[1], 0, i, 1)?])
+        };
+        Ok(Modulation {
+            shift: row(&self.shift)?,
+            scale: row(&self.scale)?,
+            gate: row(&self.gate)?,
+        })
+    }
 }
 
 /// SiLU(temb) `[B, D]` for every token, and with `index_timestep_zero` the image token index from which
@@ -89,11 +162,11 @@ pub(super) struct Timestep<B: Backend> {
     zero: Option<(usize, Tensor<B>)>,
 }
 
-/// A stream's modulation by token range: `main` for every token, or only for those before `zero`'s index,
-/// from which `zero`'s applies.
+/// A stream's modulation by token range: each applies from its first token (the first's from token 0) to
+/// the next one's. The image's: `[B, D]` for every token, or with `index_timestep_zero` another from the
+/// first reference token; a ragged batch's text: each sample's `[1, D]` from its first row.
 struct StreamModulation<B: Backend> {
-    main: Modulation<B>,
-    zero: Option<(usize, Modulation<B>)>,
+    ranges: Vec<(usize, Modulation<B>)>,
 }
 
 impl<B: Backend> StreamModulation<B> {
@@ -116,12 +189,16 @@ impl<B: Backend> StreamModulation<B> {
         x: &Tensor<B>,
         f: impl Fn(&Tensor<B>, &Modulation<B>) -> Result<Tensor<B>>,
     ) -> Result<Tensor<B>> {
-        let Some((at, zero)) = &self.zero else {
-            return f(x, &self.main);
-        };
-        let head = f(&b.slice(x, 1, 0, *at)?, &self.main)?;
-        let tail = f(&b.slice(x, 1, *at, x.dim(1)? - at)?, zero)?;
-        Ok(b.concat(&[&head, &tail], 1)?)
+        if let [(_, only)] = self.ranges.as_slice() {
+            return f(x, only);
+        }
+        let tokens = x.dim(1)?;
+        let mut parts = Vec::with_capacity(self.ranges.len());
+        for (r, (start, m)) in self.ranges.iter().enumerate() {
+            let end = self.ranges.get(r + 1).map_or(tokens, |(next, _)| *next);
+            parts.push(f(&b.slice(x, 1, *start, end - start)?, m)?);
+        }
+        Ok(b.concat(&parts.iter().collect::<Vec<_>>(), 1)?)
     }
 }
 
@@ -162,13 +239,14 @@ impl QwenImage {
         references: &[Tensor<B>],
         method: Option<&str>,
     ) -> Result<Tensor<B>> {
-        let extras = Extras { references, method, controls: &[], patches: &[] };
+        let extras = Extras { references, method, ..Extras::default() };
         self.forward_with_extras(b, x, sigmas, context, &extras)
     }
 
     /// [`QwenImage::forward_with_references`] with ControlNets too: after each block, every block-wise
     /// ControlNet of `extras.patches` (ComfyUI's `double_block` patches), then each of `extras.controls`
-    /// where it names the block (ComfyUI's `control["input"]`), add to the latents' tokens, in order.
+    /// where it names the block (ComfyUI's `control["input"]`), add to the latents' tokens, in order. With
+    /// `extras.text_lens`, `context` is a ragged batch's (see [`Text`]).
     pub fn forward_with_extras<B: Backend>(
         &self,
         b: &B,
@@ -177,10 +255,11 @@ impl QwenImage {
         context: &Tensor<B>,
         extras: &Extras<'_, B>,
     ) -> Result<Tensor<B>> {
-        let Embedded { mut img, mut txt, rope, timestep, grid } =
-            self.embed(b, x, sigmas, context, extras.references, extras.method)?;
+        let text = Text { features: context, lens: extras.text_lens };
+        let Embedded { mut img, mut txt, seq, timestep, grid } =
+            self.embed(b, x, sigmas, text, extras.references, extras.method)?;
         for i in 0..self.config.layers {
-            (img, txt) = self.block(b, &block_prefix(i), &img, &txt, &timestep, &rope)?;
+            (img, txt) = self.block(b, &block_prefix(i), &img, &txt, &timestep, &seq)?;
             // As ComfyUI: the block patches, then the ControlNets.
             img = apply_patches(b, img, extras.patches, i)?;
             img = add_controls(b, &img, extras.controls, i)?;
@@ -231,19 +310,19 @@ impl QwenImage {
 
     /// What the blocks take: the latents' tokens (each frame padded to even sides and patchified, then the
     /// references' as `method` places them) through `img_in`, the text through `txt_norm` and `txt_in`, the
-    /// joint sequence's RoPE table and the timestep embedding.
+    /// joint sequences' RoPE tables and the timestep embedding.
     pub(super) fn embed<B: Backend>(
         &self,
         b: &B,
         x: &Tensor<B>,
         sigmas: &[f32],
-        context: &Tensor<B>,
+        text: Text<'_, B>,
         references: &[Tensor<B>],
         method: Option<&str>,
     ) -> Result<Embedded<B>> {
-        let (batch, frames, h, w) = self.check_inputs(x, sigmas, context)?;
+        let (batch, frames, h, w) = self.check_inputs(x, sigmas, text)?;
         let dt = b.compute_dtype();
-        let context = b.cast(context, dt)?;
+        let context = b.cast(text.features, dt)?;
         let rank = x.shape().len();
         let x = b.cast(x, dt)?;
         // Each frame [B, 16, h, w], padded to even sides.
@@ -282,14 +361,22 @@ impl QwenImage {
             b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
         };
         let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
-        let rope = self.rope(b, txt.dim(1)?, frames, rows, cols, &extra)?;
+        let text_lens = match text.lens {
+            Some(lens) => lens.to_vec(),
+            None => vec![txt.dim(1)?],
+        };
+        let ropes = text_lens
+            .iter()
+            .map(|&n| self.rope(b, n, frames, rows, cols, &extra))
+            .collect::<Result<Vec<_>>>()?;
+        let seq = Sequence { lens: text.lens.map(<[usize]>::to_vec), ropes };
         let timestep = if timestep_zero {
             let zero = b.slice(&temb, 0, batch, batch)?;
             Timestep { silu: b.slice(&temb, 0, 0, batch)?, zero: Some((grid.image_len(), zero)) }
         } else {
             Timestep { silu: temb, zero: None }
         };
-        Ok(Embedded { img, txt, rope, timestep, grid })
+        Ok(Embedded { img, txt, seq, timestep, grid })
     }
 
     /// Checks the input shapes: returns (batch, frames, h, w).
@@ -297,7 +384,7 @@ impl QwenImage {
         &self,
         x: &Tensor<B>,
         sigmas: &[f32],
-        context: &Tensor<B>,
+        text: Text<'_, B>,
     ) -> Result<(usize, usize, usize, usize)> {
         let (batch, channels, frames, h, w) = match *x.shape() {
             [batch, channels, h, w] => (batch, channels, 1, h, w),
@@ -317,13 +404,25 @@ impl QwenImage {
         if sigmas.len() != batch {
             return Err(Error::Invalid(format!("{} sigmas for a batch of {batch}", sigmas.len())));
         }
-        match context.shape() {
-            &[cb, n, width] if cb == batch && n > 0 && width == self.config.text_dim => {
+        let text_dim = self.config.text_dim;
+        match (text.features.shape(), text.lens) {
+            (&[cb, n, width], None) if cb == batch && n > 0 && width == text_dim => {
                 Ok((batch, frames, h, w))
             }
-            other => Err(Error::Invalid(format!(
-                "Qwen-Image conditioning must be [{batch}, N > 0, {}], got {other:?}",
-                self.config.text_dim
+            (&[1, n, width], Some(lens))
+                if lens.len() == batch
+                    && lens.iter().all(|&l| l > 0)
+                    && lens.iter().sum::<usize>() == n
+                    && width == text_dim =>
+            {
+                Ok((batch, frames, h, w))
+            }
+            (other, None) => Err(Error::Invalid(format!(
+                "Qwen-Image conditioning must be [{batch}, N > 0, {text_dim}], got {other:?}"
+            ))),
+            (other, Some(lens)) => Err(Error::Invalid(format!(
+                "Qwen-Image conditioning of prompts {lens:?} rows long must be [1, their sum, {text_dim}] for a \
+                 batch of {batch}, each prompt at least a row, got {other:?}"
             ))),
         }
     }
@@ -454,28 +553,32 @@ impl QwenImage {
         img: &Tensor<B>,
         txt: &Tensor<B>,
         timestep: &Timestep<B>,
-        rope: &Rope<B>,
+        seq: &Sequence<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
         let names = block_names(prefix);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let layer = self.fetch(b, &names)?;
         let w = |k: usize| layer.weight(k);
-        let img_mod = StreamModulation {
-            main: self.modulation(b, &timestep.silu, &w(0), &w(1))?,
-            zero: match &timestep.zero {
-                Some((at, silu)) => Some((*at, self.modulation(b, silu, &w(0), &w(1))?)),
-                None => None,
-            },
-        };
+        let mut img_ranges = vec![(0, self.modulation(b, &timestep.silu, &w(0), &w(1))?)];
+        if let Some((at, silu)) = &timestep.zero {
+            img_ranges.push((*at, self.modulation(b, silu, &w(0), &w(1))?));
+        }
+        let img_mod = StreamModulation { ranges: img_ranges };
+        let txt_main = self.modulation(b, &timestep.silu, &w(2), &w(3))?;
         let txt_mod = StreamModulation {
-            main: self.modulation(b, &timestep.silu, &w(2), &w(3))?,
-            zero: None,
+            ranges: match seq.ragged() {
+                Some(samples) => samples
+                    .enumerate()
+                    .map(|(i, (at, _))| Ok((at, txt_main.sample(b, i)?)))
+                    .collect::<Result<_>>()?,
+                None => vec![(0, txt_main)],
+            },
         };
 
         let (img_attn, txt_attn) = {
             let img_n = img_mod.modulated(b, img, 0)?;
             let txt_n = txt_mod.modulated(b, txt, 0)?;
-            self.attention(b, &layer, &img_n, &txt_n, rope)?
+            self.attention(b, &layer, &img_n, &txt_n, seq)?
         };
         let img = img_mod.gated_add(b, img, &img_attn, 0)?;
         let txt = txt_mod.gated_add(b, txt, &txt_attn, 0)?;
@@ -494,7 +597,7 @@ impl QwenImage {
     }
 
     /// The joint attention of a block: q, k, v of each stream (with biases), per-head RMS norms of q and k,
-    /// the text tokens first, RoPE on the joint sequence, unmasked softmax, then each stream's output
+    /// each sample's text tokens first, RoPE on its joint sequence, unmasked softmax, then each stream's output
     /// projection. Returns (image, text) outputs.
     fn attention<B: Backend>(
         &self,
@@ -502,7 +605,7 @@ impl QwenImage {
         layer: &Layer<'_>,
         img: &Tensor<B>,
         txt: &Tensor<B>,
-        rope: &Rope<B>,
+        seq: &Sequence<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
         let cfg = &self.config;
         let (heads, hd) = (cfg.heads, cfg.head_dim);
@@ -515,21 +618,51 @@ impl QwenImage {
                 None => t,
             })
         };
-        let joint = |t: Tensor<B>, i: Tensor<B>, rotate: bool| -> Result<Tensor<B>> {
-            let j = b.concat(&[&t, &i], 1)?;
-            let j =
-                if rotate { b.rope(&j, &rope.cos, &rope.sin, RopeLayout::Interleaved)? } else { j };
-            Ok(b.permute(&j, &[0, 2, 1, 3])?)
+        // Text [b, n, heads, hd] and image [b, m, heads, hd] q, k, v of the same samples → their outputs
+        // [b, n, heads·hd] and [b, m, heads·hd].
+        let joint = |txt: [Tensor<B>; 3], img: [Tensor<B>; 3], rope: &Rope<B>| {
+            let [q, k, v] = [0, 1, 2].map(|i| -> Result<Tensor<B>> {
+                let j = b.concat(&[&txt[i], &img[i]], 1)?;
+                let j = match i {
+                    2 => j,
+                    _ => b.rope(&j, &rope.cos, &rope.sin, RopeLayout::Interleaved)?,
+                };
+                Ok(b.permute(&j, &[0, 2, 1, 3])?)
+            });
+            let o = b.attention(&q?, &k?, &v?, AttentionMask::None, 1.0 / (hd as f32).sqrt())?;
+            let (batch, text_len) = (txt[0].dim(0)?, txt[0].dim(1)?);
+            let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, usize::MAX, heads * hd])?;
+            Ok::<_, Error>((
+                b.slice(&o, 1, 0, text_len)?,
+                b.slice(&o, 1, text_len, img[0].dim(1)?)?,
+            ))
         };
-        let q = joint(project(txt, 10, Some(18))?, project(img, 4, Some(16))?, true)?;
-        let k = joint(project(txt, 12, Some(19))?, project(img, 6, Some(17))?, true)?;
-        let v = joint(project(txt, 14, None)?, project(img, 8, None)?, false)?;
-        let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (hd as f32).sqrt())?;
-        drop((q, k, v));
-        let (batch, text_len) = (txt.dim(0)?, txt.dim(1)?);
-        let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, usize::MAX, heads * hd])?;
-        let txt_o = b.slice(&o, 1, 0, text_len)?;
-        let img_o = b.slice(&o, 1, text_len, img.dim(1)?)?;
+        let (txt_o, img_o) = {
+            let txt_qkv =
+                [project(txt, 10, Some(18))?, project(txt, 12, Some(19))?, project(txt, 14, None)?];
+            let img_qkv =
+                [project(img, 4, Some(16))?, project(img, 6, Some(17))?, project(img, 8, None)?];
+            match seq.ragged() {
+                None => joint(txt_qkv, img_qkv, &seq.ropes[0])?,
+                Some(samples) => {
+                    let cut = |qkv: &[Tensor<B>; 3], dim: isize, at: usize, n: usize| {
+                        let [q, k, v] = qkv.each_ref().map(|t| b.slice(t, dim, at, n));
+                        Ok::<_, Error>([q?, k?, v?])
+                    };
+                    let (mut txt_os, mut img_os) = (Vec::new(), Vec::new());
+                    for ((i, (at, n)), rope) in samples.enumerate().zip(&seq.ropes) {
+                        let (t, m) =
+                            joint(cut(&txt_qkv, 1, at, n)?, cut(&img_qkv, 0, i, 1)?, rope)?;
+                        txt_os.push(t);
+                        img_os.push(m);
+                    }
+                    (
+                        b.concat(&txt_os.iter().collect::<Vec<_>>(), 1)?,
+                        b.concat(&img_os.iter().collect::<Vec<_>>(), 0)?,
+                    )
+                }
+            }
+        };
         let img_o = b.linear(&img_o, &w(20), Some(&w(21)))?;
         let txt_o = b.linear(&txt_o, &w(22), Some(&w(23)))?;
         Ok((img_o, txt_o))

@@ -166,3 +166,56 @@ fn layered_frames_match_comfyui() {
         assert_close(want, &b.to_f32(&out).unwrap(), &io[want].1, 1e-4);
     }
 }
+
+/// Prompts of different lengths in one call (`text_lens`: text `[1, ΣNᵢ, D]`): each sample's output is the one
+/// its own call gives, up to the GEMM kernels' rounding, without references and with them (Edit 2511's
+/// timestep-zero modulation too); lengths that do not add up to the text's rows are refused.
+#[test]
+fn prompts_of_different_lengths_share_one_call() {
+    let (b, manager) = cpu(64 << 20);
+    let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
+    let header = Header::new(&file, "");
+    let (config, _) = qwen_image::detect(&header).unwrap().unwrap();
+    let weights = manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
+    let model = QwenImage::new(config, weights);
+    let io = read_tensors("qwen_image/io.safetensors");
+    let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
+    // Sample 0 reads 4 rows of text, sample 1 reads 5.
+    let x = tensor("x.odd");
+    let sigmas = &io["sigma.odd"].1;
+    let short = b.slice(&tensor("context.odd"), 0, 0, 1).unwrap();
+    let long = tensor("context.even");
+    let lens = [4, 5];
+    let joined = b.concat(&[&short, &long], 1).unwrap();
+    let refs = [tensor("ref.1"), tensor("ref.2")];
+    for (references, method) in
+        [(&refs[..0], None), (&refs[..], Some("index")), (&refs[..], Some("index_timestep_zero"))]
+    {
+        let extras = qwen_image::Extras {
+            references,
+            method,
+            text_lens: Some(&lens),
+            ..qwen_image::Extras::default()
+        };
+        let out = model.forward_with_extras(&*b, &x, sigmas, &joined, &extras).unwrap();
+        let out = b.to_f32(&out).unwrap();
+        let per_sample = out.len() / 2;
+        for (i, context) in [&short, &long].into_iter().enumerate() {
+            let xi = b.slice(&x, 0, i, 1).unwrap();
+            let alone = model
+                .forward_with_references(&*b, &xi, &sigmas[i..=i], context, references, method)
+                .unwrap();
+            let alone = b.to_f32(&alone).unwrap();
+            // A text's 4 rows alone take the few-rows kernel, the 9 joined rows the packed one.
+            let what = format!("sample {i} with {method:?}");
+            assert_close(&what, &out[i * per_sample..(i + 1) * per_sample], &alone, 1e-6);
+        }
+    }
+
+    let extras = qwen_image::Extras { text_lens: Some(&[4, 4]), ..qwen_image::Extras::default() };
+    let err = model.forward_with_extras(&*b, &x, sigmas, &joined, &extras).err();
+    assert!(
+        matches!(&err, Some(Error::Invalid(m)) if m.contains("[4, 4]") && m.contains("[1, 9, 48]")),
+        "{err:?}"
+    );
+}

@@ -11,7 +11,7 @@ use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_models::family::{
     ControlInput, ControlNetDetected, ControlNetNet, DiffusionInput, DiffusionNet,
 };
-use kiln_models::qwen_image::{self, ControlKind, QwenImage};
+use kiln_models::qwen_image::{self, ControlKind, QwenImage, Text};
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};
@@ -62,7 +62,8 @@ fn controlnets_match_comfyui() {
         let hint = tensor(&b, &io[hint]);
 
         // Its own outputs, at strength 1 (where the Fun curve is 1 too).
-        let residuals = net.residuals(&*b, base, &x, sigmas, &context, &hint, 1.0).unwrap();
+        let residuals =
+            net.residuals(&*b, base, &x, sigmas, Text::uniform(&context), &hint, 1.0).unwrap();
         assert_eq!(residuals.outputs.len(), outputs, "{name}");
         for (k, output) in residuals.outputs.iter().enumerate() {
             let what = format!("{name}.{k}");
@@ -89,7 +90,8 @@ fn controlnets_match_comfyui() {
     let control = load_control(&manager, "inpaint");
     let ControlNetNet::QwenImage(net) = &control;
     let hint = tensor(&b, &io["hint"]);
-    let err = net.residuals(&*b, base, &x, sigmas, &context, &hint, 1.0).err().unwrap();
+    let err =
+        net.residuals(&*b, base, &x, sigmas, Text::uniform(&context), &hint, 1.0).err().unwrap();
     assert!(matches!(&err, Error::Invalid(m) if m.contains("17 channels")), "{err}");
 }
 
@@ -109,4 +111,43 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
         DiffusionInput { controls: &controls, ..DiffusionInput::new(&x, &io["sigma"].1, &context) };
     let out = base_net.forward(&*b, input).unwrap();
     assert_close("strength 0", &b.to_f32(&out).unwrap(), &io["out.none"].1, 1e-4);
+}
+
+/// Prompts of different lengths in one call with a ControlNet of each kind (its blocks read the text too):
+/// each sample's output is the one its own call gives, up to the GEMM kernels' rounding.
+#[test]
+fn prompts_of_different_lengths_share_one_call_under_a_controlnet() {
+    let (b, manager) = cpu(64 << 20);
+    let base_net = DiffusionNet::QwenImage(load_base(&manager));
+    let io = read_tensors("qwen_image_controlnet/io.safetensors");
+    let (x, context) = (tensor(&b, &io["x"]), tensor(&b, &io["context"]));
+    let sigmas = &io["sigma"].1;
+    // Sample 0 reads its prompt's 5 rows, sample 1 the first 3 of its own.
+    let texts = [b.slice(&context, 0, 0, 1).unwrap(), b.slice(&context, 0, 1, 1).unwrap()];
+    let texts = [texts[0].clone(), b.slice(&texts[1], 1, 0, 3).unwrap()];
+    let lens = [5, 3];
+    let joined = b.concat(&[&texts[0], &texts[1]], 1).unwrap();
+    for (name, hint) in [("instantx", "hint"), ("inpaint", "hint.inpaint"), ("fun", "hint")] {
+        let control = load_control(&manager, name);
+        let hint = tensor(&b, &io[hint]);
+        let controls = [ControlInput { net: &control, hint: &hint, strength: STRENGTH }];
+        let input = DiffusionInput {
+            controls: &controls,
+            text_lens: Some(&lens),
+            ..DiffusionInput::new(&x, sigmas, &joined)
+        };
+        let out = b.to_f32(&base_net.forward(&*b, input).unwrap()).unwrap();
+        let per_sample = out.len() / 2;
+        for (i, text) in texts.iter().enumerate() {
+            let (xi, hi) = (b.slice(&x, 0, i, 1).unwrap(), b.slice(&hint, 0, i, 1).unwrap());
+            let controls = [ControlInput { net: &control, hint: &hi, strength: STRENGTH }];
+            let input = DiffusionInput {
+                controls: &controls,
+                ..DiffusionInput::new(&xi, &sigmas[i..=i], text)
+            };
+            let alone = b.to_f32(&base_net.forward(&*b, input).unwrap()).unwrap();
+            let what = format!("{name}, sample {i}");
+            assert_close(&what, &out[i * per_sample..(i + 1) * per_sample], &alone, 1e-6);
+        }
+    }
 }

@@ -85,7 +85,9 @@ struct Forward<'a> {
     x: &'a [f32],
     sigma: f32,
     /// `[1, N, D]` each, of equal shapes: the batch is split evenly between them, in order, each part's
-    /// samples with their context (several when positive and negative run as one batch).
+    /// samples with their context (several when positive and negative run as one batch). Of different lengths
+    /// N only for a model that [`takes_ragged_text`](kiln_models::family::DiffusionNet::takes_ragged_text),
+    /// one per sample.
     contexts: &'a [&'a Tensor],
     /// Each context's pooled vector `[1, D]` (FLUX.1's CLIP-L one), in the same order; all present or none.
     pooled: &'a [Option<&'a Tensor>],
@@ -107,6 +109,27 @@ struct Forward<'a> {
     pose_cache: Option<&'a KvSlot>,
     /// Whether Wan Animate 2's pose branch runs.
     pose: PoseMode,
+}
+
+/// Each sample's text rows when the contexts of a call differ in length (one context `[1, Nᵢ, D]` per sample,
+/// as [`Guided::pair`] makes them for a model that takes ragged text); `None` when they are of one shape.
+fn ragged_lens(contexts: &[&Tensor], batch: usize) -> kiln_models::Result<Option<Vec<usize>>> {
+    let Some(first) = contexts.first() else { return Ok(None) };
+    if contexts.iter().all(|c| c.shape() == first.shape()) {
+        return Ok(None);
+    }
+    let rows = |c: &Tensor| match c.shape() {
+        &[1, n, d] if d == first.shape().get(2).copied().unwrap_or(0) => Some(n),
+        _ => None,
+    };
+    match contexts.iter().map(|c| rows(c)).collect::<Option<Vec<usize>>>() {
+        Some(lens) if lens.len() == batch => Ok(Some(lens)),
+        _ => Err(kiln_models::Error::Invalid(format!(
+            "a call of {batch} samples with prompts of shapes {:?}: prompts of different lengths run one \
+             [1, N, D] prompt per sample",
+            contexts.iter().map(|c| c.shape().to_vec()).collect::<Vec<_>>()
+        ))),
+    }
 }
 
 /// Whether a call runs Wan Animate 2's pose branch.
@@ -154,7 +177,11 @@ impl OnDevice for Forward<'_> {
                 context.extend_from_slice(part.data());
             }
         }
-        context_shape[0] = batch;
+        let text_lens = ragged_lens(self.contexts, batch)?;
+        match &text_lens {
+            Some(lens) => (context_shape[0], context_shape[1]) = (1, lens.iter().sum()),
+            None => context_shape[0] = batch,
+        }
         let context = b.from_f32(&context_shape, &context, b.compute_dtype())?;
         let pooled = match self.pooled {
             [Some(first), ..] if self.pooled.iter().all(Option::is_some) => {
@@ -317,6 +344,7 @@ impl OnDevice for Forward<'_> {
             x: &x,
             timesteps: &timesteps,
             context: &context,
+            text_lens: text_lens.as_deref(),
             pooled: pooled.as_ref(),
             guidance,
             references: &references,
@@ -1089,9 +1117,11 @@ impl Guided<'_> {
 impl Guided<'_> {
     /// The positive's and the negative's x̂₀ from one model call with both in the batch, as ComfyUI's
     /// `calc_cond_batch` runs them, when they can share it: one prompt each, with contexts of one shape
-    /// (ComfyUI's `can_concat`). `None` when they cannot (several prompts on a side, different lengths, a pose
-    /// boundary, context windows across the batch). Each sample of a batch is computed on its own, so the
-    /// predictions are those of two calls.
+    /// (ComfyUI's `can_concat`), or of different lengths for a model that takes ragged text and runs no
+    /// context windows (where ComfyUI makes two calls, one call reads each weight once). `None` when they
+    /// cannot (several prompts on a side, different lengths elsewhere, a pose boundary, context windows across
+    /// the batch). Each sample of a batch is computed on its own, so the predictions are those of two calls up to
+    /// the GEMM kernels' rounding (a batch's rows may take another kernel than one sample's).
     fn pair(
         &self,
         negative: &Conditioning,
@@ -1103,7 +1133,17 @@ impl Guided<'_> {
         };
         let pooled_shape = |c: &crate::models::Cond| c.pooled.as_ref().map(|p| p.shape().to_vec());
         let windows_cut_batch = self.windows.as_ref().is_some_and(|w| w.windows.dim == 0);
-        if pos.cond.shape() != neg.cond.shape()
+        let ragged = self.model.net.takes_ragged_text() && self.windows.is_none();
+        let joinable = |a: &[usize], b: &[usize]| {
+            a == b
+                || (ragged
+                    && a.len() == 3
+                    && b.len() == 3
+                    && a[0] == 1
+                    && b[0] == 1
+                    && a[2] == b[2])
+        };
+        if !joinable(pos.cond.shape(), neg.cond.shape())
             || pos.extras != neg.extras
             || pooled_shape(pos) != pooled_shape(neg)
             || self.pose_at_boundary(&pos.extras, sigma)
