@@ -86,8 +86,7 @@ struct Forward<'a> {
     sigma: f32,
     /// `[1, N, D]` each, of equal shapes: the batch is split evenly between them, in order, each part's
     /// samples with their context (several when positive and negative run as one batch). Of different lengths
-    /// N only for a model that [`takes_ragged_text`](kiln_models::family::DiffusionNet::takes_ragged_text),
-    /// one per sample.
+    /// N only for a model that [`takes_ragged_text`](kiln_models::family::DiffusionNet::takes_ragged_text).
     contexts: &'a [&'a Tensor],
     /// Each context's pooled vector `[1, D]` (FLUX.1's CLIP-L one), in the same order; all present or none.
     pooled: &'a [Option<&'a Tensor>],
@@ -111,22 +110,27 @@ struct Forward<'a> {
     pose: PoseMode,
 }
 
-/// Each sample's text rows when the contexts of a call differ in length (one context `[1, Nᵢ, D]` per sample,
-/// as [`Guided::pair`] makes them for a model that takes ragged text); `None` when they are of one shape.
+/// Each sample's text rows when the contexts of a call differ in length (each `[1, Nᵢ, D]`, as [`Guided::pair`]
+/// makes them for a model that takes ragged text): the batch splits evenly between the contexts, in order, so
+/// each context's length is repeated for each of its samples. `None` when the contexts are of one shape.
 fn ragged_lens(contexts: &[&Tensor], batch: usize) -> kiln_models::Result<Option<Vec<usize>>> {
     let Some(first) = contexts.first() else { return Ok(None) };
     if contexts.iter().all(|c| c.shape() == first.shape()) {
         return Ok(None);
     }
+    let width = first.shape().get(2).copied();
     let rows = |c: &Tensor| match c.shape() {
-        &[1, n, d] if d == first.shape().get(2).copied().unwrap_or(0) => Some(n),
+        &[1, n, d] if Some(d) == width => Some(n),
         _ => None,
     };
     match contexts.iter().map(|c| rows(c)).collect::<Option<Vec<usize>>>() {
-        Some(lens) if lens.len() == batch => Ok(Some(lens)),
+        Some(lens) if batch.is_multiple_of(lens.len()) => {
+            let per_context = batch / lens.len();
+            Ok(Some(lens.iter().flat_map(|&n| std::iter::repeat_n(n, per_context)).collect()))
+        }
         _ => Err(kiln_models::Error::Invalid(format!(
-            "a call of {batch} samples with prompts of shapes {:?}: prompts of different lengths run one \
-             [1, N, D] prompt per sample",
+            "a call of {batch} samples with prompts of shapes {:?}: prompts of different lengths must each be \
+             [1, N, D] of one width D and split the batch evenly",
             contexts.iter().map(|c| c.shape().to_vec()).collect::<Vec<_>>()
         ))),
     }
