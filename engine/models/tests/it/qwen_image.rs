@@ -5,8 +5,9 @@
 //! default of a file marked `__index_timestep_zero__`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use kiln_compute::memory::SafetensorsFile;
+use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_compute::{Backend as _, DType};
 use kiln_models::family::{DiffusionDetected, DiffusionInput, DiffusionNet};
 use kiln_models::header::diffusion_prefix;
@@ -29,6 +30,15 @@ fn tiny() -> Config {
         axes_dims: [4, 14, 14],
         additional_t_cond: false,
     }
+}
+
+/// The tiny reference model of [`WEIGHTS`] under `manager` (the ControlNet tests' base model too).
+pub(crate) fn tiny_model(manager: &Arc<MemoryManager>) -> QwenImage {
+    let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
+    let header = Header::new(&file, "");
+    let (config, _) = qwen_image::detect(&header).unwrap().unwrap();
+    let weights = manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
+    QwenImage::new(config, weights)
 }
 
 #[test]
@@ -173,11 +183,7 @@ fn layered_frames_match_comfyui() {
 #[test]
 fn prompts_of_different_lengths_share_one_call() {
     let (b, manager) = cpu(64 << 20);
-    let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
-    let header = Header::new(&file, "");
-    let (config, _) = qwen_image::detect(&header).unwrap().unwrap();
-    let weights = manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
-    let model = QwenImage::new(config, weights);
+    let model = tiny_model(&manager);
     let io = read_tensors("qwen_image/io.safetensors");
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     // Sample 0 reads 4 rows of text, sample 1 reads 5.

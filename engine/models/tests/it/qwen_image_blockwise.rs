@@ -9,21 +9,14 @@ use kiln_models::Header;
 use kiln_models::family::{
     DiffusionInput, DiffusionNet, ModelPatchDetected, ModelPatchNet, PatchInput,
 };
-use kiln_models::qwen_image::{self, QwenImage};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::qwen_image::tiny_model;
 
 #[test]
 fn blockwise_controlnets_match_comfyui() {
     let (b, manager) = cpu(64 << 20);
-    let base = {
-        let file = SafetensorsFile::open(fixture("qwen_image/weights.safetensors")).unwrap();
-        let header = Header::new(&file, "");
-        let (config, _) = qwen_image::detect(&header).unwrap().unwrap();
-        let weights =
-            manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
-        DiffusionNet::QwenImage(QwenImage::new(config, weights))
-    };
+    let base = DiffusionNet::QwenImage(tiny_model(&manager));
     let io = read_tensors("qwen_image_blockwise/io.safetensors");
     let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).unwrap();
     let (x, context, latent) = (tensor("x"), tensor("context"), &io["latent.model"]);

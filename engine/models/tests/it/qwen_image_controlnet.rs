@@ -11,20 +11,13 @@ use kiln_compute::memory::{MemoryManager, SafetensorsFile};
 use kiln_models::family::{
     ControlInput, ControlNetDetected, ControlNetNet, DiffusionInput, DiffusionNet,
 };
-use kiln_models::qwen_image::{self, ControlKind, QwenImage, Text};
+use kiln_models::qwen_image::{ControlKind, Text};
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::qwen_image::tiny_model;
 
 const STRENGTH: f32 = 0.75;
-
-fn load_base(manager: &Arc<MemoryManager>) -> QwenImage {
-    let file = SafetensorsFile::open(fixture("qwen_image/weights.safetensors")).unwrap();
-    let header = Header::new(&file, "");
-    let (config, _) = qwen_image::detect(&header).unwrap().unwrap();
-    let weights = manager.load(&qwen_image::load_plan(&header, &config), &mut |_, _| {}).unwrap();
-    QwenImage::new(config, weights)
-}
 
 fn load_control(manager: &Arc<MemoryManager>, name: &str) -> ControlNetNet {
     let file = SafetensorsFile::open(fixture(&format!("qwen_image_controlnet/{name}.safetensors")))
@@ -42,7 +35,7 @@ fn tensor(b: &Cpu, (shape, values): &(Vec<usize>, Vec<f32>)) -> kiln_compute::Te
 #[test]
 fn controlnets_match_comfyui() {
     let (b, manager) = cpu(64 << 20);
-    let base = load_base(&manager);
+    let base = tiny_model(&manager);
     let io = read_tensors("qwen_image_controlnet/io.safetensors");
     let (x, context) = (tensor(&b, &io["x"]), tensor(&b, &io["context"]));
     let sigmas = &io["sigma"].1;
@@ -102,7 +95,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
     let ControlNetNet::QwenImage(net) = &control;
     assert_eq!(net.output_scale(4.0), 2.0);
     assert_eq!(net.output_scale(-1.0), 0.0);
-    let base_net = DiffusionNet::QwenImage(load_base(&manager));
+    let base_net = DiffusionNet::QwenImage(tiny_model(&manager));
     let io = read_tensors("qwen_image_controlnet/io.safetensors");
     let (x, context, hint) =
         (tensor(&b, &io["x"]), tensor(&b, &io["context"]), tensor(&b, &io["hint"]));
@@ -118,7 +111,7 @@ fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
 #[test]
 fn prompts_of_different_lengths_share_one_call_under_a_controlnet() {
     let (b, manager) = cpu(64 << 20);
-    let base_net = DiffusionNet::QwenImage(load_base(&manager));
+    let base_net = DiffusionNet::QwenImage(tiny_model(&manager));
     let io = read_tensors("qwen_image_controlnet/io.safetensors");
     let (x, context) = (tensor(&b, &io["x"]), tensor(&b, &io["context"]));
     let sigmas = &io["sigma"].1;
