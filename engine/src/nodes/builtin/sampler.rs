@@ -110,20 +110,28 @@ struct Forward<'a> {
     pose: PoseMode,
 }
 
-/// Each sample's text rows when the contexts of a call differ in length (each `[1, Nᵢ, D]`, as [`Guided::pair`]
-/// makes them for a model that takes ragged text): the batch splits evenly between the contexts, in order, so
-/// each context's length is repeated for each of its samples. `None` when the contexts are of one shape.
+/// Each context's rows when every context is `[1, N, D]` of one width D, the shape of the contexts a model
+/// that takes ragged text joins into one call whatever their lengths N; `None` otherwise.
+fn joinable_rows(contexts: &[&Tensor]) -> Option<Vec<usize>> {
+    let width = contexts.first()?.shape().get(2).copied();
+    contexts
+        .iter()
+        .map(|c| match c.shape() {
+            &[1, n, d] if Some(d) == width => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each sample's text rows when the contexts of a call differ in length (as [`Guided::pair`] makes them for a
+/// model that takes ragged text; see [`joinable_rows`]): the batch splits evenly between the contexts, in order,
+/// so each context's length is repeated for each of its samples. `None` when the contexts are of one shape.
 fn ragged_lens(contexts: &[&Tensor], batch: usize) -> kiln_models::Result<Option<Vec<usize>>> {
     let Some(first) = contexts.first() else { return Ok(None) };
     if contexts.iter().all(|c| c.shape() == first.shape()) {
         return Ok(None);
     }
-    let width = first.shape().get(2).copied();
-    let rows = |c: &Tensor| match c.shape() {
-        &[1, n, d] if Some(d) == width => Some(n),
-        _ => None,
-    };
-    match contexts.iter().map(|c| rows(c)).collect::<Option<Vec<usize>>>() {
+    match joinable_rows(contexts) {
         Some(lens) if batch.is_multiple_of(lens.len()) => {
             let per_context = batch / lens.len();
             Ok(Some(lens.iter().flat_map(|&n| std::iter::repeat_n(n, per_context)).collect()))
@@ -1138,16 +1146,9 @@ impl Guided<'_> {
         let pooled_shape = |c: &crate::models::Cond| c.pooled.as_ref().map(|p| p.shape().to_vec());
         let windows_cut_batch = self.windows.as_ref().is_some_and(|w| w.windows.dim == 0);
         let ragged = self.model.net.takes_ragged_text() && self.windows.is_none();
-        let joinable = |a: &[usize], b: &[usize]| {
-            a == b
-                || (ragged
-                    && a.len() == 3
-                    && b.len() == 3
-                    && a[0] == 1
-                    && b[0] == 1
-                    && a[2] == b[2])
-        };
-        if !joinable(pos.cond.shape(), neg.cond.shape())
+        let joinable = pos.cond.shape() == neg.cond.shape()
+            || (ragged && joinable_rows(&[&pos.cond, &neg.cond]).is_some());
+        if !joinable
             || pos.extras != neg.extras
             || pooled_shape(pos) != pooled_shape(neg)
             || self.pose_at_boundary(&pos.extras, sigma)
