@@ -101,7 +101,7 @@ impl Wan {
         let mut contexts = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
             samples.push(b.slice(&tokens, 0, s, 1)?);
-            contexts.push(self.context(b, &text, image.as_ref(), s)?);
+            contexts.push(self.context(b, &text, image.as_ref(), s..s + 1)?);
         }
         drop((tokens, text, image));
 
@@ -144,7 +144,7 @@ impl Wan {
                 None => None,
             };
             for (s, x) in samples.iter_mut().enumerate() {
-                let m = super::model::sample_modulation(b, &e0, &table, s, 1, d)?;
+                let m = super::model::sample_modulation(b, &e0, &table, s..s + 1, 1, d)?;
                 let (q, k, mut v) = self.self_attention_heads(b, &w, x, &m, &rope)?;
                 if reference_strength != 1.0 {
                     v = scale_leading_tokens(b, &v, frame_tokens, reference_strength)?;
@@ -224,7 +224,7 @@ impl Wan {
                 Some((states, n)) => Some((b.slice(states, 0, s % states.dim(0)?, 1)?, *n)),
                 None => None,
             };
-            contexts.push(self.context(b, &text_row, image_row.as_ref(), 0)?);
+            contexts.push(self.context(b, &text_row, image_row.as_ref(), 0..1)?);
         }
         let filled =
             animate.cache.as_ref().is_some_and(|c| c.cache.filled(c.key) == self.config.layers);
@@ -353,7 +353,7 @@ impl Wan {
         e0: &Tensor<B>,
     ) -> Result<super::model::Modulation<B>> {
         let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
-        super::model::sample_modulation(b, e0, &table, 0, 1, self.config.dim)
+        super::model::sample_modulation(b, e0, &table, 0..1, 1, self.config.dim)
     }
 }
 

@@ -131,7 +131,7 @@ impl Wan {
             // Without either CLIP input ComfyUI's dancer passes `context_img_len` 0: the image attention reads
             // no tokens (a plain Wan I2V call reads the text there instead).
             contexts.push(match &image {
-                Some(_) => self.context(b, &text, image.as_ref(), s)?,
+                Some(_) => self.context(b, &text, image.as_ref(), s..s + 1)?,
                 None => self.text_context(b, &text, s)?,
             });
             if let Some(music) = &music {
@@ -148,7 +148,8 @@ impl Wan {
                 let w = BlockWeights::new(&layer, &prefix);
                 let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
                 for (s, x) in samples.iter_mut().enumerate() {
-                    let m = super::model::sample_modulation(b, &e0, &table, s, grid.groups, d)?;
+                    let m =
+                        super::model::sample_modulation(b, &e0, &table, s..s + 1, grid.groups, d)?;
                     *x = self.block(b, &w, x, &m, &contexts[s], &rope, None, BlockAudio::Silent)?;
                 }
             }

@@ -1,11 +1,12 @@
 //! [`Wan`]: the Wan DiT's forward pass in ComfyUI's order (models-wan-video.md §3), one block's weights at a time
-//! through [`Model::fetch`], each sample of the batch through the blocks on its own (so a batch of two 33k-token
-//! videos holds one sample's attention activations at a time).
+//! through [`Model::fetch`], a small batch's samples through each block together (each weight read once a pass),
+//! a large one's each on its own (so a batch of two 33k-token videos holds one sample's activations at a time).
 //!
 //! What the blocks read is built once: the patch tokens (the patch embedding in f32, as ComfyUI runs it), the
 //! timestep embeddings (one per sample, or one per latent frame for Wan 2.2 TI2V 5B), the text (and CLIP)
 //! context and the 3-D RoPE table.
 
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp};
@@ -23,6 +24,21 @@ use super::config::{
 };
 use super::dancer::DancerInput;
 use super::infinite_talk::{InfiniteTalk, TalkInput, speaker_positions};
+
+/// The most token rows a batch's samples have together for them to share each block's pass. Below it a linear
+/// multiplies few rows by each weight, so reading (and on the CPU widening) the weight costs about what the
+/// product does, and reading it once for all samples saves most of that a second time; above it the products
+/// dominate, and one sample at a time holds one sample's activations (a batch of two 33k-token videos).
+const JOINT_ROWS: usize = 16_384;
+
+/// Samples that go through the blocks together: one, or every sample of a batch ([`JOINT_ROWS`]).
+struct Lane<B: Backend> {
+    samples: Range<usize>,
+    /// Their tokens `[S, N, D]`.
+    x: Tensor<B>,
+    /// Their cross-attention context.
+    context: Context<B>,
+}
 
 /// Rows of a block's feed-forward input run through it at once: its hidden activations (ffn width wide) are
 /// the block's largest, so a long video's are made a slice at a time.
@@ -206,30 +222,53 @@ impl Grid {
     }
 }
 
-/// One sample's cross-attention context in the model's width: the text's tokens and, for a model with the CLIP
-/// branch, the image's (ComfyUI's `context_img_len` split).
+/// The cross-attention context of one sample, or of samples that share a block's pass, in the model's width:
+/// the text's tokens `[S, L, D]` and, for a model with the CLIP branch, the image's (ComfyUI's `context_img_len`
+/// split).
 pub(super) struct Context<B: Backend> {
     text: Tensor<B>,
-    /// The text rows the others repeat: every row from `text_rows − 1` on equals that row (see [`Text`]).
-    text_rows: usize,
+    /// For each sample, the text rows the others repeat: every row from `text_rows[s] − 1` on equals that row
+    /// (see [`Text`]).
+    text_rows: Vec<usize>,
     image: Option<Tensor<B>>,
 }
 
 impl<B: Backend> Context<B> {
     /// A projection of the text by `project` (a per-row map to heads `[1, H, rows, 128]`), computed on the rows
     /// the others repeat and the last of them repeated to the text's length: the same heads as projecting every
-    /// row.
+    /// row. The samples' rows go through `project` together, as one sequence, and come back as `[S, H, L, 128]`.
     fn text_heads(
         &self,
         b: &B,
         project: impl Fn(&Tensor<B>) -> Result<Tensor<B>>,
     ) -> Result<Tensor<B>> {
         let len = self.text.dim(1)?;
-        if self.text_rows >= len {
+        if self.text_rows.iter().all(|&rows| rows >= len) {
             return project(&self.text);
         }
-        let heads = project(&b.slice(&self.text, 1, 0, self.text_rows)?)?;
-        Ok(b.pad(&heads, 2, 0, len - self.text_rows, PadMode::Replicate)?)
+        let rows: Vec<Tensor<B>> = (self.text_rows.iter().enumerate())
+            .map(|(s, &rows)| Ok(b.slice(&b.slice(&self.text, 0, s, 1)?, 1, 0, rows.min(len))?))
+            .collect::<Result<_>>()?;
+        let heads = match rows.as_slice() {
+            [one] => project(one)?,
+            _ => project(&b.concat(&rows.iter().collect::<Vec<_>>(), 1)?)?,
+        };
+        let mut samples = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for &rows in &self.text_rows {
+            let rows = rows.min(len);
+            let sample =
+                if rows == heads.dim(2)? { heads.clone() } else { b.slice(&heads, 2, at, rows)? };
+            samples.push(match len - rows {
+                0 => sample,
+                pad => b.pad(&sample, 2, 0, pad, PadMode::Replicate)?,
+            });
+            at += rows;
+        }
+        Ok(match samples.len() {
+            1 => samples.remove(0),
+            _ => b.concat(&samples.iter().collect::<Vec<_>>(), 0)?,
+        })
     }
 }
 
@@ -249,6 +288,12 @@ impl<B: Backend> Text<B> {
     pub(super) fn row(&self, b: &B, s: usize) -> Result<Text<B>> {
         let distinct = vec![self.rows(s)?];
         Ok(Text { states: b.slice(&self.states, 0, s, 1)?, distinct })
+    }
+
+    /// The states of `samples` `[S, L, D]` with the rows each one's others repeat.
+    fn samples(&self, b: &B, samples: Range<usize>) -> Result<(Vec<usize>, Tensor<B>)> {
+        let rows = samples.clone().map(|s| self.rows(s)).collect::<Result<_>>()?;
+        Ok((rows, b.slice(&self.states, 0, samples.start, samples.len())?))
     }
 
     /// The rows sample `s`'s others repeat.
@@ -293,7 +338,7 @@ pub(super) struct Rope<B: Backend> {
     sin: Tensor<B>,
 }
 
-/// A block's six modulation vectors for one sample, each `[groups, D]` (one row per timestep embedding): shift,
+/// A block's six modulation vectors for its samples, each `[S·groups, D]` (one row per timestep embedding): shift,
 /// scale and gate of the self-attention, then of the feed-forward.
 pub(super) struct Modulation<B: Backend> {
     shift: [Tensor<B>; 2],
@@ -427,7 +472,6 @@ impl Wan {
         };
 
         let mut samples = Vec::with_capacity(grid.batch);
-        let mut contexts = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
             let sample = b.slice(&tokens, 0, s, 1)?;
             let mut sample = match &reference {
@@ -444,9 +488,8 @@ impl Wan {
                 sample = b.concat(&[&sample, &row], 1)?;
             }
             samples.push(sample);
-            contexts.push(self.context(b, &text, image.as_ref(), s)?);
         }
-        drop((tokens, text, image, reference, in_context, humo_reference));
+        drop((tokens, reference, in_context, humo_reference));
         let audio = match &audio {
             Some(a) => (0..grid.batch)
                 .map(|s| Ok(Some(b.slice(a, 0, s % a.dim(0)?, 1)?)))
@@ -454,6 +497,32 @@ impl Wan {
             None => vec![None; grid.batch],
         };
         let mut vace = self.vace_streams(b, input.vace, &grid, &samples)?;
+        // The samples share the blocks' passes where nothing but their inputs differs by sample (no cache, no
+        // audio, no VACE stream) and their rows are few.
+        let rows = samples.iter().map(|x| x.dim(1)).sum::<std::result::Result<usize, _>>()?;
+        let joint = grid.batch > 1
+            && rows <= JOINT_ROWS
+            && cache.is_none()
+            && input.talk.is_none()
+            && vace.is_none()
+            && audio.iter().all(Option::is_none);
+        let mut lanes = if joint {
+            let x = b.concat(&samples.iter().collect::<Vec<_>>(), 0)?;
+            let samples = 0..grid.batch;
+            vec![Lane {
+                context: self.context(b, &text, image.as_ref(), samples.clone())?,
+                samples,
+                x,
+            }]
+        } else {
+            (samples.into_iter().enumerate())
+                .map(|(s, x)| {
+                    let context = self.context(b, &text, image.as_ref(), s..s + 1)?;
+                    Ok(Lane { samples: s..s + 1, x, context })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        drop((text, image));
         let reference_tokens = extra_frames * grid.rows * grid.cols;
         let d = self.config.dim;
         for i in 0..self.config.layers {
@@ -472,8 +541,10 @@ impl Wan {
                 };
                 let talk_weights =
                     talk_layer.as_ref().map(|layer| BlockWeights { layer, prefix: &prefix });
-                for (s, x) in samples.iter_mut().enumerate() {
-                    let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
+                // A lane is one sample (lane s is sample s) wherever a cache or audio is read.
+                for (s, lane) in lanes.iter_mut().enumerate() {
+                    let modulation =
+                        sample_modulation(b, &e0, &table, lane.samples.clone(), grid.groups, d)?;
                     let slot = cache.as_mut().map(|state| {
                         let tokens = state.frames * state.frame_tokens;
                         CausalSlot { entry: &mut state.entries[s][i], tokens }
@@ -483,7 +554,9 @@ impl Wan {
                         (None, Some(talk), Some(weights)) => BlockAudio::Talk(talk, weights),
                         _ => BlockAudio::Silent,
                     };
-                    *x = self.block(b, &w, x, &modulation, &contexts[s], &rope, slot, sound)?;
+                    let x = &lane.x;
+                    lane.x =
+                        self.block(b, &w, x, &modulation, &lane.context, &rope, slot, sound)?;
                 }
             }
             // The VACE block after this one (a skipped block's too, as ComfyUI replaces only the main block).
@@ -495,8 +568,10 @@ impl Wan {
             let prefix = format!("vace_blocks.{n}");
             let w = BlockWeights { layer: &layer, prefix: &prefix };
             let table = b.weight_to_tensor(&w.get("modulation")?, e0.dtype())?;
-            for (s, x) in samples.iter_mut().enumerate() {
-                let modulation = sample_modulation(b, &e0, &table, s, grid.groups, d)?;
+            // With VACE streams, lane s is sample s.
+            for (s, lane) in lanes.iter_mut().enumerate() {
+                let modulation =
+                    sample_modulation(b, &e0, &table, lane.samples.clone(), grid.groups, d)?;
                 for (c, strength) in streams.contexts[s].iter_mut() {
                     if n == 0 {
                         let projected = b.linear(
@@ -511,7 +586,7 @@ impl Wan {
                         &w,
                         c,
                         &modulation,
-                        &contexts[s],
+                        &lane.context,
                         &rope,
                         None,
                         BlockAudio::Silent,
@@ -521,16 +596,27 @@ impl Wan {
                         &w.get("after_proj.weight")?,
                         Some(&w.get("after_proj.bias")?),
                     )?;
-                    *x = b.binary(x, &b.affine(&skip, *strength, 0.0)?, BinaryOp::Add)?;
+                    lane.x = b.binary(&lane.x, &b.affine(&skip, *strength, 0.0)?, BinaryOp::Add)?;
                 }
             }
         }
-        drop((contexts, vace));
+        drop(vace);
         if let Some(state) = cache.as_mut() {
             state.frames += grid.frames;
         }
         drop(cache);
 
+        let mut samples = Vec::with_capacity(grid.batch);
+        for lane in lanes {
+            match lane.samples.len() {
+                1 => samples.push(lane.x),
+                n => {
+                    for s in 0..n {
+                        samples.push(b.slice(&lane.x, 0, s, 1)?);
+                    }
+                }
+            }
+        }
         self.sample_heads(b, &self.head_weights(b)?, &e, samples, reference_tokens, &grid)
     }
 
@@ -1036,28 +1122,29 @@ impl Wan {
         text: &Text<B>,
         s: usize,
     ) -> Result<Context<B>> {
-        let text_rows = text.rows(s)?;
-        Ok(Context { text: b.slice(&text.states, 0, s, 1)?, text_rows, image: None })
+        let (text_rows, text) = text.samples(b, s..s + 1)?;
+        Ok(Context { text, text_rows, image: None })
     }
 
-    /// Sample `s`'s cross-attention context, as ComfyUI's `WanI2VCrossAttention` splits `[image ; text]` at
-    /// `context_img_len`: a model with the CLIP branch given no CLIP states splits nothing off, and its image
-    /// attention reads the text too.
+    /// The cross-attention context of `samples` (one, or those sharing a block's pass), as ComfyUI's
+    /// `WanI2VCrossAttention` splits `[image ; text]` at `context_img_len`: a model with the CLIP branch given no
+    /// CLIP states splits nothing off, and its image attention reads the text too.
     pub(super) fn context<B: Backend>(
         &self,
         b: &B,
         text: &Text<B>,
         image: Option<&(Tensor<B>, usize)>,
-        s: usize,
+        samples: Range<usize>,
     ) -> Result<Context<B>> {
-        let (text_rows, text) = (text.rows(s)?, b.slice(&text.states, 0, s, 1)?);
+        let count = samples.len();
+        let (text_rows, text) = text.samples(b, samples.clone())?;
         if self.config.image.is_none() {
             return Ok(Context { text, text_rows, image: None });
         }
         let Some((image, n)) = image else {
             return Ok(Context { image: Some(text.clone()), text, text_rows });
         };
-        let image = b.slice(image, 0, s, 1)?;
+        let image = b.slice(image, 0, samples.start, count)?;
         if image.dim(1)? == *n {
             return Ok(Context { text, text_rows, image: Some(image) });
         }
@@ -1067,7 +1154,7 @@ impl Wan {
         let at = (*n).min(len);
         let text = b.slice(&joint, 1, at, len - at)?;
         // The split moves rows of the image into the text: every row is computed.
-        let text_rows = text.dim(1)?;
+        let text_rows = vec![text.dim(1)?; count];
         Ok(Context { image: Some(b.slice(&joint, 1, 0, at)?), text, text_rows })
     }
 
@@ -1154,7 +1241,7 @@ impl Wan {
         Ok(streams)
     }
 
-    /// Block `w` on one sample's tokens `x` `[1, N, D]`; with `causal`, its self-attention also reads the keys
+    /// Block `w` on tokens `x` `[S, N, D]` (one sample, or those sharing the pass); with `causal`, its self-attention also reads the keys
     /// and values held for the tokens before and adds this call's to them; with `sound` (HuMo's tokens of this
     /// sample, or InfiniteTalk's audio), its audio cross-attention follows the text's.
     #[allow(clippy::too_many_arguments)]
@@ -1192,7 +1279,7 @@ impl Wan {
     }
 
     /// Block `w`'s self-attention queries, keys (both RMS-normed and rotated by `rope`) and values of tokens `x`
-    /// `[1, N, D]` under modulation `m`, as heads `[1, H, N, 128]`.
+    /// `[S, N, D]` under modulation `m`, as heads `[S, H, N, 128]`.
     pub(super) fn self_attention_heads<B: Backend>(
         &self,
         b: &B,
@@ -1208,7 +1295,7 @@ impl Wan {
         Ok((q, k, v))
     }
 
-    /// What a block's self-attention projects: `x` `[1, N, D]` layer-normed, scaled and shifted by the block's
+    /// What a block's self-attention projects: `x` `[S, N, D]` layer-normed, scaled and shifted by the block's
     /// first modulation.
     pub(super) fn self_attention_input<B: Backend>(
         &self,
@@ -1226,7 +1313,7 @@ impl Wan {
         )
     }
 
-    /// The rest of block `w` on tokens `x` once its self-attention has given `o` (`[1, N, D]`, before the output
+    /// The rest of block `w` on tokens `x` once its self-attention has given `o` (`[S, N, D]`, before the output
     /// projection): the projection, gated; the cross-attention on `context`; the audio cross-attention of
     /// `sound` (InfiniteTalk's two speakers at `positions`); the feed-forward, modulated and gated.
     #[allow(clippy::too_many_arguments)]
@@ -1281,8 +1368,8 @@ impl Wan {
         gated_add(b, &x, &y, &m.gate[1], chunks)
     }
 
-    /// `x` `[1, N, D]` through the Linear `proj` of `w`, RMS-normed across the whole width by `norm` (before the
-    /// split into heads, as ComfyUI's `rms_norm_across_heads`), rotated by `rope`, as heads `[1, H, N, 128]`.
+    /// `x` `[S, N, D]` through the Linear `proj` of `w`, RMS-normed across the whole width by `norm` (before the
+    /// split into heads, as ComfyUI's `rms_norm_across_heads`), rotated by `rope`, as heads `[S, H, N, 128]`.
     pub(super) fn heads<B: Backend>(
         &self,
         b: &B,
@@ -1305,7 +1392,7 @@ impl Wan {
         Ok(b.permute(&t, &[0, 2, 1, 3])?)
     }
 
-    /// Unmasked attention of heads `[1, H, N, 128]` over `k`, `v`, back to tokens `[1, N, D]`.
+    /// Unmasked attention of heads `[S, H, N, 128]` over `k`, `v`, back to tokens `[S, N, D]`.
     pub(super) fn attend<B: Backend>(
         &self,
         b: &B,
@@ -1319,7 +1406,7 @@ impl Wan {
         Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, len, self.config.dim])?)
     }
 
-    /// The feed-forward `Linear(GELU_tanh(Linear(h)))` of `w` on `h` `[1, N, D]`, [`FFN_CHUNK_ROWS`] tokens at
+    /// The feed-forward `Linear(GELU_tanh(Linear(h)))` of `w` on `h` `[S, N, D]`, [`FFN_CHUNK_ROWS`] tokens at
     /// a time.
     fn ffn<B: Backend>(&self, b: &B, h: &Tensor<B>, w: &BlockWeights<'_, '_>) -> Result<Tensor<B>> {
         let [w0, b0, w2, b2] =
@@ -1460,17 +1547,18 @@ fn turn_by_source(cos: &mut [f32], sin: &mut [f32], id: usize) {
     }
 }
 
-/// Sample `s`'s modulation for a block whose table is `table`: its timestep embeddings' rows of `e0` (`groups`
-/// of them) plus the table.
+/// The modulation of `samples` (one, or those sharing a block's pass) for a block whose table is `table`: their
+/// timestep embeddings' rows of `e0` (`groups` a sample, sample-major) plus the table.
 pub(super) fn sample_modulation<B: Backend>(
     b: &B,
     e0: &Tensor<B>,
     table: &Tensor<B>,
-    s: usize,
+    samples: Range<usize>,
     groups: usize,
     d: usize,
 ) -> Result<Modulation<B>> {
-    let e0 = b.slice(e0, 0, s * groups, groups)?.reshape(&[groups, 6, d])?;
+    let rows = samples.len() * groups;
+    let e0 = b.slice(e0, 0, samples.start * groups, rows)?.reshape(&[rows, 6, d])?;
     modulation(b, &b.binary(&e0, table, BinaryOp::Add)?, d)
 }
 
@@ -1494,8 +1582,8 @@ pub(super) fn modulation<B: Backend>(b: &B, m: &Tensor<B>, d: usize) -> Result<M
     })
 }
 
-/// `x · (1 + scale) + shift` for a sample's tokens `x` `[1, N, D]` and `[groups, D]` vectors, each applying to
-/// its own N / groups consecutive tokens (its frame's), or with `chunks` to as many as its chunk says.
+/// `x · (1 + scale) + shift` for tokens `x` `[S, N, D]` and `[S·groups, D]` vectors, each applying to its own
+/// N / groups consecutive tokens (its frame's), or with `chunks` (one sample's) to as many as its chunk says.
 fn modulate<B: Backend>(
     b: &B,
     x: &Tensor<B>,
@@ -1516,7 +1604,7 @@ fn modulate<B: Backend>(
     Ok(b.modulate(&grouped, scale, Some(shift))?.reshape(&shape)?)
 }
 
-/// `x + y · gate` for a sample's tokens `[1, N, D]` and a `[groups, D]` gate (used as is, no tanh), each row
+/// `x + y · gate` for tokens `[S, N, D]` and a `[S·groups, D]` gate (used as is, no tanh), each row
 /// for its own N / groups consecutive tokens, or with `chunks` for as many as its chunk says.
 fn gated_add<B: Backend>(
     b: &B,

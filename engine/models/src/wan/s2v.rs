@@ -263,7 +263,7 @@ impl Wan {
             let (e, e0) = self.time_embedding(b, &values)?;
             embeddings.push((e, e0, runs.iter().map(|&(_, n)| n).collect::<Vec<_>>()));
             samples.push(stream.tokens);
-            contexts.push(self.context(b, &text, None, s)?);
+            contexts.push(self.context(b, &text, None, s..s + 1)?);
         }
         drop((video, control, reference, motion, text));
 

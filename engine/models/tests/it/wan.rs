@@ -713,6 +713,65 @@ fn text_padded_with_repeated_rows_gives_what_computing_every_row_gives() {
     }
 }
 
+#[test]
+fn a_batchs_samples_share_each_blocks_pass_and_each_gets_its_own_calls_output() {
+    // ComfyUI runs CFG's two prompts as one batch. Kiln's blocks take a small batch's samples together, so each
+    // weight is read once a pass; every sample must still get what a call of its own gives. Prompts of different
+    // lengths, each sample's own CLIP states (I2V), timesteps per sample and (TI2V 5B) per frame.
+    for variant in [Variant::T2v, Variant::I2v, Variant::Ti2v] {
+        let file = TempTensors::new("wan-joint", variant.tensors());
+        let (b, _, net) = load(&file.0);
+        let DiffusionNet::Wan(model) = &net else { panic!("a Wan DiT") };
+        let channels = variant.config().in_channels;
+        let (len, width, frames, clip_rows) = (12, 32, 3, 5);
+        let mut seed = 23;
+        let mut context = vec![0.0; 2 * len * width];
+        for (s, rows) in [(0, 4), (1, 9)] {
+            context[s * len * width..][..rows * width].copy_from_slice(&values(
+                &mut seed,
+                rows * width,
+                1.0,
+            ));
+        }
+        let latent = values(&mut seed, 2 * channels * frames * 4 * 6, 1.0);
+        let clip = values(&mut seed, 2 * clip_rows * width, 1.0);
+        let timesteps: Vec<f32> = match variant {
+            Variant::Ti2v => vec![0.0, 900.0, 900.0, 0.0, 400.0, 400.0],
+            _ => vec![800.0, 300.0],
+        };
+        let call = |samples: std::ops::Range<usize>| {
+            let n = samples.len();
+            let part = |v: &[f32], shape: &[usize]| {
+                let each = shape.iter().product::<usize>();
+                b.from_f32(
+                    &[&[n][..], shape].concat(),
+                    &v[samples.start * each..samples.end * each],
+                    DType::F32,
+                )
+                .unwrap()
+            };
+            let x = part(&latent, &[channels, frames, 4, 6]);
+            let context = part(&context, &[len, width]);
+            let clip = part(&clip, &[clip_rows, width]);
+            let per = timesteps.len() / 2;
+            let t = &timesteps[samples.start * per..samples.end * per];
+            let input = WanInput {
+                clip: (variant == Variant::I2v).then_some(&clip),
+                ..WanInput::new(&x, t, &context)
+            };
+            b.to_f32(&model.forward(&*b, &input).unwrap()).unwrap()
+        };
+        let both = call(0..2);
+        let alone = [call(0..1), call(1..2)].concat();
+        assert_close(
+            &format!("{variant:?}: the batch against each sample alone"),
+            &both,
+            &alone,
+            1e-6,
+        );
+    }
+}
+
 /// A deterministic source of values in [-scale, scale).
 fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
