@@ -636,9 +636,18 @@ fn reset_hwm() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// Samples RSS every 5 ms on a thread, keeping the peak since the last [`RssProbe::take`].
+/// RSS less the pages of mapped files (`RssAnon` + `RssShmem`): what the process holds of its own. The CPU
+/// backend reads weights through memory maps of their files, whose pages count in RSS while they are the page
+/// cache's, which the kernel reclaims as it would unmapped ones.
+fn anon_rss_bytes() -> u64 {
+    proc_status_bytes("RssAnon") + proc_status_bytes("RssShmem")
+}
+
+/// Samples RSS every 5 ms on a thread, keeping the peak since the last [`RssProbe::take`], with and without
+/// the pages of mapped files.
 struct RssProbe {
     peak: Arc<AtomicU64>,
+    anon_peak: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -646,23 +655,27 @@ struct RssProbe {
 impl RssProbe {
     fn start() -> RssProbe {
         let peak = Arc::new(AtomicU64::new(0));
+        let anon_peak = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, s) = (peak.clone(), stop.clone());
+        let (p, a, s) = (peak.clone(), anon_peak.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 p.fetch_max(proc_status_bytes("VmRSS"), Ordering::Relaxed);
+                a.fetch_max(anon_rss_bytes(), Ordering::Relaxed);
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         });
-        RssProbe { peak, stop, thread: Some(thread) }
+        RssProbe { peak, anon_peak, stop, thread: Some(thread) }
     }
 
-    /// The peak since the last call (also the kernel's mark, reset each time where it can be), and restarts.
-    fn take(&self) -> u64 {
+    /// The peaks since the last call, with and without mapped files' pages (the first also the kernel's mark,
+    /// reset each time where it can be), and restarts.
+    fn take(&self) -> (u64, u64) {
         let sampled = self.peak.swap(proc_status_bytes("VmRSS"), Ordering::Relaxed);
+        let anon = self.anon_peak.swap(anon_rss_bytes(), Ordering::Relaxed).max(anon_rss_bytes());
         let hwm = proc_status_bytes("VmHWM");
         reset_hwm();
-        sampled.max(hwm)
+        (sampled.max(hwm), anon)
     }
 }
 
@@ -682,6 +695,8 @@ struct NodeRun {
     seconds: f64,
     rss_before: u64,
     peak_rss: u64,
+    /// The peak of RSS less mapped files' pages ([`anon_rss_bytes`]).
+    peak_anon_rss: u64,
     usage_after: u64,
 }
 
@@ -725,12 +740,14 @@ impl Probe {
     fn finish_node(&self, seen: &mut Seen) {
         if let Some((id, start, start_s, rss_before)) = seen.current.take() {
             let usage_after = self.compute.manager().stats().usage;
+            let (peak_rss, peak_anon_rss) = self.rss.take();
             seen.nodes.push(NodeRun {
                 id,
                 start_s,
                 seconds: start.elapsed().as_secs_f64(),
                 rss_before,
-                peak_rss: self.rss.take(),
+                peak_rss,
+                peak_anon_rss,
                 usage_after,
             });
         }
@@ -849,7 +866,7 @@ fn run_prompt(
             json!({
                 "id": n.id, "class": class(&n.id), "start_s": n.start_s, "seconds": n.seconds,
                 "rss_before_bytes": n.rss_before, "peak_rss_bytes": n.peak_rss,
-                "manager_usage_after_bytes": n.usage_after,
+                "peak_anon_rss_bytes": n.peak_anon_rss, "manager_usage_after_bytes": n.usage_after,
             })
         })
         .collect();
@@ -877,6 +894,7 @@ fn run_prompt(
         .max();
     let samplers: Vec<&NodeRun> = seen.nodes.iter().filter(|n| is_sampler(&n.id)).collect();
     let peak_rss = seen.nodes.iter().map(|n| n.peak_rss).max().unwrap_or(0);
+    let peak_anon_rss = seen.nodes.iter().map(|n| n.peak_anon_rss).max().unwrap_or(0);
     let resident_min = seen.resident_at_steps.iter().min().copied();
     Ok(json!({
         "label": label,
@@ -899,6 +917,8 @@ fn run_prompt(
         "loading_peak_rss_bytes": loading_peak,
         "rss_at_start_bytes": rss_at_start,
         "peak_rss_bytes": peak_rss,
+        // The same without the pages of mapped weight files (the CPU reads weights through memory maps).
+        "peak_anon_rss_bytes": peak_anon_rss,
         "manager_peak_usage_bytes": seen.peak_usage,
         "driver_peak_used_bytes": (seen.peak_driver_used > 0).then_some(seen.peak_driver_used),
         "resident_weights_at_steps_bytes": seen.resident_at_steps,
@@ -1016,6 +1036,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         .filter_map(|r| r["peak_rss_bytes"].as_u64())
         .chain([proc_status_bytes("VmHWM")])
         .max();
+    let process_peak_anon = runs.iter().filter_map(|r| r["peak_anon_rss_bytes"].as_u64()).max();
     Ok(json!({
         "error": failed,
         "bench": match args.workflow {
@@ -1064,6 +1085,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         "runs": runs,
         "roofline": roofline,
         "process_peak_rss_bytes": process_peak,
+        "process_peak_anon_rss_bytes": process_peak_anon,
         "manager_at_end": {
             "usage_bytes": end.usage, "resident_weights_bytes": end.resident_weights,
             "host_bytes": end.host_bytes, "registered_bytes": end.registered_bytes,

@@ -71,6 +71,16 @@ impl FileSource {
         self.file.read_exact_at(out, offset).map_err(|e| self.io(e))
     }
 
+    /// A read-only memory map of the whole file, `None` where the system gives none (an empty file, a file
+    /// system that cannot map). Reading through it reads the page cache's pages themselves, without a copy.
+    pub fn map(&self) -> Option<memmap2::Mmap> {
+        // SAFETY: the map is only read. Like every safetensors reader (and ComfyUI's), Kiln relies on a model
+        // file not being truncated or rewritten in place while it is open: a truncation would fault on the
+        // next read of the lost pages rather than corrupt memory Kiln owns. Replacing a file by a rename, as
+        // downloads and copies do, leaves the mapped file intact.
+        unsafe { memmap2::Mmap::map(&*self.file) }.ok()
+    }
+
     /// Reads `len` bytes at `offset` on the calling thread (small reads: force-cast tiny weights).
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let len = usize::try_from(len).map_err(|_| Error::Host(format!("a {len}-byte read")))?;

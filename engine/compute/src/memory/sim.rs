@@ -7,12 +7,15 @@
 //! "another process" take memory ([`SimDevice::set_external_usage`]) to exercise the budget's driver poll.
 //!
 //! As the CPU backend's device ([`SimDevice::reading_files_in_place`]) it also maps weight files
-//! ([`DeviceMemory::map_file`]): a read of such a range reads the file (the page cache) at that offset, so the
-//! CPU computes on weights where they lie instead of copying them into simulated device memory first.
+//! ([`DeviceMemory::map_file`]): such a range is the file's memory map (the page cache's pages), so the CPU
+//! computes on weights where they lie instead of copying them into simulated device memory first, and
+//! [`SimDevice::with_bytes`] hands them to a kernel without a copy.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+use memmap2::Mmap;
 
 use super::device::{
     DevPtr, DeviceEvent, DeviceMemory, HostMemory, HostSlice, MemInfo, StreamId, check_map,
@@ -43,6 +46,9 @@ pub struct SimCounters {
     pub unmaps: u64,
     /// Files mapped in place ([`DeviceMemory::map_file`]).
     pub file_maps: u64,
+    /// Reads through [`SimDevice::with_bytes`] that copied the bytes first (the range crossed regions, or lay
+    /// in a file the system would not map) instead of lending them where they lie.
+    pub copied_reads: u64,
 }
 
 struct Region {
@@ -57,8 +63,9 @@ struct Region {
 enum Backing {
     /// Simulated device memory.
     Memory(Arc<RwLock<Vec<u8>>>),
-    /// A file mapped in place: read-only, its byte i is the region's byte i.
-    File(FileSource),
+    /// A file mapped in place: read-only, its byte i is the region's byte i. Read through a memory map of the
+    /// file where the system gives one (the page cache's pages themselves, no copy), else by positional reads.
+    File(FileSource, Option<Arc<Mmap>>),
 }
 
 #[derive(Default)]
@@ -163,9 +170,47 @@ impl SimDevice {
                     out.copy_from_slice(&guard[data_off..data_off + chunk_len]);
                     Ok(())
                 }
-                Backing::File(file) => file.read_at(data_off as u64, out),
+                Backing::File(_, Some(map)) => {
+                    out.copy_from_slice(&map[data_off..data_off + chunk_len]);
+                    Ok(())
+                }
+                Backing::File(file, None) => file.read_at(data_off as u64, out),
             }
         })
+    }
+
+    /// Calls `f` with the device bytes `[ptr, ptr + len)` (what a kernel reading the memory sees): borrowed
+    /// where they lie in one region held in memory or in a file's memory map, so nothing is copied; else read
+    /// into a buffer first.
+    pub fn with_bytes(
+        &self,
+        ptr: DevPtr,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let lent = {
+            let mut state = self.lock();
+            let within = region_at(&state, ptr.0)
+                .filter(|(start, r)| ptr.0 + len as u64 <= start + r.len)
+                .map(|(start, r)| (r.data.clone(), (ptr.0 - start) as usize))
+                .filter(|(data, _)| !matches!(data, Backing::File(_, None)));
+            if within.is_none() {
+                state.counters.copied_reads += 1;
+            }
+            within
+        };
+        match lent {
+            Some((Backing::Memory(data), at)) => {
+                let guard = data.read().unwrap_or_else(|p| p.into_inner());
+                f(&guard[at..at + len])
+            }
+            Some((Backing::File(_, Some(map)), at)) => f(&map[at..at + len]),
+            _ => {
+                let mut bytes = vec![0u8; len];
+                self.read(ptr, &mut bytes)?;
+                f(&bytes)
+            }
+        }
     }
 
     /// Writes `bytes` to device memory at `ptr`.
@@ -178,7 +223,7 @@ impl SimDevice {
                     guard[data_off..data_off + chunk_len].copy_from_slice(&bytes[o..o + chunk_len]);
                     Ok(())
                 }
-                Backing::File(file) => Err(Error::driver(
+                Backing::File(file, _) => Err(Error::driver(
                     "sim write",
                     format!("{at:#x} lies in {}, mapped read-only", file.path().display()),
                 )),
@@ -418,11 +463,13 @@ impl DeviceMemory for SimDevice {
             return Ok(None);
         }
         let len = file.size()?.max(1);
+        let map = file.map().filter(|map| map.len() as u64 == len).map(Arc::new);
         let mut state = self.lock();
         let base = state.next_va;
         state.next_va += align_up(len, SIM_GRANULARITY) + SIM_GRANULARITY;
         // The page cache holds the bytes: nothing is taken from the simulated capacity.
-        state.regions.insert(base, Region { len, data: Backing::File(file.clone()), plain: false });
+        let data = Backing::File(file.clone(), map);
+        state.regions.insert(base, Region { len, data, plain: false });
         state.counters.file_maps += 1;
         Ok(Some(DevPtr(base)))
     }
@@ -430,7 +477,7 @@ impl DeviceMemory for SimDevice {
     fn unmap_file(&self, at: DevPtr) -> Result<()> {
         let mut state = self.lock();
         match state.regions.get(&at.0) {
-            Some(Region { data: Backing::File(_), .. }) => {
+            Some(Region { data: Backing::File(..), .. }) => {
                 state.regions.remove(&at.0);
                 Ok(())
             }
@@ -474,6 +521,22 @@ mod tests {
         dev.read(at, &mut back).expect("read");
         assert_eq!(back, data);
         assert!(dev.read(base.offset(4 * MIB), &mut back).is_err(), "unmapped memory is an error");
+
+        // Bytes within one mapping are lent where they lie; bytes across two are copied first. Both read the
+        // same, and unmapped bytes are an error either way.
+        let lent = |at: DevPtr, len: usize| {
+            let mut got = Vec::new();
+            dev.with_bytes(at, len, &mut |bytes| {
+                got = bytes.to_vec();
+                Ok(())
+            })
+            .map(|()| got)
+        };
+        assert!(lent(at.offset(1000), data.len() - 1000).expect("within") == data[1000..]);
+        assert_eq!(dev.counters().copied_reads, 0);
+        assert!(lent(at, data.len()).expect("across") == data);
+        assert_eq!(dev.counters().copied_reads, 1);
+        assert!(lent(base.offset(4 * MIB), 16).is_err(), "unmapped memory is an error");
     }
 
     #[test]

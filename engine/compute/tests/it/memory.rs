@@ -589,6 +589,15 @@ fn the_cpu_reads_weights_where_they_lie_in_their_files() {
     }
     assert_eq!(h2d_copies(&cpu), 0, "no weight is copied onto the device");
     assert_eq!(cpu.sim().used(), used, "nor takes device memory");
+    // A product reads the weight from the file's memory map, not from a copy of its bytes.
+    let layer = model.fetch(&cpu, &["l0.w"]).expect("fetch");
+    let x = cpu.from_f32(&[3, 1024], &vec![0.5; 3 * 1024], DType::F32).expect("x");
+    let y = cpu.to_f32(&cpu.linear(&x, &layer.weight(0), None).expect("linear")).expect("y");
+    let w = find(&tensors, "l0.w");
+    let want: f32 = w.values[..1024].iter().map(|v| v * 0.5).sum();
+    assert!((y[0] - want).abs() <= 1e-4 * want.abs().max(1.0), "{} vs {want}", y[0]);
+    assert_eq!(cpu.sim().counters().copied_reads, 0, "the weight was read where it lies");
+    drop(layer);
     assert_eq!(manager.arbiter().loaded_bytes(the_vbar(&manager)).expect("loaded"), 0);
 
     // The file is read-only: a LoRA patches a copy in scratch at each fetch, and the original comes back.

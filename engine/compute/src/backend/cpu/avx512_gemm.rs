@@ -387,9 +387,14 @@ fn f16_wide(bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
     }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` read by `read_rows`.
+/// A weight's stored rows as the matmul kernels read them: `rows(row, count, f)` calls `f` with the stored bytes
+/// of weight rows `row..row + count`, borrowed where they lie in memory or in a mapped file, else read first.
+pub(crate) type WeightRows<'a> =
+    dyn Fn(usize, usize, &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> + Sync + 'a;
+
+/// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` read through `weight_rows`.
 ///
-/// `read_rows(row, bytes)` fills `bytes` with the stored bytes of weight rows `row..`. The caller checks
+/// The caller checks
 /// `K::available()` (and, for [`Bf16`], an even k and a bf16 weight); without them this returns without
 /// computing, which the caller's tests would catch.
 pub(crate) fn matmul_bt<K: Kind>(
@@ -398,7 +403,7 @@ pub(crate) fn matmul_bt<K: Kind>(
     n: usize,
     k: usize,
     (dtype, scale): (DType, Option<f32>),
-    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    weight_rows: &WeightRows<'_>,
     out: &mut [f32],
 ) -> Result<()> {
     assert!(x.len() >= m * k && out.len() >= m * n, "avx512 matmul: buffers too short");
@@ -415,12 +420,8 @@ pub(crate) fn matmul_bt<K: Kind>(
         |scratch: &mut Vec<f32>, t| {
             let n0 = t * nc;
             let cols = nc.min(n - n0);
-            with_thread_buffer(&ROW_BYTES, |bytes| {
-                if bytes.len() < cols * k * size {
-                    bytes.resize(cols * k * size, 0);
-                }
-                let bytes = &mut bytes[..cols * k * size];
-                read_rows(n0, bytes)?;
+            weight_rows(n0, cols, &mut |bytes| {
+                assert_eq!(bytes.len(), cols * k * size, "avx512 matmul: weight rows");
                 with_thread_buffer(K::panels(), |packed| {
                     let packed = aligned(packed, nc / NR * (K::KC / K::STEP) * NR);
                     // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows
@@ -552,9 +553,6 @@ thread_local! {
     static PACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Packed bf16 pairs of [`matmul_bt`] with [`Bf16`], reused across calls on a thread.
     static PACK_BF16: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
-    /// The stored bytes of a [`matmul_bt`] task's weight rows, reused across calls on a thread, so a large
-    /// weight's rows are not a fresh allocation (zeroed and page-faulted) per call.
-    pub(super) static ROW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer `key`, or on a new one while the thread's is in use (a rayon task that
@@ -929,7 +927,7 @@ pub(super) type F32Product = dyn Fn(
     usize,
     usize,
     (DType, Option<f32>),
-    &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    &WeightRows<'_>,
     &mut [f32],
 ) -> Result<()>;
 
@@ -944,9 +942,8 @@ pub(super) fn check_f32_product(cases: &[(usize, usize, usize)], product: &F32Pr
             let wbytes = crate::dtype::narrow(dtype, &wv);
             let wr = crate::dtype::widen(dtype, &wbytes);
             let size = dtype.size();
-            let read = |row: usize, dst: &mut [u8]| -> Result<()> {
-                dst.copy_from_slice(&wbytes[row * k * size..row * k * size + dst.len()]);
-                Ok(())
+            let read = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
+                f(&wbytes[row * k * size..(row + count) * k * size])
             };
             for scale in [None, Some(0.375f32)] {
                 let mut out = vec![f32::NAN; m * n];
@@ -1050,9 +1047,8 @@ mod tests {
             let wbytes: Vec<u8> = wv.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
             let xbits: Vec<u16> = xv.iter().map(|v| v.to_bits()).collect();
             let mut out = vec![f32::NAN; m * n];
-            let read = |row: usize, dst: &mut [u8]| -> Result<()> {
-                dst.copy_from_slice(&wbytes[row * k * 2..row * k * 2 + dst.len()]);
-                Ok(())
+            let read = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
+                f(&wbytes[row * k * 2..(row + count) * k * 2])
             };
             matmul_bt::<Bf16>(&xbits, m, n, k, (DType::BF16, None), &read, &mut out)
                 .expect("matmul");

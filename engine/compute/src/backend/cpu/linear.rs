@@ -10,7 +10,7 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::Cpu;
-use super::avx512_gemm::{self, Bf16, F32, Kind};
+use super::avx512_gemm::{self, Bf16, F32, Kind, WeightRows};
 use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::skinny;
 use super::storage::{Data, data, read_f32, tensor_from_f32};
@@ -50,8 +50,8 @@ pub(crate) fn linear(
     let m = numel(lead);
     let mut out = vec![0.0f32; m * n];
     let row_bytes = k * w.dtype().size();
-    let read_rows = |row: usize, bytes: &mut [u8]| {
-        cpu.sim().read(w.ptr().offset((row * row_bytes) as u64), bytes)
+    let read_rows = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
+        cpu.sim().with_bytes(w.ptr().offset((row * row_bytes) as u64), count * row_bytes, f)
     };
     match data(x, OP)? {
         // ComfyUI runs int8 weights with int8 activations on every device.
@@ -78,13 +78,11 @@ pub(crate) fn linear(
         // The block formats are decoded to f32 as they are read, then multiplied by the same kernel as an f32
         // weight holding their values (so a file and its dequantized twin give the same bits).
         _ if F32::available() && w.quant().has_table() => {
-            let read_values = |row: usize, bytes: &mut [u8]| {
-                let mut values = vec![0.0f32; bytes.len() / 4];
+            let read_values = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
+                let mut values = vec![0.0f32; count * k];
                 super::quant::dequantize_range(cpu.sim(), w, row * k, &mut values)?;
-                for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
-                    b.copy_from_slice(&v.to_le_bytes());
-                }
-                Ok(())
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                f(&bytes)
             };
             f32_product(&read_f32(x, OP)?, (m, n, k), (DType::F32, None), &read_values, &mut out)?;
         }
@@ -117,7 +115,7 @@ fn f32_product(
     x: &[f32],
     (m, n, k): (usize, usize, usize),
     stored: (DType, Option<f32>),
-    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    read_rows: &WeightRows<'_>,
     out: &mut [f32],
 ) -> Result<()> {
     if m <= skinny::MAX_ROWS && skinny::available() {

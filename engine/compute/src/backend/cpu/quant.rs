@@ -58,14 +58,15 @@ pub(crate) fn dequantize_range(
     let (r0, r1) = (start / cols, (start + out.len()).div_ceil(cols));
     let table = table(sim, w, rows, cols)?;
     let stored_row = w.numel() / rows * w.dtype().size();
-    let mut bytes = vec![0u8; (r1 - r0) * stored_row];
-    sim.read(w.ptr().offset((r0 * stored_row) as u64), &mut bytes)?;
     let mut values = vec![0.0f32; (r1 - r0) * cols];
-    values
-        .par_chunks_mut(cols)
-        .zip(bytes.par_chunks(stored_row))
-        .enumerate()
-        .try_for_each(|(i, (row, stored))| decode_row(w, &table, (r0 + i, cols), stored, row))?;
+    let at = w.ptr().offset((r0 * stored_row) as u64);
+    sim.with_bytes(at, (r1 - r0) * stored_row, &mut |bytes| {
+        values
+            .par_chunks_mut(cols)
+            .zip(bytes.par_chunks(stored_row))
+            .enumerate()
+            .try_for_each(|(i, (row, stored))| decode_row(w, &table, (r0 + i, cols), stored, row))
+    })?;
     let skip = start - r0 * cols;
     out.copy_from_slice(&values[skip..skip + out.len()]);
     Ok(())
@@ -171,11 +172,12 @@ pub(crate) fn linear_int8(
         .map(|b| {
             let j0 = b * INT8_ROWS;
             let rows = INT8_ROWS.min(n - j0);
-            let mut bytes = vec![0u8; rows * k];
-            sim.read(w.ptr().offset((j0 * k) as u64), &mut bytes)?;
-            let wq: Vec<i8> = bytes.into_iter().map(|b| b as i8).collect();
             let mut acc = vec![0i32; m * rows];
-            int8_dots::dots(&xrows, &wq, &mut acc);
+            sim.with_bytes(w.ptr().offset((j0 * k) as u64), rows * k, &mut |bytes| {
+                let wq: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+                int8_dots::dots(&xrows, &wq, &mut acc);
+                Ok(())
+            })?;
             let (sx, sw) = (&sx, &sw[j0..j0 + rows]);
             let block = acc
                 .chunks_exact(rows)

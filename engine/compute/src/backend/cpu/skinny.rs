@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::avx512_gemm::{
-    ROW_BYTES, SendPtr, aligned, has_avx512f, task_cols, widen_avx512, with_thread_buffer,
+    SendPtr, WeightRows, aligned, has_avx512f, task_cols, widen_avx512, with_thread_buffer,
 };
 use super::gemm::Threads;
 use crate::dtype::DType;
@@ -51,7 +51,7 @@ pub(crate) fn available() -> bool {
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` (times `scale` if given) read
-/// by `read_rows(row, bytes)`, which fills `bytes` with the stored bytes of weight rows `row..`.
+/// through `weight_rows`.
 ///
 /// The caller checks [`available`]; without it this returns without computing, which the caller's tests would
 /// catch.
@@ -61,7 +61,7 @@ pub(crate) fn matmul_bt(
     n: usize,
     k: usize,
     (dtype, scale): (DType, Option<f32>),
-    read_rows: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    weight_rows: &WeightRows<'_>,
     out: &mut [f32],
 ) -> Result<()> {
     assert!(x.len() >= m * k && out.len() >= m * n, "skinny matmul: buffers too short");
@@ -76,12 +76,8 @@ pub(crate) fn matmul_bt(
     (0..n.div_ceil(nc)).into_par_iter().try_for_each(|t| {
         let n0 = t * nc;
         let cols = nc.min(n - n0);
-        with_thread_buffer(&ROW_BYTES, |bytes| {
-            if bytes.len() < cols * k * size {
-                bytes.resize(cols * k * size, 0);
-            }
-            let bytes = &mut bytes[..cols * k * size];
-            read_rows(n0, bytes)?;
+        weight_rows(n0, cols, &mut |bytes| {
+            assert_eq!(bytes.len(), cols * k * size, "skinny matmul: weight rows");
             with_thread_buffer(&WIDENED, |widened| {
                 let widened = aligned(widened, J * stride);
                 for j0 in (0..cols).step_by(J) {
@@ -238,7 +234,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
-        let read = |_: usize, _: &mut [u8]| -> Result<()> {
+        let read = |_: usize, _: usize, _: &mut dyn FnMut(&[u8]) -> Result<()>| -> Result<()> {
             Err(crate::error::Error::shape("test", "the weight cannot be read"))
         };
         let mut out = vec![0.0f32; 4];

@@ -34,19 +34,18 @@ pub(crate) fn widen_range(
     let dtype = w.dtype();
     let size = dtype.size();
     let base = w.ptr().offset((start * size) as u64);
-    out.par_chunks_mut(CHUNK).enumerate().try_for_each_init(
-        Vec::new,
-        |bytes: &mut Vec<u8>, (i, chunk)| {
-            bytes.resize(chunk.len() * size, 0);
-            sim.read(base.offset((i * CHUNK * size) as u64), bytes)?;
+    out.par_chunks_mut(CHUNK).enumerate().try_for_each(|(i, chunk)| {
+        let at = base.offset((i * CHUNK * size) as u64);
+        sim.with_bytes(at, chunk.len() * size, &mut |bytes| {
             widen_into(dtype, bytes, chunk);
-            if let Some(scale) = w.scale() {
-                // ComfyUI's dequantization on the CPU (compute in f32): f32(q) · scale, rounded once.
-                chunk.iter_mut().for_each(|v| *v *= scale);
-            }
             Ok(())
-        },
-    )
+        })?;
+        if let Some(scale) = w.scale() {
+            // ComfyUI's dequantization on the CPU (compute in f32): f32(q) · scale, rounded once.
+            chunk.iter_mut().for_each(|v| *v *= scale);
+        }
+        Ok(())
+    })
 }
 
 /// Every value of `w` as f32.
