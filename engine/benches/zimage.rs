@@ -637,8 +637,8 @@ fn reset_hwm() -> bool {
 }
 
 /// RSS less the pages of mapped files (`RssAnon` + `RssShmem`): what the process holds of its own. The CPU
-/// backend reads weights through memory maps of their files, whose pages count in RSS while they are the page
-/// cache's, which the kernel reclaims as it would unmapped ones.
+/// backend reads weights through memory maps of their files, whose pages count in RSS while mapped. They stay
+/// the page cache's clean pages, which the kernel can drop under pressure (unmapping them first).
 fn anon_rss_bytes() -> u64 {
     proc_status_bytes("RssAnon") + proc_status_bytes("RssShmem")
 }
@@ -1156,7 +1156,8 @@ fn roofline(runs: &[Value], dit: &Path) -> Result<Value, String> {
 }
 
 /// Bytes per second at which one thread per core reads `path` (already in the page cache after the runs)
-/// with positioned reads of 1 MiB, each into its own buffer, as the CPU's products read weights in place.
+/// with positioned reads of 1 MiB, each into its own buffer. The CPU's products read weights through a
+/// memory map of the file instead, which skips this copy, so the bound this rate gives is a generous one.
 fn page_cache_read_rate(path: &Path) -> Result<f64, String> {
     const CHUNK: u64 = 1 << 20;
     let file = FileSource::open(path).map_err(|e| e.to_string())?;

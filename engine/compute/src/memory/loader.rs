@@ -74,11 +74,19 @@ impl FileSource {
     /// A read-only memory map of the whole file, `None` where the system gives none (an empty file, a file
     /// system that cannot map). Reading through it reads the page cache's pages themselves, without a copy.
     pub fn map(&self) -> Option<memmap2::Mmap> {
-        // SAFETY: the map is only read. Like every safetensors reader (and ComfyUI's), Kiln relies on a model
-        // file not being truncated or rewritten in place while it is open: a truncation would fault on the
-        // next read of the lost pages rather than corrupt memory Kiln owns. Replacing a file by a rename, as
-        // downloads and copies do, leaves the mapped file intact.
-        unsafe { memmap2::Mmap::map(&*self.file) }.ok()
+        // SAFETY: the map is only read, and lives while the file is mapped as device memory. Like safetensors'
+        // own mapped loading (which ComfyUI uses), Kiln relies on a model file not being changed in place while
+        // it is loaded: bytes rewritten in place (`cp` or `curl -o` over the file) would change under a kernel
+        // reading them, and a truncation makes the next read of a lost page raise SIGBUS, which ends the
+        // process. Replacing the file (a rename, `rm` then a new file) leaves the mapped one intact.
+        let map = unsafe { memmap2::Mmap::map(&*self.file) }.ok()?;
+        // Weights are read front to back, once a pass. Said so, the kernel reads ahead on a fault as it does for
+        // a sequential read, and reclaims the pages as it would pages no process maps: without it, a mapped
+        // page a pass touched outlives unmapped ones, and when the models outgrow RAM (Qwen-Image's 28.7 GB on
+        // a 24 GiB host) the encoder's pages stayed while the DiT's own were evicted under it mid-step. Advice
+        // the system refuses changes nothing read.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Some(map)
     }
 
     /// Reads `len` bytes at `offset` on the calling thread (small reads: force-cast tiny weights).

@@ -46,8 +46,8 @@ pub struct SimCounters {
     pub unmaps: u64,
     /// Files mapped in place ([`DeviceMemory::map_file`]).
     pub file_maps: u64,
-    /// Reads through [`SimDevice::with_bytes`] that copied the bytes first (the range crossed regions, or lay
-    /// in a file the system would not map) instead of lending them where they lie.
+    /// Calls of [`SimDevice::with_bytes`] that did not lend the bytes where they lie (the range crossed
+    /// regions, lay in a file the system would not map, or was not mapped at all) and read them instead.
     pub copied_reads: u64,
 }
 
@@ -182,6 +182,10 @@ impl SimDevice {
     /// Calls `f` with the device bytes `[ptr, ptr + len)` (what a kernel reading the memory sees): borrowed
     /// where they lie in one region held in memory or in a file's memory map, so nothing is copied; else read
     /// into a buffer first.
+    ///
+    /// Bytes of simulated memory are lent under the region's read lock, held until `f` returns. So `f` must
+    /// not write device memory, and should not wait on other rayon tasks (a task stolen meanwhile could ask
+    /// for the same lock again behind a waiting writer): borrow per task, inside the parallel loop.
     pub fn with_bytes(
         &self,
         ptr: DevPtr,

@@ -81,8 +81,8 @@ pub(crate) fn linear(
             let read_values = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
                 let mut values = vec![0.0f32; count * k];
                 super::quant::dequantize_range(cpu.sim(), w, row * k, &mut values)?;
-                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                f(&bytes)
+                // Native byte order is the kernel's: this path runs only where AVX-512 does (x86).
+                f(bytemuck::cast_slice(&values))
             };
             f32_product(&read_f32(x, OP)?, (m, n, k), (DType::F32, None), &read_values, &mut out)?;
         }

@@ -59,13 +59,12 @@ pub(crate) fn dequantize_range(
     let table = table(sim, w, rows, cols)?;
     let stored_row = w.numel() / rows * w.dtype().size();
     let mut values = vec![0.0f32; (r1 - r0) * cols];
-    let at = w.ptr().offset((r0 * stored_row) as u64);
-    sim.with_bytes(at, (r1 - r0) * stored_row, &mut |bytes| {
-        values
-            .par_chunks_mut(cols)
-            .zip(bytes.par_chunks(stored_row))
-            .enumerate()
-            .try_for_each(|(i, (row, stored))| decode_row(w, &table, (r0 + i, cols), stored, row))
+    // Each task borrows its own row's bytes: a borrow may hold a read lock, so none is held across rayon.
+    values.par_chunks_mut(cols).enumerate().try_for_each(|(i, row)| {
+        let at = w.ptr().offset(((r0 + i) * stored_row) as u64);
+        sim.with_bytes(at, stored_row, &mut |stored| {
+            decode_row(w, &table, (r0 + i, cols), stored, row)
+        })
     })?;
     let skip = start - r0 * cols;
     out.copy_from_slice(&values[skip..skip + out.len()]);
