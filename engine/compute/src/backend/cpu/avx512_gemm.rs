@@ -248,6 +248,12 @@ impl Kind for F32 {
         let size = dtype.size();
         for s0 in (0..steps).step_by(PACK_STEPS) {
             let sb = PACK_STEPS.min(steps - s0);
+            // The rows lie k values apart, too many streams for the hardware prefetcher to follow: each
+            // row's next block is asked for while this one is widened.
+            let next = (s0 + PACK_STEPS).min(steps)..(s0 + 2 * PACK_STEPS).min(steps);
+            for row in rows {
+                prefetch(&row[next.start * size..next.end * size]);
+            }
             for (j, row) in rows.iter().enumerate() {
                 let block = &mut scratch[j * PACK_STEPS..j * PACK_STEPS + sb];
                 widen_avx512(dtype, &row[s0 * size..(s0 + sb) * size], block, scale);
@@ -298,6 +304,20 @@ impl Kind for F32 {
     ) {
         unreachable!("available() is false off x86-64")
     }
+}
+
+/// Asks the CPU to bring `bytes` into its caches ahead of their use: a hint, which reads nothing and cannot
+/// fault.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..bytes.len()).step_by(64) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is only a hint (no load, no fault); the address lies within `bytes`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// [`crate::dtype::widen_into`], then times `scale` if given, compiled for AVX-512: the fp8 decode runs 16 lanes at a time.
