@@ -81,10 +81,10 @@ impl FileSource {
         // process. Replacing the file (a rename, `rm` then a new file) leaves the mapped one intact.
         let map = unsafe { memmap2::Mmap::map(&*self.file) }.ok()?;
         // Weights are read front to back, once a pass. Said so, the kernel reads ahead on a fault as it does for
-        // a sequential read, and reclaims the pages as it would pages no process maps: without it, a mapped
-        // page a pass touched outlives unmapped ones, and when the models outgrow RAM (Qwen-Image's 28.7 GB on
-        // a 24 GiB host) the encoder's pages stayed while the DiT's own were evicted under it mid-step. Advice
-        // the system refuses changes nothing read.
+        // a sequential read, and ignores a mapping's accessed bits in reclaim, as for pages no process maps.
+        // Without it, when the models outgrew RAM (Qwen-Image's 28.7 GB on a 24 GiB host), the encoder's mapped
+        // pages stayed resident into the sampler and the first prompt's steps took up to 4× the preads' time
+        // (bench/results/2026-12-05-cpu-real-mapped.md). Advice the system refuses changes nothing read.
         let _ = map.advise(memmap2::Advice::Sequential);
         Some(map)
     }
