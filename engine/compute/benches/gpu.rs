@@ -17,8 +17,8 @@
 //!
 //! With `--attention`: long attention at the shapes of the real-size runs (Qwen-Image at 1328², Wan 2.2 5B at
 //! 1280×704×33, Z-Image at 1024²; bf16, heads of 128) on each long-attention path (GEMMs, the tensor-core kernel's
-//! one- and two-m-tile forms): seconds, TFLOP/s, and the largest difference of a kernel form's output from the
-//! GEMM path's.
+//! one- and two-m-tile forms, cuDNN's fused kernels with whether they ran and why not): seconds, TFLOP/s, and the
+//! largest difference of another path's output from the GEMM path's.
 
 #[cfg(feature = "cuda")]
 fn main() {
@@ -237,6 +237,7 @@ mod bench {
                 ("gemm", LongAttention::Gemm),
                 ("mma", LongAttention::Mma),
                 ("mma2", LongAttention::Mma2),
+                ("cudnn", LongAttention::Cudnn),
             ];
             for (path, long) in paths {
                 let cuda = Cuda::new(0)?.with_long_attention(long);
@@ -248,12 +249,21 @@ mod bench {
                 })?;
                 let out = cuda.attention(&q, &k, &v, AttentionMask::None, scale)?;
                 outputs.push(cuda.to_f32(&out)?);
+                // Whether cuDNN's kernels ran (else its time is the GEMM path's), and why not.
+                let cudnn = match long {
+                    LongAttention::Cudnn => {
+                        let stats = cuda.cudnn_attention_stats();
+                        let why = stats.declined.unwrap_or_default().replace(['"', '\\'], "'");
+                        format!(", \"ran\": {}, \"declined\": \"{why}\"", stats.ran > 0)
+                    }
+                    _ => String::new(),
+                };
                 parts.push(format!(
-                    "\"{path}\": {{\"seconds\": {s:.6}, \"tflops\": {:.1}}}",
+                    "\"{path}\": {{\"seconds\": {s:.6}, \"tflops\": {:.1}{cudnn}}}",
                     flops / s / 1e12
                 ));
             }
-            // The largest difference of either kernel form from the GEMM path.
+            // The largest difference of any other path from the GEMM path.
             let diff = outputs[1..]
                 .iter()
                 .flat_map(|o| o.iter().zip(&outputs[0]).map(|(a, b)| (a - b).abs()))

@@ -61,6 +61,8 @@ mod gpu {
         gpu_mma: Cuda,
         /// The same with the kernel's two-m-tile form.
         gpu_mma2: Cuda,
+        /// bf16 compute with long attention on cuDNN's fused kernels.
+        gpu_cudnn: Cuda,
         cpu: Cpu,
     }
 
@@ -82,7 +84,10 @@ mod gpu {
             let gpu_mma2 = Cuda::new(0)
                 .map_err(|e| format!("no usable CUDA device: {e}"))?
                 .with_long_attention(LongAttention::Mma2);
-            Ok(Env { gpu, gpu32, gpu_mma, gpu_mma2, cpu: Cpu::new(4 << 30) })
+            let gpu_cudnn = Cuda::new(0)
+                .map_err(|e| format!("no usable CUDA device: {e}"))?
+                .with_long_attention(LongAttention::Cudnn);
+            Ok(Env { gpu, gpu32, gpu_mma, gpu_mma2, gpu_cudnn, cpu: Cpu::new(4 << 30) })
         });
         match env {
             Ok(env) => Some(env),
@@ -456,6 +461,30 @@ mod gpu {
     fn attention_on_the_mma2_kernel_matches_the_cpu_with_gqa_and_causal_masks() {
         let Some(e) = env() else { return };
         attention_matches_the_cpu(e, "mma2", &e.gpu_mma2);
+    }
+
+    /// On cuDNN the long problems it takes (16-bit, as many queries as keys where causal: the unmasked
+    /// 2048², 700² and GQA 300² cases, the causal GQA 333²) run on its fused kernels, the rest as GEMMs; the test
+    /// fails if none ran there, with cuDNN's reason. Without cuDNN on the machine it is skipped.
+    #[test]
+    fn attention_on_cudnn_matches_the_cpu_with_gqa_and_causal_masks() {
+        let Some(e) = env() else { return };
+        attention_matches_the_cpu(e, "cudnn", &e.gpu_cudnn);
+        let stats = e.gpu_cudnn.cudnn_attention_stats();
+        if stats.ran == 0
+            && stats.declined.as_deref() == Some("cuDNN 9 did not open on this device")
+        {
+            eprintln!(
+                "skipping the cuDNN attention test: libcudnn (9.x) was not found or did not start"
+            );
+            return;
+        }
+        assert!(
+            stats.ran >= 4,
+            "cuDNN ran {} attention calls; it declined: {:?}",
+            stats.ran,
+            stats.declined
+        );
     }
 
     fn rope_case<B: Backend>(b: &B, dt: DType, layout: RopeLayout) -> Vec<f32> {

@@ -12,6 +12,10 @@
 //! would not pay (text encoders' short prompts, tiny test models), and those whose q, k and v differ in type
 //! (it reads each exactly); wide heads of mixed types run the GEMMs in f32.
 //!
+//! With [`LongAttention::Cudnn`] the long problems cuDNN takes (q, k and v of one 16-bit type, heads of at most 256
+//! features, a multiple of 8; causal only with as many queries as keys) run on cuDNN's fused flash attention
+//! (`cudnn/attention.rs`), the others as GEMMs.
+//!
 //! With [`LongAttention::Mma`] the long problems it fits (sm_80 and later, q, k and v of one 16-bit type,
 //! 16-byte aligned, heads of 64 or 128) run on the tensor-core flash kernel (`attention_mma.cu`) instead: the scores
 //! stay in registers, and the key and value tiles are copied with `cp.async` one tile ahead of their use. With
@@ -149,12 +153,17 @@ impl Cuda {
                 return self.op_cast(&out32, dt);
             }
             let out = self.empty(shape, dt)?;
+            if self.long_attention == LongAttention::Cudnn
+                && self.attention_on_cudnn(q, k, v, &out, sizes, mask, scale)?
+            {
+                return Ok(out);
+            }
             let sm80 = self.kernels.arch() >= (8, 0);
             // The kernel copies rows of keys and values 16 bytes at a time.
             let aligned = [q, k, v].iter().all(|t| t.buf().ptr().0 % 16 == 0);
             let max_shared = self.kernels.max_shared() as usize;
             let mma = match self.long_attention {
-                LongAttention::Gemm => None,
+                LongAttention::Gemm | LongAttention::Cudnn => None,
                 LongAttention::Mma => mma_kernel(d, 1),
                 LongAttention::Mma2 => {
                     mma_kernel(d, 2).filter(|k| k.shared <= max_shared).or(mma_kernel(d, 1))
@@ -246,6 +255,63 @@ impl Cuda {
             ],
             flops,
         )
+    }
+
+    /// `out = attention(q, k, v)` on cuDNN's fused flash attention (`cudnn/attention.rs`): whether it ran; `false`
+    /// (nothing queued) where cuDNN is absent or declines the problem (q, k and v of `out`'s 16-bit type).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_on_cudnn(
+        &self,
+        q: &Tensor<Cuda>,
+        k: &Tensor<Cuda>,
+        v: &Tensor<Cuda>,
+        out: &Tensor<Cuda>,
+        Sizes { b, hq, hkv, nq, nk, d, dv }: Sizes,
+        mask: AttentionMask,
+        scale: f32,
+    ) -> Result<bool> {
+        let causal = mask == AttentionMask::Causal;
+        // cuDNN's causal mask is aligned top left: the same as Kiln's only for as many keys as queries.
+        if d != dv || (causal && nq != nk) {
+            return Ok(false);
+        }
+        let Some(attention) =
+            self.cudnn_attention.get_or_init(|| super::cudnn::Attention::open(self.stream()))
+        else {
+            return Ok(false);
+        };
+        let shape = super::cudnn::AttentionShape {
+            dtype: out.dtype(),
+            batch: b,
+            heads: hq,
+            kv_heads: hkv,
+            q_tokens: nq,
+            kv_tokens: nk,
+            head_dim: d,
+            causal,
+        };
+        // cuDNN runs on the CUDA runtime, which uses the context current on this thread.
+        self.stream()
+            .context()
+            .bind_to_thread()
+            .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
+        let flops = 4.0 * (b * hq * d) as f64 * visible_pairs(nq, nk, mask);
+        let name = || format!("cudnn attention {}", out.dtype());
+        let ran = super::profile::timed(self.stream(), name, flops, || {
+            attention.forward(
+                &shape,
+                [q.buf().ptr().0, k.buf().ptr().0, v.buf().ptr().0, out.buf().ptr().0],
+                scale,
+                |bytes| self.alloc(bytes),
+            )
+        });
+        match ran {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::debug!(error = %e, ?shape, "cuDNN declined; attention by GEMMs");
+                Ok(false)
+            }
+        }
     }
 
     /// The GEMM path (see the module docs) into `out` `[B, Hq, Nq, Dv]`: q, k and v of `out`'s type. Query head

@@ -662,7 +662,7 @@ impl Cuda {
         Ok(out)
     }
 
-    /// `out = conv(x, w)` on cuDNN (see cudnn.rs) with symmetric `pad` (rows, columns): whether it ran; `false`
+    /// `out = conv(x, w)` on cuDNN (see cudnn/conv.rs) with symmetric `pad` (rows, columns): whether it ran; `false`
     /// (nothing queued) where cuDNN is absent or declines the problem.
     fn conv_on_cudnn(
         &self,
@@ -694,6 +694,11 @@ impl Cuda {
             pad,
             stride,
         };
+        // cuDNN runs on the CUDA runtime, which uses the context current on this thread.
+        self.stream()
+            .context()
+            .bind_to_thread()
+            .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
         let flops =
             2.0 * (batch * out_channels * ho * wo * channels * kernel[0] * kernel[1]) as f64;
         let name = || format!("cudnn conv2d {}", out.dtype());

@@ -36,6 +36,7 @@ use std::sync::{Arc, RwLock};
 use cudarc::driver::{CudaContext, CudaStream};
 
 pub use buf::CudaBuf;
+pub use cudnn::CudnnAttentionStats;
 pub use kernels::{CompiledKernel, compile_all as compile_kernels};
 pub use memory::CudaMemory;
 
@@ -80,9 +81,10 @@ pub struct Cuda {
 
 /// What every [`Cuda`] view of one device shares: its memory, kernels, cuBLASLt handle and allocator.
 pub struct CudaCore {
-    /// cuDNN for convolutions, opened at the first one; `None` where the library is absent. First, so it is
-    /// destroyed before the stream and context it uses (fields drop in order).
+    /// cuDNN for convolutions and for fused attention, each opened at its first use; `None` where the library is
+    /// absent. First, so they are destroyed before the stream and context they use (fields drop in order).
     convolutions: std::sync::OnceLock<Option<cudnn::Convolutions>>,
+    cudnn_attention: std::sync::OnceLock<Option<cudnn::Attention>>,
     info: DeviceInfo,
     mem: Arc<CudaMemory>,
     memory: Arc<dyn DeviceMemory>,
@@ -114,18 +116,22 @@ pub enum LongAttention {
     /// The same kernel with two m-tiles a warp (128 query rows a block, FlashAttention-2's shape) where its shared
     /// memory fits the device, else as [`LongAttention::Mma`]. Chosen with `KILN_CUDA_ATTENTION=mma2`.
     Mma2,
+    /// cuDNN's fused flash attention where the library (9.x) is installed and takes the problem (q, k, v of one
+    /// 16-bit type, heads of at most 256 features), the GEMMs elsewhere. Chosen with `KILN_CUDA_ATTENTION=cudnn`.
+    Cudnn,
 }
 
 impl LongAttention {
-    /// The choice `KILN_CUDA_ATTENTION` names (`gemm`, `mma` or `mma2`), the default when it is unset; another
-    /// value is an error naming it.
+    /// The choice `KILN_CUDA_ATTENTION` names (`gemm`, `mma`, `mma2` or `cudnn`), the default when it is unset;
+    /// another value is an error naming it.
     pub fn from_env() -> Result<LongAttention> {
         match std::env::var("KILN_CUDA_ATTENTION").as_deref() {
             Err(_) | Ok("") | Ok("gemm") => Ok(LongAttention::Gemm),
             Ok("mma") => Ok(LongAttention::Mma),
             Ok("mma2") => Ok(LongAttention::Mma2),
+            Ok("cudnn") => Ok(LongAttention::Cudnn),
             Ok(other) => Err(Error::Unsupported(format!(
-                "KILN_CUDA_ATTENTION={other} (expected gemm, mma or mma2)"
+                "KILN_CUDA_ATTENTION={other} (expected gemm, mma, mma2 or cudnn)"
             ))),
         }
     }
@@ -162,6 +168,7 @@ impl Cuda {
         let hadamards = quant::Hadamards::default();
         let core = CudaCore {
             convolutions: std::sync::OnceLock::new(),
+            cudnn_attention: std::sync::OnceLock::new(),
             info,
             mem,
             memory,
@@ -171,6 +178,22 @@ impl Cuda {
             hadamards,
         };
         Ok(Cuda { core: Arc::new(core), dtype, long_attention })
+    }
+
+    /// What cuDNN's fused attention ([`LongAttention::Cudnn`]) has done on this device: the calls it ran and why it
+    /// last declined one; `declined` says so where cuDNN never opened (no library, or no call asked for it yet).
+    pub fn cudnn_attention_stats(&self) -> CudnnAttentionStats {
+        match self.cudnn_attention.get() {
+            Some(Some(attention)) => attention.stats(),
+            Some(None) => CudnnAttentionStats {
+                ran: 0,
+                declined: Some("cuDNN 9 did not open on this device".into()),
+            },
+            None => CudnnAttentionStats {
+                ran: 0,
+                declined: Some("no attention has asked for cuDNN yet".into()),
+            },
+        }
     }
 
     /// This backend with long attention run as `path` says.

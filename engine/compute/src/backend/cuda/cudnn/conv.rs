@@ -23,7 +23,8 @@ use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys;
 use cudarc::driver::CudaStream;
 
-use super::buf::Allocation;
+use super::{Handle, failed};
+use crate::backend::cuda::buf::Allocation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -132,19 +133,6 @@ impl AlgoPerf {
     }
 }
 
-struct Handle(sys::cudnnHandle_t);
-
-// SAFETY: a cuDNN handle is not tied to the thread that created it; every use goes through the mutex, so it is
-// never used from two threads at once.
-unsafe impl Send for Handle {}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // SAFETY: created by `cudnnCreate`, destroyed once, here.
-        let _ = unsafe { dnn::destroy_handle(self.0) };
-    }
-}
-
 /// RAII guards for cuDNN descriptors.
 struct TensorDesc(sys::cudnnTensorDescriptor_t);
 impl Drop for TensorDesc {
@@ -166,10 +154,6 @@ impl Drop for ConvDesc {
         // SAFETY: created by `cudnnCreateConvolutionDescriptor`, destroyed once.
         let _ = unsafe { dnn::destroy_convolution_descriptor(self.0) };
     }
-}
-
-fn failed(call: &'static str, e: dnn::CudnnError) -> Error {
-    Error::driver(call, format!("{e:?}"))
 }
 
 /// The descriptors of one convolution.
@@ -249,34 +233,8 @@ impl Convolutions {
         if std::env::var("KILN_CUDA_CUDNN").is_ok_and(|v| v == "0") {
             return None;
         }
-        // SAFETY: this only tries to dlopen the library and reports whether it loaded.
-        if !unsafe { sys::is_culib_present() } {
-            tracing::debug!("libcudnn not found: convolutions run as im2col and GEMM");
-            return None;
-        }
-        let version = dnn::get_version();
-        if !(90_000..100_000).contains(&version) {
-            tracing::info!(version, "cuDNN is not version 9: convolutions run as im2col and GEMM");
-            return None;
-        }
-        let open = || -> Result<Convolutions> {
-            stream
-                .context()
-                .bind_to_thread()
-                .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
-            let handle = Handle(dnn::create_handle().map_err(|e| failed("cudnnCreate", e))?);
-            // SAFETY: the handle is alive and the stream belongs to the context bound to this thread.
-            unsafe { dnn::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }
-                .map_err(|e| failed("cudnnSetStream", e))?;
-            Ok(Convolutions { handle: Mutex::new(handle), choices: Mutex::default() })
-        };
-        match open() {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(error = %e, "cuDNN did not start: convolutions run as im2col and GEMM");
-                None
-            }
-        }
+        let handle = Handle::open(stream, "convolutions run as im2col and GEMM")?;
+        Some(Convolutions { handle: Mutex::new(handle), choices: Mutex::default() })
     }
 
     /// Queues `y = conv(x, w)` (no bias) on the stream the handle was opened on; `scratch` allocates the
