@@ -368,22 +368,21 @@ impl OwnedWeight {
     }
 
     /// `x`'s values stored as a new weight of `dtype` on the backend's device, without leaving it (a weight
-    /// derived from another: one temporal tap of a 3-D convolution kernel).
+    /// derived from another: one temporal tap of a 3-D convolution kernel), taken through the backend's
+    /// [`crate::Backend::device_allocator`] where it has one (the memory manager's arbiter, which counts it).
     pub fn from_tensor<B: crate::Backend>(
         b: &B,
         x: &Tensor<B>,
         dtype: DType,
     ) -> Result<OwnedWeight> {
-        let memory = b.memory().clone();
+        let allocator = match b.device_allocator() {
+            Some(counted) => Allocator::Counted(counted),
+            None => Allocator::Device(b.memory().clone()),
+        };
         let len = numel(x.shape()) * dtype.size();
         // At least one byte is allocated: an empty tensor still has an address.
-        let ptr = memory.alloc(len.max(1) as u64)?;
-        let weight = OwnedWeight {
-            ptr,
-            dtype,
-            shape: x.shape().to_vec(),
-            allocator: Allocator::Device(memory),
-        };
+        let ptr = allocator.alloc(len.max(1) as u64)?;
+        let weight = OwnedWeight { ptr, dtype, shape: x.shape().to_vec(), allocator };
         b.store(x, ptr, dtype, None)?;
         Ok(weight)
     }

@@ -155,6 +155,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
         let _ = allocator;
     }
 
+    /// The allocator [`Backend::set_allocator`] set, if this backend keeps one: device memory a model derives at
+    /// run time ([`crate::OwnedWeight::from_tensor`], a VAE's reordered kernels) is taken through it, so the
+    /// budget sees it as it sees activations. `None` (the default): such memory comes from
+    /// [`Backend::memory`] directly.
+    fn device_allocator(&self) -> Option<Arc<dyn crate::memory::device::DeviceAllocator>> {
+        None
+    }
+
     // --- Data movement -------------------------------------------------------------------------------------
 
     /// A tensor of `dtype` holding `values` (rounded to `dtype`).

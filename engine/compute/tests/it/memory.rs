@@ -18,7 +18,7 @@ use kiln_compute::memory::vram::{VbarId, VramConfig};
 use kiln_compute::memory::{
     DevPtr, HostBufferConfig, LoadOptions, LoadPlan, ManagerConfig, MemoryManager, Model, SlotPlan,
 };
-use kiln_compute::{Backend, DType, Error, Weight};
+use kiln_compute::{Backend, DType, Error, OwnedWeight, Weight};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -1114,4 +1114,39 @@ fn the_ram_arbitration_may_drop_a_model_while_it_runs() {
     manager.arbitrate_ram(&thresholds, &mut cache);
     assert!(cache.0.is_none(), "the cache gave its model up");
     assert_eq!(manager.stats().models, 0, "and the model is gone");
+}
+
+/// A weight a model derives on the device at run time (the Wan VAEs' reordered kernel taps) is taken through the
+/// arbiter the backend was given, so the budget counts it as it counts activations, and it goes back on drop;
+/// before the backend has an arbiter it comes from the device directly.
+#[test]
+fn weights_derived_on_the_device_count_against_the_budget() {
+    let cpu = Cpu::simulating_gpu(64 * MIB);
+    let manager = manager(&cpu, 0, PinConfig::disabled());
+    let arbiter = manager.arbiter();
+    let n = 256 * 1024;
+    let x = cpu.from_f32(&[256, 1024], &values(n, 3), DType::F32).expect("upload");
+    let want =
+        cpu.to_f32(&x).expect("read").iter().map(|&v| round_to(DType::BF16, v)).collect::<Vec<_>>();
+    let before = arbiter.usage();
+
+    let uncounted = OwnedWeight::from_tensor(&cpu, &x, DType::BF16).expect("a derived weight");
+    assert_eq!(arbiter.usage(), before, "no arbiter yet: straight from the device");
+
+    cpu.set_allocator(arbiter.clone());
+    let counted = OwnedWeight::from_tensor(&cpu, &x, DType::BF16).expect("a derived weight");
+    assert!(
+        arbiter.usage() >= before + (n * 2) as u64,
+        "counted: {} then {}",
+        before,
+        arbiter.usage()
+    );
+    for w in [&uncounted, &counted] {
+        let got =
+            cpu.weight_to_tensor(&w.view(), DType::F32).and_then(|t| cpu.to_f32(&t)).expect("read");
+        assert_eq!(got, want, "the same values either way");
+    }
+    drop(counted);
+    assert_eq!(arbiter.usage(), before, "given back on drop");
+    drop(uncounted);
 }

@@ -29,7 +29,7 @@ mod store;
 mod weights;
 pub mod work;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 pub use self::storage::CpuBuf;
 use self::storage::{compute_dtype, read_f32, tensor_from_f32};
@@ -38,6 +38,7 @@ use crate::backend::{
 };
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::memory::device::DeviceAllocator;
 use crate::memory::{DevPtr, DeviceMemory, SimDevice};
 use crate::quant::Quant;
 use crate::tensor::{Tensor, Weight, numel};
@@ -48,6 +49,9 @@ use crate::tensor::{Tensor, Weight, numel};
 pub struct Cpu {
     sim: Arc<SimDevice>,
     memory: Arc<dyn DeviceMemory>,
+    /// The memory manager's arbiter once [`Backend::set_allocator`] gives it (activations stay in host RAM; the
+    /// device memory models derive goes through it), shared by every view of the device.
+    allocator: Arc<RwLock<Option<Arc<dyn DeviceAllocator>>>>,
     dtype: DType,
 }
 
@@ -57,7 +61,7 @@ impl Cpu {
     pub fn new(capacity: u64) -> Cpu {
         let sim = Arc::new(SimDevice::reading_files_in_place(capacity));
         let memory: Arc<dyn DeviceMemory> = sim.clone();
-        Cpu { sim, memory, dtype: DType::F32 }
+        Cpu { sim, memory, allocator: Arc::default(), dtype: DType::F32 }
     }
 
     /// A CPU backend whose simulated device behaves as a GPU's: weights are copied into it (resident, pinned
@@ -66,7 +70,7 @@ impl Cpu {
     pub fn simulating_gpu(capacity: u64) -> Cpu {
         let sim = Arc::new(SimDevice::new(capacity));
         let memory: Arc<dyn DeviceMemory> = sim.clone();
-        Cpu { sim, memory, dtype: DType::F32 }
+        Cpu { sim, memory, allocator: Arc::default(), dtype: DType::F32 }
     }
 
     /// The simulated device memory (for tests that inspect it).
@@ -91,9 +95,22 @@ impl Backend for Cpu {
         self.dtype
     }
 
+    fn set_allocator(&self, allocator: Arc<dyn DeviceAllocator>) {
+        *self.allocator.write().unwrap_or_else(|p| p.into_inner()) = Some(allocator);
+    }
+
+    fn device_allocator(&self) -> Option<Arc<dyn DeviceAllocator>> {
+        self.allocator.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn with_compute_dtype(&self, dtype: DType) -> Result<Cpu> {
         compute_dtype("with_compute_dtype", dtype)?;
-        Ok(Cpu { sim: self.sim.clone(), memory: self.memory.clone(), dtype })
+        Ok(Cpu {
+            sim: self.sim.clone(),
+            memory: self.memory.clone(),
+            allocator: self.allocator.clone(),
+            dtype,
+        })
     }
 
     fn synchronize(&self) -> Result<()> {

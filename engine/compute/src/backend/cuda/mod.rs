@@ -400,6 +400,10 @@ impl Backend for Cuda {
         *self.allocator.write().unwrap_or_else(|p| p.into_inner()) = allocator;
     }
 
+    fn device_allocator(&self) -> Option<Arc<dyn DeviceAllocator>> {
+        Some(self.allocator.read().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
     fn from_f32(&self, shape: &[usize], values: &[f32], dtype: DType) -> Result<Tensor<Self>> {
         Self::compute_type("from_f32", dtype)?;
         if numel(shape) != values.len() {
