@@ -434,7 +434,8 @@ mod tests {
     /// libcublasLt and NVRTC) is not on the library path: the test command does not install it (a gigabyte of
     /// wheels); the device run's op test builds and runs the same plans on a GPU. `h200.json` describes an H200
     /// in cuDNN's `CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION` (the keys cuDNN 9.19 asks for, the values from
-    /// NVIDIA's H200 specifications: 132 SMs, 228 KiB of shared memory a block at most, 60 MiB of L2, sm_90).
+    /// NVIDIA's H200 specifications and the device run's nvidia-smi: 132 SMs, 227 KiB of shared memory a block at
+    /// most, 50 MiB of L2, 143 771 MiB of memory, sm_90).
     /// A graph with `P` in f32 instead of the data's type gets no configuration.
     #[test]
     fn cudnn_recognises_the_attention_graph_and_compiles_it_for_an_h200() {
