@@ -12,9 +12,9 @@
 //! would not pay (text encoders' short prompts, tiny test models), and those whose q, k and v differ in type
 //! (it reads each exactly); wide heads of mixed types run the GEMMs in f32.
 //!
-//! With [`LongAttention::Cudnn`] the long problems cuDNN takes (q, k and v of one 16-bit type, heads of at most 256
-//! features, a multiple of 8; causal only with as many queries as keys) run on cuDNN's fused flash attention
-//! (`cudnn/attention.rs`), the others as GEMMs.
+//! With [`LongAttention::Cudnn`] the long problems cuDNN takes (at least 1 024 queries and keys, q, k and v of one
+//! 16-bit type, heads of at most 256 features, a multiple of 8; causal only with as many queries as keys) run on
+//! cuDNN's fused flash attention (`cudnn/attention.rs`), the others as GEMMs.
 //!
 //! With [`LongAttention::Mma`] the long problems it fits (sm_80 and later, q, k and v of one 16-bit type,
 //! 16-byte aligned, heads of 64 or 128) run on the tensor-core flash kernel (`attention_mma.cu`) instead: the scores

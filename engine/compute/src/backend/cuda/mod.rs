@@ -116,8 +116,9 @@ pub enum LongAttention {
     /// The same kernel with two m-tiles a warp (128 query rows a block, FlashAttention-2's shape) where its shared
     /// memory fits the device, else as [`LongAttention::Mma`]. Chosen with `KILN_CUDA_ATTENTION=mma2`.
     Mma2,
-    /// cuDNN's fused flash attention where the library (9.x) is installed and takes the problem (q, k, v of one
-    /// 16-bit type, heads of at most 256 features), the GEMMs elsewhere. Chosen with `KILN_CUDA_ATTENTION=cudnn`.
+    /// cuDNN's fused flash attention where the library (9.x) is installed and takes the problem (at least 1 024
+    /// queries and keys, q, k, v of one 16-bit type, heads of at most 256 features), the GEMMs elsewhere. Chosen
+    /// with `KILN_CUDA_ATTENTION=cudnn`.
     Cudnn,
 }
 

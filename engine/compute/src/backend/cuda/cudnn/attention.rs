@@ -42,6 +42,12 @@ const FIRST_VIRTUAL: i64 = 100;
 /// The largest head cuDNN 9's fused attention takes (features, a multiple of 8).
 const MAX_HEAD_DIM: usize = 256;
 
+/// The fewest queries and keys cuDNN is asked for: a plan compiles a kernel for its exact shape (about half a
+/// second of NVRTC on the host), which a DiT's joint attention over thousands of tokens repays within a step,
+/// and a text encoder's prompt of a few hundred tokens (cheap on the GEMM path, a new length for each prompt)
+/// would not.
+const MIN_TOKENS: usize = 1024;
+
 /// One fused attention problem: q `[batch, heads, q_tokens, head_dim]`, k and v `[batch, kv_heads, kv_tokens,
 /// head_dim]` and the output like q, contiguous, all of one 16-bit `dtype`; with `causal`, query i sees keys 0..=i.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,6 +66,9 @@ impl AttentionShape {
     /// Why cuDNN is not asked for this problem, if it is not: what its fused attention does not take.
     fn refusal(&self) -> Option<String> {
         let s = self;
+        if s.q_tokens < MIN_TOKENS || s.kv_tokens < MIN_TOKENS {
+            return Some(format!("{} queries over {} keys", s.q_tokens, s.kv_tokens));
+        }
         if !matches!(s.dtype, DType::F16 | DType::BF16) {
             return Some(format!("attention in {}", s.dtype));
         }
@@ -446,7 +455,7 @@ mod tests {
         let version = cudarc::cudnn::result::get_version();
         for s in [
             shape(DType::BF16, (24, 24), (6903, 6903), 128, false),
-            shape(DType::F16, (8, 2), (333, 333), 64, true),
+            shape(DType::F16, (8, 2), (1100, 1100), 64, true),
         ] {
             let mut g = Plan::graph(&s).unwrap_or_else(|e| panic!("{s:?}: {e}"));
             assert_eq!(g.ops.len(), if s.causal { 14 } else { 10 });
@@ -494,22 +503,27 @@ mod tests {
     fn only_what_cudnns_fused_attention_takes_is_asked_of_it() {
         let ok = [
             shape(DType::BF16, (24, 24), (6903, 6903), 128, false),
-            shape(DType::F16, (8, 2), (300, 300), 64, true),
-            shape(DType::BF16, (4, 4), (100, 512), 256, false),
+            shape(DType::F16, (8, 2), (1100, 1100), 64, true),
+            shape(DType::BF16, (4, 4), (1024, 4096), 256, false),
         ];
         for s in ok {
             assert_eq!(s.refusal(), None, "{s:?}");
         }
         let refused = [
-            (shape(DType::F32, (4, 4), (100, 100), 64, false), "attention in F32"),
-            (shape(DType::BF16, (4, 4), (100, 100), 84, false), "heads of 84 features"),
-            (shape(DType::BF16, (4, 4), (100, 100), 384, false), "heads of 384 features"),
-            (shape(DType::BF16, (6, 4), (100, 100), 64, false), "6 query heads over 4 key heads"),
+            (shape(DType::BF16, (4, 4), (1023, 4096), 64, false), "1023 queries over 4096 keys"),
+            (shape(DType::BF16, (4, 4), (4096, 512), 64, false), "4096 queries over 512 keys"),
+            (shape(DType::F32, (4, 4), (1024, 1024), 64, false), "attention in F32"),
+            (shape(DType::BF16, (4, 4), (1024, 1024), 84, false), "heads of 84 features"),
+            (shape(DType::BF16, (4, 4), (1024, 1024), 384, false), "heads of 384 features"),
+            (shape(DType::BF16, (6, 4), (1024, 1024), 64, false), "6 query heads over 4 key heads"),
             (
-                shape(DType::BF16, (4, 4), (50, 100), 64, true),
+                shape(DType::BF16, (4, 4), (1024, 2048), 64, true),
                 "a causal mask over a different number of queries and keys",
             ),
-            (shape(DType::BF16, (4, 4), (0, 100), 64, false), "an empty or too large problem"),
+            (
+                shape(DType::BF16, (4, 4), (1 << 40, 1 << 40), 64, false),
+                "an empty or too large problem",
+            ),
         ];
         for (s, why) in refused {
             assert_eq!(s.refusal().as_deref(), Some(why), "{s:?}");
