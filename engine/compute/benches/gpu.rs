@@ -253,7 +253,15 @@ mod bench {
                 let cudnn = match long {
                     LongAttention::Cudnn => {
                         let stats = cuda.cudnn_attention_stats();
-                        let why = stats.declined.unwrap_or_default().replace(['"', '\\'], "'");
+                        // A JSON string: no quotes, backslashes or control characters (cuDNN's
+                        // messages span lines).
+                        let why: String = (stats.declined.unwrap_or_default().chars())
+                            .map(|c| match c {
+                                '"' | '\\' => '\'',
+                                c if c.is_control() => ' ',
+                                c => c,
+                            })
+                            .collect();
                         format!(", \"ran\": {}, \"declined\": \"{why}\"", stats.ran > 0)
                     }
                     _ => String::new(),
