@@ -44,6 +44,7 @@ impl Drop for Descriptor {
 }
 
 impl Descriptor {
+    /// A new descriptor of `kind`, its attributes unset.
     pub(super) fn new(kind: Desc) -> Result<Descriptor> {
         let mut d: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
         // SAFETY: `d` is written with the new descriptor.
@@ -68,18 +69,22 @@ impl Descriptor {
         })
     }
 
+    /// Sets an int64 attribute (dimensions, strides, a unique id, an alignment, an axis).
     pub(super) fn set_i64s(&self, name: Name, values: &[i64]) -> Result<()> {
         self.set(name, Kind::CUDNN_TYPE_INT64, values)
     }
 
+    /// Sets a data-type attribute.
     pub(super) fn set_data(&self, name: Name, data: Data) -> Result<()> {
         self.set(name, Kind::CUDNN_TYPE_DATA_TYPE, &[data])
     }
 
+    /// Sets a boolean attribute to true (a C `bool`, one byte).
     pub(super) fn set_true(&self, name: Name) -> Result<()> {
         self.set(name, Kind::CUDNN_TYPE_BOOLEAN, &[true])
     }
 
+    /// Sets an attribute to descriptors (an operation's tensors, a graph's operations).
     pub(super) fn set_descriptors(
         &self,
         name: Name,
@@ -88,10 +93,12 @@ impl Descriptor {
         self.set(name, Kind::CUDNN_TYPE_BACKEND_DESCRIPTOR, values)
     }
 
+    /// Sets a handle attribute to `handle`.
     pub(super) fn set_handle(&self, name: Name, handle: &Handle) -> Result<()> {
         self.set(name, Kind::CUDNN_TYPE_HANDLE, &[handle.0])
     }
 
+    /// Finalizes the descriptor: where cuDNN checks its attributes (and, for a plan, compiles its kernel).
     pub(super) fn finalize(&self) -> Result<()> {
         // SAFETY: the descriptor is alive.
         check("cudnnBackendFinalize", unsafe { sys::cudnnBackendFinalize(self.0) })
@@ -122,6 +129,7 @@ impl Graph {
         Graph { keep: Vec::new(), ops: Vec::new(), next_virtual: first_virtual }
     }
 
+    /// Keeps `d` alive as long as the graph, returning its raw handle.
     pub(super) fn keep(&mut self, d: Descriptor) -> Raw {
         let raw = d.0;
         self.keep.push(d);
