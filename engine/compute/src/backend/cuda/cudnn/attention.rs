@@ -453,8 +453,12 @@ mod tests {
             return;
         }
         let version = cudarc::cudnn::result::get_version();
+        // Qwen-Image's joint attention at 1328², Wan 2.2 5B's self-attention at 1280×704×33 (in f16, as Wan
+        // computes), Z-Image's at 1024² (30 heads), and a causal grouped-query problem.
         for s in [
             shape(DType::BF16, (24, 24), (6903, 6903), 128, false),
+            shape(DType::F16, (24, 24), (7920, 7920), 128, false),
+            shape(DType::BF16, (30, 30), (4128, 4128), 128, false),
             shape(DType::F16, (8, 2), (1100, 1100), 64, true),
         ] {
             let mut g = Plan::graph(&s).unwrap_or_else(|e| panic!("{s:?}: {e}"));
