@@ -221,11 +221,7 @@ impl Plan {
     /// finalizes as a plan.
     fn build(handle: &Handle, s: &AttentionShape, version: usize) -> Result<Plan> {
         let mut g = Plan::graph(s)?;
-        let graph = Descriptor::new(Desc::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-        graph.set_descriptors(Name::CUDNN_ATTR_OPERATIONGRAPH_OPS, &g.ops)?;
-        graph.set_handle(Name::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
-        graph.finalize()?;
-        let graph = g.keep(graph);
+        let graph = g.operation_graph(Some(handle))?;
         let configs = g.configs(graph, None)?;
         let mut last = Error::Unsupported(format!(
             "cuDNN {version} has no engine for this attention graph (the heuristic returned none)"
@@ -466,10 +462,8 @@ mod tests {
             if version < 90800 {
                 continue;
             }
-            let graph = Descriptor::new(Desc::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR).unwrap();
-            graph.set_descriptors(Name::CUDNN_ATTR_OPERATIONGRAPH_OPS, &g.ops).unwrap();
-            graph.finalize().unwrap_or_else(|e| panic!("{s:?}: the operation graph: {e}"));
-            let graph = g.keep(graph);
+            let graph = (g.operation_graph(None))
+                .unwrap_or_else(|e| panic!("{s:?}: the operation graph: {e}"));
             let device = Descriptor::new(Desc::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR).unwrap();
             let json = include_str!("h200.json").trim().as_bytes();
             device

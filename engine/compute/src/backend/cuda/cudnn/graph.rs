@@ -260,6 +260,18 @@ impl Graph {
         self.op(op)
     }
 
+    /// The operation graph of the operations made so far, finalized and kept: on `handle`'s device where given,
+    /// else (cuDNN 9.8 and later) without one, for a device described to the heuristic.
+    pub(super) fn operation_graph(&mut self, handle: Option<&Handle>) -> Result<Raw> {
+        let graph = Descriptor::new(Desc::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+        graph.set_descriptors(Name::CUDNN_ATTR_OPERATIONGRAPH_OPS, &self.ops)?;
+        if let Some(handle) = handle {
+            graph.set_handle(Name::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
+        }
+        graph.finalize()?;
+        Ok(self.keep(graph))
+    }
+
     /// The engine configurations cuDNN's heuristic (mode A) offers for the finalized operation graph `graph`, best
     /// first, kept in the graph; for the device `device` describes where given, else the handle's.
     pub(super) fn configs(&mut self, graph: Raw, device: Option<&Descriptor>) -> Result<Vec<Raw>> {
