@@ -110,6 +110,104 @@ impl Conv2dParams {
     }
 }
 
+/// One term of [`Backend::conv2d_sum`]: the 2-D convolution of `x` `[n, C, H, W]` with `w` `[O, C, kh, kw]`,
+/// added to output samples `at..at + n`.
+#[derive(Clone, Copy)]
+pub struct ConvTerm<'a, B: Backend> {
+    /// The input.
+    pub x: &'a Tensor<B>,
+    /// The kernel.
+    pub w: &'a Weight<'a>,
+    /// The first output sample this term adds to.
+    pub at: usize,
+}
+
+impl<B: Backend> ConvTerm<'_, B> {
+    /// Checks that `terms` can sum into one output of `batch` samples: at least one, every input `[n, C, H, W]`
+    /// with the first's C, H and W, every kernel the first's shape, and each term's samples inside the batch.
+    pub(crate) fn check_sum(
+        op: &'static str,
+        terms: &[ConvTerm<'_, B>],
+        batch: usize,
+    ) -> Result<()> {
+        let Some(first) = terms.first() else {
+            return Err(crate::Error::shape(op, "no convolution to sum"));
+        };
+        let (x0, w0) = (first.x.shape(), first.w.shape());
+        for t in terms {
+            let x = t.x.shape();
+            let fits = x.len() == 4 && x0.len() == 4 && x[1..] == x0[1..] && t.at + x[0] <= batch;
+            if !fits || t.w.shape() != w0 {
+                return Err(crate::Error::shape(
+                    op,
+                    format!(
+                        "a term of x {:?} and kernel {:?} at sample {} beside x {x0:?} and kernel {w0:?} in a \
+                         batch of {batch}",
+                        t.x.shape(),
+                        t.w.shape(),
+                        t.at
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The geometry of one 2-D convolution: input `[n, c, h, w]`, kernel `[o, c, kh, kw]`, zero padding (top, bottom,
+/// left, right), stride, and the output's sides `oh`, `ow`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvGeometry {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) o: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) pad: [usize; 4],
+    pub(crate) stride: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
+}
+
+impl ConvGeometry {
+    /// The geometry of an input of shape `x` convolved with a kernel of shape `w`, or a shape error naming `op`.
+    pub(crate) fn of(
+        op: &'static str,
+        x: &[usize],
+        w: &[usize],
+        params: Conv2dParams,
+    ) -> Result<ConvGeometry> {
+        let &[n, c, h, wd] = x else {
+            return Err(crate::Error::shape(op, format!("x must be [B, C, H, W], got {x:?}")));
+        };
+        let &[o, wc, kh, kw] = w else {
+            return Err(crate::Error::shape(
+                op,
+                format!("weight must be [O, C, kh, kw], got {w:?}"),
+            ));
+        };
+        if wc != c {
+            return Err(crate::Error::shape(
+                op,
+                format!("x {x:?} has {c} channels, weight {w:?} takes {wc}"),
+            ));
+        }
+        let [top, bottom, left, right] = params.padding;
+        let (hp, wp) = (h + top + bottom, wd + left + right);
+        let stride = params.stride;
+        if stride == 0 || kh == 0 || kw == 0 || hp < kh || wp < kw {
+            return Err(crate::Error::shape(
+                op,
+                format!("kernel {kh}×{kw}, stride {stride} on a padded {hp}×{wp} input"),
+            ));
+        }
+        let (oh, ow) = ((hp - kh) / stride + 1, (wp - kw) / stride + 1);
+        Ok(ConvGeometry { n, c, h, w: wd, o, kh, kw, pad: params.padding, stride, oh, ow })
+    }
+}
+
 /// What a device is, for logs and `/system_stats`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -220,6 +318,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// per-head norm, pass x as `[.., heads, head_dim]` and a `[head_dim]` weight.
     fn rms_norm(&self, x: &Tensor<Self>, w: Option<&Weight<'_>>, eps: f32) -> Result<Tensor<Self>>;
 
+    /// RMSNorm over the channels (dimension 1) of `x` `[B, C, spatial..]`: each position's C values
+    /// `x / sqrt(mean(x²) + eps) · w[c]`, then `act` if given. The values are those of [`Backend::rms_norm`]
+    /// on the channels-last transpose (then [`Backend::unary`]), rounded as those ops round, without the two
+    /// transposes (the Wan VAEs' norm).
+    fn channel_rms_norm(
+        &self,
+        x: &Tensor<Self>,
+        w: Option<&Weight<'_>>,
+        eps: f32,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<Self>>;
+
     /// LayerNorm over the last dimension, with optional affine weight and bias.
     fn layer_norm(
         &self,
@@ -299,6 +409,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
         w: &Weight<'_>,
         bias: Option<&Weight<'_>>,
         params: Conv2dParams,
+    ) -> Result<Tensor<Self>>;
+
+    /// `[batch, O, H', W']`: the sum of the `terms`' 2-D convolutions (every kernel the same shape, `params`
+    /// for each), each added to the output samples it names, plus `bias` `[O]`; a sample no term reaches is the
+    /// bias alone (zero without one). A causal 3-D convolution's temporal taps, each over the frames it reads,
+    /// summed into one output: no output per tap, no padding of them and no sums. Each term's products
+    /// accumulate in f32; the output is rounded to the compute type at most once per term and once for the
+    /// bias (one term over every sample: exactly [`Backend::conv2d`]).
+    fn conv2d_sum(
+        &self,
+        terms: &[ConvTerm<'_, Self>],
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+        batch: usize,
     ) -> Result<Tensor<Self>>;
 
     /// Nearest-neighbour 2× upsampling of x `[B, C, H, W]` → `[B, C, 2H, 2W]`.

@@ -46,7 +46,7 @@ mod gpu {
     use kiln_compute::backend::cpu::Cpu;
     use kiln_compute::backend::cuda::{Cuda, LongAttention, missing_library};
     use kiln_compute::backend::{
-        AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp,
+        AttentionMask, BinaryOp, Conv2dParams, ConvTerm, PadMode, RopeLayout, UnaryOp,
     };
     use kiln_compute::dtype::{self, DType};
     use kiln_compute::memory::{DevPtr, DeviceMemory, HostMemory, HostSlice, StreamId};
@@ -370,6 +370,9 @@ mod gpu {
             }
             // Rows of a head's width: four values a lane.
             9 => b.rms_norm(&up(b, &[70, 128], &values(8960, 33, 3.0), dt), None, 1e-6),
+            // Over the channels (the Wan VAEs' norm), with the SiLU after it and without.
+            10 => b.channel_rms_norm(&x, Some(&gw.view()), f32::MIN_POSITIVE, Some(UnaryOp::Silu)),
+            11 => b.channel_rms_norm(&x, None, 1e-6, None),
             _ => b.softmax(&x),
         };
         get(b, &y.expect("norm"))
@@ -379,7 +382,7 @@ mod gpu {
     fn norms_and_softmax_match_the_cpu() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..10 {
+            for which in 0..12 {
                 assert_close(
                     &format!("norm {which} {dt}"),
                     &norm_case(&e.gpu, dt, which),
@@ -612,6 +615,56 @@ mod gpu {
                         &conv_case(&e.gpu, dt, wdt, params, k),
                         &conv_case(&e.cpu, dt, wdt, params, k),
                         (atol * 3.0, rtol),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A causal 3-D convolution's taps summed into 4 frames: `covering`, the last tap over every frame first (it
+    /// writes them), tap 1 from frame 1 and tap 0 from frame 2; otherwise the later taps alone, the output
+    /// zeroed first and frame 0 the bias alone.
+    fn conv_sum_case<B: Backend>(
+        b: &B,
+        dt: DType,
+        params: Conv2dParams,
+        k: usize,
+        covering: bool,
+    ) -> Vec<f32> {
+        let frames =
+            |n: usize, seed: u64| up(b, &[n, 6, 11, 9], &values(n * 6 * 99, seed, 1.0), dt);
+        let (x2, x3, x4) = (frames(2, 40), frames(3, 41), frames(4, 42));
+        let taps: Vec<OwnedWeight> = (0..3)
+            .map(|t| weight(b, DType::BF16, &[7, 6, k, k], &values(7 * 6 * k * k, 43 + t, 0.3)))
+            .collect();
+        let bias = weight(b, DType::F32, &[7], &values(7, 46, 1.0));
+        let [w0, w1, w2] = [0, 1, 2].map(|t| taps[t].view());
+        let mut terms =
+            vec![ConvTerm { x: &x3, w: &w1, at: 1 }, ConvTerm { x: &x2, w: &w0, at: 2 }];
+        if covering {
+            terms.insert(0, ConvTerm { x: &x4, w: &w2, at: 0 });
+        }
+        get(b, &b.conv2d_sum(&terms, Some(&bias.view()), params, 4).expect("conv2d_sum"))
+    }
+
+    #[test]
+    fn conv2d_sum_matches_the_cpu() {
+        let Some(e) = env() else { return };
+        // cuDNN (or im2col) with its beta = 1, the 1×1 GEMMs, and strided im2col, each accumulating.
+        let geometries = [
+            (Conv2dParams::same(1), 3),
+            (Conv2dParams { stride: 1, padding: [0; 4] }, 1),
+            (Conv2dParams { stride: 2, padding: [0, 1, 0, 1] }, 3),
+        ];
+        for dt in COMPUTE {
+            for (params, k) in geometries {
+                for covering in [true, false] {
+                    let (atol, rtol) = tol(dt);
+                    assert_close(
+                        &format!("conv2d_sum {dt} {params:?} k {k} covering {covering}"),
+                        &conv_sum_case(&e.gpu, dt, params, k, covering),
+                        &conv_sum_case(&e.cpu, dt, params, k, covering),
+                        (atol * 4.0, rtol),
                     );
                 }
             }

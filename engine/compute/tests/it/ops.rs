@@ -5,7 +5,9 @@
 //! offset, blocks crossed at non-multiples, the exact patchify order, stochastic rounding, shape errors).
 
 use kiln_compute::backend::cpu::Cpu;
-use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::backend::{
+    AttentionMask, BinaryOp, Conv2dParams, ConvTerm, PadMode, RopeLayout, UnaryOp,
+};
 use kiln_compute::dtype::{self, round_to};
 use kiln_compute::{Backend, DType, Error, OwnedWeight, Tensor};
 
@@ -511,6 +513,61 @@ fn rms_and_layer_norm_match_the_reference() {
     let wrong = weight(&cpu, DType::F32, &[5], &[1.0; 5]);
     assert_shape_error(cpu.rms_norm(&x, Some(&wrong.view()), eps), "rms_norm");
     assert_shape_error(cpu.layer_norm(&x, None, Some(&wrong.view()), eps), "layer_norm");
+}
+
+/// The channel norm gives the values of the transposed path the Wan VAEs took before it (channels last,
+/// `rms_norm`, back, then the activation), bit for bit, with and without weights and activation.
+#[test]
+fn channel_rms_norm_is_the_transposed_rms_norm() {
+    let cpu = cpu();
+    let mut rng = Rng::new(17);
+    let (n, c, h, w) = (2, 5, 3, 4);
+    let xv: Vec<f32> = rng.vec(n * c * h * w).iter().map(|v| v * 3.0 + 0.25).collect();
+    let gv = rng.vec(c);
+    for xdt in [DType::F32, DType::BF16, DType::F16] {
+        let x = tensor(&cpu, &[n, c, h, w], &xv, xdt);
+        for gdt in [DType::F32, DType::BF16] {
+            let g = weight(&cpu, gdt, &[c], &gv);
+            for with_g in [false, true] {
+                for act in [None, Some(UnaryOp::Silu), Some(UnaryOp::Gelu)] {
+                    for eps in [f32::MIN_POSITIVE, 1e-6] {
+                        let g = with_g.then(|| g.view());
+                        let y =
+                            cpu.channel_rms_norm(&x, g.as_ref(), eps, act).expect("channel norm");
+                        assert_eq!((y.shape(), y.dtype()), (&[n, c, h, w][..], xdt));
+                        let rows = cpu
+                            .permute(&x.reshape(&[n, c, h * w]).expect("reshape"), &[0, 2, 1])
+                            .expect("permute");
+                        let normed = cpu.rms_norm(&rows, g.as_ref(), eps).expect("rms_norm");
+                        let back = cpu.permute(&normed, &[0, 2, 1]).expect("permute back");
+                        let want = match act {
+                            Some(op) => cpu.unary(&back, op).expect("unary"),
+                            None => back,
+                        };
+                        assert_eq!(
+                            cpu.to_f32(&y).expect("to_f32"),
+                            cpu.to_f32(&want).expect("to_f32"),
+                            "{xdt} weight {with_g} {gdt} {act:?} eps {eps}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // No spatial dims: one position a sample.
+    let x = tensor(&cpu, &[3, c], &xv[..3 * c], DType::F32);
+    let y =
+        cpu.to_f32(&cpu.channel_rms_norm(&x, None, 1e-6, None).expect("[B, C]")).expect("to_f32");
+    let want = cpu.to_f32(&cpu.rms_norm(&x, None, 1e-6).expect("rms_norm")).expect("to_f32");
+    assert_eq!(y, want);
+    let wrong = weight(&cpu, DType::F32, &[c + 1], &[1.0; 6]);
+    let x4 = tensor(&cpu, &[n, c, h, w], &xv, DType::F32);
+    assert_shape_error(
+        cpu.channel_rms_norm(&x4, Some(&wrong.view()), 1e-6, None),
+        "channel_rms_norm",
+    );
+    let flat = tensor(&cpu, &[c], &xv[..c], DType::F32);
+    assert_shape_error(cpu.channel_rms_norm(&flat, None, 1e-6, None), "channel_rms_norm");
 }
 
 #[test]
@@ -1066,6 +1123,73 @@ fn conv2d_matches_the_reference() {
         cpu.conv2d(&x, &ok.view(), None, Conv2dParams { stride: 0, padding: [1; 4] }),
         "conv2d",
     );
+}
+
+/// A causal 3-D convolution's shape of sum: three temporal taps over 4 output frames, the last tap over every
+/// frame, the others over the frames after the zeros they read; the frames no tap reaches hold the bias.
+#[test]
+fn conv2d_sum_adds_each_term_into_its_frames() {
+    let cpu = cpu();
+    let mut rng = Rng::new(18);
+    let (c, h, w, o) = (3, 5, 4, 2);
+    let params = Conv2dParams::same(1);
+    let frames =
+        |n: usize, rng: &mut Rng| tensor(&cpu, &[n, c, h, w], &rng.vec(n * c * h * w), DType::F32);
+    let (x2, x3, x4) = (frames(2, &mut rng), frames(3, &mut rng), frames(4, &mut rng));
+    let taps: Vec<OwnedWeight> =
+        (0..3).map(|_| weight(&cpu, DType::BF16, &[o, c, 3, 3], &rng.vec(o * c * 9))).collect();
+    let biases = rng.vec(o);
+    let bias = weight(&cpu, DType::F32, &[o], &biases);
+    let bv = bias.view();
+    let conv = |x: &Tensor<Cpu>, t: usize| {
+        cpu.to_f32(&cpu.conv2d(x, &taps[t].view(), None, params).expect("conv2d")).expect("to_f32")
+    };
+    let plane = o * h * w;
+    let bias_of = |i: usize| biases[i / (h * w) % o];
+    let (w0, w1, w2) = (taps[0].view(), taps[1].view(), taps[2].view());
+    // Covering: the last tap over the 4 frames, tap 1 from frame 1, tap 0 from frame 2.
+    let terms = [
+        ConvTerm { x: &x4, w: &w2, at: 0 },
+        ConvTerm { x: &x3, w: &w1, at: 1 },
+        ConvTerm { x: &x2, w: &w0, at: 2 },
+    ];
+    let got = cpu.to_f32(&cpu.conv2d_sum(&terms, Some(&bv), params, 4).expect("sum")).expect("f32");
+    let mut want = conv(&x4, 2);
+    for (x, t, at) in [(&x3, 1, 1), (&x2, 0, 2)] {
+        for (d, v) in want[at * plane..].iter_mut().zip(conv(x, t)) {
+            *d += v;
+        }
+    }
+    let want: Vec<f64> = want.iter().enumerate().map(|(i, &v)| f64::from(v + bias_of(i))).collect();
+    assert_close(&got, &want, 1e-5, 1e-5, "three taps");
+    // Not covering: frames 0 and 1 are the bias alone.
+    let terms = [ConvTerm { x: &x2, w: &w0, at: 2 }, ConvTerm { x: &x3, w: &w1, at: 1 }];
+    let got = cpu.to_f32(&cpu.conv2d_sum(&terms, Some(&bv), params, 4).expect("sum")).expect("f32");
+    let mut want = vec![0.0f32; 4 * plane];
+    for (x, t, at) in [(&x2, 0, 2), (&x3, 1, 1)] {
+        for (d, v) in want[at * plane..].iter_mut().zip(conv(x, t)) {
+            *d += v;
+        }
+    }
+    let want: Vec<f64> = want.iter().enumerate().map(|(i, &v)| f64::from(v + bias_of(i))).collect();
+    assert_close(&got, &want, 1e-5, 1e-5, "two taps after the first frame");
+    // One term over the batch: conv2d itself, bit for bit (an image's causal convolution).
+    let xb = tensor(&cpu, &[4, c, h, w], &rng.vec(4 * c * h * w), DType::BF16);
+    let one =
+        cpu.conv2d_sum(&[ConvTerm { x: &xb, w: &w2, at: 0 }], Some(&bv), params, 4).expect("one");
+    let direct = cpu.conv2d(&xb, &w2, Some(&bv), params).expect("conv2d");
+    assert_eq!(cpu.to_f32(&one).expect("f32"), cpu.to_f32(&direct).expect("f32"));
+    // Bad sums.
+    assert_shape_error(cpu.conv2d_sum(&[], None, params, 4), "conv2d_sum");
+    let past = [ConvTerm { x: &x3, w: &w1, at: 2 }];
+    assert_shape_error(cpu.conv2d_sum(&past, None, params, 4), "conv2d_sum");
+    let other = weight(&cpu, DType::F32, &[o, c, 1, 1], &rng.vec(o * c));
+    let ov = other.view();
+    let mixed = [ConvTerm { x: &x4, w: &w2, at: 0 }, ConvTerm { x: &x2, w: &ov, at: 0 }];
+    assert_shape_error(cpu.conv2d_sum(&mixed, None, params, 4), "conv2d_sum");
+    let narrow = tensor(&cpu, &[2, c, h, w - 1], &rng.vec(2 * c * h * (w - 1)), DType::F32);
+    let sides = [ConvTerm { x: &x4, w: &w2, at: 0 }, ConvTerm { x: &narrow, w: &w1, at: 0 }];
+    assert_shape_error(cpu.conv2d_sum(&sides, None, params, 4), "conv2d_sum");
 }
 
 #[test]

@@ -29,22 +29,20 @@ pub(crate) fn conv<B: Backend>(
     conv_at(b, &layer, 0, x, params, time, name)
 }
 
-/// The channel RMS norm: `x / ‖x‖ over channels · √C · γ` for `x` `[B, C, H, W]`.
-fn rms<B: Backend>(b: &B, x: &Tensor<B>, gamma: &Weight<'_>) -> Result<Tensor<B>> {
-    let &[n, c, hh, ww] = x.shape() else {
-        return Err(Error::Invalid(format!(
-            "a feature map must be [B, C, H, W], got {:?}",
-            x.shape()
-        )));
-    };
-    let rows = b.permute(&x.reshape(&[n, c, hh * ww])?, &[0, 2, 1])?;
-    let normed = b.rms_norm(&rows, Some(&gamma.reshape(&[c])?), RMS_EPS)?;
-    Ok(b.permute(&normed, &[0, 2, 1])?.reshape(&[n, c, hh, ww])?)
+/// The channel RMS norm `x / ‖x‖ over channels · √C · γ` of `x` `[B, C, H, W]`, then `act` if given.
+fn rms<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    gamma: &Weight<'_>,
+    act: Option<UnaryOp>,
+) -> Result<Tensor<B>> {
+    let c = x.dim(1)?;
+    Ok(b.channel_rms_norm(x, Some(&gamma.reshape(&[c])?), RMS_EPS, act)?)
 }
 
 /// RMS norm then SiLU.
 fn rms_silu<B: Backend>(b: &B, x: &Tensor<B>, gamma: &Weight<'_>) -> Result<Tensor<B>> {
-    Ok(b.unary(&rms(b, x, gamma)?, UnaryOp::Silu)?)
+    rms(b, x, gamma, Some(UnaryOp::Silu))
 }
 
 /// Residual block `prefix`: `shortcut(x) + conv₂(SiLU(RMS₂(conv₁(SiLU(RMS₁(x))))))`, the shortcut a 1³
@@ -95,7 +93,7 @@ pub(crate) fn attention<B: Backend>(
     names.extend(wb(&format!("{prefix}.proj")));
     let layer = fetch(b, model, &names)?;
     let tokens = {
-        let h = rms(b, x, &layer.weight(0))?;
+        let h = rms(b, x, &layer.weight(0), None)?;
         b.permute(&h.reshape(&[n, c, hh * ww])?, &[0, 2, 1])?
     };
     let qkv = b.linear(&tokens, &layer.weight(1).reshape(&[3 * c, c])?, Some(&layer.weight(2)))?;

@@ -4,7 +4,8 @@
 //! `feat_cache`), so a clip goes through a chunk at a time with the result of the whole clip at once.
 //!
 //! A causal 3-D convolution of `kt` temporal taps pads time with `kt − 1` zero frames in front; here it is a sum
-//! of 2-D convolutions, one per tap, over the frames that tap reads, the zero frames skipped. Its stream history
+//! of 2-D convolutions, one per tap, over the frames that tap reads, the zero frames skipped, added into one
+//! output ([`Backend::conv2d_sum`]). Its stream history
 //! is its last `kt − 1` input frames. A frame with no history (an image, a clip's first frame) reads only the
 //! last tap, exactly the one convolution the image path has always made, so one-frame results are bit-identical
 //! however they are reached.
@@ -17,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use kiln_compute::backend::{BinaryOp, Conv2dParams, PadMode};
+use kiln_compute::backend::{Conv2dParams, ConvTerm};
 use kiln_compute::memory::Layer;
 use kiln_compute::quant::Quant;
 use kiln_compute::{Backend, DType, OwnedWeight, Tensor, Weight};
@@ -201,27 +202,39 @@ fn causal<B: Backend>(
             _ => frames(b, x, start - p, len),
         }
     };
-    // The last tap reads the chunk itself, frame for frame; the bias goes with it.
-    let mut out = b.conv2d(x, &taps.tap(kt - 1)?, Some(bias), params)?;
+    // The last tap reads the chunk itself, frame for frame, into every output frame.
+    let mut reads = vec![(x.clone(), kt - 1, 0)];
     for j in 0..kt - 1 {
         // Output k reads padded frame k + j: zero before `zeros`, then frame k + j − zeros of the history
-        // followed by the chunk.
+        // followed by the chunk. Outputs before `first` read only zeros through this tap.
         let first = zeros.saturating_sub(j);
-        if first >= n {
-            continue;
+        if first < n {
+            reads.push((read(first + j - zeros, n - first)?, j, first));
         }
-        let input = read(first + j - zeros, n - first)?;
-        let part = b.conv2d(&input, &taps.tap(j)?, None, params)?;
-        let part =
-            if first > 0 { b.pad(&part, 0, first, 0, PadMode::Constant(0.0))? } else { part };
-        out = b.binary(&out, &part, BinaryOp::Add)?;
     }
+    let out = sum_taps(b, &taps, &reads, bias, params, n)?;
     let keep = (kt - 1).min(p + n);
     if keep > 0 {
         let last = read(p + n - keep, keep)?;
         stream.history.insert(key.to_owned(), History::Frames(last));
     }
     Ok(out)
+}
+
+/// The convolution of each read `(frames, tap, first output frame)` with its tap, summed into `n` output frames
+/// with the bias (see [`Backend::conv2d_sum`]).
+fn sum_taps<B: Backend>(
+    b: &B,
+    taps: &Taps,
+    reads: &[(Tensor<B>, usize, usize)],
+    bias: &Weight<'_>,
+    params: Conv2dParams,
+    n: usize,
+) -> Result<Tensor<B>> {
+    let kernels = reads.iter().map(|&(_, j, _)| taps.tap(j)).collect::<Result<Vec<_>>>()?;
+    let terms: Vec<ConvTerm<'_, B>> =
+        reads.iter().zip(&kernels).map(|((x, _, at), w)| ConvTerm { x, w, at: *at }).collect();
+    Ok(b.conv2d_sum(&terms, Some(bias), params, n)?)
 }
 
 /// The encoder's temporal downsample `time_conv` (`[C, C, 3, 1, 1]`, stride 2, no padding, weights `i` and
@@ -265,15 +278,10 @@ pub(crate) fn time_down<B: Backend>(
             s[0] = m;
             Ok(b.slice(t, 1, k, 1)?.reshape(&s)?)
         };
-        let reads = [pick(&even, 0)?, pick(&odd, 0)?, pick(&odd, 1)?];
+        let reads = [(pick(&odd, 1)?, 2, 0), (pick(&even, 0)?, 0, 0), (pick(&odd, 0)?, 1, 0)];
         let taps = stream.taps(b, key, &layer.weight(i))?;
         let bias = layer.weight(i + 1);
-        let params = Conv2dParams::same(0);
-        let mut y = b.conv2d(&reads[2], &taps.tap(2)?, Some(&bias), params)?;
-        for (j, read) in reads.iter().enumerate().take(2) {
-            let part = b.conv2d(read, &taps.tap(j)?, None, params)?;
-            y = b.binary(&y, &part, BinaryOp::Add)?;
-        }
+        let y = sum_taps(b, &taps, &reads, &bias, Conv2dParams::same(0), m)?;
         let newest = frames(b, &rest, n - 1, 1)?;
         stream.history.insert(key.to_owned(), History::Frames(newest));
         out.push(y);

@@ -15,28 +15,12 @@ use super::avx512_gemm::{self, F32, Kind, Rhs};
 use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
 use super::weights::{vector, widen};
-use crate::backend::Conv2dParams;
-use crate::error::{Error, Result};
+use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
+use crate::error::Result;
 use crate::tensor::{Tensor, Weight};
 
 /// Largest im2col band, in elements.
 const IM2COL_ELEMS: usize = 1 << 23;
-
-/// The geometry of one convolution.
-#[derive(Clone, Copy, Debug)]
-struct Geom {
-    c: usize,
-    h: usize,
-    w: usize,
-    o: usize,
-    kh: usize,
-    kw: usize,
-    stride: usize,
-    /// Top, bottom, left, right.
-    pad: [usize; 4],
-    oh: usize,
-    ow: usize,
-}
 
 /// 2-D convolution (see [`crate::Backend::conv2d`]).
 pub(crate) fn conv2d(
@@ -47,44 +31,78 @@ pub(crate) fn conv2d(
     params: Conv2dParams,
 ) -> Result<Tensor<Cpu>> {
     const OP: &str = "conv2d";
-    let &[b, c, h, wd] = x.shape() else {
-        return Err(Error::shape(OP, format!("x must be [B, C, H, W], got {:?}", x.shape())));
-    };
-    let &[o, wc, kh, kw] = w.shape() else {
-        return Err(Error::shape(
-            OP,
-            format!("weight must be [O, C, kh, kw], got {:?}", w.shape()),
-        ));
-    };
-    if wc != c {
-        return Err(Error::shape(
-            OP,
-            format!("x {:?} has {c} channels, weight {:?} takes {wc}", x.shape(), w.shape()),
-        ));
+    let (mut out, shape) = convolve(cpu, x, w, params, OP)?;
+    add_bias(cpu, &mut out, bias, shape, OP)?;
+    tensor_from_f32(shape.to_vec(), out, x.dtype(), OP)
+}
+
+/// The sum of 2-D convolutions into one output (see [`crate::Backend::conv2d_sum`]): each term's f32 values
+/// added into an f32 output, the bias after them, rounded once.
+pub(crate) fn conv2d_sum(
+    cpu: &Cpu,
+    terms: &[ConvTerm<'_, Cpu>],
+    bias: Option<&Weight<'_>>,
+    params: Conv2dParams,
+    batch: usize,
+) -> Result<Tensor<Cpu>> {
+    const OP: &str = "conv2d_sum";
+    ConvTerm::check_sum(OP, terms, batch)?;
+    let first = &terms[0];
+    if terms.len() == 1 && first.at == 0 && first.x.shape()[0] == batch {
+        return conv2d(cpu, first.x, first.w, bias, params);
     }
-    let [top, bottom, left, right] = params.padding;
-    let (hp, wp) = (h + top + bottom, wd + left + right);
-    if params.stride == 0 || kh == 0 || kw == 0 || hp < kh || wp < kw {
-        return Err(Error::shape(
-            OP,
-            format!("kernel {kh}×{kw}, stride {} on a padded {hp}×{wp} input", params.stride),
-        ));
+    let mut out = Vec::new();
+    let mut shape = [batch, 0, 0, 0];
+    for term in terms {
+        let (values, [n, o, oh, ow]) = convolve(cpu, term.x, term.w, params, OP)?;
+        if out.is_empty() {
+            shape = [batch, o, oh, ow];
+            out = vec![0.0f32; batch * o * oh * ow];
+        }
+        let sample = o * oh * ow;
+        let dst = &mut out[term.at * sample..(term.at + n) * sample];
+        dst.par_chunks_mut(PAR_CHUNK).zip(values.par_chunks(PAR_CHUNK)).for_each(|(d, v)| {
+            d.iter_mut().zip(v).for_each(|(d, v)| *d += v);
+        });
     }
-    let g = Geom {
-        c,
-        h,
-        w: wd,
-        o,
-        kh,
-        kw,
-        stride: params.stride,
-        pad: params.padding,
-        oh: (hp - kh) / params.stride + 1,
-        ow: (wp - kw) / params.stride + 1,
+    add_bias(cpu, &mut out, bias, shape, OP)?;
+    tensor_from_f32(shape.to_vec(), out, first.x.dtype(), OP)
+}
+
+/// Adds `bias` `[O]` to every plane of `out` `[B, O, OH, OW]`.
+fn add_bias(
+    cpu: &Cpu,
+    out: &mut [f32],
+    bias: Option<&Weight<'_>>,
+    [_, o, oh, ow]: [usize; 4],
+    op: &'static str,
+) -> Result<()> {
+    let Some(bias) = vector(cpu.sim(), op, "bias", bias, o)? else {
+        return Ok(());
     };
-    let bias = vector(cpu.sim(), OP, "bias", bias, o)?;
+    let plane = oh * ow;
+    if plane > 0 {
+        out.par_chunks_mut(plane).enumerate().for_each(|(i, plane)| {
+            let v = bias[i % o];
+            plane.iter_mut().for_each(|x| *x += v);
+        });
+    }
+    Ok(())
+}
+
+/// The convolution of `x` `[B, C, H, W]` with `w` `[O, C, kh, kw]` in f32, no bias, not rounded: its values and
+/// their shape `[B, O, OH, OW]`.
+fn convolve(
+    cpu: &Cpu,
+    x: &Tensor<Cpu>,
+    w: &Weight<'_>,
+    params: Conv2dParams,
+    op: &'static str,
+) -> Result<(Vec<f32>, [usize; 4])> {
+    let g = ConvGeometry::of(op, x.shape(), w.shape(), params)?;
+    let (b, c, h, wd, o) = (g.n, g.c, g.h, g.w, g.o);
     let weights = widen(cpu.sim(), w)?;
-    let xs = read_f32(x, OP)?;
+    let xs = read_f32(x, op)?;
     let plane_out = g.oh * g.ow;
     let mut out = vec![0.0f32; b * o * plane_out];
     if plane_out > 0 && o > 0 {
@@ -95,18 +113,12 @@ pub(crate) fn conv2d(
                 conv_im2col(&g, xi, &weights, oi);
             }
         }
-        if let Some(bias) = bias {
-            out.par_chunks_mut(plane_out).enumerate().for_each(|(i, plane)| {
-                let v = bias[i % o];
-                plane.iter_mut().for_each(|x| *x += v);
-            });
-        }
     }
-    tensor_from_f32(vec![b, o, g.oh, g.ow], out, x.dtype(), OP)
+    Ok((out, [b, o, g.oh, g.ow]))
 }
 
 /// Stride-1 convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]`, one GEMM per kernel tap.
-fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
+fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
     let [top, bottom, left, right] = g.pad;
     let taps = g.kh * g.kw;
     let wrow = g.c * taps;
@@ -174,7 +186,12 @@ fn conv_taps(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
 
 /// The portable form of [`conv_taps`]' product: one GEMM per kernel tap, accumulated into `dst`
 /// (`[O, OH·wp]`).
-fn conv_tap_by_tap(g: &Geom, w: &[f32], (padded, hp, wp): (&[f32], usize, usize), dst: &mut [f32]) {
+fn conv_tap_by_tap(
+    g: &ConvGeometry,
+    w: &[f32],
+    (padded, hp, wp): (&[f32], usize, usize),
+    dst: &mut [f32],
+) {
     let taps = g.kh * g.kw;
     let cols = g.oh * wp;
     // Each tap's weights as a contiguous `[O, C]` matrix (the GEMMs read rows of the left operand).
@@ -194,7 +211,7 @@ fn conv_tap_by_tap(g: &Geom, w: &[f32], (padded, hp, wp): (&[f32], usize, usize)
 }
 
 /// Strided convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]` by im2col over bands of rows.
-fn conv_im2col(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
+fn conv_im2col(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32]) {
     let [top, _, left, _] = g.pad;
     let taps = g.kh * g.kw;
     let krows = g.c * taps;
@@ -234,7 +251,8 @@ mod tests {
 
     #[test]
     fn stride_one_paths_agree_with_im2col() {
-        let g = Geom {
+        let g = ConvGeometry {
+            n: 1,
             c: 3,
             h: 5,
             w: 6,

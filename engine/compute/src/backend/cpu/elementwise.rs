@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{Tensor, numel};
 
 /// `op` of each element of `x` into `out` (equal lengths), for a tensor whose largest finite value is `max`.
-fn unary_slice(op: UnaryOp, max: f32, x: &[f32], out: &mut [f32]) {
+pub(crate) fn unary_slice(op: UnaryOp, max: f32, x: &[f32], out: &mut [f32]) {
     match op {
         UnaryOp::Silu => simd::silu(x, out),
         UnaryOp::Gelu => simd::gelu_erf(x, out),

@@ -34,7 +34,8 @@ use std::sync::{Arc, RwLock};
 pub use self::storage::CpuBuf;
 use self::storage::{compute_dtype, read_f32, tensor_from_f32};
 use crate::backend::{
-    AttentionMask, Backend, BinaryOp, Conv2dParams, DeviceInfo, PadMode, RopeLayout, UnaryOp,
+    AttentionMask, Backend, BinaryOp, Conv2dParams, ConvTerm, DeviceInfo, PadMode, RopeLayout,
+    UnaryOp,
 };
 use crate::dtype::DType;
 use crate::error::Result;
@@ -183,6 +184,16 @@ impl Backend for Cpu {
         norm::rms_norm(self, x, w, eps)
     }
 
+    fn channel_rms_norm(
+        &self,
+        x: &Tensor<Self>,
+        w: Option<&Weight<'_>>,
+        eps: f32,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<Self>> {
+        norm::channel_rms_norm(self, x, w, eps, act)
+    }
+
     fn layer_norm(
         &self,
         x: &Tensor<Self>,
@@ -269,6 +280,23 @@ impl Backend for Cpu {
         // Each output element sums C_in × kh × kw products: the weight's elements per output channel.
         let per_output = w.shape().get(1..).map(numel).unwrap_or(0);
         work::count(2 * numel(out.shape()) * per_output, w.bytes());
+        Ok(out)
+    }
+
+    fn conv2d_sum(
+        &self,
+        terms: &[ConvTerm<'_, Self>],
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+        batch: usize,
+    ) -> Result<Tensor<Self>> {
+        let out = conv::conv2d_sum(self, terms, bias, params, batch)?;
+        let [_, _, oh, ow] = *out.shape() else { return Ok(out) };
+        for t in terms {
+            // A term's outputs: its samples' planes, each summing C_in × kh × kw products.
+            let outputs = t.x.shape()[0] * t.w.shape()[0] * oh * ow;
+            work::count(2 * outputs * numel(&t.w.shape()[1..]), t.w.bytes());
+        }
         Ok(out)
     }
 

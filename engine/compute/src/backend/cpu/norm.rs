@@ -5,9 +5,12 @@
 use rayon::prelude::*;
 
 use super::Cpu;
+use super::elementwise::unary_slice;
 use super::simd;
 use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
 use super::weights::vector;
+use crate::backend::UnaryOp;
+use crate::dtype;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight};
 
@@ -53,6 +56,69 @@ pub(crate) fn rms_norm(
         }
     });
     tensor_from_f32(x.shape().to_vec(), out, x.dtype(), OP)
+}
+
+/// RMSNorm over the channels of `[B, C, spatial..]`, then `act` (see [`crate::Backend::channel_rms_norm`]).
+/// Each position's sum of squares accumulates channel by channel in f64, the order [`rms_norm`] sums a row in,
+/// and each value is `v · inv · w`, as there: the values are bit for bit those of the transposed path.
+pub(crate) fn channel_rms_norm(
+    cpu: &Cpu,
+    x: &Tensor<Cpu>,
+    w: Option<&Weight<'_>>,
+    eps: f32,
+    act: Option<UnaryOp>,
+) -> Result<Tensor<Cpu>> {
+    const OP: &str = "channel_rms_norm";
+    let shape = x.shape();
+    if shape.len() < 2 {
+        return Err(Error::shape(OP, format!("x must be [B, C, ..], got {shape:?}")));
+    }
+    let (batch, c) = (shape[0], shape[1]);
+    let spatial: usize = shape[2..].iter().product();
+    let w = vector(cpu.sim(), OP, "weight", w, c)?;
+    let xs = read_f32(x, OP)?;
+    let mut out = vec![0.0f32; xs.len()];
+    if out.is_empty() {
+        return tensor_from_f32(shape.to_vec(), out, x.dtype(), OP);
+    }
+    // 1 / rms of each position [B, spatial], a run of positions a task.
+    let mut inv = vec![0.0f32; batch * spatial];
+    let run = (PAR_CHUNK / c).clamp(1, spatial);
+    inv.par_chunks_mut(spatial).enumerate().for_each(|(b, inv)| {
+        let sample = &xs[b * c * spatial..(b + 1) * c * spatial];
+        inv.par_chunks_mut(run).enumerate().for_each(|(r, inv)| {
+            let s0 = r * run;
+            let mut ss = vec![0.0f64; inv.len()];
+            for channel in sample.chunks_exact(spatial) {
+                for (acc, &v) in ss.iter_mut().zip(&channel[s0..s0 + inv.len()]) {
+                    *acc += f64::from(v) * f64::from(v);
+                }
+            }
+            for (i, ss) in inv.iter_mut().zip(ss) {
+                *i = (1.0 / (ss / c as f64 + f64::from(eps)).sqrt()) as f32;
+            }
+        });
+    });
+    let (dtype, max) = (x.dtype(), x.dtype().max_finite());
+    out.par_chunks_mut(spatial).zip(xs.par_chunks(spatial)).enumerate().for_each(
+        |(row, (o, xr))| {
+            let (b, channel) = (row / c, row % c);
+            let inv = &inv[b * spatial..(b + 1) * spatial];
+            match &w {
+                Some(w) => {
+                    let g = w[channel];
+                    o.iter_mut().zip(xr).zip(inv).for_each(|((o, &v), &i)| *o = v * i * g);
+                }
+                None => o.iter_mut().zip(xr).zip(inv).for_each(|((o, &v), &i)| *o = v * i),
+            }
+            if let Some(op) = act {
+                // The activation reads the norm's values as the separate op would: rounded to x's type.
+                let normed: Vec<f32> = o.iter().map(|&v| dtype::round_to(dtype, v)).collect();
+                unary_slice(op, max, &normed, o);
+            }
+        },
+    );
+    tensor_from_f32(shape.to_vec(), out, x.dtype(), OP)
 }
 
 /// Mean and biased variance of `v`, in f64.

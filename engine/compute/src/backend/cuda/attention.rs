@@ -472,6 +472,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
                 stride_b: nk * d,
                 stride_c: rows * ld,
                 bias: None,
+                accumulate: false,
             }));
             steps.push(GemmStep::Softmax { rows: batch * rows, per_head: rows, q0 });
             steps.push(GemmStep::Product(GemmArgs {
@@ -493,6 +494,7 @@ fn gemm_plan(sizes: Sizes, dt: DType, chunk: usize, at: GemmAddresses) -> Vec<Ge
                 stride_b: nk * dv,
                 stride_c: g * nq * dv,
                 bias: None,
+                accumulate: false,
             }));
         }
     }

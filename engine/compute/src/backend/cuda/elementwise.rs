@@ -6,8 +6,8 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// The op code `elementwise.cu` takes.
-fn unary_code(op: UnaryOp) -> i32 {
+/// The kernels' code of a unary op (`OP_*` in common.cu).
+pub(crate) fn unary_code(op: UnaryOp) -> i32 {
     match op {
         UnaryOp::Silu => 0,
         UnaryOp::Gelu => 1,

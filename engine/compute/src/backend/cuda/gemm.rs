@@ -24,7 +24,7 @@ use cudarc::cublaslt::sys as ltsys;
 use super::Cuda;
 use super::buf::Allocation;
 use super::kernels::{Arg, Grid, KernelFile, dtype_code};
-use crate::backend::Conv2dParams;
+use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight, numel};
@@ -62,6 +62,8 @@ pub(crate) struct GemmArgs {
     /// epilogue, to the f32 accumulation before its one rounding, as PyTorch's `addmm` does for a linear layer.
     /// [`Cuda::gemm`] says whether it was added (the fallback kernel leaves it to the caller).
     pub(crate) bias: Option<u64>,
+    /// Whether the product is added to what `c` holds (in f32, rounded once into `c`) instead of replacing it.
+    pub(crate) accumulate: bool,
 }
 
 /// A cuBLASLt handle, its workspace, and the algorithm its heuristic chose for each kind of problem.
@@ -252,11 +254,11 @@ impl Gemm {
             }
         };
         let alpha = 1.0f32;
-        let beta = 0.0f32;
+        let beta = if g.accumulate { 1.0f32 } else { 0.0f32 };
         // SAFETY: the operand addresses hold the matrices the layouts describe (the caller checked the shapes and
         // keeps the buffers alive until the stream has run the GEMM; they are freed stream-ordered); alpha and
         // beta are f32 as the scale type says; the workspace is WORKSPACE bytes of device memory owned by `self`
-        // and only used on this stream; C and D are the same matrix with beta = 0.
+        // and only used on this stream; C and D are the same matrix (read first where beta = 1).
         unsafe {
             lt::matmul(
                 handle.0,
@@ -416,6 +418,7 @@ impl Cuda {
                 Arg::n(sb_c),
                 Arg::n(g.stride_c),
                 Arg::n(g.ldc),
+                Arg::I32(i32::from(g.accumulate)),
             ],
         )?;
         Ok(false)
@@ -467,6 +470,7 @@ impl Cuda {
                 stride_b: 0,
                 stride_c: 0,
                 bias: fused.as_ref().map(|(ptr, _)| *ptr),
+                accumulate: false,
             })?
         };
         if let Some(b) = bias
@@ -528,6 +532,7 @@ impl Cuda {
             stride_b: k * n,
             stride_c: m * n,
             bias: None,
+            accumulate: false,
         })?;
         Ok(out)
     }
@@ -539,172 +544,203 @@ impl Cuda {
         bias: Option<&Weight<'_>>,
         params: Conv2dParams,
     ) -> Result<Tensor<Cuda>> {
-        let dtype = Self::compute_type("conv2d", x.dtype())?;
-        let [bsz, c, h, wd] = *x.shape() else {
-            return Err(Error::shape("conv2d", format!("x {:?} is not [B, C, H, W]", x.shape())));
+        let batch = x.shape().first().copied().unwrap_or(0);
+        self.conv2d_terms("conv2d", &[ConvTerm { x, w, at: 0 }], bias, params, batch)
+    }
+
+    pub(crate) fn op_conv2d_sum(
+        &self,
+        terms: &[ConvTerm<'_, Cuda>],
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+        batch: usize,
+    ) -> Result<Tensor<Cuda>> {
+        ConvTerm::check_sum("conv2d_sum", terms, batch)?;
+        self.conv2d_terms("conv2d_sum", terms, bias, params, batch)
+    }
+
+    /// `[batch, O, H', W']`: each term's convolution added into its samples (the first written where it covers
+    /// the batch, the output zeroed first where it does not), then the bias.
+    fn conv2d_terms(
+        &self,
+        op: &'static str,
+        terms: &[ConvTerm<'_, Cuda>],
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+        batch: usize,
+    ) -> Result<Tensor<Cuda>> {
+        let [first, ..] = terms else {
+            return Err(Error::shape(op, "no convolution to sum"));
         };
-        let [o, wc, kh, kw] = *w.shape() else {
-            return Err(Error::shape(
-                "conv2d",
-                format!("weight {:?} is not [O, C, kh, kw]", w.shape()),
-            ));
-        };
-        let [pt, pb, pl, pr] = params.padding;
-        let s = params.stride;
-        if wc != c || s == 0 || kh == 0 || kw == 0 || h + pt + pb < kh || wd + pl + pr < kw {
-            return Err(Error::shape(
-                "conv2d",
-                format!("x {:?}, weight {:?}, {params:?}", x.shape(), w.shape()),
-            ));
-        }
+        let dtype = Self::compute_type(op, first.x.dtype())?;
+        let g0 = ConvGeometry::of(op, first.x.shape(), first.w.shape(), params)?;
         if let Some(b) = bias
-            && b.numel() != o
+            && b.numel() != g0.o
         {
-            return Err(Error::shape("conv2d", format!("bias {:?} for {o} channels", b.shape())));
+            return Err(Error::shape(op, format!("bias {:?} for {} channels", b.shape(), g0.o)));
         }
-        let ho = (h + pt + pb - kh) / s + 1;
-        let wo = (wd + pl + pr - kw) / s + 1;
-        let pixels = ho * wo;
-        let ckk = c * kh * kw;
-        let out = self.empty(vec![bsz, o, ho, wo], dtype)?;
-        let (wptr, _scratch) = self.weight_as(w, dtype)?;
-        let esize = dtype.size();
-        if kh == 1 && kw == 1 && s == 1 && params.padding == [0; 4] {
+        let out = self.empty(vec![batch, g0.o, g0.oh, g0.ow], dtype)?;
+        let sample = (g0.o * g0.oh * g0.ow * dtype.size()) as u64;
+        let covers = first.at == 0 && g0.n == batch;
+        if !covers {
+            self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
+        }
+        for (i, t) in terms.iter().enumerate() {
+            if t.x.dtype() != dtype {
+                return Err(Error::shape(
+                    op,
+                    format!("a {} term beside {dtype} ones", t.x.dtype()),
+                ));
+            }
+            let g = ConvGeometry::of(op, t.x.shape(), t.w.shape(), params)?;
+            let (wptr, _scratch) = self.weight_as(t.w, dtype)?;
+            let y = out.buf().ptr().0 + t.at as u64 * sample;
+            self.conv2d_into(&g, dtype, [t.x.buf().ptr().0, wptr, y], !covers || i > 0)?;
+        }
+        if let Some(bw) = bias {
+            self.bias_add(&out, bw, g0.o, g0.oh * g0.ow)?;
+        }
+        Ok(out)
+    }
+
+    /// Queues `y = conv(x, w)` (with `accumulate`, `y += conv(x, w)`: the f32 products added to y's values,
+    /// rounded once) for the `[x, w, y]` addresses of a problem `g` in `dtype`.
+    fn conv2d_into(
+        &self,
+        g: &ConvGeometry,
+        dtype: DType,
+        [x, w, y]: [u64; 3],
+        accumulate: bool,
+    ) -> Result<()> {
+        let (pixels, ckk, esize) = (g.oh * g.ow, g.c * g.kh * g.kw, dtype.size());
+        let [pt, pb, pl, pr] = g.pad;
+        let sample = |at: usize, size: usize| (at * size * esize) as u64;
+        if g.kh == 1 && g.kw == 1 && g.stride == 1 && g.pad == [0; 4] {
             // A 1×1 convolution reads x [C, H·W] as it is: one GEMM per sample, no column buffer.
-            for b in 0..bsz {
+            for b in 0..g.n {
                 self.gemm(&GemmArgs {
                     op: "conv2d 1x1",
                     dtype,
                     out: dtype,
-                    m: o,
+                    m: g.o,
                     n: pixels,
-                    k: c,
-                    a: wptr,
-                    lda: c,
-                    b: x.buf().ptr().0 + (b * c * pixels * esize) as u64,
+                    k: g.c,
+                    a: w,
+                    lda: g.c,
+                    b: x + sample(b, g.c * pixels),
                     ldb: pixels,
                     b_transposed: false,
-                    c: out.buf().ptr().0 + (b * o * pixels * esize) as u64,
+                    c: y + sample(b, g.o * pixels),
                     ldc: pixels,
                     batch: 1,
                     stride_a: 0,
                     stride_b: 0,
                     stride_c: 0,
                     bias: None,
+                    accumulate,
                 })?;
             }
-        } else if !(pt == pb
-            && pl == pr
-            && self.conv_on_cudnn(x, wptr, &out, [kh, kw], [pt, pl], s)?)
-        {
-            // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
-            let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
-            let col = self.alloc((ckk * chunk * esize) as u64)?;
-            for b in 0..bsz {
-                let xb = x.buf().ptr().0 + (b * c * h * wd * esize) as u64;
-                let ob = out.buf().ptr().0 + (b * o * pixels * esize) as u64;
-                let mut p0 = 0;
-                while p0 < pixels {
-                    let np = chunk.min(pixels - p0);
-                    self.launch(
-                        KernelFile::Conv,
-                        "im2col",
-                        Grid {
-                            grid: (np.div_ceil(256).min(65_535) as u32, ckk.min(65_535) as u32, 1),
-                            block: (256, 1, 1),
-                            shared: 0,
-                        },
-                        &[
-                            Arg::Ptr(xb),
-                            Arg::Ptr(col.ptr().0),
-                            Arg::n(c),
-                            Arg::n(h),
-                            Arg::n(wd),
-                            Arg::n(kh),
-                            Arg::n(kw),
-                            Arg::n(s),
-                            Arg::n(pt),
-                            Arg::n(pl),
-                            Arg::n(wo),
-                            Arg::n(p0),
-                            Arg::n(np),
-                            Arg::I32(esize as i32),
-                        ],
-                    )?;
-                    // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
-                    self.gemm(&GemmArgs {
-                        op: "conv2d",
-                        dtype,
-                        out: dtype,
-                        m: o,
-                        n: np,
-                        k: ckk,
-                        a: wptr,
-                        lda: ckk,
-                        b: col.ptr().0,
-                        ldb: np,
-                        b_transposed: false,
-                        c: ob + (p0 * esize) as u64,
-                        ldc: pixels,
-                        batch: 1,
-                        stride_a: 0,
-                        stride_b: 0,
-                        stride_c: 0,
-                        bias: None,
-                    })?;
-                    p0 += np;
-                }
+            return Ok(());
+        }
+        if pt == pb && pl == pr && self.conv_on_cudnn(g, dtype, [x, w, y], accumulate)? {
+            return Ok(());
+        }
+        // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
+        let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
+        let col = self.alloc((ckk * chunk * esize) as u64)?;
+        for b in 0..g.n {
+            let xb = x + sample(b, g.c * g.h * g.w);
+            let ob = y + sample(b, g.o * pixels);
+            let mut p0 = 0;
+            while p0 < pixels {
+                let np = chunk.min(pixels - p0);
+                self.launch(
+                    KernelFile::Conv,
+                    "im2col",
+                    Grid {
+                        grid: (np.div_ceil(256).min(65_535) as u32, ckk.min(65_535) as u32, 1),
+                        block: (256, 1, 1),
+                        shared: 0,
+                    },
+                    &[
+                        Arg::Ptr(xb),
+                        Arg::Ptr(col.ptr().0),
+                        Arg::n(g.c),
+                        Arg::n(g.h),
+                        Arg::n(g.w),
+                        Arg::n(g.kh),
+                        Arg::n(g.kw),
+                        Arg::n(g.stride),
+                        Arg::n(pt),
+                        Arg::n(pl),
+                        Arg::n(g.ow),
+                        Arg::n(p0),
+                        Arg::n(np),
+                        Arg::I32(esize as i32),
+                    ],
+                )?;
+                // out_b[:, p0 .. p0 + np] (row stride H'·W') = w [O, C·kh·kw] · col [C·kh·kw, np].
+                self.gemm(&GemmArgs {
+                    op: "conv2d",
+                    dtype,
+                    out: dtype,
+                    m: g.o,
+                    n: np,
+                    k: ckk,
+                    a: w,
+                    lda: ckk,
+                    b: col.ptr().0,
+                    ldb: np,
+                    b_transposed: false,
+                    c: ob + (p0 * esize) as u64,
+                    ldc: pixels,
+                    batch: 1,
+                    stride_a: 0,
+                    stride_b: 0,
+                    stride_c: 0,
+                    bias: None,
+                    accumulate,
+                })?;
+                p0 += np;
             }
         }
-        if let Some(bw) = bias {
-            self.bias_add(&out, bw, o, pixels)?;
-        }
-        Ok(out)
+        Ok(())
     }
 
-    /// `out = conv(x, w)` on cuDNN (see cudnn/conv.rs) with symmetric `pad` (rows, columns): whether it ran; `false`
-    /// (nothing queued) where cuDNN is absent or declines the problem.
+    /// `y (+)= conv(x, w)` on cuDNN (see cudnn/conv.rs), the padding symmetric: whether it ran; `false` (nothing
+    /// queued) where cuDNN is absent or declines the problem.
     fn conv_on_cudnn(
         &self,
-        x: &Tensor<Cuda>,
-        w: u64,
-        out: &Tensor<Cuda>,
-        kernel: [usize; 2],
-        pad: [usize; 2],
-        stride: usize,
+        g: &ConvGeometry,
+        dtype: DType,
+        [x, w, y]: [u64; 3],
+        accumulate: bool,
     ) -> Result<bool> {
         let Some(convolutions) =
             self.convolutions.get_or_init(|| super::cudnn::Convolutions::open(self.stream()))
         else {
             return Ok(false);
         };
-        let (&[batch, channels, height, width], &[_, out_channels, ho, wo]) =
-            (x.shape(), out.shape())
-        else {
-            return Ok(false);
-        };
         let shape = super::cudnn::ConvShape {
-            dtype: out.dtype(),
-            batch,
-            channels,
-            height,
-            width,
-            out_channels,
-            kernel,
-            pad,
-            stride,
+            dtype,
+            batch: g.n,
+            channels: g.c,
+            height: g.h,
+            width: g.w,
+            out_channels: g.o,
+            kernel: [g.kh, g.kw],
+            pad: [g.pad[0], g.pad[2]],
+            stride: g.stride,
         };
         // cuDNN runs on the CUDA runtime, which uses the context current on this thread.
         self.stream()
             .context()
             .bind_to_thread()
             .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
-        let flops =
-            2.0 * (batch * out_channels * ho * wo * channels * kernel[0] * kernel[1]) as f64;
-        let name = || format!("cudnn conv2d {}", out.dtype());
+        let flops = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
+        let name = || format!("cudnn conv2d {dtype}");
         let ran = super::profile::timed(self.stream(), name, flops, || {
-            convolutions
-                .forward(&shape, x.buf().ptr().0, w, out.buf().ptr().0, |bytes| self.alloc(bytes))
+            convolutions.forward(&shape, [x, w, y], accumulate, |bytes| self.alloc(bytes))
         });
         match ran {
             Ok(()) => Ok(true),

@@ -29,7 +29,7 @@ pub(crate) enum KernelFile {
     Cast,
     /// Unary, binary, affine, gated, modulate, bias add.
     Elementwise,
-    /// RMS, layer and group norm, softmax.
+    /// RMS (by row and by channel), layer and group norm, softmax.
     Norm,
     /// Flash attention on CUDA cores, the GEMM path's softmax.
     Attention,
@@ -443,6 +443,7 @@ mod tests {
                     "layer_norm_rows",
                     "group_norm",
                     "softmax",
+                    "channel_rms_norm",
                 ],
             ),
             (KernelFile::Attention, &["attention", "attention_softmax"]),

@@ -44,7 +44,8 @@ use self::buf::Allocation;
 use self::kernels::{Arg, Grid, KernelFile, Kernels, dtype_code};
 use self::memory::drv;
 use crate::backend::{
-    AttentionMask, Backend, BinaryOp, Conv2dParams, DeviceInfo, PadMode, RopeLayout, UnaryOp,
+    AttentionMask, Backend, BinaryOp, Conv2dParams, ConvTerm, DeviceInfo, PadMode, RopeLayout,
+    UnaryOp,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -497,6 +498,16 @@ impl Backend for Cuda {
         self.op_rms_norm(x, w, eps)
     }
 
+    fn channel_rms_norm(
+        &self,
+        x: &Tensor<Self>,
+        w: Option<&Weight<'_>>,
+        eps: f32,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<Self>> {
+        self.op_channel_rms_norm(x, w, eps, act)
+    }
+
     fn layer_norm(
         &self,
         x: &Tensor<Self>,
@@ -576,6 +587,16 @@ impl Backend for Cuda {
         params: Conv2dParams,
     ) -> Result<Tensor<Self>> {
         self.op_conv2d(x, w, bias, params)
+    }
+
+    fn conv2d_sum(
+        &self,
+        terms: &[ConvTerm<'_, Self>],
+        bias: Option<&Weight<'_>>,
+        params: Conv2dParams,
+        batch: usize,
+    ) -> Result<Tensor<Self>> {
+        self.op_conv2d_sum(terms, bias, params, batch)
     }
 
     fn upsample_nearest2x(&self, x: &Tensor<Self>) -> Result<Tensor<Self>> {

@@ -2,7 +2,9 @@
 //! up to [`WARP_ROW_MAX`] values, else one block per row or group.
 
 use super::Cuda;
+use super::elementwise::unary_code;
 use super::kernels::{Arg, Grid, KernelFile, dtype_code};
+use crate::backend::UnaryOp;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight};
 
@@ -85,6 +87,50 @@ impl Cuda {
         } else {
             self.launch(KernelFile::Norm, op, Grid::rows(rows, THREADS), &args)?;
         }
+        Ok(out)
+    }
+
+    /// RMSNorm over the channels of `x` `[B, C, spatial..]`, then `act` (see
+    /// [`crate::Backend::channel_rms_norm`]): a thread per position, reading its channels at the spatial stride
+    /// (neighbouring threads, neighbouring positions: every load is coalesced).
+    pub(crate) fn op_channel_rms_norm(
+        &self,
+        x: &Tensor<Cuda>,
+        w: Option<&Weight<'_>>,
+        eps: f32,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<Cuda>> {
+        const OP: &str = "channel_rms_norm";
+        let dt = Self::compute_type(OP, x.dtype())?;
+        let s = x.shape();
+        if s.len() < 2 {
+            return Err(Error::shape(OP, format!("x must be [B, C, ..], got {s:?}")));
+        }
+        let (batch, c) = (s[0], s[1]);
+        let spatial: usize = s[2..].iter().product();
+        check_len(OP, w, c)?;
+        let out = self.empty(s.to_vec(), dt)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        let (wp, wdt) = opt(w);
+        self.launch(
+            KernelFile::Norm,
+            OP,
+            Grid::linear(batch * spatial),
+            &[
+                Arg::Ptr(x.buf().ptr().0),
+                Arg::I32(dtype_code(dt)),
+                wp,
+                wdt,
+                Arg::Ptr(out.buf().ptr().0),
+                Arg::n(batch),
+                Arg::n(c),
+                Arg::n(spatial),
+                Arg::F32(eps),
+                Arg::I32(act.map_or(-1, unary_code)),
+            ],
+        )?;
         Ok(out)
     }
 

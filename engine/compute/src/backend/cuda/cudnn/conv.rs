@@ -237,14 +237,14 @@ impl Convolutions {
         Some(Convolutions { handle: Mutex::new(handle), choices: Mutex::default() })
     }
 
-    /// Queues `y = conv(x, w)` (no bias) on the stream the handle was opened on; `scratch` allocates the
-    /// algorithm's workspace. An error means nothing was queued (the caller runs the im2col path).
+    /// Queues `y = conv(x, w)` (no bias; with `accumulate`, `y += conv(x, w)`, cuDNN's beta = 1: the f32
+    /// products added to y's values, rounded once) on the stream the handle was opened on; `scratch` allocates
+    /// the algorithm's workspace. An error means nothing was queued (the caller runs the im2col path).
     pub(crate) fn forward(
         &self,
         s: &ConvShape,
-        x: u64,
-        w: u64,
-        y: u64,
+        [x, w, y]: [u64; 3],
+        accumulate: bool,
         scratch: impl FnOnce(u64) -> Result<Allocation>,
     ) -> Result<()> {
         if [x, w, y].iter().any(|p| p % 16 != 0) {
@@ -273,7 +273,7 @@ impl Convolutions {
         let Some(choice) = choice else {
             return Err(Error::Unsupported(format!("cuDNN has no algorithm for {s:?}")));
         };
-        let ran = Self::run(&handle, &d, choice, [x, w, y], scratch);
+        let ran = Self::run(&handle, &d, choice, [x, w, y], accumulate, scratch);
         if ran.is_err() {
             // Not again for this shape: each try would build the descriptors and take the workspace anew.
             self.choices.lock().unwrap_or_else(|p| p.into_inner()).insert(*s, None);
@@ -287,6 +287,7 @@ impl Convolutions {
         d: &Descriptors,
         choice: Choice,
         [x, w, y]: [u64; 3],
+        accumulate: bool,
         scratch: impl FnOnce(u64) -> Result<Allocation>,
     ) -> Result<()> {
         // SAFETY: the descriptor is alive.
@@ -297,10 +298,11 @@ impl Convolutions {
         let (ws_ptr, ws_len) = workspace
             .as_ref()
             .map_or((std::ptr::null_mut(), 0), |a| (a.ptr().0 as *mut c_void, choice.workspace));
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
         // SAFETY: the descriptors describe the tensors at x, w and y (the caller checked the shapes and keeps the
         // buffers alive until the stream has run the convolution; they and the workspace are freed stream-ordered);
-        // alpha and beta are floats, as cuDNN takes them for half, bfloat16 and float data; the workspace holds
+        // alpha and beta are floats, as cuDNN takes them for half, bfloat16 and float data (y is read first where
+        // beta = 1: it holds the values to add to); the workspace holds
         // `ws_len` bytes.
         unsafe {
             dnn::convolution_forward(

@@ -126,6 +126,50 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
     }
 }
 
+// `v` rounded to the compute type `dt` and back (what storing it and loading it again gives).
+__device__ __forceinline__ float round_to(int dt, float v) {
+    switch (dt) {
+    case DT_F16: return f16_to_f32(f32_to_f16(v));
+    case DT_BF16: return bf16_to_f32(f32_to_bf16(v));
+    default: return v;
+    }
+}
+
+// The unary ops (codes as `unary_code` in elementwise.rs), in f32; `dt` is the type the result is stored in.
+#define OP_SILU 0
+#define OP_GELU 1
+#define OP_GELU_TANH 2
+#define OP_TANH 3
+#define OP_SIGMOID 4
+#define OP_EXP 5
+#define OP_NEG 6
+#define OP_RELU 7
+#define OP_NAN_TO_NUM 8
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The largest finite value of compute type `dt` (what `nan_to_num` turns +inf into).
+__device__ __forceinline__ float max_finite(int dt) {
+    return dt == DT_F16 ? 65504.0f : dt == DT_BF16 ? 3.3895313892515355e38f : 3.4028234663852886e38f;
+}
+
+__device__ __forceinline__ float apply_unary(int op, int dt, float x) {
+    switch (op) {
+    case OP_SILU: return x * sigmoid(x);
+    case OP_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case OP_GELU_TANH: {
+        float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(inner));
+    }
+    case OP_TANH: return tanhf(x);
+    case OP_SIGMOID: return sigmoid(x);
+    case OP_EXP: return expf(x);
+    case OP_RELU: return fmaxf(x, 0.0f);
+    case OP_NAN_TO_NUM: return isnan(x) ? 0.0f : fminf(fmaxf(x, -max_finite(dt)), max_finite(dt));
+    default: return -x;
+    }
+}
+
 // Moves one element of `esize` bytes (1, 2 or 4) without conversion.
 __device__ __forceinline__ void mv(void* dst, i64 di, const void* src, i64 si, int esize) {
     if (esize == 4) ((u32*)dst)[di] = ((const u32*)src)[si];

@@ -1,39 +1,5 @@
-// Elementwise ops: unary functions, binary ops with broadcasting, affine, the gated MLP activation, scale/shift
-// modulation and a per-channel bias add. All compute in f32 and round once on store.
-
-#define OP_SILU 0
-#define OP_GELU 1
-#define OP_GELU_TANH 2
-#define OP_TANH 3
-#define OP_SIGMOID 4
-#define OP_EXP 5
-#define OP_NEG 6
-#define OP_RELU 7
-#define OP_NAN_TO_NUM 8
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// The largest finite value of compute type `dt` (what `nan_to_num` turns +inf into).
-__device__ __forceinline__ float max_finite(int dt) {
-    return dt == DT_F16 ? 65504.0f : dt == DT_BF16 ? 3.3895313892515355e38f : 3.4028234663852886e38f;
-}
-
-__device__ __forceinline__ float apply_unary(int op, int dt, float x) {
-    switch (op) {
-    case OP_SILU: return x * sigmoid(x);
-    case OP_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case OP_GELU_TANH: {
-        float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(inner));
-    }
-    case OP_TANH: return tanhf(x);
-    case OP_SIGMOID: return sigmoid(x);
-    case OP_EXP: return expf(x);
-    case OP_RELU: return fmaxf(x, 0.0f);
-    case OP_NAN_TO_NUM: return isnan(x) ? 0.0f : fminf(fmaxf(x, -max_finite(dt)), max_finite(dt));
-    default: return -x;
-    }
-}
+// Elementwise ops: unary functions (`apply_unary`, in common.cu), binary ops with broadcasting, affine, the gated
+// MLP activation, scale/shift modulation and a per-channel bias add. All compute in f32 and round once on store.
 
 extern "C" __global__ void unary(const void* x, void* out, int dt, i64 n, int op) {
     GRID_STRIDE(i, n) { st(out, dt, i, apply_unary(op, dt, ld(x, dt, i))); }

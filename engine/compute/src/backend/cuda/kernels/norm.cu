@@ -1,5 +1,5 @@
-// Normalisations and softmax: a block per row (or per group; a warp per row for short rows), f32 statistics, two
-// passes for mean and variance.
+// Normalisations and softmax: a block per row (or per group; a warp per row for short rows; a thread per position
+// for the channel norm), f32 statistics, two passes for mean and variance.
 
 // One row of RMSNorm: x / sqrt(mean(x^2) + eps) * w (w may be null). The row's `dim` values are shared by the
 // threads `first`, `first + step`, …, and `sum` adds a value over all of them (a block's or a warp's reduction).
@@ -118,5 +118,29 @@ extern "C" __global__ void softmax(const void* x, int dt, void* out, i64 rows, i
         for (i64 c = threadIdx.x; c < dim; c += blockDim.x) s += expf(ld(x, dt, base + c) - m);
         float inv = 1.0f / block_sum(s, scratch);
         for (i64 c = threadIdx.x; c < dim; c += blockDim.x) st(out, dt, base + c, expf(ld(x, dt, base + c) - m) * inv);
+    }
+}
+
+// RMSNorm over the channels of x [B, C, S] (dimension 1; S the product of the spatial dims): thread (b, s) reads its
+// position's C values at stride S (neighbouring threads, neighbouring positions: coalesced), then writes
+// x / sqrt(mean(x^2) + eps) * w[c] (w may be null). With `act` >= 0 that value, rounded to the type as the norm's
+// output would be, goes through the unary op `act` first, as the separate ops compute it.
+extern "C" __global__ void channel_rms_norm(const void* x, int xdt, const void* w, int wdt, void* out, i64 batch,
+                                            i64 channels, i64 spatial, float eps, int act) {
+    GRID_STRIDE(i, batch * spatial) {
+        const i64 b = idiv(i, spatial);
+        const i64 base = b * channels * spatial + (i - b * spatial);
+        float ss = 0.0f;
+        for (i64 c = 0; c < channels; ++c) {
+            const float v = ld(x, xdt, base + c * spatial);
+            ss += v * v;
+        }
+        const float inv = 1.0f / sqrtf(ss / (float)channels + eps);
+        for (i64 c = 0; c < channels; ++c) {
+            float v = ld(x, xdt, base + c * spatial) * inv;
+            if (w) v *= ld(w, wdt, c);
+            if (act >= 0) v = apply_unary(act, xdt, round_to(xdt, v));
+            st(out, xdt, base + c * spatial, v);
+        }
     }
 }

@@ -10,15 +10,6 @@ __device__ __forceinline__ i64 swizzled(i64 r, i64 c, i64 cols) {
 // An e8m0 exponent: 2^(e - 127); 0 decodes to 0 and 255 to infinity (comfy-kitchen's `e8m0_to_f32`).
 __device__ __forceinline__ float e8m0_to_f32(u8 e) { return e == 0 ? 0.0f : __uint_as_float(((u32)e) << 23); }
 
-// `v` rounded to the compute type `dt` and back.
-__device__ __forceinline__ float round_to(int dt, float v) {
-    switch (dt) {
-    case DT_F16: return f16_to_f32(f32_to_f16(v));
-    case DT_BF16: return bf16_to_f32(f32_to_bf16(v));
-    default: return v;
-    }
-}
-
 // The E2M1 values by 4-bit code.
 __device__ __forceinline__ float e2m1_to_f32(u32 code) {
     const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
