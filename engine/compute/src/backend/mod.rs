@@ -110,21 +110,31 @@ impl Conv2dParams {
     }
 }
 
-/// One term of [`Backend::conv2d_sum`]: the 2-D convolution of `x` `[n, C, H, W]` with `w` `[O, C, kh, kw]`,
-/// added to output samples `at..at + n`.
+/// One term of [`Backend::conv2d_sum`]: the 2-D convolution of `n` samples of `x` `[N, C, H, W]` from sample
+/// `from` (no copy of them) with `w` `[O, C, kh, kw]`, added to output samples `at..at + n`.
 #[derive(Clone, Copy)]
 pub struct ConvTerm<'a, B: Backend> {
     /// The input.
     pub x: &'a Tensor<B>,
+    /// The first sample of `x` read.
+    pub from: usize,
+    /// How many samples are read (and written).
+    pub n: usize,
     /// The kernel.
     pub w: &'a Weight<'a>,
     /// The first output sample this term adds to.
     pub at: usize,
 }
 
-impl<B: Backend> ConvTerm<'_, B> {
-    /// Checks that `terms` can sum into one output of `batch` samples: at least one, every input `[n, C, H, W]`
-    /// with the first's C, H and W, every kernel the first's shape, and each term's samples inside the batch.
+impl<'a, B: Backend> ConvTerm<'a, B> {
+    /// Every sample of `x`, added from output sample `at`.
+    pub fn whole(x: &'a Tensor<B>, w: &'a Weight<'a>, at: usize) -> ConvTerm<'a, B> {
+        ConvTerm { x, from: 0, n: x.shape().first().copied().unwrap_or(0), w, at }
+    }
+
+    /// Checks that `terms` can sum into one output of `batch` samples: at least one, every input `[N, C, H, W]`
+    /// with the first's C, H and W, every kernel the first's shape, each term's samples inside its input and
+    /// inside the batch.
     pub(crate) fn check_sum(
         op: &'static str,
         terms: &[ConvTerm<'_, B>],
@@ -136,14 +146,19 @@ impl<B: Backend> ConvTerm<'_, B> {
         let (x0, w0) = (first.x.shape(), first.w.shape());
         for t in terms {
             let x = t.x.shape();
-            let fits = x.len() == 4 && x0.len() == 4 && x[1..] == x0[1..] && t.at + x[0] <= batch;
+            let fits = x.len() == 4
+                && x0.len() == 4
+                && x[1..] == x0[1..]
+                && t.from + t.n <= x[0]
+                && t.at + t.n <= batch;
             if !fits || t.w.shape() != w0 {
                 return Err(crate::Error::shape(
                     op,
                     format!(
-                        "a term of x {:?} and kernel {:?} at sample {} beside x {x0:?} and kernel {w0:?} in a \
-                         batch of {batch}",
-                        t.x.shape(),
+                        "a term of samples {}..{} of x {x:?} with kernel {:?} into samples from {}, beside x \
+                         {x0:?} and kernel {w0:?}, in a batch of {batch}",
+                        t.from,
+                        t.from + t.n,
                         t.w.shape(),
                         t.at
                     ),
@@ -413,10 +428,11 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// `[batch, O, H', W']`: the sum of the `terms`' 2-D convolutions (every kernel the same shape, `params`
     /// for each), each added to the output samples it names, plus `bias` `[O]`; a sample no term reaches is the
-    /// bias alone (zero without one). A causal 3-D convolution's temporal taps, each over the frames it reads,
-    /// summed into one output: no output per tap, no padding of them and no sums. Each term's products
-    /// accumulate in f32; the output is rounded to the compute type at most once per term and once for the
-    /// bias (one term over every sample: exactly [`Backend::conv2d`]).
+    /// bias alone (zero without one). A causal 3-D convolution's temporal taps, each over the frames it reads
+    /// where they lie, summed into one output: no copy of the frames, no output per tap, no padding of them and
+    /// no sums. Each term's products accumulate in f32; the output is rounded to the compute type at most once
+    /// per term and once for the bias (one term of every sample of its input into every output sample: exactly
+    /// [`Backend::conv2d`]).
     fn conv2d_sum(
         &self,
         terms: &[ConvTerm<'_, Self>],

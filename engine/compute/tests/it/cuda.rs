@@ -622,8 +622,8 @@ mod gpu {
     }
 
     /// A causal 3-D convolution's taps summed into 4 frames: `covering`, the last tap over every frame first (it
-    /// writes them), tap 1 from frame 1 and tap 0 from frame 2; otherwise the later taps alone, the output
-    /// zeroed first and frame 0 the bias alone.
+    /// writes them), tap 1 into frames 1.. and tap 0 into frames 2..; otherwise those two alone, the output zeroed
+    /// first and frame 0 the bias alone.
     fn conv_sum_case<B: Backend>(
         b: &B,
         dt: DType,
@@ -633,16 +633,18 @@ mod gpu {
     ) -> Vec<f32> {
         let frames =
             |n: usize, seed: u64| up(b, &[n, 6, 11, 9], &values(n * 6 * 99, seed, 1.0), dt);
-        let (x2, x3, x4) = (frames(2, 40), frames(3, 41), frames(4, 42));
+        let (x2, x4) = (frames(2, 40), frames(4, 42));
         let taps: Vec<OwnedWeight> = (0..3)
             .map(|t| weight(b, DType::BF16, &[7, 6, k, k], &values(7 * 6 * k * k, 43 + t, 0.3)))
             .collect();
         let bias = weight(b, DType::F32, &[7], &values(7, 46, 1.0));
         let [w0, w1, w2] = [0, 1, 2].map(|t| taps[t].view());
+        // Tap 1 reads frames 1..4 of x4 where they lie (a view at an offset, as a chunk's frames after the
+        // history are read).
         let mut terms =
-            vec![ConvTerm { x: &x3, w: &w1, at: 1 }, ConvTerm { x: &x2, w: &w0, at: 2 }];
+            vec![ConvTerm { x: &x4, from: 1, n: 3, w: &w1, at: 1 }, ConvTerm::whole(&x2, &w0, 2)];
         if covering {
-            terms.insert(0, ConvTerm { x: &x4, w: &w2, at: 0 });
+            terms.insert(0, ConvTerm::whole(&x4, &w2, 0));
         }
         get(b, &b.conv2d_sum(&terms, Some(&bias.view()), params, 4).expect("conv2d_sum"))
     }

@@ -1148,11 +1148,8 @@ fn conv2d_sum_adds_each_term_into_its_frames() {
     let bias_of = |i: usize| biases[i / (h * w) % o];
     let (w0, w1, w2) = (taps[0].view(), taps[1].view(), taps[2].view());
     // Covering: the last tap over the 4 frames, tap 1 from frame 1, tap 0 from frame 2.
-    let terms = [
-        ConvTerm { x: &x4, w: &w2, at: 0 },
-        ConvTerm { x: &x3, w: &w1, at: 1 },
-        ConvTerm { x: &x2, w: &w0, at: 2 },
-    ];
+    let terms =
+        [ConvTerm::whole(&x4, &w2, 0), ConvTerm::whole(&x3, &w1, 1), ConvTerm::whole(&x2, &w0, 2)];
     let got = cpu.to_f32(&cpu.conv2d_sum(&terms, Some(&bv), params, 4).expect("sum")).expect("f32");
     let mut want = conv(&x4, 2);
     for (x, t, at) in [(&x3, 1, 1), (&x2, 0, 2)] {
@@ -1163,7 +1160,7 @@ fn conv2d_sum_adds_each_term_into_its_frames() {
     let want: Vec<f64> = want.iter().enumerate().map(|(i, &v)| f64::from(v + bias_of(i))).collect();
     assert_close(&got, &want, 1e-5, 1e-5, "three taps");
     // Not covering: frames 0 and 1 are the bias alone.
-    let terms = [ConvTerm { x: &x2, w: &w0, at: 2 }, ConvTerm { x: &x3, w: &w1, at: 1 }];
+    let terms = [ConvTerm::whole(&x2, &w0, 2), ConvTerm::whole(&x3, &w1, 1)];
     let got = cpu.to_f32(&cpu.conv2d_sum(&terms, Some(&bv), params, 4).expect("sum")).expect("f32");
     let mut want = vec![0.0f32; 4 * plane];
     for (x, t, at) in [(&x2, 0, 2), (&x3, 1, 1)] {
@@ -1173,22 +1170,36 @@ fn conv2d_sum_adds_each_term_into_its_frames() {
     }
     let want: Vec<f64> = want.iter().enumerate().map(|(i, &v)| f64::from(v + bias_of(i))).collect();
     assert_close(&got, &want, 1e-5, 1e-5, "two taps after the first frame");
+    // Terms reading a run of their input's frames where it lies: frames 1..3 of x4, then frame 0 of x2.
+    let terms = [
+        ConvTerm { x: &x4, from: 1, n: 2, w: &w2, at: 0 },
+        ConvTerm { x: &x2, from: 0, n: 1, w: &w0, at: 1 },
+    ];
+    let got = cpu.to_f32(&cpu.conv2d_sum(&terms, None, params, 2).expect("sum")).expect("f32");
+    let frames = |x: &Tensor<Cpu>, from: usize, n: usize| cpu.slice(x, 0, from, n).expect("slice");
+    let mut want = conv(&frames(&x4, 1, 2), 2);
+    for (d, v) in want[plane..].iter_mut().zip(conv(&frames(&x2, 0, 1), 0)) {
+        *d += v;
+    }
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    assert_close(&got, &want, 1e-5, 1e-5, "runs of frames");
     // One term over the batch: conv2d itself, bit for bit (an image's causal convolution).
     let xb = tensor(&cpu, &[4, c, h, w], &rng.vec(4 * c * h * w), DType::BF16);
-    let one =
-        cpu.conv2d_sum(&[ConvTerm { x: &xb, w: &w2, at: 0 }], Some(&bv), params, 4).expect("one");
+    let one = cpu.conv2d_sum(&[ConvTerm::whole(&xb, &w2, 0)], Some(&bv), params, 4).expect("one");
     let direct = cpu.conv2d(&xb, &w2, Some(&bv), params).expect("conv2d");
     assert_eq!(cpu.to_f32(&one).expect("f32"), cpu.to_f32(&direct).expect("f32"));
     // Bad sums.
     assert_shape_error(cpu.conv2d_sum(&[], None, params, 4), "conv2d_sum");
-    let past = [ConvTerm { x: &x3, w: &w1, at: 2 }];
+    let past = [ConvTerm::whole(&x3, &w1, 2)];
     assert_shape_error(cpu.conv2d_sum(&past, None, params, 4), "conv2d_sum");
+    let beyond = [ConvTerm { x: &x3, from: 2, n: 2, w: &w1, at: 0 }];
+    assert_shape_error(cpu.conv2d_sum(&beyond, None, params, 4), "conv2d_sum");
     let other = weight(&cpu, DType::F32, &[o, c, 1, 1], &rng.vec(o * c));
     let ov = other.view();
-    let mixed = [ConvTerm { x: &x4, w: &w2, at: 0 }, ConvTerm { x: &x2, w: &ov, at: 0 }];
+    let mixed = [ConvTerm::whole(&x4, &w2, 0), ConvTerm::whole(&x2, &ov, 0)];
     assert_shape_error(cpu.conv2d_sum(&mixed, None, params, 4), "conv2d_sum");
     let narrow = tensor(&cpu, &[2, c, h, w - 1], &rng.vec(2 * c * h * (w - 1)), DType::F32);
-    let sides = [ConvTerm { x: &x4, w: &w2, at: 0 }, ConvTerm { x: &narrow, w: &w1, at: 0 }];
+    let sides = [ConvTerm::whole(&x4, &w2, 0), ConvTerm::whole(&narrow, &w1, 0)];
     assert_shape_error(cpu.conv2d_sum(&sides, None, params, 4), "conv2d_sum");
 }
 

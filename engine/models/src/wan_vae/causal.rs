@@ -203,13 +203,25 @@ fn causal<B: Backend>(
         }
     };
     // The last tap reads the chunk itself, frame for frame, into every output frame.
-    let mut reads = vec![(x.clone(), kt - 1, 0)];
+    let mut reads = vec![TapRead { x, from: 0, n, tap: kt - 1, at: 0 }];
     for j in 0..kt - 1 {
         // Output k reads padded frame k + j: zero before `zeros`, then frame k + j − zeros of the history
-        // followed by the chunk. Outputs before `first` read only zeros through this tap.
+        // followed by the chunk. Outputs before `first` read only zeros through this tap; the others read
+        // frames `start..start + len` of the history and the chunk, each part where it lies.
         let first = zeros.saturating_sub(j);
-        if first < n {
-            reads.push((read(first + j - zeros, n - first)?, j, first));
+        if first >= n {
+            continue;
+        }
+        let (start, len) = (first + j - zeros, n - first);
+        if let Some(h) = history
+            && start < p
+        {
+            reads.push(TapRead { x: h, from: start, n: len.min(p - start), tap: j, at: first });
+        }
+        if start + len > p {
+            let from = start.max(p);
+            let at = first + (from - start);
+            reads.push(TapRead { x, from: from - p, n: start + len - from, tap: j, at });
         }
     }
     let out = sum_taps(b, &taps, &reads, bias, params, n)?;
@@ -221,19 +233,32 @@ fn causal<B: Backend>(
     Ok(out)
 }
 
-/// The convolution of each read `(frames, tap, first output frame)` with its tap, summed into `n` output frames
-/// with the bias (see [`Backend::conv2d_sum`]).
+/// What one tap of a causal convolution reads: `n` frames of `x` from frame `from`, added into the output frames
+/// from `at`.
+struct TapRead<'t, B: Backend> {
+    x: &'t Tensor<B>,
+    from: usize,
+    n: usize,
+    tap: usize,
+    at: usize,
+}
+
+/// The convolution of each read with its tap, summed into `n` output frames with the bias (see
+/// [`Backend::conv2d_sum`]).
 fn sum_taps<B: Backend>(
     b: &B,
     taps: &Taps,
-    reads: &[(Tensor<B>, usize, usize)],
+    reads: &[TapRead<'_, B>],
     bias: &Weight<'_>,
     params: Conv2dParams,
     n: usize,
 ) -> Result<Tensor<B>> {
-    let kernels = reads.iter().map(|&(_, j, _)| taps.tap(j)).collect::<Result<Vec<_>>>()?;
-    let terms: Vec<ConvTerm<'_, B>> =
-        reads.iter().zip(&kernels).map(|((x, _, at), w)| ConvTerm { x, w, at: *at }).collect();
+    let kernels = reads.iter().map(|r| taps.tap(r.tap)).collect::<Result<Vec<_>>>()?;
+    let terms: Vec<ConvTerm<'_, B>> = reads
+        .iter()
+        .zip(&kernels)
+        .map(|(r, w)| ConvTerm { x: r.x, from: r.from, n: r.n, w, at: r.at })
+        .collect();
     Ok(b.conv2d_sum(&terms, Some(bias), params, n)?)
 }
 
@@ -278,7 +303,14 @@ pub(crate) fn time_down<B: Backend>(
             s[0] = m;
             Ok(b.slice(t, 1, k, 1)?.reshape(&s)?)
         };
-        let reads = [(pick(&odd, 1)?, 2, 0), (pick(&even, 0)?, 0, 0), (pick(&odd, 0)?, 1, 0)];
+        let picked = [pick(&odd, 1)?, pick(&even, 0)?, pick(&odd, 0)?];
+        let reads = [(0, 2), (1, 0), (2, 1)].map(|(k, tap)| TapRead {
+            x: &picked[k],
+            from: 0,
+            n: m,
+            tap,
+            at: 0,
+        });
         let taps = stream.taps(b, key, &layer.weight(i))?;
         let bias = layer.weight(i + 1);
         let y = sum_taps(b, &taps, &reads, &bias, Conv2dParams::same(0), m)?;

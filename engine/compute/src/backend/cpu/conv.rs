@@ -8,6 +8,8 @@
 //!   GEMM on the input.
 //! - Other strides: im2col over bands of output rows (bounded scratch), one GEMM per band.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::Cpu;
@@ -16,7 +18,7 @@ use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
 use super::weights::{vector, widen};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tensor::{Tensor, Weight};
 
 /// Largest im2col band, in elements.
@@ -31,7 +33,8 @@ pub(crate) fn conv2d(
     params: Conv2dParams,
 ) -> Result<Tensor<Cpu>> {
     const OP: &str = "conv2d";
-    let (mut out, shape) = convolve(cpu, x, w, params, OP)?;
+    let batch = x.shape().first().copied().unwrap_or(0);
+    let (mut out, shape) = convolve(cpu, x, 0..batch, w, params, OP)?;
     add_bias(cpu, &mut out, bias, shape, OP)?;
     tensor_from_f32(shape.to_vec(), out, x.dtype(), OP)
 }
@@ -48,19 +51,16 @@ pub(crate) fn conv2d_sum(
     const OP: &str = "conv2d_sum";
     ConvTerm::check_sum(OP, terms, batch)?;
     let first = &terms[0];
-    if terms.len() == 1 && first.at == 0 && first.x.shape()[0] == batch {
+    if terms.len() == 1 && first.at == 0 && first.n == batch && first.x.shape()[0] == batch {
         return conv2d(cpu, first.x, first.w, bias, params);
     }
-    let mut out = Vec::new();
-    let mut shape = [batch, 0, 0, 0];
-    for term in terms {
-        let (values, [n, o, oh, ow]) = convolve(cpu, term.x, term.w, params, OP)?;
-        if out.is_empty() {
-            shape = [batch, o, oh, ow];
-            out = vec![0.0f32; batch * o * oh * ow];
-        }
-        let sample = o * oh * ow;
-        let dst = &mut out[term.at * sample..(term.at + n) * sample];
+    let g = ConvGeometry::of(OP, first.x.shape(), first.w.shape(), params)?;
+    let sample = g.o * g.oh * g.ow;
+    let shape = [batch, g.o, g.oh, g.ow];
+    let mut out = vec![0.0f32; batch * sample];
+    for t in terms {
+        let values = convolve(cpu, t.x, t.from..t.from + t.n, t.w, params, OP)?.0;
+        let dst = &mut out[t.at * sample..(t.at + t.n) * sample];
         dst.par_chunks_mut(PAR_CHUNK).zip(values.par_chunks(PAR_CHUNK)).for_each(|(d, v)| {
             d.iter_mut().zip(v).for_each(|(d, v)| *d += v);
         });
@@ -90,19 +90,25 @@ fn add_bias(
     Ok(())
 }
 
-/// The convolution of `x` `[B, C, H, W]` with `w` `[O, C, kh, kw]` in f32, no bias, not rounded: its values and
-/// their shape `[B, O, OH, OW]`.
+/// The convolution of `samples` of `x` `[B, C, H, W]` with `w` `[O, C, kh, kw]` in f32, no bias, not rounded: its
+/// values and their shape `[samples, O, OH, OW]`.
 fn convolve(
     cpu: &Cpu,
     x: &Tensor<Cpu>,
+    samples: Range<usize>,
     w: &Weight<'_>,
     params: Conv2dParams,
     op: &'static str,
 ) -> Result<(Vec<f32>, [usize; 4])> {
     let g = ConvGeometry::of(op, x.shape(), w.shape(), params)?;
-    let (b, c, h, wd, o) = (g.n, g.c, g.h, g.w, g.o);
+    let (c, h, wd, o) = (g.c, g.h, g.w, g.o);
+    if samples.end > g.n {
+        return Err(Error::shape(op, format!("samples {samples:?} of x {:?}", x.shape())));
+    }
+    let b = samples.len();
     let weights = widen(cpu.sim(), w)?;
     let xs = read_f32(x, op)?;
+    let xs = &xs[samples.start * c * h * wd..samples.end * c * h * wd];
     let plane_out = g.oh * g.ow;
     let mut out = vec![0.0f32; b * o * plane_out];
     if plane_out > 0 && o > 0 {

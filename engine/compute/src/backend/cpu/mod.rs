@@ -294,7 +294,7 @@ impl Backend for Cpu {
         let [_, _, oh, ow] = *out.shape() else { return Ok(out) };
         for t in terms {
             // A term's outputs: its samples' planes, each summing C_in × kh × kw products.
-            let outputs = t.x.shape()[0] * t.w.shape()[0] * oh * ow;
+            let outputs = t.n * t.w.shape()[0] * oh * ow;
             work::count(2 * outputs * numel(&t.w.shape()[1..]), t.w.bytes());
         }
         Ok(out)

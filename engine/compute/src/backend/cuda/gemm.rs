@@ -545,7 +545,7 @@ impl Cuda {
         params: Conv2dParams,
     ) -> Result<Tensor<Cuda>> {
         let batch = x.shape().first().copied().unwrap_or(0);
-        self.conv2d_terms("conv2d", &[ConvTerm { x, w, at: 0 }], bias, params, batch)
+        self.conv2d_terms("conv2d", &[ConvTerm::whole(x, w, 0)], bias, params, batch)
     }
 
     pub(crate) fn op_conv2d_sum(
@@ -581,7 +581,7 @@ impl Cuda {
         }
         let out = self.empty(vec![batch, g0.o, g0.oh, g0.ow], dtype)?;
         let sample = (g0.o * g0.oh * g0.ow * dtype.size()) as u64;
-        let covers = first.at == 0 && g0.n == batch;
+        let covers = first.at == 0 && first.n == batch;
         if !covers {
             self.fill_ptr(out.buf().ptr().0, dtype, out.numel(), 0.0)?;
         }
@@ -593,9 +593,18 @@ impl Cuda {
                 ));
             }
             let g = ConvGeometry::of(op, t.x.shape(), t.w.shape(), params)?;
+            if t.from + t.n > g.n {
+                return Err(Error::shape(
+                    op,
+                    format!("samples {}+{} of {:?}", t.from, t.n, t.x.shape()),
+                ));
+            }
+            // Samples `from..from + n` of x: a view at their offset.
+            let x = t.x.buf().ptr().0 + (t.from * g.c * g.h * g.w * dtype.size()) as u64;
+            let g = ConvGeometry { n: t.n, ..g };
             let (wptr, _scratch) = self.weight_as(t.w, dtype)?;
             let y = out.buf().ptr().0 + t.at as u64 * sample;
-            self.conv2d_into(&g, dtype, [t.x.buf().ptr().0, wptr, y], !covers || i > 0)?;
+            self.conv2d_into(&g, dtype, [x, wptr, y], !covers || i > 0)?;
         }
         if let Some(bw) = bias {
             self.bias_add(&out, bw, g0.o, g0.oh * g0.ow)?;
