@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use super::Cpu;
 use super::avx512_gemm::{self, F32, Kind, Rhs};
 use super::gemm::{Mat, MatMut, Threads, gemm};
-use super::storage::{PAR_CHUNK, read_f32, tensor_from_f32};
+use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
 use super::weights::{vector, widen};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
 use crate::error::{Error, Result};
@@ -107,8 +107,8 @@ fn convolve(
     }
     let b = samples.len();
     let weights = widen(cpu.sim(), w)?;
-    let xs = read_f32(x, op)?;
-    let xs = &xs[samples.start * c * h * wd..samples.end * c * h * wd];
+    let per_sample = c * h * wd;
+    let xs = read_f32_range(x, samples.start * per_sample..samples.end * per_sample, op)?;
     let plane_out = g.oh * g.ow;
     let mut out = vec![0.0f32; b * o * plane_out];
     if plane_out > 0 && o > 0 {

@@ -78,10 +78,23 @@ pub(crate) fn data<'a>(x: &'a Tensor<Cpu>, op: &'static str) -> Result<&'a Data>
 
 /// The elements of `x` as f32: borrowed when they are f32, widened otherwise.
 pub(crate) fn read_f32<'a>(x: &'a Tensor<Cpu>, op: &'static str) -> Result<Cow<'a, [f32]>> {
-    Ok(match data(x, op)? {
-        Data::F32(v) => Cow::Borrowed(v.as_slice()),
-        Data::F16(v) => Cow::Owned(widen_halves(v, |h| h.to_f32())),
-        Data::BF16(v) => Cow::Owned(widen_halves(v, |h| h.to_f32())),
+    read_f32_range(x, 0..x.numel(), op)
+}
+
+/// Elements `range` of `x` as f32 (only those widened), or a shape error past its end.
+pub(crate) fn read_f32_range<'a>(
+    x: &'a Tensor<Cpu>,
+    range: std::ops::Range<usize>,
+    op: &'static str,
+) -> Result<Cow<'a, [f32]>> {
+    let d = data(x, op)?;
+    if range.start > range.end || range.end > d.len() {
+        return Err(Error::shape(op, format!("elements {range:?} of {:?}", x.shape())));
+    }
+    Ok(match d {
+        Data::F32(v) => Cow::Borrowed(&v[range]),
+        Data::F16(v) => Cow::Owned(widen_halves(&v[range], |h| h.to_f32())),
+        Data::BF16(v) => Cow::Owned(widen_halves(&v[range], |h| h.to_f32())),
     })
 }
 
