@@ -9,7 +9,8 @@
 //! `--workflow s2v`), or Wan Animate 2's (`video_wan_animate2_distilled`: a reference image and a pose video, in
 //! context windows with the int8 pose-branch cache, `--workflow animate2`), or Lotus depth's
 //! (`image_lotus_depth_v1_1` on a flat grey picture, `--workflow lotus`), or that
-//! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), run in-process through
+//! audio encode alone (`--workflow whisper`: LoadAudio, AudioEncoderLoader, AudioEncoderEncode), or the Wan 2.2 VAE's
+//! decode alone (`--workflow wan22-vae`: the 5B's empty latent through VAEDecode), run in-process through
 //! the engine's [`Executor`]:
 //! seconds per sampler step, seconds end to end (cold: the first prompt, loading included; warm: a second
 //! prompt with another seed, the loaders and text encodes cached), per-node times, peak host RSS (per node and
@@ -18,7 +19,7 @@
 //! Usage (`harness = false`; build with `cargo bench -p kiln-engine --bench zimage --no-run`):
 //!
 //! ```text
-//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|wan22-a14b|humo|s2v|animate2|whisper|lotus]
+//! zimage --models DIR [--workflow zimage|qwen-image|qwen-image-lightning|flux-dev|flux2-klein|wan22-5b|wan22-a14b|humo|s2v|animate2|whisper|wan22-vae|lotus]
 //!        [--size 1024] [--height H] [--frames N] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
@@ -118,6 +119,10 @@ enum Workflow {
     /// The HuMo template's audio encode alone: a second of the tone through Whisper large-v3 (which encodes a
     /// 30-s window whatever the clip), previewed as text. No sampler: its time is `AudioEncoderEncode`'s node.
     Whisper,
+    /// The Wan 2.2 TI2V template's decode alone: Wan22ImageToVideoLatent's empty latent for a `size`² clip of
+    /// `--frames` frames through VAEDecode with the Wan 2.2 VAE, saved as images. No sampler: its time is
+    /// `VAEDecode`'s node (the latent's values do not change the work).
+    Wan22Vae,
     /// Lotus depth's template (`image_lotus_depth_v1_1`, a flat grey picture in place of its input): VAEEncode
     /// with SD's KL autoencoder, LotusConditioning, BasicGuider, the `normal` schedule with its first σ set to 999,
     /// euler without noise through SamplerCustomAdvanced (one UNet call a step), VAEDecode, ImageInvert.
@@ -180,6 +185,7 @@ impl Workflow {
                 "vae/wan_2.1_vae.safetensors",
             ],
             Workflow::Whisper => &["audio_encoders/whisper_large_v3_fp16.safetensors"],
+            Workflow::Wan22Vae => &["vae/wan2.2_vae.safetensors"],
             Workflow::Lotus => &[
                 "diffusion_models/lotus-depth-d-v1-1.safetensors",
                 "vae/vae-ft-mse-840000-ema-pruned.safetensors",
@@ -227,6 +233,12 @@ impl Workflow {
             Workflow::S2v => s2v_workflow(seed, size, steps),
             Workflow::Animate2 => animate2_workflow(seed, size, steps),
             Workflow::Lotus => lotus_workflow(seed, size, steps),
+            Workflow::Wan22Vae => json!({
+                "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "ComfyUI", "images": ["65", 0]}},
+                "63": {"class_type": "VAELoader", "inputs": {"vae_name": "wan2.2_vae.safetensors"}},
+                "65": {"class_type": "VAEDecode", "inputs": {"samples": ["68", 0], "vae": ["63", 0]}},
+                "68": {"class_type": "Wan22ImageToVideoLatent", "inputs": {"width": size, "height": size, "length": WAN_FRAMES, "batch_size": 1, "vae": ["63", 0]}},
+            }),
             Workflow::Whisper => json!({
                 "9": {"class_type": "PreviewAny", "inputs": {"source": ["74", 0]}},
                 "72": {"class_type": "LoadAudio", "inputs": {"audio": HUMO_AUDIO}},
@@ -272,6 +284,7 @@ impl Workflow {
                 "frames": frames, "pose_cache": "int8", "context_windows": "21/8 static",
             }),
             Workflow::Whisper => json!({"audio_seconds": 1}),
+            Workflow::Wan22Vae => json!({"frames": frames}),
             Workflow::Lotus => json!({
                 "sampler": "euler", "scheduler": "normal, first sigma 999", "cfg": 1, "dit_calls_per_step": 1,
             }),
@@ -338,6 +351,7 @@ fn parse_args() -> Result<Args, String> {
                 "s2v" => args.workflow = Workflow::S2v,
                 "animate2" => args.workflow = Workflow::Animate2,
                 "whisper" => args.workflow = Workflow::Whisper,
+                "wan22-vae" => args.workflow = Workflow::Wan22Vae,
                 "lotus" => args.workflow = Workflow::Lotus,
                 other => {
                     return Err(format!(
@@ -1051,6 +1065,7 @@ fn bench(args: &Args) -> Result<Value, String> {
             Workflow::S2v => "wan22-s2v-14b-audio-to-video",
             Workflow::Animate2 => "wan-animate2-motion-transfer",
             Workflow::Whisper => "whisper-large-v3-audio-encode",
+            Workflow::Wan22Vae => "wan22-vae-decode",
             Workflow::Lotus => "lotus-depth-image-to-depth",
         },
         "label": args.label,
