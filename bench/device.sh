@@ -143,10 +143,12 @@ for part in $PARTS; do
       echo "rc=$?" >> "$WORK/ops.txt"
       unset CUDNN_LOGLEVEL_DBG CUDNN_LOGERR_DBG CUDNN_LOGDEST_DBG
       grep -E "^test |test result|panicked|rc=|cuDNN ran" "$WORK/ops.txt" | tee -a "$WORK/device.log"
-      # A convolution test that did not pass: the later parts keep to the im2col path (cuDNN may be the cause).
-      if ! grep -q "conv2d_matches_the_cpu ... ok" "$WORK/ops.txt"; then
+      # A convolution test that did not pass (conv2d, or conv2d_sum's accumulation with cuDNN's beta = 1): the
+      # later parts keep to the im2col path (cuDNN may be the cause).
+      if ! grep -q "conv2d_matches_the_cpu ... ok" "$WORK/ops.txt" \
+        || ! grep -q "conv2d_sum_matches_the_cpu ... ok" "$WORK/ops.txt"; then
         export KILN_CUDA_CUDNN=0
-        log "KILN_CUDA_CUDNN=0: the conv2d op test did not pass"
+        log "KILN_CUDA_CUDNN=0: a conv2d op test did not pass"
       fi ;;
     smoke)
       [ "$l" -ge 60 ] || { log "smoke skipped: $l s left"; continue; }
