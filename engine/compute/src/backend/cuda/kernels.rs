@@ -506,4 +506,26 @@ mod tests {
             assert!(COMMON.contains(&line), "common.cu lacks `{line}`");
         }
     }
+
+    #[test]
+    fn host_constants_match_the_kernels() {
+        use crate::backend::UnaryOp;
+        use crate::backend::cuda::elementwise::unary_code;
+        for (op, name) in [
+            (UnaryOp::Silu, "OP_SILU"),
+            (UnaryOp::Gelu, "OP_GELU"),
+            (UnaryOp::GeluTanh, "OP_GELU_TANH"),
+            (UnaryOp::Tanh, "OP_TANH"),
+            (UnaryOp::Sigmoid, "OP_SIGMOID"),
+            (UnaryOp::Exp, "OP_EXP"),
+            (UnaryOp::Neg, "OP_NEG"),
+            (UnaryOp::Relu, "OP_RELU"),
+            (UnaryOp::NanToNum, "OP_NAN_TO_NUM"),
+        ] {
+            let line = format!("#define {name} {}", unary_code(op));
+            assert!(COMMON.contains(&line), "common.cu lacks `{line}`");
+        }
+        let lanes = format!("#define CN_LANES {}", crate::backend::cuda::norm::CHANNEL_LANES);
+        assert!(KernelFile::Norm.source().contains(&lanes), "norm.cu lacks `{lanes}`");
+    }
 }

@@ -12,6 +12,9 @@ use crate::tensor::{Tensor, Weight};
 const THREADS: u32 = 256;
 /// The longest row a warp normalises alone (`rms_norm_rows`, `layer_norm_rows`): 128 values a lane.
 const WARP_ROW_MAX: usize = 4096;
+/// Threads a position in `channel_rms_norm`, each summing every `CHANNEL_LANES`-th channel (`CN_LANES` in
+/// norm.cu).
+pub(super) const CHANNEL_LANES: u32 = 8;
 
 /// A weight's address and type code, or a null pointer.
 fn opt(w: Option<&Weight<'_>>) -> (Arg, Arg) {
@@ -91,8 +94,9 @@ impl Cuda {
     }
 
     /// RMSNorm over the channels of `x` `[B, C, spatial..]`, then `act` (see
-    /// [`crate::Backend::channel_rms_norm`]): a thread per position, reading its channels at the spatial stride
-    /// (neighbouring threads, neighbouring positions: every load is coalesced).
+    /// [`crate::Backend::channel_rms_norm`]): a block per tile of 32 positions, [`CHANNEL_LANES`] threads a
+    /// position each summing a share of its channels, read at the spatial stride (neighbouring threads,
+    /// neighbouring positions: every load is coalesced).
     pub(crate) fn op_channel_rms_norm(
         &self,
         x: &Tensor<Cuda>,
@@ -117,7 +121,11 @@ impl Cuda {
         self.launch(
             KernelFile::Norm,
             OP,
-            Grid::linear(batch * spatial),
+            Grid {
+                grid: ((batch * spatial.div_ceil(32)).clamp(1, 65_535) as u32, 1, 1),
+                block: (32, CHANNEL_LANES, 1),
+                shared: 0,
+            },
             &[
                 Arg::Ptr(x.buf().ptr().0),
                 Arg::I32(dtype_code(dt)),

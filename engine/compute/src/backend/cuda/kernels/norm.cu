@@ -121,26 +121,45 @@ extern "C" __global__ void softmax(const void* x, int dt, void* out, i64 rows, i
     }
 }
 
-// RMSNorm over the channels of x [B, C, S] (dimension 1; S the product of the spatial dims): thread (b, s) reads its
-// position's C values at stride S (neighbouring threads, neighbouring positions: coalesced), then writes
-// x / sqrt(mean(x^2) + eps) * w[c] (w may be null). With `act` >= 0 that value, rounded to the type as the norm's
-// output would be, goes through the unary op `act` first, as the separate ops compute it.
+// RMSNorm over the channels of x [B, C, S] (dimension 1; S the product of the spatial dims). A block of 32 x
+// CN_LANES threads takes a tile of 32 neighbouring positions: lane y of position x sums the squares of channels
+// y, y + CN_LANES, ... (a warp reads 32 neighbouring positions of one channel: coalesced), the lanes' partial sums
+// meet in shared memory, and each lane writes its channels of x / sqrt(mean(x^2) + eps) * w[c] (w may be null).
+// With `act` >= 0 that value, rounded to the type as the norm's output would be, goes through the unary op `act`
+// first, as the separate ops compute it. The lanes keep a low-resolution map (few positions, up to a thousand
+// channels) from running on a handful of threads.
+#define CN_LANES 8
+
 extern "C" __global__ void channel_rms_norm(const void* x, int xdt, const void* w, int wdt, void* out, i64 batch,
                                             i64 channels, i64 spatial, float eps, int act) {
-    GRID_STRIDE(i, batch * spatial) {
-        const i64 b = idiv(i, spatial);
-        const i64 base = b * channels * spatial + (i - b * spatial);
+    __shared__ float partial[CN_LANES][32];
+    const i64 per_sample = (spatial + 31) / 32, tiles = batch * per_sample;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 b = idiv(tile, per_sample);
+        const i64 s = (tile - b * per_sample) * 32 + threadIdx.x;
+        const bool inside = s < spatial;
+        const i64 base = b * channels * spatial + s;
         float ss = 0.0f;
-        for (i64 c = 0; c < channels; ++c) {
-            const float v = ld(x, xdt, base + c * spatial);
-            ss += v * v;
+        if (inside) {
+            for (i64 c = threadIdx.y; c < channels; c += CN_LANES) {
+                const float v = ld(x, xdt, base + c * spatial);
+                ss += v * v;
+            }
         }
-        const float inv = 1.0f / sqrtf(ss / (float)channels + eps);
-        for (i64 c = 0; c < channels; ++c) {
-            float v = ld(x, xdt, base + c * spatial) * inv;
-            if (w) v *= ld(w, wdt, c);
-            if (act >= 0) v = apply_unary(act, xdt, round_to(xdt, v));
-            st(out, xdt, base + c * spatial, v);
+        partial[threadIdx.y][threadIdx.x] = ss;
+        __syncthreads();
+        float total = 0.0f;
+        for (int lane = 0; lane < CN_LANES; ++lane) total += partial[lane][threadIdx.x];
+        const float inv = 1.0f / sqrtf(total / (float)channels + eps);
+        if (inside) {
+            for (i64 c = threadIdx.y; c < channels; c += CN_LANES) {
+                float v = ld(x, xdt, base + c * spatial) * inv;
+                if (w) v *= ld(w, wdt, c);
+                if (act >= 0) v = apply_unary(act, xdt, round_to(xdt, v));
+                st(out, xdt, base + c * spatial, v);
+            }
         }
+        // Every lane has read the partial sums before the next tile writes them.
+        __syncthreads();
     }
 }
