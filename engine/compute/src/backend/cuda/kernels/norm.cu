@@ -1,5 +1,5 @@
-// Normalisations and softmax: a block per row (or per group; a warp per row for short rows; a thread per position
-// for the channel norm), f32 statistics, two passes for mean and variance.
+// Normalisations and softmax: a block per row (or per group; a warp per row for short rows; a block per 32
+// positions for the channel norm), f32 statistics, two passes for mean and variance.
 
 // One row of RMSNorm: x / sqrt(mean(x^2) + eps) * w (w may be null). The row's `dim` values are shared by the
 // threads `first`, `first + step`, …, and `sum` adds a value over all of them (a block's or a warp's reduction).
