@@ -24,7 +24,8 @@
 #                attention-bench ran before, the one of least time over its shapes (cudnn only where its kernels
 #                ran there), else mma (or mma2) if it passed, else gemm
 #
-# After ops, a conv2d op test that did not pass sets KILN_CUDA_CUDNN=0 (convolutions as im2col) for the rest.
+# After ops, a conv2d or conv2d_sum op test that did not pass sets KILN_CUDA_CUDNN=0 (convolutions as im2col)
+# for the rest.
 #
 # A family part runs only if its smoke (when one ran) ran on CUDA without an error.
 #
