@@ -100,8 +100,10 @@ pub(crate) fn channel_rms_norm(
         });
     });
     let (dtype, max) = (x.dtype(), x.dtype().max_finite());
-    out.par_chunks_mut(spatial).zip(xs.par_chunks(spatial)).enumerate().for_each(
-        |(row, (o, xr))| {
+    // Each task keeps one buffer for the rounded norm its activation reads, not one a row.
+    out.par_chunks_mut(spatial).zip(xs.par_chunks(spatial)).enumerate().for_each_init(
+        Vec::new,
+        |normed: &mut Vec<f32>, (row, (o, xr))| {
             let (b, channel) = (row / c, row % c);
             let inv = &inv[b * spatial..(b + 1) * spatial];
             match &w {
@@ -113,8 +115,9 @@ pub(crate) fn channel_rms_norm(
             }
             if let Some(op) = act {
                 // The activation reads the norm's values as the separate op would: rounded to x's type.
-                let normed: Vec<f32> = o.iter().map(|&v| dtype::round_to(dtype, v)).collect();
-                unary_slice(op, max, &normed, o);
+                normed.clear();
+                normed.extend(o.iter().map(|&v| dtype::round_to(dtype, v)));
+                unary_slice(op, max, normed, o);
             }
         },
     );
