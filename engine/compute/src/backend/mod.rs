@@ -169,11 +169,10 @@ impl<'a, B: Backend> ConvTerm<'a, B> {
     }
 }
 
-/// The geometry of one 2-D convolution: input `[n, c, h, w]`, kernel `[o, c, kh, kw]`, zero padding (top, bottom,
-/// left, right), stride, and the output's sides `oh`, `ow`.
+/// The geometry of one 2-D convolution of each sample: input `[c, h, w]`, kernel `[o, c, kh, kw]`, zero padding
+/// (top, bottom, left, right), stride, and the output's sides `oh`, `ow`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConvGeometry {
-    pub(crate) n: usize,
     pub(crate) c: usize,
     pub(crate) h: usize,
     pub(crate) w: usize,
@@ -194,7 +193,7 @@ impl ConvGeometry {
         w: &[usize],
         params: Conv2dParams,
     ) -> Result<ConvGeometry> {
-        let &[n, c, h, wd] = x else {
+        let &[_, c, h, wd] = x else {
             return Err(crate::Error::shape(op, format!("x must be [B, C, H, W], got {x:?}")));
         };
         let &[o, wc, kh, kw] = w else {
@@ -219,7 +218,7 @@ impl ConvGeometry {
             ));
         }
         let (oh, ow) = ((hp - kh) / stride + 1, (wp - kw) / stride + 1);
-        Ok(ConvGeometry { n, c, h, w: wd, o, kh, kw, pad: params.padding, stride, oh, ow })
+        Ok(ConvGeometry { c, h, w: wd, o, kh, kw, pad: params.padding, stride, oh, ow })
     }
 }
 

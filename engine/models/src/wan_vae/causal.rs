@@ -130,6 +130,12 @@ impl Taps {
         self.shape[2]
     }
 
+    /// Every tap, tap j at index j, each a 2-D kernel `[O, I, kh, kw]` (the taps of a [`Stream`], which keeps
+    /// them all).
+    fn all(&self) -> Result<Vec<Weight<'_>>> {
+        (0..self.len()).map(|j| self.tap(j)).collect()
+    }
+
     /// Tap `j` as a 2-D kernel `[O, I, kh, kw]`.
     fn tap(&self, j: usize) -> Result<Weight<'_>> {
         let [o, i, _, kh, kw] = self.shape;
@@ -170,7 +176,8 @@ pub(crate) fn conv_at<B: Backend>(
 
 /// A causal 3-D convolution over a chunk of a clip: output frame k sums tap j over padded input frame
 /// k + j, the padded input being `kt − 1` zero frames, then the history, then `x`, less the zeros the history
-/// replaces; each tap is one 2-D convolution over the frames it reads (none over zeros).
+/// replaces; each tap convolves the frames it reads (none over zeros) where they lie, in the history or the
+/// chunk, all into one output ([`Backend::conv2d_sum`]).
 fn causal<B: Backend>(
     b: &B,
     w: &Weight<'_>,
@@ -202,9 +209,11 @@ fn causal<B: Backend>(
             _ => frames(b, x, start - p, len),
         }
     };
+    let kernels = taps.all()?;
+    let (earlier, last) = kernels.split_at(kt - 1);
     // The last tap reads the chunk itself, frame for frame, into every output frame.
-    let mut reads = vec![TapRead { x, from: 0, n, tap: kt - 1, at: 0 }];
-    for j in 0..kt - 1 {
+    let mut terms = vec![ConvTerm::whole(x, &last[0], 0)];
+    for (j, w) in earlier.iter().enumerate() {
         // Output k reads padded frame k + j: zero before `zeros`, then frame k + j − zeros of the history
         // followed by the chunk. Outputs before `first` read only zeros through this tap; the others read
         // frames `start..start + len` of the history and the chunk, each part where it lies.
@@ -216,50 +225,22 @@ fn causal<B: Backend>(
         if let Some(h) = history
             && start < p
         {
-            reads.push(TapRead { x: h, from: start, n: len.min(p - start), tap: j, at: first });
+            let n = len.min(p - start);
+            terms.push(ConvTerm { x: h, from: start, n, w, at: first });
         }
         if start + len > p {
             let from = start.max(p);
             let at = first + (from - start);
-            reads.push(TapRead { x, from: from - p, n: start + len - from, tap: j, at });
+            terms.push(ConvTerm { x, from: from - p, n: start + len - from, w, at });
         }
     }
-    let out = sum_taps(b, &taps, &reads, bias, params, n)?;
+    let out = b.conv2d_sum(&terms, Some(bias), params, n)?;
     let keep = (kt - 1).min(p + n);
     if keep > 0 {
         let last = read(p + n - keep, keep)?;
         stream.history.insert(key.to_owned(), History::Frames(last));
     }
     Ok(out)
-}
-
-/// What one tap of a causal convolution reads: `n` frames of `x` from frame `from`, added into the output frames
-/// from `at`.
-struct TapRead<'t, B: Backend> {
-    x: &'t Tensor<B>,
-    from: usize,
-    n: usize,
-    tap: usize,
-    at: usize,
-}
-
-/// The convolution of each read with its tap, summed into `n` output frames with the bias (see
-/// [`Backend::conv2d_sum`]).
-fn sum_taps<B: Backend>(
-    b: &B,
-    taps: &Taps,
-    reads: &[TapRead<'_, B>],
-    bias: &Weight<'_>,
-    params: Conv2dParams,
-    n: usize,
-) -> Result<Tensor<B>> {
-    let kernels = reads.iter().map(|r| taps.tap(r.tap)).collect::<Result<Vec<_>>>()?;
-    let terms: Vec<ConvTerm<'_, B>> = reads
-        .iter()
-        .zip(&kernels)
-        .map(|(r, w)| ConvTerm { x: r.x, from: r.from, n: r.n, w, at: r.at })
-        .collect();
-    Ok(b.conv2d_sum(&terms, Some(bias), params, n)?)
 }
 
 /// The encoder's temporal downsample `time_conv` (`[C, C, 3, 1, 1]`, stride 2, no padding, weights `i` and
@@ -304,16 +285,12 @@ pub(crate) fn time_down<B: Backend>(
             Ok(b.slice(t, 1, k, 1)?.reshape(&s)?)
         };
         let picked = [pick(&odd, 1)?, pick(&even, 0)?, pick(&odd, 0)?];
-        let reads = [(0, 2), (1, 0), (2, 1)].map(|(k, tap)| TapRead {
-            x: &picked[k],
-            from: 0,
-            n: m,
-            tap,
-            at: 0,
-        });
         let taps = stream.taps(b, key, &layer.weight(i))?;
+        let kernels = taps.all()?;
+        let terms =
+            [(0, 2), (1, 0), (2, 1)].map(|(k, j)| ConvTerm::whole(&picked[k], &kernels[j], 0));
         let bias = layer.weight(i + 1);
-        let y = sum_taps(b, &taps, &reads, &bias, Conv2dParams::same(0), m)?;
+        let y = b.conv2d_sum(&terms, Some(&bias), Conv2dParams::same(0), m)?;
         let newest = frames(b, &rest, n - 1, 1)?;
         stream.history.insert(key.to_owned(), History::Frames(newest));
         out.push(y);

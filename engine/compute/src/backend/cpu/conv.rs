@@ -18,7 +18,7 @@ use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
 use super::weights::{vector, widen};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::tensor::{Tensor, Weight};
 
 /// Largest im2col band, in elements.
@@ -101,18 +101,15 @@ fn convolve(
     op: &'static str,
 ) -> Result<(Vec<f32>, [usize; 4])> {
     let g = ConvGeometry::of(op, x.shape(), w.shape(), params)?;
-    let (c, h, wd, o) = (g.c, g.h, g.w, g.o);
-    if samples.end > g.n {
-        return Err(Error::shape(op, format!("samples {samples:?} of x {:?}", x.shape())));
-    }
     let b = samples.len();
     let weights = widen(cpu.sim(), w)?;
-    let per_sample = c * h * wd;
+    // A range past x's samples is a shape error of the read.
+    let per_sample = g.c * g.h * g.w;
     let xs = read_f32_range(x, samples.start * per_sample..samples.end * per_sample, op)?;
-    let plane_out = g.oh * g.ow;
+    let (o, plane_out) = (g.o, g.oh * g.ow);
     let mut out = vec![0.0f32; b * o * plane_out];
     if plane_out > 0 && o > 0 {
-        for (xi, oi) in xs.chunks(c * h * wd).zip(out.chunks_mut(o * plane_out)) {
+        for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
             if g.stride == 1 {
                 conv_taps(&g, xi, &weights, oi, F32::available());
             } else {
@@ -258,7 +255,6 @@ mod tests {
     #[test]
     fn stride_one_paths_agree_with_im2col() {
         let g = ConvGeometry {
-            n: 1,
             c: 3,
             h: 5,
             w: 6,

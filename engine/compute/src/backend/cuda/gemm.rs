@@ -560,7 +560,8 @@ impl Cuda {
     }
 
     /// `[batch, O, H', W']`: each term's convolution added into its samples (the first written where it covers
-    /// the batch, the output zeroed first where it does not), then the bias.
+    /// the batch, the output zeroed first where it does not), then the bias. The terms are one `whole` term or
+    /// passed [`ConvTerm::check_sum`].
     fn conv2d_terms(
         &self,
         op: &'static str,
@@ -592,19 +593,12 @@ impl Cuda {
                     format!("a {} term beside {dtype} ones", t.x.dtype()),
                 ));
             }
-            let g = ConvGeometry::of(op, t.x.shape(), t.w.shape(), params)?;
-            if t.from + t.n > g.n {
-                return Err(Error::shape(
-                    op,
-                    format!("samples {}+{} of {:?}", t.from, t.n, t.x.shape()),
-                ));
-            }
-            // Samples `from..from + n` of x: a view at their offset.
-            let x = t.x.buf().ptr().0 + (t.from * g.c * g.h * g.w * dtype.size()) as u64;
-            let g = ConvGeometry { n: t.n, ..g };
+            // Samples `from..from + n` of x (inside it: `check_sum`, or a `whole` term): a view at their offset.
+            // Every term has the first's channels, sides and kernel shape, so its geometry is the first's.
+            let x = t.x.buf().ptr().0 + (t.from * g0.c * g0.h * g0.w * dtype.size()) as u64;
             let (wptr, _scratch) = self.weight_as(t.w, dtype)?;
             let y = out.buf().ptr().0 + t.at as u64 * sample;
-            self.conv2d_into(&g, dtype, [x, wptr, y], !covers || i > 0)?;
+            self.conv2d_into(&g0, t.n, dtype, [x, wptr, y], !covers || i > 0)?;
         }
         if let Some(bw) = bias {
             self.bias_add(&out, bw, g0.o, g0.oh * g0.ow)?;
@@ -613,10 +607,11 @@ impl Cuda {
     }
 
     /// Queues `y = conv(x, w)` (with `accumulate`, `y += conv(x, w)`: the f32 products added to y's values,
-    /// rounded once) for the `[x, w, y]` addresses of a problem `g` in `dtype`.
+    /// rounded once) for the `[x, w, y]` addresses of `n` samples of a problem `g` in `dtype`.
     fn conv2d_into(
         &self,
         g: &ConvGeometry,
+        n: usize,
         dtype: DType,
         [x, w, y]: [u64; 3],
         accumulate: bool,
@@ -626,7 +621,7 @@ impl Cuda {
         let sample = |at: usize, size: usize| (at * size * esize) as u64;
         if g.kh == 1 && g.kw == 1 && g.stride == 1 && g.pad == [0; 4] {
             // A 1×1 convolution reads x [C, H·W] as it is: one GEMM per sample, no column buffer.
-            for b in 0..g.n {
+            for b in 0..n {
                 self.gemm(&GemmArgs {
                     op: "conv2d 1x1",
                     dtype,
@@ -651,13 +646,13 @@ impl Cuda {
             }
             return Ok(());
         }
-        if pt == pb && pl == pr && self.conv_on_cudnn(g, dtype, [x, w, y], accumulate)? {
+        if pt == pb && pl == pr && self.conv_on_cudnn(g, n, dtype, [x, w, y], accumulate)? {
             return Ok(());
         }
         // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
         let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
-        for b in 0..g.n {
+        for b in 0..n {
             let xb = x + sample(b, g.c * g.h * g.w);
             let ob = y + sample(b, g.o * pixels);
             let mut p0 = 0;
@@ -721,6 +716,7 @@ impl Cuda {
     fn conv_on_cudnn(
         &self,
         g: &ConvGeometry,
+        n: usize,
         dtype: DType,
         [x, w, y]: [u64; 3],
         accumulate: bool,
@@ -732,7 +728,7 @@ impl Cuda {
         };
         let shape = super::cudnn::ConvShape {
             dtype,
-            batch: g.n,
+            batch: n,
             channels: g.c,
             height: g.h,
             width: g.w,
@@ -746,7 +742,7 @@ impl Cuda {
             .context()
             .bind_to_thread()
             .map_err(|e| super::memory::drv("cuCtxSetCurrent", e))?;
-        let flops = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
+        let flops = 2.0 * (n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
         let name = || format!("cudnn conv2d {dtype}");
         let ran = super::profile::timed(self.stream(), name, flops, || {
             convolutions.forward(&shape, [x, w, y], accumulate, |bytes| self.alloc(bytes))
