@@ -1123,6 +1123,20 @@ fn conv2d_matches_the_reference() {
         cpu.conv2d(&x, &ok.view(), None, Conv2dParams { stride: 0, padding: [1; 4] }),
         "conv2d",
     );
+    // No input channels, or rows only of padding: every output is the bias (as torch's conv2d gives).
+    for (xs, ws, padding) in
+        [([b, 0, h, w], [2, 0, 3, 3], [1; 4]), ([b, c, 0, w], [2, c, 3, 3], [2, 2, 1, 1])]
+    {
+        let x = tensor(&cpu, &xs, &[], DType::F32);
+        let wt = weight(&cpu, DType::F32, &ws, &vec![0.5; ws.iter().product()]);
+        let bias = weight(&cpu, DType::F32, &[2], &[0.25, -1.0]);
+        let params = Conv2dParams { stride: 1, padding };
+        let y = cpu.conv2d(&x, &wt.view(), Some(&bias.view()), params).expect("empty conv2d");
+        let plane = y.shape()[2] * y.shape()[3];
+        assert!(plane > 0, "{xs:?}: {:?}", y.shape());
+        let want: Vec<f32> = (0..b * 2 * plane).map(|i| [0.25, -1.0][i / plane % 2]).collect();
+        assert_eq!(cpu.to_f32(&y).expect("to_f32"), want, "{xs:?}");
+    }
 }
 
 /// A causal 3-D convolution's shape of sum: three temporal taps over 4 output frames, the last tap over every

@@ -108,7 +108,8 @@ fn convolve(
     let xs = read_f32_range(x, samples.start * per_sample..samples.end * per_sample, op)?;
     let (o, plane_out) = (g.o, g.oh * g.ow);
     let mut out = vec![0.0f32; b * o * plane_out];
-    if plane_out > 0 && o > 0 {
+    // Without input elements (no channels, or rows only of padding) every product is 0.
+    if plane_out > 0 && o > 0 && per_sample > 0 {
         for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
             if g.stride == 1 {
                 conv_taps(&g, xi, &weights, oi, F32::available());
