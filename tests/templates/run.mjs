@@ -103,57 +103,66 @@ function classify(converted) {
 }
 
 /**
- * Writes the files and input images a template needs into Kiln's folders (each once); resolves to null, or to
- * why a file could not be written.
+ * What a template needs written into Kiln's data folder before it runs, as a list a later replay can repeat
+ * (bench/templates-replay.py does, on the GPU machine): `{ synth: [kiln model synth arguments after --size tiny
+ * --models-dir], key }` for each model file, `{ copy: repository-relative source, to: data-relative path }` for
+ * each image and video a LoadImage, LoadImageMask or LoadVideo names, `{ tone: { rate, seconds }, to }` for each
+ * audio file a LoadAudio names. Each file once, in that order.
  */
-function prepareFiles(result, prompt, dataDir, written) {
+function preparations(result, prompt) {
+  const steps = [];
   for (const file of result.files) {
-    const key = `${file.folder}/${file.name}`;
-    if (written.has(key)) continue;
     const { family, dtype } = kilnFile(file);
-    const args = ['--family', family, '--name', key, '--dtype', dtype];
-    try {
-      execFileSync(kilnBinary, ['model', 'synth', '--size', 'tiny', '--models-dir', join(dataDir, 'models'), ...args], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
-    } catch (error) {
-      return `kiln model synth ${args.join(' ')}: ${error.stderr?.toString().trim() || error.message}`;
+    const key = `${file.folder}/${file.name}`;
+    steps.push({ synth: ['--family', family, '--name', key, '--dtype', dtype], key });
+  }
+  // `name [output]` names a file of another folder, as the frontend annotates it.
+  const dataPath = (value) => {
+    const [, name, folder] = value.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
+    return `${folder ?? 'input'}/${name}`;
+  };
+  const inputs = [
+    // Every image: the browser tests' small PNG.
+    [['LoadImage', 'LoadImageMask'], 'image', { copy: 'tests/browser/kiln-input.png' }],
+    // Every video: a short x264 High clip with AAC audio (the engine's decoder fixture).
+    [['LoadVideo'], 'file', { copy: 'engine/tests/fixtures/video/x264_high_aac.mp4' }],
+    // Every audio file: a second of a 440 Hz tone at 24 kHz (so an audio encoder resamples it).
+    [['LoadAudio'], 'audio', { tone: { rate: 24000, seconds: 1 } }],
+  ];
+  for (const [types, input, source] of inputs) {
+    for (const node of Object.values(prompt)) {
+      const value = node.inputs[input];
+      if (!types.includes(node.class_type) || typeof value !== 'string') continue;
+      const to = dataPath(value);
+      if (!steps.some((step) => step.to === to)) steps.push({ ...source, to });
+    }
+  }
+  return steps;
+}
+
+/**
+ * Carries out `steps` (see `preparations`) in `dataDir`, skipping what `written` already holds; resolves to null,
+ * or to why a file could not be written.
+ */
+function prepare(steps, dataDir, written) {
+  for (const step of steps) {
+    const key = step.key ?? step.to;
+    if (written.has(key)) continue;
+    if (step.synth) {
+      try {
+        execFileSync(kilnBinary, ['model', 'synth', '--size', 'tiny', '--models-dir', join(dataDir, 'models'), ...step.synth], {
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+      } catch (error) {
+        return `kiln model synth ${step.synth.join(' ')}: ${error.stderr?.toString().trim() || error.message}`;
+      }
+    } else {
+      const path = join(dataDir, step.to);
+      mkdirSync(dirname(path), { recursive: true });
+      if (step.copy) copyFileSync(join(here, '..', '..', step.copy), path);
+      else writeFileSync(path, toneWav(step.tone.rate, step.tone.seconds));
     }
     written.add(key);
-  }
-  for (const node of Object.values(prompt)) {
-    const image = node.inputs.image;
-    if (!['LoadImage', 'LoadImageMask'].includes(node.class_type) || typeof image !== 'string') continue;
-    // `name [output]` names a file of another folder, as the frontend annotates it.
-    const [, name, folder] = image.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
-    const path = join(dataDir, folder ?? 'input', name);
-    if (written.has(path)) continue;
-    mkdirSync(dirname(path), { recursive: true });
-    copyFileSync(join(here, '..', 'browser', 'kiln-input.png'), path);
-    written.add(path);
-  }
-  // Every video a LoadVideo names: a short x264 High clip with AAC audio (the engine's decoder fixture).
-  for (const node of Object.values(prompt)) {
-    const file = node.inputs.file;
-    if (node.class_type !== 'LoadVideo' || typeof file !== 'string') continue;
-    const [, name, folder] = file.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
-    const path = join(dataDir, folder ?? 'input', name);
-    if (written.has(path)) continue;
-    mkdirSync(dirname(path), { recursive: true });
-    copyFileSync(join(here, '..', '..', 'engine', 'tests', 'fixtures', 'video', 'x264_high_aac.mp4'), path);
-    written.add(path);
-  }
-  // Every audio file a LoadAudio names: a second of a 440 Hz tone, 16-bit PCM WAV at 24 kHz (so an audio encoder
-  // resamples it).
-  for (const node of Object.values(prompt)) {
-    const audio = node.inputs.audio;
-    if (node.class_type !== 'LoadAudio' || typeof audio !== 'string') continue;
-    const [, name, folder] = audio.match(/^(.*?)(?: \[(input|output|temp)\])?$/);
-    const path = join(dataDir, folder ?? 'input', name);
-    if (written.has(path)) continue;
-    mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, toneWav(24000, 1));
-    written.add(path);
   }
   return null;
 }
@@ -245,6 +254,8 @@ const proxy = await spawnListening(contractProxy, [kiln.url.replace('http://', '
 const { url } = proxy;
 const browser = await launchChromium();
 const results = [];
+// Each template that ran: its name, preparations and the prompt as it was queued (target/templates/replay.json).
+const replay = [];
 const problems = [];
 let version;
 let partnerApi;
@@ -294,8 +305,10 @@ try {
     if (result.outcome === 'to run') {
       const prompt = converted.prompt;
       result.shrunk = shrink(prompt, objectInfo);
-      const unwritten = prepareFiles(result, prompt, dataDir, written);
+      const steps = preparations(result, prompt);
+      const unwritten = prepare(steps, dataDir, written);
       Object.assign(result, unwritten ? { outcome: 'failed', detail: unwritten } : await run(url, prompt, objectInfo));
+      if (result.outcome === 'ran') replay.push({ name: template.name, steps, prompt });
     }
     result.seconds = Number(((Date.now() - begun) / 1000).toFixed(1));
     results.push(result);
@@ -313,6 +326,7 @@ const document = { packages, results, partnerApi, seconds };
 mkdirSync(reportDir, { recursive: true });
 writeFileSync(join(reportDir, 'report.md'), report.markdown(document));
 writeFileSync(join(reportDir, 'report.json'), report.json(document));
+writeFileSync(join(reportDir, 'replay.json'), `${JSON.stringify({ packages, templates: replay })}\n`);
 
 const ran = results.filter((r) => r.outcome === 'ran').map((r) => r.name);
 const expected = expectedRan().filter((name) => !only.length || only.includes(name));

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Replays the template suite's runs on another machine: every template that ran in `tests/templates/run.mjs`
+(its `target/templates/replay.json`: the files it needed and the prompt as it was queued) runs again through a
+`kiln` binary here. On the GPU machine this is the CUDA path of every node and family the suite covers, on tiny
+synthetic files; `bench/device.sh` runs it as its `templates` part.
+
+    bench/templates-replay.py --kiln PATH --replay replay.json --inputs ROOT --work DIR --out results.json
+                              [--budget SECONDS] [--timeout SECONDS]
+
+`--inputs` is where the images and videos the prompts load are found, by their repository-relative paths (the
+repository root, or the folder `bench/device-pack.sh` packed them into). Templates run in the order that covers
+the most node types first, so a budget cut short still reaches most of them. The results (each template's outcome,
+its seconds and, where it failed, the node and the message; the device the server computed on) are rewritten
+after every template. Only the standard library: the GPU machine's Python has no extra packages for it.
+"""
+import argparse
+import json
+import math
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def tone_wav(rate, seconds):
+    """A mono 16-bit PCM WAV of `seconds` of a 440 Hz tone at `rate` Hz (as run.mjs writes it)."""
+    samples = rate * seconds
+    pcm = b"".join(
+        struct.pack("<h", round(8000 * math.sin(2 * math.pi * 440 * i / rate))) for i in range(samples)
+    )
+    header = b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt "
+    header += struct.pack("<IHHIIHH", 16, 1, 1, rate, 2 * rate, 2, 16)
+    return header + b"data" + struct.pack("<I", len(pcm)) + pcm
+
+
+def breadth_first(templates):
+    """The templates ordered so that each next one adds the most node types not yet run (ties by name)."""
+    left = sorted(templates, key=lambda t: t["name"])
+    seen, order = set(), []
+    while left:
+        best = max(left, key=lambda t: len({n["class_type"] for n in t["prompt"].values()} - seen))
+        left.remove(best)
+        order.append(best)
+        seen |= {n["class_type"] for n in best["prompt"].values()}
+    return order
+
+
+class Kiln:
+    """A `kiln` server on a fresh data folder, its log in `log`."""
+
+    def __init__(self, binary, data, log):
+        self.proc = subprocess.Popen(
+            [binary, "--port", "0", "--data-dir", str(data), "--disable-front-end"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        found = threading.Event()
+        self.url = None
+
+        def pump():
+            with open(log, "w") as out:
+                for line in self.proc.stderr:
+                    out.write(line)
+                    out.flush()
+                    m = re.search(r"listening on (http://\S+)", line)
+                    if m and not found.is_set():
+                        self.url = m.group(1)
+                        found.set()
+            found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        found.wait(120)
+        if self.url is None:
+            self.stop()
+            raise SystemExit(f"kiln did not start listening (see {log})")
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.load(r)
+
+    def post(self, path, body):
+        request = urllib.request.Request(
+            self.url + path, json.dumps(body).encode(), {"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            text = e.read().decode(errors="replace")
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, {"error": {"message": text[:300]}}
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def prepare(steps, kiln_binary, data, inputs, written):
+    """Writes what `steps` name (run.mjs's `preparations`) into `data`, each file once; None or why not."""
+    for step in steps:
+        key = step.get("key") or step["to"]
+        if key in written:
+            continue
+        if "synth" in step:
+            args = [kiln_binary, "model", "synth", "--size", "tiny", "--models-dir", str(data / "models")]
+            done = subprocess.run(args + step["synth"], capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                return f"kiln model synth {' '.join(step['synth'])}: {done.stderr.strip()[-300:]}"
+        else:
+            path = data / step["to"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if "copy" in step:
+                shutil.copyfile(inputs / step["copy"], path)
+            else:
+                path.write_bytes(tone_wav(step["tone"]["rate"], step["tone"]["seconds"]))
+        written.add(key)
+    return None
+
+
+def run(kiln, prompt, output_nodes, timeout):
+    """Queues `prompt` and waits for its history: (outcome, detail)."""
+    status, answer = kiln.post("/api/prompt", {"prompt": prompt, "client_id": "kiln-templates-replay"})
+    if status != 200:
+        errors = "; ".join(
+            f"{node} ({e.get('class_type')}): " + "; ".join(f"{x['message']}: {x['details']}" for x in e["errors"])
+            for node, e in (answer.get("node_errors") or {}).items()
+        )
+        return "failed", f"prompt refused ({status}): {answer.get('error', {}).get('message')} {errors}".strip()
+    pid = answer["prompt_id"]
+    end = time.time() + timeout
+    while True:
+        entry = kiln.get(f"/api/history/{pid}").get(pid)
+        if entry:
+            break
+        if time.time() > end:
+            kiln.post("/api/interrupt", {"prompt_id": pid})
+            kiln.post("/api/queue", {"delete": [pid]})
+            return "failed", f"no result within {timeout} s (interrupted)"
+        time.sleep(0.25)
+    if entry["status"]["status_str"] != "success":
+        error = next((m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"), None)
+        where = f"{error['node_type']} ({error['node_id']}): " if error else ""
+        return "failed", where + (error["exception_message"] if error else entry["status"]["status_str"])
+    silent = [f"{i} ({n['class_type']})" for i, n in prompt.items() if n["class_type"] in output_nodes and i not in entry["outputs"]]
+    if silent:
+        return "failed", "no output from " + ", ".join(silent)
+    return "ran", None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kiln", required=True)
+    p.add_argument("--replay", required=True, type=Path)
+    p.add_argument("--inputs", required=True, type=Path)
+    p.add_argument("--work", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--budget", type=float, default=600.0, help="seconds in all; no template starts after")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds a template may run")
+    a = p.parse_args()
+    start = time.time()
+    replay = json.loads(a.replay.read_text())
+    shutil.rmtree(a.work, ignore_errors=True)
+    data = a.work / "data"
+    data.mkdir(parents=True)
+    kiln = Kiln(a.kiln, data, a.work / "kiln.log")
+    report = {"packages": replay.get("packages"), "templates": [], "not_reached": []}
+    try:
+        report["devices"] = kiln.get("/api/system_stats").get("devices")
+        info = kiln.get("/api/object_info")
+        output_nodes = {name for name, spec in info.items() if spec.get("output_node")}
+        written = set()
+        order = breadth_first(replay["templates"])
+        for i, template in enumerate(order):
+            left = a.budget - (time.time() - start)
+            if left < 10:
+                report["not_reached"] = [t["name"] for t in order[i:]]
+                break
+            begun = time.time()
+            try:
+                why = prepare(template["steps"], a.kiln, data, a.inputs, written)
+                outcome, detail = ("failed", why) if why else run(kiln, template["prompt"], output_nodes, min(a.timeout, left))
+            except (OSError, subprocess.SubprocessError, urllib.error.URLError, KeyError, ValueError) as e:
+                outcome, detail = "failed", f"{type(e).__name__}: {e}"
+            seconds = round(time.time() - begun, 2)
+            report["templates"].append({"name": template["name"], "outcome": outcome, "detail": detail, "seconds": seconds})
+            print(f"{template['name']}: {outcome}{': ' + detail if detail else ''} ({seconds} s)", flush=True)
+            report["seconds"] = round(time.time() - start, 1)
+            a.out.write_text(json.dumps(report, indent=1) + "\n")
+            if kiln.proc.poll() is not None:
+                report["not_reached"] = [t["name"] for t in order[i + 1 :]]
+                report["server_exit"] = kiln.proc.returncode
+                break
+    finally:
+        kiln.stop()
+        ran = sum(t["outcome"] == "ran" for t in report["templates"])
+        report["ran"] = ran
+        report["seconds"] = round(time.time() - start, 1)
+        a.out.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"ran {ran} of {len(report['templates'])} replayed ({len(report['not_reached'])} not reached) in {report['seconds']} s")
+    return 0 if ran == len(report["templates"]) and not report["not_reached"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
