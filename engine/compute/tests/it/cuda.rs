@@ -159,13 +159,15 @@ mod gpu {
                 assert_eq!(get(&e.gpu, &c), want, "cast {dt} -> {to}");
             }
         }
-        for wdt in STORED {
-            let w = weight(&e.gpu, wdt, &[10, 100], &v);
+        // 15 values: fp8 widens one value a thread (the four-a-thread kernel takes multiples of 4).
+        for (wdt, shape) in STORED.into_iter().flat_map(|d| [(d, [10, 100]), (d, [3, 5])]) {
+            let v = &v[..shape[0] * shape[1]];
+            let w = weight(&e.gpu, wdt, &shape, v);
             for to in COMPUTE {
                 let t = e.gpu.weight_to_tensor(&w.view(), to).expect("weight_to_tensor");
                 let want: Vec<f32> =
                     v.iter().map(|&x| dtype::round_to(to, dtype::round_to(wdt, x))).collect();
-                assert_eq!(get(&e.gpu, &t), want, "weight {wdt} as {to}");
+                assert_eq!(get(&e.gpu, &t), want, "weight {wdt} {shape:?} as {to}");
             }
         }
         let f = e.gpu.full(&[3, 7], 1.1, DType::BF16).expect("full");
@@ -188,6 +190,11 @@ mod gpu {
                 let want: Vec<f32> =
                     v.iter().map(|&q| dtype::round_to(to, dtype::round_to(wdt, q) * s)).collect();
                 assert_eq!(get(&e.gpu, &t), want, "scaled {wdt} as {to}");
+                // An odd count: one value a thread.
+                let odd = weight(&e.gpu, wdt, &[3, 5], &v[..15]);
+                let t =
+                    e.gpu.weight_to_tensor(&odd.view().with_scale(Some(scale)), to).expect("odd w");
+                assert_eq!(get(&e.gpu, &t), want[..15], "scaled {wdt} [3, 5] as {to}");
             }
             for (gpu, dt) in [(&e.gpu32, DType::F32), (&e.gpu, DType::BF16)] {
                 let got = gpu
@@ -373,6 +380,16 @@ mod gpu {
             // Over the channels (the Wan VAEs' norm), with the SiLU after it and without.
             10 => b.channel_rms_norm(&x, Some(&gw.view()), f32::MIN_POSITIVE, Some(UnaryOp::Silu)),
             11 => b.channel_rms_norm(&x, None, 1e-6, None),
+            // 20 channels over the kernel's 8 lanes (uneven), 77 positions: three tiles a sample, the last partial.
+            12 | 13 => {
+                let wide = up(b, &[2, 20, 7, 11], &values(3080, 34, 3.0), dt);
+                let cw = weight(b, DType::BF16, &[20], &values(20, 35, 1.0));
+                if which == 12 {
+                    b.channel_rms_norm(&wide, Some(&cw.view()), 1e-6, Some(UnaryOp::Silu))
+                } else {
+                    b.channel_rms_norm(&wide, None, 1e-6, None)
+                }
+            }
             _ => b.softmax(&x),
         };
         get(b, &y.expect("norm"))
@@ -382,7 +399,7 @@ mod gpu {
     fn norms_and_softmax_match_the_cpu() {
         let Some(e) = env() else { return };
         for dt in COMPUTE {
-            for which in 0..12 {
+            for which in 0..15 {
                 assert_close(
                     &format!("norm {which} {dt}"),
                     &norm_case(&e.gpu, dt, which),

@@ -216,7 +216,9 @@ impl Cuda {
         let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
         let out = self.empty(dims.clone(), dt)?;
         let n = out.numel();
-        if let Some((batch, rows, cols)) = batched_transpose(&dims, &strides) {
+        if let Some((batch, rows, cols)) = batched_transpose(&dims, &strides)
+            && rows.min(cols) >= MIN_TILED_SIDE
+        {
             let tiles = |v: usize| v.div_ceil(32).clamp(1, 65_535) as u32;
             return self
                 .launch(
@@ -345,6 +347,11 @@ impl Cuda {
         )
     }
 }
+
+/// The shorter side from which a batched transpose goes through the shared-memory tiles (32 × 32). With fewer
+/// rows or columns (an image's 3 channels) most of a tile's threads would idle, and the generic kernel's reads
+/// already fall in few segments a warp.
+const MIN_TILED_SIDE: usize = 16;
 
 /// A permutation that is a batched 2D transpose, as `(batch, rows, cols)`: the output (dims `dims`, read at input
 /// strides `strides` per output dimension) is `[batch, cols, rows]` of a contiguous input `[batch, rows, cols]`,
