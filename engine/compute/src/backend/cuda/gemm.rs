@@ -650,7 +650,9 @@ impl Cuda {
             return Ok(());
         }
         // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
-        let chunk = (IM2COL_CHUNK / ckk.max(1)).clamp(1, pixels.max(1));
+        // A multiple of 8 pixels, so every chunk's column rows and output columns stay 16-byte aligned for
+        // cuBLASLt's vectorised kernels.
+        let chunk = ((IM2COL_CHUNK / ckk.max(1)) / 8 * 8).max(8).min(pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..n {
             let xb = x + sample(b, g.c * g.h * g.w);

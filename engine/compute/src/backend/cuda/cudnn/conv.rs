@@ -273,7 +273,10 @@ impl Convolutions {
         let Some(choice) = choice else {
             return Err(Error::Unsupported(format!("cuDNN has no algorithm for {s:?}")));
         };
-        let ran = Self::run(&handle, &d, choice, [x, w, y], accumulate, scratch);
+        // A workspace that cannot be had now (memory taken for a moment) leaves the shape to cuDNN next time.
+        let workspace =
+            if choice.workspace > 0 { Some(scratch(choice.workspace as u64)?) } else { None };
+        let ran = Self::run(&handle, &d, choice, [x, w, y], accumulate, workspace.as_ref());
         if ran.is_err() {
             // Not again for this shape: each try would build the descriptors and take the workspace anew.
             self.choices.lock().unwrap_or_else(|p| p.into_inner()).insert(*s, None);
@@ -281,22 +284,19 @@ impl Convolutions {
         ran
     }
 
-    /// Queues the convolution `d` of the tensors at `[x, w, y]` with `choice`.
+    /// Queues the convolution `d` of the tensors at `[x, w, y]` with `choice` and its workspace.
     fn run(
         handle: &Handle,
         d: &Descriptors,
         choice: Choice,
         [x, w, y]: [u64; 3],
         accumulate: bool,
-        scratch: impl FnOnce(u64) -> Result<Allocation>,
+        workspace: Option<&Allocation>,
     ) -> Result<()> {
         // SAFETY: the descriptor is alive.
         unsafe { dnn::set_convolution_math_type(d.conv.0, choice.math) }
             .map_err(|e| failed("cudnnSetConvolutionMathType", e))?;
-        let workspace =
-            if choice.workspace > 0 { Some(scratch(choice.workspace as u64)?) } else { None };
         let (ws_ptr, ws_len) = workspace
-            .as_ref()
             .map_or((std::ptr::null_mut(), 0), |a| (a.ptr().0 as *mut c_void, choice.workspace));
         let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
         // SAFETY: the descriptors describe the tensors at x, w and y (the caller checked the shapes and keeps the
