@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what bench/device.sh needs on the GPU machine into .device/ (ignored by git through .git/info/exclude):
 # the release binaries of bench/gpu/build.sh and bench/zimage-gpu/build.sh xz-compressed (~24 MB instead of
-# ~72 MB) and the diffusers wheel, and reports what would travel. `--build` first runs both build scripts
+# ~72 MB), the diffusers wheel and, where ./scripts/templates has run, the template suite's runs
+# (.device/templates.tar.xz, for device.sh's `templates` part), and reports what would travel. `--build` first runs both build scripts
 # (`bench/device-pack.sh --build --hide-fixtures` is the whole preparation of a device call). The device tool
 # sends the tracked files too, and the test fixtures alone (~68 MB) are over its 64 MiB: with `--hide-fixtures`
 # they (but the quantized formats' the CUDA op tests read) leave the index (kept on disk, excluded) for the call;
@@ -36,6 +37,23 @@ for b in bench/gpu/bin/kiln-gpu-bench bench/gpu/bin/kiln-compute-it bench/zimage
   fi
 done
 cp bench/zimage-gpu/wheels/*.whl .device/
+# The template suite's runs (target/templates/replay.json, written by ./scripts/templates or ./scripts/test) and
+# the images and videos they load, for device.sh's `templates` part.
+if [ -f target/templates/replay.json ]; then
+  python3 - <<'PY'
+import json, tarfile
+replay = json.load(open("target/templates/replay.json"))
+inputs = sorted({s["copy"] for t in replay["templates"] for s in t["steps"] if "copy" in s})
+with tarfile.open(".device/templates.tar.xz", "w:xz") as tar:
+    tar.add("target/templates/replay.json", arcname="replay.json")
+    for path in inputs:
+        tar.add(path, arcname=f"inputs/{path}")
+print(f"templates: {len(replay['templates'])} runs, {len(inputs)} input files")
+PY
+else
+  rm -f .device/templates.tar.xz
+  echo "no target/templates/replay.json: device.sh's templates part needs ./scripts/templates run first"
+fi
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
 pack=$(du -cb .device | tail -1 | cut -f1)

@@ -12,6 +12,9 @@
 #   wan22-5b     bench/wan-gpu.sh (issue #24: TI2V 5B, 1280×704, 33 frames, at 100 % and 25 %, beside diffusers)
 #   wan22-a14b   bench/wan-gpu.sh WORKFLOW=wan22-a14b (the two experts at 832×480, 17 frames, 25 %)
 #   executor     bench/gpu.sh (the executor's transfer and streaming benchmark beside torch's baseline)
+#   templates    every template the suite ran (tests/templates, packed from target/templates/replay.json by
+#                bench/device-pack.sh) again through the CUDA kiln server on tiny files: bench/templates-replay.py,
+#                breadth first over node types, until the time left runs out (TEMPLATES_S: at most this many)
 #   attention-bench  long attention alone at the real runs' shapes on both paths (`kiln-gpu-bench --attention`)
 #   profile      the family parts after it run as a profile: KILN_CUDA_PROFILE=1 (each run's report lists every
 #                kernel's and GEMM's time; the warm run's is the steady state, the first's includes compiling the
@@ -213,6 +216,24 @@ PY
         fi
         rm -rf "/tmp/kiln-$part-models"
       fi ;;
+    templates)
+      [ "$l" -ge 60 ] || { log "templates skipped: $l s left"; continue; }
+      if [ ! -f .device/templates.tar.xz ]; then
+        log "templates skipped: no .device/templates.tar.xz (./scripts/templates, then bench/device-pack.sh)"; continue
+      fi
+      rm -rf "$WORK/templates-pack" && mkdir -p "$WORK/templates-pack"
+      tar -xJf .device/templates.tar.xz -C "$WORK/templates-pack"
+      budget=$(( l - 15 )); [ "$budget" -gt "${TEMPLATES_S:-$budget}" ] && budget=$TEMPLATES_S
+      log "templates: the suite's runs on CUDA (budget $budget s)"
+      python3 bench/templates-replay.py --kiln "$BIN/kiln" --replay "$WORK/templates-pack/replay.json" \
+        --inputs "$WORK/templates-pack/inputs" --work /tmp/kiln-templates --out "$WORK/templates.json" \
+        --budget "$budget" --timeout 60 > "$WORK/templates.txt" 2>&1
+      echo "templates rc=$?" | tee -a "$WORK/device.log"
+      { tail -1 "$WORK/templates.txt"; grep -v ": ran (" "$WORK/templates.txt" | head -20 | cut -c1-300; } \
+        | tee -a "$WORK/device.log"
+      # The server's log (its device, errors), without the synthesised files.
+      tail -c 2000000 /tmp/kiln-templates/kiln.log > "$WORK/templates-kiln.log" 2>/dev/null
+      rm -rf /tmp/kiln-templates "$WORK/templates-pack" ;;
     executor)
       [ "$l" -ge 120 ] || { log "executor skipped: $l s left"; continue; }
       log "executor"

@@ -70,9 +70,9 @@ pub(crate) struct GemmArgs {
 pub(crate) struct Gemm {
     handle: Mutex<Handle>,
     workspace: Allocation,
-    /// The heuristic's choice per [`AlgoKey`]: asked once per kind of problem instead of at every call (tens of
-    /// microseconds of host time each, thousands of GEMMs a step).
-    algos: Mutex<HashMap<AlgoKey, ltsys::cublasLtMatmulAlgo_t>>,
+    /// The heuristic's choice per [`AlgoKey`], or why it had none: asked once per kind of problem instead of at
+    /// every call (tens of microseconds of host time each, thousands of GEMMs a step).
+    algos: Mutex<HashMap<AlgoKey, std::result::Result<ltsys::cublasLtMatmulAlgo_t, String>>>,
 }
 
 /// Everything cuBLASLt's heuristic is told about a problem: its types, sizes, layouts and operand alignments.
@@ -243,16 +243,19 @@ impl Gemm {
             bias: g.bias.is_some(),
         };
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
-        let cached = self.algos.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+        let cached = self.algos.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let algo = match cached {
-            Some(algo) => algo,
+            Some(choice) => choice,
             None => {
-                let algo =
-                    self.heuristic(&handle, &desc, [&a_layout, &b_layout, &c_layout], alignments)?;
-                self.algos.lock().unwrap_or_else(|p| p.into_inner()).insert(key, algo);
-                algo
+                // A decline is remembered too: the fallback runs that kind of GEMM without asking again.
+                let choice = self
+                    .heuristic(&handle, &desc, [&a_layout, &b_layout, &c_layout], alignments)
+                    .map_err(|e| e.to_string());
+                self.algos.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
+                choice
             }
-        };
+        }
+        .map_err(|why| Error::Unsupported(format!("cuBLASLt has no algorithm: {why}")))?;
         let alpha = 1.0f32;
         let beta = if g.accumulate { 1.0f32 } else { 0.0f32 };
         // SAFETY: the operand addresses hold the matrices the layouts describe (the caller checked the shapes and
