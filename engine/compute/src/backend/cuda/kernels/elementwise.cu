@@ -55,6 +55,8 @@ extern "C" __global__ void modulate(const void* x, int xdt, const void* scale, i
 extern "C" __global__ void bias_add(void* out, int odt, const void* bias, int bdt, i64 n, i64 channels, i64 inner) {
     GRID_STRIDE(i, n) {
         i64 c = imod(idiv(i, inner), channels);
-        st(out, odt, i, ld(out, odt, i) + ld(bias, bdt, c));
+        // The bias in the output's type first, as ComfyUI casts it to the compute dtype (and as the GEMM epilogue
+        // gets it).
+        st(out, odt, i, ld(out, odt, i) + round_to(odt, ld(bias, bdt, c)));
     }
 }
