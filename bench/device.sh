@@ -84,6 +84,9 @@ nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
 NV=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/nvidia
 LD_LIBRARY_PATH="$(ls -d "$NV"/cu13/lib "$NV"/*/lib /usr/local/cuda/lib64 /usr/local/nvidia/lib64 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH
+# Every process of the call (op tests, smokes, family runs, the templates' server) compiles each kernel file once
+# between them: the first writes its PTX here, the others read it.
+export KILN_CUDA_KERNEL_CACHE=/tmp/kiln-kernel-cache
 { echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldconfig -p | grep -E 'libcuda\.so|cublasLt|nvrtc'
   ls "$NV"/cu13/lib 2>&1 | head -30; } > "$WORK/libraries.txt" 2>&1
 

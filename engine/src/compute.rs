@@ -30,6 +30,8 @@ pub struct ComputeOptions {
     /// The RAM-pressure cache's active threshold in bytes (0 in the other cache modes): pins leave half of it
     /// (at least 2 GiB) of RAM available.
     pub ram_cache_headroom: u64,
+    /// Where compiled CUDA kernels are kept between runs (`None`: `KILN_CUDA_KERNEL_CACHE`, else not kept).
+    pub kernel_cache: Option<std::path::PathBuf>,
 }
 
 impl Default for ComputeOptions {
@@ -40,6 +42,7 @@ impl Default for ComputeOptions {
             reserve: None,
             pinned_memory: true,
             ram_cache_headroom: 0,
+            kernel_cache: None,
         }
     }
 }
@@ -92,6 +95,10 @@ impl Compute {
             cuda_device: options.cuda_device,
             cpu_memory: CPU_DEVICE_MEMORY,
         };
+        #[cfg(feature = "cuda")]
+        if let Some(dir) = &options.kernel_cache {
+            kiln_compute::backend::cuda::set_kernel_cache(Some(dir.clone()));
+        }
         let (mut device, _reason) = select(&selection);
         let on_cpu = matches!(device, Device::Cpu(_));
         let mut config = ManagerConfig::for_this_machine(options.pinned_memory && !on_cpu);

@@ -98,6 +98,7 @@ impl Server {
             reserve: config.compute.reserve_vram_gb.map(|gb| (gb * GIB) as u64),
             pinned_memory: config.compute.pinned_memory,
             ram_cache_headroom,
+            kernel_cache: Some(config.data_dir.join("cuda-kernels")),
         }));
         let models = ModelEnv { files: model_folders.clone(), compute: compute.clone() };
         let files = match &config.store {

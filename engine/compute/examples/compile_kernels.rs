@@ -2,8 +2,10 @@
 //! targets, with no GPU and no toolkit: only `libnvrtc`, which the test command takes from NVIDIA's pinned PyPI
 //! wheel. So a kernel that does not compile fails CI instead of the first GPU session.
 //!
-//! Usage: `compile_kernels [ARCH...]`, each a compute capability written as `90` or `9.0` (default: every
-//! architecture Kiln targets, [`TARGETS`]). Exits non-zero naming the file, the architecture and NVRTC's log.
+//! Usage: `compile_kernels [--from-cache] [ARCH...]`, each a compute capability written as `90` or `9.0` (default:
+//! every architecture Kiln targets, [`TARGETS`]). Exits non-zero naming the file, the architecture and NVRTC's
+//! log. With `KILN_CUDA_KERNEL_CACHE=DIR` the PTX is kept in DIR as the backend keeps it; `--from-cache` then
+//! fails unless every file's PTX was read back from there (a second process after one that wrote it).
 
 #![expect(clippy::print_stdout, reason = "a command-line check that reports what it compiled")]
 
@@ -27,7 +29,11 @@ fn parse(arch: &str) -> Option<(i32, i32)> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let from_cache = args.first().is_some_and(|a| a == "--from-cache");
+    if from_cache {
+        args.remove(0);
+    }
     let archs: Vec<(i32, i32)> = if args.is_empty() {
         TARGETS.to_vec()
     } else {
@@ -54,12 +60,20 @@ fn main() -> ExitCode {
                         )
                     })
                     .collect();
+                let kept = kernels.iter().filter(|k| k.from_disk).count();
                 println!(
-                    "sm_{major}{minor}: {} kernel files compile in {:.1} s: {}",
+                    "sm_{major}{minor}: {} kernel files compile in {:.1} s ({kept} PTX from the kernel cache): {}",
                     kernels.len(),
                     started.elapsed().as_secs_f32(),
                     files.join(", ")
                 );
+                if from_cache && kept < kernels.len() {
+                    println!(
+                        "sm_{major}{minor}: --from-cache, but NVRTC compiled {} files",
+                        kernels.len() - kept
+                    );
+                    return ExitCode::FAILURE;
+                }
             }
             Err(error) => {
                 println!("sm_{major}{minor}: {error}");

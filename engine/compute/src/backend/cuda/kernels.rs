@@ -3,7 +3,8 @@
 //!
 //! Each file is compiled as `common.cu` followed by the file (there are no toolkit headers and no `#include`).
 //! The PTX is cached per process and architecture, so a second backend on the same kind of device does not
-//! compile again; each backend loads the modules it uses into its context once.
+//! compile again, and on disk where a folder is set (`kernel_cache.rs`), so the next process does not either;
+//! each backend loads the modules it uses into its context once.
 //!
 //! Kernels take element types as runtime codes ([`dtype_code`]) and device addresses as 64-bit integers.
 
@@ -194,18 +195,24 @@ fn compile_options(arch: (i32, i32), real: bool) -> Vec<String> {
     vec![format!("--gpu-architecture={kind}_{}{}", arch.0, arch.1), "--std=c++17".to_owned()]
 }
 
-fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
+/// `file`'s PTX for `arch`: from this process's cache, the disk's ([`super::kernel_cache`]) or NVRTC; and whether
+/// it was read from the disk.
+fn compile(file: KernelFile, arch: (i32, i32)) -> Result<(Ptx, bool)> {
     let key = (file, arch.0, arch.1);
     let mut cache = ptx_cache().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(ptx) = cache.get(&key) {
-        return Ok(ptx.clone());
+        return Ok((ptx.clone(), false));
     }
     let src = file.program();
-    let opts = CompileOptions {
-        name: Some(file.name().to_owned()),
-        options: compile_options(arch, false),
-        ..CompileOptions::default()
-    };
+    let options = compile_options(arch, false);
+    let kept = super::kernel_cache::Entry::of(file.name(), arch, &src, &options);
+    if let Some(text) = kept.as_ref().and_then(|e| e.read()) {
+        let ptx = Ptx::from_src(text);
+        cache.insert(key, ptx.clone());
+        return Ok((ptx, true));
+    }
+    let opts =
+        CompileOptions { name: Some(file.name().to_owned()), options, ..CompileOptions::default() };
     let started = std::time::Instant::now();
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| match e {
         cudarc::nvrtc::CompileError::CompileError { log, .. } => Error::driver(
@@ -219,8 +226,11 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<Ptx> {
         ms = started.elapsed().as_millis() as u64,
         "compiled CUDA kernels"
     );
+    if let Some(entry) = kept {
+        entry.write(&ptx.to_src());
+    }
     cache.insert(key, ptx.clone());
-    Ok(ptx)
+    Ok((ptx, false))
 }
 
 /// What NVRTC made of one kernel file for one architecture.
@@ -232,6 +242,8 @@ pub struct CompiledKernel {
     pub ptx_bytes: usize,
     /// The size of its CUBIN for `sm_XY` (ptxas ran, so registers and shared memory fit that GPU).
     pub cubin_bytes: usize,
+    /// Whether the PTX was read from the kernel cache on disk ([`super::set_kernel_cache`]) instead of compiled.
+    pub from_disk: bool,
 }
 
 /// Compiles every kernel file with NVRTC for compute capability `arch` (e.g. `(9, 0)`), with no GPU: as the
@@ -245,11 +257,12 @@ pub fn compile_all(arch: (i32, i32)) -> Result<Vec<CompiledKernel>> {
     KernelFile::ALL
         .iter()
         .map(|&file| {
-            let ptx = compile(file, arch)?;
+            let (ptx, from_disk) = compile(file, arch)?;
             Ok(CompiledKernel {
                 file: file.name(),
                 ptx_bytes: ptx.to_src().len(),
                 cubin_bytes: cubin(file, arch)?.len(),
+                from_disk,
             })
         })
         .collect()
@@ -346,7 +359,7 @@ impl Kernels {
         if let Some(m) = modules.get(&file) {
             return Ok(m.clone());
         }
-        let ptx = compile(file, self.arch)?;
+        let (ptx, _) = compile(file, self.arch)?;
         let module = self.ctx.load_module(ptx).map_err(|e| drv("cuModuleLoadData", e))?;
         modules.insert(file, module.clone());
         Ok(module)

@@ -23,6 +23,7 @@ mod buf;
 mod cudnn;
 mod elementwise;
 mod gemm;
+mod kernel_cache;
 mod kernels;
 mod layout;
 pub mod memory;
@@ -37,6 +38,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 pub use buf::CudaBuf;
 pub use cudnn::CudnnAttentionStats;
+pub use kernel_cache::set_kernel_cache;
 pub use kernels::{CompiledKernel, compile_all as compile_kernels};
 pub use memory::CudaMemory;
 
