@@ -696,6 +696,25 @@ mod gpu {
         }
     }
 
+    /// Where cuDNN opens, the aligned causal sum runs on it, its later taps with beta = 1 (the Wan VAE's path).
+    /// Apart from `conv2d_sum_matches_the_cpu` (which bench/device.sh reads to keep cuDNN or not): a decline here
+    /// is slow, not wrong, and this test names its reason.
+    #[test]
+    fn cudnn_runs_the_accumulating_taps_of_an_aligned_causal_sum() {
+        let Some(_) = env() else { return };
+        let gpu = Cuda::new(0).expect("a CUDA backend");
+        for dt in [DType::BF16, DType::F16] {
+            conv_sum_case(&gpu, dt, (Conv2dParams::same(1), 3), [8, 8, 8, 8], true);
+        }
+        let stats = gpu.cudnn_conv_stats();
+        if stats.declined.as_deref().is_some_and(|why| why.contains("did not open")) {
+            eprintln!("cuDNN did not open: the im2col path ran ({stats:?})");
+            return;
+        }
+        // Three taps a call, the two after the first accumulating, in two dtypes.
+        assert_eq!((stats.ran, stats.accumulated), (6, 4), "{stats:?}");
+    }
+
     fn layout_case<B: Backend>(b: &B, dt: DType, which: usize) -> Vec<f32> {
         let x = up(b, &[2, 3, 4, 6], &values(144, 28, 5.0), dt);
         let y = match which {

@@ -37,7 +37,7 @@ use std::sync::{Arc, RwLock};
 use cudarc::driver::{CudaContext, CudaStream};
 
 pub use buf::CudaBuf;
-pub use cudnn::CudnnAttentionStats;
+pub use cudnn::{CudnnAttentionStats, CudnnConvStats};
 pub use kernel_cache::set_kernel_cache;
 pub use kernels::{CompiledKernel, compile_all as compile_kernels};
 pub use memory::CudaMemory;
@@ -182,6 +182,22 @@ impl Cuda {
             hadamards,
         };
         Ok(Cuda { core: Arc::new(core), dtype, long_attention })
+    }
+
+    /// What cuDNN's convolutions have done on this device: the calls it ran (and of those, the accumulating ones)
+    /// and why it last declined one; `declined` says so where cuDNN never opened.
+    pub fn cudnn_conv_stats(&self) -> CudnnConvStats {
+        match self.convolutions.get() {
+            Some(Some(convolutions)) => convolutions.stats(),
+            Some(None) => CudnnConvStats {
+                declined: Some("cuDNN 9 did not open on this device (or KILN_CUDA_CUDNN=0)".into()),
+                ..CudnnConvStats::default()
+            },
+            None => CudnnConvStats {
+                declined: Some("no convolution has asked for cuDNN yet".into()),
+                ..CudnnConvStats::default()
+            },
+        }
     }
 
     /// What cuDNN's fused attention ([`LongAttention::Cudnn`]) has done on this device: the calls it ran and why it

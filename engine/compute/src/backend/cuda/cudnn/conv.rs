@@ -80,6 +80,18 @@ impl ConvShape {
 pub(crate) struct Convolutions {
     handle: Mutex<Handle>,
     choices: Mutex<HashMap<ConvShape, Option<Choice>>>,
+    stats: Mutex<CudnnConvStats>,
+}
+
+/// What cuDNN's convolutions have done on a device ([`crate::backend::cuda::Cuda::cudnn_conv_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CudnnConvStats {
+    /// Convolutions it ran.
+    pub ran: u64,
+    /// Of those, the ones that added into their output (beta = 1: a causal 3-D convolution's later taps).
+    pub accumulated: u64,
+    /// Why it last declined one (the im2col path ran it), if it has.
+    pub declined: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -234,13 +246,42 @@ impl Convolutions {
             return None;
         }
         let handle = Handle::open(stream, "convolutions run as im2col and GEMM")?;
-        Some(Convolutions { handle: Mutex::new(handle), choices: Mutex::default() })
+        Some(Convolutions {
+            handle: Mutex::new(handle),
+            choices: Mutex::default(),
+            stats: Mutex::default(),
+        })
+    }
+
+    /// What it has run and declined so far.
+    pub(crate) fn stats(&self) -> CudnnConvStats {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Queues the convolution as [`Convolutions::run_or_decline`] does, and counts what happened.
+    pub(crate) fn forward(
+        &self,
+        s: &ConvShape,
+        ptrs: [u64; 3],
+        accumulate: bool,
+        scratch: impl FnOnce(u64) -> Result<Allocation>,
+    ) -> Result<()> {
+        let result = self.run_or_decline(s, ptrs, accumulate, scratch);
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        match &result {
+            Ok(()) => {
+                stats.ran += 1;
+                stats.accumulated += u64::from(accumulate);
+            }
+            Err(e) => stats.declined = Some(e.to_string()),
+        }
+        result
     }
 
     /// Queues `y = conv(x, w)` (no bias; with `accumulate`, `y += conv(x, w)`, cuDNN's beta = 1: the f32
     /// products added to y's values, rounded once) on the stream the handle was opened on; `scratch` allocates
     /// the algorithm's workspace. An error means nothing was queued (the caller runs the im2col path).
-    pub(crate) fn forward(
+    fn run_or_decline(
         &self,
         s: &ConvShape,
         [x, w, y]: [u64; 3],

@@ -11,6 +11,7 @@ mod graph;
 
 pub use attention::CudnnAttentionStats;
 pub(crate) use attention::{Attention, AttentionShape};
+pub use conv::CudnnConvStats;
 pub(crate) use conv::{ConvShape, Convolutions};
 
 use cudarc::cudnn::result as dnn;
