@@ -17,8 +17,9 @@
 #                breadth first over node types, until the time left runs out (TEMPLATES_S: at most this many)
 #   attention-bench  long attention alone at the real runs' shapes on both paths (`kiln-gpu-bench --attention`)
 #   profile      the family parts after it run as a profile: KILN_CUDA_PROFILE=1 (each run's report lists every
-#                kernel's and GEMM's time; the warm run's is the steady state, the first's includes compiling the
-#                kernels), 2 steps, Kiln alone (no diffusers) at 100 %, and they start with at least 60 s left
+#                kernel's and GEMM's time; the warm run's is the steady state, the first's includes loading the
+#                kernels: the driver's compile of their PTX, NVRTC's too where no earlier process of the call left
+#                it in the kernel cache), 2 steps, Kiln alone (no diffusers) at 100 %, and they start with at least 60 s left
 #                instead of 200; the other parts are not profiled
 #   profile-after  each family part after it is followed, on the same files, by such a profiled run (in
 #                FAMILY/profile/), when 60 s are left
@@ -54,7 +55,7 @@ if [ -d .device ]; then
   python3 - <<'PY'
 import lzma, os, pathlib, shutil
 for f in pathlib.Path(".device").iterdir():
-    if f.suffix == ".xz":
+    if f.suffix == ".xz" and not f.name.endswith(".tar.xz"):  # the binaries; the templates' pack is a tar
         dest = pathlib.Path("bench/gpu/bin" if f.stem in ("kiln-gpu-bench", "kiln-compute-it") else "bench/zimage-gpu/bin") / f.stem
         dest.write_bytes(lzma.decompress(f.read_bytes()))
         os.chmod(dest, 0o755)
@@ -225,12 +226,15 @@ PY
         log "templates skipped: no .device/templates.tar.xz (./scripts/templates, then bench/device-pack.sh)"; continue
       fi
       rm -rf "$WORK/templates-pack" && mkdir -p "$WORK/templates-pack"
-      tar -xJf .device/templates.tar.xz -C "$WORK/templates-pack"
-      budget=$(( l - 15 )); [ "$budget" -gt "${TEMPLATES_S:-$budget}" ] && budget=$TEMPLATES_S
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
+        .device/templates.tar.xz "$WORK/templates-pack"
+      budget=$(( l - 25 )); [ "$budget" -gt "${TEMPLATES_S:-$budget}" ] && budget=$TEMPLATES_S
       log "templates: the suite's runs on CUDA (budget $budget s)"
-      python3 bench/templates-replay.py --kiln "$BIN/kiln" --replay "$WORK/templates-pack/replay.json" \
-        --inputs "$WORK/templates-pack/inputs" --work /tmp/kiln-templates --out "$WORK/templates.json" \
-        --budget "$budget" --timeout 60 > "$WORK/templates.txt" 2>&1
+      # SIGINT at the budget's end: the replay stops its server and writes its report on the way out.
+      timeout -s INT -k 15 $(( budget + 10 )) python3 bench/templates-replay.py --kiln "$BIN/kiln" \
+        --replay "$WORK/templates-pack/replay.json" --inputs "$WORK/templates-pack/inputs" \
+        --work /tmp/kiln-templates --out "$WORK/templates.json" --budget "$budget" --timeout 60 \
+        > "$WORK/templates.txt" 2>&1
       echo "templates rc=$?" | tee -a "$WORK/device.log"
       { tail -1 "$WORK/templates.txt"; grep -v -e ": ran (" -e "^ran [0-9]* of" "$WORK/templates.txt" | head -20 | cut -c1-300; } \
         | tee -a "$WORK/device.log"

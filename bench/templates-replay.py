@@ -18,6 +18,7 @@ import json
 import math
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -59,7 +60,9 @@ class Kiln:
             [binary, "--port", "0", "--data-dir", str(data), "--disable-front-end"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            text=True,
+            # A byte that is not UTF-8 must not stop the reader: a full pipe would block the server's logging.
+            encoding="utf-8",
+            errors="replace",
         )
         found = threading.Event()
         self.url = None
@@ -107,15 +110,17 @@ class Kiln:
             self.proc.kill()
 
 
-def prepare(steps, kiln_binary, data, inputs, written):
-    """Writes what `steps` name (run.mjs's `preparations`) into `data`, each file once; None or why not."""
+def prepare(steps, kiln_binary, data, inputs, written, deadline):
+    """Writes what `steps` name (run.mjs's `preparations`) into `data`, each file once, by `deadline` (a time);
+    None or why not."""
     for step in steps:
         key = step.get("key") or step["to"]
         if key in written:
             continue
         if "synth" in step:
             args = [kiln_binary, "model", "synth", "--size", "tiny", "--models-dir", str(data / "models")]
-            done = subprocess.run(args + step["synth"], capture_output=True, text=True, timeout=300)
+            left = max(1.0, deadline - time.time())
+            done = subprocess.run(args + step["synth"], capture_output=True, text=True, timeout=left)
             if done.returncode != 0:
                 return f"kiln model synth {' '.join(step['synth'])}: {done.stderr.strip()[-300:]}"
         else:
@@ -159,7 +164,17 @@ def run(kiln, prompt, output_nodes, timeout):
     return "ran", None
 
 
+def stop_on_signal(signum, frame):
+    """The first SIGINT or SIGTERM stops the replay (its server stopped, its report written); later ones (`timeout`
+    signals the command and then its process group) are ignored, so they cannot cut that short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main():
+    signal.signal(signal.SIGINT, stop_on_signal)
+    signal.signal(signal.SIGTERM, stop_on_signal)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kiln", required=True)
     p.add_argument("--replay", required=True, type=Path)
@@ -182,16 +197,16 @@ def main():
         output_nodes = {name for name, spec in info.items() if spec.get("output_node")}
         written = set()
         order = breadth_first(replay["templates"])
-        for i, template in enumerate(order):
+        for template in order:
             left = a.budget - (time.time() - start)
             if left < 10:
-                report["not_reached"] = [t["name"] for t in order[i:]]
                 break
             begun = time.time()
             try:
-                why = prepare(template["steps"], a.kiln, data, a.inputs, written)
-                outcome, detail = ("failed", why) if why else run(kiln, template["prompt"], output_nodes, min(a.timeout, left))
-            except (OSError, subprocess.SubprocessError, urllib.error.URLError, KeyError, ValueError) as e:
+                why = prepare(template["steps"], a.kiln, data, a.inputs, written, begun + left - 5)
+                left = a.budget - (time.time() - start)
+                outcome, detail = ("failed", why) if why else run(kiln, template["prompt"], output_nodes, max(1.0, min(a.timeout, left)))
+            except Exception as e:  # noqa: BLE001 - the replay's job is to report each template, whatever failed
                 outcome, detail = "failed", f"{type(e).__name__}: {e}"
             seconds = round(time.time() - begun, 2)
             report["templates"].append({"name": template["name"], "outcome": outcome, "detail": detail, "seconds": seconds})
@@ -199,11 +214,13 @@ def main():
             report["seconds"] = round(time.time() - start, 1)
             a.out.write_text(json.dumps(report, indent=1) + "\n")
             if kiln.proc.poll() is not None:
-                report["not_reached"] = [t["name"] for t in order[i + 1 :]]
                 report["server_exit"] = kiln.proc.returncode
                 break
     finally:
         kiln.stop()
+        # Whatever stopped the loop, the templates it did not reach are named.
+        done = {t["name"] for t in report["templates"]}
+        report["not_reached"] = [t["name"] for t in breadth_first(replay["templates"]) if t["name"] not in done]
         ran = sum(t["outcome"] == "ran" for t in report["templates"])
         report["ran"] = ran
         report["seconds"] = round(time.time() - start, 1)
@@ -213,4 +230,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stopped:
+        print(f"stopped by {stopped}; the report holds what ran")
+        sys.exit(130)

@@ -30,7 +30,8 @@ pub struct ComputeOptions {
     /// The RAM-pressure cache's active threshold in bytes (0 in the other cache modes): pins leave half of it
     /// (at least 2 GiB) of RAM available.
     pub ram_cache_headroom: u64,
-    /// Where compiled CUDA kernels are kept between runs (`None`: `KILN_CUDA_KERNEL_CACHE`, else not kept).
+    /// Where compiled CUDA kernels are kept between runs (`None`: not kept); `KILN_CUDA_KERNEL_CACHE`, when set,
+    /// overrides it (empty: not kept).
     pub kernel_cache: Option<std::path::PathBuf>,
 }
 

@@ -653,8 +653,8 @@ impl Cuda {
             return Ok(());
         }
         // im2col and a GEMM, chunk by chunk of output pixels (cuDNN absent or declining).
-        // A multiple of 8 pixels, so every chunk's column rows and output columns stay 16-byte aligned for
-        // cuBLASLt's vectorised kernels.
+        // A multiple of 8 pixels, so every full chunk's column rows and every chunk's output columns start
+        // 16-byte aligned for cuBLASLt's vectorised kernels (a last, partial chunk's rows may not).
         let chunk = ((IM2COL_CHUNK / ckk.max(1)) / 8 * 8).max(8).min(pixels.max(1));
         let col = self.alloc((ckk * chunk * esize) as u64)?;
         for b in 0..n {

@@ -3,9 +3,10 @@
 //!
 //! An entry is the PTX of one kernel file for one architecture, named by the file, the architecture and a hash
 //! of what produced it (the program's text, NVRTC's options and NVRTC's version): a changed kernel, option or
-//! NVRTC is another name, never a stale hit. Entries are written whole (a temporary file, then a rename), and
-//! one that does not read as PTX is compiled again. A cache that cannot be read or written costs only the
-//! compile (logged at debug level).
+//! NVRTC is another name, never a stale hit. Entries are written whole (a temporary file of the writer's own,
+//! then a rename) and end with a marker; one without it is compiled again, and so is one the driver does not
+//! load (`kernels.rs` drops it). A cache that cannot be read or written costs only the compile (logged at debug
+//! level).
 //!
 //! Where: the `KILN_CUDA_KERNEL_CACHE` environment variable's folder (set but empty: nowhere), else the folder
 //! [`set_kernel_cache`] names (the server's `DATA_DIR/cuda-kernels`), else nowhere.
@@ -14,10 +15,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
 static FOLDER: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The last line of every entry: a file without it was cut short.
+const END: &str = "// kiln kernel cache: end of entry\n";
 
 /// Keeps compiled kernels under `dir` from now on in this process (`None`: not kept), unless
 /// `KILN_CUDA_KERNEL_CACHE` says otherwise.
@@ -84,22 +89,38 @@ impl Entry {
     /// The PTX kept, if there is a whole one.
     pub(super) fn read(&self) -> Option<String> {
         let text = std::fs::read_to_string(&self.path).ok()?;
-        // NVRTC's PTX declares its version and target; a file without them is not one it wrote whole.
-        (text.contains(".version") && text.contains(".target")).then_some(text)
+        text.strip_suffix(END).map(str::to_owned)
     }
 
     /// Keeps `ptx` (a failure is logged, not returned: the kernel is compiled again next time).
     pub(super) fn write(&self, ptx: &str) {
+        // A name no other writer uses, even one of the same process id (another container on the same folder).
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let tmp = self.path.with_extension(format!(
+            "ptx.{}-{nanos}-{}.tmp",
+            std::process::id(),
+            WRITES.fetch_add(1, Ordering::Relaxed)
+        ));
         let written = (|| {
             if let Some(dir) = self.path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = self.path.with_extension(format!("ptx.{}.tmp", std::process::id()));
-            std::fs::write(&tmp, ptx)?;
+            std::fs::write(&tmp, format!("{ptx}{END}"))?;
             std::fs::rename(&tmp, &self.path)
         })();
         if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
             tracing::debug!(error = %e, path = %self.path.display(), "the compiled kernel was not kept");
+        }
+    }
+
+    /// Drops the entry (one the driver did not load).
+    pub(super) fn remove(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::debug!(error = %e, path = %self.path.display(), "a kept kernel was not removed");
         }
     }
 }
@@ -130,9 +151,15 @@ mod tests {
         assert_eq!(entry("kernel a", "13.1").read(), None, "another NVRTC");
         let other_arch = Entry::in_folder(&dir, "norm.cu", (8, 6), "kernel a", &options, "13.0");
         assert_eq!(other_arch.read(), None, "another architecture");
-        // A file cut short (no target line) is not PTX: compiled again.
-        std::fs::write(&e.path, "//\n.version 9.0\n").expect("truncate");
+        // A file cut short (without its end marker) is compiled again.
+        let whole = std::fs::read_to_string(&e.path).expect("the entry");
+        std::fs::write(&e.path, &whole[..whole.len() - 10]).expect("truncate");
         assert_eq!(e.read(), None);
+        e.write(PTX);
+        e.remove();
+        assert_eq!(e.read(), None, "removed");
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("the folder").collect();
+        assert!(left.is_empty(), "no temporary file is left behind: {left:?}");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -233,6 +233,17 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<(Ptx, bool)> {
     Ok((ptx, false))
 }
 
+/// Drops `file`'s PTX for `arch` from this process's cache and the disk's, so the next [`compile`] runs NVRTC.
+fn forget(file: KernelFile, arch: (i32, i32)) {
+    ptx_cache().lock().unwrap_or_else(|p| p.into_inner()).remove(&(file, arch.0, arch.1));
+    let options = compile_options(arch, false);
+    if let Some(entry) =
+        super::kernel_cache::Entry::of(file.name(), arch, &file.program(), &options)
+    {
+        entry.remove();
+    }
+}
+
 /// What NVRTC made of one kernel file for one architecture.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompiledKernel {
@@ -359,8 +370,18 @@ impl Kernels {
         if let Some(m) = modules.get(&file) {
             return Ok(m.clone());
         }
-        let (ptx, _) = compile(file, self.arch)?;
-        let module = self.ctx.load_module(ptx).map_err(|e| drv("cuModuleLoadData", e))?;
+        let (ptx, from_disk) = compile(file, self.arch)?;
+        let module = match self.ctx.load_module(ptx) {
+            Ok(module) => module,
+            Err(e) if from_disk => {
+                // A kept PTX the driver refuses (damaged on disk): dropped, and compiled again.
+                tracing::warn!(error = %e, file = file.name(), "a kept kernel did not load; compiling it again");
+                forget(file, self.arch);
+                let (ptx, _) = compile(file, self.arch)?;
+                self.ctx.load_module(ptx).map_err(|e| drv("cuModuleLoadData", e))?
+            }
+            Err(e) => return Err(drv("cuModuleLoadData", e)),
+        };
         modules.insert(file, module.clone());
         Ok(module)
     }
