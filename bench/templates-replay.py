@@ -94,7 +94,8 @@ class Kiln:
         )
         try:
             with urllib.request.urlopen(request, timeout=60) as r:
-                return r.status, json.load(r)
+                body = r.read()  # /interrupt and /queue answer 200 with an empty body
+                return r.status, json.loads(body) if body.strip() else {}
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")
             try:
@@ -152,7 +153,11 @@ def run(kiln, prompt, output_nodes, timeout):
         if time.time() > end:
             kiln.post("/api/interrupt", {"prompt_id": pid})
             kiln.post("/api/queue", {"delete": [pid]})
-            return "failed", f"no result within {timeout} s (interrupted)"
+            # The next template waits behind it until the interrupt lands (between nodes or steps).
+            settle = time.time() + 60
+            while kiln.get("/api/queue").get("queue_running") and time.time() < settle:
+                time.sleep(0.25)
+            return "failed", f"no result within {timeout:.0f} s (interrupted)"
         time.sleep(0.25)
     if entry["status"]["status_str"] != "success":
         error = next((m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"), None)
