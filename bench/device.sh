@@ -236,7 +236,7 @@ PY
         --work /tmp/kiln-templates --out "$WORK/templates.json" --budget "$budget" --timeout 60 \
         > "$WORK/templates.txt" 2>&1
       echo "templates rc=$?" | tee -a "$WORK/device.log"
-      { tail -1 "$WORK/templates.txt"; grep -v -e ": ran (" -e "^ran [0-9]* of" "$WORK/templates.txt" | head -20 | cut -c1-300; } \
+      { tail -1 "$WORK/templates.txt"; grep -v -E -e ": ran \([0-9.]+ s\)$" -e "^ran [0-9]+ of" "$WORK/templates.txt" | head -20 | cut -c1-300; } \
         | tee -a "$WORK/device.log"
       # The server's log (its device, errors), without the synthesised files.
       tail -c 2000000 /tmp/kiln-templates/kiln.log > "$WORK/templates-kiln.log" 2>/dev/null

@@ -11,7 +11,9 @@ synthetic files; `bench/device.sh` runs it as its `templates` part.
 repository root, or the folder `bench/device-pack.sh` packed them into). Templates run in the order that covers
 the most node types first, so a budget cut short still reaches most of them. The results (each template's outcome,
 its seconds and, where it failed, the node and the message; the device the server computed on) are rewritten
-after every template. Only the standard library: the GPU machine's Python has no extra packages for it.
+after every template, with each saved PNG's min, max and mean; `one_value_images` names the templates whose
+PNGs hold a single value (what a NaN upstream typically leaves: compare with the same replay on the CPU). Only
+the standard library: the GPU machine's Python has no extra packages for it.
 """
 import argparse
 import json
@@ -25,7 +27,9 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 
 
@@ -38,6 +42,51 @@ def tone_wav(rate, seconds):
     header = b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt "
     header += struct.pack("<IHHIIHH", 16, 1, 1, rate, 2 * rate, 2, 16)
     return header + b"data" + struct.pack("<I", len(pcm)) + pcm
+
+
+def png_stats(data):
+    """(min, max, mean) of a PNG's 8-bit samples, or None for a PNG this does not read (16-bit, palette,
+    interlaced). A NaN or infinity anywhere upstream typically leaves an image of one value."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    pos, idat, header = 8, [], None
+    while pos + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + size]
+        pos += 12 + size
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    if header is None:
+        return None
+    width, height, depth, color, _, _, interlace = header
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(color)
+    if depth != 8 or channels is None or interlace:
+        return None
+    raw, stride = zlib.decompress(b"".join(idat)), width * channels
+    prev, lo, hi, total = bytearray(stride), 255, 0, 0
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):  # the scanline's filter undone (PNG spec, section 9)
+            a = line[i - channels] if i >= channels else 0
+            b = prev[i]
+            c = prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        lo, hi, total, prev = min(lo, min(line)), max(hi, max(line)), total + sum(line), line
+    return lo, hi, round(total / (width * height * channels), 2)
 
 
 def breadth_first(templates):
@@ -136,14 +185,14 @@ def prepare(steps, kiln_binary, data, inputs, written, deadline):
 
 
 def run(kiln, prompt, output_nodes, timeout):
-    """Queues `prompt` and waits for its history: (outcome, detail)."""
+    """Queues `prompt` and waits for its history: (outcome, detail, the history entry if there is one)."""
     status, answer = kiln.post("/api/prompt", {"prompt": prompt, "client_id": "kiln-templates-replay"})
     if status != 200:
         errors = "; ".join(
             f"{node} ({e.get('class_type')}): " + "; ".join(f"{x['message']}: {x['details']}" for x in e["errors"])
             for node, e in (answer.get("node_errors") or {}).items()
         )
-        return "failed", f"prompt refused ({status}): {answer.get('error', {}).get('message')} {errors}".strip()
+        return "failed", f"prompt refused ({status}): {answer.get('error', {}).get('message')} {errors}".strip(), None
     pid = answer["prompt_id"]
     end = time.time() + timeout
     while True:
@@ -157,16 +206,31 @@ def run(kiln, prompt, output_nodes, timeout):
             settle = time.time() + 60
             while kiln.get("/api/queue").get("queue_running") and time.time() < settle:
                 time.sleep(0.25)
-            return "failed", f"no result within {timeout:.0f} s (interrupted)"
+            return "failed", f"no result within {timeout:.0f} s (interrupted)", None
         time.sleep(0.25)
     if entry["status"]["status_str"] != "success":
         error = next((m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"), None)
         where = f"{error['node_type']} ({error['node_id']}): " if error else ""
-        return "failed", where + (error["exception_message"] if error else entry["status"]["status_str"])
+        return "failed", where + (error["exception_message"] if error else entry["status"]["status_str"]), entry
     silent = [f"{i} ({n['class_type']})" for i, n in prompt.items() if n["class_type"] in output_nodes and i not in entry["outputs"]]
     if silent:
-        return "failed", "no output from " + ", ".join(silent)
-    return "ran", None
+        return "failed", "no output from " + ", ".join(silent), entry
+    return "ran", None, entry
+
+
+def image_stats(kiln, entry):
+    """Each PNG the run saved: its file and its samples' min, max and mean (`png_stats`)."""
+    stats = []
+    for output in entry["outputs"].values():
+        for image in output.get("images", []):
+            if not image.get("filename", "").endswith(".png"):
+                continue
+            query = urllib.parse.urlencode({k: image.get(k, "") for k in ("filename", "subfolder", "type")})
+            with urllib.request.urlopen(f"{kiln.url}/api/view?{query}", timeout=30) as r:
+                found = png_stats(r.read())
+            if found:
+                stats.append({"file": image["filename"], "min": found[0], "max": found[1], "mean": found[2]})
+    return stats
 
 
 def stop_on_signal(signum, frame):
@@ -210,12 +274,19 @@ def main():
             try:
                 why = prepare(template["steps"], a.kiln, data, a.inputs, written, begun + left - 5)
                 left = a.budget - (time.time() - start)
-                outcome, detail = ("failed", why) if why else run(kiln, template["prompt"], output_nodes, max(1.0, min(a.timeout, left)))
+                outcome, detail, entry = ("failed", why, None) if why else run(kiln, template["prompt"], output_nodes, max(1.0, min(a.timeout, left)))
+                images = image_stats(kiln, entry) if entry else []
             except Exception as e:  # noqa: BLE001 - the replay's job is to report each template, whatever failed
-                outcome, detail = "failed", f"{type(e).__name__}: {e}"
+                outcome, detail, images = "failed", f"{type(e).__name__}: {e}", []
             seconds = round(time.time() - begun, 2)
-            report["templates"].append({"name": template["name"], "outcome": outcome, "detail": detail, "seconds": seconds})
-            print(f"{template['name']}: {outcome}{': ' + detail if detail else ''} ({seconds} s)", flush=True)
+            one = [i["file"] for i in images if i["min"] == i["max"]]
+            report["templates"].append(
+                {"name": template["name"], "outcome": outcome, "detail": detail, "seconds": seconds, "images": images}
+            )
+            if one:
+                report.setdefault("one_value_images", {})[template["name"]] = one
+            flat = f" (images of one value: {', '.join(one)})" if one else ""
+            print(f"{template['name']}: {outcome}{': ' + detail if detail else ''} ({seconds} s){flat}", flush=True)
             report["seconds"] = round(time.time() - start, 1)
             a.out.write_text(json.dumps(report, indent=1) + "\n")
             if kiln.proc.poll() is not None:
