@@ -11,9 +11,9 @@ synthetic files; `bench/device.sh` runs it as its `templates` part.
 repository root, or the folder `bench/device-pack.sh` packed them into). Templates run in the order that covers
 the most node types first, so a budget cut short still reaches most of them. The results (each template's outcome,
 its seconds and, where it failed, the node and the message; the device the server computed on) are rewritten
-after every template, with each saved PNG's min, max and mean; `one_value_images` names the templates whose
-PNGs hold a single value (what a NaN upstream typically leaves: compare with the same replay on the CPU). Only
-the standard library: the GPU machine's Python has no extra packages for it.
+after every template, with each PNG's min, max and mean; `one_value_images` names the templates whose saved
+(not preview) PNGs hold a single value, what a NaN upstream typically leaves (on the CPU, with the suite's tiny
+files and input image, none does). Only the standard library: the GPU machine's Python has no extra packages.
 """
 import argparse
 import json
@@ -229,7 +229,8 @@ def image_stats(kiln, entry):
             with urllib.request.urlopen(f"{kiln.url}/api/view?{query}", timeout=30) as r:
                 found = png_stats(r.read())
             if found:
-                stats.append({"file": image["filename"], "min": found[0], "max": found[1], "mean": found[2]})
+                kind = image.get("type", "output")
+                stats.append({"file": image["filename"], "type": kind, "min": found[0], "max": found[1], "mean": found[2]})
     return stats
 
 
@@ -279,7 +280,9 @@ def main():
             except Exception as e:  # noqa: BLE001 - the replay's job is to report each template, whatever failed
                 outcome, detail, images = "failed", f"{type(e).__name__}: {e}", []
             seconds = round(time.time() - begun, 2)
-            one = [i["file"] for i in images if i["min"] == i["max"]]
+            # Saved images only: a preview (temp) of a mask or of an edge map of the flat input image is of one
+            # value on the CPU too.
+            one = [i["file"] for i in images if i["min"] == i["max"] and i["type"] == "output"]
             report["templates"].append(
                 {"name": template["name"], "outcome": outcome, "detail": detail, "seconds": seconds, "images": images}
             )
