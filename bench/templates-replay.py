@@ -261,12 +261,12 @@ def main():
     data.mkdir(parents=True)
     kiln = Kiln(a.kiln, data, a.work / "kiln.log")
     report = {"packages": replay.get("packages"), "templates": [], "not_reached": []}
+    order = breadth_first(replay["templates"])
     try:
         report["devices"] = kiln.get("/api/system_stats").get("devices")
         info = kiln.get("/api/object_info")
         output_nodes = {name for name, spec in info.items() if spec.get("output_node")}
         written = set()
-        order = breadth_first(replay["templates"])
         for template in order:
             left = a.budget - (time.time() - start)
             if left < 10:
@@ -299,7 +299,7 @@ def main():
         kiln.stop()
         # Whatever stopped the loop, the templates it did not reach are named.
         done = {t["name"] for t in report["templates"]}
-        report["not_reached"] = [t["name"] for t in breadth_first(replay["templates"]) if t["name"] not in done]
+        report["not_reached"] = [t["name"] for t in order if t["name"] not in done]
         ran = sum(t["outcome"] == "ran" for t in report["templates"])
         report["ran"] = ran
         report["seconds"] = round(time.time() - start, 1)

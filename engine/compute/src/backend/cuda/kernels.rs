@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
+use super::kernel_cache::Entry;
 use super::memory::drv;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -195,21 +196,21 @@ fn compile_options(arch: (i32, i32), real: bool) -> Vec<String> {
     vec![format!("--gpu-architecture={kind}_{}{}", arch.0, arch.1), "--std=c++17".to_owned()]
 }
 
-/// `file`'s PTX for `arch`: from this process's cache, the disk's ([`super::kernel_cache`]) or NVRTC; and whether
-/// it was read from the disk.
-fn compile(file: KernelFile, arch: (i32, i32)) -> Result<(Ptx, bool)> {
+/// `file`'s PTX for `arch`: from this process's cache, the disk's ([`super::kernel_cache`]) or NVRTC; and the
+/// disk's entry when it was read from there.
+fn compile(file: KernelFile, arch: (i32, i32)) -> Result<(Ptx, Option<Entry>)> {
     let key = (file, arch.0, arch.1);
     let mut cache = ptx_cache().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(ptx) = cache.get(&key) {
-        return Ok((ptx.clone(), false));
+        return Ok((ptx.clone(), None));
     }
     let src = file.program();
     let options = compile_options(arch, false);
-    let kept = super::kernel_cache::Entry::of(file.name(), arch, &src, &options);
-    if let Some(text) = kept.as_ref().and_then(|e| e.read()) {
+    let kept = Entry::of(file.name(), arch, &src, &options);
+    if let Some(text) = kept.as_ref().and_then(Entry::read) {
         let ptx = Ptx::from_src(text);
         cache.insert(key, ptx.clone());
-        return Ok((ptx, true));
+        return Ok((ptx, kept));
     }
     let opts =
         CompileOptions { name: Some(file.name().to_owned()), options, ..CompileOptions::default() };
@@ -230,18 +231,7 @@ fn compile(file: KernelFile, arch: (i32, i32)) -> Result<(Ptx, bool)> {
         entry.write(&ptx.to_src());
     }
     cache.insert(key, ptx.clone());
-    Ok((ptx, false))
-}
-
-/// Drops `file`'s PTX for `arch` from this process's cache and the disk's, so the next [`compile`] runs NVRTC.
-fn forget(file: KernelFile, arch: (i32, i32)) {
-    ptx_cache().lock().unwrap_or_else(|p| p.into_inner()).remove(&(file, arch.0, arch.1));
-    let options = compile_options(arch, false);
-    if let Some(entry) =
-        super::kernel_cache::Entry::of(file.name(), arch, &file.program(), &options)
-    {
-        entry.remove();
-    }
+    Ok((ptx, None))
 }
 
 /// What NVRTC made of one kernel file for one architecture.
@@ -268,12 +258,12 @@ pub fn compile_all(arch: (i32, i32)) -> Result<Vec<CompiledKernel>> {
     KernelFile::ALL
         .iter()
         .map(|&file| {
-            let (ptx, from_disk) = compile(file, arch)?;
+            let (ptx, kept) = compile(file, arch)?;
             Ok(CompiledKernel {
                 file: file.name(),
                 ptx_bytes: ptx.to_src().len(),
                 cubin_bytes: cubin(file, arch)?.len(),
-                from_disk,
+                from_disk: kept.is_some(),
             })
         })
         .collect()
@@ -370,17 +360,22 @@ impl Kernels {
         if let Some(m) = modules.get(&file) {
             return Ok(m.clone());
         }
-        let (ptx, from_disk) = compile(file, self.arch)?;
-        let module = match self.ctx.load_module(ptx) {
-            Ok(module) => module,
-            Err(e) if from_disk => {
-                // A kept PTX the driver refuses (damaged on disk): dropped, and compiled again.
+        let (ptx, kept) = compile(file, self.arch)?;
+        let module = match (self.ctx.load_module(ptx), kept) {
+            (Ok(module), _) => module,
+            (Err(e), Some(entry)) => {
+                // A kept PTX the driver refuses (damaged on disk): dropped here and on disk, and compiled again.
                 tracing::warn!(error = %e, file = file.name(), "a kept kernel did not load; compiling it again");
-                forget(file, self.arch);
+                ptx_cache().lock().unwrap_or_else(|p| p.into_inner()).remove(&(
+                    file,
+                    self.arch.0,
+                    self.arch.1,
+                ));
+                entry.remove();
                 let (ptx, _) = compile(file, self.arch)?;
                 self.ctx.load_module(ptx).map_err(|e| drv("cuModuleLoadData", e))?
             }
-            Err(e) => return Err(drv("cuModuleLoadData", e)),
+            (Err(e), None) => return Err(drv("cuModuleLoadData", e)),
         };
         modules.insert(file, module.clone());
         Ok(module)
