@@ -375,16 +375,26 @@ impl OwnedWeight {
         x: &Tensor<B>,
         dtype: DType,
     ) -> Result<OwnedWeight> {
+        let weight = OwnedWeight::allocate(b, x.shape(), dtype)?;
+        b.store(x, weight.ptr, dtype, None)?;
+        Ok(weight)
+    }
+
+    /// A new weight of `shape` and `dtype` on the backend's device, its bytes not yet written, taken as
+    /// [`OwnedWeight::from_tensor`] takes its memory.
+    pub(crate) fn allocate<B: crate::Backend>(
+        b: &B,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<OwnedWeight> {
         let allocator = match b.device_allocator() {
             Some(counted) => Allocator::Counted(counted),
             None => Allocator::Device(b.memory().clone()),
         };
-        let len = numel(x.shape()) * dtype.size();
+        let len = numel(shape) * dtype.size();
         // At least one byte is allocated: an empty tensor still has an address.
         let ptr = allocator.alloc(len.max(1) as u64)?;
-        let weight = OwnedWeight { ptr, dtype, shape: x.shape().to_vec(), allocator };
-        b.store(x, ptr, dtype, None)?;
-        Ok(weight)
+        Ok(OwnedWeight { ptr, dtype, shape: shape.to_vec(), allocator })
     }
 
     /// The view compute ops take.

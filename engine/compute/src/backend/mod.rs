@@ -308,6 +308,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
         seed: Option<u64>,
     ) -> Result<()>;
 
+    /// The temporal taps of a causal 3-D convolution weight `w` `[O, I, kt, kh, kw]` from tap `first` on, as a
+    /// new weight of `dtype` reordered to `[kt − first, O, I, kh, kw]`, so that each tap is a 2-D kernel
+    /// `[O, I, kh, kw]` lying in one block (a video VAE's convolutions run as sums of 2-D ones). Taken through
+    /// [`Backend::device_allocator`] where there is one. The default reorders on the device: the weight as a
+    /// tensor, permuted, stored.
+    fn causal_taps(
+        &self,
+        w: &Weight<'_>,
+        first: usize,
+        dtype: DType,
+    ) -> Result<crate::OwnedWeight> {
+        generic_causal_taps(self, w, first, dtype)
+    }
+
     // --- Linear algebra ------------------------------------------------------------------------------------
 
     /// `x · wᵀ (+ bias)`: x `[.., K]`, w `[N, K]`, bias `[N]` → `[.., N]`. Accumulates in f32.
@@ -479,4 +493,37 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Reorders dimensions: output dimension i is input dimension `perm[i]` (a copy, as torch's
     /// `.permute(..).contiguous()`).
     fn permute(&self, x: &Tensor<Self>, perm: &[usize]) -> Result<Tensor<Self>>;
+}
+
+/// [`Backend::causal_taps`] through the backend's own ops: the weight as an f32 tensor, permuted, stored.
+pub(crate) fn generic_causal_taps<B: Backend>(
+    b: &B,
+    w: &Weight<'_>,
+    first: usize,
+    dtype: DType,
+) -> Result<crate::OwnedWeight> {
+    let [o, i, kt, kh, kw] = causal_geometry(w, first)?;
+    let full = b.weight_to_tensor(w, DType::F32)?.reshape(&[o * i, kt, kh * kw])?;
+    // Every tap: the whole weight, no copy to slice.
+    let kept = if first == 0 { full } else { b.slice(&full, 1, first, kt - first)? };
+    let reordered = b.permute(&kept, &[1, 0, 2])?.reshape(&[kt - first, o, i, kh, kw])?;
+    crate::OwnedWeight::from_tensor(b, &reordered, dtype)
+}
+
+/// The dims `[O, I, kt, kh, kw]` of a causal 3-D convolution weight whose taps from `first` on are asked for
+/// ([`Backend::causal_taps`]), or the error naming what is wrong.
+pub(crate) fn causal_geometry(w: &Weight<'_>, first: usize) -> Result<[usize; 5]> {
+    let &[o, i, kt, kh, kw] = w.shape() else {
+        return Err(crate::Error::shape(
+            "causal_taps",
+            format!("a causal convolution weight is 5-D, not {:?}", w.shape()),
+        ));
+    };
+    if first >= kt {
+        return Err(crate::Error::shape(
+            "causal_taps",
+            format!("tap {first} of a causal convolution of {kt} taps"),
+        ));
+    }
+    Ok([o, i, kt, kh, kw])
 }

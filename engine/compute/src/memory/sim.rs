@@ -235,6 +235,37 @@ impl SimDevice {
         })
     }
 
+    /// Lets `f` write device memory `[ptr, ptr + len)` in place, where it lies in one allocation (an op that
+    /// builds a weight there, without a host copy to [`SimDevice::write`]); elsewhere `f` fills a zeroed
+    /// buffer that is then written. `f` must not touch device memory itself.
+    pub fn fill(
+        &self,
+        ptr: DevPtr,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let lent = {
+            let state = self.lock();
+            region_at(&state, ptr.0)
+                .filter(|(start, r)| ptr.0 + len as u64 <= start + r.len)
+                .and_then(|(start, r)| match &r.data {
+                    Backing::Memory(data) => Some((data.clone(), (ptr.0 - start) as usize)),
+                    Backing::File(..) => None,
+                })
+        };
+        match lent {
+            Some((data, at)) => {
+                let mut guard = data.write().unwrap_or_else(|p| p.into_inner());
+                f(&mut guard[at..at + len])
+            }
+            None => {
+                let mut bytes = vec![0u8; len];
+                f(&mut bytes)?;
+                self.write(ptr, &bytes)
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

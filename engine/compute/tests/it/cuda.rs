@@ -175,6 +175,27 @@ mod gpu {
     }
 
     #[test]
+    fn causal_taps_match_the_cpu() {
+        let Some(e) = env() else { return };
+        let shape = [5, 206, 3, 3, 2];
+        let v = values(5 * 206 * 18, 7, 2.0);
+        for wdt in [DType::BF16, DType::F16, DType::F8E4M3] {
+            let (wg, wc) = (weight(&e.gpu, wdt, &shape, &v), weight(&e.cpu, wdt, &shape, &v));
+            for first in 0..3 {
+                for to in [DType::F32, DType::BF16] {
+                    let g = e.gpu.causal_taps(&wg.view(), first, to).expect("causal_taps");
+                    let c = e.cpu.causal_taps(&wc.view(), first, to).expect("causal_taps");
+                    assert_eq!(g.view().shape(), c.view().shape(), "{wdt} from {first} as {to}");
+                    let got = e.gpu.weight_to_tensor(&g.view(), DType::F32).expect("read");
+                    let want = e.cpu.weight_to_tensor(&c.view(), DType::F32).expect("read");
+                    let (got, want) = (get(&e.gpu, &got), get(&e.cpu, &want));
+                    assert_eq!(got, want, "causal taps of {wdt} from tap {first} as {to}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn scaled_weights_dequantize_as_comfyui_and_linear_matches_the_cpu() {
         let Some(e) = env() else { return };
         let (n, k, scale) = (24, 64, 0.003_7_f32);

@@ -1442,3 +1442,42 @@ fn reshaped_tensors_share_storage_and_bad_buffers_are_refused() {
     let short = Tensor::<Cpu>::from_parts(x.buf().clone(), vec![7], DType::F32);
     assert_shape_error(cpu.unary(&short, UnaryOp::Neg), "unary");
 }
+
+#[test]
+fn causal_taps_are_the_weights_taps_reordered_from_any_first_tap() {
+    let cpu = cpu();
+    let mut rng = Rng::new(41);
+    // 1030 (output, input) rows: more than one block of the CPU's reorder, the last one partial.
+    let shape = [5, 206, 3, 3, 2];
+    let values = rng.vec(numel(&shape));
+    for source in [DType::F32, DType::BF16, DType::F8E4M3] {
+        let w = weight(&cpu, source, &shape, &values);
+        let stored = rounded(&values, source);
+        for first in 0..3 {
+            for dtype in [DType::F32, DType::BF16] {
+                let taps = cpu.causal_taps(&w.view(), first, dtype).expect("causal_taps");
+                let view = taps.view();
+                assert_eq!((view.shape(), view.dtype()), (&[3 - first, 5, 206, 3, 2][..], dtype));
+                let got = cpu.weight_to_tensor(&view, DType::F32).and_then(|t| cpu.to_f32(&t));
+                // want[j, o, i, :, :] = w[o, i, first + j, :, :]
+                let mut want = Vec::new();
+                for j in first..3 {
+                    for row in stored.chunks(3 * 6) {
+                        want.extend(rounded(&row[j * 6..(j + 1) * 6], dtype));
+                    }
+                }
+                assert_eq!(got.expect("read back"), want, "{source} from tap {first} as {dtype}");
+            }
+        }
+    }
+    let w = weight(&cpu, DType::F32, &[2, 2, 3, 3], &values[..36]);
+    assert_shape_error(
+        cpu.causal_taps(&w.view(), 0, DType::F32).map(|t| t.view().shape().to_vec()),
+        "causal_taps",
+    );
+    let w = weight(&cpu, DType::F32, &shape, &values);
+    assert_shape_error(
+        cpu.causal_taps(&w.view(), 3, DType::F32).map(|t| t.view().shape().to_vec()),
+        "causal_taps",
+    );
+}

@@ -90,8 +90,9 @@ pub(crate) fn frames<B: Backend>(
 }
 
 /// The taps of a causal 3-D weight `[O, I, kt, kh, kw]` as 2-D kernels `[O, I, kh, kw]`: the weight reordered
-/// once to `[kt, O, I, kh, kw]` on the device, in its own dtype (the same values), so that tap j is a view of its
-/// j-th block. A [`Stream`] keeps each convolution's, so a clip's later chunks reorder nothing.
+/// once to `[kt, O, I, kh, kw]` on the device ([`Backend::causal_taps`]), in its own dtype (the same values; f32
+/// where the backend computes in f32), so that tap j is a view of its j-th block. A [`Stream`] keeps each
+/// convolution's, so a clip's later chunks reorder nothing.
 struct Taps {
     reordered: OwnedWeight,
     shape: [usize; 5],
@@ -105,15 +106,11 @@ impl Taps {
         let &[o, i, kt, kh, kw] = w.shape() else {
             return Err(Error::Invalid(format!("a causal convolution of shape {:?}", w.shape())));
         };
-        if first >= kt {
-            return Err(Error::Invalid(format!("tap {first} of a causal convolution of {kt}")));
-        }
-        let full = b.weight_to_tensor(w, DType::F32)?.reshape(&[o * i, kt, kh * kw])?;
-        let kept = b.slice(&full, 1, first, kt - first)?;
-        let reordered = b.permute(&kept, &[1, 0, 2])?;
         // Plain float weights keep their dtype, which holds their values exactly; a scaled or quantized one
-        // is kept dequantized.
+        // is kept dequantized. A backend computing in f32 (the CPU) keeps them widened: its convolutions then
+        // read the taps where they lie instead of widening a copy of each at every chunk.
         let dtype = match w.dtype() {
+            _ if b.compute_dtype() == DType::F32 => DType::F32,
             d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
                 if w.quant() == Quant::None =>
             {
@@ -121,7 +118,7 @@ impl Taps {
             }
             _ => DType::F32,
         };
-        let reordered = OwnedWeight::from_tensor(b, &reordered, dtype)?;
+        let reordered = b.causal_taps(w, first, dtype)?;
         Ok(Taps { reordered, shape: [o, i, kt, kh, kw], first })
     }
 

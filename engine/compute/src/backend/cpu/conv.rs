@@ -16,7 +16,7 @@ use super::Cpu;
 use super::avx512_gemm::{self, F32, Kind, Rhs};
 use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
-use super::weights::{vector, widen};
+use super::weights::{vector, with_f32};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
 use crate::error::Result;
 use crate::tensor::{Tensor, Weight};
@@ -102,7 +102,6 @@ fn convolve(
 ) -> Result<(Vec<f32>, [usize; 4])> {
     let g = ConvGeometry::of(op, x.shape(), w.shape(), params)?;
     let b = samples.len();
-    let weights = widen(cpu.sim(), w)?;
     // A range past x's samples is a shape error of the read.
     let per_sample = g.c * g.h * g.w;
     let xs = read_f32_range(x, samples.start * per_sample..samples.end * per_sample, op)?;
@@ -110,13 +109,17 @@ fn convolve(
     let mut out = vec![0.0f32; b * o * plane_out];
     // Without input elements (no channels, or rows only of padding) every product is 0.
     if plane_out > 0 && o > 0 && per_sample > 0 {
-        for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
-            if g.stride == 1 {
-                conv_taps(&g, xi, &weights, oi, F32::available());
-            } else {
-                conv_im2col(&g, xi, &weights, oi);
+        // An f32 weight (a video VAE's taps, kept for the clip) is read where it lies, not copied per call.
+        with_f32(cpu.sim(), w, |weights| {
+            for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
+                if g.stride == 1 {
+                    conv_taps(&g, xi, weights, oi, F32::available());
+                } else {
+                    conv_im2col(&g, xi, weights, oi);
+                }
             }
-        }
+            Ok(())
+        })?;
     }
     Ok((out, [b, o, g.oh, g.ow]))
 }

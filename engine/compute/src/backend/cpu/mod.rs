@@ -42,7 +42,7 @@ use crate::error::Result;
 use crate::memory::device::DeviceAllocator;
 use crate::memory::{DevPtr, DeviceMemory, SimDevice};
 use crate::quant::Quant;
-use crate::tensor::{Tensor, Weight, numel};
+use crate::tensor::{OwnedWeight, Tensor, Weight, numel};
 
 /// The CPU backend. It computes every op in f32 with the weights' exact values; activations are stored in its
 /// compute type (f32 unless made by [`Backend::with_compute_dtype`], whose views round each op's output to f16
@@ -142,6 +142,10 @@ impl Backend for Cpu {
             _ => w.shape().to_vec(),
         };
         tensor_from_f32(shape, weights::widen(&self.sim, w)?, dtype, "weight_to_tensor")
+    }
+
+    fn causal_taps(&self, w: &Weight<'_>, first: usize, dtype: DType) -> Result<OwnedWeight> {
+        weights::causal_taps(self, w, first, dtype)
     }
 
     fn cast(&self, x: &Tensor<Self>, dtype: DType) -> Result<Tensor<Self>> {

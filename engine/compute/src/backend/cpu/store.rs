@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::Cpu;
-use super::storage::read_f32;
+use super::storage::{Data, data, read_f32};
 use crate::dtype::{DType, f8e4m3_to_f32, f32_to_f8e4m3, f32_to_f8e5m2};
 use crate::error::{Error, Result};
 use crate::memory::DevPtr;
@@ -34,6 +34,15 @@ pub(crate) fn store(
     if matches!(dtype, DType::I8 | DType::U8) {
         // Integer weights are quantized formats' values; ComfyUI re-quantizes them with new scales.
         return Err(Error::Unsupported(format!("storing into {dtype} weight bytes")));
+    }
+    // The same dtype, rounded to nearest: the values' bytes as they are (the tensors hold little-endian
+    // elements on a little-endian host).
+    if seed.is_none()
+        && cfg!(target_endian = "little")
+        && let Data::F32(values) = data(x, "store")?
+        && dtype == DType::F32
+    {
+        return cpu.sim().write(dst, bytemuck::cast_slice(values));
     }
     let values = read_f32(x, "store")?;
     let size = dtype.size();

@@ -2,14 +2,17 @@
 //! fp8) and are widened to f32 each time an op reads them ("widened per layer").
 //!
 //! Reading and widening are fused in chunks that stay in cache, in parallel; nothing here keeps a widened copy
-//! past the op that asked for it.
+//! past the op that asked for it. A weight already stored as plain f32 is lent where it lies instead
+//! ([`with_f32`]).
 
 use rayon::prelude::*;
 
-use crate::dtype::widen_into;
+use crate::backend::{causal_geometry, generic_causal_taps};
+use crate::dtype::{DType, widen_into};
 use crate::error::{Error, Result};
 use crate::memory::SimDevice;
-use crate::tensor::Weight;
+use crate::quant::Quant;
+use crate::tensor::{OwnedWeight, Weight};
 
 /// Elements widened per rayon task.
 const CHUNK: usize = 1 << 15;
@@ -53,6 +56,81 @@ pub(crate) fn widen(sim: &SimDevice, w: &Weight<'_>) -> Result<Vec<f32>> {
     let mut out = vec![0.0f32; w.values()];
     widen_range(sim, w, 0, &mut out)?;
     Ok(out)
+}
+
+/// `f` on every value of `w` as f32: the stored values themselves where `w` is plain f32 (no scale, no
+/// quantization) lying aligned in memory or in a mapped file, else a widened copy ([`widen`]).
+///
+/// `f` runs while the weight's bytes are lent: it must not read or write device memory itself.
+pub(crate) fn with_f32<R>(
+    sim: &SimDevice,
+    w: &Weight<'_>,
+    f: impl FnOnce(&[f32]) -> Result<R>,
+) -> Result<R> {
+    if w.dtype() != DType::F32 || w.scale().is_some() || w.quant() != Quant::None {
+        return f(&widen(sim, w)?);
+    }
+    let mut f = Some(f);
+    let mut answer = None;
+    sim.with_bytes(w.ptr(), w.numel() * 4, &mut |bytes| {
+        if let Ok(values) = bytemuck::try_cast_slice::<u8, f32>(bytes)
+            && let Some(f) = f.take()
+        {
+            answer = Some(f(values));
+        }
+        Ok(())
+    })?;
+    match (answer, f) {
+        (Some(answer), _) => answer,
+        // Bytes not aligned for f32: the copy.
+        (None, Some(f)) => f(&widen(sim, w)?),
+        (None, None) => unreachable!("`f` is taken only where `answer` is set"),
+    }
+}
+
+/// Rows of a causal weight (one (output, input) pair's `kt·kh·kw` values) widened per rayon task.
+const TAP_ROWS: usize = 1024;
+
+/// [`crate::Backend::causal_taps`] as f32 in one pass: each block of the weight's rows is widened into a small
+/// buffer and each kept tap's values copied from it to where they lie in the new weight, which is written in
+/// place. Other dtypes take the backend's generic reorder.
+pub(crate) fn causal_taps(
+    cpu: &super::Cpu,
+    w: &Weight<'_>,
+    first: usize,
+    dtype: DType,
+) -> Result<OwnedWeight> {
+    let [o, i, kt, kh, kw] = causal_geometry(w, first)?;
+    if dtype != DType::F32 || !cfg!(target_endian = "little") {
+        return generic_causal_taps(cpu, w, first, dtype);
+    }
+    let (rows, tap) = (o * i, kh * kw);
+    let taps = OwnedWeight::allocate(cpu, &[kt - first, o, i, kh, kw], dtype)?;
+    let sim = cpu.sim();
+    sim.fill(taps.view().ptr(), (kt - first) * rows * tap * 4, &mut |bytes| {
+        let Ok(values) = bytemuck::try_cast_slice_mut::<u8, f32>(bytes) else {
+            return Err(Error::shape("causal_taps", "device memory not aligned for f32"));
+        };
+        // Task b widens rows b·TAP_ROWS.. (every tap of them) and writes each kept tap's rows.
+        let mut outs: Vec<_> =
+            values.chunks_mut(rows * tap).map(|t| t.chunks_mut(TAP_ROWS * tap)).collect();
+        let blocks: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(TAP_ROWS))
+            .map(|_| outs.iter_mut().filter_map(Iterator::next).collect())
+            .collect();
+        blocks.into_par_iter().enumerate().try_for_each(|(block, mut outs)| {
+            let n = outs.first().map_or(0, |t| t.len() / tap.max(1));
+            let mut wide = vec![0.0f32; n * kt * tap];
+            widen_range(sim, w, block * TAP_ROWS * kt * tap, &mut wide)?;
+            for (j, out) in outs.iter_mut().enumerate() {
+                let t = first + j;
+                for (dst, src) in out.chunks_mut(tap.max(1)).zip(wide.chunks(kt * tap)) {
+                    dst.copy_from_slice(&src[t * tap..(t + 1) * tap]);
+                }
+            }
+            Ok(())
+        })
+    })?;
+    Ok(taps)
 }
 
 /// Checks that `w` has exactly `shape` (for weights whose shape an op fixes, as a norm's `[D]`).
