@@ -23,12 +23,13 @@
 //!        [--size 1024] [--height H] [--frames N] [--steps 8]
 //!        [--cpu] [--no-pinned]
 //!        [--vram-fraction F] [--vram-of dit|all] [--vram-extra-gib G] [--cold] [--no-warm] [--seed S]
-//!        [--out FILE] [--label TEXT]
+//!        [--out FILE] [--label TEXT] [--print-graph]
 //! ```
 //!
 //! `DIR` is a models folder with the workflow's files (`kiln model synth` writes them; FLUX.1 has four).
 //! `--size` is the width (and the height unless `--height` is given); `--frames` the length of a video
-//! workflow's clip (default 5).
+//! workflow's clip (default 5). `--print-graph` prints the first prompt's API-format graph and exits (`--models`
+//! is then not needed): the graph `bench/cpu/side_by_side.py` queues to Kiln's and ComfyUI's servers alike.
 //!
 //! **The VRAM cap.** `--vram-fraction F` sets the memory manager's budget to `F × weights + extra`, where
 //! `weights` is the tensor bytes of the DiT files (`--vram-of dit`, the default: the models the sampler steps
@@ -310,6 +311,8 @@ struct Args {
     seed: u64,
     out: Option<PathBuf>,
     label: String,
+    /// `--print-graph`: print the API-format graph the run would queue first, and nothing else.
+    print_graph: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -330,6 +333,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 42,
         out: None,
         label: String::new(),
+        print_graph: false,
     };
     let mut it = std::env::args().skip(1);
     let mut models = None;
@@ -383,12 +387,15 @@ fn parse_args() -> Result<Args, String> {
             "--seed" => args.seed = number("--seed", value("--seed")?)? as u64,
             "--out" => args.out = Some(PathBuf::from(value("--out")?)),
             "--label" => args.label = value("--label")?,
+            "--print-graph" => args.print_graph = true,
             // `cargo bench` passes `--bench`.
             "--bench" => {}
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    args.models = models.ok_or("--models DIR is required")?;
+    if !args.print_graph {
+        args.models = models.ok_or("--models DIR is required")?;
+    }
     if args.frames.is_some() && args.workflow.sampling(WAN_FRAMES).get("frames").is_none() {
         return Err("--frames is for the video workflows".into());
     }
@@ -1207,6 +1214,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.print_graph {
+        let graph =
+            args.workflow.prompt(args.seed, args.size, args.steps, args.height, args.frames);
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), "{graph:#}");
+        return;
+    }
     let report = match bench(&args) {
         Ok(report) => report,
         Err(e) => json!({"error": e, "label": args.label}),
