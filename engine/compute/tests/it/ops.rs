@@ -1447,14 +1447,15 @@ fn reshaped_tensors_share_storage_and_bad_buffers_are_refused() {
 fn causal_taps_are_the_weights_taps_reordered_from_any_first_tap() {
     let cpu = cpu();
     let mut rng = Rng::new(41);
-    // 1030 (output, input) rows: more than one block of the CPU's reorder, the last one partial.
+    // 1030 (output, input) rows: more than one block of the CPU's reorder, the last one partial. fp8 taps take
+    // the generic reorder.
     let shape = [5, 206, 3, 3, 2];
     let values = rng.vec(numel(&shape));
     for source in [DType::F32, DType::BF16, DType::F8E4M3] {
         let w = weight(&cpu, source, &shape, &values);
         let stored = rounded(&values, source);
         for first in 0..3 {
-            for dtype in [DType::F32, DType::BF16] {
+            for dtype in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3] {
                 let taps = cpu.causal_taps(&w.view(), first, dtype).expect("causal_taps");
                 let view = taps.view();
                 assert_eq!((view.shape(), view.dtype()), (&[3 - first, 5, 206, 3, 2][..], dtype));

@@ -90,9 +90,9 @@ pub(crate) fn frames<B: Backend>(
 }
 
 /// The taps of a causal 3-D weight `[O, I, kt, kh, kw]` as 2-D kernels `[O, I, kh, kw]`: the weight reordered
-/// once to `[kt, O, I, kh, kw]` on the device ([`Backend::causal_taps`]), in its own dtype (the same values; f32
-/// where the backend computes in f32), so that tap j is a view of its j-th block. A [`Stream`] keeps each
-/// convolution's, so a clip's later chunks reorder nothing.
+/// once to `[kt, O, I, kh, kw]` on the device ([`Backend::causal_taps`]), in its own dtype (the same values),
+/// so that tap j is a view of its j-th block. A [`Stream`] keeps each convolution's, so a clip's later chunks
+/// reorder nothing.
 struct Taps {
     reordered: OwnedWeight,
     shape: [usize; 5],
@@ -107,10 +107,8 @@ impl Taps {
             return Err(Error::Invalid(format!("a causal convolution of shape {:?}", w.shape())));
         };
         // Plain float weights keep their dtype, which holds their values exactly; a scaled or quantized one
-        // is kept dequantized. A backend computing in f32 (the CPU) keeps them widened: its convolutions then
-        // read the taps where they lie instead of widening a copy of each at every chunk.
+        // is kept dequantized.
         let dtype = match w.dtype() {
-            _ if b.compute_dtype() == DType::F32 => DType::F32,
             d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
                 if w.quant() == Quant::None =>
             {

@@ -5,6 +5,7 @@
 //! past the op that asked for it. A weight already stored as plain f32 is lent where it lies instead
 //! ([`with_f32`]).
 
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::backend::{causal_geometry, generic_causal_taps};
@@ -59,7 +60,8 @@ pub(crate) fn widen(sim: &SimDevice, w: &Weight<'_>) -> Result<Vec<f32>> {
 }
 
 /// `f` on every value of `w` as f32: the stored values themselves where `w` is plain f32 (no scale, no
-/// quantization) lying aligned in memory or in a mapped file, else a widened copy ([`widen`]).
+/// quantization) lying aligned in memory or in a mapped file, else a widened copy in a buffer the thread keeps
+/// ([`with_widened`]).
 ///
 /// `f` runs while the weight's bytes are lent: it must not read or write device memory itself.
 pub(crate) fn with_f32<R>(
@@ -68,7 +70,7 @@ pub(crate) fn with_f32<R>(
     f: impl FnOnce(&[f32]) -> Result<R>,
 ) -> Result<R> {
     if w.dtype() != DType::F32 || w.scale().is_some() || w.quant() != Quant::None {
-        return f(&widen(sim, w)?);
+        return with_widened(sim, w, f);
     }
     let mut f = Some(f);
     let mut answer = None;
@@ -83,17 +85,43 @@ pub(crate) fn with_f32<R>(
     match (answer, f) {
         (Some(answer), _) => answer,
         // Bytes not aligned for f32: the copy.
-        (None, Some(f)) => f(&widen(sim, w)?),
+        (None, Some(f)) => with_widened(sim, w, f),
         (None, None) => unreachable!("`f` is taken only where `answer` is set"),
     }
+}
+
+thread_local! {
+    /// The buffer [`with_widened`] widens into, kept by each thread for its next weight: a convolution's kernel
+    /// is widened at every call (a video VAE's taps, frame after frame), and a fresh buffer of tens of MB is
+    /// fresh pages the kernel must fault in and zero each time.
+    static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `f` on `w`'s values widened into this thread's [`WIDENED`] buffer.
+fn with_widened<R>(
+    sim: &SimDevice,
+    w: &Weight<'_>,
+    f: impl FnOnce(&[f32]) -> Result<R>,
+) -> Result<R> {
+    // Taken out while `f` runs, so a nested call widens into a buffer of its own.
+    let mut buffer = WIDENED.with_borrow_mut(std::mem::take);
+    buffer.truncate(w.values());
+    buffer.resize(w.values(), 0.0);
+    let answer = widen_range(sim, w, 0, &mut buffer).and_then(|()| f(&buffer));
+    WIDENED.with_borrow_mut(|kept| {
+        if buffer.capacity() > kept.capacity() {
+            *kept = buffer;
+        }
+    });
+    answer
 }
 
 /// Rows of a causal weight (one (output, input) pair's `kt·kh·kw` values) widened per rayon task.
 const TAP_ROWS: usize = 1024;
 
-/// [`crate::Backend::causal_taps`] as f32 in one pass: each block of the weight's rows is widened into a small
-/// buffer and each kept tap's values copied from it to where they lie in the new weight, which is written in
-/// place. Other dtypes take the backend's generic reorder.
+/// [`crate::Backend::causal_taps`] in one pass, into f32, f16 or bf16: each block of the weight's rows is widened
+/// into a small buffer and each kept tap's values written from it where they lie in the new weight, in place.
+/// Other dtypes (fp8) take the backend's generic reorder.
 pub(crate) fn causal_taps(
     cpu: &super::Cpu,
     w: &Weight<'_>,
@@ -101,36 +129,74 @@ pub(crate) fn causal_taps(
     dtype: DType,
 ) -> Result<OwnedWeight> {
     let [o, i, kt, kh, kw] = causal_geometry(w, first)?;
-    if dtype != DType::F32 || !cfg!(target_endian = "little") {
-        return generic_causal_taps(cpu, w, first, dtype);
-    }
     let (rows, tap) = (o * i, kh * kw);
     let taps = OwnedWeight::allocate(cpu, &[kt - first, o, i, kh, kw], dtype)?;
+    if rows * tap == 0 {
+        return Ok(taps);
+    }
+    let geometry = TapGeometry { rows, tap, kt, first };
+    let len = (kt - first) * rows * tap * dtype.size();
     let sim = cpu.sim();
-    sim.fill(taps.view().ptr(), (kt - first) * rows * tap * 4, &mut |bytes| {
-        let Ok(values) = bytemuck::try_cast_slice_mut::<u8, f32>(bytes) else {
-            return Err(Error::shape("causal_taps", "device memory not aligned for f32"));
-        };
-        // Task b widens rows b·TAP_ROWS.. (every tap of them) and writes each kept tap's rows.
-        let mut outs: Vec<_> =
-            values.chunks_mut(rows * tap).map(|t| t.chunks_mut(TAP_ROWS * tap)).collect();
-        let blocks: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(TAP_ROWS))
-            .map(|_| outs.iter_mut().filter_map(Iterator::next).collect())
-            .collect();
-        blocks.into_par_iter().enumerate().try_for_each(|(block, mut outs)| {
-            let n = outs.first().map_or(0, |t| t.len() / tap.max(1));
-            let mut wide = vec![0.0f32; n * kt * tap];
-            widen_range(sim, w, block * TAP_ROWS * kt * tap, &mut wide)?;
-            for (j, out) in outs.iter_mut().enumerate() {
-                let t = first + j;
-                for (dst, src) in out.chunks_mut(tap.max(1)).zip(wide.chunks(kt * tap)) {
-                    dst.copy_from_slice(&src[t * tap..(t + 1) * tap]);
+    match dtype {
+        _ if !cfg!(target_endian = "little") => return generic_causal_taps(cpu, w, first, dtype),
+        DType::F32 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
+            scatter_taps(sim, w, geometry, cast_mut::<f32>(bytes)?, |v| v)
+        })?,
+        DType::F16 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
+            scatter_taps(sim, w, geometry, cast_mut::<u16>(bytes)?, |v| f16::from_f32(v).to_bits())
+        })?,
+        DType::BF16 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
+            scatter_taps(sim, w, geometry, cast_mut::<u16>(bytes)?, |v| bf16::from_f32(v).to_bits())
+        })?,
+        _ => return generic_causal_taps(cpu, w, first, dtype),
+    }
+    Ok(taps)
+}
+
+/// A causal weight's layout for [`scatter_taps`]: `rows` (output, input) pairs of `kt` taps of `tap` values,
+/// taps `first..` kept.
+#[derive(Clone, Copy)]
+struct TapGeometry {
+    rows: usize,
+    tap: usize,
+    kt: usize,
+    first: usize,
+}
+
+/// Device bytes as elements of `T`, or an error where they are not aligned for it.
+fn cast_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
+    bytemuck::try_cast_slice_mut(bytes)
+        .map_err(|e| Error::shape("causal_taps", format!("device memory as elements: {e}")))
+}
+
+/// Writes taps `first..` of `w` into `out` `[kt − first, rows, tap]`, each value through `encode`: task b widens
+/// rows b·[`TAP_ROWS`].. (every tap of them) and writes each kept tap's part of them.
+fn scatter_taps<T: Send>(
+    sim: &SimDevice,
+    w: &Weight<'_>,
+    TapGeometry { rows, tap, kt, first }: TapGeometry,
+    out: &mut [T],
+    encode: impl Fn(f32) -> T + Sync,
+) -> Result<()> {
+    let mut per_tap: Vec<_> =
+        out.chunks_mut(rows * tap).map(|t| t.chunks_mut(TAP_ROWS * tap)).collect();
+    let blocks: Vec<Vec<&mut [T]>> = (0..rows.div_ceil(TAP_ROWS))
+        .map(|_| per_tap.iter_mut().filter_map(Iterator::next).collect())
+        .collect();
+    blocks.into_par_iter().enumerate().try_for_each(|(block, mut outs)| {
+        let n = outs.first().map_or(0, |t| t.len() / tap);
+        let mut wide = vec![0.0f32; n * kt * tap];
+        widen_range(sim, w, block * TAP_ROWS * kt * tap, &mut wide)?;
+        for (j, out) in outs.iter_mut().enumerate() {
+            let t = first + j;
+            for (dst, src) in out.chunks_mut(tap).zip(wide.chunks(kt * tap)) {
+                for (d, &v) in dst.iter_mut().zip(&src[t * tap..(t + 1) * tap]) {
+                    *d = encode(v);
                 }
             }
-            Ok(())
-        })
-    })?;
-    Ok(taps)
+        }
+        Ok(())
+    })
 }
 
 /// Checks that `w` has exactly `shape` (for weights whose shape an op fixes, as a norm's `[D]`).
