@@ -237,7 +237,8 @@ impl SimDevice {
 
     /// Lets `f` write device memory `[ptr, ptr + len)` in place, where it lies in one allocation (an op that
     /// builds a weight there, without a host copy to [`SimDevice::write`]); elsewhere `f` fills a zeroed
-    /// buffer that is then written. `f` must not touch device memory itself.
+    /// buffer that is then written. `f` may read other allocations, not the one it fills (its write lock is
+    /// held).
     pub fn fill(
         &self,
         ptr: DevPtr,

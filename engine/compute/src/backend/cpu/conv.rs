@@ -109,7 +109,7 @@ fn convolve(
     let mut out = vec![0.0f32; b * o * plane_out];
     // Without input elements (no channels, or rows only of padding) every product is 0.
     if plane_out > 0 && o > 0 && per_sample > 0 {
-        // An f32 weight (a video VAE's taps, kept for the clip) is read where it lies, not copied per call.
+        // The kernel in f32 once for every sample: read where it lies, or widened into the thread's buffer.
         with_f32(cpu.sim(), w, |weights| {
             for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
                 if g.stride == 1 {

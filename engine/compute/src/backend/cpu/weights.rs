@@ -1,8 +1,8 @@
 //! Weights on the CPU backend: their bytes live in the [`SimDevice`] in the stored dtype (f32, f16, bf16,
 //! fp8) and are widened to f32 each time an op reads them ("widened per layer").
 //!
-//! Reading and widening are fused in chunks that stay in cache, in parallel; nothing here keeps a widened copy
-//! past the op that asked for it. A weight already stored as plain f32 is lent where it lies instead
+//! Reading and widening are fused in chunks that stay in cache, in parallel. A convolution's kernel is widened
+//! whole, into a buffer its thread keeps for the next one, or lent where it lies when it is stored as plain f32
 //! ([`with_f32`]).
 
 use half::{bf16, f16};
@@ -63,13 +63,17 @@ pub(crate) fn widen(sim: &SimDevice, w: &Weight<'_>) -> Result<Vec<f32>> {
 /// quantization) lying aligned in memory or in a mapped file, else a widened copy in a buffer the thread keeps
 /// ([`with_widened`]).
 ///
-/// `f` runs while the weight's bytes are lent: it must not read or write device memory itself.
+/// `f` runs while the weight's bytes are lent (under their region's read lock, for memory): it must not touch
+/// device memory itself, and nothing may write the weight meanwhile. Weights are written only between ops, on
+/// the compute thread, so an op that reads its weight through here holds that.
 pub(crate) fn with_f32<R>(
     sim: &SimDevice,
     w: &Weight<'_>,
     f: impl FnOnce(&[f32]) -> Result<R>,
 ) -> Result<R> {
-    if w.dtype() != DType::F32 || w.scale().is_some() || w.quant() != Quant::None {
+    // The stored bytes are little-endian.
+    let plain = w.dtype() == DType::F32 && w.scale().is_none() && w.quant() == Quant::None;
+    if !plain || cfg!(target_endian = "big") {
         return with_widened(sim, w, f);
     }
     let mut f = Some(f);
@@ -97,7 +101,8 @@ thread_local! {
     static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `f` on `w`'s values widened into this thread's [`WIDENED`] buffer.
+/// `f` on `w`'s values widened into this thread's [`WIDENED`] buffer (grown to the largest weight the thread has
+/// widened: a VAE's largest kernel, 38 MB for a 1024-channel 3×3 one).
 fn with_widened<R>(
     sim: &SimDevice,
     w: &Weight<'_>,
@@ -105,9 +110,12 @@ fn with_widened<R>(
 ) -> Result<R> {
     // Taken out while `f` runs, so a nested call widens into a buffer of its own.
     let mut buffer = WIDENED.with_borrow_mut(std::mem::take);
-    buffer.truncate(w.values());
-    buffer.resize(w.values(), 0.0);
-    let answer = widen_range(sim, w, 0, &mut buffer).and_then(|()| f(&buffer));
+    let n = w.values();
+    if buffer.len() < n {
+        buffer.resize(n, 0.0);
+    }
+    let values = &mut buffer[..n];
+    let answer = widen_range(sim, w, 0, values).and_then(|()| f(values));
     WIDENED.with_borrow_mut(|kept| {
         if buffer.capacity() > kept.capacity() {
             *kept = buffer;
@@ -121,7 +129,7 @@ const TAP_ROWS: usize = 1024;
 
 /// [`crate::Backend::causal_taps`] in one pass, into f32, f16 or bf16: each block of the weight's rows is widened
 /// into a small buffer and each kept tap's values written from it where they lie in the new weight, in place.
-/// Other dtypes (fp8) take the backend's generic reorder.
+/// Other dtypes (fp8), and NVFP4 sources, take the backend's generic reorder.
 pub(crate) fn causal_taps(
     cpu: &super::Cpu,
     w: &Weight<'_>,
@@ -129,6 +137,13 @@ pub(crate) fn causal_taps(
     dtype: DType,
 ) -> Result<OwnedWeight> {
     let [o, i, kt, kh, kw] = causal_geometry(w, first)?;
+    let fused = matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+        && cfg!(target_endian = "little")
+        // NVFP4 packs two values a byte: its values are not its shape's.
+        && w.values() == w.numel();
+    if !fused {
+        return generic_causal_taps(cpu, w, first, dtype);
+    }
     let (rows, tap) = (o * i, kh * kw);
     let taps = OwnedWeight::allocate(cpu, &[kt - first, o, i, kh, kw], dtype)?;
     if rows * tap == 0 {
@@ -137,18 +152,29 @@ pub(crate) fn causal_taps(
     let geometry = TapGeometry { rows, tap, kt, first };
     let len = (kt - first) * rows * tap * dtype.size();
     let sim = cpu.sim();
-    match dtype {
-        _ if !cfg!(target_endian = "little") => return generic_causal_taps(cpu, w, first, dtype),
-        DType::F32 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
-            scatter_taps(sim, w, geometry, cast_mut::<f32>(bytes)?, |v| v)
-        })?,
-        DType::F16 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
-            scatter_taps(sim, w, geometry, cast_mut::<u16>(bytes)?, |v| f16::from_f32(v).to_bits())
-        })?,
-        DType::BF16 => sim.fill(taps.view().ptr(), len, &mut |bytes| {
-            scatter_taps(sim, w, geometry, cast_mut::<u16>(bytes)?, |v| bf16::from_f32(v).to_bits())
-        })?,
-        _ => return generic_causal_taps(cpu, w, first, dtype),
+    let mut aligned = true;
+    sim.fill(taps.view().ptr(), len, &mut |bytes| match dtype {
+        DType::F32 => match bytemuck::try_cast_slice_mut::<u8, f32>(bytes) {
+            Ok(out) => scatter_taps(sim, w, geometry, out, |v| v),
+            Err(_) => {
+                aligned = false;
+                Ok(())
+            }
+        },
+        _ => match bytemuck::try_cast_slice_mut::<u8, u16>(bytes) {
+            Ok(out) if dtype == DType::F16 => {
+                scatter_taps(sim, w, geometry, out, |v| f16::from_f32(v).to_bits())
+            }
+            Ok(out) => scatter_taps(sim, w, geometry, out, |v| bf16::from_f32(v).to_bits()),
+            Err(_) => {
+                aligned = false;
+                Ok(())
+            }
+        },
+    })?;
+    if !aligned {
+        // Device memory not aligned for the elements (never so for a fresh allocation): the generic reorder.
+        return generic_causal_taps(cpu, w, first, dtype);
     }
     Ok(taps)
 }
@@ -161,12 +187,6 @@ struct TapGeometry {
     tap: usize,
     kt: usize,
     first: usize,
-}
-
-/// Device bytes as elements of `T`, or an error where they are not aligned for it.
-fn cast_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
-    bytemuck::try_cast_slice_mut(bytes)
-        .map_err(|e| Error::shape("causal_taps", format!("device memory as elements: {e}")))
 }
 
 /// Writes taps `first..` of `w` into `out` `[kt − first, rows, tap]`, each value through `encode`: task b widens
