@@ -1,11 +1,12 @@
 //! 2-D convolution on the CPU, as GEMMs.
 //!
-//! - Stride 1 (a VAE's 3×3 and 1×1 convs): the input is zero-padded once per image. Computing the output
-//!   over the padded width (and dropping the extra columns) makes the input shifted by a kernel tap (ky, kx)
-//!   a plain strided matrix, so no im2col buffer is built. With AVX-512 all taps are one GEMM whose right
-//!   operand's rows are those shifted planes (K = C·kh·kw); otherwise each tap is one GEMM
-//!   `w[:, :, ky, kx] · shifted input` accumulated into the output. A 1×1 conv without padding is a single
-//!   GEMM on the input.
+//! - Stride 1 (a VAE's 3×3 and 1×1 convs): the input is zero-padded once. Computing the output over the
+//!   padded width (and dropping the extra columns) makes the input shifted by a kernel tap (ky, kx) a plain
+//!   strided matrix, so no im2col buffer is built. Small images go through together, stacked in height (the
+//!   rows that straddle two of them dropped like the extra columns), so the kernel is packed once for all of
+//!   them. With AVX-512 all taps are one GEMM whose right operand's rows are those shifted planes
+//!   (K = C·kh·kw); otherwise each tap is one GEMM `w[:, :, ky, kx] · shifted input` accumulated into the
+//!   output. A 1×1 conv without padding is a single GEMM on each input.
 //! - Other strides: im2col over bands of output rows (bounded scratch), one GEMM per band.
 
 use std::ops::Range;
@@ -23,6 +24,9 @@ use crate::tensor::{Tensor, Weight};
 
 /// Largest im2col band, in elements.
 const IM2COL_ELEMS: usize = 1 << 23;
+/// Largest padded input of images convolved together, in elements (the output over the padded planes is
+/// about as large per output channel): a single image of any size goes alone.
+const STACKED_ELEMS: usize = 1 << 22;
 
 /// 2-D convolution (see [`crate::Backend::conv2d`]).
 pub(crate) fn conv2d(
@@ -111,10 +115,13 @@ fn convolve(
     if plane_out > 0 && o > 0 && per_sample > 0 {
         // The kernel in f32 once for every sample: read where it lies, or widened into the thread's buffer.
         with_f32(cpu.sim(), w, |weights| {
-            for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
-                if g.stride == 1 {
+            if g.stride == 1 {
+                let n = stacked(&g, b);
+                for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
                     conv_taps(&g, xi, weights, oi, F32::available());
-                } else {
+                }
+            } else {
+                for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
                     conv_im2col(&g, xi, weights, oi);
                 }
             }
@@ -124,48 +131,65 @@ fn convolve(
     Ok((out, [b, o, g.oh, g.ow]))
 }
 
-/// Stride-1 convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]`, one GEMM per kernel tap.
+/// How many of `b` images [`conv_taps`] takes together: as many as keep their padded planes within
+/// [`STACKED_ELEMS`], at least one.
+fn stacked(g: &ConvGeometry, b: usize) -> usize {
+    let [top, bottom, left, right] = g.pad;
+    let padded = g.c.max(g.o) * (g.h + top + bottom) * (g.w + left + right);
+    (STACKED_ELEMS / padded.max(1)).clamp(1, b.max(1))
+}
+
+/// Stride-1 convolution of images `x` `[n, C, H, W]` into `out` `[n, O, OH, OW]`: one GEMM over all of them
+/// (or one per kernel tap), the images' padded planes stacked in height.
 fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
     let [top, bottom, left, right] = g.pad;
     let taps = g.kh * g.kw;
     let wrow = g.c * taps;
+    let image = g.c * g.h * g.w;
+    let n = x.len() / image.max(1);
+    let plane = g.oh * g.ow;
     if taps == 1 && g.pad == [0; 4] {
-        gemm(
-            g.o,
-            g.oh * g.ow,
-            g.c,
-            MatMut::rows(out, g.oh * g.ow),
-            Mat::rows(w, wrow),
-            Mat::rows(x, g.h * g.w),
-            false,
-            1.0,
-            Threads::All,
-        );
+        for (x, out) in x.chunks(image).zip(out.chunks_mut(g.o * plane)) {
+            gemm(
+                g.o,
+                plane,
+                g.c,
+                MatMut::rows(out, plane),
+                Mat::rows(w, wrow),
+                Mat::rows(x, g.h * g.w),
+                false,
+                1.0,
+                Threads::All,
+            );
+        }
         return;
     }
     let (hp, wp) = (g.h + top + bottom, g.w + left + right);
-    // The padded input, with kw − 1 spare zeros so the last channel's shifted views stay in bounds.
-    let mut padded = vec![0.0f32; g.c * hp * wp + g.kw - 1];
-    padded[..g.c * hp * wp].par_chunks_mut(hp * wp).zip(x.par_chunks(g.h * g.w)).for_each(
-        |(dst, src)| {
-            for (y, row) in src.chunks(g.w).enumerate() {
-                let at = (y + top) * wp + left;
-                dst[at..at + g.w].copy_from_slice(row);
-            }
-        },
-    );
-    // The output over the padded width: column y·wp + x, of which x < ow are kept.
-    let cols = g.oh * wp;
-    let direct = g.ow == wp;
+    // The padded input `[C, n·hp, wp]` (channel c's planes of every image, one under the other), with kw − 1
+    // spare zeros so the last channel's shifted views stay in bounds.
+    let stack = n * hp * wp;
+    let mut padded = vec![0.0f32; g.c * stack + g.kw - 1];
+    padded[..g.c * stack].par_chunks_mut(hp * wp).enumerate().for_each(|(i, dst)| {
+        let (ch, image_at) = (i / n, i % n);
+        let src = &x[image_at * image + ch * g.h * g.w..][..g.h * g.w];
+        for (y, row) in src.chunks(g.w).enumerate() {
+            let at = (y + top) * wp + left;
+            dst[at..at + g.w].copy_from_slice(row);
+        }
+    });
+    // The output over the stacked padded planes: column y·wp + x, of which rows y = i·hp + oy (oy < oh) and
+    // columns x < ow are image i's.
+    let cols = ((n - 1) * hp + g.oh) * wp;
+    let direct = n == 1 && g.ow == wp;
     let mut wide = if direct { Vec::new() } else { vec![0.0f32; g.o * cols] };
     let dst_buf: &mut [f32] = if direct { out } else { &mut wide };
     if fused {
         // One product over every (channel, tap) pair: row c·taps + t of the right operand is channel c's
-        // padded plane shifted by tap t, and the weight as stored, `[O, C·kh·kw]`, is the left operand.
+        // padded planes shifted by tap t, and the weight as stored, `[O, C·kh·kw]`, is the left operand.
         let offsets: Vec<usize> = (0..g.c * taps)
             .map(|r| {
                 let (ch, t) = (r / taps, r % taps);
-                ch * hp * wp + t / g.kw * wp + t % g.kw
+                ch * stack + t / g.kw * wp + t % g.kw
             })
             .collect();
         let rhs = Rhs::Rows { data: &padded, offsets: &offsets };
@@ -180,10 +204,13 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
             Threads::All,
         );
     } else {
-        conv_tap_by_tap(g, w, (&padded, hp, wp), dst_buf);
+        conv_tap_by_tap(g, w, (&padded, stack, wp), cols, dst_buf);
     }
     if !direct {
-        out.par_chunks_mut(g.oh * g.ow).zip(wide.par_chunks(cols)).for_each(|(dst, src)| {
+        // Output plane i (image i / O, channel i % O) from rows (i / O)·hp.. of the wide channel i % O.
+        out.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
+            let (image_at, ch) = (i / g.o, i % g.o);
+            let src = &wide[ch * cols + image_at * hp * wp..];
             for (drow, srow) in dst.chunks_mut(g.ow).zip(src.chunks(wp)) {
                 drow.copy_from_slice(&srow[..g.ow]);
             }
@@ -192,15 +219,15 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
 }
 
 /// The portable form of [`conv_taps`]' product: one GEMM per kernel tap, accumulated into `dst`
-/// (`[O, OH·wp]`).
+/// (`[O, cols]`); each channel's padded planes are `stack` elements of `padded`, rows of `wp`.
 fn conv_tap_by_tap(
     g: &ConvGeometry,
     w: &[f32],
-    (padded, hp, wp): (&[f32], usize, usize),
+    (padded, stack, wp): (&[f32], usize, usize),
+    cols: usize,
     dst: &mut [f32],
 ) {
     let taps = g.kh * g.kw;
-    let cols = g.oh * wp;
     // Each tap's weights as a contiguous `[O, C]` matrix (the GEMMs read rows of the left operand).
     let mut tap_w = vec![0.0f32; taps * g.o * g.c];
     for (i, v) in w.iter().enumerate() {
@@ -211,7 +238,7 @@ fn conv_tap_by_tap(
         for kx in 0..g.kw {
             let t = ky * g.kw + kx;
             let lhs = Mat::rows(&tap_w[t * g.o * g.c..(t + 1) * g.o * g.c], g.c);
-            let rhs = Mat { data: &padded[ky * wp + kx..], rs: hp * wp, cs: 1 };
+            let rhs = Mat { data: &padded[ky * wp + kx..], rs: stack, cs: 1 };
             gemm(g.o, cols, g.c, MatMut::rows(dst, cols), lhs, rhs, t > 0, 1.0, Threads::All);
         }
     }
@@ -257,7 +284,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stride_one_paths_agree_with_im2col() {
+    fn stride_one_paths_agree_with_im2col_one_image_or_stacked() {
         let g = ConvGeometry {
             c: 3,
             h: 5,
@@ -270,15 +297,42 @@ mod tests {
             oh: 4,
             ow: 8,
         };
-        let x: Vec<f32> = (0..g.c * g.h * g.w).map(|i| (i % 7) as f32 - 3.0).collect();
+        let image = g.c * g.h * g.w;
+        let plane = g.o * g.oh * g.ow;
         let w: Vec<f32> =
             (0..g.o * g.c * g.kh * g.kw).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
-        let mut want = vec![f32::NAN; g.o * g.oh * g.ow];
-        conv_im2col(&g, &x, &w, &mut want);
-        for fused in [false, F32::available()] {
-            let mut got = vec![f32::NAN; want.len()];
-            conv_taps(&g, &x, &w, &mut got, fused);
-            assert_eq!(got, want, "fused {fused}");
+        for n in [1, 3] {
+            let x: Vec<f32> =
+                (0..n * image).map(|i| (i % 7) as f32 - 3.0 + (i / image) as f32).collect();
+            let mut want = vec![f32::NAN; n * plane];
+            for (x, want) in x.chunks(image).zip(want.chunks_mut(plane)) {
+                conv_im2col(&g, x, &w, want);
+            }
+            for fused in [false, F32::available()] {
+                let mut got = vec![f32::NAN; want.len()];
+                conv_taps(&g, &x, &w, &mut got, fused);
+                assert_eq!(got, want, "{n} images, fused {fused}");
+            }
         }
+    }
+
+    #[test]
+    fn small_images_are_stacked_up_to_the_bound() {
+        let g = |c, h, w| ConvGeometry {
+            c,
+            h,
+            w,
+            o: c,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad: [1; 4],
+            oh: h,
+            ow: w,
+        };
+        assert_eq!(stacked(&g(4, 6, 6), 5), 5);
+        assert_eq!(stacked(&g(1024, 30, 30), 9), STACKED_ELEMS / (1024 * 32 * 32));
+        assert_eq!(stacked(&g(256, 720, 1280), 4), 1);
+        assert_eq!(stacked(&g(4, 6, 6), 0), 1);
     }
 }
