@@ -79,6 +79,24 @@ impl<B: Backend> Stream<B> {
     }
 }
 
+/// The largest activation (in bytes, at the decoder's top level) of the frames a temporal upsample made that
+/// still go on together, by default: a small clip's frames share each convolution, as ComfyUI's do; a large
+/// one's go one at a time, which bounds memory by one frame at full size.
+pub const FRAMES_TOGETHER_BYTES: usize = 256 << 20;
+
+/// Whether the frames `x` `[n, C, H, W]` that a decoder's temporal upsample made, with `ups` spatial
+/// upsamples (each 4× the elements) still ahead, go on one at a time: frames of a clip (in a [`Stream`]) once
+/// they would pass `together` bytes at the top. Exact either way: every layer after is causal or per frame.
+pub(crate) fn one_frame_at_a_time<B: Backend>(
+    x: &Tensor<B>,
+    time: &Time<'_, B>,
+    ups: usize,
+    together: usize,
+) -> bool {
+    let top = x.numel().saturating_mul(x.dtype().size()).saturating_mul(1 << (2 * ups.min(16)));
+    matches!(time, Time::Stream(_)) && x.shape().first().is_some_and(|&n| n > 1) && top > together
+}
+
 /// Frames `start..start + len` of `x` `[n, ..]`.
 pub(crate) fn frames<B: Backend>(
     b: &B,

@@ -32,6 +32,7 @@ mod video;
 mod wan21;
 pub mod wan22;
 
+pub use causal::FRAMES_TOGETHER_BYTES;
 pub use config::{Config, DIM_MULT, Layout, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, detect, load_plan};
 pub use video::{DECODE_CHUNK, ENCODE_CHUNK, TEMPORAL_DOWNSCALE, decoded_frames, latent_frames};
 pub use wan21::WanVae;

@@ -5,7 +5,7 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::blocks::{conv, downsample, head, middle, residual, upsample};
-use super::causal::{Time, frames};
+use super::causal::{FRAMES_TOGETHER_BYTES, Time, frames, one_frame_at_a_time};
 use super::config::{
     Config, DIM_MULT, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, decoder_index, encoder_index,
 };
@@ -18,12 +18,15 @@ pub struct WanVae {
     pub config: Config,
     /// The weights.
     pub weights: Model,
+    /// Up to how many bytes a decoded chunk's frames stay together after a temporal upsample
+    /// ([`FRAMES_TOGETHER_BYTES`] unless set; any value gives the same frames).
+    pub frames_together_bytes: usize,
 }
 
 impl WanVae {
     /// The autoencoder of `config` with `weights` loaded from [`super::load_plan`].
     pub fn new(config: Config, weights: Model) -> WanVae {
-        WanVae { config, weights }
+        WanVae { config, weights, frames_together_bytes: FRAMES_TOGETHER_BYTES }
     }
 
     /// Decodes latents z `[B, 16, h, w]` in VAE space into images `[B, out_channels, 8h, 8w]`, f32, about
@@ -80,7 +83,7 @@ impl WanVae {
     }
 
     /// The decoder from level `level` on: its residual blocks and resamples, then the head. After a temporal
-    /// upsample, a clip's frames go on one at a time (exact: every layer is causal or per frame).
+    /// upsample, a large clip's frames go on one at a time ([`one_frame_at_a_time`]).
     fn up_from<B: Backend>(
         &self,
         b: &B,
@@ -100,9 +103,10 @@ impl WanVae {
                 let temporal = TEMPORAL_DOWNSAMPLE[levels - 2 - i];
                 let prefix = format!("decoder.upsamples.{}", decoder_index(i, RES_BLOCKS + 1));
                 x = upsample(b, m, &prefix, &x, temporal, time)?;
-                let n = x.dim(0)?;
-                if temporal && matches!(time, Time::Stream(_)) && n > 1 {
-                    for f in 0..n {
+                if temporal
+                    && one_frame_at_a_time(&x, time, levels - 2 - i, self.frames_together_bytes)
+                {
+                    for f in 0..x.dim(0)? {
                         self.up_from(b, i + 1, frames(b, &x, f, 1)?, time, out)?;
                     }
                     return Ok(());

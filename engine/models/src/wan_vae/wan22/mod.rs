@@ -20,7 +20,7 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::blocks::{conv, downsample, head, middle, residual, upsample};
-use super::causal::{Time, frames};
+use super::causal::{FRAMES_TOGETHER_BYTES, Time, frames, one_frame_at_a_time};
 use super::config::{DIM_MULT, RES_BLOCKS};
 use super::video::{self, Chunked, DECODE_CHUNK, ENCODE_CHUNK};
 use crate::error::Result;
@@ -33,12 +33,15 @@ pub struct Wan22Vae {
     pub config: Config,
     /// The weights.
     pub weights: Model,
+    /// Up to how many bytes a decoded chunk's frames stay together after a temporal upsample
+    /// ([`FRAMES_TOGETHER_BYTES`] unless set; any value gives the same frames).
+    pub frames_together_bytes: usize,
 }
 
 impl Wan22Vae {
     /// The autoencoder of `config` with `weights` loaded from [`load_plan`].
     pub fn new(config: Config, weights: Model) -> Wan22Vae {
-        Wan22Vae { config, weights }
+        Wan22Vae { config, weights, frames_together_bytes: FRAMES_TOGETHER_BYTES }
     }
 
     /// Decodes latents z `[B, 48, h, w]` in VAE space into images `[B, 3, 16h, 16w]`, f32, about [−1, 1] but
@@ -92,7 +95,7 @@ impl Wan22Vae {
     }
 
     /// The decoder from up block `level` on, then the head and the unpatchify. After a temporal up block, a
-    /// clip's frames go on one at a time.
+    /// large clip's frames go on one at a time ([`one_frame_at_a_time`]).
     fn up_from<B: Backend>(
         &self,
         b: &B,
@@ -121,9 +124,10 @@ impl Wan22Vae {
                 let ft = if temporal { 2 } else { 1 };
                 let shortcut = dup_up(b, &input, out_width, (ft, 2), first, time)?;
                 x = b.binary(&x, &shortcut, BinaryOp::Add)?;
-                let n = x.dim(0)?;
-                if temporal && matches!(time, Time::Stream(_)) && n > 1 {
-                    for f in 0..n {
+                if temporal
+                    && one_frame_at_a_time(&x, time, levels - 2 - i, self.frames_together_bytes)
+                {
+                    for f in 0..x.dim(0)? {
                         self.up_from(b, i + 1, frames(b, &x, f, 1)?, time, out)?;
                     }
                     return Ok(());
