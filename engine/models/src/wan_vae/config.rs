@@ -28,6 +28,46 @@ pub enum Layout {
     Diffusers,
 }
 
+impl Layout {
+    /// The name of this layout of the two.
+    pub(crate) fn pick(self, comfy: &'static str, diffusers: &'static str) -> &'static str {
+        match self {
+            Layout::Comfy => comfy,
+            Layout::Diffusers => diffusers,
+        }
+    }
+}
+
+/// Which halves a Wan VAE file holds and its latent width, read the same way for both versions.
+pub(crate) struct Halves {
+    /// The encoder's first convolution, when the file has the encoder.
+    pub encoder_in: Option<&'static str>,
+    /// Whether the file has the decoder.
+    pub has_decoder: bool,
+    /// Latent channels: the decoder's input, or half the encoder's output (mean and log-variance).
+    pub z_channels: usize,
+}
+
+impl Halves {
+    /// The halves of `h` in `layout`.
+    pub(crate) fn of(h: &Header, layout: Layout) -> Result<Halves> {
+        let encoder_in = layout.pick("encoder.conv1.weight", "encoder.conv_in.weight");
+        let decoder_in = layout.pick("decoder.conv1.weight", "decoder.conv_in.weight");
+        let has_decoder = h.has(decoder_in);
+        let z_channels = if has_decoder {
+            dim(h, decoder_in, 1, 5)?
+        } else {
+            dim(h, layout.pick("encoder.head.2.weight", "encoder.conv_out.weight"), 0, 5)? / 2
+        };
+        Ok(Halves { encoder_in: h.has(encoder_in).then_some(encoder_in), has_decoder, z_channels })
+    }
+
+    /// The width of the decoder's output norm (its base width).
+    pub(crate) fn decoder_width(h: &Header, layout: Layout) -> Result<usize> {
+        dim(h, layout.pick("decoder.head.0.gamma", "decoder.norm_out.gamma"), 0, 4)
+    }
+}
+
 /// The shape of a Wan 2.1 VAE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -263,41 +303,29 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         return Ok(None);
     };
     computable(h)?;
-    let name = |comfy: &'static str, diffusers: &'static str| match layout {
-        Layout::Comfy => comfy,
-        Layout::Diffusers => diffusers,
-    };
-    let (encoder_in, decoder_in) = (
-        name("encoder.conv1.weight", "encoder.conv_in.weight"),
-        name("decoder.conv1.weight", "decoder.conv_in.weight"),
-    );
-    let (has_encoder, has_decoder) = (h.has(encoder_in), h.has(decoder_in));
-    let z_channels = if has_decoder {
-        dim(h, decoder_in, 1, 5)?
-    } else {
-        dim(h, name("encoder.head.2.weight", "encoder.conv_out.weight"), 0, 5)? / 2
-    };
+    let Halves { encoder_in, has_decoder, z_channels } = Halves::of(h, layout)?;
     if z_channels != 16 {
         return Err(h.unsupported(format!(
             "a {z_channels}-channel latent: the Wan 2.1 VAE has 16 (the Wan 2.2 VAE's 48 come with \
              residual blocks this file lacks)"
         )));
     }
-    let dim_of = if has_encoder {
-        dim(h, encoder_in, 0, 5)?
-    } else {
-        dim(h, name("decoder.head.0.gamma", "decoder.norm_out.gamma"), 0, 4)?
-    };
     let cfg = Config {
-        dim: dim_of,
+        dim: match encoder_in {
+            Some(encoder_in) => dim(h, encoder_in, 0, 5)?,
+            None => Halves::decoder_width(h, layout)?,
+        },
         z_channels,
-        in_channels: if has_encoder { dim(h, encoder_in, 1, 5)? } else { 3 },
+        in_channels: match encoder_in {
+            Some(encoder_in) => dim(h, encoder_in, 1, 5)?,
+            None => 3,
+        },
         out_channels: if has_decoder {
-            dim(h, name("decoder.head.2.weight", "decoder.conv_out.weight"), 0, 5)?
+            dim(h, layout.pick("decoder.head.2.weight", "decoder.conv_out.weight"), 0, 5)?
         } else {
             3
         },
-        has_encoder,
+        has_encoder: encoder_in.is_some(),
         has_decoder,
     };
     check_shapes(h, &expected(&cfg), layout, &format!("a Wan 2.1 VAE of base width {}", cfg.dim))?;

@@ -10,8 +10,8 @@
 use kiln_compute::memory::LoadPlan;
 
 use super::super::config::{
-    DIM_MULT, Expected, Layout, List, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, check_shapes, computable,
-    dim, plan,
+    DIM_MULT, Expected, Halves, Layout, List, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, check_shapes,
+    computable, dim, plan,
 };
 use crate::error::Result;
 use crate::header::Header;
@@ -195,34 +195,20 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         return Ok(None);
     };
     computable(h)?;
-    let name = |comfy: &'static str, diffusers: &'static str| match layout {
-        Layout::Comfy => comfy,
-        Layout::Diffusers => diffusers,
-    };
-    let (encoder_in, decoder_in) = (
-        name("encoder.conv1.weight", "encoder.conv_in.weight"),
-        name("decoder.conv1.weight", "decoder.conv_in.weight"),
-    );
-    let (has_encoder, has_decoder) = (h.has(encoder_in), h.has(decoder_in));
-    let z_channels = if has_decoder {
-        dim(h, decoder_in, 1, 5)?
-    } else {
-        dim(h, name("encoder.head.2.weight", "encoder.conv_out.weight"), 0, 5)? / 2
-    };
+    let Halves { encoder_in, has_decoder, z_channels } = Halves::of(h, layout)?;
     if z_channels != Z_CHANNELS {
         return Err(h.unsupported(format!(
             "a {z_channels}-channel latent: the Wan 2.2 VAE has {Z_CHANNELS}"
         )));
     }
     let cfg = Config {
-        dim: if has_encoder { dim(h, encoder_in, 0, 5)? } else { 0 },
-        dec_dim: if has_decoder {
-            dim(h, name("decoder.head.0.gamma", "decoder.norm_out.gamma"), 0, 4)?
-        } else {
-            0
+        dim: match encoder_in {
+            Some(encoder_in) => dim(h, encoder_in, 0, 5)?,
+            None => 0,
         },
+        dec_dim: if has_decoder { Halves::decoder_width(h, layout)? } else { 0 },
         z_channels,
-        has_encoder,
+        has_encoder: encoder_in.is_some(),
         has_decoder,
     };
     let what =
