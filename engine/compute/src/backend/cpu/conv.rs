@@ -140,7 +140,9 @@ fn stacked(g: &ConvGeometry, b: usize) -> usize {
 }
 
 /// Stride-1 convolution of images `x` `[n, C, H, W]` into `out` `[n, O, OH, OW]`: one GEMM over all of them
-/// (or one per kernel tap), the images' padded planes stacked in height.
+/// (or one per kernel tap), the images' padded planes stacked in height. The AVX-512 product sums each output
+/// in the same order however many images go together; the `gemm` crate's blocking of K can depend on the
+/// column count (above 512 channels), so there a stacked image may round differently from a lone one.
 fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
     let [top, bottom, left, right] = g.pad;
     let taps = g.kh * g.kw;

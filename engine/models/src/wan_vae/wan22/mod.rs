@@ -34,7 +34,7 @@ pub struct Wan22Vae {
     /// The weights.
     pub weights: Model,
     /// Up to how many bytes a decoded chunk's frames stay together after a temporal upsample
-    /// ([`FRAMES_TOGETHER_BYTES`] unless set; any value gives the same frames).
+    /// ([`FRAMES_TOGETHER_BYTES`] unless set; any value gives the same frames, bit for bit on the CPU).
     pub frames_together_bytes: usize,
 }
 
