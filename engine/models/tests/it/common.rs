@@ -141,3 +141,15 @@ pub(crate) fn write_header_only(path: &Path, shapes: &[(String, Vec<usize>)]) {
     let file = std::fs::OpenOptions::new().write(true).open(path).expect("reopening");
     file.set_len((bytes.len() + offset) as u64).expect("extending the file");
 }
+
+/// The JSON fixture at `relative` (a reference script's recorded inputs and outputs).
+pub(crate) fn json(relative: &str) -> serde_json::Value {
+    let path = fixture(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A JSON list of token ids.
+pub(crate) fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
+}

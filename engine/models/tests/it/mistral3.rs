@@ -14,9 +14,8 @@ use kiln_models::mistral3::{self, TAPS, Tokenizer};
 use kiln_models::qwen3::{Config, Variant};
 use kiln_models::synth::{self, SynthDtype, SynthFamily, ZImageTurboSet};
 use kiln_models::{Error, Header};
-use serde_json::Value;
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors};
 
 const WEIGHTS: &str = "mistral3/weights.safetensors";
 
@@ -33,16 +32,6 @@ const TINY: Config = Config {
     rope_theta: 1e9,
     variant: Variant::Mistral3,
 };
-
-fn json(relative: &str) -> Value {
-    let path = fixture(relative);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
-}
 
 fn values(b: &Cpu, t: &Tensor<Cpu>) -> Vec<f32> {
     assert_eq!(t.dtype(), DType::F32);

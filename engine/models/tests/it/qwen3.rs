@@ -15,7 +15,7 @@ use kiln_models::textgen::{Decoding, SamplingSettings, TokenPicker};
 use kiln_models::{Error, Header};
 use serde_json::Value;
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors};
 
 const WEIGHTS: &str = "qwen3/weights.safetensors";
 
@@ -32,16 +32,6 @@ const TINY: Config = Config {
     rope_theta: 1e6,
     variant: qwen3::Variant::Qwen3,
 };
-
-fn json(relative: &str) -> Value {
-    let path = fixture(relative);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
-}
 
 #[test]
 fn tokenizer_matches_the_python_library() {

@@ -14,7 +14,7 @@ use kiln_models::synth::{self, Qwen3Shape, SynthDtype, SynthFamily, ZImageTurboS
 use kiln_models::{Error, Header};
 use serde_json::Value;
 
-use crate::common::{assert_close, cpu, fixture, read_tensors, write_header_only};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, write_header_only};
 
 const WEIGHTS: &str = "qwen3_klein/weights.safetensors";
 
@@ -42,16 +42,6 @@ const QWEN3_8B: Qwen3Shape = Qwen3Shape {
     head_dim: 128,
     intermediate: 12288,
 };
-
-fn json(relative: &str) -> Value {
-    let path = fixture(relative);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
-}
 
 fn count(v: &Value) -> usize {
     v.as_u64().expect("a count") as usize

@@ -11,9 +11,8 @@ use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend as _, DType};
 use kiln_models::t5::{self, Config, T5, Tokenizer};
 use kiln_models::{Error, Header};
-use serde_json::Value;
 
-use crate::common::{assert_close, cpu, fixture, read_tensors, write_header_only};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, write_header_only};
 
 const WEIGHTS: &str = "t5/weights.safetensors";
 
@@ -29,16 +28,6 @@ const TINY: Config = Config {
     max_distance: 128,
     rms_eps: 1e-6,
 };
-
-fn json(relative: &str) -> Value {
-    let path = fixture(relative);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
-}
 
 #[test]
 fn tokenizer_matches_comfyuis() {

@@ -13,7 +13,7 @@ use kiln_models::t5::{self, Config, SentencePiece, T5, Umt5File};
 use kiln_models::{Error, Header};
 use serde_json::Value;
 
-use crate::common::{assert_close, cpu, fixture, read_tensors, write_header_only};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, write_header_only};
 
 const WEIGHTS: &str = "umt5/weights.safetensors";
 
@@ -29,16 +29,6 @@ const TINY: Config = Config {
     max_distance: 128,
     rms_eps: 1e-6,
 };
-
-fn json(relative: &str) -> Value {
-    let path = fixture(relative);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
-}
 
 /// A gzipped fixture's bytes.
 fn gunzip(relative: &str) -> Vec<u8> {
