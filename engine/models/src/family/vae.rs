@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::flux_vae::{self, FluxVae};
 use crate::header::Header;
 use crate::latent::LatentFormat;
-use crate::wan_vae::{self, Wan22Vae, WanVae};
+use crate::wan_vae::{self, ClipVae, Wan22Vae, WanVae};
 
 /// A family of autoencoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -34,7 +34,9 @@ pub mod wan22;
 
 pub use causal::FRAMES_TOGETHER_BYTES;
 pub use config::{Config, DIM_MULT, Layout, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, detect, load_plan};
-pub use video::{DECODE_CHUNK, ENCODE_CHUNK, TEMPORAL_DOWNSCALE, decoded_frames, latent_frames};
+pub use video::{
+    ClipVae, DECODE_CHUNK, ENCODE_CHUNK, TEMPORAL_DOWNSCALE, decoded_frames, latent_frames,
+};
 pub use wan21::WanVae;
 pub use wan22::Wan22Vae;
 

@@ -27,6 +27,83 @@ pub fn decoded_frames(latent: usize) -> usize {
     (latent * TEMPORAL_DOWNSCALE).saturating_sub(TEMPORAL_DOWNSCALE - 1)
 }
 
+/// What both Wan VAEs do with images and clips, in VAE space. `C_z` is the latent width and `r` the spatial
+/// scale of each version ([`super::WanVae`]: 16 and 8; [`super::Wan22Vae`]: 48 and 16); `C` the image
+/// channels.
+pub trait ClipVae {
+    /// Decodes latents z `[B, C_z, h, w]` into images `[B, C, r·h, r·w]`, f32, about [−1, 1] but not clamped;
+    /// each latent is a one-frame clip.
+    fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>>;
+
+    /// Encodes images x `[B, C, H, W]` in [−1, 1] into the latent mean `[B, C_z, H/r, W/r]`, f32; each image is
+    /// a one-frame clip. Sizes are centre-cropped to multiples of r (offset `(H mod r) / 2`), as ComfyUI's
+    /// `VAE.encode` does; an image smaller than r×r is an [`Error::Invalid`].
+    fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>>;
+
+    /// Decodes the clip z `[1, C_z, T, h, w]` into `[1, C, 4T − 3, r·h, r·w]`, f32, one latent frame at a time.
+    fn decode_video<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        collect(b, |out| self.decode_video_with(b, z, DECODE_CHUNK, out))
+    }
+
+    /// [`ClipVae::decode_video`], `per_chunk` latent frames at a time after the first (any count gives the
+    /// same frames; more costs more memory), each chunk's frames `[n, C, r·h, r·w]` (f32) handed to `out` as
+    /// they are finished; an error from `out` stops the decode.
+    fn decode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()>;
+
+    /// Encodes the clip x `[1, C, L, H, W]` in [−1, 1] into the latent mean
+    /// `[1, C_z, ⌊(L − 1)/4⌋ + 1, H/r, W/r]`, f32, 1 then 4, 4, … frames at a time. Frames past the last 4k + 1
+    /// are dropped and sizes centre-cropped to multiples of r, as ComfyUI does.
+    fn encode_video<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        collect(b, |out| self.encode_video_with(b, x, ENCODE_CHUNK, out))
+    }
+
+    /// [`ClipVae::encode_video`], `per_chunk` frames (a multiple of 4) at a time after the first, each chunk's
+    /// latent frames `[n, C_z, H/r, W/r]` (f32) handed to `out`; an error from `out` stops the encode.
+    fn encode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()>;
+}
+
+impl<N: Chunked> ClipVae for N {
+    fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        decode_images(self, b, z)
+    }
+
+    fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        encode_images(self, b, x)
+    }
+
+    fn decode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        decode_clip(self, b, z, per_chunk, out)
+    }
+
+    fn encode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        encode_clip(self, b, x, per_chunk, out)
+    }
+}
+
 /// A Wan VAE's network, one chunk of a clip (or a batch of images) at a time.
 pub(crate) trait Chunked {
     /// Latent channels.
@@ -56,11 +133,7 @@ pub(crate) trait Chunked {
 }
 
 /// Decodes images' latents `z` `[B, C, h, w]`, each a one-frame clip, into `[B, C', H, W]` f32.
-pub(crate) fn decode_images<N: Chunked, B: Backend>(
-    net: &N,
-    b: &B,
-    z: &Tensor<B>,
-) -> Result<Tensor<B>> {
+fn decode_images<N: Chunked, B: Backend>(net: &N, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
     let z = crate::vae_io::latent_in(b, z, net.halves().0, net.z_channels())?;
     let mut parts = Vec::new();
     net.decode_chunk(b, &z, &mut Time::Alone, &mut |x| {
@@ -72,11 +145,7 @@ pub(crate) fn decode_images<N: Chunked, B: Backend>(
 
 /// Encodes images `x` `[B, C, H, W]` in [−1, 1], each a one-frame clip, centre-cropped to the downscale, into
 /// latents `[B, C_z, H/r, W/r]` f32.
-pub(crate) fn encode_images<N: Chunked, B: Backend>(
-    net: &N,
-    b: &B,
-    x: &Tensor<B>,
-) -> Result<Tensor<B>> {
+fn encode_images<N: Chunked, B: Backend>(net: &N, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
     let x = crate::vae_io::image_in(b, x, net.halves().1, net.image_channels(), net.downscale())?;
     net.encode_chunk(b, &x, &mut Time::Alone)
 }
@@ -121,7 +190,7 @@ fn chunks(total: usize, per: usize) -> Vec<(usize, usize)> {
 
 /// Decodes clip `z` `[1, C, T, h, w]` (VAE space), `per` latent frames per chunk after the first, handing
 /// `out` its 4T − 3 frames `[n, C', H, W]` (f32) chunk by chunk.
-pub(crate) fn decode_clip<N: Chunked, B: Backend>(
+fn decode_clip<N: Chunked, B: Backend>(
     net: &N,
     b: &B,
     z: &Tensor<B>,
@@ -146,7 +215,7 @@ pub(crate) fn decode_clip<N: Chunked, B: Backend>(
 /// Encodes clip `x` `[1, C, L, H, W]` in [−1, 1], `per` frames per chunk after the first (a multiple of 4),
 /// handing `out` its ⌊(L − 1)/4⌋ + 1 latent frames `[n, C_z, H/r, W/r]` (the mean, f32, VAE space) chunk by
 /// chunk. Frames past the last 4k + 1 are dropped and sizes centre-cropped to the downscale, as ComfyUI does.
-pub(crate) fn encode_clip<N: Chunked, B: Backend>(
+fn encode_clip<N: Chunked, B: Backend>(
     net: &N,
     b: &B,
     x: &Tensor<B>,
@@ -181,7 +250,7 @@ pub(crate) fn encode_clip<N: Chunked, B: Backend>(
 }
 
 /// The whole clip of the chunks [`decode_clip`] or [`encode_clip`] hand out.
-pub(crate) fn collect<B: Backend>(
+fn collect<B: Backend>(
     b: &B,
     run: impl FnOnce(&mut dyn FnMut(Tensor<B>) -> Result<()>) -> Result<()>,
 ) -> Result<Tensor<B>> {

@@ -9,10 +9,11 @@ use super::causal::{FRAMES_TOGETHER_BYTES, Time, frames, one_frame_at_a_time};
 use super::config::{
     Config, DIM_MULT, RES_BLOCKS, TEMPORAL_DOWNSAMPLE, decoder_index, encoder_index,
 };
-use super::video::{self, Chunked, DECODE_CHUNK, ENCODE_CHUNK};
+use super::video::Chunked;
 use crate::error::Result;
 
-/// A loaded Wan 2.1 VAE: its shape and its weights (under ComfyUI names, from [`super::load_plan`]).
+/// A loaded Wan 2.1 VAE: its shape and its weights (under ComfyUI names, from [`super::load_plan`]). Its images
+/// and clips go through [`super::ClipVae`]: 16 latent channels, 8× down in space.
 pub struct WanVae {
     /// The shape.
     pub config: Config,
@@ -27,59 +28,6 @@ impl WanVae {
     /// The autoencoder of `config` with `weights` loaded from [`super::load_plan`].
     pub fn new(config: Config, weights: Model) -> WanVae {
         WanVae { config, weights, frames_together_bytes: FRAMES_TOGETHER_BYTES }
-    }
-
-    /// Decodes latents z `[B, 16, h, w]` in VAE space into images `[B, out_channels, 8h, 8w]`, f32, about
-    /// [−1, 1] but not clamped; each latent is a one-frame clip.
-    pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
-        video::decode_images(self, b, z)
-    }
-
-    /// Encodes images x `[B, in_channels, H, W]` with values in [−1, 1] into the latent mean
-    /// `[B, 16, H/8, W/8]`, f32, in VAE space; each image is a one-frame clip.
-    ///
-    /// H and W that are not multiples of 8 are cropped to the largest multiples, centred (offset
-    /// `(H mod 8) / 2`), as ComfyUI's `VAE.encode` does; an image smaller than 8×8 is an [`crate::Error::Invalid`].
-    pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        video::encode_images(self, b, x)
-    }
-
-    /// Decodes the clip z `[1, 16, T, h, w]` in VAE space into `[1, out_channels, 4T − 3, 8h, 8w]`, f32, one
-    /// latent frame at a time.
-    pub fn decode_video<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
-        video::collect(b, |out| self.decode_video_with(b, z, DECODE_CHUNK, out))
-    }
-
-    /// [`WanVae::decode_video`], `per_chunk` latent frames at a time after the first (any count gives the same
-    /// frames; more costs more memory), each chunk's frames `[n, out_channels, 8h, 8w]` (f32) handed to `out`
-    /// as they are finished; an error from `out` stops the decode.
-    pub fn decode_video_with<B: Backend>(
-        &self,
-        b: &B,
-        z: &Tensor<B>,
-        per_chunk: usize,
-        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
-    ) -> Result<()> {
-        video::decode_clip(self, b, z, per_chunk, out)
-    }
-
-    /// Encodes the clip x `[1, in_channels, L, H, W]` in [−1, 1] into the latent mean
-    /// `[1, 16, ⌊(L − 1)/4⌋ + 1, H/8, W/8]`, f32, in VAE space, 1 then 4, 4, … frames at a time. Frames past
-    /// the last 4k + 1 are dropped and sizes centre-cropped to multiples of 8, as ComfyUI does.
-    pub fn encode_video<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        video::collect(b, |out| self.encode_video_with(b, x, ENCODE_CHUNK, out))
-    }
-
-    /// [`WanVae::encode_video`], `per_chunk` frames (a multiple of 4) at a time after the first, each chunk's
-    /// latent frames `[n, 16, H/8, W/8]` (f32) handed to `out`; an error from `out` stops the encode.
-    pub fn encode_video_with<B: Backend>(
-        &self,
-        b: &B,
-        x: &Tensor<B>,
-        per_chunk: usize,
-        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
-    ) -> Result<()> {
-        video::encode_clip(self, b, x, per_chunk, out)
     }
 
     /// The decoder from level `level` on: its residual blocks and resamples, then the head. After a temporal

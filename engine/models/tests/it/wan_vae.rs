@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kiln_compute::Backend as _;
 use kiln_compute::DType;
 use kiln_compute::memory::SafetensorsFile;
-use kiln_models::wan_vae::{self, Config, Layout, WanVae};
+use kiln_models::wan_vae::{self, ClipVae, Config, Layout, WanVae};
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};

@@ -13,7 +13,7 @@ use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{DType, Tensor};
 use kiln_models::family::{VaeDetected, VaeFamily};
-use kiln_models::wan_vae::{self, Layout, Wan22Vae, WanVae, wan22};
+use kiln_models::wan_vae::{self, ClipVae, Layout, Wan22Vae, WanVae, wan22};
 use kiln_models::{Error, Header};
 
 use crate::common::{assert_close, cpu, fixture, read_tensors};

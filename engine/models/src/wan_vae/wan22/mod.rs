@@ -5,8 +5,8 @@
 //!
 //! - [`detect`] recognises the file in ComfyUI's layout or diffusers' (`AutoencoderKLWan`, `is_residual`) and
 //!   derives its [`Config`] from the shapes; [`load_plan`] names every weight by its ComfyUI name.
-//! - [`Wan22Vae`] decodes and encodes images (one-frame clips) and clips, in VAE space, as [`super::WanVae`]
-//!   does.
+//! - [`Wan22Vae`] decodes and encodes images (one-frame clips) and clips, in VAE space, through
+//!   [`super::ClipVae`] as [`super::WanVae`] does.
 
 mod config;
 mod reshape;
@@ -22,12 +22,13 @@ use kiln_compute::{Backend, DType, Tensor};
 use super::blocks::{conv, downsample, head, middle, residual, upsample};
 use super::causal::{FRAMES_TOGETHER_BYTES, Time, frames, one_frame_at_a_time};
 use super::config::{DIM_MULT, RES_BLOCKS};
-use super::video::{self, Chunked, DECODE_CHUNK, ENCODE_CHUNK};
+use super::video::Chunked;
 use crate::error::Result;
 use config::{decoder_entry, encoder_entry};
 use reshape::{avg_down, dup_up, patchify, unpatchify};
 
-/// A loaded Wan 2.2 VAE: its shape and its weights (under ComfyUI names, from [`load_plan`]).
+/// A loaded Wan 2.2 VAE: its shape and its weights (under ComfyUI names, from [`load_plan`]). Its images and
+/// clips go through [`super::ClipVae`]: 48 latent channels, 16× down in space, 3 image channels.
 pub struct Wan22Vae {
     /// The shape.
     pub config: Config,
@@ -42,56 +43,6 @@ impl Wan22Vae {
     /// The autoencoder of `config` with `weights` loaded from [`load_plan`].
     pub fn new(config: Config, weights: Model) -> Wan22Vae {
         Wan22Vae { config, weights, frames_together_bytes: FRAMES_TOGETHER_BYTES }
-    }
-
-    /// Decodes latents z `[B, 48, h, w]` in VAE space into images `[B, 3, 16h, 16w]`, f32, about [−1, 1] but
-    /// not clamped; each latent is a one-frame clip.
-    pub fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
-        video::decode_images(self, b, z)
-    }
-
-    /// Encodes images x `[B, 3, H, W]` in [−1, 1] into the latent mean `[B, 48, H/16, W/16]`, f32, in VAE space;
-    /// each image is a one-frame clip. Sizes are centre-cropped to multiples of 16, as ComfyUI does.
-    pub fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        video::encode_images(self, b, x)
-    }
-
-    /// Decodes the clip z `[1, 48, T, h, w]` in VAE space into `[1, 3, 4T − 3, 16h, 16w]`, f32, one latent
-    /// frame at a time.
-    pub fn decode_video<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
-        video::collect(b, |out| self.decode_video_with(b, z, DECODE_CHUNK, out))
-    }
-
-    /// [`Wan22Vae::decode_video`], `per_chunk` latent frames at a time after the first (any count gives the
-    /// same frames), each chunk's frames `[n, 3, 16h, 16w]` (f32) handed to `out`; an error from `out` stops the
-    /// decode.
-    pub fn decode_video_with<B: Backend>(
-        &self,
-        b: &B,
-        z: &Tensor<B>,
-        per_chunk: usize,
-        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
-    ) -> Result<()> {
-        video::decode_clip(self, b, z, per_chunk, out)
-    }
-
-    /// Encodes the clip x `[1, 3, L, H, W]` in [−1, 1] into the latent mean `[1, 48, ⌊(L − 1)/4⌋ + 1, H/16,
-    /// W/16]`, f32, in VAE space, 1 then 4, 4, … frames at a time (frames past the last 4k + 1 dropped, sizes
-    /// centre-cropped to multiples of 16).
-    pub fn encode_video<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        video::collect(b, |out| self.encode_video_with(b, x, ENCODE_CHUNK, out))
-    }
-
-    /// [`Wan22Vae::encode_video`], `per_chunk` frames (a multiple of 4) at a time after the first, each chunk's
-    /// latent frames (f32) handed to `out`; an error from `out` stops the encode.
-    pub fn encode_video_with<B: Backend>(
-        &self,
-        b: &B,
-        x: &Tensor<B>,
-        per_chunk: usize,
-        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
-    ) -> Result<()> {
-        video::encode_clip(self, b, x, per_chunk, out)
     }
 
     /// The decoder from up block `level` on, then the head and the unpatchify. After a temporal up block, a
