@@ -8,6 +8,7 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::avx512_gemm::with_thread_buffer;
 use crate::backend::{causal_geometry, generic_causal_taps};
 use crate::dtype::{DType, widen_into};
 use crate::error::{Error, Result};
@@ -102,26 +103,22 @@ thread_local! {
 }
 
 /// `f` on `w`'s values widened into this thread's [`WIDENED`] buffer (grown to the largest weight the thread has
-/// widened: a VAE's largest kernel, 38 MB for a 1024-channel 3×3 one).
+/// widened: a VAE's largest kernel, 38 MB for a 1024-channel 3×3 one), or into a new one while the thread's is
+/// in use ([`with_thread_buffer`]).
 fn with_widened<R>(
     sim: &SimDevice,
     w: &Weight<'_>,
     f: impl FnOnce(&[f32]) -> Result<R>,
 ) -> Result<R> {
-    // Taken out while `f` runs, so a nested call widens into a buffer of its own.
-    let mut buffer = WIDENED.with_borrow_mut(std::mem::take);
-    let n = w.values();
-    if buffer.len() < n {
-        buffer.resize(n, 0.0);
-    }
-    let values = &mut buffer[..n];
-    let answer = widen_range(sim, w, 0, values).and_then(|()| f(values));
-    WIDENED.with_borrow_mut(|kept| {
-        if buffer.capacity() > kept.capacity() {
-            *kept = buffer;
+    with_thread_buffer(&WIDENED, |buffer| {
+        let n = w.values();
+        if buffer.len() < n {
+            buffer.resize(n, 0.0);
         }
-    });
-    answer
+        let values = &mut buffer[..n];
+        widen_range(sim, w, 0, values)?;
+        f(values)
+    })
 }
 
 /// Rows of a causal weight (one (output, input) pair's `kt·kh·kw` values) widened per rayon task.
