@@ -1,4 +1,4 @@
-// Issue #24 in the browser: the ComfyUI frontend plays a video Kiln made.
+// Issue #24 in the browser: the ComfyUI frontend plays the videos Kiln made.
 //
 // The frontend (the pinned package's static folder, through --front-end-root) boots in Chromium, driven by
 // playwright-core, behind the contract proxy (every answer and websocket frame checked against
@@ -7,7 +7,9 @@
 // output. The frontend then shows the MP4 (H.264, served by /view with byte ranges) in a <video> element on the
 // node; the test checks that element has loaded the file Kiln wrote (readyState ≥ 2, no media error, the
 // frames' size), plays it and sees its clock advance. Debian's Chromium decodes H.264 (`canPlayType` answers
-// "probably" for avc1), so the test plays the MP4 SaveVideo writes rather than a WebM or animated WebP.
+// "probably" for avc1). The same frames also go to two SaveWEBM nodes, VP9 and AV1: the frontend plays each
+// WebM the same way, and its own WebM reader (`comfyAPI.ebml.getFromWebmFile`, what dropping a file on the
+// canvas uses) finds the prompt and workflow in the file's tags.
 //
 // Usage: node tests/browser/video.test.mjs <path to kiln> <frontend static folder>
 import assert from 'node:assert/strict';
@@ -44,6 +46,7 @@ const { url } = proxy;
 const browser = await launchChromium();
 const problems = [];
 let played;
+const webms = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
   // A returning user: no template browser over the canvas.
@@ -64,9 +67,16 @@ try {
     document.createElement('video').canPlayType('video/mp4; codecs="avc1.42E01E"'),
   );
   assert.notEqual(canPlay, '', 'this Chromium decodes H.264');
+  for (const codecs of ['vp9', 'av01.0.08M.10']) {
+    const answer = await page.evaluate(
+      (type) => document.createElement('video').canPlayType(type),
+      `video/webm; codecs="${codecs}"`,
+    );
+    assert.notEqual(answer, '', `this Chromium decodes ${codecs} in WebM`);
+  }
 
   // The graph, built as the frontend builds nodes: two flat colours, four frames at 8 fps.
-  const saveId = await page.evaluate(() => {
+  const [saveId, vp9Id, av1Id] = await page.evaluate(() => {
     const graph = window.app.graph;
     graph.clear();
     const add = (type, pos, values) => {
@@ -85,12 +95,16 @@ try {
     const batch = add('ImageBatch', [380, 200], {});
     const create = add('CreateVideo', [640, 200], { fps: 8 });
     const save = add('SaveVideo', [940, 120], { filename_prefix: 'video/browser' });
+    const vp9 = add('SaveWEBM', [640, 520], { filename_prefix: 'webm/vp9', codec: 'vp9', fps: 8 });
+    const av1 = add('SaveWEBM', [1040, 520], { filename_prefix: 'webm/av1', codec: 'av1', fps: 8 });
     red.connect(0, batch, 0);
     blue.connect(0, batch, 1);
     batch.connect(0, create, 0);
     create.connect(0, save, 0);
+    batch.connect(0, vp9, 0);
+    batch.connect(0, av1, 0);
     graph.setDirtyCanvas(true, true);
-    return String(save.id);
+    return [save, vp9, av1].map((node) => String(node.id));
   });
 
   const run = page.getByRole('button', { name: 'Run', exact: true });
@@ -114,39 +128,64 @@ try {
   assert.match(file.filename, /^browser_\d{5}_\.mp4$/);
   assert.equal(file.subfolder, 'video');
 
-  // The frontend shows the file in a <video> element; it loads, has the frames' size and plays.
-  const video = page.locator(`video[src*="${file.filename}"]`);
-  await video.first().waitFor({ state: 'attached', timeout: 30_000 });
-  played = await video.first().evaluate(async (element) => {
-    element.muted = true;
-    const ready = () =>
-      new Promise((resolve, reject) => {
-        if (element.readyState >= 2) return resolve();
-        element.addEventListener('loadeddata', () => resolve(), { once: true });
-        element.addEventListener('error', () => reject(new Error(`media error ${element.error?.code}`)), {
-          once: true,
+  // The frontend shows each file in a <video> element; it loads, has the frames' size and plays.
+  const play = async (filename) => {
+    const video = page.locator(`video[src*="${filename}"]`);
+    await video.first().waitFor({ state: 'attached', timeout: 30_000 });
+    const seen = await video.first().evaluate(async (element) => {
+      element.muted = true;
+      const ready = () =>
+        new Promise((resolve, reject) => {
+          if (element.readyState >= 2) return resolve();
+          element.addEventListener('loadeddata', () => resolve(), { once: true });
+          element.addEventListener('error', () => reject(new Error(`media error ${element.error?.code}`)), {
+            once: true,
+          });
+          setTimeout(() => reject(new Error(`readyState ${element.readyState} after 20 s`)), 20_000);
         });
-        setTimeout(() => reject(new Error(`readyState ${element.readyState} after 20 s`)), 20_000);
-      });
-    await ready();
-    const loaded = { readyState: element.readyState, width: element.videoWidth, height: element.videoHeight };
-    element.currentTime = 0;
-    await element.play();
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    return {
-      ...loaded,
-      duration: element.duration,
-      currentTime: element.currentTime,
-      error: element.error?.code ?? null,
-      src: element.currentSrc,
-    };
-  });
-  assert.ok(played.readyState >= 2, `the video loaded (readyState ${played.readyState})`);
-  assert.equal(played.error, null, 'no media error');
-  assert.deepEqual([played.width, played.height], [64, 48], 'the frames are 64x48');
-  assert.ok(Math.abs(played.duration - 0.5) < 0.01, `4 frames at 8 fps last 0.5 s, not ${played.duration}`);
-  assert.ok(played.currentTime > 0, 'the clock advanced after play()');
-  assert.match(played.src, /\/api\/view\?/);
+      await ready();
+      const loaded = { readyState: element.readyState, width: element.videoWidth, height: element.videoHeight };
+      element.currentTime = 0;
+      await element.play();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return {
+        ...loaded,
+        duration: element.duration,
+        currentTime: element.currentTime,
+        error: element.error?.code ?? null,
+        src: element.currentSrc,
+      };
+    });
+    assert.ok(seen.readyState >= 2, `${filename} loaded (readyState ${seen.readyState})`);
+    assert.equal(seen.error, null, `no media error for ${filename}`);
+    assert.deepEqual([seen.width, seen.height], [64, 48], `the frames of ${filename} are 64x48`);
+    assert.ok(Math.abs(seen.duration - 0.5) < 0.01, `4 frames at 8 fps last 0.5 s, not ${seen.duration}`);
+    assert.ok(seen.currentTime > 0, `the clock of ${filename} advanced after play()`);
+    assert.match(seen.src, /\/api\/view\?/);
+    return seen;
+  };
+  played = await play(file.filename);
+
+  for (const [id, subfolder] of [[vp9Id, 'webm'], [av1Id, 'webm']]) {
+    const saved = frames.find((f) => f.type === 'executed' && f.data.node === id);
+    assert.ok(saved, `SaveWEBM ${id} reported its output`);
+    assert.deepEqual(saved.data.output.animated, [true]);
+    const [webm] = saved.data.output.images;
+    assert.match(webm.filename, /^(vp9|av1)_\d{5}_\.webm$/);
+    assert.equal(webm.subfolder, subfolder);
+    const seen = await play(webm.filename);
+    // The frontend's own reader, as when the file is dropped on the canvas.
+    const found = await page.evaluate(async ({ filename, subfolder }) => {
+      const query = new URLSearchParams({ filename, subfolder, type: 'output' });
+      const bytes = await (await fetch(`/api/view?${query}`)).blob();
+      const dropped = new File([bytes], filename, { type: 'video/webm' });
+      const { workflow, prompt } = await window.comfyAPI.ebml.getFromWebmFile(dropped);
+      return { nodes: workflow?.nodes?.length ?? null, classes: Object.values(prompt ?? {}).map((n) => n.class_type) };
+    }, webm);
+    assert.equal(found.nodes, 7, `the workflow read back from ${webm.filename}: ${JSON.stringify(found)}`);
+    assert.ok(found.classes.includes('SaveWEBM'), `the prompt read back from ${webm.filename}`);
+    webms.push(`${webm.filename} (${seen.width}x${seen.height}, ${seen.duration} s)`);
+  }
 
   mkdirSync(screenshots, { recursive: true });
   await page.screenshot({ path: join(screenshots, 'video-played.png') });
@@ -156,5 +195,6 @@ try {
 }
 console.log(
   `ok: the frontend played Kiln's MP4 (${played.width}x${played.height}, ${played.duration} s, ` +
-    `clock at ${played.currentTime.toFixed(3)} s after play); screenshot in target/browser/video-played.png`,
+    `clock at ${played.currentTime.toFixed(3)} s after play) and WebMs ${webms.join(', ')}, and read the ` +
+    'WebMs\' workflows back; screenshot in target/browser/video-played.png',
 );

@@ -28,6 +28,22 @@ pub(crate) fn to_u8(x: f32) -> u8 {
 
 /// An `[H, W, 3]` frame with values in 0..1 as 4:2:0.
 pub(crate) fn rgb_to_yuv420(pixels: &[f32], width: usize, height: usize) -> Yuv420 {
+    let [y, u, v] =
+        yuv420_levels(pixels, width, height).map(|plane| plane.into_iter().map(clip).collect());
+    Yuv420 { width, height, y, u, v }
+}
+
+/// An `[H, W, 3]` frame with values in 0..1 as 10-bit 4:2:0 planes (Y, U, V): the 8-bit levels at four times
+/// the scale, rounded once.
+pub(crate) fn rgb_to_yuv420_10bit(pixels: &[f32], width: usize, height: usize) -> [Vec<u16>; 3] {
+    yuv420_levels(pixels, width, height).map(|plane| {
+        plane.into_iter().map(|x| (4.0 * x).round().clamp(0.0, 1023.0) as u16).collect()
+    })
+}
+
+/// The Y, U and V levels of a frame on the 8-bit scale (16–235 and 16–240), not yet rounded; chroma averages
+/// each 2 × 2 block.
+fn yuv420_levels(pixels: &[f32], width: usize, height: usize) -> [Vec<f32>; 3] {
     let (cw, ch) = (width.div_ceil(2), height.div_ceil(2));
     let bytes: Vec<u8> = pixels.iter().map(|&x| to_u8(x)).collect();
     let rgb = |x: usize, y: usize| {
@@ -38,7 +54,7 @@ pub(crate) fn rgb_to_yuv420(pixels: &[f32], width: usize, height: usize) -> Yuv4
     for y in 0..height {
         for x in 0..width {
             let [r, g, b] = rgb(x, y);
-            luma.push(clip(16.0 + 219.0 / 255.0 * (0.299 * r + 0.587 * g + 0.114 * b)));
+            luma.push(16.0 + 219.0 / 255.0 * (0.299 * r + 0.587 * g + 0.114 * b));
         }
     }
     let (mut u, mut v) = (Vec::with_capacity(cw * ch), Vec::with_capacity(cw * ch));
@@ -57,11 +73,11 @@ pub(crate) fn rgb_to_yuv420(pixels: &[f32], width: usize, height: usize) -> Yuv4
                 }
             }
             let [r, g, b] = sum.map(|s| s / n);
-            u.push(clip(128.0 + 224.0 / 255.0 * (-0.168_736 * r - 0.331_264 * g + 0.5 * b)));
-            v.push(clip(128.0 + 224.0 / 255.0 * (0.5 * r - 0.418_688 * g - 0.081_312 * b)));
+            u.push(128.0 + 224.0 / 255.0 * (-0.168_736 * r - 0.331_264 * g + 0.5 * b));
+            v.push(128.0 + 224.0 / 255.0 * (0.5 * r - 0.418_688 * g - 0.081_312 * b));
         }
     }
-    Yuv420 { width, height, y: luma, u, v }
+    [luma, u, v]
 }
 
 /// Planes with strides (a decoder's buffers) as `[H, W, 3]` RGB in 0..1, appended to `out`.

@@ -6,12 +6,15 @@
 //! - `h264`: H.264 through OpenH264 (built from source with the C++ compiler); `colour`: RGB ↔ YUV 4:2:0;
 //!   `mp4`: the MP4 writer and reader (Kiln's own: FFmpeg's tag layout, fast start); `sound`: audio in video
 //!   files.
+//! - `webm`: WebM files (`SaveWEBM`), on `ebml`, with VP9 (`vp9`, pure-Rust `rusty_vp9`) or AV1 (`av1`, rav1e).
 //!
 //! Nothing here knows about nodes: the video and audio nodes turn [`MediaError`]s into node errors.
 
 mod animation;
 mod audio;
+mod av1;
 mod colour;
+mod ebml;
 mod error;
 mod h264;
 mod mp4;
@@ -19,6 +22,8 @@ mod rational;
 mod sound;
 mod tags;
 mod video;
+mod vp9;
+mod webm;
 
 pub(crate) use animation::{animated_webp, apng, comf_chunks, webp_exif};
 pub use audio::Audio;
@@ -26,8 +31,9 @@ pub use error::MediaError;
 pub use rational::Rational;
 pub(crate) use sound::flac_file;
 pub use sound::load_audio;
-pub(crate) use tags::save_tags;
+pub(crate) use tags::{python_json, save_tags};
 pub use video::{SaveOptions, Video, VideoComponents, VideoFile};
+pub use webm::{WebmCodec, encode_webm};
 
 /// The tags (`key`, `value`) of an MP4 file's movie metadata, in file order: what [`Video::save_mp4`] wrote
 /// there (`prompt`, `workflow`, ...).

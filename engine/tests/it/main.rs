@@ -17,4 +17,5 @@ mod validation;
 mod video;
 mod wan;
 mod wan_vae_video;
+mod webm;
 mod zimage;

@@ -219,6 +219,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(audio::preview_audio());
     registry.register(audio::trim_audio_duration());
     registry.register(audio::audio_concat());
+    registry.register(video::save_webm());
     registry.register(video::save_video());
     registry.register(video::create_video());
     registry.register(video::get_video_components());

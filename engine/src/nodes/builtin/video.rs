@@ -1,5 +1,5 @@
 //! The video nodes of `comfy_extras.nodes_video` (`CreateVideo`, `SaveVideo`, `GetVideoComponents`,
-//! `LoadVideo`, `Video Slice`), the animation savers of `comfy_extras.nodes_images` (`SaveAnimatedWEBP`,
+//! `LoadVideo`, `Video Slice`, `SaveWEBM`), the animation savers of `comfy_extras.nodes_images` (`SaveAnimatedWEBP`,
 //! `SaveAnimatedPNG`), and the output-file rule every media save node shares (ComfyUI's
 //! `get_save_image_path`).
 //!
@@ -477,6 +477,75 @@ pub(super) fn save_animated_webp() -> MediaNode {
         Ok(NodeResult {
             outputs: vec![Output::One(Value::Image(images.clone()))],
             ui: Some(animation_ui(saved, n)),
+        })
+    })
+}
+
+/// `SaveWEBM`: every image as a frame of one WebM video (VP9 with the alpha of RGBA images, or 10-bit AV1) at
+/// a constant quality, the prompt and workflow as the file's tags.
+pub(super) fn save_webm() -> MediaNode {
+    let spec = NodeSpec::new("SaveWEBM", "Save WEBM", "video")
+        .python_module("comfy_extras.nodes_video")
+        .v3()
+        .experimental()
+        .aliases(&["export webm"])
+        .input(InputDef::typed("images", "IMAGE").tooltip(
+            "RGBA images are saved with their alpha channel as transparency (vp9 codec only).",
+        ))
+        .input(
+            InputDef::bare("filename_prefix", "STRING")
+                .option("default", "ComfyUI")
+                .option("multiline", false),
+        )
+        .input(InputDef::v3_combo("codec", &["vp9", "av1"]))
+        .input(
+            InputDef::bare("fps", "FLOAT")
+                .option("default", 24.0)
+                .option("min", 0.01)
+                .option("max", 1000.0)
+                .option("step", 0.01),
+        )
+        .input(
+            InputDef::bare("crf", "FLOAT")
+                .tooltip("Higher crf means lower quality with a smaller file size, lower crf means higher quality higher filesize.")
+                .option("default", 32.0)
+                .option("min", 0)
+                .option("max", 63.0)
+                .option("step", 1),
+        )
+        .hidden("prompt", Hidden::Prompt)
+        .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+        .output(OutputDef::new("IMAGE").named("images"))
+        .output_node();
+    MediaNode::new(spec, |inputs, ctx| {
+        let images = inputs.image("images")?;
+        let codec_name = inputs.string("codec")?;
+        let codec = media::WebmCodec::from_name(codec_name).ok_or_else(|| {
+            NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("unknown WebM codec `{codec_name}` (vp9 or av1)"),
+            )
+        })?;
+        let (fps, crf) = (inputs.float("fps")?, inputs.float("crf")?);
+        let (n, h, w, c) = super::image::dims(images)?;
+        let target = save_target(inputs.string("filename_prefix")?, ctx, FileKind::Output, (w, h))?;
+        // ComfyUI's order: the prompt, then each `extra_pnginfo` entry.
+        let mut tags = Vec::new();
+        if !ctx.prompt.is_null() {
+            tags.push(("prompt".to_owned(), media::python_json(&ctx.prompt)));
+        }
+        if let Some(extra) = ctx.extra_pnginfo.as_object() {
+            tags.extend(extra.iter().map(|(k, v)| (k.clone(), media::python_json(v))));
+        }
+        let file = media::encode_webm(images.data(), (n, h, w, c), codec, (fps, crf), &tags)
+            .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
+        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webm", target.name))?;
+        let filename =
+            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
+        let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
+        Ok(NodeResult {
+            outputs: vec![Output::One(Value::Image(images.clone()))],
+            ui: Some(UiOutput { images: vec![saved], animated: vec![true], ..UiOutput::default() }),
         })
     })
 }

@@ -1,0 +1,189 @@
+//! `SaveWEBM`: VP9 and AV1 WebM files of every frame at the asked rate, read back by an independent Matroska
+//! reader (`matroska-demuxer`); VP9 frames and their alpha decode to the images' levels; the prompt and workflow
+//! are the file's tags, named as FFmpeg names them (the frontend reads them back).
+
+use kiln_engine::cache::CachePolicy;
+use kiln_engine::exec::Outcome;
+use kiln_engine::graph::NodeId;
+use kiln_engine::nodes::FileKind;
+use matroska_demuxer::{Frame, MatroskaFile};
+use serde_json::json;
+
+use crate::harness::Harness;
+
+/// Three reddish frames then two bluish ones, 64 × 48, as RGB; with `alpha`, joined with a mask of 0.25
+/// (alpha 0.75).
+fn prompt(codec: &str, alpha: bool) -> serde_json::Value {
+    let mut nodes = json!({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 3, "color": 0xC03020}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 2, "color": 0x2050D0}},
+        "3": {"class_type": "ImageBatch", "inputs": {"image1": ["1", 0], "image2": ["2", 0]}},
+        "9": {"class_type": "SaveWEBM", "inputs": {
+            "images": ["3", 0], "filename_prefix": "clips/kiln", "codec": codec, "fps": 8.0, "crf": 10.0}},
+    });
+    if alpha {
+        nodes["4"] = json!({"class_type": "SolidMask", "inputs": {"value": 0.25, "width": 64, "height": 48}});
+        nodes["5"] = json!({"class_type": "JoinImageWithAlpha", "inputs": {"image": ["3", 0], "alpha": ["4", 0]}});
+        nodes["9"]["inputs"]["images"] = json!(["5", 0]);
+    }
+    nodes
+}
+
+/// Runs the prompt; the saved file's bytes.
+fn save(codec: &str, alpha: bool) -> Vec<u8> {
+    let mut h = Harness::new(CachePolicy::None);
+    let ran =
+        h.run_validated(&h.validate(prompt(codec, alpha)), json!({"workflow": {"id": "wf-webm"}}));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    let ui = &ran.summary.outputs[&NodeId::from("9")];
+    assert_eq!(ui.images.len(), 1);
+    assert_eq!(ui.images[0].filename, "kiln_00001_.webm");
+    assert_eq!(ui.images[0].subfolder, "clips");
+    assert_eq!(ui.images[0].kind, FileKind::Output);
+    assert_eq!(ui.animated, [true]);
+    std::fs::read(h.roots.output.join("clips/kiln_00001_.webm")).expect("the WebM exists")
+}
+
+/// The file's frames as the reader gives them.
+fn frames(file: &mut MatroskaFile<std::io::Cursor<Vec<u8>>>) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    let mut frame = Frame::default();
+    while file.next_frame(&mut frame).expect("frames read") {
+        frames.push(frame.clone());
+    }
+    frames
+}
+
+/// BT.601 limited-range luma of an 8-bit colour.
+fn luma(rgb: [f64; 3]) -> f64 {
+    16.0 + 219.0 / 255.0 * (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+}
+
+/// Every luma sample of each decoded VP9 frame, checked against `expected[i]` within `tolerance`.
+fn assert_vp9_luma(packets: &[Vec<u8>], expected: &[f64], tolerance: f64) {
+    let mut decoder = rusty_vp9::Vp9Decoder::new();
+    let mut decoded = 0;
+    for (i, packet) in packets.iter().enumerate() {
+        decoder.push(packet, Some(i as i64)).expect("VP9 decodes");
+        while let Ok(picture) = decoder.next_frame() {
+            assert_eq!((picture.width, picture.height), (64, 48));
+            let stride = picture.strides[0];
+            for row in 0..48 {
+                for &y in &picture.planes[0][row * stride..row * stride + 64] {
+                    let want = expected[decoded];
+                    assert!(
+                        (f64::from(y) - want).abs() <= tolerance,
+                        "frame {decoded}: {y} vs {want}"
+                    );
+                }
+            }
+            decoded += 1;
+        }
+    }
+    assert_eq!(decoded, expected.len());
+}
+
+#[test]
+fn vp9_webm_holds_every_frame_at_its_time_and_the_tags() {
+    let bytes = save("vp9", false);
+    let mut file = MatroskaFile::open(std::io::Cursor::new(bytes)).expect("a Matroska file");
+    assert_eq!(file.ebml_header().doc_type(), "webm");
+    assert_eq!(file.info().timestamp_scale().get(), 1_000_000);
+    assert_eq!(file.info().duration(), Some(625.0));
+    let track = &file.tracks()[0];
+    assert_eq!(track.codec_id(), "V_VP9");
+    let video = track.video().expect("a video track");
+    assert_eq!((video.pixel_width().get(), video.pixel_height().get()), (64, 48));
+    assert_eq!(video.alpha_mode(), None);
+    assert_eq!(track.default_duration().map(|d| d.get()), Some(125_000_000));
+
+    let tags = file.tags().expect("tags");
+    let simple: Vec<(String, String)> = tags[0]
+        .simple_tags()
+        .iter()
+        .map(|t| (t.name().to_owned(), t.string().unwrap_or_default().to_owned()))
+        .collect();
+    let names: Vec<&str> = simple.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["PROMPT", "WORKFLOW"]);
+    let prompt: serde_json::Value = serde_json::from_str(&simple[0].1).expect("JSON");
+    assert_eq!(prompt["9"]["class_type"], "SaveWEBM");
+    assert_eq!(simple[1].1, r#"{"id": "wf-webm"}"#);
+
+    let frames = frames(&mut file);
+    let times: Vec<u64> = frames.iter().map(|f| f.timestamp).collect();
+    assert_eq!(times, [0, 125, 250, 375, 500]);
+    assert_eq!(frames[0].is_keyframe, Some(true));
+    let red = luma([192.0, 48.0, 32.0]);
+    let blue = luma([32.0, 80.0, 208.0]);
+    let packets: Vec<Vec<u8>> = frames.into_iter().map(|f| f.data).collect();
+    assert_vp9_luma(&packets, &[red, red, red, blue, blue], 2.0);
+}
+
+#[test]
+fn av1_webm_holds_its_sequence_header_and_frames_without_delimiters() {
+    let bytes = save("av1", false);
+    let mut file = MatroskaFile::open(std::io::Cursor::new(bytes)).expect("a Matroska file");
+    let track = &file.tracks()[0];
+    assert_eq!(track.codec_id(), "V_AV1");
+    let private = track.codec_private().expect("an av1C record").to_vec();
+    // av1C: marker and version 1, 10-bit 4:2:0 (high_bitdepth set, subsampling x and y set).
+    assert_eq!(private[0], 0x81);
+    assert_eq!(private[2] & 0b0100_0000, 0b0100_0000);
+    assert_eq!(private[2] & 0b0000_1100, 0b0000_1100);
+    // Then the sequence header OBU.
+    assert_eq!((private[4] >> 3) & 0x0F, 1);
+    let frames = frames(&mut file);
+    assert_eq!(frames.len(), 5);
+    assert_eq!(frames[0].is_keyframe, Some(true));
+    for frame in &frames {
+        assert_ne!((frame.data[0] >> 3) & 0x0F, 2, "a temporal delimiter was left in a block");
+    }
+}
+
+/// The payloads of every `BlockAdditional` (a VP9 frame's alpha), walking the file's elements.
+fn block_additions(bytes: &[u8]) -> Vec<Vec<u8>> {
+    fn vint(b: &[u8], at: usize, keep_marker: bool) -> (usize, usize) {
+        let len = b[at].leading_zeros() as usize + 1;
+        let mut value = if keep_marker { b[at] as usize } else { (b[at] as usize) & (0xFF >> len) };
+        for byte in &b[at + 1..at + len] {
+            value = value << 8 | *byte as usize;
+        }
+        (value, len)
+    }
+    fn walk(b: &[u8], out: &mut Vec<Vec<u8>>) {
+        let mut at = 0;
+        while at < b.len() {
+            let (id, n) = vint(b, at, true);
+            let (size, m) = vint(b, at + n, false);
+            let body = &b[at + n + m..at + n + m + size];
+            match id {
+                0x1853_8067 | 0x1F43_B675 | 0xA0 | 0x75A1 | 0xA6 => walk(body, out),
+                0xA5 => out.push(body.to_vec()),
+                _ => {}
+            }
+            at += n + m + size;
+        }
+    }
+    let mut out = Vec::new();
+    walk(bytes, &mut out);
+    out
+}
+
+#[test]
+fn rgba_frames_keep_their_alpha_in_vp9_and_lose_it_in_av1() {
+    let bytes = save("vp9", true);
+    let alpha = block_additions(&bytes);
+    let mut file = MatroskaFile::open(std::io::Cursor::new(bytes)).expect("a Matroska file");
+    assert_eq!(file.tracks()[0].video().and_then(|v| v.alpha_mode()), Some(1));
+    let colour: Vec<Vec<u8>> = frames(&mut file).into_iter().map(|f| f.data).collect();
+    let (red, blue) = (luma([192.0, 48.0, 32.0]), luma([32.0, 80.0, 208.0]));
+    assert_vp9_luma(&colour, &[red, red, red, blue, blue], 2.0);
+    // The alpha stream's luma is the alpha itself: 0.75 · 255, truncated.
+    assert_eq!(alpha.len(), 5);
+    assert_vp9_luma(&alpha, &[191.0; 5], 2.0);
+
+    let bytes = save("av1", true);
+    assert!(block_additions(&bytes).is_empty());
+    let file = MatroskaFile::open(std::io::Cursor::new(bytes)).expect("a Matroska file");
+    assert_eq!(file.tracks()[0].video().and_then(|v| v.alpha_mode()), None);
+}
