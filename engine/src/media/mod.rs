@@ -6,7 +6,8 @@
 //! - `h264`: H.264 through OpenH264 (built from source with the C++ compiler); `colour`: RGB ↔ YUV 4:2:0;
 //!   `mp4`: the MP4 writer and reader (Kiln's own: FFmpeg's tag layout, fast start); `sound`: audio in video
 //!   files.
-//! - `webm`: WebM files (`SaveWEBM`), on `ebml`, with VP9 (`vp9`, pure-Rust `rusty_vp9`) or AV1 (`av1`, rav1e).
+//! - `webm`: WebM files (`SaveWEBM`), on `ebml`, with VP9 (`vp9`, pure-Rust `rusty_vp9`) or AV1 (`av1`, rav1e);
+//!   `mkv`: Matroska/WebM files read as the MP4 reader's tracks, so `LoadVideo` decodes VP9 WebMs.
 //!
 //! Nothing here knows about nodes: the video and audio nodes turn [`MediaError`]s into node errors.
 
@@ -17,7 +18,9 @@ mod colour;
 mod ebml;
 mod error;
 mod h264;
+mod mkv;
 mod mp4;
+mod opus;
 mod rational;
 mod sound;
 mod tags;

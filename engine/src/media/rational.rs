@@ -53,6 +53,38 @@ impl Rational {
         }
     }
 
+    /// The closest fraction to `num / den` whose terms are both at most `max` (the best rational approximation
+    /// by continued fractions, as FFmpeg's `av_reduce` finds it); `None` when either is zero.
+    pub fn approximate(num: u64, den: u64, max: u64) -> Option<Rational> {
+        let exact = Rational::new(num, den)?;
+        if exact.num <= max && exact.den <= max {
+            return Some(exact);
+        }
+        let (mut n, mut d) = (exact.num, exact.den);
+        // Convergents p/q: the one before and the latest.
+        let (mut p0, mut q0, mut p1, mut q1) = (0u64, 1u64, 1u64, 0u64);
+        while d != 0 {
+            let x = n / d;
+            let (p2, q2) = (x * p1 + p0, x * q1 + q0);
+            if p2 > max || q2 > max {
+                // The largest semiconvergent within bounds, if it is closer than the last convergent.
+                let mut k = x;
+                for bound in
+                    [(max - p0).checked_div(p1), (max - q0).checked_div(q1)].into_iter().flatten()
+                {
+                    k = k.min(bound);
+                }
+                if d as u128 * (2 * k as u128 * q1 as u128 + q0 as u128) > n as u128 * q1 as u128 {
+                    (p1, q1) = (k * p1 + p0, k * q1 + q0);
+                }
+                break;
+            }
+            (p0, q0, p1, q1) = (p1, q1, p2, q2);
+            (n, d) = (d, n - d * x);
+        }
+        Rational::new(p1, q1)
+    }
+
     /// The numerator.
     pub fn num(self) -> u64 {
         self.num

@@ -1,6 +1,6 @@
 //! Audio codecs: FLAC written by `flacenc` (audio files, and the audio track `SaveVideo` puts in an MP4), and
-//! decoding by Symphonia (audio files: WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC; and the AAC or FLAC track of a
-//! video file).
+//! decoding by Symphonia (audio files: WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC; and the AAC, FLAC or Vorbis track of
+//! a video file) or, for a WebM's Opus, by `opus`.
 //!
 //! Invariant: samples reach 16-bit FLAC as FFmpeg's float-to-s16 conversion gives them (`round(x · 32768)`,
 //! clipped), and decoded integer samples come back as ComfyUI scales them (`/ 2¹⁵`, `/ 2³¹`).
@@ -13,7 +13,7 @@ use flacenc::component::{BitRepr, MetadataBlockData, Stream};
 use flacenc::error::Verify;
 use symphonia::core::audio::{AudioBuffer, AudioBufferRef, Signal};
 use symphonia::core::codecs::{
-    CODEC_TYPE_AAC, CODEC_TYPE_FLAC, CodecParameters, Decoder, DecoderOptions,
+    CODEC_TYPE_AAC, CODEC_TYPE_FLAC, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
 };
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::{FormatOptions, Packet};
@@ -130,9 +130,12 @@ pub(crate) fn decode_track(
     start: f64,
     duration: f64,
 ) -> Result<Option<Audio>, MediaError> {
-    let codec = match track.codec.as_str() {
-        "mp4a" => CODEC_TYPE_AAC,
-        "fLaC" => CODEC_TYPE_FLAC,
+    let decoded = match track.codec.as_str() {
+        "Opus" => {
+            let Some(head) = &track.config else { return Ok(None) };
+            super::opus::decode(head, track.samples.iter().map(|s| movie.read(s)))?
+        }
+        "mp4a" | "fLaC" | "vorbis" => symphonia_track(movie, track)?,
         other => {
             tracing::warn!(
                 codec = other,
@@ -141,12 +144,40 @@ pub(crate) fn decode_track(
             return Ok(None);
         }
     };
+    let Some((mut planes, rate)) = decoded else { return Ok(None) };
+    // The padding the container asks to discard from the end, in samples (FFmpeg rounds to nearest).
+    let padding =
+        ((track.discard_end_ns as u128 * u128::from(rate) + 500_000_000) / 1_000_000_000) as usize;
+    for plane in &mut planes {
+        plane.truncate(plane.len().saturating_sub(padding));
+    }
+    // Encoder priming that an edit list skips.
+    let skip = track.media_start.map_or(0, |s| {
+        (s.max(0) as u64 * u64::from(rate) / u64::from(track.timescale.max(1))) as usize
+    });
+    let from = skip + (start * f64::from(rate)) as usize;
+    let to = if duration > 0.0 { from + (duration * f64::from(rate)) as usize } else { usize::MAX };
+    let planes: Vec<Vec<f32>> = planes
+        .into_iter()
+        .map(|p| p.get(from.min(p.len())..to.min(p.len())).unwrap_or_default().to_vec())
+        .collect();
+    if planes.is_empty() {
+        return Ok(None);
+    }
+    Audio::from_planar(planes, rate).map(Some)
+}
+
+/// An AAC, FLAC or Vorbis track's planes and rate, decoded by Symphonia; `None` without a configuration.
+fn symphonia_track(
+    movie: &mut Movie,
+    track: &TrackInfo,
+) -> Result<Option<super::opus::Sound>, MediaError> {
     let Some(config) = &track.config else { return Ok(None) };
-    let extra = if codec == CODEC_TYPE_FLAC {
+    let (codec, extra) = match track.codec.as_str() {
         // dfLa holds metadata blocks; the decoder wants STREAMINFO's body.
-        config.get(4..38).unwrap_or_default().to_vec()
-    } else {
-        config.clone()
+        "fLaC" => (CODEC_TYPE_FLAC, config.get(4..38).unwrap_or_default().to_vec()),
+        "vorbis" => (CODEC_TYPE_VORBIS, vorbis_headers(config)?),
+        _ => (CODEC_TYPE_AAC, config.clone()),
     };
     let mut params = CodecParameters::new();
     params
@@ -172,20 +203,32 @@ pub(crate) fn decode_track(
         }
     }
     let rate = decoder.codec_params().sample_rate.unwrap_or(track.sample_rate).max(1);
-    // Encoder priming that an edit list skips.
-    let skip = track.media_start.map_or(0, |s| {
-        (s.max(0) as u64 * u64::from(rate) / u64::from(track.timescale.max(1))) as usize
-    });
-    let from = skip + (start * f64::from(rate)) as usize;
-    let to = if duration > 0.0 { from + (duration * f64::from(rate)) as usize } else { usize::MAX };
-    let planes: Vec<Vec<f32>> = planes
-        .into_iter()
-        .map(|p| p.get(from.min(p.len())..to.min(p.len())).unwrap_or_default().to_vec())
-        .collect();
-    if planes.is_empty() {
-        return Ok(None);
+    Ok(Some((planes, rate)))
+}
+
+/// Matroska's Vorbis private data (the identification, comment and setup headers, Xiph-laced) as Symphonia's
+/// decoder takes it: the identification header, then the setup header.
+fn vorbis_headers(private: &[u8]) -> Result<Vec<u8>, MediaError> {
+    let bad =
+        || MediaError::Decode { kind: "audio", message: "Vorbis: malformed codec headers".into() };
+    if private.first() != Some(&2) {
+        return Err(bad());
     }
-    Audio::from_planar(planes, rate).map(Some)
+    let mut at = 1;
+    let mut sizes = [0usize; 2];
+    for size in &mut sizes {
+        loop {
+            let byte = *private.get(at).ok_or_else(bad)?;
+            at += 1;
+            *size += usize::from(byte);
+            if byte < 255 {
+                break;
+            }
+        }
+    }
+    let ident = private.get(at..at + sizes[0]).ok_or_else(bad)?;
+    let setup = private.get(at + sizes[0] + sizes[1]..).ok_or_else(bad)?;
+    Ok([ident, setup].concat())
 }
 
 fn channel_mask(channels: u16) -> symphonia::core::audio::Channels {

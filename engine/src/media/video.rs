@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::colour::rgb_to_yuv420;
 use super::h264::{self, H264Encoder};
 use super::mp4::{self, Movie, Source, TrackInfo, TrackKind};
-use super::{Audio, MediaError, Rational};
+use super::{Audio, MediaError, Rational, vp9};
 use crate::tensor::Tensor;
 
 /// Frames, audio and frame rate (ComfyUI's `VideoComponents`).
@@ -99,6 +99,10 @@ impl Video {
             Video::File(file) => {
                 let movie = Movie::open(&file.source)?;
                 let video = movie.video().ok_or(MediaError::NoVideoStream)?;
+                if !is_h264(&video.codec) {
+                    // Decoded frames are 8-bit, whatever the file's depth.
+                    return Ok(8);
+                }
                 Ok(video.config.as_deref().map_or(8, h264::bit_depth))
             }
         }
@@ -328,16 +332,13 @@ impl VideoFile {
         let (start, duration) = self.window()?;
         let mut movie = Movie::open(&self.source)?;
         let video = movie.video().ok_or(MediaError::NoVideoStream)?.clone();
-        if !is_h264(&video.codec) {
+        if !is_h264(&video.codec) && video.codec != "vp09" {
             return Err(MediaError::UnsupportedCodec {
                 kind: "video",
                 codec: video.codec.clone(),
-                supported: "Kiln decodes H.264 video (avc1/avc3) only",
+                supported: "Kiln decodes H.264 video (avc1/avc3) and VP9",
             });
         }
-        let config = video.config.clone().ok_or_else(|| {
-            MediaError::Malformed("the H.264 track has no avcC configuration".to_owned())
-        })?;
         let timescale = f64::from(video.timescale);
         let media_start = video.media_start.unwrap_or(0);
         // Presentation times in ticks, in decode order.
@@ -363,7 +364,15 @@ impl VideoFile {
         }
         let mut shown: Vec<i64> = times[..feed.len()].to_vec();
         shown.sort_unstable();
-        let decoded = h264::decode(&config, feed.iter().map(|s| movie.read(s)))?;
+        let samples = feed.iter().map(|s| movie.read(s));
+        let decoded = if video.codec == "vp09" {
+            vp9::decode(samples)?
+        } else {
+            let config = video.config.as_deref().ok_or_else(|| {
+                MediaError::Malformed("the H.264 track has no avcC configuration".to_owned())
+            })?;
+            h264::decode(config, samples)?
+        };
         let (mut width, mut height) = (0, 0);
         let mut frames = Vec::new();
         let mut kept = 0;
@@ -397,8 +406,12 @@ impl VideoFile {
     }
 }
 
-/// FFmpeg's average frame rate of an MP4 track: frames · timescale / duration (1 when unknown).
+/// FFmpeg's average frame rate of a track: the rate the container declares, else frames · timescale / duration
+/// (1 when unknown).
 fn average_rate(track: &TrackInfo) -> Rational {
+    if let Some(rate) = track.frame_rate {
+        return rate;
+    }
     let ticks: u64 = track.samples.iter().map(|s| u64::from(s.duration)).sum();
     Rational::new(track.samples.len() as u64 * u64::from(track.timescale), ticks)
         .unwrap_or(Rational::ONE)

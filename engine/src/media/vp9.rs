@@ -1,9 +1,11 @@
-//! VP9 through `rusty_vp9`, a pure-Rust encoder (no C library, nothing beyond the Rust toolchain to build),
-//! as `SaveWEBM` asks FFmpeg's `libvpx-vp9` for it: 8-bit 4:2:0 at a constant quality, and the alpha of RGBA
-//! frames as a second VP9 stream whose luma is the alpha and whose chroma is flat grey (FFmpeg's `yuva420p`).
+//! VP9 through `rusty_vp9`, a pure-Rust encoder and decoder (no C library, nothing beyond the Rust toolchain
+//! to build). Encoding is what `SaveWEBM` asks FFmpeg's `libvpx-vp9` for: 8-bit 4:2:0 at a constant quality,
+//! and the alpha of RGBA frames as a second VP9 stream whose luma is the alpha and whose chroma is flat grey
+//! (FFmpeg's `yuva420p`). Decoding gives `LoadVideo` the frames of a VP9 WebM.
 
 use super::MediaError;
-use super::colour::Yuv420;
+use super::colour::{Yuv420, yuv420_to_rgb};
+use super::h264::DecodedFrame;
 use super::webm::CodedFrame;
 
 /// The encoder's speed preset (0 best … 6 fastest): 3 is the slowest rung that keeps a 720p clip of 81 frames
@@ -81,4 +83,67 @@ fn stream<'a>(
     encoder.flush();
     drain(&mut encoder)?;
     Ok(packets)
+}
+
+/// Decodes a track's samples (one VP9 frame or superframe each) into RGB pictures in display order. Deeper
+/// samples (10 or 12 bits) are taken to 8 bits first; only 4:2:0 is read.
+pub(crate) fn decode(
+    samples: impl IntoIterator<Item = Result<Vec<u8>, MediaError>>,
+) -> Result<Vec<DecodedFrame>, MediaError> {
+    let failed =
+        |e: rusty_vp9::Error| MediaError::Decode { kind: "video", message: format!("VP9: {e}") };
+    let mut decoder = rusty_vp9::Vp9Decoder::new();
+    let mut frames = Vec::new();
+    let pull = |decoder: &mut rusty_vp9::Vp9Decoder, frames: &mut Vec<DecodedFrame>| loop {
+        match decoder.next_frame() {
+            Ok(picture) => frames.push(to_rgb(&picture)?),
+            Err(rusty_vp9::Error::Again | rusty_vp9::Error::Eof) => return Ok(()),
+            Err(e) => return Err(failed(e)),
+        }
+    };
+    for (i, sample) in samples.into_iter().enumerate() {
+        decoder.push(&sample?, Some(i as i64)).map_err(failed)?;
+        pull(&mut decoder, &mut frames)?;
+    }
+    decoder.flush();
+    pull(&mut decoder, &mut frames)?;
+    Ok(frames)
+}
+
+/// A decoded VP9 picture as RGB in 0..1.
+fn to_rgb(picture: &rusty_vp9::DecodedFrame) -> Result<DecodedFrame, MediaError> {
+    if (picture.subsampling_x, picture.subsampling_y) != (1, 1) {
+        return Err(MediaError::UnsupportedCodec {
+            kind: "video",
+            codec: "VP9 4:2:2 or 4:4:4".to_owned(),
+            supported: "Kiln decodes VP9 in 4:2:0",
+        });
+    }
+    let (width, height) = (picture.width as usize, picture.height as usize);
+    let deep = picture.bit_depth > 8;
+    // Each plane at 8 bits, one byte a sample.
+    let planes: Vec<Vec<u8>> = (picture.planes.iter())
+        .map(|plane| {
+            if deep {
+                let shift = picture.bit_depth - 8;
+                plane
+                    .chunks_exact(2)
+                    .map(|s| (u16::from_le_bytes([s[0], s[1]]) >> shift) as u8)
+                    .collect()
+            } else {
+                plane.clone()
+            }
+        })
+        .collect();
+    let strides: Vec<usize> =
+        picture.strides.iter().map(|&s| if deep { s / 2 } else { s }).collect();
+    let (Some(y), Some(u), Some(v)) = (planes.first(), planes.get(1), planes.get(2)) else {
+        return Err(MediaError::Decode {
+            kind: "video",
+            message: "VP9: a picture without three planes".into(),
+        });
+    };
+    let mut rgb = Vec::new();
+    yuv420_to_rgb((y, u, v), (strides[0], strides[1]), (width, height), &mut rgb);
+    Ok(DecodedFrame { width, height, rgb })
 }

@@ -181,19 +181,25 @@ fn trim_video_cuts_frames_by_time() {
 #[test]
 fn a_file_kiln_cannot_decode_names_what_it_is() {
     let mut h = Harness::new(CachePolicy::None);
-    // A Matroska/WebM header.
-    std::fs::write(h.roots.input.join("clip.webm"), [0x1a, 0x45, 0xdf, 0xa3, 0, 0, 0, 0x20])
-        .expect("write");
-    let ran = h.run(json!({
-        "1": {"class_type": "LoadVideo", "inputs": {"file": "clip.webm"}},
-        "2": {"class_type": "GetVideoComponents", "inputs": {"video": ["1", 0]}},
-        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "x"}},
-    }));
-    let Outcome::Failed(failure) = &ran.summary.outcome else {
-        panic!("decoding a WebM must fail: {:?}", ran.summary.outcome);
+    let fail = |h: &mut Harness, name: &str, bytes: &[u8]| {
+        std::fs::write(h.roots.input.join(name), bytes).expect("write");
+        let ran = h.run(json!({
+            "1": {"class_type": "LoadVideo", "inputs": {"file": name}},
+            "2": {"class_type": "GetVideoComponents", "inputs": {"video": ["1", 0]}},
+            "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "x"}},
+        }));
+        match ran.summary.outcome {
+            Outcome::Failed(failure) => failure.message,
+            other => panic!("decoding {name} must fail: {other:?}"),
+        }
     };
-    assert!(failure.message.contains("is a Matroska/WebM file"), "{}", failure.message);
-    assert!(failure.message.contains("MP4"), "{}", failure.message);
+    // An AVI.
+    let message = fail(&mut h, "clip.avi", b"RIFF\x10\0\0\0AVI LIST");
+    assert!(message.contains("is a RIFF file"), "{message}");
+    assert!(message.contains("MP4"), "{message}");
+    // A WebM cut short after its EBML header.
+    let message = fail(&mut h, "clip.webm", &[0x1a, 0x45, 0xdf, 0xa3, 0, 0, 0, 0x20]);
+    assert!(message.contains("Matroska/WebM"), "{message}");
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! `SaveWEBM`: VP9 and AV1 WebM files of every frame at the asked rate, read back by an independent Matroska
 //! reader (`matroska-demuxer`); VP9 frames and their alpha decode to the images' levels; the prompt and workflow
-//! are the file's tags, named as FFmpeg names them (the frontend reads them back).
+//! are the file's tags, named as FFmpeg names them (the frontend reads them back). `LoadVideo` reads a VP9
+//! WebM back (frames, rate, a trim window) and names AV1 as the codec it does not decode.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
 use kiln_engine::graph::NodeId;
+use kiln_engine::media::{Rational, Video};
 use kiln_engine::nodes::FileKind;
 use matroska_demuxer::{Frame, MatroskaFile};
 use serde_json::json;
@@ -32,16 +34,23 @@ fn prompt(codec: &str, alpha: bool) -> serde_json::Value {
 /// Runs the prompt; the saved file's bytes.
 fn save(codec: &str, alpha: bool) -> Vec<u8> {
     let mut h = Harness::new(CachePolicy::None);
+    let bytes = save_in(&mut h, codec, alpha);
+    assert!(h.roots.output.join("clips/kiln_00001_.webm").exists());
+    bytes
+}
+
+fn save_in(h: &mut Harness, codec: &str, alpha: bool) -> Vec<u8> {
     let ran =
         h.run_validated(&h.validate(prompt(codec, alpha)), json!({"workflow": {"id": "wf-webm"}}));
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
     let ui = &ran.summary.outputs[&NodeId::from("9")];
     assert_eq!(ui.images.len(), 1);
-    assert_eq!(ui.images[0].filename, "kiln_00001_.webm");
+    let name = &ui.images[0].filename;
+    assert!(name.starts_with("kiln_0000") && name.ends_with("_.webm"), "{name}");
     assert_eq!(ui.images[0].subfolder, "clips");
     assert_eq!(ui.images[0].kind, FileKind::Output);
     assert_eq!(ui.animated, [true]);
-    std::fs::read(h.roots.output.join("clips/kiln_00001_.webm")).expect("the WebM exists")
+    std::fs::read(h.roots.output.join("clips").join(name)).expect("the WebM exists")
 }
 
 /// The file's frames as the reader gives them.
@@ -186,4 +195,107 @@ fn rgba_frames_keep_their_alpha_in_vp9_and_lose_it_in_av1() {
     assert!(block_additions(&bytes).is_empty());
     let file = MatroskaFile::open(std::io::Cursor::new(bytes)).expect("a Matroska file");
     assert_eq!(file.tracks()[0].video().and_then(|v| v.alpha_mode()), None);
+}
+
+#[test]
+fn load_video_reads_a_vp9_webm_back_and_names_av1_as_unsupported() {
+    let mut h = Harness::new(CachePolicy::None);
+    let vp9 = save_in(&mut h, "vp9", false);
+    std::fs::write(h.roots.input.join("clip.webm"), &vp9).expect("write");
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadVideo", "inputs": {"file": "clip.webm"}},
+        "2": {"class_type": "GetVideoComponents", "inputs": {"video": ["1", 0]}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "frame"}},
+        "4": {"class_type": "PreviewAny", "inputs": {"source": ["2", 2]}},
+        "5": {"class_type": "Video Slice", "inputs": {
+            "video": ["1", 0], "start_time": 0.25, "duration": 0.25, "strict_duration": true}},
+        "6": {"class_type": "GetVideoComponents", "inputs": {"video": ["5", 0]}},
+        "7": {"class_type": "SaveImage", "inputs": {"images": ["6", 0], "filename_prefix": "window"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    assert_eq!(ran.text("4"), ["8.0"]);
+    let images = &ran.summary.outputs[&NodeId::from("3")].images;
+    assert_eq!(images.len(), 5);
+    for (i, image) in images.iter().enumerate() {
+        let png = image::open(h.roots.output.join(&image.filename)).expect("a PNG").to_rgb8();
+        assert_eq!((png.width(), png.height()), (64, 48));
+        let want: [u8; 3] = if i < 3 { [0xC0, 0x30, 0x20] } else { [0x20, 0x50, 0xD0] };
+        for pixel in png.pixels() {
+            for (got, want) in pixel.0.iter().zip(want) {
+                // VP9 at crf 10 of a flat frame, and BT.601 limited range both ways.
+                assert!(got.abs_diff(want) <= 4, "frame {i}: {:?} vs {want:?}", pixel.0);
+            }
+        }
+    }
+    // 0.25 s to 0.5 s: the frames at 0.25 and 0.375 s, one reddish and one bluish.
+    let window = &ran.summary.outputs[&NodeId::from("7")].images;
+    assert_eq!(window.len(), 2);
+    let first = |i: usize| {
+        let png = image::open(h.roots.output.join(&window[i].filename)).expect("a PNG").to_rgb8();
+        png.get_pixel(0, 0).0
+    };
+    assert!(first(0)[0] > 0xA0 && first(1)[2] > 0xA0, "{:?} {:?}", first(0), first(1));
+
+    let av1 = save_in(&mut h, "av1", false);
+    std::fs::write(h.roots.input.join("av1.webm"), &av1).expect("write");
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadVideo", "inputs": {"file": "av1.webm"}},
+        "2": {"class_type": "GetVideoComponents", "inputs": {"video": ["1", 0]}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "x"}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("Kiln does not decode AV1: {:?}", ran.summary.outcome);
+    };
+    assert!(failure.message.contains("`av01`"), "{}", failure.message);
+    assert!(failure.message.contains("VP9"), "{}", failure.message);
+}
+
+#[test]
+fn decodes_ffmpegs_webms_as_ffmpeg_does() {
+    // scripts/reference/webm.py: libvpx-vp9 (alt-ref frames: hidden frames in superframes) with Opus, and a live
+    // file (a segment of unknown size) with Vorbis, each decoded by FFmpeg.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/webm");
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("expected.json")).expect("expected.json"),
+    )
+    .expect("JSON");
+    // Opus: opus-decoder against libopus's float decoder, 3e-5 apart at most; Vorbis: Symphonia, 2e-7.
+    for (stem, audio_tolerance) in [("libvpx_opus", 1e-4f32), ("live_vorbis", 1e-5)] {
+        let want = &expected[stem];
+        let video = Video::from_path(dir.join(format!("{stem}.webm")));
+        let components = video.components().expect("decodes");
+        let (n, h, w) = (12, 32, 48);
+        assert_eq!(want["frames"], n);
+        assert_eq!(components.images.shape(), [n, h, w, 3]);
+        // FFmpeg's average rate for a Matroska track: 10⁹ / its default duration, reduced.
+        assert_eq!(components.frame_rate, Rational::new(30000, 1001).expect("rate"), "{stem}");
+        assert_eq!(video.dimensions().expect("dims"), (w, h));
+        let ffmpeg = std::fs::read(dir.join(format!("{stem}_frames_rgb24.bin"))).expect("frames");
+        let worst = (components.images.data().iter().zip(&ffmpeg))
+            .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
+            .max()
+            .expect("pixels");
+        // The pictures are libvpx's (the decoder is bit-exact); only the RGB conversion differs.
+        assert!(worst <= 4, "{stem}: largest difference from FFmpeg's frames: {worst}/255");
+
+        let audio = components.audio.expect("the audio decodes");
+        let rate = want["sample_rate"].as_u64().expect("rate") as u32;
+        assert_eq!(audio.sample_rate(), rate, "{stem}");
+        let samples = want["audio_samples"].as_u64().expect("n") as usize;
+        assert_eq!(audio.waveform().shape(), [1, 2, samples], "{stem}");
+        let head: Vec<f32> = std::fs::read(dir.join(format!("{stem}_audio_head_f32.bin")))
+            .expect("audio")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        for c in 0..2 {
+            let ours = &audio.channel(0, c)[..4096];
+            let theirs = &head[c * 4096..(c + 1) * 4096];
+            let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(
+                worst < audio_tolerance,
+                "{stem} channel {c}: largest difference from FFmpeg {worst}"
+            );
+        }
+    }
 }

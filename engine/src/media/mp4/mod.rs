@@ -12,7 +12,7 @@ mod read;
 mod write;
 
 pub(crate) use boxes::full as full_box;
-pub(crate) use read::{Movie, Source, TrackInfo};
+pub(crate) use read::{Movie, SampleInfo, Source, TrackInfo};
 pub(crate) use write::write;
 
 /// What a track carries.

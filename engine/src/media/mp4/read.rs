@@ -106,6 +106,11 @@ pub(crate) struct TrackInfo {
     pub(crate) media_start: Option<i64>,
     /// Clockwise display rotation from the track matrix, in degrees (0, 90, 180, 270).
     pub(crate) rotation: u32,
+    /// The frame rate the container declares (a Matroska track's default duration); `None`: the samples'.
+    pub(crate) frame_rate: Option<crate::media::Rational>,
+    /// Nanoseconds of decoded sound to drop from the end (Matroska's `DiscardPadding`: an Opus encoder's
+    /// padding of the last frame); 0 for MP4.
+    pub(crate) discard_end_ns: u64,
 }
 
 impl TrackInfo {
@@ -116,7 +121,7 @@ impl TrackInfo {
     }
 }
 
-/// An opened file: its tracks and tags.
+/// An opened file (an MP4, or a Matroska/WebM file read by `media::mkv`): its tracks and tags.
 pub(crate) struct Movie {
     reader: Reader,
     pub(crate) tracks: Vec<TrackInfo>,
@@ -129,6 +134,10 @@ impl Movie {
     pub(crate) fn open(source: &Source) -> Result<Movie, MediaError> {
         let mut reader = Reader::open(source)?;
         let len = reader.len();
+        if reader.read_at(0, len.min(4))? == [0x1A, 0x45, 0xDF, 0xA3] {
+            let (tracks, tags) = crate::media::mkv::read(&mut |at, n| reader.read_at(at, n), len)?;
+            return Ok(Movie { reader, tracks, tags });
+        }
         let mut at = 0u64;
         let mut moov = None;
         let mut fragmented = false;
@@ -227,9 +236,7 @@ fn is_top_level_box(kind: &[u8; 4]) -> bool {
 /// What a file that is not MP4 appears to be.
 fn sniff(header: &[u8], source: &Source) -> String {
     let name = source.describe();
-    let what = if header.starts_with(&[0x1a, 0x45, 0xdf, 0xa3]) {
-        "a Matroska/WebM file"
-    } else if header.starts_with(b"RIFF") {
+    let what = if header.starts_with(b"RIFF") {
         "a RIFF file (AVI or WAV)"
     } else if header.starts_with(b"GIF8") {
         "a GIF image"
@@ -242,7 +249,9 @@ fn sniff(header: &[u8], source: &Source) -> String {
     } else {
         "not an MP4 or QuickTime file"
     };
-    format!("{name} is {what}; Kiln reads video from MP4 and QuickTime (.mov) files only")
+    format!(
+        "{name} is {what}; Kiln reads video from MP4, QuickTime (.mov) and Matroska/WebM files only"
+    )
 }
 
 fn malformed(what: &str) -> MediaError {
@@ -410,6 +419,8 @@ fn trak(body: &[u8]) -> Result<Option<TrackInfo>, MediaError> {
         samples,
         media_start,
         rotation,
+        frame_rate: None,
+        discard_end_ns: 0,
     }))
 }
 

@@ -1,0 +1,542 @@
+//! Matroska and WebM files read as tracks of samples, the shape the MP4 reader gives them: each frame's bytes
+//! stay in the file (a sample is its offset and size inside its block), so nothing is loaded until decoded.
+//!
+//! What is read: the segment's timestamp scale, each video and audio track (codec, size or channels and
+//! rate, codec private data), the global tags (names lower-cased: FFmpeg writes ComfyUI's `prompt` as
+//! `PROMPT`), and every `SimpleBlock` and `BlockGroup` of every cluster, known or unknown size (as live
+//! recorders write them). Laced blocks (several frames in one, which video never uses) are not split: an
+//! audio track with them is left out with a warning, as an undecodable MP4 audio track is.
+
+use super::mp4::{SampleInfo, TrackInfo, TrackKind};
+use super::{MediaError, Rational};
+
+/// Reads `len` bytes at an offset of the file.
+pub(crate) type ReadAt<'a> = dyn FnMut(u64, u64) -> Result<Vec<u8>, MediaError> + 'a;
+
+/// A file's global tags: (name, value) in file order.
+pub(crate) type Tags = Vec<(String, String)>;
+
+const EBML: u64 = 0x1A45_DFA3;
+const DOC_TYPE: u64 = 0x4282;
+const SEGMENT: u64 = 0x1853_8067;
+const INFO: u64 = 0x1549_A966;
+const TIMESTAMP_SCALE: u64 = 0x2A_D7B1;
+const TRACKS: u64 = 0x1654_AE6B;
+const TRACK_ENTRY: u64 = 0xAE;
+const TRACK_NUMBER: u64 = 0xD7;
+const TRACK_TYPE: u64 = 0x83;
+const CODEC_ID: u64 = 0x86;
+const CODEC_PRIVATE: u64 = 0x63A2;
+const DEFAULT_DURATION: u64 = 0x0023_E383;
+const VIDEO: u64 = 0xE0;
+const PIXEL_WIDTH: u64 = 0xB0;
+const PIXEL_HEIGHT: u64 = 0xBA;
+const AUDIO: u64 = 0xE1;
+const SAMPLING_FREQUENCY: u64 = 0xB5;
+const CHANNELS: u64 = 0x9F;
+const TAGS: u64 = 0x1254_C367;
+const TAG: u64 = 0x7373;
+const SIMPLE_TAG: u64 = 0x67C8;
+const TAG_NAME: u64 = 0x45A3;
+const TAG_STRING: u64 = 0x4487;
+const CLUSTER: u64 = 0x1F43_B675;
+const TIMESTAMP: u64 = 0xE7;
+const SIMPLE_BLOCK: u64 = 0xA3;
+const BLOCK_GROUP: u64 = 0xA0;
+const BLOCK: u64 = 0xA1;
+const REFERENCE_BLOCK: u64 = 0xFB;
+const DISCARD_PADDING: u64 = 0x75A2;
+
+/// Elements that end an unknown-size cluster: the next cluster, or any other child of the segment.
+const SEGMENT_CHILDREN: [u64; 8] = [
+    CLUSTER,
+    INFO,
+    TRACKS,
+    TAGS,
+    0x114D_9B74, // SeekHead
+    0x1C53_BB6B, // Cues
+    0x1043_A770, // Chapters
+    0x1941_A469, // Attachments
+];
+
+/// The largest header or metadata element read whole (the tracks, the tags).
+const MAX_METADATA: u64 = 64 << 20;
+
+/// One element's place in the file.
+#[derive(Debug, Clone, Copy)]
+struct Element {
+    id: u64,
+    /// Where its body starts.
+    body: u64,
+    /// Its body's end (the limit it sits in, for an unknown size).
+    end: u64,
+    unknown_size: bool,
+}
+
+/// A track as it is read, before its samples become timed.
+struct Pending {
+    number: u64,
+    kind: TrackKind,
+    codec: String,
+    private: Option<Vec<u8>>,
+    sample_rate: u32,
+    /// Nanoseconds per frame, when the file says.
+    default_duration: Option<u64>,
+    /// Each frame: its timestamp in ticks, offset, size and whether it is a key frame.
+    frames: Vec<(i64, u64, u32, bool)>,
+    /// A laced block was met: the track cannot be read frame by frame.
+    laced: bool,
+    /// Nanoseconds of padding the blocks ask to discard (an Opus stream's last frame).
+    discard_ns: u64,
+}
+
+/// The tracks and global tags of a Matroska/WebM file of `len` bytes.
+pub(crate) fn read(read_at: &mut ReadAt, len: u64) -> Result<(Vec<TrackInfo>, Tags), MediaError> {
+    let header = element_at(read_at, 0, len)?;
+    if header.id != EBML {
+        return Err(malformed("the file does not start with an EBML header"));
+    }
+    let body = read_at(header.body, header.end - header.body)?;
+    let doc_type = children(&body)?
+        .into_iter()
+        .find(|(id, _)| *id == DOC_TYPE)
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    if !matches!(doc_type.as_deref(), Some("webm" | "matroska")) {
+        return Err(MediaError::UnsupportedContainer {
+            what: format!("an EBML file of type {doc_type:?}, not Matroska or WebM"),
+        });
+    }
+    let segment = element_at(read_at, header.end, len)?;
+    if segment.id != SEGMENT {
+        return Err(malformed("no segment follows the EBML header"));
+    }
+    let mut scale = 1_000_000u64;
+    let mut tracks: Vec<Pending> = Vec::new();
+    let mut tags = Vec::new();
+    let mut at = segment.body;
+    while at < segment.end {
+        let Ok(child) = element_at(read_at, at, segment.end) else { break };
+        match child.id {
+            INFO => {
+                let body = metadata(read_at, &child)?;
+                if let Some((_, v)) =
+                    children(&body)?.into_iter().find(|(id, _)| *id == TIMESTAMP_SCALE)
+                {
+                    scale = uint(v).max(1);
+                }
+            }
+            TRACKS => {
+                let body = metadata(read_at, &child)?;
+                for (id, entry) in children(&body)? {
+                    if id == TRACK_ENTRY {
+                        tracks.extend(track(entry)?);
+                    }
+                }
+            }
+            TAGS => tags.extend(global_tags(&metadata(read_at, &child)?)?),
+            CLUSTER => {
+                let end = cluster(read_at, &child, &mut tracks)?;
+                at = end;
+                continue;
+            }
+            _ => {}
+        }
+        if child.unknown_size {
+            return Err(malformed("an element other than a cluster has an unknown size"));
+        }
+        at = child.end;
+    }
+    if let Some(video) =
+        tracks.iter().find(|t| t.laced && matches!(t.kind, TrackKind::Video { .. }))
+    {
+        return Err(MediaError::UnsupportedContainer {
+            what: format!(
+                "a Matroska file whose {} video is laced (several frames a block)",
+                video.codec
+            ),
+        });
+    }
+    let timescale = u32::try_from(1_000_000_000 / scale).unwrap_or(1).max(1);
+    let infos = tracks.into_iter().filter_map(|t| timed(t, scale, timescale)).collect();
+    Ok((infos, tags))
+}
+
+fn malformed(what: &str) -> MediaError {
+    MediaError::Malformed(format!("Matroska/WebM: {what}"))
+}
+
+/// The element whose header starts at `at`, inside a parent ending at `limit`.
+fn element_at(read_at: &mut ReadAt, at: u64, limit: u64) -> Result<Element, MediaError> {
+    let head = read_at(at, (limit - at).min(12))?;
+    let (id, id_len) = vint(&head, 0, true).ok_or_else(|| malformed("a damaged element ID"))?;
+    let (size, size_len) =
+        vint(&head, id_len, false).ok_or_else(|| malformed("a damaged element size"))?;
+    let body = at + (id_len + size_len) as u64;
+    let unknown_size = size == (1u64 << (7 * size_len)) - 1;
+    let end = if unknown_size { limit } else { body.saturating_add(size) };
+    if end > limit {
+        return Err(malformed("an element runs past its parent"));
+    }
+    Ok(Element { id, body, end, unknown_size })
+}
+
+/// An EBML variable-length integer at `at`: its value (with its length marker for IDs) and its length.
+fn vint(bytes: &[u8], at: usize, keep_marker: bool) -> Option<(u64, usize)> {
+    let first = *bytes.get(at)?;
+    let len = first.leading_zeros() as usize + 1;
+    if len > 8 {
+        return None;
+    }
+    let mut value = if keep_marker { u64::from(first) } else { u64::from(first) & (0xFF >> len) };
+    for byte in bytes.get(at + 1..at + len)? {
+        value = value << 8 | u64::from(*byte);
+    }
+    Some((value, len))
+}
+
+/// A small element's whole body.
+fn metadata(read_at: &mut ReadAt, element: &Element) -> Result<Vec<u8>, MediaError> {
+    let len = element.end - element.body;
+    if len > MAX_METADATA {
+        return Err(malformed("a metadata element is larger than 64 MiB"));
+    }
+    read_at(element.body, len)
+}
+
+/// The (ID, body) pairs of a body held in memory.
+fn children(body: &[u8]) -> Result<Vec<(u64, &[u8])>, MediaError> {
+    Ok(children_at(body)?.into_iter().map(|(id, range)| (id, &body[range])).collect())
+}
+
+/// The (ID, body range) pairs of a body held in memory.
+fn children_at(body: &[u8]) -> Result<Vec<(u64, std::ops::Range<usize>)>, MediaError> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < body.len() {
+        let (id, n) = vint(body, at, true).ok_or_else(|| malformed("a damaged element ID"))?;
+        let (size, m) =
+            vint(body, at + n, false).ok_or_else(|| malformed("a damaged element size"))?;
+        let start = at + n + m;
+        let end = usize::try_from(size).ok().and_then(|s| start.checked_add(s));
+        let end = end
+            .filter(|&e| e <= body.len())
+            .ok_or_else(|| malformed("an element runs past its parent"))?;
+        out.push((id, start..end));
+        at = end;
+    }
+    Ok(out)
+}
+
+/// A big-endian unsigned integer of up to 8 bytes.
+fn uint(bytes: &[u8]) -> u64 {
+    bytes.iter().take(8).fold(0, |v, &b| v << 8 | u64::from(b))
+}
+
+/// A big-endian two's complement integer of up to 8 bytes.
+fn signed(bytes: &[u8]) -> i64 {
+    let bits = 8 * bytes.len().min(8) as u32;
+    if bits == 0 {
+        return 0;
+    }
+    ((uint(bytes) << (64 - bits)) as i64) >> (64 - bits)
+}
+
+/// A float element (4 or 8 bytes).
+fn float(bytes: &[u8]) -> f64 {
+    match bytes.len() {
+        4 => f64::from(f32::from_bits(uint(bytes) as u32)),
+        8 => f64::from_bits(uint(bytes)),
+        _ => 0.0,
+    }
+}
+
+/// A video or audio track entry (others are skipped).
+fn track(entry: &[u8]) -> Result<Option<Pending>, MediaError> {
+    let fields = children(entry)?;
+    let get = |id: u64| fields.iter().find(|(i, _)| *i == id).map(|(_, v)| *v);
+    let codec_id =
+        get(CODEC_ID).map(|v| String::from_utf8_lossy(v).trim_end_matches('\0').to_owned());
+    let (Some(number), Some(kind), Some(codec_id)) =
+        (get(TRACK_NUMBER).map(uint), get(TRACK_TYPE), codec_id)
+    else {
+        return Ok(None);
+    };
+    let (kind, sample_rate) = match uint(kind) {
+        1 => {
+            let video = children(get(VIDEO).unwrap_or_default())?;
+            let size = |id: u64| video.iter().find(|(i, _)| *i == id).map_or(0, |(_, v)| uint(v));
+            let kind = TrackKind::Video {
+                width: size(PIXEL_WIDTH) as u32,
+                height: size(PIXEL_HEIGHT) as u32,
+            };
+            (kind, 0)
+        }
+        2 => {
+            let audio = children(get(AUDIO).unwrap_or_default())?;
+            let field = |id: u64| audio.iter().find(|(i, _)| *i == id).map(|(_, v)| *v);
+            let rate = field(SAMPLING_FREQUENCY).map_or(8000.0, float);
+            let channels = field(CHANNELS).map_or(1, uint);
+            (TrackKind::Audio { channels: channels as u16 }, rate.round() as u32)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Pending {
+        number,
+        kind,
+        codec: codec_name(&codec_id),
+        private: get(CODEC_PRIVATE).map(<[u8]>::to_vec),
+        sample_rate,
+        default_duration: get(DEFAULT_DURATION).map(uint),
+        frames: Vec::new(),
+        laced: false,
+        discard_ns: 0,
+    }))
+}
+
+/// A Matroska codec ID as the sample-entry code the MP4 reader would name the codec by.
+fn codec_name(codec_id: &str) -> String {
+    match codec_id {
+        "V_VP9" => "vp09",
+        "V_VP8" => "vp08",
+        "V_AV1" => "av01",
+        "V_MPEG4/ISO/AVC" => "avc1",
+        "V_MPEGH/ISO/HEVC" => "hvc1",
+        "A_OPUS" => "Opus",
+        "A_VORBIS" => "vorbis",
+        "A_FLAC" => "fLaC",
+        "A_AAC" => "mp4a",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// The global tags (those whose targets name nothing): names lower-cased, string values.
+fn global_tags(body: &[u8]) -> Result<Tags, MediaError> {
+    let mut out = Vec::new();
+    for (id, tag) in children(body)? {
+        if id != TAG {
+            continue;
+        }
+        let fields = children(tag)?;
+        // Targets naming a track, edition, chapter or attachment (their UIDs) make the tag not global.
+        let names_something = |targets: &[u8]| {
+            children(targets).is_ok_and(|t| {
+                t.iter().any(|(i, _)| matches!(i, 0x63C5 | 0x63C9 | 0x63C4 | 0x63C6))
+            })
+        };
+        let global = fields.iter().all(|(i, targets)| *i != 0x63C0 || !names_something(targets));
+        if !global {
+            continue;
+        }
+        for (i, simple) in fields {
+            if i != SIMPLE_TAG {
+                continue;
+            }
+            let parts = children(simple)?;
+            let text = |id: u64| {
+                parts
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            };
+            if let (Some(name), Some(value)) = (text(TAG_NAME), text(TAG_STRING)) {
+                out.push((name.to_lowercase(), value));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a cluster's blocks into their tracks; returns where the cluster ends.
+fn cluster(
+    read_at: &mut ReadAt,
+    cluster: &Element,
+    tracks: &mut [Pending],
+) -> Result<u64, MediaError> {
+    let mut time = 0i64;
+    let mut at = cluster.body;
+    while at < cluster.end {
+        let Ok(child) = element_at(read_at, at, cluster.end) else { break };
+        if cluster.unknown_size && SEGMENT_CHILDREN.contains(&child.id) {
+            return Ok(at);
+        }
+        match child.id {
+            TIMESTAMP => time = uint(&read_at(child.body, (child.end - child.body).min(8))?) as i64,
+            SIMPLE_BLOCK => {
+                block(read_at, child.body, child.end, time, None, tracks)?;
+            }
+            BLOCK_GROUP => {
+                // One frame and its additions.
+                let body = metadata(read_at, &child)?;
+                let parts = children_at(&body)?;
+                let referenced = parts.iter().any(|(id, _)| *id == REFERENCE_BLOCK);
+                let discard = (parts.iter().find(|(id, _)| *id == DISCARD_PADDING))
+                    .map_or(0, |(_, range)| signed(&body[range.clone()]).max(0) as u64);
+                if let Some((_, range)) = parts.iter().find(|(id, _)| *id == BLOCK) {
+                    let (start, end) =
+                        (child.body + range.start as u64, child.body + range.end as u64);
+                    if let Some(track) =
+                        block(read_at, start, end, time, Some(!referenced), tracks)?
+                    {
+                        tracks[track].discard_ns += discard;
+                    }
+                }
+            }
+            _ => {}
+        }
+        at = child.end;
+    }
+    Ok(cluster.end)
+}
+
+/// One block: a frame of its track at the cluster's time plus its own offset. `key` is the group's answer
+/// (no `ReferenceBlock`) for a `Block`, `None` for a `SimpleBlock`, whose flags say. Returns the index of
+/// the track it belongs to, if it is one of the tracks read.
+fn block(
+    read_at: &mut ReadAt,
+    start: u64,
+    end: u64,
+    cluster_time: i64,
+    key: Option<bool>,
+    tracks: &mut [Pending],
+) -> Result<Option<usize>, MediaError> {
+    let head = read_at(start, (end - start).min(12))?;
+    let (number, n) = vint(&head, 0, false).ok_or_else(|| malformed("a damaged block header"))?;
+    let (Some(&t0), Some(&t1), Some(&flags)) = (head.get(n), head.get(n + 1), head.get(n + 2))
+    else {
+        return Err(malformed("a block shorter than its header"));
+    };
+    let Some(index) = tracks.iter().position(|t| t.number == number) else { return Ok(None) };
+    let track = &mut tracks[index];
+    if flags & 0x06 != 0 {
+        track.laced = true;
+        return Ok(Some(index));
+    }
+    let data = start + n as u64 + 3;
+    let time = cluster_time + i64::from(i16::from_be_bytes([t0, t1]));
+    let keyframe = key.unwrap_or(flags & 0x80 != 0);
+    let size = u32::try_from(end - data).map_err(|_| malformed("a frame larger than 4 GiB"))?;
+    track.frames.push((time, data, size, keyframe));
+    Ok(Some(index))
+}
+
+/// A track's frames as samples timed in `timescale` ticks a second (each lasts until the next frame; the last
+/// as long as the file's default duration, or the one before it). A laced audio track is left out.
+fn timed(track: Pending, scale: u64, timescale: u32) -> Option<TrackInfo> {
+    if track.laced {
+        tracing::warn!(
+            codec = track.codec,
+            "the file's audio is laced, which Kiln does not read; ignoring it"
+        );
+        return None;
+    }
+    // Timestamps in `scale` nanoseconds; ticks are 1 / timescale seconds.
+    let ticks = |t: i64| t * scale as i64 * i64::from(timescale) / 1_000_000_000;
+    let default =
+        track.default_duration.map(|ns| (ns * u64::from(timescale) / 1_000_000_000) as i64);
+    let n = track.frames.len();
+    let samples = (0..n)
+        .map(|i| {
+            let (time, offset, size, sync) = track.frames[i];
+            let duration = match track.frames.get(i + 1) {
+                Some(next) => ticks(next.0) - ticks(time),
+                None => default.unwrap_or_else(|| {
+                    i.checked_sub(1).map_or(0, |p| ticks(time) - ticks(track.frames[p].0))
+                }),
+            };
+            SampleInfo {
+                offset,
+                size,
+                duration: u32::try_from(duration.max(0)).unwrap_or(u32::MAX),
+                composition_offset: 0,
+                sync,
+            }
+        })
+        .collect();
+    Some(TrackInfo {
+        kind: track.kind,
+        timescale,
+        codec: track.codec,
+        sample_entry: Vec::new(),
+        config: track.private,
+        sample_rate: track.sample_rate,
+        samples,
+        media_start: None,
+        rotation: 0,
+        // FFmpeg's Matroska demuxer: 10⁹ / default duration, reduced to terms of at most 30 000.
+        frame_rate: (matches!(track.kind, TrackKind::Video { .. }))
+            .then_some(track.default_duration)
+            .flatten()
+            .and_then(|ns| Rational::approximate(1_000_000_000, ns, 30_000)),
+        discard_end_ns: track.discard_ns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read;
+    use crate::media::Rational;
+    use crate::media::ebml::{element, master, string, uint};
+    use crate::media::mp4::TrackKind;
+
+    /// A simple block of track 1 at `relative` ms into its cluster.
+    fn simple_block(relative: i16, key: bool, data: &[u8]) -> Vec<u8> {
+        let mut body = vec![0x81];
+        body.extend(relative.to_be_bytes());
+        body.push(if key { 0x80 } else { 0 });
+        body.extend(data);
+        element(0xA3, &body)
+    }
+
+    /// An element of unknown size (as live recorders write segments and clusters).
+    fn unknown(id: [u8; 4], children: &[Vec<u8>]) -> Vec<u8> {
+        [id.to_vec(), vec![0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], children.concat()]
+            .concat()
+    }
+
+    #[test]
+    fn clusters_of_unknown_size_end_where_the_next_begins() {
+        let video = master(0xE0, &[uint(0xB0, 4), uint(0xBA, 2)]);
+        let entry = master(0xAE, &[uint(0xD7, 1), uint(0x83, 1), string(0x86, "V_VP9"), video]);
+        let first = unknown(
+            [0x1F, 0x43, 0xB6, 0x75],
+            &[uint(0xE7, 0), simple_block(0, true, &[1, 2, 3]), simple_block(40, false, &[4, 5])],
+        );
+        let second =
+            unknown([0x1F, 0x43, 0xB6, 0x75], &[uint(0xE7, 80), simple_block(0, true, &[6])]);
+        let segment =
+            unknown([0x18, 0x53, 0x80, 0x67], &[master(0x1654_AE6B, &[entry]), first, second]);
+        let file = [master(0x1A45_DFA3, &[string(0x4282, "webm")]), segment].concat();
+        let len = file.len() as u64;
+        let (tracks, tags) =
+            read(&mut |at, n| Ok(file[at as usize..(at + n) as usize].to_vec()), len)
+                .expect("a WebM");
+        assert!(tags.is_empty());
+        assert_eq!(tracks.len(), 1);
+        let track = &tracks[0];
+        assert_eq!(
+            (track.codec.as_str(), track.kind),
+            ("vp09", TrackKind::Video { width: 4, height: 2 })
+        );
+        assert_eq!(track.timescale, 1000);
+        let frames: Vec<Vec<u8>> = (track.samples.iter())
+            .map(|s| file[s.offset as usize..s.offset as usize + s.size as usize].to_vec())
+            .collect();
+        assert_eq!(frames, [vec![1, 2, 3], vec![4, 5], vec![6]]);
+        let durations: Vec<u32> = track.samples.iter().map(|s| s.duration).collect();
+        assert_eq!(durations, [40, 40, 40]);
+        let sync: Vec<bool> = track.samples.iter().map(|s| s.sync).collect();
+        assert_eq!(sync, [true, false, true]);
+        assert_eq!(track.frame_rate, None);
+    }
+
+    #[test]
+    fn a_default_duration_gives_ffmpegs_reduced_rate() {
+        assert_eq!(
+            Rational::approximate(1_000_000_000, 33_366_666, 30_000),
+            Rational::new(30000, 1001)
+        );
+        assert_eq!(Rational::approximate(1_000_000_000, 41_666_667, 30_000), Rational::new(24, 1));
+        assert_eq!(Rational::approximate(1_000_000_000, 80_000_000, 30_000), Rational::new(25, 2));
+    }
+}
