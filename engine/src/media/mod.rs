@@ -8,6 +8,7 @@
 //!   files.
 //! - `webm`: WebM files (`SaveWEBM`), on `ebml`, with VP9 (`vp9`, pure-Rust `rusty_vp9`) or AV1 (`av1`, rav1e);
 //!   `mkv`: Matroska/WebM files read as the MP4 reader's tracks, so `LoadVideo` decodes VP9 WebMs.
+//! - `opus`: Opus decoding and `.opus` files (on `ogg`, Kiln's Ogg page writer); `mp3`: MP3 files.
 //!
 //! Nothing here knows about nodes: the video and audio nodes turn [`MediaError`]s into node errors.
 
@@ -19,7 +20,9 @@ mod ebml;
 mod error;
 mod h264;
 mod mkv;
+mod mp3;
 mod mp4;
+mod ogg;
 mod opus;
 mod rational;
 mod sound;
@@ -31,6 +34,9 @@ mod webm;
 pub(crate) use animation::{animated_webp, apng, comf_chunks, webp_exif};
 pub use audio::Audio;
 pub use error::MediaError;
+pub use mp3::Mp3Quality;
+pub(crate) use mp3::mp3_file;
+pub(crate) use opus::opus_file;
 pub use rational::Rational;
 pub(crate) use sound::flac_file;
 pub use sound::load_audio;

@@ -1,6 +1,6 @@
 //! Audio codecs: FLAC written by `flacenc` (audio files, and the audio track `SaveVideo` puts in an MP4), and
 //! decoding by Symphonia (audio files: WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC; and the AAC, FLAC or Vorbis track of
-//! a video file) or, for a WebM's Opus, by `opus`.
+//! a video file) or, for Opus (a WebM's, an `.opus` file's), by `opus`.
 //!
 //! Invariant: samples reach 16-bit FLAC as FFmpeg's float-to-s16 conversion gives them (`round(x · 32768)`,
 //! clipped), and decoded integer samples come back as ComfyUI scales them (`/ 2¹⁵`, `/ 2³¹`).
@@ -13,10 +13,11 @@ use flacenc::component::{BitRepr, MetadataBlockData, Stream};
 use flacenc::error::Verify;
 use symphonia::core::audio::{AudioBuffer, AudioBufferRef, Signal};
 use symphonia::core::codecs::{
-    CODEC_TYPE_AAC, CODEC_TYPE_FLAC, CODEC_TYPE_VORBIS, CodecParameters, Decoder, DecoderOptions,
+    CODEC_TYPE_AAC, CODEC_TYPE_FLAC, CODEC_TYPE_OPUS, CODEC_TYPE_VORBIS, CodecParameters, Decoder,
+    DecoderOptions,
 };
 use symphonia::core::errors::Error as SymphoniaError;
-use symphonia::core::formats::{FormatOptions, Packet};
+use symphonia::core::formats::{FormatOptions, FormatReader, Packet, Track as FormatTrack};
 use symphonia::core::io::MediaSourceStream;
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
@@ -109,7 +110,8 @@ fn flac_stream(audio: &Audio, item: usize, channels: usize) -> Result<Stream, Me
 }
 
 /// A Vorbis comment block's body: the vendor, then `key=value` entries, lengths little-endian.
-fn vorbis_comment(tags: &[(String, String)]) -> Vec<u8> {
+/// A Vorbis comment block (vendor, then `key=value` entries): FLAC's and Opus's tags.
+pub(crate) fn vorbis_comment(tags: &[(String, String)]) -> Vec<u8> {
     let vendor = b"Kiln";
     let mut out = (vendor.len() as u32).to_le_bytes().to_vec();
     out.extend_from_slice(vendor);
@@ -300,6 +302,9 @@ pub fn load_audio(path: &Path) -> Result<Audio, MediaError> {
         })
         .ok_or_else(|| MediaError::Invalid("No audio stream found in the file.".to_owned()))?
         .clone();
+    if track.codec_params.codec == CODEC_TYPE_OPUS {
+        return ogg_opus(&mut *format, &track);
+    }
     let mut decoder: Box<dyn Decoder> = symphonia::default::get_codecs()
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(|e| decode_failed(&e))?;
@@ -326,5 +331,44 @@ pub fn load_audio(path: &Path) -> Result<Audio, MediaError> {
         return Err(MediaError::Invalid("No audio frames decoded.".to_owned()));
     }
     let rate = track.codec_params.sample_rate.unwrap_or(1);
+    Audio::from_planar(planes, rate)
+}
+
+/// An Ogg Opus stream (an `.opus` file) demuxed by Symphonia and decoded by `opus`, cut to the length its last
+/// page's granule position gives (the end trimming FFmpeg applies).
+fn ogg_opus(format: &mut dyn FormatReader, track: &FormatTrack) -> Result<Audio, MediaError> {
+    let head = track.codec_params.extra_data.clone().unwrap_or_default();
+    let mut packets = Vec::new();
+    loop {
+        match format.next_packet() {
+            Ok(packet) if packet.track_id() == track.id => packets.push(Ok(packet.data.to_vec())),
+            Ok(_) => {}
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break;
+            }
+            Err(SymphoniaError::ResetRequired) => break,
+            Err(e) => return Err(decode_failed(&e)),
+        }
+    }
+    let (mut planes, rate) =
+        super::opus::decode(&head, packets)?.ok_or_else(|| MediaError::UnsupportedCodec {
+            kind: "audio",
+            codec: "Opus with more than two channels".to_owned(),
+            supported: "Kiln decodes mono and stereo Opus",
+        })?;
+    // The reader learns the stream's end once it has read the last page.
+    let params = (format.tracks().iter().find(|t| t.id == track.id))
+        .map_or(&track.codec_params, |t| &t.codec_params);
+    // Every decoded sample, less the pre-skip (already dropped) and the end padding the granule trims.
+    if let Some(frames) = params.n_frames {
+        let trimmed = u64::from(params.delay.unwrap_or(0)) + u64::from(params.padding.unwrap_or(0));
+        let keep = frames.saturating_sub(trimmed) as usize;
+        for plane in &mut planes {
+            plane.truncate(keep);
+        }
+    }
+    if planes.first().is_none_or(Vec::is_empty) {
+        return Err(MediaError::Invalid("No audio frames decoded.".to_owned()));
+    }
     Audio::from_planar(planes, rate)
 }

@@ -109,23 +109,108 @@ fn trim_and_concat_follow_comfyui() {
     assert!(failure.message.starts_with("TrimAudioDuration: Start time"), "{}", failure.message);
 }
 
+/// The root mean square of samples.
+fn rms(x: &[f32]) -> f32 {
+    (x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32).sqrt()
+}
+
 #[test]
-fn save_audio_advanced_writes_flac_and_names_missing_encoders() {
+fn save_audio_advanced_writes_flac_mp3_and_opus_that_load_back() {
     let mut h = Harness::new(CachePolicy::None);
-    std::fs::write(h.roots.input.join("a.wav"), wav(&tone(500), 8000)).expect("write");
-    let ran = h.run(json!({
-        "1": {"class_type": "LoadAudio", "inputs": {"audio": "a.wav"}},
-        "2": {"class_type": "SaveAudioAdvanced", "inputs": {"audio": ["1", 0], "filename_prefix": "audio/adv", "format": "flac"}},
-    }));
-    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
-    assert!(h.roots.output.join("audio/adv_00001.flac").is_file());
-    let ran = h.run(json!({
-        "1": {"class_type": "LoadAudio", "inputs": {"audio": "a.wav"}},
-        "2": {"class_type": "SaveAudioAdvanced", "inputs": {
-            "audio": ["1", 0], "filename_prefix": "audio/adv", "format": "mp3", "format.quality": "V0"}},
-    }));
-    let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("mp3 must fail") };
-    assert!(failure.message.contains("no mp3 encoder"), "{}", failure.message);
+    // Two seconds of a 440 Hz tone at 44.1 kHz, a rate Opus does not take (it is resampled to 48 kHz).
+    let tone: Vec<i16> = (0..88_200)
+        .map(|i| {
+            ((i as f32 * 2.0 * std::f32::consts::PI * 440.0 / 44_100.0).sin() * 12_000.0) as i16
+        })
+        .collect();
+    std::fs::write(h.roots.input.join("a.wav"), wav(&tone, 44_100)).expect("write");
+    let source_rms = 12_000.0 / 32_768.0 / 2f32.sqrt();
+    let save = |h: &mut Harness, node: serde_json::Value| {
+        let ran = h.run_validated(
+            &h.validate(json!({
+                "1": {"class_type": "LoadAudio", "inputs": {"audio": "a.wav"}},
+                "2": node,
+            })),
+            json!({"workflow": {"id": "wf-audio"}}),
+        );
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+        let (_, files) = &ran.summary.outputs[&NodeId::from("2")].named[0];
+        files[0].filename.clone()
+    };
+    let flac = save(
+        &mut h,
+        json!({"class_type": "SaveAudioAdvanced", "inputs": {
+        "audio": ["1", 0], "filename_prefix": "audio/adv", "format": "flac"}}),
+    );
+    assert_eq!(flac, "adv_00001.flac");
+    let mp3 = save(
+        &mut h,
+        json!({"class_type": "SaveAudioAdvanced", "inputs": {
+        "audio": ["1", 0], "filename_prefix": "audio/adv", "format": "mp3", "format.quality": "V0"}}),
+    );
+    let mp3_cbr = save(
+        &mut h,
+        json!({"class_type": "SaveAudioMP3", "inputs": {
+        "audio": ["1", 0], "filename_prefix": "audio/cbr", "quality": "128k"}}),
+    );
+    let opus = save(
+        &mut h,
+        json!({"class_type": "SaveAudioAdvanced", "inputs": {
+        "audio": ["1", 0], "filename_prefix": "audio/adv", "format": "opus", "format.quality": "96k"}}),
+    );
+    let opus_old = save(
+        &mut h,
+        json!({"class_type": "SaveAudioOpus", "inputs": {
+        "audio": ["1", 0], "filename_prefix": "audio/old", "quality": "64k"}}),
+    );
+    assert_eq!((mp3.as_str(), opus.as_str()), ("adv_00002.mp3", "adv_00003.opus"));
+    assert_eq!((mp3_cbr.as_str(), opus_old.as_str()), ("cbr_00001.mp3", "old_00001.opus"));
+
+    for name in [&mp3, &mp3_cbr] {
+        let bytes = std::fs::read(h.roots.output.join("audio").join(name)).expect("mp3");
+        // An ID3v2.4 tag whose TXXX frames hold the prompt and workflow, as the frontend reads them.
+        assert_eq!(&bytes[..4], b"ID3\x04");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("TXXX") && text.contains("workflow\0{\"id\": \"wf-audio\"}"),
+            "{name}"
+        );
+        assert!(text.contains("prompt\0{"), "{name}");
+        // Symphonia's decoder (not the encoder's crate) reads it back: the tone, at its rate.
+        let audio = media::load_audio(&h.roots.output.join("audio").join(name)).expect("decodes");
+        assert_eq!((audio.sample_rate(), audio.channels()), (44_100, 1), "{name}");
+        assert!(audio.samples() >= 88_200, "{name}: {} samples", audio.samples());
+        let level = rms(&audio.channel(0, 0)[4_000..84_000]);
+        assert!((level / source_rms - 1.0).abs() < 0.05, "{name}: rms {level} vs {source_rms}");
+    }
+    let cbr_len =
+        std::fs::metadata(h.roots.output.join("audio").join(&mp3_cbr)).expect("size").len();
+    // 2 s at 128 kbps: 32 kB of frames, give or take a frame and the tag.
+    assert!((30_000..36_000).contains(&cbr_len), "{cbr_len} bytes");
+
+    for name in [&opus, &opus_old] {
+        let bytes = std::fs::read(h.roots.output.join("audio").join(name)).expect("opus");
+        assert_eq!(&bytes[..4], b"OggS");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("OpusHead") && text.contains("OpusTags"), "{name}");
+        assert!(
+            text.contains("workflow={\"id\": \"wf-audio\"}") && text.contains("prompt={"),
+            "{name}"
+        );
+        // Symphonia's Ogg reader checks every page's CRC; the end is trimmed to the resampled length exactly.
+        let audio = media::load_audio(&h.roots.output.join("audio").join(name)).expect("decodes");
+        assert_eq!((audio.sample_rate(), audio.channels()), (48_000, 1), "{name}");
+        assert_eq!(audio.samples(), 96_000, "{name}");
+        // In step with the source resampled to 48 kHz (torchaudio's resampler, as ComfyUI resamples): the
+        // pre-skip matches the encoder's delay.
+        let source: Vec<f32> = tone.iter().map(|&s| f32::from(s) / 32_768.0).collect();
+        let expected = kiln_models::resample::resample(&source, 44_100, 48_000).expect("resample");
+        let decoded = &audio.channel(0, 0)[4_000..92_000];
+        let noise: Vec<f32> =
+            decoded.iter().zip(&expected[4_000..92_000]).map(|(a, b)| a - b).collect();
+        let snr = 20.0 * (rms(&expected[4_000..92_000]) / rms(&noise)).log10();
+        assert!(snr > 30.0, "{name}: {snr} dB against the resampled source");
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! The audio nodes of `comfy_extras.nodes_audio`: `LoadAudio`, `SaveAudio` (FLAC), `SaveAudioAdvanced`,
-//! `PreviewAudio`, `TrimAudioDuration` and `AudioConcat`.
+//! The audio nodes of `comfy_extras.nodes_audio`: `LoadAudio`, `SaveAudio` (FLAC), `SaveAudioMP3`,
+//! `SaveAudioOpus`, `SaveAudioAdvanced` (FLAC, MP3 or Opus), `PreviewAudio`, `TrimAudioDuration` and
+//! `AudioConcat`.
 //!
-//! Invariant: saved audio is one FLAC file per clip of the batch, named `<prefix>_<counter:05>.flac` (no
+//! Invariant: saved audio is one file per clip of the batch, named `<prefix>_<counter:05>.<format>` (no
 //! trailing underscore, `%batch_num%` replaced), and listed under `audio` in the UI.
 
 use std::collections::hash_map::RandomState;
@@ -99,22 +100,85 @@ impl Node for LoadAudio {
     }
 }
 
-/// Writes each clip as `<prefix>_<counter>.flac` in the directory of `kind` and lists the files.
-fn save_flac(
+/// A format audio is saved in, with its quality.
+#[derive(Debug, Clone, Copy)]
+enum AudioFormat {
+    Flac,
+    Mp3(media::Mp3Quality),
+    /// Opus at this many bits a second.
+    Opus(u32),
+}
+
+impl AudioFormat {
+    /// The format of a `format` (and, for MP3 and Opus, `quality`) choice, as ComfyUI's `save_audio` takes them.
+    fn of(format: &str, quality: Option<&str>) -> Result<AudioFormat, NodeError> {
+        let invalid = |message: String| NodeError::of_kind(ErrorKind::InvalidValue, message);
+        let quality = || quality.ok_or_else(|| invalid(format!("{format} needs a quality")));
+        match format {
+            "flac" => Ok(AudioFormat::Flac),
+            "mp3" => {
+                let name = quality()?;
+                media::Mp3Quality::from_name(name).map(AudioFormat::Mp3).ok_or_else(|| {
+                    invalid(format!("unknown MP3 quality '{name}' (V0, 128k or 320k)"))
+                })
+            }
+            "opus" => {
+                let name = quality()?;
+                match name {
+                    "64k" | "96k" | "128k" | "192k" | "320k" => {
+                        let kbps: u32 = name.trim_end_matches('k').parse().unwrap_or(128);
+                        Ok(AudioFormat::Opus(kbps * 1000))
+                    }
+                    _ => Err(invalid(format!(
+                        "unknown Opus quality '{name}' (64k, 96k, 128k, 192k or 320k)"
+                    ))),
+                }
+            }
+            other => Err(invalid(format!("Unsupported audio format: '{other}'"))),
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            AudioFormat::Flac => "flac",
+            AudioFormat::Mp3(_) => "mp3",
+            AudioFormat::Opus(_) => "opus",
+        }
+    }
+
+    fn encode(
+        self,
+        audio: &Audio,
+        item: usize,
+        tags: &[(String, String)],
+    ) -> Result<Vec<u8>, NodeError> {
+        match self {
+            AudioFormat::Flac => media::flac_file(audio, item, tags),
+            AudioFormat::Mp3(quality) => media::mp3_file(audio, item, quality, tags),
+            AudioFormat::Opus(bitrate) => media::opus_file(audio, item, bitrate, tags),
+        }
+        .map_err(media_error)
+    }
+}
+
+/// Writes each clip as `<prefix>_<counter>.<format>` in the directory of `kind` and lists the files.
+fn save_clips(
     audio: &Audio,
     prefix: &str,
+    format: AudioFormat,
     kind: FileKind,
     ctx: &Context,
 ) -> Result<UiOutput, NodeError> {
     let target = save_target(prefix, ctx, kind, (0, 0))?;
     let tags = tags(ctx);
+    let extension = format.extension();
     let mut files = Vec::new();
     let mut next = target.counter;
     for item in 0..audio.batch() {
         ctx.check_interrupt()?;
         let name = target.name.replace("%batch_num%", &item.to_string());
-        let bytes = media::flac_file(audio, item, &tags).map_err(media_error)?;
-        let claimed = target.claim(next, |counter| format!("{name}_{counter:05}.flac"))?;
+        let bytes = format.encode(audio, item, &tags)?;
+        let claimed = target.claim(next, |counter| format!("{name}_{counter:05}.{extension}"))?;
         next = claimed.counter + 1;
         let filename = claimed.fill(|path, mut file| {
             file.write_all(&bytes).map_err(|e| {
@@ -155,13 +219,74 @@ pub(super) fn save_audio() -> MediaNode {
         .essentials("Audio");
     MediaNode::new(spec, |inputs, ctx| {
         let audio = audio(inputs, "audio", "SaveAudio")?;
-        let ui = save_flac(&audio, inputs.string("filename_prefix")?, FileKind::Output, ctx)?;
+        let prefix = inputs.string("filename_prefix")?;
+        let ui = save_clips(&audio, prefix, AudioFormat::Flac, FileKind::Output, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }
 
-/// `SaveAudioAdvanced`: a choice of format; FLAC is written, MP3 and Opus are refused, naming the encoder
-/// Kiln lacks.
+/// The deprecated single-format savers with a quality: `SaveAudioMP3` and `SaveAudioOpus`.
+fn save_audio_with_quality(
+    name: &'static str,
+    display: &str,
+    format: &'static str,
+    (choices, default): (&[&str], &str),
+) -> NodeSpec {
+    let spec = NodeSpec::new(name, display, "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .deprecated()
+        .input(InputDef::typed("audio", "AUDIO").with_options())
+        .input(prefix_input(None))
+        .input(
+            InputDef::bare("quality", "COMBO")
+                .option("default", default)
+                .option("multiselect", false)
+                .option("options", choices.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>()),
+        )
+        .hidden("prompt", Hidden::Prompt)
+        .hidden("extra_pnginfo", Hidden::ExtraPngInfo)
+        .output(OutputDef::new("AUDIO").named("audio"))
+        .output_node();
+    match format {
+        "mp3" => spec.aliases(&["export mp3"]).essentials("Audio"),
+        _ => spec.aliases(&["export opus"]),
+    }
+}
+
+/// `SaveAudioMP3` (deprecated): MP3 files in the output folder.
+pub(super) fn save_audio_mp3() -> MediaNode {
+    let qualities: (&[&str], &str) = (&["V0", "128k", "320k"], "V0");
+    let spec =
+        save_audio_with_quality("SaveAudioMP3", "Save Audio (MP3) (DEPRECATED)", "mp3", qualities);
+    MediaNode::new(spec, |inputs, ctx| {
+        let audio = audio(inputs, "audio", "SaveAudioMP3")?;
+        let format = AudioFormat::of("mp3", Some(inputs.string("quality")?))?;
+        let ui =
+            save_clips(&audio, inputs.string("filename_prefix")?, format, FileKind::Output, ctx)?;
+        Ok(passes_through(audio, ui))
+    })
+}
+
+/// `SaveAudioOpus` (deprecated): Ogg Opus files in the output folder.
+pub(super) fn save_audio_opus() -> MediaNode {
+    let qualities: (&[&str], &str) = (&["64k", "96k", "128k", "192k", "320k"], "128k");
+    let spec = save_audio_with_quality(
+        "SaveAudioOpus",
+        "Save Audio (Opus) (DEPRECATED)",
+        "opus",
+        qualities,
+    );
+    MediaNode::new(spec, |inputs, ctx| {
+        let audio = audio(inputs, "audio", "SaveAudioOpus")?;
+        let format = AudioFormat::of("opus", Some(inputs.string("quality")?))?;
+        let ui =
+            save_clips(&audio, inputs.string("filename_prefix")?, format, FileKind::Output, ctx)?;
+        Ok(passes_through(audio, ui))
+    })
+}
+
+/// `SaveAudioAdvanced`: FLAC, MP3 (V0, 128k, 320k) or Opus (64k to 320k).
 pub(super) fn save_audio_advanced() -> MediaNode {
     let quality = |choices: &[&str], default: &str| {
         InputDef::bare("quality", "COMBO")
@@ -194,24 +319,14 @@ pub(super) fn save_audio_advanced() -> MediaNode {
         .aliases(&["save audio", "export audio", "output audio", "write audio", "flac", "mp3", "opus"]);
     MediaNode::new(spec, |inputs, ctx| {
         let audio = audio(inputs, "audio", "SaveAudioAdvanced")?;
-        match inputs.string("format")? {
-            "flac" => {}
-            format @ ("mp3" | "opus") => {
-                return Err(NodeError::of_kind(
-                    ErrorKind::InvalidValue,
-                    format!(
-                        "saving {format} is not supported: Kiln has no {format} encoder; choose flac"
-                    ),
-                ));
-            }
-            other => {
-                return Err(NodeError::of_kind(
-                    ErrorKind::InvalidValue,
-                    format!("Unsupported audio format: '{other}'"),
-                ));
-            }
-        }
-        let ui = save_flac(&audio, inputs.string("filename_prefix")?, FileKind::Output, ctx)?;
+        let format = inputs.string("format")?;
+        let quality = match format {
+            "mp3" | "opus" => Some(inputs.string("format.quality")?),
+            _ => None,
+        };
+        let format = AudioFormat::of(format, quality)?;
+        let ui =
+            save_clips(&audio, inputs.string("filename_prefix")?, format, FileKind::Output, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }
@@ -239,7 +354,7 @@ pub(super) fn preview_audio() -> MediaNode {
             })
             .collect();
         let prefix = format!("ComfyUI_temp_{suffix}");
-        let ui = save_flac(&audio, &prefix, FileKind::Temp, ctx)?;
+        let ui = save_clips(&audio, &prefix, AudioFormat::Flac, FileKind::Temp, ctx)?;
         Ok(passes_through(audio, ui))
     })
 }

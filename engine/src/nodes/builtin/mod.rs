@@ -214,6 +214,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(inpaint::differential_diffusion_node());
     registry.register(kv_cache::flux_kv_cache_node());
     registry.register(audio::save_audio());
+    registry.register(audio::save_audio_mp3());
+    registry.register(audio::save_audio_opus());
     registry.register(audio::save_audio_advanced());
     registry.register(audio::LoadAudio::new(input_dir.clone()));
     registry.register(audio::preview_audio());
