@@ -10,7 +10,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::files::{input_files, save_target};
+use super::files::{SaveTarget, input_files, save_target};
 use crate::roots::within;
 use std::sync::Arc;
 
@@ -435,6 +435,20 @@ fn frames_u8(images: &Tensor) -> Result<(usize, usize, usize, usize, Vec<u8>), N
     Ok((n, h, w, c, bytes))
 }
 
+/// Writes an animation's `file` as `<prefix>_<counter:05>_.<extension>` in the output folder.
+fn write_animation(target: SaveTarget, extension: &str, file: &[u8]) -> Result<FileRef, NodeError> {
+    let claimed =
+        target.claim(target.counter, |n| format!("{}_{n:05}_.{extension}", target.name))?;
+    let filename =
+        claimed.fill(|path, mut out| out.write_all(file).map_err(|e| io_error(path, e)))?;
+    Ok(FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output })
+}
+
+/// The images passed on, with the saved file in the UI.
+fn images_with_ui(images: &Tensor, ui: UiOutput) -> NodeResult {
+    NodeResult { outputs: vec![Output::One(Value::Image(images.clone()))], ui: Some(ui) }
+}
+
 /// The UI of an animation: the file, animated when it has more than one frame.
 fn animation_ui(file: FileRef, frames: usize) -> UiOutput {
     UiOutput {
@@ -470,14 +484,8 @@ pub(super) fn save_animated_webp() -> MediaNode {
         let exif = media::webp_exif(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::animated_webp(&frames, (w, h, c), delay, &exif)
             .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
-        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webp", target.name))?;
-        let filename =
-            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
-        let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
-        Ok(NodeResult {
-            outputs: vec![Output::One(Value::Image(images.clone()))],
-            ui: Some(animation_ui(saved, n)),
-        })
+        let saved = write_animation(target, "webp", &file)?;
+        Ok(images_with_ui(images, animation_ui(saved, n)))
     })
 }
 
@@ -539,14 +547,12 @@ pub(super) fn save_webm() -> MediaNode {
         }
         let file = media::encode_webm(images.data(), (n, h, w, c), codec, (fps, crf), &tags)
             .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
-        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.webm", target.name))?;
-        let filename =
-            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
-        let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
-        Ok(NodeResult {
-            outputs: vec![Output::One(Value::Image(images.clone()))],
-            ui: Some(UiOutput { images: vec![saved], animated: vec![true], ..UiOutput::default() }),
-        })
+        let saved = write_animation(target, "webm", &file)?;
+        // A video preview: animated whatever the frame count (ComfyUI's `PreviewVideo`).
+        Ok(images_with_ui(
+            images,
+            UiOutput { images: vec![saved], animated: vec![true], ..UiOutput::default() },
+        ))
     })
 }
 
@@ -574,13 +580,7 @@ pub(super) fn save_animated_png() -> MediaNode {
         let chunks = media::comf_chunks(&ctx.prompt, &ctx.extra_pnginfo);
         let file = media::apng(&frames, (w, h, c), (1000.0 / fps) as u32, level, &chunks)
             .map_err(|e| NodeError::new(format!("cannot encode {}: {e}", target.name)))?;
-        let claimed = target.claim(target.counter, |n| format!("{}_{n:05}_.png", target.name))?;
-        let filename =
-            claimed.fill(|path, mut out| out.write_all(&file).map_err(|e| io_error(path, e)))?;
-        let saved = FileRef { filename, subfolder: target.subfolder, kind: FileKind::Output };
-        Ok(NodeResult {
-            outputs: vec![Output::One(Value::Image(images.clone()))],
-            ui: Some(animation_ui(saved, n)),
-        })
+        let saved = write_animation(target, "png", &file)?;
+        Ok(images_with_ui(images, animation_ui(saved, n)))
     })
 }
