@@ -173,7 +173,12 @@ fn issue_24_wan21_text_to_video_makes_a_clip_of_the_frames_asked_for() {
     assert!(mp4.len() > 100, "an MP4 with frames");
     // A seed is a clip: the same graph again gives the same frames.
     let first = frames_of(&mut h, graph.clone());
-    assert_eq!(frames_of(&mut h, graph), first);
+    assert_eq!(frames_of(&mut h, graph.clone()), first);
+    // `wanBlockSwap`, which ComfyUI turns into a no-op, passes the model through: the same frames again.
+    let mut swapped = graph;
+    swapped["60"] = json!({"class_type": "wanBlockSwap", "inputs": {"model": ["37", 0]}});
+    swapped["48"]["inputs"]["model"] = json!(["60", 0]);
+    assert_eq!(frames_of(&mut h, swapped), first);
 }
 
 /// `graph` with WanImageToVideo (or, with `end`, WanFirstLastFrameToVideo) between the prompts and the

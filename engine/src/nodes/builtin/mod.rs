@@ -31,6 +31,7 @@ mod mask;
 mod mask_ops;
 mod model_patch;
 mod model_specs;
+mod nop;
 mod painter;
 mod pil_lanczos;
 mod primitives;
@@ -193,6 +194,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(ar_video::ArVideoI2v::new(compute.clone()));
     registry.register(wan_move::concat_tracks());
     registry.register(wan_move::generate_tracks());
+    registry.register(nop::wan_block_swap());
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());
     registry.register(rope::scale_rope());
