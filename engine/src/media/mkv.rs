@@ -92,11 +92,11 @@ struct Pending {
 
 /// The tracks and global tags of a Matroska/WebM file of `len` bytes.
 pub(crate) fn read(read_at: &mut ReadAt, len: u64) -> Result<(Vec<TrackInfo>, Tags), MediaError> {
-    let header = element_at(read_at, 0, len)?;
+    let header = element_at(read_at, 0, len, false)?;
     if header.id != EBML {
         return Err(malformed("the file does not start with an EBML header"));
     }
-    let body = read_at(header.body, header.end - header.body)?;
+    let body = metadata(read_at, &header)?;
     let doc_type = children(&body)?
         .into_iter()
         .find(|(id, _)| *id == DOC_TYPE)
@@ -106,7 +106,8 @@ pub(crate) fn read(read_at: &mut ReadAt, len: u64) -> Result<(Vec<TrackInfo>, Ta
             what: format!("an EBML file of type {doc_type:?}, not Matroska or WebM"),
         });
     }
-    let segment = element_at(read_at, header.end, len)?;
+    // A segment (or cluster) cut short by a truncated upload is read as far as it goes.
+    let segment = element_at(read_at, header.end, len, true)?;
     if segment.id != SEGMENT {
         return Err(malformed("no segment follows the EBML header"));
     }
@@ -115,7 +116,12 @@ pub(crate) fn read(read_at: &mut ReadAt, len: u64) -> Result<(Vec<TrackInfo>, Ta
     let mut tags = Vec::new();
     let mut at = segment.body;
     while at < segment.end {
-        let Ok(child) = element_at(read_at, at, segment.end) else { break };
+        let child = match element_at(read_at, at, segment.end, true) {
+            Ok(child) => child,
+            Err(e @ MediaError::Io { .. }) => return Err(e),
+            // A damaged element: what came before it is kept.
+            Err(_) => break,
+        };
         match child.id {
             INFO => {
                 let body = metadata(read_at, &child)?;
@@ -165,8 +171,14 @@ fn malformed(what: &str) -> MediaError {
     MediaError::Malformed(format!("Matroska/WebM: {what}"))
 }
 
-/// The element whose header starts at `at`, inside a parent ending at `limit`.
-fn element_at(read_at: &mut ReadAt, at: u64, limit: u64) -> Result<Element, MediaError> {
+/// The element whose header starts at `at`, inside a parent ending at `limit`; with `clamp`, one that runs
+/// past the limit ends there.
+fn element_at(
+    read_at: &mut ReadAt,
+    at: u64,
+    limit: u64,
+    clamp: bool,
+) -> Result<Element, MediaError> {
     let head = read_at(at, (limit - at).min(12))?;
     let (id, id_len) = vint(&head, 0, true).ok_or_else(|| malformed("a damaged element ID"))?;
     let (size, size_len) =
@@ -174,9 +186,10 @@ fn element_at(read_at: &mut ReadAt, at: u64, limit: u64) -> Result<Element, Medi
     let body = at + (id_len + size_len) as u64;
     let unknown_size = size == (1u64 << (7 * size_len)) - 1;
     let end = if unknown_size { limit } else { body.saturating_add(size) };
-    if end > limit {
+    if body > limit || (end > limit && !clamp) {
         return Err(malformed("an element runs past its parent"));
     }
+    let end = end.min(limit);
     Ok(Element { id, body, end, unknown_size })
 }
 
@@ -280,11 +293,20 @@ fn track(entry: &[u8]) -> Result<Option<Pending>, MediaError> {
         }
         _ => return Ok(None),
     };
+    // Matroska's FLAC private data is the native stream header, `fLaC` then the metadata blocks; MP4's
+    // `dfLa` (which the decoding reads) holds the blocks alone.
+    let private = get(CODEC_PRIVATE).map(|p| {
+        if codec_id == "A_FLAC" {
+            p.strip_prefix(b"fLaC").unwrap_or(p).to_vec()
+        } else {
+            p.to_vec()
+        }
+    });
     Ok(Some(Pending {
         number,
         kind,
         codec: codec_name(&codec_id),
-        private: get(CODEC_PRIVATE).map(<[u8]>::to_vec),
+        private,
         sample_rate,
         default_duration: get(DEFAULT_DURATION).map(uint),
         frames: Vec::new(),
@@ -356,30 +378,45 @@ fn cluster(
     let mut time = 0i64;
     let mut at = cluster.body;
     while at < cluster.end {
-        let Ok(child) = element_at(read_at, at, cluster.end) else { break };
+        // A block cut short (a truncated file) ends the cluster: the frames before it are kept.
+        let child = match element_at(read_at, at, cluster.end, false) {
+            Ok(child) => child,
+            Err(e @ MediaError::Io { .. }) => return Err(e),
+            Err(_) => break,
+        };
         if cluster.unknown_size && SEGMENT_CHILDREN.contains(&child.id) {
             return Ok(at);
         }
         match child.id {
-            TIMESTAMP => time = uint(&read_at(child.body, (child.end - child.body).min(8))?) as i64,
+            TIMESTAMP => {
+                let value = uint(&read_at(child.body, (child.end - child.body).min(8))?);
+                time = i64::try_from(value).map_err(|_| malformed("a cluster time past 2⁶³"))?;
+            }
             SIMPLE_BLOCK => {
                 block(read_at, child.body, child.end, time, None, tracks)?;
             }
             BLOCK_GROUP => {
-                // One frame and its additions.
-                let body = metadata(read_at, &child)?;
-                let parts = children_at(&body)?;
-                let referenced = parts.iter().any(|(id, _)| *id == REFERENCE_BLOCK);
-                let discard = (parts.iter().find(|(id, _)| *id == DISCARD_PADDING))
-                    .map_or(0, |(_, range)| signed(&body[range.clone()]).max(0) as u64);
-                if let Some((_, range)) = parts.iter().find(|(id, _)| *id == BLOCK) {
-                    let (start, end) =
-                        (child.body + range.start as u64, child.body + range.end as u64);
-                    if let Some(track) =
-                        block(read_at, start, end, time, Some(!referenced), tracks)?
-                    {
-                        tracks[track].discard_ns += discard;
+                // Its children's headers only: the block's frame stays in the file.
+                let (mut frame, mut referenced, mut discard) = (None, false, 0u64);
+                let mut inner = child.body;
+                while inner < child.end {
+                    let part = element_at(read_at, inner, child.end, false)?;
+                    match part.id {
+                        BLOCK => frame = Some((part.body, part.end)),
+                        REFERENCE_BLOCK => referenced = true,
+                        DISCARD_PADDING => {
+                            let bytes = read_at(part.body, (part.end - part.body).min(8))?;
+                            discard = signed(&bytes).max(0) as u64;
+                        }
+                        _ => {}
                     }
+                    inner = part.end;
+                }
+                if let Some((start, end)) = frame
+                    && let Some(track) =
+                        block(read_at, start, end, time, Some(!referenced), tracks)?
+                {
+                    tracks[track].discard_ns = tracks[track].discard_ns.saturating_add(discard);
                 }
             }
             _ => {}
@@ -413,7 +450,9 @@ fn block(
         return Ok(Some(index));
     }
     let data = start + n as u64 + 3;
-    let time = cluster_time + i64::from(i16::from_be_bytes([t0, t1]));
+    let time = cluster_time
+        .checked_add(i64::from(i16::from_be_bytes([t0, t1])))
+        .ok_or_else(|| malformed("a block time past 2⁶³"))?;
     let keyframe = key.unwrap_or(flags & 0x80 != 0);
     let size = u32::try_from(end - data).map_err(|_| malformed("a frame larger than 4 GiB"))?;
     track.frames.push((time, data, size, keyframe));
@@ -430,25 +469,32 @@ fn timed(track: Pending, scale: u64, timescale: u32) -> Option<TrackInfo> {
         );
         return None;
     }
-    // Timestamps in `scale` nanoseconds; ticks are 1 / timescale seconds.
-    let ticks = |t: i64| t * scale as i64 * i64::from(timescale) / 1_000_000_000;
+    // Timestamps in `scale` nanoseconds; ticks are 1 / timescale seconds (in 128 bits: no file overflows them).
+    let ticks = |t: i64| i128::from(t) * i128::from(scale) * i128::from(timescale) / 1_000_000_000;
     let default =
-        track.default_duration.map(|ns| (ns * u64::from(timescale) / 1_000_000_000) as i64);
-    let n = track.frames.len();
+        track.default_duration.map(|ns| i128::from(ns) * i128::from(timescale) / 1_000_000_000);
+    // Blocks carry presentation times; decode times are the same times in order (B-frames shown later than
+    // they are decoded get a composition offset).
+    let shown: Vec<i128> = track.frames.iter().map(|f| ticks(f.0)).collect();
+    let mut decoded = shown.clone();
+    decoded.sort_unstable();
+    let n = decoded.len();
+    let clamp32 = |x: i128| u32::try_from(x.max(0)).unwrap_or(u32::MAX);
     let samples = (0..n)
         .map(|i| {
-            let (time, offset, size, sync) = track.frames[i];
-            let duration = match track.frames.get(i + 1) {
-                Some(next) => ticks(next.0) - ticks(time),
-                None => default.unwrap_or_else(|| {
-                    i.checked_sub(1).map_or(0, |p| ticks(time) - ticks(track.frames[p].0))
-                }),
+            let (_, offset, size, sync) = track.frames[i];
+            let duration = match decoded.get(i + 1) {
+                Some(next) => next - decoded[i],
+                None => default
+                    .unwrap_or_else(|| i.checked_sub(1).map_or(0, |p| decoded[i] - decoded[p])),
             };
+            let composition =
+                (shown[i] - decoded[i]).clamp(i128::from(i32::MIN), i128::from(i32::MAX));
             SampleInfo {
                 offset,
                 size,
-                duration: u32::try_from(duration.max(0)).unwrap_or(u32::MAX),
-                composition_offset: 0,
+                duration: clamp32(duration),
+                composition_offset: composition as i32,
                 sync,
             }
         })
@@ -528,6 +574,40 @@ mod tests {
         let sync: Vec<bool> = track.samples.iter().map(|s| s.sync).collect();
         assert_eq!(sync, [true, false, true]);
         assert_eq!(track.frame_rate, None);
+    }
+
+    #[test]
+    fn frames_shown_out_of_decode_order_get_composition_offsets() {
+        // An H.264 track with a B-frame: decoded I, P, B; shown at 0, 80 and 40 ms.
+        let video = master(0xE0, &[uint(0xB0, 4), uint(0xBA, 2)]);
+        let entry = master(
+            0xAE,
+            &[
+                uint(0xD7, 1),
+                uint(0x83, 1),
+                string(0x86, "V_MPEG4/ISO/AVC"),
+                uint(0x23E383, 40_000_000),
+                video,
+            ],
+        );
+        let blocks = [
+            simple_block(0, true, &[1]),
+            simple_block(80, false, &[2]),
+            simple_block(40, false, &[3]),
+        ];
+        let cluster = master(0x1F43_B675, &[&[uint(0xE7, 0)][..], &blocks].concat());
+        let segment = master(0x1853_8067, &[master(0x1654_AE6B, &[entry]), cluster]);
+        let file = [master(0x1A45_DFA3, &[string(0x4282, "matroska")]), segment].concat();
+        let len = file.len() as u64;
+        let (tracks, _) = read(&mut |at, n| Ok(file[at as usize..(at + n) as usize].to_vec()), len)
+            .expect("a Matroska file");
+        let track = &tracks[0];
+        assert_eq!(track.codec, "avc1");
+        let timing: Vec<(u32, i32)> =
+            track.samples.iter().map(|s| (s.duration, s.composition_offset)).collect();
+        // Decode times 0, 40, 80; each frame shown at its block's time.
+        assert_eq!(timing, [(40, 0), (40, 40), (40, -40)]);
+        assert_eq!(track.frame_rate, Rational::new(25, 1));
     }
 
     #[test]

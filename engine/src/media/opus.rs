@@ -26,11 +26,30 @@ fn failed(what: &'static str) -> impl Fn(rusty_opus::Error) -> MediaError {
     move |e| MediaError::Decode { kind: "audio", message: format!("Opus {what}: {e}") }
 }
 
+/// The `OpusHead` an MP4's `dOps` box stands for (its fields big-endian, no magic); `None` when `config` is not
+/// a `dOps` body (an `OpusHead` already).
+pub(crate) fn head_of_dops(config: &[u8]) -> Option<Vec<u8>> {
+    if config.starts_with(b"OpusHead") || config.len() < 11 {
+        return None;
+    }
+    let mut head = b"OpusHead".to_vec();
+    head.push(1); // version
+    head.push(config[1]); // channels
+    head.extend(u16::from_be_bytes([config[2], config[3]]).to_le_bytes()); // pre-skip
+    head.extend(u32::from_be_bytes([config[4], config[5], config[6], config[7]]).to_le_bytes());
+    head.extend(i16::from_be_bytes([config[8], config[9]]).to_le_bytes()); // output gain
+    head.push(config[10]); // channel mapping family
+    head.extend_from_slice(&config[11..]); // the mapping table, if any
+    Some(head)
+}
+
 /// The planes and rate of a track's packets, given its `OpusHead` (Matroska's codec private data, an Ogg
-/// stream's first packet); `None` for a stream this decoder does not take (more than two channels).
+/// stream's first packet); the pre-skip is dropped with `skip_pre_roll` (unless the container skips it).
+/// `None` for a stream this decoder does not take (more than two channels, or several streams).
 pub(crate) fn decode(
     head: &[u8],
     packets: impl IntoIterator<Item = Result<Vec<u8>, MediaError>>,
+    skip_pre_roll: bool,
 ) -> Result<Option<Sound>, MediaError> {
     if head.len() < 19 || &head[..8] != b"OpusHead" {
         return Err(MediaError::Decode { kind: "audio", message: "Opus: no OpusHead".into() });
@@ -38,7 +57,9 @@ pub(crate) fn decode(
     let channels = usize::from(head[9]);
     let pre_skip = usize::from(u16::from_le_bytes([head[10], head[11]]));
     let family = head[18];
-    if family != 0 || !(1..=2).contains(&channels) {
+    // One stream of one or two channels: family 0, or family 1 with a single stream.
+    let one_stream = family == 0 || (family == 1 && head.get(19) == Some(&1));
+    if !one_stream || !(1..=2).contains(&channels) {
         tracing::warn!(channels, family, "Opus audio with more than two channels; ignoring it");
         return Ok(None);
     }
@@ -51,8 +72,10 @@ pub(crate) fn decode(
             planes[i % channels].push(*sample);
         }
     }
-    for plane in &mut planes {
-        plane.drain(..pre_skip.min(plane.len()));
+    if skip_pre_roll {
+        for plane in &mut planes {
+            plane.drain(..pre_skip.min(plane.len()));
+        }
     }
     Ok(Some((planes, RATE)))
 }
@@ -98,7 +121,7 @@ pub(crate) fn opus_file(
     let mut out = vec![0u8; 4000];
     // Granule positions count every decoded sample at 48 kHz, the pre-skip included (RFC 7845).
     let mut granule = 0;
-    // The encoder's look-ahead is flushed with one more frame of silence past the end.
+    // Enough frames to hold the pre-skip as well as the sound (the encoder's look-ahead), padded with silence.
     let frames = (samples + (PRE_SKIP as usize * rate as usize / RATE as usize)).div_ceil(frame);
     for f in 0..frames {
         pcm.fill(0.0);
@@ -126,8 +149,8 @@ pub(crate) fn opus_file(
     let mut comments = b"OpusTags".to_vec();
     comments.extend(super::sound::vorbis_comment(tags));
     let mut stream = OggStream::new(0x4B69_6C6E); // "Kiln"
-    stream.header(&head, true);
-    stream.header(&comments, false);
+    stream.header(&head);
+    stream.header(&comments);
     stream.audio(&packets);
     Ok(stream.finish())
 }

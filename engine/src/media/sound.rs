@@ -134,8 +134,15 @@ pub(crate) fn decode_track(
 ) -> Result<Option<Audio>, MediaError> {
     let decoded = match track.codec.as_str() {
         "Opus" => {
-            let Some(head) = &track.config else { return Ok(None) };
-            super::opus::decode(head, track.samples.iter().map(|s| movie.read(s)))?
+            let Some(config) = &track.config else { return Ok(None) };
+            // An MP4's `dOps` box holds the OpusHead fields big-endian, and its edit list (the media start
+            // below) skips the pre-skip; Matroska's private data is the OpusHead itself.
+            let (head, skip_pre_roll) = match super::opus::head_of_dops(config) {
+                Some(head) => (head, track.media_start.is_none()),
+                None => (config.clone(), true),
+            };
+            let packets = track.samples.iter().map(|s| movie.read(s));
+            super::opus::decode(&head, packets, skip_pre_roll)?
         }
         "mp4a" | "fLaC" | "vorbis" => symphonia_track(movie, track)?,
         other => {
@@ -351,7 +358,7 @@ fn ogg_opus(format: &mut dyn FormatReader, track: &FormatTrack) -> Result<Audio,
         }
     }
     let (mut planes, rate) =
-        super::opus::decode(&head, packets)?.ok_or_else(|| MediaError::UnsupportedCodec {
+        super::opus::decode(&head, packets, true)?.ok_or_else(|| MediaError::UnsupportedCodec {
             kind: "audio",
             codec: "Opus with more than two channels".to_owned(),
             supported: "Kiln decodes mono and stereo Opus",

@@ -184,7 +184,9 @@ impl Video {
                 let movie = Movie::open(&file.source)?;
                 let video = movie.video().ok_or(MediaError::NoVideoStream)?;
                 let untrimmed = file.start == 0.0 && file.duration == 0.0;
-                if options.crf.is_none() && untrimmed && is_h264(&video.codec) {
+                // A Matroska file's tracks have no MP4 sample entries to copy: those are re-encoded.
+                let mp4_entries = movie.tracks.iter().all(|t| !t.sample_entry.is_empty());
+                if options.crf.is_none() && untrimmed && is_h264(&video.codec) && mp4_entries {
                     return remux(movie, &options.tags);
                 }
                 let mut tags = movie.tags.clone();

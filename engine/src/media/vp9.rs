@@ -43,10 +43,11 @@ pub(crate) fn encode(
     let mut alpha = alpha.map(Vec::into_iter);
     Ok(colour
         .into_iter()
-        .map(|(data, keyframe)| CodedFrame {
-            data,
-            alpha: alpha.as_mut().and_then(Iterator::next).map(|(a, _)| a),
-            keyframe,
+        .map(|(data, keyframe)| {
+            // A frame decodes alone only when its alpha does too.
+            let alpha = alpha.as_mut().and_then(Iterator::next);
+            let keyframe = keyframe && alpha.as_ref().is_none_or(|(_, key)| *key);
+            CodedFrame { data, alpha: alpha.map(|(a, _)| a), keyframe }
         })
         .collect())
 }

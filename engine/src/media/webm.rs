@@ -160,11 +160,12 @@ pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
         ],
     );
     let tracks = master(TRACKS, &[track_entry(video)]);
-    let tags = tags(video.tags);
+    // No tags element without tags (a tag must hold at least one).
+    let tags = if video.tags.is_empty() { Vec::new() } else { tags(video.tags) };
     let (clusters, starts) = clusters(&video.frames, &times);
 
     // Positions count from the segment's body; the seek head's are 8 bytes wide, so its size is known first.
-    let seek_len = seek_head(&[0; 4]).len() as u64;
+    let seek_len = seek_head(&[0; 4], !tags.is_empty()).len() as u64;
     let info_at = seek_len;
     let tracks_at = info_at + info.len() as u64;
     let tags_at = tracks_at + tracks.len() as u64;
@@ -185,7 +186,7 @@ pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
             })
             .collect::<Vec<_>>(),
     );
-    let seek = seek_head(&[info_at, tracks_at, tags_at, cues_at]);
+    let seek = seek_head(&[info_at, tracks_at, tags_at, cues_at], !tags.is_empty());
     let body = [seek, info, tracks, tags, clusters, cues].concat();
 
     let mut out = header;
@@ -202,11 +203,13 @@ fn timestamp_ms(i: usize, fps: f64) -> u64 {
     (i as f64 * 1000.0 / fps).round() as u64
 }
 
-/// The seek head pointing at the info, tracks, tags and cues (positions from the segment's body).
-fn seek_head(positions: &[u64; 4]) -> Vec<u8> {
+/// The seek head pointing at the info, tracks, tags (when written) and cues (positions from the segment's
+/// body).
+fn seek_head(positions: &[u64; 4], with_tags: bool) -> Vec<u8> {
     let seeks: Vec<Vec<u8>> = [INFO, TRACKS, TAGS, CUES]
         .iter()
         .zip(positions)
+        .filter(|(id, _)| with_tags || **id != TAGS)
         .map(|(&id, &at)| {
             master(SEEK, &[element(SEEK_ID, &id.to_be_bytes()), uint8(SEEK_POSITION, at)])
         })
@@ -247,28 +250,31 @@ fn tags(pairs: &[(String, String)]) -> Vec<u8> {
     master(TAGS, &[master(0x7373, &tag)])
 }
 
-/// The clusters, and each one's start time and offset in them.
+/// The clusters, and the start time and offset of each that begins with a key frame (a seek lands there).
 fn clusters(frames: &[CodedFrame], times: &[u64]) -> (Vec<u8>, Vec<(u64, u64)>) {
     let mut out = Vec::new();
     let mut starts = Vec::new();
-    let mut current: Option<(u64, Vec<Vec<u8>>, usize)> = None;
-    let mut close = |cluster: Option<(u64, Vec<Vec<u8>>, usize)>, out: &mut Vec<u8>| {
-        if let Some((start, blocks, _)) = cluster {
-            starts.push((start, out.len() as u64));
+    // The open cluster: its start time, blocks, frame bytes and whether its first frame is a key frame.
+    let mut current: Option<(u64, Vec<Vec<u8>>, usize, bool)> = None;
+    let mut close = |cluster: Option<(u64, Vec<Vec<u8>>, usize, bool)>, out: &mut Vec<u8>| {
+        if let Some((start, blocks, _, key)) = cluster {
+            if key {
+                starts.push((start, out.len() as u64));
+            }
             let mut children = vec![uint(0xE7, start)]; // Timestamp
             children.extend(blocks);
             out.extend(master(CLUSTER, &children));
         }
     };
     for (i, (frame, &time)) in frames.iter().zip(times).enumerate() {
-        let full = current
-            .as_ref()
-            .is_some_and(|(start, _, bytes)| time - start >= CLUSTER_MS || *bytes >= CLUSTER_BYTES);
+        let full = current.as_ref().is_some_and(|(start, _, bytes, _)| {
+            time - start >= CLUSTER_MS || *bytes >= CLUSTER_BYTES
+        });
         if current.is_none() || frame.keyframe || full {
             close(current.take(), &mut out);
-            current = Some((time, Vec::new(), 0));
+            current = Some((time, Vec::new(), 0, frame.keyframe));
         }
-        if let Some((start, blocks, bytes)) = current.as_mut() {
+        if let Some((start, blocks, bytes, _)) = current.as_mut() {
             let previous = i.checked_sub(1).map(|p| times[p] as i64 - time as i64);
             blocks.push(block(frame, (time - *start) as i16, previous));
             *bytes += frame.data.len();

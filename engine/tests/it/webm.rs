@@ -291,3 +291,24 @@ fn decodes_ffmpegs_webms_as_ffmpeg_does() {
         }
     }
 }
+
+#[test]
+fn a_damaged_or_truncated_webm_is_an_error_or_its_first_frames_never_a_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/webm");
+    for stem in ["libvpx_opus", "live_vorbis"] {
+        let bytes = std::fs::read(dir.join(format!("{stem}.webm"))).expect("fixture");
+        let cuts = [4, 40, 400, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1];
+        for cut in cuts {
+            let video = Video::from_bytes(bytes[..cut].into());
+            if let Ok(components) = video.components() {
+                assert!(components.images.dim(0) <= 12, "{stem} cut at {cut}");
+            }
+        }
+        // Every byte flipped in turn: the container is read or refused, never a panic.
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0xFF;
+            let _ = Video::from_bytes(damaged.into()).dimensions();
+        }
+    }
+}
