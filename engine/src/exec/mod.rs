@@ -514,7 +514,7 @@ fn execute_mapped(
         Ok(())
     };
     if spec.is_input_list {
-        collect(class.execute(&Inputs::from_lists(lists.clone()), ctx)?)?;
+        collect(execute_guarded(class, spec, &Inputs::from_lists(lists.clone()), ctx)?)?;
     } else {
         let runs = if lists.values().any(Vec::is_empty) {
             0
@@ -529,8 +529,28 @@ fn execute_mapped(
                 Inputs::from_values(lists.iter().map(|(name, values)| {
                     (name.clone(), values[index.min(values.len() - 1)].clone())
                 }));
-            collect(class.execute(&inputs, ctx)?)?;
+            collect(execute_guarded(class, spec, &inputs, ctx)?)?;
         }
     }
     Ok(CachedOutput { outputs, ui })
+}
+
+/// Runs a node once. A panic inside it (a library choking on a damaged file, say) becomes the node's error, as
+/// an exception does in a ComfyUI node: the prompt fails with the message, and the worker goes on to the next
+/// prompt instead of dying with it.
+fn execute_guarded(
+    class: &dyn crate::nodes::Node,
+    spec: &NodeSpec,
+    inputs: &Inputs,
+    ctx: &Context,
+) -> Result<crate::nodes::NodeResult, NodeError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| class.execute(inputs, ctx))) {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = (payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Err(NodeError::new(format!("{} panicked: {message}", spec.name)))
+        }
+    }
 }

@@ -277,6 +277,27 @@ fn a_failing_node_reports_its_inputs_and_what_ran() {
     assert!(matches!(ran.events.last(), Some(Event::ExecutionError(_))));
 }
 
+#[test]
+fn a_panicking_node_fails_its_prompt_and_the_next_prompt_runs() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "TestPanic", "inputs": {}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("expected a failure: {:?}", ran.summary.outcome)
+    };
+    assert_eq!((failure.node.0.as_str(), failure.class_type.as_str()), ("1", "TestPanic"));
+    assert_eq!(failure.message, "TestPanic panicked: the decoder choked");
+    assert!(matches!(ran.events.last(), Some(Event::ExecutionError(_))));
+    // The same executor runs the next prompt.
+    let ran = h.run(json!({
+        "1": {"class_type": "TestConst", "inputs": {"value": 2.0}},
+        "2": {"class_type": "TestOutput", "inputs": {"value": ["1", 0]}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+}
+
 /// ComfyUI reports as `current_outputs` the nodes its output cache tracks for the prompt (`all_node_ids()`):
 /// every node, those that produced outputs before the failure as well as those that never ran; none when
 /// caching is off. See tests/golden/comfyui/ws_execution_error.json (`["2", "1"]` for a failure at node 1).

@@ -166,6 +166,18 @@ impl Node for TestSlow {
     }
 }
 
+/// `TestPanic`: panics, as a library can on input it chokes on.
+struct TestPanic(Arc<NodeSpec>);
+
+impl Node for TestPanic {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, _: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        panic!("the decoder choked")
+    }
+}
+
 /// Everything a test needs: the registry (built-ins + test nodes), an executor, and run counters.
 pub(crate) struct Harness {
     pub(crate) registry: Arc<Registry>,
@@ -257,6 +269,9 @@ impl Harness {
                 .input(InputDef::typed("value", "FLOAT"))
                 .output(OutputDef::new("FLOAT"))
                 .input_list(),
+        )));
+        registry.register(TestPanic(Arc::new(
+            NodeSpec::new("TestPanic", "Panic", "testing").output(OutputDef::new("FLOAT")),
         )));
         registry.register(TestSlow(Arc::new(
             NodeSpec::new("TestSlow", "Slow", "testing")
