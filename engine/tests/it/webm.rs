@@ -211,8 +211,15 @@ fn load_video_reads_a_vp9_webm_back_and_names_av1_as_unsupported() {
             "video": ["1", 0], "start_time": 0.25, "duration": 0.25, "strict_duration": true}},
         "6": {"class_type": "GetVideoComponents", "inputs": {"video": ["5", 0]}},
         "7": {"class_type": "SaveImage", "inputs": {"images": ["6", 0], "filename_prefix": "window"}},
+        "8": {"class_type": "SaveVideo", "inputs": {
+            "video": ["1", 0], "filename_prefix": "video/from_webm", "format": "auto", "codec": "auto"}},
     }));
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    // SaveVideo re-encodes the WebM as an H.264 MP4: its five frames at 8 fps.
+    let mp4 = h.roots.output.join("video/from_webm_00001_.mp4");
+    let converted = Video::from_path(mp4).components().expect("the MP4 decodes");
+    assert_eq!(converted.images.shape(), [5, 48, 64, 3]);
+    assert_eq!(converted.frame_rate, Rational::new(8, 1).expect("8"));
     assert_eq!(ran.text("4"), ["8.0"]);
     // VP9 at crf 10 of a flat frame.
     crate::video::assert_saved_frames_are_the_colours(
