@@ -4,8 +4,8 @@
 //! What is read: the segment's timestamp scale, each video and audio track (codec, size or channels and
 //! rate, codec private data), the global tags (names lower-cased: FFmpeg writes ComfyUI's `prompt` as
 //! `PROMPT`), and every `SimpleBlock` and `BlockGroup` of every cluster, known or unknown size (as live
-//! recorders write them). Laced blocks (several frames in one, which video never uses) are not split: an
-//! audio track with them is left out with a warning, as an undecodable MP4 audio track is.
+//! recorders write them). Laced blocks (several audio frames in one, as mkvmerge writes Vorbis and AAC) are
+//! split into their frames; laced video, which no muxer writes, is refused.
 
 use super::mp4::{SampleInfo, TrackInfo, TrackKind};
 use super::{MediaError, Rational};
@@ -84,7 +84,7 @@ struct Pending {
     default_duration: Option<u64>,
     /// Each frame: its timestamp in ticks, offset, size and whether it is a key frame.
     frames: Vec<(i64, u64, u32, bool)>,
-    /// A laced block was met: the track cannot be read frame by frame.
+    /// A laced video block was met: its frames would have no times of their own.
     laced: bool,
     /// Nanoseconds of padding the blocks ask to discard (an Opus stream's last frame).
     discard_ns: u64,
@@ -163,7 +163,7 @@ pub(crate) fn read(read_at: &mut ReadAt, len: u64) -> Result<(Vec<TrackInfo>, Ta
         });
     }
     let timescale = u32::try_from(1_000_000_000 / scale).unwrap_or(1).max(1);
-    let infos = tracks.into_iter().filter_map(|t| timed(t, scale, timescale)).collect();
+    let infos = tracks.into_iter().map(|t| timed(t, scale, timescale)).collect();
     Ok((infos, tags))
 }
 
@@ -445,30 +445,96 @@ fn block(
     };
     let Some(index) = tracks.iter().position(|t| t.number == number) else { return Ok(None) };
     let track = &mut tracks[index];
-    if flags & 0x06 != 0 {
-        track.laced = true;
-        return Ok(Some(index));
-    }
     let data = start + n as u64 + 3;
     let time = cluster_time
         .checked_add(i64::from(i16::from_be_bytes([t0, t1])))
         .ok_or_else(|| malformed("a block time past 2⁶³"))?;
     let keyframe = key.unwrap_or(flags & 0x80 != 0);
-    let size = u32::try_from(end - data).map_err(|_| malformed("a frame larger than 4 GiB"))?;
-    track.frames.push((time, data, size, keyframe));
+    let frames = if flags & 0x06 == 0 {
+        vec![(data, end - data)]
+    } else if matches!(track.kind, TrackKind::Video { .. }) {
+        // Video is never laced in practice; its frames would have no times of their own.
+        track.laced = true;
+        return Ok(Some(index));
+    } else {
+        let header = read_at(data, (end - data).min(MAX_LACE_HEADER))?;
+        laced_frames(&header, flags, data, end)?
+    };
+    for (offset, size) in frames {
+        let size = u32::try_from(size).map_err(|_| malformed("a frame larger than 4 GiB"))?;
+        // Laced frames share their block's time: audio is decoded in order, whatever its times.
+        track.frames.push((time, offset, size, keyframe));
+    }
     Ok(Some(index))
 }
 
-/// A track's frames as samples timed in `timescale` ticks a second (each lasts until the next frame; the last
-/// as long as the file's default duration, or the one before it). A laced audio track is left out.
-fn timed(track: Pending, scale: u64, timescale: u32) -> Option<TrackInfo> {
-    if track.laced {
-        tracing::warn!(
-            codec = track.codec,
-            "the file's audio is laced, which Kiln does not read; ignoring it"
-        );
-        return None;
+/// The most bytes of lace sizes a block is read for (Xiph lacing spends a byte per 255 bytes of each frame).
+const MAX_LACE_HEADER: u64 = 1 << 16;
+
+/// The frames of a laced block whose data (lace header first) starts at `data` and ends at `end`: each one's
+/// offset and size. Xiph lacing (flags 0x02) writes each size but the last as a run of bytes summed until one
+/// is below 255; EBML lacing (0x06) the first size as a number and each next as a signed difference; fixed
+/// lacing (0x04) none, the frames being equal.
+fn laced_frames(
+    header: &[u8],
+    flags: u8,
+    data: u64,
+    end: u64,
+) -> Result<Vec<(u64, u64)>, MediaError> {
+    let bad = || malformed("a damaged lace header");
+    let count = usize::from(*header.first().ok_or_else(bad)?) + 1;
+    let mut at = 1usize;
+    let mut sizes: Vec<u64> = Vec::with_capacity(count);
+    match flags & 0x06 {
+        0x02 => {
+            for _ in 1..count {
+                let mut size = 0u64;
+                loop {
+                    let byte = *header.get(at).ok_or_else(bad)?;
+                    at += 1;
+                    size += u64::from(byte);
+                    if byte < 255 {
+                        break;
+                    }
+                }
+                sizes.push(size);
+            }
+        }
+        0x06 => {
+            if count > 1 {
+                let (first, len) = vint(header, at, false).ok_or_else(bad)?;
+                at += len;
+                sizes.push(first);
+                for _ in 2..count {
+                    let (raw, len) = vint(header, at, false).ok_or_else(bad)?;
+                    at += len;
+                    // A signed difference: the raw value less half its range.
+                    let difference = raw as i64 - ((1i64 << (7 * len - 1)) - 1);
+                    let previous = *sizes.last().ok_or_else(bad)? as i64;
+                    sizes.push(u64::try_from(previous + difference).map_err(|_| bad())?);
+                }
+            }
+        }
+        _ => {
+            let each = (end - data - 1) / count as u64;
+            sizes.extend(std::iter::repeat_n(each, count - 1));
+        }
     }
+    let mut offset = data + at as u64;
+    let used: u64 = sizes.iter().try_fold(0u64, |sum, &s| sum.checked_add(s)).ok_or_else(bad)?;
+    let last = end.checked_sub(offset).and_then(|rest| rest.checked_sub(used)).ok_or_else(bad)?;
+    sizes.push(last);
+    let mut frames = Vec::with_capacity(count);
+    for size in sizes {
+        frames.push((offset, size));
+        offset += size;
+    }
+    Ok(frames)
+}
+
+/// A track's frames as samples timed in `timescale` ticks a second (each lasts until the next frame; the last
+/// as long as the file's default duration, or the one before it).
+fn timed(track: Pending, scale: u64, timescale: u32) -> TrackInfo {
     // Timestamps in `scale` nanoseconds; ticks are 1 / timescale seconds (in 128 bits: no file overflows them).
     let ticks = |t: i64| i128::from(t) * i128::from(scale) * i128::from(timescale) / 1_000_000_000;
     let default =
@@ -499,7 +565,7 @@ fn timed(track: Pending, scale: u64, timescale: u32) -> Option<TrackInfo> {
             }
         })
         .collect();
-    Some(TrackInfo {
+    TrackInfo {
         kind: track.kind,
         timescale,
         codec: track.codec,
@@ -515,7 +581,7 @@ fn timed(track: Pending, scale: u64, timescale: u32) -> Option<TrackInfo> {
             .flatten()
             .and_then(|ns| Rational::approximate(1_000_000_000, ns, 30_000)),
         discard_end_ns: track.discard_ns,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -608,6 +674,26 @@ mod tests {
         // Decode times 0, 40, 80; each frame shown at its block's time.
         assert_eq!(timing, [(40, 0), (40, 40), (40, -40)]);
         assert_eq!(track.frame_rate, Rational::new(25, 1));
+    }
+
+    #[test]
+    fn laced_audio_blocks_split_into_their_frames() {
+        use super::laced_frames;
+        // Three frames of 300, 5 and 7 bytes, after a 4-byte block header at offset 100.
+        let data = 104;
+        // Xiph: 300 = 255 + 45, then 5; the last takes the rest.
+        let xiph = laced_frames(&[2, 255, 45, 5], 0x02, data, data + 4 + 312).expect("xiph");
+        assert_eq!(xiph, [(108, 300), (408, 5), (413, 7)]);
+        // EBML: 300 as a two-byte number (0x412C), then 5 - 300 = -295 as a signed two-byte number
+        // (raw = -295 + 8191 = 7896 = 0x1ED8, marked 0x5ED8).
+        let ebml =
+            laced_frames(&[2, 0x41, 0x2C, 0x5E, 0xD8], 0x06, data, data + 5 + 312).expect("ebml");
+        assert_eq!(ebml, [(109, 300), (409, 5), (414, 7)]);
+        // Fixed: three frames of 10.
+        let fixed = laced_frames(&[2], 0x04, data, data + 1 + 30).expect("fixed");
+        assert_eq!(fixed, [(105, 10), (115, 10), (125, 10)]);
+        // Sizes past the block's end are refused.
+        assert!(laced_frames(&[1, 250], 0x02, data, data + 10).is_err());
     }
 
     #[test]
