@@ -7,6 +7,9 @@ matches FFmpeg's.
 - `live_vorbis.webm`: libvpx-vp9 and Vorbis stereo audio written with the muxer's `live` option: clusters of
   unknown size, as browsers' MediaRecorder and live recorders write them.
 
+- `chromium_mediarecorder.webm` (recorded by scripts/reference/mediarecorder.mjs, run first): Chromium's
+  MediaRecorder output, VP9 tagged BT.709 full range with Opus; FFmpeg's first frames and audio are written.
+
 Needs PyAV (its wheels bundle FFmpeg with libvpx and libopus; Vorbis is FFmpeg's own encoder). Run: $python scripts/reference/webm.py
 """
 
@@ -80,11 +83,29 @@ def write(name, audio_codec, rate, layout, options):
     }
 
 
+def chromium():
+    """What FFmpeg decodes from the browser's recording: its first frames (by the colour space and range the
+    stream declares) and the head of its sound."""
+    path = OUT / "chromium_mediarecorder.webm"
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        first = container.streams.video[0]
+    np.stack(frames[:4]).astype(np.uint8).tofile(OUT / "chromium_mediarecorder_frames_rgb24.bin")
+    with av.open(str(path)) as container:
+        decoded = list(container.decode(audio=0))
+        samples = np.concatenate([f.to_ndarray() for f in decoded], axis=1)
+    np.ascontiguousarray(samples[:, :4096], dtype="<f4").tofile(OUT / "chromium_mediarecorder_audio_head_f32.bin")
+    height, width = frames[0].shape[:2]
+    return {"frames": len(frames), "width": width, "height": height, "audio_channels": int(samples.shape[0]),
+            "audio_samples": int(samples.shape[1]), "sample_rate": int(decoded[0].sample_rate)}
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     expected = {
         "libvpx_opus": write("libvpx_opus.webm", "libopus", 48000, "stereo", {}),
         "live_vorbis": write("live_vorbis.webm", "vorbis", 44100, "stereo", {"live": "1"}),
+        "chromium_mediarecorder": chromium(),
     }
     (OUT / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 

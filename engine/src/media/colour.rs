@@ -80,22 +80,63 @@ fn yuv420_levels(pixels: &[f32], width: usize, height: usize) -> [Vec<f32>; 3] {
     [luma, u, v]
 }
 
-/// Planes with strides (a decoder's buffers) as `[H, W, 3]` RGB in 0..1, appended to `out`.
+/// How a video's YUV samples become RGB: the range of the samples and the matrix's coefficients, as FFmpeg's
+/// conversion applies them to a frame tagged with its colour space and range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct YuvMatrix {
+    /// Multiplies `Y - y_offset`.
+    y_scale: f32,
+    y_offset: f32,
+    cr_r: f32,
+    cb_g: f32,
+    cr_g: f32,
+    cb_b: f32,
+}
+
+impl YuvMatrix {
+    /// BT.601 in limited range: what FFmpeg assumes for untagged video.
+    pub(crate) const BT601_LIMITED: YuvMatrix = YuvMatrix {
+        y_scale: 1.164_383,
+        y_offset: 16.0,
+        cr_r: 1.596_027,
+        cb_g: 0.391_762,
+        cr_g: 0.812_968,
+        cb_b: 2.017_232,
+    };
+
+    /// The matrix of luma weights `kr` (red) and `kb` (blue), in limited (16–235) or full (0–255) range.
+    pub(crate) fn new(kr: f32, kb: f32, full_range: bool) -> YuvMatrix {
+        let kg = 1.0 - kr - kb;
+        let (y_scale, y_offset, c) =
+            if full_range { (1.0, 0.0, 1.0) } else { (255.0 / 219.0, 16.0, 255.0 / 224.0) };
+        YuvMatrix {
+            y_scale,
+            y_offset,
+            cr_r: 2.0 * (1.0 - kr) * c,
+            cb_g: 2.0 * kb * (1.0 - kb) / kg * c,
+            cr_g: 2.0 * kr * (1.0 - kr) / kg * c,
+            cb_b: 2.0 * (1.0 - kb) * c,
+        }
+    }
+}
+
+/// Planes with strides (a decoder's buffers) as `[H, W, 3]` RGB in 0..1 by `matrix`, appended to `out`.
 pub(crate) fn yuv420_to_rgb(
     (y, u, v): (&[u8], &[u8], &[u8]),
     (y_stride, uv_stride): (usize, usize),
     (width, height): (usize, usize),
+    matrix: &YuvMatrix,
     out: &mut Vec<f32>,
 ) {
     out.reserve(width * height * 3);
     for row in 0..height {
         for col in 0..width {
-            let luma = 1.164_383 * (f32::from(y[row * y_stride + col]) - 16.0);
+            let luma = matrix.y_scale * (f32::from(y[row * y_stride + col]) - matrix.y_offset);
             let c = (row / 2) * uv_stride + col / 2;
             let (cb, cr) = (f32::from(u[c]) - 128.0, f32::from(v[c]) - 128.0);
-            let r = luma + 1.596_027 * cr;
-            let g = luma - 0.391_762 * cb - 0.812_968 * cr;
-            let b = luma + 2.017_232 * cb;
+            let r = luma + matrix.cr_r * cr;
+            let g = luma - matrix.cb_g * cb - matrix.cr_g * cr;
+            let b = luma + matrix.cb_b * cb;
             out.extend([r, g, b].map(|x| (x / 255.0).clamp(0.0, 1.0)));
         }
     }
@@ -107,7 +148,7 @@ fn clip(x: f32) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{rgb_to_yuv420, yuv420_to_rgb};
+    use super::{YuvMatrix, rgb_to_yuv420, yuv420_to_rgb};
 
     #[test]
     fn grey_and_primaries_round_trip_within_a_step() {
@@ -117,10 +158,37 @@ mod tests {
             let pixels: Vec<f32> = (0..w * h).flat_map(|_| colour).collect();
             let yuv = rgb_to_yuv420(&pixels, w, h);
             let mut back = Vec::new();
-            yuv420_to_rgb((&yuv.y, &yuv.u, &yuv.v), (w, yuv.chroma_width()), (w, h), &mut back);
+            let planes = (yuv.y.as_slice(), yuv.u.as_slice(), yuv.v.as_slice());
+            yuv420_to_rgb(
+                planes,
+                (w, yuv.chroma_width()),
+                (w, h),
+                &YuvMatrix::BT601_LIMITED,
+                &mut back,
+            );
             for (a, b) in back.iter().zip(&pixels) {
                 assert!((a - b).abs() < 3.0 / 255.0, "{colour:?}: {a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn the_general_matrix_gives_bt601s_coefficients_and_full_range_keeps_levels() {
+        let general = YuvMatrix::new(0.299, 0.114, false);
+        let fixed = YuvMatrix::BT601_LIMITED;
+        for (a, b) in [
+            (general.y_scale, fixed.y_scale),
+            (general.cr_r, fixed.cr_r),
+            (general.cb_g, fixed.cb_g),
+            (general.cr_g, fixed.cr_g),
+            (general.cb_b, fixed.cb_b),
+        ] {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        // Full-range BT.709: grey 200 stays 200; pure Cr lifts red by 2(1 - 0.2126) per level.
+        let mut out = Vec::new();
+        let full = YuvMatrix::new(0.2126, 0.0722, true);
+        yuv420_to_rgb((&[200], &[128], &[138]), (1, 1), (1, 1), &full, &mut out);
+        assert!((out[0] * 255.0 - (200.0 + 15.748)).abs() < 1e-3, "{out:?}");
     }
 }

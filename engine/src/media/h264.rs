@@ -236,6 +236,8 @@ fn rgb(picture: &impl YUVSource) -> DecodedFrame {
         (picture.y(), picture.u(), picture.v()),
         (y_stride, uv_stride),
         (width, height),
+        // The SPS's colour description is not read: BT.601 limited, FFmpeg's default for untagged video.
+        &super::colour::YuvMatrix::BT601_LIMITED,
         &mut rgb,
     );
     DecodedFrame { width, height, rgb }

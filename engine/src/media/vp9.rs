@@ -4,7 +4,7 @@
 //! (FFmpeg's `yuva420p`). Decoding gives `LoadVideo` the frames of a VP9 WebM.
 
 use super::MediaError;
-use super::colour::{Yuv420, yuv420_to_rgb};
+use super::colour::{Yuv420, YuvMatrix, yuv420_to_rgb};
 use super::h264::DecodedFrame;
 use super::webm::CodedFrame;
 
@@ -95,24 +95,89 @@ pub(crate) fn decode(
         |e: rusty_vp9::Error| MediaError::Decode { kind: "video", message: format!("VP9: {e}") };
     let mut decoder = rusty_vp9::Vp9Decoder::new();
     let mut frames = Vec::new();
-    let pull = |decoder: &mut rusty_vp9::Vp9Decoder, frames: &mut Vec<DecodedFrame>| loop {
+    // The colour space and range the last key frame declared (BT.601 limited until one says otherwise).
+    let mut matrix = YuvMatrix::BT601_LIMITED;
+    let pull = |decoder: &mut rusty_vp9::Vp9Decoder,
+                frames: &mut Vec<DecodedFrame>,
+                matrix: &YuvMatrix| loop {
         match decoder.next_frame() {
-            Ok(picture) => frames.push(to_rgb(&picture)?),
+            Ok(picture) => frames.push(to_rgb(&picture, matrix)?),
             Err(rusty_vp9::Error::Again | rusty_vp9::Error::Eof) => return Ok(()),
             Err(e) => return Err(failed(e)),
         }
     };
     for (i, sample) in samples.into_iter().enumerate() {
-        decoder.push(&sample?, Some(i as i64)).map_err(failed)?;
-        pull(&mut decoder, &mut frames)?;
+        let sample = sample?;
+        if let Some(declared) = key_frame_matrix(&sample) {
+            matrix = declared;
+        }
+        decoder.push(&sample, Some(i as i64)).map_err(failed)?;
+        pull(&mut decoder, &mut frames, &matrix)?;
     }
     decoder.flush();
-    pull(&mut decoder, &mut frames)?;
+    pull(&mut decoder, &mut frames, &matrix)?;
     Ok(frames)
 }
 
-/// A decoded VP9 picture as RGB in 0..1.
-fn to_rgb(picture: &rusty_vp9::DecodedFrame) -> Result<DecodedFrame, MediaError> {
+/// The colour matrix a VP9 key frame's header declares (its `color_space` and `color_range`), which FFmpeg
+/// converts by: BT.709, SMPTE 240M and BT.2020 by their weights, the rest (unknown, BT.601, SMPTE 170M) as
+/// BT.601; `None` for any other frame.
+fn key_frame_matrix(frame: &[u8]) -> Option<YuvMatrix> {
+    let mut bits = Bits { bytes: frame, at: 0 };
+    if bits.read(2)? != 2 {
+        return None; // not a frame marker
+    }
+    let profile = bits.read(1)? | bits.read(1)? << 1;
+    if profile == 3 {
+        bits.read(1)?;
+    }
+    // show_existing_frame set, or an inter frame.
+    if bits.read(1)? == 1 || bits.read(1)? != 0 {
+        return None;
+    }
+    bits.read(2)?; // show_frame, error_resilient_mode
+    if bits.read(24)? != 0x49_8342 {
+        return None;
+    }
+    if profile >= 2 {
+        bits.read(1)?; // ten_or_twelve_bit
+    }
+    let color_space = bits.read(3)?;
+    // CS_RGB (7) holds no range bit; it is 4:4:4, which is refused anyway.
+    let full_range = color_space == 7 || bits.read(1)? == 1;
+    let (kr, kb) = match color_space {
+        2 => (0.2126, 0.0722),
+        4 => (0.212, 0.087),
+        5 => (0.2627, 0.0593),
+        _ if !full_range => return Some(YuvMatrix::BT601_LIMITED),
+        _ => (0.299, 0.114),
+    };
+    Some(YuvMatrix::new(kr, kb, full_range))
+}
+
+/// Big-endian bits of a byte slice.
+struct Bits<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Bits<'_> {
+    fn read(&mut self, n: usize) -> Option<u32> {
+        let mut value = 0u32;
+        for _ in 0..n {
+            let byte = *self.bytes.get(self.at / 8)?;
+            value = value << 1 | u32::from(byte >> (7 - self.at % 8) & 1);
+            self.at += 1;
+        }
+        Some(value)
+    }
+}
+
+/// A decoded VP9 picture as RGB in 0..1, by `matrix`.
+fn to_rgb(
+    picture: &rusty_vp9::DecodedFrame,
+    matrix: &YuvMatrix,
+) -> Result<DecodedFrame, MediaError> {
     if (picture.subsampling_x, picture.subsampling_y) != (1, 1) {
         return Err(MediaError::UnsupportedCodec {
             kind: "video",
@@ -145,6 +210,6 @@ fn to_rgb(picture: &rusty_vp9::DecodedFrame) -> Result<DecodedFrame, MediaError>
         });
     };
     let mut rgb = Vec::new();
-    yuv420_to_rgb((y, u, v), (strides[0], strides[1]), (width, height), &mut rgb);
+    yuv420_to_rgb((y, u, v), (strides[0], strides[1]), (width, height), matrix, &mut rgb);
     Ok(DecodedFrame { width, height, rgb })
 }
