@@ -16,8 +16,32 @@ OUT = pathlib.Path(__file__).resolve().parents[2] / "engine/tests/fixtures/video
 W, H, FRAMES, RATE = 48, 32, 12, 44100
 
 
+def tagged():
+    """`x264_bt709_full.mp4`: H.264 whose SPS declares BT.709 in full range (as phones tag their video), and
+    FFmpeg's frames of it, converted by what it declares."""
+    path = OUT / "x264_bt709_full.mp4"
+    out = av.open(str(path), mode="w")
+    video = out.add_stream("libx264", rate=24)
+    video.width, video.height, video.pix_fmt = W, H, "yuv420p"
+    video.options = {"crf": "20", "x264-params": "colormatrix=bt709:colorprim=bt709:transfer=bt709:fullrange=on"}
+    yy, xx = np.mgrid[0:H, 0:W]
+    for i in range(4):
+        img = np.stack([(xx * 5 + i * 9) % 256, (yy * 7 + i * 5) % 256, ((xx + yy) * 4) % 256], -1)
+        frame = av.VideoFrame.from_ndarray(img.astype(np.uint8), format="rgb24").reformat(format="yuv420p")
+        out.mux(video.encode(frame))
+    out.mux(video.encode(None))
+    out.close()
+    with av.open(str(path)) as container:
+        decoded = list(container.decode(video=0))
+        assert (decoded[0].colorspace, decoded[0].color_range) == (1, 2), "BT.709 full range"
+        frames = [f.to_ndarray(format="rgb24") for f in decoded]
+    np.stack(frames).astype(np.uint8).tofile(OUT / "x264_bt709_full_frames_rgb24.bin")
+    print(f"wrote {path}: {path.stat().st_size} bytes, {len(frames)} frames")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
+    tagged()
     path = OUT / "x264_high_aac.mp4"
     out = av.open(str(path), mode="w", options={"movflags": "use_metadata_tags+faststart"})
     out.metadata["prompt"] = json.dumps({"1": {"class_type": "X"}})

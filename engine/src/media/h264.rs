@@ -14,7 +14,8 @@ use openh264::encoder::{
 use openh264::formats::YUVSource;
 
 use super::MediaError;
-use super::colour::Yuv420;
+use super::bits::Bits;
+use super::colour::{Yuv420, YuvMatrix};
 
 /// The quantizer used when no CRF is given (x264's default CRF).
 const DEFAULT_QP: u8 = 23;
@@ -191,6 +192,8 @@ pub(crate) fn decode(
     samples: impl IntoIterator<Item = Result<Vec<u8>, MediaError>>,
 ) -> Result<Vec<DecodedFrame>, MediaError> {
     let failed = |e: openh264::Error| MediaError::Decode { kind: "video", message: e.to_string() };
+    // The colour space and range the SPS declares, as FFmpeg converts by them.
+    let matrix = colour_matrix(config);
     let config = parse_avc_config(config)?;
     // No flush after each sample: a stream with B-frames holds pictures back until their turn to be shown.
     let settings = DecoderConfig::new().flush_after_decode(Flush::NoFlush);
@@ -218,17 +221,18 @@ pub(crate) fn decode(
             at += len;
         }
         if let Some(picture) = decoder.decode(&annex_b).map_err(failed)? {
-            frames.push(rgb(&picture));
+            frames.push(rgb(&picture, &matrix));
         }
         annex_b.clear();
     }
     for picture in decoder.flush_remaining().map_err(failed)? {
-        frames.push(rgb(&picture));
+        frames.push(rgb(&picture, &matrix));
     }
     Ok(frames)
 }
 
-fn rgb(picture: &impl YUVSource) -> DecodedFrame {
+/// A decoded picture as RGB in 0..1, by `matrix`.
+fn rgb(picture: &impl YUVSource, matrix: &YuvMatrix) -> DecodedFrame {
     let (width, height) = picture.dimensions();
     let (y_stride, uv_stride, _) = picture.strides();
     let mut rgb = Vec::new();
@@ -236,21 +240,17 @@ fn rgb(picture: &impl YUVSource) -> DecodedFrame {
         (picture.y(), picture.u(), picture.v()),
         (y_stride, uv_stride),
         (width, height),
-        // The SPS's colour description is not read: BT.601 limited, FFmpeg's default for untagged video.
-        &super::colour::YuvMatrix::BT601_LIMITED,
+        matrix,
         &mut rgb,
     );
     DecodedFrame { width, height, rgb }
 }
 
-/// The luma bit depth an `avcC` record's first SPS declares (8 for the profiles without the field).
-pub(crate) fn bit_depth(config: &[u8]) -> u8 {
-    let Ok(config) = parse_avc_config(config) else { return 8 };
-    let Some(sps) = config.parameter_sets.iter().find(|s| s.first().is_some_and(|b| b & 0x1f == 7))
-    else {
-        return 8;
-    };
-    // Emulation-prevention bytes (00 00 03) out, then the fields up to bit_depth_luma_minus8.
+/// The first SPS of an `avcC` record, emulation-prevention bytes (00 00 03) taken out: its RBSP, from
+/// `profile_idc` on.
+fn first_sps(config: &[u8]) -> Option<Vec<u8>> {
+    let config = parse_avc_config(config).ok()?;
+    let sps = config.parameter_sets.iter().find(|s| s.first().is_some_and(|b| b & 0x1f == 7))?;
     let mut rbsp = Vec::with_capacity(sps.len());
     let mut zeros = 0;
     for &b in &sps[1..] {
@@ -261,12 +261,22 @@ pub(crate) fn bit_depth(config: &[u8]) -> u8 {
         zeros = if b == 0 { zeros + 1 } else { 0 };
         rbsp.push(b);
     }
+    Some(rbsp)
+}
+
+/// Whether a profile's SPS carries the chroma format, bit depths and scaling matrices.
+fn high_profile(profile: u8) -> bool {
+    matches!(profile, 100 | 110 | 122 | 244 | 44 | 83 | 86 | 118 | 128 | 138 | 139 | 134 | 135)
+}
+
+/// The luma bit depth an `avcC` record's first SPS declares (8 for the profiles without the field).
+pub(crate) fn bit_depth(config: &[u8]) -> u8 {
+    let Some(rbsp) = first_sps(config) else { return 8 };
     let profile = rbsp.first().copied().unwrap_or(0);
-    if !matches!(profile, 100 | 110 | 122 | 244 | 44 | 83 | 86 | 118 | 128 | 138 | 139 | 134 | 135)
-    {
+    if !high_profile(profile) {
         return 8;
     }
-    let mut bits = Bits { data: &rbsp, at: 24 };
+    let mut bits = Bits::new(&rbsp, 24);
     let depth = (|| {
         bits.ue()?; // seq_parameter_set_id
         if bits.ue()? == 3 {
@@ -277,31 +287,99 @@ pub(crate) fn bit_depth(config: &[u8]) -> u8 {
     depth.map_or(8, |d| 8 + d.min(8) as u8)
 }
 
-/// An exp-Golomb bit reader.
-struct Bits<'a> {
-    data: &'a [u8],
-    at: usize,
+/// The colour matrix an `avcC` record's first SPS declares in its VUI (`matrix_coefficients` and
+/// `video_full_range_flag`), which FFmpeg converts by: BT.709, FCC, SMPTE 240M and BT.2020 by their weights,
+/// the rest as BT.601; BT.601 limited range when the SPS declares nothing.
+pub(crate) fn colour_matrix(config: &[u8]) -> YuvMatrix {
+    first_sps(config).and_then(|rbsp| vui_colour(&rbsp)).unwrap_or(YuvMatrix::BT601_LIMITED)
 }
 
-impl Bits<'_> {
-    fn bit(&mut self) -> Option<u32> {
-        let byte = self.data.get(self.at / 8)?;
-        let bit = (byte >> (7 - self.at % 8)) & 1;
-        self.at += 1;
-        Some(u32::from(bit))
-    }
-    fn ue(&mut self) -> Option<u32> {
-        let mut zeros = 0;
-        while self.bit()? == 0 {
-            zeros += 1;
-            if zeros > 31 {
-                return None;
+/// The VUI's colour fields: read through the SPS (Rec. ITU-T H.264 7.3.2.1.1 and E.1.1) to them.
+fn vui_colour(rbsp: &[u8]) -> Option<YuvMatrix> {
+    let profile = *rbsp.first()?;
+    let mut bits = Bits::new(rbsp, 24);
+    bits.ue()?; // seq_parameter_set_id
+    if high_profile(profile) {
+        let chroma_format = bits.ue()?;
+        if chroma_format == 3 {
+            bits.bit()?; // separate_colour_plane_flag
+        }
+        bits.ue()?; // bit_depth_luma_minus8
+        bits.ue()?; // bit_depth_chroma_minus8
+        bits.bit()?; // qpprime_y_zero_transform_bypass_flag
+        if bits.bit()? == 1 {
+            // seq_scaling_matrix_present_flag: skip each list present.
+            for list in 0..if chroma_format == 3 { 12 } else { 8 } {
+                if bits.bit()? == 1 {
+                    let size = if list < 6 { 16 } else { 64 };
+                    let (mut last, mut next) = (8i32, 8i32);
+                    for _ in 0..size {
+                        if next != 0 {
+                            next = (last + bits.se()? + 256) % 256;
+                        }
+                        if next != 0 {
+                            last = next;
+                        }
+                    }
+                }
             }
         }
-        let mut value = 1u32;
-        for _ in 0..zeros {
-            value = (value << 1) | self.bit()?;
-        }
-        Some(value - 1)
     }
+    bits.ue()?; // log2_max_frame_num_minus4
+    match bits.ue()? {
+        0 => {
+            bits.ue()?; // log2_max_pic_order_cnt_lsb_minus4
+        }
+        1 => {
+            bits.bit()?; // delta_pic_order_always_zero_flag
+            bits.se()?; // offset_for_non_ref_pic
+            bits.se()?; // offset_for_top_to_bottom_field
+            for _ in 0..bits.ue()?.min(255) {
+                bits.se()?; // offset_for_ref_frame
+            }
+        }
+        _ => {}
+    }
+    bits.ue()?; // max_num_ref_frames
+    bits.bit()?; // gaps_in_frame_num_value_allowed_flag
+    bits.ue()?; // pic_width_in_mbs_minus1
+    bits.ue()?; // pic_height_in_map_units_minus1
+    if bits.bit()? == 0 {
+        bits.bit()?; // mb_adaptive_frame_field_flag
+    }
+    bits.bit()?; // direct_8x8_inference_flag
+    if bits.bit()? == 1 {
+        for _ in 0..4 {
+            bits.ue()?; // frame_crop offsets
+        }
+    }
+    if bits.bit()? == 0 {
+        return None; // no VUI
+    }
+    if bits.bit()? == 1 && bits.read(8)? == 255 {
+        bits.read(32)?; // sar_width, sar_height
+    }
+    if bits.bit()? == 1 {
+        bits.bit()?; // overscan_appropriate_flag
+    }
+    if bits.bit()? == 0 {
+        return None; // no video signal type
+    }
+    bits.read(3)?; // video_format
+    let full_range = bits.bit()? == 1;
+    let matrix = if bits.bit()? == 1 {
+        bits.read(16)?; // colour_primaries, transfer_characteristics
+        bits.read(8)?
+    } else {
+        2 // unspecified
+    };
+    let (kr, kb) = match matrix {
+        1 => (0.2126, 0.0722),
+        4 => (0.30, 0.11),
+        7 => (0.212, 0.087),
+        9 | 10 => (0.2627, 0.0593),
+        _ if !full_range => return Some(YuvMatrix::BT601_LIMITED),
+        _ => (0.299, 0.114),
+    };
+    Some(YuvMatrix::new(kr, kb, full_range))
 }

@@ -15,6 +15,7 @@
 mod animation;
 mod audio;
 mod av1;
+mod bits;
 mod colour;
 mod ebml;
 mod error;

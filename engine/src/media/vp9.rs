@@ -4,6 +4,7 @@
 //! (FFmpeg's `yuva420p`). Decoding gives `LoadVideo` the frames of a VP9 WebM.
 
 use super::MediaError;
+use super::bits::Bits;
 use super::colour::{Yuv420, YuvMatrix, yuv420_to_rgb};
 use super::h264::DecodedFrame;
 use super::webm::CodedFrame;
@@ -123,7 +124,7 @@ pub(crate) fn decode(
 /// converts by: BT.709, SMPTE 240M and BT.2020 by their weights, the rest (unknown, BT.601, SMPTE 170M) as
 /// BT.601; `None` for any other frame.
 fn key_frame_matrix(frame: &[u8]) -> Option<YuvMatrix> {
-    let mut bits = Bits { bytes: frame, at: 0 };
+    let mut bits = Bits::new(frame, 0);
     if bits.read(2)? != 2 {
         return None; // not a frame marker
     }
@@ -153,24 +154,6 @@ fn key_frame_matrix(frame: &[u8]) -> Option<YuvMatrix> {
         _ => (0.299, 0.114),
     };
     Some(YuvMatrix::new(kr, kb, full_range))
-}
-
-/// Big-endian bits of a byte slice.
-struct Bits<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Bits<'_> {
-    fn read(&mut self, n: usize) -> Option<u32> {
-        let mut value = 0u32;
-        for _ in 0..n {
-            let byte = *self.bytes.get(self.at / 8)?;
-            value = value << 1 | u32::from(byte >> (7 - self.at % 8) & 1);
-            self.at += 1;
-        }
-        Some(value)
-    }
 }
 
 /// A decoded VP9 picture as RGB in 0..1, by `matrix`.

@@ -277,6 +277,22 @@ fn video_values_report_their_type_and_size() {
 }
 
 #[test]
+fn a_tagged_h264_file_converts_by_its_declared_colour_space() {
+    // scripts/reference/video.py: x264 with its SPS declaring BT.709 in full range (as phones tag video);
+    // FFmpeg converts by that, and so does Kiln (BT.601 limited, the untagged default, would be far off).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/video");
+    let components =
+        Video::from_path(dir.join("x264_bt709_full.mp4")).components().expect("decodes");
+    assert_eq!(components.images.shape(), [4, 32, 48, 3]);
+    let ffmpeg = std::fs::read(dir.join("x264_bt709_full_frames_rgb24.bin")).expect("frames");
+    let worst = (components.images.data().iter().zip(&ffmpeg))
+        .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
+        .max()
+        .expect("pixels");
+    assert!(worst <= 4, "largest difference from FFmpeg's frames: {worst}/255");
+}
+
+#[test]
 fn decodes_an_x264_file_as_ffmpeg_does() {
     // scripts/reference/video.py: x264 High profile with B-frames and CABAC, AAC audio, decoded by FFmpeg.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/video");
