@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
 use kiln_engine::graph::NodeId;
-use kiln_engine::media::{self, Rational, SaveOptions, Video, VideoComponents};
+use kiln_engine::media::{self, Audio, Rational, SaveOptions, Video, VideoComponents};
 use kiln_engine::nodes::{FileKind, FileRef};
 use kiln_engine::tensor::Tensor;
 use serde_json::json;
@@ -276,6 +276,35 @@ fn video_values_report_their_type_and_size() {
     assert_eq!(value.byte_size(), 2 * 4 * 6 * 3 * 4);
 }
 
+/// The largest difference, in 8-bit levels, between decoded frames (values in 0..1) and FFmpeg's `rgb24`
+/// frames of a fixture (as many as the shorter holds).
+pub(crate) fn worst_level_difference(frames: &Tensor, ffmpeg: &std::path::Path) -> i32 {
+    let ffmpeg = std::fs::read(ffmpeg).expect("FFmpeg's frames");
+    (frames.data().iter().zip(&ffmpeg))
+        .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
+        .max()
+        .expect("pixels")
+}
+
+/// The largest difference over each of two channels' first 4096 samples from FFmpeg's (a fixture of planar
+/// little-endian f32), FFmpeg's first clamped to [-1, 1] with `clamp`.
+pub(crate) fn worst_sample_difference(audio: &Audio, ffmpeg: &std::path::Path, clamp: bool) -> f32 {
+    let head: Vec<f32> = std::fs::read(ffmpeg)
+        .expect("FFmpeg's audio")
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let mut worst = 0.0f32;
+    for c in 0..2 {
+        let ours = &audio.channel(0, c)[..4096];
+        for (a, &b) in ours.iter().zip(&head[c * 4096..(c + 1) * 4096]) {
+            let b = if clamp { b.clamp(-1.0, 1.0) } else { b };
+            worst = worst.max((a - b).abs());
+        }
+    }
+    worst
+}
+
 #[test]
 fn a_tagged_h264_file_converts_by_its_declared_colour_space() {
     // scripts/reference/video.py: x264 with its SPS declaring BT.709 in full range (as phones tag video);
@@ -284,11 +313,8 @@ fn a_tagged_h264_file_converts_by_its_declared_colour_space() {
     let components =
         Video::from_path(dir.join("x264_bt709_full.mp4")).components().expect("decodes");
     assert_eq!(components.images.shape(), [4, 32, 48, 3]);
-    let ffmpeg = std::fs::read(dir.join("x264_bt709_full_frames_rgb24.bin")).expect("frames");
-    let worst = (components.images.data().iter().zip(&ffmpeg))
-        .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
-        .max()
-        .expect("pixels");
+    let worst =
+        worst_level_difference(&components.images, &dir.join("x264_bt709_full_frames_rgb24.bin"));
     assert!(worst <= 4, "largest difference from FFmpeg's frames: {worst}/255");
 }
 
@@ -306,15 +332,7 @@ fn decodes_an_x264_file_as_ffmpeg_does() {
     assert_eq!(expected["frames"], n);
     assert_eq!(components.images.shape(), [n, h, w, 3]);
     assert_eq!(components.frame_rate, Rational::new(30000, 1001).expect("rate"));
-    let ffmpeg = std::fs::read(dir.join("frames_rgb24.bin")).expect("frames");
-    let worst = components
-        .images
-        .data()
-        .iter()
-        .zip(&ffmpeg)
-        .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
-        .max()
-        .expect("pixels");
+    let worst = worst_level_difference(&components.images, &dir.join("frames_rgb24.bin"));
     // The pictures are FFmpeg's; only the chroma upsampling and rounding of the RGB conversion differ.
     assert!(worst <= 4, "largest difference from FFmpeg's frames: {worst}/255");
 
@@ -324,17 +342,8 @@ fn decodes_an_x264_file_as_ffmpeg_does() {
         audio.waveform().shape(),
         [1, 2, expected["audio_samples"].as_u64().expect("n") as usize]
     );
-    let head: Vec<f32> = std::fs::read(dir.join("audio_head_f32.bin"))
-        .expect("audio")
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    for c in 0..2 {
-        let ours = &audio.channel(0, c)[..4096];
-        let theirs = &head[c * 4096..(c + 1) * 4096];
-        let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst < 1e-3, "channel {c}: largest difference from FFmpeg's AAC decoding {worst}");
-    }
+    let worst = worst_sample_difference(&audio, &dir.join("audio_head_f32.bin"), false);
+    assert!(worst < 1e-3, "largest difference from FFmpeg's AAC decoding {worst}");
     // The tags FFmpeg wrote are read.
     let tags =
         media::mp4_tags(&std::fs::read(dir.join("x264_high_aac.mp4")).expect("mp4")).expect("tags");

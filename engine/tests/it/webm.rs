@@ -12,6 +12,7 @@ use matroska_demuxer::{Frame, MatroskaFile};
 use serde_json::json;
 
 use crate::harness::Harness;
+use crate::video::{worst_level_difference, worst_sample_difference};
 
 /// Three reddish frames then two bluish ones, 64 × 48, as RGB; with `alpha`, joined with a mask of 0.25
 /// (alpha 0.75).
@@ -269,11 +270,8 @@ fn decodes_ffmpegs_webms_as_ffmpeg_does() {
         // FFmpeg's average rate for a Matroska track: 10⁹ / its default duration, reduced.
         assert_eq!(components.frame_rate, Rational::new(30000, 1001).expect("rate"), "{stem}");
         assert_eq!(video.dimensions().expect("dims"), (w, h));
-        let ffmpeg = std::fs::read(dir.join(format!("{stem}_frames_rgb24.bin"))).expect("frames");
-        let worst = (components.images.data().iter().zip(&ffmpeg))
-            .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
-            .max()
-            .expect("pixels");
+        let frames_file = dir.join(format!("{stem}_frames_rgb24.bin"));
+        let worst = worst_level_difference(&components.images, &frames_file);
         // The pictures are libvpx's (the decoder is bit-exact); only the RGB conversion differs.
         assert!(worst <= 4, "{stem}: largest difference from FFmpeg's frames: {worst}/255");
 
@@ -282,20 +280,9 @@ fn decodes_ffmpegs_webms_as_ffmpeg_does() {
         assert_eq!(audio.sample_rate(), rate, "{stem}");
         let samples = want["audio_samples"].as_u64().expect("n") as usize;
         assert_eq!(audio.waveform().shape(), [1, 2, samples], "{stem}");
-        let head: Vec<f32> = std::fs::read(dir.join(format!("{stem}_audio_head_f32.bin")))
-            .expect("audio")
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        for c in 0..2 {
-            let ours = &audio.channel(0, c)[..4096];
-            let theirs = &head[c * 4096..(c + 1) * 4096];
-            let worst = ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(
-                worst < audio_tolerance,
-                "{stem} channel {c}: largest difference from FFmpeg {worst}"
-            );
-        }
+        let head_file = dir.join(format!("{stem}_audio_head_f32.bin"));
+        let worst = worst_sample_difference(&audio, &head_file, false);
+        assert!(worst < audio_tolerance, "{stem}: largest difference from FFmpeg {worst}");
     }
 }
 
@@ -337,12 +324,8 @@ fn decodes_a_browser_recording_by_its_declared_colour_space() {
     assert_eq!(components.images.shape(), [n, h, w, 3]);
     // FFmpeg's first four frames, converted by BT.709 in full range as the stream declares (BT.601 in limited
     // range, FFmpeg's default for untagged video, is 7 levels off on average here).
-    let ffmpeg =
-        std::fs::read(dir.join("chromium_mediarecorder_frames_rgb24.bin")).expect("frames");
-    let worst = (components.images.data().iter().zip(&ffmpeg))
-        .map(|(&x, &f)| ((x * 255.0).round() as i32 - i32::from(f)).abs())
-        .max()
-        .expect("pixels");
+    let frames_file = dir.join("chromium_mediarecorder_frames_rgb24.bin");
+    let worst = worst_level_difference(&components.images, &frames_file);
     assert!(worst <= 2, "largest difference from FFmpeg's frames: {worst}/255");
     // No durations in the file: the rate comes from the frames' times (about 25 fps as recorded).
     let fps = components.frame_rate.to_f64();
@@ -351,19 +334,9 @@ fn decodes_a_browser_recording_by_its_declared_colour_space() {
     let audio = components.audio.expect("the Opus track decodes");
     assert_eq!((audio.sample_rate(), audio.channels()), (48_000, 2));
     assert_eq!(audio.samples(), want["audio_samples"].as_u64().expect("n") as usize);
-    let head: Vec<f32> = std::fs::read(dir.join("chromium_mediarecorder_audio_head_f32.bin"))
-        .expect("audio")
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
     // The oscillator peaks at 1.014 once coded: libopus's float decoder leaves that, rusty-opus clamps its
     // output to [-1, 1]; within full scale the two agree.
-    for c in 0..2 {
-        let ours = &audio.channel(0, c)[..4096];
-        let theirs = &head[c * 4096..(c + 1) * 4096];
-        let worst = (ours.iter().zip(theirs))
-            .map(|(a, b)| (a - b.clamp(-1.0, 1.0)).abs())
-            .fold(0.0f32, f32::max);
-        assert!(worst < 1e-5, "channel {c}: largest difference from FFmpeg {worst}");
-    }
+    let head_file = dir.join("chromium_mediarecorder_audio_head_f32.bin");
+    let worst = worst_sample_difference(&audio, &head_file, true);
+    assert!(worst < 1e-5, "largest difference from FFmpeg {worst}");
 }
