@@ -7,6 +7,13 @@
 //! recorders write them). Laced blocks (several audio frames in one, as mkvmerge writes Vorbis and AAC) are
 //! split into their frames; laced video, which no muxer writes, is refused.
 
+use super::ebml::id::{
+    self, AUDIO, BLOCK, BLOCK_GROUP, CHANNELS, CLUSTER, CODEC_ID, CODEC_PRIVATE, CUES,
+    DEFAULT_DURATION, DISCARD_PADDING, DOC_TYPE, EBML, INFO, PIXEL_HEIGHT, PIXEL_WIDTH,
+    REFERENCE_BLOCK, SAMPLING_FREQUENCY, SEEK_HEAD, SEGMENT, SIMPLE_BLOCK, SIMPLE_TAG, TAG,
+    TAG_NAME, TAG_STRING, TAGS, TARGETS, TIMESTAMP, TIMESTAMP_SCALE, TRACK_ENTRY, TRACK_NUMBER,
+    TRACK_TYPE, TRACKS, VIDEO,
+};
 use super::mp4::{SampleInfo, TrackInfo, TrackKind};
 use super::{MediaError, Rational};
 
@@ -16,48 +23,9 @@ pub(crate) type ReadAt<'a> = dyn FnMut(u64, u64) -> Result<Vec<u8>, MediaError> 
 /// A file's global tags: (name, value) in file order.
 pub(crate) type Tags = Vec<(String, String)>;
 
-const EBML: u64 = 0x1A45_DFA3;
-const DOC_TYPE: u64 = 0x4282;
-const SEGMENT: u64 = 0x1853_8067;
-const INFO: u64 = 0x1549_A966;
-const TIMESTAMP_SCALE: u64 = 0x2A_D7B1;
-const TRACKS: u64 = 0x1654_AE6B;
-const TRACK_ENTRY: u64 = 0xAE;
-const TRACK_NUMBER: u64 = 0xD7;
-const TRACK_TYPE: u64 = 0x83;
-const CODEC_ID: u64 = 0x86;
-const CODEC_PRIVATE: u64 = 0x63A2;
-const DEFAULT_DURATION: u64 = 0x0023_E383;
-const VIDEO: u64 = 0xE0;
-const PIXEL_WIDTH: u64 = 0xB0;
-const PIXEL_HEIGHT: u64 = 0xBA;
-const AUDIO: u64 = 0xE1;
-const SAMPLING_FREQUENCY: u64 = 0xB5;
-const CHANNELS: u64 = 0x9F;
-const TAGS: u64 = 0x1254_C367;
-const TAG: u64 = 0x7373;
-const SIMPLE_TAG: u64 = 0x67C8;
-const TAG_NAME: u64 = 0x45A3;
-const TAG_STRING: u64 = 0x4487;
-const CLUSTER: u64 = 0x1F43_B675;
-const TIMESTAMP: u64 = 0xE7;
-const SIMPLE_BLOCK: u64 = 0xA3;
-const BLOCK_GROUP: u64 = 0xA0;
-const BLOCK: u64 = 0xA1;
-const REFERENCE_BLOCK: u64 = 0xFB;
-const DISCARD_PADDING: u64 = 0x75A2;
-
 /// Elements that end an unknown-size cluster: the next cluster, or any other child of the segment.
-const SEGMENT_CHILDREN: [u64; 8] = [
-    CLUSTER,
-    INFO,
-    TRACKS,
-    TAGS,
-    0x114D_9B74, // SeekHead
-    0x1C53_BB6B, // Cues
-    0x1043_A770, // Chapters
-    0x1941_A469, // Attachments
-];
+const SEGMENT_CHILDREN: [u64; 8] =
+    [CLUSTER, INFO, TRACKS, TAGS, SEEK_HEAD, CUES, id::CHAPTERS, id::ATTACHMENTS];
 
 /// The largest header or metadata element read whole (the tracks, the tags).
 const MAX_METADATA: u64 = 64 << 20;
@@ -343,10 +311,18 @@ fn global_tags(body: &[u8]) -> Result<Tags, MediaError> {
         // Targets naming a track, edition, chapter or attachment (their UIDs) make the tag not global.
         let names_something = |targets: &[u8]| {
             children(targets).is_ok_and(|t| {
-                t.iter().any(|(i, _)| matches!(i, 0x63C5 | 0x63C9 | 0x63C4 | 0x63C6))
+                t.iter().any(|(i, _)| {
+                    [
+                        id::TAG_TRACK_UID,
+                        id::TAG_EDITION_UID,
+                        id::TAG_CHAPTER_UID,
+                        id::TAG_ATTACHMENT_UID,
+                    ]
+                    .contains(i)
+                })
             })
         };
-        let global = fields.iter().all(|(i, targets)| *i != 0x63C0 || !names_something(targets));
+        let global = fields.iter().all(|(i, targets)| *i != TARGETS || !names_something(targets));
         if !global {
             continue;
         }

@@ -4,10 +4,12 @@
 //! when a WebM is dropped on it). Kiln writes the file itself, as it writes MP4s.
 //!
 //! Layout: the EBML header, then one segment holding a seek head, the segment info, the track, the tags, the
-//! clusters (a new one at each key frame, or every 5 s) and the cues (one per cluster, for seeking).
+//! clusters (a new one at each key frame, or every 5 s) and the cues (one per cluster that starts on a key
+//! frame, for seeking).
 
 use super::colour::{rgb_to_yuv420, rgb_to_yuv420_10bit, to_u8};
-use super::ebml::{element, float, master, string, uint, uint8};
+use super::ebml::id::{self, CLUSTER, CUES, INFO, SEEK_HEAD, TAGS, TRACKS};
+use super::ebml::{element, float, id_bytes, master, string, uint, uint8};
 use super::{MediaError, av1, vp9};
 
 /// `SaveWEBM`'s file: `[n, h, w, c]` frames with values in 0..1 (RGB, or RGBA, whose alpha only VP9 keeps)
@@ -115,18 +117,6 @@ pub(crate) struct WebmVideo<'a> {
     pub(crate) tags: &'a [(String, String)],
 }
 
-const EBML: u32 = 0x1A45_DFA3;
-const SEGMENT: u32 = 0x1853_8067;
-const SEEK_HEAD: u32 = 0x114D_9B74;
-const SEEK: u32 = 0x4DBB;
-const SEEK_ID: u32 = 0x53AB;
-const SEEK_POSITION: u32 = 0x53AC;
-const INFO: u32 = 0x1549_A966;
-const TRACKS: u32 = 0x1654_AE6B;
-const TAGS: u32 = 0x1254_C367;
-const CLUSTER: u32 = 0x1F43_B675;
-const CUES: u32 = 0x1C53_BB6B;
-
 /// Milliseconds: the timestamp unit (`TimestampScale`, in nanoseconds).
 const TIMESTAMP_SCALE: u64 = 1_000_000;
 /// The longest a cluster runs before the next one starts (as FFmpeg's muxer does).
@@ -137,15 +127,15 @@ const CLUSTER_BYTES: usize = 5 << 20;
 /// The whole file.
 pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
     let header = master(
-        EBML,
+        id::EBML,
         &[
-            uint(0x4286, 1),        // EBMLVersion
-            uint(0x42F7, 1),        // EBMLReadVersion
-            uint(0x42F2, 4),        // EBMLMaxIDLength
-            uint(0x42F3, 8),        // EBMLMaxSizeLength
-            string(0x4282, "webm"), // DocType
-            uint(0x4287, 4),        // DocTypeVersion
-            uint(0x4285, 2),        // DocTypeReadVersion
+            uint(id::EBML_VERSION, 1),
+            uint(id::EBML_READ_VERSION, 1),
+            uint(id::EBML_MAX_ID_LENGTH, 4),
+            uint(id::EBML_MAX_SIZE_LENGTH, 8),
+            string(id::DOC_TYPE, "webm"),
+            uint(id::DOC_TYPE_VERSION, 4),
+            uint(id::DOC_TYPE_READ_VERSION, 2),
         ],
     );
     let times: Vec<u64> = (0..video.frames.len()).map(|i| timestamp_ms(i, video.fps)).collect();
@@ -153,10 +143,10 @@ pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
     let info = master(
         INFO,
         &[
-            uint(0x2AD7B1, TIMESTAMP_SCALE),
-            string(0x4D80, "Kiln"), // MuxingApp
-            string(0x5741, "Kiln"), // WritingApp
-            float(0x4489, duration_ms),
+            uint(id::TIMESTAMP_SCALE, TIMESTAMP_SCALE),
+            string(id::MUXING_APP, "Kiln"),
+            string(id::WRITING_APP, "Kiln"),
+            float(id::DURATION, duration_ms),
         ],
     );
     let tracks = master(TRACKS, &[track_entry(video)]);
@@ -176,12 +166,11 @@ pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
         &starts
             .iter()
             .map(|&(time, offset)| {
+                let position =
+                    [uint(id::CUE_TRACK, 1), uint(id::CUE_CLUSTER_POSITION, clusters_at + offset)];
                 master(
-                    0xBB, // CuePoint
-                    &[
-                        uint(0xB3, time), // CueTime
-                        master(0xB7, &[uint(0xF7, 1), uint(0xF1, clusters_at + offset)]),
-                    ],
+                    id::CUE_POINT,
+                    &[uint(id::CUE_TIME, time), master(id::CUE_TRACK_POSITIONS, &position)],
                 )
             })
             .collect::<Vec<_>>(),
@@ -190,7 +179,7 @@ pub(crate) fn webm_file(video: &WebmVideo) -> Vec<u8> {
     let body = [seek, info, tracks, tags, clusters, cues].concat();
 
     let mut out = header;
-    out.extend(SEGMENT.to_be_bytes());
+    out.extend(id_bytes(id::SEGMENT));
     // An 8-byte size, as FFmpeg writes the segment's.
     out.push(0x01);
     out.extend(&(body.len() as u64).to_be_bytes()[1..]);
@@ -211,7 +200,7 @@ fn seek_head(positions: &[u64; 4], with_tags: bool) -> Vec<u8> {
         .zip(positions)
         .filter(|(id, _)| with_tags || **id != TAGS)
         .map(|(&id, &at)| {
-            master(SEEK, &[element(SEEK_ID, &id.to_be_bytes()), uint8(SEEK_POSITION, at)])
+            master(id::SEEK, &[element(id::SEEK_ID, &id_bytes(id)), uint8(id::SEEK_POSITION, at)])
         })
         .collect();
     master(SEEK_HEAD, &seeks)
@@ -219,35 +208,41 @@ fn seek_head(positions: &[u64; 4], with_tags: bool) -> Vec<u8> {
 
 fn track_entry(video: &WebmVideo) -> Vec<u8> {
     let alpha = video.frames.iter().any(|f| f.alpha.is_some());
-    let mut picture = vec![uint(0xB0, video.width as u64), uint(0xBA, video.height as u64)];
+    let mut picture = vec![
+        uint(id::PIXEL_WIDTH, video.width as u64),
+        uint(id::PIXEL_HEIGHT, video.height as u64),
+    ];
     if alpha {
-        picture.push(uint(0x53C0, 1)); // AlphaMode
+        picture.push(uint(id::ALPHA_MODE, 1));
     }
     let mut entry = vec![
-        uint(0xD7, 1),   // TrackNumber
-        uint(0x73C5, 1), // TrackUID
-        uint(0x9C, 0),   // FlagLacing
-        string(0x22B59C, "und"),
-        string(0x86, video.codec.codec_id()),
+        uint(id::TRACK_NUMBER, 1),
+        uint(id::TRACK_UID, 1),
+        uint(id::FLAG_LACING, 0),
+        string(id::LANGUAGE, "und"),
+        string(id::CODEC_ID, video.codec.codec_id()),
     ];
     if let Some(private) = &video.codec_private {
-        entry.push(element(0x63A2, private));
+        entry.push(element(id::CODEC_PRIVATE, private));
     }
-    entry.push(uint(0x83, 1)); // TrackType: video
-    entry.push(uint(0x23E383, (1e9 / video.fps).round() as u64)); // DefaultDuration (ns)
-    entry.push(master(0xE0, &picture));
-    master(0xAE, &entry)
+    entry.push(uint(id::TRACK_TYPE, 1)); // video
+    entry.push(uint(id::DEFAULT_DURATION, (1e9 / video.fps).round() as u64)); // nanoseconds
+    entry.push(master(id::VIDEO, &picture));
+    master(id::TRACK_ENTRY, &entry)
 }
 
 /// The global tags: names in capitals with spaces as underscores, as FFmpeg's Matroska muxer writes them.
 fn tags(pairs: &[(String, String)]) -> Vec<u8> {
-    let mut tag = vec![master(0x63C0, &[])]; // Targets: the whole file
+    let mut tag = vec![master(id::TARGETS, &[])]; // the whole file
     for (name, value) in pairs {
         let name: String =
             name.chars().map(|c| if c == ' ' { '_' } else { c.to_ascii_uppercase() }).collect();
-        tag.push(master(0x67C8, &[string(0x45A3, &name), string(0x4487, value)]));
+        tag.push(master(
+            id::SIMPLE_TAG,
+            &[string(id::TAG_NAME, &name), string(id::TAG_STRING, value)],
+        ));
     }
-    master(TAGS, &[master(0x7373, &tag)])
+    master(TAGS, &[master(id::TAG, &tag)])
 }
 
 /// The clusters, and the start time and offset of each that begins with a key frame (a seek lands there).
@@ -261,7 +256,7 @@ fn clusters(frames: &[CodedFrame], times: &[u64]) -> (Vec<u8>, Vec<(u64, u64)>) 
             if key {
                 starts.push((start, out.len() as u64));
             }
-            let mut children = vec![uint(0xE7, start)]; // Timestamp
+            let mut children = vec![uint(id::TIMESTAMP, start)];
             children.extend(blocks);
             out.extend(master(CLUSTER, &children));
         }
@@ -293,18 +288,21 @@ fn block(frame: &CodedFrame, relative: i16, previous: Option<i64>) -> Vec<u8> {
         None => {
             head.push(if frame.keyframe { 0x80 } else { 0x00 });
             head.extend(&frame.data);
-            element(0xA3, &head)
+            element(id::SIMPLE_BLOCK, &head)
         }
         Some(alpha) => {
             head.push(0x00);
             head.extend(&frame.data);
-            let mut group = vec![element(0xA1, &head)];
-            let more = master(0xA6, &[uint(0xEE, 1), element(0xA5, alpha)]); // BlockMore
-            group.push(master(0x75A1, &[more])); // BlockAdditions
+            let mut group = vec![element(id::BLOCK, &head)];
+            let more = master(
+                id::BLOCK_MORE,
+                &[uint(id::BLOCK_ADD_ID, 1), element(id::BLOCK_ADDITIONAL, alpha)],
+            );
+            group.push(master(id::BLOCK_ADDITIONS, &[more]));
             if let (false, Some(back)) = (frame.keyframe, previous) {
-                group.push(element(0xFB, &back.to_be_bytes())); // ReferenceBlock
+                group.push(element(id::REFERENCE_BLOCK, &back.to_be_bytes()));
             }
-            master(0xA0, &group)
+            master(id::BLOCK_GROUP, &group)
         }
     }
 }
