@@ -52,6 +52,9 @@ Writes:
 - humo.safetensors (f32): ComfyUI's HumoWanModel (17B- and 1.7B-shaped, from the expert's and t2v's weights with
   tiny audio weights) with a reference latent and audio, see `humo()`; ComfyUI's alone (diffusers has no HuMo).
   `wan.py humo` writes only it.
+- phantom.safetensors (f32): ComfyUI's t2v output with WanPhantomSubjectToVideo's reference frames
+  (`time_dim_concat`) on the t2v and ragged cases' inputs, see `phantom()`; ComfyUI's alone (diffusers has no
+  Phantom). `wan.py phantom` writes only it.
 
 diffusers' I2V attention takes the text as the last 512 context tokens (hard-coded), so the I2V cases use 512
 text tokens; its FLF2V image embedder adds pos_embed to the two images' tokens viewed as one sequence, so it gets
@@ -429,6 +432,35 @@ def bernini():
               f"{OUT}/bernini.safetensors")
 
 
+def phantom():
+    """ComfyUI's t2v WanModel with WanPhantomSubjectToVideo's reference frames (`time_dim_concat`, what
+    `WAN21.extra_conds` hands the model in its latent space): their frames follow the video's along time, the RoPE
+    runs over both, and the output is cut back to the video's frames. On the `t2v` case's inputs, 2 reference
+    frames [1, 16, 2, 4, 6] repeated to the batch of 2 (CONDRegular); on the `ragged` case's (odd sides, padded
+    circularly, the references too), 1 frame [1, 16, 1, 5, 7]. phantom.safetensors holds `concat.t2v`,
+    `out.t2v` [2, 16, 3, 4, 6], `concat.ragged` and `out.ragged` [1, 16, 2, 5, 7] (f32). Reads the weights and
+    inputs already written, so it runs on its own (`wan.py phantom`)."""
+    from safetensors.torch import load_file
+
+    stored = load_file(f"{OUT}/weights.safetensors")
+    ti2v = load_file(f"{OUT}/ti2v.safetensors")
+    io = load_file(f"{OUT}/io.safetensors")
+    net = comfy_net("t2v", stored, ti2v)
+    g = torch.Generator().manual_seed(17)
+    tensors = {}
+    for case, frames in (("t2v", 2), ("ragged", 1)):
+        x, t, context, _ = inputs(io, case)
+        concat = torch.randn(1, 16, frames, *x.shape[-2:], generator=g)
+        with torch.no_grad():
+            out = net(x, t, context, time_dim_concat=concat.repeat(x.shape[0], 1, 1, 1, 1), transformer_options={})
+        assert out.shape == x.shape, (out.shape, x.shape)
+        moved = float((out - io[f"out.{case}"]).abs().max())
+        print(f"ComfyUI, {case} with {frames} Phantom reference frames: differs from plain {case} by {moved:.3f}")
+        tensors[f"concat.{case}"] = concat
+        tensors[f"out.{case}"] = out.contiguous()
+    save_file(tensors, f"{OUT}/phantom.safetensors")
+
+
 # ComfyUI's mark of a causal Wan file: its metadata `config`, whose `transformer` entries detection merges in.
 CAUSAL_METADATA = {"config": json.dumps({"transformer": {"causal_ar": True}})}
 
@@ -695,6 +727,9 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["bernini"]:
         import_comfyui()
         bernini()
+    elif sys.argv[1:] == ["phantom"]:
+        import_comfyui()
+        phantom()
     elif sys.argv[1:] == ["causal"]:
         import_comfyui()
         causal()

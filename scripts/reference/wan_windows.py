@@ -86,8 +86,9 @@ def vace_patcher():
     return patcher_of(weights, "WAN21_Vace")
 
 
-def run(patcher, io, extras, name, g, frames=(16, 5, 4, 6)):
-    """Samples `patcher` with `extras` on both sides, plain and windowed, into io and the fixture `name`."""
+def run(patcher, io, extras, name, g, frames=(16, 5, 4, 6), negative_extras=None):
+    """Samples `patcher` with `extras` on both sides (or `negative_extras` on the negative), plain and windowed,
+    into io and the fixture `name`."""
     import comfy.samplers
     from comfy_extras.nodes_context_windows import ContextWindowsManualNode
 
@@ -97,7 +98,7 @@ def run(patcher, io, extras, name, g, frames=(16, 5, 4, 6)):
     sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 3)
     io["sigmas"] = sigmas.float()
     positive = [[io["context.positive"], dict(extras)]]
-    negative = [[io["context.negative"], dict(extras)]]
+    negative = [[io["context.negative"], dict(extras if negative_extras is None else negative_extras)]]
 
     def sample(p):
         guider = comfy.samplers.CFGGuider(p)
@@ -150,6 +151,7 @@ def main():
     dancer()
     humo()
     s2v()
+    phantom()
 
 
 class ClipStates:
@@ -265,5 +267,34 @@ def dancer():
     run(dancer_patcher(), io, extras, "dancer", g, frames=(16, 5, 8, 8))
 
 
+def phantom():
+    """ComfyUI's WanPhantomSubjectToVideo (width 48, height 32, length 17) on wan_vae.py's tiny Wan 2.1 VAE (as
+    comfy.sd.VAE loads it) with two RGBA subject images [2, 40, 56, 4] of another aspect, which the node fits
+    (bilinear, centre crop), encodes one at a time and sets as `time_dim_concat`; then run()'s sampling on the t2v
+    variant with the node's `positive` and `negative_img_text` (its subjects blank: zeros in the model's space).
+    Under windows the subject frames (2, not the latent's 5) reach every window whole."""
+    import comfy.sd
+    from comfy_extras.nodes_wan import WanPhantomSubjectToVideo
+
+    vae_weights = load_file("engine/models/tests/fixtures/wan_vae/weights.safetensors")
+    vae = comfy.sd.VAE(sd={k: v.float() for k, v in vae_weights.items()})
+    g = torch.Generator().manual_seed(21)
+    io = {"images": torch.rand(2, 40, 56, 4, generator=g)}
+    out = WanPhantomSubjectToVideo.execute([[torch.zeros(1, 1, TEXT), {}]], [[torch.zeros(1, 1, TEXT), {}]], vae,
+                                           48, 32, 17, 1, io["images"]).result
+    positive, negative_text, negative_img_text, latent = out
+    io["subjects"] = positive[0][1]["time_dim_concat"].float()
+    io["blank"] = negative_img_text[0][1]["time_dim_concat"].float()
+    assert torch.equal(negative_text[0][1]["time_dim_concat"], positive[0][1]["time_dim_concat"])
+    assert tuple(io["subjects"].shape) == (1, 16, 2, 4, 6), io["subjects"].shape
+    assert tuple(latent["samples"].shape) == (1, 16, 5, 4, 6), latent["samples"].shape
+    run(patcher_of(tiny_t2v()[0], "WAN21_T2V"), io, {"time_dim_concat": io["subjects"]}, "phantom", g,
+        negative_extras={"time_dim_concat": io["blank"]})
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["phantom"]:
+        import_comfyui(node_modules=True)
+        phantom()
+    else:
+        main()

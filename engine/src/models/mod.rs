@@ -492,6 +492,9 @@ pub struct CondExtras {
     pub clip_vision_reference: Option<Tensor>,
     /// WanDancer's music (`WanDancerVideo`'s `audio_embed`, `fps` and `audio_inject_scale`).
     pub dancer_music: Option<DancerMusic>,
+    /// Phantom's subject frames (`WanPhantomSubjectToVideo`'s `time_dim_concat`: each image's latent, one frame
+    /// each, `[1, 16, K, h, w]`), VAE space, which a Wan model runs after the video's frames.
+    pub time_dim_concat: Option<Tensor>,
 }
 
 /// What `WanDancerEncodeAudio` makes of a song (its `AUDIO_ENCODER_OUTPUT`), which `WanDancerVideo` hands a
@@ -550,6 +553,7 @@ impl CondExtras {
             + self.control_video.as_ref().map_or(0, Tensor::byte_size)
             + self.clip_vision_reference.as_ref().map_or(0, Tensor::byte_size)
             + self.dancer_music.as_ref().map_or(0, |m| m.features.byte_size())
+            + self.time_dim_concat.as_ref().map_or(0, Tensor::byte_size)
             + self.animate_pose.as_ref().map_or(0, |p| {
                 [&p.latent, &p.clip_vision, &p.context]
                     .into_iter()

@@ -222,6 +222,50 @@ fn issue_24_wan21_image_to_video_and_first_last_frame_follow_their_images() {
 }
 
 #[test]
+fn issue_24_wan_phantom_follows_its_subject_images() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let plain = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 9);
+    // Phantom's wiring: WanPhantomSubjectToVideo between the prompts and the sampler, its negative_img_text as
+    // the sampler's negative; subjects of `colours`, each an image of another aspect than the clip's.
+    let phantom = |colours: &[u32]| {
+        let mut graph = plain.clone();
+        graph["54"] = json!({"class_type": "WanPhantomSubjectToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "width": 32, "height": 32,
+            "length": 9, "batch_size": 1}});
+        let mut images = None;
+        for (i, colour) in colours.iter().enumerate() {
+            let id = format!("{}", 60 + i);
+            graph[&id] = json!({"class_type": "EmptyImage", "inputs": {"width": 48, "height": 40, "batch_size": 1, "color": colour}});
+            images = Some(match images {
+                None => json!([id, 0]),
+                Some(before) => {
+                    let batch = format!("{}", 70 + i);
+                    graph[&batch] = json!({"class_type": "ImageBatch", "inputs": {"image1": before, "image2": [id, 0]}});
+                    json!([batch, 0])
+                }
+            });
+        }
+        if let Some(images) = images {
+            graph["54"]["inputs"]["images"] = images;
+        }
+        graph["3"]["inputs"]["positive"] = json!(["54", 0]);
+        graph["3"]["inputs"]["negative"] = json!(["54", 2]);
+        graph["3"]["inputs"]["latent_image"] = json!(["54", 3]);
+        graph
+    };
+    // Without subjects the node hands the prompts on and an empty latent: text-to-video's frames.
+    let none = frames_of(&mut h, phantom(&[]));
+    assert_eq!(none, frames_of(&mut h, plain.clone()));
+    let red = frames_of(&mut h, phantom(&[0xD02020]));
+    assert_eq!(red.len(), 9, "the subject frames are cut off the clip");
+    assert_ne!(red, none, "the subject reaches the model");
+    let two = frames_of(&mut h, phantom(&[0xD02020, 0x2020D0]));
+    assert_eq!(two.len(), 9);
+    assert_ne!(two, red, "a second subject reaches the model");
+}
+
+#[test]
 fn issue_24_wan22_ti2v_keeps_its_start_frame_and_runs_from_an_empty_hunyuan_latent() {
     let mut h = Harness::new(CachePolicy::None);
     write_tiny_wan(&h.roots.input.join("models"));

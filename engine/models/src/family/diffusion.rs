@@ -393,6 +393,10 @@ pub struct DiffusionInput<'a, B: Backend> {
     pub animate: Option<wan::animate2::Animate2Input<'a, B>>,
     /// WanDancer's music, frame rate and reference image; other models ignore it.
     pub dancer: Option<wan::dancer::DancerInput<'a, B>>,
+    /// Phantom's subject frames in model space (`WanPhantomSubjectToVideo`'s `time_dim_concat`, `[1 or B, C, K,
+    /// h, w]`): a Wan model runs them after the video's frames (see [`wan::phantom`]); other families refuse
+    /// them.
+    pub time_concat: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -426,6 +430,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             control: None,
             animate: None,
             dancer: None,
+            time_concat: None,
         }
     }
 }
@@ -632,6 +637,12 @@ impl DiffusionNet {
                 self.family().name()
             )));
         }
+        if input.time_concat.is_some() && !matches!(self, DiffusionNet::Wan(_)) {
+            return Err(crate::Error::Invalid(format!(
+                "Phantom's subject frames (WanPhantomSubjectToVideo) are for Wan 2.1; a {} model takes none",
+                self.family().name()
+            )));
+        }
         if input.talk.is_some() && !matches!(self, DiffusionNet::Wan(_)) {
             return Err(crate::Error::Invalid(format!(
                 "InfiniteTalk's audio (WanInfiniteTalkToVideo) is for Wan 2.1; a {} model takes none",
@@ -707,8 +718,21 @@ impl DiffusionNet {
             }
             DiffusionNet::Wan(net) => {
                 refuse_controls(self.family(), input.controls, input.patches)?;
+                // Phantom's subject frames run after the video's; the output is the video's frames.
+                let joined = match input.time_concat {
+                    Some(_) if input.causal.is_some() || input.frame_timesteps.is_some() => {
+                        return Err(crate::Error::Invalid(
+                            "Phantom's subject frames (WanPhantomSubjectToVideo) go with a whole-video call at \
+                             one timestep a sample; not with the ar_video sampler or Wan 2.2's per-frame \
+                             timesteps"
+                                .to_owned(),
+                        ));
+                    }
+                    Some(frames) => Some(wan::phantom::join_frames(b, input.x, frames)?),
+                    None => None,
+                };
                 let wan_input = WanInput {
-                    x: input.x,
+                    x: joined.as_ref().unwrap_or(input.x),
                     timesteps: input.frame_timesteps.unwrap_or(input.timesteps),
                     context: input.context,
                     clip: input.clip_vision,
@@ -727,7 +751,11 @@ impl DiffusionNet {
                     animate: input.animate,
                     dancer: input.dancer,
                 };
-                net.forward(b, &wan_input)
+                let out = net.forward(b, &wan_input)?;
+                match joined {
+                    Some(_) => Ok(b.slice(&out, 2, 0, input.x.dim(2)?)?),
+                    None => Ok(out),
+                }
             }
             DiffusionNet::Unet(net) => {
                 refuse_controls(DiffusionFamily::Lotus, input.controls, input.patches)?;

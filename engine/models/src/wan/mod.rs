@@ -20,6 +20,7 @@
 //!   self-attention, frame by frame; [`PoseCache`] keeps the branch's block inputs across a run's steps.
 //! - [`dancer`]: WanDancer, a Wan 2.1 I2V body dancing to music: the music encoder and its injectors, a
 //!   second patch embedding and head for music at another frame rate, the reference image's CLIP projection.
+//! - [`phantom`]: Phantom's subject frames (`WanPhantomSubjectToVideo`), run after the video's along time.
 //! - [`lora::patches`]: a LoRA file's patches, by ComfyUI's key forms for Wan.
 //! - [`family`]: the names, latent formats and default model sampling of the two ComfyUI entries, `WAN21` and
 //!   `WAN22`.
@@ -32,6 +33,7 @@ pub mod humo;
 pub mod infinite_talk;
 pub mod lora;
 mod model;
+pub mod phantom;
 mod pose_cache;
 pub mod s2v;
 

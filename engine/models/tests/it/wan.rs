@@ -269,6 +269,42 @@ fn in_context_latents_follow_the_video_at_their_source_positions_as_comfyui_does
 }
 
 #[test]
+fn phantom_subject_frames_follow_the_video_and_are_cut_off_as_comfyui_does() {
+    // ComfyUI's t2v output with WanPhantomSubjectToVideo's `time_dim_concat` (`wan.py`'s `phantom()`): two
+    // subject frames shared by a batch of two, and one frame after a latent of odd sides (padded circularly).
+    let file = TempTensors::new("wan-phantom", Variant::T2v.tensors());
+    let (b, _, net) = load(&file.0);
+    let want = read_tensors("wan/phantom.safetensors");
+    let io = read_tensors("wan/io.safetensors");
+    for case in ["t2v", "ragged"] {
+        let x = io_tensor(&b, &io, &format!("x.{case}"));
+        let context = io_tensor(&b, &io, &format!("context.{case}"));
+        let frames = io_tensor(&b, &want, &format!("concat.{case}"));
+        let input = DiffusionInput {
+            time_concat: Some(&frames),
+            ..DiffusionInput::new(&x, &io[&format!("t.{case}")].1, &context)
+        };
+        let out = net.forward(&*b, input).unwrap();
+        let expected = &want[&format!("out.{case}")];
+        assert_eq!(out.shape(), expected.0.as_slice(), "{case}");
+        let got = b.to_f32(&out).unwrap();
+        assert_close(&format!("{case} with Phantom frames"), &got, &expected.1, 1e-4);
+    }
+
+    // Frames of another size than the latent's are refused, naming what they must match.
+    let x = io_tensor(&b, &io, "x.t2v");
+    let context = io_tensor(&b, &io, "context.t2v");
+    let wrong = b.from_f32(&[1, 16, 1, 2, 2], &[0.0; 64], DType::F32).unwrap();
+    let input = DiffusionInput {
+        time_concat: Some(&wrong),
+        ..DiffusionInput::new(&x, &io["t.t2v"].1, &context)
+    };
+    let Err(err) = net.forward(&*b, input) else { panic!("frames of another size are refused") };
+    let err = err.to_string();
+    assert!(err.contains("WanPhantomSubjectToVideo") && err.contains("width and height"), "{err}");
+}
+
+#[test]
 fn a_reference_image_goes_through_ref_conv_before_the_video_as_comfyui_does() {
     // The expert with ComfyUI's reference-image convolution (Wan 2.2 Fun Control): detected with it, and its
     // output with a reference latent is ComfyUI's `WanModel(in_dim_ref_conv=16)` (`wan.py`).

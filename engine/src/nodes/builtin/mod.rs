@@ -55,6 +55,7 @@ mod wan_concat;
 mod wan_dancer;
 mod wan_fun_control;
 mod wan_move;
+mod wan_phantom;
 mod wan_sound;
 mod wan_track;
 mod wan_vace;
@@ -168,6 +169,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));
     registry.register(wan::Wan22ImageToVideoLatent::new(compute.clone()));
+    registry.register(wan_phantom::WanPhantomSubjectToVideo::new(compute.clone()));
     registry.register(humo::WanHuMoImageToVideo::new(compute.clone()));
     registry.register(wan_dancer::WanDancerEncodeAudio::new());
     registry.register(wan_dancer::WanDancerVideo::new(compute.clone()));

@@ -351,6 +351,10 @@ impl OnDevice for Forward<'_> {
                 clip_reference: clip_reference.as_ref(),
             }
         });
+        let time_concat = match &self.extras.time_dim_concat {
+            Some(frames) => self.in_model_space(b, std::slice::from_ref(frames))?.pop(),
+            None => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -379,6 +383,7 @@ impl OnDevice for Forward<'_> {
             control: control.as_ref(),
             animate: animate.as_ref().map(AnimateCall::input),
             dancer,
+            time_concat: time_concat.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;

@@ -179,6 +179,17 @@ pub(super) fn check_wan_windows(
     io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
     extras: &crate::models::CondExtras,
 ) {
+    check_wan_windows_apart(path, io, extras, extras);
+}
+
+/// [`check_wan_windows`] with `positive` riding with the positive prompt and `negative` with the negative.
+#[cfg(test)]
+pub(super) fn check_wan_windows_apart(
+    path: &std::path::Path,
+    io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
+    positive: &crate::models::CondExtras,
+    negative: &crate::models::CondExtras,
+) {
     use std::sync::Arc;
 
     use crate::models::{Cond, Conditioning, DiffusionModel, Noise, load};
@@ -187,10 +198,11 @@ pub(super) fn check_wan_windows(
     let dir = path.parent().expect("the model's folder");
     let env = crate::models::ModelEnv::cpu(dir);
     let model = load::load_diffusion_model(&env, path, None, &mut |_, _| {}).expect("load");
-    let side = |name: &str| Conditioning {
+    let side = |name: &str, extras: &crate::models::CondExtras| Conditioning {
         entries: vec![Cond { cond: io[name].clone(), pooled: None, extras: extras.clone() }],
     };
-    let (positive, negative) = (side("context.positive"), side("context.negative"));
+    let (positive, negative) =
+        (side("context.positive", positive), side("context.negative", negative));
     let latent = Latent::new(crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0));
     let ctx = crate::fixtures::quiet_context(dir);
     for (case, windows) in
