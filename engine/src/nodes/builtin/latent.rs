@@ -386,7 +386,7 @@ pub(super) fn cat(a: &Tensor, b: &Tensor, dim: usize) -> Result<Tensor, NodeErro
 }
 
 /// ComfyUI's `repeat_to_batch_size`: the batch cut to `batch`, or repeated whole until it reaches it and cut.
-fn repeat_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
+pub(super) fn repeat_to_batch(t: &Tensor, batch: usize) -> Result<Tensor, NodeError> {
     let have = t.shape().first().copied().unwrap_or(0);
     if have == batch || have == 0 {
         return Ok(t.clone());

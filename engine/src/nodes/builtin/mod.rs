@@ -24,6 +24,8 @@ mod infinite_talk;
 mod inpaint;
 mod kv_cache;
 mod latent;
+mod latent_file;
+mod latent_ops;
 mod loaders;
 mod logic;
 mod lotus;
@@ -206,6 +208,11 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     for node in latent::advanced_nodes() {
         registry.register(node);
     }
+    for node in latent_ops::nodes() {
+        registry.register(node);
+    }
+    registry.register(latent_file::SaveLatent::new());
+    registry.register(latent_file::LoadLatent::new(input_dir.clone()));
     for node in latent::compositing_nodes() {
         registry.register(node);
     }
