@@ -152,6 +152,7 @@ def main():
     humo()
     s2v()
     phantom()
+    timestep_range()
 
 
 class ClipStates:
@@ -292,9 +293,44 @@ def phantom():
         negative_extras={"time_dim_concat": io["blank"]})
 
 
+def timestep_range():
+    """ComfyUI's CFGGuider (cfg 2, euler, simple 5 steps) on the t2v variant with ConditioningSetTimestepRange's
+    `start_percent` / `end_percent` (ComfyUI turns them into sigmas with the model's percent_to_sigma; a prompt
+    outside its range at a step is left out of that step's mean, and a side with none in range predicts zeros):
+    two positive prompts over [0, 0.5] and [0.5, 1], a third over the whole run, and a negative over [0.3, 1],
+    absent from the first steps. Writes engine/tests/fixtures/context_windows/timestep_range.safetensors:
+    `context.p0`, `context.p1`, `context.p2`, `context.negative` [1, 6, 32], `noise` [1, 16, 3, 4, 6], `sigmas`,
+    `out` (no windows: the file sits with the other Wan sampling fixtures)."""
+    import comfy.samplers
+
+    patcher = patcher_of(tiny_t2v()[0], "WAN21_T2V")
+    g = torch.Generator().manual_seed(23)
+    io = {name: torch.randn(1, 6, TEXT, generator=g) for name in ("context.p0", "context.p1", "context.p2",
+                                                                   "context.negative")}
+    io["noise"] = torch.randn(1, 16, 3, 4, 6, generator=torch.Generator().manual_seed(SEED))
+    sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 5)
+    io["sigmas"] = sigmas.float()
+    positive = [[io["context.p0"], {"start_percent": 0.0, "end_percent": 0.5}],
+                [io["context.p1"], {"start_percent": 0.5, "end_percent": 1.0}],
+                [io["context.p2"], {}]]
+    negative = [[io["context.negative"], {"start_percent": 0.3, "end_percent": 1.0}]]
+    guider = comfy.samplers.CFGGuider(patcher)
+    guider.set_conds(positive, negative)
+    guider.set_cfg(2.0)
+    with torch.no_grad():
+        io["out"] = guider.sample(io["noise"].clone(), torch.zeros_like(io["noise"]),
+                                  comfy.samplers.sampler_object("euler"), sigmas.clone(), disable_pbar=True,
+                                  seed=SEED).float()
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{WINDOWS_OUT}/timestep_range.safetensors")
+    print("timestep_range: out max", float(io["out"].abs().max()))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["phantom"]:
         import_comfyui(node_modules=True)
         phantom()
+    elif sys.argv[1:] == ["timestep_range"]:
+        import_comfyui(node_modules=True)
+        timestep_range()
     else:
         main()

@@ -492,6 +492,9 @@ pub struct CondExtras {
     pub clip_vision_reference: Option<Tensor>,
     /// WanDancer's music (`WanDancerVideo`'s `audio_embed`, `fps` and `audio_inject_scale`).
     pub dancer_music: Option<DancerMusic>,
+    /// The part of sampling the prompt takes part in, as percents (`ConditioningSetTimestepRange`'s
+    /// `start_percent`, `end_percent`); `None`: all of it.
+    pub timestep_range: Option<(f64, f64)>,
     /// Phantom's subject frames (`WanPhantomSubjectToVideo`'s `time_dim_concat`: each image's latent, one frame
     /// each, `[1, 16, K, h, w]`), VAE space, which a Wan model runs after the video's frames.
     pub time_dim_concat: Option<Tensor>,

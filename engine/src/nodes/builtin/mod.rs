@@ -10,6 +10,7 @@ mod clip_vision;
 mod compose;
 mod concat;
 mod conditioning;
+mod conditioning_ops;
 mod context_windows;
 mod controlnet;
 mod custom_sampling;
@@ -103,6 +104,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(image::EmptyImage::new());
     registry.register(image::ImageBlend::new());
     registry.register(conditioning::ConditioningCombine::new());
+    for node in conditioning_ops::nodes() {
+        registry.register(node);
+    }
     registry.register(sampler::KSamplerAdvanced::new(compute.clone()));
     registry.register(loaders::ClipLoader(models.clone()));
     registry.register(loaders::UnetLoader(models.clone()));

@@ -1011,7 +1011,9 @@ impl Guided<'_> {
         }
         let mut sum = vec![0f32; x.len()];
         let mut terms = 0usize;
-        for entry in &side.entries {
+        // Prompts outside their part of sampling sit this step out; with none left, the side predicts zeros
+        // (ComfyUI's sum over no prompts divided by its 1e-37).
+        for entry in side.entries.iter().filter(|e| self.in_range(&e.extras, sigma)) {
             let (contexts, pooled) = ([&entry.cond], [entry.pooled.as_ref()]);
             let whole =
                 self.forward(&self.shape, x, sigma, (&contexts, &pooled, &entry.extras), skipped);
@@ -1031,6 +1033,16 @@ impl Guided<'_> {
         let n = terms.max(1) as f32;
         sum.iter_mut().for_each(|s| *s /= n);
         Ok(sum)
+    }
+
+    /// Whether a prompt takes part at `sigma` (`ConditioningSetTimestepRange`): ComfyUI leaves it out above its
+    /// start's sigma and below its end's, compared in f32.
+    fn in_range(&self, extras: &CondExtras, sigma: f32) -> bool {
+        let Some((start, end)) = extras.timestep_range else { return true };
+        let sampling = &self.model.sampling;
+        let (start, end) =
+            (sampling.percent_to_sigma(start) as f32, sampling.percent_to_sigma(end) as f32);
+        sigma <= start && sigma >= end
     }
 
     /// Whether the run's context windows split a side's prompts among the windows (`split_conds_to_windows`,
@@ -1155,6 +1167,7 @@ impl Guided<'_> {
             || (ragged && joinable_rows(&[&pos.cond, &neg.cond]).is_some());
         if !joinable
             || pos.extras != neg.extras
+            || !self.in_range(&pos.extras, sigma)
             || pooled_shape(pos) != pooled_shape(neg)
             || self.pose_at_boundary(&pos.extras, sigma)
             || windows_cut_batch
