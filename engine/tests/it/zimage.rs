@@ -456,9 +456,16 @@ fn issue_21_sigma_nodes_and_the_denoised_output_feed_a_sampler() {
         .count();
     assert_eq!(progress, 2, "one step per pair of sigmas");
 
-    // Karras, exponential, polyexponential, beta; flipped; and a first sigma set by hand all run.
+    // Karras, exponential, polyexponential, beta, Laplace, VP, OptimalSteps; flipped; and a first sigma set by
+    // hand all run.
     for (class, inputs) in [
         ("KarrasScheduler", json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01, "rho": 7.0})),
+        (
+            "LaplaceScheduler",
+            json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01, "mu": 0.0, "beta": 0.5}),
+        ),
+        ("VPScheduler", json!({"steps": 2, "beta_d": 19.9, "beta_min": 0.1, "eps_s": 0.001})),
+        ("OptimalStepsScheduler", json!({"model_type": "FLUX", "steps": 3, "denoise": 1.0})),
         ("ExponentialScheduler", json!({"steps": 2, "sigma_max": 1.0, "sigma_min": 0.01})),
         (
             "PolyexponentialScheduler",
@@ -477,6 +484,24 @@ fn issue_21_sigma_nodes_and_the_denoised_output_feed_a_sampler() {
         let ran = h.run(prompt);
         assert_eq!(ran.summary.outcome, Outcome::Success, "{class}: {:?}", ran.summary.outcome);
     }
+
+    // Intermediate sigmas between a schedule's steps, and a sigma for a share of the run, feed the sampler too.
+    let mut extended = manual.clone();
+    extended["77"] = json!({"class_type": "ExtendIntermediateSigmas", "inputs": {
+        "sigmas": ["76", 0], "steps": 2, "start_at_sigma": -1.0, "end_at_sigma": 0.8, "spacing": "cosine"}});
+    extended["78"] = json!({"class_type": "SamplingPercentToSigma", "inputs": {
+        "model": ["69", 0], "sampling_percent": 0.25, "return_actual_sigma": false}});
+    extended["80"] =
+        json!({"class_type": "SetFirstSigma", "inputs": {"sigmas": ["77", 0], "sigma": ["78", 0]}});
+    extended["70"]["inputs"]["sigmas"] = json!(["80", 0]);
+    let ran = h.run(extended);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let steps = ran
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Progress { node, .. } if node.0 == "70"))
+        .count();
+    assert_eq!(steps, 3, "1.0 and 0.6 gain a sigma between them; 0.6 to 0 is below end_at_sigma");
 
     // Sigmas that go nowhere leave the latent as it was: an empty latent decodes to the VAE's image of zeros.
     let mut none = manual.clone();

@@ -42,6 +42,7 @@ pub use samplers::{
     SamplerSettings, Step, sample, sample_with,
 };
 pub use schedulers::{
-    Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas, flux2_sigmas, karras_sigmas,
-    ksampler_sigmas, polyexponential_sigmas, turbo_sigmas,
+    OPTIMAL_STEPS, Scheduler, beta_sigmas, denoise_sigmas, exponential_sigmas,
+    extend_intermediate_sigmas, flux2_sigmas, karras_sigmas, ksampler_sigmas, laplace_sigmas,
+    optimal_steps_sigmas, polyexponential_sigmas, turbo_sigmas, vp_sigmas,
 };

@@ -317,6 +317,159 @@ fn flux2_mu(tokens: f64, steps: f64) -> f64 {
     a * steps + b
 }
 
+/// k-diffusion's `get_sigmas_laplace` (`LaplaceScheduler`, Tiankai et al. 2024): n sigmas (no final zero)
+/// exp(μ − β·sign(½ − x)·ln(1 − 2|½ − x| + 10⁻⁵)) over an f32 linspace x of [0, 1], clamped to [σ_min, σ_max],
+/// each operation in f32 as torch runs it.
+pub fn laplace_sigmas(
+    steps: usize,
+    sigma_min: f64,
+    sigma_max: f64,
+    mu: f64,
+    beta: f64,
+) -> Vec<f32> {
+    let (mu, beta, min, max) = (mu as f32, beta as f32, sigma_min as f32, sigma_max as f32);
+    linspace(0.0, 1.0, steps)
+        .into_iter()
+        .map(|x| {
+            let d = 0.5 - x;
+            let sign = if d > 0.0 {
+                1.0
+            } else if d < 0.0 {
+                -1.0
+            } else {
+                0.0
+            };
+            let log = (1.0 - 2.0 * d.abs() + 1e-5f32).ln();
+            let lambda = mu - beta * sign * log;
+            lambda.exp().max(min).min(max)
+        })
+        .collect()
+}
+
+/// k-diffusion's `get_sigmas_vp` (`VPScheduler`, the continuous VP schedule): √expm1(β_d·t²/2 + β_min·t) over
+/// an f32 linspace t from 1 to ε_s, then 0.
+pub fn vp_sigmas(steps: usize, beta_d: f64, beta_min: f64, eps_s: f64) -> Vec<f32> {
+    let (beta_d, beta_min) = (beta_d as f32, beta_min as f32);
+    let mut sigmas: Vec<f32> = linspace(1.0, eps_s, steps)
+        .into_iter()
+        .map(|t| (beta_d * t.powi(2) / 2.0 + beta_min * t).exp_m1().sqrt())
+        .collect();
+    sigmas.push(0.0);
+    sigmas
+}
+
+/// The model families of `OptimalStepsScheduler` and their searched noise levels (Pei et al., "Optimal
+/// Stepsize for Diffusion Sampling"; the tables ComfyUI's `nodes_optimalsteps` ships).
+pub const OPTIMAL_STEPS: [(&str, &[f64]); 3] = [
+    (
+        "FLUX",
+        &[0.9968, 0.9886, 0.9819, 0.975, 0.966, 0.9471, 0.9158, 0.8287, 0.5512, 0.2808, 0.001],
+    ),
+    (
+        "Wan",
+        &[
+            1.0, 0.997, 0.995, 0.993, 0.991, 0.989, 0.987, 0.985, 0.98, 0.975, 0.973, 0.968, 0.96,
+            0.946, 0.927, 0.902, 0.864, 0.776, 0.539, 0.208, 0.001,
+        ],
+    ),
+    (
+        "Chroma",
+        &[
+            0.992, 0.99, 0.988, 0.985, 0.982, 0.978, 0.973, 0.968, 0.961, 0.953, 0.943, 0.931,
+            0.917, 0.9, 0.881, 0.858, 0.832, 0.802, 0.769, 0.731, 0.69, 0.646, 0.599, 0.55, 0.501,
+            0.451, 0.402, 0.355, 0.311, 0.27, 0.232, 0.199, 0.169, 0.143, 0.12, 0.101, 0.084, 0.07,
+            0.058, 0.048, 0.001,
+        ],
+    ),
+];
+
+/// `OptimalStepsScheduler`: the family's noise levels, log-linearly interpolated (in f64, as numpy) to
+/// `steps` + 1 where the table has another length; with `denoise` < 1 the last round(steps·denoise) + 1 of them;
+/// the final one 0. `None` for a family without a table; no sigmas at `denoise` ≤ 0.
+pub fn optimal_steps_sigmas(family: &str, steps: usize, denoise: f64) -> Option<Vec<f32>> {
+    let (_, levels) = OPTIMAL_STEPS.iter().find(|(name, _)| *name == family)?;
+    if denoise <= 0.0 {
+        return Some(Vec::new());
+    }
+    let total =
+        if denoise < 1.0 { (steps as f64 * denoise).round_ties_even() as usize } else { steps };
+    let mut sigmas =
+        if steps + 1 == levels.len() { levels.to_vec() } else { loglinear(levels, steps + 1) };
+    let keep = (total + 1).min(sigmas.len());
+    let mut tail: Vec<f32> =
+        sigmas.split_off(sigmas.len() - keep).iter().map(|&s| s as f32).collect();
+    if let Some(last) = tail.last_mut() {
+        *last = 0.0;
+    }
+    Some(tail)
+}
+
+/// The OptimalSteps reference's `loglinear_interp`: a decreasing table resampled to `n` values, linear in
+/// log σ over evenly spaced positions (numpy's `linspace` and `interp` in f64).
+fn loglinear(levels: &[f64], n: usize) -> Vec<f64> {
+    let np_linspace = |count: usize| -> Vec<f64> {
+        if count == 1 {
+            return vec![0.0];
+        }
+        let step = 1.0 / (count - 1) as f64;
+        let mut xs: Vec<f64> = (0..count).map(|i| i as f64 * step).collect();
+        xs[count - 1] = 1.0;
+        xs
+    };
+    let xs = np_linspace(levels.len());
+    let ys: Vec<f64> = levels.iter().rev().map(|l| l.ln()).collect();
+    let mut out: Vec<f64> = np_linspace(n)
+        .into_iter()
+        .map(|x| {
+            // numpy's `interp`: the segment xs[j] <= x < xs[j + 1], the last value at or past the end.
+            let j = xs.partition_point(|&v| v <= x).saturating_sub(1);
+            if j + 1 >= xs.len() {
+                return ys[ys.len() - 1].exp();
+            }
+            if x == xs[j] {
+                return ys[j].exp();
+            }
+            let slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]);
+            (slope * (x - xs[j]) + ys[j]).exp()
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+/// `ExtendIntermediateSigmas`: after each sigma in [`end`, `start`] (`start` < 0: no upper bound), `steps` − 1
+/// more between it and the next, spaced by `spacing` (`linear`, `cosine`: sin(x·π/2), `sine`: 1 − cos(x·π/2))
+/// over an f32 linspace, in f32. `None` for another spacing.
+pub fn extend_intermediate_sigmas(
+    sigmas: &[f32],
+    steps: usize,
+    start: f64,
+    end: f64,
+    spacing: &str,
+) -> Option<Vec<f32>> {
+    let shape: fn(f32) -> f32 = match spacing {
+        "linear" => |x| x,
+        "cosine" => |x| (x * std::f32::consts::PI / 2.0).sin(),
+        "sine" => |x| 1.0 - (x * std::f32::consts::PI / 2.0).cos(),
+        _ => return None,
+    };
+    // torch.linspace(0, 1, steps + 1)[1:-1]: the points strictly between.
+    let grid = linspace(0.0, 1.0, steps + 1);
+    let spaced: Vec<f32> =
+        grid[1..grid.len().saturating_sub(1).max(1)].iter().map(|&x| shape(x)).collect();
+    let (start, end) = (if start < 0.0 { f32::INFINITY } else { start as f32 }, end as f32);
+    let mut out = Vec::with_capacity(sigmas.len() * steps);
+    for pair in sigmas.windows(2) {
+        let (current, next) = (pair[0], pair[1]);
+        out.push(current);
+        if end <= current && current <= start {
+            out.extend(spaced.iter().map(|&s| s * (next - current) + current));
+        }
+    }
+    out.extend(sigmas.last());
+    Some(out)
+}
+
 /// `torch.linspace(start, end, n)` in f32 on the CPU: step = (end − start)/(n − 1) in f32; the first half counts
 /// up from `start`, the second half down from `end`, each value one fused multiply-add as torch's build computes
 /// it (checked bit for bit against torch 2.15 for n up to 200).

@@ -5,7 +5,8 @@
 use kiln_models::Result;
 use kiln_models::sampling::{
     Denoiser, FlowSampling, ModelSampling, Sampler, Scheduler, Step, denoise_sigmas,
-    exponential_sigmas, karras_sigmas, polyexponential_sigmas, sample, turbo_sigmas,
+    exponential_sigmas, extend_intermediate_sigmas, karras_sigmas, laplace_sigmas,
+    optimal_steps_sigmas, polyexponential_sigmas, sample, turbo_sigmas, vp_sigmas,
 };
 
 use crate::common::{assert_close, fixture, read_tensors};
@@ -117,6 +118,57 @@ fn the_scheduler_nodes_match_k_diffusion_and_comfyui() {
     // Bit-exact but where torch's exp/pow rounds an ulp differently from the C library.
     for key in &inexact {
         assert!(!key.contains("sd_turbo"), "{key} is not bit-exact");
+    }
+}
+
+/// ComfyUI's own schedule nodes that need no model, and `SamplingPercentToSigma` on a flow model's sampling
+/// (`scripts/reference/comfy_schedules.py`).
+#[test]
+fn laplace_vp_optimal_steps_and_extended_schedules_match_comfyuis_nodes() {
+    let t = read_tensors("comfy_sampling/schedules.safetensors");
+    let path = fixture("comfy_sampling/schedules.json");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("schedules.json"))
+            .expect("JSON");
+    for case in cases["schedules"].as_array().expect("schedules") {
+        let key = case["key"].as_str().expect("key");
+        let f = |name: &str| case[name].as_f64().unwrap_or_else(|| panic!("{key}: {name}"));
+        let steps = f("steps") as usize;
+        let got = match case["node"].as_str().expect("node") {
+            "LaplaceScheduler" => {
+                laplace_sigmas(steps, f("sigma_min"), f("sigma_max"), f("mu"), f("beta"))
+            }
+            "VPScheduler" => vp_sigmas(steps, f("beta_d"), f("beta_min"), f("eps_s")),
+            "OptimalStepsScheduler" => {
+                let family = case["model_type"].as_str().expect("model_type");
+                optimal_steps_sigmas(family, steps, f("denoise")).expect("a family with levels")
+            }
+            "ExtendIntermediateSigmas" => {
+                let spacing = case["spacing"].as_str().expect("spacing");
+                let (start, end) = (f("start_at_sigma"), f("end_at_sigma"));
+                extend_intermediate_sigmas(&t["extend.base"].1, steps, start, end, spacing)
+                    .expect("a spacing")
+            }
+            other => panic!("{key}: unknown node {other}"),
+        };
+        let want = &t[key].1;
+        assert_eq!(got.len(), want.len(), "{key}: {got:?} vs {want:?}");
+        // torch's exp, log and trigonometry may round an ulp differently from the C library's.
+        assert_close(key, &got, want, 1e-6);
+    }
+    assert_eq!(optimal_steps_sigmas("SDXL", 20, 1.0), None);
+    assert_eq!(extend_intermediate_sigmas(&[1.0, 0.0], 2, -1.0, 0.0, "cubic"), None);
+    for case in cases["percent_to_sigma"].as_array().expect("percent values") {
+        let f = |name: &str| case[name].as_f64().expect(name);
+        let sampling = ModelSampling::from(FlowSampling::new(f("shift"), 1000.0));
+        let percent = f("sampling_percent");
+        let got = match (case["return_actual_sigma"].as_bool().expect("flag"), percent) {
+            (true, 0.0) => f64::from(sampling.sigma_max()),
+            (true, 1.0) => f64::from(sampling.sigma_min()),
+            _ => sampling.percent_to_sigma(percent),
+        };
+        let want = f("sigma");
+        assert!((got - want).abs() <= 1e-7 * want.abs().max(1e-3), "{case}: {got}");
     }
 }
 

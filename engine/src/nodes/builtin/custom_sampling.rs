@@ -151,6 +151,17 @@ fn steps_of(inputs: &Inputs) -> Result<usize, NodeError> {
     count(inputs, "steps")
 }
 
+/// An advanced unrounded float in tenths over `(min, max)` (`LaplaceScheduler`'s `mu` and `beta`).
+fn tenths(name: &str, default: f64, (min, max): (f64, f64)) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", min)
+        .option("max", max)
+        .option("step", 0.1)
+        .option("round", false)
+}
+
 /// The value-building nodes, in ComfyUI's registration order.
 pub(super) fn builders() -> Vec<Pure> {
     vec![
@@ -217,6 +228,48 @@ pub(super) fn builders() -> Vec<Pure> {
                     inputs.float("sigma_min")?,
                     inputs.float("sigma_max")?,
                     inputs.float("rho")?,
+                ))])
+            },
+        ),
+        Pure::new(
+            spec("LaplaceScheduler", "", "model/sampling/schedulers")
+                .input(steps())
+                .input(advanced_float("sigma_max", 14.614642, 5000.0))
+                .input(advanced_float("sigma_min", 0.0291675, 5000.0))
+                .input(tenths("mu", 0.0, (-10.0, 10.0)))
+                .input(tenths("beta", 0.5, (0.0, 10.0)))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                Ok(vec![sigmas(sampling::laplace_sigmas(
+                    steps_of(inputs)?,
+                    inputs.float("sigma_min")?,
+                    inputs.float("sigma_max")?,
+                    inputs.float("mu")?,
+                    inputs.float("beta")?,
+                ))])
+            },
+        ),
+        Pure::new(
+            spec("VPScheduler", "", "model/sampling/schedulers")
+                .input(steps())
+                .input(advanced_float("beta_d", 19.9, 5000.0))
+                .input(advanced_float("beta_min", 0.1, 5000.0))
+                .input(
+                    InputDef::bare("eps_s", "FLOAT")
+                        .option("advanced", true)
+                        .option("default", 0.001)
+                        .option("min", 0.0)
+                        .option("max", 1.0)
+                        .option("step", 0.0001)
+                        .option("round", false),
+                )
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                Ok(vec![sigmas(sampling::vp_sigmas(
+                    steps_of(inputs)?,
+                    inputs.float("beta_d")?,
+                    inputs.float("beta_min")?,
+                    inputs.float("eps_s")?,
                 ))])
             },
         ),
@@ -338,6 +391,66 @@ pub(super) fn builders() -> Vec<Pure> {
                 };
                 *first = inputs.float("sigma")? as f32;
                 Ok(vec![sigmas(values)])
+            },
+        ),
+        Pure::new(
+            spec("ExtendIntermediateSigmas", "", "model/sampling/sigmas")
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .input(InputDef::int("steps", 2, 1, 100))
+                .input(
+                    InputDef::float("start_at_sigma", -1.0, -1.0, 20000.0)
+                        .option("step", 0.01)
+                        .option("round", false),
+                )
+                .input(
+                    InputDef::float("end_at_sigma", 12.0, 0.0, 20000.0)
+                        .option("step", 0.01)
+                        .option("round", false),
+                )
+                .input(InputDef::v3_combo("spacing", &["linear", "cosine", "sine"]))
+                .output(OutputDef::new("SIGMAS"))
+                .aliases(&["interpolate sigmas"]),
+            |inputs| {
+                let spacing = inputs.string("spacing")?;
+                let extended = sampling::extend_intermediate_sigmas(
+                    inputs.sigmas("sigmas")?,
+                    steps_of(inputs)?,
+                    inputs.float("start_at_sigma")?,
+                    inputs.float("end_at_sigma")?,
+                    spacing,
+                )
+                .ok_or_else(|| {
+                    NodeError::of_kind(
+                        ErrorKind::InvalidValue,
+                        format!("unknown spacing '{spacing}' (linear, cosine or sine)"),
+                    )
+                })?;
+                Ok(vec![sigmas(extended)])
+            },
+        ),
+        Pure::new(
+            spec("SamplingPercentToSigma", "", "model/sampling/sigmas")
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::float("sampling_percent", 0.0, 0.0, 1.0).option("step", 0.0001))
+                .input(
+                    InputDef::bare("return_actual_sigma", "BOOLEAN")
+                        .tooltip(
+                            "Return the actual sigma value instead of the value used for interval checks.\nThis \
+                             only affects results at 0.0 and 1.0.",
+                        )
+                        .option("default", false),
+                )
+                .output(OutputDef::new("FLOAT").named("sigma_value")),
+            |inputs| {
+                let sampling = &inputs.model("model")?.sampling;
+                let percent = inputs.float("sampling_percent")?;
+                // The schedule's ends where asked for, instead of the values the range checks use there.
+                let sigma = match (inputs.bool("return_actual_sigma")?, percent) {
+                    (true, 0.0) => f64::from(sampling.sigma_max()),
+                    (true, 1.0) => f64::from(sampling.sigma_min()),
+                    _ => sampling.percent_to_sigma(percent),
+                };
+                Ok(vec![Value::Float(sigma)])
             },
         ),
         Pure::new(
@@ -624,6 +737,30 @@ pub(super) fn builders() -> Vec<Pure> {
                 .output(OutputDef::new("SIGMAS"))
                 .aliases(&["custom noise schedule", "define sigmas"]),
             |inputs| Ok(vec![sigmas(manual_sigmas(inputs.string("sigmas")?)?)]),
+        ),
+        Pure::new(
+            NodeSpec::new("OptimalStepsScheduler", "", "model/sampling/schedulers")
+                .python_module("comfy_extras.nodes_optimalsteps")
+                .v3()
+                .input(InputDef::v3_combo(
+                    "model_type",
+                    &sampling::OPTIMAL_STEPS.map(|(name, _)| name),
+                ))
+                .input(InputDef::int("steps", 20, 3, 1000))
+                .input(unit_float("denoise", 1.0))
+                .output(OutputDef::new("SIGMAS")),
+            |inputs| {
+                let family = inputs.string("model_type")?;
+                let values =
+                    sampling::optimal_steps_sigmas(family, steps_of(inputs)?, inputs.float("denoise")?)
+                        .ok_or_else(|| {
+                            NodeError::of_kind(
+                                ErrorKind::InvalidValue,
+                                format!("OptimalStepsScheduler has no noise levels for '{family}'"),
+                            )
+                        })?;
+                Ok(vec![sigmas(values)])
+            },
         ),
     ]
 }
