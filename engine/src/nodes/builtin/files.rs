@@ -74,7 +74,15 @@ impl Node for LoadImage {
     }
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        let name = inputs.string("image")?;
+        let (image, mask) = self.load(inputs.string("image")?)?;
+        Ok(NodeResult::values([Value::Image(image), Value::Mask(mask)]))
+    }
+}
+
+impl LoadImage {
+    /// The input file `name` as `LoadImage` gives it: the RGB image `[1, H, W, 3]` and the mask, 1 − alpha
+    /// `[1, H, W]` (zeros `[1, 64, 64]` for an image without alpha).
+    fn load(&self, name: &str) -> Result<(Tensor, Tensor), NodeError> {
         let path = self.path(name).ok_or_else(|| {
             NodeError::of_kind(ErrorKind::FileNotFound, format!("Invalid image file: {name}"))
         })?;
@@ -95,7 +103,57 @@ impl Node for LoadImage {
         } else {
             Tensor::full(vec![1, 64, 64], 0.0)
         };
-        Ok(NodeResult::values([Value::Image(image), Value::Mask(mask)]))
+        Ok((image, mask))
+    }
+}
+
+/// `LoadImageMask`: one channel of an input image as a mask: `alpha` is `LoadImage`'s mask (1 − alpha),
+/// `red`, `green` or `blue` that channel's values.
+pub(super) struct LoadImageMask(LoadImage);
+
+impl LoadImageMask {
+    pub(super) fn new(input_dir: PathBuf) -> LoadImageMask {
+        LoadImageMask(LoadImage::new(input_dir))
+    }
+}
+
+impl Node for LoadImageMask {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let mut image = InputDef::typed("image", "COMBO").option("image_upload", true);
+        image.ty = InputType::Choices(self.0.files());
+        Arc::new(
+            NodeSpec::new("LoadImageMask", "Load Image (as Mask)", "image")
+                .input(image)
+                .input(InputDef::choices("channel", &["alpha", "red", "green", "blue"]))
+                .output(OutputDef::new("MASK"))
+                .validates(&["image"])
+                .aliases(&["import mask", "alpha mask", "channel mask"])
+                .essentials("Image Tools"),
+        )
+    }
+
+    fn validate(&self, inputs: &Inputs) -> Result<(), String> {
+        self.0.validate(inputs)
+    }
+
+    fn fingerprint(&self, inputs: &Inputs) -> Fingerprint {
+        self.0.fingerprint(inputs)
+    }
+
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let (image, mask) = self.0.load(inputs.string("image")?)?;
+        // ComfyUI reads the channel's first letter.
+        let channel = match inputs.string("channel")?.chars().next().map(|c| c.to_ascii_uppercase())
+        {
+            Some('A') => return Ok(NodeResult::values([Value::Mask(mask)])),
+            Some('G') => 1,
+            Some('B') => 2,
+            _ => 0,
+        };
+        let (h, w) = (image.shape()[1], image.shape()[2]);
+        let values = image.data().iter().skip(channel).step_by(3).copied().collect();
+        let mask = Tensor::new(vec![1, h, w], values).map_err(|e| NodeError::new(e.to_string()))?;
+        Ok(NodeResult::values([Value::Mask(mask)]))
     }
 }
 
@@ -782,7 +840,42 @@ fn encode_png16(
 
 #[cfg(test)]
 mod tests {
-    use super::{local_target, next_counter, prefix_vars};
+    use super::{LoadImageMask, local_target, next_counter, prefix_vars};
+    use crate::nodes::{Inputs, Node as _, Output};
+    use crate::value::Value;
+
+    #[test]
+    fn load_image_mask_reads_the_channel_asked_for() {
+        let dir = std::env::temp_dir().join(format!("kiln-image-mask-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // A 2 × 1 RGBA picture: red-ish and half transparent, then blue and opaque.
+        let pixels = [255u8, 51, 0, 128, 0, 102, 204, 255];
+        image::save_buffer(dir.join("m.png"), &pixels, 2, 1, image::ExtendedColorType::Rgba8)
+            .expect("a PNG");
+        let node = LoadImageMask::new(dir.clone());
+        let ctx = crate::fixtures::quiet_context(&dir);
+        let mask = |channel: &str| {
+            let inputs = Inputs::from_values([
+                ("image".to_owned(), Value::String("m.png".into())),
+                ("channel".to_owned(), Value::String(channel.into())),
+            ]);
+            match node.execute(&inputs, &ctx).expect("runs").outputs.remove(0) {
+                Output::One(Value::Mask(m)) => (m.shape().to_vec(), m.data().to_vec()),
+                other => panic!("a mask, not {other:?}"),
+            }
+        };
+        // alpha is LoadImage's mask, 1 − alpha; a colour channel is that channel's values.
+        assert_eq!(mask("alpha"), (vec![1, 1, 2], vec![1.0 - 128.0 / 255.0, 0.0]));
+        assert_eq!(mask("red"), (vec![1, 1, 2], vec![1.0, 0.0]));
+        assert_eq!(mask("green"), (vec![1, 1, 2], vec![51.0 / 255.0, 102.0 / 255.0]));
+        assert_eq!(mask("blue"), (vec![1, 1, 2], vec![0.0, 204.0 / 255.0]));
+        let missing = Inputs::from_values([
+            ("image".to_owned(), Value::String("gone.png".into())),
+            ("channel".to_owned(), Value::String("red".into())),
+        ]);
+        assert_eq!(node.validate(&missing), Err("Invalid image file: gone.png".to_owned()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn prefix_variables_are_comfyuis() {

@@ -153,7 +153,7 @@ impl Node for InpaintModelConditioning {
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let vae = inputs.vae("vae")?;
         let pixels = inputs.image("pixels")?;
-        let (b, h, w, c) = dims(pixels)?;
+        let (_, h, w, _) = dims(pixels)?;
         let (m, [mb, _, _]) = mask(inputs, "mask")?;
         // The mask bilinearly at the image's size, [B_m, 1, H, W].
         let (mh, mw) = (m.shape()[m.shape().len() - 2], m.shape()[m.shape().len() - 1]);
@@ -162,17 +162,7 @@ impl Node for InpaintModelConditioning {
         let (ch, cw, top, left) = crop_to_8(h, w);
         let cropped_mask = crop(&resized, top, left, ch, cw)?;
         let cropped = crop(pixels, top, left, ch, cw)?;
-        // Grey where the mask is set: (p − 0.5)·(1 − round(m)) + 0.5 on the colour channels.
-        let plane = ch * cw;
-        let mut greyed = cropped.data().to_vec();
-        for i in 0..b {
-            let keep = &cropped_mask.data()[(i % mb) * plane..][..plane];
-            for (p, k) in greyed[i * plane * c..][..plane * c].chunks_mut(c).zip(keep) {
-                let k = 1.0 - k.round_ties_even();
-                p.iter_mut().take(3).for_each(|v| *v = (*v - 0.5) * k + 0.5);
-            }
-        }
-        let greyed = tensor(vec![b, ch, cw, c], greyed)?;
+        let greyed = grey_masked(&cropped, &cropped_mask, mb)?;
         let concat = encode(&self.compute, vae, &greyed, ctx)?;
         let samples = encode(&self.compute, vae, pixels, ctx)?;
         let mask = tensor(vec![mb, 1, ch, cw], cropped_mask.data().to_vec())?;
@@ -183,6 +173,104 @@ impl Node for InpaintModelConditioning {
         }
         Ok(NodeResult::values([positive, negative, Value::Latent(latent)]))
     }
+}
+
+/// `pixels` `[B, H, W, C]` grey where the mask `[B_m, H, W, 1]` (`B_m` 1 or B) rounds to 1: (p − 0.5)·(1 −
+/// round(m)) + 0.5 on the colour channels, as ComfyUI's inpainting nodes grey them.
+fn grey_masked(pixels: &Tensor, mask: &Tensor, mb: usize) -> Result<Tensor, NodeError> {
+    let (b, h, w, c) = dims(pixels)?;
+    let plane = h * w;
+    let mut greyed = pixels.data().to_vec();
+    for i in 0..b {
+        let keep = &mask.data()[(i % mb) * plane..][..plane];
+        for (p, k) in greyed[i * plane * c..][..plane * c].chunks_mut(c).zip(keep) {
+            let k = 1.0 - k.round_ties_even();
+            p.iter_mut().take(3).for_each(|v| *v = (*v - 0.5) * k + 0.5);
+        }
+    }
+    tensor(vec![b, h, w, c], greyed)
+}
+
+/// `VAEEncodeForInpaint`: the image cropped to the VAE's multiple with the masked region greyed out, encoded;
+/// the mask (bilinear at the image's size, rounded) grown by `grow_mask_by` pixels rides along as the latent's
+/// noise mask, so sampling repaints only there.
+pub(super) struct VaeEncodeForInpaint {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl VaeEncodeForInpaint {
+    pub(super) fn new(compute: Arc<Compute>) -> VaeEncodeForInpaint {
+        let spec =
+            NodeSpec::new("VAEEncodeForInpaint", "VAE Encode (for Inpainting)", "model/latent")
+                .input(InputDef::typed("pixels", "IMAGE"))
+                .input(InputDef::typed("vae", "VAE"))
+                .input(InputDef::typed("mask", "MASK"))
+                .input(InputDef::int("grow_mask_by", 6, 0, 64).option("step", 1))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&[]);
+        VaeEncodeForInpaint { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for VaeEncodeForInpaint {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let vae = inputs.vae("vae")?;
+        let pixels = inputs.image("pixels")?;
+        let (b, h, w, _) = dims(pixels)?;
+        let (m, [mb, _, _]) = mask(inputs, "mask")?;
+        if mb != 1 && mb != b {
+            return Err(NodeError::new(format!(
+                "VAEEncodeForInpaint: a mask of {mb} frames for {b} images (give one, or one per image)"
+            )));
+        }
+        let (mh, mw) = (m.shape()[m.shape().len() - 2], m.shape()[m.shape().len() - 1]);
+        let resized =
+            resize(&tensor(vec![mb, mh, mw, 1], m.data().to_vec())?, w, h, "bilinear", false)?;
+        let d = vae.net.downscale();
+        let (ch, cw, top, left) = (h / d * d, w / d * d, (h % d) / 2, (w % d) / 2);
+        let cropped_mask = crop(&resized, top, left, ch, cw)?;
+        let greyed = grey_masked(&crop(pixels, top, left, ch, cw)?, &cropped_mask, mb)?;
+        let samples = encode(&self.compute, vae, &greyed, ctx)?;
+        let grow = usize::try_from(inputs.int("grow_mask_by")?)
+            .map_err(|_| NodeError::new("`grow_mask_by` must be 0 or more"))?;
+        let noise_mask = grown(&cropped_mask, [mb, ch, cw], grow)?;
+        Ok(NodeResult::values([Value::Latent(Latent {
+            noise_mask: Some(noise_mask),
+            ..Latent::new(samples)
+        })]))
+    }
+}
+
+/// The rounded mask `[B, H, W, 1]` grown by `grow` pixels as ComfyUI grows it: a `grow` × `grow` box of ones
+/// convolved over it with ceil((grow − 1) / 2) zeros of padding, clamped to 1 and cut to H × W (a pixel is set
+/// when any pixel of its box is); `[B, 1, H, W]`. `grow` 0 keeps the mask, rounded.
+fn grown(mask: &Tensor, [b, h, w]: [usize; 3], grow: usize) -> Result<Tensor, NodeError> {
+    let rounded: Vec<f32> = mask.data().iter().map(|v| v.round_ties_even()).collect();
+    if grow == 0 {
+        return tensor(vec![b, 1, h, w], rounded);
+    }
+    let pad = (grow - 1).div_ceil(2);
+    let mut out = vec![0f32; b * h * w];
+    for i in 0..b {
+        let plane = &rounded[i * h * w..][..h * w];
+        for y in 0..h {
+            for x in 0..w {
+                // Output (y, x) sums input rows y − pad .. y − pad + grow and the columns alike (zeros outside).
+                let mut sum = 0f32;
+                for r in y.saturating_sub(pad)..(y + grow).saturating_sub(pad).min(h) {
+                    for c in x.saturating_sub(pad)..(x + grow).saturating_sub(pad).min(w) {
+                        sum += plane[r * w + c];
+                    }
+                }
+                out[(i * h + y) * w + x] = sum.clamp(0.0, 1.0).round_ties_even();
+            }
+        }
+    }
+    tensor(vec![b, 1, h, w], out)
 }
 
 /// `InstructPixToPixConditioning`: the image (cropped to a multiple of 8) encoded as the image latent on
@@ -252,4 +340,54 @@ pub(super) fn differential_diffusion_node() -> Pure {
             Ok(vec![Value::Model(Arc::new(patched))])
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{ModelEnv, load};
+    use crate::nodes::Output;
+
+    /// ComfyUI's VAEEncodeForInpaint on the tiny Wan 2.1 VAE (`scripts/reference/inpaint.py`): a soft mask of
+    /// another size resized and cropped with the image, the greyed image encoded, the mask grown by 0, 3 and 6.
+    #[test]
+    fn encode_for_inpaint_greys_crops_and_grows_the_mask_as_comfyui() {
+        let io = crate::fixtures::tensors("inpaint/encode_for_inpaint.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-encode-inpaint-{}", std::process::id()));
+        let vae_path = dir.join("vae.safetensors");
+        crate::fixtures::write_f32(
+            &vae_path,
+            &crate::fixtures::model_tensors("wan_vae/weights.safetensors"),
+        );
+        let env = ModelEnv::cpu(&dir);
+        let vae = Arc::new(load::load_vae(&env, &vae_path, &mut |_, _| {}).expect("the tiny VAE"));
+        let node = VaeEncodeForInpaint::new(env.compute.clone());
+        let ctx = crate::fixtures::quiet_context(&dir);
+        for grow in [0, 3, 6] {
+            let inputs = Inputs::from_values([
+                ("pixels".to_owned(), Value::Image(io["pixels"].clone())),
+                ("vae".to_owned(), Value::Vae(vae.clone())),
+                ("mask".to_owned(), Value::Mask(io["mask"].clone())),
+                ("grow_mask_by".to_owned(), Value::Int(grow)),
+            ]);
+            let result = node.execute(&inputs, &ctx).expect("the node runs");
+            let Some(Output::One(Value::Latent(latent))) = result.outputs.first() else {
+                panic!("one latent")
+            };
+            // Kiln keeps an image's latent from a video VAE 4-D (ComfyUI's [1, 16, 1, 4, 5] without its frame).
+            assert_eq!(latent.samples.shape(), [1, 16, 4, 5]);
+            crate::fixtures::assert_relative(
+                "samples",
+                latent.samples.data(),
+                io["samples"].data(),
+                1e-4,
+            );
+            assert_eq!(
+                latent.noise_mask.as_ref(),
+                Some(&io[&format!("noise_mask.{grow}")]),
+                "{grow}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -96,6 +96,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
     registry.register(files::LoadImage::new(input_dir.clone()));
+    registry.register(files::LoadImageMask::new(input_dir.clone()));
     registry.register(painter::Painter::new(input_dir.clone()));
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
@@ -126,6 +127,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(lotus::LotusConditioning::new());
     registry.register(loaders::LoraLoaderModelOnly(models.clone()));
     registry.register(inpaint::InpaintModelConditioning::new(compute.clone()));
+    registry.register(inpaint::VaeEncodeForInpaint::new(compute.clone()));
     registry.register(inpaint::pad_node());
     registry.register(image::GetImageSize::new());
     for node in primitives::primitives() {
