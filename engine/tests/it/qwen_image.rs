@@ -399,3 +399,81 @@ fn issue_23_qwen_image_diffsynth_controlnet_patches_the_model() {
         "{err}"
     );
 }
+
+/// A Qwen-Image latent saved by `SaveLatent` loads back with `LoadLatent` and decodes to the same picture; so
+/// does the same latent in ComfyUI's own layout (a video VAE's image latent with its one frame, `[B, 16, 1,
+/// h, w]`), which also samples further (img2img at denoise 0.5).
+#[test]
+fn issue_23_saved_latents_load_back_in_kiln_and_comfyui_layouts() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_qwen_image(&h.roots.input.join("models"));
+    let loaders = json!({
+        "37": {"class_type": "UNETLoader", "inputs": {"unet_name": "qwen_image_fp8_e4m3fn.safetensors", "weight_dtype": "default"}},
+        "38": {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image", "device": "default"}},
+        "39": {"class_type": "VAELoader", "inputs": {"vae_name": "qwen_image_vae.safetensors"}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a lighthouse on a cliff at dusk", "clip": ["38", 0]}},
+    });
+    let mut make = loaders.clone();
+    make["58"] = json!({"class_type": "EmptySD3LatentImage", "inputs": {"width": 40, "height": 24, "batch_size": 1}});
+    make["3"] = json!({"class_type": "KSampler", "inputs": {"seed": 5, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1, "model": ["37", 0], "positive": ["6", 0], "negative": ["6", 0], "latent_image": ["58", 0]}});
+    make["70"] = json!({"class_type": "SaveLatent", "inputs": {"samples": ["3", 0], "filename_prefix": "latents/qwen"}});
+    make["8"] =
+        json!({"class_type": "VAEDecode", "inputs": {"samples": ["70", 0], "vae": ["39", 0]}});
+    make["60"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "made", "images": ["8", 0]}});
+    let ran = h.run(make);
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let saved = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("70")].named;
+    assert_eq!(saved[0].0, "latents");
+    let file = h.roots.output.join("latents").join(&saved[0].1[0].filename);
+    let pixels = |h: &Harness, ran: &kiln_engine::exec::RunSummary| {
+        let ui = &ran.outputs[&kiln_engine::graph::NodeId::from("60")];
+        image::open(h.roots.output.join(&ui.images[0].filename))
+            .expect("a PNG")
+            .to_rgb8()
+            .into_raw()
+    };
+    let made = pixels(&h, &ran.summary);
+
+    // The file in the input folder, as is and rewritten with the frame axis ComfyUI's VAE gives an image.
+    std::fs::copy(&file, h.roots.input.join("kiln.latent")).expect("copy");
+    let bytes = std::fs::read(&file).expect("the latent file");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let tensor = st.tensor("latent_tensor").expect("latent_tensor");
+    let shape = tensor.shape().to_vec();
+    assert_eq!(shape.len(), 4, "Kiln saves an image latent as [B, C, h, w]");
+    let five = vec![shape[0], shape[1], 1, shape[2], shape[3]];
+    let empty =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![0], &[]).unwrap();
+    let data = tensor.data().to_vec();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, five, &data).unwrap();
+    safetensors::serialize_to_file(
+        [("latent_format_version_0", empty), ("latent_tensor", view)],
+        None,
+        &h.roots.input.join("comfyui.latent"),
+    )
+    .expect("write");
+    for name in ["kiln.latent", "comfyui.latent"] {
+        let mut load = loaders.clone();
+        load["71"] = json!({"class_type": "LoadLatent", "inputs": {"latent": name}});
+        load["8"] =
+            json!({"class_type": "VAEDecode", "inputs": {"samples": ["71", 0], "vae": ["39", 0]}});
+        load["60"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "loaded", "images": ["8", 0]}});
+        let ran = h.run(load.clone());
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{name}: {:?}", ran.summary.outcome);
+        assert_eq!(
+            pixels(&h, &ran.summary),
+            made,
+            "{name} decodes to the picture it was saved from"
+        );
+        // And samples further.
+        load["3"] = json!({"class_type": "KSampler", "inputs": {"seed": 6, "steps": 2, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 0.5, "model": ["37", 0], "positive": ["6", 0], "negative": ["6", 0], "latent_image": ["71", 0]}});
+        load["8"]["inputs"]["samples"] = json!(["3", 0]);
+        let ran = h.run(load);
+        assert_eq!(
+            ran.summary.outcome,
+            Outcome::Success,
+            "{name} img2img: {:?}",
+            ran.summary.outcome
+        );
+    }
+}
