@@ -163,3 +163,23 @@ pub(crate) fn wan_windows() -> crate::models::context_windows::ContextWindows {
         causal_fix: true,
     }
 }
+
+/// Runs `node` on `inputs` (name, value) with [`quiet_context`] in the temporary folder and returns its
+/// outputs' values, one per output.
+pub(crate) fn node_outputs(
+    node: &dyn crate::nodes::Node,
+    inputs: Vec<(&str, crate::value::Value)>,
+) -> Result<Vec<crate::value::Value>, crate::nodes::NodeError> {
+    let inputs =
+        crate::nodes::Inputs::from_values(inputs.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    let ctx = quiet_context(&std::env::temp_dir());
+    let result = node.execute(&inputs, &ctx)?;
+    Ok(result
+        .outputs
+        .into_iter()
+        .map(|o| match o {
+            crate::nodes::Output::One(v) => v,
+            other => panic!("one value per output, not {other:?}"),
+        })
+        .collect())
+}

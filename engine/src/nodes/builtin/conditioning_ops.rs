@@ -181,15 +181,13 @@ mod tests {
 
     use super::*;
     use crate::models::{CondExtras, DiffusionModel, Noise, load};
-    use crate::nodes::{Node, Output};
+    use crate::nodes::Node;
     use crate::value::Latent;
 
     fn run(name: &str, inputs: Vec<(&str, Value)>) -> Result<Conditioning, NodeError> {
         let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
-        let inputs = Inputs::from_values(inputs.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        let ctx = crate::fixtures::quiet_context(&std::env::temp_dir());
-        match node.execute(&inputs, &ctx)?.outputs.into_iter().next() {
-            Some(Output::One(Value::Conditioning(c))) => Ok((*c).clone()),
+        match crate::fixtures::node_outputs(&node, inputs)?.into_iter().next() {
+            Some(Value::Conditioning(c)) => Ok((*c).clone()),
             other => panic!("{name}: not one conditioning: {other:?}"),
         }
     }

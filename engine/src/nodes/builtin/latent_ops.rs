@@ -287,7 +287,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::nodes::{Node, Output};
+    use crate::nodes::Node;
 
     /// `scripts/reference/latent_ops.py`'s record of ComfyUI's nodes.
     fn fixture() -> BTreeMap<String, Tensor> {
@@ -297,11 +297,8 @@ mod tests {
     /// Runs the node `name` on `inputs` and returns its latent.
     fn run(name: &str, inputs: Vec<(&str, Value)>) -> Result<Latent, NodeError> {
         let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
-        let inputs = Inputs::from_values(inputs.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        let ctx = crate::fixtures::quiet_context(&std::env::temp_dir());
-        let result = node.execute(&inputs, &ctx)?;
-        match result.outputs.into_iter().next() {
-            Some(Output::One(Value::Latent(latent))) => Ok(latent),
+        match crate::fixtures::node_outputs(&node, inputs)?.into_iter().next() {
+            Some(Value::Latent(latent)) => Ok(latent),
             other => panic!("{name}: not one latent: {other:?}"),
         }
     }

@@ -1,5 +1,6 @@
 //! Mask arithmetic of `comfy_extras.nodes_mask`: `MaskComposite` ("Combine Masks": one mask onto another at
-//! an offset, by an operation), `FeatherMask` (edges faded linearly) and `ThresholdMask` (0 or 1 by a value).
+//! an offset, by an operation), `FeatherMask` (edges faded linearly), `ThresholdMask` (0 or 1 by a value),
+//! `ImageColorToMask` (1 where a pixel is one colour) and `CropMask` (a rectangle of each mask).
 
 use super::mask::{mask, tensor};
 use super::pure::Pure;
@@ -61,6 +62,62 @@ pub(super) fn nodes() -> Vec<Pure> {
                 let [left, top, right, bottom] = edges;
                 let feathered = feather(m.data(), dims, [left?, top?, right?, bottom?]);
                 Ok(vec![Value::Mask(tensor(dims.to_vec(), feathered)?)])
+            },
+        ),
+        Pure::new(
+            spec("ImageColorToMask", "Convert Image Color to Mask")
+                .input(InputDef::typed("image", "IMAGE"))
+                .input(
+                    InputDef::int("color", 0, 0, 0xFF_FFFF)
+                        .option("step", 1)
+                        .option("display", "number"),
+                )
+                .output(OutputDef::new("MASK"))
+                .aliases(&["color keying", "chroma key"]),
+            |inputs| {
+                let image = inputs.image("image")?;
+                let color = inputs.int("color")?;
+                let (b, h, w, c) = super::image::dims(image)?;
+                if c < 3 {
+                    return Err(NodeError::new(format!(
+                        "ImageColorToMask reads red, green and blue; the image has {c} channels"
+                    )));
+                }
+                // Each channel as ComfyUI's round(clamp(v, 0, 1) · 255), packed as 0xRRGGBB.
+                let level = |v: f32| (v.clamp(0.0, 1.0) * 255.0).round_ties_even() as i64;
+                let values = image
+                    .data()
+                    .chunks(c)
+                    .map(|p| {
+                        let packed = (level(p[0]) << 16) + (level(p[1]) << 8) + level(p[2]);
+                        if packed == color { 1.0 } else { 0.0 }
+                    })
+                    .collect();
+                Ok(vec![Value::Mask(tensor(vec![b, h, w], values)?)])
+            },
+        ),
+        Pure::new(
+            spec("CropMask", "Crop Mask")
+                .input(InputDef::typed("mask", "MASK"))
+                .input(pixels("x"))
+                .input(pixels("y"))
+                .input(InputDef::int("width", 512, 1, MAX_RESOLUTION).option("step", 1))
+                .input(InputDef::int("height", 512, 1, MAX_RESOLUTION).option("step", 1))
+                .output(OutputDef::new("MASK"))
+                .aliases(&["cut mask", "extract mask region", "mask slice"]),
+            |inputs| {
+                let (m, [b, h, w]) = mask(inputs, "mask")?;
+                // Python's slices [y : y + height, x : x + width], clamped to the mask.
+                let (x, y) = (size(inputs, "x")?.min(w), size(inputs, "y")?.min(h));
+                let (x_end, y_end) =
+                    ((x + size(inputs, "width")?).min(w), (y + size(inputs, "height")?).min(h));
+                let mut values = Vec::with_capacity(b * (y_end - y) * (x_end - x));
+                for i in 0..b {
+                    for row in y..y_end {
+                        values.extend_from_slice(&m.data()[(i * h + row) * w..][x..x_end]);
+                    }
+                }
+                Ok(vec![Value::Mask(tensor(vec![b, y_end - y, x_end - x], values)?)])
             },
         ),
         Pure::new(
@@ -160,7 +217,8 @@ fn feather(
 
 #[cfg(test)]
 mod tests {
-    use super::{composite, feather};
+    use super::*;
+    use crate::nodes::Node;
 
     #[test]
     fn a_source_combines_inside_the_destination_only_and_the_result_is_clamped() {
@@ -213,5 +271,41 @@ mod tests {
         // Widths beyond the side are cut to it.
         let out = feather(&[1.0; 2], [1, 2, 1], [0, 0, 0, 10]);
         assert_eq!(out, [1.0, 0.5]);
+    }
+
+    fn run(name: &str, inputs: Vec<(&str, Value)>) -> crate::tensor::Tensor {
+        let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
+        match crate::fixtures::node_outputs(&node, inputs).expect("runs").remove(0) {
+            Value::Mask(mask) => mask,
+            other => panic!("a mask, not {other:?}"),
+        }
+    }
+
+    /// `scripts/reference/image_ops.py`'s record of ComfyUI's ImageColorToMask and CropMask.
+    #[test]
+    fn colour_keys_and_crops_match_comfyui() {
+        let io = crate::fixtures::tensors("image_ops/io.safetensors");
+        let key = |color: i64| {
+            run(
+                "ImageColorToMask",
+                vec![("image", Value::Image(io["colors"].clone())), ("color", Value::Int(color))],
+            )
+        };
+        // A pixel one level off the colour is not it; levels past 1 clamp to 255.
+        assert_eq!(key(0x33_6699), io["color_mask"]);
+        assert_eq!(key(0xFF_FF00), io["white_mask"]);
+        for (x, y, w, h) in [(1, 2, 3, 2), (5, 4, 4, 5), (0, 0, 7, 6), (8, 1, 2, 2)] {
+            let crop = run(
+                "CropMask",
+                vec![
+                    ("mask", Value::Mask(io["mask"].clone())),
+                    ("x", Value::Int(x)),
+                    ("y", Value::Int(y)),
+                    ("width", Value::Int(w)),
+                    ("height", Value::Int(h)),
+                ],
+            );
+            assert_eq!(crop, io[&format!("crop.{x}.{y}.{w}.{h}")], "crop {x} {y} {w} {h}");
+        }
     }
 }

@@ -35,6 +35,7 @@ mod mask_ops;
 mod model_patch;
 mod model_specs;
 mod nop;
+mod orient;
 mod painter;
 mod pil_lanczos;
 mod primitives;
@@ -160,6 +161,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     for node in mask_ops::nodes() {
+        registry.register(node);
+    }
+    for node in orient::nodes() {
         registry.register(node);
     }
     for node in latent::nodes() {
