@@ -46,6 +46,7 @@ mod rope;
 mod sampler;
 mod scale;
 mod stitch;
+mod strings;
 mod text;
 mod textgen;
 mod tiled;
@@ -152,6 +153,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(custom_sampling::SamplerCustom::new(compute.clone()));
     registry.register(custom_sampling::SamplerCustomAdvanced::new(compute.clone()));
     for node in text::nodes() {
+        registry.register(node);
+    }
+    for node in strings::nodes() {
         registry.register(node);
     }
     for node in guidance::nodes() {

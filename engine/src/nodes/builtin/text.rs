@@ -7,16 +7,17 @@ use std::collections::BTreeMap;
 
 use super::expression::{Num, evaluate};
 use super::pure::Pure;
+use super::strings::{python_regex, regex_flags};
 use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
 /// A multiline `STRING` input without a default, as `io.String.Input(name, multiline=True)` declares it.
-fn multiline(name: &str) -> InputDef {
+pub(super) fn multiline(name: &str) -> InputDef {
     InputDef::bare(name, "STRING").option("multiline", true)
 }
 
 /// An advanced `BOOLEAN` input (V3 writes `advanced` before `default`).
-fn advanced_bool(name: &str, default: bool) -> InputDef {
+pub(super) fn advanced_bool(name: &str, default: bool) -> InputDef {
     InputDef::bare(name, "BOOLEAN").option("advanced", true).option("default", default)
 }
 
@@ -27,17 +28,9 @@ const EXTRACT_MODES: [&str; 4] = ["First Match", "All Matches", "First Group", "
 /// group, the first or all of them joined by newlines); a pattern Python would reject, or nothing found, is "".
 fn regex_extract(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let text = inputs.string("string")?;
-    let mut flags = String::new();
-    for (input, flag) in [("case_insensitive", 'i'), ("multiline", 'm'), ("dotall", 's')] {
-        if inputs.bool(input)? {
-            flags.push(flag);
-        }
-    }
-    let pattern = inputs.string("regex_pattern")?;
-    let pattern =
-        if flags.is_empty() { pattern.to_owned() } else { format!("(?{flags}){pattern}") };
     let group = usize::try_from(inputs.int("group_index")?).unwrap_or(0);
-    let Ok(regex) = fancy_regex::Regex::new(&pattern) else {
+    let Some(regex) = python_regex(inputs, inputs.string("regex_pattern")?, [true, false, false])?
+    else {
         return Ok(vec![Value::String(String::new())]);
     };
     let groups = regex.captures_len() - 1;
@@ -143,28 +136,27 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
         Pure::new(
-            text("RegexExtract", "Extract Text")
-                .input(multiline("string"))
-                .input(multiline("regex_pattern"))
-                .input(InputDef::v3_combo("mode", &EXTRACT_MODES))
-                .input(advanced_bool("case_insensitive", true))
-                .input(advanced_bool("multiline", false))
-                .input(advanced_bool("dotall", false))
-                .input(
-                    InputDef::bare("group_index", "INT")
-                        .option("advanced", true)
-                        .option("default", 1)
-                        .option("min", 0)
-                        .option("max", 100),
-                )
-                .output(OutputDef::new("STRING"))
-                .aliases(&[
-                    "regex extract",
-                    "regex",
-                    "pattern extract",
-                    "text parser",
-                    "parse text",
-                ]),
+            regex_flags(
+                text("RegexExtract", "Extract Text")
+                    .input(multiline("string"))
+                    .input(multiline("regex_pattern"))
+                    .input(InputDef::v3_combo("mode", &EXTRACT_MODES)),
+            )
+            .input(
+                InputDef::bare("group_index", "INT")
+                    .option("advanced", true)
+                    .option("default", 1)
+                    .option("min", 0)
+                    .option("max", 100),
+            )
+            .output(OutputDef::new("STRING"))
+            .aliases(&[
+                "regex extract",
+                "regex",
+                "pattern extract",
+                "text parser",
+                "parse text",
+            ]),
             regex_extract,
         ),
         Pure::new(
