@@ -266,6 +266,58 @@ fn issue_24_wan_phantom_follows_its_subject_images() {
 }
 
 #[test]
+fn issue_24_wan_move_reads_tracks_from_coordinates_and_draws_them() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    // `video_wanmove_480p`'s nodes that ship bypassed: tracks from a coordinates string, and the preview of
+    // the tracks drawn over the start image; the tracks drive WanMoveTrackToVideo on the I2V model.
+    let coords = |dx: f64| {
+        let track = |x0: f64, y0: f64| {
+            (0..9).map(|t| json!({"x": x0 + dx * t as f64, "y": y0})).collect::<Vec<_>>()
+        };
+        serde_json::to_string(&json!([track(4.0, 8.0), track(20.0, 24.0)])).expect("JSON")
+    };
+    let graph = |dx: f64| {
+        let mut graph = image_to_video(
+            text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 9),
+            "wan2.1_i2v_480p_14B_fp16.safetensors",
+            0x808080,
+            false,
+        );
+        graph["61"] = json!({"class_type": "PrimitiveString", "inputs": {"value": coords(dx)}});
+        graph["62"] =
+            json!({"class_type": "WanMoveTracksFromCoords", "inputs": {"track_coords": ["61", 0]}});
+        graph["54"] = json!({"class_type": "WanMoveTrackToVideo", "inputs": {
+            "positive": ["6", 0], "negative": ["7", 0], "vae": ["39", 0], "strength": 1.0, "width": 32,
+            "height": 32, "length": ["62", 1], "batch_size": 1, "start_image": ["52", 0], "tracks": ["62", 0],
+            "clip_vision_output": ["51", 0]}});
+        graph["63"] = json!({"class_type": "WanMoveVisualizeTracks", "inputs": {
+            "images": ["52", 0], "tracks": ["62", 0], "line_resolution": 24, "circle_size": 3,
+            "opacity": 0.75, "line_width": 4}});
+        graph["64"] = json!({"class_type": "SaveImage", "inputs": {"filename_prefix": "tracks", "images": ["63", 0]}});
+        graph
+    };
+    let still = frames_of(&mut h, graph(0.0));
+    let moving = frames_of(&mut h, graph(2.0));
+    assert_eq!((still.len(), moving.len()), (9, 9), "the tracks' length sets the clip's");
+    assert_ne!(still, moving, "the tracks reach the model");
+    // The preview: the grey start image (48 × 40) repeated to the tracks' 9 frames, the points drawn on it.
+    let ran = h.run(graph(2.0));
+    let previews = &ran.summary.outputs[&NodeId::from("64")].images;
+    assert_eq!(previews.len(), 9);
+    let last = image::open(h.roots.output.join(&previews[8].filename)).expect("a PNG").to_rgb8();
+    assert_eq!(last.dimensions(), (48, 40));
+    // Track 0 ends at (20, 8) in the first colour (102, 153, 255): its circle at alpha 191 over grey 128, then
+    // the trail's second stroke (one pixel back, alpha 179) over that.
+    assert_eq!(last.get_pixel(20, 8).0, [103, 151, 245]);
+    assert_eq!(
+        last.get_pixel(40, 35).0,
+        [128, 128, 128],
+        "far from the tracks the frame is untouched"
+    );
+}
+
+#[test]
 fn issue_24_wan22_ti2v_keeps_its_start_frame_and_runs_from_an_empty_hunyuan_latent() {
     let mut h = Harness::new(CachePolicy::None);
     write_tiny_wan(&h.roots.input.join("models"));

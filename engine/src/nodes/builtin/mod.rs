@@ -60,6 +60,7 @@ mod wan_concat;
 mod wan_dancer;
 mod wan_fun_control;
 mod wan_move;
+mod wan_move_draw;
 mod wan_phantom;
 mod wan_sound;
 mod wan_track;
@@ -212,6 +213,8 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(ar_video::ArVideoI2v::new(compute.clone()));
     registry.register(wan_move::concat_tracks());
     registry.register(wan_move::generate_tracks());
+    registry.register(wan_move::tracks_from_coords());
+    registry.register(wan_move_draw::visualize_tracks());
     registry.register(nop::wan_block_swap());
     registry.register(wan::trim_video_latent());
     registry.register(attention_multiply::unet_temporal_attention_multiply());

@@ -225,6 +225,69 @@ pub(super) fn concat_tracks() -> Pure {
     })
 }
 
+/// `WanMoveTracksFromCoords`: tracks from coordinates as JSON (a list of tracks, each a list of `{"x", "y"}`
+/// points in pixels, as a spline editor writes them; one track alone, or single quotes, read too), as many
+/// frames as the first track has points; visible on every frame, or, with `track_mask`, on the frames where
+/// the mask is set anywhere.
+pub(super) fn tracks_from_coords() -> Pure {
+    let spec = NodeSpec::new("WanMoveTracksFromCoords", "", CATEGORY)
+        .python_module(MODULE)
+        .v3()
+        .optional(
+            InputDef::bare("track_coords", "STRING")
+                .option("default", "[]")
+                .option("forceInput", true)
+                .option("multiline", false),
+        )
+        .optional(InputDef::typed("track_mask", "MASK"))
+        .output(OutputDef::new("TRACKS"))
+        .output(OutputDef::new("INT").named("track_length"));
+    Pure::new(spec, |inputs| {
+        let text = if inputs.has("track_coords") { inputs.string("track_coords")? } else { "[]" };
+        let mut batches = super::wan_track::parse_tracks(text)?;
+        let tracks = match batches.len() {
+            1 => batches.remove(0),
+            0 => return Err(NodeError::new("`track_coords` holds no tracks")),
+            n => {
+                return Err(NodeError::new(format!(
+                    "`track_coords` holds {n} lists of tracks; WanMoveTracksFromCoords reads one list of \
+                     tracks"
+                )));
+            }
+        };
+        let frames = tracks[0].len();
+        if let Some(short) = tracks.iter().position(|t| t.len() < frames) {
+            return Err(NodeError::new(format!(
+                "track {short} has {} points where the first has {frames}: every track needs a point for \
+                 each frame",
+                tracks[short].len()
+            )));
+        }
+        let count = tracks.len();
+        let path = (0..frames)
+            .flat_map(|t| tracks.iter().map(move |track| [track[t].0, track[t].1]))
+            .collect();
+        let visible = match inputs.get("track_mask") {
+            None => vec![true; frames * count],
+            Some(_) => {
+                let (mask, [mask_frames, h, w]) = super::mask::mask(inputs, "track_mask")?;
+                if mask_frames != frames && mask_frames != 1 {
+                    return Err(NodeError::new(format!(
+                        "`track_mask` has {mask_frames} frames for tracks of {frames}: give one mask or one \
+                         per frame"
+                    )));
+                }
+                let set: Vec<bool> = (mask.data().chunks(h * w))
+                    .map(|plane| plane.iter().any(|&v| v > 0.0))
+                    .collect();
+                (0..frames * count).map(|i| set[(i / count) % set.len()]).collect()
+            }
+        };
+        let tracks = Tracks { frames, count, path, visible };
+        Ok(vec![Value::Tracks(Arc::new(tracks)), Value::Int(frames as i64)])
+    })
+}
+
 /// A `TRACKS` input.
 fn tracks(inputs: &Inputs, name: &str) -> Result<Arc<Tracks>, NodeError> {
     optional_tracks(inputs, name)?

@@ -175,7 +175,7 @@ fn batch_index(count: usize, batch: usize, item: usize) -> usize {
 }
 
 /// The tracks of `text`, one list per batch item; empty if it holds none (or is not JSON, as ComfyUI reads it).
-fn parse_tracks(text: &str) -> Result<Vec<Vec<Track>>, NodeError> {
+pub(super) fn parse_tracks(text: &str) -> Result<Vec<Vec<Track>>, NodeError> {
     let Ok(parsed) = serde_json::from_str::<serde_json::Value>(&text.replace('\'', "\"")) else {
         return Ok(Vec::new());
     };

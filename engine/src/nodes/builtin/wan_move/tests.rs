@@ -96,3 +96,34 @@ fn hidden_and_outside_points_have_no_position() {
     // A clip shorter than the tracks reads only its own frames.
     assert_eq!(track_positions(&tracks, 1, [24, 16])[0], [Some([0, 0])]);
 }
+
+/// `WanMoveTracksFromCoords` on the JSON `scripts/reference/wan_move_visualize.py` handed ComfyUI's node
+/// (single quotes, three tracks of six points): its path and length; a mask sets each frame's visibility.
+#[test]
+fn tracks_from_coordinates_read_comfyuis_json() {
+    use crate::value::Value;
+    let io = crate::fixtures::tensors("wan_move/visualize.safetensors");
+    let recorded: serde_json::Value =
+        serde_json::from_str(&crate::fixtures::text("wan_move/visualize.json")).expect("JSON");
+    let coords = Value::String(recorded["coords"].as_str().expect("coords").to_owned());
+    let node = super::tracks_from_coords();
+    let run = |inputs| crate::fixtures::node_outputs(&node, inputs);
+    let out = run(vec![("track_coords", coords.clone())]).expect("runs");
+    let Value::Tracks(tracks) = &out[0] else { panic!("tracks") };
+    assert_eq!(out[1], Value::Int(recorded["track_length"].as_i64().expect("length")));
+    assert_eq!((tracks.frames, tracks.count), (6, 3));
+    let path: Vec<f32> = tracks.path.iter().flatten().copied().collect();
+    assert_eq!(path, io["path"].data());
+    assert!(tracks.visible.iter().all(|&v| v));
+    // A mask empty on frames 2 and 3 hides every track there.
+    let mut mask = vec![1.0f32; 6 * 2];
+    mask[4..8].fill(0.0);
+    let mask = Value::Mask(Tensor::new(vec![6, 1, 2], mask).expect("mask"));
+    let out = run(vec![("track_coords", coords), ("track_mask", mask)]).expect("runs");
+    let Value::Tracks(masked) = &out[0] else { panic!("tracks") };
+    let hidden: Vec<usize> = (0..18).filter(|&i| !masked.visible[i]).collect();
+    assert_eq!(hidden, (6..12).collect::<Vec<_>>());
+    // No tracks is an error, naming the input.
+    let Err(err) = run(vec![]) else { panic!("no coordinates") };
+    assert!(err.message.contains("track_coords"), "{}", err.message);
+}
