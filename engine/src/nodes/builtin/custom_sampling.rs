@@ -731,6 +731,16 @@ pub(super) fn builders() -> Vec<Pure> {
             |inputs| Ok(vec![Value::Noise(Noise::Random(inputs.int("noise_seed")? as u64))]),
         ),
         Pure::new(
+            spec("AddNoise", "", "model/sampling/noise")
+                .experimental()
+                .input(InputDef::typed("model", "MODEL"))
+                .input(InputDef::typed("noise", "NOISE"))
+                .input(InputDef::typed("sigmas", "SIGMAS"))
+                .input(InputDef::typed("latent_image", "LATENT"))
+                .output(OutputDef::new("LATENT")),
+            add_noise,
+        ),
+        Pure::new(
             spec("ManualSigmas", "", "model/sampling/sigmas")
                 .experimental()
                 .input(InputDef::string("sigmas", "1, 0.5").option("multiline", false))
@@ -763,6 +773,42 @@ pub(super) fn builders() -> Vec<Pure> {
             },
         ),
     ]
+}
+
+/// `AddNoise`: the latent noised as a sampler would start from it, at the span of `sigmas` (|σ₀ − σ_last|, or σ₀
+/// alone), and taken back to the VAE's space: a latent with content is moved into the model's space first (an
+/// empty one stays zeros); values that are not finite become 0. No sigmas: the latent as it is.
+fn add_noise(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let latent = inputs.latent("latent_image")?;
+    let sigmas = inputs.sigmas("sigmas")?;
+    let (Some(&first), Some(&last)) = (sigmas.first(), sigmas.last()) else {
+        return Ok(vec![Value::Latent(latent.clone())]);
+    };
+    let model = inputs.model("model")?;
+    let shape = latent.samples.shape();
+    let noise = match inputs.noise("noise")? {
+        Noise::Random(seed) => {
+            kiln_models::noise::initial_noise(seed, shape, latent.batch_index.as_deref())
+                .map_err(|e| NodeError::new(e.to_string()))?
+        }
+        Noise::Disabled => vec![0.0; latent.samples.data().len()],
+    };
+    let scale = if sigmas.len() > 1 { (first - last).abs() } else { first };
+    let format = model.latent;
+    let start = if latent.samples.data().iter().any(|&v| v != 0.0) {
+        format.process_in(latent.samples.data(), shape)
+    } else {
+        latent.samples.data().to_vec()
+    };
+    let noisy = model.sampling.noise_at(scale, &noise, &start);
+    let out: Vec<f32> = format
+        .process_out(&noisy, shape)
+        .into_iter()
+        .map(|v| if v.is_finite() { v } else { 0.0 })
+        .collect();
+    let samples = crate::tensor::Tensor::new(shape.to_vec(), out)
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    Ok(vec![Value::Latent(latent.with_samples(samples))])
 }
 
 /// `SplitSigmasDenoise`: the last round(steps·denoise) steps as the low part, the rest as the high part,
@@ -995,6 +1041,52 @@ impl Node for ModelSamplingFlux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ComfyUI's AddNoise on a Wan 2.1 model's sampling and latent format (`scripts/reference/add_noise.py`):
+    /// noise for samples 3 and 7 of a batch, scaled by the span of all, the last two or the first sigma; an
+    /// empty latent kept at zeros before the noise; no noise at all.
+    #[test]
+    fn add_noise_noises_the_latent_as_comfyui() {
+        let io = crate::fixtures::tensors("add_noise/io.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-add-noise-{}", std::process::id()));
+        let path = dir.join("t2v.safetensors");
+        crate::fixtures::write_f32(&path, &crate::fixtures::tiny_wan_t2v());
+        let env = crate::models::ModelEnv::cpu(&dir);
+        let model = crate::models::load::load_diffusion_model(&env, &path, None, &mut |_, _| {})
+            .expect("the tiny Wan model");
+        let model = Value::Model(std::sync::Arc::new(model));
+        let sigmas = io["sigmas"].data().to_vec();
+        let indexed = |t: &crate::tensor::Tensor| {
+            Value::Latent(Latent { batch_index: Some(vec![3, 7]), ..Latent::new(t.clone()) })
+        };
+        let zeros = crate::tensor::Tensor::full(io["latent"].shape().to_vec(), 0.0);
+        for (case, noise, sigmas, latent) in [
+            ("span", Noise::Random(11), &sigmas[..], &io["latent"]),
+            ("tail", Noise::Random(11), &sigmas[3..], &io["latent"]),
+            ("one", Noise::Random(11), &sigmas[..1], &io["latent"]),
+            ("empty", Noise::Random(11), &sigmas[..], &zeros),
+            ("disabled", Noise::Disabled, &sigmas[..], &io["latent"]),
+        ] {
+            let inputs = vec![
+                ("model", model.clone()),
+                ("noise", Value::Noise(noise)),
+                ("sigmas", Value::Sigmas(sigmas.to_vec().into())),
+                ("latent_image", indexed(latent)),
+            ];
+            let node =
+                builders().into_iter().find(|n| n.spec().name == "AddNoise").expect("AddNoise");
+            let out = crate::fixtures::node_outputs(&node, inputs).expect("runs");
+            let Value::Latent(got) = &out[0] else { panic!("a latent") };
+            let want = &io[&format!("out.{case}")];
+            crate::fixtures::assert_relative(case, got.samples.data(), want.data(), 1e-5);
+            assert_eq!(
+                got.batch_index,
+                Some(vec![3, 7]),
+                "{case}: the rest of the latent rides on"
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn flux_shift_is_base_at_256_tokens_and_max_at_4096() {
