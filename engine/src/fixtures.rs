@@ -183,3 +183,26 @@ pub(crate) fn node_outputs(
         })
         .collect())
 }
+
+/// kiln-models' tiny Wan 2.1 VAE (`wan_vae/weights.safetensors`, ComfyUI's names) written as f32 into `dir`
+/// and loaded on the CPU, with the model environment it was loaded in.
+pub(crate) fn tiny_wan_vae(dir: &std::path::Path) -> (crate::models::ModelEnv, crate::models::Vae) {
+    let path = dir.join("vae.safetensors");
+    write_f32(&path, &model_tensors("wan_vae/weights.safetensors"));
+    let env = crate::models::ModelEnv::cpu(dir);
+    let vae = crate::models::load::load_vae(&env, &path, &mut |_, _| {}).expect("the tiny VAE");
+    (env, vae)
+}
+
+/// The tiny Wan DiT's t2v variant ([`tiny_wan_t2v`]) written as f32 into `dir` and loaded on the CPU as a
+/// `MODEL` (WAN21's sampling, shift 8), with the model environment it was loaded in.
+pub(crate) fn tiny_wan_t2v_model(
+    dir: &std::path::Path,
+) -> (crate::models::ModelEnv, crate::models::DiffusionModel) {
+    let path = dir.join("t2v.safetensors");
+    write_f32(&path, &tiny_wan_t2v());
+    let env = crate::models::ModelEnv::cpu(dir);
+    let model = crate::models::load::load_diffusion_model(&env, &path, None, &mut |_, _| {})
+        .expect("the tiny Wan model");
+    (env, model)
+}

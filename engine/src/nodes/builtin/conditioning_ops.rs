@@ -180,9 +180,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::models::{CondExtras, DiffusionModel, Noise, load};
+    use crate::models::CondExtras;
     use crate::nodes::Node;
-    use crate::value::Latent;
 
     fn run(name: &str, inputs: Vec<(&str, Value)>) -> Result<Conditioning, NodeError> {
         let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
@@ -253,11 +252,7 @@ mod tests {
     fn prompts_take_part_only_in_their_part_of_sampling_as_comfyuis() {
         let io = crate::fixtures::tensors("context_windows/timestep_range.safetensors");
         let dir = std::env::temp_dir().join(format!("kiln-timestep-range-{}", std::process::id()));
-        let path = dir.join("t2v.safetensors");
-        crate::fixtures::write_f32(&path, &crate::fixtures::tiny_wan_t2v());
-        let env = crate::models::ModelEnv::cpu(&dir);
-        let model: DiffusionModel =
-            load::load_diffusion_model(&env, &path, None, &mut |_, _| {}).expect("load");
+        let (env, model) = crate::fixtures::tiny_wan_t2v_model(&dir);
         let ranged = |name: &str, range: Option<(f64, f64)>| {
             let cond = Conditioning { entries: vec![Cond::new(io[name].clone(), None)] };
             let ranges =
@@ -275,20 +270,8 @@ mod tests {
         positive.entries.extend(ranged("context.p1", Some((0.5, 1.0))).entries);
         positive.entries.extend(ranged("context.p2", None).entries);
         let negative = ranged("context.negative", Some((0.3, 1.0)));
-        let latent = Latent::new(Tensor::full(io["noise"].shape().to_vec(), 0.0));
-        let job = super::super::sampler::Sampling {
-            model: &model,
-            positive: &positive,
-            negative: Some(&negative),
-            cfg: 2.0,
-            dual: None,
-            sampler: kiln_models::sampling::Sampler::Euler.into(),
-            sigmas: io["sigmas"].data(),
-            noise: Noise::Random(11),
-            latent: &latent,
-        };
-        let ctx = crate::fixtures::quiet_context(&dir);
-        let got = super::super::sampler::sample(&env.compute, job, &ctx).expect("sample").samples;
+        let got =
+            super::super::windowed::sample_as_fixture(&env, &model, (&positive, &negative), &io);
         crate::fixtures::assert_relative("timestep ranges", got.data(), io["out"].data(), 1e-4);
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -1049,11 +1049,7 @@ mod tests {
     fn add_noise_noises_the_latent_as_comfyui() {
         let io = crate::fixtures::tensors("add_noise/io.safetensors");
         let dir = std::env::temp_dir().join(format!("kiln-add-noise-{}", std::process::id()));
-        let path = dir.join("t2v.safetensors");
-        crate::fixtures::write_f32(&path, &crate::fixtures::tiny_wan_t2v());
-        let env = crate::models::ModelEnv::cpu(&dir);
-        let model = crate::models::load::load_diffusion_model(&env, &path, None, &mut |_, _| {})
-            .expect("the tiny Wan model");
+        let (_, model) = crate::fixtures::tiny_wan_t2v_model(&dir);
         let model = Value::Model(std::sync::Arc::new(model));
         let sigmas = io["sigmas"].data().to_vec();
         let indexed = |t: &crate::tensor::Tensor| {

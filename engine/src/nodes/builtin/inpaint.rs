@@ -345,7 +345,6 @@ pub(super) fn differential_diffusion_node() -> Pure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::{ModelEnv, load};
     use crate::nodes::Output;
 
     /// ComfyUI's VAEEncodeForInpaint on the tiny Wan 2.1 VAE (`scripts/reference/inpaint.py`): a soft mask of
@@ -354,13 +353,8 @@ mod tests {
     fn encode_for_inpaint_greys_crops_and_grows_the_mask_as_comfyui() {
         let io = crate::fixtures::tensors("inpaint/encode_for_inpaint.safetensors");
         let dir = std::env::temp_dir().join(format!("kiln-encode-inpaint-{}", std::process::id()));
-        let vae_path = dir.join("vae.safetensors");
-        crate::fixtures::write_f32(
-            &vae_path,
-            &crate::fixtures::model_tensors("wan_vae/weights.safetensors"),
-        );
-        let env = ModelEnv::cpu(&dir);
-        let vae = Arc::new(load::load_vae(&env, &vae_path, &mut |_, _| {}).expect("the tiny VAE"));
+        let (env, vae) = crate::fixtures::tiny_wan_vae(&dir);
+        let vae = Arc::new(vae);
         let node = VaeEncodeForInpaint::new(env.compute.clone());
         let ctx = crate::fixtures::quiet_context(&dir);
         for grow in [0, 3, 6] {

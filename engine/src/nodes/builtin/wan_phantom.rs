@@ -113,7 +113,7 @@ impl WanPhantomSubjectToVideo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::{Cond, CondExtras, ModelEnv, load};
+    use crate::models::{Cond, CondExtras};
 
     /// ComfyUI's node on the tiny Wan 2.1 VAE with two RGBA subjects of another aspect, then CFGGuider (cfg 2,
     /// euler, 3 steps) on the tiny t2v model with its positive and negative_img_text, plain and in context windows
@@ -123,13 +123,7 @@ mod tests {
     fn subjects_are_encoded_one_by_one_and_sampled_after_the_video_as_comfyuis() {
         let io = crate::fixtures::tensors("context_windows/phantom.safetensors");
         let dir = std::env::temp_dir().join(format!("kiln-phantom-{}", std::process::id()));
-        let vae_path = dir.join("vae.safetensors");
-        crate::fixtures::write_f32(
-            &vae_path,
-            &crate::fixtures::model_tensors("wan_vae/weights.safetensors"),
-        );
-        let env = ModelEnv::cpu(&dir);
-        let vae = load::load_vae(&env, &vae_path, &mut |_, _| {}).expect("the tiny VAE");
+        let (env, vae) = crate::fixtures::tiny_wan_vae(&dir);
         let prompt = |name: &str| {
             let cond = Conditioning { entries: vec![Cond::new(io[name].clone(), None)] };
             Value::Conditioning(Arc::new(cond))

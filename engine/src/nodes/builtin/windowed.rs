@@ -192,8 +192,7 @@ pub(super) fn check_wan_windows_apart(
 ) {
     use std::sync::Arc;
 
-    use crate::models::{Cond, Conditioning, DiffusionModel, Noise, load};
-    use crate::value::Latent;
+    use crate::models::{Cond, Conditioning, DiffusionModel, load};
 
     let dir = path.parent().expect("the model's folder");
     let env = crate::models::ModelEnv::cpu(dir);
@@ -203,28 +202,41 @@ pub(super) fn check_wan_windows_apart(
     };
     let (positive, negative) =
         (side("context.positive", positive), side("context.negative", negative));
-    let latent = Latent::new(crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0));
-    let ctx = crate::fixtures::quiet_context(dir);
     for (case, windows) in
         [("plain", None), ("windows", Some(Arc::new(crate::fixtures::wan_windows())))]
     {
         let model = DiffusionModel { context_windows: windows, ..model.clone() };
-        let job = super::sampler::Sampling {
-            model: &model,
-            positive: &positive,
-            negative: Some(&negative),
-            cfg: 2.0,
-            dual: None,
-            sampler: kiln_models::sampling::Sampler::Euler.into(),
-            sigmas: io["sigmas"].data(),
-            noise: Noise::Random(11),
-            latent: &latent,
-        };
-        let got = super::sampler::sample(&env.compute, job, &ctx).expect("sample").samples;
+        let got = sample_as_fixture(&env, &model, (&positive, &negative), io);
         let want = &io[&format!("out.{case}")];
         assert_eq!(got.shape(), want.shape(), "{case}");
         crate::fixtures::assert_relative(case, got.data(), want.data(), 1e-4);
     }
+}
+
+/// `model` sampled as `scripts/reference/wan_windows.py` samples: CFGGuider at cfg 2 with `prompts` (positive,
+/// negative), euler over the fixture `io`'s sigmas, seed 11, from a zero latent of its noise's shape.
+#[cfg(test)]
+pub(super) fn sample_as_fixture(
+    env: &crate::models::ModelEnv,
+    model: &crate::models::DiffusionModel,
+    (positive, negative): (&crate::models::Conditioning, &crate::models::Conditioning),
+    io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
+) -> crate::tensor::Tensor {
+    let latent =
+        crate::value::Latent::new(crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0));
+    let job = super::sampler::Sampling {
+        model,
+        positive,
+        negative: Some(negative),
+        cfg: 2.0,
+        dual: None,
+        sampler: kiln_models::sampling::Sampler::Euler.into(),
+        sigmas: io["sigmas"].data(),
+        noise: crate::models::Noise::Random(11),
+        latent: &latent,
+    };
+    let ctx = crate::fixtures::quiet_context(&std::env::temp_dir());
+    super::sampler::sample(&env.compute, job, &ctx).expect("sample").samples
 }
 
 #[cfg(test)]
