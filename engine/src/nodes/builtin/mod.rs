@@ -142,6 +142,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(logic::ComfySwitchNode::new());
     registry.register(logic::custom_combo());
     registry.register(logic::CreateList::new());
+    for node in logic::boolean_nodes() {
+        registry.register(node);
+    }
     registry.register(websocket::SaveImageWebsocket::new());
     registry.register(video::save_animated_webp());
     registry.register(video::save_animated_png());
