@@ -300,7 +300,9 @@ def timestep_range():
     two positive prompts over [0, 0.5] and [0.5, 1], a third over the whole run, and a negative over [0.3, 1],
     absent from the first steps. Writes engine/tests/fixtures/context_windows/timestep_range.safetensors:
     `context.p0`, `context.p1`, `context.p2`, `context.negative` [1, 6, 32], `noise` [1, 16, 3, 4, 6], `sigmas`,
-    `out` (no windows: the file sits with the other Wan sampling fixtures)."""
+    `out` (no windows: the file sits with the other Wan sampling fixtures); then, with context windows that split
+    the first two positive prompts among them and a plain negative, `split.noise` [1, 16, 5, 4, 6] and
+    `split.out`."""
     import comfy.samplers
 
     patcher = patcher_of(tiny_t2v()[0], "WAN21_T2V")
@@ -321,8 +323,23 @@ def timestep_range():
         io["out"] = guider.sample(io["noise"].clone(), torch.zeros_like(io["noise"]),
                                   comfy.samplers.sampler_object("euler"), sigmas.clone(), disable_pbar=True,
                                   seed=SEED).float()
+    # Context windows that split the positive's prompts among them (split_conds_to_windows): on a 5-frame
+    # latent, windows of 3 overlapping by 1 take p0 (first half of the run) and p1 (second half) in turn; a
+    # window whose prompt is out of range at a step predicts zeros there.
+    from comfy_extras.nodes_context_windows import ContextWindowsManualNode
+
+    io["split.noise"] = torch.randn(1, 16, 5, 4, 6, generator=torch.Generator().manual_seed(SEED))
+    split = ContextWindowsManualNode.execute(patcher, 3, 1, "standard_static", 1, False, "pyramid", 2, False, "0",
+                                             True, "", True).result[0]
+    guider = comfy.samplers.CFGGuider(split)
+    guider.set_conds(positive[:2], [[io["context.negative"], {}]])
+    guider.set_cfg(2.0)
+    with torch.no_grad():
+        io["split.out"] = guider.sample(io["split.noise"].clone(), torch.zeros_like(io["split.noise"]),
+                                        comfy.samplers.sampler_object("euler"), sigmas.clone(), disable_pbar=True,
+                                        seed=SEED).float()
     save_file({k: v.contiguous() for k, v in io.items()}, f"{WINDOWS_OUT}/timestep_range.safetensors")
-    print("timestep_range: out max", float(io["out"].abs().max()))
+    print("timestep_range: out max", float(io["out"].abs().max()), "split max", float(io["split.out"].abs().max()))
 
 
 if __name__ == "__main__":

@@ -273,6 +273,31 @@ mod tests {
         let got =
             super::super::windowed::sample_as_fixture(&env, &model, (&positive, &negative), &io);
         crate::fixtures::assert_relative("timestep ranges", got.data(), io["out"].data(), 1e-4);
+
+        // Context windows that split the first two positive prompts among them: a window whose prompt sits the
+        // step out predicts zeros there.
+        let windows = crate::models::context_windows::ContextWindows {
+            split_conds: true,
+            ..crate::fixtures::wan_windows()
+        };
+        let windowed = crate::models::DiffusionModel {
+            context_windows: Some(Arc::new(windows)),
+            ..model.clone()
+        };
+        let split = Conditioning { entries: positive.entries[..2].to_vec() };
+        let plain_negative =
+            Conditioning { entries: vec![Cond::new(io["context.negative"].clone(), None)] };
+        let split_io = [("noise", "split.noise"), ("sigmas", "sigmas")]
+            .map(|(k, from)| (k.to_owned(), io[from].clone()))
+            .into_iter()
+            .collect();
+        let got = super::super::windowed::sample_as_fixture(
+            &env,
+            &windowed,
+            (&split, &plain_negative),
+            &split_io,
+        );
+        crate::fixtures::assert_relative("split windows", got.data(), io["split.out"].data(), 1e-4);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

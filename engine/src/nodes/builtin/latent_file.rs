@@ -169,6 +169,12 @@ fn read_latent(path: &Path, name: &str) -> Result<Tensor, NodeError> {
         .ok_or_else(|| {
             invalid(format!("its samples are {:?}, not a float type", tensor.dtype()))
         })?;
+    if tensor.shape().len() < 3 {
+        return Err(invalid(format!(
+            "its samples are {:?}, not a latent [B, C, H, W] or [B, C, T, H, W]",
+            tensor.shape()
+        )));
+    }
     let mut values = kiln_compute::dtype::widen(dtype, tensor.data());
     if file.tensor(VERSION_0).is_err() {
         // Python's `1.0 / 0.18215`, a double, multiplies the f32 samples as an f32.

@@ -122,8 +122,11 @@ fn combine(inputs: &Inputs, f: impl Fn(f32, f32) -> f32) -> Result<Vec<Value>, N
 }
 
 /// ComfyUI's `reshape_latent_to`: `latent` resized (bilinear, centre crop) to `target`'s last two dimensions
-/// where its other dimensions differ, then, with `repeat_batch`, cut or repeated to `target`'s batch.
+/// where its other dimensions differ, then, with `repeat_batch`, cut or repeated to `target`'s batch. A
+/// latent of one frame meets a video latent's frames as torch broadcasts it: repeated over them (Kiln keeps
+/// an image's latent from a video VAE 4-D, ComfyUI's `[B, C, 1, h, w]`).
 fn fit_to(latent: &Tensor, target: &[usize], repeat_batch: bool) -> Result<Tensor, NodeError> {
+    let latent = &over_frames(&as_frame(latent, target.len())?, target)?;
     let shape = latent.shape();
     let mut fitted = latent.clone();
     if shape[1..] != target[1..] {
@@ -138,6 +141,28 @@ fn fit_to(latent: &Tensor, target: &[usize], repeat_batch: bool) -> Result<Tenso
         fitted = resize_frames(latent, w, h)?;
     }
     if repeat_batch { repeat_to_batch(&fitted, target[0]) } else { Ok(fitted) }
+}
+
+/// `latent` `[B, C, h, w]` as one frame `[B, C, 1, h, w]` when a `dims`-dimensional video latent is wanted;
+/// otherwise as it is.
+fn as_frame(latent: &Tensor, dims: usize) -> Result<Tensor, NodeError> {
+    match (latent.shape(), dims) {
+        (&[b, c, h, w], 5) => tensor(vec![b, c, 1, h, w], latent.data().to_vec()),
+        _ => Ok(latent.clone()),
+    }
+}
+
+/// A video latent of one frame repeated to `target`'s frames (torch's broadcasting), where `target` has more;
+/// otherwise `latent` as it is.
+fn over_frames(latent: &Tensor, target: &[usize]) -> Result<Tensor, NodeError> {
+    let &[b, c, 1, h, w] = latent.shape() else { return Ok(latent.clone()) };
+    let frames = match target {
+        &[_, _, t, _, _] if t > 1 => t,
+        _ => return Ok(latent.clone()),
+    };
+    let plane = h * w;
+    let values = latent.data().chunks(plane).flat_map(|p| p.repeat(frames)).collect();
+    tensor(vec![b, c, frames, h, w], values)
 }
 
 /// Every `[h, w]` plane of a 4-D or 5-D latent resized to `w` × `h` (bilinear, centre crop), as
@@ -238,14 +263,17 @@ fn seed_behavior(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
 
 /// `ReplaceVideoLatentFrames`: `destination`'s latent frames from `index` on (from the end if negative)
 /// replaced by `source`'s. A source that does not fit there leaves the destination unchanged (ComfyUI warns);
-/// what rides along is the source's.
+/// what rides along is the source's. An image's latent is one frame, and a source of one sample goes into
+/// every sample of the destination (torch broadcasts the assignment).
 fn replace_video_latent_frames(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let destination = inputs.latent("destination")?;
     let Some(_) = inputs.get("source") else {
         return Ok(vec![Value::Latent(destination.clone())]);
     };
     let source = inputs.latent("source")?;
-    let (d, s) = (&destination.samples, &source.samples);
+    let d = &destination.samples;
+    let s = &as_frame(&source.samples, d.shape().len())?;
+    let s = &repeat_to_batch(s, if s.shape()[0] == 1 { d.shape()[0] } else { s.shape()[0] })?;
     let (ds, ss) = (d.shape(), s.shape());
     if ds.len() != 5 || ss.len() != 5 {
         return Err(invalid(format!(
@@ -429,6 +457,28 @@ mod tests {
             check(&name, &replace(index, true).unwrap(), &io[&name]);
         }
         check("no source", &replace(2, false).unwrap(), &io["video"]);
+        // An image's latent (4-D here, [1, 16, 1, h, w] in ComfyUI) is one frame, put into every sample of a
+        // batch of two as torch broadcasts the assignment.
+        let video = Tensor::full(vec![2, 16, 5, 4, 6], 1.0);
+        let image = Tensor::full(vec![1, 16, 4, 6], 7.0);
+        let out = run(
+            "ReplaceVideoLatentFrames",
+            vec![
+                ("destination", latent(&video)),
+                ("index", Value::Int(-1)),
+                ("source", latent(&image)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out.samples.shape(), [2, 16, 5, 4, 6]);
+        for (i, v) in out.samples.data().iter().enumerate() {
+            let frame = (i / 24) % 5;
+            assert_eq!(*v, if frame == 4 { 7.0 } else { 1.0 }, "value {i}");
+        }
+        // And added to a video, it is added to each of its frames.
+        let sum =
+            run("LatentAdd", vec![("samples1", latent(&video)), ("samples2", latent(&image))]);
+        assert!(sum.unwrap().samples.data().iter().all(|&v| v == 8.0));
         // Before the first frame ComfyUI's slice assignment raises; Kiln names the index.
         let Err(err) = replace(-7, true) else { panic!("index -7") };
         assert!(err.message.contains("index -7"), "{}", err.message);

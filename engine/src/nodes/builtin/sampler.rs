@@ -1131,8 +1131,14 @@ impl Guided<'_> {
                 &window.read(),
                 &settings.latent_retain,
             );
-            let out = on_device(device, call)?;
-            let denoised = sampling.calculate_denoised(whole.sigma, &read, &out);
+            // A window whose prompt sits this step out (ConditioningSetTimestepRange) predicts zeros, as
+            // ComfyUI's sum over no prompts does.
+            let denoised = if entry.is_some_and(|e| !self.in_range(&e.extras, whole.sigma)) {
+                vec![0.0; read.len()]
+            } else {
+                let out = on_device(device, call)?;
+                sampling.calculate_denoised(whole.sigma, &read, &out)
+            };
             fusion.add(
                 settings,
                 window,

@@ -1,6 +1,11 @@
 //! The rest of `comfy_extras.nodes_string`'s text nodes: `StringSubstring`, `StringLength`, `CaseConverter`,
-//! `StringTrim`, `StringContains`, `StringCompare`, `RegexMatch` and `RegexReplace`, each with Python's `str`
-//! and `re` semantics (code points, Unicode case mapping, `re.sub`'s replacement templates).
+//! `StringTrim`, `StringContains`, `StringCompare`, `RegexMatch` and `RegexReplace`, following Python's `str`
+//! (code points, Unicode case mapping with title case and the final sigma) and `re` (its end anchors,
+//! `re.sub`'s templates and scan) where the two differ from Rust's.
+//!
+//! Known difference: after an empty match, Python's scan retries the same place for a non-empty match
+//! (`re.sub("a??", "-", "aa")` is `-----`); Kiln moves on one character (`-a-a-`). Patterns are compiled by
+//! `fancy-regex`, whose syntax is Python's for everyday patterns.
 
 use super::pure::Pure;
 use super::text::{advanced_bool, multiline};
@@ -31,9 +36,36 @@ pub(super) fn python_regex(
             flags.push(flag);
         }
     }
-    let pattern =
-        if flags.is_empty() { pattern.to_owned() } else { format!("(?{flags}){pattern}") };
+    let pattern = python_anchors(pattern, flags.contains('m'));
+    let pattern = if flags.is_empty() { pattern } else { format!("(?{flags}){pattern}") };
     Ok(fancy_regex::Regex::new(&pattern).ok())
+}
+
+/// `pattern` with Python's end anchors in the engine's terms: without MULTILINE Python's `$` also matches
+/// before a final newline (`(?=\n?\z)`), and its `\Z` is the very end (`\z`). Escapes and character classes
+/// are left alone.
+fn python_anchors(pattern: &str, multiline: bool) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let (mut escaped, mut in_class) = (false, false);
+    for c in pattern.chars() {
+        match c {
+            _ if escaped => {
+                escaped = false;
+                out.push(if c == 'Z' && !in_class { 'z' } else { c });
+                continue;
+            }
+            '\\' => escaped = true,
+            '[' => in_class = true,
+            ']' => in_class = false,
+            '$' if !in_class && !multiline => {
+                out.push_str(r"(?=\n?\z)");
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The nodes, in ComfyUI's registration order.
@@ -237,6 +269,11 @@ fn to_titlecase(c: char, out: &mut String) {
         'ﬄ' => "Ffl",
         'ﬅ' | 'ﬆ' => "St",
         'և' => "Եւ",
+        // Georgian Mkhedruli letters have no title case (their uppercase is Mtavruli).
+        '\u{10d0}'..='\u{10fa}' | '\u{10fd}'..='\u{10ff}' => {
+            out.push(c);
+            return;
+        }
         _ => {
             out.extend(c.to_uppercase());
             return;
@@ -245,13 +282,39 @@ fn to_titlecase(c: char, out: &mut String) {
     out.push_str(special);
 }
 
+/// Character `i` of `chars` lowercased as Python lowercases it in context: a capital sigma after a cased
+/// letter and not before one is final (ς).
+fn lower_at(chars: &[char], i: usize, out: &mut String) {
+    if chars[i] == 'Σ' {
+        let before =
+            chars[..i].iter().rev().find(|c| !is_case_ignorable(**c)).is_some_and(|c| is_cased(*c));
+        let after =
+            chars[i + 1..].iter().find(|c| !is_case_ignorable(**c)).is_some_and(|c| is_cased(*c));
+        if before && !after {
+            out.push('ς');
+            return;
+        }
+    }
+    out.extend(chars[i].to_lowercase());
+}
+
+/// Characters Unicode's casing skips when it looks for the letters around a sigma (apostrophes, periods,
+/// colons, combining marks and the like).
+fn is_case_ignorable(c: char) -> bool {
+    matches!(c, '\'' | '.' | ':' | '^' | '`' | '\u{ad}' | '\u{b7}' | '\u{2019}')
+        || ('\u{300}'..='\u{36f}').contains(&c)
+}
+
 /// Python's `str.capitalize()`: the first character in title case, the rest lowercase.
 fn capitalize(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    if let Some(first) = chars.next() {
-        to_titlecase(first, &mut out);
-        out.extend(chars.flat_map(char::to_lowercase));
+    for i in 0..chars.len() {
+        if i == 0 {
+            to_titlecase(chars[0], &mut out);
+        } else {
+            lower_at(&chars, i, &mut out);
+        }
     }
     out
 }
@@ -259,11 +322,12 @@ fn capitalize(s: &str) -> String {
 /// Python's `str.title()`: a cased character after an uncased one in title case, after a cased one lowercase
 /// ("they're" → "They'Re").
 fn title(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len());
     let mut previous_cased = false;
-    for c in s.chars() {
+    for (i, &c) in chars.iter().enumerate() {
         if previous_cased {
-            out.extend(c.to_lowercase());
+            lower_at(&chars, i, &mut out);
         } else {
             to_titlecase(c, &mut out);
         }
@@ -273,7 +337,8 @@ fn title(s: &str) -> String {
 }
 
 /// `RegexReplace`: Python's `re.sub(regex_pattern, replace, string, count, flags)`; a pattern or template
-/// Python rejects is the node's error, as ComfyUI does not catch it.
+/// Python rejects (a bad escape, a group the pattern lacks, whether or not anything matches) is the node's
+/// error, as ComfyUI does not catch it.
 fn regex_replace(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let pattern = inputs.string("regex_pattern")?;
     let regex = python_regex(inputs, pattern, [true, false, false])?.ok_or_else(|| {
@@ -283,12 +348,15 @@ fn regex_replace(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
         )
     })?;
     let template = Template::parse(inputs.string("replace")?)?;
+    // Python checks the template's groups when it compiles it, before any search.
+    template.check_groups(&regex)?;
     let count = if inputs.has("count") { inputs.int("count")?.max(0) as usize } else { 0 };
     let text = inputs.string("string")?;
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     // Python's scan (3.7 on): each search starts where the last match ended; after an empty match the next
-    // may not be empty at that same place, but after a non-empty one it may ("x*" on "abxd": -a-b--d-).
+    // may not be empty at that same place, but after a non-empty one it may ("x*" on "abxd": -a-b--d-). Where
+    // Python would then retry the place for a non-empty match, this moves on a character (module docs).
     let (mut pos, mut must_advance, mut replaced) = (0, false, 0);
     while pos <= text.len() && (count == 0 || replaced < count) {
         let found = regex.captures_from_pos(text, pos).map_err(|e| {
@@ -307,7 +375,7 @@ fn regex_replace(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
             }
         }
         out.push_str(&text[last..whole.start()]);
-        template.expand(&regex, &captures, &mut out)?;
+        template.expand(&captures, &mut out);
         last = whole.end();
         replaced += 1;
         must_advance = whole.start() == whole.end();
@@ -422,14 +490,8 @@ impl Template {
         Ok(Template(pieces))
     }
 
-    /// The template for one match: groups that did not take part give "" (Python 3.5 on); a group the pattern
-    /// does not have is an error.
-    fn expand(
-        &self,
-        regex: &fancy_regex::Regex,
-        captures: &fancy_regex::Captures<'_>,
-        out: &mut String,
-    ) -> Result<(), NodeError> {
+    /// An error for a group the pattern does not have (`invalid group reference`).
+    fn check_groups(&self, regex: &fancy_regex::Regex) -> Result<(), NodeError> {
         let invalid = |what: String| {
             NodeError::of_kind(
                 ErrorKind::InvalidValue,
@@ -438,22 +500,28 @@ impl Template {
         };
         for piece in &self.0 {
             match piece {
-                Piece::Literal(s) => out.push_str(s),
-                Piece::Group(n) => {
-                    if *n >= regex.captures_len() {
-                        return Err(invalid(n.to_string()));
-                    }
-                    out.push_str(captures.get(*n).map_or("", |m| m.as_str()));
+                Piece::Group(n) if *n >= regex.captures_len() => {
+                    return Err(invalid(n.to_string()));
                 }
-                Piece::Named(name) => {
-                    if !regex.capture_names().flatten().any(|n| n == name) {
-                        return Err(invalid(format!("'{name}'")));
-                    }
-                    out.push_str(captures.name(name).map_or("", |m| m.as_str()));
+                Piece::Named(name) if !regex.capture_names().flatten().any(|n| n == name) => {
+                    return Err(invalid(format!("'{name}'")));
                 }
+                _ => {}
             }
         }
         Ok(())
+    }
+
+    /// The template for one match ([`Template::check_groups`] first): groups that did not take part give ""
+    /// (Python 3.5 on).
+    fn expand(&self, captures: &fancy_regex::Captures<'_>, out: &mut String) {
+        for piece in &self.0 {
+            match piece {
+                Piece::Literal(s) => out.push_str(s),
+                Piece::Group(n) => out.push_str(captures.get(*n).map_or("", |m| m.as_str())),
+                Piece::Named(name) => out.push_str(captures.name(name).map_or("", |m| m.as_str())),
+            }
+        }
     }
 }
 

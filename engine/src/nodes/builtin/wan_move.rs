@@ -244,7 +244,9 @@ pub(super) fn tracks_from_coords() -> Pure {
         .output(OutputDef::new("INT").named("track_length"));
     Pure::new(spec, |inputs| {
         let text = if inputs.has("track_coords") { inputs.string("track_coords")? } else { "[]" };
-        let mut batches = super::wan_track::parse_tracks(text)?;
+        // The parser's messages name WanTrackToVideo's `tracks`; here they are `track_coords`.
+        let mut batches = super::wan_track::parse_tracks(text)
+            .map_err(|e| NodeError::new(e.message.replace("`tracks`", "`track_coords`")))?;
         let tracks = match batches.len() {
             1 => batches.remove(0),
             0 => return Err(NodeError::new("`track_coords` holds no tracks")),
@@ -277,9 +279,11 @@ pub(super) fn tracks_from_coords() -> Pure {
                          per frame"
                     )));
                 }
-                let set: Vec<bool> = (mask.data().chunks(h * w))
-                    .map(|plane| plane.iter().any(|&v| v > 0.0))
-                    .collect();
+                // A mask of no area is set nowhere.
+                let set: Vec<bool> = match h * w {
+                    0 => vec![false; mask_frames.max(1)],
+                    area => mask.data().chunks(area).map(|p| p.iter().any(|&v| v > 0.0)).collect(),
+                };
                 (0..frames * count).map(|i| set[(i / count) % set.len()]).collect()
             }
         };

@@ -2,10 +2,10 @@
 //! `draw_tracks_on_video` draws them with PIL: on each frame a circle at every visible point and, behind it,
 //! its trail over the last `line_resolution` frames, fading and thinning with its distance from the point.
 //!
-//! Invariant: pixels are 8-bit as there (the frame truncated to bytes, each overlay blended in f64 and
-//! truncated again). The trail's strokes are PIL's exactly (each a two-pixel horizontal line of the stroke's
-//! width); a circle covers the pixels whose centres lie within its radius + ½, where PIL's integer ellipse
-//! differs from a true circle by a few pixels of its rim.
+//! Invariant: pixels are 8-bit as there (the frame truncated to bytes, both overlays blended over it in f64,
+//! the result truncated once). The trail's strokes are PIL's exactly (each a two-pixel horizontal line of the
+//! stroke's width); a circle covers the pixels whose centres lie within its radius + ½, where PIL's integer
+//! ellipse differs from a true circle by a few pixels of its rim.
 
 use std::sync::Arc;
 
@@ -165,7 +165,8 @@ impl Overlay {
         let reach = (r as f64 + 0.5).powi(2);
         for dy in -r..=r {
             let half = (reach - (dy * dy) as f64).sqrt().floor() as i64;
-            self.fill(cx - half.min(r)..=cx + half.min(r), cy + dy..=cy + dy, ink);
+            let (half, y) = (half.min(r), cy.saturating_add(dy));
+            self.fill(cx.saturating_sub(half)..=cx.saturating_add(half), y..=y, ink);
         }
     }
 
@@ -174,9 +175,13 @@ impl Overlay {
     /// PIL's width (rows y − ⌊(w − 1)/2⌋ … y + ⌊w/2⌋).
     fn trail(&mut self, points: &[[i64; 2]], colour: [u8; 3], style: &Style) {
         let newest_first: Vec<[i64; 2]> = points.iter().rev().copied().collect();
+        // In f64 from i128 differences: coordinates far off the picture must not overflow.
         let lengths: Vec<f64> = newest_first
             .windows(2)
-            .map(|p| (((p[1][0] - p[0][0]).pow(2) + (p[1][1] - p[0][1]).pow(2)) as f64).sqrt())
+            .map(|p| {
+                let d = |k: usize| (i128::from(p[1][k]) - i128::from(p[0][k])) as f64;
+                (d(0) * d(0) + d(1) * d(1)).sqrt()
+            })
             .collect();
         let total: f64 = lengths.iter().sum();
         if total == 0.0 {
@@ -189,12 +194,16 @@ impl Overlay {
             for i in 0..steps {
                 let ratio = (travelled + (i as f64 / steps as f64) * length) / total;
                 let alpha = (255.0 * (1.0 - ratio) * style.opacity) as u8;
-                let along =
-                    |a: i64, b: i64| (a as f64 + ((b - a) * i) as f64 / steps as f64) as i64;
+                // numpy's int64 (b − a)·i, then a true division (exact in i128 here).
+                let along = |a: i64, b: i64| {
+                    let step = ((i128::from(b) - i128::from(a)) * i128::from(i)) as f64;
+                    (a as f64 + step / steps as f64) as i64
+                };
                 let (x, y) = (along(x0, x1), along(y0, y1));
                 let width = ((style.line_width as f64 * (1.0 - ratio)) as i64).max(1);
                 let ink = [colour[0], colour[1], colour[2], alpha];
-                self.fill(x..=x + 1, y - (width - 1) / 2..=y + width / 2, ink);
+                let rows = y.saturating_sub((width - 1) / 2)..=y.saturating_add(width / 2);
+                self.fill(x..=x.saturating_add(1), rows, ink);
             }
             travelled += length;
         }
