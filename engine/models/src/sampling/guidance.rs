@@ -33,6 +33,9 @@ pub enum PostCfg {
     },
     /// `CFGZeroStar`: the unconditional prediction projected onto the conditional noise direction.
     ZeroStar,
+    /// `Mahiro` ("Positive-Biased Guidance"): the result pulled towards the conditional prediction times the
+    /// scale, the more so the less the scaled unconditional prediction agrees with their mean.
+    Mahiro,
     /// `SkipLayerGuidanceDiT`: inside its σ range, the conditional prediction of a pass without some blocks is
     /// pushed away from.
     SkipLayer(SkipLayers),
@@ -170,6 +173,7 @@ impl Guidance {
             out = match *hook {
                 PostCfg::Norm { strength } => cfg_norm(&p, &out, strength),
                 PostCfg::ZeroStar => zero_star(&p, uncond, &out),
+                PostCfg::Mahiro => mahiro(&p, uncond, &out),
                 PostCfg::SkipLayer(layers) if layers.active(p.sigma) => match skipped(&layers) {
                     Some(pass) => skip_layer(&p, &out, &pass, &layers),
                     None => out,
@@ -287,6 +291,44 @@ fn zero_star(p: &Predictions<'_>, uncond: &[f32], out: &[f32]) -> Vec<f32> {
         }
     }
     result
+}
+
+/// `Mahiro`'s hook: with leap = cond·scale and merge = (leap + out)/2, the cosine similarity over channels of
+/// the signed square roots of uncond·scale and merge (torch's `cosine_similarity`: each vector divided by its
+/// norm, at least 1e-8), averaged over the batch's positions, sets s = 2·(sim + 1); the result is
+/// (s·out + (4 − s)·leap)/4.
+fn mahiro(p: &Predictions<'_>, uncond: &[f32], out: &[f32]) -> Vec<f32> {
+    let (batch, channels, inner) = dims(p.shape);
+    let signed_root = |v: f32| {
+        v.abs().sqrt()
+            * if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+    };
+    let leap: Vec<f32> = p.cond.iter().map(|c| c * p.cfg).collect();
+    let u: Vec<f32> = uncond.iter().map(|v| signed_root(v * p.cfg)).collect();
+    let m: Vec<f32> = leap.iter().zip(out).map(|(l, o)| signed_root((l + o) / 2.0)).collect();
+    let (u_norms, m_norms) = (channel_norms(&u, p.shape), channel_norms(&m, p.shape));
+    let mut total = 0.0f32;
+    for b in 0..batch {
+        for i in 0..inner {
+            let at = b * inner + i;
+            let (un, mn) = (u_norms[at].max(1e-8), m_norms[at].max(1e-8));
+            total += (0..channels)
+                .map(|c| {
+                    let j = (b * channels + c) * inner + i;
+                    (u[j] / un) * (m[j] / mn)
+                })
+                .sum::<f32>();
+        }
+    }
+    let sim = total / (batch * inner).max(1) as f32;
+    let scale = 2.0 * (sim + 1.0);
+    out.iter().zip(&leap).map(|(o, l)| (scale * o + (4.0 - scale) * l) / 4.0).collect()
 }
 
 /// `RescaleCFG`'s hook: CFG on the v-predictions, rescaled to the conditional's std over each sample (torch's

@@ -183,6 +183,32 @@ fn cfg_hooks_combine_predictions_as_comfyuis_patch_nodes_do() {
     }
 }
 
+/// The Mahiro node's post-CFG hook (`scripts/reference/comfy_mahiro.py`): two samples, whose similarity is
+/// averaged together; at CFG 1 with the negative skipped; after CFGZeroStar.
+#[test]
+fn mahiro_pulls_towards_the_positive_as_comfyuis_node_does() {
+    use kiln_models::sampling::guidance::{Guidance, PostCfg, Predictions};
+    let t = read_tensors("comfy_sampling/mahiro.safetensors");
+    let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
+    let shape = t["x"].0.clone();
+    for (key, hooks, cfg, skipped) in [
+        ("out.3.5", vec![PostCfg::Mahiro], 3.5, false),
+        ("out.1.0", vec![PostCfg::Mahiro], 1.0, true),
+        ("out.zero_star.3.5", vec![PostCfg::ZeroStar, PostCfg::Mahiro], 3.5, false),
+    ] {
+        let guidance = Guidance { post_cfg: hooks, ..Guidance::default() };
+        let got = guidance.combine(Predictions {
+            x,
+            cond,
+            uncond: (!skipped).then_some(uncond.as_slice()),
+            cfg,
+            sigma: 0.7,
+            shape: &shape,
+        });
+        assert_close(key, &got, &t[key].1, 1e-5);
+    }
+}
+
 #[test]
 fn flux2_scheduler_gives_comfyuis_sigmas_bit_for_bit() {
     let path = crate::common::fixture("comfy_sampling/flux2_scheduler.json");

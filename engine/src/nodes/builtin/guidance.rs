@@ -1,6 +1,7 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
-//! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1) and
-//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3). Each returns a
+//! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1),
+//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3) and `Mahiro`
+//! (`comfy_extras.nodes_mahiro`, V3). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
 //! `set_model_sampler_post_cfg_function` (appending) do; the sampler applies them
 //! (`kiln_models::sampling::guidance`).
@@ -21,6 +22,8 @@ enum Hook {
     Norm,
     /// `CFGZeroStar`: post-CFG.
     ZeroStar,
+    /// `Mahiro`: post-CFG.
+    Mahiro,
     /// `RescaleCFG`: the CFG function.
     Rescale,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
@@ -81,6 +84,27 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
         },
         CfgPatch { spec: Arc::new(skip_layer_guidance_spec()), hook: Hook::SkipLayers },
         CfgPatch { spec: Arc::new(skip_layer_guidance_simple_spec()), hook: Hook::SkipLayersUncond },
+        CfgPatch {
+            spec: Arc::new(
+                NodeSpec::new("Mahiro", "Positive-Biased Guidance", "experimental")
+                    .python_module("comfy_extras.nodes_mahiro")
+                    .v3()
+                    .experimental()
+                    .description(
+                        "Modify the guidance to scale more on the 'direction' of the positive prompt rather \
+                         than the difference between the negative prompt.",
+                    )
+                    .input(InputDef::typed("model", "MODEL"))
+                    .output(OutputDef::new("MODEL").named("patched_model"))
+                    .aliases(&[
+                        "mahiro",
+                        "mahiro cfg",
+                        "similarity-adaptive guidance",
+                        "positive-biased cfg",
+                    ]),
+            ),
+            hook: Hook::Mahiro,
+        },
     ]
 }
 
@@ -152,6 +176,7 @@ impl Node for CfgPatch {
         let mut guidance = model.guidance.clone();
         match self.hook {
             Hook::ZeroStar => guidance.post_cfg.push(PostCfg::ZeroStar),
+            Hook::Mahiro => guidance.post_cfg.push(PostCfg::Mahiro),
             Hook::Norm => {
                 let strength = inputs.float("strength")? as f32;
                 let pre_cfg = inputs.has("pre_cfg") && inputs.bool("pre_cfg")?;
