@@ -97,6 +97,9 @@ pub struct Guidance {
     /// How the unconditional prediction is made, when `SkipLayerGuidanceDiTSimple` set it (the last one
     /// applied: ComfyUI's hook replaces).
     pub uncond_skip: Option<UncondSkip>,
+    /// `TCFG`'s hooks before CFG (`set_model_sampler_pre_cfg_function`, which appends): how many times the
+    /// unconditional prediction's tangential part is dropped, once for each node applied.
+    pub tangential_damping: usize,
 }
 
 /// One model call's predictions to combine.
@@ -157,7 +160,17 @@ impl Guidance {
         skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
     ) -> Vec<f32> {
         let zeros;
+        let damped;
         let uncond = match p.uncond {
+            // TCFG reads both predictions; without the unconditional one it passes.
+            Some(u) if self.tangential_damping > 0 => {
+                let mut u = u.to_vec();
+                for _ in 0..self.tangential_damping {
+                    u = tangential_damping(&p, &u);
+                }
+                damped = u;
+                &damped
+            }
             Some(u) => u,
             None => {
                 zeros = vec![0.0f32; p.cond.len()];
@@ -329,6 +342,43 @@ fn mahiro(p: &Predictions<'_>, uncond: &[f32], out: &[f32]) -> Vec<f32> {
     let sim = total / (batch * inner).max(1) as f32;
     let scale = 2.0 * (sim + 1.0);
     out.iter().zip(&leap).map(|(o, l)| (scale * o + (4.0 - scale) * l) / 4.0).collect()
+}
+
+/// `TCFG`'s hook (Tangential Damping CFG, arXiv 2503.18137): per sample, the unconditional score x − uncond
+/// keeps only its projection on the first right singular vector of the 2 × N matrix of both scores
+/// (`torch.linalg.svd`; found here from the 2 × 2 Gram matrix in f64), and the prediction is x minus that.
+fn tangential_damping(p: &Predictions<'_>, uncond: &[f32]) -> Vec<f32> {
+    let (batch, channels, inner) = dims(p.shape);
+    let per = channels * inner;
+    let mut out = Vec::with_capacity(uncond.len());
+    for b in 0..batch {
+        let range = b * per..(b + 1) * per;
+        let u: Vec<f64> = range.clone().map(|j| f64::from(p.x[j] - uncond[j])).collect();
+        let c: Vec<f64> = range.clone().map(|j| f64::from(p.x[j] - p.cond[j])).collect();
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let (uu, uc, cc) = (dot(&u, &u), dot(&u, &c), dot(&c, &c));
+        // The larger eigenvalue of [[uu, uc], [uc, cc]] and its unit eigenvector (e_u, e_c).
+        let lambda = (uu + cc) / 2.0 + (((uu - cc) / 2.0).powi(2) + uc * uc).sqrt();
+        let (eu, ec) = if (lambda - uu).abs() >= (lambda - cc).abs() {
+            (uc, lambda - uu)
+        } else {
+            (lambda - cc, uc)
+        };
+        let length = (eu * eu + ec * ec).sqrt();
+        let damped: Vec<f64> = if lambda <= 0.0 || length == 0.0 {
+            // Both scores zero: nothing to keep.
+            vec![0.0; per]
+        } else {
+            // v = Aᵀe / √λ; u's part along it: (u·v)v.
+            let (eu, ec) = (eu / length, ec / length);
+            let v: Vec<f64> =
+                u.iter().zip(&c).map(|(a, b)| (eu * a + ec * b) / lambda.sqrt()).collect();
+            let along = dot(&u, &v);
+            v.iter().map(|x| along * x).collect()
+        };
+        out.extend(range.zip(damped).map(|(j, d)| p.x[j] - d as f32));
+    }
+    out
 }
 
 /// `RescaleCFG`'s hook: CFG on the v-predictions, rescaled to the conditional's std over each sample (torch's

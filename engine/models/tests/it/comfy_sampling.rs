@@ -183,20 +183,25 @@ fn cfg_hooks_combine_predictions_as_comfyuis_patch_nodes_do() {
     }
 }
 
-/// The Mahiro node's post-CFG hook (`scripts/reference/comfy_mahiro.py`): two samples, whose similarity is
-/// averaged together; at CFG 1 with the negative skipped; after CFGZeroStar.
+/// The Mahiro node's post-CFG hook and TCFG's pre-CFG one (`scripts/reference/comfy_guidance_hooks.py`): two
+/// samples (Mahiro's similarity averaged over both, TCFG damping each alone); Mahiro at CFG 1 with the negative
+/// skipped and after CFGZeroStar; TCFG once, twice and before Mahiro.
 #[test]
-fn mahiro_pulls_towards_the_positive_as_comfyuis_node_does() {
+fn mahiro_and_tcfg_hooks_combine_as_comfyuis_nodes_do() {
     use kiln_models::sampling::guidance::{Guidance, PostCfg, Predictions};
-    let t = read_tensors("comfy_sampling/mahiro.safetensors");
+    let t = read_tensors("comfy_sampling/guidance_hooks.safetensors");
     let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
     let shape = t["x"].0.clone();
-    for (key, hooks, cfg, skipped) in [
-        ("out.3.5", vec![PostCfg::Mahiro], 3.5, false),
-        ("out.1.0", vec![PostCfg::Mahiro], 1.0, true),
-        ("out.zero_star.3.5", vec![PostCfg::ZeroStar, PostCfg::Mahiro], 3.5, false),
+    for (key, hooks, damping, cfg, skipped) in [
+        ("out.3.5", vec![PostCfg::Mahiro], 0, 3.5, false),
+        ("out.1.0", vec![PostCfg::Mahiro], 0, 1.0, true),
+        ("out.zero_star.3.5", vec![PostCfg::ZeroStar, PostCfg::Mahiro], 0, 3.5, false),
+        ("tcfg.3.5", vec![], 1, 3.5, false),
+        ("tcfg.twice.3.5", vec![], 2, 3.5, false),
+        ("tcfg.mahiro.3.5", vec![PostCfg::Mahiro], 1, 3.5, false),
     ] {
-        let guidance = Guidance { post_cfg: hooks, ..Guidance::default() };
+        let guidance =
+            Guidance { post_cfg: hooks, tangential_damping: damping, ..Guidance::default() };
         let got = guidance.combine(Predictions {
             x,
             cond,

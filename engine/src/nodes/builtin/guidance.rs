@@ -1,7 +1,7 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
 //! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1),
-//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3) and `Mahiro`
-//! (`comfy_extras.nodes_mahiro`, V3). Each returns a
+//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3), `Mahiro`
+//! (`comfy_extras.nodes_mahiro`, V3) and `TCFG` (`comfy_extras.nodes_tcfg`, V3, before CFG). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
 //! `set_model_sampler_post_cfg_function` (appending) do; the sampler applies them
 //! (`kiln_models::sampling::guidance`).
@@ -24,6 +24,8 @@ enum Hook {
     ZeroStar,
     /// `Mahiro`: post-CFG.
     Mahiro,
+    /// `TCFG`: pre-CFG, on the unconditional prediction.
+    TangentialDamping,
     /// `RescaleCFG`: the CFG function.
     Rescale,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
@@ -105,6 +107,20 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             ),
             hook: Hook::Mahiro,
         },
+        CfgPatch {
+            spec: Arc::new(
+                NodeSpec::new("TCFG", "Tangential Damping CFG", "advanced/guidance")
+                    .python_module("comfy_extras.nodes_tcfg")
+                    .v3()
+                    .description(
+                        "TCFG \u{2013} Tangential Damping CFG (2503.18137)\n\nRefine the uncond (negative) to \
+                         align with the cond (positive) for improving quality.",
+                    )
+                    .input(InputDef::typed("model", "MODEL"))
+                    .output(OutputDef::new("MODEL").named("patched_model")),
+            ),
+            hook: Hook::TangentialDamping,
+        },
     ]
 }
 
@@ -177,6 +193,7 @@ impl Node for CfgPatch {
         match self.hook {
             Hook::ZeroStar => guidance.post_cfg.push(PostCfg::ZeroStar),
             Hook::Mahiro => guidance.post_cfg.push(PostCfg::Mahiro),
+            Hook::TangentialDamping => guidance.tangential_damping += 1,
             Hook::Norm => {
                 let strength = inputs.float("strength")? as f32;
                 let pre_cfg = inputs.has("pre_cfg") && inputs.bool("pre_cfg")?;

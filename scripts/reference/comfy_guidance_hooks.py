@@ -1,0 +1,73 @@
+"""Records ComfyUI's sampling_function / cfg_function under the hooks of the Mahiro node (post-CFG,
+comfy_extras/nodes_mahiro.py) and the TCFG node (pre-CFG, comfy_extras/nodes_tcfg.py) at 0f1fa67a, each run
+through the node on a ModelPatcher, on random predictions of shape [2, 4, 3, 5] (two samples: Mahiro's similarity
+is averaged over both; TCFG damps each sample alone): engine/models/tests/fixtures/comfy_sampling/
+guidance_hooks.safetensors holds `x`, `cond`, `uncond`; Mahiro's `out.<cfg>` for cfg 3.5, and 1.0 with the
+unconditional prediction skipped (zeros), and after CFGZeroStar (`out.zero_star.3.5`); TCFG's `tcfg.3.5` (once),
+`tcfg.twice.3.5` (the node applied twice) and `tcfg.mahiro.3.5` (TCFG, then Mahiro after CFG).
+
+Run from the repository root:
+    COMFYUI_DIR=/path/to/ComfyUI target/reference-venv/bin/python scripts/reference/comfy_guidance_hooks.py
+"""
+
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from comfyui import import_comfyui  # noqa: E402
+
+OUT = "engine/models/tests/fixtures/comfy_sampling"
+
+
+def main():
+    import_comfyui(node_modules=True)
+    import comfy.model_patcher
+    import comfy.samplers
+    from comfy_extras.nodes_cfg import CFGZeroStar
+    from comfy_extras.nodes_mahiro import Mahiro
+    from comfy_extras.nodes_tcfg import TCFG
+
+    g = torch.Generator().manual_seed(59)
+    x, cond, uncond = (torch.randn(2, 4, 3, 5, generator=g) for _ in range(3))
+    io = {"x": x, "cond": cond, "uncond": uncond}
+    sigma = torch.tensor([0.7])
+
+    def options(zero_star):
+        m = comfy.model_patcher.ModelPatcher(torch.nn.Linear(1, 1), torch.device("cpu"), torch.device("cpu"))
+        if zero_star:
+            m = CFGZeroStar.execute(m).result[0]
+        return Mahiro.execute(m).result[0].model_options
+
+    for cfg, skipped in ((3.5, False), (1.0, True)):
+        un = torch.zeros_like(uncond) if skipped else uncond
+        io[f"out.{cfg}"] = comfy.samplers.cfg_function(None, cond, un, cfg, x, sigma, model_options=options(False))
+    io["out.zero_star.3.5"] = comfy.samplers.cfg_function(None, cond, uncond, 3.5, x, sigma,
+                                                           model_options=options(True))
+
+    def tcfg(times, mahiro):
+        m = comfy.model_patcher.ModelPatcher(torch.nn.Linear(1, 1), torch.device("cpu"), torch.device("cpu"))
+        for _ in range(times):
+            m = TCFG.execute(m).result[0]
+        if mahiro:
+            m = Mahiro.execute(m).result[0]
+        # sampling_function's pre-CFG step, then cfg_function, as comfy.samplers runs them.
+        args = {"conds": [[{}], [{}]], "conds_out": [cond, uncond], "cond_scale": 3.5, "timestep": sigma,
+                "input": x, "sigma": sigma, "model": None, "model_options": m.model_options}
+        out = [cond, uncond]
+        for fn in m.model_options.get("sampler_pre_cfg_function", []):
+            args["conds_out"] = out
+            out = fn(args)
+        return comfy.samplers.cfg_function(None, out[0], out[1], 3.5, x, sigma, model_options=m.model_options)
+
+    io["tcfg.3.5"] = tcfg(1, False)
+    io["tcfg.twice.3.5"] = tcfg(2, False)
+    io["tcfg.mahiro.3.5"] = tcfg(1, True)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/guidance_hooks.safetensors")
+    print({k: list(v.shape) for k, v in io.items()})
+
+
+if __name__ == "__main__":
+    main()
