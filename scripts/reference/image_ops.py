@@ -1,5 +1,5 @@
 """Fixtures for Kiln's image orientation and mask nodes (engine/src/nodes/builtin/orient.rs, mask_ops.rs), from
-ComfyUI's own nodes at 0f1fa67a: ImageRotate and ImageFlip (comfy_extras/nodes_images.py), ImageColorToMask and
+ComfyUI's own nodes at 0f1fa67a: ImageRotate, ImageFlip and ResizeAndPadImage (comfy_extras/nodes_images.py), ImageColorToMask and
 CropMask (comfy_extras/nodes_mask.py).
 
 Run from the repository root:
@@ -8,7 +8,7 @@ Run from the repository root:
 Writes engine/tests/fixtures/image_ops/io.safetensors (f32): `image` [2, 3, 5, 3]; `rotate.<choice>` for each
 rotation choice, `flip.<x|y>`; `colors` [1, 4, 4, 3] (levels on the 1/255 grid, some pixels 0x336699, one just
 off it, some past 1) and `color_mask` for 0x336699; `mask` [2, 6, 7] and `crop.<x>.<y>.<w>.<h>` for crops inside,
-across the edge and past it.
+across the edge and past it; `pad_image` [2, 9, 14, 3] and `pad.<W>x<H>.<colour>.<method>` (ResizeAndPadImage).
 """
 
 import os
@@ -45,6 +45,13 @@ def main():
     io["mask"] = torch.rand(2, 6, 7, generator=g)
     for x, y, w, h in ((1, 2, 3, 2), (5, 4, 4, 5), (0, 0, 7, 6), (8, 1, 2, 2)):
         io[f"crop.{x}.{y}.{w}.{h}"] = nodes_mask.CropMask.execute(io["mask"], x, y, w, h).result[0]
+    # ResizeAndPadImage: a picture on the 1/255 grid (lanczos runs through 8-bit PIL images) fitted into a
+    # wider and a taller target, padded white or black, by every method.
+    io["pad_image"] = torch.randint(0, 256, (2, 9, 14, 3), generator=g).float() / 255.0
+    for (tw, th), colour in (((20, 11), "white"), ((7, 12), "black")):
+        for method in ("area", "bicubic", "nearest-exact", "bilinear", "lanczos"):
+            io[f"pad.{tw}x{th}.{colour}.{method}"] = nodes_images.ResizeAndPadImage.execute(
+                io["pad_image"], tw, th, colour, method).result[0]
     os.makedirs(OUT, exist_ok=True)
     save_file({k: v.float().clone().contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
     print({k: list(v.shape) for k, v in io.items()})

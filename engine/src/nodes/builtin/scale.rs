@@ -1,10 +1,10 @@
-//! Image-scaling nodes that choose the size themselves: `ImageScaleToMaxDimension`
+//! Image-scaling nodes that choose the size themselves: `ImageScaleToMaxDimension` and `ResizeAndPadImage`
 //! (`comfy_extras.nodes_images`) and `FluxKontextImageScale` (`comfy_extras.nodes_flux`).
 
 use super::image::dims;
 use super::pure::Pure;
 use super::resize::resize;
-use crate::nodes::{InputDef, NodeError, NodeSpec, OutputDef};
+use crate::nodes::{InputDef, Inputs, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
 /// The sizes Flux Kontext was trained at, (width, height), in ComfyUI's order (ties go to the first).
@@ -53,6 +53,52 @@ fn max_dimension_size(width: usize, height: usize, largest: usize) -> (usize, us
 }
 
 /// The nodes.
+/// An advanced V3 combo (`advanced` written first).
+fn advanced_combo(name: &str, options: &[&str]) -> InputDef {
+    InputDef::bare(name, "COMBO")
+        .option("advanced", true)
+        .option("multiselect", false)
+        .option("options", options.iter().map(|o| (*o).to_owned()).collect::<Vec<_>>())
+}
+
+/// `ResizeAndPadImage`: the image scaled by the smaller of the two ratios to the target (sides truncated as
+/// Python's `int` truncates them, no crop) and centred on a white or black canvas of the target's size.
+fn resize_and_pad(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let image = inputs.image("image")?;
+    let (b, h, w, c) = dims(image)?;
+    let side = |name: &str| {
+        usize::try_from(inputs.int(name)?)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| NodeError::new(format!("`{name}` must be 1 or more")))
+    };
+    let (tw, th) = (side("target_width")?, side("target_height")?);
+    if w == 0 || h == 0 {
+        return Err(NodeError::new(format!("ResizeAndPadImage: an image of {w} × {h} pixels")));
+    }
+    let scale = (tw as f64 / w as f64).min(th as f64 / h as f64);
+    let (nw, nh) = ((w as f64 * scale) as usize, (h as f64 * scale) as usize);
+    if nw == 0 || nh == 0 {
+        return Err(NodeError::new(format!(
+            "ResizeAndPadImage: {w} × {h} scaled into {tw} × {th} leaves no pixels"
+        )));
+    }
+    let resized = resize(image, nw, nh, inputs.string("interpolation")?, false)?;
+    let pad = if inputs.string("padding_color")? == "black" { 0.0 } else { 1.0 };
+    let mut out = vec![pad; b * th * tw * c];
+    let (top, left) = ((th - nh) / 2, (tw - nw) / 2);
+    for i in 0..b {
+        for y in 0..nh {
+            let src = &resized.data()[((i * nh + y) * nw) * c..][..nw * c];
+            out[((i * th + top + y) * tw + left) * c..][..nw * c].copy_from_slice(src);
+        }
+    }
+    Ok(vec![Value::Image(
+        crate::tensor::Tensor::new(vec![b, th, tw, c], out)
+            .map_err(|e| NodeError::new(e.to_string()))?,
+    )])
+}
+
 pub(super) fn nodes() -> Vec<Pure> {
     vec![
         Pure::new(
@@ -82,6 +128,22 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
         Pure::new(
+            NodeSpec::new("ResizeAndPadImage", "Resize And Pad Image", "image/transform")
+                .python_module("comfy_extras.nodes_images")
+                .v3()
+                .input(InputDef::typed("image", "IMAGE"))
+                .input(InputDef::int("target_width", 512, 1, 16384).option("step", 1))
+                .input(InputDef::int("target_height", 512, 1, 16384).option("step", 1))
+                .input(advanced_combo("padding_color", &["white", "black"]))
+                .input(advanced_combo(
+                    "interpolation",
+                    &["area", "bicubic", "nearest-exact", "bilinear", "lanczos"],
+                ))
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["fit to size"]),
+            resize_and_pad,
+        ),
+        Pure::new(
             NodeSpec::new("FluxKontextImageScale", "", "model/conditioning/flux")
                 .python_module("comfy_extras.nodes_flux")
                 .v3()
@@ -103,6 +165,33 @@ pub(super) fn nodes() -> Vec<Pure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ComfyUI's ResizeAndPadImage (`scripts/reference/image_ops.py`): a 14 × 9 picture fitted into 20 × 11
+    /// (white) and 7 × 12 (black) by every method.
+    #[test]
+    fn resize_and_pad_fits_and_centres_as_comfyui() {
+        use crate::nodes::Node as _;
+        let io = crate::fixtures::tensors("image_ops/io.safetensors");
+        let node =
+            nodes().into_iter().find(|n| n.spec().name == "ResizeAndPadImage").expect("node");
+        for ((tw, th), colour) in [((20, 11), "white"), ((7, 12), "black")] {
+            for method in ["area", "bicubic", "nearest-exact", "bilinear", "lanczos"] {
+                let inputs = vec![
+                    ("image", Value::Image(io["pad_image"].clone())),
+                    ("target_width", Value::Int(tw)),
+                    ("target_height", Value::Int(th)),
+                    ("padding_color", Value::String(colour.into())),
+                    ("interpolation", Value::String(method.into())),
+                ];
+                let out = crate::fixtures::node_outputs(&node, inputs).expect("runs");
+                let Value::Image(got) = &out[0] else { panic!("an image") };
+                let key = format!("pad.{tw}x{th}.{colour}.{method}");
+                let want = &io[&key];
+                assert_eq!(got.shape(), want.shape(), "{key}");
+                crate::fixtures::assert_within(&key, got.data(), want.data(), 1e-5);
+            }
+        }
+    }
 
     #[test]
     fn kontext_picks_the_nearest_trained_ratio() {
