@@ -77,6 +77,14 @@ impl ModelSampling {
         }
     }
 
+    /// Whether `sigma` lies in the part of sampling from `start` to `end` percent: ComfyUI's range checks
+    /// (ControlNets' `timestep_range`, conditioning's `timestep_start` / `timestep_end`) compare it in f32 with
+    /// each end's `percent_to_sigma` and leave it out only above the start's or below the end's.
+    pub fn in_percent_range(&self, (start, end): (f64, f64), sigma: f32) -> bool {
+        let (start, end) = (self.percent_to_sigma(start) as f32, self.percent_to_sigma(end) as f32);
+        !(sigma > start || sigma < end)
+    }
+
     /// Whether a run over `sigmas` starts at the table's largest sigma or above (ComfyUI's `max_denoise`:
     /// within a relative 1e-5 of it, or greater).
     pub fn max_denoise(&self, sigmas: &[f32]) -> bool {

@@ -10,7 +10,8 @@ use kiln_models::sampling::{
 
 use super::pure::Pure;
 use super::sampler::{
-    Sampled, Sampling, count, sample, sampler, sampler_names, scheduler, scheduler_names,
+    Sampled, Sampling, count, latent_in_model_space, sample, sampler, sampler_names, scheduler,
+    scheduler_names, starting_noise,
 };
 use crate::compute::Compute;
 use crate::models::{DualCfg, Guider, Noise};
@@ -786,22 +787,12 @@ fn add_noise(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     };
     let model = inputs.model("model")?;
     let shape = latent.samples.shape();
-    let noise = match inputs.noise("noise")? {
-        Noise::Random(seed) => {
-            kiln_models::noise::initial_noise(seed, shape, latent.batch_index.as_deref())
-                .map_err(|e| NodeError::new(e.to_string()))?
-        }
-        Noise::Disabled => vec![0.0; latent.samples.data().len()],
-    };
+    let noise = starting_noise(inputs.noise("noise")?, shape, latent.batch_index.as_deref())?;
     let scale = if sigmas.len() > 1 { (first - last).abs() } else { first };
-    let format = model.latent;
-    let start = if latent.samples.data().iter().any(|&v| v != 0.0) {
-        format.process_in(latent.samples.data(), shape)
-    } else {
-        latent.samples.data().to_vec()
-    };
+    let start = latent_in_model_space(&model.latent, &latent.samples);
     let noisy = model.sampling.noise_at(scale, &noise, &start);
-    let out: Vec<f32> = format
+    let out: Vec<f32> = model
+        .latent
         .process_out(&noisy, shape)
         .into_iter()
         .map(|v| if v.is_finite() { v } else { 0.0 })

@@ -110,9 +110,17 @@ fn crop(image: &Tensor, top: usize, left: usize, h: usize, w: usize) -> Result<T
     tensor(vec![b, h, w, c], out)
 }
 
-/// The crop ComfyUI makes to a multiple of 8: the cropped size and the offsets that center it.
-fn crop_to_8(h: usize, w: usize) -> (usize, usize, usize, usize) {
-    (h / 8 * 8, w / 8 * 8, (h % 8) / 2, (w % 8) / 2)
+/// The crop ComfyUI makes to a multiple of `d` (8, or the VAE's downscale): the cropped size and the offsets
+/// that center it.
+fn crop_to(h: usize, w: usize, d: usize) -> (usize, usize, usize, usize) {
+    (h / d * d, w / d * d, (h % d) / 2, (w % d) / 2)
+}
+
+/// The `mask` input `[B_m, H', W']` resized bilinearly to the image's `w` × `h`, as `[B_m, h, w, 1]`.
+fn mask_at_image_size(inputs: &Inputs, w: usize, h: usize) -> Result<(Tensor, usize), NodeError> {
+    let (m, [mb, mh, mw]) = mask(inputs, "mask")?;
+    let as_image = tensor(vec![mb, mh, mw, 1], m.data().to_vec())?;
+    Ok((resize(&as_image, w, h, "bilinear", false)?, mb))
 }
 
 /// `InpaintModelConditioning`: the image with the masked region greyed out, encoded as the model's image
@@ -154,12 +162,8 @@ impl Node for InpaintModelConditioning {
         let vae = inputs.vae("vae")?;
         let pixels = inputs.image("pixels")?;
         let (_, h, w, _) = dims(pixels)?;
-        let (m, [mb, _, _]) = mask(inputs, "mask")?;
-        // The mask bilinearly at the image's size, [B_m, 1, H, W].
-        let (mh, mw) = (m.shape()[m.shape().len() - 2], m.shape()[m.shape().len() - 1]);
-        let as_image = tensor(vec![mb, mh, mw, 1], m.data().to_vec())?;
-        let resized = resize(&as_image, w, h, "bilinear", false)?;
-        let (ch, cw, top, left) = crop_to_8(h, w);
+        let (resized, mb) = mask_at_image_size(inputs, w, h)?;
+        let (ch, cw, top, left) = crop_to(h, w, 8);
         let cropped_mask = crop(&resized, top, left, ch, cw)?;
         let cropped = crop(pixels, top, left, ch, cw)?;
         let greyed = grey_masked(&cropped, &cropped_mask, mb)?;
@@ -221,17 +225,13 @@ impl Node for VaeEncodeForInpaint {
         let vae = inputs.vae("vae")?;
         let pixels = inputs.image("pixels")?;
         let (b, h, w, _) = dims(pixels)?;
-        let (m, [mb, _, _]) = mask(inputs, "mask")?;
+        let (resized, mb) = mask_at_image_size(inputs, w, h)?;
         if mb != 1 && mb != b {
             return Err(NodeError::new(format!(
                 "VAEEncodeForInpaint: a mask of {mb} frames for {b} images (give one, or one per image)"
             )));
         }
-        let (mh, mw) = (m.shape()[m.shape().len() - 2], m.shape()[m.shape().len() - 1]);
-        let resized =
-            resize(&tensor(vec![mb, mh, mw, 1], m.data().to_vec())?, w, h, "bilinear", false)?;
-        let d = vae.net.downscale();
-        let (ch, cw, top, left) = (h / d * d, w / d * d, (h % d) / 2, (w % d) / 2);
+        let (ch, cw, top, left) = crop_to(h, w, vae.net.downscale());
         let cropped_mask = crop(&resized, top, left, ch, cw)?;
         let greyed = grey_masked(&crop(pixels, top, left, ch, cw)?, &cropped_mask, mb)?;
         let samples = encode(&self.compute, vae, &greyed, ctx)?;
@@ -304,7 +304,7 @@ impl Node for InstructPixToPixConditioning {
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let pixels = inputs.image("pixels")?;
         let (_, h, w, _) = dims(pixels)?;
-        let (ch, cw, top, left) = crop_to_8(h, w);
+        let (ch, cw, top, left) = crop_to(h, w, 8);
         let cropped = crop(pixels, top, left, ch, cw)?;
         let concat = encode(&self.compute, inputs.vae("vae")?, &cropped, ctx)?;
         let zeros = Tensor::full(concat.shape().to_vec(), 0.0);

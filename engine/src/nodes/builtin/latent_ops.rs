@@ -6,6 +6,7 @@
 //! resized bilinearly with the centre crop (each frame of a video latent), then cut or repeated to the batch.
 
 use super::latent::{cat, repeat_to_batch};
+use super::mask::tensor;
 use super::pure::Pure;
 use super::resize::resize;
 use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
@@ -106,10 +107,6 @@ pub(super) fn nodes() -> Vec<Pure> {
 
 fn invalid(message: String) -> NodeError {
     NodeError::of_kind(ErrorKind::InvalidValue, message)
-}
-
-fn tensor(shape: Vec<usize>, values: Vec<f32>) -> Result<Tensor, NodeError> {
-    Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
 }
 
 /// `samples1` with `f(a, b)` of each value and `samples2`'s, fitted to it.

@@ -220,11 +220,7 @@ impl OnDevice for Forward<'_> {
         // with its hint broadcast to the batch.
         let mut hints = Vec::with_capacity(self.extras.controls.len());
         for control in &self.extras.controls {
-            let sampling = &self.model.sampling;
-            let (start, end) = (control.percent.0, control.percent.1);
-            let (start, end) =
-                (sampling.percent_to_sigma(start) as f32, sampling.percent_to_sigma(end) as f32);
-            if self.sigma > start || self.sigma < end {
+            if !self.model.sampling.in_percent_range(control.percent, self.sigma) {
                 continue;
             }
             // Only a ControlNet without a VAE is left unprepared.
@@ -664,17 +660,10 @@ impl Forward<'_> {
         if pose.is_none() && self.extras.reference_strength.is_none() {
             return Ok(None);
         }
-        let sampling = &self.model.sampling;
         let active = pose.filter(|p| match self.pose {
             PoseMode::On => true,
             PoseMode::Off => false,
-            PoseMode::ByRange => {
-                let (start, end) = (
-                    sampling.percent_to_sigma(p.percent.0) as f32,
-                    sampling.percent_to_sigma(p.percent.1) as f32,
-                );
-                !(self.sigma > start || self.sigma < end)
-            }
+            PoseMode::ByRange => self.model.sampling.in_percent_range(p.percent, self.sigma),
         });
         let upload = |t: &Option<Tensor>| t.as_ref().map(|t| upload(b, t)).transpose();
         let mut call = AnimateCall {
@@ -1038,11 +1027,7 @@ impl Guided<'_> {
     /// Whether a prompt takes part at `sigma` (`ConditioningSetTimestepRange`): ComfyUI leaves it out above its
     /// start's sigma and below its end's, compared in f32.
     fn in_range(&self, extras: &CondExtras, sigma: f32) -> bool {
-        let Some((start, end)) = extras.timestep_range else { return true };
-        let sampling = &self.model.sampling;
-        let (start, end) =
-            (sampling.percent_to_sigma(start) as f32, sampling.percent_to_sigma(end) as f32);
-        sigma <= start && sigma >= end
+        extras.timestep_range.is_none_or(|range| self.model.sampling.in_percent_range(range, sigma))
     }
 
     /// Whether the run's context windows split a side's prompts among the windows (`split_conds_to_windows`,
@@ -1443,6 +1428,29 @@ fn fit_channels(latent: &Latent, format: &LatentFormat) -> Result<Tensor, NodeEr
 /// Runs `job`: the latent shifted into model space (unless all zero), noise-scaled at the first sigma, stepped
 /// through the sigmas by the sampler with the guided denoiser, and brought back (inverse noise scaling at the
 /// last sigma, then VAE space). No sigmas: the latent comes back as it went in.
+/// The noise a run starts from (`NOISE`): the seed's draw for a latent of `shape`, each sample's by its index in
+/// `batch_index` where the latent has one, or zeros.
+pub(super) fn starting_noise(
+    noise: Noise,
+    shape: &[usize],
+    batch_index: Option<&[i64]>,
+) -> Result<Vec<f32>, NodeError> {
+    match noise {
+        Noise::Random(seed) => initial_noise(seed, shape, batch_index).map_err(node_error),
+        Noise::Disabled => Ok(vec![0.0; shape.iter().product()]),
+    }
+}
+
+/// `latent` (VAE space) in the model's space, as a run starts from it: an all-zero latent (an empty one) stays
+/// zero, as ComfyUI shifts only a latent with content.
+pub(super) fn latent_in_model_space(format: &LatentFormat, latent: &Tensor) -> Vec<f32> {
+    if latent.data().iter().any(|&v| v != 0.0) {
+        format.process_in(latent.data(), latent.shape())
+    } else {
+        latent.data().to_vec()
+    }
+}
+
 pub(super) fn sample(
     compute: &Compute,
     job: Sampling<'_>,
@@ -1457,23 +1465,13 @@ pub(super) fn sample(
     }
     model.activate().map_err(node_error)?;
     let shape = latent.shape().to_vec();
-    let mut noise = match job.noise {
-        Noise::Random(seed) => {
-            initial_noise(seed, &shape, job.latent.batch_index.as_deref()).map_err(node_error)?
-        }
-        Noise::Disabled => vec![0.0; latent.data().len()],
-    };
+    let mut noise = starting_noise(job.noise, &shape, job.latent.batch_index.as_deref())?;
     // FreeNoise: the context windows' later frames start from shuffled copies of earlier frames' noise.
     if let Some(windows) = model.context_windows.as_ref().filter(|w| w.freenoise) {
         windows.freenoise(&mut noise, &shape, job.noise.seed());
     }
     let format = model.latent;
-    // An all-zero latent (an empty one) stays zero: ComfyUI shifts only a latent with content.
-    let start: Vec<f32> = if latent.data().iter().any(|&v| v != 0.0) {
-        format.process_in(latent.data(), &shape)
-    } else {
-        latent.data().to_vec()
-    };
+    let start = latent_in_model_space(&format, &latent);
     let x = model.sampling.noise_scaling(&sigmas, &noise, &start);
     let inpaint = match &job.latent.noise_mask {
         Some(mask) => {

@@ -128,7 +128,7 @@ pub(super) fn generate_tracks() -> Pure {
 }
 
 /// A count input (its declared range keeps it at 1 or more).
-fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
+pub(super) fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
     usize::try_from(inputs.int(name)?)
         .map_err(|_| NodeError::new(format!("`{name}` must be positive")))
 }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::image::dims;
 use super::mask::tensor;
 use super::pure::Pure;
-use crate::nodes::{InputDef, Inputs, NodeError, NodeSpec, OutputDef};
+use super::wan_move::count;
+use crate::nodes::{InputDef, NodeError, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::{Tracks, Value};
 
@@ -65,11 +66,6 @@ fn advanced_int(name: &str, default: i64, max: i64) -> InputDef {
         .option("default", default)
         .option("min", 1)
         .option("max", max)
-}
-
-fn count(inputs: &Inputs, name: &str) -> Result<usize, NodeError> {
-    usize::try_from(inputs.int(name)?)
-        .map_err(|_| NodeError::new(format!("`{name}` must be positive")))
 }
 
 /// The frames with the tracks drawn. A batch other than the tracks' frame count is repeated whole as many times

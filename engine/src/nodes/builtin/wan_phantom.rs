@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use super::latent::cat;
 use super::vae::encode_video;
-use super::wan::{VideoRequest, WAN21_CHANNELS, fit_frames, latent_frames, video_inputs};
+use super::wan::{
+    VideoRequest, WAN21_CHANNELS, fit_frames, frame_range, latent_frames, video_inputs,
+};
 use crate::compute::Compute;
 use crate::models::{Conditioning, LatentFormat};
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
@@ -88,19 +90,9 @@ impl WanPhantomSubjectToVideo {
         images: &Tensor,
         ctx: &Context,
     ) -> Result<Tensor, NodeError> {
-        let &[n, h, w, c] = images.shape() else {
-            return Err(NodeError::new(format!(
-                "expected an IMAGE [B, H, W, C], got {:?}",
-                images.shape()
-            )));
-        };
-        let per = h * w * c;
         let mut joined: Option<Tensor> = None;
-        for i in 0..n {
-            let image =
-                Tensor::new(vec![1, h, w, c], images.data()[i * per..(i + 1) * per].to_vec())
-                    .map_err(|e| NodeError::new(e.to_string()))?;
-            let frame = encode_video(&self.compute, vae, &image, ctx)?;
+        for i in 0..images.shape().first().copied().unwrap_or(0) {
+            let frame = encode_video(&self.compute, vae, &frame_range(images, i..i + 1)?, ctx)?;
             joined = Some(match joined {
                 Some(before) => cat(&before, &frame, 2)?,
                 None => frame,
