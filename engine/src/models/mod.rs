@@ -10,8 +10,10 @@ pub mod context_windows;
 pub(crate) mod device;
 mod guidance;
 pub mod load;
+mod region;
 
 pub use guidance::{DualCfg, Guider, Noise};
+pub use region::{Area, PromptRegion};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -498,6 +500,8 @@ pub struct CondExtras {
     /// Phantom's subject frames (`WanPhantomSubjectToVideo`'s `time_dim_concat`: each image's latent, one frame
     /// each, `[1, 16, K, h, w]`), VAE space, which a Wan model runs after the video's frames.
     pub time_dim_concat: Option<Tensor>,
+    /// Where in the latent the prompt applies and how much it weighs there (the area and mask nodes).
+    pub region: PromptRegion,
 }
 
 /// What `WanDancerEncodeAudio` makes of a song (its `AUDIO_ENCODER_OUTPUT`), which `WanDancerVideo` hands a
@@ -557,6 +561,7 @@ impl CondExtras {
             + self.clip_vision_reference.as_ref().map_or(0, Tensor::byte_size)
             + self.dancer_music.as_ref().map_or(0, |m| m.features.byte_size())
             + self.time_dim_concat.as_ref().map_or(0, Tensor::byte_size)
+            + self.region.byte_size()
             + self.animate_pose.as_ref().map_or(0, |p| {
                 [&p.latent, &p.clip_vision, &p.context]
                     .into_iter()

@@ -266,6 +266,61 @@ fn issue_24_wan_phantom_follows_its_subject_images() {
 }
 
 #[test]
+fn issue_24_regional_prompts_weigh_a_second_prompt_by_its_area_and_mask() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    // 128 × 64 pixels: the area widgets start at 64.
+    let mut alone = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 5);
+    alone["40"]["inputs"]["width"] = json!(128);
+    alone["40"]["inputs"]["height"] = json!(64);
+    let frames_of = |h: &mut Harness, graph: Value| -> Vec<Vec<u8>> {
+        let ran = h.run(graph);
+        assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+        let ui = &ran.summary.outputs[&NodeId::from("9")];
+        let open = |name: &str| image::open(h.roots.output.join(name)).expect("a PNG");
+        ui.images.iter().map(|saved| open(&saved.filename).to_rgb8().into_raw()).collect()
+    };
+    // A second prompt, shaped by `region` (a node taking node 61's prompt, or none), combined with the first.
+    let with_second = |region: Option<Value>| {
+        let mut graph = alone.clone();
+        graph["61"] = json!({"class_type": "CLIPTextEncode", "inputs": {"text": "a red lantern", "clip": ["38", 0]}});
+        let second = match region {
+            Some(node) => {
+                graph["62"] = node;
+                json!(["62", 0])
+            }
+            None => json!(["61", 0]),
+        };
+        graph["63"] = json!({"class_type": "ConditioningCombine", "inputs": {"conditioning_1": ["6", 0], "conditioning_2": second}});
+        graph["3"]["inputs"]["positive"] = json!(["63", 0]);
+        graph
+    };
+    let area = |width: u64| json!({"class_type": "ConditioningSetArea", "inputs": {"conditioning": ["61", 0], "width": width, "height": 64, "x": 0, "y": 0, "strength": 1.0}});
+    let masked = |value: f64| {
+        let node = json!({"class_type": "ConditioningSetMask", "inputs": {"conditioning": ["61", 0], "mask": ["64", 0], "strength": 1.0, "set_cond_area": "default"}});
+        (
+            node,
+            json!({"class_type": "SolidMask", "inputs": {"value": value, "width": 128, "height": 64}}),
+        )
+    };
+    let both = frames_of(&mut h, with_second(None));
+    assert_ne!(both, frames_of(&mut h, alone.clone()), "the second prompt reaches the model");
+    // An area over the whole latent (which the negative mirrors) weighs as no area at all.
+    assert_eq!(frames_of(&mut h, with_second(Some(area(128)))), both);
+    // Over the left half, the second prompt runs on that block alone: another clip.
+    let left = frames_of(&mut h, with_second(Some(area(64))));
+    assert_ne!(left, both);
+    assert_ne!(left, frames_of(&mut h, alone.clone()));
+    // A mask of ones weighs as no mask; a mask of zeros leaves the prompt out.
+    for (value, want) in [(1.0, &both), (0.0, &frames_of(&mut h, alone.clone()))] {
+        let (node, mask) = masked(value);
+        let mut graph = with_second(Some(node));
+        graph["64"] = mask;
+        assert_eq!(&frames_of(&mut h, graph), want, "a mask of {value}");
+    }
+}
+
+#[test]
 fn issue_24_wan_move_reads_tracks_from_coordinates_and_draws_them() {
     let mut h = Harness::new(CachePolicy::None);
     write_tiny_wan(&h.roots.input.join("models"));

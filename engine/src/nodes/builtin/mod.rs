@@ -10,6 +10,7 @@ mod clip_vision;
 mod compose;
 mod concat;
 mod conditioning;
+mod conditioning_area;
 mod conditioning_ops;
 mod context_windows;
 mod controlnet;
@@ -39,6 +40,7 @@ mod orient;
 mod painter;
 mod pil_lanczos;
 mod primitives;
+mod prompt_regions;
 mod pure;
 mod qwen;
 mod resize;
@@ -109,6 +111,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(image::ImageBlend::new());
     registry.register(conditioning::ConditioningCombine::new());
     for node in conditioning_ops::nodes() {
+        registry.register(node);
+    }
+    for node in conditioning_area::nodes() {
         registry.register(node);
     }
     registry.register(sampler::KSamplerAdvanced::new(compute.clone()));

@@ -108,6 +108,18 @@ struct Forward<'a> {
     pose_cache: Option<&'a KvSlot>,
     /// Whether Wan Animate 2's pose branch runs.
     pose: PoseMode,
+    /// For a prompt restricted to an area, the block of the whole latent the call reads (`shape` and `x` are
+    /// the block's): what rides with the latent is made at the whole's shape and cut to the block, as ComfyUI
+    /// cuts its `CONDNoiseShape` conditioning.
+    block: Option<Block<'a>>,
+}
+
+/// The block of the whole latent (of `whole` shape) a call reads: per dimension after the batch and channels,
+/// where it starts and its length.
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    whole: &'a [usize],
+    cells: &'a [(usize, usize)],
 }
 
 /// Each context's rows when every context is `[1, N, D]` of one width D, the shape of the contexts a model
@@ -270,9 +282,22 @@ impl OnDevice for Forward<'_> {
         let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
         let frame_timesteps = match (self.model.net.family(), view.mask.as_deref()) {
             (DiffusionFamily::Wan22, Some(mask)) => {
-                let mut part_shape = view.shape.clone();
+                // Over the whole latent's mask (ComfyUI's is not cut to an area), then the block's frames.
+                let mut part_shape = self.block.map_or(view.shape.as_slice(), |b| b.whole).to_vec();
                 part_shape[0] /= self.contexts.len().max(1);
-                frame_timesteps(&part_shape, mask, batch, timesteps[0])
+                let all = frame_timesteps(&part_shape, mask, batch, timesteps[0]);
+                match (all, self.block) {
+                    (Some(all), Some(block)) => {
+                        let (start, len) = block.cells[0];
+                        let total = part_shape[2];
+                        Some(
+                            all.chunks(total)
+                                .flat_map(|f| f[start..start + len].to_vec())
+                                .collect(),
+                        )
+                    }
+                    (all, _) => all,
+                }
             }
             _ => None,
         };
@@ -613,11 +638,23 @@ impl Forward<'_> {
     /// `latent_retain`, the concatenated channels with `cond_retain`).
     fn model_input(&self) -> kiln_models::Result<(Vec<usize>, Cow<'_, [f32]>)> {
         let parts = self.contexts.len().max(1);
-        let mut part_shape = self.shape.to_vec();
+        let mut part_shape = self.block.map_or(self.shape, |b| b.whole).to_vec();
         part_shape[0] /= parts;
         let concat =
             super::concat::concat_channels(self.model, self.extras, &part_shape, self.denoise_mask)
                 .map_err(|e| kiln_models::Error::Invalid(e.message))?;
+        let concat = match (concat, self.block) {
+            (Some(c), Some(block)) => {
+                let values = super::prompt_regions::crop(c.data(), c.shape(), block.cells);
+                let mut shape = c.shape()[..2].to_vec();
+                shape.extend(block.cells.iter().map(|b| b.1));
+                Some(
+                    Tensor::new(shape, values)
+                        .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?,
+                )
+            }
+            (concat, _) => concat,
+        };
         let windows = self.model.context_windows.as_deref();
         let (x_shape, x) = match (self.window, windows) {
             (Some(window), Some(w)) => {
@@ -993,19 +1030,41 @@ impl Guided<'_> {
         let x = &self.with_motion(x)?;
         // `split_conds_to_windows`: each window reads the prompt of its region alone.
         if let (true, [first, _, ..]) = (self.splits_prompts(), side.entries.as_slice()) {
+            if side.entries.iter().any(|e| !e.extras.region.is_whole()) {
+                return Err(kiln_models::Error::Invalid(
+                    "context windows that split a side's prompts among them (split_conds_to_windows) cannot weigh \
+                     prompts by area, mask or strength yet"
+                        .to_owned(),
+                ));
+            }
             let (contexts, pooled) = ([&first.cond], [first.pooled.as_ref()]);
             let whole =
                 self.forward(&self.shape, x, sigma, (&contexts, &pooled, &first.extras), skipped);
             return self.windowed(whole, Some(&side.entries));
         }
+        // ComfyUI's weighted mean: each prompt's x̂₀ times its weights over its block, over the weights' sum
+        // (from 1e-37). Prompts outside their part of sampling sit this step out; with none left, the side
+        // predicts zeros.
         let mut sum = vec![0f32; x.len()];
-        let mut terms = 0usize;
-        // Prompts outside their part of sampling sit this step out; with none left, the side predicts zeros
-        // (ComfyUI's sum over no prompts divided by its 1e-37).
+        let mut counts = vec![1e-37f32; x.len()];
         for entry in side.entries.iter().filter(|e| self.in_range(&e.extras, sigma)) {
+            let placement = super::prompt_regions::placement(&entry.extras.region, &self.shape)
+                .map_err(|e| kiln_models::Error::Invalid(e.message))?;
             let (contexts, pooled) = ([&entry.cond], [entry.pooled.as_ref()]);
-            let whole =
-                self.forward(&self.shape, x, sigma, (&contexts, &pooled, &entry.extras), skipped);
+            let prompt = (&contexts[..], &pooled[..], &entry.extras);
+            // A prompt restricted to an area runs on its block of the latent alone.
+            let (block_shape, block_x);
+            let whole = match placement.as_ref().filter(|p| p.cropped) {
+                Some(p) => {
+                    self.refuse_cropped(&entry.extras)?;
+                    block_shape = p.shape(&self.shape);
+                    block_x = super::prompt_regions::crop(x, &self.shape, &p.block);
+                    let block = Block { whole: &self.shape, cells: &p.block };
+                    let call = self.forward(&block_shape, &block_x, sigma, prompt, skipped);
+                    Forward { block: Some(block), ..call }
+                }
+                None => self.forward(&self.shape, x, sigma, prompt, skipped),
+            };
             // At a boundary of the pose's part of sampling, ComfyUI's conditioning with the pose and its
             // complement without are both in range: both count.
             let modes: &[PoseMode] = if self.pose_at_boundary(&entry.extras, sigma) {
@@ -1015,13 +1074,51 @@ impl Guided<'_> {
             };
             for &pose in modes {
                 let denoised = self.windowed(Forward { pose, ..whole }, None)?;
-                sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
-                terms += 1;
+                match &placement {
+                    Some(p) => super::prompt_regions::add_weighted(
+                        (&mut sum, &mut counts),
+                        &self.shape,
+                        &p.block,
+                        &denoised,
+                        &p.weights,
+                    ),
+                    None => {
+                        sum.iter_mut().zip(denoised).for_each(|(s, d)| *s += d);
+                        counts.iter_mut().for_each(|c| *c += 1.0);
+                    }
+                }
             }
         }
-        let n = terms.max(1) as f32;
-        sum.iter_mut().for_each(|s| *s /= n);
+        sum.iter_mut().zip(&counts).for_each(|(s, c)| *s /= c);
         Ok(sum)
+    }
+
+    /// What a prompt restricted to an area cannot be sampled with yet: the model runs on the prompt's block of
+    /// the latent alone, and these are laid out over the whole latent or kept across calls.
+    fn refuse_cropped(&self, extras: &CondExtras) -> kiln_models::Result<()> {
+        let what = [
+            (self.windows.is_some(), "context windows (ContextWindowsManual)"),
+            (self.causal.is_some(), "an ar_video run"),
+            (self.motion.is_some(), "InfiniteTalk's motion latent"),
+            (self.kv_cache.is_some(), "FluxKVCache"),
+            (self.pose_cache.is_some(), "WanAnimate2Cache"),
+            (!self.model.model_patches.is_empty(), "a model patch's control image"),
+            (!extras.controls.is_empty(), "a ControlNet"),
+            (!extras.vace.is_empty(), "VACE controls"),
+            (extras.camera.is_some(), "a camera embedding"),
+            (!extras.context_latents.is_empty(), "in-context latents (BerniniConditioning)"),
+            (extras.reference_motion.is_some() || extras.control_video.is_some(), "S2V's latents"),
+            (extras.animate_pose.is_some(), "Wan Animate 2's pose"),
+            (extras.time_dim_concat.is_some(), "Phantom's subject frames"),
+            (extras.audio_embed.is_some() || extras.dancer_music.is_some(), "audio"),
+        ];
+        match what.iter().find(|(present, _)| *present) {
+            Some((_, name)) => Err(kiln_models::Error::Invalid(format!(
+                "a prompt restricted to an area (ConditioningSetArea, ConditioningSetMask's mask bounds) cannot \
+                 be sampled with {name} yet: give the prompt the whole latent, or weigh it with a mask alone"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Whether a prompt takes part at `sigma` (`ConditioningSetTimestepRange`): ComfyUI leaves it out above its
@@ -1076,6 +1173,7 @@ impl Guided<'_> {
             window: None,
             pose_cache: self.pose_cache.as_ref(),
             pose: PoseMode::ByRange,
+            block: None,
         }
     }
 
@@ -1159,6 +1257,7 @@ impl Guided<'_> {
         if !joinable
             || pos.extras != neg.extras
             || !self.in_range(&pos.extras, sigma)
+            || !pos.extras.region.is_whole()
             || pooled_shape(pos) != pooled_shape(neg)
             || self.pose_at_boundary(&pos.extras, sigma)
             || windows_cut_batch
@@ -1515,12 +1614,15 @@ pub(super) fn sample(
     let mut with_hints = |c: &Conditioning| {
         super::controlnet::with_hints(compute, model, c, &shape, &mut prepared, ctx)
     };
-    let positive = with_hints(job.positive)?;
-    let negative = job.negative.map(&mut with_hints).transpose()?;
-    let dual = match job.dual {
-        Some(d) => Some(DualCfg { middle: Arc::new(with_hints(&d.middle)?), ..d.clone() }),
-        None => None,
-    };
+    let mut positive = with_hints(job.positive)?;
+    let mut negative = job.negative.map(&mut with_hints).transpose()?;
+    let mut middle = job.dual.map(|d| with_hints(&d.middle)).transpose()?;
+    // Regional prompts resolved for this latent, and each area given to the other sides (ComfyUI's order).
+    let mut sides: Vec<&mut Conditioning> =
+        [Some(&mut positive), middle.as_mut(), negative.as_mut()].into_iter().flatten().collect();
+    super::prompt_regions::prepare(&mut sides, &shape)?;
+    let dual =
+        job.dual.zip(middle).map(|(d, middle)| DualCfg { middle: Arc::new(middle), ..d.clone() });
     for control in &prepared {
         control.control_net.net.weights().activate().map_err(|e| node_error(e.into()))?;
     }
