@@ -221,6 +221,7 @@ fn diffusion_model(
         infinite_talk: None,
         pose_cache: None,
         context_windows: None,
+        step_cache: None,
     })
 }
 

@@ -151,6 +151,26 @@ pub struct DiffusionModel {
     pub pose_cache: Option<kiln_models::wan::CacheSettings>,
     /// `ContextWindowsManual`'s windows: the sampler calls the model on windows of the latent's frames.
     pub context_windows: Option<Arc<context_windows::ContextWindows>>,
+    /// `EasyCache` or `LazyCache`: sampling reuses the last output's change where the change so far predicts
+    /// little.
+    pub step_cache: Option<StepCache>,
+}
+
+/// `EasyCache` (`lazy` false: per network call, per prompt) or `LazyCache` (per guided step) on a model: within
+/// its part of sampling, a call whose output's relative change, predicted from its input's change, adds up to
+/// less than `reuse_threshold` is skipped, its output the input plus the last output's difference from its input.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepCache {
+    /// LazyCache rather than EasyCache.
+    pub lazy: bool,
+    /// How much predicted relative change may add up before the network runs again.
+    pub reuse_threshold: f64,
+    /// Where in sampling skipping may start.
+    pub start_percent: f64,
+    /// Where the cache stops: from there on the network always runs.
+    pub end_percent: f64,
+    /// Whether each decision is logged.
+    pub verbose: bool,
 }
 
 /// InfiniteTalk on a model (`WanInfiniteTalkToVideo`): its patch and projected audio, which every block attends

@@ -321,6 +321,38 @@ fn issue_24_regional_prompts_weigh_a_second_prompt_by_its_area_and_mask() {
 }
 
 #[test]
+fn issue_24_easycache_and_lazycache_skip_steps_and_name_what_they_cannot_run_with() {
+    let mut h = Harness::new(CachePolicy::None);
+    write_tiny_wan(&h.roots.input.join("models"));
+    let mut plain = text_to_video("wan2.1_t2v_1.3B_fp16.safetensors", "wan_2.1_vae.safetensors", 5);
+    plain["3"]["inputs"]["steps"] = json!(10);
+    plain["3"]["inputs"]["sampler_name"] = json!("euler");
+    let cached = |node: &str, threshold: f64| {
+        let mut graph = plain.clone();
+        graph["60"] = json!({"class_type": node, "inputs": {"model": ["48", 0], "reuse_threshold": threshold, "start_percent": 0.15, "end_percent": 0.95, "verbose": false}});
+        graph["3"]["inputs"]["model"] = json!(["60", 0]);
+        graph
+    };
+    let first = frames_of(&mut h, plain.clone());
+    // At threshold 0 nothing is predicted small enough: every step runs, as without the cache.
+    assert_eq!(frames_of(&mut h, cached("EasyCache", 0.0)), first);
+    assert_eq!(frames_of(&mut h, cached("LazyCache", 0.0)), first);
+    // At the largest threshold steps are skipped: another clip.
+    assert_ne!(frames_of(&mut h, cached("EasyCache", 3.0)), first);
+    assert_ne!(frames_of(&mut h, cached("LazyCache", 3.0)), first);
+    // EasyCache's per-call state cannot follow context windows: refused, naming both.
+    let mut windowed = cached("EasyCache", 0.2);
+    windowed["61"] = json!({"class_type": "ContextWindowsManual", "inputs": {"model": ["60", 0], "context_length": 3, "context_overlap": 1, "context_schedule": "standard_static", "context_stride": 1, "closed_loop": false, "fuse_method": "pyramid", "dim": 2, "freenoise": false, "cond_retain_index_list": "", "split_conds_to_windows": false, "latent_retain_index_list": "", "causal_window_fix": true}});
+    windowed["3"]["inputs"]["model"] = json!(["61", 0]);
+    let ran = h.run(windowed);
+    let Outcome::Failed(failure) = &ran.summary.outcome else {
+        panic!("expected a failure, got {:?}", ran.summary.outcome);
+    };
+    let message = format!("{failure:?}");
+    assert!(message.contains("EasyCache") && message.contains("context windows"), "{message}");
+}
+
+#[test]
 fn issue_24_wan_move_reads_tracks_from_coordinates_and_draws_them() {
     let mut h = Harness::new(CachePolicy::None);
     write_tiny_wan(&h.roots.input.join("models"));

@@ -47,6 +47,7 @@ mod resize;
 mod rope;
 mod sampler;
 mod scale;
+mod step_cache;
 mod stitch;
 mod strings;
 mod text;
@@ -249,6 +250,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(loaders::MultiClipLoader::new(models, loaders::MultiClip::Quadruple));
     registry.register(inpaint::differential_diffusion_node());
     registry.register(kv_cache::flux_kv_cache_node());
+    for node in step_cache::nodes() {
+        registry.register(node);
+    }
     registry.register(audio::save_audio());
     registry.register(audio::save_audio_mp3());
     registry.register(audio::save_audio_opus());

@@ -351,11 +351,16 @@ impl<'a> MaskLookup<'a> {
         let frames = dims.len() == 3;
         let cycle = planes.min(shape[0]).max(1);
         if frames {
+            // One plane per frame, or one for all; under an area that cuts frames, at least as many as it
+            // reaches (ComfyUI narrows the mask to them).
             let (start, len) = block[0];
-            if planes != 1 && planes < start + len {
+            let whole = (start, len) == (0, dims[0]);
+            let fits = planes == 1 || if whole { planes == len } else { planes >= start + len };
+            if !fits {
                 return Err(invalid(format!(
-                    "a prompt's mask has {planes} frames; the video latent's prompt covers frames {start}..{}: give \
-                     one mask for every frame or one for all",
+                    "a prompt's mask has {planes} frames for a video latent of {} frames (the prompt covers \
+                     frames {start}..{}): give one mask for every frame, or one for all",
+                    dims[0],
                     start + len
                 )));
             }
@@ -635,6 +640,15 @@ mod tests {
         let two_frames = masked(&Tensor::full(vec![2, 24, 20], 1.0), 1.0, false);
         let err = placement(&two_frames, &[1, 16, 3, 24, 20]).expect_err("2 of 3 frames");
         assert!(err.message.contains("frames"), "{}", err.message);
+        // Over a single-frame video, a mask's second plane would be left unread (ComfyUI refuses it too).
+        let err = placement(&two_frames, &[2, 16, 1, 24, 20]).expect_err("2 planes, 1 frame");
+        assert!(err.message.contains("frames"), "{}", err.message);
+        // Under an area that cuts frames 1..3, three planes reach them.
+        let cut = PromptRegion {
+            area: Some(Area::Cells(vec![2, 24, 20, 1, 0, 0])),
+            ..masked(&Tensor::full(vec![3, 24, 20], 1.0), 1.0, false)
+        };
+        assert!(placement(&cut, &[1, 16, 3, 24, 20]).is_ok());
     }
 
     #[test]

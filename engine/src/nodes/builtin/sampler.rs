@@ -7,7 +7,7 @@
 use std::any::Any;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kiln_compute::{Backend, DType};
 use kiln_models::family::{
@@ -25,6 +25,7 @@ use kiln_models::{flux, wan};
 
 use super::latent::empty_latent;
 use super::model_specs;
+use super::step_cache::StepCacheRun;
 use super::wan::{overwrite_leading_frames, with_leading_frames};
 use super::windowed::{Fusion, WindowRun, gather_frames, without_anchor};
 use crate::compute::Compute;
@@ -282,7 +283,9 @@ impl OnDevice for Forward<'_> {
         let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
         let frame_timesteps = match (self.model.net.family(), view.mask.as_deref()) {
             (DiffusionFamily::Wan22, Some(mask)) => {
-                // Over the whole latent's mask (ComfyUI's is not cut to an area), then the block's frames.
+                // Over the whole latent's mask, then the block's frames. (ComfyUI does not cut its mask to an
+                // area: under an area that cuts frames its model stretches the whole video's timesteps over the
+                // block's tokens; Kiln gives each frame its own.)
                 let mut part_shape = self.block.map_or(view.shape.as_slice(), |b| b.whole).to_vec();
                 part_shape[0] /= self.contexts.len().max(1);
                 let all = frame_timesteps(&part_shape, mask, batch, timesteps[0]);
@@ -420,6 +423,36 @@ fn stored<'s, T: Default + Send + Sync + 'static>(
     slot.get_or_init(|| Box::new(T::default()))
         .downcast_ref::<T>()
         .ok_or_else(|| kiln_models::Error::Invalid(format!("{what} made on another device")))
+}
+
+/// What EasyCache and LazyCache cannot run with yet: ar_video's causal blocks, and EasyCache's per-call state
+/// under context windows (each window's call would read another window's cached difference).
+fn refuse_step_cache(model: &DiffusionModel, sampler: Sampler) -> Result<(), NodeError> {
+    let Some(cache) = model.step_cache else { return Ok(()) };
+    let name = if cache.lazy { "LazyCache" } else { "EasyCache" };
+    let clash = if sampler == Sampler::ArVideo {
+        Some("the ar_video sampler")
+    } else if model.context_windows.is_some() && !cache.lazy {
+        Some("context windows (ContextWindowsManual); LazyCache runs with them")
+    } else {
+        None
+    };
+    match clash {
+        Some(what) => Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("{name} cannot run with {what} yet: sample without {name}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The run's step-cache state (a poisoned lock is a panic elsewhere in the run, reported as an error here).
+fn lock(
+    cache: &Mutex<StepCacheRun>,
+) -> kiln_models::Result<std::sync::MutexGuard<'_, StepCacheRun>> {
+    cache
+        .lock()
+        .map_err(|_| kiln_models::Error::Invalid("the step cache's state was lost".to_owned()))
 }
 
 /// A host tensor on `b` in its compute type (what a model call reads beside the latent).
@@ -824,6 +857,10 @@ struct Guided<'a> {
     windows: Option<WindowRun>,
     /// The run's Wan Animate 2 pose-branch cache, when the model has `WanAnimate2Cache`.
     pose_cache: Option<KvSlot>,
+    /// `EasyCache`'s state for the run, consulted at each network call.
+    easy_cache: Option<Mutex<StepCacheRun>>,
+    /// `LazyCache`'s state for the run, consulted at each guided step.
+    lazy_cache: Option<Mutex<StepCacheRun>>,
 }
 
 /// What a masked latent's sampling keeps (ComfyUI's `KSamplerX0Inpaint`): where the mask is 0, the model
@@ -1048,6 +1085,13 @@ impl Guided<'_> {
         let mut sum = vec![0f32; x.len()];
         let mut counts = vec![1e-37f32; x.len()];
         for entry in side.entries.iter().filter(|e| self.in_range(&e.extras, sigma)) {
+            if self.causal.is_some() && !entry.extras.region.is_whole() {
+                // Regions are resolved for the whole video; an ar_video call sees one block of its frames.
+                return Err(kiln_models::Error::Invalid(
+                    "the ar_video sampler cannot weigh prompts by area, mask or strength yet"
+                        .to_owned(),
+                ));
+            }
             let placement = super::prompt_regions::placement(&entry.extras.region, &self.shape)
                 .map_err(|e| kiln_models::Error::Invalid(e.message))?;
             let (contexts, pooled) = ([&entry.cond], [entry.pooled.as_ref()]);
@@ -1093,10 +1137,36 @@ impl Guided<'_> {
         Ok(sum)
     }
 
+    /// The network's output for `call`, through EasyCache when the model has it (each of the call's prompts
+    /// known by its embedding's address; ComfyUI's batch holds prompts of one shape in reverse, and runs prompts of
+    /// other shapes apart, in order); with the input x̂₀ is to be taken against when it is not the call's.
+    ///
+    /// ComfyUI's EasyCache adds the cached difference to the network's input tensor in place; for a model that
+    /// reads no channels beside the latent that tensor is the one x̂₀ is then computed against, so a skipped call's
+    /// x̂₀ is taken against its own output. Kiln does the same, to give ComfyUI's images.
+    fn network(&self, call: Forward<'_>) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let device = self.compute.device();
+        let Some(cache) = &self.easy_cache else { return Ok((on_device(device, call)?, None)) };
+        let keys: Vec<usize> =
+            call.contexts.iter().map(|t| std::ptr::from_ref(*t) as usize).collect();
+        let one_shape = call.contexts.iter().all(|t| t.shape() == call.contexts[0].shape());
+        let first = if one_shape { keys.last() } else { keys.first() };
+        let Some(&first) = first else { return Ok((on_device(device, call)?, None)) };
+        let mut cache = lock(cache)?;
+        let (out, skipped) =
+            cache.network_call((call.sigma, call.shape, call.x), (&keys, first), || {
+                on_device(device, call)
+            })?;
+        let aliased = skipped && self.model.net.concat_channels() == 0;
+        let input = aliased.then(|| out.clone());
+        Ok((out, input))
+    }
+
     /// What a prompt restricted to an area cannot be sampled with yet: the model runs on the prompt's block of
     /// the latent alone, and these are laid out over the whole latent or kept across calls.
     fn refuse_cropped(&self, extras: &CondExtras) -> kiln_models::Result<()> {
         let what = [
+            (self.easy_cache.is_some(), "EasyCache"),
             (self.windows.is_some(), "context windows (ContextWindowsManual)"),
             (self.causal.is_some(), "an ar_video run"),
             (self.motion.is_some(), "InfiniteTalk's motion latent"),
@@ -1188,7 +1258,8 @@ impl Guided<'_> {
         let device = self.compute.device();
         let sampling = &self.model.sampling;
         let plain = |call: Forward<'_>| -> kiln_models::Result<Vec<f32>> {
-            Ok(sampling.calculate_denoised(call.sigma, call.x, &on_device(device, call)?))
+            let (out, input) = self.network(call)?;
+            Ok(sampling.calculate_denoised(call.sigma, input.as_deref().unwrap_or(call.x), &out))
         };
         let Some(run) = &self.windows else { return plain(whole) };
         let windows =
@@ -1360,6 +1431,24 @@ impl Guided<'_> {
         sigma: f32,
         cfg_pp: bool,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        if let Some(cache) = &self.lazy_cache {
+            let mut cache = lock(cache)?;
+            return cache
+                .guided_step((sigma, &self.shape, x), || self.guide_uncached(x, sigma, cfg_pp));
+        }
+        if let Some(cache) = &self.easy_cache {
+            lock(cache)?.begin_evaluation();
+        }
+        self.guide_uncached(x, sigma, cfg_pp)
+    }
+
+    /// [`Guided::guide`] without LazyCache.
+    fn guide_uncached(
+        &self,
+        x: &[f32],
+        sigma: f32,
+        cfg_pp: bool,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
         if let Some(dual) = self.dual {
             return self.guide_dual(dual, x, sigma, cfg_pp);
         }
@@ -1398,6 +1487,10 @@ impl Guided<'_> {
         // `SkipLayerGuidanceDiT`'s hook runs the positive once more without its blocks.
         let combined = guidance.combine_with(predictions, &mut |layers| {
             let skipped = SkippedBlocks { double: layers.double, single: layers.single };
+            // Another evaluation of the model, as ComfyUI's hook makes it.
+            if let Some(cache) = &self.easy_cache {
+                lock(cache)?.begin_evaluation();
+            }
             self.predict_skipping(self.positive, x, sigma, skipped)
         })?;
         Ok((combined, uncond))
@@ -1643,7 +1736,17 @@ pub(super) fn sample(
         }),
         windows: model.context_windows.as_ref().map(|w| WindowRun::new(w.clone(), &sigmas)),
         pose_cache: model.pose_cache.map(|_| OnceLock::new()),
+        easy_cache: None,
+        lazy_cache: None,
     };
+    if let Some(settings) = model.step_cache {
+        refuse_step_cache(model, job.sampler.sampler)?;
+        let run = Mutex::new(StepCacheRun::new(settings, &model.sampling));
+        match settings.lazy {
+            true => denoiser.lazy_cache = Some(run),
+            false => denoiser.easy_cache = Some(run),
+        }
+    }
     let interrupted = AtomicBool::new(false);
     let mut last_denoised: Option<(Vec<f32>, Vec<usize>)> = None;
     let mut on_step = |step: Step<'_>| -> kiln_models::Result<()> {
@@ -1672,7 +1775,7 @@ pub(super) fn sample(
         let run = ArVideoRun { job: &job, model, shape: &shape };
         run.sample(ArBlocks { guided: denoiser, slot: &slot }, &x, &sigmas, &mut on_step)
     } else {
-        sampling::sample_with(
+        let result = sampling::sample_with(
             job.sampler,
             &model.sampling,
             &mut denoiser,
@@ -1680,7 +1783,11 @@ pub(super) fn sample(
             &mut sigmas,
             job.noise.seed(),
             &mut on_step,
-        )
+        );
+        for cache in [&denoiser.easy_cache, &denoiser.lazy_cache].into_iter().flatten() {
+            lock(cache).map_err(node_error)?.report(job.sigmas.len() - 1);
+        }
+        result
     };
     let x = match result {
         Ok(x) => x,

@@ -219,8 +219,20 @@ pub(super) fn check_wan_windows_apart(
 pub(super) fn sample_as_fixture(
     env: &crate::models::ModelEnv,
     model: &crate::models::DiffusionModel,
+    sides: (&crate::models::Conditioning, &crate::models::Conditioning),
+    io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
+) -> crate::tensor::Tensor {
+    sample_as_fixture_at(env, model, sides, io, 2.0)
+}
+
+/// [`sample_as_fixture`] at CFG `cfg`.
+#[cfg(test)]
+pub(super) fn sample_as_fixture_at(
+    env: &crate::models::ModelEnv,
+    model: &crate::models::DiffusionModel,
     (positive, negative): (&crate::models::Conditioning, &crate::models::Conditioning),
     io: &std::collections::BTreeMap<String, crate::tensor::Tensor>,
+    cfg: f64,
 ) -> crate::tensor::Tensor {
     let latent =
         crate::value::Latent::new(crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0));
@@ -228,7 +240,7 @@ pub(super) fn sample_as_fixture(
         model,
         positive,
         negative: Some(negative),
-        cfg: 2.0,
+        cfg,
         dual: None,
         sampler: kiln_models::sampling::Sampler::Euler.into(),
         sigmas: io["sigmas"].data(),
