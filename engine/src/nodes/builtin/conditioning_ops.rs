@@ -1,6 +1,7 @@
 //! The conditioning transforms of `nodes.py`: `ConditioningAverage` (a weighted mix of two prompts' token
-//! states), `ConditioningConcat` (one prompt's tokens after another's) and `ConditioningSetTimestepRange` (the
-//! part of sampling a prompt takes part in, which the sampler honours).
+//! states), `ConditioningConcat` (one prompt's tokens after another's), `ConditioningMultiply` (a prompt's token
+//! states and pooled vector scaled) and `ConditioningSetTimestepRange` (the part of sampling a prompt takes part
+//! in, which the sampler honours).
 //!
 //! Invariant: as ComfyUI, only `conditioning_from`'s first prompt is read; each prompt of `conditioning_to`
 //! keeps what rides along with it.
@@ -43,6 +44,23 @@ pub(super) fn nodes() -> Vec<Pure> {
                 .output(OutputDef::new("CONDITIONING"))
                 .aliases(&[]),
             conditioning_concat,
+        ),
+        Pure::new(
+            NodeSpec::new(
+                "ConditioningMultiply",
+                "Conditioning (Multiply)",
+                "model/conditioning/transform",
+            )
+            .input(InputDef::typed("conditioning", "CONDITIONING"))
+            .input(InputDef::float("multiplier", 1.0, -100.0, 100.0).option("step", 0.01))
+            .output(OutputDef::new("CONDITIONING"))
+            .aliases(&[
+                "scale conditioning",
+                "scale prompt",
+                "multiply conditioning",
+                "multiply prompt",
+            ]),
+            conditioning_multiply,
         ),
         Pure::new(
             NodeSpec::new(
@@ -91,6 +109,29 @@ fn each_to(
 ) -> Result<Vec<Value>, NodeError> {
     let to = inputs.conditioning("conditioning_to")?;
     let entries = to.entries.iter().map(f).collect::<Result<Vec<_>, _>>()?;
+    Ok(vec![Value::Conditioning(Arc::new(Conditioning { entries }))])
+}
+
+/// `ConditioningMultiply`: each prompt's token states and pooled vector times `multiplier` (in f32, as a Python
+/// scalar meets an f32 tensor), what rides along kept.
+fn conditioning_multiply(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let k = inputs.float("multiplier")? as f32;
+    let scaled = |t: &Tensor| {
+        Tensor::new(t.shape().to_vec(), t.data().iter().map(|v| v * k).collect())
+            .map_err(|e| NodeError::new(e.to_string()))
+    };
+    let entries = inputs
+        .conditioning("conditioning")?
+        .entries
+        .iter()
+        .map(|c| {
+            Ok(Cond {
+                cond: scaled(&c.cond)?,
+                pooled: c.pooled.as_ref().map(scaled).transpose()?,
+                extras: c.extras.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, NodeError>>()?;
     Ok(vec![Value::Conditioning(Arc::new(Conditioning { entries }))])
 }
 
@@ -243,6 +284,25 @@ mod tests {
             panic!("widths 8 and 4")
         };
         assert!(err.message.contains("ConditioningConcat"), "{}", err.message);
+    }
+
+    /// `scripts/reference/latent_transform.py`'s record of ComfyUI's `ConditioningMultiply`.
+    #[test]
+    fn multiply_scales_tokens_and_pooled_as_comfyui() {
+        let io = crate::fixtures::tensors("latent_transform/io.safetensors");
+        let marked = CondExtras { guidance: Some(Some(2.5)), ..CondExtras::default() };
+        let prompt = Cond {
+            extras: marked.clone(),
+            ..Cond::new(io["cond"].clone(), Some(io["pooled"].clone()))
+        };
+        let out = run(
+            "ConditioningMultiply",
+            vec![("conditioning", prompts(vec![prompt])), ("multiplier", Value::Float(-1.7))],
+        )
+        .unwrap();
+        assert_eq!(out.entries[0].cond, io["multiply.cond"]);
+        assert_eq!(out.entries[0].pooled.as_ref(), Some(&io["multiply.pooled"]));
+        assert_eq!(out.entries[0].extras, marked, "what rides along is kept");
     }
 
     /// ComfyUI's CFGGuider (cfg 2, euler, 5 steps) on the tiny Wan t2v model with two positive prompts over

@@ -28,6 +28,7 @@ mod kv_cache;
 mod latent;
 mod latent_file;
 mod latent_ops;
+mod latent_transform;
 mod loaders;
 mod logic;
 mod lotus;
@@ -235,6 +236,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     for node in latent_ops::nodes() {
+        registry.register(node);
+    }
+    for node in latent_transform::nodes() {
         registry.register(node);
     }
     registry.register(latent_file::SaveLatent::new());
