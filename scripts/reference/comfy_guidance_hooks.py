@@ -6,6 +6,14 @@ guidance_hooks.safetensors holds `x`, `cond`, `uncond`; Mahiro's `out.<cfg>` for
 unconditional prediction skipped (zeros), and after CFGZeroStar (`out.zero_star.3.5`); TCFG's `tcfg.3.5` (once),
 `tcfg.twice.3.5` (the node applied twice) and `tcfg.mahiro.3.5` (TCFG, then Mahiro after CFG).
 
+engine/models/tests/fixtures/comfy_sampling/apg.safetensors records the APG node's pre-CFG hook
+(comfy_extras/nodes_apg.py) the same way, then CFG: on `x`, `cond`, `uncond` [2, 4, 3, 5] (norms and projections
+over each sample) at cfg 3.5, `apg.default` (eta 1, norm_threshold 5, momentum 0), `apg.eta` (eta 0.3, no norm
+threshold), `apg.skipped` (cfg 1, the negative skipped: zeros), `apg.tcfg` (TCFG, then APG) and `apg.then_tcfg`;
+on `video.x`, `video.cond`, `video.uncond` [1, 4, 2, 3, 5] (over each channel's frames) `apg.video`; and with
+momentum 0.5 at sigmas 0.9, 0.7, 0.5, then 0.95 (a new run: the average starts again), each step's predictions
+`step<i>.cond`, `step<i>.uncond` and result `apg.momentum.<i>`.
+
 Run from the repository root:
     COMFYUI_DIR=/path/to/ComfyUI target/reference-venv/bin/python scripts/reference/comfy_guidance_hooks.py
 """
@@ -66,6 +74,52 @@ def main():
     io["tcfg.twice.3.5"] = tcfg(2, False)
     io["tcfg.mahiro.3.5"] = tcfg(1, True)
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/guidance_hooks.safetensors")
+    print({k: list(v.shape) for k, v in io.items()})
+    apg(x, cond, uncond)
+
+
+def apg(x, cond, uncond):
+    import comfy.model_patcher
+    import comfy.samplers
+    from comfy_extras.nodes_apg import APG
+    from comfy_extras.nodes_tcfg import TCFG
+
+    def patched(*nodes):
+        m = comfy.model_patcher.ModelPatcher(torch.nn.Linear(1, 1), torch.device("cpu"), torch.device("cpu"))
+        for node in nodes:
+            m = node(m)
+        return m
+
+    def run(m, x, cond, uncond, cfg, sigma, skipped=False):
+        # sampling_function's pre-CFG step (its `conds` hold None for a skipped negative), then cfg_function.
+        sigma = torch.tensor([sigma])
+        un = torch.zeros_like(uncond) if skipped else uncond
+        out = [cond, un]
+        for fn in m.model_options.get("sampler_pre_cfg_function", []):
+            args = {"conds": [[{}], None if skipped else [{}]], "conds_out": out, "cond_scale": cfg,
+                    "timestep": sigma, "input": x, "sigma": sigma, "model": None, "model_options": m.model_options}
+            out = fn(args)
+        return comfy.samplers.cfg_function(None, out[0], out[1], cfg, x, sigma, model_options=m.model_options)
+
+    apg_node = lambda eta, threshold, momentum: lambda m: APG.execute(m, eta, threshold, momentum).result[0]
+    tcfg_node = lambda m: TCFG.execute(m).result[0]
+    g = torch.Generator().manual_seed(61)
+    io = {"x": x, "cond": cond, "uncond": uncond}
+    io["apg.default"] = run(patched(apg_node(1.0, 5.0, 0.0)), x, cond, uncond, 3.5, 0.7)
+    io["apg.eta"] = run(patched(apg_node(0.3, 0.0, 0.0)), x, cond, uncond, 3.5, 0.7)
+    io["apg.skipped"] = run(patched(apg_node(1.0, 5.0, 0.0)), x, cond, uncond, 1.0, 0.7, skipped=True)
+    io["apg.tcfg"] = run(patched(tcfg_node, apg_node(1.0, 5.0, 0.0)), x, cond, uncond, 3.5, 0.7)
+    io["apg.then_tcfg"] = run(patched(apg_node(1.0, 5.0, 0.0), tcfg_node), x, cond, uncond, 3.5, 0.7)
+    for name in ("x", "cond", "uncond"):
+        io[f"video.{name}"] = torch.randn(1, 4, 2, 3, 5, generator=g)
+    io["apg.video"] = run(patched(apg_node(1.0, 2.0, 0.0)), io["video.x"], io["video.cond"], io["video.uncond"],
+                          3.5, 0.7)
+    momentum = patched(apg_node(1.0, 5.0, 0.5))
+    for i, sigma in enumerate((0.9, 0.7, 0.5, 0.95)):
+        io[f"step{i}.cond"] = torch.randn(2, 4, 3, 5, generator=g)
+        io[f"step{i}.uncond"] = torch.randn(2, 4, 3, 5, generator=g)
+        io[f"apg.momentum.{i}"] = run(momentum, x, io[f"step{i}.cond"], io[f"step{i}.uncond"], 3.5, sigma)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/apg.safetensors")
     print({k: list(v.shape) for k, v in io.items()})
 
 

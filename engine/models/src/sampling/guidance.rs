@@ -1,10 +1,13 @@
 //! How the conditional and unconditional predictions combine: ComfyUI's `cfg_function` with the hooks model
 //! patches install in `model_options` — one `sampler_cfg_function` replacing CFG (`RescaleCFG`, `CFGNorm` with
 //! `pre_cfg`) and a list of `sampler_post_cfg_function`s applied after it in order (`CFGNorm`, `CFGZeroStar`,
-//! `SkipLayerGuidanceDiT`, whose hook asks the caller for one more model pass).
+//! `SkipLayerGuidanceDiT`, whose hook asks the caller for one more model pass). The hooks before CFG (`TCFG`,
+//! `APG`) are `pre_cfg`'s: the caller runs them first ([`Guidance::before_cfg`]) and combines what they return.
 //!
 //! Predictions are x̂₀ (ComfyUI's `cond_denoised`), laid out `[B, C, ...]`; each op is the torch op's f32
 //! arithmetic, reductions summed in index order (equal up to rounding).
+
+pub use super::pre_cfg::{Apg, PreCfg};
 
 /// A hook that replaces CFG (`set_model_sampler_cfg_function`; a later one replaces an earlier one).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -97,9 +100,8 @@ pub struct Guidance {
     /// How the unconditional prediction is made, when `SkipLayerGuidanceDiTSimple` set it (the last one
     /// applied: ComfyUI's hook replaces).
     pub uncond_skip: Option<UncondSkip>,
-    /// `TCFG`'s hooks before CFG (`set_model_sampler_pre_cfg_function`, which appends): how many times the
-    /// unconditional prediction's tangential part is dropped, once for each node applied.
-    pub tangential_damping: usize,
+    /// The hooks before CFG (`set_model_sampler_pre_cfg_function`, which appends: `TCFG`, `APG`), in order.
+    pub pre_cfg: Vec<PreCfg>,
 }
 
 /// One model call's predictions to combine.
@@ -123,7 +125,14 @@ impl Guidance {
     /// Whether no hook changes how predictions combine (plain CFG; [`Guidance::uncond_skip`] changes only how
     /// the unconditional one is made).
     pub fn is_plain(&self) -> bool {
-        self.cfg_function.is_none() && self.post_cfg.is_empty()
+        self.cfg_function.is_none() && self.post_cfg.is_empty() && self.pre_cfg.is_empty()
+    }
+
+    /// ComfyUI's pre-CFG hooks on `p` (`sampler_pre_cfg_function`, which its CFGGuider runs and its
+    /// DualCFGGuider does not): the conditional and unconditional x̂₀ to combine, and that the post-CFG hooks
+    /// and a CFG++ sampler read; `None` without hooks.
+    pub fn before_cfg(&self, p: &Predictions<'_>) -> Option<(Vec<f32>, Option<Vec<f32>>)> {
+        (!self.pre_cfg.is_empty()).then(|| super::pre_cfg::apply(&self.pre_cfg, p))
     }
 
     /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook. A `SkipLayer` hook is
@@ -160,17 +169,7 @@ impl Guidance {
         skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
     ) -> Vec<f32> {
         let zeros;
-        let damped;
         let uncond = match p.uncond {
-            // TCFG reads both predictions; without the unconditional one it passes.
-            Some(u) if self.tangential_damping > 0 => {
-                let mut u = u.to_vec();
-                for _ in 0..self.tangential_damping {
-                    u = tangential_damping(&p, &u);
-                }
-                damped = u;
-                &damped
-            }
             Some(u) => u,
             None => {
                 zeros = vec![0.0f32; p.cond.len()];
@@ -220,7 +219,7 @@ fn std(v: &[f32]) -> f32 {
 }
 
 /// The batch size, the channel count and the positions per channel of `shape`.
-fn dims(shape: &[usize]) -> (usize, usize, usize) {
+pub(super) fn dims(shape: &[usize]) -> (usize, usize, usize) {
     let batch = shape.first().copied().unwrap_or(1);
     let channels = shape.get(1).copied().unwrap_or(1);
     let inner = shape.iter().skip(2).product::<usize>();
@@ -342,43 +341,6 @@ fn mahiro(p: &Predictions<'_>, uncond: &[f32], out: &[f32]) -> Vec<f32> {
     let sim = total / (batch * inner).max(1) as f32;
     let scale = 2.0 * (sim + 1.0);
     out.iter().zip(&leap).map(|(o, l)| (scale * o + (4.0 - scale) * l) / 4.0).collect()
-}
-
-/// `TCFG`'s hook (Tangential Damping CFG, arXiv 2503.18137): per sample, the unconditional score x − uncond
-/// keeps only its projection on the first right singular vector of the 2 × N matrix of both scores
-/// (`torch.linalg.svd`; found here from the 2 × 2 Gram matrix in f64), and the prediction is x minus that.
-fn tangential_damping(p: &Predictions<'_>, uncond: &[f32]) -> Vec<f32> {
-    let (batch, channels, inner) = dims(p.shape);
-    let per = channels * inner;
-    let mut out = Vec::with_capacity(uncond.len());
-    for b in 0..batch {
-        let range = b * per..(b + 1) * per;
-        let u: Vec<f64> = range.clone().map(|j| f64::from(p.x[j] - uncond[j])).collect();
-        let c: Vec<f64> = range.clone().map(|j| f64::from(p.x[j] - p.cond[j])).collect();
-        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
-        let (uu, uc, cc) = (dot(&u, &u), dot(&u, &c), dot(&c, &c));
-        // The larger eigenvalue of [[uu, uc], [uc, cc]] and its unit eigenvector (e_u, e_c).
-        let lambda = (uu + cc) / 2.0 + (((uu - cc) / 2.0).powi(2) + uc * uc).sqrt();
-        let (eu, ec) = if (lambda - uu).abs() >= (lambda - cc).abs() {
-            (uc, lambda - uu)
-        } else {
-            (lambda - cc, uc)
-        };
-        let length = (eu * eu + ec * ec).sqrt();
-        let damped: Vec<f64> = if lambda <= 0.0 || length == 0.0 {
-            // Both scores zero: nothing to keep.
-            vec![0.0; per]
-        } else {
-            // v = Aᵀe / √λ; u's part along it: (u·v)v.
-            let (eu, ec) = (eu / length, ec / length);
-            let v: Vec<f64> =
-                u.iter().zip(&c).map(|(a, b)| (eu * a + ec * b) / lambda.sqrt()).collect();
-            let along = dot(&u, &v);
-            v.iter().map(|x| along * x).collect()
-        };
-        out.extend(range.zip(damped).map(|(j, d)| p.x[j] - d as f32));
-    }
-    out
 }
 
 /// `RescaleCFG`'s hook: CFG on the v-predictions, rescaled to the conditional's std over each sample (torch's

@@ -25,6 +25,7 @@ pub mod guidance;
 mod linalg;
 mod model_sampling;
 mod multistep;
+mod pre_cfg;
 mod sa_solver;
 mod samplers;
 mod schedulers;

@@ -188,7 +188,7 @@ fn cfg_hooks_combine_predictions_as_comfyuis_patch_nodes_do() {
 /// skipped and after CFGZeroStar; TCFG once, twice and before Mahiro.
 #[test]
 fn mahiro_and_tcfg_hooks_combine_as_comfyuis_nodes_do() {
-    use kiln_models::sampling::guidance::{Guidance, PostCfg, Predictions};
+    use kiln_models::sampling::guidance::{Guidance, PostCfg, PreCfg};
     let t = read_tensors("comfy_sampling/guidance_hooks.safetensors");
     let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
     let shape = t["x"].0.clone();
@@ -200,17 +200,72 @@ fn mahiro_and_tcfg_hooks_combine_as_comfyuis_nodes_do() {
         ("tcfg.twice.3.5", vec![], 2, 3.5, false),
         ("tcfg.mahiro.3.5", vec![PostCfg::Mahiro], 1, 3.5, false),
     ] {
-        let guidance =
-            Guidance { post_cfg: hooks, tangential_damping: damping, ..Guidance::default() };
-        let got = guidance.combine(Predictions {
-            x,
-            cond,
-            uncond: (!skipped).then_some(uncond.as_slice()),
-            cfg,
-            sigma: 0.7,
-            shape: &shape,
-        });
+        let pre_cfg = vec![PreCfg::TangentialDamping; damping];
+        let guidance = Guidance { post_cfg: hooks, pre_cfg, ..Guidance::default() };
+        let got =
+            guided(&guidance, (x, cond, (!skipped).then_some(uncond.as_slice())), cfg, 0.7, &shape);
         assert_close(key, &got, &t[key].1, 1e-5);
+    }
+}
+
+/// What the sampler does with `guidance` (its pre-CFG hooks, then CFG and the post-CFG hooks) on the
+/// predictions `x`, `cond`, `uncond` (`None`: the negative skipped).
+fn guided(
+    guidance: &kiln_models::sampling::guidance::Guidance,
+    (x, cond, uncond): (&[f32], &[f32], Option<&[f32]>),
+    cfg: f32,
+    sigma: f32,
+    shape: &[usize],
+) -> Vec<f32> {
+    use kiln_models::sampling::guidance::Predictions;
+    let before = Predictions { x, cond, uncond, cfg, sigma, shape };
+    match guidance.before_cfg(&before) {
+        Some((cond, uncond)) => {
+            guidance.combine(Predictions { cond: &cond, uncond: uncond.as_deref(), ..before })
+        }
+        None => guidance.combine(before),
+    }
+}
+
+/// The APG node's pre-CFG hook (`scripts/reference/comfy_guidance_hooks.py`'s `apg.safetensors`): per sample of
+/// an image latent and per channel of a video one, with and without a norm threshold, with the negative skipped,
+/// beside TCFG in both orders, and its running average over a run's steps, started again by a higher sigma.
+#[test]
+fn apg_hook_guides_as_comfyuis_node_does() {
+    use kiln_models::sampling::guidance::{Apg, Guidance, PreCfg};
+    let t = read_tensors("comfy_sampling/apg.safetensors");
+    let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
+    let shape = t["x"].0.clone();
+    let with = |hooks: Vec<PreCfg>| Guidance { pre_cfg: hooks, ..Guidance::default() };
+    let apg = |eta, threshold, momentum| PreCfg::Apg(Apg::new(eta, threshold, momentum));
+    let cases = [
+        ("apg.default", vec![apg(1.0, 5.0, 0.0)], 3.5, false),
+        ("apg.eta", vec![apg(0.3, 0.0, 0.0)], 3.5, false),
+        ("apg.skipped", vec![apg(1.0, 5.0, 0.0)], 1.0, true),
+        ("apg.tcfg", vec![PreCfg::TangentialDamping, apg(1.0, 5.0, 0.0)], 3.5, false),
+        ("apg.then_tcfg", vec![apg(1.0, 5.0, 0.0), PreCfg::TangentialDamping], 3.5, false),
+    ];
+    for (key, hooks, cfg, skipped) in cases {
+        let uncond = (!skipped).then_some(uncond.as_slice());
+        let got = guided(&with(hooks), (x, cond, uncond), cfg, 0.7, &shape);
+        assert_close(key, &got, &t[key].1, 1e-5);
+    }
+    let video = |k: &str| &t[&format!("video.{k}")].1;
+    let got = guided(
+        &with(vec![apg(1.0, 2.0, 0.0)]),
+        (video("x"), video("cond"), Some(video("uncond"))),
+        3.5,
+        0.7,
+        &t["video.x"].0,
+    );
+    assert_close("apg.video", &got, &t["apg.video"].1, 1e-5);
+    // One node's hook keeps its average from step to step.
+    let momentum = with(vec![apg(1.0, 5.0, 0.5)]);
+    for (i, sigma) in [0.9, 0.7, 0.5, 0.95].into_iter().enumerate() {
+        let step = |k: &str| &t[&format!("step{i}.{k}")].1;
+        let got = guided(&momentum, (x, step("cond"), Some(step("uncond"))), 3.5, sigma, &shape);
+        let key = format!("apg.momentum.{i}");
+        assert_close(&key, &got, &t[&key].1, 1e-5);
     }
 }
 

@@ -1,14 +1,15 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
 //! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1),
 //! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3), `Mahiro`
-//! (`comfy_extras.nodes_mahiro`, V3) and `TCFG` (`comfy_extras.nodes_tcfg`, V3, before CFG). Each returns a
+//! (`comfy_extras.nodes_mahiro`, V3), `TCFG` (`comfy_extras.nodes_tcfg`, V3, before CFG) and `APG`
+//! (`comfy_extras.nodes_apg`, V3, before CFG). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
 //! `set_model_sampler_post_cfg_function` (appending) do; the sampler applies them
 //! (`kiln_models::sampling::guidance`).
 
 use std::sync::Arc;
 
-use kiln_models::sampling::guidance::{CfgFunction, PostCfg, SkipLayers, UncondSkip};
+use kiln_models::sampling::guidance::{Apg, CfgFunction, PostCfg, PreCfg, SkipLayers, UncondSkip};
 
 use super::custom_sampling::percent;
 
@@ -26,6 +27,8 @@ enum Hook {
     Mahiro,
     /// `TCFG`: pre-CFG, on the unconditional prediction.
     TangentialDamping,
+    /// `APG`: pre-CFG, rewriting the conditional prediction.
+    Apg,
     /// `RescaleCFG`: the CFG function.
     Rescale,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
@@ -121,7 +124,41 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             ),
             hook: Hook::TangentialDamping,
         },
+        CfgPatch { spec: Arc::new(apg_spec()), hook: Hook::Apg },
     ]
+}
+
+/// `APG`'s declaration.
+fn apg_spec() -> NodeSpec {
+    let setting = |name: &str, tooltip: &str, [default, min, max, step]: [f64; 4]| {
+        InputDef::bare(name, "FLOAT")
+            .tooltip(tooltip)
+            .option("advanced", true)
+            .option("default", default)
+            .option("min", min)
+            .option("max", max)
+            .option("step", step)
+    };
+    NodeSpec::new("APG", "Adaptive Projected Guidance", "model/sampling/custom")
+        .python_module("comfy_extras.nodes_apg")
+        .v3()
+        .input(InputDef::typed("model", "MODEL").with_options())
+        .input(setting(
+            "eta",
+            "Controls the scale of the parallel guidance vector. Default CFG behavior at a setting of 1.",
+            [1.0, -10.0, 10.0, 0.01],
+        ))
+        .input(setting(
+            "norm_threshold",
+            "Normalize guidance vector to this value, normalization disable at a setting of 0.",
+            [5.0, 0.0, 50.0, 0.1],
+        ))
+        .input(setting(
+            "momentum",
+            "Controls a running average of guidance during diffusion, disabled at a setting of 0.",
+            [0.0, -5.0, 1.0, 0.01],
+        ))
+        .output(OutputDef::new("MODEL"))
 }
 
 /// The block-list input of the skip-layer nodes (ComfyUI serialises `advanced` first).
@@ -193,7 +230,12 @@ impl Node for CfgPatch {
         match self.hook {
             Hook::ZeroStar => guidance.post_cfg.push(PostCfg::ZeroStar),
             Hook::Mahiro => guidance.post_cfg.push(PostCfg::Mahiro),
-            Hook::TangentialDamping => guidance.tangential_damping += 1,
+            Hook::TangentialDamping => guidance.pre_cfg.push(PreCfg::TangentialDamping),
+            Hook::Apg => {
+                let [eta, threshold, momentum] = ["eta", "norm_threshold", "momentum"]
+                    .map(|k| inputs.float(k).map(|v| v as f32));
+                guidance.pre_cfg.push(PreCfg::Apg(Apg::new(eta?, threshold?, momentum?)));
+            }
             Hook::Norm => {
                 let strength = inputs.float("strength")? as f32;
                 let pre_cfg = inputs.has("pre_cfg") && inputs.bool("pre_cfg")?;

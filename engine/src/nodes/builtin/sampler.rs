@@ -1476,14 +1476,14 @@ impl Guided<'_> {
             // CFG with the skipped negative as zeros gives the conditional prediction itself.
             return Ok((cond, None));
         }
-        let predictions = Predictions {
-            x,
-            cond: &cond,
-            uncond: uncond.as_deref(),
-            cfg: self.cfg as f32,
-            sigma,
-            shape: &self.shape,
-        };
+        let (cfg, shape) = (self.cfg as f32, self.shape.as_slice());
+        // The hooks before CFG (`TCFG`, `APG`) hand CFG, the post-CFG hooks and a CFG++ sampler their
+        // predictions.
+        let before = Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
+        let modified = guidance.before_cfg(&before);
+        let (cond, uncond) = modified.unwrap_or((cond, uncond));
+        let predictions =
+            Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
         // `SkipLayerGuidanceDiT`'s hook runs the positive once more without its blocks.
         let combined = guidance.combine_with(predictions, &mut |layers| {
             let skipped = SkippedBlocks { double: layers.double, single: layers.single };
