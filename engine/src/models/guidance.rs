@@ -18,6 +18,18 @@ pub struct Guider {
     pub cfg: f64,
     /// `DualCFGGuider`'s second conditioning; `None` for the one-scale guiders.
     pub dual: Option<DualCfg>,
+    /// `PerpNegGuider`'s empty prompt and scale; `None` for the other guiders.
+    pub perp_neg: Option<PerpNeg>,
+}
+
+/// `PerpNegGuider`'s third conditioning and its scale: CFG runs from the empty prompt's prediction, and only
+/// the part of the negative's direction perpendicular to the positive's is pushed away from, times `neg_scale`.
+#[derive(Clone)]
+pub struct PerpNeg {
+    /// The empty prompt (`empty_conditioning`).
+    pub empty: Arc<Conditioning>,
+    /// How strongly the perpendicular negative is pushed away from.
+    pub neg_scale: f64,
 }
 
 /// `DualCFGGuider`'s middle conditioning (`cond2`) and how it combines: the guider's `positive` is `cond1`,

@@ -12,7 +12,7 @@ mod guidance;
 pub mod load;
 mod region;
 
-pub use guidance::{DualCfg, Guider, Noise};
+pub use guidance::{DualCfg, Guider, Noise, PerpNeg};
 pub use region::{Area, PromptRegion};
 
 use std::path::PathBuf;

@@ -148,18 +148,18 @@ impl Guidance {
         p: Predictions<'_>,
         skipped: &mut dyn FnMut(&SkipLayers) -> Result<Vec<f32>, crate::Error>,
     ) -> Result<Vec<f32>, crate::Error> {
-        let mut failed = None;
-        let out = self.combine_passes(p, &mut |layers| match skipped(layers) {
-            Ok(pass) => Some(pass),
-            Err(e) => {
-                failed.get_or_insert(e);
-                None
-            }
-        });
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        catching(skipped, |passes| self.combine_passes(p, passes))
+    }
+
+    /// The post-CFG hooks alone on `out`, the combination a guider made itself (`PerpNegGuider`'s, which
+    /// ComfyUI hands the hooks as `denoised`), with `skipped` as in [`Guidance::combine_with`].
+    pub fn after_cfg_with(
+        &self,
+        p: Predictions<'_>,
+        out: Vec<f32>,
+        skipped: &mut dyn FnMut(&SkipLayers) -> Result<Vec<f32>, crate::Error>,
+    ) -> Result<Vec<f32>, crate::Error> {
+        catching(skipped, |passes| self.post_passes(&p, out, passes))
     }
 
     /// The combination, with `skipped` giving a `SkipLayer` hook's pass (`None`: the hook leaves the result).
@@ -176,11 +176,30 @@ impl Guidance {
                 &zeros
             }
         };
-        let mut out = match self.cfg_function {
+        let out = match self.cfg_function {
             None => p.cond.iter().zip(uncond).map(|(c, u)| u + (c - u) * p.cfg).collect(),
             Some(CfgFunction::Rescale { multiplier }) => rescale_cfg(&p, uncond, multiplier),
             Some(CfgFunction::NormPre { strength }) => norm_pre(&p, uncond, strength),
         };
+        self.post_passes(&p, out, skipped)
+    }
+
+    /// Every post-CFG hook on `out`, in order (a skipped negative read as zeros).
+    fn post_passes(
+        &self,
+        p: &Predictions<'_>,
+        mut out: Vec<f32>,
+        skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
+    ) -> Vec<f32> {
+        let zeros;
+        let uncond = match p.uncond {
+            Some(u) => u,
+            None => {
+                zeros = vec![0.0f32; p.cond.len()];
+                &zeros
+            }
+        };
+        let p = *p;
         for hook in &self.post_cfg {
             out = match *hook {
                 PostCfg::Norm { strength } => cfg_norm(&p, &out, strength),
@@ -194,6 +213,26 @@ impl Guidance {
             };
         }
         out
+    }
+}
+
+/// `run` with a `SkipLayer` pass maker that records the first error `skipped` returns (the hook then leaves the
+/// result), and that error afterwards.
+fn catching(
+    skipped: &mut dyn FnMut(&SkipLayers) -> Result<Vec<f32>, crate::Error>,
+    run: impl FnOnce(&mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>) -> Vec<f32>,
+) -> Result<Vec<f32>, crate::Error> {
+    let mut failed = None;
+    let out = run(&mut |layers| match skipped(layers) {
+        Ok(pass) => Some(pass),
+        Err(e) => {
+            failed.get_or_insert(e);
+            None
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 

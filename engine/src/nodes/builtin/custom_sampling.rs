@@ -14,7 +14,7 @@ use super::sampler::{
     scheduler_names, starting_noise,
 };
 use crate::compute::Compute;
-use crate::models::{DualCfg, Guider, Noise};
+use crate::models::{DualCfg, Guider, Noise, PerpNeg};
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
 };
@@ -673,6 +673,7 @@ pub(super) fn builders() -> Vec<Pure> {
                     negative: None,
                     cfg: 1.0,
                     dual: None,
+                    perp_neg: None,
                 }))])
             },
         ),
@@ -690,6 +691,7 @@ pub(super) fn builders() -> Vec<Pure> {
                     negative: Some(inputs.conditioning("negative")?.clone()),
                     cfg: inputs.float("cfg")?,
                     dual: None,
+                    perp_neg: None,
                 }))])
             },
         ),
@@ -714,6 +716,40 @@ pub(super) fn builders() -> Vec<Pure> {
                         middle: inputs.conditioning("cond2")?.clone(),
                         cfg_middle: inputs.float("cfg_cond2_negative")?,
                         nested: inputs.string("style")? == "nested",
+                    }),
+                    perp_neg: None,
+                }))])
+            },
+        ),
+        Pure::new(
+            NodeSpec::new("PerpNegGuider", "Perp-Neg Guider", "experimental")
+                .python_module("comfy_extras.nodes_perpneg")
+                .v3()
+                .experimental()
+                .input(InputDef::typed("model", "MODEL").with_options())
+                .input(InputDef::typed("positive", "CONDITIONING").with_options())
+                .input(InputDef::typed("negative", "CONDITIONING").with_options())
+                .input(InputDef::typed("empty_conditioning", "CONDITIONING").with_options())
+                .input(cfg("cfg"))
+                .input(
+                    InputDef::bare("neg_scale", "FLOAT")
+                        .option("advanced", true)
+                        .option("default", 1.0)
+                        .option("min", 0.0)
+                        .option("max", 100.0)
+                        .option("step", 0.01),
+                )
+                .output(OutputDef::new("GUIDER")),
+            |inputs| {
+                Ok(vec![Value::Guider(Arc::new(Guider {
+                    model: inputs.model("model")?.clone(),
+                    positive: inputs.conditioning("positive")?.clone(),
+                    negative: Some(inputs.conditioning("negative")?.clone()),
+                    cfg: inputs.float("cfg")?,
+                    dual: None,
+                    perp_neg: Some(PerpNeg {
+                        empty: inputs.conditioning("empty_conditioning")?.clone(),
+                        neg_scale: inputs.float("neg_scale")?,
                     }),
                 }))])
             },
@@ -903,6 +939,7 @@ impl Node for SamplerCustom {
             negative: Some(inputs.conditioning("negative")?),
             cfg: inputs.float("cfg")?,
             dual: None,
+            perp_neg: None,
             sampler: inputs.sampler("sampler")?,
             sigmas: inputs.sigmas("sigmas")?,
             noise,
@@ -945,6 +982,7 @@ impl Node for SamplerCustomAdvanced {
             negative: guider.negative.as_deref(),
             cfg: guider.cfg,
             dual: guider.dual.as_ref(),
+            perp_neg: guider.perp_neg.as_ref(),
             sampler: inputs.sampler("sampler")?,
             sigmas: inputs.sigmas("sigmas")?,
             noise: inputs.noise("noise")?,
@@ -1032,6 +1070,59 @@ impl Node for ModelSamplingFlux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ComfyUI's PerpNegGuider on the tiny Wan model through SamplerCustomAdvanced
+    /// (`scripts/reference/perp_neg.py`): both scales, the negative skipped at `neg_scale` 0, the empty prompt too
+    /// at cfg 1, and with TCFG before and Mahiro after the combination.
+    #[test]
+    fn perp_neg_guider_samples_as_comfyuis() {
+        use kiln_models::sampling::guidance::{PostCfg, PreCfg};
+        let io = crate::fixtures::tensors("perp_neg/io.safetensors");
+        let dir = std::env::temp_dir().join(format!("kiln-perp-neg-{}", std::process::id()));
+        let (env, model) = crate::fixtures::tiny_wan_t2v_model(&dir);
+        let prompt = |name: &str| {
+            let entries = vec![crate::models::Cond::new(io[name].clone(), None)];
+            Value::Conditioning(Arc::new(crate::models::Conditioning { entries }))
+        };
+        let mut hooked = model.clone();
+        hooked.guidance.pre_cfg.push(PreCfg::TangentialDamping);
+        hooked.guidance.post_cfg.push(PostCfg::Mahiro);
+        let guider_node =
+            builders().into_iter().find(|n| n.spec().name == "PerpNegGuider").expect("the node");
+        let sampler_node = SamplerCustomAdvanced::new(env.compute.clone());
+        for (case, model, cfg, neg_scale) in [
+            ("plain", &model, 4.0, 1.0),
+            ("no_negative", &model, 4.0, 0.0),
+            ("alone", &model, 1.0, 0.0),
+            ("hooks", &hooked, 4.0, 1.5),
+        ] {
+            let guider = crate::fixtures::node_outputs(
+                &guider_node,
+                vec![
+                    ("model", Value::Model(Arc::new(model.clone()))),
+                    ("positive", prompt("positive")),
+                    ("negative", prompt("negative")),
+                    ("empty_conditioning", prompt("empty")),
+                    ("cfg", Value::Float(cfg)),
+                    ("neg_scale", Value::Float(neg_scale)),
+                ],
+            )
+            .expect("a guider");
+            let zeros = crate::tensor::Tensor::full(io["noise"].shape().to_vec(), 0.0);
+            let inputs = vec![
+                ("noise", Value::Noise(Noise::Random(11))),
+                ("guider", guider[0].clone()),
+                ("sampler", Value::Sampler(kiln_models::sampling::Sampler::Euler.into())),
+                ("sigmas", Value::Sigmas(io["sigmas"].data().to_vec().into())),
+                ("latent_image", Value::Latent(Latent::new(zeros))),
+            ];
+            let out = crate::fixtures::node_outputs(&sampler_node, inputs).expect("samples");
+            let Value::Latent(got) = &out[0] else { panic!("a latent") };
+            let want = &io[&format!("out.{case}")];
+            crate::fixtures::assert_relative(case, got.samples.data(), want.data(), 1e-4);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     /// ComfyUI's AddNoise on a Wan 2.1 model's sampling and latent format (`scripts/reference/add_noise.py`):
     /// noise for samples 3 and 7 of a batch, scaled by the span of all, the last two or the first sigma; an

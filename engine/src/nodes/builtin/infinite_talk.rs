@@ -513,6 +513,7 @@ mod tests {
                 negative: Some(&negative),
                 cfg: 1.0,
                 dual: None,
+                perp_neg: None,
                 sampler: Sampler::Euler.into(),
                 sigmas: io["sample.sigmas"].data(),
                 noise: Noise::Random(seed),

@@ -90,6 +90,7 @@ mod tests {
                 negative: None,
                 cfg: 1.0,
                 dual: None,
+                perp_neg: None,
                 sampler: Sampler::Euler.into(),
                 sigmas,
                 noise,

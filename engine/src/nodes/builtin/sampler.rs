@@ -31,7 +31,7 @@ use super::windowed::{Fusion, WindowRun, gather_frames, without_anchor};
 use crate::compute::Compute;
 use crate::models::context_windows::Window;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise};
+use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise, PerpNeg};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
@@ -446,6 +446,31 @@ fn refuse_step_cache(model: &DiffusionModel, sampler: Sampler) -> Result<(), Nod
     }
 }
 
+/// ComfyUI's `perp_neg` on x̂₀ predictions: `pos = positive − empty`, `neg = negative − empty`, `perp = neg −
+/// (Σ neg·pos / ‖pos‖²)·pos` (sums over the whole batch, in f64, then f32 as torch's scalars), and
+/// `empty + cfg·(pos − perp·neg_scale)`.
+fn perp_neg_combine(
+    positive: &[f32],
+    negative: &[f32],
+    empty: &[f32],
+    neg_scale: f32,
+    cfg: f32,
+) -> Vec<f32> {
+    let pos: Vec<f32> = positive.iter().zip(empty).map(|(p, e)| p - e).collect();
+    let neg: Vec<f32> = negative.iter().zip(empty).map(|(n, e)| n - e).collect();
+    let dot = pos.iter().zip(&neg).map(|(p, n)| f64::from(p * n)).sum::<f64>() as f32;
+    let norm = pos.iter().map(|&p| f64::from(p) * f64::from(p)).sum::<f64>().sqrt() as f32;
+    let along = dot / (norm * norm);
+    pos.iter()
+        .zip(&neg)
+        .zip(empty)
+        .map(|((p, n), e)| {
+            let perp = n - along * p;
+            e + cfg * (p - perp * neg_scale)
+        })
+        .collect()
+}
+
 /// The run's step-cache state (a poisoned lock is a panic elsewhere in the run, reported as an error here).
 fn lock(
     cache: &Mutex<StepCacheRun>,
@@ -844,6 +869,7 @@ struct Guided<'a> {
     negative: Option<&'a Conditioning>,
     cfg: f64,
     dual: Option<&'a DualCfg>,
+    perp_neg: Option<&'a PerpNeg>,
     /// The latent's noise mask, when it has one.
     inpaint: Option<Inpaint>,
     /// The run's `FluxKVCache` store, when the model has the patch.
@@ -1452,6 +1478,9 @@ impl Guided<'_> {
         if let Some(dual) = self.dual {
             return self.guide_dual(dual, x, sigma, cfg_pp);
         }
+        if let Some(perp_neg) = self.perp_neg {
+            return self.guide_perp_neg(perp_neg, x, sigma);
+        }
         let cond = || self.predict(self.positive, x, sigma);
         let Some(negative) = self.negative else {
             return Ok((cond()?, None));
@@ -1494,6 +1523,46 @@ impl Guided<'_> {
             self.predict_skipping(self.positive, x, sigma, skipped)
         })?;
         Ok((combined, uncond))
+    }
+
+    /// `PerpNegGuider`'s x̂₀ (its `predict_noise`): the positive's, the negative's and the empty prompt's
+    /// predictions (the negative skipped at `neg_scale` 0, the empty prompt too when cfg is also 1: zeros), the
+    /// pre-CFG hooks on the first two, then `empty + cfg·(pos − neg_scale·perp)` with `pos` and `neg` taken from
+    /// the empty prompt's and `perp` the negative's part perpendicular to the positive over the whole batch,
+    /// then the post-CFG hooks. The empty prompt runs first: ComfyUI's one batch of all three holds it first.
+    fn guide_perp_neg(
+        &self,
+        perp_neg: &PerpNeg,
+        x: &[f32],
+        sigma: f32,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let isclose = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+        let skip_negative = isclose(perp_neg.neg_scale, 0.0);
+        let skip_empty = skip_negative && isclose(self.cfg, 1.0);
+        let zeros = || vec![0.0f32; x.len()];
+        let empty = if skip_empty { zeros() } else { self.predict(&perp_neg.empty, x, sigma)? };
+        let negative = match self.negative {
+            Some(negative) if !skip_negative => Some(self.predict(negative, x, sigma)?),
+            _ => None,
+        };
+        let positive = self.predict(self.positive, x, sigma)?;
+        let guidance = &self.model.guidance;
+        let (cfg, shape) = (self.cfg as f32, self.shape.as_slice());
+        let before =
+            Predictions { x, cond: &positive, uncond: negative.as_deref(), cfg, sigma, shape };
+        let (positive, negative) = guidance.before_cfg(&before).unwrap_or((positive, negative));
+        let negative = negative.unwrap_or_else(zeros);
+        let out = perp_neg_combine(&positive, &negative, &empty, perp_neg.neg_scale as f32, cfg);
+        let predictions =
+            Predictions { x, cond: &positive, uncond: Some(&negative), cfg, sigma, shape };
+        let out = guidance.after_cfg_with(predictions, out, &mut |layers| {
+            let skipped = SkippedBlocks { double: layers.double, single: layers.single };
+            if let Some(cache) = &self.easy_cache {
+                lock(cache)?.begin_evaluation();
+            }
+            self.predict_skipping(self.positive, x, sigma, skipped)
+        })?;
+        Ok((out, Some(negative)))
     }
 
     /// `DualCFGGuider`'s x̂₀ (its `predict_noise`). Regular: CFG from the negative to `cond2` at `cfg_middle`,
@@ -1553,6 +1622,8 @@ pub(super) struct Sampling<'a> {
     pub(super) cfg: f64,
     /// `DualCFGGuider`'s middle conditioning, when the guider is one.
     pub(super) dual: Option<&'a DualCfg>,
+    /// `PerpNegGuider`'s empty prompt and scale, when the guider is one.
+    pub(super) perp_neg: Option<&'a PerpNeg>,
     /// The method.
     pub(super) sampler: SamplerChoice,
     /// The noise levels, descending.
@@ -1710,12 +1781,18 @@ pub(super) fn sample(
     let mut positive = with_hints(job.positive)?;
     let mut negative = job.negative.map(&mut with_hints).transpose()?;
     let mut middle = job.dual.map(|d| with_hints(&d.middle)).transpose()?;
+    let mut empty = job.perp_neg.map(|p| with_hints(&p.empty)).transpose()?;
     // Regional prompts resolved for this latent, and each area given to the other sides (ComfyUI's order).
     let mut sides: Vec<&mut Conditioning> =
-        [Some(&mut positive), middle.as_mut(), negative.as_mut()].into_iter().flatten().collect();
+        [Some(&mut positive), middle.as_mut(), empty.as_mut(), negative.as_mut()]
+            .into_iter()
+            .flatten()
+            .collect();
     super::prompt_regions::prepare(&mut sides, &shape)?;
     let dual =
         job.dual.zip(middle).map(|(d, middle)| DualCfg { middle: Arc::new(middle), ..d.clone() });
+    let perp_neg =
+        job.perp_neg.zip(empty).map(|(p, empty)| PerpNeg { empty: Arc::new(empty), ..p.clone() });
     for control in &prepared {
         control.control_net.net.weights().activate().map_err(|e| node_error(e.into()))?;
     }
@@ -1727,6 +1804,7 @@ pub(super) fn sample(
         negative: negative.as_ref(),
         cfg: job.cfg,
         dual: dual.as_ref(),
+        perp_neg: perp_neg.as_ref(),
         inpaint,
         kv_cache: model.reference_kv_cache.then(OnceLock::new),
         causal: None,
@@ -1842,7 +1920,7 @@ impl ArVideoRun<'_> {
             );
         }
         let guided = &blocks.guided;
-        if guided.dual.is_some() || guided.cfg_reads_negative() {
+        if guided.dual.is_some() || guided.perp_neg.is_some() || guided.cfg_reads_negative() {
             return invalid(format!(
                 "the ar_video sampler runs a causal model at CFG 1 (its cache holds one prompt's keys and \
                  values), got cfg {}: set the guider's cfg to 1",
@@ -1982,6 +2060,7 @@ fn ksample(
         negative: Some(request.negative),
         cfg: request.cfg,
         dual: None,
+        perp_neg: None,
         sampler: request.sampler.into(),
         sigmas: &sigmas,
         noise: if request.add_noise { Noise::Random(request.seed) } else { Noise::Disabled },

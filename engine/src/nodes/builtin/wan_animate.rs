@@ -442,6 +442,7 @@ mod tests {
                 negative: Some(sides.1),
                 cfg: 2.0,
                 dual: None,
+                perp_neg: None,
                 sampler: Sampler::Euler.into(),
                 sigmas: io[sigmas].data(),
                 noise: Noise::Random(seed),

@@ -242,6 +242,7 @@ pub(super) fn sample_as_fixture_at(
         negative: Some(negative),
         cfg,
         dual: None,
+        perp_neg: None,
         sampler: kiln_models::sampling::Sampler::Euler.into(),
         sigmas: io["sigmas"].data(),
         noise: crate::models::Noise::Random(11),
