@@ -1,5 +1,6 @@
-//! Image filter nodes (V3 classes): `Canny` (`comfy_extras.nodes_canny`, which runs kornia's `canny`) and
-//! `ImageBlur` (`comfy_extras.nodes_post_processing`).
+//! Image filter nodes (V3 classes): `Canny` (`comfy_extras.nodes_canny`, which runs kornia's `canny`),
+//! `ImageBlur` and `ImageSharpen` (`comfy_extras.nodes_post_processing`), and `ImageAddNoise`
+//! (`comfy_extras.nodes_images`).
 //!
 //! Both compute in f32, each value with the operations torch applies to it, in the order torch's reference
 //! kernels would; only the order in which a convolution sums its taps is torch's own choice (oneDNN, cuDNN), so a
@@ -30,6 +31,41 @@ pub(super) fn nodes() -> Vec<Pure> {
             image_blur,
         ),
         Pure::new(
+            spec(
+                "ImageSharpen",
+                "Sharpen Image",
+                "image/filters",
+                "comfy_extras.nodes_post_processing",
+            )
+            .input(InputDef::typed("image", "IMAGE").with_options())
+            .input(advanced("sharpen_radius", "INT", [1.0, 1.0, 31.0, 1.0]))
+            .input(advanced("sigma", "FLOAT", [1.0, 0.1, 10.0, 0.01]))
+            .input(advanced("alpha", "FLOAT", [1.0, 0.0, 5.0, 0.01]))
+            .output(OutputDef::new("IMAGE")),
+            image_sharpen,
+        ),
+        Pure::new(
+            spec(
+                "ImageAddNoise",
+                "Add Noise to Image",
+                "image/filters",
+                "comfy_extras.nodes_images",
+            )
+            .input(InputDef::typed("image", "IMAGE").with_options())
+            .input(
+                InputDef::bare("seed", "INT")
+                    .tooltip("The random seed used for creating the noise.")
+                    .option("default", 0)
+                    .option("min", 0)
+                    .option("max", u64::MAX)
+                    .option("control_after_generate", true),
+            )
+            .input(step(InputDef::float("strength", 0.5, 0.0, 1.0), 0.01))
+            .output(OutputDef::new("IMAGE"))
+            .aliases(&["film grain"]),
+            image_add_noise,
+        ),
+        Pure::new(
             spec("Canny", "Detect Edges (Canny)", "image/filters", "comfy_extras.nodes_canny")
                 .input(InputDef::typed("image", "IMAGE"))
                 .input(step(InputDef::float("low_threshold", 0.4, 0.01, 0.99), 0.01))
@@ -40,6 +76,22 @@ pub(super) fn nodes() -> Vec<Pure> {
             canny_node,
         ),
     ]
+}
+
+/// An advanced numeric input (V3 writes `advanced` first) with its default, range and step; an `INT` one's
+/// numbers are integers.
+fn advanced(name: &str, ty: &str, [default, min, max, step]: [f64; 4]) -> InputDef {
+    let input = InputDef::bare(name, ty).option("advanced", true);
+    if ty == "INT" {
+        let int = |v: f64| v as i64;
+        input
+            .option("default", int(default))
+            .option("min", int(min))
+            .option("max", int(max))
+            .option("step", int(step))
+    } else {
+        input.option("default", default).option("min", min).option("max", max).option("step", step)
+    }
 }
 
 /// The index of `i` in a row of `len` mirrored at its ends without repeating the end value (torch's `reflect`
@@ -66,28 +118,85 @@ fn replicate(i: isize, len: usize) -> usize {
 /// image mirrored at its borders (`reflect`); ComfyUI's zero padding around that is cropped off again.
 fn image_blur(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let image = inputs.image("image")?;
-    let (b, h, w, c) = dims(image)?;
-    let radius = inputs.int("blur_radius")?;
-    if radius == 0 {
+    let Some(radius) = radius(inputs, "blur_radius", image)? else {
         return Ok(vec![Value::Image(image.clone())]);
+    };
+    let kernel = blur_kernel(2 * radius + 1, inputs.float("sigma")?);
+    let out = convolve(image, &kernel, radius)?;
+    Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
+}
+
+/// `ImageSharpen`: each channel convolved, as `ImageBlur`, with ComfyUI's `gaussian_kernel` times −10·alpha
+/// whose middle tap is raised so the taps sum to 1 (an unsharp mask), clamped to 0..=1.
+fn image_sharpen(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let image = inputs.image("image")?;
+    let Some(radius) = radius(inputs, "sharpen_radius", image)? else {
+        return Ok(vec![Value::Image(image.clone())]);
+    };
+    let size = 2 * radius + 1;
+    let scale = -(inputs.float("alpha")? * 10.0) as f32;
+    let mut kernel: Vec<f32> =
+        blur_kernel(size, inputs.float("sigma")?).iter().map(|v| v * scale).collect();
+    let sum = kernel.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
+    let middle = size * size / 2;
+    kernel[middle] = kernel[middle] - sum + 1.0;
+    let out = convolve(image, &kernel, radius)?.into_iter().map(|v| v.clamp(0.0, 1.0)).collect();
+    Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
+}
+
+/// `ImageAddNoise`: the image plus `strength` times torch's CPU normal noise of the image's shape from `seed`,
+/// clamped to 0..=1.
+fn image_add_noise(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let image = inputs.image("image")?;
+    // The seed widget spans 0..2^64, carried as its bits.
+    let seed = inputs.int("seed")? as u64;
+    let strength = inputs.float("strength")? as f32;
+    let noise = kiln_models::noise::initial_noise(seed, image.shape(), None)
+        .map_err(|e| NodeError::new(e.to_string()))?;
+    let out =
+        image.data().iter().zip(noise).map(|(v, n)| (v + strength * n).clamp(0.0, 1.0)).collect();
+    Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
+}
+
+/// A filter's radius input `name`: `None` at 0 (the image passes), refused when negative or when the image is
+/// not larger than it on both sides (torch's `reflect` padding needs that).
+fn radius(
+    inputs: &Inputs,
+    name: &str,
+    image: &crate::tensor::Tensor,
+) -> Result<Option<usize>, NodeError> {
+    let (_, h, w, _) = dims(image)?;
+    let radius = inputs.int(name)?;
+    if radius == 0 {
+        return Ok(None);
     }
     let radius = usize::try_from(radius).map_err(|_| {
         NodeError::of_kind(
             ErrorKind::InvalidValue,
-            format!("blur_radius must not be negative, got {radius}"),
+            format!("{name} must not be negative, got {radius}"),
         )
     })?;
     if radius >= h || radius >= w {
         return Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
             format!(
-                "blur_radius {radius} needs an image larger than the radius on both sides (reflect padding), \
-                 got {w}x{h}"
+                "{name} {radius} needs an image larger than the radius on both sides (reflect padding), got \
+                 {w}x{h}"
             ),
         ));
     }
+    Ok(Some(radius))
+}
+
+/// Each channel of `image` `[B, H, W, C]` convolved with the `(2·radius + 1)²` taps `kernel` over the image
+/// mirrored at its borders (`reflect`); ComfyUI's zero padding around that is cropped off again.
+fn convolve(
+    image: &crate::tensor::Tensor,
+    kernel: &[f32],
+    radius: usize,
+) -> Result<Vec<f32>, NodeError> {
+    let (b, h, w, c) = dims(image)?;
     let size = 2 * radius + 1;
-    let kernel = blur_kernel(size, inputs.float("sigma")?);
     let mut out = vec![0.0f32; image.data().len()];
     let (pw, ph) = (w + 2 * radius, h + 2 * radius);
     let mut padded = vec![0.0f32; pw * ph];
@@ -118,7 +227,7 @@ fn image_blur(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
             }
         }
     }
-    Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
+    Ok(out)
 }
 
 /// ComfyUI's `gaussian_kernel(size, sigma)`, `size × size` row by row, in f32: the offsets span -1..=1 whatever
@@ -302,6 +411,50 @@ mod tests {
     use super::*;
     use crate::tensor::Tensor;
     use serde_json::Value as Json;
+
+    fn run_node(name: &str, inputs: Vec<(&str, crate::value::Value)>) -> Tensor {
+        use crate::nodes::Node;
+        let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
+        match crate::fixtures::node_outputs(&node, inputs).expect("runs").into_iter().next() {
+            Some(crate::value::Value::Image(t)) => t,
+            other => panic!("{name}: not an image: {other:?}"),
+        }
+    }
+
+    /// `scripts/reference/image_filters.py`'s record of ComfyUI's ImageSharpen and ImageAddNoise.
+    #[test]
+    fn sharpen_and_noise_are_comfyuis() {
+        use crate::value::Value as V;
+        let io = crate::fixtures::tensors("image_filters/io.safetensors");
+        let image = || V::Image(io["image"].clone());
+        for (radius, sigma, alpha) in [(1, 1.0, 1.0), (3, 2.5, 0.4), (2, 0.5, 5.0)] {
+            let got = run_node(
+                "ImageSharpen",
+                vec![
+                    ("image", image()),
+                    ("sharpen_radius", V::Int(radius)),
+                    ("sigma", V::Float(sigma)),
+                    ("alpha", V::Float(alpha)),
+                ],
+            );
+            let key = format!("sharpen.{radius}.{sigma:?}.{alpha:?}");
+            crate::fixtures::assert_within(&key, got.data(), io[&key].data(), 1e-5);
+        }
+        for (seed, strength) in [(0u64, 0.5), (123_456_789, 0.2), (u64::MAX, 1.0)] {
+            let inputs = vec![
+                ("image", image()),
+                ("seed", V::Int(seed as i64)),
+                ("strength", V::Float(strength)),
+            ];
+            let key = format!("noise.{seed}.{strength:?}");
+            crate::fixtures::assert_within(
+                &key,
+                run_node("ImageAddNoise", inputs).data(),
+                io[&key].data(),
+                1e-6,
+            );
+        }
+    }
 
     /// The fixture scripts/reference/canny.py wrote.
     fn fixture() -> Json {
