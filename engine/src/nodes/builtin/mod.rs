@@ -36,6 +36,7 @@ mod mask;
 mod mask_ops;
 mod model_patch;
 mod model_specs;
+mod morphology;
 mod nop;
 mod orient;
 mod painter;
@@ -275,6 +276,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(files::ImageCompare::new());
     registry.register(textgen::TextGenerate::new(compute.clone()));
     for node in filters::nodes() {
+        registry.register(node);
+    }
+    for node in morphology::nodes() {
         registry.register(node);
     }
     for node in compose::nodes() {
