@@ -77,10 +77,14 @@ pub(super) fn nodes() -> Vec<Pure> {
 /// A latent's planes: how many `H × W` planes, and their height and width.
 fn planes(t: &Tensor, node: &str) -> Result<(usize, usize, usize), NodeError> {
     match t.shape() {
-        [_, _, .., h, w] if t.shape().len() >= 4 => Ok((t.data().len() / (h * w).max(1), *h, *w)),
+        [_, _, .., h, w] if t.shape().len() >= 4 && h * w > 0 => {
+            Ok((t.data().len() / (h * w), *h, *w))
+        }
         other => Err(NodeError::of_kind(
             ErrorKind::InvalidValue,
-            format!("{node} works on latents [B, C, H, W] (or with frames), got {other:?}"),
+            format!(
+                "{node} works on non-empty latents [B, C, H, W] (or with frames), got {other:?}"
+            ),
         )),
     }
 }

@@ -16,7 +16,7 @@ use kiln_models::family::{
 };
 use kiln_models::latent::LatentFormat;
 use kiln_models::noise::initial_noise;
-use kiln_models::sampling::guidance::Predictions;
+use kiln_models::sampling::guidance::{Predictions, UncondSkip};
 use kiln_models::sampling::{
     self, BlockDenoiser, Denoiser, FlowSampling, ModelSampling, Sampler, SamplerChoice, Scheduler,
     Step,
@@ -444,6 +444,12 @@ fn refuse_step_cache(model: &DiffusionModel, sampler: Sampler) -> Result<(), Nod
         )),
         None => Ok(()),
     }
+}
+
+/// Python's `math.isclose(a, b)` with its defaults (relative tolerance 1e-9, no absolute one: only 0 is close to
+/// 0).
+fn isclose(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
 }
 
 /// ComfyUI's `perp_neg` on x̂₀ predictions: `pos = positive − empty`, `neg = negative − empty`, `perp = neg −
@@ -1183,7 +1189,10 @@ impl Guided<'_> {
             cache.network_call((call.sigma, call.shape, call.x), (&keys, first), || {
                 on_device(device, call)
             })?;
-        let aliased = skipped && self.model.net.concat_channels() == 0;
+        // Only an f32 run hands the network the tensor itself (`xc.to(dtype)` copies to another type).
+        let aliased = skipped
+            && self.model.net.concat_channels() == 0
+            && self.model.compute_dtype == DType::F32;
         let input = aliased.then(|| out.clone());
         Ok((out, input))
     }
@@ -1449,8 +1458,9 @@ impl Guided<'_> {
     }
 
     /// The guided x̂₀: the conditional prediction and, unless skipped, the unconditional one, combined; and
-    /// the unconditional prediction CFG combined with (`None` for `BasicGuider`, which runs no CFG). `cfg_pp`
-    /// turns ComfyUI's CFG-1 shortcut off, as the CFG++ samplers' hook does.
+    /// the unconditional prediction CFG combined with (`None` when it was skipped: `BasicGuider` has none, and
+    /// ComfyUI skips it at CFG 1; the hooks still run, seeing zeros). `cfg_pp` turns ComfyUI's CFG-1 shortcut
+    /// off, as the CFG++ samplers' hook does.
     fn guide(
         &self,
         x: &[f32],
@@ -1479,32 +1489,60 @@ impl Guided<'_> {
             return self.guide_dual(dual, x, sigma, cfg_pp);
         }
         if let Some(perp_neg) = self.perp_neg {
-            return self.guide_perp_neg(perp_neg, x, sigma);
+            return self.guide_perp_neg(perp_neg, x, sigma, cfg_pp);
         }
         let cond = || self.predict(self.positive, x, sigma);
-        let Some(negative) = self.negative else {
-            return Ok((cond()?, None));
-        };
-        // An empty one is zeros when a CFG++ sampler needs it.
-        let evaluate = cfg_pp || self.cfg_reads_negative();
+        // ComfyUI skips the negative at CFG 1 (BasicGuider's always) unless a CFG++ sampler reads it; an empty one
+        // is evaluated as zeros, without a model call.
+        let evaluate = cfg_pp || !isclose(self.cfg, 1.0);
         let skip = self.model.guidance.uncond_skip.filter(|s| s.active(sigma));
-        let (cond, uncond) = if !evaluate {
-            (cond()?, None)
-        } else if let Some(skip) = skip {
-            // `SkipLayerGuidanceDiTSimple`: the negative from a pass without its blocks.
-            let skipped = SkippedBlocks { double: skip.double, single: skip.single };
-            (cond()?, Some(self.predict_skipping(negative, x, sigma, skipped)?))
-        } else if let Some((cond, uncond)) = self.pair(negative, x, sigma)? {
-            // One model call for both sides, as ComfyUI batches them.
-            (cond, Some(uncond))
-        } else {
-            (cond()?, Some(self.predict(negative, x, sigma)?))
+        let (cond, uncond) = match self.negative {
+            Some(negative) if evaluate => self.both_sides(negative, skip, x, sigma)?,
+            _ => (cond()?, None),
         };
         let guidance = &self.model.guidance;
         if uncond.is_none() && guidance.is_plain() {
             // CFG with the skipped negative as zeros gives the conditional prediction itself.
             return Ok((cond, None));
         }
+        self.combined(x, sigma, cond, uncond)
+    }
+
+    /// The positive's and the negative's x̂₀: in one call when they can share it; the negative from a pass
+    /// without `skip`'s blocks (`SkipLayerGuidanceDiTSimple`), which ComfyUI's hook makes as another evaluation.
+    fn both_sides(
+        &self,
+        negative: &Conditioning,
+        skip: Option<UncondSkip>,
+        x: &[f32],
+        sigma: f32,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let cond = || self.predict(self.positive, x, sigma);
+        Ok(if let Some(skip) = skip {
+            let cond = cond()?;
+            if let Some(cache) = &self.easy_cache {
+                lock(cache)?.begin_evaluation();
+            }
+            let skipped = SkippedBlocks { double: skip.double, single: skip.single };
+            (cond, Some(self.predict_skipping(negative, x, sigma, skipped)?))
+        } else if let Some((cond, uncond)) = self.pair(negative, x, sigma)? {
+            // One model call for both sides, as ComfyUI batches them.
+            (cond, Some(uncond))
+        } else {
+            (cond()?, Some(self.predict(negative, x, sigma)?))
+        })
+    }
+
+    /// CFG of `cond` over `uncond` (`None`: skipped, zeros) with the model's hooks around it: those before CFG,
+    /// the replacing one, those after. Returns it with the unconditional prediction the hooks left.
+    fn combined(
+        &self,
+        x: &[f32],
+        sigma: f32,
+        cond: Vec<f32>,
+        uncond: Option<Vec<f32>>,
+    ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let guidance = &self.model.guidance;
         let (cfg, shape) = (self.cfg as f32, self.shape.as_slice());
         // The hooks before CFG (`TCFG`, `APG`) hand CFG, the post-CFG hooks and a CFG++ sampler their
         // predictions.
@@ -1535,9 +1573,10 @@ impl Guided<'_> {
         perp_neg: &PerpNeg,
         x: &[f32],
         sigma: f32,
+        cfg_pp: bool,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
-        let isclose = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
-        let skip_negative = isclose(perp_neg.neg_scale, 0.0);
+        // A CFG++ sampler turns the skipping off (`disable_cfg1_optimization`).
+        let skip_negative = !cfg_pp && isclose(perp_neg.neg_scale, 0.0);
         let skip_empty = skip_negative && isclose(self.cfg, 1.0);
         let zeros = || vec![0.0f32; x.len()];
         let empty = if skip_empty { zeros() } else { self.predict(&perp_neg.empty, x, sigma)? };
@@ -1576,22 +1615,22 @@ impl Guided<'_> {
         sigma: f32,
         cfg_pp: bool,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
-        let isclose = |a: f64| (a - 1.0).abs() <= 1e-9 * a.abs().max(1.0);
         let shape = &self.shape;
         let predictions =
             |cond, uncond, cfg: f64| Predictions { x, cond, uncond, cfg: cfg as f32, sigma, shape };
         let guidance = &self.model.guidance;
-        let skip_negative = !cfg_pp && !dual.nested && isclose(dual.cfg_middle);
-        let negative = match self.negative {
-            Some(negative) if !skip_negative => Some(self.predict(negative, x, sigma)?),
-            _ => None,
-        };
-        let middle = if skip_negative && isclose(self.cfg) {
+        let skip_negative = !cfg_pp && !dual.nested && isclose(dual.cfg_middle, 1.0);
+        // The positive first: ComfyUI's one batch of all three holds it first (what EasyCache decides by).
+        let positive = self.predict(self.positive, x, sigma)?;
+        let middle = if skip_negative && isclose(self.cfg, 1.0) {
             vec![0.0; x.len()]
         } else {
             self.predict(&dual.middle, x, sigma)?
         };
-        let positive = self.predict(self.positive, x, sigma)?;
+        let negative = match self.negative {
+            Some(negative) if !skip_negative => Some(self.predict(negative, x, sigma)?),
+            _ => None,
+        };
         if dual.nested {
             let text = guidance.combine(predictions(&positive, Some(middle.as_slice()), self.cfg));
             let negative = negative.unwrap_or_else(|| vec![0.0; x.len()]);
