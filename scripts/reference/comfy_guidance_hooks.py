@@ -14,6 +14,12 @@ on `video.x`, `video.cond`, `video.uncond` [1, 4, 2, 3, 5] (over each channel's 
 momentum 0.5 at sigmas 0.9, 0.7, 0.5, then 0.95 (a new run: the average starts again), each step's predictions
 `step<i>.cond`, `step<i>.uncond` and result `apg.momentum.<i>`.
 
+engine/models/tests/fixtures/comfy_sampling/renorm.safetensors records RenormCFG's CFG function
+(comfy_extras/nodes_lumina2.py) through cfg_function on `x`, `cond`, `uncond` [1, 4, 3, 5] (ComfyUI's hook compares
+norms with Python's `if`, so one sample) at sigma 0.7 and cfg 3.5: `renorm.capped` (cfg_trunc 100, renorm_cfg 1),
+`renorm.loose` (renorm_cfg 2.5: under the cap), `renorm.off` (renorm_cfg 0) and `renorm.truncated` (cfg_trunc 0.5:
+the conditional prediction alone).
+
 Run from the repository root:
     COMFYUI_DIR=/path/to/ComfyUI target/reference-venv/bin/python scripts/reference/comfy_guidance_hooks.py
 """
@@ -76,6 +82,32 @@ def main():
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/guidance_hooks.safetensors")
     print({k: list(v.shape) for k, v in io.items()})
     apg(x, cond, uncond)
+    renorm()
+
+
+def renorm():
+    import types
+
+    import comfy.model_patcher
+    import comfy.samplers
+    from comfy_extras.nodes_lumina2 import RenormCFG
+
+    class Stand(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.diffusion_model = types.SimpleNamespace(in_channels=4)
+
+    g = torch.Generator().manual_seed(67)
+    io = {name: torch.randn(1, 4, 3, 5, generator=g) for name in ("x", "cond", "uncond")}
+    sigma = torch.tensor([0.7])
+    for case, trunc, renorm_cfg in (("capped", 100.0, 1.0), ("loose", 100.0, 2.5), ("off", 100.0, 0.0),
+                                     ("truncated", 0.5, 1.0)):
+        m = comfy.model_patcher.ModelPatcher(Stand(), torch.device("cpu"), torch.device("cpu"))
+        m = RenormCFG.execute(m, trunc, renorm_cfg).result[0]
+        io[f"renorm.{case}"] = comfy.samplers.cfg_function(None, io["cond"], io["uncond"], 3.5, io["x"], sigma,
+                                                           model_options=m.model_options)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/renorm.safetensors")
+    print({k: list(v.shape) for k, v in io.items()})
 
 
 def apg(x, cond, uncond):

@@ -23,6 +23,14 @@ pub enum CfgFunction {
         /// 1 = fully rescaled.
         strength: f32,
     },
+    /// `RenormCFG` (Lumina 2's): below `cfg_trunc` (a sigma), CFG whose per-sample norm is capped at the
+    /// conditional prediction's times `renorm_cfg` (0: no cap); from it up, the conditional prediction alone.
+    Renorm {
+        /// The sigma below which CFG applies.
+        cfg_trunc: f32,
+        /// The cap on the result's norm, relative to the conditional prediction's.
+        renorm_cfg: f32,
+    },
 }
 
 /// A hook applied to the combined x̂₀ (`set_model_sampler_post_cfg_function`; they accumulate, in order).
@@ -180,6 +188,9 @@ impl Guidance {
             None => p.cond.iter().zip(uncond).map(|(c, u)| u + (c - u) * p.cfg).collect(),
             Some(CfgFunction::Rescale { multiplier }) => rescale_cfg(&p, uncond, multiplier),
             Some(CfgFunction::NormPre { strength }) => norm_pre(&p, uncond, strength),
+            Some(CfgFunction::Renorm { cfg_trunc, renorm_cfg }) => {
+                renorm_cfg_fn(&p, uncond, cfg_trunc, renorm_cfg)
+            }
         };
         self.post_passes(&p, out, skipped)
     }
@@ -214,6 +225,36 @@ impl Guidance {
         }
         out
     }
+}
+
+/// `RenormCFG`'s hook on x̂₀ (its `cond_eps` are the x̂₀ ComfyUI hands it): CFG, each sample scaled down to the
+/// conditional's norm times `renorm_cfg` when it reaches that, below `cfg_trunc`; the conditional prediction
+/// above. The hook returns `x − result` and `cfg_function` takes that from x again, as here.
+fn renorm_cfg_fn(p: &Predictions<'_>, uncond: &[f32], cfg_trunc: f32, renorm_cfg: f32) -> Vec<f32> {
+    let (batch, channels, inner) = dims(p.shape);
+    let per = channels * inner;
+    let norm =
+        |v: &[f32]| v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
+    let mut out = Vec::with_capacity(p.cond.len());
+    for b in 0..batch {
+        let range = b * per..(b + 1) * per;
+        let cond = &p.cond[range.clone()];
+        let mut half: Vec<f32> = if p.sigma < cfg_trunc {
+            cond.iter().zip(&uncond[range.clone()]).map(|(c, u)| u + p.cfg * (c - u)).collect()
+        } else {
+            cond.to_vec()
+        };
+        if p.sigma < cfg_trunc && renorm_cfg > 0.0 {
+            let max_norm = norm(cond) * renorm_cfg;
+            let new_norm = norm(&half);
+            if new_norm >= max_norm {
+                let scale = max_norm / new_norm;
+                half.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        out.extend(p.x[range].iter().zip(half).map(|(x, h)| x - (x - h)));
+    }
+    out
 }
 
 /// `run` with a `SkipLayer` pass maker that records the first error `skipped` returns (the hook then leaves the

@@ -227,6 +227,30 @@ fn guided(
     }
 }
 
+/// RenormCFG's CFG function (`scripts/reference/comfy_guidance_hooks.py`'s `renorm.safetensors`): capped, under
+/// the cap, without a cap, and above `cfg_trunc` (the conditional prediction alone).
+#[test]
+fn renorm_cfg_combines_as_comfyuis_node_does() {
+    use kiln_models::sampling::guidance::{CfgFunction, Guidance};
+    let t = read_tensors("comfy_sampling/renorm.safetensors");
+    let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
+    let shape = t["x"].0.clone();
+    for (case, cfg_trunc, renorm_cfg) in [
+        ("capped", 100.0, 1.0),
+        ("loose", 100.0, 2.5),
+        ("off", 100.0, 0.0),
+        ("truncated", 0.5, 1.0),
+    ] {
+        let guidance = Guidance {
+            cfg_function: Some(CfgFunction::Renorm { cfg_trunc, renorm_cfg }),
+            ..Guidance::default()
+        };
+        let got = guided(&guidance, (x, cond, Some(uncond.as_slice())), 3.5, 0.7, &shape);
+        let key = format!("renorm.{case}");
+        assert_close(&key, &got, &t[&key].1, 1e-6);
+    }
+}
+
 /// The APG node's pre-CFG hook (`scripts/reference/comfy_guidance_hooks.py`'s `apg.safetensors`): per sample of
 /// an image latent and per channel of a video one, with and without a norm threshold, with the negative skipped,
 /// beside TCFG in both orders, and its running average over a run's steps, started again by a higher sigma.

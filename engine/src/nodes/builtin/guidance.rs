@@ -1,6 +1,7 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
 //! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1),
-//! `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple` (`comfy_extras.nodes_slg`, V3), `Mahiro`
+//! `RenormCFG` (`comfy_extras.nodes_lumina2`, V3), `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple`
+//! (`comfy_extras.nodes_slg`, V3), `Mahiro`
 //! (`comfy_extras.nodes_mahiro`, V3), `TCFG` (`comfy_extras.nodes_tcfg`, V3, before CFG) and `APG`
 //! (`comfy_extras.nodes_apg`, V3, before CFG). Each returns a
 //! copy of the model with a hook set, as ComfyUI's `set_model_sampler_cfg_function` (replacing) and
@@ -31,6 +32,8 @@ enum Hook {
     Apg,
     /// `RescaleCFG`: the CFG function.
     Rescale,
+    /// `RenormCFG`: the CFG function.
+    Renorm,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
     SkipLayers,
     /// `SkipLayerGuidanceDiTSimple`: the unconditional prediction from a pass leaving some blocks out.
@@ -125,6 +128,32 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             hook: Hook::TangentialDamping,
         },
         CfgPatch { spec: Arc::new(apg_spec()), hook: Hook::Apg },
+        CfgPatch {
+            spec: Arc::new(
+                NodeSpec::new("RenormCFG", "", "model/patch")
+                    .python_module("comfy_extras.nodes_lumina2")
+                    .v3()
+                    .input(InputDef::typed("model", "MODEL").with_options())
+                    .input(
+                        InputDef::bare("cfg_trunc", "FLOAT")
+                            .option("advanced", true)
+                            .option("default", 100)
+                            .option("min", 0.0)
+                            .option("max", 100.0)
+                            .option("step", 0.01),
+                    )
+                    .input(
+                        InputDef::bare("renorm_cfg", "FLOAT")
+                            .option("advanced", true)
+                            .option("default", 1.0)
+                            .option("min", 0.0)
+                            .option("max", 100.0)
+                            .option("step", 0.01),
+                    )
+                    .output(OutputDef::new("MODEL")),
+            ),
+            hook: Hook::Renorm,
+        },
     ]
 }
 
@@ -248,6 +277,11 @@ impl Node for CfgPatch {
             Hook::Rescale => {
                 let multiplier = inputs.float("multiplier")? as f32;
                 guidance.cfg_function = Some(CfgFunction::Rescale { multiplier });
+            }
+            Hook::Renorm => {
+                let cfg_trunc = inputs.float("cfg_trunc")? as f32;
+                let renorm_cfg = inputs.float("renorm_cfg")? as f32;
+                guidance.cfg_function = Some(CfgFunction::Renorm { cfg_trunc, renorm_cfg });
             }
             Hook::SkipLayers => {
                 let double = block_set(inputs.string("double_layers")?, "double_layers")?;
