@@ -1,6 +1,7 @@
 """Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
 SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE, SamplerDPMPP_SDE,
-SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative, SamplerSASolver) run on the toy
+SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative, SamplerSASolver; SamplerEulerCFGpp of
+comfy_extras/nodes_advanced_samplers.py) run on the toy
 model of
 comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
 
@@ -25,6 +26,7 @@ from comfyui import import_comfyui  # noqa: E402
 
 import_comfyui(node_modules=True)
 import comfy.samplers  # noqa: E402
+from comfy_extras import nodes_advanced_samplers as advanced  # noqa: E402
 from comfy_extras import nodes_custom_sampler as nodes  # noqa: E402
 from comfy_sampling import OUT, SEED, SHAPE, Toy, model_sampling  # noqa: E402
 
@@ -57,6 +59,8 @@ CASES = [
                          "predictor_order": 4, "corrector_order": 0, "use_pece": True, "simple_order_2": False}),
     ("SamplerSASolver", {"eta": 0.5, "sde_start_percent": 0.0, "sde_end_percent": 1.0, "s_noise": 1.0,
                          "predictor_order": 1, "corrector_order": 3, "use_pece": True, "simple_order_2": True}),
+    ("SamplerEulerCFGpp", {"version": "regular"}),
+    ("SamplerEulerCFGpp", {"version": "alternative"}),
 ]
 STEPS = (3, 6)
 
@@ -69,7 +73,7 @@ def main():
         # SamplerSASolver reads its SDE interval from the MODEL's model sampling.
         extra = {"model": type("M", (), {"get_model_object": lambda self, name: ms})()} \
             if node == "SamplerSASolver" else {}
-        sampler = getattr(nodes, node).execute(**inputs, **extra)[0]
+        sampler = getattr(nodes if hasattr(nodes, node) else advanced, node).execute(**inputs, **extra)[0]
         for steps in STEPS:
             sigmas = comfy.samplers.calculate_sigmas(ms, "simple", steps).float()
             key = f"node/{n}/{steps}"

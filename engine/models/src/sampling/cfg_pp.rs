@@ -4,7 +4,7 @@
 //! (`get_ancestral_step`) the variance-exploding forms share with `res_multistep_ancestral`.
 
 use super::flow::half_log_snr;
-use super::samplers::{Run, to_d};
+use super::samplers::{Run, step, to_d};
 use crate::Result;
 use crate::noise::TorchGenerator;
 
@@ -48,6 +48,20 @@ pub(super) fn euler_ancestral(
             let n = noise.randn(x.len());
             x.iter_mut().zip(n).for_each(|(x, n)| *x += alpha_t * n * s_noise * up);
         }
+    }
+    Ok(x)
+}
+
+/// `sample_euler_pp` (`SamplerEulerCFGpp`'s "alternative"): Euler whose slope is that of x − x̂₀ + x̂₀ᵘ (the
+/// latent moved by the guidance), down to every sigma, 0 included.
+pub(super) fn euler_pp(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let (sigma, next) = (sigmas[i], sigmas[i + 1]);
+        let (denoised, uncond) = run.first_cfg_pp(i, &x, sigma)?;
+        let moved: Vec<f32> =
+            x.iter().zip(&denoised).zip(&uncond).map(|((x, d), u)| x - d + u).collect();
+        let d = to_d(&moved, &denoised, sigma);
+        x = step(&x, &d, next - sigma);
     }
     Ok(x)
 }

@@ -54,6 +54,9 @@ pub enum Sampler {
     Euler,
     /// Euler with the unconditional slope (`euler_cfg_pp`).
     EulerCfgPp,
+    /// `SamplerEulerCFGpp`'s "alternative" (`sample_euler_pp`): Euler with the slope of x − x̂₀ + x̂₀ᵘ; no
+    /// KSampler name.
+    EulerPp,
     /// Euler with fresh noise each step, the rectified-flow form ComfyUI uses for flow models
     /// (`euler_ancestral`, η = 1).
     EulerAncestral,
@@ -198,6 +201,7 @@ impl Sampler {
         match self {
             Sampler::Euler => "euler",
             Sampler::EulerCfgPp => "euler_cfg_pp",
+            Sampler::EulerPp => "euler_cfg_pp (alternative)",
             Sampler::EulerAncestral => "euler_ancestral",
             Sampler::EulerAncestralCfgPp => "euler_ancestral_cfg_pp",
             Sampler::Heun => "heun",
@@ -259,6 +263,7 @@ impl Sampler {
         matches!(
             self,
             Sampler::Euler
+                | Sampler::EulerPp
                 | Sampler::Ddim
                 | Sampler::Heun
                 | Sampler::Heunpp2
@@ -513,6 +518,7 @@ pub fn sample_with(
     match sampler {
         Sampler::Euler => euler(&mut run, x, sigmas),
         Sampler::EulerCfgPp => cfg_pp::euler_ancestral(&mut run, x, sigmas, 0.0, 0.0, &mut noise()),
+        Sampler::EulerPp => cfg_pp::euler_pp(&mut run, x, sigmas),
         Sampler::EulerAncestral => {
             euler_ancestral_rf(&mut run, x, sigmas, set.eta, set.s_noise, &mut noise())
         }

@@ -329,6 +329,10 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
     match node {
         "SamplerEulerAncestral" => ancestral(Sampler::EulerAncestral),
         "SamplerEulerAncestralCFGPP" => ancestral(Sampler::EulerAncestralCfgPp),
+        "SamplerEulerCFGpp" => match inputs["version"].as_str() {
+            Some("alternative") => Sampler::EulerPp.into(),
+            _ => Sampler::EulerCfgPp.into(),
+        },
         "SamplerDPMPP_2S_Ancestral" => ancestral(Sampler::Dpmpp2sAncestral),
         "SamplerLMS" => SamplerChoice {
             sampler: Sampler::Lms,

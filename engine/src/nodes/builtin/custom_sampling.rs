@@ -604,6 +604,26 @@ pub(super) fn builders() -> Vec<Pure> {
             |inputs| ancestral(inputs, Sampler::EulerAncestralCfgPp),
         ),
         Pure::new(
+            NodeSpec::new("SamplerEulerCFGpp", "SamplerEulerCFG++", "experimental")
+                .python_module("comfy_extras.nodes_advanced_samplers")
+                .v3()
+                .experimental()
+                .input(
+                    InputDef::bare("version", "COMBO")
+                        .option("advanced", true)
+                        .option("multiselect", false)
+                        .option("options", vec!["regular".to_owned(), "alternative".to_owned()]),
+                )
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| {
+                let sampler = match inputs.string("version")? {
+                    "alternative" => Sampler::EulerPp,
+                    _ => Sampler::EulerCfgPp,
+                };
+                Ok(vec![Value::Sampler(sampler.into())])
+            },
+        ),
+        Pure::new(
             spec("SamplerLMS", "", "model/sampling/samplers")
                 .input(
                     InputDef::bare("order", "INT")
