@@ -176,14 +176,7 @@ impl Guidance {
         p: Predictions<'_>,
         skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
     ) -> Vec<f32> {
-        let zeros;
-        let uncond = match p.uncond {
-            Some(u) => u,
-            None => {
-                zeros = vec![0.0f32; p.cond.len()];
-                &zeros
-            }
-        };
+        let uncond = &*uncond_or_zeros(&p);
         let out = match self.cfg_function {
             None => p.cond.iter().zip(uncond).map(|(c, u)| u + (c - u) * p.cfg).collect(),
             Some(CfgFunction::Rescale { multiplier }) => rescale_cfg(&p, uncond, multiplier),
@@ -202,14 +195,7 @@ impl Guidance {
         mut out: Vec<f32>,
         skipped: &mut dyn FnMut(&SkipLayers) -> Option<Vec<f32>>,
     ) -> Vec<f32> {
-        let zeros;
-        let uncond = match p.uncond {
-            Some(u) => u,
-            None => {
-                zeros = vec![0.0f32; p.cond.len()];
-                &zeros
-            }
-        };
+        let uncond = &*uncond_or_zeros(p);
         let p = *p;
         for hook in &self.post_cfg {
             out = match *hook {
@@ -255,6 +241,14 @@ fn renorm_cfg_fn(p: &Predictions<'_>, uncond: &[f32], cfg_trunc: f32, renorm_cfg
         out.extend(p.x[range].iter().zip(half).map(|(x, h)| x - (x - h)));
     }
     out
+}
+
+/// The unconditional prediction, or zeros where ComfyUI skipped it (what its hooks then read).
+fn uncond_or_zeros<'p>(p: &Predictions<'p>) -> std::borrow::Cow<'p, [f32]> {
+    match p.uncond {
+        Some(u) => std::borrow::Cow::Borrowed(u),
+        None => std::borrow::Cow::Owned(vec![0.0; p.cond.len()]),
+    }
 }
 
 /// `run` with a `SkipLayer` pass maker that records the first error `skipped` returns (the hook then leaves the

@@ -11,18 +11,13 @@ use crate::models::{Area, CondExtras};
 use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeSpec, OutputDef};
 use crate::value::Value;
 
-/// The widgets' largest size and offset (ComfyUI's `MAX_RESOLUTION`).
-const MAX_RESOLUTION: i64 = 16384;
-
 /// The nodes, in ComfyUI's order.
 pub(super) fn nodes() -> Vec<Pure> {
     let transform = |name: &str, display: &str| {
         NodeSpec::new(name, display, "model/conditioning/transform")
             .input(InputDef::typed("conditioning", "CONDITIONING"))
     };
-    let pixels = |name: &str, default: i64, min: i64| {
-        InputDef::int(name, default, min, MAX_RESOLUTION).option("step", 8)
-    };
+    let pixels = super::latent_transform::pixels;
     // The fractions start at an integer 0 (and offsets default to it), as ComfyUI declares them.
     let fraction = |name: &str, default: f64| {
         InputDef::bare(name, "FLOAT")

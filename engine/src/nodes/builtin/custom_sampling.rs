@@ -61,6 +61,24 @@ fn cfg(name: &str) -> InputDef {
     InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
 }
 
+/// A `GUIDER` of the node's `model`, its positive and CFG scale inputs (named `positive, cfg`), its `negative`,
+/// and what a two-scale or Perp-Neg guider adds.
+fn guider(
+    inputs: &Inputs,
+    (positive, cfg): (&str, &str),
+    dual: Option<DualCfg>,
+    perp_neg: Option<PerpNeg>,
+) -> Result<Vec<Value>, NodeError> {
+    Ok(vec![Value::Guider(Arc::new(Guider {
+        model: inputs.model("model")?.clone(),
+        positive: inputs.conditioning(positive)?.clone(),
+        negative: Some(inputs.conditioning("negative")?.clone()),
+        cfg: inputs.float(cfg)?,
+        dual,
+        perp_neg,
+    }))])
+}
+
 /// An unrounded `FLOAT` input from 0 of the sampler nodes (`eta`, `s_noise`), advanced or not (V3 writes
 /// `advanced` first).
 fn unrounded(name: &str, default: f64, max: f64, advanced: bool) -> InputDef {
@@ -121,7 +139,11 @@ fn order(name: &str, default: i64, min: i64) -> InputDef {
 }
 
 /// An advanced unrounded float with a tooltip (`(default, min, max)`, step 0.01), as V3 declares it.
-fn explained(name: &str, tooltip: &str, (default, min, max): (f64, f64, f64)) -> InputDef {
+fn explained(
+    name: &str,
+    tooltip: &str,
+    (default, min, max): (f64, f64, f64),
+) -> InputDef {
     InputDef::bare(name, "FLOAT")
         .tooltip(tooltip)
         .option("advanced", true)
@@ -704,16 +726,7 @@ pub(super) fn builders() -> Vec<Pure> {
                 .input(InputDef::typed("negative", "CONDITIONING"))
                 .input(cfg("cfg"))
                 .output(OutputDef::new("GUIDER")),
-            |inputs| {
-                Ok(vec![Value::Guider(Arc::new(Guider {
-                    model: inputs.model("model")?.clone(),
-                    positive: inputs.conditioning("positive")?.clone(),
-                    negative: Some(inputs.conditioning("negative")?.clone()),
-                    cfg: inputs.float("cfg")?,
-                    dual: None,
-                    perp_neg: None,
-                }))])
-            },
+            |inputs| guider(inputs, ("positive", "cfg"), None, None),
         ),
         Pure::new(
             spec("DualCFGGuider", "Dual CFG Guider", "model/sampling/guiders")
@@ -727,18 +740,12 @@ pub(super) fn builders() -> Vec<Pure> {
                 .output(OutputDef::new("GUIDER"))
                 .aliases(&["dual prompt guidance"]),
             |inputs| {
-                Ok(vec![Value::Guider(Arc::new(Guider {
-                    model: inputs.model("model")?.clone(),
-                    positive: inputs.conditioning("cond1")?.clone(),
-                    negative: Some(inputs.conditioning("negative")?.clone()),
-                    cfg: inputs.float("cfg_conds")?,
-                    dual: Some(DualCfg {
-                        middle: inputs.conditioning("cond2")?.clone(),
-                        cfg_middle: inputs.float("cfg_cond2_negative")?,
-                        nested: inputs.string("style")? == "nested",
-                    }),
-                    perp_neg: None,
-                }))])
+                let dual = DualCfg {
+                    middle: inputs.conditioning("cond2")?.clone(),
+                    cfg_middle: inputs.float("cfg_cond2_negative")?,
+                    nested: inputs.string("style")? == "nested",
+                };
+                guider(inputs, ("cond1", "cfg_conds"), Some(dual), None)
             },
         ),
         Pure::new(
@@ -761,17 +768,11 @@ pub(super) fn builders() -> Vec<Pure> {
                 )
                 .output(OutputDef::new("GUIDER")),
             |inputs| {
-                Ok(vec![Value::Guider(Arc::new(Guider {
-                    model: inputs.model("model")?.clone(),
-                    positive: inputs.conditioning("positive")?.clone(),
-                    negative: Some(inputs.conditioning("negative")?.clone()),
-                    cfg: inputs.float("cfg")?,
-                    dual: None,
-                    perp_neg: Some(PerpNeg {
-                        empty: inputs.conditioning("empty_conditioning")?.clone(),
-                        neg_scale: inputs.float("neg_scale")?,
-                    }),
-                }))])
+                let perp_neg = PerpNeg {
+                    empty: inputs.conditioning("empty_conditioning")?.clone(),
+                    neg_scale: inputs.float("neg_scale")?,
+                };
+                guider(inputs, ("positive", "cfg"), None, Some(perp_neg))
             },
         ),
         Pure::new(

@@ -17,11 +17,13 @@ use crate::value::Value;
 /// The widgets' largest size and offset (ComfyUI's `MAX_RESOLUTION`).
 const MAX_RESOLUTION: i64 = 16384;
 
+/// A size or offset in pixels that ComfyUI divides by 8 into latent cells: `min..=MAX_RESOLUTION`, step 8.
+pub(super) fn pixels(name: &str, default: i64, min: i64) -> InputDef {
+    InputDef::int(name, default, min, MAX_RESOLUTION).option("step", 8)
+}
+
 /// The nodes, in ComfyUI's order.
 pub(super) fn nodes() -> Vec<Pure> {
-    let pixels = |name: &str, default: i64, min: i64| {
-        InputDef::int(name, default, min, MAX_RESOLUTION).option("step", 8)
-    };
     let transform = |name: &str, display: &str| {
         NodeSpec::new(name, display, "model/latent/transform")
             .input(InputDef::typed("samples", "LATENT"))

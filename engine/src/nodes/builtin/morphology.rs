@@ -120,33 +120,21 @@ impl Planes {
             Extreme::Min => a.min(b),
         };
         let Planes { b, h, w, c } = self;
-        let at = |i: usize, y: usize, x: usize, k: usize| ((i * h + y) * w + x) * c + k;
-        let range = |p: usize, len: usize| p.saturating_sub(before)..(p + after + 1).min(len);
-        let mut rows = vec![0f32; values.len()];
-        for i in 0..b {
-            for y in 0..h {
-                for x in 0..w {
-                    for k in 0..c {
-                        let mut r = range(x, w).map(|xx| values[at(i, y, xx, k)]);
-                        let first = r.next().unwrap_or(0.0);
-                        rows[at(i, y, x, k)] = r.fold(first, pick);
-                    }
+        // Along a line of `len` values `stride` apart: each value's extreme over its window on the line.
+        let along = |values: &[f32], len: usize, stride: usize| {
+            let mut out = vec![0f32; values.len()];
+            for start in (0..values.len()).filter(|&i| (i / stride).is_multiple_of(len)) {
+                for p in 0..len {
+                    let window = p.saturating_sub(before)..(p + after + 1).min(len);
+                    let mut r = window.map(|q| values[start + q * stride]);
+                    let first = r.next().unwrap_or(0.0);
+                    out[start + p * stride] = r.fold(first, pick);
                 }
             }
-        }
-        let mut out = vec![0f32; values.len()];
-        for i in 0..b {
-            for y in 0..h {
-                for x in 0..w {
-                    for k in 0..c {
-                        let mut r = range(y, h).map(|yy| rows[at(i, yy, x, k)]);
-                        let first = r.next().unwrap_or(0.0);
-                        out[at(i, y, x, k)] = r.fold(first, pick);
-                    }
-                }
-            }
-        }
-        out
+            out
+        };
+        debug_assert_eq!(values.len(), b * h * w * c);
+        along(&along(values, w, c), h, w * c)
     }
 }
 
