@@ -1,7 +1,7 @@
 """Records the samplers ComfyUI's parameterised sampler nodes make (SamplerEulerAncestral,
 SamplerEulerAncestralCFGPP, SamplerDPMPP_2S_Ancestral, SamplerLMS, SamplerER_SDE, SamplerDPMPP_SDE,
-SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative, SamplerSASolver; SamplerEulerCFGpp of
-comfy_extras/nodes_advanced_samplers.py) run on the toy
+SamplerDPMPP_2M_SDE, SamplerDPMPP_3M_SDE, SamplerSEEDS2, SamplerDPMAdaptative, SamplerSASolver; SamplerEulerCFGpp and
+SamplerLCM of comfy_extras/nodes_advanced_samplers.py) run on the toy
 model of
 comfy_sampling.py: engine/models/tests/fixtures/comfy_sampling/sampler_nodes.{safetensors,json}.
 
@@ -61,6 +61,8 @@ CASES = [
                          "predictor_order": 1, "corrector_order": 3, "use_pece": True, "simple_order_2": True}),
     ("SamplerEulerCFGpp", {"version": "regular"}),
     ("SamplerEulerCFGpp", {"version": "alternative"}),
+    ("SamplerLCM", {"s_noise": 0.7, "s_noise_end": 1.3, "noise_clip_std": 1.5}),
+    ("SamplerLCM", {"s_noise": 1.0, "s_noise_end": 1.0, "noise_clip_std": 0.0}),
 ]
 STEPS = (3, 6)
 

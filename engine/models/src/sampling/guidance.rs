@@ -285,7 +285,7 @@ fn skip_layer(p: &Predictions<'_>, out: &[f32], skipped: &[f32], layers: &SkipLa
 }
 
 /// The unbiased standard deviation of `v` (torch's `std()`), accumulated in f64.
-fn std(v: &[f32]) -> f32 {
+pub(super) fn std(v: &[f32]) -> f32 {
     let n = v.len() as f64;
     let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
     let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);

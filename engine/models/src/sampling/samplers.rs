@@ -321,6 +321,12 @@ pub struct SamplerSettings {
     pub sa_solver: SaSolverSettings,
     /// `ar_video`'s latent frames per block (`SamplerARVideo`'s `num_frame_per_block`: 1).
     pub frames_per_block: usize,
+    /// `lcm`'s noise multipliers at the first and the last step, linear between (`SamplerLCM`'s `s_noise`,
+    /// `s_noise_end`, Python floats); `None`: `s_noise` throughout.
+    pub lcm_noise: Option<(f64, f64)>,
+    /// `lcm`'s clamp of each step's noise at this many of its standard deviations (`SamplerLCM`'s
+    /// `noise_clip_std`; 0: none).
+    pub noise_clip_std: f32,
 }
 
 /// SA-Solver's settings (`SamplerSASolver`; KSampler's `sa_solver` and `sa_solver_pece` are the defaults, the
@@ -408,6 +414,8 @@ impl Default for SamplerSettings {
             adaptive: AdaptiveSettings::default(),
             sa_solver: SaSolverSettings::default(),
             frames_per_block: 1,
+            lcm_noise: None,
+            noise_clip_std: 0.0,
         }
     }
 }
@@ -562,7 +570,7 @@ pub fn sample_with(
             sde::dpmpp_3m_sde(&mut run, flow()?, x, sigmas, seed, &set)
         }
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
-        Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &mut noise()),
+        Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &set, &mut noise()),
         Sampler::Ipndm => multistep::ipndm(&mut run, x, sigmas, Ipndm::Fixed),
         Sampler::IpndmV => multistep::ipndm(&mut run, x, sigmas, Ipndm::Variable),
         Sampler::Deis => multistep::deis(&mut run, x, sigmas),
@@ -770,14 +778,27 @@ fn lcm(
     ms: &ModelSampling,
     mut x: Vec<f32>,
     sigmas: &[f32],
+    set: &SamplerSettings,
     noise: &mut TorchGenerator,
 ) -> Result<Vec<f32>> {
-    for i in 0..sigmas.len() - 1 {
+    let steps = sigmas.len() - 1;
+    // `SamplerLCM`'s schedule of noise multipliers, in Python floats.
+    let (start, end) = set.lcm_noise.unwrap_or((f64::from(set.s_noise), f64::from(set.s_noise)));
+    for i in 0..steps {
         let denoised = run.first(i, &x, sigmas[i])?;
         x = denoised;
         let next = sigmas[i + 1];
         if next > 0.0 {
-            let n = noise.randn(x.len());
+            let mut n = noise.randn(x.len());
+            if set.noise_clip_std > 0.0 {
+                let limit = set.noise_clip_std * super::guidance::std(&n);
+                n.iter_mut().for_each(|v| *v = v.max(-limit).min(limit));
+            }
+            let t = if steps > 1 { i as f64 / (steps - 1) as f64 } else { 0.0 };
+            let scale = start + (end - start) * t;
+            if scale != 1.0 {
+                n.iter_mut().for_each(|v| *v *= scale as f32);
+            }
             x = ms.noise_at(next, &n, &x);
         }
     }

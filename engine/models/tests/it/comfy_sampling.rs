@@ -329,6 +329,17 @@ fn node_choice(node: &str, inputs: &serde_json::Value) -> SamplerChoice {
     match node {
         "SamplerEulerAncestral" => ancestral(Sampler::EulerAncestral),
         "SamplerEulerAncestralCFGPP" => ancestral(Sampler::EulerAncestralCfgPp),
+        "SamplerLCM" => SamplerChoice {
+            sampler: Sampler::Lcm,
+            settings: SamplerSettings {
+                lcm_noise: Some((
+                    inputs["s_noise"].as_f64().expect("s_noise"),
+                    inputs["s_noise_end"].as_f64().expect("s_noise_end"),
+                )),
+                noise_clip_std: f("noise_clip_std"),
+                ..SamplerSettings::default()
+            },
+        },
         "SamplerEulerCFGpp" => match inputs["version"].as_str() {
             Some("alternative") => Sampler::EulerPp.into(),
             _ => Sampler::EulerCfgPp.into(),

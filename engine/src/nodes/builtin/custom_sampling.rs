@@ -61,6 +61,16 @@ fn cfg(name: &str) -> InputDef {
     InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
 }
 
+/// `SamplerLCM`'s noise inputs: a tooltip, then `(default, max)` from 0, step 0.01.
+fn noise_scale(name: &str, tooltip: &str, (default, max): (f64, f64)) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .tooltip(tooltip)
+        .option("default", default)
+        .option("min", 0.0)
+        .option("max", max)
+        .option("step", 0.01)
+}
+
 /// A `GUIDER` of the node's `model`, its positive and CFG scale inputs (named `positive, cfg`), its `negative`,
 /// and what a two-scale or Perp-Neg guider adds.
 fn guider(
@@ -139,11 +149,7 @@ fn order(name: &str, default: i64, min: i64) -> InputDef {
 }
 
 /// An advanced unrounded float with a tooltip (`(default, min, max)`, step 0.01), as V3 declares it.
-fn explained(
-    name: &str,
-    tooltip: &str,
-    (default, min, max): (f64, f64, f64),
-) -> InputDef {
+fn explained(name: &str, tooltip: &str, (default, min, max): (f64, f64, f64)) -> InputDef {
     InputDef::bare(name, "FLOAT")
         .tooltip(tooltip)
         .option("advanced", true)
@@ -624,6 +630,39 @@ pub(super) fn builders() -> Vec<Pure> {
                 .input(unrounded("s_noise", 1.0, 10.0, false))
                 .output(OutputDef::new("SAMPLER")),
             |inputs| ancestral(inputs, Sampler::EulerAncestralCfgPp),
+        ),
+        Pure::new(
+            NodeSpec::new("SamplerLCM", "", "model/sampling/samplers")
+                .python_module("comfy_extras.nodes_advanced_samplers")
+                .v3()
+                .description(
+                    "LCM sampler with tunable per-step noise. s_noise is a multiplier on the model's training \
+                     noise scale",
+                )
+                .input(noise_scale(
+                    "s_noise",
+                    "Per-step noise multiplier at the first step (1.0 = match training).",
+                    (1.0, 64.0),
+                ))
+                .input(noise_scale(
+                    "s_noise_end",
+                    "Per-step noise multiplier at the last step. Set equal to s_noise for a constant schedule.",
+                    (1.0, 64.0),
+                ))
+                .input(noise_scale(
+                    "noise_clip_std",
+                    "Clamp per-step noise to +/- N*std. 0 disables.",
+                    (0.0, 10.0),
+                ))
+                .output(OutputDef::new("SAMPLER")),
+            |inputs| {
+                let settings = SamplerSettings {
+                    lcm_noise: Some((inputs.float("s_noise")?, inputs.float("s_noise_end")?)),
+                    noise_clip_std: inputs.float("noise_clip_std")? as f32,
+                    ..SamplerSettings::default()
+                };
+                Ok(vec![Value::Sampler(SamplerChoice { sampler: Sampler::Lcm, settings })])
+            },
         ),
         Pure::new(
             NodeSpec::new("SamplerEulerCFGpp", "SamplerEulerCFG++", "experimental")
