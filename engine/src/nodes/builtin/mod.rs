@@ -41,6 +41,7 @@ mod nop;
 mod orient;
 mod painter;
 mod pil_lanczos;
+mod porter_duff;
 mod primitives;
 mod prompt_regions;
 mod pure;
@@ -279,6 +280,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     for node in morphology::nodes() {
+        registry.register(node);
+    }
+    for node in porter_duff::nodes() {
         registry.register(node);
     }
     for node in compose::nodes() {
