@@ -1,5 +1,6 @@
 //! The latent arithmetic of `comfy_extras.nodes_latent`: `LatentAdd`, `LatentSubtract`, `LatentMultiply`,
-//! `LatentInterpolate`, `LatentBatch`, `LatentBatchSeedBehavior` and `ReplaceVideoLatentFrames`. What rides with
+//! `LatentInterpolate`, `LatentBatch`, `LatentBatchSeedBehavior` and `ReplaceVideoLatentFrames`, and
+//! `BatchLatentsNode` (`comfy_extras.nodes_post_processing`). What rides with
 //! the first latent (noise mask, batch indices) rides on, as ComfyUI copies its dict.
 //!
 //! Invariant: a second latent of another size is fitted to the first as ComfyUI's `reshape_latent_to` fits it:
@@ -65,6 +66,15 @@ pub(super) fn nodes() -> Vec<Pure> {
                 .output(OutputDef::new("LATENT"))
                 .aliases(&["combine latents", "merge latents", "join latents"]),
             latent_batch,
+        ),
+        Pure::new(
+            NodeSpec::new("BatchLatentsNode", "Batch Latents", "model/latent/batch")
+                .python_module("comfy_extras.nodes_post_processing")
+                .v3()
+                .autogrow_prefix("latents", InputDef::typed("latent", "LATENT"), "latent", (1, 50))
+                .output(OutputDef::new("LATENT"))
+                .aliases(&["combine latents", "stack latents", "merge latents"]),
+            batch_latents_node,
         ),
         Pure::new(
             advanced("LatentBatchSeedBehavior")
@@ -227,19 +237,42 @@ fn latent_interpolate(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     Ok(vec![Value::Latent(first.with_samples(tensor(shape, values)?))])
 }
 
-/// `LatentBatch`: `samples2` (fitted to `samples1`'s size, its batch kept) after `samples1`, with the batch
-/// indices of both (each latent's own, or 0, 1, … where it has none).
+/// `LatentBatch`: `samples2` after `samples1`, as [`batch_latents`].
 fn latent_batch(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
-    let (first, second) = (inputs.latent("samples1")?, inputs.latent("samples2")?);
-    let s1 = &first.samples;
-    let s2 = fit_to(&second.samples, s1.shape(), false)?;
-    let indices = |latent: &Latent, n: usize| {
-        latent.batch_index.clone().unwrap_or_else(|| (0..n as i64).collect())
-    };
-    let mut batch_index = indices(first, s1.shape()[0]);
-    batch_index.extend(indices(second, s2.shape()[0]));
-    let out = Latent { samples: cat(s1, &s2, 0)?, batch_index: Some(batch_index), ..first.clone() };
-    Ok(vec![Value::Latent(out)])
+    let latents = [inputs.latent("samples1")?, inputs.latent("samples2")?];
+    Ok(vec![Value::Latent(batch_latents(&latents)?)])
+}
+
+/// `BatchLatentsNode`: the given latents (`latents.latent0`, ...) in one batch, as [`batch_latents`].
+fn batch_latents_node(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let latents: Vec<&Latent> = (0..50)
+        .filter_map(|i| match inputs.get(&format!("latents.latent{i}")) {
+            Some(Value::Latent(l)) => Some(l),
+            _ => None,
+        })
+        .collect();
+    if latents.is_empty() {
+        return Err(invalid("BatchLatentsNode: no latent to batch".to_owned()));
+    }
+    Ok(vec![Value::Latent(batch_latents(&latents)?)])
+}
+
+/// ComfyUI's `batch_latents`: every latent after the first fitted to its size (its batch kept), all in one
+/// batch, with each one's batch indices (its own, or 0, 1, … where it has none); the rest rides with the first.
+fn batch_latents(latents: &[&Latent]) -> Result<Latent, NodeError> {
+    let first = latents[0];
+    let shape = first.samples.shape();
+    let mut samples = first.samples.clone();
+    let mut batch_index = Vec::new();
+    for (i, latent) in latents.iter().enumerate() {
+        let fitted = if i == 0 { samples.clone() } else { fit_to(&latent.samples, shape, false)? };
+        let n = fitted.shape()[0] as i64;
+        batch_index.extend(latent.batch_index.clone().unwrap_or_else(|| (0..n).collect()));
+        if i > 0 {
+            samples = cat(&samples, &fitted, 0)?;
+        }
+    }
+    Ok(Latent { samples, batch_index: Some(batch_index), ..first.clone() })
 }
 
 /// `LatentBatchSeedBehavior`: `random` drops the batch indices (each sample its own noise); `fixed` gives every
@@ -317,6 +350,48 @@ mod tests {
     /// `scripts/reference/latent_ops.py`'s record of ComfyUI's nodes.
     fn fixture() -> BTreeMap<String, Tensor> {
         crate::fixtures::tensors("latent_ops/io.safetensors")
+    }
+
+    /// `scripts/reference/batch_nodes.py`'s record of ComfyUI's BatchLatentsNode: latents of other sizes fitted to
+    /// the first, their batch indices (given, or counted) joined; video latents frame by frame.
+    #[test]
+    fn batch_latents_node_is_comfyuis() {
+        let io = crate::fixtures::tensors("batch_nodes/io.safetensors");
+        let latent = |k: &str, index: Option<Vec<i64>>| {
+            Value::Latent(Latent { batch_index: index, ..Latent::new(io[k].clone()) })
+        };
+        let out = run(
+            "BatchLatentsNode",
+            vec![
+                ("latents.latent0", latent("latent0", None)),
+                ("latents.latent1", latent("latent1", Some(vec![5, 7]))),
+                ("latents.latent2", latent("latent2", None)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out.samples.shape(), io["latents.out"].shape());
+        crate::fixtures::assert_within(
+            "latents",
+            out.samples.data(),
+            io["latents.out"].data(),
+            1e-5,
+        );
+        let want: Vec<i64> = io["latents.index"].data().iter().map(|&v| v as i64).collect();
+        assert_eq!(out.batch_index, Some(want));
+        let videos = run(
+            "BatchLatentsNode",
+            vec![
+                ("latents.latent0", latent("video0", None)),
+                ("latents.latent1", latent("video1", None)),
+            ],
+        )
+        .unwrap();
+        crate::fixtures::assert_within(
+            "videos",
+            videos.samples.data(),
+            io["videos.out"].data(),
+            1e-5,
+        );
     }
 
     /// Runs the node `name` on `inputs` and returns its latent.

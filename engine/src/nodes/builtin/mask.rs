@@ -330,6 +330,18 @@ pub(super) fn nodes() -> Vec<Pure> {
             .essentials("Image Tools"),
             batch_images,
         ),
+        Pure::new(
+            spec(
+                "BatchMasksNode",
+                "Batch Masks",
+                "image/mask",
+                "comfy_extras.nodes_post_processing",
+            )
+            .autogrow_prefix("masks", InputDef::typed("mask", "MASK"), "mask", (1, 50))
+            .output(OutputDef::new("MASK"))
+            .aliases(&["combine masks", "stack masks", "merge masks"]),
+            batch_masks,
+        ),
         Pure::new(resize_image_mask_spec(), resize_image_mask),
         Pure::new(
             spec("ImageFromBatch", "Get Image from Batch", "image/batch", IMAGES)
@@ -567,6 +579,43 @@ fn batch_images(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     Ok(vec![Value::Image(tensor(vec![batch, h, w, channels], out)?)])
 }
 
+/// `BatchMasksNode`: the given masks (`masks.mask0`, ...) in one batch, each resized (bilinear, centre crop) to
+/// the first one's size, as ComfyUI's `batch_masks` does.
+fn batch_masks(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
+    let masks: Vec<&Tensor> = (0..50)
+        .filter_map(|i| match inputs.get(&format!("masks.mask{i}")) {
+            Some(Value::Mask(t)) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let as_batch = |t: &Tensor| -> Result<(usize, usize, usize), NodeError> {
+        match *t.shape() {
+            [b, h, w] => Ok((b, h, w)),
+            [h, w] => Ok((1, h, w)),
+            ref other => Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("a MASK is [B, H, W], got {other:?}"),
+            )),
+        }
+    };
+    let Some(first) = masks.first() else {
+        return Err(NodeError::of_kind(ErrorKind::InvalidValue, "no mask to batch"));
+    };
+    let (_, h, w) = as_batch(first)?;
+    let (mut out, mut batch) = (Vec::new(), 0);
+    for mask in &masks {
+        let (b, mh, mw) = as_batch(mask)?;
+        if (mh, mw) == (h, w) {
+            out.extend_from_slice(mask.data());
+        } else {
+            let image = tensor(vec![b, mh, mw, 1], mask.data().to_vec())?;
+            out.extend_from_slice(resize(&image, w, h, "bilinear", true)?.data());
+        }
+        batch += b;
+    }
+    Ok(vec![Value::Mask(tensor(vec![batch, h, w], out)?)])
+}
+
 /// `ImageFromBatch`'s slice of a batch of `batch`: a negative index counts from the end, then both are
 /// clamped into the batch, as ComfyUI does.
 fn batch_range(batch: usize, index: i64, length: usize) -> (usize, usize) {
@@ -618,6 +667,23 @@ fn join_alpha(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `scripts/reference/batch_nodes.py`'s record of ComfyUI's BatchMasksNode: a mask of another size resized
+    /// (bilinear, centre crop) to the first.
+    #[test]
+    fn batch_masks_node_is_comfyuis() {
+        use crate::nodes::Node;
+        let io = crate::fixtures::tensors("batch_nodes/io.safetensors");
+        let node =
+            nodes().into_iter().find(|n| n.spec().name == "BatchMasksNode").expect("the node");
+        let inputs = ["mask0", "mask1", "mask2"]
+            .map(|k| (["masks.", k].concat(), Value::Mask(io[k].clone())));
+        let inputs = inputs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let out = crate::fixtures::node_outputs(&node, inputs).expect("runs");
+        let Some(Value::Mask(got)) = out.first() else { panic!("a mask") };
+        assert_eq!(got.shape(), io["masks.out"].shape());
+        crate::fixtures::assert_within("masks", got.data(), io["masks.out"].data(), 1e-5);
+    }
 
     #[test]
     fn batch_ranges_clamp_as_comfyui() {
