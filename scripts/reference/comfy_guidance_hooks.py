@@ -20,6 +20,11 @@ norms with Python's `if`, so one sample) at sigma 0.7 and cfg 3.5: `renorm.cappe
 `renorm.loose` (renorm_cfg 2.5: under the cap), `renorm.off` (renorm_cfg 0) and `renorm.truncated` (cfg_trunc 0.5:
 the conditional prediction alone).
 
+engine/models/tests/fixtures/comfy_sampling/eps.safetensors records the post-CFG hooks of comfy_extras/nodes_eps.py
+through cfg_function on `x`, `cond`, `uncond` [2, 4, 3, 5] at cfg 3.5: `epsilon.<factor>` (Epsilon Scaling, at
+sigma 0.7), `tsr.<k>.<tsr_sigma>.<sigma>` (TemporalScoreRescaling on a flow model's sampling, the half-log-SNR
+−logit σ; σ 1 has an SNR of 0) and `tsr_eps.<k>.<tsr_sigma>.<sigma>` (on a discrete ε model's, −ln σ).
+
 Run from the repository root:
     COMFYUI_DIR=/path/to/ComfyUI target/reference-venv/bin/python scripts/reference/comfy_guidance_hooks.py
 """
@@ -83,6 +88,39 @@ def main():
     print({k: list(v.shape) for k, v in io.items()})
     apg(x, cond, uncond)
     renorm()
+    eps(x, cond, uncond)
+
+
+def eps(x, cond, uncond):
+    import types
+
+    import comfy.model_patcher
+    import comfy.model_sampling
+    import comfy.samplers
+    from comfy_extras.nodes_eps import EpsilonScaling, TemporalScoreRescaling
+    from comfy_sampling import model_sampling
+
+    class EpsSampling(comfy.model_sampling.ModelSamplingDiscrete, comfy.model_sampling.EPS):
+        pass
+
+    def run(node_out, ms, sigma):
+        m = node_out.result[0]
+        model = types.SimpleNamespace(current_patcher=types.SimpleNamespace(get_model_object=lambda name: ms))
+        return comfy.samplers.cfg_function(model, cond, uncond, 3.5, x, torch.tensor([sigma]),
+                                           model_options=m.model_options)
+
+    def patcher():
+        return comfy.model_patcher.ModelPatcher(torch.nn.Linear(1, 1), torch.device("cpu"), torch.device("cpu"))
+
+    io = {"x": x, "cond": cond, "uncond": uncond}
+    flow, discrete = model_sampling(), EpsSampling()
+    for factor in (1.005, 0.8):
+        io[f"epsilon.{factor}"] = run(EpsilonScaling.execute(patcher(), factor), flow, 0.7)
+    for k, tsr_sigma, sigma in ((0.95, 1.0, 0.7), (2.0, 0.5, 0.3), (0.95, 1.0, 1.0)):
+        io[f"tsr.{k}.{tsr_sigma}.{sigma}"] = run(TemporalScoreRescaling.execute(patcher(), k, tsr_sigma), flow, sigma)
+    io["tsr_eps.0.9.1.5.2.5"] = run(TemporalScoreRescaling.execute(patcher(), 0.9, 1.5), discrete, 2.5)
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/eps.safetensors")
+    print({k: list(v.shape) for k, v in io.items()})
 
 
 def renorm():

@@ -50,6 +50,21 @@ pub enum PostCfg {
     /// `SkipLayerGuidanceDiT`: inside its σ range, the conditional prediction of a pass without some blocks is
     /// pushed away from.
     SkipLayer(SkipLayers),
+    /// `Epsilon Scaling`: the predicted noise x − x̂₀ divided by `factor`.
+    EpsilonScaling {
+        /// The divisor (0 taken as 1e-9, as ComfyUI guards it).
+        factor: f64,
+    },
+    /// `TemporalScoreRescaling` (TSR, arXiv 2510.01184): x̂₀ moved towards x/α by the score ratio
+    /// r = (snr·v + 1)/(snr·v/k + 1) (`torch.lerp(x/α, x̂₀, r)`), snr and α from the half-log-SNR of σ.
+    ScoreRescaling {
+        /// `tsr_k` (1: no rescaling).
+        k: f64,
+        /// `tsr_sigma`².
+        variance: f64,
+        /// Whether the model's sampling is a flow's (its half-log-SNR −logit σ; else −ln σ).
+        flow: bool,
+    },
 }
 
 /// `SkipLayerGuidanceDiT`'s hook: which blocks its extra conditional pass leaves out, when it runs and how its
@@ -207,6 +222,10 @@ impl Guidance {
                     None => out,
                 },
                 PostCfg::SkipLayer(_) => out,
+                PostCfg::EpsilonScaling { factor } => epsilon_scaling(&p, &out, factor),
+                PostCfg::ScoreRescaling { k, variance, flow } => {
+                    score_rescaling(&p, out, (k, variance), flow)
+                }
             };
         }
         out
@@ -241,6 +260,42 @@ fn renorm_cfg_fn(p: &Predictions<'_>, uncond: &[f32], cfg_trunc: f32, renorm_cfg
         out.extend(p.x[range].iter().zip(half).map(|(x, h)| x - (x - h)));
     }
     out
+}
+
+/// `Epsilon Scaling`'s hook: `x − (x − out)/factor`.
+fn epsilon_scaling(p: &Predictions<'_>, out: &[f32], factor: f64) -> Vec<f32> {
+    let factor = if factor == 0.0 { 1e-9 } else { factor } as f32;
+    p.x.iter().zip(out).map(|(x, d)| x - (x - d) / factor).collect()
+}
+
+/// `TemporalScoreRescaling`'s hook, as ComfyUI's: nothing at k = 1, σ = 0 or an SNR of 0; else
+/// `lerp(x/α, out, r)` in torch's form (from the nearer end).
+fn score_rescaling(
+    p: &Predictions<'_>,
+    out: Vec<f32>,
+    (k, variance): (f64, f64),
+    flow: bool,
+) -> Vec<f32> {
+    let sigma = p.sigma;
+    if k == 1.0 || sigma == 0.0 {
+        return out;
+    }
+    let half_log_snr = if flow { super::flow::half_log_snr(sigma) } else { -sigma.ln() };
+    let snr = (2.0 * half_log_snr).exp();
+    if snr == 0.0 {
+        return out;
+    }
+    let (k, variance) = (k as f32, variance as f32);
+    let r =
+        if snr == f32::INFINITY { k } else { (snr * variance + 1.0) / (snr * variance / k + 1.0) };
+    let alpha = sigma * half_log_snr.exp();
+    p.x.iter()
+        .zip(out)
+        .map(|(x, end)| {
+            let start = x / alpha;
+            if r < 0.5 { start + r * (end - start) } else { end - (end - start) * (1.0 - r) }
+        })
+        .collect()
 }
 
 /// The unconditional prediction, or zeros where ComfyUI skipped it (what its hooks then read).

@@ -251,6 +251,33 @@ fn renorm_cfg_combines_as_comfyuis_node_does() {
     }
 }
 
+/// The post-CFG hooks of `nodes_eps` (`scripts/reference/comfy_guidance_hooks.py`'s `eps.safetensors`): Epsilon
+/// Scaling, and TemporalScoreRescaling on a flow model (σ 1: an SNR of 0, nothing) and on a discrete one.
+#[test]
+fn epsilon_scaling_and_tsr_combine_as_comfyuis_nodes_do() {
+    use kiln_models::sampling::guidance::{Guidance, PostCfg};
+    let t = read_tensors("comfy_sampling/eps.safetensors");
+    let (x, cond, uncond) = (&t["x"].1, &t["cond"].1, &t["uncond"].1);
+    let shape = t["x"].0.clone();
+    let with = |hook| Guidance { post_cfg: vec![hook], ..Guidance::default() };
+    let cases = [
+        ("epsilon.1.005", PostCfg::EpsilonScaling { factor: 1.005 }, 0.7),
+        ("epsilon.0.8", PostCfg::EpsilonScaling { factor: 0.8 }, 0.7),
+        ("tsr.0.95.1.0.0.7", PostCfg::ScoreRescaling { k: 0.95, variance: 1.0, flow: true }, 0.7),
+        ("tsr.2.0.0.5.0.3", PostCfg::ScoreRescaling { k: 2.0, variance: 0.25, flow: true }, 0.3),
+        ("tsr.0.95.1.0.1.0", PostCfg::ScoreRescaling { k: 0.95, variance: 1.0, flow: true }, 1.0),
+        (
+            "tsr_eps.0.9.1.5.2.5",
+            PostCfg::ScoreRescaling { k: 0.9, variance: 2.25, flow: false },
+            2.5,
+        ),
+    ];
+    for (key, hook, sigma) in cases {
+        let got = guided(&with(hook), (x, cond, Some(uncond.as_slice())), 3.5, sigma, &shape);
+        assert_close(key, &got, &t[key].1, 1e-5);
+    }
+}
+
 /// The APG node's pre-CFG hook (`scripts/reference/comfy_guidance_hooks.py`'s `apg.safetensors`): per sample of
 /// an image latent and per channel of a video one, with and without a norm threshold, with the negative skipped,
 /// beside TCFG in both orders, and its running average over a run's steps, started again by a higher sigma.

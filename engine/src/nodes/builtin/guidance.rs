@@ -1,6 +1,7 @@
 //! The model patches that change how predictions combine: `CFGNorm` and `CFGZeroStar`
 //! (`comfy_extras.nodes_cfg`, V3), `RescaleCFG` (`comfy_extras.nodes_model_advanced`, V1),
-//! `RenormCFG` (`comfy_extras.nodes_lumina2`, V3), `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple`
+//! `RenormCFG` (`comfy_extras.nodes_lumina2`, V3), `Epsilon Scaling` and `TemporalScoreRescaling`
+//! (`comfy_extras.nodes_eps`, V3, after CFG), `SkipLayerGuidanceDiT` and `SkipLayerGuidanceDiTSimple`
 //! (`comfy_extras.nodes_slg`, V3), `Mahiro`
 //! (`comfy_extras.nodes_mahiro`, V3), `TCFG` (`comfy_extras.nodes_tcfg`, V3, before CFG) and `APG`
 //! (`comfy_extras.nodes_apg`, V3, before CFG). Each returns a
@@ -34,6 +35,10 @@ enum Hook {
     Rescale,
     /// `RenormCFG`: the CFG function.
     Renorm,
+    /// `Epsilon Scaling`: post-CFG.
+    EpsilonScaling,
+    /// `TemporalScoreRescaling`: post-CFG.
+    ScoreRescaling,
     /// `SkipLayerGuidanceDiT`: post-CFG, with a model pass leaving some blocks out.
     SkipLayers,
     /// `SkipLayerGuidanceDiTSimple`: the unconditional prediction from a pass leaving some blocks out.
@@ -154,7 +159,62 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
             ),
             hook: Hook::Renorm,
         },
+        CfgPatch { spec: Arc::new(epsilon_scaling_spec()), hook: Hook::EpsilonScaling },
+        CfgPatch { spec: Arc::new(score_rescaling_spec()), hook: Hook::ScoreRescaling },
     ]
+}
+
+/// A `FLOAT` of `comfy_extras.nodes_eps` (a number widget, advanced): its tooltip, if any, then
+/// `(default, min, max, step)`.
+fn eps_setting(name: &str, tooltip: Option<&str>, [default, min, max, step]: [f64; 4]) -> InputDef {
+    let input = InputDef::bare(name, "FLOAT");
+    let input = match tooltip {
+        Some(text) => input.tooltip(text),
+        None => input,
+    };
+    input
+        .option("advanced", true)
+        .option("default", default)
+        .option("min", min)
+        .option("max", max)
+        .option("step", step)
+        .option("display", "number")
+}
+
+/// `Epsilon Scaling`'s declaration.
+fn epsilon_scaling_spec() -> NodeSpec {
+    NodeSpec::new("Epsilon Scaling", "", "model/patch/unet")
+        .python_module("comfy_extras.nodes_eps")
+        .v3()
+        .input(InputDef::typed("model", "MODEL").with_options())
+        .input(eps_setting("scaling_factor", None, [1.005, 0.5, 1.5, 0.001]))
+        .output(OutputDef::new("MODEL"))
+}
+
+/// `TemporalScoreRescaling`'s declaration.
+fn score_rescaling_spec() -> NodeSpec {
+    NodeSpec::new("TemporalScoreRescaling", "TSR - Temporal Score Rescaling", "model/patch/unet")
+        .python_module("comfy_extras.nodes_eps")
+        .v3()
+        .description(
+            "[Post-CFG Function]\nTSR - Temporal Score Rescaling (2510.01184)\n\nRescaling the model's score or \
+             noise to steer the sampling diversity.\n",
+        )
+        .input(InputDef::typed("model", "MODEL").with_options())
+        .input(eps_setting(
+            "tsr_k",
+            Some(
+                "Controls the rescaling strength.\nLower k produces more detailed results; higher k produces \
+                 smoother results in image generation. Setting k = 1 disables rescaling.",
+            ),
+            [0.95, 0.01, 100.0, 0.001],
+        ))
+        .input(eps_setting(
+            "tsr_sigma",
+            Some("Controls how early rescaling takes effect.\nLarger values take effect earlier."),
+            [1.0, 0.01, 100.0, 0.001],
+        ))
+        .output(OutputDef::new("MODEL").named("patched_model"))
 }
 
 /// `APG`'s declaration.
@@ -277,6 +337,19 @@ impl Node for CfgPatch {
             Hook::Rescale => {
                 let multiplier = inputs.float("multiplier")? as f32;
                 guidance.cfg_function = Some(CfgFunction::Rescale { multiplier });
+            }
+            Hook::EpsilonScaling => {
+                let factor = inputs.float("scaling_factor")?;
+                guidance.post_cfg.push(PostCfg::EpsilonScaling { factor });
+            }
+            Hook::ScoreRescaling => {
+                let (k, sigma) = (inputs.float("tsr_k")?, inputs.float("tsr_sigma")?);
+                let flow = model.sampling.flow().is_some();
+                guidance.post_cfg.push(PostCfg::ScoreRescaling {
+                    k,
+                    variance: sigma * sigma,
+                    flow,
+                });
             }
             Hook::Renorm => {
                 let cfg_trunc = inputs.float("cfg_trunc")? as f32;
