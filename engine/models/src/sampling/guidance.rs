@@ -62,7 +62,8 @@ pub enum PostCfg {
         k: f64,
         /// `tsr_sigma`².
         variance: f64,
-        /// Whether the model's sampling is a flow's (its half-log-SNR −logit σ; else −ln σ).
+        /// Whether the model's sampling is a flow's (its half-log-SNR −logit σ; else −ln σ): the node's model's,
+        /// set again from the sampled model's when a run starts ([`Guidance::sampling_is_flow`]).
         flow: bool,
     },
 }
@@ -149,6 +150,16 @@ impl Guidance {
     /// the unconditional one is made).
     pub fn is_plain(&self) -> bool {
         self.cfg_function.is_none() && self.post_cfg.is_empty() && self.pre_cfg.is_empty()
+    }
+
+    /// Tells the hooks that read the model's sampling whether it is a flow's (`TemporalScoreRescaling`'s
+    /// half-log-SNR), as a sampling run starts: ComfyUI's hooks read it then, not when the node ran.
+    pub fn sampling_is_flow(&mut self, is_flow: bool) {
+        for hook in &mut self.post_cfg {
+            if let PostCfg::ScoreRescaling { flow, .. } = hook {
+                *flow = is_flow;
+            }
+        }
     }
 
     /// ComfyUI's pre-CFG hooks on `p` (`sampler_pre_cfg_function`, which its CFGGuider runs and its
@@ -289,11 +300,16 @@ fn score_rescaling(
     let r =
         if snr == f32::INFINITY { k } else { (snr * variance + 1.0) / (snr * variance / k + 1.0) };
     let alpha = sigma * half_log_snr.exp();
+    // torch's vectorised `lerp`: one fused multiply-add from the nearer end.
     p.x.iter()
         .zip(out)
         .map(|(x, end)| {
             let start = x / alpha;
-            if r < 0.5 { start + r * (end - start) } else { end - (end - start) * (1.0 - r) }
+            if r.abs() < 0.5 {
+                r.mul_add(end - start, start)
+            } else {
+                (r - 1.0).mul_add(end - start, end)
+            }
         })
         .collect()
 }

@@ -276,6 +276,11 @@ fn epsilon_scaling_and_tsr_combine_as_comfyuis_nodes_do() {
         let got = guided(&with(hook), (x, cond, Some(uncond.as_slice())), 3.5, sigma, &shape);
         assert_close(key, &got, &t[key].1, 1e-5);
     }
+    // The node's model was discrete; the run's is a flow (ModelSamplingSD3 after TSR): the run's counts.
+    let mut late = with(PostCfg::ScoreRescaling { k: 0.95, variance: 1.0, flow: false });
+    late.sampling_is_flow(true);
+    let got = guided(&late, (x, cond, Some(uncond.as_slice())), 3.5, 0.7, &shape);
+    assert_close("late", &got, &t["tsr.0.95.1.0.0.7"].1, 1e-5);
 }
 
 /// The APG node's pre-CFG hook (`scripts/reference/comfy_guidance_hooks.py`'s `apg.safetensors`): per sample of

@@ -265,6 +265,15 @@ fn batch_latents(latents: &[&Latent]) -> Result<Latent, NodeError> {
     let mut samples = first.samples.clone();
     let mut batch_index = Vec::new();
     for (i, latent) in latents.iter().enumerate() {
+        // Only height and width are fitted: `torch.cat` refuses other channels or frames.
+        let other = latent.samples.shape();
+        let middle = |s: &[usize]| s.get(1..s.len().saturating_sub(2)).map(<[usize]>::to_vec);
+        if other.len() != shape.len() || shape.len() < 3 || middle(other) != middle(shape) {
+            return Err(invalid(format!(
+                "cannot batch a latent of shape {other:?} with one of {shape:?}: their channels and frames must \
+                 agree"
+            )));
+        }
         let fitted = if i == 0 { samples.clone() } else { fit_to(&latent.samples, shape, false)? };
         let n = fitted.shape()[0] as i64;
         batch_index.extend(latent.batch_index.clone().unwrap_or_else(|| (0..n).collect()));
@@ -392,6 +401,14 @@ mod tests {
             io["videos.out"].data(),
             1e-5,
         );
+        // A clip of other frames cannot join (ComfyUI's `torch.cat` refuses it too).
+        let short = Value::Latent(Latent::new(Tensor::full(vec![1, 4, 1, 6, 8], 0.0)));
+        let err = run(
+            "BatchLatentsNode",
+            vec![("latents.latent0", latent("video0", None)), ("latents.latent1", short)],
+        )
+        .expect_err("1 frame after 2");
+        assert!(err.message.contains("frames"), "{}", err.message);
     }
 
     /// Runs the node `name` on `inputs` and returns its latent.

@@ -172,21 +172,17 @@ fn composite(
     (image, out_mask)
 }
 
-/// `SplitImageWithAlpha`: the first three channels, and the mask `1 − alpha` (alpha 1 for an image without a
-/// fourth channel).
+/// `SplitImageWithAlpha`: the first three channels (all of an image with fewer), and the mask `1 − alpha`
+/// (alpha 1 for an image without a fourth channel).
 fn split_alpha(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let image = inputs.image("image")?;
     let (b, h, w, c) = dims(image)?;
-    if c < 3 {
-        return Err(invalid(format!(
-            "SplitImageWithAlpha takes RGB or RGBA images, got {c} channels"
-        )));
-    }
-    let pixels = image.data().chunks_exact(c);
-    let rgb = pixels.clone().flat_map(|p| p[..3].to_vec()).collect();
+    let kept = c.min(3);
+    let pixels = image.data().chunks_exact(c.max(1));
+    let rgb = pixels.clone().flat_map(|p| p[..kept].to_vec()).collect();
     let masks = pixels.map(|p| 1.0 - if c > 3 { p[3] } else { 1.0 }).collect();
     Ok(vec![
-        Value::Image(tensor(vec![b, h, w, 3], rgb)?),
+        Value::Image(tensor(vec![b, h, w, kept], rgb)?),
         Value::Mask(tensor(vec![b, h, w], masks)?),
     ])
 }
@@ -272,5 +268,10 @@ mod tests {
         assert_eq!(split[1], io["split.mask"]);
         let split = run("SplitImageWithAlpha", vec![("image", image("rgb"))]);
         assert_eq!(split[1], io["split_rgb.mask"]);
+        // A grey image keeps its one channel and is opaque.
+        let grey = Tensor::full(vec![1, 2, 2, 1], 0.25);
+        let split = run("SplitImageWithAlpha", vec![("image", Value::Image(grey.clone()))]);
+        assert_eq!(split[0], grey);
+        assert!(split[1].data().iter().all(|&m| m == 0.0));
     }
 }

@@ -1798,7 +1798,9 @@ pub(super) fn sample(
     };
     // Model patches' and ControlNets' images, encoded once for the run; their weights readied beside the
     // model's.
-    let patched = super::model_patch::with_hints(compute, model, &shape, ctx)?;
+    let mut patched = super::model_patch::with_hints(compute, model, &shape, ctx)?;
+    // Hooks that read the model's sampling read it as the run starts, as ComfyUI's do.
+    patched.guidance.sampling_is_flow(patched.sampling.flow().is_some());
     let model = &patched;
     for application in &model.model_patches {
         application.patch.net.weights().activate().map_err(|e| node_error(e.into()))?;
