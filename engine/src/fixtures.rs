@@ -184,6 +184,22 @@ pub(crate) fn node_outputs(
         .collect())
 }
 
+/// The tensors `node` outputs for `inputs` (each an `IMAGE` or a `MASK`), in order.
+pub(crate) fn node_tensors(
+    node: &dyn crate::nodes::Node,
+    inputs: Vec<(&str, crate::value::Value)>,
+) -> Vec<crate::tensor::Tensor> {
+    let name = node.spec().name.clone();
+    node_outputs(node, inputs)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.message))
+        .into_iter()
+        .map(|v| match v {
+            crate::value::Value::Image(t) | crate::value::Value::Mask(t) => t,
+            other => panic!("{name}: not an image or a mask: {other:?}"),
+        })
+        .collect()
+}
+
 /// kiln-models' tiny Wan 2.1 VAE (`wan_vae/weights.safetensors`, ComfyUI's names) written as f32 into `dir`
 /// and loaded on the CPU, with the model environment it was loaded in.
 pub(crate) fn tiny_wan_vae(dir: &std::path::Path) -> (crate::models::ModelEnv, crate::models::Vae) {

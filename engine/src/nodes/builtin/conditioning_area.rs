@@ -18,21 +18,9 @@ pub(super) fn nodes() -> Vec<Pure> {
             .input(InputDef::typed("conditioning", "CONDITIONING"))
     };
     let pixels = super::latent_transform::pixels;
-    // The fractions start at an integer 0 (and offsets default to it), as ComfyUI declares them.
-    let fraction = |name: &str, default: f64| {
-        InputDef::bare(name, "FLOAT")
-            .option("default", default)
-            .option("min", 0)
-            .option("max", 1.0)
-            .option("step", 0.01)
-    };
-    let offset = |name: &str| {
-        InputDef::bare(name, "FLOAT")
-            .option("default", 0)
-            .option("min", 0)
-            .option("max", 1.0)
-            .option("step", 0.01)
-    };
+    // Sizes default to 1.0; offsets to an integer 0, as ComfyUI declares them.
+    let size = |name: &str| fraction(name, 1.0);
+    let offset = |name: &str| fraction(name, 0);
     let strength = || InputDef::float("strength", 1.0, 0.0, 10.0).option("step", 0.01);
     vec![
         Pure::new(
@@ -53,8 +41,8 @@ pub(super) fn nodes() -> Vec<Pure> {
         ),
         Pure::new(
             transform("ConditioningSetAreaPercentage", "Conditioning (Set Area with Percentage)")
-                .input(fraction("width", 1.0))
-                .input(fraction("height", 1.0))
+                .input(size("width"))
+                .input(size("height"))
                 .input(offset("x"))
                 .input(offset("y"))
                 .input(strength())
@@ -90,9 +78,9 @@ pub(super) fn nodes() -> Vec<Pure> {
                 "Conditioning (Set Area with Percentage for Video)",
             )
             .python_module("comfy_extras.nodes_video_model")
-            .input(fraction("width", 1.0))
-            .input(fraction("height", 1.0))
-            .input(fraction("temporal", 1.0))
+            .input(size("width"))
+            .input(size("height"))
+            .input(size("temporal"))
             .input(offset("x"))
             .input(offset("y"))
             .input(offset("z"))
@@ -106,6 +94,15 @@ pub(super) fn nodes() -> Vec<Pure> {
             },
         ),
     ]
+}
+
+/// A fraction of the latent (the percentage nodes' inputs): from an integer 0 to 1.0, step 0.01.
+fn fraction(name: &str, default: impl Into<serde_json::Value>) -> InputDef {
+    InputDef::bare(name, "FLOAT")
+        .option("default", default)
+        .option("min", 0)
+        .option("max", 1.0)
+        .option("step", 0.01)
 }
 
 /// The input conditioning with `set` applied to every prompt's extras.

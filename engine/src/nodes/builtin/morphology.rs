@@ -213,14 +213,7 @@ mod tests {
 
     fn run(name: &str, inputs: Vec<(&str, Value)>) -> Vec<Tensor> {
         let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
-        crate::fixtures::node_outputs(&node, inputs)
-            .expect("runs")
-            .into_iter()
-            .map(|v| match v {
-                Value::Image(t) => t,
-                other => panic!("{name}: not an image: {other:?}"),
-            })
-            .collect()
+        crate::fixtures::node_tensors(&node, inputs)
     }
 
     /// `scripts/reference/morphology.py`'s record of ComfyUI's nodes on kornia 0.9.0.

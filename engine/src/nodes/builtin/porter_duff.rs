@@ -194,14 +194,7 @@ mod tests {
 
     fn run(name: &str, inputs: Vec<(&str, Value)>) -> Vec<Tensor> {
         let node = nodes().into_iter().find(|n| n.spec().name == name).expect("the node");
-        crate::fixtures::node_outputs(&node, inputs)
-            .expect("runs")
-            .into_iter()
-            .map(|v| match v {
-                Value::Image(t) | Value::Mask(t) => t,
-                other => panic!("{name}: {other:?}"),
-            })
-            .collect()
+        crate::fixtures::node_tensors(&node, inputs)
     }
 
     /// `scripts/reference/porter_duff.py`'s record of ComfyUI's nodes: every mode on a batch the shortest input
