@@ -61,8 +61,9 @@ fn cfg(name: &str) -> InputDef {
     InputDef::float(name, 8.0, 0.0, 100.0).option("step", 0.1).option("round", 0.01)
 }
 
-/// `SamplerLCM`'s noise inputs: a tooltip, then `(default, max)` from 0, step 0.01.
-fn noise_scale(name: &str, tooltip: &str, (default, max): (f64, f64)) -> InputDef {
+/// A `FLOAT` from 0 with a tooltip, then `(default, max)`, step 0.01 (`SamplerLCM`'s noise inputs, Wan Animate
+/// 2's strengths).
+pub(super) fn tooltipped_scale(name: &str, tooltip: &str, (default, max): (f64, f64)) -> InputDef {
     InputDef::bare(name, "FLOAT")
         .tooltip(tooltip)
         .option("default", default)
@@ -639,17 +640,17 @@ pub(super) fn builders() -> Vec<Pure> {
                     "LCM sampler with tunable per-step noise. s_noise is a multiplier on the model's training \
                      noise scale",
                 )
-                .input(noise_scale(
+                .input(tooltipped_scale(
                     "s_noise",
                     "Per-step noise multiplier at the first step (1.0 = match training).",
                     (1.0, 64.0),
                 ))
-                .input(noise_scale(
+                .input(tooltipped_scale(
                     "s_noise_end",
                     "Per-step noise multiplier at the last step. Set equal to s_noise for a constant schedule.",
                     (1.0, 64.0),
                 ))
-                .input(noise_scale(
+                .input(tooltipped_scale(
                     "noise_clip_std",
                     "Clamp per-step noise to +/- N*std. 0 disables.",
                     (0.0, 10.0),

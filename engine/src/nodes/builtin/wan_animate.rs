@@ -50,12 +50,7 @@ impl WanAnimate2ToVideo {
             }
         };
         let float = |name: &str, tooltip: &str, default: f64, max: f64| {
-            InputDef::bare(name, "FLOAT")
-                .tooltip(tooltip)
-                .option("default", default)
-                .option("min", 0.0)
-                .option("max", max)
-                .option("step", 0.01)
+            super::custom_sampling::tooltipped_scale(name, tooltip, (default, max))
         };
         let optional =
             |name: &str, ty: &str, tooltip: &str| InputDef::typed(name, ty).tooltip(tooltip);
