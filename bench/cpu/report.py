@@ -140,7 +140,7 @@ def main():
         "",
         "Variants:",
         "- kiln `x f32`: f32 activations (the CPU backend's compute type); the bf16 weight is widened to f32 while",
-        "  it is packed for the AVX-512 f32 micro-kernel (`engine/compute/src/backend/cpu/avx512_gemm.rs`).",
+        "  it is packed for the AVX-512 f32 micro-kernel (`engine/compute/src/backend/cpu/packed_gemm.rs`).",
         "- kiln `x bf16`: bf16 activations times the bf16 weight with AVX512-BF16 (`vdpbf16ps`): exact products,",
         "  f32 accumulation, bf16 output.",
         "- torch `f32 (w.float())`: `F.linear(x_f32, w_bf16.float())`, the weight upcast on every call (what",

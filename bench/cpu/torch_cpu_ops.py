@@ -63,6 +63,23 @@ def main():
                     },
                 )
 
+        # Stored fp8 and f16 weights times a few rows (kiln's `FewRows` cases), upcast on every call as ComfyUI's
+        # manual cast does on the CPU: fp8 at Qwen-Image's MMDiT shapes, f16 at Wan 2.2 TI2V 5B's.
+        few_rows = [
+            (torch.float8_e4m3fn, "fp8", [(3072, 3072), (12288, 3072), (3072, 12288)], [1, 4, 8, 16], 9),
+            (torch.float16, "f16", [(3072, 3072), (14336, 3072)], [16, 1024], 5),
+        ]
+        for dtype, label, shapes, rows, runs in few_rows:
+            for n, k in shapes:
+                w = ((torch.rand(n, k) * 2 - 1) * 0.5).to(dtype)
+                for m in rows:
+                    x = torch.rand(m, k) * 2 - 1
+                    run(
+                        f"linear_{label}_w{n}x{k}_m{m}",
+                        runs,
+                        lambda r: {"f32_upcast": timed(r, lambda: F.linear(x, w.float()))},
+                    )
+
         heads, d, n = 30, 128, 4096
         q, k, v = (torch.rand(1, heads, n, d) * 2 - 1 for _ in range(3))
         run(f"attention_h{heads}_d{d}_n{n}", 3, lambda r: timed(r, lambda: F.scaled_dot_product_attention(q, k, v)))

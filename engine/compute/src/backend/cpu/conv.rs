@@ -14,8 +14,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::Cpu;
-use super::avx512_gemm::{self, F32, Kind, Rhs};
 use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::packed_gemm::{self, Rhs};
 use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
 use super::weights::{vector, with_f32};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
@@ -118,7 +118,7 @@ fn convolve(
             if g.stride == 1 {
                 let n = stacked(&g, b);
                 for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
-                    conv_taps(&g, xi, weights, oi, F32::available());
+                    conv_taps(&g, xi, weights, oi, packed_gemm::strided_available());
                 }
             } else {
                 for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
@@ -196,7 +196,7 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
             .collect();
         let rhs = Rhs::Rows { data: &padded, offsets: &offsets };
         let dst = MatMut::rows(dst_buf, cols);
-        avx512_gemm::gemm_f32(
+        packed_gemm::gemm_f32(
             (g.o, cols, g.c * taps),
             dst,
             Mat::rows(w, wrow),
@@ -284,6 +284,7 @@ fn conv_im2col(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::packed_gemm::{F32, Kind};
 
     #[test]
     fn stride_one_paths_agree_with_im2col_one_image_or_stacked() {

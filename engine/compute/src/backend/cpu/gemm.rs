@@ -9,7 +9,7 @@
 
 use gemm::Parallelism;
 
-use super::avx512_gemm::{self, F32, Kind, Rhs};
+use super::packed_gemm::{self, Rhs};
 
 /// A read-only strided matrix: element (i, j) is `data[i·rs + j·cs]`.
 #[derive(Clone, Copy)]
@@ -105,8 +105,8 @@ pub(crate) fn gemm(
     }
     // The AVX-512 micro-kernel where it runs (x read along rows, dst written along rows); the gemm crate,
     // which only uses AVX2 here, otherwise.
-    if lhs.cs == 1 && dst.cs == 1 && F32::available() {
-        avx512_gemm::gemm_f32((m, n, k), dst, lhs, Rhs::Strided(rhs), accumulate, scale, threads);
+    if lhs.cs == 1 && dst.cs == 1 && packed_gemm::strided_available() {
+        packed_gemm::gemm_f32((m, n, k), dst, lhs, Rhs::Strided(rhs), accumulate, scale, threads);
         return;
     }
     let parallelism = match threads {

@@ -1,8 +1,8 @@
 //! Products on the CPU: `linear` (activations times a stored weight), batched `matmul` and `embedding`.
 //!
-//! On CPUs with AVX-512, `linear` runs [`super::avx512_gemm`]: the weight is widened while it is packed for
-//! the micro-kernel (for a few rows of activations, [`super::skinny`] widens it in place without packing), and
-//! bf16 activations times bf16 weights skip widening altogether (AVX512-BF16). Elsewhere
+//! On CPUs with AVX-512, or AVX2 with FMA and F16C, `linear` runs [`super::packed_gemm`]: the weight is widened
+//! while it is packed for the micro-kernel (for a few rows of activations, [`super::skinny`] widens it in place
+//! without packing), and bf16 activations times bf16 weights skip widening altogether (AVX512-BF16). Elsewhere
 //! the weight `[N, K]` is widened to f32 in blocks of rows, each block multiplied with the `gemm` crate as
 //! soon as it is widened, so no `N × K` f32 buffer is allocated for a large weight.
 
@@ -10,8 +10,8 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::Cpu;
-use super::avx512_gemm::{self, Bf16, F32, Kind, WeightRows};
 use super::gemm::{Mat, MatMut, Threads, gemm};
+use super::packed_gemm::{self, Bf16, F32, Kind, WeightRows};
 use super::skinny;
 use super::storage::{Data, data, read_f32, tensor_from_f32};
 use super::weights::{vector, widen_range};
@@ -65,7 +65,7 @@ pub(crate) fn linear(
                 && k % 2 == 0
                 && Bf16::available() =>
         {
-            avx512_gemm::matmul_bt::<Bf16>(
+            packed_gemm::matmul_bt::<Bf16>(
                 xv.reinterpret_cast(),
                 m,
                 n,
@@ -81,7 +81,7 @@ pub(crate) fn linear(
             let read_values = |row: usize, count: usize, f: &mut dyn FnMut(&[u8]) -> Result<()>| {
                 let mut values = vec![0.0f32; count * k];
                 super::quant::dequantize_range(cpu.sim(), w, row * k, &mut values)?;
-                // Native byte order is the kernel's: this path runs only where AVX-512 does (x86).
+                // Native byte order is the kernel's: this path runs only where AVX-512 or AVX2 does (x86).
                 f(bytemuck::cast_slice(&values))
             };
             f32_product(&read_f32(x, OP)?, (m, n, k), (DType::F32, None), &read_values, &mut out)?;
@@ -109,7 +109,7 @@ pub(crate) fn linear(
     tensor_from_f32(shape, out, x.dtype(), OP)
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` on AVX-512 for f32 activations: few rows without packing ([`skinny`]), more
+/// `out [m, n] = x [m, k] · wᵀ` on AVX-512 or AVX2 for f32 activations: few rows without packing ([`skinny`]), more
 /// through the packed micro-kernels.
 fn f32_product(
     x: &[f32],
@@ -121,7 +121,7 @@ fn f32_product(
     if m <= skinny::MAX_ROWS && skinny::available() {
         skinny::matmul_bt(x, m, n, k, stored, read_rows, out)
     } else {
-        avx512_gemm::matmul_bt::<F32>(x, m, n, k, stored, read_rows, out)
+        packed_gemm::matmul_bt::<F32>(x, m, n, k, stored, read_rows, out)
     }
 }
 
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_portable_path_crosses_weight_blocks() {
-        // `linear` takes the AVX-512 path where it can; this runs the gemm-crate path with blocks of 3 rows.
+        // `linear` takes the SIMD kernels where it can; this runs the gemm-crate path with blocks of 3 rows.
         let cpu = Cpu::new(1 << 20);
         let (m, n, k) = (3, 10, 4);
         let xv: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.25 - 1.0).collect();

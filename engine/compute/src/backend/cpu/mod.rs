@@ -1,17 +1,17 @@
-//! The CPU backend: f32 compute, GEMM with AVX-512 micro-kernels where the CPU has them (bf16 × bf16 with
-//! AVX512-BF16) and the `gemm` crate elsewhere, rayon for the rest; device memory simulated by [`SimDevice`].
+//! The CPU backend: f32 compute, GEMM with AVX-512 or AVX2 micro-kernels where the CPU has them (bf16 × bf16
+//! with AVX512-BF16) and the `gemm` crate elsewhere, rayon for the rest; device memory simulated by [`SimDevice`].
 //!
 //! Tensors are [`CpuBuf`]s holding f32, f16 or bf16 elements; every op widens its inputs to f32, computes in
 //! f32 and rounds its result to the output dtype. Weights stay in the simulated device in their stored dtype
 //! and are widened each time an op reads them. Ops run synchronously on the calling thread and the rayon pool.
 //!
 //! One module per op family: `storage` (buffers and dtype conversion), `weights` (reading weights), `gemm`
-//! (the checked GEMM front), `avx512_gemm` (AVX-512 micro-kernels), `skinny` (products of few rows without
-//! packing), `linear`, `attention`, `norm`,
+//! (the checked GEMM front), `packed_gemm` (packed products with AVX-512 micro-kernels) and `avx2` (their AVX2
+//! forms), `skinny` (products of few rows without packing), `linear`, `attention`, `norm`,
 //! `elementwise`, `quant` (the row and block formats of quantized weights), `rope`, `conv`, `image`, `layout` and `store`; `simd` holds the vectorised inner loops.
 
 mod attention;
-mod avx512_gemm;
+mod avx2;
 mod conv;
 mod elementwise;
 mod gemm;
@@ -20,6 +20,7 @@ mod int8_dots;
 mod layout;
 mod linear;
 mod norm;
+mod packed_gemm;
 mod quant;
 mod rope;
 mod simd;

@@ -1,18 +1,21 @@
-//! `x · wᵀ` for a few rows of x with AVX-512, without packing: the path of `linear` when at most
+//! `x · wᵀ` for a few rows of x with AVX-512 (or AVX2), without packing: the path of `linear` when at most
 //! [`MAX_ROWS`] rows meet each weight (the one row of a modulation or a timestep embedding, a short prompt).
 //!
 //! With few rows each weight element is used only a few times, so packing it into micro-panels (widen, then
 //! transpose, then read back) costs as much as the product (issue #23: 17 % of a Qwen-Image step at 64² went to
 //! packing, beside 20 % to widening). Here each task widens [`J`] weight rows at a time into an L1/L2-sized
 //! scratch, in their stored order, and multiplies them with up to [`R`] rows of x in a register tile of
-//! `R × J` 16-lane accumulators that run along k; each accumulator is summed across its lanes at the end.
+//! `R × J` 16-lane accumulators that run along k; each accumulator is summed across its lanes at the end
+//! ([`sum_lanes`]). On CPUs without AVX-512 the AVX2 kernel keeps each 16-lane accumulator as two ymm halves
+//! and sums them by the same tree, so both give the same bits.
 //!
-//! The widened values are those the packing path multiplies ([`super::avx512_gemm::widen_avx512`], scale
+//! The widened values are those the packing path multiplies ([`super::packed_gemm::widen_simd`], scale
 //! included), so a weight file and its dequantized f32 twin still give the same bits; the summation order
 //! differs from the packing path's, as any two GEMM kernels' do.
 //!
-//! Invariant: AVX-512 code runs only after [`available`] said the CPU has it, and every pointer a kernel reads
-//! is derived from a slice whose length was checked against the indices it covers.
+//! Invariant: SIMD code runs only after [`available`] said the CPU has it (AVX-512, or AVX2, FMA and F16C),
+//! and every pointer a kernel reads is derived from a slice whose length was checked against the indices it
+//! covers.
 
 #![allow(unsafe_code)]
 
@@ -20,14 +23,15 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::avx512_gemm::{
-    SendPtr, WeightRows, aligned, has_avx512f, task_cols, widen_avx512, with_thread_buffer,
-};
+use super::avx2;
 use super::gemm::Threads;
+use super::packed_gemm::{
+    SendPtr, WeightRows, aligned, has_avx512f, task_cols, widen_simd, with_thread_buffer,
+};
 use crate::dtype::DType;
 use crate::error::Result;
 
-/// The most rows of x this path takes. Measured against the packing path of [`super::avx512_gemm`] on
+/// The most rows of x this path takes. Measured against the packing path of [`super::packed_gemm`] on
 /// Qwen-Image's shapes (`benches/cpu_ops.rs`, cases `linear_fp8_*`): 2.2–2.6× as fast for one row (the
 /// modulation linears, a third of the MMDiT's weights), 1.3–1.5× for 8, even at 16, slower at 32.
 pub(crate) const MAX_ROWS: usize = 8;
@@ -47,7 +51,7 @@ thread_local! {
 
 /// Whether this CPU runs this path.
 pub(crate) fn available() -> bool {
-    has_avx512f()
+    has_avx512f() || avx2::available()
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` for x row-major and a weight `[n, k]` of `dtype` (times `scale` if given) read
@@ -85,7 +89,7 @@ pub(crate) fn matmul_bt(
                     for (j, dst) in widened.chunks_exact_mut(stride).enumerate() {
                         if j < rows {
                             let at = (j0 + j) * k * size;
-                            widen_avx512(dtype, &bytes[at..at + k * size], &mut dst[..k], scale);
+                            widen_simd(dtype, &bytes[at..at + k * size], &mut dst[..k], scale);
                             dst[k..].fill(0.0);
                         } else {
                             dst.fill(0.0);
@@ -95,7 +99,7 @@ pub(crate) fn matmul_bt(
                     while m0 < m {
                         let tile_rows = R.min(m - m0);
                         let mut tile = [[0.0f32; J]; R];
-                        // SAFETY: `available()` said this CPU has AVX512F; x holds rows m0..m0 + tile_rows
+                        // SAFETY: `available()` said this CPU runs a kernel; x holds rows m0..m0 + tile_rows
                         // of k elements (m·k asserted above) and `widened` holds J rows of `stride` ≥ k.
                         unsafe {
                             run_kernel(tile_rows, &x[m0 * k..], k, widened, stride, &mut tile)
@@ -135,15 +139,22 @@ unsafe fn run_kernel(
     tile: &mut [[f32; J]; R],
 ) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's promise for this row count.
+    // SAFETY: the caller's promise for this row count; `available()` said the CPU has AVX-512, or else AVX2
+    // and FMA.
     unsafe {
-        match rows {
-            6 => kernel::<6>(x, ldx, w, stride, tile),
-            5 => kernel::<5>(x, ldx, w, stride, tile),
-            4 => kernel::<4>(x, ldx, w, stride, tile),
-            3 => kernel::<3>(x, ldx, w, stride, tile),
-            2 => kernel::<2>(x, ldx, w, stride, tile),
-            _ => kernel::<1>(x, ldx, w, stride, tile),
+        if has_avx512f() {
+            match rows {
+                6 => kernel::<6>(x, ldx, w, stride, tile),
+                5 => kernel::<5>(x, ldx, w, stride, tile),
+                4 => kernel::<4>(x, ldx, w, stride, tile),
+                3 => kernel::<3>(x, ldx, w, stride, tile),
+                2 => kernel::<2>(x, ldx, w, stride, tile),
+                _ => kernel::<1>(x, ldx, w, stride, tile),
+            }
+        } else {
+            for (r, trow) in tile.iter_mut().enumerate().take(rows) {
+                kernel_avx2(&x[r * ldx..], ldx, w, stride, trow);
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -207,9 +218,82 @@ unsafe fn kernel<const RR: usize>(
     }
     for (dst, acc_r) in tile.iter_mut().zip(&acc) {
         for (d, &a) in dst.iter_mut().zip(acc_r) {
-            *d = _mm512_reduce_add_ps(a);
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` holds 16 f32; unaligned store.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+            *d = sum_lanes(lanes);
         }
     }
+}
+
+/// `out[j] = Σ_l x[l] · w[j·stride + l]` over l < k for [`J`] widened weight rows, as [`kernel`]
+/// computes one row of its tile: each 16-lane accumulator is two ymm halves (lanes 0–7 and 8–15) fed the same
+/// inputs in the same order, then summed by [`sum_lanes`].
+///
+/// # Safety
+/// AVX2 and FMA are available; `x.len() ≥ k`; `w.len() ≥ J·stride` with `stride` a multiple of 16 and at
+/// least k.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2(x: &[f32], k: usize, w: &[f32], stride: usize, out: &mut [f32; J]) {
+    use std::arch::x86_64::*;
+    assert!(x.len() >= k && w.len() >= J * stride && stride >= k && stride.is_multiple_of(LANES));
+    let mut acc = [[_mm256_setzero_ps(); 2]; J];
+    let (xp, wp) = (x.as_ptr(), w.as_ptr());
+    let full = k / LANES * LANES;
+    for l in (0..full).step_by(LANES) {
+        // SAFETY: l + 16 ≤ full ≤ k ≤ stride, so each load stays inside x (k elements, asserted) and row j of
+        // w. Loads are unaligned.
+        unsafe {
+            let xv = [_mm256_loadu_ps(xp.add(l)), _mm256_loadu_ps(xp.add(l + 8))];
+            for (j, acc_j) in acc.iter_mut().enumerate() {
+                for (half, a) in acc_j.iter_mut().enumerate() {
+                    let wv = _mm256_loadu_ps(wp.add(j * stride + l + 8 * half));
+                    *a = _mm256_fmadd_ps(xv[half], wv, *a);
+                }
+            }
+        }
+    }
+    if full < k {
+        // The last k − full inputs: x through masks (its lanes past k are neither read nor faulted, and a half
+        // with none is zeros), w as whole vectors (its padding is zeros, inside `stride`).
+        let rest = k - full;
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let xv: [__m256; 2] = std::array::from_fn(|half| {
+            let count = rest.saturating_sub(8 * half);
+            if count == 0 {
+                return _mm256_setzero_ps();
+            }
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(count as i32), lane);
+            // SAFETY: full + 8·half < k, so the address lies inside x, and the mask reads only lanes below
+            // k − full − 8·half.
+            unsafe { _mm256_maskload_ps(xp.add(full + 8 * half), mask) }
+        });
+        for (j, acc_j) in acc.iter_mut().enumerate() {
+            for (half, a) in acc_j.iter_mut().enumerate() {
+                // SAFETY: full + 16 ≤ stride, so the load stays inside row j of w.
+                let wv = unsafe { _mm256_loadu_ps(wp.add(j * stride + full + 8 * half)) };
+                *a = _mm256_fmadd_ps(xv[half], wv, *a);
+            }
+        }
+    }
+    for (d, acc_j) in out.iter_mut().zip(&acc) {
+        let mut lanes = [0.0f32; LANES];
+        // SAFETY: `lanes` holds 16 f32, the two halves 8 each; unaligned stores.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc_j[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc_j[1]);
+        }
+        *d = sum_lanes(lanes);
+    }
+}
+
+/// The sum of an accumulator's 16 lanes by a fixed tree (lanes i and i + 8, then i and i + 4, i and i + 2, and
+/// the last two), which both kernels share so they round alike.
+fn sum_lanes(v: [f32; LANES]) -> f32 {
+    let h8: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let h4: [f32; 4] = std::array::from_fn(|i| h8[i] + h8[i + 4]);
+    (h4[0] + h4[2]) + (h4[1] + h4[3])
 }
 
 #[cfg(test)]
@@ -219,19 +303,19 @@ mod tests {
     #[test]
     fn matches_loops_for_every_weight_dtype_and_row_count() {
         if !available() {
-            eprintln!("skipped: this CPU has no AVX-512");
+            eprintln!("skipped: this CPU has neither AVX-512 nor AVX2");
             return;
         }
         // Row counts below, at and above a tile (6); weight rows that do and do not fill a tile (4) and a
         // task; k below one vector, at one, and with a tail.
         let cases = [(1, 50, 64), (6, 64, 1), (7, 200, 1030), (13, 5, 7), (32, 300, 16)];
-        crate::backend::cpu::avx512_gemm::check_f32_product(&cases, &matmul_bt);
+        crate::backend::cpu::packed_gemm::check_f32_product(&cases, &matmul_bt);
     }
 
     #[test]
     fn a_weight_read_error_is_returned() {
         if !available() {
-            eprintln!("skipped: this CPU has no AVX-512");
+            eprintln!("skipped: this CPU has neither AVX-512 nor AVX2");
             return;
         }
         let read = |_: usize, _: usize, _: &mut dyn FnMut(&[u8]) -> Result<()>| -> Result<()> {
@@ -240,5 +324,31 @@ mod tests {
         let mut out = vec![0.0f32; 4];
         let result = matmul_bt(&[1.0; 8], 2, 2, 4, (DType::F32, None), &read, &mut out);
         assert!(result.is_err(), "the read error reaches the caller");
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx2_kernel_gives_the_avx512_bits() {
+        if !(has_avx512f() && avx2::available()) {
+            eprintln!("skipped: this CPU lacks AVX-512 or AVX2");
+            return;
+        }
+        // Values whose products and sums round; k with no tail, a tail under one half and one over it.
+        for k in [1024usize, 1030, 1037, 5] {
+            let stride = k.next_multiple_of(LANES);
+            let x: Vec<f32> = (0..k).map(|i| ((i as f32) * 0.618).sin()).collect();
+            let w: Vec<f32> = (0..J * stride)
+                .map(|i| if i % stride < k { ((i as f32) * 0.377).cos() / 3.0 } else { 0.0 })
+                .collect();
+            let mut wide = [[0.0f32; J]; R];
+            let mut narrow = [0.0f32; J];
+            // SAFETY: both instruction sets are present (checked above); x holds k values, w J rows of
+            // stride ≥ k, zero-padded.
+            unsafe {
+                kernel::<1>(&x, k, &w, stride, &mut wide);
+                kernel_avx2(&x, k, &w, stride, &mut narrow);
+            }
+            assert_eq!(wide[0], narrow, "k = {k}");
+        }
     }
 }

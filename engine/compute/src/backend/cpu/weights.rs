@@ -8,7 +8,7 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::avx512_gemm::with_thread_buffer;
+use super::packed_gemm::with_thread_buffer;
 use crate::backend::{causal_geometry, generic_causal_taps};
 use crate::dtype::{DType, widen_into};
 use crate::error::{Error, Result};

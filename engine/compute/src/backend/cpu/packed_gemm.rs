@@ -1,5 +1,7 @@
-//! Products with AVX-512 micro-kernels, accumulating in f32: `x · wᵀ` for a stored weight `w` `[n, k]`
-//! ([`matmul_bt`], for `linear`) and strided f32 products ([`gemm_f32`], behind [`super::gemm::gemm`]).
+//! Products with SIMD micro-kernels, accumulating in f32: `x · wᵀ` for a stored weight `w` `[n, k]`
+//! ([`matmul_bt`], for `linear`) and strided f32 products ([`gemm_f32`], behind [`super::gemm::gemm`]). The
+//! kernels here are AVX-512's; on CPUs without it, [`F32`] runs their AVX2 forms ([`super::avx2`]), which
+//! give the same bits.
 //!
 //! Two kinds of product share the micro-kernel interface ([`Kind`]):
 //! - [`Bf16`]: bf16 activations times bf16 weights with AVX512-BF16 (`vdpbf16ps`). A product of two bf16
@@ -7,15 +9,17 @@
 //!   widening both operands and multiplying in f32 computes (up to summation order; like every AVX512-BF16
 //!   kernel it treats bf16 subnormals as zero), at twice the rate of f32 FMAs, reading the stored bytes as is.
 //! - [`F32`]: f32 activations times a weight of any stored dtype, widened while it is packed, so the widened
-//!   weight exists only as packed panels, each built once per call.
+//!   weight exists only as packed panels, each built once per call. With AVX-512, or AVX2, FMA and F16C.
 //!
 //! Layout (GotoBLAS-style): each task owns up to [`NC`] output columns ([`task_cols`]) (weight rows, or columns of the right
 //! operand). For each block of inputs it packs them into micro-panels of [`NR`] columns, inputs outermost,
 //! then walks all rows of x in tiles of [`MR`]: the micro-kernel keeps an `MR × NR` f32 tile in 24 zmm
-//! registers and broadcasts x, so x is read in place and never packed.
+//! registers (AVX2: a quarter of it at a time in 12 ymm) and broadcasts x, so x is read in place and never
+//! packed.
 //!
-//! Invariant: AVX-512 code runs only after [`Kind::available`] said the CPU has it, and every pointer a kernel
-//! reads is derived from a slice whose length was checked against the indices it covers.
+//! Invariant: SIMD code runs only after [`Kind::available`] (or the check of its own instruction set) said the
+//! CPU has it, and every pointer a kernel reads is derived from a slice whose length was checked against the
+//! indices it covers.
 
 #![allow(unsafe_code)]
 
@@ -24,17 +28,18 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use super::avx2;
 use super::gemm::{Mat, MatMut, Threads};
 use crate::dtype::{DType, widen_into_inline};
 use crate::error::Result;
 
 /// Rows of x per micro-tile. With [`NV`] = 4 the tile is 24 zmm accumulators; 64-column panels divide the
 /// widths models use (128, 256, 3840, 10240), where 48 wasted up to a third of a panel.
-const MR: usize = 6;
+pub(super) const MR: usize = 6;
 /// zmm vectors (16 columns each) per micro-tile row.
 const NV: usize = 4;
 /// Columns per micro-tile.
-const NR: usize = 16 * NV;
+pub(super) const NR: usize = 16 * NV;
 /// Most output columns per task. Each task streams all of x once per input block, so for many rows of x wide
 /// tasks (8 panels) win, 2–4% at Z-Image's shapes with 4096 rows; for few rows the packed panels matter more
 /// and 4 panels, which stay in L2, were 10% faster at 256 rows.
@@ -228,7 +233,7 @@ impl Kind for F32 {
     const STEP: usize = 1;
 
     fn available() -> bool {
-        has_avx512f()
+        has_avx512f() || avx2::available()
     }
 
     fn panels() -> &'static std::thread::LocalKey<RefCell<Vec<f32>>> {
@@ -256,7 +261,7 @@ impl Kind for F32 {
             }
             for (j, row) in rows.iter().enumerate() {
                 let block = &mut scratch[j * PACK_STEPS..j * PACK_STEPS + sb];
-                widen_avx512(dtype, &row[s0 * size..(s0 + sb) * size], block, scale);
+                widen_simd(dtype, &row[s0 * size..(s0 + sb) * size], block, scale);
             }
             let (full_j, full_s) = (rows.len() / 16 * 16, sb / 16 * 16);
             for j0 in (0..full_j).step_by(16) {
@@ -290,8 +295,15 @@ impl Kind for F32 {
         steps: usize,
         tile: &mut [[f32; NR]; MR],
     ) {
-        // SAFETY: the caller's promise (the trait's contract) is this function's.
-        unsafe { f32_kernel::<R>(a, lda, panel, steps, tile) }
+        // SAFETY: the caller's promise (the trait's contract) is this function's; `available()` said the CPU
+        // has AVX-512, or else AVX2, FMA and F16C.
+        unsafe {
+            if has_avx512f() {
+                f32_kernel::<R>(a, lda, panel, steps, tile)
+            } else {
+                avx2::f32_kernel::<R>(a, lda, panel, steps, tile)
+            }
+        }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
@@ -320,8 +332,9 @@ fn prefetch(bytes: &[u8]) {
     let _ = bytes;
 }
 
-/// [`crate::dtype::widen_into`], then times `scale` if given, compiled for AVX-512: the fp8 decode runs 16 lanes at a time.
-pub(super) fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+/// [`crate::dtype::widen_into`], then times `scale` if given, compiled for AVX-512 (the f16 and fp8 decodes
+/// 16 lanes at a time) or else AVX2 with F16C (8 lanes); the same values either way.
+pub(super) fn widen_simd(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
     #[inline(always)]
     fn body(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
         widen_into_inline(dtype, bytes, out);
@@ -346,10 +359,33 @@ pub(super) fn widen_avx512(dtype: DType, bytes: &[u8], out: &mut [f32], scale: O
                 _ => body(dtype, bytes, out, scale),
             }
         }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn wide_avx2(dtype: DType, bytes: &[u8], out: &mut [f32], scale: Option<f32>) {
+            let whole = out.len() / 8 * 8;
+            match dtype {
+                DType::F8E4M3 => {
+                    // SAFETY: this function runs only where `avx2::available()` said the CPU has AVX2, FMA
+                    // and F16C.
+                    unsafe { avx2::e4m3_via_f16(&bytes[..whole], &mut out[..whole], scale) };
+                    body(dtype, &bytes[whole..], &mut out[whole..], scale)
+                }
+                DType::F16 => {
+                    // SAFETY: as above.
+                    unsafe { avx2::f16_wide(&bytes[..2 * whole], &mut out[..whole], scale) };
+                    body(dtype, &bytes[2 * whole..], &mut out[whole..], scale)
+                }
+                _ => body(dtype, bytes, out, scale),
+            }
+        }
         if has_avx512bw() {
             // SAFETY: `has_avx512bw` checked at run time that this CPU has the features `wide` was compiled
             // with; it takes and returns plain safe Rust values.
             return unsafe { wide(dtype, bytes, out, scale) };
+        }
+        if avx2::available() {
+            // SAFETY: `avx2::available` checked at run time that this CPU has the features `wide_avx2` was
+            // compiled with; it takes and returns plain safe Rust values.
+            return unsafe { wide_avx2(dtype, bytes, out, scale) };
         }
     }
     body(dtype, bytes, out, scale);
@@ -467,9 +503,18 @@ pub(crate) fn matmul_bt<K: Kind>(
     )
 }
 
+/// Whether [`gemm_f32`] should take this CPU's strided products (attention, convolution, `matmul`): with
+/// AVX-512. With AVX2 only, the `gemm` crate's kernel, which packs both operands, was faster on large ones
+/// (`benches/cpu_ops.rs` on an AVX2 EPYC: a 3×3 convolution of 512 channels at 128² took 0.51–0.60 s there
+/// against 0.61–0.66 s here; attention was even); the AVX2 kernel wins where a stored weight is widened while
+/// it is packed ([`matmul_bt`]).
+pub(crate) fn strided_available() -> bool {
+    has_avx512f()
+}
+
 /// `dst = scale · a · b` (or `dst += …` with `accumulate`) for f32 strided matrices with the [`F32`]
 /// micro-kernel: a `m × k` with unit column stride, b `k × n` with any strides (packed per block), dst
-/// `m × n` with unit column stride. The callers ([`super::gemm::gemm`]) check `F32::available()`, the strides
+/// `m × n` with unit column stride. The callers ([`super::gemm::gemm`]) check [`strided_available`], the strides
 /// and the bounds; with [`Threads::All`] column blocks run in parallel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
@@ -486,7 +531,7 @@ pub(crate) fn gemm_f32(
     };
     assert!(
         F32::available() && a.cs == 1 && dst.cs == 1,
-        "gemm_f32: needs AVX-512 and unit column strides"
+        "gemm_f32: needs AVX-512 or AVX2 and unit column strides"
     );
     assert!(dst.data.len() >= span(m, n, dst.rs, 1) && (m <= 1 || dst.rs >= n), "gemm_f32: dst");
     assert!(a.data.len() >= span(m, k, a.rs, 1) && b.covers(k, n), "gemm_f32: inputs");
@@ -692,12 +737,21 @@ fn transpose16(rows: [&[u8]; 16], dst: &mut [u32], stride: usize) {
     }
 }
 
-/// `dst[s·stride + i] = rows[i][s]` for i, s < 16: [`transpose16`] of f32 values.
+/// `dst[s·stride + i] = rows[i][s]` for i, s < 16: [`transpose16`] of f32 values, with AVX2 where the CPU
+/// has no AVX-512.
 ///
 /// # Panics
-/// Without AVX512F, if a row holds fewer than 16 values, or if `dst` is shorter than `15·stride + 16`.
+/// Without AVX512F or AVX2, if a row holds fewer than 16 values, or if `dst` is shorter than
+/// `15·stride + 16`.
 fn transpose16_f32(rows: [&[f32]; 16], dst: &mut [f32], stride: usize) {
-    assert!(has_avx512f() && rows.iter().all(|r| r.len() >= 16) && dst.len() >= 15 * stride + 16);
+    assert!(rows.iter().all(|r| r.len() >= 16) && dst.len() >= 15 * stride + 16);
+    #[cfg(target_arch = "x86_64")]
+    if !has_avx512f() {
+        assert!(avx2::available(), "transpose16_f32: needs AVX-512 or AVX2");
+        // SAFETY: checked above: the CPU has AVX2, each row holds 16 values, `dst` holds 16 rows of `stride`.
+        return unsafe { avx2::transpose16_f32(rows, dst, stride) };
+    }
+    assert!(has_avx512f(), "transpose16_f32: needs AVX-512 or AVX2");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: checked above: the CPU has AVX512F, each row holds 16 f32 (64 bytes), `dst` holds 16 rows of
     // `stride` f32, which have the size and alignment of the u32 the transpose moves.
@@ -993,15 +1047,11 @@ mod tests {
 
     #[test]
     fn fp8_e4m3_widens_through_f16_to_exactly_the_scalar_values() {
-        if !has_avx512bw() {
-            eprintln!("skipped: this CPU has no AVX-512 BW");
-            return;
-        }
-        // Every byte, at every lane and in the scalar tail (259 values: 16 chunks and 3 left over).
+        // With AVX-512, AVX2 or neither, whichever this CPU has. Every byte, at every lane and in the scalar tail (259 values: 16 chunks and 3 left over).
         let bytes: Vec<u8> = (0..259u32).map(|i| (i * 7 % 256) as u8).collect();
         for scale in [None, Some(0.37f32), Some(3.0e-3)] {
             let mut fast = vec![0.0f32; bytes.len()];
-            widen_avx512(DType::F8E4M3, &bytes, &mut fast, scale);
+            widen_simd(DType::F8E4M3, &bytes, &mut fast, scale);
             for (&b, &got) in bytes.iter().zip(&fast) {
                 let want = crate::dtype::f8e4m3_to_f32(b) * scale.unwrap_or(1.0);
                 assert!(
@@ -1014,17 +1064,13 @@ mod tests {
 
     #[test]
     fn f16_widens_to_exactly_the_scalar_values() {
-        if !has_avx512bw() {
-            eprintln!("skipped: this CPU has no AVX-512 BW");
-            return;
-        }
-        // Every f16 bit pattern (subnormals, infinities and NaNs included), then 5 more in the scalar tail.
+        // With AVX-512, AVX2 or neither, whichever this CPU has. Every f16 bit pattern (subnormals, infinities and NaNs included), then 5 more in the scalar tail.
         let halves: Vec<u16> =
             (0..=u16::MAX).chain([0x0001, 0x03ff, 0x7c00, 0xfbff, 0x8000]).collect();
         let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
         for scale in [None, Some(0.37f32)] {
             let mut fast = vec![0.0f32; halves.len()];
-            widen_avx512(DType::F16, &bytes, &mut fast, scale);
+            widen_simd(DType::F16, &bytes, &mut fast, scale);
             for (&h, &got) in halves.iter().zip(&fast) {
                 let want = half::f16::from_bits(h).to_f32() * scale.unwrap_or(1.0);
                 assert!(
@@ -1086,10 +1132,31 @@ mod tests {
     #[test]
     fn f32_matches_loops_for_every_weight_dtype() {
         if !F32::available() {
-            eprintln!("skipped: this CPU has no AVX-512");
+            eprintln!("skipped: this CPU has neither AVX-512 nor AVX2");
             return;
         }
         let cases = [(11, 50, 64), (6, 64, 1), (3, 200, 1030), (17, 5, 7)];
         check_f32_product(&cases, &matmul_bt::<F32>);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx2_micro_kernel_gives_the_avx512_bits() {
+        if !(has_avx512f() && avx2::available()) {
+            eprintln!("skipped: this CPU lacks AVX-512 or AVX2");
+            return;
+        }
+        // Values whose products and sums round: the two kernels must round them alike.
+        let (lda, steps) = (1030, 1024);
+        let a: Vec<f32> = (0..MR * lda).map(|i| ((i as f32) * 0.618).sin()).collect();
+        let panel: Vec<f32> = (0..steps * NR).map(|i| ((i as f32) * 0.377).cos() / 3.0).collect();
+        let (mut wide, mut narrow) = ([[0.0f32; NR]; MR], [[0.0f32; NR]; MR]);
+        // SAFETY: both instruction sets are present (checked above); a holds MR rows of lda ≥ steps, the
+        // panel steps·NR values.
+        unsafe {
+            f32_kernel::<MR>(&a, lda, &panel, steps, &mut wide);
+            avx2::f32_kernel::<MR>(&a, lda, &panel, steps, &mut narrow);
+        }
+        assert_eq!(wide, narrow);
     }
 }
