@@ -14,6 +14,7 @@
 
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
 use super::packed_gemm::{MR, NR};
 
 /// Whether this CPU has AVX2, FMA and F16C (checked once).

@@ -311,6 +311,8 @@ mod tests {
             for (x, want) in x.chunks(image).zip(want.chunks_mut(plane)) {
                 conv_im2col(&g, x, &w, want);
             }
+            // The fused path wherever its kernel runs: on AVX2 too, though there production leaves these
+            // products to the gemm crate (`strided_available`).
             for fused in [false, F32::available()] {
                 let mut got = vec![f32::NAN; want.len()];
                 conv_taps(&g, &x, &w, &mut got, fused);

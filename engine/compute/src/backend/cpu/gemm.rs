@@ -1,6 +1,8 @@
 //! A safe, bounds-checked front for `gemm::gemm` on f32 strided matrices.
 //!
-//! Every product on the CPU (linear, matmul, the blocks of attention, convolution) goes through [`gemm`].
+//! The strided products on the CPU (matmul, the blocks of attention, convolution, and linears where no SIMD
+//! kernel of `packed_gemm` runs) go through [`gemm`]: the AVX-512 micro-kernel where the CPU has it, else the
+//! `gemm` crate.
 //! Invariant: before the one `unsafe` call, the views are checked to cover every element the strides reach
 //! and the destination's strides are checked not to alias two elements, so no call can read or write out of
 //! bounds or race with itself.

@@ -1,5 +1,6 @@
-//! The CPU backend: f32 compute, GEMM with AVX-512 or AVX2 micro-kernels where the CPU has them (bf16 × bf16
-//! with AVX512-BF16) and the `gemm` crate elsewhere, rayon for the rest; device memory simulated by [`SimDevice`].
+//! The CPU backend: f32 compute, linears on AVX-512 or AVX2 micro-kernels where the CPU has them (bf16 × bf16
+//! with AVX512-BF16), strided products on AVX-512's or else the `gemm` crate's, rayon for the rest; device
+//! memory simulated by [`SimDevice`].
 //!
 //! Tensors are [`CpuBuf`]s holding f32, f16 or bf16 elements; every op widens its inputs to f32, computes in
 //! f32 and rounds its result to the output dtype. Weights stay in the simulated device in their stored dtype

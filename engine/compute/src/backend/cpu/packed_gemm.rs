@@ -462,7 +462,7 @@ pub(crate) fn matmul_bt<K: Kind>(
     weight_rows: &WeightRows<'_>,
     out: &mut [f32],
 ) -> Result<()> {
-    assert!(x.len() >= m * k && out.len() >= m * n, "avx512 matmul: buffers too short");
+    assert!(x.len() >= m * k && out.len() >= m * n, "packed matmul: buffers too short");
     if !K::available() || !k.is_multiple_of(K::STEP) || m == 0 || n == 0 {
         return Ok(());
     }
@@ -477,7 +477,7 @@ pub(crate) fn matmul_bt<K: Kind>(
             let n0 = t * nc;
             let cols = nc.min(n - n0);
             weight_rows(n0, cols, &mut |bytes| {
-                assert_eq!(bytes.len(), cols * k * size, "avx512 matmul: weight rows");
+                assert_eq!(bytes.len(), cols * k * size, "packed matmul: weight rows");
                 with_thread_buffer(K::panels(), |packed| {
                     let packed = aligned(packed, nc / NR * (K::KC / K::STEP) * NR);
                     // SAFETY: `K::available` said this CPU runs the kernel. `bytes` holds `cols` weight rows
@@ -1047,7 +1047,8 @@ mod tests {
 
     #[test]
     fn fp8_e4m3_widens_through_f16_to_exactly_the_scalar_values() {
-        // With AVX-512, AVX2 or neither, whichever this CPU has. Every byte, at every lane and in the scalar tail (259 values: 16 chunks and 3 left over).
+        // With AVX-512, AVX2 or neither, whichever this CPU has. Every byte, at every lane and in the scalar
+        // tail (259 values: 16 chunks of 16 and 3 left over, or 32 of 8 and 3).
         let bytes: Vec<u8> = (0..259u32).map(|i| (i * 7 % 256) as u8).collect();
         for scale in [None, Some(0.37f32), Some(3.0e-3)] {
             let mut fast = vec![0.0f32; bytes.len()];

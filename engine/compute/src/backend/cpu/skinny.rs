@@ -6,8 +6,8 @@
 //! packing, beside 20 % to widening). Here each task widens [`J`] weight rows at a time into an L1/L2-sized
 //! scratch, in their stored order, and multiplies them with up to [`R`] rows of x in a register tile of
 //! `R × J` 16-lane accumulators that run along k; each accumulator is summed across its lanes at the end
-//! ([`sum_lanes`]). On CPUs without AVX-512 the AVX2 kernel keeps each 16-lane accumulator as two ymm halves
-//! and sums them by the same tree, so both give the same bits.
+//! ([`sum_lanes`]). On CPUs without AVX-512 the AVX2 kernel takes one row of x at a time (a `1 × J` tile),
+//! keeps each 16-lane accumulator as two ymm halves and sums them by the same tree, so both give the same bits.
 //!
 //! The widened values are those the packing path multiplies ([`super::packed_gemm::widen_simd`], scale
 //! included), so a weight file and its dequantized f32 twin still give the same bits; the summation order
@@ -126,10 +126,10 @@ pub(crate) fn matmul_bt(
 
 const _: () = assert!(R == 6, "run_kernel has one arm per row count up to R");
 
-/// Runs the kernel for `rows` (1..=R) rows of x.
+/// Runs the kernel for `rows` (1..=R) rows of x: [`kernel`] with AVX-512, else [`kernel_avx2`] row by row.
 ///
 /// # Safety
-/// As [`kernel`] for that row count.
+/// As [`kernel`] for that row count, with AVX-512 or else AVX2 and FMA available.
 unsafe fn run_kernel(
     rows: usize,
     x: &[f32],
@@ -290,6 +290,7 @@ unsafe fn kernel_avx2(x: &[f32], k: usize, w: &[f32], stride: usize, out: &mut [
 
 /// The sum of an accumulator's 16 lanes by a fixed tree (lanes i and i + 8, then i and i + 4, i and i + 2, and
 /// the last two), which both kernels share so they round alike.
+#[cfg(target_arch = "x86_64")]
 fn sum_lanes(v: [f32; LANES]) -> f32 {
     let h8: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
     let h4: [f32; 4] = std::array::from_fn(|i| h8[i] + h8[i + 4]);
