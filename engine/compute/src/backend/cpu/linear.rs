@@ -109,8 +109,8 @@ pub(crate) fn linear(
     tensor_from_f32(shape, out, x.dtype(), OP)
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` on AVX-512 or AVX2 for f32 activations: few rows without packing ([`skinny`]), more
-/// through the packed micro-kernels.
+/// `out [m, n] = x [m, k] · wᵀ` on AVX-512 or AVX2 for f32 activations: few rows without packing
+/// ([`skinny`]), more through the packed micro-kernels.
 fn f32_product(
     x: &[f32],
     (m, n, k): (usize, usize, usize),

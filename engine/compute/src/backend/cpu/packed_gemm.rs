@@ -1065,7 +1065,8 @@ mod tests {
 
     #[test]
     fn f16_widens_to_exactly_the_scalar_values() {
-        // With AVX-512, AVX2 or neither, whichever this CPU has. Every f16 bit pattern (subnormals, infinities and NaNs included), then 5 more in the scalar tail.
+        // With AVX-512, AVX2 or neither, whichever this CPU has. Every f16 bit pattern (subnormals, infinities
+        // and NaNs included), then 5 more in the scalar tail.
         let halves: Vec<u16> =
             (0..=u16::MAX).chain([0x0001, 0x03ff, 0x7c00, 0xfbff, 0x8000]).collect();
         let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
