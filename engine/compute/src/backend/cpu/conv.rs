@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::Cpu;
 use super::gemm::{Mat, MatMut, Threads, gemm};
-use super::packed_gemm::{self, Rhs};
+use super::packed_gemm::{self, F32, Kind, Rhs};
 use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
 use super::weights::{vector, with_f32};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
@@ -118,7 +118,7 @@ fn convolve(
             if g.stride == 1 {
                 let n = stacked(&g, b);
                 for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
-                    conv_taps(&g, xi, weights, oi, packed_gemm::strided_available());
+                    conv_taps(&g, xi, weights, oi, fuse_taps(&g, xi.len() / per_sample));
                 }
             } else {
                 for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
@@ -139,9 +139,28 @@ fn stacked(g: &ConvGeometry, b: usize) -> usize {
     (STACKED_ELEMS / padded.max(1)).clamp(1, b.max(1))
 }
 
+/// Columns of [`conv_taps`]' product for `n` images: their padded planes stacked in height, down to the last
+/// image's last output row.
+fn stacked_cols(g: &ConvGeometry, n: usize) -> usize {
+    let [top, bottom, left, right] = g.pad;
+    let (hp, wp) = (g.h + top + bottom, g.w + left + right);
+    ((n.max(1) - 1) * hp + g.oh) * wp
+}
+
+/// Whether [`conv_taps`] multiplies every tap in one fused product of `packed_gemm` (which packs the image's
+/// shifted planes and reads the kernel in place) rather than one `gemm` per tap (whose `gemm` crate packs the
+/// kernel again for each): always with AVX-512; with AVX2 only for at most as many columns as output channels,
+/// the small planes of a video VAE's first blocks. Measured on an AVX2 EPYC (`benches/cpu_ops.rs`, 3×3, fused
+/// against per tap): 1024 channels at 4² 0.014 against 0.050 s, at 8² 0.027–0.031 against 0.063 s, 512 at
+/// 16² 0.017 against 0.021 s; from 256 at 32² even, and 512 at 128² 0.99–1.18 against 0.86–0.99 s.
+fn fuse_taps(g: &ConvGeometry, n: usize) -> bool {
+    packed_gemm::strided_available() || (F32::available() && stacked_cols(g, n) <= g.o)
+}
+
 /// Stride-1 convolution of images `x` `[n, C, H, W]` into `out` `[n, O, OH, OW]`: one GEMM over all of them
-/// (or one per kernel tap), the images' padded planes stacked in height. The AVX-512 product sums each output
-/// in the same order however many images go together; the `gemm` crate's blocking of K can depend on the
+/// (or one per kernel tap), the images' padded planes stacked in height; a 1 × 1 kernel without padding is one
+/// GEMM per image, on the packed kernel too when `fused`. The packed product sums each output in the same order
+/// however many images go together; the `gemm` crate's blocking of K can depend on the
 /// column count (above 512 channels), so there a stacked image may round differently from a lone one.
 fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: bool) {
     let [top, bottom, left, right] = g.pad;
@@ -152,6 +171,13 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
     let plane = g.oh * g.ow;
     if taps == 1 && g.pad == [0; 4] {
         for (x, out) in x.chunks(image).zip(out.chunks_mut(g.o * plane)) {
+            if fused {
+                let rhs = Rhs::Strided(Mat::rows(x, g.h * g.w));
+                let dst = MatMut::rows(out, plane);
+                let lhs = Mat::rows(w, wrow);
+                packed_gemm::gemm_f32((g.o, plane, g.c), dst, lhs, rhs, false, 1.0, Threads::All);
+                continue;
+            }
             gemm(
                 g.o,
                 plane,
@@ -181,7 +207,7 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
     });
     // The output over the stacked padded planes: column y·wp + x, of which rows y = i·hp + oy (oy < oh) and
     // columns x < ow are image i's.
-    let cols = ((n - 1) * hp + g.oh) * wp;
+    let cols = stacked_cols(g, n);
     let direct = n == 1 && g.ow == wp;
     let mut wide = if direct { Vec::new() } else { vec![0.0f32; g.o * cols] };
     let dst_buf: &mut [f32] = if direct { out } else { &mut wide };
@@ -284,11 +310,10 @@ fn conv_im2col(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::packed_gemm::{F32, Kind};
 
     #[test]
     fn stride_one_paths_agree_with_im2col_one_image_or_stacked() {
-        let g = ConvGeometry {
+        let padded = ConvGeometry {
             c: 3,
             h: 5,
             w: 6,
@@ -300,6 +325,13 @@ mod tests {
             oh: 4,
             ow: 8,
         };
+        let pointwise = ConvGeometry { kh: 1, kw: 1, pad: [0; 4], oh: 5, ow: 6, ..padded };
+        for g in [padded, pointwise] {
+            agree_with_im2col(&g);
+        }
+    }
+
+    fn agree_with_im2col(g: &ConvGeometry) {
         let image = g.c * g.h * g.w;
         let plane = g.o * g.oh * g.ow;
         let w: Vec<f32> =
@@ -309,16 +341,36 @@ mod tests {
                 (0..n * image).map(|i| (i % 7) as f32 - 3.0 + (i / image) as f32).collect();
             let mut want = vec![f32::NAN; n * plane];
             for (x, want) in x.chunks(image).zip(want.chunks_mut(plane)) {
-                conv_im2col(&g, x, &w, want);
+                conv_im2col(g, x, &w, want);
             }
-            // The fused path wherever its kernel runs: on AVX2 too, though there production leaves these
-            // products to the gemm crate (`strided_available`).
+            // The fused path wherever its kernel runs, whatever `fuse_taps` would choose for these shapes.
             for fused in [false, F32::available()] {
                 let mut got = vec![f32::NAN; want.len()];
-                conv_taps(&g, &x, &w, &mut got, fused);
-                assert_eq!(got, want, "{n} images, fused {fused}");
+                conv_taps(g, &x, &w, &mut got, fused);
+                assert_eq!(got, want, "{g:?}: {n} images, fused {fused}");
             }
         }
+    }
+
+    #[test]
+    fn small_planes_take_the_fused_product_wherever_it_runs() {
+        let g = |c, hw| ConvGeometry {
+            c,
+            h: hw,
+            w: hw,
+            o: c,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad: [1; 4],
+            oh: hw,
+            ow: hw,
+        };
+        // A video VAE's first planes: 6 × 6 padded columns of 1024 channels.
+        assert_eq!(fuse_taps(&g(1024, 4), 1), F32::available());
+        assert_eq!(stacked_cols(&g(1024, 4), 2), (6 + 4) * 6);
+        // Large planes: on AVX2 the gemm crate's per-tap products are as fast or faster.
+        assert_eq!(fuse_taps(&g(512, 128), 1), packed_gemm::strided_available());
     }
 
     #[test]
