@@ -118,7 +118,7 @@ fn convolve(
             if g.stride == 1 {
                 let n = stacked(&g, b);
                 for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
-                    conv_taps(&g, xi, weights, oi, fuse_taps(&g, xi.len() / per_sample));
+                    conv_taps(&g, xi, weights, oi, fuse_taps(&g));
                 }
             } else {
                 for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
@@ -152,9 +152,11 @@ fn stacked_cols(g: &ConvGeometry, n: usize) -> usize {
 /// kernel again for each): always with AVX-512; with AVX2 only for at most as many columns as output channels,
 /// the small planes of a video VAE's first blocks. Measured on an AVX2 EPYC (`benches/cpu_ops.rs`, 3×3, fused
 /// against per tap): 1024 channels at 4² 0.014 against 0.050 s, at 8² 0.027–0.031 against 0.063 s, 512 at
-/// 16² 0.017 against 0.021 s; from 256 at 32² even, and 512 at 128² 0.99–1.18 against 0.86–0.99 s.
-fn fuse_taps(g: &ConvGeometry, n: usize) -> bool {
-    packed_gemm::strided_available() || (F32::available() && stacked_cols(g, n) <= g.o)
+/// 16² 0.017 against 0.021 s; from 256 at 32² even, and 512 at 128² 0.99–1.18 against 0.86–0.99 s. The rule
+/// looks at one image's plane, not at how many are stacked, so that a clip convolved in chunks of frames takes
+/// the same path, and gives the same bits, as the whole clip.
+fn fuse_taps(g: &ConvGeometry) -> bool {
+    packed_gemm::strided_available() || (F32::available() && stacked_cols(g, 1) <= g.o)
 }
 
 /// Stride-1 convolution of images `x` `[n, C, H, W]` into `out` `[n, O, OH, OW]`: one GEMM over all of them
@@ -367,10 +369,10 @@ mod tests {
             ow: hw,
         };
         // A video VAE's first planes: 6 × 6 padded columns of 1024 channels.
-        assert_eq!(fuse_taps(&g(1024, 4), 1), F32::available());
+        assert_eq!(fuse_taps(&g(1024, 4)), F32::available());
         assert_eq!(stacked_cols(&g(1024, 4), 2), (6 + 4) * 6);
         // Large planes: on AVX2 the gemm crate's per-tap products are as fast or faster.
-        assert_eq!(fuse_taps(&g(512, 128), 1), packed_gemm::strided_available());
+        assert_eq!(fuse_taps(&g(512, 128)), packed_gemm::strided_available());
     }
 
     #[test]
