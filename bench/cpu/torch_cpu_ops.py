@@ -89,6 +89,11 @@ def main():
         b = torch.rand(c) * 2 - 1
         x = torch.rand(1, c, hw, hw) * 2 - 1
         run(f"conv2d_3x3_c{c}_{hw}x{hw}", 3, lambda r: timed(r, lambda: F.conv2d(x, w, b, padding=1)))
+        # The planes of a video VAE's decode of a small clip, as in cpu_ops.
+        for c, hw, runs in [(1024, 4, 9), (1024, 8, 9), (512, 16, 5), (256, 32, 5), (128, 64, 5)]:
+            w = torch.rand(c, c, 3, 3) * 2 - 1
+            x = torch.rand(1, c, hw, hw) * 2 - 1
+            run(f"conv2d_3x3_c{c}_{hw}x{hw}", runs, lambda r: timed(r, lambda: F.conv2d(x, w, padding=1)))
 
     def pick(key):
         return {
