@@ -87,6 +87,25 @@ pub fn within(root: &Path, relative: &str) -> Option<PathBuf> {
     real.starts_with(&real_root).then_some(joined)
 }
 
+/// The file a widget's annotated name refers to (ComfyUI's `get_annotated_filepath`): `name [output]` and
+/// `name [temp]` under those directories (where given), anything else (`name [input]` too) under the input
+/// directory; never outside them, and only an existing file.
+pub fn annotated(
+    name: &str,
+    input: &Path,
+    output: Option<&Path>,
+    temp: Option<&Path>,
+) -> Option<PathBuf> {
+    let (relative, root) = if let Some(n) = name.strip_suffix(" [output]") {
+        (n, output)
+    } else if let Some(n) = name.strip_suffix(" [temp]") {
+        (n, temp)
+    } else {
+        (name.strip_suffix(" [input]").unwrap_or(name), Some(input))
+    };
+    root.and_then(|root| within(root, relative)).filter(|p| p.is_file())
+}
+
 #[cfg(test)]
 mod tests {
     use super::within;

@@ -72,6 +72,42 @@ impl Audio {
         &self.waveform.data()[start..start + samples]
     }
 
+    /// Every channel of every clip through `f`, which may change their length (the same for each), at
+    /// `sample_rate`.
+    pub fn map_channels(
+        &self,
+        sample_rate: u32,
+        mut f: impl FnMut(&[f32]) -> Vec<f32>,
+    ) -> Result<Audio, MediaError> {
+        let rows: Vec<Vec<f32>> =
+            (0..self.batch() * self.channels()).map(|row| f(self.row(row))).collect();
+        let samples = rows.first().map_or(0, Vec::len);
+        if rows.iter().any(|r| r.len() != samples) {
+            return Err(MediaError::Invalid("audio channels differ in length".to_owned()));
+        }
+        let shape = vec![self.batch(), self.channels(), samples];
+        let waveform =
+            Tensor::new(shape, rows.concat()).map_err(|e| MediaError::Invalid(e.to_string()))?;
+        Audio::new(waveform, sample_rate)
+    }
+
+    /// The clips at `sample_rate`, resampled as torchaudio's `functional.resample` does (unchanged at their own
+    /// rate).
+    pub fn resampled(&self, sample_rate: u32) -> Result<Audio, MediaError> {
+        if sample_rate == self.sample_rate {
+            return Ok(self.clone());
+        }
+        let resampler = kiln_models::resample::Resampler::new(self.sample_rate, sample_rate)
+            .map_err(|e| MediaError::Invalid(e.to_string()))?;
+        self.map_channels(sample_rate, |x| resampler.apply(x))
+    }
+
+    /// Row `row` of the waveform seen as `[B · channels, samples]`.
+    fn row(&self, row: usize) -> &[f32] {
+        let samples = self.samples();
+        &self.waveform.data()[row * samples..(row + 1) * samples]
+    }
+
     /// Samples `start..end` of every channel (clamped to the clip).
     pub fn slice(&self, start: usize, end: usize) -> Result<Audio, MediaError> {
         let samples = self.samples();

@@ -15,6 +15,7 @@
 mod animation;
 mod audio;
 mod av1;
+mod biquad;
 mod bits;
 mod colour;
 mod ebml;
@@ -34,6 +35,7 @@ mod webm;
 
 pub(crate) use animation::{animated_webp, apng, comf_chunks, webp_exif};
 pub use audio::Audio;
+pub use biquad::Biquad;
 pub use error::MediaError;
 pub use mp3::Mp3Quality;
 pub(crate) use mp3::mp3_file;

@@ -1,5 +1,6 @@
 //! Audio as data: LoadAudio of WAV and FLAC, SaveAudio / PreviewAudio FLAC files with their names and tags,
-//! TrimAudioDuration and AudioConcat as ComfyUI computes them, and audio inside saved videos.
+//! TrimAudioDuration and AudioConcat as ComfyUI computes them, the recording, joining, mixing and filtering
+//! nodes chained in a graph, and audio inside saved videos.
 
 use std::sync::Arc;
 
@@ -107,6 +108,75 @@ fn trim_and_concat_follow_comfyui() {
     }));
     let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
     assert!(failure.message.starts_with("TrimAudioDuration: Start time"), "{}", failure.message);
+}
+
+/// The mixing nodes in one graph as a user chains them: a recording (the frontend's WAV in the temp folder)
+/// joined with a loaded clip at another rate, overlaid on silence, quieter, equalised; a silent video's `None`
+/// audio passes through AudioMerge; a mono clip cannot be split.
+#[test]
+fn recorded_and_loaded_clips_join_mix_and_filter() {
+    let mut h = Harness::new(CachePolicy::None);
+    std::fs::write(h.roots.input.join("tone.wav"), wav(&tone(1600), 16000)).expect("write");
+    std::fs::create_dir_all(h.roots.temp.join("audio")).expect("mkdir");
+    std::fs::write(h.roots.temp.join("audio/recording-1.wav"), wav(&tone(400), 8000))
+        .expect("write");
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadAudio", "inputs": {"audio": "tone.wav"}},
+        "2": {"class_type": "RecordAudio", "inputs": {"audio": "audio/recording-1.wav [temp]"}},
+        "3": {"class_type": "JoinAudioChannels", "inputs": {"audio_left": ["1", 0], "audio_right": ["2", 0]}},
+        "4": {"class_type": "EmptyAudio", "inputs": {"duration": 0.5, "sample_rate": 16000, "channels": 2}},
+        "5": {"class_type": "AudioMerge", "inputs": {"audio1": ["4", 0], "audio2": ["3", 0], "merge_method": "add"}},
+        "6": {"class_type": "AudioAdjustVolume", "inputs": {"audio": ["5", 0], "volume": -6}},
+        "7": {"class_type": "AudioEqualizer3Band", "inputs": {"audio": ["6", 0], "low_gain_dB": 3.0, "low_freq": 100, "mid_gain_dB": 0.0, "mid_freq": 1000, "mid_q": 0.707, "high_gain_dB": -3.0, "high_freq": 5000}},
+        "8": {"class_type": "SplitAudioChannels", "inputs": {"audio": ["7", 0]}},
+        "9": {"class_type": "SaveAudio", "inputs": {"audio": ["8", 1], "filename_prefix": "right"}},
+        "10": {"class_type": "SaveAudio", "inputs": {"audio": ["7", 0], "filename_prefix": "mixed"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    let mixed = media::load_audio(&h.roots.output.join("mixed_00001.flac")).expect("decodes");
+    // Silence of 0.5 s at 16 kHz sets the length; the 400 samples at 8 kHz became 800 at 16 kHz, the join
+    // was cut to them, and the rest of the overlay is the silence.
+    assert_eq!(mixed.waveform().shape(), [1, 2, 8000]);
+    assert_eq!(mixed.sample_rate(), 16000);
+    assert!(rms(&mixed.channel(0, 0)[..800]) > 0.05, "the tone is there");
+    // Then silence, once the filters' ringing has died away.
+    assert!(mixed.channel(0, 0)[4000..].iter().all(|&v| v.abs() < 1e-4), "then silence");
+    let right = media::load_audio(&h.roots.output.join("right_00001.flac")).expect("decodes");
+    assert_eq!(right.waveform().shape(), [1, 1, 8000]);
+    assert_eq!(right.channel(0, 0), mixed.channel(0, 1));
+
+    // A video made without sound has no audio: AudioMerge gives the other clip unchanged.
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadAudio", "inputs": {"audio": "tone.wav"}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 16, "height": 16, "batch_size": 2, "color": 0}},
+        "3": {"class_type": "CreateVideo", "inputs": {"images": ["2", 0], "fps": 8.0}},
+        "4": {"class_type": "GetVideoComponents", "inputs": {"video": ["3", 0]}},
+        "5": {"class_type": "AudioMerge", "inputs": {"audio1": ["4", 1], "audio2": ["1", 0], "merge_method": "mean"}},
+        "6": {"class_type": "SaveAudio", "inputs": {"audio": ["5", 0], "filename_prefix": "passed"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.events);
+    let passed = media::load_audio(&h.roots.output.join("passed_00001.flac")).expect("decodes");
+    let source = tone(1600);
+    assert_eq!(passed.waveform().shape(), [1, 1, 1600]);
+    assert_eq!(passed.channel(0, 0)[100], f32::from(source[100]) / 32768.0);
+
+    let ran = h.run(json!({
+        "1": {"class_type": "LoadAudio", "inputs": {"audio": "tone.wav"}},
+        "2": {"class_type": "SplitAudioChannels", "inputs": {"audio": ["1", 0]}},
+        "3": {"class_type": "PreviewAudio", "inputs": {"audio": ["2", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
+    assert!(failure.message.contains("must be stereo (2 channels), got 1"), "{}", failure.message);
+    let ran = h.run(json!({
+        "1": {"class_type": "RecordAudio", "inputs": {"audio": "audio/missing.wav [temp]"}},
+        "2": {"class_type": "PreviewAudio", "inputs": {"audio": ["1", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
+    assert!(
+        failure.message.contains("no recording `audio/missing.wav [temp]`"),
+        "{}",
+        failure.message
+    );
 }
 
 /// The root mean square of samples.

@@ -1,6 +1,6 @@
-//! The audio nodes of `comfy_extras.nodes_audio`: `LoadAudio`, `SaveAudio` (FLAC), `SaveAudioMP3`,
-//! `SaveAudioOpus`, `SaveAudioAdvanced` (FLAC, MP3 or Opus), `PreviewAudio`, `TrimAudioDuration` and
-//! `AudioConcat`.
+//! The audio nodes of `comfy_extras.nodes_audio` that load, save, trim and join clips: `LoadAudio`,
+//! `RecordAudio`, `SaveAudio` (FLAC), `SaveAudioMP3`, `SaveAudioOpus`, `SaveAudioAdvanced` (FLAC, MP3 or Opus),
+//! `PreviewAudio`, `TrimAudioDuration` and `AudioConcat` (the nodes that mix and filter are in `audio_mix`).
 //!
 //! Invariant: saved audio is one file per clip of the batch, named `<prefix>_<counter:05>.<format>` (no
 //! trailing underscore, `%batch_num%` replaced), and listed under `audio` in the UI.
@@ -12,6 +12,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::audio_mix::{Pair, match_rates};
 use super::files::{input_files, save_target};
 use super::video::{MediaNode, VIDEO_EXTENSIONS, audio_input, input_path, media_error, tags};
 use crate::media::{self, Audio};
@@ -19,6 +20,7 @@ use crate::nodes::{
     Context, DynamicOption, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, Inputs,
     Node, NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
+use crate::roots;
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -98,6 +100,34 @@ impl Node for LoadAudio {
         let audio = media::load_audio(&path).map_err(media_error)?;
         Ok(NodeResult::values([Value::Audio(Arc::new(audio))]))
     }
+}
+
+/// `RecordAudio`: the clip the frontend's recorder uploaded (a WAV in the temp folder, named
+/// `audio/recording-<ms>.wav [temp]`; any annotated name of the input, output or temp folder), decoded.
+pub(super) fn record_audio() -> MediaNode {
+    let spec = NodeSpec::new("RecordAudio", "Record Audio", "audio")
+        .python_module("comfy_extras.nodes_audio")
+        .v3()
+        .input(InputDef::typed("audio", "AUDIO_RECORD").with_options())
+        .output(OutputDef::new("AUDIO"))
+        .aliases(&["microphone input", "audio capture", "voice input"]);
+    MediaNode::new(spec, |inputs, ctx| {
+        // The widget's value reaches an `AUDIO_RECORD` input as it came: a JSON string.
+        let name = match inputs.get("audio") {
+            Some(Value::String(s)) => s.as_str(),
+            Some(Value::Json(j)) => j.as_str().unwrap_or_default(),
+            _ => "",
+        };
+        let dirs = (Some(ctx.output_dir.as_path()), Some(ctx.temp_dir.as_path()));
+        let path = roots::annotated(name, &ctx.input_dir, dirs.0, dirs.1).ok_or_else(|| {
+            NodeError::of_kind(
+                ErrorKind::FileNotFound,
+                format!("RecordAudio: no recording `{name}` (record a clip first)"),
+            )
+        })?;
+        let audio = media::load_audio(&path).map_err(media_error)?;
+        Ok(NodeResult::values([Value::Audio(Arc::new(audio))]))
+    })
 }
 
 /// A format audio is saved in, with its quality.
@@ -423,50 +453,45 @@ pub(super) fn audio_concat() -> MediaNode {
         .output(OutputDef::new("AUDIO"))
         .aliases(&["join audio", "combine audio", "append audio"]);
     MediaNode::new(spec, |inputs, _| {
-        let first = stereo(&audio(inputs, "audio1", "AudioConcat")?)?;
-        let second = stereo(&audio(inputs, "audio2", "AudioConcat")?)?;
-        if first.sample_rate() != second.sample_rate() {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!(
-                    "AudioConcat: the sample rates differ ({} Hz and {} Hz) and Kiln does not resample audio yet",
-                    first.sample_rate(),
-                    second.sample_rate()
-                ),
-            ));
-        }
-        let (a, b) = match inputs.string("direction")? {
-            "before" => (&second, &first),
-            _ => (&first, &second),
+        let (first, second) = match Pair::of(inputs, "audio1", "audio2")? {
+            Pair::Both(a, b) => (a, b),
+            Pair::Passed(passed) => return Ok(NodeResult::values([passed])),
         };
-        if (a.batch(), a.channels()) != (b.batch(), b.channels()) {
-            return Err(NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!(
-                    "AudioConcat: cannot join {} clips of {} channels with {} clips of {} channels",
-                    a.batch(),
-                    a.channels(),
-                    b.batch(),
-                    b.channels()
-                ),
-            ));
-        }
-        let mut data = Vec::with_capacity(a.waveform().data().len() + b.waveform().data().len());
-        for item in 0..a.batch() {
-            for c in 0..a.channels() {
-                data.extend_from_slice(a.channel(item, c));
-                data.extend_from_slice(b.channel(item, c));
-            }
-        }
-        let shape = vec![a.batch(), a.channels(), a.samples() + b.samples()];
-        let waveform = Tensor::new(shape, data).map_err(|e| NodeError::new(e.to_string()))?;
-        let joined = Audio::new(waveform, a.sample_rate()).map_err(media_error)?;
+        let joined = concat(&first, &second, inputs.string("direction")? == "before")?;
         Ok(NodeResult::values([Value::Audio(Arc::new(joined))]))
     })
 }
 
+/// `second` after `first` (before it when `before`), both made stereo when mono and brought to the higher rate.
+fn concat(first: &Audio, second: &Audio, before: bool) -> Result<Audio, NodeError> {
+    let (first, second) = match_rates(&stereo(first)?, &stereo(second)?)?;
+    let (a, b) = if before { (&second, &first) } else { (&first, &second) };
+    if (a.batch(), a.channels()) != (b.batch(), b.channels()) {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!(
+                "AudioConcat: cannot join {} clips of {} channels with {} clips of {} channels",
+                a.batch(),
+                a.channels(),
+                b.batch(),
+                b.channels()
+            ),
+        ));
+    }
+    let mut data = Vec::with_capacity(a.waveform().data().len() + b.waveform().data().len());
+    for item in 0..a.batch() {
+        for c in 0..a.channels() {
+            data.extend_from_slice(a.channel(item, c));
+            data.extend_from_slice(b.channel(item, c));
+        }
+    }
+    let shape = vec![a.batch(), a.channels(), a.samples() + b.samples()];
+    let waveform = Tensor::new(shape, data).map_err(|e| NodeError::new(e.to_string()))?;
+    Audio::new(waveform, a.sample_rate()).map_err(media_error)
+}
+
 /// Mono audio with its channel doubled (ComfyUI's `repeat(1, 2, 1)`); other audio as it is.
-fn stereo(audio: &Arc<Audio>) -> Result<Arc<Audio>, NodeError> {
+fn stereo(audio: &Audio) -> Result<Audio, NodeError> {
     if audio.channels() != 1 {
         return Ok(audio.clone());
     }
@@ -477,5 +502,31 @@ fn stereo(audio: &Arc<Audio>) -> Result<Arc<Audio>, NodeError> {
     }
     let waveform = Tensor::new(vec![audio.batch(), 2, audio.samples()], data)
         .map_err(|e| NodeError::new(e.to_string()))?;
-    Audio::new(waveform, audio.sample_rate()).map(Arc::new).map_err(media_error)
+    Audio::new(waveform, audio.sample_rate()).map_err(media_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concat_makes_mono_stereo_and_meets_at_the_higher_rate_as_comfyui() {
+        let io = crate::fixtures::tensors("audio_nodes/io.safetensors");
+        let clip = |name: &str, rate| Audio::new(io[name].clone(), rate).expect("audio");
+        let (a, b) = (clip("concat.a", 16000), clip("concat.b", 22050));
+        let got = concat(&a, &b, false).expect("joined");
+        let want = clip("concat.out", 22050);
+        assert_eq!(got.waveform().shape(), want.waveform().shape());
+        assert_eq!(got.sample_rate(), 22050);
+        let worst = got
+            .waveform()
+            .data()
+            .iter()
+            .zip(want.waveform().data())
+            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(worst < 1e-4, "off by {worst}");
+        // Before: audio2 first, the same samples.
+        let before = concat(&a, &b, true).expect("joined");
+        assert_eq!(before.channel(0, 1)[..300], *b.channel(0, 1));
+    }
 }

@@ -13,7 +13,7 @@ use crate::nodes::{
     Context, ErrorKind, Fingerprint, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
     Output, OutputDef,
 };
-use crate::roots::within;
+use crate::roots;
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -114,22 +114,14 @@ fn paint(base: Tensor, painting: Option<(&Path, &str)>) -> Result<(Tensor, Tenso
     }
 }
 
-/// The file a painting's name refers to (ComfyUI's `get_annotated_filepath`): `name [output]` and `name [temp]`
-/// under those directories (where given), anything else under the input directory; never outside them.
+/// The file a painting's name refers to ([`roots::annotated`]), or the error naming it.
 fn annotated(
     name: &str,
     input: &Path,
     output: Option<&Path>,
     temp: Option<&Path>,
 ) -> Result<PathBuf, NodeError> {
-    let (relative, root) = if let Some(n) = name.strip_suffix(" [output]") {
-        (n, output)
-    } else if let Some(n) = name.strip_suffix(" [temp]") {
-        (n, temp)
-    } else {
-        (name.strip_suffix(" [input]").unwrap_or(name), Some(input))
-    };
-    root.and_then(|root| within(root, relative)).filter(|p| p.is_file()).ok_or_else(|| {
+    roots::annotated(name, input, output, temp).ok_or_else(|| {
         NodeError::of_kind(ErrorKind::FileNotFound, format!("Painter: no painting file {name}"))
     })
 }
