@@ -30,6 +30,7 @@ pub mod family;
 pub mod flux;
 pub mod flux_vae;
 mod fp16;
+pub mod gaussian;
 pub mod header;
 mod interpolate;
 pub mod latent;

@@ -7,6 +7,8 @@
 //! blurred value can differ from ComfyUI's in its last bits. The reference is scripts/reference/canny.py (kornia
 //! 0.9.0, the newest release ComfyUI's `kornia>=0.7.1` takes), its fixture engine/tests/fixtures/canny.
 
+use kiln_models::gaussian::{self, reflect};
+
 use super::image::dims;
 use super::mask::tensor;
 use super::pure::Pure;
@@ -94,21 +96,6 @@ fn advanced(name: &str, ty: &str, [default, min, max, step]: [f64; 4]) -> InputD
     }
 }
 
-/// The index of `i` in a row of `len` mirrored at its ends without repeating the end value (torch's `reflect`
-/// padding: `-1` reads `1`). `i` lies at most `len - 1` outside `0..len`, as torch requires of the padding and
-/// the callers check.
-fn reflect(i: isize, len: usize) -> usize {
-    let last = len as isize - 1;
-    let i = if i < 0 {
-        -i
-    } else if i > last {
-        2 * last - i
-    } else {
-        i
-    };
-    i as usize
-}
-
 /// The index of `i` clamped into `0..len` (torch's `replicate` padding).
 fn replicate(i: isize, len: usize) -> usize {
     i.clamp(0, len as isize - 1) as usize
@@ -121,7 +108,7 @@ fn image_blur(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let Some(radius) = radius(inputs, "blur_radius", image)? else {
         return Ok(vec![Value::Image(image.clone())]);
     };
-    let kernel = blur_kernel(2 * radius + 1, inputs.float("sigma")?);
+    let kernel = gaussian::kernel(2 * radius + 1, inputs.float("sigma")?);
     let out = convolve(image, &kernel, radius)?;
     Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
 }
@@ -133,13 +120,8 @@ fn image_sharpen(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
     let Some(radius) = radius(inputs, "sharpen_radius", image)? else {
         return Ok(vec![Value::Image(image.clone())]);
     };
-    let size = 2 * radius + 1;
-    let scale = -(inputs.float("alpha")? * 10.0) as f32;
-    let mut kernel: Vec<f32> =
-        blur_kernel(size, inputs.float("sigma")?).iter().map(|v| v * scale).collect();
-    let sum = kernel.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
-    let middle = size * size / 2;
-    kernel[middle] = kernel[middle] - sum + 1.0;
+    let kernel =
+        gaussian::sharpen_kernel(2 * radius + 1, inputs.float("sigma")?, inputs.float("alpha")?);
     let out = convolve(image, &kernel, radius)?.into_iter().map(|v| v.clamp(0.0, 1.0)).collect();
     Ok(vec![Value::Image(tensor(image.shape().to_vec(), out)?)])
 }
@@ -189,67 +171,29 @@ fn radius(
 }
 
 /// Each channel of `image` `[B, H, W, C]` convolved with the `(2·radius + 1)²` taps `kernel` over the image
-/// mirrored at its borders (`reflect`); ComfyUI's zero padding around that is cropped off again.
+/// mirrored at its borders ([`gaussian::convolve_plane`]).
 fn convolve(
     image: &crate::tensor::Tensor,
     kernel: &[f32],
     radius: usize,
 ) -> Result<Vec<f32>, NodeError> {
     let (b, h, w, c) = dims(image)?;
-    let size = 2 * radius + 1;
     let mut out = vec![0.0f32; image.data().len()];
-    let (pw, ph) = (w + 2 * radius, h + 2 * radius);
-    let mut padded = vec![0.0f32; pw * ph];
-    let mut row = vec![0.0f32; w];
+    let mut plane = vec![0.0f32; h * w];
+    let mut convolved = vec![0.0f32; h * w];
     for i in 0..b {
         let src = &image.data()[i * h * w * c..(i + 1) * h * w * c];
         for k in 0..c {
-            for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
-                let y = reflect(py as isize - radius as isize, h);
-                for (px, v) in line.iter_mut().enumerate() {
-                    *v = src[(y * w + reflect(px as isize - radius as isize, w)) * c + k];
-                }
+            for (p, v) in plane.iter_mut().zip(src.iter().skip(k).step_by(c)) {
+                *p = *v;
             }
-            for y in 0..h {
-                // Each output value sums its taps row by row, left to right, as a plain convolution does.
-                row.fill(0.0);
-                for (ky, weights) in kernel.chunks_exact(size).enumerate() {
-                    let line = &padded[(y + ky) * pw..(y + ky + 1) * pw];
-                    for (kx, &weight) in weights.iter().enumerate() {
-                        for (acc, &v) in row.iter_mut().zip(&line[kx..kx + w]) {
-                            *acc += weight * v;
-                        }
-                    }
-                }
-                for (x, v) in row.iter().enumerate() {
-                    out[((i * h + y) * w + x) * c + k] = *v;
-                }
+            gaussian::convolve_plane(&plane, (h, w), kernel, radius, &mut convolved);
+            for (p, v) in convolved.iter().enumerate() {
+                out[(i * h * w + p) * c + k] = *v;
             }
         }
     }
     Ok(out)
-}
-
-/// ComfyUI's `gaussian_kernel(size, sigma)`, `size × size` row by row, in f32: the offsets span -1..=1 whatever
-/// the size (torch's `linspace`, computed from both ends), `exp(-d² / (2σ²))` of the distance `d` from the
-/// middle, normalised to sum 1.
-fn blur_kernel(size: usize, sigma: f64) -> Vec<f32> {
-    let step = 2.0f32 / (size - 1) as f32;
-    let at = |i: usize| {
-        if i < size / 2 { -1.0 + step * i as f32 } else { 1.0 - step * (size - 1 - i) as f32 }
-    };
-    let denominator = (2.0 * sigma * sigma) as f32;
-    let mut kernel = Vec::with_capacity(size * size);
-    for i in 0..size {
-        for j in 0..size {
-            let (x, y) = (at(i), at(j));
-            let d = (x * x + y * y).sqrt();
-            kernel.push((-(d * d) / denominator).exp());
-        }
-    }
-    let sum = kernel.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
-    kernel.iter_mut().for_each(|v| *v /= sum);
-    kernel
 }
 
 /// `Canny`: kornia's `canny(image, low_threshold, high_threshold)` edges (0 or 1) in all three channels.
@@ -550,7 +494,7 @@ mod tests {
     #[test]
     fn blur_kernels_sum_to_one_and_peak_in_the_middle() {
         for (size, sigma) in [(3, 1.0), (5, 0.1), (63, 10.0)] {
-            let kernel = blur_kernel(size, sigma);
+            let kernel = gaussian::kernel(size, sigma);
             let sum: f32 = kernel.iter().sum();
             assert!((sum - 1.0).abs() < 1e-5, "{size}: {sum}");
             let middle = kernel[size * size / 2];
