@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use kiln_models::sampling::SamplerChoice;
+use kiln_models::sampling::latent_operation::LatentOperation;
 
 use crate::media::{Audio, Video};
 use crate::models::{
@@ -104,6 +105,8 @@ pub enum Value {
     WanCameraEmbedding(Tensor),
     /// `TRACKS`: point tracks over a clip's frames (`GenerateTracks`, for Wan Move).
     Tracks(Arc<Tracks>),
+    /// `LATENT_OPERATION`: a function of a latent (`LatentOperationTonemapReinhard`, `LatentOperationSharpen`).
+    LatentOperation(LatentOperation),
 }
 
 /// `TRACKS`: where each of `count` points is on each of `frames` frames, in pixels, and whether it is
@@ -152,6 +155,7 @@ impl Value {
             Value::Audio(_) => "AUDIO",
             Value::WanCameraEmbedding(_) => "WAN_CAMERA_EMBEDDING",
             Value::Tracks(_) => "TRACKS",
+            Value::LatentOperation(_) => "LATENT_OPERATION",
         }
     }
 
@@ -168,7 +172,8 @@ impl Value {
             | Value::String(_)
             | Value::Json(_)
             | Value::Sampler(_)
-            | Value::Noise(_) => 0,
+            | Value::Noise(_)
+            | Value::LatentOperation(_) => 0,
             Value::Sigmas(s) => std::mem::size_of_val(&**s),
             // The guider's conditioning is held by the node that made it, whose output the cache counts.
             Value::Guider(_) => 0,
@@ -224,7 +229,8 @@ impl Value {
             | Value::Guider(_)
             | Value::Video(_)
             | Value::Audio(_)
-            | Value::Tracks(_) => format!("<{}>", self.type_name()),
+            | Value::Tracks(_)
+            | Value::LatentOperation(_) => format!("<{}>", self.type_name()),
         }
     }
 
@@ -263,7 +269,10 @@ impl Value {
             | Value::Guider(_)
             | Value::Video(_)
             | Value::Audio(_)
-            | Value::Tracks(_) => serde_json::Value::String(format!("<{}>", self.type_name())),
+            | Value::Tracks(_)
+            | Value::LatentOperation(_) => {
+                serde_json::Value::String(format!("<{}>", self.type_name()))
+            }
         }
     }
 }

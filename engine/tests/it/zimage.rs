@@ -715,6 +715,41 @@ fn issue_21_cfg_patches_change_how_the_sampler_combines_predictions() {
     }
 }
 
+/// The latent operations: `LatentApplyOperationCFG` tonemaps each step's guidance, `LatentApplyOperation`
+/// tonemaps the sampled latent, and a sharpening wider than the latent is refused by name.
+#[test]
+fn latent_operations_apply_to_the_guidance_and_to_a_latent() {
+    let mut h = harness(SynthDtype::Bf16);
+    let mut prompt = graph(ksampler(6, 2, "euler"));
+    prompt["70"]["inputs"]["cfg"] = json!(3.0);
+    let plain = h.run(prompt.clone());
+    let plain = saved(&h, &plain);
+    let tonemap =
+        json!({"class_type": "LatentOperationTonemapReinhard", "inputs": {"multiplier": 0.5}});
+    let mut guided = prompt.clone();
+    guided["96"] = tonemap.clone();
+    guided["95"] = json!({"class_type": "LatentApplyOperationCFG", "inputs": {"model": ["69", 0], "operation": ["96", 0]}});
+    guided["70"]["inputs"]["model"] = json!(["95", 0]);
+    let ran = h.run(guided);
+    assert!(max_diff(&saved(&h, &ran), &plain) > 0, "the guidance is tonemapped");
+
+    let mut applied = prompt.clone();
+    applied["96"] = tonemap;
+    applied["97"] = json!({"class_type": "LatentApplyOperation", "inputs": {"samples": ["70", 0], "operation": ["96", 0]}});
+    applied["65"]["inputs"]["samples"] = json!(["97", 0]);
+    let ran = h.run(applied.clone());
+    assert!(max_diff(&saved(&h, &ran), &plain) > 0, "the latent is tonemapped");
+
+    applied["96"] = json!({"class_type": "LatentOperationSharpen", "inputs": {"sharpen_radius": 9, "sigma": 1.0, "alpha": 0.1}});
+    let ran = h.run(applied);
+    let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
+    assert!(
+        failure.message.contains("sharpen_radius of 9 needs a latent larger"),
+        "{}",
+        failure.message
+    );
+}
+
 #[test]
 fn issue_21_a_noise_mask_keeps_what_it_masks_out() {
     let mut h = harness(SynthDtype::Bf16);

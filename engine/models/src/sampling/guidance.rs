@@ -128,6 +128,9 @@ pub struct Guidance {
     pub pre_cfg: Vec<PreCfg>,
 }
 
+/// The conditional x̂₀ and the unconditional one (`None`: skipped) that CFG combines.
+pub type PredictionPair = (Vec<f32>, Option<Vec<f32>>);
+
 /// One model call's predictions to combine.
 #[derive(Clone, Copy, Debug)]
 pub struct Predictions<'a> {
@@ -165,8 +168,11 @@ impl Guidance {
     /// ComfyUI's pre-CFG hooks on `p` (`sampler_pre_cfg_function`, which its CFGGuider runs and its
     /// DualCFGGuider does not): the conditional and unconditional x̂₀ to combine, and that the post-CFG hooks
     /// and a CFG++ sampler read; `None` without hooks.
-    pub fn before_cfg(&self, p: &Predictions<'_>) -> Option<(Vec<f32>, Option<Vec<f32>>)> {
-        (!self.pre_cfg.is_empty()).then(|| super::pre_cfg::apply(&self.pre_cfg, p))
+    pub fn before_cfg(&self, p: &Predictions<'_>) -> crate::Result<Option<PredictionPair>> {
+        if self.pre_cfg.is_empty() {
+            return Ok(None);
+        }
+        super::pre_cfg::apply(&self.pre_cfg, p).map(Some)
     }
 
     /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook. A `SkipLayer` hook is
@@ -372,7 +378,7 @@ pub(super) fn dims(shape: &[usize]) -> (usize, usize, usize) {
 }
 
 /// The 2-norm over channels at every position of `v` `[B, C, ...]` (`torch.norm(v, dim=1)`), as `[B, ...]`.
-fn channel_norms(v: &[f32], shape: &[usize]) -> Vec<f32> {
+pub(super) fn channel_norms(v: &[f32], shape: &[usize]) -> Vec<f32> {
     let (batch, channels, inner) = dims(shape);
     let mut norms = vec![0.0f32; batch * inner];
     for b in 0..batch {

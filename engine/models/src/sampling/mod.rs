@@ -22,6 +22,7 @@ mod dpm_solver;
 mod er_sde;
 mod flow;
 pub mod guidance;
+pub mod latent_operation;
 mod linalg;
 mod model_sampling;
 mod multistep;

@@ -1,12 +1,15 @@
 //! The hooks ComfyUI runs on the predictions before CFG (`sampler_pre_cfg_function`, appended in the order the
-//! nodes were applied): `TCFG`'s tangential damping of the unconditional prediction and `APG`'s adaptive
-//! projected guidance, which rewrites the conditional one so CFG gives its result.
+//! nodes were applied): `TCFG`'s tangential damping of the unconditional prediction, `APG`'s adaptive
+//! projected guidance, which rewrites the conditional one so CFG gives its result, and
+//! `LatentApplyOperationCFG`'s latent operation on the guidance.
 //!
 //! Predictions are x̂₀ laid out `[B, C, ...]`; the ops are torch's in f32, reductions accumulated in f64.
 
 use std::sync::{Arc, Mutex};
 
-use super::guidance::{Predictions, dims};
+use super::guidance::{PredictionPair, Predictions, dims};
+use super::latent_operation::LatentOperation;
+use crate::error::Result;
 
 /// A hook before CFG.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,6 +19,9 @@ pub enum PreCfg {
     TangentialDamping,
     /// `APG`.
     Apg(Apg),
+    /// `LatentApplyOperationCFG`: the conditional prediction becomes `op(cond − uncond) + uncond` (`op(cond)`
+    /// when the negative was skipped).
+    LatentOperation(LatentOperation),
 }
 
 /// `APG` (Adaptive Projected Guidance, arXiv 2410.02416): the guidance `cond − uncond` (a running average of
@@ -59,7 +65,7 @@ impl PartialEq for Apg {
 
 /// `hooks` in order on `p`: the conditional and unconditional x̂₀ CFG then combines (`None` for the latter when
 /// ComfyUI skipped the negative and no hook made one).
-pub(super) fn apply(hooks: &[PreCfg], p: &Predictions<'_>) -> (Vec<f32>, Option<Vec<f32>>) {
+pub(super) fn apply(hooks: &[PreCfg], p: &Predictions<'_>) -> Result<PredictionPair> {
     let mut cond = p.cond.to_vec();
     let mut uncond = p.uncond.map(<[f32]>::to_vec);
     for hook in hooks {
@@ -75,9 +81,19 @@ pub(super) fn apply(hooks: &[PreCfg], p: &Predictions<'_>) -> (Vec<f32>, Option<
                 let u = uncond.get_or_insert_with(|| vec![0.0; cond.len()]);
                 cond = apg.apply(p, &cond, u);
             }
+            PreCfg::LatentOperation(op) => {
+                cond = match &uncond {
+                    Some(u) => {
+                        let guidance: Vec<f32> = cond.iter().zip(u).map(|(c, u)| c - u).collect();
+                        let changed = op.apply(&guidance, p.shape)?;
+                        changed.iter().zip(u).map(|(g, u)| g + u).collect()
+                    }
+                    None => op.apply(&cond, p.shape)?,
+                };
+            }
         }
     }
-    (cond, uncond)
+    Ok((cond, uncond))
 }
 
 impl Apg {

@@ -28,6 +28,7 @@ mod inpaint;
 mod kv_cache;
 mod latent;
 mod latent_file;
+mod latent_operation;
 mod latent_ops;
 mod latent_transform;
 mod loaders;
@@ -275,6 +276,10 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(audio_mix::audio_merge());
     registry.register(audio_mix::audio_adjust_volume());
     registry.register(audio_mix::audio_equalizer_3band());
+    registry.register(latent_operation::tonemap_reinhard());
+    registry.register(latent_operation::sharpen());
+    registry.register(latent_operation::apply());
+    registry.register(latent_operation::apply_cfg());
     registry.register(video::save_webm());
     registry.register(video::save_video());
     registry.register(video::create_video());

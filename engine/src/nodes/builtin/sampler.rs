@@ -1547,7 +1547,7 @@ impl Guided<'_> {
         // The hooks before CFG (`TCFG`, `APG`) hand CFG, the post-CFG hooks and a CFG++ sampler their
         // predictions.
         let before = Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
-        let modified = guidance.before_cfg(&before);
+        let modified = guidance.before_cfg(&before)?;
         let (cond, uncond) = modified.unwrap_or((cond, uncond));
         let predictions =
             Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
@@ -1589,7 +1589,7 @@ impl Guided<'_> {
         let (cfg, shape) = (self.cfg as f32, self.shape.as_slice());
         let before =
             Predictions { x, cond: &positive, uncond: negative.as_deref(), cfg, sigma, shape };
-        let (positive, negative) = guidance.before_cfg(&before).unwrap_or((positive, negative));
+        let (positive, negative) = guidance.before_cfg(&before)?.unwrap_or((positive, negative));
         let negative = negative.unwrap_or_else(zeros);
         let out = perp_neg_combine(&positive, &negative, &empty, perp_neg.neg_scale as f32, cfg);
         let predictions =
