@@ -1,6 +1,6 @@
 //! Utility nodes templates wire around prompts and latents: `RegexExtract` with Python's `re` semantics,
 //! `LatentCut` / `LatentConcat` with ComfyUI's clamping and batch repetition, `CreateList`, `CustomCombo` (which
-//! takes the frontend's own options) and `JsonExtractString`.
+//! takes the frontend's own options), `JsonExtractString`, and the frontend's `Crop Image`, `Seed` and `Color Picker`.
 
 use kiln_engine::cache::CachePolicy;
 use kiln_engine::exec::Outcome;
@@ -166,4 +166,47 @@ fn create_list_joins_its_inputs_into_a_list_the_next_node_maps_over() {
     assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
     // The node after the list runs once per item, in order.
     assert_eq!(ran.text("5"), ["lighthouse!", "dusk!"]);
+}
+
+/// The frontend's `Crop Image` (its crop widget's box, or a `Bounding Box` node's), `Seed` and `Color Picker`
+/// (its integer feeding `EmptyImage`'s colour, its alpha and hex text shown).
+#[test]
+fn crop_image_seed_and_colour_picker_answer_what_comfyui_does() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "ColorToRGBInt", "inputs": {"color": "#336699cc"}},
+        "2": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": ["1", 0]}},
+        "3": {"class_type": "ImageCropV2", "inputs": {"image": ["2", 0], "crop_region": {"x": 60, "y": 5, "width": 20, "height": 100}}},
+        "4": {"class_type": "GetImageSize", "inputs": {"image": ["3", 0]}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+        "6": {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}},
+        "7": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}},
+        "8": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}},
+        "9": {"class_type": "SeedNode", "inputs": {"seed": 9_007_199_254_740_993_u64}},
+        "10": {"class_type": "PreviewAny", "inputs": {"source": ["9", 0]}},
+        "11": {"class_type": "PrimitiveBoundingBox", "inputs": {"x": 1, "y": 2, "width": 3, "height": 4}},
+        "12": {"class_type": "ImageCropV2", "inputs": {"image": ["2", 0], "crop_region": ["11", 0]}},
+        "13": {"class_type": "GetImageSize", "inputs": {"image": ["12", 0]}},
+        "14": {"class_type": "PreviewAny", "inputs": {"source": ["13", 0]}},
+        "15": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "crop"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    // From x 60 of 64 only 4 columns remain; from y 5, 43 rows.
+    assert_eq!((ran.text("5").concat(), ran.text("6").concat()), ("4".to_owned(), "43".to_owned()));
+    assert_eq!(ran.text("7").concat(), "#336699");
+    assert_eq!(ran.text("8").concat(), "0.8");
+    assert_eq!(ran.text("10").concat(), "9007199254740993");
+    assert_eq!(ran.text("14").concat(), "3");
+    let preview = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("3")];
+    assert!(preview.images[0].filename.contains("_temp_"), "Crop Image previews what it cut");
+    let saved = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("15")].images[0];
+    let image = image::open(h.roots.output.join(&saved.filename)).expect("a PNG").to_rgb8();
+    assert_eq!(image.get_pixel(0, 0).0, [0x33, 0x66, 0x99], "the picked colour fills the image");
+
+    let ran = h.run(json!({
+        "1": {"class_type": "ColorToRGBInt", "inputs": {"color": "336699"}},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+    }));
+    let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
+    assert_eq!(failure.message, "Color must be in format #RRGGBB or #RRGGBBAA");
 }

@@ -1,5 +1,5 @@
 //! Compositing, cropping and batching nodes (V3 classes): `ImageCompositeMasked` and `GrowMask`
-//! (`comfy_extras.nodes_mask`), `ImageCrop` (`comfy_extras.nodes_images`) and `RebatchImages`
+//! (`comfy_extras.nodes_mask`), `ImageCrop` and `ImageCropV2` (`comfy_extras.nodes_images`) and `RebatchImages`
 //! (`comfy_extras.nodes_rebatch`).
 //!
 //! An IMAGE is `[B, H, W, C]` and a MASK `[B, H, W]`, both f32. `RebatchImages` is the one node here that takes
@@ -91,10 +91,83 @@ pub(super) fn nodes() -> Vec<Pure> {
     ]
 }
 
-/// `ImageCrop`: the `width × height` window at `(x, y)` of every image, cut short at the image's edges; an
-/// offset past the last column (row) is moved onto it, so at least one pixel remains.
+/// `ImageCrop`: the `width × height` window at `(x, y)` of every image ([`crop`]).
 fn image_crop(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
-    let image = inputs.image("image")?;
+    let [x, y, width, height] = ["x", "y", "width", "height"].map(|k| non_negative(inputs, k));
+    Ok(vec![Value::Image(crop(inputs.image("image")?, x?, y?, width?, height?)?)])
+}
+
+/// `ImageCropV2` (`Crop Image`): the window its `crop_region` widget draws (a `BOUNDING_BOX`,
+/// `{x, y, width, height}`, missing keys 0, 0, 512, 512), cut as `ImageCrop` cuts it, and shown as a preview.
+pub(super) struct ImageCropV2(Arc<NodeSpec>);
+
+impl ImageCropV2 {
+    pub(super) fn new() -> ImageCropV2 {
+        let region = serde_json::json!({"x": 0, "y": 0, "width": 512, "height": 512});
+        ImageCropV2(Arc::new(
+            spec("ImageCropV2", "Crop Image", "image/transform", "comfy_extras.nodes_images")
+                .description("Crop an image to the specified dimensions.")
+                .intermediate_output()
+                .input(InputDef::typed("image", "IMAGE").with_options())
+                .input(
+                    InputDef::bare("crop_region", "BOUNDING_BOX")
+                        .option("default", region)
+                        .option("socketless", true)
+                        .option("component", "ImageCrop"),
+                )
+                .output(OutputDef::new("IMAGE"))
+                .aliases(&["crop", "cut", "trim"])
+                .essentials("Image Tools"),
+        ))
+    }
+}
+
+impl Node for ImageCropV2 {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.0.clone()
+    }
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let region = match inputs.get("crop_region") {
+            Some(Value::Json(j)) if j.is_object() => j.clone(),
+            other => {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "crop_region must be a bounding box {{x, y, width, height}}, got {}",
+                        other.map_or("nothing".to_owned(), Value::repr)
+                    ),
+                ));
+            }
+        };
+        let side = |key: &str, default: i64| -> Result<usize, NodeError> {
+            let v = region.get(key).map_or(Some(default), serde_json::Value::as_i64);
+            v.and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
+                NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "crop_region's `{key}` must be a whole number from 0, got {}",
+                        region[key]
+                    ),
+                )
+            })
+        };
+        let (x, y) = (side("x", 0)?, side("y", 0)?);
+        let (width, height) = (side("width", 512)?, side("height", 512)?);
+        let cropped = crop(inputs.image("image")?, x, y, width, height)?;
+        let ui = super::files::preview(&cropped, ctx)?;
+        Ok(NodeResult { ui: Some(ui), ..NodeResult::values([Value::Image(cropped)]) })
+    }
+}
+
+/// The `width × height` window at `(x, y)` of every image of `image`, cut short at the image's edges; an
+/// offset past the last column (row) is moved onto it, so at least one pixel remains.
+fn crop(
+    image: &Tensor,
+    x: usize,
+    y: usize,
+    width: usize,
+    height: usize,
+) -> Result<Tensor, NodeError> {
     let (b, h, w, c) = dims(image)?;
     if h == 0 || w == 0 {
         return Err(NodeError::of_kind(
@@ -102,10 +175,8 @@ fn image_crop(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
             format!("cannot crop an empty {w}x{h} image"),
         ));
     }
-    let x = non_negative(inputs, "x")?.min(w - 1);
-    let y = non_negative(inputs, "y")?.min(h - 1);
-    let width = non_negative(inputs, "width")?.min(w - x);
-    let height = non_negative(inputs, "height")?.min(h - y);
+    let (x, y) = (x.min(w - 1), y.min(h - 1));
+    let (width, height) = (width.min(w - x), height.min(h - y));
     let mut out = Vec::with_capacity(b * height * width * c);
     for i in 0..b {
         for row in y..y + height {
@@ -113,7 +184,7 @@ fn image_crop(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
             out.extend_from_slice(&image.data()[start..start + width * c]);
         }
     }
-    Ok(vec![Value::Image(tensor(vec![b, height, width, c], out)?)])
+    tensor(vec![b, height, width, c], out)
 }
 
 /// `GrowMask`: each mask dilated (`expand > 0`) or eroded (`expand < 0`) `|expand|` times by a 3 × 3 cross

@@ -150,6 +150,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(sampler::ModelSamplingAuraFlow::new());
     registry.register(sampler::EmptySd3LatentImage::new());
     registry.register(primitives::PreviewAny::new());
+    registry.register(primitives::bounding_box());
+    registry.register(primitives::seed());
+    registry.register(primitives::colour_picker());
     registry.register(logic::ComfySwitchNode::new());
     registry.register(logic::custom_combo());
     registry.register(logic::CreateList::new());
@@ -302,5 +305,6 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     registry.register(compose::RebatchImages::new());
+    registry.register(compose::ImageCropV2::new());
     registry
 }

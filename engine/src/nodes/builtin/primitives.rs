@@ -1,8 +1,10 @@
 //! Primitive value nodes (`PrimitiveInt`, `PrimitiveFloat`, `PrimitiveString`, `PrimitiveStringMultiline`,
-//! `PrimitiveBoolean`) and `PreviewAny`, which shows any value as text and passes the text on.
+//! `PrimitiveBoolean`, `PrimitiveBoundingBox`), the frontend's `Seed` and `Color Picker` (`SeedNode`,
+//! `ColorToRGBInt`), and `PreviewAny`, which shows any value as text and passes the text on.
 
 use std::sync::Arc;
 
+use super::pure::Pure;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef,
     UiOutput,
@@ -89,6 +91,90 @@ pub(super) fn primitives() -> Vec<Primitive> {
     ]
 }
 
+/// `PrimitiveBoundingBox` (`comfy_extras.nodes_images`): a `BOUNDING_BOX`, ComfyUI's `{x, y, width, height}`.
+pub(super) fn bounding_box() -> Pure {
+    let side = |name: &str, default: i64, min: i64| InputDef::int(name, default, min, 16384);
+    let spec = NodeSpec::new("PrimitiveBoundingBox", "Bounding Box", "utilities/primitive")
+        .python_module("comfy_extras.nodes_images")
+        .v3()
+        .input(side("x", 0, 0))
+        .input(side("y", 0, 0))
+        .input(side("width", 512, 1))
+        .input(side("height", 512, 1))
+        .output(OutputDef::new("BOUNDING_BOX"));
+    Pure::new(spec, |inputs| {
+        let [x, y, width, height] = ["x", "y", "width", "height"].map(|k| inputs.int(k));
+        let (x, y, width, height) = (x?, y?, width?, height?);
+        let box_ = serde_json::json!({"x": x, "y": y, "width": width, "height": height});
+        Ok(vec![Value::Json(Arc::new(box_))])
+    })
+}
+
+/// `SeedNode` (`comfy_extras.nodes_seed`, shown as `Seed`): its seed widget's value as an `INT`.
+pub(super) fn seed() -> Pure {
+    let spec = NodeSpec::new("SeedNode", "Seed", "utilities")
+        .python_module("comfy_extras.nodes_seed")
+        .v3()
+        .input(
+            InputDef::bare("seed", "INT")
+                .option("min", 0)
+                .option("max", i64::MAX)
+                .option("control_after_generate", "fixed"),
+        )
+        .output(OutputDef::new("INT").named("seed"))
+        .aliases(&["seed", "random"]);
+    Pure::new(spec, |inputs| Ok(vec![Value::Int(inputs.int("seed")?)]))
+}
+
+/// `ColorToRGBInt` (`comfy_extras.nodes_color`, shown as `Color Picker`): a `#RRGGBB` or `#RRGGBBAA` colour
+/// as the integer `0xRRGGBB`, the `#RRGGBB` text and the alpha in 0..=1 (1 without one).
+pub(super) fn colour_picker() -> Pure {
+    let spec = NodeSpec::new("ColorToRGBInt", "Color Picker", "utilities")
+        .python_module("comfy_extras.nodes_color")
+        .v3()
+        .description("Return a color RGB integer value and hexadecimal representation.")
+        .input(
+            InputDef::bare("color", "COLOR")
+                .option("default", "#ffffff")
+                .option("socketless", true),
+        )
+        .output(OutputDef::new("INT").named("rgb_int"))
+        .output(OutputDef::new("COLOR").named("hex"))
+        .output(OutputDef::new("FLOAT").named("alpha"));
+    Pure::new(spec, |inputs| {
+        let text = match inputs.get("color") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Json(j)) => j.as_str().unwrap_or_default().to_owned(),
+            _ => String::new(),
+        };
+        let (rgb, alpha) = parse_colour(&text).ok_or_else(|| {
+            NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                "Color must be in format #RRGGBB or #RRGGBBAA",
+            )
+        })?;
+        Ok(vec![
+            Value::Int(i64::from(rgb)),
+            Value::String(text[..7].to_owned()),
+            Value::Float(alpha),
+        ])
+    })
+}
+
+/// `#RRGGBB` or `#RRGGBBAA` (hex digits of either case) as `0xRRGGBB` and the alpha (`AA / 255`, 1 without).
+fn parse_colour(text: &str) -> Option<(u32, f64)> {
+    let hex = text.strip_prefix('#').filter(|h| matches!(h.len(), 6 | 8))?;
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let rgb = u32::from_str_radix(&hex[..6], 16).ok()?;
+    let alpha = match hex.get(6..8) {
+        Some(a) => f64::from(u8::from_str_radix(a, 16).ok()?) / 255.0,
+        None => 1.0,
+    };
+    Some((rgb, alpha))
+}
+
 /// `PreviewAny`: shows its input as text in the UI.
 pub(super) struct PreviewAny(Arc<NodeSpec>);
 
@@ -126,5 +212,19 @@ impl Node for PreviewAny {
             ui: Some(UiOutput { text: vec![text.clone()], ..UiOutput::default() }),
             ..NodeResult::values([Value::String(text)])
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_colour;
+
+    #[test]
+    fn colours_parse_as_the_colour_picker_reads_them() {
+        assert_eq!(parse_colour("#ff8000"), Some((0xff8000, 1.0)));
+        assert_eq!(parse_colour("#FF800080"), Some((0xff8000, 128.0 / 255.0)));
+        for bad in ["ff8000", "#ff80", "#ff800", "#gg8000", "#ff8000800", ""] {
+            assert_eq!(parse_colour(bad), None, "{bad}");
+        }
     }
 }
