@@ -210,3 +210,26 @@ fn crop_image_seed_and_colour_picker_answer_what_comfyui_does() {
     let Outcome::Failed(failure) = &ran.summary.outcome else { panic!("must fail") };
     assert_eq!(failure.message, "Color must be in format #RRGGBB or #RRGGBBAA");
 }
+
+/// `RebatchLatents` regroups a batch of three into a list of two batches, which the next node runs over.
+#[test]
+fn rebatch_latents_gives_a_list_the_next_node_maps_over() {
+    let mut h = Harness::new(CachePolicy::Classic);
+    let ran = h.run(json!({
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 32, "batch_size": 3}},
+        "2": {"class_type": "RebatchLatents", "inputs": {"latents": ["1", 0], "batch_size": 2}},
+        "3": {"class_type": "SaveLatent", "inputs": {"samples": ["2", 0], "filename_prefix": "latents/rebatched"}},
+    }));
+    assert_eq!(ran.summary.outcome, Outcome::Success, "{:?}", ran.summary.outcome);
+    let saved = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("3")].named[0].1;
+    let batches: Vec<usize> = saved
+        .iter()
+        .map(|file| {
+            let bytes =
+                std::fs::read(h.roots.output.join("latents").join(&file.filename)).expect("saved");
+            let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+            st.tensor("latent_tensor").expect("latent_tensor").shape()[0]
+        })
+        .collect();
+    assert_eq!(batches, [2, 1]);
+}

@@ -48,6 +48,7 @@ mod primitives;
 mod prompt_regions;
 mod pure;
 mod qwen;
+mod rebatch_latents;
 mod resize;
 mod rope;
 mod sampler;
@@ -305,6 +306,7 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
         registry.register(node);
     }
     registry.register(compose::RebatchImages::new());
+    registry.register(rebatch_latents::RebatchLatents::new());
     registry.register(compose::ImageCropV2::new());
     registry
 }
