@@ -715,6 +715,44 @@ fn issue_21_cfg_patches_change_how_the_sampler_combines_predictions() {
     }
 }
 
+/// `CFGOverride`: over the whole range the override's scale is the sampler's (the override nearest the sampler
+/// winning); over part of it, another image.
+#[test]
+fn cfg_override_sets_the_scale_over_its_sigma_range() {
+    let mut h = harness(SynthDtype::Bf16);
+    let with_cfg = |cfg: f64, overrides: &[(f64, f64, f64)]| {
+        let mut prompt = graph(ksampler(6, 3, "euler"));
+        prompt["70"]["inputs"]["cfg"] = json!(cfg);
+        let mut model = json!(["69", 0]);
+        for (i, (scale, start, end)) in overrides.iter().enumerate() {
+            let id = format!("{}", 90 + i);
+            prompt[&id] = json!({"class_type": "CFGOverride", "inputs": {"model": model, "cfg": scale, "start_percent": start, "end_percent": end}});
+            model = json!([id, 0]);
+        }
+        prompt["70"]["inputs"]["model"] = model;
+        prompt
+    };
+    let mut image = |cfg, overrides: &[(f64, f64, f64)]| {
+        let ran = h.run(with_cfg(cfg, overrides));
+        saved(&h, &ran)
+    };
+    let one = image(1.0, &[]);
+    let four = image(4.0, &[]);
+    assert!(max_diff(&one, &four) > 0);
+    assert_eq!(image(4.0, &[(1.0, 0.0, 1.0)]), one, "CFG 1 throughout is CFG 1");
+    assert_eq!(image(1.0, &[(4.0, 0.0, 1.0)]), four, "and CFG 4 throughout is CFG 4");
+    assert_eq!(
+        image(1.0, &[(1.0, 0.0, 1.0), (4.0, 0.0, 1.0)]),
+        four,
+        "the nearest the sampler wins"
+    );
+    let part = image(4.0, &[(1.0, 0.5, 1.0)]);
+    assert!(
+        max_diff(&part, &one) > 0 && max_diff(&part, &four) > 0,
+        "half the steps at each scale"
+    );
+}
+
 /// The latent operations: `LatentApplyOperationCFG` tonemaps each step's guidance, `LatentApplyOperation`
 /// tonemaps the sampled latent, and a sharpening wider than the latent is refused by name.
 #[test]

@@ -126,6 +126,38 @@ pub struct Guidance {
     pub uncond_skip: Option<UncondSkip>,
     /// The hooks before CFG (`set_model_sampler_pre_cfg_function`, which appends: `TCFG`, `APG`), in order.
     pub pre_cfg: Vec<PreCfg>,
+    /// `CFGOverride`s, in the order applied.
+    pub cfg_overrides: Vec<CfgOverride>,
+}
+
+/// `CFGOverride`: the guider's CFG scale replaced by `cfg` while σ lies in `sigma_low..=sigma_high`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CfgOverride {
+    /// The scale in the range.
+    pub cfg: f64,
+    /// σ at `end_percent`.
+    pub sigma_low: f64,
+    /// σ at `start_percent`.
+    pub sigma_high: f64,
+}
+
+impl Guidance {
+    /// The CFG scale at `sigma` for a guider of scale `base`: that of the last override applied whose range
+    /// holds σ (ComfyUI's wrappers nest in the order applied, so the innermost, nearest the sampler, sets the
+    /// scale last), else `base`.
+    pub fn cfg_at(&self, base: f64, sigma: f32) -> f64 {
+        let sigma = f64::from(sigma);
+        self.cfg_overrides
+            .iter()
+            .rev()
+            .find(|o| o.sigma_low <= sigma && sigma <= o.sigma_high)
+            .map_or(base, |o| o.cfg)
+    }
+
+    /// Whether any override sets a scale other than 1 (one at which CFG reads the negative).
+    pub fn overrides_read_the_negative(&self) -> bool {
+        self.cfg_overrides.iter().any(|o| (o.cfg - 1.0).abs() > 1e-9)
+    }
 }
 
 /// The conditional x̂₀ and the unconditional one (`None`: skipped) that CFG combines.

@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
-use kiln_models::sampling::guidance::{Apg, CfgFunction, PostCfg, PreCfg, SkipLayers, UncondSkip};
+use kiln_models::sampling::guidance::{
+    Apg, CfgFunction, CfgOverride, PostCfg, PreCfg, SkipLayers, UncondSkip,
+};
 
 use super::custom_sampling::percent;
 
@@ -43,6 +45,8 @@ enum Hook {
     SkipLayers,
     /// `SkipLayerGuidanceDiTSimple`: the unconditional prediction from a pass leaving some blocks out.
     SkipLayersUncond,
+    /// `CFGOverride`: another CFG scale over a σ range.
+    Override,
 }
 
 /// A node that returns its model with a CFG hook set.
@@ -94,6 +98,27 @@ pub(super) fn nodes() -> Vec<CfgPatch> {
                     .output(OutputDef::new("MODEL")),
             ),
             hook: Hook::Rescale,
+        },
+        CfgPatch {
+            spec: Arc::new(
+                NodeSpec::new("CFGOverride", "CFG Override", "model/sampling/guiders")
+                    .python_module("comfy_extras.nodes_custom_sampler")
+                    .v3()
+                    .description(
+                        "Override cfg to a fixed value over a [start, end] percent (sigma) range. With multiple \
+                         overrides, the one nearest the sampler wins on overlap.",
+                    )
+                    .input(InputDef::typed("model", "MODEL").with_options())
+                    .input(
+                        InputDef::float("cfg", 1.0, 0.0, 100.0)
+                            .option("step", 0.1)
+                            .option("round", 0.01),
+                    )
+                    .input(InputDef::float("start_percent", 0.0, 0.0, 1.0).option("step", 0.001))
+                    .input(InputDef::float("end_percent", 1.0, 0.0, 1.0).option("step", 0.001))
+                    .output(OutputDef::new("MODEL")),
+            ),
+            hook: Hook::Override,
         },
         CfgPatch { spec: Arc::new(skip_layer_guidance_spec()), hook: Hook::SkipLayers },
         CfgPatch { spec: Arc::new(skip_layer_guidance_simple_spec()), hook: Hook::SkipLayersUncond },
@@ -371,6 +396,14 @@ impl Node for CfgPatch {
                     sigma_end: sampling.percent_to_sigma(inputs.float("end_percent")?) as f32,
                     rescaling: inputs.float("rescaling_scale")? as f32,
                 }));
+            }
+            Hook::Override => {
+                let sampling = &model.sampling;
+                guidance.cfg_overrides.push(CfgOverride {
+                    cfg: inputs.float("cfg")?,
+                    sigma_low: sampling.percent_to_sigma(inputs.float("end_percent")?),
+                    sigma_high: sampling.percent_to_sigma(inputs.float("start_percent")?),
+                });
             }
             Hook::SkipLayersUncond => {
                 let double = block_set(inputs.string("double_layers")?, "double_layers")?;
