@@ -48,8 +48,9 @@ fn chain_prompt() -> Prompt {
 
 fn bench_chain(c: &mut Criterion) {
     let dir = std::env::temp_dir().join("kiln-bench-chain");
+    let roots = Roots { input: dir.clone(), output: dir.join("output"), temp: dir.join("temp") };
     let mut registry =
-        builtin_registry(dir.clone(), kiln_engine::models::ModelEnv::cpu(dir.join("models")));
+        builtin_registry(&roots, kiln_engine::models::ModelEnv::cpu(dir.join("models")));
     registry.register(ChainStep(Arc::new(
         NodeSpec::new("ChainStep", "Chain Step", "testing")
             .input(InputDef::typed("value", "INT"))

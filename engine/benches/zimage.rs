@@ -1010,7 +1010,7 @@ fn bench(args: &Args) -> Result<Value, String> {
         std::fs::write(&wav, tone_wav()).map_err(|e| format!("{}: {e}", wav.display()))?;
     }
     let env = ModelEnv { files: Arc::new(FolderTree::new(&args.models)), compute: compute.clone() };
-    let registry = Arc::new(builtin_registry(roots.input.clone(), env));
+    let registry = Arc::new(builtin_registry(&roots, env));
     let mut executor = Executor::new(registry.clone(), Cache::new(CachePolicy::Classic), roots);
 
     if args.cold {

@@ -131,7 +131,7 @@ impl Workspaces {
     }
 
     fn build(&self, id: &str, roots: Roots) -> Arc<Workspace> {
-        let registry = Arc::new(builtin_registry(roots.input.clone(), self.models.clone()));
+        let registry = Arc::new(builtin_registry(&roots, self.models.clone()));
         let id: Arc<str> = id.into();
         let stored = self
             .store

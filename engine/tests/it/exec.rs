@@ -470,8 +470,13 @@ fn a_node_shared_by_two_inputs_of_one_node_is_not_a_cycle() {
 fn only_the_model_loaders_share_cache_keys_between_partitions() {
     use kiln_engine::cache::compute_keys;
     let dir = std::env::temp_dir().join(format!("kiln-partition-keys-{}", std::process::id()));
+    let roots = kiln_engine::roots::Roots {
+        input: dir.join("input"),
+        output: dir.join("output"),
+        temp: dir.join("temp"),
+    };
     let registry = kiln_engine::nodes::builtin_registry(
-        dir.join("input"),
+        &roots,
         kiln_engine::models::ModelEnv::cpu(dir.join("models")),
     );
     let prompt = Prompt::from_json(&json!({

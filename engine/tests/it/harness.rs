@@ -227,10 +227,8 @@ impl Harness {
         let input = temp_dir("input");
         let roots =
             Roots { input: input.clone(), output: temp_dir("output"), temp: temp_dir("temp") };
-        let mut registry = builtin_registry(
-            input.clone(),
-            kiln_engine::models::ModelEnv::cpu(input.join("models")),
-        );
+        let mut registry =
+            builtin_registry(&roots, kiln_engine::models::ModelEnv::cpu(input.join("models")));
         let const_runs = Arc::new(AtomicUsize::new(0));
         registry.register(TestConst(
             Arc::new(

@@ -54,7 +54,7 @@ fn harness() -> (Harness, Arc<Mutex<Vec<Cond>>>) {
             .expect("a tiny file");
     }
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut registry = builtin_registry(h.roots.input.clone(), ModelEnv::cpu(models));
+    let mut registry = builtin_registry(&h.roots, ModelEnv::cpu(models));
     let spec = NodeSpec::new("TestConditioningProbe", "Probe", "testing")
         .input(InputDef::typed("conditioning", "CONDITIONING"))
         .output_node();

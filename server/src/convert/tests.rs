@@ -4,6 +4,7 @@
 use kiln_engine::graph::{Prompt, validate};
 use kiln_engine::models::ModelEnv;
 use kiln_engine::nodes::builtin_registry;
+use kiln_engine::roots::Roots;
 use serde_json::Value;
 
 use super::{node_errors, node_info, rejection};
@@ -35,10 +36,16 @@ fn empty_input_dir() -> std::path::PathBuf {
     dir
 }
 
+/// Every built-in node, its folders one empty directory.
+fn registry() -> kiln_engine::nodes::Registry {
+    let dir = empty_input_dir();
+    let roots = Roots { input: dir.clone(), output: dir.clone(), temp: dir.clone() };
+    builtin_registry(&roots, ModelEnv::cpu(dir.join("models")))
+}
+
 #[test]
 fn object_info_of_built_in_nodes_matches_comfyui() {
-    let registry =
-        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
+    let registry = registry();
     for class in
         ["EmptyImage", "ImageInvert", "ImageScale", "PreviewImage", "SaveImage", "LoadImage"]
     {
@@ -55,8 +62,7 @@ fn object_info_of_built_in_nodes_matches_comfyui() {
 
 #[test]
 fn object_info_of_every_built_in_node() {
-    let registry =
-        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
+    let registry = registry();
     let all: serde_json::Map<String, Value> = registry
         .iter()
         .map(|(name, node)| {
@@ -88,8 +94,7 @@ fn in_order_subset(kiln: &[Value], comfy: &[Value]) -> bool {
 
 #[test]
 fn every_built_in_node_answers_comfyuis_object_info() {
-    let registry =
-        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
+    let registry = registry();
     let catalogue = kiln_tests::comfyui_catalogue();
     let mut failures = Vec::new();
     for (class, node) in registry.iter() {
@@ -170,8 +175,7 @@ const PROMPT_CASES: &[&str] = &[
 
 #[test]
 fn validation_answers_match_comfyui_for_every_recorded_prompt() {
-    let registry =
-        builtin_registry(empty_input_dir(), ModelEnv::cpu(empty_input_dir().join("models")));
+    let registry = registry();
     for case in PROMPT_CASES.iter().filter(|c| !c.ends_with("_SKIP")) {
         let recorded = golden(case);
         let prompt = Prompt::from_json(&recorded["request"]["json"]["prompt"]).expect("an object");

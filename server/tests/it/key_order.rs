@@ -48,8 +48,13 @@ async fn issue_9_object_info_lists_nodes_and_inputs_in_declaration_order() {
     let http = reqwest::Client::new();
     let info = get(&http, &addr, "/api/object_info").await;
 
+    let roots = kiln_engine::roots::Roots {
+        input: data_dir.join("input"),
+        output: data_dir.join("output"),
+        temp: data_dir.join("temp"),
+    };
     let registered: Vec<String> = kiln_engine::nodes::builtin_registry(
-        data_dir.join("input"),
+        &roots,
         kiln_engine::models::ModelEnv::cpu(data_dir.join("models")),
     )
     .iter()

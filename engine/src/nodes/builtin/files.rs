@@ -15,29 +15,30 @@ use crate::nodes::{
     Context, ErrorKind, FileKind, FileRef, Fingerprint, Hidden, InputDef, InputType, Inputs, Node,
     NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
-use crate::roots::{SharedFiles, within};
+use crate::roots::{self, Roots, SharedFiles, within};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
 const IMAGE_EXTENSIONS: [&str; 8] = ["png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"];
 
-/// `LoadImage`: reads an image from the input directory.
+/// `LoadImage`: reads an image from the input directory, or, named `name [output]` or `name [temp]` as the
+/// frontend names what it takes from a result, from those (ComfyUI's `get_annotated_filepath`).
 pub(super) struct LoadImage {
-    input_dir: PathBuf,
+    roots: Roots,
 }
 
 impl LoadImage {
-    pub(super) fn new(input_dir: PathBuf) -> LoadImage {
-        LoadImage { input_dir }
+    pub(super) fn new(roots: Roots) -> LoadImage {
+        LoadImage { roots }
     }
 
     fn files(&self) -> Vec<String> {
-        input_files(&self.input_dir, &IMAGE_EXTENSIONS)
+        input_files(&self.roots.input, &IMAGE_EXTENSIONS)
     }
 
     fn path(&self, name: &str) -> Option<PathBuf> {
-        let name = name.strip_suffix(" [input]").unwrap_or(name);
-        within(&self.input_dir, name).filter(|p| p.is_file())
+        let Roots { input, output, temp } = &self.roots;
+        roots::annotated(name, input, Some(output), Some(temp))
     }
 }
 
@@ -112,8 +113,59 @@ impl LoadImage {
 pub(super) struct LoadImageMask(LoadImage);
 
 impl LoadImageMask {
-    pub(super) fn new(input_dir: PathBuf) -> LoadImageMask {
-        LoadImageMask(LoadImage::new(input_dir))
+    pub(super) fn new(roots: Roots) -> LoadImageMask {
+        LoadImageMask(LoadImage::new(roots))
+    }
+}
+
+/// `LoadImageOutput` (`Load Image (from Outputs)`): `LoadImage` whose widget lists the output folder (the
+/// frontend fetches the list from `/internal/files/output` and names its choice `name [output]`).
+pub(super) struct LoadImageOutput(LoadImage);
+
+impl LoadImageOutput {
+    pub(super) fn new(roots: Roots) -> LoadImageOutput {
+        LoadImageOutput(LoadImage::new(roots))
+    }
+}
+
+impl Node for LoadImageOutput {
+    fn spec(&self) -> Arc<NodeSpec> {
+        let remote = serde_json::json!({
+            "route": "/internal/files/output",
+            "refresh_button": true,
+            "control_after_refresh": "first",
+        });
+        let image = InputDef::bare("image", "COMBO")
+            .option("image_upload", true)
+            .option("image_folder", "output")
+            .option("remote", remote);
+        Arc::new(
+            NodeSpec::new("LoadImageOutput", "Load Image (from Outputs)", "image")
+                .description(
+                    "Load an image from the output folder. When the refresh button is clicked, the node will \
+                     update the image list and automatically select the first image, allowing for easy \
+                     iteration.",
+                )
+                .experimental()
+                .input(image)
+                .output(OutputDef::new("IMAGE"))
+                .output(OutputDef::new("MASK"))
+                .validates(&["image"])
+                .aliases(&["output image", "previous generation"])
+                .essentials("Basics"),
+        )
+    }
+
+    fn validate(&self, inputs: &Inputs) -> Result<(), String> {
+        self.0.validate(inputs)
+    }
+
+    fn fingerprint(&self, inputs: &Inputs) -> Fingerprint {
+        self.0.fingerprint(inputs)
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        self.0.execute(inputs, ctx)
     }
 }
 
@@ -840,8 +892,9 @@ fn encode_png16(
 
 #[cfg(test)]
 mod tests {
-    use super::{LoadImageMask, local_target, next_counter, prefix_vars};
+    use super::{LoadImageMask, LoadImageOutput, local_target, next_counter, prefix_vars};
     use crate::nodes::{Inputs, Node as _, Output};
+    use crate::roots::Roots;
     use crate::value::Value;
 
     #[test]
@@ -852,7 +905,9 @@ mod tests {
         let pixels = [255u8, 51, 0, 128, 0, 102, 204, 255];
         image::save_buffer(dir.join("m.png"), &pixels, 2, 1, image::ExtendedColorType::Rgba8)
             .expect("a PNG");
-        let node = LoadImageMask::new(dir.clone());
+        let roots =
+            Roots { input: dir.clone(), output: dir.join("output"), temp: dir.join("temp") };
+        let node = LoadImageMask::new(roots);
         let ctx = crate::fixtures::quiet_context(&dir);
         let mask = |channel: &str| {
             let inputs = Inputs::from_values([
@@ -874,6 +929,43 @@ mod tests {
             ("channel".to_owned(), Value::String("red".into())),
         ]);
         assert_eq!(node.validate(&missing), Err("Invalid image file: gone.png".to_owned()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A name annotated `[output]` or `[temp]` is read from that folder (`Load Image (from Outputs)` names its
+    /// choices so); a plain name from the input folder, and never outside the folders.
+    #[test]
+    fn annotated_names_load_from_the_output_and_temp_folders() {
+        let dir = std::env::temp_dir().join(format!("kiln-image-output-{}", std::process::id()));
+        let roots =
+            Roots { input: dir.join("input"), output: dir.join("output"), temp: dir.join("temp") };
+        for (folder, shade) in [(&roots.input, 10u8), (&roots.output, 20), (&roots.temp, 30)] {
+            std::fs::create_dir_all(folder).expect("dir");
+            image::save_buffer(
+                folder.join("a.png"),
+                &[shade; 3],
+                1,
+                1,
+                image::ExtendedColorType::Rgb8,
+            )
+            .expect("a PNG");
+        }
+        let node = LoadImageOutput::new(roots);
+        let ctx = crate::fixtures::quiet_context(&dir);
+        let inputs =
+            |name: &str| Inputs::from_values([("image".to_owned(), Value::String(name.into()))]);
+        let shade =
+            |name: &str| match node.execute(&inputs(name), &ctx).expect("runs").outputs.remove(0) {
+                Output::One(Value::Image(t)) => (t.data()[0] * 255.0).round() as u8,
+                other => panic!("an image, not {other:?}"),
+            };
+        assert_eq!([shade("a.png"), shade("a.png [output]"), shade("a.png [temp]")], [10, 20, 30]);
+        assert_eq!(shade("a.png [input]"), 10);
+        assert!(
+            node.validate(&inputs("../input/a.png [output]")).is_err(),
+            "stays inside its folder"
+        );
+        assert!(node.validate(&inputs("b.png [output]")).is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -77,14 +77,15 @@ mod wan_vace;
 mod websocket;
 mod windowed;
 
-use std::path::PathBuf;
-
 use super::Registry;
 use crate::models::ModelEnv;
+use crate::roots::Roots;
 
-/// A registry with every built-in node; `LoadImage` lists and reads `input_dir`, the model nodes list and
-/// load the files of `models` and run on its device.
-pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
+/// A registry with every built-in node; the file nodes list and read the folders of `roots` (`LoadImage` the
+/// input folder, and the output and temp folders for names annotated so), the model nodes list and load the
+/// files of `models` and run on its device.
+pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
+    let input_dir = roots.input.clone();
     // ComfyUI's order: its core `nodes.py` classes as `NODE_CLASS_MAPPINGS` declares them, then the
     // `comfy_extras` modules, then custom nodes (`SaveImageWebsocket` ships as one). `/object_info` lists them so.
     let compute = models.compute.clone();
@@ -107,8 +108,9 @@ pub fn builtin_registry(input_dir: PathBuf, models: ModelEnv) -> Registry {
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());
     registry.register(files::PreviewImage::new());
-    registry.register(files::LoadImage::new(input_dir.clone()));
-    registry.register(files::LoadImageMask::new(input_dir.clone()));
+    registry.register(files::LoadImage::new(roots.clone()));
+    registry.register(files::LoadImageMask::new(roots.clone()));
+    registry.register(files::LoadImageOutput::new(roots.clone()));
     registry.register(painter::Painter::new(input_dir.clone()));
     registry.register(image::ImageScale::new());
     registry.register(image::ImageScaleBy::new());
