@@ -16,8 +16,8 @@ pub struct Biquad {
     a: [f32; 2],
 }
 
-/// The shared terms of the shelving and peaking designs at `freq` Hz: `w0`, `sin(w0)`, `cos(w0)` and the
-/// amplitude `A = 10^(gain/40)`.
+/// The shared terms of the shelving and peaking designs at `freq` Hz: `w0`, `sin(w0)` and the amplitude
+/// `A = 10^(gain/40)`.
 fn design(rate: u32, freq: f32, gain_db: f32) -> (f32, f32, f32) {
     let w0 = (2.0 * std::f64::consts::PI) as f32 * freq / rate as f32;
     let amplitude = (gain_db / 40.0 * LN_10).exp();

@@ -751,6 +751,25 @@ fn cfg_override_sets_the_scale_over_its_sigma_range() {
         max_diff(&part, &one) > 0 && max_diff(&part, &four) > 0,
         "half the steps at each scale"
     );
+
+    // BasicGuider runs the positive alone; under an override of scale 2 ComfyUI's CFG scales it by 2 (the
+    // missing negative read as zeros).
+    let basic = |scale: Option<f64>| {
+        let mut prompt = graph(json!(null));
+        custom_sampling(&mut prompt, 6, 2, 1.0, "euler");
+        prompt["74"] = json!({"class_type": "BasicGuider", "inputs": {"model": ["69", 0], "conditioning": ["67", 0]}});
+        if let Some(scale) = scale {
+            prompt["90"] = json!({"class_type": "CFGOverride", "inputs": {"model": ["69", 0], "cfg": scale, "start_percent": 0.0, "end_percent": 1.0}});
+            prompt["74"]["inputs"]["model"] = json!(["90", 0]);
+        }
+        prompt
+    };
+    let plain = h.run(basic(None));
+    let plain = saved(&h, &plain);
+    let same = h.run(basic(Some(1.0)));
+    assert_eq!(saved(&h, &same), plain, "an override of 1 leaves BasicGuider as it is");
+    let doubled = h.run(basic(Some(2.0)));
+    assert!(max_diff(&saved(&h, &doubled), &plain) > 0, "an override of 2 scales its prediction");
 }
 
 /// The latent operations: `LatentApplyOperationCFG` tonemaps each step's guidance, `LatentApplyOperation`

@@ -156,7 +156,8 @@ impl Guidance {
 
     /// Whether any override sets a scale other than 1 (one at which CFG reads the negative).
     pub fn overrides_read_the_negative(&self) -> bool {
-        self.cfg_overrides.iter().any(|o| (o.cfg - 1.0).abs() > 1e-9)
+        // Python's `math.isclose` at its default tolerance, as the CFG-1 shortcut compares.
+        self.cfg_overrides.iter().any(|o| (o.cfg - 1.0).abs() > 1e-9 * o.cfg.abs().max(1.0))
     }
 }
 
@@ -200,11 +201,17 @@ impl Guidance {
     /// ComfyUI's pre-CFG hooks on `p` (`sampler_pre_cfg_function`, which its CFGGuider runs and its
     /// DualCFGGuider does not): the conditional and unconditional x̂₀ to combine, and that the post-CFG hooks
     /// and a CFG++ sampler read; `None` without hooks.
-    pub fn before_cfg(&self, p: &Predictions<'_>) -> crate::Result<Option<PredictionPair>> {
+    /// `outputs` is how many predictions the guider hands the hooks (ComfyUI's `conds_out`: 2 for CFG, 3 for
+    /// PerpNegGuider's), which `LatentApplyOperationCFG`'s hook reads.
+    pub fn before_cfg(
+        &self,
+        p: &Predictions<'_>,
+        outputs: usize,
+    ) -> crate::Result<Option<PredictionPair>> {
         if self.pre_cfg.is_empty() {
             return Ok(None);
         }
-        super::pre_cfg::apply(&self.pre_cfg, p).map(Some)
+        super::pre_cfg::apply(&self.pre_cfg, p, outputs).map(Some)
     }
 
     /// ComfyUI's `cfg_function`: CFG or the replacing hook, then every post-CFG hook. A `SkipLayer` hook is

@@ -44,6 +44,7 @@ impl LatentOperation {
     }
 }
 
+/// [`LatentOperation::TonemapReinhard`] on `latent` `[B, C, ...]`.
 fn tonemap_reinhard(latent: &[f32], shape: &[usize], multiplier: f32) -> Vec<f32> {
     let (batch, channels, inner) = dims(shape);
     let lengths: Vec<f32> = channel_norms(latent, shape).iter().map(|n| n + 1e-10).collect();
@@ -68,6 +69,7 @@ fn tonemap_reinhard(latent: &[f32], shape: &[usize], multiplier: f32) -> Vec<f32
     out
 }
 
+/// [`LatentOperation::Sharpen`] on `latent` `[B, C, H, W]`.
 fn sharpen(
     latent: &[f32],
     shape: &[usize],

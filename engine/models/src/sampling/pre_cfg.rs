@@ -20,7 +20,7 @@ pub enum PreCfg {
     /// `APG`.
     Apg(Apg),
     /// `LatentApplyOperationCFG`: the conditional prediction becomes `op(cond − uncond) + uncond` (`op(cond)`
-    /// when the negative was skipped).
+    /// when the negative was skipped, and under PerpNegGuider, whose hooks see three predictions).
     LatentOperation(LatentOperation),
 }
 
@@ -65,7 +65,12 @@ impl PartialEq for Apg {
 
 /// `hooks` in order on `p`: the conditional and unconditional x̂₀ CFG then combines (`None` for the latter when
 /// ComfyUI skipped the negative and no hook made one).
-pub(super) fn apply(hooks: &[PreCfg], p: &Predictions<'_>) -> Result<PredictionPair> {
+/// `outputs` is how many predictions ComfyUI's `conds_out` holds (2 for CFG, 3 for PerpNeg).
+pub(super) fn apply(
+    hooks: &[PreCfg],
+    p: &Predictions<'_>,
+    outputs: usize,
+) -> Result<PredictionPair> {
     let mut cond = p.cond.to_vec();
     let mut uncond = p.uncond.map(<[f32]>::to_vec);
     for hook in hooks {
@@ -81,14 +86,15 @@ pub(super) fn apply(hooks: &[PreCfg], p: &Predictions<'_>) -> Result<PredictionP
                 let u = uncond.get_or_insert_with(|| vec![0.0; cond.len()]);
                 cond = apg.apply(p, &cond, u);
             }
+            // ComfyUI's hook works on the guidance only when the guider gave two predictions.
             PreCfg::LatentOperation(op) => {
                 cond = match &uncond {
-                    Some(u) => {
+                    Some(u) if outputs == 2 => {
                         let guidance: Vec<f32> = cond.iter().zip(u).map(|(c, u)| c - u).collect();
                         let changed = op.apply(&guidance, p.shape)?;
                         changed.iter().zip(u).map(|(g, u)| g + u).collect()
                     }
-                    None => op.apply(&cond, p.shape)?,
+                    _ => op.apply(&cond, p.shape)?,
                 };
             }
         }

@@ -219,7 +219,7 @@ fn guided(
 ) -> Vec<f32> {
     use kiln_models::sampling::guidance::Predictions;
     let before = Predictions { x, cond, uncond, cfg, sigma, shape };
-    match guidance.before_cfg(&before).expect("the hooks run") {
+    match guidance.before_cfg(&before, 2).expect("the hooks run") {
         Some((cond, uncond)) => {
             guidance.combine(Predictions { cond: &cond, uncond: uncond.as_deref(), ..before })
         }

@@ -198,6 +198,7 @@ enum Merge {
 }
 
 impl Merge {
+    /// The method a `merge_method` choice names.
     fn of(name: &str) -> Result<Merge, NodeError> {
         Ok(match name {
             "add" => Merge::Add,
@@ -208,6 +209,7 @@ impl Merge {
         })
     }
 
+    /// One sample of the first clip combined with one of the second.
     fn apply(self, a: f32, b: f32) -> f32 {
         match self {
             Merge::Add => a + b,

@@ -102,6 +102,7 @@ fn image_crop(inputs: &Inputs) -> Result<Vec<Value>, NodeError> {
 pub(super) struct ImageCropV2(Arc<NodeSpec>);
 
 impl ImageCropV2 {
+    /// The node as ComfyUI declares it.
     pub(super) fn new() -> ImageCropV2 {
         let region = serde_json::json!({"x": 0, "y": 0, "width": 512, "height": 512});
         ImageCropV2(Arc::new(

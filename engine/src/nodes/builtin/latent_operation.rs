@@ -157,13 +157,16 @@ mod tests {
             sigma: 0.5,
             shape,
         };
-        let (got, kept) = guidance.before_cfg(&both).expect("runs").expect("a hook");
+        let (got, kept) = guidance.before_cfg(&both, 2).expect("runs").expect("a hook");
         assert_close(&got, &io["cfg.cond"], "cfg.cond");
         assert_eq!(kept.as_deref(), Some(uncond.data()), "the unconditional prediction is kept");
         let alone =
             Predictions { x: &x, cond: cond.data(), uncond: None, cfg: 1.0, sigma: 0.5, shape };
-        let (got, kept) = guidance.before_cfg(&alone).expect("runs").expect("a hook");
+        let (got, kept) = guidance.before_cfg(&alone, 2).expect("runs").expect("a hook");
         assert_close(&got, &io["cfg.alone"], "cfg.alone");
         assert!(kept.is_none());
+        // Under PerpNegGuider ComfyUI's hooks see three predictions, and the operation takes the positive alone.
+        let (got, _) = guidance.before_cfg(&both, 3).expect("runs").expect("a hook");
+        assert_close(&got, &io["cfg.alone"], "cfg under PerpNeg");
     }
 }

@@ -33,48 +33,59 @@ impl RebatchLatents {
 }
 
 /// A batch being gathered, item by item: samples `[n, C, H, W]`, masks (`[1, H', W']` an item, as the latent
-/// had them) and indices.
+/// had them) and indices (one a sample). As in ComfyUI, the masks are cut by position on their own: a latent
+/// with more masks than samples keeps them so.
 struct Gathered {
     /// The shape of one item's samples.
     item: Vec<usize>,
     /// The shape of one item's mask.
     mask_item: Vec<usize>,
+    /// The samples' values, item after item.
     samples: Vec<f32>,
+    /// The masks' values, item after item.
     masks: Vec<f32>,
+    /// The batch indices.
     indices: Vec<i64>,
 }
 
 impl Gathered {
+    /// Items of samples gathered.
     fn len(&self) -> usize {
-        self.indices.len()
+        self.samples.len() / self.item.iter().product::<usize>().max(1)
     }
 
-    /// The first `n` items as a latent, and the rest.
+    /// The first `n` items (of each part) as a latent, and the rest when samples remain.
     fn split(mut self, n: usize) -> Result<(Latent, Option<Gathered>), NodeError> {
-        let n = n.min(self.len());
-        let per: usize = self.item.iter().product();
-        let per_mask: usize = self.mask_item.iter().product();
+        let per: usize = self.item.iter().product::<usize>().max(1);
+        let per_mask: usize = self.mask_item.iter().product::<usize>().max(1);
+        let (samples_n, masks_n) =
+            (n.min(self.samples.len() / per), n.min(self.masks.len() / per_mask));
         let rest = Gathered {
             item: self.item.clone(),
             mask_item: self.mask_item.clone(),
-            samples: self.samples.split_off(n * per),
-            masks: self.masks.split_off(n * per_mask),
-            indices: self.indices.split_off(n),
+            samples: self.samples.split_off(samples_n * per),
+            masks: self.masks.split_off(masks_n * per_mask),
+            indices: self.indices.split_off(n.min(self.indices.len())),
         };
-        let shaped = |item: &[usize], values: Vec<f32>| -> Result<Tensor, NodeError> {
-            let mut shape = vec![n];
-            shape.extend_from_slice(item);
-            Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
-        };
+        let shaped =
+            |count: usize, item: &[usize], values: Vec<f32>| -> Result<Tensor, NodeError> {
+                let mut shape = vec![count];
+                shape.extend_from_slice(item);
+                Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))
+            };
         let all_ones =
             self.masks.iter().map(|&v| f64::from(v)).sum::<f64>() == self.masks.len() as f64;
         let latent = Latent {
-            samples: shaped(&self.item, self.samples)?,
-            noise_mask: if all_ones { None } else { Some(shaped(&self.mask_item, self.masks)?) },
+            samples: shaped(samples_n, &self.item, self.samples)?,
+            noise_mask: if all_ones {
+                None
+            } else {
+                Some(shaped(masks_n, &self.mask_item, self.masks)?)
+            },
             batch_index: Some(self.indices),
             downscale_ratio_spacial: None,
         };
-        Ok((latent, (!rest.indices.is_empty()).then_some(rest)))
+        Ok((latent, (!rest.samples.is_empty()).then_some(rest)))
     }
 }
 
@@ -103,6 +114,16 @@ fn gather(latent: &Latent, offset: usize) -> Result<Gathered, NodeError> {
         None => (vec![1, h * 8, w * 8], vec![1.0; b * h * 8 * w * 8]),
     };
     let indices = match &latent.batch_index {
+        // ComfyUI cuts the indices apart from the samples and fails further on when their counts differ.
+        Some(indices) if indices.len() != b => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!(
+                    "RebatchLatents: a latent of {b} samples carries {} batch indices; they must match",
+                    indices.len()
+                ),
+            ));
+        }
         Some(indices) => indices.clone(),
         None => (0..b).map(|i| (offset + i) as i64).collect(),
     };
@@ -142,14 +163,15 @@ fn rebatch(latents: &[&Latent], batch_size: usize) -> Result<Vec<Latent>, NodeEr
                 batch
             }
         });
-        while let Some(batch) = current.take() {
-            if batch.len() <= batch_size {
-                current = Some(batch);
-                break;
+        // Past the batch size, every full batch goes out at once and the rest (if any) gathers on.
+        if current.as_ref().is_some_and(|batch| batch.len() > batch_size) {
+            let full = current.as_ref().map_or(0, Gathered::len) / batch_size;
+            for _ in 0..full {
+                let Some(batch) = current.take() else { break };
+                let (batch, rest) = batch.split(batch_size)?;
+                out.push(batch);
+                current = rest;
             }
-            let (full, rest) = batch.split(batch_size)?;
-            out.push(full);
-            current = rest;
         }
     }
     if let Some(batch) = current {
@@ -192,6 +214,18 @@ impl Node for RebatchLatents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indices_that_do_not_match_the_samples_are_refused() {
+        let latent = Latent {
+            samples: Tensor::full(vec![4, 4, 2, 2], 0.0),
+            noise_mask: None,
+            batch_index: Some(vec![10, 11]),
+            downscale_ratio_spacial: None,
+        };
+        let Err(error) = rebatch(&[&latent], 3) else { panic!("refused") };
+        assert!(error.message.contains("4 samples carries 2 batch indices"), "{}", error.message);
+    }
 
     #[test]
     fn latents_rebatch_as_comfyui_rebatches_them() {

@@ -1476,8 +1476,12 @@ impl Guided<'_> {
         sigma: f32,
         cfg_pp: bool,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
-        // `CFGOverride` sets the guider's scale for this call, as ComfyUI's `predict_noise` wrapper does.
-        let scale = self.model.guidance.cfg_at(self.cfg, sigma);
+        // `CFGOverride` sets the guider's scale for this call, as ComfyUI's `predict_noise` wrapper does
+        // (DualCFGGuider reads its own two scales, which the wrapper leaves alone).
+        let scale = match self.dual {
+            Some(_) => self.cfg,
+            None => self.model.guidance.cfg_at(self.cfg, sigma),
+        };
         self.step_cfg.store(scale.to_bits(), Ordering::Relaxed);
         if let Some(cache) = &self.lazy_cache {
             let mut cache = lock(cache)?;
@@ -1513,8 +1517,9 @@ impl Guided<'_> {
             _ => (cond()?, None),
         };
         let guidance = &self.model.guidance;
-        if uncond.is_none() && guidance.is_plain() {
-            // CFG with the skipped negative as zeros gives the conditional prediction itself.
+        if uncond.is_none() && guidance.is_plain() && isclose(self.scale(), 1.0) {
+            // CFG 1 with the skipped negative as zeros gives the conditional prediction itself (BasicGuider's
+            // under a `CFGOverride` of another scale is that scale times it).
             return Ok((cond, None));
         }
         self.combined(x, sigma, cond, uncond)
@@ -1559,7 +1564,7 @@ impl Guided<'_> {
         // The hooks before CFG (`TCFG`, `APG`) hand CFG, the post-CFG hooks and a CFG++ sampler their
         // predictions.
         let before = Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
-        let modified = guidance.before_cfg(&before)?;
+        let modified = guidance.before_cfg(&before, 2)?;
         let (cond, uncond) = modified.unwrap_or((cond, uncond));
         let predictions =
             Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
@@ -1601,7 +1606,8 @@ impl Guided<'_> {
         let (cfg, shape) = (self.scale() as f32, self.shape.as_slice());
         let before =
             Predictions { x, cond: &positive, uncond: negative.as_deref(), cfg, sigma, shape };
-        let (positive, negative) = guidance.before_cfg(&before)?.unwrap_or((positive, negative));
+        // ComfyUI hands PerpNeg's hooks three predictions: the positive, the negative and the empty prompt's.
+        let (positive, negative) = guidance.before_cfg(&before, 3)?.unwrap_or((positive, negative));
         let negative = negative.unwrap_or_else(zeros);
         let out = perp_neg_combine(&positive, &negative, &empty, perp_neg.neg_scale as f32, cfg);
         let predictions =
@@ -1978,7 +1984,7 @@ impl ArVideoRun<'_> {
         if guided.dual.is_some() || guided.perp_neg.is_some() || guided.cfg_reads_negative() {
             return invalid(format!(
                 "the ar_video sampler runs a causal model at CFG 1 (its cache holds one prompt's keys and \
-                 values), got cfg {}: set the guider's cfg to 1",
+                 values), got cfg {} (or a CFGOverride to another scale): set the guider's cfg to 1",
                 guided.cfg
             ));
         }
