@@ -402,7 +402,7 @@ impl Bands {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
@@ -422,7 +422,7 @@ mod tests {
     }
 
     /// The largest difference from ComfyUI's clip, relative to its peak; the shape and rate must agree.
-    fn assert_close(got: &Audio, want: &Audio, what: &str) {
+    pub(in crate::nodes::builtin) fn assert_close(got: &Audio, want: &Audio, what: &str) {
         assert_eq!(got.waveform().shape(), want.waveform().shape(), "{what}");
         assert_eq!(got.sample_rate(), want.sample_rate(), "{what}");
         let peak = want.waveform().data().iter().fold(0f32, |m, v| m.max(v.abs()));

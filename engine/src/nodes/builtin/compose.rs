@@ -321,20 +321,24 @@ impl RebatchImages {
     }
 }
 
+/// A rebatching node's `batch_size`: the first of the list, as ComfyUI reads it, refused below 1.
+pub(super) fn batch_size(inputs: &Inputs) -> Result<usize, NodeError> {
+    let batch_size = inputs.int("batch_size")?;
+    usize::try_from(batch_size).ok().filter(|&n| n > 0).ok_or_else(|| {
+        NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("`batch_size` must be positive, got {batch_size}"),
+        )
+    })
+}
+
 impl Node for RebatchImages {
     fn spec(&self) -> Arc<NodeSpec> {
         self.0.clone()
     }
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        // The first of the batch sizes, as ComfyUI reads it.
-        let batch_size = inputs.int("batch_size")?;
-        let batch_size = usize::try_from(batch_size).ok().filter(|&n| n > 0).ok_or_else(|| {
-            NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("`batch_size` must be positive, got {batch_size}"),
-            )
-        })?;
+        let batch_size = batch_size(inputs)?;
         let mut singles: Vec<(&[usize], &[f32])> = Vec::new();
         for value in inputs.list("images") {
             let Value::Image(image) = value else {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::compose::batch_size;
 use crate::nodes::{
     Context, ErrorKind, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, Output, OutputDef,
 };
@@ -186,14 +187,7 @@ impl Node for RebatchLatents {
     }
 
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
-        // The first of the batch sizes, as ComfyUI reads it.
-        let batch_size = inputs.int("batch_size")?;
-        let batch_size = usize::try_from(batch_size).ok().filter(|&n| n > 0).ok_or_else(|| {
-            NodeError::of_kind(
-                ErrorKind::InvalidValue,
-                format!("`batch_size` must be positive, got {batch_size}"),
-            )
-        })?;
+        let batch_size = batch_size(inputs)?;
         let latents = inputs
             .list("latents")
             .iter()
