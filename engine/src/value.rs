@@ -159,6 +159,11 @@ impl Value {
         }
     }
 
+    /// Python's `None` as a node gives it (a silent video's audio, a missing clip passed on).
+    pub fn none() -> Value {
+        Value::Json(Arc::new(serde_json::Value::Null))
+    }
+
     /// Bytes held by tensors (what RAM-pressure eviction counts).
     pub fn byte_size(&self) -> usize {
         match self {

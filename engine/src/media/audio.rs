@@ -79,8 +79,10 @@ impl Audio {
         sample_rate: u32,
         mut f: impl FnMut(&[f32]) -> Vec<f32>,
     ) -> Result<Audio, MediaError> {
-        let rows: Vec<Vec<f32>> =
-            (0..self.batch() * self.channels()).map(|row| f(self.row(row))).collect();
+        let rows: Vec<Vec<f32>> = (0..self.batch())
+            .flat_map(|b| (0..self.channels()).map(move |c| (b, c)))
+            .map(|(b, c)| f(self.channel(b, c)))
+            .collect();
         let samples = rows.first().map_or(0, Vec::len);
         if rows.iter().any(|r| r.len() != samples) {
             return Err(MediaError::Invalid("audio channels differ in length".to_owned()));
@@ -100,12 +102,6 @@ impl Audio {
         let resampler = kiln_models::resample::Resampler::new(self.sample_rate, sample_rate)
             .map_err(|e| MediaError::Invalid(e.to_string()))?;
         self.map_channels(sample_rate, |x| resampler.apply(x))
-    }
-
-    /// Row `row` of the waveform seen as `[B · channels, samples]`.
-    fn row(&self, row: usize) -> &[f32] {
-        let samples = self.samples();
-        &self.waveform.data()[row * samples..(row + 1) * samples]
     }
 
     /// Samples `start..end` of every channel (clamped to the clip).

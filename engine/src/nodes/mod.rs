@@ -142,6 +142,16 @@ impl Inputs {
         }
     }
 
+    /// The text of a widget of a custom type (`COLOR`, `AUDIO_RECORD`), which reaches the node as a `STRING` or
+    /// as the JSON string it came as; empty when the input is absent or not text.
+    pub fn widget_text(&self, name: &str) -> &str {
+        match self.get(name) {
+            Some(Value::String(s)) => s,
+            Some(Value::Json(j)) => j.as_str().unwrap_or_default(),
+            _ => "",
+        }
+    }
+
     /// A `BOOLEAN` input.
     pub fn bool(&self, name: &str) -> Result<bool, NodeError> {
         match self.required(name)? {

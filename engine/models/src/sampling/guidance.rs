@@ -153,12 +153,6 @@ impl Guidance {
             .find(|o| o.sigma_low <= sigma && sigma <= o.sigma_high)
             .map_or(base, |o| o.cfg)
     }
-
-    /// Whether any override sets a scale other than 1 (one at which CFG reads the negative).
-    pub fn overrides_read_the_negative(&self) -> bool {
-        // Python's `math.isclose` at its default tolerance, as the CFG-1 shortcut compares.
-        self.cfg_overrides.iter().any(|o| (o.cfg - 1.0).abs() > 1e-9 * o.cfg.abs().max(1.0))
-    }
 }
 
 /// The conditional x̂₀ and the unconditional one (`None`: skipped) that CFG combines.

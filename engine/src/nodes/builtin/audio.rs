@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::audio_mix::{Pair, match_rates};
+use super::audio_mix::{Pair, clip, match_rates};
 use super::files::{input_files, save_target};
 use super::video::{MediaNode, VIDEO_EXTENSIONS, audio_input, input_path, media_error, tags};
 use crate::media::{self, Audio};
@@ -21,7 +21,6 @@ use crate::nodes::{
     Node, NodeError, NodeResult, NodeSpec, Output, OutputDef, UiOutput,
 };
 use crate::roots;
-use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// Extensions whose MIME type is `audio/*` (with the video ones, what `LoadAudio` lists).
@@ -112,14 +111,9 @@ pub(super) fn record_audio() -> MediaNode {
         .output(OutputDef::new("AUDIO"))
         .aliases(&["microphone input", "audio capture", "voice input"]);
     MediaNode::new(spec, |inputs, ctx| {
-        // The widget's value reaches an `AUDIO_RECORD` input as it came: a JSON string.
-        let name = match inputs.get("audio") {
-            Some(Value::String(s)) => s.as_str(),
-            Some(Value::Json(j)) => j.as_str().unwrap_or_default(),
-            _ => "",
-        };
-        let dirs = (Some(ctx.output_dir.as_path()), Some(ctx.temp_dir.as_path()));
-        let path = roots::annotated(name, &ctx.input_dir, dirs.0, dirs.1).ok_or_else(|| {
+        let name = inputs.widget_text("audio");
+        let (output, temp) = (Some(ctx.output_dir.as_path()), Some(ctx.temp_dir.as_path()));
+        let path = roots::annotated(name, &ctx.input_dir, output, temp).ok_or_else(|| {
             NodeError::of_kind(
                 ErrorKind::FileNotFound,
                 format!("RecordAudio: no recording `{name}` (record a clip first)"),
@@ -485,9 +479,7 @@ fn concat(first: &Audio, second: &Audio, before: bool) -> Result<Audio, NodeErro
             data.extend_from_slice(b.channel(item, c));
         }
     }
-    let shape = vec![a.batch(), a.channels(), a.samples() + b.samples()];
-    let waveform = Tensor::new(shape, data).map_err(|e| NodeError::new(e.to_string()))?;
-    Audio::new(waveform, a.sample_rate()).map_err(media_error)
+    clip(vec![a.batch(), a.channels(), a.samples() + b.samples()], data, a.sample_rate())
 }
 
 /// Mono audio with its channel doubled (ComfyUI's `repeat(1, 2, 1)`); other audio as it is.
@@ -500,9 +492,7 @@ fn stereo(audio: &Audio) -> Result<Audio, NodeError> {
         data.extend_from_slice(audio.channel(item, 0));
         data.extend_from_slice(audio.channel(item, 0));
     }
-    let waveform = Tensor::new(vec![audio.batch(), 2, audio.samples()], data)
-        .map_err(|e| NodeError::new(e.to_string()))?;
-    Audio::new(waveform, audio.sample_rate()).map_err(media_error)
+    clip(vec![audio.batch(), 2, audio.samples()], data, audio.sample_rate())
 }
 
 #[cfg(test)]

@@ -14,11 +14,6 @@ use crate::nodes::{ErrorKind, InputDef, Inputs, NodeError, NodeResult, NodeSpec,
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-/// The `None` a node gives for a missing clip.
-fn none() -> Value {
-    Value::Json(Arc::new(serde_json::Value::Null))
-}
-
 /// A clip as a node's output value.
 fn value(audio: Audio) -> Value {
     Value::Audio(Arc::new(audio))
@@ -30,7 +25,7 @@ fn invalid(message: impl Into<String>) -> NodeError {
 }
 
 /// A waveform of `shape` from `data`, as a clip at `rate`.
-fn clip(shape: Vec<usize>, data: Vec<f32>, rate: u32) -> Result<Audio, NodeError> {
+pub(super) fn clip(shape: Vec<usize>, data: Vec<f32>, rate: u32) -> Result<Audio, NodeError> {
     let waveform = Tensor::new(shape, data).map_err(|e| NodeError::new(e.to_string()))?;
     Audio::new(waveform, rate).map_err(media_error)
 }
@@ -117,7 +112,7 @@ pub(super) fn split_audio_channels() -> MediaNode {
         .aliases(&["stereo to mono"]);
     MediaNode::new(spec, |inputs, _| {
         let Some(audio) = audio_input(inputs, "audio")? else {
-            return Ok(NodeResult::values([none(), none()]));
+            return Ok(NodeResult::values([Value::none(), Value::none()]));
         };
         if audio.channels() != 2 {
             return Err(invalid(format!(
@@ -147,7 +142,7 @@ impl Pair {
         Ok(match (audio_input(inputs, first)?, audio_input(inputs, second)?) {
             (Some(a), Some(b)) => Pair::Both(a.clone(), b.clone()),
             (Some(one), None) | (None, Some(one)) => Pair::Passed(Value::Audio(one.clone())),
-            (None, None) => Pair::Passed(none()),
+            (None, None) => Pair::Passed(Value::none()),
         })
     }
 }
@@ -299,7 +294,7 @@ pub(super) fn audio_adjust_volume() -> MediaNode {
         .aliases(&["audio gain", "loudness", "audio level"]);
     MediaNode::new(spec, |inputs, _| {
         let Some(audio) = audio_input(inputs, "audio")? else {
-            return Ok(NodeResult::values([none()]));
+            return Ok(NodeResult::values([Value::none()]));
         };
         let volume = inputs.int("volume")?;
         if volume == 0 {
@@ -355,7 +350,7 @@ pub(super) fn audio_equalizer_3band() -> MediaNode {
         .aliases(&["eq", "bass boost", "treble boost", "equalizer"]);
     MediaNode::new(spec, |inputs, _| {
         let Some(audio) = audio_input(inputs, "audio")? else {
-            return Ok(NodeResult::values([none()]));
+            return Ok(NodeResult::values([Value::none()]));
         };
         let float = |name: &str| inputs.float(name).map(|v| v as f32);
         let bands = Bands {

@@ -46,21 +46,30 @@ pub(super) fn tonemap_reinhard() -> Pure {
 
 /// `LatentOperationSharpen`.
 pub(super) fn sharpen() -> Pure {
-    let advanced = |name: &str, ty: &str, default: f64, min: f64, max: f64, step: f64| {
-        let number = |v: f64| -> serde_json::Value {
-            if ty == "INT" { (v as i64).into() } else { v.into() }
-        };
-        InputDef::bare(name, ty)
-            .option("advanced", true)
-            .option("default", number(default))
-            .option("min", number(min))
-            .option("max", number(max))
-            .option("step", number(step))
-    };
+    // ComfyUI declares these `advanced`, which its object_info writes first.
+    let advanced = |name: &str, ty: &str| InputDef::bare(name, ty).option("advanced", true);
     let spec = spec("LatentOperationSharpen")
-        .input(advanced("sharpen_radius", "INT", 9.0, 1.0, 31.0, 1.0))
-        .input(advanced("sigma", "FLOAT", 1.0, 0.1, 10.0, 0.1))
-        .input(advanced("alpha", "FLOAT", 0.1, 0.0, 5.0, 0.01))
+        .input(
+            advanced("sharpen_radius", "INT")
+                .option("default", 9)
+                .option("min", 1)
+                .option("max", 31)
+                .option("step", 1),
+        )
+        .input(
+            advanced("sigma", "FLOAT")
+                .option("default", 1.0)
+                .option("min", 0.1)
+                .option("max", 10.0)
+                .option("step", 0.1),
+        )
+        .input(
+            advanced("alpha", "FLOAT")
+                .option("default", 0.1)
+                .option("min", 0.0)
+                .option("max", 5.0)
+                .option("step", 0.01),
+        )
         .output(OutputDef::new("LATENT_OPERATION"));
     Pure::new(spec, |inputs| {
         let radius =

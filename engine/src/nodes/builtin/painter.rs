@@ -129,11 +129,7 @@ fn annotated(
 /// `bg_color` as RGB in 0..1, as ComfyUI's `hex_to_rgb` reads it: `#rrggbb` (the `#` optional), black for a
 /// length other than 6, refused for six characters that are not hex digits (ComfyUI's `int(…, 16)` raises).
 fn colour(inputs: &Inputs) -> Result<[f32; 3], NodeError> {
-    let text = match inputs.get("bg_color") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Json(j)) => j.as_str().unwrap_or_default().to_owned(),
-        _ => String::new(),
-    };
+    let text = inputs.widget_text("bg_color");
     let hex = text.trim_start_matches('#');
     if hex.chars().count() != 6 {
         return Ok([0.0; 3]);

@@ -142,12 +142,8 @@ pub(super) fn colour_picker() -> Pure {
         .output(OutputDef::new("COLOR").named("hex"))
         .output(OutputDef::new("FLOAT").named("alpha"));
     Pure::new(spec, |inputs| {
-        let text = match inputs.get("color") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Json(j)) => j.as_str().unwrap_or_default().to_owned(),
-            _ => String::new(),
-        };
-        let (rgb, alpha) = parse_colour(&text).ok_or_else(|| {
+        let text = inputs.widget_text("color");
+        let (rgb, alpha) = parse_colour(text).ok_or_else(|| {
             NodeError::of_kind(
                 ErrorKind::InvalidValue,
                 "Color must be in format #RRGGBB or #RRGGBBAA",

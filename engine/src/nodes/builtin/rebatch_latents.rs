@@ -66,7 +66,7 @@ impl Gathered {
             mask_item: self.mask_item.clone(),
             samples: self.samples.split_off(samples_n * per),
             masks: self.masks.split_off(masks_n * per_mask),
-            indices: self.indices.split_off(n.min(self.indices.len())),
+            indices: self.indices.split_off(samples_n),
         };
         let shaped =
             |count: usize, item: &[usize], values: Vec<f32>| -> Result<Tensor, NodeError> {

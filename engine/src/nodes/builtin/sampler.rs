@@ -6,7 +6,7 @@
 
 use std::any::Any;
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kiln_compute::{Backend, DType};
@@ -875,8 +875,6 @@ struct Guided<'a> {
     negative: Option<&'a Conditioning>,
     /// The guider's CFG scale.
     cfg: f64,
-    /// The scale of the model call under way (the guider's, or a `CFGOverride`'s at its σ), as f64 bits.
-    step_cfg: AtomicU64,
     dual: Option<&'a DualCfg>,
     perp_neg: Option<&'a PerpNeg>,
     /// The latent's noise mask, when it has one.
@@ -1440,13 +1438,18 @@ impl Guided<'_> {
     /// Whether CFG evaluates the negative: ComfyUI's cfg1 optimisation skips it at cfg 1, and an empty one is
     /// not evaluated either.
     fn cfg_reads_negative(&self) -> bool {
+        let overrides = &self.model.guidance.cfg_overrides;
         self.negative.is_some_and(|n| !n.entries.is_empty())
-            && ((self.cfg - 1.0).abs() > 1e-9 || self.model.guidance.overrides_read_the_negative())
+            && ((self.cfg - 1.0).abs() > 1e-9 || overrides.iter().any(|o| !isclose(o.cfg, 1.0)))
     }
 
-    /// The CFG scale of the model call under way ([`Guided::guide`] sets it).
-    fn scale(&self) -> f64 {
-        f64::from_bits(self.step_cfg.load(Ordering::Relaxed))
+    /// The CFG scale of a model call at `sigma`: the guider's, or a `CFGOverride`'s, as ComfyUI's
+    /// `predict_noise` wrapper sets it (DualCFGGuider reads its own two scales, which the wrapper leaves alone).
+    fn scale(&self, sigma: f32) -> f64 {
+        match self.dual {
+            Some(_) => self.cfg,
+            None => self.model.guidance.cfg_at(self.cfg, sigma),
+        }
     }
 
     /// The guided x̂₀ with the latent's noise mask applied around the model (ComfyUI's `KSamplerX0Inpaint`),
@@ -1476,13 +1479,6 @@ impl Guided<'_> {
         sigma: f32,
         cfg_pp: bool,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
-        // `CFGOverride` sets the guider's scale for this call, as ComfyUI's `predict_noise` wrapper does
-        // (DualCFGGuider reads its own two scales, which the wrapper leaves alone).
-        let scale = match self.dual {
-            Some(_) => self.cfg,
-            None => self.model.guidance.cfg_at(self.cfg, sigma),
-        };
-        self.step_cfg.store(scale.to_bits(), Ordering::Relaxed);
         if let Some(cache) = &self.lazy_cache {
             let mut cache = lock(cache)?;
             return cache
@@ -1510,14 +1506,14 @@ impl Guided<'_> {
         let cond = || self.predict(self.positive, x, sigma);
         // ComfyUI skips the negative at CFG 1 (BasicGuider's always) unless a CFG++ sampler reads it; an empty one
         // is evaluated as zeros, without a model call.
-        let evaluate = cfg_pp || !isclose(self.scale(), 1.0);
+        let evaluate = cfg_pp || !isclose(self.scale(sigma), 1.0);
         let skip = self.model.guidance.uncond_skip.filter(|s| s.active(sigma));
         let (cond, uncond) = match self.negative {
             Some(negative) if evaluate => self.both_sides(negative, skip, x, sigma)?,
             _ => (cond()?, None),
         };
         let guidance = &self.model.guidance;
-        if uncond.is_none() && guidance.is_plain() && isclose(self.scale(), 1.0) {
+        if uncond.is_none() && guidance.is_plain() && isclose(self.scale(sigma), 1.0) {
             // CFG 1 with the skipped negative as zeros gives the conditional prediction itself (BasicGuider's
             // under a `CFGOverride` of another scale is that scale times it).
             return Ok((cond, None));
@@ -1560,7 +1556,7 @@ impl Guided<'_> {
         uncond: Option<Vec<f32>>,
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
         let guidance = &self.model.guidance;
-        let (cfg, shape) = (self.scale() as f32, self.shape.as_slice());
+        let (cfg, shape) = (self.scale(sigma) as f32, self.shape.as_slice());
         // The hooks before CFG (`TCFG`, `APG`) hand CFG, the post-CFG hooks and a CFG++ sampler their
         // predictions.
         let before = Predictions { x, cond: &cond, uncond: uncond.as_deref(), cfg, sigma, shape };
@@ -1594,7 +1590,7 @@ impl Guided<'_> {
     ) -> kiln_models::Result<(Vec<f32>, Option<Vec<f32>>)> {
         // A CFG++ sampler turns the skipping off (`disable_cfg1_optimization`).
         let skip_negative = !cfg_pp && isclose(perp_neg.neg_scale, 0.0);
-        let skip_empty = skip_negative && isclose(self.scale(), 1.0);
+        let skip_empty = skip_negative && isclose(self.scale(sigma), 1.0);
         let zeros = || vec![0.0f32; x.len()];
         let empty = if skip_empty { zeros() } else { self.predict(&perp_neg.empty, x, sigma)? };
         let negative = match self.negative {
@@ -1603,7 +1599,7 @@ impl Guided<'_> {
         };
         let positive = self.predict(self.positive, x, sigma)?;
         let guidance = &self.model.guidance;
-        let (cfg, shape) = (self.scale() as f32, self.shape.as_slice());
+        let (cfg, shape) = (self.scale(sigma) as f32, self.shape.as_slice());
         let before =
             Predictions { x, cond: &positive, uncond: negative.as_deref(), cfg, sigma, shape };
         // ComfyUI hands PerpNeg's hooks three predictions: the positive, the negative and the empty prompt's.
@@ -1640,7 +1636,7 @@ impl Guided<'_> {
         let skip_negative = !cfg_pp && !dual.nested && isclose(dual.cfg_middle, 1.0);
         // The positive first: ComfyUI's one batch of all three holds it first (what EasyCache decides by).
         let positive = self.predict(self.positive, x, sigma)?;
-        let middle = if skip_negative && isclose(self.scale(), 1.0) {
+        let middle = if skip_negative && isclose(self.scale(sigma), 1.0) {
             vec![0.0; x.len()]
         } else {
             self.predict(&dual.middle, x, sigma)?
@@ -1650,15 +1646,18 @@ impl Guided<'_> {
             _ => None,
         };
         if dual.nested {
-            let text =
-                guidance.combine(predictions(&positive, Some(middle.as_slice()), self.scale()));
+            let text = guidance.combine(predictions(
+                &positive,
+                Some(middle.as_slice()),
+                self.scale(sigma),
+            ));
             let negative = negative.unwrap_or_else(|| vec![0.0; x.len()]);
             let scale = dual.cfg_middle as f32;
             let out = negative.iter().zip(text).map(|(n, t)| n + scale * (t - n)).collect();
             return Ok((out, Some(middle)));
         }
         let base = guidance.combine(predictions(&middle, negative.as_deref(), dual.cfg_middle));
-        let scale = self.scale() as f32;
+        let scale = self.scale(sigma) as f32;
         let out = base
             .iter()
             .zip(positive.iter().zip(&middle))
@@ -1863,7 +1862,6 @@ pub(super) fn sample(
         positive: &positive,
         negative: negative.as_ref(),
         cfg: job.cfg,
-        step_cfg: AtomicU64::new(job.cfg.to_bits()),
         dual: dual.as_ref(),
         perp_neg: perp_neg.as_ref(),
         inpaint,

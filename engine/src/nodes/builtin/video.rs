@@ -282,9 +282,7 @@ pub(super) fn get_video_components() -> MediaNode {
         let components = video.components().map_err(media_error)?;
         let bit_depth = video.bit_depth().map_err(media_error)?;
         // A video without sound gives ComfyUI's `None`.
-        let audio = components
-            .audio
-            .map_or_else(|| Value::Json(Arc::new(serde_json::Value::Null)), Value::Audio);
+        let audio = components.audio.map_or_else(Value::none, Value::Audio);
         Ok(NodeResult::values([
             Value::Image(components.images),
             audio,
