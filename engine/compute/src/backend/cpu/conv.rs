@@ -4,20 +4,24 @@
 //!   padded width (and dropping the extra columns) makes the input shifted by a kernel tap (ky, kx) a plain
 //!   strided matrix, so no im2col buffer is built. Small images go through together, stacked in height (the
 //!   rows that straddle two of them dropped like the extra columns), so the kernel is packed once for all of
-//!   them. With AVX-512 all taps are one GEMM whose right operand's rows are those shifted planes
-//!   (K = C·kh·kw); otherwise each tap is one GEMM `w[:, :, ky, kx] · shifted input` accumulated into the
-//!   output. A 1×1 conv without padding is a single GEMM on each input.
-//! - Other strides: im2col over bands of output rows (bounded scratch), one GEMM per band.
+//!   them. Where the packed product runs (AVX-512, or AVX2 and FMA) all taps are one GEMM whose right
+//!   operand's rows are those shifted planes (K = C·kh·kw); otherwise each tap is one GEMM
+//!   `w[:, :, ky, kx] · shifted input` accumulated into the output. A 1×1 conv without padding is a single
+//!   GEMM on each input.
+//! - Small planes (a video VAE's first blocks, 4² or 8²), where the padded columns would be a large part of
+//!   the product, and other strides: im2col, one product over the columns of every image (small planes) or
+//!   over bands of output rows (bounded scratch). Its right operand holds the same values in the same order as
+//!   the padded form, so both give the same bits.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::Cpu;
 use super::gemm::{Mat, MatMut, Threads, gemm};
 use super::packed_gemm::{self, F32, Kind, Rhs};
 use super::storage::{PAR_CHUNK, read_f32_range, tensor_from_f32};
 use super::weights::{vector, with_f32};
+use super::{Cpu, avx2_product};
 use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
 use crate::error::Result;
 use crate::tensor::{Tensor, Weight};
@@ -115,15 +119,13 @@ fn convolve(
     if plane_out > 0 && o > 0 && per_sample > 0 {
         // The kernel in f32 once for every sample: read where it lies, or widened into the thread's buffer.
         with_f32(cpu.sim(), w, |weights| {
-            if g.stride == 1 {
+            if g.stride == 1 && !padding_dominates(&g) {
                 let n = stacked(&g, b);
                 for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
-                    conv_taps(&g, xi, weights, oi, fuse_taps(&g));
+                    conv_taps(&g, xi, weights, oi, packed_gemm::F32::available());
                 }
             } else {
-                for (xi, oi) in xs.chunks(per_sample).zip(out.chunks_mut(o * plane_out)) {
-                    conv_im2col(&g, xi, weights, oi);
-                }
+                conv_im2col(&g, &xs, weights, &mut out);
             }
             Ok(())
         })?;
@@ -147,16 +149,13 @@ fn stacked_cols(g: &ConvGeometry, n: usize) -> usize {
     ((n.max(1) - 1) * hp + g.oh) * wp
 }
 
-/// Whether [`conv_taps`] multiplies every tap in one fused product of `packed_gemm` (which packs the image's
-/// shifted planes and reads the kernel in place) rather than one `gemm` per tap (whose `gemm` crate packs the
-/// kernel again for each): always with AVX-512; with AVX2 only for at most as many columns as output channels,
-/// the small planes of a video VAE's first blocks. Measured on an AVX2 EPYC (`benches/cpu_ops.rs`, 3×3, fused
-/// against per tap): 1024 channels at 4² 0.014 against 0.050 s, at 8² 0.027–0.031 against 0.063 s, 512 at
-/// 16² 0.017 against 0.021 s; from 256 at 32² even, and 512 at 128² 0.99–1.18 against 0.86–0.99 s. The rule
-/// looks at one image's plane, not at how many are stacked, so that a clip convolved in chunks of frames takes
-/// the same path, and gives the same bits, as the whole clip.
-fn fuse_taps(g: &ConvGeometry) -> bool {
-    packed_gemm::strided_available() || (F32::available() && stacked_cols(g, 1) <= g.o)
+/// Whether one image's padded columns ([`conv_taps`]' product, rounded to whole micro-panels) would exceed its
+/// output columns by more than a fifth: a 4² plane computes 24 columns (32 in panels of 16) for 16 outputs,
+/// an 8² one 80 for 64; from 16² (288 for 256) the padded form is cheaper than building im2col's columns.
+fn padding_dominates(g: &ConvGeometry) -> bool {
+    let panel = avx2_product::NR;
+    let padded = stacked_cols(g, 1).next_multiple_of(panel);
+    5 * padded > 6 * (g.oh * g.ow).next_multiple_of(panel)
 }
 
 /// Stride-1 convolution of images `x` `[n, C, H, W]` into `out` `[n, O, OH, OW]`: one GEMM over all of them
@@ -173,24 +172,7 @@ fn conv_taps(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32], fused: boo
     let plane = g.oh * g.ow;
     if taps == 1 && g.pad == [0; 4] {
         for (x, out) in x.chunks(image).zip(out.chunks_mut(g.o * plane)) {
-            if fused {
-                let rhs = Rhs::Strided(Mat::rows(x, g.h * g.w));
-                let dst = MatMut::rows(out, plane);
-                let lhs = Mat::rows(w, wrow);
-                packed_gemm::gemm_f32((g.o, plane, g.c), dst, lhs, rhs, false, 1.0, Threads::All);
-                continue;
-            }
-            gemm(
-                g.o,
-                plane,
-                g.c,
-                MatMut::rows(out, plane),
-                Mat::rows(w, wrow),
-                Mat::rows(x, g.h * g.w),
-                false,
-                1.0,
-                Threads::All,
-            );
+            product(fused, (g.o, plane, g.c), MatMut::rows(out, plane), w, x);
         }
         return;
     }
@@ -274,38 +256,94 @@ fn conv_tap_by_tap(
     }
 }
 
-/// Strided convolution of one image `x` `[C, H, W]` into `out` `[O, OH, OW]` by im2col over bands of rows.
+/// Convolution of images `x` `[n, C, H, W]` (any stride) into `out` `[n, O, OH, OW]` by im2col: whole images
+/// together where their columns fit [`IM2COL_ELEMS`] (the product's output then gathered back per image), else
+/// each image in bands of output rows.
 fn conv_im2col(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let krows = g.c * g.kh * g.kw;
+    let (image, plane) = (g.c * g.h * g.w, g.oh * g.ow);
+    let n = x.len() / image.max(1);
+    let fit = IM2COL_ELEMS / krows.max(1);
+    let packed = F32::available();
+    if plane <= fit {
+        let group = (fit / plane).clamp(1, n.max(1));
+        let mut col = vec![0.0f32; krows * group * plane];
+        let mut wide = vec![0.0f32; if group > 1 { g.o * group * plane } else { 0 }];
+        for (xs, outs) in x.chunks(group * image).zip(out.chunks_mut(group * g.o * plane)) {
+            let cols = xs.len() / image * plane;
+            let col = &mut col[..krows * cols];
+            im2col(g, xs, 0..g.oh, col);
+            if cols == plane {
+                product(packed, (g.o, cols, krows), MatMut::rows(outs, plane), w, col);
+                continue;
+            }
+            let wide = &mut wide[..g.o * cols];
+            product(packed, (g.o, cols, krows), MatMut::rows(wide, cols), w, col);
+            // Output plane i (image i / O, channel i % O) from columns of image i / O in row i % O.
+            outs.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
+                let (image_at, ch) = (i / g.o, i % g.o);
+                dst.copy_from_slice(&wide[ch * cols + image_at * plane..][..plane]);
+            });
+        }
+        return;
+    }
+    let band = (fit / g.ow.max(1)).clamp(1, g.oh);
+    let mut col = vec![0.0f32; krows * band * g.ow];
+    for (xi, oi) in x.chunks(image).zip(out.chunks_mut(g.o * plane)) {
+        for y0 in (0..g.oh).step_by(band) {
+            let rows = y0..(y0 + band).min(g.oh);
+            let cols = rows.len() * g.ow;
+            let col = &mut col[..krows * cols];
+            im2col(g, xi, rows, col);
+            let dst = MatMut { data: &mut oi[y0 * g.ow..], rs: plane, cs: 1 };
+            product(packed, (g.o, cols, krows), dst, w, col);
+        }
+    }
+}
+
+/// The im2col matrix of output rows `rows` of the images `x` `[n, C, H, W]` into `col`: row (c, ky, kx), column
+/// (i, y − rows.start, x) holds input (i, c, y·s + ky − top, x·s + kx − left), zero outside.
+fn im2col(g: &ConvGeometry, x: &[f32], rows: Range<usize>, col: &mut [f32]) {
     let [top, _, left, _] = g.pad;
     let taps = g.kh * g.kw;
-    let krows = g.c * taps;
-    let band = (IM2COL_ELEMS / (krows * g.ow).max(1)).clamp(1, g.oh);
-    let mut col = vec![0.0f32; krows * band * g.ow];
-    let plane = g.oh * g.ow;
-    let mut y0 = 0;
-    while y0 < g.oh {
-        let rows = band.min(g.oh - y0);
-        let n = rows * g.ow;
-        let col = &mut col[..krows * n];
-        // Row (c, ky, kx) of the band: input (c, y·s + ky − top, x·s + kx − left), zero outside.
-        let rows_per_task = (PAR_CHUNK / n).max(1);
-        col.par_chunks_mut(rows_per_task * n).enumerate().for_each(|(t, chunk)| {
-            for (i, crow) in chunk.chunks_mut(n).enumerate() {
-                let r = t * rows_per_task + i;
-                let (ch, ky, kx) = (r / taps, r % taps / g.kw, r % g.kw);
-                let src = &x[ch * g.h * g.w..(ch + 1) * g.h * g.w];
-                for (j, v) in crow.iter_mut().enumerate() {
-                    let (oy, ox) = (y0 + j / g.ow, j % g.ow);
+    let (image, per_image) = (g.c * g.h * g.w, rows.len() * g.ow);
+    let cols = x.len() / image.max(1) * per_image;
+    if cols == 0 {
+        return;
+    }
+    let rows_per_task = (PAR_CHUNK / cols).max(1);
+    col.par_chunks_mut(rows_per_task * cols).enumerate().for_each(|(t, chunk)| {
+        for (i, crow) in chunk.chunks_mut(cols).enumerate() {
+            let r = t * rows_per_task + i;
+            let (ch, ky, kx) = (r / taps, r % taps / g.kw, r % g.kw);
+            for (image_at, dst) in crow.chunks_mut(per_image).enumerate() {
+                let src = &x[image_at * image + ch * g.h * g.w..][..g.h * g.w];
+                for (j, v) in dst.iter_mut().enumerate() {
+                    let (oy, ox) = (rows.start + j / g.ow, j % g.ow);
                     let iy = (oy * g.stride + ky) as isize - top as isize;
                     let ix = (ox * g.stride + kx) as isize - left as isize;
                     let inside = (0..g.h as isize).contains(&iy) && (0..g.w as isize).contains(&ix);
                     *v = if inside { src[iy as usize * g.w + ix as usize] } else { 0.0 };
                 }
             }
-        });
-        let dst = MatMut { data: &mut out[y0 * g.ow..], rs: plane, cs: 1 };
-        gemm(g.o, n, krows, dst, Mat::rows(w, krows), Mat::rows(col, n), false, 1.0, Threads::All);
-        y0 += rows;
+        }
+    });
+}
+
+/// `dst = w · col` for the kernel `w` `[O, K]` (`m × k`) and columns `col` `[K, n]`: the packed product
+/// (`packed`, where it runs), else the `gemm` crate.
+fn product(
+    packed: bool,
+    (m, n, k): (usize, usize, usize),
+    dst: MatMut<'_>,
+    w: &[f32],
+    col: &[f32],
+) {
+    let (lhs, rhs) = (Mat::rows(w, k), Mat::rows(col, n));
+    if packed {
+        packed_gemm::gemm_f32((m, n, k), dst, lhs, Rhs::Strided(rhs), false, 1.0, Threads::All);
+    } else {
+        gemm(m, n, k, dst, lhs, rhs, false, 1.0, Threads::All);
     }
 }
 
@@ -345,7 +383,10 @@ mod tests {
             for (x, want) in x.chunks(image).zip(want.chunks_mut(plane)) {
                 conv_im2col(g, x, &w, want);
             }
-            // The fused path wherever its kernel runs, whatever `fuse_taps` would choose for these shapes.
+            // im2col over every image at once, and the padded path fused wherever its kernel runs.
+            let mut together = vec![f32::NAN; want.len()];
+            conv_im2col(g, &x, &w, &mut together);
+            assert_eq!(together, want, "{g:?}: {n} images by im2col together");
             for fused in [false, F32::available()] {
                 let mut got = vec![f32::NAN; want.len()];
                 conv_taps(g, &x, &w, &mut got, fused);
@@ -355,7 +396,36 @@ mod tests {
     }
 
     #[test]
-    fn small_planes_take_the_fused_product_wherever_it_runs() {
+    fn im2col_and_the_padded_product_give_the_same_bits() {
+        if !F32::available() {
+            return;
+        }
+        // Inexact values, so any change in the order of the sums would show.
+        let g = ConvGeometry {
+            c: 40,
+            h: 4,
+            w: 4,
+            o: 20,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad: [1; 4],
+            oh: 4,
+            ow: 4,
+        };
+        let (image, plane) = (g.c * g.h * g.w, g.o * g.oh * g.ow);
+        let w: Vec<f32> =
+            (0..g.o * g.c * 9).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.3).collect();
+        let x: Vec<f32> = (0..3 * image).map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.7).collect();
+        let mut want = vec![f32::NAN; 3 * plane];
+        conv_taps(&g, &x, &w, &mut want, true);
+        let mut got = vec![f32::NAN; 3 * plane];
+        conv_im2col(&g, &x, &w, &mut got);
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+
+    #[test]
+    fn small_planes_go_by_im2col_where_padding_would_dominate() {
         let g = |c, hw| ConvGeometry {
             c,
             h: hw,
@@ -368,11 +438,12 @@ mod tests {
             oh: hw,
             ow: hw,
         };
-        // A video VAE's first planes: 6 × 6 padded columns of 1024 channels.
-        assert_eq!(fuse_taps(&g(1024, 4)), F32::available());
+        // A video VAE's first planes: 4 × 6 padded columns (two panels) for 16 outputs, 8 × 10 for 64.
+        assert!(padding_dominates(&g(1024, 4)));
+        assert!(padding_dominates(&g(1024, 8)));
         assert_eq!(stacked_cols(&g(1024, 4), 2), (6 + 4) * 6);
-        // Large planes: on AVX2 the gemm crate's per-tap products are as fast or faster.
-        assert_eq!(fuse_taps(&g(512, 128)), packed_gemm::strided_available());
+        assert!(!padding_dominates(&g(512, 16)));
+        assert!(!padding_dominates(&g(512, 128)));
     }
 
     #[test]

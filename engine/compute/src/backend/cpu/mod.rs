@@ -13,6 +13,7 @@
 
 mod attention;
 mod avx2;
+mod avx2_product;
 mod conv;
 mod elementwise;
 mod gemm;

@@ -28,8 +28,8 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::avx2;
 use super::gemm::{Mat, MatMut, Threads};
+use super::{avx2, avx2_product};
 use crate::dtype::{DType, widen_into_inline};
 use crate::error::Result;
 
@@ -514,8 +514,10 @@ pub(crate) fn strided_available() -> bool {
 
 /// `dst = scale · a · b` (or `dst += …` with `accumulate`) for f32 strided matrices with the [`F32`]
 /// micro-kernel: a `m × k` with unit column stride, b `k × n` with any strides (packed per block), dst
-/// `m × n` with unit column stride. The callers ([`super::gemm::gemm`]) check [`strided_available`], the strides
-/// and the bounds; with [`Threads::All`] column blocks run in parallel.
+/// `m × n` with unit column stride. Without AVX-512, [`avx2_product`] computes it, blocked for AVX2 CPUs'
+/// caches, with the same bits. The callers ([`super::gemm::gemm`] where [`strided_available`], the
+/// convolutions wherever [`F32::available`]) check the strides and the bounds; with [`Threads::All`] column
+/// blocks run in parallel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
     (m, n, k): (usize, usize, usize),
@@ -536,6 +538,10 @@ pub(crate) fn gemm_f32(
     assert!(dst.data.len() >= span(m, n, dst.rs, 1) && (m <= 1 || dst.rs >= n), "gemm_f32: dst");
     assert!(a.data.len() >= span(m, k, a.rs, 1) && b.covers(k, n), "gemm_f32: inputs");
     if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    if !has_avx512f() {
+        avx2_product::gemm_f32((m, n, k), dst, a, b, accumulate, scale, threads);
         return;
     }
     let dst_ptr = SendPtr(dst.data.as_mut_ptr());
@@ -584,7 +590,7 @@ pub(crate) enum Rhs<'a> {
 }
 
 impl Rhs<'_> {
-    fn data(&self) -> &[f32] {
+    pub(super) fn data(&self) -> &[f32] {
         match self {
             Rhs::Strided(m) => m.data,
             Rhs::Rows { data, .. } => data,
@@ -592,7 +598,7 @@ impl Rhs<'_> {
     }
 
     /// Where row `kk` starts, and the column stride.
-    fn row(&self, kk: usize) -> (usize, usize) {
+    pub(super) fn row(&self, kk: usize) -> (usize, usize) {
         match self {
             Rhs::Strided(m) => (kk * m.rs, m.cs),
             Rhs::Rows { offsets, .. } => (offsets[kk], 1),
