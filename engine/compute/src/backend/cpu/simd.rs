@@ -305,6 +305,29 @@ pub(crate) fn erf(x: f32) -> f32 {
     if a < 0.5 { small } else { large }
 }
 
+multiversion! {
+    /// f32 values rounded to bf16 (`dst[i]` the bits of `src[i]`), as `half::bf16::from_f32` rounds: to nearest
+    /// even, NaNs kept NaN (quiet), branch-free so it runs eight lanes at a time.
+    pub(crate) fn narrow_bf16(src: &[f32], dst: &mut [half::bf16]) {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            let x = v.to_bits();
+            let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+            let quiet = (x >> 16) | 0x40;
+            let bits = if x & 0x7fff_ffff > 0x7f80_0000 { quiet } else { rounded };
+            *d = half::bf16::from_bits(bits as u16);
+        }
+    }
+}
+
+multiversion! {
+    /// bf16 values widened to f32 (exact: the bits shifted into the high half).
+    pub(crate) fn widen_bf16(src: &[half::bf16], dst: &mut [f32]) {
+        for (d, &h) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits(u32::from(h.to_bits()) << 16);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,5 +401,39 @@ mod tests {
             (f32::NEG_INFINITY, 0.0)
         );
         assert_eq!(masked, vec![0.0; 4]);
+    }
+
+    #[test]
+    fn bf16_narrowing_and_widening_give_halfs_bits() {
+        // Every sign and exponent with mantissas that probe each rounding case, plus the specials.
+        let mut values: Vec<f32> =
+            [0u32, 1, 0x7fff, 0x8000, 0x8001, 0x1_7fff, 0x1_8000, 0x7f_ffff, 0x40_0001]
+                .iter()
+                .flat_map(|&m| (0..512u32).map(move |se| f32::from_bits((se << 23) | m)))
+                .collect();
+        values.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+        ]);
+        values.push(f32::from_bits(0x7f80_0001)); // a signalling NaN
+        let mut narrow = vec![half::bf16::ZERO; values.len()];
+        narrow_bf16(&values, &mut narrow);
+        for (v, got) in values.iter().zip(&narrow) {
+            assert_eq!(
+                got.to_bits(),
+                half::bf16::from_f32(*v).to_bits(),
+                "{v:e} ({:#x})",
+                v.to_bits()
+            );
+        }
+        let mut wide = vec![0.0f32; narrow.len()];
+        widen_bf16(&narrow, &mut wide);
+        for (h, got) in narrow.iter().zip(&wide) {
+            assert_eq!(got.to_bits(), h.to_f32().to_bits());
+        }
     }
 }

@@ -8,10 +8,11 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::Cpu;
+use super::{Cpu, simd};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, numel};
@@ -93,18 +94,18 @@ pub(crate) fn read_f32_range<'a>(
     }
     Ok(match d {
         Data::F32(v) => Cow::Borrowed(&v[range]),
-        Data::F16(v) => Cow::Owned(widen_halves(&v[range], |h| h.to_f32())),
-        Data::BF16(v) => Cow::Owned(widen_halves(&v[range], |h| h.to_f32())),
+        Data::F16(v) => Cow::Owned(convert(&v[range], |s, o| s.convert_to_f32_slice(o))),
+        Data::BF16(v) => Cow::Owned(convert(&v[range], simd::widen_bf16)),
     })
 }
 
-fn widen_halves<T: Copy + Sync>(src: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
-    let mut out = vec![0.0f32; src.len()];
-    out.par_chunks_mut(PAR_CHUNK).zip(src.par_chunks(PAR_CHUNK)).for_each(|(o, s)| {
-        for (o, &s) in o.iter_mut().zip(s) {
-            *o = f(s);
-        }
-    });
+/// `src` converted chunk by chunk in parallel by `chunk` (which fills its output from its input).
+fn convert<S: Sync, D: Copy + Default + Send>(
+    src: &[S],
+    chunk: impl Fn(&[S], &mut [D]) + Sync,
+) -> Vec<D> {
+    let mut out = vec![D::default(); src.len()];
+    out.par_chunks_mut(PAR_CHUNK).zip(src.par_chunks(PAR_CHUNK)).for_each(|(o, s)| chunk(s, o));
     out
 }
 
@@ -125,22 +126,14 @@ pub(crate) fn narrow_data(values: Vec<f32>, dtype: DType, op: &'static str) -> R
     compute_dtype(op, dtype)?;
     Ok(match dtype {
         DType::F32 => Data::F32(values),
-        DType::F16 => Data::F16(narrow_halves(&values, f16::from_f32)),
-        DType::BF16 => Data::BF16(narrow_halves(&values, bf16::from_f32)),
+        // F16C's conversions after one feature check a chunk (value by value, `half` checks for every value),
+        // and the bf16 rounding eight lanes at a time: each as `from_f32` rounds.
+        DType::F16 => Data::F16(convert(&values, |s, o: &mut [f16]| o.convert_from_f32_slice(s))),
+        DType::BF16 => Data::BF16(convert(&values, simd::narrow_bf16)),
         DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => {
             unreachable!("checked by compute_dtype")
         }
     })
-}
-
-fn narrow_halves<T: Copy + Send + Default>(src: &[f32], f: impl Fn(f32) -> T + Sync) -> Vec<T> {
-    let mut out = vec![T::default(); src.len()];
-    out.par_chunks_mut(PAR_CHUNK).zip(src.par_chunks(PAR_CHUNK)).for_each(|(o, s)| {
-        for (o, &s) in o.iter_mut().zip(s) {
-            *o = f(s);
-        }
-    });
-    out
 }
 
 /// A tensor of `dtype` from f32 values (rounded to `dtype`); `values.len()` must be `numel(shape)`.
@@ -173,4 +166,42 @@ pub(crate) fn cast(x: &Tensor<Cpu>, dtype: DType) -> Result<Tensor<Cpu>> {
     }
     let values = read_f32(x, "cast")?.into_owned();
     tensor_from_f32(x.shape().to_vec(), values, dtype, "cast")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_convert_in_chunks_as_value_by_value() {
+        // Mantissas probing each rounding case at every sign and exponent, the specials, and more values than
+        // one parallel chunk.
+        let mut values: Vec<f32> = [0u32, 1, 0xfff, 0x1000, 0x1001, 0x2fff, 0x7f_ffff, 0x40_0001]
+            .iter()
+            .flat_map(|&m| (0..512u32).map(move |se| f32::from_bits((se << 23) | m)))
+            .collect();
+        values.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::from_bits(0x7f80_0001)]);
+        values.extend((0..PAR_CHUNK + 7).map(|i| (i as f32 - 3000.0) * 0.0137));
+        let Ok(Data::F16(h)) = narrow_data(values.clone(), DType::F16, "test") else {
+            panic!("f16")
+        };
+        let Ok(Data::BF16(b)) = narrow_data(values.clone(), DType::BF16, "test") else {
+            panic!("bf16")
+        };
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(h[i].to_bits(), f16::from_f32(*v).to_bits(), "f16 of {v:e}");
+            assert_eq!(b[i].to_bits(), bf16::from_f32(*v).to_bits(), "bf16 of {v:e}");
+        }
+        let wide = |data: Data| {
+            let tensor = tensor_from_data(vec![values.len()], data);
+            read_f32_range(&tensor, 0..values.len(), "test").map(|v| v.into_owned())
+        };
+        let hw = wide(Data::F16(h.clone())).expect("f16 widens");
+        let bw = wide(Data::BF16(b.clone())).expect("bf16 widens");
+        assert_eq!((hw.len(), bw.len()), (values.len(), values.len()));
+        for (i, (hw, bw)) in hw.into_iter().zip(bw).enumerate() {
+            assert_eq!(hw.to_bits(), h[i].to_f32().to_bits());
+            assert_eq!(bw.to_bits(), b[i].to_f32().to_bits());
+        }
+    }
 }

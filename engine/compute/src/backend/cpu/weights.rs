@@ -8,9 +8,9 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::packed_gemm::with_thread_buffer;
+use super::packed_gemm::{widen_simd, with_thread_buffer};
 use crate::backend::{causal_geometry, generic_causal_taps};
-use crate::dtype::{DType, widen_into};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::SimDevice;
 use crate::quant::Quant;
@@ -41,15 +41,12 @@ pub(crate) fn widen_range(
     let base = w.ptr().offset((start * size) as u64);
     out.par_chunks_mut(CHUNK).enumerate().try_for_each(|(i, chunk)| {
         let at = base.offset((i * CHUNK * size) as u64);
+        // With the CPU's widest vectors (the conversions compiled for AVX2 or AVX-512), and scaled as ComfyUI
+        // dequantizes on the CPU (compute in f32): f32(q) · scale, rounded once.
         sim.with_bytes(at, chunk.len() * size, &mut |bytes| {
-            widen_into(dtype, bytes, chunk);
+            widen_simd(dtype, bytes, chunk, w.scale());
             Ok(())
-        })?;
-        if let Some(scale) = w.scale() {
-            // ComfyUI's dequantization on the CPU (compute in f32): f32(q) · scale, rounded once.
-            chunk.iter_mut().for_each(|v| *v *= scale);
-        }
-        Ok(())
+        })
     })
 }
 
