@@ -85,38 +85,49 @@ pub(super) unsafe fn transpose16_f32(rows: [&[f32]; 16], dst: &mut [f32], stride
         // SAFETY: rows i0..i0 + 8 hold values s0..s0 + 8 (16 each, asserted); unaligned loads.
         let r: [__m256; 8] =
             std::array::from_fn(|i| unsafe { _mm256_loadu_ps(rows[i0 + i].as_ptr().add(s0)) });
-        // Pairs of rows interleaved, then pairs of pairs: t[4g + c] holds columns c and c + 4 of rows
-        // 4g..4g + 4 in its two 128-bit halves.
-        let u = [
-            _mm256_unpacklo_ps(r[0], r[1]),
-            _mm256_unpackhi_ps(r[0], r[1]),
-            _mm256_unpacklo_ps(r[2], r[3]),
-            _mm256_unpackhi_ps(r[2], r[3]),
-            _mm256_unpacklo_ps(r[4], r[5]),
-            _mm256_unpackhi_ps(r[4], r[5]),
-            _mm256_unpacklo_ps(r[6], r[7]),
-            _mm256_unpackhi_ps(r[6], r[7]),
-        ];
-        let t = [
-            _mm256_shuffle_ps::<0x44>(u[0], u[2]),
-            _mm256_shuffle_ps::<0xee>(u[0], u[2]),
-            _mm256_shuffle_ps::<0x44>(u[1], u[3]),
-            _mm256_shuffle_ps::<0xee>(u[1], u[3]),
-            _mm256_shuffle_ps::<0x44>(u[4], u[6]),
-            _mm256_shuffle_ps::<0xee>(u[4], u[6]),
-            _mm256_shuffle_ps::<0x44>(u[5], u[7]),
-            _mm256_shuffle_ps::<0xee>(u[5], u[7]),
-        ];
-        for c in 0..4 {
-            let low = _mm256_permute2f128_ps::<0x20>(t[c], t[4 + c]);
-            let high = _mm256_permute2f128_ps::<0x31>(t[c], t[4 + c]);
-            // SAFETY: rows s0 + c and s0 + c + 4 of dst (< 16) hold columns i0..i0 + 8 (asserted).
-            unsafe {
-                _mm256_storeu_ps(dst.as_mut_ptr().add((s0 + c) * stride + i0), low);
-                _mm256_storeu_ps(dst.as_mut_ptr().add((s0 + c + 4) * stride + i0), high);
-            }
+        for (c, column) in transpose8(r).into_iter().enumerate() {
+            // SAFETY: row s0 + c of dst (< 16) holds columns i0..i0 + 8 (asserted).
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add((s0 + c) * stride + i0), column) };
         }
     }
+}
+
+/// Eight rows of eight f32 transposed in registers: `out[c]` holds value c of row i in lane i.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    // Pairs of rows interleaved, then pairs of pairs: t[4g + c] holds columns c and c + 4 of rows 4g..4g + 4 in
+    // its two 128-bit halves.
+    let u = [
+        _mm256_unpacklo_ps(r[0], r[1]),
+        _mm256_unpackhi_ps(r[0], r[1]),
+        _mm256_unpacklo_ps(r[2], r[3]),
+        _mm256_unpackhi_ps(r[2], r[3]),
+        _mm256_unpacklo_ps(r[4], r[5]),
+        _mm256_unpackhi_ps(r[4], r[5]),
+        _mm256_unpacklo_ps(r[6], r[7]),
+        _mm256_unpackhi_ps(r[6], r[7]),
+    ];
+    let t = [
+        _mm256_shuffle_ps::<0x44>(u[0], u[2]),
+        _mm256_shuffle_ps::<0xee>(u[0], u[2]),
+        _mm256_shuffle_ps::<0x44>(u[1], u[3]),
+        _mm256_shuffle_ps::<0xee>(u[1], u[3]),
+        _mm256_shuffle_ps::<0x44>(u[4], u[6]),
+        _mm256_shuffle_ps::<0xee>(u[4], u[6]),
+        _mm256_shuffle_ps::<0x44>(u[5], u[7]),
+        _mm256_shuffle_ps::<0xee>(u[5], u[7]),
+    ];
+    std::array::from_fn(|c| {
+        let (lo, hi) = (t[c % 4], t[4 + c % 4]);
+        if c < 4 {
+            _mm256_permute2f128_ps::<0x20>(lo, hi)
+        } else {
+            _mm256_permute2f128_ps::<0x31>(lo, hi)
+        }
+    })
 }
 
 /// f16 values widened 8 at a time by F16C (`out.len()` a multiple of 8, `bytes` at least twice as long),

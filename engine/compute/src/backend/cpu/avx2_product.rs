@@ -38,8 +38,8 @@ const KC: usize = F32::KC;
 /// Rows of the left operand packed together: 72 × 1024 f32 (288 KiB) stay in L2 while every column panel of
 /// the task multiplies them.
 const MC: usize = MR * 12;
-/// Most columns a task packs: 1024 × 2048 f32 (8 MiB) of the right operand a block, in L3.
-const NC: usize = NR * 128;
+/// Most columns a task packs: 1024 × 1024 f32 (4 MiB) of the right operand a block, in L3.
+const NC: usize = NR * 64;
 /// Fewest column panels a task needs before the left operand is packed. With fewer, each six-row tile read in
 /// place (in L1) meets every panel in turn, and the packing would cost about what it saves: on an AVX2 EPYC
 /// (`examples/conv_probe.rs`, 3×3, 2 threads) a 1024-channel 8² convolution (4 panels) took 0.0125 s in place
@@ -48,6 +48,10 @@ const NC: usize = NR * 128;
 const PACK_A_PANELS: usize = 24;
 
 thread_local! {
+    /// The left operand packed for every task of a product, kept by the calling thread for its next one.
+    static SHARED_A: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The right operand packed once for the row tasks of a product, kept as [`SHARED_A`].
+    static SHARED_B: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The right operand's packed micro-panels of a column task, reused across calls on a thread.
     static PACK_B: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -63,15 +67,19 @@ pub(super) fn gemm_f32(
     scale: f32,
     threads: Threads,
 ) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
     let pool = match threads {
         Threads::One => 1,
         Threads::All => rayon::current_num_threads().max(1),
     };
     let product = Product { a, b, m, ldo: dst.rs, scale, out: SendPtr(dst.data.as_mut_ptr()) };
     let panels = n.div_ceil(NR);
-    // Many columns: column tasks of whole panels, as many as the pool has threads or a multiple of it, each
-    // packing its own. Few: the right operand packed once, the rows split between the tasks.
-    let by_columns = panels >= 16 * pool || m <= MR;
+    // Many columns, or too few row tiles for every thread: column tasks of whole panels, as many as the pool
+    // has threads or a multiple of it, each packing its own. Otherwise the right operand packed once and the
+    // rows split between the tasks.
+    let by_columns = panels >= 16 * pool || m.div_ceil(MR) < 2 * pool.min(panels);
     let width = if by_columns {
         let tasks = panels.div_ceil(NC / NR).div_ceil(pool) * pool;
         panels.div_ceil(tasks.min(panels)) * NR
@@ -80,50 +88,54 @@ pub(super) fn gemm_f32(
     };
     let rows = if by_columns { m } else { m.div_ceil(2 * pool).next_multiple_of(MR) };
     let tasks = if by_columns { n.div_ceil(width) } else { m.div_ceil(rows) };
-    let (mut packed_a, mut packed_b) = (Vec::new(), Vec::new());
-    let mut k0 = 0;
-    while k0 < k {
-        let kb = KC.min(k - k0);
-        let set = k0 == 0 && !accumulate;
-        // The left operand's block, packed once for every task where each task has the panels to repay it.
-        let a_block = if width / NR >= PACK_A_PANELS {
-            let tiles = aligned(&mut packed_a, m.next_multiple_of(MR) * kb);
-            product.pack_a(k0, kb, tiles, threads);
-            A::Packed(tiles)
-        } else {
-            A::InPlace(&a.data[k0..], a.rs)
-        };
-        let shared_b: &[f32] = if by_columns {
-            &[]
-        } else {
-            let panels_b = aligned(&mut packed_b, panels * kb * NR);
-            product.pack_b(k0, kb, (0, n), panels_b, threads);
-            panels_b
-        };
-        let task = |t: usize| {
-            if by_columns {
-                let (c0, cols) = (t * width, width.min(n - t * width));
-                with_thread_buffer(&PACK_B, |buf| {
-                    let panels_b = aligned(buf, cols.div_ceil(NR) * kb * NR);
-                    product.pack_b(k0, kb, (c0, cols), panels_b, Threads::One);
-                    // SAFETY: `gemm_f32`'s checks cover rows 0..m of a and inputs k0..k0 + kb of b; this task
-                    // alone writes columns c0..c0 + cols of dst.
-                    unsafe { product.block(a_block, 0..m, (kb, set), panels_b, (c0, cols)) }
-                });
-            } else {
-                let r0 = t * rows;
-                // SAFETY: as above; this task alone writes rows r0..r0 + rows of dst.
-                unsafe {
-                    product.block(a_block, r0..(r0 + rows).min(m), (kb, set), shared_b, (0, n))
+    with_thread_buffer(&SHARED_A, |packed_a| {
+        with_thread_buffer(&SHARED_B, |packed_b| {
+            let mut k0 = 0;
+            while k0 < k {
+                let kb = KC.min(k - k0);
+                let set = k0 == 0 && !accumulate;
+                // The left operand's block, packed once for every task where each task has the panels to
+                // repay it.
+                let a_block = if width / NR >= PACK_A_PANELS {
+                    let tiles = aligned(packed_a, m.next_multiple_of(MR) * kb);
+                    product.pack_a(k0, kb, tiles, threads);
+                    A::Packed(tiles)
+                } else {
+                    A::InPlace(&a.data[k0..], a.rs)
+                };
+                let shared_b: &[f32] = if by_columns {
+                    &[]
+                } else {
+                    let panels_b = aligned(packed_b, panels * kb * NR);
+                    product.pack_b(k0, kb, (0, n), panels_b, threads);
+                    panels_b
+                };
+                let task = |t: usize| {
+                    if by_columns {
+                        let (c0, cols) = (t * width, width.min(n - t * width));
+                        with_thread_buffer(&PACK_B, |buf| {
+                            let panels_b = aligned(buf, cols.div_ceil(NR) * kb * NR);
+                            product.pack_b(k0, kb, (c0, cols), panels_b, Threads::One);
+                            // SAFETY: `gemm_f32`'s checks cover rows 0..m of a and inputs k0..k0 + kb of b;
+                            // this task alone writes columns c0..c0 + cols of dst.
+                            unsafe { product.block(a_block, 0..m, (kb, set), panels_b, (c0, cols)) }
+                        });
+                    } else {
+                        // Row tasks start at multiples of MR, where a packed tile starts.
+                        let r0 = t * rows;
+                        let task_rows = r0..(r0 + rows).min(m);
+                        // SAFETY: as above; this task alone writes rows r0..r0 + rows of dst.
+                        unsafe { product.block(a_block, task_rows, (kb, set), shared_b, (0, n)) }
+                    }
+                };
+                match threads {
+                    Threads::One => (0..tasks).for_each(task),
+                    Threads::All => (0..tasks).into_par_iter().for_each(task),
                 }
+                k0 += kb;
             }
-        };
-        match threads {
-            Threads::One => (0..tasks).for_each(task),
-            Threads::All => (0..tasks).into_par_iter().for_each(task),
-        }
-        k0 += kb;
-    }
+        })
+    });
 }
 
 /// One product's operands and its destination.
@@ -174,10 +186,12 @@ impl Product<'_> {
     /// fewer rows keeps the stride, its missing rows unset).
     fn pack_a(&self, k0: usize, kb: usize, dst: &mut [f32], threads: Threads) {
         let pack_tile = |(t, tile): (usize, &mut [f32])| {
-            let rows: Vec<&[f32]> = (t * MR..((t + 1) * MR).min(self.m))
-                .map(|r| &self.a.data[r * self.a.rs + k0..][..kb])
-                .collect();
-            pack_rows(&rows, tile);
+            let r0 = t * MR;
+            let count = MR.min(self.m - r0);
+            let rows: [&[f32]; MR] = std::array::from_fn(|r| {
+                &self.a.data[(r0 + r.min(count - 1)) * self.a.rs + k0..][..kb]
+            });
+            pack_rows(&rows[..count], tile);
         };
         match threads {
             Threads::One => dst.chunks_exact_mut(kb * MR).enumerate().for_each(pack_tile),
@@ -238,13 +252,7 @@ impl Product<'_> {
 /// 8 × 8 register transpose where the tile is whole and the CPU has AVX2, element by element otherwise.
 fn pack_rows(rows: &[&[f32]], tile: &mut [f32]) {
     let len = rows.first().map_or(0, |r| r.len());
-    let mut from = 0;
-    #[cfg(target_arch = "x86_64")]
-    if rows.len() == MR && super::avx2::available() {
-        let rows: [&[f32]; MR] = std::array::from_fn(|r| rows[r]);
-        // SAFETY: the CPU has AVX2; `transpose6x8` checks the lengths.
-        from = unsafe { transpose6x8(rows, tile) };
-    }
+    let from = if rows.len() == MR { by_transposes(rows, tile) } else { 0 };
     for (r, row) in rows.iter().enumerate() {
         for (s, v) in row.iter().enumerate().take(len).skip(from) {
             tile[s * MR + r] = *v;
@@ -252,7 +260,22 @@ fn pack_rows(rows: &[&[f32]], tile: &mut [f32]) {
     }
 }
 
-/// `tile[s·MR + r] = rows[r][s]` for whole blocks of eight `s`; returns how many `s` it packed.
+/// [`transpose6x8`] where the CPU has AVX2: how many inputs of the six `rows` it packed (0 without AVX2).
+fn by_transposes(rows: &[&[f32]], tile: &mut [f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if super::avx2::available() {
+        let rows: [&[f32]; MR] = std::array::from_fn(|r| rows[r]);
+        // SAFETY: the CPU has AVX2; `transpose6x8` checks the lengths.
+        return unsafe { transpose6x8(rows, tile) };
+    }
+    let _ = (rows, tile);
+    0
+}
+
+/// `tile[s·MR + r] = rows[r][s]` for whole blocks of eight `s`; returns how many `s` it packed. Each input's
+/// six values are stored as a vector of eight, in order, so the two extra lanes land where the next input's
+/// first two go (written after them, by the next store or by [`pack_rows`]' remainder); only a store that would
+/// pass the tile's end keeps to its six.
 ///
 /// # Safety
 /// The CPU has AVX2. The lengths are asserted.
@@ -263,8 +286,6 @@ unsafe fn transpose6x8(rows: [&[f32]; MR], tile: &mut [f32]) -> usize {
     let len = rows[0].len();
     assert!(rows.iter().all(|r| r.len() == len) && tile.len() >= len * MR);
     let whole = len / 8 * 8;
-    // Lanes 0..6 of each stored vector: the first six of eight.
-    let mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     for s0 in (0..whole).step_by(8) {
         // Six rows and two of zeros.
         let r: [__m256; 8] = std::array::from_fn(|i| {
@@ -275,34 +296,16 @@ unsafe fn transpose6x8(rows: [&[f32]; MR], tile: &mut [f32]) -> usize {
                 _mm256_setzero_ps()
             }
         });
-        let u = [
-            _mm256_unpacklo_ps(r[0], r[1]),
-            _mm256_unpackhi_ps(r[0], r[1]),
-            _mm256_unpacklo_ps(r[2], r[3]),
-            _mm256_unpackhi_ps(r[2], r[3]),
-            _mm256_unpacklo_ps(r[4], r[5]),
-            _mm256_unpackhi_ps(r[4], r[5]),
-            _mm256_unpacklo_ps(r[6], r[7]),
-            _mm256_unpackhi_ps(r[6], r[7]),
-        ];
-        let t = [
-            _mm256_shuffle_ps::<0x44>(u[0], u[2]),
-            _mm256_shuffle_ps::<0xee>(u[0], u[2]),
-            _mm256_shuffle_ps::<0x44>(u[1], u[3]),
-            _mm256_shuffle_ps::<0xee>(u[1], u[3]),
-            _mm256_shuffle_ps::<0x44>(u[4], u[6]),
-            _mm256_shuffle_ps::<0xee>(u[4], u[6]),
-            _mm256_shuffle_ps::<0x44>(u[5], u[7]),
-            _mm256_shuffle_ps::<0xee>(u[5], u[7]),
-        ];
-        for c in 0..4 {
-            // t[c] holds inputs c and c + 4 of rows 0..4 in its halves, t[4 + c] those of rows 4..8.
-            let low = _mm256_permute2f128_ps::<0x20>(t[c], t[4 + c]);
-            let high = _mm256_permute2f128_ps::<0x31>(t[c], t[4 + c]);
-            // SAFETY: (s0 + c + 4)·MR + 6 ≤ len · MR ≤ tile.len() (asserted); six lanes are written.
-            unsafe {
-                _mm256_maskstore_ps(tile.as_mut_ptr().add((s0 + c) * MR), mask, low);
-                _mm256_maskstore_ps(tile.as_mut_ptr().add((s0 + c + 4) * MR), mask, high);
+        for (c, column) in super::avx2::transpose8(r).into_iter().enumerate() {
+            let at = (s0 + c) * MR;
+            if at + 8 <= tile.len() {
+                // SAFETY: at + 8 ≤ tile.len(), checked.
+                unsafe { _mm256_storeu_ps(tile.as_mut_ptr().add(at), column) };
+            } else {
+                let mut lanes = [0.0f32; 8];
+                // SAFETY: `lanes` holds eight values.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), column) };
+                tile[at..at + MR].copy_from_slice(&lanes[..MR]);
             }
         }
     }
@@ -339,6 +342,7 @@ impl A<'_> {
 /// Where a micro-tile's sums go: `rows` × `width` outputs at `out` (row stride `ldo`), set to `scale` times
 /// the sum or added to.
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Tile {
     rows: usize,
     width: usize,
@@ -478,6 +482,36 @@ mod tests {
         }
     }
 
+    /// The product of `b` given as each right operand form against the loops, with every pool size.
+    fn check(shape: (usize, usize, usize), a: &[f32], b: &[f32], forms: &[(&str, Rhs<'_>)]) {
+        let (m, n, k) = shape;
+        let start: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32 - 1.0).collect();
+        for (accumulate, scale) in [(false, 1.0), (false, -0.75), (true, 0.5)] {
+            let mut want = start.clone();
+            by_loops(shape, &mut want, a, b, accumulate, scale);
+            // Pools of 1, 2, 3 and 7 threads take different splits (rows or columns, packed or in place).
+            for pool in [1, 2, 3, 7] {
+                let pool =
+                    rayon::ThreadPoolBuilder::new().num_threads(pool).build().expect("a pool");
+                for threads in [Threads::One, Threads::All] {
+                    for (form, rhs) in forms {
+                        let mut got = start.clone();
+                        pool.install(|| {
+                            let dst = MatMut::rows(&mut got, n);
+                            gemm_f32(shape, dst, Mat::rows(a, k), *rhs, accumulate, scale, threads)
+                        });
+                        assert!(
+                            got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()),
+                            "{m}×{n}×{k} ({form}), accumulate {accumulate}, scale {scale}, {threads:?}, \
+                             {} threads",
+                            pool.current_num_threads()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn matches_loops_bit_for_bit_over_every_split() {
         if !avx2::available() {
@@ -485,7 +519,8 @@ mod tests {
         }
         // Shapes that take each split and path: few columns (rows split), many (column tasks), a read in place
         // (few panels a task) or packed (from PACK_A_PANELS; whole blocks of eight inputs by the register
-        // transpose, the rest one by one), edges of rows and columns, and more inputs than one block.
+        // transpose, the rest one by one; more rows than one block of MC), edges of rows and columns, and more
+        // inputs than one block.
         let shapes = [
             (7, 5, 9),
             (13, 40, 30),
@@ -495,33 +530,26 @@ mod tests {
             (1, 33, 5),
             (6, 16, 2049),
             (20, 1000, 40),
+            (4, 1000, 20),
             (50, 420, 30),
+            (149, 400, 30),
         ];
         for (m, n, k) in shapes {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.37).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 19) as f32 - 9.0) * 0.29).collect();
-            let start: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32 - 1.0).collect();
-            for (accumulate, scale) in [(false, 1.0), (true, 0.5)] {
-                let mut want = start.clone();
-                by_loops((m, n, k), &mut want, &a, &b, accumulate, scale);
-                for threads in [Threads::One, Threads::All] {
-                    let mut got = start.clone();
-                    let rhs = Rhs::Strided(Mat::rows(&b, n));
-                    gemm_f32(
-                        (m, n, k),
-                        MatMut::rows(&mut got, n),
-                        Mat::rows(&a, k),
-                        rhs,
-                        accumulate,
-                        scale,
-                        threads,
-                    );
-                    assert!(
-                        got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()),
-                        "{m}×{n}×{k}, accumulate {accumulate}, {threads:?}"
-                    );
-                }
-            }
+            // b as a row-major matrix, as its transpose's transpose (column stride k), and as rows at offsets
+            // (a convolution's shifted views): row p of b at p·(n + 3) in a wider buffer.
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            let wide: Vec<f32> = (0..k * (n + 3))
+                .map(|i| if i % (n + 3) < n { b[i / (n + 3) * n + i % (n + 3)] } else { 7.0 })
+                .collect();
+            let offsets: Vec<usize> = (0..k).map(|p| p * (n + 3)).collect();
+            let forms = [
+                ("rows", Rhs::Strided(Mat::rows(&b, n))),
+                ("transposed", Rhs::Strided(Mat::rows_t(&bt, k))),
+                ("offsets", Rhs::Rows { data: &wide, offsets: &offsets }),
+            ];
+            check((m, n, k), &a, &b, &forms);
         }
     }
 }

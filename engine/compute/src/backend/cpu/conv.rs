@@ -11,7 +11,8 @@
 //! - Small planes (a video VAE's first blocks, 4² or 8²), where the padded columns would be a large part of
 //!   the product, and other strides: im2col, one product over the columns of every image (small planes) or
 //!   over bands of output rows (bounded scratch). Its right operand holds the same values in the same order as
-//!   the padded form, so both give the same bits.
+//!   the padded form, so on the packed product both give the same bits. Without it (no AVX2) small planes stay
+//!   on the padded form, whose per-tap products were measured there.
 
 use std::ops::Range;
 
@@ -26,7 +27,7 @@ use crate::backend::{Conv2dParams, ConvGeometry, ConvTerm};
 use crate::error::Result;
 use crate::tensor::{Tensor, Weight};
 
-/// Largest im2col band, in elements.
+/// Largest im2col matrix, in elements; with whole images together, also the largest output gathered back.
 const IM2COL_ELEMS: usize = 1 << 23;
 /// Largest padded input of images convolved together, in elements (the output over the padded planes is
 /// about as large per output channel): a single image of any size goes alone.
@@ -119,10 +120,11 @@ fn convolve(
     if plane_out > 0 && o > 0 && per_sample > 0 {
         // The kernel in f32 once for every sample: read where it lies, or widened into the thread's buffer.
         with_f32(cpu.sim(), w, |weights| {
-            if g.stride == 1 && !padding_dominates(&g) {
+            let packed = packed_gemm::F32::available();
+            if g.stride == 1 && !(packed && padding_dominates(&g)) {
                 let n = stacked(&g, b);
                 for (xi, oi) in xs.chunks(n * per_sample).zip(out.chunks_mut(n * o * plane_out)) {
-                    conv_taps(&g, xi, weights, oi, packed_gemm::F32::available());
+                    conv_taps(&g, xi, weights, oi, packed);
                 }
             } else {
                 conv_im2col(&g, &xs, weights, &mut out);
@@ -152,6 +154,7 @@ fn stacked_cols(g: &ConvGeometry, n: usize) -> usize {
 /// Whether one image's padded columns ([`conv_taps`]' product, rounded to whole micro-panels) would exceed its
 /// output columns by more than a fifth: a 4² plane computes 24 columns (32 in panels of 16) for 16 outputs,
 /// an 8² one 80 for 64; from 16² (288 for 256) the padded form is cheaper than building im2col's columns.
+/// Measured with AVX2's panels; AVX-512's are wider (64), which only makes the padding's share larger.
 fn padding_dominates(g: &ConvGeometry) -> bool {
     let panel = avx2_product::NR;
     let padded = stacked_cols(g, 1).next_multiple_of(panel);
@@ -266,7 +269,8 @@ fn conv_im2col(g: &ConvGeometry, x: &[f32], w: &[f32], out: &mut [f32]) {
     let fit = IM2COL_ELEMS / krows.max(1);
     let packed = F32::available();
     if plane <= fit {
-        let group = (fit / plane).clamp(1, n.max(1));
+        // Columns and gathered outputs both within the bound.
+        let group = (IM2COL_ELEMS / krows.max(g.o).max(1) / plane).clamp(1, n.max(1));
         let mut col = vec![0.0f32; krows * group * plane];
         let mut wide = vec![0.0f32; if group > 1 { g.o * group * plane } else { 0 }];
         for (xs, outs) in x.chunks(group * image).zip(out.chunks_mut(group * g.o * plane)) {
@@ -400,28 +404,32 @@ mod tests {
         if !F32::available() {
             return;
         }
-        // Inexact values, so any change in the order of the sums would show.
-        let g = ConvGeometry {
-            c: 40,
-            h: 4,
-            w: 4,
-            o: 20,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad: [1; 4],
-            oh: 4,
-            ow: 4,
-        };
-        let (image, plane) = (g.c * g.h * g.w, g.o * g.oh * g.ow);
-        let w: Vec<f32> =
-            (0..g.o * g.c * 9).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.3).collect();
-        let x: Vec<f32> = (0..3 * image).map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.7).collect();
-        let mut want = vec![f32::NAN; 3 * plane];
-        conv_taps(&g, &x, &w, &mut want, true);
-        let mut got = vec![f32::NAN; 3 * plane];
-        conv_im2col(&g, &x, &w, &mut got);
-        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+        // Inexact values, so any change in the order of the sums would show; 120 channels make two blocks of
+        // the product's 1024 inputs.
+        for (c, hw) in [(40, 4), (120, 8)] {
+            let g = ConvGeometry {
+                c,
+                h: hw,
+                w: hw,
+                o: 20,
+                kh: 3,
+                kw: 3,
+                stride: 1,
+                pad: [1; 4],
+                oh: hw,
+                ow: hw,
+            };
+            let (image, plane) = (g.c * g.h * g.w, g.o * g.oh * g.ow);
+            let w: Vec<f32> =
+                (0..g.o * g.c * 9).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.3).collect();
+            let x: Vec<f32> = (0..3 * image).map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.7).collect();
+            let mut want = vec![f32::NAN; 3 * plane];
+            conv_taps(&g, &x, &w, &mut want, true);
+            let mut got = vec![f32::NAN; 3 * plane];
+            conv_im2col(&g, &x, &w, &mut got);
+            let same = got.iter().zip(&want).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+            assert_eq!(same, want.len(), "{c} channels at {hw}²: outputs with the same bits");
+        }
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! The CPU backend: f32 compute, linears on AVX-512 or AVX2 micro-kernels where the CPU has them (bf16 × bf16
-//! with AVX512-BF16), strided products on AVX-512's or else the `gemm` crate's, rayon for the rest; device
-//! memory simulated by [`SimDevice`].
+//! with AVX512-BF16), convolutions on AVX-512's or AVX2's strided products, attention and matmul on AVX-512's or
+//! else the `gemm` crate's, rayon for the rest; device memory simulated by [`SimDevice`].
 //!
 //! Tensors are [`CpuBuf`]s holding f32, f16 or bf16 elements; every op widens its inputs to f32, computes in
 //! f32 and rounds its result to the output dtype. Weights stay in the simulated device in their stored dtype
 //! and are widened each time an op reads them. Ops run synchronously on the calling thread and the rayon pool.
 //!
 //! One module per op family: `storage` (buffers and dtype conversion), `weights` (reading weights), `gemm`
-//! (the checked GEMM front), `packed_gemm` (packed products with AVX-512 micro-kernels) and `avx2` (their AVX2
-//! forms), `skinny` (products of few rows without packing), `linear`, `attention`, `norm`,
+//! (the checked GEMM front), `packed_gemm` (packed products with AVX-512 micro-kernels), `avx2` (their AVX2
+//! forms) and `avx2_product` (the strided product blocked for AVX2 CPUs), `skinny` (products of few rows without packing), `linear`, `attention`, `norm`,
 //! `elementwise`, `quant` (the row and block formats of quantized weights), `rope`, `conv`, `image`, `layout` and `store`; `simd` holds the vectorised inner loops.
 
 mod attention;

@@ -1,7 +1,7 @@
 //! Products with SIMD micro-kernels, accumulating in f32: `x · wᵀ` for a stored weight `w` `[n, k]`
-//! ([`matmul_bt`], for `linear`) and strided f32 products ([`gemm_f32`], behind [`super::gemm::gemm`]). The
-//! kernels here are AVX-512's; on CPUs without it, [`F32`] runs their AVX2 forms ([`super::avx2`]), which
-//! give the same bits.
+//! ([`matmul_bt`], for `linear`) and strided f32 products ([`gemm_f32`], behind [`super::gemm::gemm`] and the
+//! convolutions). The kernels here are AVX-512's; on CPUs without it, [`F32`]'s weight products run their AVX2
+//! forms ([`super::avx2`]) and the strided products [`super::avx2_product`], which both give the same bits.
 //!
 //! Two kinds of product share the micro-kernel interface ([`Kind`]):
 //! - [`Bf16`]: bf16 activations times bf16 weights with AVX512-BF16 (`vdpbf16ps`). A product of two bf16
@@ -15,7 +15,7 @@
 //! operand). For each block of inputs it packs them into micro-panels of [`NR`] columns, inputs outermost,
 //! then walks all rows of x in tiles of [`MR`]: the micro-kernel keeps an `MR × NR` f32 tile in 24 zmm
 //! registers (AVX2: a quarter of it at a time in 12 ymm) and broadcasts x, so x is read in place and never
-//! packed.
+//! packed. (The AVX2 strided products of [`super::avx2_product`] block differently and pack both operands.)
 //!
 //! Invariant: SIMD code runs only after [`Kind::available`] (or the check of its own instruction set) said the
 //! CPU has it, and every pointer a kernel reads is derived from a slice whose length was checked against the
@@ -503,11 +503,10 @@ pub(crate) fn matmul_bt<K: Kind>(
     )
 }
 
-/// Whether [`gemm_f32`] should take this CPU's strided products (attention, convolution, `matmul`): with
-/// AVX-512. With AVX2 only, the `gemm` crate's kernel, which packs both operands, was faster on large ones
-/// (`benches/cpu_ops.rs` on an AVX2 EPYC: a 3×3 convolution of 512 channels at 128² took 0.51–0.60 s there
-/// against 0.61–0.66 s here; attention was even); the AVX2 kernel wins where a stored weight is widened while
-/// it is packed ([`matmul_bt`]).
+/// Whether [`super::gemm::gemm`] takes [`gemm_f32`] for the strided products of attention and `matmul`: with
+/// AVX-512. On AVX2 [`super::avx2_product`] and the `gemm` crate were even on attention
+/// (`benches/cpu_ops.rs` on an AVX2 EPYC, 30 heads of 4096 × 128: 2.09–2.49 s against 2.18 s), so those keep
+/// the `gemm` crate's bits there; convolutions take [`gemm_f32`] wherever [`F32::available`].
 pub(crate) fn strided_available() -> bool {
     has_avx512f()
 }
@@ -516,8 +515,8 @@ pub(crate) fn strided_available() -> bool {
 /// micro-kernel: a `m × k` with unit column stride, b `k × n` with any strides (packed per block), dst
 /// `m × n` with unit column stride. Without AVX-512, [`avx2_product`] computes it, blocked for AVX2 CPUs'
 /// caches, with the same bits. The callers ([`super::gemm::gemm`] where [`strided_available`], the
-/// convolutions wherever [`F32::available`]) check the strides and the bounds; with [`Threads::All`] column
-/// blocks run in parallel.
+/// convolutions wherever [`F32::available`]) check the strides and the bounds; with [`Threads::All`] blocks
+/// of columns (or, on AVX2 for few columns, of rows) run in parallel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
     (m, n, k): (usize, usize, usize),
@@ -840,7 +839,8 @@ impl SendPtr {
     }
 }
 
-// SAFETY: the pointer is only used to write disjoint columns from different tasks (see `matmul_bt`).
+// SAFETY: the pointer is only used to write disjoint parts of the output from different tasks: columns (see
+// `matmul_bt`, `gemm_f32`), or rows or columns (`avx2_product`).
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}

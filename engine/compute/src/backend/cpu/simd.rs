@@ -320,10 +320,13 @@ multiversion! {
 }
 
 multiversion! {
-    /// bf16 values widened to f32 (exact: the bits shifted into the high half).
+    /// bf16 values widened to f32 as `half::bf16::to_f32` widens them: the bits shifted into the high half,
+    /// a signalling NaN made quiet.
     pub(crate) fn widen_bf16(src: &[half::bf16], dst: &mut [f32]) {
         for (d, &h) in dst.iter_mut().zip(src) {
-            *d = f32::from_bits(u32::from(h.to_bits()) << 16);
+            let x = u32::from(h.to_bits());
+            let quiet = if x & 0x7fff > 0x7f80 { 0x40 } else { 0 };
+            *d = f32::from_bits((x | quiet) << 16);
         }
     }
 }
@@ -430,10 +433,12 @@ mod tests {
                 v.to_bits()
             );
         }
-        let mut wide = vec![0.0f32; narrow.len()];
-        widen_bf16(&narrow, &mut wide);
-        for (h, got) in narrow.iter().zip(&wide) {
-            assert_eq!(got.to_bits(), h.to_f32().to_bits());
+        // Every bf16, signalling NaNs (0x7f81, 0xff81) among them.
+        let every: Vec<half::bf16> = (0..=u16::MAX).map(half::bf16::from_bits).collect();
+        let mut wide = vec![0.0f32; every.len()];
+        widen_bf16(&every, &mut wide);
+        for (h, got) in every.iter().zip(&wide) {
+            assert_eq!(got.to_bits(), h.to_f32().to_bits(), "{:#x}", h.to_bits());
         }
     }
 }
