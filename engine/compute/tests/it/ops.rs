@@ -1448,10 +1448,10 @@ fn causal_taps_are_the_weights_taps_reordered_from_any_first_tap() {
     let cpu = cpu();
     let mut rng = Rng::new(41);
     // 1030 (output, input) rows: more than one block of the CPU's reorder, the last one partial. fp8 taps take
-    // the generic reorder.
+    // the generic reorder; 16-bit taps into their own dtype move their bits.
     let shape = [5, 206, 3, 3, 2];
     let values = rng.vec(numel(&shape));
-    for source in [DType::F32, DType::BF16, DType::F8E4M3] {
+    for source in [DType::F32, DType::F16, DType::BF16, DType::F8E4M3] {
         let w = weight(&cpu, source, &shape, &values);
         let stored = rounded(&values, source);
         for first in 0..3 {

@@ -149,17 +149,23 @@ pub(crate) fn causal_taps(
     let mut aligned = true;
     sim.fill(taps.view().ptr(), len, &mut |bytes| match dtype {
         DType::F32 => match bytemuck::try_cast_slice_mut::<u8, f32>(bytes) {
-            Ok(out) => scatter_taps(sim, w, geometry, out, |v| v),
+            Ok(out) => scatter_taps(geometry, out, widen_block(sim, w), |v| v),
             Err(_) => {
                 aligned = false;
                 Ok(())
             }
         },
         _ => match bytemuck::try_cast_slice_mut::<u8, u16>(bytes) {
-            Ok(out) if dtype == DType::F16 => {
-                scatter_taps(sim, w, geometry, out, |v| f16::from_f32(v).to_bits())
+            // Stored in the dtype asked for, unscaled: the bits move as they are.
+            Ok(out) if w.dtype() == dtype && w.scale().is_none() && w.quant() == Quant::None => {
+                scatter_taps(geometry, out, |start, block| read_bits(sim, w, start, block), |v| v)
             }
-            Ok(out) => scatter_taps(sim, w, geometry, out, |v| bf16::from_f32(v).to_bits()),
+            Ok(out) if dtype == DType::F16 => {
+                scatter_taps(geometry, out, widen_block(sim, w), |v| f16::from_f32(v).to_bits())
+            }
+            Ok(out) => {
+                scatter_taps(geometry, out, widen_block(sim, w), |v| bf16::from_f32(v).to_bits())
+            }
             Err(_) => {
                 aligned = false;
                 Ok(())
@@ -183,14 +189,38 @@ struct TapGeometry {
     first: usize,
 }
 
-/// Writes taps `first..` of `w` into `out` `[kt − first, rows, tap]`, each value through `encode`: task b widens
-/// rows b·[`TAP_ROWS`].. (every tap of them) and writes each kept tap's part of them.
-fn scatter_taps<T: Send>(
-    sim: &SimDevice,
-    w: &Weight<'_>,
+/// Reads `w`'s values `start..` as f32 into a block (see [`scatter_taps`]).
+fn widen_block<'a>(
+    sim: &'a SimDevice,
+    w: &'a Weight<'_>,
+) -> impl Fn(usize, &mut [f32]) -> Result<()> + Sync + 'a {
+    move |start, block| widen_range(sim, w, start, block)
+}
+
+/// `w`'s stored 16-bit values `start..start + block.len()`, as they are.
+fn read_bits(sim: &SimDevice, w: &Weight<'_>, start: usize, block: &mut [u16]) -> Result<()> {
+    if start + block.len() > w.numel() || w.dtype().size() != 2 {
+        return Err(Error::shape(
+            "weight",
+            format!("16-bit elements {start}..{} of {:?}", start + block.len(), w.shape()),
+        ));
+    }
+    sim.with_bytes(w.ptr().offset((start * 2) as u64), block.len() * 2, &mut |bytes| {
+        for (v, b) in block.iter_mut().zip(bytes.chunks_exact(2)) {
+            *v = u16::from_le_bytes([b[0], b[1]]);
+        }
+        Ok(())
+    })
+}
+
+/// Writes taps `first..` of a weight into `out` `[kt − first, rows, tap]`, each value through `encode`: task b
+/// reads rows b·[`TAP_ROWS`].. (every tap of them) with `read(first value, block)` and writes each kept tap's
+/// part of them.
+fn scatter_taps<S: Copy + Default + Send, T: Send>(
     TapGeometry { rows, tap, kt, first }: TapGeometry,
     out: &mut [T],
-    encode: impl Fn(f32) -> T + Sync,
+    read: impl Fn(usize, &mut [S]) -> Result<()> + Sync,
+    encode: impl Fn(S) -> T + Sync,
 ) -> Result<()> {
     let mut per_tap: Vec<_> =
         out.chunks_mut(rows * tap).map(|t| t.chunks_mut(TAP_ROWS * tap)).collect();
@@ -199,11 +229,11 @@ fn scatter_taps<T: Send>(
         .collect();
     blocks.into_par_iter().enumerate().try_for_each(|(block, mut outs)| {
         let n = outs.first().map_or(0, |t| t.len() / tap);
-        let mut wide = vec![0.0f32; n * kt * tap];
-        widen_range(sim, w, block * TAP_ROWS * kt * tap, &mut wide)?;
+        let mut values = vec![S::default(); n * kt * tap];
+        read(block * TAP_ROWS * kt * tap, &mut values)?;
         for (j, out) in outs.iter_mut().enumerate() {
             let t = first + j;
-            for (dst, src) in out.chunks_mut(tap).zip(wide.chunks(kt * tap)) {
+            for (dst, src) in out.chunks_mut(tap).zip(values.chunks(kt * tap)) {
                 for (d, &v) in dst.iter_mut().zip(&src[t * tap..(t + 1) * tap]) {
                     *d = encode(v);
                 }
