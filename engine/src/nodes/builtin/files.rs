@@ -209,19 +209,26 @@ impl Node for LoadImageMask {
     }
 }
 
-/// The image file at `path` (`name` in messages) decoded whatever its extension says, as PIL opens it: an I/O
-/// error or an undecodable file is the node's error, as ComfyUI's message words it.
+/// The image file at `path` (`name` in messages) decoded whatever its extension says, as PIL opens it, and turned
+/// upright by its EXIF orientation as ComfyUI's loaders do (`ImageOps.exif_transpose`; an unreadable orientation
+/// is none): an I/O error or an undecodable file is the node's error, as ComfyUI's message words it.
 pub(super) fn decode_image(path: &Path, name: &str) -> Result<image::DynamicImage, NodeError> {
-    image::ImageReader::open(path)
+    use image::ImageDecoder as _;
+    let undecodable = |e: image::ImageError| {
+        NodeError::of_kind(
+            ErrorKind::ImageDecode,
+            format!("cannot identify image file '{name}': {e}"),
+        )
+    };
+    let mut decoder = image::ImageReader::open(path)
         .and_then(|r| r.with_guessed_format())
         .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
-        .decode()
-        .map_err(|e| {
-            NodeError::of_kind(
-                ErrorKind::ImageDecode,
-                format!("cannot identify image file '{name}': {e}"),
-            )
-        })
+        .into_decoder()
+        .map_err(undecodable)?;
+    let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut image = image::DynamicImage::from_decoder(decoder).map_err(undecodable)?;
+    image.apply_orientation(orientation);
+    Ok(image)
 }
 
 /// A file input's fingerprint: its bytes' hash and length, so a new file under the same name runs the node
@@ -929,6 +936,53 @@ mod tests {
             ("channel".to_owned(), Value::String("red".into())),
         ]);
         assert_eq!(node.validate(&missing), Err("Invalid image file: gone.png".to_owned()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A photo whose EXIF orientation says "rotate 90° clockwise" loads upright, as PIL's `exif_transpose`
+    /// turns it in ComfyUI's `LoadImage`.
+    #[test]
+    fn load_image_turns_a_photo_upright_by_its_exif_orientation() {
+        use image::ImageEncoder as _;
+        let dir = std::env::temp_dir().join(format!("kiln-image-exif-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // 16 × 8 as stored: the left half red, the right half blue.
+        let (w, h) = (16u32, 8u32);
+        let pixels: Vec<u8> = (0..w * h)
+            .flat_map(|i| if i % w < w / 2 { [255, 0, 0] } else { [0, 0, 255] })
+            .collect();
+        // A TIFF-structured EXIF block with one entry: Orientation (0x0112), SHORT, 6 = rotate 90° clockwise.
+        let exif = [
+            b"II*\0".as_slice(),
+            &8u32.to_le_bytes(),
+            &1u16.to_le_bytes(),
+            &0x0112u16.to_le_bytes(),
+            &3u16.to_le_bytes(),
+            &1u32.to_le_bytes(),
+            &6u16.to_le_bytes(),
+            &[0, 0],
+            &0u32.to_le_bytes(),
+        ]
+        .concat();
+        let mut jpeg = Vec::new();
+        let mut encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95);
+        encoder.set_exif_metadata(exif).expect("EXIF");
+        encoder.write_image(&pixels, w, h, image::ExtendedColorType::Rgb8).expect("a JPEG");
+        std::fs::write(dir.join("photo.jpg"), &jpeg).expect("written");
+        let roots =
+            Roots { input: dir.clone(), output: dir.join("output"), temp: dir.join("temp") };
+        let node = super::LoadImage::new(roots);
+        let ctx = crate::fixtures::quiet_context(&dir);
+        let inputs = Inputs::from_values([("image".to_owned(), Value::String("photo.jpg".into()))]);
+        let image = match node.execute(&inputs, &ctx).expect("runs").outputs.remove(0) {
+            Output::One(Value::Image(t)) => t,
+            other => panic!("an image, not {other:?}"),
+        };
+        // Upright it is 8 wide and 16 high: turned clockwise, the left half (red) is on top.
+        assert_eq!(image.shape(), &[1, 16, 8, 3]);
+        let pixel = |y: usize, x: usize| &image.data()[(y * 8 + x) * 3..][..3];
+        assert!(pixel(2, 4)[0] > 0.9 && pixel(2, 4)[2] < 0.1, "top: {:?}", pixel(2, 4));
+        assert!(pixel(13, 4)[2] > 0.9 && pixel(13, 4)[0] < 0.1, "bottom: {:?}", pixel(13, 4));
         let _ = std::fs::remove_dir_all(dir);
     }
 
