@@ -81,28 +81,31 @@ impl Node for LoadImage {
 }
 
 impl LoadImage {
-    /// The input file `name` as `LoadImage` gives it: the RGB image `[1, H, W, 3]` and the mask, 1 − alpha
-    /// `[1, H, W]` (zeros `[1, 64, 64]` for an image without alpha).
+    /// The input file `name` as `LoadImage` gives it: the RGB images `[N, H, W, 3]` and the masks, 1 − alpha
+    /// `[N, H, W]` (zeros `[N, 64, 64]` for images without alpha). An animated WebP or PNG gives every frame of
+    /// the first frame's size, as ComfyUI's `ImageSequence` loop does; other files one image.
     fn load(&self, name: &str) -> Result<(Tensor, Tensor), NodeError> {
         let path = self.path(name).ok_or_else(|| {
             NodeError::of_kind(ErrorKind::FileNotFound, format!("Invalid image file: {name}"))
         })?;
-        let decoded = decode_image(&path, name)?;
-        let has_alpha = decoded.color().has_alpha();
-        let rgba = decoded.to_rgba32f();
-        let (w, h) = (rgba.width() as usize, rgba.height() as usize);
-        let mut rgb = Vec::with_capacity(w * h * 3);
-        let mut mask = Vec::with_capacity(w * h);
-        for pixel in rgba.pixels() {
-            rgb.extend_from_slice(&pixel.0[..3]);
-            mask.push(1.0 - pixel.0[3]);
+        let (frames, has_alpha) = decode_frames(&path, name)?;
+        let (w, h) = frames.first().map_or((0, 0), |f| (f.width() as usize, f.height() as usize));
+        let mut rgb = Vec::with_capacity(frames.len() * w * h * 3);
+        let mut mask = Vec::with_capacity(frames.len() * w * h);
+        let mut n = 0;
+        for frame in frames.iter().filter(|f| (f.width() as usize, f.height() as usize) == (w, h)) {
+            for pixel in frame.to_rgba32f().pixels() {
+                rgb.extend_from_slice(&pixel.0[..3]);
+                mask.push(1.0 - pixel.0[3]);
+            }
+            n += 1;
         }
         let image =
-            Tensor::new(vec![1, h, w, 3], rgb).map_err(|e| NodeError::new(e.to_string()))?;
+            Tensor::new(vec![n, h, w, 3], rgb).map_err(|e| NodeError::new(e.to_string()))?;
         let mask = if has_alpha {
-            Tensor::new(vec![1, h, w], mask).map_err(|e| NodeError::new(e.to_string()))?
+            Tensor::new(vec![n, h, w], mask).map_err(|e| NodeError::new(e.to_string()))?
         } else {
-            Tensor::full(vec![1, 64, 64], 0.0)
+            Tensor::full(vec![n, 64, 64], 0.0)
         };
         Ok((image, mask))
     }
@@ -202,9 +205,10 @@ impl Node for LoadImageMask {
             Some('B') => 2,
             _ => 0,
         };
-        let (h, w) = (image.shape()[1], image.shape()[2]);
+        // Every frame's channel, as `image[..., channel]`.
+        let shape = image.shape()[..3].to_vec();
         let values = image.data().iter().skip(channel).step_by(3).copied().collect();
-        let mask = Tensor::new(vec![1, h, w], values).map_err(|e| NodeError::new(e.to_string()))?;
+        let mask = Tensor::new(shape, values).map_err(|e| NodeError::new(e.to_string()))?;
         Ok(NodeResult::values([Value::Mask(mask)]))
     }
 }
@@ -229,6 +233,57 @@ pub(super) fn decode_image(path: &Path, name: &str) -> Result<image::DynamicImag
     let mut image = image::DynamicImage::from_decoder(decoder).map_err(undecodable)?;
     image.apply_orientation(orientation);
     Ok(image)
+}
+
+/// The frames of the image file at `path` (`name` in messages), each upright by the file's EXIF orientation, and
+/// whether the file has alpha: every frame of an animated WebP or PNG (composited, as PIL's `ImageSequence`
+/// gives them), else the one image [`decode_image`] gives.
+fn decode_frames(path: &Path, name: &str) -> Result<(Vec<image::DynamicImage>, bool), NodeError> {
+    use image::{AnimationDecoder as _, ImageDecoder as _};
+    let undecodable = |e: image::ImageError| {
+        NodeError::of_kind(
+            ErrorKind::ImageDecode,
+            format!("cannot identify image file '{name}': {e}"),
+        )
+    };
+    let open = || {
+        fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))
+    };
+    let frames = |frames: image::Frames<'_>, orientation| {
+        frames
+            .map(|f| {
+                let mut image = image::DynamicImage::ImageRgba8(f?.into_buffer());
+                image.apply_orientation(orientation);
+                Ok(image)
+            })
+            .collect::<Result<Vec<_>, image::ImageError>>()
+            .map_err(undecodable)
+    };
+    let no_turn = image::metadata::Orientation::NoTransforms;
+    match image::ImageReader::open(path).and_then(|r| r.with_guessed_format()).map(|r| r.format()) {
+        Ok(Some(image::ImageFormat::WebP)) => {
+            let mut decoder =
+                image::codecs::webp::WebPDecoder::new(open()?).map_err(undecodable)?;
+            if decoder.has_animation() {
+                let (alpha, turn) = (decoder.color_type().has_alpha(), decoder.orientation());
+                return Ok((frames(decoder.into_frames(), turn.unwrap_or(no_turn))?, alpha));
+            }
+        }
+        Ok(Some(image::ImageFormat::Png)) => {
+            let mut decoder = image::codecs::png::PngDecoder::new(open()?).map_err(undecodable)?;
+            if decoder.is_apng().map_err(undecodable)? {
+                let (alpha, turn) = (decoder.color_type().has_alpha(), decoder.orientation());
+                let apng = decoder.apng().map_err(undecodable)?;
+                return Ok((frames(apng.into_frames(), turn.unwrap_or(no_turn))?, alpha));
+            }
+        }
+        _ => {}
+    }
+    let image = decode_image(path, name)?;
+    let alpha = image.color().has_alpha();
+    Ok((vec![image], alpha))
 }
 
 /// A file input's fingerprint: its bytes' hash and length, so a new file under the same name runs the node
@@ -983,6 +1038,61 @@ mod tests {
         let pixel = |y: usize, x: usize| &image.data()[(y * 8 + x) * 3..][..3];
         assert!(pixel(2, 4)[0] > 0.9 && pixel(2, 4)[2] < 0.1, "top: {:?}", pixel(2, 4));
         assert!(pixel(13, 4)[2] > 0.9 && pixel(13, 4)[0] < 0.1, "bottom: {:?}", pixel(13, 4));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An animated PNG or WebP loads as a batch of its frames, as ComfyUI's `ImageSequence` loop gives them; a
+    /// mask of its channel is every frame's.
+    #[test]
+    fn animated_files_load_every_frame() {
+        let dir = std::env::temp_dir().join(format!("kiln-image-frames-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // Three 4 × 2 frames of one colour each (RGB), then two RGBA frames of different alphas.
+        let rgb: Vec<Vec<u8>> = [[200u8, 0, 0], [0, 150, 0], [0, 0, 100]]
+            .iter()
+            .map(|c| c.iter().copied().cycle().take(4 * 2 * 3).collect())
+            .collect();
+        let rgb_frames: Vec<&[u8]> = rgb.iter().map(Vec::as_slice).collect();
+        let apng = crate::media::apng(&rgb_frames, (4, 2, 3), 100, 6, &[]).expect("an APNG");
+        std::fs::write(dir.join("a.png"), apng).expect("written");
+        let rgba: Vec<Vec<u8>> = [51u8, 255]
+            .iter()
+            .map(|&a| [10, 20, 30, a].iter().copied().cycle().take(4 * 2 * 4).collect())
+            .collect();
+        let rgba_frames: Vec<&[u8]> = rgba.iter().map(Vec::as_slice).collect();
+        let webp = crate::media::animated_webp(&rgba_frames, (4, 2, 4), 100, &[]).expect("a WebP");
+        std::fs::write(dir.join("a.webp"), webp).expect("written");
+        let roots =
+            Roots { input: dir.clone(), output: dir.join("output"), temp: dir.join("temp") };
+        let ctx = crate::fixtures::quiet_context(&dir);
+        let load = super::LoadImage::new(roots.clone());
+        let run = |name: &str| {
+            let inputs = Inputs::from_values([("image".to_owned(), Value::String(name.into()))]);
+            let mut outputs = load.execute(&inputs, &ctx).expect("runs").outputs.into_iter();
+            match (outputs.next(), outputs.next()) {
+                (Some(Output::One(Value::Image(i))), Some(Output::One(Value::Mask(m)))) => (i, m),
+                other => panic!("an image and a mask, not {other:?}"),
+            }
+        };
+        let (image, mask) = run("a.png");
+        assert_eq!((image.shape(), mask.shape()), (&[3, 2, 4, 3][..], &[3, 64, 64][..]));
+        let firsts: Vec<f32> = image.data().chunks(4 * 2 * 3).map(|f| f[0] + f[1] + f[2]).collect();
+        assert_eq!(firsts, [200.0 / 255.0, 150.0 / 255.0, 100.0 / 255.0]);
+        let (image, mask) = run("a.webp");
+        assert_eq!((image.shape(), mask.shape()), (&[2, 2, 4, 3][..], &[2, 2, 4][..]));
+        assert_eq!((mask.data()[0], mask.data()[8]), (1.0 - 51.0 / 255.0, 0.0));
+        let masks = LoadImageMask::new(roots);
+        let inputs = Inputs::from_values([
+            ("image".to_owned(), Value::String("a.png".into())),
+            ("channel".to_owned(), Value::String("green".into())),
+        ]);
+        match masks.execute(&inputs, &ctx).expect("runs").outputs.remove(0) {
+            Output::One(Value::Mask(m)) => {
+                assert_eq!(m.shape(), &[3, 2, 4]);
+                assert_eq!((m.data()[0], m.data()[8]), (0.0, 150.0 / 255.0));
+            }
+            other => panic!("a mask, not {other:?}"),
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 
