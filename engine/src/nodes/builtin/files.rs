@@ -218,15 +218,10 @@ impl Node for LoadImageMask {
 /// is none): an I/O error or an undecodable file is the node's error, as ComfyUI's message words it.
 pub(super) fn decode_image(path: &Path, name: &str) -> Result<image::DynamicImage, NodeError> {
     use image::ImageDecoder as _;
-    let undecodable = |e: image::ImageError| {
-        NodeError::of_kind(
-            ErrorKind::ImageDecode,
-            format!("cannot identify image file '{name}': {e}"),
-        )
-    };
+    let undecodable = undecodable(name);
     let mut decoder = image::ImageReader::open(path)
         .and_then(|r| r.with_guessed_format())
-        .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))?
+        .map_err(cannot_open(name))?
         .into_decoder()
         .map_err(undecodable)?;
     let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
@@ -235,22 +230,28 @@ pub(super) fn decode_image(path: &Path, name: &str) -> Result<image::DynamicImag
     Ok(image)
 }
 
+/// The node's error for an image file `name` that does not decode, worded as ComfyUI's.
+fn undecodable(name: &str) -> impl Fn(image::ImageError) -> NodeError + Copy + '_ {
+    move |e| {
+        NodeError::of_kind(
+            ErrorKind::ImageDecode,
+            format!("cannot identify image file '{name}': {e}"),
+        )
+    }
+}
+
+/// The node's error for an image file `name` that cannot be opened.
+fn cannot_open(name: &str) -> impl Fn(std::io::Error) -> NodeError + Copy + '_ {
+    move |e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}"))
+}
+
 /// The frames of the image file at `path` (`name` in messages), each upright by the file's EXIF orientation, and
 /// whether the file has alpha: every frame of an animated WebP or PNG (composited, as PIL's `ImageSequence`
 /// gives them), else the one image [`decode_image`] gives.
 fn decode_frames(path: &Path, name: &str) -> Result<(Vec<image::DynamicImage>, bool), NodeError> {
     use image::{AnimationDecoder as _, ImageDecoder as _};
-    let undecodable = |e: image::ImageError| {
-        NodeError::of_kind(
-            ErrorKind::ImageDecode,
-            format!("cannot identify image file '{name}': {e}"),
-        )
-    };
-    let open = || {
-        fs::File::open(path)
-            .map(std::io::BufReader::new)
-            .map_err(|e| NodeError::of_kind(ErrorKind::Io, format!("cannot open {name}: {e}")))
-    };
+    let undecodable = undecodable(name);
+    let open = || fs::File::open(path).map(std::io::BufReader::new).map_err(cannot_open(name));
     let frames = |frames: image::Frames<'_>, orientation| {
         frames
             .map(|f| {
