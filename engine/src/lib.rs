@@ -30,6 +30,7 @@ pub mod nodes;
 pub mod preview;
 pub mod queue;
 pub mod roots;
+pub mod shader;
 pub mod tensor;
 pub mod value;
 

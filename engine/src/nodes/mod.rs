@@ -358,6 +358,8 @@ pub struct UiOutput {
     /// ComfyUI's `animated` list: `[true]` when `images` are animations or videos (`SaveVideo`,
     /// `SaveAnimatedWEBP`, ...).
     pub animated: Vec<bool>,
+    /// Other values under names of the node's own (`CurveEditor`'s `histogram`), in order.
+    pub data: Vec<(String, serde_json::Value)>,
 }
 
 impl UiOutput {
@@ -367,6 +369,7 @@ impl UiOutput {
             && self.text.is_empty()
             && self.named.is_empty()
             && self.animated.is_empty()
+            && self.data.is_empty()
     }
 
     /// Appends another node call's UI output (list mapping calls a node several times).
@@ -378,6 +381,17 @@ impl UiOutput {
             match self.named.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, existing)) => existing.extend(files),
                 None => self.named.push((name, files)),
+            }
+        }
+        // ComfyUI concatenates each key's lists (`merge_result_data`).
+        for (name, value) in other.data {
+            match self.data.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, serde_json::Value::Array(existing))) => match value {
+                    serde_json::Value::Array(items) => existing.extend(items),
+                    other => existing.push(other),
+                },
+                Some((_, existing)) => *existing = value,
+                None => self.data.push((name, value)),
             }
         }
     }

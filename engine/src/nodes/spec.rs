@@ -523,6 +523,26 @@ impl NodeSpec {
         self.grow(name, template, config, grown, min)
     }
 
+    /// [`NodeSpec::autogrow_prefix`] with a tooltip on the autogrow input itself (written before its template,
+    /// as `io.Autogrow.Input(tooltip=...)` writes it).
+    pub fn described_autogrow_prefix(
+        self,
+        name: &str,
+        tooltip: &str,
+        template: InputDef,
+        prefix: &str,
+        (min, max): (usize, usize),
+    ) -> NodeSpec {
+        let grown: Vec<String> = (0..max).map(|i| format!("{prefix}{i}")).collect();
+        let config = serde_json::json!({"tooltip": tooltip, "template": {
+            "input": {"required": {template.name.clone(): template.config_json()}},
+            "prefix": prefix,
+            "min": min,
+            "max": max,
+        }});
+        self.grow(name, template, config, grown, min)
+    }
+
     /// [`NodeSpec::autogrow_prefix`] declared among the optional inputs (`io.Autogrow.Input(optional=True)`,
     /// with `min` 0 so that none of the grown inputs is required).
     pub fn optional_autogrow_prefix(

@@ -7,6 +7,7 @@ mod files;
 mod flux;
 mod flux2;
 mod fuzz;
+mod glsl;
 mod harness;
 mod memory;
 mod qwen_image;

@@ -37,6 +37,7 @@ pub(crate) fn node_output(ui: &UiOutput) -> types::NodeOutput {
             let files: Vec<types::FileRef> = files.iter().map(file).collect();
             (name.clone(), serde_json::to_value(files).unwrap_or_default())
         })
+        .chain(ui.data.iter().cloned())
         .collect();
     types::NodeOutput {
         animated: ui.animated.clone(),

@@ -473,6 +473,17 @@ pub(super) fn preview(images: &Tensor, ctx: &Context) -> Result<UiOutput, NodeEr
     preview_pngs(images, "ComfyUI", ctx, SAVE_IMAGE)
 }
 
+/// Writes a batch into the temp directory as `<prefix>_<counter:05>_.png`, without the prompt in the files (a
+/// V3 node's `ImageSaveHelper.save_images(images, prefix, FolderType.temp, cls=None)`).
+pub(super) fn save_temp_pngs(
+    images: &Tensor,
+    prefix: &str,
+    ctx: &Context,
+) -> Result<Vec<FileRef>, NodeError> {
+    const PLAIN: PngFiles = PngFiles { metadata: false, ..SAVE_IMAGE };
+    Ok(save_pngs_as(images, prefix, FileKind::Temp, ctx, PLAIN)?.images)
+}
+
 /// Writes a preview into the temp directory as `<prefix>_temp_<5 random letters>_<counter>_.png`.
 fn preview_pngs(
     images: &Tensor,

@@ -15,10 +15,12 @@ mod conditioning_area;
 mod conditioning_ops;
 mod context_windows;
 mod controlnet;
+mod curve;
 mod custom_sampling;
 mod expression;
 mod files;
 mod filters;
+mod glsl;
 mod guidance;
 mod hints;
 mod humo;
@@ -294,6 +296,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(video::video_slice());
     registry.register(files::MaskPreview::new());
     registry.register(files::ImageCompare::new());
+    registry.register(glsl::GlslShader::new());
     registry.register(textgen::TextGenerate::new(compute.clone()));
     for node in filters::nodes() {
         registry.register(node);
@@ -310,5 +313,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(compose::RebatchImages::new());
     registry.register(rebatch_latents::RebatchLatents::new());
     registry.register(compose::ImageCropV2::new());
+    registry.register(curve::CurveEditor::new());
+    registry.register(curve::ImageHistogram::new());
     registry
 }

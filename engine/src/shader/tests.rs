@@ -1,0 +1,116 @@
+//! The interpreter against hand-computed values.
+
+use super::*;
+
+/// Renders `source` over `width` × `height` with one input image and the given uniforms.
+fn render(source: &str, image: &Texture, uniforms: Vec<(String, Uniform)>) -> Vec<Rgba> {
+    let shader = Shader::compile(source).unwrap_or_else(|e| panic!("{e}"));
+    let (w, h) = image.size();
+    let bindings =
+        Bindings { textures: vec![("u_image0".to_owned(), image)], uniforms, unit0: image };
+    shader.render(w, h, &bindings, 2, &|| false).unwrap_or_else(|e| panic!("{e}")).unwrap()
+}
+
+fn gradient(w: usize, h: usize) -> (Texture, Vec<f32>) {
+    let pixels: Vec<f32> =
+        (0..w * h).flat_map(|i| [i as f32 / 10.0, 0.5, 1.0 - i as f32 / 10.0]).collect();
+    (Texture::from_image(w, h, 3, &pixels), pixels)
+}
+
+#[test]
+fn the_default_shader_copies_its_image() {
+    let (texture, pixels) = gradient(3, 2);
+    let out = render(
+        "#version 300 es\nprecision highp float;\nuniform sampler2D u_image0;\nin vec2 v_texCoord;\n\
+         layout(location = 0) out vec4 fragColor0;\nvoid main() { fragColor0 = texture(u_image0, v_texCoord); }",
+        &texture,
+        Vec::new(),
+    );
+    assert_eq!(out.len(), 1);
+    for (i, px) in out[0].iter().enumerate() {
+        assert_eq!(px[..3], pixels[i * 3..i * 3 + 3], "pixel {i}");
+        assert_eq!(px[3], 1.0);
+    }
+}
+
+/// One image of the fixture: `[H, W, C]` floats.
+fn fixture_image(json: &serde_json::Value) -> Texture {
+    let shape: Vec<usize> =
+        json["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+    let pixels = floats(&json["pixels"]);
+    Texture::from_image(shape[1], shape[0], shape[2], &pixels)
+}
+
+fn floats(json: &serde_json::Value) -> Vec<f32> {
+    json.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+}
+
+/// Every case ComfyUI drew (scripts/reference/glsl_shader.py: ANGLE on Mesa's llvmpipe), drawn again.
+#[test]
+fn every_shader_draws_what_comfyui_draws() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/glsl");
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let images: std::collections::HashMap<&str, Texture> = fixture["images"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(name, json)| (name.as_str(), fixture_image(json)))
+        .collect();
+    let mut worst = 0.0f32;
+    for (k, case) in fixture["cases"].as_array().unwrap().iter().enumerate() {
+        let file = case["shader"].as_str().unwrap();
+        let source = std::fs::read_to_string(dir.join(file)).unwrap();
+        let shader = Shader::compile(&source).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let bound: Vec<&Texture> = case["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| &images[n.as_str().unwrap()])
+            .collect();
+        let luts: Vec<Texture> = case["luts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|lut| Texture::lookup_table(&floats(lut)))
+            .collect();
+        let mut textures: Vec<(String, &Texture)> =
+            bound.iter().enumerate().map(|(i, t)| (format!("u_image{i}"), *t)).collect();
+        textures.extend(luts.iter().enumerate().map(|(i, t)| (format!("u_curve{i}"), t)));
+        let mut uniforms = Vec::new();
+        for (i, f) in floats(&case["floats"]).into_iter().enumerate() {
+            uniforms.push((format!("u_float{i}"), Uniform::Float(f)));
+        }
+        for (i, v) in case["ints"].as_array().unwrap().iter().enumerate() {
+            uniforms.push((format!("u_int{i}"), Uniform::Int(v.as_i64().unwrap() as i32)));
+        }
+        for (i, v) in case["bools"].as_array().unwrap().iter().enumerate() {
+            uniforms.push((format!("u_bool{i}"), Uniform::Int(i32::from(v.as_bool().unwrap()))));
+        }
+        let (w, h) =
+            (case["width"].as_u64().unwrap() as usize, case["height"].as_u64().unwrap() as usize);
+        let bindings = Bindings { textures, uniforms, unit0: bound[0] };
+        let out = shader
+            .render(w, h, &bindings, 2, &|| false)
+            .unwrap_or_else(|e| panic!("case {k} ({file}): {e}"))
+            .unwrap();
+        let expected = case["outputs"].as_array().unwrap();
+        assert_eq!(out.len(), expected.len(), "case {k} ({file}): outputs");
+        for (o, (image, want)) in out.iter().zip(expected).enumerate() {
+            let want = floats(want);
+            let got: Vec<f32> = image.iter().flatten().copied().collect();
+            assert_eq!(got.len(), want.len());
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                let diff = (a - b).abs();
+                worst = worst.max(diff);
+                assert!(
+                    diff <= 2e-5,
+                    "case {k} ({file}) output {o}, pixel {} channel {}: {a} against ComfyUI's {b}",
+                    i / 4,
+                    i % 4
+                );
+            }
+        }
+    }
+    eprintln!("largest difference from ComfyUI: {worst:e}");
+}

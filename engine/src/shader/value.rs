@@ -1,0 +1,283 @@
+//! The values a shader computes with: scalars, vectors and matrices of one base type, arrays, structs and
+//! samplers, and the types declarations give them.
+
+use super::ShaderError;
+
+/// The scalar type of a numeric value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Base {
+    Float,
+    Int,
+    Uint,
+    Bool,
+}
+
+impl Base {
+    /// The GLSL name of a vector of `n` components of this base (`vec3`, `ivec2`, `bool`, ...).
+    fn vector_name(self, n: u8) -> String {
+        let (scalar, prefix) = match self {
+            Base::Float => ("float", ""),
+            Base::Int => ("int", "i"),
+            Base::Uint => ("uint", "u"),
+            Base::Bool => ("bool", "b"),
+        };
+        if n == 1 { scalar.to_owned() } else { format!("{prefix}vec{n}") }
+    }
+}
+
+/// A scalar, vector or matrix: `cols` columns of `rows` components each, column after column (a scalar is
+/// 1 × 1, a vector one column). Each component is held as its 32 bits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Num {
+    pub(super) base: Base,
+    pub(super) cols: u8,
+    pub(super) rows: u8,
+    pub(super) bits: [u32; 16],
+}
+
+impl Num {
+    /// A value of `base` and the shape `cols` × `rows` with every component zero.
+    pub(super) fn zero(base: Base, cols: u8, rows: u8) -> Num {
+        Num { base, cols, rows, bits: [0; 16] }
+    }
+
+    /// A float scalar.
+    pub(super) fn float(x: f32) -> Num {
+        Num::floats(&[x])
+    }
+
+    /// An int scalar.
+    pub(super) fn int(x: i32) -> Num {
+        let mut n = Num::zero(Base::Int, 1, 1);
+        n.bits[0] = x as u32;
+        n
+    }
+
+    /// A bool scalar.
+    pub(super) fn boolean(x: bool) -> Num {
+        let mut n = Num::zero(Base::Bool, 1, 1);
+        n.bits[0] = u32::from(x);
+        n
+    }
+
+    /// A float vector (a scalar for one component).
+    pub(super) fn floats(values: &[f32]) -> Num {
+        let mut n = Num::zero(Base::Float, 1, values.len() as u8);
+        for (bits, v) in n.bits.iter_mut().zip(values) {
+            *bits = v.to_bits();
+        }
+        n
+    }
+
+    /// An int vector (a scalar for one component).
+    pub(super) fn ints(values: &[i32]) -> Num {
+        let mut n = Num::zero(Base::Int, 1, values.len() as u8);
+        for (bits, v) in n.bits.iter_mut().zip(values) {
+            *bits = *v as u32;
+        }
+        n
+    }
+
+    /// How many components it has.
+    pub(super) fn len(&self) -> usize {
+        usize::from(self.cols) * usize::from(self.rows)
+    }
+
+    /// Whether it is a scalar.
+    pub(super) fn is_scalar(&self) -> bool {
+        self.cols == 1 && self.rows == 1
+    }
+
+    /// Component `i` as a float (ints and bools converted as GLSL's constructors convert them).
+    pub(super) fn f(&self, i: usize) -> f32 {
+        let bits = self.bits[i];
+        match self.base {
+            Base::Float => f32::from_bits(bits),
+            Base::Int => bits as i32 as f32,
+            Base::Uint => bits as f32,
+            Base::Bool => bits as f32,
+        }
+    }
+
+    /// Component `i` as an int (floats truncated toward zero).
+    pub(super) fn i(&self, i: usize) -> i32 {
+        let bits = self.bits[i];
+        match self.base {
+            Base::Float => f32::from_bits(bits) as i32,
+            Base::Int | Base::Uint | Base::Bool => bits as i32,
+        }
+    }
+
+    /// Component `i` as a uint (floats truncated toward zero).
+    pub(super) fn u(&self, i: usize) -> u32 {
+        let bits = self.bits[i];
+        match self.base {
+            Base::Float => f32::from_bits(bits) as u32,
+            Base::Int | Base::Uint | Base::Bool => bits,
+        }
+    }
+
+    /// Component `i` as a bool (non-zero is true).
+    pub(super) fn b(&self, i: usize) -> bool {
+        match self.base {
+            Base::Float => f32::from_bits(self.bits[i]) != 0.0,
+            Base::Int | Base::Uint | Base::Bool => self.bits[i] != 0,
+        }
+    }
+
+    /// Component `i` converted to `base`, as bits.
+    pub(super) fn bits_as(&self, i: usize, base: Base) -> u32 {
+        match base {
+            Base::Float => self.f(i).to_bits(),
+            Base::Int => self.i(i) as u32,
+            Base::Uint => self.u(i),
+            Base::Bool => u32::from(self.b(i)),
+        }
+    }
+
+    /// The same shape with every component converted to `base`.
+    pub(super) fn convert(&self, base: Base) -> Num {
+        if self.base == base {
+            return *self;
+        }
+        let mut out = Num::zero(base, self.cols, self.rows);
+        for i in 0..self.len() {
+            out.bits[i] = self.bits_as(i, base);
+        }
+        out
+    }
+
+    /// The GLSL name of its type.
+    pub(super) fn type_name(&self) -> String {
+        if self.cols == 1 {
+            self.base.vector_name(self.rows)
+        } else if self.cols == self.rows {
+            format!("mat{}", self.cols)
+        } else {
+            format!("mat{}x{}", self.cols, self.rows)
+        }
+    }
+}
+
+/// A value: a number, an array, a struct (its declaration's index and its fields) or a sampler (its texture's
+/// index among the program's samplers).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Val {
+    Num(Num),
+    Array(Vec<Val>),
+    Struct(usize, Vec<Val>),
+    Sampler(usize),
+    Void,
+}
+
+impl Val {
+    /// The number it holds, or an error naming `what` needed one.
+    pub(super) fn num(&self, what: &str) -> Result<Num, ShaderError> {
+        match self {
+            Val::Num(n) => Ok(*n),
+            other => {
+                Err(ShaderError::new(format!("{what} needs a number, not {}", other.describe())))
+            }
+        }
+    }
+
+    /// The single bool it holds (a condition).
+    pub(super) fn truth(&self, what: &str) -> Result<bool, ShaderError> {
+        let n = self.num(what)?;
+        if n.base != Base::Bool || !n.is_scalar() {
+            return Err(ShaderError::new(format!("{what} needs a bool, not {}", n.type_name())));
+        }
+        Ok(n.bits[0] != 0)
+    }
+
+    /// A short description of its type for messages.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Val::Num(n) => n.type_name(),
+            Val::Array(items) => format!("an array of {}", items.len()),
+            Val::Struct(..) => "a struct".to_owned(),
+            Val::Sampler(_) => "sampler2D".to_owned(),
+            Val::Void => "void".to_owned(),
+        }
+    }
+}
+
+/// A declared type.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Ty {
+    Void,
+    Num { base: Base, cols: u8, rows: u8 },
+    Array(Box<Ty>, usize),
+    Struct(usize),
+    Sampler,
+}
+
+impl Ty {
+    /// A scalar or vector type.
+    pub(super) fn vector(base: Base, n: u8) -> Ty {
+        Ty::Num { base, cols: 1, rows: n }
+    }
+
+    /// The value a variable of this type holds before anything is written to it: zeros (struct fields by
+    /// the declarations' field types in `structs`).
+    pub(super) fn zero(&self, structs: &[Vec<(String, Ty)>]) -> Val {
+        match self {
+            Ty::Void => Val::Void,
+            Ty::Num { base, cols, rows } => Val::Num(Num::zero(*base, *cols, *rows)),
+            Ty::Array(item, n) => Val::Array(vec![item.zero(structs); *n]),
+            Ty::Struct(id) => {
+                Val::Struct(*id, structs[*id].iter().map(|(_, ty)| ty.zero(structs)).collect())
+            }
+            Ty::Sampler => Val::Sampler(0),
+        }
+    }
+
+    /// `value` as a value of this type: a number of the same shape converted to this base (GLSL ES would
+    /// refuse what desktop GLSL converts implicitly; Kiln converts), arrays item by item.
+    pub(super) fn fit(&self, value: Val) -> Result<Val, ShaderError> {
+        match (self, value) {
+            (Ty::Num { base, cols, rows }, Val::Num(n)) if n.cols == *cols && n.rows == *rows => {
+                Ok(Val::Num(n.convert(*base)))
+            }
+            (Ty::Array(item, len), Val::Array(items)) if items.len() == *len => {
+                Ok(Val::Array(items.into_iter().map(|v| item.fit(v)).collect::<Result<_, _>>()?))
+            }
+            (Ty::Struct(id), Val::Struct(other, fields)) if *id == other => {
+                Ok(Val::Struct(other, fields))
+            }
+            (Ty::Sampler, v @ Val::Sampler(_)) => Ok(v),
+            (Ty::Void, Val::Void) => Ok(Val::Void),
+            (ty, value) => Err(ShaderError::new(format!(
+                "cannot use {} as {}",
+                value.describe(),
+                ty.describe()
+            ))),
+        }
+    }
+
+    /// Whether `value` has this type exactly (to choose among overloads).
+    pub(super) fn matches(&self, value: &Val) -> bool {
+        match (self, value) {
+            (Ty::Num { base, cols, rows }, Val::Num(n)) => {
+                n.base == *base && n.cols == *cols && n.rows == *rows
+            }
+            (Ty::Array(item, len), Val::Array(items)) => {
+                items.len() == *len && items.iter().all(|v| item.matches(v))
+            }
+            (Ty::Struct(id), Val::Struct(other, _)) => id == other,
+            (Ty::Sampler, Val::Sampler(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// A short description for messages.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Ty::Void => "void".to_owned(),
+            Ty::Num { base, cols, rows } => Num::zero(*base, *cols, *rows).type_name(),
+            Ty::Array(item, n) => format!("{}[{n}]", item.describe()),
+            Ty::Struct(_) => "a struct".to_owned(),
+            Ty::Sampler => "sampler2D".to_owned(),
+        }
+    }
+}
