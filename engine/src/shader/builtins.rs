@@ -3,7 +3,7 @@
 
 use super::ShaderError;
 use super::texture::Texture;
-use super::value::{Base, Num, Val};
+use super::value::{Base, Mat, Num, Val};
 
 /// A built-in function.
 #[derive(Clone, Copy, Debug)]
@@ -149,6 +149,18 @@ impl Builtin {
         }
     }
 
+    /// Whether it reads a texture (and so cannot be computed before the draw).
+    pub(super) fn reads_textures(self) -> bool {
+        matches!(
+            self,
+            Builtin::Texture
+                | Builtin::TextureOffset
+                | Builtin::TexelFetch
+                | Builtin::TexelFetchOffset
+                | Builtin::TextureSize
+        )
+    }
+
     /// The function's value for `args`; `textures` are the program's samplers' textures.
     pub(super) fn call(
         self,
@@ -167,42 +179,76 @@ struct Call<'a> {
     args: &'a [Val],
 }
 
+/// Up to four numeric arguments, without allocating.
+struct Nums {
+    items: [Num; 4],
+    len: usize,
+}
+
+impl std::ops::Deref for Nums {
+    type Target = [Num];
+    fn deref(&self) -> &[Num] {
+        &self.items[..self.len]
+    }
+}
+
+/// The dot product of two vectors' components.
+fn dot(a: &Num, b: &Num) -> f32 {
+    (0..a.len().min(b.len())).fold(0.0, |acc, i| acc + a.f(i) * b.f(i))
+}
+
 impl Call<'_> {
     fn error(&self, message: impl std::fmt::Display) -> ShaderError {
         ShaderError::new(format!("{}(): {message}", self.name))
     }
 
-    /// The arguments as numbers, which must be `count` (or one of `counts`).
-    fn nums(&self, counts: &[usize]) -> Result<Vec<Num>, ShaderError> {
-        if !counts.contains(&self.args.len()) {
-            let list: Vec<String> = counts.iter().map(usize::to_string).collect();
-            return Err(self.error(format!(
-                "takes {} arguments, not {}",
-                list.join(" or "),
-                self.args.len()
-            )));
+    fn count(&self, counts: &[usize]) -> Result<(), ShaderError> {
+        if counts.contains(&self.args.len()) {
+            return Ok(());
         }
-        self.args.iter().map(|a| a.num(self.name)).collect()
+        let list: Vec<String> = counts.iter().map(usize::to_string).collect();
+        Err(self.error(format!("takes {} arguments, not {}", list.join(" or "), self.args.len())))
     }
 
-    /// The shape shared by the arguments (scalars spread over it).
-    fn shape(&self, args: &[Num]) -> Result<(u8, u8), ShaderError> {
-        let mut shape = (1, 1);
+    /// The arguments as numbers (scalars or vectors), which must be one of `counts` many.
+    fn nums(&self, counts: &[usize]) -> Result<Nums, ShaderError> {
+        self.count(counts)?;
+        let mut out = Nums { items: [Num::zero(Base::Float, 1); 4], len: self.args.len() };
+        for (slot, a) in out.items.iter_mut().zip(self.args) {
+            *slot = a.num(self.name)?;
+        }
+        Ok(out)
+    }
+
+    /// Argument `i` as a matrix.
+    fn mat(&self, i: usize) -> Result<&Mat, ShaderError> {
+        match self.args.get(i) {
+            Some(Val::Mat(m)) => Ok(m),
+            other => Err(self.error(format!(
+                "takes a matrix, not {}",
+                other.map_or_else(|| "nothing".to_owned(), Val::describe)
+            ))),
+        }
+    }
+
+    /// How many components the result has: the arguments' vectors' (scalars spread over them).
+    fn shape(&self, args: &[Num]) -> Result<u8, ShaderError> {
+        let mut len = 1;
         for a in args.iter().filter(|a| !a.is_scalar()) {
-            if shape != (1, 1) && shape != (a.cols, a.rows) {
+            if len != 1 && len != a.len {
                 return Err(self.error(format!("cannot combine {}", a.type_name())));
             }
-            shape = (a.cols, a.rows);
+            len = a.len;
         }
-        Ok(shape)
+        Ok(len)
     }
 
     /// `f` of the arguments' components as floats, component by component.
     fn floats(&self, args: &[Num], f: impl Fn(&[f32]) -> f32) -> Result<Val, ShaderError> {
-        let (cols, rows) = self.shape(args)?;
-        let mut out = Num::zero(Base::Float, cols, rows);
+        let len = self.shape(args)?;
+        let mut out = Num::zero(Base::Float, len);
         let mut lane = [0.0f32; 3];
-        for i in 0..out.len() {
+        for i in 0..usize::from(len) {
             for (slot, a) in lane.iter_mut().zip(args) {
                 *slot = a.f(if a.is_scalar() { 0 } else { i });
             }
@@ -218,10 +264,10 @@ impl Call<'_> {
         base: Base,
         f: impl Fn(&[i64]) -> i64,
     ) -> Result<Val, ShaderError> {
-        let (cols, rows) = self.shape(args)?;
-        let mut out = Num::zero(base, cols, rows);
+        let len = self.shape(args)?;
+        let mut out = Num::zero(base, len);
         let mut lane = [0i64; 3];
-        for i in 0..out.len() {
+        for i in 0..usize::from(len) {
             for (slot, a) in lane.iter_mut().zip(args) {
                 let at = if a.is_scalar() { 0 } else { i };
                 *slot = if base == Base::Int { i64::from(a.i(at)) } else { i64::from(a.u(at)) };
@@ -236,15 +282,6 @@ impl Call<'_> {
         let base = args.first()?.base;
         (matches!(base, Base::Int | Base::Uint) && args.iter().all(|a| a.base == base))
             .then_some(base)
-    }
-
-    /// A vector argument's float components.
-    fn vector(a: &Num) -> Vec<f32> {
-        (0..a.len()).map(|i| a.f(i)).collect()
-    }
-
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
     }
 
     fn run(&self, builtin: Builtin, textures: &[&Texture]) -> Result<Val, ShaderError> {
@@ -306,8 +343,7 @@ impl Call<'_> {
                 let a = self.nums(&[3])?;
                 if a[2].base == Base::Bool {
                     let (x, y, pick) = (a[0], a[1], a[2]);
-                    let (cols, rows) = self.shape(&a)?;
-                    let mut out = Num::zero(x.base, cols, rows);
+                    let mut out = Num::zero(x.base, self.shape(&a)?);
                     for i in 0..out.len() {
                         let from = if pick.b(if pick.is_scalar() { 0 } else { i }) { y } else { x };
                         out.bits[i] = from.bits[if from.is_scalar() { 0 } else { i }];
@@ -323,15 +359,11 @@ impl Call<'_> {
             }),
             Builtin::IsNan | Builtin::IsInf => {
                 let a = self.nums(&[1])?[0];
-                let mut out = Num::zero(Base::Bool, a.cols, a.rows);
+                let mut out = Num::zero(Base::Bool, a.len);
                 for i in 0..a.len() {
                     let x = a.f(i);
-                    let hit = if matches!(builtin, Builtin::IsNan) {
-                        x.is_nan()
-                    } else {
-                        x.is_infinite()
-                    };
-                    out.bits[i] = u32::from(hit);
+                    let nan = matches!(builtin, Builtin::IsNan);
+                    out.bits[i] = u32::from(if nan { x.is_nan() } else { x.is_infinite() });
                 }
                 Ok(Val::Num(out))
             }
@@ -353,107 +385,118 @@ impl Call<'_> {
                 Ok(Val::Num(out))
             }
             Builtin::Length => {
-                let v = Self::vector(&self.nums(&[1])?[0]);
-                Ok(Val::Num(Num::float(Self::dot(&v, &v).sqrt())))
+                let v = self.nums(&[1])?[0];
+                Ok(Val::Num(Num::float(dot(&v, &v).sqrt())))
             }
             Builtin::Distance => {
                 let a = self.nums(&[2])?;
-                let d: Vec<f32> = Self::vector(&a[0])
-                    .iter()
-                    .zip(Self::vector(&a[1]))
-                    .map(|(x, y)| x - y)
-                    .collect();
-                Ok(Val::Num(Num::float(Self::dot(&d, &d).sqrt())))
+                let mut d = a[0].convert(Base::Float);
+                for i in 0..d.len() {
+                    d.bits[i] = (a[0].f(i) - a[1].f(i)).to_bits();
+                }
+                Ok(Val::Num(Num::float(dot(&d, &d).sqrt())))
             }
             Builtin::Dot => {
                 let a = self.nums(&[2])?;
-                if a[0].len() != a[1].len() {
+                if a[0].len != a[1].len {
                     return Err(self.error("takes two vectors of one size"));
                 }
-                Ok(Val::Num(Num::float(Self::dot(&Self::vector(&a[0]), &Self::vector(&a[1])))))
+                Ok(Val::Num(Num::float(dot(&a[0], &a[1]))))
             }
             Builtin::Cross => {
                 let a = self.nums(&[2])?;
-                let (x, y) = (Self::vector(&a[0]), Self::vector(&a[1]));
-                if x.len() != 3 || y.len() != 3 {
+                let (x, y) = (a[0], a[1]);
+                if x.len != 3 || y.len != 3 {
                     return Err(self.error("takes two vec3"));
                 }
                 Ok(Val::Num(Num::floats(&[
-                    x[1] * y[2] - y[1] * x[2],
-                    x[2] * y[0] - y[2] * x[0],
-                    x[0] * y[1] - y[0] * x[1],
+                    x.f(1) * y.f(2) - y.f(1) * x.f(2),
+                    x.f(2) * y.f(0) - y.f(2) * x.f(0),
+                    x.f(0) * y.f(1) - y.f(0) * x.f(1),
                 ])))
             }
             Builtin::Normalize => {
                 let a = self.nums(&[1])?;
-                let v = Self::vector(&a[0]);
-                let length = Self::dot(&v, &v).sqrt();
+                let length = dot(&a[0], &a[0]).sqrt();
                 self.floats(&a, |x| x[0] / length)
             }
             Builtin::Faceforward => {
                 let a = self.nums(&[3])?;
-                let d = Self::dot(&Self::vector(&a[2]), &Self::vector(&a[1]));
+                let d = dot(&a[2], &a[1]);
                 self.floats(&a[..1], |x| if d < 0.0 { x[0] } else { -x[0] })
             }
             Builtin::Reflect => {
                 let a = self.nums(&[2])?;
-                let d = Self::dot(&Self::vector(&a[1]), &Self::vector(&a[0]));
+                let d = dot(&a[1], &a[0]);
                 self.floats(&a, |x| x[0] - 2.0 * d * x[1])
             }
             Builtin::Refract => {
                 let a = self.nums(&[3])?;
                 let eta = a[2].f(0);
-                let d = Self::dot(&Self::vector(&a[1]), &Self::vector(&a[0]));
+                let d = dot(&a[1], &a[0]);
                 let k = 1.0 - eta * eta * (1.0 - d * d);
                 if k < 0.0 {
-                    return Ok(Val::Num(Num::zero(Base::Float, 1, a[0].rows)));
+                    return Ok(Val::Num(Num::zero(Base::Float, a[0].len)));
                 }
                 self.floats(&a[..2], |x| eta * x[0] - (eta * d + k.sqrt()) * x[1])
             }
-            Builtin::MatrixCompMult => self.floats(&self.nums(&[2])?, |v| v[0] * v[1]),
+            Builtin::MatrixCompMult => {
+                self.count(&[2])?;
+                let (m, n) = (self.mat(0)?, self.mat(1)?);
+                if (m.cols, m.rows) != (n.cols, n.rows) {
+                    return Err(self.error("takes two matrices of one shape"));
+                }
+                let mut out = *m;
+                for (o, v) in out.data.iter_mut().zip(&n.data) {
+                    *o *= v;
+                }
+                Ok(Val::Mat(Box::new(out)))
+            }
             Builtin::OuterProduct => {
                 let a = self.nums(&[2])?;
-                let (c, r) = (Self::vector(&a[0]), Self::vector(&a[1]));
-                let mut out = Num::zero(Base::Float, r.len() as u8, c.len() as u8);
-                for (j, y) in r.iter().enumerate() {
-                    for (i, x) in c.iter().enumerate() {
-                        out.bits[j * c.len() + i] = (x * y).to_bits();
+                let (c, r) = (a[0], a[1]);
+                if c.len < 2 || r.len < 2 {
+                    return Err(self.error("takes two vectors"));
+                }
+                let mut out = Mat::zero(r.len, c.len);
+                for j in 0..r.len() {
+                    for i in 0..c.len() {
+                        out.data[j * c.len() + i] = c.f(i) * r.f(j);
                     }
                 }
-                Ok(Val::Num(out))
+                Ok(Val::Mat(Box::new(out)))
             }
             Builtin::Transpose => {
-                let m = self.nums(&[1])?[0];
-                let mut out = Num::zero(m.base, m.rows, m.cols);
+                self.count(&[1])?;
+                let m = self.mat(0)?;
+                let mut out = Mat::zero(m.rows, m.cols);
                 let (cols, rows) = (usize::from(m.cols), usize::from(m.rows));
                 for j in 0..cols {
                     for i in 0..rows {
-                        out.bits[i * cols + j] = m.bits[j * rows + i];
+                        out.data[i * cols + j] = m.data[j * rows + i];
                     }
                 }
-                Ok(Val::Num(out))
+                Ok(Val::Mat(Box::new(out)))
             }
             Builtin::Determinant | Builtin::Inverse => {
-                let m = self.nums(&[1])?[0];
-                if m.cols != m.rows || m.cols < 2 {
+                self.count(&[1])?;
+                let m = self.mat(0)?;
+                if m.cols != m.rows {
                     return Err(self.error("takes a square matrix"));
                 }
-                let (det, inverse) = invert(&m);
+                let (det, inverse) = invert(m);
                 if matches!(builtin, Builtin::Determinant) {
                     Ok(Val::Num(Num::float(det)))
                 } else {
-                    Ok(Val::Num(inverse))
+                    Ok(Val::Mat(Box::new(inverse)))
                 }
             }
             Builtin::Relational(test) => {
                 let a = self.nums(&[2])?;
-                if a[0].cols != 1
-                    || a[0].rows < 2
-                    || (a[0].cols, a[0].rows) != (a[1].cols, a[1].rows)
-                {
+                if a[0].len < 2 || a[0].len != a[1].len {
                     return Err(self.error("takes two vectors of one size"));
                 }
-                let mut out = Num::zero(Base::Bool, 1, a[0].rows);
+                let mut out = Num::zero(Base::Bool, a[0].len);
                 for i in 0..a[0].len() {
                     let ordering = match a[0].base {
                         Base::Float => a[0].f(i).partial_cmp(&a[1].f(i)),
@@ -469,10 +512,10 @@ impl Call<'_> {
                 if v.base != Base::Bool {
                     return Err(self.error("takes a bool vector"));
                 }
-                let lanes = (0..v.len()).map(|i| v.b(i));
+                let mut lanes = (0..v.len()).map(|i| v.b(i));
                 Ok(Val::Num(match builtin {
-                    Builtin::Any => Num::boolean(lanes.clone().any(|b| b)),
-                    Builtin::All => Num::boolean(lanes.clone().all(|b| b)),
+                    Builtin::Any => Num::boolean(lanes.any(|b| b)),
+                    Builtin::All => Num::boolean(lanes.all(|b| b)),
                     _ => {
                         let mut out = v;
                         for i in 0..v.len() {
@@ -497,12 +540,16 @@ impl Call<'_> {
             _ => None,
         };
         let texture = texture.ok_or_else(|| self.error("takes a sampler2D first"))?;
-        let rest = |min: usize, max: usize| -> Result<Vec<Num>, ShaderError> {
-            let n = self.args.len() - 1;
+        let n = self.args.len() - 1;
+        let rest = |min: usize, max: usize| -> Result<Nums, ShaderError> {
             if n < min || n > max {
                 return Err(self.error(format!("takes {} to {} arguments", min + 1, max + 1)));
             }
-            self.args[1..].iter().map(|a| a.num(self.name)).collect()
+            let mut out = Nums { items: [Num::zero(Base::Float, 1); 4], len: n };
+            for (slot, a) in out.items.iter_mut().zip(&self.args[1..]) {
+                *slot = a.num(self.name)?;
+            }
+            Ok(out)
         };
         let rgba = |texel: [f32; 4]| Ok(Val::Num(Num::floats(&texel)));
         match builtin {
@@ -527,7 +574,7 @@ impl Call<'_> {
                 let (mut s, mut t) = (a[0].f(0), a[0].f(1));
                 if matches!(builtin, Builtin::TextureOffset) {
                     // The offset follows the coordinates (and the level or gradients, if any).
-                    let offset = a.last().filter(|o| o.base == Base::Int && o.rows == 2);
+                    let offset = a.last().filter(|o| o.base == Base::Int && o.len == 2);
                     let offset = offset.ok_or_else(|| self.error("takes an ivec2 offset"))?;
                     let (w, h) = texture.size();
                     s += offset.i(0) as f32 / w as f32;
@@ -539,12 +586,13 @@ impl Call<'_> {
     }
 }
 
-/// The determinant and inverse of a square float matrix (Gauss-Jordan with partial pivoting; a singular
-/// matrix's inverse is left undefined by GLSL, here NaN-free zeros).
-fn invert(m: &Num) -> (f32, Num) {
+/// The determinant and inverse of a square matrix (Gauss-Jordan with partial pivoting; GLSL leaves a singular
+/// matrix's inverse undefined, here zeros).
+fn invert(m: &Mat) -> (f32, Mat) {
     let n = usize::from(m.cols);
-    // Row-major working copy: a[i][j] is row i, column j.
-    let mut a: Vec<Vec<f32>> = (0..n).map(|i| (0..n).map(|j| m.f(j * n + i)).collect()).collect();
+    // Row-major working copies: a[i][j] is row i, column j.
+    let mut a: Vec<Vec<f32>> =
+        (0..n).map(|i| (0..n).map(|j| m.data[j * n + i]).collect()).collect();
     let mut inv: Vec<Vec<f32>> =
         (0..n).map(|i| (0..n).map(|j| if i == j { 1.0 } else { 0.0 }).collect()).collect();
     let mut det = 1.0f32;
@@ -552,7 +600,7 @@ fn invert(m: &Num) -> (f32, Num) {
         let pivot =
             (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs())).unwrap_or(col);
         if a[pivot][col] == 0.0 {
-            return (0.0, Num::zero(Base::Float, m.cols, m.rows));
+            return (0.0, Mat::zero(m.cols, m.rows));
         }
         if pivot != col {
             a.swap(pivot, col);
@@ -573,10 +621,10 @@ fn invert(m: &Num) -> (f32, Num) {
             }
         }
     }
-    let mut out = Num::zero(Base::Float, m.cols, m.rows);
+    let mut out = Mat::zero(m.cols, m.rows);
     for (i, row) in inv.iter().enumerate() {
         for (j, v) in row.iter().enumerate() {
-            out.bits[j * n + i] = v.to_bits();
+            out.data[j * n + i] = *v;
         }
     }
     (det, out)

@@ -727,7 +727,48 @@ impl Compiler {
         self.expr(e).map(Box::new)
     }
 
+    /// An expression, folded to its value when that is known at compile time (literals, constants and the
+    /// operators and functions of them): each pixel then reads the value.
     fn expr(&mut self, e: &ast::Expr) -> Result<Expr, ShaderError> {
+        let compiled = self.unfolded(e)?;
+        self.fold(compiled)
+    }
+
+    fn fold(&self, e: Expr) -> Result<Expr, ShaderError> {
+        let known = |args: &[Expr]| -> Option<Vec<Val>> {
+            args.iter()
+                .map(|a| match a {
+                    Expr::Const(v) => Some(v.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        Ok(match &e {
+            Expr::Read(_) => match self.constant(&e) {
+                Some(v) => Expr::Const(v),
+                None => e,
+            },
+            Expr::Unary(op, x) => match &**x {
+                Expr::Const(v) => Expr::Const(super::ops::unary(*op, v)?),
+                _ => e,
+            },
+            Expr::Binary(op, a, b) => match (&**a, &**b) {
+                (Expr::Const(x), Expr::Const(y)) => Expr::Const(super::ops::binary(*op, x, y)?),
+                _ => e,
+            },
+            Expr::Builtin(builtin, name, args) if !builtin.reads_textures() => match known(args) {
+                Some(values) => Expr::Const(builtin.call(name, &values, &[])?),
+                None => e,
+            },
+            Expr::Construct(ty, args) if !matches!(ty, Ty::Struct(_)) => match known(args) {
+                Some(values) => Expr::Const(super::eval::construct(ty, values, &self.structs)?),
+                None => e,
+            },
+            _ => e,
+        })
+    }
+
+    fn unfolded(&mut self, e: &ast::Expr) -> Result<Expr, ShaderError> {
         use ast::Expr as E;
         Ok(match e {
             E::Variable(id) => {
@@ -736,7 +777,7 @@ impl Compiler {
             }
             E::IntConst(i) => Expr::Const(Val::Num(Num::int(*i))),
             E::UIntConst(u) => {
-                let mut n = Num::zero(Base::Uint, 1, 1);
+                let mut n = Num::zero(Base::Uint, 1);
                 n.bits[0] = *u;
                 Expr::Const(Val::Num(n))
             }

@@ -5,7 +5,7 @@ use super::compile::Program;
 use super::ir::{Arg, BinOp, Expr, Place, Step, Stmt, Swizzle, Var};
 use super::ops;
 use super::texture::Texture;
-use super::value::{Base, Num, Ty, Val};
+use super::value::{Base, Mat, Num, Record, Ty, Val};
 
 /// How many times one loop may run for one fragment before the shader is stopped (a GPU's watchdog would
 /// have reset the device long before).
@@ -18,14 +18,18 @@ const MAX_DEPTH: usize = 64;
 pub(super) enum Halt {
     /// `discard`: the fragment writes nothing.
     Discard,
-    Error(ShaderError),
+    /// Boxed, so that a result of the interpreter stays the size of a value.
+    Error(Box<ShaderError>),
 }
 
 impl From<ShaderError> for Halt {
     fn from(e: ShaderError) -> Halt {
-        Halt::Error(e)
+        Halt::Error(Box::new(e))
     }
 }
+
+/// How many index steps one place may take (`a[i][j]`); deeper ones are refused.
+const MAX_INDICES: usize = 8;
 
 /// Where a statement leaves control.
 enum Flow {
@@ -81,6 +85,22 @@ impl<'p> Machine<'p> {
     }
 
     fn eval(&mut self, e: &Expr) -> Result<Val, Halt> {
+        match e {
+            Expr::Const(v) => Ok(v.clone()),
+            Expr::Read(place) if place.steps.is_empty() => Ok(self.slot(place.var).clone()),
+            Expr::Binary(op, a, b) => {
+                let a = self.eval(a)?;
+                let b = self.eval(b)?;
+                Ok(ops::binary(*op, &a, &b)?)
+            }
+            _ => self.eval_rest(e),
+        }
+    }
+
+    /// The expressions [`Machine::eval`] does not handle itself: kept out of it so that its frame, entered
+    /// for every node of every expression, stays small.
+    #[inline(never)]
+    fn eval_rest(&mut self, e: &Expr) -> Result<Val, Halt> {
         Ok(match e {
             Expr::Const(v) => v.clone(),
             Expr::Read(place) => self.read(place)?,
@@ -128,6 +148,13 @@ impl<'p> Machine<'p> {
                 let stored = self.write(place, next)?;
                 if *post { current } else { stored }
             }
+            Expr::Builtin(builtin, name, args) if args.len() <= 4 => {
+                let mut values = [Val::Void, Val::Void, Val::Void, Val::Void];
+                for (slot, a) in values.iter_mut().zip(args) {
+                    *slot = self.eval(a)?;
+                }
+                builtin.call(name, &values[..args.len()], self.textures)?
+            }
             Expr::Builtin(builtin, name, args) => {
                 let mut values = Vec::with_capacity(args.len());
                 for a in args {
@@ -153,8 +180,8 @@ impl<'p> Machine<'p> {
             Expr::Length(base) => {
                 let n = match self.eval(base)? {
                     Val::Array(items) => items.len(),
-                    Val::Num(n) if n.cols > 1 => usize::from(n.cols),
-                    Val::Num(n) => usize::from(n.rows),
+                    Val::Mat(m) => usize::from(m.cols),
+                    Val::Num(n) => n.len(),
                     other => {
                         let message = format!("length() of {}", other.describe());
                         return Err(ShaderError::new(message).into());
@@ -183,26 +210,35 @@ impl<'p> Machine<'p> {
 
     /// The part of `value` a step names.
     fn step(&mut self, value: Val, step: &Step) -> Result<Val, Halt> {
-        match (value, step) {
-            (Val::Array(mut items), Step::Index(e)) => {
-                let i = self.index(e, items.len())?;
-                Ok(items.swap_remove(i))
+        match step {
+            Step::Index(e) => {
+                let len = match &value {
+                    Val::Array(items) => items.len(),
+                    Val::Mat(m) => usize::from(m.cols),
+                    Val::Num(n) => n.len(),
+                    other => {
+                        return Err(
+                            ShaderError::new(format!("cannot index {}", other.describe())).into()
+                        );
+                    }
+                };
+                let i = self.index(e, len)?;
+                Ok(part_at(value, i))
             }
-            (Val::Num(n), Step::Index(e)) => {
-                let lanes = if n.cols > 1 { n.cols } else { n.rows };
-                let i = self.index(e, usize::from(lanes))?;
-                Ok(Val::Num(column_or_lane(&n, i)))
+            Step::Field(name, swizzle) => self.field_of(value, name, *swizzle),
+        }
+    }
+
+    /// `.name` of a struct, or the swizzle `name` of a vector.
+    fn field_of(&self, value: Val, name: &str, swizzle: Option<Swizzle>) -> Result<Val, Halt> {
+        match (value, swizzle) {
+            (Val::Struct(mut record), _) => {
+                let i = self.field(record.id, name)?;
+                Ok(std::mem::replace(&mut record.fields[i], Val::Void))
             }
-            (Val::Struct(id, mut fields), Step::Field(name, _)) => {
-                let i = self.field(id, name)?;
-                Ok(fields.swap_remove(i))
-            }
-            (Val::Num(n), Step::Field(_, Some(s))) => Ok(Val::Num(swizzled(&n, *s)?)),
-            (value, Step::Field(name, _)) => {
-                Err(ShaderError::new(format!("{} has no field `{name}`", value.describe())).into())
-            }
+            (Val::Num(n), Some(s)) => Ok(Val::Num(swizzled(&n, s)?)),
             (value, _) => {
-                Err(ShaderError::new(format!("cannot index {}", value.describe())).into())
+                Err(ShaderError::new(format!("{} has no field `{name}`", value.describe())).into())
             }
         }
     }
@@ -214,86 +250,166 @@ impl<'p> Machine<'p> {
             .ok_or_else(|| ShaderError::new(format!("the struct has no field `{name}`")).into())
     }
 
-    fn read(&mut self, place: &Place) -> Result<Val, Halt> {
-        let mut value = self.slot(place.var).clone();
+    /// The integer values of a place's index steps, in order.
+    fn indices(&mut self, place: &Place) -> Result<([i32; MAX_INDICES], usize), Halt> {
+        let mut indices = [0i32; MAX_INDICES];
+        let mut count = 0;
         for step in &place.steps {
-            value = self.step(value, step)?;
+            if let Step::Index(e) = step {
+                if count == MAX_INDICES {
+                    return Err(ShaderError::new("too many indices in one expression").into());
+                }
+                let n = self.eval(e)?.num("an index")?;
+                if !n.is_scalar() || matches!(n.base, Base::Float | Base::Bool) {
+                    return Err(ShaderError::new("an index must be an integer").into());
+                }
+                indices[count] = n.i(0);
+                count += 1;
+            }
         }
-        Ok(value)
+        Ok((indices, count))
+    }
+
+    fn read(&mut self, place: &Place) -> Result<Val, Halt> {
+        if place.steps.is_empty() {
+            return Ok(self.slot(place.var).clone());
+        }
+        let (indices, _) = self.indices(place)?;
+        let program = self.program;
+        let mut value: &Val = self.slot(place.var);
+        let mut k = 0;
+        for (s, step) in place.steps.iter().enumerate() {
+            match (value, step) {
+                (Val::Array(items), Step::Index(_)) => {
+                    value = checked(items.len(), indices[k]).map(|i| &items[i])?;
+                    k += 1;
+                }
+                (Val::Struct(record), Step::Field(name, _)) => {
+                    let i = program.structs[record.id]
+                        .iter()
+                        .position(|(field, _)| field == name)
+                        .ok_or_else(|| {
+                            ShaderError::new(format!("the struct has no field `{name}`"))
+                        })?;
+                    value = &record.fields[i];
+                }
+                // A number's parts: columns, components and swizzles, by value from here on.
+                (Val::Num(_) | Val::Mat(_), _) => {
+                    let mut part = value.clone();
+                    for step in &place.steps[s..] {
+                        part = match step {
+                            Step::Index(_) => {
+                                let len = match &part {
+                                    Val::Mat(m) => usize::from(m.cols),
+                                    Val::Num(n) => n.len(),
+                                    other => {
+                                        let message = format!("cannot index {}", other.describe());
+                                        return Err(ShaderError::new(message).into());
+                                    }
+                                };
+                                let i = checked(len, indices[k])?;
+                                k += 1;
+                                part_at(part, i)
+                            }
+                            Step::Field(name, swizzle) => self.field_of(part, name, *swizzle)?,
+                        };
+                    }
+                    return Ok(part);
+                }
+                (other, _) => {
+                    let message = format!("cannot take a part of {}", other.describe());
+                    return Err(ShaderError::new(message).into());
+                }
+            }
+        }
+        Ok(value.clone())
     }
 
     /// Writes `value` where `place` names (converted to the base of what is there) and returns what was
     /// stored.
     fn write(&mut self, place: &Place, value: Val) -> Result<Val, Halt> {
         // Index expressions are evaluated first, in order, before the variable is borrowed.
-        let mut indices = Vec::new();
-        for step in &place.steps {
-            if let Step::Index(e) = step {
-                let n = self.eval(e)?.num("an index")?;
-                if !n.is_scalar() || matches!(n.base, Base::Float | Base::Bool) {
-                    return Err(ShaderError::new("an index must be an integer").into());
-                }
-                indices.push(n.i(0));
-            }
-        }
+        let (indices, count) = self.indices(place)?;
         let structs = &self.program.structs;
         let target = match place.var {
             Var::Local(i) => &mut self.stack[self.base + i],
             Var::Global(i) => &mut self.globals[i],
         };
-        store(target, &place.steps, &indices, value, structs).map_err(Halt::from)
+        store(target, &place.steps, &indices[..count], value, structs).map_err(Halt::from)
     }
 
-    /// Calls one of the functions `ids` (overloads of one arity) with `args`.
+    /// Calls one of the functions `ids` (overloads of one arity) with `args`: the arguments are evaluated onto
+    /// the stack, where they become the callee's parameters.
     fn call(&mut self, ids: &[usize], args: &[Arg]) -> Result<Val, Halt> {
-        let mut values = Vec::with_capacity(args.len());
+        let base = self.stack.len();
         for arg in args {
-            values.push(match arg {
-                Arg::In(e) => Some(self.eval(e)?),
-                Arg::Out(place, true) => Some(self.read(place)?),
-                Arg::Out(_, false) => None,
-            });
+            let value = match arg {
+                Arg::In(e) => self.eval(e)?,
+                Arg::Out(place, true) => self.read(place)?,
+                Arg::Out(_, false) => Val::Void,
+            };
+            self.stack.push(value);
         }
         let program = self.program;
-        let chosen = ids
-            .iter()
-            .copied()
-            .find(|&id| {
-                program.functions[id]
-                    .params
-                    .iter()
-                    .zip(&values)
-                    .all(|(p, v)| v.as_ref().is_none_or(|v| p.ty.matches(v)))
-            })
-            .unwrap_or(ids[0]);
+        let given = &self.stack[base..];
+        let chosen = if ids.len() == 1 {
+            ids[0]
+        } else {
+            ids.iter()
+                .copied()
+                .find(|&id| {
+                    program.functions[id]
+                        .params
+                        .iter()
+                        .zip(given)
+                        .all(|(p, v)| matches!(v, Val::Void) || p.ty.matches(v))
+                })
+                .unwrap_or(ids[0])
+        };
         let function = &program.functions[chosen];
-        let mut params = Vec::with_capacity(values.len());
-        for (param, value) in function.params.iter().zip(values) {
-            params.push(match value {
-                Some(v) => param.ty.fit(v)?,
-                None => param.ty.zero(&program.structs),
-            });
+        for (k, param) in function.params.iter().enumerate() {
+            let slot = &mut self.stack[base + k];
+            let value = std::mem::replace(slot, Val::Void);
+            *slot = match value {
+                Val::Void if param.writes && !param.reads => param.ty.zero(&program.structs),
+                v => param.ty.fit(v)?,
+            };
         }
-        let (result, outs) = self.invoke_with_outputs(chosen, params)?;
-        for (arg, value) in args.iter().zip(outs) {
-            if let (Arg::Out(place, _), Some(value)) = (arg, value) {
+        let result = self.invoke_at(chosen, base);
+        let outs: Vec<(usize, Val)> = if function.params.iter().any(|p| p.writes) && result.is_ok()
+        {
+            function
+                .params
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.writes)
+                .map(|(k, _)| (k, std::mem::replace(&mut self.stack[base + k], Val::Void)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.stack.truncate(base);
+        let result = result?;
+        for (k, value) in outs {
+            if let Arg::Out(place, _) = &args[k] {
                 self.write(place, value)?;
             }
         }
         Ok(result)
     }
 
-    /// Runs function `id` with its parameters' values.
+    /// Runs function `id` with no parameters.
     fn invoke(&mut self, id: usize, params: Vec<Val>) -> Result<Val, Halt> {
-        self.invoke_with_outputs(id, params).map(|(v, _)| v)
+        let base = self.stack.len();
+        self.stack.extend(params);
+        let result = self.invoke_at(id, base);
+        self.stack.truncate(base);
+        result
     }
 
-    /// Runs function `id`; returns its value and the final values of its `out` parameters.
-    fn invoke_with_outputs(
-        &mut self,
-        id: usize,
-        params: Vec<Val>,
-    ) -> Result<(Val, Vec<Option<Val>>), Halt> {
+    /// Runs function `id` whose parameters are on the stack from `base`; leaves the frame there (the caller
+    /// reads `out` parameters from it and truncates).
+    fn invoke_at(&mut self, id: usize, base: usize) -> Result<Val, Halt> {
         let program = self.program;
         let function = &program.functions[id];
         if !function.defined {
@@ -305,26 +421,16 @@ impl<'p> Machine<'p> {
             return Err(ShaderError::new(message).into());
         }
         let saved = self.base;
-        let base = self.stack.len();
-        self.stack.extend(params);
         self.stack.resize(base + function.frame.max(function.params.len()), Val::Void);
         self.base = base;
         self.depth += 1;
         let flow = self.block(&function.body);
         self.depth -= 1;
-        let outs = function
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| p.writes.then(|| self.stack[base + i].clone()))
-            .collect();
-        self.stack.truncate(base);
         self.base = saved;
-        let value = match flow? {
+        Ok(match flow? {
             Flow::Return(v) if function.ret != Ty::Void => function.ret.fit(v)?,
             _ => function.ret.zero(&program.structs),
-        };
-        Ok((value, outs))
+        })
     }
 
     fn block(&mut self, stmts: &[Stmt]) -> Result<Flow, Halt> {
@@ -422,28 +528,34 @@ impl<'p> Machine<'p> {
     }
 }
 
-/// Column `i` of a matrix, or component `i` of a vector.
-fn column_or_lane(n: &Num, i: usize) -> Num {
-    if n.cols > 1 {
-        let rows = usize::from(n.rows);
-        let mut out = Num::zero(n.base, 1, n.rows);
-        out.bits[..rows].copy_from_slice(&n.bits[i * rows..(i + 1) * rows]);
-        out
-    } else {
-        let mut out = Num::zero(n.base, 1, 1);
-        out.bits[0] = n.bits[i];
-        out
+/// Index `i` of a value known to have more than `i` parts: an array's item, a matrix's column, a vector's
+/// component.
+fn part_at(value: Val, i: usize) -> Val {
+    match value {
+        Val::Array(items) => items.into_vec().swap_remove(i),
+        Val::Mat(m) => Val::Num(m.column(i)),
+        Val::Num(n) => {
+            let mut out = Num::zero(n.base, 1);
+            out.bits[0] = n.bits[i];
+            Val::Num(out)
+        }
+        other => other,
     }
+}
+
+/// `i` as a position below `len`.
+fn checked(len: usize, i: i32) -> Result<usize, ShaderError> {
+    usize::try_from(i)
+        .ok()
+        .filter(|&i| i < len)
+        .ok_or_else(|| ShaderError::new(format!("index {i} is out of range for {len} items")))
 }
 
 /// A vector's (or scalar's) components picked by a swizzle.
 fn swizzled(n: &Num, s: Swizzle) -> Result<Num, ShaderError> {
-    if n.cols > 1 {
-        return Err(ShaderError::new("a matrix cannot be swizzled (index its columns)"));
-    }
-    let mut out = Num::zero(n.base, 1, s.len);
+    let mut out = Num::zero(n.base, s.len);
     for (k, &lane) in s.lanes[..usize::from(s.len)].iter().enumerate() {
-        if lane >= n.rows {
+        if lane >= n.len {
             return Err(ShaderError::new(format!(
                 "{} has no component {}",
                 n.type_name(),
@@ -455,7 +567,7 @@ fn swizzled(n: &Num, s: Swizzle) -> Result<Num, ShaderError> {
     Ok(out)
 }
 
-/// Writes `value` into `target` at `steps` (index steps at `indices`, in order).
+/// Writes `value` into `target` at `steps` (index steps at `indices`, in order); returns what was stored.
 fn store(
     target: &mut Val,
     steps: &[Step],
@@ -468,81 +580,79 @@ fn store(
         *target = fitted.clone();
         return Ok(fitted);
     };
-    let take_index =
-        |indices: &[i32], len: usize| -> Result<(usize, usize), ShaderError> {
-            let i = indices.first().copied().unwrap_or(-1);
-            usize::try_from(i).ok().filter(|&i| i < len).map(|i| (i, 1)).ok_or_else(|| {
-                ShaderError::new(format!("index {i} is out of range for {len} items"))
-            })
-        };
     match (target, step) {
         (Val::Array(items), Step::Index(_)) => {
-            let (i, used) = take_index(indices, items.len())?;
-            store(&mut items[i], rest, &indices[used..], value, structs)
+            let i = checked(items.len(), indices.first().copied().unwrap_or(-1))?;
+            store(&mut items[i], rest, &indices[1..], value, structs)
         }
-        (Val::Struct(id, fields), Step::Field(name, _)) => {
-            let i = structs[*id]
+        (Val::Struct(record), Step::Field(name, _)) => {
+            let i = structs[record.id]
                 .iter()
                 .position(|(f, _)| f == name)
                 .ok_or_else(|| ShaderError::new(format!("the struct has no field `{name}`")))?;
-            store(&mut fields[i], rest, indices, value, structs)
+            store(&mut record.fields[i], rest, indices, value, structs)
+        }
+        (Val::Mat(m), Step::Index(_)) => {
+            // A column, then perhaps its components.
+            let j = checked(usize::from(m.cols), indices.first().copied().unwrap_or(-1))?;
+            let mut column = m.column(j);
+            let stored = store_lanes(&mut column, rest, &indices[1..], value)?;
+            let rows = usize::from(m.rows);
+            for i in 0..rows {
+                m.data[j * rows + i] = column.f(i);
+            }
+            Ok(stored)
         }
         (Val::Num(n), _) => store_lanes(n, steps, indices, value),
         (target, _) => Err(ShaderError::new(format!("cannot index {}", target.describe()))),
     }
 }
 
-/// Writes `value` into the components of `n` that `steps` name (columns, components, swizzles).
+/// Writes `value` into the components of the vector `n` that `steps` name (a component, swizzles).
 fn store_lanes(
     n: &mut Num,
     steps: &[Step],
     indices: &[i32],
     value: Val,
 ) -> Result<Val, ShaderError> {
-    // The positions in `n.bits` addressed so far, as a vector (`shape` columns of this many rows).
-    let mut lanes: Vec<usize> = (0..n.len()).collect();
-    let (mut cols, mut rows) = (usize::from(n.cols), usize::from(n.rows));
+    // The positions in `n.bits` addressed so far.
+    let mut lanes = [0usize, 1, 2, 3];
+    let mut count = n.len();
     let mut indices = indices.iter();
     for step in steps {
         match step {
             Step::Index(_) => {
-                let i = indices.next().copied().unwrap_or(-1);
-                let count = if cols > 1 { cols } else { rows };
-                let i = usize::try_from(i).ok().filter(|&i| i < count).ok_or_else(|| {
-                    ShaderError::new(format!("index {i} is out of range for {count} items"))
-                })?;
-                if cols > 1 {
-                    lanes = lanes[i * rows..(i + 1) * rows].to_vec();
-                    cols = 1;
-                } else {
-                    lanes = vec![lanes[i]];
-                    rows = 1;
-                }
+                let i = checked(count, indices.next().copied().unwrap_or(-1))?;
+                lanes[0] = lanes[i];
+                count = 1;
             }
-            Step::Field(_, Some(s)) if cols == 1 => {
-                let mut picked = Vec::with_capacity(usize::from(s.len));
-                for &lane in &s.lanes[..usize::from(s.len)] {
-                    let at = lanes.get(usize::from(lane)).ok_or_else(|| {
-                        ShaderError::new("a swizzle names a component the vector does not have")
-                    })?;
-                    picked.push(*at);
+            Step::Field(_, Some(s)) => {
+                let mut picked = [0usize; 4];
+                for (k, &lane) in s.lanes[..usize::from(s.len)].iter().enumerate() {
+                    if usize::from(lane) >= count {
+                        return Err(ShaderError::new(
+                            "a swizzle names a component the vector does not have",
+                        ));
+                    }
+                    picked[k] = lanes[usize::from(lane)];
                 }
                 lanes = picked;
-                rows = lanes.len();
+                count = usize::from(s.len);
             }
-            _ => return Err(ShaderError::new("cannot write this part of a number")),
+            Step::Field(name, None) => {
+                return Err(ShaderError::new(format!("a vector has no field `{name}`")));
+            }
         }
     }
     let value = value.num("an assignment")?;
-    if value.len() != lanes.len() {
+    if value.len() != count {
         return Err(ShaderError::new(format!(
-            "cannot assign {} to {} components",
-            value.type_name(),
-            lanes.len()
+            "cannot assign {} to {count} components",
+            value.type_name()
         )));
     }
-    let mut stored = Num::zero(n.base, value.cols, value.rows);
-    for (k, &lane) in lanes.iter().enumerate() {
+    let mut stored = Num::zero(n.base, value.len);
+    for (k, &lane) in lanes[..count].iter().enumerate() {
         n.bits[lane] = value.bits_as(k, n.base);
         stored.bits[k] = n.bits[lane];
     }
@@ -552,13 +662,12 @@ fn store_lanes(
 /// `value` converted to the base of what `target` holds, which must have its shape.
 fn fit_like(target: &Val, value: Val) -> Result<Val, ShaderError> {
     match (target, value) {
-        (Val::Num(t), Val::Num(v)) if t.cols == v.cols && t.rows == v.rows => {
-            Ok(Val::Num(v.convert(t.base)))
-        }
-        (Val::Array(t), Val::Array(v)) if t.len() == v.len() => {
-            Ok(Val::Array(t.iter().zip(v).map(|(t, v)| fit_like(t, v)).collect::<Result<_, _>>()?))
-        }
-        (Val::Struct(a, _), v @ Val::Struct(b, _)) if *a == b => Ok(v),
+        (Val::Num(t), Val::Num(v)) if t.len == v.len => Ok(Val::Num(v.convert(t.base))),
+        (Val::Mat(t), Val::Mat(v)) if (t.cols, t.rows) == (v.cols, v.rows) => Ok(Val::Mat(v)),
+        (Val::Array(t), Val::Array(v)) if t.len() == v.len() => Ok(Val::Array(
+            t.iter().zip(v.into_vec()).map(|(t, v)| fit_like(t, v)).collect::<Result<_, _>>()?,
+        )),
+        (Val::Struct(a), Val::Struct(b)) if a.id == b.id => Ok(Val::Struct(b)),
         (Val::Sampler(_), v @ Val::Sampler(_)) => Ok(v),
         (target, value) => Err(ShaderError::new(format!(
             "cannot assign {} to {}",
@@ -569,7 +678,11 @@ fn fit_like(target: &Val, value: Val) -> Result<Val, ShaderError> {
 }
 
 /// A constructor call: `float(x)`, `vec3(...)`, `mat2(...)`, `T[](...)`, `S(...)`.
-fn construct(ty: &Ty, args: Vec<Val>, structs: &[Vec<(String, Ty)>]) -> Result<Val, ShaderError> {
+pub(super) fn construct(
+    ty: &Ty,
+    args: Vec<Val>,
+    structs: &[Vec<(String, Ty)>],
+) -> Result<Val, ShaderError> {
     match ty {
         Ty::Array(item, len) => {
             if args.len() != *len {
@@ -591,66 +704,129 @@ fn construct(ty: &Ty, args: Vec<Val>, structs: &[Vec<(String, Ty)>]) -> Result<V
             }
             let values =
                 fields.iter().zip(args).map(|((_, t), a)| t.fit(a)).collect::<Result<_, _>>()?;
-            Ok(Val::Struct(*id, values))
+            Ok(Val::Struct(Box::new(Record { id: *id, fields: values })))
         }
-        Ty::Num { base, cols, rows } => {
-            let nums =
-                args.iter().map(|a| a.num("a constructor")).collect::<Result<Vec<_>, _>>()?;
-            construct_num(*base, *cols, *rows, &nums).map(Val::Num)
-        }
+        Ty::Num { cols, rows, .. } if *cols > 1 => construct_mat(*cols, *rows, &args),
+        Ty::Num { base, rows, .. } => construct_num(*base, *rows, &args),
         other => Err(ShaderError::new(format!("cannot construct {}", other.describe()))),
     }
 }
 
-fn construct_num(base: Base, cols: u8, rows: u8, args: &[Num]) -> Result<Num, ShaderError> {
-    let mut out = Num::zero(base, cols, rows);
-    let name = out.type_name();
-    let Some(first) = args.first() else {
-        return Err(ShaderError::new(format!("{name}() needs arguments")));
-    };
-    if cols > 1 && args.len() == 1 && first.is_scalar() {
-        // A matrix from one scalar: that scalar on the diagonal.
-        for i in 0..usize::from(cols.min(rows)) {
-            out.bits[i * usize::from(rows) + i] = first.bits_as(0, base);
-        }
-        return Ok(out);
-    }
-    if cols > 1 && args.len() == 1 && first.cols > 1 {
-        // A matrix from a matrix: the overlap copied, the rest of the identity.
-        for j in 0..usize::from(cols) {
-            for i in 0..usize::from(rows) {
-                let value = if j < usize::from(first.cols) && i < usize::from(first.rows) {
-                    first.bits_as(j * usize::from(first.rows) + i, base)
-                } else if i == j {
-                    1.0f32.to_bits()
-                } else {
-                    0
-                };
-                out.bits[j * usize::from(rows) + i] = value;
-            }
-        }
-        return Ok(out);
-    }
-    if args.len() == 1 && first.is_scalar() {
-        for i in 0..out.len() {
-            out.bits[i] = first.bits_as(0, base);
-        }
-        return Ok(out);
-    }
-    let mut k = 0;
+/// The components of constructor arguments, in order (a matrix's column after column).
+fn components(args: &[Val], name: &str) -> Result<Vec<f32>, ShaderError> {
+    let mut out = Vec::with_capacity(16);
     for arg in args {
-        if k >= out.len() {
-            return Err(ShaderError::new(format!("too many arguments to {name}()")));
-        }
-        for i in 0..arg.len() {
-            if k < out.len() {
-                out.bits[k] = arg.bits_as(i, base);
-                k += 1;
+        match arg {
+            Val::Num(n) => out.extend((0..n.len()).map(|i| n.f(i))),
+            Val::Mat(m) => out.extend_from_slice(&m.data[..m.len()]),
+            other => {
+                return Err(ShaderError::new(format!("{name}() cannot take {}", other.describe())));
             }
         }
-    }
-    if k < out.len() {
-        return Err(ShaderError::new(format!("not enough values for {name}()")));
     }
     Ok(out)
+}
+
+fn construct_num(base: Base, len: u8, args: &[Val]) -> Result<Val, ShaderError> {
+    let mut out = Num::zero(base, len);
+    let name = out.type_name();
+    match args {
+        [] => Err(ShaderError::new(format!("{name}() needs arguments"))),
+        [Val::Num(n)] if n.is_scalar() => {
+            for i in 0..out.len() {
+                out.bits[i] = n.bits_as(0, base);
+            }
+            Ok(Val::Num(out))
+        }
+        [Val::Num(n)] if n.len() >= out.len() => {
+            for i in 0..out.len() {
+                out.bits[i] = n.bits_as(i, base);
+            }
+            Ok(Val::Num(out))
+        }
+        _ => {
+            let mut k = 0;
+            for (a, arg) in args.iter().enumerate() {
+                let n = match arg {
+                    Val::Num(n) => *n,
+                    Val::Mat(m) => {
+                        // A matrix's components, column after column, as floats.
+                        let values = components(std::slice::from_ref(arg), &name)?;
+                        let mut taken = 0;
+                        for v in values.iter().take(out.len().saturating_sub(k)) {
+                            out.bits[k] = Num::float(*v).bits_as(0, base);
+                            k += 1;
+                            taken += 1;
+                        }
+                        if taken < m.len() && a + 1 < args.len() {
+                            return Err(ShaderError::new(format!(
+                                "too many arguments to {name}()"
+                            )));
+                        }
+                        continue;
+                    }
+                    other => {
+                        return Err(ShaderError::new(format!(
+                            "{name}() cannot take {}",
+                            other.describe()
+                        )));
+                    }
+                };
+                if k >= out.len() {
+                    return Err(ShaderError::new(format!("too many arguments to {name}()")));
+                }
+                for i in 0..n.len() {
+                    if k < out.len() {
+                        out.bits[k] = n.bits_as(i, base);
+                        k += 1;
+                    }
+                }
+            }
+            if k < out.len() {
+                return Err(ShaderError::new(format!("not enough values for {name}()")));
+            }
+            Ok(Val::Num(out))
+        }
+    }
+}
+
+fn construct_mat(cols: u8, rows: u8, args: &[Val]) -> Result<Val, ShaderError> {
+    let mut out = Mat::zero(cols, rows);
+    let name = out.type_name();
+    let (c, r) = (usize::from(cols), usize::from(rows));
+    match args {
+        // One scalar: on the diagonal.
+        [Val::Num(n)] if n.is_scalar() => {
+            for i in 0..c.min(r) {
+                out.data[i * r + i] = n.f(0);
+            }
+        }
+        // A matrix: the overlap copied, the rest of the identity.
+        [Val::Mat(m)] => {
+            let (mc, mr) = (usize::from(m.cols), usize::from(m.rows));
+            for j in 0..c {
+                for i in 0..r {
+                    out.data[j * r + i] = if j < mc && i < mr {
+                        m.data[j * mr + i]
+                    } else if i == j {
+                        1.0
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        _ => {
+            let values = components(args, &name)?;
+            if values.len() != c * r {
+                return Err(ShaderError::new(format!(
+                    "{name}() needs {} values, not {}",
+                    c * r,
+                    values.len()
+                )));
+            }
+            out.data[..c * r].copy_from_slice(&values);
+        }
+    }
+    Ok(Val::Mat(Box::new(out)))
 }

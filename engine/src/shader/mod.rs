@@ -4,7 +4,7 @@
 //! fragment shader once, with `v_texCoord` at the pixel's centre and `gl_FragCoord` in OpenGL's bottom-up
 //! pixel coordinates; images are uploaded flipped to OpenGL's row order and sampled linearly, clamped to the
 //! edge; outputs are read back and flipped again. Kiln does the same, interpreting the shader: the source is
-//! parsed by the `glsl` crate, resolved by [`compile`] and run per pixel by [`eval`], in f32 (`highp`;
+//! parsed by the `glsl` crate, resolved by `compile.rs` and run per pixel by `eval.rs`, in f32 (`highp`;
 //! `mediump` too, as ANGLE on a desktop GPU computes it).
 //!
 //! Not supported, each refused by name: derivatives (`dFdx`, `dFdy`, `fwidth`), function-like macros and
@@ -213,7 +213,7 @@ impl Shader {
         let mut machine = Machine::new(program, &textures, initial.clone());
         match machine.initialise() {
             Ok(()) => initial = machine.globals,
-            Err(Halt::Error(e)) => return Err(e),
+            Err(Halt::Error(e)) => return Err(*e),
             Err(Halt::Discard) => return Err(ShaderError::new("`discard` outside main")),
         }
         let frag_coord = self.slot_of(&GlobalKind::FragCoord);
@@ -256,7 +256,7 @@ impl Shader {
                                 let discarded = match machine.run_main() {
                                     Ok(()) => false,
                                     Err(Halt::Discard) => true,
-                                    Err(Halt::Error(e)) => return Err(e),
+                                    Err(Halt::Error(e)) => return Err(*e),
                                 };
                                 for (image, slot) in out.iter_mut().zip(output_slots) {
                                     let pixel = match (discarded, slot) {

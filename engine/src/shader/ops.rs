@@ -3,7 +3,7 @@
 
 use super::ShaderError;
 use super::ir::{BinOp, UnOp};
-use super::value::{Base, Num, Val};
+use super::value::{Base, Mat, Num, Val};
 
 /// The base both operands are computed in: their own when they agree, float when either is one (desktop
 /// GLSL's implicit conversion, which GLSL ES refuses), uint for int with uint.
@@ -47,21 +47,24 @@ pub(super) fn binary(op: BinOp, a: &Val, b: &Val) -> Result<Val, ShaderError> {
         let equal = match (a, b) {
             (Val::Num(x), Val::Num(y)) => {
                 let base = common_base(x.base, y.base, op)?;
-                x.cols == y.cols && x.rows == y.rows && x.convert(base) == y.convert(base)
+                x.len == y.len && x.convert(base) == y.convert(base)
             }
             _ => a == b,
         };
         return Ok(Val::Num(Num::boolean(equal == (op == BinOp::Eq))));
     }
-    let (Val::Num(x), Val::Num(y)) = (a, b) else {
-        let other = if matches!(a, Val::Num(_)) { b } else { a };
-        return Err(ShaderError::new(format!(
-            "operator {} needs numbers, not {}",
-            symbol(op),
-            other.describe()
-        )));
+    let (x, y) = match (a, b) {
+        (Val::Num(x), Val::Num(y)) => (*x, *y),
+        (Val::Mat(_), _) | (_, Val::Mat(_)) => return matrix(op, a, b),
+        _ => {
+            let other = if matches!(a, Val::Num(_)) { b } else { a };
+            return Err(ShaderError::new(format!(
+                "operator {} needs numbers, not {}",
+                symbol(op),
+                other.describe()
+            )));
+        }
     };
-    let (x, y) = (*x, *y);
     match op {
         BinOp::Less | BinOp::Greater | BinOp::LessEq | BinOp::GreaterEq => compare(op, x, y),
         BinOp::Xor => {
@@ -71,19 +74,102 @@ pub(super) fn binary(op: BinOp, a: &Val, b: &Val) -> Result<Val, ShaderError> {
             Ok(Val::Num(Num::boolean(x.b(0) != y.b(0))))
         }
         BinOp::Shl | BinOp::Shr => shift(op, x, y),
-        BinOp::Mul if !x.is_scalar() && !y.is_scalar() && (x.cols > 1 || y.cols > 1) => {
-            product(x, y).map(Val::Num)
-        }
         _ => componentwise(op, x, y).map(Val::Num),
     }
 }
 
-/// The shape of a component-wise result: both operands' when they agree, else the non-scalar one's.
-fn shape(op: BinOp, x: &Num, y: &Num) -> Result<(u8, u8), ShaderError> {
-    if x.cols == y.cols && x.rows == y.rows || y.is_scalar() {
-        Ok((x.cols, x.rows))
+/// An operator with a matrix on either side: the linear-algebra product for `*` of a matrix and a vector or
+/// matrix, else component by component (a scalar spread over the matrix).
+fn matrix(op: BinOp, a: &Val, b: &Val) -> Result<Val, ShaderError> {
+    let refuse = || {
+        ShaderError::new(format!(
+            "operator {} cannot combine {} with {}",
+            symbol(op),
+            a.describe(),
+            b.describe()
+        ))
+    };
+    let scalar = |v: &Val| match v {
+        Val::Num(n) if n.is_scalar() && n.base != Base::Bool => Some(n.f(0)),
+        _ => None,
+    };
+    let arithmetic = |x: f32, y: f32| match op {
+        BinOp::Add => Some(x + y),
+        BinOp::Sub => Some(x - y),
+        BinOp::Mul => Some(x * y),
+        BinOp::Div => Some(x / y),
+        _ => None,
+    };
+    let each = |m: &Mat, f: &dyn Fn(f32, usize) -> Option<f32>| -> Result<Val, ShaderError> {
+        let mut out = *m;
+        for i in 0..m.len() {
+            out.data[i] = f(m.data[i], i).ok_or_else(refuse)?;
+        }
+        Ok(Val::Mat(Box::new(out)))
+    };
+    match (a, b) {
+        (Val::Mat(m), Val::Mat(n)) if op == BinOp::Mul => {
+            if m.cols != n.rows {
+                return Err(refuse());
+            }
+            let (rows, inner) = (usize::from(m.rows), usize::from(m.cols));
+            let mut out = Mat::zero(n.cols, m.rows);
+            for j in 0..usize::from(n.cols) {
+                for i in 0..rows {
+                    out.data[j * rows + i] = (0..inner).fold(0.0, |acc, k| {
+                        acc + m.data[k * rows + i] * n.data[j * usize::from(n.rows) + k]
+                    });
+                }
+            }
+            Ok(Val::Mat(Box::new(out)))
+        }
+        (Val::Mat(m), Val::Mat(n)) if m.cols == n.cols && m.rows == n.rows => {
+            each(m, &|x, i| arithmetic(x, n.data[i]))
+        }
+        (Val::Mat(m), Val::Num(v)) if op == BinOp::Mul && !v.is_scalar() => {
+            // A matrix times a column vector.
+            if v.len() != usize::from(m.cols) {
+                return Err(refuse());
+            }
+            let rows = usize::from(m.rows);
+            let mut out = Num::zero(Base::Float, m.rows);
+            for i in 0..rows {
+                let sum = (0..v.len()).fold(0.0f32, |acc, k| acc + m.data[k * rows + i] * v.f(k));
+                out.bits[i] = sum.to_bits();
+            }
+            Ok(Val::Num(out))
+        }
+        (Val::Num(v), Val::Mat(m)) if op == BinOp::Mul && !v.is_scalar() => {
+            // A row vector times a matrix.
+            if v.len() != usize::from(m.rows) {
+                return Err(refuse());
+            }
+            let rows = usize::from(m.rows);
+            let mut out = Num::zero(Base::Float, m.cols);
+            for j in 0..usize::from(m.cols) {
+                let sum = (0..rows).fold(0.0f32, |acc, k| acc + v.f(k) * m.data[j * rows + k]);
+                out.bits[j] = sum.to_bits();
+            }
+            Ok(Val::Num(out))
+        }
+        (Val::Mat(m), other) => {
+            let s = scalar(other).ok_or_else(refuse)?;
+            each(m, &|x, _| arithmetic(x, s))
+        }
+        (other, Val::Mat(m)) => {
+            let s = scalar(other).ok_or_else(refuse)?;
+            each(m, &|x, _| arithmetic(s, x))
+        }
+        _ => Err(refuse()),
+    }
+}
+
+/// How many components a component-wise result has: both operands' when they agree, else the vector's.
+fn shape(op: BinOp, x: &Num, y: &Num) -> Result<u8, ShaderError> {
+    if x.len == y.len || y.is_scalar() {
+        Ok(x.len)
     } else if x.is_scalar() {
-        Ok((y.cols, y.rows))
+        Ok(y.len)
     } else {
         Err(ShaderError::new(format!(
             "operator {} cannot combine {} with {}",
@@ -97,71 +183,75 @@ fn shape(op: BinOp, x: &Num, y: &Num) -> Result<(u8, u8), ShaderError> {
 /// `x op y` component by component (arithmetic and bitwise operators).
 fn componentwise(op: BinOp, x: Num, y: Num) -> Result<Num, ShaderError> {
     let base = common_base(x.base, y.base, op)?;
-    let (cols, rows) = shape(op, &x, &y)?;
-    let mut out = Num::zero(base, cols, rows);
+    let len = usize::from(shape(op, &x, &y)?);
+    let (x, y) = (x.convert(base), y.convert(base));
+    let mut out = Num::zero(base, len as u8);
     let (sx, sy) = (x.is_scalar(), y.is_scalar());
-    for i in 0..out.len() {
-        let (i_x, i_y) = (if sx { 0 } else { i }, if sy { 0 } else { i });
-        out.bits[i] = match base {
-            Base::Float => {
-                let (a, b) = (x.f(i_x), y.f(i_y));
-                match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Mul => a * b,
-                    BinOp::Div => a / b,
-                    _ => {
-                        return Err(ShaderError::new(format!(
-                            "operator {} does not take floats{}",
-                            symbol(op),
-                            if op == BinOp::Mod { " (use mod())" } else { "" }
-                        )));
-                    }
+    let pair = |i: usize| (x.bits[if sx { 0 } else { i }], y.bits[if sy { 0 } else { i }]);
+    match base {
+        Base::Float => {
+            let f: fn(f32, f32) -> f32 = match op {
+                BinOp::Add => |a, b| a + b,
+                BinOp::Sub => |a, b| a - b,
+                BinOp::Mul => |a, b| a * b,
+                BinOp::Div => |a, b| a / b,
+                _ => {
+                    return Err(ShaderError::new(format!(
+                        "operator {} does not take floats{}",
+                        symbol(op),
+                        if op == BinOp::Mod { " (use mod())" } else { "" }
+                    )));
                 }
-                .to_bits()
+            };
+            for i in 0..len {
+                let (a, b) = pair(i);
+                out.bits[i] = f(f32::from_bits(a), f32::from_bits(b)).to_bits();
             }
-            Base::Int => {
-                let (a, b) = (x.i(i_x), y.i(i_y));
-                (match op {
-                    BinOp::Add => a.wrapping_add(b),
-                    BinOp::Sub => a.wrapping_sub(b),
-                    BinOp::Mul => a.wrapping_mul(b),
-                    BinOp::Div => a.checked_div(b).unwrap_or(0),
-                    BinOp::Mod => a.checked_rem(b).unwrap_or(0),
-                    BinOp::BitAnd => a & b,
-                    BinOp::BitOr => a | b,
-                    BinOp::BitXor => a ^ b,
-                    _ => unreachable_op(op)?,
-                }) as u32
+        }
+        Base::Int => {
+            let f: fn(i32, i32) -> i32 = match op {
+                BinOp::Add => i32::wrapping_add,
+                BinOp::Sub => i32::wrapping_sub,
+                BinOp::Mul => i32::wrapping_mul,
+                BinOp::Div => |a, b| a.checked_div(b).unwrap_or(0),
+                BinOp::Mod => |a, b| a.checked_rem(b).unwrap_or(0),
+                BinOp::BitAnd => |a, b| a & b,
+                BinOp::BitOr => |a, b| a | b,
+                BinOp::BitXor => |a, b| a ^ b,
+                _ => return Err(not_componentwise(op)),
+            };
+            for i in 0..len {
+                let (a, b) = pair(i);
+                out.bits[i] = f(a as i32, b as i32) as u32;
             }
-            Base::Uint => {
-                let (a, b) = (x.u(i_x), y.u(i_y));
-                match op {
-                    BinOp::Add => a.wrapping_add(b),
-                    BinOp::Sub => a.wrapping_sub(b),
-                    BinOp::Mul => a.wrapping_mul(b),
-                    BinOp::Div => a.checked_div(b).unwrap_or(0),
-                    BinOp::Mod => a.checked_rem(b).unwrap_or(0),
-                    BinOp::BitAnd => a & b,
-                    BinOp::BitOr => a | b,
-                    BinOp::BitXor => a ^ b,
-                    _ => unreachable_op(op)? as u32,
-                }
+        }
+        Base::Uint => {
+            let f: fn(u32, u32) -> u32 = match op {
+                BinOp::Add => u32::wrapping_add,
+                BinOp::Sub => u32::wrapping_sub,
+                BinOp::Mul => u32::wrapping_mul,
+                BinOp::Div => |a, b| a.checked_div(b).unwrap_or(0),
+                BinOp::Mod => |a, b| a.checked_rem(b).unwrap_or(0),
+                BinOp::BitAnd => |a, b| a & b,
+                BinOp::BitOr => |a, b| a | b,
+                BinOp::BitXor => |a, b| a ^ b,
+                _ => return Err(not_componentwise(op)),
+            };
+            for i in 0..len {
+                let (a, b) = pair(i);
+                out.bits[i] = f(a, b);
             }
-            Base::Bool => {
-                return Err(ShaderError::new(format!(
-                    "operator {} does not take bools",
-                    symbol(op)
-                )));
-            }
-        };
+        }
+        Base::Bool => {
+            return Err(ShaderError::new(format!("operator {} does not take bools", symbol(op))));
+        }
     }
     Ok(out)
 }
 
-/// An operator [`componentwise`] is never given.
-fn unreachable_op(op: BinOp) -> Result<i32, ShaderError> {
-    Err(ShaderError::new(format!("operator {} is not component-wise", symbol(op))))
+/// The error for an operator [`componentwise`] is never given.
+fn not_componentwise(op: BinOp) -> ShaderError {
+    ShaderError::new(format!("operator {} is not component-wise", symbol(op)))
 }
 
 /// `<`, `>`, `<=`, `>=` on two scalars.
@@ -208,42 +298,15 @@ fn shift(op: BinOp, x: Num, y: Num) -> Result<Val, ShaderError> {
     Ok(Val::Num(out))
 }
 
-/// The linear-algebra product of a matrix and a vector or matrix (or a vector and a matrix): `x` as `cols`
-/// columns of `rows`, a vector on the left taken as a row.
-fn product(x: Num, y: Num) -> Result<Num, ShaderError> {
-    let (x, y) = (x.convert(Base::Float), y.convert(Base::Float));
-    let mismatch =
-        || ShaderError::new(format!("cannot multiply {} by {}", x.type_name(), y.type_name()));
-    let (xc, xr, yc, yr) =
-        (usize::from(x.cols), usize::from(x.rows), usize::from(y.cols), usize::from(y.rows));
-    if x.cols == 1 {
-        // A row vector times a matrix: one component per column of y.
-        if xr != yr {
-            return Err(mismatch());
-        }
-        let mut out = Num::zero(Base::Float, 1, y.cols);
-        for j in 0..yc {
-            let sum = (0..yr).fold(0.0f32, |acc, k| acc + x.f(k) * y.f(j * yr + k));
-            out.bits[j] = sum.to_bits();
-        }
-        return Ok(out);
-    }
-    // A matrix times a column vector (one column) or a matrix.
-    if xc != yr {
-        return Err(mismatch());
-    }
-    let mut out = Num::zero(Base::Float, y.cols, x.rows);
-    for j in 0..yc {
-        for i in 0..xr {
-            let sum = (0..xc).fold(0.0f32, |acc, k| acc + x.f(k * xr + i) * y.f(j * yr + k));
-            out.bits[j * xr + i] = sum.to_bits();
-        }
-    }
-    Ok(out)
-}
-
 /// `op x` for the operators that do not write.
 pub(super) fn unary(op: UnOp, x: &Val) -> Result<Val, ShaderError> {
+    if let (UnOp::Neg, Val::Mat(m)) = (op, x) {
+        let mut out = **m;
+        for v in &mut out.data {
+            *v = -*v;
+        }
+        return Ok(Val::Mat(Box::new(out)));
+    }
     let n = x.num("a unary operator")?;
     let mut out = n;
     match op {
@@ -295,11 +358,12 @@ mod tests {
     #[test]
     fn matrices_multiply_column_major() {
         // mat2(1, 2, 3, 4) has columns (1, 2) and (3, 4).
-        let mut m = Num::floats(&[1.0, 2.0, 3.0, 4.0]);
-        (m.cols, m.rows) = (2, 2);
+        let mut m = Mat::zero(2, 2);
+        m.data[..4].copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        let m = Val::Mat(Box::new(m));
         let v = floats(&[5.0, 6.0]);
-        assert_eq!(binary(BinOp::Mul, &Val::Num(m), &v).unwrap(), floats(&[23.0, 34.0]));
-        assert_eq!(binary(BinOp::Mul, &v, &Val::Num(m)).unwrap(), floats(&[17.0, 39.0]));
+        assert_eq!(binary(BinOp::Mul, &m, &v).unwrap(), floats(&[23.0, 34.0]));
+        assert_eq!(binary(BinOp::Mul, &v, &m).unwrap(), floats(&[17.0, 39.0]));
     }
 
     #[test]

@@ -114,3 +114,67 @@ fn every_shader_draws_what_comfyui_draws() {
     }
     eprintln!("largest difference from ComfyUI: {worst:e}");
 }
+
+/// The message a shader that cannot run fails with (compiled, then drawn over one pixel with `u_int0` = 5).
+fn failure(source: &str) -> String {
+    let texture = Texture::from_image(1, 1, 3, &[0.0; 3]);
+    let shader = match Shader::compile(source) {
+        Ok(shader) => shader,
+        Err(e) => return e.to_string(),
+    };
+    let bindings = Bindings {
+        textures: vec![("u_image0".to_owned(), &texture)],
+        uniforms: vec![("u_int0".to_owned(), Uniform::Int(5))],
+        unit0: &texture,
+    };
+    match shader.render(1, 1, &bindings, 1, &|| false) {
+        Ok(_) => panic!("the shader ran"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn what_kiln_cannot_run_is_refused_by_name() {
+    let head =
+        "#version 300 es\nprecision highp float;\nuniform int u_int0;\nout vec4 fragColor0;\n";
+    let cases = [
+        ("void main() { fragColor0 = vec4(dFdx(1.0)); }", "`dFdx` needs neighbouring pixels"),
+        (
+            "in vec3 v_normal;\nvoid main() { fragColor0 = vec4(v_normal, 1.0); }",
+            "input `v_normal`",
+        ),
+        (
+            "uniform Params { float gain; };\nvoid main() { fragColor0 = vec4(gain); }",
+            "uniform blocks",
+        ),
+        ("#if 1\n#endif\nvoid main() { fragColor0 = vec4(1.0); }", "`#if` is not supported"),
+        ("#define F(x) x\nvoid main() { fragColor0 = vec4(1.0); }", "function-like macro `F`"),
+        ("void main() { fragColor0 = vec4(1.0) + vec3(1.0); }", "cannot combine vec4 with vec3"),
+        (
+            "void main() { float a[2]; fragColor0 = vec4(a[u_int0]); }",
+            "index 5 is out of range for 2",
+        ),
+        ("void main() { u_int0 = 1; fragColor0 = vec4(1.0); }", "`u_int0` is read-only"),
+        ("void main() { fragColor0 = vec4(frob(1.0)); }", "no function `frob`"),
+        ("void f() { }", "no `void main()`"),
+    ];
+    for (body, expected) in cases {
+        let message = failure(&format!("{head}{body}"));
+        assert!(message.contains(expected), "{body}: {message}");
+    }
+}
+
+#[test]
+fn discarded_pixels_and_unwritten_outputs_are_transparent_black() {
+    let (texture, _) = gradient(2, 1);
+    let out = render(
+        "#version 300 es\nprecision highp float;\nlayout(location = 0) out vec4 fragColor0;\n\
+         layout(location = 1) out vec4 fragColor1;\n\
+         void main() { if (gl_FragCoord.x > 1.0) discard; fragColor0 = vec4(1.0); }",
+        &texture,
+        Vec::new(),
+    );
+    assert_eq!(out.len(), 2, "two outputs named");
+    assert_eq!(out[0], [[1.0; 4], [0.0; 4]]);
+    assert_eq!(out[1], [[0.0; 4], [0.0; 4]]);
+}

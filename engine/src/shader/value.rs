@@ -25,20 +25,18 @@ impl Base {
     }
 }
 
-/// A scalar, vector or matrix: `cols` columns of `rows` components each, column after column (a scalar is
-/// 1 × 1, a vector one column). Each component is held as its 32 bits.
+/// A scalar or vector of up to four components, each held as its 32 bits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Num {
     pub(super) base: Base,
-    pub(super) cols: u8,
-    pub(super) rows: u8,
-    pub(super) bits: [u32; 16],
+    pub(super) len: u8,
+    pub(super) bits: [u32; 4],
 }
 
 impl Num {
-    /// A value of `base` and the shape `cols` × `rows` with every component zero.
-    pub(super) fn zero(base: Base, cols: u8, rows: u8) -> Num {
-        Num { base, cols, rows, bits: [0; 16] }
+    /// A value of `base` with `len` components, every one zero.
+    pub(super) fn zero(base: Base, len: u8) -> Num {
+        Num { base, len, bits: [0; 4] }
     }
 
     /// A float scalar.
@@ -48,21 +46,17 @@ impl Num {
 
     /// An int scalar.
     pub(super) fn int(x: i32) -> Num {
-        let mut n = Num::zero(Base::Int, 1, 1);
-        n.bits[0] = x as u32;
-        n
+        Num::ints(&[x])
     }
 
     /// A bool scalar.
     pub(super) fn boolean(x: bool) -> Num {
-        let mut n = Num::zero(Base::Bool, 1, 1);
-        n.bits[0] = u32::from(x);
-        n
+        Num { base: Base::Bool, len: 1, bits: [u32::from(x), 0, 0, 0] }
     }
 
     /// A float vector (a scalar for one component).
     pub(super) fn floats(values: &[f32]) -> Num {
-        let mut n = Num::zero(Base::Float, 1, values.len() as u8);
+        let mut n = Num::zero(Base::Float, values.len() as u8);
         for (bits, v) in n.bits.iter_mut().zip(values) {
             *bits = v.to_bits();
         }
@@ -71,7 +65,7 @@ impl Num {
 
     /// An int vector (a scalar for one component).
     pub(super) fn ints(values: &[i32]) -> Num {
-        let mut n = Num::zero(Base::Int, 1, values.len() as u8);
+        let mut n = Num::zero(Base::Int, values.len() as u8);
         for (bits, v) in n.bits.iter_mut().zip(values) {
             *bits = *v as u32;
         }
@@ -79,23 +73,25 @@ impl Num {
     }
 
     /// How many components it has.
+    #[inline]
     pub(super) fn len(&self) -> usize {
-        usize::from(self.cols) * usize::from(self.rows)
+        usize::from(self.len)
     }
 
     /// Whether it is a scalar.
+    #[inline]
     pub(super) fn is_scalar(&self) -> bool {
-        self.cols == 1 && self.rows == 1
+        self.len == 1
     }
 
     /// Component `i` as a float (ints and bools converted as GLSL's constructors convert them).
+    #[inline]
     pub(super) fn f(&self, i: usize) -> f32 {
         let bits = self.bits[i];
         match self.base {
             Base::Float => f32::from_bits(bits),
             Base::Int => bits as i32 as f32,
-            Base::Uint => bits as f32,
-            Base::Bool => bits as f32,
+            Base::Uint | Base::Bool => bits as f32,
         }
     }
 
@@ -135,12 +131,13 @@ impl Num {
         }
     }
 
-    /// The same shape with every component converted to `base`.
+    /// The same components converted to `base`.
+    #[inline]
     pub(super) fn convert(&self, base: Base) -> Num {
         if self.base == base {
             return *self;
         }
-        let mut out = Num::zero(base, self.cols, self.rows);
+        let mut out = Num::zero(base, self.len);
         for i in 0..self.len() {
             out.bits[i] = self.bits_as(i, base);
         }
@@ -149,9 +146,38 @@ impl Num {
 
     /// The GLSL name of its type.
     pub(super) fn type_name(&self) -> String {
-        if self.cols == 1 {
-            self.base.vector_name(self.rows)
-        } else if self.cols == self.rows {
+        self.base.vector_name(self.len)
+    }
+}
+
+/// A float matrix: `cols` columns of `rows` components, column after column.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Mat {
+    pub(super) cols: u8,
+    pub(super) rows: u8,
+    pub(super) data: [f32; 16],
+}
+
+impl Mat {
+    /// A matrix of zeros.
+    pub(super) fn zero(cols: u8, rows: u8) -> Mat {
+        Mat { cols, rows, data: [0.0; 16] }
+    }
+
+    /// How many components it has.
+    pub(super) fn len(&self) -> usize {
+        usize::from(self.cols) * usize::from(self.rows)
+    }
+
+    /// Column `j` as a vector.
+    pub(super) fn column(&self, j: usize) -> Num {
+        let rows = usize::from(self.rows);
+        Num::floats(&self.data[j * rows..(j + 1) * rows])
+    }
+
+    /// The GLSL name of its type.
+    pub(super) fn type_name(&self) -> String {
+        if self.cols == self.rows {
             format!("mat{}", self.cols)
         } else {
             format!("mat{}x{}", self.cols, self.rows)
@@ -159,13 +185,21 @@ impl Num {
     }
 }
 
-/// A value: a number, an array, a struct (its declaration's index and its fields) or a sampler (its texture's
-/// index among the program's samplers).
+/// A struct's value: its declaration's index and its fields.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Record {
+    pub(super) id: usize,
+    pub(super) fields: Vec<Val>,
+}
+
+/// A value: a number, a matrix, an array, a struct or a sampler (its texture's index among the program's
+/// samplers). Kept small, since the interpreter moves values around all the time.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Val {
     Num(Num),
-    Array(Vec<Val>),
-    Struct(usize, Vec<Val>),
+    Mat(Box<Mat>),
+    Array(Box<[Val]>),
+    Struct(Box<Record>),
     Sampler(usize),
     Void,
 }
@@ -183,19 +217,21 @@ impl Val {
 
     /// The single bool it holds (a condition).
     pub(super) fn truth(&self, what: &str) -> Result<bool, ShaderError> {
-        let n = self.num(what)?;
-        if n.base != Base::Bool || !n.is_scalar() {
-            return Err(ShaderError::new(format!("{what} needs a bool, not {}", n.type_name())));
+        match self {
+            Val::Num(n) if n.base == Base::Bool && n.len == 1 => Ok(n.bits[0] != 0),
+            other => {
+                Err(ShaderError::new(format!("{what} needs a bool, not {}", other.describe())))
+            }
         }
-        Ok(n.bits[0] != 0)
     }
 
     /// A short description of its type for messages.
     pub(super) fn describe(&self) -> String {
         match self {
             Val::Num(n) => n.type_name(),
+            Val::Mat(m) => m.type_name(),
             Val::Array(items) => format!("an array of {}", items.len()),
-            Val::Struct(..) => "a struct".to_owned(),
+            Val::Struct(_) => "a struct".to_owned(),
             Val::Sampler(_) => "sampler2D".to_owned(),
             Val::Void => "void".to_owned(),
         }
@@ -223,11 +259,13 @@ impl Ty {
     pub(super) fn zero(&self, structs: &[Vec<(String, Ty)>]) -> Val {
         match self {
             Ty::Void => Val::Void,
-            Ty::Num { base, cols, rows } => Val::Num(Num::zero(*base, *cols, *rows)),
-            Ty::Array(item, n) => Val::Array(vec![item.zero(structs); *n]),
-            Ty::Struct(id) => {
-                Val::Struct(*id, structs[*id].iter().map(|(_, ty)| ty.zero(structs)).collect())
-            }
+            Ty::Num { cols, rows, .. } if *cols > 1 => Val::Mat(Box::new(Mat::zero(*cols, *rows))),
+            Ty::Num { base, rows, .. } => Val::Num(Num::zero(*base, *rows)),
+            Ty::Array(item, n) => Val::Array(vec![item.zero(structs); *n].into_boxed_slice()),
+            Ty::Struct(id) => Val::Struct(Box::new(Record {
+                id: *id,
+                fields: structs[*id].iter().map(|(_, ty)| ty.zero(structs)).collect(),
+            })),
             Ty::Sampler => Val::Sampler(0),
         }
     }
@@ -236,15 +274,16 @@ impl Ty {
     /// refuse what desktop GLSL converts implicitly; Kiln converts), arrays item by item.
     pub(super) fn fit(&self, value: Val) -> Result<Val, ShaderError> {
         match (self, value) {
-            (Ty::Num { base, cols, rows }, Val::Num(n)) if n.cols == *cols && n.rows == *rows => {
+            (Ty::Num { base, cols: 1, rows }, Val::Num(n)) if n.len == *rows => {
                 Ok(Val::Num(n.convert(*base)))
             }
-            (Ty::Array(item, len), Val::Array(items)) if items.len() == *len => {
-                Ok(Val::Array(items.into_iter().map(|v| item.fit(v)).collect::<Result<_, _>>()?))
+            (Ty::Num { cols, rows, .. }, Val::Mat(m)) if m.cols == *cols && m.rows == *rows => {
+                Ok(Val::Mat(m))
             }
-            (Ty::Struct(id), Val::Struct(other, fields)) if *id == other => {
-                Ok(Val::Struct(other, fields))
-            }
+            (Ty::Array(item, len), Val::Array(items)) if items.len() == *len => Ok(Val::Array(
+                items.into_vec().into_iter().map(|v| item.fit(v)).collect::<Result<_, _>>()?,
+            )),
+            (Ty::Struct(id), Val::Struct(record)) if *id == record.id => Ok(Val::Struct(record)),
             (Ty::Sampler, v @ Val::Sampler(_)) => Ok(v),
             (Ty::Void, Val::Void) => Ok(Val::Void),
             (ty, value) => Err(ShaderError::new(format!(
@@ -258,13 +297,12 @@ impl Ty {
     /// Whether `value` has this type exactly (to choose among overloads).
     pub(super) fn matches(&self, value: &Val) -> bool {
         match (self, value) {
-            (Ty::Num { base, cols, rows }, Val::Num(n)) => {
-                n.base == *base && n.cols == *cols && n.rows == *rows
-            }
+            (Ty::Num { base, cols: 1, rows }, Val::Num(n)) => n.base == *base && n.len == *rows,
+            (Ty::Num { cols, rows, .. }, Val::Mat(m)) => m.cols == *cols && m.rows == *rows,
             (Ty::Array(item, len), Val::Array(items)) => {
                 items.len() == *len && items.iter().all(|v| item.matches(v))
             }
-            (Ty::Struct(id), Val::Struct(other, _)) => id == other,
+            (Ty::Struct(id), Val::Struct(record)) => *id == record.id,
             (Ty::Sampler, Val::Sampler(_)) => true,
             _ => false,
         }
@@ -274,7 +312,8 @@ impl Ty {
     pub(super) fn describe(&self) -> String {
         match self {
             Ty::Void => "void".to_owned(),
-            Ty::Num { base, cols, rows } => Num::zero(*base, *cols, *rows).type_name(),
+            Ty::Num { cols, rows, .. } if *cols > 1 => Mat::zero(*cols, *rows).type_name(),
+            Ty::Num { base, rows, .. } => Num::zero(*base, *rows).type_name(),
             Ty::Array(item, n) => format!("{}[{n}]", item.describe()),
             Ty::Struct(_) => "a struct".to_owned(),
             Ty::Sampler => "sampler2D".to_owned(),
