@@ -11,6 +11,12 @@ use super::builtins::Builtin;
 use super::ir::{Arg, BinOp, Expr, Function, Param, Place, Step, Stmt, Swizzle, UnOp, Var};
 use super::value::{Base, Num, Ty, Val};
 
+/// The most scalars one variable may hold (GPUs give a fragment shader far less room).
+const MAX_SCALARS: usize = 1 << 16;
+
+/// How deeply expressions may nest (and so how deeply the interpreter recurses).
+const MAX_NESTING: usize = 256;
+
 /// What a global variable is to the shader's interface.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum GlobalKind {
@@ -50,11 +56,12 @@ pub(super) struct Program {
     pub(super) samplers: Vec<String>,
 }
 
-/// One declared name in a scope: its slot and whether it may be written.
-#[derive(Clone, Copy)]
+/// One declared name in a scope: its slot, whether it may be written, and a constant's value.
+#[derive(Clone)]
 struct Local {
     slot: usize,
     writable: bool,
+    value: Option<Val>,
 }
 
 /// The compiler's state.
@@ -74,6 +81,10 @@ struct Compiler {
     /// The function being compiled: its scopes and next free slot.
     scopes: Vec<HashMap<String, Local>>,
     next_slot: usize,
+    /// How deeply the expression being compiled nests.
+    nesting: usize,
+    /// Outputs declared without a location.
+    unplaced_outputs: usize,
 }
 
 /// Compiles a parsed translation unit.
@@ -92,6 +103,26 @@ pub(super) fn compile(unit: &ast::TranslationUnit) -> Result<Program, ShaderErro
         .and_then(|ids| ids.iter().copied().find(|&i| c.functions[i].params.is_empty()))
         .filter(|&i| c.functions[i].defined)
         .ok_or_else(|| ShaderError::new("the shader has no `void main()`"))?;
+    let mut locations: Vec<(usize, &str)> = c
+        .globals
+        .iter()
+        .filter_map(|g| match g.kind {
+            GlobalKind::Output(location) => Some((location, g.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    if locations.len() > 1 && c.unplaced_outputs > 0 {
+        return Err(ShaderError::new(
+            "with more than one output, each needs `layout(location = N)`",
+        ));
+    }
+    locations.sort_unstable();
+    if let Some(pair) = locations.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(ShaderError::new(format!(
+            "outputs `{}` and `{}` share location {}",
+            pair[0].1, pair[1].1, pair[0].0
+        )));
+    }
     Ok(Program {
         globals: c.globals,
         inits: c.inits,
@@ -261,6 +292,11 @@ impl Compiler {
                 }
             };
             ty = Ty::Array(Box::new(ty), len);
+            if ty.scalars() > MAX_SCALARS {
+                return Err(ShaderError::new(format!(
+                    "an array of more than {MAX_SCALARS} values is too large for a fragment shader"
+                )));
+            }
         }
         Ok(ty)
     }
@@ -275,6 +311,13 @@ impl Compiler {
             Expr::Read(Place { var: Var::Global(g), steps }) if steps.is_empty() => {
                 self.constants.get(&self.globals[*g].name).cloned()
             }
+            Expr::Read(Place { var: Var::Local(slot), steps }) if steps.is_empty() => self
+                .scopes
+                .iter()
+                .rev()
+                .flat_map(|scope| scope.values())
+                .find(|local| local.slot == *slot)
+                .and_then(|local| local.value.clone()),
             _ => None,
         }
     }
@@ -302,30 +345,32 @@ impl Compiler {
             ast::Declaration::InitDeclaratorList(list) => {
                 let q = qualifiers(list.head.ty.qualifier.as_ref())?;
                 let base = self.type_of(&list.head.ty.ty.ty)?;
-                let base = self.arrayed(base, list.head.ty.ty.array_specifier.as_ref(), None)?;
-                let mut names = Vec::new();
-                if let Some(name) = &list.head.name {
-                    names.push((name, list.head.array_specifier.as_ref(), &list.head.initializer));
-                }
-                for more in &list.tail {
-                    names.push((
-                        &more.ident.ident,
-                        more.ident.array_spec.as_ref(),
-                        &more.initializer,
-                    ));
-                }
-                for (name, array, init) in names {
-                    let init = match init {
-                        Some(i) => Some(self.initializer(i)?),
-                        None => None,
-                    };
-                    let len = init.as_ref().and_then(construct_len);
-                    let ty = self.arrayed(base.clone(), array, len)?;
+                for (name, array, init) in declarators(list) {
+                    let (ty, init) = self.declarator(&base, &list.head.ty.ty, array, init)?;
                     self.global(&name.0, ty, &q, init)?;
                 }
                 Ok(())
             }
         }
+    }
+
+    /// One declarator's type and compiled initialiser: `base` made an array by the type's and the name's
+    /// specifiers, an unsized one sized by its initialiser.
+    fn declarator(
+        &mut self,
+        base: &Ty,
+        spec: &ast::TypeSpecifier,
+        array: Option<&ast::ArraySpecifier>,
+        init: &Option<ast::Initializer>,
+    ) -> Result<(Ty, Option<Expr>), ShaderError> {
+        let init = match init {
+            Some(i) => Some(self.initializer(i)?),
+            None => None,
+        };
+        let len = init.as_ref().and_then(array_len);
+        let ty = self.arrayed(base.clone(), spec.array_specifier.as_ref(), len)?;
+        let ty = self.arrayed(ty, array, len)?;
+        Ok((ty, init))
     }
 
     /// Declares one global variable of the shader's interface or its own.
@@ -354,6 +399,9 @@ impl Compiler {
                 return Err(ShaderError::new(format!(
                     "output `{name}` must be a vec4 (the outputs are RGBA float images)"
                 )));
+            }
+            if q.location.is_none() {
+                self.unplaced_outputs += 1;
             }
             let location = q.location.unwrap_or(0);
             if location >= super::MAX_OUTPUTS {
@@ -454,7 +502,8 @@ impl Compiler {
             self.next_slot += 1;
             if let ast::FunctionParameterDeclaration::Named(q, d) = param {
                 let writable = !qualifiers(q.as_ref())?.constant;
-                self.scopes[0].insert(d.ident.ident.0.clone(), Local { slot, writable });
+                self.scopes[0]
+                    .insert(d.ident.ident.0.clone(), Local { slot, writable, value: None });
             }
         }
         let body = self.statements(&f.statement.statement_list)?;
@@ -635,26 +684,16 @@ impl Compiler {
         };
         let q = qualifiers(list.head.ty.qualifier.as_ref())?;
         let base = self.type_of(&list.head.ty.ty.ty)?;
-        let base = self.arrayed(base, list.head.ty.ty.array_specifier.as_ref(), None)?;
-        let mut names = Vec::new();
-        if let Some(name) = &list.head.name {
-            names.push((name, list.head.array_specifier.as_ref(), &list.head.initializer));
-        }
-        for more in &list.tail {
-            names.push((&more.ident.ident, more.ident.array_spec.as_ref(), &more.initializer));
-        }
-        for (name, array, init) in names {
+        for (name, array, init) in declarators(list) {
             // The initialiser is compiled before the name is in scope (`float x = x;` reads an outer x).
-            let init = match init {
-                Some(i) => Some(self.initializer(i)?),
-                None => None,
-            };
-            let len = init.as_ref().and_then(construct_len);
-            let ty = self.arrayed(base.clone(), array, len)?;
+            let (ty, init) = self.declarator(&base, &list.head.ty.ty, array, init)?;
             let slot = self.next_slot;
             self.next_slot += 1;
+            // A local constant's value, when known, stands for it where a constant is needed.
+            let value =
+                if q.constant { init.as_ref().and_then(|e| self.constant(e)) } else { None };
             let scope = self.scopes.last_mut().ok_or_else(|| ShaderError::new("no scope"))?;
-            scope.insert(name.0.clone(), Local { slot, writable: !q.constant });
+            scope.insert(name.0.clone(), Local { slot, writable: !q.constant, value });
             out.push(Stmt::Declare(slot, ty, init));
         }
         Ok(())
@@ -730,8 +769,15 @@ impl Compiler {
     /// An expression, folded to its value when that is known at compile time (literals, constants and the
     /// operators and functions of them): each pixel then reads the value.
     fn expr(&mut self, e: &ast::Expr) -> Result<Expr, ShaderError> {
-        let compiled = self.unfolded(e)?;
-        self.fold(compiled)
+        if self.nesting >= MAX_NESTING {
+            return Err(ShaderError::new(format!(
+                "expressions nest deeper than {MAX_NESTING} levels"
+            )));
+        }
+        self.nesting += 1;
+        let compiled = self.unfolded(e);
+        self.nesting -= 1;
+        self.fold(compiled?)
     }
 
     fn fold(&self, e: Expr) -> Result<Expr, ShaderError> {
@@ -882,7 +928,7 @@ impl Compiler {
                         )));
                     }
                     compiled.push(if param.writes {
-                        Arg::Out(self.place(arg)?, param.reads)
+                        Arg::Out(self.place(arg)?)
                     } else {
                         Arg::In(self.expr(arg)?)
                     });
@@ -901,6 +947,11 @@ impl Compiler {
             "dFdx" | "dFdy" | "fwidth" => Err(ShaderError::new(format!(
                 "`{name}` needs neighbouring pixels shaded together, which Kiln's shader interpreter \
                  does not do"
+            ))),
+            "modf" | "frexp" | "ldexp" | "textureProj" | "textureProjLod" | "textureProjOffset"
+            | "packSnorm2x16" | "unpackSnorm2x16" | "packUnorm2x16" | "unpackUnorm2x16"
+            | "packHalf2x16" | "unpackHalf2x16" => Err(ShaderError::new(format!(
+                "the GLSL ES built-in `{name}` is not implemented by Kiln's shader interpreter"
             ))),
             _ => Err(ShaderError::new(format!("no function `{name}`"))),
         }
@@ -956,12 +1007,28 @@ fn root_name(e: &ast::Expr) -> Option<&str> {
     }
 }
 
-/// How many items an array constructor gives (to size `float a[] = float[](...)`).
-fn construct_len(e: &Expr) -> Option<usize> {
+/// How many items an array initialiser gives (to size `float a[] = float[](...)`).
+fn array_len(e: &Expr) -> Option<usize> {
     match e {
         Expr::Construct(Ty::Array(_, n), _) => Some(*n),
+        Expr::Const(Val::Array(items)) => Some(items.len()),
         _ => None,
     }
+}
+
+/// A declaration list's declarators: each name with its own array specifier and initialiser.
+#[allow(clippy::type_complexity)]
+fn declarators(
+    list: &ast::InitDeclaratorList,
+) -> Vec<(&ast::Identifier, Option<&ast::ArraySpecifier>, &Option<ast::Initializer>)> {
+    let mut names = Vec::new();
+    if let Some(name) = &list.head.name {
+        names.push((name, list.head.array_specifier.as_ref(), &list.head.initializer));
+    }
+    for more in &list.tail {
+        names.push((&more.ident.ident, more.ident.array_spec.as_ref(), &more.initializer));
+    }
+    names
 }
 
 fn binary_op(op: &ast::BinaryOp) -> BinOp {

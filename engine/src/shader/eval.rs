@@ -7,9 +7,12 @@ use super::ops;
 use super::texture::Texture;
 use super::value::{Base, Mat, Num, Record, Ty, Val};
 
-/// How many times one loop may run for one fragment before the shader is stopped (a GPU's watchdog would
-/// have reset the device long before).
-const MAX_ITERATIONS: u64 = 1 << 22;
+/// How many loop iterations, all loops together, one fragment may run before the shader is stopped (a GPU's
+/// watchdog would have reset the device long before).
+const MAX_ITERATIONS: u64 = 1 << 24;
+
+/// How often, in loop iterations, a fragment checks whether the prompt was interrupted.
+const STOP_CHECK: u64 = 1 << 16;
 
 /// How deeply calls may nest (GLSL forbids recursion; a recursive shader stops here).
 const MAX_DEPTH: usize = 64;
@@ -20,6 +23,8 @@ pub(super) enum Halt {
     Discard,
     /// Boxed, so that a result of the interpreter stays the size of a value.
     Error(Box<ShaderError>),
+    /// The prompt was interrupted while a fragment looped.
+    Stopped,
 }
 
 impl From<ShaderError> for Halt {
@@ -43,6 +48,9 @@ enum Flow {
 pub(super) struct Machine<'p> {
     program: &'p Program,
     textures: &'p [&'p Texture],
+    stop: &'p (dyn Fn() -> bool + Sync),
+    /// Loop iterations the running fragment may still take.
+    budget: u64,
     pub(super) globals: Vec<Val>,
     /// Every active call's parameters and locals.
     stack: Vec<Val>,
@@ -55,8 +63,10 @@ impl<'p> Machine<'p> {
         program: &'p Program,
         textures: &'p [&'p Texture],
         globals: Vec<Val>,
+        stop: &'p (dyn Fn() -> bool + Sync),
     ) -> Machine<'p> {
-        Machine { program, textures, globals, stack: Vec::new(), base: 0, depth: 0 }
+        let (stack, base, depth, budget) = (Vec::new(), 0, 0, MAX_ITERATIONS);
+        Machine { program, textures, stop, budget, globals, stack, base, depth }
     }
 
     /// Runs the global initialisers, in order.
@@ -71,6 +81,7 @@ impl<'p> Machine<'p> {
 
     /// Runs `main` once.
     pub(super) fn run_main(&mut self) -> Result<(), Halt> {
+        self.budget = MAX_ITERATIONS;
         self.stack.clear();
         self.base = 0;
         self.depth = 0;
@@ -102,16 +113,12 @@ impl<'p> Machine<'p> {
     #[inline(never)]
     fn eval_rest(&mut self, e: &Expr) -> Result<Val, Halt> {
         Ok(match e {
-            Expr::Const(v) => v.clone(),
+            // `eval` answers these itself.
+            Expr::Const(_) | Expr::Binary(..) => return self.eval(e),
             Expr::Read(place) => self.read(place)?,
             Expr::Unary(op, x) => {
                 let x = self.eval(x)?;
                 ops::unary(*op, &x)?
-            }
-            Expr::Binary(op, a, b) => {
-                let a = self.eval(a)?;
-                let b = self.eval(b)?;
-                ops::binary(*op, &a, &b)?
             }
             Expr::And(a, b) => {
                 let value = self.eval(a)?.truth("&&")? && self.eval(b)?.truth("&&")?;
@@ -129,15 +136,18 @@ impl<'p> Machine<'p> {
                 }
             }
             Expr::Assign(place, op, rhs) => {
+                // The place's indices first, once (`a[i++] += x` steps i once).
+                let indices = self.indices(place)?;
                 let mut value = self.eval(rhs)?;
                 if let Some(op) = op {
-                    let current = self.read(place)?;
+                    let current = self.read_at(place, &indices)?;
                     value = ops::binary(*op, &current, &value)?;
                 }
-                self.write(place, value)?
+                self.write_at(place, &indices, value)?
             }
             Expr::Step { place, delta, post } => {
-                let current = self.read(place)?;
+                let indices = self.indices(place)?;
+                let current = self.read_at(place, &indices)?;
                 let n = current.num("++/--")?;
                 let one = match n.base {
                     Base::Float => Num::float(*delta as f32),
@@ -145,7 +155,7 @@ impl<'p> Machine<'p> {
                     Base::Bool => return Err(ShaderError::new("cannot increment a bool").into()),
                 };
                 let next = ops::binary(BinOp::Add, &current, &Val::Num(one.convert(n.base)))?;
-                let stored = self.write(place, next)?;
+                let stored = self.write_at(place, &indices, next)?;
                 if *post { current } else { stored }
             }
             Expr::Builtin(builtin, name, args) if args.len() <= 4 => {
@@ -202,10 +212,7 @@ impl<'p> Machine<'p> {
         if !n.is_scalar() || n.base == Base::Float || n.base == Base::Bool {
             return Err(ShaderError::new("an index must be an integer").into());
         }
-        let i = n.i(0);
-        usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
-            ShaderError::new(format!("index {i} is out of range for {len} items")).into()
-        })
+        Ok(checked(len, n.i(0))?)
     }
 
     /// The part of `value` a step names.
@@ -236,7 +243,7 @@ impl<'p> Machine<'p> {
                 let i = self.field(record.id, name)?;
                 Ok(std::mem::replace(&mut record.fields[i], Val::Void))
             }
-            (Val::Num(n), Some(s)) => Ok(Val::Num(swizzled(&n, s)?)),
+            (Val::Num(n), Some(s)) => Ok(Val::Num(swizzled(&n, s, name)?)),
             (value, _) => {
                 Err(ShaderError::new(format!("{} has no field `{name}`", value.describe())).into())
             }
@@ -244,14 +251,11 @@ impl<'p> Machine<'p> {
     }
 
     fn field(&self, id: usize, name: &str) -> Result<usize, Halt> {
-        self.program.structs[id]
-            .iter()
-            .position(|(field, _)| field == name)
-            .ok_or_else(|| ShaderError::new(format!("the struct has no field `{name}`")).into())
+        Ok(field_index(&self.program.structs, id, name)?)
     }
 
     /// The integer values of a place's index steps, in order.
-    fn indices(&mut self, place: &Place) -> Result<([i32; MAX_INDICES], usize), Halt> {
+    fn indices(&mut self, place: &Place) -> Result<Indices, Halt> {
         let mut indices = [0i32; MAX_INDICES];
         let mut count = 0;
         for step in &place.steps {
@@ -267,14 +271,20 @@ impl<'p> Machine<'p> {
                 count += 1;
             }
         }
-        Ok((indices, count))
+        Ok(Indices { values: indices, count })
     }
 
     fn read(&mut self, place: &Place) -> Result<Val, Halt> {
         if place.steps.is_empty() {
             return Ok(self.slot(place.var).clone());
         }
-        let (indices, _) = self.indices(place)?;
+        let indices = self.indices(place)?;
+        self.read_at(place, &indices)
+    }
+
+    /// The value at `place`, its index steps at `indices`.
+    fn read_at(&mut self, place: &Place, indices: &Indices) -> Result<Val, Halt> {
+        let indices = &indices.values[..indices.count];
         let program = self.program;
         let mut value: &Val = self.slot(place.var);
         let mut k = 0;
@@ -325,11 +335,9 @@ impl<'p> Machine<'p> {
         Ok(value.clone())
     }
 
-    /// Writes `value` where `place` names (converted to the base of what is there) and returns what was
-    /// stored.
-    fn write(&mut self, place: &Place, value: Val) -> Result<Val, Halt> {
-        // Index expressions are evaluated first, in order, before the variable is borrowed.
-        let (indices, count) = self.indices(place)?;
+    /// Writes `value` at `place`, its index steps at `indices`; returns what was stored.
+    fn write_at(&mut self, place: &Place, indices: &Indices, value: Val) -> Result<Val, Halt> {
+        let (indices, count) = (indices.values, indices.count);
         let structs = &self.program.structs;
         let target = match place.var {
             Var::Local(i) => &mut self.stack[self.base + i],
@@ -342,11 +350,18 @@ impl<'p> Machine<'p> {
     /// the stack, where they become the callee's parameters.
     fn call(&mut self, ids: &[usize], args: &[Arg]) -> Result<Val, Halt> {
         let base = self.stack.len();
+        // Each out argument's indices are taken before the call, as GLSL evaluates the argument then.
+        let mut places = Vec::new();
         for arg in args {
             let value = match arg {
                 Arg::In(e) => self.eval(e)?,
-                Arg::Out(place, true) => self.read(place)?,
-                Arg::Out(_, false) => Val::Void,
+                Arg::Out(place) => {
+                    let indices = self.indices(place)?;
+                    // Read for `inout`; for `out`, only to tell overloads apart (replaced by zeros).
+                    let value = self.read_at(place, &indices)?;
+                    places.push(indices);
+                    value
+                }
             };
             self.stack.push(value);
         }
@@ -358,11 +373,7 @@ impl<'p> Machine<'p> {
             ids.iter()
                 .copied()
                 .find(|&id| {
-                    program.functions[id]
-                        .params
-                        .iter()
-                        .zip(given)
-                        .all(|(p, v)| matches!(v, Val::Void) || p.ty.matches(v))
+                    program.functions[id].params.iter().zip(given).all(|(p, v)| p.ty.matches(v))
                 })
                 .unwrap_or(ids[0])
         };
@@ -370,30 +381,32 @@ impl<'p> Machine<'p> {
         for (k, param) in function.params.iter().enumerate() {
             let slot = &mut self.stack[base + k];
             let value = std::mem::replace(slot, Val::Void);
-            *slot = match value {
-                Val::Void if param.writes && !param.reads => param.ty.zero(&program.structs),
-                v => param.ty.fit(v)?,
+            *slot = if param.writes && !param.reads {
+                param.ty.zero(&program.structs)
+            } else {
+                param.ty.fit(value)?
             };
         }
         let result = self.invoke_at(chosen, base);
-        let outs: Vec<(usize, Val)> = if function.params.iter().any(|p| p.writes) && result.is_ok()
-        {
+        let outs: Vec<Val> = if places.is_empty() || result.is_err() {
+            Vec::new()
+        } else {
             function
                 .params
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| p.writes)
-                .map(|(k, _)| (k, std::mem::replace(&mut self.stack[base + k], Val::Void)))
+                .map(|(k, _)| std::mem::replace(&mut self.stack[base + k], Val::Void))
                 .collect()
-        } else {
-            Vec::new()
         };
         self.stack.truncate(base);
         let result = result?;
-        for (k, value) in outs {
-            if let Arg::Out(place, _) = &args[k] {
-                self.write(place, value)?;
-            }
+        let out_places = args.iter().filter_map(|a| match a {
+            Arg::Out(place) => Some(place),
+            Arg::In(_) => None,
+        });
+        for ((place, indices), value) in out_places.zip(&places).zip(outs) {
+            self.write_at(place, indices, value)?;
         }
         Ok(result)
     }
@@ -462,36 +475,37 @@ impl<'p> Machine<'p> {
                 let branch = if self.eval(cond)?.truth("if")? { then } else { otherwise };
                 return self.block(branch);
             }
-            Stmt::Loop { cond, step, body, test_first } => {
-                let mut iterations = 0u64;
-                loop {
-                    if *test_first
-                        && let Some(c) = cond
-                        && !self.eval(c)?.truth("a loop condition")?
-                    {
-                        break;
-                    }
-                    match self.block(body)? {
-                        Flow::Break => break,
-                        Flow::Return(v) => return Ok(Flow::Return(v)),
-                        Flow::Next | Flow::Continue => {}
-                    }
-                    if let Some(step) = step {
-                        self.eval(step)?;
-                    }
-                    if !*test_first
-                        && let Some(c) = cond
-                        && !self.eval(c)?.truth("a loop condition")?
-                    {
-                        break;
-                    }
-                    iterations += 1;
-                    if iterations > MAX_ITERATIONS {
-                        let message = format!("a loop ran more than {MAX_ITERATIONS} times");
-                        return Err(ShaderError::new(message).into());
-                    }
+            Stmt::Loop { cond, step, body, test_first } => loop {
+                if *test_first
+                    && let Some(c) = cond
+                    && !self.eval(c)?.truth("a loop condition")?
+                {
+                    break;
                 }
-            }
+                match self.block(body)? {
+                    Flow::Break => break,
+                    Flow::Return(v) => return Ok(Flow::Return(v)),
+                    Flow::Next | Flow::Continue => {}
+                }
+                if let Some(step) = step {
+                    self.eval(step)?;
+                }
+                if !*test_first
+                    && let Some(c) = cond
+                    && !self.eval(c)?.truth("a loop condition")?
+                {
+                    break;
+                }
+                self.budget -= 1;
+                if self.budget == 0 {
+                    let message =
+                        format!("loops ran more than {MAX_ITERATIONS} times for one pixel");
+                    return Err(ShaderError::new(message).into());
+                }
+                if self.budget.is_multiple_of(STOP_CHECK) && (self.stop)() {
+                    return Err(Halt::Stopped);
+                }
+            },
             Stmt::Switch(head, labels, body) => {
                 let value = self.eval(head)?;
                 let mut start = None;
@@ -528,6 +542,20 @@ impl<'p> Machine<'p> {
     }
 }
 
+/// A place's index values, evaluated once.
+pub(super) struct Indices {
+    values: [i32; MAX_INDICES],
+    count: usize,
+}
+
+/// The position of field `name` in struct `id`.
+fn field_index(structs: &[Vec<(String, Ty)>], id: usize, name: &str) -> Result<usize, ShaderError> {
+    structs[id]
+        .iter()
+        .position(|(field, _)| field == name)
+        .ok_or_else(|| ShaderError::new(format!("the struct has no field `{name}`")))
+}
+
 /// Index `i` of a value known to have more than `i` parts: an array's item, a matrix's column, a vector's
 /// component.
 fn part_at(value: Val, i: usize) -> Val {
@@ -551,15 +579,14 @@ fn checked(len: usize, i: i32) -> Result<usize, ShaderError> {
         .ok_or_else(|| ShaderError::new(format!("index {i} is out of range for {len} items")))
 }
 
-/// A vector's (or scalar's) components picked by a swizzle.
-fn swizzled(n: &Num, s: Swizzle) -> Result<Num, ShaderError> {
+/// A vector's (or scalar's) components picked by the swizzle `.name`.
+fn swizzled(n: &Num, s: Swizzle, name: &str) -> Result<Num, ShaderError> {
     let mut out = Num::zero(n.base, s.len);
     for (k, &lane) in s.lanes[..usize::from(s.len)].iter().enumerate() {
         if lane >= n.len {
             return Err(ShaderError::new(format!(
-                "{} has no component {}",
-                n.type_name(),
-                ["x", "y", "z", "w"][usize::from(lane)]
+                "`.{name}` reads past the end of a {}",
+                n.type_name()
             )));
         }
         out.bits[k] = n.bits[usize::from(lane)];

@@ -67,8 +67,8 @@ pub(super) struct Place {
 #[derive(Clone, Debug)]
 pub(super) enum Arg {
     In(Expr),
-    /// `out` (written back only) or `inout` (read, then written back).
-    Out(Place, bool),
+    /// `out` or `inout`: the place the parameter's final value is written back to.
+    Out(Place),
 }
 
 /// An expression.

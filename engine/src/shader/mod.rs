@@ -80,26 +80,32 @@ pub type Rgba = Vec<[f32; 4]>;
 impl Shader {
     /// Parses and compiles `source`.
     pub fn compile(source: &str) -> Result<Shader, ShaderError> {
-        let pre = preprocess::preprocess(source)?;
-        let unit = glsl::syntax::TranslationUnit::parse(&pre.source)
-            .map_err(|e| ShaderError::new(format!("the shader does not parse: {e}")))?;
-        let program = compile::compile(&unit)?;
-        Ok(Shader { program, passes: pre.passes, outputs: output_count(source) })
-    }
-
-    /// Render passes (`#pragma passes N`).
-    pub fn passes(&self) -> usize {
-        self.passes
-    }
-
-    /// How many outputs ComfyUI reads back: one more than the highest `fragColorN` in the source (at most
-    /// [`MAX_OUTPUTS`]), or one.
-    pub fn outputs(&self) -> usize {
-        self.outputs
+        if source.len() > MAX_SOURCE {
+            return Err(ShaderError::new(format!(
+                "the shader is {} bytes; at most {MAX_SOURCE} are taken",
+                source.len()
+            )));
+        }
+        let depth = nesting(source);
+        if depth > MAX_BRACKETS {
+            return Err(ShaderError::new(format!(
+                "brackets nest {depth} deep; at most {MAX_BRACKETS} are taken"
+            )));
+        }
+        // The parser and the syntax tree's drop recurse once per level of a long chain of operators: on a
+        // thread of its own with room for the longest source taken.
+        on_big_stack(|| {
+            let pre = preprocess::preprocess(source)?;
+            let unit = glsl::syntax::TranslationUnit::parse(&pre.source)
+                .map_err(|e| ShaderError::new(format!("the shader does not parse: {e}")))?;
+            let program = compile::compile(&unit)?;
+            Ok(Shader { program, passes: pre.passes, outputs: output_count(source) })
+        })
     }
 
     /// Draws the shader over `width` × `height` pixels on up to `threads` threads and returns
-    /// [`Shader::outputs`] images, or `None` once `stop` says to stop (checked between rows). With several
+    /// as many images as ComfyUI reads back (one more than the highest `fragColorN` in the source, at most
+    /// [`MAX_OUTPUTS`]; one without), or `None` once `stop` says to stop (checked between rows). With several
     /// passes each pass before the last draws its first output into the texture unit 0 holds for the next,
     /// and `u_pass` is the pass's number.
     pub fn render(
@@ -110,6 +116,9 @@ impl Shader {
         threads: usize,
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<Vec<Rgba>>, ShaderError> {
+        if width == 0 || height == 0 {
+            return Err(ShaderError::new(format!("cannot draw {width} × {height} pixels")));
+        }
         let mut previous: Option<Texture> = None;
         for pass in 0..self.passes {
             let last = pass + 1 == self.passes;
@@ -210,10 +219,11 @@ impl Shader {
             })
             .collect();
         let mut initial = self.globals(bindings, pass, width, height)?;
-        let mut machine = Machine::new(program, &textures, initial.clone());
+        let mut machine = Machine::new(program, &textures, initial.clone(), stop);
         match machine.initialise() {
             Ok(()) => initial = machine.globals,
             Err(Halt::Error(e)) => return Err(*e),
+            Err(Halt::Stopped) => return Ok(None),
             Err(Halt::Discard) => return Err(ShaderError::new("`discard` outside main")),
         }
         let frag_coord = self.slot_of(&GlobalKind::FragCoord);
@@ -232,8 +242,8 @@ impl Shader {
                 .map(|first| {
                     let rows = first..(first + rows_per_task).min(height);
                     let output_slots = &output_slots;
-                    scope.spawn(move || {
-                        let mut machine = Machine::new(program, textures, initial.clone());
+                    std::thread::Builder::new().stack_size(STACK).spawn_scoped(scope, move || {
+                        let mut machine = Machine::new(program, textures, initial.clone(), stop);
                         let mut out: Vec<Rgba> =
                             vec![Vec::with_capacity(rows.len() * width); outputs];
                         for y in rows {
@@ -257,6 +267,7 @@ impl Shader {
                                     Ok(()) => false,
                                     Err(Halt::Discard) => true,
                                     Err(Halt::Error(e)) => return Err(*e),
+                                    Err(Halt::Stopped) => return Ok(None),
                                 };
                                 for (image, slot) in out.iter_mut().zip(output_slots) {
                                     let pixel = match (discarded, slot) {
@@ -273,9 +284,11 @@ impl Shader {
                 .collect();
             tasks
                 .into_iter()
-                .map(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err(ShaderError::new("the shader's thread panicked")))
+                .map(|t| match t {
+                    Ok(t) => t
+                        .join()
+                        .unwrap_or_else(|_| Err(ShaderError::new("the shader's thread panicked"))),
+                    Err(e) => Err(ShaderError::new(format!("cannot start a thread: {e}"))),
                 })
                 .collect()
         });
@@ -296,6 +309,46 @@ impl Shader {
     }
 }
 
+/// The longest shader source taken (the template's longest is 9 KB).
+const MAX_SOURCE: usize = 1 << 18;
+
+/// How deeply brackets may nest in a source.
+const MAX_BRACKETS: usize = 200;
+
+/// The stack of the threads that parse, compile and draw: the interpreter recurses per level of an expression
+/// and per call (both bounded), the parser per operator of a chain.
+const STACK: usize = 64 << 20;
+
+/// The deepest nesting of `(`, `[` and `{` in a source.
+fn nesting(source: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in source.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// `work` on a thread with a [`STACK`]-sized stack.
+fn on_big_stack<T: Send>(
+    work: impl FnOnce() -> Result<T, ShaderError> + Send,
+) -> Result<T, ShaderError> {
+    std::thread::scope(|scope| {
+        match std::thread::Builder::new().stack_size(STACK).spawn_scoped(scope, work) {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err(ShaderError::new("the shader's thread panicked"))),
+            Err(e) => Err(ShaderError::new(format!("cannot start a thread: {e}"))),
+        }
+    })
+}
+
 /// An output variable's value as RGBA.
 fn rgba(value: &Val) -> [f32; 4] {
     match value {
@@ -311,11 +364,13 @@ fn output_count(source: &str) -> usize {
     for (at, _) in source.match_indices("fragColor") {
         let digits: String =
             source[at + "fragColor".len()..].chars().take_while(char::is_ascii_digit).collect();
-        if let Ok(n) = digits.parse::<usize>() {
+        if !digits.is_empty() {
+            // A number too long to parse is above every location.
+            let n = digits.parse::<usize>().unwrap_or(usize::MAX);
             highest = highest.max(Some(n));
         }
     }
-    highest.map_or(1, |n| (n + 1).min(MAX_OUTPUTS))
+    highest.map_or(1, |n| n.saturating_add(1).min(MAX_OUTPUTS))
 }
 
 #[cfg(test)]

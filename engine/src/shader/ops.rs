@@ -44,13 +44,7 @@ fn symbol(op: BinOp) -> &'static str {
 /// `a op b`.
 pub(super) fn binary(op: BinOp, a: &Val, b: &Val) -> Result<Val, ShaderError> {
     if matches!(op, BinOp::Eq | BinOp::NotEq) {
-        let equal = match (a, b) {
-            (Val::Num(x), Val::Num(y)) => {
-                let base = common_base(x.base, y.base, op)?;
-                x.len == y.len && x.convert(base) == y.convert(base)
-            }
-            _ => a == b,
-        };
+        let equal = equal(a, b)?;
         return Ok(Val::Num(Num::boolean(equal == (op == BinOp::Eq))));
     }
     let (x, y) = match (a, b) {
@@ -76,6 +70,52 @@ pub(super) fn binary(op: BinOp, a: &Val, b: &Val) -> Result<Val, ShaderError> {
         BinOp::Shl | BinOp::Shr => shift(op, x, y),
         _ => componentwise(op, x, y).map(Val::Num),
     }
+}
+
+/// `a == b` as GLSL compares: floats as numbers (`-0.0 == 0.0`, a NaN equal to nothing), aggregates member by
+/// member.
+fn equal(a: &Val, b: &Val) -> Result<bool, ShaderError> {
+    Ok(match (a, b) {
+        (Val::Num(x), Val::Num(y)) => {
+            let base = common_base(x.base, y.base, BinOp::Eq)?;
+            let (x, y) = (x.convert(base), y.convert(base));
+            x.len == y.len
+                && (0..x.len()).all(|i| match base {
+                    Base::Float => x.f(i) == y.f(i),
+                    _ => x.bits[i] == y.bits[i],
+                })
+        }
+        (Val::Mat(x), Val::Mat(y)) => {
+            (x.cols, x.rows) == (y.cols, y.rows)
+                && x.data[..x.len()].iter().zip(&y.data[..y.len()]).all(|(p, q)| p == q)
+        }
+        (Val::Array(x), Val::Array(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .map(|(p, q)| equal(p, q))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .all(|e| e)
+        }
+        (Val::Struct(x), Val::Struct(y)) => {
+            x.id == y.id
+                && x.fields
+                    .iter()
+                    .zip(&y.fields)
+                    .map(|(p, q)| equal(p, q))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .all(|e| e)
+        }
+        _ => {
+            return Err(ShaderError::new(format!(
+                "cannot compare {} with {}",
+                a.describe(),
+                b.describe()
+            )));
+        }
+    })
 }
 
 /// An operator with a matrix on either side: the linear-algebra product for `*` of a matrix and a vector or
@@ -364,6 +404,13 @@ mod tests {
         let v = floats(&[5.0, 6.0]);
         assert_eq!(binary(BinOp::Mul, &m, &v).unwrap(), floats(&[23.0, 34.0]));
         assert_eq!(binary(BinOp::Mul, &v, &m).unwrap(), floats(&[17.0, 39.0]));
+    }
+
+    #[test]
+    fn floats_compare_as_numbers() {
+        let eq = |a: f32, b: f32| binary(BinOp::Eq, &floats(&[a]), &floats(&[b])).unwrap();
+        assert_eq!(eq(-0.0, 0.0), Val::Num(Num::boolean(true)));
+        assert_eq!(eq(f32::NAN, f32::NAN), Val::Num(Num::boolean(false)));
     }
 
     #[test]

@@ -15,14 +15,79 @@ pub(super) struct Preprocessed {
 /// How many expansions one identifier may go through (a macro defined in terms of itself stops here).
 const MAX_EXPANSIONS: usize = 32;
 
+/// The longest a line may grow by expanding macros.
+const MAX_LINE: usize = 1 << 16;
+
+/// The passes ComfyUI's `_detect_pass_count` reads: the first `#pragma\s+passes\s+(\d+)` anywhere in the
+/// source (comments and inactive blocks too), at least 1.
+fn pass_count(source: &str) -> usize {
+    for (at, _) in source.match_indices("#pragma") {
+        let rest = &source[at + "#pragma".len()..];
+        let after_space = rest.trim_start();
+        if after_space.len() == rest.len() {
+            continue;
+        }
+        let Some(after) = after_space.strip_prefix("passes") else { continue };
+        let digits_from = after.trim_start();
+        if digits_from.len() == after.len() {
+            continue;
+        }
+        let digits: String = digits_from.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            continue;
+        }
+        // An absurd count is as many passes as fit; each pass is a full draw.
+        return digits.parse::<usize>().unwrap_or(usize::MAX).max(1);
+    }
+    1
+}
+
+/// `line` without its comments (a `/* … */` may span lines: `in_comment` carries that state).
+fn code_of(line: &str, in_comment: &mut bool) -> String {
+    let mut code = String::with_capacity(line.len());
+    let mut rest = line;
+    loop {
+        if *in_comment {
+            match rest.find("*/") {
+                Some(end) => {
+                    rest = &rest[end + 2..];
+                    *in_comment = false;
+                }
+                None => return code,
+            }
+        }
+        let line_comment = rest.find("//");
+        let block = rest.find("/*");
+        match (line_comment, block) {
+            (Some(l), Some(b)) if l < b => return code + &rest[..l],
+            (Some(l), None) => return code + &rest[..l],
+            (_, Some(b)) => {
+                code.push_str(&rest[..b]);
+                rest = &rest[b + 2..];
+                *in_comment = true;
+            }
+            (None, None) => return code + rest,
+        }
+    }
+}
+
 pub(super) fn preprocess(source: &str) -> Result<Preprocessed, ShaderError> {
     let mut macros: HashMap<String, String> = HashMap::new();
-    let mut passes = 1;
+    let passes = pass_count(source);
+    let mut in_comment = false;
     // Whether each enclosing conditional block is active.
     let mut active: Vec<bool> = Vec::new();
     let mut out = String::with_capacity(source.len());
     for (number, line) in source.lines().enumerate() {
-        let trimmed = line.trim_start();
+        let starts_in_comment = in_comment;
+        let code = code_of(line, &mut in_comment);
+        if code.trim_start().get(1..).is_some_and(|rest| rest.contains('#')) {
+            return Err(ShaderError::new(format!(
+                "line {}: `#` may only begin a line, as a directive",
+                number + 1
+            )));
+        }
+        let trimmed = if starts_in_comment { "" } else { line.trim_start() };
         let on = active.iter().all(|a| *a);
         if let Some(directive) = trimmed.strip_prefix('#') {
             let mut words = directive.split_whitespace();
@@ -44,14 +109,7 @@ pub(super) fn preprocess(source: &str) -> Result<Preprocessed, ShaderError> {
                 "undef" => {
                     macros.remove(words.next().unwrap_or(""));
                 }
-                "pragma" => {
-                    if words.next() == Some("passes")
-                        && let Some(n) = words.next().and_then(|n| n.parse::<usize>().ok())
-                    {
-                        passes = n.max(1);
-                    }
-                }
-                "version" | "extension" | "line" | "" => {}
+                "pragma" | "version" | "extension" | "line" | "" => {}
                 "if" | "elif" => {
                     return Err(ShaderError::new(format!(
                         "line {}: `#{keyword}` is not supported (use #ifdef/#ifndef)",
@@ -72,7 +130,14 @@ pub(super) fn preprocess(source: &str) -> Result<Preprocessed, ShaderError> {
             continue;
         }
         if on {
-            out.push_str(&expand(line, &macros, 0)?);
+            let expanded = expand(line, &macros, 0)?;
+            if expanded.len() > MAX_LINE {
+                return Err(ShaderError::new(format!(
+                    "line {}: macros expand it past {MAX_LINE} characters",
+                    number + 1
+                )));
+            }
+            out.push_str(&expanded);
         }
         out.push('\n');
     }
@@ -139,6 +204,9 @@ fn expand(
             match macros.get(word) {
                 Some(value) => out.push_str(&expand(value, macros, depth + 1)?),
                 None => out.push_str(word),
+            }
+            if out.len() > MAX_LINE {
+                return Err(ShaderError::new(format!("macros expand past {MAX_LINE} characters")));
             }
         } else if c.is_ascii_digit() {
             // A number (with its suffixes and exponent) is not an identifier.

@@ -178,3 +178,69 @@ fn discarded_pixels_and_unwritten_outputs_are_transparent_black() {
     assert_eq!(out[0], [[1.0; 4], [0.0; 4]]);
     assert_eq!(out[1], [[0.0; 4], [0.0; 4]]);
 }
+
+#[test]
+fn the_reviewed_corner_cases_behave_as_glsl() {
+    let (texture, _) = gradient(1, 1);
+    let one = |body: &str| -> [f32; 4] {
+        let source = format!(
+            "#version 300 es\nprecision highp float;\nuniform float u_float0;\nuniform sampler2D u_image0;\n\
+             layout(location = 0) out vec4 fragColor0;\n{body}"
+        );
+        render(&source, &texture, vec![("u_float0".to_owned(), Uniform::Float(0.0))])[0][0]
+    };
+    // An unsized array sized by its (folded) initialiser, a local constant as a size.
+    assert_eq!(
+        one(
+            "void main() { const int R = 1; float w[] = float[](1.0, 2.0, 3.0); float v[2 * R + 1];\n\
+             fragColor0 = vec4(float(w.length()), float(v.length()), w[2], 0.0); }"
+        ),
+        [3.0, 3.0, 3.0, 0.0]
+    );
+    // Floats compare as numbers.
+    assert_eq!(one("void main() { float s = -u_float0; fragColor0 = vec4(s == 0.0); }"), [1.0; 4]);
+    // An index with a side effect runs once.
+    assert_eq!(
+        one("void main() { float a[3] = float[](1.0, 2.0, 3.0); int k = 0; a[k++] += 10.0;\n\
+             fragColor0 = vec4(a[0], a[1], float(k), 0.0); }"),
+        [11.0, 2.0, 1.0, 0.0]
+    );
+    // An out argument's index is taken before the call.
+    assert_eq!(
+        one("int g = 0; void f(out float v) { g = 2; v = 1.0; }\n\
+             void main() { float a[3]; f(a[g]); fragColor0 = vec4(a[0], a[2], 0.0, 0.0); }"),
+        [1.0, 0.0, 0.0, 0.0]
+    );
+    // Overloads told apart by an out argument's type.
+    assert_eq!(
+        one("void get(out float v) { v = 1.0; } void get(out vec2 v) { v = vec2(2.0); }\n\
+             void main() { vec2 p; get(p); fragColor0 = vec4(p, 0.0, 0.0); }"),
+        [2.0, 2.0, 0.0, 0.0]
+    );
+    // Sampling far outside reads the edge; a division by zero does not panic.
+    assert_eq!(
+        one("void main() { fragColor0 = texture(u_image0, vec2(1.0) / u_float0); }")[3],
+        1.0
+    );
+}
+
+#[test]
+fn passes_are_counted_as_comfyui_counts_them() {
+    // ComfyUI's regular expression finds the first `#pragma passes N`, in a comment too.
+    let shader = Shader::compile(
+        "#version 300 es\n// try \"#pragma passes 2\" for more\nprecision highp float;\n\
+         out vec4 fragColor;\nvoid main() { fragColor = vec4(1.0); }",
+    )
+    .unwrap();
+    assert_eq!(shader.passes, 2);
+    assert!(
+        failure("#version 300 es\nprecision highp float; #version 7\nvoid main() {}")
+            .contains("may only begin")
+    );
+    let two = "#version 300 es\nout vec4 fragColor0;\nout vec4 fragColor1;\nvoid main() {}";
+    assert!(failure(two).contains("each needs `layout(location = N)`"));
+    let deep = format!("void main() {{ float x = {}1.0{}; }}", "(".repeat(300), ")".repeat(300));
+    assert!(failure(&deep).contains("brackets nest 301 deep"));
+    let long = format!("void main() {{ float x = 1.0{}; }}", " + 1.0".repeat(2000));
+    assert!(failure(&long).contains("nest deeper than 256"), "{}", failure(&long));
+}

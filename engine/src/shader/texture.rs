@@ -62,7 +62,10 @@ impl Texture {
             return [0.0; 4];
         }
         let axis = |coord: f32, size: usize| {
-            let u = coord * size as f32 - 0.5;
+            // Far outside (or NaN) reads the edge, as clamping to it would; the clamp keeps the integer part
+            // in range.
+            let u = (coord * size as f32 - 0.5).clamp(-1.0, size as f32);
+            let u = if u.is_nan() { 0.0 } else { u };
             let floor = u.floor();
             let last = size as i64 - 1;
             let clamp = |i: i64| i.clamp(0, last) as usize;

@@ -294,6 +294,15 @@ impl Ty {
         }
     }
 
+    /// How many scalars a value of this type holds.
+    pub(super) fn scalars(&self) -> usize {
+        match self {
+            Ty::Num { cols, rows, .. } => usize::from(*cols) * usize::from(*rows),
+            Ty::Array(item, n) => item.scalars().saturating_mul(*n),
+            Ty::Void | Ty::Struct(_) | Ty::Sampler => 1,
+        }
+    }
+
     /// Whether `value` has this type exactly (to choose among overloads).
     pub(super) fn matches(&self, value: &Val) -> bool {
         match (self, value) {

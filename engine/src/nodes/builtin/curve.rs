@@ -71,7 +71,8 @@ impl Curve {
         xs.into_iter().map(|x| self.at(x, &slopes)).collect()
     }
 
-    /// The curve at `x` (`interp_array`'s vectorised form, or `np.interp` when linear).
+    /// The curve at `x` (`interp_array`'s vectorised form, or `np.interp` when linear): at or past the last
+    /// point its y, before (or, for the cubic, at) the first point its y, between points interpolated.
     fn at(&self, x: f64, slopes: &[f64]) -> f64 {
         let n = self.points.len();
         match n {
@@ -80,37 +81,28 @@ impl Curve {
             _ => {}
         }
         let (first, last) = (self.points[0], self.points[n - 1]);
-        if self.linear {
-            if x <= first.0 {
-                return first.1;
-            }
-            if x >= last.0 {
-                return last.1;
-            }
+        // The last point wins where both apply (numpy's second `where`; `np.interp`'s `x == xp[-1]`).
+        if x >= last.0 {
+            return last.1;
         }
-        // numpy's searchsorted(side='right'), clipped to [1, n - 1].
+        if x < first.0 || (!self.linear && x <= first.0) {
+            return first.1;
+        }
+        // numpy's searchsorted(side='right'), clipped to [1, n - 1]: past duplicates of x, to the last.
         let hi = self.points.partition_point(|p| p.0 <= x).clamp(1, n - 1);
         let lo = hi - 1;
         let ((x0, y0), (x1, y1)) = (self.points[lo], self.points[hi]);
         let dx = x1 - x0;
-        let result = if self.linear {
-            if dx == 0.0 { y1 } else { y0 + (x - x0) * ((y1 - y0) / dx) }
-        } else {
-            let t = if dx == 0.0 { 0.0 } else { (x - x0) / dx };
-            let (t2, t3) = (t * t, t * t * t);
-            let h00 = 2.0 * t3 - 3.0 * t2 + 1.0;
-            let h10 = t3 - 2.0 * t2 + t;
-            let h01 = -2.0 * t3 + 3.0 * t2;
-            let h11 = t3 - t2;
-            h00 * y0 + h10 * dx * slopes[lo] + h01 * y1 + h11 * dx * slopes[hi]
-        };
-        if x <= first.0 {
-            first.1
-        } else if x >= last.0 {
-            last.1
-        } else {
-            result
+        if self.linear {
+            return if dx == 0.0 { y1 } else { y0 + (x - x0) * ((y1 - y0) / dx) };
         }
+        let t = if dx == 0.0 { 0.0 } else { (x - x0) / dx };
+        let (t2, t3) = (t * t, t * t * t);
+        let h00 = 2.0 * t3 - 3.0 * t2 + 1.0;
+        let h10 = t3 - 2.0 * t2 + t;
+        let h01 = -2.0 * t3 + 3.0 * t2;
+        let h11 = t3 - t2;
+        h00 * y0 + h10 * dx * slopes[lo] + h01 * y1 + h11 * dx * slopes[hi]
     }
 
     /// The tangents of the monotone cubic (Fritsch-Carlson, as `MonotoneCubicCurve._compute_slopes`).
@@ -233,7 +225,10 @@ impl Node for ImageHistogram {
     }
     fn execute(&self, inputs: &Inputs, _ctx: &Context) -> Result<NodeResult, NodeError> {
         let image = inputs.image("image")?;
-        let (_, h, w, c) = dims(image)?;
+        let (batch, h, w, c) = dims(image)?;
+        if batch == 0 {
+            return Err(NodeError::of_kind(ErrorKind::InvalidValue, "ImageHistogram got no image"));
+        }
         if c < 3 {
             return Err(NodeError::of_kind(
                 ErrorKind::InvalidValue,
@@ -283,6 +278,16 @@ mod tests {
                 assert_eq!(*a as f32, b.as_f64().unwrap() as f32, "{curve} at {i}");
             }
         }
+    }
+
+    #[test]
+    fn repeated_end_points_take_the_last_as_numpy_does() {
+        // np.interp(0, [0, 0, 1], [0.2, 0.8, 1]) = 0.8; the cubic of [[1, .2], [1, .8]] at 1 is 0.8.
+        let linear =
+            json!({"points": [[0.0, 0.2], [0.0, 0.8], [1.0, 1.0]], "interpolation": "linear"});
+        assert_eq!(Curve::from_json(&linear, "curve").unwrap().lut(3)[0], 0.8);
+        let cubic = json!({"points": [[1.0, 0.2], [1.0, 0.8]]});
+        assert_eq!(Curve::from_json(&cubic, "curve").unwrap().lut(3)[2], 0.8);
     }
 
     #[test]

@@ -124,7 +124,22 @@ impl GlslShader {
 /// The values of an autogrow input's connected entries `group.prefix0` … in order (ComfyUI's
 /// `[v for v in group.values()]`: only the entries the prompt holds, without gaps).
 fn grown<'a>(inputs: &'a Inputs, group: &str, prefix: &str, max: usize) -> Vec<&'a Value> {
-    (0..max).filter_map(|i| inputs.get(&format!("{group}.{prefix}{i}"))).collect()
+    grown_named(inputs, group, prefix, max).into_iter().map(|(_, v)| v).collect()
+}
+
+/// [`grown`] with each entry's input name.
+fn grown_named<'a>(
+    inputs: &'a Inputs,
+    group: &str,
+    prefix: &str,
+    max: usize,
+) -> Vec<(String, &'a Value)> {
+    (0..max)
+        .filter_map(|i| {
+            let name = format!("{group}.{prefix}{i}");
+            inputs.get(&name).map(|v| (name, v))
+        })
+        .collect()
 }
 
 impl Node for GlslShader {
@@ -165,12 +180,12 @@ impl Node for GlslShader {
             uniforms.push((format!("u_bool{i}"), Uniform::Int(i32::from(b))));
         }
         let mut curves = Vec::new();
-        for (i, v) in grown(inputs, "curves", "u_curve", MAX_CURVES).into_iter().enumerate() {
+        for (name, v) in grown_named(inputs, "curves", "u_curve", MAX_CURVES) {
             let Value::Json(json) = v else { continue };
             if json.is_null() {
                 continue;
             }
-            let curve = Curve::from_json(json, &format!("curves.u_curve{i}"))?;
+            let curve = Curve::from_json(json, &name)?;
             let lut: Vec<f32> = curve.lut(LUT_SIZE).into_iter().map(|v| v as f32).collect();
             curves.push((format!("u_curve{}", curves.len()), Texture::lookup_table(&lut)));
         }
