@@ -511,16 +511,9 @@ impl NodeSpec {
         name: &str,
         template: InputDef,
         prefix: &str,
-        (min, max): (usize, usize),
+        range: (usize, usize),
     ) -> NodeSpec {
-        let grown: Vec<String> = (0..max).map(|i| format!("{prefix}{i}")).collect();
-        let config = serde_json::json!({"template": {
-            "input": {"required": {template.name.clone(): template.config_json()}},
-            "prefix": prefix,
-            "min": min,
-            "max": max,
-        }});
-        self.grow(name, template, config, grown, min)
+        self.grow_prefix(name, None, template, prefix, range)
     }
 
     /// [`NodeSpec::autogrow_prefix`] with a tooltip on the autogrow input itself (written before its template,
@@ -531,16 +524,34 @@ impl NodeSpec {
         tooltip: &str,
         template: InputDef,
         prefix: &str,
+        range: (usize, usize),
+    ) -> NodeSpec {
+        self.grow_prefix(name, Some(tooltip), template, prefix, range)
+    }
+
+    fn grow_prefix(
+        self,
+        name: &str,
+        tooltip: Option<&str>,
+        template: InputDef,
+        prefix: &str,
         (min, max): (usize, usize),
     ) -> NodeSpec {
         let grown: Vec<String> = (0..max).map(|i| format!("{prefix}{i}")).collect();
-        let config = serde_json::json!({"tooltip": tooltip, "template": {
-            "input": {"required": {template.name.clone(): template.config_json()}},
-            "prefix": prefix,
-            "min": min,
-            "max": max,
-        }});
-        self.grow(name, template, config, grown, min)
+        let mut config = Map::new();
+        if let Some(tooltip) = tooltip {
+            config.insert("tooltip".to_owned(), Json::from(tooltip));
+        }
+        config.insert(
+            "template".to_owned(),
+            serde_json::json!({
+                "input": {"required": {template.name.clone(): template.config_json()}},
+                "prefix": prefix,
+                "min": min,
+                "max": max,
+            }),
+        );
+        self.grow(name, template, Json::Object(config), grown, min)
     }
 
     /// [`NodeSpec::autogrow_prefix`] declared among the optional inputs (`io.Autogrow.Input(optional=True)`,

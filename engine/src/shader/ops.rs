@@ -248,33 +248,20 @@ fn componentwise(op: BinOp, x: Num, y: Num) -> Result<Num, ShaderError> {
                 out.bits[i] = f(f32::from_bits(a), f32::from_bits(b)).to_bits();
             }
         }
-        Base::Int => {
-            let f: fn(i32, i32) -> i32 = match op {
-                BinOp::Add => i32::wrapping_add,
-                BinOp::Sub => i32::wrapping_sub,
-                BinOp::Mul => i32::wrapping_mul,
-                BinOp::Div => |a, b| a.checked_div(b).unwrap_or(0),
-                BinOp::Mod => |a, b| a.checked_rem(b).unwrap_or(0),
-                BinOp::BitAnd => |a, b| a & b,
-                BinOp::BitOr => |a, b| a | b,
-                BinOp::BitXor => |a, b| a ^ b,
-                _ => return Err(not_componentwise(op)),
-            };
-            for i in 0..len {
-                let (a, b) = pair(i);
-                out.bits[i] = f(a as i32, b as i32) as u32;
-            }
-        }
-        Base::Uint => {
-            let f: fn(u32, u32) -> u32 = match op {
-                BinOp::Add => u32::wrapping_add,
-                BinOp::Sub => u32::wrapping_sub,
-                BinOp::Mul => u32::wrapping_mul,
-                BinOp::Div => |a, b| a.checked_div(b).unwrap_or(0),
-                BinOp::Mod => |a, b| a.checked_rem(b).unwrap_or(0),
-                BinOp::BitAnd => |a, b| a & b,
-                BinOp::BitOr => |a, b| a | b,
-                BinOp::BitXor => |a, b| a ^ b,
+        Base::Int | Base::Uint => {
+            // Two's complement: only division and remainder read the sign.
+            let signed = base == Base::Int;
+            let f: fn(u32, u32) -> u32 = match (op, signed) {
+                (BinOp::Add, _) => u32::wrapping_add,
+                (BinOp::Sub, _) => u32::wrapping_sub,
+                (BinOp::Mul, _) => u32::wrapping_mul,
+                (BinOp::Div, true) => |a, b| (a as i32).checked_div(b as i32).unwrap_or(0) as u32,
+                (BinOp::Div, false) => |a, b| a.checked_div(b).unwrap_or(0),
+                (BinOp::Mod, true) => |a, b| (a as i32).checked_rem(b as i32).unwrap_or(0) as u32,
+                (BinOp::Mod, false) => |a, b| a.checked_rem(b).unwrap_or(0),
+                (BinOp::BitAnd, _) => |a, b| a & b,
+                (BinOp::BitOr, _) => |a, b| a | b,
+                (BinOp::BitXor, _) => |a, b| a ^ b,
                 _ => return Err(not_componentwise(op)),
             };
             for i in 0..len {
