@@ -213,8 +213,13 @@ impl Call<'_> {
     /// The arguments as numbers (scalars or vectors), which must be one of `counts` many.
     fn nums(&self, counts: &[usize]) -> Result<Nums, ShaderError> {
         self.count(counts)?;
-        let mut out = Nums { items: [Num::zero(Base::Float, 1); 4], len: self.args.len() };
-        for (slot, a) in out.items.iter_mut().zip(self.args) {
+        self.numbers(self.args)
+    }
+
+    /// `args` (at most four) as numbers.
+    fn numbers(&self, args: &[Val]) -> Result<Nums, ShaderError> {
+        let mut out = Nums { items: [Num::zero(Base::Float, 1); 4], len: args.len() };
+        for (slot, a) in out.items.iter_mut().zip(args) {
             *slot = a.num(self.name)?;
         }
         Ok(out)
@@ -545,11 +550,7 @@ impl Call<'_> {
             if n < min || n > max {
                 return Err(self.error(format!("takes {} to {} arguments", min + 1, max + 1)));
             }
-            let mut out = Nums { items: [Num::zero(Base::Float, 1); 4], len: n };
-            for (slot, a) in out.items.iter_mut().zip(&self.args[1..]) {
-                *slot = a.num(self.name)?;
-            }
-            Ok(out)
+            self.numbers(&self.args[1..])
         };
         let rgba = |texel: [f32; 4]| Ok(Val::Num(Num::floats(&texel)));
         match builtin {

@@ -85,7 +85,7 @@ impl<'p> Machine<'p> {
         self.stack.clear();
         self.base = 0;
         self.depth = 0;
-        self.invoke(self.program.main, Vec::new()).map(|_| ())
+        self.invoke_at(self.program.main, 0).map(|_| ())
     }
 
     fn slot(&mut self, var: Var) -> &mut Val {
@@ -188,15 +188,9 @@ impl<'p> Machine<'p> {
                 value
             }
             Expr::Length(base) => {
-                let n = match self.eval(base)? {
-                    Val::Array(items) => items.len(),
-                    Val::Mat(m) => usize::from(m.cols),
-                    Val::Num(n) => n.len(),
-                    other => {
-                        let message = format!("length() of {}", other.describe());
-                        return Err(ShaderError::new(message).into());
-                    }
-                };
+                let value = self.eval(base)?;
+                let n = parts(&value)
+                    .ok_or_else(|| ShaderError::new(format!("length() of {}", value.describe())))?;
                 Val::Num(Num::int(n as i32))
             }
             Expr::Comma(a, b) => {
@@ -206,31 +200,32 @@ impl<'p> Machine<'p> {
         })
     }
 
-    /// An index step's value as a position below `len`.
-    fn index(&mut self, e: &Expr, len: usize) -> Result<usize, Halt> {
+    /// An index step's value, which must be an integer scalar.
+    fn index(&mut self, e: &Expr) -> Result<i32, Halt> {
         let n = self.eval(e)?.num("an index")?;
-        if !n.is_scalar() || n.base == Base::Float || n.base == Base::Bool {
+        if !n.is_scalar() || matches!(n.base, Base::Float | Base::Bool) {
             return Err(ShaderError::new("an index must be an integer").into());
         }
-        Ok(checked(len, n.i(0))?)
+        Ok(n.i(0))
     }
 
-    /// The part of `value` a step names.
+    /// The part of `value` a step names (its index expression evaluated here).
     fn step(&mut self, value: Val, step: &Step) -> Result<Val, Halt> {
+        let index = match step {
+            Step::Index(e) => self.index(e)?,
+            Step::Field(..) => 0,
+        };
+        self.part(value, step, index)
+    }
+
+    /// The part of `value` a step names, an index step's value being `index`.
+    fn part(&self, value: Val, step: &Step, index: i32) -> Result<Val, Halt> {
         match step {
-            Step::Index(e) => {
-                let len = match &value {
-                    Val::Array(items) => items.len(),
-                    Val::Mat(m) => usize::from(m.cols),
-                    Val::Num(n) => n.len(),
-                    other => {
-                        return Err(
-                            ShaderError::new(format!("cannot index {}", other.describe())).into()
-                        );
-                    }
-                };
-                let i = self.index(e, len)?;
-                Ok(part_at(value, i))
+            Step::Index(_) => {
+                let len = parts(&value).ok_or_else(|| {
+                    ShaderError::new(format!("cannot index {}", value.describe()))
+                })?;
+                Ok(part_at(value, checked(len, index)?))
             }
             Step::Field(name, swizzle) => self.field_of(value, name, *swizzle),
         }
@@ -263,11 +258,7 @@ impl<'p> Machine<'p> {
                 if count == MAX_INDICES {
                     return Err(ShaderError::new("too many indices in one expression").into());
                 }
-                let n = self.eval(e)?.num("an index")?;
-                if !n.is_scalar() || matches!(n.base, Base::Float | Base::Bool) {
-                    return Err(ShaderError::new("an index must be an integer").into());
-                }
-                indices[count] = n.i(0);
+                indices[count] = self.index(e)?;
                 count += 1;
             }
         }
@@ -295,34 +286,20 @@ impl<'p> Machine<'p> {
                     k += 1;
                 }
                 (Val::Struct(record), Step::Field(name, _)) => {
-                    let i = program.structs[record.id]
-                        .iter()
-                        .position(|(field, _)| field == name)
-                        .ok_or_else(|| {
-                            ShaderError::new(format!("the struct has no field `{name}`"))
-                        })?;
-                    value = &record.fields[i];
+                    value = &record.fields[field_index(&program.structs, record.id, name)?];
                 }
                 // A number's parts: columns, components and swizzles, by value from here on.
                 (Val::Num(_) | Val::Mat(_), _) => {
                     let mut part = value.clone();
                     for step in &place.steps[s..] {
-                        part = match step {
+                        let index = match step {
                             Step::Index(_) => {
-                                let len = match &part {
-                                    Val::Mat(m) => usize::from(m.cols),
-                                    Val::Num(n) => n.len(),
-                                    other => {
-                                        let message = format!("cannot index {}", other.describe());
-                                        return Err(ShaderError::new(message).into());
-                                    }
-                                };
-                                let i = checked(len, indices[k])?;
                                 k += 1;
-                                part_at(part, i)
+                                indices[k - 1]
                             }
-                            Step::Field(name, swizzle) => self.field_of(part, name, *swizzle)?,
+                            Step::Field(..) => 0,
                         };
+                        part = self.part(part, step, index)?;
                     }
                     return Ok(part);
                 }
@@ -409,15 +386,6 @@ impl<'p> Machine<'p> {
             self.write_at(place, indices, value)?;
         }
         Ok(result)
-    }
-
-    /// Runs function `id` with no parameters.
-    fn invoke(&mut self, id: usize, params: Vec<Val>) -> Result<Val, Halt> {
-        let base = self.stack.len();
-        self.stack.extend(params);
-        let result = self.invoke_at(id, base);
-        self.stack.truncate(base);
-        result
     }
 
     /// Runs function `id` whose parameters are on the stack from `base`; leaves the frame there (the caller
@@ -554,6 +522,16 @@ fn field_index(structs: &[Vec<(String, Ty)>], id: usize, name: &str) -> Result<u
         .iter()
         .position(|(field, _)| field == name)
         .ok_or_else(|| ShaderError::new(format!("the struct has no field `{name}`")))
+}
+
+/// How many parts an index step chooses among: an array's items, a matrix's columns, a vector's components.
+fn parts(value: &Val) -> Option<usize> {
+    match value {
+        Val::Array(items) => Some(items.len()),
+        Val::Mat(m) => Some(usize::from(m.cols)),
+        Val::Num(n) => Some(n.len()),
+        _ => None,
+    }
 }
 
 /// Index `i` of a value known to have more than `i` parts: an array's item, a matrix's column, a vector's
