@@ -733,16 +733,12 @@ impl Compiler {
     /// An expression that must name something writable.
     fn place(&mut self, e: &ast::Expr) -> Result<Place, ShaderError> {
         let read_only = || ShaderError::new("the left side of an assignment must be a variable");
-        let (var, writable) = match root_name(e) {
-            Some(name) => self.variable(name)?,
-            None => return Err(read_only()),
-        };
-        if !writable {
-            let name = root_name(e).unwrap_or_default();
+        let Some(name) = root_name(e) else { return Err(read_only()) };
+        if !self.variable(name)?.1 {
             return Err(ShaderError::new(format!("`{name}` is read-only")));
         }
         match self.expr(e)? {
-            Expr::Read(place) => Ok(Place { var, steps: place.steps }),
+            Expr::Read(place) => Ok(place),
             _ => Err(read_only()),
         }
     }
