@@ -57,6 +57,12 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^qwen_image(?!.*layered)[_.]/i, family: 'qwen-image' },
   // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
+  // LongCat-Image (and its Edit model): a FLUX.1 DiT that ComfyUI tells by its 3584-wide text, so its
+  // Qwen2.5-VL is written at that width (one layer, the real vocabulary: about 1 GB) and kept apart from the tiny
+  // Qwen-Image one of the same name: under `longcat/`, the template's prompt naming it there (`beside`: only in
+  // a template whose main model the rule matches).
+  { folder: 'diffusion_models', stem: /^longcat_image(_edit)?[_.]/i, family: 'longcat-image' },
+  { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl-longcat', beside: /^longcat_image/i, under: 'longcat' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_7b[_.]/, family: 'qwen25vl' },
   { folder: 'vae', stem: /^(qwen_image_vae|wan_2\.1_vae|Wan2_1_VAE_bf16)\.safetensors$/, family: 'wan21-vae' },
   // Qwen-Image's LoRAs, whatever their authors call them. Qwen 360 Diffusion's `int8-bf16` names the int8 base
@@ -234,17 +240,22 @@ function unsupportedFormat(name) {
 }
 
 /**
- * What Kiln makes of `file` (`{ name, folder }`): `{ family, dtype }` to write with `kiln model synth`,
- * `{ family, unsupported }` for a file of a family Kiln runs in a format it cannot read yet, or null for a
- * family Kiln does not run.
+ * What Kiln makes of `file` (`{ name, folder }`) in a template whose main model is `main` (a file name, see
+ * `mainModel`): `{ family, dtype, under }` to write with `kiln model synth` (`under`: a subfolder to write it in
+ * instead, which the template's prompt is pointed at), `{ family, unsupported }` for a file of a family Kiln runs
+ * in a format it cannot read yet, or null for a family Kiln does not run.
  */
-export function kilnFile(file) {
+export function kilnFile(file, main = '') {
   const base = file.name.split(/[\\/]/).pop();
-  const known = kilnFiles.find((k) => k.folder === file.folder && k.stem.test(base));
+  const mainBase = main.split(/[\\/]/).pop();
+  const known = kilnFiles.find(
+    (k) => k.folder === file.folder && k.stem.test(base) && (!k.beside || k.beside.test(mainBase)),
+  );
   if (!known) return null;
   const unsupported = unsupportedFormat(base);
   if (unsupported) return { family: known.family, unsupported };
-  if (known.dtype) return { family: known.family, dtype: known.dtype };
+  const under = known.under ?? null;
+  if (known.dtype) return { family: known.family, dtype: known.dtype, under };
   // A plain `fp8` is e4m3fn, as ComfyUI's fp8 files are; `_scaled` and `mixed` files carry per-tensor scales
   // in ComfyUI's two encodings; `int8`/`convrot` files are ComfyUI's int8 with ConvRot, `mxfp8` its MXFP8 and
   // `nvfp4` its NVFP4 (AWQ-smoothed `nvfp4_awq` and the other 4-bit formats are refused).
@@ -259,7 +270,7 @@ export function kilnFile(file) {
     [/fp32/, 'f32'],
     [/fp16/, 'f16'],
   ];
-  return { family: known.family, dtype: dtypes.find(([rule]) => rule.test(base))?.[1] ?? 'bf16' };
+  return { family: known.family, dtype: dtypes.find(([rule]) => rule.test(base))?.[1] ?? 'bf16', under };
 }
 
 /**
@@ -284,8 +295,13 @@ export function modelFiles(nodes) {
   return [...files.values()];
 }
 
-/** A template's family: its main model's (a file in a main model folder), else any file's, else `No model`. */
+/** A template's main model file name (a file in a main model folder, else any file's), or ''. */
+export function mainModel(files) {
+  return (files.find((f) => mainFolders.includes(f.folder)) ?? files[0])?.name ?? '';
+}
+
+/** A template's family: its main model's, else `No model`. */
 export function templateFamily(files) {
-  const main = files.find((f) => mainFolders.includes(f.folder)) ?? files[0];
-  return main ? familyOf(main.name) : 'No model';
+  const main = mainModel(files);
+  return main ? familyOf(main) : 'No model';
 }

@@ -38,7 +38,7 @@ import {
   templatesInstalled,
 } from '../browser/common.mjs';
 import { convertInPage } from './convert.mjs';
-import { familyOf, kilnFile, modelFiles, templateFamily } from './families.mjs';
+import { familyOf, kilnFile, mainModel, modelFiles, templateFamily } from './families.mjs';
 import * as report from './report.mjs';
 import { shrink } from './shrink.mjs';
 
@@ -83,7 +83,7 @@ function classify(converted) {
   const unknown = new Map();
   const unsupported = [];
   for (const file of files) {
-    const known = kilnFile(file);
+    const known = kilnFile(file, mainModel(files));
     if (!known) {
       const family = familyOf(file.name);
       unknown.set(family, [...(unknown.get(family) ?? []), file.name]);
@@ -111,10 +111,20 @@ function classify(converted) {
  */
 function preparations(result, prompt) {
   const steps = [];
+  const main = mainModel(result.files);
   for (const file of result.files) {
-    const { family, dtype } = kilnFile(file);
-    const key = `${file.folder}/${file.name}`;
+    const { family, dtype, under } = kilnFile(file, main);
+    const name = under ? `${under}/${file.name}` : file.name;
+    const key = `${file.folder}/${name}`;
     steps.push({ synth: ['--family', family, '--name', key, '--dtype', dtype], key });
+    // A file written apart: the prompt names it there.
+    if (under) {
+      for (const node of Object.values(prompt)) {
+        for (const [input, value] of Object.entries(node.inputs)) {
+          if (value === file.name) node.inputs[input] = name;
+        }
+      }
+    }
   }
   // `name [output]` names a file of another folder, as the frontend annotates it.
   const dataPath = (value) => {

@@ -29,6 +29,9 @@ pub enum DiffusionFamily {
     Flux2,
     /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
     ZImage,
+    /// LongCat-Image (and its Edit model): a FLUX.1 DiT on Qwen2.5-VL's hidden states, without pooled vector or
+    /// guidance, its text and image positioned apart, in the Flux VAE's latent space.
+    LongCatImage,
     /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
     QwenImage,
     /// Wan 2.1 (ComfyUI's `WAN21` entries: T2V 1.3B/14B, I2V and FLF2V 14B, and the Wan 2.2 A14B experts): the
@@ -44,9 +47,10 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 7] = [
+    pub const ALL: [DiffusionFamily; 8] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
+        DiffusionFamily::LongCatImage,
         DiffusionFamily::Flux2,
         DiffusionFamily::QwenImage,
         DiffusionFamily::Wan21,
@@ -58,6 +62,7 @@ impl DiffusionFamily {
     pub fn name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::NAME,
+            DiffusionFamily::LongCatImage => flux::family::LONGCAT_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
@@ -70,7 +75,7 @@ impl DiffusionFamily {
     /// The latent space it denoises in.
     pub fn latent(self) -> LatentFormat {
         match self {
-            DiffusionFamily::Flux => flux::family::LATENT,
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => flux::family::LATENT,
             DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
@@ -85,7 +90,10 @@ impl DiffusionFamily {
     /// `ModelSamplingAuraFlow` replace it.
     pub fn sampling(self) -> ModelSampling {
         match self {
-            DiffusionFamily::Flux => FlowSampling::flux(flux::family::FLUX_SHIFT).into(),
+            // LongCat-Image has no sampling settings of its own: ComfyUI's FLUX default.
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => {
+                FlowSampling::flux(flux::family::FLUX_SHIFT).into()
+            }
             DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT).into(),
             DiffusionFamily::ZImage => {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER).into()
@@ -107,6 +115,7 @@ impl DiffusionFamily {
                 &[flux::family::CHECKPOINT_CLIP_L_PREFIX, flux::family::CHECKPOINT_T5_PREFIX]
             }
             DiffusionFamily::Flux2 => &[flux::family::CHECKPOINT_QWEN3_4B_PREFIX],
+            DiffusionFamily::LongCatImage => &[flux::family::CHECKPOINT_QWEN25_7B_PREFIX],
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
@@ -121,6 +130,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => "flux",
             DiffusionFamily::Flux2 => "flux2",
+            DiffusionFamily::LongCatImage => crate::family::LONGCAT_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -132,7 +142,9 @@ impl DiffusionFamily {
     /// The autoencoder a combined checkpoint of the family holds, and its key prefix there.
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
-            DiffusionFamily::Flux => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => {
+                (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
+            }
             DiffusionFamily::Flux2 => (VaeFamily::Flux2, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::QwenImage => {
@@ -148,6 +160,7 @@ impl DiffusionFamily {
     pub fn synth_name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_NAME,
+            DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
@@ -161,6 +174,7 @@ impl DiffusionFamily {
     pub fn synth_lora_name(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_LORA_NAME,
+            DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_LORA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
@@ -173,8 +187,11 @@ impl DiffusionFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
         Ok(match self {
-            DiffusionFamily::Flux => flux::detect(h)?
-                .filter(|(config, _)| config.generation == flux::Generation::One)
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => flux::detect(h)?
+                .filter(|(config, _)| {
+                    config.generation == flux::Generation::One
+                        && config.longcat == (self == DiffusionFamily::LongCatImage)
+                })
                 .map(|(config, layout)| DiffusionDetected::Flux(config, layout)),
             DiffusionFamily::Flux2 => flux::detect(h)?
                 .filter(|(config, _)| config.generation == flux::Generation::Two)
@@ -225,6 +242,7 @@ impl DiffusionDetected {
     /// The family.
     pub fn family(&self) -> DiffusionFamily {
         match self {
+            DiffusionDetected::Flux(config, _) if config.longcat => DiffusionFamily::LongCatImage,
             DiffusionDetected::Flux(..) => DiffusionFamily::Flux,
             DiffusionDetected::Flux2(..) => DiffusionFamily::Flux2,
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
@@ -238,7 +256,7 @@ impl DiffusionDetected {
     /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t), a causal Wan's and Wan Animate 2's (shift 5).
     pub fn sampling(&self) -> ModelSampling {
         match self {
-            DiffusionDetected::Flux(config, _) if !config.guidance => {
+            DiffusionDetected::Flux(config, _) if !config.guidance && !config.longcat => {
                 FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
                     .into()
             }

@@ -36,7 +36,8 @@ pub use diffusion::{
 };
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use text_encoder::{
-    EditPrompt, Encoded, PromptTokens, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    EditPrompt, Encoded, LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, TextEncoderDetected,
+    TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -138,7 +138,11 @@ impl TextEncoderFamily {
         Ok(match self {
             TextEncoderFamily::Qwen3 => qwen3::detect(h)?.map(TextEncoderDetected::Qwen3),
             TextEncoderFamily::Qwen25Vl => match qwen3::detect_qwen25vl(h)? {
-                Some(config) => Some(TextEncoderDetected::Qwen25Vl(config, qwen_vl::detect(h)?)),
+                Some(config) => Some(TextEncoderDetected::Qwen25Vl(
+                    config,
+                    qwen_vl::detect(h)?,
+                    Qwen25Role::QwenImage,
+                )),
                 None => None,
             },
             TextEncoderFamily::ClipL => clip_text::detect(h)?.map(TextEncoderDetected::ClipL),
@@ -155,8 +159,9 @@ impl TextEncoderFamily {
 pub enum TextEncoderDetected {
     /// Qwen3.
     Qwen3(qwen3::Config),
-    /// Qwen2.5-VL's language model, and its vision tower when the file has one.
-    Qwen25Vl(qwen3::Config, Option<VisionConfig>),
+    /// Qwen2.5-VL's language model, its vision tower when the file has one, and whose encoder it is (by
+    /// `CLIPLoader`'s type).
+    Qwen25Vl(qwen3::Config, Option<VisionConfig>, Qwen25Role),
     /// A CLIP text tower.
     ClipL(clip_text::Config),
     /// A T5 encoder.
@@ -203,7 +208,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Flux2Klein(config) => {
                 qwen3::load_plan(h, config)
             }
-            TextEncoderDetected::Qwen25Vl(config, vision) => {
+            TextEncoderDetected::Qwen25Vl(config, vision, _) => {
                 let mut plan = qwen3::load_plan(h, config);
                 let tower = vision.iter().flat_map(VisionConfig::weight_names);
                 plan.slots
@@ -224,7 +229,8 @@ impl TextEncoderDetected {
     /// `wan` and an error with any other (ComfyUI loads a T5-XXL-shaped file as T5-XXL then, and fails on umT5's
     /// vocabulary); a T5-XXL file with type `wan` is an error too (ComfyUI fails on its vocabulary and missing
     /// tokenizer). Type `flux2` with any other file is an error naming what the file is, and so is a Qwen3 too
-    /// shallow for Klein's taps (fewer than 27 layers); the other files are what they are.
+    /// shallow for Klein's taps (fewer than 27 layers). Qwen2.5-VL is LongCat-Image's encoder with type
+    /// `longcat_image` and Qwen-Image's with any other; the other files are what they are.
     pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
         let klein_type = matches!(kind, "flux2" | "flux");
         match self {
@@ -242,6 +248,9 @@ impl TextEncoderDetected {
             }
             TextEncoderDetected::Qwen3(config) if klein_type => klein(config),
             TextEncoderDetected::Flux2Klein(config) => klein(config),
+            TextEncoderDetected::Qwen25Vl(config, vision, _) if kind == LONGCAT_CLIP_TYPE => {
+                Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::LongCatImage))
+            }
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
             TextEncoderDetected::Umt5(found) if kind == t5::family::WAN_CLIP_TYPE => {
                 Ok(TextEncoderDetected::Umt5(found))
@@ -280,10 +289,11 @@ impl TextEncoderDetected {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
             },
-            TextEncoderDetected::Qwen25Vl(config, vision) => TextEncoderNet::Qwen25Vl {
+            TextEncoderDetected::Qwen25Vl(config, vision, role) => TextEncoderNet::Qwen25Vl {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
                 vision,
+                role,
             },
             TextEncoderDetected::Flux2Klein(config) => TextEncoderNet::Flux2Klein {
                 model: Qwen3::new(config, weights),
@@ -313,6 +323,19 @@ fn klein(config: qwen3::Config) -> Result<TextEncoderDetected> {
         )));
     }
     Ok(TextEncoderDetected::Flux2Klein(config))
+}
+
+/// `CLIPLoader`'s type that makes a Qwen2.5-VL file LongCat-Image's text encoder.
+pub const LONGCAT_CLIP_TYPE: &str = "longcat_image";
+
+/// Whose text encoder a Qwen2.5-VL file is: the same network under another template and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qwen25Role {
+    /// Qwen-Image's (and its Edit models'): ComfyUI's Qwen-Image chat templates, the prefix cut off.
+    QwenImage,
+    /// LongCat-Image's (`CLIPLoader` type `longcat_image`): its templates around a prompt padded to 512 tokens,
+    /// the prefix and suffix cut off.
+    LongCatImage,
 }
 
 /// Which Qwen-Image Edit node's template a prompt takes.
@@ -374,6 +397,8 @@ pub enum TextEncoderNet {
         tokenizer: Tokenizer,
         /// The vision tower's widths.
         vision: Option<VisionConfig>,
+        /// Whose encoder it is: the template and the part of the output it conditions on.
+        role: Qwen25Role,
     },
     /// FLUX.2 Klein's Qwen3 (the same decoder code as [`TextEncoderNet::Qwen3`]) with the same tokenizer.
     Flux2Klein {
@@ -501,8 +526,11 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
-            TextEncoderNet::Qwen25Vl { tokenizer, .. } => {
+            TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::QwenImage, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.qwen_image_prompt(prompt)?))
+            }
+            TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::LongCatImage, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.longcat_prompt(prompt, false)?))
             }
             TextEncoderNet::Flux2Klein { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.klein_prompt(prompt)?))
@@ -541,6 +569,22 @@ impl TextEncoderNet {
     /// `edit`; an error for an encoder of another family.
     pub fn tokenize_edit(&self, prompt: &str, edit: EditPrompt) -> Result<Vec<u32>> {
         match (self, edit) {
+            (
+                TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::LongCatImage, .. },
+                EditPrompt::Edit { image },
+            ) => tokenizer.longcat_prompt(prompt, image),
+            (
+                TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::LongCatImage, .. },
+                EditPrompt::Plus { pictures },
+            ) => {
+                // ComfyUI's LongCat tokenizer takes the edit node's `Picture i: ` slots as prompt text, after the
+                // edit template's own slot, which the first image fills.
+                let slots: String = (1..=3)
+                    .filter(|&i| pictures[i - 1])
+                    .map(|i| format!("Picture {i}: {}", qwen3::IMAGE_SLOT))
+                    .collect();
+                tokenizer.longcat_prompt(&format!("{slots}{prompt}"), pictures.contains(&true))
+            }
             (TextEncoderNet::Qwen25Vl { tokenizer, .. }, EditPrompt::Edit { image }) => {
                 tokenizer.qwen_image_edit_prompt(prompt, image)
             }
@@ -697,8 +741,15 @@ impl TextEncoderNet {
                 let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
                 Ok(Encoded { cond, pooled: None })
             }
-            (TextEncoderNet::Qwen25Vl { model, vision, .. }, PromptTokens::Ids(ids)) => {
-                let cond = qwen_image_states(b, model, vision.as_ref(), ids, images)?;
+            (TextEncoderNet::Qwen25Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {
+                let cond = match role {
+                    Qwen25Role::QwenImage => {
+                        qwen_image_states(b, model, vision.as_ref(), ids, images)?
+                    }
+                    Qwen25Role::LongCatImage => {
+                        longcat_image_states(b, model, vision.as_ref(), ids, images)?
+                    }
+                };
                 Ok(Encoded { cond, pooled: None })
             }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
@@ -730,16 +781,33 @@ impl TextEncoderNet {
     }
 }
 
-/// The states ComfyUI conditions Qwen-Image on: Qwen2.5-VL's last hidden states of `ids` with `images` in
-/// their `<|image_pad|>` slots, after the template's prefix (found in the ids before the images take their
-/// place; they come after it).
-fn qwen_image_states<B: Backend>(
+/// The states ComfyUI conditions LongCat-Image on (`LongCatImageTEModel`): Qwen2.5-VL's last hidden states of
+/// `ids` with `images` in their `<|image_pad|>` slots (as many as the ids have: ComfyUI fills no more), under the
+/// padding mask from the first pad, the template's prefix and suffix cut off
+/// ([`qwen3::longcat_conditioning_window`]); the pads' rows stay.
+fn longcat_image_states<B: Backend>(
     b: &B,
     model: &Qwen3,
     vision: Option<&VisionConfig>,
     ids: &[u32],
     images: &[VisionInput],
 ) -> Result<Tensor<B>> {
+    let slots = ids.iter().filter(|&&id| id == qwen3::IMAGE_PAD).count();
+    let tokens = image_tokens(b, model, vision, &images[..images.len().min(slots)])?;
+    let hidden =
+        model.masked_hidden_state_with_images(b, ids, &tokens, qwen3::attended_keys(ids))?;
+    let n = hidden.dim(1)?;
+    let (start, end) = qwen3::longcat_conditioning_window(ids, n - ids.len());
+    Ok(b.slice(&hidden, 1, start, n - start - end)?)
+}
+
+/// `images` through the vision tower, as the language model takes them.
+fn image_tokens<B: Backend>(
+    b: &B,
+    model: &Qwen3,
+    vision: Option<&VisionConfig>,
+    images: &[VisionInput],
+) -> Result<Vec<ImageTokens<B>>> {
     let mut tokens = Vec::with_capacity(images.len());
     for input in images {
         let Some(vision) = vision else {
@@ -753,6 +821,20 @@ fn qwen_image_states<B: Backend>(
             cols: input.grid_w / qwen_vl::MERGE,
         });
     }
+    Ok(tokens)
+}
+
+/// The states ComfyUI conditions Qwen-Image on: Qwen2.5-VL's last hidden states of `ids` with `images` in
+/// their `<|image_pad|>` slots, after the template's prefix (found in the ids before the images take their
+/// place; they come after it).
+fn qwen_image_states<B: Backend>(
+    b: &B,
+    model: &Qwen3,
+    vision: Option<&VisionConfig>,
+    ids: &[u32],
+    images: &[VisionInput],
+) -> Result<Tensor<B>> {
+    let tokens = image_tokens(b, model, vision, images)?;
     let hidden = model.hidden_state_with_images(b, ids, &tokens)?;
     let start = qwen3::qwen_image_conditioning_start(ids);
     let n = hidden.dim(1)?;

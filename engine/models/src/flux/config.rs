@@ -22,6 +22,8 @@ pub const EPS: f32 = 1e-6;
 pub const LATENT_CHANNELS: usize = 16;
 /// Sinusoid width of the timestep and guidance embeddings.
 pub const T_FREQ_DIM: usize = 256;
+/// The text width that, with no pooled vector, makes a FLUX.1 DiT LongCat-Image's (Qwen2.5-VL 7B's hidden size).
+pub const LONGCAT_TEXT_DIM: usize = 3584;
 /// The reference method where the conditioning names none for FLUX.1 (Kontext's, ComfyUI's
 /// `default_ref_method`).
 pub const DEFAULT_REFERENCE_METHOD: &str = "offset";
@@ -127,11 +129,18 @@ pub struct Config {
     /// Whether the model embeds the distilled guidance (`guidance_in`: FLUX.1 dev, Kontext, Fill and FLUX.2
     /// dev; not schnell or Klein).
     pub guidance: bool,
+    /// LongCat-Image: a FLUX.1 DiT on Qwen2.5-VL's 3584-wide states with neither pooled vector nor guidance
+    /// (ComfyUI's rule), the text's tokens positioned along rows and columns (`txt_ids_dims` [1, 2]) and the
+    /// image's moved past them (`model_base.LongCatImage`'s RoPE shifts).
+    pub longcat: bool,
 }
 
 impl Config {
     /// The released variant this config is, in words (`FLUX.1 dev`, `FLUX.1 schnell`, `FLUX.2 Klein`).
     pub fn variant(&self) -> &'static str {
+        if self.longcat {
+            return "LongCat-Image";
+        }
         match (self.generation, self.guidance, self.in_channels) {
             (Generation::Two, true, _) => "FLUX.2 dev",
             (Generation::Two, false, _) => "FLUX.2 Klein",
@@ -150,6 +159,9 @@ impl Config {
     /// The width of the text encoder's features it reads, in words for messages.
     pub fn text_encoder(&self) -> &'static str {
         match self.generation {
+            Generation::One if self.longcat => {
+                "Qwen2.5-VL's hidden states (CLIPLoader type `longcat_image`)"
+            }
             Generation::One => "T5-XXL's features",
             Generation::Two if self.guidance => "Mistral Small's three hidden states",
             Generation::Two => "Qwen3's three hidden states",
@@ -254,8 +266,13 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             (format!("{comfy}.{c}"), pick(&format!("{comfy}.{c}"), &format!("{diff}.{df}")))
         })
     };
-    let [(t_in, t_in_file), (t_out, t_out_file)] =
-        embedder("time_in", "time_text_embed.timestep_embedder");
+    // diffusers' LongCat-Image model names its timestep embedder apart.
+    let time = if cfg.longcat {
+        "time_embed.timestep_embedder"
+    } else {
+        "time_text_embed.timestep_embedder"
+    };
+    let [(t_in, t_in_file), (t_out, t_out_file)] = embedder("time_in", time);
     linear(&mut out, &t_in, &t_in_file, &[d], T_FREQ_DIM);
     linear(&mut out, &t_out, &t_out_file, &[d], d);
     if cfg.guidance {
@@ -533,7 +550,7 @@ fn family_of(h: &Header) -> Option<Found> {
 }
 
 /// Recognises a FLUX.1 or FLUX.2 DiT (`Ok(None)` for files of no FLUX family): its config and key layout. A
-/// FLUX-family file Kiln does not run (Chroma, Ovis, LongCat-Image) is [`crate::Error::Unsupported`] naming
+/// FLUX-family file Kiln does not run (Chroma, Ovis-Image) is [`crate::Error::Unsupported`] naming
 /// it.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     let (layout, generation) = match family_of(h) {
@@ -577,8 +594,12 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     } else {
         (h.count_blocks("double_blocks."), h.count_blocks("single_blocks."))
     };
-    if !two && vec_dim.is_none() && text_dim == 3584 {
-        return Err(h.unsupported("a LongCat-Image diffusion model, which Kiln does not run yet"));
+    // ComfyUI's rule (`model_detection`): a FLUX.1 on 3584-wide text without a pooled vector is LongCat-Image.
+    let longcat = !two && vec_dim.is_none() && text_dim == LONGCAT_TEXT_DIM;
+    if longcat && guidance {
+        return Err(h.unsupported(
+            "a LongCat-Image-shaped DiT with a guidance embedding, which no LongCat-Image release has",
+        ));
     }
     let (patch, latent) = (generation.patch(), generation.latent_channels());
     let channels = patch_in / (patch * patch);
@@ -604,6 +625,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         text_dim,
         vec_dim,
         guidance,
+        longcat,
     };
     let qk = qk_suffix(h);
     for spec in specs(&cfg, layout, qk) {

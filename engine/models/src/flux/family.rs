@@ -38,3 +38,11 @@ pub const FLUX2_LATENT: LatentFormat = LatentFormat::FLUX2;
 pub const FLUX2_SHIFT: f64 = 2.02;
 /// Where a combined checkpoint keeps FLUX.2 Klein 4B's Qwen3 (ComfyUI's `text_encoders.qwen3_4b.transformer.`).
 pub const CHECKPOINT_QWEN3_4B_PREFIX: &str = "text_encoders.qwen3_4b.transformer.";
+/// LongCat-Image's name in messages.
+pub const LONGCAT_NAME: &str = "LongCat-Image";
+/// The name `kiln model synth --family` writes a LongCat-Image DiT under.
+pub const LONGCAT_SYNTH_NAME: &str = "longcat-image";
+/// The name `kiln model synth --family` writes a LoRA for LongCat-Image under.
+pub const LONGCAT_SYNTH_LORA_NAME: &str = "longcat-image-lora";
+/// Where a combined LongCat-Image checkpoint keeps its Qwen2.5-VL (ComfyUI's `text_encoders.qwen25_7b.transformer.`).
+pub const CHECKPOINT_QWEN25_7B_PREFIX: &str = "text_encoders.qwen25_7b.transformer.";

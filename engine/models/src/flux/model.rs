@@ -306,15 +306,33 @@ impl Flux {
         let text_len = prefix_len + context.dim(1)?;
         let mut tokens = vec![patchify(b, &x, patch)?];
         let mut positions: Vec<[i64; 4]> = vec![[0; 4]; prefix_len];
+        let context_len = text_len - prefix_len;
         match generation {
-            Generation::One => positions.resize(text_len, [0; 4]),
-            Generation::Two => {
-                positions.extend((0..(text_len - prefix_len) as i64).map(|l| [0, 0, 0, l]))
+            // LongCat-Image's text counts along rows and columns (ComfyUI's `txt_ids_dims` [1, 2]).
+            Generation::One if cfg.longcat => {
+                positions.extend((0..context_len as i64).map(|l| [0, l, l, 0]))
             }
+            Generation::One => positions.resize(text_len, [0; 4]),
+            Generation::Two => positions.extend((0..context_len as i64).map(|l| [0, 0, 0, l])),
         }
-        let image = Placement { index: 0, rows, cols, row_offset: 0, col_offset: 0 };
+        // LongCat-Image moves every latent past the text: 1 on the index axis, the text's length on the rows and
+        // columns (`model_base.LongCatImage`'s `rope_options`).
+        let shift = |place: Placement| match cfg.longcat {
+            true => Placement {
+                index: place.index + 1,
+                row_offset: place.row_offset + context_len,
+                col_offset: place.col_offset + context_len,
+                ..place
+            },
+            false => place,
+        };
+        let image = shift(Placement { index: 0, rows, cols, row_offset: 0, col_offset: 0 });
         image.extend(&mut positions);
-        let (references, timestep_zero) = self.place_references(b, input, batch, (rows, cols))?;
+        let (mut references, timestep_zero) =
+            self.place_references(b, input, batch, (rows, cols))?;
+        for (_, place) in &mut references {
+            *place = shift(*place);
+        }
         let kv = match input.kv_cache {
             Some(cache) if !references.is_empty() && cache.is_filled() => KvMode::Replay { cache },
             Some(cache) if !references.is_empty() => KvMode::Record {

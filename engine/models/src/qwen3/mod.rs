@@ -27,7 +27,8 @@ pub use config::{
 pub(crate) use config::{check_layers, check_shape, count_layers, dims};
 pub use model::{IMAGE_PAD, ImageTokens, Qwen3};
 pub use tokenizer::{
-    ENDOFTEXT, KLEIN_MIN_LENGTH, Tokenizer, attended_keys, qwen_image_conditioning_start,
+    ENDOFTEXT, IMAGE_SLOT, KLEIN_MIN_LENGTH, LONGCAT_PROMPT_LENGTH, Tokenizer, attended_keys,
+    longcat_conditioning_window, qwen_image_conditioning_start,
 };
 
 /// The hidden states FLUX.2 Klein conditions on, in Hugging Face's numbering (0 the embeddings, `i` the output

@@ -45,6 +45,39 @@ impl Qwen3 {
         ids: &[u32],
         images: &[ImageTokens<B>],
     ) -> Result<Tensor<B>> {
+        self.last_hidden_state(b, ids, images, None)
+    }
+
+    /// [`Qwen3::hidden_state_with_images`] under ComfyUI's padding mask: only the first `attended` of `ids`
+    /// (an image counting as its one `<|image_pad|>`) are attended to as keys; every position from there on
+    /// attends to those alone. With images in the prompt, ComfyUI's `Qwen25_7BVLI` places the masked tokens
+    /// after an image at position 1 on all three axes (it numbers only the attended ones); without, every token
+    /// sits at its index. Every row is computed and returned, the masked ones too (LongCat-Image keeps them).
+    pub fn masked_hidden_state_with_images<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+        attended: usize,
+    ) -> Result<Tensor<B>> {
+        if attended == 0 || attended > ids.len() {
+            return Err(Error::Invalid(format!(
+                "{attended} attended keys for {} tokens: at least one, at most all",
+                ids.len()
+            )));
+        }
+        self.last_hidden_state(b, ids, images, Some(attended))
+    }
+
+    /// The last hidden state of `ids` with `images` in place, causal, under the padding mask from `attended`
+    /// (ids' coordinates) when given.
+    fn last_hidden_state<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+        attended: Option<usize>,
+    ) -> Result<Tensor<B>> {
         // ComfyUI runs its text encoders in f32 on every device (`SDClipModel` embeds with
         // `out_dtype=torch.float32` and each layer's weights are cast to the activations' type).
         let b = &b.with_compute_dtype(DType::F32)?;
@@ -84,13 +117,19 @@ impl Qwen3 {
             let n = x.dim(0)?;
             x.reshape(&[1, n, cfg.hidden])?
         };
-        let (cos, sin) = rope_tables(b, cfg, &Piece::positions(&pieces))?;
+        let mut positions = Piece::positions(&pieces);
+        let attended = attended.map(|a| Piece::masked_from(&pieces, a, &mut positions));
+        let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let layers = match cfg.variant {
             Variant::Qwen3 | Variant::Mistral3 => cfg.layers.saturating_sub(1),
             Variant::Qwen25Vl => cfg.layers,
         };
         for i in 0..layers {
-            x = self.layer(b, i, &x, &cos, &sin, Keys::Causal)?;
+            let keys = match attended {
+                Some(n) => Keys::Before(n),
+                None => Keys::Causal,
+            };
+            x = self.layer(b, i, &x, &cos, &sin, keys)?;
         }
         if cfg.variant == Variant::Qwen25Vl {
             let norm = self.weights.fetch(b, &[NORM])?;
@@ -464,6 +503,36 @@ impl<'a, B: Backend> Piece<'a, B> {
             pieces.push(Piece::Text(rest));
         }
         Ok(pieces)
+    }
+
+    /// Where ComfyUI's padding mask from the `attended`-th id starts in the sequence `pieces` make (an image's
+    /// tokens in place of its id), with `positions` moved as ComfyUI's `Qwen25_7BVLI` moves the masked tokens
+    /// that follow an image: to 1 on every axis.
+    fn masked_from(pieces: &[Piece<'_, B>], attended: usize, positions: &mut [[f32; 3]]) -> usize {
+        let (mut id, mut at, mut first_image_end) = (0usize, 0usize, None);
+        let mut masked_from = None;
+        for piece in pieces {
+            let (ids, tokens) = match piece {
+                Piece::Text(ids) => (ids.len(), ids.len()),
+                Piece::Image(image) => (1, image.rows * image.cols),
+            };
+            if masked_from.is_none() && id + ids >= attended {
+                // A mask never starts inside an image: its tokens are attended as a whole.
+                masked_from = Some(if ids == tokens { at + (attended - id) } else { at + tokens });
+            }
+            id += ids;
+            at += tokens;
+            if matches!(piece, Piece::Image(_)) && first_image_end.is_none() {
+                first_image_end = Some(at);
+            }
+        }
+        let masked_from = masked_from.unwrap_or(at);
+        if let Some(end) = first_image_end {
+            for position in positions.iter_mut().skip(masked_from.max(end)) {
+                *position = [1.0; 3];
+            }
+        }
+        masked_from
     }
 
     /// Each token's (temporal, row, column) position: text counts up on all three; an image's tokens all sit

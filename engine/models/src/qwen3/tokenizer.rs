@@ -38,10 +38,26 @@ const QWEN_IMAGE_EDIT_SYSTEM: &str = "<|im_start|>system\nDescribe the key featu
 /// What follows a prompt in every Qwen-Image template.
 const QWEN_IMAGE_END: &str = "<|im_end|>\n<|im_start|>assistant\n";
 /// One image's place in a prompt: its tokens go where `<|image_pad|>` is.
-const IMAGE_SLOT: &str = "<|vision_start|><|image_pad|><|vision_end|>";
+pub const IMAGE_SLOT: &str = "<|vision_start|><|image_pad|><|vision_end|>";
+
+/// ComfyUI's LongCat-Image text-to-image template before a prompt (`LongCatImageTokenizer.T2I_PREFIX`).
+const LONGCAT_T2I_PREFIX: &str = "<|im_start|>system\nAs an image captioning expert, generate a descriptive text \
+     prompt based on an image content, suitable for input to a text-to-image model.<|im_end|>\n<|im_start|>user\n";
+/// ComfyUI's LongCat-Image edit template before a prompt, with its one image slot (`EDIT_PREFIX`).
+const LONGCAT_EDIT_PREFIX: &str = "<|im_start|>system\nAs an image editing expert, first analyze the content and \
+     attributes of the input image(s). Then, based on the user's editing instructions, clearly and precisely \
+     determine how to modify the given image(s), ensuring that only the specified parts are altered and all other \
+     aspects remain consistent with the original(s).<|im_end|>\n<|im_start|>user\n\
+     <|vision_start|><|image_pad|><|vision_end|>";
+/// What follows the prompt in both LongCat-Image templates (`SUFFIX`).
+const LONGCAT_SUFFIX: &str = "<|im_end|>\n<|im_start|>assistant\n";
+/// The length a LongCat-Image prompt is truncated or padded to, template aside (its tokenizer's `max_length`).
+pub const LONGCAT_PROMPT_LENGTH: usize = 512;
 
 /// `<|im_start|>`, `user` and `\n`: where the Qwen-Image conditioning starts after the template's prefix.
 const IM_START: u32 = 151_644;
+/// `<|im_end|>`: where LongCat-Image's conditioning ends, before the template's suffix.
+const IM_END: u32 = 151_645;
 const USER: u32 = 872;
 const NEWLINE: u32 = 198;
 
@@ -152,6 +168,43 @@ impl Tokenizer {
         )
     }
 
+    /// The ids ComfyUI's LongCat-Image text encoder runs on for `prompt` (`LongCatImageTokenizer`): the
+    /// text-to-image template's prefix, or with `image` the edit template's (its one image slot included), then
+    /// the prompt (an empty one as a space) as [`Tokenizer::longcat_body`] tokenises it, then the suffix. A
+    /// prompt that starts with `<|im_start|>` (or `<|start_header_id|>`) is taken as already templated and is
+    /// the body alone. No prompt weighting: brackets and backslashes are text.
+    pub fn longcat_prompt(&self, prompt: &str, image: bool) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>") {
+            return self.longcat_body(prompt);
+        }
+        let prompt = if prompt.is_empty() { " " } else { prompt };
+        let prefix = if image { LONGCAT_EDIT_PREFIX } else { LONGCAT_T2I_PREFIX };
+        let mut ids = self.encode(prefix)?;
+        ids.extend(self.longcat_body(prompt)?);
+        ids.extend(self.encode(LONGCAT_SUFFIX)?);
+        Ok(ids)
+    }
+
+    /// A LongCat-Image prompt's own ids (`LongCatImageBaseTokenizer`): quoted runs (in `'`, `"`, `‘…’` or `“…”`;
+    /// an apostrophe inside a word opens none) tokenised a character at a time, the rest as it is; cut to
+    /// [`LONGCAT_PROMPT_LENGTH`] ids, or padded to it with [`ENDOFTEXT`].
+    fn longcat_body(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        for (part, quoted) in split_quotation(prompt) {
+            if quoted {
+                let mut buf = [0u8; 4];
+                for c in part.chars() {
+                    ids.extend(self.encode(c.encode_utf8(&mut buf))?);
+                }
+            } else {
+                ids.extend(self.encode(part)?);
+            }
+        }
+        ids.truncate(LONGCAT_PROMPT_LENGTH);
+        ids.resize(LONGCAT_PROMPT_LENGTH, ENDOFTEXT);
+        Ok(ids)
+    }
+
     /// `text` in `template` (before, after) after the weights-disabled pre-pass, tokenised as one string; a
     /// text that starts with `<|im_start|>` is taken as already templated (ComfyUI's `QwenImageTokenizer`).
     fn qwen_image_templated(&self, text: &str, (before, after): (&str, &str)) -> Result<Vec<u32>> {
@@ -177,6 +230,111 @@ pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
     } else {
         end
     }
+}
+
+/// The part of the encoder's output for `ids` that ComfyUI conditions LongCat-Image on
+/// (`LongCatImageTEModel.encode_token_weights`), as (tokens cut from the start, tokens cut from the end): from
+/// the later of the first two `<|im_start|>` (past a following `user` `\n`; the first token when there is
+/// none), up to the last `<|im_end|>`. `extra` is how many more tokens the output has than `ids` (an image's
+/// tokens beyond its one id), which the end's cut must leave.
+pub fn longcat_conditioning_window(ids: &[u32], extra: usize) -> (usize, usize) {
+    let starts: Vec<usize> =
+        ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).collect();
+    let output_len = ids.len() + extra;
+    // ComfyUI starts from -1 without an `<|im_start|>`, and its `user` `\n` check then reads the first two ids.
+    let mut start = starts.last().map_or(-1, |&i| i as isize);
+    let at = |i: isize| usize::try_from(i).ok().and_then(|i| ids.get(i)).copied();
+    if output_len as isize > start + 3
+        && at(start + 1) == Some(USER)
+        && at(start + 2) == Some(NEWLINE)
+    {
+        start += 3;
+    }
+    let start = usize::try_from(start).unwrap_or(0);
+    let end = match ids.iter().rposition(|&id| id == IM_END) {
+        Some(at) if output_len - start > ids.len() - at => ids.len() - at,
+        _ => 0,
+    };
+    (start, end)
+}
+
+/// `prompt` split as ComfyUI's LongCat-Image tokenizer splits it (`split_quotation`): runs quoted in `'…'`,
+/// `"…"`, `‘…’` or `“…”` (the shortest, holding neither of its quote marks) marked `true`, the text between them
+/// `false`, empty runs left out. An apostrophe inside a word (letters on both sides, as ComfyUI's
+/// `[a-zA-Z]+'[a-zA-Z]+`) is text, not a quote: ComfyUI hides every occurrence of such a word before splitting.
+/// (It puts them back by placeholders that are prefixes of each other, so with two or more different such words
+/// its text can come back garbled, depending on Python's string hashing; Kiln keeps the text as written.)
+fn split_quotation(prompt: &str) -> Vec<(&str, bool)> {
+    let chars: Vec<(usize, char)> = prompt.char_indices().collect();
+    let hidden = hidden_apostrophes(prompt, &chars);
+    let pairs = [('\'', '\''), ('"', '"'), ('\u{2018}', '\u{2019}'), ('\u{201c}', '\u{201d}')];
+    let mut parts = Vec::new();
+    let (mut i, mut text_from) = (0, 0);
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        let close = pairs.iter().filter(|&&(open, _)| open == c && !hidden[i]).find_map(
+            |&(open, close)| {
+                let rest = chars[i + 1..].iter().zip(&hidden[i + 1..]);
+                let stop =
+                    rest.clone().position(|(&(_, d), &h)| !h && (d == open || d == close))?;
+                (chars[i + 1 + stop].1 == close).then_some(i + 1 + stop)
+            },
+        );
+        match close {
+            Some(j) => {
+                let end = chars.get(j + 1).map_or(prompt.len(), |&(b, _)| b);
+                if at > text_from {
+                    parts.push((&prompt[text_from..at], false));
+                }
+                parts.push((&prompt[at..end], true));
+                text_from = end;
+                i = j + 1;
+            }
+            None => i += 1,
+        }
+    }
+    if text_from < prompt.len() {
+        parts.push((&prompt[text_from..], false));
+    }
+    parts
+}
+
+/// For each of `chars`, whether it is an apostrophe ComfyUI hides: one inside an occurrence of a word that
+/// `[a-zA-Z]+'[a-zA-Z]+` finds in `prompt`.
+fn hidden_apostrophes(prompt: &str, chars: &[(usize, char)]) -> Vec<bool> {
+    let letter = |i: usize| chars.get(i).is_some_and(|&(_, c)| c.is_ascii_alphabetic());
+    let mut words = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !letter(i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while letter(i) {
+            i += 1;
+        }
+        if chars.get(i).is_some_and(|&(_, c)| c == '\'') && letter(i + 1) {
+            let mut end = i + 1;
+            while letter(end) {
+                end += 1;
+            }
+            let to = chars.get(end).map_or(prompt.len(), |&(b, _)| b);
+            words.push(&prompt[chars[start].0..to]);
+            i = end;
+        }
+    }
+    let mut hidden = vec![false; chars.len()];
+    for word in words {
+        for (at, _) in prompt.match_indices(word) {
+            for (k, &(b, c)) in chars.iter().enumerate() {
+                if b >= at && b < at + word.len() && c == '\'' {
+                    hidden[k] = true;
+                }
+            }
+        }
+    }
+    hidden
 }
 
 /// How many of `ids` ComfyUI's Qwen3 encoders attend to as keys (`SDClipModel.process_tokens` with no end token):
@@ -213,7 +371,7 @@ fn unescape_parentheses(prompt: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{ENDOFTEXT, attended_keys, unescape_parentheses};
+    use super::{ENDOFTEXT, attended_keys, split_quotation, unescape_parentheses};
 
     #[test]
     fn only_escaped_parentheses_change() {
@@ -228,5 +386,32 @@ mod tests {
         // One written in the prompt starts the mask too, as in ComfyUI; the real ids after it are masked.
         assert_eq!(attended_keys(&[5, ENDOFTEXT, 6, ENDOFTEXT]), 1);
         assert_eq!(attended_keys(&[ENDOFTEXT, 6]), 2);
+    }
+
+    #[test]
+    fn quotes_split_as_comfyuis_longcat_tokenizer_without_its_garbling() {
+        assert_eq!(
+            split_quotation("Write 'Hello' on \"it\" now"),
+            [
+                ("Write ", false),
+                ("'Hello'", true),
+                (" on ", false),
+                ("\"it\"", true),
+                (" now", false)
+            ]
+        );
+        // Unicode pairs; an unclosed quote is text.
+        assert_eq!(
+            split_quotation("\u{201c}a\u{201d}\u{2018}b\u{2019} 'c"),
+            [("\u{201c}a\u{201d}", true), ("\u{2018}b\u{2019}", true), (" 'c", false)]
+        );
+        // Apostrophes inside words open nothing, wherever those words appear; ComfyUI garbles two different
+        // ones (its placeholders are prefixes of each other), Kiln keeps them as written.
+        assert_eq!(
+            split_quotation("The cat's toy isn't 'lost', cat's"),
+            [("The cat's toy isn't ", false), ("'lost'", true), (", cat's", false)]
+        );
+        assert_eq!(split_quotation("'don't'"), [("'don't'", true)]);
+        assert_eq!(split_quotation(""), []);
     }
 }

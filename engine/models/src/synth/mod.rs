@@ -105,6 +105,8 @@ pub enum SynthFamily {
     ZImageFunControlNet,
     /// A FLUX.1 variant other than dev (`--family flux1`), ComfyUI's names.
     Flux(FluxFile),
+    /// Qwen2.5-VL as LongCat-Image's text encoder (`qwen25vl-longcat`): at LongCat-Image's text width.
+    LongCatTextEncoder,
     /// A FLUX.2 DiT other than Klein 4B (`--family flux2`), ComfyUI's names.
     Flux2(Flux2File),
     /// A vision tower (`CLIPVisionLoader`), the Hugging Face `vision_model.*` layout.
@@ -450,6 +452,7 @@ impl SynthFamily {
         );
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
+        all.push(SynthFamily::LongCatTextEncoder);
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
         all.extend(WanFile::ALL.map(SynthFamily::Wan));
@@ -489,6 +492,7 @@ impl SynthFamily {
             SynthFamily::Flux2(Flux2File::Dev) => "flux2-dev",
             SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
+            SynthFamily::LongCatTextEncoder => "qwen25vl-longcat",
             SynthFamily::FluxRedux => "flux1-redux",
             SynthFamily::FluxUso => "uso-flux1-projector",
             SynthFamily::Wan(file) => file.name(),
@@ -681,6 +685,11 @@ pub struct ZImageTurboSet {
     /// FLUX.1 dev's DiT (`--family flux1`; schnell and Fill at its widths; its `text_dim` should equal
     /// `t5.d_model`, its `vec_dim` `clip_l.hidden`).
     pub flux: flux::Config,
+    /// LongCat-Image's DiT (`--family longcat-image`; its `text_dim` is `longcat_qwen25vl.hidden`).
+    pub longcat: flux::Config,
+    /// The Qwen2.5-VL LongCat-Image conditions on (`--family qwen25vl-longcat`, with `qwen25vl_vision`'s tower
+    /// at its width): 3584 wide, as ComfyUI tells LongCat-Image's DiT by that width.
+    pub longcat_qwen25vl: qwen3::Config,
     /// FLUX.2 Klein 4B's DiT (`--family flux2`; its `text_dim` should be three times the Qwen3 encoder's
     /// hidden width, Klein taking three of its hidden states).
     pub flux2: flux::Config,
@@ -774,7 +783,29 @@ impl ZImageTurboSet {
                 text_dim: 4096,
                 vec_dim: Some(768),
                 guidance: true,
+                longcat: false,
             },
+            longcat: flux::Config {
+                generation: flux::Generation::One,
+                dim: 3072,
+                heads: 24,
+                double_blocks: 19,
+                single_blocks: 38,
+                mlp_hidden: 12288,
+                in_channels: 16,
+                text_dim: flux::LONGCAT_TEXT_DIM,
+                vec_dim: None,
+                guidance: false,
+                longcat: true,
+            },
+            longcat_qwen25vl: decoder_config(
+                qwen3::Variant::Qwen25Vl,
+                152_064,
+                3584,
+                28,
+                (28, 4),
+                18944,
+            ),
             flux2: flux2_config(3072, (5, 20), 3 * 2560, false),
             flux2_klein_9b: flux2_config(4096, (8, 24), 3 * 4096, false),
             flux2_dev: flux2_config(6144, (8, 48), 3 * 5120, true),
@@ -874,7 +905,32 @@ impl ZImageTurboSet {
                 text_dim: 32,
                 vec_dim: Some(64),
                 guidance: true,
+                longcat: false,
             },
+            // FLUX.1's tiny widths on the 3584-wide text that makes a FLUX.1 LongCat-Image's.
+            longcat: flux::Config {
+                generation: flux::Generation::One,
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                mlp_hidden: 256,
+                in_channels: 16,
+                text_dim: flux::LONGCAT_TEXT_DIM,
+                vec_dim: None,
+                guidance: false,
+                longcat: true,
+            },
+            // Qwen2.5-VL at the width LongCat-Image reads, otherwise as small as it goes: one layer, one head of
+            // the released width. The real vocabulary makes its token table the bulk of the file (0.5 G values).
+            longcat_qwen25vl: decoder_config(
+                qwen3::Variant::Qwen25Vl,
+                152_064,
+                3584,
+                1,
+                (1, 1),
+                64,
+            ),
             flux2: flux2_config(128, (1, 2), 3 * 32, false),
             // Klein 9B and dev at Klein 4B's tiny widths (every tiny encoder is 32 wide).
             flux2_klein_9b: flux2_config(128, (1, 2), 3 * 32, false),
@@ -1123,6 +1179,18 @@ pub fn write_family(
             let specs = specs_of(flux::expected(&set.flux));
             write_one(path, &specs, FLUX, "FLUX.1 DiT", dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::LongCatImage) => {
+            let specs = specs_of(flux::expected(&set.longcat));
+            write_one(path, &specs, FLUX, "LongCat-Image DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::LongCatImage) => {
+            write_flux_lora(path, &set.longcat, dtype, seed, progress)
+        }
+        SynthFamily::LongCatTextEncoder => {
+            let vision =
+                VisionConfig { out_hidden: set.longcat_qwen25vl.hidden, ..set.qwen25vl_vision };
+            write_qwen25vl(path, &set.longcat_qwen25vl, &vision, dtype, seed, progress)
+        }
         SynthFamily::Flux(file) if file.is_checkpoint() => {
             write_flux_checkpoint(path, file, set, dtype, seed, progress)
         }
@@ -1360,6 +1428,7 @@ fn flux2_config(
         text_dim,
         vec_dim: None,
         guidance,
+        longcat: false,
     }
 }
 

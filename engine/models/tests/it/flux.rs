@@ -34,6 +34,7 @@ fn tiny() -> Config {
         text_dim: 32,
         vec_dim: Some(16),
         guidance: true,
+        longcat: false,
     }
 }
 

@@ -33,6 +33,7 @@ fn tiny() -> Config {
         text_dim: 96,
         vec_dim: None,
         guidance: false,
+        longcat: false,
     }
 }
 

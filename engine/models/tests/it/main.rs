@@ -16,6 +16,7 @@ mod flux2_vae;
 mod flux_tokens;
 mod flux_vae;
 mod infinite_talk;
+mod longcat_image;
 mod lotus;
 mod mistral3;
 mod music_features;

@@ -186,6 +186,7 @@ fn clip_loader_types_choose_klein_or_zimage_as_comfyui_does() {
     let qwen25 = TextEncoderDetected::Qwen25Vl(
         Config { variant: qwen3::Variant::Qwen25Vl, head_dim: 128, heads: 1, kv_heads: 1, ..TINY },
         None,
+        kiln_models::family::Qwen25Role::QwenImage,
     );
     match qwen25.clone().for_clip_type("flux2") {
         Err(Error::Invalid(msg)) => assert!(msg.contains("Qwen2.5-VL"), "{msg}"),

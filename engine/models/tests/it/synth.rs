@@ -528,6 +528,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
         [
             "z-image",
             "flux1",
+            "longcat-image",
             "flux2",
             "qwen-image",
             "wan21-t2v-1.3b",
@@ -545,6 +546,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux2-vae",
             "z-image-lora",
             "flux1-lora",
+            "longcat-image-lora",
             "flux2-lora",
             "qwen-image-lora",
             "wan21-lora",
@@ -565,6 +567,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux2-dev",
             "clip-vision-h",
             "siglip-384",
+            "qwen25vl-longcat",
             "flux1-redux",
             "uso-flux1-projector",
             "wan21-i2v-14b",
@@ -685,6 +688,17 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 assert_eq!(
                     (set.uso.siglip_tokens, set.uso.siglip_dim, set.uso.hidden),
                     (grid * grid, set.siglip.hidden, set.flux.dim)
+                );
+            }
+            synth::SynthFamily::LongCatTextEncoder => {
+                let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
+                let TextEncoderDetected::Qwen25Vl(config, Some(vision), _) = found else {
+                    panic!("{found:?}");
+                };
+                // As wide as the LongCat-Image DiT's text, its tower's output too.
+                assert_eq!(
+                    (config.hidden, vision.out_hidden),
+                    (set.longcat.text_dim, set.longcat.text_dim)
                 );
             }
             synth::SynthFamily::FluxRedux => {
