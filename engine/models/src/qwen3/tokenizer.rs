@@ -170,9 +170,11 @@ impl Tokenizer {
 
     /// The ids ComfyUI's LongCat-Image text encoder runs on for `prompt` (`LongCatImageTokenizer`): the
     /// text-to-image template's prefix, or with `image` the edit template's (its one image slot included), then
-    /// the prompt (an empty one as a space) as [`Tokenizer::longcat_body`] tokenises it, then the suffix. A
-    /// prompt that starts with `<|im_start|>` (or `<|start_header_id|>`) is taken as already templated and is
-    /// the body alone. No prompt weighting: brackets and backslashes are text.
+    /// the prompt (an empty one as a space), then the suffix. The prompt's own ids: quoted runs (in `'`, `"`,
+    /// `‘…’` or `“…”`; an apostrophe inside a word opens none) tokenised a character at a time, cut to
+    /// [`LONGCAT_PROMPT_LENGTH`] ids or padded to it with [`ENDOFTEXT`]. A prompt that starts with
+    /// `<|im_start|>` (or `<|start_header_id|>`) is taken as already templated and is those ids alone. No prompt
+    /// weighting: brackets and backslashes are text.
     pub fn longcat_prompt(&self, prompt: &str, image: bool) -> Result<Vec<u32>> {
         if prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>") {
             return self.longcat_body(prompt);
