@@ -746,7 +746,21 @@ pub struct ZImageTurboSet {
 impl ZImageTurboSet {
     /// The released models.
     pub fn real() -> ZImageTurboSet {
+        let flux = flux::Config {
+            generation: flux::Generation::One,
+            dim: 3072,
+            heads: 24,
+            double_blocks: 19,
+            single_blocks: 38,
+            mlp_hidden: 12288,
+            in_channels: 16,
+            text_dim: 4096,
+            vec_dim: Some(768),
+            guidance: true,
+            longcat: false,
+        };
         ZImageTurboSet {
+            longcat: longcat_config(&flux),
             zimage: ZImageShape::real(),
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
@@ -772,32 +786,7 @@ impl ZImageTurboSet {
                 patch: 14,
                 temporal_patch: 2,
             },
-            flux: flux::Config {
-                generation: flux::Generation::One,
-                dim: 3072,
-                heads: 24,
-                double_blocks: 19,
-                single_blocks: 38,
-                mlp_hidden: 12288,
-                in_channels: 16,
-                text_dim: 4096,
-                vec_dim: Some(768),
-                guidance: true,
-                longcat: false,
-            },
-            longcat: flux::Config {
-                generation: flux::Generation::One,
-                dim: 3072,
-                heads: 24,
-                double_blocks: 19,
-                single_blocks: 38,
-                mlp_hidden: 12288,
-                in_channels: 16,
-                text_dim: flux::LONGCAT_TEXT_DIM,
-                vec_dim: None,
-                guidance: false,
-                longcat: true,
-            },
+            flux,
             longcat_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
                 152_064,
@@ -859,7 +848,22 @@ impl ZImageTurboSet {
 
     /// The tiny models of the tests.
     pub fn tiny() -> ZImageTurboSet {
+        // One head of the released width (the RoPE axes fix it at 128).
+        let flux = flux::Config {
+            generation: flux::Generation::One,
+            dim: 128,
+            heads: 1,
+            double_blocks: 1,
+            single_blocks: 2,
+            mlp_hidden: 256,
+            in_channels: 16,
+            text_dim: 32,
+            vec_dim: Some(64),
+            guidance: true,
+            longcat: false,
+        };
         ZImageTurboSet {
+            longcat: longcat_config(&flux),
             zimage: ZImageShape::tiny(),
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
@@ -893,34 +897,7 @@ impl ZImageTurboSet {
                 patch: 14,
                 temporal_patch: 2,
             },
-            // One head of the released width (the RoPE axes fix it at 128).
-            flux: flux::Config {
-                generation: flux::Generation::One,
-                dim: 128,
-                heads: 1,
-                double_blocks: 1,
-                single_blocks: 2,
-                mlp_hidden: 256,
-                in_channels: 16,
-                text_dim: 32,
-                vec_dim: Some(64),
-                guidance: true,
-                longcat: false,
-            },
-            // FLUX.1's tiny widths on the 3584-wide text that makes a FLUX.1 LongCat-Image's.
-            longcat: flux::Config {
-                generation: flux::Generation::One,
-                dim: 128,
-                heads: 1,
-                double_blocks: 1,
-                single_blocks: 2,
-                mlp_hidden: 256,
-                in_channels: 16,
-                text_dim: flux::LONGCAT_TEXT_DIM,
-                vec_dim: None,
-                guidance: false,
-                longcat: true,
-            },
+            flux,
             // Qwen2.5-VL at the width LongCat-Image reads, otherwise as small as it goes: one layer, one head of
             // the released width. The real vocabulary makes its token table the bulk of the file (0.5 G values).
             longcat_qwen25vl: decoder_config(
@@ -1429,6 +1406,18 @@ fn flux2_config(
         vec_dim: None,
         guidance,
         longcat: false,
+    }
+}
+
+/// LongCat-Image's DiT at FLUX.1 dev's widths `flux`: the 3584-wide text that makes a FLUX.1 LongCat-Image's, no
+/// pooled vector, no guidance embedding.
+fn longcat_config(flux: &flux::Config) -> flux::Config {
+    flux::Config {
+        text_dim: flux::LONGCAT_TEXT_DIM,
+        vec_dim: None,
+        guidance: false,
+        longcat: true,
+        ..flux.clone()
     }
 }
 
