@@ -267,14 +267,15 @@ fn text_encoder_part(
     Ok((found, weights))
 }
 
-/// Loads a text encoder under `prefix` of `file`.
+/// Loads a text encoder under `prefix` of `file`, as `CLIPLoader`'s `clip_type` makes it when given.
 fn text_encoder(
     env: &ModelEnv,
     file: &SafetensorsFile,
     prefix: &str,
+    clip_type: Option<&str>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
-    let (found, weights) = text_encoder_part(env, file, prefix, None, progress)?;
+    let (found, weights) = text_encoder_part(env, file, prefix, clip_type, progress)?;
     Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
 }
 
@@ -538,7 +539,12 @@ pub fn load_checkpoint(
     // The encoder's files, each under its prefix (FLUX.1's two); one the checkpoint lacks leaves the CLIP out.
     let prefixes = family.checkpoint_text_encoders();
     let clip = match prefixes {
-        [prefix] if has(prefix) => Some(text_encoder(env, &file, prefix, progress)?),
+        [prefix] if has(prefix) => {
+            // The family's own encoder, as ComfyUI's `clip_target` makes it (LongCat-Image's Qwen2.5-VL, say).
+            let kind = family.checkpoint_text_encoder_kind();
+            let kind = (!kind.is_empty()).then_some(kind);
+            Some(text_encoder(env, &file, prefix, kind, progress)?)
+        }
         _ if prefixes.len() > 1 && prefixes.iter().all(|p| has(p)) => {
             let mut parts = Vec::with_capacity(prefixes.len());
             for prefix in prefixes {

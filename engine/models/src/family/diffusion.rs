@@ -125,7 +125,8 @@ impl DiffusionFamily {
         }
     }
 
-    /// How a checkpoint's text encoder files combine (`DualCLIPLoader`'s type for them).
+    /// How a checkpoint's text encoder files combine or what one file is (`DualCLIPLoader`'s or `CLIPLoader`'s type
+    /// for them; empty: the file as detected).
     pub fn checkpoint_text_encoder_kind(self) -> &'static str {
         match self {
             DiffusionFamily::Flux => "flux",

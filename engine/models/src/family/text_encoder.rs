@@ -565,8 +565,9 @@ impl TextEncoderNet {
         })
     }
 
-    /// The token ids of a Qwen-Image Edit node's prompt, as ComfyUI's Qwen-Image tokenizer makes them for
-    /// `edit`; an error for an encoder of another family.
+    /// The token ids of a Qwen-Image Edit node's prompt, as ComfyUI's Qwen-Image tokenizer (or, for
+    /// LongCat-Image's encoder, its LongCat-Image tokenizer) makes them for `edit`; an error for an encoder of
+    /// another family.
     pub fn tokenize_edit(&self, prompt: &str, edit: EditPrompt) -> Result<Vec<u32>> {
         match (self, edit) {
             (
@@ -604,6 +605,16 @@ impl TextEncoderNet {
                 self.family().name()
             ))),
         }
+    }
+
+    /// Whether ComfyUI puts an edit node's images into `prompt`'s image slots: always, but for LongCat-Image's
+    /// encoder with a prompt already templated (starting with `<|im_start|>` or `<|start_header_id|>`), whose
+    /// `<|image_pad|>` tokens stay plain tokens.
+    pub fn reads_edit_images(&self, prompt: &str) -> bool {
+        let templated =
+            prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>");
+        !(templated
+            && matches!(self, TextEncoderNet::Qwen25Vl { role: Qwen25Role::LongCatImage, .. }))
     }
 
     /// Text generated after `prompt` (`TextGenerate`), as token ids (the stop token included when one was

@@ -517,8 +517,13 @@ impl<'a, B: Backend> Piece<'a, B> {
                 Piece::Image(image) => (1, image.rows * image.cols),
             };
             if masked_from.is_none() && id + ids >= attended {
-                // A mask never starts inside an image: its tokens are attended as a whole.
-                masked_from = Some(if ids == tokens { at + (attended - id) } else { at + tokens });
+                // A mask never starts inside an image: its tokens are attended as a whole. (ComfyUI attends to
+                // an image's tokens even after a pad; Kiln's mask covers everything from the first pad on, which
+                // only a prompt writing `<|endoftext|>` before an image slot could tell apart.)
+                masked_from = Some(match piece {
+                    Piece::Text(_) => at + (attended - id),
+                    Piece::Image(_) => at + tokens,
+                });
             }
             id += ids;
             at += tokens;

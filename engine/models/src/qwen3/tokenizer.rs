@@ -235,26 +235,27 @@ pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
 }
 
 /// The part of the encoder's output for `ids` that ComfyUI conditions LongCat-Image on
-/// (`LongCatImageTEModel.encode_token_weights`), as (tokens cut from the start, tokens cut from the end): from
-/// the later of the first two `<|im_start|>` (past a following `user` `\n`; the first token when there is
-/// none), up to the last `<|im_end|>`. `extra` is how many more tokens the output has than `ids` (an image's
-/// tokens beyond its one id), which the end's cut must leave.
+/// (`LongCatImageTEModel.encode_token_weights`), as (tokens cut from the start, tokens cut from the end). The start
+/// is the later of the first two `<|im_start|>`, moved past a following `user` `\n` when the output is longer than
+/// that; without any `<|im_start|>` ComfyUI looks for `user` `\n` at the first two ids, and starts at 0 when it is
+/// not there. The end cuts from the last `<|im_end|>` on, when the output (after the start's cut) is longer than
+/// that. `extra` is how many more tokens the output has than `ids` (an image's tokens beyond its one id).
 pub fn longcat_conditioning_window(ids: &[u32], extra: usize) -> (usize, usize) {
     let starts: Vec<usize> =
         ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).collect();
     let output_len = ids.len() + extra;
-    // ComfyUI starts from -1 without an `<|im_start|>`, and its `user` `\n` check then reads the first two ids.
+    // ComfyUI starts from -1 without an `<|im_start|>`.
     let mut start = starts.last().map_or(-1, |&i| i as isize);
-    let at = |i: isize| usize::try_from(i).ok().and_then(|i| ids.get(i)).copied();
+    let id = |i: isize| usize::try_from(i).ok().and_then(|i| ids.get(i)).copied();
     if output_len as isize > start + 3
-        && at(start + 1) == Some(USER)
-        && at(start + 2) == Some(NEWLINE)
+        && id(start + 1) == Some(USER)
+        && id(start + 2) == Some(NEWLINE)
     {
         start += 3;
     }
     let start = usize::try_from(start).unwrap_or(0);
     let end = match ids.iter().rposition(|&id| id == IM_END) {
-        Some(at) if output_len - start > ids.len() - at => ids.len() - at,
+        Some(last) if output_len - start > ids.len() - last => ids.len() - last,
         _ => 0,
     };
     (start, end)
@@ -262,50 +263,69 @@ pub fn longcat_conditioning_window(ids: &[u32], extra: usize) -> (usize, usize) 
 
 /// `prompt` split as ComfyUI's LongCat-Image tokenizer splits it (`split_quotation`): runs quoted in `'…'`,
 /// `"…"`, `‘…’` or `“…”` (the shortest, holding neither of its quote marks) marked `true`, the text between them
-/// `false`, empty runs left out. An apostrophe inside a word (letters on both sides, as ComfyUI's
-/// `[a-zA-Z]+'[a-zA-Z]+`) is text, not a quote: ComfyUI hides every occurrence of such a word before splitting.
-/// (It puts them back by placeholders that are prefixes of each other, so with two or more different such words
-/// its text can come back garbled, depending on Python's string hashing; Kiln keeps the text as written.)
+/// `false` unless it too starts with such a run once the hidden words are back (ComfyUI's `re.match`: `'Twas
+/// the cat's toy` is all quoted), empty runs left out. An apostrophe inside a word (letters on both sides, as
+/// ComfyUI's `[a-zA-Z]+'[a-zA-Z]+`) is text, not a quote: ComfyUI hides every occurrence of such a word before
+/// splitting. It puts two or more different such words back garbled (its placeholders are prefixes of each
+/// other, so one word comes back in another's place, which one by Python's string hashing); Kiln keeps the text
+/// as written.
 fn split_quotation(prompt: &str) -> Vec<(&str, bool)> {
     let chars: Vec<(usize, char)> = prompt.char_indices().collect();
     let hidden = hidden_apostrophes(prompt, &chars);
-    let pairs = [('\'', '\''), ('"', '"'), ('\u{2018}', '\u{2019}'), ('\u{201c}', '\u{201d}')];
     let mut parts = Vec::new();
     let (mut i, mut text_from) = (0, 0);
     while i < chars.len() {
-        let (at, c) = chars[i];
-        let close = pairs.iter().filter(|&&(open, _)| open == c && !hidden[i]).find_map(
-            |&(open, close)| {
-                let rest = chars[i + 1..].iter().zip(&hidden[i + 1..]);
-                let stop =
-                    rest.clone().position(|(&(_, d), &h)| !h && (d == open || d == close))?;
-                (chars[i + 1 + stop].1 == close).then_some(i + 1 + stop)
-            },
-        );
-        match close {
+        match closing_quote(&chars[i..], &hidden[i..]) {
             Some(j) => {
-                let end = chars.get(j + 1).map_or(prompt.len(), |&(b, _)| b);
+                let (at, end) =
+                    (chars[i].0, chars.get(i + j + 1).map_or(prompt.len(), |&(b, _)| b));
                 if at > text_from {
-                    parts.push((&prompt[text_from..at], false));
+                    let text = &prompt[text_from..at];
+                    parts.push((text, starts_quoted(text)));
                 }
                 parts.push((&prompt[at..end], true));
                 text_from = end;
-                i = j + 1;
+                i += j + 1;
             }
             None => i += 1,
         }
     }
     if text_from < prompt.len() {
-        parts.push((&prompt[text_from..], false));
+        let text = &prompt[text_from..];
+        parts.push((text, starts_quoted(text)));
     }
     parts
 }
 
-/// For each of `chars`, whether it is an apostrophe ComfyUI hides: one inside an occurrence of a word that
+/// The quote marks ComfyUI's LongCat-Image tokenizer pairs, opening and closing.
+const QUOTE_PAIRS: [(char, char); 4] =
+    [('\'', '\''), ('"', '"'), ('\u{2018}', '\u{2019}'), ('\u{201c}', '\u{201d}')];
+
+/// Where the quote `chars[0]` opens closes (its index in `chars`), if it opens one: the first of its pair's
+/// marks after it is the closing one. Characters marked `hidden` are neither.
+fn closing_quote(chars: &[(usize, char)], hidden: &[bool]) -> Option<usize> {
+    let (&(_, c), &h) = chars.first().zip(hidden.first())?;
+    if h {
+        return None;
+    }
+    QUOTE_PAIRS.iter().filter(|&&(open, _)| open == c).find_map(|&(open, close)| {
+        let rest = chars.iter().zip(hidden).skip(1);
+        let stop = rest.clone().position(|(&(_, d), &h)| !h && (d == open || d == close))?;
+        (chars[stop + 1].1 == close).then_some(stop + 1)
+    })
+}
+
+/// Whether `text` starts with a quoted run, nothing hidden (ComfyUI's `re.match` on a part).
+fn starts_quoted(text: &str) -> bool {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    closing_quote(&chars, &vec![false; chars.len()]).is_some()
+}
+
+/// For each of `chars`, whether it is an apostrophe ComfyUI hides: the one inside an occurrence of a word that
 /// `[a-zA-Z]+'[a-zA-Z]+` finds in `prompt`.
 fn hidden_apostrophes(prompt: &str, chars: &[(usize, char)]) -> Vec<bool> {
     let letter = |i: usize| chars.get(i).is_some_and(|&(_, c)| c.is_ascii_alphabetic());
-    let mut words = Vec::new();
+    let mut words = std::collections::BTreeSet::new();
     let mut i = 0;
     while i < chars.len() {
         if !letter(i) {
@@ -322,17 +342,16 @@ fn hidden_apostrophes(prompt: &str, chars: &[(usize, char)]) -> Vec<bool> {
                 end += 1;
             }
             let to = chars.get(end).map_or(prompt.len(), |&(b, _)| b);
-            words.push(&prompt[chars[start].0..to]);
+            words.insert(&prompt[chars[start].0..to]);
             i = end;
         }
     }
     let mut hidden = vec![false; chars.len()];
     for word in words {
+        let apostrophe = word.find('\'').unwrap_or(0);
         for (at, _) in prompt.match_indices(word) {
-            for (k, &(b, c)) in chars.iter().enumerate() {
-                if b >= at && b < at + word.len() && c == '\'' {
-                    hidden[k] = true;
-                }
+            if let Ok(k) = chars.binary_search_by_key(&(at + apostrophe), |&(b, _)| b) {
+                hidden[k] = true;
             }
         }
     }
@@ -414,6 +433,9 @@ mod tests {
             [("The cat's toy isn't ", false), ("'lost'", true), (", cat's", false)]
         );
         assert_eq!(split_quotation("'don't'"), [("'don't'", true)]);
+        // A text run that starts with a quoted run once its words are back counts as quoted, as ComfyUI's
+        // `re.match` on it has it.
+        assert_eq!(split_quotation("'Twas the cat's toy"), [("'Twas the cat's toy", true)]);
         assert_eq!(split_quotation(""), []);
     }
 }

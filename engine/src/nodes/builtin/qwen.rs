@@ -118,6 +118,9 @@ impl Node for TextEncodeQwenImageEdit {
             Kind::Plus => EditPrompt::Plus { pictures: present },
         };
         let ids = clip.net.tokenize_edit(prompt, edit).map_err(node_error)?;
+        if !clip.net.reads_edit_images(prompt) {
+            seen.clear();
+        }
         ctx.check_interrupt()?;
         let tokens = PromptTokens::Ids(ids);
         let encode = Encode { clip, tokens: &tokens, images: &seen };
