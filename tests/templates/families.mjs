@@ -57,6 +57,9 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^qwen_image(?!.*layered)[_.]/i, family: 'qwen-image' },
   // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
+  // Chroma (Chroma1-HD): a FLUX.1 DiT on T5-XXL alone (CLIPLoader type `chroma`); Chroma Radiance (pixel-space)
+  // is another family.
+  { folder: 'diffusion_models', stem: /^chroma1-hd[-_.]/i, family: 'chroma' },
   // LongCat-Image (and its Edit model): a FLUX.1 DiT that ComfyUI tells by its 3584-wide text, so its
   // Qwen2.5-VL is written at that width (one layer, the real vocabulary: about 1 GB) and kept apart from the tiny
   // Qwen-Image one of the same name: under `longcat/`, the template's prompt naming it there (`beside`: only in

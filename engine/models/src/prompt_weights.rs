@@ -30,6 +30,9 @@ pub struct Layout {
     pub pad_to_max_length: bool,
     /// The last section's minimum length after padding (T5 for Flux: 256).
     pub min_length: Option<usize>,
+    /// Pads added to the last section after its end token, before any other padding (`T5TokenizerOptions`'
+    /// `min_padding`).
+    pub min_padding: Option<usize>,
 }
 
 /// The word prefix of a textual-inversion embedding.
@@ -238,6 +241,9 @@ pub fn tokenize(
         }
     }
     section.extend(layout.end.map(|e| (e, 1.0)));
+    if let Some(pads) = layout.min_padding {
+        section.extend(std::iter::repeat_n((layout.pad, 1.0), pads));
+    }
     if layout.pad_to_max_length && section.len() < layout.max_length {
         section.extend(std::iter::repeat_n((layout.pad, 1.0), layout.max_length - section.len()));
     }
@@ -315,6 +321,7 @@ mod tests {
             max_length: 6,
             pad_to_max_length: true,
             min_length: None,
+            min_padding: None,
         };
         let ids = |w: &str| Ok(w.split_whitespace().map(|t| t.len() as u32).collect());
         let s = tokenize("a bb", &clip, ids).unwrap();
@@ -335,6 +342,7 @@ mod tests {
             max_length: usize::MAX / 2,
             pad_to_max_length: false,
             min_length: Some(4),
+            min_padding: None,
         };
         assert_eq!(
             tokenize("", &t5, ids).unwrap(),

@@ -228,12 +228,19 @@ pub struct TextEncoder {
     pub path: PathBuf,
     /// Weight patches (LoRA) applied in place while this encoder runs, by weight name, in order.
     pub patches: Arc<Vec<(String, PatchSet)>>,
+    /// `T5TokenizerOptions`' settings for its T5-XXL tokens.
+    pub t5_options: kiln_models::family::T5Options,
 }
 
 impl TextEncoder {
     /// An encoder without patches.
     pub fn new(net: TextEncoderNet, path: PathBuf) -> TextEncoder {
-        TextEncoder { net: Arc::new(net), path, patches: Arc::default() }
+        TextEncoder {
+            net: Arc::new(net),
+            path,
+            patches: Arc::default(),
+            t5_options: Default::default(),
+        }
     }
 
     /// A copy with `more` patches applied after the ones it has (stacked LoRA loaders).

@@ -29,4 +29,5 @@ pub const PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::
     max_length: 77,
     pad_to_max_length: true,
     min_length: None,
+    min_padding: None,
 };

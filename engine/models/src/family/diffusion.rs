@@ -32,6 +32,9 @@ pub enum DiffusionFamily {
     /// LongCat-Image (and its Edit model): a FLUX.1 DiT on Qwen2.5-VL's hidden states, without pooled vector or
     /// guidance, its text and image positioned apart, in the Flux VAE's latent space.
     LongCatImage,
+    /// Chroma (Chroma1-HD and its kin): a FLUX.1 DiT on T5-XXL alone whose every modulation comes from one MLP
+    /// over the timestep, the guidance and the block's index, in the Flux VAE's latent space.
+    Chroma,
     /// Qwen-Image: an MMDiT on Qwen2.5-VL's hidden states in the Wan 2.1 VAE's latent space.
     QwenImage,
     /// Wan 2.1 (ComfyUI's `WAN21` entries: T2V 1.3B/14B, I2V and FLF2V 14B, and the Wan 2.2 A14B experts): the
@@ -47,10 +50,11 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 8] = [
+    pub const ALL: [DiffusionFamily; 9] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
+        DiffusionFamily::Chroma,
         DiffusionFamily::Flux2,
         DiffusionFamily::QwenImage,
         DiffusionFamily::Wan21,
@@ -63,6 +67,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_NAME,
+            DiffusionFamily::Chroma => flux::family::CHROMA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
@@ -75,7 +80,9 @@ impl DiffusionFamily {
     /// The latent space it denoises in.
     pub fn latent(self) -> LatentFormat {
         match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => flux::family::LATENT,
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
+                flux::family::LATENT
+            }
             DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
@@ -90,8 +97,9 @@ impl DiffusionFamily {
     /// `ModelSamplingAuraFlow` replace it.
     pub fn sampling(self) -> ModelSampling {
         match self {
-            // LongCat-Image has no sampling settings of its own: ComfyUI's FLUX default.
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => {
+            // LongCat-Image has no sampling settings of its own, and Chroma's set only the multiplier, which
+            // ModelSamplingFlux does not read: ComfyUI's FLUX default.
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
                 FlowSampling::flux(flux::family::FLUX_SHIFT).into()
             }
             DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT).into(),
@@ -116,6 +124,7 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Flux2 => &[flux::family::CHECKPOINT_QWEN3_4B_PREFIX],
             DiffusionFamily::LongCatImage => &[flux::family::CHECKPOINT_QWEN25_7B_PREFIX],
+            DiffusionFamily::Chroma => &[flux::family::CHECKPOINT_T5_PREFIX],
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
@@ -132,6 +141,7 @@ impl DiffusionFamily {
             DiffusionFamily::Flux => "flux",
             DiffusionFamily::Flux2 => "flux2",
             DiffusionFamily::LongCatImage => crate::family::LONGCAT_CLIP_TYPE,
+            DiffusionFamily::Chroma => crate::family::CHROMA_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -143,7 +153,7 @@ impl DiffusionFamily {
     /// The autoencoder a combined checkpoint of the family holds, and its key prefix there.
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => {
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
                 (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
             }
             DiffusionFamily::Flux2 => (VaeFamily::Flux2, flux::family::CHECKPOINT_VAE_PREFIX),
@@ -162,6 +172,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_NAME,
+            DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
@@ -176,6 +187,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_LORA_NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_LORA_NAME,
+            DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_LORA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
@@ -188,12 +200,13 @@ impl DiffusionFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
         Ok(match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage => flux::detect(h)?
-                .filter(|(config, _)| {
-                    config.generation == flux::Generation::One
-                        && config.longcat == (self == DiffusionFamily::LongCatImage)
-                })
-                .map(|(config, layout)| DiffusionDetected::Flux(config, layout)),
+            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
+                flux::detect(h)?
+                    .filter(|(config, _)| {
+                        config.generation == flux::Generation::One && flux_family(config) == self
+                    })
+                    .map(|(config, layout)| DiffusionDetected::Flux(config, layout))
+            }
             DiffusionFamily::Flux2 => flux::detect(h)?
                 .filter(|(config, _)| config.generation == flux::Generation::Two)
                 .map(|(config, layout)| DiffusionDetected::Flux2(config, layout)),
@@ -207,6 +220,17 @@ impl DiffusionFamily {
                 .map(|(config, layout)| DiffusionDetected::Wan(config, layout)),
             DiffusionFamily::Lotus => unet::detect(h)?.map(DiffusionDetected::Unet),
         })
+    }
+}
+
+/// The family a FLUX.1-shaped `config` belongs to: LongCat-Image's or Chroma's where it is theirs.
+fn flux_family(config: &flux::Config) -> DiffusionFamily {
+    if config.longcat {
+        DiffusionFamily::LongCatImage
+    } else if config.approximator.is_some() {
+        DiffusionFamily::Chroma
+    } else {
+        DiffusionFamily::Flux
     }
 }
 
@@ -243,8 +267,7 @@ impl DiffusionDetected {
     /// The family.
     pub fn family(&self) -> DiffusionFamily {
         match self {
-            DiffusionDetected::Flux(config, _) if config.longcat => DiffusionFamily::LongCatImage,
-            DiffusionDetected::Flux(..) => DiffusionFamily::Flux,
+            DiffusionDetected::Flux(config, _) => flux_family(config),
             DiffusionDetected::Flux2(..) => DiffusionFamily::Flux2,
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
@@ -257,7 +280,9 @@ impl DiffusionDetected {
     /// (`ModelSamplingDiscreteFlow`, shift 1: σ(t) = t), a causal Wan's and Wan Animate 2's (shift 5).
     pub fn sampling(&self) -> ModelSampling {
         match self {
-            DiffusionDetected::Flux(config, _) if !config.guidance && !config.longcat => {
+            DiffusionDetected::Flux(config, _)
+                if !config.guidance && flux_family(config) == DiffusionFamily::Flux =>
+            {
                 FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
                     .into()
             }
@@ -671,7 +696,12 @@ impl DiffusionNet {
         match self {
             DiffusionNet::Flux(net) | DiffusionNet::Flux2(net) => {
                 refuse_controls(self.family(), input.controls, input.patches)?;
-                let default_guidance = vec![flux::family::DEFAULT_GUIDANCE; input.x.dim(0)?];
+                // Chroma's conditioning carries guidance 0 where none is set (`model_base.Chroma`).
+                let default = match net.config.approximator {
+                    Some(_) => flux::family::CHROMA_DEFAULT_GUIDANCE,
+                    None => flux::family::DEFAULT_GUIDANCE,
+                };
+                let default_guidance = vec![default; input.x.dim(0)?];
                 let guidance = match input.guidance {
                     DistilledGuidance::Unset => Some(default_guidance.as_slice()),
                     DistilledGuidance::Set(values) => Some(values),

@@ -166,6 +166,9 @@ pub enum TextEncoderDetected {
     ClipL(clip_text::Config),
     /// A T5 encoder.
     T5(t5::Config),
+    /// A T5-XXL file as the only text encoder (from [`TextEncoderDetected::for_clip_type`] with type `chroma` or
+    /// `pixart`).
+    T5Alone(t5::Config),
     /// A Qwen3 file as FLUX.2 Klein's encoder (from [`TextEncoderDetected::for_clip_type`]).
     Flux2Klein(qwen3::Config),
     /// Mistral Small 3.x, FLUX.2 dev's encoder, and where its tokenizer is.
@@ -187,7 +190,9 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3(_) => TextEncoderFamily::Qwen3,
             TextEncoderDetected::Qwen25Vl(..) => TextEncoderFamily::Qwen25Vl,
             TextEncoderDetected::ClipL(_) => TextEncoderFamily::ClipL,
-            TextEncoderDetected::T5(_) => TextEncoderFamily::T5Xxl,
+            TextEncoderDetected::T5(_) | TextEncoderDetected::T5Alone(_) => {
+                TextEncoderFamily::T5Xxl
+            }
             TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
             TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
@@ -216,7 +221,9 @@ impl TextEncoderDetected {
                 plan
             }
             TextEncoderDetected::ClipL(config) => clip_text::load_plan(h, config),
-            TextEncoderDetected::T5(config) => t5::load_plan(h, config),
+            TextEncoderDetected::T5(config) | TextEncoderDetected::T5Alone(config) => {
+                t5::load_plan(h, config)
+            }
             TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
             TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
         }
@@ -259,6 +266,9 @@ impl TextEncoderDetected {
                 "type `{kind}` loads a T5-XXL-shaped file as T5-XXL, which this umT5-XXL file is not (another \
                  vocabulary, a position bias per block); umT5-XXL is Wan's text encoder: load it with type `wan`"
             ))),
+            TextEncoderDetected::T5(config) if kind == CHROMA_CLIP_TYPE || kind == "pixart" => {
+                Ok(TextEncoderDetected::T5Alone(config))
+            }
             TextEncoderDetected::T5(_) if kind == t5::family::WAN_CLIP_TYPE => Err(Error::Invalid(
                 "type `wan` takes Wan's umT5-XXL text encoder (umt5_xxl_*.safetensors); this file is T5-XXL, \
                  FLUX.1's encoder"
@@ -280,8 +290,9 @@ impl TextEncoderDetected {
         Ok(match self {
             TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_) => {
                 return Err(Error::Invalid(format!(
-                    "a {} text encoder alone conditions no model Kiln runs; FLUX.1 takes CLIP-L and T5-XXL \
-                     together: load both with DualCLIPLoader, type `flux`",
+                    "a {} text encoder alone conditions no model Kiln runs with the CLIPLoader type given; FLUX.1 \
+                     takes CLIP-L and T5-XXL together (DualCLIPLoader, type `flux`), Chroma T5-XXL with type \
+                     `chroma`",
                     self.name()
                 )));
             }
@@ -307,6 +318,10 @@ impl TextEncoderDetected {
                 tokenizer: found.tokenizer()?,
                 model: T5::umt5(found.config, weights),
             },
+            TextEncoderDetected::T5Alone(config) => TextEncoderNet::T5Xxl {
+                model: T5::new(config, weights),
+                tokenizer: t5::Tokenizer::bundled()?,
+            },
         })
     }
 }
@@ -323,6 +338,30 @@ fn klein(config: qwen3::Config) -> Result<TextEncoderDetected> {
         )));
     }
     Ok(TextEncoderDetected::Flux2Klein(config))
+}
+
+/// `CLIPLoader`'s type that makes a T5-XXL file Chroma's text encoder on its own (`pixart` does the same).
+pub const CHROMA_CLIP_TYPE: &str = "chroma";
+
+/// `T5TokenizerOptions`' settings for a prompt's T5 tokens (ComfyUI's `t5xxl_min_padding`, `t5xxl_min_length`
+/// tokenizer options): `None` leaves the tokenizer's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct T5Options {
+    /// Pads added after the end token.
+    pub min_padding: Option<usize>,
+    /// The length padded to.
+    pub min_length: Option<usize>,
+}
+
+impl T5Options {
+    /// `layout` with these options in place of its own.
+    pub fn apply(self, layout: &prompt_weights::Layout) -> prompt_weights::Layout {
+        prompt_weights::Layout {
+            min_padding: self.min_padding.or(layout.min_padding),
+            min_length: self.min_length.or(layout.min_length),
+            ..*layout
+        }
+    }
 }
 
 /// `CLIPLoader`'s type that makes a Qwen2.5-VL file LongCat-Image's text encoder.
@@ -425,6 +464,13 @@ pub enum TextEncoderNet {
         /// T5's tokenizer.
         t5_tokenizer: t5::Tokenizer,
     },
+    /// T5-XXL alone (Chroma's, CLIPLoader type `chroma`), with ComfyUI's PixArt prompt layout.
+    T5Xxl {
+        /// The encoder.
+        model: T5,
+        /// Its tokenizer.
+        tokenizer: t5::Tokenizer,
+    },
     /// Wan's umT5-XXL with the SentencePiece tokenizer of its file.
     Umt5 {
         /// The encoder.
@@ -444,6 +490,7 @@ impl TextEncoderNet {
             TextEncoderNet::Flux2Klein { .. } => TextEncoderFamily::Flux2Klein,
             TextEncoderNet::Mistral3 { .. } => TextEncoderFamily::Mistral3,
             TextEncoderNet::Umt5 { .. } => TextEncoderFamily::Umt5Xxl,
+            TextEncoderNet::T5Xxl { .. } => TextEncoderFamily::T5Xxl,
         }
     }
 
@@ -456,7 +503,9 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
-            TextEncoderNet::Umt5 { model, .. } => &model.weights,
+            TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
+                &model.weights
+            }
         }
     }
 
@@ -504,6 +553,7 @@ impl TextEncoderNet {
                 | TextEncoderDetected::Qwen25Vl(..)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
+                | TextEncoderDetected::T5Alone(_)
                 | TextEncoderDetected::Umt5(_) => {}
             }
         }
@@ -522,7 +572,19 @@ impl TextEncoderNet {
 
     /// The tokens ComfyUI feeds the encoder for `prompt` (its template and weighting syntax applied).
     pub fn tokenize(&self, prompt: &str) -> Result<PromptTokens> {
+        self.tokenize_with(prompt, T5Options::default())
+    }
+
+    /// [`TextEncoderNet::tokenize`] with `T5TokenizerOptions`' settings for the T5-XXL tokens (FLUX.1's and
+    /// Chroma's; the other families have none).
+    pub fn tokenize_with(&self, prompt: &str, options: T5Options) -> Result<PromptTokens> {
         match self {
+            TextEncoderNet::T5Xxl { tokenizer, .. } => Ok(PromptTokens::Weighted(
+                prompt_weights::tokenize(prompt, &options.apply(&t5::CHROMA_PROMPT_LAYOUT), |w| {
+                    tokenizer.word_ids(w)
+                })?,
+            )),
+            TextEncoderNet::Flux { .. } => self.tokenize_flux_with(prompt, prompt, options),
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
@@ -538,7 +600,6 @@ impl TextEncoderNet {
             TextEncoderNet::Mistral3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
             }
-            TextEncoderNet::Flux { .. } => self.tokenize_flux(prompt, prompt),
             TextEncoderNet::Umt5 { tokenizer, .. } => {
                 Ok(PromptTokens::Weighted(t5::umt5_tokens(prompt, |w| tokenizer.word_ids(w))?))
             }
@@ -548,6 +609,16 @@ impl TextEncoderNet {
     /// `CLIPTextEncodeFlux`'s tokens: `clip_l` through CLIP-L's tokenizer, `t5xxl` through T5-XXL's; an error
     /// for an encoder that is not FLUX.1's.
     pub fn tokenize_flux(&self, clip_l: &str, t5xxl: &str) -> Result<PromptTokens> {
+        self.tokenize_flux_with(clip_l, t5xxl, T5Options::default())
+    }
+
+    /// [`TextEncoderNet::tokenize_flux`] with `T5TokenizerOptions`' settings for the T5-XXL tokens.
+    pub fn tokenize_flux_with(
+        &self,
+        clip_l: &str,
+        t5xxl: &str,
+        options: T5Options,
+    ) -> Result<PromptTokens> {
         let TextEncoderNet::Flux { clip_tokenizer, t5_tokenizer, .. } = self else {
             return Err(Error::Invalid(format!(
                 "CLIPTextEncodeFlux needs FLUX.1's CLIP-L + T5-XXL text encoder (DualCLIPLoader, type \
@@ -559,7 +630,7 @@ impl TextEncoderNet {
             clip_l: prompt_weights::tokenize(clip_l, &clip_text::PROMPT_LAYOUT, |w| {
                 clip_tokenizer.word_ids(w)
             })?,
-            t5: prompt_weights::tokenize(t5xxl, &t5::FLUX_PROMPT_LAYOUT, |w| {
+            t5: prompt_weights::tokenize(t5xxl, &options.apply(&t5::FLUX_PROMPT_LAYOUT), |w| {
                 t5_tokenizer.word_ids(w)
             })?,
         })
@@ -598,6 +669,7 @@ impl TextEncoderNet {
                 | TextEncoderNet::Flux2Klein { .. }
                 | TextEncoderNet::Mistral3 { .. }
                 | TextEncoderNet::Flux { .. }
+                | TextEncoderNet::T5Xxl { .. }
                 | TextEncoderNet::Umt5 { .. },
                 _,
             ) => Err(crate::Error::Invalid(format!(
@@ -652,10 +724,12 @@ impl TextEncoderNet {
                 "TextGenerate needs a language model (Qwen3); FLUX.1's CLIP-L + T5-XXL generate no text"
                     .to_owned(),
             )),
-            TextEncoderNet::Umt5 { .. } => Err(crate::Error::Invalid(
-                "TextGenerate needs a language model (Qwen3); Wan's umT5-XXL encoder generates no text"
-                    .to_owned(),
-            )),
+            TextEncoderNet::Umt5 { .. } | TextEncoderNet::T5Xxl { .. } => {
+                Err(crate::Error::Invalid(format!(
+                    "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
+                    self.family().name()
+                )))
+            }
         }
     }
 
@@ -667,6 +741,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux2Klein { tokenizer, .. } => tokenizer.decode(ids),
             TextEncoderNet::Flux { .. }
             | TextEncoderNet::Mistral3 { .. }
+            | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. } => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
@@ -701,6 +776,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux2Klein { .. }
             | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::Flux { .. }
+            | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
@@ -763,6 +839,15 @@ impl TextEncoderNet {
                 };
                 Ok(Encoded { cond, pooled: None })
             }
+            (TextEncoderNet::T5Xxl { model, .. }, PromptTokens::Weighted(sections)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                // ComfyUI's PixArt encoder weighs against an empty prompt of pads alone (no end token).
+                let empty = prompt_weights::Layout { end: None, ..t5::CHROMA_PROMPT_LAYOUT };
+                let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
+                Ok(Encoded { cond, pooled: None })
+            }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
                     return reads_no_images();
@@ -776,10 +861,12 @@ impl TextEncoderNet {
                 "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
                     .to_owned(),
             )),
-            (TextEncoderNet::Umt5 { .. }, PromptTokens::Ids(_)) => Err(Error::Invalid(
-                "Wan's umT5-XXL text encoder takes weighted sections, not one id sequence"
-                    .to_owned(),
-            )),
+            (TextEncoderNet::Umt5 { .. } | TextEncoderNet::T5Xxl { .. }, PromptTokens::Ids(_)) => {
+                Err(Error::Invalid(format!(
+                    "a {} text encoder takes weighted sections, not one id sequence",
+                    self.family().name()
+                )))
+            }
             (_, PromptTokens::Flux { .. }) => Err(Error::Invalid(format!(
                 "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
                 self.family().name()

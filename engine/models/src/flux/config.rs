@@ -133,13 +133,38 @@ pub struct Config {
     /// (ComfyUI's rule), the text's tokens positioned along rows and columns (`txt_ids_dims` [1, 2]) and the
     /// image's moved past them (`model_base.LongCatImage`'s RoPE shifts).
     pub longcat: bool,
+    /// Chroma: no timestep, guidance or pooled embedders and no modulation weights in the blocks; one MLP (the
+    /// "distilled guidance layer") gives every block its modulation from the timestep, the guidance and the
+    /// block's index.
+    pub approximator: Option<Approximator>,
 }
+
+/// Chroma's distilled guidance MLP: [`CHROMA_IN_DIM`] features in, `hidden` wide through `layers` residual
+/// `MLPEmbedder`s under RMS norms, the DiT's width out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Approximator {
+    /// Its hidden width (5120 released).
+    pub hidden: usize,
+    /// Its residual layers (5 released).
+    pub layers: usize,
+}
+
+/// What Chroma's guidance MLP reads per modulation: 16 timestep, 16 guidance and 32 index features.
+pub const CHROMA_IN_DIM: usize = 64;
+/// The rows of Chroma's modulation table (ComfyUI's `mod_index_length`): the released model's blocks use them
+/// all, and every model reads its final layer's from the last two.
+pub const CHROMA_MOD_ROWS: usize = 344;
+/// Where Chroma's guidance MLP's weights are.
+const CHROMA_PREFIX: &str = "distilled_guidance_layer";
 
 impl Config {
     /// The released variant this config is, in words (`FLUX.1 dev`, `FLUX.1 schnell`, `FLUX.2 Klein`).
     pub fn variant(&self) -> &'static str {
         if self.longcat {
             return "LongCat-Image";
+        }
+        if self.approximator.is_some() {
+            return "Chroma";
         }
         match (self.generation, self.guidance, self.in_channels) {
             (Generation::Two, true, _) => "FLUX.2 dev",
@@ -266,15 +291,20 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             (format!("{comfy}.{c}"), pick(&format!("{comfy}.{c}"), &format!("{diff}.{df}")))
         })
     };
-    // diffusers' LongCat-Image model names its timestep embedder apart.
+    // diffusers' LongCat-Image model names its timestep embedder apart (ComfyUI's diffusers mapping knows only
+    // FLUX's `time_text_embed`, so it loads no LongCat-Image file in this layout; Kiln does).
     let time = if cfg.longcat {
         "time_embed.timestep_embedder"
     } else {
         "time_text_embed.timestep_embedder"
     };
     let [(t_in, t_in_file), (t_out, t_out_file)] = embedder("time_in", time);
-    linear(&mut out, &t_in, &t_in_file, &[d], T_FREQ_DIM);
-    linear(&mut out, &t_out, &t_out_file, &[d], d);
+    if let Some(a) = cfg.approximator {
+        approximator_specs(&mut out, a, d, qk_suffix);
+    } else {
+        linear(&mut out, &t_in, &t_in_file, &[d], T_FREQ_DIM);
+        linear(&mut out, &t_out, &t_out_file, &[d], d);
+    }
     if cfg.guidance {
         let [(g_in, g_in_file), (g_out, g_out_file)] =
             embedder("guidance_in", "time_text_embed.guidance_embedder");
@@ -307,13 +337,15 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             let file = |comfy: &str, diff: Vec<String>| {
                 if diffusers { diff } else { vec![format!("{p}.{comfy}")] }
             };
-            linear(
-                &mut out,
-                &format!("{p}.{stream}_mod.lin"),
-                &file(&format!("{stream}_mod.lin"), parts(&[&format!("norm1{ds}.linear")])),
-                &[6 * d],
-                d,
-            );
+            if cfg.approximator.is_none() {
+                linear(
+                    &mut out,
+                    &format!("{p}.{stream}_mod.lin"),
+                    &file(&format!("{stream}_mod.lin"), parts(&[&format!("norm1{ds}.linear")])),
+                    &[6 * d],
+                    d,
+                );
+            }
             linear(
                 &mut out,
                 &format!("{p}.{stream}_attn.qkv"),
@@ -366,13 +398,15 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
             d,
         );
         linear(&mut out, &format!("{p}.linear2"), &file("linear2", &["proj_out"]), &[d], d + f);
-        linear(
-            &mut out,
-            &format!("{p}.modulation.lin"),
-            &file("modulation.lin", &["norm.linear"]),
-            &[3 * d],
-            d,
-        );
+        if cfg.approximator.is_none() {
+            linear(
+                &mut out,
+                &format!("{p}.modulation.lin"),
+                &file("modulation.lin", &["norm.linear"]),
+                &[3 * d],
+                d,
+            );
+        }
         qk_gains(&mut out, &p, &q, "norm", ("attn.norm_q", "attn.norm_k"), (diffusers, qk_suffix));
     }
     linear(
@@ -382,14 +416,36 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
         &[patch_out],
         d,
     );
-    linear(
-        &mut out,
-        "final_layer.adaLN_modulation.1",
-        &pick("final_layer.adaLN_modulation.1", "norm_out.linear"),
-        &[2 * d],
-        d,
-    );
+    if cfg.approximator.is_none() {
+        linear(
+            &mut out,
+            "final_layer.adaLN_modulation.1",
+            &pick("final_layer.adaLN_modulation.1", "norm_out.linear"),
+            &[2 * d],
+            d,
+        );
+    }
     out
+}
+
+/// Chroma's guidance MLP `a` (ComfyUI's `distilled_guidance_layer`) out to width `d`; its RMS norms' gains are
+/// `.{norm_suffix}` in the file (`scale` released, `weight` after ComfyUI's renaming), as the blocks' q/k norms'.
+fn approximator_specs(out: &mut Vec<Spec>, a: Approximator, d: usize, norm_suffix: &str) {
+    let p = CHROMA_PREFIX;
+    linear(out, &format!("{p}.in_proj"), &[format!("{p}.in_proj")], &[a.hidden], CHROMA_IN_DIM);
+    for l in 0..a.layers {
+        for half in ["in_layer", "out_layer"] {
+            let name = format!("{p}.layers.{l}.{half}");
+            linear(out, &name, std::slice::from_ref(&name), &[a.hidden], a.hidden);
+        }
+        out.push(Spec {
+            name: format!("{p}.norms.{l}.weight"),
+            parts: vec![format!("{p}.norms.{l}.{norm_suffix}")],
+            shape: vec![a.hidden],
+            rows: vec![a.hidden],
+        });
+    }
+    linear(out, &format!("{p}.out_proj"), &[format!("{p}.out_proj")], &[d], a.hidden);
 }
 
 /// FLUX.2's weights (see [`specs`]): no biases, the three shared modulations, SwiGLU MLPs of 2 × `mlp_hidden`
@@ -512,6 +568,8 @@ fn matrix(h: &Header, name: &str) -> Result<(usize, usize)> {
 enum Found {
     /// A FLUX.1 or FLUX.2 DiT in `Layout`.
     Flux(Layout, Generation),
+    /// Chroma, in ComfyUI's layout.
+    Chroma,
     /// Another member ComfyUI tells apart (Chroma, Ovis-Image).
     Other(&'static str),
 }
@@ -524,7 +582,14 @@ fn family_of(h: &Header) -> Option<Found> {
         .any(|p| h.has(&format!("{p}.scale")) || h.has(&format!("{p}.weight")))
         || h.has("distilled_guidance_layer.in_proj.weight");
     if chroma {
-        return Some(Found::Other("Chroma"));
+        let norms =
+            ["scale", "weight"].iter().any(|s| h.has(&format!("{CHROMA_PREFIX}.norms.0.{s}")));
+        return Some(match (h.has("img_in.weight"), norms) {
+            (true, true) => Found::Chroma,
+            (false, _) if h.has("x_embedder.weight") => Found::Other("Chroma in diffusers' layout"),
+            (false, _) => Found::Other("Chroma Radiance (pixel-space)"),
+            (true, false) => Found::Other("Chroma with an older guidance-layer layout"),
+        });
     }
     let comfy = h.has("img_in.weight")
         && (h.has("double_blocks.0.img_attn.norm.key_norm.weight")
@@ -553,14 +618,15 @@ fn family_of(h: &Header) -> Option<Found> {
 /// FLUX-family file Kiln does not run (Chroma, Ovis-Image) is [`crate::Error::Unsupported`] naming
 /// it.
 pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
-    let (layout, generation) = match family_of(h) {
+    let (layout, generation, chroma) = match family_of(h) {
         None => return Ok(None),
         Some(Found::Other(other)) => {
             return Err(
                 h.unsupported(format!("a {other} diffusion model, which Kiln does not run yet"))
             );
         }
-        Some(Found::Flux(layout, generation)) => (layout, generation),
+        Some(Found::Flux(layout, generation)) => (layout, generation, false),
+        Some(Found::Chroma) => (Layout::Comfy, Generation::One, true),
     };
     if let Some((name, dtype)) = h.unsupported_dtypes().next() {
         return Err(h.unsupported(format!(
@@ -595,7 +661,18 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         (h.count_blocks("double_blocks."), h.count_blocks("single_blocks."))
     };
     // ComfyUI's rule (`model_detection`): a FLUX.1 on 3584-wide text without a pooled vector is LongCat-Image.
-    let longcat = !two && vec_dim.is_none() && text_dim == LONGCAT_TEXT_DIM;
+    let longcat = !two && !chroma && vec_dim.is_none() && text_dim == LONGCAT_TEXT_DIM;
+    let approximator = if chroma {
+        let (hidden, in_dim) = matrix(h, &format!("{CHROMA_PREFIX}.in_proj.weight"))?;
+        if in_dim != CHROMA_IN_DIM {
+            return Err(h.unsupported(format!(
+                "Chroma's guidance layer reads {in_dim} features; ComfyUI's reads {CHROMA_IN_DIM}"
+            )));
+        }
+        Some(Approximator { hidden, layers: h.count_blocks(&format!("{CHROMA_PREFIX}.layers.")) })
+    } else {
+        None
+    };
     if longcat && guidance {
         return Err(h.unsupported(
             "a LongCat-Image-shaped DiT with a guidance embedding, which no LongCat-Image release has",
@@ -626,7 +703,14 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         vec_dim,
         guidance,
         longcat,
+        approximator,
     };
+    if chroma && 3 * single_blocks + 12 * double_blocks + 2 > CHROMA_MOD_ROWS {
+        return Err(h.unsupported(format!(
+            "a Chroma of {double_blocks} double and {single_blocks} single blocks: ComfyUI's modulation table \
+             has {CHROMA_MOD_ROWS} rows, fewer than those blocks take"
+        )));
+    }
     let qk = qk_suffix(h);
     for spec in specs(&cfg, layout, qk) {
         let mut rows = 0;

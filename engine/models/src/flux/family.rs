@@ -46,3 +46,11 @@ pub const LONGCAT_SYNTH_NAME: &str = "longcat-image";
 pub const LONGCAT_SYNTH_LORA_NAME: &str = "longcat-image-lora";
 /// Where a combined LongCat-Image checkpoint keeps its Qwen2.5-VL (ComfyUI's `text_encoders.qwen25_7b.transformer.`).
 pub const CHECKPOINT_QWEN25_7B_PREFIX: &str = "text_encoders.qwen25_7b.transformer.";
+/// Chroma's name in messages.
+pub const CHROMA_NAME: &str = "Chroma";
+/// The name `kiln model synth --family` writes a Chroma DiT under.
+pub const CHROMA_SYNTH_NAME: &str = "chroma";
+/// The name `kiln model synth --family` writes a LoRA for Chroma under.
+pub const CHROMA_SYNTH_LORA_NAME: &str = "chroma-lora";
+/// The guidance Chroma's conditioning carries where none is set (`model_base.Chroma.extra_conds`).
+pub const CHROMA_DEFAULT_GUIDANCE: f32 = 0.0;

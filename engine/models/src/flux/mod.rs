@@ -25,8 +25,8 @@ pub fn expected_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         .collect()
 }
 pub use config::{
-    Config, DEFAULT_REFERENCE_METHOD, EPS, Generation, HEAD_DIM, LATENT_CHANNELS, LONGCAT_TEXT_DIM,
-    Layout, T_FREQ_DIM, detect, load_plan,
+    Approximator, CHROMA_IN_DIM, CHROMA_MOD_ROWS, Config, DEFAULT_REFERENCE_METHOD, EPS,
+    Generation, HEAD_DIM, LATENT_CHANNELS, LONGCAT_TEXT_DIM, Layout, T_FREQ_DIM, detect, load_plan,
 };
 pub use model::{Flux, FluxInput, KvCache};
 pub(crate) use uso::uso_expected;

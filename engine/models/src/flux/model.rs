@@ -8,7 +8,10 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{Config, EPS, Generation, HEAD_DIM, Layout, T_FREQ_DIM};
+use super::config::{
+    Approximator, CHROMA_IN_DIM, CHROMA_MOD_ROWS, Config, EPS, Generation, HEAD_DIM, Layout,
+    T_FREQ_DIM,
+};
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::latent_tokens::{
@@ -114,13 +117,33 @@ impl<B: Backend> Clone for KvMode<'_, B> {
 
 impl<B: Backend> Copy for KvMode<'_, B> {}
 
-/// What every block of one call shares: SiLU(vec), FLUX.2's shared modulations, the RoPE table and the KV
-/// cache's mode.
+/// What a block of one call reads besides its input: SiLU(vec) (FLUX.1 and FLUX.2, not Chroma), the modulations
+/// given to it (FLUX.2's shared ones, Chroma's own; FLUX.1's blocks compute theirs from SiLU(vec)), the RoPE
+/// table and the KV cache's mode.
 struct Block<'a, B: Backend> {
-    silu_vec: &'a Tensor<B>,
-    shared: Option<&'a SharedModulation<B>>,
+    silu_vec: Option<&'a Tensor<B>>,
+    /// A double block's (image, text) modulations.
+    double: Option<DoublePair<'a, B>>,
+    /// A single block's modulation.
+    single: Option<&'a TokenModulation<B>>,
     rope: &'a Rope<B>,
     kv: KvMode<'a, B>,
+}
+
+/// A double block's image and text streams' modulations (attention, MLP).
+type DoublePair<'a, B> = (&'a [TokenModulation<B>; 2], &'a [TokenModulation<B>; 2]);
+
+/// A double block's image and text streams' own modulations (attention, MLP).
+type StreamPair<B> = ([TokenModulation<B>; 2], [TokenModulation<B>; 2]);
+
+/// Chroma's modulations of one call, every block's from its distilled guidance MLP.
+struct ChromaModulation<B: Backend> {
+    /// Each double block's (image, text) stream modulations.
+    double: Vec<StreamPair<B>>,
+    /// Each single block's.
+    single: Vec<TokenModulation<B>>,
+    /// The final layer's (shift, scale), `[B, D]`.
+    last: (Tensor<B>, Tensor<B>),
 }
 
 /// The joint sequence's RoPE table (text, then image, then references), `[tokens, 64]` f32 each.
@@ -351,8 +374,17 @@ impl Flux {
         }
         let rope = rope_table(b, &positions, generation)?;
 
-        let vec = self.vector(b, input, input.timesteps, batch)?;
-        let silu_vec = b.unary(&vec, UnaryOp::Silu)?;
+        let chroma = match cfg.approximator {
+            Some(approximator) => Some(self.chroma_modulation(b, input, batch, approximator)?),
+            None => None,
+        };
+        let silu_vec = match chroma {
+            Some(_) => None,
+            None => {
+                let vec = self.vector(b, input, input.timesteps, batch)?;
+                Some(b.unary(&vec, UnaryOp::Silu)?)
+            }
+        };
         // FLUX.2's references under `index_timestep_zero` are modulated at timestep 0.
         let silu_vec_zero = if timestep_zero {
             let zeros = vec![0.0; batch];
@@ -360,14 +392,14 @@ impl Flux {
         } else {
             None
         };
-        let shared = match generation {
-            Generation::One => None,
-            Generation::Two => Some(self.shared_modulation(
+        let shared = match (generation, &silu_vec) {
+            (Generation::Two, Some(silu_vec)) => Some(self.shared_modulation(
                 b,
-                &silu_vec,
+                silu_vec,
                 silu_vec_zero.as_ref(),
                 (text_len, image_len),
             )?),
+            _ => None,
         };
         let mut img = {
             let mut names = Names::new(generation);
@@ -392,29 +424,47 @@ impl Flux {
         };
         drop(context);
         for i in 0..cfg.double_blocks {
-            let block = Block { silu_vec: &silu_vec, shared: shared.as_ref(), rope: &rope, kv };
+            let double = match (&shared, &chroma) {
+                (Some(s), _) => Some((&s.img, &s.txt)),
+                (None, Some(c)) => c.double.get(i).map(|(img, txt)| (img, txt)),
+                (None, None) => None,
+            };
+            let silu_vec = silu_vec.as_ref();
+            let block = Block { silu_vec, double, single: None, rope: &rope, kv };
             (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
         }
         let img = finite_in_f16(b, img)?;
         let mut joint = b.concat(&[&txt, &img], 1)?;
         drop((img, txt));
         for i in 0..cfg.single_blocks {
-            let block = Block { silu_vec: &silu_vec, shared: shared.as_ref(), rope: &rope, kv };
+            let single = match (&shared, &chroma) {
+                (Some(s), _) => Some(&s.single),
+                (None, Some(c)) => c.single.get(i),
+                (None, None) => None,
+            };
+            let silu_vec = silu_vec.as_ref();
+            let block = Block { silu_vec, double: None, single, rope: &rope, kv };
             joint = self.single_block(b, i, &joint, &block)?;
         }
         let img = b.slice(&joint, 1, text_len, image_len)?;
         drop(joint);
 
-        // Final layer: adaLN (shift, scale) in ComfyUI's files, then the projection to patches.
+        // Final layer: adaLN (shift, scale) in ComfyUI's files (Chroma's from its MLP), then the projection to
+        // patches.
         let mut names = Names::new(generation);
-        let ada = names.linear("final_layer.adaLN_modulation.1");
+        let ada = silu_vec.as_ref().map(|_| names.linear("final_layer.adaLN_modulation.1"));
         let proj = names.linear("final_layer.linear");
         let layer = self.fetch(b, &names.as_strs())?;
-        let emb = apply(b, &layer, ada, &silu_vec)?;
-        let (first, second) =
-            (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
-        let (shift, scale) =
-            if self.layout.final_scale_first() { (second, first) } else { (first, second) };
+        let (shift, scale) = match (&chroma, ada, &silu_vec) {
+            (Some(c), _, _) => c.last.clone(),
+            (None, Some(ada), Some(silu_vec)) => {
+                let emb = apply(b, &layer, ada, silu_vec)?;
+                let (first, second) =
+                    (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
+                if self.layout.final_scale_first() { (second, first) } else { (first, second) }
+            }
+            _ => return Err(sets_error()),
+        };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
         let y = apply(b, &layer, proj, &y)?;
         let mut out = unpatchify(b, &y, generation.latent_channels(), (rows, cols), patch)?;
@@ -538,6 +588,78 @@ impl Flux {
             vec = b.binary(&vec, &pooled, BinaryOp::Add)?;
         }
         Ok(vec)
+    }
+
+    /// Chroma's modulations for one call (ComfyUI's `Chroma.forward_orig` and `get_modulations`): the guidance
+    /// MLP of [`CHROMA_IN_DIM`] features per row — the timestep's and the guidance's sinusoids (16 each; a
+    /// conditioning without guidance has 0) and the row index's (32) — then each single block's (shift, scale,
+    /// gate) from rows 3i…, each double block's image and text streams' two sets from rows 3·singles + 6i… and
+    /// 3·singles + 6·doubles + 6i…, and the final layer's (shift, scale) from the table's last two rows. Only
+    /// those rows are computed (the MLP works row by row).
+    fn chroma_modulation<B: Backend>(
+        &self,
+        b: &B,
+        input: &FluxInput<'_, B>,
+        batch: usize,
+        approximator: Approximator,
+    ) -> Result<ChromaModulation<B>> {
+        let cfg = &self.config;
+        let (singles, doubles, d) = (cfg.single_blocks, cfg.double_blocks, cfg.dim);
+        let blocks = 3 * singles + 12 * doubles;
+        let table: Vec<usize> = (0..blocks).chain(CHROMA_MOD_ROWS - 2..CHROMA_MOD_ROWS).collect();
+        let rows = table.len();
+        let guidance = input.guidance.map_or_else(|| vec![0.0; batch], <[f32]>::to_vec);
+        let t = crate::timestep::sinusoid(input.timesteps.iter().map(|t| 1000.0 * t), 8, 1.0);
+        let g = crate::timestep::sinusoid(guidance.iter().map(|g| 1000.0 * g), 8, 1.0);
+        let index = crate::timestep::sinusoid(table.iter().map(|&i| 1000.0 * i as f32), 16, 1.0);
+        let mut features = Vec::with_capacity(batch * rows * CHROMA_IN_DIM);
+        for s in 0..batch {
+            for r in 0..rows {
+                features.extend_from_slice(&t[16 * s..16 * (s + 1)]);
+                features.extend_from_slice(&g[16 * s..16 * (s + 1)]);
+                features.extend_from_slice(&index[32 * r..32 * (r + 1)]);
+            }
+        }
+        let x = b.from_f32(&[batch, rows, CHROMA_IN_DIM], &features, DType::F32)?;
+        let mut x = b.cast(&x, b.compute_dtype())?;
+        let mut names = Names::new(Generation::One);
+        let p = "distilled_guidance_layer";
+        let in_proj = names.linear(&format!("{p}.in_proj"));
+        let layers: Vec<(Linear, Linear, usize)> = (0..approximator.layers)
+            .map(|l| {
+                let inner = names.linear(&format!("{p}.layers.{l}.in_layer"));
+                let outer = names.linear(&format!("{p}.layers.{l}.out_layer"));
+                (inner, outer, names.one(format!("{p}.norms.{l}.weight")))
+            })
+            .collect();
+        let out_proj = names.linear(&format!("{p}.out_proj"));
+        let layer = self.fetch(b, &names.as_strs())?;
+        x = apply(b, &layer, in_proj, &x)?;
+        for (inner, outer, norm) in layers {
+            let n = b.rms_norm(&x, Some(&layer.weight(norm)), QK_EPS)?;
+            let h = b.unary(&apply(b, &layer, inner, &n)?, UnaryOp::Silu)?;
+            x = b.binary(&x, &apply(b, &layer, outer, &h)?, BinaryOp::Add)?;
+        }
+        let table = apply(b, &layer, out_proj, &x)?;
+        drop(layer);
+        let row =
+            |r: usize| -> Result<Tensor<B>> { Ok(b.slice(&table, 1, r, 1)?.reshape(&[batch, d])?) };
+        let set = |r: usize| -> Result<TokenModulation<B>> {
+            Ok(TokenModulation::Uniform(Modulation {
+                shift: row(r)?,
+                scale: row(r + 1)?,
+                gate: row(r + 2)?.reshape(&[batch, 1, d])?,
+            }))
+        };
+        let pair = |r: usize| -> Result<[TokenModulation<B>; 2]> { Ok([set(r)?, set(r + 3)?]) };
+        let single = (0..singles).map(|i| set(3 * i)).collect::<Result<Vec<_>>>()?;
+        let double = (0..doubles)
+            .map(|i| {
+                let img = 3 * singles + 6 * i;
+                Ok((pair(img)?, pair(img + 6 * doubles)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ChromaModulation { double, single, last: (row(rows - 2)?, row(rows - 1)?) })
     }
 
     /// An `MLPEmbedder` under `name`: out_layer(SiLU(in_layer(x))).
@@ -759,12 +881,12 @@ impl Flux {
         txt: &Tensor<B>,
         block: &Block<'_, B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        let (silu_vec, shared) = (block.silu_vec, block.shared);
+        let given = block.double;
         let mut names = Names::new(self.config.generation);
         let [img_w, txt_w] = ["img", "txt"].map(|stream| {
             let p = format!("double_blocks.{i}.{stream}");
             StreamWeights {
-                modulation: shared.is_none().then(|| names.linear(&format!("{p}_mod.lin"))),
+                modulation: given.is_none().then(|| names.linear(&format!("{p}_mod.lin"))),
                 qkv: names.linear(&format!("{p}_attn.qkv")),
                 proj: names.linear(&format!("{p}_attn.proj")),
                 mlp_in: names.linear(&format!("{p}_mlp.0")),
@@ -776,6 +898,7 @@ impl Flux {
         let layer = self.fetch(b, &names.as_strs())?;
         let own = |sw: &StreamWeights| -> Result<Option<[TokenModulation<B>; 2]>> {
             let Some(lin) = sw.modulation else { return Ok(None) };
+            let silu_vec = block.silu_vec.ok_or_else(sets_error)?;
             let m = apply(b, &layer, lin, silu_vec)?;
             let mut sets =
                 self.modulation(b, silu_vec, &m, 2)?.into_iter().map(TokenModulation::Uniform);
@@ -785,8 +908,8 @@ impl Flux {
             }
         };
         let (img_own, txt_own) = (own(&img_w)?, own(&txt_w)?);
-        let (img_mod, txt_mod) = match (shared, &img_own, &txt_own) {
-            (Some(s), _, _) => (&s.img, &s.txt),
+        let (img_mod, txt_mod) = match (given, &img_own, &txt_own) {
+            (Some(pair), _, _) => pair,
             (None, Some(i), Some(t)) => (i, t),
             _ => return Err(sets_error()),
         };
@@ -828,10 +951,10 @@ impl Flux {
         x: &Tensor<B>,
         block: &Block<'_, B>,
     ) -> Result<Tensor<B>> {
-        let (silu_vec, shared) = (block.silu_vec, block.shared);
+        let given = block.single;
         let p = format!("single_blocks.{i}");
         let mut names = Names::new(self.config.generation);
-        let modulation = shared.is_none().then(|| names.linear(&format!("{p}.modulation.lin")));
+        let modulation = given.is_none().then(|| names.linear(&format!("{p}.modulation.lin")));
         let linear1 = names.linear(&format!("{p}.linear1"));
         let linear2 = names.linear(&format!("{p}.linear2"));
         let q_norm = names.one(format!("{p}.norm.query_norm.weight"));
@@ -839,14 +962,15 @@ impl Flux {
         let layer = self.fetch(b, &names.as_strs())?;
         let own = match modulation {
             Some(lin) => {
+                let silu_vec = block.silu_vec.ok_or_else(sets_error)?;
                 let m = apply(b, &layer, lin, silu_vec)?;
                 let set = self.modulation(b, silu_vec, &m, 1)?.into_iter().next();
                 Some(TokenModulation::Uniform(set.ok_or_else(sets_error)?))
             }
             None => None,
         };
-        let m = match (shared, &own) {
-            (Some(s), _) => &s.single,
+        let m = match (given, &own) {
+            (Some(m), _) => m,
             (None, Some(own)) => own,
             (None, None) => return Err(sets_error()),
         };

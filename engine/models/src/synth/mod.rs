@@ -687,6 +687,9 @@ pub struct ZImageTurboSet {
     pub flux: flux::Config,
     /// LongCat-Image's DiT (`--family longcat-image`; its `text_dim` is `longcat_qwen25vl.hidden`).
     pub longcat: flux::Config,
+    /// Chroma's DiT (`--family chroma`; FLUX.1 dev's widths on T5-XXL's text, its guidance MLP as released at
+    /// the real widths, 32 wide and 2 layers deep in the tiny set).
+    pub chroma: flux::Config,
     /// The Qwen2.5-VL LongCat-Image conditions on (`--family qwen25vl-longcat`, with `qwen25vl_vision`'s tower
     /// at its width): 3584 wide, as ComfyUI tells LongCat-Image's DiT by that width.
     pub longcat_qwen25vl: qwen3::Config,
@@ -758,9 +761,11 @@ impl ZImageTurboSet {
             vec_dim: Some(768),
             guidance: true,
             longcat: false,
+            approximator: None,
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
+            chroma: chroma_config(&flux),
             zimage: ZImageShape::real(),
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
@@ -861,9 +866,11 @@ impl ZImageTurboSet {
             vec_dim: Some(64),
             guidance: true,
             longcat: false,
+            approximator: None,
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
+            chroma: chroma_config(&flux),
             zimage: ZImageShape::tiny(),
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
@@ -1163,6 +1170,13 @@ pub fn write_family(
         SynthFamily::Lora(DiffusionFamily::LongCatImage) => {
             write_flux_lora(path, &set.longcat, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::Chroma) => {
+            let specs = specs_of(flux::expected(&set.chroma));
+            write_one(path, &specs, FLUX, "Chroma DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Chroma) => {
+            write_flux_lora(path, &set.chroma, dtype, seed, progress)
+        }
         SynthFamily::LongCatTextEncoder => {
             let vision =
                 VisionConfig { out_hidden: set.longcat_qwen25vl.hidden, ..set.qwen25vl_vision };
@@ -1406,6 +1420,7 @@ fn flux2_config(
         vec_dim: None,
         guidance,
         longcat: false,
+        approximator: None,
     }
 }
 
@@ -1417,6 +1432,23 @@ fn longcat_config(flux: &flux::Config) -> flux::Config {
         vec_dim: None,
         guidance: false,
         longcat: true,
+        ..flux.clone()
+    }
+}
+
+/// Chroma's DiT at FLUX.1 dev's widths `flux`: its text, no pooled vector, guidance or modulation weights, the
+/// guidance MLP as released (5120 wide, 5 layers) at the real widths and 32 wide, 2 layers otherwise.
+fn chroma_config(flux: &flux::Config) -> flux::Config {
+    let approximator = if flux.dim >= 3072 {
+        flux::Approximator { hidden: 5120, layers: 5 }
+    } else {
+        flux::Approximator { hidden: 32, layers: 2 }
+    };
+    flux::Config {
+        vec_dim: None,
+        guidance: false,
+        approximator: Some(approximator),
+        in_channels: flux::LATENT_CHANNELS,
         ..flux.clone()
     }
 }

@@ -31,6 +31,11 @@ pub const EOS: u32 = 1;
 /// `<pad>`: what ComfyUI pads a prompt's ids with (`special_tokens["pad"]`).
 pub const PAD: u32 = 0;
 
+/// T5-XXL's prompt layout in ComfyUI's PixArt tokenizer, which CLIPLoader types `chroma` and `pixart` use: no
+/// start token, EOS, one section never truncated nor padded (`min_length` 1).
+pub const CHROMA_PROMPT_LAYOUT: crate::prompt_weights::Layout =
+    crate::prompt_weights::Layout { min_length: Some(1), ..FLUX_PROMPT_LAYOUT };
+
 /// T5-XXL's prompt layout in ComfyUI's FLUX.1 tokenizer ([`crate::prompt_weights`]): no start token, EOS, one
 /// section padded with [`PAD`] to 256 tokens, never truncated.
 pub const FLUX_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::Layout {
@@ -40,4 +45,5 @@ pub const FLUX_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weig
     max_length: 99_999_999,
     pad_to_max_length: false,
     min_length: Some(256),
+    min_padding: None,
 };

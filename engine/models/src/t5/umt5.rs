@@ -28,6 +28,7 @@ pub const UMT5_PROMPT_LAYOUT: Layout = Layout {
     max_length: 99_999_999,
     pad_to_max_length: false,
     min_length: Some(512),
+    min_padding: None,
 };
 
 /// A umT5 encoder file as detected.

@@ -35,6 +35,7 @@ fn tiny() -> Config {
         vec_dim: Some(16),
         guidance: true,
         longcat: false,
+        approximator: None,
     }
 }
 
@@ -359,13 +360,14 @@ fn bad_inputs_and_other_flux_files_are_refused_by_name() {
         err.to_string().contains("FLUX.2") && err.to_string().contains("128 channels"),
         "{err}"
     );
-    // Chroma has FLUX.1's image input and q/k norms beside its distilled guidance layer.
-    let chroma = edited_weights("chroma", |t| {
+    // Chroma Radiance has Chroma's distilled guidance layer and no latent input: it is refused by name.
+    let radiance = edited_weights("chroma-radiance", |t| {
+        t.remove("img_in.weight");
         t.insert("distilled_guidance_layer.norms.0.scale".into(), (vec![128], vec![1.0; 128]));
     });
-    let file = SafetensorsFile::open(&chroma.0).unwrap();
+    let file = SafetensorsFile::open(&radiance.0).unwrap();
     let err = DiffusionDetected::detect(&Header::new(&file, "")).unwrap_err();
-    assert!(err.to_string().contains("Chroma"), "{err}");
+    assert!(err.to_string().contains("Chroma Radiance"), "{err}");
 }
 
 /// Every key of a diffusers-named FLUX.1 LoRA (synth's: the fused qkv's and linear1's row blocks, linear1's

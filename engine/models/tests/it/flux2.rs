@@ -34,6 +34,7 @@ fn tiny() -> Config {
         vec_dim: None,
         guidance: false,
         longcat: false,
+        approximator: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn tiny() -> Config {
         vec_dim: None,
         guidance: false,
         longcat: true,
+        approximator: None,
     }
 }
 

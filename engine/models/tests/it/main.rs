@@ -4,6 +4,7 @@
 
 mod animate2;
 mod brownian;
+mod chroma;
 mod clip_text;
 mod clip_vision;
 mod comfy_sampling;

@@ -63,7 +63,7 @@ impl Node for ClipTextEncode {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
         let text = inputs.string("text")?;
-        let tokens = clip.net.tokenize(text).map_err(node_error)?;
+        let tokens = clip.net.tokenize_with(text, clip.t5_options).map_err(node_error)?;
         let cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
             .map_err(node_error)?;
         let conditioning = Conditioning { entries: vec![cond] };
@@ -101,7 +101,8 @@ impl Node for ClipTextEncodeFlux {
     fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
         let (clip_l, t5xxl) = (inputs.string("clip_l")?, inputs.string("t5xxl")?);
-        let tokens = clip.net.tokenize_flux(clip_l, t5xxl).map_err(node_error)?;
+        let tokens =
+            clip.net.tokenize_flux_with(clip_l, t5xxl, clip.t5_options).map_err(node_error)?;
         let mut cond =
             on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
                 .map_err(node_error)?;
@@ -109,6 +110,37 @@ impl Node for ClipTextEncodeFlux {
         let conditioning = Conditioning { entries: vec![cond] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }
+}
+
+/// `T5TokenizerOptions`: the CLIP with its T5 tokens padded after the end token by `min_padding` and to at least
+/// `min_length` (ComfyUI's `t5xxl_min_padding` / `t5xxl_min_length` tokenizer options; 0 is a setting too:
+/// `min_length` 0 drops FLUX.1's padding to 256).
+pub(super) fn t5_tokenizer_options() -> Pure {
+    Pure::new(
+        v3_spec(
+            "T5TokenizerOptions",
+            "T5 Tokenizer Options",
+            "model/conditioning",
+            "comfy_extras.nodes_cond",
+        )
+        .experimental()
+        .input(InputDef::typed("clip", "CLIP"))
+        .input(InputDef::int("min_padding", 0, 0, 10000).option("step", 1))
+        .input(InputDef::int("min_length", 0, 0, 10000).option("step", 1))
+        .output(OutputDef::new("CLIP")),
+        |inputs| {
+            let count = |name: &str| -> Result<usize, NodeError> {
+                usize::try_from(inputs.int(name)?)
+                    .map_err(|_| NodeError::new(format!("`{name}` must be 0 or more")))
+            };
+            let mut clip = TextEncoder::clone(inputs.clip("clip")?);
+            clip.t5_options = kiln_models::family::T5Options {
+                min_padding: Some(count("min_padding")?),
+                min_length: Some(count("min_length")?),
+            };
+            Ok(vec![Value::Clip(Arc::new(clip))])
+        },
+    )
 }
 
 /// `ConditioningZeroOut`: the same conditioning with every tensor zeroed (same shapes, so the same token

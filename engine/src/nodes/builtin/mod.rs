@@ -143,6 +143,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(vae::VaeTiled::decode(compute.clone()));
     registry.register(vae::VaeTiled::encode(compute.clone()));
     registry.register(conditioning::ConditioningZeroOut::new());
+    registry.register(conditioning::t5_tokenizer_options());
     registry.register(lotus::LotusConditioning::new());
     registry.register(loaders::LoraLoaderModelOnly(models.clone()));
     registry.register(inpaint::InpaintModelConditioning::new(compute.clone()));
