@@ -549,7 +549,7 @@ impl DiffusionNet {
     /// The family.
     pub fn family(&self) -> DiffusionFamily {
         match self {
-            DiffusionNet::Flux(_) => DiffusionFamily::Flux,
+            DiffusionNet::Flux(net) => flux_family(&net.config),
             DiffusionNet::Flux2(_) => DiffusionFamily::Flux2,
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,

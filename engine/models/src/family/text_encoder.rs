@@ -575,8 +575,8 @@ impl TextEncoderNet {
         self.tokenize_with(prompt, T5Options::default())
     }
 
-    /// [`TextEncoderNet::tokenize`] with `T5TokenizerOptions`' settings for the T5-XXL tokens (FLUX.1's and
-    /// Chroma's; the other families have none).
+    /// [`TextEncoderNet::tokenize`] with `T5TokenizerOptions`' settings for the T5 tokens (FLUX.1's and Chroma's
+    /// T5-XXL, Wan's umT5-XXL; the other families have none).
     pub fn tokenize_with(&self, prompt: &str, options: T5Options) -> Result<PromptTokens> {
         match self {
             TextEncoderNet::T5Xxl { tokenizer, .. } => Ok(PromptTokens::Weighted(
@@ -601,13 +601,16 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
             }
             TextEncoderNet::Umt5 { tokenizer, .. } => {
-                Ok(PromptTokens::Weighted(t5::umt5_tokens(prompt, |w| tokenizer.word_ids(w))?))
+                let layout = options.apply(&t5::UMT5_PROMPT_LAYOUT);
+                Ok(PromptTokens::Weighted(t5::umt5_tokens_in(prompt, &layout, |w| {
+                    tokenizer.word_ids(w)
+                })?))
             }
         }
     }
 
-    /// `CLIPTextEncodeFlux`'s tokens: `clip_l` through CLIP-L's tokenizer, `t5xxl` through T5-XXL's; an error
-    /// for an encoder that is not FLUX.1's.
+    /// `CLIPTextEncodeFlux`'s tokens: `clip_l` through CLIP-L's tokenizer, `t5xxl` through T5-XXL's (T5-XXL alone,
+    /// Chroma's: `t5xxl` only); an error for an encoder of another family.
     pub fn tokenize_flux(&self, clip_l: &str, t5xxl: &str) -> Result<PromptTokens> {
         self.tokenize_flux_with(clip_l, t5xxl, T5Options::default())
     }
@@ -619,6 +622,11 @@ impl TextEncoderNet {
         t5xxl: &str,
         options: T5Options,
     ) -> Result<PromptTokens> {
+        if let TextEncoderNet::T5Xxl { .. } = self {
+            // ComfyUI's CLIPTextEncodeFlux keeps the T5-XXL tokens of `t5xxl` and drops the rest: with T5-XXL
+            // alone, that prompt is the whole of it.
+            return self.tokenize_with(t5xxl, options);
+        }
         let TextEncoderNet::Flux { clip_tokenizer, t5_tokenizer, .. } = self else {
             return Err(Error::Invalid(format!(
                 "CLIPTextEncodeFlux needs FLUX.1's CLIP-L + T5-XXL text encoder (DualCLIPLoader, type \

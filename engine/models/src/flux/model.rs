@@ -351,8 +351,11 @@ impl Flux {
         };
         let image = shift(Placement { index: 0, rows, cols, row_offset: 0, col_offset: 0 });
         image.extend(&mut positions);
-        let (mut references, timestep_zero) =
-            self.place_references(b, input, batch, (rows, cols))?;
+        // ComfyUI's Chroma takes no reference latents: it leaves them out.
+        let (mut references, timestep_zero) = match cfg.approximator {
+            Some(_) => (Vec::new(), false),
+            None => self.place_references(b, input, batch, (rows, cols))?,
+        };
         for (_, place) in &mut references {
             *place = shift(*place);
         }
@@ -433,7 +436,8 @@ impl Flux {
             let block = Block { silu_vec, double, single: None, rope: &rope, kv };
             (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
         }
-        let img = finite_in_f16(b, img)?;
+        // ComfyUI's FLUX guards the image stream here; its Chroma does not.
+        let img = if chroma.is_some() { img } else { finite_in_f16(b, img)? };
         let mut joint = b.concat(&[&txt, &img], 1)?;
         drop((img, txt));
         for i in 0..cfg.single_blocks {

@@ -24,7 +24,9 @@ pub use config::{
 pub use model::{T5, relative_position_bucket};
 pub use spiece::{SYNTH_PIECES, SentencePiece, synth_model};
 pub use tokenizer::Tokenizer;
-pub use umt5::{SPIECE_MODEL, UMT5_PROMPT_LAYOUT, Umt5File, attention_mask, umt5_tokens};
+pub use umt5::{
+    SPIECE_MODEL, UMT5_PROMPT_LAYOUT, Umt5File, attention_mask, umt5_tokens, umt5_tokens_in,
+};
 
 /// `</s>`: the end of a prompt's ids (ComfyUI's `special_tokens["end"]`).
 pub const EOS: u32 = 1;

@@ -90,6 +90,16 @@ pub fn umt5_tokens(
     prompt: &str,
     word_ids: impl Fn(&str) -> Result<Vec<u32>>,
 ) -> Result<Vec<Vec<Weighted>>> {
+    umt5_tokens_in(prompt, &UMT5_PROMPT_LAYOUT, word_ids)
+}
+
+/// [`umt5_tokens`] padded as `layout` says (`min_padding` pads after EOS, then up to `min_length`), as
+/// `T5TokenizerOptions` changes [`UMT5_PROMPT_LAYOUT`].
+pub fn umt5_tokens_in(
+    prompt: &str,
+    layout: &Layout,
+    word_ids: impl Fn(&str) -> Result<Vec<u32>>,
+) -> Result<Vec<Vec<Weighted>>> {
     let mut section = Vec::new();
     for (segment, weight) in prompt_weights::segments(prompt) {
         for word in split_embeddings(&segment) {
@@ -97,7 +107,10 @@ pub fn umt5_tokens(
         }
     }
     section.push((EOS, 1.0));
-    if let Some(min) = UMT5_PROMPT_LAYOUT.min_length
+    if let Some(pads) = layout.min_padding {
+        section.extend(std::iter::repeat_n((PAD, 1.0), pads));
+    }
+    if let Some(min) = layout.min_length
         && section.len() < min
     {
         section.resize(min, (PAD, 1.0));

@@ -86,6 +86,21 @@ fn the_dit_matches_comfyuis_chroma() {
     };
     let out = model.forward(&*b, &input).unwrap();
     assert_close("no guidance", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);
+    // ComfyUI's Chroma takes no reference latents (ReferenceLatent's are left out).
+    let reference = b.full(&[1, 16, 4, 4], 0.5, DType::F32).unwrap();
+    let with_reference = FluxInput { references: std::slice::from_ref(&reference), ..input };
+    let out = model.forward(&*b, &with_reference).unwrap();
+    assert_close("a reference", &b.to_f32(&out).unwrap(), &io["out.even"].1, 1e-4);
+}
+
+#[test]
+fn t5_tokenizer_options_pad_umt5_tokens_too() {
+    let ids = |_: &str| -> kiln_models::Result<Vec<u32>> { Ok(vec![7]) };
+    let options = T5Options { min_padding: Some(2), min_length: Some(0) };
+    let sections = t5::umt5_tokens_in("a", &options.apply(&t5::UMT5_PROMPT_LAYOUT), ids).unwrap();
+    // The word, EOS, two pads: no padding to 512 with `min_length` 0.
+    assert_eq!(sections, vec![vec![(7, 1.0), (t5::EOS, 1.0), (t5::PAD, 1.0), (t5::PAD, 1.0)]]);
+    assert_eq!(t5::umt5_tokens("a", ids).unwrap()[0].len(), 512);
 }
 
 #[test]
@@ -141,4 +156,6 @@ fn clip_loader_type_chroma_makes_t5_xxl_the_whole_encoder() {
     let padded = net.tokenize_with("a tiger", T5Options { min_padding: None, min_length: Some(9) });
     let PromptTokens::Weighted(padded) = padded.unwrap() else { panic!() };
     assert_eq!(padded[0].len(), 9);
+    // CLIPTextEncodeFlux with T5-XXL alone: its `t5xxl` prompt is the whole of it.
+    assert_eq!(net.tokenize_flux("ignored", "a (tiger:1.2)").unwrap(), tokens);
 }

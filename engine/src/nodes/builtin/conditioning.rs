@@ -112,9 +112,9 @@ impl Node for ClipTextEncodeFlux {
     }
 }
 
-/// `T5TokenizerOptions`: the CLIP with its T5 tokens padded after the end token by `min_padding` and to at least
-/// `min_length` (ComfyUI's `t5xxl_min_padding` / `t5xxl_min_length` tokenizer options; 0 is a setting too:
-/// `min_length` 0 drops FLUX.1's padding to 256).
+/// `T5TokenizerOptions`: the CLIP with its T5 tokens (T5-XXL's, umT5-XXL's) padded after the end token by
+/// `min_padding` and to at least `min_length` (ComfyUI's `t5xxl_min_padding` / `t5xxl_min_length` tokenizer options
+/// and their umT5 twins; 0 is a setting too: `min_length` 0 drops FLUX.1's padding to 256 and Wan's to 512).
 pub(super) fn t5_tokenizer_options() -> Pure {
     Pure::new(
         v3_spec(
