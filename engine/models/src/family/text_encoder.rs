@@ -691,9 +691,7 @@ impl TextEncoderNet {
     /// encoder with a prompt already templated (starting with `<|im_start|>` or `<|start_header_id|>`), whose
     /// `<|image_pad|>` tokens stay plain tokens.
     pub fn reads_edit_images(&self, prompt: &str) -> bool {
-        let templated =
-            prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>");
-        !(templated
+        !(qwen3::is_templated(prompt)
             && matches!(self, TextEncoderNet::Qwen25Vl { role: Qwen25Role::LongCatImage, .. }))
     }
 

@@ -155,7 +155,7 @@ pub const CHROMA_IN_DIM: usize = 64;
 /// all, and every model reads its final layer's from the last two.
 pub const CHROMA_MOD_ROWS: usize = 344;
 /// Where Chroma's guidance MLP's weights are.
-const CHROMA_PREFIX: &str = "distilled_guidance_layer";
+pub(super) const CHROMA_PREFIX: &str = "distilled_guidance_layer";
 
 impl Config {
     /// The released variant this config is, in words (`FLUX.1 dev`, `FLUX.1 schnell`, `FLUX.2 Klein`).

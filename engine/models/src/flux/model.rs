@@ -9,8 +9,8 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{
-    Approximator, CHROMA_IN_DIM, CHROMA_MOD_ROWS, Config, EPS, Generation, HEAD_DIM, Layout,
-    T_FREQ_DIM,
+    Approximator, CHROMA_IN_DIM, CHROMA_MOD_ROWS, CHROMA_PREFIX, Config, EPS, Generation, HEAD_DIM,
+    Layout, T_FREQ_DIM,
 };
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
@@ -627,7 +627,7 @@ impl Flux {
         let x = b.from_f32(&[batch, rows, CHROMA_IN_DIM], &features, DType::F32)?;
         let mut x = b.cast(&x, b.compute_dtype())?;
         let mut names = Names::new(Generation::One);
-        let p = "distilled_guidance_layer";
+        let p = CHROMA_PREFIX;
         let in_proj = names.linear(&format!("{p}.in_proj"));
         let layers: Vec<(Linear, Linear, usize)> = (0..approximator.layers)
             .map(|l| {

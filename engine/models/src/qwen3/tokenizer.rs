@@ -176,7 +176,7 @@ impl Tokenizer {
     /// `<|im_start|>` (or `<|start_header_id|>`) is taken as already templated and is those ids alone. No prompt
     /// weighting: brackets and backslashes are text.
     pub fn longcat_prompt(&self, prompt: &str, image: bool) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>") {
+        if is_templated(prompt) {
             return self.longcat_body(prompt);
         }
         let prompt = if prompt.is_empty() { " " } else { prompt };
@@ -211,7 +211,7 @@ impl Tokenizer {
     /// text that starts with `<|im_start|>` is taken as already templated (ComfyUI's `QwenImageTokenizer`).
     fn qwen_image_templated(&self, text: &str, (before, after): (&str, &str)) -> Result<Vec<u32>> {
         let text = unescape_parentheses(text);
-        if text.starts_with("<|im_start|>") || text.starts_with("<|start_header_id|>") {
+        if is_templated(&text) {
             return self.encode(&text);
         }
         self.encode(&format!("{before}{text}{after}"))
@@ -222,15 +222,36 @@ impl Tokenizer {
 /// (`QwenImageTEModel.encode_token_weights`): at the later of the first two `<|im_start|>`, moved past a
 /// following `user` `\n` when the output is longer than that; the last position when there is none.
 pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
-    let starts: Vec<usize> =
-        ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).collect();
-    let Some(&end) = starts.last() else {
-        return ids.len().saturating_sub(1);
-    };
-    if ids.len() > end + 3 && ids[end + 1] == USER && ids[end + 2] == NEWLINE {
-        end + 3
+    match second_im_start(ids) {
+        // Without an `<|im_start|>` the user turn is not looked for at the first ids: templated prompts start with
+        // `<|im_start|>` or `<|start_header_id|>`, never with `user`.
+        None => ids.len().saturating_sub(1),
+        Some(end) => past_user_turn(ids, end as isize, ids.len()) as usize,
+    }
+}
+
+/// Whether ComfyUI's Qwen tokenizers take `prompt` as already templated: it starts with `<|im_start|>` or
+/// `<|start_header_id|>`.
+pub fn is_templated(prompt: &str) -> bool {
+    prompt.starts_with("<|im_start|>") || prompt.starts_with("<|start_header_id|>")
+}
+
+/// The later of the first two `<|im_start|>` of `ids`, where ComfyUI's Qwen text encoders' `template_end` lands.
+fn second_im_start(ids: &[u32]) -> Option<usize> {
+    ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).last()
+}
+
+/// `start` moved past a following `user` `\n` when the encoder's output (`output_len` tokens) is longer than
+/// that, as ComfyUI's `encode_token_weights` moves its `template_end` (which may be -1).
+fn past_user_turn(ids: &[u32], start: isize, output_len: usize) -> isize {
+    let id = |i: isize| usize::try_from(i).ok().and_then(|i| ids.get(i)).copied();
+    if output_len as isize > start + 3
+        && id(start + 1) == Some(USER)
+        && id(start + 2) == Some(NEWLINE)
+    {
+        start + 3
     } else {
-        end
+        start
     }
 }
 
@@ -241,19 +262,10 @@ pub fn qwen_image_conditioning_start(ids: &[u32]) -> usize {
 /// not there. The end cuts from the last `<|im_end|>` on, when the output (after the start's cut) is longer than
 /// that. `extra` is how many more tokens the output has than `ids` (an image's tokens beyond its one id).
 pub fn longcat_conditioning_window(ids: &[u32], extra: usize) -> (usize, usize) {
-    let starts: Vec<usize> =
-        ids.iter().enumerate().filter(|&(_, &id)| id == IM_START).map(|(i, _)| i).take(2).collect();
     let output_len = ids.len() + extra;
     // ComfyUI starts from -1 without an `<|im_start|>`.
-    let mut start = starts.last().map_or(-1, |&i| i as isize);
-    let id = |i: isize| usize::try_from(i).ok().and_then(|i| ids.get(i)).copied();
-    if output_len as isize > start + 3
-        && id(start + 1) == Some(USER)
-        && id(start + 2) == Some(NEWLINE)
-    {
-        start += 3;
-    }
-    let start = usize::try_from(start).unwrap_or(0);
+    let start = second_im_start(ids).map_or(-1, |i| i as isize);
+    let start = usize::try_from(past_user_turn(ids, start, output_len)).unwrap_or(0);
     let end = match ids.iter().rposition(|&id| id == IM_END) {
         Some(last) if output_len - start > ids.len() - last => ids.len() - last,
         _ => 0,

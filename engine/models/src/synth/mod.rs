@@ -765,7 +765,8 @@ impl ZImageTurboSet {
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
-            chroma: chroma_config(&flux),
+            // The guidance MLP as released: 5120 wide, 5 layers.
+            chroma: chroma_config(&flux, flux::Approximator { hidden: 5120, layers: 5 }),
             zimage: ZImageShape::real(),
             qwen3: Qwen3Shape::real(),
             vae: VaeShape::real(),
@@ -870,7 +871,7 @@ impl ZImageTurboSet {
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
-            chroma: chroma_config(&flux),
+            chroma: chroma_config(&flux, flux::Approximator { hidden: 32, layers: 2 }),
             zimage: ZImageShape::tiny(),
             qwen3: Qwen3Shape::tiny(),
             vae: VaeShape::tiny(),
@@ -1436,14 +1437,9 @@ fn longcat_config(flux: &flux::Config) -> flux::Config {
     }
 }
 
-/// Chroma's DiT at FLUX.1 dev's widths `flux`: its text, no pooled vector, guidance or modulation weights, the
-/// guidance MLP as released (5120 wide, 5 layers) at the real widths and 32 wide, 2 layers otherwise.
-fn chroma_config(flux: &flux::Config) -> flux::Config {
-    let approximator = if flux.dim >= 3072 {
-        flux::Approximator { hidden: 5120, layers: 5 }
-    } else {
-        flux::Approximator { hidden: 32, layers: 2 }
-    };
+/// Chroma's DiT at FLUX.1 dev's widths `flux` with the guidance MLP `approximator`: its text, no pooled vector,
+/// guidance or modulation weights.
+fn chroma_config(flux: &flux::Config, approximator: flux::Approximator) -> flux::Config {
     flux::Config {
         vec_dim: None,
         guidance: false,

@@ -15,21 +15,14 @@ use crate::common::{assert_close, cpu, fixture, read_tensors};
 
 const WEIGHTS: &str = "chroma/weights.safetensors";
 
-/// The tiny reference model's config.
+/// The tiny reference model's config: the FLUX.1 fixture's widths, no pooled vector or guidance embedding, the
+/// guidance MLP 48 wide and 2 layers deep.
 fn tiny() -> Config {
     Config {
-        generation: flux::Generation::One,
-        dim: 128,
-        heads: 1,
-        double_blocks: 2,
-        single_blocks: 2,
-        mlp_hidden: 512,
-        in_channels: 16,
-        text_dim: 32,
         vec_dim: None,
         guidance: false,
-        longcat: false,
         approximator: Some(Approximator { hidden: 48, layers: 2 }),
+        ..crate::flux::tiny()
     }
 }
 

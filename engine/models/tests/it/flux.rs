@@ -21,8 +21,8 @@ use crate::common::{TempTensors, assert_close, cpu, fixture, read_tensors};
 
 const WEIGHTS: &str = "flux/weights.safetensors";
 
-/// The tiny reference model's config.
-fn tiny() -> Config {
+/// The tiny reference model's config (the LongCat-Image and Chroma fixtures' too, at their text widths).
+pub(crate) fn tiny() -> Config {
     Config {
         generation: flux::Generation::One,
         dim: 128,

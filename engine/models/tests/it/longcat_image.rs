@@ -23,20 +23,7 @@ const IO: &str = "longcat_image/io.safetensors";
 
 /// The tiny LongCat-Image DiT: the FLUX.1 fixture's widths, no pooled vector, no guidance.
 fn tiny() -> Config {
-    Config {
-        generation: flux::Generation::One,
-        dim: 128,
-        heads: 1,
-        double_blocks: 2,
-        single_blocks: 2,
-        mlp_hidden: 512,
-        in_channels: 16,
-        text_dim: 3584,
-        vec_dim: None,
-        guidance: false,
-        longcat: true,
-        approximator: None,
-    }
+    Config { text_dim: 3584, vec_dim: None, guidance: false, longcat: true, ..crate::flux::tiny() }
 }
 
 /// The FLUX.1 fixture's weights without `guidance_in` and `vector_in`, with LongCat's `txt_in`.
