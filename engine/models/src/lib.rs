@@ -35,6 +35,7 @@ pub mod header;
 mod interpolate;
 pub mod latent;
 mod latent_tokens;
+pub mod llama3;
 pub mod lora;
 pub mod mistral3;
 pub mod music_features;

@@ -2,27 +2,18 @@
 //! (the uint8 tensor `tekken_model`), as ComfyUI's `bpe_tokenizer.from_tekken_json` rebuilds it, and the FLUX.2
 //! prompt as ComfyUI's `Flux2Tokenizer` lays it out (models-flux.md §5.2).
 //!
-//! The rebuild: a regular token's id is its rank plus `default_num_special_tokens`, ranks from
-//! `default_vocab_size − default_num_special_tokens` on are dropped; the special tokens keep their ranks as ids
-//! and are matched as whole strings before anything else; the merges are every split of a regular token into
-//! two regular tokens, ordered by the token's id, then by the ids of the two halves. The text between special
-//! tokens is pre-split with the Llama-3 regex (ComfyUI's, whatever pattern the JSON names) and each piece is
-//! byte-level BPE encoded.
+//! The rebuild is Llama 3's ([`crate::llama3::bpe_from_ranks`]) with an offset: a regular token's id is its rank
+//! plus `default_num_special_tokens`, ranks from `default_vocab_size − default_num_special_tokens` on are dropped;
+//! the special tokens keep their ranks as ids and are matched as whole strings before anything else; the merges
+//! are every split of a regular token into two regular tokens, ordered by the token's id, then by the ids of the
+//! two halves. The text between special tokens is pre-split with the Llama-3 regex (ComfyUI's, whatever pattern
+//! the JSON names) and each piece is byte-level BPE encoded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokenizers::models::bpe::{BPE, Vocab};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, SplitDelimiterBehavior};
-
 use crate::error::{Error, Result};
-
-/// The pre-split regex ComfyUI always uses for a tekken tokenizer (its `_LLAMA_PATTERN`, Llama 3's): digits in
-/// groups of up to three.
-const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use crate::llama3::{base64_decode, bpe_from_ranks};
 
 /// `<s>`: the start token ComfyUI puts before the prompt.
 pub const BOS: u32 = 1;
@@ -112,43 +103,7 @@ impl Tokenizer {
 
         // The byte-level vocabulary: the specials first, the regular tokens over them (as ComfyUI fills its
         // dict: a regular token spelled like a special one takes its place, and the special's id with it).
-        let chars = byte_chars();
-        let spell = |bytes: &[u8]| bytes.iter().map(|&b| chars[usize::from(b)]).collect::<String>();
-        let mut by_id: Vec<(&[u8], u32)> =
-            regular.iter().map(|(b, &i)| (b.as_slice(), i)).collect();
-        by_id.sort_by_key(|&(_, i)| i);
-        let mut vocab: Vocab = specials.iter().cloned().collect();
-        vocab.extend(by_id.iter().map(|&(bytes, i)| (spell(bytes), i)));
-        let mut merges = Vec::new();
-        for &(token, _) in &by_id {
-            let mut splits: Vec<(u32, u32, usize)> = (1..token.len())
-                .filter_map(|at| {
-                    let (left, right) = token.split_at(at);
-                    Some((*regular.get(left)?, *regular.get(right)?, at))
-                })
-                .collect();
-            splits.sort_unstable();
-            merges.extend(splits.into_iter().map(|(_, _, at)| {
-                let (left, right) = token.split_at(at);
-                (spell(left), spell(right))
-            }));
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab.clone(), merges)
-            .build()
-            .map_err(|e| bad(format!("building its BPE: {e}")))?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        let split = Split::new(
-            SplitPattern::Regex(LLAMA3_PATTERN.to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| bad(format!("the Llama-3 split regex: {e}")))?;
-        let bytes = ByteLevel::new(false, false, false);
-        inner.with_pre_tokenizer(Some(Sequence::new(vec![split.into(), bytes.into()])));
-        let added: Vec<AddedToken> =
-            specials.iter().map(|(text, _)| AddedToken::from(text.clone(), true)).collect();
-        inner.add_special_tokens(added).map_err(|e| bad(format!("its special tokens: {e}")))?;
+        let inner = bpe_from_ranks(&regular, &specials).map_err(bad)?;
         Ok(Tokenizer { inner: Arc::new(inner), vocab: usize::try_from(vocab_size).unwrap_or(0) })
     }
 
@@ -199,24 +154,6 @@ fn id(value: u64) -> Result<u32> {
         .map_err(|_| Error::Invalid(format!("the tekken tokenizer JSON: id {value} is too large")))
 }
 
-/// GPT-2's byte-level alphabet: the printable bytes stand for themselves, the others for 256 + their order.
-fn byte_chars() -> [char; 256] {
-    let printable =
-        |b: u8| matches!(b, b'!'..=b'~') || matches!(b, 0xA1..=0xAC) || matches!(b, 0xAE..=0xFF);
-    let mut chars = ['\0'; 256];
-    let mut next = 256u32;
-    for b in 0..=255u8 {
-        chars[usize::from(b)] = if printable(b) {
-            char::from(b)
-        } else {
-            let c = char::from_u32(next).unwrap_or('\0');
-            next += 1;
-            c
-        };
-    }
-    chars
-}
-
 /// Standard base64 with padding.
 pub(super) fn base64_encode(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -234,34 +171,9 @@ pub(super) fn base64_encode(bytes: &[u8]) -> String {
     out
 }
 
-/// Standard base64 (with or without padding); `None` for anything else.
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    };
-    let text = text.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for &c in text {
-        acc = (acc << 6) | u32::from(value(c)?);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    (bits < 6 && acc == 0).then_some(out)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{attended_keys, base64_decode, base64_encode, byte_chars};
+    use super::{attended_keys, base64_decode, base64_encode};
 
     #[test]
     fn base64_round_trips() {
@@ -273,15 +185,6 @@ mod tests {
             assert_eq!(base64_decode(&base64_encode(bytes)), Some(bytes.to_vec()));
         }
         assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
-    }
-
-    #[test]
-    fn byte_alphabet_is_gpt2s() {
-        let chars = byte_chars();
-        assert_eq!(chars[usize::from(b'a')], 'a');
-        assert_eq!(chars[usize::from(b' ')], 'Ġ');
-        assert_eq!(chars[usize::from(b'\n')], 'Ċ');
-        assert_eq!(chars[0xAD], 'Ń');
     }
 
     #[test]

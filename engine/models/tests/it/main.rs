@@ -17,6 +17,7 @@ mod flux2_vae;
 mod flux_tokens;
 mod flux_vae;
 mod infinite_talk;
+mod llama3;
 mod longcat_image;
 mod lotus;
 mod mistral3;
