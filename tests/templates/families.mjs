@@ -91,6 +91,12 @@ const kilnFiles = [
   { folder: 'loras', stem: /flux1[-_.]|flux\.1|removal_timestep_alpha/i, family: 'flux1-lora' },
   { folder: 'text_encoders', stem: /^clip_l\.safetensors$/, family: 'clip-l' },
   { folder: 'text_encoders', stem: /^t5xxl_(fp16|fp8_e4m3fn|fp8_e4m3fn_scaled)\.safetensors$/, family: 't5xxl' },
+  // HiDream-I1 (full, dev, fast) and E1 (O1 is another model), and its four text encoders (QuadrupleCLIPLoader):
+  // the long CLIP-L and CLIP-G, T5-XXL (FLUX.1's file) and Llama 3.1 8B Instruct.
+  { folder: 'diffusion_models', stem: /^hidream_(i1|e1)_/i, family: 'hidream' },
+  { folder: 'text_encoders', stem: /^clip_l_hidream\.safetensors$/, family: 'clip-l' },
+  { folder: 'text_encoders', stem: /^clip_g_hidream\.safetensors$/, family: 'clip-g' },
+  { folder: 'text_encoders', stem: /^llama_3\.1_8b_instruct[_.]/, family: 'llama3' },
   // CLIP vision towers (CLIPVisionLoader) and FLUX.1 Redux (StyleModelLoader).
   // ESRGAN upscale models (Real-ESRGAN ×4's RRDBNet; its ×2 and the ESRGAN+ variants are refused by name).
   { folder: 'upscale_models', stem: /^(RealESRGAN_x4plus(_anime_6B)?|4x[-_]?(UltraSharp|NMKD|foolhardy|Remacri)|ESRGAN_4x|BSRGAN)[_.]/i, family: 'esrgan-x4' },

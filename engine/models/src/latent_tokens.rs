@@ -2,7 +2,8 @@
 //! into `p × p` patches whose features are channel-major, `c·p² + py·p + px` (diffusers' packing, ComfyUI's
 //! `rearrange(x, "b c (h ph) (w pw) -> b (h w) (c ph pw)")`), unlike the backend's NextDiT order; and the
 //! reference latents an edit model appends after them (checked, batched, and placed side by side as ComfyUI's
-//! `offset` method places them).
+//! `offset` method places them); and `to_batch`, a tensor repeated to the batch as ComfyUI repeats a
+//! conditioning.
 
 use kiln_compute::backend::PadMode;
 use kiln_compute::{Backend, Tensor};
@@ -111,4 +112,14 @@ impl SideBySide {
         self.w = self.w.max(rw + w_offset);
         (h_offset, w_offset)
     }
+}
+
+/// `t` `[n, …]` as a batch of `batch` (ComfyUI's `repeat_to_batch_size`: repeated, or cut, to the size).
+pub(crate) fn to_batch<B: Backend>(b: &B, t: &Tensor<B>, batch: usize) -> Result<Tensor<B>> {
+    let n = t.dim(0)?;
+    if n == batch {
+        return Ok(t.clone());
+    }
+    let copies = vec![t; batch.div_ceil(n.max(1))];
+    Ok(b.slice(&b.concat(&copies, 0)?, 0, 0, batch)?)
 }

@@ -32,6 +32,7 @@ pub mod flux_vae;
 mod fp16;
 pub mod gaussian;
 pub mod header;
+pub mod hidream;
 mod interpolate;
 pub mod latent;
 mod latent_tokens;

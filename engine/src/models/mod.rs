@@ -527,6 +527,9 @@ pub struct CondExtras {
     /// Phantom's subject frames (`WanPhantomSubjectToVideo`'s `time_dim_concat`: each image's latent, one frame
     /// each, `[1, 16, K, h, w]`), VAE space, which a Wan model runs after the video's frames.
     pub time_dim_concat: Option<Tensor>,
+    /// HiDream's Llama states (`conditioning_llama3`: each decoder layer's output, `[1, L, N, D]`), which its
+    /// text encoder sets beside T5-XXL's states.
+    pub llama: Option<Tensor>,
     /// Where in the latent the prompt applies and how much it weighs there (the area and mask nodes).
     pub region: PromptRegion,
 }
@@ -588,6 +591,7 @@ impl CondExtras {
             + self.clip_vision_reference.as_ref().map_or(0, Tensor::byte_size)
             + self.dancer_music.as_ref().map_or(0, |m| m.features.byte_size())
             + self.time_dim_concat.as_ref().map_or(0, Tensor::byte_size)
+            + self.llama.as_ref().map_or(0, Tensor::byte_size)
             + self.region.byte_size()
             + self.animate_pose.as_ref().map_or(0, |p| {
                 [&p.latent, &p.clip_vision, &p.context]

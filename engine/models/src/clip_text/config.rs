@@ -26,6 +26,9 @@ pub(super) const POSITION_EMBEDDING: &str = "text_model.embeddings.position_embe
 pub(super) const FINAL_NORM_WEIGHT: &str = "text_model.final_layer_norm.weight";
 /// The final LayerNorm's bias.
 pub(super) const FINAL_NORM_BIAS: &str = "text_model.final_layer_norm.bias";
+/// The pooled vector's projection `[hidden, hidden]` (CLIPTextModelWithProjection's; ComfyUI's
+/// `return_projected_pooled`).
+pub(super) const TEXT_PROJECTION: &str = "text_projection.weight";
 
 /// The key ComfyUI recognises a CLIP text file by (`FluxClipModel.load_sd`): layer 1's first MLP weight.
 const MARKER: &str = "text_model.encoder.layers.1.mlp.fc1.weight";
@@ -145,6 +148,7 @@ impl Config {
         }
         all.push((FINAL_NORM_WEIGHT.to_owned(), vec![d]));
         all.push((FINAL_NORM_BIAS.to_owned(), vec![d]));
+        all.push((TEXT_PROJECTION.to_owned(), vec![d, d]));
         all
     }
 
@@ -182,7 +186,7 @@ pub(crate) fn layer_shapes(d: usize, f: usize) -> [Vec<usize>; 16] {
 /// derived from the tensor shapes, the variant (and so the activation) by ComfyUI's layer-count rule
 /// ([`Variant`]). A file with that key whose other tensors are missing, of an unsupported dtype or of shapes
 /// that disagree is [`crate::Error::Unsupported`] naming the tensor. `text_projection.weight`, when present, is
-/// not read (Flux uses the unprojected pooled vector).
+/// loaded for the projected pooled vector (HiDream's; Flux uses the unprojected one).
 pub fn detect(h: &Header) -> Result<Option<Config>> {
     // Once the file looks like one, what is wrong with it is said as such.
     detect_clip(h).map_err(|e| match e {
@@ -239,8 +243,8 @@ fn detect_clip(h: &Header) -> Result<Option<Config>> {
     Ok(Some(config))
 }
 
-/// What to load: both embeddings, every layer and the final LayerNorm, under the file's names without the
-/// prefix (`text_projection.weight` is not loaded).
+/// What to load: both embeddings, every layer, the final LayerNorm and `text_projection.weight` when the file
+/// has it, under the file's names without the prefix.
 pub fn load_plan(h: &Header, config: &Config) -> LoadPlan {
     let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
     let mut slots = vec![slot(TOKEN_EMBEDDING.to_owned()), slot(POSITION_EMBEDDING.to_owned())];
@@ -249,6 +253,9 @@ pub fn load_plan(h: &Header, config: &Config) -> LoadPlan {
     }
     slots.push(slot(FINAL_NORM_WEIGHT.to_owned()));
     slots.push(slot(FINAL_NORM_BIAS.to_owned()));
+    if h.shape(TEXT_PROJECTION) == Some(&[config.hidden, config.hidden][..]) {
+        slots.push(slot(TEXT_PROJECTION.to_owned()));
+    }
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }
 

@@ -10,7 +10,8 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use super::config::{
-    Activation, Config, FINAL_NORM_BIAS, FINAL_NORM_WEIGHT, POSITION_EMBEDDING, TOKEN_EMBEDDING,
+    Activation, Config, FINAL_NORM_BIAS, FINAL_NORM_WEIGHT, POSITION_EMBEDDING, TEXT_PROJECTION,
+    TOKEN_EMBEDDING,
 };
 use crate::error::{Error, Result};
 use crate::named::embed_f32;
@@ -93,6 +94,22 @@ impl ClipText {
         let at = ids.iter().position(|&id| id == cfg.eos).unwrap_or(n - 1);
         let pooled = b.slice(&last, 1, at, 1)?.reshape(&[1, cfg.hidden])?;
         Ok(ClipOutput { last, pooled, hidden })
+    }
+
+    /// `pooled` `[.., hidden]` through `text_projection` (ComfyUI's projected pooled output, f32); an error for a
+    /// file without the projection.
+    pub fn project_pooled<B: Backend>(&self, b: &B, pooled: &Tensor<B>) -> Result<Tensor<B>> {
+        if self.weights.info(TEXT_PROJECTION).is_none() {
+            return Err(Error::Invalid(format!(
+                "this {} file has no `{TEXT_PROJECTION}` [{h}, {h}], which the projected pooled vector needs \
+                 (HiDream's CLIP-L and CLIP-G)",
+                self.config.variant.name(),
+                h = self.config.hidden
+            )));
+        }
+        let layer = self.weights.fetch(b, &[TEXT_PROJECTION])?;
+        let pooled = b.cast(pooled, DType::F32)?;
+        Ok(b.linear(&pooled, &layer.weight(0), None)?)
     }
 
     /// `x` `[.., hidden]` through the final LayerNorm (for ComfyUI's `layer_norm_hidden_state=True`, SD1's

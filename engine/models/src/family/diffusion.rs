@@ -6,6 +6,7 @@ use kiln_compute::{Backend, DType, Tensor};
 use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
+use crate::hidream::{self, HiDream, HiDreamInput};
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
@@ -46,11 +47,14 @@ pub enum DiffusionFamily {
     /// Lotus depth (ComfyUI's `LotusD`): SD 2's UNet predicting a depth latent from an image latent, in SD's
     /// latent space, with discrete-time sampling.
     Lotus,
+    /// HiDream-I1 and E1: a DiT with mixture-of-experts feed-forwards on T5-XXL's states, one Llama 3.1 state
+    /// per block and CLIP-L's and CLIP-G's pooled vectors, in the Flux VAE's latent space.
+    HiDream,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 9] = [
+    pub const ALL: [DiffusionFamily; 10] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
@@ -60,6 +64,7 @@ impl DiffusionFamily {
         DiffusionFamily::Wan21,
         DiffusionFamily::Wan22,
         DiffusionFamily::Lotus,
+        DiffusionFamily::HiDream,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -74,6 +79,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 => wan::family::WAN21_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
             DiffusionFamily::Lotus => unet::family::NAME,
+            DiffusionFamily::HiDream => hidream::family::NAME,
         }
     }
 
@@ -89,6 +95,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 => wan::family::WAN21_LATENT,
             DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
             DiffusionFamily::Lotus => unet::family::LATENT,
+            DiffusionFamily::HiDream => hidream::family::LATENT,
         }
     }
 
@@ -111,6 +118,9 @@ impl DiffusionFamily {
                 FlowSampling::new(wan::family::SHIFT, wan::family::MULTIPLIER).into()
             }
             DiffusionFamily::Lotus => DiscreteSampling::new(Prediction::ImageToImage).into(),
+            DiffusionFamily::HiDream => {
+                FlowSampling::new(hidream::family::SHIFT, hidream::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -130,7 +140,8 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
                 &[wan::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
             }
-            DiffusionFamily::Lotus => &[],
+            // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None).
+            DiffusionFamily::Lotus | DiffusionFamily::HiDream => &[],
         }
     }
 
@@ -146,7 +157,8 @@ impl DiffusionFamily {
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
             | DiffusionFamily::Wan22
-            | DiffusionFamily::Lotus => "",
+            | DiffusionFamily::Lotus
+            | DiffusionFamily::HiDream => "",
         }
     }
 
@@ -164,6 +176,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 => (VaeFamily::Wan21, wan::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Wan22 => (VaeFamily::Wan22, wan::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Lotus => (VaeFamily::Flux, unet::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -179,6 +192,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_NAME,
+            DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
         }
     }
 
@@ -194,6 +208,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_LORA_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_LORA_NAME,
+            DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
         }
     }
 
@@ -219,6 +234,7 @@ impl DiffusionFamily {
                 .filter(|(config, _)| wan_family(config) == self)
                 .map(|(config, layout)| DiffusionDetected::Wan(config, layout)),
             DiffusionFamily::Lotus => unet::detect(h)?.map(DiffusionDetected::Unet),
+            DiffusionFamily::HiDream => hidream::detect(h)?.map(DiffusionDetected::HiDream),
         })
     }
 }
@@ -249,6 +265,8 @@ pub enum DiffusionDetected {
     Wan(wan::Config, wan::Layout),
     /// Lotus depth's UNet.
     Unet(unet::Config),
+    /// HiDream-I1 or E1.
+    HiDream(hidream::Config),
 }
 
 /// The family of a Wan DiT: ComfyUI's `WAN22_T2V` entry for TI2V 5B, its `WAN21` ones for the others.
@@ -273,6 +291,7 @@ impl DiffusionDetected {
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
             DiffusionDetected::Wan(config, _) => wan_family(config),
             DiffusionDetected::Unet(_) => DiffusionFamily::Lotus,
+            DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
         }
     }
 
@@ -306,7 +325,9 @@ impl DiffusionDetected {
             DiffusionDetected::Flux(config, _) if config.is_fill() => NO_F16,
             DiffusionDetected::Flux(..) | DiffusionDetected::Flux2(..) => BF16_FIRST,
             DiffusionDetected::ZImage(config, _) if config.allow_fp16 => BF16_FIRST,
-            DiffusionDetected::ZImage(..) | DiffusionDetected::QwenImage(..) => NO_F16,
+            DiffusionDetected::ZImage(..)
+            | DiffusionDetected::QwenImage(..)
+            | DiffusionDetected::HiDream(_) => NO_F16,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
@@ -339,6 +360,7 @@ impl DiffusionDetected {
             DiffusionDetected::QwenImage(config, _) => qwen_image::load_plan(h, config),
             DiffusionDetected::Wan(config, layout) => wan::load_plan(h, config, *layout),
             DiffusionDetected::Unet(config) => unet::load_plan(h, config),
+            DiffusionDetected::HiDream(config) => hidream::load_plan(h, config),
         }
     }
 
@@ -359,6 +381,9 @@ impl DiffusionDetected {
             }
             DiffusionDetected::Wan(config, _) => DiffusionNet::Wan(Wan::new(config, weights)),
             DiffusionDetected::Unet(config) => DiffusionNet::Unet(Unet::new(config, weights)),
+            DiffusionDetected::HiDream(config) => {
+                DiffusionNet::HiDream(HiDream::new(config, weights))
+            }
         }
     }
 }
@@ -441,6 +466,12 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// h, w]`): a Wan model runs them after the video's frames (see [`wan::phantom`]); other families refuse
     /// them.
     pub time_concat: Option<&'a Tensor<B>>,
+    /// HiDream's Llama states `[B, L, N, D]` (the conditioning's `conditioning_llama3`: one per decoder layer on
+    /// dim 1); HiDream needs them, other families ignore them.
+    pub llama: Option<&'a Tensor<B>>,
+    /// An image latent in model space joined to the latents along the width (HiDream E1's `image_cond`, from
+    /// `InstructPixToPixConditioning`), `[1 or B, C, h, w']`; other families take theirs as channels.
+    pub width_concat: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -475,6 +506,8 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             animate: None,
             dancer: None,
             time_concat: None,
+            llama: None,
+            width_concat: None,
         }
     }
 }
@@ -543,6 +576,8 @@ pub enum DiffusionNet {
     Wan(Wan),
     /// Lotus depth's UNet.
     Unet(Unet),
+    /// HiDream-I1 or E1.
+    HiDream(HiDream),
 }
 
 impl DiffusionNet {
@@ -555,6 +590,7 @@ impl DiffusionNet {
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
             DiffusionNet::Wan(net) => wan_family(&net.config),
             DiffusionNet::Unet(_) => DiffusionFamily::Lotus,
+            DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
         }
     }
 
@@ -566,6 +602,7 @@ impl DiffusionNet {
             DiffusionNet::QwenImage(net) => &net.weights,
             DiffusionNet::Wan(net) => &net.weights,
             DiffusionNet::Unet(net) => &net.weights,
+            DiffusionNet::HiDream(net) => &net.weights,
         }
     }
 
@@ -587,6 +624,7 @@ impl DiffusionNet {
             DiffusionNet::Unet(_) => Err(crate::Error::Invalid(
                 "Kiln applies no LoRA to Lotus depth's UNet yet".to_owned(),
             )),
+            DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
         }
     }
 
@@ -600,7 +638,8 @@ impl DiffusionNet {
             DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
-            | DiffusionNet::Unet(_) => 0,
+            | DiffusionNet::Unet(_)
+            | DiffusionNet::HiDream(_) => 0,
         }
     }
 
@@ -613,7 +652,8 @@ impl DiffusionNet {
             | DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
-            | DiffusionNet::Unet(_) => None,
+            | DiffusionNet::Unet(_)
+            | DiffusionNet::HiDream(_) => None,
         }
     }
 
@@ -626,7 +666,8 @@ impl DiffusionNet {
             | DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
-            | DiffusionNet::Unet(_) => None,
+            | DiffusionNet::Unet(_)
+            | DiffusionNet::HiDream(_) => None,
         }
     }
 
@@ -805,6 +846,27 @@ impl DiffusionNet {
                     Some(_) => Ok(b.slice(&out, 2, 0, input.x.dim(2)?)?),
                     None => Ok(out),
                 }
+            }
+            DiffusionNet::HiDream(net) => {
+                refuse_controls(DiffusionFamily::HiDream, input.controls, input.patches)?;
+                let llama = input.llama.ok_or_else(|| {
+                    crate::Error::Invalid(
+                        "HiDream conditions on Llama 3.1's states beside T5-XXL's: encode the prompt with \
+                         HiDream's four text encoders (QuadrupleCLIPLoader: CLIP-L, CLIP-G, T5-XXL, Llama 3.1 8B)"
+                            .to_owned(),
+                    )
+                })?;
+                net.forward(
+                    b,
+                    &HiDreamInput {
+                        x: input.x,
+                        timesteps: input.timesteps,
+                        context: input.context,
+                        llama,
+                        pooled: input.pooled,
+                        image_cond: input.width_concat,
+                    },
+                )
             }
             DiffusionNet::Unet(net) => {
                 refuse_controls(DiffusionFamily::Lotus, input.controls, input.patches)?;

@@ -16,6 +16,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::clip_text::{self, ClipText};
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::llama3;
 use crate::lora::LoraPatches;
 use crate::mistral3;
 use crate::prompt_weights::{self, Weighted};
@@ -50,11 +51,17 @@ pub enum TextEncoderFamily {
     /// rows after the first EOS zeroed, at least 512 tokens, prompt weights applied, tokenised by the
     /// SentencePiece model its file carries; no pooled vector.
     Umt5Xxl,
+    /// Llama 3.1 8B Instruct, the fourth of HiDream's encoders; it conditions nothing on its own.
+    Llama3,
+    /// HiDream's four (`QuadrupleCLIPLoader`): T5-XXL's states of its first 128 tokens as the conditioning,
+    /// every layer's output of Llama 3.1 beside them, CLIP-L's and CLIP-G's projected pooled vectors joined. Made
+    /// by [`TextEncoderNet::combine`], never detected in one file.
+    HiDream,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 6] = [
+    pub const ALL: [TextEncoderFamily; 7] = [
         TextEncoderFamily::Qwen3,
         TextEncoderFamily::Qwen25Vl,
         TextEncoderFamily::ClipL,
@@ -62,6 +69,8 @@ impl TextEncoderFamily {
         TextEncoderFamily::Umt5Xxl,
         TextEncoderFamily::T5Xxl,
         TextEncoderFamily::Mistral3,
+        // After Mistral, which claims the Llama-shaped files that are its own.
+        TextEncoderFamily::Llama3,
     ];
 
     /// The family's name in messages (`Qwen3`).
@@ -75,6 +84,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::NAME,
             TextEncoderFamily::Umt5Xxl => t5::family::UMT5_NAME,
+            TextEncoderFamily::Llama3 => llama3::NAME,
+            TextEncoderFamily::HiDream => "HiDream's CLIP-L + CLIP-G + T5-XXL + Llama 3.1",
         }
     }
 
@@ -91,6 +102,9 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_SYNTH_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::SYNTH_NAME,
             TextEncoderFamily::Umt5Xxl => t5::family::UMT5_SYNTH_NAME,
+            TextEncoderFamily::Llama3 => llama3::SYNTH_NAME,
+            // Written as its four files.
+            TextEncoderFamily::HiDream => "hidream-text-encoders",
         }
     }
 
@@ -123,7 +137,9 @@ impl TextEncoderFamily {
             | TextEncoderFamily::T5Xxl
             | TextEncoderFamily::Flux
             | TextEncoderFamily::Mistral3
-            | TextEncoderFamily::Umt5Xxl => {
+            | TextEncoderFamily::Umt5Xxl
+            | TextEncoderFamily::Llama3
+            | TextEncoderFamily::HiDream => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -149,7 +165,10 @@ impl TextEncoderFamily {
             TextEncoderFamily::T5Xxl => t5::detect(h)?.map(TextEncoderDetected::T5),
             TextEncoderFamily::Mistral3 => mistral3::detect(h)?.map(TextEncoderDetected::Mistral3),
             TextEncoderFamily::Umt5Xxl => t5::Umt5File::detect(h)?.map(TextEncoderDetected::Umt5),
-            TextEncoderFamily::Flux | TextEncoderFamily::Flux2Klein => None,
+            TextEncoderFamily::Llama3 => llama3::detect(h)?.map(TextEncoderDetected::Llama3),
+            TextEncoderFamily::Flux
+            | TextEncoderFamily::Flux2Klein
+            | TextEncoderFamily::HiDream => None,
         })
     }
 }
@@ -175,6 +194,8 @@ pub enum TextEncoderDetected {
     Mistral3(mistral3::Detected),
     /// umT5-XXL, Wan's encoder, and where its tokenizer is.
     Umt5(t5::Umt5File),
+    /// Llama 3.x (HiDream's Llama 3.1 8B Instruct).
+    Llama3(qwen3::Config),
 }
 
 impl TextEncoderDetected {
@@ -196,6 +217,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
             TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
+            TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
         }
     }
 
@@ -226,6 +248,7 @@ impl TextEncoderDetected {
             }
             TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
             TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
+            TextEncoderDetected::Llama3(config) => llama3::load_plan(h, config),
         }
     }
 
@@ -295,6 +318,13 @@ impl TextEncoderDetected {
                      `chroma`",
                     self.name()
                 )));
+            }
+            TextEncoderDetected::Llama3(_) => {
+                return Err(Error::Invalid(
+                    "Llama 3.1 conditions no model Kiln runs on its own; HiDream takes it with CLIP-L, CLIP-G \
+                     and T5-XXL (QuadrupleCLIPLoader)"
+                        .to_owned(),
+                ));
             }
             TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
                 model: Qwen3::new(config, weights),
@@ -407,6 +437,21 @@ pub enum PromptTokens {
     /// One encoder's weighted sections, as ComfyUI's `SDTokenizer` lays them out (umT5's: one section padded to
     /// 512).
     Weighted(Vec<Vec<Weighted>>),
+    /// HiDream's four encoders' weighted sections, as ComfyUI's `HiDreamTokenizer` makes them.
+    HiDream(Box<HiDreamTokens>),
+}
+
+/// HiDream's tokens: each encoder's weighted sections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HiDreamTokens {
+    /// CLIP-L's sections of its position count (77, or a long CLIP's 248), EOS-padded.
+    pub clip_l: Vec<Vec<Weighted>>,
+    /// CLIP-G's, padded with 0.
+    pub clip_g: Vec<Vec<Weighted>>,
+    /// T5-XXL's first section of 128 tokens.
+    pub t5: Vec<Weighted>,
+    /// Llama's one section, BOS first, padded with `<|eot_id|>` to 128.
+    pub llama: Vec<Weighted>,
 }
 
 /// What an encoder gives for a prompt: the conditioning `[1, N, D]` and, for families that have one, the
@@ -416,6 +461,9 @@ pub struct Encoded<B: Backend> {
     pub cond: Tensor<B>,
     /// The pooled vector (FLUX.1: CLIP-L's).
     pub pooled: Option<Tensor<B>>,
+    /// HiDream's Llama states `[1, L, M, D]` (ComfyUI's `conditioning_llama3`: each layer's output, the last
+    /// through the final norm); `None` for the other families.
+    pub llama: Option<Tensor<B>>,
 }
 
 /// A loaded text encoder with its tokenizer.
@@ -478,6 +526,26 @@ pub enum TextEncoderNet {
         /// Its tokenizer.
         tokenizer: t5::SentencePiece,
     },
+    /// HiDream's four encoders with their tokenizers.
+    HiDream(Box<HiDreamEncoders>),
+}
+
+/// HiDream's four encoders (`QuadrupleCLIPLoader`) and their tokenizers.
+pub struct HiDreamEncoders {
+    /// CLIP-L (HiDream's long CLIP-L: 248 positions), for its projected pooled vector.
+    pub clip_l: ClipText,
+    /// CLIP-G, for its projected pooled vector.
+    pub clip_g: ClipText,
+    /// T5-XXL.
+    pub t5: T5,
+    /// Llama 3.1 8B Instruct (the Qwen3 decoder code).
+    pub llama: Qwen3,
+    /// CLIP's tokenizer (both towers').
+    pub clip_tokenizer: clip_text::Tokenizer,
+    /// T5's tokenizer.
+    pub t5_tokenizer: t5::Tokenizer,
+    /// Llama 3's tokenizer.
+    pub llama_tokenizer: llama3::Tokenizer,
 }
 
 impl TextEncoderNet {
@@ -491,6 +559,7 @@ impl TextEncoderNet {
             TextEncoderNet::Mistral3 { .. } => TextEncoderFamily::Mistral3,
             TextEncoderNet::Umt5 { .. } => TextEncoderFamily::Umt5Xxl,
             TextEncoderNet::T5Xxl { .. } => TextEncoderFamily::T5Xxl,
+            TextEncoderNet::HiDream(_) => TextEncoderFamily::HiDream,
         }
     }
 
@@ -506,6 +575,7 @@ impl TextEncoderNet {
             TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
                 &model.weights
             }
+            TextEncoderNet::HiDream(e) => &e.llama.weights,
         }
     }
 
@@ -513,29 +583,47 @@ impl TextEncoderNet {
     pub fn models(&self) -> Vec<&Model> {
         match self {
             TextEncoderNet::Flux { clip_l, t5, .. } => vec![&t5.weights, &clip_l.weights],
+            TextEncoderNet::HiDream(e) => {
+                vec![&e.llama.weights, &e.t5.weights, &e.clip_g.weights, &e.clip_l.weights]
+            }
             _ => vec![self.weights()],
         }
     }
 
-    /// Whether `parts` (detected, not yet loaded) make an encoder ComfyUI's `DualCLIPLoader` combines by `kind`
-    /// (its `type`): `flux` takes one CLIP-L and one T5-XXL, in either order. An error says what they are.
+    /// Whether `parts` (detected, not yet loaded) make an encoder ComfyUI's `DualCLIPLoader` or
+    /// `QuadrupleCLIPLoader` combines by `kind` (its `type`): `flux` takes one CLIP-L and one T5-XXL, `hidream`
+    /// one CLIP-L, one CLIP-G, one T5-XXL and one Llama 3.1, in any order. An error says what they are.
     pub fn check_combination(parts: &[&TextEncoderDetected], kind: &str) -> Result<()> {
         let found: Vec<&str> = parts.iter().map(|d| d.name()).collect();
         let found = found.join(" + ");
-        let flux_pair = matches!(
-            parts,
-            [TextEncoderDetected::ClipL(c), TextEncoderDetected::T5(_)]
-                | [TextEncoderDetected::T5(_), TextEncoderDetected::ClipL(c)]
-                if c.variant == clip_text::Variant::L
-        );
-        match (kind, flux_pair) {
-            ("flux", true) => Ok(()),
-            ("flux", false) => Err(Error::Invalid(format!(
+        fn count(
+            parts: &[&TextEncoderDetected],
+            want: impl Fn(&TextEncoderDetected) -> bool,
+        ) -> usize {
+            parts.iter().filter(|d| want(d)).count()
+        }
+        let clip = |variant: clip_text::Variant| move |d: &TextEncoderDetected| matches!(d, TextEncoderDetected::ClipL(c) if c.variant == variant);
+        let clip_l = count(parts, clip(clip_text::Variant::L));
+        let clip_g = count(parts, clip(clip_text::Variant::G));
+        let t5 = count(parts, |d| matches!(d, TextEncoderDetected::T5(_)));
+        let llama = count(parts, |d| matches!(d, TextEncoderDetected::Llama3(_)));
+        match kind {
+            "flux" if parts.len() == 2 && clip_l == 1 && t5 == 1 => Ok(()),
+            "flux" => Err(Error::Invalid(format!(
                 "type `flux` takes a CLIP-L and a T5-XXL text encoder; these files are {found}"
+            ))),
+            "hidream"
+                if parts.len() == 4 && clip_l == 1 && clip_g == 1 && t5 == 1 && llama == 1 =>
+            {
+                Ok(())
+            }
+            "hidream" => Err(Error::Invalid(format!(
+                "type `hidream` (QuadrupleCLIPLoader) takes HiDream's four text encoders, one each of CLIP-L, \
+                 CLIP-G, T5-XXL and Llama 3.1 8B; these files are {found}"
             ))),
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
-                 CLIP-L + T5-XXL)"
+                 CLIP-L + T5-XXL) and HiDream's (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
             ))),
         }
     }
@@ -544,11 +632,15 @@ impl TextEncoderNet {
     pub fn combine(parts: Vec<(TextEncoderDetected, Model)>, kind: &str) -> Result<TextEncoderNet> {
         let detected: Vec<&TextEncoderDetected> = parts.iter().map(|(d, _)| d).collect();
         TextEncoderNet::check_combination(&detected, kind)?;
-        let (mut clip_l, mut t5) = (None, None);
+        let (mut clip_l, mut clip_g, mut t5, mut llama) = (None, None, None, None);
         for (detected, weights) in parts {
             match detected {
+                TextEncoderDetected::ClipL(config) if config.variant == clip_text::Variant::G => {
+                    clip_g = Some(ClipText::new(config, weights))
+                }
                 TextEncoderDetected::ClipL(config) => clip_l = Some(ClipText::new(config, weights)),
                 TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
+                TextEncoderDetected::Llama3(config) => llama = Some(Qwen3::new(config, weights)),
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Qwen25Vl(..)
                 | TextEncoderDetected::Flux2Klein(_)
@@ -557,11 +649,21 @@ impl TextEncoderNet {
                 | TextEncoderDetected::Umt5(_) => {}
             }
         }
-        let (Some(clip_l), Some(t5)) = (clip_l, t5) else {
-            return Err(Error::Invalid(
-                "type `flux` takes a CLIP-L and a T5-XXL text encoder".to_owned(),
-            ));
-        };
+        let missing =
+            || Error::Invalid(format!("type `{kind}` is missing one of its text encoders"));
+        let clip_l = clip_l.ok_or_else(missing)?;
+        let t5 = t5.ok_or_else(missing)?;
+        if kind == "hidream" {
+            return Ok(TextEncoderNet::HiDream(Box::new(HiDreamEncoders {
+                clip_l,
+                clip_g: clip_g.ok_or_else(missing)?,
+                t5,
+                llama: llama.ok_or_else(missing)?,
+                clip_tokenizer: clip_text::Tokenizer::bundled()?,
+                t5_tokenizer: t5::Tokenizer::bundled()?,
+                llama_tokenizer: llama3::Tokenizer::bundled()?,
+            })));
+        }
         Ok(TextEncoderNet::Flux {
             clip_l,
             t5,
@@ -585,6 +687,9 @@ impl TextEncoderNet {
                 })?,
             )),
             TextEncoderNet::Flux { .. } => self.tokenize_flux_with(prompt, prompt, options),
+            TextEncoderNet::HiDream(e) => Ok(PromptTokens::HiDream(Box::new(
+                e.tokenize([prompt, prompt, prompt, prompt], options)?,
+            ))),
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
@@ -644,6 +749,21 @@ impl TextEncoderNet {
         })
     }
 
+    /// `CLIPTextEncodeHiDream`'s tokens: each of HiDream's four encoders its own prompt; an error for an encoder
+    /// of another family.
+    pub fn tokenize_hidream(&self, prompts: [&str; 4], options: T5Options) -> Result<PromptTokens> {
+        match self {
+            TextEncoderNet::HiDream(e) => {
+                Ok(PromptTokens::HiDream(Box::new(e.tokenize(prompts, options)?)))
+            }
+            _ => Err(Error::Invalid(format!(
+                "CLIPTextEncodeHiDream needs HiDream's four text encoders (QuadrupleCLIPLoader: CLIP-L, CLIP-G, \
+                 T5-XXL, Llama 3.1 8B), not {}",
+                self.family().name()
+            ))),
+        }
+    }
+
     /// The token ids of a Qwen-Image Edit node's prompt, as ComfyUI's Qwen-Image tokenizer (or, for
     /// LongCat-Image's encoder, its LongCat-Image tokenizer) makes them for `edit`; an error for an encoder of
     /// another family.
@@ -678,7 +798,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::Mistral3 { .. }
                 | TextEncoderNet::Flux { .. }
                 | TextEncoderNet::T5Xxl { .. }
-                | TextEncoderNet::Umt5 { .. },
+                | TextEncoderNet::Umt5 { .. }
+                | TextEncoderNet::HiDream(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -730,7 +851,9 @@ impl TextEncoderNet {
                 "TextGenerate needs a language model (Qwen3); FLUX.1's CLIP-L + T5-XXL generate no text"
                     .to_owned(),
             )),
-            TextEncoderNet::Umt5 { .. } | TextEncoderNet::T5Xxl { .. } => {
+            TextEncoderNet::Umt5 { .. }
+            | TextEncoderNet::T5Xxl { .. }
+            | TextEncoderNet::HiDream(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -748,7 +871,8 @@ impl TextEncoderNet {
             TextEncoderNet::Flux { .. }
             | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::T5Xxl { .. }
-            | TextEncoderNet::Umt5 { .. } => Err(Error::Invalid(format!(
+            | TextEncoderNet::Umt5 { .. }
+            | TextEncoderNet::HiDream(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -783,7 +907,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::Flux { .. }
             | TextEncoderNet::T5Xxl { .. }
-            | TextEncoderNet::Umt5 { .. } => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Umt5 { .. }
+            | TextEncoderNet::HiDream(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -812,7 +937,7 @@ impl TextEncoderNet {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
-                Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None })
+                Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None, llama: None })
             }
             (TextEncoderNet::Flux2Klein { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -824,7 +949,7 @@ impl TextEncoderNet {
                     qwen3::attended_keys(ids),
                     &qwen3::KLEIN_TAPS,
                 )?;
-                Ok(Encoded { cond, pooled: None })
+                Ok(Encoded { cond, pooled: None, llama: None })
             }
             (TextEncoderNet::Mistral3 { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -832,7 +957,7 @@ impl TextEncoderNet {
                 }
                 let attended = mistral3::attended_keys(ids);
                 let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
-                Ok(Encoded { cond, pooled: None })
+                Ok(Encoded { cond, pooled: None, llama: None })
             }
             (TextEncoderNet::Qwen25Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {
                 let cond = match role {
@@ -843,7 +968,7 @@ impl TextEncoderNet {
                         longcat_image_states(b, model, vision.as_ref(), ids, images)?
                     }
                 };
-                Ok(Encoded { cond, pooled: None })
+                Ok(Encoded { cond, pooled: None, llama: None })
             }
             (TextEncoderNet::T5Xxl { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -852,7 +977,7 @@ impl TextEncoderNet {
                 // ComfyUI's PixArt encoder weighs against an empty prompt of pads alone (no end token).
                 let empty = prompt_weights::Layout { end: None, ..t5::CHROMA_PROMPT_LAYOUT };
                 let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
-                Ok(Encoded { cond, pooled: None })
+                Ok(Encoded { cond, pooled: None, llama: None })
             }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -861,7 +986,19 @@ impl TextEncoderNet {
                 let cond = weighted_states(b, sections, &t5::UMT5_PROMPT_LAYOUT, |ids| {
                     model.masked_hidden_state(b, ids, &t5::attention_mask(ids))
                 })?;
-                Ok(Encoded { cond, pooled: None })
+                Ok(Encoded { cond, pooled: None, llama: None })
+            }
+            (TextEncoderNet::HiDream(e), PromptTokens::HiDream(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::HiDream(_), _) | (_, PromptTokens::HiDream(_)) => {
+                Err(Error::Invalid(format!(
+                    "HiDream's four encoders take HiDream's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::Flux { .. }, PromptTokens::Ids(_)) => Err(Error::Invalid(
                 "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
@@ -961,7 +1098,7 @@ fn encode_flux<B: Backend>(
     let pooled = b.cast(&clip_l.encode(b, &ids, None)?.pooled, kiln_compute::DType::F32)?;
     let cond =
         weighted_states(b, t5_sections, &t5::FLUX_PROMPT_LAYOUT, |ids| t5.hidden_state(b, ids))?;
-    Ok(Encoded { cond, pooled: Some(pooled) })
+    Ok(Encoded { cond, pooled: Some(pooled), llama: None })
 }
 
 /// `sections` encoded by `encode` and joined along the tokens, f32, each weighted token moved from an empty
@@ -1001,4 +1138,98 @@ fn weighted_states<B: Backend>(
     }
     let tokens = joined.len() / width.max(1);
     Ok(b.from_f32(&[1, tokens, width], &joined, kiln_compute::DType::F32)?)
+}
+
+impl HiDreamEncoders {
+    /// ComfyUI's `HiDreamTokenizer` tokens for the four prompts (CLIP-L's, CLIP-G's, T5-XXL's, Llama's; one prompt
+    /// for all four with `CLIPTextEncode`), `options` setting the T5 tokens' padding (`T5TokenizerOptions`).
+    pub fn tokenize(
+        &self,
+        [l, g, t, llama]: [&str; 4],
+        options: T5Options,
+    ) -> Result<HiDreamTokens> {
+        // A long CLIP's sections are as long as its position table (ComfyUI's `model_options_long_clip`).
+        let clip_layout = |clip: &ClipText, pad: u32| prompt_weights::Layout {
+            max_length: clip.config.positions,
+            pad,
+            ..clip_text::PROMPT_LAYOUT
+        };
+        let clip_words = |w: &str| self.clip_tokenizer.word_ids(w);
+        let clip_l =
+            prompt_weights::tokenize(l, &clip_layout(&self.clip_l, clip_text::EOS), clip_words)?;
+        // CLIP-G pads with 0 (`SDXLClipGTokenizer`: `pad_with_end=False`).
+        let clip_g = prompt_weights::tokenize(g, &clip_layout(&self.clip_g, 0), clip_words)?;
+        // ComfyUI keeps T5-XXL's first section alone.
+        let t5_layout = options.apply(&t5::HIDREAM_PROMPT_LAYOUT);
+        let mut t5 = prompt_weights::tokenize(t, &t5_layout, |w| self.t5_tokenizer.word_ids(w))?;
+        let llama = self.llama_tokenizer.hidream_prompt(llama)?;
+        let [llama] = <[Vec<Weighted>; 1]>::try_from(llama).map_err(|sections| {
+            Error::Invalid(format!(
+                "HiDream's Llama prompt laid out in {} sections, not one",
+                sections.len()
+            ))
+        })?;
+        Ok(HiDreamTokens { clip_l, clip_g, t5: t5.swap_remove(0), llama })
+    }
+
+    /// ComfyUI's `HiDreamTEModel.encode_token_weights`: T5-XXL's states (its first section under the padding
+    /// mask, weighted), the Llama states (every layer's output, weighted as ComfyUI weighs them: see
+    /// [`llama_states`]), and CLIP-L's and CLIP-G's projected pooled vectors of their first sections joined.
+    fn encode<B: Backend>(&self, b: &B, tokens: &HiDreamTokens) -> Result<Encoded<B>> {
+        let pooled_of = |clip: &ClipText, sections: &[Vec<Weighted>]| -> Result<Tensor<B>> {
+            let first =
+                sections.first().ok_or_else(|| Error::Invalid("no CLIP tokens".to_owned()))?;
+            let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
+            clip.project_pooled(b, &clip.encode(b, &ids, None)?.pooled)
+        };
+        let l = pooled_of(&self.clip_l, &tokens.clip_l)?;
+        let g = pooled_of(&self.clip_g, &tokens.clip_g)?;
+        let pooled = b.concat(&[&l, &g], 1)?;
+        let cond = weighted_states(
+            b,
+            std::slice::from_ref(&tokens.t5),
+            &t5::HIDREAM_PROMPT_LAYOUT,
+            |ids| self.t5.key_masked_hidden_state(b, ids, &t5::attention_mask(ids)),
+        )?;
+        let llama = llama_states(b, &self.llama, &tokens.llama)?;
+        Ok(Encoded { cond, pooled: Some(pooled), llama: Some(llama) })
+    }
+}
+
+/// The Llama states ComfyUI conditions HiDream on (`LLAMAModel` with `layer="all"`, the embeddings dropped):
+/// for each decoder layer its output over `tokens` under the padding mask from the first `<|eot_id|>` (the last
+/// layer's through the final norm), `[1, layers, N, D]` f32.
+///
+/// Prompt weights are applied as ComfyUI's `encode_token_weights` applies them to this 4-D output: its loop over
+/// "tokens" runs over the layers, so layer j (counting the embeddings as 0) moves from the empty prompt's by the
+/// weight of token j. Kiln does the same, so weighted prompts give ComfyUI's conditioning.
+fn llama_states<B: Backend>(b: &B, model: &Qwen3, tokens: &[Weighted]) -> Result<Tensor<B>> {
+    let layers = model.config.layers;
+    let taps: Vec<usize> = (1..=layers).collect();
+    let encode = |ids: &[u32]| -> Result<Vec<f32>> {
+        let attended = ids.iter().position(|&t| t == llama3::EOT).unwrap_or(ids.len()).max(1);
+        let states = model.tapped_hidden_states(b, ids, attended, &taps)?;
+        Ok(b.to_f32(&b.cast(&states, kiln_compute::DType::F32)?)?)
+    };
+    let ids: Vec<u32> = tokens.iter().map(|&(t, _)| t).collect();
+    let (n, width) = (ids.len(), model.config.hidden);
+    // [1, N, layers·D]: token-major; rearranged to [layers, N, D] below.
+    let mut values = encode(&ids)?;
+    if prompt_weights::has_weights(std::slice::from_ref(&tokens.to_vec())) {
+        let empty = encode(&prompt_weights::empty_tokens(&llama3::HIDREAM_LAYOUT, n))?;
+        for (j, &(_, w)) in tokens.iter().enumerate().take(layers + 1).skip(1) {
+            if w == 1.0 {
+                continue;
+            }
+            let layer = j - 1;
+            for token in 0..n {
+                let at = (token * layers + layer) * width;
+                for (v, e) in values[at..at + width].iter_mut().zip(&empty[at..at + width]) {
+                    *v = (*v - e) * w + e;
+                }
+            }
+        }
+    }
+    let states = b.from_f32(&[1, n, layers, width], &values, kiln_compute::DType::F32)?;
+    Ok(b.permute(&states, &[0, 2, 1, 3])?)
 }

@@ -15,7 +15,7 @@ use super::config::{
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::latent_tokens::{
-    SideBySide, batched_reference, padded, patchify, reference_sides, unpatchify,
+    SideBySide, batched_reference, padded, patchify, reference_sides, to_batch, unpatchify,
 };
 
 /// The q/k RMS norms' ε: ComfyUI's `RMSNorm` has none, so torch takes f32's machine epsilon (also for
@@ -993,16 +993,6 @@ impl Flux {
         let out = apply(b, &layer, linear2, &b.concat(&[&attn, &mlp], 2)?)?;
         finite_in_f16(b, m.gated_add(b, x, &out)?)
     }
-}
-
-/// `t` `[n, …]` as a batch of `batch` (ComfyUI's `repeat_to_batch_size`: repeated, or cut, to the size).
-fn to_batch<B: Backend>(b: &B, t: &Tensor<B>, batch: usize) -> Result<Tensor<B>> {
-    let n = t.dim(0)?;
-    if n == batch {
-        return Ok(t.clone());
-    }
-    let copies = vec![t; batch.div_ceil(n.max(1))];
-    Ok(b.slice(&b.concat(&copies, 0)?, 0, 0, batch)?)
 }
 
 /// A modulation with the wrong number of sets: a bug, not an input error.

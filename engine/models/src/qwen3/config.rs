@@ -41,6 +41,9 @@ pub enum Variant {
     /// Mistral Small 3.x (FLUX.2 dev's text encoder, [`crate::mistral3`]): no biases, no q/k norms; its
     /// conditioning is three hidden states, never through the final norm (models-flux.md §5.2).
     Mistral3,
+    /// Llama 3.1 8B Instruct (HiDream's fourth text encoder, [`crate::llama3`]): Mistral's layer tensors; its
+    /// conditioning is every layer's output, the last through the final norm.
+    Llama3,
 }
 
 impl Variant {
@@ -49,7 +52,7 @@ impl Variant {
         match self {
             Variant::Qwen3 => &LAYER_TENSORS,
             Variant::Qwen25Vl => &QWEN25_LAYER_TENSORS,
-            Variant::Mistral3 => &MISTRAL3_LAYER_TENSORS,
+            Variant::Mistral3 | Variant::Llama3 => &MISTRAL3_LAYER_TENSORS,
         }
     }
 }
@@ -163,7 +166,7 @@ impl Config {
                     vec![d, f],
                 ]
             }
-            Variant::Mistral3 => {
+            Variant::Mistral3 | Variant::Llama3 => {
                 let [in_norm, q, k, v, o, _, _, post_norm, gate, up, down] =
                     self.qwen3_layer_shapes();
                 vec![in_norm, q, k, v, o, post_norm, gate, up, down]

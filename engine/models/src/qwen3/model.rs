@@ -85,9 +85,9 @@ impl Qwen3 {
         if !images.is_empty() && cfg.variant != Variant::Qwen25Vl {
             return Err(Error::Invalid("a Qwen3 text encoder reads no images".into()));
         }
-        if cfg.variant == Variant::Mistral3 {
+        if matches!(cfg.variant, Variant::Mistral3 | Variant::Llama3) {
             return Err(Error::Invalid(
-                "Mistral Small's conditioning is its tapped hidden states, not one hidden state"
+                "Mistral Small's and Llama's conditionings are tapped hidden states, not one hidden state"
                     .into(),
             ));
         }
@@ -121,7 +121,7 @@ impl Qwen3 {
         let attended = attended.map(|a| Piece::masked_from(&pieces, a, &mut positions));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let layers = match cfg.variant {
-            Variant::Qwen3 | Variant::Mistral3 => cfg.layers.saturating_sub(1),
+            Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 => cfg.layers.saturating_sub(1),
             Variant::Qwen25Vl => cfg.layers,
         };
         for i in 0..layers {
@@ -187,8 +187,8 @@ impl Qwen3 {
         let mut states: Vec<Option<Tensor<B>>> = vec![None; taps.len()];
         for i in 0..=deepest {
             // Mistral's taps never are (ComfyUI's pruned file has no final norm; the full one taps layer 30 of 40).
-            if i == cfg.layers && cfg.variant == Variant::Qwen3 && self.weights.info(NORM).is_some()
-            {
+            let normed_last = matches!(cfg.variant, Variant::Qwen3 | Variant::Llama3);
+            if i == cfg.layers && normed_last && self.weights.info(NORM).is_some() {
                 let norm = self.weights.fetch(b, &[NORM])?;
                 x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
             }
@@ -389,21 +389,22 @@ impl<'a, 'w> Projections<'a, 'w> {
                 up,
                 down,
             }),
-            (Variant::Mistral3, [in_norm, q, k, v, o, post_norm, gate, up, down]) => {
-                Ok(Projections {
-                    in_norm,
-                    q: (q, None),
-                    k: (k, None),
-                    v: (v, None),
-                    o,
-                    q_norm: None,
-                    k_norm: None,
-                    post_norm,
-                    gate,
-                    up,
-                    down,
-                })
-            }
+            (
+                Variant::Mistral3 | Variant::Llama3,
+                [in_norm, q, k, v, o, post_norm, gate, up, down],
+            ) => Ok(Projections {
+                in_norm,
+                q: (q, None),
+                k: (k, None),
+                v: (v, None),
+                o,
+                q_norm: None,
+                k_norm: None,
+                post_norm,
+                gate,
+                up,
+                down,
+            }),
             _ => Err(Error::Invalid(format!("{} weights for a {variant:?} layer", w.len()))),
         }
     }
@@ -579,7 +580,7 @@ fn rope_tables<B: Backend>(
     let inv_freq: Vec<f32> =
         (0..half).map(|j| 1.0 / theta.powf((2 * j) as f32 / cfg.head_dim as f32)).collect();
     let axis = |j: usize| match cfg.variant {
-        Variant::Qwen3 | Variant::Mistral3 => 0,
+        Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 => 0,
         Variant::Qwen25Vl => {
             let [t, h, _] = MROPE_SECTIONS;
             usize::from(j >= t) + usize::from(j >= t + h)

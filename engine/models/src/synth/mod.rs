@@ -28,8 +28,8 @@ use crate::error::{Error, Result};
 use crate::family::{DiffusionFamily, TextEncoderFamily, VaeFamily};
 use crate::qwen_vl::VisionConfig;
 use crate::{
-    clip_text, clip_vision, esrgan, flux, qwen_image, qwen3, t5, wan, wan_vae, wav2vec2, whisper,
-    zimage,
+    clip_text, clip_vision, esrgan, flux, hidream, qwen_image, qwen3, t5, wan, wan_vae, wav2vec2,
+    whisper, zimage,
 };
 use layout::{Init, Spec, qwen3_specs, vae_specs, zimage_lora_specs, zimage_specs};
 use writer::{Entry, Plan, stream_id};
@@ -67,6 +67,10 @@ const FLUX_LORA: &str = "flux1-lora";
 const FLUX2: &str = "flux2";
 const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
+const CLIP_G: &str = "clip-g";
+const LLAMA3: &str = "llama3";
+const HIDREAM: &str = "hidream";
+const HIDREAM_LORA: &str = "hidream-lora";
 const CLIP_VISION: &str = "clip-vision";
 const FLUX_REDUX: &str = "flux1-redux";
 const FLUX_USO: &str = "uso-flux1-projector";
@@ -107,6 +111,8 @@ pub enum SynthFamily {
     Flux(FluxFile),
     /// Qwen2.5-VL as LongCat-Image's text encoder (`qwen25vl-longcat`): at LongCat-Image's text width.
     LongCatTextEncoder,
+    /// CLIP-G's text tower (`clip-g`, HiDream's second CLIP), the Hugging Face layout with its projection.
+    ClipG,
     /// A FLUX.2 DiT other than Klein 4B (`--family flux2`), ComfyUI's names.
     Flux2(Flux2File),
     /// A vision tower (`CLIPVisionLoader`), the Hugging Face `vision_model.*` layout.
@@ -453,6 +459,7 @@ impl SynthFamily {
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
         all.push(SynthFamily::LongCatTextEncoder);
+        all.push(SynthFamily::ClipG);
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
         all.extend(WanFile::ALL.map(SynthFamily::Wan));
@@ -493,6 +500,7 @@ impl SynthFamily {
             SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
             SynthFamily::LongCatTextEncoder => "qwen25vl-longcat",
+            SynthFamily::ClipG => CLIP_G,
             SynthFamily::FluxRedux => "flux1-redux",
             SynthFamily::FluxUso => "uso-flux1-projector",
             SynthFamily::Wan(file) => file.name(),
@@ -740,6 +748,13 @@ pub struct ZImageTurboSet {
     /// WanDancer's music branch (`--family wan22-dancer-14b`), its reference projection reading the CLIP
     /// width the Wan I2V DiTs read.
     pub dancer: wan::Dancer,
+    /// CLIP-G's text tower (`--family clip-g`: more than 30 layers, as ComfyUI tells it from CLIP-L).
+    pub clip_g: clip_text::Config,
+    /// Llama 3.1 8B Instruct (`--family llama3`), HiDream's fourth encoder.
+    pub llama3: qwen3::Config,
+    /// HiDream-I1's DiT (`--family hidream`; its text widths are `t5.d_model` and `llama3.hidden`, its pooled
+    /// width `clip_l.hidden + clip_g.hidden`).
+    pub hidream: hidream::Config,
     /// Lotus depth's UNet (`--family lotus-depth`), its context as wide as `LotusConditioning`'s (1024).
     pub lotus: crate::unet::Shape,
     /// SD's KL autoencoder (`--family sd-vae`; z is always 4).
@@ -784,6 +799,23 @@ impl ZImageTurboSet {
             },
             qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 3584, 28, (28, 4), 18944),
             mistral3: decoder_config(qwen3::Variant::Mistral3, 131_072, 5120, 40, (32, 8), 32768),
+            clip_g: clip_g_config(1280, 32, 5120),
+            llama3: decoder_config(qwen3::Variant::Llama3, 128_256, 4096, 32, (32, 8), 14336),
+            // HiDream-I1 as released (ComfyUI's detection constants; the SwiGLU widths round 2/3 of 4·D and
+            // 2·D up to 256).
+            hidream: hidream::Config {
+                dim: 2560,
+                heads: 20,
+                double_blocks: 16,
+                single_blocks: 32,
+                experts: 4,
+                t5_width: 4096,
+                llama_width: 4096,
+                pooled_width: 768 + 1280,
+                expert_hidden: 6912,
+                shared_hidden: 3584,
+                text_hidden: 6912,
+            },
             qwen25vl_vision: VisionConfig {
                 hidden: 1280,
                 depth: 32,
@@ -924,6 +956,25 @@ impl ZImageTurboSet {
             // detection reads layer 1.
             clip_l: clip_l_config(64, 2, 128),
             t5: t5_config(32, 2, 2, 16, 64),
+            // CLIP-G must be more than 30 layers deep to be told from CLIP-L.
+            clip_g: clip_g_config(64, 31, 128),
+            // One head of Llama's width, the real vocabulary (its token table is most of the file).
+            llama3: decoder_config(qwen3::Variant::Llama3, 128_256, 32, 2, (1, 1), 64),
+            // One head of the released width, one double and two single blocks, four small experts, on the tiny
+            // T5-XXL's and Llama's widths and the tiny CLIPs' pooled vectors.
+            hidream: hidream::Config {
+                dim: 128,
+                heads: 1,
+                double_blocks: 1,
+                single_blocks: 2,
+                experts: 4,
+                t5_width: 32,
+                llama_width: 32,
+                pooled_width: 64 + 64,
+                expert_hidden: 64,
+                shared_hidden: 32,
+                text_hidden: 64,
+            },
             // The Wan DiTs' 4096-wide text (ComfyUI fixes it), two blocks (so block 1 has its own position bias),
             // two heads of the released width, and the synthetic tokenizer's vocabulary rounded up to 128 rows.
             umt5: t5::Config { vocab: 384, ..t5_config(4096, 2, 2, 64, 64) },
@@ -1204,6 +1255,25 @@ pub fn write_family(
         SynthFamily::TextEncoder(TextEncoderFamily::Flux) => Err(Error::Invalid(
             "FLUX.1's text encoder is two files: write `clip-l` and `t5xxl`".to_owned(),
         )),
+        SynthFamily::TextEncoder(TextEncoderFamily::HiDream) => Err(Error::Invalid(
+            "HiDream's text encoder is four files: write `clip-l`, `clip-g`, `t5xxl` and `llama3`"
+                .to_owned(),
+        )),
+        SynthFamily::ClipG => {
+            let specs = specs_of(set.clip_g.expected());
+            write_one(path, &specs, CLIP_G, "CLIP-G text encoder", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Llama3) => {
+            let specs = specs_of(llama3_expected(&set.llama3));
+            write_one(path, &specs, LLAMA3, "Llama 3.1 text encoder", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::HiDream) => {
+            let specs = specs_of(hidream::expected(&set.hidream));
+            write_one(path, &specs, HIDREAM, "HiDream DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::HiDream) => {
+            write_hidream_lora(path, &set.hidream, dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::Flux) => {
             write_flux_lora(path, &set.flux, dtype, seed, progress)
         }
@@ -1463,6 +1533,9 @@ fn decoder_config(
         qwen3::Variant::Mistral3 => {
             (crate::mistral3::HEAD_DIM, crate::mistral3::RMS_EPS, crate::mistral3::ROPE_THETA)
         }
+        qwen3::Variant::Llama3 => {
+            (crate::llama3::HEAD_DIM, crate::llama3::RMS_EPS, crate::llama3::ROPE_THETA)
+        }
         _ => (qwen3::QWEN25_HEAD_DIM, qwen3::RMS_EPS, qwen3::ROPE_THETA),
     };
     qwen3::Config {
@@ -1490,6 +1563,16 @@ fn is_embedding(name: &str) -> bool {
 
 /// A CLIP-L text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
 /// vocabulary and 77 positions.
+/// CLIP-G's text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
+/// vocabulary, 77 positions, exact GELU.
+fn clip_g_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text::Config {
+    clip_text::Config {
+        variant: clip_text::Variant::G,
+        activation: clip_text::Variant::G.activation(),
+        ..clip_l_config(hidden, layers, intermediate)
+    }
+}
+
 fn clip_l_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text::Config {
     clip_text::Config {
         variant: clip_text::Variant::L,
@@ -1798,6 +1881,43 @@ pub fn write_wan_lora(
         }
     }
     write_one(path, &specs, WAN_LORA, "Wan LoRA", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for a HiDream DiT of `config` to `path`, ComfyUI's names under `diffusion_model.`:
+/// every block's image q, k, v and output projections, rank 4.
+pub fn write_hidream_lora(
+    path: &Path,
+    config: &hidream::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.dim;
+    let mut specs = Vec::new();
+    for i in 0..config.double_blocks {
+        for p in ["to_q", "to_k", "to_v", "to_out"] {
+            let name = format!("diffusion_model.double_stream_blocks.{i}.block.attn1.{p}");
+            specs.extend(layout::lora_pair(&name, d, d, RANK));
+        }
+    }
+    for i in 0..config.single_blocks {
+        for p in ["to_q", "to_k", "to_v", "to_out"] {
+            let name = format!("diffusion_model.single_stream_blocks.{i}.block.attn1.{p}");
+            specs.extend(layout::lora_pair(&name, d, d, RANK));
+        }
+    }
+    write_one(path, &specs, HIDREAM_LORA, "HiDream LoRA", dtype, seed, progress)
+}
+
+/// A Llama 3 decoder's tensors: the embedding table, every layer, the final norm (no output head).
+fn llama3_expected(config: &qwen3::Config) -> Vec<(String, Vec<usize>)> {
+    let mut all = vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
+    for i in 0..config.layers {
+        all.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
+    }
+    all.push((crate::llama3::NORM.to_owned(), vec![config.hidden]));
+    all
 }
 
 /// The Wan 2.1 VAE of base width `dim` (96 released), both halves, RGB in and out.

@@ -38,6 +38,11 @@ pub const PAD: u32 = 0;
 pub const CHROMA_PROMPT_LAYOUT: crate::prompt_weights::Layout =
     crate::prompt_weights::Layout { min_length: Some(1), ..FLUX_PROMPT_LAYOUT };
 
+/// T5-XXL's prompt layout in ComfyUI's HiDream tokenizer (`T5XXLTokenizer(min_length=128, max_length=128)`):
+/// no start token, sections of 127 tokens and EOS, the last padded with [`PAD`] to 128; HiDream keeps the first.
+pub const HIDREAM_PROMPT_LAYOUT: crate::prompt_weights::Layout =
+    crate::prompt_weights::Layout { max_length: 128, min_length: Some(128), ..FLUX_PROMPT_LAYOUT };
+
 /// T5-XXL's prompt layout in ComfyUI's FLUX.1 tokenizer ([`crate::prompt_weights`]): no start token, EOS, one
 /// section padded with [`PAD`] to 256 tokens, never truncated.
 pub const FLUX_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::Layout {

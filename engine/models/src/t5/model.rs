@@ -93,6 +93,24 @@ impl T5 {
         Ok(b.binary(&x, &keep, BinaryOp::Mul)?)
     }
 
+    /// The last hidden state of `ids` `[1, N, d_model]` (f32) under ComfyUI's attention mask, every row kept (no
+    /// `zero_out_masked`: how ComfyUI's T5-XXL encodes HiDream's prompt, whose pads attend to the prompt).
+    pub fn key_masked_hidden_state<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        mask: &[bool],
+    ) -> Result<Tensor<B>> {
+        if mask.len() != ids.len() {
+            return Err(Error::Invalid(format!(
+                "an attention mask of {} entries for {} tokens",
+                mask.len(),
+                ids.len()
+            )));
+        }
+        self.run(b, ids, Some(mask))
+    }
+
     /// The final-normed states of `ids`, keys outside `mask` (when given) never attended.
     fn run<B: Backend>(&self, b: &B, ids: &[u32], mask: Option<&[bool]>) -> Result<Tensor<B>> {
         let cfg = &self.config;

@@ -115,6 +115,21 @@ fn the_last_layer_normed_is_the_last_state() {
 }
 
 #[test]
+fn the_projected_pooled_vector_is_the_pooled_one_through_text_projection() {
+    let (b, model) = tiny_model();
+    let ids = ids(&json("clip_text/cases.json")["short"]);
+    let out = model.encode(&*b, &ids, None).unwrap();
+    let projected = b.to_f32(&model.project_pooled(&*b, &out.pooled).unwrap()).unwrap();
+    // ComfyUI's `text_projection` is a Linear without bias: y = W · pooled.
+    let (shape, w) = &read_tensors(WEIGHTS)["text_projection.weight"];
+    let pooled = b.to_f32(&out.pooled).unwrap();
+    let want: Vec<f32> = (0..shape[0])
+        .map(|i| (0..shape[1]).map(|j| w[i * shape[1] + j] * pooled[j]).sum())
+        .collect();
+    assert_close("projected pooled", &projected, &want, 1e-5);
+}
+
+#[test]
 fn pooled_is_at_the_first_eos_or_the_last_position() {
     let (b, model) = tiny_model();
     let hidden = TINY.hidden;
@@ -154,14 +169,16 @@ fn detects_the_tiny_model() {
 }
 
 #[test]
-fn the_plan_loads_embeddings_layers_and_final_norm_only() {
+fn the_plan_loads_embeddings_layers_final_norm_and_projection() {
     let file = SafetensorsFile::open(fixture(WEIGHTS)).unwrap();
     let plan = clip_text::load_plan(&Header::new(&file, ""), &TINY);
     assert_eq!(plan.files, [fixture(WEIGHTS)]);
-    assert_eq!(plan.slots.len(), 2 + 16 * 3 + 2);
+    // The projection (HiDream's projected pooled vector) where the file has it, as this one does.
+    assert_eq!(plan.slots.len(), 2 + 16 * 3 + 2 + 1);
     for slot in &plan.slots {
         assert_eq!(slot.parts, [(0, slot.name.clone())]);
-        assert!(slot.name.starts_with("text_model."), "{}", slot.name);
+        let ours = slot.name.starts_with("text_model.") || slot.name == "text_projection.weight";
+        assert!(ours, "{}", slot.name);
     }
     assert!(plan.slots.iter().any(|s| s.name == "text_model.final_layer_norm.bias"));
     assert!(plan.slots.iter().any(|s| s.name == "text_model.encoder.layers.2.mlp.fc2.bias"));

@@ -16,6 +16,7 @@ mod flux2;
 mod flux2_vae;
 mod flux_tokens;
 mod flux_vae;
+mod hidream;
 mod infinite_talk;
 mod llama3;
 mod longcat_image;

@@ -535,12 +535,14 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-t2v-1.3b",
             "wan22-ti2v-5b",
             "lotus-depth",
+            "hidream",
             "qwen3",
             "qwen25vl",
             "clip-l",
             "umt5-xxl",
             "t5xxl",
             "mistral3",
+            "llama3",
             "wan21-vae",
             "wan22-vae",
             "flux-vae",
@@ -553,6 +555,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-lora",
             "wan21-lora",
             "wan22-lora",
+            "hidream-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
             "qwen-image-controlnet-instantx",
@@ -570,6 +573,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "clip-vision-h",
             "siglip-384",
             "qwen25vl-longcat",
+            "clip-g",
             "flux1-redux",
             "uso-flux1-projector",
             "wan21-i2v-14b",
@@ -691,6 +695,14 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     (set.uso.siglip_tokens, set.uso.siglip_dim, set.uso.hidden),
                     (grid * grid, set.siglip.hidden, set.flux.dim)
                 );
+            }
+            synth::SynthFamily::ClipG => {
+                let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
+                assert_eq!(found, TextEncoderDetected::ClipL(set.clip_g), "{family}");
+                // HiDream's pooled vector joins CLIP-L's and CLIP-G's; its text widths are T5-XXL's and Llama's.
+                let h = &set.hidream;
+                assert_eq!(h.pooled_width, set.clip_l.hidden + set.clip_g.hidden);
+                assert_eq!((h.t5_width, h.llama_width), (set.t5.d_model, set.llama3.hidden));
             }
             synth::SynthFamily::LongCatTextEncoder => {
                 let found = TextEncoderDetected::detect(&header).unwrap().unwrap();

@@ -40,7 +40,9 @@ impl OnDevice for Encode<'_> {
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))
         };
         let pooled = encoded.pooled.as_ref().map(to_host).transpose()?;
-        Ok(Cond::new(to_host(&encoded.cond)?, pooled))
+        let mut cond = Cond::new(to_host(&encoded.cond)?, pooled);
+        cond.extras.llama = encoded.llama.as_ref().map(to_host).transpose()?;
+        Ok(cond)
     }
 }
 
@@ -107,6 +109,55 @@ impl Node for ClipTextEncodeFlux {
             on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
                 .map_err(node_error)?;
         cond.extras.guidance = Some(Some(inputs.float("guidance")?));
+        let conditioning = Conditioning { entries: vec![cond] };
+        Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
+    }
+}
+
+/// `CLIPTextEncodeHiDream`: HiDream's four prompts, each through its own encoder (CLIP-L's and CLIP-G's for the
+/// pooled vector, T5-XXL's and Llama's for the states).
+pub(super) struct ClipTextEncodeHiDream {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl ClipTextEncodeHiDream {
+    pub(super) fn new(compute: Arc<Compute>) -> ClipTextEncodeHiDream {
+        let prompt = |name: &str| {
+            InputDef::typed(name, "STRING").option("multiline", true).option("dynamicPrompts", true)
+        };
+        let spec = v3_spec(
+            "CLIPTextEncodeHiDream",
+            "CLIP Text Encode (HiDream)",
+            "model/conditioning/hidream",
+            "comfy_extras.nodes_hidream",
+        )
+        .aliases(&["hidream prompt"])
+        .input(InputDef::typed("clip", "CLIP"))
+        .input(prompt("clip_l"))
+        .input(prompt("clip_g"))
+        .input(prompt("t5xxl"))
+        .input(prompt("llama"))
+        .output(OutputDef::new("CONDITIONING"));
+        ClipTextEncodeHiDream { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for ClipTextEncodeHiDream {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let prompts = [
+            inputs.string("clip_l")?,
+            inputs.string("clip_g")?,
+            inputs.string("t5xxl")?,
+            inputs.string("llama")?,
+        ];
+        let tokens = clip.net.tokenize_hidream(prompts, clip.t5_options).map_err(node_error)?;
+        let cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
+            .map_err(node_error)?;
         let conditioning = Conditioning { entries: vec![cond] };
         Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
     }

@@ -96,6 +96,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(loaders::CheckpointLoaderSimple(models.clone()));
     registry.register(conditioning::ClipTextEncode::new(compute.clone()));
     registry.register(conditioning::ClipTextEncodeFlux::new(compute.clone()));
+    registry.register(conditioning::ClipTextEncodeHiDream::new(compute.clone()));
     registry.register(vae::VaeDecode::new(compute.clone()));
     registry.register(vae::VaeEncode::new(compute.clone()));
     registry.register(loaders::VaeLoader(models.clone()));

@@ -379,6 +379,14 @@ impl OnDevice for Forward<'_> {
             Some(frames) => self.in_model_space(b, std::slice::from_ref(frames))?.pop(),
             None => None,
         };
+        let llama = self.extras.llama.as_ref().map(|t| upload(b, t)).transpose()?;
+        // HiDream E1 reads its image latent joined along the width (ComfyUI's `image_cond`), not as channels.
+        let width_concat = match (&self.extras.concat_latent_image, self.model.net.family()) {
+            (Some(image), DiffusionFamily::HiDream) => {
+                self.in_model_space(b, std::slice::from_ref(image))?.pop()
+            }
+            _ => None,
+        };
         let default_method = self.model.reference_kv_cache.then_some(KV_CACHE_REFERENCE_METHOD);
         let input = DiffusionInput {
             x: &x,
@@ -408,6 +416,8 @@ impl OnDevice for Forward<'_> {
             animate: animate.as_ref().map(AnimateCall::input),
             dancer,
             time_concat: time_concat.as_ref(),
+            llama: llama.as_ref(),
+            width_concat: width_concat.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -1216,6 +1226,11 @@ impl Guided<'_> {
             (extras.reference_motion.is_some() || extras.control_video.is_some(), "S2V's latents"),
             (extras.animate_pose.is_some(), "Wan Animate 2's pose"),
             (extras.time_dim_concat.is_some(), "Phantom's subject frames"),
+            (
+                extras.concat_latent_image.is_some()
+                    && self.model.net.family() == DiffusionFamily::HiDream,
+                "HiDream E1's image latent",
+            ),
             (extras.audio_embed.is_some() || extras.dancer_music.is_some(), "audio"),
         ];
         match what.iter().find(|(present, _)| *present) {
