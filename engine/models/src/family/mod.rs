@@ -36,8 +36,9 @@ pub use diffusion::{
 };
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use text_encoder::{
-    CHROMA_CLIP_TYPE, EditPrompt, Encoded, HiDreamEncoders, HiDreamTokens, LONGCAT_CLIP_TYPE,
-    PromptTokens, Qwen25Role, T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
+    LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, T5Options, TextEncoderDetected, TextEncoderFamily,
+    TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -319,12 +319,10 @@ impl TextEncoderDetected {
                     self.name()
                 )));
             }
-            TextEncoderDetected::Llama3(_) => {
-                return Err(Error::Invalid(
-                    "Llama 3.1 conditions no model Kiln runs on its own; HiDream takes it with CLIP-L, CLIP-G \
-                     and T5-XXL (QuadrupleCLIPLoader)"
-                        .to_owned(),
-                ));
+            // ComfyUI makes a Llama 3.1 file HiDream's encoder whatever the type (`load_clip`), its other parts
+            // zeros.
+            TextEncoderDetected::Llama3(config) => {
+                HiDreamEncoders::net(None, None, None, Some(Qwen3::new(config, weights)))?
             }
             TextEncoderDetected::Qwen3(config) => TextEncoderNet::Qwen3 {
                 model: Qwen3::new(config, weights),
@@ -369,6 +367,14 @@ fn klein(config: qwen3::Config) -> Result<TextEncoderDetected> {
     }
     Ok(TextEncoderDetected::Flux2Klein(config))
 }
+
+/// The `CLIPLoader`/`DualCLIPLoader` type of HiDream's encoders (`QuadrupleCLIPLoader` always makes them).
+pub const HIDREAM_CLIP_TYPE: &str = "hidream";
+
+/// The widths ComfyUI's `HiDreamTEModel` gives a missing encoder's zeros: CLIP-L's and CLIP-G's pooled vectors, T5-XXL's
+/// 128 states and Llama's, one state of one token for each of 32 layers.
+const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
+    (768, 1280, [1, 128, 4096], [1, 32, 1, 4096]);
 
 /// `CLIPLoader`'s type that makes a T5-XXL file Chroma's text encoder on its own (`pixart` does the same).
 pub const CHROMA_CLIP_TYPE: &str = "chroma";
@@ -530,16 +536,18 @@ pub enum TextEncoderNet {
     HiDream(Box<HiDreamEncoders>),
 }
 
-/// HiDream's four encoders (`QuadrupleCLIPLoader`) and their tokenizers.
+/// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
+/// `CLIPLoader` with type `hidream`, a Llama 3.1 file alone) and their tokenizers. A missing encoder's part of
+/// the conditioning is zeros of its released shape, as ComfyUI's `HiDreamTEModel` fills it.
 pub struct HiDreamEncoders {
     /// CLIP-L (HiDream's long CLIP-L: 248 positions), for its projected pooled vector.
-    pub clip_l: ClipText,
+    pub clip_l: Option<ClipText>,
     /// CLIP-G, for its projected pooled vector.
-    pub clip_g: ClipText,
+    pub clip_g: Option<ClipText>,
     /// T5-XXL.
-    pub t5: T5,
+    pub t5: Option<T5>,
     /// Llama 3.1 8B Instruct (the Qwen3 decoder code).
-    pub llama: Qwen3,
+    pub llama: Option<Qwen3>,
     /// CLIP's tokenizer (both towers').
     pub clip_tokenizer: clip_text::Tokenizer,
     /// T5's tokenizer.
@@ -575,7 +583,7 @@ impl TextEncoderNet {
             TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
                 &model.weights
             }
-            TextEncoderNet::HiDream(e) => &e.llama.weights,
+            TextEncoderNet::HiDream(e) => e.models()[0],
         }
     }
 
@@ -583,16 +591,15 @@ impl TextEncoderNet {
     pub fn models(&self) -> Vec<&Model> {
         match self {
             TextEncoderNet::Flux { clip_l, t5, .. } => vec![&t5.weights, &clip_l.weights],
-            TextEncoderNet::HiDream(e) => {
-                vec![&e.llama.weights, &e.t5.weights, &e.clip_g.weights, &e.clip_l.weights]
-            }
+            TextEncoderNet::HiDream(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
 
     /// Whether `parts` (detected, not yet loaded) make an encoder ComfyUI's `DualCLIPLoader` or
     /// `QuadrupleCLIPLoader` combines by `kind` (its `type`): `flux` takes one CLIP-L and one T5-XXL, `hidream`
-    /// one CLIP-L, one CLIP-G, one T5-XXL and one Llama 3.1, in any order. An error says what they are.
+    /// any of CLIP-L, CLIP-G, T5-XXL and Llama 3.1, each at most once (`QuadrupleCLIPLoader`: all four), in any
+    /// order. An error says what they are.
     pub fn check_combination(parts: &[&TextEncoderDetected], kind: &str) -> Result<()> {
         let found: Vec<&str> = parts.iter().map(|d| d.name()).collect();
         let found = found.join(" + ");
@@ -612,14 +619,16 @@ impl TextEncoderNet {
             "flux" => Err(Error::Invalid(format!(
                 "type `flux` takes a CLIP-L and a T5-XXL text encoder; these files are {found}"
             ))),
-            "hidream"
-                if parts.len() == 4 && clip_l == 1 && clip_g == 1 && t5 == 1 && llama == 1 =>
+            HIDREAM_CLIP_TYPE
+                if !parts.is_empty()
+                    && [clip_l, clip_g, t5, llama].iter().all(|&n| n <= 1)
+                    && clip_l + clip_g + t5 + llama == parts.len() =>
             {
                 Ok(())
             }
-            "hidream" => Err(Error::Invalid(format!(
-                "type `hidream` (QuadrupleCLIPLoader) takes HiDream's four text encoders, one each of CLIP-L, \
-                 CLIP-G, T5-XXL and Llama 3.1 8B; these files are {found}"
+            HIDREAM_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `hidream` (QuadrupleCLIPLoader) takes HiDream's text encoders, at most one each of CLIP-L, \
+                 CLIP-G, T5-XXL and Llama 3.1 8B (QuadrupleCLIPLoader: all four); these files are {found}"
             ))),
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
@@ -649,21 +658,13 @@ impl TextEncoderNet {
                 | TextEncoderDetected::Umt5(_) => {}
             }
         }
+        if kind == HIDREAM_CLIP_TYPE {
+            return HiDreamEncoders::net(clip_l, clip_g, t5, llama);
+        }
         let missing =
             || Error::Invalid(format!("type `{kind}` is missing one of its text encoders"));
         let clip_l = clip_l.ok_or_else(missing)?;
         let t5 = t5.ok_or_else(missing)?;
-        if kind == "hidream" {
-            return Ok(TextEncoderNet::HiDream(Box::new(HiDreamEncoders {
-                clip_l,
-                clip_g: clip_g.ok_or_else(missing)?,
-                t5,
-                llama: llama.ok_or_else(missing)?,
-                clip_tokenizer: clip_text::Tokenizer::bundled()?,
-                t5_tokenizer: t5::Tokenizer::bundled()?,
-                llama_tokenizer: llama3::Tokenizer::bundled()?,
-            })));
-        }
         Ok(TextEncoderNet::Flux {
             clip_l,
             t5,
@@ -1149,8 +1150,10 @@ impl HiDreamEncoders {
         options: T5Options,
     ) -> Result<HiDreamTokens> {
         // A long CLIP's sections are as long as its position table (ComfyUI's `model_options_long_clip`).
-        let clip_layout = |clip: &ClipText, pad: u32| prompt_weights::Layout {
-            max_length: clip.config.positions,
+        let clip_layout = |clip: &Option<ClipText>, pad: u32| prompt_weights::Layout {
+            max_length: clip
+                .as_ref()
+                .map_or(clip_text::PROMPT_LAYOUT.max_length, |c| c.config.positions),
             pad,
             ..clip_text::PROMPT_LAYOUT
         };
@@ -1176,23 +1179,63 @@ impl HiDreamEncoders {
     /// mask, weighted), the Llama states (every layer's output, weighted as ComfyUI weighs them: see
     /// [`llama_states`]), and CLIP-L's and CLIP-G's projected pooled vectors of their first sections joined.
     fn encode<B: Backend>(&self, b: &B, tokens: &HiDreamTokens) -> Result<Encoded<B>> {
-        let pooled_of = |clip: &ClipText, sections: &[Vec<Weighted>]| -> Result<Tensor<B>> {
-            let first =
-                sections.first().ok_or_else(|| Error::Invalid("no CLIP tokens".to_owned()))?;
-            let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
-            clip.project_pooled(b, &clip.encode(b, &ids, None)?.pooled)
-        };
-        let l = pooled_of(&self.clip_l, &tokens.clip_l)?;
-        let g = pooled_of(&self.clip_g, &tokens.clip_g)?;
+        let f32 = kiln_compute::DType::F32;
+        let (l_width, g_width, t5_zeros, llama_zeros) = HIDREAM_ZEROS;
+        let pooled_of =
+            |clip: &Option<ClipText>, sections: &[Vec<Weighted>], width| -> Result<Tensor<B>> {
+                let Some(clip) = clip else { return Ok(b.full(&[1, width], 0.0, f32)?) };
+                let first =
+                    sections.first().ok_or_else(|| Error::Invalid("no CLIP tokens".to_owned()))?;
+                let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
+                clip.project_pooled(b, &clip.encode(b, &ids, None)?.pooled)
+            };
+        let l = pooled_of(&self.clip_l, &tokens.clip_l, l_width)?;
+        let g = pooled_of(&self.clip_g, &tokens.clip_g, g_width)?;
         let pooled = b.concat(&[&l, &g], 1)?;
-        let cond = weighted_states(
-            b,
-            std::slice::from_ref(&tokens.t5),
-            &t5::HIDREAM_PROMPT_LAYOUT,
-            |ids| self.t5.key_masked_hidden_state(b, ids, &t5::attention_mask(ids)),
-        )?;
-        let llama = llama_states(b, &self.llama, &tokens.llama)?;
+        let cond = match &self.t5 {
+            Some(t5) => weighted_states(
+                b,
+                std::slice::from_ref(&tokens.t5),
+                &t5::HIDREAM_PROMPT_LAYOUT,
+                |ids| t5.key_masked_hidden_state(b, ids, &t5::attention_mask(ids)),
+            )?,
+            None => b.full(&t5_zeros, 0.0, f32)?,
+        };
+        let llama = match &self.llama {
+            Some(llama) => llama_states(b, llama, &tokens.llama)?,
+            None => b.full(&llama_zeros, 0.0, f32)?,
+        };
         Ok(Encoded { cond, pooled: Some(pooled), llama: Some(llama) })
+    }
+
+    /// HiDream's encoder of the parts given, with the tokenizers; an error when none is.
+    fn net(
+        clip_l: Option<ClipText>,
+        clip_g: Option<ClipText>,
+        t5: Option<T5>,
+        llama: Option<Qwen3>,
+    ) -> Result<TextEncoderNet> {
+        if clip_l.is_none() && clip_g.is_none() && t5.is_none() && llama.is_none() {
+            return Err(Error::Invalid(
+                "HiDream's text encoder needs at least one of its files".to_owned(),
+            ));
+        }
+        Ok(TextEncoderNet::HiDream(Box::new(HiDreamEncoders {
+            clip_l,
+            clip_g,
+            t5,
+            llama,
+            clip_tokenizer: clip_text::Tokenizer::bundled()?,
+            t5_tokenizer: t5::Tokenizer::bundled()?,
+            llama_tokenizer: llama3::Tokenizer::bundled()?,
+        })))
+    }
+
+    /// The weights of the encoders given, the largest first (Llama's, T5-XXL's, CLIP-G's, CLIP-L's).
+    fn models(&self) -> Vec<&Model> {
+        let clips = [&self.clip_g, &self.clip_l].into_iter().flatten().map(|c| &c.weights);
+        let llama = self.llama.iter().map(|l| &l.weights);
+        llama.chain(self.t5.iter().map(|t| &t.weights)).chain(clips).collect()
     }
 }
 

@@ -139,22 +139,23 @@ fn the_four_encoders_tokenize_as_comfyui_and_condition_the_dit() {
         SynthFamily::TextEncoder(TextEncoderFamily::ClipL),
     ];
     let (b, manager) = cpu(256 << 20);
-    let mut parts = Vec::new();
-    let mut detected = Vec::new();
-    for family in families {
+    let load = |family: SynthFamily| {
         let path = dir.join(format!("{family}.safetensors"));
-        synth::write_family(&path, family, &set, SynthDtype::Bf16, 3, &mut |_, _| {}).unwrap();
+        if !path.exists() {
+            synth::write_family(&path, family, &set, SynthDtype::Bf16, 3, &mut |_, _| {}).unwrap();
+        }
         let file = SafetensorsFile::open(&path).unwrap();
         let header = Header::new(&file, "");
         let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
         let weights = manager.load(&found.load_plan(&header), &mut |_, _| {}).unwrap();
-        detected.push(found.clone());
-        parts.push((found, weights));
-    }
-    // Three of the four, or FLUX.1's type, are errors naming what the files are.
-    let three: Vec<&TextEncoderDetected> = detected.iter().take(3).collect();
-    let err = TextEncoderNet::check_combination(&three, "hidream").unwrap_err().to_string();
-    assert!(err.contains("CLIP-G") && err.contains("four"), "{err}");
+        (found, weights)
+    };
+    let parts: Vec<_> = families.into_iter().map(load).collect();
+    let detected: Vec<TextEncoderDetected> = parts.iter().map(|(d, _)| d.clone()).collect();
+    // A CLIP-L twice, or FLUX.1's type, are errors naming what the files are.
+    let twice: Vec<&TextEncoderDetected> = [&detected[3], &detected[3]].into();
+    let err = TextEncoderNet::check_combination(&twice, "hidream").unwrap_err().to_string();
+    assert!(err.contains("CLIP-L + CLIP-L") && err.contains("at most one"), "{err}");
     let all: Vec<&TextEncoderDetected> = detected.iter().collect();
     assert!(TextEncoderNet::check_combination(&all, "flux").is_err());
     let net = TextEncoderNet::combine(parts, "hidream").unwrap();
@@ -197,5 +198,25 @@ fn the_four_encoders_tokenize_as_comfyui_and_condition_the_dit() {
     assert_eq!(encoded.cond.shape(), &[1, 128, cfg.t5_width]);
     assert_eq!(encoded.pooled.as_ref().unwrap().shape(), &[1, cfg.pooled_width]);
     assert_eq!(encoded.llama.as_ref().unwrap().shape(), &[1, llama.layers, 128, cfg.llama_width]);
+
+    // DualCLIPLoader's recipe (T5-XXL and Llama): CLIP-L's and CLIP-G's pooled vectors are ComfyUI's zeros
+    // (768 + 1280 wide); a Llama file alone (any CLIPLoader type) leaves T5-XXL's states zeros.
+    let t5_llama = vec![
+        load(SynthFamily::TextEncoder(TextEncoderFamily::T5Xxl)),
+        load(SynthFamily::TextEncoder(TextEncoderFamily::Llama3)),
+    ];
+    let net = TextEncoderNet::combine(t5_llama, "hidream").unwrap();
+    let encoded = net.encode(&*b, &net.tokenize("a cat").unwrap()).unwrap();
+    let pooled = encoded.pooled.unwrap();
+    assert_eq!(pooled.shape(), &[1, 768 + 1280]);
+    assert!(b.to_f32(&pooled).unwrap().iter().all(|&v| v == 0.0));
+    assert_eq!(encoded.cond.shape(), &[1, 128, cfg.t5_width]);
+    let (found, weights) = load(SynthFamily::TextEncoder(TextEncoderFamily::Llama3));
+    let net = found.for_clip_type("stable_diffusion").unwrap().build(weights).unwrap();
+    assert_eq!(net.family(), TextEncoderFamily::HiDream);
+    let encoded = net.encode(&*b, &net.tokenize("a cat").unwrap()).unwrap();
+    assert_eq!(encoded.cond.shape(), &[1, 128, 4096]);
+    assert!(b.to_f32(&encoded.cond).unwrap().iter().all(|&v| v == 0.0));
+    assert_eq!(encoded.llama.unwrap().shape(), &[1, llama.layers, 128, cfg.llama_width]);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -380,10 +380,14 @@ impl OnDevice for Forward<'_> {
             None => None,
         };
         let llama = self.extras.llama.as_ref().map(|t| upload(b, t)).transpose()?;
-        // HiDream E1 reads its image latent joined along the width (ComfyUI's `image_cond`), not as channels.
+        // HiDream E1 reads its image latent joined along the width (ComfyUI's `image_cond`), not as channels: each
+        // prompt's repeated to that prompt's samples (`CONDNoiseShape`), the prompts' joined.
         let width_concat = match (&self.extras.concat_latent_image, self.model.net.family()) {
             (Some(image), DiffusionFamily::HiDream) => {
-                self.in_model_space(b, std::slice::from_ref(image))?.pop()
+                match self.in_model_space(b, std::slice::from_ref(image))?.pop() {
+                    Some(image) => Some(per_prompt(b, &image, per_context, self.contexts.len())?),
+                    None => None,
+                }
             }
             _ => None,
         };
@@ -497,6 +501,19 @@ fn lock(
 }
 
 /// A host tensor on `b` in its compute type (what a model call reads beside the latent).
+/// `t` `[n, …]` repeated (or cut) to `rows` rows, as ComfyUI's `repeat_to_batch_size` fits one prompt's tensor to
+/// its samples, then once for each of `prompts` prompts.
+fn per_prompt<B: Backend>(
+    b: &B,
+    t: &kiln_compute::Tensor<B>,
+    rows: usize,
+    prompts: usize,
+) -> kiln_compute::Result<kiln_compute::Tensor<B>> {
+    let n = t.dim(0)?.max(1);
+    let one = b.slice(&b.concat(&vec![t; rows.div_ceil(n)], 0)?, 0, 0, rows)?;
+    b.concat(&vec![&one; prompts.max(1)], 0)
+}
+
 fn upload<B: Backend>(b: &B, t: &Tensor) -> kiln_compute::Result<kiln_compute::Tensor<B>> {
     b.from_f32(t.shape(), t.data(), b.compute_dtype())
 }
