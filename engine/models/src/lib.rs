@@ -21,6 +21,7 @@
 //! Model code reads weights only through `kiln_compute::memory::Model::fetch`, one layer at a time, so a model
 //! larger than the VRAM budget streams.
 
+mod adaln;
 pub mod audio_encoding;
 pub mod brownian;
 pub mod clip_text;

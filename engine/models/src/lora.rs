@@ -142,6 +142,30 @@ fn lookup<'n>(aliases: &Aliases, name: &'n str) -> Option<(&'n str, Role, Target
     })
 }
 
+/// The stems ComfyUI's `model_lora_keys_unet` maps to a DiT's weights `slots` (for `S.weight`): `lora_unet_S` with
+/// dots as underscores (kohya), `diffusion_model.S`, and SimpleTuner's `transformer.S` and `lycoris_S` with
+/// underscores; with `bare`, `S` itself too (Qwen-Image's own format).
+pub(crate) fn dit_aliases(slots: &[(&str, &[usize])], bare: bool) -> Aliases {
+    let mut aliases = Aliases::new();
+    for (i, (name, _)) in slots.iter().enumerate() {
+        let Some(stem) = name.strip_suffix(".weight") else { continue };
+        let underscored = stem.replace('.', "_");
+        let mut names = vec![
+            format!("lora_unet_{underscored}"),
+            format!("diffusion_model.{stem}"),
+            format!("transformer.{stem}"),
+            format!("lycoris_{underscored}"),
+        ];
+        if bare {
+            names.push(stem.to_owned());
+        }
+        for alias in names {
+            aliases.add(alias, Target::Whole(i));
+        }
+    }
+    aliases
+}
+
 /// Every stem a LoRA file may use for a model's weights, and the weight each adapts (built by the family).
 #[derive(Debug, Clone, Default)]
 pub struct Aliases {

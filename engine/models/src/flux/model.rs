@@ -12,6 +12,7 @@ use super::config::{
     Approximator, CHROMA_IN_DIM, CHROMA_MOD_ROWS, CHROMA_PREFIX, Config, EPS, Generation, HEAD_DIM,
     Layout, T_FREQ_DIM,
 };
+use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::latent_tokens::{
@@ -152,26 +153,6 @@ struct Rope<B: Backend> {
     sin: Tensor<B>,
 }
 
-/// One modulation's (shift, scale, gate) chunks, `[B, D]`, `[B, D]` and `[B, 1, D]`.
-struct Modulation<B: Backend> {
-    shift: Tensor<B>,
-    scale: Tensor<B>,
-    gate: Tensor<B>,
-}
-
-impl<B: Backend> Modulation<B> {
-    /// LayerNorm(x) · (1 + scale) + shift.
-    fn modulated(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let n = b.layer_norm(x, None, None, EPS)?;
-        Ok(b.modulate(&n, &self.scale, Some(&self.shift))?)
-    }
-
-    /// y · gate.
-    fn gated(&self, b: &B, y: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(b.binary(y, &self.gate, BinaryOp::Mul)?)
-    }
-}
-
 /// The modulation of a run of tokens: one for all of them, or (`index_timestep_zero`) one for the first `at`
 /// tokens and another, at timestep 0, for the reference tokens after them.
 enum TokenModulation<B: Backend> {
@@ -205,7 +186,7 @@ impl<B: Backend> TokenModulation<B> {
 
     /// LayerNorm(x) · (1 + scale) + shift, run by run.
     fn modulated(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        self.by_run(b, x, |m, t| m.modulated(b, t))
+        self.by_run(b, x, |m, t| m.modulated(b, t, EPS))
     }
 
     /// x + y · gate, the gate run by run.
@@ -692,7 +673,7 @@ impl Flux {
         let single = names.linear("single_stream_modulation.lin");
         let layer = self.fetch(b, &names.as_strs())?;
         let sets = |lin: Linear, v: &Tensor<B>, k: usize| -> Result<Vec<Modulation<B>>> {
-            self.modulation(b, v, &apply(b, &layer, lin, v)?, k)
+            Modulation::sets(b, &apply(b, &layer, lin, v)?, self.config.dim, k)
         };
         let by_token = |lin: Linear, k: usize, at: usize| -> Result<Vec<TokenModulation<B>>> {
             let main = sets(lin, silu_vec, k)?;
@@ -774,28 +755,6 @@ impl Flux {
             placed.push((reference, place));
         }
         Ok((placed, timestep_zero))
-    }
-
-    /// The `sets` sets of (shift, scale, gate) in a modulation's output `m` `[B, sets·3·D]`.
-    fn modulation<B: Backend>(
-        &self,
-        b: &B,
-        _silu_vec: &Tensor<B>,
-        m: &Tensor<B>,
-        sets: usize,
-    ) -> Result<Vec<Modulation<B>>> {
-        let d = self.config.dim;
-        let batch = m.dim(0)?;
-        let chunk = |k: usize| b.slice(m, -1, k * d, d);
-        (0..sets)
-            .map(|s| {
-                Ok(Modulation {
-                    shift: chunk(3 * s)?,
-                    scale: chunk(3 * s + 1)?,
-                    gate: chunk(3 * s + 2)?.reshape(&[batch, 1, d])?,
-                })
-            })
-            .collect()
     }
 
     /// q, k, v `[B, L, H, 128]` from a fused qkv projection's output `[B, L, 3·D]`, q and k RMS-normed per
@@ -904,8 +863,9 @@ impl Flux {
             let Some(lin) = sw.modulation else { return Ok(None) };
             let silu_vec = block.silu_vec.ok_or_else(sets_error)?;
             let m = apply(b, &layer, lin, silu_vec)?;
-            let mut sets =
-                self.modulation(b, silu_vec, &m, 2)?.into_iter().map(TokenModulation::Uniform);
+            let mut sets = Modulation::sets(b, &m, self.config.dim, 2)?
+                .into_iter()
+                .map(TokenModulation::Uniform);
             match (sets.next(), sets.next()) {
                 (Some(attn), Some(mlp)) => Ok(Some([attn, mlp])),
                 _ => Err(sets_error()),
@@ -968,7 +928,7 @@ impl Flux {
             Some(lin) => {
                 let silu_vec = block.silu_vec.ok_or_else(sets_error)?;
                 let m = apply(b, &layer, lin, silu_vec)?;
-                let set = self.modulation(b, silu_vec, &m, 1)?.into_iter().next();
+                let set = Modulation::sets(b, &m, self.config.dim, 1)?.into_iter().next();
                 Some(TokenModulation::Uniform(set.ok_or_else(sets_error)?))
             }
             None => None,

@@ -6,24 +6,11 @@
 use kiln_compute::memory::SafetensorsFile;
 
 use crate::error::Result;
-use crate::lora::{self, Aliases, LoraPatches, Target};
+use crate::lora::{self, Aliases, LoraPatches};
 
 /// Every stem a LoRA file may use for HiDream's weights `slots`.
 pub fn aliases(slots: &[(&str, &[usize])]) -> Aliases {
-    let mut aliases = Aliases::new();
-    for (i, (name, _)) in slots.iter().enumerate() {
-        let Some(stem) = name.strip_suffix(".weight") else { continue };
-        let underscored = stem.replace('.', "_");
-        for alias in [
-            format!("lora_unet_{underscored}"),
-            format!("diffusion_model.{stem}"),
-            format!("transformer.{stem}"),
-            format!("lycoris_{underscored}"),
-        ] {
-            aliases.add(alias, Target::Whole(i));
-        }
-    }
-    aliases
+    lora::dit_aliases(slots, false)
 }
 
 /// The patches the LoRA file `lora` makes at `strength` for a HiDream model whose weights are `slots`.

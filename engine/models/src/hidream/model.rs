@@ -16,6 +16,7 @@ use super::config::{
     ACTIVE_EXPERTS, AXES_DIMS, Config, HEAD_DIM, LATENT_CHANNELS, LN_EPS, PATCH, QK_EPS,
     ROPE_THETA, T_FREQ_DIM, block_prefix, caption_projection,
 };
+use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::{padded, to_batch};
 
@@ -50,26 +51,6 @@ pub struct HiDreamInput<'a, B: Backend> {
 struct Rope<B: Backend> {
     cos: Tensor<B>,
     sin: Tensor<B>,
-}
-
-/// One modulation's (shift, scale, gate): `[B, D]`, `[B, D]`, `[B, 1, D]`.
-struct Modulation<B: Backend> {
-    shift: Tensor<B>,
-    scale: Tensor<B>,
-    gate: Tensor<B>,
-}
-
-impl<B: Backend> Modulation<B> {
-    /// LayerNorm(x) · (1 + scale) + shift.
-    fn modulated(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let n = b.layer_norm(x, None, None, LN_EPS)?;
-        Ok(b.modulate(&n, &self.scale, Some(&self.shift))?)
-    }
-
-    /// x + gate · y.
-    fn gated_add(&self, b: &B, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(b.binary(x, &b.binary(y, &self.gate, BinaryOp::Mul)?, BinaryOp::Add)?)
-    }
 }
 
 /// One attention's projections under `{prefix}.attn1.` for a stream suffix (`""` image, `"_t"` text).
@@ -303,19 +284,8 @@ impl HiDream {
         silu_adaln: &Tensor<B>,
         sets: usize,
     ) -> Result<Vec<Modulation<B>>> {
-        let d = self.config.dim;
         let m = b.linear(silu_adaln, &layer.weight(0), Some(&layer.weight(1)))?;
-        let batch = m.dim(0)?;
-        let chunk = |k: usize| b.slice(&m, -1, k * d, d);
-        (0..sets)
-            .map(|s| {
-                Ok(Modulation {
-                    shift: chunk(3 * s)?,
-                    scale: chunk(3 * s + 1)?,
-                    gate: chunk(3 * s + 2)?.reshape(&[batch, 1, d])?,
-                })
-            })
-            .collect()
+        Modulation::sets(b, &m, self.config.dim, sets)
     }
 
     /// q, k, v `[B, L, H, 128]` of `x` by the projections at `at` in `layer` ([`attention_names`]' order): q and k
@@ -377,8 +347,8 @@ impl HiDream {
                 "internal: a HiDream double block's modulations".to_owned(),
             ));
         };
-        let [qi, ki, vi] = self.qkv(b, &layer, 2, &attn_i.modulated(b, img)?)?;
-        let [qt, kt, vt] = self.qkv(b, &layer, 12, &attn_t.modulated(b, txt)?)?;
+        let [qi, ki, vi] = self.qkv(b, &layer, 2, &attn_i.modulated(b, img, LN_EPS)?)?;
+        let [qt, kt, vt] = self.qkv(b, &layer, 12, &attn_t.modulated(b, txt, LN_EPS)?)?;
         let joint = |a: &Tensor<B>, t: &Tensor<B>| b.concat(&[a, t], 1);
         let attn =
             self.attention(b, [joint(&qi, &qt)?, joint(&ki, &kt)?, joint(&vi, &vt)?], rope)?;
@@ -393,9 +363,9 @@ impl HiDream {
         let txt = attn_t.gated_add(b, txt, &out_t)?;
         drop((layer, out_i, out_t));
 
-        let ff_i = self.image_feed_forward(b, &p, &mlp_i.modulated(b, &img)?)?;
+        let ff_i = self.image_feed_forward(b, &p, &mlp_i.modulated(b, &img, LN_EPS)?)?;
         let img = mlp_i.gated_add(b, &img, &ff_i)?;
-        let ff_t = self.swiglu(b, &format!("{p}.ff_t"), &mlp_t.modulated(b, &txt)?)?;
+        let ff_t = self.swiglu(b, &format!("{p}.ff_t"), &mlp_t.modulated(b, &txt, LN_EPS)?)?;
         let txt = mlp_t.gated_add(b, &txt, &ff_t)?;
         Ok((img, txt))
     }
@@ -420,12 +390,12 @@ impl HiDream {
                 "internal: a HiDream single block's modulations".to_owned(),
             ));
         };
-        let qkv = self.qkv(b, &layer, 2, &attn_m.modulated(b, x)?)?;
+        let qkv = self.qkv(b, &layer, 2, &attn_m.modulated(b, x, LN_EPS)?)?;
         let attn = self.attention(b, qkv, rope)?;
         let out = b.linear(&attn, &layer.weight(10), Some(&layer.weight(11)))?;
         drop((layer, attn));
         let x = attn_m.gated_add(b, x, &out)?;
-        let ff = self.image_feed_forward(b, &p, &mlp_m.modulated(b, &x)?)?;
+        let ff = self.image_feed_forward(b, &p, &mlp_m.modulated(b, &x, LN_EPS)?)?;
         mlp_m.gated_add(b, &x, &ff)
     }
 

@@ -133,17 +133,8 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
         return Ok(None);
     }
     let layers = qwen3::count_layers(h)?;
-    let [vocab, hidden] = qwen3::dims(h, "model.embed_tokens.weight")?;
-    let [q_rows, _] = qwen3::dims(h, "model.layers.0.self_attn.q_proj.weight")?;
-    let [kv_rows, _] = qwen3::dims(h, "model.layers.0.self_attn.k_proj.weight")?;
-    let [intermediate, _] = qwen3::dims(h, "model.layers.0.mlp.gate_proj.weight")?;
-    let (heads, kv_heads) = (q_rows / HEAD_DIM, kv_rows / HEAD_DIM);
-    if q_rows % HEAD_DIM != 0 || kv_rows % HEAD_DIM != 0 || kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(h.unsupported(format!(
-            "a Mistral layout whose q_proj ({q_rows} rows) and k_proj ({kv_rows} rows) are not whole \
-             {HEAD_DIM}-wide heads, query heads a multiple of key/value heads"
-        )));
-    }
+    let [vocab, hidden, heads, kv_heads, intermediate] =
+        qwen3::fixed_head_dims(h, HEAD_DIM, "Mistral")?;
     let deepest = TAPS[TAPS.len() - 1];
     if layers < deepest {
         return Err(h.unsupported(format!(

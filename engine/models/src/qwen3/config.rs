@@ -286,6 +286,24 @@ pub fn detect_qwen25vl(h: &Header) -> Result<Option<Config>> {
     Ok(Some(config))
 }
 
+/// The widths of a decoder whose heads are `head_dim` wide, which no tensor tells (Mistral's, Llama's): `[vocab,
+/// hidden, heads, kv_heads, intermediate]` from the shapes; an error naming the `what` layout when q_proj and
+/// k_proj are not whole heads, or query heads not a multiple of key/value heads.
+pub(crate) fn fixed_head_dims(h: &Header, head_dim: usize, what: &str) -> Result<[usize; 5]> {
+    let [vocab, hidden] = dims(h, EMBED)?;
+    let [q_rows, _] = dims(h, "model.layers.0.self_attn.q_proj.weight")?;
+    let [kv_rows, _] = dims(h, "model.layers.0.self_attn.k_proj.weight")?;
+    let [intermediate, _] = dims(h, "model.layers.0.mlp.gate_proj.weight")?;
+    let (heads, kv_heads) = (q_rows / head_dim, kv_rows / head_dim);
+    if q_rows % head_dim != 0 || kv_rows % head_dim != 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(h.unsupported(format!(
+            "a {what} layout whose q_proj ({q_rows} rows) and k_proj ({kv_rows} rows) are not whole \
+             {head_dim}-wide heads, query heads a multiple of key/value heads"
+        )));
+    }
+    Ok([vocab, hidden, heads, kv_heads, intermediate])
+}
+
 /// Checks every layer's tensors against `config`.
 pub(crate) fn check_layers(h: &Header, config: &Config) -> Result<()> {
     for i in 0..config.layers {

@@ -24,7 +24,7 @@ pub use config::{
     Config, QWEN25_HEAD_DIM, RMS_EPS, ROPE_THETA, Variant, detect, detect_qwen25vl, layer_names,
     load_plan,
 };
-pub(crate) use config::{check_layers, check_shape, count_layers, dims};
+pub(crate) use config::{check_layers, check_shape, count_layers, dims, fixed_head_dims};
 pub use model::{IMAGE_PAD, ImageTokens, Qwen3};
 pub use tokenizer::{
     ENDOFTEXT, IMAGE_SLOT, KLEIN_MIN_LENGTH, LONGCAT_PROMPT_LENGTH, Tokenizer, attended_keys,
