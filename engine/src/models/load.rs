@@ -9,9 +9,9 @@ use kiln_compute::DType;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::quant::Quant;
 use kiln_models::family::{
-    ClipVisionDetected, ControlNetDetected, DiffusionDetected, DiffusionFamily, HIDREAM_CLIP_TYPE,
-    ModelPatchDetected, StyleModelDetected, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
-    VaeDetected, VaeFamily,
+    ClipVisionDetected, ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
+    StyleModelDetected, TextEncoderDetected, TextEncoderFamily, TextEncoderNet, VaeDetected,
+    VaeFamily,
 };
 use kiln_models::header::diffusion_prefix;
 use kiln_models::quant::{LinearPath, Quantization};
@@ -291,13 +291,7 @@ pub fn load_text_encoder(
 ) -> Result<TextEncoder, Error> {
     let file = open(path)?;
     let (found, weights) = text_encoder_part(env, &file, "", Some(kind), progress)?;
-    // ComfyUI makes one CLIP-L, CLIP-G or T5-XXL file with type `hidream` HiDream's encoder, its other parts zeros.
-    let net = match (kind, &found) {
-        (HIDREAM_CLIP_TYPE, TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_)) => {
-            TextEncoderNet::combine(vec![(found, weights)], kind)?
-        }
-        _ => found.build(weights)?,
-    };
+    let net = found.build_for_clip_type(weights, kind)?;
     Ok(TextEncoder::new(net, file.path().to_path_buf()))
 }
 

@@ -306,6 +306,18 @@ impl TextEncoderDetected {
         }
     }
 
+    /// What `CLIPLoader` with type `kind` makes of this file (after [`TextEncoderDetected::for_clip_type`]) and
+    /// its `weights`: with type `hidream` a CLIP-L, CLIP-G or T5-XXL file is HiDream's encoder with that part alone
+    /// (ComfyUI's `load_clip`; the other parts zeros); otherwise [`TextEncoderDetected::build`].
+    pub fn build_for_clip_type(self, weights: Model, kind: &str) -> Result<TextEncoderNet> {
+        match (kind, &self) {
+            (HIDREAM_CLIP_TYPE, TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_)) => {
+                TextEncoderNet::combine(vec![(self, weights)], kind)
+            }
+            _ => self.build(weights),
+        }
+    }
+
     /// The encoder with `weights` loaded from [`TextEncoderDetected::load_plan`], and its tokenizer. CLIP-L
     /// and T5-XXL condition nothing Kiln runs on their own: they are an error naming the loader that pairs
     /// them.

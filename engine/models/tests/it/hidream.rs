@@ -211,6 +211,19 @@ fn the_four_encoders_tokenize_as_comfyui_and_condition_the_dit() {
     assert_eq!(pooled.shape(), &[1, 768 + 1280]);
     assert!(b.to_f32(&pooled).unwrap().iter().all(|&v| v == 0.0));
     assert_eq!(encoded.cond.shape(), &[1, 128, cfg.t5_width]);
+    // CLIPLoader with type `hidream`: CLIP-G alone is HiDream's encoder, T5-XXL's and Llama's states zeros.
+    let (found, weights) = load(SynthFamily::ClipG);
+    let net =
+        found.for_clip_type("hidream").unwrap().build_for_clip_type(weights, "hidream").unwrap();
+    assert_eq!(net.family(), TextEncoderFamily::HiDream);
+    let encoded = net.encode(&*b, &net.tokenize("a cat").unwrap()).unwrap();
+    let pooled = b.to_f32(encoded.pooled.as_ref().unwrap()).unwrap();
+    assert_eq!(pooled.len(), 768 + set.clip_g.hidden);
+    assert!(pooled[..768].iter().all(|&v| v == 0.0) && pooled[768..].iter().any(|&v| v != 0.0));
+    assert_eq!(encoded.llama.unwrap().shape(), &[1, 32, 1, 4096]);
+    // With another type, CLIP-G alone conditions nothing Kiln runs.
+    let (found, weights) = load(SynthFamily::ClipG);
+    assert!(found.build_for_clip_type(weights, "sd3").is_err());
     let (found, weights) = load(SynthFamily::TextEncoder(TextEncoderFamily::Llama3));
     let net = found.for_clip_type("stable_diffusion").unwrap().build(weights).unwrap();
     assert_eq!(net.family(), TextEncoderFamily::HiDream);
