@@ -118,12 +118,19 @@ impl HiDream {
         let last = self.llama_tokens(b, input.llama, cfg.blocks() - 1, (states, batch))?;
         let mut text = b.concat(&[&t5, &last], 1)?;
         let text_len = text.dim(1)?;
-        drop((t5, last));
+        drop(t5);
         let llama_len = input.llama.dim(2)?;
         let rope = rope_table(b, rows, cols, text_len + llama_len)?;
 
+        // The last block's own tokens are the stream's: projected once.
+        let own_tokens = |k: usize| -> Result<Tensor<B>> {
+            match k + 1 == cfg.blocks() {
+                true => Ok(last.clone()),
+                false => self.llama_tokens(b, input.llama, k, (states, batch)),
+            }
+        };
         for k in 0..cfg.double_blocks {
-            let own = self.llama_tokens(b, input.llama, k, (states, batch))?;
+            let own = own_tokens(k)?;
             let txt = b.concat(&[&text, &own], 1)?;
             drop(own);
             let (i, t) = self.double_block(b, k, &img, &txt, &silu_adaln, &rope)?;
@@ -134,7 +141,7 @@ impl HiDream {
         drop((img, text));
         let hidden_len = hidden.dim(1)?;
         for k in cfg.double_blocks..cfg.blocks() {
-            let own = self.llama_tokens(b, input.llama, k, (states, batch))?;
+            let own = own_tokens(k)?;
             let joint = b.concat(&[&hidden, &own], 1)?;
             drop(own);
             let out = self.single_block(b, k, &joint, &silu_adaln, &rope)?;

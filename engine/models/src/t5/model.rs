@@ -68,13 +68,7 @@ impl T5 {
         ids: &[u32],
         mask: &[bool],
     ) -> Result<Tensor<B>> {
-        if mask.len() != ids.len() {
-            return Err(Error::Invalid(format!(
-                "an attention mask of {} entries for {} tokens",
-                mask.len(),
-                ids.len()
-            )));
-        }
+        check_mask(ids, mask)?;
         // The usual prompt is a run of attended tokens, then padding nobody attends: the attended rows never
         // read the padding (each of its keys weighs exactly 0 in their softmax) and the padding's rows come
         // out zero, so encoding the run alone and appending zero rows gives the same states, without the
@@ -101,13 +95,7 @@ impl T5 {
         ids: &[u32],
         mask: &[bool],
     ) -> Result<Tensor<B>> {
-        if mask.len() != ids.len() {
-            return Err(Error::Invalid(format!(
-                "an attention mask of {} entries for {} tokens",
-                mask.len(),
-                ids.len()
-            )));
-        }
+        check_mask(ids, mask)?;
         self.run(b, ids, Some(mask))
     }
 
@@ -236,6 +224,18 @@ fn heads<B: Backend>(b: &B, h: &Tensor<B>, w: &Weight<'_>, cfg: &Config) -> Resu
     let n = h.dim(1)?;
     let t = b.linear(h, w, None)?.reshape(&[1, n, cfg.heads, cfg.d_kv])?;
     Ok(b.permute(&t, &[0, 2, 1, 3])?)
+}
+
+/// An error for a mask without one entry per id.
+fn check_mask(ids: &[u32], mask: &[bool]) -> Result<()> {
+    if mask.len() != ids.len() {
+        return Err(Error::Invalid(format!(
+            "an attention mask of {} entries for {} tokens",
+            mask.len(),
+            ids.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The bucket of a relative position (key position − query position) in T5's bidirectional relative

@@ -23,7 +23,7 @@ use kiln_models::sampling::{
 };
 use kiln_models::{flux, wan};
 
-use super::latent::empty_latent;
+use super::latent::{empty_latent, repeat_to_batch};
 use super::model_specs;
 use super::step_cache::StepCacheRun;
 use super::wan::{overwrite_leading_frames, with_leading_frames};
@@ -384,10 +384,11 @@ impl OnDevice for Forward<'_> {
         // prompt's repeated to that prompt's samples (`CONDNoiseShape`), the prompts' joined.
         let width_concat = match (&self.extras.concat_latent_image, self.model.net.family()) {
             (Some(image), DiffusionFamily::HiDream) => {
-                match self.in_model_space(b, std::slice::from_ref(image))?.pop() {
-                    Some(image) => Some(per_prompt(b, &image, per_context, self.contexts.len())?),
-                    None => None,
-                }
+                // Fitted to one prompt's samples, then cycled over the prompts.
+                let fitted = repeat_to_batch(image, per_context)
+                    .and_then(|one| repeat_to_batch(&one, per_context * self.contexts.len()))
+                    .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
+                self.in_model_space(b, &[fitted])?.pop()
             }
             _ => None,
         };
@@ -501,19 +502,6 @@ fn lock(
 }
 
 /// A host tensor on `b` in its compute type (what a model call reads beside the latent).
-/// `t` `[n, …]` repeated (or cut) to `rows` rows, as ComfyUI's `repeat_to_batch_size` fits one prompt's tensor to
-/// its samples, then once for each of `prompts` prompts.
-fn per_prompt<B: Backend>(
-    b: &B,
-    t: &kiln_compute::Tensor<B>,
-    rows: usize,
-    prompts: usize,
-) -> kiln_compute::Result<kiln_compute::Tensor<B>> {
-    let n = t.dim(0)?.max(1);
-    let one = b.slice(&b.concat(&vec![t; rows.div_ceil(n)], 0)?, 0, 0, rows)?;
-    b.concat(&vec![&one; prompts.max(1)], 0)
-}
-
 fn upload<B: Backend>(b: &B, t: &Tensor) -> kiln_compute::Result<kiln_compute::Tensor<B>> {
     b.from_f32(t.shape(), t.data(), b.compute_dtype())
 }
