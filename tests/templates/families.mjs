@@ -171,6 +171,10 @@ const kilnFiles = [
   // Lotus depth (SD 2's UNet, discrete-time sampling) and the SD VAE its templates decode with (f32 as released).
   { folder: 'diffusion_models', stem: /^lotus-depth-d-v1-1[_.]/i, family: 'lotus-depth' },
   { folder: 'vae', stem: /^vae-ft-mse-840000-ema-pruned\.safetensors$/, family: 'sd-vae', dtype: 'f32' },
+  // SDXL 1.0's all-in-one checkpoints (UNet, CLIP-L and OpenCLIP's CLIP-G, SD VAE), SDXL Turbo's (the base's
+  // shape) and the refiner's (CLIP-G alone).
+  { folder: 'checkpoints', stem: /^sd_xl_(base_1\.0|turbo_1\.0)[_.]/i, family: 'sdxl' },
+  { folder: 'checkpoints', stem: /^sd_xl_refiner_1\.0[_.]/i, family: 'sdxl-refiner' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -50,6 +50,15 @@ impl LatentFormat {
         rgb: Some((&SD15_RGB, [0.0; 3])),
     };
 
+    /// SDXL's latent space (ComfyUI's `SDXL`): SD's autoencoder's 4 channels, 8× down, scale 0.13025, no shift.
+    pub const SDXL: LatentFormat = LatentFormat {
+        channels: 4,
+        spatial_downscale: 8,
+        temporal_downscale: 1,
+        normalize: Normalize::Affine { scale: 0.13025, shift: 0.0 },
+        rgb: Some((&SDXL_RGB, SDXL_RGB_BIAS)),
+    };
+
     /// The Wan 2.1 VAE's latent space (Wan 2.1 and 2.2 A14B, Qwen-Image): 16 channels, 8× down in space and 4×
     /// in time, each channel normalised by its own mean and standard deviation (ComfyUI's `Wan21`).
     pub const WAN21: LatentFormat = LatentFormat {
@@ -237,6 +246,16 @@ const WAN22_RGB: ([[f32; 3]; 48], [f32; 3]) = (
     ],
     [0.0317, -0.0878, -0.1388],
 );
+
+/// ComfyUI's `SDXL.latent_rgb_factors`.
+const SDXL_RGB: [[f32; 3]; 4] = [
+    [0.3651, 0.4232, 0.4341],
+    [-0.2533, -0.0042, 0.1068],
+    [0.1076, 0.1111, -0.0362],
+    [-0.3165, -0.2492, -0.2188],
+];
+/// ComfyUI's `SDXL.latent_rgb_factors_bias`.
+const SDXL_RGB_BIAS: [f32; 3] = [0.1084, -0.0175, -0.0011];
 
 /// The SD 1.x latent space's linear map to RGB (ComfyUI's `SD15.latent_rgb_factors`, no bias): measured
 /// constants, like the Flux VAE's below.

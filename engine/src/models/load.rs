@@ -276,7 +276,11 @@ fn text_encoder(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TextEncoder, Error> {
     let (found, weights) = text_encoder_part(env, file, prefix, clip_type, progress)?;
-    Ok(TextEncoder::new(found.build(weights)?, file.path().to_path_buf()))
+    let net = match clip_type {
+        Some(kind) => found.build_for_clip_type(weights, kind)?,
+        None => found.build(weights)?,
+    };
+    Ok(TextEncoder::new(net, file.path().to_path_buf()))
 }
 
 /// `CLIPLoader`: a standalone text encoder file. `kind` is the loader's `type`, which decides what a Qwen3 file

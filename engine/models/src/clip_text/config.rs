@@ -32,6 +32,80 @@ pub(super) const TEXT_PROJECTION: &str = "text_projection.weight";
 
 /// The key ComfyUI recognises a CLIP text file by (`FluxClipModel.load_sd`): layer 1's first MLP weight.
 const MARKER: &str = "text_model.encoder.layers.1.mlp.fc1.weight";
+
+/// OpenCLIP's names for the token embedding, the position embedding (a bare parameter), the final LayerNorm and
+/// the projection (a bare `[hidden, projection]` matrix the pooled vector is multiplied by).
+const OPEN_CLIP_TOKEN_EMBEDDING: &str = "token_embedding.weight";
+const OPEN_CLIP_POSITION_EMBEDDING: &str = "positional_embedding";
+const OPEN_CLIP_FINAL_NORM_WEIGHT: &str = "ln_final.weight";
+const OPEN_CLIP_FINAL_NORM_BIAS: &str = "ln_final.bias";
+const OPEN_CLIP_TEXT_PROJECTION: &str = "text_projection";
+/// OpenCLIP's layer 1 first MLP weight, what tells its layout.
+const OPEN_CLIP_MARKER: &str = "transformer.resblocks.1.mlp.c_fc.weight";
+/// Where OpenCLIP's layers' keys start.
+const OPEN_CLIP_LAYERS_PREFIX: &str = "transformer.resblocks.";
+/// One OpenCLIP layer's tensors in the order the model fetches them: [`LAYER_TENSORS`]' with q, k and v as one
+/// `in_proj` `[3·hidden, hidden]` (and its bias).
+const OPEN_CLIP_LAYER_TENSORS: [&str; 12] = [
+    "ln_1.weight",
+    "ln_1.bias",
+    "attn.in_proj_weight",
+    "attn.in_proj_bias",
+    "attn.out_proj.weight",
+    "attn.out_proj.bias",
+    "ln_2.weight",
+    "ln_2.bias",
+    "mlp.c_fc.weight",
+    "mlp.c_fc.bias",
+    "mlp.c_proj.weight",
+    "mlp.c_proj.bias",
+];
+
+/// How a file names a CLIP text tower's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// transformers' `CLIPTextModel` (`text_model.encoder.layers.N.self_attn.q_proj.weight`): ComfyUI's own.
+    Transformers,
+    /// OpenCLIP's (`transformer.resblocks.N.attn.in_proj_weight`, `text_projection` bare and transposed): SDXL
+    /// checkpoints' CLIP-G, which ComfyUI converts on load (`clip_text_transformers_convert`).
+    OpenClip,
+}
+
+impl Layout {
+    /// The token embedding table's name `[vocab, hidden]`.
+    fn token_embedding(self) -> &'static str {
+        match self {
+            Layout::Transformers => TOKEN_EMBEDDING,
+            Layout::OpenClip => OPEN_CLIP_TOKEN_EMBEDDING,
+        }
+    }
+
+    /// The position embedding's name `[positions, hidden]`.
+    fn position_embedding(self) -> &'static str {
+        match self {
+            Layout::Transformers => POSITION_EMBEDDING,
+            Layout::OpenClip => OPEN_CLIP_POSITION_EMBEDDING,
+        }
+    }
+
+    /// The final LayerNorm's weight and bias names.
+    fn final_norm(self) -> [&'static str; 2] {
+        match self {
+            Layout::Transformers => [FINAL_NORM_WEIGHT, FINAL_NORM_BIAS],
+            Layout::OpenClip => [OPEN_CLIP_FINAL_NORM_WEIGHT, OPEN_CLIP_FINAL_NORM_BIAS],
+        }
+    }
+
+    /// The projection's name: transformers' `[projection, hidden]` Linear weight, OpenCLIP's
+    /// `[hidden, projection]` matrix.
+    fn text_projection(self) -> &'static str {
+        match self {
+            Layout::Transformers => TEXT_PROJECTION,
+            Layout::OpenClip => OPEN_CLIP_TEXT_PROJECTION,
+        }
+    }
+}
+
 /// Where the layers' keys start.
 const LAYERS_PREFIX: &str = "text_model.encoder.layers.";
 
@@ -106,6 +180,8 @@ pub enum Activation {
 pub struct Config {
     /// Which tower (decides the activation).
     pub variant: Variant,
+    /// How the file names the tensors.
+    pub layout: Layout,
     /// Rows of the token embedding.
     pub vocab: usize,
     /// Hidden width.
@@ -131,30 +207,70 @@ pub struct Config {
 
 impl Config {
     /// The names of encoder layer `i`'s weights, in the order the model fetches them: layer_norm1 (weight,
-    /// bias), q, k, v, out projections (weight, bias each), layer_norm2, fc1, fc2.
+    /// bias), q, k, v (OpenCLIP: one in_proj), out projections (weight, bias each), layer_norm2, fc1, fc2.
     pub fn layer_names(&self, i: usize) -> Vec<String> {
-        LAYER_TENSORS.iter().map(|t| format!("{LAYERS_PREFIX}{i}.{t}")).collect()
+        match self.layout {
+            Layout::Transformers => {
+                LAYER_TENSORS.iter().map(|t| format!("{LAYERS_PREFIX}{i}.{t}")).collect()
+            }
+            Layout::OpenClip => OPEN_CLIP_LAYER_TENSORS
+                .iter()
+                .map(|t| format!("{OPEN_CLIP_LAYERS_PREFIX}{i}.{t}"))
+                .collect(),
+        }
+    }
+
+    /// The token embedding table's name `[vocab, hidden]`.
+    pub(super) fn token_embedding(&self) -> &'static str {
+        self.layout.token_embedding()
+    }
+
+    /// The position embedding's name `[positions, hidden]`.
+    pub(super) fn position_embedding(&self) -> &'static str {
+        self.layout.position_embedding()
+    }
+
+    /// The final LayerNorm's weight and bias names.
+    pub(super) fn final_norm(&self) -> [&'static str; 2] {
+        self.layout.final_norm()
+    }
+
+    /// The projection's name: transformers' `[projection, hidden]` Linear weight, OpenCLIP's
+    /// `[hidden, projection]` matrix.
+    pub(super) fn text_projection(&self) -> &'static str {
+        self.layout.text_projection()
     }
 
     /// Every weight with its shape, in load order (what `kiln model synth` writes).
     pub(crate) fn expected(&self) -> Vec<(String, Vec<usize>)> {
         let d = self.hidden;
         let mut all = vec![
-            (TOKEN_EMBEDDING.to_owned(), vec![self.vocab, d]),
-            (POSITION_EMBEDDING.to_owned(), vec![self.positions, d]),
+            (self.token_embedding().to_owned(), vec![self.vocab, d]),
+            (self.position_embedding().to_owned(), vec![self.positions, d]),
         ];
         for i in 0..self.layers {
             all.extend(self.layer_names(i).into_iter().zip(self.layer_shapes()));
         }
-        all.push((FINAL_NORM_WEIGHT.to_owned(), vec![d]));
-        all.push((FINAL_NORM_BIAS.to_owned(), vec![d]));
-        all.push((TEXT_PROJECTION.to_owned(), vec![d, d]));
+        let [norm_weight, norm_bias] = self.final_norm();
+        all.push((norm_weight.to_owned(), vec![d]));
+        all.push((norm_bias.to_owned(), vec![d]));
+        all.push((self.text_projection().to_owned(), vec![d, d]));
         all
     }
 
     /// The shapes of one layer's weights, in [`Config::layer_names`] order.
-    fn layer_shapes(&self) -> [Vec<usize>; 16] {
-        layer_shapes(self.hidden, self.intermediate)
+    fn layer_shapes(&self) -> Vec<Vec<usize>> {
+        let shapes = layer_shapes(self.hidden, self.intermediate);
+        match self.layout {
+            Layout::Transformers => shapes.to_vec(),
+            Layout::OpenClip => {
+                let d = self.hidden;
+                let mut fused =
+                    vec![shapes[0].clone(), shapes[1].clone(), vec![3 * d, d], vec![3 * d]];
+                fused.extend(shapes[8..].iter().cloned());
+                fused
+            }
+        }
     }
 }
 
@@ -200,13 +316,23 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
 /// [`detect`] before its errors are worded.
 fn detect_clip(h: &Header) -> Result<Option<Config>> {
     let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
-    if !present(MARKER) {
+    let layout = if present(MARKER) {
+        Layout::Transformers
+    } else if present(OPEN_CLIP_MARKER) && present(OPEN_CLIP_TOKEN_EMBEDDING) {
+        Layout::OpenClip
+    } else {
         return Ok(None);
-    }
-    let layers = count_layers(h)?;
-    let [vocab, hidden] = dims(h, TOKEN_EMBEDDING)?;
-    let [positions, _] = dims(h, POSITION_EMBEDDING)?;
-    let [intermediate, _] = dims(h, "text_model.encoder.layers.0.mlp.fc1.weight")?;
+    };
+    let (layers, fc1) = match layout {
+        Layout::Transformers => (count_layers(h)?, "text_model.encoder.layers.0.mlp.fc1.weight"),
+        Layout::OpenClip => (
+            h.gapless_blocks(OPEN_CLIP_LAYERS_PREFIX, "an OpenCLIP text layout whose layers")?,
+            "transformer.resblocks.0.mlp.c_fc.weight",
+        ),
+    };
+    let [vocab, hidden] = dims(h, layout.token_embedding())?;
+    let [positions, _] = dims(h, layout.position_embedding())?;
+    let [intermediate, _] = dims(h, fc1)?;
     if hidden == 0 || !hidden.is_multiple_of(HEAD_DIM) {
         return Err(h.unsupported(format!(
             "a CLIP text layout {hidden} wide, not a whole number of {HEAD_DIM}-wide heads"
@@ -221,6 +347,7 @@ fn detect_clip(h: &Header) -> Result<Option<Config>> {
     };
     let config = Config {
         variant,
+        layout,
         vocab,
         hidden,
         layers,
@@ -232,29 +359,29 @@ fn detect_clip(h: &Header) -> Result<Option<Config>> {
         eps: LAYER_NORM_EPS,
         eos: super::EOS,
     };
-    check_shape(h, POSITION_EMBEDDING, &[positions, hidden])?;
+    check_shape(h, config.position_embedding(), &[positions, hidden])?;
     for i in 0..layers {
         for (name, want) in config.layer_names(i).iter().zip(config.layer_shapes()) {
             check_shape(h, name, &want)?;
         }
     }
-    check_shape(h, FINAL_NORM_WEIGHT, &[hidden])?;
-    check_shape(h, FINAL_NORM_BIAS, &[hidden])?;
+    for name in config.final_norm() {
+        check_shape(h, name, &[hidden])?;
+    }
     Ok(Some(config))
 }
 
 /// What to load: both embeddings, every layer, the final LayerNorm and `text_projection.weight` when the file
 /// has it, under the file's names without the prefix.
 pub fn load_plan(h: &Header, config: &Config) -> LoadPlan {
-    let slot = |name: String| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]);
-    let mut slots = vec![slot(TOKEN_EMBEDDING.to_owned()), slot(POSITION_EMBEDDING.to_owned())];
+    let slot = |name: &str| SlotPlan::new(name, vec![(0, h.key(name))]);
+    let mut slots = vec![slot(config.token_embedding()), slot(config.position_embedding())];
     for i in 0..config.layers {
-        slots.extend(config.layer_names(i).into_iter().map(slot));
+        slots.extend(config.layer_names(i).iter().map(|n| slot(n)));
     }
-    slots.push(slot(FINAL_NORM_WEIGHT.to_owned()));
-    slots.push(slot(FINAL_NORM_BIAS.to_owned()));
-    if h.shape(TEXT_PROJECTION) == Some(&[config.hidden, config.hidden][..]) {
-        slots.push(slot(TEXT_PROJECTION.to_owned()));
+    slots.extend(config.final_norm().map(slot));
+    if h.shape(config.text_projection()) == Some(&[config.hidden, config.hidden][..]) {
+        slots.push(slot(config.text_projection()));
     }
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }

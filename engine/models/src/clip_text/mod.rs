@@ -14,7 +14,9 @@ pub mod family;
 mod model;
 mod tokenizer;
 
-pub use config::{Activation, Config, HEAD_DIM, LAYER_NORM_EPS, Variant, detect, load_plan};
+pub use config::{
+    Activation, Config, HEAD_DIM, LAYER_NORM_EPS, Layout, Variant, detect, load_plan,
+};
 pub(crate) use config::{LAYER_TENSORS, layer_shapes};
 pub use model::{ClipOutput, ClipText};
 pub(crate) use model::{LayerShape, encoder_layer};

@@ -9,10 +9,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, UnaryOp};
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
-use super::config::{
-    Activation, Config, FINAL_NORM_BIAS, FINAL_NORM_WEIGHT, POSITION_EMBEDDING, TEXT_PROJECTION,
-    TOKEN_EMBEDDING,
-};
+use super::config::{Activation, Config, Layout};
 use crate::error::{Error, Result};
 use crate::named::embed_f32;
 
@@ -77,7 +74,8 @@ impl ClipText {
         self.check(ids, hidden_layer)?;
         let n = ids.len();
         let mut x = {
-            let layer = self.weights.fetch(b, &[TOKEN_EMBEDDING, POSITION_EMBEDDING])?;
+            let names = [cfg.token_embedding(), cfg.position_embedding()];
+            let layer = self.weights.fetch(b, &names)?;
             let tokens = embed_f32(b, &layer.weight(0), ids)?;
             let positions = b.weight_to_tensor(&layer.weight(1), DType::F32)?;
             let positions = b.slice(&positions, 0, 0, n)?;
@@ -99,23 +97,32 @@ impl ClipText {
     /// `pooled` `[.., hidden]` through `text_projection` (ComfyUI's projected pooled output, f32); an error for a
     /// file without the projection.
     pub fn project_pooled<B: Backend>(&self, b: &B, pooled: &Tensor<B>) -> Result<Tensor<B>> {
-        if self.weights.info(TEXT_PROJECTION).is_none() {
+        let name = self.config.text_projection();
+        if self.weights.info(name).is_none() {
             return Err(Error::Invalid(format!(
-                "this {} file has no `{TEXT_PROJECTION}` [{h}, {h}], which the projected pooled vector needs \
-                 (HiDream's CLIP-L and CLIP-G)",
+                "this {} file has no `{name}` [{h}, {h}], which the projected pooled vector needs (SDXL's and \
+                 HiDream's CLIP-G, HiDream's CLIP-L)",
                 self.config.variant.name(),
                 h = self.config.hidden
             )));
         }
-        let layer = self.weights.fetch(b, &[TEXT_PROJECTION])?;
+        let layer = self.weights.fetch(b, &[name])?;
         let pooled = b.cast(pooled, DType::F32)?;
-        Ok(b.linear(&pooled, &layer.weight(0), None)?)
+        match self.config.layout {
+            Layout::Transformers => Ok(b.linear(&pooled, &layer.weight(0), None)?),
+            // OpenCLIP's matrix multiplies the pooled vector as it is stored (ComfyUI transposes it into a
+            // Linear weight on load: the same products).
+            Layout::OpenClip => {
+                let projection = b.weight_to_tensor(&layer.weight(0), DType::F32)?;
+                Ok(b.matmul(&pooled, &projection, false)?)
+            }
+        }
     }
 
     /// `x` `[.., hidden]` through the final LayerNorm (for ComfyUI's `layer_norm_hidden_state=True`, SD1's
     /// CLIP skip, applied to [`ClipOutput::hidden`]).
     pub fn final_norm<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let norm = self.weights.fetch(b, &[FINAL_NORM_WEIGHT, FINAL_NORM_BIAS])?;
+        let norm = self.weights.fetch(b, &self.config.final_norm())?;
         let x = b.cast(x, DType::F32)?;
         Ok(b.layer_norm(&x, Some(&norm.weight(0)), Some(&norm.weight(1)), self.config.eps)?)
     }
@@ -163,6 +170,14 @@ impl ClipText {
     }
 }
 
+/// A layer's q, k and v projections: three (weight, bias) pairs, or OpenCLIP's one `in_proj` of all three.
+enum Qkv<'w, 'a> {
+    /// transformers' q_proj, k_proj, v_proj.
+    Separate([(&'w Weight<'a>, &'w Weight<'a>); 3]),
+    /// OpenCLIP's `in_proj_weight` `[3·hidden, hidden]` and `in_proj_bias`.
+    Fused(&'w Weight<'a>, &'w Weight<'a>),
+}
+
 /// The widths and choices of one CLIP encoder layer, shared by the text and vision towers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LayerShape {
@@ -180,7 +195,8 @@ pub(crate) struct LayerShape {
 
 /// One CLIP encoder layer (ComfyUI's `CLIPLayer`, the text and the vision towers' alike) on x `[B, N, hidden]`
 /// (f32): pre-norm self-attention under `mask`, then the pre-norm MLP, each added back to the residual. `w`
-/// holds the layer's 16 weights in [`super::Config::layer_names`] order.
+/// holds the layer's 16 weights in [`super::Config::layer_names`] order, or OpenCLIP's 12 (q, k and v as one
+/// `in_proj`).
 pub(crate) fn encoder_layer<B: Backend>(
     b: &B,
     w: &[Weight<'_>],
@@ -188,34 +204,36 @@ pub(crate) fn encoder_layer<B: Backend>(
     shape: &LayerShape,
     mask: AttentionMask,
 ) -> Result<Tensor<B>> {
-    let [
-        ln1_w,
-        ln1_b,
-        q_w,
-        q_b,
-        k_w,
-        k_b,
-        v_w,
-        v_b,
-        o_w,
-        o_b,
-        ln2_w,
-        ln2_b,
-        fc1_w,
-        fc1_b,
-        fc2_w,
-        fc2_b,
-    ] = w
-    else {
+    let (ln1_w, ln1_b, qkv, rest) = match w {
+        [ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, rest @ ..] if rest.len() == 8 => {
+            (ln1_w, ln1_b, Qkv::Separate([(q_w, q_b), (k_w, k_b), (v_w, v_b)]), rest)
+        }
+        [ln1_w, ln1_b, in_w, in_b, rest @ ..] if rest.len() == 8 => {
+            (ln1_w, ln1_b, Qkv::Fused(in_w, in_b), rest)
+        }
+        _ => return Err(Error::Invalid(format!("{} weights for a CLIP layer", w.len()))),
+    };
+    let [o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b] = rest else {
         return Err(Error::Invalid(format!("{} weights for a CLIP layer", w.len())));
     };
     let (batch, n) = (x.dim(0)?, x.dim(1)?);
     let h = b.layer_norm(x, Some(ln1_w), Some(ln1_b), shape.eps)?;
-    let heads = |w: &Weight<'_>, bias: &Weight<'_>| -> Result<Tensor<B>> {
-        let t = b.linear(&h, w, Some(bias))?.reshape(&[batch, n, shape.heads, shape.head_dim])?;
+    let to_heads = |t: &Tensor<B>| -> Result<Tensor<B>> {
+        let t = t.reshape(&[batch, n, shape.heads, shape.head_dim])?;
         Ok(b.permute(&t, &[0, 2, 1, 3])?)
     };
-    let (q, k, v) = (heads(q_w, q_b)?, heads(k_w, k_b)?, heads(v_w, v_b)?);
+    let (q, k, v) = match qkv {
+        Qkv::Separate(projections) => {
+            let [q, k, v] = projections.map(|(w, bias)| b.linear(&h, w, Some(bias)));
+            (to_heads(&q?)?, to_heads(&k?)?, to_heads(&v?)?)
+        }
+        Qkv::Fused(w, bias) => {
+            // `in_proj` rows are q's, k's, v's: the same products as three projections.
+            let all = b.linear(&h, w, Some(bias))?.reshape(&[batch, n, 3, shape.hidden])?;
+            let part = |i| -> Result<Tensor<B>> { to_heads(&b.slice(&all, 2, i, 1)?) };
+            (part(0)?, part(1)?, part(2)?)
+        }
+    };
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
     let a = b.attention(&q, &k, &v, mask, scale)?;
     let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[batch, n, shape.hidden])?;

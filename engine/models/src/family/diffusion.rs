@@ -50,11 +50,17 @@ pub enum DiffusionFamily {
     /// HiDream-I1 and E1: a DiT with mixture-of-experts feed-forwards on T5-XXL's states, one Llama 3.1 state
     /// per block and CLIP-L's and CLIP-G's pooled vectors, in the Flux VAE's latent space.
     HiDream,
+    /// SDXL 1.0 (and SDXL Turbo): the SD UNet on CLIP-L's and CLIP-G's penultimate states, conditioned on
+    /// CLIP-G's pooled vector and the image size, in SDXL's latent space, with discrete-time `EPS` sampling.
+    Sdxl,
+    /// SDXL 1.0's refiner: the SD UNet on CLIP-G's penultimate states, conditioned on its pooled vector, the
+    /// image size and an aesthetic score, in SDXL's latent space.
+    SdxlRefiner,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 10] = [
+    pub const ALL: [DiffusionFamily; 12] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
@@ -65,6 +71,8 @@ impl DiffusionFamily {
         DiffusionFamily::Wan22,
         DiffusionFamily::Lotus,
         DiffusionFamily::HiDream,
+        DiffusionFamily::Sdxl,
+        DiffusionFamily::SdxlRefiner,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -80,6 +88,8 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
             DiffusionFamily::Lotus => unet::family::NAME,
             DiffusionFamily::HiDream => hidream::family::NAME,
+            DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
+            DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
     }
 
@@ -96,6 +106,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
             DiffusionFamily::Lotus => unet::family::LATENT,
             DiffusionFamily::HiDream => hidream::family::LATENT,
+            DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
 
@@ -118,6 +129,9 @@ impl DiffusionFamily {
                 FlowSampling::new(wan::family::SHIFT, wan::family::MULTIPLIER).into()
             }
             DiffusionFamily::Lotus => DiscreteSampling::new(Prediction::ImageToImage).into(),
+            DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => {
+                DiscreteSampling::new(Prediction::Eps).into()
+            }
             DiffusionFamily::HiDream => {
                 FlowSampling::new(hidream::family::SHIFT, hidream::family::MULTIPLIER).into()
             }
@@ -140,6 +154,11 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
                 &[wan::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
             }
+            DiffusionFamily::Sdxl => &[
+                unet::family::SDXL_CHECKPOINT_CLIP_L_PREFIX,
+                unet::family::SDXL_CHECKPOINT_CLIP_G_PREFIX,
+            ],
+            DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
             // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None).
             DiffusionFamily::Lotus | DiffusionFamily::HiDream => &[],
         }
@@ -153,6 +172,8 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => "flux2",
             DiffusionFamily::LongCatImage => crate::family::LONGCAT_CLIP_TYPE,
             DiffusionFamily::Chroma => crate::family::CHROMA_CLIP_TYPE,
+            DiffusionFamily::Sdxl => crate::family::SDXL_CLIP_TYPE,
+            DiffusionFamily::SdxlRefiner => crate::family::SDXL_REFINER_CLIP_KIND,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -175,7 +196,9 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Wan21 => (VaeFamily::Wan21, wan::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Wan22 => (VaeFamily::Wan22, wan::family::CHECKPOINT_VAE_PREFIX),
-            DiffusionFamily::Lotus => (VaeFamily::Flux, unet::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Lotus | DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => {
+                (VaeFamily::Flux, unet::family::CHECKPOINT_VAE_PREFIX)
+            }
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
         }
     }
@@ -193,6 +216,8 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
+            DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
+            DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
     }
 
@@ -209,6 +234,8 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_LORA_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
+            DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
     }
 
@@ -233,7 +260,9 @@ impl DiffusionFamily {
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => wan::detect(h)?
                 .filter(|(config, _)| wan_family(config) == self)
                 .map(|(config, layout)| DiffusionDetected::Wan(config, layout)),
-            DiffusionFamily::Lotus => unet::detect(h)?.map(DiffusionDetected::Unet),
+            DiffusionFamily::Lotus | DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => {
+                unet::detect(h)?.filter(|c| unet_family(c) == self).map(DiffusionDetected::Unet)
+            }
             DiffusionFamily::HiDream => hidream::detect(h)?.map(DiffusionDetected::HiDream),
         })
     }
@@ -269,6 +298,15 @@ pub enum DiffusionDetected {
     HiDream(hidream::Config),
 }
 
+/// The family of a UNet of a kind Kiln runs (detection refuses the others).
+fn unet_family(config: &unet::Config) -> DiffusionFamily {
+    match config.kind() {
+        Some(unet::UnetKind::Sdxl) => DiffusionFamily::Sdxl,
+        Some(unet::UnetKind::SdxlRefiner) => DiffusionFamily::SdxlRefiner,
+        Some(unet::UnetKind::Lotus) | None => DiffusionFamily::Lotus,
+    }
+}
+
 /// The family of a Wan DiT: ComfyUI's `WAN22_T2V` entry for TI2V 5B, its `WAN21` ones for the others.
 fn wan_family(config: &wan::Config) -> DiffusionFamily {
     if config.is_wan22() { DiffusionFamily::Wan22 } else { DiffusionFamily::Wan21 }
@@ -290,7 +328,7 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
             DiffusionDetected::Wan(config, _) => wan_family(config),
-            DiffusionDetected::Unet(_) => DiffusionFamily::Lotus,
+            DiffusionDetected::Unet(config) => unet_family(config),
             DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
         }
     }
@@ -589,7 +627,7 @@ impl DiffusionNet {
             DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
             DiffusionNet::Wan(net) => wan_family(&net.config),
-            DiffusionNet::Unet(_) => DiffusionFamily::Lotus,
+            DiffusionNet::Unet(net) => unet_family(&net.config),
             DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
         }
     }
@@ -621,9 +659,10 @@ impl DiffusionNet {
             DiffusionNet::ZImage(_) => zimage_lora::patches(file, slots, strength),
             DiffusionNet::QwenImage(_) => qwen_image::lora::patches(file, slots, strength),
             DiffusionNet::Wan(_) => wan::lora::patches(file, slots, strength),
-            DiffusionNet::Unet(_) => Err(crate::Error::Invalid(
-                "Kiln applies no LoRA to Lotus depth's UNet yet".to_owned(),
-            )),
+            DiffusionNet::Unet(_) => Err(crate::Error::Invalid(format!(
+                "Kiln applies no LoRA to {}'s UNet yet",
+                self.family().name()
+            ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
         }
     }
@@ -669,6 +708,14 @@ impl DiffusionNet {
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_) => None,
         }
+    }
+
+    /// For an SDXL UNet, its kind and the width of the pooled vector its class vector starts with
+    /// ([`unet::sdxl::adm`]); `None` for the other networks.
+    pub fn sdxl_adm(&self) -> Option<(unet::UnetKind, usize)> {
+        let DiffusionNet::Unet(net) = self else { return None };
+        let kind = net.config.kind().filter(|k| *k != unet::UnetKind::Lotus)?;
+        Some((kind, kind.pooled_width(net.config.adm_in_channels?)))
     }
 
     /// Whether this is a HuMo model (a Wan DiT with HuMo's audio branch), whose 17B variant reads fixed
@@ -869,14 +916,25 @@ impl DiffusionNet {
                 )
             }
             DiffusionNet::Unet(net) => {
-                refuse_controls(DiffusionFamily::Lotus, input.controls, input.patches)?;
-                let y = if net.config.is_lotus() {
-                    let task = unet::lotus_task_embedding();
-                    Some(b.from_f32(&[1, task.len()], &task, DType::F32)?)
-                } else {
-                    None
-                };
-                net.forward(b, input.x, input.timesteps, input.context, y.as_ref())
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                match net.config.kind() {
+                    Some(unet::UnetKind::Lotus) => {
+                        let task = unet::lotus_task_embedding();
+                        let y = b.from_f32(&[1, task.len()], &task, DType::F32)?;
+                        net.forward(b, input.x, input.timesteps, input.context, Some(&y))
+                    }
+                    // SDXL's class vector, made from the pooled vector as the run started (`encode_adm`).
+                    _ => {
+                        let y = input.pooled.ok_or_else(|| {
+                            crate::Error::Invalid(format!(
+                                "{} conditions on CLIP-G's pooled vector: encode the prompt with SDXL's text \
+                                 encoders (its checkpoint's CLIP, or DualCLIPLoader type sdxl)",
+                                self.family().name()
+                            ))
+                        })?;
+                        net.forward(b, input.x, input.timesteps, input.context, Some(y))
+                    }
+                }
             }
         }
     }

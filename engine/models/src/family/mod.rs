@@ -25,6 +25,7 @@ mod clip_vision;
 mod control;
 mod diffusion;
 mod patch;
+mod sdxl_text;
 mod text_encoder;
 mod vae;
 
@@ -35,10 +36,11 @@ pub use diffusion::{
     SkippedBlocks,
 };
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
+pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
     CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
-    LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, T5Options, TextEncoderDetected, TextEncoderFamily,
-    TextEncoderNet,
+    LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND, T5Options,
+    TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -25,6 +25,8 @@ use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
 use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
+use super::sdxl_text::{SdxlEncoders, SdxlTokens};
+
 /// A family of text encoders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TextEncoderFamily {
@@ -57,6 +59,10 @@ pub enum TextEncoderFamily {
     /// every layer's output of Llama 3.1 beside them, CLIP-L's and CLIP-G's projected pooled vectors joined. Made
     /// by [`TextEncoderNet::combine`], never detected in one file.
     HiDream,
+    /// SDXL's pair (`DualCLIPLoader` type `sdxl`, an SDXL checkpoint): CLIP-L's and CLIP-G's penultimate states
+    /// side by side, CLIP-G's projected pooled vector; or the refiner's CLIP-G alone (also `CLIPLoader` with a
+    /// CLIP-G file). Made by [`TextEncoderNet::combine`], never detected in one file.
+    Sdxl,
 }
 
 impl TextEncoderFamily {
@@ -86,6 +92,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Umt5Xxl => t5::family::UMT5_NAME,
             TextEncoderFamily::Llama3 => llama3::NAME,
             TextEncoderFamily::HiDream => "HiDream's CLIP-L + CLIP-G + T5-XXL + Llama 3.1",
+            TextEncoderFamily::Sdxl => "SDXL's CLIP-L + CLIP-G",
         }
     }
 
@@ -105,6 +112,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Llama3 => llama3::SYNTH_NAME,
             // Written as its four files.
             TextEncoderFamily::HiDream => "hidream-text-encoders",
+            // Written inside SDXL's checkpoints.
+            TextEncoderFamily::Sdxl => "sdxl-text-encoders",
         }
     }
 
@@ -139,7 +148,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Mistral3
             | TextEncoderFamily::Umt5Xxl
             | TextEncoderFamily::Llama3
-            | TextEncoderFamily::HiDream => {
+            | TextEncoderFamily::HiDream
+            | TextEncoderFamily::Sdxl => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -168,7 +178,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Llama3 => llama3::detect(h)?.map(TextEncoderDetected::Llama3),
             TextEncoderFamily::Flux
             | TextEncoderFamily::Flux2Klein
-            | TextEncoderFamily::HiDream => None,
+            | TextEncoderFamily::HiDream
+            | TextEncoderFamily::Sdxl => None,
         })
     }
 }
@@ -314,6 +325,13 @@ impl TextEncoderDetected {
             (HIDREAM_CLIP_TYPE, TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_)) => {
                 TextEncoderNet::combine(vec![(self, weights)], kind)
             }
+            // ComfyUI makes a lone CLIP-G SDXL's refiner's encoder with any type but these (`load_clip`).
+            (_, TextEncoderDetected::ClipL(config))
+                if config.variant == clip_text::Variant::G
+                    && !matches!(kind, "sd3" | "stable_cascade") =>
+            {
+                TextEncoderNet::combine(vec![(self, weights)], SDXL_REFINER_CLIP_KIND)
+            }
             _ => self.build(weights),
         }
     }
@@ -388,6 +406,12 @@ pub const HIDREAM_CLIP_TYPE: &str = "hidream";
 const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
     (768, 1280, [1, 128, 4096], [1, 32, 1, 4096]);
 
+/// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
+pub const SDXL_CLIP_TYPE: &str = "sdxl";
+
+/// How SDXL's refiner's CLIP-G is combined: its encoder alone (ComfyUI's `SDXLRefinerClipModel`).
+pub const SDXL_REFINER_CLIP_KIND: &str = "sdxl_refiner";
+
 /// `CLIPLoader`'s type that makes a T5-XXL file Chroma's text encoder on its own (`pixart` does the same).
 pub const CHROMA_CLIP_TYPE: &str = "chroma";
 
@@ -457,6 +481,8 @@ pub enum PromptTokens {
     Weighted(Vec<Vec<Weighted>>),
     /// HiDream's four encoders' weighted sections, as ComfyUI's `HiDreamTokenizer` makes them.
     HiDream(Box<HiDreamTokens>),
+    /// SDXL's CLIP-L and CLIP-G weighted sections, as ComfyUI's `SDXLTokenizer` makes them.
+    Sdxl(Box<SdxlTokens>),
 }
 
 /// HiDream's tokens: each encoder's weighted sections.
@@ -546,6 +572,8 @@ pub enum TextEncoderNet {
     },
     /// HiDream's four encoders with their tokenizers.
     HiDream(Box<HiDreamEncoders>),
+    /// SDXL's CLIP-L and CLIP-G (the refiner's: CLIP-G alone) with CLIP's tokenizer.
+    Sdxl(Box<SdxlEncoders>),
 }
 
 /// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
@@ -580,6 +608,7 @@ impl TextEncoderNet {
             TextEncoderNet::Umt5 { .. } => TextEncoderFamily::Umt5Xxl,
             TextEncoderNet::T5Xxl { .. } => TextEncoderFamily::T5Xxl,
             TextEncoderNet::HiDream(_) => TextEncoderFamily::HiDream,
+            TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
         }
     }
 
@@ -596,6 +625,7 @@ impl TextEncoderNet {
                 &model.weights
             }
             TextEncoderNet::HiDream(e) => e.models()[0],
+            TextEncoderNet::Sdxl(e) => &e.clip_g.weights,
         }
     }
 
@@ -604,6 +634,7 @@ impl TextEncoderNet {
         match self {
             TextEncoderNet::Flux { clip_l, t5, .. } => vec![&t5.weights, &clip_l.weights],
             TextEncoderNet::HiDream(e) => e.models(),
+            TextEncoderNet::Sdxl(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
@@ -627,6 +658,14 @@ impl TextEncoderNet {
         let t5 = count(parts, |d| matches!(d, TextEncoderDetected::T5(_)));
         let llama = count(parts, |d| matches!(d, TextEncoderDetected::Llama3(_)));
         match kind {
+            SDXL_CLIP_TYPE if parts.len() == 2 && clip_l == 1 && clip_g == 1 => Ok(()),
+            SDXL_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `sdxl` takes a CLIP-L and a CLIP-G text encoder; these files are {found}"
+            ))),
+            SDXL_REFINER_CLIP_KIND if parts.len() == 1 && clip_g == 1 => Ok(()),
+            SDXL_REFINER_CLIP_KIND => Err(Error::Invalid(format!(
+                "SDXL's refiner takes a CLIP-G text encoder alone; these files are {found}"
+            ))),
             "flux" if parts.len() == 2 && clip_l == 1 && t5 == 1 => Ok(()),
             "flux" => Err(Error::Invalid(format!(
                 "type `flux` takes a CLIP-L and a T5-XXL text encoder; these files are {found}"
@@ -644,7 +683,8 @@ impl TextEncoderNet {
             ))),
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
-                 CLIP-L + T5-XXL) and HiDream's (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
+                 CLIP-L + T5-XXL), SDXL's (type `sdxl`: CLIP-L + CLIP-G) and HiDream's (QuadrupleCLIPLoader: \
+                 CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
             ))),
         }
     }
@@ -672,6 +712,12 @@ impl TextEncoderNet {
         }
         if kind == HIDREAM_CLIP_TYPE {
             return HiDreamEncoders::net(clip_l, clip_g, t5, llama);
+        }
+        if kind == SDXL_CLIP_TYPE || kind == SDXL_REFINER_CLIP_KIND {
+            let clip_g = clip_g.ok_or_else(|| {
+                Error::Invalid(format!("type `{kind}` is missing its CLIP-G text encoder"))
+            })?;
+            return Ok(TextEncoderNet::Sdxl(Box::new(SdxlEncoders::new(clip_l, clip_g)?)));
         }
         let missing =
             || Error::Invalid(format!("type `{kind}` is missing one of its text encoders"));
@@ -703,6 +749,9 @@ impl TextEncoderNet {
             TextEncoderNet::HiDream(e) => Ok(PromptTokens::HiDream(Box::new(
                 e.tokenize([prompt, prompt, prompt, prompt], options)?,
             ))),
+            TextEncoderNet::Sdxl(e) => {
+                Ok(PromptTokens::Sdxl(Box::new(e.tokenize(prompt, prompt)?)))
+            }
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
@@ -812,7 +861,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::Flux { .. }
                 | TextEncoderNet::T5Xxl { .. }
                 | TextEncoderNet::Umt5 { .. }
-                | TextEncoderNet::HiDream(_),
+                | TextEncoderNet::HiDream(_)
+                | TextEncoderNet::Sdxl(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -866,7 +916,8 @@ impl TextEncoderNet {
             )),
             TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::T5Xxl { .. }
-            | TextEncoderNet::HiDream(_) => {
+            | TextEncoderNet::HiDream(_)
+            | TextEncoderNet::Sdxl(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -885,7 +936,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. }
-            | TextEncoderNet::HiDream(_) => Err(Error::Invalid(format!(
+            | TextEncoderNet::HiDream(_)
+            | TextEncoderNet::Sdxl(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -921,7 +973,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux { .. }
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. }
-            | TextEncoderNet::HiDream(_) => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::HiDream(_)
+            | TextEncoderNet::Sdxl(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1006,6 +1059,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::Sdxl(e), PromptTokens::Sdxl(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::Sdxl(_), _) | (_, PromptTokens::Sdxl(_)) => {
+                Err(Error::Invalid(format!(
+                    "SDXL's encoders take SDXL's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::HiDream(_), _) | (_, PromptTokens::HiDream(_)) => {
                 Err(Error::Invalid(format!(
@@ -1117,7 +1182,7 @@ fn encode_flux<B: Backend>(
 /// `sections` encoded by `encode` and joined along the tokens, f32, each weighted token moved from an empty
 /// prompt's state (laid out by `layout` to the longest section's length) by its weight, as ComfyUI's
 /// `ClipTokenWeightEncoder` does.
-fn weighted_states<B: Backend>(
+pub(super) fn weighted_states<B: Backend>(
     b: &B,
     sections: &[Vec<Weighted>],
     layout: &prompt_weights::Layout,

@@ -1,6 +1,8 @@
 //! ComfyUI's `ModelSamplingDiscrete`: the 1000-entry sigma table of a DDPM-trained model (SD's `linear` beta
 //! schedule, β from 0.00085 to 0.012), with the parameterisation that says what the network predicts.
 
+use std::borrow::Cow;
+
 use crate::rope::linspace_f64;
 
 /// The number of entries in the sigma table.
@@ -14,6 +16,8 @@ const LINEAR_END: f64 = 0.012;
 /// parameterisations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prediction {
+    /// `EPS` (SD 1.x, SDXL): the network reads x / √(σ² + 1) and predicts the noise, x̂₀ = x − σ·ε.
+    Eps,
     /// `IMG_TO_IMG` (Lotus): the network reads x unscaled and predicts x̂₀ itself; noise scaling as `EPS`.
     ImageToImage,
 }
@@ -99,9 +103,23 @@ impl DiscreteSampling {
         noise.iter().zip(latent).map(|(n, l)| n * scale + l).collect()
     }
 
-    /// x̂₀ from the network's output: for [`Prediction::ImageToImage`], the output itself.
-    pub fn calculate_denoised(&self, _sigma: f32, _x: &[f32], model_out: &[f32]) -> Vec<f32> {
+    /// What the network reads of the sampler's `x` at `sigma` (`calculate_input`): for [`Prediction::Eps`]
+    /// x / √(σ² + 1), the divisor rounded in f32 as torch's 0-dim tensor is; x itself otherwise.
+    pub fn calculate_input<'x>(&self, sigma: f32, x: &'x [f32]) -> Cow<'x, [f32]> {
         match self.prediction {
+            Prediction::Eps => {
+                let divisor = (sigma * sigma + 1.0).sqrt();
+                Cow::Owned(x.iter().map(|v| v / divisor).collect())
+            }
+            Prediction::ImageToImage => Cow::Borrowed(x),
+        }
+    }
+
+    /// x̂₀ from the network's output for the sampler's `x`: x − σ·ε for [`Prediction::Eps`], the output itself
+    /// for [`Prediction::ImageToImage`].
+    pub fn calculate_denoised(&self, sigma: f32, x: &[f32], model_out: &[f32]) -> Vec<f32> {
+        match self.prediction {
+            Prediction::Eps => x.iter().zip(model_out).map(|(x, e)| x - e * sigma).collect(),
             Prediction::ImageToImage => model_out.to_vec(),
         }
     }

@@ -1,6 +1,8 @@
 //! [`ModelSampling`]: the model sampling object a loaded model carries (ComfyUI's `model_sampling`), flow or
 //! discrete, and what the schedulers and the sampler loop ask of it.
 
+use std::borrow::Cow;
+
 use super::discrete::DiscreteSampling;
 use super::flow::FlowSampling;
 
@@ -126,6 +128,15 @@ impl ModelSampling {
         match self {
             ModelSampling::Flow(flow) => flow.inverse_noise_scaling(sigma, x),
             ModelSampling::Discrete(_) => x.to_vec(),
+        }
+    }
+
+    /// What the network reads of the sampler's `x` at `sigma` (ComfyUI's `calculate_input`): x itself for a
+    /// flow model, scaled for an `EPS` one ([`DiscreteSampling::calculate_input`]).
+    pub fn calculate_input<'x>(&self, sigma: f32, x: &'x [f32]) -> Cow<'x, [f32]> {
+        match self {
+            ModelSampling::Flow(_) => Cow::Borrowed(x),
+            ModelSampling::Discrete(discrete) => discrete.calculate_input(sigma, x),
         }
     }
 

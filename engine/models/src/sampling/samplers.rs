@@ -263,6 +263,7 @@ impl Sampler {
         matches!(
             self,
             Sampler::Euler
+                | Sampler::EulerAncestral
                 | Sampler::EulerPp
                 | Sampler::Ddim
                 | Sampler::Heun
@@ -527,6 +528,9 @@ pub fn sample_with(
         Sampler::Euler => euler(&mut run, x, sigmas),
         Sampler::EulerCfgPp => cfg_pp::euler_ancestral(&mut run, x, sigmas, 0.0, 0.0, &mut noise()),
         Sampler::EulerPp => cfg_pp::euler_pp(&mut run, x, sigmas),
+        Sampler::EulerAncestral if ms.flow().is_none() => {
+            euler_ancestral(&mut run, x, sigmas, set.eta, set.s_noise, &mut noise())
+        }
         Sampler::EulerAncestral => {
             euler_ancestral_rf(&mut run, x, sigmas, set.eta, set.s_noise, &mut noise())
         }
@@ -616,7 +620,7 @@ fn refuse_discrete(sampler: Sampler) -> crate::Error {
     let names: Vec<&str> =
         Sampler::ALL.iter().filter(|s| s.runs_discrete_models()).map(|s| s.name()).collect();
     crate::Error::Invalid(format!(
-        "Kiln runs the {} sampler on flow models only; for a model with discrete-time sampling (Lotus) choose \
+        "Kiln runs the {} sampler on flow models only; for a model with discrete-time sampling (SDXL, Lotus) choose \
          one of {}",
         sampler.name(),
         names.join(", ")
@@ -709,6 +713,36 @@ fn heun(run: &mut Run<'_>, mut x: Vec<f32>, sigmas: &[f32]) -> Result<Vec<f32>> 
             let d_prime: Vec<f32> = d.iter().zip(&d2).map(|(a, b)| (a + b) / 2.0).collect();
             x = step(&x, &d_prime, dt);
         }
+    }
+    Ok(x)
+}
+
+/// `sample_euler_ancestral` for a discrete-time model at η and s_noise: an Euler step to the ancestral σ_down,
+/// then fresh noise at σ_up; x̂₀ itself where σ_down is 0.
+fn euler_ancestral(
+    run: &mut Run<'_>,
+    mut x: Vec<f32>,
+    sigmas: &[f32],
+    eta: f32,
+    s_noise: f32,
+    noise: &mut TorchGenerator,
+) -> Result<Vec<f32>> {
+    for i in 0..sigmas.len() - 1 {
+        let sigma = sigmas[i];
+        let denoised = run.first(i, &x, sigma)?;
+        let (down, up) = cfg_pp::ancestral_step(sigma, sigmas[i + 1], eta);
+        if down == 0.0 {
+            x = denoised;
+            continue;
+        }
+        let d = to_d(&x, &denoised, sigma);
+        let n = noise.randn(x.len());
+        x = x
+            .iter()
+            .zip(&d)
+            .zip(&n)
+            .map(|((x, d), n)| x + d * (down - sigma) + n * s_noise * up)
+            .collect();
     }
     Ok(x)
 }

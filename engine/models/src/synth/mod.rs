@@ -432,12 +432,10 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to Lotus, so it has no synthetic one.
+        // Kiln applies no LoRA to a UNet, so these have no synthetic one.
+        let unets = [DiffusionFamily::Lotus, DiffusionFamily::Sdxl, DiffusionFamily::SdxlRefiner];
         all.extend(
-            DiffusionFamily::ALL
-                .into_iter()
-                .filter(|&f| f != DiffusionFamily::Lotus)
-                .map(SynthFamily::Lora),
+            DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
         );
         all.extend([LayeredFile::Dit, LayeredFile::Vae].map(SynthFamily::QwenImageLayered));
         all.extend(
@@ -757,6 +755,11 @@ pub struct ZImageTurboSet {
     pub hidream: hidream::Config,
     /// Lotus depth's UNet (`--family lotus-depth`), its context as wide as `LotusConditioning`'s (1024).
     pub lotus: crate::unet::Shape,
+    /// SDXL's UNet (`--family sdxl`, a checkpoint with `clip_l`, `clip_g` and `sd_vae`; its context and
+    /// `label_emb` widths follow the two CLIPs').
+    pub sdxl: crate::unet::Shape,
+    /// SDXL's refiner's UNet (`--family sdxl-refiner`, a checkpoint with `clip_g` and `sd_vae`).
+    pub sdxl_refiner: crate::unet::Shape,
     /// SD's KL autoencoder (`--family sd-vae`; z is always 4).
     pub sd_vae: VaeShape,
 }
@@ -854,6 +857,8 @@ impl ZImageTurboSet {
             wan_clip_dim: 1280,
             esrgan: esrgan::Config::x4plus(),
             lotus: crate::unet::Shape::lotus(),
+            sdxl: crate::unet::Shape::sdxl(),
+            sdxl_refiner: crate::unet::Shape::sdxl_refiner(),
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::real() },
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
@@ -997,8 +1002,25 @@ impl ZImageTurboSet {
                 model_channels: 64,
                 channel_mult: vec![1, 2],
                 res_blocks: 1,
-                attention_levels: 2,
+                depths: vec![1, 1],
                 ..crate::unet::Shape::lotus()
+            },
+            // Heads of 64; attention at the second level and in the middle, as SDXL's first level has none.
+            sdxl: crate::unet::Shape {
+                model_channels: 64,
+                channel_mult: vec![1, 2],
+                res_blocks: 1,
+                depths: vec![0, 1],
+                middle_depth: 1,
+                ..crate::unet::Shape::sdxl()
+            },
+            sdxl_refiner: crate::unet::Shape {
+                model_channels: 64,
+                channel_mult: vec![1, 2],
+                res_blocks: 1,
+                depths: vec![0, 1],
+                middle_depth: 1,
+                ..crate::unet::Shape::sdxl_refiner()
             },
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::tiny() },
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
@@ -1330,9 +1352,20 @@ pub fn write_family(
             let specs = specs_of(crate::unet::tensors(&crate::unet::Config::build(&set.lotus)));
             write_one(path, &specs, UNET, "Lotus depth UNet", dtype, seed, progress)
         }
-        SynthFamily::Lora(DiffusionFamily::Lotus) => {
-            Err(Error::Invalid("Kiln has no Lotus depth LoRA to write".to_owned()))
+        SynthFamily::Lora(
+            family
+            @ (DiffusionFamily::Lotus | DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner),
+        ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
+        SynthFamily::Diffusion(DiffusionFamily::Sdxl) => {
+            write_sdxl_checkpoint(path, set, false, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::SdxlRefiner) => {
+            write_sdxl_checkpoint(path, set, true, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Sdxl) => Err(Error::Invalid(
+            "SDXL's text encoders are written inside its checkpoints (--family sdxl, sdxl-refiner)"
+                .to_owned(),
+        )),
         SynthFamily::SdVae => {
             check_vae_dtype(dtype)?;
             let specs = layout::sd_vae_specs(&set.sd_vae)?;
@@ -1420,6 +1453,63 @@ fn write_flux_checkpoint(
     };
     let metadata = metadata(what, seed, layers);
     Plan::new(path, all, &metadata).write(seed, progress)
+}
+
+/// Writes SDXL's all-in-one checkpoint (`sd_xl_base_1.0.safetensors`), or with `refiner` its refiner's
+/// (`sd_xl_refiner_1.0.safetensors`), in the released layout: the UNet under `model.diffusion_model.`, CLIP-L in
+/// transformers' layout under `conditioner.embedders.0.transformer.` and CLIP-G in OpenCLIP's under
+/// `conditioner.embedders.1.model.` (the refiner: CLIP-G alone, under `conditioner.embedders.0.model.`), SD's
+/// autoencoder under `first_stage_model.` (in [`SynthDtype::for_vae`]). The UNet's context and `label_emb`
+/// widths follow the CLIPs'.
+fn write_sdxl_checkpoint(
+    path: &Path,
+    set: &ZImageTurboSet,
+    refiner: bool,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    use crate::unet::{self, family as names};
+    let clip_g = clip_text::Config { layout: clip_text::Layout::OpenClip, ..set.clip_g };
+    let g = clip_g.hidden;
+    let (shape, what) = match refiner {
+        false => (
+            unet::Shape {
+                context_dim: set.clip_l.hidden + g,
+                adm_in_channels: Some(g + 6 * unet::sdxl::ADM_EMBED_WIDTH),
+                ..set.sdxl.clone()
+            },
+            "SDXL checkpoint",
+        ),
+        true => (
+            unet::Shape {
+                context_dim: g,
+                adm_in_channels: Some(g + 5 * unet::sdxl::ADM_EMBED_WIDTH),
+                ..set.sdxl_refiner.clone()
+            },
+            "SDXL refiner checkpoint",
+        ),
+    };
+    let unet_specs = specs_of(unet::tensors(&unet::Config::build(&shape)));
+    let (clip_l, clip_g, vae) = (
+        specs_of(set.clip_l.expected()),
+        specs_of(clip_g.expected()),
+        layout::sd_vae_specs(&set.sd_vae)?,
+    );
+    let (mut all, mut layers) = entries(&unet_specs, UNET, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    let mut parts = Vec::new();
+    if refiner {
+        parts.push(entries(&clip_g, CLIP_G, names::REFINER_CHECKPOINT_CLIP_G_PREFIX, dtype));
+    } else {
+        parts.push(entries(&clip_l, CLIP_L, names::SDXL_CHECKPOINT_CLIP_L_PREFIX, dtype));
+        parts.push(entries(&clip_g, CLIP_G, names::SDXL_CHECKPOINT_CLIP_G_PREFIX, dtype));
+    }
+    parts.push(entries(&vae, SD_VAE, names::CHECKPOINT_VAE_PREFIX, dtype.for_vae()));
+    for (more, more_layers) in parts {
+        all.extend(more);
+        layers.extend(more_layers);
+    }
+    Plan::new(path, all, &metadata(what, seed, layers)).write(seed, progress)
 }
 
 /// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],
@@ -1561,8 +1651,6 @@ fn is_embedding(name: &str) -> bool {
         || name.contains("relative_attention_bias")
 }
 
-/// A CLIP-L text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
-/// vocabulary and 77 positions.
 /// CLIP-G's text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
 /// vocabulary, 77 positions, exact GELU.
 fn clip_g_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text::Config {
@@ -1573,9 +1661,12 @@ fn clip_g_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text
     }
 }
 
+/// A CLIP-L text tower `hidden` wide (heads of 64), `layers` deep, with an MLP of `intermediate`: the real
+/// vocabulary and 77 positions.
 fn clip_l_config(hidden: usize, layers: usize, intermediate: usize) -> clip_text::Config {
     clip_text::Config {
         variant: clip_text::Variant::L,
+        layout: clip_text::Layout::Transformers,
         vocab: 49_408,
         hidden,
         layers,

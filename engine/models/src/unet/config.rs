@@ -18,6 +18,8 @@ use kiln_compute::memory::{LoadPlan, SlotPlan};
 use crate::error::Result;
 use crate::header::Header;
 
+use super::sdxl::{ADM_EMBED_WIDTH, SDXL_CLIP_G_WIDTH, UnetKind};
+
 /// The width of every attention head (ComfyUI's `num_head_channels` for SD 2 and Lotus).
 pub const HEAD_CHANNELS: usize = 64;
 /// The `label_emb` input width of Lotus (ComfyUI's `adm_in_channels` for `LotusD`: sin and cos of a 2-wide task
@@ -89,7 +91,12 @@ pub struct Config {
 impl Config {
     /// Whether this is Lotus (a 4-wide `label_emb` the model feeds its task embedding).
     pub fn is_lotus(&self) -> bool {
-        self.adm_in_channels == Some(LOTUS_ADM_CHANNELS)
+        self.kind() == Some(UnetKind::Lotus)
+    }
+
+    /// Which UNet Kiln runs this is, by its `label_emb` ([`UnetKind::of`]); `None` for the others.
+    pub fn kind(&self) -> Option<UnetKind> {
+        UnetKind::of(self.adm_in_channels, self.context_dim)
     }
 }
 
@@ -105,15 +112,15 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
             "a video UNet (Stable Video Diffusion: temporal layers); Kiln runs the Lotus depth UNet only",
         ));
     }
-    if !config.is_lotus() || !config.linear_projection {
+    if config.kind().is_none() || !config.linear_projection {
         let what = match config.adm_in_channels {
-            Some(2816) => "an SDXL UNet",
             Some(_) => "an SD UNet with a class/ADM embedding",
             None if config.context_dim == 768 => "an SD 1.x UNet",
             None => "an SD 2.x UNet",
         };
         return Err(h.unsupported(format!(
-            "{what} (context {}, label_emb {:?}); of the SD UNets Kiln runs Lotus depth only",
+            "{what} (context {}, label_emb {:?}); of the SD UNets Kiln runs SDXL's (base, refiner, Turbo) and \
+             Lotus depth",
             config.context_dim, config.adm_in_channels
         )));
     }
@@ -198,7 +205,7 @@ impl<'h, 'f> Names<'h, 'f> {
 
     /// Checks tensor `ldm` has shape `want`.
     fn expect_shape(&self, ldm: &str, want: &[usize]) -> Result<()> {
-        self.h.expect_shape(self.file_name(ldm), want, "Lotus depth's UNet")
+        self.h.expect_shape(self.file_name(ldm), want, "the UNet")
     }
 
     /// How many numbered blocks `prefix0.`, `prefix1.`, … there are from 0 without a gap.
@@ -395,8 +402,11 @@ pub struct Shape {
     pub channel_mult: Vec<usize>,
     /// ResBlocks per level on the way down (2; one more on the way up).
     pub res_blocks: usize,
-    /// How many levels, from the first, have a one-block SpatialTransformer after each ResBlock (3).
-    pub attention_levels: usize,
+    /// Transformer blocks of the SpatialTransformer after each ResBlock of each level (0: none; Lotus
+    /// [1, 1, 1, 0], SDXL [0, 2, 10]).
+    pub depths: Vec<usize>,
+    /// Transformer blocks of the middle block's SpatialTransformer (Lotus 1, SDXL 10).
+    pub middle_depth: usize,
     /// Width of the cross-attention context (1024).
     pub context_dim: usize,
     /// Width of each attention head (64).
@@ -415,17 +425,51 @@ impl Shape {
             model_channels: 320,
             channel_mult: vec![1, 2, 4, 4],
             res_blocks: 2,
-            attention_levels: 3,
+            depths: vec![1, 1, 1, 0],
+            middle_depth: 1,
             context_dim: 1024,
             head_channels: HEAD_CHANNELS,
             adm_in_channels: Some(LOTUS_ADM_CHANNELS),
         }
     }
+
+    /// SDXL 1.0's base UNet (and SDXL Turbo's): 320 wide, [1, 2, 4], no attention at the first level, 2 and 10
+    /// transformer blocks at the others and 10 in the middle, context 2048 (CLIP-L's and CLIP-G's states
+    /// joined), a 2816-wide `label_emb` (CLIP-G's pooled vector and six size embeddings).
+    pub fn sdxl() -> Shape {
+        Shape {
+            in_channels: 4,
+            out_channels: 4,
+            model_channels: 320,
+            channel_mult: vec![1, 2, 4],
+            res_blocks: 2,
+            depths: vec![0, 2, 10],
+            middle_depth: 10,
+            context_dim: 2048,
+            head_channels: HEAD_CHANNELS,
+            adm_in_channels: Some(SDXL_CLIP_G_WIDTH + 6 * ADM_EMBED_WIDTH),
+        }
+    }
+
+    /// SDXL 1.0's refiner UNet: 384 wide, [1, 2, 4, 4], 4 transformer blocks at the middle two levels and in
+    /// the middle, context 1280 (CLIP-G's states), a 2560-wide `label_emb` (CLIP-G's pooled vector, four size
+    /// embeddings and the aesthetic score's).
+    pub fn sdxl_refiner() -> Shape {
+        Shape {
+            model_channels: 384,
+            channel_mult: vec![1, 2, 4, 4],
+            depths: vec![0, 4, 4, 0],
+            middle_depth: 4,
+            context_dim: SDXL_CLIP_G_WIDTH,
+            adm_in_channels: Some(SDXL_CLIP_G_WIDTH + 5 * ADM_EMBED_WIDTH),
+            ..Shape::sdxl()
+        }
+    }
 }
 
 impl Config {
-    /// The structure ComfyUI's `UNetModel` builds for `shape` (linear transformer projections, one transformer
-    /// block per attention, the time embedding 4× the first width).
+    /// The structure ComfyUI's `UNetModel` builds for `shape` (linear transformer projections, the time
+    /// embedding 4× the first width).
     pub fn build(shape: &Shape) -> Config {
         let mc = shape.model_channels;
         let levels = shape.channel_mult.len();
@@ -433,7 +477,7 @@ impl Config {
         let mut skips = vec![mc];
         let mut ch = mc;
         for (level, &mult) in shape.channel_mult.iter().enumerate() {
-            let depth = usize::from(level < shape.attention_levels);
+            let depth = shape.depths.get(level).copied().unwrap_or(0);
             for _ in 0..shape.res_blocks {
                 input_blocks.push(InputBlock::Res {
                     channels_in: ch,
@@ -451,10 +495,11 @@ impl Config {
         let middle_channels = ch;
         let mut output_blocks = Vec::new();
         for (level, &mult) in shape.channel_mult.iter().enumerate().rev() {
-            let depth = usize::from(level < shape.attention_levels);
+            let depth = shape.depths.get(level).copied().unwrap_or(0);
             for i in 0..=shape.res_blocks {
                 let skip = skips.pop().unwrap_or(0);
-                let upsample = (level > 0 && i == shape.res_blocks).then_some(1 + depth);
+                let upsample =
+                    (level > 0 && i == shape.res_blocks).then_some(1 + usize::from(depth > 0));
                 output_blocks.push(OutputBlock {
                     channels_in: ch + skip,
                     channels_out: mult * mc,
@@ -475,7 +520,7 @@ impl Config {
             linear_projection: true,
             input_blocks,
             middle_channels,
-            middle_depth: 1,
+            middle_depth: shape.middle_depth,
             output_blocks,
         }
     }

@@ -1,22 +1,28 @@
-//! The SD-style UNet (ComfyUI's `openaimodel.UNetModel`) in the configuration Kiln runs: Lotus depth
-//! (`lotus-depth-d-v1-1.safetensors`, ComfyUI's `LotusD`), SD 2's UNet that predicts a depth latent from an
-//! image latent in one step.
+//! The SD-style UNet (ComfyUI's `openaimodel.UNetModel`) in the configurations Kiln runs: SDXL's base (and
+//! Turbo's) and refiner UNets, and Lotus depth (`lotus-depth-d-v1-1.safetensors`, ComfyUI's `LotusD`), SD 2's
+//! UNet that predicts a depth latent from an image latent in one step.
 //!
-//! - [`detect`] reads the structure and widths from the LDM keys (diffusers' names mapped onto them) and refuses
-//!   the other SD UNets by name; [`load_plan`] names every weight; [`Config::build`] and [`tensors`] lay out a UNet
-//!   from its widths (the synthetic files, and the released structure's weight count).
+//! - [`detect`] reads the structure and widths from the LDM keys (diffusers' names mapped onto them), tells the
+//!   kinds apart by `label_emb` ([`UnetKind`]) and refuses the other SD UNets by name; [`load_plan`] names every
+//!   weight; [`Config::build`] and [`tensors`] lay out a UNet from its widths (the synthetic files, and the
+//!   released structure's weight count).
 //! - [`Unet::forward`] is ComfyUI's `_forward`: sinusoidal timestep features (cos first) through `time_embed`,
 //!   plus `label_emb` of the class vector; the input blocks keep every output as a skip; the middle block;
 //!   the output blocks join each skip along the channels, the Upsample going to the next skip's size (so odd
 //!   sides round-trip); GroupNorm, SiLU and a conv out.
-//! - [`family`]: its facts as a family (name, latent format, synth name); its model sampling, ComfyUI's
-//!   `ModelSamplingDiscrete` with `IMG_TO_IMG`, is [`crate::family::DiffusionFamily::sampling`]'s.
+//! - [`sdxl`]: SDXL's class vector (`encode_adm`): CLIP-G's pooled vector and the size embeddings.
+//! - [`family`]: the kinds' facts as families (names, latent formats, checkpoint prefixes, synth names); their
+//!   model sampling, ComfyUI's `ModelSamplingDiscrete` with `EPS` (SDXL) or `IMG_TO_IMG` (Lotus), is
+//!   [`crate::family::DiffusionFamily::sampling`]'s.
 //!
 //! Invariant: weights are read only through `Model::fetch`, one layer at a time.
 
 mod blocks;
 mod config;
 pub mod family;
+pub mod sdxl;
+
+pub use sdxl::{AdmSize, UnetKind};
 
 pub use config::{
     Config, HEAD_CHANNELS, InputBlock, LOTUS_ADM_CHANNELS, OutputBlock, Shape, detect, load_plan,

@@ -19,6 +19,7 @@ const WEIGHTS: &str = "clip_text/weights.safetensors";
 /// The tiny reference model's config as detection reads it (its EOS, 999, is the test's to set).
 const TINY: Config = Config {
     variant: Variant::L,
+    layout: clip_text::Layout::Transformers,
     vocab: 1000,
     hidden: 128,
     layers: 3,

@@ -22,7 +22,7 @@ fn tiny_shape() -> Shape {
         model_channels: 32,
         channel_mult: vec![1, 1, 2],
         res_blocks: 2,
-        attention_levels: 2,
+        depths: vec![1, 1, 0],
         context_dim: 32,
         head_channels: 8,
         ..Shape::lotus()

@@ -33,6 +33,7 @@ mod qwen_image;
 mod qwen_image_blockwise;
 mod qwen_image_controlnet;
 mod sampling;
+mod sdxl;
 mod synth;
 mod t5;
 mod umt5;

@@ -536,6 +536,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan22-ti2v-5b",
             "lotus-depth",
             "hidream",
+            "sdxl",
+            "sdxl-refiner",
             "qwen3",
             "qwen25vl",
             "clip-l",
@@ -619,6 +621,20 @@ fn one_file_of_a_family_is_written_under_any_name() {
         // Loading reads the description synth wrote from: each file is detected as the family it names.
         let header = Header::new(&file, "");
         match family {
+            // SDXL's are all-in-one checkpoints: the UNet under ComfyUI's prefix, OpenCLIP's CLIP-G beside it.
+            synth::SynthFamily::Diffusion(
+                f @ (DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner),
+            ) => {
+                let prefix = kiln_models::header::diffusion_prefix(file.names());
+                let unet = Header::new(&file, &prefix);
+                assert_eq!(DiffusionDetected::detect(&unet).unwrap().unwrap().family(), f);
+                let clip_g = Header::new(&file, f.checkpoint_text_encoders().last().unwrap());
+                let found = TextEncoderDetected::detect(&clip_g).unwrap().unwrap();
+                assert!(
+                    matches!(found, TextEncoderDetected::ClipL(c) if c.variant == kiln_models::clip_text::Variant::G && c.layout == kiln_models::clip_text::Layout::OpenClip),
+                    "{family}"
+                );
+            }
             synth::SynthFamily::Diffusion(f) => {
                 assert_eq!(DiffusionDetected::detect(&header).unwrap().unwrap().family(), f);
             }
@@ -751,8 +767,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             }
         }
     }
-    let error = "sdxl".parse::<synth::SynthFamily>().unwrap_err();
-    assert!(error.to_string().contains("unknown family `sdxl`"), "{error}");
+    let error = "sd15".parse::<synth::SynthFamily>().unwrap_err();
+    assert!(error.to_string().contains("unknown family `sd15`"), "{error}");
     let vae = dir.join("vae.safetensors");
     let refused = synth::write_family(
         &vae,

@@ -55,6 +55,7 @@ mod resize;
 mod rope;
 mod sampler;
 mod scale;
+mod sdxl_adm;
 mod step_cache;
 mod stitch;
 mod strings;

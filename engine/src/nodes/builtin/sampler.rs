@@ -743,6 +743,12 @@ impl Forward<'_> {
             }
             _ => (self.shape.to_vec(), Cow::Borrowed(self.x)),
         };
+        // `calculate_input` (an EPS model reads x / √(σ² + 1)); the joined channels are not scaled.
+        let scaled = match self.model.sampling.calculate_input(self.sigma, &x) {
+            Cow::Owned(scaled) => Some(scaled),
+            Cow::Borrowed(_) => None,
+        };
+        let x = scaled.map_or(x, Cow::Owned);
         let Some(concat) = concat else {
             return Ok((x_shape, x));
         };
@@ -1868,6 +1874,17 @@ pub(super) fn sample(
             .flatten()
             .collect();
     super::prompt_regions::prepare(&mut sides, &shape)?;
+    // SDXL's class vectors, by each side's prompt type (ComfyUI's `encode_model_conds`).
+    let mut typed: Vec<(&mut Conditioning, bool)> = [
+        (Some(&mut positive), false),
+        (middle.as_mut(), false),
+        (empty.as_mut(), false),
+        (negative.as_mut(), true),
+    ]
+    .into_iter()
+    .filter_map(|(side, negative)| side.map(|side| (side, negative)))
+    .collect();
+    super::sdxl_adm::prepare(model, &mut typed, &shape)?;
     let dual =
         job.dual.zip(middle).map(|(d, middle)| DualCfg { middle: Arc::new(middle), ..d.clone() });
     let perp_neg =
