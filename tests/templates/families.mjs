@@ -175,6 +175,8 @@ const kilnFiles = [
   // shape) and the refiner's (CLIP-G alone).
   { folder: 'checkpoints', stem: /^sd_xl_(base_1\.0|turbo_1\.0)[_.]/i, family: 'sdxl' },
   { folder: 'checkpoints', stem: /^sd_xl_refiner_1\.0[_.]/i, family: 'sdxl-refiner' },
+  // SD3.5 Large's all-in-one checkpoint (the MMDiT, CLIP-L, CLIP-G and T5-XXL, the 16-channel VAE).
+  { folder: 'checkpoints', stem: /^sd3\.5_large_fp8_scaled\.safetensors$/, family: 'sd3.5' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -59,6 +59,15 @@ impl LatentFormat {
         rgb: Some((&SDXL_RGB, SDXL_RGB_BIAS)),
     };
 
+    /// SD3's VAE's latent space (ComfyUI's `SD3`): 16 channels, 8× down, scale 1.5305, shift 0.0609.
+    pub const SD3: LatentFormat = LatentFormat {
+        channels: 16,
+        spatial_downscale: 8,
+        temporal_downscale: 1,
+        normalize: Normalize::Affine { scale: 1.5305, shift: 0.0609 },
+        rgb: Some((&SD3_RGB, [0.2394, 0.2135, 0.1925])),
+    };
+
     /// The Wan 2.1 VAE's latent space (Wan 2.1 and 2.2 A14B, Qwen-Image): 16 channels, 8× down in space and 4×
     /// in time, each channel normalised by its own mean and standard deviation (ComfyUI's `Wan21`).
     pub const WAN21: LatentFormat = LatentFormat {
@@ -246,6 +255,26 @@ const WAN22_RGB: ([[f32; 3]; 48], [f32; 3]) = (
     ],
     [0.0317, -0.0878, -0.1388],
 );
+
+/// ComfyUI's `SD3.latent_rgb_factors`.
+const SD3_RGB: [[f32; 3]; 16] = [
+    [-0.0922, -0.0175, 0.0749],
+    [0.0311, 0.0633, 0.0954],
+    [0.1994, 0.0927, 0.0458],
+    [0.0856, 0.0339, 0.0902],
+    [0.0587, 0.0272, -0.0496],
+    [-0.0006, 0.1104, 0.0309],
+    [0.0978, 0.0306, 0.0427],
+    [-0.0042, 0.1038, 0.1358],
+    [-0.0194, 0.0020, 0.0669],
+    [-0.0488, 0.0130, -0.0268],
+    [0.0922, 0.0988, 0.0951],
+    [-0.0278, 0.0524, -0.0542],
+    [0.0332, 0.0456, 0.0895],
+    [-0.0069, -0.0030, -0.0810],
+    [-0.0596, -0.0465, -0.0293],
+    [-0.1448, -0.1463, -0.1189],
+];
 
 /// ComfyUI's `SDXL.latent_rgb_factors`.
 const SDXL_RGB: [[f32; 3]; 4] = [

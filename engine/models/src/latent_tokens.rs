@@ -55,6 +55,21 @@ pub(crate) fn unpatchify<B: Backend>(
     Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
 }
 
+/// The inverse of a channels-last patchify (HiDream's `(p1 p2 C)`, the MMDiT's `nhwpqc`): tokens
+/// `[B, rows·cols, p²·channels]`, feature `(py·p + px)·channels + c`, → latents `[B, channels, p·rows, p·cols]`.
+pub(crate) fn unpatchify_channels_last<B: Backend>(
+    b: &B,
+    y: &Tensor<B>,
+    channels: usize,
+    (rows, cols): (usize, usize),
+    p: usize,
+) -> Result<Tensor<B>> {
+    let batch = y.dim(0)?;
+    let t = y.reshape(&[batch, rows, cols, p, p, channels])?;
+    let t = b.permute(&t, &[0, 5, 1, 3, 2, 4])?;
+    Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
+}
+
 /// The sides `(h, w)` of a reference latent `[1 or batch, channels, h, w]`; an error for another shape.
 pub(crate) fn reference_sides<B: Backend>(
     reference: &Tensor<B>,

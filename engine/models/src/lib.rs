@@ -52,6 +52,7 @@ pub mod resample;
 mod rope;
 pub use rope::{RopeOptions, linspace};
 pub mod sampling;
+pub mod sd3;
 pub mod synth;
 pub mod t5;
 pub mod textgen;

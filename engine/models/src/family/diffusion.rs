@@ -12,6 +12,7 @@ use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
 use crate::rope::RopeOptions;
 use crate::sampling::{DiscreteSampling, FlowSampling, ModelSampling, Prediction};
+use crate::sd3::{self, Sd3, Sd3Input};
 use crate::unet::{self, Unet};
 use crate::wan::{self, Wan, WanInput};
 use crate::zimage::{self, ZImage};
@@ -56,11 +57,14 @@ pub enum DiffusionFamily {
     /// SDXL 1.0's refiner: the SD UNet on CLIP-G's penultimate states, conditioned on its pooled vector, the
     /// image size and an aesthetic score, in SDXL's latent space.
     SdxlRefiner,
+    /// Stable Diffusion 3 / 3.5 (Large): the MMDiT on CLIP-L's, CLIP-G's and T5-XXL's states and the CLIPs'
+    /// pooled vectors, in SD3's latent space, with flow sampling (shift 3).
+    Sd3,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 12] = [
+    pub const ALL: [DiffusionFamily; 13] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
@@ -73,6 +77,7 @@ impl DiffusionFamily {
         DiffusionFamily::HiDream,
         DiffusionFamily::Sdxl,
         DiffusionFamily::SdxlRefiner,
+        DiffusionFamily::Sd3,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -88,6 +93,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
             DiffusionFamily::Lotus => unet::family::NAME,
             DiffusionFamily::HiDream => hidream::family::NAME,
+            DiffusionFamily::Sd3 => sd3::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -106,6 +112,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
             DiffusionFamily::Lotus => unet::family::LATENT,
             DiffusionFamily::HiDream => hidream::family::LATENT,
+            DiffusionFamily::Sd3 => sd3::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -135,6 +142,9 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => {
                 FlowSampling::new(hidream::family::SHIFT, hidream::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Sd3 => {
+                FlowSampling::new(sd3::family::SHIFT, sd3::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -160,6 +170,11 @@ impl DiffusionFamily {
             ],
             DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
             // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None).
+            DiffusionFamily::Sd3 => &[
+                sd3::family::CHECKPOINT_CLIP_L_PREFIX,
+                sd3::family::CHECKPOINT_CLIP_G_PREFIX,
+                sd3::family::CHECKPOINT_T5_PREFIX,
+            ],
             DiffusionFamily::Lotus | DiffusionFamily::HiDream => &[],
         }
     }
@@ -174,6 +189,7 @@ impl DiffusionFamily {
             DiffusionFamily::Chroma => crate::family::CHROMA_CLIP_TYPE,
             DiffusionFamily::Sdxl => crate::family::SDXL_CLIP_TYPE,
             DiffusionFamily::SdxlRefiner => crate::family::SDXL_REFINER_CLIP_KIND,
+            DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -200,6 +216,7 @@ impl DiffusionFamily {
                 (VaeFamily::Flux, unet::family::CHECKPOINT_VAE_PREFIX)
             }
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Sd3 => (VaeFamily::Flux, sd3::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -216,6 +233,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
+            DiffusionFamily::Sd3 => sd3::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -234,6 +252,7 @@ impl DiffusionFamily {
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
             DiffusionFamily::Lotus => unet::family::SYNTH_LORA_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Sd3 => sd3::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -264,6 +283,7 @@ impl DiffusionFamily {
                 unet::detect(h)?.filter(|c| unet_family(c) == self).map(DiffusionDetected::Unet)
             }
             DiffusionFamily::HiDream => hidream::detect(h)?.map(DiffusionDetected::HiDream),
+            DiffusionFamily::Sd3 => sd3::detect(h)?.map(DiffusionDetected::Sd3),
         })
     }
 }
@@ -296,6 +316,8 @@ pub enum DiffusionDetected {
     Unet(unet::Config),
     /// HiDream-I1 or E1.
     HiDream(hidream::Config),
+    /// SD3's MMDiT.
+    Sd3(sd3::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -330,6 +352,7 @@ impl DiffusionDetected {
             DiffusionDetected::Wan(config, _) => wan_family(config),
             DiffusionDetected::Unet(config) => unet_family(config),
             DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
+            DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
         }
     }
 
@@ -366,6 +389,7 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(..)
             | DiffusionDetected::QwenImage(..)
             | DiffusionDetected::HiDream(_) => NO_F16,
+            DiffusionDetected::Sd3(_) => BF16_FIRST,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
@@ -399,6 +423,7 @@ impl DiffusionDetected {
             DiffusionDetected::Wan(config, layout) => wan::load_plan(h, config, *layout),
             DiffusionDetected::Unet(config) => unet::load_plan(h, config),
             DiffusionDetected::HiDream(config) => hidream::load_plan(h, config),
+            DiffusionDetected::Sd3(config) => sd3::load_plan(h, config),
         }
     }
 
@@ -422,6 +447,7 @@ impl DiffusionDetected {
             DiffusionDetected::HiDream(config) => {
                 DiffusionNet::HiDream(HiDream::new(config, weights))
             }
+            DiffusionDetected::Sd3(config) => DiffusionNet::Sd3(Sd3::new(config, weights)),
         }
     }
 }
@@ -616,6 +642,8 @@ pub enum DiffusionNet {
     Unet(Unet),
     /// HiDream-I1 or E1.
     HiDream(HiDream),
+    /// SD3's MMDiT.
+    Sd3(Sd3),
 }
 
 impl DiffusionNet {
@@ -629,6 +657,7 @@ impl DiffusionNet {
             DiffusionNet::Wan(net) => wan_family(&net.config),
             DiffusionNet::Unet(net) => unet_family(&net.config),
             DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
+            DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
         }
     }
 
@@ -641,6 +670,7 @@ impl DiffusionNet {
             DiffusionNet::Wan(net) => &net.weights,
             DiffusionNet::Unet(net) => &net.weights,
             DiffusionNet::HiDream(net) => &net.weights,
+            DiffusionNet::Sd3(net) => &net.weights,
         }
     }
 
@@ -664,6 +694,9 @@ impl DiffusionNet {
                 self.family().name()
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
+            DiffusionNet::Sd3(_) => {
+                Err(crate::Error::Invalid("Kiln applies no LoRA to SD3's MMDiT yet".to_owned()))
+            }
         }
     }
 
@@ -678,7 +711,8 @@ impl DiffusionNet {
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
-            | DiffusionNet::HiDream(_) => 0,
+            | DiffusionNet::HiDream(_)
+            | DiffusionNet::Sd3(_) => 0,
         }
     }
 
@@ -692,7 +726,8 @@ impl DiffusionNet {
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
-            | DiffusionNet::HiDream(_) => None,
+            | DiffusionNet::HiDream(_)
+            | DiffusionNet::Sd3(_) => None,
         }
     }
 
@@ -706,7 +741,8 @@ impl DiffusionNet {
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
-            | DiffusionNet::HiDream(_) => None,
+            | DiffusionNet::HiDream(_)
+            | DiffusionNet::Sd3(_) => None,
         }
     }
 
@@ -893,6 +929,20 @@ impl DiffusionNet {
                     Some(_) => Ok(b.slice(&out, 2, 0, input.x.dim(2)?)?),
                     None => Ok(out),
                 }
+            }
+            DiffusionNet::Sd3(net) => {
+                refuse_controls(DiffusionFamily::Sd3, input.controls, input.patches)?;
+                let controls: Vec<Option<Tensor<B>>> = Vec::new();
+                net.forward(
+                    b,
+                    &Sd3Input {
+                        x: input.x,
+                        timesteps: input.timesteps,
+                        context: input.context,
+                        pooled: input.pooled,
+                        controls: &controls,
+                    },
+                )
             }
             DiffusionNet::HiDream(net) => {
                 refuse_controls(DiffusionFamily::HiDream, input.controls, input.patches)?;

@@ -25,6 +25,7 @@ mod clip_vision;
 mod control;
 mod diffusion;
 mod patch;
+mod sd3_text;
 mod sdxl_text;
 mod text_encoder;
 mod vae;
@@ -36,11 +37,12 @@ pub use diffusion::{
     SkippedBlocks,
 };
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
+pub use sd3_text::{Sd3Encoders, Sd3Tokens};
 pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
     CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
-    LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND, T5Options,
-    TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    LONGCAT_CLIP_TYPE, PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE,
+    SDXL_REFINER_CLIP_KIND, T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -33,7 +33,7 @@ pub struct SdxlTokens {
 }
 
 /// CLIP-G's prompt layout: CLIP-L's with 0 as the padding.
-const CLIP_G_LAYOUT: prompt_weights::Layout =
+pub(super) const CLIP_G_LAYOUT: prompt_weights::Layout =
     prompt_weights::Layout { pad: 0, ..clip_text::PROMPT_LAYOUT };
 
 impl SdxlEncoders {
@@ -77,7 +77,7 @@ impl SdxlEncoders {
 /// `clip`'s output of its next-to-last layer over `sections` (`layer_idx=-2`, not final-normed), weighted
 /// against an empty prompt of `layout` and joined along the tokens, f32 `[1, N, hidden]`, and the final-normed
 /// pooled vector of the first section `[1, hidden]` (ComfyUI's `first_pooled`).
-fn penultimate_states<B: Backend>(
+pub(super) fn penultimate_states<B: Backend>(
     b: &B,
     clip: &ClipText,
     sections: &[Vec<Weighted>],

@@ -25,6 +25,7 @@ use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
 use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
+use super::sd3_text::{Sd3Encoders, Sd3Tokens};
 use super::sdxl_text::{SdxlEncoders, SdxlTokens};
 
 /// A family of text encoders.
@@ -63,6 +64,10 @@ pub enum TextEncoderFamily {
     /// side by side, CLIP-G's projected pooled vector; or the refiner's CLIP-G alone (also `CLIPLoader` with a
     /// CLIP-G file). Made by [`TextEncoderNet::combine`], never detected in one file.
     Sdxl,
+    /// SD3's three (an SD3.5 checkpoint, `TripleCLIPLoader`, type `sd3`): CLIP-L's and CLIP-G's next-to-last
+    /// states padded to T5-XXL's width, T5-XXL's after them; their pooled vectors joined. Any subset. Made by
+    /// [`TextEncoderNet::combine`], never detected in one file.
+    Sd3,
 }
 
 impl TextEncoderFamily {
@@ -93,6 +98,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Llama3 => llama3::NAME,
             TextEncoderFamily::HiDream => "HiDream's CLIP-L + CLIP-G + T5-XXL + Llama 3.1",
             TextEncoderFamily::Sdxl => "SDXL's CLIP-L + CLIP-G",
+            TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
         }
     }
 
@@ -114,6 +120,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::HiDream => "hidream-text-encoders",
             // Written inside SDXL's checkpoints.
             TextEncoderFamily::Sdxl => "sdxl-text-encoders",
+            // Written inside SD3.5's checkpoints.
+            TextEncoderFamily::Sd3 => "sd3-text-encoders",
         }
     }
 
@@ -149,7 +157,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Umt5Xxl
             | TextEncoderFamily::Llama3
             | TextEncoderFamily::HiDream
-            | TextEncoderFamily::Sdxl => {
+            | TextEncoderFamily::Sdxl
+            | TextEncoderFamily::Sd3 => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -179,7 +188,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux
             | TextEncoderFamily::Flux2Klein
             | TextEncoderFamily::HiDream
-            | TextEncoderFamily::Sdxl => None,
+            | TextEncoderFamily::Sdxl
+            | TextEncoderFamily::Sd3 => None,
         })
     }
 }
@@ -322,9 +332,10 @@ impl TextEncoderDetected {
     /// (ComfyUI's `load_clip`; the other parts zeros); otherwise [`TextEncoderDetected::build`].
     pub fn build_for_clip_type(self, weights: Model, kind: &str) -> Result<TextEncoderNet> {
         match (kind, &self) {
-            (HIDREAM_CLIP_TYPE, TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_)) => {
-                TextEncoderNet::combine(vec![(self, weights)], kind)
-            }
+            (
+                HIDREAM_CLIP_TYPE | SD3_CLIP_TYPE,
+                TextEncoderDetected::ClipL(_) | TextEncoderDetected::T5(_),
+            ) => TextEncoderNet::combine(vec![(self, weights)], kind),
             // ComfyUI makes a lone CLIP-G SDXL's refiner's encoder with any type but these (`load_clip`).
             (_, TextEncoderDetected::ClipL(config))
                 if config.variant == clip_text::Variant::G
@@ -409,6 +420,9 @@ const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
 /// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
 pub const SDXL_CLIP_TYPE: &str = "sdxl";
 
+/// `TripleCLIPLoader`'s (and `DualCLIPLoader`'s, `CLIPLoader`'s) type of SD3's encoders.
+pub const SD3_CLIP_TYPE: &str = "sd3";
+
 /// How SDXL's refiner's CLIP-G is combined: its encoder alone (ComfyUI's `SDXLRefinerClipModel`).
 pub const SDXL_REFINER_CLIP_KIND: &str = "sdxl_refiner";
 
@@ -483,6 +497,8 @@ pub enum PromptTokens {
     HiDream(Box<HiDreamTokens>),
     /// SDXL's CLIP-L and CLIP-G weighted sections, as ComfyUI's `SDXLTokenizer` makes them.
     Sdxl(Box<SdxlTokens>),
+    /// SD3's CLIP-L, CLIP-G and T5-XXL weighted sections, as ComfyUI's `SD3Tokenizer` makes them.
+    Sd3(Box<Sd3Tokens>),
 }
 
 /// HiDream's tokens: each encoder's weighted sections.
@@ -574,6 +590,8 @@ pub enum TextEncoderNet {
     HiDream(Box<HiDreamEncoders>),
     /// SDXL's CLIP-L and CLIP-G (the refiner's: CLIP-G alone) with CLIP's tokenizer.
     Sdxl(Box<SdxlEncoders>),
+    /// SD3's CLIP-L, CLIP-G and T5-XXL (any of them) with their tokenizers.
+    Sd3(Box<Sd3Encoders>),
 }
 
 /// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
@@ -609,6 +627,7 @@ impl TextEncoderNet {
             TextEncoderNet::T5Xxl { .. } => TextEncoderFamily::T5Xxl,
             TextEncoderNet::HiDream(_) => TextEncoderFamily::HiDream,
             TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
+            TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
         }
     }
 
@@ -626,6 +645,7 @@ impl TextEncoderNet {
             }
             TextEncoderNet::HiDream(e) => e.models()[0],
             TextEncoderNet::Sdxl(e) => &e.clip_g.weights,
+            TextEncoderNet::Sd3(e) => e.models()[0],
         }
     }
 
@@ -635,6 +655,7 @@ impl TextEncoderNet {
             TextEncoderNet::Flux { clip_l, t5, .. } => vec![&t5.weights, &clip_l.weights],
             TextEncoderNet::HiDream(e) => e.models(),
             TextEncoderNet::Sdxl(e) => e.models(),
+            TextEncoderNet::Sd3(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
@@ -663,6 +684,17 @@ impl TextEncoderNet {
                 "type `sdxl` takes a CLIP-L and a CLIP-G text encoder; these files are {found}"
             ))),
             SDXL_REFINER_CLIP_KIND if parts.len() == 1 && clip_g == 1 => Ok(()),
+            SD3_CLIP_TYPE
+                if !parts.is_empty()
+                    && [clip_l, clip_g, t5].iter().all(|&n| n <= 1)
+                    && clip_l + clip_g + t5 == parts.len() =>
+            {
+                Ok(())
+            }
+            SD3_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `sd3` takes SD3's text encoders, at most one each of CLIP-L, CLIP-G and T5-XXL; these files \
+                 are {found}"
+            ))),
             SDXL_REFINER_CLIP_KIND => Err(Error::Invalid(format!(
                 "SDXL's refiner takes a CLIP-G text encoder alone; these files are {found}"
             ))),
@@ -713,6 +745,9 @@ impl TextEncoderNet {
         if kind == HIDREAM_CLIP_TYPE {
             return HiDreamEncoders::net(clip_l, clip_g, t5, llama);
         }
+        if kind == SD3_CLIP_TYPE {
+            return Ok(TextEncoderNet::Sd3(Box::new(Sd3Encoders::new(clip_l, clip_g, t5)?)));
+        }
         if kind == SDXL_CLIP_TYPE || kind == SDXL_REFINER_CLIP_KIND {
             let clip_g = clip_g.ok_or_else(|| {
                 Error::Invalid(format!("type `{kind}` is missing its CLIP-G text encoder"))
@@ -752,6 +787,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(e) => {
                 Ok(PromptTokens::Sdxl(Box::new(e.tokenize(prompt, prompt)?)))
             }
+            TextEncoderNet::Sd3(e) => Ok(PromptTokens::Sd3(Box::new(e.tokenize(prompt)?))),
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
@@ -862,7 +898,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::T5Xxl { .. }
                 | TextEncoderNet::Umt5 { .. }
                 | TextEncoderNet::HiDream(_)
-                | TextEncoderNet::Sdxl(_),
+                | TextEncoderNet::Sdxl(_)
+                | TextEncoderNet::Sd3(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -917,7 +954,8 @@ impl TextEncoderNet {
             TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::HiDream(_)
-            | TextEncoderNet::Sdxl(_) => {
+            | TextEncoderNet::Sdxl(_)
+            | TextEncoderNet::Sd3(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -937,7 +975,8 @@ impl TextEncoderNet {
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::HiDream(_)
-            | TextEncoderNet::Sdxl(_) => Err(Error::Invalid(format!(
+            | TextEncoderNet::Sdxl(_)
+            | TextEncoderNet::Sd3(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -974,7 +1013,8 @@ impl TextEncoderNet {
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::HiDream(_)
-            | TextEncoderNet::Sdxl(_) => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Sdxl(_)
+            | TextEncoderNet::Sd3(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1065,6 +1105,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::Sd3(e), PromptTokens::Sd3(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::Sd3(_), _) | (_, PromptTokens::Sd3(_)) => {
+                Err(Error::Invalid(format!(
+                    "SD3's encoders take SD3's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::Sdxl(_), _) | (_, PromptTokens::Sdxl(_)) => {
                 Err(Error::Invalid(format!(

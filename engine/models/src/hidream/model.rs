@@ -18,7 +18,7 @@ use super::config::{
 };
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
-use crate::latent_tokens::{padded, to_batch};
+use crate::latent_tokens::{padded, to_batch, unpatchify_channels_last};
 
 /// A HiDream DiT: its config and its weights (ComfyUI's names, no prefix) under the memory manager.
 pub struct HiDream {
@@ -164,7 +164,7 @@ impl HiDream {
         let (shift, scale) = (b.slice(&m, -1, 0, cfg.dim)?, b.slice(&m, -1, cfg.dim, cfg.dim)?);
         let y = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
         let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
-        let mut out = unpatchify(b, &y, LATENT_CHANNELS, (rows, cols), PATCH)?;
+        let mut out = unpatchify_channels_last(b, &y, LATENT_CHANNELS, (rows, cols), PATCH)?;
         if rows * PATCH > h {
             out = b.slice(&out, 2, 0, h)?;
         }
@@ -483,20 +483,6 @@ fn patchify<B: Backend>(b: &B, x: &Tensor<B>, p: usize) -> Result<Tensor<B>> {
     let t = x.reshape(&[batch, c, rows, p, cols, p])?;
     let t = b.permute(&t, &[0, 2, 4, 3, 5, 1])?;
     Ok(t.reshape(&[batch, rows * cols, p * p * c])?)
-}
-
-/// The inverse of [`patchify`]: tokens `[B, rows·cols, p²·channels]` → latents `[B, channels, p·rows, p·cols]`.
-fn unpatchify<B: Backend>(
-    b: &B,
-    y: &Tensor<B>,
-    channels: usize,
-    (rows, cols): (usize, usize),
-    p: usize,
-) -> Result<Tensor<B>> {
-    let batch = y.dim(0)?;
-    let t = y.reshape(&[batch, rows, cols, p, p, channels])?;
-    let t = b.permute(&t, &[0, 5, 1, 3, 2, 4])?;
-    Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
 }
 
 /// The RoPE table of the image's `rows × cols` tokens at (0, r, c), then `text` tokens at the origin.

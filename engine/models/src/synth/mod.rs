@@ -79,6 +79,7 @@ const WAN: &str = "wan";
 const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
 const UNET: &str = "unet";
+const SD3: &str = "sd3";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -432,8 +433,13 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet, so these have no synthetic one.
-        let unets = [DiffusionFamily::Lotus, DiffusionFamily::Sdxl, DiffusionFamily::SdxlRefiner];
+        // Kiln applies no LoRA to a UNet or to SD3's MMDiT, so these have no synthetic one.
+        let unets = [
+            DiffusionFamily::Lotus,
+            DiffusionFamily::Sdxl,
+            DiffusionFamily::SdxlRefiner,
+            DiffusionFamily::Sd3,
+        ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
         );
@@ -760,6 +766,9 @@ pub struct ZImageTurboSet {
     pub sdxl: crate::unet::Shape,
     /// SDXL's refiner's UNet (`--family sdxl-refiner`, a checkpoint with `clip_g` and `sd_vae`).
     pub sdxl_refiner: crate::unet::Shape,
+    /// SD3.5's MMDiT (`--family sd3.5`, a checkpoint with `clip_l`, `clip_g`, `t5` and `vae`; its pooled width
+    /// follows the CLIPs', its text width T5's, which is widened to at least the CLIPs' together).
+    pub sd3: crate::sd3::Config,
     /// SD's KL autoencoder (`--family sd-vae`; z is always 4).
     pub sd_vae: VaeShape,
 }
@@ -859,6 +868,18 @@ impl ZImageTurboSet {
             lotus: crate::unet::Shape::lotus(),
             sdxl: crate::unet::Shape::sdxl(),
             sdxl_refiner: crate::unet::Shape::sdxl_refiner(),
+            // SD3.5 Large: 38 blocks of 38 heads, a 192² position table.
+            sd3: crate::sd3::Config {
+                dim: 2432,
+                heads: 38,
+                blocks: 38,
+                in_channels: 16,
+                out_channels: 16,
+                pos_embed_max: 192,
+                adm_width: 2048,
+                context_width: 4096,
+                qk_norm: true,
+            },
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::real() },
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
@@ -1021,6 +1042,18 @@ impl ZImageTurboSet {
                 depths: vec![0, 1],
                 middle_depth: 1,
                 ..crate::unet::Shape::sdxl_refiner()
+            },
+            // Two heads of the released width; a 16² table (images up to 256 pixels a side).
+            sd3: crate::sd3::Config {
+                dim: 128,
+                heads: 2,
+                blocks: 2,
+                in_channels: 16,
+                out_channels: 16,
+                pos_embed_max: 16,
+                adm_width: 128,
+                context_width: 128,
+                qk_norm: true,
             },
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::tiny() },
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
@@ -1353,9 +1386,17 @@ pub fn write_family(
             write_one(path, &specs, UNET, "Lotus depth UNet", dtype, seed, progress)
         }
         SynthFamily::Lora(
-            family
-            @ (DiffusionFamily::Lotus | DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner),
+            family @ (DiffusionFamily::Lotus
+            | DiffusionFamily::Sdxl
+            | DiffusionFamily::SdxlRefiner
+            | DiffusionFamily::Sd3),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
+        SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
+            write_sd3_checkpoint(path, set, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Sd3) => Err(Error::Invalid(
+            "SD3's text encoders are written inside its checkpoints (--family sd3.5)".to_owned(),
+        )),
         SynthFamily::Diffusion(DiffusionFamily::Sdxl) => {
             write_sdxl_checkpoint(path, set, false, dtype, seed, progress)
         }
@@ -1510,6 +1551,43 @@ fn write_sdxl_checkpoint(
         layers.extend(more_layers);
     }
     Plan::new(path, all, &metadata(what, seed, layers)).write(seed, progress)
+}
+
+/// Writes SD3.5's all-in-one checkpoint (`sd3.5_large_fp8_scaled.safetensors`) in ComfyUI's layout: the MMDiT
+/// under `model.diffusion_model.`, CLIP-L, CLIP-G and T5-XXL in transformers' layouts under
+/// `text_encoders.{clip_l,clip_g,t5xxl}.transformer.`, the 16-channel VAE under `first_stage_model.` (in
+/// [`SynthDtype::for_vae`]). The MMDiT's pooled width is the CLIPs' together, its text width T5's (widened to at
+/// least the CLIPs' together, which ComfyUI pads to it).
+fn write_sd3_checkpoint(
+    path: &Path,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    use crate::sd3::family as names;
+    let clip_width = set.clip_l.hidden + set.clip_g.hidden;
+    let t5 = t5::Config { d_model: set.t5.d_model.max(clip_width), ..set.t5 };
+    let config =
+        crate::sd3::Config { adm_width: clip_width, context_width: t5.d_model, ..set.sd3.clone() };
+    let (mmdit, clip_l, clip_g, t5, vae) = (
+        specs_of(crate::sd3::expected(&config)),
+        specs_of(set.clip_l.expected()),
+        specs_of(set.clip_g.expected()),
+        specs_of(t5.expected()),
+        vae_specs(&set.vae)?,
+    );
+    let (mut all, mut layers) = entries(&mmdit, SD3, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    for (more, more_layers) in [
+        entries(&clip_l, CLIP_L, names::CHECKPOINT_CLIP_L_PREFIX, dtype),
+        entries(&clip_g, CLIP_G, names::CHECKPOINT_CLIP_G_PREFIX, dtype),
+        entries(&t5, T5XXL, names::CHECKPOINT_T5_PREFIX, dtype),
+        entries(&vae, VAE, names::CHECKPOINT_VAE_PREFIX, dtype.for_vae()),
+    ] {
+        all.extend(more);
+        layers.extend(more_layers);
+    }
+    Plan::new(path, all, &metadata("SD3.5 checkpoint", seed, layers)).write(seed, progress)
 }
 
 /// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],

@@ -33,6 +33,7 @@ mod qwen_image;
 mod qwen_image_blockwise;
 mod qwen_image_controlnet;
 mod sampling;
+mod sd3;
 mod sdxl;
 mod synth;
 mod t5;

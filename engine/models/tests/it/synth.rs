@@ -538,6 +538,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "hidream",
             "sdxl",
             "sdxl-refiner",
+            "sd3.5",
             "qwen3",
             "qwen25vl",
             "clip-l",
@@ -621,19 +622,24 @@ fn one_file_of_a_family_is_written_under_any_name() {
         // Loading reads the description synth wrote from: each file is detected as the family it names.
         let header = Header::new(&file, "");
         match family {
-            // SDXL's are all-in-one checkpoints: the UNet under ComfyUI's prefix, OpenCLIP's CLIP-G beside it.
+            // SDXL's and SD3.5's are all-in-one checkpoints: the network under ComfyUI's prefix, each text
+            // encoder under its own (SDXL's CLIP-G in OpenCLIP's layout).
             synth::SynthFamily::Diffusion(
-                f @ (DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner),
+                f @ (DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner | DiffusionFamily::Sd3),
             ) => {
                 let prefix = kiln_models::header::diffusion_prefix(file.names());
-                let unet = Header::new(&file, &prefix);
-                assert_eq!(DiffusionDetected::detect(&unet).unwrap().unwrap().family(), f);
-                let clip_g = Header::new(&file, f.checkpoint_text_encoders().last().unwrap());
-                let found = TextEncoderDetected::detect(&clip_g).unwrap().unwrap();
-                assert!(
-                    matches!(found, TextEncoderDetected::ClipL(c) if c.variant == kiln_models::clip_text::Variant::G && c.layout == kiln_models::clip_text::Layout::OpenClip),
-                    "{family}"
-                );
+                let net = Header::new(&file, &prefix);
+                assert_eq!(DiffusionDetected::detect(&net).unwrap().unwrap().family(), f);
+                for prefix in f.checkpoint_text_encoders() {
+                    let found = TextEncoderDetected::detect(&Header::new(&file, prefix)).unwrap();
+                    let layout = match found {
+                        Some(TextEncoderDetected::ClipL(c)) => Some(c.layout),
+                        Some(TextEncoderDetected::T5(_)) => None,
+                        other => panic!("{family} {prefix}: {other:?}"),
+                    };
+                    let open_clip = prefix.ends_with(".model.");
+                    assert_eq!(layout == Some(kiln_models::clip_text::Layout::OpenClip), open_clip);
+                }
             }
             synth::SynthFamily::Diffusion(f) => {
                 assert_eq!(DiffusionDetected::detect(&header).unwrap().unwrap().family(), f);

@@ -1,0 +1,17 @@
+//! Stable Diffusion 3 / 3.5 (`sd3.5_large*.safetensors`; ComfyUI's `OpenAISignatureMMDITWrapper`,
+//! `comfy/ldm/modules/diffusionmodules/mmdit.py`): Stability's MMDiT, joint blocks in which the text tokens
+//! (CLIP-L's and CLIP-G's states padded to T5-XXL's width, then T5-XXL's) and the image patches attend together,
+//! each stream with its own adaLN-modulated weights, conditioned on the timestep and the pooled CLIP vectors.
+//!
+//! - [`detect`] recognises the file and derives its [`Config`] from shapes; [`load_plan`] names the weights.
+//! - [`Sd3::forward`]: ComfyUI's `MMDiT.forward`: the latent patch-embedded (padded circularly to the patch
+//!   size) plus the centred crop of the learned position table, the joint blocks, the final adaLN layer and the
+//!   channels-last unpatchify, cropped back to the latent's size.
+
+mod config;
+pub mod family;
+mod model;
+
+pub use config::expected;
+pub use config::{Config, HEAD_DIM, LN_EPS, MARKER, PATCH, QK_EPS, T_FREQ_DIM, detect, load_plan};
+pub use model::{Sd3, Sd3Input};

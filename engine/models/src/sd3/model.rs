@@ -1,0 +1,277 @@
+//! [`Sd3`]: the MMDiT's forward pass (ComfyUI's `MMDiT.forward` and `_block_mixing`).
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, Conv2dParams, UnaryOp};
+use kiln_compute::memory::{Layer, Model};
+use kiln_compute::{Backend, DType, Tensor};
+
+use super::config::{Config, HEAD_DIM, LN_EPS, PATCH, QK_EPS, T_FREQ_DIM};
+use crate::adaln::Modulation;
+use crate::error::{Error, Result};
+use crate::latent_tokens::{padded, to_batch, unpatchify_channels_last};
+use crate::named::{conv2d, linear};
+
+/// A loaded MMDiT: its config and weights (under ComfyUI's names, from [`super::load_plan`]).
+pub struct Sd3 {
+    /// The hyperparameters.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+/// One call's inputs.
+pub struct Sd3Input<'a, B: Backend> {
+    /// Latents `[B, C, h, w]`.
+    pub x: &'a Tensor<B>,
+    /// The model's timestep per sample (σ·1000).
+    pub timesteps: &'a [f32],
+    /// Text states `[B or 1, N, context_width]` (CLIP-L's and CLIP-G's padded to T5-XXL's width, then T5-XXL's).
+    pub context: &'a Tensor<B>,
+    /// The pooled vector `y` `[B or 1, adm_width]` (CLIP-L's and CLIP-G's); without one the timestep alone
+    /// modulates, as ComfyUI skips `y_embedder` for a missing `y`.
+    pub pooled: Option<&'a Tensor<B>>,
+    /// What a ControlNet adds to the image tokens after each block (ComfyUI's `control["output"]`): entry i after
+    /// block i, each `[B, N, D]`; `None` leaves a block's tokens as they are.
+    pub controls: &'a [Option<Tensor<B>>],
+}
+
+/// A stream's modulations in a block: (attention, MLP) sets, or a `pre_only` context's shift and scale alone.
+enum StreamMods<B: Backend> {
+    /// The attention's and the MLP's (shift, scale, gate).
+    Full(Modulation<B>, Modulation<B>),
+    /// The last context block's: its attention input's shift and scale.
+    PreOnly { shift: Tensor<B>, scale: Tensor<B> },
+}
+
+impl Sd3 {
+    /// The MMDiT of `config` with `weights` loaded from [`super::load_plan`].
+    pub fn new(config: Config, weights: Model) -> Sd3 {
+        Sd3 { config, weights }
+    }
+
+    /// ComfyUI's model output for `input`, f32 `[B, out_channels, h, w]`, computed in `b.compute_dtype()`.
+    pub fn forward<B: Backend>(&self, b: &B, input: &Sd3Input<'_, B>) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        let m = &self.weights;
+        let &[batch, channels, h, w] = input.x.shape() else {
+            return Err(Error::Invalid(format!(
+                "MMDiT input {:?} is not [B, C, H, W]",
+                input.x.shape()
+            )));
+        };
+        if channels != cfg.in_channels || input.timesteps.len() != batch {
+            return Err(Error::Invalid(format!(
+                "the MMDiT takes {} channels and a timestep per sample; got {:?} and {} timesteps",
+                cfg.in_channels,
+                input.x.shape(),
+                input.timesteps.len()
+            )));
+        }
+        let dt = b.compute_dtype();
+        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, PATCH)?;
+        if rows > cfg.pos_embed_max || cols > cfg.pos_embed_max {
+            return Err(Error::Invalid(format!(
+                "the latent is {rows}×{cols} patches; this MMDiT's position table covers {m}×{m} ({px}×{px} pixels)",
+                m = cfg.pos_embed_max,
+                px = cfg.pos_embed_max * PATCH * 8
+            )));
+        }
+        let n = rows * cols;
+        let mut img = {
+            let e = conv2d(
+                b,
+                m,
+                "x_embedder.proj",
+                &x,
+                Conv2dParams { stride: PATCH, padding: [0; 4] },
+            )?;
+            let tokens = b.permute(&e.reshape(&[batch, cfg.dim, n])?, &[0, 2, 1])?;
+            b.binary(
+                &tokens,
+                &to_batch(b, &self.position_crop(b, rows, cols)?, batch)?,
+                BinaryOp::Add,
+            )?
+        };
+        drop(x);
+
+        // Every adaLN reads SiLU(timestep embedding + pooled vector's embedding).
+        let silu_c = {
+            let t = crate::timestep::sinusoid(input.timesteps.iter().copied(), T_FREQ_DIM / 2, 1.0);
+            let t = b.cast(&b.from_f32(&[batch, T_FREQ_DIM], &t, DType::F32)?, dt)?;
+            let mut c = self.mlp(b, "t_embedder.mlp", &t)?;
+            if let Some(pooled) = input.pooled {
+                let y = b.cast(&to_batch(b, pooled, batch)?, dt)?;
+                c = b.binary(&c, &self.mlp(b, "y_embedder.mlp", &y)?, BinaryOp::Add)?;
+            }
+            b.unary(&c, UnaryOp::Silu)?
+        };
+        let mut context = {
+            let context = b.cast(&to_batch(b, input.context, batch)?, dt)?;
+            linear(b, m, "context_embedder", &context)?
+        };
+
+        for i in 0..cfg.blocks {
+            let (c, x) = self.joint_block(b, i, &context, &img, &silu_c)?;
+            context = c.unwrap_or(context);
+            img = x;
+            if let Some(Some(add)) = input.controls.get(i) {
+                img = b.binary(&img, &b.cast(add, dt)?, BinaryOp::Add)?;
+            }
+        }
+
+        let out = {
+            let mods = linear(b, m, "final_layer.adaLN_modulation.1", &silu_c)?;
+            let (shift, scale) =
+                (b.slice(&mods, -1, 0, cfg.dim)?, b.slice(&mods, -1, cfg.dim, cfg.dim)?);
+            let x = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
+            linear(b, m, "final_layer.linear", &x)?
+        };
+        let out = unpatchify_channels_last(b, &out, cfg.out_channels, (rows, cols), PATCH)?;
+        let out = match (out.dim(2)? == h, out.dim(3)? == w) {
+            (true, true) => out,
+            _ => b.slice(&b.slice(&out, 2, 0, h)?, 3, 0, w)?,
+        };
+        Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// The learned position table's centred `rows × cols` crop `[1, rows·cols, D]` (`cropped_pos_embed`).
+    fn position_crop<B: Backend>(&self, b: &B, rows: usize, cols: usize) -> Result<Tensor<B>> {
+        let (side, d) = (self.config.pos_embed_max, self.config.dim);
+        let layer = self.fetch(b, &["pos_embed"])?;
+        let table =
+            b.weight_to_tensor(&layer.weight(0), b.compute_dtype())?.reshape(&[side, side, d])?;
+        let (top, left) = ((side - rows) / 2, (side - cols) / 2);
+        let crop = b.slice(&b.slice(&table, 0, top, rows)?, 1, left, cols)?;
+        Ok(crop.reshape(&[1, rows * cols, d])?)
+    }
+
+    /// Joint block `i` on the text tokens `context` and the image tokens `x`: the new text tokens (`None` after
+    /// the last block, whose context stream stops at its attention) and image tokens.
+    fn joint_block<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        context: &Tensor<B>,
+        x: &Tensor<B>,
+        silu_c: &Tensor<B>,
+    ) -> Result<(Option<Tensor<B>>, Tensor<B>)> {
+        let (ctx_p, x_p) =
+            (format!("joint_blocks.{i}.context_block"), format!("joint_blocks.{i}.x_block"));
+        let ctx_mods = self.modulations(b, &ctx_p, silu_c, self.config.pre_only(i))?;
+        let x_mods = self.modulations(b, &x_p, silu_c, false)?;
+        let [cq, ck, cv] = self.qkv(b, &ctx_p, &ctx_mods, context)?;
+        let [xq, xk, xv] = self.qkv(b, &x_p, &x_mods, x)?;
+        let text_len = context.dim(1)?;
+        let joined = |a: Tensor<B>, c: Tensor<B>| b.concat(&[&a, &c], 2);
+        let attn = self.attention(b, joined(cq, xq)?, joined(ck, xk)?, joined(cv, xv)?)?;
+        let ctx_attn = b.slice(&attn, 1, 0, text_len)?;
+        let x_attn = b.slice(&attn, 1, text_len, x.dim(1)?)?;
+        drop(attn);
+        let context = match &ctx_mods {
+            StreamMods::PreOnly { .. } => None,
+            StreamMods::Full(..) => {
+                Some(self.post_attention(b, &ctx_p, &ctx_mods, context, &ctx_attn)?)
+            }
+        };
+        let x = self.post_attention(b, &x_p, &x_mods, x, &x_attn)?;
+        Ok((context, x))
+    }
+
+    /// The modulations of the stream `prefix` from `SiLU(c)`.
+    fn modulations<B: Backend>(
+        &self,
+        b: &B,
+        prefix: &str,
+        silu_c: &Tensor<B>,
+        pre_only: bool,
+    ) -> Result<StreamMods<B>> {
+        let d = self.config.dim;
+        let m = linear(b, &self.weights, &format!("{prefix}.adaLN_modulation.1"), silu_c)?;
+        if pre_only {
+            return Ok(StreamMods::PreOnly {
+                shift: b.slice(&m, -1, 0, d)?,
+                scale: b.slice(&m, -1, d, d)?,
+            });
+        }
+        let mut sets = Modulation::sets(b, &m, d, 2)?.into_iter();
+        match (sets.next(), sets.next()) {
+            (Some(attn), Some(mlp)) => Ok(StreamMods::Full(attn, mlp)),
+            _ => Err(Error::Invalid("an MMDiT block without its two modulations".to_owned())),
+        }
+    }
+
+    /// q, k, v `[B, H, L, 64]` of the stream `prefix` for tokens `x`: the modulated LayerNorm through `qkv`, q and
+    /// k RMS-normed per head where the model has the norms.
+    fn qkv<B: Backend>(
+        &self,
+        b: &B,
+        prefix: &str,
+        mods: &StreamMods<B>,
+        x: &Tensor<B>,
+    ) -> Result<[Tensor<B>; 3]> {
+        let (batch, len, heads) = (x.dim(0)?, x.dim(1)?, self.config.heads);
+        let normed = match mods {
+            StreamMods::Full(attn, _) => attn.modulated(b, x, LN_EPS)?,
+            StreamMods::PreOnly { shift, scale } => {
+                b.modulate(&b.layer_norm(x, None, None, LN_EPS)?, scale, Some(shift))?
+            }
+        };
+        let all = linear(b, &self.weights, &format!("{prefix}.attn.qkv"), &normed)?
+            .reshape(&[batch, len, 3, heads, HEAD_DIM])?;
+        let part = |k: usize| -> Result<Tensor<B>> {
+            Ok(b.slice(&all, 2, k, 1)?.reshape(&[batch, len, heads, HEAD_DIM])?)
+        };
+        let (mut q, mut k, v) = (part(0)?, part(1)?, part(2)?);
+        if self.config.qk_norm {
+            let names =
+                [format!("{prefix}.attn.ln_q.weight"), format!("{prefix}.attn.ln_k.weight")];
+            let norms = self.fetch(b, &names.each_ref().map(String::as_str))?;
+            q = b.rms_norm(&q, Some(&norms.weight(0)), QK_EPS)?;
+            k = b.rms_norm(&k, Some(&norms.weight(1)), QK_EPS)?;
+        }
+        let heads_first = |t: &Tensor<B>| b.permute(t, &[0, 2, 1, 3]);
+        Ok([heads_first(&q)?, heads_first(&k)?, heads_first(&v)?])
+    }
+
+    /// Unmasked attention over `[B, H, N, 64]`, back to `[B, N, D]`.
+    fn attention<B: Backend>(
+        &self,
+        b: &B,
+        q: Tensor<B>,
+        k: Tensor<B>,
+        v: Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let (batch, n) = (q.dim(0)?, q.dim(2)?);
+        let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (HEAD_DIM as f32).sqrt())?;
+        Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, n, self.config.dim])?)
+    }
+
+    /// A stream's `post_attention`: x + gate·proj(attention), then x + gate·MLP(modulated LayerNorm(x)).
+    fn post_attention<B: Backend>(
+        &self,
+        b: &B,
+        prefix: &str,
+        mods: &StreamMods<B>,
+        x: &Tensor<B>,
+        attn: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let StreamMods::Full(attn_mod, mlp_mod) = mods else {
+            return Err(Error::Invalid("a pre-only MMDiT stream has no post-attention".to_owned()));
+        };
+        let m = &self.weights;
+        let x = attn_mod.gated_add(b, x, &linear(b, m, &format!("{prefix}.attn.proj"), attn)?)?;
+        let h = linear(b, m, &format!("{prefix}.mlp.fc1"), &mlp_mod.modulated(b, &x, LN_EPS)?)?;
+        let h = linear(b, m, &format!("{prefix}.mlp.fc2"), &b.unary(&h, UnaryOp::GeluTanh)?)?;
+        mlp_mod.gated_add(b, &x, &h)
+    }
+
+    /// `mlp.2(SiLU(mlp.0(x)))` of the embedder under `stem`.
+    fn mlp<B: Backend>(&self, b: &B, stem: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let h = linear(b, &self.weights, &format!("{stem}.0"), x)?;
+        linear(b, &self.weights, &format!("{stem}.2"), &b.unary(&h, UnaryOp::Silu)?)
+    }
+
+    /// The weights `names`, fetched together.
+    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+        Ok(self.weights.fetch(b, names)?)
+    }
+}
