@@ -7,6 +7,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::Result;
 use crate::header::Header;
 use crate::qwen_image::{self, QwenImageControlNet};
+use crate::sd3::{self, Sd3ControlNet};
 
 use super::DiffusionFamily;
 
@@ -15,12 +16,17 @@ use super::DiffusionFamily;
 pub enum ControlNetDetected {
     /// A Qwen-Image ControlNet (InstantX's or VideoX-Fun's).
     QwenImage(qwen_image::ControlConfig),
+    /// An SD3.5 Large ControlNet (blur, canny, depth).
+    Sd3(sd3::ControlConfig),
 }
 
 impl ControlNetDetected {
     /// The ControlNet in `h`: `Ok(None)` when no family claims it; [`crate::Error::Unsupported`] for a file a
     /// family recognises but cannot run.
     pub fn detect(h: &Header) -> Result<Option<ControlNetDetected>> {
+        if let Some(config) = sd3::detect_control(h)? {
+            return Ok(Some(ControlNetDetected::Sd3(config)));
+        }
         Ok(qwen_image::detect_control(h)?.map(ControlNetDetected::QwenImage))
     }
 
@@ -28,6 +34,7 @@ impl ControlNetDetected {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             ControlNetDetected::QwenImage(_) => DiffusionFamily::QwenImage,
+            ControlNetDetected::Sd3(_) => DiffusionFamily::Sd3,
         }
     }
 
@@ -35,6 +42,7 @@ impl ControlNetDetected {
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
             ControlNetDetected::QwenImage(config) => qwen_image::control_load_plan(h, config),
+            ControlNetDetected::Sd3(config) => sd3::control_load_plan(h, config),
         }
     }
 
@@ -44,6 +52,9 @@ impl ControlNetDetected {
             ControlNetDetected::QwenImage(config) => {
                 ControlNetNet::QwenImage(QwenImageControlNet::new(config, weights))
             }
+            ControlNetDetected::Sd3(config) => {
+                ControlNetNet::Sd3(Sd3ControlNet::new(config, weights))
+            }
         }
     }
 }
@@ -52,6 +63,8 @@ impl ControlNetDetected {
 pub enum ControlNetNet {
     /// A Qwen-Image ControlNet.
     QwenImage(QwenImageControlNet),
+    /// An SD3.5 Large ControlNet.
+    Sd3(Sd3ControlNet),
 }
 
 impl ControlNetNet {
@@ -59,6 +72,7 @@ impl ControlNetNet {
     pub fn family(&self) -> DiffusionFamily {
         match self {
             ControlNetNet::QwenImage(_) => DiffusionFamily::QwenImage,
+            ControlNetNet::Sd3(_) => DiffusionFamily::Sd3,
         }
     }
 
@@ -66,6 +80,7 @@ impl ControlNetNet {
     pub fn weights(&self) -> &Model {
         match self {
             ControlNetNet::QwenImage(net) => net.weights(),
+            ControlNetNet::Sd3(net) => &net.weights,
         }
     }
 
@@ -74,6 +89,16 @@ impl ControlNetNet {
     pub fn concat_mask(&self) -> bool {
         match self {
             ControlNetNet::QwenImage(net) => net.concat_mask(),
+            ControlNetNet::Sd3(_) => false,
+        }
+    }
+
+    /// A control image's pixel value (in [0, 1]) as the VAE is given it (ComfyUI's `preprocess_image`: SD3.5's
+    /// canny and depth ControlNets rescale or invert it).
+    pub fn preprocess_hint(&self, a: f32) -> f32 {
+        match self {
+            ControlNetNet::QwenImage(_) => a,
+            ControlNetNet::Sd3(net) => net.config.control_type.preprocess(a),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! [`DiffusionFamily`]: the diffusion networks (`MODEL`) Kiln runs, and [`DiffusionNet`], one loaded.
 
+use kiln_compute::backend::BinaryOp;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::{Backend, DType, Tensor};
 
@@ -860,7 +861,12 @@ impl DiffusionNet {
             DiffusionNet::QwenImage(net) => {
                 let mut controls = Vec::with_capacity(input.controls.len());
                 for control in input.controls {
-                    let ControlNetNet::QwenImage(control_net) = control.net;
+                    let ControlNetNet::QwenImage(control_net) = control.net else {
+                        return Err(crate::Error::Invalid(format!(
+                            "a {} ControlNet on a Qwen-Image model",
+                            control.net.family().name()
+                        )));
+                    };
                     controls.push(control_net.residuals(
                         b,
                         net,
@@ -931,18 +937,35 @@ impl DiffusionNet {
                 }
             }
             DiffusionNet::Sd3(net) => {
-                refuse_controls(DiffusionFamily::Sd3, input.controls, input.patches)?;
-                let controls: Vec<Option<Tensor<B>>> = Vec::new();
-                net.forward(
-                    b,
-                    &Sd3Input {
-                        x: input.x,
-                        timesteps: input.timesteps,
-                        context: input.context,
-                        pooled: input.pooled,
-                        controls: &controls,
-                    },
-                )
+                refuse_controls(DiffusionFamily::Sd3, &[], input.patches)?;
+                let mut call = Sd3Input {
+                    x: input.x,
+                    timesteps: input.timesteps,
+                    context: input.context,
+                    pooled: input.pooled,
+                    controls: &[],
+                };
+                // Every ControlNet's outputs, summed per block (ComfyUI chains them with `previous_controlnet`).
+                let mut controls: Vec<Option<Tensor<B>>> = Vec::new();
+                for control in input.controls {
+                    let ControlNetNet::Sd3(control_net) = control.net else {
+                        return Err(crate::Error::Invalid(format!(
+                            "a {} ControlNet on an SD3 model",
+                            control.net.family().name()
+                        )));
+                    };
+                    let outputs =
+                        control_net.residuals(b, net, &call, control.hint, control.strength)?;
+                    for (i, out) in outputs.into_iter().enumerate() {
+                        match controls.get_mut(i) {
+                            Some(Some(sum)) => *sum = b.binary(sum, &out, BinaryOp::Add)?,
+                            Some(slot) => *slot = Some(out),
+                            None => controls.push(Some(out)),
+                        }
+                    }
+                }
+                call.controls = &controls;
+                net.forward(b, &call)
             }
             DiffusionNet::HiDream(net) => {
                 refuse_controls(DiffusionFamily::HiDream, input.controls, input.patches)?;

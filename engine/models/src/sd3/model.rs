@@ -35,7 +35,7 @@ pub struct Sd3Input<'a, B: Backend> {
 }
 
 /// A stream's modulations in a block: (attention, MLP) sets, or a `pre_only` context's shift and scale alone.
-enum StreamMods<B: Backend> {
+pub(crate) enum StreamMods<B: Backend> {
     /// The attention's and the MLP's (shift, scale, gate).
     Full(Modulation<B>, Modulation<B>),
     /// The last context block's: its attention input's shift and scale.
@@ -67,7 +67,7 @@ impl Sd3 {
             )));
         }
         let dt = b.compute_dtype();
-        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, PATCH)?;
+        let (tokens, rows, cols) = self.patch_embed(b, &b.cast(input.x, dt)?)?;
         if rows > cfg.pos_embed_max || cols > cfg.pos_embed_max {
             return Err(Error::Invalid(format!(
                 "the latent is {rows}×{cols} patches; this MMDiT's position table covers {m}×{m} ({px}×{px} pixels)",
@@ -75,32 +75,18 @@ impl Sd3 {
                 px = cfg.pos_embed_max * PATCH * 8
             )));
         }
-        let n = rows * cols;
-        let mut img = {
-            let e = conv2d(
-                b,
-                m,
-                "x_embedder.proj",
-                &x,
-                Conv2dParams { stride: PATCH, padding: [0; 4] },
-            )?;
-            let tokens = b.permute(&e.reshape(&[batch, cfg.dim, n])?, &[0, 2, 1])?;
-            b.binary(
-                &tokens,
-                &to_batch(b, &self.position_crop(b, rows, cols)?, batch)?,
-                BinaryOp::Add,
-            )?
-        };
-        drop(x);
+        let position = to_batch(b, &self.position_crop(b, rows, cols)?, batch)?;
+        let mut img = b.binary(&tokens, &position, BinaryOp::Add)?;
+        drop((tokens, position));
 
         // Every adaLN reads SiLU(timestep embedding + pooled vector's embedding).
         let silu_c = {
             let t = crate::timestep::sinusoid(input.timesteps.iter().copied(), T_FREQ_DIM / 2, 1.0);
             let t = b.cast(&b.from_f32(&[batch, T_FREQ_DIM], &t, DType::F32)?, dt)?;
-            let mut c = self.mlp(b, "t_embedder.mlp", &t)?;
+            let mut c = mlp(b, m, "t_embedder.mlp", &t)?;
             if let Some(pooled) = input.pooled {
                 let y = b.cast(&to_batch(b, pooled, batch)?, dt)?;
-                c = b.binary(&c, &self.mlp(b, "y_embedder.mlp", &y)?, BinaryOp::Add)?;
+                c = b.binary(&c, &mlp(b, m, "y_embedder.mlp", &y)?, BinaryOp::Add)?;
             }
             b.unary(&c, UnaryOp::Silu)?
         };
@@ -154,38 +140,114 @@ impl Sd3 {
         x: &Tensor<B>,
         silu_c: &Tensor<B>,
     ) -> Result<(Option<Tensor<B>>, Tensor<B>)> {
-        let (ctx_p, x_p) =
-            (format!("joint_blocks.{i}.context_block"), format!("joint_blocks.{i}.x_block"));
-        let ctx_mods = self.modulations(b, &ctx_p, silu_c, self.config.pre_only(i))?;
-        let x_mods = self.modulations(b, &x_p, silu_c, false)?;
-        let [cq, ck, cv] = self.qkv(b, &ctx_p, &ctx_mods, context)?;
-        let [xq, xk, xv] = self.qkv(b, &x_p, &x_mods, x)?;
+        let cfg = &self.config;
+        let stream = |name: &str| Stream {
+            weights: &self.weights,
+            prefix: format!("joint_blocks.{i}.{name}"),
+            dim: cfg.dim,
+            heads: cfg.heads,
+            qk_norm: cfg.qk_norm,
+        };
+        let (ctx_stream, x_stream) = (stream("context_block"), stream("x_block"));
+        let ctx_mods = ctx_stream.modulations(b, silu_c, cfg.pre_only(i))?;
+        let x_mods = x_stream.modulations(b, silu_c, false)?;
+        let [cq, ck, cv] = ctx_stream.qkv(b, &ctx_mods, context)?;
+        let [xq, xk, xv] = x_stream.qkv(b, &x_mods, x)?;
         let text_len = context.dim(1)?;
         let joined = |a: Tensor<B>, c: Tensor<B>| b.concat(&[&a, &c], 2);
-        let attn = self.attention(b, joined(cq, xq)?, joined(ck, xk)?, joined(cv, xv)?)?;
+        let attn = attention(b, joined(cq, xq)?, joined(ck, xk)?, joined(cv, xv)?, cfg.dim)?;
         let ctx_attn = b.slice(&attn, 1, 0, text_len)?;
         let x_attn = b.slice(&attn, 1, text_len, x.dim(1)?)?;
         drop(attn);
         let context = match &ctx_mods {
             StreamMods::PreOnly { .. } => None,
             StreamMods::Full(..) => {
-                Some(self.post_attention(b, &ctx_p, &ctx_mods, context, &ctx_attn)?)
+                Some(ctx_stream.post_attention(b, &ctx_mods, context, &ctx_attn)?)
             }
         };
-        let x = self.post_attention(b, &x_p, &x_mods, x, &x_attn)?;
+        let x = x_stream.post_attention(b, &x_mods, x, &x_attn)?;
         Ok((context, x))
     }
 
-    /// The modulations of the stream `prefix` from `SiLU(c)`.
-    fn modulations<B: Backend>(
+    /// The latent `x` `[B, C, h, w]` padded circularly to the patch size and patch-embedded by `x_embedder`
+    /// (the ControlNets read the model's), `[B, rows·cols, D]`, with the token grid.
+    pub(crate) fn patch_embed<B: Backend>(
         &self,
         b: &B,
-        prefix: &str,
+        x: &Tensor<B>,
+    ) -> Result<(Tensor<B>, usize, usize)> {
+        patch_embed(b, &self.weights, "x_embedder.proj", x, self.config.dim)
+    }
+
+    /// The weights `names`, fetched together.
+    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+        Ok(self.weights.fetch(b, names)?)
+    }
+}
+
+/// `mlp.2(SiLU(mlp.0(x)))` of the embedder `stem` of `weights` (the timestep's and the pooled vector's).
+pub(crate) fn mlp<B: Backend>(
+    b: &B,
+    weights: &Model,
+    stem: &str,
+    x: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    let h = linear(b, weights, &format!("{stem}.0"), x)?;
+    linear(b, weights, &format!("{stem}.2"), &b.unary(&h, UnaryOp::Silu)?)
+}
+
+/// `x` `[B, C, h, w]` padded circularly to the patch size and embedded by the patch convolution `name`
+/// (`PatchEmbed`): `[B, rows·cols, dim]` and the token grid.
+pub(crate) fn patch_embed<B: Backend>(
+    b: &B,
+    weights: &Model,
+    name: &str,
+    x: &Tensor<B>,
+    dim: usize,
+) -> Result<(Tensor<B>, usize, usize)> {
+    let (x, rows, cols) = padded(b, x, PATCH)?;
+    let e = conv2d(b, weights, name, &x, Conv2dParams { stride: PATCH, padding: [0; 4] })?;
+    let batch = e.dim(0)?;
+    Ok((b.permute(&e.reshape(&[batch, dim, rows * cols])?, &[0, 2, 1])?, rows, cols))
+}
+
+/// Unmasked attention over `[B, H, N, 64]`, back to `[B, N, dim]`.
+pub(crate) fn attention<B: Backend>(
+    b: &B,
+    q: Tensor<B>,
+    k: Tensor<B>,
+    v: Tensor<B>,
+    dim: usize,
+) -> Result<Tensor<B>> {
+    let (batch, n) = (q.dim(0)?, q.dim(2)?);
+    let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (HEAD_DIM as f32).sqrt())?;
+    Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, n, dim])?)
+}
+
+/// One adaLN-modulated stream of a block (ComfyUI's `DismantledBlock`): its weights under `prefix`.
+pub(crate) struct Stream<'m> {
+    /// The weights holding the stream's.
+    pub(crate) weights: &'m Model,
+    /// Where they are (`joint_blocks.3.x_block`).
+    pub(crate) prefix: String,
+    /// Hidden width.
+    pub(crate) dim: usize,
+    /// Heads of [`HEAD_DIM`].
+    pub(crate) heads: usize,
+    /// Whether q and k are RMS-normed per head.
+    pub(crate) qk_norm: bool,
+}
+
+impl Stream<'_> {
+    /// The stream's modulations from `SiLU(c)`.
+    pub(crate) fn modulations<B: Backend>(
+        &self,
+        b: &B,
         silu_c: &Tensor<B>,
         pre_only: bool,
     ) -> Result<StreamMods<B>> {
-        let d = self.config.dim;
-        let m = linear(b, &self.weights, &format!("{prefix}.adaLN_modulation.1"), silu_c)?;
+        let d = self.dim;
+        let m = linear(b, self.weights, &format!("{}.adaLN_modulation.1", self.prefix), silu_c)?;
         if pre_only {
             return Ok(StreamMods::PreOnly {
                 shift: b.slice(&m, -1, 0, d)?,
@@ -199,32 +261,33 @@ impl Sd3 {
         }
     }
 
-    /// q, k, v `[B, H, L, 64]` of the stream `prefix` for tokens `x`: the modulated LayerNorm through `qkv`, q and
-    /// k RMS-normed per head where the model has the norms.
-    fn qkv<B: Backend>(
+    /// q, k, v `[B, H, L, 64]` for tokens `x`: the modulated LayerNorm through `qkv`, q and k RMS-normed per head
+    /// where the stream has the norms.
+    pub(crate) fn qkv<B: Backend>(
         &self,
         b: &B,
-        prefix: &str,
         mods: &StreamMods<B>,
         x: &Tensor<B>,
     ) -> Result<[Tensor<B>; 3]> {
-        let (batch, len, heads) = (x.dim(0)?, x.dim(1)?, self.config.heads);
+        let (batch, len, heads) = (x.dim(0)?, x.dim(1)?, self.heads);
         let normed = match mods {
             StreamMods::Full(attn, _) => attn.modulated(b, x, LN_EPS)?,
             StreamMods::PreOnly { shift, scale } => {
                 b.modulate(&b.layer_norm(x, None, None, LN_EPS)?, scale, Some(shift))?
             }
         };
-        let all = linear(b, &self.weights, &format!("{prefix}.attn.qkv"), &normed)?
+        let all = linear(b, self.weights, &format!("{}.attn.qkv", self.prefix), &normed)?
             .reshape(&[batch, len, 3, heads, HEAD_DIM])?;
         let part = |k: usize| -> Result<Tensor<B>> {
             Ok(b.slice(&all, 2, k, 1)?.reshape(&[batch, len, heads, HEAD_DIM])?)
         };
         let (mut q, mut k, v) = (part(0)?, part(1)?, part(2)?);
-        if self.config.qk_norm {
-            let names =
-                [format!("{prefix}.attn.ln_q.weight"), format!("{prefix}.attn.ln_k.weight")];
-            let norms = self.fetch(b, &names.each_ref().map(String::as_str))?;
+        if self.qk_norm {
+            let names = [
+                format!("{}.attn.ln_q.weight", self.prefix),
+                format!("{}.attn.ln_k.weight", self.prefix),
+            ];
+            let norms = self.weights.fetch(b, &names.each_ref().map(String::as_str))?;
             q = b.rms_norm(&q, Some(&norms.weight(0)), QK_EPS)?;
             k = b.rms_norm(&k, Some(&norms.weight(1)), QK_EPS)?;
         }
@@ -232,24 +295,10 @@ impl Sd3 {
         Ok([heads_first(&q)?, heads_first(&k)?, heads_first(&v)?])
     }
 
-    /// Unmasked attention over `[B, H, N, 64]`, back to `[B, N, D]`.
-    fn attention<B: Backend>(
+    /// `post_attention`: x + gate·proj(attention), then x + gate·MLP(modulated LayerNorm(x)).
+    pub(crate) fn post_attention<B: Backend>(
         &self,
         b: &B,
-        q: Tensor<B>,
-        k: Tensor<B>,
-        v: Tensor<B>,
-    ) -> Result<Tensor<B>> {
-        let (batch, n) = (q.dim(0)?, q.dim(2)?);
-        let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (HEAD_DIM as f32).sqrt())?;
-        Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, n, self.config.dim])?)
-    }
-
-    /// A stream's `post_attention`: x + gate·proj(attention), then x + gate·MLP(modulated LayerNorm(x)).
-    fn post_attention<B: Backend>(
-        &self,
-        b: &B,
-        prefix: &str,
         mods: &StreamMods<B>,
         x: &Tensor<B>,
         attn: &Tensor<B>,
@@ -257,21 +306,23 @@ impl Sd3 {
         let StreamMods::Full(attn_mod, mlp_mod) = mods else {
             return Err(Error::Invalid("a pre-only MMDiT stream has no post-attention".to_owned()));
         };
-        let m = &self.weights;
-        let x = attn_mod.gated_add(b, x, &linear(b, m, &format!("{prefix}.attn.proj"), attn)?)?;
-        let h = linear(b, m, &format!("{prefix}.mlp.fc1"), &mlp_mod.modulated(b, &x, LN_EPS)?)?;
-        let h = linear(b, m, &format!("{prefix}.mlp.fc2"), &b.unary(&h, UnaryOp::GeluTanh)?)?;
+        let (m, p) = (self.weights, &self.prefix);
+        let x = attn_mod.gated_add(b, x, &linear(b, m, &format!("{p}.attn.proj"), attn)?)?;
+        let h = linear(b, m, &format!("{p}.mlp.fc1"), &mlp_mod.modulated(b, &x, LN_EPS)?)?;
+        let h = linear(b, m, &format!("{p}.mlp.fc2"), &b.unary(&h, UnaryOp::GeluTanh)?)?;
         mlp_mod.gated_add(b, &x, &h)
     }
 
-    /// `mlp.2(SiLU(mlp.0(x)))` of the embedder under `stem`.
-    fn mlp<B: Backend>(&self, b: &B, stem: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let h = linear(b, &self.weights, &format!("{stem}.0"), x)?;
-        linear(b, &self.weights, &format!("{stem}.2"), &b.unary(&h, UnaryOp::Silu)?)
-    }
-
-    /// The weights `names`, fetched together.
-    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
-        Ok(self.weights.fetch(b, names)?)
+    /// The whole block on `x` alone (self-attention; a ControlNet's blocks).
+    pub(crate) fn self_block<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        silu_c: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let mods = self.modulations(b, silu_c, false)?;
+        let [q, k, v] = self.qkv(b, &mods, x)?;
+        let attn = attention(b, q, k, v, self.dim)?;
+        self.post_attention(b, &mods, x, &attn)
     }
 }

@@ -103,6 +103,9 @@ pub enum SynthFamily {
     QwenImageLayered(LayeredFile),
     /// A Qwen-Image ControlNet (`ControlNetLoader`), ComfyUI's names.
     QwenImageControlNet(ControlNetFile),
+    /// An SD3.5 Large ControlNet of the given type (`sd3.5-controlnet-{blur,canny,depth}`), one block at the
+    /// SD3.5 checkpoint's widths.
+    Sd3ControlNet(crate::sd3::ControlType),
     /// DiffSynth's block-wise ControlNet for Qwen-Image (`ModelPatchLoader`), one block per base block.
     QwenImageBlockwise,
     /// The Z-Image Fun ControlNet (`ModelPatchLoader`), the release's layout: 6 control layers, 2 refiner
@@ -448,6 +451,14 @@ impl SynthFamily {
             [ControlNetFile::InstantX, ControlNetFile::InstantXInpaint, ControlNetFile::Fun]
                 .map(SynthFamily::QwenImageControlNet),
         );
+        all.extend(
+            [
+                crate::sd3::ControlType::Blur,
+                crate::sd3::ControlType::Canny,
+                crate::sd3::ControlType::Depth,
+            ]
+            .map(SynthFamily::Sd3ControlNet),
+        );
         all.push(SynthFamily::QwenImageBlockwise);
         all.push(SynthFamily::ZImageFunControlNet);
         all.extend(
@@ -492,6 +503,10 @@ impl SynthFamily {
                 "qwen-image-controlnet-inpaint"
             }
             SynthFamily::QwenImageControlNet(ControlNetFile::Fun) => "qwen-image-controlnet-fun",
+            SynthFamily::Sd3ControlNet(crate::sd3::ControlType::Blur) => "sd3.5-controlnet-blur",
+            SynthFamily::Sd3ControlNet(crate::sd3::ControlType::Canny) => "sd3.5-controlnet-canny",
+            SynthFamily::Sd3ControlNet(crate::sd3::ControlType::Depth) => "sd3.5-controlnet-depth",
+            SynthFamily::Sd3ControlNet(crate::sd3::ControlType::Other) => "sd3.5-controlnet",
             SynthFamily::QwenImageBlockwise => "qwen-image-diffsynth-controlnet",
             SynthFamily::ZImageFunControlNet => "z-image-fun-controlnet",
             SynthFamily::Flux(FluxFile::Schnell) => "flux1-schnell",
@@ -1043,10 +1058,11 @@ impl ZImageTurboSet {
                 middle_depth: 1,
                 ..crate::unet::Shape::sdxl_refiner()
             },
-            // Two heads of the released width; a 16² table (images up to 256 pixels a side).
+            // Three heads of the released width (wider than the pooled vector: a square pooled embedding marks
+            // the 8B ControlNets'); a 16² table (images up to 256 pixels a side).
             sd3: crate::sd3::Config {
-                dim: 128,
-                heads: 2,
+                dim: 192,
+                heads: 3,
                 blocks: 2,
                 in_channels: 16,
                 out_channels: 16,
@@ -1394,6 +1410,16 @@ pub fn write_family(
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
             write_sd3_checkpoint(path, set, dtype, seed, progress)
         }
+        SynthFamily::Sd3ControlNet(control_type) => {
+            let config = sd3_control_config(set, control_type);
+            let mut specs = specs_of(crate::sd3::control_file_tensors(&config));
+            for spec in &mut specs {
+                if spec.name == "control_type" {
+                    spec.init = Init::Fill(control_type.value());
+                }
+            }
+            write_one(path, &specs, SD3, "SD3.5 ControlNet", dtype, seed, progress)
+        }
         SynthFamily::TextEncoder(TextEncoderFamily::Sd3) => Err(Error::Invalid(
             "SD3's text encoders are written inside its checkpoints (--family sd3.5)".to_owned(),
         )),
@@ -1588,6 +1614,22 @@ fn write_sd3_checkpoint(
         layers.extend(more_layers);
     }
     Plan::new(path, all, &metadata("SD3.5 checkpoint", seed, layers)).write(seed, progress)
+}
+
+/// The config of a synthetic SD3.5 ControlNet of `control_type` for the synthetic SD3.5 checkpoint's MMDiT: its width
+/// and heads, one block, the CLIPs' pooled width.
+pub fn sd3_control_config(
+    set: &ZImageTurboSet,
+    control_type: crate::sd3::ControlType,
+) -> crate::sd3::ControlConfig {
+    crate::sd3::ControlConfig {
+        dim: set.sd3.dim,
+        heads: set.sd3.heads,
+        blocks: 1,
+        adm_width: set.clip_l.hidden + set.clip_g.hidden,
+        hint_channels: set.sd3.in_channels,
+        control_type,
+    }
 }
 
 /// Writes the three files under `models_dir` at their real paths ([`DIFFUSION_MODEL_FILE`],

@@ -48,7 +48,7 @@ fn controlnets_match_comfyui() {
     let DiffusionNet::QwenImage(base) = &base_net else { unreachable!() };
     for (name, hint, kind, outputs) in cases {
         let control = load_control(&manager, name);
-        let ControlNetNet::QwenImage(net) = &control;
+        let ControlNetNet::QwenImage(net) = &control else { panic!("not a Qwen-Image ControlNet") };
         assert_eq!(net.config.kind, kind, "{name}");
         assert_eq!(net.config.body.layers, outputs, "{name}");
         assert_eq!(control.concat_mask(), name == "inpaint");
@@ -81,7 +81,7 @@ fn controlnets_match_comfyui() {
 
     // A hint of the wrong size or channels is refused, naming both shapes.
     let control = load_control(&manager, "inpaint");
-    let ControlNetNet::QwenImage(net) = &control;
+    let ControlNetNet::QwenImage(net) = &control else { panic!("not a Qwen-Image ControlNet") };
     let hint = tensor(&b, &io["hint"]);
     let err =
         net.residuals(&*b, base, &x, sigmas, Text::uniform(&context), &hint, 1.0).err().unwrap();
@@ -92,7 +92,7 @@ fn controlnets_match_comfyui() {
 fn strength_zero_changes_nothing_and_fun_takes_its_square_root() {
     let (b, manager) = cpu(64 << 20);
     let control = load_control(&manager, "fun");
-    let ControlNetNet::QwenImage(net) = &control;
+    let ControlNetNet::QwenImage(net) = &control else { panic!("not a Qwen-Image ControlNet") };
     assert_eq!(net.output_scale(4.0), 2.0);
     assert_eq!(net.output_scale(-1.0), 0.0);
     let base_net = DiffusionNet::QwenImage(tiny_model(&manager));

@@ -564,6 +564,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "qwen-image-controlnet-instantx",
             "qwen-image-controlnet-inpaint",
             "qwen-image-controlnet-fun",
+            "sd3.5-controlnet-blur",
+            "sd3.5-controlnet-canny",
+            "sd3.5-controlnet-depth",
             "qwen-image-diffsynth-controlnet",
             "z-image-fun-controlnet",
             "flux1-schnell",
@@ -671,6 +674,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ControlNetDetected::detect(&header).unwrap().unwrap();
                 let want = ControlNetDetected::QwenImage(file.config(&set.qwen_image));
                 assert_eq!(found, want, "{family}");
+            }
+            synth::SynthFamily::Sd3ControlNet(control_type) => {
+                let found = ControlNetDetected::detect(&header).unwrap().unwrap();
+                let want = synth::sd3_control_config(&set, control_type);
+                assert_eq!(found, ControlNetDetected::Sd3(want), "{family}");
             }
             synth::SynthFamily::QwenImageBlockwise => {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::hints::{encoded_hint, with_mask_channels};
+use super::hints::{HintPixels, encoded_hint, with_mask_channels};
 use super::image::dims;
 use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
@@ -256,8 +256,11 @@ fn hint(
     latent_shape: &[usize],
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
-    let encoded =
-        encoded_hint(compute, model, vae, &application.image, latent_shape, "nearest-exact", ctx)?;
+    // The ControlNet's `preprocess_image` between the resize and the VAE (SD3.5's canny and depth).
+    let net = &application.control_net.net;
+    let preprocess = |a: f32| net.preprocess_hint(a);
+    let pixels = HintPixels { method: "nearest-exact", preprocess: Some(&preprocess) };
+    let encoded = encoded_hint(compute, model, vae, &application.image, latent_shape, pixels, ctx)?;
     let &[_, _, eh, ew] = encoded.shape() else {
         return Err(NodeError::new(format!("an encoded hint {:?}", encoded.shape())));
     };

@@ -10,17 +10,28 @@ use crate::models::{DiffusionModel, Vae};
 use crate::nodes::{Context, ErrorKind, NodeError};
 use crate::tensor::Tensor;
 
-/// `image` resized by `method` (centre crop) to the size in pixels of latents of `latent_shape` (`[B, C, h, w]`
-/// or one frame), VAE-encoded and in `model`'s latent space: `[B, C, h, w]`.
+/// How a control image becomes the VAE's pixels: the resize method, and a map of each value after it (a
+/// ControlNet's `preprocess_image`), if any.
+pub(super) struct HintPixels<'a> {
+    /// ComfyUI's upscale method name (`nearest-exact`, `area`).
+    pub(super) method: &'a str,
+    /// The per-value map.
+    pub(super) preprocess: Option<&'a dyn Fn(f32) -> f32>,
+}
+
+/// `image` resized by `pixels.method` (centre crop) to the size in pixels of latents of `latent_shape` (`[B, C, h, w]`
+/// or one frame), each pixel value through `pixels.preprocess` if given, VAE-encoded and in `model`'s latent space:
+/// `[B, C, h, w]`.
 pub(super) fn encoded_hint(
     compute: &Compute,
     model: &DiffusionModel,
     vae: &Vae,
     image: &Tensor,
     latent_shape: &[usize],
-    method: &str,
+    pixels: HintPixels<'_>,
     ctx: &Context,
 ) -> Result<Tensor, NodeError> {
+    let HintPixels { method, preprocess } = pixels;
     let (h, w) = match *latent_shape {
         [_, _, h, w] | [_, _, 1, h, w] => (h, w),
         ref other => {
@@ -32,6 +43,10 @@ pub(super) fn encoded_hint(
     };
     let scale = vae.net.family().latent().spatial_downscale;
     let pixels = resize(image, w * scale, h * scale, method, true)?;
+    let pixels = match preprocess {
+        Some(f) => tensor(pixels.shape().to_vec(), pixels.data().iter().map(|&a| f(a)).collect())?,
+        None => pixels,
+    };
     let encoded = encode(compute, vae, &pixels, ctx)?;
     let values = model.latent.process_in(encoded.data(), encoded.shape());
     tensor(encoded.shape().to_vec(), values)

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::hints::{encoded_hint, with_mask_channels};
+use super::hints::{HintPixels, encoded_hint, with_mask_channels};
 use super::loaders::{find, progress};
 use super::mask::{mask, tensor};
 use super::resize::resize;
@@ -197,7 +197,15 @@ pub(super) fn with_hints(
             let (h, w) = application.patch.net.hint_size(shape[rank - 2], shape[rank - 1]);
             (shape[rank - 2], shape[rank - 1]) = (h, w);
         }
-        let encoded = encoded_hint(compute, model, vae, image, &shape, "area", ctx)?;
+        let encoded = encoded_hint(
+            compute,
+            model,
+            vae,
+            image,
+            &shape,
+            HintPixels { method: "area", preprocess: None },
+            ctx,
+        )?;
         let copies = application.patch.net.mask_channels();
         if copies == 0 {
             application.hint = Some(encoded);
