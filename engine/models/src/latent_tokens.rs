@@ -41,32 +41,36 @@ pub(crate) fn patchify<B: Backend>(b: &B, x: &Tensor<B>, p: usize) -> Result<Ten
     Ok(t.reshape(&[batch, rows * cols, c * p * p])?)
 }
 
-/// The inverse of [`patchify`]: tokens `[B, rows·cols, channels·p²]` → latents `[B, channels, p·rows, p·cols]`.
+/// Where a patch token keeps its channels among its `channels·p²` features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchOrder {
+    /// Channel-major, `c·p² + py·p + px` ([`patchify`]'s: FLUX, Qwen-Image).
+    ChannelMajor,
+    /// Channels last, `(py·p + px)·channels + c` (HiDream's `(p1 p2 C)`, the MMDiT's `nhwpqc`).
+    ChannelsLast,
+}
+
+/// Tokens `[B, rows·cols, channels·p²]` with features in `order` → latents `[B, channels, p·rows, p·cols]` (the
+/// inverse of [`patchify`] for [`PatchOrder::ChannelMajor`]).
 pub(crate) fn unpatchify<B: Backend>(
     b: &B,
     y: &Tensor<B>,
     channels: usize,
     (rows, cols): (usize, usize),
     p: usize,
+    order: PatchOrder,
 ) -> Result<Tensor<B>> {
     let batch = y.dim(0)?;
-    let t = y.reshape(&[batch, rows, cols, channels, p, p])?;
-    let t = b.permute(&t, &[0, 3, 1, 4, 2, 5])?;
-    Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
-}
-
-/// The inverse of a channels-last patchify (HiDream's `(p1 p2 C)`, the MMDiT's `nhwpqc`): tokens
-/// `[B, rows·cols, p²·channels]`, feature `(py·p + px)·channels + c`, → latents `[B, channels, p·rows, p·cols]`.
-pub(crate) fn unpatchify_channels_last<B: Backend>(
-    b: &B,
-    y: &Tensor<B>,
-    channels: usize,
-    (rows, cols): (usize, usize),
-    p: usize,
-) -> Result<Tensor<B>> {
-    let batch = y.dim(0)?;
-    let t = y.reshape(&[batch, rows, cols, p, p, channels])?;
-    let t = b.permute(&t, &[0, 5, 1, 3, 2, 4])?;
+    let t = match order {
+        PatchOrder::ChannelMajor => {
+            let t = y.reshape(&[batch, rows, cols, channels, p, p])?;
+            b.permute(&t, &[0, 3, 1, 4, 2, 5])?
+        }
+        PatchOrder::ChannelsLast => {
+            let t = y.reshape(&[batch, rows, cols, p, p, channels])?;
+            b.permute(&t, &[0, 5, 1, 3, 2, 4])?
+        }
+    };
     Ok(t.reshape(&[batch, channels, rows * p, cols * p])?)
 }
 

@@ -16,7 +16,8 @@ use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::latent_tokens::{
-    SideBySide, batched_reference, padded, patchify, reference_sides, to_batch, unpatchify,
+    PatchOrder, SideBySide, batched_reference, padded, patchify, reference_sides, to_batch,
+    unpatchify,
 };
 
 /// The q/k RMS norms' ε: ComfyUI's `RMSNorm` has none, so torch takes f32's machine epsilon (also for
@@ -452,7 +453,14 @@ impl Flux {
         };
         let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
         let y = apply(b, &layer, proj, &y)?;
-        let mut out = unpatchify(b, &y, generation.latent_channels(), (rows, cols), patch)?;
+        let mut out = unpatchify(
+            b,
+            &y,
+            generation.latent_channels(),
+            (rows, cols),
+            patch,
+            PatchOrder::ChannelMajor,
+        )?;
         if rows * patch > h {
             out = b.slice(&out, 2, 0, h)?;
         }

@@ -7,7 +7,7 @@
 //! experts, which no shape tells, and reads the rest, so a shrunken model of the same structure (the test
 //! fixtures, the template suite's) loads too.
 
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
 use crate::error::Result;
 use crate::header::Header;
@@ -251,9 +251,5 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
 
 /// Every weight, under its name without the file's prefix.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slots = expected(cfg)
-        .into_iter()
-        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
 }

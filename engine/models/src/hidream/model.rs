@@ -18,7 +18,7 @@ use super::config::{
 };
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
-use crate::latent_tokens::{padded, to_batch, unpatchify_channels_last};
+use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
 
 /// A HiDream DiT: its config and its weights (ComfyUI's names, no prefix) under the memory manager.
 pub struct HiDream {
@@ -164,7 +164,8 @@ impl HiDream {
         let (shift, scale) = (b.slice(&m, -1, 0, cfg.dim)?, b.slice(&m, -1, cfg.dim, cfg.dim)?);
         let y = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
         let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
-        let mut out = unpatchify_channels_last(b, &y, LATENT_CHANNELS, (rows, cols), PATCH)?;
+        let mut out =
+            unpatchify(b, &y, LATENT_CHANNELS, (rows, cols), PATCH, PatchOrder::ChannelsLast)?;
         if rows * PATCH > h {
             out = b.slice(&out, 2, 0, h)?;
         }

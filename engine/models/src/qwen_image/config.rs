@@ -6,7 +6,7 @@
 //! same structure (the test fixtures) loads too. An Edit 2511 file (marked by `__index_timestep_zero__`) takes
 //! [`INDEX_TIMESTEP_ZERO`] as its default reference method; a Layered file has [`ADDITION_T_EMBEDDING`].
 
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
 use crate::error::Result;
 use crate::header::Header;
@@ -246,9 +246,5 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
 
 /// Every weight, under its name without the file's prefix.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slots = expected(cfg)
-        .into_iter()
-        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
 }

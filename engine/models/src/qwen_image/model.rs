@@ -6,7 +6,7 @@ use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
-use crate::latent_tokens::{self, SideBySide};
+use crate::latent_tokens::{self, PatchOrder, SideBySide};
 
 use super::blockwise::{BlockPatch, apply_patches};
 use super::config::{
@@ -285,8 +285,14 @@ impl QwenImage {
         let mut outs = Vec::with_capacity(frames);
         for t in 0..frames {
             let tokens = b.slice(&y, 1, t * rows * cols, rows * cols)?;
-            let mut out =
-                latent_tokens::unpatchify(b, &tokens, LATENT_CHANNELS, (rows, cols), PATCH)?;
+            let mut out = latent_tokens::unpatchify(
+                b,
+                &tokens,
+                LATENT_CHANNELS,
+                (rows, cols),
+                PATCH,
+                PatchOrder::ChannelMajor,
+            )?;
             if rows * PATCH > h {
                 out = b.slice(&out, 2, 0, h)?;
             }

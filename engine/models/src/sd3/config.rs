@@ -1,7 +1,7 @@
 //! Detection of an SD3 MMDiT (ComfyUI's key names) and its [`Config`], every width read from tensor shapes as
 //! ComfyUI's `detect_unet_config` reads them, and the [`LoadPlan`].
 
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
 use crate::error::Result;
 use crate::header::Header;
@@ -156,9 +156,5 @@ pub fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
 
 /// The weights to load, under the file's names.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slots = expected(cfg)
-        .into_iter()
-        .map(|(name, _)| SlotPlan::new(name.clone(), vec![(0, h.key(&name))]))
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
 }

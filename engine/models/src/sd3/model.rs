@@ -7,7 +7,7 @@ use kiln_compute::{Backend, DType, Tensor};
 use super::config::{Config, HEAD_DIM, LN_EPS, PATCH, QK_EPS, T_FREQ_DIM};
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
-use crate::latent_tokens::{padded, to_batch, unpatchify_channels_last};
+use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
 use crate::named::{conv2d, linear};
 
 /// A loaded MMDiT: its config and weights (under ComfyUI's names, from [`super::load_plan`]).
@@ -111,7 +111,8 @@ impl Sd3 {
             let x = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
             linear(b, m, "final_layer.linear", &x)?
         };
-        let out = unpatchify_channels_last(b, &out, cfg.out_channels, (rows, cols), PATCH)?;
+        let out =
+            unpatchify(b, &out, cfg.out_channels, (rows, cols), PATCH, PatchOrder::ChannelsLast)?;
         let out = match (out.dim(2)? == h, out.dim(3)? == w) {
             (true, true) => out,
             _ => b.slice(&b.slice(&out, 2, 0, h)?, 3, 0, w)?,

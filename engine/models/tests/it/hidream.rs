@@ -221,9 +221,16 @@ fn the_four_encoders_tokenize_as_comfyui_and_condition_the_dit() {
     assert_eq!(pooled.len(), 768 + set.clip_g.hidden);
     assert!(pooled[..768].iter().all(|&v| v == 0.0) && pooled[768..].iter().any(|&v| v != 0.0));
     assert_eq!(encoded.llama.unwrap().shape(), &[1, 32, 1, 4096]);
-    // With another type, CLIP-G alone conditions nothing Kiln runs.
+    // With another type, CLIP-G alone is what ComfyUI's `load_clip` makes it: SD3's encoder with `sd3`, SDXL's
+    // refiner's with `stable_diffusion`, nothing Kiln runs with `stable_cascade`.
+    for (kind, family) in
+        [("sd3", TextEncoderFamily::Sd3), ("stable_diffusion", TextEncoderFamily::Sdxl)]
+    {
+        let (found, weights) = load(SynthFamily::ClipG);
+        assert_eq!(found.build_for_clip_type(weights, kind).unwrap().family(), family, "{kind}");
+    }
     let (found, weights) = load(SynthFamily::ClipG);
-    assert!(found.build_for_clip_type(weights, "sd3").is_err());
+    assert!(found.build_for_clip_type(weights, "stable_cascade").is_err());
     let (found, weights) = load(SynthFamily::TextEncoder(TextEncoderFamily::Llama3));
     let net = found.for_clip_type("stable_diffusion").unwrap().build(weights).unwrap();
     assert_eq!(net.family(), TextEncoderFamily::HiDream);
