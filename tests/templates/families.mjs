@@ -177,6 +177,9 @@ const kilnFiles = [
   { folder: 'checkpoints', stem: /^sd_xl_refiner_1\.0[_.]/i, family: 'sdxl-refiner' },
   // SD3.5 Large's all-in-one checkpoint (the MMDiT, CLIP-L, CLIP-G and T5-XXL, the 16-channel VAE).
   { folder: 'checkpoints', stem: /^sd3\.5_large_fp8_scaled\.safetensors$/, family: 'sd3.5' },
+  // Ovis-Image's DiT (FLUX.1 with SwiGLU MLPs) and Ovis 2.5, a Qwen3 file CLIPLoader's type `ovis` makes its encoder.
+  { folder: 'diffusion_models', stem: /^ovis_image_/i, family: 'ovis-image' },
+  { folder: 'text_encoders', stem: /^ovis_2\.5\.safetensors$/, family: 'qwen3' },
   // Its ControlNets (the control type is in the file).
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_blur\.safetensors$/, family: 'sd3.5-controlnet-blur' },
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_canny\.safetensors$/, family: 'sd3.5-controlnet-canny' },

@@ -541,6 +541,20 @@ pub fn load_checkpoint(
     let model = diffusion_model(env, &file, &prefix, None, progress)?;
     let family = model.net.family();
     let has = |p: &str| names.iter().any(|n| n.starts_with(p));
+    // ComfyUI's SDXL config switches the model sampling on these keys (`supported_models.SDXL.model_type`);
+    // Kiln samples SDXL as EPS only, so such a checkpoint is refused rather than run wrongly.
+    let sdxl = matches!(family, DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner);
+    let other_sampling =
+        ["v_pred", "edm_vpred.sigma_max", "edm_mean"].iter().find(|k| names.contains(k));
+    if let (true, Some(key)) = (sdxl, other_sampling) {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            msg: format!(
+                "an SDXL checkpoint marked `{key}` (v-prediction, EDM or Playground's sampling), which Kiln does \
+                 not run yet; Kiln samples SDXL as ε-prediction"
+            ),
+        });
+    }
     // The encoder's files, each under its prefix (FLUX.1's two); one the checkpoint lacks leaves the CLIP out.
     let prefixes = family.checkpoint_text_encoders();
     let clip = match prefixes {
@@ -550,9 +564,13 @@ pub fn load_checkpoint(
             let kind = (!kind.is_empty()).then_some(kind);
             Some(text_encoder(env, &file, prefix, kind, progress)?)
         }
-        _ if prefixes.len() > 1 && prefixes.iter().all(|p| has(p)) => {
+        // SD3's checkpoints hold any of their three encoders (ComfyUI's `SD3.clip_target`); the others all.
+        _ if prefixes.len() > 1
+            && (prefixes.iter().all(|p| has(p))
+                || (family == DiffusionFamily::Sd3 && prefixes.iter().any(|p| has(p)))) =>
+        {
             let mut parts = Vec::with_capacity(prefixes.len());
-            for prefix in prefixes {
+            for prefix in prefixes.iter().filter(|p| has(p)) {
                 parts.push(text_encoder_part(env, &file, prefix, None, progress)?);
             }
             let net = TextEncoderNet::combine(parts, family.checkpoint_text_encoder_kind())

@@ -246,8 +246,8 @@ fn model_synth_writes_one_file_of_a_family_under_any_name() {
     assert!(!data_dir.join("escaped.safetensors").exists());
     let output = synth(&["--family", "qwen3"]);
     assert!(!output.status.success(), "--family needs --name");
-    let output = synth(&["--family", "sdxl", "--name", "checkpoints/x.safetensors"]);
+    let output = synth(&["--family", "sd15", "--name", "checkpoints/x.safetensors"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success() && stderr.contains("unknown family `sdxl`"), "{stderr}");
+    assert!(!output.status.success() && stderr.contains("unknown family `sd15`"), "{stderr}");
     let _ = std::fs::remove_dir_all(&data_dir);
 }

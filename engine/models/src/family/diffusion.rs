@@ -61,15 +61,20 @@ pub enum DiffusionFamily {
     /// Stable Diffusion 3 / 3.5 (Large): the MMDiT on CLIP-L's, CLIP-G's and T5-XXL's states and the CLIPs'
     /// pooled vectors, in SD3's latent space, with flow sampling (shift 3).
     Sd3,
+    /// Ovis-Image: a FLUX.1 DiT with SwiGLU MLPs and a text RMS norm on Ovis 2.5's (a Qwen3 2B's) states, in
+    /// the Flux VAE's latent space.
+    OvisImage,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 13] = [
+    pub const ALL: [DiffusionFamily; 14] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
         DiffusionFamily::Chroma,
+        // Before Qwen-Image, whose detection claims a DiT with `txt_norm` (Ovis-Image has one too).
+        DiffusionFamily::OvisImage,
         DiffusionFamily::Flux2,
         DiffusionFamily::QwenImage,
         DiffusionFamily::Wan21,
@@ -86,6 +91,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_NAME,
+            DiffusionFamily::OvisImage => flux::family::OVIS_NAME,
             DiffusionFamily::Chroma => flux::family::CHROMA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
@@ -103,9 +109,10 @@ impl DiffusionFamily {
     /// The latent space it denoises in.
     pub fn latent(self) -> LatentFormat {
         match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
-                flux::family::LATENT
-            }
+            DiffusionFamily::Flux
+            | DiffusionFamily::LongCatImage
+            | DiffusionFamily::Chroma
+            | DiffusionFamily::OvisImage => flux::family::LATENT,
             DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
             DiffusionFamily::ZImage => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
@@ -127,6 +134,11 @@ impl DiffusionFamily {
             // ModelSamplingFlux does not read: ComfyUI's FLUX default.
             DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
                 FlowSampling::flux(flux::family::FLUX_SHIFT).into()
+            }
+            // ComfyUI's `FluxSchnell` config (a FLUX.1 without guidance): shift 1, multiplier 1.
+            DiffusionFamily::OvisImage => {
+                FlowSampling::new(flux::family::SCHNELL_SHIFT, flux::family::SCHNELL_MULTIPLIER)
+                    .into()
             }
             DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT).into(),
             DiffusionFamily::ZImage => {
@@ -170,13 +182,14 @@ impl DiffusionFamily {
                 unet::family::SDXL_CHECKPOINT_CLIP_G_PREFIX,
             ],
             DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
-            // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None).
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
                 sd3::family::CHECKPOINT_T5_PREFIX,
             ],
-            DiffusionFamily::Lotus | DiffusionFamily::HiDream => &[],
+            // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None), nor
+            // is Ovis-Image released as one.
+            DiffusionFamily::Lotus | DiffusionFamily::HiDream | DiffusionFamily::OvisImage => &[],
         }
     }
 
@@ -191,6 +204,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sdxl => crate::family::SDXL_CLIP_TYPE,
             DiffusionFamily::SdxlRefiner => crate::family::SDXL_REFINER_CLIP_KIND,
             DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
+            DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -203,9 +217,10 @@ impl DiffusionFamily {
     /// The autoencoder a combined checkpoint of the family holds, and its key prefix there.
     pub fn checkpoint_vae(self) -> (VaeFamily, &'static str) {
         match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
-                (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
-            }
+            DiffusionFamily::Flux
+            | DiffusionFamily::LongCatImage
+            | DiffusionFamily::Chroma
+            | DiffusionFamily::OvisImage => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Flux2 => (VaeFamily::Flux2, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::QwenImage => {
@@ -226,6 +241,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_NAME,
+            DiffusionFamily::OvisImage => flux::family::OVIS_SYNTH_NAME,
             DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
@@ -245,6 +261,7 @@ impl DiffusionFamily {
         match self {
             DiffusionFamily::Flux => flux::family::SYNTH_LORA_NAME,
             DiffusionFamily::LongCatImage => flux::family::LONGCAT_SYNTH_LORA_NAME,
+            DiffusionFamily::OvisImage => flux::family::OVIS_SYNTH_LORA_NAME,
             DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_LORA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
@@ -262,13 +279,14 @@ impl DiffusionFamily {
     /// This family's detection of `h`.
     fn detect(self, h: &Header) -> Result<Option<DiffusionDetected>> {
         Ok(match self {
-            DiffusionFamily::Flux | DiffusionFamily::LongCatImage | DiffusionFamily::Chroma => {
-                flux::detect(h)?
-                    .filter(|(config, _)| {
-                        config.generation == flux::Generation::One && flux_family(config) == self
-                    })
-                    .map(|(config, layout)| DiffusionDetected::Flux(config, layout))
-            }
+            DiffusionFamily::Flux
+            | DiffusionFamily::LongCatImage
+            | DiffusionFamily::Chroma
+            | DiffusionFamily::OvisImage => flux::detect(h)?
+                .filter(|(config, _)| {
+                    config.generation == flux::Generation::One && flux_family(config) == self
+                })
+                .map(|(config, layout)| DiffusionDetected::Flux(config, layout)),
             DiffusionFamily::Flux2 => flux::detect(h)?
                 .filter(|(config, _)| config.generation == flux::Generation::Two)
                 .map(|(config, layout)| DiffusionDetected::Flux2(config, layout)),
@@ -293,6 +311,8 @@ impl DiffusionFamily {
 fn flux_family(config: &flux::Config) -> DiffusionFamily {
     if config.longcat {
         DiffusionFamily::LongCatImage
+    } else if config.ovis {
+        DiffusionFamily::OvisImage
     } else if config.approximator.is_some() {
         DiffusionFamily::Chroma
     } else {
@@ -390,7 +410,8 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(..)
             | DiffusionDetected::QwenImage(..)
             | DiffusionDetected::HiDream(_) => NO_F16,
-            DiffusionDetected::Sd3(_) => BF16_FIRST,
+            // ComfyUI's SD3 config keeps the default list: f16 first.
+            DiffusionDetected::Sd3(_) => &[DType::F16, DType::BF16, DType::F32],
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],

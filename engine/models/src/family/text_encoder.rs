@@ -68,6 +68,10 @@ pub enum TextEncoderFamily {
     /// states padded to T5-XXL's width, T5-XXL's after them; their pooled vectors joined. Any subset. Made by
     /// [`TextEncoderNet::combine`], never detected in one file.
     Sd3,
+    /// Ovis-Image's: Ovis 2.5's language model (a Qwen3 2B, the Qwen3 decoder code) made its by `CLIPLoader`'s
+    /// type `ovis`: its last hidden state over ComfyUI's Ovis template padded to 284 tokens, the pads' rows
+    /// zeroed, the template's prefix cut off. Never detected as such.
+    Ovis,
 }
 
 impl TextEncoderFamily {
@@ -99,6 +103,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::HiDream => "HiDream's CLIP-L + CLIP-G + T5-XXL + Llama 3.1",
             TextEncoderFamily::Sdxl => "SDXL's CLIP-L + CLIP-G",
             TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
+            TextEncoderFamily::Ovis => "Ovis 2.5",
         }
     }
 
@@ -122,6 +127,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sdxl => "sdxl-text-encoders",
             // Written inside SD3.5's checkpoints.
             TextEncoderFamily::Sd3 => "sd3-text-encoders",
+            // A Qwen3 file (CLIPLoader's type makes it Ovis-Image's).
+            TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
         }
     }
 
@@ -158,7 +165,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Llama3
             | TextEncoderFamily::HiDream
             | TextEncoderFamily::Sdxl
-            | TextEncoderFamily::Sd3 => {
+            | TextEncoderFamily::Sd3
+            | TextEncoderFamily::Ovis => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -189,7 +197,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Flux2Klein
             | TextEncoderFamily::HiDream
             | TextEncoderFamily::Sdxl
-            | TextEncoderFamily::Sd3 => None,
+            | TextEncoderFamily::Sd3
+            | TextEncoderFamily::Ovis => None,
         })
     }
 }
@@ -217,6 +226,8 @@ pub enum TextEncoderDetected {
     Umt5(t5::Umt5File),
     /// Llama 3.x (HiDream's Llama 3.1 8B Instruct).
     Llama3(qwen3::Config),
+    /// A Qwen3 file as Ovis-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `ovis`).
+    Ovis(qwen3::Config),
 }
 
 impl TextEncoderDetected {
@@ -239,6 +250,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
+            TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
         }
     }
 
@@ -253,9 +265,9 @@ impl TextEncoderDetected {
     /// The weights to load, named in the family's layout.
     pub fn load_plan(&self, h: &Header) -> LoadPlan {
         match self {
-            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Flux2Klein(config) => {
-                qwen3::load_plan(h, config)
-            }
+            TextEncoderDetected::Qwen3(config)
+            | TextEncoderDetected::Flux2Klein(config)
+            | TextEncoderDetected::Ovis(config) => qwen3::load_plan(h, config),
             TextEncoderDetected::Qwen25Vl(config, vision, _) => {
                 let mut plan = qwen3::load_plan(h, config);
                 let tower = vision.iter().flat_map(VisionConfig::weight_names);
@@ -285,6 +297,11 @@ impl TextEncoderDetected {
     pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
         let klein_type = matches!(kind, "flux2" | "flux");
         match self {
+            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
+                if kind == OVIS_CLIP_TYPE =>
+            {
+                Ok(TextEncoderDetected::Ovis(config))
+            }
             TextEncoderDetected::Qwen3(config)
                 if config.hidden == qwen3::family::QWEN3_8B_HIDDEN =>
             {
@@ -379,6 +396,10 @@ impl TextEncoderDetected {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
             },
+            TextEncoderDetected::Ovis(config) => TextEncoderNet::Ovis {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+            },
             TextEncoderDetected::Mistral3(found) => TextEncoderNet::Mistral3 {
                 tokenizer: found.tokenizer()?,
                 model: Qwen3::new(found.config, weights),
@@ -419,6 +440,9 @@ const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
 
 /// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
 pub const SDXL_CLIP_TYPE: &str = "sdxl";
+
+/// `CLIPLoader`'s type that makes a Qwen3 file Ovis-Image's text encoder.
+pub const OVIS_CLIP_TYPE: &str = "ovis";
 
 /// `TripleCLIPLoader`'s (and `DualCLIPLoader`'s, `CLIPLoader`'s) type of SD3's encoders.
 pub const SD3_CLIP_TYPE: &str = "sd3";
@@ -592,6 +616,13 @@ pub enum TextEncoderNet {
     Sdxl(Box<SdxlEncoders>),
     /// SD3's CLIP-L, CLIP-G and T5-XXL (any of them) with their tokenizers.
     Sd3(Box<Sd3Encoders>),
+    /// Ovis-Image's Qwen3 (the Qwen3 decoder code) with the Qwen tokenizer.
+    Ovis {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+    },
 }
 
 /// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
@@ -628,6 +659,7 @@ impl TextEncoderNet {
             TextEncoderNet::HiDream(_) => TextEncoderFamily::HiDream,
             TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
             TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
+            TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
         }
     }
 
@@ -638,6 +670,7 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3 { model, .. }
             | TextEncoderNet::Qwen25Vl { model, .. }
             | TextEncoderNet::Flux2Klein { model, .. }
+            | TextEncoderNet::Ovis { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
             TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
@@ -715,8 +748,8 @@ impl TextEncoderNet {
             ))),
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
-                 CLIP-L + T5-XXL), SDXL's (type `sdxl`: CLIP-L + CLIP-G) and HiDream's (QuadrupleCLIPLoader: \
-                 CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
+                 CLIP-L + T5-XXL), SDXL's (type `sdxl`: CLIP-L + CLIP-G), SD3's (type `sd3`: any of CLIP-L, \
+                 CLIP-G, T5-XXL) and HiDream's (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
             ))),
         }
     }
@@ -735,6 +768,7 @@ impl TextEncoderNet {
                 TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
                 TextEncoderDetected::Llama3(config) => llama = Some(Qwen3::new(config, weights)),
                 TextEncoderDetected::Qwen3(_)
+                | TextEncoderDetected::Ovis(_)
                 | TextEncoderDetected::Qwen25Vl(..)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
@@ -788,6 +822,9 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Sdxl(Box::new(e.tokenize(prompt, prompt)?)))
             }
             TextEncoderNet::Sd3(e) => Ok(PromptTokens::Sd3(Box::new(e.tokenize(prompt)?))),
+            TextEncoderNet::Ovis { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))
+            }
             TextEncoderNet::Qwen3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.zimage_prompt(prompt)?))
             }
@@ -899,7 +936,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::Umt5 { .. }
                 | TextEncoderNet::HiDream(_)
                 | TextEncoderNet::Sdxl(_)
-                | TextEncoderNet::Sd3(_),
+                | TextEncoderNet::Sd3(_)
+                | TextEncoderNet::Ovis { .. },
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -943,6 +981,9 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Qwen-Image's Qwen2.5-VL encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Ovis-Image's encoder is not supported yet".to_owned(),
+            )),
             // ComfyUI's `Mistral3Small24B` generates nothing either (it is no `BaseGenerate`).
             TextEncoderNet::Mistral3 { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with FLUX.2 dev's Mistral Small encoder is not supported".to_owned(),
@@ -976,7 +1017,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
-            | TextEncoderNet::Sd3(_) => Err(Error::Invalid(format!(
+            | TextEncoderNet::Sd3(_)
+            | TextEncoderNet::Ovis { .. } => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -1014,7 +1056,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
-            | TextEncoderNet::Sd3(_) => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Sd3(_)
+            | TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1044,6 +1087,12 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None, llama: None })
+            }
+            (TextEncoderNet::Ovis { model, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                Ok(Encoded { cond: ovis_states(b, model, ids)?, pooled: None, llama: None })
             }
             (TextEncoderNet::Flux2Klein { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1150,6 +1199,24 @@ impl TextEncoderNet {
             ))),
         }
     }
+}
+
+/// The states ComfyUI conditions Ovis-Image on (`OvisTEModel`): the last hidden state of `ids` under the padding
+/// mask, the masked rows zeroed (`zero_out_masked`), from [`qwen3::ovis_conditioning_start`] on.
+fn ovis_states<B: Backend>(b: &B, model: &Qwen3, ids: &[u32]) -> Result<Tensor<B>> {
+    let attended = qwen3::attended_keys(ids);
+    // The last layer's output through the final norm (`layer="last"`): Hugging Face's state `layers`.
+    let hidden = model.tapped_hidden_states(b, ids, attended, &[model.config.layers])?;
+    let (n, width) = (hidden.dim(1)?, hidden.dim(2)?);
+    let hidden = match n - attended {
+        0 => hidden,
+        masked => {
+            let zeros = b.full(&[1, masked, width], 0.0, hidden.dtype())?;
+            b.concat(&[&b.slice(&hidden, 1, 0, attended)?, &zeros], 1)?
+        }
+    };
+    let start = qwen3::ovis_conditioning_start(ids);
+    Ok(b.slice(&hidden, 1, start, n - start)?)
 }
 
 /// The states ComfyUI conditions LongCat-Image on (`LongCatImageTEModel`): Qwen2.5-VL's last hidden states of

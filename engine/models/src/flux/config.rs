@@ -24,6 +24,8 @@ pub const LATENT_CHANNELS: usize = 16;
 pub const T_FREQ_DIM: usize = 256;
 /// The text width that, with no pooled vector, makes a FLUX.1 DiT LongCat-Image's (Qwen2.5-VL 7B's hidden size).
 pub const LONGCAT_TEXT_DIM: usize = 3584;
+/// The weight that marks Ovis-Image (ComfyUI's `yak_mlp` rule).
+const OVIS_GATE: &str = "double_blocks.0.img_mlp.gate_proj.weight";
 /// The reference method where the conditioning names none for FLUX.1 (Kontext's, ComfyUI's
 /// `default_ref_method`).
 pub const DEFAULT_REFERENCE_METHOD: &str = "offset";
@@ -137,6 +139,10 @@ pub struct Config {
     /// "distilled guidance layer") gives every block its modulation from the timestep, the guidance and the
     /// block's index.
     pub approximator: Option<Approximator>,
+    /// Ovis-Image (ComfyUI's `yak_mlp` and `txt_norm`): SwiGLU MLPs (a double block's `gate_proj`, `up_proj`,
+    /// `down_proj`; a single block's `linear1` ending in the value and gate halves), an RMS norm over the text
+    /// before `txt_in`, and the text's tokens positioned along rows and columns (`txt_ids_dims` [1, 2]).
+    pub ovis: bool,
 }
 
 /// Chroma's distilled guidance MLP: [`CHROMA_IN_DIM`] features in, `hidden` wide through `layers` residual
@@ -166,6 +172,9 @@ impl Config {
         if self.approximator.is_some() {
             return "Chroma";
         }
+        if self.ovis {
+            return "Ovis-Image";
+        }
         match (self.generation, self.guidance, self.in_channels) {
             (Generation::Two, true, _) => "FLUX.2 dev",
             (Generation::Two, false, _) => "FLUX.2 Klein",
@@ -187,6 +196,7 @@ impl Config {
             Generation::One if self.longcat => {
                 "Qwen2.5-VL's hidden states (CLIPLoader type `longcat_image`)"
             }
+            Generation::One if self.ovis => "Ovis 2.5's hidden states (CLIPLoader type `ovis`)",
             Generation::One => "T5-XXL's features",
             Generation::Two if self.guidance => "Mistral Small's three hidden states",
             Generation::Two => "Qwen3's three hidden states",
@@ -317,6 +327,15 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
         linear(&mut out, &v_in, &v_in_file, &[d], vec_dim);
         linear(&mut out, &v_out, &v_out_file, &[d], d);
     }
+    if cfg.ovis {
+        let suffix = if qk_suffix == "scale" { "scale" } else { "weight" };
+        out.push(Spec {
+            name: "txt_norm.weight".to_owned(),
+            parts: vec![format!("txt_norm.{suffix}")],
+            shape: vec![cfg.text_dim],
+            rows: vec![cfg.text_dim],
+        });
+    }
     linear(&mut out, "txt_in", &pick("txt_in", "context_embedder"), &[d], cfg.text_dim);
 
     for i in 0..cfg.double_blocks {
@@ -360,6 +379,14 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
                 &[d],
                 d,
             );
+            if cfg.ovis {
+                // The SwiGLU's gate and up projections as one `mlp.0` (gate rows first), `down_proj` as `mlp.2`.
+                let m = format!("{p}.{stream}_mlp");
+                let (gate, up) = (format!("{m}.gate_proj"), format!("{m}.up_proj"));
+                linear(&mut out, &format!("{m}.0"), &[gate, up], &[f, f], d);
+                linear(&mut out, &format!("{m}.2"), &[format!("{m}.down_proj")], &[d], f);
+                continue;
+            }
             linear(
                 &mut out,
                 &format!("{p}.{stream}_mlp.0"),
@@ -390,11 +417,13 @@ fn specs_one(cfg: &Config, layout: Layout, qk_suffix: &str) -> Vec<Spec> {
                 vec![format!("{p}.{comfy}")]
             }
         };
+        // Ovis-Image's single blocks end `linear1` in the SwiGLU's two halves.
+        let mlp_in = if cfg.ovis { 2 * f } else { f };
         linear(
             &mut out,
             &format!("{p}.linear1"),
             &file("linear1", &["attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"]),
-            &[d, d, d, f],
+            &[d, d, d, mlp_in],
             d,
         );
         linear(&mut out, &format!("{p}.linear2"), &file("linear2", &["proj_out"]), &[d], d + f);
@@ -597,8 +626,6 @@ fn family_of(h: &Header) -> Option<Found> {
     if comfy {
         return Some(if h.has("double_stream_modulation_img.lin.weight") {
             Found::Flux(Layout::Comfy, Generation::Two)
-        } else if h.has("double_blocks.0.img_mlp.gate_proj.weight") {
-            Found::Other("Ovis-Image")
         } else {
             Found::Flux(Layout::Comfy, Generation::One)
         });
@@ -647,7 +674,14 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         (Generation::One, true) => "time_text_embed.guidance_embedder.linear_1.weight",
         (Generation::Two, true) => "time_guidance_embed.guidance_embedder.linear_1.weight",
     });
+    let ovis = !two && !diffusers && h.has(OVIS_GATE);
+    if ovis && !["weight", "scale"].iter().any(|s| h.has(&format!("txt_norm.{s}"))) {
+        return Err(h.unsupported(
+            "a FLUX.1 DiT with SwiGLU MLPs but no `txt_norm`: not an Ovis-Image model Kiln knows",
+        ));
+    }
     let mlp_name = match (generation, diffusers) {
+        _ if ovis => OVIS_GATE,
         (_, false) => "double_blocks.0.img_mlp.0.weight",
         (Generation::One, true) => "transformer_blocks.0.ff.net.0.proj.weight",
         (Generation::Two, true) => "transformer_blocks.0.ff.linear_in.weight",
@@ -661,7 +695,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         (h.count_blocks("double_blocks."), h.count_blocks("single_blocks."))
     };
     // ComfyUI's rule (`model_detection`): a FLUX.1 on 3584-wide text without a pooled vector is LongCat-Image.
-    let longcat = !two && !chroma && vec_dim.is_none() && text_dim == LONGCAT_TEXT_DIM;
+    let longcat = !two && !chroma && !ovis && vec_dim.is_none() && text_dim == LONGCAT_TEXT_DIM;
     let approximator = if chroma {
         let (hidden, in_dim) = matrix(h, &format!("{CHROMA_PREFIX}.in_proj.weight"))?;
         if in_dim != CHROMA_IN_DIM {
@@ -704,6 +738,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
         guidance,
         longcat,
         approximator,
+        ovis,
     };
     if chroma && 3 * single_blocks + 12 * double_blocks + 2 > CHROMA_MOD_ROWS {
         return Err(h.unsupported(format!(
@@ -767,9 +802,22 @@ pub fn load_plan(h: &Header, cfg: &Config, layout: Layout) -> LoadPlan {
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
 }
 
-/// Every weight of `cfg` with its shape, ComfyUI's names (what `kiln model synth` writes).
+/// Every tensor of a ComfyUI-layout file of `cfg` with its shape (what `kiln model synth` writes): a weight
+/// made of several tensors (Ovis-Image's gate and up projections) as each of them.
 pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
-    specs(cfg, Layout::Comfy, "scale").into_iter().map(|s| (s.parts.concat(), s.shape)).collect()
+    let mut all = Vec::new();
+    for spec in specs(cfg, Layout::Comfy, "scale") {
+        if spec.parts.len() == 1 {
+            all.push((spec.parts.concat(), spec.shape));
+            continue;
+        }
+        for (part, rows) in spec.parts.into_iter().zip(spec.rows) {
+            let mut shape = spec.shape.clone();
+            shape[0] = rows;
+            all.push((part, shape));
+        }
+    }
+    all
 }
 
 /// For each weight of `cfg` (ComfyUI's name, `.weight` included), the diffusers stems it is made of with their

@@ -44,6 +44,12 @@ pub const LONGCAT_NAME: &str = "LongCat-Image";
 pub const LONGCAT_SYNTH_NAME: &str = "longcat-image";
 /// The name `kiln model synth --family` writes a LoRA for LongCat-Image under.
 pub const LONGCAT_SYNTH_LORA_NAME: &str = "longcat-image-lora";
+/// Ovis-Image's name in messages.
+pub const OVIS_NAME: &str = "Ovis-Image";
+/// The name `kiln model synth --family` writes Ovis-Image's DiT under.
+pub const OVIS_SYNTH_NAME: &str = "ovis-image";
+/// The name a LoRA for Ovis-Image would be written under (Kiln has none to write).
+pub const OVIS_SYNTH_LORA_NAME: &str = "ovis-image-lora";
 /// Where a combined LongCat-Image checkpoint keeps its Qwen2.5-VL (ComfyUI's `text_encoders.qwen25_7b.transformer.`).
 pub const CHECKPOINT_QWEN25_7B_PREFIX: &str = "text_encoders.qwen25_7b.transformer.";
 /// Chroma's name in messages.

@@ -313,8 +313,9 @@ impl Flux {
         let mut positions: Vec<[i64; 4]> = vec![[0; 4]; prefix_len];
         let context_len = text_len - prefix_len;
         match generation {
-            // LongCat-Image's text counts along rows and columns (ComfyUI's `txt_ids_dims` [1, 2]).
-            Generation::One if cfg.longcat => {
+            // LongCat-Image's and Ovis-Image's text counts along rows and columns (ComfyUI's `txt_ids_dims`
+            // [1, 2]).
+            Generation::One if cfg.longcat || cfg.ovis => {
                 positions.extend((0..context_len as i64).map(|l| [0, l, l, 0]))
             }
             Generation::One => positions.resize(text_len, [0; 4]),
@@ -477,6 +478,17 @@ impl Flux {
         let len = context.dim(1)?;
         if self.config.generation == Generation::Two && len < FLUX2_TEXT_LEN {
             return Ok(b.pad(&context, 1, FLUX2_TEXT_LEN - len, 0, PadMode::Constant(0.0))?);
+        }
+        if self.config.ovis {
+            // Ovis-Image's `txt_norm` before `txt_in`: torch's `RMSNorm` without an ε, which takes the machine
+            // epsilon of the type it computes in.
+            let eps = match b.compute_dtype() {
+                DType::BF16 => 0.007_812_5,
+                DType::F16 => 0.000_976_562_5,
+                _ => f32::EPSILON,
+            };
+            let layer = self.fetch(b, &["txt_norm.weight"])?;
+            return Ok(b.rms_norm(&context, Some(&layer.weight(0)), eps)?);
         }
         Ok(context)
     }
@@ -831,15 +843,19 @@ impl Flux {
         Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, usize::MAX, self.config.dim])?)
     }
 
-    /// The MLP's activation: FLUX.1's GELU (tanh), FLUX.2's SwiGLU (SiLU of the first half times the second).
-    fn activation<B: Backend>(&self, b: &B, hidden: &Tensor<B>) -> Result<Tensor<B>> {
+    /// The MLP's activation: FLUX.1's GELU (tanh), FLUX.2's and Ovis-Image's SwiGLU (SiLU of the first half
+    /// times the second; Ovis-Image's single blocks: SiLU of the second half times the first).
+    fn activation<B: Backend>(&self, b: &B, hidden: &Tensor<B>, single: bool) -> Result<Tensor<B>> {
+        let swiglu = |gate_at: usize, value_at: usize| -> Result<Tensor<B>> {
+            let f = self.config.mlp_hidden;
+            let gate = b.unary(&b.slice(hidden, -1, gate_at, f)?, UnaryOp::Silu)?;
+            Ok(b.binary(&gate, &b.slice(hidden, -1, value_at, f)?, BinaryOp::Mul)?)
+        };
         match self.config.generation {
+            Generation::One if self.config.ovis && single => swiglu(self.config.mlp_hidden, 0),
+            Generation::One if self.config.ovis => swiglu(0, self.config.mlp_hidden),
             Generation::One => Ok(b.unary(hidden, UnaryOp::GeluTanh)?),
-            Generation::Two => {
-                let f = self.config.mlp_hidden;
-                let gate = b.unary(&b.slice(hidden, -1, 0, f)?, UnaryOp::Silu)?;
-                Ok(b.binary(&gate, &b.slice(hidden, -1, f, f)?, BinaryOp::Mul)?)
-            }
+            Generation::Two => swiglu(0, self.config.mlp_hidden),
         }
     }
 
@@ -907,7 +923,7 @@ impl Flux {
          -> Result<Tensor<B>> {
             let x = m[0].gated_add(b, x, &apply(b, &layer, sw.proj, a)?)?;
             let hidden = apply(b, &layer, sw.mlp_in, &m[1].modulated(b, &x)?)?;
-            let out = apply(b, &layer, sw.mlp_out, &self.activation(b, &hidden)?)?;
+            let out = apply(b, &layer, sw.mlp_out, &self.activation(b, &hidden, false)?)?;
             m[1].gated_add(b, &x, &out)
         };
         let img = stream(img, &img_attn, img_mod, &img_w)?;
@@ -948,6 +964,7 @@ impl Flux {
         };
         let d = self.config.dim;
         let mlp_in = match self.config.generation {
+            Generation::One if self.config.ovis => 2 * self.config.mlp_hidden,
             Generation::One => self.config.mlp_hidden,
             Generation::Two => 2 * self.config.mlp_hidden,
         };
@@ -957,7 +974,7 @@ impl Flux {
         drop(hidden);
         let qkv = self.split_qkv(b, &qkv, &layer.weight(q_norm), &layer.weight(k_norm))?;
         let attn = self.attention(b, qkv, block, &format!("single_{i}"))?;
-        let mlp = self.activation(b, &mlp)?;
+        let mlp = self.activation(b, &mlp, true)?;
         let out = apply(b, &layer, linear2, &b.concat(&[&attn, &mlp], 2)?)?;
         finite_in_f16(b, m.gated_add(b, x, &out)?)
     }

@@ -21,6 +21,19 @@ const KLEIN_TEMPLATE: (&str, &str) =
 /// `<|endoftext|>`: the pad token of ComfyUI's Qwen3 tokenizers, and where its attention mask starts masking.
 pub const ENDOFTEXT: u32 = 151_643;
 
+/// ComfyUI's Ovis-Image template around a prompt (`OvisTokenizer.llama_template`).
+const OVIS_TEMPLATE: (&str, &str) = (
+    "<|im_start|>user\nDescribe the image by detailing the color, quantity, text, shape, size, texture, spatial \
+     relationships of the objects and background: ",
+    "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+);
+
+/// The length ComfyUI pads an Ovis-Image prompt to (its `Qwen3Tokenizer`'s `min_length`; it never truncates).
+pub const OVIS_MIN_LENGTH: usize = 284;
+
+/// ` background` and `:`, the ids that end Ovis-Image's template prefix (`OvisTEModel.encode_token_weights`).
+const OVIS_PREFIX_END: (u32, u32) = (4004, 25);
+
 /// The length ComfyUI pads a FLUX.2 Klein prompt to (`Qwen3Tokenizer`'s `min_length`; it never truncates).
 pub const KLEIN_MIN_LENGTH: usize = 512;
 
@@ -133,6 +146,18 @@ impl Tokenizer {
     pub fn klein_unpadded(&self, prompt: &str) -> Result<Vec<u32>> {
         let (before, after) = KLEIN_TEMPLATE;
         self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))
+    }
+
+    /// The ids ComfyUI's Ovis-Image text encoder runs on for `prompt`: the weights-disabled pre-pass of
+    /// [`Tokenizer::zimage_prompt`], the prompt in Ovis-Image's template tokenised as one string (no BOS),
+    /// right-padded with [`ENDOFTEXT`] to [`OVIS_MIN_LENGTH`] ids; a longer prompt is kept whole.
+    pub fn ovis_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let (before, after) = OVIS_TEMPLATE;
+        let mut ids = self.encode(&format!("{before}{}{after}", unescape_parentheses(prompt)))?;
+        if ids.len() < OVIS_MIN_LENGTH {
+            ids.resize(OVIS_MIN_LENGTH, ENDOFTEXT);
+        }
+        Ok(ids)
     }
 
     /// The ids ComfyUI's Qwen-Image text encoder runs on for `prompt`: the same weights-disabled pre-pass as
@@ -378,6 +403,17 @@ pub fn attended_keys(ids: &[u32]) -> usize {
     match ids.iter().position(|&id| id == ENDOFTEXT) {
         Some(0) | None => ids.len(),
         Some(at) => at,
+    }
+}
+
+/// Where Ovis-Image's conditioning starts in the encoder's output for `ids` (`OvisTEModel.encode_token_weights`):
+/// at the first ` background`, or at the `:` after it; ComfyUI's `-1` (the last row alone) without one.
+pub fn ovis_conditioning_start(ids: &[u32]) -> usize {
+    let (background, colon) = OVIS_PREFIX_END;
+    match ids.iter().position(|&id| id == background) {
+        Some(at) if ids.get(at + 1) == Some(&colon) => at + 1,
+        Some(at) => at,
+        None => ids.len().saturating_sub(1),
     }
 }
 

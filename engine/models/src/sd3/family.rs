@@ -2,8 +2,8 @@
 
 use crate::latent::LatentFormat;
 
-/// The family's name in messages.
-pub const NAME: &str = "SD3.5";
+/// The family's name in messages (SD3 Medium's and SD3.5 Large's MMDiT).
+pub const NAME: &str = "SD3";
 /// The name `kiln model synth --family` writes the all-in-one checkpoint under.
 pub const SYNTH_NAME: &str = "sd3.5";
 /// The name a LoRA for it would be written under (Kiln applies none to SD3 yet).

@@ -436,12 +436,13 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet or to SD3's MMDiT, so these have no synthetic one.
+        // Kiln applies no LoRA to a UNet, SD3's MMDiT or Ovis-Image, so these have no synthetic one.
         let unets = [
             DiffusionFamily::Lotus,
             DiffusionFamily::Sdxl,
             DiffusionFamily::SdxlRefiner,
             DiffusionFamily::Sd3,
+            DiffusionFamily::OvisImage,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -804,6 +805,7 @@ impl ZImageTurboSet {
             guidance: true,
             longcat: false,
             approximator: None,
+            ovis: false,
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
@@ -941,6 +943,7 @@ impl ZImageTurboSet {
             guidance: true,
             longcat: false,
             approximator: None,
+            ovis: false,
         };
         ZImageTurboSet {
             longcat: longcat_config(&flux),
@@ -1405,8 +1408,17 @@ pub fn write_family(
             family @ (DiffusionFamily::Lotus
             | DiffusionFamily::Sdxl
             | DiffusionFamily::SdxlRefiner
-            | DiffusionFamily::Sd3),
+            | DiffusionFamily::Sd3
+            | DiffusionFamily::OvisImage),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
+        SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
+            let specs = specs_of(flux::expected(&ovis_config(set)));
+            write_one(path, &specs, FLUX, "Ovis-Image DiT", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Ovis) => Err(Error::Invalid(
+            "Ovis-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type ovis)"
+                .to_owned(),
+        )),
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
             write_sd3_checkpoint(path, set, dtype, seed, progress)
         }
@@ -1616,6 +1628,20 @@ fn write_sd3_checkpoint(
     Plan::new(path, all, &metadata("SD3.5 checkpoint", seed, layers)).write(seed, progress)
 }
 
+/// The synthetic Ovis-Image DiT: the tiny FLUX.1's widths with Ovis-Image's SwiGLU MLPs and text norm, no
+/// pooled vector or guidance, on the synthetic Qwen3's states (Ovis 2.5's stand-in).
+pub fn ovis_config(set: &ZImageTurboSet) -> flux::Config {
+    flux::Config {
+        text_dim: set.qwen3.hidden,
+        vec_dim: None,
+        guidance: false,
+        longcat: false,
+        approximator: None,
+        ovis: true,
+        ..set.flux.clone()
+    }
+}
+
 /// The config of a synthetic SD3.5 ControlNet of `control_type` for the synthetic SD3.5 checkpoint's MMDiT: its width
 /// and heads, one block, the CLIPs' pooled width.
 pub fn sd3_control_config(
@@ -1702,6 +1728,7 @@ fn flux2_config(
         guidance,
         longcat: false,
         approximator: None,
+        ovis: false,
     }
 }
 

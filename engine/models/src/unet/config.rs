@@ -94,9 +94,16 @@ impl Config {
         self.kind() == Some(UnetKind::Lotus)
     }
 
-    /// Which UNet Kiln runs this is, by its `label_emb` ([`UnetKind::of`]); `None` for the others.
+    /// Which UNet Kiln runs this is, by its `label_emb` ([`UnetKind::of`]) and, for SDXL's, no attention at its
+    /// first level (which tells SDXL's from SD 2.1 unCLIP's, whose vector is as wide); `None` for the others.
     pub fn kind(&self) -> Option<UnetKind> {
-        UnetKind::of(self.adm_in_channels, self.context_dim)
+        let kind = UnetKind::of(self.adm_in_channels, self.context_dim)?;
+        let first_level_attends =
+            matches!(self.input_blocks.first(), Some(InputBlock::Res { depth, .. }) if *depth > 0);
+        match kind {
+            UnetKind::Sdxl | UnetKind::SdxlRefiner if first_level_attends => None,
+            kind => Some(kind),
+        }
     }
 }
 
@@ -109,7 +116,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
         || names.has("time_mixer.mix_factor")
     {
         return Err(h.unsupported(
-            "a video UNet (Stable Video Diffusion: temporal layers); Kiln runs the Lotus depth UNet only",
+            "a video UNet (Stable Video Diffusion: temporal layers), which Kiln does not run yet",
         ));
     }
     if config.kind().is_none() || !config.linear_projection {
@@ -122,6 +129,15 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
             "{what} (context {}, label_emb {:?}); of the SD UNets Kiln runs SDXL's (base, refiner, Turbo) and \
              Lotus depth",
             config.context_dim, config.adm_in_channels
+        )));
+    }
+    if config.kind() != Some(UnetKind::Lotus)
+        && (config.in_channels != 4 || config.out_channels != 4)
+    {
+        return Err(h.unsupported(format!(
+            "an SDXL UNet reading {} channels (an inpainting or instruct-pix2pix model), which Kiln does not run \
+             yet",
+            config.in_channels
         )));
     }
     for (name, shape) in tensors(&config) {

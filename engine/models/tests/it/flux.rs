@@ -36,6 +36,7 @@ pub(crate) fn tiny() -> Config {
         guidance: true,
         longcat: false,
         approximator: None,
+        ovis: false,
     }
 }
 

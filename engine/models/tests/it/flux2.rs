@@ -35,6 +35,7 @@ fn tiny() -> Config {
         guidance: false,
         longcat: false,
         approximator: None,
+        ovis: false,
     }
 }
 

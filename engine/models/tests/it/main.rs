@@ -24,6 +24,7 @@ mod lotus;
 mod mistral3;
 mod music_features;
 mod noise;
+mod ovis;
 mod quant;
 mod qwen25vl;
 mod qwen25vl_vision;

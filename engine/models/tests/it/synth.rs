@@ -539,6 +539,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "sdxl",
             "sdxl-refiner",
             "sd3.5",
+            "ovis-image",
             "qwen3",
             "qwen25vl",
             "clip-l",

@@ -1207,12 +1207,16 @@ impl Guided<'_> {
         let first = if one_shape { keys.last() } else { keys.first() };
         let Some(&first) = first else { return Ok((on_device(device, call)?, None)) };
         let mut cache = lock(cache)?;
+        // The cache sees what the network reads (`calculate_input`: an EPS model's x / √(σ² + 1)).
+        let read = self.model.sampling.calculate_input(call.sigma, call.x);
         let (out, skipped) =
-            cache.network_call((call.sigma, call.shape, call.x), (&keys, first), || {
+            cache.network_call((call.sigma, call.shape, &read), (&keys, first), || {
                 on_device(device, call)
             })?;
-        // Only an f32 run hands the network the tensor itself (`xc.to(dtype)` copies to another type).
+        // Only an f32 run hands the network the tensor itself (`xc.to(dtype)` copies to another type), and only
+        // a model that reads x unscaled (an EPS model's `xc` is a new tensor).
         let aliased = skipped
+            && matches!(read, Cow::Borrowed(_))
             && self.model.net.concat_channels() == 0
             && self.model.compute_dtype == DType::F32;
         let input = aliased.then(|| out.clone());
