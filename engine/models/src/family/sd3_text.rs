@@ -4,6 +4,7 @@
 //! allows: a missing CLIP's pooled vector is zeros, a missing CLIP-L's states too (CLIP-G's are shifted right
 //! by CLIP-L's 768).
 
+use kiln_compute::backend::PadMode;
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
@@ -12,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::prompt_weights::{self, Weighted};
 use crate::t5::{self, T5};
 
-use super::sdxl_text::{CLIP_G_LAYOUT, penultimate_states};
+use super::sdxl_text::{CLIP_G_LAYOUT, penultimate_states, side_by_side};
 use super::text_encoder::{Encoded, weighted_states};
 
 /// The width ComfyUI pads the CLIP states to, and of its all-zero conditioning without encoders (T5-XXL's).
@@ -112,14 +113,8 @@ impl Sd3Encoders {
                 let (g_out, pooled) = penultimate_states(b, clip, &tokens.clip_g, &CLIP_G_LAYOUT)?;
                 let pooled = clip.project_pooled(b, &pooled)?;
                 let lg = match l_out {
-                    Some(l) => {
-                        let n = l.dim(1)?.min(g_out.dim(1)?);
-                        b.concat(&[&b.slice(&l, 1, 0, n)?, &b.slice(&g_out, 1, 0, n)?], 2)?
-                    }
-                    None => {
-                        let zeros = b.full(&[1, g_out.dim(1)?, CLIP_L_WIDTH], 0.0, f32)?;
-                        b.concat(&[&zeros, &g_out], 2)?
-                    }
+                    Some(l) => side_by_side(b, &l, &g_out)?,
+                    None => b.pad(&g_out, 2, CLIP_L_WIDTH, 0, PadMode::Constant(0.0))?,
                 };
                 (Some(lg), pooled)
             }
@@ -154,9 +149,5 @@ fn pad_width<B: Backend>(b: &B, x: &Tensor<B>, width: usize) -> Result<Tensor<B>
             "SD3's CLIP states are {d} wide, wider than T5-XXL's {width} they are padded to"
         )));
     }
-    if d == width {
-        return Ok(x.clone());
-    }
-    let zeros = b.full(&[x.dim(0)?, x.dim(1)?, width - d], 0.0, x.dtype())?;
-    Ok(b.concat(&[x, &zeros], 2)?)
+    Ok(b.pad(x, 2, 0, width - d, PadMode::Constant(0.0))?)
 }

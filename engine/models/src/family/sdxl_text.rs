@@ -61,9 +61,7 @@ impl SdxlEncoders {
             return Ok(Encoded { cond: g, pooled: Some(pooled), llama: None });
         };
         let (l, _) = penultimate_states(b, clip_l, &tokens.clip_l, &clip_text::PROMPT_LAYOUT)?;
-        let n = l.dim(1)?.min(g.dim(1)?);
-        let cond = b.concat(&[&b.slice(&l, 1, 0, n)?, &b.slice(&g, 1, 0, n)?], 2)?;
-        Ok(Encoded { cond, pooled: Some(pooled), llama: None })
+        Ok(Encoded { cond: side_by_side(b, &l, &g)?, pooled: Some(pooled), llama: None })
     }
 
     /// The weights, CLIP-G's first.
@@ -72,6 +70,13 @@ impl SdxlEncoders {
         models.extend(self.clip_l.iter().map(|c| &c.weights));
         models
     }
+}
+
+/// CLIP-L's states `l` and CLIP-G's `g` `[1, N, ·]` side by side along the width, both cut to the shorter
+/// (`cut_to` in ComfyUI's SDXL and SD3 encoders).
+pub(super) fn side_by_side<B: Backend>(b: &B, l: &Tensor<B>, g: &Tensor<B>) -> Result<Tensor<B>> {
+    let n = l.dim(1)?.min(g.dim(1)?);
+    Ok(b.concat(&[&b.slice(l, 1, 0, n)?, &b.slice(g, 1, 0, n)?], 2)?)
 }
 
 /// `clip`'s output of its next-to-last layer over `sections` (`layer_idx=-2`, not final-normed), weighted

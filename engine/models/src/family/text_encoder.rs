@@ -10,6 +10,7 @@
 //! ([`TextEncoderFamily::Umt5Xxl`], `CLIPLoader` type `wan`), T5's encoder with a position bias table per block,
 //! whose file carries its SentencePiece tokenizer.
 
+use kiln_compute::backend::PadMode;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
 
@@ -1207,14 +1208,9 @@ fn ovis_states<B: Backend>(b: &B, model: &Qwen3, ids: &[u32]) -> Result<Tensor<B
     let attended = qwen3::attended_keys(ids);
     // The last layer's output through the final norm (`layer="last"`): Hugging Face's state `layers`.
     let hidden = model.tapped_hidden_states(b, ids, attended, &[model.config.layers])?;
-    let (n, width) = (hidden.dim(1)?, hidden.dim(2)?);
-    let hidden = match n - attended {
-        0 => hidden,
-        masked => {
-            let zeros = b.full(&[1, masked, width], 0.0, hidden.dtype())?;
-            b.concat(&[&b.slice(&hidden, 1, 0, attended)?, &zeros], 1)?
-        }
-    };
+    let n = hidden.dim(1)?;
+    let kept = b.slice(&hidden, 1, 0, attended)?;
+    let hidden = b.pad(&kept, 1, 0, n - attended, PadMode::Constant(0.0))?;
     let start = qwen3::ovis_conditioning_start(ids);
     Ok(b.slice(&hidden, 1, start, n - start)?)
 }
