@@ -184,6 +184,8 @@ const kilnFiles = [
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_blur\.safetensors$/, family: 'sd3.5-controlnet-blur' },
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_canny\.safetensors$/, family: 'sd3.5-controlnet-canny' },
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_depth\.safetensors$/, family: 'sd3.5-controlnet-depth' },
+  // Kandinsky 5 Lite's image DiT (its encoders: the Qwen2.5-VL and CLIP-L above; the Flux VAE).
+  { folder: 'diffusion_models', stem: /^kandinsky5lite_t2i\.safetensors$/, family: 'kandinsky5-image' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -35,6 +35,7 @@ pub mod gaussian;
 pub mod header;
 pub mod hidream;
 mod interpolate;
+pub mod kandinsky5;
 pub mod latent;
 mod latent_tokens;
 pub mod llama3;

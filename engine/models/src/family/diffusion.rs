@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
 use crate::hidream::{self, HiDream, HiDreamInput};
+use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::qwen_image::{self, QwenImage};
@@ -64,11 +65,14 @@ pub enum DiffusionFamily {
     /// Ovis-Image: a FLUX.1 DiT with SwiGLU MLPs and a text RMS norm on Ovis 2.5's (a Qwen3 2B's) states, in
     /// the Flux VAE's latent space.
     OvisImage,
+    /// Kandinsky 5 Lite's image model: a DiT on Qwen2.5-VL's states (through its own text blocks, then
+    /// cross-attention), modulated by the timestep and CLIP-L's pooled vector, in the Flux VAE's latent space.
+    Kandinsky5,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 14] = [
+    pub const ALL: [DiffusionFamily; 15] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
@@ -84,6 +88,7 @@ impl DiffusionFamily {
         DiffusionFamily::Sdxl,
         DiffusionFamily::SdxlRefiner,
         DiffusionFamily::Sd3,
+        DiffusionFamily::Kandinsky5,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -101,6 +106,7 @@ impl DiffusionFamily {
             DiffusionFamily::Lotus => unet::family::NAME,
             DiffusionFamily::HiDream => hidream::family::NAME,
             DiffusionFamily::Sd3 => sd3::family::NAME,
+            DiffusionFamily::Kandinsky5 => kandinsky5::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -121,6 +127,7 @@ impl DiffusionFamily {
             DiffusionFamily::Lotus => unet::family::LATENT,
             DiffusionFamily::HiDream => hidream::family::LATENT,
             DiffusionFamily::Sd3 => sd3::family::LATENT,
+            DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -158,6 +165,9 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => {
                 FlowSampling::new(sd3::family::SHIFT, sd3::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Kandinsky5 => {
+                FlowSampling::new(kandinsky5::family::SHIFT, kandinsky5::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -188,8 +198,11 @@ impl DiffusionFamily {
                 sd3::family::CHECKPOINT_T5_PREFIX,
             ],
             // ComfyUI's HiDream config names no text encoder a checkpoint would hold (`clip_target` is None), nor
-            // is Ovis-Image released as one.
-            DiffusionFamily::Lotus | DiffusionFamily::HiDream | DiffusionFamily::OvisImage => &[],
+            // are Ovis-Image and Kandinsky 5 released as one.
+            DiffusionFamily::Lotus
+            | DiffusionFamily::HiDream
+            | DiffusionFamily::OvisImage
+            | DiffusionFamily::Kandinsky5 => &[],
         }
     }
 
@@ -205,6 +218,7 @@ impl DiffusionFamily {
             DiffusionFamily::SdxlRefiner => crate::family::SDXL_REFINER_CLIP_KIND,
             DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
             DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
+            DiffusionFamily::Kandinsky5 => crate::family::KANDINSKY5_IMAGE_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -233,6 +247,7 @@ impl DiffusionFamily {
             }
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Sd3 => (VaeFamily::Flux, sd3::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -251,6 +266,7 @@ impl DiffusionFamily {
             DiffusionFamily::Lotus => unet::family::SYNTH_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_NAME,
+            DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -271,6 +287,7 @@ impl DiffusionFamily {
             DiffusionFamily::Lotus => unet::family::SYNTH_LORA_NAME,
             DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -303,6 +320,9 @@ impl DiffusionFamily {
             }
             DiffusionFamily::HiDream => hidream::detect(h)?.map(DiffusionDetected::HiDream),
             DiffusionFamily::Sd3 => sd3::detect(h)?.map(DiffusionDetected::Sd3),
+            DiffusionFamily::Kandinsky5 => {
+                kandinsky5::detect(h)?.map(DiffusionDetected::Kandinsky5)
+            }
         })
     }
 }
@@ -339,6 +359,8 @@ pub enum DiffusionDetected {
     HiDream(hidream::Config),
     /// SD3's MMDiT.
     Sd3(sd3::Config),
+    /// Kandinsky 5's DiT.
+    Kandinsky5(kandinsky5::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -374,6 +396,7 @@ impl DiffusionDetected {
             DiffusionDetected::Unet(config) => unet_family(config),
             DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
+            DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
         }
     }
 
@@ -409,7 +432,8 @@ impl DiffusionDetected {
             DiffusionDetected::ZImage(config, _) if config.allow_fp16 => BF16_FIRST,
             DiffusionDetected::ZImage(..)
             | DiffusionDetected::QwenImage(..)
-            | DiffusionDetected::HiDream(_) => NO_F16,
+            | DiffusionDetected::HiDream(_)
+            | DiffusionDetected::Kandinsky5(_) => NO_F16,
             // ComfyUI's SD3 config keeps the default list: f16 first.
             DiffusionDetected::Sd3(_) => &[DType::F16, DType::BF16, DType::F32],
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
@@ -446,6 +470,7 @@ impl DiffusionDetected {
             DiffusionDetected::Unet(config) => unet::load_plan(h, config),
             DiffusionDetected::HiDream(config) => hidream::load_plan(h, config),
             DiffusionDetected::Sd3(config) => sd3::load_plan(h, config),
+            DiffusionDetected::Kandinsky5(config) => kandinsky5::load_plan(h, config),
         }
     }
 
@@ -470,6 +495,9 @@ impl DiffusionDetected {
                 DiffusionNet::HiDream(HiDream::new(config, weights))
             }
             DiffusionDetected::Sd3(config) => DiffusionNet::Sd3(Sd3::new(config, weights)),
+            DiffusionDetected::Kandinsky5(config) => {
+                DiffusionNet::Kandinsky5(Kandinsky5::new(config, weights))
+            }
         }
     }
 }
@@ -666,6 +694,8 @@ pub enum DiffusionNet {
     HiDream(HiDream),
     /// SD3's MMDiT.
     Sd3(Sd3),
+    /// Kandinsky 5's DiT.
+    Kandinsky5(Kandinsky5),
 }
 
 impl DiffusionNet {
@@ -680,6 +710,7 @@ impl DiffusionNet {
             DiffusionNet::Unet(net) => unet_family(&net.config),
             DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
+            DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
         }
     }
 
@@ -693,6 +724,7 @@ impl DiffusionNet {
             DiffusionNet::Unet(net) => &net.weights,
             DiffusionNet::HiDream(net) => &net.weights,
             DiffusionNet::Sd3(net) => &net.weights,
+            DiffusionNet::Kandinsky5(net) => &net.weights,
         }
     }
 
@@ -716,9 +748,9 @@ impl DiffusionNet {
                 self.family().name()
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
-            DiffusionNet::Sd3(_) => {
-                Err(crate::Error::Invalid("Kiln applies no LoRA to SD3's MMDiT yet".to_owned()))
-            }
+            DiffusionNet::Sd3(_) | DiffusionNet::Kandinsky5(_) => Err(crate::Error::Invalid(
+                format!("Kiln applies no LoRA to {} yet", self.family().name()),
+            )),
         }
     }
 
@@ -734,7 +766,8 @@ impl DiffusionNet {
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
-            | DiffusionNet::Sd3(_) => 0,
+            | DiffusionNet::Sd3(_)
+            | DiffusionNet::Kandinsky5(_) => 0,
         }
     }
 
@@ -749,7 +782,8 @@ impl DiffusionNet {
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
-            | DiffusionNet::Sd3(_) => None,
+            | DiffusionNet::Sd3(_)
+            | DiffusionNet::Kandinsky5(_) => None,
         }
     }
 
@@ -764,7 +798,8 @@ impl DiffusionNet {
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
-            | DiffusionNet::Sd3(_) => None,
+            | DiffusionNet::Sd3(_)
+            | DiffusionNet::Kandinsky5(_) => None,
         }
     }
 
@@ -987,6 +1022,26 @@ impl DiffusionNet {
                 }
                 call.controls = &controls;
                 net.forward(b, &call)
+            }
+            DiffusionNet::Kandinsky5(net) => {
+                refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;
+                let pooled = input.pooled.ok_or_else(|| {
+                    crate::Error::Invalid(
+                        "Kandinsky 5 conditions on CLIP-L's pooled vector beside Qwen2.5-VL's states: encode the \
+                         prompt with its two text encoders (DualCLIPLoader, type kandinsky5_image: \
+                         qwen_2.5_vl_7b and clip_l)"
+                            .to_owned(),
+                    )
+                })?;
+                net.forward(
+                    b,
+                    &Kandinsky5Input {
+                        x: input.x,
+                        timesteps: input.timesteps,
+                        context: input.context,
+                        pooled,
+                    },
+                )
             }
             DiffusionNet::HiDream(net) => {
                 refuse_controls(DiffusionFamily::HiDream, input.controls, input.patches)?;

@@ -24,6 +24,7 @@
 mod clip_vision;
 mod control;
 mod diffusion;
+mod kandinsky5_text;
 mod patch;
 mod sd3_text;
 mod sdxl_text;
@@ -36,13 +37,15 @@ pub use diffusion::{
     DiffusionDetected, DiffusionFamily, DiffusionInput, DiffusionNet, DistilledGuidance,
     SkippedBlocks,
 };
+pub use kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use sd3_text::{Sd3Encoders, Sd3Tokens};
 pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
     CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
-    LONGCAT_CLIP_TYPE, OVIS_CLIP_TYPE, PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE,
-    SDXL_REFINER_CLIP_KIND, T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, LONGCAT_CLIP_TYPE, OVIS_CLIP_TYPE,
+    PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND, T5Options,
+    TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -26,6 +26,7 @@ use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
 use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
+use super::kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 use super::sd3_text::{Sd3Encoders, Sd3Tokens};
 use super::sdxl_text::{SdxlEncoders, SdxlTokens};
 
@@ -73,6 +74,10 @@ pub enum TextEncoderFamily {
     /// type `ovis`: its last hidden state over ComfyUI's Ovis template padded to 284 tokens, the pads' rows
     /// zeroed, the template's prefix cut off. Never detected as such.
     Ovis,
+    /// Kandinsky 5's pair (`DualCLIPLoader` type `kandinsky5_image` or `kandinsky5`): Qwen2.5-VL's last layer's
+    /// output (no final norm) over Kandinsky 5's template, the prefix cut off, and CLIP-L's pooled vector. Made by
+    /// [`TextEncoderNet::combine`], never detected in one file.
+    Kandinsky5,
 }
 
 impl TextEncoderFamily {
@@ -105,6 +110,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sdxl => "SDXL's CLIP-L + CLIP-G",
             TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
             TextEncoderFamily::Ovis => "Ovis 2.5",
+            TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
         }
     }
 
@@ -130,6 +136,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sd3 => "sd3-text-encoders",
             // A Qwen3 file (CLIPLoader's type makes it Ovis-Image's).
             TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
+            // Written as its two files.
+            TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
         }
     }
 
@@ -167,7 +175,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::HiDream
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
-            | TextEncoderFamily::Ovis => {
+            | TextEncoderFamily::Ovis
+            | TextEncoderFamily::Kandinsky5 => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -199,7 +208,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::HiDream
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
-            | TextEncoderFamily::Ovis => None,
+            | TextEncoderFamily::Ovis
+            | TextEncoderFamily::Kandinsky5 => None,
         })
     }
 }
@@ -448,6 +458,12 @@ pub const OVIS_CLIP_TYPE: &str = "ovis";
 /// `TripleCLIPLoader`'s (and `DualCLIPLoader`'s, `CLIPLoader`'s) type of SD3's encoders.
 pub const SD3_CLIP_TYPE: &str = "sd3";
 
+/// `DualCLIPLoader`'s type of Kandinsky 5 Lite's image model's encoders (Qwen2.5-VL 7B + CLIP-L).
+pub const KANDINSKY5_IMAGE_CLIP_TYPE: &str = "kandinsky5_image";
+
+/// `DualCLIPLoader`'s type of Kandinsky 5's video models' encoders (the same files under the video template).
+pub const KANDINSKY5_CLIP_TYPE: &str = "kandinsky5";
+
 /// How SDXL's refiner's CLIP-G is combined: its encoder alone (ComfyUI's `SDXLRefinerClipModel`).
 pub const SDXL_REFINER_CLIP_KIND: &str = "sdxl_refiner";
 
@@ -524,6 +540,8 @@ pub enum PromptTokens {
     Sdxl(Box<SdxlTokens>),
     /// SD3's CLIP-L, CLIP-G and T5-XXL weighted sections, as ComfyUI's `SD3Tokenizer` makes them.
     Sd3(Box<Sd3Tokens>),
+    /// Kandinsky 5's Qwen2.5-VL ids and CLIP-L sections, as ComfyUI's `Kandinsky5Tokenizer` makes them.
+    Kandinsky5(Box<Kandinsky5Tokens>),
 }
 
 /// HiDream's tokens: each encoder's weighted sections.
@@ -624,6 +642,8 @@ pub enum TextEncoderNet {
         /// Its tokenizer.
         tokenizer: Tokenizer,
     },
+    /// Kandinsky 5's Qwen2.5-VL and CLIP-L with their tokenizers.
+    Kandinsky5(Box<Kandinsky5Encoders>),
 }
 
 /// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
@@ -661,6 +681,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
             TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
+            TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
         }
     }
 
@@ -680,6 +701,7 @@ impl TextEncoderNet {
             TextEncoderNet::HiDream(e) => e.models()[0],
             TextEncoderNet::Sdxl(e) => &e.clip_g.weights,
             TextEncoderNet::Sd3(e) => e.models()[0],
+            TextEncoderNet::Kandinsky5(e) => &e.qwen.weights,
         }
     }
 
@@ -690,6 +712,7 @@ impl TextEncoderNet {
             TextEncoderNet::HiDream(e) => e.models(),
             TextEncoderNet::Sdxl(e) => e.models(),
             TextEncoderNet::Sd3(e) => e.models(),
+            TextEncoderNet::Kandinsky5(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
@@ -712,7 +735,17 @@ impl TextEncoderNet {
         let clip_g = count(parts, clip(clip_text::Variant::G));
         let t5 = count(parts, |d| matches!(d, TextEncoderDetected::T5(_)));
         let llama = count(parts, |d| matches!(d, TextEncoderDetected::Llama3(_)));
+        let qwen25 = count(parts, |d| matches!(d, TextEncoderDetected::Qwen25Vl(..)));
         match kind {
+            KANDINSKY5_IMAGE_CLIP_TYPE | KANDINSKY5_CLIP_TYPE
+                if parts.len() == 2 && qwen25 == 1 && clip_l == 1 =>
+            {
+                Ok(())
+            }
+            KANDINSKY5_IMAGE_CLIP_TYPE | KANDINSKY5_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `{kind}` takes Kandinsky 5's text encoders, a Qwen2.5-VL 7B and a CLIP-L; these files are \
+                 {found}"
+            ))),
             SDXL_CLIP_TYPE if parts.len() == 2 && clip_l == 1 && clip_g == 1 => Ok(()),
             SDXL_CLIP_TYPE => Err(Error::Invalid(format!(
                 "type `sdxl` takes a CLIP-L and a CLIP-G text encoder; these files are {found}"
@@ -750,7 +783,8 @@ impl TextEncoderNet {
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
                  CLIP-L + T5-XXL), SDXL's (type `sdxl`: CLIP-L + CLIP-G), SD3's (type `sd3`: any of CLIP-L, \
-                 CLIP-G, T5-XXL) and HiDream's (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
+                 CLIP-G, T5-XXL), Kandinsky 5's (type `kandinsky5_image`: Qwen2.5-VL + CLIP-L) and HiDream's \
+                 (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
             ))),
         }
     }
@@ -759,7 +793,8 @@ impl TextEncoderNet {
     pub fn combine(parts: Vec<(TextEncoderDetected, Model)>, kind: &str) -> Result<TextEncoderNet> {
         let detected: Vec<&TextEncoderDetected> = parts.iter().map(|(d, _)| d).collect();
         TextEncoderNet::check_combination(&detected, kind)?;
-        let (mut clip_l, mut clip_g, mut t5, mut llama) = (None, None, None, None);
+        let (mut clip_l, mut clip_g, mut t5, mut llama, mut qwen25) =
+            (None, None, None, None, None);
         for (detected, weights) in parts {
             match detected {
                 TextEncoderDetected::ClipL(config) if config.variant == clip_text::Variant::G => {
@@ -768,9 +803,11 @@ impl TextEncoderNet {
                 TextEncoderDetected::ClipL(config) => clip_l = Some(ClipText::new(config, weights)),
                 TextEncoderDetected::T5(config) => t5 = Some(T5::new(config, weights)),
                 TextEncoderDetected::Llama3(config) => llama = Some(Qwen3::new(config, weights)),
+                TextEncoderDetected::Qwen25Vl(config, ..) => {
+                    qwen25 = Some(Qwen3::new(config, weights))
+                }
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Ovis(_)
-                | TextEncoderDetected::Qwen25Vl(..)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
                 | TextEncoderDetected::T5Alone(_)
@@ -779,6 +816,17 @@ impl TextEncoderNet {
         }
         if kind == HIDREAM_CLIP_TYPE {
             return HiDreamEncoders::net(clip_l, clip_g, t5, llama);
+        }
+        if kind == KANDINSKY5_IMAGE_CLIP_TYPE || kind == KANDINSKY5_CLIP_TYPE {
+            let (Some(qwen), Some(clip_l)) = (qwen25, clip_l) else {
+                return Err(Error::Invalid(format!(
+                    "type `{kind}` is missing one of its text encoders (Qwen2.5-VL 7B, CLIP-L)"
+                )));
+            };
+            let video = kind == KANDINSKY5_CLIP_TYPE;
+            return Ok(TextEncoderNet::Kandinsky5(Box::new(Kandinsky5Encoders::new(
+                qwen, clip_l, video,
+            )?)));
         }
         if kind == SD3_CLIP_TYPE {
             return Ok(TextEncoderNet::Sd3(Box::new(Sd3Encoders::new(clip_l, clip_g, t5)?)));
@@ -823,6 +871,9 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Sdxl(Box::new(e.tokenize(prompt, prompt)?)))
             }
             TextEncoderNet::Sd3(e) => Ok(PromptTokens::Sd3(Box::new(e.tokenize(prompt)?))),
+            TextEncoderNet::Kandinsky5(e) => {
+                Ok(PromptTokens::Kandinsky5(Box::new(e.tokenize(prompt)?)))
+            }
             TextEncoderNet::Ovis { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))
             }
@@ -938,7 +989,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::HiDream(_)
                 | TextEncoderNet::Sdxl(_)
                 | TextEncoderNet::Sd3(_)
-                | TextEncoderNet::Ovis { .. },
+                | TextEncoderNet::Ovis { .. }
+                | TextEncoderNet::Kandinsky5(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -997,7 +1049,8 @@ impl TextEncoderNet {
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
-            | TextEncoderNet::Sd3(_) => {
+            | TextEncoderNet::Sd3(_)
+            | TextEncoderNet::Kandinsky5(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -1019,7 +1072,8 @@ impl TextEncoderNet {
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
-            | TextEncoderNet::Ovis { .. } => Err(Error::Invalid(format!(
+            | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Kandinsky5(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -1058,7 +1112,8 @@ impl TextEncoderNet {
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
-            | TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Kandinsky5(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1161,6 +1216,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::Kandinsky5(e), PromptTokens::Kandinsky5(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::Kandinsky5(_), _) | (_, PromptTokens::Kandinsky5(_)) => {
+                Err(Error::Invalid(format!(
+                    "Kandinsky 5's encoders take Kandinsky 5's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::Sd3(_), _) | (_, PromptTokens::Sd3(_)) => {
                 Err(Error::Invalid(format!(
@@ -1285,13 +1352,22 @@ fn encode_flux<B: Backend>(
     clip_sections: &[Vec<Weighted>],
     t5_sections: &[Vec<Weighted>],
 ) -> Result<Encoded<B>> {
-    let first =
-        clip_sections.first().ok_or_else(|| Error::Invalid("no CLIP-L tokens".to_owned()))?;
-    let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
-    let pooled = b.cast(&clip_l.encode(b, &ids, None)?.pooled, kiln_compute::DType::F32)?;
+    let pooled = clip_pooled(b, clip_l, clip_sections)?;
     let cond =
         weighted_states(b, t5_sections, &t5::FLUX_PROMPT_LAYOUT, |ids| t5.hidden_state(b, ids))?;
     Ok(Encoded { cond, pooled: Some(pooled), llama: None })
+}
+
+/// CLIP-L's pooled vector (unprojected) of the first of `sections`, f32 `[1, D]`; the weights do not touch it
+/// (ComfyUI's `ClipTokenWeightEncoder` keeps the first section's).
+pub(super) fn clip_pooled<B: Backend>(
+    b: &B,
+    clip_l: &ClipText,
+    sections: &[Vec<Weighted>],
+) -> Result<Tensor<B>> {
+    let first = sections.first().ok_or_else(|| Error::Invalid("no CLIP-L tokens".to_owned()))?;
+    let ids: Vec<u32> = first.iter().map(|&(t, _)| t).collect();
+    Ok(b.cast(&clip_l.encode(b, &ids, None)?.pooled, kiln_compute::DType::F32)?)
 }
 
 /// `sections` encoded by `encode` and joined along the tokens, f32, each weighted token moved from an empty

@@ -482,11 +482,7 @@ impl Flux {
         if self.config.ovis {
             // Ovis-Image's `txt_norm` before `txt_in`: torch's `RMSNorm` without an ε, which takes the machine
             // epsilon of the type it computes in.
-            let eps = match b.compute_dtype() {
-                DType::BF16 => 0.007_812_5,
-                DType::F16 => 0.000_976_562_5,
-                _ => f32::EPSILON,
-            };
+            let eps = b.compute_dtype().epsilon();
             let layer = self.fetch(b, &["txt_norm.weight"])?;
             return Ok(b.rms_norm(&context, Some(&layer.weight(0)), eps)?);
         }

@@ -45,7 +45,19 @@ impl Qwen3 {
         ids: &[u32],
         images: &[ImageTokens<B>],
     ) -> Result<Tensor<B>> {
-        self.last_hidden_state(b, ids, images, None)
+        self.last_hidden_state(b, ids, images, None, true)
+    }
+
+    /// Qwen2.5-VL's last decoder layer's output for `ids` `[1, N, hidden]` (f32) *without* the final norm
+    /// (ComfyUI's `layer="hidden", layer_idx=-1` with `layer_norm_hidden_state=False`: Kandinsky 5's
+    /// conditioning). Causal attention, no padding.
+    pub fn last_layer_output<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
+        if self.config.variant != Variant::Qwen25Vl {
+            return Err(Error::Invalid(
+                "the last layer's output without the final norm is taken of Qwen2.5-VL".into(),
+            ));
+        }
+        self.last_hidden_state(b, ids, &[], None, false)
     }
 
     /// [`Qwen3::hidden_state_with_images`] under ComfyUI's padding mask: only the first `attended` of `ids`
@@ -66,17 +78,18 @@ impl Qwen3 {
                 ids.len()
             )));
         }
-        self.last_hidden_state(b, ids, images, Some(attended))
+        self.last_hidden_state(b, ids, images, Some(attended), true)
     }
 
     /// The last hidden state of `ids` with `images` in place, causal, under the padding mask from `attended`
-    /// (ids' coordinates) when given.
+    /// (ids' coordinates) when given; Qwen2.5-VL's through the final norm when `final_norm` says so.
     fn last_hidden_state<B: Backend>(
         &self,
         b: &B,
         ids: &[u32],
         images: &[ImageTokens<B>],
         attended: Option<usize>,
+        final_norm: bool,
     ) -> Result<Tensor<B>> {
         // ComfyUI runs its text encoders in f32 on every device (`SDClipModel` embeds with
         // `out_dtype=torch.float32` and each layer's weights are cast to the activations' type).
@@ -131,7 +144,7 @@ impl Qwen3 {
             };
             x = self.layer(b, i, &x, &cos, &sin, keys)?;
         }
-        if cfg.variant == Variant::Qwen25Vl {
+        if cfg.variant == Variant::Qwen25Vl && final_norm {
             let norm = self.weights.fetch(b, &[NORM])?;
             x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
         }

@@ -43,6 +43,24 @@ const QWEN_IMAGE_TEMPLATE: (&str, &str) = (
      spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n",
     "<|im_end|>\n<|im_start|>assistant\n",
 );
+/// ComfyUI's Kandinsky 5 image template (`Kandinsky5TokenizerImage`: its system turn, typo included, then the
+/// user turn left open of an assistant turn), before and after the prompt.
+const KANDINSKY5_IMAGE_TEMPLATE: (&str, &str) = (
+    "<|im_start|>system\nYou are a promt engineer. Describe the image by detailing the color, shape, size, \
+     texture, quantity, text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n",
+    "<|im_end|>",
+);
+/// ComfyUI's Kandinsky 5 video template (`Kandinsky5Tokenizer`), before and after the prompt.
+const KANDINSKY5_VIDEO_TEMPLATE: (&str, &str) = (
+    "<|im_start|>system\nYou are a prompt engineer. Describe the video in detail.\nDescribe how the camera moves \
+     or shakes, describe the zoom and view angle, whether it follows the objects.\nDescribe the location of the \
+     video, main characters or objects and their action.\nDescribe the dynamism of the video and presented \
+     actions.\nName the visual style of the video: whether it is a professional footage, user generated content, \
+     some kind of animation, video game or screen content.\nDescribe the visual effects, postprocessing and \
+     transitions if they are presented in the video.\nPay attention to the order of key actions shown in the \
+     scene.<|im_end|>\n<|im_start|>user\n",
+    "<|im_end|>",
+);
 /// The system turn of ComfyUI's Qwen-Image Edit templates.
 const QWEN_IMAGE_EDIT_SYSTEM: &str = "<|im_start|>system\nDescribe the key features of the input image (color, \
      shape, size, texture, objects, background), then explain how the user's text instruction should alter or \
@@ -166,6 +184,13 @@ impl Tokenizer {
     /// already templated.
     pub fn qwen_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         self.qwen_image_templated(prompt, QWEN_IMAGE_TEMPLATE)
+    }
+
+    /// The ids Kandinsky 5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `Kandinsky5TokenizerImage`, or with
+    /// `video` its `Kandinsky5Tokenizer`): Qwen-Image's tokenisation in Kandinsky 5's template.
+    pub fn kandinsky5_prompt(&self, prompt: &str, video: bool) -> Result<Vec<u32>> {
+        let template = if video { KANDINSKY5_VIDEO_TEMPLATE } else { KANDINSKY5_IMAGE_TEMPLATE };
+        self.qwen_image_templated(prompt, template)
     }
 
     /// The ids of `TextEncodeQwenImageEdit`'s prompt: with an image, ComfyUI's edit template (the edit system

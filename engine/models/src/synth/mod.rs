@@ -80,6 +80,7 @@ const WAN_LORA: &str = "wan-lora";
 const ESRGAN: &str = "esrgan";
 const UNET: &str = "unet";
 const SD3: &str = "sd3";
+const KANDINSKY5: &str = "kandinsky5";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -436,13 +437,14 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet, SD3's MMDiT or Ovis-Image, so these have no synthetic one.
+        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image or Kandinsky 5, so these have no synthetic one.
         let unets = [
             DiffusionFamily::Lotus,
             DiffusionFamily::Sdxl,
             DiffusionFamily::SdxlRefiner,
             DiffusionFamily::Sd3,
             DiffusionFamily::OvisImage,
+            DiffusionFamily::Kandinsky5,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -787,6 +789,9 @@ pub struct ZImageTurboSet {
     pub sd3: crate::sd3::Config,
     /// SD's KL autoencoder (`--family sd-vae`; z is always 4).
     pub sd_vae: VaeShape,
+    /// Kandinsky 5 Lite's image DiT (`--family kandinsky5-image`; its text width should be `qwen25vl.hidden`, its
+    /// pooled width `clip_l.hidden`).
+    pub kandinsky5: crate::kandinsky5::Config,
 }
 
 impl ZImageTurboSet {
@@ -898,6 +903,20 @@ impl ZImageTurboSet {
                 qk_norm: true,
             },
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::real() },
+            // Kandinsky 5.0 T2I Lite: 2 text blocks, 50 visual blocks of 20 heads.
+            kandinsky5: crate::kandinsky5::Config {
+                dim: 2560,
+                time_dim: 512,
+                ff_dim: 10240,
+                text_dim: 3584,
+                pooled_dim: 768,
+                channels: 16,
+                text_blocks: 2,
+                visual_blocks: 50,
+                head_dim: 128,
+                axes: [32, 48, 48],
+                rope_scale: [1.0; 3],
+            },
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
             wav2vec2: [wav2vec2::Config::large(), wav2vec2::Config::base()],
@@ -1075,6 +1094,21 @@ impl ZImageTurboSet {
                 qk_norm: true,
             },
             sd_vae: VaeShape { z: SD_VAE_Z, ..VaeShape::tiny() },
+            // One head of the released width (detection keys the RoPE axes on it), on the tiny Qwen2.5-VL's and
+            // CLIP-L's widths.
+            kandinsky5: crate::kandinsky5::Config {
+                dim: 128,
+                time_dim: 64,
+                ff_dim: 256,
+                text_dim: 32,
+                pooled_dim: 64,
+                channels: 16,
+                text_blocks: 1,
+                visual_blocks: 2,
+                head_dim: 128,
+                axes: [32, 48, 48],
+                rope_scale: [1.0; 3],
+            },
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
             whisper: whisper::Config { mels: 128, width: 40, layers: 32 },
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
@@ -1114,6 +1148,13 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "the text encoder's hidden width {} is not the DiT's caption width {}",
                 self.qwen3.hidden, self.zimage.cap_feat_dim
+            )));
+        }
+        let k5 = &self.kandinsky5;
+        if (k5.text_dim, k5.pooled_dim) != (self.qwen25vl.hidden, self.clip_l.hidden) {
+            return Err(Error::Invalid(format!(
+                "Kandinsky 5's text and pooled widths {} and {} are not Qwen2.5-VL's {} and CLIP-L's {}",
+                k5.text_dim, k5.pooled_dim, self.qwen25vl.hidden, self.clip_l.hidden
             )));
         }
         Ok(())
@@ -1409,7 +1450,8 @@ pub fn write_family(
             | DiffusionFamily::Sdxl
             | DiffusionFamily::SdxlRefiner
             | DiffusionFamily::Sd3
-            | DiffusionFamily::OvisImage),
+            | DiffusionFamily::OvisImage
+            | DiffusionFamily::Kandinsky5),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1422,6 +1464,15 @@ pub fn write_family(
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
             write_sd3_checkpoint(path, set, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
+            let specs = specs_of(crate::kandinsky5::expected(&set.kandinsky5));
+            write_one(path, &specs, KANDINSKY5, "Kandinsky 5 DiT", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Kandinsky5) => Err(Error::Invalid(
+            "Kandinsky 5's text encoders are two files: a Qwen2.5-VL (--family qwen25vl) and a CLIP-L (--family \
+             clip-l), loaded together with DualCLIPLoader type kandinsky5_image"
+                .to_owned(),
+        )),
         SynthFamily::Sd3ControlNet(control_type) => {
             let config = sd3_control_config(set, control_type);
             let mut specs = specs_of(crate::sd3::control_file_tensors(&config));

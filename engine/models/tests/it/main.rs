@@ -18,6 +18,7 @@ mod flux_tokens;
 mod flux_vae;
 mod hidream;
 mod infinite_talk;
+mod kandinsky5;
 mod llama3;
 mod longcat_image;
 mod lotus;

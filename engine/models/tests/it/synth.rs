@@ -540,6 +540,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "sdxl",
             "sdxl-refiner",
             "sd3.5",
+            "kandinsky5-image",
             "qwen3",
             "qwen25vl",
             "clip-l",
@@ -644,6 +645,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     let open_clip = prefix.ends_with(".model.");
                     assert_eq!(layout == Some(kiln_models::clip_text::Layout::OpenClip), open_clip);
                 }
+            }
+            synth::SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
+                let found = DiffusionDetected::detect(&header).unwrap().unwrap();
+                assert_eq!(found, DiffusionDetected::Kandinsky5(set.kandinsky5.clone()));
             }
             synth::SynthFamily::Diffusion(f) => {
                 assert_eq!(DiffusionDetected::detect(&header).unwrap().unwrap().family(), f);

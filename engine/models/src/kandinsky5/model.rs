@@ -1,0 +1,269 @@
+//! [`Kandinsky5`]: the DiT's forward pass (ComfyUI's `Kandinsky5._forward` and `forward_orig`).
+
+use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
+use kiln_compute::dtype::round_to;
+use kiln_compute::memory::Model;
+use kiln_compute::{Backend, DType, Tensor};
+
+use super::config::{Config, LN_EPS, PATCH};
+use crate::adaln::Modulation;
+use crate::error::{Error, Result};
+use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
+use crate::named::{fetch, linear};
+use crate::rope::{linspace, tables_at};
+
+/// RoPE's base period on every axis.
+const ROPE_THETA: f64 = 10000.0;
+
+/// A loaded Kandinsky 5 DiT: its config and weights (under ComfyUI's names, from [`super::load_plan`]).
+pub struct Kandinsky5 {
+    /// The hyperparameters.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+/// One call's inputs.
+pub struct Kandinsky5Input<'a, B: Backend> {
+    /// Latents `[B, C, h, w]`.
+    pub x: &'a Tensor<B>,
+    /// The model's timestep per sample (σ·1000).
+    pub timesteps: &'a [f32],
+    /// Text states `[B or 1, N, text_dim]` (Qwen2.5-VL's).
+    pub context: &'a Tensor<B>,
+    /// The pooled vector `[B or 1, pooled_dim]` (CLIP-L's).
+    pub pooled: &'a Tensor<B>,
+}
+
+/// A RoPE's cosines and sines `[N, head_dim / 2]` (f32).
+struct Rope<B: Backend> {
+    cos: Tensor<B>,
+    sin: Tensor<B>,
+}
+
+impl Kandinsky5 {
+    /// The DiT of `config` with `weights` loaded from [`super::load_plan`].
+    pub fn new(config: Config, weights: Model) -> Kandinsky5 {
+        Kandinsky5 { config, weights }
+    }
+
+    /// ComfyUI's model output for `input`, f32 `[B, C, h, w]`, computed in `b.compute_dtype()`.
+    pub fn forward<B: Backend>(&self, b: &B, input: &Kandinsky5Input<'_, B>) -> Result<Tensor<B>> {
+        let cfg = &self.config;
+        let m = &self.weights;
+        let &[batch, channels, h, w] = input.x.shape() else {
+            return Err(Error::Invalid(format!(
+                "Kandinsky 5 input {:?} is not [B, C, H, W]",
+                input.x.shape()
+            )));
+        };
+        if channels != cfg.channels || input.timesteps.len() != batch {
+            return Err(Error::Invalid(format!(
+                "the Kandinsky 5 DiT takes {} channels and a timestep per sample; got {:?} and {} timesteps",
+                cfg.channels,
+                input.x.shape(),
+                input.timesteps.len()
+            )));
+        }
+        let dt = b.compute_dtype();
+
+        // Every modulation reads SiLU(timestep embedding + pooled vector's embedding).
+        let silu_t = {
+            let t = crate::timestep::sinusoid(input.timesteps.iter().copied(), cfg.dim / 2, 1.0);
+            let t = b.cast(&b.from_f32(&[batch, cfg.dim], &t, DType::F32)?, dt)?;
+            let t = linear(b, m, "time_embeddings.in_layer", &t)?;
+            let t = linear(b, m, "time_embeddings.out_layer", &b.unary(&t, UnaryOp::Silu)?)?;
+            let pooled = b.cast(&to_batch(b, input.pooled, batch)?, dt)?;
+            let pooled = self.embed(b, "pooled_text_embeddings", &pooled)?;
+            b.unary(&b.binary(&t, &pooled, BinaryOp::Add)?, UnaryOp::Silu)?
+        };
+
+        let mut text = {
+            let context = b.cast(&to_batch(b, input.context, batch)?, dt)?;
+            self.embed(b, "text_embeddings", &context)?
+        };
+        let text_positions: Vec<[f64; 1]> =
+            self.positions(b, 1.0, text.dim(1)?).map(|p| [p]).collect();
+        let text_rope = self.rope(b, &text_positions, [cfg.head_dim])?;
+        for i in 0..cfg.text_blocks {
+            text = self.text_block(b, i, &text, &silu_t, &text_rope)?;
+        }
+
+        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, PATCH)?;
+        let mut img = {
+            // Patches with their features channels last: (row in patch, column in patch, channel).
+            let t = x.reshape(&[batch, channels, rows, PATCH, cols, PATCH])?;
+            let t = b.permute(&t, &[0, 2, 4, 3, 5, 1])?;
+            let t = t.reshape(&[batch, rows * cols, channels * PATCH * PATCH])?;
+            linear(b, m, "visual_embeddings.in_layer", &t)?
+        };
+        let img_rope = self.rope(b, &self.image_positions(b, rows, cols), cfg.axes)?;
+        for i in 0..cfg.visual_blocks {
+            img = self.visual_block(b, i, &img, &text, &silu_t, &img_rope)?;
+        }
+
+        let out = {
+            let mods = linear(b, m, "out_layer.modulation.out_layer", &silu_t)?;
+            let (shift, scale) =
+                (b.slice(&mods, -1, 0, cfg.dim)?, b.slice(&mods, -1, cfg.dim, cfg.dim)?);
+            let x = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
+            linear(b, m, "out_layer.out_layer", &x)?
+        };
+        let out = unpatchify(b, &out, cfg.channels, (rows, cols), PATCH, PatchOrder::ChannelMajor)?;
+        let out = match (out.dim(2)? == h, out.dim(3)? == w) {
+            (true, true) => out,
+            _ => b.slice(&b.slice(&out, 2, 0, h)?, 3, 0, w)?,
+        };
+        Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// Text block `i` (`TransformerEncoderBlock`): modulated self-attention, then the modulated feed-forward.
+    fn text_block<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        x: &Tensor<B>,
+        silu_t: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<Tensor<B>> {
+        let p = format!("text_transformer_blocks.{i}");
+        let mods = linear(b, &self.weights, &format!("{p}.text_modulation.out_layer"), silu_t)?;
+        let [attn, ff] = self.modulations::<B, 2>(b, &mods)?;
+        let out = self.attention(
+            b,
+            &format!("{p}.self_attention"),
+            &attn.modulated(b, x, LN_EPS)?,
+            None,
+            Some(rope),
+        )?;
+        let x = attn.gated_add(b, x, &out)?;
+        let out = self.feed_forward(b, &p, &ff.modulated(b, &x, LN_EPS)?)?;
+        ff.gated_add(b, &x, &out)
+    }
+
+    /// Visual block `i` (`TransformerDecoderBlock`): modulated self-attention, cross-attention to `text`, then the
+    /// modulated feed-forward.
+    fn visual_block<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        x: &Tensor<B>,
+        text: &Tensor<B>,
+        silu_t: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<Tensor<B>> {
+        let p = format!("visual_transformer_blocks.{i}");
+        let mods = linear(b, &self.weights, &format!("{p}.visual_modulation.out_layer"), silu_t)?;
+        let [attn, cross, ff] = self.modulations::<B, 3>(b, &mods)?;
+        let normed = attn.modulated(b, x, LN_EPS)?;
+        let out = self.attention(b, &format!("{p}.self_attention"), &normed, None, Some(rope))?;
+        let x = attn.gated_add(b, x, &out)?;
+        let normed = cross.modulated(b, &x, LN_EPS)?;
+        let out = self.attention(b, &format!("{p}.cross_attention"), &normed, Some(text), None)?;
+        let x = cross.gated_add(b, &x, &out)?;
+        let out = self.feed_forward(b, &p, &ff.modulated(b, &x, LN_EPS)?)?;
+        ff.gated_add(b, &x, &out)
+    }
+
+    /// The `N` (shift, scale, gate) sets of a block's modulation vector.
+    fn modulations<B: Backend, const N: usize>(
+        &self,
+        b: &B,
+        mods: &Tensor<B>,
+    ) -> Result<[Modulation<B>; N]> {
+        let sets = Modulation::sets(b, mods, self.config.dim, N)?;
+        <[Modulation<B>; N]>::try_from(sets)
+            .map_err(|_| Error::Invalid("a Kandinsky 5 block without its modulations".to_owned()))
+    }
+
+    /// The attention `p` (`SelfAttention`, `CrossAttention`) of queries from `x`: keys and values from `context`
+    /// when given (cross-attention, no RoPE), else from `x`; q and k RMS-normed per head, then rotated by `rope`
+    /// when given.
+    fn attention<B: Backend>(
+        &self,
+        b: &B,
+        p: &str,
+        x: &Tensor<B>,
+        context: Option<&Tensor<B>>,
+        rope: Option<&Rope<B>>,
+    ) -> Result<Tensor<B>> {
+        let (m, cfg) = (&self.weights, &self.config);
+        let (heads, head_dim) = (cfg.heads(), cfg.head_dim);
+        let kv = context.unwrap_or(x);
+        let split = |t: Tensor<B>| -> Result<Tensor<B>> {
+            let (batch, n) = (t.dim(0)?, t.dim(1)?);
+            Ok(t.reshape(&[batch, n, heads, head_dim])?)
+        };
+        let q = split(linear(b, m, &format!("{p}.to_query"), x)?)?;
+        let k = split(linear(b, m, &format!("{p}.to_key"), kv)?)?;
+        let v = split(linear(b, m, &format!("{p}.to_value"), kv)?)?;
+        // torch's `RMSNorm` without an ε: the machine epsilon of the type it computes in.
+        let eps = b.compute_dtype().epsilon();
+        let norms =
+            fetch(b, m, &[format!("{p}.query_norm.weight"), format!("{p}.key_norm.weight")])?;
+        let mut q = b.rms_norm(&q, Some(&norms.weight(0)), eps)?;
+        let mut k = b.rms_norm(&k, Some(&norms.weight(1)), eps)?;
+        drop(norms);
+        if let Some(rope) = rope {
+            q = b.rope(&q, &rope.cos, &rope.sin, RopeLayout::Interleaved)?;
+            k = b.rope(&k, &rope.cos, &rope.sin, RopeLayout::Interleaved)?;
+        }
+        let heads_first = |t: &Tensor<B>| b.permute(t, &[0, 2, 1, 3]);
+        let (q, k, v) = (heads_first(&q)?, heads_first(&k)?, heads_first(&v)?);
+        let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (head_dim as f32).sqrt())?;
+        let (batch, n) = (o.dim(0)?, o.dim(2)?);
+        let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, n, cfg.dim])?;
+        linear(b, m, &format!("{p}.out_layer"), &o)
+    }
+
+    /// Block `p`'s feed-forward: `out_layer(GELU(in_layer(x)))`, both without bias.
+    fn feed_forward<B: Backend>(&self, b: &B, p: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let names = [
+            format!("{p}.feed_forward.in_layer.weight"),
+            format!("{p}.feed_forward.out_layer.weight"),
+        ];
+        let layer = fetch(b, &self.weights, &names)?;
+        let h = b.unary(&b.linear(x, &layer.weight(0), None)?, UnaryOp::Gelu)?;
+        Ok(b.linear(&h, &layer.weight(1), None)?)
+    }
+
+    /// `stem`'s `in_layer` then its affine LayerNorm (`TextEmbeddings`: the text's and the pooled vector's).
+    fn embed<B: Backend>(&self, b: &B, stem: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let x = linear(b, &self.weights, &format!("{stem}.in_layer"), x)?;
+        let norm =
+            fetch(b, &self.weights, &[format!("{stem}.norm.weight"), format!("{stem}.norm.bias")])?;
+        Ok(b.layer_norm(&x, Some(&norm.weight(0)), Some(&norm.weight(1)), LN_EPS)?)
+    }
+
+    /// `steps` positions from 0 to `(steps − 1) / factor`, as ComfyUI makes them: `torch.linspace` in the
+    /// compute type (so a 16-bit type rounds the larger ones).
+    fn positions<B: Backend>(&self, b: &B, factor: f64, steps: usize) -> impl Iterator<Item = f64> {
+        let dt = b.compute_dtype();
+        let last = (steps as f64 - 1.0) / factor;
+        linspace(0.0, last as f32, steps).map(move |p| f64::from(round_to(dt, p)))
+    }
+
+    /// The image tokens' (frame, row, column) positions, row-major (`rope_encode_3d`: one frame at 0, rows and
+    /// columns divided by the config's `rope_scale`).
+    fn image_positions<B: Backend>(&self, b: &B, rows: usize, cols: usize) -> Vec<[f64; 3]> {
+        let [_, scale_h, scale_w] = self.config.rope_scale;
+        let ys: Vec<f64> = self.positions(b, scale_h, rows).collect();
+        let xs: Vec<f64> = self.positions(b, scale_w, cols).collect();
+        ys.iter().flat_map(|&y| xs.iter().map(move |&x| [0.0, y, x])).collect()
+    }
+
+    /// The RoPE tables of `positions` on `axes` (adjacent feature pairs, the axes' angles in order).
+    fn rope<B: Backend, const N: usize>(
+        &self,
+        b: &B,
+        positions: &[[f64; N]],
+        axes: [usize; N],
+    ) -> Result<Rope<B>> {
+        let (cos, sin) = tables_at(positions, axes, ROPE_THETA);
+        let shape = [positions.len(), self.config.head_dim / 2];
+        Ok(Rope {
+            cos: b.from_f32(&shape, &cos, DType::F32)?,
+            sin: b.from_f32(&shape, &sin, DType::F32)?,
+        })
+    }
+}
