@@ -186,6 +186,11 @@ const kilnFiles = [
   { folder: 'controlnet', stem: /^sd3\.5_large_controlnet_depth\.safetensors$/, family: 'sd3.5-controlnet-depth' },
   // Kandinsky 5 Lite's image DiT (its encoders: the Qwen2.5-VL and CLIP-L above; the Flux VAE).
   { folder: 'diffusion_models', stem: /^kandinsky5lite_t2i\.safetensors$/, family: 'kandinsky5-image' },
+  // Anima (Cosmos Predict2's DiT with an LLM adapter), its turbo LoRA, and Qwen3 0.6B, which ComfyUI makes its
+  // encoder by its width (so the tiny one is 1024 wide); its VAE is Qwen-Image's (Wan 2.1's) above.
+  { folder: 'diffusion_models', stem: /^anima-(preview|base)/i, family: 'anima' },
+  { folder: 'loras', stem: /^anima-turbo-lora/i, family: 'anima-lora' },
+  { folder: 'text_encoders', stem: /^qwen_3_06b_base\.safetensors$/, family: 'qwen3-0.6b' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -22,6 +22,7 @@
 //! larger than the VRAM budget streams.
 
 mod adaln;
+pub mod anima;
 pub mod audio_encoding;
 pub mod brownian;
 pub mod clip_text;

@@ -530,6 +530,9 @@ pub struct CondExtras {
     /// HiDream's Llama states (`conditioning_llama3`: each decoder layer's output, `[1, L, N, D]`), which its
     /// text encoder sets beside T5-XXL's states.
     pub llama: Option<Tensor>,
+    /// Anima's T5 tokens with their weights (`t5xxl_ids`, `t5xxl_weights`), which its text encoder sets beside
+    /// Qwen3's states for the model's LLM adapter.
+    pub t5_tokens: Option<Vec<(u32, f32)>>,
     /// Where in the latent the prompt applies and how much it weighs there (the area and mask nodes).
     pub region: PromptRegion,
 }
@@ -592,6 +595,7 @@ impl CondExtras {
             + self.dancer_music.as_ref().map_or(0, |m| m.features.byte_size())
             + self.time_dim_concat.as_ref().map_or(0, Tensor::byte_size)
             + self.llama.as_ref().map_or(0, Tensor::byte_size)
+            + self.t5_tokens.as_ref().map_or(0, |t| std::mem::size_of_val(t.as_slice()))
             + self.region.byte_size()
             + self.animate_pose.as_ref().map_or(0, |p| {
                 [&p.latent, &p.clip_vision, &p.context]

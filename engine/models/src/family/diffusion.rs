@@ -4,6 +4,7 @@ use kiln_compute::backend::BinaryOp;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::{Backend, DType, Tensor};
 
+use crate::anima::{self, Anima, AnimaInput};
 use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
@@ -68,11 +69,14 @@ pub enum DiffusionFamily {
     /// Kandinsky 5 Lite's image model: a DiT on Qwen2.5-VL's states (through its own text blocks, then
     /// cross-attention), modulated by the timestep and CLIP-L's pooled vector, in the Flux VAE's latent space.
     Kandinsky5,
+    /// Anima: Cosmos Predict2's DiT on Qwen3 0.6B's states, read through the model's own LLM adapter with the
+    /// prompt's T5 tokens, in the Wan 2.1 VAE's latent space.
+    Anima,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 15] = [
+    pub const ALL: [DiffusionFamily; 16] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
@@ -89,6 +93,7 @@ impl DiffusionFamily {
         DiffusionFamily::SdxlRefiner,
         DiffusionFamily::Sd3,
         DiffusionFamily::Kandinsky5,
+        DiffusionFamily::Anima,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -107,6 +112,7 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::NAME,
             DiffusionFamily::Sd3 => sd3::family::NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::NAME,
+            DiffusionFamily::Anima => anima::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -128,6 +134,7 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::LATENT,
             DiffusionFamily::Sd3 => sd3::family::LATENT,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
+            DiffusionFamily::Anima => anima::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -168,6 +175,9 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => {
                 FlowSampling::new(kandinsky5::family::SHIFT, kandinsky5::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Anima => {
+                FlowSampling::new(anima::family::SHIFT, anima::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -202,7 +212,8 @@ impl DiffusionFamily {
             DiffusionFamily::Lotus
             | DiffusionFamily::HiDream
             | DiffusionFamily::OvisImage
-            | DiffusionFamily::Kandinsky5 => &[],
+            | DiffusionFamily::Kandinsky5
+            | DiffusionFamily::Anima => &[],
         }
     }
 
@@ -224,7 +235,8 @@ impl DiffusionFamily {
             | DiffusionFamily::Wan21
             | DiffusionFamily::Wan22
             | DiffusionFamily::Lotus
-            | DiffusionFamily::HiDream => "",
+            | DiffusionFamily::HiDream
+            | DiffusionFamily::Anima => "",
         }
     }
 
@@ -248,6 +260,7 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Sd3 => (VaeFamily::Flux, sd3::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Anima => (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -267,6 +280,7 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_NAME,
+            DiffusionFamily::Anima => anima::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -288,6 +302,7 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_LORA_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Anima => anima::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -323,6 +338,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => {
                 kandinsky5::detect(h)?.map(DiffusionDetected::Kandinsky5)
             }
+            DiffusionFamily::Anima => anima::detect(h)?.map(DiffusionDetected::Anima),
         })
     }
 }
@@ -361,6 +377,8 @@ pub enum DiffusionDetected {
     Sd3(sd3::Config),
     /// Kandinsky 5's DiT.
     Kandinsky5(kandinsky5::Config),
+    /// Anima's DiT and LLM adapter.
+    Anima(anima::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -397,6 +415,7 @@ impl DiffusionDetected {
             DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
+            DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
         }
     }
 
@@ -436,6 +455,8 @@ impl DiffusionDetected {
             | DiffusionDetected::Kandinsky5(_) => NO_F16,
             // ComfyUI's SD3 config keeps the default list: f16 first.
             DiffusionDetected::Sd3(_) => &[DType::F16, DType::BF16, DType::F32],
+            // ComfyUI's Anima config: bf16 first.
+            DiffusionDetected::Anima(_) => BF16_FIRST,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
@@ -471,6 +492,7 @@ impl DiffusionDetected {
             DiffusionDetected::HiDream(config) => hidream::load_plan(h, config),
             DiffusionDetected::Sd3(config) => sd3::load_plan(h, config),
             DiffusionDetected::Kandinsky5(config) => kandinsky5::load_plan(h, config),
+            DiffusionDetected::Anima(config) => anima::load_plan(h, config),
         }
     }
 
@@ -498,6 +520,7 @@ impl DiffusionDetected {
             DiffusionDetected::Kandinsky5(config) => {
                 DiffusionNet::Kandinsky5(Kandinsky5::new(config, weights))
             }
+            DiffusionDetected::Anima(config) => DiffusionNet::Anima(Anima::new(config, weights)),
         }
     }
 }
@@ -696,6 +719,8 @@ pub enum DiffusionNet {
     Sd3(Sd3),
     /// Kandinsky 5's DiT.
     Kandinsky5(Kandinsky5),
+    /// Anima's DiT and LLM adapter.
+    Anima(Anima),
 }
 
 impl DiffusionNet {
@@ -711,6 +736,7 @@ impl DiffusionNet {
             DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
+            DiffusionNet::Anima(_) => DiffusionFamily::Anima,
         }
     }
 
@@ -725,6 +751,7 @@ impl DiffusionNet {
             DiffusionNet::HiDream(net) => &net.weights,
             DiffusionNet::Sd3(net) => &net.weights,
             DiffusionNet::Kandinsky5(net) => &net.weights,
+            DiffusionNet::Anima(net) => &net.weights,
         }
     }
 
@@ -748,6 +775,7 @@ impl DiffusionNet {
                 self.family().name()
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
+            DiffusionNet::Anima(_) => anima::lora::patches(file, slots, strength),
             DiffusionNet::Sd3(_) | DiffusionNet::Kandinsky5(_) => Err(crate::Error::Invalid(
                 format!("Kiln applies no LoRA to {} yet", self.family().name()),
             )),
@@ -767,7 +795,8 @@ impl DiffusionNet {
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
-            | DiffusionNet::Kandinsky5(_) => 0,
+            | DiffusionNet::Kandinsky5(_)
+            | DiffusionNet::Anima(_) => 0,
         }
     }
 
@@ -783,7 +812,8 @@ impl DiffusionNet {
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
-            | DiffusionNet::Kandinsky5(_) => None,
+            | DiffusionNet::Kandinsky5(_)
+            | DiffusionNet::Anima(_) => None,
         }
     }
 
@@ -799,7 +829,8 @@ impl DiffusionNet {
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
-            | DiffusionNet::Kandinsky5(_) => None,
+            | DiffusionNet::Kandinsky5(_)
+            | DiffusionNet::Anima(_) => None,
         }
     }
 
@@ -815,6 +846,31 @@ impl DiffusionNet {
     /// conditioning channels ([`wan::humo::concat_channels`]).
     pub fn is_humo(&self) -> bool {
         matches!(self, DiffusionNet::Wan(net) if net.config.humo.is_some())
+    }
+
+    /// Whether the network reads a prompt through its own adapter first ([`DiffusionNet::adapt_text`]): Anima.
+    pub fn adapts_text(&self) -> bool {
+        matches!(self, DiffusionNet::Anima(_))
+    }
+
+    /// A prompt's context as the network reads it, from the text encoder's `states` `[1, N, D]` and the T5
+    /// `tokens` riding along (Anima's LLM adapter, which ComfyUI runs once per prompt as sampling starts); an
+    /// error for a network without an adapter.
+    pub fn adapt_text<B: Backend>(
+        &self,
+        b: &B,
+        states: &Tensor<B>,
+        tokens: &[crate::prompt_weights::Weighted],
+    ) -> Result<Tensor<B>> {
+        let DiffusionNet::Anima(net) = self else {
+            return Err(crate::Error::Invalid(format!(
+                "a {} model reads its prompts as they are encoded",
+                self.family().name()
+            )));
+        };
+        let ids: Vec<u32> = tokens.iter().map(|&(id, _)| id).collect();
+        let weights: Vec<f32> = tokens.iter().map(|&(_, w)| w).collect();
+        net.adapt(b, states, &ids, &weights)
     }
 
     /// Whether one call takes prompts of different lengths ([`DiffusionInput::text_lens`]): Qwen-Image, whose
@@ -1022,6 +1078,13 @@ impl DiffusionNet {
                 }
                 call.controls = &controls;
                 net.forward(b, &call)
+            }
+            DiffusionNet::Anima(net) => {
+                refuse_controls(DiffusionFamily::Anima, input.controls, input.patches)?;
+                net.forward(
+                    b,
+                    &AnimaInput { x: input.x, timesteps: input.timesteps, context: input.context },
+                )
             }
             DiffusionNet::Kandinsky5(net) => {
                 refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;

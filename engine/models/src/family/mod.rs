@@ -21,6 +21,7 @@
 //! Each family's own facts (names, constants, config from shapes, key conversion) live in its folder
 //! (`zimage/`, `qwen3/`, `flux_vae/`); these modules only route to them.
 
+mod anima_text;
 mod clip_vision;
 mod control;
 mod diffusion;
@@ -31,6 +32,7 @@ mod sdxl_text;
 mod text_encoder;
 mod vae;
 
+pub use anima_text::AnimaTokens;
 pub use clip_vision::{ClipVisionDetected, ClipVisionNet, StyleModelDetected, StyleModelNet};
 pub use control::{ControlInput, ControlNetDetected, ControlNetNet};
 pub use diffusion::{

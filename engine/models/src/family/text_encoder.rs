@@ -14,6 +14,7 @@ use kiln_compute::backend::PadMode;
 use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile, SlotPlan};
 use kiln_compute::{Backend, Tensor};
 
+use crate::anima;
 use crate::clip_text::{self, ClipText};
 use crate::error::{Error, Result};
 use crate::header::Header;
@@ -26,6 +27,7 @@ use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
 use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
+use super::anima_text::{self, AnimaTokens};
 use super::kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 use super::sd3_text::{Sd3Encoders, Sd3Tokens};
 use super::sdxl_text::{SdxlEncoders, SdxlTokens};
@@ -78,6 +80,10 @@ pub enum TextEncoderFamily {
     /// output (no final norm) over Kandinsky 5's template, the prefix cut off, and CLIP-L's pooled vector. Made by
     /// [`TextEncoderNet::combine`], never detected in one file.
     Kandinsky5,
+    /// Anima's: Qwen3 0.6B (a Qwen3 file of its width, whatever `CLIPLoader`'s type, as ComfyUI's
+    /// `detect_te_model`), its last hidden state of the prompt as it is, with the prompt's T5 tokens beside it for
+    /// the model's LLM adapter. Never detected as such.
+    Anima,
 }
 
 impl TextEncoderFamily {
@@ -111,6 +117,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
             TextEncoderFamily::Ovis => "Ovis 2.5",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
+            TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
         }
     }
 
@@ -138,6 +145,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
+            // A Qwen3 file of Qwen3 0.6B's width.
+            TextEncoderFamily::Anima => qwen3::family::QWEN3_06B_SYNTH_NAME,
         }
     }
 
@@ -176,7 +185,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
-            | TextEncoderFamily::Kandinsky5 => {
+            | TextEncoderFamily::Kandinsky5
+            | TextEncoderFamily::Anima => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -209,7 +219,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
-            | TextEncoderFamily::Kandinsky5 => None,
+            | TextEncoderFamily::Kandinsky5
+            | TextEncoderFamily::Anima => None,
         })
     }
 }
@@ -239,6 +250,8 @@ pub enum TextEncoderDetected {
     Llama3(qwen3::Config),
     /// A Qwen3 file as Ovis-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `ovis`).
     Ovis(qwen3::Config),
+    /// A Qwen3 0.6B file as Anima's encoder (from [`TextEncoderDetected::for_clip_type`], by its width).
+    Anima(qwen3::Config),
 }
 
 impl TextEncoderDetected {
@@ -262,6 +275,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
             TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
+            TextEncoderDetected::Anima(_) => TextEncoderFamily::Anima,
         }
     }
 
@@ -278,7 +292,8 @@ impl TextEncoderDetected {
         match self {
             TextEncoderDetected::Qwen3(config)
             | TextEncoderDetected::Flux2Klein(config)
-            | TextEncoderDetected::Ovis(config) => qwen3::load_plan(h, config),
+            | TextEncoderDetected::Ovis(config)
+            | TextEncoderDetected::Anima(config) => qwen3::load_plan(h, config),
             TextEncoderDetected::Qwen25Vl(config, vision, _) => {
                 let mut plan = qwen3::load_plan(h, config);
                 let tower = vision.iter().flat_map(VisionConfig::weight_names);
@@ -308,6 +323,12 @@ impl TextEncoderDetected {
     pub fn for_clip_type(self, kind: &str) -> Result<TextEncoderDetected> {
         let klein_type = matches!(kind, "flux2" | "flux");
         match self {
+            // ComfyUI's `detect_te_model` names a Qwen3 of 0.6B's width Anima's encoder, whatever the type.
+            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Anima(config)
+                if config.hidden == anima::family::QWEN3_06B_HIDDEN =>
+            {
+                Ok(TextEncoderDetected::Anima(config))
+            }
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
                 if kind == OVIS_CLIP_TYPE =>
             {
@@ -410,6 +431,11 @@ impl TextEncoderDetected {
             TextEncoderDetected::Ovis(config) => TextEncoderNet::Ovis {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
+            },
+            TextEncoderDetected::Anima(config) => TextEncoderNet::Anima {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+                t5_tokenizer: t5::Tokenizer::bundled()?,
             },
             TextEncoderDetected::Mistral3(found) => TextEncoderNet::Mistral3 {
                 tokenizer: found.tokenizer()?,
@@ -542,6 +568,8 @@ pub enum PromptTokens {
     Sd3(Box<Sd3Tokens>),
     /// Kandinsky 5's Qwen2.5-VL ids and CLIP-L sections, as ComfyUI's `Kandinsky5Tokenizer` makes them.
     Kandinsky5(Box<Kandinsky5Tokens>),
+    /// Anima's Qwen3 ids and T5 tokens, as ComfyUI's `AnimaTokenizer` makes them.
+    Anima(Box<AnimaTokens>),
 }
 
 /// HiDream's tokens: each encoder's weighted sections.
@@ -567,6 +595,9 @@ pub struct Encoded<B: Backend> {
     /// HiDream's Llama states `[1, L, M, D]` (ComfyUI's `conditioning_llama3`: each layer's output, the last
     /// through the final norm); `None` for the other families.
     pub llama: Option<Tensor<B>>,
+    /// Anima's T5 tokens with their weights (ComfyUI's `t5xxl_ids`, `t5xxl_weights`), which its model's LLM
+    /// adapter reads; `None` for the other families.
+    pub t5_tokens: Option<Vec<Weighted>>,
 }
 
 /// A loaded text encoder with its tokenizer.
@@ -644,6 +675,15 @@ pub enum TextEncoderNet {
     },
     /// Kandinsky 5's Qwen2.5-VL and CLIP-L with their tokenizers.
     Kandinsky5(Box<Kandinsky5Encoders>),
+    /// Anima's Qwen3 0.6B (the Qwen3 decoder code) with the Qwen tokenizer, and T5's for the adapter's tokens.
+    Anima {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+        /// T5's tokenizer.
+        t5_tokenizer: t5::Tokenizer,
+    },
 }
 
 /// HiDream's encoders (`QuadrupleCLIPLoader`'s four, or as ComfyUI allows, any of them: `DualCLIPLoader` or
@@ -682,6 +722,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
+            TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
         }
     }
 
@@ -693,6 +734,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Qwen25Vl { model, .. }
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Ovis { model, .. }
+            | TextEncoderNet::Anima { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
             TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
@@ -808,6 +850,7 @@ impl TextEncoderNet {
                 }
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Ovis(_)
+                | TextEncoderDetected::Anima(_)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
                 | TextEncoderDetected::T5Alone(_)
@@ -874,6 +917,9 @@ impl TextEncoderNet {
             TextEncoderNet::Kandinsky5(e) => {
                 Ok(PromptTokens::Kandinsky5(Box::new(e.tokenize(prompt)?)))
             }
+            TextEncoderNet::Anima { tokenizer, t5_tokenizer, .. } => Ok(PromptTokens::Anima(
+                Box::new(anima_text::tokenize(tokenizer, t5_tokenizer, prompt)?),
+            )),
             TextEncoderNet::Ovis { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))
             }
@@ -990,6 +1036,7 @@ impl TextEncoderNet {
                 | TextEncoderNet::Sdxl(_)
                 | TextEncoderNet::Sd3(_)
                 | TextEncoderNet::Ovis { .. }
+                | TextEncoderNet::Anima { .. }
                 | TextEncoderNet::Kandinsky5(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
@@ -1037,6 +1084,9 @@ impl TextEncoderNet {
             TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Ovis-Image's encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Anima { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Anima's Qwen3 0.6B encoder is not supported yet".to_owned(),
+            )),
             // ComfyUI's `Mistral3Small24B` generates nothing either (it is no `BaseGenerate`).
             TextEncoderNet::Mistral3 { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with FLUX.2 dev's Mistral Small encoder is not supported".to_owned(),
@@ -1073,6 +1123,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
@@ -1113,6 +1164,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
@@ -1142,13 +1194,23 @@ impl TextEncoderNet {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
-                Ok(Encoded { cond: model.hidden_state(b, ids)?, pooled: None, llama: None })
+                Ok(Encoded {
+                    cond: model.hidden_state(b, ids)?,
+                    pooled: None,
+                    llama: None,
+                    t5_tokens: None,
+                })
             }
             (TextEncoderNet::Ovis { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
-                Ok(Encoded { cond: ovis_states(b, model, ids)?, pooled: None, llama: None })
+                Ok(Encoded {
+                    cond: ovis_states(b, model, ids)?,
+                    pooled: None,
+                    llama: None,
+                    t5_tokens: None,
+                })
             }
             (TextEncoderNet::Flux2Klein { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1160,7 +1222,7 @@ impl TextEncoderNet {
                     qwen3::attended_keys(ids),
                     &qwen3::KLEIN_TAPS,
                 )?;
-                Ok(Encoded { cond, pooled: None, llama: None })
+                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
             }
             (TextEncoderNet::Mistral3 { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1168,7 +1230,7 @@ impl TextEncoderNet {
                 }
                 let attended = mistral3::attended_keys(ids);
                 let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
-                Ok(Encoded { cond, pooled: None, llama: None })
+                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
             }
             (TextEncoderNet::Qwen25Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {
                 let cond = match role {
@@ -1179,7 +1241,7 @@ impl TextEncoderNet {
                         longcat_image_states(b, model, vision.as_ref(), ids, images)?
                     }
                 };
-                Ok(Encoded { cond, pooled: None, llama: None })
+                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
             }
             (TextEncoderNet::T5Xxl { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -1188,7 +1250,7 @@ impl TextEncoderNet {
                 // ComfyUI's PixArt encoder weighs against an empty prompt of pads alone (no end token).
                 let empty = prompt_weights::Layout { end: None, ..t5::CHROMA_PROMPT_LAYOUT };
                 let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
-                Ok(Encoded { cond, pooled: None, llama: None })
+                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
             }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -1197,7 +1259,7 @@ impl TextEncoderNet {
                 let cond = weighted_states(b, sections, &t5::UMT5_PROMPT_LAYOUT, |ids| {
                     model.masked_hidden_state(b, ids, &t5::attention_mask(ids))
                 })?;
-                Ok(Encoded { cond, pooled: None, llama: None })
+                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
             }
             (TextEncoderNet::HiDream(e), PromptTokens::HiDream(tokens)) => {
                 if !images.is_empty() {
@@ -1222,6 +1284,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::Anima { model, .. }, PromptTokens::Anima(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                anima_text::encode(b, model, tokens)
+            }
+            (TextEncoderNet::Anima { .. }, _) | (_, PromptTokens::Anima(_)) => {
+                Err(Error::Invalid(format!(
+                    "Anima's encoder takes Anima's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::Kandinsky5(_), _) | (_, PromptTokens::Kandinsky5(_)) => {
                 Err(Error::Invalid(format!(
@@ -1355,7 +1429,7 @@ fn encode_flux<B: Backend>(
     let pooled = clip_pooled(b, clip_l, clip_sections)?;
     let cond =
         weighted_states(b, t5_sections, &t5::FLUX_PROMPT_LAYOUT, |ids| t5.hidden_state(b, ids))?;
-    Ok(Encoded { cond, pooled: Some(pooled), llama: None })
+    Ok(Encoded { cond, pooled: Some(pooled), llama: None, t5_tokens: None })
 }
 
 /// CLIP-L's pooled vector (unprojected) of the first of `sections`, f32 `[1, D]`; the weights do not touch it
@@ -1473,7 +1547,7 @@ impl HiDreamEncoders {
             Some(llama) => llama_states(b, llama, &tokens.llama)?,
             None => b.full(&llama_zeros, 0.0, f32)?,
         };
-        Ok(Encoded { cond, pooled: Some(pooled), llama: Some(llama) })
+        Ok(Encoded { cond, pooled: Some(pooled), llama: Some(llama), t5_tokens: None })
     }
 
     /// HiDream's encoder of the parts given, with the tokenizers; an error when none is.

@@ -4,6 +4,8 @@
 pub const NAME: &str = "Qwen3";
 /// The name `kiln model synth --family` writes the encoder under.
 pub const SYNTH_NAME: &str = "qwen3";
+/// The name `kiln model synth --family` writes a Qwen3 of 0.6B's width under (Anima's encoder).
+pub const QWEN3_06B_SYNTH_NAME: &str = "qwen3-0.6b";
 /// Qwen2.5-VL's language model's name in messages (Qwen-Image's text encoder).
 pub const QWEN25VL_NAME: &str = "Qwen2.5-VL";
 /// The name `kiln model synth --family` writes Qwen2.5-VL's language model under.

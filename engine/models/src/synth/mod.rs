@@ -81,6 +81,8 @@ const ESRGAN: &str = "esrgan";
 const UNET: &str = "unet";
 const SD3: &str = "sd3";
 const KANDINSKY5: &str = "kandinsky5";
+const ANIMA: &str = "anima";
+const ANIMA_LORA: &str = "anima-lora";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -477,6 +479,7 @@ impl SynthFamily {
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
         all.push(SynthFamily::LongCatTextEncoder);
+        all.push(SynthFamily::TextEncoder(TextEncoderFamily::Anima));
         all.push(SynthFamily::ClipG);
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
@@ -792,6 +795,11 @@ pub struct ZImageTurboSet {
     /// Kandinsky 5 Lite's image DiT (`--family kandinsky5-image`; its text width should be `qwen25vl.hidden`, its
     /// pooled width `clip_l.hidden`).
     pub kandinsky5: crate::kandinsky5::Config,
+    /// Anima's DiT and LLM adapter (`--family anima`; the adapter's source width should be `qwen3_06b.hidden`).
+    pub anima: crate::anima::Config,
+    /// Qwen3 0.6B (`--family qwen3-0.6b`, Anima's text encoder: ComfyUI tells it by its width, so even the tiny
+    /// one is 1024 wide).
+    pub qwen3_06b: Qwen3Shape,
 }
 
 impl ZImageTurboSet {
@@ -916,6 +924,34 @@ impl ZImageTurboSet {
                 head_dim: 128,
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
+            },
+            // Anima (Cosmos Predict2 2B): 28 blocks of 16 heads, the adapter's 6 blocks of 16.
+            anima: crate::anima::Config {
+                dim: 2048,
+                head_dim: 128,
+                blocks: 28,
+                channels: 16,
+                context_dim: 1024,
+                adaln_lora_dim: 256,
+                mlp_dim: 8192,
+                rope_extrapolation: [1.0, 4.0, 4.0],
+                adapter: crate::anima::AdapterConfig {
+                    vocab: 32128,
+                    target_dim: 1024,
+                    model_dim: 1024,
+                    source_dim: 1024,
+                    layers: 6,
+                    head_dim: 64,
+                },
+            },
+            qwen3_06b: Qwen3Shape {
+                vocab: 151936,
+                hidden: 1024,
+                layers: 28,
+                heads: 16,
+                kv_heads: 8,
+                head_dim: 128,
+                intermediate: 3072,
             },
             whisper: whisper::Config::large_v3(),
             humo: wan::Humo { channels: 1280, hidden: 512, audio_dim: 1536, tokens: 16 },
@@ -1109,6 +1145,35 @@ impl ZImageTurboSet {
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
             },
+            // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
+            anima: crate::anima::Config {
+                dim: 256,
+                head_dim: 128,
+                blocks: 2,
+                channels: 16,
+                context_dim: 64,
+                adaln_lora_dim: 32,
+                mlp_dim: 1024,
+                rope_extrapolation: [1.0, 4.0, 4.0],
+                adapter: crate::anima::AdapterConfig {
+                    vocab: 32128,
+                    target_dim: 64,
+                    model_dim: 64,
+                    source_dim: 1024,
+                    layers: 2,
+                    head_dim: 32,
+                },
+            },
+            // Qwen3 0.6B's width (ComfyUI tells Anima's encoder by it) over one layer.
+            qwen3_06b: Qwen3Shape {
+                vocab: 151936,
+                hidden: 1024,
+                layers: 1,
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 64,
+                intermediate: 64,
+            },
             // 32 layers: HuMo reads 33 states; 20 heads of 2.
             whisper: whisper::Config { mels: 128, width: 40, layers: 32 },
             humo: wan::Humo { channels: 40, hidden: 32, audio_dim: 64, tokens: 16 },
@@ -1148,6 +1213,12 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "the text encoder's hidden width {} is not the DiT's caption width {}",
                 self.qwen3.hidden, self.zimage.cap_feat_dim
+            )));
+        }
+        if self.anima.adapter.source_dim != self.qwen3_06b.hidden {
+            return Err(Error::Invalid(format!(
+                "Anima's adapter reads {}-wide states, not Qwen3 0.6B's {}",
+                self.anima.adapter.source_dim, self.qwen3_06b.hidden
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1463,6 +1534,16 @@ pub fn write_family(
         )),
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
             write_sd3_checkpoint(path, set, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Anima) => {
+            let specs = specs_of(crate::anima::expected(&set.anima));
+            write_one(path, &specs, ANIMA, "Anima DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Anima) => {
+            write_anima_lora(path, &set.anima, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Anima) => {
+            write_qwen3(path, &set.qwen3_06b, dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
             let specs = specs_of(crate::kandinsky5::expected(&set.kandinsky5));
@@ -2197,6 +2278,27 @@ pub fn write_hidream_lora(
         }
     }
     write_one(path, &specs, HIDREAM_LORA, "HiDream LoRA", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for an Anima DiT of `config` to `path`, in ComfyUI's names (`diffusion_model.`
+/// prefix, as the Anima turbo LoRA names them): every block's self-attention q, k, v and output, rank 4.
+pub fn write_anima_lora(
+    path: &Path,
+    config: &crate::anima::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.dim;
+    let mut specs = Vec::new();
+    for i in 0..config.blocks {
+        for p in ["q_proj", "k_proj", "v_proj", "output_proj"] {
+            let name = format!("diffusion_model.blocks.{i}.self_attn.{p}");
+            specs.extend(layout::lora_pair(&name, d, d, RANK));
+        }
+    }
+    write_one(path, &specs, ANIMA_LORA, "Anima LoRA", dtype, seed, progress)
 }
 
 /// A Llama 3 decoder's tensors: the embedding table, every layer, the final norm (no output head).

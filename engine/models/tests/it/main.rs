@@ -2,6 +2,7 @@
 //! fixtures recorded by `scripts/reference/` from independent implementations (diffusers, transformers, torch),
 //! within a relative error of 1e-4 in f32.
 
+mod anima;
 mod animate2;
 mod brownian;
 mod chroma;

@@ -10,7 +10,7 @@ use kiln_compute::dtype::{narrow, widen};
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::family::{
     ControlNetDetected, DiffusionDetected, DiffusionFamily, ModelPatchDetected,
-    TextEncoderDetected, VaeDetected, VaeFamily,
+    TextEncoderDetected, TextEncoderFamily, VaeDetected, VaeFamily,
 };
 use kiln_models::synth::{
     self, LayeredFile, Qwen3Shape, SynthDtype, VaeShape, ZImageShape, ZImageTurboSet,
@@ -541,6 +541,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "sdxl-refiner",
             "sd3.5",
             "kandinsky5-image",
+            "anima",
             "qwen3",
             "qwen25vl",
             "clip-l",
@@ -561,6 +562,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan21-lora",
             "wan22-lora",
             "hidream-lora",
+            "anima-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
             "qwen-image-controlnet-instantx",
@@ -581,6 +583,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "clip-vision-h",
             "siglip-384",
             "qwen25vl-longcat",
+            "qwen3-0.6b",
             "clip-g",
             "flux1-redux",
             "uso-flux1-projector",
@@ -652,6 +655,11 @@ fn one_file_of_a_family_is_written_under_any_name() {
             }
             synth::SynthFamily::Diffusion(f) => {
                 assert_eq!(DiffusionDetected::detect(&header).unwrap().unwrap().family(), f);
+            }
+            // A Qwen3 file that CLIPLoader makes Anima's encoder by its width, whatever the type.
+            synth::SynthFamily::TextEncoder(f @ TextEncoderFamily::Anima) => {
+                let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
+                assert_eq!(found.for_clip_type("stable_diffusion").unwrap().family(), f);
             }
             synth::SynthFamily::TextEncoder(f) => {
                 assert_eq!(TextEncoderDetected::detect(&header).unwrap().unwrap().family(), f);

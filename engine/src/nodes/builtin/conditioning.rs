@@ -42,6 +42,7 @@ impl OnDevice for Encode<'_> {
         let pooled = encoded.pooled.as_ref().map(to_host).transpose()?;
         let mut cond = Cond::new(to_host(&encoded.cond)?, pooled);
         cond.extras.llama = encoded.llama.as_ref().map(to_host).transpose()?;
+        cond.extras.t5_tokens = encoded.t5_tokens;
         Ok(cond)
     }
 }

@@ -1,6 +1,7 @@
 //! The built-in node classes: images, latents, primitives, previews (files and websocket frames), the lazy
 //! switch, and the model nodes (loaders, text encoding, sampling, VAE).
 
+mod anima_text;
 mod ar_video;
 mod attention_multiply;
 mod audio;

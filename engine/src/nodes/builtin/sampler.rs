@@ -1889,6 +1889,8 @@ pub(super) fn sample(
     .filter_map(|(side, negative)| side.map(|side| (side, negative)))
     .collect();
     super::sdxl_adm::prepare(model, &mut typed, &shape)?;
+    // Anima's prompts through its LLM adapter (ComfyUI's `extra_conds`).
+    super::anima_text::prepare(compute, model, &mut typed)?;
     let dual =
         job.dual.zip(middle).map(|(d, middle)| DualCfg { middle: Arc::new(middle), ..d.clone() });
     let perp_neg =
