@@ -164,6 +164,19 @@ impl<'f> Header<'f> {
         Error::Unsupported { path: self.path().to_path_buf(), msg: msg.into() }
     }
 
+    /// The shape of tensor `name`, which must be of rank `rank`: [`Error::Unsupported`] otherwise (`… is [found],
+    /// expected rank r`, or `{what} without …` when it is missing).
+    pub fn shape_of_rank(&self, name: &str, rank: usize, what: &str) -> Result<Vec<usize>> {
+        match self.shape(name) {
+            Some(s) if s.len() == rank => Ok(s.to_vec()),
+            Some(s) => {
+                Err(self
+                    .unsupported(format!("`{}` is {s:?}, expected rank {rank}", self.key(name))))
+            }
+            None => Err(self.unsupported(format!("{what} without `{}`", self.key(name)))),
+        }
+    }
+
     /// Checks that tensor `name` is there with shape `want`: [`Error::Unsupported`] naming it otherwise (`no
     /// tensor …`, or `… is [found], expected [want] for {what}`).
     pub fn expect_shape(&self, name: &str, want: &[usize], what: &str) -> Result<()> {

@@ -89,15 +89,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
              runs Anima",
         ));
     }
-    let dims = |name: &str, rank: usize| -> Result<Vec<usize>> {
-        match h.shape(name) {
-            Some(s) if s.len() == rank => Ok(s.to_vec()),
-            Some(s) => {
-                Err(h.unsupported(format!("`{}` is {s:?}, expected rank {rank}", h.key(name))))
-            }
-            None => Err(h.unsupported(format!("an Anima DiT without `{}`", h.key(name)))),
-        }
-    };
+    let dims = |name: &str, rank: usize| h.shape_of_rank(name, rank, "an Anima DiT");
     let embed = dims("x_embedder.proj.1.weight", 2)?;
     let dim = embed[0];
     // The latent's channels and the padding mask's, in 2×2 patches.

@@ -59,15 +59,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     if !h.has(MARKER) {
         return Ok(None);
     }
-    let dims = |name: &str, rank: usize| -> Result<Vec<usize>> {
-        match h.shape(name) {
-            Some(s) if s.len() == rank => Ok(s.to_vec()),
-            Some(s) => {
-                Err(h.unsupported(format!("`{}` is {s:?}, expected rank {rank}", h.key(name))))
-            }
-            None => Err(h.unsupported(format!("a Kandinsky 5 DiT without `{}`", h.key(name)))),
-        }
-    };
+    let dims = |name: &str, rank: usize| h.shape_of_rank(name, rank, "a Kandinsky 5 DiT");
     let visual_in = dims("visual_embeddings.in_layer.weight", 2)?;
     let (dim, visual_embed) = (visual_in[0], visual_in[1]);
     let out = dims("out_layer.out_layer.weight", 2)?;

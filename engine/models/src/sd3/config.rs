@@ -56,15 +56,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     if !h.has(MARKER) {
         return Ok(None);
     }
-    let dims = |name: &str, rank: usize| -> Result<Vec<usize>> {
-        match h.shape(name) {
-            Some(s) if s.len() == rank => Ok(s.to_vec()),
-            Some(s) => {
-                Err(h.unsupported(format!("`{}` is {s:?}, expected rank {rank}", h.key(name))))
-            }
-            None => Err(h.unsupported(format!("an MMDiT without `{}`", h.key(name)))),
-        }
-    };
+    let dims = |name: &str, rank: usize| h.shape_of_rank(name, rank, "an MMDiT");
     if (0..h.count_blocks("joint_blocks."))
         .any(|i| h.has(&format!("joint_blocks.{i}.x_block.attn2.qkv.weight")))
     {

@@ -4,8 +4,6 @@
 //! latent (the first on the adapter's output), the released head's RoPE table, and the text encoder (Qwen3's last
 //! state of the prompt as it is, the T5 tokens beside it).
 
-use std::collections::BTreeMap;
-
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend, DType};
 use kiln_models::Header;
@@ -14,23 +12,11 @@ use kiln_models::family::{
     DiffusionDetected, DiffusionFamily, PromptTokens, TextEncoderDetected, TextEncoderFamily,
 };
 
-use crate::common::{TempTensors, assert_close, cpu, ids, json, read_tensors};
-
-/// `file`'s tensors with its 1000-row token table `table` tiled to `vocab` rows (the tiny networks read row
-/// `id % 1000` for the real ids), written to a scratch file.
-fn tiled(file: &str, table: &str, vocab: usize) -> TempTensors {
-    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = read_tensors(file);
-    let (shape, values) = tensors.remove(table).expect("the token table");
-    let (rows, width) = (shape[0], shape[1]);
-    let tiled: Vec<f32> =
-        (0..vocab).flat_map(|id| values[(id % rows) * width..][..width].to_vec()).collect();
-    tensors.insert(table.to_owned(), (vec![vocab, width], tiled));
-    TempTensors::new(file.replace('/', "-").trim_end_matches(".safetensors"), tensors)
-}
+use crate::common::{assert_close, cpu, ids, json, read_tensors, tiled_table};
 
 /// The tiny DiT, detected and loaded.
 fn dit(manager: &std::sync::Arc<kiln_compute::memory::MemoryManager>) -> Anima {
-    let file = tiled("anima/dit.safetensors", "llm_adapter.embed.weight", 32_128);
+    let file = tiled_table("anima/dit.safetensors", "llm_adapter.embed.weight", 32_128);
     let safetensors = SafetensorsFile::open(&file.0).expect("open");
     let header = Header::new(&safetensors, "");
     let detected = DiffusionDetected::detect(&header).expect("detect").expect("a DiT");
@@ -97,7 +83,7 @@ fn the_released_heads_rope_is_comfyuis() {
 
 #[test]
 fn text_encoder_matches_comfyui() {
-    let file = tiled("anima/te.safetensors", "model.embed_tokens.weight", 151_936);
+    let file = tiled_table("anima/te.safetensors", "model.embed_tokens.weight", 151_936);
     let (b, manager) = cpu(256 << 20);
     let safetensors = SafetensorsFile::open(&file.0).expect("open");
     let header = Header::new(&safetensors, "");

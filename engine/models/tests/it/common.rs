@@ -153,3 +153,15 @@ pub(crate) fn json(relative: &str) -> serde_json::Value {
 pub(crate) fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().expect("an id list").iter().map(|id| id.as_u64().expect("an id") as u32).collect()
 }
+
+/// The fixture `file`'s tensors with its token table `table` (a tiny network's first rows) tiled to `vocab` rows, so
+/// that row `id % rows` answers every real id as the reference read it, written to a scratch file.
+pub(crate) fn tiled_table(file: &str, table: &str, vocab: usize) -> TempTensors {
+    let mut tensors = read_tensors(file);
+    let (shape, values) = tensors.remove(table).expect("the token table");
+    let (rows, width) = (shape[0], shape[1]);
+    let tiled: Vec<f32> =
+        (0..vocab).flat_map(|id| values[(id % rows) * width..][..width].to_vec()).collect();
+    tensors.insert(table.to_owned(), (vec![vocab, width], tiled));
+    TempTensors::new(file.replace('/', "-").trim_end_matches(".safetensors"), tensors)
+}

@@ -4,8 +4,6 @@
 //! positions), and the text encoders (Qwen2.5-VL's last layer without the final norm over Kandinsky 5's template,
 //! CLIP-L's pooled vector) as `DualCLIPLoader` type `kandinsky5_image` combines them.
 
-use std::collections::BTreeMap;
-
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend, DType};
 use kiln_models::Header;
@@ -19,7 +17,8 @@ use kiln_models::{clip_text, qwen3};
 use kiln_models::synth::ZImageTurboSet;
 
 use crate::common::{
-    TempTensors, assert_close, cpu, fixture, ids, json, read_tensors, write_header_only,
+    TempTensors, assert_close, cpu, fixture, ids, json, read_tensors, tiled_table,
+    write_header_only,
 };
 
 #[test]
@@ -76,18 +75,6 @@ fn video_rope_model(manager: &std::sync::Arc<kiln_compute::memory::MemoryManager
     )
 }
 
-/// `file`'s tensors with its 1000-row token table `table` tiled to `vocab` rows (the tiny encoders read row
-/// `id % 1000` for the real ids), written to a scratch file.
-fn tiled(file: &str, table: &str, vocab: usize) -> TempTensors {
-    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = read_tensors(file);
-    let (shape, values) = tensors.remove(table).expect("the token table");
-    let (rows, width) = (shape[0], shape[1]);
-    let tiled: Vec<f32> =
-        (0..vocab).flat_map(|id| values[(id % rows) * width..][..width].to_vec()).collect();
-    tensors.insert(table.to_owned(), (vec![vocab, width], tiled));
-    TempTensors::new(file.replace('/', "-").trim_end_matches(".safetensors"), tensors)
-}
-
 /// The reference's tiny Qwen2.5-VL language model (ComfyUI's `Qwen25_7BVLI_Config` narrowed; eps and θ as
 /// released).
 const TINY_QWEN: qwen3::Config = qwen3::Config {
@@ -106,8 +93,8 @@ const TINY_QWEN: qwen3::Config = qwen3::Config {
 #[test]
 fn text_encoders_match_comfyui() {
     let (b, manager) = cpu(256 << 20);
-    let qwen = tiled("kandinsky5/te_qwen.safetensors", "model.embed_tokens.weight", 152_064);
-    let clip = tiled(
+    let qwen = tiled_table("kandinsky5/te_qwen.safetensors", "model.embed_tokens.weight", 152_064);
+    let clip = tiled_table(
         "kandinsky5/te_clip_l.safetensors",
         "text_model.embeddings.token_embedding.weight",
         49_408,
@@ -185,7 +172,7 @@ fn text_encoders_match_comfyui() {
 
 #[test]
 fn refuses_what_is_not_kandinsky5s_pair() {
-    let clip = tiled(
+    let clip = tiled_table(
         "kandinsky5/te_clip_l.safetensors",
         "text_model.embeddings.token_embedding.weight",
         49_408,

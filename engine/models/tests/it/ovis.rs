@@ -3,8 +3,6 @@
 //! with `yak_mlp` and `txt_norm`) on an even, a batched non-square and an odd-sided latent, and the text encoder
 //! (Ovis 2.5, a Qwen3, with ComfyUI's template, padding mask, zeroed pads and template strip).
 
-use std::collections::BTreeMap;
-
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend, DType};
 use kiln_models::Header;
@@ -14,7 +12,7 @@ use kiln_models::family::{
 };
 use kiln_models::flux::{Flux, FluxInput};
 
-use crate::common::{TempTensors, assert_close, cpu, fixture, ids, json, read_tensors};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, tiled_table};
 
 #[test]
 fn dit_matches_comfyui() {
@@ -57,14 +55,7 @@ fn dit_matches_comfyui() {
 #[test]
 fn text_encoder_matches_comfyui() {
     // The tiny encoder reads row `id % 1000` of its table for the real ids: written out to the real vocabulary.
-    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = read_tensors("ovis/te.safetensors");
-    let (shape, table) = tensors.remove("model.embed_tokens.weight").expect("the embedding");
-    let (rows, width) = (shape[0], shape[1]);
-    const VOCAB: usize = 151_936;
-    let tiled: Vec<f32> =
-        (0..VOCAB).flat_map(|id| table[(id % rows) * width..][..width].to_vec()).collect();
-    tensors.insert("model.embed_tokens.weight".to_owned(), (vec![VOCAB, width], tiled));
-    let file = TempTensors::new("ovis-te", tensors);
+    let file = tiled_table("ovis/te.safetensors", "model.embed_tokens.weight", 151_936);
 
     let (b, manager) = cpu(256 << 20);
     let safetensors = SafetensorsFile::open(&file.0).expect("open");
