@@ -191,6 +191,9 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^anima-(preview|base)/i, family: 'anima' },
   { folder: 'loras', stem: /^anima-turbo-lora/i, family: 'anima-lora' },
   { folder: 'text_encoders', stem: /^qwen_3_06b_base\.safetensors$/, family: 'qwen3-0.6b' },
+  // Anima's ControlNet-LLLites: the control image's (canny, depth, ...) and the inpainting one, which reads a mask.
+  { folder: 'model_patches', stem: /^anima-lllite-inpainting/i, family: 'anima-lllite-inpaint' },
+  { folder: 'model_patches', stem: /^anima-lllite-/i, family: 'anima-lllite' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -106,7 +106,7 @@ function classify(converted) {
  * What a template needs written into Kiln's data folder before it runs, as a list a later replay can repeat
  * (bench/templates-replay.py does, on the GPU machine): `{ synth: [kiln model synth arguments after --size tiny
  * --models-dir], key }` for each model file, `{ copy: repository-relative source, to: data-relative path }` for
- * each image and video a LoadImage, LoadImageMask or LoadVideo names, `{ tone: { rate, seconds }, to }` for each
+ * each image and video a LoadImage, LoadImageMask, Painter or LoadVideo names, `{ tone: { rate, seconds }, to }` for each
  * audio file a LoadAudio names. Each file once, in that order.
  */
 function preparations(result, prompt) {
@@ -134,6 +134,8 @@ function preparations(result, prompt) {
   const inputs = [
     // Every image: the browser tests' small PNG.
     [['LoadImage', 'LoadImageMask'], 'image', { copy: 'tests/browser/kiln-input.png' }],
+    // A Painter's painting (a temporary file the frontend uploaded as the user painted): the same PNG.
+    [['Painter'], 'mask', { copy: 'tests/browser/kiln-input.png' }],
     // Every video: a short x264 High clip with AAC audio (the engine's decoder fixture).
     [['LoadVideo'], 'file', { copy: 'engine/tests/fixtures/video/x264_high_aac.mp4' }],
     // Every audio file: a second of a 440 Hz tone at 24 kHz (so an audio encoder resamples it).
@@ -142,7 +144,7 @@ function preparations(result, prompt) {
   for (const [types, input, source] of inputs) {
     for (const node of Object.values(prompt)) {
       const value = node.inputs[input];
-      if (!types.includes(node.class_type) || typeof value !== 'string') continue;
+      if (!types.includes(node.class_type) || typeof value !== 'string' || value === '') continue;
       const to = dataPath(value);
       if (!steps.some((step) => step.to === to)) steps.push({ ...source, to });
     }

@@ -65,17 +65,6 @@ impl DType {
         }
     }
 
-    /// The machine epsilon of a compute type (`torch.finfo(dtype).eps`: what torch's `RMSNorm` without an ε
-    /// uses); 0 for the storage-only types.
-    pub fn epsilon(self) -> f32 {
-        match self {
-            DType::F32 => f32::EPSILON,
-            DType::F16 => f16::EPSILON.to_f32(),
-            DType::BF16 => bf16::EPSILON.to_f32(),
-            DType::F8E4M3 | DType::F8E5M2 | DType::I8 | DType::U8 => 0.0,
-        }
-    }
-
     /// Whether activations may be held in this type (fp8 and the integer types are storage only).
     pub fn is_compute(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)

@@ -2,6 +2,9 @@
 //! three or four axes, each axis owning a slice of the head's rotation pairs, as the cos/sin tables the backend's
 //! `rope` op takes, built on the host in f64 and stored as f32.
 
+use kiln_compute::DType;
+use kiln_compute::dtype::round_to;
+
 /// cos and sin tables `[positions.len(), Σ axes / 2]`, row-major: for axis a of width d_a, angle
 /// p_a · θ^(−2k/d_a) for k < d_a/2, the axes' angles concatenated in order.
 pub(crate) fn tables<const N: usize>(
@@ -82,6 +85,28 @@ pub fn linspace(start: f32, end: f32, steps: usize) -> impl Iterator<Item = f32>
     })
 }
 
+/// `torch.linspace(start, end, steps, dtype=dtype)`: [`linspace`] for f32; for a 16-bit type ATen's arithmetic
+/// in that type (every operation rounded to it): the ends rounded, the step r(r(end − start) / r(steps − 1)),
+/// element i r(start + r(step · r(i))) in the first half and r(end − r(step · r(steps − 1 − i))) in the second.
+pub(crate) fn linspace_in(dtype: DType, start: f32, end: f32, steps: usize) -> Vec<f32> {
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return linspace(start, end, steps).collect();
+    }
+    let r = |v: f32| round_to(dtype, v);
+    let (start, end) = (r(start), r(end));
+    let step = if steps > 1 { r(r(end - start) / r((steps - 1) as f32)) } else { 0.0 };
+    let half = steps / 2;
+    (0..steps)
+        .map(|i| {
+            if steps == 1 || i < half {
+                r(start + r(step * r(i as f32)))
+            } else {
+                r(end - r(step * r((steps - 1 - i) as f32)))
+            }
+        })
+        .collect()
+}
+
 /// [`linspace`] in float64 (`torch.linspace(.., dtype=torch.float64)`, as ComfyUI's beta schedule makes it).
 pub(crate) fn linspace_f64(start: f64, end: f64, steps: usize) -> impl Iterator<Item = f64> {
     let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
@@ -125,6 +150,21 @@ mod tests {
             [0.0, 1.0 / 3.0, 1.0 - 1.0 / 3.0, 1.0]
         );
         assert_eq!(linspace(-0.0, 2.5, 2).collect::<Vec<_>>(), [0.0, 2.5]);
+    }
+
+    #[test]
+    fn a_16_bit_linspace_rounds_as_atens() {
+        assert_eq!(linspace_in(DType::F32, 0.0, 3.0, 4), [0.0, 1.0, 2.0, 3.0]);
+        // Up to 256 every integer is a bf16.
+        let short = linspace_in(DType::BF16, 0.0, 255.0, 256);
+        assert!(short.iter().enumerate().all(|(i, &p)| p == i as f32));
+        // 300 positions: the end rounds to 300 (bf16 steps by 2 from 256), the step to r(300 / r(299)) = 1; the
+        // first half counts up from 0, the second back from 300, rounded: ComfyUI's text positions in bf16.
+        let long = linspace_in(DType::BF16, 0.0, 299.0, 300);
+        assert_eq!(long[..150], (0..150).map(|i| i as f32).collect::<Vec<_>>()[..]);
+        assert_eq!((long[150], long[200]), (151.0, 201.0));
+        assert_eq!((long[297], long[298], long[299]), (298.0, 300.0, 300.0));
+        assert_eq!(linspace_in(DType::F16, 0.0, 299.0, 300)[299], 299.0);
     }
 
     #[test]

@@ -327,15 +327,20 @@ pub struct ModelPatchApplication {
     pub patch: Arc<ModelPatch>,
     /// The control image `[B, H, W, C]` in 0..=1.
     pub image: Tensor,
-    /// The VAE that encodes it into the model's latent space.
-    pub vae: Arc<Vae>,
+    /// The VAE that encodes it into the model's latent space (`None` for a patch that reads pixels: Anima's
+    /// ControlNet-LLLite).
+    pub vae: Option<Arc<Vae>>,
+    /// The sigmas, start then end, between which the patch runs (`AnimaLLLiteApply`'s percents, as the model's
+    /// sampling made them when the node ran); `None`: every step.
+    pub sigma_range: Option<(f64, f64)>,
     /// How much of the patch's outputs the model adds.
     pub strength: f64,
     /// The mask a patch with mask channels takes (`[B, H, W]`, 1 where the image is kept); without one, those
     /// channels are all ones.
     pub mask: Option<Tensor>,
     /// The image prepared for the model (encoded at the latents' size, in the model's latent space, with the
-    /// mask channels): set by the sampler before its first step, once per run.
+    /// mask channels; an LLLite's: the pixels at 8× the latents' size in [-1, 1], with its mask as ±1): set by the
+    /// sampler before its first step, once per run.
     pub hint: Option<Tensor>,
 }
 

@@ -144,12 +144,12 @@ impl Anima {
 }
 
 /// The adapter's RoPE for positions 0..n on `head_dim`-wide heads (its `RotaryEmbedding`: inverse frequencies
-/// and angles in f32, as ComfyUI computes them).
+/// and angles in f32, the tables in the compute type, as ComfyUI casts them to the activations').
 fn rope<B: Backend>(b: &B, n: usize, head_dim: usize) -> Result<Rope<B>> {
     let half = head_dim / 2;
     let inv_freq: Vec<f32> =
         (0..half).map(|k| 1.0 / ROPE_THETA.powf((2 * k) as f32 / head_dim as f32)).collect();
     let angles: Vec<f32> =
         (0..n).flat_map(|p| inv_freq.iter().map(move |f| p as f32 * f)).collect();
-    Rope::of_angles(b, &angles, n, half)
+    Rope::of_angles(b, &angles, (n, half), b.compute_dtype())
 }

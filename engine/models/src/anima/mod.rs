@@ -8,13 +8,19 @@
 //!   Qwen3 states, weighted per token, padded to 512 rows.
 //! - [`Anima::forward`]: `MiniTrainDIT._forward` on a latent with one frame or more: a zero padding-mask channel
 //!   joined, 2×2 patches, blocks of self-attention (3-D RoPE, rotate-half), cross-attention and a GELU MLP, each
-//!   modulated by the timestep through adaLN-LoRA; channels-last unpatchify.
+//!   modulated by the timestep through adaLN-LoRA; channels-last unpatchify; ControlNet-LLLites
+//!   ([`AnimaLllite`]) add to the blocks' inputs.
 
 mod adapter;
 mod config;
 pub mod family;
+mod lllite;
 pub mod lora;
 mod model;
 
 pub use config::{AdapterConfig, Config, MARKER, TEXT_ROWS, detect, expected, load_plan};
+pub use lllite::{
+    AnimaLllite, LLLITE_MARKER, LlliteCall, LlliteConfig, LlliteModule, LlliteTarget,
+    detect_lllite, lllite_expected, lllite_load_plan,
+};
 pub use model::{Anima, AnimaInput, rope_angles};

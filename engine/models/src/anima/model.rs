@@ -5,6 +5,7 @@ use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::{Config, PATCH};
+use super::lllite::{LlliteCall, LlliteTarget};
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::to_batch;
@@ -31,6 +32,8 @@ pub struct AnimaInput<'a, B: Backend> {
     pub timesteps: &'a [f32],
     /// The adapter's output per prompt `[B or 1, N, context_dim]` ([`Anima::adapt`]).
     pub context: &'a Tensor<B>,
+    /// ControlNet-LLLites on this call, in the order they were applied.
+    pub lllite: &'a [LlliteCall<'a, B>],
 }
 
 /// What the timestep gives every modulation: `SiLU` of its RMS-normed sinusoid `[B, dim]`, and the adaLN-LoRA
@@ -40,6 +43,14 @@ struct Time<B: Backend> {
     lora: Tensor<B>,
 }
 
+/// What every block reads beside its tokens: the context, the timestep's terms, the RoPE and the LLLites.
+struct Shared<'a, B: Backend> {
+    context: &'a Tensor<B>,
+    time: &'a Time<B>,
+    rope: &'a Rope<B>,
+    lllite: &'a [LlliteCall<'a, B>],
+}
+
 /// A RoPE's cosines and sines `[N, head_dim / 2]` (f32), rotating feature pairs (i, i + head_dim/2).
 pub(super) struct Rope<B: Backend> {
     pub(super) cos: Tensor<B>,
@@ -47,13 +58,18 @@ pub(super) struct Rope<B: Backend> {
 }
 
 impl<B: Backend> Rope<B> {
-    /// The tables of `angles` `[n, half]` (f32, as ComfyUI computes them).
-    pub(super) fn of_angles(b: &B, angles: &[f32], n: usize, half: usize) -> Result<Rope<B>> {
+    /// The tables of `angles` `[n, half]` (computed in f32, as ComfyUI computes them), stored as `dtype`.
+    pub(super) fn of_angles(
+        b: &B,
+        angles: &[f32],
+        (n, half): (usize, usize),
+        dtype: DType,
+    ) -> Result<Rope<B>> {
         let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
         let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
         Ok(Rope {
-            cos: b.from_f32(&[n, half], &cos, DType::F32)?,
-            sin: b.from_f32(&[n, half], &sin, DType::F32)?,
+            cos: b.from_f32(&[n, half], &cos, dtype)?,
+            sin: b.from_f32(&[n, half], &sin, dtype)?,
         })
     }
 }
@@ -101,7 +117,9 @@ impl Anima {
         };
         let context = b.cast(&to_batch(b, input.context, batch)?, dt)?;
         for i in 0..cfg.blocks {
-            x = self.block(b, i, &x, &context, &time, &rope)?;
+            let shared =
+                Shared { context: &context, time: &time, rope: &rope, lllite: input.lllite };
+            x = self.block(b, i, &x, &shared)?;
         }
 
         let out = {
@@ -151,16 +169,16 @@ impl Anima {
     }
 
     /// Block `i` (`Block.forward`): self-attention with the RoPE, cross-attention to `context`, the MLP, each
-    /// after its modulated LayerNorm and gated into the residual.
+    /// after its modulated LayerNorm and gated into the residual; `lllite` add to the inputs of the q, k, v and
+    /// MLP projections (ComfyUI's `attn1_patch`, `attn2_patch` and `mlp_patch`).
     fn block<B: Backend>(
         &self,
         b: &B,
         i: usize,
         x: &Tensor<B>,
-        context: &Tensor<B>,
-        time: &Time<B>,
-        rope: &Rope<B>,
+        shared: &Shared<'_, B>,
     ) -> Result<Tensor<B>> {
+        let Shared { context, time, rope, lllite } = *shared;
         let p = format!("blocks.{i}");
         let modulation = |part: &str| -> Result<Modulation<B>> {
             let m = self.adaln(b, &format!("{p}.adaln_modulation_{part}"), &time.silu)?;
@@ -169,45 +187,52 @@ impl Anima {
             sets.pop()
                 .ok_or_else(|| Error::Invalid("an Anima block without its modulation".to_owned()))
         };
+        // Each LLLite in turn adds its module's output to the input it patches.
+        let patched = |input: &Tensor<B>, target: LlliteTarget| -> Result<Tensor<B>> {
+            let mut input = input.clone();
+            for call in lllite {
+                input = call.net.apply(b, &input, &call.cond, i, target, call.strength)?;
+            }
+            Ok(input)
+        };
         let attn = modulation("self_attn")?;
-        let out = self.attention(
-            b,
-            &format!("{p}.self_attn"),
-            &attn.modulated(b, x, EPS)?,
-            None,
-            Some(rope),
-        )?;
+        let normed = attn.modulated(b, x, EPS)?;
+        let inputs = [LlliteTarget::SelfQ, LlliteTarget::SelfK, LlliteTarget::SelfV]
+            .map(|target| patched(&normed, target));
+        let [q_in, k_in, v_in] = inputs;
+        let out =
+            self.attention(b, &format!("{p}.self_attn"), [&q_in?, &k_in?, &v_in?], Some(rope))?;
         let x = attn.gated_add(b, x, &out)?;
         let cross = modulation("cross_attn")?;
-        let normed = cross.modulated(b, &x, EPS)?;
-        let out = self.attention(b, &format!("{p}.cross_attn"), &normed, Some(context), None)?;
+        let q_in = patched(&cross.modulated(b, &x, EPS)?, LlliteTarget::CrossQ)?;
+        let out = self.attention(b, &format!("{p}.cross_attn"), [&q_in, context, context], None)?;
         let x = cross.gated_add(b, &x, &out)?;
         let mlp = modulation("mlp")?;
-        let h = self.no_bias(b, &format!("{p}.mlp.layer1"), &mlp.modulated(b, &x, EPS)?)?;
+        let normed = patched(&mlp.modulated(b, &x, EPS)?, LlliteTarget::Mlp)?;
+        let h = self.no_bias(b, &format!("{p}.mlp.layer1"), &normed)?;
         let out = self.no_bias(b, &format!("{p}.mlp.layer2"), &b.unary(&h, UnaryOp::Gelu)?)?;
         mlp.gated_add(b, &x, &out)
     }
 
-    /// The DiT's attention `p`: queries from `x`, keys and values from `context` (cross-attention, no RoPE) or
-    /// `x`; q and k RMS-normed per head, then rotated by `rope` when given.
+    /// The DiT's attention `p` on the inputs of its q, k and v projections (self-attention: the block's
+    /// normalised tokens; cross-attention: those and the context twice); q and k RMS-normed per head, then
+    /// rotated by `rope` when given (self-attention only).
     fn attention<B: Backend>(
         &self,
         b: &B,
         p: &str,
-        x: &Tensor<B>,
-        context: Option<&Tensor<B>>,
+        [q_in, k_in, v_in]: [&Tensor<B>; 3],
         rope: Option<&Rope<B>>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let (heads, head_dim) = (cfg.heads(), cfg.head_dim);
-        let kv = context.unwrap_or(x);
         let split = |t: Tensor<B>| -> Result<Tensor<B>> {
             let (batch, n) = (t.dim(0)?, t.dim(1)?);
             Ok(t.reshape(&[batch, n, heads, head_dim])?)
         };
-        let q = split(self.no_bias(b, &format!("{p}.q_proj"), x)?)?;
-        let k = split(self.no_bias(b, &format!("{p}.k_proj"), kv)?)?;
-        let v = split(self.no_bias(b, &format!("{p}.v_proj"), kv)?)?;
+        let q = split(self.no_bias(b, &format!("{p}.q_proj"), q_in)?)?;
+        let k = split(self.no_bias(b, &format!("{p}.k_proj"), k_in)?)?;
+        let v = split(self.no_bias(b, &format!("{p}.v_proj"), v_in)?)?;
         let norms =
             fetch(b, &self.weights, &[format!("{p}.q_norm.weight"), format!("{p}.k_norm.weight")])?;
         let mut q = b.rms_norm(&q, Some(&norms.weight(0)), EPS)?;
@@ -258,7 +283,7 @@ impl Anima {
     fn rope<B: Backend>(&self, b: &B, frames: usize, rows: usize, cols: usize) -> Result<Rope<B>> {
         let (head_dim, extrapolation) = (self.config.head_dim, self.config.rope_extrapolation);
         let angles = rope_angles(head_dim, extrapolation, (frames, rows, cols));
-        Rope::of_angles(b, &angles, frames * rows * cols, head_dim / 2)
+        Rope::of_angles(b, &angles, (frames * rows * cols, head_dim / 2), DType::F32)
     }
 }
 

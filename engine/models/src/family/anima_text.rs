@@ -9,7 +9,7 @@ use crate::prompt_weights::{self, Weighted};
 use crate::qwen3::{self, Qwen3};
 use crate::t5;
 
-use super::text_encoder::Encoded;
+use super::text_encoder::{Encoded, T5Options};
 
 /// Qwen3's prompt layout in ComfyUI's Anima tokenizer (`Qwen3Tokenizer`): no start or end token, one section,
 /// padded with `<|endoftext|>` to at least one token.
@@ -37,14 +37,17 @@ pub struct AnimaTokens {
 }
 
 /// `prompt`'s tokens for Anima's encoder: Qwen3's ids and T5's weighted tokens, each through ComfyUI's weighting
-/// syntax.
+/// syntax, `options` padding the T5 tokens (`T5TokenizerOptions`, whose `t5xxl` settings ComfyUI's Anima tokenizer
+/// reads).
 pub(super) fn tokenize(
     tokenizer: &qwen3::Tokenizer,
     t5_tokenizer: &t5::Tokenizer,
     prompt: &str,
+    options: T5Options,
 ) -> Result<AnimaTokens> {
     let qwen = prompt_weights::tokenize(prompt, &QWEN_LAYOUT, |w| tokenizer.encode(w))?;
-    let t5 = prompt_weights::tokenize(prompt, &T5_LAYOUT, |w| t5_tokenizer.word_ids(w))?;
+    let t5_layout = options.apply(&T5_LAYOUT);
+    let t5 = prompt_weights::tokenize(prompt, &t5_layout, |w| t5_tokenizer.word_ids(w))?;
     Ok(AnimaTokens {
         qwen: qwen.into_iter().flatten().map(|(id, _)| id).collect(),
         // ComfyUI passes on the first section's (there is one: no length limit).

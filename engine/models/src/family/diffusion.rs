@@ -260,7 +260,8 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Sd3 => (VaeFamily::Flux, sd3::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
-            DiffusionFamily::Anima => (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX),
+            // ComfyUI's Anima config keeps the default prefixes.
+            DiffusionFamily::Anima => (VaeFamily::Wan21, unet::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -455,8 +456,9 @@ impl DiffusionDetected {
             | DiffusionDetected::Kandinsky5(_) => NO_F16,
             // ComfyUI's SD3 config keeps the default list: f16 first.
             DiffusionDetected::Sd3(_) => &[DType::F16, DType::BF16, DType::F32],
-            // ComfyUI's Anima config: bf16 first.
-            DiffusionDetected::Anima(_) => BF16_FIRST,
+            // ComfyUI's Anima config allows f16 too, keeping the residual stream in f32 then; Kiln computes an
+            // f16 file in bf16 instead, so the large residuals cannot overflow.
+            DiffusionDetected::Anima(_) => NO_F16,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
@@ -1081,10 +1083,21 @@ impl DiffusionNet {
             }
             DiffusionNet::Anima(net) => {
                 refuse_controls(DiffusionFamily::Anima, input.controls, input.patches)?;
-                net.forward(
-                    b,
-                    &AnimaInput { x: input.x, timesteps: input.timesteps, context: input.context },
-                )
+                // Each LLLite's embedding of its control image, as ComfyUI's `post_input` patch makes it per call.
+                let mut lllite = Vec::with_capacity(input.patches.len());
+                for patch in input.patches {
+                    if let ModelPatchNet::AnimaLllite(net) = patch.net {
+                        let cond = net.embed(b, patch.hint)?;
+                        lllite.push(anima::LlliteCall { net, cond, strength: patch.strength });
+                    }
+                }
+                let call = AnimaInput {
+                    x: input.x,
+                    timesteps: input.timesteps,
+                    context: input.context,
+                    lllite: &lllite,
+                };
+                net.forward(b, &call)
             }
             DiffusionNet::Kandinsky5(net) => {
                 refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;

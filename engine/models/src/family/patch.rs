@@ -4,6 +4,7 @@
 use kiln_compute::memory::{LoadPlan, Model};
 use kiln_compute::{Backend, Tensor};
 
+use crate::anima::{self, AnimaLllite, LlliteConfig};
 use crate::error::Result;
 use crate::flux::{self, UsoConfig, UsoProjector};
 use crate::header::Header;
@@ -24,6 +25,8 @@ pub enum ModelPatchDetected {
     Uso(UsoConfig),
     /// InfiniteTalk's audio projection and audio cross-attention for Wan 2.1.
     InfiniteTalk(TalkConfig),
+    /// A ControlNet-LLLite for Anima.
+    AnimaLllite(LlliteConfig),
 }
 
 impl ModelPatchDetected {
@@ -34,6 +37,9 @@ impl ModelPatchDetected {
         }
         if let Some(config) = flux::detect_uso(h)? {
             return Ok(Some(ModelPatchDetected::Uso(config)));
+        }
+        if let Some(config) = anima::detect_lllite(h)? {
+            return Ok(Some(ModelPatchDetected::AnimaLllite(config)));
         }
         if let Some(config) = infinite_talk::detect_infinite_talk(h)? {
             return Ok(Some(ModelPatchDetected::InfiniteTalk(config)));
@@ -52,6 +58,7 @@ impl ModelPatchDetected {
             ModelPatchDetected::InfiniteTalk(config) => {
                 infinite_talk::infinite_talk_load_plan(h, config)
             }
+            ModelPatchDetected::AnimaLllite(config) => anima::lllite_load_plan(h, config),
         }
     }
 
@@ -68,6 +75,9 @@ impl ModelPatchDetected {
             ModelPatchDetected::InfiniteTalk(config) => {
                 ModelPatchNet::InfiniteTalk(InfiniteTalk { config, weights })
             }
+            ModelPatchDetected::AnimaLllite(config) => {
+                ModelPatchNet::AnimaLllite(AnimaLllite { config, weights })
+            }
         }
     }
 }
@@ -83,6 +93,8 @@ pub enum ModelPatchNet {
     /// InfiniteTalk: audio to the tokens a Wan 2.1 model's blocks attend to (`WanInfiniteTalkToVideo`), not an
     /// image hint.
     InfiniteTalk(InfiniteTalk),
+    /// A ControlNet-LLLite for Anima: its hint is the control image in pixels (and its mask), not a latent.
+    AnimaLllite(AnimaLllite),
 }
 
 impl ModelPatchNet {
@@ -93,6 +105,7 @@ impl ModelPatchNet {
             ModelPatchNet::ZImageFun(_) => DiffusionFamily::ZImage,
             ModelPatchNet::Uso(_) => DiffusionFamily::Flux,
             ModelPatchNet::InfiniteTalk(_) => DiffusionFamily::Wan21,
+            ModelPatchNet::AnimaLllite(_) => DiffusionFamily::Anima,
         }
     }
 
@@ -103,6 +116,7 @@ impl ModelPatchNet {
             ModelPatchNet::ZImageFun(net) => net.weights(),
             ModelPatchNet::Uso(net) => &net.weights,
             ModelPatchNet::InfiniteTalk(net) => &net.weights,
+            ModelPatchNet::AnimaLllite(net) => &net.weights,
         }
     }
 
@@ -115,7 +129,8 @@ impl ModelPatchNet {
             }
             ModelPatchNet::ZImageFun(_)
             | ModelPatchNet::Uso(_)
-            | ModelPatchNet::InfiniteTalk(_) => 0,
+            | ModelPatchNet::InfiniteTalk(_)
+            | ModelPatchNet::AnimaLllite(_) => 0,
         }
     }
 
@@ -125,7 +140,8 @@ impl ModelPatchNet {
         match self {
             ModelPatchNet::QwenImageBlockwise(_)
             | ModelPatchNet::Uso(_)
-            | ModelPatchNet::InfiniteTalk(_) => (h, w),
+            | ModelPatchNet::InfiniteTalk(_)
+            | ModelPatchNet::AnimaLllite(_) => (h, w),
             ModelPatchNet::ZImageFun(net) => {
                 let p = net.config.body.patch_size;
                 (h.div_ceil(p) * p, w.div_ceil(p) * p)

@@ -898,7 +898,7 @@ impl TextEncoderNet {
     }
 
     /// [`TextEncoderNet::tokenize`] with `T5TokenizerOptions`' settings for the T5 tokens (FLUX.1's and Chroma's
-    /// T5-XXL, Wan's umT5-XXL; the other families have none).
+    /// T5-XXL, Wan's umT5-XXL, Anima's adapter's T5 ids; the other families have none).
     pub fn tokenize_with(&self, prompt: &str, options: T5Options) -> Result<PromptTokens> {
         match self {
             TextEncoderNet::T5Xxl { tokenizer, .. } => Ok(PromptTokens::Weighted(
@@ -918,7 +918,7 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Kandinsky5(Box::new(e.tokenize(prompt)?)))
             }
             TextEncoderNet::Anima { tokenizer, t5_tokenizer, .. } => Ok(PromptTokens::Anima(
-                Box::new(anima_text::tokenize(tokenizer, t5_tokenizer, prompt)?),
+                Box::new(anima_text::tokenize(tokenizer, t5_tokenizer, prompt, options)?),
             )),
             TextEncoderNet::Ovis { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))

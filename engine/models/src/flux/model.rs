@@ -480,11 +480,10 @@ impl Flux {
             return Ok(b.pad(&context, 1, FLUX2_TEXT_LEN - len, 0, PadMode::Constant(0.0))?);
         }
         if self.config.ovis {
-            // Ovis-Image's `txt_norm` before `txt_in`: torch's `RMSNorm` without an ε, which takes the machine
-            // epsilon of the type it computes in.
-            let eps = b.compute_dtype().epsilon();
+            // Ovis-Image's `txt_norm` before `txt_in`: torch's `RMSNorm` without an ε, which takes f32's machine
+            // epsilon for every floating type (ATen's `rms_norm` computes 16-bit types in f32 and takes its ε).
             let layer = self.fetch(b, &["txt_norm.weight"])?;
-            return Ok(b.rms_norm(&context, Some(&layer.weight(0)), eps)?);
+            return Ok(b.rms_norm(&context, Some(&layer.weight(0)), f32::EPSILON)?);
         }
         Ok(context)
     }

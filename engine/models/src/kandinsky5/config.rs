@@ -66,8 +66,8 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     let channels = out[0] / (PATCH * PATCH);
     if visual_embed != channels * PATCH * PATCH {
         return Err(h.unsupported(format!(
-            "a Kandinsky 5 video model (its latent joined with an image latent and a mask: {visual_embed} \
-             features a patch, not {}); Kiln runs Kandinsky 5 Lite's image model",
+            "a Kandinsky 5 model that joins an image latent and a mask to its latent (the video and editing \
+             models: {visual_embed} features a patch, not {}); Kiln runs Kandinsky 5 Lite's text-to-image model",
             channels * PATCH * PATCH
         )));
     }

@@ -1,7 +1,6 @@
 //! [`Kandinsky5`]: the DiT's forward pass (ComfyUI's `Kandinsky5._forward` and `forward_orig`).
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
-use kiln_compute::dtype::round_to;
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
@@ -10,7 +9,7 @@ use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
 use crate::named::{fetch, linear};
-use crate::rope::{linspace, tables_at};
+use crate::rope::{linspace_in, tables_at};
 
 /// RoPE's base period on every axis.
 const ROPE_THETA: f64 = 10000.0;
@@ -63,6 +62,15 @@ impl Kandinsky5 {
                 cfg.channels,
                 input.x.shape(),
                 input.timesteps.len()
+            )));
+        }
+        let (text_width, pooled_width) = (input.context.dim(2)?, input.pooled.dim(1)?);
+        if (text_width, pooled_width) != (cfg.text_dim, cfg.pooled_dim) {
+            return Err(Error::Invalid(format!(
+                "Kandinsky 5 reads {}-wide text states and a {}-wide pooled vector (Qwen2.5-VL 7B's and CLIP-L's); \
+                 this prompt's are {text_width} and {pooled_width} wide: encode it with DualCLIPLoader type \
+                 kandinsky5_image (qwen_2.5_vl_7b and clip_l)",
+                cfg.text_dim, cfg.pooled_dim
             )));
         }
         let dt = b.compute_dtype();
@@ -197,8 +205,9 @@ impl Kandinsky5 {
         let q = split(linear(b, m, &format!("{p}.to_query"), x)?)?;
         let k = split(linear(b, m, &format!("{p}.to_key"), kv)?)?;
         let v = split(linear(b, m, &format!("{p}.to_value"), kv)?)?;
-        // torch's `RMSNorm` without an ε: the machine epsilon of the type it computes in.
-        let eps = b.compute_dtype().epsilon();
+        // torch's `RMSNorm` without an ε: f32's machine epsilon for every floating type (ATen computes 16-bit
+        // types in f32 and takes its ε).
+        let eps = f32::EPSILON;
         let norms =
             fetch(b, m, &[format!("{p}.query_norm.weight"), format!("{p}.key_norm.weight")])?;
         let mut q = b.rms_norm(&q, Some(&norms.weight(0)), eps)?;
@@ -236,11 +245,10 @@ impl Kandinsky5 {
     }
 
     /// `steps` positions from 0 to `(steps − 1) / factor`, as ComfyUI makes them: `torch.linspace` in the
-    /// compute type (so a 16-bit type rounds the larger ones).
+    /// compute type (a 16-bit type's arithmetic moves the larger ones).
     fn positions<B: Backend>(&self, b: &B, factor: f64, steps: usize) -> impl Iterator<Item = f64> {
-        let dt = b.compute_dtype();
         let last = (steps as f64 - 1.0) / factor;
-        linspace(0.0, last as f32, steps).map(move |p| f64::from(round_to(dt, p)))
+        linspace_in(b.compute_dtype(), 0.0, last as f32, steps).into_iter().map(f64::from)
     }
 
     /// The image tokens' (frame, row, column) positions, row-major (`rope_encode_3d`: one frame at 0, rows and

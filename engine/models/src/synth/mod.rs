@@ -83,6 +83,7 @@ const SD3: &str = "sd3";
 const KANDINSKY5: &str = "kandinsky5";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
+const ANIMA_LLLITE: &str = "anima-lllite";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -114,6 +115,9 @@ pub enum SynthFamily {
     /// The Z-Image Fun ControlNet (`ModelPatchLoader`), the release's layout: 6 control layers, 2 refiner
     /// blocks, diffusers' attention names.
     ZImageFunControlNet,
+    /// An Anima ControlNet-LLLite (`ModelPatchLoader`): a control image's (`anima-lllite`) or, with `true`, the
+    /// inpainting kind reading its mask too (`anima-lllite-inpaint`); every block's five modules.
+    AnimaLllite(bool),
     /// A FLUX.1 variant other than dev (`--family flux1`), ComfyUI's names.
     Flux(FluxFile),
     /// Qwen2.5-VL as LongCat-Image's text encoder (`qwen25vl-longcat`): at LongCat-Image's text width.
@@ -466,6 +470,7 @@ impl SynthFamily {
         );
         all.push(SynthFamily::QwenImageBlockwise);
         all.push(SynthFamily::ZImageFunControlNet);
+        all.extend([false, true].map(SynthFamily::AnimaLllite));
         all.extend(
             [
                 FluxFile::Schnell,
@@ -515,6 +520,8 @@ impl SynthFamily {
             SynthFamily::Sd3ControlNet(crate::sd3::ControlType::Other) => "sd3.5-controlnet",
             SynthFamily::QwenImageBlockwise => "qwen-image-diffsynth-controlnet",
             SynthFamily::ZImageFunControlNet => "z-image-fun-controlnet",
+            SynthFamily::AnimaLllite(false) => "anima-lllite",
+            SynthFamily::AnimaLllite(true) => "anima-lllite-inpaint",
             SynthFamily::Flux(FluxFile::Schnell) => "flux1-schnell",
             SynthFamily::Flux(FluxFile::Fill) => "flux1-fill",
             SynthFamily::Flux(FluxFile::Canny) => "flux1-canny",
@@ -1391,6 +1398,16 @@ pub fn write_family(
             let specs = specs_of(qwen_image::expected_blockwise(&config));
             let what = "Qwen-Image DiffSynth ControlNet";
             write_one(path, &specs, QWEN_IMAGE_CONTROLNET, what, dtype, seed, progress)
+        }
+        SynthFamily::AnimaLllite(inpaint) => {
+            let config = lllite_config(&set.anima, inpaint);
+            let specs = specs_of(crate::anima::lllite_expected(&config));
+            let (entries, layers) = entries(&specs, ANIMA_LLLITE, "", dtype);
+            let mut meta = metadata("Anima ControlNet-LLLite", seed, layers);
+            meta.push(("lllite.version".to_owned(), "2".to_owned()));
+            meta.push(("lllite.aspp_dilations".to_owned(), "1,2,4,8".to_owned()));
+            meta.push(("lllite.inpaint_masked_input".to_owned(), inpaint.to_string()));
+            Plan::new(path, entries, &meta).write(seed, progress)
         }
         SynthFamily::ZImageFunControlNet => {
             let specs = specs_of(zimage::fun_control_expected(&fun_control_config(&set.zimage)));
@@ -2278,6 +2295,28 @@ pub fn write_hidream_lora(
         }
     }
     write_one(path, &specs, HIDREAM_LORA, "HiDream LoRA", dtype, seed, progress)
+}
+
+/// The config of a synthetic Anima ControlNet-LLLite for the DiT `anima`: the released kinds' structure (an ASPP
+/// on the control image's, none on the inpainting one's, which reads the mask too) at small widths, a module for
+/// every block and target.
+pub fn lllite_config(anima: &crate::anima::Config, inpaint: bool) -> crate::anima::LlliteConfig {
+    use crate::anima::{LlliteModule, LlliteTarget};
+    let modules = (0..anima.blocks)
+        .flat_map(|block| {
+            LlliteTarget::ALL.map(|target| LlliteModule { block, target, mlp_dim: 16 })
+        })
+        .collect();
+    crate::anima::LlliteConfig {
+        cond_in_channels: if inpaint { 4 } else { 3 },
+        cond_dim: 32,
+        cond_emb_dim: 32,
+        resblocks: 1,
+        aspp_dilations: if inpaint { Vec::new() } else { vec![1, 2, 4, 8] },
+        inpaint_masked_input: inpaint,
+        model_dim: anima.dim,
+        modules,
+    }
 }
 
 /// Writes a random-weight LoRA for an Anima DiT of `config` to `path`, in ComfyUI's names (`diffusion_model.`

@@ -7,12 +7,13 @@
 use kiln_compute::memory::SafetensorsFile;
 use kiln_compute::{Backend, DType};
 use kiln_models::Header;
-use kiln_models::anima::{Anima, AnimaInput, rope_angles};
+use kiln_models::anima::{Anima, AnimaInput, LlliteCall, LlliteTarget, rope_angles};
 use kiln_models::family::{
-    DiffusionDetected, DiffusionFamily, PromptTokens, TextEncoderDetected, TextEncoderFamily,
+    DiffusionDetected, DiffusionFamily, ModelPatchDetected, ModelPatchNet, PromptTokens,
+    TextEncoderDetected, TextEncoderFamily,
 };
 
-use crate::common::{assert_close, cpu, ids, json, read_tensors, tiled_table};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, tiled_table};
 
 /// The tiny DiT, detected and loaded.
 fn dit(manager: &std::sync::Arc<kiln_compute::memory::MemoryManager>) -> Anima {
@@ -50,7 +51,7 @@ fn adapter_and_dit_match_comfyui() {
     for case in ["a", "b", "c"] {
         let t = |name: &str| &io[&format!("{case}.{name}")];
         let (x, context) = (tensor(&format!("{case}.x")), tensor(&format!("{case}.context")));
-        let input = AnimaInput { x: &x, timesteps: &t("t").1, context: &context };
+        let input = AnimaInput { x: &x, timesteps: &t("t").1, context: &context, lllite: &[] };
         let out = model.forward(b.as_ref(), &input).expect("forward");
         assert_eq!(out.shape(), t("out").0.as_slice(), "{case}");
         assert_close(&format!("Anima {case}"), &b.to_f32(&out).expect("read"), &t("out").1, 1e-4);
@@ -59,8 +60,10 @@ fn adapter_and_dit_match_comfyui() {
     let x = &io["a.x"];
     let flat = b.from_f32(&[1, 16, 8, 8], &x.1, DType::F32).expect("x");
     let context = tensor("a.context");
-    let out = model
-        .forward(b.as_ref(), &AnimaInput { x: &flat, timesteps: &io["a.t"].1, context: &context });
+    let out = model.forward(
+        b.as_ref(),
+        &AnimaInput { x: &flat, timesteps: &io["a.t"].1, context: &context, lllite: &[] },
+    );
     let out = out.expect("forward");
     assert_eq!(out.shape(), [1, 16, 8, 8]);
     assert_close("Anima 4-D", &b.to_f32(&out).expect("read"), &io["a.out"].1, 1e-4);
@@ -179,7 +182,7 @@ fn a_turbo_style_lora_adapts_every_blocks_attention() {
     let context = b.from_f32(&[1, 512, 64], &vec![0.25; 512 * 64], DType::F32).expect("context");
     let forward = || {
         let kiln_models::family::DiffusionNet::Anima(model) = &net else { panic!("Anima") };
-        let input = AnimaInput { x: &x, timesteps: &[0.5], context: &context };
+        let input = AnimaInput { x: &x, timesteps: &[0.5], context: &context, lllite: &[] };
         b.to_f32(&model.forward(b.as_ref(), &input).expect("forward")).expect("read")
     };
     let plain = forward();
@@ -189,4 +192,94 @@ fn a_turbo_style_lora_adapts_every_blocks_attention() {
         plain.iter().zip(&patched).any(|(p, q)| (p - q).abs() > 1e-3),
         "the LoRA changed nothing"
     );
+}
+
+/// The LLLite file `name` of `fixtures/anima_lllite/`, detected and loaded.
+fn lllite(
+    manager: &std::sync::Arc<kiln_compute::memory::MemoryManager>,
+    name: &str,
+) -> ModelPatchNet {
+    let file =
+        SafetensorsFile::open(fixture(&format!("anima_lllite/{name}.safetensors"))).expect("open");
+    let header = Header::new(&file, "");
+    let detected = ModelPatchDetected::detect(&header).expect("detect").expect("a model patch");
+    let weights = manager.load(&detected.load_plan(&header), &mut |_, _| {}).expect("load");
+    let net = detected.build(weights);
+    assert_eq!(net.family(), DiffusionFamily::Anima);
+    net
+}
+
+#[test]
+fn lllite_matches_comfyui() {
+    let (b, manager) = cpu(64 << 20);
+    let model = dit(&manager);
+    let (ModelPatchNet::AnimaLllite(control), ModelPatchNet::AnimaLllite(inpaint)) =
+        (lllite(&manager, "control"), lllite(&manager, "inpaint"))
+    else {
+        panic!("not Anima LLLites")
+    };
+    assert_eq!(
+        (control.config.cond_in_channels, &control.config.aspp_dilations[..]),
+        (3, &[1, 2, 4, 8][..])
+    );
+    assert_eq!(control.config.modules.len(), 8, "two modules left out");
+    assert!(!control.has(1, LlliteTarget::SelfV) && control.has(1, LlliteTarget::SelfK));
+    assert_eq!((inpaint.config.cond_in_channels, inpaint.config.inpaint_masked_input), (4, true));
+    assert!(inpaint.config.aspp_dilations.is_empty() && inpaint.config.resblocks == 0);
+
+    let io = read_tensors("anima_lllite/io.safetensors");
+    let cases = json("anima_lllite/cases.json");
+    let tensor = |name: &str| b.from_f32(&io[name].0, &io[name].1, DType::F32).expect(name);
+    // The conditioning CNN alone.
+    let cond = control.embed(b.as_ref(), &tensor("cond_control.image")).expect("embed");
+    assert_close("LLLite CNN", &b.to_f32(&cond).expect("read"), &io["cond_control.out"].1, 1e-4);
+
+    // The inpainting kind without a mask reads its image unmasked and a mask channel of −1 (zeros as ±1).
+    let nomask = {
+        let (shape, pixels) = &io["inpaint_a.cond_image"];
+        let plane = shape[2] * shape[3];
+        let mut values =
+            io["inpaint_a.image"].1.chunks(3).fold(vec![Vec::new(); 3], |mut planes, p| {
+                (0..3).for_each(|c| planes[c].push(p[c] * 2.0 - 1.0));
+                planes
+            });
+        values.push(vec![-1.0; plane]);
+        assert_eq!(pixels.len(), 4 * plane);
+        b.from_f32(shape, &values.concat(), DType::F32).expect("pixels")
+    };
+    for (case, net, pixels, inputs) in [
+        ("control_a", &control, Some(tensor("control_a.cond_image")), "control_a"),
+        ("control_off", &control, None, "control_a"),
+        ("control_b2", &control, Some(tensor("control_a.cond_image")), "control_b2"),
+        ("inpaint_a", &inpaint, Some(tensor("inpaint_a.cond_image")), "inpaint_a"),
+        ("inpaint_nomask", &inpaint, Some(nomask.clone()), "inpaint_a"),
+        ("inpaint_resize", &inpaint, Some(tensor("inpaint_resize.cond_image")), "inpaint_a"),
+    ] {
+        let strength = cases["cases"][case]["strength"].as_f64().expect("strength") as f32;
+        let calls: Vec<LlliteCall<'_, _>> = pixels
+            .iter()
+            .map(|p| LlliteCall { net, cond: net.embed(b.as_ref(), p).expect("embed"), strength })
+            .collect();
+        if let Some(call) = calls.first()
+            && let Some(want) = io.get(&format!("{case}.cond_emb"))
+        {
+            assert_close(
+                &format!("{case} embedding"),
+                &b.to_f32(&call.cond).expect("read"),
+                &want.1,
+                1e-4,
+            );
+        }
+        let (x, context) = (tensor(&format!("{inputs}.x")), tensor(&format!("{inputs}.context")));
+        let input = AnimaInput {
+            x: &x,
+            timesteps: &io[&format!("{inputs}.t")].1,
+            context: &context,
+            lllite: &calls,
+        };
+        let out = model.forward(b.as_ref(), &input).expect("forward");
+        let want = &io[&format!("{case}.out")];
+        assert_eq!(out.shape(), want.0.as_slice(), "{case}");
+        assert_close(&format!("LLLite {case}"), &b.to_f32(&out).expect("read"), &want.1, 1e-4);
+    }
 }

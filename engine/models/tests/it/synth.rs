@@ -573,6 +573,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "sd3.5-controlnet-depth",
             "qwen-image-diffsynth-controlnet",
             "z-image-fun-controlnet",
+            "anima-lllite",
+            "anima-lllite-inpaint",
             "flux1-schnell",
             "flux1-fill",
             "flux1-canny",
@@ -698,6 +700,19 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();
                 let want = synth::blockwise_config(&set.qwen_image);
                 assert_eq!(found, ModelPatchDetected::QwenImageBlockwise(want));
+            }
+            synth::SynthFamily::AnimaLllite(inpaint) => {
+                let Some(ModelPatchDetected::AnimaLllite(found)) =
+                    ModelPatchDetected::detect(&header).unwrap()
+                else {
+                    panic!("{family}: not an Anima LLLite")
+                };
+                let want = synth::lllite_config(&set.anima, inpaint);
+                assert_eq!(
+                    (found.cond_in_channels, found.inpaint_masked_input, &found.aspp_dilations),
+                    (want.cond_in_channels, want.inpaint_masked_input, &want.aspp_dilations)
+                );
+                assert_eq!(found.modules.len(), want.modules.len(), "{family}");
             }
             synth::SynthFamily::ZImageFunControlNet => {
                 let found = ModelPatchDetected::detect(&header).unwrap().unwrap();

@@ -109,6 +109,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(model_patch::QwenImageDiffsynthControlnet::new());
     registry.register(model_patch::QwenImageDiffsynthControlnet::z_image());
     registry.register(model_patch::uso_style_reference_node());
+    registry.register(model_patch::anima_lllite_apply_node());
     registry.register(latent::EmptyLatentImage::new());
     registry.register(latent::LatentUpscale::new());
     registry.register(files::SaveImage::new());

@@ -113,6 +113,9 @@ impl Node for QwenImageDiffsynthControlnet {
             ModelPatchNet::InfiniteTalk(_) => {
                 Some("InfiniteTalk, which takes audio: apply it with WanInfiniteTalkToVideo")
             }
+            ModelPatchNet::AnimaLllite(_) => Some(
+                "an Anima ControlNet-LLLite, which reads pixels: apply it with AnimaLLLiteApply",
+            ),
             _ => None,
         };
         if let Some(other_node) = other_node {
@@ -152,7 +155,8 @@ impl Node for QwenImageDiffsynthControlnet {
         let application = ModelPatchApplication {
             patch,
             image,
-            vae: inputs.vae("vae")?.clone(),
+            vae: Some(inputs.vae("vae")?.clone()),
+            sigma_range: None,
             strength: inputs.float("strength")?,
             mask: kept,
             hint: None,
@@ -189,7 +193,18 @@ pub(super) fn with_hints(
 ) -> Result<DiffusionModel, NodeError> {
     let mut prepared = model.clone();
     for application in &mut prepared.model_patches {
-        let (vae, image) = (&application.vae, &application.image);
+        if let ModelPatchNet::AnimaLllite(net) = application.patch.net.as_ref() {
+            let (image, mask) = (&application.image, application.mask.as_ref());
+            application.hint = Some(lllite_pixels(&net.config, image, mask, latent_shape)?);
+            continue;
+        }
+        let image = &application.image;
+        let vae = application.vae.as_ref().ok_or_else(|| {
+            NodeError::new(format!(
+                "{} has no VAE to encode its image",
+                application.patch.path.display()
+            ))
+        })?;
         // The latents' size, or theirs padded as the patch's model pads them.
         let mut shape = latent_shape.to_vec();
         let rank = shape.len();
@@ -267,4 +282,201 @@ pub(super) fn uso_style_reference_node() -> super::pure::Pure {
             Ok(vec![Value::Model(Arc::new(patched))])
         },
     )
+}
+
+/// `AnimaLLLiteApply`: the model with an Anima ControlNet-LLLite and its control image (and, for the inpainting
+/// kind, its mask: zeros without one) applied after the patches it has, between the sigmas of `start_percent` and
+/// `end_percent` on the model's sampling as it is now (ComfyUI's `percent_to_sigma` at the node).
+pub(super) fn anima_lllite_apply_node() -> super::pure::Pure {
+    let percent =
+        |name: &str, default: f64| InputDef::float(name, default, 0.0, 1.0).option("step", 0.001);
+    super::pure::Pure::new(
+        NodeSpec::new("AnimaLLLiteApply", "Apply Anima LLLite", "model_patches/anima")
+            .python_module("comfy_extras.nodes_model_patch")
+            .experimental()
+            .input(InputDef::typed("model", "MODEL"))
+            .input(InputDef::typed("model_patch", "MODEL_PATCH"))
+            .input(InputDef::typed("image", "IMAGE"))
+            .input(strength())
+            .input(percent("start_percent", 0.0))
+            .input(percent("end_percent", 1.0))
+            .optional(InputDef::typed("mask", "MASK"))
+            .output(OutputDef::new("MODEL")),
+        |inputs| {
+            let model = inputs.model("model")?;
+            let patch = inputs.model_patch("model_patch")?.clone();
+            let ModelPatchNet::AnimaLllite(net) = patch.net.as_ref() else {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "{} is not an Anima ControlNet-LLLite (it patches {} models)",
+                        patch.path.display(),
+                        patch.net.family().name()
+                    ),
+                ));
+            };
+            if model.net.family() != patch.net.family() {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "{} patches Anima models; the model is {}",
+                        patch.path.display(),
+                        model.net.family().name()
+                    ),
+                ));
+            }
+            let image = rgb(inputs.image("image")?)?;
+            let mask = match (net.config.cond_in_channels, inputs.get("mask")) {
+                (4, Some(_)) => Some(mask(inputs, "mask")?.0),
+                (4, None) => {
+                    let [b, h, w, _] = image.shape() else {
+                        unreachable!("rgb gives [B, H, W, 3]")
+                    };
+                    Some(Tensor::full(vec![*b, *h, *w], 0.0))
+                }
+                _ => None,
+            };
+            let sampling = &model.sampling;
+            let range = (
+                sampling.percent_to_sigma(inputs.float("start_percent")?),
+                sampling.percent_to_sigma(inputs.float("end_percent")?),
+            );
+            let application = ModelPatchApplication {
+                patch,
+                image,
+                vae: None,
+                sigma_range: Some(range),
+                strength: inputs.float("strength")?,
+                mask,
+                hint: None,
+            };
+            let mut patched = model.as_ref().clone();
+            patched.model_patches.push(application);
+            Ok(vec![Value::Model(Arc::new(patched))])
+        },
+    )
+}
+
+/// An LLLite's control input for latents of `latent_shape` (`AnimaLLLitePatch`): the image resized bicubic,
+/// centre-cropped, to 8× the latents' size padded to the DiT's patches, clamped to [0, 1] and moved to [-1, 1], `[B, 3, H, W]`; for the
+/// inpainting kind, then its mask (nearest, centre-cropped, 1 from 0.5 on) as ±1, the masked pixels blanked first
+/// where the file says so.
+fn lllite_pixels(
+    config: &kiln_models::anima::LlliteConfig,
+    image: &Tensor,
+    mask: Option<&Tensor>,
+    latent_shape: &[usize],
+) -> Result<Tensor, NodeError> {
+    let rank = latent_shape.len();
+    // The latents as the DiT pads them to its 2×2 patches, in pixels.
+    let (h, w) = match latent_shape {
+        [.., h, w] if rank >= 4 => (h.div_ceil(2) * 16, w.div_ceil(2) * 16),
+        other => {
+            return Err(NodeError::of_kind(
+                ErrorKind::InvalidValue,
+                format!("an Anima LLLite steers image latents; got {other:?}"),
+            ));
+        }
+    };
+    if rank == 5 && latent_shape[2] != 1 {
+        return Err(NodeError::of_kind(
+            ErrorKind::InvalidValue,
+            format!("an Anima LLLite steers one frame; the latent has {}", latent_shape[2]),
+        ));
+    }
+    let image = resize(image, w, h, "bicubic", true)?;
+    let batch = image.shape()[0];
+    let pixels: Vec<f32> = image.data().iter().map(|v| v.clamp(0.0, 1.0) * 2.0 - 1.0).collect();
+    let mask = match (mask, config.cond_in_channels) {
+        (Some(m), 4) => {
+            let (mb, mh, mw) = (m.shape()[0], m.shape()[1], m.shape()[2]);
+            let resized = resize(
+                &tensor(vec![mb, mh, mw, 1], m.data().to_vec())?,
+                w,
+                h,
+                "nearest-exact",
+                true,
+            )?;
+            if batch % mb != 0 {
+                return Err(NodeError::of_kind(
+                    ErrorKind::InvalidValue,
+                    format!("an Anima LLLite mask of {mb} cannot go with {batch} images"),
+                ));
+            }
+            Some(
+                resized
+                    .data()
+                    .iter()
+                    .map(|&v| if v >= 0.5 { 1.0 } else { 0.0 })
+                    .collect::<Vec<f32>>(),
+            )
+        }
+        _ => None,
+    };
+    let channels = if mask.is_some() { 4 } else { 3 };
+    let plane = h * w;
+    let mut out = vec![0.0f32; batch * channels * plane];
+    for s in 0..batch {
+        for i in 0..plane {
+            let m = mask.as_ref().map(|m| m[(s % (m.len() / plane)) * plane + i]);
+            let blank = config.inpaint_masked_input && m.is_some_and(|m| m >= 0.5);
+            for c in 0..3 {
+                let v = pixels[(s * plane + i) * 3 + c];
+                out[(s * channels + c) * plane + i] = if blank { 0.0 } else { v };
+            }
+            if let Some(m) = m {
+                out[(s * channels + 3) * plane + i] = m * 2.0 - 1.0;
+            }
+        }
+    }
+    tensor(vec![batch, channels, h, w], out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An LLLite config of `cond_in_channels` (the pixel preparation reads nothing else but the masking flag).
+    fn config(cond_in_channels: usize) -> kiln_models::anima::LlliteConfig {
+        kiln_models::anima::LlliteConfig {
+            cond_in_channels,
+            cond_dim: 16,
+            cond_emb_dim: 16,
+            resblocks: 0,
+            aspp_dilations: Vec::new(),
+            inpaint_masked_input: cond_in_channels == 4,
+            model_dim: 128,
+            modules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn lllite_pixels_are_comfyuis() {
+        // `scripts/reference/anima_lllite.py`: what ComfyUI's `AnimaLLLitePatch` feeds the conditioning CNN.
+        let io: std::collections::BTreeMap<String, Tensor> =
+            crate::fixtures::model_tensors("anima_lllite/io.safetensors")
+                .into_iter()
+                .map(|(name, (shape, values))| (name, Tensor::new(shape, values).unwrap()))
+                .collect();
+        let close = |what: &str, got: &Tensor, want: &Tensor| {
+            assert_eq!(got.shape(), want.shape(), "{what}");
+            let worst =
+                got.data().iter().zip(want.data()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst < 1e-4, "{what}: off by {worst}");
+        };
+        // An image of another size and aspect, bicubic and centre-cropped to the latents' 8×.
+        let got =
+            lllite_pixels(&config(3), &io["control_a.image"], None, &[1, 16, 1, 8, 8]).unwrap();
+        close("control", &got, &io["control_a.cond_image"]);
+        // The inpainting kind: the mask nearest-exact, thresholded, the masked pixels blanked, then ±1.
+        for case in ["inpaint_a", "inpaint_resize"] {
+            let (image, mask) = (&io[&format!("{case}.image")], &io[&format!("{case}.mask")]);
+            let got = lllite_pixels(&config(4), image, Some(mask), &[1, 16, 1, 6, 10]).unwrap();
+            close(case, &got, &io[&format!("{case}.cond_image")]);
+        }
+        // An odd-sized latent is padded to the DiT's patches first.
+        let got =
+            lllite_pixels(&config(3), &io["control_a.image"], None, &[1, 16, 1, 7, 7]).unwrap();
+        assert_eq!(got.shape(), [1, 3, 64, 64]);
+    }
 }

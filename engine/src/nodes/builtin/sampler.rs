@@ -31,7 +31,9 @@ use super::windowed::{Fusion, WindowRun, gather_frames, without_anchor};
 use crate::compute::Compute;
 use crate::models::context_windows::Window;
 use crate::models::device::{OnDevice, on_device};
-use crate::models::{CondExtras, Conditioning, DiffusionModel, DualCfg, Noise, PerpNeg};
+use crate::models::{
+    CondExtras, Conditioning, DiffusionModel, DualCfg, ModelPatchApplication, Noise, PerpNeg,
+};
 use crate::nodes::error::node_error;
 use crate::nodes::{
     Context, ErrorKind, Inputs, Node, NodeError, NodeResult, NodeSpec, PreviewMethod,
@@ -244,10 +246,15 @@ impl OnDevice for Forward<'_> {
                 .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
             hints.push((control, upload(b, &hint)?));
         }
+        // The patches whose sigma range this step is in (an LLLite's `sigma_end <= sigma <= sigma_start`).
+        let in_range = |p: &&ModelPatchApplication| {
+            p.sigma_range.is_none_or(|(start, end)| (end..=start).contains(&f64::from(self.sigma)))
+        };
         let patch_hints = self
             .model
             .model_patches
             .iter()
+            .filter(in_range)
             .map(|p| {
                 let hint = p.hint.as_ref().ok_or_else(|| {
                     kiln_models::Error::Invalid("a model patch's image was not prepared".to_owned())
