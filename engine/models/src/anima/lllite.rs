@@ -388,8 +388,9 @@ fn group_norm_silu<B: Backend>(b: &B, m: &Model, name: &str, x: &Tensor<B>) -> R
     Ok(b.unary(&y, UnaryOp::Silu)?)
 }
 
-/// The 3×3 convolution `name` with dilation `d` and padding `d` ("same"): the kernel's taps spread `d` apart
-/// with zeros between them, as one `(2d + 1)²` kernel.
+/// The 3×3 convolution `name` with dilation `d` and padding `d` ("same"), as its nine taps: the input padded by
+/// `d` with zeros, each tap a 1×1 convolution of the window `d` from the next, summed (nine taps' work, where one
+/// `(2d + 1)²` kernel with zeros between them would do up to 32 times as much).
 fn dilated_conv3<B: Backend>(
     b: &B,
     m: &Model,
@@ -400,12 +401,22 @@ fn dilated_conv3<B: Backend>(
     let layer = fetch(b, m, &weight_and_bias(name))?;
     let dt = b.compute_dtype();
     let w = b.weight_to_tensor(&layer.weight(0), dt)?;
-    let (o, c) = (w.dim(0)?, w.dim(1)?);
-    // [O, C, 3, 1, 3, 1] padded to [O, C, 3, d, 3, d]: tap (i, j) at (i·d, j·d) of a 3d × 3d grid.
-    let spread = b.pad(&w.reshape(&[o, c, 3, 1, 3, 1])?, 3, 0, d - 1, PadMode::Constant(0.0))?;
-    let spread = b.pad(&spread, 5, 0, d - 1, PadMode::Constant(0.0))?;
-    let spread = spread.reshape(&[o, c, 3 * d, 3 * d])?;
-    let spread = b.slice(&b.slice(&spread, 2, 0, 2 * d + 1)?, 3, 0, 2 * d + 1)?;
-    let kernel = OwnedWeight::from_tensor(b, &spread, dt)?;
-    Ok(b.conv2d(x, &kernel.view(), Some(&layer.weight(1)), Conv2dParams::same(d))?)
+    let (h, width) = (x.dim(2)?, x.dim(3)?);
+    let padded = b.pad(x, 2, d, d, PadMode::Constant(0.0))?;
+    let padded = b.pad(&padded, 3, d, d, PadMode::Constant(0.0))?;
+    let mut sum: Option<Tensor<B>> = None;
+    for i in 0..3 {
+        for j in 0..3 {
+            let tap = OwnedWeight::from_tensor(b, &b.slice(&b.slice(&w, 2, i, 1)?, 3, j, 1)?, dt)?;
+            let window = b.slice(&b.slice(&padded, 2, i * d, h)?, 3, j * d, width)?;
+            let bias = (i, j) == (0, 0);
+            let bias = bias.then(|| layer.weight(1));
+            let y = b.conv2d(&window, &tap.view(), bias.as_ref(), Conv2dParams::same(0))?;
+            sum = Some(match sum {
+                Some(acc) => b.binary(&acc, &y, BinaryOp::Add)?,
+                None => y,
+            });
+        }
+    }
+    sum.ok_or_else(|| Error::Invalid("a dilated convolution without taps".to_owned()))
 }
