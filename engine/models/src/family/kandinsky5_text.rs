@@ -67,7 +67,7 @@ impl Kandinsky5Encoders {
         let n = hidden.dim(1)?;
         let cond: Tensor<B> = b.slice(&hidden, 1, start, n - start)?;
         let pooled = clip_pooled(b, &self.clip_l, &tokens.clip_l)?;
-        Ok(Encoded { cond, pooled: Some(pooled), llama: None, t5_tokens: None })
+        Ok(Encoded::new(cond, Some(pooled)))
     }
 
     /// Both files' weights, the larger first.

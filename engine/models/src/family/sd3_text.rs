@@ -131,7 +131,7 @@ impl Sd3Encoders {
             (None, Some(t5)) => b.cast(&t5, f32)?,
             (None, None) => b.full(&[1, 77, T5_XXL_WIDTH], 0.0, f32)?,
         };
-        Ok(Encoded { cond, pooled: Some(pooled), llama: None, t5_tokens: None })
+        Ok(Encoded::new(cond, Some(pooled)))
     }
 
     /// The weights of the encoders given, the largest first.

@@ -58,15 +58,10 @@ impl SdxlEncoders {
         let (g, pooled) = penultimate_states(b, &self.clip_g, &tokens.clip_g, &CLIP_G_LAYOUT)?;
         let pooled = self.clip_g.project_pooled(b, &pooled)?;
         let Some(clip_l) = &self.clip_l else {
-            return Ok(Encoded { cond: g, pooled: Some(pooled), llama: None, t5_tokens: None });
+            return Ok(Encoded::new(g, Some(pooled)));
         };
         let (l, _) = penultimate_states(b, clip_l, &tokens.clip_l, &clip_text::PROMPT_LAYOUT)?;
-        Ok(Encoded {
-            cond: side_by_side(b, &l, &g)?,
-            pooled: Some(pooled),
-            llama: None,
-            t5_tokens: None,
-        })
+        Ok(Encoded::new(side_by_side(b, &l, &g)?, Some(pooled)))
     }
 
     /// The weights, CLIP-G's first.

@@ -600,6 +600,14 @@ pub struct Encoded<B: Backend> {
     pub t5_tokens: Option<Vec<Weighted>>,
 }
 
+impl<B: Backend> Encoded<B> {
+    /// The states `cond` and the pooled vector `pooled`, nothing else riding along (every family's but HiDream's
+    /// and Anima's).
+    pub fn new(cond: Tensor<B>, pooled: Option<Tensor<B>>) -> Encoded<B> {
+        Encoded { cond, pooled, llama: None, t5_tokens: None }
+    }
+}
+
 /// A loaded text encoder with its tokenizer.
 pub enum TextEncoderNet {
     /// Qwen3.
@@ -1194,23 +1202,13 @@ impl TextEncoderNet {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
-                Ok(Encoded {
-                    cond: model.hidden_state(b, ids)?,
-                    pooled: None,
-                    llama: None,
-                    t5_tokens: None,
-                })
+                Ok(Encoded::new(model.hidden_state(b, ids)?, None))
             }
             (TextEncoderNet::Ovis { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
-                Ok(Encoded {
-                    cond: ovis_states(b, model, ids)?,
-                    pooled: None,
-                    llama: None,
-                    t5_tokens: None,
-                })
+                Ok(Encoded::new(ovis_states(b, model, ids)?, None))
             }
             (TextEncoderNet::Flux2Klein { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1222,7 +1220,7 @@ impl TextEncoderNet {
                     qwen3::attended_keys(ids),
                     &qwen3::KLEIN_TAPS,
                 )?;
-                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
+                Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::Mistral3 { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1230,7 +1228,7 @@ impl TextEncoderNet {
                 }
                 let attended = mistral3::attended_keys(ids);
                 let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
-                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
+                Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::Qwen25Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {
                 let cond = match role {
@@ -1241,7 +1239,7 @@ impl TextEncoderNet {
                         longcat_image_states(b, model, vision.as_ref(), ids, images)?
                     }
                 };
-                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
+                Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::T5Xxl { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -1250,7 +1248,7 @@ impl TextEncoderNet {
                 // ComfyUI's PixArt encoder weighs against an empty prompt of pads alone (no end token).
                 let empty = prompt_weights::Layout { end: None, ..t5::CHROMA_PROMPT_LAYOUT };
                 let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
-                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
+                Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
@@ -1259,7 +1257,7 @@ impl TextEncoderNet {
                 let cond = weighted_states(b, sections, &t5::UMT5_PROMPT_LAYOUT, |ids| {
                     model.masked_hidden_state(b, ids, &t5::attention_mask(ids))
                 })?;
-                Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: None })
+                Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::HiDream(e), PromptTokens::HiDream(tokens)) => {
                 if !images.is_empty() {
@@ -1429,7 +1427,7 @@ fn encode_flux<B: Backend>(
     let pooled = clip_pooled(b, clip_l, clip_sections)?;
     let cond =
         weighted_states(b, t5_sections, &t5::FLUX_PROMPT_LAYOUT, |ids| t5.hidden_state(b, ids))?;
-    Ok(Encoded { cond, pooled: Some(pooled), llama: None, t5_tokens: None })
+    Ok(Encoded::new(cond, Some(pooled)))
 }
 
 /// CLIP-L's pooled vector (unprojected) of the first of `sections`, f32 `[1, D]`; the weights do not touch it
