@@ -2,8 +2,39 @@
 //! three or four axes, each axis owning a slice of the head's rotation pairs, as the cos/sin tables the backend's
 //! `rope` op takes, built on the host in f64 and stored as f32.
 
-use kiln_compute::DType;
 use kiln_compute::dtype::round_to;
+use kiln_compute::{Backend, DType, Tensor};
+
+use crate::error::Result;
+
+/// A RoPE's cosine and sine tables `[positions, pairs]` on the device, as the backend's `rope` op takes them.
+pub(crate) struct Rope<B: Backend> {
+    /// The cosines of each position's angles.
+    pub(crate) cos: Tensor<B>,
+    /// Their sines.
+    pub(crate) sin: Tensor<B>,
+}
+
+impl<B: Backend> Rope<B> {
+    /// Host cosines and sines, `pairs` a position (row-major), as tables of `dtype` on `b`.
+    pub(crate) fn upload(
+        b: &B,
+        cos: &[f32],
+        sin: &[f32],
+        pairs: usize,
+        dtype: DType,
+    ) -> Result<Rope<B>> {
+        let shape = [cos.len() / pairs, pairs];
+        Ok(Rope { cos: b.from_f32(&shape, cos, dtype)?, sin: b.from_f32(&shape, sin, dtype)? })
+    }
+
+    /// The tables of `angles` (`pairs` a position, computed in f32 as ComfyUI computes them), stored as `dtype`.
+    pub(crate) fn of_angles(b: &B, angles: &[f32], pairs: usize, dtype: DType) -> Result<Rope<B>> {
+        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+        Rope::upload(b, &cos, &sin, pairs, dtype)
+    }
+}
 
 /// cos and sin tables `[positions.len(), Σ axes / 2]`, row-major: for axis a of width d_a, angle
 /// p_a · θ^(−2k/d_a) for k < d_a/2, the axes' angles concatenated in order.

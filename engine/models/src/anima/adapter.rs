@@ -7,9 +7,10 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::{AdapterConfig, TEXT_ROWS};
-use super::model::{Anima, Rope};
+use super::model::Anima;
 use crate::error::{Error, Result};
 use crate::named::{embed_f32, fetch, linear};
+use crate::rope::Rope;
 
 /// ε of the adapter's RMS norms.
 const EPS: f32 = 1e-6;
@@ -151,5 +152,5 @@ fn rope<B: Backend>(b: &B, n: usize, head_dim: usize) -> Result<Rope<B>> {
         (0..half).map(|k| 1.0 / ROPE_THETA.powf((2 * k) as f32 / head_dim as f32)).collect();
     let angles: Vec<f32> =
         (0..n).flat_map(|p| inv_freq.iter().map(move |f| p as f32 * f)).collect();
-    Rope::of_angles(b, &angles, (n, half), b.compute_dtype())
+    Rope::of_angles(b, &angles, half, b.compute_dtype())
 }

@@ -10,6 +10,7 @@ use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::to_batch;
 use crate::named::fetch;
+use crate::rope::Rope;
 
 /// ε of the blocks' LayerNorms (no affine weights) and of every RMS norm.
 const EPS: f32 = 1e-6;
@@ -49,29 +50,6 @@ struct Shared<'a, B: Backend> {
     time: &'a Time<B>,
     rope: &'a Rope<B>,
     lllite: &'a [LlliteCall<'a, B>],
-}
-
-/// A RoPE's cosines and sines `[N, head_dim / 2]` (f32), rotating feature pairs (i, i + head_dim/2).
-pub(super) struct Rope<B: Backend> {
-    pub(super) cos: Tensor<B>,
-    pub(super) sin: Tensor<B>,
-}
-
-impl<B: Backend> Rope<B> {
-    /// The tables of `angles` `[n, half]` (computed in f32, as ComfyUI computes them), stored as `dtype`.
-    pub(super) fn of_angles(
-        b: &B,
-        angles: &[f32],
-        (n, half): (usize, usize),
-        dtype: DType,
-    ) -> Result<Rope<B>> {
-        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-        Ok(Rope {
-            cos: b.from_f32(&[n, half], &cos, dtype)?,
-            sin: b.from_f32(&[n, half], &sin, dtype)?,
-        })
-    }
 }
 
 impl Anima {
@@ -283,7 +261,7 @@ impl Anima {
     fn rope<B: Backend>(&self, b: &B, frames: usize, rows: usize, cols: usize) -> Result<Rope<B>> {
         let (head_dim, extrapolation) = (self.config.head_dim, self.config.rope_extrapolation);
         let angles = rope_angles(head_dim, extrapolation, (frames, rows, cols));
-        Rope::of_angles(b, &angles, (frames * rows * cols, head_dim / 2), DType::F32)
+        Rope::of_angles(b, &angles, head_dim / 2, DType::F32)
     }
 }
 

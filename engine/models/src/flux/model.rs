@@ -19,6 +19,7 @@ use crate::latent_tokens::{
     PatchOrder, SideBySide, batched_reference, padded, patchify, reference_sides, to_batch,
     unpatchify,
 };
+use crate::rope::Rope;
 
 /// The q/k RMS norms' ε: ComfyUI's `RMSNorm` has none, so torch takes f32's machine epsilon (also for
 /// bf16 and f16 inputs, whose norm computes in f32).
@@ -146,12 +147,6 @@ struct ChromaModulation<B: Backend> {
     single: Vec<TokenModulation<B>>,
     /// The final layer's (shift, scale), `[B, D]`.
     last: (Tensor<B>, Tensor<B>),
-}
-
-/// The joint sequence's RoPE table (text, then image, then references), `[tokens, 64]` f32 each.
-struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 /// The modulation of a run of tokens: one for all of them, or (`index_timestep_zero`) one for the first `at`
@@ -997,8 +992,5 @@ fn rope_table<B: Backend>(
     let (cos, sin) =
         crate::rope::tables(positions, generation.axes_dims(), generation.rope_theta());
     let half = HEAD_DIM / 2;
-    Ok(Rope {
-        cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,
-        sin: b.from_f32(&[positions.len(), half], &sin, DType::F32)?,
-    })
+    Rope::upload(b, &cos, &sin, half, DType::F32)
 }

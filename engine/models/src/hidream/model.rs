@@ -19,6 +19,7 @@ use super::config::{
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
+use crate::rope::Rope;
 
 /// A HiDream DiT: its config and its weights (ComfyUI's names, no prefix) under the memory manager.
 pub struct HiDream {
@@ -45,12 +46,6 @@ pub struct HiDreamInput<'a, B: Backend> {
     /// E1's image latent `[1 or B, 16, h, w']` in model space (`InstructPixToPixConditioning`'s), joined to the
     /// latents along the width; the output keeps the latents' width.
     pub image_cond: Option<&'a Tensor<B>>,
-}
-
-/// The joint sequence's RoPE table, `[tokens, 64]` f32 each.
-struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 /// One attention's projections under `{prefix}.attn1.` for a stream suffix (`""` image, `"_t"` text).
@@ -495,10 +490,7 @@ fn rope_table<B: Backend>(b: &B, rows: usize, cols: usize, text: usize) -> Resul
     positions.resize(rows * cols + text, [0; 3]);
     let (cos, sin) = crate::rope::tables(&positions, AXES_DIMS, ROPE_THETA);
     let half = HEAD_DIM / 2;
-    Ok(Rope {
-        cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,
-        sin: b.from_f32(&[positions.len(), half], &sin, DType::F32)?,
-    })
+    Rope::upload(b, &cos, &sin, half, DType::F32)
 }
 
 #[cfg(test)]

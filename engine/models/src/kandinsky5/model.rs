@@ -9,7 +9,7 @@ use crate::adaln::Modulation;
 use crate::error::{Error, Result};
 use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
 use crate::named::{fetch, linear};
-use crate::rope::{linspace_in, tables_at};
+use crate::rope::{Rope, linspace_in, tables_at};
 
 /// RoPE's base period on every axis.
 const ROPE_THETA: f64 = 10000.0;
@@ -32,12 +32,6 @@ pub struct Kandinsky5Input<'a, B: Backend> {
     pub context: &'a Tensor<B>,
     /// The pooled vector `[B or 1, pooled_dim]` (CLIP-L's).
     pub pooled: &'a Tensor<B>,
-}
-
-/// A RoPE's cosines and sines `[N, head_dim / 2]` (f32).
-struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 impl Kandinsky5 {
@@ -268,10 +262,6 @@ impl Kandinsky5 {
         axes: [usize; N],
     ) -> Result<Rope<B>> {
         let (cos, sin) = tables_at(positions, axes, ROPE_THETA);
-        let shape = [positions.len(), self.config.head_dim / 2];
-        Ok(Rope {
-            cos: b.from_f32(&shape, &cos, DType::F32)?,
-            sin: b.from_f32(&shape, &sin, DType::F32)?,
-        })
+        Rope::upload(b, &cos, &sin, self.config.head_dim / 2, DType::F32)
     }
 }

@@ -7,6 +7,7 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
 use crate::latent_tokens::{self, PatchOrder, SideBySide};
+use crate::rope::Rope;
 
 use super::blockwise::{BlockPatch, apply_patches};
 use super::config::{
@@ -104,12 +105,6 @@ impl Grid {
     pub(super) fn image_len(&self) -> usize {
         self.frames * self.rows * self.cols
     }
-}
-
-/// The RoPE table of the joint sequence (text, then image), `[tokens, head_dim / 2]` f32 each.
-pub(super) struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 /// Each sample's joint sequence (its text rows, then the image's): how the text rows split among the samples,
@@ -525,10 +520,7 @@ impl QwenImage {
         }
         let (cos, sin) = crate::rope::tables(&positions, cfg.axes_dims, ROPE_THETA);
         let half = cfg.head_dim / 2;
-        Ok(Rope {
-            cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,
-            sin: b.from_f32(&[positions.len(), half], &sin, DType::F32)?,
-        })
+        Rope::upload(b, &cos, &sin, half, DType::F32)
     }
 
     /// One stream's modulation from `silu_temb` with the `mod.1` weight and bias.

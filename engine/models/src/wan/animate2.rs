@@ -9,11 +9,13 @@
 //! scales its values; `reference_strength` scales the values of frame 0's tokens. [`super::PoseCache`] keeps the
 //! branch's block inputs across a run's steps.
 
-use kiln_compute::{Backend, Tensor};
+use kiln_compute::{Backend, DType, Tensor};
 
-use super::model::{BlockAudio, BlockWeights, Context, Grid, Rope, grid_positions, rope_tables};
+use super::config::HEAD_DIM;
+use super::model::{BlockAudio, BlockWeights, Context, Grid, grid_positions, rope_tables};
 use super::pose_cache::PoseCache;
 use crate::error::{Error, Result};
+use crate::rope::Rope;
 use crate::rope::RopeOptions;
 use crate::wan::Wan;
 
@@ -96,7 +98,7 @@ impl Wan {
         let image = self.image_embedding(b, input.clip, grid.batch)?;
         let (cos, sin) =
             rope_tables(&grid_positions(&input.rope, 0, grid.frames, grid.rows, grid.cols));
-        let rope = Rope::upload(b, &cos, &sin)?;
+        let rope = Rope::upload(b, &cos, &sin, HEAD_DIM / 2, DType::F32)?;
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);
         for s in 0..grid.batch {
@@ -209,7 +211,7 @@ impl Wan {
             grid_positions(&shifted, 1, frames, grid.rows, grid.cols)
         };
         let (cos, sin) = rope_tables(&positions);
-        let rope = Rope::upload(b, &cos, &sin)?;
+        let rope = Rope::upload(b, &cos, &sin, HEAD_DIM / 2, DType::F32)?;
         // The samples share one stream when their pose latents, text and CLIP states are one row each; a
         // cache keeps the first sample's alone (ComfyUI's `take` repeats it to the batch).
         let shared =

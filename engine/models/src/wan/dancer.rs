@@ -17,9 +17,10 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::dtype::round_to;
 use kiln_compute::{Backend, DType, Tensor};
 
-use super::config::Dancer;
-use super::model::{BlockAudio, BlockWeights, Grid, Rope, grid_positions, rope_tables};
+use super::config::{Dancer, HEAD_DIM};
+use super::model::{BlockAudio, BlockWeights, Grid, grid_positions, rope_tables};
 use crate::error::{Error, Result};
+use crate::rope::Rope;
 use crate::rope::RopeOptions;
 use crate::wan::Wan;
 
@@ -121,7 +122,7 @@ impl Wan {
         };
         let positions = dancer_positions(&input.rope, call, grid);
         let (cos, sin) = rope_tables(&positions);
-        let rope = Rope::upload(b, &cos, &sin)?;
+        let rope = Rope::upload(b, &cos, &sin, HEAD_DIM / 2, DType::F32)?;
 
         let mut samples = Vec::with_capacity(grid.batch);
         let mut contexts = Vec::with_capacity(grid.batch);

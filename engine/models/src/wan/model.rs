@@ -15,6 +15,7 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 
 use crate::error::{Error, Result};
 use crate::latent_tokens;
+use crate::rope::Rope;
 use crate::rope::RopeOptions;
 
 use super::animate2::Animate2Input;
@@ -330,12 +331,6 @@ fn distinct_rows<B: Backend>(b: &B, context: &Tensor<B>) -> Result<Vec<usize>> {
             first + 1
         })
         .collect())
-}
-
-/// The RoPE table of a sample's tokens, `[tokens, HEAD_DIM / 2]` f32 each.
-pub(super) struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 /// A block's six modulation vectors for its samples, each `[S·groups, D]` (one row per timestep embedding): shift,
@@ -1197,7 +1192,7 @@ impl Wan {
             cos.extend(c);
             sin.extend(s);
         }
-        Rope::upload(b, &cos, &sin)
+        Rope::upload(b, &cos, &sin, HEAD_DIM / 2, DType::F32)
     }
 
     /// Each in-context latent's patch tokens `[B or 1, T·rows·cols, D]` (through the video's own patch
@@ -1450,17 +1445,6 @@ impl Wan {
             out = b.slice(&out, 4, 0, w)?;
         }
         Ok(out)
-    }
-}
-
-impl<B: Backend> Rope<B> {
-    /// The table of host cosines and sines `[tokens · HEAD_DIM / 2]` each, on `b`.
-    pub(super) fn upload(b: &B, cos: &[f32], sin: &[f32]) -> Result<Rope<B>> {
-        let shape = [cos.len() / (HEAD_DIM / 2), HEAD_DIM / 2];
-        Ok(Rope {
-            cos: b.from_f32(&shape, cos, DType::F32)?,
-            sin: b.from_f32(&shape, sin, DType::F32)?,
-        })
     }
 }
 

@@ -23,11 +23,12 @@ use kiln_compute::{Backend, DType, Tensor};
 
 use super::config::{HEAD_DIM, PATCH};
 use super::model::{
-    BlockAudio, BlockWeights, Grid, Rope, Wan, WanInput, grid_positions, modulation, rope_tables,
+    BlockAudio, BlockWeights, Grid, Wan, WanInput, grid_positions, modulation, rope_tables,
 };
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::latent_tokens;
+use crate::rope::Rope;
 use crate::rope::RopeOptions;
 
 /// The blocks whose output the audio injectors change, injector i after block `INJECTED_BLOCKS[i]`
@@ -232,7 +233,7 @@ impl Wan {
             positions.extend(packed_positions(grid.h, grid.w));
         }
         let (cos, sin) = rope_tables(&positions);
-        let rope = Rope::upload(b, &cos, &sin)?;
+        let rope = Rope::upload(b, &cos, &sin, HEAD_DIM / 2, DType::F32)?;
 
         let text = self.text_embedding(b, input.context)?;
         let video_tokens = grid.tokens();

@@ -16,10 +16,11 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::named::linear;
+use crate::rope::Rope;
 
 use super::config::{Config, Layout, axes_dims};
 use super::keys::{self, CONTROL_GROUPS};
-use super::model::{Rope, ZImage};
+use super::model::ZImage;
 
 /// The main layers ComfyUI spreads the control layers over (its hard-coded 30).
 const SPREAD_OVER: f64 = 30.0;

@@ -10,6 +10,7 @@ use kiln_compute::{Backend, DType, Tensor, Weight};
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::header::Header;
+use crate::rope::Rope;
 
 use super::config::{Config, detect};
 use super::control::FunPatch;
@@ -22,12 +23,6 @@ pub struct ZImage {
     pub config: Config,
     /// The weights.
     pub weights: Model,
-}
-
-/// A RoPE table pair, `[tokens, head_dim / 2]` f32.
-pub(super) struct Rope<B: Backend> {
-    cos: Tensor<B>,
-    sin: Tensor<B>,
 }
 
 /// A modulated block's per-sample vectors: scales `1 + s` are applied by `modulate`, gates are `tanh(g)`
@@ -111,10 +106,7 @@ impl ZImage {
         positions.extend(rope::image_positions(caption_len, hp / p, wp / p, image_pads));
         let (cos, sin) = rope::tables(&positions, cfg.axes_dims, cfg.rope_theta);
         let half = cfg.head_dim / 2;
-        let joint = Rope {
-            cos: b.from_f32(&[positions.len(), half], &cos, DType::F32)?,
-            sin: b.from_f32(&[positions.len(), half], &sin, DType::F32)?,
-        };
+        let joint = Rope::upload(b, &cos, &sin, half, DType::F32)?;
         let part = |start, len| -> Result<Rope<B>> {
             Ok(Rope {
                 cos: b.slice(&joint.cos, 0, start, len)?,
