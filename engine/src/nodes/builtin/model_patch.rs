@@ -358,9 +358,9 @@ pub(super) fn anima_lllite_apply_node() -> super::pure::Pure {
 }
 
 /// An LLLite's control input for latents of `latent_shape` (`AnimaLLLitePatch`): the image resized bicubic,
-/// centre-cropped, to 8× the latents' size padded to the DiT's patches, clamped to [0, 1] and moved to [-1, 1], `[B, 3, H, W]`; for the
-/// inpainting kind, then its mask (nearest, centre-cropped, 1 from 0.5 on) as ±1, the masked pixels blanked first
-/// where the file says so.
+/// centre-cropped, to 8× the latents' size padded to the DiT's patches, clamped to [0, 1] and moved to [-1, 1],
+/// `[B, 3, H, W]`; for the inpainting kind, then its mask (nearest, centre-cropped, 1 from 0.5 on) as ±1, the masked
+/// pixels blanked first where the file says so.
 fn lllite_pixels(
     config: &kiln_models::anima::LlliteConfig,
     image: &Tensor,
