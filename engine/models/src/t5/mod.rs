@@ -22,7 +22,7 @@ pub use config::{
     Config, MAX_DISTANCE, RMS_EPS, UMT5_VOCAB, detect, detect_umt5, load_plan, umt5_load_plan,
 };
 pub use model::{T5, relative_position_bucket};
-pub use spiece::{SYNTH_PIECES, SentencePiece, synth_model};
+pub use spiece::{SYNTH_BPE_PIECES, SYNTH_PIECES, SentencePiece, synth_bpe_model, synth_model};
 pub use tokenizer::Tokenizer;
 pub use umt5::{
     SPIECE_MODEL, UMT5_PROMPT_LAYOUT, Umt5File, attention_mask, umt5_tokens, umt5_tokens_in,

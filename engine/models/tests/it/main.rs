@@ -38,6 +38,7 @@ mod qwen_image_controlnet;
 mod sampling;
 mod sd3;
 mod sdxl;
+mod spiece_bpe;
 mod synth;
 mod t5;
 mod umt5;

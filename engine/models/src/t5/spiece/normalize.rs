@@ -1,12 +1,13 @@
 //! [`Normalizer`]: SentencePiece's text normalisation before segmentation, from a model's `NormalizerSpec`: the
-//! compiled character map (longest match wins; a Darts double-array trie over UTF-8 bytes whose values index
-//! NUL-terminated replacements), then the whitespace rules: leading, trailing and repeated spaces dropped when
-//! `remove_extra_whitespaces`, spaces escaped as `▁`, a dummy `▁` before (or, with
-//! `treat_whitespace_as_suffix`, after) the text.
+//! model's user-defined symbols kept out of the compiled character map, which rewrites the rest (longest match
+//! wins; a Darts double-array trie over UTF-8 bytes whose values index NUL-terminated replacements), then the
+//! whitespace rules: leading, trailing and repeated spaces dropped when `remove_extra_whitespaces`, spaces
+//! escaped as `▁`, a dummy `▁` before (or, with `treat_whitespace_as_suffix`, after) the text.
 //!
 //! Only the ASCII space is whitespace here; other characters become spaces only through the map. The output
 //! is bytes: a map may in principle produce anything, and the segmentation works on bytes.
 
+use super::matcher::PrefixMatcher;
 use super::proto::NormalizerSpec;
 use crate::error::{Error, Result};
 
@@ -18,6 +19,8 @@ const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
 /// A model's normaliser.
 #[derive(Debug, Clone)]
 pub(crate) struct Normalizer {
+    /// The user-defined symbols, which the map never rewrites.
+    user_defined: PrefixMatcher,
     map: Option<CharsMap>,
     add_dummy_prefix: bool,
     remove_extra_whitespaces: bool,
@@ -26,14 +29,17 @@ pub(crate) struct Normalizer {
 }
 
 impl Normalizer {
-    /// The normaliser `spec` describes; [`Error::Tokenizer`] for a malformed character map.
+    /// The normaliser `spec` describes, keeping the model's `user_defined` symbols as written;
+    /// [`Error::Tokenizer`] for a malformed character map.
     pub(crate) fn new(
         spec: &NormalizerSpec,
         treat_whitespace_as_suffix: bool,
+        user_defined: PrefixMatcher,
     ) -> Result<Normalizer> {
         let map =
             if spec.charsmap.is_empty() { None } else { Some(CharsMap::new(&spec.charsmap)?) };
         Ok(Normalizer {
+            user_defined,
             map,
             add_dummy_prefix: spec.add_dummy_prefix,
             remove_extra_whitespaces: spec.remove_extra_whitespaces,
@@ -93,9 +99,12 @@ impl Normalizer {
         out
     }
 
-    /// The normalised form of `input`'s first character (or of the longest prefix the map has a rule for) and
-    /// how many bytes it takes.
+    /// The normalised form of `input`'s first character (or of the longest user-defined symbol it starts with,
+    /// unchanged, or else of the longest prefix the map has a rule for) and how many bytes it takes.
     fn prefix<'s>(&'s self, input: &'s [u8]) -> (&'s [u8], usize) {
+        if let Some(len) = self.user_defined.longest(input) {
+            return (&input[..len], len);
+        }
         if let Some((replacement, len)) = self.map.as_ref().and_then(|m| m.longest(input)) {
             return (replacement, len);
         }
@@ -185,7 +194,7 @@ mod tests {
             remove_extra_whitespaces: remove,
             ..NormalizerSpec::default()
         };
-        Normalizer::new(&spec, suffix).unwrap()
+        Normalizer::new(&spec, suffix, PrefixMatcher::new([])).unwrap()
     }
 
     fn text(bytes: Vec<u8>) -> String {
@@ -227,10 +236,13 @@ mod tests {
         blob.extend(units.iter().flat_map(|u| u.to_le_bytes()));
         blob.extend_from_slice(b"x\0y z\0");
         let spec = NormalizerSpec { charsmap: blob, ..NormalizerSpec::default() };
-        let n = Normalizer::new(&spec, false).unwrap();
+        let n = Normalizer::new(&spec, false, PrefixMatcher::new([])).unwrap();
         assert_eq!(text(n.normalize("abac")), "▁y▁zxc");
-        assert!(
-            Normalizer::new(&NormalizerSpec { charsmap: vec![4, 0, 0, 0], ..spec }, false).is_err()
-        );
+        // A user-defined symbol is kept as written, and the map applies after it.
+        let n = Normalizer::new(&spec, false, PrefixMatcher::new(["aba"])).unwrap();
+        assert_eq!(text(n.normalize("abab")), "▁abab");
+        assert_eq!(text(n.normalize("aab")), "▁xy▁z");
+        let bad = NormalizerSpec { charsmap: vec![4, 0, 0, 0], ..spec };
+        assert!(Normalizer::new(&bad, false, PrefixMatcher::new([])).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! SentencePiece's `ModelProto` (its `sentencepiece_model.proto`) decoded from, and written to, protobuf bytes:
-//! the fields a unigram encoder reads, every other field skipped as protobuf skips unknown fields.
+//! the fields the unigram and BPE encoders read, every other field skipped as protobuf skips unknown fields.
 //!
 //! Proto2 defaults hold for absent fields (a piece is `NORMAL` with score 0; the normaliser adds a dummy prefix,
 //! removes extra whitespace and escapes spaces as `▁`; the model is a unigram model). A field given twice keeps
@@ -56,7 +56,7 @@ impl PieceType {
 pub(crate) struct Piece {
     /// The text it stands for (spaces as `▁`).
     pub(crate) piece: String,
-    /// Its log-probability (unigram).
+    /// Its log-probability (unigram), or its merge priority, higher first (BPE).
     pub(crate) score: f32,
     /// How it takes part in encoding.
     pub(crate) kind: PieceType,
@@ -106,6 +106,8 @@ pub(crate) struct ModelProto {
 
 /// `ModelType.UNIGRAM`.
 pub(crate) const UNIGRAM: u64 = 1;
+/// `ModelType.BPE`.
+pub(crate) const BPE: u64 = 2;
 
 impl ModelProto {
     /// The model in `bytes` (a serialised `ModelProto`); [`Error::Tokenizer`] saying what is malformed.
@@ -133,7 +135,9 @@ impl ModelProto {
     }
 
     /// The serialised model: the pieces, the trainer settings above with ids `unk`, `bos`, `eos` and `pad`
-    /// (−1: none), and the normaliser (what `kiln model synth` writes into a file's `spiece_model`).
+    /// (−1: none) and, where they differ from the defaults (`<unk>`, `<s>`, `</s>`, `<pad>`), the names of the
+    /// pieces at those ids (the `sentencepiece` package finds its special ids by name), and the normaliser (what
+    /// `kiln model synth` writes into a file's `spiece_model`).
     pub(crate) fn encode(&self, [unk, bos, eos, pad]: [i32; 4]) -> Vec<u8> {
         let mut out = Vec::new();
         for piece in &self.pieces {
@@ -152,6 +156,14 @@ impl ModelProto {
         for (field, id) in [(40, unk), (41, bos), (42, eos), (43, pad)] {
             // Protobuf writes a negative int32 as its 64-bit two's complement.
             put_varint_field(&mut t, field, i64::from(id) as u64);
+        }
+        let specials =
+            [(45, unk, "<unk>"), (46, bos, "<s>"), (47, eos, "</s>"), (48, pad, "<pad>")];
+        for (field, id, default) in specials {
+            let piece = usize::try_from(id).ok().and_then(|id| self.pieces.get(id));
+            if let Some(piece) = piece.filter(|p| p.piece != default) {
+                put_bytes(&mut t, field, piece.piece.as_bytes());
+            }
         }
         put_bytes(&mut out, 2, &t);
         let n = &self.normalizer;
