@@ -194,6 +194,10 @@ const kilnFiles = [
   // Anima's ControlNet-LLLites: the control image's (canny, depth, ...) and the inpainting one, which reads a mask.
   { folder: 'model_patches', stem: /^anima-lllite-inpainting/i, family: 'anima-lllite-inpaint' },
   { folder: 'model_patches', stem: /^anima-lllite-/i, family: 'anima-lllite' },
+  // Lumina Image 2.0's all-in-one checkpoints (NetaYume Lumina: the NextDiT, Gemma 2 2B with its SentencePiece
+  // model, the Flux VAE), and Gemma 2 2B on its own (CLIPLoader type `lumina2`).
+  { folder: 'checkpoints', stem: /^netayume.*all_in_one|^lumina_2[_.]/i, family: 'lumina2' },
+  { folder: 'text_encoders', stem: /^gemma_2_2b[_.]/i, family: 'gemma2-2b' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -5,7 +5,9 @@
 //!   described once; loading and `kiln model synth` read the same description.
 //! - [`header`]: a safetensors file's tensors under a key prefix — what detection reads (never the weights).
 //! - [`latent`]: a family's latent format.
-//! - [`zimage`]: the Z-Image NextDiT (ComfyUI's and diffusers' key layouts).
+//! - [`zimage`]: the NextDiT of Z-Image (ComfyUI's and diffusers' key layouts) and of Lumina 2.
+//! - [`gemma2`]: Gemma 2 2B, Lumina 2's text encoder (the Qwen3 decoder code), with its file's SentencePiece
+//!   tokenizer.
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
 //!   tokenizer.
 //! - [`mistral3`]: FLUX.2 dev's Mistral Small 3.x text encoder (the Qwen3 decoder code) and the Tekken
@@ -33,6 +35,7 @@ pub mod flux;
 pub mod flux_vae;
 mod fp16;
 pub mod gaussian;
+pub mod gemma2;
 pub mod header;
 pub mod hidream;
 mod interpolate;

@@ -34,6 +34,9 @@ pub enum DiffusionFamily {
     Flux2,
     /// Z-Image (Turbo): the Lumina 2 NextDiT on Qwen3 captions in the Flux VAE's latent space.
     ZImage,
+    /// Lumina Image 2.0 (and NetaYume Lumina): the original NextDiT on Gemma 2 2B's states in the Flux VAE's
+    /// latent space.
+    Lumina2,
     /// LongCat-Image (and its Edit model): a FLUX.1 DiT on Qwen2.5-VL's hidden states, without pooled vector or
     /// guidance, its text and image positioned apart, in the Flux VAE's latent space.
     LongCatImage,
@@ -76,8 +79,9 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 16] = [
+    pub const ALL: [DiffusionFamily; 17] = [
         DiffusionFamily::ZImage,
+        DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
         DiffusionFamily::Chroma,
@@ -105,6 +109,7 @@ impl DiffusionFamily {
             DiffusionFamily::Chroma => flux::family::CHROMA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_NAME,
             DiffusionFamily::ZImage => zimage::family::NAME,
+            DiffusionFamily::Lumina2 => zimage::family::LUMINA2_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_NAME,
@@ -126,7 +131,7 @@ impl DiffusionFamily {
             | DiffusionFamily::Chroma
             | DiffusionFamily::OvisImage => flux::family::LATENT,
             DiffusionFamily::Flux2 => flux::family::FLUX2_LATENT,
-            DiffusionFamily::ZImage => zimage::family::LATENT,
+            DiffusionFamily::ZImage | DiffusionFamily::Lumina2 => zimage::family::LATENT,
             DiffusionFamily::QwenImage => qwen_image::family::LATENT,
             DiffusionFamily::Wan21 => wan::family::WAN21_LATENT,
             DiffusionFamily::Wan22 => wan::family::WAN22_LATENT,
@@ -157,6 +162,10 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => FlowSampling::flux(flux::family::FLUX2_SHIFT).into(),
             DiffusionFamily::ZImage => {
                 FlowSampling::new(zimage::family::SHIFT, zimage::family::MULTIPLIER).into()
+            }
+            DiffusionFamily::Lumina2 => {
+                FlowSampling::new(zimage::family::LUMINA2_SHIFT, zimage::family::LUMINA2_MULTIPLIER)
+                    .into()
             }
             DiffusionFamily::QwenImage => FlowSampling::flux(qwen_image::family::FLUX_SHIFT).into(),
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
@@ -193,6 +202,7 @@ impl DiffusionFamily {
             DiffusionFamily::LongCatImage => &[flux::family::CHECKPOINT_QWEN25_7B_PREFIX],
             DiffusionFamily::Chroma => &[flux::family::CHECKPOINT_T5_PREFIX],
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::Lumina2 => &[zimage::family::LUMINA2_CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => {
                 &[wan::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
@@ -231,6 +241,7 @@ impl DiffusionFamily {
             DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
             DiffusionFamily::Kandinsky5 => crate::family::KANDINSKY5_IMAGE_CLIP_TYPE,
             DiffusionFamily::ZImage
+            | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
             | DiffusionFamily::Wan22
@@ -248,7 +259,9 @@ impl DiffusionFamily {
             | DiffusionFamily::Chroma
             | DiffusionFamily::OvisImage => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Flux2 => (VaeFamily::Flux2, flux::family::CHECKPOINT_VAE_PREFIX),
-            DiffusionFamily::ZImage => (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::ZImage | DiffusionFamily::Lumina2 => {
+                (VaeFamily::Flux, zimage::family::CHECKPOINT_VAE_PREFIX)
+            }
             DiffusionFamily::QwenImage => {
                 (VaeFamily::Wan21, qwen_image::family::CHECKPOINT_VAE_PREFIX)
             }
@@ -274,6 +287,7 @@ impl DiffusionFamily {
             DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_NAME,
+            DiffusionFamily::Lumina2 => zimage::family::LUMINA2_SYNTH_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_NAME,
@@ -296,6 +310,7 @@ impl DiffusionFamily {
             DiffusionFamily::Chroma => flux::family::CHROMA_SYNTH_LORA_NAME,
             DiffusionFamily::Flux2 => flux::family::FLUX2_SYNTH_LORA_NAME,
             DiffusionFamily::ZImage => zimage::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Lumina2 => zimage::family::LUMINA2_SYNTH_LORA_NAME,
             DiffusionFamily::QwenImage => qwen_image::family::SYNTH_LORA_NAME,
             DiffusionFamily::Wan21 => wan::family::WAN21_SYNTH_LORA_NAME,
             DiffusionFamily::Wan22 => wan::family::WAN22_SYNTH_LORA_NAME,
@@ -323,9 +338,9 @@ impl DiffusionFamily {
             DiffusionFamily::Flux2 => flux::detect(h)?
                 .filter(|(config, _)| config.generation == flux::Generation::Two)
                 .map(|(config, layout)| DiffusionDetected::Flux2(config, layout)),
-            DiffusionFamily::ZImage => {
-                zimage::detect(h)?.map(|(config, layout)| DiffusionDetected::ZImage(config, layout))
-            }
+            DiffusionFamily::ZImage | DiffusionFamily::Lumina2 => zimage::detect(h)?
+                .filter(|(config, _)| nextdit_family(config) == self)
+                .map(|(config, layout)| DiffusionDetected::ZImage(config, layout)),
             DiffusionFamily::QwenImage => qwen_image::detect(h)?
                 .map(|(config, method)| DiffusionDetected::QwenImage(config, method)),
             DiffusionFamily::Wan21 | DiffusionFamily::Wan22 => wan::detect(h)?
@@ -341,6 +356,14 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Anima => anima::detect(h)?.map(DiffusionDetected::Anima),
         })
+    }
+}
+
+/// The family of a NextDiT: Lumina 2's or Z-Image's.
+fn nextdit_family(config: &zimage::Config) -> DiffusionFamily {
+    match config.variant {
+        zimage::Variant::ZImage => DiffusionFamily::ZImage,
+        zimage::Variant::Lumina2 => DiffusionFamily::Lumina2,
     }
 }
 
@@ -364,7 +387,7 @@ pub enum DiffusionDetected {
     Flux(flux::Config, flux::Layout),
     /// FLUX.2.
     Flux2(flux::Config, flux::Layout),
-    /// Z-Image.
+    /// Z-Image or Lumina 2 (the config's variant says which).
     ZImage(zimage::Config, zimage::Layout),
     /// Qwen-Image, with its default reference method (`index_timestep_zero` for Edit 2511).
     QwenImage(qwen_image::Config, &'static str),
@@ -409,7 +432,7 @@ impl DiffusionDetected {
         match self {
             DiffusionDetected::Flux(config, _) => flux_family(config),
             DiffusionDetected::Flux2(..) => DiffusionFamily::Flux2,
-            DiffusionDetected::ZImage(..) => DiffusionFamily::ZImage,
+            DiffusionDetected::ZImage(config, _) => nextdit_family(config),
             DiffusionDetected::QwenImage(..) => DiffusionFamily::QwenImage,
             DiffusionDetected::Wan(config, _) => wan_family(config),
             DiffusionDetected::Unet(config) => unet_family(config),
@@ -707,7 +730,7 @@ pub enum DiffusionNet {
     Flux(Flux),
     /// FLUX.2.
     Flux2(Flux),
-    /// Z-Image.
+    /// Z-Image or Lumina 2.
     ZImage(ZImage),
     /// Qwen-Image.
     QwenImage(QwenImage),
@@ -731,7 +754,7 @@ impl DiffusionNet {
         match self {
             DiffusionNet::Flux(net) => flux_family(&net.config),
             DiffusionNet::Flux2(_) => DiffusionFamily::Flux2,
-            DiffusionNet::ZImage(_) => DiffusionFamily::ZImage,
+            DiffusionNet::ZImage(net) => nextdit_family(&net.config),
             DiffusionNet::QwenImage(_) => DiffusionFamily::QwenImage,
             DiffusionNet::Wan(net) => wan_family(&net.config),
             DiffusionNet::Unet(net) => unet_family(&net.config),
@@ -962,7 +985,7 @@ impl DiffusionNet {
                 )
             }
             DiffusionNet::ZImage(net) => {
-                refuse_controls(DiffusionFamily::ZImage, input.controls, input.patches)?;
+                refuse_controls(nextdit_family(&net.config), input.controls, input.patches)?;
                 let mut patches = Vec::with_capacity(input.patches.len());
                 for patch in input.patches {
                     if let ModelPatchNet::ZImageFun(control) = patch.net {

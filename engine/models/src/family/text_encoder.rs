@@ -17,6 +17,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::anima;
 use crate::clip_text::{self, ClipText};
 use crate::error::{Error, Result};
+use crate::gemma2;
 use crate::header::Header;
 use crate::llama3;
 use crate::lora::LoraPatches;
@@ -84,12 +85,18 @@ pub enum TextEncoderFamily {
     /// `detect_te_model`), its last hidden state of the prompt as it is, with the prompt's T5 tokens beside it for
     /// the model's LLM adapter. Never detected as such.
     Anima,
+    /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): layer `layers − 2`'s
+    /// output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the SentencePiece
+    /// model its file carries; no pooled vector.
+    Gemma2,
 }
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 7] = [
+    pub const ALL: [TextEncoderFamily; 8] = [
         TextEncoderFamily::Qwen3,
+        // Before Llama 3, whose Llama-shaped files Gemma 2's sandwich norms set apart.
+        TextEncoderFamily::Gemma2,
         TextEncoderFamily::Qwen25Vl,
         TextEncoderFamily::ClipL,
         // Before T5-XXL, whose detection refuses a umT5 file.
@@ -118,6 +125,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Ovis => "Ovis 2.5",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
             TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
+            TextEncoderFamily::Gemma2 => gemma2::NAME,
         }
     }
 
@@ -147,6 +155,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
             // A Qwen3 file of Qwen3 0.6B's width.
             TextEncoderFamily::Anima => qwen3::family::QWEN3_06B_SYNTH_NAME,
+            TextEncoderFamily::Gemma2 => gemma2::SYNTH_NAME,
         }
     }
 
@@ -186,7 +195,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
             | TextEncoderFamily::Kandinsky5
-            | TextEncoderFamily::Anima => {
+            | TextEncoderFamily::Anima
+            | TextEncoderFamily::Gemma2 => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -213,6 +223,9 @@ impl TextEncoderFamily {
             TextEncoderFamily::Mistral3 => mistral3::detect(h)?.map(TextEncoderDetected::Mistral3),
             TextEncoderFamily::Umt5Xxl => t5::Umt5File::detect(h)?.map(TextEncoderDetected::Umt5),
             TextEncoderFamily::Llama3 => llama3::detect(h)?.map(TextEncoderDetected::Llama3),
+            TextEncoderFamily::Gemma2 => {
+                gemma2::Gemma2File::detect(h)?.map(TextEncoderDetected::Gemma2)
+            }
             TextEncoderFamily::Flux
             | TextEncoderFamily::Flux2Klein
             | TextEncoderFamily::HiDream
@@ -252,6 +265,8 @@ pub enum TextEncoderDetected {
     Ovis(qwen3::Config),
     /// A Qwen3 0.6B file as Anima's encoder (from [`TextEncoderDetected::for_clip_type`], by its width).
     Anima(qwen3::Config),
+    /// Gemma 2 (Lumina 2's encoder), and where its tokenizer is.
+    Gemma2(gemma2::Gemma2File),
 }
 
 impl TextEncoderDetected {
@@ -276,6 +291,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
             TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
             TextEncoderDetected::Anima(_) => TextEncoderFamily::Anima,
+            TextEncoderDetected::Gemma2(_) => TextEncoderFamily::Gemma2,
         }
     }
 
@@ -308,6 +324,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
             TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
             TextEncoderDetected::Llama3(config) => llama3::load_plan(h, config),
+            TextEncoderDetected::Gemma2(found) => gemma2::load_plan(h, &found.config),
         }
     }
 
@@ -352,6 +369,13 @@ impl TextEncoderDetected {
                 Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::LongCatImage))
             }
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
+            // ComfyUI makes Gemma 2 2B Lumina 2's encoder with any type but `pixeldit` (PixelDiT's, with its own
+            // tokenizer options).
+            TextEncoderDetected::Gemma2(_) if kind == PIXELDIT_CLIP_TYPE => Err(Error::Invalid(
+                "type `pixeldit` makes Gemma 2 2B PixelDiT's text encoder, which Kiln does not run; Lumina 2's is \
+                 the same file with type `lumina2`"
+                    .to_owned(),
+            )),
             TextEncoderDetected::Umt5(found) if kind == t5::family::WAN_CLIP_TYPE => {
                 Ok(TextEncoderDetected::Umt5(found))
             }
@@ -445,6 +469,10 @@ impl TextEncoderDetected {
                 tokenizer: found.tokenizer()?,
                 model: T5::umt5(found.config, weights),
             },
+            TextEncoderDetected::Gemma2(found) => TextEncoderNet::Gemma2 {
+                tokenizer: found.tokenizer()?,
+                model: Qwen3::new(found.config, weights),
+            },
             TextEncoderDetected::T5Alone(config) => TextEncoderNet::T5Xxl {
                 model: T5::new(config, weights),
                 tokenizer: t5::Tokenizer::bundled()?,
@@ -486,6 +514,10 @@ pub const SD3_CLIP_TYPE: &str = "sd3";
 
 /// `DualCLIPLoader`'s type of Kandinsky 5 Lite's image model's encoders (Qwen2.5-VL 7B + CLIP-L).
 pub const KANDINSKY5_IMAGE_CLIP_TYPE: &str = "kandinsky5_image";
+
+/// `CLIPLoader`'s type that makes Gemma 2 2B PixelDiT's text encoder (which Kiln does not run) rather than
+/// Lumina 2's.
+pub const PIXELDIT_CLIP_TYPE: &str = "pixeldit";
 
 /// `DualCLIPLoader`'s type of Kandinsky 5's video models' encoders (the same files under the video template).
 pub const KANDINSKY5_CLIP_TYPE: &str = "kandinsky5";
@@ -683,6 +715,13 @@ pub enum TextEncoderNet {
     },
     /// Kandinsky 5's Qwen2.5-VL and CLIP-L with their tokenizers.
     Kandinsky5(Box<Kandinsky5Encoders>),
+    /// Lumina 2's Gemma 2 (the Qwen3 decoder code) with the SentencePiece tokenizer of its file.
+    Gemma2 {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: gemma2::Tokenizer,
+    },
     /// Anima's Qwen3 0.6B (the Qwen3 decoder code) with the Qwen tokenizer, and T5's for the adapter's tokens.
     Anima {
         /// The network.
@@ -731,6 +770,7 @@ impl TextEncoderNet {
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
             TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
+            TextEncoderNet::Gemma2 { .. } => TextEncoderFamily::Gemma2,
         }
     }
 
@@ -743,6 +783,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Ovis { model, .. }
             | TextEncoderNet::Anima { model, .. }
+            | TextEncoderNet::Gemma2 { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
             TextEncoderNet::Flux { t5, .. } => &t5.weights,
             TextEncoderNet::Umt5 { model, .. } | TextEncoderNet::T5Xxl { model, .. } => {
@@ -862,6 +903,7 @@ impl TextEncoderNet {
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
                 | TextEncoderDetected::T5Alone(_)
+                | TextEncoderDetected::Gemma2(_)
                 | TextEncoderDetected::Umt5(_) => {}
             }
         }
@@ -945,6 +987,9 @@ impl TextEncoderNet {
             }
             TextEncoderNet::Mistral3 { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
+            }
+            TextEncoderNet::Gemma2 { tokenizer, .. } => {
+                Ok(PromptTokens::Weighted(tokenizer.tokens(prompt)?))
             }
             TextEncoderNet::Umt5 { tokenizer, .. } => {
                 let layout = options.apply(&t5::UMT5_PROMPT_LAYOUT);
@@ -1045,6 +1090,7 @@ impl TextEncoderNet {
                 | TextEncoderNet::Sd3(_)
                 | TextEncoderNet::Ovis { .. }
                 | TextEncoderNet::Anima { .. }
+                | TextEncoderNet::Gemma2 { .. }
                 | TextEncoderNet::Kandinsky5(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
@@ -1095,6 +1141,9 @@ impl TextEncoderNet {
             TextEncoderNet::Anima { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Anima's Qwen3 0.6B encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Gemma2 { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Lumina 2's Gemma 2 encoder is not supported yet".to_owned(),
+            )),
             // ComfyUI's `Mistral3Small24B` generates nothing either (it is no `BaseGenerate`).
             TextEncoderNet::Mistral3 { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with FLUX.2 dev's Mistral Small encoder is not supported".to_owned(),
@@ -1132,6 +1181,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
             | TextEncoderNet::Anima { .. }
+            | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
@@ -1173,6 +1223,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
             | TextEncoderNet::Anima { .. }
+            | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
@@ -1250,6 +1301,18 @@ impl TextEncoderNet {
                 let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
                 Ok(Encoded::new(cond, None))
             }
+            (TextEncoderNet::Gemma2 { model, .. }, PromptTokens::Weighted(sections)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                let cond = weighted_states(b, sections, &gemma2::PROMPT_LAYOUT, |ids| {
+                    match gemma2::attended_keys(ids) {
+                        n if n == ids.len() => model.hidden_state(b, ids),
+                        n => model.masked_hidden_state_with_images(b, ids, &[], n),
+                    }
+                })?;
+                Ok(Encoded::new(cond, None))
+            }
             (TextEncoderNet::Umt5 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {
                     return reads_no_images();
@@ -1323,12 +1386,15 @@ impl TextEncoderNet {
                 "FLUX.1's text encoder takes CLIP-L and T5-XXL tokens, not one id sequence"
                     .to_owned(),
             )),
-            (TextEncoderNet::Umt5 { .. } | TextEncoderNet::T5Xxl { .. }, PromptTokens::Ids(_)) => {
-                Err(Error::Invalid(format!(
-                    "a {} text encoder takes weighted sections, not one id sequence",
-                    self.family().name()
-                )))
-            }
+            (
+                TextEncoderNet::Umt5 { .. }
+                | TextEncoderNet::T5Xxl { .. }
+                | TextEncoderNet::Gemma2 { .. },
+                PromptTokens::Ids(_),
+            ) => Err(Error::Invalid(format!(
+                "a {} text encoder takes weighted sections, not one id sequence",
+                self.family().name()
+            ))),
             (_, PromptTokens::Flux { .. }) => Err(Error::Invalid(format!(
                 "FLUX.1's CLIP-L and T5-XXL tokens for a {} text encoder",
                 self.family().name()

@@ -18,7 +18,7 @@ pub const ROPE_THETA: f64 = 500_000.0;
 pub const NORM: &str = "model.norm.weight";
 
 /// The Llama 3 decoder in `h` (`None` when the file is not one: a Llama-shaped file, without q/k norms or
-/// projection biases, that is not Mistral Small's, which [`crate::mistral3::detect`] claims first), every width
+/// projection biases nor Gemma's sandwich norms, that is not Mistral Small's, which [`crate::mistral3::detect`] claims first), every width
 /// but the head's read from the shapes. A tensor missing, of an unsupported dtype or of a disagreeing shape is
 /// [`crate::Error::Unsupported`] naming it.
 pub fn detect(h: &Header) -> Result<Option<Config>> {
@@ -26,7 +26,8 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     let llama_shaped = present("model.layers.0.post_attention_layernorm.weight")
         && present("model.layers.0.self_attn.k_proj.weight")
         && !present("model.layers.0.self_attn.q_norm.weight")
-        && !present("model.layers.0.self_attn.q_proj.bias");
+        && !present("model.layers.0.self_attn.q_proj.bias")
+        && !present("model.layers.0.pre_feedforward_layernorm.weight");
     if !llama_shaped || crate::mistral3::detect(h)?.is_some() {
         return Ok(None);
     }

@@ -44,6 +44,11 @@ pub enum Variant {
     /// Llama 3.1 8B Instruct (HiDream's fourth text encoder, [`crate::llama3`]): Mistral's layer tensors; its
     /// conditioning is every layer's output, the last through the final norm.
     Llama3,
+    /// Gemma 2 (Lumina 2's text encoder, [`crate::gemma2`]): no biases, no q/k norms; every RMSNorm scales by
+    /// `1 + w`, attention and MLP outputs pass through their own norms before the residual (sandwich norms), the
+    /// MLP is GeGLU with tanh GELU, the embeddings are scaled by √hidden; its conditioning is layer
+    /// `layers − 2`'s output, un-normalised.
+    Gemma2,
 }
 
 impl Variant {
@@ -53,9 +58,25 @@ impl Variant {
             Variant::Qwen3 => &LAYER_TENSORS,
             Variant::Qwen25Vl => &QWEN25_LAYER_TENSORS,
             Variant::Mistral3 | Variant::Llama3 => &MISTRAL3_LAYER_TENSORS,
+            Variant::Gemma2 => &GEMMA2_LAYER_TENSORS,
         }
     }
 }
+
+/// [`LAYER_TENSORS`] of Gemma 2: Mistral's with a norm after the attention and around the MLP.
+const GEMMA2_LAYER_TENSORS: [&str; 11] = [
+    "input_layernorm.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight",
+    "pre_feedforward_layernorm.weight",
+    "post_feedforward_layernorm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+];
 
 /// [`LAYER_TENSORS`] of Mistral Small 3.x: Qwen3's without the q/k norms.
 const MISTRAL3_LAYER_TENSORS: [&str; 9] = [
@@ -170,6 +191,12 @@ impl Config {
                 let [in_norm, q, k, v, o, _, _, post_norm, gate, up, down] =
                     self.qwen3_layer_shapes();
                 vec![in_norm, q, k, v, o, post_norm, gate, up, down]
+            }
+            Variant::Gemma2 => {
+                let [in_norm, q, k, v, o, _, _, post_norm, gate, up, down] =
+                    self.qwen3_layer_shapes();
+                let d = post_norm.clone();
+                vec![in_norm, q, k, v, o, post_norm, d.clone(), d, gate, up, down]
             }
         }
     }

@@ -118,7 +118,7 @@ impl Qwen3 {
             let mut parts = Vec::with_capacity(pieces.len());
             for piece in &pieces {
                 parts.push(match piece {
-                    Piece::Text(ids) => b.embedding(ids, &layer.weight(0))?,
+                    Piece::Text(ids) => self.embed(b, ids, &layer.weight(0))?,
                     Piece::Image(image) => b.cast(&image.embeds, b.compute_dtype())?,
                 });
             }
@@ -134,7 +134,9 @@ impl Qwen3 {
         let attended = attended.map(|a| Piece::masked_from(&pieces, a, &mut positions));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let layers = match cfg.variant {
-            Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 => cfg.layers.saturating_sub(1),
+            Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 | Variant::Gemma2 => {
+                cfg.layers.saturating_sub(1)
+            }
             Variant::Qwen25Vl => cfg.layers,
         };
         for i in 0..layers {
@@ -146,7 +148,7 @@ impl Qwen3 {
         }
         if cfg.variant == Variant::Qwen25Vl && final_norm {
             let norm = self.weights.fetch(b, &[NORM])?;
-            x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
+            x = self.norm(b, &x, &norm.weight(0))?;
         }
         Ok(b.cast(&x, DType::F32)?)
     }
@@ -193,7 +195,7 @@ impl Qwen3 {
         }
         let mut x = {
             let layer = self.weights.fetch(b, &[EMBED])?;
-            b.embedding(ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+            self.embed(b, ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
         };
         let positions: Vec<[f32; 3]> = (0..n).map(|p| [p as f32; 3]).collect();
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
@@ -203,7 +205,7 @@ impl Qwen3 {
             let normed_last = matches!(cfg.variant, Variant::Qwen3 | Variant::Llama3);
             if i == cfg.layers && normed_last && self.weights.info(NORM).is_some() {
                 let norm = self.weights.fetch(b, &[NORM])?;
-                x = b.rms_norm(&x, Some(&norm.weight(0)), cfg.rms_eps)?;
+                x = self.norm(b, &x, &norm.weight(0))?;
             }
             for (state, _) in states.iter_mut().zip(taps).filter(|&(_, &t)| t == i) {
                 *state = Some(b.cast(&x, DType::F32)?);
@@ -248,7 +250,7 @@ impl Qwen3 {
             let n = input.len();
             let mut x = {
                 let layer = self.weights.fetch(b, &[EMBED])?;
-                b.embedding(&input, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+                self.embed(b, &input, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
             };
             let cos = b.slice(&cos, 0, position, n)?;
             let sin = b.slice(&sin, 0, position, n)?;
@@ -258,7 +260,7 @@ impl Qwen3 {
             let last = b.slice(&x, 1, n - 1, 1)?;
             let logits = {
                 let norm = self.weights.fetch(b, &[NORM])?;
-                let last = b.rms_norm(&last, Some(&norm.weight(0)), cfg.rms_eps)?;
+                let last = self.norm(b, &last, &norm.weight(0))?;
                 let head = if self.weights.info(LM_HEAD).is_some() { LM_HEAD } else { EMBED };
                 let head = self.weights.fetch(b, &[head])?;
                 let logits = b.linear(&last, &head.weight(0), None)?;
@@ -311,7 +313,7 @@ impl Qwen3 {
         let p = Projections::of(cfg.variant, &weights)?;
 
         // Attention: Qwen3's per-head RMSNorm of q and k, then RoPE (rotate-half), GQA, causal.
-        let h = b.rms_norm(x, Some(p.in_norm), cfg.rms_eps)?;
+        let h = self.norm(b, x, p.in_norm)?;
         let (hd, eps, rope) = (cfg.head_dim, cfg.rms_eps, Some((cos, sin)));
         let q_norm = p.q_norm.map(|w| (w, eps));
         let q = heads(b, &h, p.q, q_norm, rope, cfg.heads, hd)?;
@@ -342,13 +344,55 @@ impl Qwen3 {
             Keys::Before(_) => b.attention(&q, &k, &v, AttentionMask::Causal, scale)?,
         };
         let a = b.permute(&a, &[0, 2, 1, 3])?.reshape(&[1, n, cfg.heads * cfg.head_dim])?;
-        let x = b.binary(x, &b.linear(&a, p.o, None)?, BinaryOp::Add)?;
+        let mut a = b.linear(&a, p.o, None)?;
+        if let Some(norm) = p.post_attn_norm {
+            a = self.norm(b, &a, norm)?;
+        }
+        let x = b.binary(x, &a, BinaryOp::Add)?;
 
-        // SwiGLU MLP.
-        let g = b.rms_norm(&x, Some(p.post_norm), cfg.rms_eps)?;
-        let act =
-            b.gated(&b.linear(&g, p.gate, None)?, &b.linear(&g, p.up, None)?, UnaryOp::Silu)?;
-        Ok(b.binary(&x, &b.linear(&act, p.down, None)?, BinaryOp::Add)?)
+        // SwiGLU MLP (Gemma 2's: GeGLU with tanh GELU, its output normalised).
+        let g = self.norm(b, &x, p.post_norm)?;
+        let act = match cfg.variant {
+            Variant::Gemma2 => UnaryOp::GeluTanh,
+            _ => UnaryOp::Silu,
+        };
+        let act = b.gated(&b.linear(&g, p.gate, None)?, &b.linear(&g, p.up, None)?, act)?;
+        let mut f = b.linear(&act, p.down, None)?;
+        if let Some(norm) = p.post_ffn_norm {
+            f = self.norm(b, &f, norm)?;
+        }
+        Ok(b.binary(&x, &f, BinaryOp::Add)?)
+    }
+
+    /// The embeddings of `ids` from `table`, scaled by √hidden for Gemma 2 (ComfyUI's `ScaledEmbedding`: the
+    /// f32 embeddings times the scale as an f32).
+    fn embed<B: Backend>(&self, b: &B, ids: &[u32], table: &Weight<'_>) -> Result<Tensor<B>> {
+        let x = b.embedding(ids, table)?;
+        match self.config.variant {
+            Variant::Gemma2 => {
+                let scale = (self.config.hidden as f64).sqrt() as f32;
+                Ok(b.affine(&x, scale, 0.0)?)
+            }
+            _ => Ok(x),
+        }
+    }
+
+    /// RMSNorm of `x` with the weight `w`: Gemma 2's scales by `1 + w`, the sum rounded to the weight's type
+    /// when it is 16-bit (ComfyUI adds 1 to the parameter as it is stored, then casts it to the activations').
+    fn norm<B: Backend>(&self, b: &B, x: &Tensor<B>, w: &Weight<'_>) -> Result<Tensor<B>> {
+        let eps = self.config.rms_eps;
+        if self.config.variant != Variant::Gemma2 {
+            return Ok(b.rms_norm(x, Some(w), eps)?);
+        }
+        let stored = match w.dtype() {
+            DType::F16 | DType::BF16 => w.dtype(),
+            _ => DType::F32,
+        };
+        // `modulate` scales by 1 + s: s is the rounded 1 + w less 1 (exact in f32).
+        let one_plus = b.affine(&b.weight_to_tensor(w, stored)?, 1.0, 1.0)?;
+        let s = b.affine(&b.cast(&one_plus, x.dtype())?, 1.0, -1.0)?;
+        let d = s.numel();
+        Ok(b.modulate(&b.rms_norm(x, None, eps)?, &s.reshape(&[1, d])?, None)?)
     }
 }
 
@@ -361,7 +405,12 @@ struct Projections<'a, 'w> {
     o: &'a Weight<'w>,
     q_norm: Option<&'a Weight<'w>>,
     k_norm: Option<&'a Weight<'w>>,
+    /// Gemma 2's norm of the attention's output.
+    post_attn_norm: Option<&'a Weight<'w>>,
+    /// The norm before the MLP (`post_attention_layernorm` but in Gemma 2, `pre_feedforward_layernorm` there).
     post_norm: &'a Weight<'w>,
+    /// Gemma 2's norm of the MLP's output.
+    post_ffn_norm: Option<&'a Weight<'w>>,
     gate: &'a Weight<'w>,
     up: &'a Weight<'w>,
     down: &'a Weight<'w>,
@@ -380,7 +429,9 @@ impl<'a, 'w> Projections<'a, 'w> {
                     o,
                     q_norm: Some(q_norm),
                     k_norm: Some(k_norm),
+                    post_attn_norm: None,
                     post_norm,
+                    post_ffn_norm: None,
                     gate,
                     up,
                     down,
@@ -397,7 +448,9 @@ impl<'a, 'w> Projections<'a, 'w> {
                 o,
                 q_norm: None,
                 k_norm: None,
+                post_attn_norm: None,
                 post_norm,
+                post_ffn_norm: None,
                 gate,
                 up,
                 down,
@@ -413,7 +466,27 @@ impl<'a, 'w> Projections<'a, 'w> {
                 o,
                 q_norm: None,
                 k_norm: None,
+                post_attn_norm: None,
                 post_norm,
+                post_ffn_norm: None,
+                gate,
+                up,
+                down,
+            }),
+            (
+                Variant::Gemma2,
+                [in_norm, q, k, v, o, post_attn, pre_ffn, post_ffn, gate, up, down],
+            ) => Ok(Projections {
+                in_norm,
+                q: (q, None),
+                k: (k, None),
+                v: (v, None),
+                o,
+                q_norm: None,
+                k_norm: None,
+                post_attn_norm: Some(post_attn),
+                post_norm: pre_ffn,
+                post_ffn_norm: Some(post_ffn),
                 gate,
                 up,
                 down,
@@ -593,7 +666,7 @@ fn rope_tables<B: Backend>(
     let inv_freq: Vec<f32> =
         (0..half).map(|j| 1.0 / theta.powf((2 * j) as f32 / cfg.head_dim as f32)).collect();
     let axis = |j: usize| match cfg.variant {
-        Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 => 0,
+        Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 | Variant::Gemma2 => 0,
         Variant::Qwen25Vl => {
             let [t, h, _] = MROPE_SECTIONS;
             usize::from(j >= t) + usize::from(j >= t + h)

@@ -84,6 +84,8 @@ const KANDINSKY5: &str = "kandinsky5";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
+const LUMINA2: &str = "lumina2";
+const GEMMA2: &str = "gemma2";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -443,8 +445,10 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image or Kandinsky 5, so these have no synthetic one.
+        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image, Kandinsky 5 or Lumina 2, so these have no
+        // synthetic one.
         let unets = [
+            DiffusionFamily::Lumina2,
             DiffusionFamily::Lotus,
             DiffusionFamily::Sdxl,
             DiffusionFamily::SdxlRefiner,
@@ -807,6 +811,11 @@ pub struct ZImageTurboSet {
     /// Qwen3 0.6B (`--family qwen3-0.6b`, Anima's text encoder: ComfyUI tells it by its width, so even the tiny
     /// one is 1024 wide).
     pub qwen3_06b: Qwen3Shape,
+    /// Lumina 2's NextDiT (`--family lumina2`, an all-in-one checkpoint with `gemma2` and `vae`; its caption
+    /// width should be `gemma2.hidden`).
+    pub lumina2: zimage::Config,
+    /// Gemma 2 2B (`--family gemma2-2b`, Lumina 2's text encoder; heads 256 wide, as detection assumes).
+    pub gemma2: qwen3::Config,
 }
 
 impl ZImageTurboSet {
@@ -932,6 +941,10 @@ impl ZImageTurboSet {
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
             },
+            // Lumina Image 2.0 (NetaYume Lumina): 26 blocks of 24 heads, 8 key/value heads.
+            lumina2: lumina2_config(2304, 24, 8, 26, 2, 2304),
+            // Gemma 2 2B.
+            gemma2: gemma2_config(256_000, 2304, 26, 8, 4, 9216),
             // Anima (Cosmos Predict2 2B): 28 blocks of 16 heads, the adapter's 6 blocks of 16.
             anima: crate::anima::Config {
                 dim: 2048,
@@ -1152,6 +1165,10 @@ impl ZImageTurboSet {
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
             },
+            // Two heads of 48 sharing one key/value head, on the tiny Gemma 2's width.
+            lumina2: lumina2_config(96, 2, 1, 2, 1, 64),
+            // One head of the released width (detection assumes it); room for the synthetic tokenizer's pieces.
+            gemma2: gemma2_config(512, 64, 2, 1, 1, 128),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
             anima: crate::anima::Config {
                 dim: 256,
@@ -1226,6 +1243,19 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "Anima's adapter reads {}-wide states, not Qwen3 0.6B's {}",
                 self.anima.adapter.source_dim, self.qwen3_06b.hidden
+            )));
+        }
+        if self.lumina2.cap_feat_dim != self.gemma2.hidden {
+            return Err(Error::Invalid(format!(
+                "Lumina 2's caption width {} is not Gemma 2's {}",
+                self.lumina2.cap_feat_dim, self.gemma2.hidden
+            )));
+        }
+        if self.gemma2.vocab < t5::SYNTH_BPE_PIECES {
+            return Err(Error::Invalid(format!(
+                "a Gemma 2 vocabulary of {} rows is smaller than the synthetic tokenizer's {} pieces",
+                self.gemma2.vocab,
+                t5::SYNTH_BPE_PIECES
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1337,6 +1367,13 @@ pub fn write_family(
     match family {
         SynthFamily::Diffusion(DiffusionFamily::ZImage) => {
             write_zimage(path, &set.zimage, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Lumina2) => {
+            write_lumina2_checkpoint(path, set, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Gemma2) => {
+            let specs = gemma2_specs(&set.gemma2);
+            write_one(path, &specs, GEMMA2, "Gemma 2 text encoder", dtype, seed, progress)
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Qwen3) => {
             write_qwen3(path, &set.qwen3, dtype, seed, progress)
@@ -1539,7 +1576,8 @@ pub fn write_family(
             | DiffusionFamily::SdxlRefiner
             | DiffusionFamily::Sd3
             | DiffusionFamily::OvisImage
-            | DiffusionFamily::Kandinsky5),
+            | DiffusionFamily::Kandinsky5
+            | DiffusionFamily::Lumina2),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1650,6 +1688,124 @@ pub fn write_checkpoint(
     }
     let metadata = metadata("Z-Image-Turbo checkpoint", seed, layers);
     Plan::new(path, all, &metadata).write(seed, progress)
+}
+
+/// The config of a Lumina 2 NextDiT of width `dim` (`heads` of `dim / heads`, `kv_heads` key/value heads),
+/// `layers` main blocks and `refiners` of each refiner, on `cap_feat_dim`-wide captions: ComfyUI's Lumina 2
+/// settings (FFN 4·dim rounded up to 256, a t-embedding of min(dim, 1024), three equal RoPE axes, θ 10000).
+fn lumina2_config(
+    dim: usize,
+    heads: usize,
+    kv_heads: usize,
+    layers: usize,
+    refiners: usize,
+    cap_feat_dim: usize,
+) -> zimage::Config {
+    let head_dim = dim / heads;
+    let t_hidden = dim.min(1024);
+    zimage::Config {
+        variant: zimage::Variant::Lumina2,
+        dim,
+        heads,
+        kv_heads,
+        head_dim,
+        layers,
+        noise_refiners: refiners,
+        context_refiners: refiners,
+        ffn_hidden: (4 * dim).div_ceil(256) * 256,
+        cap_feat_dim,
+        t_freq_dim: 256,
+        t_hidden,
+        adaln_dim: t_hidden,
+        axes_dims: [head_dim / 3; 3],
+        rope_theta: 10_000.0,
+        pad_multiple: 1,
+        norm_eps: 1e-5,
+        qk_norm_eps: f32::EPSILON,
+        patch_size: 2,
+        in_channels: 16,
+        time_scale: 1.0,
+        allow_fp16: false,
+    }
+}
+
+/// The config of a Gemma 2 of `vocab` rows, width `hidden`, `layers` layers, `heads` query and `kv_heads`
+/// key/value heads of 256 and an MLP of `intermediate`.
+fn gemma2_config(
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    intermediate: usize,
+) -> qwen3::Config {
+    qwen3::Config {
+        vocab,
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: crate::gemma2::HEAD_DIM,
+        intermediate,
+        rms_eps: crate::gemma2::RMS_EPS,
+        rope_theta: crate::gemma2::ROPE_THETA,
+        variant: qwen3::Variant::Gemma2,
+    }
+}
+
+/// A Gemma 2 of `config` under the released names, without its SentencePiece model.
+fn gemma2_weights(config: &qwen3::Config) -> Vec<Spec> {
+    let mut tensors =
+        vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
+    for i in 0..config.layers {
+        tensors.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
+    }
+    tensors.push(("model.norm.weight".to_owned(), vec![config.hidden]));
+    specs_of(tensors)
+}
+
+/// The synthetic SentencePiece model as the `spiece_model` tensor `name`.
+fn spiece_spec(name: &str) -> Spec {
+    let model = t5::synth_bpe_model();
+    Spec { name: name.to_owned(), shape: vec![model.len()], init: Init::Bytes(model) }
+}
+
+/// A Gemma 2 file of `config` (`gemma_2_2b_fp16.safetensors`): its weights and a `spiece_model` tensor holding
+/// the synthetic SentencePiece BPE model [`t5::synth_bpe_model`] (Gemma's special ids, byte fallback).
+fn gemma2_specs(config: &qwen3::Config) -> Vec<Spec> {
+    let mut specs = gemma2_weights(config);
+    specs.push(spiece_spec(t5::SPIECE_MODEL));
+    specs
+}
+
+/// Writes Lumina 2's all-in-one checkpoint (`NetaYumev35_pretrained_all_in_one.safetensors`) as ComfyUI saves one:
+/// the NextDiT under [`CHECKPOINT_DIFFUSION_PREFIX`], Gemma 2 under `text_encoders.gemma2_2b.transformer.` with
+/// the SentencePiece model at `text_encoders.spiece_model` (all in `dtype`), the Flux VAE under `vae.` (in
+/// [`SynthDtype::for_vae`]).
+fn write_lumina2_checkpoint(
+    path: &Path,
+    set: &ZImageTurboSet,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    use crate::zimage::family as names;
+    let (dit, gemma, vae) = (
+        specs_of(zimage::expected(&set.lumina2)),
+        gemma2_weights(&set.gemma2),
+        vae_specs(&set.vae)?,
+    );
+    let spiece = [spiece_spec(crate::gemma2::CHECKPOINT_SPIECE_MODEL)];
+    let (mut all, mut layers) = entries(&dit, LUMINA2, CHECKPOINT_DIFFUSION_PREFIX, dtype);
+    for (more, more_layers) in [
+        entries(&gemma, GEMMA2, names::LUMINA2_CHECKPOINT_TEXT_ENCODER_PREFIX, dtype),
+        entries(&spiece, GEMMA2, "", dtype),
+        entries(&vae, VAE, names::CHECKPOINT_VAE_PREFIX, dtype.for_vae()),
+    ] {
+        all.extend(more);
+        layers.extend(more_layers);
+    }
+    Plan::new(path, all, &metadata("Lumina 2 checkpoint", seed, layers)).write(seed, progress)
 }
 
 /// Writes FLUX.1 schnell's all-in-one checkpoint (`flux1-schnell-fp8.safetensors`): the DiT under

@@ -1,11 +1,12 @@
-//! Detection: whether a file's tensors (under the caller's prefix) are a Z-Image NextDiT, in which key
-//! [`Layout`], and its [`Config`], every width derived from tensor shapes (models.md §2.2).
+//! Detection: whether a file's tensors (under the caller's prefix) are a NextDiT of the Lumina 2 family Kiln runs
+//! (Z-Image, or the original Lumina Image 2.0 and its fine-tunes such as NetaYume), in which key [`Layout`], and
+//! its [`Config`], every width derived from tensor shapes (models.md §2.2).
 //!
-//! ComfyUI recognises Z-Image only at dim 3840 and hard-codes the rest; Kiln reads the shapes instead, so a
-//! shrunken model with the same structure (the test fixtures) loads too. What Kiln cannot run is refused with
-//! [`crate::Error::Unsupported`] naming the file and what was found: the original Lumina 2 (grouped-query
-//! attention, SiLU before the blocks' adaLN), the omni variant (a SigLIP embedder) and the pixel-space variant
-//! (a decoder net).
+//! ComfyUI recognises Z-Image at dim 3840 and Lumina 2 at dim 2304 and hard-codes the rest; Kiln reads the shapes
+//! instead (the blocks' adaLN tells the two apart: Lumina 2 has a SiLU before it), so a shrunken model with the
+//! same structure (the test fixtures) loads too. What Kiln cannot run is refused with
+//! [`crate::Error::Unsupported`] naming the file and what was found: the omni variant (a SigLIP embedder), the
+//! pixel-space variant (a decoder net) and NewBie (a pooled CLIP projection).
 
 use std::collections::BTreeSet;
 
@@ -25,13 +26,48 @@ pub enum Layout {
     Diffusers,
 }
 
-/// A Z-Image NextDiT's hyperparameters.
+/// Which NextDiT of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Z-Image: the blocks' adaLN a plain Linear from a 256-wide t-embedding (`z_image_modulation`), time scale
+    /// 1000, RoPE θ 256, learned pad tokens.
+    ZImage,
+    /// The original Lumina Image 2.0 (and NetaYume Lumina): SiLU then Linear from a 1024-wide t-embedding
+    /// (`adaLN_modulation.1`), time scale 1, RoPE θ 10000 over three equal axes, grouped-query attention, no pad
+    /// tokens.
+    Lumina2,
+}
+
+impl Variant {
+    /// The index of the blocks' adaLN Linear in `adaLN_modulation` (Lumina 2's follows a SiLU).
+    pub(crate) fn adaln_index(self) -> usize {
+        match self {
+            Variant::ZImage => 0,
+            Variant::Lumina2 => 1,
+        }
+    }
+
+    /// RoPE dims per axis for a head width: Z-Image's [32, 48, 48] at 128 (the same proportions elsewhere),
+    /// Lumina 2's three equal thirds ([32, 32, 32] at 96); `None` when an axis would be odd.
+    pub fn axes_dims(self, head_dim: usize) -> Option<[usize; 3]> {
+        match self {
+            Variant::ZImage => axes_dims(head_dim),
+            Variant::Lumina2 => head_dim.is_multiple_of(6).then_some([head_dim / 3; 3]),
+        }
+    }
+}
+
+/// A NextDiT's hyperparameters (Z-Image's or Lumina 2's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Which NextDiT.
+    pub variant: Variant,
     /// Hidden width D (rows of `cap_embedder.1.weight`; 3840 for Turbo).
     pub dim: usize,
-    /// Attention heads (D / head_dim; no grouped-query attention).
+    /// Attention heads (D / head_dim).
     pub heads: usize,
+    /// Key/value heads (Z-Image: as many as query heads; Lumina 2: 8 for 24, grouped-query attention).
+    pub kv_heads: usize,
     /// Head width (width of the q-norm weight; 128).
     pub head_dim: usize,
     /// Main (joint) blocks (30).
@@ -50,10 +86,9 @@ pub struct Config {
     pub t_hidden: usize,
     /// Width of the t-embedder's output, the adaLN input (rows of `t_embedder.mlp.2.weight`; 256).
     pub adaln_dim: usize,
-    /// RoPE dims per axis (caption/time, row, column), summing to `head_dim`: [32, 48, 48] at head dim 128,
-    /// and [hd/4, 3hd/8, 3hd/8] for other head dims (the same proportions; every entry must be even).
+    /// RoPE dims per axis (caption/time, row, column), summing to `head_dim` ([`Variant::axes_dims`]).
     pub axes_dims: [usize; 3],
-    /// RoPE base θ (256).
+    /// RoPE base θ (Z-Image 256, Lumina 2 10000).
     pub rope_theta: f64,
     /// Caption and image token runs are each padded to a multiple of this with the learned pad tokens: 32 when
     /// the file has `cap_pad_token`, 1 (no padding) otherwise.
@@ -67,12 +102,19 @@ pub struct Config {
     pub patch_size: usize,
     /// Latent channels in and out (16).
     pub in_channels: usize,
-    /// Timestep scale: the t-embedder sees `time_scale · (1 − σ)` (1000).
+    /// Timestep scale: the t-embedder sees `time_scale · (1 − σ)` (Z-Image 1000, Lumina 2 1).
     pub time_scale: f32,
     /// ComfyUI's `allow_fp16`: the weights of the second-to-last block's `ffn_norm1` spread little enough
     /// (population standard deviation, in their stored type, under 0.42) for the model to compute
-    /// in f16, which a mostly-f16 file then does on a GPU.
+    /// in f16, which a mostly-f16 file then does on a GPU. Never for Lumina 2 (ComfyUI's bf16/f32 list).
     pub allow_fp16: bool,
+}
+
+impl Config {
+    /// Rows of the fused qkv weight: query heads, then key and value heads.
+    pub fn qkv_rows(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
 }
 
 /// The spread of `layers[n − 2].ffn_norm1`'s weights under which ComfyUI lets Z-Image compute in f16.
@@ -101,19 +143,29 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
             "a pixel-space Lumina 2 model (it has `dec_net.cond_embed.weight`); Kiln runs latent Z-Image only",
         ));
     }
-    if h.has("layers.0.adaLN_modulation.1.weight") {
+    if h.has("clip_text_pooled_proj.0.weight") {
         return Err(h.unsupported(
-            "an original Lumina 2 model (SiLU before the blocks' adaLN: `layers.0.adaLN_modulation.1.weight`); \
-             Kiln runs Z-Image only",
+            "a NewBie image model (it has `clip_text_pooled_proj.0.weight`: a Jina CLIP pooled vector beside Gemma \
+             3's states), which Kiln does not run",
         ));
     }
-    let config = derive(h, layout)?;
+    let variant = if h.has("layers.0.adaLN_modulation.1.weight") {
+        Variant::Lumina2
+    } else {
+        Variant::ZImage
+    };
+    if variant == Variant::Lumina2 && layout == Layout::Diffusers {
+        return Err(h.unsupported(
+            "an original Lumina 2 model in diffusers' layout; Kiln reads Lumina 2 in ComfyUI's (fused `qkv`)",
+        ));
+    }
+    let config = derive(h, layout, variant)?;
     keys::check(h, &config, layout)?;
     Ok(Some((config, layout)))
 }
 
 /// The widths of a Lumina 2-family file whose layout is known, from its shapes.
-fn derive(h: &Header, layout: Layout) -> Result<Config> {
+fn derive(h: &Header, layout: Layout, variant: Variant) -> Result<Config> {
     let cap = matrix(h, "cap_embedder.1.weight")?;
     let (dim, cap_feat_dim) = (cap[0], cap[1]);
     let l0 = "layers.0.attention.";
@@ -138,16 +190,22 @@ fn derive(h: &Header, layout: Layout) -> Result<Config> {
             qkv[0].saturating_sub(dim) / 2
         }
     };
-    if kv_rows != dim {
+    let kv_heads = kv_rows / head_dim;
+    if kv_rows == 0 || !kv_rows.is_multiple_of(head_dim) || !heads.is_multiple_of(kv_heads) {
         return Err(h.unsupported(format!(
-            "grouped-query attention ({heads} heads, {} kv heads: an original Lumina 2 model); Kiln runs Z-Image \
-             only",
-            kv_rows / head_dim
+            "key/value projections of {kv_rows} rows are not whole {head_dim}-wide heads dividing the {heads} \
+             query heads"
         )));
     }
-    let axes_dims = axes_dims(head_dim).ok_or_else(|| {
+    if variant == Variant::ZImage && kv_heads != heads {
+        return Err(h.unsupported(format!(
+            "a Z-Image model with grouped-query attention ({heads} heads, {kv_heads} kv heads), which no release has"
+        )));
+    }
+    let axes_dims = variant.axes_dims(head_dim).ok_or_else(|| {
         h.unsupported(format!(
-            "head width {head_dim} is not a multiple of 16 (Kiln splits it into 3 even RoPE axes)"
+            "head width {head_dim} does not split into the model's 3 even RoPE axes (Z-Image: a multiple of 16, \
+             Lumina 2: of 6)"
         ))
     })?;
     let t0 = matrix(h, "t_embedder.mlp.0.weight")?;
@@ -173,9 +231,12 @@ fn derive(h: &Header, layout: Layout) -> Result<Config> {
         )));
     }
     let blocks = block_counts(h);
+    let lumina2 = variant == Variant::Lumina2;
     Ok(Config {
+        variant,
         dim,
         heads,
+        kv_heads,
         head_dim,
         layers: blocks[0],
         noise_refiners: blocks[1],
@@ -186,14 +247,14 @@ fn derive(h: &Header, layout: Layout) -> Result<Config> {
         t_hidden,
         adaln_dim,
         axes_dims,
-        rope_theta: 256.0,
+        rope_theta: if lumina2 { 10_000.0 } else { 256.0 },
         pad_multiple: if h.has("cap_pad_token") { 32 } else { 1 },
         norm_eps: 1e-5,
         qk_norm_eps: f32::EPSILON,
         patch_size,
         in_channels: x_emb[1] / patch_area,
-        time_scale: 1000.0,
-        allow_fp16: allows_fp16(h, blocks[0]),
+        time_scale: if lumina2 { 1.0 } else { 1000.0 },
+        allow_fp16: !lumina2 && allows_fp16(h, blocks[0]),
     })
 }
 

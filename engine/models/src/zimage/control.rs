@@ -18,7 +18,7 @@ use crate::header::Header;
 use crate::named::linear;
 use crate::rope::Rope;
 
-use super::config::{Config, Layout, axes_dims};
+use super::config::{Config, Layout, Variant, axes_dims};
 use super::keys::{self, CONTROL_GROUPS};
 use super::model::ZImage;
 
@@ -54,8 +54,10 @@ impl FunControlConfig {
         layout: Layout,
     ) -> FunControlConfig {
         let body = Config {
+            variant: Variant::ZImage,
             dim,
             heads: dim / head_dim.max(1),
+            kv_heads: dim / head_dim.max(1),
             head_dim,
             layers: 0,
             noise_refiners: 0,

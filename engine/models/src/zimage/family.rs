@@ -19,3 +19,17 @@ pub const MULTIPLIER: f64 = 1.0;
 pub const CHECKPOINT_TEXT_ENCODER_PREFIX: &str = "text_encoders.qwen3_4b.transformer.";
 /// Where a combined checkpoint keeps the VAE (`vae_key_prefix`).
 pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
+
+/// The original Lumina Image 2.0's name in messages (NetaYume Lumina is one).
+pub const LUMINA2_NAME: &str = "Lumina 2";
+/// The name `kiln model synth --family` writes a Lumina 2 all-in-one checkpoint under.
+pub const LUMINA2_SYNTH_NAME: &str = "lumina2";
+/// The name `kiln model synth --family` writes a LoRA for Lumina 2 under.
+pub const LUMINA2_SYNTH_LORA_NAME: &str = "lumina2-lora";
+/// ComfyUI's `Lumina2` sampling settings: flow shift 6.0 ...
+pub const LUMINA2_SHIFT: f64 = 6.0;
+/// ... and timestep multiplier 1.
+pub const LUMINA2_MULTIPLIER: f64 = 1.0;
+/// Where a Lumina 2 checkpoint keeps its Gemma 2 2B text encoder (`text_encoders.` + the `gemma2_2b` CLIP's
+/// `transformer.`); its SentencePiece model is [`crate::gemma2::CHECKPOINT_SPIECE_MODEL`].
+pub const LUMINA2_CHECKPOINT_TEXT_ENCODER_PREFIX: &str = "text_encoders.gemma2_2b.transformer.";

@@ -83,7 +83,7 @@ fn block(out: &mut Vec<Spec>, p: &str, cfg: &Config, layout: Layout, modulated: 
     let a = format!("{p}.attention");
     match layout {
         Layout::Comfy => {
-            out.push(Spec::same(&format!("{a}.qkv.weight"), &[3 * d, d]));
+            out.push(Spec::same(&format!("{a}.qkv.weight"), &[cfg.qkv_rows(), d]));
             out.push(Spec::same(&format!("{a}.out.weight"), &[d, d]));
             out.push(Spec::same(&format!("{a}.q_norm.weight"), &[hd]));
             out.push(Spec::same(&format!("{a}.k_norm.weight"), &[hd]));
@@ -106,8 +106,9 @@ fn block(out: &mut Vec<Spec>, p: &str, cfg: &Config, layout: Layout, modulated: 
     out.push(Spec::same(&format!("{p}.feed_forward.w2.weight"), &[d, f]));
     out.push(Spec::same(&format!("{p}.feed_forward.w3.weight"), &[f, d]));
     if modulated {
-        out.push(Spec::same(&format!("{p}.adaLN_modulation.0.weight"), &[4 * d, cfg.adaln_dim]));
-        out.push(Spec::same(&format!("{p}.adaLN_modulation.0.bias"), &[4 * d]));
+        let m = format!("{p}.adaLN_modulation.{}", cfg.variant.adaln_index());
+        out.push(Spec::same(&format!("{m}.weight"), &[4 * d, cfg.adaln_dim]));
+        out.push(Spec::same(&format!("{m}.bias"), &[4 * d]));
     }
 }
 
@@ -212,6 +213,11 @@ fn plan_of(h: &Header, specs: Vec<Spec>) -> LoadPlan {
         })
         .collect();
     LoadPlan { files: vec![h.path().to_path_buf()], slots }
+}
+
+/// Every weight of a model of `cfg` with its shape, ComfyUI's names (for synth).
+pub fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    specs(cfg, Layout::Comfy).into_iter().map(|spec| (spec.name, spec.shape)).collect()
 }
 
 /// Every weight of a Fun ControlNet with its shape, ComfyUI's names (for synth).

@@ -12,7 +12,7 @@ use crate::fp16::finite_in_f16;
 use crate::header::Header;
 use crate::rope::Rope;
 
-use super::config::{Config, detect};
+use super::config::{Config, Variant, detect};
 use super::control::FunPatch;
 use super::keys::{GROUPS, load_plan, modulated};
 use super::rope;
@@ -295,9 +295,10 @@ impl ZImage {
         .map(|n| format!("{p}.{n}"))
         .collect();
         let c = c.filter(|_| modulated(group));
+        let adaln = format!("adaLN_modulation.{}", cfg.variant.adaln_index());
         if c.is_some() {
-            names.push(format!("{p}.adaLN_modulation.0.weight"));
-            names.push(format!("{p}.adaLN_modulation.0.bias"));
+            names.push(format!("{p}.{adaln}.weight"));
+            names.push(format!("{p}.{adaln}.bias"));
         }
         let layer = self.fetch(b, &names)?;
         let w = |name: &str| layer.get(&format!("{p}.{name}"));
@@ -305,8 +306,8 @@ impl ZImage {
             Some(c) => Some(self.modulation(
                 b,
                 c,
-                &w("adaLN_modulation.0.weight")?,
-                &w("adaLN_modulation.0.bias")?,
+                &w(&format!("{adaln}.weight"))?,
+                &w(&format!("{adaln}.bias"))?,
             )?),
             None => None,
         };
@@ -345,7 +346,7 @@ impl ZImage {
         Ok(b.binary(&x, &f, BinaryOp::Add)?)
     }
 
-    /// A block's `(scale, tanh gate)` pairs from `W·c + b` (no activation first), split in four.
+    /// A block's `(scale, tanh gate)` pairs from `W·c + b` (Lumina 2's `W·SiLU(c) + b`), split in four.
     fn modulation<B: Backend>(
         &self,
         b: &B,
@@ -354,7 +355,10 @@ impl ZImage {
         bias: &Weight<'_>,
     ) -> Result<Modulation<B>> {
         let d = self.config.dim;
-        let m = b.linear(c, weight, Some(bias))?;
+        let m = match self.config.variant {
+            Variant::ZImage => b.linear(c, weight, Some(bias))?,
+            Variant::Lumina2 => b.linear(&b.unary(c, UnaryOp::Silu)?, weight, Some(bias))?,
+        };
         let chunk = |k: usize| b.slice(&m, -1, k * d, d);
         let gate = |k: usize| -> Result<Tensor<B>> {
             let g = b.unary(&chunk(k)?, UnaryOp::Tanh)?;
@@ -369,8 +373,9 @@ impl ZImage {
         })
     }
 
-    /// Self-attention of block `p` over `h` `[B, L, D]`: fused qkv split by rows, per-head q/k RMSNorm,
-    /// interleaved RoPE, unmasked softmax attention, output projection.
+    /// Self-attention of block `p` over `h` `[B, L, D]`: fused qkv split by rows (query heads, then key and value
+    /// heads), per-head q/k RMSNorm, interleaved RoPE, unmasked softmax attention (grouped-query when there are
+    /// fewer key/value heads), output projection.
     fn attention<B: Backend>(
         &self,
         b: &B,
@@ -388,8 +393,10 @@ impl ZImage {
             )));
         };
         let qkv = layer.get(&format!("{p}.attention.qkv.weight"))?;
-        let project = |k: usize| -> Result<Tensor<B>> {
-            Ok(b.linear(h, &qkv.rows(k * d, d)?, None)?.reshape(&[batch, len, heads, hd])?)
+        let (q_rows, kv_rows) = (heads * hd, cfg.kv_heads * hd);
+        let project = |start: usize, count: usize| -> Result<Tensor<B>> {
+            let rows = qkv.rows(start, count * hd)?;
+            Ok(b.linear(h, &rows, None)?.reshape(&[batch, len, count, hd])?)
         };
         let rotate = |x: Tensor<B>, norm: &str| -> Result<Tensor<B>> {
             let norm = layer.get(&format!("{p}.attention.{norm}.weight"))?;
@@ -397,9 +404,9 @@ impl ZImage {
             let x = b.rope(&x, &rope.cos, &rope.sin, RopeLayout::Interleaved)?;
             Ok(b.permute(&x, &[0, 2, 1, 3])?)
         };
-        let q = rotate(project(0)?, "q_norm")?;
-        let k = rotate(project(1)?, "k_norm")?;
-        let v = b.permute(&project(2)?, &[0, 2, 1, 3])?;
+        let q = rotate(project(0, heads)?, "q_norm")?;
+        let k = rotate(project(q_rows, cfg.kv_heads)?, "k_norm")?;
+        let v = b.permute(&project(q_rows + kv_rows, cfg.kv_heads)?, &[0, 2, 1, 3])?;
         let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (hd as f32).sqrt())?;
         let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, len, d])?;
         Ok(b.linear(&o, &layer.get(&format!("{p}.attention.out.weight"))?, None)?)

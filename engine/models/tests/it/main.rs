@@ -23,6 +23,7 @@ mod kandinsky5;
 mod llama3;
 mod longcat_image;
 mod lotus;
+mod lumina2;
 mod mistral3;
 mod music_features;
 mod noise;

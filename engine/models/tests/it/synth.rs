@@ -527,6 +527,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
         names,
         [
             "z-image",
+            "lumina2",
             "flux1",
             "longcat-image",
             "chroma",
@@ -543,6 +544,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "kandinsky5-image",
             "anima",
             "qwen3",
+            "gemma2-2b",
             "qwen25vl",
             "clip-l",
             "umt5-xxl",
@@ -624,9 +626,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
         };
         synth::write_family(&path, family, &set, dtype, 1, &mut |_, _| {}).unwrap();
         let file = SafetensorsFile::open(&path).unwrap();
-        // Mistral's tokenizer JSON (`tekken_model`) and umT5's SentencePiece model are bytes in every file.
+        // Mistral's tokenizer JSON (`tekken_model`) and umT5's and Gemma 2's SentencePiece models are bytes in
+        // every file (Lumina 2's checkpoint keeps its SentencePiece model at `text_encoders.spiece_model`).
         let weight = |name: &str| {
-            name != kiln_models::mistral3::TEKKEN && name != kiln_models::t5::SPIECE_MODEL
+            name != kiln_models::mistral3::TEKKEN && !name.ends_with(kiln_models::t5::SPIECE_MODEL)
         };
         assert!(file.tensors().all(|(n, t)| t.dtype == dtype.dtype() || !weight(n)), "{family}");
         // Loading reads the description synth wrote from: each file is detected as the family it names.
@@ -650,6 +653,29 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     let open_clip = prefix.ends_with(".model.");
                     assert_eq!(layout == Some(kiln_models::clip_text::Layout::OpenClip), open_clip);
                 }
+            }
+            // Lumina 2's is an all-in-one checkpoint: Gemma 2 under its prefix, its SentencePiece model beside it.
+            synth::SynthFamily::Diffusion(f @ DiffusionFamily::Lumina2) => {
+                let prefix = kiln_models::header::diffusion_prefix(file.names());
+                let net = Header::new(&file, &prefix);
+                let found = DiffusionDetected::detect(&net).unwrap().unwrap();
+                assert_eq!(
+                    found,
+                    DiffusionDetected::ZImage(
+                        set.lumina2.clone(),
+                        kiln_models::zimage::Layout::Comfy
+                    )
+                );
+                assert_eq!(found.family(), f);
+                let [te] = f.checkpoint_text_encoders() else { panic!("one text encoder") };
+                let Some(TextEncoderDetected::Gemma2(gemma)) =
+                    TextEncoderDetected::detect(&Header::new(&file, te)).unwrap()
+                else {
+                    panic!("{family}: no Gemma 2 under {te}")
+                };
+                assert_eq!(gemma.config, set.gemma2);
+                let tokens = gemma.tokenizer().unwrap().tokens("a cat").unwrap();
+                assert_eq!(tokens[0][0], (kiln_models::gemma2::START, 1.0));
             }
             synth::SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
                 let found = DiffusionDetected::detect(&header).unwrap().unwrap();

@@ -37,8 +37,10 @@ fn detects_both_layouts_with_the_same_config() {
     assert_eq!(layout, Layout::Diffusers);
     assert_eq!(comfy, diffusers);
     let want = Config {
+        variant: kiln_models::zimage::Variant::ZImage,
         dim: 64,
         heads: 2,
+        kv_heads: 2,
         head_dim: 32,
         layers: 2,
         noise_refiners: 2,
@@ -278,7 +280,13 @@ fn refuses_relatives_and_broken_files() {
                 *n = n.replace(".adaLN_modulation.0.", ".adaLN_modulation.1.");
             }
         },
-        "Lumina 2",
+        // Read as Lumina 2 (SiLU before the adaLN), whose heads split in thirds: 32 does not.
+        "Lumina 2: of 6",
+    );
+    assert_refused(
+        "newbie",
+        |t| t.push(("clip_text_pooled_proj.0.weight".into(), vec![64, 64])),
+        "NewBie",
     );
     assert_refused(
         "gqa",

@@ -1,5 +1,5 @@
 //! Conditioning nodes: `CLIPTextEncode` (a prompt through the text encoder), `CLIPTextEncodeFlux` (FLUX.1's
-//! two prompts), `ConditioningZeroOut`,
+//! two prompts), `CLIPTextEncodeLumina2` (a named system prompt before the user's), `ConditioningZeroOut`,
 //! `ConditioningCombine`, and the nodes that set what rides along with a prompt (`FluxGuidance`,
 //! `ReferenceLatent`, `FluxKontextMultiReferenceLatentMethod`).
 
@@ -157,6 +157,89 @@ impl Node for ClipTextEncodeHiDream {
             inputs.string("llama")?,
         ];
         let tokens = clip.net.tokenize_hidream(prompts, clip.t5_options).map_err(node_error)?;
+        let cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
+            .map_err(node_error)?;
+        let conditioning = Conditioning { entries: vec![cond] };
+        Ok(NodeResult::values([Value::Conditioning(Arc::new(conditioning))]))
+    }
+}
+
+/// `CLIPTextEncodeLumina2`: Lumina 2's system prompt (by name), ` <Prompt Start> ` and the user's prompt, encoded as
+/// one prompt (ComfyUI's `comfy_extras.nodes_lumina2`).
+pub(super) struct ClipTextEncodeLumina2 {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+/// Lumina 2's system prompts, by the names `CLIPTextEncodeLumina2` offers.
+const LUMINA2_SYSTEM_PROMPTS: [(&str, &str); 2] = [
+    (
+        "superior",
+        "You are an assistant designed to generate superior images with the superior degree of image-text \
+         alignment based on textual prompts or user prompts.",
+    ),
+    (
+        "alignment",
+        "You are an assistant designed to generate high-quality images with the highest degree of image-text \
+         alignment based on textual prompts.",
+    ),
+];
+
+impl ClipTextEncodeLumina2 {
+    pub(super) fn new(compute: Arc<Compute>) -> ClipTextEncodeLumina2 {
+        let tooltip = format!(
+            "Lumina2 provide two types of system prompts:Superior: {} Alignment: {}",
+            LUMINA2_SYSTEM_PROMPTS[0].1, LUMINA2_SYSTEM_PROMPTS[1].1
+        );
+        let names: Vec<String> =
+            LUMINA2_SYSTEM_PROMPTS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        let spec = v3_spec(
+            "CLIPTextEncodeLumina2",
+            "CLIP Text Encode (Lumina 2)",
+            "model/conditioning/lumina",
+            "comfy_extras.nodes_lumina2",
+        )
+        .description(
+            "Encodes a system prompt and a user prompt using a CLIP model into an embedding that can be used to \
+             guide the diffusion model towards generating specific images.",
+        )
+        .aliases(&["lumina prompt"])
+        .input(
+            InputDef::bare("system_prompt", "COMBO")
+                .tooltip(&tooltip)
+                .option("multiselect", false)
+                .option("options", names),
+        )
+        .input(
+            InputDef::bare("user_prompt", "STRING")
+                .tooltip("The text to be encoded.")
+                .option("multiline", true)
+                .option("dynamicPrompts", true),
+        )
+        .input(
+            InputDef::typed("clip", "CLIP").tooltip("The CLIP model used for encoding the text."),
+        )
+        .output(OutputDef::new("CONDITIONING").tooltip(
+            "A conditioning containing the embedded text used to guide the diffusion model.",
+        ));
+        ClipTextEncodeLumina2 { spec: Arc::new(spec), compute }
+    }
+}
+
+impl Node for ClipTextEncodeLumina2 {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+    fn execute(&self, inputs: &Inputs, _: &Context) -> Result<NodeResult, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let name = inputs.string("system_prompt")?;
+        let Some((_, system)) = LUMINA2_SYSTEM_PROMPTS.iter().find(|(n, _)| *n == name) else {
+            return Err(NodeError::new(format!(
+                "`system_prompt` must be `superior` or `alignment`, got `{name}`"
+            )));
+        };
+        let prompt = format!("{system} <Prompt Start> {}", inputs.string("user_prompt")?);
+        let tokens = clip.net.tokenize_with(&prompt, clip.t5_options).map_err(node_error)?;
         let cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images: &[] })
             .map_err(node_error)?;
         let conditioning = Conditioning { entries: vec![cond] };

@@ -99,6 +99,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(conditioning::ClipTextEncode::new(compute.clone()));
     registry.register(conditioning::ClipTextEncodeFlux::new(compute.clone()));
     registry.register(conditioning::ClipTextEncodeHiDream::new(compute.clone()));
+    registry.register(conditioning::ClipTextEncodeLumina2::new(compute.clone()));
     registry.register(vae::VaeDecode::new(compute.clone()));
     registry.register(vae::VaeEncode::new(compute.clone()));
     registry.register(loaders::VaeLoader(models.clone()));
