@@ -6,6 +6,8 @@
 //! - [`header`]: a safetensors file's tensors under a key prefix — what detection reads (never the weights).
 //! - [`latent`]: a family's latent format.
 //! - [`zimage`]: the NextDiT of Z-Image (ComfyUI's and diffusers' key layouts) and of Lumina 2.
+//! - [`omnigen2`]: OmniGen2's DiT (a Lumina 2-style NextDiT that also reads reference-image latents), ComfyUI's
+//!   `OmniGen2Transformer2DModel`.
 //! - [`gemma2`]: Gemma 2 2B, Lumina 2's text encoder (the Qwen3 decoder code), with its file's SentencePiece
 //!   tokenizer.
 //! - [`qwen3`]: the Qwen3 text encoder (the hidden state ComfyUI conditions Z-Image on) and its bundled
@@ -48,6 +50,7 @@ pub mod mistral3;
 pub mod music_features;
 mod named;
 pub mod noise;
+pub mod omnigen2;
 pub mod prompt_weights;
 pub mod quant;
 pub mod qwen3;

@@ -12,6 +12,7 @@ use crate::hidream::{self, HiDream, HiDreamInput};
 use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
+use crate::omnigen2::{self, OmniGen2};
 use crate::qwen_image::{self, QwenImage};
 use crate::rope::RopeOptions;
 use crate::sampling::{DiscreteSampling, FlowSampling, ModelSampling, Prediction};
@@ -75,11 +76,14 @@ pub enum DiffusionFamily {
     /// Anima: Cosmos Predict2's DiT on Qwen3 0.6B's states, read through the model's own LLM adapter with the
     /// prompt's T5 tokens, in the Wan 2.1 VAE's latent space.
     Anima,
+    /// OmniGen2: a Lumina-style DiT on Qwen2.5-VL 3B's states that attends to reference latents (editing), in the
+    /// Flux VAE's latent space.
+    OmniGen2,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 17] = [
+    pub const ALL: [DiffusionFamily; 18] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
@@ -98,6 +102,7 @@ impl DiffusionFamily {
         DiffusionFamily::Sd3,
         DiffusionFamily::Kandinsky5,
         DiffusionFamily::Anima,
+        DiffusionFamily::OmniGen2,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -118,6 +123,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => sd3::family::NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::NAME,
             DiffusionFamily::Anima => anima::family::NAME,
+            DiffusionFamily::OmniGen2 => omnigen2::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -140,6 +146,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => sd3::family::LATENT,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
             DiffusionFamily::Anima => anima::family::LATENT,
+            DiffusionFamily::OmniGen2 => omnigen2::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -187,6 +194,9 @@ impl DiffusionFamily {
             DiffusionFamily::Anima => {
                 FlowSampling::new(anima::family::SHIFT, anima::family::MULTIPLIER).into()
             }
+            DiffusionFamily::OmniGen2 => {
+                FlowSampling::new(omnigen2::family::SHIFT, omnigen2::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -212,6 +222,7 @@ impl DiffusionFamily {
                 unet::family::SDXL_CHECKPOINT_CLIP_G_PREFIX,
             ],
             DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
+            DiffusionFamily::OmniGen2 => &[omnigen2::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -240,6 +251,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
             DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
             DiffusionFamily::Kandinsky5 => crate::family::KANDINSKY5_IMAGE_CLIP_TYPE,
+            DiffusionFamily::OmniGen2 => crate::family::OMNIGEN2_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
@@ -275,6 +287,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             // ComfyUI's Anima config keeps the default prefixes.
             DiffusionFamily::Anima => (VaeFamily::Wan21, unet::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::OmniGen2 => (VaeFamily::Flux, omnigen2::family::CHECKPOINT_VAE_PREFIX),
         }
     }
 
@@ -296,6 +309,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => sd3::family::SYNTH_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_NAME,
+            DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -319,6 +333,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => sd3::family::SYNTH_LORA_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_LORA_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_LORA_NAME,
+            DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -355,6 +370,7 @@ impl DiffusionFamily {
                 kandinsky5::detect(h)?.map(DiffusionDetected::Kandinsky5)
             }
             DiffusionFamily::Anima => anima::detect(h)?.map(DiffusionDetected::Anima),
+            DiffusionFamily::OmniGen2 => omnigen2::detect(h)?.map(DiffusionDetected::OmniGen2),
         })
     }
 }
@@ -403,6 +419,8 @@ pub enum DiffusionDetected {
     Kandinsky5(kandinsky5::Config),
     /// Anima's DiT and LLM adapter.
     Anima(anima::Config),
+    /// OmniGen2's DiT.
+    OmniGen2(omnigen2::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -440,6 +458,7 @@ impl DiffusionDetected {
             DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
+            DiffusionDetected::OmniGen2(_) => DiffusionFamily::OmniGen2,
         }
     }
 
@@ -483,6 +502,8 @@ impl DiffusionDetected {
             // f16 file in bf16 instead, so the large residuals cannot overflow.
             DiffusionDetected::Anima(_) => NO_F16,
             DiffusionDetected::Wan(..) => &[DType::F16, DType::BF16, DType::F32],
+            // ComfyUI's OmniGen2 config puts f16 first on torch 2.7 and later (`extended_fp16_support`).
+            DiffusionDetected::OmniGen2(_) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
         }
@@ -518,6 +539,7 @@ impl DiffusionDetected {
             DiffusionDetected::Sd3(config) => sd3::load_plan(h, config),
             DiffusionDetected::Kandinsky5(config) => kandinsky5::load_plan(h, config),
             DiffusionDetected::Anima(config) => anima::load_plan(h, config),
+            DiffusionDetected::OmniGen2(config) => omnigen2::load_plan(h, config),
         }
     }
 
@@ -546,6 +568,9 @@ impl DiffusionDetected {
                 DiffusionNet::Kandinsky5(Kandinsky5::new(config, weights))
             }
             DiffusionDetected::Anima(config) => DiffusionNet::Anima(Anima::new(config, weights)),
+            DiffusionDetected::OmniGen2(config) => {
+                DiffusionNet::OmniGen2(OmniGen2::new(config, weights))
+            }
         }
     }
 }
@@ -746,6 +771,8 @@ pub enum DiffusionNet {
     Kandinsky5(Kandinsky5),
     /// Anima's DiT and LLM adapter.
     Anima(Anima),
+    /// OmniGen2's DiT.
+    OmniGen2(OmniGen2),
 }
 
 impl DiffusionNet {
@@ -762,6 +789,7 @@ impl DiffusionNet {
             DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionNet::Anima(_) => DiffusionFamily::Anima,
+            DiffusionNet::OmniGen2(_) => DiffusionFamily::OmniGen2,
         }
     }
 
@@ -777,6 +805,7 @@ impl DiffusionNet {
             DiffusionNet::Sd3(net) => &net.weights,
             DiffusionNet::Kandinsky5(net) => &net.weights,
             DiffusionNet::Anima(net) => &net.weights,
+            DiffusionNet::OmniGen2(net) => &net.weights,
         }
     }
 
@@ -801,9 +830,12 @@ impl DiffusionNet {
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
             DiffusionNet::Anima(_) => anima::lora::patches(file, slots, strength),
-            DiffusionNet::Sd3(_) | DiffusionNet::Kandinsky5(_) => Err(crate::Error::Invalid(
-                format!("Kiln applies no LoRA to {} yet", self.family().name()),
-            )),
+            DiffusionNet::Sd3(_) | DiffusionNet::Kandinsky5(_) | DiffusionNet::OmniGen2(_) => {
+                Err(crate::Error::Invalid(format!(
+                    "Kiln applies no LoRA to {} yet",
+                    self.family().name()
+                )))
+            }
         }
     }
 
@@ -821,7 +853,8 @@ impl DiffusionNet {
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
-            | DiffusionNet::Anima(_) => 0,
+            | DiffusionNet::Anima(_)
+            | DiffusionNet::OmniGen2(_) => 0,
         }
     }
 
@@ -838,7 +871,8 @@ impl DiffusionNet {
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
-            | DiffusionNet::Anima(_) => None,
+            | DiffusionNet::Anima(_)
+            | DiffusionNet::OmniGen2(_) => None,
         }
     }
 
@@ -855,7 +889,8 @@ impl DiffusionNet {
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
-            | DiffusionNet::Anima(_) => None,
+            | DiffusionNet::Anima(_)
+            | DiffusionNet::OmniGen2(_) => None,
         }
     }
 
@@ -1121,6 +1156,10 @@ impl DiffusionNet {
                     lllite: &lllite,
                 };
                 net.forward(b, &call)
+            }
+            DiffusionNet::OmniGen2(net) => {
+                refuse_controls(DiffusionFamily::OmniGen2, input.controls, input.patches)?;
+                net.forward(b, input.x, input.timesteps, input.context, input.references)
             }
             DiffusionNet::Kandinsky5(net) => {
                 refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;

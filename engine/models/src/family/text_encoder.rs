@@ -368,6 +368,9 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen25Vl(config, vision, _) if kind == LONGCAT_CLIP_TYPE => {
                 Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::LongCatImage))
             }
+            TextEncoderDetected::Qwen25Vl(config, vision, _) if kind == OMNIGEN2_CLIP_TYPE => {
+                Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::OmniGen2))
+            }
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
             // ComfyUI makes Gemma 2 2B Lumina 2's encoder with any type but `pixeldit` (PixelDiT's, with its own
             // tokenizer options).
@@ -560,7 +563,13 @@ pub enum Qwen25Role {
     /// LongCat-Image's (`CLIPLoader` type `longcat_image`): its templates around a prompt padded to 512 tokens,
     /// the prefix and suffix cut off.
     LongCatImage,
+    /// OmniGen2's (`CLIPLoader` type `omnigen2`; Qwen2.5-VL 3B): its template, prompt weights applied, the last
+    /// layer's output through the final norm over every token.
+    OmniGen2,
 }
+
+/// `CLIPLoader`'s type that makes a Qwen2.5-VL file OmniGen2's text encoder.
+pub const OMNIGEN2_CLIP_TYPE: &str = "omnigen2";
 
 /// Which Qwen-Image Edit node's template a prompt takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -982,6 +991,9 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::LongCatImage, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.longcat_prompt(prompt, false)?))
             }
+            TextEncoderNet::Qwen25Vl { tokenizer, role: Qwen25Role::OmniGen2, .. } => {
+                Ok(PromptTokens::Weighted(tokenizer.omnigen2_prompt(prompt)?))
+            }
             TextEncoderNet::Flux2Klein { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.klein_prompt(prompt)?))
             }
@@ -1289,7 +1301,31 @@ impl TextEncoderNet {
                     Qwen25Role::LongCatImage => {
                         longcat_image_states(b, model, vision.as_ref(), ids, images)?
                     }
+                    Qwen25Role::OmniGen2 => {
+                        return Err(Error::Invalid(
+                            "OmniGen2's encoder takes weighted sections, not one id sequence"
+                                .to_owned(),
+                        ));
+                    }
                 };
+                Ok(Encoded::new(cond, None))
+            }
+            (
+                TextEncoderNet::Qwen25Vl { model, role: Qwen25Role::OmniGen2, .. },
+                PromptTokens::Weighted(sections),
+            ) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                // Every token through the last layer and the final norm (`layer="last"`). ComfyUI measures weights
+                // against a prompt of pads alone (no start token), every one of them masked.
+                let layout = &qwen3::OMNIGEN2_PROMPT_LAYOUT;
+                let cond = weighted_states(b, sections, layout, |ids| {
+                    match ids.iter().all(|&id| id == layout.pad) {
+                        true => model.masked_hidden_state_with_images(b, ids, &[], 0),
+                        false => model.hidden_state(b, ids),
+                    }
+                })?;
                 Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::T5Xxl { model, .. }, PromptTokens::Weighted(sections)) => {

@@ -65,6 +65,10 @@ impl Qwen3 {
     /// attends to those alone. With images in the prompt, ComfyUI's `Qwen25_7BVLI` places the masked tokens
     /// after an image at position 1 on all three axes (it numbers only the attended ones); without, every token
     /// sits at its index. Every row is computed and returned, the masked ones too (LongCat-Image keeps them).
+    ///
+    /// With `attended` 0 (a prompt of pads alone, as ComfyUI's empty prompt for weighting is where there is no
+    /// start token) every key is masked: ComfyUI's additive mask (`finfo.min / 4`) then swamps every score in
+    /// f32, so each row weighs its causal keys equally.
     pub fn masked_hidden_state_with_images<B: Backend>(
         &self,
         b: &B,
@@ -72,10 +76,11 @@ impl Qwen3 {
         images: &[ImageTokens<B>],
         attended: usize,
     ) -> Result<Tensor<B>> {
-        if attended == 0 || attended > ids.len() {
+        if attended > ids.len() || (attended == 0 && (!images.is_empty() || ids.is_empty())) {
             return Err(Error::Invalid(format!(
-                "{attended} attended keys for {} tokens: at least one, at most all",
-                ids.len()
+                "{attended} attended keys for {} tokens and {} images: at most all (none only for text)",
+                ids.len(),
+                images.len()
             )));
         }
         self.last_hidden_state(b, ids, images, Some(attended), true)
@@ -331,6 +336,8 @@ impl Qwen3 {
                 *cache = Some(KvCache { keys: k.clone(), values: v.clone() });
                 b.attention(&q, &k, &v, AttentionMask::Causal, scale)?
             }
+            // Every key masked: the mask swamps the scores, leaving equal weights over the causal keys.
+            Keys::Before(0) => b.attention(&q, &k, &v, AttentionMask::Causal, 0.0)?,
             Keys::Before(attended) if attended < n => {
                 // Rows before `attended` see a causal triangle of attended keys; the later rows see every
                 // attended key (all are earlier) and none of their own: ComfyUI's causal + padding mask.

@@ -43,6 +43,26 @@ const QWEN_IMAGE_TEMPLATE: (&str, &str) = (
      spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n",
     "<|im_end|>\n<|im_start|>assistant\n",
 );
+/// ComfyUI's OmniGen2 template around a prompt (`Omnigen2Tokenizer.llama_template`: a system turn, the user turn
+/// closed, no assistant turn).
+const OMNIGEN2_TEMPLATE: (&str, &str) = (
+    "<|im_start|>system\nYou are a helpful assistant that generates high-quality images based on user \
+     instructions.<|im_end|>\n<|im_start|>user\n",
+    "<|im_end|>\n",
+);
+
+/// OmniGen2's prompt layout in ComfyUI's `Qwen25_3BTokenizer`: no start or end token, one section never truncated
+/// nor padded (`min_length` 1, pad `<|endoftext|>`).
+pub const OMNIGEN2_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_weights::Layout {
+    start: None,
+    end: None,
+    pad: ENDOFTEXT,
+    max_length: 99_999_999,
+    pad_to_max_length: false,
+    min_length: Some(1),
+    min_padding: None,
+};
+
 /// ComfyUI's Kandinsky 5 image template (`Kandinsky5TokenizerImage`: its system turn, typo included, then the
 /// user turn left open of an assistant turn), before and after the prompt.
 const KANDINSKY5_IMAGE_TEMPLATE: (&str, &str) = (
@@ -184,6 +204,18 @@ impl Tokenizer {
     /// already templated.
     pub fn qwen_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         self.qwen_image_templated(prompt, QWEN_IMAGE_TEMPLATE)
+    }
+
+    /// The weighted tokens ComfyUI's OmniGen2 text encoder runs on for `prompt` (`Omnigen2Tokenizer`): the prompt
+    /// put in OmniGen2's template first, then the whole text's weights parsed (`(text:1.2)` weighs its tokens) and
+    /// each piece tokenised on its own, as one section ([`OMNIGEN2_PROMPT_LAYOUT`]).
+    pub fn omnigen2_prompt(
+        &self,
+        prompt: &str,
+    ) -> Result<Vec<Vec<crate::prompt_weights::Weighted>>> {
+        let (before, after) = OMNIGEN2_TEMPLATE;
+        let text = format!("{before}{prompt}{after}");
+        crate::prompt_weights::tokenize(&text, &OMNIGEN2_PROMPT_LAYOUT, |word| self.encode(word))
     }
 
     /// The ids Kandinsky 5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `Kandinsky5TokenizerImage`, or with

@@ -86,6 +86,7 @@ const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
 const LUMINA2: &str = "lumina2";
 const GEMMA2: &str = "gemma2";
+const OMNIGEN2: &str = "omnigen2";
 /// SD's latent channels.
 const SD_VAE_Z: usize = 4;
 const SD_VAE: &str = "sd-vae";
@@ -445,10 +446,11 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image, Kandinsky 5 or Lumina 2, so these have no
-        // synthetic one.
+        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image, Kandinsky 5, Lumina 2 or OmniGen2, so these
+        // have no synthetic one.
         let unets = [
             DiffusionFamily::Lumina2,
+            DiffusionFamily::OmniGen2,
             DiffusionFamily::Lotus,
             DiffusionFamily::Sdxl,
             DiffusionFamily::SdxlRefiner,
@@ -816,6 +818,9 @@ pub struct ZImageTurboSet {
     pub lumina2: zimage::Config,
     /// Gemma 2 2B (`--family gemma2-2b`, Lumina 2's text encoder; heads 256 wide, as detection assumes).
     pub gemma2: qwen3::Config,
+    /// OmniGen2's DiT (`--family omnigen2`; its text width is Qwen2.5-VL 3B's, 2048, and the tiny one's
+    /// `qwen25vl.hidden`, the tiny Qwen2.5-VL standing in for the 3B).
+    pub omnigen2: crate::omnigen2::Config,
 }
 
 impl ZImageTurboSet {
@@ -945,6 +950,8 @@ impl ZImageTurboSet {
             lumina2: lumina2_config(2304, 24, 8, 26, 2, 2304),
             // Gemma 2 2B.
             gemma2: gemma2_config(256_000, 2304, 26, 8, 4, 9216),
+            // OmniGen2: 32 blocks of 21 heads of 120, 7 key/value heads, on Qwen2.5-VL 3B's 2048-wide states.
+            omnigen2: omnigen2_config(2520, 21, 7, 32, 2, 2048),
             // Anima (Cosmos Predict2 2B): 28 blocks of 16 heads, the adapter's 6 blocks of 16.
             anima: crate::anima::Config {
                 dim: 2048,
@@ -1169,6 +1176,8 @@ impl ZImageTurboSet {
             lumina2: lumina2_config(96, 2, 1, 2, 1, 64),
             // One head of the released width (detection assumes it); room for the synthetic tokenizer's pieces.
             gemma2: gemma2_config(512, 64, 2, 1, 1, 128),
+            // Two heads of 48 sharing one key/value head, on the tiny Qwen2.5-VL's width.
+            omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
             anima: crate::anima::Config {
                 dim: 256,
@@ -1256,6 +1265,12 @@ impl ZImageTurboSet {
                 "a Gemma 2 vocabulary of {} rows is smaller than the synthetic tokenizer's {} pieces",
                 self.gemma2.vocab,
                 t5::SYNTH_BPE_PIECES
+            )));
+        }
+        if self.omnigen2.text_feat_dim != self.qwen25vl.hidden && self.qwen25vl.hidden != 3584 {
+            return Err(Error::Invalid(format!(
+                "OmniGen2's text width {} is not the tiny Qwen2.5-VL's {}",
+                self.omnigen2.text_feat_dim, self.qwen25vl.hidden
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1367,6 +1382,10 @@ pub fn write_family(
     match family {
         SynthFamily::Diffusion(DiffusionFamily::ZImage) => {
             write_zimage(path, &set.zimage, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::OmniGen2) => {
+            let specs = specs_of(crate::omnigen2::expected(&set.omnigen2));
+            write_one(path, &specs, OMNIGEN2, "OmniGen2 DiT", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::Lumina2) => {
             write_lumina2_checkpoint(path, set, dtype, seed, progress)
@@ -1577,7 +1596,8 @@ pub fn write_family(
             | DiffusionFamily::Sd3
             | DiffusionFamily::OvisImage
             | DiffusionFamily::Kandinsky5
-            | DiffusionFamily::Lumina2),
+            | DiffusionFamily::Lumina2
+            | DiffusionFamily::OmniGen2),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1726,6 +1746,40 @@ fn lumina2_config(
         in_channels: 16,
         time_scale: 1.0,
         allow_fp16: false,
+    }
+}
+
+/// The config of an OmniGen2 DiT of width `hidden` (`heads` of `hidden / heads`, `kv_heads` key/value heads),
+/// `layers` joint blocks and `refiners` of each refiner, on `text_feat_dim`-wide states: ComfyUI's settings (FFN
+/// 4·hidden rounded up to 256, a t-embedding of min(hidden, 1024), three equal RoPE axes, timestep scale 1000,
+/// five reference slots).
+fn omnigen2_config(
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    layers: usize,
+    refiners: usize,
+    text_feat_dim: usize,
+) -> crate::omnigen2::Config {
+    let head_dim = hidden / heads;
+    crate::omnigen2::Config {
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        layers,
+        refiners,
+        ffn_hidden: (4 * hidden).div_ceil(256) * 256,
+        text_feat_dim,
+        t_freq_dim: 256,
+        t_dim: hidden.min(1024),
+        axes_dims: [head_dim / 3; 3],
+        rope_theta: 10_000.0,
+        norm_eps: 1e-5,
+        patch_size: 2,
+        in_channels: 16,
+        timestep_scale: 1000.0,
+        max_references: 5,
     }
 }
 

@@ -27,6 +27,7 @@ mod lumina2;
 mod mistral3;
 mod music_features;
 mod noise;
+mod omnigen2;
 mod ovis;
 mod quant;
 mod qwen25vl;

@@ -543,6 +543,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "sd3.5",
             "kandinsky5-image",
             "anima",
+            "omnigen2",
             "qwen3",
             "gemma2-2b",
             "qwen25vl",
