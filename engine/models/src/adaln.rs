@@ -1,8 +1,9 @@
 //! adaLN modulation as the DiTs with FLUX's blocks read it (FLUX.1 and .2, Chroma, HiDream): per-sample (shift,
 //! scale, gate) sets cut from a modulation vector, `LayerNorm(x)·(1 + scale) + shift` before a sub-block and the
-//! gated residual after it.
+//! gated residual after it; and as Lumina's blocks read it (Z-Image, Lumina 2, OmniGen2): [`ScaleGates`], no
+//! shift.
 
-use kiln_compute::backend::BinaryOp;
+use kiln_compute::backend::{BinaryOp, UnaryOp};
 use kiln_compute::{Backend, Tensor};
 
 use crate::error::Result;
@@ -50,5 +51,33 @@ impl<B: Backend> Modulation<B> {
     /// x + y · gate.
     pub(crate) fn gated_add(&self, b: &B, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
         Ok(b.binary(x, &self.gated(b, y)?, BinaryOp::Add)?)
+    }
+}
+
+/// A Lumina block's modulation (Z-Image, Lumina 2, OmniGen2): the attention's and the MLP's scales (applied as
+/// `1 + s`) `[B, D]` and their gates, `tanh(g)` `[B, 1, D]` to broadcast over tokens.
+pub(crate) struct ScaleGates<B: Backend> {
+    pub(crate) attn_scale: Tensor<B>,
+    pub(crate) attn_gate: Tensor<B>,
+    pub(crate) ffn_scale: Tensor<B>,
+    pub(crate) ffn_gate: Tensor<B>,
+}
+
+impl<B: Backend> ScaleGates<B> {
+    /// The four chunks of width `dim` of `m` `[B, 4·dim]`, in Lumina's order: attention scale, attention gate, MLP
+    /// scale, MLP gate.
+    pub(crate) fn of(b: &B, m: &Tensor<B>, dim: usize) -> Result<ScaleGates<B>> {
+        let chunk = |k: usize| b.slice(m, -1, k * dim, dim);
+        let gate = |k: usize| -> Result<Tensor<B>> {
+            let g = b.unary(&chunk(k)?, UnaryOp::Tanh)?;
+            let batch = g.dim(0)?;
+            Ok(g.reshape(&[batch, 1, dim])?)
+        };
+        Ok(ScaleGates {
+            attn_scale: chunk(0)?,
+            attn_gate: gate(1)?,
+            ffn_scale: chunk(2)?,
+            ffn_gate: gate(3)?,
+        })
     }
 }

@@ -13,6 +13,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor};
 
+use crate::adaln::ScaleGates;
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::rope::Rope;
@@ -32,15 +33,6 @@ pub struct OmniGen2 {
     pub config: Config,
     /// The weights.
     pub weights: Model,
-}
-
-/// A modulated block's per-sample vectors from the t-embedding: the scales (applied as `1 + s`) `[B, D]`, the
-/// gates `tanh(g)` `[B, 1, D]` to broadcast over tokens.
-struct Modulation<B: Backend> {
-    attn_scale: Tensor<B>,
-    attn_gate: Tensor<B>,
-    ffn_scale: Tensor<B>,
-    ffn_gate: Tensor<B>,
 }
 
 /// The token runs of the joint sequence: caption, references (all together), image.
@@ -355,25 +347,14 @@ impl OmniGen2 {
         layer: &Layer<'_>,
         p: &str,
         temb: &Tensor<B>,
-    ) -> Result<Modulation<B>> {
+    ) -> Result<ScaleGates<B>> {
         let d = self.config.hidden;
         let m = b.linear(
             &b.unary(temb, UnaryOp::Silu)?,
             &layer.get(&format!("{p}.norm1.linear.weight"))?,
             Some(&layer.get(&format!("{p}.norm1.linear.bias"))?),
         )?;
-        let chunk = |k: usize| b.slice(&m, -1, k * d, d);
-        let gate = |k: usize| -> Result<Tensor<B>> {
-            let g = b.unary(&chunk(k)?, UnaryOp::Tanh)?;
-            let batch = g.dim(0)?;
-            Ok(g.reshape(&[batch, 1, d])?)
-        };
-        Ok(Modulation {
-            attn_scale: chunk(0)?,
-            attn_gate: gate(1)?,
-            ffn_scale: chunk(2)?,
-            ffn_gate: gate(3)?,
-        })
+        ScaleGates::of(b, &m, d)
     }
 
     /// Self-attention of block `p` over `h` `[B, L, D]`: q, k, v projections, per-head q/k RMSNorm, interleaved

@@ -949,7 +949,7 @@ impl ZImageTurboSet {
             // Lumina Image 2.0 (NetaYume Lumina): 26 blocks of 24 heads, 8 key/value heads.
             lumina2: lumina2_config(2304, 24, 8, 26, 2, 2304),
             // Gemma 2 2B.
-            gemma2: gemma2_config(256_000, 2304, 26, 8, 4, 9216),
+            gemma2: decoder_config(qwen3::Variant::Gemma2, 256_000, 2304, 26, (8, 4), 9216),
             // OmniGen2: 32 blocks of 21 heads of 120, 7 key/value heads, on Qwen2.5-VL 3B's 2048-wide states.
             omnigen2: omnigen2_config(2520, 21, 7, 32, 2, 2048),
             // Anima (Cosmos Predict2 2B): 28 blocks of 16 heads, the adapter's 6 blocks of 16.
@@ -1175,7 +1175,7 @@ impl ZImageTurboSet {
             // Two heads of 48 sharing one key/value head, on the tiny Gemma 2's width.
             lumina2: lumina2_config(96, 2, 1, 2, 1, 64),
             // One head of the released width (detection assumes it); room for the synthetic tokenizer's pieces.
-            gemma2: gemma2_config(512, 64, 2, 1, 1, 128),
+            gemma2: decoder_config(qwen3::Variant::Gemma2, 512, 64, 2, (1, 1), 128),
             // Two heads of 48 sharing one key/value head, on the tiny Qwen2.5-VL's width.
             omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
@@ -1783,32 +1783,9 @@ fn omnigen2_config(
     }
 }
 
-/// The config of a Gemma 2 of `vocab` rows, width `hidden`, `layers` layers, `heads` query and `kv_heads`
-/// key/value heads of 256 and an MLP of `intermediate`.
-fn gemma2_config(
-    vocab: usize,
-    hidden: usize,
-    layers: usize,
-    heads: usize,
-    kv_heads: usize,
-    intermediate: usize,
-) -> qwen3::Config {
-    qwen3::Config {
-        vocab,
-        hidden,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: crate::gemma2::HEAD_DIM,
-        intermediate,
-        rms_eps: crate::gemma2::RMS_EPS,
-        rope_theta: crate::gemma2::ROPE_THETA,
-        variant: qwen3::Variant::Gemma2,
-    }
-}
-
-/// A Gemma 2 of `config` under the released names, without its SentencePiece model.
-fn gemma2_weights(config: &qwen3::Config) -> Vec<Spec> {
+/// A decoder of `config` under the released names (`model.embed_tokens`, every layer, `model.norm`), without the
+/// tokenizer its file carries.
+fn decoder_weights(config: &qwen3::Config) -> Vec<Spec> {
     let mut tensors =
         vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
     for i in 0..config.layers {
@@ -1827,7 +1804,7 @@ fn spiece_spec(name: &str) -> Spec {
 /// A Gemma 2 file of `config` (`gemma_2_2b_fp16.safetensors`): its weights and a `spiece_model` tensor holding
 /// the synthetic SentencePiece BPE model [`t5::synth_bpe_model`] (Gemma's special ids, byte fallback).
 fn gemma2_specs(config: &qwen3::Config) -> Vec<Spec> {
-    let mut specs = gemma2_weights(config);
+    let mut specs = decoder_weights(config);
     specs.push(spiece_spec(t5::SPIECE_MODEL));
     specs
 }
@@ -1846,7 +1823,7 @@ fn write_lumina2_checkpoint(
     use crate::zimage::family as names;
     let (dit, gemma, vae) = (
         specs_of(zimage::expected(&set.lumina2)),
-        gemma2_weights(&set.gemma2),
+        decoder_weights(&set.gemma2),
         vae_specs(&set.vae)?,
     );
     let spiece = [spiece_spec(crate::gemma2::CHECKPOINT_SPIECE_MODEL)];
@@ -2116,7 +2093,7 @@ fn chroma_config(flux: &flux::Config, approximator: flux::Approximator) -> flux:
 }
 
 /// A decoder language model of `variant` at these widths, with the rest as released: Qwen2.5-VL's (head width
-/// 128) or Mistral Small 3.x's (head width 128, its RMS ε and RoPE θ).
+/// 128), Mistral Small 3.x's, Llama 3's or Gemma 2's (their head widths, RMS ε and RoPE θ).
 fn decoder_config(
     variant: qwen3::Variant,
     vocab: usize,
@@ -2131,6 +2108,9 @@ fn decoder_config(
         }
         qwen3::Variant::Llama3 => {
             (crate::llama3::HEAD_DIM, crate::llama3::RMS_EPS, crate::llama3::ROPE_THETA)
+        }
+        qwen3::Variant::Gemma2 => {
+            (crate::gemma2::HEAD_DIM, crate::gemma2::RMS_EPS, crate::gemma2::ROPE_THETA)
         }
         _ => (qwen3::QWEN25_HEAD_DIM, qwen3::RMS_EPS, qwen3::ROPE_THETA),
     };
@@ -2387,13 +2367,7 @@ pub fn write_mistral3(
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    let mut tensors =
-        vec![("model.embed_tokens.weight".to_owned(), vec![config.vocab, config.hidden])];
-    for i in 0..config.layers {
-        tensors.extend(config.layer_names(i).into_iter().zip(config.layer_shapes()));
-    }
-    tensors.push(("model.norm.weight".to_owned(), vec![config.hidden]));
-    let mut specs = specs_of(tensors);
+    let mut specs = decoder_weights(config);
     let json = crate::mistral3::synth_tekken_json();
     specs.push(Spec {
         name: crate::mistral3::TEKKEN.to_owned(),

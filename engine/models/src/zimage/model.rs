@@ -7,6 +7,7 @@ use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryO
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
+use crate::adaln::ScaleGates;
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::header::Header;
@@ -23,15 +24,6 @@ pub struct ZImage {
     pub config: Config,
     /// The weights.
     pub weights: Model,
-}
-
-/// A modulated block's per-sample vectors: scales `1 + s` are applied by `modulate`, gates are `tanh(g)`
-/// shaped `[B, 1, D]` to broadcast over tokens.
-struct Modulation<B: Backend> {
-    attn_scale: Tensor<B>,
-    attn_gate: Tensor<B>,
-    ffn_scale: Tensor<B>,
-    ffn_gate: Tensor<B>,
 }
 
 impl ZImage {
@@ -353,24 +345,13 @@ impl ZImage {
         c: &Tensor<B>,
         weight: &Weight<'_>,
         bias: &Weight<'_>,
-    ) -> Result<Modulation<B>> {
+    ) -> Result<ScaleGates<B>> {
         let d = self.config.dim;
         let m = match self.config.variant {
             Variant::ZImage => b.linear(c, weight, Some(bias))?,
             Variant::Lumina2 => b.linear(&b.unary(c, UnaryOp::Silu)?, weight, Some(bias))?,
         };
-        let chunk = |k: usize| b.slice(&m, -1, k * d, d);
-        let gate = |k: usize| -> Result<Tensor<B>> {
-            let g = b.unary(&chunk(k)?, UnaryOp::Tanh)?;
-            let batch = g.dim(0)?;
-            Ok(g.reshape(&[batch, 1, d])?)
-        };
-        Ok(Modulation {
-            attn_scale: chunk(0)?,
-            attn_gate: gate(1)?,
-            ffn_scale: chunk(2)?,
-            ffn_gate: gate(3)?,
-        })
+        ScaleGates::of(b, &m, d)
     }
 
     /// Self-attention of block `p` over `h` `[B, L, D]`: fused qkv split by rows (query heads, then key and value
