@@ -198,10 +198,10 @@ const kilnFiles = [
   // model, the Flux VAE), and Gemma 2 2B on its own (CLIPLoader type `lumina2`).
   { folder: 'checkpoints', stem: /^netayume.*all_in_one|^lumina_2[_.]/i, family: 'lumina2' },
   { folder: 'text_encoders', stem: /^gemma_2_2b[_.]/i, family: 'gemma2-2b' },
-  // OmniGen2's DiT and its Qwen2.5-VL 3B (CLIPLoader type `omnigen2`; the tiny Qwen2.5-VL above stands in for it,
-  // the DiT reading its width); the Flux VAE.
+  // OmniGen2's DiT and its Qwen2.5-VL 3B (two key/value heads make it OmniGen2's encoder whatever CLIPLoader's
+  // type); the Flux VAE.
   { folder: 'diffusion_models', stem: /^omnigen2[_.]/i, family: 'omnigen2' },
-  { folder: 'text_encoders', stem: /^qwen_2\.5_vl_fp16\.safetensors$/, family: 'qwen25vl' },
+  { folder: 'text_encoders', stem: /^qwen_2\.5_vl_fp16\.safetensors$/, family: 'qwen25vl-3b' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

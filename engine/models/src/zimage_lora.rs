@@ -39,7 +39,13 @@ pub fn aliases(slots: &[(&str, &[usize])]) -> Aliases {
             map.add(alias, target);
         }
     };
+    let mut splits = Vec::new();
     for (i, (name, shape)) in slots.iter().enumerate() {
+        if name.ends_with(".attention.qkv.weight")
+            && let Some(rows) = qkv_rows(shape)
+        {
+            splits.push((i, rows));
+        }
         let Some(stem) = name.strip_suffix(".weight") else {
             add(format!("diffusion_model.{name}"), Target::Whole(i));
             continue;
@@ -56,13 +62,25 @@ pub fn aliases(slots: &[(&str, &[usize])]) -> Aliases {
             add(diffusers, target);
         }
     }
+    for (slot, rows) in splits {
+        map.split(slot, rows);
+    }
     map
+}
+
+/// The row blocks of a fused `attention.qkv` of `shape` `[rows, dim]`: the queries' `dim` rows, then the keys' and
+/// the values' equal shares of the rest (Lumina 2's grouped-query 2304 + 768 + 768; Z-Image's three equal blocks);
+/// `None` for a shape that is no such split.
+fn qkv_rows(shape: &[usize]) -> Option<Vec<usize>> {
+    let &[rows, dim] = shape else { return None };
+    let kv = rows.checked_sub(dim)?;
+    (kv > 0 && kv.is_multiple_of(2)).then(|| vec![dim, kv / 2, kv / 2])
 }
 
 /// The diffusers names (without `.weight`) of the ComfyUI weight `stem` (slot `slot`), models.md §2.3.
 fn diffusers_names(stem: &str, slot: usize, shape: &[usize]) -> Vec<(String, Target)> {
     if let Some(block) = stem.strip_suffix(".attention.qkv") {
-        if shape.first().is_some_and(|rows| rows % 3 == 0) {
+        if qkv_rows(shape).is_some() {
             return ["to_q", "to_k", "to_v"]
                 .into_iter()
                 .enumerate()
@@ -86,4 +104,18 @@ fn diffusers_names(stem: &str, slot: usize, shape: &[usize]) -> Vec<(String, Tar
         stem.to_owned()
     };
     vec![(renamed, whole)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::qkv_rows;
+
+    #[test]
+    fn the_fused_qkv_splits_by_the_query_width() {
+        // Z-Image's three equal blocks; Lumina 2's grouped-query 2304 + 768 + 768.
+        assert_eq!(qkv_rows(&[11520, 3840]), Some(vec![3840, 3840, 3840]));
+        assert_eq!(qkv_rows(&[3840, 2304]), Some(vec![2304, 768, 768]));
+        assert_eq!(qkv_rows(&[2304, 2304]), None);
+        assert_eq!(qkv_rows(&[3840]), None);
+    }
 }

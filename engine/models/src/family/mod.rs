@@ -44,10 +44,11 @@ pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use sd3_text::{Sd3Encoders, Sd3Tokens};
 pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
-    CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
-    KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, LONGCAT_CLIP_TYPE, OMNIGEN2_CLIP_TYPE,
-    OVIS_CLIP_TYPE, PIXELDIT_CLIP_TYPE, PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE,
-    SDXL_REFINER_CLIP_KIND, T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    BOOGU_CLIP_TYPE, CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE, HiDreamEncoders,
+    HiDreamTokens, KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, LONGCAT_CLIP_TYPE,
+    OMNIGEN2_CLIP_TYPE, OVIS_CLIP_TYPE, PIXELDIT_CLIP_TYPE, PromptTokens, Qwen25Role,
+    SD3_CLIP_TYPE, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND, T5Options, TextEncoderDetected,
+    TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};
 

@@ -85,6 +85,9 @@ pub enum TextEncoderFamily {
     /// `detect_te_model`), its last hidden state of the prompt as it is, with the prompt's T5 tokens beside it for
     /// the model's LLM adapter. Never detected as such.
     Anima,
+    /// Boogu-Image's: Qwen3-VL 8B's language model (a Qwen3 file made its by `CLIPLoader`'s type `boogu`, RoPE θ
+    /// 5·10⁶): its last layer through the final norm over Boogu's template. Never detected as such.
+    Boogu,
     /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): layer `layers − 2`'s
     /// output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the SentencePiece
     /// model its file carries; no pooled vector.
@@ -123,6 +126,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sdxl => "SDXL's CLIP-L + CLIP-G",
             TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
             TextEncoderFamily::Ovis => "Ovis 2.5",
+            TextEncoderFamily::Boogu => "Boogu-Image's Qwen3-VL 8B",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
             TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
             TextEncoderFamily::Gemma2 => gemma2::NAME,
@@ -151,6 +155,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sd3 => "sd3-text-encoders",
             // A Qwen3 file (CLIPLoader's type makes it Ovis-Image's).
             TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
+            // A Qwen3 file (CLIPLoader's type makes it Boogu-Image's).
+            TextEncoderFamily::Boogu => qwen3::family::SYNTH_NAME,
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
             // A Qwen3 file of Qwen3 0.6B's width.
@@ -194,6 +200,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
+            | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::Anima
             | TextEncoderFamily::Gemma2 => {
@@ -232,6 +239,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sdxl
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
+            | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::Anima => None,
         })
@@ -263,6 +271,9 @@ pub enum TextEncoderDetected {
     Llama3(qwen3::Config),
     /// A Qwen3 file as Ovis-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `ovis`).
     Ovis(qwen3::Config),
+    /// A Qwen3 file as Boogu-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `boogu`; RoPE θ
+    /// Qwen3-VL's).
+    Boogu(qwen3::Config),
     /// A Qwen3 0.6B file as Anima's encoder (from [`TextEncoderDetected::for_clip_type`], by its width).
     Anima(qwen3::Config),
     /// Gemma 2 (Lumina 2's encoder), and where its tokenizer is.
@@ -290,6 +301,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
             TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
+            TextEncoderDetected::Boogu(_) => TextEncoderFamily::Boogu,
             TextEncoderDetected::Anima(_) => TextEncoderFamily::Anima,
             TextEncoderDetected::Gemma2(_) => TextEncoderFamily::Gemma2,
         }
@@ -309,6 +321,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3(config)
             | TextEncoderDetected::Flux2Klein(config)
             | TextEncoderDetected::Ovis(config)
+            | TextEncoderDetected::Boogu(config)
             | TextEncoderDetected::Anima(config) => qwen3::load_plan(h, config),
             TextEncoderDetected::Qwen25Vl(config, vision, _) => {
                 let mut plan = qwen3::load_plan(h, config);
@@ -346,6 +359,14 @@ impl TextEncoderDetected {
             {
                 Ok(TextEncoderDetected::Anima(config))
             }
+            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Boogu(config)
+                if kind == BOOGU_CLIP_TYPE =>
+            {
+                Ok(TextEncoderDetected::Boogu(qwen3::Config {
+                    rope_theta: qwen3::family::QWEN3VL_ROPE_THETA,
+                    ..config
+                }))
+            }
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
                 if kind == OVIS_CLIP_TYPE =>
             {
@@ -368,7 +389,11 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen25Vl(config, vision, _) if kind == LONGCAT_CLIP_TYPE => {
                 Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::LongCatImage))
             }
-            TextEncoderDetected::Qwen25Vl(config, vision, _) if kind == OMNIGEN2_CLIP_TYPE => {
+            // ComfyUI's `detect_te_model` names a Qwen2.5-VL whose key projection has 256 rows (the 3B) OmniGen2's
+            // encoder, whatever the type (and a 7B Qwen-Image's with type `omnigen2`).
+            TextEncoderDetected::Qwen25Vl(config, vision, _)
+                if config.kv_heads * config.head_dim == OMNIGEN2_KV_ROWS =>
+            {
                 Ok(TextEncoderDetected::Qwen25Vl(config, vision, Qwen25Role::OmniGen2))
             }
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
@@ -455,6 +480,10 @@ impl TextEncoderDetected {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
             },
+            TextEncoderDetected::Boogu(config) => TextEncoderNet::Boogu {
+                model: Qwen3::new(config, weights),
+                tokenizer: Tokenizer::bundled()?,
+            },
             TextEncoderDetected::Ovis(config) => TextEncoderNet::Ovis {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
@@ -508,6 +537,9 @@ const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
 
 /// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
 pub const SDXL_CLIP_TYPE: &str = "sdxl";
+
+/// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 8B's language model) Boogu-Image's text encoder.
+pub const BOOGU_CLIP_TYPE: &str = "boogu";
 
 /// `CLIPLoader`'s type that makes a Qwen3 file Ovis-Image's text encoder.
 pub const OVIS_CLIP_TYPE: &str = "ovis";
@@ -563,13 +595,17 @@ pub enum Qwen25Role {
     /// LongCat-Image's (`CLIPLoader` type `longcat_image`): its templates around a prompt padded to 512 tokens,
     /// the prefix and suffix cut off.
     LongCatImage,
-    /// OmniGen2's (`CLIPLoader` type `omnigen2`; Qwen2.5-VL 3B): its template, prompt weights applied, the last
+    /// OmniGen2's (Qwen2.5-VL 3B, by its width, as ComfyUI tells it): its template, prompt weights applied, the last
     /// layer's output through the final norm over every token.
     OmniGen2,
 }
 
-/// `CLIPLoader`'s type that makes a Qwen2.5-VL file OmniGen2's text encoder.
+/// `CLIPLoader`'s type of OmniGen2's text encoder (a Qwen2.5-VL 3B file is OmniGen2's whatever the type).
 pub const OMNIGEN2_CLIP_TYPE: &str = "omnigen2";
+
+/// The key projection's rows that make a Qwen2.5-VL file the 3B, OmniGen2's encoder (ComfyUI's `detect_te_model`:
+/// `k_proj.bias` of 256).
+const OMNIGEN2_KV_ROWS: usize = 256;
 
 /// Which Qwen-Image Edit node's template a prompt takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -715,6 +751,13 @@ pub enum TextEncoderNet {
     Sdxl(Box<SdxlEncoders>),
     /// SD3's CLIP-L, CLIP-G and T5-XXL (any of them) with their tokenizers.
     Sd3(Box<Sd3Encoders>),
+    /// Boogu-Image's Qwen3-VL language model (the Qwen3 decoder code) with the Qwen tokenizer.
+    Boogu {
+        /// The network.
+        model: Qwen3,
+        /// Its tokenizer.
+        tokenizer: Tokenizer,
+    },
     /// Ovis-Image's Qwen3 (the Qwen3 decoder code) with the Qwen tokenizer.
     Ovis {
         /// The network.
@@ -777,6 +820,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
             TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
+            TextEncoderNet::Boogu { .. } => TextEncoderFamily::Boogu,
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
             TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
             TextEncoderNet::Gemma2 { .. } => TextEncoderFamily::Gemma2,
@@ -791,6 +835,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Qwen25Vl { model, .. }
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Ovis { model, .. }
+            | TextEncoderNet::Boogu { model, .. }
             | TextEncoderNet::Anima { model, .. }
             | TextEncoderNet::Gemma2 { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
@@ -908,6 +953,7 @@ impl TextEncoderNet {
                 }
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Ovis(_)
+                | TextEncoderDetected::Boogu(_)
                 | TextEncoderDetected::Anima(_)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
@@ -979,6 +1025,9 @@ impl TextEncoderNet {
             TextEncoderNet::Anima { tokenizer, t5_tokenizer, .. } => Ok(PromptTokens::Anima(
                 Box::new(anima_text::tokenize(tokenizer, t5_tokenizer, prompt, options)?),
             )),
+            TextEncoderNet::Boogu { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.boogu_prompt(prompt)?))
+            }
             TextEncoderNet::Ovis { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))
             }
@@ -1101,6 +1150,7 @@ impl TextEncoderNet {
                 | TextEncoderNet::Sdxl(_)
                 | TextEncoderNet::Sd3(_)
                 | TextEncoderNet::Ovis { .. }
+                | TextEncoderNet::Boogu { .. }
                 | TextEncoderNet::Anima { .. }
                 | TextEncoderNet::Gemma2 { .. }
                 | TextEncoderNet::Kandinsky5(_),
@@ -1150,6 +1200,9 @@ impl TextEncoderNet {
             TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Ovis-Image's encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Boogu { .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Boogu-Image's Qwen3-VL encoder is not supported yet".to_owned(),
+            )),
             TextEncoderNet::Anima { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Anima's Qwen3 0.6B encoder is not supported yet".to_owned(),
             )),
@@ -1192,6 +1245,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(Error::Invalid(format!(
@@ -1234,6 +1288,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
+            | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_) => Err(crate::Error::Invalid(format!(
@@ -1266,6 +1321,15 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 Ok(Encoded::new(model.hidden_state(b, ids)?, None))
+            }
+            (TextEncoderNet::Boogu { model, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                // The last layer through the final norm (`layer="hidden", layer_idx=-1` with
+                // `layer_norm_hidden_state=True`): Hugging Face's state `layers`, no padding.
+                let last = [model.config.layers];
+                Ok(Encoded::new(model.tapped_hidden_states(b, ids, ids.len(), &last)?, None))
             }
             (TextEncoderNet::Ovis { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {

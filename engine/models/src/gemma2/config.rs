@@ -51,8 +51,8 @@ impl Gemma2File {
         }
         if present("model.layers.0.self_attn.q_norm.weight") {
             return Err(h.unsupported(
-                "a Gemma 3 text encoder (it has q/k norms: NewBie's and LTX-2's), which Kiln does not run; Lumina \
-                 2 takes Gemma 2 2B",
+                "a Gemma 3 or 4 text encoder (it has q/k norms: NewBie's, LTX-2's), which Kiln does not run; \
+                 Lumina 2 takes Gemma 2 2B",
             ));
         }
         let layers = qwen3::count_layers(h)?;

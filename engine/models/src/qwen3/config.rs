@@ -233,8 +233,10 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     let q_norm = "model.layers.0.self_attn.q_norm.weight";
     let looks_like_qwen3 =
         |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
+    // Gemma 3 and 4 have q/k norms too, and Gemma's sandwich norms ([`crate::gemma2`] names them).
     if !looks_like_qwen3("model.layers.0.post_attention_layernorm.weight")
         || !looks_like_qwen3(q_norm)
+        || looks_like_qwen3("model.layers.0.pre_feedforward_layernorm.weight")
     {
         return Ok(None);
     }

@@ -18,3 +18,6 @@ pub const QWEN3_8B_HIDDEN: usize = 4096;
 /// The name `kiln model synth` gives FLUX.2 Klein's encoder: a Qwen3 file deep enough for Klein's taps (not yet
 /// a `--family` of its own: `SynthFamily::all` lists the detected families).
 pub const KLEIN_SYNTH_NAME: &str = "qwen3-klein";
+
+/// Qwen3-VL's RoPE base θ (ComfyUI's `Qwen3VL_8BConfig`; text positions make its interleaved M-RoPE plain RoPE).
+pub const QWEN3VL_ROPE_THETA: f64 = 5_000_000.0;

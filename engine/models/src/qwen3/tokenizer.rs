@@ -63,6 +63,16 @@ pub const OMNIGEN2_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_
     min_padding: None,
 };
 
+/// Boogu-Image's text-to-image system prompt (ComfyUI's `BOOGU_T2I_SYSTEM`).
+const BOOGU_T2I_SYSTEM: &str = "You are a helpful assistant that generates high-quality images based on user instructions. The instructions \
+     are as follows.";
+/// Boogu-Image's system prompt for an empty instruction (ComfyUI's `BOOGU_DROP_SYSTEM`: the reference's
+/// unconditional "drop" prompt).
+const BOOGU_DROP_SYSTEM: &str = "Describe the key features of the input image (color, shape, size, texture, \
+     objects, background), then explain how the user's text instruction should alter or modify the image. Generate a \
+     new image that meets the user's requirements while maintaining consistency with the original input where \
+     appropriate.";
+
 /// ComfyUI's Kandinsky 5 image template (`Kandinsky5TokenizerImage`: its system turn, typo included, then the
 /// user turn left open of an assistant turn), before and after the prompt.
 const KANDINSKY5_IMAGE_TEMPLATE: (&str, &str) = (
@@ -216,6 +226,22 @@ impl Tokenizer {
         let (before, after) = OMNIGEN2_TEMPLATE;
         let text = format!("{before}{prompt}{after}");
         crate::prompt_weights::tokenize(&text, &OMNIGEN2_PROMPT_LAYOUT, |word| self.encode(word))
+    }
+
+    /// The ids Boogu-Image's Qwen3-VL runs on for `prompt` (ComfyUI's `BooguTokenizer`): weights disabled (`\(`
+    /// and `\)` lose their backslash), the prompt in Boogu's template (its system prompt, the user turn closed, no
+    /// assistant turn and no `<think>` block), or in the "drop" template when it is empty or whitespace; a prompt
+    /// starting with `<|im_start|>` taken as already templated. The same `embedding:` caveat as
+    /// [`Tokenizer::zimage_prompt`].
+    pub fn boogu_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let system = if prompt.trim().is_empty() { BOOGU_DROP_SYSTEM } else { BOOGU_T2I_SYSTEM };
+        let text = format!(
+            "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
+        );
+        self.encode(&unescape_parentheses(&text))
     }
 
     /// The ids Kandinsky 5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `Kandinsky5TokenizerImage`, or with

@@ -125,6 +125,9 @@ pub enum SynthFamily {
     Flux(FluxFile),
     /// Qwen2.5-VL as LongCat-Image's text encoder (`qwen25vl-longcat`): at LongCat-Image's text width.
     LongCatTextEncoder,
+    /// Qwen2.5-VL 3B, OmniGen2's text encoder (`qwen25vl-3b`): two key/value heads of 128, which make it the 3B
+    /// (and so OmniGen2's) whatever `CLIPLoader`'s type.
+    OmniGen2TextEncoder,
     /// CLIP-G's text tower (`clip-g`, HiDream's second CLIP), the Hugging Face layout with its projection.
     ClipG,
     /// A FLUX.2 DiT other than Klein 4B (`--family flux2`), ComfyUI's names.
@@ -490,6 +493,7 @@ impl SynthFamily {
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
         all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
         all.push(SynthFamily::LongCatTextEncoder);
+        all.push(SynthFamily::OmniGen2TextEncoder);
         all.push(SynthFamily::TextEncoder(TextEncoderFamily::Anima));
         all.push(SynthFamily::ClipG);
         all.push(SynthFamily::FluxRedux);
@@ -538,6 +542,7 @@ impl SynthFamily {
             SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
             SynthFamily::LongCatTextEncoder => "qwen25vl-longcat",
+            SynthFamily::OmniGen2TextEncoder => "qwen25vl-3b",
             SynthFamily::ClipG => CLIP_G,
             SynthFamily::FluxRedux => "flux1-redux",
             SynthFamily::FluxUso => "uso-flux1-projector",
@@ -818,9 +823,10 @@ pub struct ZImageTurboSet {
     pub lumina2: zimage::Config,
     /// Gemma 2 2B (`--family gemma2-2b`, Lumina 2's text encoder; heads 256 wide, as detection assumes).
     pub gemma2: qwen3::Config,
-    /// OmniGen2's DiT (`--family omnigen2`; its text width is Qwen2.5-VL 3B's, 2048, and the tiny one's
-    /// `qwen25vl.hidden`, the tiny Qwen2.5-VL standing in for the 3B).
+    /// OmniGen2's DiT (`--family omnigen2`; its text width should be `omnigen2_qwen25vl.hidden`).
     pub omnigen2: crate::omnigen2::Config,
+    /// Qwen2.5-VL 3B (`--family qwen25vl-3b`), OmniGen2's encoder, with `qwen25vl_vision`'s tower.
+    pub omnigen2_qwen25vl: qwen3::Config,
 }
 
 impl ZImageTurboSet {
@@ -952,6 +958,15 @@ impl ZImageTurboSet {
             gemma2: decoder_config(qwen3::Variant::Gemma2, 256_000, 2304, 26, (8, 4), 9216),
             // OmniGen2: 32 blocks of 21 heads of 120, 7 key/value heads, on Qwen2.5-VL 3B's 2048-wide states.
             omnigen2: omnigen2_config(2520, 21, 7, 32, 2, 2048),
+            // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
+            omnigen2_qwen25vl: decoder_config(
+                qwen3::Variant::Qwen25Vl,
+                151_936,
+                2048,
+                36,
+                (16, 2),
+                11008,
+            ),
             // Anima (Cosmos Predict2 2B): 28 blocks of 16 heads, the adapter's 6 blocks of 16.
             anima: crate::anima::Config {
                 dim: 2048,
@@ -1178,6 +1193,8 @@ impl ZImageTurboSet {
             gemma2: decoder_config(qwen3::Variant::Gemma2, 512, 64, 2, (1, 1), 128),
             // Two heads of 48 sharing one key/value head, on the tiny Qwen2.5-VL's width.
             omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
+            // The 3B's two key/value heads (detection tells the 3B by them), narrow.
+            omnigen2_qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 32, 2, (2, 2), 64),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
             anima: crate::anima::Config {
                 dim: 256,
@@ -1267,10 +1284,10 @@ impl ZImageTurboSet {
                 t5::SYNTH_BPE_PIECES
             )));
         }
-        if self.omnigen2.text_feat_dim != self.qwen25vl.hidden && self.qwen25vl.hidden != 3584 {
+        if self.omnigen2.text_feat_dim != self.omnigen2_qwen25vl.hidden {
             return Err(Error::Invalid(format!(
-                "OmniGen2's text width {} is not the tiny Qwen2.5-VL's {}",
-                self.omnigen2.text_feat_dim, self.qwen25vl.hidden
+                "OmniGen2's text width {} is not Qwen2.5-VL 3B's {}",
+                self.omnigen2.text_feat_dim, self.omnigen2_qwen25vl.hidden
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1488,6 +1505,11 @@ pub fn write_family(
         SynthFamily::Lora(DiffusionFamily::Chroma) => {
             write_flux_lora(path, &set.chroma, dtype, seed, progress)
         }
+        SynthFamily::OmniGen2TextEncoder => {
+            let config = &set.omnigen2_qwen25vl;
+            let vision = VisionConfig { out_hidden: config.hidden, ..set.qwen25vl_vision };
+            write_qwen25vl(path, config, &vision, dtype, seed, progress)
+        }
         SynthFamily::LongCatTextEncoder => {
             let vision =
                 VisionConfig { out_hidden: set.longcat_qwen25vl.hidden, ..set.qwen25vl_vision };
@@ -1605,6 +1627,10 @@ pub fn write_family(
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Ovis) => Err(Error::Invalid(
             "Ovis-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type ovis)"
+                .to_owned(),
+        )),
+        SynthFamily::TextEncoder(TextEncoderFamily::Boogu) => Err(Error::Invalid(
+            "Boogu-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type boogu)"
                 .to_owned(),
         )),
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {

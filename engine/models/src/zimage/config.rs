@@ -140,7 +140,8 @@ pub fn detect(h: &Header) -> Result<Option<(Config, Layout)>> {
     }
     if h.has("dec_net.cond_embed.weight") {
         return Err(h.unsupported(
-            "a pixel-space Lumina 2 model (it has `dec_net.cond_embed.weight`); Kiln runs latent Z-Image only",
+            "a pixel-space Lumina 2 model (it has `dec_net.cond_embed.weight`); Kiln runs the latent Z-Image and \
+             Lumina 2 models only",
         ));
     }
     if h.has("clip_text_pooled_proj.0.weight") {
@@ -248,7 +249,8 @@ fn derive(h: &Header, layout: Layout, variant: Variant) -> Result<Config> {
         adaln_dim,
         axes_dims,
         rope_theta: if lumina2 { 10_000.0 } else { 256.0 },
-        pad_multiple: if h.has("cap_pad_token") { 32 } else { 1 },
+        // ComfyUI's Lumina 2 settings never pad, whatever the file holds.
+        pad_multiple: if h.has("cap_pad_token") && !lumina2 { 32 } else { 1 },
         norm_eps: 1e-5,
         qk_norm_eps: f32::EPSILON,
         patch_size,

@@ -179,7 +179,7 @@ fn check_specs(h: &Header, specs: Vec<Spec>, dim: usize) -> Result<()> {
             let got = &h.values_shape(part).unwrap_or_default();
             if *got != part_shape {
                 return Err(h.unsupported(format!(
-                    "`{}` is {got:?}, expected {part_shape:?} for a Z-Image model of dim {dim}",
+                    "`{}` is {got:?}, expected {part_shape:?} for a NextDiT (Z-Image, Lumina 2) of dim {dim}",
                     h.key(part),
                 )));
             }

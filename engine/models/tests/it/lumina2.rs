@@ -14,7 +14,9 @@ use kiln_models::qwen3;
 use kiln_models::sampling::FlowSampling;
 use kiln_models::zimage::{self, Layout, Variant, ZImage};
 
-use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors};
+use crate::common::{
+    TempTensors, assert_close, cpu, fixture, ids, json, read_tensors, write_header_only,
+};
 
 #[test]
 fn dit_matches_comfyui() {
@@ -162,4 +164,57 @@ fn a_file_without_its_tokenizer_is_refused_by_name() {
     };
     let err = gemma.tokenizer().expect_err("no SentencePiece model");
     assert!(err.to_string().contains("spiece_model"), "{err}");
+}
+
+#[test]
+fn released_shapes_detect_as_comfyuis_lumina2() {
+    // ComfyUI's `model_detection.py` for dim 2304: 24 heads over 8 key/value heads, axes (32, 32, 32), θ 10000,
+    // FFN multiplier 4, no pad tokens; Lumina2's sampling: time scale 1 (the class default).
+    let config = kiln_models::synth::ZImageTurboSet::real().lumina2;
+    let shapes = zimage::expected(&config);
+    let file = header_only("lumina2-released", &shapes);
+    let safetensors = SafetensorsFile::open(&file.0).expect("open");
+    let Some(DiffusionDetected::ZImage(found, Layout::Comfy)) =
+        DiffusionDetected::detect(&Header::new(&safetensors, "")).expect("detect")
+    else {
+        panic!("not a NextDiT")
+    };
+    assert_eq!(found.variant, Variant::Lumina2);
+    assert_eq!((found.dim, found.heads, found.kv_heads, found.head_dim), (2304, 24, 8, 96));
+    assert_eq!((found.layers, found.noise_refiners, found.context_refiners), (26, 2, 2));
+    assert_eq!((found.axes_dims, found.rope_theta, found.time_scale), ([32; 3], 10_000.0, 1.0));
+    assert_eq!((found.ffn_hidden, found.cap_feat_dim, found.pad_multiple), (9216, 2304, 1));
+    assert_eq!((found.t_hidden, found.adaln_dim), (1024, 1024));
+    assert!(!found.allow_fp16);
+}
+
+#[test]
+fn gemma3_is_refused_by_name_not_taken_for_qwen3() {
+    // Gemma 3 4B's layer 0: Gemma 2's sandwich norms and q/k norms, 2560 wide like Qwen3-4B.
+    let mut shapes = vec![("model.embed_tokens.weight".to_owned(), vec![262_208, 2560])];
+    for (name, shape) in [
+        ("input_layernorm", vec![2560]),
+        ("post_attention_layernorm", vec![2560]),
+        ("pre_feedforward_layernorm", vec![2560]),
+        ("post_feedforward_layernorm", vec![2560]),
+        ("self_attn.q_proj", vec![2048, 2560]),
+        ("self_attn.k_proj", vec![1024, 2560]),
+        ("self_attn.v_proj", vec![1024, 2560]),
+        ("self_attn.o_proj", vec![2560, 2048]),
+        ("self_attn.q_norm", vec![256]),
+        ("self_attn.k_norm", vec![256]),
+    ] {
+        shapes.push((format!("model.layers.0.{name}.weight"), shape));
+    }
+    let file = header_only("gemma3", &shapes);
+    let safetensors = SafetensorsFile::open(&file.0).expect("open");
+    let err = TextEncoderDetected::detect(&Header::new(&safetensors, "")).expect_err("Gemma 3");
+    assert!(err.to_string().contains("Gemma 3"), "{err}");
+}
+
+/// A scratch file of `shapes` whose tensors are sparse zeros (only the header is read).
+fn header_only(name: &str, shapes: &[(String, Vec<usize>)]) -> TempTensors {
+    let path = std::env::temp_dir().join(format!("kiln-{name}-{}.safetensors", std::process::id()));
+    write_header_only(&path, shapes);
+    TempTensors(path)
 }

@@ -4,6 +4,7 @@
 
 mod anima;
 mod animate2;
+mod boogu;
 mod brownian;
 mod chroma;
 mod clip_text;

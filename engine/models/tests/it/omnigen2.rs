@@ -271,8 +271,15 @@ fn text_encoder_matches_comfyui() {
     // Qwen2.5-VL 3B's heads are 128 wide, as detection takes them.
     let found = TextEncoderDetected::detect(&header).expect("detect").expect("Qwen2.5-VL");
     let weights = manager.load(&found.load_plan(&header), &mut |_, _| {}).expect("load");
+    // Its two key/value heads of 128 make it the 3B, OmniGen2's encoder, whatever CLIPLoader's type.
+    for kind in [OMNIGEN2_CLIP_TYPE, "qwen_image", "stable_diffusion"] {
+        let role = found.clone().for_clip_type(kind).expect("a type");
+        assert!(
+            matches!(role, TextEncoderDetected::Qwen25Vl(_, _, Qwen25Role::OmniGen2)),
+            "{kind}"
+        );
+    }
     let found = found.for_clip_type(OMNIGEN2_CLIP_TYPE).expect("omnigen2");
-    assert!(matches!(found, TextEncoderDetected::Qwen25Vl(_, _, Qwen25Role::OmniGen2)));
     let net: TextEncoderNet = found.build(weights).expect("build");
 
     let cases = json("omnigen2/te_cases.json");

@@ -588,6 +588,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "clip-vision-h",
             "siglip-384",
             "qwen25vl-longcat",
+            "qwen25vl-3b",
             "qwen3-0.6b",
             "clip-g",
             "flux1-redux",
@@ -789,6 +790,16 @@ fn one_file_of_a_family_is_written_under_any_name() {
                 let h = &set.hidream;
                 assert_eq!(h.pooled_width, set.clip_l.hidden + set.clip_g.hidden);
                 assert_eq!((h.t5_width, h.llama_width), (set.t5.d_model, set.llama3.hidden));
+            }
+            // Its two key/value heads make it the 3B, OmniGen2's encoder whatever the type.
+            synth::SynthFamily::OmniGen2TextEncoder => {
+                let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
+                let found = found.for_clip_type("stable_diffusion").unwrap();
+                let TextEncoderDetected::Qwen25Vl(config, Some(_), role) = found else {
+                    panic!("{found:?}");
+                };
+                assert_eq!(role, kiln_models::family::Qwen25Role::OmniGen2);
+                assert_eq!(config.hidden, set.omnigen2.text_feat_dim);
             }
             synth::SynthFamily::LongCatTextEncoder => {
                 let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
