@@ -202,6 +202,10 @@ const kilnFiles = [
   // type); the Flux VAE.
   { folder: 'diffusion_models', stem: /^omnigen2[_.]/i, family: 'omnigen2' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_fp16\.safetensors$/, family: 'qwen25vl-3b' },
+  // Boogu-Image's DiT (OmniGen2's with double-stream blocks) and Qwen3-VL 8B's language model, a Qwen3 file
+  // CLIPLoader's type `boogu` makes its encoder (the tiny Qwen3 above stands in, the DiT reading its width).
+  { folder: 'diffusion_models', stem: /^boogu_image_/i, family: 'boogu' },
+  { folder: 'text_encoders', stem: /^qwen3vl_8b[_.]/i, family: 'qwen3' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -79,11 +79,14 @@ pub enum DiffusionFamily {
     /// OmniGen2: a Lumina-style DiT on Qwen2.5-VL 3B's states that attends to reference latents (editing), in the
     /// Flux VAE's latent space.
     OmniGen2,
+    /// Boogu-Image: OmniGen2's DiT with double-stream blocks before its single-stream ones, on Qwen3-VL 8B's
+    /// states, in the Flux VAE's latent space.
+    Boogu,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 18] = [
+    pub const ALL: [DiffusionFamily; 19] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
@@ -103,6 +106,7 @@ impl DiffusionFamily {
         DiffusionFamily::Kandinsky5,
         DiffusionFamily::Anima,
         DiffusionFamily::OmniGen2,
+        DiffusionFamily::Boogu,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -124,6 +128,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => kandinsky5::family::NAME,
             DiffusionFamily::Anima => anima::family::NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::NAME,
+            DiffusionFamily::Boogu => omnigen2::family::BOOGU_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -146,7 +151,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => sd3::family::LATENT,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
             DiffusionFamily::Anima => anima::family::LATENT,
-            DiffusionFamily::OmniGen2 => omnigen2::family::LATENT,
+            DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -197,6 +202,10 @@ impl DiffusionFamily {
             DiffusionFamily::OmniGen2 => {
                 FlowSampling::new(omnigen2::family::SHIFT, omnigen2::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Boogu => {
+                FlowSampling::new(omnigen2::family::BOOGU_SHIFT, omnigen2::family::MULTIPLIER)
+                    .into()
+            }
         }
     }
 
@@ -223,6 +232,7 @@ impl DiffusionFamily {
             ],
             DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
             DiffusionFamily::OmniGen2 => &[omnigen2::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::Boogu => &[omnigen2::family::BOOGU_CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -252,6 +262,7 @@ impl DiffusionFamily {
             DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
             DiffusionFamily::Kandinsky5 => crate::family::KANDINSKY5_IMAGE_CLIP_TYPE,
             DiffusionFamily::OmniGen2 => crate::family::OMNIGEN2_CLIP_TYPE,
+            DiffusionFamily::Boogu => crate::family::BOOGU_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
@@ -287,7 +298,9 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             // ComfyUI's Anima config keeps the default prefixes.
             DiffusionFamily::Anima => (VaeFamily::Wan21, unet::family::CHECKPOINT_VAE_PREFIX),
-            DiffusionFamily::OmniGen2 => (VaeFamily::Flux, omnigen2::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => {
+                (VaeFamily::Flux, omnigen2::family::CHECKPOINT_VAE_PREFIX)
+            }
         }
     }
 
@@ -310,6 +323,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_NAME,
+            DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -334,6 +348,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_LORA_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_LORA_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -370,9 +385,16 @@ impl DiffusionFamily {
                 kandinsky5::detect(h)?.map(DiffusionDetected::Kandinsky5)
             }
             DiffusionFamily::Anima => anima::detect(h)?.map(DiffusionDetected::Anima),
-            DiffusionFamily::OmniGen2 => omnigen2::detect(h)?.map(DiffusionDetected::OmniGen2),
+            DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::detect(h)?
+                .filter(|config| omnigen2_family(config) == self)
+                .map(DiffusionDetected::OmniGen2),
         })
     }
+}
+
+/// The family of an OmniGen2-shaped DiT: Boogu-Image's when it has double-stream blocks.
+fn omnigen2_family(config: &omnigen2::Config) -> DiffusionFamily {
+    if config.is_boogu() { DiffusionFamily::Boogu } else { DiffusionFamily::OmniGen2 }
 }
 
 /// The family of a NextDiT: Lumina 2's or Z-Image's.
@@ -419,7 +441,7 @@ pub enum DiffusionDetected {
     Kandinsky5(kandinsky5::Config),
     /// Anima's DiT and LLM adapter.
     Anima(anima::Config),
-    /// OmniGen2's DiT.
+    /// OmniGen2's or Boogu-Image's DiT (the config says which).
     OmniGen2(omnigen2::Config),
 }
 
@@ -458,7 +480,7 @@ impl DiffusionDetected {
             DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
-            DiffusionDetected::OmniGen2(_) => DiffusionFamily::OmniGen2,
+            DiffusionDetected::OmniGen2(config) => omnigen2_family(config),
         }
     }
 
@@ -771,7 +793,7 @@ pub enum DiffusionNet {
     Kandinsky5(Kandinsky5),
     /// Anima's DiT and LLM adapter.
     Anima(Anima),
-    /// OmniGen2's DiT.
+    /// OmniGen2's or Boogu-Image's DiT.
     OmniGen2(OmniGen2),
 }
 
@@ -789,7 +811,7 @@ impl DiffusionNet {
             DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
             DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionNet::Anima(_) => DiffusionFamily::Anima,
-            DiffusionNet::OmniGen2(_) => DiffusionFamily::OmniGen2,
+            DiffusionNet::OmniGen2(net) => omnigen2_family(&net.config),
         }
     }
 
@@ -1158,7 +1180,7 @@ impl DiffusionNet {
                 net.forward(b, &call)
             }
             DiffusionNet::OmniGen2(net) => {
-                refuse_controls(DiffusionFamily::OmniGen2, input.controls, input.patches)?;
+                refuse_controls(omnigen2_family(&net.config), input.controls, input.patches)?;
                 net.forward(b, input.x, input.timesteps, input.context, input.references)
             }
             DiffusionNet::Kandinsky5(net) => {

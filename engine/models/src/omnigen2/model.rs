@@ -1,11 +1,16 @@
-//! [`OmniGen2`]: the DiT's forward pass in ComfyUI's order, reading one block's weights at a time through
-//! [`Model::fetch`].
+//! [`OmniGen2`]: the DiT's forward pass (OmniGen2's or Boogu-Image's) in ComfyUI's order, reading one block's
+//! weights at a time through [`Model::fetch`].
 //!
 //! The caption is embedded and refined alone (no modulation); the image's and each reference's patches have
 //! their own embedders, the references marked by `image_index_embedding[j]`, and are refined apart (noise and
 //! reference-image refiners, modulated); the joint blocks then run over [caption, references, image], and the
 //! last image tokens are un-patchified. Every block is Lumina's: RMSNorm-zero modulation (`1 + scale`, tanh
 //! gates), per-head q/k RMSNorm, interleaved 3-axis RoPE, grouped-query attention and a SwiGLU.
+//!
+//! Boogu-Image runs its double-stream blocks between the refiners and the joint blocks, on the caption
+//! ("instruction") and the images ([references, image]) as two streams: a joint attention over [caption, images]
+//! (each stream its own q/k/v and output projections, then one shared norm pair and output), an image-only
+//! self-attention, and each stream its own modulations, sandwich norms and SwiGLU ([`OmniGen2::double_block`]).
 
 use std::sync::Arc;
 
@@ -19,7 +24,7 @@ use crate::header::Header;
 use crate::rope::Rope;
 
 use super::config::{Config, detect};
-use super::keys::{GROUPS, block_names, load_plan, modulated};
+use super::keys::{DOUBLE_STREAM, REFINERS, block_names, double_block_names, load_plan, modulated};
 use super::rope::{self, Grid};
 
 /// ε of the attention's per-head q/k RMSNorms (ComfyUI's `Attention(eps=1e-5)`, whatever `norm_eps`).
@@ -27,7 +32,8 @@ const QK_NORM_EPS: f32 = 1e-5;
 /// ε of the output LayerNorm (`LuminaLayerNormContinuous`, no affine).
 const NORM_OUT_EPS: f32 = 1e-6;
 
-/// An OmniGen2 DiT: its config and its weights (ComfyUI names, no prefix) under the memory manager.
+/// An OmniGen2 or Boogu-Image DiT ([`Config::is_boogu`]): its config and its weights (ComfyUI names, no prefix)
+/// under the memory manager.
 pub struct OmniGen2 {
     /// The hyperparameters.
     pub config: Config,
@@ -49,7 +55,8 @@ impl OmniGen2 {
         OmniGen2 { config, weights }
     }
 
-    /// Detects the model in `h` and loads it: [`crate::Error::Unsupported`] if `h` is no OmniGen2 DiT.
+    /// Detects the model in `h` and loads it: [`crate::Error::Unsupported`] if `h` is no OmniGen2 or Boogu-Image
+    /// DiT.
     pub fn load(
         manager: &Arc<MemoryManager>,
         h: &Header,
@@ -70,7 +77,7 @@ impl OmniGen2 {
     /// N tokens attended) and reference latents `references` (each `[1, C, h_j, w_j]`, or `[B, ..]`, in model
     /// space; a batch of 1 is repeated over the batch): −output, f32 `[B, C, h, w]`. Computes in
     /// `b.compute_dtype()`; odd sides (the references' too) are padded circularly to the patch and the output
-    /// cropped back.
+    /// cropped back. A Boogu-Image config runs its double-stream blocks before the joint ones.
     pub fn forward<B: Backend>(
         &self,
         b: &B,
@@ -105,9 +112,20 @@ impl OmniGen2 {
         let (cos, sin) = rope::tables(&positions, cfg.axes_dims, cfg.rope_theta);
         let rope = Rope::upload(b, &cos, &sin, cfg.head_dim / 2, DType::F32)?;
 
-        let mut joint = self.refine(b, cap, refs, img, &rope, runs, &temb)?;
+        let (mut cap, mut images) = self.refine(b, cap, refs, img, &rope, runs, &temb)?;
+        if cfg.double_stream_layers > 0 {
+            // The image self-attention sees [references, image], which follow the caption in the joint table.
+            let images_rope = rope_part(b, &rope, runs.caption, runs.references + runs.image)?;
+            for i in 0..cfg.double_stream_layers {
+                (cap, images) =
+                    self.double_block(b, i, &cap, &images, &rope, &images_rope, &temb)?;
+            }
+        }
+        let mut joint = b.concat(&[&cap, &images], 1)?;
+        drop((cap, images));
+        let main = cfg.variant.layers_group();
         for i in 0..cfg.layers {
-            joint = self.block(b, GROUPS[0], i, &joint, &rope, Some(&temb))?;
+            joint = self.block(b, main, i, &joint, &rope, Some(&temb))?;
         }
         // The output layer is per token: only the image's (the last ones) are needed.
         let tokens = b.slice(&joint, 1, runs.caption + runs.references, runs.image)?;
@@ -126,7 +144,7 @@ impl OmniGen2 {
     }
 
     /// The refiners: the caption alone (unmodulated), the image and the references (modulated by `temb`) each
-    /// with its part of the joint `rope`; then the joint sequence [caption, references, image].
+    /// with its part of the joint `rope`; returns the caption and the images [references, image].
     #[allow(clippy::too_many_arguments)]
     fn refine<B: Backend>(
         &self,
@@ -137,14 +155,9 @@ impl OmniGen2 {
         rope: &Rope<B>,
         runs: Runs,
         temb: &Tensor<B>,
-    ) -> Result<Tensor<B>> {
-        let part = |start, len| -> Result<Rope<B>> {
-            Ok(Rope {
-                cos: b.slice(&rope.cos, 0, start, len)?,
-                sin: b.slice(&rope.sin, 0, start, len)?,
-            })
-        };
-        let [_, noise, ref_refiner, context_refiner] = GROUPS;
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let part = |start, len| rope_part(b, rope, start, len);
+        let [noise, ref_refiner, context_refiner] = REFINERS;
         let cap_rope = part(0, runs.caption)?;
         for i in 0..self.config.refiners {
             cap = self.block(b, context_refiner, i, &cap, &cap_rope, None)?;
@@ -154,13 +167,13 @@ impl OmniGen2 {
             img = self.block(b, noise, i, &img, &img_rope, Some(temb))?;
         }
         let Some(mut refs) = refs else {
-            return Ok(b.concat(&[&cap, &img], 1)?);
+            return Ok((cap, img));
         };
         let ref_rope = part(runs.caption, runs.references)?;
         for i in 0..self.config.refiners {
             refs = self.block(b, ref_refiner, i, &refs, &ref_rope, Some(temb))?;
         }
-        Ok(b.concat(&[&cap, &refs, &img], 1)?)
+        Ok((cap, b.concat(&[&refs, &img], 1)?))
     }
 
     /// Checks the input shapes: returns (batch, h, w).
@@ -321,19 +334,13 @@ impl OmniGen2 {
         };
         let h = b.rms_norm(x, Some(&w(norm1)?), eps)?;
         let h = scaled(b, h, attn_scale)?;
-        let a = self.attention(b, &layer, &p, &h, rope)?;
+        let a = self.attention(b, &layer, &format!("{p}.attn"), &h, rope)?;
         let a = b.rms_norm(&a, Some(&w("norm2.weight")?), eps)?;
         let x = b.binary(x, &gated(b, a, attn_gate)?, BinaryOp::Add)?;
 
         let h = b.rms_norm(&x, Some(&w("ffn_norm1.weight")?), eps)?;
         let h = scaled(b, h, modulation.as_ref().map(|m| &m.ffn_scale))?;
-        let gate = b.linear(&h, &w("feed_forward.linear_1.weight")?, None)?;
-        let up = b.linear(&h, &w("feed_forward.linear_3.weight")?, None)?;
-        let f = b.linear(
-            &b.gated(&gate, &up, UnaryOp::Silu)?,
-            &w("feed_forward.linear_2.weight")?,
-            None,
-        )?;
+        let f = feed_forward(b, &layer, &format!("{p}.feed_forward"), &h)?;
         let f = b.rms_norm(&f, Some(&w("ffn_norm2.weight")?), eps)?;
         let f = gated(b, f, modulation.as_ref().map(|m| &m.ffn_gate))?;
         Ok(b.binary(&x, &f, BinaryOp::Add)?)
@@ -357,39 +364,156 @@ impl OmniGen2 {
         ScaleGates::of(b, &m, d)
     }
 
-    /// Self-attention of block `p` over `h` `[B, L, D]`: q, k, v projections, per-head q/k RMSNorm, interleaved
-    /// RoPE, unmasked softmax attention (grouped-query over the fewer key/value heads), output projection.
-    fn attention<B: Backend>(
+    /// Boogu-Image's double-stream block `double_stream_layers.{i}` on the caption `cap` `[B, Lc, D]` and the
+    /// images `images` `[B, Li, D]` ([references, image]), with the joint `rope` over [caption, images] and
+    /// `images_rope` (its images' rows): the new (caption, images).
+    ///
+    /// Each `LuminaRMSNormZero` gives RMSNorm(x)·(1 + m₀) and the chunks m₀ … m₃ of Linear(SiLU(temb)), x being
+    /// the block's input stream. With the images' norm1, norm2, norm3 and the caption's norm1, norm2:
+    /// - the joint attention takes both streams' norm1 outputs; each stream adds tanh(norm1's m₁)·RMSNorm(its part),
+    ///   then the images add tanh(norm3's m₁)·RMSNorm(self-attention over norm3's output);
+    /// - a stream's FFN input is norm2's output ·(1 + norm1's m₂) + norm2's m₁ (ComfyUI's "shift": norm2's
+    ///   second chunk, no tanh), both from the block's input, not the updated stream; the stream adds
+    ///   tanh(norm1's m₃)·RMSNorm(FFN(RMSNorm(that input))).
+    #[allow(clippy::too_many_arguments)]
+    fn double_block<B: Backend>(
+        &self,
+        b: &B,
+        i: usize,
+        cap: &Tensor<B>,
+        images: &Tensor<B>,
+        rope: &Rope<B>,
+        images_rope: &Rope<B>,
+        temb: &Tensor<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let (d, eps) = (self.config.hidden, self.config.norm_eps);
+        let p = format!("{DOUBLE_STREAM}.{i}");
+        let layer = self.fetch(b, &double_block_names(&p))?;
+        let w = |name: &str| layer.get(&format!("{p}.{name}.weight"));
+        let emb = b.unary(temb, UnaryOp::Silu)?;
+        // `LuminaRMSNormZero` `norm` of x: (RMSNorm(x)·(1 + m₀), [m₀, m₁, m₂, m₃] each `[B, D]`).
+        let zero = |norm: &str, x: &Tensor<B>| -> Result<(Tensor<B>, Vec<Tensor<B>>)> {
+            let bias = layer.get(&format!("{p}.{norm}.linear.bias"))?;
+            let m = b.linear(&emb, &w(&format!("{norm}.linear"))?, Some(&bias))?;
+            let m = (0..4).map(|k| b.slice(&m, -1, k * d, d)).collect::<Result<Vec<_>, _>>()?;
+            let y = b.rms_norm(x, Some(&w(&format!("{norm}.norm"))?), eps)?;
+            Ok((b.modulate(&y, &m[0], None)?, m))
+        };
+        // x + tanh(gate)·RMSNorm_norm(y).
+        let residual =
+            |x: &Tensor<B>, y: &Tensor<B>, norm: &str, gate: &Tensor<B>| -> Result<Tensor<B>> {
+                let y = b.rms_norm(y, Some(&w(norm)?), eps)?;
+                let gate = b.unary(gate, UnaryOp::Tanh)?;
+                let gate = gate.reshape(&[gate.dim(0)?, 1, d])?;
+                Ok(b.binary(x, &b.binary(&y, &gate, BinaryOp::Mul)?, BinaryOp::Add)?)
+            };
+        // The stream's FFN residual from its norm2 output and its norm1's and norm2's chunks.
+        let ffn =
+            |stream: &str, x: &Tensor<B>, n2: &Tensor<B>, m1: &[Tensor<B>], m2: &[Tensor<B>]| {
+                let input = b.modulate(n2, &m1[2], Some(&m2[1]))?;
+                let h = b.rms_norm(&input, Some(&w(&format!("{stream}_ffn_norm1"))?), eps)?;
+                let f = feed_forward(b, &layer, &format!("{p}.{stream}_feed_forward"), &h)?;
+                residual(x, &f, &format!("{stream}_ffn_norm2"), &m1[3])
+            };
+
+        let (img_n1, img_m1) = zero("img_norm1", images)?;
+        let (img_n2, img_m2) = zero("img_norm2", images)?;
+        let (img_n3, img_m3) = zero("img_norm3", images)?;
+        let (cap_n1, cap_m1) = zero("instruct_norm1", cap)?;
+        let (cap_n2, cap_m2) = zero("instruct_norm2", cap)?;
+        let (cap_attn, img_attn) = self.joint_attention(b, &layer, &p, &cap_n1, &img_n1, rope)?;
+        let self_attn =
+            self.attention(b, &layer, &format!("{p}.img_self_attn"), &img_n3, images_rope)?;
+
+        let x = residual(images, &img_attn, "img_attn_norm", &img_m1[1])?;
+        let x = residual(&x, &self_attn, "img_self_attn_norm", &img_m3[1])?;
+        let images = ffn("img", &x, &img_n2, &img_m1, &img_m2)?;
+        let c = residual(cap, &cap_attn, "instruct_attn_norm", &cap_m1[1])?;
+        let cap = ffn("instruct", &c, &cap_n2, &cap_m1, &cap_m2)?;
+        Ok((cap, images))
+    }
+
+    /// The joint attention of double-stream block `p` over [caption, images] (`cap` `[B, Lc, D]`, `images`
+    /// `[B, Li, D]`): each stream's q/k/v projections (`processor.instruct_to_q`, `processor.img_to_q`, …), one
+    /// [`OmniGen2::heads_attention`] over the joint `rope`, each stream's output projection
+    /// (`processor.instruct_out`, `processor.img_out`) then the shared `to_out.0`: (caption's, images').
+    fn joint_attention<B: Backend>(
         &self,
         b: &B,
         layer: &Layer<'_>,
         p: &str,
+        cap: &Tensor<B>,
+        images: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let a = format!("{p}.img_instruct_attn");
+        let w = |name: &str| layer.get(&format!("{a}.{name}.weight"));
+        let project = |stream: &str, x: &Tensor<B>| -> Result<Vec<Tensor<B>>> {
+            ["to_q", "to_k", "to_v"]
+                .iter()
+                .map(|proj| Ok(b.linear(x, &w(&format!("processor.{stream}_{proj}"))?, None)?))
+                .collect()
+        };
+        let (cap_qkv, img_qkv) = (project("instruct", cap)?, project("img", images)?);
+        let joint = |k: usize| b.concat(&[&cap_qkv[k], &img_qkv[k]], 1);
+        let o = self.heads_attention(b, layer, &a, [joint(0)?, joint(1)?, joint(2)?], rope)?;
+        drop((cap_qkv, img_qkv));
+        let (lc, li) = (cap.dim(1)?, images.dim(1)?);
+        let out = |start: usize, len: usize, proj: &str| -> Result<Tensor<B>> {
+            let o = b.linear(&b.slice(&o, 1, start, len)?, &w(proj)?, None)?;
+            Ok(b.linear(&o, &w("to_out.0")?, None)?)
+        };
+        Ok((out(0, lc, "processor.instruct_out")?, out(lc, li, "processor.img_out")?))
+    }
+
+    /// Self-attention `a` (`layers.3.attn`, a double-stream block's `img_self_attn`) over `h` `[B, L, D]`: q, k, v
+    /// projections, [`OmniGen2::heads_attention`], output projection.
+    fn attention<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        a: &str,
         h: &Tensor<B>,
+        rope: &Rope<B>,
+    ) -> Result<Tensor<B>> {
+        let w = |name: &str| layer.get(&format!("{a}.{name}.weight"));
+        let project = |name: &str| -> Result<Tensor<B>> { Ok(b.linear(h, &w(name)?, None)?) };
+        let (q, k, v) = (project("to_q")?, project("to_k")?, project("to_v")?);
+        let o = self.heads_attention(b, layer, a, [q, k, v], rope)?;
+        Ok(b.linear(&o, &w("to_out.0")?, None)?)
+    }
+
+    /// The attention proper of `a` on projected `[q, k, v]` (`[B, L, heads · hd]`, `[B, L, kv_heads · hd]` twice):
+    /// per-head q/k RMSNorm (`{a}.norm_q`, `{a}.norm_k`), interleaved RoPE, unmasked softmax attention
+    /// (grouped-query over the fewer key/value heads) → `[B, L, heads · hd]`, before any output projection.
+    fn heads_attention<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        a: &str,
+        [q, k, v]: [Tensor<B>; 3],
         rope: &Rope<B>,
     ) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let hd = cfg.head_dim;
-        let &[batch, len, _] = h.shape() else {
+        let &[batch, len, _] = q.shape() else {
             return Err(Error::Invalid(format!(
                 "attention input {:?} is not [B, L, D]",
-                h.shape()
+                q.shape()
             )));
         };
-        let w = |name: &str| layer.get(&format!("{p}.attn.{name}.weight"));
-        let project = |name: &str, heads: usize| -> Result<Tensor<B>> {
-            Ok(b.linear(h, &w(name)?, None)?.reshape(&[batch, len, heads, hd])?)
-        };
+        let heads = |x: Tensor<B>, heads: usize| x.reshape(&[batch, len, heads, hd]);
         let rotate = |x: Tensor<B>, norm: &str| -> Result<Tensor<B>> {
-            let x = b.rms_norm(&x, Some(&w(norm)?), QK_NORM_EPS)?;
+            let x =
+                b.rms_norm(&x, Some(&layer.get(&format!("{a}.{norm}.weight"))?), QK_NORM_EPS)?;
             let x = b.rope(&x, &rope.cos, &rope.sin, RopeLayout::Interleaved)?;
             Ok(b.permute(&x, &[0, 2, 1, 3])?)
         };
-        let q = rotate(project("to_q", cfg.heads)?, "norm_q")?;
-        let k = rotate(project("to_k", cfg.kv_heads)?, "norm_k")?;
-        let v = b.permute(&project("to_v", cfg.kv_heads)?, &[0, 2, 1, 3])?;
+        let q = rotate(heads(q, cfg.heads)?, "norm_q")?;
+        let k = rotate(heads(k, cfg.kv_heads)?, "norm_k")?;
+        let v = b.permute(&heads(v, cfg.kv_heads)?, &[0, 2, 1, 3])?;
         let o = b.attention(&q, &k, &v, AttentionMask::None, 1.0 / (hd as f32).sqrt())?;
-        let o = b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, len, cfg.heads * hd])?;
-        Ok(b.linear(&o, &w("to_out.0")?, None)?)
+        Ok(b.permute(&o, &[0, 2, 1, 3])?.reshape(&[batch, len, cfg.heads * hd])?)
     }
 
     /// `norm_out` on tokens `[B, n, D]`: Linear(LayerNorm(x) · (1 + Linear(SiLU(temb)))) → `[B, n, p²·C]`.
@@ -403,6 +527,20 @@ impl OmniGen2 {
         let y = b.modulate(&y, &scale, None)?;
         Ok(b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?)
     }
+}
+
+/// `rope`'s rows `start .. start + len` (one run of the joint sequence).
+fn rope_part<B: Backend>(b: &B, rope: &Rope<B>, start: usize, len: usize) -> Result<Rope<B>> {
+    Ok(Rope { cos: b.slice(&rope.cos, 0, start, len)?, sin: b.slice(&rope.sin, 0, start, len)? })
+}
+
+/// The SwiGLU `f` (`layers.3.feed_forward`, `…img_feed_forward`) on `h`: `linear_2(SiLU(linear_1(h)) ·
+/// linear_3(h))`.
+fn feed_forward<B: Backend>(b: &B, layer: &Layer<'_>, f: &str, h: &Tensor<B>) -> Result<Tensor<B>> {
+    let w = |k: usize| layer.get(&format!("{f}.linear_{k}.weight"));
+    let gate = b.linear(h, &w(1)?, None)?;
+    let up = b.linear(h, &w(3)?, None)?;
+    Ok(b.linear(&b.gated(&gate, &up, UnaryOp::Silu)?, &w(2)?, None)?)
 }
 
 /// `x · (1 + scale)` with a per-sample `scale` `[B, D]`, or `x` without one.

@@ -449,11 +449,12 @@ impl SynthFamily {
             DiffusionFamily::ALL.into_iter().map(SynthFamily::Diffusion).collect();
         all.extend(TextEncoderFamily::ALL.into_iter().map(SynthFamily::TextEncoder));
         all.extend(VaeFamily::ALL.into_iter().map(SynthFamily::Vae));
-        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image, Kandinsky 5, Lumina 2 or OmniGen2, so these
-        // have no synthetic one.
+        // Kiln applies no LoRA to a UNet, SD3's MMDiT, Ovis-Image, Kandinsky 5, Lumina 2, OmniGen2 or Boogu-Image,
+        // so these have no synthetic one.
         let unets = [
             DiffusionFamily::Lumina2,
             DiffusionFamily::OmniGen2,
+            DiffusionFamily::Boogu,
             DiffusionFamily::Lotus,
             DiffusionFamily::Sdxl,
             DiffusionFamily::SdxlRefiner,
@@ -827,6 +828,9 @@ pub struct ZImageTurboSet {
     pub omnigen2: crate::omnigen2::Config,
     /// Qwen2.5-VL 3B (`--family qwen25vl-3b`), OmniGen2's encoder, with `qwen25vl_vision`'s tower.
     pub omnigen2_qwen25vl: qwen3::Config,
+    /// Boogu-Image's DiT (`--family boogu`; its instruction width is Qwen3-VL 8B's, 4096, and the tiny one's the
+    /// tiny `qwen3`'s, which stands in for Qwen3-VL's language model).
+    pub boogu: crate::omnigen2::Config,
 }
 
 impl ZImageTurboSet {
@@ -958,6 +962,8 @@ impl ZImageTurboSet {
             gemma2: decoder_config(qwen3::Variant::Gemma2, 256_000, 2304, 26, (8, 4), 9216),
             // OmniGen2: 32 blocks of 21 heads of 120, 7 key/value heads, on Qwen2.5-VL 3B's 2048-wide states.
             omnigen2: omnigen2_config(2520, 21, 7, 32, 2, 2048),
+            // Boogu-Image: 8 double-stream and 32 single-stream blocks of 28 heads of 120, 7 key/value heads.
+            boogu: boogu_config(omnigen2_config(3360, 28, 7, 32, 2, 4096), 8),
             // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
             omnigen2_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
@@ -1193,6 +1199,8 @@ impl ZImageTurboSet {
             gemma2: decoder_config(qwen3::Variant::Gemma2, 512, 64, 2, (1, 1), 128),
             // Two heads of 48 sharing one key/value head, on the tiny Qwen2.5-VL's width.
             omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
+            // One double-stream block before the OmniGen2 widths, on the tiny Qwen3's width.
+            boogu: boogu_config(omnigen2_config(96, 2, 1, 2, 1, Qwen3Shape::tiny().hidden), 1),
             // The 3B's two key/value heads (detection tells the 3B by them), narrow.
             omnigen2_qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 32, 2, (2, 2), 64),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
@@ -1282,6 +1290,12 @@ impl ZImageTurboSet {
                 "a Gemma 2 vocabulary of {} rows is smaller than the synthetic tokenizer's {} pieces",
                 self.gemma2.vocab,
                 t5::SYNTH_BPE_PIECES
+            )));
+        }
+        if self.boogu.text_feat_dim != self.qwen3.hidden && self.boogu.text_feat_dim != 4096 {
+            return Err(Error::Invalid(format!(
+                "Boogu-Image's instruction width {} is not the tiny Qwen3's {} (nor Qwen3-VL 8B's 4096)",
+                self.boogu.text_feat_dim, self.qwen3.hidden
             )));
         }
         if self.omnigen2.text_feat_dim != self.omnigen2_qwen25vl.hidden {
@@ -1399,6 +1413,10 @@ pub fn write_family(
     match family {
         SynthFamily::Diffusion(DiffusionFamily::ZImage) => {
             write_zimage(path, &set.zimage, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Boogu) => {
+            let specs = specs_of(crate::omnigen2::expected(&set.boogu));
+            write_one(path, &specs, OMNIGEN2, "Boogu-Image DiT", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::OmniGen2) => {
             let specs = specs_of(crate::omnigen2::expected(&set.omnigen2));
@@ -1619,7 +1637,8 @@ pub fn write_family(
             | DiffusionFamily::OvisImage
             | DiffusionFamily::Kandinsky5
             | DiffusionFamily::Lumina2
-            | DiffusionFamily::OmniGen2),
+            | DiffusionFamily::OmniGen2
+            | DiffusionFamily::Boogu),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1789,6 +1808,8 @@ fn omnigen2_config(
 ) -> crate::omnigen2::Config {
     let head_dim = hidden / heads;
     crate::omnigen2::Config {
+        variant: crate::omnigen2::Variant::OmniGen2,
+        double_stream_layers: 0,
         hidden,
         heads,
         kv_heads,
@@ -1806,6 +1827,19 @@ fn omnigen2_config(
         in_channels: 16,
         timestep_scale: 1000.0,
         max_references: 5,
+    }
+}
+
+/// `config` (an OmniGen2 DiT's widths) as Boogu-Image's, with `double_stream_layers` double-stream blocks before
+/// its single-stream ones.
+fn boogu_config(
+    config: crate::omnigen2::Config,
+    double_stream_layers: usize,
+) -> crate::omnigen2::Config {
+    crate::omnigen2::Config {
+        variant: crate::omnigen2::Variant::Boogu,
+        double_stream_layers,
+        ..config
     }
 }
 

@@ -544,6 +544,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "kandinsky5-image",
             "anima",
             "omnigen2",
+            "boogu",
             "qwen3",
             "gemma2-2b",
             "qwen25vl",
