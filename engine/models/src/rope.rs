@@ -34,6 +34,20 @@ impl<B: Backend> Rope<B> {
         let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
         Rope::upload(b, &cos, &sin, pairs, dtype)
     }
+
+    /// The tables' rows `start .. start + len`: one run of a joint sequence's positions.
+    pub(crate) fn rows(&self, b: &B, start: usize, len: usize) -> Result<Rope<B>> {
+        Ok(Rope {
+            cos: b.slice(&self.cos, 0, start, len)?,
+            sin: b.slice(&self.sin, 0, start, len)?,
+        })
+    }
+}
+
+/// RoPE dims per axis for a head of `head_dim` split in three equal thirds (caption/time, row, column: Lumina 2's
+/// 96 → 32 each, OmniGen2's and Boogu-Image's 120 → 40 each); `None` when a third would be odd or empty.
+pub fn equal_thirds(head_dim: usize) -> Option<[usize; 3]> {
+    (head_dim > 0 && head_dim.is_multiple_of(6)).then_some([head_dim / 3; 3])
 }
 
 /// cos and sin tables `[positions.len(), Σ axes / 2]`, row-major: for axis a of width d_a, angle
@@ -154,6 +168,15 @@ pub(crate) fn linspace_f64(start: f64, end: f64, steps: usize) -> impl Iterator<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_thirds_split_the_head() {
+        assert_eq!(equal_thirds(120), Some([40, 40, 40]));
+        assert_eq!(equal_thirds(96), Some([32, 32, 32]));
+        assert_eq!(equal_thirds(24), Some([8, 8, 8]));
+        assert_eq!(equal_thirds(16), None);
+        assert_eq!(equal_thirds(0), None);
+    }
 
     #[test]
     fn positions_are_scaled_and_shifted_as_comfyuis_linspace() {

@@ -1385,9 +1385,10 @@ impl TextEncoderNet {
                 // against a prompt of pads alone (no start token), every one of them masked.
                 let layout = &qwen3::OMNIGEN2_PROMPT_LAYOUT;
                 let cond = weighted_states(b, sections, layout, |ids| {
-                    match ids.iter().all(|&id| id == layout.pad) {
-                        true => model.masked_hidden_state_with_images(b, ids, &[], 0),
-                        false => model.hidden_state(b, ids),
+                    if ids.iter().all(|&id| id == layout.pad) {
+                        model.masked_hidden_state_with_images(b, ids, &[], 0)
+                    } else {
+                        model.hidden_state(b, ids)
                     }
                 })?;
                 Ok(Encoded::new(cond, None))

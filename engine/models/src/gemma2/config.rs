@@ -9,7 +9,7 @@ use kiln_compute::memory::{LoadPlan, SafetensorsFile, SlotPlan};
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::qwen3::{self, Config, Variant};
-use crate::t5::{SPIECE_MODEL, SentencePiece};
+use crate::t5::{SPIECE_MODEL, file_spiece};
 
 use super::Tokenizer;
 
@@ -100,16 +100,7 @@ impl Gemma2File {
                  it (ComfyUI's repackaged Gemma 2 files carry it)"
             )));
         };
-        let spiece = SentencePiece::from_proto(&file.raw_bytes(key)?)
-            .map_err(|e| unsupported(format!("its `{key}` tensor: {e}")))?;
-        if spiece.vocab_size() > self.config.vocab {
-            return Err(unsupported(format!(
-                "its `{key}` has {} pieces, more than the {} rows of its embedding table",
-                spiece.vocab_size(),
-                self.config.vocab
-            )));
-        }
-        Ok(Tokenizer::new(spiece))
+        Ok(Tokenizer::new(file_spiece(&file, key, self.config.vocab)?))
     }
 }
 

@@ -113,9 +113,7 @@ impl Config {
 
 /// RoPE dims per axis for a head width: three equal thirds (the released 120 → (40, 40, 40), ComfyUI's
 /// `axes_dim_rope`); `None` when a third would be odd or the width does not split.
-pub fn axes_dims(head_dim: usize) -> Option<[usize; 3]> {
-    (head_dim > 0 && head_dim.is_multiple_of(6)).then_some([head_dim / 3; 3])
-}
+pub use crate::rope::equal_thirds as axes_dims;
 
 /// Whether `h` holds an OmniGen2 or a Boogu-Image DiT, and its config ([`Config::is_boogu`] tells which).
 /// `Ok(None)`: another family. `Err(Unsupported)`: a file of either with tensors missing or of the wrong shape,
@@ -245,18 +243,5 @@ fn matrix(h: &Header, name: &str, what: &str) -> Result<[usize; 2]> {
     match shape[..] {
         [rows, cols] => Ok([rows, cols]),
         _ => Err(h.unsupported(format!("`{}` is {shape:?}, not a matrix", h.key(name)))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn axes_are_thirds_of_the_head() {
-        assert_eq!(axes_dims(120), Some([40, 40, 40]));
-        assert_eq!(axes_dims(24), Some([8, 8, 8]));
-        assert_eq!(axes_dims(16), None);
-        assert_eq!(axes_dims(0), None);
     }
 }

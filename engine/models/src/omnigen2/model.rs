@@ -14,13 +14,14 @@
 
 use std::sync::Arc;
 
-use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor};
 
 use crate::adaln::ScaleGates;
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::latent_tokens::padded;
 use crate::rope::Rope;
 
 use super::config::{Config, detect};
@@ -90,32 +91,34 @@ impl OmniGen2 {
         let (batch, h, w) = self.check_inputs(x, timesteps, context, references)?;
         let dt = b.compute_dtype();
         let p = cfg.patch_size;
-        let x = pad_to_patch(b, &b.cast(x, dt)?, p)?;
-        let (hp, wp) = (x.dim(2)?, x.dim(3)?);
-        let references = references
-            .iter()
-            .map(|r| pad_to_patch(b, &b.cast(r, dt)?, p))
-            .collect::<Result<Vec<_>>>()?;
+        let (x, rows, cols) = padded(b, &b.cast(x, dt)?, p)?;
+        let (hp, wp) = (rows * p, cols * p);
+        let mut grids: Vec<Grid> = Vec::with_capacity(references.len());
+        let mut padded_refs = Vec::with_capacity(references.len());
+        for r in references {
+            let (r, rows, cols) = padded(b, &b.cast(r, dt)?, p)?;
+            grids.push((rows, cols));
+            padded_refs.push(r);
+        }
+        let references = padded_refs;
 
         let temb = self.time_embedding(b, timesteps)?;
         let cap = self.caption(b, &b.cast(context, dt)?)?;
         let img = self.image(b, &x)?;
         let refs = self.references(b, &references, batch)?;
-        let grids: Vec<Grid> =
-            references.iter().map(|r| Ok((r.dim(2)? / p, r.dim(3)? / p))).collect::<Result<_>>()?;
         let runs = Runs {
             caption: cap.dim(1)?,
             references: grids.iter().map(|(r, c)| r * c).sum(),
             image: img.dim(1)?,
         };
-        let positions = rope::positions(runs.caption, &grids, (hp / p, wp / p));
+        let positions = rope::positions(runs.caption, &grids, (rows, cols));
         let (cos, sin) = rope::tables(&positions, cfg.axes_dims, cfg.rope_theta);
         let rope = Rope::upload(b, &cos, &sin, cfg.head_dim / 2, DType::F32)?;
 
         let (mut cap, mut images) = self.refine(b, cap, refs, img, &rope, runs, &temb)?;
         if cfg.double_stream_layers > 0 {
             // The image self-attention sees [references, image], which follow the caption in the joint table.
-            let images_rope = rope_part(b, &rope, runs.caption, runs.references + runs.image)?;
+            let images_rope = rope.rows(b, runs.caption, runs.references + runs.image)?;
             for i in 0..cfg.double_stream_layers {
                 (cap, images) =
                     self.double_block(b, i, &cap, &images, &rope, &images_rope, &temb)?;
@@ -156,7 +159,7 @@ impl OmniGen2 {
         runs: Runs,
         temb: &Tensor<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        let part = |start, len| rope_part(b, rope, start, len);
+        let part = |start, len| rope.rows(b, start, len);
         let [noise, ref_refiner, context_refiner] = REFINERS;
         let cap_rope = part(0, runs.caption)?;
         for i in 0..self.config.refiners {
@@ -529,11 +532,6 @@ impl OmniGen2 {
     }
 }
 
-/// `rope`'s rows `start .. start + len` (one run of the joint sequence).
-fn rope_part<B: Backend>(b: &B, rope: &Rope<B>, start: usize, len: usize) -> Result<Rope<B>> {
-    Ok(Rope { cos: b.slice(&rope.cos, 0, start, len)?, sin: b.slice(&rope.sin, 0, start, len)? })
-}
-
 /// The SwiGLU `f` (`layers.3.feed_forward`, `…img_feed_forward`) on `h`: `linear_2(SiLU(linear_1(h)) ·
 /// linear_3(h))`.
 fn feed_forward<B: Backend>(b: &B, layer: &Layer<'_>, f: &str, h: &Tensor<B>) -> Result<Tensor<B>> {
@@ -557,18 +555,4 @@ fn gated<B: Backend>(b: &B, x: Tensor<B>, gate: Option<&Tensor<B>>) -> Result<Te
         Some(gate) => Ok(b.binary(&x, gate, BinaryOp::Mul)?),
         None => Ok(x),
     }
-}
-
-/// `x` `[B, C, h, w]` padded circularly at the bottom and right to multiples of `p` (ComfyUI's
-/// `pad_to_patch_size`).
-fn pad_to_patch<B: Backend>(b: &B, x: &Tensor<B>, p: usize) -> Result<Tensor<B>> {
-    let mut x = x.clone();
-    for dim in [2, 3] {
-        let side = x.dim(dim)?;
-        let pad = side.next_multiple_of(p) - side;
-        if pad > 0 {
-            x = b.pad(&x, dim, 0, pad, PadMode::Circular)?;
-        }
-    }
-    Ok(x)
 }

@@ -24,6 +24,7 @@ pub use config::{
 pub use model::{T5, relative_position_bucket};
 pub use spiece::{SYNTH_BPE_PIECES, SYNTH_PIECES, SentencePiece, synth_bpe_model, synth_model};
 pub use tokenizer::Tokenizer;
+pub(crate) use umt5::file_spiece;
 pub use umt5::{
     SPIECE_MODEL, UMT5_PROMPT_LAYOUT, Umt5File, attention_mask, umt5_tokens, umt5_tokens_in,
 };

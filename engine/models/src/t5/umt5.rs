@@ -62,18 +62,28 @@ impl Umt5File {
                  (ComfyUI's repackaged umT5 files carry it)"
             )));
         };
-        let file = SafetensorsFile::open(&self.path)?;
-        let tokenizer = SentencePiece::from_proto(&file.raw_bytes(key)?)
-            .map_err(|e| unsupported(format!("its `{SPIECE_MODEL}` tensor: {e}")))?;
-        if tokenizer.vocab_size() > self.config.vocab {
-            return Err(unsupported(format!(
-                "its `{SPIECE_MODEL}` has {} pieces, more than the {} rows of its embedding table",
-                tokenizer.vocab_size(),
-                self.config.vocab
-            )));
-        }
-        Ok(tokenizer)
+        file_spiece(&SafetensorsFile::open(&self.path)?, key, self.config.vocab)
     }
+}
+
+/// The SentencePiece model `file` carries as the uint8 tensor `key` (umT5's, Gemma 2's), for an encoder whose
+/// embedding table has `vocab` rows: an error naming the file and the tensor when the model is malformed or has
+/// more pieces than the table has rows.
+pub(crate) fn file_spiece(
+    file: &SafetensorsFile,
+    key: &str,
+    vocab: usize,
+) -> Result<SentencePiece> {
+    let unsupported = |msg: String| Error::Unsupported { path: file.path().to_path_buf(), msg };
+    let tokenizer = SentencePiece::from_proto(&file.raw_bytes(key)?)
+        .map_err(|e| unsupported(format!("its `{key}` tensor: {e}")))?;
+    if tokenizer.vocab_size() > vocab {
+        return Err(unsupported(format!(
+            "its `{key}` has {} pieces, more than the {vocab} rows of its embedding table",
+            tokenizer.vocab_size()
+        )));
+    }
+    Ok(tokenizer)
 }
 
 /// The word prefix ComfyUI splits a prompt segment before (after whitespace).

@@ -52,7 +52,7 @@ impl Variant {
     pub fn axes_dims(self, head_dim: usize) -> Option<[usize; 3]> {
         match self {
             Variant::ZImage => axes_dims(head_dim),
-            Variant::Lumina2 => head_dim.is_multiple_of(6).then_some([head_dim / 3; 3]),
+            Variant::Lumina2 => crate::rope::equal_thirds(head_dim),
         }
     }
 }

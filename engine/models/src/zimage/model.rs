@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiln_compute::backend::{AttentionMask, BinaryOp, PadMode, RopeLayout, UnaryOp};
+use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, MemoryManager, Model};
 use kiln_compute::{Backend, DType, Tensor, Weight};
 
@@ -11,6 +11,7 @@ use crate::adaln::ScaleGates;
 use crate::error::{Error, Result};
 use crate::fp16::finite_in_f16;
 use crate::header::Header;
+use crate::latent_tokens::padded;
 use crate::rope::Rope;
 
 use super::config::{Config, Variant, detect};
@@ -80,14 +81,8 @@ impl ZImage {
         let c = self.time_embedding(b, sigmas)?;
 
         let p = cfg.patch_size;
-        let (hp, wp) = (h.div_ceil(p) * p, w.div_ceil(p) * p);
-        let mut x = x;
-        if hp > h {
-            x = b.pad(&x, 2, 0, hp - h, PadMode::Circular)?;
-        }
-        if wp > w {
-            x = b.pad(&x, 3, 0, wp - w, PadMode::Circular)?;
-        }
+        let (x, rows, cols) = padded(b, &x, p)?;
+        let (hp, wp) = (rows * p, cols * p);
 
         let mut cap = self.caption(b, &context)?;
         let caption_len = cap.dim(1)?;
@@ -95,16 +90,11 @@ impl ZImage {
         let image_pads = img.dim(1)? - image_len;
 
         let mut positions = rope::caption_positions(caption_len);
-        positions.extend(rope::image_positions(caption_len, hp / p, wp / p, image_pads));
+        positions.extend(rope::image_positions(caption_len, rows, cols, image_pads));
         let (cos, sin) = rope::tables(&positions, cfg.axes_dims, cfg.rope_theta);
         let half = cfg.head_dim / 2;
         let joint = Rope::upload(b, &cos, &sin, half, DType::F32)?;
-        let part = |start, len| -> Result<Rope<B>> {
-            Ok(Rope {
-                cos: b.slice(&joint.cos, 0, start, len)?,
-                sin: b.slice(&joint.sin, 0, start, len)?,
-            })
-        };
+        let part = |start, len| joint.rows(b, start, len);
         let cap_rope = part(0, caption_len)?;
         let img_rope = part(caption_len, positions.len() - caption_len)?;
 
