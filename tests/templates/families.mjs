@@ -206,6 +206,13 @@ const kilnFiles = [
   // CLIPLoader's type `boogu` makes its encoder (the tiny Qwen3 above stands in, the DiT reading its width).
   { folder: 'diffusion_models', stem: /^boogu_image_/i, family: 'boogu' },
   { folder: 'text_encoders', stem: /^qwen3vl_8b[_.]/i, family: 'qwen3' },
+  // HunyuanVideo 1.5 (text and image to video, 720p) and Capybara (its architecture: image and video editing,
+  // text to image), their 32-channel, 16× VAE, and ByT5 small glyph, the second of their text encoders
+  // (DualCLIPLoader type `hunyuan_video_15`, beside the Qwen2.5-VL 7B above).
+  { folder: 'diffusion_models', stem: /^hunyuanvideo1\.5_(480p|720p)_(t2v|i2v)[_.]/i, family: 'hunyuan-video15' },
+  { folder: 'diffusion_models', stem: /^capybara_v0\.1[_.]/i, family: 'hunyuan-video15' },
+  { folder: 'vae', stem: /^hunyuanvideo15_vae[_.]/i, family: 'hunyuan-video15-vae' },
+  { folder: 'text_encoders', stem: /^byt5_small_glyphxl[_.]/i, family: 'byt5-small-glyph' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -88,6 +88,16 @@ impl LatentFormat {
         rgb: Some((&WAN22_RGB.0, WAN22_RGB.1)),
     };
 
+    /// The HunyuanVideo 1.5 VAE's latent space (ComfyUI's `HunyuanVideo15`): 32 channels, 16× down in space and
+    /// 4× in time, scale 1.03682, no shift.
+    pub const HUNYUAN_VIDEO15: LatentFormat = LatentFormat {
+        channels: 32,
+        spatial_downscale: 16,
+        temporal_downscale: 4,
+        normalize: Normalize::Affine { scale: 1.03682, shift: 0.0 },
+        rgb: Some((&HUNYUAN_VIDEO15_RGB.0, HUNYUAN_VIDEO15_RGB.1)),
+    };
+
     /// VAE space → model space, for latents `[B, C, …]` of `shape` (row-major `values`).
     pub fn process_in(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
         self.map(values, shape, |n, c, z| match n {
@@ -200,6 +210,45 @@ const WAN22_STD: [f32; 48] = [
     0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
     0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.06, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
 ];
+/// ComfyUI's `HunyuanVideo15` preview map (`latent_rgb_factors`, `latent_rgb_factors_bias`).
+const HUNYUAN_VIDEO15_RGB: ([[f32; 3]; 32], [f32; 3]) = (
+    [
+        [0.0568, -0.0521, -0.0131],
+        [0.0014, 0.0735, 0.0326],
+        [0.0186, 0.0531, -0.0138],
+        [-0.0031, 0.0051, 0.0288],
+        [0.011, 0.0556, 0.0432],
+        [-0.0041, -0.0023, -0.0485],
+        [0.053, 0.0413, 0.0253],
+        [0.0283, 0.0251, 0.0339],
+        [0.0277, -0.0372, -0.0093],
+        [0.0393, 0.0944, 0.1131],
+        [0.002, 0.0251, 0.0037],
+        [-0.0017, 0.0012, 0.0234],
+        [0.0468, 0.0436, 0.0203],
+        [0.0354, 0.0439, -0.0233],
+        [0.009, 0.0123, 0.0346],
+        [0.0382, 0.0029, 0.0217],
+        [0.0261, -0.03, 0.003],
+        [-0.0088, -0.022, -0.0283],
+        [-0.0272, -0.0121, -0.0363],
+        [-0.0664, -0.0622, 0.0144],
+        [0.0414, 0.0479, 0.0529],
+        [0.0355, 0.0612, -0.0247],
+        [0.0147, 0.0264, 0.0174],
+        [0.0438, 0.0038, 0.0542],
+        [0.0431, -0.0573, -0.0033],
+        [-0.0162, -0.0211, -0.0406],
+        [-0.0487, -0.0295, -0.0393],
+        [0.0005, -0.0109, 0.0253],
+        [0.0296, 0.0591, 0.0353],
+        [0.0119, 0.0181, -0.0306],
+        [-0.0085, -0.0362, 0.0229],
+        [0.0005, -0.0106, 0.0242],
+    ],
+    [0.0456, -0.0202, -0.0644],
+);
+
 /// The Wan 2.2 latent space's linear map to RGB in [-1, 1] (rows per channel, then the bias), the measured
 /// constants ComfyUI publishes for it.
 const WAN22_RGB: ([[f32; 3]; 48], [f32; 3]) = (

@@ -40,6 +40,8 @@ pub mod gaussian;
 pub mod gemma2;
 pub mod header;
 pub mod hidream;
+pub mod hunyuan_vae;
+pub mod hunyuan_video;
 mod interpolate;
 pub mod kandinsky5;
 pub mod latent;

@@ -60,5 +60,5 @@ pub(super) fn tokenize(
 pub(super) fn encode<B: Backend>(b: &B, model: &Qwen3, tokens: &AnimaTokens) -> Result<Encoded<B>> {
     let attended = qwen3::attended_keys(&tokens.qwen);
     let cond = model.tapped_hidden_states(b, &tokens.qwen, attended, &[model.config.layers])?;
-    Ok(Encoded { cond, pooled: None, llama: None, t5_tokens: Some(tokens.t5.clone()) })
+    Ok(Encoded { t5_tokens: Some(tokens.t5.clone()), ..Encoded::new(cond, None) })
 }

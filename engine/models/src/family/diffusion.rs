@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
 use crate::hidream::{self, HiDream, HiDreamInput};
+use crate::hunyuan_video::{self, HunyuanVideo, HunyuanVideoInput};
 use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
 use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
@@ -82,11 +83,15 @@ pub enum DiffusionFamily {
     /// Boogu-Image: OmniGen2's DiT with double-stream blocks before its single-stream ones, on Qwen3-VL 8B's
     /// states, in the Flux VAE's latent space.
     Boogu,
+    /// HunyuanVideo 1.5 (and Capybara, its shape): FLUX.1-style double-stream blocks over Qwen2.5-VL 7B's
+    /// states with ByT5's glyph tokens and SigLIP's image states beside them, in the HunyuanVideo 1.5 VAE's
+    /// latent space (32 channels, 16× down), the image-to-video conditioning as 33 more channels.
+    HunyuanVideo15,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 19] = [
+    pub const ALL: [DiffusionFamily; 20] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
@@ -107,6 +112,7 @@ impl DiffusionFamily {
         DiffusionFamily::Anima,
         DiffusionFamily::OmniGen2,
         DiffusionFamily::Boogu,
+        DiffusionFamily::HunyuanVideo15,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -129,6 +135,7 @@ impl DiffusionFamily {
             DiffusionFamily::Anima => anima::family::NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_NAME,
+            DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -152,6 +159,7 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
             DiffusionFamily::Anima => anima::family::LATENT,
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::family::LATENT,
+            DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -206,6 +214,10 @@ impl DiffusionFamily {
                 FlowSampling::new(omnigen2::family::BOOGU_SHIFT, omnigen2::family::MULTIPLIER)
                     .into()
             }
+            DiffusionFamily::HunyuanVideo15 => {
+                FlowSampling::new(hunyuan_video::family::SHIFT, hunyuan_video::family::MULTIPLIER)
+                    .into()
+            }
         }
     }
 
@@ -244,7 +256,8 @@ impl DiffusionFamily {
             | DiffusionFamily::HiDream
             | DiffusionFamily::OvisImage
             | DiffusionFamily::Kandinsky5
-            | DiffusionFamily::Anima => &[],
+            | DiffusionFamily::Anima
+            | DiffusionFamily::HunyuanVideo15 => &[],
         }
     }
 
@@ -270,7 +283,8 @@ impl DiffusionFamily {
             | DiffusionFamily::Wan22
             | DiffusionFamily::Lotus
             | DiffusionFamily::HiDream
-            | DiffusionFamily::Anima => "",
+            | DiffusionFamily::Anima
+            | DiffusionFamily::HunyuanVideo15 => "",
         }
     }
 
@@ -301,6 +315,9 @@ impl DiffusionFamily {
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => {
                 (VaeFamily::Flux, omnigen2::family::CHECKPOINT_VAE_PREFIX)
             }
+            DiffusionFamily::HunyuanVideo15 => {
+                (VaeFamily::HunyuanVideo15, hunyuan_video::family::CHECKPOINT_VAE_PREFIX)
+            }
         }
     }
 
@@ -324,6 +341,7 @@ impl DiffusionFamily {
             DiffusionFamily::Anima => anima::family::SYNTH_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_NAME,
+            DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -349,6 +367,7 @@ impl DiffusionFamily {
             DiffusionFamily::Anima => anima::family::SYNTH_LORA_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_LORA_NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_LORA_NAME,
+            DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -388,8 +407,34 @@ impl DiffusionFamily {
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::detect(h)?
                 .filter(|config| omnigen2_family(config) == self)
                 .map(DiffusionDetected::OmniGen2),
+            DiffusionFamily::HunyuanVideo15 => match hunyuan_video::detect(h)? {
+                Some(config) => {
+                    refuse_hunyuan_video(h, &config)?;
+                    Some(DiffusionDetected::HunyuanVideo(config))
+                }
+                None => None,
+            },
         })
     }
+}
+
+/// The HunyuanVideo DiTs Kiln cannot run yet, refused by name: 1.0's (no vision projection: its LLaVA-Llama 3
+/// encoder and its VAE are not Kiln's), 1.5's super-resolution model (its latent, image and mask channels
+/// beside the noise) and the step-distilled ("meanflow") 1.5 models, which read the sampler's next σ.
+fn refuse_hunyuan_video(h: &Header, config: &hunyuan_video::Config) -> Result<()> {
+    let why = if config.vision_dim.is_none() {
+        "HunyuanVideo 1.0 (a HunyuanVideo DiT without the 1.5 models' vision projection `vision_in`); Kiln runs \
+         HunyuanVideo 1.5"
+    } else if config.in_channels != config.out_channels + hunyuan_video::family::CONCAT_CHANNELS {
+        "HunyuanVideo 1.5's super-resolution model (HunyuanVideo15SuperResolution); Kiln runs its text and image \
+         to video models"
+    } else if config.meanflow {
+        "a step-distilled (meanflow) HunyuanVideo 1.5 model, which reads the sampler's next σ; Kiln runs the \
+         720p and 480p text and image to video models"
+    } else {
+        return Ok(());
+    };
+    Err(h.unsupported(format!("{why}: not supported yet")))
 }
 
 /// The family of an OmniGen2-shaped DiT: Boogu-Image's when it has double-stream blocks.
@@ -443,6 +488,8 @@ pub enum DiffusionDetected {
     Anima(anima::Config),
     /// OmniGen2's or Boogu-Image's DiT (the config says which).
     OmniGen2(omnigen2::Config),
+    /// HunyuanVideo 1.5's DiT.
+    HunyuanVideo(hunyuan_video::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -481,6 +528,7 @@ impl DiffusionDetected {
             DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
             DiffusionDetected::OmniGen2(config) => omnigen2_family(config),
+            DiffusionDetected::HunyuanVideo(_) => DiffusionFamily::HunyuanVideo15,
         }
     }
 
@@ -528,6 +576,7 @@ impl DiffusionDetected {
             DiffusionDetected::OmniGen2(_) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
+            DiffusionDetected::HunyuanVideo(_) => &[DType::F16, DType::BF16, DType::F32],
         }
     }
 
@@ -562,6 +611,7 @@ impl DiffusionDetected {
             DiffusionDetected::Kandinsky5(config) => kandinsky5::load_plan(h, config),
             DiffusionDetected::Anima(config) => anima::load_plan(h, config),
             DiffusionDetected::OmniGen2(config) => omnigen2::load_plan(h, config),
+            DiffusionDetected::HunyuanVideo(config) => hunyuan_video::load_plan(h, config),
         }
     }
 
@@ -592,6 +642,9 @@ impl DiffusionDetected {
             DiffusionDetected::Anima(config) => DiffusionNet::Anima(Anima::new(config, weights)),
             DiffusionDetected::OmniGen2(config) => {
                 DiffusionNet::OmniGen2(OmniGen2::new(config, weights))
+            }
+            DiffusionDetected::HunyuanVideo(config) => {
+                DiffusionNet::HunyuanVideo(HunyuanVideo::new(config, weights))
             }
         }
     }
@@ -681,6 +734,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// An image latent in model space joined to the latents along the width (HiDream E1's `image_cond`, from
     /// `InstructPixToPixConditioning`), `[1 or B, C, h, w']`; other families take theirs as channels.
     pub width_concat: Option<&'a Tensor<B>>,
+    /// HunyuanVideo 1.5's ByT5 states of the prompt's quoted passages `[B, M, D]` (the conditioning's
+    /// `conditioning_byt5small`); other families ignore them.
+    pub byt5: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -717,6 +773,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             time_concat: None,
             llama: None,
             width_concat: None,
+            byt5: None,
         }
     }
 }
@@ -795,6 +852,8 @@ pub enum DiffusionNet {
     Anima(Anima),
     /// OmniGen2's or Boogu-Image's DiT.
     OmniGen2(OmniGen2),
+    /// HunyuanVideo 1.5's DiT.
+    HunyuanVideo(HunyuanVideo),
 }
 
 impl DiffusionNet {
@@ -812,6 +871,7 @@ impl DiffusionNet {
             DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
             DiffusionNet::Anima(_) => DiffusionFamily::Anima,
             DiffusionNet::OmniGen2(net) => omnigen2_family(&net.config),
+            DiffusionNet::HunyuanVideo(_) => DiffusionFamily::HunyuanVideo15,
         }
     }
 
@@ -828,6 +888,7 @@ impl DiffusionNet {
             DiffusionNet::Kandinsky5(net) => &net.weights,
             DiffusionNet::Anima(net) => &net.weights,
             DiffusionNet::OmniGen2(net) => &net.weights,
+            DiffusionNet::HunyuanVideo(net) => &net.weights,
         }
     }
 
@@ -852,12 +913,13 @@ impl DiffusionNet {
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
             DiffusionNet::Anima(_) => anima::lora::patches(file, slots, strength),
-            DiffusionNet::Sd3(_) | DiffusionNet::Kandinsky5(_) | DiffusionNet::OmniGen2(_) => {
-                Err(crate::Error::Invalid(format!(
-                    "Kiln applies no LoRA to {} yet",
-                    self.family().name()
-                )))
-            }
+            DiffusionNet::Sd3(_)
+            | DiffusionNet::Kandinsky5(_)
+            | DiffusionNet::OmniGen2(_)
+            | DiffusionNet::HunyuanVideo(_) => Err(crate::Error::Invalid(format!(
+                "Kiln applies no LoRA to {} yet",
+                self.family().name()
+            ))),
         }
     }
 
@@ -868,6 +930,9 @@ impl DiffusionNet {
         match self {
             DiffusionNet::Flux(net) => net.config.in_channels.saturating_sub(flux::LATENT_CHANNELS),
             DiffusionNet::Wan(net) => net.config.concat_channels(),
+            DiffusionNet::HunyuanVideo(net) => {
+                net.config.in_channels.saturating_sub(net.config.out_channels)
+            }
             DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
@@ -894,7 +959,8 @@ impl DiffusionNet {
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::Anima(_)
-            | DiffusionNet::OmniGen2(_) => None,
+            | DiffusionNet::OmniGen2(_)
+            | DiffusionNet::HunyuanVideo(_) => None,
         }
     }
 
@@ -912,7 +978,8 @@ impl DiffusionNet {
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::Anima(_)
-            | DiffusionNet::OmniGen2(_) => None,
+            | DiffusionNet::OmniGen2(_)
+            | DiffusionNet::HunyuanVideo(_) => None,
         }
     }
 
@@ -1182,6 +1249,15 @@ impl DiffusionNet {
             DiffusionNet::OmniGen2(net) => {
                 refuse_controls(omnigen2_family(&net.config), input.controls, input.patches)?;
                 net.forward(b, input.x, input.timesteps, input.context, input.references)
+            }
+            DiffusionNet::HunyuanVideo(net) => {
+                refuse_controls(DiffusionFamily::HunyuanVideo15, input.controls, input.patches)?;
+                let call = HunyuanVideoInput {
+                    byt5: input.byt5,
+                    clip_fea: input.clip_vision,
+                    ..HunyuanVideoInput::new(input.x, input.timesteps, input.context)
+                };
+                net.forward(b, &call)
             }
             DiffusionNet::Kandinsky5(net) => {
                 refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;

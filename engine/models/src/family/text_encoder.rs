@@ -29,6 +29,7 @@ use crate::t5::{self, T5};
 use crate::textgen::{Decoding, TokenPicker};
 
 use super::anima_text::{self, AnimaTokens};
+use super::hunyuan_video_text::{HunyuanVideo15Encoders, HunyuanVideo15Tokens};
 use super::kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 use super::sd3_text::{Sd3Encoders, Sd3Tokens};
 use super::sdxl_text::{SdxlEncoders, SdxlTokens};
@@ -81,6 +82,10 @@ pub enum TextEncoderFamily {
     /// output (no final norm) over Kandinsky 5's template, the prefix cut off, and CLIP-L's pooled vector. Made by
     /// [`TextEncoderNet::combine`], never detected in one file.
     Kandinsky5,
+    /// HunyuanVideo 1.5's pair (`DualCLIPLoader` type `hunyuan_video_15`): Qwen2.5-VL 7B's output of its third
+    /// layer from the end over HunyuanVideo 1.5's template, the prefix cut off, and ByT5's states of the prompt's
+    /// quoted passages beside it. Made by [`TextEncoderNet::combine`], never detected in one file.
+    HunyuanVideo15,
     /// Anima's: Qwen3 0.6B (a Qwen3 file of its width, whatever `CLIPLoader`'s type, as ComfyUI's
     /// `detect_te_model`), its last hidden state of the prompt as it is, with the prompt's T5 tokens beside it for
     /// the model's LLM adapter. Never detected as such.
@@ -128,6 +133,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Ovis => "Ovis 2.5",
             TextEncoderFamily::Boogu => "Boogu-Image's Qwen3-VL 8B",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
+            TextEncoderFamily::HunyuanVideo15 => "HunyuanVideo 1.5's Qwen2.5-VL + ByT5",
             TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
             TextEncoderFamily::Gemma2 => gemma2::NAME,
         }
@@ -159,6 +165,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Boogu => qwen3::family::SYNTH_NAME,
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
+            TextEncoderFamily::HunyuanVideo15 => "hunyuan-video15-text-encoders",
             // A Qwen3 file of Qwen3 0.6B's width.
             TextEncoderFamily::Anima => qwen3::family::QWEN3_06B_SYNTH_NAME,
             TextEncoderFamily::Gemma2 => gemma2::SYNTH_NAME,
@@ -202,6 +209,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Ovis
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
+            | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::Anima
             | TextEncoderFamily::Gemma2 => {
                 let _ = (slots, strength);
@@ -241,6 +249,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Ovis
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
+            | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::Anima => None,
         })
     }
@@ -537,6 +546,8 @@ const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
 
 /// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
 pub const SDXL_CLIP_TYPE: &str = "sdxl";
+/// `DualCLIPLoader`'s type for HunyuanVideo 1.5's Qwen2.5-VL 7B and ByT5 (also Capybara's).
+pub const HUNYUAN_VIDEO15_CLIP_TYPE: &str = "hunyuan_video_15";
 
 /// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 8B's language model) Boogu-Image's text encoder.
 pub const BOOGU_CLIP_TYPE: &str = "boogu";
@@ -645,6 +656,8 @@ pub enum PromptTokens {
     Sd3(Box<Sd3Tokens>),
     /// Kandinsky 5's Qwen2.5-VL ids and CLIP-L sections, as ComfyUI's `Kandinsky5Tokenizer` makes them.
     Kandinsky5(Box<Kandinsky5Tokens>),
+    /// HunyuanVideo 1.5's Qwen2.5-VL ids and ByT5 section, as ComfyUI's `HunyuanVideo15Tokenizer` makes them.
+    HunyuanVideo15(Box<HunyuanVideo15Tokens>),
     /// Anima's Qwen3 ids and T5 tokens, as ComfyUI's `AnimaTokenizer` makes them.
     Anima(Box<AnimaTokens>),
 }
@@ -675,13 +688,16 @@ pub struct Encoded<B: Backend> {
     /// Anima's T5 tokens with their weights (ComfyUI's `t5xxl_ids`, `t5xxl_weights`), which its model's LLM
     /// adapter reads; `None` for the other families.
     pub t5_tokens: Option<Vec<Weighted>>,
+    /// HunyuanVideo 1.5's ByT5 states of the prompt's quoted passages `[1, M, D]` (ComfyUI's
+    /// `conditioning_byt5small`); `None` for the other families and prompts that quote nothing.
+    pub byt5: Option<Tensor<B>>,
 }
 
 impl<B: Backend> Encoded<B> {
     /// The states `cond` and the pooled vector `pooled`, nothing else riding along (every family's but HiDream's
     /// and Anima's).
     pub fn new(cond: Tensor<B>, pooled: Option<Tensor<B>>) -> Encoded<B> {
-        Encoded { cond, pooled, llama: None, t5_tokens: None }
+        Encoded { cond, pooled, llama: None, t5_tokens: None, byt5: None }
     }
 }
 
@@ -767,6 +783,8 @@ pub enum TextEncoderNet {
     },
     /// Kandinsky 5's Qwen2.5-VL and CLIP-L with their tokenizers.
     Kandinsky5(Box<Kandinsky5Encoders>),
+    /// HunyuanVideo 1.5's Qwen2.5-VL and ByT5 with the Qwen tokenizer.
+    HunyuanVideo15(Box<HunyuanVideo15Encoders>),
     /// Lumina 2's Gemma 2 (the Qwen3 decoder code) with the SentencePiece tokenizer of its file.
     Gemma2 {
         /// The network.
@@ -822,6 +840,7 @@ impl TextEncoderNet {
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
             TextEncoderNet::Boogu { .. } => TextEncoderFamily::Boogu,
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
+            TextEncoderNet::HunyuanVideo15(_) => TextEncoderFamily::HunyuanVideo15,
             TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
             TextEncoderNet::Gemma2 { .. } => TextEncoderFamily::Gemma2,
         }
@@ -847,6 +866,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(e) => &e.clip_g.weights,
             TextEncoderNet::Sd3(e) => e.models()[0],
             TextEncoderNet::Kandinsky5(e) => &e.qwen.weights,
+            TextEncoderNet::HunyuanVideo15(e) => &e.qwen.weights,
         }
     }
 
@@ -858,6 +878,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(e) => e.models(),
             TextEncoderNet::Sd3(e) => e.models(),
             TextEncoderNet::Kandinsky5(e) => e.models(),
+            TextEncoderNet::HunyuanVideo15(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
@@ -889,6 +910,11 @@ impl TextEncoderNet {
             }
             KANDINSKY5_IMAGE_CLIP_TYPE | KANDINSKY5_CLIP_TYPE => Err(Error::Invalid(format!(
                 "type `{kind}` takes Kandinsky 5's text encoders, a Qwen2.5-VL 7B and a CLIP-L; these files are \
+                 {found}"
+            ))),
+            HUNYUAN_VIDEO15_CLIP_TYPE if parts.len() == 2 && qwen25 == 1 && t5 == 1 => Ok(()),
+            HUNYUAN_VIDEO15_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `{kind}` takes HunyuanVideo 1.5's text encoders, a Qwen2.5-VL 7B and a ByT5; these files are \
                  {found}"
             ))),
             SDXL_CLIP_TYPE if parts.len() == 2 && clip_l == 1 && clip_g == 1 => Ok(()),
@@ -976,6 +1002,16 @@ impl TextEncoderNet {
                 qwen, clip_l, video,
             )?)));
         }
+        if kind == HUNYUAN_VIDEO15_CLIP_TYPE {
+            let (Some(qwen), Some(byt5)) = (qwen25, t5) else {
+                return Err(Error::Invalid(format!(
+                    "type `{kind}` is missing one of its text encoders (Qwen2.5-VL 7B, ByT5)"
+                )));
+            };
+            return Ok(TextEncoderNet::HunyuanVideo15(Box::new(HunyuanVideo15Encoders::new(
+                qwen, byt5,
+            )?)));
+        }
         if kind == SD3_CLIP_TYPE {
             return Ok(TextEncoderNet::Sd3(Box::new(Sd3Encoders::new(clip_l, clip_g, t5)?)));
         }
@@ -1019,6 +1055,9 @@ impl TextEncoderNet {
                 Ok(PromptTokens::Sdxl(Box::new(e.tokenize(prompt, prompt)?)))
             }
             TextEncoderNet::Sd3(e) => Ok(PromptTokens::Sd3(Box::new(e.tokenize(prompt)?))),
+            TextEncoderNet::HunyuanVideo15(e) => {
+                Ok(PromptTokens::HunyuanVideo15(Box::new(e.tokenize(prompt)?)))
+            }
             TextEncoderNet::Kandinsky5(e) => {
                 Ok(PromptTokens::Kandinsky5(Box::new(e.tokenize(prompt)?)))
             }
@@ -1153,7 +1192,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::Boogu { .. }
                 | TextEncoderNet::Anima { .. }
                 | TextEncoderNet::Gemma2 { .. }
-                | TextEncoderNet::Kandinsky5(_),
+                | TextEncoderNet::Kandinsky5(_)
+                | TextEncoderNet::HunyuanVideo15(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -1222,7 +1262,8 @@ impl TextEncoderNet {
             | TextEncoderNet::HiDream(_)
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
-            | TextEncoderNet::Kandinsky5(_) => {
+            | TextEncoderNet::Kandinsky5(_)
+            | TextEncoderNet::HunyuanVideo15(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -1248,7 +1289,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
-            | TextEncoderNet::Kandinsky5(_) => Err(Error::Invalid(format!(
+            | TextEncoderNet::Kandinsky5(_)
+            | TextEncoderNet::HunyuanVideo15(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -1291,7 +1333,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
-            | TextEncoderNet::Kandinsky5(_) => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::Kandinsky5(_)
+            | TextEncoderNet::HunyuanVideo15(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1440,6 +1483,19 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::HunyuanVideo15(e), PromptTokens::HunyuanVideo15(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::HunyuanVideo15(_), _) | (_, PromptTokens::HunyuanVideo15(_)) => {
+                Err(Error::Invalid(format!(
+                    "HunyuanVideo 1.5's encoders take HunyuanVideo 1.5's tokens; {} and these tokens do not go \
+                     together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::Kandinsky5(e), PromptTokens::Kandinsky5(tokens)) => {
                 if !images.is_empty() {
@@ -1712,7 +1768,7 @@ impl HiDreamEncoders {
             Some(llama) => llama_states(b, llama, &tokens.llama)?,
             None => b.full(&llama_zeros, 0.0, f32)?,
         };
-        Ok(Encoded { cond, pooled: Some(pooled), llama: Some(llama), t5_tokens: None })
+        Ok(Encoded { llama: Some(llama), ..Encoded::new(cond, Some(pooled)) })
     }
 
     /// HiDream's encoder of the parts given, with the tokenizers; an error when none is.

@@ -6,6 +6,7 @@ use kiln_compute::{Backend, Tensor};
 use crate::error::Result;
 use crate::flux_vae::{self, FluxVae};
 use crate::header::Header;
+use crate::hunyuan_vae::{self, HunyuanVae};
 use crate::latent::LatentFormat;
 use crate::wan_vae::{self, ClipVae, Wan22Vae, WanVae};
 
@@ -21,15 +22,23 @@ pub enum VaeFamily {
     Wan21,
     /// The Wan 2.2 VAE of Wan 2.2 TI2V 5B (48 channels, 16× down in space through a 2×2 patchify, 4× in time).
     Wan22,
+    /// The HunyuanVideo 1.5 VAE (32 channels, 16× down in space, 4× in time).
+    HunyuanVideo15,
 }
 
 impl VaeFamily {
     /// Every family, in the order detection tries them (the Wan VAEs first: the Flux VAE's detection refuses
     /// every file with 3-D convolutions). The two Wan VAEs each claim only their own files (the 2.2 VAE's
     /// residual blocks), as do the Flux VAE and the FLUX.2 VAE, which share one detection (`bn.running_mean`
-    /// present: FLUX.2), so the order within each pair does not matter.
-    pub const ALL: [VaeFamily; 4] =
-        [VaeFamily::Wan21, VaeFamily::Wan22, VaeFamily::Flux, VaeFamily::Flux2];
+    /// present: FLUX.2), so the order within each pair does not matter. The HunyuanVideo 1.5 VAE (32 latent
+    /// channels into `decoder.conv_in.conv`) comes before the Flux VAE too.
+    pub const ALL: [VaeFamily; 5] = [
+        VaeFamily::Wan21,
+        VaeFamily::Wan22,
+        VaeFamily::HunyuanVideo15,
+        VaeFamily::Flux,
+        VaeFamily::Flux2,
+    ];
 
     /// The family's name in messages (`the Flux VAE`).
     pub fn name(self) -> &'static str {
@@ -38,6 +47,7 @@ impl VaeFamily {
             VaeFamily::Flux2 => flux_vae::family::FLUX2_NAME,
             VaeFamily::Wan21 => wan_vae::family::NAME,
             VaeFamily::Wan22 => wan_vae::family::WAN22_NAME,
+            VaeFamily::HunyuanVideo15 => hunyuan_vae::family::NAME,
         }
     }
 
@@ -48,6 +58,7 @@ impl VaeFamily {
             VaeFamily::Flux2 => flux_vae::family::FLUX2_SYNTH_NAME,
             VaeFamily::Wan21 => wan_vae::family::SYNTH_NAME,
             VaeFamily::Wan22 => wan_vae::family::WAN22_SYNTH_NAME,
+            VaeFamily::HunyuanVideo15 => hunyuan_vae::family::SYNTH_NAME,
         }
     }
 
@@ -59,6 +70,7 @@ impl VaeFamily {
             VaeFamily::Flux2 => LatentFormat::FLUX2,
             VaeFamily::Wan21 => LatentFormat::WAN21,
             VaeFamily::Wan22 => LatentFormat::WAN22,
+            VaeFamily::HunyuanVideo15 => LatentFormat::HUNYUAN_VIDEO15,
         }
     }
 
@@ -73,6 +85,7 @@ impl VaeFamily {
             }
             VaeFamily::Wan22 => wan_vae::wan22::detect(h)?
                 .map(|(config, layout)| VaeDetected::Wan22(config, layout)),
+            VaeFamily::HunyuanVideo15 => hunyuan_vae::detect(h)?.map(VaeDetected::HunyuanVideo15),
         })
     }
 }
@@ -91,6 +104,8 @@ pub enum VaeDetected {
     Wan21(wan_vae::Config, wan_vae::Layout),
     /// The Wan 2.2 VAE.
     Wan22(wan_vae::wan22::Config, wan_vae::Layout),
+    /// The HunyuanVideo 1.5 VAE.
+    HunyuanVideo15(hunyuan_vae::Config),
 }
 
 impl VaeDetected {
@@ -106,6 +121,7 @@ impl VaeDetected {
             VaeDetected::Flux(config, _) => flux_family(config),
             VaeDetected::Wan21(..) => VaeFamily::Wan21,
             VaeDetected::Wan22(..) => VaeFamily::Wan22,
+            VaeDetected::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
         }
     }
 
@@ -115,6 +131,7 @@ impl VaeDetected {
             VaeDetected::Flux(config, layout) => flux_vae::load_plan(h, config, *layout),
             VaeDetected::Wan21(config, layout) => wan_vae::load_plan(h, config, *layout),
             VaeDetected::Wan22(config, layout) => wan_vae::wan22::load_plan(h, config, *layout),
+            VaeDetected::HunyuanVideo15(config) => hunyuan_vae::load_plan(h, config),
         }
     }
 
@@ -124,6 +141,9 @@ impl VaeDetected {
             VaeDetected::Flux(config, _) => VaeNet::Flux(FluxVae::new(config, weights)),
             VaeDetected::Wan21(config, _) => VaeNet::Wan21(WanVae::new(config, weights)),
             VaeDetected::Wan22(config, _) => VaeNet::Wan22(Wan22Vae::new(config, weights)),
+            VaeDetected::HunyuanVideo15(config) => {
+                VaeNet::HunyuanVideo15(HunyuanVae::new(config, weights))
+            }
         }
     }
 }
@@ -136,6 +156,8 @@ pub enum VaeNet {
     Wan21(WanVae),
     /// The Wan 2.2 VAE.
     Wan22(Wan22Vae),
+    /// The HunyuanVideo 1.5 VAE.
+    HunyuanVideo15(HunyuanVae),
 }
 
 impl VaeNet {
@@ -145,6 +167,7 @@ impl VaeNet {
             VaeNet::Flux(net) => flux_family(&net.config),
             VaeNet::Wan21(_) => VaeFamily::Wan21,
             VaeNet::Wan22(_) => VaeFamily::Wan22,
+            VaeNet::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
         }
     }
 
@@ -154,6 +177,7 @@ impl VaeNet {
             VaeNet::Flux(net) => &net.weights,
             VaeNet::Wan21(net) => &net.weights,
             VaeNet::Wan22(net) => &net.weights,
+            VaeNet::HunyuanVideo15(net) => &net.weights,
         }
     }
 
@@ -165,6 +189,7 @@ impl VaeNet {
             VaeNet::Flux(net) => (net.config.in_channels, None),
             VaeNet::Wan21(net) => (net.config.in_channels, Some(1.0)),
             VaeNet::Wan22(_) => (wan_vae::wan22::IMAGE_CHANNELS, None),
+            VaeNet::HunyuanVideo15(_) => (hunyuan_vae::IMAGE_CHANNELS, None),
         }
     }
 
@@ -175,6 +200,7 @@ impl VaeNet {
             VaeNet::Flux(net) => net.decode(b, z),
             VaeNet::Wan21(net) => net.decode(b, z),
             VaeNet::Wan22(net) => net.decode(b, z),
+            VaeNet::HunyuanVideo15(net) => net.decode(b, z),
         }
     }
 
@@ -185,6 +211,7 @@ impl VaeNet {
             VaeNet::Flux(net) => net.config.downscale(),
             VaeNet::Wan21(net) => net.config.downscale(),
             VaeNet::Wan22(net) => net.config.downscale(),
+            VaeNet::HunyuanVideo15(net) => net.config.downscale(),
         }
     }
 
@@ -194,7 +221,9 @@ impl VaeNet {
     pub fn temporal_downscale(&self) -> Option<usize> {
         match self {
             VaeNet::Flux(_) => None,
-            VaeNet::Wan21(_) | VaeNet::Wan22(_) => Some(wan_vae::TEMPORAL_DOWNSCALE),
+            VaeNet::Wan21(_) | VaeNet::Wan22(_) | VaeNet::HunyuanVideo15(_) => {
+                Some(wan_vae::TEMPORAL_DOWNSCALE)
+            }
         }
     }
 
@@ -212,6 +241,7 @@ impl VaeNet {
             VaeNet::Flux(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::Wan22(net) => net.decode_video_with(b, z, per_chunk, out),
+            VaeNet::HunyuanVideo15(net) => net.decode_video_with(b, z, per_chunk, out),
         }
     }
 
@@ -230,13 +260,14 @@ impl VaeNet {
             VaeNet::Flux(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::Wan22(net) => net.encode_video_with(b, x, per_chunk, out),
+            VaeNet::HunyuanVideo15(net) => net.encode_video_with(b, x, per_chunk, out),
         }
     }
 
     /// The refusal of a clip by an image autoencoder.
     fn not_video(&self) -> crate::Error {
         crate::Error::Invalid(format!(
-            "{} encodes and decodes images, not videos (a Wan VAE does video)",
+            "{} encodes and decodes images, not videos (a Wan or HunyuanVideo 1.5 VAE does video)",
             self.family().name()
         ))
     }
@@ -247,6 +278,7 @@ impl VaeNet {
             VaeNet::Flux(net) => net.encode(b, x),
             VaeNet::Wan21(net) => net.encode(b, x),
             VaeNet::Wan22(net) => net.encode(b, x),
+            VaeNet::HunyuanVideo15(net) => net.encode(b, x),
         }
     }
 }

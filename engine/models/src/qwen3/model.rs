@@ -177,11 +177,6 @@ impl Qwen3 {
         // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
         let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
-        if cfg.variant == Variant::Qwen25Vl {
-            return Err(Error::Invalid(
-                "tapped hidden states are Qwen3's and Mistral's, not Qwen2.5-VL's".into(),
-            ));
-        }
         self.check_ids(ids)?;
         let n = ids.len();
         if attended == 0 || attended > n {
@@ -192,6 +187,14 @@ impl Qwen3 {
         let deepest = taps.iter().copied().max().ok_or_else(|| {
             Error::Invalid("tapped hidden states need at least one tap".to_owned())
         })?;
+        // Qwen2.5-VL's text positions are one position on all three M-RoPE axes, as here; its last layer's output
+        // is taken through the final norm by [`Qwen3::hidden_state`], not here.
+        if cfg.variant == Variant::Qwen25Vl && deepest >= cfg.layers {
+            return Err(Error::Invalid(format!(
+                "Qwen2.5-VL's tapped hidden states are its inner layers' outputs (below {}), not {deepest}",
+                cfg.layers
+            )));
+        }
         if deepest > cfg.layers {
             return Err(Error::Invalid(format!(
                 "hidden state {deepest} of an encoder with {} layers (0 to {} exist)",

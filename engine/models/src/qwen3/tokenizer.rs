@@ -91,6 +91,16 @@ const KANDINSKY5_VIDEO_TEMPLATE: (&str, &str) = (
      scene.<|im_end|>\n<|im_start|>user\n",
     "<|im_end|>",
 );
+/// ComfyUI's HunyuanVideo 1.5 template (`HunyuanVideo15Tokenizer`: its system turn, the user turn and an open
+/// assistant turn), before and after the prompt.
+const HUNYUAN_VIDEO15_TEMPLATE: (&str, &str) = (
+    "<|im_start|>system\nYou are a helpful assistant. Describe the video by detailing the following aspects:\n1. \
+     The main content and theme of the video.\n2. The color, shape, size, texture, quantity, text, and spatial \
+     relationships of the objects.\n3. Actions, events, behaviors temporal relationships, physical movement \
+     changes of the objects.\n4. background environment, light, style and atmosphere.\n5. camera angles, \
+     movements, and transitions used in the video.<|im_end|>\n<|im_start|>user\n",
+    "<|im_end|>\n<|im_start|>assistant\n",
+);
 /// The system turn of ComfyUI's Qwen-Image Edit templates.
 const QWEN_IMAGE_EDIT_SYSTEM: &str = "<|im_start|>system\nDescribe the key features of the input image (color, \
      shape, size, texture, objects, background), then explain how the user's text instruction should alter or \
@@ -249,6 +259,14 @@ impl Tokenizer {
     pub fn kandinsky5_prompt(&self, prompt: &str, video: bool) -> Result<Vec<u32>> {
         let template = if video { KANDINSKY5_VIDEO_TEMPLATE } else { KANDINSKY5_IMAGE_TEMPLATE };
         self.qwen_image_templated(prompt, template)
+    }
+
+    /// The ids HunyuanVideo 1.5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `HunyuanVideo15Tokenizer`):
+    /// Qwen-Image's tokenisation in HunyuanVideo 1.5's template, an empty prompt taken as one space
+    /// (`prevent_empty_text`).
+    pub fn hunyuan_video15_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let prompt = if prompt.is_empty() { " " } else { prompt };
+        self.qwen_image_templated(prompt, HUNYUAN_VIDEO15_TEMPLATE)
     }
 
     /// The ids of `TextEncodeQwenImageEdit`'s prompt: with an image, ComfyUI's edit template (the edit system

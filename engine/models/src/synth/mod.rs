@@ -68,6 +68,10 @@ const FLUX2: &str = "flux2";
 const CLIP_L: &str = "clip-l";
 const T5XXL: &str = "t5xxl";
 const CLIP_G: &str = "clip-g";
+/// HunyuanVideo 1.5's ByT5 encoder's synth name.
+const BYT5: &str = "byt5-small-glyph";
+/// The released ByT5 glyph encoder's vocabulary (its embedding's rows: bytes, specials and glyph tokens).
+const BYT5_VOCAB: usize = 1510;
 const LLAMA3: &str = "llama3";
 const HIDREAM: &str = "hidream";
 const HIDREAM_LORA: &str = "hidream-lora";
@@ -81,6 +85,7 @@ const ESRGAN: &str = "esrgan";
 const UNET: &str = "unet";
 const SD3: &str = "sd3";
 const KANDINSKY5: &str = "kandinsky5";
+const HUNYUAN_VIDEO15: &str = "hunyuan_video15";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
@@ -153,6 +158,9 @@ pub enum SynthFamily {
     /// InfiniteTalk's patch for Wan 2.1 I2V 14B (`ModelPatchLoader`, `wan21-infinitetalk`), the release's
     /// names.
     WanInfiniteTalk,
+    /// HunyuanVideo 1.5's ByT5 small glyph encoder (`DualCLIPLoader` type `hunyuan_video_15`'s second file,
+    /// `byt5-small-glyph`), T5's names.
+    ByT5,
     /// SD's KL autoencoder (`VAELoader`, `sd-vae`: `vae-ft-mse-840000-ema-pruned`): the Flux VAE's network with
     /// z 4 and both 1×1 quant convs, LDM names.
     SdVae,
@@ -461,6 +469,7 @@ impl SynthFamily {
             DiffusionFamily::Sd3,
             DiffusionFamily::OvisImage,
             DiffusionFamily::Kandinsky5,
+            DiffusionFamily::HunyuanVideo15,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -506,6 +515,7 @@ impl SynthFamily {
         all.push(SynthFamily::Wav2Vec2(wav2vec2::Variant::Base));
         all.push(SynthFamily::WanInfiniteTalk);
         all.push(SynthFamily::SdVae);
+        all.push(SynthFamily::ByT5);
         all
     }
 
@@ -554,6 +564,7 @@ impl SynthFamily {
             SynthFamily::Wav2Vec2(wav2vec2::Variant::Base) => "wav2vec2-chinese-base",
             SynthFamily::WanInfiniteTalk => WAN_INFINITE_TALK,
             SynthFamily::SdVae => "sd-vae",
+            SynthFamily::ByT5 => BYT5,
         }
     }
 }
@@ -756,6 +767,9 @@ pub struct ZImageTurboSet {
     pub clip_l: clip_text::Config,
     /// T5-XXL's encoder (`--family t5xxl`).
     pub t5: t5::Config,
+    /// HunyuanVideo 1.5's ByT5 small glyph encoder (`--family byt5-small-glyph`; its `d_model` should be the
+    /// HunyuanVideo 1.5 DiT's ByT5 width, its vocabulary the released 1510).
+    pub byt5: t5::Config,
     /// Wan's umT5-XXL encoder (`--family umt5-xxl`; its `d_model` should be the Wan DiTs' `text_dim`, its
     /// vocabulary at least the synthetic tokenizer's [`t5::SYNTH_PIECES`]).
     pub umt5: t5::Config,
@@ -831,6 +845,11 @@ pub struct ZImageTurboSet {
     /// Boogu-Image's DiT (`--family boogu`; its instruction width is Qwen3-VL 8B's, 4096, and the tiny one's the
     /// tiny `qwen3`'s, which stands in for Qwen3-VL's language model).
     pub boogu: crate::omnigen2::Config,
+    /// HunyuanVideo 1.5's DiT (`--family hunyuan-video15`; its text width should be `qwen25vl.hidden`, its ByT5
+    /// width `byt5.d_model`, its vision width `siglip.hidden`).
+    pub hunyuan_video15: crate::hunyuan_video::Config,
+    /// The HunyuanVideo 1.5 VAE (`--family hunyuan-video15-vae`).
+    pub hunyuan_vae: crate::hunyuan_vae::Config,
 }
 
 impl ZImageTurboSet {
@@ -912,6 +931,7 @@ impl ZImageTurboSet {
             clip_l: clip_l_config(768, 12, 3072),
             t5: t5_config(4096, 24, 64, 64, 10240),
             umt5: t5::Config { vocab: t5::UMT5_VOCAB, ..t5_config(4096, 24, 64, 64, 10240) },
+            byt5: t5::Config { vocab: BYT5_VOCAB, ..t5_config(1472, 12, 6, 64, 3584) },
             clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
             siglip: vision_config(clip_vision::Variant::Siglip, 1152, 27, 4304, 384, None),
             redux: clip_vision::ReduxConfig { input: 1152, hidden: 3 * 4096, output: 4096 },
@@ -964,6 +984,9 @@ impl ZImageTurboSet {
             omnigen2: omnigen2_config(2520, 21, 7, 32, 2, 2048),
             // Boogu-Image: 8 double-stream and 32 single-stream blocks of 28 heads of 120, 7 key/value heads.
             boogu: boogu_config(omnigen2_config(3360, 28, 7, 32, 2, 4096), 8),
+            // HunyuanVideo 1.5 720p: 54 double-stream blocks of 16 heads, no single-stream ones.
+            hunyuan_video15: hunyuan_video15_config(2048, 54, 0, (3584, 1472, 1152)),
+            hunyuan_vae: crate::hunyuan_vae::Config::released(),
             // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
             omnigen2_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
@@ -1125,6 +1148,8 @@ impl ZImageTurboSet {
             // The Wan DiTs' 4096-wide text (ComfyUI fixes it), two blocks (so block 1 has its own position bias),
             // two heads of the released width, and the synthetic tokenizer's vocabulary rounded up to 128 rows.
             umt5: t5::Config { vocab: 384, ..t5_config(4096, 2, 2, 64, 64) },
+            // The released vocabulary (every byte and special token), tiny widths.
+            byt5: t5::Config { vocab: BYT5_VOCAB, ..t5_config(32, 2, 2, 16, 64) },
             // 16 heads of 4 (every released tower has 16), 2 × 2 patches of 14.
             clip_vision_h: vision_config(clip_vision::Variant::H, 64, 2, 128, 28, Some(32)),
             // 20 layers: USO reads SigLIP's hidden states 20 and 11 from the end.
@@ -1201,6 +1226,14 @@ impl ZImageTurboSet {
             omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
             // One double-stream block before the OmniGen2 widths, on the tiny Qwen3's width.
             boogu: boogu_config(omnigen2_config(96, 2, 1, 2, 1, Qwen3Shape::tiny().hidden), 1),
+            // Two heads of the released width (detection assumes it), on the tiny Qwen2.5-VL's, ByT5's and
+            // SigLIP's widths.
+            hunyuan_video15: hunyuan_video15_config(256, 2, 1, (32, 32, 64)),
+            // The released 32 latent channels (detection keys on them) under narrow levels.
+            hunyuan_vae: crate::hunyuan_vae::Config {
+                widths: [8, 16, 32, 64, 64],
+                ..crate::hunyuan_vae::Config::released()
+            },
             // The 3B's two key/value heads (detection tells the 3B by them), narrow.
             omnigen2_qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 32, 2, (2, 2), 64),
             // Two heads of the released width; the adapter reads the 0.6B's 1024-wide states.
@@ -1302,6 +1335,15 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "OmniGen2's text width {} is not Qwen2.5-VL 3B's {}",
                 self.omnigen2.text_feat_dim, self.omnigen2_qwen25vl.hidden
+            )));
+        }
+        let hv = &self.hunyuan_video15;
+        let hv_widths = (hv.context_dim, hv.byt5.map(|w| w.in_dim), hv.vision_dim);
+        if hv_widths != (self.qwen25vl.hidden, Some(self.byt5.d_model), Some(self.siglip.hidden)) {
+            return Err(Error::Invalid(format!(
+                "HunyuanVideo 1.5's text, ByT5 and vision widths {hv_widths:?} are not Qwen2.5-VL's {}, ByT5's {} \
+                 and SigLIP's {}",
+                self.qwen25vl.hidden, self.byt5.d_model, self.siglip.hidden
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1558,6 +1600,15 @@ pub fn write_family(
             "HiDream's text encoder is four files: write `clip-l`, `clip-g`, `t5xxl` and `llama3`"
                 .to_owned(),
         )),
+        SynthFamily::ByT5 => {
+            let specs = specs_of(set.byt5.expected());
+            write_one(path, &specs, BYT5, "ByT5 text encoder", dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::HunyuanVideo15) => Err(Error::Invalid(
+            "HunyuanVideo 1.5's text encoders are two files: a Qwen2.5-VL (--family qwen25vl) and a ByT5 (--family \
+             byt5-small-glyph), loaded together with DualCLIPLoader type hunyuan_video_15"
+                .to_owned(),
+        )),
         SynthFamily::ClipG => {
             let specs = specs_of(set.clip_g.expected());
             write_one(path, &specs, CLIP_G, "CLIP-G text encoder", dtype, seed, progress)
@@ -1638,7 +1689,8 @@ pub fn write_family(
             | DiffusionFamily::Kandinsky5
             | DiffusionFamily::Lumina2
             | DiffusionFamily::OmniGen2
-            | DiffusionFamily::Boogu),
+            | DiffusionFamily::Boogu
+            | DiffusionFamily::HunyuanVideo15),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1664,6 +1716,14 @@ pub fn write_family(
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Anima) => {
             write_qwen3(path, &set.qwen3_06b, dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::HunyuanVideo15) => {
+            let specs = specs_of(crate::hunyuan_video::expected(&set.hunyuan_video15));
+            write_one(path, &specs, HUNYUAN_VIDEO15, "HunyuanVideo 1.5 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Vae(VaeFamily::HunyuanVideo15) => {
+            let specs = specs_of(crate::hunyuan_vae::expected(&set.hunyuan_vae));
+            write_one(path, &specs, HUNYUAN_VIDEO15, "HunyuanVideo 1.5 VAE", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
             let specs = specs_of(crate::kandinsky5::expected(&set.kandinsky5));
@@ -1827,6 +1887,37 @@ fn omnigen2_config(
         in_channels: 16,
         timestep_scale: 1000.0,
         max_references: 5,
+    }
+}
+
+/// A HunyuanVideo 1.5 DiT `hidden` wide (heads of the released 128), with `double` and `single` blocks, reading
+/// `(text, byt5, vision)`-wide states: the 720p models' other settings (65 channels in, 32 out, 1×1 patches, the
+/// ByT5 mapper 2048 wide at the released width, else `hidden`).
+fn hunyuan_video15_config(
+    hidden: usize,
+    double: usize,
+    single: usize,
+    (text, byt5, vision): (usize, usize, usize),
+) -> crate::hunyuan_video::Config {
+    let mapper = if hidden == 2048 { 2048 } else { hidden };
+    crate::hunyuan_video::Config {
+        hidden,
+        heads: hidden / crate::hunyuan_video::HEAD_DIM,
+        double_blocks: double,
+        single_blocks: single,
+        refiner_blocks: 2,
+        in_channels: 32 + crate::hunyuan_video::family::CONCAT_CHANNELS,
+        out_channels: 32,
+        patch: 1,
+        context_dim: text,
+        axes_dims: crate::hunyuan_video::AXES_DIMS,
+        rope_theta: crate::hunyuan_video::ROPE_THETA,
+        vec_dim: None,
+        guidance: false,
+        meanflow: false,
+        byt5: Some(crate::hunyuan_video::ByT5Widths { in_dim: byt5, hidden: mapper, out: mapper }),
+        vision_dim: Some(vision),
+        cond_type_embedding: true,
     }
 }
 

@@ -11,6 +11,7 @@
 //!   tokenizer ([`SentencePiece`], `spiece/`), [`T5::umt5`] (a position bias table per block) and
 //!   [`T5::masked_hidden_state`] under [`attention_mask`], prompts laid out by [`umt5_tokens`].
 
+mod byt5;
 mod config;
 pub mod family;
 mod model;
@@ -18,6 +19,7 @@ mod spiece;
 mod tokenizer;
 mod umt5;
 
+pub use byt5::{BYT5_PROMPT_LAYOUT, byt5_tokens, byt5_word_ids, quoted_text};
 pub use config::{
     Config, MAX_DISTANCE, RMS_EPS, UMT5_VOCAB, detect, detect_umt5, load_plan, umt5_load_plan,
 };

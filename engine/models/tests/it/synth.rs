@@ -545,6 +545,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "anima",
             "omnigen2",
             "boogu",
+            "hunyuan-video15",
             "qwen3",
             "gemma2-2b",
             "qwen25vl",
@@ -555,6 +556,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "llama3",
             "wan21-vae",
             "wan22-vae",
+            "hunyuan-video15-vae",
             "flux-vae",
             "flux2-vae",
             "z-image-lora",
@@ -615,7 +617,8 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wav2vec2-large-english",
             "wav2vec2-chinese-base",
             "wan21-infinitetalk",
-            "sd-vae"
+            "sd-vae",
+            "byt5-small-glyph"
         ]
     );
     for family in synth::SynthFamily::all() {
@@ -821,6 +824,10 @@ fn one_file_of_a_family_is_written_under_any_name() {
                     (set.redux.input, set.redux.output),
                     (set.siglip.hidden, set.flux.text_dim)
                 );
+            }
+            synth::SynthFamily::ByT5 => {
+                let found = TextEncoderDetected::detect(&header).unwrap();
+                assert_eq!(found, Some(TextEncoderDetected::T5(set.byt5)), "{family}");
             }
             synth::SynthFamily::Esrgan => {
                 let found = kiln_models::esrgan::detect(&header).unwrap();

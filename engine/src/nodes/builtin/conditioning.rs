@@ -43,6 +43,7 @@ impl OnDevice for Encode<'_> {
         let mut cond = Cond::new(to_host(&encoded.cond)?, pooled);
         cond.extras.llama = encoded.llama.as_ref().map(to_host).transpose()?;
         cond.extras.t5_tokens = encoded.t5_tokens;
+        cond.extras.byt5 = encoded.byt5.as_ref().map(to_host).transpose()?;
         Ok(cond)
     }
 }

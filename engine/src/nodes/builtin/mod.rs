@@ -25,6 +25,7 @@ mod glsl;
 mod guidance;
 mod hints;
 mod humo;
+mod hunyuan_video;
 mod image;
 mod infinite_talk;
 mod inpaint;
@@ -210,6 +211,8 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(qwen::TextEncodeQwenImageEdit::plus(compute.clone()));
     registry.register(qwen::empty_layered_latent());
     registry.register(wan::empty_hunyuan_latent_video());
+    registry.register(hunyuan_video::empty_hunyuan_video15_latent());
+    registry.register(hunyuan_video::HunyuanVideo15ImageToVideo::new(compute.clone()));
     registry.register(wan::WanImageToVideo::start(compute.clone()));
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));

@@ -387,6 +387,7 @@ impl OnDevice for Forward<'_> {
             None => None,
         };
         let llama = self.extras.llama.as_ref().map(|t| upload(b, t)).transpose()?;
+        let byt5 = self.extras.byt5.as_ref().map(|t| upload(b, t)).transpose()?;
         // HiDream E1 reads its image latent joined along the width (ComfyUI's `image_cond`), not as channels: each
         // prompt's repeated to that prompt's samples (`CONDNoiseShape`), the prompts' joined.
         let width_concat = match (&self.extras.concat_latent_image, self.model.net.family()) {
@@ -430,6 +431,7 @@ impl OnDevice for Forward<'_> {
             time_concat: time_concat.as_ref(),
             llama: llama.as_ref(),
             width_concat: width_concat.as_ref(),
+            byt5: byt5.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;

@@ -87,7 +87,7 @@ pub(super) fn build(
 }
 
 /// `t` as the model reads it, or the error of channels or frames that do not fit.
-fn check(t: Tensor, extra: usize, frames: usize) -> Result<Option<Tensor>, NodeError> {
+pub(super) fn check(t: Tensor, extra: usize, frames: usize) -> Result<Option<Tensor>, NodeError> {
     let s = t.shape();
     if s[1] != extra || s[2] != frames {
         return Err(NodeError::new(format!(
@@ -101,7 +101,7 @@ fn check(t: Tensor, extra: usize, frames: usize) -> Result<Option<Tensor>, NodeE
 }
 
 /// A latent or mask as `[B, C, T, h, w]`: an image latent `[B, C, h, w]` is one frame.
-fn as_video(t: &Tensor) -> Result<Tensor, NodeError> {
+pub(super) fn as_video(t: &Tensor) -> Result<Tensor, NodeError> {
     match *t.shape() {
         [_, _, _, _, _] => Ok(t.clone()),
         [b, c, h, w] => tensor(vec![b, c, 1, h, w], t.data().to_vec()),
@@ -113,7 +113,7 @@ fn as_video(t: &Tensor) -> Result<Tensor, NodeError> {
 
 /// Every frame of `t` `[B, C, T, h, w]` resized bilinearly with ComfyUI's centre crop to `w` × `h`
 /// (`common_upscale` on a 5-D tensor).
-fn resize_frames(t: &Tensor, w: usize, h: usize) -> Result<Tensor, NodeError> {
+pub(super) fn resize_frames(t: &Tensor, w: usize, h: usize) -> Result<Tensor, NodeError> {
     let &[b, c, frames, th, tw] = t.shape() else {
         return Err(NodeError::new(format!("expected [B, C, T, h, w], got {:?}", t.shape())));
     };
@@ -128,7 +128,7 @@ fn resize_frames(t: &Tensor, w: usize, h: usize) -> Result<Tensor, NodeError> {
 
 /// `t` moved into the model's space 16 (the latent's) channels at a time, as ComfyUI's `process_latent_in`
 /// on each group.
-fn process_in_groups(latent: &LatentFormat, t: &Tensor) -> Result<Tensor, NodeError> {
+pub(super) fn process_in_groups(latent: &LatentFormat, t: &Tensor) -> Result<Tensor, NodeError> {
     let s = t.shape();
     let group = latent.channels;
     if !s[1].is_multiple_of(group) {
@@ -165,7 +165,7 @@ fn channel_range(t: &Tensor, start: usize, n: usize) -> Result<Tensor, NodeError
 }
 
 /// `t` `[B, C, …]` averaged over its channels → `[B, 1, …]`.
-fn mean_channels(t: &Tensor) -> Result<Tensor, NodeError> {
+pub(super) fn mean_channels(t: &Tensor) -> Result<Tensor, NodeError> {
     let s = t.shape();
     let (b, c) = (s[0], s[1]);
     let plane: usize = s[2..].iter().product();
@@ -184,7 +184,7 @@ fn mean_channels(t: &Tensor) -> Result<Tensor, NodeError> {
 }
 
 /// `t` `[B, C, T, h, w]` with zero frames appended up to `frames` (ComfyUI pads a shorter mask).
-fn pad_frames(t: &Tensor, frames: usize) -> Result<Tensor, NodeError> {
+pub(super) fn pad_frames(t: &Tensor, frames: usize) -> Result<Tensor, NodeError> {
     let &[b, c, have, h, w] = t.shape() else {
         return Err(NodeError::new(format!("expected [B, C, T, h, w], got {:?}", t.shape())));
     };

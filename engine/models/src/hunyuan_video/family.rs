@@ -1,0 +1,22 @@
+//! HunyuanVideo 1.5's facts as a family (read through [`crate::family::DiffusionFamily`]).
+
+use crate::latent::LatentFormat;
+
+/// The family's name in messages.
+pub const NAME: &str = "HunyuanVideo 1.5";
+/// The name `kiln model synth --family` writes the 720p model under (Capybara has its shape).
+pub const SYNTH_NAME: &str = "hunyuan-video15";
+/// The name a LoRA for it would be written under (Kiln applies none to HunyuanVideo 1.5 yet).
+pub const SYNTH_LORA_NAME: &str = "hunyuan-video15-lora";
+/// It denoises in the HunyuanVideo 1.5 VAE's latent space (ComfyUI's `HunyuanVideo15.latent_format`).
+pub const LATENT: LatentFormat = LatentFormat::HUNYUAN_VIDEO15;
+/// ComfyUI's `sampling_settings`: `ModelSamplingDiscreteFlow` with shift 7 (the templates' `ModelSamplingSD3`
+/// sets it again).
+pub const SHIFT: f64 = 7.0;
+/// The timestep multiplier (the DiT reads σ·1000).
+pub const MULTIPLIER: f64 = 1000.0;
+/// Where a combined checkpoint would keep the VAE (ComfyUI's `HunyuanVideo.vae_key_prefix`; none is released).
+pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
+/// The image latent and mask channels the image-to-video conditioning adds (32 + 1): a 1.5 DiT reads
+/// `in_channels` = 32 + this.
+pub const CONCAT_CHANNELS: usize = 33;
