@@ -213,6 +213,13 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^capybara_v0\.1[_.]/i, family: 'hunyuan-video15' },
   { folder: 'vae', stem: /^hunyuanvideo15_vae[_.]/i, family: 'hunyuan-video15-vae' },
   { folder: 'text_encoders', stem: /^byt5_small_glyphxl[_.]/i, family: 'byt5-small-glyph' },
+  // HunyuanVideo 1.0's text-to-video DiT and its VAE (which Kandinsky 5's video models use too); its text encoders
+  // are CLIP-L and LLaVA-Llama 3 8B (DualCLIPLoader type `hunyuan_video`).
+  { folder: 'diffusion_models', stem: /^hunyuan_video_t2v_720p[_.]/i, family: 'hunyuan-video' },
+  { folder: 'vae', stem: /^hunyuan_video_vae[_.]/i, family: 'hunyuan-video-vae' },
+  { folder: 'text_encoders', stem: /^llava_llama3[_.]/i, family: 'llama3' },
+  // Kandinsky 5 Lite's video DiTs (text and image to video), on the Qwen2.5-VL and CLIP-L above.
+  { folder: 'diffusion_models', stem: /^kandinsky5lite_(t2v|i2v)[_.]/i, family: 'kandinsky5-video' },
 ];
 
 /** Weight formats Kiln cannot read yet, by what the file name says. */

@@ -88,6 +88,16 @@ impl LatentFormat {
         rgb: Some((&WAN22_RGB.0, WAN22_RGB.1)),
     };
 
+    /// The HunyuanVideo 1.0 VAE's latent space (ComfyUI's `HunyuanVideo`; Kandinsky 5's video models use it too):
+    /// 16 channels, 8× down in space and 4× in time, scale 0.476986, no shift.
+    pub const HUNYUAN_VIDEO: LatentFormat = LatentFormat {
+        channels: 16,
+        spatial_downscale: 8,
+        temporal_downscale: 4,
+        normalize: Normalize::Affine { scale: 0.476986, shift: 0.0 },
+        rgb: Some((&HUNYUAN_VIDEO_RGB.0, HUNYUAN_VIDEO_RGB.1)),
+    };
+
     /// The HunyuanVideo 1.5 VAE's latent space (ComfyUI's `HunyuanVideo15`): 32 channels, 16× down in space and
     /// 4× in time, scale 1.03682, no shift.
     pub const HUNYUAN_VIDEO15: LatentFormat = LatentFormat {
@@ -210,6 +220,29 @@ const WAN22_STD: [f32; 48] = [
     0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
     0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.06, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
 ];
+/// ComfyUI's `HunyuanVideo` preview map (`latent_rgb_factors`, `latent_rgb_factors_bias`).
+const HUNYUAN_VIDEO_RGB: ([[f32; 3]; 16], [f32; 3]) = (
+    [
+        [-0.0395, -0.0331, 0.0445],
+        [0.0696, 0.0795, 0.0518],
+        [0.0135, -0.0945, -0.0282],
+        [0.0108, -0.0250, -0.0765],
+        [-0.0209, 0.0032, 0.0224],
+        [-0.0804, -0.0254, -0.0639],
+        [-0.0991, 0.0271, -0.0669],
+        [-0.0646, -0.0422, -0.0400],
+        [-0.0696, -0.0595, -0.0894],
+        [-0.0799, -0.0208, -0.0375],
+        [0.1166, 0.1627, 0.0962],
+        [0.1165, 0.0432, 0.0407],
+        [-0.2315, -0.1920, -0.1355],
+        [-0.0270, 0.0401, -0.0821],
+        [-0.0616, -0.0997, -0.0727],
+        [0.0249, -0.0469, -0.1703],
+    ],
+    [0.0259, -0.0192, -0.0761],
+);
+
 /// ComfyUI's `HunyuanVideo15` preview map (`latent_rgb_factors`, `latent_rgb_factors_bias`).
 const HUNYUAN_VIDEO15_RGB: ([[f32; 3]; 32], [f32; 3]) = (
     [

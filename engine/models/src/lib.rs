@@ -44,6 +44,7 @@ pub mod hunyuan_vae;
 pub mod hunyuan_video;
 mod interpolate;
 pub mod kandinsky5;
+pub mod kl_video_vae;
 pub mod latent;
 mod latent_tokens;
 pub mod llama3;

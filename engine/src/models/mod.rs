@@ -538,6 +538,9 @@ pub struct CondExtras {
     /// Anima's T5 tokens with their weights (`t5xxl_ids`, `t5xxl_weights`), which its text encoder sets beside
     /// Qwen3's states for the model's LLM adapter.
     pub t5_tokens: Option<Vec<(u32, f32)>>,
+    /// Kandinsky 5's encoded start frames (`Kandinsky5ImageToVideo`'s `time_dim_replace`), VAE space, `[1, 16, F, h,
+    /// w]`: they replace the first frames of the video model's input.
+    pub time_dim_replace: Option<Tensor>,
     /// HunyuanVideo 1.5's ByT5 states of the prompt's quoted passages (`conditioning_byt5small`, `[1, M, D]`),
     /// which its text encoder sets beside Qwen2.5-VL's states.
     pub byt5: Option<Tensor>,
@@ -604,6 +607,7 @@ impl CondExtras {
             + self.time_dim_concat.as_ref().map_or(0, Tensor::byte_size)
             + self.llama.as_ref().map_or(0, Tensor::byte_size)
             + self.byt5.as_ref().map_or(0, Tensor::byte_size)
+            + self.time_dim_replace.as_ref().map_or(0, Tensor::byte_size)
             + self.t5_tokens.as_ref().map_or(0, |t| std::mem::size_of_val(t.as_slice()))
             + self.region.byte_size()
             + self.animate_pose.as_ref().map_or(0, |p| {

@@ -74,6 +74,10 @@ pub enum DiffusionFamily {
     /// Kandinsky 5 Lite's image model: a DiT on Qwen2.5-VL's states (through its own text blocks, then
     /// cross-attention), modulated by the timestep and CLIP-L's pooled vector, in the Flux VAE's latent space.
     Kandinsky5,
+    /// Kandinsky 5 Lite's video models (text and image to video): the Kandinsky 5 DiT reading a zero image latent
+    /// and a mask beside the latent, its start frames replaced by an encoded image, in the HunyuanVideo 1.0 VAE's
+    /// latent space.
+    Kandinsky5Video,
     /// Anima: Cosmos Predict2's DiT on Qwen3 0.6B's states, read through the model's own LLM adapter with the
     /// prompt's T5 tokens, in the Wan 2.1 VAE's latent space.
     Anima,
@@ -83,6 +87,10 @@ pub enum DiffusionFamily {
     /// Boogu-Image: OmniGen2's DiT with double-stream blocks before its single-stream ones, on Qwen3-VL 8B's
     /// states, in the Flux VAE's latent space.
     Boogu,
+    /// HunyuanVideo 1.0 (720p text to video): the HunyuanVideo DiT with CLIP-L's pooled vector and a distilled
+    /// guidance embedding, over LLaVA-Llama 3's states, in the HunyuanVideo 1.0 VAE's latent space (16 channels,
+    /// 8× down).
+    HunyuanVideo,
     /// HunyuanVideo 1.5 (and Capybara, its shape): FLUX.1-style double-stream blocks over Qwen2.5-VL 7B's
     /// states with ByT5's glyph tokens and SigLIP's image states beside them, in the HunyuanVideo 1.5 VAE's
     /// latent space (32 channels, 16× down), the image-to-video conditioning as 33 more channels.
@@ -91,7 +99,7 @@ pub enum DiffusionFamily {
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 20] = [
+    pub const ALL: [DiffusionFamily; 22] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
@@ -109,9 +117,11 @@ impl DiffusionFamily {
         DiffusionFamily::SdxlRefiner,
         DiffusionFamily::Sd3,
         DiffusionFamily::Kandinsky5,
+        DiffusionFamily::Kandinsky5Video,
         DiffusionFamily::Anima,
         DiffusionFamily::OmniGen2,
         DiffusionFamily::Boogu,
+        DiffusionFamily::HunyuanVideo,
         DiffusionFamily::HunyuanVideo15,
     ];
 
@@ -132,9 +142,11 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::NAME,
             DiffusionFamily::Sd3 => sd3::family::NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::NAME,
+            DiffusionFamily::Kandinsky5Video => kandinsky5::family::VIDEO_NAME,
             DiffusionFamily::Anima => anima::family::NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_NAME,
+            DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
@@ -157,8 +169,10 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::LATENT,
             DiffusionFamily::Sd3 => sd3::family::LATENT,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::LATENT,
+            DiffusionFamily::Kandinsky5Video => kandinsky5::family::VIDEO_LATENT,
             DiffusionFamily::Anima => anima::family::LATENT,
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::family::LATENT,
+            DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_LATENT,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
@@ -204,6 +218,10 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5 => {
                 FlowSampling::new(kandinsky5::family::SHIFT, kandinsky5::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Kandinsky5Video => {
+                FlowSampling::new(kandinsky5::family::VIDEO_SHIFT, kandinsky5::family::MULTIPLIER)
+                    .into()
+            }
             DiffusionFamily::Anima => {
                 FlowSampling::new(anima::family::SHIFT, anima::family::MULTIPLIER).into()
             }
@@ -214,7 +232,8 @@ impl DiffusionFamily {
                 FlowSampling::new(omnigen2::family::BOOGU_SHIFT, omnigen2::family::MULTIPLIER)
                     .into()
             }
-            DiffusionFamily::HunyuanVideo15 => {
+            // ComfyUI's `HunyuanVideo` and `HunyuanVideo15` both shift by 7.
+            DiffusionFamily::HunyuanVideo | DiffusionFamily::HunyuanVideo15 => {
                 FlowSampling::new(hunyuan_video::family::SHIFT, hunyuan_video::family::MULTIPLIER)
                     .into()
             }
@@ -256,7 +275,9 @@ impl DiffusionFamily {
             | DiffusionFamily::HiDream
             | DiffusionFamily::OvisImage
             | DiffusionFamily::Kandinsky5
+            | DiffusionFamily::Kandinsky5Video
             | DiffusionFamily::Anima
+            | DiffusionFamily::HunyuanVideo
             | DiffusionFamily::HunyuanVideo15 => &[],
         }
     }
@@ -274,6 +295,7 @@ impl DiffusionFamily {
             DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
             DiffusionFamily::OvisImage => crate::family::OVIS_CLIP_TYPE,
             DiffusionFamily::Kandinsky5 => crate::family::KANDINSKY5_IMAGE_CLIP_TYPE,
+            DiffusionFamily::Kandinsky5Video => crate::family::KANDINSKY5_CLIP_TYPE,
             DiffusionFamily::OmniGen2 => crate::family::OMNIGEN2_CLIP_TYPE,
             DiffusionFamily::Boogu => crate::family::BOOGU_CLIP_TYPE,
             DiffusionFamily::ZImage
@@ -284,6 +306,7 @@ impl DiffusionFamily {
             | DiffusionFamily::Lotus
             | DiffusionFamily::HiDream
             | DiffusionFamily::Anima
+            | DiffusionFamily::HunyuanVideo
             | DiffusionFamily::HunyuanVideo15 => "",
         }
     }
@@ -310,10 +333,16 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Sd3 => (VaeFamily::Flux, sd3::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::Kandinsky5 => (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::Kandinsky5Video => {
+                (VaeFamily::HunyuanVideo, hunyuan_video::family::CHECKPOINT_VAE_PREFIX)
+            }
             // ComfyUI's Anima config keeps the default prefixes.
             DiffusionFamily::Anima => (VaeFamily::Wan21, unet::family::CHECKPOINT_VAE_PREFIX),
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => {
                 (VaeFamily::Flux, omnigen2::family::CHECKPOINT_VAE_PREFIX)
+            }
+            DiffusionFamily::HunyuanVideo => {
+                (VaeFamily::HunyuanVideo, hunyuan_video::family::CHECKPOINT_VAE_PREFIX)
             }
             DiffusionFamily::HunyuanVideo15 => {
                 (VaeFamily::HunyuanVideo15, hunyuan_video::family::CHECKPOINT_VAE_PREFIX)
@@ -338,9 +367,11 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::SYNTH_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_NAME,
+            DiffusionFamily::Kandinsky5Video => kandinsky5::family::VIDEO_SYNTH_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_NAME,
+            DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_SYNTH_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
@@ -364,9 +395,11 @@ impl DiffusionFamily {
             DiffusionFamily::HiDream => hidream::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sd3 => sd3::family::SYNTH_LORA_NAME,
             DiffusionFamily::Kandinsky5 => kandinsky5::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Kandinsky5Video => kandinsky5::family::VIDEO_SYNTH_LORA_NAME,
             DiffusionFamily::Anima => anima::family::SYNTH_LORA_NAME,
             DiffusionFamily::OmniGen2 => omnigen2::family::SYNTH_LORA_NAME,
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_LORA_NAME,
+            DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_SYNTH_LORA_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
@@ -400,32 +433,47 @@ impl DiffusionFamily {
             }
             DiffusionFamily::HiDream => hidream::detect(h)?.map(DiffusionDetected::HiDream),
             DiffusionFamily::Sd3 => sd3::detect(h)?.map(DiffusionDetected::Sd3),
-            DiffusionFamily::Kandinsky5 => {
-                kandinsky5::detect(h)?.map(DiffusionDetected::Kandinsky5)
+            DiffusionFamily::Kandinsky5 | DiffusionFamily::Kandinsky5Video => {
+                kandinsky5::detect(h)?
+                    .filter(|config| kandinsky5_family(config) == self)
+                    .map(DiffusionDetected::Kandinsky5)
             }
             DiffusionFamily::Anima => anima::detect(h)?.map(DiffusionDetected::Anima),
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::detect(h)?
                 .filter(|config| omnigen2_family(config) == self)
                 .map(DiffusionDetected::OmniGen2),
-            DiffusionFamily::HunyuanVideo15 => match hunyuan_video::detect(h)? {
-                Some(config) => {
-                    refuse_hunyuan_video(h, &config)?;
-                    Some(DiffusionDetected::HunyuanVideo(config))
+            DiffusionFamily::HunyuanVideo | DiffusionFamily::HunyuanVideo15 => {
+                match hunyuan_video::detect(h)? {
+                    Some(config) if hunyuan_family(&config) == self => {
+                        refuse_hunyuan_video(h, &config)?;
+                        Some(DiffusionDetected::HunyuanVideo(config))
+                    }
+                    _ => None,
                 }
-                None => None,
-            },
+            }
         })
     }
 }
 
-/// The HunyuanVideo DiTs Kiln cannot run yet, refused by name: 1.0's (no vision projection: its LLaVA-Llama 3
-/// encoder and its VAE are not Kiln's), 1.5's super-resolution model (its latent, image and mask channels
-/// beside the noise) and the step-distilled ("meanflow") 1.5 models, which read the sampler's next σ.
+/// The family of a HunyuanVideo DiT: 1.5's when it has the vision projection (`vision_in`), else 1.0's.
+fn hunyuan_family(config: &hunyuan_video::Config) -> DiffusionFamily {
+    if config.vision_dim.is_some() {
+        DiffusionFamily::HunyuanVideo15
+    } else {
+        DiffusionFamily::HunyuanVideo
+    }
+}
+
+/// The HunyuanVideo DiTs Kiln cannot run yet, refused by name: 1.0's image-to-video models (channels beside the
+/// latent), 1.5's super-resolution model (its latent, image and mask channels beside the noise) and the
+/// step-distilled ("meanflow") models, which read the sampler's next σ.
 fn refuse_hunyuan_video(h: &Header, config: &hunyuan_video::Config) -> Result<()> {
-    let why = if config.vision_dim.is_none() {
-        "HunyuanVideo 1.0 (a HunyuanVideo DiT without the 1.5 models' vision projection `vision_in`); Kiln runs \
-         HunyuanVideo 1.5"
-    } else if config.in_channels != config.out_channels + hunyuan_video::family::CONCAT_CHANNELS {
+    let v1 = config.vision_dim.is_none();
+    let why = if v1 && config.in_channels != config.out_channels {
+        "a HunyuanVideo 1.0 image-to-video model (channels beside the latent); Kiln runs its text-to-video model"
+    } else if !v1
+        && config.in_channels != config.out_channels + hunyuan_video::family::CONCAT_CHANNELS
+    {
         "HunyuanVideo 1.5's super-resolution model (HunyuanVideo15SuperResolution); Kiln runs its text and image \
          to video models"
     } else if config.meanflow {
@@ -435,6 +483,11 @@ fn refuse_hunyuan_video(h: &Header, config: &hunyuan_video::Config) -> Result<()
         return Ok(());
     };
     Err(h.unsupported(format!("{why}: not supported yet")))
+}
+
+/// The family of a Kandinsky 5 DiT: the video models' when it reads channels beside the latent.
+fn kandinsky5_family(config: &kandinsky5::Config) -> DiffusionFamily {
+    if config.is_video() { DiffusionFamily::Kandinsky5Video } else { DiffusionFamily::Kandinsky5 }
 }
 
 /// The family of an OmniGen2-shaped DiT: Boogu-Image's when it has double-stream blocks.
@@ -525,10 +578,10 @@ impl DiffusionDetected {
             DiffusionDetected::Unet(config) => unet_family(config),
             DiffusionDetected::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionDetected::Sd3(_) => DiffusionFamily::Sd3,
-            DiffusionDetected::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
+            DiffusionDetected::Kandinsky5(config) => kandinsky5_family(config),
             DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
             DiffusionDetected::OmniGen2(config) => omnigen2_family(config),
-            DiffusionDetected::HunyuanVideo(_) => DiffusionFamily::HunyuanVideo15,
+            DiffusionDetected::HunyuanVideo(config) => hunyuan_family(config),
         }
     }
 
@@ -576,7 +629,12 @@ impl DiffusionDetected {
             DiffusionDetected::OmniGen2(_) => &[DType::F16, DType::BF16, DType::F32],
             // `SD20`'s: f16 first.
             DiffusionDetected::Unet(_) => &[DType::F16, DType::BF16, DType::F32],
-            DiffusionDetected::HunyuanVideo(_) => &[DType::F16, DType::BF16, DType::F32],
+            DiffusionDetected::HunyuanVideo(config)
+                if hunyuan_family(config) == DiffusionFamily::HunyuanVideo15 =>
+            {
+                &[DType::F16, DType::BF16, DType::F32]
+            }
+            DiffusionDetected::HunyuanVideo(_) => NO_F16,
         }
     }
 
@@ -737,6 +795,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// HunyuanVideo 1.5's ByT5 states of the prompt's quoted passages `[B, M, D]` (the conditioning's
     /// `conditioning_byt5small`); other families ignore them.
     pub byt5: Option<&'a Tensor<B>>,
+    /// Kandinsky 5's start frames in model space (`time_dim_replace`), `[1 or B, C, F, h, w]`, which replace the
+    /// first frames of its video model's input (the output is left alone); other families ignore them.
+    pub time_dim_replace: Option<&'a Tensor<B>>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -774,6 +835,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             llama: None,
             width_concat: None,
             byt5: None,
+            time_dim_replace: None,
         }
     }
 }
@@ -868,10 +930,10 @@ impl DiffusionNet {
             DiffusionNet::Unet(net) => unet_family(&net.config),
             DiffusionNet::HiDream(_) => DiffusionFamily::HiDream,
             DiffusionNet::Sd3(_) => DiffusionFamily::Sd3,
-            DiffusionNet::Kandinsky5(_) => DiffusionFamily::Kandinsky5,
+            DiffusionNet::Kandinsky5(net) => kandinsky5_family(&net.config),
             DiffusionNet::Anima(_) => DiffusionFamily::Anima,
             DiffusionNet::OmniGen2(net) => omnigen2_family(&net.config),
-            DiffusionNet::HunyuanVideo(_) => DiffusionFamily::HunyuanVideo15,
+            DiffusionNet::HunyuanVideo(net) => hunyuan_family(&net.config),
         }
     }
 
@@ -933,13 +995,13 @@ impl DiffusionNet {
             DiffusionNet::HunyuanVideo(net) => {
                 net.config.in_channels.saturating_sub(net.config.out_channels)
             }
+            DiffusionNet::Kandinsky5(net) => net.config.concat_channels(),
             DiffusionNet::Flux2(_)
             | DiffusionNet::ZImage(_)
             | DiffusionNet::QwenImage(_)
             | DiffusionNet::Unet(_)
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
-            | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::Anima(_)
             | DiffusionNet::OmniGen2(_) => 0,
         }
@@ -1251,16 +1313,27 @@ impl DiffusionNet {
                 net.forward(b, input.x, input.timesteps, input.context, input.references)
             }
             DiffusionNet::HunyuanVideo(net) => {
-                refuse_controls(DiffusionFamily::HunyuanVideo15, input.controls, input.patches)?;
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                // 1.0's conditioning carries guidance 6 where none is set (`HunyuanVideo.extra_conds`); 1.5's
+                // model has no guidance embedding and ignores it.
+                let default_guidance =
+                    vec![hunyuan_video::family::DEFAULT_GUIDANCE; input.x.dim(0)?];
+                let guidance = match input.guidance {
+                    DistilledGuidance::Unset => Some(default_guidance.as_slice()),
+                    DistilledGuidance::Set(values) => Some(values),
+                    DistilledGuidance::Disabled => None,
+                };
                 let call = HunyuanVideoInput {
                     byt5: input.byt5,
                     clip_fea: input.clip_vision,
+                    pooled: input.pooled,
+                    guidance,
                     ..HunyuanVideoInput::new(input.x, input.timesteps, input.context)
                 };
                 net.forward(b, &call)
             }
             DiffusionNet::Kandinsky5(net) => {
-                refuse_controls(DiffusionFamily::Kandinsky5, input.controls, input.patches)?;
+                refuse_controls(self.family(), input.controls, input.patches)?;
                 let pooled = input.pooled.ok_or_else(|| {
                     crate::Error::Invalid(
                         "Kandinsky 5 conditions on CLIP-L's pooled vector beside Qwen2.5-VL's states: encode the \
@@ -1276,6 +1349,7 @@ impl DiffusionNet {
                         timesteps: input.timesteps,
                         context: input.context,
                         pooled,
+                        time_dim_replace: input.time_dim_replace,
                     },
                 )
             }

@@ -25,6 +25,7 @@ mod anima_text;
 mod clip_vision;
 mod control;
 mod diffusion;
+mod hunyuan_video1_text;
 mod hunyuan_video_text;
 mod kandinsky5_text;
 mod patch;
@@ -41,15 +42,16 @@ pub use diffusion::{
     SkippedBlocks,
 };
 pub use hunyuan_video_text::{HunyuanVideo15Encoders, HunyuanVideo15Tokens};
+pub use hunyuan_video1_text::{HunyuanVideo1Encoders, HunyuanVideo1Tokens};
 pub use kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 pub use patch::{ModelPatchDetected, ModelPatchNet, PatchInput};
 pub use sd3_text::{Sd3Encoders, Sd3Tokens};
 pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
     BOOGU_CLIP_TYPE, CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE,
-    HUNYUAN_VIDEO15_CLIP_TYPE, HiDreamEncoders, HiDreamTokens, KANDINSKY5_CLIP_TYPE,
-    KANDINSKY5_IMAGE_CLIP_TYPE, LONGCAT_CLIP_TYPE, OMNIGEN2_CLIP_TYPE, OVIS_CLIP_TYPE,
-    PIXELDIT_CLIP_TYPE, PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE,
+    HUNYUAN_VIDEO_CLIP_TYPE, HUNYUAN_VIDEO15_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
+    KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, LONGCAT_CLIP_TYPE, OMNIGEN2_CLIP_TYPE,
+    OVIS_CLIP_TYPE, PIXELDIT_CLIP_TYPE, PromptTokens, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE,
     SDXL_REFINER_CLIP_KIND, T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
 };
 pub use vae::{VaeDetected, VaeFamily, VaeNet};

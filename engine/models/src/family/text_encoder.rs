@@ -30,6 +30,7 @@ use crate::textgen::{Decoding, TokenPicker};
 
 use super::anima_text::{self, AnimaTokens};
 use super::hunyuan_video_text::{HunyuanVideo15Encoders, HunyuanVideo15Tokens};
+use super::hunyuan_video1_text::{HunyuanVideo1Encoders, HunyuanVideo1Tokens};
 use super::kandinsky5_text::{Kandinsky5Encoders, Kandinsky5Tokens};
 use super::sd3_text::{Sd3Encoders, Sd3Tokens};
 use super::sdxl_text::{SdxlEncoders, SdxlTokens};
@@ -86,6 +87,10 @@ pub enum TextEncoderFamily {
     /// layer from the end over HunyuanVideo 1.5's template, the prefix cut off, and ByT5's states of the prompt's
     /// quoted passages beside it. Made by [`TextEncoderNet::combine`], never detected in one file.
     HunyuanVideo15,
+    /// HunyuanVideo 1.0's pair (`DualCLIPLoader` type `hunyuan_video`): LLaVA-Llama 3 8B's output of its third layer
+    /// from the end over HunyuanVideo's template, cropped to the prompt, and CLIP-L's pooled vector. Made by
+    /// [`TextEncoderNet::combine`], never detected in one file.
+    HunyuanVideo,
     /// Anima's: Qwen3 0.6B (a Qwen3 file of its width, whatever `CLIPLoader`'s type, as ComfyUI's
     /// `detect_te_model`), its last hidden state of the prompt as it is, with the prompt's T5 tokens beside it for
     /// the model's LLM adapter. Never detected as such.
@@ -134,6 +139,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Boogu => "Boogu-Image's Qwen3-VL 8B",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
             TextEncoderFamily::HunyuanVideo15 => "HunyuanVideo 1.5's Qwen2.5-VL + ByT5",
+            TextEncoderFamily::HunyuanVideo => "HunyuanVideo's CLIP-L + LLaVA-Llama 3",
             TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
             TextEncoderFamily::Gemma2 => gemma2::NAME,
         }
@@ -166,6 +172,7 @@ impl TextEncoderFamily {
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
             TextEncoderFamily::HunyuanVideo15 => "hunyuan-video15-text-encoders",
+            TextEncoderFamily::HunyuanVideo => "hunyuan-video-text-encoders",
             // A Qwen3 file of Qwen3 0.6B's width.
             TextEncoderFamily::Anima => qwen3::family::QWEN3_06B_SYNTH_NAME,
             TextEncoderFamily::Gemma2 => gemma2::SYNTH_NAME,
@@ -210,6 +217,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
+            | TextEncoderFamily::HunyuanVideo
             | TextEncoderFamily::Anima
             | TextEncoderFamily::Gemma2 => {
                 let _ = (slots, strength);
@@ -250,6 +258,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
+            | TextEncoderFamily::HunyuanVideo
             | TextEncoderFamily::Anima => None,
         })
     }
@@ -546,6 +555,8 @@ const HIDREAM_ZEROS: (usize, usize, [usize; 3], [usize; 4]) =
 
 /// `DualCLIPLoader`'s type of SDXL's CLIP-L + CLIP-G.
 pub const SDXL_CLIP_TYPE: &str = "sdxl";
+/// `DualCLIPLoader`'s type for HunyuanVideo 1.0's CLIP-L and LLaVA-Llama 3 8B.
+pub const HUNYUAN_VIDEO_CLIP_TYPE: &str = "hunyuan_video";
 /// `DualCLIPLoader`'s type for HunyuanVideo 1.5's Qwen2.5-VL 7B and ByT5 (also Capybara's).
 pub const HUNYUAN_VIDEO15_CLIP_TYPE: &str = "hunyuan_video_15";
 
@@ -658,6 +669,8 @@ pub enum PromptTokens {
     Kandinsky5(Box<Kandinsky5Tokens>),
     /// HunyuanVideo 1.5's Qwen2.5-VL ids and ByT5 section, as ComfyUI's `HunyuanVideo15Tokenizer` makes them.
     HunyuanVideo15(Box<HunyuanVideo15Tokens>),
+    /// HunyuanVideo 1.0's Llama and CLIP-L tokens, as ComfyUI's `HunyuanVideoTokenizer` makes them.
+    HunyuanVideo1(Box<HunyuanVideo1Tokens>),
     /// Anima's Qwen3 ids and T5 tokens, as ComfyUI's `AnimaTokenizer` makes them.
     Anima(Box<AnimaTokens>),
 }
@@ -785,6 +798,8 @@ pub enum TextEncoderNet {
     Kandinsky5(Box<Kandinsky5Encoders>),
     /// HunyuanVideo 1.5's Qwen2.5-VL and ByT5 with the Qwen tokenizer.
     HunyuanVideo15(Box<HunyuanVideo15Encoders>),
+    /// HunyuanVideo 1.0's LLaVA-Llama 3 and CLIP-L with their tokenizers.
+    HunyuanVideo1(Box<HunyuanVideo1Encoders>),
     /// Lumina 2's Gemma 2 (the Qwen3 decoder code) with the SentencePiece tokenizer of its file.
     Gemma2 {
         /// The network.
@@ -841,6 +856,7 @@ impl TextEncoderNet {
             TextEncoderNet::Boogu { .. } => TextEncoderFamily::Boogu,
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
             TextEncoderNet::HunyuanVideo15(_) => TextEncoderFamily::HunyuanVideo15,
+            TextEncoderNet::HunyuanVideo1(_) => TextEncoderFamily::HunyuanVideo,
             TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
             TextEncoderNet::Gemma2 { .. } => TextEncoderFamily::Gemma2,
         }
@@ -867,6 +883,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sd3(e) => e.models()[0],
             TextEncoderNet::Kandinsky5(e) => &e.qwen.weights,
             TextEncoderNet::HunyuanVideo15(e) => &e.qwen.weights,
+            TextEncoderNet::HunyuanVideo1(e) => &e.llama.weights,
         }
     }
 
@@ -879,6 +896,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sd3(e) => e.models(),
             TextEncoderNet::Kandinsky5(e) => e.models(),
             TextEncoderNet::HunyuanVideo15(e) => e.models(),
+            TextEncoderNet::HunyuanVideo1(e) => e.models(),
             _ => vec![self.weights()],
         }
     }
@@ -910,6 +928,11 @@ impl TextEncoderNet {
             }
             KANDINSKY5_IMAGE_CLIP_TYPE | KANDINSKY5_CLIP_TYPE => Err(Error::Invalid(format!(
                 "type `{kind}` takes Kandinsky 5's text encoders, a Qwen2.5-VL 7B and a CLIP-L; these files are \
+                 {found}"
+            ))),
+            HUNYUAN_VIDEO_CLIP_TYPE if parts.len() == 2 && clip_l == 1 && llama == 1 => Ok(()),
+            HUNYUAN_VIDEO_CLIP_TYPE => Err(Error::Invalid(format!(
+                "type `{kind}` takes HunyuanVideo's text encoders, a CLIP-L and a LLaVA-Llama 3 8B; these files are \
                  {found}"
             ))),
             HUNYUAN_VIDEO15_CLIP_TYPE if parts.len() == 2 && qwen25 == 1 && t5 == 1 => Ok(()),
@@ -1002,6 +1025,16 @@ impl TextEncoderNet {
                 qwen, clip_l, video,
             )?)));
         }
+        if kind == HUNYUAN_VIDEO_CLIP_TYPE {
+            let (Some(llama), Some(clip_l)) = (llama, clip_l) else {
+                return Err(Error::Invalid(format!(
+                    "type `{kind}` is missing one of its text encoders (CLIP-L, LLaVA-Llama 3 8B)"
+                )));
+            };
+            return Ok(TextEncoderNet::HunyuanVideo1(Box::new(HunyuanVideo1Encoders::new(
+                llama, clip_l,
+            )?)));
+        }
         if kind == HUNYUAN_VIDEO15_CLIP_TYPE {
             let (Some(qwen), Some(byt5)) = (qwen25, t5) else {
                 return Err(Error::Invalid(format!(
@@ -1057,6 +1090,9 @@ impl TextEncoderNet {
             TextEncoderNet::Sd3(e) => Ok(PromptTokens::Sd3(Box::new(e.tokenize(prompt)?))),
             TextEncoderNet::HunyuanVideo15(e) => {
                 Ok(PromptTokens::HunyuanVideo15(Box::new(e.tokenize(prompt)?)))
+            }
+            TextEncoderNet::HunyuanVideo1(e) => {
+                Ok(PromptTokens::HunyuanVideo1(Box::new(e.tokenize(prompt)?)))
             }
             TextEncoderNet::Kandinsky5(e) => {
                 Ok(PromptTokens::Kandinsky5(Box::new(e.tokenize(prompt)?)))
@@ -1193,7 +1229,8 @@ impl TextEncoderNet {
                 | TextEncoderNet::Anima { .. }
                 | TextEncoderNet::Gemma2 { .. }
                 | TextEncoderNet::Kandinsky5(_)
-                | TextEncoderNet::HunyuanVideo15(_),
+                | TextEncoderNet::HunyuanVideo15(_)
+                | TextEncoderNet::HunyuanVideo1(_),
                 _,
             ) => Err(crate::Error::Invalid(format!(
                 "a Qwen-Image Edit prompt needs Qwen-Image's Qwen2.5-VL text encoder, not {}",
@@ -1263,7 +1300,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Kandinsky5(_)
-            | TextEncoderNet::HunyuanVideo15(_) => {
+            | TextEncoderNet::HunyuanVideo15(_)
+            | TextEncoderNet::HunyuanVideo1(_) => {
                 Err(crate::Error::Invalid(format!(
                     "TextGenerate needs a language model (Qwen3); a {} encoder generates no text",
                     self.family().name()
@@ -1290,7 +1328,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_)
-            | TextEncoderNet::HunyuanVideo15(_) => Err(Error::Invalid(format!(
+            | TextEncoderNet::HunyuanVideo15(_)
+            | TextEncoderNet::HunyuanVideo1(_) => Err(Error::Invalid(format!(
                 "{}'s text encoder decodes no generated text",
                 self.family().name()
             ))),
@@ -1334,7 +1373,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_)
-            | TextEncoderNet::HunyuanVideo15(_) => Err(crate::Error::Invalid(format!(
+            | TextEncoderNet::HunyuanVideo15(_)
+            | TextEncoderNet::HunyuanVideo1(_) => Err(crate::Error::Invalid(format!(
                 "a {} text encoder reads no images; Qwen-Image Edit needs its Qwen2.5-VL encoder",
                 self.family().name()
             ))),
@@ -1489,6 +1529,18 @@ impl TextEncoderNet {
                     return reads_no_images();
                 }
                 e.encode(b, tokens)
+            }
+            (TextEncoderNet::HunyuanVideo1(e), PromptTokens::HunyuanVideo1(tokens)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                e.encode(b, tokens)
+            }
+            (TextEncoderNet::HunyuanVideo1(_), _) | (_, PromptTokens::HunyuanVideo1(_)) => {
+                Err(Error::Invalid(format!(
+                    "HunyuanVideo's encoders take HunyuanVideo's tokens; {} and these tokens do not go together",
+                    self.family().name()
+                )))
             }
             (TextEncoderNet::HunyuanVideo15(_), _) | (_, PromptTokens::HunyuanVideo15(_)) => {
                 Err(Error::Invalid(format!(

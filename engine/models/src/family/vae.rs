@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::flux_vae::{self, FluxVae};
 use crate::header::Header;
 use crate::hunyuan_vae::{self, HunyuanVae};
+use crate::kl_video_vae::{self, KlVideoVae};
 use crate::latent::LatentFormat;
 use crate::wan_vae::{self, ClipVae, Wan22Vae, WanVae};
 
@@ -24,6 +25,9 @@ pub enum VaeFamily {
     Wan22,
     /// The HunyuanVideo 1.5 VAE (32 channels, 16× down in space, 4× in time).
     HunyuanVideo15,
+    /// The HunyuanVideo 1.0 VAE, also Kandinsky 5's video models' (the KL autoencoder with 3-D convolutions: 16
+    /// channels, 8× down in space, 4× in time).
+    HunyuanVideo,
 }
 
 impl VaeFamily {
@@ -31,11 +35,13 @@ impl VaeFamily {
     /// every file with 3-D convolutions). The two Wan VAEs each claim only their own files (the 2.2 VAE's
     /// residual blocks), as do the Flux VAE and the FLUX.2 VAE, which share one detection (`bn.running_mean`
     /// present: FLUX.2), so the order within each pair does not matter. The HunyuanVideo 1.5 VAE (32 latent
-    /// channels into `decoder.conv_in.conv`) comes before the Flux VAE too.
-    pub const ALL: [VaeFamily; 5] = [
+    /// channels into `decoder.conv_in.conv`) and the 1.0 one (16, and `post_quant_conv`) come before the Flux VAE
+    /// too.
+    pub const ALL: [VaeFamily; 6] = [
         VaeFamily::Wan21,
         VaeFamily::Wan22,
         VaeFamily::HunyuanVideo15,
+        VaeFamily::HunyuanVideo,
         VaeFamily::Flux,
         VaeFamily::Flux2,
     ];
@@ -48,6 +54,7 @@ impl VaeFamily {
             VaeFamily::Wan21 => wan_vae::family::NAME,
             VaeFamily::Wan22 => wan_vae::family::WAN22_NAME,
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::NAME,
+            VaeFamily::HunyuanVideo => kl_video_vae::family::NAME,
         }
     }
 
@@ -59,6 +66,7 @@ impl VaeFamily {
             VaeFamily::Wan21 => wan_vae::family::SYNTH_NAME,
             VaeFamily::Wan22 => wan_vae::family::WAN22_SYNTH_NAME,
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::SYNTH_NAME,
+            VaeFamily::HunyuanVideo => kl_video_vae::family::SYNTH_NAME,
         }
     }
 
@@ -71,6 +79,7 @@ impl VaeFamily {
             VaeFamily::Wan21 => LatentFormat::WAN21,
             VaeFamily::Wan22 => LatentFormat::WAN22,
             VaeFamily::HunyuanVideo15 => LatentFormat::HUNYUAN_VIDEO15,
+            VaeFamily::HunyuanVideo => LatentFormat::HUNYUAN_VIDEO,
         }
     }
 
@@ -86,6 +95,7 @@ impl VaeFamily {
             VaeFamily::Wan22 => wan_vae::wan22::detect(h)?
                 .map(|(config, layout)| VaeDetected::Wan22(config, layout)),
             VaeFamily::HunyuanVideo15 => hunyuan_vae::detect(h)?.map(VaeDetected::HunyuanVideo15),
+            VaeFamily::HunyuanVideo => kl_video_vae::detect(h)?.map(VaeDetected::HunyuanVideo),
         })
     }
 }
@@ -106,6 +116,8 @@ pub enum VaeDetected {
     Wan22(wan_vae::wan22::Config, wan_vae::Layout),
     /// The HunyuanVideo 1.5 VAE.
     HunyuanVideo15(hunyuan_vae::Config),
+    /// The HunyuanVideo 1.0 VAE.
+    HunyuanVideo(kl_video_vae::Config),
 }
 
 impl VaeDetected {
@@ -122,6 +134,7 @@ impl VaeDetected {
             VaeDetected::Wan21(..) => VaeFamily::Wan21,
             VaeDetected::Wan22(..) => VaeFamily::Wan22,
             VaeDetected::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
+            VaeDetected::HunyuanVideo(_) => VaeFamily::HunyuanVideo,
         }
     }
 
@@ -132,6 +145,7 @@ impl VaeDetected {
             VaeDetected::Wan21(config, layout) => wan_vae::load_plan(h, config, *layout),
             VaeDetected::Wan22(config, layout) => wan_vae::wan22::load_plan(h, config, *layout),
             VaeDetected::HunyuanVideo15(config) => hunyuan_vae::load_plan(h, config),
+            VaeDetected::HunyuanVideo(config) => kl_video_vae::load_plan(h, config),
         }
     }
 
@@ -143,6 +157,9 @@ impl VaeDetected {
             VaeDetected::Wan22(config, _) => VaeNet::Wan22(Wan22Vae::new(config, weights)),
             VaeDetected::HunyuanVideo15(config) => {
                 VaeNet::HunyuanVideo15(HunyuanVae::new(config, weights))
+            }
+            VaeDetected::HunyuanVideo(config) => {
+                VaeNet::HunyuanVideo(KlVideoVae::new(config, weights))
             }
         }
     }
@@ -158,6 +175,8 @@ pub enum VaeNet {
     Wan22(Wan22Vae),
     /// The HunyuanVideo 1.5 VAE.
     HunyuanVideo15(HunyuanVae),
+    /// The HunyuanVideo 1.0 VAE.
+    HunyuanVideo(KlVideoVae),
 }
 
 impl VaeNet {
@@ -168,6 +187,7 @@ impl VaeNet {
             VaeNet::Wan21(_) => VaeFamily::Wan21,
             VaeNet::Wan22(_) => VaeFamily::Wan22,
             VaeNet::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
+            VaeNet::HunyuanVideo(_) => VaeFamily::HunyuanVideo,
         }
     }
 
@@ -178,6 +198,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => &net.weights,
             VaeNet::Wan22(net) => &net.weights,
             VaeNet::HunyuanVideo15(net) => &net.weights,
+            VaeNet::HunyuanVideo(net) => &net.weights,
         }
     }
 
@@ -190,6 +211,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => (net.config.in_channels, Some(1.0)),
             VaeNet::Wan22(_) => (wan_vae::wan22::IMAGE_CHANNELS, None),
             VaeNet::HunyuanVideo15(_) => (hunyuan_vae::IMAGE_CHANNELS, None),
+            VaeNet::HunyuanVideo(_) => (kl_video_vae::IMAGE_CHANNELS, None),
         }
     }
 
@@ -201,6 +223,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => net.decode(b, z),
             VaeNet::Wan22(net) => net.decode(b, z),
             VaeNet::HunyuanVideo15(net) => net.decode(b, z),
+            VaeNet::HunyuanVideo(net) => net.decode(b, z),
         }
     }
 
@@ -212,6 +235,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => net.config.downscale(),
             VaeNet::Wan22(net) => net.config.downscale(),
             VaeNet::HunyuanVideo15(net) => net.config.downscale(),
+            VaeNet::HunyuanVideo(net) => net.config.downscale(),
         }
     }
 
@@ -221,9 +245,10 @@ impl VaeNet {
     pub fn temporal_downscale(&self) -> Option<usize> {
         match self {
             VaeNet::Flux(_) => None,
-            VaeNet::Wan21(_) | VaeNet::Wan22(_) | VaeNet::HunyuanVideo15(_) => {
-                Some(wan_vae::TEMPORAL_DOWNSCALE)
-            }
+            VaeNet::Wan21(_)
+            | VaeNet::Wan22(_)
+            | VaeNet::HunyuanVideo15(_)
+            | VaeNet::HunyuanVideo(_) => Some(wan_vae::TEMPORAL_DOWNSCALE),
         }
     }
 
@@ -242,6 +267,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::Wan22(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.decode_video_with(b, z, per_chunk, out),
+            VaeNet::HunyuanVideo(net) => net.decode_video_with(b, z, per_chunk, out),
         }
     }
 
@@ -261,13 +287,14 @@ impl VaeNet {
             VaeNet::Wan21(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::Wan22(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.encode_video_with(b, x, per_chunk, out),
+            VaeNet::HunyuanVideo(net) => net.encode_video_with(b, x, per_chunk, out),
         }
     }
 
     /// The refusal of a clip by an image autoencoder.
     fn not_video(&self) -> crate::Error {
         crate::Error::Invalid(format!(
-            "{} encodes and decodes images, not videos (a Wan or HunyuanVideo 1.5 VAE does video)",
+            "{} encodes and decodes images, not videos (a Wan or HunyuanVideo VAE does video)",
             self.family().name()
         ))
     }
@@ -279,6 +306,7 @@ impl VaeNet {
             VaeNet::Wan21(net) => net.encode(b, x),
             VaeNet::Wan22(net) => net.encode(b, x),
             VaeNet::HunyuanVideo15(net) => net.encode(b, x),
+            VaeNet::HunyuanVideo(net) => net.encode(b, x),
         }
     }
 }

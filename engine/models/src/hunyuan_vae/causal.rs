@@ -41,7 +41,7 @@ impl<B: Backend> Time<'_, B> {
 
 /// What a clip's earlier chunks left behind: each convolution's last padded input frames, by its name.
 pub(crate) struct Stream<B: Backend> {
-    history: BTreeMap<String, Tensor<B>>,
+    pub(crate) history: BTreeMap<String, Tensor<B>>,
 }
 
 impl<B: Backend> Stream<B> {
@@ -75,13 +75,13 @@ pub(crate) fn concat_frames<B: Backend>(b: &B, parts: &[Tensor<B>]) -> Result<Te
 }
 
 /// `x` `[n, C, H, W]` with one row and column repeated on each side (torch's `replicate`).
-fn pad_space<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+pub(crate) fn pad_space<B: Backend>(b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
     let x = b.pad(x, 3, 1, 1, PadMode::Replicate)?;
     Ok(b.pad(&x, 2, 1, 1, PadMode::Replicate)?)
 }
 
 /// The dims `[O, I, kt, kh, kw]` of a 3-D convolution weight.
-fn dims5(w: &Weight<'_>) -> Result<[usize; 5]> {
+pub(crate) fn dims5(w: &Weight<'_>) -> Result<[usize; 5]> {
     match *w.shape() {
         [o, i, kt, kh, kw] if kt > 0 => Ok([o, i, kt, kh, kw]),
         ref other => Err(Error::Invalid(format!("a causal convolution of shape {other:?}"))),
@@ -90,7 +90,7 @@ fn dims5(w: &Weight<'_>) -> Result<[usize; 5]> {
 
 /// The type the reordered taps of `w` are kept in: a plain float weight's own (which holds its values exactly),
 /// else f32 (a scaled or quantized weight dequantized).
-fn taps_dtype(w: &Weight<'_>) -> DType {
+pub(crate) fn taps_dtype(w: &Weight<'_>) -> DType {
     match w.dtype() {
         d @ (DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
             if w.quant() == Quant::None =>
@@ -107,7 +107,7 @@ const COLLAPSE_BLOCK_BYTES: usize = 64 << 20;
 
 /// The 2-D kernel `[O, I, kh, kw]` that a frame convolved with itself through every temporal tap of `w` sees:
 /// the taps summed in f32, a block of output channels at a time, kept in the compute type.
-fn collapsed<B: Backend>(b: &B, w: &Weight<'_>) -> Result<OwnedWeight> {
+pub(crate) fn collapsed<B: Backend>(b: &B, w: &Weight<'_>) -> Result<OwnedWeight> {
     collapsed_in_blocks(b, w, COLLAPSE_BLOCK_BYTES)
 }
 
@@ -170,14 +170,14 @@ pub(crate) fn causal_conv<B: Backend>(
 }
 
 /// `k` copies of the first frame of `x`: the replicated front of a clip.
-fn repeat_first<B: Backend>(b: &B, x: &Tensor<B>, k: usize) -> Result<Tensor<B>> {
+pub(crate) fn repeat_first<B: Backend>(b: &B, x: &Tensor<B>, k: usize) -> Result<Tensor<B>> {
     let first = frames(b, x, 0, 1)?;
     let copies: Vec<&Tensor<B>> = std::iter::repeat_n(&first, k).collect();
     Ok(b.concat(&copies, 0)?)
 }
 
 /// The last `k` frames of `history` followed by `x`.
-fn last_frames<B: Backend>(
+pub(crate) fn last_frames<B: Backend>(
     b: &B,
     history: &Tensor<B>,
     x: &Tensor<B>,

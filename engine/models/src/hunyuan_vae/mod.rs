@@ -25,8 +25,8 @@
 //! is its last two padded input frames and nothing else, so chunking never changes a result.
 
 mod blocks;
-mod causal;
-mod clip;
+pub(crate) mod causal;
+pub(crate) mod clip;
 mod config;
 pub mod family;
 mod net;

@@ -20,3 +20,15 @@ pub const CHECKPOINT_VAE_PREFIX: &str = "vae.";
 /// The image latent and mask channels the image-to-video conditioning adds (32 + 1): a 1.5 DiT reads
 /// `in_channels` = 32 + this.
 pub const CONCAT_CHANNELS: usize = 33;
+
+/// HunyuanVideo 1.0's name in messages.
+pub const V1_NAME: &str = "HunyuanVideo";
+/// The name `kiln model synth --family` writes HunyuanVideo 1.0's 720p text-to-video model under.
+pub const V1_SYNTH_NAME: &str = "hunyuan-video";
+/// The name a LoRA for HunyuanVideo 1.0 would be written under (Kiln applies none yet).
+pub const V1_SYNTH_LORA_NAME: &str = "hunyuan-video-lora";
+/// HunyuanVideo 1.0 denoises in its VAE's latent space (ComfyUI's `HunyuanVideo.latent_format`).
+pub const V1_LATENT: LatentFormat = LatentFormat::HUNYUAN_VIDEO;
+/// The distilled guidance HunyuanVideo 1.0's conditioning carries where none is set (ComfyUI's
+/// `HunyuanVideo.extra_conds` default; `FluxGuidance` sets another).
+pub const DEFAULT_GUIDANCE: f32 = 6.0;

@@ -338,12 +338,13 @@ impl HunyuanVideo {
     }
 }
 
-/// Checks side tokens (`what`: byT5 features, vision states) are `[1 or batch, n > 0, width]`.
+/// Checks side tokens (`what`: byT5 features, vision states) are `[B' ≥ 1, n > 0, width]`; they are fitted to the
+/// batch as ComfyUI's `repeat_to_batch_size` fits a `CONDRegular` (the first rows of more, repeats of fewer).
 fn side_tokens<B: Backend>(what: &str, t: &Tensor<B>, batch: usize, width: usize) -> Result<()> {
     match t.shape() {
-        &[tb, n, w] if (tb == 1 || tb == batch) && n > 0 && w == width => Ok(()),
+        &[tb, n, w] if tb > 0 && n > 0 && w == width => Ok(()),
         other => Err(Error::Invalid(format!(
-            "HunyuanVideo {what} must be [1 or {batch}, n > 0, {width}], got {other:?}"
+            "HunyuanVideo {what} for {batch} samples must be [B ≥ 1, n > 0, {width}], got {other:?}"
         ))),
     }
 }

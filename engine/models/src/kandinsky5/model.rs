@@ -7,7 +7,7 @@ use kiln_compute::{Backend, DType, Tensor};
 use super::config::{Config, LN_EPS, PATCH};
 use crate::adaln::Modulation;
 use crate::error::{Error, Result};
-use crate::latent_tokens::{PatchOrder, padded, to_batch, unpatchify};
+use crate::latent_tokens::{padded, to_batch};
 use crate::named::{fetch, linear};
 use crate::rope::{Rope, linspace_in, tables_at};
 
@@ -24,7 +24,9 @@ pub struct Kandinsky5 {
 
 /// One call's inputs.
 pub struct Kandinsky5Input<'a, B: Backend> {
-    /// Latents `[B, C, h, w]`.
+    /// The DiT's input, `[B, C, h, w]` (one frame) or `[B, C, T, h, w]`, C = [`Config::in_channels`]: the latent
+    /// (model space), then for the video models [`Config::concat_channels`] more (ComfyUI's `concat_cond`: the
+    /// latent's count of zeros, then the mask), as ComfyUI's `_apply_model` joins them.
     pub x: &'a Tensor<B>,
     /// The model's timestep per sample (σ·1000).
     pub timesteps: &'a [f32],
@@ -32,6 +34,10 @@ pub struct Kandinsky5Input<'a, B: Backend> {
     pub context: &'a Tensor<B>,
     /// The pooled vector `[B or 1, pooled_dim]` (CLIP-L's).
     pub pooled: &'a Tensor<B>,
+    /// ComfyUI's `time_dim_replace`: clean latents `[1 or B, channels, F, h, w]` (model space: the encoded start
+    /// image through the latent format's `process_in`) that overwrite the first `channels` channels of `x`'s
+    /// first F frames (F ≤ T) before anything else; the concat channels and the output are left alone.
+    pub time_dim_replace: Option<&'a Tensor<B>>,
 }
 
 impl Kandinsky5 {
@@ -40,20 +46,36 @@ impl Kandinsky5 {
         Kandinsky5 { config, weights }
     }
 
-    /// ComfyUI's model output for `input`, f32 `[B, C, h, w]`, computed in `b.compute_dtype()`.
+    /// ComfyUI's model output for `input`, f32 `[B, channels, h, w]` or `[B, channels, T, h, w]` as `x` is,
+    /// computed in `b.compute_dtype()` (ComfyUI's `Kandinsky5._forward`; unlike it, the padding to even sides is
+    /// cropped off).
     pub fn forward<B: Backend>(&self, b: &B, input: &Kandinsky5Input<'_, B>) -> Result<Tensor<B>> {
         let cfg = &self.config;
         let m = &self.weights;
-        let &[batch, channels, h, w] = input.x.shape() else {
-            return Err(Error::Invalid(format!(
-                "Kandinsky 5 input {:?} is not [B, C, H, W]",
-                input.x.shape()
-            )));
+        let (batch, in_channels, frames, h, w) = match *input.x.shape() {
+            [batch, c, h, w] => (batch, c, 1, h, w),
+            [batch, c, t, h, w] => (batch, c, t, h, w),
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "Kandinsky 5 input {:?} is not [B, C, H, W] or [B, C, T, H, W]",
+                    input.x.shape()
+                )));
+            }
         };
-        if channels != cfg.channels || input.timesteps.len() != batch {
+        if in_channels != cfg.in_channels()
+            || input.timesteps.len() != batch
+            || frames == 0
+            || h == 0
+            || w == 0
+        {
             return Err(Error::Invalid(format!(
-                "the Kandinsky 5 DiT takes {} channels and a timestep per sample; got {:?} and {} timesteps",
-                cfg.channels,
+                "the Kandinsky 5 DiT takes {} channels{} and a timestep per sample; got {:?} and {} timesteps",
+                cfg.in_channels(),
+                if cfg.is_video() {
+                    format!(" (the latent's {} joined with ComfyUI's concat_cond)", cfg.channels)
+                } else {
+                    String::new()
+                },
                 input.x.shape(),
                 input.timesteps.len()
             )));
@@ -63,8 +85,10 @@ impl Kandinsky5 {
             return Err(Error::Invalid(format!(
                 "Kandinsky 5 reads {}-wide text states and a {}-wide pooled vector (Qwen2.5-VL 7B's and CLIP-L's); \
                  this prompt's are {text_width} and {pooled_width} wide: encode it with DualCLIPLoader type \
-                 kandinsky5_image (qwen_2.5_vl_7b and clip_l)",
-                cfg.text_dim, cfg.pooled_dim
+                 {} (qwen_2.5_vl_7b and clip_l)",
+                cfg.text_dim,
+                cfg.pooled_dim,
+                if cfg.is_video() { "kandinsky5" } else { "kandinsky5_image" }
             )));
         }
         let dt = b.compute_dtype();
@@ -91,15 +115,26 @@ impl Kandinsky5 {
             text = self.text_block(b, i, &text, &silu_t, &text_rope)?;
         }
 
-        let (x, rows, cols) = padded(b, &b.cast(input.x, dt)?, PATCH)?;
+        let x = b.cast(input.x, dt)?.reshape(&[batch, in_channels, frames, h, w])?;
+        let x = match input.time_dim_replace {
+            Some(clean) => self.replace_frames(b, &x, clean)?,
+            None => x,
+        };
+        // Padded circularly to even rows and columns, each (channel, frame) plane on its own.
+        let (x, rows, cols) = padded(b, &x.reshape(&[batch, in_channels * frames, h, w])?, PATCH)?;
         let mut img = {
-            // Patches with their features channels last: (row in patch, column in patch, channel).
-            let t = x.reshape(&[batch, channels, rows, PATCH, cols, PATCH])?;
-            let t = b.permute(&t, &[0, 2, 4, 3, 5, 1])?;
-            let t = t.reshape(&[batch, rows * cols, channels * PATCH * PATCH])?;
+            // Patches frame-major, then row, column; features channels last: (row in patch, column in patch,
+            // channel).
+            let t = x.reshape(&[batch, in_channels, frames, rows, PATCH, cols, PATCH])?;
+            let t = b.permute(&t, &[0, 2, 3, 5, 4, 6, 1])?;
+            let t = t.reshape(&[batch, frames * rows * cols, in_channels * PATCH * PATCH])?;
             linear(b, m, "visual_embeddings.in_layer", &t)?
         };
-        let img_rope = self.rope(b, &self.image_positions(b, rows, cols), cfg.axes)?;
+        let img_rope = self.rope(
+            b,
+            &self.visual_positions(b, cfg.rope_scale_at(h, w), frames, rows, cols),
+            cfg.axes,
+        )?;
         for i in 0..cfg.visual_blocks {
             img = self.visual_block(b, i, &img, &text, &silu_t, &img_rope)?;
         }
@@ -111,12 +146,66 @@ impl Kandinsky5 {
             let x = b.modulate(&b.layer_norm(&img, None, None, LN_EPS)?, &scale, Some(&shift))?;
             linear(b, m, "out_layer.out_layer", &x)?
         };
-        let out = unpatchify(b, &out, cfg.channels, (rows, cols), PATCH, PatchOrder::ChannelMajor)?;
-        let out = match (out.dim(2)? == h, out.dim(3)? == w) {
-            (true, true) => out,
-            _ => b.slice(&b.slice(&out, 2, 0, h)?, 3, 0, w)?,
+        // Each token's features channel-major (channel, row in patch, column in patch), unlike the input's.
+        let c = cfg.channels;
+        let out = out.reshape(&[batch, frames, rows, cols, c, PATCH, PATCH])?;
+        let out = b.permute(&out, &[0, 4, 1, 2, 5, 3, 6])?;
+        let mut out = out.reshape(&[batch, c, frames, rows * PATCH, cols * PATCH])?;
+        if rows * PATCH != h {
+            out = b.slice(&out, 3, 0, h)?;
+        }
+        if cols * PATCH != w {
+            out = b.slice(&out, 4, 0, w)?;
+        }
+        let out = match input.x.shape().len() {
+            4 => out.reshape(&[batch, c, h, w])?,
+            _ => out,
         };
         Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// `x` `[B, C, T, h, w]` (compute type) with its first `channels` channels of the first F frames replaced by
+    /// `clean` `[1 or B, channels, F, h, w]` (ComfyUI's `x[:, :C_r, :F_r] = time_dim_replace`; it pads both to the
+    /// patch first, which, circular, commutes with the replacement).
+    fn replace_frames<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        clean: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let c = self.config.channels;
+        let &[batch, in_channels, frames, h, w] = x.shape() else {
+            return Err(Error::Invalid(format!("Kandinsky 5 input {:?} is not 5-D", x.shape())));
+        };
+        let fits = match *clean.shape() {
+            [rb, rc, f, rh, rw] => {
+                (rb == 1 || rb == batch)
+                    && rc == c
+                    && (1..=frames).contains(&f)
+                    && (rh, rw) == (h, w)
+            }
+            _ => false,
+        };
+        if !fits {
+            return Err(Error::Invalid(format!(
+                "Kandinsky 5's time_dim_replace must be [1 or {batch}, {c}, 1..={frames}, {h}, {w}] (clean \
+                 latent frames for the start of a [{batch}, {in_channels}, {frames}, {h}, {w}] input); got {:?}",
+                clean.shape()
+            )));
+        }
+        let f = clean.dim(2)?;
+        let clean = b.cast(&to_batch(b, clean, batch)?, b.compute_dtype())?;
+        let latent = if f < frames {
+            let rest = b.slice(&b.slice(x, 1, 0, c)?, 2, f, frames - f)?;
+            b.concat(&[&clean, &rest], 2)?
+        } else {
+            clean
+        };
+        if in_channels == c {
+            return Ok(latent);
+        }
+        let joined = b.slice(x, 1, c, in_channels - c)?;
+        Ok(b.concat(&[&latent, &joined], 1)?)
     }
 
     /// Text block `i` (`TransformerEncoderBlock`): modulated self-attention, then the modulated feed-forward.
@@ -245,13 +334,26 @@ impl Kandinsky5 {
         linspace_in(b.compute_dtype(), 0.0, last as f32, steps).into_iter().map(f64::from)
     }
 
-    /// The image tokens' (frame, row, column) positions, row-major (`rope_encode_3d`: one frame at 0, rows and
-    /// columns divided by the config's `rope_scale`).
-    fn image_positions<B: Backend>(&self, b: &B, rows: usize, cols: usize) -> Vec<[f64; 3]> {
-        let [_, scale_h, scale_w] = self.config.rope_scale;
+    /// The visual tokens' (frame, row, column) positions, frame-major then row-major (`rope_encode_3d`: each axis
+    /// i / scale, from `scale` ([`Config::rope_scale_at`])).
+    fn visual_positions<B: Backend>(
+        &self,
+        b: &B,
+        [scale_t, scale_h, scale_w]: [f64; 3],
+        frames: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Vec<[f64; 3]> {
+        let ts: Vec<f64> = self.positions(b, scale_t, frames).collect();
         let ys: Vec<f64> = self.positions(b, scale_h, rows).collect();
         let xs: Vec<f64> = self.positions(b, scale_w, cols).collect();
-        ys.iter().flat_map(|&y| xs.iter().map(move |&x| [0.0, y, x])).collect()
+        let mut all = Vec::with_capacity(frames * rows * cols);
+        for &t in &ts {
+            for &y in &ys {
+                all.extend(xs.iter().map(|&x| [t, y, x]));
+            }
+        }
+        all
     }
 
     /// The RoPE tables of `positions` on `axes` (adjacent feature pairs, the axes' angles in order).

@@ -85,7 +85,7 @@ const ESRGAN: &str = "esrgan";
 const UNET: &str = "unet";
 const SD3: &str = "sd3";
 const KANDINSKY5: &str = "kandinsky5";
-const HUNYUAN_VIDEO15: &str = "hunyuan_video15";
+const HUNYUAN_VIDEO: &str = "hunyuan_video";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
@@ -469,6 +469,8 @@ impl SynthFamily {
             DiffusionFamily::Sd3,
             DiffusionFamily::OvisImage,
             DiffusionFamily::Kandinsky5,
+            DiffusionFamily::Kandinsky5Video,
+            DiffusionFamily::HunyuanVideo,
             DiffusionFamily::HunyuanVideo15,
         ];
         all.extend(
@@ -828,6 +830,8 @@ pub struct ZImageTurboSet {
     /// Kandinsky 5 Lite's image DiT (`--family kandinsky5-image`; its text width should be `qwen25vl.hidden`, its
     /// pooled width `clip_l.hidden`).
     pub kandinsky5: crate::kandinsky5::Config,
+    /// Kandinsky 5 Lite's video DiT (`--family kandinsky5-video`; the text and pooled widths as `kandinsky5`'s).
+    pub kandinsky5_video: crate::kandinsky5::Config,
     /// Anima's DiT and LLM adapter (`--family anima`; the adapter's source width should be `qwen3_06b.hidden`).
     pub anima: crate::anima::Config,
     /// Qwen3 0.6B (`--family qwen3-0.6b`, Anima's text encoder: ComfyUI tells it by its width, so even the tiny
@@ -845,9 +849,14 @@ pub struct ZImageTurboSet {
     /// Boogu-Image's DiT (`--family boogu`; its instruction width is Qwen3-VL 8B's, 4096, and the tiny one's the
     /// tiny `qwen3`'s, which stands in for Qwen3-VL's language model).
     pub boogu: crate::omnigen2::Config,
+    /// HunyuanVideo 1.0's DiT (`--family hunyuan-video`; its text width should be `llama3.hidden`, its pooled
+    /// width `clip_l.hidden`).
+    pub hunyuan_video: crate::hunyuan_video::Config,
     /// HunyuanVideo 1.5's DiT (`--family hunyuan-video15`; its text width should be `qwen25vl.hidden`, its ByT5
     /// width `byt5.d_model`, its vision width `siglip.hidden`).
     pub hunyuan_video15: crate::hunyuan_video::Config,
+    /// The HunyuanVideo 1.0 VAE (`--family hunyuan-video-vae`).
+    pub kl_video_vae: crate::kl_video_vae::Config,
     /// The HunyuanVideo 1.5 VAE (`--family hunyuan-video15-vae`).
     pub hunyuan_vae: crate::hunyuan_vae::Config,
 }
@@ -975,6 +984,22 @@ impl ZImageTurboSet {
                 head_dim: 128,
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
+                video: false,
+            },
+            // Kandinsky 5.0 T2V / I2V Lite: 32 visual blocks of 28 heads of 64.
+            kandinsky5_video: crate::kandinsky5::Config {
+                dim: 1792,
+                time_dim: 512,
+                ff_dim: 7168,
+                text_dim: 3584,
+                pooled_dim: 768,
+                channels: 16,
+                text_blocks: 2,
+                visual_blocks: 32,
+                head_dim: 64,
+                axes: [16, 24, 24],
+                rope_scale: [1.0, 2.0, 2.0],
+                video: true,
             },
             // Lumina Image 2.0 (NetaYume Lumina): 26 blocks of 24 heads, 8 key/value heads.
             lumina2: lumina2_config(2304, 24, 8, 26, 2, 2304),
@@ -986,7 +1011,10 @@ impl ZImageTurboSet {
             boogu: boogu_config(omnigen2_config(3360, 28, 7, 32, 2, 4096), 8),
             // HunyuanVideo 1.5 720p: 54 double-stream blocks of 16 heads, no single-stream ones.
             hunyuan_video15: hunyuan_video15_config(2048, 54, 0, (3584, 1472, 1152)),
+            // HunyuanVideo 1.0 720p: 20 double-stream and 40 single-stream blocks of 24 heads.
+            hunyuan_video: hunyuan_video1_config(3072, (20, 40), (4096, 768)),
             hunyuan_vae: crate::hunyuan_vae::Config::released(),
+            kl_video_vae: crate::kl_video_vae::Config::released(),
             // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
             omnigen2_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
@@ -1217,6 +1245,22 @@ impl ZImageTurboSet {
                 head_dim: 128,
                 axes: [32, 48, 48],
                 rope_scale: [1.0; 3],
+                video: false,
+            },
+            // Two heads of the video models' width (detection keys the RoPE axes on it), on the same encoders.
+            kandinsky5_video: crate::kandinsky5::Config {
+                dim: 128,
+                time_dim: 64,
+                ff_dim: 256,
+                text_dim: 32,
+                pooled_dim: 64,
+                channels: 16,
+                text_blocks: 1,
+                visual_blocks: 2,
+                head_dim: 64,
+                axes: [16, 24, 24],
+                rope_scale: [1.0, 2.0, 2.0],
+                video: true,
             },
             // Two heads of 48 sharing one key/value head, on the tiny Gemma 2's width.
             lumina2: lumina2_config(96, 2, 1, 2, 1, 64),
@@ -1229,6 +1273,13 @@ impl ZImageTurboSet {
             // Two heads of the released width (detection assumes it), on the tiny Qwen2.5-VL's, ByT5's and
             // SigLIP's widths.
             hunyuan_video15: hunyuan_video15_config(256, 2, 1, (32, 32, 64)),
+            // Two heads of the released width, on the tiny Llama's and CLIP-L's widths.
+            hunyuan_video: hunyuan_video1_config(256, (1, 1), (32, 64)),
+            // The released 16 latent channels under levels of one or two GroupNorms' 32 groups.
+            kl_video_vae: crate::kl_video_vae::Config {
+                widths: [32, 32, 64, 64],
+                ..crate::kl_video_vae::Config::released()
+            },
             // The released 32 latent channels (detection keys on them) under narrow levels.
             hunyuan_vae: crate::hunyuan_vae::Config {
                 widths: [8, 16, 32, 64, 64],
@@ -1344,6 +1395,20 @@ impl ZImageTurboSet {
                 "HunyuanVideo 1.5's text, ByT5 and vision widths {hv_widths:?} are not Qwen2.5-VL's {}, ByT5's {} \
                  and SigLIP's {}",
                 self.qwen25vl.hidden, self.byt5.d_model, self.siglip.hidden
+            )));
+        }
+        let v1 = &self.hunyuan_video;
+        if (v1.context_dim, v1.vec_dim) != (self.llama3.hidden, Some(self.clip_l.hidden)) {
+            return Err(Error::Invalid(format!(
+                "HunyuanVideo 1.0's text and pooled widths {} and {:?} are not Llama 3's {} and CLIP-L's {}",
+                v1.context_dim, v1.vec_dim, self.llama3.hidden, self.clip_l.hidden
+            )));
+        }
+        let k5v = &self.kandinsky5_video;
+        if (k5v.text_dim, k5v.pooled_dim) != (self.qwen25vl.hidden, self.clip_l.hidden) {
+            return Err(Error::Invalid(format!(
+                "Kandinsky 5 video's text and pooled widths {} and {} are not Qwen2.5-VL's {} and CLIP-L's {}",
+                k5v.text_dim, k5v.pooled_dim, self.qwen25vl.hidden, self.clip_l.hidden
             )));
         }
         let k5 = &self.kandinsky5;
@@ -1604,6 +1669,11 @@ pub fn write_family(
             let specs = specs_of(set.byt5.expected());
             write_one(path, &specs, BYT5, "ByT5 text encoder", dtype, seed, progress)
         }
+        SynthFamily::TextEncoder(TextEncoderFamily::HunyuanVideo) => Err(Error::Invalid(
+            "HunyuanVideo's text encoders are two files: a CLIP-L (--family clip-l) and a Llama 3 (--family \
+             llama3), loaded together with DualCLIPLoader type hunyuan_video"
+                .to_owned(),
+        )),
         SynthFamily::TextEncoder(TextEncoderFamily::HunyuanVideo15) => Err(Error::Invalid(
             "HunyuanVideo 1.5's text encoders are two files: a Qwen2.5-VL (--family qwen25vl) and a ByT5 (--family \
              byt5-small-glyph), loaded together with DualCLIPLoader type hunyuan_video_15"
@@ -1687,9 +1757,11 @@ pub fn write_family(
             | DiffusionFamily::Sd3
             | DiffusionFamily::OvisImage
             | DiffusionFamily::Kandinsky5
+            | DiffusionFamily::Kandinsky5Video
             | DiffusionFamily::Lumina2
             | DiffusionFamily::OmniGen2
             | DiffusionFamily::Boogu
+            | DiffusionFamily::HunyuanVideo
             | DiffusionFamily::HunyuanVideo15),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
@@ -1717,13 +1789,25 @@ pub fn write_family(
         SynthFamily::TextEncoder(TextEncoderFamily::Anima) => {
             write_qwen3(path, &set.qwen3_06b, dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::HunyuanVideo) => {
+            let specs = specs_of(crate::hunyuan_video::expected(&set.hunyuan_video));
+            write_one(path, &specs, HUNYUAN_VIDEO, "HunyuanVideo DiT", dtype, seed, progress)
+        }
         SynthFamily::Diffusion(DiffusionFamily::HunyuanVideo15) => {
             let specs = specs_of(crate::hunyuan_video::expected(&set.hunyuan_video15));
-            write_one(path, &specs, HUNYUAN_VIDEO15, "HunyuanVideo 1.5 DiT", dtype, seed, progress)
+            write_one(path, &specs, HUNYUAN_VIDEO, "HunyuanVideo 1.5 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Vae(VaeFamily::HunyuanVideo) => {
+            let specs = specs_of(crate::kl_video_vae::expected(&set.kl_video_vae));
+            write_one(path, &specs, HUNYUAN_VIDEO, "HunyuanVideo VAE", dtype, seed, progress)
         }
         SynthFamily::Vae(VaeFamily::HunyuanVideo15) => {
             let specs = specs_of(crate::hunyuan_vae::expected(&set.hunyuan_vae));
-            write_one(path, &specs, HUNYUAN_VIDEO15, "HunyuanVideo 1.5 VAE", dtype, seed, progress)
+            write_one(path, &specs, HUNYUAN_VIDEO, "HunyuanVideo 1.5 VAE", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Kandinsky5Video) => {
+            let specs = specs_of(crate::kandinsky5::expected(&set.kandinsky5_video));
+            write_one(path, &specs, KANDINSKY5, "Kandinsky 5 video DiT", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::Kandinsky5) => {
             let specs = specs_of(crate::kandinsky5::expected(&set.kandinsky5));
@@ -1918,6 +2002,28 @@ fn hunyuan_video15_config(
         byt5: Some(crate::hunyuan_video::ByT5Widths { in_dim: byt5, hidden: mapper, out: mapper }),
         vision_dim: Some(vision),
         cond_type_embedding: true,
+    }
+}
+
+/// A HunyuanVideo 1.0 DiT `hidden` wide (heads of the released 128) with `(double, single)` blocks, reading
+/// `(text, pooled)`-wide inputs: the 720p text-to-video model's other settings (16 channels in and out, 1×2×2
+/// patches, a distilled guidance embedding).
+fn hunyuan_video1_config(
+    hidden: usize,
+    (double, single): (usize, usize),
+    (text, pooled): (usize, usize),
+) -> crate::hunyuan_video::Config {
+    crate::hunyuan_video::Config {
+        in_channels: 16,
+        out_channels: 16,
+        patch: 2,
+        context_dim: text,
+        vec_dim: Some(pooled),
+        guidance: true,
+        byt5: None,
+        vision_dim: None,
+        cond_type_embedding: false,
+        ..hunyuan_video15_config(hidden, double, single, (text, 0, 0))
     }
 }
 

@@ -301,6 +301,15 @@ fn each_sample_is_its_own_and_side_tokens_repeat_over_the_batch() {
         model.forward(b, &HunyuanVideoInput::new(&x, &timesteps, &context)).expect("forward");
     let plain = b.to_f32(&plain).expect("read");
     assert!(plain.iter().zip(&both).any(|(a, b)| (a - b).abs() > 1e-3));
+    // More rows than samples (a clip's frames through CLIPVisionEncode): the first ones, as ComfyUI fits a
+    // `CONDRegular` to the batch.
+    let extra = tensor(&[3, 2, 12], 105);
+    let first_two = b.slice(&extra, 0, 0, 2).expect("slice");
+    input.clip_fea = Some(&extra);
+    let from_extra = b.to_f32(&model.forward(b, &input).expect("forward")).expect("read");
+    input.clip_fea = Some(&first_two);
+    let from_two = b.to_f32(&model.forward(b, &input).expect("forward")).expect("read");
+    assert_eq!(from_extra, from_two);
     // Malformed side tokens are refused.
     let wide = tensor(&[1, 3, 9], 104);
     input.byt5 = Some(&wide);

@@ -2,7 +2,10 @@
 //! ComfyUI's `Flux.concat_cond` builds them from the conditioning: the image latent (`InpaintModelConditioning`,
 //! `InstructPixToPixConditioning`; zeros without one) resized to the latents and put in the model's latent space,
 //! then for an inpainting model the mask, resized to the pixels and folded 8 × 8 into 64 channels. Wan's are
-//! built by [`super::wan_concat`], HunyuanVideo 1.5's by [`super::hunyuan_video`], HuMo 17B's are fixed ones.
+//! built by [`super::wan_concat`], HunyuanVideo 1.5's and Kandinsky 5's video models' by [`super::hunyuan_video`],
+//! HuMo 17B's are fixed ones.
+
+use kiln_models::family::DiffusionFamily;
 
 use super::latent::transpose;
 use super::resize::resize;
@@ -23,14 +26,31 @@ pub(super) fn concat_channels(
     if model.net.is_humo() && extra > 0 {
         return humo_channels(extra, shape).map(Some);
     }
-    if model.net.family() == kiln_models::family::DiffusionFamily::HunyuanVideo15 {
-        return super::hunyuan_video::concat_channels(
-            extra,
-            &model.latent,
-            extras,
-            shape,
-            denoise_mask,
-        );
+    let mask = extras.concat_mask.as_ref();
+    match model.net.family() {
+        DiffusionFamily::HunyuanVideo15 => {
+            let channels = (extras.concat_latent_image.as_ref(), mask);
+            let latent = &model.latent;
+            return super::hunyuan_video::concat_channels(
+                extra,
+                latent,
+                channels,
+                shape,
+                denoise_mask,
+            );
+        }
+        // ComfyUI's `Kandinsky5.concat_cond`: a zero image latent whatever the conditioning holds, then the mask.
+        DiffusionFamily::Kandinsky5Video => {
+            let latent = &model.latent;
+            return super::hunyuan_video::concat_channels(
+                extra,
+                latent,
+                (None, mask),
+                shape,
+                denoise_mask,
+            );
+        }
+        _ => {}
     }
     if let Some(image_to_video) = model.net.wan_image_to_video() {
         return super::wan_concat::build(

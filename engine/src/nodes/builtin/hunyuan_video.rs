@@ -117,15 +117,16 @@ impl Node for HunyuanVideo15ImageToVideo {
     }
 }
 
-/// The `extra` channels a HunyuanVideo 1.5 model reads beside latents of `shape` `[B, C, T, h, w]`: the image
-/// latent (zeros without one) resized to the latents and put in the model's space, then one mask channel, 1
-/// where a frame is given (the nodes store 0 there; without a mask, zeros), frames past the mask's 0; `None` for
-/// a model that reads none. `denoise_mask` is the latent's noise mask, the mask used when the conditioning has
-/// none.
+/// The `extra` channels a HunyuanVideo 1.5 model reads beside latents of `shape` `[B, C, T, h, w]`, or a Kandinsky
+/// 5 video model (whose image latent ComfyUI always leaves zero: `image` `None`): the conditioning's `image` latent
+/// (zeros without one) resized to the latents and put in the model's space, then one mask channel, 1 where a
+/// frame is given (the nodes store 0 there in `mask`; without a mask, zeros), frames past the mask's 0; `None`
+/// for a model that reads none. `denoise_mask` is the latent's noise mask, the mask used when the conditioning
+/// has none.
 pub(super) fn concat_channels(
     extra: usize,
     latent: &LatentFormat,
-    extras: &CondExtras,
+    (image, mask): (Option<&Tensor>, Option<&Tensor>),
     shape: &[usize],
     denoise_mask: Option<&[f32]>,
 ) -> Result<Option<Tensor>, NodeError> {
@@ -138,14 +139,14 @@ pub(super) fn concat_channels(
         )));
     };
     let image_channels = extra - 1;
-    let image = match &extras.concat_latent_image {
+    let image = match image {
         None => Tensor::full(vec![batch, image_channels, frames, h, w], 0.0),
         Some(image) => {
             let image = resize_frames(&as_video(image)?, w, h)?;
             resize_to_batch(&process_in_groups(latent, &image)?, batch)?
         }
     };
-    let mask = match (&extras.concat_mask, denoise_mask) {
+    let mask = match (mask, denoise_mask) {
         (Some(mask), _) => Some(as_video(mask)?),
         (None, Some(mask)) => Some(
             Tensor::new(vec![batch, channels, frames, h, w], mask.to_vec())
@@ -192,13 +193,10 @@ mod tests {
     #[test]
     fn without_an_image_the_channels_are_zero() {
         let shape = [2, 2, 3, 2, 2];
-        let got =
-            concat_channels(3, &PLAIN, &CondExtras::default(), &shape, None).unwrap().unwrap();
+        let got = concat_channels(3, &PLAIN, (None, None), &shape, None).unwrap().unwrap();
         assert_eq!(got.shape(), &[2, 3, 3, 2, 2]);
         assert!(got.data().iter().all(|&v| v == 0.0));
-        assert!(
-            concat_channels(0, &PLAIN, &CondExtras::default(), &shape, None).unwrap().is_none()
-        );
+        assert!(concat_channels(0, &PLAIN, (None, None), &shape, None).unwrap().is_none());
     }
 
     #[test]
@@ -207,12 +205,8 @@ mod tests {
         let image = ramp(vec![1, 2, 3, 2, 2]);
         let mask = Tensor::new(vec![1, 1, 3, 2, 2], [0.0; 4].into_iter().chain([1.0; 8]).collect())
             .unwrap();
-        let extras = CondExtras {
-            concat_latent_image: Some(image.clone()),
-            concat_mask: Some(mask),
-            ..CondExtras::default()
-        };
-        let got = concat_channels(3, &PLAIN, &extras, &[1, 2, 3, 2, 2], None).unwrap().unwrap();
+        let channels = (Some(&image), Some(&mask));
+        let got = concat_channels(3, &PLAIN, channels, &[1, 2, 3, 2, 2], None).unwrap().unwrap();
         assert_eq!(got.shape(), &[1, 3, 3, 2, 2]);
         assert_eq!(&got.data()[..24], image.data());
         let mask: Vec<f32> = got.data()[24..].to_vec();
@@ -221,11 +215,9 @@ mod tests {
 
     #[test]
     fn a_conditioning_of_another_length_is_refused() {
-        let extras = CondExtras {
-            concat_latent_image: Some(ramp(vec![1, 2, 2, 2, 2])),
-            ..CondExtras::default()
-        };
-        let err = concat_channels(3, &PLAIN, &extras, &[1, 2, 3, 2, 2], None).unwrap_err();
+        let short = ramp(vec![1, 2, 2, 2, 2]);
+        let err =
+            concat_channels(3, &PLAIN, (Some(&short), None), &[1, 2, 3, 2, 2], None).unwrap_err();
         assert!(err.to_string().contains("covers 2 frames, the latents 3"), "{err}");
     }
 }

@@ -29,6 +29,7 @@ mod hunyuan_video;
 mod image;
 mod infinite_talk;
 mod inpaint;
+mod kandinsky5;
 mod kv_cache;
 mod latent;
 mod latent_file;
@@ -213,6 +214,8 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(wan::empty_hunyuan_latent_video());
     registry.register(hunyuan_video::empty_hunyuan_video15_latent());
     registry.register(hunyuan_video::HunyuanVideo15ImageToVideo::new(compute.clone()));
+    registry.register(kandinsky5::Kandinsky5ImageToVideo::new(compute.clone()));
+    registry.register(kandinsky5::normalize_video_latent_start());
     registry.register(wan::WanImageToVideo::start(compute.clone()));
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));

@@ -287,7 +287,17 @@ impl OnDevice for Forward<'_> {
         };
         let text_prefix = uso_tokens(b, &self.model.uso_styles)?;
         // CLIP vision states (Wan's image-to-video), and Wan 2.2's per-frame timesteps under a noise mask.
-        let clip_vision = self.extras.clip_vision.as_ref().map(|t| upload(b, t)).transpose()?;
+        // Each prompt's states fitted to its samples (ComfyUI's `repeat_to_batch_size`: the first rows of a longer
+        // batch, repeats of a shorter one), the prompts' joined.
+        let clip_vision = match &self.extras.clip_vision {
+            Some(states) => {
+                let fitted = repeat_to_batch(states, per_context)
+                    .and_then(|one| repeat_to_batch(&one, per_context * self.contexts.len().max(1)))
+                    .map_err(|e| kiln_models::Error::Invalid(e.to_string()))?;
+                Some(upload(b, &fitted)?)
+            }
+            None => None,
+        };
         let frame_timesteps = match (self.model.net.family(), view.mask.as_deref()) {
             (DiffusionFamily::Wan22, Some(mask)) => {
                 // Over the whole latent's mask, then the block's frames. (ComfyUI does not cut its mask to an
@@ -388,6 +398,10 @@ impl OnDevice for Forward<'_> {
         };
         let llama = self.extras.llama.as_ref().map(|t| upload(b, t)).transpose()?;
         let byt5 = self.extras.byt5.as_ref().map(|t| upload(b, t)).transpose()?;
+        let time_dim_replace = match &self.extras.time_dim_replace {
+            Some(frames) => self.in_model_space(b, std::slice::from_ref(frames))?.pop(),
+            None => None,
+        };
         // HiDream E1 reads its image latent joined along the width (ComfyUI's `image_cond`), not as channels: each
         // prompt's repeated to that prompt's samples (`CONDNoiseShape`), the prompts' joined.
         let width_concat = match (&self.extras.concat_latent_image, self.model.net.family()) {
@@ -432,6 +446,7 @@ impl OnDevice for Forward<'_> {
             llama: llama.as_ref(),
             width_concat: width_concat.as_ref(),
             byt5: byt5.as_ref(),
+            time_dim_replace: time_dim_replace.as_ref(),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;
@@ -937,8 +952,8 @@ struct Inpaint {
     noise: Vec<f32>,
     /// `DifferentialDiffusion`, when the model has it.
     differential: Option<Differential>,
-    /// Where the mask is 0 the model sees the input latent itself, not noised to σ (Wan 2.2's
-    /// `scale_latent_inpaint`: its given frames stay clean and get timestep 0).
+    /// Where the mask is 0 the model sees the input latent itself, not noised to σ (the `scale_latent_inpaint` of
+    /// Wan 2.2, whose given frames also get timestep 0, and of HunyuanVideo).
     clean: bool,
 }
 
@@ -1848,7 +1863,13 @@ pub(super) fn sample(
                 latent: start.clone(),
                 noise,
                 differential,
-                clean: model.net.family() == DiffusionFamily::Wan22,
+                // ComfyUI's `scale_latent_inpaint` of Wan 2.2 and HunyuanVideo (1.0 and 1.5): the clean latent.
+                clean: matches!(
+                    model.net.family(),
+                    DiffusionFamily::Wan22
+                        | DiffusionFamily::HunyuanVideo
+                        | DiffusionFamily::HunyuanVideo15
+                ),
             })
         }
         None => None,

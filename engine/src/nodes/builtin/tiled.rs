@@ -261,17 +261,18 @@ pub(super) fn tiled_pass(
 ) -> Result<Tensor, NodeError> {
     let space = |side: usize| Axis { tile: side, overlap, scale };
     match family {
-        VaeFamily::Wan21 | VaeFamily::Wan22 | VaeFamily::HunyuanVideo15 => {
-            match (sample.shape().len(), temporal) {
-                (5, Some(time)) => tiled_scale(sample, &[time, space(tile), space(tile)], pass),
-                (4, _) => tiled_scale(sample, &[space(tile), space(tile)], pass),
-                _ => Err(NodeError::new(format!(
-                    "a tiled pass of {} takes an image [1, C, H, W] or a clip [1, C, T, H, W], got {:?}",
-                    family.name(),
-                    sample.shape()
-                ))),
-            }
-        }
+        VaeFamily::Wan21
+        | VaeFamily::Wan22
+        | VaeFamily::HunyuanVideo15
+        | VaeFamily::HunyuanVideo => match (sample.shape().len(), temporal) {
+            (5, Some(time)) => tiled_scale(sample, &[time, space(tile), space(tile)], pass),
+            (4, _) => tiled_scale(sample, &[space(tile), space(tile)], pass),
+            _ => Err(NodeError::new(format!(
+                "a tiled pass of {} takes an image [1, C, H, W] or a clip [1, C, T, H, W], got {:?}",
+                family.name(),
+                sample.shape()
+            ))),
+        },
         VaeFamily::Flux | VaeFamily::Flux2 => {
             // `tiled_scale(tile_x, tile_y)` tiles (rows, columns) = (tile_y, tile_x).
             let passes: [(usize, usize); 3] = match scale {

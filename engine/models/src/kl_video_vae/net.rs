@@ -1,0 +1,202 @@
+//! The HunyuanVideo 1.0 VAE's network: [`KlVideoVae`], its encoder and decoder on images and clips.
+//!
+//! ComfyUI runs each side's levels a chunk at a time with carried convolutions, and the rest on the whole clip at
+//! once: the encoder takes a clip's first frame alone, then 8 frames at a time (the last 4 when 4 remain), down to
+//! latent frames that go through its middle and head together; the decoder takes the whole latent through its
+//! input and middle, then 2 latent frames at a time through its levels and head. Its GroupNorms normalise over
+//! whatever they are given, so those chunks are part of its numbers and are kept here whatever chunk size a caller
+//! asks for; memory still grows with one chunk (and the latent), never with the clip.
+
+use kiln_compute::memory::Model;
+use kiln_compute::{Backend, DType, Tensor};
+
+use super::blocks::{conv, downsample, head, middle, pointwise_conv, residual, upsample};
+use super::config::{Config, IMAGE_CHANNELS, LEVELS, RES_BLOCKS, decoder_block, encoder_block};
+use crate::error::{Error, Result};
+use crate::hunyuan_vae::causal::{Stream, Time, concat_frames, frames};
+use crate::hunyuan_vae::clip::{chunks, clip_frames};
+use crate::wan_vae::{ClipVae, TEMPORAL_DOWNSCALE, decoded_frames, latent_frames};
+
+/// Clip frames the encoder's levels take at a time after a clip's first (ComfyUI's `2 · time_compress`).
+pub const ENCODE_FRAMES: usize = 2 * TEMPORAL_DOWNSCALE;
+/// Latent frames the decoder's levels take at a time (ComfyUI's `torch.split(h, 2)`), the first chunk included.
+pub const DECODE_LATENT_FRAMES: usize = 2;
+
+/// A loaded HunyuanVideo 1.0 VAE: its shape and its weights (under ComfyUI names, from [`super::load_plan`]). Its
+/// images and clips go through [`ClipVae`]: 16 latent channels, 8× down in space, 4× in time.
+pub struct KlVideoVae {
+    /// The shape.
+    pub config: Config,
+    /// The weights.
+    pub weights: Model,
+}
+
+impl KlVideoVae {
+    /// The autoencoder of `config` with `weights` loaded from [`super::load_plan`].
+    pub fn new(config: Config, weights: Model) -> KlVideoVae {
+        KlVideoVae { config, weights }
+    }
+
+    /// Pixels per latent position along each side (8).
+    pub fn downscale(&self) -> usize {
+        self.config.downscale()
+    }
+
+    /// The encoder's input convolution and levels on frames `x` `[n, 3, H, W]` (compute dtype) in `time`:
+    /// latent frames of the widest level's width.
+    fn down<B: Backend>(&self, b: &B, x: &Tensor<B>, time: &mut Time<'_, B>) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let mut x = conv(b, m, "encoder.conv_in", x, time)?;
+        for i in 0..LEVELS {
+            for j in 0..RES_BLOCKS {
+                x = residual(b, m, &encoder_block(i, j), &x, time)?;
+            }
+            if i + 1 < LEVELS {
+                let prefix = format!("encoder.down.{i}.downsample");
+                x = downsample(b, m, &prefix, &x, Config::temporal_down(i), time)?;
+            }
+        }
+        Ok(x)
+    }
+
+    /// The encoder's middle and head on all the latent frames `x` of images or of one clip, then `quant_conv`:
+    /// its first `C_z` channels (the mean) are the latent (f32).
+    fn encoder_tail<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        time: &mut Time<'_, B>,
+    ) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let x = middle(b, m, "encoder", x, time)?;
+        let h = head(b, m, "encoder", &x, time)?;
+        drop(x);
+        let moments = pointwise_conv(b, m, "quant_conv", &h)?;
+        Ok(b.cast(&b.slice(&moments, 1, 0, self.config.z_channels)?, DType::F32)?)
+    }
+
+    /// `post_quant_conv`, the decoder's input and middle on all the latent frames `z` of images or of one clip.
+    fn decoder_head<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        time: &mut Time<'_, B>,
+    ) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let z = pointwise_conv(b, m, "post_quant_conv", z)?;
+        let x = conv(b, m, "decoder.conv_in", &z, time)?;
+        drop(z);
+        middle(b, m, "decoder", &x, time)
+    }
+
+    /// The decoder's levels and output on frames `x` in `time`: images `[n, 3, H, W]` (f32).
+    fn up<B: Backend>(&self, b: &B, x: &Tensor<B>, time: &mut Time<'_, B>) -> Result<Tensor<B>> {
+        let m = &self.weights;
+        let mut x = x.clone();
+        for i in (0..LEVELS).rev() {
+            for j in 0..=RES_BLOCKS {
+                x = residual(b, m, &decoder_block(i, j), &x, time)?;
+            }
+            if i > 0 {
+                let prefix = format!("decoder.up.{i}.upsample");
+                x = upsample(b, m, &prefix, &x, Config::temporal_up(i), time)?;
+            }
+        }
+        let y = head(b, m, "decoder", &x, time)?;
+        Ok(b.cast(&y, DType::F32)?)
+    }
+
+    /// An error unless the file holds the encoder.
+    fn require_encoder(&self) -> Result<()> {
+        if self.config.has_encoder {
+            Ok(())
+        } else {
+            Err(Error::Invalid("this VAE file has no encoder".into()))
+        }
+    }
+}
+
+impl ClipVae for KlVideoVae {
+    fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
+        let z = crate::vae_io::latent_in(b, z, true, self.config.z_channels)?;
+        let x = self.decoder_head(b, &z, &mut Time::Alone)?;
+        drop(z);
+        self.up(b, &x, &mut Time::Alone)
+    }
+
+    fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let (has, r) = (self.config.has_encoder, self.config.downscale());
+        let x = crate::vae_io::image_in(b, x, has, IMAGE_CHANNELS, r)?;
+        let latent = self.down(b, &x, &mut Time::Alone)?;
+        drop(x);
+        self.encoder_tail(b, &latent, &mut Time::Alone)
+    }
+
+    /// Decodes the clip z `[1, C_z, T, h, w]`: `post_quant_conv`, the input and the middle on all T latent frames
+    /// together (the middle's GroupNorms and attention span them), then the levels and head 2 latent frames at a
+    /// time, as ComfyUI does (its GroupNorms span each chunk), each chunk's frames (5 for the first two latent
+    /// frames, 8 for each later two) handed to `out` as they are finished. `per_chunk` must be at least 1 but does
+    /// not change the chunks: ComfyUI's are part of its numbers.
+    fn decode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        z: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        if per_chunk == 0 {
+            return Err(Error::Invalid(
+                "a decode takes at least one latent frame per chunk".into(),
+            ));
+        }
+        let z = clip_frames(b, z, self.config.z_channels, "latent")?;
+        let x = self.decoder_head(b, &z, &mut Time::Stream(&mut Stream::new()))?;
+        drop(z);
+        let mut stream = Stream::new();
+        let t = x.dim(0)?;
+        for start in (0..t).step_by(DECODE_LATENT_FRAMES) {
+            let chunk = frames(b, &x, start, DECODE_LATENT_FRAMES.min(t - start))?;
+            out(self.up(b, &chunk, &mut Time::Stream(&mut stream))?)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the clip x `[1, 3, L, H, W]`: its levels on the first frame, then 8 frames at a time (the last 4
+    /// when 4 remain), as ComfyUI does (its GroupNorms span each chunk), then the middle, head and `quant_conv` on
+    /// all the latent frames together, so the whole latent `[⌊(L − 1)/4⌋ + 1, C_z, H/8, W/8]` is handed to `out`
+    /// at once. Frames past the last 4k + 1 are dropped and sizes centre-cropped to multiples of 8, as ComfyUI
+    /// does. `per_chunk` must be a positive multiple of 4 but does not change the chunks.
+    fn encode_video_with<B: Backend>(
+        &self,
+        b: &B,
+        x: &Tensor<B>,
+        per_chunk: usize,
+        out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
+    ) -> Result<()> {
+        self.require_encoder()?;
+        if per_chunk == 0 || !per_chunk.is_multiple_of(TEMPORAL_DOWNSCALE) {
+            return Err(Error::Invalid(format!(
+                "an encode takes a multiple of {TEMPORAL_DOWNSCALE} frames per chunk, not {per_chunk}"
+            )));
+        }
+        let x = clip_frames(b, x, IMAGE_CHANNELS, "clip")?;
+        let (l, h, w) = (x.dim(0)?, x.dim(2)?, x.dim(3)?);
+        let r = self.config.downscale();
+        if h < r || w < r {
+            return Err(Error::Invalid(format!(
+                "a clip of {w}×{h} frames: at least {r}×{r} is needed"
+            )));
+        }
+        let x = crate::vae_io::crop_center(b, &x, h / r * r, w / r * r)?;
+        let mut stream = Stream::new();
+        let mut latents = Vec::new();
+        for (start, len) in chunks(decoded_frames(latent_frames(l)), ENCODE_FRAMES) {
+            let chunk = frames(b, &x, start, len)?;
+            latents.push(self.down(b, &chunk, &mut Time::Stream(&mut stream))?);
+        }
+        drop((stream, x));
+        let latent = concat_frames(b, &latents)?;
+        drop(latents);
+        out(self.encoder_tail(b, &latent, &mut Time::Stream(&mut Stream::new()))?)
+    }
+}
