@@ -1,11 +1,12 @@
 //! The HunyuanVideo 1.5 VAE's building blocks on frames `[n, C, H, W]` (images, or frames of a clip as
 //! [`Time`] says): the channel RMS norm, residual blocks of causal convolutions, the middle attention (over
 //! every frame of a clip together), and the resamples `DnSmpl` and `UpSmpl` with their parameter-free
-//! shortcuts and first-frame rules. Each fetches its weights (by ComfyUI name) through [`Model::fetch`] and
+//! shortcuts and first-frame rules. The residual blocks, middle attention and causal convolutions serve the
+//! HunyuanVideo 1.0 VAE too, with its GroupNorm as their [`Norm`]. Each fetches its weights (by ComfyUI name) through [`Model::fetch`] and
 //! drops them before returning; a causal convolution's stream history is kept under its weight's name.
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, UnaryOp};
-use kiln_compute::memory::Model;
+use kiln_compute::memory::{Layer, Model};
 use kiln_compute::{Backend, Tensor, Weight};
 
 use super::causal::{Time, causal_conv, concat_frames, frames, pointwise};
@@ -40,7 +41,7 @@ pub(crate) fn norm_silu<B: Backend>(
     rms(b, x, &layer.weight(0), Some(UnaryOp::Silu))
 }
 
-/// The causal convolution `name` (a `CarriedConv3d`: its weights under `name.conv`) on frames `x` in `time`.
+/// The causal 3³ convolution `name` (a `CarriedConv3d`: its weights under `name.conv`) on frames `x` in `time`.
 pub(crate) fn conv<B: Backend>(
     b: &B,
     model: &Model,
@@ -53,11 +54,58 @@ pub(crate) fn conv<B: Backend>(
     causal_conv(b, &layer, 0, x, time, &key)
 }
 
-/// Residual block `prefix`: `shortcut(x) + conv₂(SiLU(RMS₂(conv₁(SiLU(RMS₁(x))))))`, the shortcut a 1³
-/// convolution when the width changes.
-pub(crate) fn residual<B: Backend>(
+/// A norm of the HunyuanVideo VAEs' residual blocks and middle attention: this VAE's channel RMS norm
+/// ([`RmsNorm`]), or the 1.0 VAE's GroupNorm ([`crate::kl_video_vae`]). Its weights come first in the layer
+/// of their block, and [`residual`], [`attention`] and [`middle`] take either.
+pub(crate) trait Norm {
+    /// The names and shapes of the weights of norm `name` over `c` channels, in the order they are fetched.
+    fn weights(&self, name: &str, c: usize) -> Vec<(String, Vec<usize>)>;
+
+    /// Frames `x` normed by `layer`'s weights from `i` (those of [`Norm::weights`]) in `time`, then `act` if
+    /// given.
+    fn apply<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        i: usize,
+        x: &Tensor<B>,
+        time: &Time<'_, B>,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<B>>;
+
+    /// The names of the weights of norm `name`, in the order they are fetched.
+    fn names(&self, name: &str) -> Vec<String> {
+        self.weights(name, 0).into_iter().map(|(name, _)| name).collect()
+    }
+}
+
+/// The HunyuanVideo 1.5 VAE's channel RMS norm: its `gamma` `[C, 1, 1, 1]`, each frame alone.
+pub(crate) struct RmsNorm;
+
+impl Norm for RmsNorm {
+    fn weights(&self, name: &str, c: usize) -> Vec<(String, Vec<usize>)> {
+        vec![(format!("{name}.gamma"), vec![c, 1, 1, 1])]
+    }
+
+    fn apply<B: Backend>(
+        &self,
+        b: &B,
+        layer: &Layer<'_>,
+        i: usize,
+        x: &Tensor<B>,
+        _time: &Time<'_, B>,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor<B>> {
+        rms(b, x, &layer.weight(i), act)
+    }
+}
+
+/// Residual block `prefix`: `shortcut(x) + conv₂(SiLU(norm₂(conv₁(SiLU(norm₁(x))))))`, the shortcut a 1³
+/// convolution (uncarried) when the width changes.
+pub(crate) fn residual<B: Backend, N: Norm>(
     b: &B,
     model: &Model,
+    norm: &N,
     prefix: &str,
     x: &Tensor<B>,
     time: &mut Time<'_, B>,
@@ -65,28 +113,31 @@ pub(crate) fn residual<B: Backend>(
     let shortcut = format!("{prefix}.nin_shortcut.conv");
     let has_shortcut = model.info(&format!("{shortcut}.weight")).is_some();
     let (conv1, conv2) = (format!("{prefix}.conv1.conv"), format!("{prefix}.conv2.conv"));
-    let mut names = vec![format!("{prefix}.norm1.gamma")];
+    let mut names = norm.names(&format!("{prefix}.norm1"));
+    // Each norm's weight count: norm₁, conv₁, norm₂, conv₂ and the shortcut follow one another in the layer.
+    let k = names.len();
     names.extend(wb(&conv1));
-    names.push(format!("{prefix}.norm2.gamma"));
+    names.extend(norm.names(&format!("{prefix}.norm2")));
     names.extend(wb(&conv2));
     if has_shortcut {
         names.extend(wb(&shortcut));
     }
     let layer = fetch(b, model, &names)?;
-    let h = rms(b, x, &layer.weight(0), Some(UnaryOp::Silu))?;
-    let h = causal_conv(b, &layer, 1, &h, time, &conv1)?;
-    let h = rms(b, &h, &layer.weight(3), Some(UnaryOp::Silu))?;
-    let h = causal_conv(b, &layer, 4, &h, time, &conv2)?;
-    let skip = if has_shortcut { pointwise(b, &layer, 6, x)? } else { x.clone() };
+    let h = norm.apply(b, &layer, 0, x, time, Some(UnaryOp::Silu))?;
+    let h = causal_conv(b, &layer, k, &h, time, &conv1)?;
+    let h = norm.apply(b, &layer, k + 2, &h, time, Some(UnaryOp::Silu))?;
+    let h = causal_conv(b, &layer, 2 * k + 2, &h, time, &conv2)?;
+    let skip = if has_shortcut { pointwise(b, &layer, 2 * k + 4, x)? } else { x.clone() };
     Ok(b.binary(&skip, &h, BinaryOp::Add)?)
 }
 
 /// The middle attention `prefix`: `x + proj_out(attn)`, one head, scale C^−½, q, k and v 1³ convolutions of
-/// the RMS-normed input; over all the positions of every frame of a clip together (ComfyUI's 5-D `AttnBlock`),
-/// over each frame's alone for images.
-pub(crate) fn attention<B: Backend>(
+/// the normed input; over all the positions of every frame of a clip together (ComfyUI's 5-D `AttnBlock`: no
+/// mask between frames), over each frame's alone for images.
+pub(crate) fn attention<B: Backend, N: Norm>(
     b: &B,
     model: &Model,
+    norm: &N,
     prefix: &str,
     x: &Tensor<B>,
     time: &Time<'_, B>,
@@ -94,7 +145,9 @@ pub(crate) fn attention<B: Backend>(
     let &[n, c, hh, ww] = x.shape() else {
         return Err(Error::Invalid(format!("attention input {:?} is not [n, C, H, W]", x.shape())));
     };
-    let mut names = vec![format!("{prefix}.norm.gamma")];
+    let mut names = norm.names(&format!("{prefix}.norm"));
+    // The projections' weights start after the norm's.
+    let first = names.len();
     for p in ["q", "k", "v", "proj_out"] {
         names.extend(wb(&format!("{prefix}.{p}")));
     }
@@ -105,7 +158,7 @@ pub(crate) fn attention<B: Backend>(
         Time::Alone => (n, hh * ww),
     };
     let seq = {
-        let h = rms(b, x, &layer.weight(0), None)?;
+        let h = norm.apply(b, &layer, 0, x, time, None)?;
         b.permute(&h.reshape(&[n, c, hh * ww])?, &[0, 2, 1])?.reshape(&[groups, tokens, c])?
     };
     let project = |i: usize, t: &Tensor<B>| -> Result<Tensor<B>> {
@@ -113,26 +166,27 @@ pub(crate) fn attention<B: Backend>(
     };
     let head =
         |i: usize| -> Result<Tensor<B>> { Ok(project(i, &seq)?.reshape(&[groups, 1, tokens, c])?) };
-    let (q, k, v) = (head(1)?, head(3)?, head(5)?);
+    let (q, k, v) = (head(first)?, head(first + 2)?, head(first + 4)?);
     drop(seq);
     let o = b.attention(&q, &k, &v, AttentionMask::None, (c as f32).powf(-0.5))?;
     drop((q, k, v));
-    let o = project(7, &o.reshape(&[groups, tokens, c])?)?;
+    let o = project(first + 6, &o.reshape(&[groups, tokens, c])?)?;
     let o = b.permute(&o.reshape(&[n, hh * ww, c])?, &[0, 2, 1])?.reshape(&[n, c, hh, ww])?;
     Ok(b.binary(x, &o, BinaryOp::Add)?)
 }
 
 /// The middle of `side`: residual block, attention, residual block.
-pub(crate) fn middle<B: Backend>(
+pub(crate) fn middle<B: Backend, N: Norm>(
     b: &B,
     model: &Model,
+    norm: &N,
     side: &str,
     x: &Tensor<B>,
     time: &mut Time<'_, B>,
 ) -> Result<Tensor<B>> {
-    let x = residual(b, model, &format!("{side}.mid.block_1"), x, time)?;
-    let x = attention(b, model, &format!("{side}.mid.attn_1"), &x, time)?;
-    residual(b, model, &format!("{side}.mid.block_2"), &x, time)
+    let x = residual(b, model, norm, &format!("{side}.mid.block_1"), x, time)?;
+    let x = attention(b, model, norm, &format!("{side}.mid.attn_1"), &x, time)?;
+    residual(b, model, norm, &format!("{side}.mid.block_2"), &x, time)
 }
 
 /// Frames `..lead` and `lead..` of `x`, each `None` when empty (no copy when the other is).

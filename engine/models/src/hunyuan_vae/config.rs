@@ -7,10 +7,12 @@
 //! and 3 and the decoder's levels 0 and 1. One list, [`expected`], names every weight with its shape; detection
 //! checks the file against it, the load plan is made from it, and synth writes it.
 
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
+use super::blocks::{Norm, RmsNorm};
 use crate::error::Result;
 use crate::header::Header;
+use crate::wan_vae::computable;
 
 /// Levels of each side (widths in [`Config::widths`]).
 pub const LEVELS: usize = 5;
@@ -82,49 +84,66 @@ pub(crate) fn decoder_block(level: usize, j: usize) -> String {
     format!("decoder.up.{level}.block.{j}")
 }
 
-/// Builds the list of [`expected`] weights: (ComfyUI name, shape).
-struct List(Vec<(String, Vec<usize>)>);
+/// Builds a HunyuanVideo VAE's list of expected weights, (ComfyUI name, shape), its norms `N`'s (this VAE's
+/// [`RmsNorm`], the 1.0 VAE's GroupNorm).
+pub(crate) struct WeightList<N> {
+    norm: N,
+    weights: Vec<(String, Vec<usize>)>,
+}
 
-impl List {
-    fn push(&mut self, name: String, shape: Vec<usize>) {
-        self.0.push((name, shape));
+impl<N: Norm> WeightList<N> {
+    /// An empty list whose norms are `norm`'s.
+    pub(crate) fn new(norm: N) -> WeightList<N> {
+        WeightList { norm, weights: Vec::new() }
+    }
+
+    /// The weights listed, in order.
+    pub(crate) fn into_weights(self) -> Vec<(String, Vec<usize>)> {
+        self.weights
     }
 
     /// A convolution `name` with weight `shape` and a bias of `shape[0]`.
     fn conv(&mut self, name: &str, shape: Vec<usize>) {
         let out = shape[0];
-        self.push(format!("{name}.weight"), shape);
-        self.push(format!("{name}.bias"), vec![out]);
+        self.weights.push((format!("{name}.weight"), shape));
+        self.weights.push((format!("{name}.bias"), vec![out]));
     }
 
     /// A causal 3³ convolution `name` (`CarriedConv3d`, its weights under `.conv`) of `cin → cout`.
-    fn causal(&mut self, name: &str, cin: usize, cout: usize) {
+    pub(crate) fn causal(&mut self, name: &str, cin: usize, cout: usize) {
         self.conv(&format!("{name}.conv"), vec![cout, cin, 3, 3, 3]);
     }
 
-    /// An RMS norm `name` of `c` channels.
-    fn norm(&mut self, name: &str, c: usize) {
-        self.push(format!("{name}.gamma"), vec![c, 1, 1, 1]);
+    /// A 1³ convolution `name` of `cin → cout`.
+    pub(crate) fn pointwise(&mut self, name: &str, cin: usize, cout: usize) {
+        self.conv(name, vec![cout, cin, 1, 1, 1]);
     }
 
-    /// A residual block `cin → cout`: RMS, causal conv, RMS, causal conv, and a 1³ shortcut when the width
-    /// changes.
-    fn residual(&mut self, prefix: &str, cin: usize, cout: usize) {
+    /// A norm `name` of `c` channels.
+    pub(crate) fn norm(&mut self, name: &str, c: usize) {
+        let weights = self.norm.weights(name, c);
+        self.weights.extend(weights);
+    }
+
+    /// A residual block `cin → cout`: norm, causal conv, norm, causal conv, and a 1³ shortcut (a
+    /// `CarriedConv3d` too: under `nin_shortcut.conv`) when the width changes.
+    pub(crate) fn residual(&mut self, prefix: &str, cin: usize, cout: usize) {
         self.norm(&format!("{prefix}.norm1"), cin);
         self.causal(&format!("{prefix}.conv1"), cin, cout);
         self.norm(&format!("{prefix}.norm2"), cout);
         self.causal(&format!("{prefix}.conv2"), cout, cout);
         if cin != cout {
-            self.conv(&format!("{prefix}.nin_shortcut.conv"), vec![cout, cin, 1, 1, 1]);
+            self.pointwise(&format!("{prefix}.nin_shortcut.conv"), cin, cout);
         }
     }
 
-    /// The middle of `side`: residual block, attention, residual block, all `c` wide.
-    fn middle(&mut self, side: &str, c: usize) {
+    /// The middle of `side`: residual block, attention (its q, k, v and out projections plain 1³ `Conv3d`s),
+    /// residual block, all `c` wide.
+    pub(crate) fn middle(&mut self, side: &str, c: usize) {
         self.residual(&format!("{side}.mid.block_1"), c, c);
         self.norm(&format!("{side}.mid.attn_1.norm"), c);
         for p in ["q", "k", "v", "proj_out"] {
-            self.conv(&format!("{side}.mid.attn_1.{p}"), vec![c, c, 1, 1, 1]);
+            self.pointwise(&format!("{side}.mid.attn_1.{p}"), c, c);
         }
         self.residual(&format!("{side}.mid.block_2"), c, c);
     }
@@ -138,7 +157,7 @@ pub(crate) fn resample_factor(temporal: bool) -> usize {
 
 /// Every weight of `cfg`'s network, encoder first: its ComfyUI name (the slot name) and its shape.
 pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
-    let mut list = List(Vec::new());
+    let mut list = WeightList::new(RmsNorm);
     let (w, z) = (cfg.widths, cfg.z_channels);
     if cfg.has_encoder {
         list.causal("encoder.conv_in", IMAGE_CHANNELS, w[0]);
@@ -178,7 +197,7 @@ pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         list.norm("decoder.norm_out", ch);
         list.causal("decoder.conv_out", ch, IMAGE_CHANNELS);
     }
-    list.0
+    list.into_weights()
 }
 
 /// The decoder's first convolution, whose input width ComfyUI reads the latent width from.
@@ -198,12 +217,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
         Some(&[_, Z_CHANNELS, _, _, _]) => {}
         _ => return Ok(None),
     }
-    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
-        return Err(h.unsupported(format!(
-            "`{}` is {dtype}, a type Kiln cannot compute with",
-            h.key(name)
-        )));
-    }
+    computable(h)?;
     let cfg = Config { widths: widths(h)?, has_encoder: h.has(ENCODER_IN), ..Config::released() };
     for (name, shape) in expected(&cfg) {
         h.expect_shape(&name, &shape, "the HunyuanVideo 1.5 VAE")?;
@@ -241,14 +255,7 @@ fn widths(h: &Header) -> Result<[usize; LEVELS]> {
 
 /// The weights of `cfg` from `h`'s file, each under its ComfyUI name (no prefix).
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slots = expected(cfg)
-        .into_iter()
-        .map(|(name, _)| {
-            let key = h.key(&name);
-            SlotPlan::new(name, vec![(0, key)])
-        })
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
 }
 
 #[cfg(test)]

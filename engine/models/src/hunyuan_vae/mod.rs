@@ -24,12 +24,11 @@
 //! Invariant: weights are read only through `Model::fetch`, one block at a time; a causal convolution's history
 //! is its last two padded input frames and nothing else, so chunking never changes a result.
 
-mod blocks;
+pub(crate) mod blocks;
 pub(crate) mod causal;
-pub(crate) mod clip;
-mod config;
+pub(crate) mod config;
 pub mod family;
-mod net;
+pub(crate) mod net;
 mod reshape;
 
 pub use config::{

@@ -10,11 +10,15 @@
 //! One list, [`expected`], names every weight with its shape; detection checks the file against it, the load plan is
 //! made from it, and synth writes it.
 
-use kiln_compute::memory::{LoadPlan, SlotPlan};
+use kiln_compute::memory::LoadPlan;
 
+use super::blocks::GroupNorm;
 use super::family;
 use crate::error::Result;
 use crate::header::Header;
+use crate::hunyuan_vae::config::WeightList;
+pub(crate) use crate::hunyuan_vae::config::{decoder_block, encoder_block};
+use crate::wan_vae::computable;
 
 /// Levels of each side (widths in [`Config::widths`]).
 pub const LEVELS: usize = 4;
@@ -66,75 +70,10 @@ impl Config {
     }
 }
 
-/// ComfyUI's name of the encoder's level `i`, residual block `j`.
-pub(crate) fn encoder_block(level: usize, j: usize) -> String {
-    format!("encoder.down.{level}.block.{j}")
-}
-
-/// ComfyUI's name of the decoder's level `i`, residual block `j`.
-pub(crate) fn decoder_block(level: usize, j: usize) -> String {
-    format!("decoder.up.{level}.block.{j}")
-}
-
-/// Builds the list of [`expected`] weights: (ComfyUI name, shape).
-struct List(Vec<(String, Vec<usize>)>);
-
-impl List {
-    fn push(&mut self, name: String, shape: Vec<usize>) {
-        self.0.push((name, shape));
-    }
-
-    /// A convolution `name` with weight `shape` and a bias of `shape[0]`.
-    fn conv(&mut self, name: &str, shape: Vec<usize>) {
-        let out = shape[0];
-        self.push(format!("{name}.weight"), shape);
-        self.push(format!("{name}.bias"), vec![out]);
-    }
-
-    /// A carried 3×3×3 convolution `name` (a `CarriedConv3d`: its weights under `.conv`) of `cin → cout`.
-    fn causal(&mut self, name: &str, cin: usize, cout: usize) {
-        self.conv(&format!("{name}.conv"), vec![cout, cin, 3, 3, 3]);
-    }
-
-    /// A 1×1×1 convolution `name` of `cin → cout`.
-    fn pointwise(&mut self, name: &str, cin: usize, cout: usize) {
-        self.conv(name, vec![cout, cin, 1, 1, 1]);
-    }
-
-    /// A GroupNorm `name` of `c` channels (weight and bias).
-    fn norm(&mut self, name: &str, c: usize) {
-        self.push(format!("{name}.weight"), vec![c]);
-        self.push(format!("{name}.bias"), vec![c]);
-    }
-
-    /// A residual block `cin → cout`: norm, carried conv, norm, carried conv, and a 1×1×1 shortcut (a
-    /// `CarriedConv3d` too: under `nin_shortcut.conv`) when the width changes.
-    fn residual(&mut self, prefix: &str, cin: usize, cout: usize) {
-        self.norm(&format!("{prefix}.norm1"), cin);
-        self.causal(&format!("{prefix}.conv1"), cin, cout);
-        self.norm(&format!("{prefix}.norm2"), cout);
-        self.causal(&format!("{prefix}.conv2"), cout, cout);
-        if cin != cout {
-            self.pointwise(&format!("{prefix}.nin_shortcut.conv"), cin, cout);
-        }
-    }
-
-    /// The middle of `side`: residual block, attention (its q, k, v and out projections plain 1×1×1 `Conv3d`s),
-    /// residual block, all `c` wide.
-    fn middle(&mut self, side: &str, c: usize) {
-        self.residual(&format!("{side}.mid.block_1"), c, c);
-        self.norm(&format!("{side}.mid.attn_1.norm"), c);
-        for p in ["q", "k", "v", "proj_out"] {
-            self.pointwise(&format!("{side}.mid.attn_1.{p}"), c, c);
-        }
-        self.residual(&format!("{side}.mid.block_2"), c, c);
-    }
-}
-
 /// Every weight of `cfg`'s network, in the order of ComfyUI's state dict (encoder, decoder, `quant_conv`,
 /// `post_quant_conv`): its ComfyUI name (the slot name) and its shape.
 pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
-    let mut list = List(Vec::new());
+    let mut list = WeightList::new(GroupNorm);
     let (w, z) = (cfg.widths, cfg.z_channels);
     let top = w[LEVELS - 1];
     if cfg.has_encoder {
@@ -171,7 +110,7 @@ pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         list.pointwise("quant_conv", 2 * z, 2 * z);
     }
     list.pointwise("post_quant_conv", z, z);
-    list.0
+    list.into_weights()
 }
 
 /// The decoder's first convolution, whose input width ComfyUI reads the latent width from.
@@ -223,12 +162,7 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
             family::NAME
         )));
     }
-    if let Some((name, dtype)) = h.unsupported_dtypes().next() {
-        return Err(h.unsupported(format!(
-            "`{}` is {dtype}, a type Kiln cannot compute with",
-            h.key(name)
-        )));
-    }
+    computable(h)?;
     if z == 0 {
         return Err(h.unsupported(format!("`{}` reads a latent of no channels", h.key(DECODER_IN))));
     }
@@ -268,14 +202,7 @@ fn widths(h: &Header) -> Result<[usize; LEVELS]> {
 
 /// The weights of `cfg` from `h`'s file, each under its ComfyUI name (no prefix).
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
-    let slots = expected(cfg)
-        .into_iter()
-        .map(|(name, _)| {
-            let key = h.key(&name);
-            SlotPlan::new(name, vec![(0, key)])
-        })
-        .collect();
-    LoadPlan { files: vec![h.path().to_path_buf()], slots }
+    h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
 }
 
 #[cfg(test)]

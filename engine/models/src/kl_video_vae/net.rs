@@ -10,12 +10,15 @@
 use kiln_compute::memory::Model;
 use kiln_compute::{Backend, DType, Tensor};
 
-use super::blocks::{conv, downsample, head, middle, pointwise_conv, residual, upsample};
-use super::config::{Config, IMAGE_CHANNELS, LEVELS, RES_BLOCKS, decoder_block, encoder_block};
-use crate::error::{Error, Result};
-use crate::hunyuan_vae::causal::{Stream, Time, concat_frames, frames};
-use crate::hunyuan_vae::clip::{chunks, clip_frames};
-use crate::wan_vae::{ClipVae, TEMPORAL_DOWNSCALE, decoded_frames, latent_frames};
+use super::blocks::{GroupNorm, downsample, head, pointwise_conv, upsample};
+use super::config::{Config, LEVELS, RES_BLOCKS, decoder_block, encoder_block};
+use crate::error::Result;
+use crate::hunyuan_vae::blocks::{conv, middle, residual};
+use crate::hunyuan_vae::causal::Time;
+use crate::hunyuan_vae::net::{
+    WholeClipMiddle, decode_clip, decode_images, encode_clip, encode_images,
+};
+use crate::wan_vae::{ClipVae, TEMPORAL_DOWNSCALE, chunks};
 
 /// Clip frames the encoder's levels take at a time after a clip's first (ComfyUI's `2 · time_compress`).
 pub const ENCODE_FRAMES: usize = 2 * TEMPORAL_DOWNSCALE;
@@ -41,6 +44,34 @@ impl KlVideoVae {
     pub fn downscale(&self) -> usize {
         self.config.downscale()
     }
+}
+
+impl WholeClipMiddle for KlVideoVae {
+    fn z_channels(&self) -> usize {
+        self.config.z_channels
+    }
+
+    fn downscale(&self) -> usize {
+        self.config.downscale()
+    }
+
+    /// The decoder is always there.
+    fn halves(&self) -> (bool, bool) {
+        (true, self.config.has_encoder)
+    }
+
+    /// ComfyUI's, whatever `per` is: the first frame alone, then [`ENCODE_FRAMES`] at a time.
+    fn encode_chunks(&self, total: usize, _per: usize) -> Vec<(usize, usize)> {
+        chunks(total, ENCODE_FRAMES)
+    }
+
+    /// ComfyUI's, whatever `per` is: [`DECODE_LATENT_FRAMES`] at a time, the first chunk included.
+    fn decode_chunks(&self, total: usize, _per: usize) -> Vec<(usize, usize)> {
+        (0..total)
+            .step_by(DECODE_LATENT_FRAMES)
+            .map(|start| (start, DECODE_LATENT_FRAMES.min(total - start)))
+            .collect()
+    }
 
     /// The encoder's input convolution and levels on frames `x` `[n, 3, H, W]` (compute dtype) in `time`:
     /// latent frames of the widest level's width.
@@ -49,7 +80,7 @@ impl KlVideoVae {
         let mut x = conv(b, m, "encoder.conv_in", x, time)?;
         for i in 0..LEVELS {
             for j in 0..RES_BLOCKS {
-                x = residual(b, m, &encoder_block(i, j), &x, time)?;
+                x = residual(b, m, &GroupNorm, &encoder_block(i, j), &x, time)?;
             }
             if i + 1 < LEVELS {
                 let prefix = format!("encoder.down.{i}.downsample");
@@ -68,7 +99,7 @@ impl KlVideoVae {
         time: &mut Time<'_, B>,
     ) -> Result<Tensor<B>> {
         let m = &self.weights;
-        let x = middle(b, m, "encoder", x, time)?;
+        let x = middle(b, m, &GroupNorm, "encoder", x, time)?;
         let h = head(b, m, "encoder", &x, time)?;
         drop(x);
         let moments = pointwise_conv(b, m, "quant_conv", &h)?;
@@ -86,7 +117,7 @@ impl KlVideoVae {
         let z = pointwise_conv(b, m, "post_quant_conv", z)?;
         let x = conv(b, m, "decoder.conv_in", &z, time)?;
         drop(z);
-        middle(b, m, "decoder", &x, time)
+        middle(b, m, &GroupNorm, "decoder", &x, time)
     }
 
     /// The decoder's levels and output on frames `x` in `time`: images `[n, 3, H, W]` (f32).
@@ -95,7 +126,7 @@ impl KlVideoVae {
         let mut x = x.clone();
         for i in (0..LEVELS).rev() {
             for j in 0..=RES_BLOCKS {
-                x = residual(b, m, &decoder_block(i, j), &x, time)?;
+                x = residual(b, m, &GroupNorm, &decoder_block(i, j), &x, time)?;
             }
             if i > 0 {
                 let prefix = format!("decoder.up.{i}.upsample");
@@ -105,31 +136,15 @@ impl KlVideoVae {
         let y = head(b, m, "decoder", &x, time)?;
         Ok(b.cast(&y, DType::F32)?)
     }
-
-    /// An error unless the file holds the encoder.
-    fn require_encoder(&self) -> Result<()> {
-        if self.config.has_encoder {
-            Ok(())
-        } else {
-            Err(Error::Invalid("this VAE file has no encoder".into()))
-        }
-    }
 }
 
 impl ClipVae for KlVideoVae {
     fn decode<B: Backend>(&self, b: &B, z: &Tensor<B>) -> Result<Tensor<B>> {
-        let z = crate::vae_io::latent_in(b, z, true, self.config.z_channels)?;
-        let x = self.decoder_head(b, &z, &mut Time::Alone)?;
-        drop(z);
-        self.up(b, &x, &mut Time::Alone)
+        decode_images(self, b, z)
     }
 
     fn encode<B: Backend>(&self, b: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let (has, r) = (self.config.has_encoder, self.config.downscale());
-        let x = crate::vae_io::image_in(b, x, has, IMAGE_CHANNELS, r)?;
-        let latent = self.down(b, &x, &mut Time::Alone)?;
-        drop(x);
-        self.encoder_tail(b, &latent, &mut Time::Alone)
+        encode_images(self, b, x)
     }
 
     /// Decodes the clip z `[1, C_z, T, h, w]`: `post_quant_conv`, the input and the middle on all T latent frames
@@ -144,21 +159,7 @@ impl ClipVae for KlVideoVae {
         per_chunk: usize,
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
-        if per_chunk == 0 {
-            return Err(Error::Invalid(
-                "a decode takes at least one latent frame per chunk".into(),
-            ));
-        }
-        let z = clip_frames(b, z, self.config.z_channels, "latent")?;
-        let x = self.decoder_head(b, &z, &mut Time::Stream(&mut Stream::new()))?;
-        drop(z);
-        let mut stream = Stream::new();
-        let t = x.dim(0)?;
-        for start in (0..t).step_by(DECODE_LATENT_FRAMES) {
-            let chunk = frames(b, &x, start, DECODE_LATENT_FRAMES.min(t - start))?;
-            out(self.up(b, &chunk, &mut Time::Stream(&mut stream))?)?;
-        }
-        Ok(())
+        decode_clip(self, b, z, per_chunk, out)
     }
 
     /// Encodes the clip x `[1, 3, L, H, W]`: its levels on the first frame, then 8 frames at a time (the last 4
@@ -173,30 +174,6 @@ impl ClipVae for KlVideoVae {
         per_chunk: usize,
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
-        self.require_encoder()?;
-        if per_chunk == 0 || !per_chunk.is_multiple_of(TEMPORAL_DOWNSCALE) {
-            return Err(Error::Invalid(format!(
-                "an encode takes a multiple of {TEMPORAL_DOWNSCALE} frames per chunk, not {per_chunk}"
-            )));
-        }
-        let x = clip_frames(b, x, IMAGE_CHANNELS, "clip")?;
-        let (l, h, w) = (x.dim(0)?, x.dim(2)?, x.dim(3)?);
-        let r = self.config.downscale();
-        if h < r || w < r {
-            return Err(Error::Invalid(format!(
-                "a clip of {w}×{h} frames: at least {r}×{r} is needed"
-            )));
-        }
-        let x = crate::vae_io::crop_center(b, &x, h / r * r, w / r * r)?;
-        let mut stream = Stream::new();
-        let mut latents = Vec::new();
-        for (start, len) in chunks(decoded_frames(latent_frames(l)), ENCODE_FRAMES) {
-            let chunk = frames(b, &x, start, len)?;
-            latents.push(self.down(b, &chunk, &mut Time::Stream(&mut stream))?);
-        }
-        drop((stream, x));
-        let latent = concat_frames(b, &latents)?;
-        drop(latents);
-        out(self.encoder_tail(b, &latent, &mut Time::Stream(&mut Stream::new()))?)
+        encode_clip(self, b, x, per_chunk, out)
     }
 }

@@ -40,4 +40,5 @@ pub use video::{
 pub use wan21::WanVae;
 pub use wan22::Wan22Vae;
 
-pub(crate) use config::expected;
+pub(crate) use config::{computable, expected};
+pub(crate) use video::{chunks, clip_in, latent_clip_in};

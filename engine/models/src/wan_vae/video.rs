@@ -177,7 +177,7 @@ pub(crate) fn clip_of<B: Backend>(b: &B, frames: &Tensor<B>) -> Result<Tensor<B>
 }
 
 /// `(start, len)` of each chunk of `total` frames: the first alone, then `per` at a time.
-fn chunks(total: usize, per: usize) -> Vec<(usize, usize)> {
+pub(crate) fn chunks(total: usize, per: usize) -> Vec<(usize, usize)> {
     let mut out = vec![(0, total.min(1))];
     let mut start = 1;
     while start < total {
@@ -186,6 +186,56 @@ fn chunks(total: usize, per: usize) -> Vec<(usize, usize)> {
         start += len;
     }
     out
+}
+
+/// The latent frames `[T, C_z, h, w]` (compute dtype) of clip `z` `[1, C_z, T, h, w]` for a decode of `per`
+/// latent frames a chunk, by a VAE of `z_channels` latent channels whose file holds the decoder if
+/// `has_decoder`; an [`Error::Invalid`] for no decoder, no frames a chunk, or a clip of another shape.
+pub(crate) fn latent_clip_in<B: Backend>(
+    b: &B,
+    z: &Tensor<B>,
+    has_decoder: bool,
+    z_channels: usize,
+    per: usize,
+) -> Result<Tensor<B>> {
+    if !has_decoder {
+        return Err(Error::Invalid("this VAE file has no decoder".into()));
+    }
+    if per == 0 {
+        return Err(Error::Invalid("a decode takes at least one latent frame per chunk".into()));
+    }
+    clip_frames(b, z, z_channels, "latent")
+}
+
+/// The frames `[L, C, H', W']` (compute dtype) of clip `x` `[1, C, L, H, W]` for an encode of `per` frames a
+/// chunk, by a VAE of `channels` image channels and downscale `r` whose file holds the encoder if
+/// `has_encoder`: each frame centre-cropped to multiples of r, as ComfyUI does. An [`Error::Invalid`] for no
+/// encoder, a chunk that is not a positive multiple of 4 frames, a clip of another shape, or frames smaller
+/// than r×r.
+pub(crate) fn clip_in<B: Backend>(
+    b: &B,
+    x: &Tensor<B>,
+    has_encoder: bool,
+    channels: usize,
+    r: usize,
+    per: usize,
+) -> Result<Tensor<B>> {
+    if !has_encoder {
+        return Err(Error::Invalid("this VAE file has no encoder".into()));
+    }
+    if per == 0 || !per.is_multiple_of(TEMPORAL_DOWNSCALE) {
+        return Err(Error::Invalid(format!(
+            "an encode takes a multiple of {TEMPORAL_DOWNSCALE} frames per chunk, not {per}"
+        )));
+    }
+    let x = clip_frames(b, x, channels, "clip")?;
+    let (h, w) = (x.dim(2)?, x.dim(3)?);
+    if h < r || w < r {
+        return Err(Error::Invalid(format!(
+            "a clip of {w}×{h} frames: at least {r}×{r} is needed"
+        )));
+    }
+    crate::vae_io::crop_center(b, &x, h / r * r, w / r * r)
 }
 
 /// Decodes clip `z` `[1, C, T, h, w]` (VAE space), `per` latent frames per chunk after the first, handing
@@ -197,13 +247,7 @@ fn decode_clip<N: Chunked, B: Backend>(
     per: usize,
     out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
 ) -> Result<()> {
-    if !net.halves().0 {
-        return Err(Error::Invalid("this VAE file has no decoder".into()));
-    }
-    if per == 0 {
-        return Err(Error::Invalid("a decode takes at least one latent frame per chunk".into()));
-    }
-    let z = clip_frames(b, z, net.z_channels(), "latent")?;
+    let z = latent_clip_in(b, z, net.halves().0, net.z_channels(), per)?;
     let mut stream = Stream::new();
     for (start, len) in chunks(z.dim(0)?, per) {
         let chunk = frames(b, &z, start, len)?;
@@ -222,24 +266,8 @@ fn encode_clip<N: Chunked, B: Backend>(
     per: usize,
     out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
 ) -> Result<()> {
-    if !net.halves().1 {
-        return Err(Error::Invalid("this VAE file has no encoder".into()));
-    }
-    if per == 0 || !per.is_multiple_of(TEMPORAL_DOWNSCALE) {
-        return Err(Error::Invalid(format!(
-            "an encode takes a multiple of {TEMPORAL_DOWNSCALE} frames per chunk, not {per}"
-        )));
-    }
-    let x = clip_frames(b, x, net.image_channels(), "clip")?;
-    let (l, h, w) = (x.dim(0)?, x.dim(2)?, x.dim(3)?);
-    let r = net.downscale();
-    if h < r || w < r {
-        return Err(Error::Invalid(format!(
-            "a clip of {w}×{h} frames: at least {r}×{r} is needed"
-        )));
-    }
-    let x = crate::vae_io::crop_center(b, &x, h / r * r, w / r * r)?;
-    let used = decoded_frames(latent_frames(l));
+    let x = clip_in(b, x, net.halves().1, net.image_channels(), net.downscale(), per)?;
+    let used = decoded_frames(latent_frames(x.dim(0)?));
     let mut stream = Stream::new();
     for (start, len) in chunks(used, per) {
         let chunk = frames(b, &x, start, len)?;
@@ -277,6 +305,7 @@ mod tests {
     #[test]
     fn chunks_start_with_one_frame() {
         assert_eq!(chunks(9, 4), [(0, 1), (1, 4), (5, 4)]);
+        assert_eq!(chunks(9, 8), [(0, 1), (1, 8)]);
         assert_eq!(chunks(3, 1), [(0, 1), (1, 1), (2, 1)]);
         assert_eq!(chunks(13, 8), [(0, 1), (1, 8), (9, 4)]);
         assert_eq!(chunks(1, 4), [(0, 1)]);

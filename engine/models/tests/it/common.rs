@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use kiln_compute::Backend as _;
 use kiln_compute::backend::cpu::Cpu;
-use kiln_compute::memory::{ManagerConfig, MemoryManager};
+use kiln_compute::memory::{LoadPlan, ManagerConfig, MemoryManager, Model, SafetensorsFile};
+use kiln_compute::{DType, Tensor};
+use kiln_models::wan_vae::ClipVae;
+use kiln_models::{Error, Header};
 
 /// A fixture file under `tests/fixtures/`.
 pub(crate) fn fixture(relative: &str) -> PathBuf {
@@ -164,4 +167,188 @@ pub(crate) fn tiled_table(file: &str, table: &str, vocab: usize) -> TempTensors 
         (0..vocab).flat_map(|id| values[(id % rows) * width..][..width].to_vec()).collect();
     tensors.insert(table.to_owned(), (vec![vocab, width], tiled));
     TempTensors::new(file.replace('/', "-").trim_end_matches(".safetensors"), tensors)
+}
+
+/// A fixture's tensors by name, each with its shape (what [`read_tensors`] returns).
+pub(crate) type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// Fixture tensor `name` on the CPU.
+pub(crate) fn input(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
+    let (shape, values) = &io[name];
+    b.from_f32(shape, values, DType::F32).expect("an input")
+}
+
+/// Fixture tensor `name` `[1, C, 1, H, W]` as an image `[1, C, H, W]`.
+pub(crate) fn image(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
+    let (shape, values) = &io[name];
+    b.from_f32(&[shape[0], shape[1], shape[3], shape[4]], values, DType::F32).expect("an image")
+}
+
+/// Checks `got` against fixture `want`: shape, dtype and values within 1e-4.
+pub(crate) fn check(b: &Cpu, what: &str, got: &Tensor<Cpu>, io: &Io, want: &str) {
+    let (shape, values) = &io[want];
+    assert_eq!(got.shape(), shape.as_slice(), "{what} {want}");
+    assert_eq!(got.dtype(), DType::F32, "{what} {want}");
+    assert_close(&format!("{what} {want}"), &b.to_f32(got).expect("read"), values, 1e-4);
+}
+
+/// Gathers the chunks a `*_with` call hands out, in order, into one clip `[1, C, T, H, W]`.
+pub(crate) fn gather(
+    b: &Cpu,
+    run: impl FnOnce(&mut dyn FnMut(Tensor<Cpu>) -> kiln_models::Result<()>) -> kiln_models::Result<()>,
+) -> Tensor<Cpu> {
+    let mut chunks: Vec<Tensor<Cpu>> = Vec::new();
+    run(&mut |t| {
+        chunks.push(t);
+        Ok(())
+    })
+    .expect("a streamed pass");
+    let frames = b.concat(&chunks.iter().collect::<Vec<_>>(), 0).expect("frames");
+    let &[t, c, h, w] = frames.shape() else { panic!("frames {:?}", frames.shape()) };
+    b.permute(&frames.reshape(&[1, t, c, h, w]).expect("reshape"), &[0, 2, 1, 3, 4]).expect("clip")
+}
+
+/// The clip decode of `z` by `vae`, `per` latent frames asked for a chunk.
+pub(crate) fn decode_clip<V: ClipVae>(
+    b: &Cpu,
+    vae: &V,
+    z: &Tensor<Cpu>,
+    per: usize,
+) -> Tensor<Cpu> {
+    gather(b, |out| vae.decode_video_with(b, z, per, out))
+}
+
+/// The clip encode of `x` by `vae`, `per` frames asked for a chunk.
+pub(crate) fn encode_clip<V: ClipVae>(
+    b: &Cpu,
+    vae: &V,
+    x: &Tensor<Cpu>,
+    per: usize,
+) -> Tensor<Cpu> {
+    gather(b, |out| vae.encode_video_with(b, x, per, out))
+}
+
+/// The tiny VAE of fixture `weights` on the CPU: its weights loaded by the plan `plan` makes of its header.
+pub(crate) fn load_weights(
+    weights: &str,
+    plan: impl FnOnce(&Header) -> LoadPlan,
+) -> (Arc<Cpu>, Model) {
+    let (b, manager) = cpu(64 << 20);
+    let file = SafetensorsFile::open(fixture(weights)).expect("open");
+    let weights = manager.load(&plan(&Header::new(&file, "")), &mut |_, _| {});
+    (b, weights.expect("load"))
+}
+
+/// Every case of the fixture `cases` (`count` of them, each an `op` on `{name}.x` giving `{name}.out` in `io`),
+/// chunked as ComfyUI does (8 frames, 2 latent frames) and as Kiln's nodes ask (4, 1), and through the
+/// whole-clip conveniences.
+pub(crate) fn check_cases<V: ClipVae>(b: &Cpu, vae: &V, io: &Io, cases: &str, count: usize) {
+    let cases = json(cases);
+    let cases = cases["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), count);
+    for case in cases {
+        let name = case["name"].as_str().expect("a name");
+        let x = input(b, io, &format!("{name}.x"));
+        let want = format!("{name}.out");
+        match case["op"].as_str().expect("an op") {
+            "encode" => {
+                for per in [8, 4] {
+                    check(b, &format!("per {per}"), &encode_clip(b, vae, &x, per), io, &want);
+                }
+                check(b, "encode_video", &vae.encode_video(b, &x).expect("encode"), io, &want);
+            }
+            "decode" => {
+                for per in [2, 1] {
+                    check(b, &format!("per {per}"), &decode_clip(b, vae, &x, per), io, &want);
+                }
+                check(b, "decode_video", &vae.decode_video(b, &x).expect("decode"), io, &want);
+            }
+            other => panic!("{name}: an op {other}"),
+        }
+    }
+}
+
+/// Checks that an image takes the one-frame clip's operations exactly (fixtures `encode_image` and `decode_1f`
+/// of `io`; the image's latent of shape `latent`), and that each image of a batch of two (the fixture and
+/// another input) comes out as if alone, within `batch_tol`.
+pub(crate) fn check_images_are_one_frame_clips<V: ClipVae>(
+    b: &Cpu,
+    vae: &V,
+    io: &Io,
+    latent: [usize; 4],
+    batch_tol: f32,
+) {
+    let x = image(b, io, "encode_image.x");
+    let picture = vae.encode(b, &x).expect("encode an image");
+    assert_eq!(picture.shape(), latent);
+    let clip = encode_clip(b, vae, &input(b, io, "encode_image.x"), 4);
+    let picture = b.to_f32(&picture).expect("read");
+    assert_eq!(picture, b.to_f32(&clip).expect("read"), "encode");
+    assert_close("image encode", &picture, &io["encode_image.out"].1, 1e-4);
+
+    let z = image(b, io, "decode_1f.x");
+    let picture = vae.decode(b, &z).expect("decode an image");
+    assert_eq!(picture.shape(), [1, 3, 32, 48]);
+    let clip = decode_clip(b, vae, &input(b, io, "decode_1f.x"), 1);
+    let picture = b.to_f32(&picture).expect("read");
+    assert_eq!(picture, b.to_f32(&clip).expect("read"), "decode");
+    assert_close("image decode", &picture, &io["decode_1f.out"].1, 1e-4);
+
+    type Run<'a> = &'a dyn Fn(&Tensor<Cpu>) -> kiln_models::Result<Tensor<Cpu>>;
+    let (enc, dec) = (|t: &Tensor<Cpu>| vae.encode(b, t), |t: &Tensor<Cpu>| vae.decode(b, t));
+    let runs: [(&str, Tensor<Cpu>, Run<'_>); 2] = [("encode", x, &enc), ("decode", z, &dec)];
+    for (what, x, run) in runs {
+        let other = b.affine(&x, -0.5, 0.1).expect("another input");
+        let batch = b.concat(&[&x, &other], 0).expect("a batch");
+        let together = b.to_f32(&run(&batch).expect("a batch")).expect("read");
+        let alone: Vec<f32> = [&x, &other]
+            .into_iter()
+            .flat_map(|t| b.to_f32(&run(t).expect("alone")).expect("read"))
+            .collect();
+        assert_close(&format!("batched {what}"), &together, &alone, batch_tol);
+    }
+}
+
+/// Checks that `vae` (downscale `r`, `z` latent channels) refuses as input errors: chunks of 3 or 0 frames, frames
+/// r/2 rows high, an image as a clip, no latent frames a chunk, and a latent of `wide` channels as a clip or an
+/// image.
+pub(crate) fn check_refusals<V: ClipVae>(b: &Cpu, vae: &V, r: usize, z: usize, wide: usize) {
+    let invalid = |res: kiln_models::Result<()>, what: &str| {
+        assert!(matches!(res, Err(Error::Invalid(_))), "{what}: {res:?}");
+    };
+    let clip = b.full(&[1, 3, 5, r, r], 0.0, DType::F32).expect("a clip");
+    invalid(vae.encode_video_with(b, &clip, 3, &mut |_| Ok(())), "3 frames a chunk");
+    invalid(vae.encode_video_with(b, &clip, 0, &mut |_| Ok(())), "no frames a chunk");
+    let small = b.full(&[1, 3, 5, r / 2, r], 0.0, DType::F32).expect("a clip");
+    invalid(vae.encode_video_with(b, &small, 4, &mut |_| Ok(())), &format!("{} rows", r / 2));
+    let image = b.full(&[1, 3, r, r], 0.0, DType::F32).expect("an image");
+    invalid(vae.encode_video_with(b, &image, 4, &mut |_| Ok(())), "an image as a clip");
+    let latent = b.full(&[1, z, 2, 1, 1], 0.0, DType::F32).expect("a latent");
+    invalid(vae.decode_video_with(b, &latent, 0, &mut |_| Ok(())), "no latent frames a chunk");
+    let wide_latent = b.full(&[1, wide, 2, 1, 1], 0.0, DType::F32).expect("a latent");
+    invalid(
+        vae.decode_video_with(b, &wide_latent, 1, &mut |_| Ok(())),
+        &format!("{wide} channels"),
+    );
+    assert!(matches!(vae.decode(b, &wide_latent), Err(Error::Invalid(_))), "a clip as an image");
+}
+
+/// A fresh directory `kiln-{name}-{pid}-{test}` in the temporary folder for a test's files.
+pub(crate) fn scratch_dir(name: &str, test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-{name}-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// `detect` on a header-only file of `shapes`, written as `file` under `dir`.
+pub(crate) fn detect_header_only<T>(
+    dir: &Path,
+    file: &str,
+    shapes: &[(String, Vec<usize>)],
+    detect: impl FnOnce(&Header) -> T,
+) -> T {
+    let path = dir.join(file);
+    write_header_only(&path, shapes);
+    let sf = SafetensorsFile::open(&path).expect("open");
+    detect(&Header::new(&sf, ""))
 }

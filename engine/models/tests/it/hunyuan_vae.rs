@@ -10,14 +10,14 @@ use std::sync::Arc;
 use kiln_compute::Backend as _;
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::SafetensorsFile;
-use kiln_compute::{DType, Tensor};
 use kiln_models::hunyuan_vae::{self, Config, HunyuanVae};
 use kiln_models::wan_vae::ClipVae;
 use kiln_models::{Error, Header};
 
-use crate::common::{assert_close, cpu, fixture, json, read_tensors, write_header_only};
-
-type Io = std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+use crate::common::{
+    check_cases, check_images_are_one_frame_clips, check_refusals, decode_clip, detect_header_only,
+    encode_clip, fixture, input, json, load_weights, read_tensors, scratch_dir,
+};
 
 /// The fixture's weights.
 const WEIGHTS: &str = "hunyuan_video15/vae.safetensors";
@@ -42,58 +42,9 @@ fn tiny() -> Config {
 
 /// The tiny VAE on the CPU.
 fn load() -> (Arc<Cpu>, HunyuanVae) {
-    let (b, manager) = cpu(64 << 20);
-    let file = SafetensorsFile::open(fixture(WEIGHTS)).expect("open");
-    let header = Header::new(&file, "");
     let config = tiny();
-    let weights = manager.load(&hunyuan_vae::load_plan(&header, &config), &mut |_, _| {});
-    (b, HunyuanVae::new(config, weights.expect("load")))
-}
-
-/// Fixture tensor `name` on the CPU.
-fn input(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect("an input")
-}
-
-/// Fixture tensor `name` `[1, C, 1, H, W]` as an image `[1, C, H, W]`.
-fn image(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(&[shape[0], shape[1], shape[3], shape[4]], values, DType::F32).expect("an image")
-}
-
-/// Checks `got` against fixture `want`: shape, dtype and values within 1e-4.
-fn check(b: &Cpu, what: &str, got: &Tensor<Cpu>, io: &Io, want: &str) {
-    let (shape, values) = &io[want];
-    assert_eq!(got.shape(), shape.as_slice(), "{what} {want}");
-    assert_eq!(got.dtype(), DType::F32, "{what} {want}");
-    assert_close(&format!("{what} {want}"), &b.to_f32(got).expect("read"), values, 1e-4);
-}
-
-/// Gathers the chunks a `*_with` call hands out, in order, into one clip `[1, C, T, H, W]`.
-fn gather(
-    b: &Cpu,
-    run: impl FnOnce(&mut dyn FnMut(Tensor<Cpu>) -> kiln_models::Result<()>) -> kiln_models::Result<()>,
-) -> Tensor<Cpu> {
-    let mut chunks: Vec<Tensor<Cpu>> = Vec::new();
-    run(&mut |t| {
-        chunks.push(t);
-        Ok(())
-    })
-    .expect("a streamed pass");
-    let frames = b.concat(&chunks.iter().collect::<Vec<_>>(), 0).expect("frames");
-    let &[t, c, h, w] = frames.shape() else { panic!("frames {:?}", frames.shape()) };
-    b.permute(&frames.reshape(&[1, t, c, h, w]).expect("reshape"), &[0, 2, 1, 3, 4]).expect("clip")
-}
-
-/// The clip decode of `z`, `per` latent frames a chunk.
-fn decode(b: &Cpu, vae: &HunyuanVae, z: &Tensor<Cpu>, per: usize) -> Tensor<Cpu> {
-    gather(b, |out| vae.decode_video_with(b, z, per, out))
-}
-
-/// The clip encode of `x`, `per` frames a chunk.
-fn encode(b: &Cpu, vae: &HunyuanVae, x: &Tensor<Cpu>, per: usize) -> Tensor<Cpu> {
-    gather(b, |out| vae.encode_video_with(b, x, per, out))
+    let (b, weights) = load_weights(WEIGHTS, |h| hunyuan_vae::load_plan(h, &config));
+    (b, HunyuanVae::new(config, weights))
 }
 
 /// Every case of the fixture, chunked as ComfyUI does (8 frames, 2 latent frames) and as Kiln's nodes do (4, 1),
@@ -102,29 +53,7 @@ fn encode(b: &Cpu, vae: &HunyuanVae, x: &Tensor<Cpu>, per: usize) -> Tensor<Cpu>
 fn encodes_and_decodes_clips_as_comfyui() {
     let (b, vae) = load();
     let io = read_tensors("hunyuan_video15/vae_io.safetensors");
-    let cases = json("hunyuan_video15/vae_cases.json");
-    let cases = cases["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), 5);
-    for case in cases {
-        let name = case["name"].as_str().expect("a name");
-        let x = input(&b, &io, &format!("{name}.x"));
-        let want = format!("{name}.out");
-        match case["op"].as_str().expect("an op") {
-            "encode" => {
-                for per in [8, 4] {
-                    check(&b, &format!("per {per}"), &encode(&b, &vae, &x, per), &io, &want);
-                }
-                check(&b, "encode_video", &vae.encode_video(&*b, &x).expect("encode"), &io, &want);
-            }
-            "decode" => {
-                for per in [2, 1] {
-                    check(&b, &format!("per {per}"), &decode(&b, &vae, &x, per), &io, &want);
-                }
-                check(&b, "decode_video", &vae.decode_video(&*b, &x).expect("decode"), &io, &want);
-            }
-            other => panic!("{name}: an op {other}"),
-        }
-    }
+    check_cases(&b, &vae, &io, "hunyuan_video15/vae_cases.json", 5);
 }
 
 /// A decode hands out the same frames however many latent frames go in a chunk, and an encode the same latent
@@ -134,9 +63,9 @@ fn any_chunking_gives_the_same_frames() {
     let (b, vae) = load();
     let io = read_tensors("hunyuan_video15/vae_io.safetensors");
     let z = input(&b, &io, "decode_3f.x");
-    let one = b.to_f32(&decode(&b, &vae, &z, 1)).expect("read");
+    let one = b.to_f32(&decode_clip(&b, &vae, &z, 1)).expect("read");
     for per in [2, 3, 5] {
-        let got = b.to_f32(&decode(&b, &vae, &z, per)).expect("read");
+        let got = b.to_f32(&decode_clip(&b, &vae, &z, per)).expect("read");
         assert_eq!(got, one, "decode per {per}");
     }
     let mut chunks = 0;
@@ -149,8 +78,8 @@ fn any_chunking_gives_the_same_frames() {
     .expect("decode");
     assert_eq!(chunks, 3);
     let x = input(&b, &io, "encode_9f.x");
-    let four = b.to_f32(&encode(&b, &vae, &x, 4)).expect("read");
-    let eight = b.to_f32(&encode(&b, &vae, &x, 8)).expect("read");
+    let four = b.to_f32(&encode_clip(&b, &vae, &x, 4)).expect("read");
+    let eight = b.to_f32(&encode_clip(&b, &vae, &x, 8)).expect("read");
     assert_eq!(eight, four, "encode per 8");
 }
 
@@ -159,45 +88,14 @@ fn any_chunking_gives_the_same_frames() {
 fn an_image_is_a_one_frame_clip() {
     let (b, vae) = load();
     let io = read_tensors("hunyuan_video15/vae_io.safetensors");
-    let x = image(&b, &io, "encode_image.x");
-    let picture = vae.encode(&*b, &x).expect("encode an image");
-    assert_eq!(picture.shape(), [1, 2, 2, 3]);
-    let clip = encode(&b, &vae, &input(&b, &io, "encode_image.x"), 4);
-    let picture = b.to_f32(&picture).expect("read");
-    assert_eq!(picture, b.to_f32(&clip).expect("read"), "encode");
-    assert_close("image encode", &picture, &io["encode_image.out"].1, 1e-4);
-
-    let z = image(&b, &io, "decode_1f.x");
-    let picture = vae.decode(&*b, &z).expect("decode an image");
-    assert_eq!(picture.shape(), [1, 3, 32, 48]);
-    let clip = decode(&b, &vae, &input(&b, &io, "decode_1f.x"), 1);
-    let picture = b.to_f32(&picture).expect("read");
-    assert_eq!(picture, b.to_f32(&clip).expect("read"), "decode");
-    assert_close("image decode", &picture, &io["decode_1f.out"].1, 1e-4);
-
-    // A batch of two: the fixture and its mirror image (negated), each as if alone.
-    type Run<'a> = &'a dyn Fn(&Tensor<Cpu>) -> kiln_models::Result<Tensor<Cpu>>;
-    let (enc, dec) = (|t: &Tensor<Cpu>| vae.encode(&*b, t), |t: &Tensor<Cpu>| vae.decode(&*b, t));
-    let runs: [(&str, Tensor<Cpu>, Run<'_>); 2] = [("encode", x, &enc), ("decode", z, &dec)];
-    for (what, x, run) in runs {
-        let other = b.affine(&x, -0.5, 0.1).expect("another input");
-        let batch = b.concat(&[&x, &other], 0).expect("a batch");
-        let together = b.to_f32(&run(&batch).expect("a batch")).expect("read");
-        let alone: Vec<f32> = [&x, &other]
-            .into_iter()
-            .flat_map(|t| b.to_f32(&run(t).expect("alone")).expect("read"))
-            .collect();
-        // The CPU's kernels block a batch of two otherwise than one image, and the tiny VAE's 2-channel norms
-        // amplify that rounding (to about 1e-5): within the fixtures' tolerance, far from any mixing of images.
-        assert_close(&format!("batched {what}"), &together, &alone, 1e-4);
-    }
+    // The CPU's kernels block a batch of two otherwise than one image, and the tiny VAE's 2-channel norms amplify
+    // that rounding (to about 1e-5): within the fixtures' tolerance, far from any mixing of images.
+    check_images_are_one_frame_clips(&b, &vae, &io, [1, 2, 2, 3], 1e-4);
 }
 
 /// A fresh directory for this test's files.
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-hunyuan-vae-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
+    scratch_dir("hunyuan-vae", test)
 }
 
 /// The released file's names and shapes: the fixture's names (ComfyUI's state dict) with every width 64 times
@@ -230,10 +128,7 @@ fn detect_shapes(
     file: &str,
     shapes: &[(String, Vec<usize>)],
 ) -> kiln_models::Result<Option<Config>> {
-    let path = dir.join(file);
-    write_header_only(&path, shapes);
-    let sf = SafetensorsFile::open(&path).expect("open");
-    hunyuan_vae::detect(&Header::new(&sf, ""))
+    detect_header_only(dir, file, shapes, hunyuan_vae::detect)
 }
 
 /// The released names and shapes are the released config, every weight in its load plan; a misshapen or
@@ -287,19 +182,5 @@ fn detects_the_released_vae() {
 #[test]
 fn refuses_what_it_cannot_take() {
     let (b, vae) = load();
-    let invalid = |r: kiln_models::Result<()>, what: &str| {
-        assert!(matches!(r, Err(Error::Invalid(_))), "{what}: {r:?}");
-    };
-    let clip = b.full(&[1, 3, 5, 16, 16], 0.0, DType::F32).expect("a clip");
-    invalid(vae.encode_video_with(&*b, &clip, 3, &mut |_| Ok(())), "3 frames a chunk");
-    invalid(vae.encode_video_with(&*b, &clip, 0, &mut |_| Ok(())), "no frames a chunk");
-    let small = b.full(&[1, 3, 5, 8, 16], 0.0, DType::F32).expect("a clip");
-    invalid(vae.encode_video_with(&*b, &small, 4, &mut |_| Ok(())), "8 rows");
-    let image = b.full(&[1, 3, 16, 16], 0.0, DType::F32).expect("an image");
-    invalid(vae.encode_video_with(&*b, &image, 4, &mut |_| Ok(())), "an image as a clip");
-    let z = b.full(&[1, 2, 2, 1, 1], 0.0, DType::F32).expect("a latent");
-    invalid(vae.decode_video_with(&*b, &z, 0, &mut |_| Ok(())), "no latent frames a chunk");
-    let wide = b.full(&[1, 4, 2, 1, 1], 0.0, DType::F32).expect("a latent");
-    invalid(vae.decode_video_with(&*b, &wide, 1, &mut |_| Ok(())), "4 channels");
-    assert!(matches!(vae.decode(&*b, &wide), Err(Error::Invalid(_))), "a clip as an image");
+    check_refusals(&b, &vae, 16, 2, 4);
 }

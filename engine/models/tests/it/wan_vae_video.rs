@@ -16,9 +16,7 @@ use kiln_models::family::{VaeDetected, VaeFamily};
 use kiln_models::wan_vae::{self, ClipVae, Layout, Wan22Vae, WanVae, wan22};
 use kiln_models::{Error, Header};
 
-use crate::common::{assert_close, cpu, fixture, read_tensors};
-
-type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+use crate::common::{assert_close, check, cpu, fixture, gather, input, read_tensors};
 
 /// A fresh directory for this test's files.
 fn scratch(test: &str) -> PathBuf {
@@ -105,20 +103,6 @@ fn tiny22() -> wan22::Config {
     wan22::Config { dim: 4, dec_dim: 8, ..wan22::Config::released() }
 }
 
-/// Fixture tensor `name` on the CPU.
-fn input(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect("an input")
-}
-
-/// Checks `got` against fixture `want`: shape, dtype and values within 1e-4.
-fn check(b: &Cpu, what: &str, got: &Tensor<Cpu>, io: &Io, want: &str) {
-    let (shape, values) = &io[want];
-    assert_eq!(got.shape(), shape.as_slice(), "{what} {want}");
-    assert_eq!(got.dtype(), DType::F32, "{what} {want}");
-    assert_close(&format!("{what} {want}"), &b.to_f32(got).expect("read"), values, 1e-4);
-}
-
 /// A VAE's clip API, for the tests both versions share.
 trait Clips {
     fn decode_with(&self, b: &Cpu, z: &Tensor<Cpu>, per: usize) -> Tensor<Cpu>;
@@ -126,22 +110,6 @@ trait Clips {
     fn image_decode(&self, b: &Cpu, z: &Tensor<Cpu>) -> Tensor<Cpu>;
     fn image_encode(&self, b: &Cpu, x: &Tensor<Cpu>) -> Tensor<Cpu>;
     fn set_frames_together_bytes(&mut self, bytes: usize);
-}
-
-/// Gathers the chunks a `*_with` call hands out, in order, into one clip `[1, C, T, H, W]`.
-fn gather(
-    b: &Cpu,
-    run: impl FnOnce(&mut dyn FnMut(Tensor<Cpu>) -> kiln_models::Result<()>) -> kiln_models::Result<()>,
-) -> Tensor<Cpu> {
-    let mut chunks: Vec<Tensor<Cpu>> = Vec::new();
-    run(&mut |t| {
-        chunks.push(t);
-        Ok(())
-    })
-    .expect("a streamed pass");
-    let frames = b.concat(&chunks.iter().collect::<Vec<_>>(), 0).expect("frames");
-    let &[t, c, h, w] = frames.shape() else { panic!("frames {:?}", frames.shape()) };
-    b.permute(&frames.reshape(&[1, t, c, h, w]).expect("reshape"), &[0, 2, 1, 3, 4]).expect("clip")
 }
 
 macro_rules! clips {
