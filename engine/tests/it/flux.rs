@@ -143,8 +143,11 @@ fn issue_22_dual_clip_loader_names_what_it_cannot_combine() {
     let message = fails("t5xxl_fp8_e4m3fn_scaled.safetensors", "flux");
     assert!(message.contains("CLIP-L") && message.contains("T5-XXL + T5-XXL"), "{message}");
     // (Type `sd3` pairs them as SD3's encoders, as ComfyUI does; a type Kiln has no encoders for names itself.)
+    let message = fails("clip_l.safetensors", "hunyuan_image");
+    assert!(message.contains("type `hunyuan_image`") && message.contains("`flux`"), "{message}");
+    // A type Kiln combines otherwise names what it takes.
     let message = fails("clip_l.safetensors", "hunyuan_video");
-    assert!(message.contains("type `hunyuan_video`") && message.contains("`flux`"), "{message}");
+    assert!(message.contains("a CLIP-L and a LLaVA-Llama 3 8B"), "{message}");
     // One of the pair alone conditions nothing Kiln runs.
     let ran = h.run(json!({
         "1": {"class_type": "CLIPLoader", "inputs": {"clip_name": "clip_l.safetensors", "type": "stable_diffusion", "device": "default"}},

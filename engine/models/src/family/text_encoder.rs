@@ -977,8 +977,10 @@ impl TextEncoderNet {
             _ => Err(Error::Invalid(format!(
                 "type `{kind}` of {found}: Kiln combines text encoders only as FLUX.1's (type `flux`: \
                  CLIP-L + T5-XXL), SDXL's (type `sdxl`: CLIP-L + CLIP-G), SD3's (type `sd3`: any of CLIP-L, \
-                 CLIP-G, T5-XXL), Kandinsky 5's (type `kandinsky5_image`: Qwen2.5-VL + CLIP-L) and HiDream's \
-                 (QuadrupleCLIPLoader: CLIP-L + CLIP-G + T5-XXL + Llama 3.1)"
+                 CLIP-G, T5-XXL), Kandinsky 5's (types `kandinsky5_image`, `kandinsky5`: Qwen2.5-VL + CLIP-L), \
+                 HunyuanVideo's (type `hunyuan_video`: CLIP-L + LLaVA-Llama 3), HunyuanVideo 1.5's (type \
+                 `hunyuan_video_15`: Qwen2.5-VL + ByT5) and HiDream's (QuadrupleCLIPLoader: CLIP-L + CLIP-G + \
+                 T5-XXL + Llama 3.1)"
             ))),
         }
     }
