@@ -202,10 +202,18 @@ const kilnFiles = [
   // type); the Flux VAE.
   { folder: 'diffusion_models', stem: /^omnigen2[_.]/i, family: 'omnigen2' },
   { folder: 'text_encoders', stem: /^qwen_2\.5_vl_fp16\.safetensors$/, family: 'qwen25vl-3b' },
-  // Boogu-Image's DiT (OmniGen2's with double-stream blocks) and Qwen3-VL 8B's language model, a Qwen3 file
-  // CLIPLoader's type `boogu` makes its encoder (the tiny Qwen3 above stands in, the DiT reading its width).
+  // Boogu-Image's DiT (OmniGen2's with double-stream blocks) and Qwen3-VL 8B, which CLIPLoader's type `boogu`
+  // makes its encoder (the tiny Qwen3-VL 4B file stands in, the DiT reading its width).
   { folder: 'diffusion_models', stem: /^boogu_image_/i, family: 'boogu' },
-  { folder: 'text_encoders', stem: /^qwen3vl_8b[_.]/i, family: 'qwen3' },
+  { folder: 'text_encoders', stem: /^qwen3vl_8b[_.]/i, family: 'qwen3vl-4b' },
+  // Krea 2's single-stream DiT and its LoRAs, on Qwen3-VL 4B (a transformers-layout file CLIPLoader's type
+  // `krea2` makes its encoder) and the Qwen-Image VAE above; Mage-Flow's MMDiT (Qwen-Image's blocks at patch 1) and
+  // its one-step diffusion VAE, on the same Qwen3-VL 4B (type `mage`).
+  { folder: 'diffusion_models', stem: /^krea2_/i, family: 'krea2' },
+  { folder: 'loras', stem: /^krea2_/i, family: 'krea2-lora' },
+  { folder: 'text_encoders', stem: /^qwen3vl_4b[_.]/i, family: 'qwen3vl-4b' },
+  { folder: 'diffusion_models', stem: /^mage_flow_/i, family: 'mage-flow' },
+  { folder: 'vae', stem: /^mage_flow_vae[_.]/i, family: 'mage-flow-vae' },
   // HunyuanVideo 1.5 (text and image to video, 720p) and Capybara (its architecture: image and video editing,
   // text to image), their 32-channel, 16× VAE, and ByT5 small glyph, the second of their text encoders
   // (DualCLIPLoader type `hunyuan_video_15`, beside the Qwen2.5-VL 7B above).

@@ -7,18 +7,38 @@ use kiln_compute::memory::{LoadPlan, SafetensorsFile, SlotPlan, TensorInfo};
 
 use crate::error::{Error, Result};
 
+/// Where transformers' multimodal files (Qwen3-VL's, `qwen3vl_4b_bf16.safetensors`) keep their language model's
+/// `model.*` tensors.
+pub const NESTED_LANGUAGE_MODEL: &str = "model.language_model.";
+
+/// How such a file's names map to the ones Kiln reads (ComfyUI's `state_dict_prefix_replace` in
+/// `load_text_encoder_state_dicts`, read backwards): `(Kiln's prefix, the file's)`, the first that matches.
+const NESTED_NAMES: [(&str, &str); 3] = [
+    ("model.lm_head.", "lm_head."),
+    ("model.", NESTED_LANGUAGE_MODEL),
+    ("visual.", "model.visual."),
+];
+
 /// A safetensors file's tensors whose names start with `prefix`, by their names without it (a checkpoint's
 /// `model.diffusion_model.`, `vae.`, `text_encoders.qwen3_4b.transformer.`; empty for a standalone file).
+///
+/// A file whose language model is nested under [`NESTED_LANGUAGE_MODEL`] (transformers' layout) is read under
+/// ComfyUI's names for it: `model.layers.0.…` is the file's `model.language_model.layers.0.…`, `visual.…` its
+/// `model.visual.…`, `model.lm_head.…` its `lm_head.…` ([`Header::key`]; [`Header::names`] and
+/// [`Header::unsupported_dtypes`] list the file's own names).
 #[derive(Debug, Clone, Copy)]
 pub struct Header<'f> {
     file: &'f SafetensorsFile,
     prefix: &'f str,
+    nested_language_model: bool,
 }
 
 impl<'f> Header<'f> {
-    /// The tensors of `file` under `prefix`.
+    /// The tensors of `file` under `prefix` (its language model's, when nested: see [`Header`]).
     pub fn new(file: &'f SafetensorsFile, prefix: &'f str) -> Header<'f> {
-        Header { file, prefix }
+        let nested_embedding = format!("{prefix}{NESTED_LANGUAGE_MODEL}embed_tokens.weight");
+        let nested_language_model = file.tensor(&nested_embedding).is_ok();
+        Header { file, prefix, nested_language_model }
     }
 
     /// The file.
@@ -36,9 +56,13 @@ impl<'f> Header<'f> {
         self.prefix
     }
 
-    /// The full key of `name` in the file (the prefix put back).
+    /// The full key of `name` in the file (the prefix put back, and a nested language model's names mapped).
     pub fn key(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
+        let nested = NESTED_NAMES.iter().find_map(|&(kiln, file)| {
+            let rest = name.strip_prefix(kiln)?;
+            self.nested_language_model.then(|| format!("{}{file}{rest}", self.prefix))
+        });
+        nested.unwrap_or_else(|| format!("{}{name}", self.prefix))
     }
 
     /// A load plan (this file alone) whose slots are `names`, each read from the tensor of that name.
@@ -56,10 +80,13 @@ impl<'f> Header<'f> {
     /// How many numbered blocks `prefix0.`, `prefix1.`, … the header has before the first gap (`prefix` ends in
     /// a dot; tensors of any dtype count), and the first index after a gap, if any.
     fn numbered(&self, prefix: &str) -> (usize, Option<usize>) {
+        let blocks = self.key(prefix);
         let indices: std::collections::BTreeSet<usize> = self
-            .names()
-            .chain(self.unsupported_dtypes().map(|(n, _)| n))
-            .filter_map(|n| n.strip_prefix(prefix)?.split_once('.')?.0.parse().ok())
+            .file
+            .tensors()
+            .map(|(n, _)| n)
+            .chain(self.file.unsupported().map(|(n, _)| n))
+            .filter_map(|n| n.strip_prefix(blocks.as_str())?.split_once('.')?.0.parse().ok())
             .collect();
         let count = indices.iter().zip(0..).take_while(|&(&i, want)| i == want).count();
         (count, indices.iter().nth(count).copied())

@@ -34,6 +34,24 @@ pub enum Decoding {
     Sample(SamplingSettings),
 }
 
+/// How `TextGenerate` asks the tokenizer to frame its prompt (ComfyUI's `thinking` and `use_default_template`),
+/// for the encoders whose tokenizers read them (Qwen3-VL's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatOptions {
+    /// Leave the assistant turn open for a reasoning block (without it, an empty `<think>` block follows the
+    /// template).
+    pub thinking: bool,
+    /// Put the prompt in the encoder's template (without it, the prompt goes in as written).
+    pub default_template: bool,
+}
+
+impl Default for ChatOptions {
+    /// ComfyUI's defaults: no thinking, the default template.
+    fn default() -> ChatOptions {
+        ChatOptions { thinking: false, default_template: true }
+    }
+}
+
 /// Chooses tokens one after another; remembers what it generated (the penalties' history) and the
 /// generator's state.
 #[derive(Debug)]

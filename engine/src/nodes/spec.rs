@@ -495,13 +495,44 @@ impl NodeSpec {
     /// Adds a required V3 `Autogrow` input `name` whose template is `template` (named as ComfyUI names it,
     /// e.g. `value`), grown under `names` (`name.a`, `name.b`, ...), the first `min` required.
     pub fn autogrow(self, name: &str, template: InputDef, names: &[&str], min: usize) -> NodeSpec {
+        self.grow_names(name, None, template, names, min)
+    }
+
+    /// [`NodeSpec::autogrow`] with a tooltip on the autogrow input itself (written before its template, as
+    /// `io.Autogrow.Input(tooltip=...)` writes it).
+    pub fn described_autogrow(
+        self,
+        name: &str,
+        tooltip: &str,
+        template: InputDef,
+        names: &[&str],
+        min: usize,
+    ) -> NodeSpec {
+        self.grow_names(name, Some(tooltip), template, names, min)
+    }
+
+    fn grow_names(
+        self,
+        name: &str,
+        tooltip: Option<&str>,
+        template: InputDef,
+        names: &[&str],
+        min: usize,
+    ) -> NodeSpec {
         let grown: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let config = serde_json::json!({"template": {
-            "input": {"required": {template.name.clone(): template.config_json()}},
-            "names": names,
-            "min": min,
-        }});
-        self.grow(name, template, config, grown, min)
+        let mut config = Map::new();
+        if let Some(tooltip) = tooltip {
+            config.insert("tooltip".to_owned(), Json::from(tooltip));
+        }
+        config.insert(
+            "template".to_owned(),
+            serde_json::json!({
+                "input": {"required": {template.name.clone(): template.config_json()}},
+                "names": names,
+                "min": min,
+            }),
+        );
+        self.grow(name, template, Json::Object(config), grown, min)
     }
 
     /// Adds a required V3 `Autogrow` input `name` grown under `prefix0` … `prefix{max − 1}` (`TemplatePrefix`),

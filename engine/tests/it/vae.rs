@@ -36,7 +36,7 @@ fn issue_23_every_vae_family_encodes_and_decodes_an_image_through_the_nodes() {
         let ui = &ran.summary.outputs[&kiln_engine::graph::NodeId::from("5")];
         // A video VAE (Wan's, HunyuanVideo 1.5's) encodes the batch as one clip, as ComfyUI does: 2 frames are 1 latent frame.
         let images = match family {
-            VaeFamily::Flux | VaeFamily::Flux2 => 2,
+            VaeFamily::Flux | VaeFamily::Flux2 | VaeFamily::MageFlow => 2,
             VaeFamily::Wan21
             | VaeFamily::Wan22
             | VaeFamily::HunyuanVideo15

@@ -11,8 +11,10 @@ use crate::header::Header;
 use crate::hidream::{self, HiDream, HiDreamInput};
 use crate::hunyuan_video::{self, HunyuanVideo, HunyuanVideoInput};
 use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
+use crate::krea2::{self, Krea2};
 use crate::latent::LatentFormat;
-use crate::lora::LoraPatches;
+use crate::lora::{self, LoraPatches};
+use crate::mage_flow::{self, MageFlow};
 use crate::omnigen2::{self, OmniGen2};
 use crate::qwen_image::{self, QwenImage};
 use crate::rope::RopeOptions;
@@ -95,11 +97,17 @@ pub enum DiffusionFamily {
     /// states with ByT5's glyph tokens and SigLIP's image states beside them, in the HunyuanVideo 1.5 VAE's
     /// latent space (32 channels, 16× down), the image-to-video conditioning as 33 more channels.
     HunyuanVideo15,
+    /// Krea 2: a single-stream DiT over twelve of Qwen3-VL 4B's hidden states (its own text adapter), in the Wan
+    /// 2.1 VAE's latent space.
+    Krea2,
+    /// Mage-Flow: Qwen-Image's double-stream blocks over latent pixels of the Mage VAE (FLUX.2's latent space,
+    /// 128 channels, 16× down), on Qwen3-VL 4B's last states.
+    MageFlow,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 22] = [
+    pub const ALL: [DiffusionFamily; 24] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         DiffusionFamily::Flux,
@@ -123,6 +131,9 @@ impl DiffusionFamily {
         DiffusionFamily::Boogu,
         DiffusionFamily::HunyuanVideo,
         DiffusionFamily::HunyuanVideo15,
+        DiffusionFamily::Krea2,
+        // Qwen-Image's detection leaves its 128-channel files alone.
+        DiffusionFamily::MageFlow,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -148,6 +159,8 @@ impl DiffusionFamily {
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_NAME,
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::NAME,
+            DiffusionFamily::Krea2 => krea2::family::NAME,
+            DiffusionFamily::MageFlow => mage_flow::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
         }
@@ -174,6 +187,8 @@ impl DiffusionFamily {
             DiffusionFamily::OmniGen2 | DiffusionFamily::Boogu => omnigen2::family::LATENT,
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_LATENT,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::LATENT,
+            DiffusionFamily::Krea2 => krea2::family::LATENT,
+            DiffusionFamily::MageFlow => mage_flow::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
     }
@@ -237,6 +252,11 @@ impl DiffusionFamily {
                 FlowSampling::new(hunyuan_video::family::SHIFT, hunyuan_video::family::MULTIPLIER)
                     .into()
             }
+            // ComfyUI's `Krea2` is `ModelType.FLUX`: `ModelSamplingFlux` at μ 1.15.
+            DiffusionFamily::Krea2 => FlowSampling::flux(krea2::family::SHIFT).into(),
+            DiffusionFamily::MageFlow => {
+                FlowSampling::new(mage_flow::family::SHIFT, mage_flow::family::MULTIPLIER).into()
+            }
         }
     }
 
@@ -264,6 +284,10 @@ impl DiffusionFamily {
             DiffusionFamily::SdxlRefiner => &[unet::family::REFINER_CHECKPOINT_CLIP_G_PREFIX],
             DiffusionFamily::OmniGen2 => &[omnigen2::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Boogu => &[omnigen2::family::BOOGU_CHECKPOINT_TEXT_ENCODER_PREFIX],
+            // ComfyUI's Krea 2 and Mage-Flow configs read Qwen3-VL 4B there (no such checkpoint is released).
+            DiffusionFamily::Krea2 | DiffusionFamily::MageFlow => {
+                &[mage_flow::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
+            }
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -298,6 +322,8 @@ impl DiffusionFamily {
             DiffusionFamily::Kandinsky5Video => crate::family::KANDINSKY5_CLIP_TYPE,
             DiffusionFamily::OmniGen2 => crate::family::OMNIGEN2_CLIP_TYPE,
             DiffusionFamily::Boogu => crate::family::BOOGU_CLIP_TYPE,
+            DiffusionFamily::Krea2 => crate::family::KREA2_CLIP_TYPE,
+            DiffusionFamily::MageFlow => crate::family::MAGE_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
@@ -347,6 +373,10 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo15 => {
                 (VaeFamily::HunyuanVideo15, hunyuan_video::family::CHECKPOINT_VAE_PREFIX)
             }
+            DiffusionFamily::Krea2 => (VaeFamily::Wan21, mage_flow::family::CHECKPOINT_VAE_PREFIX),
+            DiffusionFamily::MageFlow => {
+                (VaeFamily::MageFlow, mage_flow::family::CHECKPOINT_VAE_PREFIX)
+            }
         }
     }
 
@@ -373,6 +403,8 @@ impl DiffusionFamily {
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_NAME,
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_SYNTH_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_NAME,
+            DiffusionFamily::Krea2 => krea2::family::SYNTH_NAME,
+            DiffusionFamily::MageFlow => mage_flow::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -401,6 +433,8 @@ impl DiffusionFamily {
             DiffusionFamily::Boogu => omnigen2::family::BOOGU_SYNTH_LORA_NAME,
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_SYNTH_LORA_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Krea2 => krea2::family::SYNTH_LORA_NAME,
+            DiffusionFamily::MageFlow => mage_flow::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -451,6 +485,8 @@ impl DiffusionFamily {
                     _ => None,
                 }
             }
+            DiffusionFamily::Krea2 => krea2::detect(h)?.map(DiffusionDetected::Krea2),
+            DiffusionFamily::MageFlow => mage_flow::detect(h)?.map(DiffusionDetected::MageFlow),
         })
     }
 }
@@ -543,6 +579,10 @@ pub enum DiffusionDetected {
     OmniGen2(omnigen2::Config),
     /// HunyuanVideo 1.5's DiT.
     HunyuanVideo(hunyuan_video::Config),
+    /// Krea 2's DiT.
+    Krea2(krea2::Config),
+    /// Mage-Flow's DiT.
+    MageFlow(mage_flow::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -582,6 +622,8 @@ impl DiffusionDetected {
             DiffusionDetected::Anima(_) => DiffusionFamily::Anima,
             DiffusionDetected::OmniGen2(config) => omnigen2_family(config),
             DiffusionDetected::HunyuanVideo(config) => hunyuan_family(config),
+            DiffusionDetected::Krea2(_) => DiffusionFamily::Krea2,
+            DiffusionDetected::MageFlow(_) => DiffusionFamily::MageFlow,
         }
     }
 
@@ -635,6 +677,8 @@ impl DiffusionDetected {
                 &[DType::F16, DType::BF16, DType::F32]
             }
             DiffusionDetected::HunyuanVideo(_) => NO_F16,
+            DiffusionDetected::Krea2(_) => BF16_FIRST,
+            DiffusionDetected::MageFlow(_) => NO_F16,
         }
     }
 
@@ -670,6 +714,8 @@ impl DiffusionDetected {
             DiffusionDetected::Anima(config) => anima::load_plan(h, config),
             DiffusionDetected::OmniGen2(config) => omnigen2::load_plan(h, config),
             DiffusionDetected::HunyuanVideo(config) => hunyuan_video::load_plan(h, config),
+            DiffusionDetected::Krea2(config) => krea2::load_plan(h, config),
+            DiffusionDetected::MageFlow(config) => mage_flow::load_plan(h, config),
         }
     }
 
@@ -703,6 +749,10 @@ impl DiffusionDetected {
             }
             DiffusionDetected::HunyuanVideo(config) => {
                 DiffusionNet::HunyuanVideo(HunyuanVideo::new(config, weights))
+            }
+            DiffusionDetected::Krea2(config) => DiffusionNet::Krea2(Krea2::new(config, weights)),
+            DiffusionDetected::MageFlow(config) => {
+                DiffusionNet::MageFlow(MageFlow::new(config, weights))
             }
         }
     }
@@ -916,6 +966,10 @@ pub enum DiffusionNet {
     OmniGen2(OmniGen2),
     /// HunyuanVideo 1.5's DiT.
     HunyuanVideo(HunyuanVideo),
+    /// Krea 2's DiT.
+    Krea2(Krea2),
+    /// Mage-Flow's DiT.
+    MageFlow(MageFlow),
 }
 
 impl DiffusionNet {
@@ -934,6 +988,8 @@ impl DiffusionNet {
             DiffusionNet::Anima(_) => DiffusionFamily::Anima,
             DiffusionNet::OmniGen2(net) => omnigen2_family(&net.config),
             DiffusionNet::HunyuanVideo(net) => hunyuan_family(&net.config),
+            DiffusionNet::Krea2(_) => DiffusionFamily::Krea2,
+            DiffusionNet::MageFlow(_) => DiffusionFamily::MageFlow,
         }
     }
 
@@ -951,6 +1007,8 @@ impl DiffusionNet {
             DiffusionNet::Anima(net) => &net.weights,
             DiffusionNet::OmniGen2(net) => &net.weights,
             DiffusionNet::HunyuanVideo(net) => &net.weights,
+            DiffusionNet::Krea2(net) => &net.weights,
+            DiffusionNet::MageFlow(net) => &net.weights,
         }
     }
 
@@ -975,6 +1033,12 @@ impl DiffusionNet {
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
             DiffusionNet::Anima(_) => anima::lora::patches(file, slots, strength),
+            // ComfyUI's generic names for a DiT's weights (`diffusion_model.S`, kohya's `lora_unet_S`, ...).
+            DiffusionNet::Krea2(_) => {
+                lora::patches(file, slots, strength, &lora::dit_aliases(slots, false))
+            }
+            // Mage-Flow's blocks are Qwen-Image's, under the same names.
+            DiffusionNet::MageFlow(_) => qwen_image::lora::patches(file, slots, strength),
             DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::OmniGen2(_)
@@ -1003,7 +1067,9 @@ impl DiffusionNet {
             | DiffusionNet::HiDream(_)
             | DiffusionNet::Sd3(_)
             | DiffusionNet::Anima(_)
-            | DiffusionNet::OmniGen2(_) => 0,
+            | DiffusionNet::OmniGen2(_)
+            | DiffusionNet::Krea2(_)
+            | DiffusionNet::MageFlow(_) => 0,
         }
     }
 
@@ -1022,7 +1088,9 @@ impl DiffusionNet {
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::Anima(_)
             | DiffusionNet::OmniGen2(_)
-            | DiffusionNet::HunyuanVideo(_) => None,
+            | DiffusionNet::HunyuanVideo(_)
+            | DiffusionNet::Krea2(_)
+            | DiffusionNet::MageFlow(_) => None,
         }
     }
 
@@ -1041,7 +1109,9 @@ impl DiffusionNet {
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::Anima(_)
             | DiffusionNet::OmniGen2(_)
-            | DiffusionNet::HunyuanVideo(_) => None,
+            | DiffusionNet::HunyuanVideo(_)
+            | DiffusionNet::Krea2(_)
+            | DiffusionNet::MageFlow(_) => None,
         }
     }
 
@@ -1331,6 +1401,28 @@ impl DiffusionNet {
                     ..HunyuanVideoInput::new(input.x, input.timesteps, input.context)
                 };
                 net.forward(b, &call)
+            }
+            DiffusionNet::Krea2(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                net.forward_with_references(
+                    b,
+                    input.x,
+                    input.timesteps,
+                    input.context,
+                    input.references,
+                    input.reference_method,
+                )
+            }
+            // Mage-Flow appends every reference latent whatever the method (ComfyUI's forward reads none).
+            DiffusionNet::MageFlow(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                net.forward_with_references(
+                    b,
+                    input.x,
+                    input.timesteps,
+                    input.context,
+                    input.references,
+                )
             }
             DiffusionNet::Kandinsky5(net) => {
                 refuse_controls(self.family(), input.controls, input.patches)?;

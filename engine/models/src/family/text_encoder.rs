@@ -25,8 +25,9 @@ use crate::mistral3;
 use crate::prompt_weights::{self, Weighted};
 use crate::qwen_vl::{self, VisionConfig, VisionInput};
 use crate::qwen3::{self, ImageTokens, Qwen3, Tokenizer};
+use crate::qwen3vl_vision;
 use crate::t5::{self, T5};
-use crate::textgen::{Decoding, TokenPicker};
+use crate::textgen::{ChatOptions, Decoding, TokenPicker};
 
 use super::anima_text::{self, AnimaTokens};
 use super::hunyuan_video_text::{HunyuanVideo15Encoders, HunyuanVideo15Tokens};
@@ -98,6 +99,16 @@ pub enum TextEncoderFamily {
     /// Boogu-Image's: Qwen3-VL 8B's language model (a Qwen3 file made its by `CLIPLoader`'s type `boogu`, RoPE θ
     /// 5·10⁶): its last layer through the final norm over Boogu's template. Never detected as such.
     Boogu,
+    /// Krea 2's: Qwen3-VL 4B's language model (a Qwen3 file made its by `CLIPLoader`'s type `krea2`, RoPE θ 5·10⁶):
+    /// twelve of its hidden states side by side ([`qwen3::family::KREA2_TAPS`]) over Krea 2's template, the
+    /// prefix cut off. Never detected as such.
+    Krea2,
+    /// Mage-Flow's: Qwen3-VL 4B's language model (type `mage`): its last layer through the final norm over
+    /// Mage-Flow's template, the prefix cut off. Never detected as such.
+    MageFlow,
+    /// A Qwen3-VL file (its language model and vision tower, told by the DeepStack mergers) before `CLIPLoader`'s
+    /// type makes it Boogu-Image's, Krea 2's or Mage-Flow's encoder; Kiln runs no other.
+    Qwen3Vl,
     /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): layer `layers − 2`'s
     /// output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the SentencePiece
     /// model its file carries; no pooled vector.
@@ -106,7 +117,9 @@ pub enum TextEncoderFamily {
 
 impl TextEncoderFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [TextEncoderFamily; 8] = [
+    pub const ALL: [TextEncoderFamily; 9] = [
+        // Before Qwen3, whose layout its language model has.
+        TextEncoderFamily::Qwen3Vl,
         TextEncoderFamily::Qwen3,
         // Before Llama 3, whose Llama-shaped files Gemma 2's sandwich norms set apart.
         TextEncoderFamily::Gemma2,
@@ -137,6 +150,9 @@ impl TextEncoderFamily {
             TextEncoderFamily::Sd3 => "SD3's CLIP-L + CLIP-G + T5-XXL",
             TextEncoderFamily::Ovis => "Ovis 2.5",
             TextEncoderFamily::Boogu => "Boogu-Image's Qwen3-VL 8B",
+            TextEncoderFamily::Krea2 => "Krea 2's Qwen3-VL 4B",
+            TextEncoderFamily::MageFlow => "Mage-Flow's Qwen3-VL 4B",
+            TextEncoderFamily::Qwen3Vl => "Qwen3-VL",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
             TextEncoderFamily::HunyuanVideo15 => "HunyuanVideo 1.5's Qwen2.5-VL + ByT5",
             TextEncoderFamily::HunyuanVideo => "HunyuanVideo's CLIP-L + LLaVA-Llama 3",
@@ -169,6 +185,10 @@ impl TextEncoderFamily {
             TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
             // A Qwen3 file (CLIPLoader's type makes it Boogu-Image's).
             TextEncoderFamily::Boogu => qwen3::family::SYNTH_NAME,
+            // A Qwen3-VL 4B file in transformers' layout (CLIPLoader's type makes it Krea 2's or Mage-Flow's).
+            TextEncoderFamily::Krea2 | TextEncoderFamily::MageFlow | TextEncoderFamily::Qwen3Vl => {
+                qwen3::family::QWEN3VL_4B_SYNTH_NAME
+            }
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
             TextEncoderFamily::HunyuanVideo15 => "hunyuan-video15-text-encoders",
@@ -215,6 +235,9 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
             | TextEncoderFamily::Boogu
+            | TextEncoderFamily::Krea2
+            | TextEncoderFamily::MageFlow
+            | TextEncoderFamily::Qwen3Vl
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
@@ -233,6 +256,12 @@ impl TextEncoderFamily {
     fn detect(self, h: &Header) -> Result<Option<TextEncoderDetected>> {
         Ok(match self {
             TextEncoderFamily::Qwen3 => qwen3::detect(h)?.map(TextEncoderDetected::Qwen3),
+            TextEncoderFamily::Qwen3Vl => match qwen3::detect_qwen3vl(h)? {
+                Some(config) => {
+                    Some(TextEncoderDetected::Qwen3Vl(config, qwen3vl_vision::detect(h)?, None))
+                }
+                None => None,
+            },
             TextEncoderFamily::Qwen25Vl => match qwen3::detect_qwen25vl(h)? {
                 Some(config) => Some(TextEncoderDetected::Qwen25Vl(
                     config,
@@ -256,6 +285,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Sd3
             | TextEncoderFamily::Ovis
             | TextEncoderFamily::Boogu
+            | TextEncoderFamily::Krea2
+            | TextEncoderFamily::MageFlow
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
@@ -289,9 +320,10 @@ pub enum TextEncoderDetected {
     Llama3(qwen3::Config),
     /// A Qwen3 file as Ovis-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `ovis`).
     Ovis(qwen3::Config),
-    /// A Qwen3 file as Boogu-Image's encoder (from [`TextEncoderDetected::for_clip_type`] with type `boogu`; RoPE θ
-    /// Qwen3-VL's).
-    Boogu(qwen3::Config),
+    /// A Qwen3-VL language model (a Qwen3-VL file, or a Qwen3 file made one by [`TextEncoderDetected::for_clip_type`]
+    /// with type `boogu`, `krea2` or `mage`; RoPE θ Qwen3-VL's), its vision tower when the file has one, and whose
+    /// encoder it is (`None` until `CLIPLoader`'s type says).
+    Qwen3Vl(qwen3::Config, Option<qwen3vl_vision::Config>, Option<Qwen3VlRole>),
     /// A Qwen3 0.6B file as Anima's encoder (from [`TextEncoderDetected::for_clip_type`], by its width).
     Anima(qwen3::Config),
     /// Gemma 2 (Lumina 2's encoder), and where its tokenizer is.
@@ -319,7 +351,8 @@ impl TextEncoderDetected {
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
             TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
-            TextEncoderDetected::Boogu(_) => TextEncoderFamily::Boogu,
+            TextEncoderDetected::Qwen3Vl(_, _, Some(role)) => role.family(),
+            TextEncoderDetected::Qwen3Vl(_, _, None) => TextEncoderFamily::Qwen3Vl,
             TextEncoderDetected::Anima(_) => TextEncoderFamily::Anima,
             TextEncoderDetected::Gemma2(_) => TextEncoderFamily::Gemma2,
         }
@@ -339,8 +372,14 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3(config)
             | TextEncoderDetected::Flux2Klein(config)
             | TextEncoderDetected::Ovis(config)
-            | TextEncoderDetected::Boogu(config)
             | TextEncoderDetected::Anima(config) => qwen3::load_plan(h, config),
+            TextEncoderDetected::Qwen3Vl(config, vision, _) => {
+                let mut plan = qwen3::load_plan(h, config);
+                if let Some(vision) = vision {
+                    plan.slots.extend(qwen3vl_vision::load_plan(h, vision).slots);
+                }
+                plan
+            }
             TextEncoderDetected::Qwen25Vl(config, vision, _) => {
                 let mut plan = qwen3::load_plan(h, config);
                 let tower = vision.iter().flat_map(VisionConfig::weight_names);
@@ -377,13 +416,19 @@ impl TextEncoderDetected {
             {
                 Ok(TextEncoderDetected::Anima(config))
             }
-            TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Boogu(config)
-                if kind == BOOGU_CLIP_TYPE =>
+            TextEncoderDetected::Qwen3Vl(config, vision, _)
+                if let Some(role) = Qwen3VlRole::of_clip_type(kind) =>
             {
-                Ok(TextEncoderDetected::Boogu(qwen3::Config {
+                Ok(TextEncoderDetected::Qwen3Vl(config, vision, Some(role)))
+            }
+            // A Qwen3 file without a vision tower (the language model alone).
+            TextEncoderDetected::Qwen3(config) if let Some(role) = Qwen3VlRole::of_clip_type(kind) => {
+                let config = qwen3::Config {
                     rope_theta: qwen3::family::QWEN3VL_ROPE_THETA,
+                    variant: qwen3::Variant::Qwen3Vl,
                     ..config
-                }))
+                };
+                Ok(TextEncoderDetected::Qwen3Vl(config, None, Some(role)))
             }
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
                 if kind == OVIS_CLIP_TYPE =>
@@ -498,10 +543,19 @@ impl TextEncoderDetected {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
             },
-            TextEncoderDetected::Boogu(config) => TextEncoderNet::Boogu {
+            TextEncoderDetected::Qwen3Vl(config, vision, Some(role)) => TextEncoderNet::Qwen3Vl {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
+                vision,
+                role,
             },
+            TextEncoderDetected::Qwen3Vl(_, _, None) => {
+                return Err(Error::Invalid(
+                    "Kiln runs a Qwen3-VL file as Boogu-Image's, Krea 2's or Mage-Flow's text encoder: load it \
+                     with CLIPLoader type boogu, krea2 or mage"
+                        .to_owned(),
+                ));
+            }
             TextEncoderDetected::Ovis(config) => TextEncoderNet::Ovis {
                 model: Qwen3::new(config, weights),
                 tokenizer: Tokenizer::bundled()?,
@@ -562,6 +616,44 @@ pub const HUNYUAN_VIDEO15_CLIP_TYPE: &str = "hunyuan_video_15";
 
 /// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 8B's language model) Boogu-Image's text encoder.
 pub const BOOGU_CLIP_TYPE: &str = "boogu";
+
+/// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 4B's language model) Krea 2's text encoder.
+pub const KREA2_CLIP_TYPE: &str = "krea2";
+
+/// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 4B's language model) Mage-Flow's text encoder.
+pub const MAGE_CLIP_TYPE: &str = "mage";
+
+/// Whose text encoder a Qwen3-VL language model is (by `CLIPLoader`'s type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qwen3VlRole {
+    /// Boogu-Image's (type `boogu`, Qwen3-VL 8B).
+    Boogu,
+    /// Krea 2's (type `krea2`, Qwen3-VL 4B).
+    Krea2,
+    /// Mage-Flow's (type `mage`, Qwen3-VL 4B).
+    MageFlow,
+}
+
+impl Qwen3VlRole {
+    /// The role `CLIPLoader`'s type `kind` gives a Qwen3-VL file, if it gives one.
+    pub fn of_clip_type(kind: &str) -> Option<Qwen3VlRole> {
+        match kind {
+            BOOGU_CLIP_TYPE => Some(Qwen3VlRole::Boogu),
+            KREA2_CLIP_TYPE => Some(Qwen3VlRole::Krea2),
+            MAGE_CLIP_TYPE => Some(Qwen3VlRole::MageFlow),
+            _ => None,
+        }
+    }
+
+    /// The text encoder family it makes the file.
+    pub fn family(self) -> TextEncoderFamily {
+        match self {
+            Qwen3VlRole::Boogu => TextEncoderFamily::Boogu,
+            Qwen3VlRole::Krea2 => TextEncoderFamily::Krea2,
+            Qwen3VlRole::MageFlow => TextEncoderFamily::MageFlow,
+        }
+    }
+}
 
 /// `CLIPLoader`'s type that makes a Qwen3 file Ovis-Image's text encoder.
 pub const OVIS_CLIP_TYPE: &str = "ovis";
@@ -641,6 +733,13 @@ pub enum EditPrompt {
     Plus {
         /// Which of the node's three image inputs are connected (a picture keeps its input's number).
         pictures: [bool; 3],
+    },
+    /// A Qwen3-VL encoder's prompt with images, as its tokenizer lays them out: `Image j: ` and a slot per image in
+    /// the edit template (Mage-Flow's, `TextEncodeMageFlowEdit`), or a slot per image in Boogu's image template
+    /// (`TextEncodeBooguEdit`).
+    Numbered {
+        /// How many images come with the prompt.
+        images: usize,
     },
 }
 
@@ -780,12 +879,17 @@ pub enum TextEncoderNet {
     Sdxl(Box<SdxlEncoders>),
     /// SD3's CLIP-L, CLIP-G and T5-XXL (any of them) with their tokenizers.
     Sd3(Box<Sd3Encoders>),
-    /// Boogu-Image's Qwen3-VL language model (the Qwen3 decoder code) with the Qwen tokenizer.
-    Boogu {
+    /// A Qwen3-VL language model (the Qwen3 decoder code) with the Qwen tokenizer: Boogu-Image's, Krea 2's or
+    /// Mage-Flow's.
+    Qwen3Vl {
         /// The network.
         model: Qwen3,
         /// Its tokenizer.
         tokenizer: Tokenizer,
+        /// The vision tower, when the file has one.
+        vision: Option<qwen3vl_vision::Config>,
+        /// Whose encoder it is.
+        role: Qwen3VlRole,
     },
     /// Ovis-Image's Qwen3 (the Qwen3 decoder code) with the Qwen tokenizer.
     Ovis {
@@ -853,7 +957,7 @@ impl TextEncoderNet {
             TextEncoderNet::Sdxl(_) => TextEncoderFamily::Sdxl,
             TextEncoderNet::Sd3(_) => TextEncoderFamily::Sd3,
             TextEncoderNet::Ovis { .. } => TextEncoderFamily::Ovis,
-            TextEncoderNet::Boogu { .. } => TextEncoderFamily::Boogu,
+            TextEncoderNet::Qwen3Vl { role, .. } => role.family(),
             TextEncoderNet::Kandinsky5(_) => TextEncoderFamily::Kandinsky5,
             TextEncoderNet::HunyuanVideo15(_) => TextEncoderFamily::HunyuanVideo15,
             TextEncoderNet::HunyuanVideo1(_) => TextEncoderFamily::HunyuanVideo,
@@ -870,7 +974,7 @@ impl TextEncoderNet {
             | TextEncoderNet::Qwen25Vl { model, .. }
             | TextEncoderNet::Flux2Klein { model, .. }
             | TextEncoderNet::Ovis { model, .. }
-            | TextEncoderNet::Boogu { model, .. }
+            | TextEncoderNet::Qwen3Vl { model, .. }
             | TextEncoderNet::Anima { model, .. }
             | TextEncoderNet::Gemma2 { model, .. }
             | TextEncoderNet::Mistral3 { model, .. } => &model.weights,
@@ -1004,7 +1108,7 @@ impl TextEncoderNet {
                 }
                 TextEncoderDetected::Qwen3(_)
                 | TextEncoderDetected::Ovis(_)
-                | TextEncoderDetected::Boogu(_)
+                | TextEncoderDetected::Qwen3Vl(..)
                 | TextEncoderDetected::Anima(_)
                 | TextEncoderDetected::Flux2Klein(_)
                 | TextEncoderDetected::Mistral3(_)
@@ -1102,8 +1206,11 @@ impl TextEncoderNet {
             TextEncoderNet::Anima { tokenizer, t5_tokenizer, .. } => Ok(PromptTokens::Anima(
                 Box::new(anima_text::tokenize(tokenizer, t5_tokenizer, prompt, options)?),
             )),
-            TextEncoderNet::Boogu { tokenizer, .. } => {
+            TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Boogu, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.boogu_prompt(prompt)?))
+            }
+            TextEncoderNet::Qwen3Vl { tokenizer, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.qwen3vl_image_prompt(prompt)?))
             }
             TextEncoderNet::Ovis { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.ovis_prompt(prompt)?))
@@ -1216,6 +1323,34 @@ impl TextEncoderNet {
                 let numbers: Vec<usize> = (1..=3).filter(|&i| pictures[i - 1]).collect();
                 tokenizer.qwen_image_edit_plus_prompt(prompt, &numbers)
             }
+            // ComfyUI's Qwen3-VL tokenizers take the node's `Picture i: ` slots as prompt text in its template.
+            (TextEncoderNet::Qwen3Vl { tokenizer, .. }, EditPrompt::Plus { pictures }) => {
+                let slots: String = (1..=3)
+                    .filter(|&i| pictures[i - 1])
+                    .map(|i| format!("Picture {i}: {}", qwen3::IMAGE_SLOT))
+                    .collect();
+                tokenizer.qwen3vl_edit_prompt(&format!("{slots}{prompt}"))
+            }
+            (
+                TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Boogu, .. },
+                EditPrompt::Numbered { images },
+            ) => tokenizer.boogu_edit_prompt(prompt, images),
+            (TextEncoderNet::Qwen3Vl { tokenizer, .. }, EditPrompt::Numbered { images }) => {
+                tokenizer.mage_edit_prompt(prompt, images)
+            }
+            (TextEncoderNet::Qwen3Vl { .. }, EditPrompt::Edit { .. }) => {
+                Err(crate::Error::Invalid(format!(
+                    "TextEncodeQwenImageEdit with {}'s encoder is not supported yet; \
+                     TextEncodeQwenImageEditPlus takes its images",
+                    self.family().name()
+                )))
+            }
+            (TextEncoderNet::Qwen25Vl { .. }, EditPrompt::Numbered { .. }) => {
+                Err(crate::Error::Invalid(format!(
+                    "numbered edit images (TextEncodeMageFlowEdit) need a Qwen3-VL text encoder, not {}",
+                    self.family().name()
+                )))
+            }
             (
                 TextEncoderNet::Qwen3 { .. }
                 | TextEncoderNet::Flux2Klein { .. }
@@ -1227,7 +1362,6 @@ impl TextEncoderNet {
                 | TextEncoderNet::Sdxl(_)
                 | TextEncoderNet::Sd3(_)
                 | TextEncoderNet::Ovis { .. }
-                | TextEncoderNet::Boogu { .. }
                 | TextEncoderNet::Anima { .. }
                 | TextEncoderNet::Gemma2 { .. }
                 | TextEncoderNet::Kandinsky5(_)
@@ -1250,11 +1384,13 @@ impl TextEncoderNet {
     }
 
     /// Text generated after `prompt` (`TextGenerate`), as token ids (the stop token included when one was
-    /// reached), with ComfyUI's chat template for the family around the prompt; at most `max_new` tokens.
+    /// reached), with ComfyUI's chat template for the family around the prompt (framed by `chat` where the
+    /// family's tokenizer reads it: Krea 2's and Mage-Flow's); at most `max_new` tokens.
     pub fn generate<B: Backend>(
         &self,
         b: &B,
         prompt: &str,
+        chat: ChatOptions,
         max_new: usize,
         decoding: Decoding,
         on_token: &mut dyn FnMut(usize) -> Result<()>,
@@ -1279,9 +1415,15 @@ impl TextEncoderNet {
             TextEncoderNet::Ovis { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Ovis-Image's encoder is not supported yet".to_owned(),
             )),
-            TextEncoderNet::Boogu { .. } => Err(crate::Error::Invalid(
-                "TextGenerate with Boogu-Image's Qwen3-VL encoder is not supported yet".to_owned(),
+            TextEncoderNet::Qwen3Vl { role: Qwen3VlRole::Boogu, .. } => Err(crate::Error::Invalid(
+                "TextGenerate with Boogu-Image's Qwen3-VL 8B encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Qwen3Vl { model, tokenizer, .. } => {
+                // Krea 2's and Mage-Flow's tokenizers with `min_length=1`: their template, no padding.
+                let ids = tokenizer.qwen3vl_chat_prompt(prompt, chat)?;
+                let pick = &mut |logits| picker.pick(logits);
+                model.generate(b, &ids, max_new, &qwen3::STOP_TOKENS, pick, on_token)
+            }
             TextEncoderNet::Anima { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Anima's Qwen3 0.6B encoder is not supported yet".to_owned(),
             )),
@@ -1317,7 +1459,8 @@ impl TextEncoderNet {
         match self {
             TextEncoderNet::Qwen3 { tokenizer, .. }
             | TextEncoderNet::Qwen25Vl { tokenizer, .. }
-            | TextEncoderNet::Flux2Klein { tokenizer, .. } => tokenizer.decode(ids),
+            | TextEncoderNet::Flux2Klein { tokenizer, .. }
+            | TextEncoderNet::Qwen3Vl { tokenizer, .. } => tokenizer.decode(ids),
             TextEncoderNet::Flux { .. }
             | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::T5Xxl { .. }
@@ -1326,7 +1469,6 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
-            | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_)
@@ -1361,6 +1503,13 @@ impl TextEncoderNet {
                 "this Qwen2.5-VL file has no vision tower (`visual.*` weights), so it cannot read images"
                     .to_owned(),
             )),
+            TextEncoderNet::Qwen3Vl { vision: Some(vision), .. } => {
+                VisionInput::patched(&vision.patching(), image, height, width, channels)
+            }
+            TextEncoderNet::Qwen3Vl { vision: None, .. } => Err(crate::Error::Invalid(
+                "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images"
+                    .to_owned(),
+            )),
             TextEncoderNet::Qwen3 { .. }
             | TextEncoderNet::Flux2Klein { .. }
             | TextEncoderNet::Mistral3 { .. }
@@ -1371,7 +1520,6 @@ impl TextEncoderNet {
             | TextEncoderNet::Sdxl(_)
             | TextEncoderNet::Sd3(_)
             | TextEncoderNet::Ovis { .. }
-            | TextEncoderNet::Boogu { .. }
             | TextEncoderNet::Anima { .. }
             | TextEncoderNet::Gemma2 { .. }
             | TextEncoderNet::Kandinsky5(_)
@@ -1407,14 +1555,31 @@ impl TextEncoderNet {
                 }
                 Ok(Encoded::new(model.hidden_state(b, ids)?, None))
             }
-            (TextEncoderNet::Boogu { model, .. }, PromptTokens::Ids(ids)) => {
-                if !images.is_empty() {
-                    return reads_no_images();
-                }
-                // The last layer through the final norm (`layer="hidden", layer_idx=-1` with
-                // `layer_norm_hidden_state=True`): Hugging Face's state `layers`, no padding.
+            (TextEncoderNet::Qwen3Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {
+                // Boogu's and Mage-Flow's: the last layer through the final norm (`layer="hidden", layer_idx=-1`
+                // with `layer_norm_hidden_state=True`): Hugging Face's state `layers`. Krea 2's: twelve inner
+                // states, none normed.
                 let last = [model.config.layers];
-                Ok(Encoded::new(model.tapped_hidden_states(b, ids, ids.len(), &last)?, None))
+                let taps: &[usize] = match role {
+                    Qwen3VlRole::Krea2 => &qwen3::family::KREA2_TAPS,
+                    Qwen3VlRole::Boogu | Qwen3VlRole::MageFlow => &last,
+                };
+                // ComfyUI's padding mask: a written `<|endoftext|>` (the pad) and the text after it are not attended
+                // to.
+                let states = if images.is_empty() {
+                    model.tapped_hidden_states(b, ids, qwen3::attended_keys(ids), taps)?
+                } else {
+                    let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
+                    let attended = Some(qwen3::attended_keys(ids));
+                    model.tapped_hidden_states_with_images(b, ids, &tokens, attended, taps)?
+                };
+                if *role == Qwen3VlRole::Boogu {
+                    return Ok(Encoded::new(states, None));
+                }
+                // Krea 2's and Mage-Flow's `encode_token_weights` cut the system turn and the user header off.
+                let start = qwen3::qwen_image_conditioning_start(ids);
+                let n = states.dim(1)?;
+                Ok(Encoded::new(b.slice(&states, 1, start, n - start)?, None))
             }
             (TextEncoderNet::Ovis { model, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
@@ -1667,6 +1832,34 @@ fn image_tokens<B: Backend>(
         };
         tokens.push(ImageTokens {
             embeds: qwen_vl::embed_image(b, &model.weights, vision, input)?,
+            deepstack: Vec::new(),
+            rows: input.grid_h / qwen_vl::MERGE,
+            cols: input.grid_w / qwen_vl::MERGE,
+        });
+    }
+    Ok(tokens)
+}
+
+/// Qwen3-VL's tokens of each of `images` (the merged patches with their DeepStack features), from the vision
+/// tower `vision` among `model`'s weights.
+fn qwen3vl_image_tokens<B: Backend>(
+    b: &B,
+    model: &Qwen3,
+    vision: Option<&qwen3vl_vision::Config>,
+    images: &[VisionInput],
+) -> Result<Vec<ImageTokens<B>>> {
+    let Some(vision) = vision else {
+        return Err(Error::Invalid(
+            "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images"
+                .to_owned(),
+        ));
+    };
+    let mut tokens = Vec::with_capacity(images.len());
+    for input in images {
+        let out = qwen3vl_vision::embed_image(b, &model.weights, vision, input)?;
+        tokens.push(ImageTokens {
+            embeds: out.merged,
+            deepstack: out.deepstack,
             rows: input.grid_h / qwen_vl::MERGE,
             cols: input.grid_w / qwen_vl::MERGE,
         });

@@ -9,6 +9,7 @@ use crate::header::Header;
 use crate::hunyuan_vae::{self, HunyuanVae};
 use crate::kl_video_vae::{self, KlVideoVae};
 use crate::latent::LatentFormat;
+use crate::mage_vae::{self, MageVae};
 use crate::wan_vae::{self, ClipVae, Wan22Vae, WanVae};
 
 /// A family of autoencoders.
@@ -28,6 +29,8 @@ pub enum VaeFamily {
     /// The HunyuanVideo 1.0 VAE, also Kandinsky 5's video models' (the KL autoencoder with 3-D convolutions: 16
     /// channels, 8× down in space, 4× in time).
     HunyuanVideo,
+    /// Mage-Flow's one-step diffusion codec (128 channels, 16× down, in FLUX.2's latent space).
+    MageFlow,
 }
 
 impl VaeFamily {
@@ -37,13 +40,14 @@ impl VaeFamily {
     /// present: FLUX.2), so the order within each pair does not matter. The HunyuanVideo 1.5 VAE (32 latent
     /// channels into `decoder.conv_in.conv`) and the 1.0 one (16, and `post_quant_conv`) come before the Flux VAE
     /// too.
-    pub const ALL: [VaeFamily; 6] = [
+    pub const ALL: [VaeFamily; 7] = [
         VaeFamily::Wan21,
         VaeFamily::Wan22,
         VaeFamily::HunyuanVideo15,
         VaeFamily::HunyuanVideo,
         VaeFamily::Flux,
         VaeFamily::Flux2,
+        VaeFamily::MageFlow,
     ];
 
     /// The family's name in messages (`the Flux VAE`).
@@ -55,6 +59,7 @@ impl VaeFamily {
             VaeFamily::Wan22 => wan_vae::family::WAN22_NAME,
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::NAME,
             VaeFamily::HunyuanVideo => kl_video_vae::family::NAME,
+            VaeFamily::MageFlow => mage_vae::family::NAME,
         }
     }
 
@@ -67,6 +72,7 @@ impl VaeFamily {
             VaeFamily::Wan22 => wan_vae::family::WAN22_SYNTH_NAME,
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::SYNTH_NAME,
             VaeFamily::HunyuanVideo => kl_video_vae::family::SYNTH_NAME,
+            VaeFamily::MageFlow => mage_vae::family::SYNTH_NAME,
         }
     }
 
@@ -80,6 +86,7 @@ impl VaeFamily {
             VaeFamily::Wan22 => LatentFormat::WAN22,
             VaeFamily::HunyuanVideo15 => LatentFormat::HUNYUAN_VIDEO15,
             VaeFamily::HunyuanVideo => LatentFormat::HUNYUAN_VIDEO,
+            VaeFamily::MageFlow => mage_vae::family::LATENT,
         }
     }
 
@@ -96,6 +103,7 @@ impl VaeFamily {
                 .map(|(config, layout)| VaeDetected::Wan22(config, layout)),
             VaeFamily::HunyuanVideo15 => hunyuan_vae::detect(h)?.map(VaeDetected::HunyuanVideo15),
             VaeFamily::HunyuanVideo => kl_video_vae::detect(h)?.map(VaeDetected::HunyuanVideo),
+            VaeFamily::MageFlow => mage_vae::detect(h)?.map(VaeDetected::MageFlow),
         })
     }
 }
@@ -118,6 +126,8 @@ pub enum VaeDetected {
     HunyuanVideo15(hunyuan_vae::Config),
     /// The HunyuanVideo 1.0 VAE.
     HunyuanVideo(kl_video_vae::Config),
+    /// The Mage-Flow VAE.
+    MageFlow(mage_vae::Config),
 }
 
 impl VaeDetected {
@@ -135,6 +145,7 @@ impl VaeDetected {
             VaeDetected::Wan22(..) => VaeFamily::Wan22,
             VaeDetected::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
             VaeDetected::HunyuanVideo(_) => VaeFamily::HunyuanVideo,
+            VaeDetected::MageFlow(_) => VaeFamily::MageFlow,
         }
     }
 
@@ -146,6 +157,7 @@ impl VaeDetected {
             VaeDetected::Wan22(config, layout) => wan_vae::wan22::load_plan(h, config, *layout),
             VaeDetected::HunyuanVideo15(config) => hunyuan_vae::load_plan(h, config),
             VaeDetected::HunyuanVideo(config) => kl_video_vae::load_plan(h, config),
+            VaeDetected::MageFlow(config) => mage_vae::load_plan(h, config),
         }
     }
 
@@ -161,6 +173,7 @@ impl VaeDetected {
             VaeDetected::HunyuanVideo(config) => {
                 VaeNet::HunyuanVideo(KlVideoVae::new(config, weights))
             }
+            VaeDetected::MageFlow(config) => VaeNet::MageFlow(MageVae::new(config, weights)),
         }
     }
 }
@@ -177,6 +190,8 @@ pub enum VaeNet {
     HunyuanVideo15(HunyuanVae),
     /// The HunyuanVideo 1.0 VAE.
     HunyuanVideo(KlVideoVae),
+    /// The Mage-Flow VAE.
+    MageFlow(MageVae),
 }
 
 impl VaeNet {
@@ -188,6 +203,7 @@ impl VaeNet {
             VaeNet::Wan22(_) => VaeFamily::Wan22,
             VaeNet::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
             VaeNet::HunyuanVideo(_) => VaeFamily::HunyuanVideo,
+            VaeNet::MageFlow(_) => VaeFamily::MageFlow,
         }
     }
 
@@ -199,6 +215,7 @@ impl VaeNet {
             VaeNet::Wan22(net) => &net.weights,
             VaeNet::HunyuanVideo15(net) => &net.weights,
             VaeNet::HunyuanVideo(net) => &net.weights,
+            VaeNet::MageFlow(net) => &net.weights,
         }
     }
 
@@ -212,6 +229,7 @@ impl VaeNet {
             VaeNet::Wan22(_) => (wan_vae::wan22::IMAGE_CHANNELS, None),
             VaeNet::HunyuanVideo15(_) => (hunyuan_vae::IMAGE_CHANNELS, None),
             VaeNet::HunyuanVideo(_) => (kl_video_vae::IMAGE_CHANNELS, None),
+            VaeNet::MageFlow(net) => (net.config.image_channels, None),
         }
     }
 
@@ -224,6 +242,7 @@ impl VaeNet {
             VaeNet::Wan22(net) => net.decode(b, z),
             VaeNet::HunyuanVideo15(net) => net.decode(b, z),
             VaeNet::HunyuanVideo(net) => net.decode(b, z),
+            VaeNet::MageFlow(net) => net.decode(b, z),
         }
     }
 
@@ -236,6 +255,7 @@ impl VaeNet {
             VaeNet::Wan22(net) => net.config.downscale(),
             VaeNet::HunyuanVideo15(net) => net.config.downscale(),
             VaeNet::HunyuanVideo(net) => net.config.downscale(),
+            VaeNet::MageFlow(net) => net.downscale(),
         }
     }
 
@@ -244,7 +264,7 @@ impl VaeNet {
     /// ⌊(L − 1)/4⌋ + 1 latent frames, and decodes T latent frames to 4T − 3.
     pub fn temporal_downscale(&self) -> Option<usize> {
         match self {
-            VaeNet::Flux(_) => None,
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) => None,
             VaeNet::Wan21(_)
             | VaeNet::Wan22(_)
             | VaeNet::HunyuanVideo15(_)
@@ -263,7 +283,7 @@ impl VaeNet {
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
         match self {
-            VaeNet::Flux(_) => Err(self.not_video()),
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::Wan22(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.decode_video_with(b, z, per_chunk, out),
@@ -283,7 +303,7 @@ impl VaeNet {
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
         match self {
-            VaeNet::Flux(_) => Err(self.not_video()),
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::Wan22(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.encode_video_with(b, x, per_chunk, out),
@@ -307,6 +327,7 @@ impl VaeNet {
             VaeNet::Wan22(net) => net.encode(b, x),
             VaeNet::HunyuanVideo15(net) => net.encode(b, x),
             VaeNet::HunyuanVideo(net) => net.encode(b, x),
+            VaeNet::MageFlow(net) => net.encode(b, x),
         }
     }
 }

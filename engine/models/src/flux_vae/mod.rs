@@ -19,7 +19,7 @@
 //! the mid block, one head over the H·W positions), no tanh on the output, the encoder's **mean** as the
 //! latent.
 
-mod blocks;
+pub(crate) mod blocks;
 mod config;
 pub mod family;
 

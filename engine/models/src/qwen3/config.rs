@@ -49,13 +49,19 @@ pub enum Variant {
     /// MLP is GeGLU with tanh GELU, the embeddings are scaled by √hidden; its conditioning is layer
     /// `layers − 2`'s output, un-normalised.
     Gemma2,
+    /// Qwen3-VL's language model (Krea 2's, Mage-Flow's and Boogu's text encoder, [`detect_qwen3vl`]): Qwen3's
+    /// layers; images in the prompt at interleaved M-RoPE positions (sections [24, 20, 20]: the row and column
+    /// take every third frequency; text positions, equal on all three axes, make it plain RoPE), their DeepStack
+    /// features added after the first layers; its hidden state is the last layer's output through the final
+    /// norm (taps as [`crate::qwen3::Qwen3::tapped_hidden_states`] numbers them).
+    Qwen3Vl,
 }
 
 impl Variant {
     /// The tensors of one decoder layer, after `model.layers.{i}.`, in the order the model fetches them.
     pub(super) fn layer_tensors(self) -> &'static [&'static str] {
         match self {
-            Variant::Qwen3 => &LAYER_TENSORS,
+            Variant::Qwen3 | Variant::Qwen3Vl => &LAYER_TENSORS,
             Variant::Qwen25Vl => &QWEN25_LAYER_TENSORS,
             Variant::Mistral3 | Variant::Llama3 => &MISTRAL3_LAYER_TENSORS,
             Variant::Gemma2 => &GEMMA2_LAYER_TENSORS,
@@ -164,7 +170,7 @@ impl Config {
     /// The shapes of one layer's weights, in [`Config::layer_names`] order.
     pub(crate) fn layer_shapes(&self) -> Vec<Vec<usize>> {
         match self.variant {
-            Variant::Qwen3 => self.qwen3_layer_shapes().to_vec(),
+            Variant::Qwen3 | Variant::Qwen3Vl => self.qwen3_layer_shapes().to_vec(),
             Variant::Qwen25Vl => {
                 let (d, q, kv, f) = (
                     self.hidden,
@@ -231,8 +237,7 @@ impl Config {
 /// or of a shape that disagrees with the others is [`crate::Error::Unsupported`] naming it.
 pub fn detect(h: &Header) -> Result<Option<Config>> {
     let q_norm = "model.layers.0.self_attn.q_norm.weight";
-    let looks_like_qwen3 =
-        |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
+    let looks_like_qwen3 = |name: &str| present(h, name);
     // Gemma 3 and 4 have q/k norms too, and Gemma's sandwich norms ([`crate::gemma2`] names them).
     if !looks_like_qwen3("model.layers.0.post_attention_layernorm.weight")
         || !looks_like_qwen3(q_norm)
@@ -274,14 +279,28 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
     Ok(Some(config))
 }
 
+/// The config of Qwen3-VL's language model ([`Variant::Qwen3Vl`], RoPE θ
+/// [`super::family::QWEN3VL_ROPE_THETA`]): a Qwen3 layout ([`detect`]) in a file that also holds Qwen3-VL's vision
+/// tower (`visual.deepstack_merger_list.0.norm.weight`, ComfyUI's own test; the file's
+/// `model.visual.deepstack_merger_list.0.norm.weight` in transformers' layout). `None` for any other file.
+pub fn detect_qwen3vl(h: &Header) -> Result<Option<Config>> {
+    if !present(h, "visual.deepstack_merger_list.0.norm.weight") {
+        return Ok(None);
+    }
+    Ok(detect(h)?.map(|config| Config {
+        rope_theta: super::family::QWEN3VL_ROPE_THETA,
+        variant: Variant::Qwen3Vl,
+        ..config
+    }))
+}
+
 /// The config of Qwen2.5-VL's language model (`None` when the file is not one: it lacks
 /// `model.layers.0.self_attn.q_proj.bias`, or has Qwen3's q norm), every width but the head's (128, as ComfyUI's
 /// `Qwen25_7BVLI` fixes it) derived from the tensor shapes. The vision tower (`visual.*`) is not read. A tensor
 /// missing, of an unsupported dtype or of a disagreeing shape is [`crate::Error::Unsupported`] naming it.
 pub fn detect_qwen25vl(h: &Header) -> Result<Option<Config>> {
-    let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
-    if !present("model.layers.0.self_attn.q_proj.bias")
-        || present("model.layers.0.self_attn.q_norm.weight")
+    if !present(h, "model.layers.0.self_attn.q_proj.bias")
+        || present(h, "model.layers.0.self_attn.q_norm.weight")
     {
         return Ok(None);
     }
@@ -357,7 +376,8 @@ pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     if h.has(NORM) {
         slots.push(slot(NORM.to_owned()));
     }
-    let untied = cfg.variant == Variant::Qwen3 && cfg.hidden == super::family::QWEN3_8B_HIDDEN;
+    let untied = matches!(cfg.variant, Variant::Qwen3 | Variant::Qwen3Vl)
+        && cfg.hidden == super::family::QWEN3_8B_HIDDEN;
     let head_shape = Some(vec![cfg.vocab, cfg.hidden]);
     if let Some(name) = LM_HEAD_NAMES.iter().find(|&&n| untied && h.values_shape(n) == head_shape) {
         slots.push(SlotPlan::new(LM_HEAD.to_owned(), vec![(0, h.key(name))]));
@@ -392,9 +412,22 @@ pub(crate) fn check_shape(h: &Header, name: &str, want: &[usize]) -> Result<()> 
     }
 }
 
+/// Whether tensor `name` is in the file, in any dtype.
+fn present(h: &Header, name: &str) -> bool {
+    h.has(name) || unsupported_dtype(h, name).is_some()
+}
+
+/// The dtype of tensor `name` when it is one Kiln cannot compute with (matched by its key in the file, so a
+/// nested language model's names count).
+fn unsupported_dtype<'f>(h: &Header<'f>, name: &str) -> Option<&'f str> {
+    let key = h.key(name);
+    let name = key.strip_prefix(h.prefix()).unwrap_or(&key);
+    h.unsupported_dtypes().find(|&(n, _)| n == name).map(|(_, dtype)| dtype)
+}
+
 /// A tensor that must exist in a dtype Kiln computes with.
 fn require(h: &Header, name: &str) -> Result<()> {
-    if let Some((_, dtype)) = h.unsupported_dtypes().find(|&(n, _)| n == name) {
+    if let Some(dtype) = unsupported_dtype(h, name) {
         return Err(h.unsupported(format!(
             "tensor `{}` is {dtype}, a type Kiln cannot compute with",
             h.key(name)

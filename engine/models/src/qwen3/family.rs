@@ -21,3 +21,11 @@ pub const KLEIN_SYNTH_NAME: &str = "qwen3-klein";
 
 /// Qwen3-VL's RoPE base θ (ComfyUI's `Qwen3VL_8BConfig`; text positions make its interleaved M-RoPE plain RoPE).
 pub const QWEN3VL_ROPE_THETA: f64 = 5_000_000.0;
+
+/// The name `kiln model synth --family` writes a Qwen3-VL 4B under (transformers' layout, its language model
+/// nested under `model.language_model.`; Krea 2's and Mage-Flow's encoder).
+pub const QWEN3VL_4B_SYNTH_NAME: &str = "qwen3vl-4b";
+
+/// The hidden states Krea 2 conditions on, in Hugging Face's numbering (ComfyUI's `KREA2_TAP_LAYERS`: `k` is layer
+/// `k − 1`'s output, none through the final norm).
+pub const KREA2_TAPS: [usize; 12] = [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35];

@@ -12,7 +12,9 @@
 //! - [`Qwen3::generate`]: the whole decoder with a key/value cache, for `TextGenerate`.
 //!
 //! The same decoder runs Qwen2.5-VL's language model, Qwen-Image's text encoder ([`Variant::Qwen25Vl`],
-//! [`detect_qwen25vl`]): q/k/v biases instead of q/k norms, the final norm's output as the hidden state.
+//! [`detect_qwen25vl`]): q/k/v biases instead of q/k norms, the final norm's output as the hidden state; and
+//! Qwen3-VL's ([`Variant::Qwen3Vl`], [`detect_qwen3vl`]), which reads images with their DeepStack features
+//! ([`Qwen3::tapped_hidden_states_with_images`]).
 
 mod config;
 pub mod family;
@@ -21,8 +23,8 @@ mod model;
 mod tokenizer;
 
 pub use config::{
-    Config, QWEN25_HEAD_DIM, RMS_EPS, ROPE_THETA, Variant, detect, detect_qwen25vl, layer_names,
-    load_plan,
+    Config, QWEN25_HEAD_DIM, RMS_EPS, ROPE_THETA, Variant, detect, detect_qwen3vl, detect_qwen25vl,
+    layer_names, load_plan,
 };
 pub(crate) use config::{check_layers, check_shape, count_layers, dims, fixed_head_dims};
 pub use model::{IMAGE_PAD, ImageTokens, Qwen3};

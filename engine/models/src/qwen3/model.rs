@@ -1,6 +1,9 @@
 //! [`Qwen3`]: the decoder run up to the hidden state ComfyUI conditions Z-Image on (models.md §4.1, §4.2), up to
 //! the hidden states FLUX.2 Klein conditions on (models-flux.md §5.3), and run whole to generate text
-//! (`TextGenerate`).
+//! (`TextGenerate`); with images in the prompt for Qwen2.5-VL and Qwen3-VL ([`ImageTokens`]).
+//!
+//! Invariant: an image's tokens take the place of its `<|image_pad|>` and its DeepStack features (Qwen3-VL's)
+//! are added at exactly those tokens after layers `0..features`; text rows are never touched by them.
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::Model;
@@ -27,18 +30,20 @@ impl Qwen3 {
 
     /// The hidden state of `ids` `[1, N, hidden]` (f32) that ComfyUI conditions on: for Qwen3 the output of
     /// decoder layer `layers − 2` (transformers' `hidden_states[-2]`, ComfyUI's `layer_idx=-2`), without the
-    /// final norm; for Qwen2.5-VL the last layer's output through the final norm (`hidden_states[-1]`,
-    /// `layer="last"`). Causal attention over positions 0..N−1, no padding. One layer's weights are on the
-    /// device at a time.
+    /// final norm; for Qwen2.5-VL and Qwen3-VL the last layer's output through the final norm
+    /// (`hidden_states[-1]`, `layer="last"`; Qwen3-VL's `layer_idx=-1` with the final norm, Mage-Flow's and
+    /// Boogu's). Causal attention over positions 0..N−1, no padding. One layer's weights are on the device at a
+    /// time.
     pub fn hidden_state<B: Backend>(&self, b: &B, ids: &[u32]) -> Result<Tensor<B>> {
         self.hidden_state_with_images(b, ids, &[])
     }
 
-    /// [`Qwen3::hidden_state`] with images in the prompt (Qwen2.5-VL): the first `images.len()`
+    /// [`Qwen3::hidden_state`] with images in the prompt (Qwen2.5-VL, Qwen3-VL): the first `images.len()`
     /// `<|image_pad|>` tokens of `ids` are each replaced by an image's tokens (so the output is longer than
-    /// `ids`), positioned by M-RoPE as ComfyUI's `Qwen25_7BVLI` does: an image's tokens share the temporal
-    /// position where it starts and count rows and columns from there; the text after it continues past its
-    /// larger side.
+    /// `ids`), positioned by M-RoPE as ComfyUI's `Qwen25_7BVLI` and `qwen2vl_mrope_position_ids` do: an image's
+    /// tokens share the temporal position where it starts and count rows and columns from there; the text after
+    /// it continues past its larger side. Qwen3-VL's images' DeepStack features are added at their tokens after
+    /// the first layers.
     pub fn hidden_state_with_images<B: Backend>(
         &self,
         b: &B,
@@ -100,49 +105,26 @@ impl Qwen3 {
         // `out_dtype=torch.float32` and each layer's weights are cast to the activations' type).
         let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
-        if !images.is_empty() && cfg.variant != Variant::Qwen25Vl {
-            return Err(Error::Invalid("a Qwen3 text encoder reads no images".into()));
-        }
         if matches!(cfg.variant, Variant::Mistral3 | Variant::Llama3) {
             return Err(Error::Invalid(
                 "Mistral Small's and Llama's conditionings are tapped hidden states, not one hidden state"
                     .into(),
             ));
         }
-        let pieces = Piece::split(ids, images)?;
-        if pieces.is_empty() {
-            self.check_ids(ids)?;
-        }
-        for piece in &pieces {
-            if let Piece::Text(ids) = piece {
-                self.check_ids(ids)?;
-            }
-        }
-        let mut x = {
-            let layer = self.weights.fetch(b, &[EMBED])?;
-            let mut parts = Vec::with_capacity(pieces.len());
-            for piece in &pieces {
-                parts.push(match piece {
-                    Piece::Text(ids) => self.embed(b, ids, &layer.weight(0))?,
-                    Piece::Image(image) => b.cast(&image.embeds, b.compute_dtype())?,
-                });
-            }
-            let x = if parts.len() == 1 {
-                parts.remove(0)
-            } else {
-                b.concat(&parts.iter().collect::<Vec<_>>(), 0)?
-            };
-            let n = x.dim(0)?;
-            x.reshape(&[1, n, cfg.hidden])?
-        };
+        let pieces = self.pieces(ids, images)?;
+        let mut x = self.embed_prompt(b, &pieces)?;
         let mut positions = Piece::positions(&pieces);
-        let attended = attended.map(|a| Piece::masked_from(&pieces, a, &mut positions));
+        // Only Qwen2.5-VL's ComfyUI moves the masked tokens after an image (`Qwen25_7BVLI`); Qwen3-VL's
+        // `qwen2vl_mrope_position_ids` leaves every position as it counts.
+        let move_masked = cfg.variant == Variant::Qwen25Vl;
+        let attended =
+            attended.map(|a| Piece::masked_from(&pieces, a, &mut positions, move_masked));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
-        let layers = match cfg.variant {
+        let (layers, normed) = match cfg.variant {
             Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 | Variant::Gemma2 => {
-                cfg.layers.saturating_sub(1)
+                (cfg.layers.saturating_sub(1), false)
             }
-            Variant::Qwen25Vl => cfg.layers,
+            Variant::Qwen25Vl | Variant::Qwen3Vl => (cfg.layers, final_norm),
         };
         for i in 0..layers {
             let keys = match attended {
@@ -150,8 +132,11 @@ impl Qwen3 {
                 None => Keys::Causal,
             };
             x = self.layer(b, i, &x, &cos, &sin, keys)?;
+            if let Some(features) = deepstack(b, cfg, &pieces, i)? {
+                x = b.binary(&x, &features, BinaryOp::Add)?;
+            }
         }
-        if cfg.variant == Variant::Qwen25Vl && final_norm {
+        if normed {
             let norm = self.weights.fetch(b, &[NORM])?;
             x = self.norm(b, &x, &norm.weight(0))?;
         }
@@ -174,21 +159,61 @@ impl Qwen3 {
         attended: usize,
         taps: &[usize],
     ) -> Result<Tensor<B>> {
-        // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
-        let b = &b.with_compute_dtype(DType::F32)?;
-        let cfg = &self.config;
-        self.check_ids(ids)?;
         let n = ids.len();
         if attended == 0 || attended > n {
+            self.check_ids(ids)?;
             return Err(Error::Invalid(format!(
                 "{attended} attended keys for {n} tokens: at least one, at most all"
             )));
         }
+        self.tapped(b, ids, &[], Some(attended), taps)
+    }
+
+    /// [`Qwen3::tapped_hidden_states`] with images in the prompt (Qwen3-VL, Qwen2.5-VL), attending causally to
+    /// every token, or with `attended` to the keys before the `attended`-th id (an image counting as its one
+    /// `<|image_pad|>` and attended as a whole: ComfyUI's padding mask, see
+    /// [`Qwen3::masked_hidden_state_with_images`]): the first `images.len()` `<|image_pad|>` tokens of `ids` are
+    /// each replaced by an image's tokens,
+    /// at the M-RoPE positions [`Qwen3::hidden_state_with_images`] gives them, Qwen3-VL's DeepStack feature `k`
+    /// added at them after layer `k` (so tap `k + 1` holds it, as ComfyUI's `Llama2_` collects the input of the
+    /// next layer) → `[1, N', taps.len() · hidden]` f32, N' the prompt's length with the images in place. Taps in
+    /// Hugging Face's numbering, the last layer's output through the final norm (Krea 2's twelve taps, none
+    /// normed; Mage-Flow's and Boogu's the last, normed).
+    pub fn tapped_hidden_states_with_images<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+        attended: Option<usize>,
+        taps: &[usize],
+    ) -> Result<Tensor<B>> {
+        if let Some(n) = attended.filter(|&n| n == 0 || n > ids.len()) {
+            return Err(Error::Invalid(format!(
+                "{n} attended keys for {} tokens: at least one, at most all",
+                ids.len()
+            )));
+        }
+        self.tapped(b, ids, images, attended, taps)
+    }
+
+    /// The hidden states `taps` of `ids` with `images` in place, attending to the keys before `attended` (ids'
+    /// coordinates) or causally to all.
+    fn tapped<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+        attended: Option<usize>,
+        taps: &[usize],
+    ) -> Result<Tensor<B>> {
+        // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
+        let b = &b.with_compute_dtype(DType::F32)?;
+        let cfg = &self.config;
+        let pieces = self.pieces(ids, images)?;
         let deepest = taps.iter().copied().max().ok_or_else(|| {
             Error::Invalid("tapped hidden states need at least one tap".to_owned())
         })?;
-        // Qwen2.5-VL's text positions are one position on all three M-RoPE axes, as here; its last layer's output
-        // is taken through the final norm by [`Qwen3::hidden_state`], not here.
+        // Qwen2.5-VL's last layer's output is taken through the final norm by [`Qwen3::hidden_state`], not here.
         if cfg.variant == Variant::Qwen25Vl && deepest >= cfg.layers {
             return Err(Error::Invalid(format!(
                 "Qwen2.5-VL's tapped hidden states are its inner layers' outputs (below {}), not {deepest}",
@@ -201,16 +226,22 @@ impl Qwen3 {
                 cfg.layers, cfg.layers
             )));
         }
-        let mut x = {
-            let layer = self.weights.fetch(b, &[EMBED])?;
-            self.embed(b, ids, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
-        };
-        let positions: Vec<[f32; 3]> = (0..n).map(|p| [p as f32; 3]).collect();
+        let mut x = self.embed_prompt(b, &pieces)?;
+        // Text alone sits at its index on all three M-RoPE axes, which for every variant is plain RoPE.
+        let mut positions = Piece::positions(&pieces);
+        // The mask in the sequence's coordinates; Qwen2.5-VL's masked tokens after an image move to position 1,
+        // Qwen3-VL's stay where they are.
+        let move_masked = cfg.variant == Variant::Qwen25Vl;
+        let attended =
+            attended.map(|n| Piece::masked_from(&pieces, n, &mut positions, move_masked));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let mut states: Vec<Option<Tensor<B>>> = vec![None; taps.len()];
         for i in 0..=deepest {
             // Mistral's taps never are (ComfyUI's pruned file has no final norm; the full one taps layer 30 of 40).
-            let normed_last = matches!(cfg.variant, Variant::Qwen3 | Variant::Llama3);
+            let normed_last = match cfg.variant {
+                Variant::Qwen3 | Variant::Llama3 | Variant::Qwen3Vl => true,
+                Variant::Qwen25Vl | Variant::Mistral3 | Variant::Gemma2 => false,
+            };
             if i == cfg.layers && normed_last && self.weights.info(NORM).is_some() {
                 let norm = self.weights.fetch(b, &[NORM])?;
                 x = self.norm(b, &x, &norm.weight(0))?;
@@ -219,7 +250,14 @@ impl Qwen3 {
                 *state = Some(b.cast(&x, DType::F32)?);
             }
             if i < deepest {
-                x = self.layer(b, i, &x, &cos, &sin, Keys::Before(attended))?;
+                let keys = match attended {
+                    Some(n) => Keys::Before(n),
+                    None => Keys::Causal,
+                };
+                x = self.layer(b, i, &x, &cos, &sin, keys)?;
+                if let Some(features) = deepstack(b, cfg, &pieces, i)? {
+                    x = b.binary(&x, &features, BinaryOp::Add)?;
+                }
             }
         }
         let states: Vec<Tensor<B>> = states.into_iter().flatten().collect();
@@ -227,6 +265,79 @@ impl Qwen3 {
             [one] => Ok(one.clone()),
             many => Ok(b.concat(&many.iter().collect::<Vec<_>>(), 2)?),
         }
+    }
+
+    /// `ids` cut into text and `images` ([`Piece::split`]), checked: images only for a variant that reads them,
+    /// each image's tokens and DeepStack features `[rows · cols, hidden]`, the same number of features for
+    /// every image (none for Qwen2.5-VL), every text id inside the vocabulary.
+    fn pieces<'a, B: Backend>(
+        &self,
+        ids: &'a [u32],
+        images: &'a [ImageTokens<B>],
+    ) -> Result<Vec<Piece<'a, B>>> {
+        let cfg = &self.config;
+        let deepstack = match cfg.variant {
+            Variant::Qwen3Vl => true,
+            Variant::Qwen25Vl => false,
+            Variant::Qwen3 | Variant::Mistral3 | Variant::Llama3 | Variant::Gemma2 => {
+                if !images.is_empty() {
+                    return Err(Error::Invalid(format!(
+                        "a {:?} text encoder reads no images",
+                        cfg.variant
+                    )));
+                }
+                false
+            }
+        };
+        let features = images.first().map_or(0, |image| image.deepstack.len());
+        for image in images {
+            let want = [image.rows * image.cols, cfg.hidden];
+            let shapes_fit = std::iter::once(&image.embeds)
+                .chain(&image.deepstack)
+                .all(|t| t.shape() == want.as_slice());
+            if !shapes_fit || image.deepstack.len() != features || (features > 0 && !deepstack) {
+                return Err(Error::Invalid(format!(
+                    "image tokens {:?} with DeepStack features {:?} for a {}×{} grid of {}-wide tokens \
+                     ({} features per image{})",
+                    image.embeds.shape(),
+                    image.deepstack.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>(),
+                    image.cols,
+                    image.rows,
+                    cfg.hidden,
+                    features,
+                    if deepstack { "" } else { "; Qwen2.5-VL takes none" }
+                )));
+            }
+        }
+        let pieces = Piece::split(ids, images)?;
+        if pieces.is_empty() {
+            self.check_ids(ids)?;
+        }
+        for piece in &pieces {
+            if let Piece::Text(ids) = piece {
+                self.check_ids(ids)?;
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// The embeddings of `pieces` `[1, N', hidden]`: text from the token table, images' tokens as given.
+    fn embed_prompt<B: Backend>(&self, b: &B, pieces: &[Piece<'_, B>]) -> Result<Tensor<B>> {
+        let layer = self.weights.fetch(b, &[EMBED])?;
+        let mut parts = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            parts.push(match piece {
+                Piece::Text(ids) => self.embed(b, ids, &layer.weight(0))?,
+                Piece::Image(image) => b.cast(&image.embeds, b.compute_dtype())?,
+            });
+        }
+        let x = if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            b.concat(&parts.iter().collect::<Vec<_>>(), 0)?
+        };
+        let n = x.dim(0)?;
+        Ok(x.reshape(&[1, n, self.config.hidden])?)
     }
 
     /// Generates text after `prompt` as ComfyUI's `BaseGenerate.generate` does: the prompt runs through every
@@ -430,23 +541,24 @@ impl<'a, 'w> Projections<'a, 'w> {
     /// The roles of `w`, in `variant`'s layer order.
     fn of(variant: Variant, w: &'a [Weight<'w>]) -> Result<Projections<'a, 'w>> {
         match (variant, w) {
-            (Variant::Qwen3, [in_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down]) => {
-                Ok(Projections {
-                    in_norm,
-                    q: (q, None),
-                    k: (k, None),
-                    v: (v, None),
-                    o,
-                    q_norm: Some(q_norm),
-                    k_norm: Some(k_norm),
-                    post_attn_norm: None,
-                    post_norm,
-                    post_ffn_norm: None,
-                    gate,
-                    up,
-                    down,
-                })
-            }
+            (
+                Variant::Qwen3 | Variant::Qwen3Vl,
+                [in_norm, q, k, v, o, q_norm, k_norm, post_norm, gate, up, down],
+            ) => Ok(Projections {
+                in_norm,
+                q: (q, None),
+                k: (k, None),
+                v: (v, None),
+                o,
+                q_norm: Some(q_norm),
+                k_norm: Some(k_norm),
+                post_attn_norm: None,
+                post_norm,
+                post_ffn_norm: None,
+                gate,
+                up,
+                down,
+            }),
             (
                 Variant::Qwen25Vl,
                 [in_norm, q, q_bias, k, k_bias, v, v_bias, o, post_norm, gate, up, down],
@@ -552,15 +664,35 @@ pub const IMAGE_PAD: u32 = 151_655;
 /// 24 with the row, the last 24 with the column (ComfyUI's `rope_dims`, transformers' `mrope_section`).
 const MROPE_SECTIONS: [usize; 3] = [16, 24, 24];
 
+/// Qwen3-VL's interleaved M-RoPE sections (ComfyUI's `rope_dims` with `interleaved_mrope`): frequency j turns
+/// with the row when j ≡ 1 (mod 3) and j < 3 · 20, with the column when j ≡ 2 (mod 3) and j < 3 · 20, else with
+/// the temporal position (24 of a 128-wide head's 64).
+const INTERLEAVED_MROPE_SECTIONS: [usize; 3] = [24, 20, 20];
+
 /// An image's tokens for the language model.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ImageTokens<B: Backend> {
     /// The vision tower's output `[rows · cols, hidden]`, row by row.
     pub embeds: Tensor<B>,
+    /// Qwen3-VL's DeepStack features, each `[rows · cols, hidden]`: feature `k` is added at the image's tokens
+    /// after language-model layer `k` (ComfyUI's `deepstack_embeds`). Empty for Qwen2.5-VL.
+    pub deepstack: Vec<Tensor<B>>,
     /// Rows of merged patches.
     pub rows: usize,
     /// Columns of merged patches.
     pub cols: usize,
+}
+
+// By hand: a derive would ask the backend itself to be `Clone`; the tensors are shared handles.
+impl<B: Backend> Clone for ImageTokens<B> {
+    fn clone(&self) -> ImageTokens<B> {
+        ImageTokens {
+            embeds: self.embeds.clone(),
+            deepstack: self.deepstack.clone(),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
 }
 
 /// A run of the prompt: text tokens, or an image where its `<|image_pad|>` was.
@@ -603,9 +735,14 @@ impl<'a, B: Backend> Piece<'a, B> {
     }
 
     /// Where ComfyUI's padding mask from the `attended`-th id starts in the sequence `pieces` make (an image's
-    /// tokens in place of its id), with `positions` moved as ComfyUI's `Qwen25_7BVLI` moves the masked tokens
-    /// that follow an image: to 1 on every axis.
-    fn masked_from(pieces: &[Piece<'_, B>], attended: usize, positions: &mut [[f32; 3]]) -> usize {
+    /// tokens in place of its id), with `positions` moved, when `move_masked` says so, as ComfyUI's
+    /// `Qwen25_7BVLI` moves the masked tokens that follow an image: to 1 on every axis.
+    fn masked_from(
+        pieces: &[Piece<'_, B>],
+        attended: usize,
+        positions: &mut [[f32; 3]],
+        move_masked: bool,
+    ) -> usize {
         let (mut id, mut at, mut first_image_end) = (0usize, 0usize, None);
         let mut masked_from = None;
         for piece in pieces {
@@ -629,7 +766,7 @@ impl<'a, B: Backend> Piece<'a, B> {
             }
         }
         let masked_from = masked_from.unwrap_or(at);
-        if let Some(end) = first_image_end {
+        if let Some(end) = first_image_end.filter(|_| move_masked) {
             for position in positions.iter_mut().skip(masked_from.max(end)) {
                 *position = [1.0; 3];
             }
@@ -665,7 +802,8 @@ impl<'a, B: Backend> Piece<'a, B> {
 
 /// RoPE's cosines and sines `[n, head_dim / 2]` (f32) at `positions`, computed as transformers and ComfyUI
 /// do, in f32: inv_freq_j = 1 / θ^(2j / head_dim), angle = position · inv_freq_j, the position being the
-/// temporal one for Qwen3 and the one of frequency j's M-RoPE section for Qwen2.5-VL.
+/// temporal one for Qwen3 and the one of frequency j's M-RoPE section for Qwen2.5-VL (contiguous sections) and
+/// Qwen3-VL (interleaved).
 fn rope_tables<B: Backend>(
     b: &B,
     cfg: &Config,
@@ -681,6 +819,14 @@ fn rope_tables<B: Backend>(
             let [t, h, _] = MROPE_SECTIONS;
             usize::from(j >= t) + usize::from(j >= t + h)
         }
+        Variant::Qwen3Vl => {
+            let [_, h, w] = INTERLEAVED_MROPE_SECTIONS;
+            match j % 3 {
+                1 if j < 3 * h => 1,
+                2 if j < 3 * w => 2,
+                _ => 0,
+            }
+        }
     };
     let angles: Vec<f32> = positions
         .iter()
@@ -690,4 +836,33 @@ fn rope_tables<B: Backend>(
     let cos: Vec<f32> = angles.iter().map(|&a| f64::from(a).cos() as f32).collect();
     let sin: Vec<f32> = angles.iter().map(|&a| f64::from(a).sin() as f32).collect();
     Ok((b.from_f32(&[n, half], &cos, DType::F32)?, b.from_f32(&[n, half], &sin, DType::F32)?))
+}
+
+/// The DeepStack features added after layer `layer` `[1, N', hidden]` (zero at text, an image's feature
+/// `layer` at its tokens), or `None` when no image has one for that layer.
+fn deepstack<B: Backend>(
+    b: &B,
+    cfg: &Config,
+    pieces: &[Piece<'_, B>],
+    layer: usize,
+) -> Result<Option<Tensor<B>>> {
+    let has = |piece: &Piece<'_, B>| matches!(piece, Piece::Image(image) if image.deepstack.len() > layer);
+    if !pieces.iter().any(has) {
+        return Ok(None);
+    }
+    let mut parts = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        parts.push(match piece {
+            Piece::Image(image) if image.deepstack.len() > layer => {
+                b.cast(&image.deepstack[layer], b.compute_dtype())?
+            }
+            Piece::Image(image) => {
+                b.full(&[image.rows * image.cols, cfg.hidden], 0.0, b.compute_dtype())?
+            }
+            Piece::Text(ids) => b.full(&[ids.len(), cfg.hidden], 0.0, b.compute_dtype())?,
+        });
+    }
+    let x = b.concat(&parts.iter().collect::<Vec<_>>(), 0)?;
+    let n = x.dim(0)?;
+    Ok(Some(x.reshape(&[1, n, cfg.hidden])?))
 }

@@ -254,6 +254,75 @@ impl Tokenizer {
         self.encode(&unescape_parentheses(&text))
     }
 
+    /// The ids Krea 2's and Mage-Flow's Qwen3-VL 4B runs on for a text-to-image `prompt` (ComfyUI's
+    /// `Krea2Tokenizer`, `MageFlowTokenizer` without images): weights disabled (`\(` and `\)` lose their backslash),
+    /// the prompt in their template (Qwen-Image's text, ending at the assistant turn with no `<think>` block); a
+    /// prompt starting with `<|im_start|>` taken as already templated. The same `embedding:` caveat as
+    /// [`Tokenizer::zimage_prompt`].
+    pub fn qwen3vl_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let (before, after) = QWEN_IMAGE_TEMPLATE;
+        self.encode(&unescape_parentheses(&format!("{before}{prompt}{after}")))
+    }
+
+    /// The ids Krea 2's and Mage-Flow's Qwen3-VL 4B generates after for `prompt` (`TextGenerate`: their tokenizers
+    /// with `min_length=1`): [`Tokenizer::qwen3vl_image_prompt`]'s, with an empty `<think>` block after the
+    /// template unless `chat.thinking`; the prompt as written (weights still disabled) without
+    /// `chat.default_template` or when it starts with `<|im_start|>`.
+    pub fn qwen3vl_chat_prompt(
+        &self,
+        prompt: &str,
+        chat: crate::textgen::ChatOptions,
+    ) -> Result<Vec<u32>> {
+        if !chat.default_template || prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let (before, after) = QWEN_IMAGE_TEMPLATE;
+        let think = if chat.thinking { "" } else { "<think>\n\n</think>\n\n" };
+        self.encode(&unescape_parentheses(&format!("{before}{prompt}{after}{think}")))
+    }
+
+    /// The ids of a Qwen3-VL `text` in Qwen-Image's edit template (weights disabled, no `<think>` block): Krea 2's
+    /// through `TextEncodeQwenImageEditPlus`, whose `text` is the node's `Picture i: ` slots then the prompt. A
+    /// text starting with `<|im_start|>` is taken as already templated.
+    pub fn qwen3vl_edit_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        if text.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(text));
+        }
+        self.encode(&unescape_parentheses(&format!(
+            "{QWEN_IMAGE_EDIT_SYSTEM}{text}{QWEN_IMAGE_END}"
+        )))
+    }
+
+    /// The ids Mage-Flow's Qwen3-VL runs on for `prompt` with `images` images (`TextEncodeMageFlowEdit`,
+    /// ComfyUI's `MageFlowTokenizer`): `Image j: ` and an image slot per image before the prompt, in the edit
+    /// template; a prompt starting with `<|im_start|>` taken as it is, without the slots (they belong to the
+    /// template).
+    pub fn mage_edit_prompt(&self, prompt: &str, images: usize) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let slots: String = (1..=images).map(|j| format!("Image {j}: {IMAGE_SLOT}")).collect();
+        self.qwen3vl_edit_prompt(&format!("{slots}{prompt}"))
+    }
+
+    /// The ids Boogu-Image's Qwen3-VL runs on for `prompt` with `images` images (`TextEncodeBooguEdit`'s positive
+    /// prompt, ComfyUI's `BooguTokenizer` with images): Boogu's image template (the "drop" system prompt, an image
+    /// slot per image at the start of the user turn, the turn closed, no assistant turn), weights disabled; a
+    /// prompt starting with `<|im_start|>` taken as already templated.
+    pub fn boogu_edit_prompt(&self, prompt: &str, images: usize) -> Result<Vec<u32>> {
+        if prompt.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let slots = IMAGE_SLOT.repeat(images);
+        let text = format!(
+            "<|im_start|>system\n{BOOGU_DROP_SYSTEM}<|im_end|>\n<|im_start|>user\n{slots}{prompt}<|im_end|>\n"
+        );
+        self.encode(&unescape_parentheses(&text))
+    }
+
     /// The ids Kandinsky 5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `Kandinsky5TokenizerImage`, or with
     /// `video` its `Kandinsky5Tokenizer`): Qwen-Image's tokenisation in Kandinsky 5's template.
     pub fn kandinsky5_prompt(&self, prompt: &str, video: bool) -> Result<Vec<u32>> {

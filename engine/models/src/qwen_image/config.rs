@@ -98,12 +98,20 @@ pub(crate) fn block_prefix(i: usize) -> String {
     format!("transformer_blocks.{i}")
 }
 
+/// A token's latent features: 16 channels of a 2×2 patch.
+const PATCH_FEATURES: usize = LATENT_CHANNELS * PATCH * PATCH;
+
 /// The weights that embed the inputs (latent patches, text, timestep) with their shapes for `cfg`: the
 /// MMDiT's, and an InstantX ControlNet's.
 pub(crate) fn embedding_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
-    let (d, patch_features) = (cfg.dim, LATENT_CHANNELS * PATCH * PATCH);
+    embedding_shapes_of(cfg, PATCH_FEATURES)
+}
+
+/// [`embedding_shapes`] for tokens of `features` latent features.
+fn embedding_shapes_of(cfg: &Config, features: usize) -> Vec<(&'static str, Vec<usize>)> {
+    let d = cfg.dim;
     vec![
-        ("img_in.weight", vec![d, patch_features]),
+        ("img_in.weight", vec![d, features]),
         ("img_in.bias", vec![d]),
         ("txt_norm.weight", vec![cfg.text_dim]),
         ("txt_in.weight", vec![d, cfg.text_dim]),
@@ -115,16 +123,16 @@ pub(crate) fn embedding_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> 
     ]
 }
 
-/// The weights outside the blocks, with their shapes for `cfg`.
-fn global_shapes(cfg: &Config) -> Vec<(&'static str, Vec<usize>)> {
-    let (d, patch_features) = (cfg.dim, LATENT_CHANNELS * PATCH * PATCH);
-    embedding_shapes(cfg)
+/// The weights outside the blocks, with their shapes for `cfg` and tokens of `features` latent features.
+fn global_shapes(cfg: &Config, features: usize) -> Vec<(&'static str, Vec<usize>)> {
+    let d = cfg.dim;
+    embedding_shapes_of(cfg, features)
         .into_iter()
         .chain([
             ("norm_out.linear.weight", vec![2 * d, d]),
             ("norm_out.linear.bias", vec![2 * d]),
-            ("proj_out.weight", vec![patch_features, d]),
-            ("proj_out.bias", vec![patch_features]),
+            ("proj_out.weight", vec![features, d]),
+            ("proj_out.bias", vec![features]),
         ])
         .chain(cfg.additional_t_cond.then(|| (ADDITION_T_EMBEDDING, vec![2, d])))
         .collect()
@@ -152,8 +160,14 @@ pub(crate) fn block_shapes(cfg: &Config) -> Vec<Vec<usize>> {
 
 /// Every weight of `cfg`'s network with its shape: the globals, then each block's.
 pub(crate) fn expected(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    expected_of(cfg, PATCH_FEATURES)
+}
+
+/// [`expected`] for a network whose tokens have `features` latent features in and out (Mage-Flow's 128
+/// channels of one latent pixel).
+pub(crate) fn expected_of(cfg: &Config, features: usize) -> Vec<(String, Vec<usize>)> {
     let mut all: Vec<(String, Vec<usize>)> =
-        global_shapes(cfg).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
+        global_shapes(cfg, features).into_iter().map(|(n, s)| (n.to_owned(), s)).collect();
     for i in 0..cfg.layers {
         all.extend(block_names(&block_prefix(i)).into_iter().zip(block_shapes(cfg)));
     }
@@ -206,8 +220,10 @@ pub(crate) fn block_config(
 /// Recognises a Qwen-Image MMDiT (`Ok(None)` without `txt_norm.weight` and `img_in.weight`): its config and
 /// the reference method it takes when the conditioning names none ([`INDEX_TIMESTEP_ZERO`] where the file has
 /// `__index_timestep_zero__`, as ComfyUI's detection reads it; else [`DEFAULT_REFERENCE_METHOD`]).
+/// A Mage-Flow file (128 rows of `proj_out.weight` and 128 columns of `img_in.weight`) is not one:
+/// [`crate::mage_flow::detect`] reads it.
 pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
-    if !h.has("txt_norm.weight") || !h.has("img_in.weight") {
+    if !h.has("txt_norm.weight") || !h.has("img_in.weight") || is_mage_flow(h) {
         return Ok(None);
     }
     if let Some((name, dtype)) = h.unsupported_dtypes().next() {
@@ -227,15 +243,7 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
         additional_t_cond: h.has(ADDITION_T_EMBEDDING),
         ..block_config(h, &block_prefix(0), dim, text_dim, layers)?
     };
-    for (name, want) in expected(&cfg) {
-        let found = shape(h, &name)?;
-        if found != want.as_slice() {
-            return Err(h.unsupported(format!(
-                "`{}` is {found:?}, expected {want:?} for a Qwen-Image MMDiT of width {dim}",
-                h.key(&name)
-            )));
-        }
-    }
+    check_shapes(h, &expected(&cfg), &format!("a Qwen-Image MMDiT of width {dim}"))?;
     let method = if h.has("__index_timestep_zero__") {
         INDEX_TIMESTEP_ZERO
     } else {
@@ -247,4 +255,37 @@ pub fn detect(h: &Header) -> Result<Option<(Config, &'static str)>> {
 /// Every weight, under its name without the file's prefix.
 pub fn load_plan(h: &Header, cfg: &Config) -> LoadPlan {
     h.plan_by_name(expected(cfg).into_iter().map(|(name, _)| name))
+}
+
+/// Checks that every weight of `expected` is in `h` with its shape (`what` names the network in the error).
+pub(crate) fn check_shapes(
+    h: &Header,
+    expected: &[(String, Vec<usize>)],
+    what: &str,
+) -> Result<()> {
+    for (name, want) in expected {
+        let found = shape(h, name)?;
+        if found != want.as_slice() {
+            return Err(h.unsupported(format!(
+                "`{}` is {found:?}, expected {want:?} for {what}",
+                h.key(name)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The latent channels of Mage-Flow, this layout at patch 1 (a token is one latent pixel of the FLUX.2 VAE's
+/// 128 channels).
+pub(crate) const MAGE_FLOW_CHANNELS: usize = 128;
+
+/// Whether `h` holds Mage-Flow's variant of the layout, which [`detect`] leaves to `crate::mage_flow`: 128
+/// rows of `proj_out.weight` and 128 columns of `img_in.weight` (a latent pixel's 128 channels in and out),
+/// where Qwen-Image's packed 2×2 patches of 16 channels have 64 of each. ComfyUI tells them apart by
+/// `proj_out`'s rows and `txt_norm`'s width (Mage-Flow's text encoder, Qwen3-VL 4B, is 2560 wide); the
+/// widths alone keep that rule for shrunken files too.
+pub(crate) fn is_mage_flow(h: &Header) -> bool {
+    let rows = h.shape("proj_out.weight").and_then(|s| s.first().copied());
+    let cols = h.shape("img_in.weight").and_then(|s| s.get(1).copied());
+    rows == Some(MAGE_FLOW_CHANNELS) && cols == Some(MAGE_FLOW_CHANNELS)
 }

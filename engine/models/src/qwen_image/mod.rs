@@ -11,6 +11,9 @@
 //!   (`ControlNetLoader`), whose [`QwenImageControlNet::residuals`] the base model adds after its blocks;
 //!   [`detect_blockwise`] and [`QwenImageBlockwise`]: DiffSynth's block-wise ControlNet (`ModelPatchLoader`),
 //!   run after every block.
+//!
+//! Mage-Flow ([`crate::mage_flow`]) is this layout at patch 1; it shares the trunk (`DoubleStream`), the weight
+//! list (`expected_of`) and the detection rule that tells the two apart (`is_mage_flow`).
 
 mod blockwise;
 mod config;
@@ -23,14 +26,18 @@ pub(crate) use blockwise::expected_blockwise;
 pub use blockwise::{
     BlockPatch, BlockwiseConfig, QwenImageBlockwise, blockwise_load_plan, detect_blockwise,
 };
-pub(crate) use config::expected;
 pub use config::{
     ADDITION_T_EMBEDDING, Config, DEFAULT_REFERENCE_METHOD, EPS, INDEX_TIMESTEP_ZERO,
     LATENT_CHANNELS, PATCH, ROPE_THETA, T_FREQ_DIM, detect, load_plan,
+};
+pub(crate) use config::{
+    MAGE_FLOW_CHANNELS, block_config, block_prefix, check_shapes, expected, expected_of,
+    is_mage_flow,
 };
 pub(crate) use control::expected_control;
 pub use control::{
     BASE_BLOCKS, ControlConfig, ControlKind, ControlResiduals, FUN_INJECTION_BLOCKS,
     QwenImageControlNet, control_load_plan, detect_control,
 };
+pub(crate) use model::{DoubleStream, Sequence, Timestep};
 pub use model::{Extras, QwenImage, Text};

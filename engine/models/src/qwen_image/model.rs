@@ -1,5 +1,7 @@
 //! [`QwenImage`]: the MMDiT forward pass in ComfyUI's order (models-qwen-image.md §3.3), reading one block's
-//! weights at a time through [`Model::fetch`].
+//! weights at a time through [`Model::fetch`]. Its trunk, [`DoubleStream`] (the blocks, the text, image and
+//! timestep inputs, the final layer), is Mage-Flow's too (`crate::mage_flow`); what is Qwen-Image's own (the
+//! 2×2 patches, the positions, the reference methods, the sinusoid) stays in [`QwenImage`].
 
 use kiln_compute::backend::{AttentionMask, BinaryOp, RopeLayout, UnaryOp};
 use kiln_compute::memory::{Layer, Model};
@@ -109,7 +111,7 @@ impl Grid {
 
 /// Each sample's joint sequence (its text rows, then the image's): how the text rows split among the samples,
 /// and the RoPE tables.
-pub(super) struct Sequence<B: Backend> {
+pub(crate) struct Sequence<B: Backend> {
     /// Each sample's text rows in a ragged batch (text `[1, ΣNᵢ, D]`); `None`: text `[B, N, D]`.
     lens: Option<Vec<usize>>,
     /// The table of every sample (`None` lens), or of each sample in turn.
@@ -117,6 +119,11 @@ pub(super) struct Sequence<B: Backend> {
 }
 
 impl<B: Backend> Sequence<B> {
+    /// Text `[B, N, D]`, every sample's joint sequence at the positions of `rope`.
+    pub(crate) fn uniform(rope: Rope<B>) -> Sequence<B> {
+        Sequence { lens: None, ropes: vec![rope] }
+    }
+
     /// Each sample's first text row and row count in a ragged batch.
     fn ragged(&self) -> Option<impl Iterator<Item = (usize, usize)> + '_> {
         let lens = self.lens.as_ref()?;
@@ -152,9 +159,21 @@ impl<B: Backend> Modulation<B> {
 
 /// SiLU(temb) `[B, D]` for every token, and with `index_timestep_zero` the image token index from which
 /// SiLU(temb) at t = 0 replaces it (the first reference token; ComfyUI's `timestep_zero_index`).
-pub(super) struct Timestep<B: Backend> {
+pub(crate) struct Timestep<B: Backend> {
     silu: Tensor<B>,
     zero: Option<(usize, Tensor<B>)>,
+}
+
+impl<B: Backend> Timestep<B> {
+    /// SiLU(temb) `[B, D]` for every token.
+    pub(crate) fn new(silu: Tensor<B>) -> Timestep<B> {
+        Timestep { silu, zero: None }
+    }
+
+    /// SiLU(temb) `[B, D]` of the latents' tokens (what the final layer reads).
+    pub(crate) fn silu(&self) -> &Tensor<B> {
+        &self.silu
+    }
 }
 
 /// A stream's modulation by token range: each applies from its first token (the first's from token 0) to
@@ -197,7 +216,34 @@ impl<B: Backend> StreamModulation<B> {
     }
 }
 
+/// The double-stream trunk Qwen-Image and Mage-Flow share (ComfyUI's `QwenImageTransformerBlock`s, the text
+/// input `txt_norm` → `txt_in`, the image input `img_in`, the timestep MLP `time_text_embed.timestep_embedder`
+/// and the final layer `norm_out` → `proj_out`), over weights under ComfyUI's names: each family embeds its own
+/// latents, positions and timestep sinusoid, and calls these in ComfyUI's order.
+#[derive(Clone, Copy)]
+pub(crate) struct DoubleStream<'m> {
+    /// The weights, ComfyUI's names without the file's prefix.
+    pub(crate) weights: &'m Model,
+    /// Inner width D.
+    pub(crate) dim: usize,
+    /// Attention heads.
+    pub(crate) heads: usize,
+    /// Head width.
+    pub(crate) head_dim: usize,
+}
+
 impl QwenImage {
+    /// The trunk over this model's weights.
+    fn trunk(&self) -> DoubleStream<'_> {
+        let cfg = &self.config;
+        DoubleStream {
+            weights: &self.weights,
+            dim: cfg.dim,
+            heads: cfg.heads,
+            head_dim: cfg.head_dim,
+        }
+    }
+
     /// A model from its config and loaded weights (see [`super::load_plan`]), with the plain default reference
     /// method ([`DEFAULT_REFERENCE_METHOD`]).
     pub fn new(config: Config, weights: Model) -> QwenImage {
@@ -261,21 +307,12 @@ impl QwenImage {
         }
         drop(txt);
 
-        // Final layer: adaLN with (scale, shift), scale first, then the projection to patches.
-        let cfg = &self.config;
-        let layer = self.fetch(
-            b,
-            &["norm_out.linear.weight", "norm_out.linear.bias", "proj_out.weight", "proj_out.bias"],
-        )?;
-        let emb = b.linear(&timestep.silu, &layer.weight(0), Some(&layer.weight(1)))?;
-        let (scale, shift) = (b.slice(&emb, -1, 0, cfg.dim)?, b.slice(&emb, -1, cfg.dim, cfg.dim)?);
         let img = if img.dim(1)? == grid.image_len() {
             img
         } else {
             b.slice(&img, 1, 0, grid.image_len())?
         };
-        let y = b.modulate(&b.layer_norm(&img, None, None, EPS)?, &scale, Some(&shift))?;
-        let y = b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?;
+        let y = self.trunk().final_layer(b, &timestep.silu, &img)?;
         let Grid { batch, frames, rows, cols, h, w, rank } = grid;
         let mut outs = Vec::with_capacity(frames);
         for t in 0..frames {
@@ -348,19 +385,13 @@ impl QwenImage {
         let temb = b.unary(&self.time_embedding(b, &timesteps)?, UnaryOp::Silu)?;
         let placed = self.place_references(b, references, method, batch)?;
         let img = {
-            let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
             let mut tokens = frame_tokens;
             for (reference, _) in &placed {
                 tokens.push(patchify(b, reference)?);
             }
-            let tokens: Vec<&Tensor<B>> = tokens.iter().collect();
-            b.linear(&b.concat(&tokens, 1)?, &layer.weight(0), Some(&layer.weight(1)))?
+            self.trunk().image_in(b, &tokens)?
         };
-        let txt = {
-            let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
-            let normed = b.rms_norm(&context, Some(&layer.weight(0)), EPS)?;
-            b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?
-        };
+        let txt = self.trunk().text_in(b, &context)?;
         let extra: Vec<Positions> = placed.iter().map(|(_, p)| *p).collect();
         let text_lens = match text.lens {
             Some(lens) => lens.to_vec(),
@@ -439,14 +470,7 @@ impl QwenImage {
         let emb = crate::timestep::sinusoid(sigmas.iter().copied(), T_FREQ_DIM / 2, 1000.0);
         let emb = b.from_f32(&[sigmas.len(), T_FREQ_DIM], &emb, DType::F32)?;
         let emb = b.cast(&emb, b.compute_dtype())?;
-        let p = "time_text_embed.timestep_embedder";
-        let names = ["linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias"]
-            .map(|n| format!("{p}.{n}"));
-        let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
-        let hidden = b.linear(&emb, &layer.weight(0), Some(&layer.weight(1)))?;
-        let hidden = b.unary(&hidden, UnaryOp::Silu)?;
-        let temb = b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?;
-        drop(layer);
+        let temb = self.trunk().timestep_mlp(b, &emb)?;
         if !self.config.additional_t_cond {
             return Ok(temb);
         }
@@ -523,6 +547,73 @@ impl QwenImage {
         Rope::upload(b, &cos, &sin, half, DType::F32)
     }
 
+    /// The double-stream block under `prefix` (`transformer_blocks.{i}`) on the image and text tokens (the
+    /// ControlNets' blocks too).
+    pub(super) fn block<B: Backend>(
+        &self,
+        b: &B,
+        prefix: &str,
+        img: &Tensor<B>,
+        txt: &Tensor<B>,
+        timestep: &Timestep<B>,
+        seq: &Sequence<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        self.trunk().block(b, prefix, img, txt, timestep, seq)
+    }
+}
+
+impl DoubleStream<'_> {
+    /// Gets `names` on the device (one layer of the per-layer protocol).
+    fn fetch<B: Backend>(&self, b: &B, names: &[&str]) -> Result<Layer<'_>> {
+        Ok(self.weights.fetch(b, names)?)
+    }
+
+    /// The image tokens `[B, ΣMᵢ, features]` of `parts` (each `[B, Mᵢ, features]`, joined in order) through
+    /// `img_in`: `[B, ΣMᵢ, D]`.
+    pub(crate) fn image_in<B: Backend>(&self, b: &B, parts: &[Tensor<B>]) -> Result<Tensor<B>> {
+        let layer = self.fetch(b, &["img_in.weight", "img_in.bias"])?;
+        let parts: Vec<&Tensor<B>> = parts.iter().collect();
+        Ok(b.linear(&b.concat(&parts, 1)?, &layer.weight(0), Some(&layer.weight(1)))?)
+    }
+
+    /// Text features `[…, text_dim]` (compute type) through `txt_norm` (RMSNorm) and `txt_in`: `[…, D]`.
+    pub(crate) fn text_in<B: Backend>(&self, b: &B, context: &Tensor<B>) -> Result<Tensor<B>> {
+        let layer = self.fetch(b, &["txt_norm.weight", "txt_in.weight", "txt_in.bias"])?;
+        let normed = b.rms_norm(context, Some(&layer.weight(0)), EPS)?;
+        Ok(b.linear(&normed, &layer.weight(1), Some(&layer.weight(2)))?)
+    }
+
+    /// temb `[B, D]` of the timestep sinusoid `emb` `[B, 256]` (compute type): Linear → SiLU → Linear
+    /// (`time_text_embed.timestep_embedder`, diffusers' and LTX's `TimestepEmbedding`).
+    pub(crate) fn timestep_mlp<B: Backend>(&self, b: &B, emb: &Tensor<B>) -> Result<Tensor<B>> {
+        let p = "time_text_embed.timestep_embedder";
+        let names = ["linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias"]
+            .map(|n| format!("{p}.{n}"));
+        let layer = self.fetch(b, &names.each_ref().map(String::as_str))?;
+        let hidden = b.linear(emb, &layer.weight(0), Some(&layer.weight(1)))?;
+        let hidden = b.unary(&hidden, UnaryOp::Silu)?;
+        Ok(b.linear(&hidden, &layer.weight(2), Some(&layer.weight(3)))?)
+    }
+
+    /// The final layer on the latents' tokens `img` `[B, M, D]`: adaLN from `silu_temb` with (scale, shift),
+    /// scale first (ComfyUI's `LastLayer`), then `proj_out`: `[B, M, features]`.
+    pub(crate) fn final_layer<B: Backend>(
+        &self,
+        b: &B,
+        silu_temb: &Tensor<B>,
+        img: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let d = self.dim;
+        let layer = self.fetch(
+            b,
+            &["norm_out.linear.weight", "norm_out.linear.bias", "proj_out.weight", "proj_out.bias"],
+        )?;
+        let emb = b.linear(silu_temb, &layer.weight(0), Some(&layer.weight(1)))?;
+        let (scale, shift) = (b.slice(&emb, -1, 0, d)?, b.slice(&emb, -1, d, d)?);
+        let y = b.modulate(&b.layer_norm(img, None, None, EPS)?, &scale, Some(&shift))?;
+        Ok(b.linear(&y, &layer.weight(2), Some(&layer.weight(3)))?)
+    }
+
     /// One stream's modulation from `silu_temb` with the `mod.1` weight and bias.
     fn modulation<B: Backend>(
         &self,
@@ -531,7 +622,7 @@ impl QwenImage {
         weight: &Weight<'_>,
         bias: &Weight<'_>,
     ) -> Result<Modulation<B>> {
-        let d = self.config.dim;
+        let d = self.dim;
         let m = b.linear(silu_temb, weight, Some(bias))?;
         let batch = m.dim(0)?;
         let chunk = |k: usize| b.slice(&m, -1, k * d, d);
@@ -544,7 +635,7 @@ impl QwenImage {
     }
 
     /// The double-stream block under `prefix` (`transformer_blocks.{i}`) on the image and text tokens.
-    pub(super) fn block<B: Backend>(
+    pub(crate) fn block<B: Backend>(
         &self,
         b: &B,
         prefix: &str,
@@ -605,8 +696,7 @@ impl QwenImage {
         txt: &Tensor<B>,
         seq: &Sequence<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        let cfg = &self.config;
-        let (heads, hd) = (cfg.heads, cfg.head_dim);
+        let (heads, hd) = (self.heads, self.head_dim);
         let w = |k: usize| layer.weight(k);
         let project = |x: &Tensor<B>, k: usize, norm: Option<usize>| -> Result<Tensor<B>> {
             let (batch, len) = (x.dim(0)?, x.dim(1)?);

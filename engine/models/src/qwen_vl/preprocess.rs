@@ -1,5 +1,6 @@
-//! [`VisionInput`]: an image made into the vision tower's patches as ComfyUI's `process_qwen2vl_images` makes
-//! them (not transformers' image processor, which resizes with PIL's bicubic).
+//! [`VisionInput`]: an image made into a vision tower's patches as ComfyUI's `process_qwen2vl_images` makes
+//! them (not transformers' image processor, which resizes with PIL's bicubic), for Qwen2.5-VL's tower and, with
+//! its own [`Patching`], Qwen3-VL's.
 
 use super::config::{MERGE, VisionConfig};
 use crate::error::{Error, Result};
@@ -8,9 +9,36 @@ use crate::error::{Error, Result};
 const MIN_PIXELS: usize = 3136;
 /// Most pixels an image is resized to.
 const MAX_PIXELS: usize = 12_845_056;
-/// CLIP's per-channel mean and standard deviation the pixels are normalised with.
-const MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-const STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+/// CLIP's per-channel mean the pixels are normalised with (Qwen2.5-VL's, ComfyUI's default).
+pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+/// CLIP's per-channel standard deviation the pixels are normalised with (Qwen2.5-VL's, ComfyUI's default).
+pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+
+/// How an image becomes a tower's patches: the arguments of ComfyUI's `process_qwen2vl_images` that differ
+/// between towers (2 × 2 patches always merge into one token).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Patching {
+    /// Side of a patch in pixels (Qwen2.5-VL's 14, Qwen3-VL's 16).
+    pub patch: usize,
+    /// Frames in a patch (the one image repeated to fill them).
+    pub temporal_patch: usize,
+    /// Per-channel mean subtracted from the resized pixels.
+    pub mean: [f32; 3],
+    /// Per-channel deviation the pixels are then divided by.
+    pub std: [f32; 3],
+}
+
+impl VisionConfig {
+    /// How an image becomes this tower's patches: its patch sizes, CLIP's mean and deviation.
+    pub fn patching(&self) -> Patching {
+        Patching {
+            patch: self.patch,
+            temporal_patch: self.temporal_patch,
+            mean: CLIP_MEAN,
+            std: CLIP_STD,
+        }
+    }
+}
 
 /// One image as the vision tower's input.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,11 +54,23 @@ pub struct VisionInput {
 
 impl VisionInput {
     /// The patches of `image` (`[height, width, channels]` in `[0, 1]`, channels last; the first three are
-    /// used): resized, keeping the aspect ratio, to multiples of two patches within ComfyUI's pixel bounds
-    /// (bilinear, as torch's `interpolate` without antialiasing), normalised with CLIP's mean and deviation,
-    /// the one frame repeated to fill a patch's frames.
+    /// used) for Qwen2.5-VL's tower `cfg`: [`VisionInput::patched`] with CLIP's mean and deviation.
     pub fn of_image(
         cfg: &VisionConfig,
+        image: &[f32],
+        height: usize,
+        width: usize,
+        channels: usize,
+    ) -> Result<VisionInput> {
+        VisionInput::patched(&cfg.patching(), image, height, width, channels)
+    }
+
+    /// The patches of `image` (`[height, width, channels]` in `[0, 1]`, channels last; the first three are
+    /// used): resized, keeping the aspect ratio, to multiples of two patches within ComfyUI's pixel bounds
+    /// (bilinear, as torch's `interpolate` without antialiasing), normalised with `how`'s mean and deviation,
+    /// the one frame repeated to fill a patch's frames.
+    pub fn patched(
+        how: &Patching,
         image: &[f32],
         height: usize,
         width: usize,
@@ -41,7 +81,13 @@ impl VisionInput {
                 "the vision encoder needs an RGB image, got {width}×{height} with {channels} channel(s)"
             )));
         }
-        let (rows, cols) = resized_size(height, width, cfg.patch * MERGE);
+        if how.patch == 0 || how.temporal_patch == 0 {
+            return Err(Error::Invalid(format!(
+                "patches of {}×{} pixels and {} frames",
+                how.patch, how.patch, how.temporal_patch
+            )));
+        }
+        let (rows, cols) = resized_size(height, width, how.patch * MERGE);
         let ys = crate::interpolate::bilinear_taps(height, rows);
         let xs = crate::interpolate::bilinear_taps(width, cols);
         // Resized and normalised planes [3, rows, cols].
@@ -53,20 +99,20 @@ impl VisionInput {
                     let top = at(y0, x0) * (1.0 - lx) + at(y0, x1) * lx;
                     let bottom = at(y1, x0) * (1.0 - lx) + at(y1, x1) * lx;
                     let v = top * (1.0 - ly) + bottom * ly;
-                    plane[oy * cols + ox] = (v - MEAN[c]) / STD[c];
+                    plane[oy * cols + ox] = (v - how.mean[c]) / how.std[c];
                 }
             }
         }
-        let p = cfg.patch;
+        let p = how.patch;
         let (grid_h, grid_w) = (rows / p, cols / p);
-        let mut patches = Vec::with_capacity(grid_h * grid_w * cfg.patch_values());
+        let mut patches = Vec::with_capacity(grid_h * grid_w * 3 * how.temporal_patch * p * p);
         for by in 0..grid_h / MERGE {
             for bx in 0..grid_w / MERGE {
                 for my in 0..MERGE {
                     for mx in 0..MERGE {
                         let (py, px) = ((by * MERGE + my) * p, (bx * MERGE + mx) * p);
                         for plane in planes.chunks_exact(rows * cols) {
-                            for _frame in 0..cfg.temporal_patch {
+                            for _frame in 0..how.temporal_patch {
                                 for y in py..py + p {
                                     patches.extend_from_slice(
                                         &plane[y * cols + px..y * cols + px + p],

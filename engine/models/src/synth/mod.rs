@@ -86,6 +86,10 @@ const UNET: &str = "unet";
 const SD3: &str = "sd3";
 const KANDINSKY5: &str = "kandinsky5";
 const HUNYUAN_VIDEO: &str = "hunyuan_video";
+const KREA2: &str = "krea2";
+const KREA2_LORA: &str = "krea2-lora";
+const MAGE_FLOW: &str = "mage-flow";
+const MAGE_VAE: &str = "mage-flow-vae";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
@@ -472,6 +476,7 @@ impl SynthFamily {
             DiffusionFamily::Kandinsky5Video,
             DiffusionFamily::HunyuanVideo,
             DiffusionFamily::HunyuanVideo15,
+            DiffusionFamily::MageFlow,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -732,6 +737,10 @@ pub struct ZImageTurboSet {
     pub zimage: ZImageShape,
     /// The text encoder (its `hidden` should equal the DiT's `cap_feat_dim`).
     pub qwen3: Qwen3Shape,
+    /// Qwen3-VL 4B's language model (`--family qwen3vl-4b`; Krea 2's and Mage-Flow's text width) ...
+    pub qwen3vl_4b: Qwen3Shape,
+    /// ... and its vision tower (its `out_hidden` should be `qwen3vl_4b.hidden`).
+    pub qwen3vl_vision: crate::qwen3vl_vision::Config,
     /// The VAE.
     pub vae: VaeShape,
     /// The Wan 2.1 VAE (not part of Z-Image-Turbo; `--family wan21-vae`).
@@ -847,7 +856,7 @@ pub struct ZImageTurboSet {
     /// Qwen2.5-VL 3B (`--family qwen25vl-3b`), OmniGen2's encoder, with `qwen25vl_vision`'s tower.
     pub omnigen2_qwen25vl: qwen3::Config,
     /// Boogu-Image's DiT (`--family boogu`; its instruction width is Qwen3-VL 8B's, 4096, and the tiny one's the
-    /// tiny `qwen3`'s, which stands in for Qwen3-VL's language model).
+    /// tiny `qwen3vl_4b`'s, whose file stands in for Qwen3-VL 8B's).
     pub boogu: crate::omnigen2::Config,
     /// HunyuanVideo 1.0's DiT (`--family hunyuan-video`; its text width should be `llama3.hidden`, its pooled
     /// width `clip_l.hidden`).
@@ -859,6 +868,12 @@ pub struct ZImageTurboSet {
     pub kl_video_vae: crate::kl_video_vae::Config,
     /// The HunyuanVideo 1.5 VAE (`--family hunyuan-video15-vae`).
     pub hunyuan_vae: crate::hunyuan_vae::Config,
+    /// Krea 2's DiT (`--family krea2`; its text width should be `qwen3vl_4b.hidden`, over 12 tapped layers).
+    pub krea2: crate::krea2::Config,
+    /// Mage-Flow's DiT (`--family mage-flow`; its text width should be `qwen3vl_4b.hidden`).
+    pub mage_flow: crate::mage_flow::Config,
+    /// Mage-Flow's VAE (`--family mage-flow-vae`).
+    pub mage_vae: crate::mage_vae::Config,
 }
 
 impl ZImageTurboSet {
@@ -885,6 +900,19 @@ impl ZImageTurboSet {
             chroma: chroma_config(&flux, flux::Approximator { hidden: 5120, layers: 5 }),
             zimage: ZImageShape::real(),
             qwen3: Qwen3Shape::real(),
+            // Qwen3-VL 4B's language model has Qwen3-4B's shapes.
+            qwen3vl_4b: Qwen3Shape::real(),
+            qwen3vl_vision: crate::qwen3vl_vision::Config {
+                hidden: 1024,
+                depth: 24,
+                heads: crate::qwen3vl_vision::HEADS,
+                intermediate: 4096,
+                out_hidden: 2560,
+                patch: 16,
+                temporal_patch: 2,
+                position_side: 48,
+                deepstack: vec![5, 11, 17],
+            },
             vae: VaeShape::real(),
             wan_vae: wan_vae_config(96),
             wan22_vae: wan_vae::wan22::Config::released(),
@@ -1015,6 +1043,33 @@ impl ZImageTurboSet {
             hunyuan_video: hunyuan_video1_config(3072, (20, 40), (4096, 768)),
             hunyuan_vae: crate::hunyuan_vae::Config::released(),
             kl_video_vae: crate::kl_video_vae::Config::released(),
+            // Krea 2: 28 blocks of 48 heads of 128 over 12 key/value heads, on Qwen3-VL 4B's 12 taps.
+            krea2: crate::krea2::Config {
+                features: 6144,
+                channels: 16,
+                layers: 28,
+                heads: 48,
+                kv_heads: 12,
+                mlp_dim: 16384,
+                time_dim: 256,
+                text_layers: 12,
+                text_dim: 2560,
+                text_heads: 20,
+                text_kv_heads: 20,
+                text_mlp_dim: 6912,
+                axes: [32, 48, 48],
+            },
+            // Mage-Flow: 12 double-stream blocks of 24 heads of 128 on Qwen3-VL 4B's width.
+            mage_flow: crate::mage_flow::Config {
+                dim: 3072,
+                heads: 24,
+                head_dim: 128,
+                layers: 12,
+                mlp_hidden: 12288,
+                text_dim: 2560,
+                axes_dims: [16, 56, 56],
+            },
+            mage_vae: crate::mage_vae::Config::released(),
             // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
             omnigen2_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
@@ -1104,6 +1159,28 @@ impl ZImageTurboSet {
             chroma: chroma_config(&flux, flux::Approximator { hidden: 32, layers: 2 }),
             zimage: ZImageShape::tiny(),
             qwen3: Qwen3Shape::tiny(),
+            // 36 layers for Krea 2's taps (up to 35); 128 wide, whole 128-wide text heads for Krea 2's DiT.
+            qwen3vl_4b: Qwen3Shape {
+                vocab: 151936,
+                hidden: 128,
+                layers: 36,
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 64,
+                intermediate: 128,
+            },
+            // Two blocks of ComfyUI's 16 heads, 8 wide; DeepStack after both; an 8 × 8 position table.
+            qwen3vl_vision: crate::qwen3vl_vision::Config {
+                hidden: 128,
+                depth: 2,
+                heads: crate::qwen3vl_vision::HEADS,
+                intermediate: 128,
+                out_hidden: 128,
+                patch: 16,
+                temporal_patch: 2,
+                position_side: 8,
+                deepstack: vec![0, 1],
+            },
             vae: VaeShape::tiny(),
             wan_vae: wan_vae_config(8),
             wan22_vae: wan_vae::wan22::Config {
@@ -1268,13 +1345,67 @@ impl ZImageTurboSet {
             gemma2: decoder_config(qwen3::Variant::Gemma2, 512, 64, 2, (1, 1), 128),
             // Two heads of 48 sharing one key/value head, on the tiny Qwen2.5-VL's width.
             omnigen2: omnigen2_config(96, 2, 1, 2, 1, 32),
-            // One double-stream block before the OmniGen2 widths, on the tiny Qwen3's width.
-            boogu: boogu_config(omnigen2_config(96, 2, 1, 2, 1, Qwen3Shape::tiny().hidden), 1),
+            // One double-stream block before the OmniGen2 widths, on the tiny Qwen3-VL's width.
+            boogu: boogu_config(omnigen2_config(96, 2, 1, 2, 1, 128), 1),
             // Two heads of the released width (detection assumes it), on the tiny Qwen2.5-VL's, ByT5's and
             // SigLIP's widths.
             hunyuan_video15: hunyuan_video15_config(256, 2, 1, (32, 32, 64)),
             // Two heads of the released width, on the tiny Llama's and CLIP-L's widths.
             hunyuan_video: hunyuan_video1_config(256, (1, 1), (32, 64)),
+            // Two heads of the released width (detection assumes it) over one key/value head, on the tiny
+            // Qwen3-VL 4B's 12 taps.
+            krea2: crate::krea2::Config {
+                features: 256,
+                channels: 16,
+                layers: 2,
+                heads: 2,
+                kv_heads: 1,
+                mlp_dim: 256,
+                time_dim: 64,
+                text_layers: 12,
+                text_dim: 128,
+                text_heads: 1,
+                text_kv_heads: 1,
+                text_mlp_dim: 128,
+                axes: [32, 48, 48],
+            },
+            // Two blocks of two heads of 32 on the tiny Qwen3-VL 4B's width.
+            mage_flow: crate::mage_flow::Config {
+                dim: 64,
+                heads: 2,
+                head_dim: 32,
+                layers: 2,
+                mlp_hidden: 256,
+                text_dim: 128,
+                axes_dims: [4, 14, 14],
+            },
+            // One block a stage, at the released latent (128) and patch (16), one GroupNorm group of 32 wide.
+            mage_vae: crate::mage_vae::Config {
+                image_channels: 3,
+                encoder: crate::mage_vae::EncoderConfig {
+                    head: 32,
+                    head_blocks: 1,
+                    head_ffn: 64,
+                    hidden: 32,
+                    blocks: 1,
+                    ffn: 64,
+                    frequencies: 32,
+                    out_channels: 256,
+                },
+                decoder: crate::mage_vae::DecoderConfig {
+                    hidden: 32,
+                    cod: vec![
+                        crate::mage_vae::CodBlock::Resnet,
+                        crate::mage_vae::CodBlock::Attention,
+                    ],
+                    blocks: 1,
+                    ffn: 64,
+                    frequencies: 32,
+                    pixel: 8,
+                    pixel_blocks: 1,
+                    dct_frequencies: 8,
+                },
+            },
             // The released 16 latent channels under levels of one or two GroupNorms' 32 groups.
             kl_video_vae: crate::kl_video_vae::Config {
                 widths: [32, 32, 64, 64],
@@ -1376,10 +1507,10 @@ impl ZImageTurboSet {
                 t5::SYNTH_BPE_PIECES
             )));
         }
-        if self.boogu.text_feat_dim != self.qwen3.hidden && self.boogu.text_feat_dim != 4096 {
+        if self.boogu.text_feat_dim != self.qwen3vl_4b.hidden && self.boogu.text_feat_dim != 4096 {
             return Err(Error::Invalid(format!(
-                "Boogu-Image's instruction width {} is not the tiny Qwen3's {} (nor Qwen3-VL 8B's 4096)",
-                self.boogu.text_feat_dim, self.qwen3.hidden
+                "Boogu-Image's instruction width {} is not the tiny Qwen3-VL's {} (nor Qwen3-VL 8B's 4096)",
+                self.boogu.text_feat_dim, self.qwen3vl_4b.hidden
             )));
         }
         if self.omnigen2.text_feat_dim != self.omnigen2_qwen25vl.hidden {
@@ -1416,6 +1547,19 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "Kandinsky 5's text and pooled widths {} and {} are not Qwen2.5-VL's {} and CLIP-L's {}",
                 k5.text_dim, k5.pooled_dim, self.qwen25vl.hidden, self.clip_l.hidden
+            )));
+        }
+        let taps = crate::qwen3::family::KREA2_TAPS.len();
+        if (self.krea2.text_dim, self.krea2.text_layers) != (self.qwen3vl_4b.hidden, taps) {
+            return Err(Error::Invalid(format!(
+                "Krea 2's text adapter reads {} states {} wide, not Qwen3-VL 4B's {taps} of {}",
+                self.krea2.text_layers, self.krea2.text_dim, self.qwen3vl_4b.hidden
+            )));
+        }
+        if self.mage_flow.text_dim != self.qwen3vl_4b.hidden {
+            return Err(Error::Invalid(format!(
+                "Mage-Flow's text width {} is not Qwen3-VL 4B's {}",
+                self.mage_flow.text_dim, self.qwen3vl_4b.hidden
             )));
         }
         Ok(())
@@ -1458,6 +1602,29 @@ pub fn write_qwen3(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     write_one(path, &qwen3_specs(shape)?, QWEN3, "Qwen3 text encoder", dtype, seed, progress)
+}
+
+/// Writes a random-weight Qwen3-VL (language model `shape` and vision tower `vision`) to `path` in transformers'
+/// layout, as `qwen3vl_4b_bf16.safetensors` keeps them (`model.language_model.*`, `model.visual.*`), every tensor
+/// in `dtype`; `progress(bytes written, file size)`.
+pub fn write_qwen3vl(
+    path: &Path,
+    shape: &Qwen3Shape,
+    vision: &crate::qwen3vl_vision::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let mut specs = qwen3_specs(shape)?;
+    specs.extend(specs_of(vision.expected()));
+    for spec in &mut specs {
+        if let Some(rest) = spec.name.strip_prefix("model.") {
+            spec.name = format!("{}{rest}", crate::header::NESTED_LANGUAGE_MODEL);
+        } else if spec.name.starts_with("visual.") {
+            spec.name = format!("model.{}", spec.name);
+        }
+    }
+    write_one(path, &specs, QWEN3, "Qwen3-VL", dtype, seed, progress)
 }
 
 /// Writes a random-weight Flux VAE to `path` in `dtype` (f32 as released, bf16 or f16; fp8 is an
@@ -1762,7 +1929,8 @@ pub fn write_family(
             | DiffusionFamily::OmniGen2
             | DiffusionFamily::Boogu
             | DiffusionFamily::HunyuanVideo
-            | DiffusionFamily::HunyuanVideo15),
+            | DiffusionFamily::HunyuanVideo15
+            | DiffusionFamily::MageFlow),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1772,8 +1940,19 @@ pub fn write_family(
             "Ovis-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type ovis)"
                 .to_owned(),
         )),
+        SynthFamily::TextEncoder(TextEncoderFamily::Qwen3Vl) => {
+            write_qwen3vl(path, &set.qwen3vl_4b, &set.qwen3vl_vision, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Krea2 | TextEncoderFamily::MageFlow) => {
+            Err(Error::Invalid(
+                "Krea 2's and Mage-Flow's text encoder is a Qwen3-VL 4B file (--family qwen3vl-4b, loaded with \
+                 CLIPLoader type krea2 or mage)"
+                    .to_owned(),
+            ))
+        }
         SynthFamily::TextEncoder(TextEncoderFamily::Boogu) => Err(Error::Invalid(
-            "Boogu-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type boogu)"
+            "Boogu-Image's text encoder is a Qwen3-VL file (--family qwen3vl-4b stands in, loaded with CLIPLoader \
+             type boogu)"
                 .to_owned(),
         )),
         SynthFamily::Diffusion(DiffusionFamily::Sd3) => {
@@ -1796,6 +1975,22 @@ pub fn write_family(
         SynthFamily::Diffusion(DiffusionFamily::HunyuanVideo15) => {
             let specs = specs_of(crate::hunyuan_video::expected(&set.hunyuan_video15));
             write_one(path, &specs, HUNYUAN_VIDEO, "HunyuanVideo 1.5 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Krea2) => {
+            let specs = specs_of(crate::krea2::expected(&set.krea2));
+            write_one(path, &specs, KREA2, "Krea 2 DiT", dtype, seed, progress)
+        }
+        SynthFamily::Lora(DiffusionFamily::Krea2) => {
+            write_krea2_lora(path, &set.krea2, dtype, seed, progress)
+        }
+        SynthFamily::Vae(VaeFamily::MageFlow) => {
+            check_vae_dtype(dtype)?;
+            let specs = specs_of(crate::mage_vae::file_expected(&set.mage_vae));
+            write_one(path, &specs, MAGE_VAE, "Mage-Flow VAE", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::MageFlow) => {
+            let specs = specs_of(set.mage_flow.expected());
+            write_one(path, &specs, MAGE_FLOW, "Mage-Flow DiT", dtype, seed, progress)
         }
         SynthFamily::Vae(VaeFamily::HunyuanVideo) => {
             let specs = specs_of(crate::kl_video_vae::expected(&set.kl_video_vae));
@@ -2736,6 +2931,28 @@ pub fn write_hidream_lora(
         }
     }
     write_one(path, &specs, HIDREAM_LORA, "HiDream LoRA", dtype, seed, progress)
+}
+
+/// Writes a random-weight LoRA for a Krea 2 DiT of `config` to `path`, ComfyUI's names under `diffusion_model.`:
+/// every block's attention q, k, v and output projections, rank 4.
+pub fn write_krea2_lora(
+    path: &Path,
+    config: &crate::krea2::Config,
+    dtype: SynthDtype,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    const RANK: usize = 4;
+    let d = config.features;
+    let kv = config.kv_heads * crate::krea2::HEAD_DIM;
+    let mut specs = Vec::new();
+    for i in 0..config.layers {
+        for (p, out) in [("wq", d), ("wk", kv), ("wv", kv), ("wo", d)] {
+            let name = format!("diffusion_model.blocks.{i}.attn.{p}");
+            specs.extend(layout::lora_pair(&name, out, d, RANK));
+        }
+    }
+    write_one(path, &specs, KREA2_LORA, "Krea 2 LoRA", dtype, seed, progress)
 }
 
 /// The config of a synthetic Anima ControlNet-LLLite for the DiT `anima`: the released kinds' structure (an ASPP

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use kiln_compute::Backend;
 use kiln_compute::memory::SafetensorsFile;
 use kiln_models::Header;
-use kiln_models::family::{BOOGU_CLIP_TYPE, PromptTokens, TextEncoderDetected, TextEncoderFamily};
+use kiln_models::family::{
+    BOOGU_CLIP_TYPE, PromptTokens, Qwen3VlRole, TextEncoderDetected, TextEncoderFamily,
+};
 
 use crate::common::{TempTensors, assert_close, cpu, ids, json, read_tensors};
 
@@ -39,7 +41,9 @@ fn text_encoder_matches_comfyui() {
     let found = TextEncoderDetected::detect(&header).expect("detect").expect("a Qwen3");
     let weights = manager.load(&found.load_plan(&header), &mut |_, _| {}).expect("load");
     let found = found.for_clip_type(BOOGU_CLIP_TYPE).expect("boogu");
-    let TextEncoderDetected::Boogu(config) = &found else { panic!("{found:?}") };
+    let TextEncoderDetected::Qwen3Vl(config, None, Some(Qwen3VlRole::Boogu)) = &found else {
+        panic!("{found:?}")
+    };
     assert_eq!((config.rope_theta, config.head_dim), (5e6, 8));
     let net = found.build(weights).expect("build");
     assert_eq!(net.family(), TextEncoderFamily::Boogu);

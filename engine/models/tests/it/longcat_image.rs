@@ -268,6 +268,7 @@ fn the_encoder_conditions_as_comfyuis_longcat_text_encoder() {
         let tokens: Vec<ImageTokens<_>> = if with_image {
             vec![ImageTokens {
                 embeds: qwen_vl::embed_image(&*b, &model.weights, &vision, &image).unwrap(),
+                deepstack: Vec::new(),
                 rows: image.grid_h / qwen_vl::MERGE,
                 cols: image.grid_w / qwen_vl::MERGE,
             }]

@@ -86,6 +86,7 @@ fn images_become_comfyui_patches_and_transformers_tokens() {
                     let embeds = qwen_vl::embed_image(&*b, &model.weights, &TINY, &input).unwrap();
                     images.push(ImageTokens {
                         embeds,
+                        deepstack: Vec::new(),
                         rows: input.grid_h / 2,
                         cols: input.grid_w / 2,
                     });

@@ -548,6 +548,9 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "boogu",
             "hunyuan-video",
             "hunyuan-video15",
+            "krea2",
+            "mage-flow",
+            "qwen3vl-4b",
             "qwen3",
             "gemma2-2b",
             "qwen25vl",
@@ -562,6 +565,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "hunyuan-video-vae",
             "flux-vae",
             "flux2-vae",
+            "mage-flow-vae",
             "z-image-lora",
             "flux1-lora",
             "longcat-image-lora",
@@ -572,6 +576,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "wan22-lora",
             "hidream-lora",
             "anima-lora",
+            "krea2-lora",
             "qwen-image-layered",
             "qwen-image-layered-vae",
             "qwen-image-controlnet-instantx",
@@ -697,6 +702,22 @@ fn one_file_of_a_family_is_written_under_any_name() {
             synth::SynthFamily::TextEncoder(f @ TextEncoderFamily::Anima) => {
                 let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
                 assert_eq!(found.for_clip_type("stable_diffusion").unwrap().family(), f);
+            }
+            // Qwen3-VL 4B in transformers' layout, read under ComfyUI's names, its vision tower too; made Krea 2's
+            // or Mage-Flow's encoder by CLIPLoader's type.
+            synth::SynthFamily::TextEncoder(TextEncoderFamily::Qwen3Vl) => {
+                let found = TextEncoderDetected::detect(&header).unwrap().unwrap();
+                let TextEncoderDetected::Qwen3Vl(config, Some(vision), None) = &found else {
+                    panic!("{found:?}")
+                };
+                assert_eq!((config.hidden, config.layers), (set.qwen3vl_4b.hidden, 36));
+                assert_eq!(vision, &set.qwen3vl_vision);
+                for (kind, f) in [
+                    (kiln_models::family::KREA2_CLIP_TYPE, TextEncoderFamily::Krea2),
+                    (kiln_models::family::MAGE_CLIP_TYPE, TextEncoderFamily::MageFlow),
+                ] {
+                    assert_eq!(found.clone().for_clip_type(kind).unwrap().family(), f);
+                }
             }
             synth::SynthFamily::TextEncoder(f) => {
                 assert_eq!(TextEncoderDetected::detect(&header).unwrap().unwrap().family(), f);
@@ -915,4 +936,32 @@ fn int8_convrot_mxfp8_and_nvfp4_files_quantize_the_linear_weights_their_blocks_f
         quant.refuse_unsupported(&file, "").unwrap();
         assert!(quant.has_tables());
     }
+}
+
+#[test]
+fn a_synthetic_krea2_lora_adapts_every_attention_projection_of_the_dit() {
+    let dir = scratch("krea2-lora");
+    let set = ZImageTurboSet::tiny();
+    let path = dir.join("loras/krea2_darkbrush.safetensors");
+    let family = synth::SynthFamily::Lora(DiffusionFamily::Krea2);
+    synth::write_family(&path, family, &set, SynthDtype::Bf16, 3, &mut |_, _| {}).unwrap();
+    let slots = kiln_models::krea2::expected(&set.krea2);
+    let view: Vec<(&str, &[usize])> =
+        slots.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let aliases = kiln_models::lora::dit_aliases(&view, false);
+    let lora =
+        kiln_models::lora::patches(&SafetensorsFile::open(&path).unwrap(), &view, 1.0, &aliases)
+            .unwrap();
+    assert!(lora.unmatched.is_empty(), "{:?}", lora.unmatched);
+    let adapted: Vec<&str> = lora.patches.iter().map(|(name, _)| name.as_str()).collect();
+    let expected: Vec<&str> = view
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| {
+            ["wq", "wk", "wv", "wo"].iter().any(|p| n.ends_with(&format!(".attn.{p}.weight")))
+        })
+        .filter(|n| n.starts_with("blocks."))
+        .collect();
+    assert_eq!(adapted.len(), 4 * set.krea2.layers);
+    assert_eq!(adapted, expected);
 }

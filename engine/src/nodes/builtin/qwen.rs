@@ -133,7 +133,11 @@ impl Node for TextEncodeQwenImageEdit {
 
 /// `image` `[B, H, W, C]` resized ("area", as ComfyUI's `common_upscale`) to about `pixels` pixels keeping its
 /// aspect ratio, each side rounded (half to even, as Python's `round`) to a multiple of `multiple`.
-fn scale_to_area(image: &Tensor, pixels: f64, multiple: usize) -> Result<Tensor, NodeError> {
+pub(super) fn scale_to_area(
+    image: &Tensor,
+    pixels: f64,
+    multiple: usize,
+) -> Result<Tensor, NodeError> {
     let &[_, h, w, _] = image.shape() else {
         return Err(NodeError::new(format!(
             "expected an IMAGE [B, H, W, C], got {:?}",
@@ -147,7 +151,7 @@ fn scale_to_area(image: &Tensor, pixels: f64, multiple: usize) -> Result<Tensor,
 }
 
 /// The first image of `image`'s batch as `clip`'s vision encoder reads it.
-fn vision_input(
+pub(super) fn vision_input(
     clip: &TextEncoder,
     image: &Tensor,
 ) -> Result<kiln_models::qwen_vl::VisionInput, NodeError> {

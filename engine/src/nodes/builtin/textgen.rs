@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::Backend;
-use kiln_models::textgen::{Decoding, SamplingSettings};
+use kiln_models::textgen::{ChatOptions, Decoding, SamplingSettings};
 
 use crate::compute::Compute;
 use crate::models::TextEncoder;
@@ -26,6 +26,7 @@ use crate::value::Value;
 struct Generate<'a> {
     clip: &'a TextEncoder,
     prompt: &'a str,
+    chat: ChatOptions,
     max_new: usize,
     decoding: Decoding,
     on_token: &'a mut dyn FnMut(usize) -> kiln_models::Result<()>,
@@ -35,8 +36,14 @@ impl OnDevice for Generate<'_> {
     type Output = kiln_models::Result<String>;
     fn run<B: Backend>(self, b: &B) -> Self::Output {
         self.clip.activate()?;
-        let ids =
-            self.clip.net.generate(b, self.prompt, self.max_new, self.decoding, self.on_token)?;
+        let ids = self.clip.net.generate(
+            b,
+            self.prompt,
+            self.chat,
+            self.max_new,
+            self.decoding,
+            self.on_token,
+        )?;
         self.clip.net.decode(&ids)
     }
 }
@@ -102,6 +109,18 @@ impl TextGenerate {
     }
 }
 
+/// How the prompt is framed: `thinking` (default off) and `use_default_template` (default on).
+fn chat_options(inputs: &Inputs) -> Result<ChatOptions, NodeError> {
+    let flag = |name: &str, default: bool| -> Result<bool, NodeError> {
+        if inputs.has(name) { inputs.bool(name) } else { Ok(default) }
+    };
+    let defaults = ChatOptions::default();
+    Ok(ChatOptions {
+        thinking: flag("thinking", defaults.thinking)?,
+        default_template: flag("use_default_template", defaults.default_template)?,
+    })
+}
+
 /// The decoding `sampling_mode` chose.
 fn decoding(inputs: &Inputs) -> Result<Decoding, NodeError> {
     if inputs.string("sampling_mode")? != "on" {
@@ -151,6 +170,7 @@ impl Node for TextGenerate {
         let run = Generate {
             clip,
             prompt: inputs.string("prompt")?,
+            chat: chat_options(inputs)?,
             max_new,
             decoding: decoding(inputs)?,
             on_token,

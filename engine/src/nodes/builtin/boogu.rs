@@ -1,0 +1,111 @@
+//! The Boogu-Image node (`comfy_extras.nodes_boogu`): `TextEncodeBooguEdit` encodes an edit instruction with its
+//! reference images (seen by Qwen3-VL) and sets their VAE encodings as both prompts' reference latents.
+
+use std::sync::Arc;
+
+use kiln_models::family::{EditPrompt, PromptTokens};
+use kiln_models::qwen_vl::VisionInput;
+
+use super::conditioning::Encode;
+use super::qwen::{scale_to_area, vision_input};
+use super::vae;
+use crate::compute::Compute;
+use crate::models::Conditioning;
+use crate::models::device::on_device;
+use crate::nodes::error::node_error;
+use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// The names the node grows its `images` under (`image_1` … `image_16`).
+const IMAGE_NAMES: [&str; 16] = [
+    "image_1", "image_2", "image_3", "image_4", "image_5", "image_6", "image_7", "image_8",
+    "image_9", "image_10", "image_11", "image_12", "image_13", "image_14", "image_15", "image_16",
+];
+/// Pixels the vision tower sees a reference image at (the reference pipeline's 384², `max_vlm_input_pil_pixels`).
+const VISION_PIXELS: f64 = 384.0 * 384.0;
+/// Pixels a reference image is VAE-encoded at, each side a multiple of 16 (the VAE's 8 times the DiT's patch 2).
+const REFERENCE_PIXELS: f64 = 1024.0 * 1024.0;
+
+/// `TextEncodeBooguEdit`: the instruction with the images (each scaled to about 384² pixels, "area") as the
+/// positive prompt, the negative prompt without them (Boogu's "drop" template when it is empty), and both
+/// carrying the images' VAE encodings (each scaled to about 1024² pixels, sides multiples of 16) as reference
+/// latents: under CFG they cancel (the identity kept) while the vision tokens, in the positive alone, carry the
+/// instruction.
+pub(super) struct TextEncodeBooguEdit {
+    spec: Arc<NodeSpec>,
+    compute: Arc<Compute>,
+}
+
+impl TextEncodeBooguEdit {
+    pub(super) fn new(compute: Arc<Compute>) -> TextEncodeBooguEdit {
+        let prompt = |def: InputDef| def.option("multiline", true).option("dynamicPrompts", true);
+        let spec = NodeSpec::new("TextEncodeBooguEdit", "", "model/conditioning/boogu")
+            .python_module("comfy_extras.nodes_boogu")
+            .v3()
+            .input(InputDef::typed("clip", "CLIP"))
+            .input(prompt(InputDef::typed("prompt", "STRING")))
+            .input(prompt(InputDef::typed("negative_prompt", "STRING").option("advanced", true)))
+            .input(InputDef::typed("vae", "VAE"))
+            .described_autogrow(
+                "images",
+                "Reference image(s) to edit. Boogu focuses on one reference per sample; more are allowed.",
+                InputDef::typed("image", "IMAGE"),
+                &IMAGE_NAMES,
+                0,
+            )
+            .output(OutputDef::new("CONDITIONING").named("positive"))
+            .output(OutputDef::new("CONDITIONING").named("negative"));
+        TextEncodeBooguEdit { spec: Arc::new(spec), compute }
+    }
+
+    /// The conditioning of `text` through the node's `clip` with `images` (the vision tower's inputs; none: the
+    /// plain prompt), the reference latents `references` set on it.
+    fn encode(
+        &self,
+        inputs: &Inputs,
+        text: &str,
+        images: &[VisionInput],
+        references: &[Tensor],
+    ) -> Result<Value, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let tokens = if images.is_empty() {
+            clip.net.tokenize_with(text, clip.t5_options)
+        } else {
+            let edit = EditPrompt::Numbered { images: images.len() };
+            clip.net.tokenize_edit(text, edit).map(PromptTokens::Ids)
+        };
+        let tokens = tokens.map_err(node_error)?;
+        let mut cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images })
+            .map_err(node_error)?;
+        cond.extras.reference_latents = references.to_vec();
+        Ok(Value::Conditioning(Arc::new(Conditioning { entries: vec![cond] })))
+    }
+}
+
+impl Node for TextEncodeBooguEdit {
+    fn spec(&self) -> Arc<NodeSpec> {
+        self.spec.clone()
+    }
+
+    fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        let clip = inputs.clip("clip")?;
+        let vae = inputs.vae("vae")?;
+        let mut seen = Vec::new();
+        let mut references = Vec::new();
+        for name in IMAGE_NAMES {
+            let key = format!("images.{name}");
+            if inputs.get(&key).is_none() {
+                continue;
+            }
+            let image = inputs.image(&key)?;
+            seen.push(vision_input(clip, &scale_to_area(image, VISION_PIXELS, 1)?)?);
+            let reference = scale_to_area(image, REFERENCE_PIXELS, 16)?;
+            references.push(vae::encode(&self.compute, vae, &reference, ctx)?);
+        }
+        let positive = self.encode(inputs, inputs.string("prompt")?, &seen, &references)?;
+        ctx.check_interrupt()?;
+        let negative = self.encode(inputs, inputs.string("negative_prompt")?, &[], &references)?;
+        Ok(NodeResult::values([positive, negative]))
+    }
+}
