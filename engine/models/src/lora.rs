@@ -145,7 +145,7 @@ fn lookup<'n>(aliases: &Aliases, name: &'n str) -> Option<(&'n str, Role, Target
 /// The stems ComfyUI's `model_lora_keys_unet` maps to a DiT's weights `slots` (for `S.weight`): `lora_unet_S` with
 /// dots as underscores (kohya), `diffusion_model.S`, and SimpleTuner's `transformer.S` and `lycoris_S` with
 /// underscores; with `bare`, `S` itself too (Qwen-Image's own format).
-pub fn dit_aliases(slots: &[(&str, &[usize])], bare: bool) -> Aliases {
+pub(crate) fn dit_aliases(slots: &[(&str, &[usize])], bare: bool) -> Aliases {
     let mut aliases = Aliases::new();
     for (i, (name, _)) in slots.iter().enumerate() {
         let Some(stem) = name.strip_suffix(".weight") else { continue };

@@ -13,7 +13,7 @@ use crate::hunyuan_video::{self, HunyuanVideo, HunyuanVideoInput};
 use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
 use crate::krea2::{self, Krea2};
 use crate::latent::LatentFormat;
-use crate::lora::{self, LoraPatches};
+use crate::lora::LoraPatches;
 use crate::mage_flow::{self, MageFlow};
 use crate::omnigen2::{self, OmniGen2};
 use crate::qwen_image::{self, QwenImage};
@@ -1033,10 +1033,7 @@ impl DiffusionNet {
             ))),
             DiffusionNet::HiDream(_) => hidream::lora::patches(file, slots, strength),
             DiffusionNet::Anima(_) => anima::lora::patches(file, slots, strength),
-            // ComfyUI's generic names for a DiT's weights (`diffusion_model.S`, kohya's `lora_unet_S`, ...).
-            DiffusionNet::Krea2(_) => {
-                lora::patches(file, slots, strength, &lora::dit_aliases(slots, false))
-            }
+            DiffusionNet::Krea2(_) => krea2::lora::patches(file, slots, strength),
             // Mage-Flow's blocks are Qwen-Image's, under the same names.
             DiffusionNet::MageFlow(_) => qwen_image::lora::patches(file, slots, strength),
             DiffusionNet::Sd3(_)

@@ -7,7 +7,7 @@ use crate::latent::LatentFormat;
 pub const NAME: &str = "Krea 2";
 /// The name `kiln model synth --family` writes the DiT under.
 pub const SYNTH_NAME: &str = "krea2";
-/// The name a LoRA for it would be written under (Kiln applies none to Krea 2 yet).
+/// The name `kiln model synth --family` writes a LoRA for it under.
 pub const SYNTH_LORA_NAME: &str = "krea2-lora";
 /// It denoises in the Wan 2.1 VAE's latent space (ComfyUI's `latent_formats.Wan21`).
 pub const LATENT: LatentFormat = LatentFormat::WAN21;

@@ -7,12 +7,13 @@
 //!   derives its [`Config`] from shapes; [`load_plan`] names the weights.
 //! - [`Krea2::forward`]: ComfyUI's model output for text-to-image; [`Krea2::forward_with_references`] adds
 //!   reference latents by ComfyUI's `ref_latents_method` ([`INDEX_TIMESTEP_ZERO`] or any other name).
-//! - [`family`]: the name, latent format and model sampling.
+//! - [`family`]: the name, latent format and model sampling; [`lora`]: the names a LoRA may give its weights.
 //!
 //! Every RMSNorm weight is stored zero-centred (`scale`) and applied as `1 + scale`.
 
 mod config;
 pub mod family;
+pub mod lora;
 mod model;
 
 pub use config::{

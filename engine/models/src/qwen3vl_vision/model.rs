@@ -40,18 +40,7 @@ pub fn embed_image<B: Backend>(
 ) -> Result<ImageEmbeds<B>> {
     let b = &b.with_compute_dtype(DType::F32)?;
     let per_patch = cfg.patch_values();
-    if input.is_empty()
-        || !input.grid_h.is_multiple_of(MERGE)
-        || !input.grid_w.is_multiple_of(MERGE)
-        || input.patches.len() != input.len() * per_patch
-    {
-        return Err(Error::Invalid(format!(
-            "vision input of {} values for a {}×{} patch grid of {per_patch} values a patch",
-            input.patches.len(),
-            input.grid_w,
-            input.grid_h
-        )));
-    }
+    input.check_grid(per_patch)?;
     if cfg.heads == 0 || !cfg.hidden.is_multiple_of(cfg.heads) || !cfg.head_dim().is_multiple_of(4)
     {
         return Err(Error::Invalid(format!(

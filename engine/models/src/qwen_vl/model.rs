@@ -27,18 +27,7 @@ pub fn embed_image<B: Backend>(
 ) -> Result<Tensor<B>> {
     let b = &b.with_compute_dtype(DType::F32)?;
     let per_patch = cfg.patch_values();
-    if input.is_empty()
-        || !input.grid_h.is_multiple_of(MERGE)
-        || !input.grid_w.is_multiple_of(MERGE)
-        || input.patches.len() != input.len() * per_patch
-    {
-        return Err(Error::Invalid(format!(
-            "vision input of {} values for a {}×{} patch grid",
-            input.patches.len(),
-            input.grid_w,
-            input.grid_h
-        )));
-    }
+    input.check_grid(per_patch)?;
     let windows = Windows::of(cfg, input.grid_h / MERGE, input.grid_w / MERGE);
     let unit = MERGE * MERGE;
     let n = input.len();

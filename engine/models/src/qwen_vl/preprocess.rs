@@ -137,6 +137,23 @@ impl VisionInput {
         self.len() == 0
     }
 
+    /// Checks the input is a whole grid of merge units of `per_patch` values a patch (what a vision tower reads).
+    pub(crate) fn check_grid(&self, per_patch: usize) -> Result<()> {
+        if self.is_empty()
+            || !self.grid_h.is_multiple_of(MERGE)
+            || !self.grid_w.is_multiple_of(MERGE)
+            || self.patches.len() != self.len() * per_patch
+        {
+            return Err(Error::Invalid(format!(
+                "vision input of {} values for a {}×{} patch grid of {per_patch} values a patch",
+                self.patches.len(),
+                self.grid_w,
+                self.grid_h
+            )));
+        }
+        Ok(())
+    }
+
     /// The language-model tokens the image becomes: one per 2 × 2 patches.
     pub fn tokens(&self) -> usize {
         self.len() / (MERGE * MERGE)

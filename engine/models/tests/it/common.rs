@@ -57,7 +57,8 @@ pub(crate) fn read_tensors(relative: &str) -> BTreeMap<String, (Vec<usize>, Vec<
 pub(crate) struct TempTensors(pub(crate) PathBuf);
 
 impl TempTensors {
-    /// Writes `tensors` to `kiln-<name>-<pid>.safetensors` in the temporary folder.
+    /// Writes `tensors` to `kiln-<name>-<pid>-<n>.safetensors` in the temporary folder (`n` counts the files this
+    /// process wrote, so tests running at once on the same fixture each have their own).
     pub(crate) fn new(
         name: &str,
         tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
@@ -71,8 +72,10 @@ impl TempTensors {
         tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
         metadata: &[(&str, &str)],
     ) -> TempTensors {
-        let path =
-            std::env::temp_dir().join(format!("kiln-{name}-{}.safetensors", std::process::id()));
+        static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir()
+            .join(format!("kiln-{name}-{}-{n}.safetensors", std::process::id()));
         let data: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
             .into_iter()
             .map(|(name, (shape, values))| {

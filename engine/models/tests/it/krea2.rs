@@ -229,3 +229,45 @@ fn refuses_misshapen_inputs() {
     let msg = run(&x, sigmas, &context, &[reference]).expect_err("reference channels");
     assert!(msg.contains("reference latent"), "{msg}");
 }
+
+/// A LoRA under ComfyUI's diffusers names for Krea 2 (`krea2_to_diffusers`: bare, under `diffusion_model.`, with
+/// `to_out` without its `.0`) adapts the weights they map to.
+#[test]
+fn loras_under_diffusers_names_adapt_their_weights() {
+    let cfg = tiny();
+    let slots = krea2::expected(&cfg);
+    let view: Vec<(&str, &[usize])> =
+        slots.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let pair = |stem: &str, out: usize, inp: usize| {
+        [
+            (format!("{stem}.lora_A.weight"), (vec![4, inp], vec![0.01; 4 * inp])),
+            (format!("{stem}.lora_B.weight"), (vec![out, 4], vec![0.02; out * 4])),
+        ]
+    };
+    let d = cfg.features;
+    let tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = [
+        pair("transformer_blocks.0.attn.to_q", d, d),
+        pair("diffusion_model.transformer_blocks.1.attn.to_out", d, d),
+        pair("transformer.transformer_blocks.0.ff.down", d, cfg.mlp_dim),
+        pair("text_fusion.refiner_blocks.1.attn.to_gate", cfg.text_dim, cfg.text_dim),
+        pair("time_mod_proj", 6 * d, d),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let file = crate::common::TempTensors::new("krea2-diffusers-lora", tensors);
+    let lora = krea2::lora::patches(&SafetensorsFile::open(&file.0).unwrap(), &view, 1.0).unwrap();
+    assert!(lora.unmatched.is_empty(), "{:?}", lora.unmatched);
+    let mut adapted: Vec<&str> = lora.patches.iter().map(|(name, _)| name.as_str()).collect();
+    adapted.sort_unstable();
+    assert_eq!(
+        adapted,
+        [
+            "blocks.0.attn.wq.weight",
+            "blocks.0.mlp.down.weight",
+            "blocks.1.attn.wo.weight",
+            "tproj.1.weight",
+            "txtfusion.refiner_blocks.1.attn.gate.weight",
+        ]
+    );
+}

@@ -948,10 +948,8 @@ fn a_synthetic_krea2_lora_adapts_every_attention_projection_of_the_dit() {
     let slots = kiln_models::krea2::expected(&set.krea2);
     let view: Vec<(&str, &[usize])> =
         slots.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
-    let aliases = kiln_models::lora::dit_aliases(&view, false);
-    let lora =
-        kiln_models::lora::patches(&SafetensorsFile::open(&path).unwrap(), &view, 1.0, &aliases)
-            .unwrap();
+    let file = SafetensorsFile::open(&path).unwrap();
+    let lora = kiln_models::krea2::lora::patches(&file, &view, 1.0).unwrap();
     assert!(lora.unmatched.is_empty(), "{:?}", lora.unmatched);
     let adapted: Vec<&str> = lora.patches.iter().map(|(name, _)| name.as_str()).collect();
     let expected: Vec<&str> = view

@@ -3,25 +3,12 @@
 
 use std::sync::Arc;
 
-use kiln_models::family::{EditPrompt, PromptTokens};
-use kiln_models::qwen_vl::VisionInput;
-
-use super::conditioning::Encode;
 use super::qwen::{scale_to_area, vision_input};
+use super::qwen3vl_edit::{IMAGE_NAMES, encode, images};
 use super::vae;
 use crate::compute::Compute;
-use crate::models::Conditioning;
-use crate::models::device::on_device;
-use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
-use crate::tensor::Tensor;
-use crate::value::Value;
 
-/// The names the node grows its `images` under (`image_1` … `image_16`).
-const IMAGE_NAMES: [&str; 16] = [
-    "image_1", "image_2", "image_3", "image_4", "image_5", "image_6", "image_7", "image_8",
-    "image_9", "image_10", "image_11", "image_12", "image_13", "image_14", "image_15", "image_16",
-];
 /// Pixels the vision tower sees a reference image at (the reference pipeline's 384², `max_vlm_input_pil_pixels`).
 const VISION_PIXELS: f64 = 384.0 * 384.0;
 /// Pixels a reference image is VAE-encoded at, each side a multiple of 16 (the VAE's 8 times the DiT's patch 2).
@@ -58,29 +45,6 @@ impl TextEncodeBooguEdit {
             .output(OutputDef::new("CONDITIONING").named("negative"));
         TextEncodeBooguEdit { spec: Arc::new(spec), compute }
     }
-
-    /// The conditioning of `text` through the node's `clip` with `images` (the vision tower's inputs; none: the
-    /// plain prompt), the reference latents `references` set on it.
-    fn encode(
-        &self,
-        inputs: &Inputs,
-        text: &str,
-        images: &[VisionInput],
-        references: &[Tensor],
-    ) -> Result<Value, NodeError> {
-        let clip = inputs.clip("clip")?;
-        let tokens = if images.is_empty() {
-            clip.net.tokenize_with(text, clip.t5_options)
-        } else {
-            let edit = EditPrompt::Numbered { images: images.len() };
-            clip.net.tokenize_edit(text, edit).map(PromptTokens::Ids)
-        };
-        let tokens = tokens.map_err(node_error)?;
-        let mut cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images })
-            .map_err(node_error)?;
-        cond.extras.reference_latents = references.to_vec();
-        Ok(Value::Conditioning(Arc::new(Conditioning { entries: vec![cond] })))
-    }
 }
 
 impl Node for TextEncodeBooguEdit {
@@ -93,19 +57,16 @@ impl Node for TextEncodeBooguEdit {
         let vae = inputs.vae("vae")?;
         let mut seen = Vec::new();
         let mut references = Vec::new();
-        for name in IMAGE_NAMES {
-            let key = format!("images.{name}");
-            if inputs.get(&key).is_none() {
-                continue;
-            }
-            let image = inputs.image(&key)?;
+        for image in images(inputs)? {
             seen.push(vision_input(clip, &scale_to_area(image, VISION_PIXELS, 1)?)?);
             let reference = scale_to_area(image, REFERENCE_PIXELS, 16)?;
             references.push(vae::encode(&self.compute, vae, &reference, ctx)?);
         }
-        let positive = self.encode(inputs, inputs.string("prompt")?, &seen, &references)?;
+        let compute = &self.compute;
+        let positive = encode(compute, inputs, inputs.string("prompt")?, &seen, &references)?;
         ctx.check_interrupt()?;
-        let negative = self.encode(inputs, inputs.string("negative_prompt")?, &[], &references)?;
+        let negative =
+            encode(compute, inputs, inputs.string("negative_prompt")?, &[], &references)?;
         Ok(NodeResult::values([positive, negative]))
     }
 }

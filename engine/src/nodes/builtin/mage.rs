@@ -4,26 +4,15 @@
 
 use std::sync::Arc;
 
-use kiln_models::family::{EditPrompt, PromptTokens};
-use kiln_models::qwen_vl::VisionInput;
-
-use super::conditioning::Encode;
 use super::qwen::vision_input;
+use super::qwen3vl_edit::{IMAGE_NAMES, encode, images};
 use super::resize::resize;
 use super::vae;
 use crate::compute::Compute;
-use crate::models::Conditioning;
-use crate::models::device::on_device;
-use crate::nodes::error::node_error;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
 use crate::tensor::Tensor;
 use crate::value::{Latent, Value};
 
-/// The names the node grows its `images` under (`image_1` … `image_16`).
-const IMAGE_NAMES: [&str; 16] = [
-    "image_1", "image_2", "image_3", "image_4", "image_5", "image_6", "image_7", "image_8",
-    "image_9", "image_10", "image_11", "image_12", "image_13", "image_14", "image_15", "image_16",
-];
 /// Channels of Mage-Flow's latent (the Mage VAE's, in FLUX.2's latent space).
 const CHANNELS: usize = 128;
 /// Pixels per latent position, and what the output size is floored to.
@@ -81,29 +70,6 @@ impl TextEncodeMageFlowEdit {
             .output(OutputDef::new("LATENT").named("latent"));
         TextEncodeMageFlowEdit { spec: Arc::new(spec), compute }
     }
-
-    /// The conditioning of `text` through the node's `clip`, with `images` (the vision tower's inputs, one per
-    /// `Image j: ` slot) and `references` (their latents) when there are any.
-    fn encode(
-        &self,
-        inputs: &Inputs,
-        text: &str,
-        images: &[VisionInput],
-        references: &[crate::tensor::Tensor],
-    ) -> Result<Value, NodeError> {
-        let clip = inputs.clip("clip")?;
-        let tokens = if images.is_empty() {
-            clip.net.tokenize_with(text, clip.t5_options)
-        } else {
-            let edit = EditPrompt::Numbered { images: images.len() };
-            clip.net.tokenize_edit(text, edit).map(PromptTokens::Ids)
-        };
-        let tokens = tokens.map_err(node_error)?;
-        let mut cond = on_device(self.compute.device(), Encode { clip, tokens: &tokens, images })
-            .map_err(node_error)?;
-        cond.extras.reference_latents = references.to_vec();
-        Ok(Value::Conditioning(Arc::new(Conditioning { entries: vec![cond] })))
-    }
 }
 
 /// The output side: `given`, or (when 0) `reference`'s, floored to a multiple of 16, at least 16.
@@ -136,13 +102,7 @@ impl Node for TextEncodeMageFlowEdit {
     }
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let mut images = Vec::new();
-        for name in IMAGE_NAMES {
-            let key = format!("images.{name}");
-            if inputs.get(&key).is_some() {
-                images.push(inputs.image(&key)?);
-            }
-        }
+        let images = images(inputs)?;
         let (reference_h, reference_w) = match images.first().map(|image| image.shape()) {
             Some(&[_, h, w, _]) => (h as i64, w as i64),
             _ => (DEFAULT_SIDE, DEFAULT_SIDE),
@@ -174,9 +134,9 @@ impl Node for TextEncodeMageFlowEdit {
         let negative = inputs.string("negative_prompt")?;
         let negative = if negative.is_empty() { " " } else { negative };
         // The negative prompt keeps the images (vision tokens and reference latents): only the text differs.
-        let positive = self.encode(inputs, prompt, &seen, &references)?;
+        let positive = encode(&self.compute, inputs, prompt, &seen, &references)?;
         ctx.check_interrupt()?;
-        let negative = self.encode(inputs, negative, &seen, &references)?;
+        let negative = encode(&self.compute, inputs, negative, &seen, &references)?;
         let shape =
             vec![batch, CHANNELS, (height / DOWNSCALE) as usize, (width / DOWNSCALE) as usize];
         let latent = Latent::new(Tensor::full(shape, 0.0));

@@ -55,6 +55,7 @@ mod primitives;
 mod prompt_regions;
 mod pure;
 mod qwen;
+mod qwen3vl_edit;
 mod rebatch_latents;
 mod resize;
 mod rope;

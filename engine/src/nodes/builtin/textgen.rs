@@ -3,13 +3,15 @@
 //!
 //! As in ComfyUI, a Qwen3 `CLIP` puts the prompt in its chat template (Z-Image's, or FLUX.2 Klein's with thinking
 //! disabled, unpadded, for a `CLIPLoader` type `flux2` or a Qwen3-8B) and ignores `image`, `video`,
-//! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); the text comes back as
-//! generated, a `<think>` block included.
+//! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); Krea 2's and Mage-Flow's
+//! Qwen3-VL frames it by `thinking` and `use_default_template`, and refuses an `image` (its vision tower is not
+//! wired into generation yet). The text comes back as generated, a `<think>` block included.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::Backend;
+use kiln_models::family::TextEncoderFamily;
 use kiln_models::textgen::{ChatOptions, Decoding, SamplingSettings};
 
 use crate::compute::Compute;
@@ -154,6 +156,19 @@ impl Node for TextGenerate {
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
+        // A Qwen3-VL encoder's tokenizer reads the image (ComfyUI shows it to the vision tower); Kiln generates
+        // from text alone yet, so it refuses rather than ignore the image.
+        let reads_images = matches!(
+            clip.net.family(),
+            TextEncoderFamily::Krea2 | TextEncoderFamily::MageFlow | TextEncoderFamily::Boogu
+        );
+        if reads_images && ["image", "video"].iter().any(|name| inputs.has(name)) {
+            return Err(NodeError::new(format!(
+                "TextGenerate with an image and {}'s encoder is not supported yet (Kiln generates from the \
+                 prompt alone with it)",
+                clip.net.family().name()
+            )));
+        }
         let max_length = inputs.int("max_length")?;
         let max_new = usize::try_from(max_length).ok().filter(|&n| n > 0).ok_or_else(|| {
             NodeError::new(format!("`max_length` must be positive, got {max_length}"))
