@@ -423,12 +423,7 @@ impl TextEncoderDetected {
             }
             // A Qwen3 file without a vision tower (the language model alone).
             TextEncoderDetected::Qwen3(config) if let Some(role) = Qwen3VlRole::of_clip_type(kind) => {
-                let config = qwen3::Config {
-                    rope_theta: qwen3::family::QWEN3VL_ROPE_THETA,
-                    variant: qwen3::Variant::Qwen3Vl,
-                    ..config
-                };
-                Ok(TextEncoderDetected::Qwen3Vl(config, None, Some(role)))
+                Ok(TextEncoderDetected::Qwen3Vl(config.as_qwen3vl(), None, Some(role)))
             }
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
                 if kind == OVIS_CLIP_TYPE =>
@@ -1506,10 +1501,9 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3Vl { vision: Some(vision), .. } => {
                 VisionInput::patched(&vision.patching(), image, height, width, channels)
             }
-            TextEncoderNet::Qwen3Vl { vision: None, .. } => Err(crate::Error::Invalid(
-                "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images"
-                    .to_owned(),
-            )),
+            TextEncoderNet::Qwen3Vl { vision: None, .. } => {
+                Err(crate::Error::Invalid(QWEN3VL_WITHOUT_TOWER.to_owned()))
+            }
             TextEncoderNet::Qwen3 { .. }
             | TextEncoderNet::Flux2Klein { .. }
             | TextEncoderNet::Mistral3 { .. }
@@ -1566,13 +1560,10 @@ impl TextEncoderNet {
                 };
                 // ComfyUI's padding mask: a written `<|endoftext|>` (the pad) and the text after it are not attended
                 // to.
-                let states = if images.is_empty() {
-                    model.tapped_hidden_states(b, ids, qwen3::attended_keys(ids), taps)?
-                } else {
-                    let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
-                    let attended = Some(qwen3::attended_keys(ids));
-                    model.tapped_hidden_states_with_images(b, ids, &tokens, attended, taps)?
-                };
+                let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
+                let attended = Some(qwen3::attended_keys(ids));
+                let states =
+                    model.tapped_hidden_states_with_images(b, ids, &tokens, attended, taps)?;
                 if *role == Qwen3VlRole::Boogu {
                     return Ok(Encoded::new(states, None));
                 }
@@ -1840,22 +1831,21 @@ fn image_tokens<B: Backend>(
     Ok(tokens)
 }
 
+/// The refusal of an image by a Qwen3-VL file without its vision tower.
+const QWEN3VL_WITHOUT_TOWER: &str =
+    "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images";
+
 /// Qwen3-VL's tokens of each of `images` (the merged patches with their DeepStack features), from the vision
-/// tower `vision` among `model`'s weights.
+/// tower `vision` among `model`'s weights (none needed without images).
 fn qwen3vl_image_tokens<B: Backend>(
     b: &B,
     model: &Qwen3,
     vision: Option<&qwen3vl_vision::Config>,
     images: &[VisionInput],
 ) -> Result<Vec<ImageTokens<B>>> {
-    let Some(vision) = vision else {
-        return Err(Error::Invalid(
-            "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images"
-                .to_owned(),
-        ));
-    };
     let mut tokens = Vec::with_capacity(images.len());
     for input in images {
+        let vision = vision.ok_or_else(|| Error::Invalid(QWEN3VL_WITHOUT_TOWER.to_owned()))?;
         let out = qwen3vl_vision::embed_image(b, &model.weights, vision, input)?;
         tokens.push(ImageTokens {
             embeds: out.merged,

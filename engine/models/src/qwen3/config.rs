@@ -161,6 +161,12 @@ pub fn layer_names(i: usize) -> Vec<String> {
 }
 
 impl Config {
+    /// This Qwen3 decoder as Qwen3-VL's language model ([`Variant::Qwen3Vl`], RoPE θ
+    /// [`super::family::QWEN3VL_ROPE_THETA`]).
+    pub fn as_qwen3vl(self) -> Config {
+        Config { rope_theta: super::family::QWEN3VL_ROPE_THETA, variant: Variant::Qwen3Vl, ..self }
+    }
+
     /// The names of decoder layer `i`'s weights, in the order the model fetches them.
     pub fn layer_names(&self, i: usize) -> Vec<String> {
         let tensors = self.variant.layer_tensors();
@@ -287,11 +293,7 @@ pub fn detect_qwen3vl(h: &Header) -> Result<Option<Config>> {
     if !present(h, "visual.deepstack_merger_list.0.norm.weight") {
         return Ok(None);
     }
-    Ok(detect(h)?.map(|config| Config {
-        rope_theta: super::family::QWEN3VL_ROPE_THETA,
-        variant: Variant::Qwen3Vl,
-        ..config
-    }))
+    Ok(detect(h)?.map(Config::as_qwen3vl))
 }
 
 /// The config of Qwen2.5-VL's language model (`None` when the file is not one: it lacks

@@ -244,14 +244,25 @@ impl Tokenizer {
     /// starting with `<|im_start|>` taken as already templated. The same `embedding:` caveat as
     /// [`Tokenizer::zimage_prompt`].
     pub fn boogu_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(prompt));
-        }
         let system = if prompt.trim().is_empty() { BOOGU_DROP_SYSTEM } else { BOOGU_T2I_SYSTEM };
-        let text = format!(
-            "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
-        );
-        self.encode(&unescape_parentheses(&text))
+        self.qwen3vl_templated(prompt, |prompt| {
+            format!(
+                "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
+            )
+        })
+    }
+
+    /// The ids of `text` as ComfyUI's Qwen3-VL tokenizers take it: weights disabled (`\(` and `\)` lose their
+    /// backslash), `text` as written when it starts with `<|im_start|>` (already templated), else `template(text)`.
+    fn qwen3vl_templated(
+        &self,
+        text: &str,
+        template: impl FnOnce(&str) -> String,
+    ) -> Result<Vec<u32>> {
+        if text.starts_with("<|im_start|>") {
+            return self.encode(&unescape_parentheses(text));
+        }
+        self.encode(&unescape_parentheses(&template(text)))
     }
 
     /// The ids Krea 2's and Mage-Flow's Qwen3-VL 4B runs on for a text-to-image `prompt` (ComfyUI's
@@ -260,11 +271,8 @@ impl Tokenizer {
     /// prompt starting with `<|im_start|>` taken as already templated. The same `embedding:` caveat as
     /// [`Tokenizer::zimage_prompt`].
     pub fn qwen3vl_image_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(prompt));
-        }
         let (before, after) = QWEN_IMAGE_TEMPLATE;
-        self.encode(&unescape_parentheses(&format!("{before}{prompt}{after}")))
+        self.qwen3vl_templated(prompt, |prompt| format!("{before}{prompt}{after}"))
     }
 
     /// The ids Krea 2's and Mage-Flow's Qwen3-VL 4B generates after for `prompt` (`TextGenerate`: their tokenizers
@@ -276,24 +284,21 @@ impl Tokenizer {
         prompt: &str,
         chat: crate::textgen::ChatOptions,
     ) -> Result<Vec<u32>> {
-        if !chat.default_template || prompt.starts_with("<|im_start|>") {
+        if !chat.default_template {
             return self.encode(&unescape_parentheses(prompt));
         }
         let (before, after) = QWEN_IMAGE_TEMPLATE;
         let think = if chat.thinking { "" } else { "<think>\n\n</think>\n\n" };
-        self.encode(&unescape_parentheses(&format!("{before}{prompt}{after}{think}")))
+        self.qwen3vl_templated(prompt, |prompt| format!("{before}{prompt}{after}{think}"))
     }
 
     /// The ids of a Qwen3-VL `text` in Qwen-Image's edit template (weights disabled, no `<think>` block): Krea 2's
     /// through `TextEncodeQwenImageEditPlus`, whose `text` is the node's `Picture i: ` slots then the prompt. A
     /// text starting with `<|im_start|>` is taken as already templated.
     pub fn qwen3vl_edit_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        if text.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(text));
-        }
-        self.encode(&unescape_parentheses(&format!(
-            "{QWEN_IMAGE_EDIT_SYSTEM}{text}{QWEN_IMAGE_END}"
-        )))
+        self.qwen3vl_templated(text, |text| {
+            format!("{QWEN_IMAGE_EDIT_SYSTEM}{text}{QWEN_IMAGE_END}")
+        })
     }
 
     /// The ids Mage-Flow's Qwen3-VL runs on for `prompt` with `images` images (`TextEncodeMageFlowEdit`,
@@ -301,11 +306,10 @@ impl Tokenizer {
     /// template; a prompt starting with `<|im_start|>` taken as it is, without the slots (they belong to the
     /// template).
     pub fn mage_edit_prompt(&self, prompt: &str, images: usize) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(prompt));
-        }
         let slots: String = (1..=images).map(|j| format!("Image {j}: {IMAGE_SLOT}")).collect();
-        self.qwen3vl_edit_prompt(&format!("{slots}{prompt}"))
+        self.qwen3vl_templated(prompt, |prompt| {
+            format!("{QWEN_IMAGE_EDIT_SYSTEM}{slots}{prompt}{QWEN_IMAGE_END}")
+        })
     }
 
     /// The ids Boogu-Image's Qwen3-VL runs on for `prompt` with `images` images (`TextEncodeBooguEdit`'s positive
@@ -313,14 +317,12 @@ impl Tokenizer {
     /// slot per image at the start of the user turn, the turn closed, no assistant turn), weights disabled; a
     /// prompt starting with `<|im_start|>` taken as already templated.
     pub fn boogu_edit_prompt(&self, prompt: &str, images: usize) -> Result<Vec<u32>> {
-        if prompt.starts_with("<|im_start|>") {
-            return self.encode(&unescape_parentheses(prompt));
-        }
         let slots = IMAGE_SLOT.repeat(images);
-        let text = format!(
-            "<|im_start|>system\n{BOOGU_DROP_SYSTEM}<|im_end|>\n<|im_start|>user\n{slots}{prompt}<|im_end|>\n"
-        );
-        self.encode(&unescape_parentheses(&text))
+        self.qwen3vl_templated(prompt, |prompt| {
+            format!(
+                "<|im_start|>system\n{BOOGU_DROP_SYSTEM}<|im_end|>\n<|im_start|>user\n{slots}{prompt}<|im_end|>\n"
+            )
+        })
     }
 
     /// The ids Kandinsky 5's Qwen2.5-VL runs on for `prompt` (ComfyUI's `Kandinsky5TokenizerImage`, or with

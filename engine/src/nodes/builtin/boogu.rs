@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::qwen::{scale_to_area, vision_input};
-use super::qwen3vl_edit::{IMAGE_NAMES, encode, images};
+use super::qwen3vl_edit::{encode, images, images_input, prompt_inputs};
 use super::vae;
 use crate::compute::Compute;
 use crate::nodes::{Context, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec, OutputDef};
@@ -26,21 +26,14 @@ pub(super) struct TextEncodeBooguEdit {
 
 impl TextEncodeBooguEdit {
     pub(super) fn new(compute: Arc<Compute>) -> TextEncodeBooguEdit {
-        let prompt = |def: InputDef| def.option("multiline", true).option("dynamicPrompts", true);
         let spec = NodeSpec::new("TextEncodeBooguEdit", "", "model/conditioning/boogu")
             .python_module("comfy_extras.nodes_boogu")
-            .v3()
-            .input(InputDef::typed("clip", "CLIP"))
-            .input(prompt(InputDef::typed("prompt", "STRING")))
-            .input(prompt(InputDef::typed("negative_prompt", "STRING").option("advanced", true)))
-            .input(InputDef::typed("vae", "VAE"))
-            .described_autogrow(
-                "images",
-                "Reference image(s) to edit. Boogu focuses on one reference per sample; more are allowed.",
-                InputDef::typed("image", "IMAGE"),
-                &IMAGE_NAMES,
-                0,
-            )
+            .v3();
+        let spec = prompt_inputs(spec).input(InputDef::typed("vae", "VAE"));
+        let spec = images_input(
+            spec,
+            "Reference image(s) to edit. Boogu focuses on one reference per sample; more are allowed.",
+        )
             .output(OutputDef::new("CONDITIONING").named("positive"))
             .output(OutputDef::new("CONDITIONING").named("negative"));
         TextEncodeBooguEdit { spec: Arc::new(spec), compute }

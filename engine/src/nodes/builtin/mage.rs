@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::qwen::vision_input;
-use super::qwen3vl_edit::{IMAGE_NAMES, encode, images};
+use super::qwen3vl_edit::{encode, images, images_input, prompt_inputs};
 use super::resize::resize;
 use super::vae;
 use crate::compute::Compute;
@@ -33,7 +33,6 @@ pub(super) struct TextEncodeMageFlowEdit {
 }
 impl TextEncodeMageFlowEdit {
     pub(super) fn new(compute: Arc<Compute>) -> TextEncodeMageFlowEdit {
-        let prompt = |def: InputDef| def.option("multiline", true).option("dynamicPrompts", true);
         let side = |name: &str, tooltip: &str| {
             InputDef::bare(name, "INT")
                 .option("tooltip", tooltip)
@@ -49,18 +48,11 @@ impl TextEncodeMageFlowEdit {
                 "Encode an edit instruction with one or more reference images for Mage-Flow-Edit. Reference \
                  latents are resized to the output resolution (width/height, or the first image's size when 0). \
                  Use the latent output for sampling so the sizes always match.",
-            )
-            .input(InputDef::typed("clip", "CLIP"))
-            .input(prompt(InputDef::typed("prompt", "STRING")))
-            .input(prompt(InputDef::typed("negative_prompt", "STRING").option("advanced", true)))
-            .described_autogrow(
-                "images",
-                "Reference image(s) to edit. All references are resized to the output resolution before \
-                 encoding.",
-                InputDef::typed("image", "IMAGE"),
-                &IMAGE_NAMES,
-                0,
-            )
+            );
+        let spec = images_input(
+            prompt_inputs(spec),
+            "Reference image(s) to edit. All references are resized to the output resolution before encoding.",
+        )
             .input(side("width", "Output width. 0 = use the first reference image's size."))
             .input(side("height", "Output height. 0 = use the first reference image's size."))
             .input(InputDef::int("batch_size", 1, 1, 4096))

@@ -1,5 +1,6 @@
-//! What the Qwen3-VL edit nodes (`TextEncodeMageFlowEdit`, `TextEncodeBooguEdit`) share: the names they grow their
-//! `images` under, reading those images, and encoding a prompt with images and reference latents.
+//! What the Qwen3-VL edit nodes (`TextEncodeMageFlowEdit`, `TextEncodeBooguEdit`) share: their `clip`, `prompt`
+//! and `negative_prompt` inputs, the `images` they grow, reading those images, and encoding a prompt with images
+//! and reference latents.
 
 use std::sync::Arc;
 
@@ -11,15 +12,28 @@ use crate::compute::Compute;
 use crate::models::Conditioning;
 use crate::models::device::on_device;
 use crate::nodes::error::node_error;
-use crate::nodes::{Inputs, NodeError};
+use crate::nodes::{InputDef, Inputs, NodeError, NodeSpec};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// The names the nodes grow their `images` under (`image_1` … `image_16`).
-pub(super) const IMAGE_NAMES: [&str; 16] = [
+const IMAGE_NAMES: [&str; 16] = [
     "image_1", "image_2", "image_3", "image_4", "image_5", "image_6", "image_7", "image_8",
     "image_9", "image_10", "image_11", "image_12", "image_13", "image_14", "image_15", "image_16",
 ];
+
+/// `spec` with the nodes' first inputs: `clip`, `prompt` and the advanced `negative_prompt`.
+pub(super) fn prompt_inputs(spec: NodeSpec) -> NodeSpec {
+    let prompt = |def: InputDef| def.option("multiline", true).option("dynamicPrompts", true);
+    spec.input(InputDef::typed("clip", "CLIP"))
+        .input(prompt(InputDef::typed("prompt", "STRING")))
+        .input(prompt(InputDef::typed("negative_prompt", "STRING").option("advanced", true)))
+}
+
+/// `spec` with the `images` input the nodes grow ([`IMAGE_NAMES`], none required), described by `tooltip`.
+pub(super) fn images_input(spec: NodeSpec, tooltip: &str) -> NodeSpec {
+    spec.described_autogrow("images", tooltip, InputDef::typed("image", "IMAGE"), &IMAGE_NAMES, 0)
+}
 
 /// The images connected to the node's `images`, in the order of their names.
 pub(super) fn images(inputs: &Inputs) -> Result<Vec<&Tensor>, NodeError> {
